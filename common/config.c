@@ -1,0 +1,466 @@
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <librdkafka/rdkafka.h>
+
+#include "log.h"
+
+extern char **environ;
+
+enum config_type {
+    CONFIG_T_STR,    /* free text */
+    CONFIG_T_SECRET, /* free text, never printed */
+    CONFIG_T_INT,    /* integer within [min, max] */
+    CONFIG_T_ADDR,   /* host:port */
+    CONFIG_T_LEVEL,  /* debug | info | warn | error */
+    CONFIG_T_TOPIC,  /* a legal Kafka topic name */
+};
+
+struct config_row {
+    enum config_key key;
+    const char *name; /* environment variable */
+    enum config_type type;
+    const char *def; /* NULL: no default */
+    long long min, max;
+    unsigned roles;
+    int required; /* for the roles above */
+    const char *help;
+};
+
+#define R_ALL                                                                       \
+    (CONFIG_ROLE_WORKER | CONFIG_ROLE_RECONCILER | CONFIG_ROLE_RELAY |              \
+     CONFIG_ROLE_API | CONFIG_ROLE_CTL)
+#define R_KAFKA (CONFIG_ROLE_WORKER | CONFIG_ROLE_RELAY | CONFIG_ROLE_CTL)
+#define R_PROV (CONFIG_ROLE_WORKER | CONFIG_ROLE_RECONCILER)
+#define R_W CONFIG_ROLE_WORKER
+
+/* The one table. Rows are in enum config_key order (checked at load). */
+static const struct config_row config_table[CONFIG__COUNT] = {
+    {CONFIG_KAFKA_BOOTSTRAP_SERVERS, "KAFKA_BOOTSTRAP_SERVERS", CONFIG_T_STR,
+     "localhost:9092", 0, 0, R_KAFKA, 0, "Kafka brokers, host:port[,host:port]"},
+    {CONFIG_KAFKA_GROUP_ID, "KAFKA_GROUP_ID", CONFIG_T_STR, NULL, 0, 0, R_KAFKA, 0,
+     "consumer group of the role (default charged-<role>)"},
+    {CONFIG_DATABASE_URL, "DATABASE_URL", CONFIG_T_SECRET, "postgresql:///charged", 0,
+     0, R_ALL, 0, "libpq connection string or URI (may hold a password)"},
+    {CONFIG_PROVIDER_BASE_URL, "PROVIDER_BASE_URL", CONFIG_T_STR,
+     "http://127.0.0.1:12111", 0, 0, R_PROV, 0, "payment provider API root"},
+    {CONFIG_PROVIDER_API_KEY, "PROVIDER_API_KEY", CONFIG_T_SECRET, NULL, 0, 0, R_PROV,
+     1, "provider secret, sent as Authorization: Bearer (required)"},
+    {CONFIG_PROVIDER_TIMEOUT_MS, "PROVIDER_TIMEOUT_MS", CONFIG_T_INT, "10000", 100,
+     600000, R_PROV, 0, "limit of one provider call, in ms"},
+    {CONFIG_WEBHOOK_SIGNING_SECRET, "WEBHOOK_SIGNING_SECRET", CONFIG_T_SECRET, NULL, 0,
+     0, CONFIG_ROLE_API, 0, "secret for provider webhook signatures"},
+    {CONFIG_CHARGE_COMMANDS_TOPIC, "CHARGE_COMMANDS_TOPIC", CONFIG_T_TOPIC,
+     "payments.charge.commands", 0, 0, R_KAFKA, 0, "input topic of charge commands"},
+    {CONFIG_CHARGE_RESULTS_TOPIC, "CHARGE_RESULTS_TOPIC", CONFIG_T_TOPIC,
+     "payments.charge.results", 0, 0, R_KAFKA, 0, "topic of result events"},
+    {CONFIG_CHARGE_DLQ_TOPIC, "CHARGE_DLQ_TOPIC", CONFIG_T_TOPIC,
+     "payments.charge.commands.dlq", 0, 0, R_KAFKA, 0,
+     "dead letters of the input topic"},
+    {CONFIG_API_ADDR, "API_ADDR", CONFIG_T_ADDR, "127.0.0.1:8080", 0, 0,
+     CONFIG_ROLE_API, 0, "listener of charged api, host:port"},
+    {CONFIG_ADMIN_ADDR, "ADMIN_ADDR", CONFIG_T_ADDR, "127.0.0.1:9400", 0, 0,
+     R_ALL & ~CONFIG_ROLE_CTL, 0, "health, readiness and metrics listener"},
+    {CONFIG_LOG_LEVEL, "LOG_LEVEL", CONFIG_T_LEVEL, "info", 0, 0, R_ALL, 0,
+     "debug, info, warn or error"},
+    {CONFIG_WORKER_ID, "WORKER_ID", CONFIG_T_STR, NULL, 0, 0, R_ALL, 0,
+     "lease owner name (default <hostname>-<pid>-<random>)"},
+    {CONFIG_WORKER_MAX_IN_FLIGHT, "WORKER_MAX_IN_FLIGHT", CONFIG_T_INT, "64", 1, 100000,
+     R_W, 0, "attempts in flight at once; fetching stops at this many"},
+    {CONFIG_WORKER_LEASE_MS, "WORKER_LEASE_MS", CONFIG_T_INT, "120000", 1000, 86400000,
+     R_PROV, 0, "claim lease; must outlast the provider timeout and its retries"},
+    {CONFIG_WORKER_UNKNOWN_RETRIES, "WORKER_UNKNOWN_RETRIES", CONFIG_T_INT, "3", 0, 100,
+     R_PROV, 0, "retries with the same key of an unknown provider answer"},
+    {CONFIG_WORKER_RETRY_BASE_MS, "WORKER_RETRY_BASE_MS", CONFIG_T_INT, "200", 1,
+     600000, R_PROV, 0, "first back-off before a retry with the same key"},
+    {CONFIG_WORKER_RETRY_MAX_MS, "WORKER_RETRY_MAX_MS", CONFIG_T_INT, "10000", 1,
+     3600000, R_PROV, 0, "back-off cap"},
+    {CONFIG_WORKER_KEY_RETENTION_MS, "WORKER_KEY_RETENTION_MS", CONFIG_T_INT,
+     "86400000", 1000, 31536000000LL, R_PROV, 0,
+     "how long the provider keeps an idempotency key; no re-POST after it"},
+    {CONFIG_WORKER_COMMIT_INTERVAL_MS, "WORKER_COMMIT_INTERVAL_MS", CONFIG_T_INT, "1000",
+     10, 60000, R_W, 0, "how often finished offsets are committed"},
+    {CONFIG_WORKER_RECHECK_MS, "WORKER_RECHECK_MS", CONFIG_T_INT, "500", 10, 60000,
+     R_W, 0, "how often attempts leased by a peer are looked at again"},
+    {CONFIG_WORKER_MAX_COMMAND_BYTES, "WORKER_MAX_COMMAND_BYTES", CONFIG_T_INT,
+     "65536", 256, 16777216, R_W, 0, "larger command values are dead letters"},
+    {CONFIG_WORKER_MAX_AMOUNT, "WORKER_MAX_AMOUNT", CONFIG_T_INT, "100000000000", 1,
+     100000000000LL, R_W, 0, "amounts above this (minor units) are dead letters"},
+    {CONFIG_WORKER_ALLOWED_CURRENCIES, "WORKER_ALLOWED_CURRENCIES", CONFIG_T_STR, "", 0,
+     0, R_W, 0, "comma-separated allow-list of currencies; empty allows all"},
+    {CONFIG_SHUTDOWN_TIMEOUT_MS, "SHUTDOWN_TIMEOUT_MS", CONFIG_T_INT, "30000", 0,
+     3600000, R_ALL & ~CONFIG_ROLE_CTL, 0,
+     "time to drain and commit after SIGTERM; a second SIGTERM exits at once"},
+    {CONFIG_REBALANCE_DRAIN_MS, "REBALANCE_DRAIN_MS", CONFIG_T_INT, "10000", 0,
+     600000, R_W, 0, "time to drain revoked partitions before giving them up"},
+};
+
+struct config_kafka_prop {
+    char *prop;
+    char *value;
+};
+
+struct config {
+    char *values[CONFIG__COUNT]; /* as given, or the default */
+    long long ints[CONFIG__COUNT];
+    struct config_kafka_prop *kafka;
+    size_t kafka_count;
+};
+
+static char *read_secret_file(const char *path, char *errbuf, size_t errbuf_size,
+                              const char *var)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+
+    if (!f) {
+        snprintf(errbuf, errbuf_size, "%s: cannot open '%s': %s", var, path,
+                 strerror(errno));
+        return NULL;
+    }
+    for (;;) {
+        if (len + 4096 + 1 > cap) {
+            size_t ncap = cap ? cap * 2 : 8192;
+            char *n = realloc(buf, ncap);
+            if (!n)
+                goto fail;
+            buf = n;
+            cap = ncap;
+        }
+        size_t got = fread(buf + len, 1, 4096, f);
+        len += got;
+        if (got < 4096)
+            break;
+        if (len > 1024 * 1024) {
+            snprintf(errbuf, errbuf_size, "%s: '%s' is larger than 1 MiB", var, path);
+            goto fail_quiet;
+        }
+    }
+    if (ferror(f))
+        goto fail;
+    fclose(f);
+    /* Files written by editors and secret stores end in a newline. */
+    while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r'))
+        len--;
+    buf[len] = '\0';
+    return buf;
+fail:
+    snprintf(errbuf, errbuf_size, "%s: cannot read '%s'", var, path);
+fail_quiet:
+    free(buf);
+    fclose(f);
+    return NULL;
+}
+
+/* Value of `name`, or of the file named by `name`_FILE. *out is NULL when
+ * neither is set. Returns -1 on error. */
+static int lookup(const char *name, char **out, char *errbuf, size_t errbuf_size)
+{
+    char file_var[128];
+    const char *direct = getenv(name);
+    const char *file;
+
+    *out = NULL;
+    snprintf(file_var, sizeof(file_var), "%s_FILE", name);
+    file = getenv(file_var);
+    if (direct && file) {
+        snprintf(errbuf, errbuf_size, "%s: set either %s or %s, not both", name, name,
+                 file_var);
+        return -1;
+    }
+    if (file) {
+        *out = read_secret_file(file, errbuf, errbuf_size, file_var);
+        return *out ? 0 : -1;
+    }
+    if (direct) {
+        *out = strdup(direct);
+        if (!*out) {
+            snprintf(errbuf, errbuf_size, "%s: out of memory", name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int parse_int(const char *s, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end != '\0' || isspace((unsigned char)*s))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int valid_addr(const char *s)
+{
+    const char *colon = strrchr(s, ':');
+    long long port;
+    if (!colon || colon == s)
+        return 0;
+    if (parse_int(colon + 1, &port) != 0)
+        return 0;
+    return port >= 1 && port <= 65535;
+}
+
+static int valid_topic(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 249 || !strcmp(s, ".") || !strcmp(s, ".."))
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (!isalnum(c) && c != '.' && c != '_' && c != '-')
+            return 0;
+    }
+    return 1;
+}
+
+static int validate(const struct config_row *row, const char *v, long long *iv,
+                    char *errbuf, size_t errbuf_size)
+{
+    switch (row->type) {
+    case CONFIG_T_STR:
+    case CONFIG_T_SECRET:
+        return 0;
+    case CONFIG_T_INT:
+        if (parse_int(v, iv) != 0) {
+            snprintf(errbuf, errbuf_size, "%s: '%s' is not an integer", row->name, v);
+            return -1;
+        }
+        if (*iv < row->min || *iv > row->max) {
+            snprintf(errbuf, errbuf_size, "%s: %lld is outside %lld..%lld", row->name,
+                     *iv, row->min, row->max);
+            return -1;
+        }
+        return 0;
+    case CONFIG_T_ADDR:
+        if (!valid_addr(v)) {
+            snprintf(errbuf, errbuf_size, "%s: '%s' is not host:port", row->name, v);
+            return -1;
+        }
+        return 0;
+    case CONFIG_T_LEVEL:
+        if (log_level_parse(v) < 0) {
+            snprintf(errbuf, errbuf_size,
+                     "%s: '%s' is not one of debug, info, warn, error", row->name, v);
+            return -1;
+        }
+        return 0;
+    case CONFIG_T_TOPIC:
+        if (!valid_topic(v)) {
+            snprintf(errbuf, errbuf_size, "%s: '%s' is not a valid topic name",
+                     row->name, v);
+            return -1;
+        }
+        return 0;
+    }
+    return -1;
+}
+
+/* Settings the table owns are not passed through as librdkafka properties. */
+static int is_table_name(const char *name)
+{
+    for (size_t i = 0; i < CONFIG__COUNT; i++)
+        if (!strcmp(config_table[i].name, name))
+            return 1;
+    return 0;
+}
+
+/* librdkafka properties that hold credentials. */
+static int is_secret_prop(const char *prop)
+{
+    return strstr(prop, "password") || strstr(prop, "secret") ||
+           strstr(prop, "jaas") || strstr(prop, "ssl.key.pem") ||
+           strstr(prop, "oauthbearer.config");
+}
+
+static int load_kafka_props(config_t *cfg, char *errbuf, size_t errbuf_size)
+{
+    rd_kafka_conf_t *probe = rd_kafka_conf_new();
+    int rc = -1;
+
+    for (char **e = environ; e && *e; e++) {
+        const char *eq = strchr(*e, '=');
+        char name[256], prop[256], rderr[256];
+        size_t nlen;
+        char *value = NULL;
+
+        if (strncmp(*e, "KAFKA_", 6) != 0 || !eq)
+            continue;
+        nlen = (size_t)(eq - *e);
+        if (nlen >= sizeof(name))
+            continue;
+        memcpy(name, *e, nlen);
+        name[nlen] = '\0';
+        /* NAME_FILE is read under NAME. */
+        if (nlen > 5 && !strcmp(name + nlen - 5, "_FILE")) {
+            name[nlen - 5] = '\0';
+            if (getenv(name))
+                continue; /* lookup() reports the clash below */
+        }
+        if (is_table_name(name) || strlen(name) == 6)
+            continue;
+        for (size_t i = 6, j = 0;; i++, j++) {
+            char c = name[i];
+            prop[j] = c == '_' ? '.' : (char)tolower((unsigned char)c);
+            if (!c)
+                break;
+        }
+        if (lookup(name, &value, errbuf, errbuf_size) != 0)
+            goto out;
+        if (!value) /* duplicate of a _FILE we already took */
+            continue;
+        for (size_t i = 0; i < cfg->kafka_count; i++) {
+            if (!strcmp(cfg->kafka[i].prop, prop)) {
+                free(value);
+                value = NULL;
+                break;
+            }
+        }
+        if (!value)
+            continue;
+        if (rd_kafka_conf_set(probe, prop, value, rderr, sizeof(rderr)) !=
+            RD_KAFKA_CONF_OK) {
+            /* librdkafka's message may quote the value; never echo a secret. */
+            if (is_secret_prop(prop))
+                snprintf(errbuf, errbuf_size, "%s: librdkafka refused property '%s'",
+                         name, prop);
+            else
+                snprintf(errbuf, errbuf_size, "%s: %s", name, rderr);
+            free(value);
+            goto out;
+        }
+        struct config_kafka_prop *n =
+            realloc(cfg->kafka, (cfg->kafka_count + 1) * sizeof(*n));
+        if (!n) {
+            free(value);
+            snprintf(errbuf, errbuf_size, "%s: out of memory", name);
+            goto out;
+        }
+        cfg->kafka = n;
+        n[cfg->kafka_count].prop = strdup(prop);
+        n[cfg->kafka_count].value = value;
+        if (!n[cfg->kafka_count].prop) {
+            free(value);
+            snprintf(errbuf, errbuf_size, "%s: out of memory", name);
+            goto out;
+        }
+        cfg->kafka_count++;
+        if (is_secret_prop(prop))
+            log_add_secret(value);
+    }
+    rc = 0;
+out:
+    rd_kafka_conf_destroy(probe);
+    return rc;
+}
+
+config_t *config_new(unsigned roles, const char *role_name, char *errbuf,
+                     size_t errbuf_size)
+{
+    config_t *cfg = calloc(1, sizeof(*cfg));
+    if (!cfg) {
+        snprintf(errbuf, errbuf_size, "out of memory");
+        return NULL;
+    }
+    for (size_t i = 0; i < CONFIG__COUNT; i++) {
+        const struct config_row *row = &config_table[i];
+        char *v = NULL;
+
+        if (row->key != (enum config_key)i) {
+            snprintf(errbuf, errbuf_size, "config table out of order at %s", row->name);
+            goto fail;
+        }
+        if (lookup(row->name, &v, errbuf, errbuf_size) != 0)
+            goto fail;
+        if (!v && row->def)
+            v = strdup(row->def);
+        if (!v && row->key == CONFIG_KAFKA_GROUP_ID) {
+            char def[128];
+            snprintf(def, sizeof(def), "charged-%s", role_name ? role_name : "worker");
+            v = strdup(def);
+        }
+        if (!v) {
+            if (row->required && (row->roles & roles)) {
+                snprintf(errbuf, errbuf_size, "%s: required but not set", row->name);
+                goto fail;
+            }
+            continue;
+        }
+        cfg->values[i] = v;
+        if (row->type == CONFIG_T_SECRET && v[0])
+            log_add_secret(v);
+        if (validate(row, v, &cfg->ints[i], errbuf, errbuf_size) != 0)
+            goto fail;
+    }
+    if (load_kafka_props(cfg, errbuf, errbuf_size) != 0)
+        goto fail;
+    return cfg;
+fail:
+    config_free(cfg);
+    return NULL;
+}
+
+void config_free(config_t *cfg)
+{
+    if (!cfg)
+        return;
+    for (size_t i = 0; i < CONFIG__COUNT; i++)
+        free(cfg->values[i]);
+    for (size_t i = 0; i < cfg->kafka_count; i++) {
+        free(cfg->kafka[i].prop);
+        free(cfg->kafka[i].value);
+    }
+    free(cfg->kafka);
+    free(cfg);
+}
+
+const char *config_str(const config_t *cfg, enum config_key key)
+{
+    return cfg->values[key];
+}
+
+long long config_int(const config_t *cfg, enum config_key key)
+{
+    return cfg->ints[key];
+}
+
+const char *config_name(enum config_key key)
+{
+    return config_table[key].name;
+}
+
+size_t config_kafka_count(const config_t *cfg)
+{
+    return cfg->kafka_count;
+}
+
+void config_kafka_get(const config_t *cfg, size_t i, const char **prop,
+                      const char **value)
+{
+    *prop = cfg->kafka[i].prop;
+    *value = cfg->kafka[i].value;
+}
+
+void config_print_help(FILE *out, unsigned roles)
+{
+    fprintf(out, "Environment (NAME_FILE reads NAME from a file; any other "
+                 "KAFKA_<PROP> goes to librdkafka as <prop>):\n");
+    for (size_t i = 0; i < CONFIG__COUNT; i++) {
+        const struct config_row *row = &config_table[i];
+        if (!(row->roles & roles))
+            continue;
+        fprintf(out, "  %-28s %s", row->name, row->help);
+        if (row->def && row->def[0])
+            fprintf(out, " [default: %s]", row->def);
+        fputc('\n', out);
+    }
+}

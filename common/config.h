@@ -1,0 +1,82 @@
+/* config: every setting of every charged program, read from the environment.
+ *
+ * One table (config.c) holds name, type, default, bounds, roles and help of
+ * each setting; loading, validation and --help all come from it. A setting
+ * NAME may instead be given as NAME_FILE, the path of a file holding the
+ * value (for secrets); setting both is an error. Any other KAFKA_<PROP>
+ * variable is passed through to librdkafka as <prop> ('_' becomes '.'). */
+#ifndef CHARGED_CONFIG_H
+#define CHARGED_CONFIG_H
+
+#include <stdio.h>
+#include <stddef.h>
+
+/* Which programs read a setting; --help of a role lists only its rows. */
+enum config_role {
+    CONFIG_ROLE_WORKER = 1u << 0,
+    CONFIG_ROLE_RECONCILER = 1u << 1,
+    CONFIG_ROLE_RELAY = 1u << 2,
+    CONFIG_ROLE_API = 1u << 3,
+    CONFIG_ROLE_CTL = 1u << 4,
+};
+
+/* Keys of the table; the order matches the table in config.c. */
+enum config_key {
+    CONFIG_KAFKA_BOOTSTRAP_SERVERS,
+    CONFIG_KAFKA_GROUP_ID,
+    CONFIG_DATABASE_URL,
+    CONFIG_PROVIDER_BASE_URL,
+    CONFIG_PROVIDER_API_KEY,
+    CONFIG_PROVIDER_TIMEOUT_MS,
+    CONFIG_WEBHOOK_SIGNING_SECRET,
+    CONFIG_CHARGE_COMMANDS_TOPIC,
+    CONFIG_CHARGE_RESULTS_TOPIC,
+    CONFIG_CHARGE_DLQ_TOPIC,
+    CONFIG_API_ADDR,
+    CONFIG_ADMIN_ADDR,
+    CONFIG_LOG_LEVEL,
+    CONFIG_WORKER_ID,
+    CONFIG_WORKER_MAX_IN_FLIGHT,
+    CONFIG_WORKER_LEASE_MS,
+    CONFIG_WORKER_UNKNOWN_RETRIES,
+    CONFIG_WORKER_RETRY_BASE_MS,
+    CONFIG_WORKER_RETRY_MAX_MS,
+    CONFIG_WORKER_KEY_RETENTION_MS,
+    CONFIG_WORKER_COMMIT_INTERVAL_MS,
+    CONFIG_WORKER_RECHECK_MS,
+    CONFIG_WORKER_MAX_COMMAND_BYTES,
+    CONFIG_WORKER_MAX_AMOUNT,
+    CONFIG_WORKER_ALLOWED_CURRENCIES,
+    CONFIG_SHUTDOWN_TIMEOUT_MS,
+    CONFIG_REBALANCE_DRAIN_MS,
+    CONFIG__COUNT
+};
+
+typedef struct config config_t;
+
+/* Reads the table's settings for `roles` (a mask of enum config_role) from
+ * the environment. `role_name` names the program's role, for the default
+ * consumer group "charged-<role_name>". Returns NULL and one line in errbuf
+ * that names the variable on a bad value. */
+config_t *config_new(unsigned roles, const char *role_name, char *errbuf,
+                     size_t errbuf_size);
+void config_free(config_t *cfg);
+
+/* Values; the key must be of the matching type. Strings are owned by cfg
+ * and may be NULL for a setting without default that was not given. */
+const char *config_str(const config_t *cfg, enum config_key key);
+long long config_int(const config_t *cfg, enum config_key key);
+
+/* The setting's environment name, e.g. "DATABASE_URL". */
+const char *config_name(enum config_key key);
+
+/* Pass-through librdkafka properties from KAFKA_* variables, in
+ * environment order: property name and value, owned by cfg. */
+size_t config_kafka_count(const config_t *cfg);
+void config_kafka_get(const config_t *cfg, size_t i, const char **prop,
+                      const char **value);
+
+/* Prints the settings of `roles` as a table for --help. */
+void config_print_help(FILE *out, unsigned roles);
+
+#endif

@@ -1,0 +1,30 @@
+/* db: PostgreSQL connection and small helpers over libpq.
+ *
+ * Every statement is sent with PQexecParams; values never enter SQL text. */
+#ifndef CHARGED_DB_H
+#define CHARGED_DB_H
+
+#include <stddef.h>
+#include <libpq-fe.h>
+
+/* Opens a connection. Returns NULL and one line (without the password) in
+ * errbuf on failure. Close with PQfinish. */
+PGconn *db_connect(const char *url, char *errbuf, size_t errbuf_size);
+
+/* Runs a parameterized statement (text parameters). Returns the result when
+ * its status is COMMAND_OK or TUPLES_OK; otherwise clears it, writes one line
+ * to errbuf and returns NULL. The caller PQclear()s the result. */
+PGresult *db_exec(PGconn *conn, const char *sql, int nparams, const char *const *params,
+                  char *errbuf, size_t errbuf_size);
+
+/* db_exec for statements whose result is not needed. 0 / -1. */
+int db_run(PGconn *conn, const char *sql, int nparams, const char *const *params,
+           char *errbuf, size_t errbuf_size);
+
+/* SQLSTATE of the last failed db_exec on this thread ("" if none). */
+const char *db_last_sqlstate(void);
+
+/* Writes libpq's message as one line: newlines folded, secrets redacted. */
+void db_error_line(const char *msg, char *errbuf, size_t errbuf_size);
+
+#endif

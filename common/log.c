@@ -1,0 +1,148 @@
+#include "log.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#define LOG_MAX_SECRETS 32
+
+static const char *level_names[] = {"debug", "info", "warn", "error"};
+
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static char log_program[64] = "charged";
+static enum log_level log_min = LOG_INFO;
+static char *log_secrets[LOG_MAX_SECRETS];
+static size_t log_secret_count;
+
+int log_level_parse(const char *s)
+{
+    for (int i = 0; i < 4; i++)
+        if (s && !strcmp(s, level_names[i]))
+            return i;
+    return -1;
+}
+
+void log_init(const char *program, enum log_level level)
+{
+    pthread_mutex_lock(&log_lock);
+    snprintf(log_program, sizeof(log_program), "%s", program);
+    log_min = level;
+    pthread_mutex_unlock(&log_lock);
+}
+
+void log_add_secret(const char *secret)
+{
+    if (!secret || strlen(secret) < 4)
+        return;
+    pthread_mutex_lock(&log_lock);
+    for (size_t i = 0; i < log_secret_count; i++) {
+        if (!strcmp(log_secrets[i], secret))
+            goto out;
+    }
+    if (log_secret_count < LOG_MAX_SECRETS) {
+        char *copy = strdup(secret);
+        if (copy)
+            log_secrets[log_secret_count++] = copy;
+    }
+out:
+    pthread_mutex_unlock(&log_lock);
+}
+
+void log_clear_secrets(void)
+{
+    pthread_mutex_lock(&log_lock);
+    for (size_t i = 0; i < log_secret_count; i++)
+        free(log_secrets[i]);
+    log_secret_count = 0;
+    pthread_mutex_unlock(&log_lock);
+}
+
+/* Caller holds log_lock. */
+static void redact_locked(const char *in, char *out, size_t out_size)
+{
+    size_t o = 0;
+    if (out_size == 0)
+        return;
+    while (*in && o + 1 < out_size) {
+        size_t hit = 0;
+        for (size_t i = 0; i < log_secret_count; i++) {
+            size_t n = strlen(log_secrets[i]);
+            if (!strncmp(in, log_secrets[i], n)) {
+                hit = n;
+                break;
+            }
+        }
+        if (hit) {
+            const char *r = "[redacted]";
+            while (*r && o + 1 < out_size)
+                out[o++] = *r++;
+            in += hit;
+        } else {
+            out[o++] = *in++;
+        }
+    }
+    out[o] = '\0';
+}
+
+void log_redact(const char *in, char *out, size_t out_size)
+{
+    pthread_mutex_lock(&log_lock);
+    redact_locked(in, out, out_size);
+    pthread_mutex_unlock(&log_lock);
+}
+
+void log_write(enum log_level level, const char *msg, ...)
+{
+    char ts[40], buf[2048];
+    struct timespec now;
+    struct tm tm;
+    json_t *obj;
+    char *line;
+    va_list ap;
+
+    if (level < log_min)
+        return;
+    clock_gettime(CLOCK_REALTIME, &now);
+    gmtime_r(&now.tv_sec, &tm);
+    strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(ts + strlen(ts), sizeof(ts) - strlen(ts), ".%03ldZ", now.tv_nsec / 1000000);
+
+    obj = json_object();
+    if (!obj)
+        return;
+    pthread_mutex_lock(&log_lock);
+    /* json_object_set_new steals the new string's reference. */
+    json_object_set_new(obj, "ts", json_string(ts));
+    json_object_set_new(obj, "level", json_string(level_names[level]));
+    json_object_set_new(obj, "program", json_string(log_program));
+    redact_locked(msg, buf, sizeof(buf));
+    json_object_set_new(obj, "msg", json_string(buf));
+    va_start(ap, msg);
+    for (;;) {
+        const char *k = va_arg(ap, const char *);
+        const char *v;
+        if (!k)
+            break;
+        v = va_arg(ap, const char *);
+        if (!v)
+            continue;
+        redact_locked(v, buf, sizeof(buf));
+        /* json_string refuses invalid UTF-8; keep the line, mark the value. */
+        json_t *jv = json_string(buf);
+        json_object_set_new(obj, k, jv ? jv : json_string("[invalid utf-8]"));
+    }
+    va_end(ap);
+    line = json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (line) {
+        fprintf(stderr, "%s\n", line);
+        fflush(stderr);
+        free(line);
+    }
+    pthread_mutex_unlock(&log_lock);
+    json_decref(obj);
+}

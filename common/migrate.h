@@ -1,0 +1,36 @@
+/* migrate: applies the versioned SQL files of migrations/ to a database.
+ *
+ * Files are named NNNN_what.sql and applied in version order, each in its
+ * own transaction together with its row in schema_migrations (version, name,
+ * SHA-256). A session advisory lock serialises concurrent runs, so many pods
+ * may migrate at start-up: the first applies, the rest find nothing to do.
+ * A file whose checksum differs from the applied one is refused. */
+#ifndef CHARGED_MIGRATE_H
+#define CHARGED_MIGRATE_H
+
+#include <stdio.h>
+#include <stddef.h>
+#include <libpq-fe.h>
+
+struct migrate_file {
+    const char *name; /* e.g. "0001_initial.sql" */
+    const char *sql;
+    size_t len;
+};
+
+/* The files built into this binary (from migrations/ at build time). */
+extern const struct migrate_file migrate_embedded[];
+extern const size_t migrate_embedded_count;
+
+typedef struct migrate_set migrate_set_t;
+
+/* The embedded files, or those in `dir` when dir is not NULL. */
+migrate_set_t *migrate_set_new(const char *dir, char *errbuf, size_t errbuf_size);
+void migrate_set_free(migrate_set_t *set);
+
+/* Applies what is pending. Writes one line per applied file to `report`
+ * (may be NULL) and the count to *applied. 0 / -1 with errbuf. */
+int migrate_run(PGconn *conn, const migrate_set_t *set, FILE *report, int *applied,
+                char *errbuf, size_t errbuf_size);
+
+#endif

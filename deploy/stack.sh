@@ -1,0 +1,224 @@
+#!/usr/bin/env bash
+# The local stack: a private PostgreSQL cluster and a single-node Apache Kafka
+# (KRaft, broker and controller in one JVM), both on loopback.
+#
+#   deploy/stack.sh up       start both (a no-op when already up), create the
+#                            database and the contract's topics
+#   deploy/stack.sh down     stop both; no process of the stack is left
+#   deploy/stack.sh status   say what runs
+#   deploy/stack.sh env      print the environment that reaches the stack
+#
+# Overrides: CHARGED_STACK_DIR (state, logs; default <repo>/.stack),
+# CHARGED_PG_PORT (55432), CHARGED_KAFKA_PORT (9092),
+# CHARGED_KAFKA_CONTROLLER_PORT (9093), CHARGED_KAFKA_HEAP (512m),
+# CHARGED_KAFKA_JARS (deploy/kafka/jars), CHARGED_STACK_TIMEOUT (90 s),
+# CHARGED_PG_USER (the OS user PostgreSQL runs as when we are root: postgres).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/.." && pwd)
+dir=${CHARGED_STACK_DIR:-$repo/.stack}
+pg_port=${CHARGED_PG_PORT:-55432}
+kafka_port=${CHARGED_KAFKA_PORT:-9092}
+controller_port=${CHARGED_KAFKA_CONTROLLER_PORT:-9093}
+heap=${CHARGED_KAFKA_HEAP:-512m}
+jars=${CHARGED_KAFKA_JARS:-$here/kafka/jars}
+timeout=${CHARGED_STACK_TIMEOUT:-90}
+pg_os_user=${CHARGED_PG_USER:-postgres}
+pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+bootstrap=127.0.0.1:$kafka_port
+database_url="postgresql://charged@127.0.0.1:$pg_port/charged"
+
+commands_topic=${CHARGE_COMMANDS_TOPIC:-payments.charge.commands}
+results_topic=${CHARGE_RESULTS_TOPIC:-payments.charge.results}
+dlq_topic=${CHARGE_DLQ_TOPIC:-payments.charge.commands.dlq}
+
+die() { echo "stack: $*" >&2; exit 1; }
+
+# PostgreSQL refuses to run as root: run its commands as an unprivileged user.
+as_pg() {
+  if [ "$(id -u)" -eq 0 ]; then
+    runuser -u "$pg_os_user" -- "$@"
+  else
+    "$@"
+  fi
+}
+
+pg_running() {
+  [ -f "$dir/pg/postmaster.pid" ] && as_pg "$pgbin/pg_ctl" -D "$dir/pg" status >/dev/null 2>&1
+}
+
+kafka_pid() {
+  local pid
+  [ -f "$dir/kafka.pid" ] || return 1
+  pid=$(cat "$dir/kafka.pid")
+  kill -0 "$pid" 2>/dev/null && grep -q kafka.Kafka "/proc/$pid/cmdline" 2>/dev/null || return 1
+  echo "$pid"
+}
+
+kafka_answers() {
+  kcat -L -b "$bootstrap" -m 5 >/dev/null 2>&1
+}
+
+# wait_for NAME LOG COMMAND...: retries COMMAND until it succeeds or the
+# deadline passes, then fails pointing at LOG.
+wait_for() {
+  local name=$1 log=$2; shift 2
+  local deadline=$((SECONDS + timeout))
+  until "$@"; do
+    if [ $SECONDS -ge $deadline ]; then
+      echo "stack: $name did not answer within ${timeout}s; last lines of $log:" >&2
+      tail -n 20 "$log" >&2 || true
+      exit 1
+    fi
+    sleep 0.5
+  done
+}
+
+pg_up() {
+  [ -n "$pgbin" ] || die "PostgreSQL binaries not found; run deploy/install-deps.sh"
+  mkdir -p "$dir"
+  if [ "$(id -u)" -eq 0 ]; then
+    chown "$pg_os_user" "$dir"
+    # The cluster's user must be able to reach its directory.
+    local d=$dir
+    while [ "$d" != / ]; do chmod o+x "$d" 2>/dev/null || true; d=$(dirname "$d"); done
+  fi
+  if pg_running; then
+    return 0
+  fi
+  if [ ! -f "$dir/pg/PG_VERSION" ]; then
+    rm -rf "$dir/pg"
+    as_pg "$pgbin/initdb" -D "$dir/pg" -U postgres --auth=trust -E UTF8 --locale=C \
+      >"$dir/initdb.log" 2>&1 || { tail "$dir/initdb.log" >&2; die "initdb failed"; }
+  fi
+  mkdir -p "$dir/pgsock"
+  [ "$(id -u)" -eq 0 ] && chown "$pg_os_user" "$dir/pgsock"
+  as_pg "$pgbin/pg_ctl" -D "$dir/pg" -l "$dir/postgres.log" -s \
+    -o "-p $pg_port -k $dir/pgsock -c listen_addresses=127.0.0.1 -c max_connections=200" \
+    start >/dev/null 2>&1 || true
+  wait_for PostgreSQL "$dir/postgres.log" "$pgbin/pg_isready" -q -h 127.0.0.1 -p "$pg_port"
+  local psql=("$pgbin/psql" -X -q -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -v ON_ERROR_STOP=1)
+  if [ -z "$("${psql[@]}" -tAc "SELECT 1 FROM pg_roles WHERE rolname = 'charged'")" ]; then
+    "${psql[@]}" -c "CREATE ROLE charged LOGIN CREATEDB"
+  fi
+  if [ -z "$("${psql[@]}" -tAc "SELECT 1 FROM pg_database WHERE datname = 'charged'")" ]; then
+    "${psql[@]}" -c "CREATE DATABASE charged OWNER charged"
+  fi
+}
+
+kafka_up() {
+  mkdir -p "$dir"
+  "$here/kafka/fetch-jars.sh"
+  if ! kafka_pid >/dev/null; then
+    cat >"$dir/kafka.properties" <<EOF
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$controller_port
+listeners=PLAINTEXT://127.0.0.1:$kafka_port,CONTROLLER://127.0.0.1:$controller_port
+advertised.listeners=PLAINTEXT://127.0.0.1:$kafka_port
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs=$dir/kafka-data
+auto.create.topics.enable=false
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=12
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+group.initial.rebalance.delay.ms=0
+message.max.bytes=4194304
+EOF
+    cat >"$dir/kafka-log4j.properties" <<EOF
+log4j.rootLogger=INFO, file
+log4j.appender.file=org.apache.log4j.FileAppender
+log4j.appender.file.File=$dir/kafka.log
+log4j.appender.file.layout=org.apache.log4j.PatternLayout
+log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.kafka.request.logger=WARN
+log4j.logger.org.apache.kafka.controller=INFO
+EOF
+    local java_opts=(-Xms256m "-Xmx$heap" -XX:+UseG1GC -Djava.awt.headless=true
+      "-Dlog4j.configuration=file:$dir/kafka-log4j.properties")
+    if [ ! -f "$dir/kafka-data/meta.properties" ]; then
+      local cluster_id
+      cluster_id=$(java "${java_opts[@]}" -cp "$jars/*" kafka.tools.StorageTool random-uuid)
+      java "${java_opts[@]}" -cp "$jars/*" kafka.tools.StorageTool format \
+        -t "$cluster_id" -c "$dir/kafka.properties" >"$dir/kafka-format.log" 2>&1 ||
+        { cat "$dir/kafka-format.log" >&2; die "formatting Kafka's storage failed"; }
+    fi
+    setsid nohup java "${java_opts[@]}" -cp "$jars/*" kafka.Kafka "$dir/kafka.properties" \
+      >"$dir/kafka.out" 2>&1 </dev/null &
+    echo $! >"$dir/kafka.pid"
+  fi
+  wait_for Kafka "$dir/kafka.log" kafka_answers
+  local have
+  have=$(kcat -L -b "$bootstrap" -m 10 2>/dev/null | sed -n 's/^  topic "\([^"]*\)".*/\1/p')
+  create_topic "$have" "$commands_topic" 12
+  create_topic "$have" "$results_topic" 12
+  create_topic "$have" "$dlq_topic" 3
+}
+
+create_topic() {
+  local have=$1 topic=$2 partitions=$3
+  grep -qx "$topic" <<<"$have" && return 0
+  java -Xmx256m "-Dlog4j.configuration=file:$dir/kafka-log4j.properties" -cp "$jars/*" \
+    org.apache.kafka.tools.TopicCommand --bootstrap-server "$bootstrap" --create \
+    --if-not-exists --topic "$topic" --partitions "$partitions" --replication-factor 1 \
+    --config max.message.bytes=4194304 >>"$dir/topics.log" 2>&1 ||
+    { tail "$dir/topics.log" >&2; die "creating topic $topic failed"; }
+}
+
+print_env() {
+  cat <<EOF
+export DATABASE_URL='$database_url'
+export KAFKA_BOOTSTRAP_SERVERS='$bootstrap'
+export CHARGE_COMMANDS_TOPIC='$commands_topic'
+export CHARGE_RESULTS_TOPIC='$results_topic'
+export CHARGE_DLQ_TOPIC='$dlq_topic'
+EOF
+}
+
+up() {
+  pg_up
+  kafka_up
+  echo "stack: up (state and logs in $dir)"
+  echo "  PostgreSQL: psql '$database_url'"
+  echo "  Kafka:      kcat -L -b $bootstrap"
+  echo "  eval \"\$($0 env)\" exports both for charged"
+}
+
+down() {
+  local pid
+  if pid=$(kafka_pid); then
+    kill "$pid" 2>/dev/null || true
+    local deadline=$((SECONDS + 30))
+    while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
+    kill -9 "$pid" 2>/dev/null || true
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+  fi
+  rm -f "$dir/kafka.pid"
+  if [ -f "$dir/pg/postmaster.pid" ]; then
+    as_pg "$pgbin/pg_ctl" -D "$dir/pg" -m fast -w -s stop >/dev/null 2>&1 || true
+    if [ -f "$dir/pg/postmaster.pid" ]; then
+      pid=$(head -n 1 "$dir/pg/postmaster.pid")
+      kill -9 "$pid" 2>/dev/null || true
+    fi
+  fi
+  echo "stack: down"
+}
+
+status() {
+  local rc=0
+  if pg_running; then echo "postgresql: up on 127.0.0.1:$pg_port"; else echo "postgresql: down"; rc=1; fi
+  if kafka_pid >/dev/null && kafka_answers; then echo "kafka: up on $bootstrap"; else echo "kafka: down"; rc=1; fi
+  return $rc
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  status) status ;;
+  env) print_env ;;
+  *) echo "usage: $0 up|down|status|env" >&2; exit 2 ;;
+esac

@@ -1,0 +1,296 @@
+/* Migrations and schema against the real PostgreSQL of the local stack:
+ * idempotent and concurrent migrate, refusal of a changed file, and the
+ * constraints that carry the idempotency guarantees. */
+#include <check.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "db.h"
+#include "migrate.h"
+#include "test_env.h"
+
+static char err[512];
+
+static int count_rows(PGconn *c, const char *sql)
+{
+    PGresult *r = db_exec(c, sql, 0, NULL, err, sizeof(err));
+    ck_assert_msg(r != NULL, "%s", err);
+    int n = atoi(PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return n;
+}
+
+START_TEST(second_migrate_is_a_noop)
+{
+    char url[1024];
+    int applied = -1;
+    test_env_fresh_database(url, sizeof(url));
+    PGconn *c = test_env_connect(url);
+    migrate_set_t *set = migrate_set_new(NULL, err, sizeof(err));
+    ck_assert_msg(set != NULL, "%s", err);
+
+    ck_assert_msg(migrate_run(c, set, NULL, &applied, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_int_eq(applied, (int)migrate_embedded_count);
+    int rows = count_rows(c, "SELECT count(*) FROM schema_migrations");
+    ck_assert_int_eq(rows, (int)migrate_embedded_count);
+
+    ck_assert_msg(migrate_run(c, set, NULL, &applied, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_int_eq(applied, 0);
+    ck_assert_int_eq(count_rows(c, "SELECT count(*) FROM schema_migrations"), rows);
+    migrate_set_free(set);
+    PQfinish(c);
+}
+END_TEST
+
+struct runner {
+    const char *url;
+    pthread_barrier_t *start;
+    int rc, applied;
+    char err[512];
+};
+
+static void *run_migrate(void *arg)
+{
+    struct runner *r = arg;
+    char e[512];
+    PGconn *c = db_connect(r->url, e, sizeof(e));
+    migrate_set_t *set = migrate_set_new(NULL, r->err, sizeof(r->err));
+    r->rc = -1;
+    if (!c || !set) {
+        if (!c)
+            snprintf(r->err, sizeof(r->err), "%s", e);
+        goto out;
+    }
+    pthread_barrier_wait(r->start);
+    r->rc = migrate_run(c, set, NULL, &r->applied, r->err, sizeof(r->err));
+out:
+    migrate_set_free(set);
+    PQfinish(c);
+    return NULL;
+}
+
+START_TEST(concurrent_migrates_apply_each_file_once)
+{
+    enum { N = 4 };
+    char url[1024];
+    pthread_t t[N];
+    struct runner r[N];
+    pthread_barrier_t start;
+    int total = 0;
+
+    test_env_fresh_database(url, sizeof(url));
+    pthread_barrier_init(&start, NULL, N);
+    for (int i = 0; i < N; i++) {
+        r[i] = (struct runner){.url = url, .start = &start};
+        pthread_create(&t[i], NULL, run_migrate, &r[i]);
+    }
+    for (int i = 0; i < N; i++) {
+        pthread_join(t[i], NULL);
+        ck_assert_msg(r[i].rc == 0, "runner %d: %s", i, r[i].err);
+        total += r[i].applied;
+    }
+    pthread_barrier_destroy(&start);
+    ck_assert_int_eq(total, (int)migrate_embedded_count);
+    PGconn *c = test_env_connect(url);
+    ck_assert_int_eq(count_rows(c, "SELECT count(*) FROM schema_migrations"),
+                     (int)migrate_embedded_count);
+    ck_assert_int_eq(count_rows(c, "SELECT count(*) FROM pg_tables WHERE tablename = "
+                                   "'payment_attempts'"),
+                     1);
+    PQfinish(c);
+}
+END_TEST
+
+START_TEST(changed_applied_file_is_refused)
+{
+    char url[1024], dir[] = "/tmp/charged-mig-XXXXXX", path[512];
+    int applied;
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/0001_first.sql", dir);
+    FILE *f = fopen(path, "w");
+    fputs("CREATE TABLE first (id int);\n", f);
+    fclose(f);
+
+    test_env_fresh_database(url, sizeof(url));
+    PGconn *c = test_env_connect(url);
+    migrate_set_t *set = migrate_set_new(dir, err, sizeof(err));
+    ck_assert_msg(set != NULL, "%s", err);
+    ck_assert_msg(migrate_run(c, set, NULL, &applied, err, sizeof(err)) == 0, "%s", err);
+    migrate_set_free(set);
+
+    f = fopen(path, "w");
+    fputs("CREATE TABLE first (id bigint);\n", f);
+    fclose(f);
+    set = migrate_set_new(dir, err, sizeof(err));
+    ck_assert_msg(set != NULL, "%s", err);
+    ck_assert_int_eq(migrate_run(c, set, NULL, &applied, err, sizeof(err)), -1);
+    ck_assert_msg(strstr(err, "'0001_first.sql' was changed after it was applied"), "%s",
+                  err);
+    migrate_set_free(set);
+    PQfinish(c);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
+START_TEST(failed_migration_leaves_nothing_behind)
+{
+    char url[1024], dir[] = "/tmp/charged-mig-XXXXXX", path[512];
+    int applied;
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/0001_broken.sql", dir);
+    FILE *f = fopen(path, "w");
+    fputs("CREATE TABLE half (id int);\nTHIS IS NOT SQL;\n", f);
+    fclose(f);
+    test_env_fresh_database(url, sizeof(url));
+    PGconn *c = test_env_connect(url);
+    migrate_set_t *set = migrate_set_new(dir, err, sizeof(err));
+    ck_assert_int_eq(migrate_run(c, set, NULL, &applied, err, sizeof(err)), -1);
+    ck_assert_msg(strstr(err, "migration '0001_broken.sql' failed"), "%s", err);
+    ck_assert_int_eq(count_rows(c, "SELECT count(*) FROM pg_tables WHERE tablename = "
+                                   "'half'"),
+                     0);
+    ck_assert_int_eq(count_rows(c, "SELECT count(*) FROM schema_migrations"), 0);
+    migrate_set_free(set);
+    PQfinish(c);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
+/* Inserts an attempt; returns the SQLSTATE ("" on success). */
+static const char *insert_attempt(PGconn *c, const char *id, const char *order,
+                                  const char *key, const char *status)
+{
+    const char *p[4] = {id, order, key, status};
+    static char state[8];
+    int rc = db_run(c,
+                    "INSERT INTO payment_attempts (id, order_id, idempotency_key, "
+                    " request_fingerprint, amount, currency, payment_method, status, "
+                    " provider_payment_id) "
+                    "VALUES ($1, $2, $3, 'fp', 1000, 'EUR', 'pm_card_visa', $4, "
+                    " CASE WHEN $4 = 'SUCCEEDED' THEN 'pi_1' END)",
+                    4, p, err, sizeof(err));
+    snprintf(state, sizeof(state), "%s", rc == 0 ? "" : db_last_sqlstate());
+    return state;
+}
+
+#define ORDER "0b6f1a52-8f5e-4c36-9a39-0f4a7f5a0001"
+#define A1 "5d1c2c1e-1a9b-4b1e-8e55-000000000001"
+#define A2 "5d1c2c1e-1a9b-4b1e-8e55-000000000002"
+#define A3 "5d1c2c1e-1a9b-4b1e-8e55-000000000003"
+
+START_TEST(two_live_attempts_of_one_order_fail)
+{
+    char url[1024];
+    test_env_migrated_database(url, sizeof(url));
+    PGconn *c = test_env_connect(url);
+    ck_assert_str_eq(insert_attempt(c, A1, ORDER, "key-1", "PROCESSING"), "");
+    ck_assert_str_eq(insert_attempt(c, A2, ORDER, "key-2", "PENDING"), "23505");
+    ck_assert_msg(strstr(err, "payment_attempts_one_live_per_order"), "%s", err);
+    /* A refused or failed attempt of the same order is not live. */
+    ck_assert_str_eq(insert_attempt(c, A2, ORDER, "key-2", "REJECTED"), "");
+    ck_assert_str_eq(insert_attempt(c, A3, ORDER, "key-3", "FAILED"), "");
+    PQfinish(c);
+}
+END_TEST
+
+START_TEST(succeeded_and_live_attempt_of_one_order_fail)
+{
+    char url[1024];
+    test_env_migrated_database(url, sizeof(url));
+    PGconn *c = test_env_connect(url);
+    ck_assert_str_eq(insert_attempt(c, A1, ORDER, "key-1", "SUCCEEDED"), "");
+    ck_assert_str_eq(insert_attempt(c, A2, ORDER, "key-2", "SUCCEEDED"), "23505");
+    ck_assert_str_eq(insert_attempt(c, A3, ORDER, "key-3", "UNKNOWN"), "23505");
+    PQfinish(c);
+}
+END_TEST
+
+START_TEST(two_rows_with_one_idempotency_key_fail)
+{
+    char url[1024];
+    test_env_migrated_database(url, sizeof(url));
+    PGconn *c = test_env_connect(url);
+    ck_assert_str_eq(insert_attempt(c, A1, ORDER, "same-key", "REJECTED"), "");
+    ck_assert_str_eq(insert_attempt(c, A2, "0b6f1a52-8f5e-4c36-9a39-0f4a7f5a0002",
+                                    "same-key", "PENDING"),
+                     "23505");
+    ck_assert_msg(strstr(err, "idempotency_key"), "%s", err);
+    PQfinish(c);
+}
+END_TEST
+
+START_TEST(bad_status_fails_the_check)
+{
+    char url[1024];
+    test_env_migrated_database(url, sizeof(url));
+    PGconn *c = test_env_connect(url);
+    ck_assert_str_eq(insert_attempt(c, A1, ORDER, "key-1", "CHARGED"), "23514");
+    ck_assert_str_eq(insert_attempt(c, A1, ORDER, "key-1", "pending"), "23514");
+    PQfinish(c);
+}
+END_TEST
+
+START_TEST(ledger_books_an_attempt_once)
+{
+    char url[1024];
+    test_env_migrated_database(url, sizeof(url));
+    PGconn *c = test_env_connect(url);
+    ck_assert_str_eq(insert_attempt(c, A1, ORDER, "key-1", "SUCCEEDED"), "");
+    const char *p[2] = {A1, ORDER};
+    const char *sql = "INSERT INTO ledger_entries (payment_attempt_id, order_id, kind, "
+                      "amount, currency, provider_payment_id) "
+                      "VALUES ($1, $2, 'charge', 1000, 'EUR', 'pi_1')";
+    ck_assert_msg(db_run(c, sql, 2, p, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_int_eq(db_run(c, sql, 2, p, err, sizeof(err)), -1);
+    ck_assert_str_eq(db_last_sqlstate(), "23505");
+    PQfinish(c);
+}
+END_TEST
+
+START_TEST(webhook_event_is_processed_once)
+{
+    char url[1024];
+    test_env_migrated_database(url, sizeof(url));
+    PGconn *c = test_env_connect(url);
+    const char *sql = "INSERT INTO processed_webhook_events (provider, event_id, "
+                      "event_type, outcome, payload) VALUES ('psp', 'evt_1', "
+                      "'payment_intent.succeeded', 'applied', '{}')";
+    ck_assert_msg(db_run(c, sql, 0, NULL, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_int_eq(db_run(c, sql, 0, NULL, err, sizeof(err)), -1);
+    ck_assert_str_eq(db_last_sqlstate(), "23505");
+    PQfinish(c);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("schema_migrate");
+    TCase *tc = tcase_create("postgresql");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, second_migrate_is_a_noop);
+    tcase_add_test(tc, concurrent_migrates_apply_each_file_once);
+    tcase_add_test(tc, changed_applied_file_is_refused);
+    tcase_add_test(tc, failed_migration_leaves_nothing_behind);
+    tcase_add_test(tc, two_live_attempts_of_one_order_fail);
+    tcase_add_test(tc, succeeded_and_live_attempt_of_one_order_fail);
+    tcase_add_test(tc, two_rows_with_one_idempotency_key_fail);
+    tcase_add_test(tc, bad_status_fails_the_check);
+    tcase_add_test(tc, ledger_books_an_attempt_once);
+    tcase_add_test(tc, webhook_event_is_processed_once);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

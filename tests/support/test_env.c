@@ -1,0 +1,98 @@
+#include "test_env.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <check.h>
+
+#include "db.h"
+#include "migrate.h"
+
+const char *test_env_database_url(void)
+{
+    const char *url = getenv("CHARGED_TEST_DATABASE_URL");
+    ck_assert_msg(url && *url, "CHARGED_TEST_DATABASE_URL is not set: run the tests "
+                               "through tools/run-all-tests.sh, which starts the stack");
+    return url;
+}
+
+const char *test_env_kafka(void)
+{
+    const char *k = getenv("CHARGED_TEST_KAFKA");
+    ck_assert_msg(k && *k, "CHARGED_TEST_KAFKA is not set: run the tests through "
+                           "tools/run-all-tests.sh, which starts the stack");
+    return k;
+}
+
+long long test_env_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+PGconn *test_env_connect(const char *url)
+{
+    char err[512];
+    PGconn *c = db_connect(url, err, sizeof(err));
+    ck_assert_msg(c != NULL, "%s", err);
+    return c;
+}
+
+/* Rebuilds the base connection string with another dbname. */
+static void with_dbname(const char *base, const char *dbname, char *out, size_t out_size)
+{
+    char *errmsg = NULL;
+    PQconninfoOption *opts = PQconninfoParse(base, &errmsg);
+    size_t o = 0;
+
+    ck_assert_msg(opts != NULL, "bad CHARGED_TEST_DATABASE_URL: %s",
+                  errmsg ? errmsg : "?");
+    out[0] = '\0';
+    for (PQconninfoOption *p = opts; p->keyword; p++) {
+        const char *v = !strcmp(p->keyword, "dbname") ? dbname : p->val;
+        if (!v || !*v)
+            continue;
+        o += (size_t)snprintf(out + o, out_size - o, "%s='%s' ", p->keyword, v);
+        ck_assert(o < out_size);
+    }
+    PQconninfoFree(opts);
+}
+
+int test_env_fresh_database(char *out, size_t out_size)
+{
+    static unsigned counter;
+    char name[64], err[512];
+    const char *params[1];
+    PGconn *admin = test_env_connect(test_env_database_url());
+
+    snprintf(name, sizeof(name), "t_%d_%u_%ld", (int)getpid(), counter++,
+             (long)(test_env_now_ms() % 100000000));
+    /* CREATE DATABASE takes no parameters; the name is ours and quoted. */
+    char *ident = PQescapeIdentifier(admin, name, strlen(name));
+    char sql[256];
+    snprintf(sql, sizeof(sql), "CREATE DATABASE %s", ident);
+    PQfreemem(ident);
+    (void)params;
+    ck_assert_msg(db_run(admin, sql, 0, NULL, err, sizeof(err)) == 0, "%s", err);
+    PQfinish(admin);
+    with_dbname(test_env_database_url(), name, out, out_size);
+    return 0;
+}
+
+int test_env_migrated_database(char *out, size_t out_size)
+{
+    char err[512];
+    int applied;
+    test_env_fresh_database(out, out_size);
+    PGconn *c = test_env_connect(out);
+    migrate_set_t *set = migrate_set_new(NULL, err, sizeof(err));
+    ck_assert_msg(set != NULL, "%s", err);
+    ck_assert_msg(migrate_run(c, set, NULL, &applied, err, sizeof(err)) == 0, "%s", err);
+    migrate_set_free(set);
+    PQfinish(c);
+    return 0;
+}

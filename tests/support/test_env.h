@@ -1,0 +1,31 @@
+/* test_env: what tests need from the real local stack.
+ *
+ * Integration tests reach PostgreSQL and Kafka through CHARGED_TEST_DATABASE_URL
+ * and CHARGED_TEST_KAFKA, set by tools/run-all-tests.sh after it started the
+ * stack. Each test gets a database of its own, so tests never see each
+ * other's rows. */
+#ifndef CHARGED_TEST_ENV_H
+#define CHARGED_TEST_ENV_H
+
+#include <stddef.h>
+#include <libpq-fe.h>
+
+/* The base connection string; aborts the test with a clear message if the
+ * stack's variables are not set. */
+const char *test_env_database_url(void);
+const char *test_env_kafka(void);
+
+/* Creates an empty database and writes a connection string for it to out.
+ * Returns 0, or aborts the test. */
+int test_env_fresh_database(char *out, size_t out_size);
+
+/* Creates a fresh database with every migration applied. */
+int test_env_migrated_database(char *out, size_t out_size);
+
+/* Connects, or fails the test. */
+PGconn *test_env_connect(const char *url);
+
+/* Milliseconds of a monotonic clock, for deadlines. */
+long long test_env_now_ms(void);
+
+#endif

@@ -1,0 +1,22 @@
+# Writes a C file holding every migrations/*.sql, so that `chargectl migrate`
+# needs no files beside the binary. Run by CMake at build time:
+#   cmake -DSRC_DIR=... -DOUT=... -P embed_migrations.cmake
+file(GLOB files RELATIVE "${SRC_DIR}" "${SRC_DIR}/*.sql")
+list(SORT files)
+set(body "/* generated from migrations/ by tools/embed_migrations.cmake */\n")
+string(APPEND body "#include \"migrate.h\"\n\n")
+set(table "const struct migrate_file migrate_embedded[] = {\n")
+set(i 0)
+foreach(f ${files})
+  file(READ "${SRC_DIR}/${f}" hex HEX)
+  string(LENGTH "${hex}" hexlen)
+  math(EXPR len "${hexlen} / 2")
+  string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${hex}")
+  string(APPEND body "static const char m${i}[] = {${bytes}0};\n")
+  string(APPEND table "    {\"${f}\", m${i}, ${len}},\n")
+  math(EXPR i "${i} + 1")
+endforeach()
+string(APPEND table "};\nconst size_t migrate_embedded_count = ${i};\n")
+file(WRITE "${OUT}.tmp" "${body}\n${table}")
+execute_process(COMMAND ${CMAKE_COMMAND} -E copy_if_different "${OUT}.tmp" "${OUT}")
+file(REMOVE "${OUT}.tmp")
