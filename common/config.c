@@ -32,12 +32,12 @@ struct config_row {
     const char *help;
 };
 
-#define R_ALL                                                                       \
-    (CONFIG_ROLE_WORKER | CONFIG_ROLE_RECONCILER | CONFIG_ROLE_RELAY |              \
+#define R_ALL                                                                          \
+    (CONFIG_ROLE_WORKER | CONFIG_ROLE_RECONCILER | CONFIG_ROLE_RELAY |                 \
      CONFIG_ROLE_API | CONFIG_ROLE_CTL)
 #define R_KAFKA (CONFIG_ROLE_WORKER | CONFIG_ROLE_RELAY | CONFIG_ROLE_CTL)
-#define R_PROV (CONFIG_ROLE_WORKER | CONFIG_ROLE_RECONCILER)
-#define R_W CONFIG_ROLE_WORKER
+#define R_PROV  (CONFIG_ROLE_WORKER | CONFIG_ROLE_RECONCILER)
+#define R_W     CONFIG_ROLE_WORKER
 
 /* The one table. Rows are in enum config_key order (checked at load). */
 static const struct config_row config_table[CONFIG__COUNT] = {
@@ -83,12 +83,12 @@ static const struct config_row config_table[CONFIG__COUNT] = {
     {CONFIG_WORKER_KEY_RETENTION_MS, "WORKER_KEY_RETENTION_MS", CONFIG_T_INT,
      "86400000", 1000, 31536000000LL, R_PROV, 0,
      "how long the provider keeps an idempotency key; no re-POST after it"},
-    {CONFIG_WORKER_COMMIT_INTERVAL_MS, "WORKER_COMMIT_INTERVAL_MS", CONFIG_T_INT, "1000",
-     10, 60000, R_W, 0, "how often finished offsets are committed"},
-    {CONFIG_WORKER_RECHECK_MS, "WORKER_RECHECK_MS", CONFIG_T_INT, "500", 10, 60000,
-     R_W, 0, "how often attempts leased by a peer are looked at again"},
-    {CONFIG_WORKER_MAX_COMMAND_BYTES, "WORKER_MAX_COMMAND_BYTES", CONFIG_T_INT,
-     "65536", 256, 16777216, R_W, 0, "larger command values are dead letters"},
+    {CONFIG_WORKER_COMMIT_INTERVAL_MS, "WORKER_COMMIT_INTERVAL_MS", CONFIG_T_INT,
+     "1000", 10, 60000, R_W, 0, "how often finished offsets are committed"},
+    {CONFIG_WORKER_RECHECK_MS, "WORKER_RECHECK_MS", CONFIG_T_INT, "500", 10, 60000, R_W,
+     0, "how often attempts leased by a peer are looked at again"},
+    {CONFIG_WORKER_MAX_COMMAND_BYTES, "WORKER_MAX_COMMAND_BYTES", CONFIG_T_INT, "65536",
+     256, 16777216, R_W, 0, "larger command values are dead letters"},
     {CONFIG_WORKER_MAX_AMOUNT, "WORKER_MAX_AMOUNT", CONFIG_T_INT, "100000000000", 1,
      100000000000LL, R_W, 0, "amounts above this (minor units) are dead letters"},
     {CONFIG_WORKER_ALLOWED_CURRENCIES, "WORKER_ALLOWED_CURRENCIES", CONFIG_T_STR, "", 0,
@@ -96,8 +96,8 @@ static const struct config_row config_table[CONFIG__COUNT] = {
     {CONFIG_SHUTDOWN_TIMEOUT_MS, "SHUTDOWN_TIMEOUT_MS", CONFIG_T_INT, "30000", 0,
      3600000, R_ALL & ~CONFIG_ROLE_CTL, 0,
      "time to drain and commit after SIGTERM; a second SIGTERM exits at once"},
-    {CONFIG_REBALANCE_DRAIN_MS, "REBALANCE_DRAIN_MS", CONFIG_T_INT, "10000", 0,
-     600000, R_W, 0, "time to drain revoked partitions before giving them up"},
+    {CONFIG_REBALANCE_DRAIN_MS, "REBALANCE_DRAIN_MS", CONFIG_T_INT, "10000", 0, 600000,
+     R_W, 0, "time to drain revoked partitions before giving them up"},
 };
 
 struct config_kafka_prop {
@@ -277,9 +277,8 @@ static int is_table_name(const char *name)
 /* librdkafka properties that hold credentials. */
 static int is_secret_prop(const char *prop)
 {
-    return strstr(prop, "password") || strstr(prop, "secret") ||
-           strstr(prop, "jaas") || strstr(prop, "ssl.key.pem") ||
-           strstr(prop, "oauthbearer.config");
+    return strstr(prop, "password") || strstr(prop, "secret") || strstr(prop, "jaas") ||
+           strstr(prop, "ssl.key.pem") || strstr(prop, "oauthbearer.config");
 }
 
 static int load_kafka_props(config_t *cfg, char *errbuf, size_t errbuf_size)

@@ -110,7 +110,8 @@ void log_write(enum log_level level, const char *msg, ...)
     clock_gettime(CLOCK_REALTIME, &now);
     gmtime_r(&now.tv_sec, &tm);
     strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(ts + strlen(ts), sizeof(ts) - strlen(ts), ".%03ldZ", now.tv_nsec / 1000000);
+    snprintf(ts + strlen(ts), sizeof(ts) - strlen(ts), ".%03ldZ",
+             now.tv_nsec / 1000000);
 
     obj = json_object();
     if (!obj)

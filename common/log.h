@@ -25,11 +25,10 @@ void log_add_secret(const char *secret);
 /* Forgets every registered secret (tests, shutdown). */
 void log_clear_secrets(void);
 
-void log_write(enum log_level level, const char *msg, ...)
-    __attribute__((sentinel));
+void log_write(enum log_level level, const char *msg, ...) __attribute__((sentinel));
 #define log_debug(...) log_write(LOG_DEBUG, __VA_ARGS__)
-#define log_info(...) log_write(LOG_INFO, __VA_ARGS__)
-#define log_warn(...) log_write(LOG_WARN, __VA_ARGS__)
+#define log_info(...)  log_write(LOG_INFO, __VA_ARGS__)
+#define log_warn(...)  log_write(LOG_WARN, __VA_ARGS__)
 #define log_error(...) log_write(LOG_ERROR, __VA_ARGS__)
 
 /* Writes `in` to `out` (size out_size) with registered secrets replaced.

@@ -59,7 +59,8 @@ static int add_entry(migrate_set_t *set, const char *name, const char *sql, size
     struct migrate_entry *n;
 
     if (version < 0) {
-        snprintf(errbuf, errbuf_size, "migration '%s' is not named NNNN_name.sql", name);
+        snprintf(errbuf, errbuf_size, "migration '%s' is not named NNNN_name.sql",
+                 name);
         return -1;
     }
     for (size_t i = 0; i < set->n; i++) {
@@ -116,7 +117,8 @@ static int load_dir(migrate_set_t *set, const char *dir, char *errbuf,
         snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
         f = fopen(path, "rb");
         if (!f) {
-            snprintf(errbuf, errbuf_size, "cannot open '%s': %s", path, strerror(errno));
+            snprintf(errbuf, errbuf_size, "cannot open '%s': %s", path,
+                     strerror(errno));
             goto out;
         }
         if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 ||

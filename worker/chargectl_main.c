@@ -17,8 +17,9 @@ static const struct ctl_command ctl_commands[] = {
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: chargectl <command> [options]   (chargectl <command> --help)\n\n"
-                 "Commands:\n");
+    fprintf(out,
+            "usage: chargectl <command> [options]   (chargectl <command> --help)\n\n"
+            "Commands:\n");
     for (size_t i = 0; i < sizeof(ctl_commands) / sizeof(ctl_commands[0]); i++)
         fprintf(out, "  %-10s %s\n", ctl_commands[i].name, ctl_commands[i].summary);
     fputc('\n', out);
@@ -31,13 +32,15 @@ int main(int argc, char **argv)
         usage(stderr);
         return CTL_USAGE;
     }
-    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+        !strcmp(argv[1], "help")) {
         usage(stdout);
         return CTL_OK;
     }
     for (size_t i = 0; i < sizeof(ctl_commands) / sizeof(ctl_commands[0]); i++)
         if (!strcmp(argv[1], ctl_commands[i].name))
             return ctl_commands[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "chargectl: unknown command '%s' (see chargectl --help)\n", argv[1]);
+    fprintf(stderr, "chargectl: unknown command '%s' (see chargectl --help)\n",
+            argv[1]);
     return CTL_USAGE;
 }

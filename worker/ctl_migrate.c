@@ -10,13 +10,14 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: chargectl migrate [--dir DIR]\n\n"
-            "Applies the pending migrations to DATABASE_URL, each in its own\n"
-            "transaction, under an advisory lock (many pods may run it at once).\n"
-            "Refuses to run when an applied migration was changed since.\n\n"
-            "  --dir DIR   read NNNN_name.sql files from DIR instead of those built in\n"
-            "  --help      this text\n");
+    fprintf(
+        out,
+        "usage: chargectl migrate [--dir DIR]\n\n"
+        "Applies the pending migrations to DATABASE_URL, each in its own\n"
+        "transaction, under an advisory lock (many pods may run it at once).\n"
+        "Refuses to run when an applied migration was changed since.\n\n"
+        "  --dir DIR   read NNNN_name.sql files from DIR instead of those built in\n"
+        "  --help      this text\n");
 }
 
 int ctl_migrate(int argc, char **argv)
@@ -56,7 +57,8 @@ int ctl_migrate(int argc, char **argv)
         fprintf(stderr, "chargectl migrate: %s\n", err);
         return CTL_USAGE;
     }
-    log_init("chargectl", (enum log_level)log_level_parse(config_str(cfg, CONFIG_LOG_LEVEL)));
+    log_init("chargectl",
+             (enum log_level)log_level_parse(config_str(cfg, CONFIG_LOG_LEVEL)));
     set = migrate_set_new(dir, err, sizeof(err));
     if (!set) {
         fprintf(stderr, "chargectl migrate: %s\n", err);

@@ -32,12 +32,14 @@ START_TEST(second_migrate_is_a_noop)
     migrate_set_t *set = migrate_set_new(NULL, err, sizeof(err));
     ck_assert_msg(set != NULL, "%s", err);
 
-    ck_assert_msg(migrate_run(c, set, NULL, &applied, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(migrate_run(c, set, NULL, &applied, err, sizeof(err)) == 0, "%s",
+                  err);
     ck_assert_int_eq(applied, (int)migrate_embedded_count);
     int rows = count_rows(c, "SELECT count(*) FROM schema_migrations");
     ck_assert_int_eq(rows, (int)migrate_embedded_count);
 
-    ck_assert_msg(migrate_run(c, set, NULL, &applied, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(migrate_run(c, set, NULL, &applied, err, sizeof(err)) == 0, "%s",
+                  err);
     ck_assert_int_eq(applied, 0);
     ck_assert_int_eq(count_rows(c, "SELECT count(*) FROM schema_migrations"), rows);
     migrate_set_free(set);
@@ -118,7 +120,8 @@ START_TEST(changed_applied_file_is_refused)
     PGconn *c = test_env_connect(url);
     migrate_set_t *set = migrate_set_new(dir, err, sizeof(err));
     ck_assert_msg(set != NULL, "%s", err);
-    ck_assert_msg(migrate_run(c, set, NULL, &applied, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(migrate_run(c, set, NULL, &applied, err, sizeof(err)) == 0, "%s",
+                  err);
     migrate_set_free(set);
 
     f = fopen(path, "w");
@@ -127,8 +130,8 @@ START_TEST(changed_applied_file_is_refused)
     set = migrate_set_new(dir, err, sizeof(err));
     ck_assert_msg(set != NULL, "%s", err);
     ck_assert_int_eq(migrate_run(c, set, NULL, &applied, err, sizeof(err)), -1);
-    ck_assert_msg(strstr(err, "'0001_first.sql' was changed after it was applied"), "%s",
-                  err);
+    ck_assert_msg(strstr(err, "'0001_first.sql' was changed after it was applied"),
+                  "%s", err);
     migrate_set_free(set);
     PQfinish(c);
     unlink(path);
@@ -179,9 +182,9 @@ static const char *insert_attempt(PGconn *c, const char *id, const char *order,
 }
 
 #define ORDER "0b6f1a52-8f5e-4c36-9a39-0f4a7f5a0001"
-#define A1 "5d1c2c1e-1a9b-4b1e-8e55-000000000001"
-#define A2 "5d1c2c1e-1a9b-4b1e-8e55-000000000002"
-#define A3 "5d1c2c1e-1a9b-4b1e-8e55-000000000003"
+#define A1    "5d1c2c1e-1a9b-4b1e-8e55-000000000001"
+#define A2    "5d1c2c1e-1a9b-4b1e-8e55-000000000002"
+#define A3    "5d1c2c1e-1a9b-4b1e-8e55-000000000003"
 
 START_TEST(two_live_attempts_of_one_order_fail)
 {

@@ -14,8 +14,9 @@
 const char *test_env_database_url(void)
 {
     const char *url = getenv("CHARGED_TEST_DATABASE_URL");
-    ck_assert_msg(url && *url, "CHARGED_TEST_DATABASE_URL is not set: run the tests "
-                               "through tools/run-all-tests.sh, which starts the stack");
+    ck_assert_msg(url && *url,
+                  "CHARGED_TEST_DATABASE_URL is not set: run the tests "
+                  "through tools/run-all-tests.sh, which starts the stack");
     return url;
 }
 
@@ -43,7 +44,8 @@ PGconn *test_env_connect(const char *url)
 }
 
 /* Rebuilds the base connection string with another dbname. */
-static void with_dbname(const char *base, const char *dbname, char *out, size_t out_size)
+static void with_dbname(const char *base, const char *dbname, char *out,
+                        size_t out_size)
 {
     char *errmsg = NULL;
     PQconninfoOption *opts = PQconninfoParse(base, &errmsg);
@@ -91,7 +93,8 @@ int test_env_migrated_database(char *out, size_t out_size)
     PGconn *c = test_env_connect(out);
     migrate_set_t *set = migrate_set_new(NULL, err, sizeof(err));
     ck_assert_msg(set != NULL, "%s", err);
-    ck_assert_msg(migrate_run(c, set, NULL, &applied, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(migrate_run(c, set, NULL, &applied, err, sizeof(err)) == 0, "%s",
+                  err);
     migrate_set_free(set);
     PQfinish(c);
     return 0;

@@ -56,7 +56,8 @@ START_TEST(defaults_are_the_contracts)
     ck_assert_str_eq(config_str(cfg, CONFIG_KAFKA_BOOTSTRAP_SERVERS), "localhost:9092");
     ck_assert_str_eq(config_str(cfg, CONFIG_KAFKA_GROUP_ID), "charged-worker");
     ck_assert_str_eq(config_str(cfg, CONFIG_DATABASE_URL), "postgresql:///charged");
-    ck_assert_str_eq(config_str(cfg, CONFIG_PROVIDER_BASE_URL), "http://127.0.0.1:12111");
+    ck_assert_str_eq(config_str(cfg, CONFIG_PROVIDER_BASE_URL),
+                     "http://127.0.0.1:12111");
     ck_assert_int_eq(config_int(cfg, CONFIG_PROVIDER_TIMEOUT_MS), 10000);
     ck_assert_str_eq(config_str(cfg, CONFIG_CHARGE_COMMANDS_TOPIC),
                      "payments.charge.commands");
@@ -127,7 +128,8 @@ START_TEST(file_variant_missing_file_is_an_error)
     unsetenv("PROVIDER_API_KEY");
     setenv("PROVIDER_API_KEY_FILE", "/nonexistent/key", 1);
     ck_assert_ptr_null(config_new(CONFIG_ROLE_WORKER, "worker", err, sizeof(err)));
-    ck_assert_msg(strstr(err, "PROVIDER_API_KEY_FILE") && strstr(err, "/nonexistent/key"),
+    ck_assert_msg(strstr(err, "PROVIDER_API_KEY_FILE") &&
+                      strstr(err, "/nonexistent/key"),
                   "%s", err);
 }
 END_TEST
@@ -136,7 +138,8 @@ START_TEST(both_variants_is_an_error)
 {
     setenv("PROVIDER_API_KEY_FILE", "/etc/hostname", 1);
     ck_assert_ptr_null(config_new(CONFIG_ROLE_WORKER, "worker", err, sizeof(err)));
-    ck_assert_msg(strstr(err, "PROVIDER_API_KEY") && strstr(err, "not both"), "%s", err);
+    ck_assert_msg(strstr(err, "PROVIDER_API_KEY") && strstr(err, "not both"), "%s",
+                  err);
 }
 END_TEST
 
@@ -168,23 +171,16 @@ START_TEST(kafka_properties_pass_through)
         if (!strcmp(p, "security.protocol")) {
             seen |= 1;
             ck_assert_str_eq(v, "SASL_SSL");
-        }
-        else if (!strcmp(p, "sasl.mechanism"))
-            {
+        } else if (!strcmp(p, "sasl.mechanism")) {
             seen |= 2;
             ck_assert_str_eq(v, "PLAIN");
-        }
-        else if (!strcmp(p, "sasl.password"))
-            {
+        } else if (!strcmp(p, "sasl.password")) {
             seen |= 4;
             ck_assert_str_eq(v, "hunter2-kafka");
-        }
-        else if (!strcmp(p, "statistics.interval.ms"))
-            {
+        } else if (!strcmp(p, "statistics.interval.ms")) {
             seen |= 8;
             ck_assert_str_eq(v, "5000");
-        }
-        else
+        } else
             ck_abort_msg("unexpected property %s", p);
     }
     ck_assert_int_eq(seen, 15);
@@ -231,18 +227,20 @@ static const struct {
     {"WORKER_MAX_IN_FLIGHT", "0", "WORKER_MAX_IN_FLIGHT: 0 is outside 1..100000"},
     {"WORKER_MAX_IN_FLIGHT", "99999999999999999999",
      "WORKER_MAX_IN_FLIGHT: '99999999999999999999' is not an integer"},
-    {"LOG_LEVEL", "verbose", "LOG_LEVEL: 'verbose' is not one of debug, info, warn, error"},
+    {"LOG_LEVEL", "verbose",
+     "LOG_LEVEL: 'verbose' is not one of debug, info, warn, error"},
     {"API_ADDR", "8080", "API_ADDR: '8080' is not host:port"},
     {"ADMIN_ADDR", "127.0.0.1:70000", "ADMIN_ADDR: '127.0.0.1:70000' is not host:port"},
-    {"CHARGE_COMMANDS_TOPIC", "bad topic", "CHARGE_COMMANDS_TOPIC: 'bad topic' is not "
-                                           "a valid topic name"},
+    {"CHARGE_COMMANDS_TOPIC", "bad topic",
+     "CHARGE_COMMANDS_TOPIC: 'bad topic' is not "
+     "a valid topic name"},
 };
 
 START_TEST(bad_value_names_variable_and_reason)
 {
     setenv(bad_values[_i].var, bad_values[_i].value, 1);
-    ck_assert_ptr_null(config_new(CONFIG_ROLE_WORKER | CONFIG_ROLE_API, "worker", err,
-                                  sizeof(err)));
+    ck_assert_ptr_null(
+        config_new(CONFIG_ROLE_WORKER | CONFIG_ROLE_API, "worker", err, sizeof(err)));
     ck_assert_str_eq(err, bad_values[_i].expect);
 }
 END_TEST

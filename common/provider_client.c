@@ -1,0 +1,642 @@
+#include "provider_client.h"
+
+#include <ctype.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <curl/curl.h>
+#include <jansson.h>
+
+#define MAX_ANSWER (1024 * 1024)
+
+/* One request in flight: its handle, what it wrote and what came back. */
+struct provider_xfer {
+    CURL *easy;
+    struct curl_slist *headers;
+    char *body;   /* form body sent */
+    char *answer; /* body received */
+    size_t answer_len;
+    size_t bytes_out; /* request bytes curl reported sent */
+    int replayed;
+    void *opaque;
+    int lookup; /* a GET: classify as a look-up */
+    int search;
+    struct provider_xfer *next; /* in the client's list of async transfers */
+};
+
+struct provider_client {
+    char *base_url;
+    char *auth_header; /* "Authorization: Bearer ..." */
+    long timeout_ms;
+    CURLSH *share;
+    pthread_mutex_t share_locks[CURL_LOCK_DATA_LAST];
+    CURLM *multi;
+    struct provider_xfer *async; /* started, unfinished or untaken */
+    size_t in_flight;
+};
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+
+static void curl_init_once(void)
+{
+    curl_global_init(CURL_GLOBAL_ALL);
+}
+
+static const char *outcome_names[] = {
+    "succeeded", "processing",      "declined", "not_executed",
+    "unknown",   "requires_review", "invalid",  "not_found",
+};
+
+const char *provider_outcome_name(enum provider_outcome o)
+{
+    return outcome_names[o];
+}
+
+static void share_lock(CURL *h, curl_lock_data data, curl_lock_access a, void *u)
+{
+    provider_client_t *pc = u;
+    (void)h;
+    (void)a;
+    pthread_mutex_lock(&pc->share_locks[data]);
+}
+
+static void share_unlock(CURL *h, curl_lock_data data, void *u)
+{
+    provider_client_t *pc = u;
+    (void)h;
+    pthread_mutex_unlock(&pc->share_locks[data]);
+}
+
+provider_client_t *provider_client_new(const char *base_url, const char *api_key,
+                                       long timeout_ms, char *errbuf,
+                                       size_t errbuf_size)
+{
+    provider_client_t *pc;
+    size_t n;
+
+    if (!base_url || strncmp(base_url, "http", 4) != 0) {
+        snprintf(errbuf, errbuf_size, "provider base url must be http(s)://...");
+        return NULL;
+    }
+    if (!api_key || !*api_key || strpbrk(api_key, "\r\n")) {
+        snprintf(errbuf, errbuf_size, "provider api key is empty or malformed");
+        return NULL;
+    }
+    pthread_once(&curl_once, curl_init_once);
+    pc = calloc(1, sizeof(*pc));
+    if (!pc)
+        goto oom;
+    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+        pthread_mutex_init(&pc->share_locks[i], NULL);
+    pc->base_url = strdup(base_url);
+    n = strlen(api_key) + 32;
+    pc->auth_header = malloc(n);
+    if (!pc->base_url || !pc->auth_header)
+        goto oom;
+    snprintf(pc->auth_header, n, "Authorization: Bearer %s", api_key);
+    n = strlen(pc->base_url);
+    while (n > 0 && pc->base_url[n - 1] == '/')
+        pc->base_url[--n] = '\0';
+    pc->timeout_ms = timeout_ms;
+    pc->share = curl_share_init();
+    pc->multi = curl_multi_init();
+    if (!pc->share || !pc->multi)
+        goto oom;
+    curl_share_setopt(pc->share, CURLSHOPT_LOCKFUNC, share_lock);
+    curl_share_setopt(pc->share, CURLSHOPT_UNLOCKFUNC, share_unlock);
+    curl_share_setopt(pc->share, CURLSHOPT_USERDATA, pc);
+    curl_share_setopt(pc->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
+    curl_share_setopt(pc->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+    /* Many charges at once share few connections when the provider allows it. */
+    curl_multi_setopt(pc->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
+    return pc;
+oom:
+    snprintf(errbuf, errbuf_size, "provider client: out of memory");
+    provider_client_free(pc);
+    return NULL;
+}
+
+static void xfer_free(struct provider_xfer *x)
+{
+    if (!x)
+        return;
+    if (x->easy)
+        curl_easy_cleanup(x->easy);
+    curl_slist_free_all(x->headers);
+    free(x->body);
+    free(x->answer);
+    free(x);
+}
+
+void provider_client_free(provider_client_t *pc)
+{
+    if (!pc)
+        return;
+    provider_client_abandon_all(pc);
+    if (pc->multi)
+        curl_multi_cleanup(pc->multi);
+    if (pc->share)
+        curl_share_cleanup(pc->share);
+    if (pc->auth_header) {
+        /* Leave no copy of the secret in freed memory. */
+        volatile char *p = pc->auth_header;
+        while (*p)
+            *p++ = 0;
+        free(pc->auth_header);
+    }
+    free(pc->base_url);
+    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+        pthread_mutex_destroy(&pc->share_locks[i]);
+    free(pc);
+}
+
+static size_t on_body(char *ptr, size_t size, size_t nmemb, void *u)
+{
+    struct provider_xfer *x = u;
+    size_t n = size * nmemb;
+    if (x->answer_len + n > MAX_ANSWER)
+        return 0; /* aborts: an answer this large is not the provider's */
+    char *b = realloc(x->answer, x->answer_len + n + 1);
+    if (!b)
+        return 0;
+    x->answer = b;
+    memcpy(x->answer + x->answer_len, ptr, n);
+    x->answer_len += n;
+    x->answer[x->answer_len] = '\0';
+    return n;
+}
+
+static size_t on_header(char *buf, size_t size, size_t nitems, void *u)
+{
+    struct provider_xfer *x = u;
+    size_t n = size * nitems;
+    const char *name = "idempotent-replayed:";
+    size_t nl = strlen(name);
+    if (n > nl && !strncasecmp(buf, name, nl)) {
+        const char *v = buf + nl;
+        while (*v == ' ')
+            v++;
+        x->replayed = !strncasecmp(v, "true", 4);
+    }
+    return n;
+}
+
+/* The wire, as curl saw it: counts request bytes actually sent. Only called
+ * with CURLOPT_VERBOSE; nothing is printed. */
+static int on_debug(CURL *h, curl_infotype type, char *data, size_t size, void *u)
+{
+    struct provider_xfer *x = u;
+    (void)h;
+    (void)data;
+    if (type == CURLINFO_HEADER_OUT || type == CURLINFO_DATA_OUT)
+        x->bytes_out += size;
+    return 0;
+}
+
+static struct provider_xfer *xfer_new(provider_client_t *pc, const char *url,
+                                      char *body, int with_share)
+{
+    struct provider_xfer *x = calloc(1, sizeof(*x));
+    if (!x) {
+        free(body);
+        return NULL;
+    }
+    x->body = body;
+    x->easy = curl_easy_init();
+    x->headers = curl_slist_append(NULL, pc->auth_header);
+    if (x->headers)
+        x->headers = curl_slist_append(x->headers, "Expect:");
+    if (!x->easy || !x->headers) {
+        xfer_free(x);
+        return NULL;
+    }
+    CURL *e = x->easy;
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, pc->timeout_ms);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
+                     pc->timeout_ms < 5000 ? pc->timeout_ms : 5000L);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, x);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
+    curl_easy_setopt(e, CURLOPT_DEBUGFUNCTION, on_debug);
+    curl_easy_setopt(e, CURLOPT_DEBUGDATA, x);
+    curl_easy_setopt(e, CURLOPT_VERBOSE, 1L);
+    curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(e, CURLOPT_PRIVATE, x);
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(e, CURLOPT_USERAGENT, "charged/1");
+    if (with_share)
+        curl_easy_setopt(e, CURLOPT_SHARE, pc->share);
+    if (body) {
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+    }
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, x->headers);
+    return x;
+}
+
+/* Appends "&name=escaped(value)" to a growing form body. */
+static int form_add(CURL *esc, char **body, size_t *len, const char *name,
+                    const char *value)
+{
+    char *ev = curl_easy_escape(esc, value, 0);
+    char *en = curl_easy_escape(esc, name, 0);
+    int rc = -1;
+    if (!ev || !en)
+        goto out;
+    size_t add = strlen(en) + strlen(ev) + 2;
+    char *b = realloc(*body, *len + add + 1);
+    if (!b)
+        goto out;
+    *body = b;
+    *len += (size_t)sprintf(b + *len, "%s%s=%s", *len ? "&" : "", en, ev);
+    rc = 0;
+out:
+    curl_free(ev);
+    curl_free(en);
+    return rc;
+}
+
+static struct provider_xfer *charge_xfer(provider_client_t *pc,
+                                         const struct provider_charge *ch,
+                                         int with_share, char *errbuf,
+                                         size_t errbuf_size)
+{
+    char url[1024], amount[32], currency[8], *body = NULL, *hdr = NULL;
+    size_t len = 0;
+    CURL *esc = curl_easy_init();
+    struct provider_xfer *x = NULL;
+
+    if (!esc)
+        goto oom;
+    if (!ch->idempotency_key || !*ch->idempotency_key ||
+        strpbrk(ch->idempotency_key, "\r\n")) {
+        snprintf(errbuf, errbuf_size, "charge without a usable idempotency key");
+        goto out;
+    }
+    snprintf(amount, sizeof(amount), "%lld", ch->amount);
+    snprintf(currency, sizeof(currency), "%s", ch->currency ? ch->currency : "");
+    for (char *p = currency; *p; p++)
+        *p = (char)tolower((unsigned char)*p);
+    if (form_add(esc, &body, &len, "amount", amount) ||
+        form_add(esc, &body, &len, "currency", currency) ||
+        form_add(esc, &body, &len, "payment_method", ch->payment_method) ||
+        form_add(esc, &body, &len, "confirm", "true") ||
+        form_add(esc, &body, &len, "off_session", "true") ||
+        form_add(esc, &body, &len, "metadata[payment_attempt_id]",
+                 ch->payment_attempt_id) ||
+        form_add(esc, &body, &len, "metadata[order_id]", ch->order_id))
+        goto oom;
+    snprintf(url, sizeof(url), "%s/v1/payment_intents", pc->base_url);
+    x = xfer_new(pc, url, body, with_share);
+    body = NULL; /* owned by x, or freed */
+    if (!x)
+        goto oom;
+    size_t hl = strlen(ch->idempotency_key) + 20;
+    hdr = malloc(hl);
+    if (!hdr)
+        goto oom;
+    snprintf(hdr, hl, "Idempotency-Key: %s", ch->idempotency_key);
+    struct curl_slist *h = curl_slist_append(x->headers, hdr);
+    if (!h)
+        goto oom;
+    x->headers = h;
+    curl_easy_setopt(x->easy, CURLOPT_HTTPHEADER, x->headers);
+    goto out;
+oom:
+    snprintf(errbuf, errbuf_size, "provider client: out of memory");
+    xfer_free(x);
+    x = NULL;
+out:
+    free(hdr);
+    free(body);
+    if (esc)
+        curl_easy_cleanup(esc);
+    return x;
+}
+
+static void copy_str(char *dst, size_t size, const char *src)
+{
+    snprintf(dst, size, "%s", src ? src : "");
+}
+
+/* Fills result fields from a PaymentIntent object. */
+static void take_intent(json_t *pi, struct provider_result *res)
+{
+    copy_str(res->provider_payment_id, sizeof(res->provider_payment_id),
+             json_string_value(json_object_get(pi, "id")));
+    copy_str(res->intent_status, sizeof(res->intent_status),
+             json_string_value(json_object_get(pi, "status")));
+    res->amount = json_integer_value(json_object_get(pi, "amount"));
+    json_t *lpe = json_object_get(pi, "last_payment_error");
+    if (json_is_object(lpe)) {
+        copy_str(res->code, sizeof(res->code),
+                 json_string_value(json_object_get(lpe, "code")));
+        copy_str(res->decline_code, sizeof(res->decline_code),
+                 json_string_value(json_object_get(lpe, "decline_code")));
+    }
+}
+
+/* An intent's own status, as an outcome. */
+static enum provider_outcome intent_outcome(const char *status)
+{
+    if (!strcmp(status, "succeeded"))
+        return PROVIDER_SUCCEEDED;
+    if (!strcmp(status, "processing"))
+        return PROVIDER_PROCESSING;
+    if (!strcmp(status, "requires_payment_method") || !strcmp(status, "canceled"))
+        return PROVIDER_DECLINED;
+    /* requires_action, requires_confirmation...: off-session charges should
+     * not end here; a human decides. */
+    return PROVIDER_REQUIRES_REVIEW;
+}
+
+static void classify_charge(int http, json_t *doc, struct provider_result *res)
+{
+    json_t *err = json_object_get(doc, "error");
+    const char *type = json_string_value(json_object_get(err, "type"));
+
+    if (http >= 200 && http < 300) {
+        const char *st = json_string_value(json_object_get(doc, "status"));
+        if (!json_is_object(doc) || !st ||
+            !json_string_value(json_object_get(doc, "id"))) {
+            res->outcome = PROVIDER_UNKNOWN;
+            copy_str(res->error, sizeof(res->error), "2xx answer without an intent");
+            return;
+        }
+        take_intent(doc, res);
+        res->outcome = intent_outcome(st);
+        if (res->outcome == PROVIDER_DECLINED)
+            copy_str(res->error, sizeof(res->error), "intent not paid");
+        else if (res->outcome == PROVIDER_REQUIRES_REVIEW)
+            snprintf(res->error, sizeof(res->error), "intent status '%s'", st);
+        return;
+    }
+    if (err)
+        copy_str(res->code, sizeof(res->code),
+                 json_string_value(json_object_get(err, "code")));
+    if (err)
+        copy_str(res->error, sizeof(res->error),
+                 json_string_value(json_object_get(err, "message")));
+    if (http >= 500) {
+        res->outcome = PROVIDER_UNKNOWN;
+        snprintf(res->error, sizeof(res->error), "provider answered %d", http);
+        return;
+    }
+    switch (http) {
+    case 402:
+        if (type && !strcmp(type, "card_error")) {
+            res->outcome = PROVIDER_DECLINED;
+            copy_str(res->decline_code, sizeof(res->decline_code),
+                     json_string_value(json_object_get(err, "decline_code")));
+            json_t *pi = json_object_get(err, "payment_intent");
+            if (json_is_object(pi))
+                copy_str(res->provider_payment_id, sizeof(res->provider_payment_id),
+                         json_string_value(json_object_get(pi, "id")));
+        } else {
+            res->outcome = PROVIDER_REQUIRES_REVIEW;
+        }
+        return;
+    case 400:
+        res->outcome = type && !strcmp(type, "idempotency_error")
+                           ? PROVIDER_REQUIRES_REVIEW
+                           : PROVIDER_INVALID;
+        return;
+    case 409:
+    case 429:
+        res->outcome = PROVIDER_NOT_EXECUTED;
+        if (!res->error[0])
+            snprintf(res->error, sizeof(res->error), "provider answered %d", http);
+        return;
+    default:
+        /* 401, 403, 404: the provider refused us before doing anything (our
+         * key or URL is wrong). Retrying with the same key is safe, and an
+         * operator must look: the caller logs it. */
+        res->outcome = PROVIDER_NOT_EXECUTED;
+        snprintf(res->error, sizeof(res->error), "provider refused the request (%d)",
+                 http);
+        return;
+    }
+}
+
+static void classify_lookup(int http, json_t *doc, int search,
+                            struct provider_result *res)
+{
+    if (http == 404) {
+        res->outcome = PROVIDER_NOT_FOUND;
+        copy_str(res->error, sizeof(res->error), "no such payment intent");
+        return;
+    }
+    if (http != 200 || !json_is_object(doc)) {
+        res->outcome = http >= 500 || http == 429 || http == 0 ? PROVIDER_UNKNOWN
+                                                               : PROVIDER_INVALID;
+        snprintf(res->error, sizeof(res->error), "look-up answered %d", http);
+        return;
+    }
+    if (!search) {
+        res->matches = 1;
+        take_intent(doc, res);
+        res->outcome = intent_outcome(res->intent_status);
+        return;
+    }
+    json_t *data = json_object_get(doc, "data"), *pi, *best = NULL;
+    size_t i;
+    int best_rank = 99;
+    json_array_foreach(data, i, pi)
+    {
+        /* succeeded > processing > anything else > declined */
+        const char *st = json_string_value(json_object_get(pi, "status"));
+        enum provider_outcome o = intent_outcome(st ? st : "");
+        int rank = o == PROVIDER_SUCCEEDED    ? 0
+                   : o == PROVIDER_PROCESSING ? 1
+                   : o == PROVIDER_DECLINED   ? 3
+                                              : 2;
+        if (rank < best_rank) {
+            best_rank = rank;
+            best = pi;
+        }
+    }
+    res->matches = (int)json_array_size(data);
+    if (!best) {
+        res->outcome = PROVIDER_NOT_FOUND;
+        copy_str(res->error, sizeof(res->error), "no intent for this attempt");
+        return;
+    }
+    take_intent(best, res);
+    res->outcome = intent_outcome(res->intent_status);
+}
+
+/* Turns a finished transfer into a result. */
+static void finish(struct provider_xfer *x, CURLcode cc, struct provider_result *res)
+{
+    long http = 0;
+    curl_off_t total_us = 0;
+
+    memset(res, 0, sizeof(*res));
+    curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &http);
+    curl_easy_getinfo(x->easy, CURLINFO_TOTAL_TIME_T, &total_us);
+    res->latency_ms = (long)(total_us / 1000);
+    res->sent = x->bytes_out > 0;
+    res->replayed = x->replayed;
+
+    if (cc != CURLE_OK) {
+        res->http_status = 0;
+        /* Only the wire decides: nothing sent means nothing executed. */
+        res->outcome = res->sent ? PROVIDER_UNKNOWN : PROVIDER_NOT_EXECUTED;
+        snprintf(res->error, sizeof(res->error), "%s%s", curl_easy_strerror(cc),
+                 res->sent ? " (after the request was sent)" : " (nothing sent)");
+        return;
+    }
+    res->http_status = (int)http;
+    json_error_t jerr;
+    json_t *doc = x->answer ? json_loadb(x->answer, x->answer_len, 0, &jerr) : NULL;
+    if (x->lookup)
+        classify_lookup((int)http, doc, x->search, res);
+    else
+        classify_charge((int)http, doc, res);
+    json_decref(doc);
+}
+
+int provider_client_charge(provider_client_t *pc, const struct provider_charge *ch,
+                           struct provider_result *res)
+{
+    char err[256];
+    struct provider_xfer *x = charge_xfer(pc, ch, 1, err, sizeof(err));
+    if (!x) {
+        memset(res, 0, sizeof(*res));
+        res->outcome = PROVIDER_NOT_EXECUTED;
+        copy_str(res->error, sizeof(res->error), err);
+        return 0;
+    }
+    finish(x, curl_easy_perform(x->easy), res);
+    xfer_free(x);
+    return 0;
+}
+
+static int lookup(provider_client_t *pc, const char *url, int search,
+                  struct provider_result *res)
+{
+    struct provider_xfer *x = xfer_new(pc, url, NULL, 1);
+    if (!x) {
+        memset(res, 0, sizeof(*res));
+        res->outcome = PROVIDER_UNKNOWN;
+        copy_str(res->error, sizeof(res->error), "provider client: out of memory");
+        return 0;
+    }
+    x->lookup = 1;
+    x->search = search;
+    curl_easy_setopt(x->easy, CURLOPT_HTTPGET, 1L);
+    finish(x, curl_easy_perform(x->easy), res);
+    /* A look-up that never got an answer says nothing about the intent. */
+    if (res->http_status == 0)
+        res->outcome = PROVIDER_UNKNOWN;
+    xfer_free(x);
+    return 0;
+}
+
+int provider_client_retrieve(provider_client_t *pc, const char *payment_intent_id,
+                             struct provider_result *res)
+{
+    char url[1024];
+    CURL *esc = curl_easy_init();
+    char *id = esc ? curl_easy_escape(esc, payment_intent_id, 0) : NULL;
+    snprintf(url, sizeof(url), "%s/v1/payment_intents/%s", pc->base_url, id ? id : "");
+    curl_free(id);
+    if (esc)
+        curl_easy_cleanup(esc);
+    return lookup(pc, url, 0, res);
+}
+
+int provider_client_search(provider_client_t *pc, const char *payment_attempt_id,
+                           struct provider_result *res)
+{
+    char url[1024], q[256];
+    CURL *esc = curl_easy_init();
+    snprintf(q, sizeof(q), "metadata['payment_attempt_id']:'%s'", payment_attempt_id);
+    char *eq = esc ? curl_easy_escape(esc, q, 0) : NULL;
+    snprintf(url, sizeof(url), "%s/v1/payment_intents/search?query=%s", pc->base_url,
+             eq ? eq : "");
+    curl_free(eq);
+    if (esc)
+        curl_easy_cleanup(esc);
+    return lookup(pc, url, 1, res);
+}
+
+int provider_client_start_charge(provider_client_t *pc,
+                                 const struct provider_charge *ch, void *opaque,
+                                 char *errbuf, size_t errbuf_size)
+{
+    /* The multi handle keeps its own connection cache. */
+    struct provider_xfer *x = charge_xfer(pc, ch, 0, errbuf, errbuf_size);
+    if (!x)
+        return -1;
+    x->opaque = opaque;
+    if (curl_multi_add_handle(pc->multi, x->easy) != CURLM_OK) {
+        snprintf(errbuf, errbuf_size, "provider client: cannot start transfer");
+        xfer_free(x);
+        return -1;
+    }
+    x->next = pc->async;
+    pc->async = x;
+    pc->in_flight++;
+    return 0;
+}
+
+void provider_client_perform(provider_client_t *pc, int timeout_ms)
+{
+    int running = 0;
+    if (pc->in_flight == 0)
+        return;
+    curl_multi_perform(pc->multi, &running);
+    if (timeout_ms > 0 && running > 0) {
+        curl_multi_poll(pc->multi, NULL, 0, timeout_ms, NULL);
+        curl_multi_perform(pc->multi, &running);
+    }
+}
+
+int provider_client_next_done(provider_client_t *pc, struct provider_result *res,
+                              void **opaque)
+{
+    int left;
+    CURLMsg *m;
+    while ((m = curl_multi_info_read(pc->multi, &left))) {
+        struct provider_xfer *x = NULL, **pp;
+        if (m->msg != CURLMSG_DONE)
+            continue;
+        CURLcode cc = m->data.result;
+        curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&x);
+        curl_multi_remove_handle(pc->multi, x->easy);
+        for (pp = &pc->async; *pp; pp = &(*pp)->next) {
+            if (*pp == x) {
+                *pp = x->next;
+                break;
+            }
+        }
+        finish(x, cc, res);
+        *opaque = x->opaque;
+        pc->in_flight--;
+        xfer_free(x);
+        return 1;
+    }
+    return 0;
+}
+
+size_t provider_client_in_flight(const provider_client_t *pc)
+{
+    return pc->in_flight;
+}
+
+void provider_client_abandon_all(provider_client_t *pc)
+{
+    while (pc->async) {
+        struct provider_xfer *x = pc->async;
+        pc->async = x->next;
+        curl_multi_remove_handle(pc->multi, x->easy);
+        xfer_free(x);
+    }
+    pc->in_flight = 0;
+}

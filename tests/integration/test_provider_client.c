@@ -1,0 +1,340 @@
+/* The provider client against a real psp-sim: each row of the contract's
+ * table maps to its outcome, lost answers are UNKNOWN (never declined), a
+ * refused connection is NOT_EXECUTED, and retrying a dropped charge with the
+ * same key yields the original charge. */
+#include <check.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "provider_client.h"
+#include "psp_sim_process.h"
+#include "test_env.h"
+
+static struct psp_sim_process sim;
+static provider_client_t *pc;
+static char err[256];
+
+static void setup(void)
+{
+    psp_sim_start(&sim, NULL);
+    pc = provider_client_new(sim.base_url, PSP_SIM_TEST_KEY, 1000, err, sizeof(err));
+    ck_assert_msg(pc != NULL, "%s", err);
+}
+
+static void teardown(void)
+{
+    provider_client_free(pc);
+    pc = NULL;
+    psp_sim_stop(&sim);
+}
+
+static struct provider_charge ch(const char *key, long long amount, const char *pm)
+{
+    return (struct provider_charge){
+        .idempotency_key = key,
+        .amount = amount,
+        .currency = "EUR",
+        .payment_method = pm,
+        .payment_attempt_id = key,
+        .order_id = "0b6f1a52-8f5e-4c36-9a39-0f4a7f5a0001",
+    };
+}
+
+static struct provider_result run(const char *key, long long amount, const char *pm)
+{
+    struct provider_result r;
+    struct provider_charge c = ch(key, amount, pm);
+    provider_client_charge(pc, &c, &r);
+    /* Whatever the outcome, the secret is in no field. */
+    ck_assert_ptr_null(strstr(r.error, PSP_SIM_TEST_KEY));
+    return r;
+}
+
+static void set_faults(const char *json)
+{
+    json_decref(psp_sim_admin(&sim, "PUT", "/faults", json));
+}
+
+START_TEST(succeeded_keeps_the_payment_id_and_replays)
+{
+    struct provider_result r = run("pc-ok", 1234, "pm_card_visa");
+    ck_assert_int_eq(r.outcome, PROVIDER_SUCCEEDED);
+    ck_assert_int_eq(r.http_status, 200);
+    ck_assert_int_eq(r.replayed, 0);
+    ck_assert(!strncmp(r.provider_payment_id, "pi_", 3));
+    ck_assert_int_eq(r.amount, 1234);
+    struct provider_result again = run("pc-ok", 1234, "pm_card_visa");
+    ck_assert_int_eq(again.outcome, PROVIDER_SUCCEEDED);
+    ck_assert_int_eq(again.replayed, 1);
+    ck_assert_str_eq(again.provider_payment_id, r.provider_payment_id);
+    ck_assert_uint_eq(psp_sim_charges_for_key(&sim, "pc-ok"), 1);
+}
+END_TEST
+
+START_TEST(processing_is_processing)
+{
+    struct provider_result r = run("pc-proc", 100, "pm_card_processing");
+    ck_assert_int_eq(r.outcome, PROVIDER_PROCESSING);
+    ck_assert_str_eq(r.intent_status, "processing");
+}
+END_TEST
+
+START_TEST(card_error_is_declined_with_codes)
+{
+    struct provider_result r =
+        run("pc-decl", 100, "pm_card_chargeDeclinedInsufficientFunds");
+    ck_assert_int_eq(r.outcome, PROVIDER_DECLINED);
+    ck_assert_int_eq(r.http_status, 402);
+    ck_assert_str_eq(r.code, "card_declined");
+    ck_assert_str_eq(r.decline_code, "insufficient_funds");
+}
+END_TEST
+
+START_TEST(invalid_request_is_invalid)
+{
+    struct provider_result r = run("pc-inv", 100, "pm_card_nonexistent");
+    ck_assert_int_eq(r.outcome, PROVIDER_INVALID);
+    ck_assert_int_eq(r.http_status, 400);
+    ck_assert_uint_eq(psp_sim_charges(&sim), 0);
+}
+END_TEST
+
+START_TEST(idempotency_error_requires_review)
+{
+    ck_assert_int_eq(run("pc-idem", 100, "pm_card_visa").outcome, PROVIDER_SUCCEEDED);
+    struct provider_result r = run("pc-idem", 999, "pm_card_visa");
+    ck_assert_int_eq(r.outcome, PROVIDER_REQUIRES_REVIEW);
+    ck_assert_int_eq(r.http_status, 400);
+}
+END_TEST
+
+struct racer {
+    pthread_barrier_t *b;
+    struct provider_result r;
+};
+
+static void *race(void *arg)
+{
+    struct racer *x = arg;
+    struct provider_charge c = ch("pc-race", 100, "pm_card_visa");
+    pthread_barrier_wait(x->b);
+    provider_client_charge(pc, &c, &x->r);
+    return NULL;
+}
+
+START_TEST(key_in_use_409_is_not_executed)
+{
+    set_faults("{\"latency_ms\": 400}");
+    pthread_barrier_t b;
+    pthread_t t[2];
+    struct racer x[2] = {{.b = &b}, {.b = &b}};
+    pthread_barrier_init(&b, NULL, 2);
+    for (int i = 0; i < 2; i++)
+        pthread_create(&t[i], NULL, race, &x[i]);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&b);
+    enum provider_outcome o0 = x[0].r.outcome, o1 = x[1].r.outcome;
+    ck_assert_msg((o0 == PROVIDER_SUCCEEDED && o1 == PROVIDER_NOT_EXECUTED) ||
+                      (o1 == PROVIDER_SUCCEEDED && o0 == PROVIDER_NOT_EXECUTED),
+                  "outcomes %s, %s", provider_outcome_name(o0),
+                  provider_outcome_name(o1));
+    ck_assert_int_eq(
+        o0 == PROVIDER_NOT_EXECUTED ? x[0].r.http_status : x[1].r.http_status, 409);
+    ck_assert_uint_eq(psp_sim_charges_for_key(&sim, "pc-race"), 1);
+}
+END_TEST
+
+START_TEST(rate_limit_429_is_not_executed)
+{
+    set_faults("{\"rules\":[{\"kind\":\"rate_limit\",\"times\":1}]}");
+    struct provider_result r = run("pc-429", 100, "pm_card_visa");
+    ck_assert_int_eq(r.outcome, PROVIDER_NOT_EXECUTED);
+    ck_assert_int_eq(r.http_status, 429);
+    ck_assert_uint_eq(psp_sim_charges(&sim), 0);
+}
+END_TEST
+
+START_TEST(refused_connection_is_not_executed)
+{
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", psp_sim_free_port());
+    provider_client_t *dead =
+        provider_client_new(url, PSP_SIM_TEST_KEY, 1000, err, sizeof(err));
+    struct provider_result r;
+    struct provider_charge c = ch("pc-refused", 100, "pm_card_visa");
+    provider_client_charge(dead, &c, &r);
+    ck_assert_int_eq(r.outcome, PROVIDER_NOT_EXECUTED);
+    ck_assert_int_eq(r.sent, 0);
+    ck_assert_int_eq(r.http_status, 0);
+    provider_client_free(dead);
+}
+END_TEST
+
+START_TEST(server_error_before_executing_is_unknown)
+{
+    /* The client cannot know the 500 came before executing: UNKNOWN. */
+    set_faults("{\"rules\":[{\"kind\":\"error_before\",\"times\":1}]}");
+    struct provider_result r = run("pc-500b", 100, "pm_card_visa");
+    ck_assert_int_eq(r.outcome, PROVIDER_UNKNOWN);
+    ck_assert_int_eq(r.http_status, 500);
+}
+END_TEST
+
+START_TEST(server_error_after_executing_is_unknown)
+{
+    set_faults("{\"rules\":[{\"kind\":\"error_after\",\"times\":1}]}");
+    struct provider_result r = run("pc-500a", 100, "pm_card_visa");
+    ck_assert_int_eq(r.outcome, PROVIDER_UNKNOWN);
+    ck_assert_uint_eq(psp_sim_charges(&sim), 1);
+}
+END_TEST
+
+START_TEST(dropped_answer_is_unknown_and_retry_yields_the_original_charge)
+{
+    set_faults(
+        "{\"rules\":[{\"kind\":\"drop_after\",\"key\":\"pc-drop\",\"times\":1}]}");
+    struct provider_result r = run("pc-drop", 100, "pm_card_visa");
+    ck_assert_int_eq(r.outcome, PROVIDER_UNKNOWN);
+    ck_assert_int_eq(r.sent, 1);
+    ck_assert_uint_eq(psp_sim_charges_for_key(&sim, "pc-drop"), 1);
+    json_t *l = psp_sim_admin(&sim, "GET", "/ledger", NULL);
+    const char *charged = json_string_value(json_object_get(
+        json_array_get(json_object_get(l, "charges"), 0), "payment_intent_id"));
+    struct provider_result again = run("pc-drop", 100, "pm_card_visa");
+    ck_assert_int_eq(again.outcome, PROVIDER_SUCCEEDED);
+    ck_assert_int_eq(again.replayed, 1);
+    ck_assert_str_eq(again.provider_payment_id, charged);
+    ck_assert_uint_eq(psp_sim_charges_for_key(&sim, "pc-drop"), 1);
+    json_decref(l);
+}
+END_TEST
+
+START_TEST(stalled_answer_is_unknown_never_declined)
+{
+    set_faults(
+        "{\"stall_ms\": 5000, \"rules\":[{\"kind\":\"stall_after\",\"times\":1}]}");
+    struct provider_result r = run("pc-stall", 100, "pm_card_visa");
+    ck_assert_int_eq(r.outcome, PROVIDER_UNKNOWN);
+    ck_assert_int_eq(r.sent, 1);
+    ck_assert_uint_eq(psp_sim_charges(&sim), 1);
+}
+END_TEST
+
+START_TEST(lookups_find_what_was_charged)
+{
+    struct provider_result c = run("pc-look", 4321, "pm_card_visa");
+    struct provider_result r;
+    provider_client_retrieve(pc, c.provider_payment_id, &r);
+    ck_assert_int_eq(r.outcome, PROVIDER_SUCCEEDED);
+    ck_assert_int_eq(r.amount, 4321);
+    provider_client_retrieve(pc, "pi_missing", &r);
+    ck_assert_int_eq(r.outcome, PROVIDER_NOT_FOUND);
+    provider_client_search(pc, "pc-look", &r);
+    ck_assert_int_eq(r.outcome, PROVIDER_SUCCEEDED);
+    ck_assert_int_eq(r.matches, 1);
+    ck_assert_str_eq(r.provider_payment_id, c.provider_payment_id);
+    provider_client_search(pc, "never-charged", &r);
+    ck_assert_int_eq(r.outcome, PROVIDER_NOT_FOUND);
+}
+END_TEST
+
+START_TEST(async_charges_complete_with_their_opaque)
+{
+    enum { N = 300 };
+    char keys[N][32];
+    int seen[N] = {0};
+    set_faults("{\"latency_ms\": 50}");
+    for (int i = 0; i < N; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "pc-async-%d", i);
+        struct provider_charge c = ch(keys[i], 100 + i, "pm_card_visa");
+        ck_assert_int_eq(
+            provider_client_start_charge(pc, &c, &seen[i], err, sizeof(err)), 0);
+    }
+    ck_assert_uint_eq(provider_client_in_flight(pc), N);
+    long long deadline = test_env_now_ms() + 20000;
+    int done = 0;
+    while (done < N) {
+        struct provider_result r;
+        void *op;
+        ck_assert_msg(test_env_now_ms() < deadline, "only %d of %d finished", done, N);
+        provider_client_perform(pc, 100);
+        while (provider_client_next_done(pc, &r, &op)) {
+            ck_assert_int_eq(r.outcome, PROVIDER_SUCCEEDED);
+            int i = (int)((int *)op - seen);
+            ck_assert_int_eq(r.amount, 100 + i);
+            (*(int *)op)++;
+            done++;
+        }
+    }
+    for (int i = 0; i < N; i++)
+        ck_assert_int_eq(seen[i], 1);
+    ck_assert_uint_eq(provider_client_in_flight(pc), 0);
+    ck_assert_uint_eq(psp_sim_charges(&sim), N);
+}
+END_TEST
+
+static void *hammer(void *arg)
+{
+    int t = (int)(long)arg;
+    for (int i = 0; i < 25; i++) {
+        char key[32];
+        struct provider_result r;
+        snprintf(key, sizeof(key), "pc-mt-%d-%d", t, i);
+        struct provider_charge c = ch(key, 100, "pm_card_visa");
+        provider_client_charge(pc, &c, &r);
+        if (r.outcome != PROVIDER_SUCCEEDED)
+            return (void *)1;
+    }
+    return NULL;
+}
+
+START_TEST(blocking_calls_are_thread_safe)
+{
+    pthread_t t[4];
+    for (long i = 0; i < 4; i++)
+        pthread_create(&t[i], NULL, hammer, (void *)i);
+    for (int i = 0; i < 4; i++) {
+        void *rv;
+        pthread_join(t[i], &rv);
+        ck_assert_ptr_null(rv);
+    }
+    ck_assert_uint_eq(psp_sim_charges(&sim), 100);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("provider_client");
+    TCase *tc = tcase_create("provider_client");
+    tcase_set_timeout(tc, 60);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, succeeded_keeps_the_payment_id_and_replays);
+    tcase_add_test(tc, processing_is_processing);
+    tcase_add_test(tc, card_error_is_declined_with_codes);
+    tcase_add_test(tc, invalid_request_is_invalid);
+    tcase_add_test(tc, idempotency_error_requires_review);
+    tcase_add_test(tc, key_in_use_409_is_not_executed);
+    tcase_add_test(tc, rate_limit_429_is_not_executed);
+    tcase_add_test(tc, refused_connection_is_not_executed);
+    tcase_add_test(tc, server_error_before_executing_is_unknown);
+    tcase_add_test(tc, server_error_after_executing_is_unknown);
+    tcase_add_test(tc, dropped_answer_is_unknown_and_retry_yields_the_original_charge);
+    tcase_add_test(tc, stalled_answer_is_unknown_never_declined);
+    tcase_add_test(tc, lookups_find_what_was_charged);
+    tcase_add_test(tc, async_charges_complete_with_their_opaque);
+    tcase_add_test(tc, blocking_calls_are_thread_safe);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

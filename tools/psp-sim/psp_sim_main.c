@@ -1,0 +1,813 @@
+/* psp-sim: a payment provider speaking the subset of Stripe's PaymentIntents
+ * API that charged uses, with Stripe's idempotency semantics, injectable
+ * faults and a ledger of what it actually charged.
+ *
+ * Two listeners: the provider API (/v1/...) and an admin API (ledger, reset,
+ * faults) on its own port. Delays and stalls suspend the connection and a
+ * timer thread resumes it, so thousands of slow requests cost no threads. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+#include <microhttpd.h>
+
+#include "psp_faults.h"
+#include "psp_store.h"
+
+#define MAX_BODY 65536
+
+static volatile sig_atomic_t stop_requested;
+
+static psp_store_t *store;
+static psp_faults_t *faults;
+static char *api_key;
+
+enum req_state { ST_RECEIVING, ST_DELAYED, ST_STALLED };
+
+struct form_pair {
+    char *k, *v;
+};
+
+struct req {
+    enum req_state state;
+    struct MHD_Connection *conn;
+    char *body;
+    size_t len;
+    int too_large;
+    struct form_pair *form;
+    size_t nform;
+    char *idem_key;
+    struct psp_charge_request charge;
+    uint64_t seq;
+    int executing; /* the key is reserved: execute or release */
+};
+
+/* ---- timer: resumes suspended connections when they are due ---- */
+
+struct timer_entry {
+    int64_t due_ms;
+    struct MHD_Connection *conn;
+};
+
+static pthread_mutex_t timer_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t timer_cond = PTHREAD_COND_INITIALIZER;
+static struct timer_entry *heap;
+static size_t heap_len, heap_cap;
+static int timer_stop;
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void heap_swap(size_t a, size_t b)
+{
+    struct timer_entry t = heap[a];
+    heap[a] = heap[b];
+    heap[b] = t;
+}
+
+/* Suspends conn and schedules its resumption after delay_ms. */
+static void suspend_for(struct MHD_Connection *conn, int64_t delay_ms)
+{
+    MHD_suspend_connection(conn);
+    pthread_mutex_lock(&timer_lock);
+    if (heap_len == heap_cap) {
+        size_t ncap = heap_cap ? heap_cap * 2 : 1024;
+        struct timer_entry *n = realloc(heap, ncap * sizeof(*n));
+        if (!n) {
+            pthread_mutex_unlock(&timer_lock);
+            MHD_resume_connection(conn);
+            return;
+        }
+        heap = n;
+        heap_cap = ncap;
+    }
+    size_t i = heap_len++;
+    heap[i] = (struct timer_entry){now_ms() + delay_ms, conn};
+    while (i > 0 && heap[(i - 1) / 2].due_ms > heap[i].due_ms) {
+        heap_swap(i, (i - 1) / 2);
+        i = (i - 1) / 2;
+    }
+    pthread_cond_signal(&timer_cond);
+    pthread_mutex_unlock(&timer_lock);
+}
+
+static struct MHD_Connection *heap_pop(void)
+{
+    struct MHD_Connection *c = heap[0].conn;
+    heap[0] = heap[--heap_len];
+    for (size_t i = 0;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < heap_len && heap[l].due_ms < heap[m].due_ms)
+            m = l;
+        if (r < heap_len && heap[r].due_ms < heap[m].due_ms)
+            m = r;
+        if (m == i)
+            break;
+        heap_swap(i, m);
+        i = m;
+    }
+    return c;
+}
+
+static void *timer_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&timer_lock);
+    for (;;) {
+        if (heap_len == 0) {
+            if (timer_stop)
+                break;
+            pthread_cond_wait(&timer_cond, &timer_lock);
+            continue;
+        }
+        int64_t wait = heap[0].due_ms - now_ms();
+        if (wait > 0 && !timer_stop) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += wait / 1000;
+            ts.tv_nsec += (wait % 1000) * 1000000;
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&timer_cond, &timer_lock, &ts);
+            continue;
+        }
+        /* Due (or shutting down: every suspended connection must resume
+         * before the daemon stops). */
+        MHD_resume_connection(heap_pop());
+    }
+    pthread_mutex_unlock(&timer_lock);
+    return NULL;
+}
+
+/* ---- request helpers ---- */
+
+static void req_free(struct req *r)
+{
+    if (!r)
+        return;
+    if (r->executing)
+        psp_store_release(store, r->idem_key);
+    for (size_t i = 0; i < r->nform; i++) {
+        free(r->form[i].k);
+        free(r->form[i].v);
+    }
+    free(r->form);
+    free(r->body);
+    free(r->idem_key);
+    free(r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)conn;
+    (void)toe;
+    req_free(*con_cls);
+    *con_cls = NULL;
+}
+
+static enum MHD_Result respond(struct MHD_Connection *conn, int status, char *body,
+                               int replayed)
+{
+    struct MHD_Response *resp;
+    enum MHD_Result rc;
+
+    if (!body)
+        body = strdup("{}");
+    resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", "application/json");
+    if (replayed)
+        MHD_add_response_header(resp, "Idempotent-Replayed", "true");
+    rc = MHD_queue_response(conn, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    return rc;
+}
+
+static enum MHD_Result respond_json(struct MHD_Connection *conn, int status, json_t *j)
+{
+    char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(j);
+    return respond(conn, status, s, 0);
+}
+
+static enum MHD_Result respond_error(struct MHD_Connection *conn, int status,
+                                     const char *type, const char *message)
+{
+    return respond_json(
+        conn, status,
+        json_pack("{s:{s:s, s:s}}", "error", "type", type, "message", message));
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+static char *url_decode(const char *s, size_t n)
+{
+    char *out = malloc(n + 1), *o = out;
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '+') {
+            *o++ = ' ';
+        } else if (s[i] == '%' && i + 2 < n && hexval(s[i + 1]) >= 0 &&
+                   hexval(s[i + 2]) >= 0) {
+            *o++ = (char)(hexval(s[i + 1]) * 16 + hexval(s[i + 2]));
+            i += 2;
+        } else {
+            *o++ = s[i];
+        }
+    }
+    *o = '\0';
+    return out;
+}
+
+static int parse_form(struct req *r)
+{
+    const char *p = r->body ? r->body : "";
+    while (*p) {
+        const char *amp = strchr(p, '&');
+        size_t n = amp ? (size_t)(amp - p) : strlen(p);
+        const char *eq = memchr(p, '=', n);
+        if (n > 0) {
+            struct form_pair *f = realloc(r->form, (r->nform + 1) * sizeof(*f));
+            if (!f)
+                return -1;
+            r->form = f;
+            f = &r->form[r->nform++];
+            f->k = url_decode(p, eq ? (size_t)(eq - p) : n);
+            f->v = eq ? url_decode(eq + 1, n - (size_t)(eq - p) - 1) : strdup("");
+            if (!f->k || !f->v)
+                return -1;
+        }
+        p += n + (amp ? 1 : 0);
+    }
+    return 0;
+}
+
+static const char *form_get(const struct req *r, const char *k)
+{
+    for (size_t i = 0; i < r->nform; i++)
+        if (!strcmp(r->form[i].k, k))
+            return r->form[i].v;
+    return NULL;
+}
+
+static int authorized(struct MHD_Connection *conn)
+{
+    const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                   MHD_HTTP_HEADER_AUTHORIZATION);
+    size_t n = strlen(api_key);
+    if (!auth || strncmp(auth, "Bearer ", 7) != 0)
+        return 0;
+    auth += 7;
+    /* Constant time over the expected key's length. */
+    unsigned char diff = (unsigned char)(strlen(auth) != n);
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)(auth[i < strlen(auth) ? i : 0] ^ api_key[i]);
+    return diff == 0;
+}
+
+/* ---- the provider API ---- */
+
+/* Executes the reserved charge, then applies the after-execute faults. */
+static enum MHD_Result execute_and_answer(struct req *r)
+{
+    struct psp_answer ans = {0};
+    const char *key = r->idem_key, *pm = r->charge.payment_method;
+
+    psp_store_execute(store, &r->charge, now_ms(), &ans);
+    r->executing = 0;
+    if (psp_faults_hit(faults, PSP_FAULT_DROP_AFTER, key, pm, r->seq)) {
+        free(ans.body);
+        return MHD_NO; /* closes the connection without an answer */
+    }
+    if (psp_faults_hit(faults, PSP_FAULT_STALL_AFTER, key, pm, r->seq)) {
+        free(ans.body);
+        r->state = ST_STALLED;
+        suspend_for(r->conn, psp_faults_stall_ms(faults));
+        return MHD_YES;
+    }
+    if (psp_faults_hit(faults, PSP_FAULT_ERROR_AFTER, key, pm, r->seq)) {
+        free(ans.body);
+        return respond_error(
+            r->conn, 500, "api_error",
+            "An unexpected error occurred (injected after executing).");
+    }
+    return respond(r->conn, ans.status, ans.body, ans.replayed);
+}
+
+static enum MHD_Result create_intent(struct req *r)
+{
+    struct psp_answer ans = {0};
+    const char *hk =
+        MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Idempotency-Key");
+
+    if (r->too_large)
+        return respond_error(r->conn, 413, "invalid_request_error",
+                             "Request too large.");
+    if (parse_form(r) != 0)
+        return respond_error(r->conn, 500, "api_error", "out of memory");
+    if (hk && (!*hk || strlen(hk) > 255))
+        return respond_error(r->conn, 400, "invalid_request_error",
+                             "Idempotency-Key must be 1..255 characters.");
+    r->idem_key = hk ? strdup(hk) : NULL;
+    r->charge = (struct psp_charge_request){
+        .idempotency_key = r->idem_key,
+        .amount = form_get(r, "amount"),
+        .currency = form_get(r, "currency"),
+        .payment_method = form_get(r, "payment_method"),
+        .confirm = form_get(r, "confirm"),
+        .payment_attempt_id = form_get(r, "metadata[payment_attempt_id]"),
+        .order_id = form_get(r, "metadata[order_id]"),
+        .body = r->body ? r->body : "",
+    };
+    r->seq = psp_faults_next_seq(faults, r->idem_key);
+    const char *pm = r->charge.payment_method;
+
+    if (psp_faults_hit(faults, PSP_FAULT_RATE_LIMIT, r->idem_key, pm, r->seq))
+        return respond_error(r->conn, 429, "rate_limit_error",
+                             "Too many requests (injected).");
+    if (psp_faults_hit(faults, PSP_FAULT_ERROR_BEFORE, r->idem_key, pm, r->seq))
+        return respond_error(r->conn, 500, "api_error",
+                             "An unexpected error occurred (injected, not executed).");
+    if (psp_store_begin(store, &r->charge, now_ms(), &ans) == PSP_BEGIN_ANSWERED)
+        return respond(r->conn, ans.status, ans.body, ans.replayed);
+    r->executing = 1;
+    int64_t delay = psp_faults_latency_ms(faults, r->idem_key, r->seq);
+    if (delay > 0) {
+        /* The key stays reserved while we "work": a concurrent request with
+         * it gets 409, as at a real provider. */
+        r->state = ST_DELAYED;
+        suspend_for(r->conn, delay);
+        return MHD_YES;
+    }
+    return execute_and_answer(r);
+}
+
+/* metadata['payment_attempt_id']:'<id>' -> <id> */
+static char *parse_search(const char *q)
+{
+    const char *prefix = "metadata['payment_attempt_id']:'";
+    size_t pl = strlen(prefix), n;
+    if (!q || strncmp(q, prefix, pl) != 0)
+        return NULL;
+    q += pl;
+    n = strlen(q);
+    if (n < 1 || q[n - 1] != '\'')
+        return NULL;
+    char *id = strndup(q, n - 1);
+    if (id && strchr(id, '\'')) {
+        free(id);
+        return NULL;
+    }
+    return id;
+}
+
+static enum MHD_Result provider_api(struct req *r, const char *url, const char *method)
+{
+    struct psp_answer ans = {0};
+    const char *base = "/v1/payment_intents";
+    size_t bl = strlen(base);
+
+    if (strncmp(url, base, bl) != 0 || (url[bl] != '\0' && url[bl] != '/'))
+        return respond_error(r->conn, 404, "invalid_request_error",
+                             "Unrecognized request URL.");
+    if (!authorized(r->conn))
+        return respond_error(r->conn, 401, "invalid_request_error",
+                             "Invalid API Key provided.");
+    if (!strcmp(method, "POST") && url[bl] == '\0')
+        return create_intent(r);
+    if (!strcmp(method, "GET") && !strcmp(url + bl, "/search")) {
+        psp_store_count(store, PSP_C_REQUESTS);
+        char *id = parse_search(
+            MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "query"));
+        if (!id)
+            return respond_error(
+                r->conn, 400, "invalid_request_error",
+                "query must be metadata['payment_attempt_id']:'<id>'.");
+        psp_store_search(store, id, &ans);
+        free(id);
+        return respond(r->conn, ans.status, ans.body, 0);
+    }
+    if (!strcmp(method, "GET") && url[bl] == '/' && url[bl + 1] &&
+        !strchr(url + bl + 1, '/')) {
+        psp_store_count(store, PSP_C_REQUESTS);
+        psp_store_retrieve(store, url + bl + 1, &ans);
+        return respond(r->conn, ans.status, ans.body, 0);
+    }
+    return respond_error(r->conn, 405, "invalid_request_error", "Method not allowed.");
+}
+
+/* ---- the admin API ---- */
+
+static enum MHD_Result admin_api(struct req *r, const char *url, const char *method)
+{
+    char err[256];
+    if (!strcmp(url, "/health"))
+        return respond_json(r->conn, 200, json_pack("{s:b}", "ok", 1));
+    if (!strcmp(url, "/ledger") && !strcmp(method, "GET"))
+        return respond_json(r->conn, 200, psp_store_ledger_json(store));
+    if (!strcmp(url, "/reset") && !strcmp(method, "POST")) {
+        psp_store_reset(store);
+        return respond_json(r->conn, 200, json_pack("{s:b}", "reset", 1));
+    }
+    if (!strcmp(url, "/faults") && !strcmp(method, "GET"))
+        return respond_json(r->conn, 200, psp_faults_json(faults));
+    if (!strcmp(url, "/faults") && (!strcmp(method, "PUT") || !strcmp(method, "POST") ||
+                                    !strcmp(method, "DELETE"))) {
+        json_error_t jerr;
+        json_t *cfg = !strcmp(method, "DELETE")
+                          ? json_object()
+                          : json_loadb(r->body ? r->body : "", r->len, 0, &jerr);
+        if (!cfg)
+            return respond_error(r->conn, 400, "invalid_request_error",
+                                 "body is not JSON");
+        int rc = psp_faults_configure(faults, cfg, err, sizeof(err));
+        json_decref(cfg);
+        if (rc != 0)
+            return respond_error(r->conn, 400, "invalid_request_error", err);
+        return respond_json(r->conn, 200, psp_faults_json(faults));
+    }
+    if (!strcmp(url, "/retention") && !strcmp(method, "PUT")) {
+        json_error_t jerr;
+        json_t *cfg = json_loadb(r->body ? r->body : "", r->len, 0, &jerr);
+        json_t *ms = json_object_get(cfg, "key_retention_ms");
+        if (!json_is_integer(ms) || json_integer_value(ms) < 0) {
+            json_decref(cfg);
+            return respond_error(r->conn, 400, "invalid_request_error",
+                                 "body must be {\"key_retention_ms\": <integer >= 0>}");
+        }
+        psp_store_set_retention(store, json_integer_value(ms));
+        json_decref(cfg);
+        return respond_json(r->conn, 200, json_pack("{s:b}", "ok", 1));
+    }
+    return respond_error(r->conn, 404, "invalid_request_error",
+                         "no such admin endpoint");
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
+                                  const char *url, const char *method,
+                                  const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
+{
+    int admin = cls != NULL;
+    struct req *r = *con_cls;
+    (void)version;
+
+    if (!r) {
+        r = calloc(1, sizeof(*r));
+        if (!r)
+            return MHD_NO;
+        r->conn = conn;
+        *con_cls = r;
+        return MHD_YES;
+    }
+    switch (r->state) {
+    case ST_RECEIVING:
+        break;
+    case ST_DELAYED:
+        return execute_and_answer(r);
+    case ST_STALLED:
+        return MHD_NO; /* the client has given up by now; hang up */
+    }
+    if (*upload_data_size) {
+        if (r->len + *upload_data_size > MAX_BODY) {
+            r->too_large = 1;
+        } else {
+            char *n = realloc(r->body, r->len + *upload_data_size + 1);
+            if (!n)
+                return MHD_NO;
+            r->body = n;
+            memcpy(r->body + r->len, upload_data, *upload_data_size);
+            r->len += *upload_data_size;
+            r->body[r->len] = '\0';
+        }
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    return admin ? admin_api(r, url, method) : provider_api(r, url, method);
+}
+
+/* ---- start-up ---- */
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop_requested = 1;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(
+        out,
+        "usage: psp-sim [options]\n"
+        "\n"
+        "A payment provider for tests: Stripe's PaymentIntents subset of the charged\n"
+        "contract, Stripe's idempotency semantics, injected faults and a ledger.\n"
+        "\n"
+        "Options:\n"
+        "  --host ADDR              listen address [127.0.0.1]\n"
+        "  --port N                 provider API port [12111]\n"
+        "  --admin-port N           admin API port [12112]\n"
+        "  --api-key KEY            accepted secret (Authorization: Bearer KEY);\n"
+        "                           default: $PSP_SIM_API_KEY, else sk_test_charged\n"
+        "  --key-retention-ms N     idempotency keys are forgotten after N ms "
+        "[86400000]\n"
+        "  --threads N              HTTP threads [2]\n"
+        "  --max-connections N      concurrent connections [8192]\n"
+        "  --seed N                 seed of fault decisions [1]\n"
+        "  --latency-ms N           added to every charge while its key is held [0]\n"
+        "  --latency-jitter-ms N    plus a random 0..N ms [0]\n"
+        "  --stall-ms N             how long stall_after holds an answer [30000]\n"
+        "  --fault KIND=P[@TARGET][#TIMES]\n"
+        "                           inject KIND with probability P (0..1), optionally\n"
+        "                           only for idempotency key TARGET (or payment "
+        "method\n"
+        "                           TARGET when it starts with pm_), at most TIMES "
+        "times.\n"
+        "                           Repeatable. KIND is one of:\n"
+        "                             error_before  answer 500, nothing executed\n"
+        "                             rate_limit    answer 429, nothing executed\n"
+        "                             error_after   execute, then answer 500\n"
+        "                             stall_after   execute, then hold the answer for\n"
+        "                                           --stall-ms and hang up\n"
+        "                             drop_after    execute, then close unanswered\n"
+        "  --help                   this text\n"
+        "\n"
+        "Provider API (Authorization: Bearer required):\n"
+        "  POST /v1/payment_intents           form body: amount, currency (lower "
+        "case),\n"
+        "                                     payment_method, confirm=true, "
+        "off_session,\n"
+        "                                     metadata[...]; Idempotency-Key header\n"
+        "  GET  /v1/payment_intents/<id>\n"
+        "  GET  "
+        "/v1/payment_intents/search?query=metadata['payment_attempt_id']:'<id>'\n"
+        "  Test payment methods: pm_card_visa, pm_card_mastercard (succeed),\n"
+        "  pm_card_processing (stays processing), pm_card_chargeDeclined,\n"
+        "  pm_card_chargeDeclinedInsufficientFunds (402 card_error).\n"
+        "\n"
+        "Admin API (no auth; bind it to loopback):\n"
+        "  GET    /health     {\"ok\":true}\n"
+        "  GET    /ledger     every executed charge (idempotency_key,\n"
+        "                     payment_intent_id, payment_attempt_id, order_id, "
+        "amount,\n"
+        "                     currency, outcome, http_status, at_ms) and counters\n"
+        "  POST   /reset      forget keys, intents, ledger and counters\n"
+        "  GET    /faults     fault configuration and how often each rule fired\n"
+        "  PUT    /faults     replace it: {\"seed\":1,\"latency_ms\":5,\n"
+        "                     \"latency_jitter_ms\":15,\"stall_ms\":30000,\"rules\":\n"
+        "                     "
+        "[{\"kind\":\"drop_after\",\"probability\":0.1,\"key\":null,\n"
+        "                     \"payment_method\":null,\"times\":null}]}\n"
+        "  DELETE /faults     no faults, no latency\n"
+        "  PUT    /retention  {\"key_retention_ms\":N}\n"
+        "\n"
+        "Exit status: 0 after SIGTERM/SIGINT, 1 when it cannot listen, 2 on bad "
+        "usage.\n");
+}
+
+static int parse_long(const char *s, long min, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < min)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* KIND=P[@TARGET][#TIMES] */
+static int parse_fault(const char *spec)
+{
+    char buf[512], *eq, *at, *hash, *end;
+    long times = -1;
+    int kind;
+    double p;
+
+    snprintf(buf, sizeof(buf), "%s", spec);
+    eq = strchr(buf, '=');
+    if (!eq)
+        return -1;
+    *eq = '\0';
+    kind = psp_fault_parse(buf);
+    hash = strchr(eq + 1, '#');
+    if (hash) {
+        *hash = '\0';
+        if (parse_long(hash + 1, 0, &times) != 0)
+            return -1;
+    }
+    at = strchr(eq + 1, '@');
+    if (at)
+        *at++ = '\0';
+    errno = 0;
+    p = strtod(eq + 1, &end);
+    if (kind < 0 || errno || end == eq + 1 || *end || p < 0 || p > 1)
+        return -1;
+    int is_pm = at && !strncmp(at, "pm_", 3);
+    return psp_faults_add(faults, (enum psp_fault_kind)kind, p,
+                          at && !is_pm ? at : NULL, is_pm ? at : NULL, times);
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"host", required_argument, NULL, 'H'},
+        {"port", required_argument, NULL, 'p'},
+        {"admin-port", required_argument, NULL, 'a'},
+        {"api-key", required_argument, NULL, 'k'},
+        {"key-retention-ms", required_argument, NULL, 'r'},
+        {"threads", required_argument, NULL, 't'},
+        {"max-connections", required_argument, NULL, 'c'},
+        {"seed", required_argument, NULL, 's'},
+        {"latency-ms", required_argument, NULL, 'l'},
+        {"latency-jitter-ms", required_argument, NULL, 'j'},
+        {"stall-ms", required_argument, NULL, 'S'},
+        {"fault", required_argument, NULL, 'f'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *host = "127.0.0.1";
+    long port = 12111, admin_port = 12112, retention = 86400000L, threads = 2;
+    long max_conn = 8192, seed = 1, latency = 0, jitter = 0, stall = 30000;
+    const char *fault_specs[64];
+    int nfaults = 0, c, rc = 1;
+    struct MHD_Daemon *d = NULL, *ad = NULL;
+    pthread_t timer;
+    struct sockaddr_in sa = {0}, asa = {0};
+    sigset_t block, old;
+
+    api_key = getenv("PSP_SIM_API_KEY") ? strdup(getenv("PSP_SIM_API_KEY"))
+                                        : strdup("sk_test_charged");
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        long *target = NULL, min = 0;
+        switch (c) {
+        case 'H':
+            host = optarg;
+            continue;
+        case 'k':
+            free(api_key);
+            api_key = strdup(optarg);
+            continue;
+        case 'f':
+            if (nfaults == 64) {
+                fprintf(stderr, "psp-sim: at most 64 --fault options\n");
+                return 2;
+            }
+            fault_specs[nfaults++] = optarg;
+            continue;
+        case 'h':
+            usage(stdout);
+            free(api_key);
+            return 0;
+        case 'p':
+            target = &port, min = 1;
+            break;
+        case 'a':
+            target = &admin_port, min = 1;
+            break;
+        case 'r':
+            target = &retention;
+            break;
+        case 't':
+            target = &threads, min = 1;
+            break;
+        case 'c':
+            target = &max_conn, min = 1;
+            break;
+        case 's':
+            target = &seed;
+            break;
+        case 'l':
+            target = &latency;
+            break;
+        case 'j':
+            target = &jitter;
+            break;
+        case 'S':
+            target = &stall;
+            break;
+        default:
+            usage(stderr);
+            free(api_key);
+            return 2;
+        }
+        if (parse_long(optarg, min, target) != 0 ||
+            ((c == 'p' || c == 'a') && *target > 65535)) {
+            fprintf(stderr, "psp-sim: --%s: '%s' is not a valid value\n",
+                    opts[c == 'p'   ? 1
+                         : c == 'a' ? 2
+                                    : 0]
+                        .name,
+                    optarg);
+            free(api_key);
+            return 2;
+        }
+    }
+    if (optind != argc || !*api_key) {
+        fprintf(stderr, "psp-sim: %s\n",
+                !*api_key ? "the API key must not be empty" : "unexpected argument");
+        free(api_key);
+        return 2;
+    }
+    store = psp_store_new(retention);
+    faults = psp_faults_new((uint64_t)seed);
+    psp_faults_set_latency(faults, latency, jitter);
+    psp_faults_set_stall(faults, stall);
+    for (int i = 0; i < nfaults; i++) {
+        if (parse_fault(fault_specs[i]) != 0) {
+            fprintf(stderr, "psp-sim: --fault '%s' is not KIND=P[@TARGET][#TIMES]\n",
+                    fault_specs[i]);
+            rc = 2;
+            goto out;
+        }
+    }
+    sa.sin_family = asa.sin_family = AF_INET;
+    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) {
+        fprintf(stderr, "psp-sim: --host '%s' is not an IPv4 address\n", host);
+        rc = 2;
+        goto out;
+    }
+    asa.sin_addr = sa.sin_addr;
+    sa.sin_port = htons((uint16_t)port);
+    asa.sin_port = htons((uint16_t)admin_port);
+
+    /* Every thread started from here on inherits the blocked signals; only
+     * sigsuspend below takes them. */
+    signal(SIGPIPE, SIG_IGN);
+    sigemptyset(&block);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    struct sigaction act = {0};
+    act.sa_handler = on_signal;
+    sigaction(SIGTERM, &act, NULL);
+    sigaction(SIGINT, &act, NULL);
+    pthread_create(&timer, NULL, timer_main, NULL);
+
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
+                     MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO;
+    d = MHD_start_daemon(
+        flags, (uint16_t)port, NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR, &sa,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)threads, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)max_conn, MHD_OPTION_CONNECTION_TIMEOUT, 300u,
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, 4096u, MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, NULL, MHD_OPTION_END);
+    ad = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL,
+                          (uint16_t)admin_port, NULL, NULL, on_request, (void *)1,
+                          MHD_OPTION_SOCK_ADDR, &asa, MHD_OPTION_NOTIFY_COMPLETED,
+                          on_completed, NULL, MHD_OPTION_END);
+    if (!d || !ad) {
+        fprintf(stderr, "psp-sim: cannot listen on %s:%ld / %s:%ld\n", host, port, host,
+                admin_port);
+    } else {
+        fprintf(stderr, "psp-sim: listening on http://%s:%ld (admin http://%s:%ld)\n",
+                host, port, host, admin_port);
+        while (!stop_requested)
+            sigsuspend(&old);
+        rc = 0;
+    }
+    pthread_mutex_lock(&timer_lock);
+    timer_stop = 1;
+    pthread_cond_signal(&timer_cond);
+    pthread_mutex_unlock(&timer_lock);
+    pthread_join(timer, NULL);
+    if (d)
+        MHD_stop_daemon(d);
+    if (ad)
+        MHD_stop_daemon(ad);
+    free(heap);
+out:
+    psp_faults_free(faults);
+    psp_store_free(store);
+    free(api_key);
+    return rc;
+}

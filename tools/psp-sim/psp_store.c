@@ -1,0 +1,364 @@
+#include "psp_store.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct psp_store {
+    pthread_mutex_t lock;
+    int64_t retention_ms;
+    json_t *keys;    /* idempotency key -> {fp, done, status, body, created_ms} */
+    json_t *intents; /* pi id -> PaymentIntent */
+    json_t *ledger;  /* array of executed charges */
+    uint64_t next_id;
+    long long counters[PSP_C__COUNT];
+};
+
+static const char *counter_names[PSP_C__COUNT] = {
+    "requests", "executed",   "succeeded",         "declined",        "processing",
+    "replayed", "in_use_409", "idempotency_error", "invalid_request", "expired_keys",
+};
+
+/* Test payment methods, as the contract names them, plus one that stays
+ * processing (settled later by webhook or reconciliation). */
+struct psp_method {
+    const char *name;
+    const char *status; /* succeeded, processing, or NULL when declined */
+    const char *decline_code;
+    const char *message;
+};
+
+static const struct psp_method methods[] = {
+    {"pm_card_visa", "succeeded", NULL, NULL},
+    {"pm_card_mastercard", "succeeded", NULL, NULL},
+    {"pm_card_processing", "processing", NULL, NULL},
+    {"pm_card_chargeDeclined", NULL, "generic_decline", "Your card was declined."},
+    {"pm_card_chargeDeclinedInsufficientFunds", NULL, "insufficient_funds",
+     "Your card has insufficient funds."},
+};
+
+psp_store_t *psp_store_new(int64_t retention_ms)
+{
+    psp_store_t *st = calloc(1, sizeof(*st));
+    if (!st)
+        return NULL;
+    pthread_mutex_init(&st->lock, NULL);
+    st->retention_ms = retention_ms;
+    st->keys = json_object();
+    st->intents = json_object();
+    st->ledger = json_array();
+    st->next_id = 1;
+    if (!st->keys || !st->intents || !st->ledger) {
+        psp_store_free(st);
+        return NULL;
+    }
+    return st;
+}
+
+void psp_store_free(psp_store_t *st)
+{
+    if (!st)
+        return;
+    json_decref(st->keys);
+    json_decref(st->intents);
+    json_decref(st->ledger);
+    pthread_mutex_destroy(&st->lock);
+    free(st);
+}
+
+void psp_store_set_retention(psp_store_t *st, int64_t retention_ms)
+{
+    pthread_mutex_lock(&st->lock);
+    st->retention_ms = retention_ms;
+    pthread_mutex_unlock(&st->lock);
+}
+
+void psp_store_count(psp_store_t *st, enum psp_counter c)
+{
+    pthread_mutex_lock(&st->lock);
+    st->counters[c]++;
+    pthread_mutex_unlock(&st->lock);
+}
+
+/* FNV-1a over the raw form body: the same request has the same body. */
+static void fingerprint(const char *body, char out[17])
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (const unsigned char *p = (const unsigned char *)body; p && *p; p++) {
+        h ^= *p;
+        h *= 1099511628211ULL;
+    }
+    snprintf(out, 17, "%016llx", (unsigned long long)h);
+}
+
+static void answer_json(struct psp_answer *ans, int status, json_t *body)
+{
+    ans->status = status;
+    ans->body = json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    ans->replayed = 0;
+    json_decref(body);
+}
+
+static void answer_error(struct psp_answer *ans, int status, const char *type,
+                         const char *code, const char *param, const char *message)
+{
+    json_t *err = json_pack("{s:s, s:s}", "type", type, "message", message);
+    if (code)
+        json_object_set_new(err, "code", json_string(code));
+    if (param)
+        json_object_set_new(err, "param", json_string(param));
+    answer_json(ans, status, json_pack("{s:o}", "error", err));
+}
+
+static const struct psp_method *find_method(const char *name)
+{
+    for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++)
+        if (name && !strcmp(methods[i].name, name))
+            return &methods[i];
+    return NULL;
+}
+
+/* Returns 0 when valid, else fills a 400 invalid_request_error. */
+static int validate(const struct psp_charge_request *req, struct psp_answer *ans)
+{
+    char *end;
+    long long amount;
+
+    if (!req->amount || !*req->amount) {
+        answer_error(ans, 400, "invalid_request_error", "parameter_missing", "amount",
+                     "Missing required param: amount.");
+        return -1;
+    }
+    errno = 0;
+    amount = strtoll(req->amount, &end, 10);
+    if (errno || *end || end == req->amount || amount < 1 ||
+        amount > 99999999999999LL) {
+        answer_error(ans, 400, "invalid_request_error", "parameter_invalid_integer",
+                     "amount", "Invalid positive integer: amount.");
+        return -1;
+    }
+    if (!req->currency || strlen(req->currency) != 3 ||
+        !islower((unsigned char)req->currency[0]) ||
+        !islower((unsigned char)req->currency[1]) ||
+        !islower((unsigned char)req->currency[2])) {
+        answer_error(
+            ans, 400, "invalid_request_error", "invalid_currency", "currency",
+            "Invalid currency: must be a three-letter ISO code in lower case.");
+        return -1;
+    }
+    if (!req->payment_method || !*req->payment_method) {
+        answer_error(ans, 400, "invalid_request_error", "parameter_missing",
+                     "payment_method", "Missing required param: payment_method.");
+        return -1;
+    }
+    if (!find_method(req->payment_method)) {
+        answer_error(ans, 400, "invalid_request_error", "resource_missing",
+                     "payment_method", "No such PaymentMethod.");
+        return -1;
+    }
+    if (!req->confirm || strcmp(req->confirm, "true") != 0) {
+        answer_error(ans, 400, "invalid_request_error", "parameter_invalid", "confirm",
+                     "This simulator only creates confirmed intents.");
+        return -1;
+    }
+    return 0;
+}
+
+/* Caller holds the lock. Drops the key if its retention has run out. */
+static json_t *lookup_key(psp_store_t *st, const char *key, int64_t now_ms)
+{
+    json_t *e = json_object_get(st->keys, key);
+    if (!e)
+        return NULL;
+    if (json_integer_value(json_object_get(e, "done")) &&
+        now_ms - json_integer_value(json_object_get(e, "created_ms")) >=
+            st->retention_ms) {
+        json_object_del(st->keys, key);
+        st->counters[PSP_C_EXPIRED_KEYS]++;
+        return NULL;
+    }
+    return e;
+}
+
+enum psp_begin psp_store_begin(psp_store_t *st, const struct psp_charge_request *req,
+                               int64_t now_ms, struct psp_answer *ans)
+{
+    char fp[17];
+    enum psp_begin rc = PSP_BEGIN_ANSWERED;
+
+    fingerprint(req->body, fp);
+    pthread_mutex_lock(&st->lock);
+    st->counters[PSP_C_REQUESTS]++;
+    if (req->idempotency_key) {
+        json_t *e = lookup_key(st, req->idempotency_key, now_ms);
+        if (e && !json_integer_value(json_object_get(e, "done"))) {
+            st->counters[PSP_C_IN_USE_409]++;
+            answer_error(ans, 409, "invalid_request_error", "idempotency_key_in_use",
+                         NULL,
+                         "There is currently another in-progress request using this "
+                         "Idempotent Key. Please try again later.");
+            goto out;
+        }
+        if (e && strcmp(json_string_value(json_object_get(e, "fp")), fp) != 0) {
+            st->counters[PSP_C_IDEMPOTENCY_ERROR_400]++;
+            answer_error(ans, 400, "idempotency_error", NULL, NULL,
+                         "Keys for idempotent requests can only be used with the same "
+                         "parameters they were first used with.");
+            goto out;
+        }
+        if (e) {
+            st->counters[PSP_C_REPLAYED]++;
+            ans->status = (int)json_integer_value(json_object_get(e, "status"));
+            ans->body = strdup(json_string_value(json_object_get(e, "body")));
+            ans->replayed = 1;
+            goto out;
+        }
+    }
+    if (validate(req, ans) != 0) {
+        st->counters[PSP_C_INVALID_400]++;
+        goto out;
+    }
+    if (req->idempotency_key)
+        json_object_set_new(st->keys, req->idempotency_key,
+                            json_pack("{s:s, s:i, s:I}", "fp", fp, "done", 0,
+                                      "created_ms", (json_int_t)now_ms));
+    rc = PSP_BEGIN_EXECUTE;
+out:
+    pthread_mutex_unlock(&st->lock);
+    return rc;
+}
+
+void psp_store_release(psp_store_t *st, const char *idempotency_key)
+{
+    if (!idempotency_key)
+        return;
+    pthread_mutex_lock(&st->lock);
+    json_t *e = json_object_get(st->keys, idempotency_key);
+    if (e && !json_integer_value(json_object_get(e, "done")))
+        json_object_del(st->keys, idempotency_key);
+    pthread_mutex_unlock(&st->lock);
+}
+
+void psp_store_execute(psp_store_t *st, const struct psp_charge_request *req,
+                       int64_t now_ms, struct psp_answer *ans)
+{
+    const struct psp_method *m = find_method(req->payment_method);
+    char id[40];
+    json_t *pi, *metadata, *body;
+    int status;
+
+    pthread_mutex_lock(&st->lock);
+    /* Unpredictable enough for a simulator, and unique. */
+    snprintf(id, sizeof(id), "pi_%016llx%06llx",
+             (unsigned long long)(now_ms * 1000003ULL ^ (st->next_id * 2654435761ULL)),
+             (unsigned long long)(st->next_id & 0xffffff));
+    st->next_id++;
+    metadata = json_object();
+    if (req->payment_attempt_id)
+        json_object_set_new(metadata, "payment_attempt_id",
+                            json_string(req->payment_attempt_id));
+    if (req->order_id)
+        json_object_set_new(metadata, "order_id", json_string(req->order_id));
+    pi = json_pack("{s:s, s:s, s:I, s:s, s:s, s:I, s:o}", "id", id, "object",
+                   "payment_intent", "amount",
+                   (json_int_t)strtoll(req->amount, NULL, 10), "currency",
+                   req->currency, "payment_method", req->payment_method, "created",
+                   (json_int_t)(now_ms / 1000), "metadata", metadata);
+    if (m->status) {
+        json_object_set_new(pi, "status", json_string(m->status));
+        json_object_set_new(pi, "last_payment_error", json_null());
+        status = 200;
+        body = json_incref(pi);
+        st->counters[!strcmp(m->status, "succeeded") ? PSP_C_SUCCEEDED
+                                                     : PSP_C_PROCESSING]++;
+    } else {
+        json_t *lpe = json_pack("{s:s, s:s, s:s, s:s}", "type", "card_error", "code",
+                                "card_declined", "decline_code", m->decline_code,
+                                "message", m->message);
+        json_object_set_new(pi, "status", json_string("requires_payment_method"));
+        json_object_set_new(pi, "last_payment_error", json_deep_copy(lpe));
+        json_object_set_new(lpe, "payment_intent", json_incref(pi));
+        status = 402;
+        body = json_pack("{s:o}", "error", lpe);
+        st->counters[PSP_C_DECLINED]++;
+    }
+    st->counters[PSP_C_EXECUTED]++;
+    json_object_set(st->intents, id, pi);
+    json_array_append_new(
+        st->ledger,
+        json_pack("{s:s?, s:s, s:s?, s:s?, s:I, s:s, s:s, s:i, s:I}", "idempotency_key",
+                  req->idempotency_key, "payment_intent_id", id, "payment_attempt_id",
+                  req->payment_attempt_id, "order_id", req->order_id, "amount",
+                  (json_int_t)strtoll(req->amount, NULL, 10), "currency", req->currency,
+                  "outcome", m->status ? m->status : "declined", "http_status", status,
+                  "at_ms", (json_int_t)now_ms));
+    answer_json(ans, status, body);
+    if (req->idempotency_key) {
+        json_t *e = json_object_get(st->keys, req->idempotency_key);
+        if (e) {
+            json_object_set_new(e, "done", json_integer(1));
+            json_object_set_new(e, "status", json_integer(status));
+            json_object_set_new(e, "body", json_string(ans->body));
+        }
+    }
+    json_decref(pi);
+    pthread_mutex_unlock(&st->lock);
+}
+
+void psp_store_retrieve(psp_store_t *st, const char *id, struct psp_answer *ans)
+{
+    pthread_mutex_lock(&st->lock);
+    json_t *pi = json_object_get(st->intents, id);
+    if (pi)
+        answer_json(ans, 200, json_incref(pi));
+    else
+        answer_error(ans, 404, "invalid_request_error", "resource_missing", "intent",
+                     "No such payment_intent.");
+    pthread_mutex_unlock(&st->lock);
+}
+
+void psp_store_search(psp_store_t *st, const char *payment_attempt_id,
+                      struct psp_answer *ans)
+{
+    const char *id;
+    json_t *pi, *data = json_array();
+
+    pthread_mutex_lock(&st->lock);
+    json_object_foreach(st->intents, id, pi)
+    {
+        const char *a = json_string_value(
+            json_object_get(json_object_get(pi, "metadata"), "payment_attempt_id"));
+        if (a && !strcmp(a, payment_attempt_id))
+            json_array_append(data, pi);
+    }
+    pthread_mutex_unlock(&st->lock);
+    answer_json(ans, 200,
+                json_pack("{s:s, s:o, s:b}", "object", "search_result", "data", data,
+                          "has_more", 0));
+}
+
+json_t *psp_store_ledger_json(psp_store_t *st)
+{
+    json_t *counters = json_object();
+    pthread_mutex_lock(&st->lock);
+    for (int i = 0; i < PSP_C__COUNT; i++)
+        json_object_set_new(counters, counter_names[i], json_integer(st->counters[i]));
+    /* A copy: the caller serialises it after we let go of the lock. */
+    json_t *out = json_pack("{s:o, s:o}", "charges", json_deep_copy(st->ledger),
+                            "counters", counters);
+    pthread_mutex_unlock(&st->lock);
+    return out;
+}
+
+void psp_store_reset(psp_store_t *st)
+{
+    pthread_mutex_lock(&st->lock);
+    json_object_clear(st->keys);
+    json_object_clear(st->intents);
+    json_array_clear(st->ledger);
+    memset(st->counters, 0, sizeof(st->counters));
+    pthread_mutex_unlock(&st->lock);
+}

@@ -1,0 +1,91 @@
+/* psp_store: the simulated provider's state — idempotency keys, payment
+ * intents and the ledger of every charge it actually executed.
+ *
+ * Semantics follow Stripe's idempotent requests: a key is reserved while its
+ * first request executes (a second one meanwhile gets 409), its answer is
+ * stored once executed and replayed to any later request with the same
+ * parameters, refused (400 idempotency_error) with other parameters, and
+ * forgotten after the retention period. Requests that fail validation are
+ * answered 400 and not stored. Thread-safe: one lock guards everything. */
+#ifndef PSP_STORE_H
+#define PSP_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+typedef struct psp_store psp_store_t;
+
+/* A parsed POST /v1/payment_intents. Strings are owned by the caller. */
+struct psp_charge_request {
+    const char *idempotency_key; /* NULL: not idempotent */
+    const char *amount;          /* as sent; validated by the store */
+    const char *currency;
+    const char *payment_method;
+    const char *confirm;
+    const char *payment_attempt_id; /* metadata[payment_attempt_id] */
+    const char *order_id;           /* metadata[order_id] */
+    const char *body;               /* the raw form body: fingerprinted */
+};
+
+/* What a request resolved to. `body` is owned by the caller (free()). */
+struct psp_answer {
+    int status;   /* HTTP status */
+    char *body;   /* JSON */
+    int replayed; /* Idempotent-Replayed: true */
+};
+
+enum psp_begin {
+    PSP_BEGIN_EXECUTE = 0, /* key reserved (or none): call psp_store_execute */
+    PSP_BEGIN_ANSWERED,    /* answer filled in: replay, 409, 400 */
+};
+
+psp_store_t *psp_store_new(int64_t retention_ms);
+void psp_store_free(psp_store_t *st);
+
+void psp_store_set_retention(psp_store_t *st, int64_t retention_ms);
+
+/* Validates the request and takes its key. On PSP_BEGIN_EXECUTE the caller
+ * must end with psp_store_execute() or psp_store_release(). */
+enum psp_begin psp_store_begin(psp_store_t *st, const struct psp_charge_request *req,
+                               int64_t now_ms, struct psp_answer *ans);
+
+/* Executes the charge: creates the payment intent, books it in the ledger,
+ * stores the answer under the key. */
+void psp_store_execute(psp_store_t *st, const struct psp_charge_request *req,
+                       int64_t now_ms, struct psp_answer *ans);
+
+/* Gives the key back without executing (a fault before executing). */
+void psp_store_release(psp_store_t *st, const char *idempotency_key);
+
+/* GET /v1/payment_intents/<id>: 200 or 404. */
+void psp_store_retrieve(psp_store_t *st, const char *id, struct psp_answer *ans);
+
+/* GET /v1/payment_intents/search by metadata['payment_attempt_id']. */
+void psp_store_search(psp_store_t *st, const char *payment_attempt_id,
+                      struct psp_answer *ans);
+
+/* Counters kept by the store (the HTTP layer adds its own). */
+enum psp_counter {
+    PSP_C_REQUESTS,
+    PSP_C_EXECUTED,
+    PSP_C_SUCCEEDED,
+    PSP_C_DECLINED,
+    PSP_C_PROCESSING,
+    PSP_C_REPLAYED,
+    PSP_C_IN_USE_409,
+    PSP_C_IDEMPOTENCY_ERROR_400,
+    PSP_C_INVALID_400,
+    PSP_C_EXPIRED_KEYS,
+    PSP_C__COUNT
+};
+void psp_store_count(psp_store_t *st, enum psp_counter c);
+
+/* The ledger and counters as JSON (new reference). */
+json_t *psp_store_ledger_json(psp_store_t *st);
+
+/* Forgets keys, intents, ledger and counters. */
+void psp_store_reset(psp_store_t *st);
+
+#endif
