@@ -1,6 +1,7 @@
 #include "db.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
@@ -87,4 +88,89 @@ int db_run(PGconn *conn, const char *sql, int nparams, const char *const *params
 const char *db_last_sqlstate(void)
 {
     return last_sqlstate;
+}
+
+struct db_array {
+    char *buf;
+    size_t len, cap;
+    size_t count;
+};
+
+db_array_t *db_array_new(void)
+{
+    return calloc(1, sizeof(db_array_t));
+}
+
+void db_array_free(db_array_t *a)
+{
+    if (!a)
+        return;
+    free(a->buf);
+    free(a);
+}
+
+static int reserve(db_array_t *a, size_t more)
+{
+    if (a->len + more + 2 <= a->cap)
+        return 0;
+    size_t ncap = a->cap ? a->cap : 256;
+    while (ncap < a->len + more + 2)
+        ncap *= 2;
+    char *n = realloc(a->buf, ncap);
+    if (!n)
+        return -1;
+    a->buf = n;
+    a->cap = ncap;
+    return 0;
+}
+
+int db_array_add(db_array_t *a, const char *value)
+{
+    size_t n = value ? strlen(value) : 0;
+    /* Worst case every byte is escaped, plus quotes and a comma. */
+    if (reserve(a, 2 * n + 8) != 0)
+        return -1;
+    if (a->len == 0)
+        a->buf[a->len++] = '{';
+    if (a->count++ > 0)
+        a->buf[a->len++] = ',';
+    if (!value) {
+        memcpy(a->buf + a->len, "NULL", 4);
+        a->len += 4;
+        return 0;
+    }
+    a->buf[a->len++] = '"';
+    for (size_t i = 0; i < n; i++) {
+        if (value[i] == '"' || value[i] == '\\')
+            a->buf[a->len++] = '\\';
+        a->buf[a->len++] = value[i];
+    }
+    a->buf[a->len++] = '"';
+    return 0;
+}
+
+int db_array_add_int(db_array_t *a, long long value)
+{
+    char num[32];
+    snprintf(num, sizeof(num), "%lld", value);
+    return db_array_add(a, num);
+}
+
+const char *db_array_text(db_array_t *a)
+{
+    if (reserve(a, 2) != 0)
+        return NULL;
+    if (a->len == 0) {
+        memcpy(a->buf, "{}", 3);
+        return a->buf;
+    }
+    a->buf[a->len] = '}';
+    a->buf[a->len + 1] = '\0';
+    return a->buf;
+}
+
+void db_array_clear(db_array_t *a)
+{
+    a->len = 0;
+    a->count = 0;
 }

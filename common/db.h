@@ -27,4 +27,16 @@ const char *db_last_sqlstate(void);
 /* Writes libpq's message as one line: newlines folded, secrets redacted. */
 void db_error_line(const char *msg, char *errbuf, size_t errbuf_size);
 
+/* db_array: builds the text form of a PostgreSQL array ("{...}") so that a
+ * whole batch travels as one parameter (unnest($1::uuid[]) and friends). */
+typedef struct db_array db_array_t;
+
+db_array_t *db_array_new(void);
+void db_array_free(db_array_t *a);
+/* Appends one element; NULL appends SQL NULL. 0 / -1 on out of memory. */
+int db_array_add(db_array_t *a, const char *value);
+int db_array_add_int(db_array_t *a, long long value);
+/* The literal, valid until the next add or free. */
+const char *db_array_text(db_array_t *a);
+void db_array_clear(db_array_t *a);
 #endif

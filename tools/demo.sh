@@ -1,12 +1,46 @@
 #!/usr/bin/env bash
-# The demo: the main job of charged on the local stack.
+# The demo: charged's main job on the local stack. Starts PostgreSQL and
+# Kafka, migrates, runs psp-sim with faults (lost answers, 5xx before and
+# after executing, latency) and two workers, publishes a burst of charge
+# commands with duplicates and a few bad ones, waits until everything is
+# settled and committed, and reports what the provider actually charged.
+#
+#   DEMO_COMMANDS=1000 tools/demo.sh
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
+n=${DEMO_COMMANDS:-1000}
+
 deploy/install-deps.sh
 cmake -S . -B build >/dev/null
 cmake --build build -j2 >/dev/null
 deploy/stack.sh up
 eval "$(deploy/stack.sh env)"
 build/worker/chargectl migrate
-echo "demo: the stack is up and migrated; the charge worker arrives with the next issue."
+
+run=.stack/demo
+mkdir -p "$run"
+export PROVIDER_API_KEY=sk_test_demo
+export PROVIDER_BASE_URL=http://127.0.0.1:12111
+export PROVIDER_TIMEOUT_MS=2000 WORKER_LEASE_MS=15000 WORKER_RETRY_MAX_MS=1000
+export KAFKA_SESSION_TIMEOUT_MS=6000 KAFKA_HEARTBEAT_INTERVAL_MS=1000
+
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+build/tools/psp-sim/psp-sim --api-key "$PROVIDER_API_KEY" --seed "$RANDOM" \
+  --latency-ms 5 --latency-jitter-ms 15 --fault drop_after=0.10 \
+  --fault error_after=0.05 --fault error_before=0.05 2>"$run/psp-sim.log" &
+pids+=($!)
+for i in 1 2; do
+  WORKER_ID="demo-worker-$i" build/worker/charged worker 2>"$run/worker-$i.log" &
+  pids+=($!)
+done
+
+python3 tools/demo_report.py --commands "$n" --psp-admin http://127.0.0.1:12112 \
+  --chargectl build/worker/chargectl --state "$run"
+echo "demo: logs in $run; the stack stays up (deploy/stack.sh down stops it)"

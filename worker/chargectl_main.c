@@ -13,6 +13,7 @@ struct ctl_command {
 
 static const struct ctl_command ctl_commands[] = {
     {"migrate", ctl_migrate, "apply pending database migrations"},
+    {"publish", ctl_publish, "validate and publish charge commands"},
 };
 
 static void usage(FILE *out)

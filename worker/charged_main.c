@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "worker.h"
 
 struct charged_role {
     const char *name;
@@ -12,7 +13,7 @@ struct charged_role {
 };
 
 static const struct charged_role charged_roles[] = {
-    {"worker", CONFIG_ROLE_WORKER, NULL,
+    {"worker", CONFIG_ROLE_WORKER, worker_main,
      "consume charge commands; charge each payment attempt at most once"},
     {"reconciler", CONFIG_ROLE_RECONCILER, NULL,
      "settle attempts whose outcome is unknown by asking the provider"},
@@ -46,7 +47,8 @@ int main(int argc, char **argv)
         const struct charged_role *r = &charged_roles[i];
         if (strcmp(argv[1], r->name) != 0)
             continue;
-        if (argc > 2 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
+        if (!r->run && argc > 2 &&
+            (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
             printf("usage: charged %s\n\n%s.\n\n", r->name, r->summary);
             config_print_help(stdout, r->mask);
             return 0;

@@ -20,7 +20,8 @@ struct psp_faults {
     int64_t latency_ms, jitter_ms, stall_ms;
     struct psp_rule *rules;
     size_t nrules;
-    json_t *seq; /* key -> requests seen */
+    json_t *seq;  /* key -> requests seen */
+    json_t *hits; /* every injected fault: {kind, key, seq} */
     uint64_t anon_seq;
 };
 
@@ -50,6 +51,7 @@ psp_faults_t *psp_faults_new(uint64_t seed)
     f->seed = seed;
     f->stall_ms = 30000;
     f->seq = json_object();
+    f->hits = json_array();
     return f;
 }
 
@@ -70,6 +72,7 @@ void psp_faults_free(psp_faults_t *f)
         return;
     clear_rules(f);
     json_decref(f->seq);
+    json_decref(f->hits);
     pthread_mutex_destroy(&f->lock);
     free(f);
 }
@@ -183,6 +186,7 @@ int psp_faults_configure(psp_faults_t *f, json_t *cfg, char *errbuf, size_t errb
     f->jitter_ms = jit;
     f->stall_ms = stall;
     json_object_clear(f->seq);
+    json_array_clear(f->hits);
     f->anon_seq = 0;
     json_array_foreach(rules, i, r)
     {
@@ -210,10 +214,11 @@ json_t *psp_faults_json(psp_faults_t *f)
                              r->key, "payment_method", r->payment_method, "times",
                              (json_int_t)r->times, "fired", (json_int_t)r->fired));
     }
-    json_t *out = json_pack("{s:I, s:I, s:I, s:I, s:o}", "seed", (json_int_t)f->seed,
-                            "latency_ms", (json_int_t)f->latency_ms,
-                            "latency_jitter_ms", (json_int_t)f->jitter_ms, "stall_ms",
-                            (json_int_t)f->stall_ms, "rules", rules);
+    json_t *out =
+        json_pack("{s:I, s:I, s:I, s:I, s:o, s:o}", "seed", (json_int_t)f->seed,
+                  "latency_ms", (json_int_t)f->latency_ms, "latency_jitter_ms",
+                  (json_int_t)f->jitter_ms, "stall_ms", (json_int_t)f->stall_ms,
+                  "rules", rules, "hits", json_deep_copy(f->hits));
     pthread_mutex_unlock(&f->lock);
     return out;
 }
@@ -263,6 +268,9 @@ int psp_faults_hit(psp_faults_t *f, enum psp_fault_kind kind, const char *key,
         if (draw(f->seed, 1 + i * 7 + (uint64_t)kind, key, seq) < r->probability) {
             r->fired++;
             hit = 1;
+            json_array_append_new(f->hits, json_pack("{s:s, s:s?, s:I}", "kind",
+                                                     kind_names[kind], "key", key,
+                                                     "seq", (json_int_t)seq));
         }
     }
     pthread_mutex_unlock(&f->lock);

@@ -44,7 +44,8 @@ void psp_faults_set_stall(psp_faults_t *f, int64_t stall_ms);
  * Absent members take their defaults. 0 / -1 with errbuf. */
 int psp_faults_configure(psp_faults_t *f, json_t *cfg, char *errbuf,
                          size_t errbuf_size);
-/* The configuration and how often each rule fired (new reference). */
+/* The configuration, how often each rule fired, and every fault injected
+ * since it was set ("hits": kind, key, seq) (new reference). */
 json_t *psp_faults_json(psp_faults_t *f);
 
 /* Call once per request: returns the request's sequence number for its key

@@ -1,0 +1,629 @@
+#include "attempt_store.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "db.h"
+#include "log.h"
+
+#define LIVE_STATUSES "('PENDING','PROCESSING','UNKNOWN','SUCCEEDED','REQUIRES_REVIEW')"
+
+/* RFC 3339 UTC with milliseconds, for event payloads. */
+#define SQL_NOW_RFC3339                                                                \
+    "to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
+
+struct attempt_store {
+    char *url;
+    char *actor;
+    char *results_topic;
+    PGconn *conn;
+};
+
+static int ensure_conn(attempt_store_t *st, char *errbuf, size_t errbuf_size)
+{
+    if (st->conn && PQstatus(st->conn) == CONNECTION_OK)
+        return 0;
+    if (st->conn) {
+        PQfinish(st->conn);
+        st->conn = NULL;
+    }
+    st->conn = db_connect(st->url, errbuf, errbuf_size);
+    if (!st->conn)
+        return -1;
+    /* A stuck statement must not hold the worker forever. */
+    return db_run(st->conn, "SET statement_timeout = '30s'", 0, NULL, errbuf,
+                  errbuf_size);
+}
+
+attempt_store_t *attempt_store_new(const char *database_url, const char *actor,
+                                   const char *results_topic, char *errbuf,
+                                   size_t errbuf_size)
+{
+    attempt_store_t *st = calloc(1, sizeof(*st));
+    if (!st) {
+        snprintf(errbuf, errbuf_size, "out of memory");
+        return NULL;
+    }
+    st->url = strdup(database_url);
+    st->actor = strdup(actor);
+    st->results_topic = strdup(results_topic);
+    if (!st->url || !st->actor || !st->results_topic) {
+        snprintf(errbuf, errbuf_size, "out of memory");
+        goto fail;
+    }
+    if (ensure_conn(st, errbuf, errbuf_size) != 0)
+        goto fail;
+    return st;
+fail:
+    attempt_store_free(st);
+    return NULL;
+}
+
+void attempt_store_free(attempt_store_t *st)
+{
+    if (!st)
+        return;
+    PQfinish(st->conn);
+    free(st->url);
+    free(st->actor);
+    free(st->results_topic);
+    free(st);
+}
+
+/* A set of array parameters built together. */
+struct arrays {
+    db_array_t *a[16];
+    int n;
+};
+
+static int arrays_init(struct arrays *ar, int n)
+{
+    ar->n = n;
+    for (int i = 0; i < n; i++)
+        if (!(ar->a[i] = db_array_new()))
+            return -1;
+    return 0;
+}
+
+static void arrays_release(struct arrays *ar)
+{
+    for (int i = 0; i < ar->n; i++)
+        db_array_free(ar->a[i]);
+}
+
+/* ---- record ---- */
+
+static const char *SQL_INSERT_PENDING =
+    "WITH v AS ("
+    "  SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[],"
+    "    $5::bigint[], $6::text[], $7::text[], $8::text[], $9::jsonb[])"
+    "  AS v(id, order_id, idempotency_key, fp, amount, currency, payment_method,"
+    "       customer_id, metadata)),"
+    " ins AS ("
+    "  INSERT INTO payment_attempts (id, order_id, idempotency_key, "
+    "request_fingerprint,"
+    "    amount, currency, payment_method, customer_id, metadata, status)"
+    "  SELECT id, order_id, idempotency_key, fp, amount, currency, payment_method,"
+    "    nullif(customer_id, ''), metadata, 'PENDING' FROM v"
+    "  ON CONFLICT DO NOTHING RETURNING id),"
+    " tr AS ("
+    "  INSERT INTO attempt_transitions (payment_attempt_id, old_status, new_status,"
+    "    cause, actor, reason)"
+    "  SELECT id, NULL, 'PENDING', 'worker', $10, 'recorded' FROM ins)"
+    "SELECT id FROM ins";
+
+static const char *SQL_FIND_EXISTING =
+    "SELECT id, idempotency_key, request_fingerprint FROM payment_attempts"
+    " WHERE id = ANY($1::uuid[]) OR idempotency_key = ANY($2::text[])";
+
+static const char *SQL_FIND_LIVE =
+    "SELECT order_id, id, status FROM payment_attempts"
+    " WHERE order_id = ANY($1::uuid[]) AND status IN " LIVE_STATUSES;
+
+static const char *SQL_INSERT_REJECTED =
+    "WITH v AS ("
+    "  SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[],"
+    "    $5::bigint[], $6::text[], $7::text[], $8::text[], $9::jsonb[], $10::text[])"
+    "  AS v(id, order_id, idempotency_key, fp, amount, currency, payment_method,"
+    "       customer_id, metadata, reason)),"
+    " ins AS ("
+    "  INSERT INTO payment_attempts (id, order_id, idempotency_key, "
+    "request_fingerprint,"
+    "    amount, currency, payment_method, customer_id, metadata, status, reason)"
+    "  SELECT id, order_id, idempotency_key, fp, amount, currency, payment_method,"
+    "    nullif(customer_id, ''), metadata, 'REJECTED', reason FROM v"
+    "  ON CONFLICT DO NOTHING"
+    "  RETURNING id, order_id, amount, currency, reason),"
+    " tr AS ("
+    "  INSERT INTO attempt_transitions (payment_attempt_id, old_status, new_status,"
+    "    cause, actor, reason)"
+    "  SELECT id, NULL, 'REJECTED', 'worker', $11, reason FROM ins),"
+    " ev AS (SELECT gen_random_uuid() AS eid, ins.* FROM ins),"
+    " ob AS ("
+    "  INSERT INTO outbox (event_id, payment_attempt_id, event_type, topic, event_key,"
+    "    payload)"
+    "  SELECT eid, id, 'charge.rejected', $12, id::text, jsonb_build_object("
+    "    'event_id', eid, 'type', 'charge.rejected', 'payment_attempt_id', id,"
+    "    'order_id', order_id, 'amount', amount, 'currency', currency,"
+    "    'reason', reason, 'occurred_at', " SQL_NOW_RFC3339 ") FROM ev)"
+    "SELECT id FROM ins";
+
+/* Fills the nine command columns for item i. */
+static int add_command(struct arrays *ar, const struct charge_command *c)
+{
+    return db_array_add(ar->a[0], c->payment_attempt_id) ||
+           db_array_add(ar->a[1], c->order_id) ||
+           db_array_add(ar->a[2], c->idempotency_key) ||
+           db_array_add(ar->a[3], c->fingerprint) ||
+           db_array_add_int(ar->a[4], c->amount) ||
+           db_array_add(ar->a[5], c->currency) ||
+           db_array_add(ar->a[6], c->payment_method) ||
+           db_array_add(ar->a[7], c->customer_id) ||
+           db_array_add(ar->a[8], c->metadata_json ? c->metadata_json : "{}");
+}
+
+static int in_result(PGresult *r, int col, const char *value)
+{
+    for (int i = 0; i < PQntuples(r); i++)
+        if (!strcmp(PQgetvalue(r, i, col), value))
+            return 1;
+    return 0;
+}
+
+int attempt_store_record(attempt_store_t *st, struct attempt_record_item *items,
+                         size_t n, char *errbuf, size_t errbuf_size)
+{
+    struct arrays ar = {0}, rj = {0};
+    PGresult *ins = NULL, *found = NULL, *live = NULL, *rej = NULL;
+    db_array_t *orders = NULL;
+    const char *p[12];
+    size_t nblocked = 0;
+    int rc = -1;
+
+    if (n == 0)
+        return 0;
+    if (ensure_conn(st, errbuf, errbuf_size) != 0)
+        return -1;
+    if (arrays_init(&ar, 9) != 0 || arrays_init(&rj, 10) != 0 ||
+        !(orders = db_array_new()))
+        goto oom;
+    for (size_t i = 0; i < n; i++)
+        if (add_command(&ar, items[i].cmd) != 0)
+            goto oom;
+    for (int i = 0; i < 9; i++)
+        p[i] = db_array_text(ar.a[i]);
+    p[9] = st->actor;
+    ins = db_exec(st->conn, SQL_INSERT_PENDING, 10, p, errbuf, errbuf_size);
+    if (!ins)
+        goto out;
+    /* Not inserted: the same attempt again, a conflict, or a busy order. */
+    p[1] = p[2];
+    found = db_exec(st->conn, SQL_FIND_EXISTING, 2, p, errbuf, errbuf_size);
+    if (!found)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        const struct charge_command *c = items[i].cmd;
+        items[i].result = ATTEMPT_RECORDED;
+        items[i].reason[0] = '\0';
+        if (in_result(ins, 0, c->payment_attempt_id))
+            continue;
+        int by_id = 0, by_key = 0;
+        for (int r = 0; r < PQntuples(found); r++) {
+            const char *id = PQgetvalue(found, r, 0), *key = PQgetvalue(found, r, 1),
+                       *fp = PQgetvalue(found, r, 2);
+            if (!strcmp(id, c->payment_attempt_id)) {
+                by_id = 1;
+                if (strcmp(key, c->idempotency_key) != 0) {
+                    items[i].result = ATTEMPT_CONFLICT;
+                    snprintf(items[i].reason, sizeof(items[i].reason),
+                             "attempt %s is already recorded under another idempotency "
+                             "key",
+                             id);
+                } else if (strcmp(fp, c->fingerprint) != 0) {
+                    items[i].result = ATTEMPT_CONFLICT;
+                    snprintf(
+                        items[i].reason, sizeof(items[i].reason),
+                        "idempotency key reused with other parameters than attempt "
+                        "%s",
+                        id);
+                }
+            } else if (!strcmp(key, c->idempotency_key)) {
+                by_key = 1;
+                items[i].result = ATTEMPT_CONFLICT;
+                snprintf(items[i].reason, sizeof(items[i].reason),
+                         "idempotency key already belongs to attempt %s", id);
+            }
+        }
+        if (!by_id && !by_key) {
+            /* Only the one-live-attempt-per-order index refused it. */
+            items[i].result = ATTEMPT_REJECTED;
+            if (db_array_add(orders, c->order_id) != 0)
+                goto oom;
+            nblocked++;
+        }
+    }
+    if (nblocked == 0) {
+        rc = 0;
+        goto out;
+    }
+    p[0] = db_array_text(orders);
+    live = db_exec(st->conn, SQL_FIND_LIVE, 1, p, errbuf, errbuf_size);
+    if (!live)
+        goto out;
+    size_t nrej = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct charge_command *c = items[i].cmd;
+        int row = -1;
+        if (items[i].result != ATTEMPT_REJECTED)
+            continue;
+        for (int r = 0; r < PQntuples(live); r++)
+            if (!strcmp(PQgetvalue(live, r, 0), c->order_id) &&
+                strcmp(PQgetvalue(live, r, 1), c->payment_attempt_id) != 0)
+                row = r;
+        if (row < 0) {
+            /* The live attempt settled meanwhile: try again from the top. */
+            items[i].result = ATTEMPT_RETRY;
+            continue;
+        }
+        const char *status = PQgetvalue(live, row, 2);
+        if (!strcmp(status, "SUCCEEDED"))
+            snprintf(items[i].reason, sizeof(items[i].reason),
+                     "order_already_paid: attempt %s succeeded",
+                     PQgetvalue(live, row, 1));
+        else
+            snprintf(items[i].reason, sizeof(items[i].reason),
+                     "order_has_live_attempt: attempt %s is %s",
+                     PQgetvalue(live, row, 1), status);
+        if (add_command(&rj, c) != 0 || db_array_add(rj.a[9], items[i].reason) != 0)
+            goto oom;
+        nrej++;
+    }
+    if (nrej > 0) {
+        for (int i = 0; i < 10; i++)
+            p[i] = db_array_text(rj.a[i]);
+        p[10] = st->actor;
+        p[11] = st->results_topic;
+        rej = db_exec(st->conn, SQL_INSERT_REJECTED, 12, p, errbuf, errbuf_size);
+        if (!rej)
+            goto out;
+        for (size_t i = 0; i < n; i++)
+            if (items[i].result == ATTEMPT_REJECTED &&
+                !in_result(rej, 0, items[i].cmd->payment_attempt_id))
+                items[i].result = ATTEMPT_RETRY; /* a duplicate beat us to it */
+    }
+    rc = 0;
+    goto out;
+oom:
+    snprintf(errbuf, errbuf_size, "out of memory");
+out:
+    PQclear(ins);
+    PQclear(found);
+    PQclear(live);
+    PQclear(rej);
+    db_array_free(orders);
+    arrays_release(&ar);
+    arrays_release(&rj);
+    return rc;
+}
+
+/* ---- claim ---- */
+
+static const char *SQL_CLAIM =
+    "WITH q AS (SELECT DISTINCT id FROM unnest($1::uuid[]) AS q(id)),"
+    " c AS ("
+    "  SELECT p.id, p.status FROM payment_attempts p JOIN q ON p.id = q.id"
+    "  WHERE p.status = 'PENDING'"
+    "     OR (p.status = 'PROCESSING' AND p.lease_owner IS NOT NULL"
+    "         AND p.lease_expires_at < now())"
+    "  FOR UPDATE OF p SKIP LOCKED),"
+    " u AS ("
+    "  UPDATE payment_attempts p SET status = 'PROCESSING', lease_owner = $2,"
+    "    lease_expires_at = now() + make_interval(secs => $3::double precision / 1000),"
+    "    lease_epoch = p.lease_epoch + 1, first_sent_at = coalesce(p.first_sent_at, "
+    "now()),"
+    "    updated_at = now()"
+    "  FROM c WHERE p.id = c.id"
+    "  RETURNING p.id, c.status AS old_status, p.lease_epoch, p.attempt_count,"
+    "    (extract(epoch FROM p.first_sent_at) * 1000)::bigint AS first_sent_ms),"
+    " t AS ("
+    "  INSERT INTO attempt_transitions (payment_attempt_id, old_status, new_status,"
+    "    cause, actor, reason)"
+    "  SELECT id, old_status, 'PROCESSING', 'worker', $2,"
+    "    CASE WHEN old_status = 'PENDING' THEN 'claimed'"
+    "         ELSE 'lease expired; taken over' END FROM u)"
+    "SELECT a.id, a.status, a.lease_owner IS NOT NULL, u.lease_epoch, u.attempt_count,"
+    "  u.first_sent_ms"
+    " FROM payment_attempts a JOIN q ON a.id = q.id LEFT JOIN u ON u.id = a.id";
+
+int attempt_store_claim(attempt_store_t *st, struct attempt_claim_item *items, size_t n,
+                        long long lease_ms, char *errbuf, size_t errbuf_size)
+{
+    db_array_t *ids = db_array_new();
+    char lease[32];
+    const char *p[3];
+    PGresult *r = NULL;
+    int rc = -1;
+
+    if (!ids) {
+        snprintf(errbuf, errbuf_size, "out of memory");
+        return -1;
+    }
+    if (n == 0 || ensure_conn(st, errbuf, errbuf_size) != 0) {
+        rc = n == 0 ? 0 : -1;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (db_array_add(ids, items[i].attempt_id) != 0)
+            goto out;
+    snprintf(lease, sizeof(lease), "%lld", lease_ms);
+    p[0] = db_array_text(ids);
+    p[1] = st->actor;
+    p[2] = lease;
+    r = db_exec(st->conn, SQL_CLAIM, 3, p, errbuf, errbuf_size);
+    if (!r)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        struct attempt_claim_item *it = &items[i];
+        int row = -1;
+        it->result = ATTEMPT_BUSY;
+        it->status[0] = '\0';
+        for (int k = 0; k < PQntuples(r); k++)
+            if (!strcmp(PQgetvalue(r, k, 0), it->attempt_id))
+                row = k;
+        if (row < 0)
+            continue;
+        snprintf(it->status, sizeof(it->status), "%s", PQgetvalue(r, row, 1));
+        int leased = PQgetvalue(r, row, 2)[0] == 't';
+        if (!PQgetisnull(r, row, 3)) {
+            /* Claimed by this statement. Two items of one attempt in a batch:
+             * only the first takes it; the other waits like any peer. */
+            int dup = 0;
+            for (size_t j = 0; j < i; j++)
+                if (items[j].result == ATTEMPT_CLAIMED &&
+                    !strcmp(items[j].attempt_id, it->attempt_id))
+                    dup = 1;
+            if (dup)
+                continue;
+            it->result = ATTEMPT_CLAIMED;
+            it->lease_epoch = strtoll(PQgetvalue(r, row, 3), NULL, 10);
+            it->attempt_count = atoi(PQgetvalue(r, row, 4));
+            it->first_sent_ms = strtoll(PQgetvalue(r, row, 5), NULL, 10);
+        } else if (strcmp(it->status, "PENDING") != 0 &&
+                   (strcmp(it->status, "PROCESSING") != 0 || !leased)) {
+            it->result = ATTEMPT_SETTLED;
+        }
+    }
+    rc = 0;
+out:
+    PQclear(r);
+    db_array_free(ids);
+    return rc;
+}
+
+/* ---- provider calls ---- */
+
+static const char *SQL_LOG_CALLS =
+    "INSERT INTO provider_calls (payment_attempt_id, operation, started_at, latency_ms,"
+    "  outcome, http_status, replayed, provider_payment_id, error, actor)"
+    " SELECT id, 'charge', to_timestamp(started_ms / 1000.0), latency, outcome,"
+    "  nullif(http, 0), replayed, nullif(ppid, ''), nullif(err, ''), $9"
+    " FROM unnest($1::uuid[], $2::bigint[], $3::int[], $4::text[], $5::int[],"
+    "  $6::bool[], $7::text[], $8::text[])"
+    " AS v(id, started_ms, latency, outcome, http, replayed, ppid, err)";
+
+int attempt_store_log_calls(attempt_store_t *st, const struct attempt_call *calls,
+                            size_t n, char *errbuf, size_t errbuf_size)
+{
+    struct arrays ar = {0};
+    const char *p[9];
+    int rc = -1;
+
+    if (n == 0)
+        return 0;
+    if (ensure_conn(st, errbuf, errbuf_size) != 0)
+        return -1;
+    if (arrays_init(&ar, 8) != 0)
+        goto oom;
+    for (size_t i = 0; i < n; i++) {
+        const struct provider_result *r = calls[i].res;
+        if (db_array_add(ar.a[0], calls[i].attempt_id) ||
+            db_array_add_int(ar.a[1], calls[i].started_ms) ||
+            db_array_add_int(ar.a[2], r->latency_ms) ||
+            db_array_add(ar.a[3], provider_outcome_name(r->outcome)) ||
+            db_array_add_int(ar.a[4], r->http_status) ||
+            db_array_add(ar.a[5], r->replayed ? "t" : "f") ||
+            db_array_add(ar.a[6], r->provider_payment_id) ||
+            db_array_add(ar.a[7], r->outcome == PROVIDER_SUCCEEDED ? "" : r->error))
+            goto oom;
+    }
+    for (int i = 0; i < 8; i++)
+        p[i] = db_array_text(ar.a[i]);
+    p[8] = st->actor;
+    rc = db_run(st->conn, SQL_LOG_CALLS, 9, p, errbuf, errbuf_size);
+    goto out;
+oom:
+    snprintf(errbuf, errbuf_size, "out of memory");
+out:
+    arrays_release(&ar);
+    return rc;
+}
+
+/* ---- persist ---- */
+
+static const char *SQL_PERSIST =
+    "WITH v AS ("
+    "  SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[],"
+    "    $5::text[], $6::text[], $7::jsonb[], $8::int[], $9::text[], $10::bigint[])"
+    "  AS v(id, epoch, status, reason, ppid, event_type, evidence, calls, last_error,"
+    "       next_check_ms)),"
+    " u AS ("
+    "  UPDATE payment_attempts p SET status = v.status, reason = v.reason,"
+    "    provider_payment_id = coalesce(v.ppid, p.provider_payment_id),"
+    "    lease_owner = NULL, lease_expires_at = NULL,"
+    "    attempt_count = p.attempt_count + v.calls, last_error = v.last_error,"
+    "    next_check_at = CASE WHEN v.next_check_ms IS NULL THEN NULL"
+    "      ELSE now() + make_interval(secs => v.next_check_ms / 1000.0) END,"
+    "    updated_at = now()"
+    "  FROM v WHERE p.id = v.id AND p.lease_owner = $11 AND p.lease_epoch = v.epoch"
+    "    AND p.status = 'PROCESSING'"
+    "  RETURNING p.id, p.order_id, p.amount, p.currency, p.status, p.reason,"
+    "    p.provider_payment_id, v.event_type, v.evidence),"
+    " t AS ("
+    "  INSERT INTO attempt_transitions (payment_attempt_id, old_status, new_status,"
+    "    cause, actor, reason, evidence)"
+    "  SELECT id, 'PROCESSING', status, 'worker', $11, reason, evidence FROM u),"
+    " l AS ("
+    "  INSERT INTO ledger_entries (payment_attempt_id, order_id, kind, amount, "
+    "currency,"
+    "    provider_payment_id)"
+    "  SELECT id, order_id, 'charge', amount, currency, provider_payment_id FROM u"
+    "  WHERE status = 'SUCCEEDED' ON CONFLICT (payment_attempt_id, kind) DO NOTHING),"
+    " e AS (SELECT gen_random_uuid() AS eid, u.* FROM u WHERE event_type IS NOT NULL),"
+    " o AS ("
+    "  INSERT INTO outbox (event_id, payment_attempt_id, event_type, topic, event_key,"
+    "    payload)"
+    "  SELECT eid, id, event_type, $12, id::text, jsonb_strip_nulls(jsonb_build_object("
+    "    'event_id', eid, 'type', event_type, 'payment_attempt_id', id,"
+    "    'order_id', order_id, 'amount', amount, 'currency', currency,"
+    "    'provider_payment_id', provider_payment_id,"
+    "    'reason', CASE WHEN status = 'SUCCEEDED' THEN NULL ELSE reason END,"
+    "    'occurred_at', " SQL_NOW_RFC3339 ")) FROM e)"
+    "SELECT id FROM u";
+
+int attempt_store_persist(attempt_store_t *st, struct attempt_outcome *items, size_t n,
+                          char *errbuf, size_t errbuf_size)
+{
+    struct arrays ar = {0};
+    const char *p[12];
+    PGresult *r = NULL;
+    int rc = -1;
+
+    if (n == 0)
+        return 0;
+    if (ensure_conn(st, errbuf, errbuf_size) != 0)
+        return -1;
+    if (arrays_init(&ar, 10) != 0)
+        goto oom;
+    for (size_t i = 0; i < n; i++) {
+        struct attempt_outcome *o = &items[i];
+        if (db_array_add(ar.a[0], o->attempt_id) ||
+            db_array_add_int(ar.a[1], o->lease_epoch) ||
+            db_array_add(ar.a[2], o->status) || db_array_add(ar.a[3], o->reason) ||
+            db_array_add(ar.a[4], o->provider_payment_id && *o->provider_payment_id
+                                      ? o->provider_payment_id
+                                      : NULL) ||
+            db_array_add(ar.a[5], o->event_type) ||
+            db_array_add(ar.a[6], o->evidence_json ? o->evidence_json : "{}") ||
+            db_array_add_int(ar.a[7], o->calls) || db_array_add(ar.a[8], o->last_error))
+            goto oom;
+        if (o->next_check_ms < 0 ? db_array_add(ar.a[9], NULL)
+                                 : db_array_add_int(ar.a[9], o->next_check_ms))
+            goto oom;
+    }
+    for (int i = 0; i < 10; i++)
+        p[i] = db_array_text(ar.a[i]);
+    p[10] = st->actor;
+    p[11] = st->results_topic;
+    r = db_exec(st->conn, SQL_PERSIST, 12, p, errbuf, errbuf_size);
+    if (!r)
+        goto out;
+    for (size_t i = 0; i < n; i++)
+        items[i].persisted = in_result(r, 0, items[i].attempt_id);
+    rc = 0;
+    goto out;
+oom:
+    snprintf(errbuf, errbuf_size, "out of memory");
+out:
+    PQclear(r);
+    arrays_release(&ar);
+    return rc;
+}
+
+/* ---- leases ---- */
+
+static const char *SQL_RENEW =
+    "UPDATE payment_attempts p"
+    " SET lease_expires_at = now() + make_interval(secs => $3::double precision / 1000)"
+    " FROM unnest($1::uuid[], $2::bigint[]) AS v(id, epoch)"
+    " WHERE p.id = v.id AND p.lease_epoch = v.epoch AND p.lease_owner = $4"
+    "   AND p.status = 'PROCESSING'"
+    " RETURNING p.id";
+
+static const char *SQL_RELEASE =
+    "UPDATE payment_attempts p SET lease_expires_at = now()"
+    " FROM unnest($1::uuid[], $2::bigint[]) AS v(id, epoch)"
+    " WHERE p.id = v.id AND p.lease_epoch = v.epoch AND p.lease_owner = $3"
+    "   AND p.status = 'PROCESSING'"
+    " RETURNING p.id";
+
+static PGresult *lease_update(attempt_store_t *st, const char *sql,
+                              const char *const *attempt_ids, const int64_t *epochs,
+                              size_t n, const char *lease_ms, char *errbuf,
+                              size_t errbuf_size)
+{
+    db_array_t *ids = db_array_new(), *eps = db_array_new();
+    PGresult *r = NULL;
+    const char *p[4];
+
+    if (!ids || !eps) {
+        snprintf(errbuf, errbuf_size, "out of memory");
+        goto out;
+    }
+    if (ensure_conn(st, errbuf, errbuf_size) != 0)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        if (db_array_add(ids, attempt_ids[i]) || db_array_add_int(eps, epochs[i])) {
+            snprintf(errbuf, errbuf_size, "out of memory");
+            goto out;
+        }
+    }
+    p[0] = db_array_text(ids);
+    p[1] = db_array_text(eps);
+    if (lease_ms) {
+        p[2] = lease_ms;
+        p[3] = st->actor;
+        r = db_exec(st->conn, sql, 4, p, errbuf, errbuf_size);
+    } else {
+        p[2] = st->actor;
+        r = db_exec(st->conn, sql, 3, p, errbuf, errbuf_size);
+    }
+out:
+    db_array_free(ids);
+    db_array_free(eps);
+    return r;
+}
+
+int attempt_store_renew(attempt_store_t *st, const char *const *attempt_ids,
+                        const int64_t *epochs, size_t n, long long lease_ms,
+                        int *still_ours, char *errbuf, size_t errbuf_size)
+{
+    char lease[32];
+    if (n == 0)
+        return 0;
+    snprintf(lease, sizeof(lease), "%lld", lease_ms);
+    PGresult *r =
+        lease_update(st, SQL_RENEW, attempt_ids, epochs, n, lease, errbuf, errbuf_size);
+    if (!r)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        still_ours[i] = in_result(r, 0, attempt_ids[i]);
+    PQclear(r);
+    return 0;
+}
+
+int attempt_store_release(attempt_store_t *st, const char *const *attempt_ids,
+                          const int64_t *epochs, size_t n, char *errbuf,
+                          size_t errbuf_size)
+{
+    if (n == 0)
+        return 0;
+    PGresult *r = lease_update(st, SQL_RELEASE, attempt_ids, epochs, n, NULL, errbuf,
+                               errbuf_size);
+    if (!r)
+        return -1;
+    PQclear(r);
+    return 0;
+}

@@ -1,0 +1,110 @@
+/* attempt_store: the worker's payment attempts in PostgreSQL.
+ *
+ * Every operation takes a batch and costs one round trip per step; each
+ * statement is atomic on its own (CTEs write the attempt, its transition,
+ * its result event and its ledger row together), so no transaction is ever
+ * open while a provider call is in flight. Unique constraints settle races:
+ * nothing here checks and then inserts.
+ *
+ * The connection is re-opened on the next call after it breaks; a failed
+ * call returns -1 and changes nothing the caller has to undo, because every
+ * step is safe to repeat. */
+#ifndef CHARGED_ATTEMPT_STORE_H
+#define CHARGED_ATTEMPT_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "charge_command.h"
+#include "provider_client.h"
+
+typedef struct attempt_store attempt_store_t;
+
+/* `actor` names this process in leases and transitions (the worker id);
+ * `results_topic` is written into outbox rows. Copies both. Connects now;
+ * NULL and errbuf when the database is unreachable. */
+attempt_store_t *attempt_store_new(const char *database_url, const char *actor,
+                                   const char *results_topic, char *errbuf,
+                                   size_t errbuf_size);
+void attempt_store_free(attempt_store_t *st);
+
+/* ---- record: insert or read, never check-then-insert ---- */
+
+enum attempt_record_result {
+    ATTEMPT_RECORDED = 0, /* new or the same attempt again: go on to claim */
+    ATTEMPT_CONFLICT,     /* key or attempt id reused with other parameters */
+    ATTEMPT_REJECTED,     /* recorded REJECTED: the order is paid or busy */
+    ATTEMPT_RETRY,        /* a race moved under us: record again later */
+};
+
+struct attempt_record_item {
+    const struct charge_command *cmd;  /* in */
+    enum attempt_record_result result; /* out */
+    char reason[160];                  /* out: conflict or rejection */
+};
+
+int attempt_store_record(attempt_store_t *st, struct attempt_record_item *items,
+                         size_t n, char *errbuf, size_t errbuf_size);
+
+/* ---- claim: SELECT ... FOR UPDATE SKIP LOCKED, then lease ---- */
+
+enum attempt_claim_result {
+    ATTEMPT_CLAIMED = 0, /* ours: call the provider under lease_epoch */
+    ATTEMPT_SETTLED,     /* nothing to call: the outcome is durable */
+    ATTEMPT_BUSY,        /* leased or locked by someone else: wait */
+};
+
+struct attempt_claim_item {
+    const char *attempt_id;           /* in */
+    enum attempt_claim_result result; /* out */
+    int64_t lease_epoch;              /* out, when claimed */
+    int64_t first_sent_ms;            /* out: first claim for a call (epoch ms) */
+    int attempt_count;                /* out: provider calls so far */
+    char status[20];                  /* out: status before the claim */
+};
+
+int attempt_store_claim(attempt_store_t *st, struct attempt_claim_item *items, size_t n,
+                        long long lease_ms, char *errbuf, size_t errbuf_size);
+
+/* ---- provider calls, for support ---- */
+
+struct attempt_call {
+    const char *attempt_id;
+    int64_t started_ms; /* epoch ms */
+    const struct provider_result *res;
+};
+
+int attempt_store_log_calls(attempt_store_t *st, const struct attempt_call *calls,
+                            size_t n, char *errbuf, size_t errbuf_size);
+
+/* ---- persist an outcome, fenced on the lease ---- */
+
+struct attempt_outcome {
+    const char *attempt_id;          /* in */
+    int64_t lease_epoch;             /* in: the claim this result belongs to */
+    const char *status;              /* in: SUCCEEDED, FAILED, UNKNOWN, ... */
+    const char *reason;              /* in, may be NULL */
+    const char *provider_payment_id; /* in, may be NULL */
+    const char *event_type;          /* in: result event, NULL for none */
+    const char *evidence_json;       /* in: the provider's answer, summarised */
+    int calls;                       /* in: provider calls made under this claim */
+    const char *last_error;          /* in, may be NULL */
+    long long next_check_ms;         /* in: reconciler's next look; < 0 none */
+    int persisted;                   /* out: 0 when the lease was lost */
+};
+
+int attempt_store_persist(attempt_store_t *st, struct attempt_outcome *items, size_t n,
+                          char *errbuf, size_t errbuf_size);
+
+/* ---- leases ---- */
+
+/* Extends the leases still ours; still_ours[i] says which. */
+int attempt_store_renew(attempt_store_t *st, const char *const *attempt_ids,
+                        const int64_t *epochs, size_t n, long long lease_ms,
+                        int *still_ours, char *errbuf, size_t errbuf_size);
+/* Lets the leases expire now, so that a peer may take over at once. */
+int attempt_store_release(attempt_store_t *st, const char *const *attempt_ids,
+                          const int64_t *epochs, size_t n, char *errbuf,
+                          size_t errbuf_size);
+
+#endif

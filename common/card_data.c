@@ -1,0 +1,140 @@
+#include "card_data.h"
+
+#include <string.h>
+
+static int is_digit(char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+static int is_alnum(char c)
+{
+    return is_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+/* A candidate: digits, optionally grouped by single spaces or hyphens. */
+struct run {
+    size_t start, end; /* end: one past the last digit */
+    int ndigits;
+    int groups[8];
+    int ngroups; /* > 8: too many to be a card */
+};
+
+static void scan_run(const char *buf, size_t len, size_t i, struct run *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->start = r->end = i;
+    r->ngroups = 1;
+    while (i < len) {
+        if (is_digit(buf[i])) {
+            r->ndigits++;
+            if (r->ngroups <= 8)
+                r->groups[r->ngroups - 1]++;
+            r->end = ++i;
+            continue;
+        }
+        if ((buf[i] == ' ' || buf[i] == '-') && i + 1 < len && is_digit(buf[i + 1])) {
+            r->ngroups++;
+            i++;
+            continue;
+        }
+        break;
+    }
+}
+
+/* Grouped the way cards are printed: 4-4-4-4(-3), 4-6-5 or 4-6-4. */
+static int card_grouping(const struct run *r)
+{
+    if (r->ngroups == 1)
+        return 1;
+    if (r->ngroups > 8)
+        return 0;
+    if (r->ngroups == 3 && r->groups[0] == 4 && r->groups[1] == 6 &&
+        (r->groups[2] == 5 || r->groups[2] == 4))
+        return 1;
+    for (int g = 0; g < r->ngroups - 1; g++)
+        if (r->groups[g] != 4)
+            return 0;
+    return r->groups[r->ngroups - 1] >= 1 && r->groups[r->ngroups - 1] <= 4;
+}
+
+/* Part of a longer token, such as a UUID ("...-1234-5678...") or an id. */
+static int inside_token(const char *buf, size_t len, const struct run *r)
+{
+    size_t s = r->start, e = r->end;
+    if (s > 0 && is_alnum(buf[s - 1]))
+        return 1;
+    if (s > 1 && buf[s - 1] == '-' && is_alnum(buf[s - 2]))
+        return 1;
+    if (e < len && is_alnum(buf[e]))
+        return 1;
+    if (e + 1 < len && buf[e] == '-' && is_alnum(buf[e + 1]))
+        return 1;
+    return 0;
+}
+
+static int luhn_ok(const char *buf, size_t start, size_t end)
+{
+    int sum = 0, dbl = 0;
+    for (size_t i = end; i > start; i--) {
+        char c = buf[i - 1];
+        if (!is_digit(c))
+            continue;
+        int d = c - '0';
+        if (dbl) {
+            d *= 2;
+            if (d > 9)
+                d -= 9;
+        }
+        sum += d;
+        dbl = !dbl;
+    }
+    return sum % 10 == 0;
+}
+
+static int is_pan(const char *buf, size_t len, const struct run *r)
+{
+    return r->ndigits >= 13 && r->ndigits <= 19 && buf[r->start] >= '2' &&
+           buf[r->start] <= '6' && card_grouping(r) && !inside_token(buf, len, r) &&
+           luhn_ok(buf, r->start, r->end);
+}
+
+/* Counts (and, with buf, masks) the card numbers in cbuf. */
+static size_t each_pan(char *buf, const char *cbuf, size_t len, int mask)
+{
+    size_t n = 0, i = 0;
+    while (i < len) {
+        if (!is_digit(cbuf[i]) || (i > 0 && is_digit(cbuf[i - 1]))) {
+            i++;
+            continue;
+        }
+        struct run r;
+        scan_run(cbuf, len, i, &r);
+        if (is_pan(cbuf, len, &r)) {
+            n++;
+            if (mask) {
+                int keep = 4;
+                for (size_t j = r.end; j > r.start; j--) {
+                    if (!is_digit(buf[j - 1]))
+                        continue;
+                    if (keep > 0)
+                        keep--;
+                    else
+                        buf[j - 1] = '*';
+                }
+            }
+        }
+        i = r.end > i ? r.end : i + 1;
+    }
+    return n;
+}
+
+int card_data_found(const char *buf, size_t len)
+{
+    return buf && each_pan(NULL, buf, len, 0) > 0;
+}
+
+size_t card_data_mask(char *buf, size_t len)
+{
+    return buf ? each_pan(buf, buf, len, 1) : 0;
+}

@@ -1,0 +1,22 @@
+/* card_data: finds and masks payment card numbers (PANs) in raw bytes.
+ *
+ * A card number is a run of 13..19 digits, ungrouped or grouped the way
+ * cards are printed (4-4-4-4, 4-6-5, with single spaces or hyphens), that
+ * starts with 2..6 (the networks' ranges), is not part of a longer token
+ * (a UUID, an id) and passes the Luhn check. Amounts (at most 12 digits),
+ * UUIDs and millisecond timestamps (starting with 1) do not look like one. Commands
+ * must never carry card digits: charged refuses them and masks them wherever it keeps
+ * or prints the command. */
+#ifndef CHARGED_CARD_DATA_H
+#define CHARGED_CARD_DATA_H
+
+#include <stddef.h>
+
+/* 1 if buf holds a card number. */
+int card_data_found(const char *buf, size_t len);
+
+/* Overwrites every digit of each card number in buf, except the last four,
+ * with '*', in place; the length is unchanged. Returns how many it masked. */
+size_t card_data_mask(char *buf, size_t len);
+
+#endif

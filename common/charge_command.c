@@ -1,0 +1,325 @@
+#include "charge_command.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+#include <openssl/evp.h>
+
+#include "card_data.h"
+
+/* Active ISO 4217 codes. */
+static const char iso4217[] =
+    "AED AFN ALL AMD ANG AOA ARS AUD AWG AZN BAM BBD BDT BGN BHD BIF BMD BND BOB BRL "
+    "BSD BTN BWP BYN BZD CAD CDF CHF CLP CNY COP CRC CUP CVE CZK DJF DKK DOP DZD EGP "
+    "ERN ETB EUR FJD FKP GBP GEL GHS GIP GMD GNF GTQ GYD HKD HNL HTG HUF IDR ILS INR "
+    "IQD IRR ISK JMD JOD JPY KES KGS KHR KMF KPW KRW KWD KYD KZT LAK LBP LKR LRD LSL "
+    "LYD MAD MDL MGA MKD MMK MNT MOP MRU MUR MVR MWK MXN MYR MZN NAD NGN NIO NOK NPR "
+    "NZD OMR PAB PEN PGK PHP PKR PLN PYG QAR RON RSD RUB RWF SAR SBD SCR SDG SEK SGD "
+    "SHP SLE SOS SRD SSP STN SVC SYP SZL THB TJS TMT TND TOP TRY TTD TWD TZS UAH UGX "
+    "USD UYU UZS VES VND VUV WST XAF XCD XCG XOF XPF YER ZAR ZMW ZWG";
+
+int charge_command_is_uuid(const char *s)
+{
+    if (!s || strlen(s) != 36)
+        return 0;
+    for (int i = 0; i < 36; i++) {
+        if (i == 8 || i == 13 || i == 18 || i == 23) {
+            if (s[i] != '-')
+                return 0;
+        } else if (!isxdigit((unsigned char)s[i])) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Strict UTF-8: no overlongs, no surrogates, nothing above U+10FFFF. */
+static int valid_utf8(const unsigned char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        size_t len;
+        unsigned cp;
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if ((c & 0xe0) == 0xc0) {
+            len = 2, cp = c & 0x1f;
+        } else if ((c & 0xf0) == 0xe0) {
+            len = 3, cp = c & 0x0f;
+        } else if ((c & 0xf8) == 0xf0) {
+            len = 4, cp = c & 0x07;
+        } else {
+            return 0;
+        }
+        if (i + len > n)
+            return 0;
+        for (size_t k = 1; k < len; k++) {
+            if ((s[i + k] & 0xc0) != 0x80)
+                return 0;
+            cp = (cp << 6) | (s[i + k] & 0x3f);
+        }
+        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) ||
+            (len == 4 && cp < 0x10000) || cp > 0x10ffff ||
+            (cp >= 0xd800 && cp <= 0xdfff))
+            return 0;
+        i += len;
+    }
+    return 1;
+}
+
+static int valid_key_chars(const char *s)
+{
+    size_t n = strlen(s);
+    if (n < 1 || n > 128)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (!isalnum(c) && c != '.' && c != '_' && c != ':' && c != '-')
+            return 0;
+    }
+    return 1;
+}
+
+static int currency_allowed(const char *cur, const char *list)
+{
+    size_t n = strlen(cur);
+    if (!list || !*list)
+        return 1;
+    for (const char *p = list; *p;) {
+        while (*p == ',' || *p == ' ')
+            p++;
+        const char *e = p;
+        while (*e && *e != ',' && *e != ' ')
+            e++;
+        if ((size_t)(e - p) == n && !strncmp(p, cur, n))
+            return 1;
+        p = e;
+    }
+    return 0;
+}
+
+static void fingerprint(struct charge_command *c)
+{
+    char buf[1024];
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned mdlen = 0;
+    int n = snprintf(buf, sizeof(buf), "v1|%s|%s|%lld|%s|%s|%s", c->payment_attempt_id,
+                     c->order_id, c->amount, c->currency, c->payment_method,
+                     c->customer_id);
+    EVP_Digest(buf, (size_t)n, md, &mdlen, EVP_sha256(), NULL);
+    for (unsigned i = 0; i < mdlen; i++)
+        sprintf(c->fingerprint + 2 * i, "%02x", md[i]);
+}
+
+/* Reads a required or optional string member into dst (size dst_size). */
+static int get_string(json_t *obj, const char *name, int required, size_t min,
+                      size_t max, char *dst, size_t dst_size, char *errbuf,
+                      size_t errbuf_size)
+{
+    json_t *v = json_object_get(obj, name);
+    if (!v || json_is_null(v)) {
+        if (required) {
+            snprintf(errbuf, errbuf_size, "'%s' is missing", name);
+            return -1;
+        }
+        dst[0] = '\0';
+        return 0;
+    }
+    if (!json_is_string(v)) {
+        snprintf(errbuf, errbuf_size, "'%s' must be a string", name);
+        return -1;
+    }
+    size_t n = json_string_length(v);
+    if (n < min || n > max || n >= dst_size || memchr(json_string_value(v), 0, n)) {
+        snprintf(errbuf, errbuf_size, "'%s' must be %zu..%zu characters", name, min,
+                 max);
+        return -1;
+    }
+    memcpy(dst, json_string_value(v), n + 1);
+    return 0;
+}
+
+static int check_metadata(json_t *md, char *errbuf, size_t errbuf_size)
+{
+    const char *k;
+    json_t *v;
+    if (!md || json_is_null(md))
+        return 0;
+    if (!json_is_object(md)) {
+        snprintf(errbuf, errbuf_size, "'metadata' must be an object");
+        return -1;
+    }
+    if (json_object_size(md) > 20) {
+        snprintf(errbuf, errbuf_size, "'metadata' has more than 20 pairs");
+        return -1;
+    }
+    json_object_foreach(md, k, v)
+    {
+        if (!json_is_string(v)) {
+            snprintf(errbuf, errbuf_size, "'metadata' values must be strings");
+            return -1;
+        }
+        if (strlen(k) < 1 || strlen(k) > 40 || json_string_length(v) > 500) {
+            snprintf(errbuf, errbuf_size,
+                     "'metadata' keys must be 1..40 and values at most 500 characters");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+enum dead_letter_reason charge_command_parse(const void *key, size_t key_len,
+                                             const void *value, size_t value_len,
+                                             const struct charge_command_limits *limits,
+                                             struct charge_command *out, char *errbuf,
+                                             size_t errbuf_size)
+{
+    enum dead_letter_reason r = DEAD_LETTER_SCHEMA_VIOLATION;
+    json_error_t jerr;
+    json_t *doc = NULL, *v;
+
+    memset(out, 0, sizeof(*out));
+    if (!value || value_len == 0) {
+        snprintf(errbuf, errbuf_size, "the message has no value");
+        return DEAD_LETTER_EMPTY_VALUE;
+    }
+    if (limits->max_bytes && value_len > limits->max_bytes) {
+        snprintf(errbuf, errbuf_size,
+                 "the value is %zu bytes, more than the %zu allowed", value_len,
+                 limits->max_bytes);
+        return DEAD_LETTER_OVERSIZED;
+    }
+    if (card_data_found(value, value_len) || card_data_found(key, key ? key_len : 0)) {
+        snprintf(errbuf, errbuf_size,
+                 "the command holds what looks like a card number; commands carry "
+                 "provider tokens only");
+        return DEAD_LETTER_CARD_DATA;
+    }
+    if (!valid_utf8(value, value_len)) {
+        snprintf(errbuf, errbuf_size, "the value is not valid UTF-8");
+        return DEAD_LETTER_INVALID_UTF8;
+    }
+    doc = json_loadb(value, value_len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!doc) {
+        snprintf(errbuf, errbuf_size, "not JSON: %s at line %d column %d", jerr.text,
+                 jerr.line, jerr.column);
+        card_data_mask(errbuf, strlen(errbuf));
+        return DEAD_LETTER_MALFORMED_JSON;
+    }
+    if (!json_is_object(doc)) {
+        snprintf(errbuf, errbuf_size, "the value must be a JSON object");
+        goto out;
+    }
+    v = json_object_get(doc, "type");
+    if (!json_is_string(v) || strcmp(json_string_value(v), "charge.requested") != 0) {
+        snprintf(errbuf, errbuf_size, "'type' must be \"charge.requested\"");
+        goto out;
+    }
+    v = json_object_get(doc, "version");
+    if (!json_is_integer(v) || json_integer_value(v) != 1) {
+        snprintf(errbuf, errbuf_size, "'version' must be the integer 1");
+        goto out;
+    }
+    if (get_string(doc, "payment_attempt_id", 1, 36, 36, out->payment_attempt_id,
+                   sizeof(out->payment_attempt_id), errbuf, errbuf_size) ||
+        get_string(doc, "order_id", 1, 36, 36, out->order_id, sizeof(out->order_id),
+                   errbuf, errbuf_size))
+        goto out;
+    if (!charge_command_is_uuid(out->payment_attempt_id)) {
+        snprintf(errbuf, errbuf_size, "'payment_attempt_id' must be a UUID");
+        goto out;
+    }
+    if (!charge_command_is_uuid(out->order_id)) {
+        snprintf(errbuf, errbuf_size, "'order_id' must be a UUID");
+        goto out;
+    }
+    if (get_string(doc, "idempotency_key", 1, 1, 128, out->idempotency_key,
+                   sizeof(out->idempotency_key), errbuf, errbuf_size))
+        goto out;
+    if (!valid_key_chars(out->idempotency_key)) {
+        snprintf(errbuf, errbuf_size,
+                 "'idempotency_key' must be 1..128 characters of [A-Za-z0-9._:-]");
+        goto out;
+    }
+    v = json_object_get(doc, "amount");
+    if (!json_is_integer(v)) {
+        snprintf(errbuf, errbuf_size, "'amount' must be an integer (minor units)");
+        goto out;
+    }
+    out->amount = json_integer_value(v);
+    if (out->amount < 1 || out->amount > 100000000000LL) {
+        snprintf(errbuf, errbuf_size, "'amount' %lld is outside 1..100000000000",
+                 out->amount);
+        goto out;
+    }
+    if (get_string(doc, "currency", 1, 3, 3, out->currency, sizeof(out->currency),
+                   errbuf, errbuf_size))
+        goto out;
+    if (!isupper((unsigned char)out->currency[0]) ||
+        !isupper((unsigned char)out->currency[1]) ||
+        !isupper((unsigned char)out->currency[2]) || !strstr(iso4217, out->currency)) {
+        snprintf(errbuf, errbuf_size,
+                 "'currency' must be an ISO 4217 code in upper case, not '%s'",
+                 out->currency);
+        goto out;
+    }
+    if (get_string(doc, "payment_method", 1, 1, 255, out->payment_method,
+                   sizeof(out->payment_method), errbuf, errbuf_size) ||
+        get_string(doc, "customer_id", 0, 1, 255, out->customer_id,
+                   sizeof(out->customer_id), errbuf, errbuf_size))
+        goto out;
+    v = json_object_get(doc, "metadata");
+    if (check_metadata(v, errbuf, errbuf_size))
+        goto out;
+    if (!key) {
+        r = DEAD_LETTER_KEY_MISMATCH;
+        snprintf(errbuf, errbuf_size,
+                 "the message has no key; it must be the "
+                 "payment_attempt_id");
+        goto out;
+    }
+    if (key_len != 36 || memcmp(key, out->payment_attempt_id, 36) != 0) {
+        r = DEAD_LETTER_KEY_MISMATCH;
+        snprintf(errbuf, errbuf_size, "the message key is not the payment_attempt_id");
+        goto out;
+    }
+    for (char *p = out->payment_attempt_id; *p; p++)
+        *p = (char)tolower((unsigned char)*p);
+    for (char *p = out->order_id; *p; p++)
+        *p = (char)tolower((unsigned char)*p);
+    if (out->amount > limits->max_amount) {
+        r = DEAD_LETTER_AMOUNT_OVER_LIMIT;
+        snprintf(errbuf, errbuf_size,
+                 "'amount' %lld is above this deployment's limit %lld", out->amount,
+                 limits->max_amount);
+        goto out;
+    }
+    if (!currency_allowed(out->currency, limits->allowed_currencies)) {
+        r = DEAD_LETTER_CURRENCY_NOT_ALLOWED;
+        snprintf(errbuf, errbuf_size, "'currency' %s is not allowed by this deployment",
+                 out->currency);
+        goto out;
+    }
+    out->metadata_json =
+        json_is_object(v) ? json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS) : strdup("{}");
+    if (!out->metadata_json) {
+        snprintf(errbuf, errbuf_size, "out of memory");
+        goto out;
+    }
+    fingerprint(out);
+    r = DEAD_LETTER_NONE;
+out:
+    json_decref(doc);
+    return r;
+}
+
+void charge_command_release(struct charge_command *cmd)
+{
+    free(cmd->metadata_json);
+    cmd->metadata_json = NULL;
+}

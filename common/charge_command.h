@@ -1,0 +1,45 @@
+/* charge_command: parses and validates a charge command message against the
+ * contract, and fingerprints what it asks to charge.
+ *
+ * Anything that breaks a rule comes back as a dead-letter reason with one
+ * line of why; that line never quotes the value (it may hold card digits). */
+#ifndef CHARGED_CHARGE_COMMAND_H
+#define CHARGED_CHARGE_COMMAND_H
+
+#include <stddef.h>
+
+#include "dead_letter.h"
+
+struct charge_command {
+    char payment_attempt_id[37]; /* lower-case canonical UUID */
+    char order_id[37];
+    char idempotency_key[129];
+    long long amount;
+    char currency[4];
+    char payment_method[256];
+    char customer_id[256]; /* "" when absent */
+    char *metadata_json;   /* the metadata object as JSON, "{}" when absent */
+    char fingerprint[65];  /* SHA-256 hex of the charged parameters */
+};
+
+/* Limits a deployment sets on top of the contract's rules. */
+struct charge_command_limits {
+    size_t max_bytes;               /* larger values are "oversized" */
+    long long max_amount;           /* above it: "amount_over_limit" */
+    const char *allowed_currencies; /* "EUR,USD"; NULL or "" allows all */
+};
+
+/* Validates key and value. Returns DEAD_LETTER_NONE and fills *out (release
+ * with charge_command_release), or a reason and one line in errbuf. */
+enum dead_letter_reason charge_command_parse(const void *key, size_t key_len,
+                                             const void *value, size_t value_len,
+                                             const struct charge_command_limits *limits,
+                                             struct charge_command *out, char *errbuf,
+                                             size_t errbuf_size);
+
+void charge_command_release(struct charge_command *cmd);
+
+/* 1 if s is a UUID (8-4-4-4-12 hex digits). */
+int charge_command_is_uuid(const char *s);
+
+#endif

@@ -1,0 +1,130 @@
+#include "dead_letter.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "card_data.h"
+
+static const char *reason_names[DEAD_LETTER__COUNT] = {
+    NULL,
+    "empty_value",
+    "oversized",
+    "card_data_refused",
+    "invalid_utf8",
+    "malformed_json",
+    "schema_violation",
+    "key_mismatch",
+    "amount_over_limit",
+    "currency_not_allowed",
+    "idempotency_key_conflict",
+};
+
+const char *dead_letter_reason_name(enum dead_letter_reason r)
+{
+    return r > DEAD_LETTER_NONE && r < DEAD_LETTER__COUNT ? reason_names[r] : NULL;
+}
+
+int dead_letter_reason_parse(const char *s)
+{
+    for (int i = 1; i < DEAD_LETTER__COUNT; i++)
+        if (s && !strcmp(s, reason_names[i]))
+            return i;
+    return -1;
+}
+
+static char *masked_copy(const void *p, size_t n)
+{
+    char *c = malloc(n ? n : 1);
+    if (!c)
+        return NULL;
+    if (n)
+        memcpy(c, p, n);
+    card_data_mask(c, n);
+    return c;
+}
+
+void dead_letter_release(struct dead_letter *dl)
+{
+    free(dl->key);
+    free(dl->value);
+    if (dl->headers)
+        rd_kafka_headers_destroy(dl->headers);
+    memset(dl, 0, sizeof(*dl));
+}
+
+static int add(rd_kafka_headers_t *h, const char *name, const char *value)
+{
+    return rd_kafka_header_add(h, name, -1, value, -1) == RD_KAFKA_RESP_ERR_NO_ERROR
+               ? 0
+               : -1;
+}
+
+int dead_letter_build(const rd_kafka_message_t *msg, enum dead_letter_reason reason,
+                      const char *error, const struct dead_letter_origin *origin,
+                      struct dead_letter *out)
+{
+    rd_kafka_headers_t *orig = NULL;
+    char num[32], failed_at[40], line[512];
+    struct timespec now;
+    struct tm tm;
+
+    memset(out, 0, sizeof(*out));
+    if (msg->key) {
+        out->key = masked_copy(msg->key, msg->key_len);
+        out->key_len = msg->key_len;
+        if (!out->key)
+            goto fail;
+    }
+    if (msg->payload) {
+        out->value = masked_copy(msg->payload, msg->len);
+        out->value_len = msg->len;
+        if (!out->value)
+            goto fail;
+    }
+    /* The original headers, in order, card digits masked. */
+    out->headers = rd_kafka_headers_new(16);
+    if (!out->headers)
+        goto fail;
+    if (rd_kafka_message_headers(msg, &orig) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        const char *name;
+        const void *val;
+        size_t sz;
+        for (size_t i = 0; !rd_kafka_header_get_all(orig, i, &name, &val, &sz); i++) {
+            char *v = val ? masked_copy(val, sz) : NULL;
+            if (val && !v)
+                goto fail;
+            rd_kafka_header_add(out->headers, name, -1, v, val ? (ssize_t)sz : 0);
+            free(v);
+        }
+    }
+    snprintf(line, sizeof(line), "%s", error ? error : "");
+    card_data_mask(line, strlen(line));
+    clock_gettime(CLOCK_REALTIME, &now);
+    gmtime_r(&now.tv_sec, &tm);
+    strftime(failed_at, sizeof(failed_at), "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(failed_at + strlen(failed_at), sizeof(failed_at) - strlen(failed_at),
+             ".%03ldZ", now.tv_nsec / 1000000);
+
+    if (add(out->headers, "dlq.reason", dead_letter_reason_name(reason)) ||
+        add(out->headers, "dlq.error", line) ||
+        add(out->headers, "dlq.original.topic", origin->topic))
+        goto fail;
+    snprintf(num, sizeof(num), "%d", (int)origin->partition);
+    if (add(out->headers, "dlq.original.partition", num))
+        goto fail;
+    snprintf(num, sizeof(num), "%lld", (long long)origin->offset);
+    if (add(out->headers, "dlq.original.offset", num))
+        goto fail;
+    snprintf(num, sizeof(num), "%lld", (long long)origin->timestamp_ms);
+    if (add(out->headers, "dlq.original.timestamp", num) ||
+        add(out->headers, "dlq.consumer.group", origin->consumer_group) ||
+        add(out->headers, "dlq.worker", origin->worker) ||
+        add(out->headers, "dlq.failed_at", failed_at))
+        goto fail;
+    return 0;
+fail:
+    dead_letter_release(out);
+    return -1;
+}

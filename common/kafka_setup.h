@@ -1,0 +1,31 @@
+/* kafka_setup: librdkafka configuration shared by charged's programs.
+ *
+ * Order matters: program defaults first, then the operator's KAFKA_*
+ * pass-through, then the settings correctness depends on (manual offset
+ * commits, idempotent producer), which nobody may override. */
+#ifndef CHARGED_KAFKA_SETUP_H
+#define CHARGED_KAFKA_SETUP_H
+
+#include <stddef.h>
+
+#include <librdkafka/rdkafka.h>
+
+#include "config.h"
+
+/* A conf with bootstrap.servers, client.id and librdkafka's logs routed to
+ * our JSON logger. NULL and errbuf on a bad value. */
+rd_kafka_conf_t *kafka_setup_conf(const config_t *cfg, const char *client_id,
+                                  char *errbuf, size_t errbuf_size);
+
+/* Sets one property. 0 / -1 with errbuf. */
+int kafka_setup_set(rd_kafka_conf_t *conf, const char *name, const char *value,
+                    char *errbuf, size_t errbuf_size);
+
+/* Applies the KAFKA_* pass-through properties (validated by config_new). */
+void kafka_setup_apply_env(rd_kafka_conf_t *conf, const config_t *cfg);
+
+/* WORKER_ID, or <hostname>-<pid>-<random>: unique per process, so that a
+ * restarted worker never mistakes a dead predecessor's lease for its own. */
+void kafka_setup_worker_id(const config_t *cfg, char *out, size_t out_size);
+
+#endif

@@ -1,0 +1,334 @@
+"""End-to-end harness: real Kafka, real PostgreSQL, real psp-sim, real workers.
+
+Each scenario gets its own database, topics, consumer group and psp-sim, so
+scenarios never see each other's data. Correctness is judged by invariants
+over what psp-sim actually charged (its ledger), not by what workers believe.
+Python standard library only.
+"""
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+
+BUILD = os.environ.get("CHARGED_BUILD_DIR", "build")
+CHARGED = os.path.join(BUILD, "worker", "charged")
+CHARGECTL = os.path.join(BUILD, "worker", "chargectl")
+PSP_SIM = os.path.join(BUILD, "tools", "psp-sim", "psp-sim")
+KAFKA_TOOL = os.path.join(BUILD, "tests", "kafka_test_tool")
+API_KEY = "sk_test_e2e"
+
+
+class Failure(Exception):
+    pass
+
+
+def log(*args):
+    print(time.strftime("%H:%M:%S"), *args, flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(what, cond, timeout, interval=0.2):
+    """Polls cond() until it returns a true value or the deadline passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() >= deadline:
+            raise Failure("timed out after %ss waiting for %s" % (timeout, what))
+        time.sleep(interval)
+
+
+def new_command(order_id=None, amount=None, payment_method="pm_card_visa", **extra):
+    attempt = str(uuid.uuid4())
+    cmd = {
+        "type": "charge.requested",
+        "version": 1,
+        "payment_attempt_id": attempt,
+        "order_id": order_id or str(uuid.uuid4()),
+        "idempotency_key": "attempt:" + attempt,
+        "amount": amount if amount is not None else random.randint(100, 100000),
+        "currency": "EUR",
+        "payment_method": payment_method,
+    }
+    cmd.update(extra)
+    return cmd
+
+
+class Scenario:
+    """One isolated world: database, topics, group, psp-sim and workers."""
+
+    def __init__(self, name, partitions=12, psp_args=(), worker_env=None):
+        self.name = name
+        self.tag = "%s_%d_%s" % (name, os.getpid(), uuid.uuid4().hex[:6])
+        self.dir = os.path.join(BUILD, "e2e-logs", self.tag)
+        os.makedirs(self.dir, exist_ok=True)
+        base_db = os.environ["CHARGED_TEST_DATABASE_URL"]
+        self.kafka = os.environ["CHARGED_TEST_KAFKA"]
+        self.db = base_db.rsplit("/", 1)[0] + "/" + self.tag.lower()
+        self.admin_db = base_db
+        self.topics = {
+            "commands": "e2e.%s.commands" % self.tag,
+            "results": "e2e.%s.results" % self.tag,
+            "dlq": "e2e.%s.dlq" % self.tag,
+        }
+        self.group = "e2e-" + self.tag
+        self.workers = {}
+        self.worker_seq = 0
+        self.worker_env = dict(worker_env or {})
+        self.psp = None
+        self.psp_args = list(psp_args)
+
+        self.psql(self.admin_db, 'CREATE DATABASE "%s"' % self.tag.lower())
+        self.tool("create-topic", self.topics["commands"], str(partitions))
+        self.tool("create-topic", self.topics["results"], "3")
+        self.tool("create-topic", self.topics["dlq"], "3")
+        self.run([CHARGECTL, "migrate"])
+        self.start_psp()
+
+    # ---- processes ----
+
+    def env(self, extra=None):
+        e = dict(os.environ)
+        e.update({
+            "DATABASE_URL": self.db,
+            "KAFKA_BOOTSTRAP_SERVERS": self.kafka,
+            "KAFKA_GROUP_ID": self.group,
+            "CHARGE_COMMANDS_TOPIC": self.topics["commands"],
+            "CHARGE_RESULTS_TOPIC": self.topics["results"],
+            "CHARGE_DLQ_TOPIC": self.topics["dlq"],
+            "PROVIDER_API_KEY": API_KEY,
+            "PROVIDER_BASE_URL": "http://127.0.0.1:%d" % self.psp_port if self.psp else "",
+            "PROVIDER_TIMEOUT_MS": "2000",
+            "WORKER_LEASE_MS": "12000",
+            "WORKER_UNKNOWN_RETRIES": "3",
+            "WORKER_RETRY_BASE_MS": "50",
+            "WORKER_RETRY_MAX_MS": "500",
+            "WORKER_RECHECK_MS": "200",
+            "WORKER_COMMIT_INTERVAL_MS": "200",
+            "KAFKA_SESSION_TIMEOUT_MS": "6000",
+            "KAFKA_HEARTBEAT_INTERVAL_MS": "1000",
+            "LOG_LEVEL": "info",
+        })
+        e.pop("CHARGED_FAILPOINT", None)
+        e.update(self.worker_env)
+        e.update(extra or {})
+        return e
+
+    def run(self, argv, stdin=None, check=True, extra_env=None):
+        p = subprocess.run(argv, input=stdin, capture_output=True, env=self.env(extra_env))
+        if check and p.returncode != 0:
+            raise Failure("%s exited %d: %s" % (argv[:3], p.returncode, p.stderr.decode()[-2000:]))
+        return p
+
+    def tool(self, *args, stdin=None):
+        return self.run([KAFKA_TOOL] + list(args), stdin=stdin).stdout.decode()
+
+    def start_psp(self):
+        self.psp_port, self.psp_admin = free_port(), free_port()
+        out = open(os.path.join(self.dir, "psp-sim.log"), "ab")
+        self.psp = subprocess.Popen(
+            [PSP_SIM, "--port", str(self.psp_port), "--admin-port", str(self.psp_admin),
+             "--api-key", API_KEY] + self.psp_args, stdout=out, stderr=out)
+        wait_until("psp-sim", lambda: self._psp_up(), 10)
+
+    def _psp_up(self):
+        try:
+            return self.psp_get("/health").get("ok")
+        except OSError:
+            return False
+
+    def psp_get(self, path):
+        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (self.psp_admin, path), timeout=30) as r:
+            return json.load(r)
+
+    def psp_put(self, path, body, method="PUT"):
+        req = urllib.request.Request("http://127.0.0.1:%d%s" % (self.psp_admin, path),
+                                     data=json.dumps(body).encode(), method=method)
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return json.load(r)
+
+    def start_worker(self, **extra_env):
+        self.worker_seq += 1
+        name = "w%d" % self.worker_seq
+        out = open(os.path.join(self.dir, name + ".log"), "ab")
+        env = self.env({"WORKER_ID": "%s-%s" % (name, uuid.uuid4().hex[:6])})
+        env.update({k: str(v) for k, v in extra_env.items()})
+        p = subprocess.Popen([CHARGED, "worker"], stdout=out, stderr=out, env=env)
+        self.workers[name] = p
+        log("started worker", name, "pid", p.pid)
+        return name
+
+    def kill_worker(self, name, sig=signal.SIGKILL):
+        p = self.workers[name]
+        p.send_signal(sig)
+        rc = p.wait(timeout=120)
+        log("worker", name, "exited", rc)
+        del self.workers[name]
+        return rc
+
+    def wait_worker_exit(self, name, timeout):
+        p = self.workers[name]
+        rc = p.wait(timeout=timeout)
+        del self.workers[name]
+        return rc
+
+    def close(self):
+        for name in list(self.workers):
+            try:
+                self.kill_worker(name, signal.SIGKILL)
+            except Exception:
+                pass
+        if self.psp:
+            self.psp.terminate()
+            self.psp.wait(timeout=30)
+
+    # ---- data ----
+
+    def psql(self, url, sql):
+        p = subprocess.run(["psql", "-X", "-q", "-tA", "-v", "ON_ERROR_STOP=1", url, "-c", sql],
+                           capture_output=True)
+        if p.returncode != 0:
+            raise Failure("psql: " + p.stderr.decode())
+        return p.stdout.decode()
+
+    def query(self, sql):
+        """Rows as lists of strings ('|'-separated by psql)."""
+        out = self.psql(self.db, sql).strip()
+        return [line.split("|") for line in out.splitlines() if line]
+
+    def publish(self, commands):
+        """Publishes valid commands through chargectl publish --file -."""
+        data = "".join(json.dumps(c) + "\n" for c in commands).encode()
+        self.run([CHARGECTL, "publish", "--file", "-"], stdin=data)
+
+    def produce_raw(self, records):
+        data = "".join(json.dumps(r) + "\n" for r in records).encode()
+        self.tool("produce", self.topics["commands"], stdin=data)
+
+    def lag(self):
+        return json.loads(self.tool("lag", self.group, self.topics["commands"]))
+
+    def dead_letters(self):
+        out = self.tool("dump", self.topics["dlq"])
+        return [json.loads(l) for l in out.splitlines() if l.strip()]
+
+    def ledger(self):
+        return self.psp_get("/ledger")["charges"]
+
+    def attempts(self):
+        rows = self.query("SELECT id, order_id, idempotency_key, amount, status, "
+                          "coalesce(provider_payment_id, ''), coalesce(reason, '') "
+                          "FROM payment_attempts")
+        return [dict(zip(("id", "order_id", "key", "amount", "status", "ppid", "reason"), r))
+                for r in rows]
+
+    # ---- waiting ----
+
+    def wait_settled(self, n_attempts, timeout):
+        """Until n attempts exist, none is PENDING or claimed, and the group has
+        committed every offset of the commands topic."""
+        def done():
+            rows = self.query(
+                "SELECT count(*), count(*) FILTER (WHERE status = 'PENDING' OR "
+                "(status = 'PROCESSING' AND lease_owner IS NOT NULL)) FROM payment_attempts")
+            total, open_ = int(rows[0][0]), int(rows[0][1])
+            if total < n_attempts or open_ > 0:
+                return False
+            return self.lag()["lag"] == 0
+        last = [0]
+
+        def progress():
+            ok = done()
+            if not ok and time.monotonic() - last[0] > 10:
+                last[0] = time.monotonic()
+                rows = self.query("SELECT status, count(*) FROM payment_attempts GROUP BY 1")
+                log("waiting:", dict((r[0], int(r[1])) for r in rows), "lag", self.lag()["lag"])
+            return ok
+        wait_until("attempts settled and offsets committed", progress, timeout, 0.5)
+
+    # ---- invariants ----
+
+    def check_invariants(self):
+        """What the provider actually charged, against what we recorded."""
+        ledger = self.ledger()
+        attempts = self.attempts()
+        by_key = {}
+        for c in ledger:
+            by_key.setdefault(c["idempotency_key"], []).append(c)
+        twice = {k: v for k, v in by_key.items() if len(v) > 1}
+        if twice:
+            raise Failure("keys charged more than once at the provider: %s" % list(twice)[:5])
+        succeeded_charges = {c["payment_attempt_id"]: c for c in ledger if c["outcome"] == "succeeded"}
+        orders = {}
+        for a in attempts:
+            if a["status"] == "SUCCEEDED":
+                c = succeeded_charges.get(a["id"])
+                if not c:
+                    raise Failure("SUCCEEDED attempt %s has no charge at the provider" % a["id"])
+                if int(c["amount"]) != int(a["amount"]) or c["payment_intent_id"] != a["ppid"]:
+                    raise Failure("attempt %s does not match its charge %s" % (a, c))
+                orders[a["order_id"]] = orders.get(a["order_id"], 0) + 1
+            if a["status"] == "FAILED" and a["id"] in succeeded_charges:
+                raise Failure("FAILED attempt %s was charged" % a["id"])
+        two = [o for o, n in orders.items() if n > 1]
+        if two:
+            raise Failure("orders with two SUCCEEDED attempts: %s" % two[:5])
+        # Every successful charge belongs to a SUCCEEDED (or still unknown) attempt.
+        status = {a["id"]: a["status"] for a in attempts}
+        for aid, c in succeeded_charges.items():
+            if status.get(aid) not in ("SUCCEEDED", "UNKNOWN", "REQUIRES_REVIEW"):
+                raise Failure("charge %s of attempt %s is recorded %s" % (
+                    c["payment_intent_id"], aid, status.get(aid)))
+        # Attempts whose answer was lost after the provider executed are never FAILED.
+        hits = self.psp_get("/faults").get("hits", [])
+        after = {h["key"] for h in hits if h["kind"] in ("error_after", "drop_after", "stall_after")}
+        for a in attempts:
+            if a["key"] in after and a["status"] == "FAILED" and "declined" not in a["reason"]:
+                raise Failure("attempt %s hit by an after-execute fault is FAILED" % a["id"])
+        # Offsets: everything consumed is committed.
+        lag = self.lag()
+        if lag["lag"] != 0:
+            raise Failure("committed offsets are behind the end: %s" % lag)
+        counts = {}
+        for a in attempts:
+            counts[a["status"]] = counts.get(a["status"], 0) + 1
+        log("invariants hold:", counts, "provider charges", len(ledger),
+            "after-execute faults", len(after))
+        return counts
+
+
+def main(scenario_fn):
+    """Runs one scenario function with a fresh Scenario factory; exit 0 / 1."""
+    scenarios = []
+
+    def factory(*a, **k):
+        s = Scenario(*a, **k)
+        scenarios.append(s)
+        return s
+    try:
+        scenario_fn(factory)
+        print("1 passed, 0 failed")
+        return 0
+    except Exception as e:  # a failed assertion or a crash of the harness
+        import traceback
+        traceback.print_exc()
+        for s in scenarios:
+            print("logs of %s are in %s" % (s.name, s.dir), file=sys.stderr)
+        print("0 passed, 1 failed")
+        return 1
+    finally:
+        for s in scenarios:
+            s.close()

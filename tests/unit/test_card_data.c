@@ -1,0 +1,71 @@
+/* Unit tests of common/card_data: what counts as a card number, and masking. */
+#include <check.h>
+#include <string.h>
+
+#include "card_data.h"
+
+static int found(const char *s)
+{
+    return card_data_found(s, strlen(s));
+}
+
+START_TEST(finds_plain_and_grouped_card_numbers)
+{
+    ck_assert(found("4242424242424242"));
+    ck_assert(found("{\"pm\":\"4242424242424242\"}"));
+    ck_assert(found("card 4242 4242 4242 4242 end"));
+    ck_assert(found("5555-5555-5555-4444"));
+    ck_assert(found("378282246310005"));   /* Amex, 15 digits */
+    ck_assert(found("3782 822463 10005")); /* Amex grouping */
+}
+END_TEST
+
+START_TEST(ignores_what_is_not_a_card)
+{
+    ck_assert(!found("4242424242424241"));                     /* fails Luhn */
+    ck_assert(!found("100000000000"));                         /* an amount */
+    ck_assert(!found("1732900000000"));                        /* ms timestamp */
+    ck_assert(!found("12345678-1234-1234-1234-424242424242")); /* UUID */
+    ck_assert(!found("5d1c2c1e-4242-4242-4242-424242424242"));
+    ck_assert(!found("pi3a4242424242424242")); /* inside an id */
+    ck_assert(found("tok_4242424242424242"));  /* after a separator: still a card */
+    ck_assert(!found("42424242424242424242")); /* 20 digits */
+    ck_assert(!found("4242-424242424242"));    /* not card grouping */
+    ck_assert(!found(""));
+}
+END_TEST
+
+START_TEST(masks_all_but_the_last_four_in_place)
+{
+    char buf[] = "a 4242 4242 4242 4242 b 5555555555554444 c";
+    size_t n = card_data_mask(buf, strlen(buf));
+    ck_assert_uint_eq(n, 2);
+    ck_assert_str_eq(buf, "a **** **** **** 4242 b ************4444 c");
+    ck_assert(!found(buf));
+}
+END_TEST
+
+START_TEST(masking_leaves_other_bytes_alone)
+{
+    char buf[] = "order 12345 amount 100000000000";
+    ck_assert_uint_eq(card_data_mask(buf, strlen(buf)), 0);
+    ck_assert_str_eq(buf, "order 12345 amount 100000000000");
+    ck_assert_uint_eq(card_data_mask(NULL, 0), 0);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("card_data");
+    TCase *tc = tcase_create("card_data");
+    tcase_add_test(tc, finds_plain_and_grouped_card_numbers);
+    tcase_add_test(tc, ignores_what_is_not_a_card);
+    tcase_add_test(tc, masks_all_but_the_last_four_in_place);
+    tcase_add_test(tc, masking_leaves_other_bytes_alone);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,233 @@
+/* Unit tests of common/charge_command: each rule of the contract's command
+ * schema, the deployment limits, and the fingerprint. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "charge_command.h"
+
+#define ATTEMPT "5d1c2c1e-1a9b-4b1e-8e55-000000000001"
+#define ORDER   "0b6f1a52-8f5e-4c36-9a39-0f4a7f5a0001"
+
+static const struct charge_command_limits limits = {
+    .max_bytes = 65536, .max_amount = 100000000000LL, .allowed_currencies = NULL};
+
+static char err[512];
+
+/* A valid command with one member replaced ("" = as is; NULL value = removed). */
+static char *command(const char *member, const char *value)
+{
+    const char *names[] = {"type",     "version",         "payment_attempt_id",
+                           "order_id", "idempotency_key", "amount",
+                           "currency", "payment_method"};
+    const char *values[] = {
+        "\"charge.requested\"",    "1",    "\"" ATTEMPT "\"", "\"" ORDER "\"",
+        "\"attempt:" ATTEMPT "\"", "1999", "\"EUR\"",         "\"pm_card_visa\""};
+    char *out = malloc(4096);
+    size_t o = 0;
+    int replaced = 0;
+    o += (size_t)sprintf(out + o, "{");
+    for (int i = 0; i < 8; i++) {
+        const char *v = values[i];
+        if (member && !strcmp(member, names[i])) {
+            replaced = 1;
+            if (!value)
+                continue;
+            v = value;
+        }
+        o += (size_t)sprintf(out + o, "%s\"%s\":%s", o > 1 ? "," : "", names[i], v);
+    }
+    if (member && !replaced && value)
+        o += (size_t)sprintf(out + o, ",\"%s\":%s", member, value);
+    sprintf(out + o, "}");
+    return out;
+}
+
+static enum dead_letter_reason parse_with(const char *key, const char *value,
+                                          const struct charge_command_limits *lim,
+                                          struct charge_command *c)
+{
+    return charge_command_parse(key, key ? strlen(key) : 0, value,
+                                value ? strlen(value) : 0, lim, c, err, sizeof(err));
+}
+
+static enum dead_letter_reason parse(const char *member, const char *value)
+{
+    struct charge_command c;
+    char *v = command(member, value);
+    enum dead_letter_reason r = parse_with(ATTEMPT, v, &limits, &c);
+    if (r == DEAD_LETTER_NONE)
+        charge_command_release(&c);
+    free(v);
+    return r;
+}
+
+START_TEST(valid_command_is_parsed)
+{
+    struct charge_command c;
+    char *v = command("metadata", "{\"cart\":\"42\"}");
+    ck_assert_int_eq(parse_with(ATTEMPT, v, &limits, &c), DEAD_LETTER_NONE);
+    ck_assert_str_eq(c.payment_attempt_id, ATTEMPT);
+    ck_assert_str_eq(c.order_id, ORDER);
+    ck_assert_str_eq(c.idempotency_key, "attempt:" ATTEMPT);
+    ck_assert_int_eq(c.amount, 1999);
+    ck_assert_str_eq(c.currency, "EUR");
+    ck_assert_str_eq(c.payment_method, "pm_card_visa");
+    ck_assert_str_eq(c.customer_id, "");
+    ck_assert_str_eq(c.metadata_json, "{\"cart\":\"42\"}");
+    ck_assert_uint_eq(strlen(c.fingerprint), 64);
+    charge_command_release(&c);
+    free(v);
+}
+END_TEST
+
+START_TEST(unknown_fields_are_ignored)
+{
+    ck_assert_int_eq(parse("shipping_hint", "\"fast\""), DEAD_LETTER_NONE);
+}
+END_TEST
+
+static const struct {
+    const char *member, *value;
+    enum dead_letter_reason reason;
+} rules[] = {
+    {"type", "\"charge.refunded\"", DEAD_LETTER_SCHEMA_VIOLATION},
+    {"version", "2", DEAD_LETTER_SCHEMA_VIOLATION},
+    {"version", "\"1\"", DEAD_LETTER_SCHEMA_VIOLATION},
+    {"payment_attempt_id", "\"not-a-uuid-at-all-but-36-characters\"",
+     DEAD_LETTER_SCHEMA_VIOLATION},
+    {"order_id", NULL, DEAD_LETTER_SCHEMA_VIOLATION},
+    {"order_id", "42", DEAD_LETTER_SCHEMA_VIOLATION},
+    {"idempotency_key", "\"\"", DEAD_LETTER_SCHEMA_VIOLATION},
+    {"idempotency_key", "\"has space\"", DEAD_LETTER_SCHEMA_VIOLATION},
+    {"amount", "0", DEAD_LETTER_SCHEMA_VIOLATION},
+    {"amount", "-1", DEAD_LETTER_SCHEMA_VIOLATION},
+    {"amount", "100000000001", DEAD_LETTER_SCHEMA_VIOLATION},
+    {"amount", "19.99", DEAD_LETTER_SCHEMA_VIOLATION},
+    {"amount", "\"1999\"", DEAD_LETTER_SCHEMA_VIOLATION},
+    {"currency", "\"eur\"", DEAD_LETTER_SCHEMA_VIOLATION},
+    {"currency", "\"EURO\"", DEAD_LETTER_SCHEMA_VIOLATION},
+    {"currency", "\"XYZ\"", DEAD_LETTER_SCHEMA_VIOLATION},
+    {"payment_method", "\"\"", DEAD_LETTER_SCHEMA_VIOLATION},
+    {"payment_method", NULL, DEAD_LETTER_SCHEMA_VIOLATION},
+    {"customer_id", "\"\"", DEAD_LETTER_SCHEMA_VIOLATION},
+    {"metadata", "[]", DEAD_LETTER_SCHEMA_VIOLATION},
+    {"metadata", "{\"a\":1}", DEAD_LETTER_SCHEMA_VIOLATION},
+    {"payment_method", "\"4242424242424242\"", DEAD_LETTER_CARD_DATA},
+};
+
+START_TEST(each_rule_has_its_reason)
+{
+    enum dead_letter_reason r = parse(rules[_i].member, rules[_i].value);
+    ck_assert_msg(r == rules[_i].reason, "%s=%s: got %s (%s)", rules[_i].member,
+                  rules[_i].value ? rules[_i].value : "(removed)",
+                  dead_letter_reason_name(r), err);
+    ck_assert_msg(!strstr(err, "4242424242424242"), "card digits in error: %s", err);
+}
+END_TEST
+
+START_TEST(idempotency_key_of_128_is_fine_129_is_not)
+{
+    char v[200];
+    memset(v, 'k', sizeof(v));
+    v[0] = '"';
+    v[129] = '"';
+    v[130] = '\0';
+    ck_assert_int_eq(parse("idempotency_key", v), DEAD_LETTER_NONE);
+    v[129] = 'k';
+    v[130] = '"';
+    v[131] = '\0';
+    ck_assert_int_eq(parse("idempotency_key", v), DEAD_LETTER_SCHEMA_VIOLATION);
+}
+END_TEST
+
+START_TEST(twenty_one_metadata_pairs_are_too_many)
+{
+    char md[1024] = "{";
+    for (int i = 0; i < 21; i++)
+        sprintf(md + strlen(md), "%s\"k%d\":\"v\"", i ? "," : "", i);
+    strcat(md, "}");
+    ck_assert_int_eq(parse("metadata", md), DEAD_LETTER_SCHEMA_VIOLATION);
+}
+END_TEST
+
+START_TEST(envelope_problems)
+{
+    struct charge_command c;
+    char *v = command(NULL, NULL);
+    ck_assert_int_eq(parse_with(ATTEMPT, "", &limits, &c), DEAD_LETTER_EMPTY_VALUE);
+    ck_assert_int_eq(parse_with(ATTEMPT, NULL, &limits, &c), DEAD_LETTER_EMPTY_VALUE);
+    ck_assert_int_eq(parse_with(ATTEMPT, "{\"type\":", &limits, &c),
+                     DEAD_LETTER_MALFORMED_JSON);
+    ck_assert_int_eq(parse_with(ATTEMPT, "[1,2]", &limits, &c),
+                     DEAD_LETTER_SCHEMA_VIOLATION);
+    ck_assert_int_eq(parse_with(ATTEMPT, "{\"a\":\"\xc3\x28\"}", &limits, &c),
+                     DEAD_LETTER_INVALID_UTF8);
+    ck_assert_int_eq(parse_with(NULL, v, &limits, &c), DEAD_LETTER_KEY_MISMATCH);
+    ck_assert_int_eq(parse_with("5d1c2c1e-1a9b-4b1e-8e55-000000000002", v, &limits, &c),
+                     DEAD_LETTER_KEY_MISMATCH);
+    struct charge_command_limits small = limits;
+    small.max_bytes = 64;
+    ck_assert_int_eq(parse_with(ATTEMPT, v, &small, &c), DEAD_LETTER_OVERSIZED);
+    free(v);
+}
+END_TEST
+
+START_TEST(deployment_limits)
+{
+    struct charge_command c;
+    char *v = command(NULL, NULL);
+    struct charge_command_limits lim = limits;
+    lim.max_amount = 1000;
+    ck_assert_int_eq(parse_with(ATTEMPT, v, &lim, &c), DEAD_LETTER_AMOUNT_OVER_LIMIT);
+    lim.max_amount = 1999;
+    lim.allowed_currencies = "USD, GBP";
+    ck_assert_int_eq(parse_with(ATTEMPT, v, &lim, &c),
+                     DEAD_LETTER_CURRENCY_NOT_ALLOWED);
+    lim.allowed_currencies = "USD,EUR";
+    ck_assert_int_eq(parse_with(ATTEMPT, v, &lim, &c), DEAD_LETTER_NONE);
+    charge_command_release(&c);
+    free(v);
+}
+END_TEST
+
+START_TEST(fingerprint_follows_what_is_charged)
+{
+    struct charge_command a, b;
+    char *v1 = command(NULL, NULL), *v2 = command("amount", "2000"),
+         *v3 = command("metadata", "{\"x\":\"y\"}");
+    ck_assert_int_eq(parse_with(ATTEMPT, v1, &limits, &a), DEAD_LETTER_NONE);
+    ck_assert_int_eq(parse_with(ATTEMPT, v2, &limits, &b), DEAD_LETTER_NONE);
+    ck_assert_str_ne(a.fingerprint, b.fingerprint);
+    charge_command_release(&b);
+    ck_assert_int_eq(parse_with(ATTEMPT, v3, &limits, &b), DEAD_LETTER_NONE);
+    ck_assert_str_eq(a.fingerprint, b.fingerprint); /* metadata is not charged */
+    charge_command_release(&a);
+    charge_command_release(&b);
+    free(v1);
+    free(v2);
+    free(v3);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("charge_command");
+    TCase *tc = tcase_create("charge_command");
+    tcase_add_test(tc, valid_command_is_parsed);
+    tcase_add_test(tc, unknown_fields_are_ignored);
+    tcase_add_loop_test(tc, each_rule_has_its_reason, 0,
+                        sizeof(rules) / sizeof(rules[0]));
+    tcase_add_test(tc, idempotency_key_of_128_is_fine_129_is_not);
+    tcase_add_test(tc, twenty_one_metadata_pairs_are_too_many);
+    tcase_add_test(tc, envelope_problems);
+    tcase_add_test(tc, deployment_limits);
+    tcase_add_test(tc, fingerprint_follows_what_is_charged);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""The demo's burst and report: publishes N charge commands (10% of them
+twice, a few bad ones), waits until every attempt is settled, then reports
+attempts by status, what the provider charged, double charges, dead letters
+and the elapsed time. Python standard library, psql and kcat."""
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+
+
+def psql(sql):
+    out = subprocess.run(["psql", "-X", "-q", "-tA", os.environ["DATABASE_URL"], "-c", sql],
+                         check=True, capture_output=True).stdout.decode()
+    return [l.split("|") for l in out.strip().splitlines() if l]
+
+
+def dlq_count():
+    out = subprocess.run(["kcat", "-C", "-b", os.environ["KAFKA_BOOTSTRAP_SERVERS"], "-t",
+                          os.environ.get("CHARGE_DLQ_TOPIC", "payments.charge.commands.dlq"),
+                          "-o", "beginning", "-e", "-q", "-f", "%h\n"],
+                         capture_output=True).stdout.decode()
+    return [l for l in out.splitlines() if "dlq.reason=" in l]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--commands", type=int, default=1000)
+    ap.add_argument("--psp-admin", required=True)
+    ap.add_argument("--chargectl", required=True)
+    ap.add_argument("--state", required=True)
+    a = ap.parse_args()
+
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(a.psp_admin + "/health", timeout=2)
+            break
+        except OSError:
+            time.sleep(0.1)
+    start_db = psql("SELECT now()")[0][0]
+    dlq_before = len(dlq_count())
+    rnd = random.Random()
+    cmds = []
+    for _ in range(a.commands):
+        attempt = str(uuid.uuid4())
+        cmds.append({"type": "charge.requested", "version": 1, "payment_attempt_id": attempt,
+                     "order_id": str(uuid.uuid4()), "idempotency_key": "attempt:" + attempt,
+                     "amount": rnd.randint(100, 50000), "currency": "EUR",
+                     "payment_method": "pm_card_chargeDeclined" if rnd.random() < 0.02
+                     else "pm_card_visa"})
+    burst = []
+    for c in cmds:
+        burst.append(c)
+        if rnd.random() < 0.10:
+            burst.append(c)
+    path = os.path.join(a.state, "burst.jsonl")
+    with open(path, "w") as f:
+        f.writelines(json.dumps(c) + "\n" for c in burst)
+    bad = [
+        "%s\t{\"type\": \"charge.requested\", " % uuid.uuid4(),
+        "not-an-attempt-id\t" + json.dumps(dict(cmds[0], payment_attempt_id=str(uuid.uuid4()))),
+        "%s\t{\"type\":\"charge.requested\",\"version\":1,\"payment_method\":\"4242424242424242\"}" % uuid.uuid4(),
+    ]
+    t0 = time.monotonic()
+    subprocess.run([a.chargectl, "publish", "--file", path], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["kcat", "-P", "-b", os.environ["KAFKA_BOOTSTRAP_SERVERS"], "-t",
+                    os.environ.get("CHARGE_COMMANDS_TOPIC", "payments.charge.commands"), "-K", "\t"],
+                   input=("\n".join(bad) + "\n").encode(), check=True)
+    print("demo: published %d messages (%d attempts, %d duplicates) and %d bad ones" %
+          (len(burst), len(cmds), len(burst) - len(cmds), len(bad)))
+    ids = "','".join(c["payment_attempt_id"] for c in cmds)
+    deadline = time.monotonic() + 600
+    while True:
+        rows = psql("SELECT count(*), count(*) FILTER (WHERE status = 'PENDING' OR "
+                    "(status = 'PROCESSING' AND lease_owner IS NOT NULL)) "
+                    "FROM payment_attempts WHERE id IN ('%s')" % ids)
+        total, open_ = int(rows[0][0]), int(rows[0][1])
+        letters = len(dlq_count()) - dlq_before
+        if total == len(cmds) and open_ == 0 and letters >= len(bad):
+            break
+        if time.monotonic() > deadline:
+            print("demo: not settled after 600 s (%d of %d recorded, %d open)" %
+                  (total, len(cmds), open_), file=sys.stderr)
+            return 1
+        time.sleep(0.5)
+    elapsed = time.monotonic() - t0
+
+    by_status = psql("SELECT status, count(*) FROM payment_attempts WHERE id IN ('%s') "
+                     "GROUP BY 1 ORDER BY 2 DESC" % ids)
+    ledger = json.load(urllib.request.urlopen(a.psp_admin + "/ledger"))["charges"]
+    per_key = {}
+    for c in ledger:
+        per_key[c["idempotency_key"]] = per_key.get(c["idempotency_key"], 0) + 1
+    double = sum(1 for v in per_key.values() if v > 1)
+    succeeded = {c["payment_attempt_id"] for c in ledger if c["outcome"] == "succeeded"}
+    recorded = {r[0] for r in psql("SELECT id FROM payment_attempts WHERE status = 'SUCCEEDED' "
+                                   "AND id IN ('%s')" % ids)}
+    reasons = {}
+    for line in dlq_count()[dlq_before:]:
+        for part in line.split(","):
+            if part.startswith("dlq.reason="):
+                r = part.split("=", 1)[1]
+                reasons[r] = reasons.get(r, 0) + 1
+    print()
+    print("attempts by status:   " + ", ".join("%s %s" % (s, n) for s, n in by_status))
+    print("charges at provider:  %d executed, %d succeeded" % (len(ledger), len(succeeded)))
+    print("double charges:       %d" % double)
+    print("succeeded, unbooked:  %d (charged at the provider, not SUCCEEDED here)" %
+          len(succeeded - recorded))
+    print("dead letters:         %d (%s)" % (sum(reasons.values()),
+                                              ", ".join("%s %d" % kv for kv in sorted(reasons.items()))))
+    print("elapsed:              %.1f s for %d messages" % (elapsed, len(burst) + len(bad)))
+    return 0 if double == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

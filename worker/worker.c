@@ -1,0 +1,1215 @@
+#include "worker.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <librdkafka/rdkafka.h>
+
+#include "attempt_store.h"
+#include "charge_command.h"
+#include "config.h"
+#include "dead_letter.h"
+#include "kafka_setup.h"
+#include "log.h"
+#include "offset_tracker.h"
+#include "provider_client.h"
+
+/* How long an attempt the provider says is processing, or whose outcome is
+ * unknown, waits before the reconciler first looks at it. */
+#define PROCESSING_CHECK_MS 60000
+#define UNKNOWN_CHECK_MS    30000
+/* Back-off after a database error, so a dead database is not hammered. */
+#define DB_BACKOFF_MS 500
+
+static volatile sig_atomic_t stop_signals;
+
+enum job_state {
+    JOB_BACKLOG,          /* taken from Kafka, not started: over capacity */
+    JOB_DEAD_LETTER,      /* to be produced to the DLQ */
+    JOB_DEAD_LETTER_SENT, /* waiting for the broker's acknowledgement */
+    JOB_RECORD,           /* insert-or-read the attempt */
+    JOB_CLAIM,            /* claim it now */
+    JOB_WAIT,             /* leased by someone else: claim again at next_at */
+    JOB_CALL,             /* ours: call the provider at next_at */
+    JOB_CALLING,          /* provider call in flight */
+    JOB_PERSIST,          /* outcome known: persist it */
+    JOB_DONE,             /* effects durable: the offset may pass it */
+};
+
+/* One consumed message and the attempt it asks for. */
+struct job {
+    struct job *prev, *next;
+    rd_kafka_message_t *msg;
+    int32_t partition;
+    int64_t offset;
+    enum job_state state;
+    int64_t next_at; /* WAIT, CALL, DEAD_LETTER: not before */
+    struct charge_command cmd;
+    int have_cmd;
+    enum dead_letter_reason dl_reason;
+    char dl_error[256];
+    int64_t lease_epoch;   /* of our claim, when we hold one */
+    int64_t first_sent_ms; /* first claim for a call: the key's age */
+    int calls;             /* provider calls under this claim */
+    int unknown_tries;
+    int not_executed_tries;
+    int64_t call_started_ms;
+    struct provider_result res;
+    int lease_lost;
+    int orphan; /* its partition was taken away: no offset effect */
+};
+
+struct worker {
+    config_t *cfg;
+    char id[160];
+    const char *group, *commands_topic, *dlq_topic;
+    long long max_in_flight, lease_ms, unknown_retries, retry_base_ms, retry_max_ms;
+    long long key_retention_ms, commit_interval_ms, recheck_ms, shutdown_ms, drain_ms;
+    long long provider_timeout_ms;
+    struct charge_command_limits limits;
+    rd_kafka_t *consumer, *producer;
+    attempt_store_t *store;
+    provider_client_t *provider;
+    offset_tracker_t *offsets;
+    struct job *jobs, *tail; /* every job, oldest first */
+    size_t active;           /* jobs that hold an offset */
+    size_t backlog;          /* of which not started */
+    int64_t last_full_poll_ms;
+    int64_t last_commit_ms, last_renew_ms, db_retry_at;
+    struct attempt_call *call_log; /* provider calls not yet written */
+    struct provider_result *call_log_res;
+    char **call_log_ids;
+    size_t call_log_len, call_log_cap;
+};
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop_signals++;
+}
+
+/* Test builds only: dies on the spot at a named point when asked to by
+ * CHARGED_FAILPOINT, to prove that a crash there loses and repeats nothing. */
+static void failpoint(const char *name)
+{
+#ifdef CHARGED_FAILPOINTS
+    const char *fp = getenv("CHARGED_FAILPOINT");
+    if (fp && !strcmp(fp, name)) {
+        log_warn("failpoint reached: killing this worker", "failpoint", name, NULL);
+        raise(SIGKILL);
+    }
+#else
+    (void)name;
+#endif
+}
+
+/* ---- jobs ---- */
+
+static void job_unlink(struct worker *w, struct job *j)
+{
+    if (j->prev)
+        j->prev->next = j->next;
+    else
+        w->jobs = j->next;
+    if (j->next)
+        j->next->prev = j->prev;
+    else
+        w->tail = j->prev;
+}
+
+static void job_free(struct job *j)
+{
+    if (j->have_cmd)
+        charge_command_release(&j->cmd);
+    if (j->msg)
+        rd_kafka_message_destroy(j->msg);
+    free(j);
+}
+
+static const char *job_attempt(const struct job *j)
+{
+    return j->have_cmd ? j->cmd.payment_attempt_id : NULL;
+}
+
+static const char *job_order(const struct job *j)
+{
+    return j->have_cmd ? j->cmd.order_id : NULL;
+}
+
+/* Capped exponential back-off with jitter, from the attempt's own id so that
+ * retries of many attempts spread out. */
+static int64_t backoff_ms(const struct worker *w, int tries, const struct job *j)
+{
+    long long d = w->retry_base_ms;
+    for (int i = 1; i < tries && d < w->retry_max_ms; i++)
+        d *= 2;
+    if (d > w->retry_max_ms)
+        d = w->retry_max_ms;
+    unsigned h = (unsigned)(j->offset * 2654435761u) ^ (unsigned)tries;
+    return d / 2 + (int64_t)(h % (unsigned)(d / 2 + 1));
+}
+
+/* ---- consuming ---- */
+
+static void take_message(struct worker *w, rd_kafka_message_t *msg)
+{
+    struct job *j = calloc(1, sizeof(*j));
+
+    if (!j || offset_tracker_begin(w->offsets, msg->partition, msg->offset) != 0) {
+        /* Without memory we cannot track it; nothing was committed past it,
+         * so it comes back after a restart. */
+        log_error("out of memory taking a message; exiting", NULL);
+        exit(1);
+    }
+    j->msg = msg;
+    j->partition = msg->partition;
+    j->offset = msg->offset;
+    j->state = JOB_BACKLOG;
+    j->prev = w->tail;
+    if (w->tail)
+        w->tail->next = j;
+    else
+        w->jobs = j;
+    w->tail = j;
+    w->active++;
+    w->backlog++;
+}
+
+/* Starts backlog jobs, oldest first, while fewer than max_in_flight run. */
+static void start_jobs(struct worker *w)
+{
+    char err[256];
+    for (struct job *j = w->jobs; j; j = j->next) {
+        if ((long long)(w->active - w->backlog) >= w->max_in_flight)
+            break;
+        if (j->state != JOB_BACKLOG)
+            continue;
+        w->backlog--;
+        rd_kafka_message_t *msg = j->msg;
+        j->dl_reason =
+            charge_command_parse(msg->key, msg->key_len, msg->payload, msg->len,
+                                 &w->limits, &j->cmd, err, sizeof(err));
+        if (j->dl_reason == DEAD_LETTER_NONE) {
+            j->have_cmd = 1;
+            j->state = JOB_RECORD;
+        } else {
+            snprintf(j->dl_error, sizeof(j->dl_error), "%s", err);
+            j->state = JOB_DEAD_LETTER;
+        }
+    }
+}
+
+/* Polls the consumer, which also serves rebalances and commit results.
+ * Takes messages while the backlog has room; with a full backlog it polls
+ * once a second only, so that the group never waits on us (each such poll
+ * may take one more message). */
+static void fetch(struct worker *w, int wait_ms, int allow_new)
+{
+    int64_t now = now_ms();
+    if ((long long)w->backlog >= w->max_in_flight && allow_new) {
+        if (now - w->last_full_poll_ms < 1000) {
+            struct timespec ts = {0, (long)(wait_ms < 10 ? wait_ms : 10) * 1000000L};
+            nanosleep(&ts, NULL);
+            return;
+        }
+        w->last_full_poll_ms = now;
+        wait_ms = 0;
+    }
+    for (int first = 1;; first = 0) {
+        rd_kafka_message_t *m =
+            rd_kafka_consumer_poll(w->consumer, first ? wait_ms : 0);
+        if (!m)
+            break;
+        if (m->err) {
+            if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+                log_warn("consumer error", "error", rd_kafka_message_errstr(m), NULL);
+            rd_kafka_message_destroy(m);
+            continue;
+        }
+        if (!allow_new) {
+            /* Not ours to start (shutting down): it comes back later. */
+            rd_kafka_message_destroy(m);
+            continue;
+        }
+        take_message(w, m);
+        if ((long long)w->backlog >= w->max_in_flight)
+            break;
+    }
+}
+
+/* ---- dead letters ---- */
+
+static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    struct job *j = m->_private;
+    (void)rk;
+    (void)opaque;
+    if (!j)
+        return;
+    if (m->err) {
+        log_warn("dead letter not acknowledged; retrying", "error",
+                 rd_kafka_err2str(m->err), "payment_attempt_id", job_attempt(j), NULL);
+        j->state = JOB_DEAD_LETTER;
+        j->next_at = now_ms() + 1000;
+        return;
+    }
+    j->state = JOB_DONE;
+}
+
+static void send_dead_letters(struct worker *w)
+{
+    int64_t now = now_ms();
+    for (struct job *j = w->jobs; j; j = j->next) {
+        struct dead_letter dl;
+        char part[16], off[32];
+        if (j->state != JOB_DEAD_LETTER || j->next_at > now)
+            continue;
+        if (j->orphan) {
+            j->state = JOB_DONE;
+            continue;
+        }
+        const struct dead_letter_origin origin = {
+            .topic = w->commands_topic,
+            .partition = j->partition,
+            .offset = j->offset,
+            .timestamp_ms = rd_kafka_message_timestamp(j->msg, NULL),
+            .consumer_group = w->group,
+            .worker = w->id,
+        };
+        if (dead_letter_build(j->msg, j->dl_reason, j->dl_error, &origin, &dl) != 0) {
+            j->next_at = now + 1000;
+            continue;
+        }
+        rd_kafka_resp_err_t err = rd_kafka_producev(
+            w->producer, RD_KAFKA_V_TOPIC(w->dlq_topic),
+            RD_KAFKA_V_KEY(dl.key, dl.key_len),
+            RD_KAFKA_V_VALUE(dl.value, dl.value_len), RD_KAFKA_V_HEADERS(dl.headers),
+            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_OPAQUE(j),
+            RD_KAFKA_V_END);
+        if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+            dl.headers = NULL; /* librdkafka owns them now */
+        dead_letter_release(&dl);
+        snprintf(part, sizeof(part), "%d", (int)j->partition);
+        snprintf(off, sizeof(off), "%lld", (long long)j->offset);
+        if (err) {
+            log_warn("cannot produce dead letter; retrying", "error",
+                     rd_kafka_err2str(err), NULL);
+            j->next_at = now + 500;
+            continue;
+        }
+        j->state = JOB_DEAD_LETTER_SENT;
+        /* The error line never quotes the value; card digits are masked. */
+        log_warn("command dead-lettered", "reason",
+                 dead_letter_reason_name(j->dl_reason), "error", j->dl_error,
+                 "partition", part, "offset", off, "payment_attempt_id", job_attempt(j),
+                 "order_id", job_order(j), NULL);
+    }
+}
+
+/* ---- database stages ---- */
+
+static int db_ready(struct worker *w)
+{
+    return now_ms() >= w->db_retry_at;
+}
+
+static void db_failed(struct worker *w, const char *stage, const char *err)
+{
+    log_error("database step failed; will retry", "stage", stage, "error", err, NULL);
+    w->db_retry_at = now_ms() + DB_BACKOFF_MS;
+}
+
+static size_t count_state(struct worker *w, enum job_state s, int due_only)
+{
+    size_t n = 0;
+    int64_t now = now_ms();
+    for (struct job *j = w->jobs; j; j = j->next)
+        if (j->state == s && (!due_only || j->next_at <= now))
+            n++;
+    return n;
+}
+
+static void record_attempts(struct worker *w)
+{
+    char err[512];
+    size_t n = count_state(w, JOB_RECORD, 0), k = 0;
+    if (n == 0 || !db_ready(w))
+        return;
+    struct attempt_record_item *items = calloc(n, sizeof(*items));
+    struct job **js = calloc(n, sizeof(*js));
+    if (!items || !js)
+        goto out;
+    for (struct job *j = w->jobs; j; j = j->next)
+        if (j->state == JOB_RECORD) {
+            js[k] = j;
+            items[k++].cmd = &j->cmd;
+        }
+    if (attempt_store_record(w->store, items, n, err, sizeof(err)) != 0) {
+        db_failed(w, "record", err);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct job *j = js[i];
+        switch (items[i].result) {
+        case ATTEMPT_RECORDED:
+            j->state = JOB_CLAIM;
+            break;
+        case ATTEMPT_CONFLICT:
+            j->dl_reason = DEAD_LETTER_IDEMPOTENCY_KEY_CONFLICT;
+            snprintf(j->dl_error, sizeof(j->dl_error), "%s", items[i].reason);
+            j->state = JOB_DEAD_LETTER;
+            break;
+        case ATTEMPT_REJECTED:
+            log_info("attempt rejected before any provider call", "payment_attempt_id",
+                     j->cmd.payment_attempt_id, "order_id", j->cmd.order_id, "reason",
+                     items[i].reason, NULL);
+            j->state = JOB_DONE;
+            break;
+        case ATTEMPT_RETRY:
+            break; /* stays JOB_RECORD */
+        }
+    }
+out:
+    free(items);
+    free(js);
+}
+
+static void claim_attempts(struct worker *w)
+{
+    char err[512];
+    int64_t now = now_ms();
+    size_t n = 0, k = 0;
+    if (!db_ready(w))
+        return;
+    for (struct job *j = w->jobs; j; j = j->next)
+        if (j->state == JOB_CLAIM || (j->state == JOB_WAIT && j->next_at <= now))
+            n++;
+    if (n == 0)
+        return;
+    struct attempt_claim_item *items = calloc(n, sizeof(*items));
+    struct job **js = calloc(n, sizeof(*js));
+    if (!items || !js)
+        goto out;
+    for (struct job *j = w->jobs; j; j = j->next)
+        if (j->state == JOB_CLAIM || (j->state == JOB_WAIT && j->next_at <= now)) {
+            if (j->orphan) {
+                j->state = JOB_DONE;
+                continue;
+            }
+            js[k] = j;
+            items[k++].attempt_id = j->cmd.payment_attempt_id;
+        }
+    if (k > 0 &&
+        attempt_store_claim(w->store, items, k, w->lease_ms, err, sizeof(err))) {
+        db_failed(w, "claim", err);
+        goto out;
+    }
+    for (size_t i = 0; i < k; i++) {
+        struct job *j = js[i];
+        switch (items[i].result) {
+        case ATTEMPT_CLAIMED:
+            j->lease_epoch = items[i].lease_epoch;
+            j->first_sent_ms = items[i].first_sent_ms;
+            j->calls = 0;
+            j->unknown_tries = 0;
+            j->not_executed_tries = 0;
+            j->lease_lost = 0;
+            j->state = JOB_CALL;
+            j->next_at = 0;
+            log_debug("attempt claimed", "payment_attempt_id",
+                      j->cmd.payment_attempt_id, "order_id", j->cmd.order_id,
+                      "previous_status", items[i].status, NULL);
+            failpoint("after_claim");
+            break;
+        case ATTEMPT_SETTLED:
+            j->state = JOB_DONE;
+            break;
+        case ATTEMPT_BUSY:
+            j->state = JOB_WAIT;
+            j->next_at = now + w->recheck_ms;
+            break;
+        }
+    }
+out:
+    free(items);
+    free(js);
+}
+
+/* Lets go of the lease of a job we will not finish. */
+static void release_lease(struct worker *w, struct job *j)
+{
+    char err[256];
+    const char *id = j->cmd.payment_attempt_id;
+    if (attempt_store_release(w->store, &id, &j->lease_epoch, 1, err, sizeof(err)) != 0)
+        log_warn("could not release lease; it will expire", "payment_attempt_id", id,
+                 "error", err, NULL);
+}
+
+/* ---- the provider ---- */
+
+static void start_calls(struct worker *w)
+{
+    char err[256];
+    int64_t now = now_ms();
+    for (struct job *j = w->jobs; j; j = j->next) {
+        if (j->state != JOB_CALL || j->next_at > now)
+            continue;
+        if (j->lease_lost) {
+            j->state = JOB_WAIT;
+            j->next_at = now + w->recheck_ms;
+            continue;
+        }
+        if (j->orphan) {
+            release_lease(w, j);
+            j->state = JOB_DONE;
+            continue;
+        }
+        const struct provider_charge ch = {
+            .idempotency_key = j->cmd.idempotency_key,
+            .amount = j->cmd.amount,
+            .currency = j->cmd.currency,
+            .payment_method = j->cmd.payment_method,
+            .payment_attempt_id = j->cmd.payment_attempt_id,
+            .order_id = j->cmd.order_id,
+        };
+        j->call_started_ms = now;
+        if (provider_client_start_charge(w->provider, &ch, j, err, sizeof(err)) != 0) {
+            log_error("cannot start provider call", "payment_attempt_id",
+                      j->cmd.payment_attempt_id, "error", err, NULL);
+            j->next_at = now + backoff_ms(w, ++j->not_executed_tries, j);
+            continue;
+        }
+        j->calls++;
+        j->state = JOB_CALLING;
+    }
+}
+
+static void log_call(struct worker *w, struct job *j)
+{
+    if (w->call_log_len == w->call_log_cap) {
+        size_t ncap = w->call_log_cap ? w->call_log_cap * 2 : 64;
+        struct attempt_call *c = realloc(w->call_log, ncap * sizeof(*c));
+        if (c)
+            w->call_log = c;
+        struct provider_result *r = realloc(w->call_log_res, ncap * sizeof(*r));
+        if (r)
+            w->call_log_res = r;
+        char **ids = realloc(w->call_log_ids, ncap * sizeof(*ids));
+        if (ids)
+            w->call_log_ids = ids;
+        if (!c || !r || !ids)
+            return; /* the call stays in the log line only */
+        w->call_log_cap = ncap;
+    }
+    size_t i = w->call_log_len;
+    w->call_log_res[i] = j->res;
+    w->call_log[i].started_ms = j->call_started_ms;
+    w->call_log_ids[i] = strdup(j->cmd.payment_attempt_id);
+    if (!w->call_log_ids[i])
+        return;
+    w->call_log_len++;
+}
+
+static void flush_call_log(struct worker *w)
+{
+    char err[512];
+    if (w->call_log_len == 0 || !db_ready(w))
+        return;
+    for (size_t i = 0; i < w->call_log_len; i++) {
+        w->call_log[i].attempt_id = w->call_log_ids[i];
+        w->call_log[i].res = &w->call_log_res[i];
+    }
+    if (attempt_store_log_calls(w->store, w->call_log, w->call_log_len, err,
+                                sizeof(err)) != 0) {
+        db_failed(w, "log provider calls", err);
+        return;
+    }
+    for (size_t i = 0; i < w->call_log_len; i++)
+        free(w->call_log_ids[i]);
+    w->call_log_len = 0;
+}
+
+/* May this attempt be sent again under its key? Not once the provider may
+ * have forgotten the key: a re-POST could then charge a second time. */
+static int key_still_kept(const struct worker *w, const struct job *j)
+{
+    long long margin = w->provider_timeout_ms * 2 + 60000;
+    return now_ms() - j->first_sent_ms < w->key_retention_ms - margin;
+}
+
+static void on_call_done(struct worker *w, struct job *j)
+{
+    char status[8];
+    int64_t now = now_ms();
+
+    snprintf(status, sizeof(status), "%d", j->res.http_status);
+    log_call(w, j);
+    log_info("provider answered", "payment_attempt_id", j->cmd.payment_attempt_id,
+             "order_id", j->cmd.order_id, "outcome",
+             provider_outcome_name(j->res.outcome), "http_status", status, "replayed",
+             j->res.replayed ? "true" : "false", "error",
+             j->res.error[0] ? j->res.error : NULL, NULL);
+    if (j->res.outcome == PROVIDER_SUCCEEDED)
+        failpoint("after_charge");
+    if (j->lease_lost) {
+        log_warn("lease lost during the call; result left to the new owner",
+                 "payment_attempt_id", j->cmd.payment_attempt_id, NULL);
+        j->state = JOB_WAIT;
+        j->next_at = now + w->recheck_ms;
+        return;
+    }
+    switch (j->res.outcome) {
+    case PROVIDER_NOT_EXECUTED:
+        if (j->res.http_status == 401 || j->res.http_status == 403 ||
+            j->res.http_status == 404)
+            log_error("the provider refused our credentials or URL; retrying",
+                      "payment_attempt_id", j->cmd.payment_attempt_id, "http_status",
+                      status, NULL);
+        /* Nothing happened upstream: the same key again, for as long as it
+         * takes, unless the key may have been forgotten meanwhile. */
+        if (!key_still_kept(w, j)) {
+            j->state = JOB_PERSIST;
+            j->res.outcome = PROVIDER_UNKNOWN;
+            return;
+        }
+        if (j->orphan) {
+            release_lease(w, j);
+            j->state = JOB_DONE;
+            return;
+        }
+        j->state = JOB_CALL;
+        j->next_at = now + backoff_ms(w, ++j->not_executed_tries, j);
+        return;
+    case PROVIDER_UNKNOWN:
+        if (j->unknown_tries < w->unknown_retries && key_still_kept(w, j) &&
+            !j->orphan) {
+            j->state = JOB_CALL;
+            j->next_at = now + backoff_ms(w, ++j->unknown_tries, j);
+            return;
+        }
+        j->state = JOB_PERSIST;
+        return;
+    default:
+        j->state = JOB_PERSIST;
+        return;
+    }
+}
+
+static void collect_calls(struct worker *w, int wait_ms)
+{
+    struct provider_result res;
+    void *op;
+    provider_client_perform(w->provider, wait_ms);
+    while (provider_client_next_done(w->provider, &res, &op)) {
+        struct job *j = op;
+        j->res = res;
+        on_call_done(w, j);
+    }
+}
+
+/* The attempt's next status, its result event and its reason, from the
+ * provider's last answer. */
+static void outcome_of(const struct job *j, struct attempt_outcome *o, char *reason,
+                       size_t reason_size)
+{
+    const struct provider_result *r = &j->res;
+    o->next_check_ms = -1;
+    o->event_type = NULL;
+    reason[0] = '\0';
+    switch (r->outcome) {
+    case PROVIDER_SUCCEEDED:
+        o->status = "SUCCEEDED";
+        o->event_type = "charge.succeeded";
+        break;
+    case PROVIDER_PROCESSING:
+        o->status = "PROCESSING";
+        o->next_check_ms = PROCESSING_CHECK_MS;
+        snprintf(reason, reason_size, "provider_processing");
+        break;
+    case PROVIDER_DECLINED:
+        o->status = "FAILED";
+        o->event_type = "charge.failed";
+        snprintf(reason, reason_size, "declined: %s%s%s",
+                 r->code[0] ? r->code : "declined", r->decline_code[0] ? ": " : "",
+                 r->decline_code);
+        break;
+    case PROVIDER_INVALID:
+        o->status = "FAILED";
+        o->event_type = "charge.failed";
+        snprintf(reason, reason_size, "invalid_request: %s%s%s", r->code,
+                 r->code[0] ? ": " : "", r->error);
+        break;
+    case PROVIDER_REQUIRES_REVIEW:
+        o->status = "REQUIRES_REVIEW";
+        o->event_type = "charge.requires_review";
+        snprintf(reason, reason_size, "requires_review: %s", r->error);
+        break;
+    case PROVIDER_UNKNOWN:
+    case PROVIDER_NOT_EXECUTED:
+    case PROVIDER_NOT_FOUND:
+        o->status = "UNKNOWN";
+        o->event_type = "charge.unknown";
+        o->next_check_ms = UNKNOWN_CHECK_MS;
+        snprintf(reason, reason_size, "outcome_unknown: %s", r->error);
+        break;
+    }
+}
+
+static char *evidence_of(const struct job *j)
+{
+    const struct provider_result *r = &j->res;
+    json_t *e = json_pack("{s:s, s:i, s:b, s:i, s:I}", "outcome",
+                          provider_outcome_name(r->outcome), "http_status",
+                          r->http_status, "replayed", r->replayed, "calls", j->calls,
+                          "latency_ms", (json_int_t)r->latency_ms);
+    if (!e)
+        return NULL;
+    if (r->provider_payment_id[0])
+        json_object_set_new(e, "provider_payment_id",
+                            json_string(r->provider_payment_id));
+    if (r->code[0])
+        json_object_set_new(e, "code", json_string(r->code));
+    if (r->decline_code[0])
+        json_object_set_new(e, "decline_code", json_string(r->decline_code));
+    char *s = json_dumps(e, JSON_COMPACT);
+    json_decref(e);
+    return s;
+}
+
+static void persist_outcomes(struct worker *w)
+{
+    char err[512];
+    size_t n = count_state(w, JOB_PERSIST, 0), k = 0;
+    if (n == 0 || !db_ready(w))
+        return;
+    flush_call_log(w);
+    struct attempt_outcome *items = calloc(n, sizeof(*items));
+    struct job **js = calloc(n, sizeof(*js));
+    char(*reasons)[512] = calloc(n, sizeof(*reasons));
+    char **evidence = calloc(n, sizeof(*evidence));
+    if (!items || !js || !reasons || !evidence)
+        goto out;
+    for (struct job *j = w->jobs; j; j = j->next) {
+        if (j->state != JOB_PERSIST)
+            continue;
+        struct attempt_outcome *o = &items[k];
+        js[k] = j;
+        outcome_of(j, o, reasons[k], sizeof(reasons[k]));
+        evidence[k] = evidence_of(j);
+        o->attempt_id = j->cmd.payment_attempt_id;
+        o->lease_epoch = j->lease_epoch;
+        o->reason = reasons[k][0] ? reasons[k] : NULL;
+        o->provider_payment_id = j->res.provider_payment_id;
+        o->evidence_json = evidence[k];
+        o->calls = j->calls;
+        o->last_error = j->res.error[0] ? j->res.error : NULL;
+        k++;
+    }
+    if (attempt_store_persist(w->store, items, k, err, sizeof(err)) != 0) {
+        db_failed(w, "persist", err);
+        goto out;
+    }
+    for (size_t i = 0; i < k; i++) {
+        struct job *j = js[i];
+        if (!items[i].persisted) {
+            /* Fenced out: someone took the attempt over; its result wins. */
+            log_warn("lease lost before persisting; result dropped",
+                     "payment_attempt_id", j->cmd.payment_attempt_id, "order_id",
+                     j->cmd.order_id, "outcome", provider_outcome_name(j->res.outcome),
+                     NULL);
+            j->state = JOB_WAIT;
+            j->next_at = now_ms() + w->recheck_ms;
+            continue;
+        }
+        log_info("attempt settled", "payment_attempt_id", j->cmd.payment_attempt_id,
+                 "order_id", j->cmd.order_id, "status", items[i].status, "reason",
+                 items[i].reason, "provider_payment_id",
+                 j->res.provider_payment_id[0] ? j->res.provider_payment_id : NULL,
+                 NULL);
+        j->state = JOB_DONE;
+    }
+    if (k > 0)
+        failpoint("after_persist");
+out:
+    for (size_t i = 0; evidence && i < n; i++)
+        free(evidence[i]);
+    free(evidence);
+    free(reasons);
+    free(items);
+    free(js);
+}
+
+/* Extends the leases of claims we still work on. */
+static void renew_leases(struct worker *w)
+{
+    char err[512];
+    int64_t now = now_ms();
+    size_t n = 0, k = 0;
+    if (now - w->last_renew_ms < w->lease_ms / 3 || !db_ready(w))
+        return;
+    w->last_renew_ms = now;
+    for (struct job *j = w->jobs; j; j = j->next)
+        if ((j->state == JOB_CALL || j->state == JOB_CALLING ||
+             j->state == JOB_PERSIST) &&
+            !j->lease_lost)
+            n++;
+    if (n == 0)
+        return;
+    const char **ids = calloc(n, sizeof(*ids));
+    int64_t *epochs = calloc(n, sizeof(*epochs));
+    int *ours = calloc(n, sizeof(*ours));
+    struct job **js = calloc(n, sizeof(*js));
+    if (!ids || !epochs || !ours || !js)
+        goto out;
+    for (struct job *j = w->jobs; j; j = j->next)
+        if ((j->state == JOB_CALL || j->state == JOB_CALLING ||
+             j->state == JOB_PERSIST) &&
+            !j->lease_lost) {
+            js[k] = j;
+            ids[k] = j->cmd.payment_attempt_id;
+            epochs[k++] = j->lease_epoch;
+        }
+    if (attempt_store_renew(w->store, ids, epochs, k, w->lease_ms, ours, err,
+                            sizeof(err)) != 0) {
+        db_failed(w, "renew leases", err);
+        goto out;
+    }
+    for (size_t i = 0; i < k; i++)
+        if (!ours[i]) {
+            js[i]->lease_lost = 1;
+            log_warn("lease lost", "payment_attempt_id", ids[i], NULL);
+        }
+out:
+    free(ids);
+    free(epochs);
+    free(ours);
+    free(js);
+}
+
+/* ---- offsets ---- */
+
+static void commit_offsets(struct worker *w, int sync,
+                           const rd_kafka_topic_partition_list_t *only)
+{
+    int32_t parts[1024];
+    size_t n = offset_tracker_dirty(w->offsets, parts, 1024);
+    rd_kafka_topic_partition_list_t *list =
+        rd_kafka_topic_partition_list_new((int)n + 1);
+
+    for (size_t i = 0; i < n; i++) {
+        if (only &&
+            !rd_kafka_topic_partition_list_find(only, w->commands_topic, parts[i]))
+            continue;
+        rd_kafka_topic_partition_list_add(list, w->commands_topic, parts[i])->offset =
+            offset_tracker_committable(w->offsets, parts[i]);
+    }
+    if (list->cnt > 0) {
+        rd_kafka_resp_err_t err = rd_kafka_commit(w->consumer, list, !sync);
+        if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET) {
+            log_warn("offset commit failed; will retry", "error", rd_kafka_err2str(err),
+                     NULL);
+        } else {
+            for (int i = 0; i < list->cnt; i++)
+                offset_tracker_mark_committed(w->offsets, list->elems[i].partition,
+                                              list->elems[i].offset);
+        }
+    }
+    rd_kafka_topic_partition_list_destroy(list);
+    w->last_commit_ms = now_ms();
+}
+
+static void on_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                      rd_kafka_topic_partition_list_t *offsets, void *opaque)
+{
+    struct worker *w = opaque;
+    (void)rk;
+    if (!err || err == RD_KAFKA_RESP_ERR__NO_OFFSET)
+        return;
+    log_warn("asynchronous offset commit failed; will commit again", "error",
+             rd_kafka_err2str(err), NULL);
+    for (int i = 0; offsets && i < offsets->cnt; i++)
+        offset_tracker_mark_committed(w->offsets, offsets->elems[i].partition, -1);
+}
+
+/* ---- the loop ---- */
+
+static void reap(struct worker *w)
+{
+    for (struct job *j = w->jobs, *next; j; j = next) {
+        next = j->next;
+        if (j->state != JOB_DONE)
+            continue;
+        if (!j->orphan) {
+            offset_tracker_done(w->offsets, j->partition, j->offset);
+            w->active--;
+        }
+        job_unlink(w, j);
+        job_free(j);
+    }
+}
+
+/* Milliseconds until something is due, capped. */
+static int idle_ms(struct worker *w, int cap)
+{
+    int64_t now = now_ms(), next = now + cap;
+    for (struct job *j = w->jobs; j; j = j->next) {
+        switch (j->state) {
+        case JOB_RECORD:
+        case JOB_CLAIM:
+        case JOB_PERSIST:
+        case JOB_DONE:
+            return 0;
+        case JOB_BACKLOG:
+            if ((long long)(w->active - w->backlog) < w->max_in_flight)
+                return 0;
+            break;
+        case JOB_DEAD_LETTER_SENT:
+            if (now + 5 < next)
+                next = now + 5;
+            break;
+        case JOB_WAIT:
+        case JOB_CALL:
+        case JOB_DEAD_LETTER:
+            if (j->next_at < next)
+                next = j->next_at;
+            break;
+        default:
+            break;
+        }
+    }
+    if (w->db_retry_at > now && w->db_retry_at < next)
+        next = w->db_retry_at;
+    return next <= now ? 0 : (int)(next - now);
+}
+
+/* One turn of the loop. fetch_new: take new messages (not while draining). */
+static void step(struct worker *w, int fetch_new, int poll_consumer)
+{
+    int wait = idle_ms(w, 100);
+    if (provider_client_in_flight(w->provider) > 0) {
+        collect_calls(w, wait < 10 ? wait : 10);
+        wait = 0;
+    }
+    if (poll_consumer) {
+        fetch(w, wait, fetch_new);
+    } else if (wait > 0 && provider_client_in_flight(w->provider) == 0) {
+        struct timespec ts = {0, (long)(wait < 10 ? wait : 10) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    start_jobs(w);
+    send_dead_letters(w);
+    rd_kafka_poll(w->producer, 0);
+    record_attempts(w);
+    claim_attempts(w);
+    start_calls(w);
+    collect_calls(w, 0);
+    persist_outcomes(w);
+    flush_call_log(w);
+    renew_leases(w);
+    reap(w);
+    if (now_ms() - w->last_commit_ms >= w->commit_interval_ms)
+        commit_offsets(w, 0, NULL);
+}
+
+static size_t jobs_of(struct worker *w, const rd_kafka_topic_partition_list_t *parts)
+{
+    size_t n = 0;
+    for (struct job *j = w->jobs; j; j = j->next)
+        if (!j->orphan && (!parts || rd_kafka_topic_partition_list_find(
+                                         parts, w->commands_topic, j->partition)))
+            n++;
+    return n;
+}
+
+/* Runs the pipeline (without taking new messages) until the jobs of `parts`
+ * (all when NULL) are finished or the deadline passes; then leaves what is
+ * left to whoever gets the partitions next. */
+static void drain(struct worker *w, const rd_kafka_topic_partition_list_t *parts,
+                  int64_t deadline, int poll_consumer)
+{
+    while (jobs_of(w, parts) > 0 && now_ms() < deadline && stop_signals < 2)
+        step(w, 0, poll_consumer);
+    size_t left = 0;
+    for (struct job *j = w->jobs; j; j = j->next) {
+        if (j->orphan || (parts && !rd_kafka_topic_partition_list_find(
+                                       parts, w->commands_topic, j->partition)))
+            continue;
+        /* Unfinished: its offset is not committed, so the message comes back
+         * to the next owner, who waits out or takes over our lease. */
+        j->orphan = 1;
+        w->active--;
+        if (j->state == JOB_BACKLOG) {
+            w->backlog--;
+            j->state = JOB_DONE;
+            continue;
+        }
+        left++;
+        if ((j->state == JOB_CALL || j->state == JOB_CALLING ||
+             j->state == JOB_PERSIST) &&
+            !j->lease_lost)
+            release_lease(w, j);
+        if (j->state != JOB_CALLING && j->state != JOB_PERSIST &&
+            j->state != JOB_DEAD_LETTER_SENT)
+            j->state = JOB_DONE;
+    }
+    if (left) {
+        char n[32];
+        snprintf(n, sizeof(n), "%zu", left);
+        log_warn("drain deadline passed; unfinished messages left uncommitted", "count",
+                 n, NULL);
+    }
+    reap(w);
+}
+
+static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                         rd_kafka_topic_partition_list_t *parts, void *opaque)
+{
+    struct worker *w = opaque;
+    int coop = !strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE");
+    char count[16];
+
+    snprintf(count, sizeof(count), "%d", parts->cnt);
+    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        log_info("partitions assigned", "count", count, NULL);
+        if (coop)
+            rd_kafka_incremental_assign(rk, parts);
+        else
+            rd_kafka_assign(rk, parts);
+        return;
+    }
+    int lost = rd_kafka_assignment_lost(rk);
+    log_info(lost ? "partitions lost" : "partitions revoked; draining them", "count",
+             count, NULL);
+    if (!lost) {
+        drain(w, parts, now_ms() + w->drain_ms, 0);
+        commit_offsets(w, 1, parts);
+    } else {
+        drain(w, parts, now_ms(), 0);
+    }
+    for (int i = 0; i < parts->cnt; i++)
+        offset_tracker_forget(w->offsets, parts->elems[i].partition);
+    if (coop)
+        rd_kafka_incremental_unassign(rk, parts);
+    else
+        rd_kafka_assign(rk, NULL);
+}
+
+/* ---- start-up ---- */
+
+static int setup(struct worker *w, char *err, size_t err_size)
+{
+    rd_kafka_conf_t *cc = NULL, *pc = NULL;
+
+    w->group = config_str(w->cfg, CONFIG_KAFKA_GROUP_ID);
+    w->commands_topic = config_str(w->cfg, CONFIG_CHARGE_COMMANDS_TOPIC);
+    w->dlq_topic = config_str(w->cfg, CONFIG_CHARGE_DLQ_TOPIC);
+    w->max_in_flight = config_int(w->cfg, CONFIG_WORKER_MAX_IN_FLIGHT);
+    w->lease_ms = config_int(w->cfg, CONFIG_WORKER_LEASE_MS);
+    w->unknown_retries = config_int(w->cfg, CONFIG_WORKER_UNKNOWN_RETRIES);
+    w->retry_base_ms = config_int(w->cfg, CONFIG_WORKER_RETRY_BASE_MS);
+    w->retry_max_ms = config_int(w->cfg, CONFIG_WORKER_RETRY_MAX_MS);
+    w->key_retention_ms = config_int(w->cfg, CONFIG_WORKER_KEY_RETENTION_MS);
+    w->commit_interval_ms = config_int(w->cfg, CONFIG_WORKER_COMMIT_INTERVAL_MS);
+    w->recheck_ms = config_int(w->cfg, CONFIG_WORKER_RECHECK_MS);
+    w->shutdown_ms = config_int(w->cfg, CONFIG_SHUTDOWN_TIMEOUT_MS);
+    w->drain_ms = config_int(w->cfg, CONFIG_REBALANCE_DRAIN_MS);
+    w->provider_timeout_ms = config_int(w->cfg, CONFIG_PROVIDER_TIMEOUT_MS);
+    w->limits.max_bytes = (size_t)config_int(w->cfg, CONFIG_WORKER_MAX_COMMAND_BYTES);
+    w->limits.max_amount = config_int(w->cfg, CONFIG_WORKER_MAX_AMOUNT);
+    w->limits.allowed_currencies = config_str(w->cfg, CONFIG_WORKER_ALLOWED_CURRENCIES);
+
+    /* The lease must outlast one claim's worth of calls and back-offs, or a
+     * peer could take over an attempt whose call is still in flight. */
+    long long needed = w->provider_timeout_ms * (w->unknown_retries + 1) +
+                       w->retry_max_ms * w->unknown_retries;
+    if (w->lease_ms <= needed) {
+        snprintf(err, err_size,
+                 "WORKER_LEASE_MS: %lld does not outlast the provider timeout and its "
+                 "retries (%lld ms); raise it or lower PROVIDER_TIMEOUT_MS, "
+                 "WORKER_UNKNOWN_RETRIES or WORKER_RETRY_MAX_MS",
+                 w->lease_ms, needed);
+        return 2;
+    }
+    if (w->retry_base_ms > w->retry_max_ms) {
+        snprintf(err, err_size,
+                 "WORKER_RETRY_BASE_MS: larger than WORKER_RETRY_MAX_MS");
+        return 2;
+    }
+
+    cc = kafka_setup_conf(w->cfg, w->id, err, err_size);
+    pc = kafka_setup_conf(w->cfg, w->id, err, err_size);
+    if (!cc || !pc)
+        goto usage;
+    /* Defaults an operator may override with KAFKA_*... */
+    if (kafka_setup_set(cc, "auto.offset.reset", "earliest", err, err_size) ||
+        kafka_setup_set(cc, "partition.assignment.strategy", "cooperative-sticky", err,
+                        err_size) ||
+        kafka_setup_set(pc, "linger.ms", "5", err, err_size) ||
+        kafka_setup_set(pc, "message.max.bytes", "4194304", err, err_size))
+        goto usage;
+    kafka_setup_apply_env(cc, w->cfg);
+    kafka_setup_apply_env(pc, w->cfg);
+    /* ...and what exactly-once charging depends on, which nobody may. */
+    if (kafka_setup_set(cc, "group.id", w->group, err, err_size) ||
+        kafka_setup_set(cc, "enable.auto.commit", "false", err, err_size) ||
+        kafka_setup_set(cc, "enable.auto.offset.store", "false", err, err_size) ||
+        kafka_setup_set(pc, "enable.idempotence", "true", err, err_size) ||
+        kafka_setup_set(pc, "acks", "all", err, err_size))
+        goto usage;
+    rd_kafka_conf_set_opaque(cc, w);
+    rd_kafka_conf_set_rebalance_cb(cc, on_rebalance);
+    rd_kafka_conf_set_offset_commit_cb(cc, on_commit);
+    rd_kafka_conf_set_dr_msg_cb(pc, on_delivery);
+
+    w->consumer = rd_kafka_new(RD_KAFKA_CONSUMER, cc, err, err_size);
+    if (!w->consumer)
+        goto usage;
+    cc = NULL; /* owned by the consumer */
+    w->producer = rd_kafka_new(RD_KAFKA_PRODUCER, pc, err, err_size);
+    if (!w->producer)
+        goto usage;
+    pc = NULL;
+    rd_kafka_poll_set_consumer(w->consumer);
+
+    w->provider = provider_client_new(config_str(w->cfg, CONFIG_PROVIDER_BASE_URL),
+                                      config_str(w->cfg, CONFIG_PROVIDER_API_KEY),
+                                      w->provider_timeout_ms, err, err_size);
+    if (!w->provider)
+        return 2;
+    w->store = attempt_store_new(config_str(w->cfg, CONFIG_DATABASE_URL), w->id,
+                                 config_str(w->cfg, CONFIG_CHARGE_RESULTS_TOPIC), err,
+                                 err_size);
+    if (!w->store)
+        return 1;
+    w->offsets = offset_tracker_new();
+    if (!w->offsets) {
+        snprintf(err, err_size, "out of memory");
+        return 1;
+    }
+    rd_kafka_topic_partition_list_t *topics = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(topics, w->commands_topic, RD_KAFKA_PARTITION_UA);
+    rd_kafka_resp_err_t kerr = rd_kafka_subscribe(w->consumer, topics);
+    rd_kafka_topic_partition_list_destroy(topics);
+    if (kerr) {
+        snprintf(err, err_size, "cannot subscribe to '%s': %s", w->commands_topic,
+                 rd_kafka_err2str(kerr));
+        return 1;
+    }
+    return 0;
+usage:
+    if (cc)
+        rd_kafka_conf_destroy(cc);
+    if (pc)
+        rd_kafka_conf_destroy(pc);
+    return 2;
+}
+
+static void teardown(struct worker *w)
+{
+    /* Delivery reports point at jobs: serve them before the jobs go. */
+    if (w->producer) {
+        rd_kafka_flush(w->producer, 5000);
+        rd_kafka_destroy(w->producer);
+    }
+    if (w->consumer)
+        rd_kafka_destroy(w->consumer);
+    if (w->provider)
+        provider_client_abandon_all(w->provider);
+    for (struct job *j = w->jobs, *next; j; j = next) {
+        next = j->next;
+        job_free(j);
+    }
+    w->jobs = NULL;
+    provider_client_free(w->provider);
+    attempt_store_free(w->store);
+    offset_tracker_free(w->offsets);
+    for (size_t i = 0; i < w->call_log_len; i++)
+        free(w->call_log_ids[i]);
+    free(w->call_log);
+    free(w->call_log_res);
+    free(w->call_log_ids);
+    config_free(w->cfg);
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: charged worker\n\n"
+            "Consumes charge commands and charges each payment attempt at most once.\n"
+            "SIGTERM: stop fetching, drain, commit, leave the group, exit 0 within\n"
+            "SHUTDOWN_TIMEOUT_MS; a second SIGTERM exits at once (status 1).\n\n");
+    config_print_help(out, CONFIG_ROLE_WORKER);
+}
+
+int worker_main(int argc, char **argv)
+{
+    struct worker w = {0};
+    char err[512];
+    int rc;
+
+    if (argc > 1) {
+        if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        fprintf(stderr, "charged worker: unexpected argument '%s'\n", argv[1]);
+        return 2;
+    }
+    w.cfg = config_new(CONFIG_ROLE_WORKER, "worker", err, sizeof(err));
+    if (!w.cfg) {
+        fprintf(stderr, "charged worker: %s\n", err);
+        return 2;
+    }
+    log_init("charged-worker",
+             (enum log_level)log_level_parse(config_str(w.cfg, CONFIG_LOG_LEVEL)));
+    kafka_setup_worker_id(w.cfg, w.id, sizeof(w.id));
+
+    struct sigaction act = {0};
+    act.sa_handler = on_signal;
+    sigaction(SIGTERM, &act, NULL);
+    sigaction(SIGINT, &act, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    rc = setup(&w, err, sizeof(err));
+    if (rc != 0) {
+        fprintf(stderr, "charged worker: %s\n", err);
+        teardown(&w);
+        return rc;
+    }
+    char lease[32], mif[32];
+    snprintf(lease, sizeof(lease), "%lld", w.lease_ms);
+    snprintf(mif, sizeof(mif), "%lld", w.max_in_flight);
+    log_info("worker started", "worker", w.id, "group", w.group, "topic",
+             w.commands_topic, "lease_ms", lease, "max_in_flight", mif, NULL);
+
+    while (!stop_signals)
+        step(&w, 1, 1);
+
+    /* First SIGTERM: stop fetching, finish what is in flight, commit. */
+    log_info("stopping: draining in-flight attempts", NULL);
+    drain(&w, NULL, now_ms() + w.shutdown_ms, 1);
+    if (stop_signals >= 2) {
+        log_warn("second signal: exiting at once; uncommitted messages come back",
+                 NULL);
+        _exit(1);
+    }
+    commit_offsets(&w, 1, NULL);
+    rd_kafka_consumer_close(w.consumer);
+    log_info("worker stopped", NULL);
+    teardown(&w);
+    return 0;
+}
