@@ -11,7 +11,7 @@
 
 #include <stddef.h>
 
-enum log_level { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR };
+enum log_level { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR, LOG_OFF };
 
 /* Returns the level named by s ("debug", "info", "warn", "error") or -1. */
 int log_level_parse(const char *s);

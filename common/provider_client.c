@@ -19,6 +19,7 @@ struct provider_xfer {
     char *answer; /* body received */
     size_t answer_len;
     size_t bytes_out; /* request bytes curl reported sent */
+    int sends;        /* times the request's headers went out */
     int replayed;
     void *opaque;
     int lookup; /* a GET: classify as a look-up */
@@ -192,6 +193,8 @@ static int on_debug(CURL *h, curl_infotype type, char *data, size_t size, void *
     (void)data;
     if (type == CURLINFO_HEADER_OUT || type == CURLINFO_DATA_OUT)
         x->bytes_out += size;
+    if (type == CURLINFO_HEADER_OUT)
+        x->sends++;
     return 0;
 }
 
@@ -481,6 +484,7 @@ static void finish(struct provider_xfer *x, CURLcode cc, struct provider_result 
     curl_easy_getinfo(x->easy, CURLINFO_TOTAL_TIME_T, &total_us);
     res->latency_ms = (long)(total_us / 1000);
     res->sent = x->bytes_out > 0;
+    res->resent = x->sends > 1 ? x->sends - 1 : 0;
     res->replayed = x->replayed;
 
     if (cc != CURLE_OK) {

@@ -44,6 +44,9 @@ struct provider_result {
     int http_status; /* 0: no answer */
     int replayed;    /* Idempotent-Replayed: true */
     int sent;        /* request bytes reached the wire */
+    int resent;      /* times curl itself sent it again with the same key: a
+                        pooled connection closed without an answer (the
+                        first try may have executed) */
     long latency_ms;
     long long amount; /* of the intent, when the answer carried one */
     int matches;      /* look-ups: how many intents were found */

@@ -36,5 +36,5 @@ echo "== tests (build/)"
 echo "== tests under ASan+UBSan (build-asan/)"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-(cd build-asan && ctest --output-on-failure --timeout 900 -LE slow) || status=1
+(cd build-asan && ctest --output-on-failure --timeout 900) || status=1
 exit $status

@@ -7,5 +7,7 @@ enum ctl_exit { CTL_OK = 0, CTL_FAILED = 1, CTL_USAGE = 2 };
 
 int ctl_migrate(int argc, char **argv);
 int ctl_publish(int argc, char **argv);
+int ctl_dlq(int argc, char **argv);
+int ctl_attempt(int argc, char **argv);
 
 #endif

@@ -14,6 +14,8 @@ struct ctl_command {
 static const struct ctl_command ctl_commands[] = {
     {"migrate", ctl_migrate, "apply pending database migrations"},
     {"publish", ctl_publish, "validate and publish charge commands"},
+    {"dlq", ctl_dlq, "list, show and replay dead letters"},
+    {"attempt", ctl_attempt, "show an attempt's history, list attempts"},
 };
 
 static void usage(FILE *out)

@@ -191,7 +191,7 @@ int ctl_publish(int argc, char **argv)
         fprintf(stderr, "chargectl publish: %s\n", err);
         return CTL_USAGE;
     }
-    log_init("chargectl", LOG_WARN);
+    log_init("chargectl", LOG_OFF); /* errors are ours, one line each */
 
     /* Read and validate everything before sending anything. */
     const struct charge_command_limits limits = {.max_bytes = 1024 * 1024,

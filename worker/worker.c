@@ -498,7 +498,7 @@ static void start_calls(struct worker *w)
     }
 }
 
-static void log_call(struct worker *w, struct job *j)
+static void log_call(struct worker *w, struct job *j, const struct provider_result *res)
 {
     if (w->call_log_len == w->call_log_cap) {
         size_t ncap = w->call_log_cap ? w->call_log_cap * 2 : 64;
@@ -516,7 +516,7 @@ static void log_call(struct worker *w, struct job *j)
         w->call_log_cap = ncap;
     }
     size_t i = w->call_log_len;
-    w->call_log_res[i] = j->res;
+    w->call_log_res[i] = *res;
     w->call_log[i].started_ms = j->call_started_ms;
     w->call_log_ids[i] = strdup(j->cmd.payment_attempt_id);
     if (!w->call_log_ids[i])
@@ -557,7 +557,16 @@ static void on_call_done(struct worker *w, struct job *j)
     int64_t now = now_ms();
 
     snprintf(status, sizeof(status), "%d", j->res.http_status);
-    log_call(w, j);
+    for (int i = 0; i < j->res.resent; i++) {
+        /* curl re-sent the request itself after a pooled connection closed
+         * unanswered: record that lost answer as a call of its own. */
+        struct provider_result lost = {.outcome = PROVIDER_UNKNOWN, .sent = 1};
+        snprintf(lost.error, sizeof(lost.error),
+                 "connection closed without an answer; re-sent with the same key");
+        log_call(w, j, &lost);
+        j->calls++;
+    }
+    log_call(w, j, &j->res);
     log_info("provider answered", "payment_attempt_id", j->cmd.payment_attempt_id,
              "order_id", j->cmd.order_id, "outcome",
              provider_outcome_name(j->res.outcome), "http_status", status, "replayed",

@@ -1,0 +1,405 @@
+/* chargectl attempt: what happened to a payment attempt, without SQL. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "charge_command.h"
+#include "chargectl.h"
+#include "config.h"
+#include "ctl_output.h"
+#include "db.h"
+#include "log.h"
+
+#define TS(col)                                                                        \
+    "to_char(" col " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
+
+static const char
+    *SQL_ATTEMPT =
+        "SELECT row_to_json(a)::text FROM (SELECT id AS payment_attempt_id, order_id,"
+        " idempotency_key, status, reason, amount, currency, payment_method, "
+        "customer_id,"
+        " provider_payment_id, attempt_count AS provider_calls, last_error,"
+        " lease_owner, " TS(
+            "lease_expires_at") " AS lease_expires_at, lease_epoch,"
+                                " " TS("first_sent_at") " AS first_sent_at, " TS(
+                                    "next_check_at") " AS next_check_at,"
+                                                     " " TS("created_at") " AS "
+                                                                          "created_at,"
+                                                                          " " TS(
+                                                                              "updated_"
+                                                                              "at") " A"
+                                                                                    "S "
+                                                                                    "up"
+                                                                                    "da"
+                                                                                    "te"
+                                                                                    "d_"
+                                                                                    "at"
+                                                                                    " F"
+                                                                                    "RO"
+                                                                                    "M "
+                                                                                    "pa"
+                                                                                    "ym"
+                                                                                    "en"
+                                                                                    "t_"
+                                                                                    "at"
+                                                                                    "te"
+                                                                                    "mp"
+                                                                                    "ts"
+                                                                                    " W"
+                                                                                    "HE"
+                                                                                    "RE"
+                                                                                    " i"
+                                                                                    "d "
+                                                                                    "= "
+                                                                                    "$1"
+                                                                                    "::"
+                                                                                    "uu"
+                                                                                    "id"
+                                                                                    ") "
+                                                                                    "a";
+
+static const char *SQL_TRANSITIONS =
+    "SELECT coalesce(json_agg(t ORDER BY t.id), '[]')::text FROM (SELECT id,"
+    " " TS("created_at") " AS at, old_status, new_status, cause, actor, reason,"
+                         " evidence FROM attempt_transitions WHERE payment_attempt_id "
+                         "= $1::uuid) t";
+
+static const char *SQL_CALLS =
+    "SELECT coalesce(json_agg(c ORDER BY c.id), '[]')::text FROM (SELECT id,"
+    " " TS("started_at") " AS started_at, operation, outcome, http_status, replayed,"
+                         " latency_ms, provider_payment_id, error, actor FROM "
+                         "provider_calls"
+                         " WHERE payment_attempt_id = $1::uuid) c";
+
+static const char *SQL_LEDGER =
+    "SELECT coalesce(json_agg(l ORDER BY l.id), '[]')::text FROM (SELECT id, kind, "
+    "amount,"
+    " currency, provider_payment_id, " TS(
+        "created_at") " AS created_at"
+                      " FROM ledger_entries WHERE payment_attempt_id = $1::uuid) l";
+
+static const char *SQL_EVENTS =
+    "SELECT coalesce(json_agg(e ORDER BY e.created_at), '[]')::text FROM (SELECT "
+    "event_id,"
+    " event_type, topic, " TS(
+        "created_at") " AS created_at,"
+                      " " TS(
+                          "published_at") " AS published_at, payload, created_at AS c"
+                                          " FROM outbox WHERE payment_attempt_id = "
+                                          "$1::uuid) e";
+
+static const char *SQL_LIST =
+    "SELECT coalesce(json_agg(a), '[]')::text FROM (SELECT id AS payment_attempt_id,"
+    " order_id, status, amount, currency, provider_payment_id, reason,"
+    " " TS("updated_at") " AS updated_at FROM payment_attempts"
+                         " WHERE ($1::uuid IS NULL OR order_id = $1::uuid)"
+                         "   AND ($2::text IS NULL OR status = $2)"
+                         "   AND ($3::bigint IS NULL OR updated_at < now() - "
+                         "make_interval(secs => $3 / 1000.0))"
+                         " ORDER BY updated_at DESC LIMIT $4::int) a";
+
+static const char *statuses[] = {"PENDING",         "PROCESSING", "UNKNOWN",
+                                 "SUCCEEDED",       "FAILED",     "REJECTED",
+                                 "REQUIRES_REVIEW", NULL};
+
+static void usage(FILE *out)
+{
+    fprintf(
+        out,
+        "usage: chargectl attempt show PAYMENT_ATTEMPT_ID [--json]\n"
+        "       chargectl attempt list [--order UUID] [--status S] [--older-than D]\n"
+        "                              [--limit N] [--json]\n\n"
+        "  show           the attempt, every status transition with its cause and\n"
+        "                 evidence, every provider call with its outcome, its ledger\n"
+        "                 entries and its result events\n"
+        "  list           attempts, most recently updated first\n"
+        "  --order UUID   only this order's attempts\n"
+        "  --status S     PENDING, PROCESSING, UNKNOWN, SUCCEEDED, FAILED, REJECTED "
+        "or\n"
+        "                 REQUIRES_REVIEW\n"
+        "  --older-than D not updated for D (30s, 15m, 2h, 7d): stuck ones\n"
+        "  --limit N      at most N rows [50]\n"
+        "  --json         JSON instead of tables\n"
+        "  --help         this text\n\n"
+        "Exit status: 0 done, 1 database unreachable or no such attempt, 2 bad "
+        "usage.\n");
+}
+
+/* Runs a one-row, one-column JSON query; returns the parsed value or NULL. */
+static json_t *query_json(PGconn *conn, const char *sql, int n, const char *const *p,
+                          char *err, size_t err_size)
+{
+    PGresult *r = db_exec(conn, sql, n, p, err, err_size);
+    json_t *j = NULL;
+    if (!r)
+        return NULL;
+    if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 0))
+        j = json_loads(PQgetvalue(r, 0, 0), 0, NULL);
+    else
+        snprintf(err, err_size, "not found");
+    PQclear(r);
+    return j;
+}
+
+/* A member as text for a table cell. */
+static const char *cell(json_t *o, const char *k, char *buf, size_t size)
+{
+    json_t *v = json_object_get(o, k);
+    if (!v || json_is_null(v))
+        return NULL;
+    if (json_is_string(v))
+        return json_string_value(v);
+    if (json_is_integer(v)) {
+        snprintf(buf, size, "%lld", (long long)json_integer_value(v));
+        return buf;
+    }
+    if (json_is_boolean(v))
+        return json_is_true(v) ? "true" : "false";
+    char *s = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS);
+    snprintf(buf, size, "%s", s ? s : "");
+    free(s);
+    return buf;
+}
+
+/* Prints an array of objects as a table of the given members. */
+static void print_rows(json_t *rows, const char *const *headers,
+                       const char *const *keys)
+{
+    ctl_table_t *t = ctl_table_new(headers);
+    size_t i, ncols = 0;
+    json_t *row;
+    while (keys[ncols])
+        ncols++;
+    json_array_foreach(rows, i, row)
+    {
+        char bufs[8][512];
+        const char *vals[8];
+        for (size_t c = 0; c < ncols && c < 8; c++)
+            vals[c] = cell(row, keys[c], bufs[c], sizeof(bufs[c]));
+        ctl_table_add(t, vals);
+    }
+    ctl_table_print(t, stdout);
+    ctl_table_free(t);
+}
+
+static int attempt_show(PGconn *conn, const char *id, int as_json)
+{
+    char err[512];
+    const char *p[1] = {id};
+    json_t *a = query_json(conn, SQL_ATTEMPT, 1, p, err, sizeof(err));
+    if (!a) {
+        if (!strcmp(err, "not found"))
+            fprintf(stderr, "chargectl attempt show: no attempt %s\n", id);
+        else
+            fprintf(stderr, "chargectl attempt show: %s\n", err);
+        return CTL_FAILED;
+    }
+    json_t *tr = query_json(conn, SQL_TRANSITIONS, 1, p, err, sizeof(err));
+    json_t *calls = query_json(conn, SQL_CALLS, 1, p, err, sizeof(err));
+    json_t *ledger = query_json(conn, SQL_LEDGER, 1, p, err, sizeof(err));
+    json_t *events = query_json(conn, SQL_EVENTS, 1, p, err, sizeof(err));
+    if (!tr || !calls || !ledger || !events) {
+        fprintf(stderr, "chargectl attempt show: %s\n", err);
+        json_decref(a);
+        json_decref(tr);
+        json_decref(calls);
+        json_decref(ledger);
+        json_decref(events);
+        return CTL_FAILED;
+    }
+    size_t i;
+    json_t *e;
+    json_array_foreach(events, i, e) json_object_del(e, "c");
+    if (as_json) {
+        /* json_object_set_new steals each reference. */
+        json_object_set_new(a, "transitions", tr);
+        json_object_set_new(a, "provider_call_log", calls);
+        json_object_set_new(a, "ledger_entries", ledger);
+        json_object_set_new(a, "result_events", events);
+        ctl_print_json(stdout, a);
+        return CTL_OK;
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(a, k, v)
+    {
+        char buf[512];
+        const char *s = cell(a, k, buf, sizeof(buf));
+        printf("%-20s %s\n", k, s ? s : "-");
+    }
+    printf("\ntransitions:\n");
+    const char *th[] = {"AT",    "FROM",   "TO",       "CAUSE",
+                        "ACTOR", "REASON", "EVIDENCE", NULL};
+    const char *tk[] = {"at",    "old_status", "new_status", "cause",
+                        "actor", "reason",     "evidence",   NULL};
+    print_rows(tr, th, tk);
+    printf("\nprovider calls:\n");
+    const char *ch[] = {"STARTED_AT", "OUTCOME",    "HTTP",  "REPLAYED",
+                        "LATENCY_MS", "PAYMENT_ID", "ERROR", NULL};
+    const char *ck[] = {"started_at", "outcome",    "http_status",
+                        "replayed",   "latency_ms", "provider_payment_id",
+                        "error",      NULL};
+    print_rows(calls, ch, ck);
+    printf("\nledger entries:\n");
+    const char *lh[] = {"CREATED_AT", "KIND", "AMOUNT", "CURRENCY", "PAYMENT_ID", NULL};
+    const char *lk[] = {"created_at",          "kind", "amount", "currency",
+                        "provider_payment_id", NULL};
+    print_rows(ledger, lh, lk);
+    printf("\nresult events:\n");
+    const char *eh[] = {"CREATED_AT", "TYPE", "EVENT_ID", "PUBLISHED_AT", NULL};
+    const char *ek[] = {"created_at", "event_type", "event_id", "published_at", NULL};
+    print_rows(events, eh, ek);
+    json_decref(a);
+    json_decref(tr);
+    json_decref(calls);
+    json_decref(ledger);
+    json_decref(events);
+    return CTL_OK;
+}
+
+static int attempt_list(PGconn *conn, const char *order, const char *status,
+                        const char *older, const char *limit, int as_json)
+{
+    char err[512];
+    const char *p[4] = {order, status, older, limit};
+    json_t *rows = query_json(conn, SQL_LIST, 4, p, err, sizeof(err));
+    if (!rows) {
+        fprintf(stderr, "chargectl attempt list: %s\n", err);
+        return CTL_FAILED;
+    }
+    if (as_json) {
+        ctl_print_json(stdout, rows);
+        return CTL_OK;
+    }
+    const char *h[] = {"ATTEMPT",  "ORDER",      "STATUS", "AMOUNT",
+                       "CURRENCY", "UPDATED_AT", "REASON", NULL};
+    const char *k[] = {"payment_attempt_id", "order_id",   "status", "amount",
+                       "currency",           "updated_at", "reason", NULL};
+    print_rows(rows, h, k);
+    json_decref(rows);
+    return CTL_OK;
+}
+
+int ctl_attempt(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"order", required_argument, NULL, 'o'},
+        {"status", required_argument, NULL, 's'},
+        {"older-than", required_argument, NULL, 'a'},
+        {"limit", required_argument, NULL, 'l'},
+        {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *order = NULL, *status = NULL;
+    char older[32], limit[32] = "50", err[512];
+    int have_older = 0, as_json = 0, c, rc;
+
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? CTL_USAGE : CTL_OK;
+    }
+    const char *sub = argv[1];
+    if (strcmp(sub, "show") && strcmp(sub, "list")) {
+        fprintf(stderr, "chargectl attempt: unknown subcommand '%s' (show, list)\n",
+                sub);
+        return CTL_USAGE;
+    }
+    optind = 1;
+    while ((c = getopt_long(argc - 1, argv + 1, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'o':
+            if (!charge_command_is_uuid(optarg)) {
+                fprintf(stderr, "chargectl attempt: --order '%s' is not a UUID\n",
+                        optarg);
+                return CTL_USAGE;
+            }
+            order = optarg;
+            break;
+        case 's': {
+            int ok = 0;
+            for (int i = 0; statuses[i]; i++)
+                ok |= !strcmp(statuses[i], optarg);
+            if (!ok) {
+                fprintf(stderr, "chargectl attempt: --status '%s' is not a status\n",
+                        optarg);
+                return CTL_USAGE;
+            }
+            status = optarg;
+            break;
+        }
+        case 'a': {
+            int64_t ms;
+            if (ctl_parse_duration_ms(optarg, &ms) != 0) {
+                fprintf(
+                    stderr,
+                    "chargectl attempt: --older-than '%s' is not a duration (30s, 15m, "
+                    "2h, 7d)\n",
+                    optarg);
+                return CTL_USAGE;
+            }
+            snprintf(older, sizeof(older), "%lld", (long long)ms);
+            have_older = 1;
+            break;
+        }
+        case 'l': {
+            char *end;
+            long n = strtol(optarg, &end, 10);
+            if (*end || end == optarg || n < 1 || n > 100000) {
+                fprintf(stderr, "chargectl attempt: --limit must be 1..100000\n");
+                return CTL_USAGE;
+            }
+            snprintf(limit, sizeof(limit), "%ld", n);
+            break;
+        }
+        case 'j':
+            as_json = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            return CTL_OK;
+        default:
+            usage(stderr);
+            return CTL_USAGE;
+        }
+    }
+    int nargs = argc - 1 - optind;
+    const char *id = nargs == 1 ? argv[1 + optind] : NULL;
+    if (!strcmp(sub, "show")) {
+        if (nargs != 1 || order || status || have_older) {
+            fprintf(stderr, "chargectl attempt show: give one PAYMENT_ATTEMPT_ID (and "
+                            "optionally --json)\n");
+            return CTL_USAGE;
+        }
+        if (!charge_command_is_uuid(id)) {
+            fprintf(stderr, "chargectl attempt show: '%s' is not a UUID\n", id);
+            return CTL_USAGE;
+        }
+    } else if (nargs != 0) {
+        fprintf(stderr, "chargectl attempt list: takes no positional argument\n");
+        return CTL_USAGE;
+    }
+    config_t *cfg = config_new(CONFIG_ROLE_CTL, "ctl", err, sizeof(err));
+    if (!cfg) {
+        fprintf(stderr, "chargectl attempt: %s\n", err);
+        return CTL_USAGE;
+    }
+    log_init("chargectl", LOG_OFF); /* errors are ours, one line each */
+    PGconn *conn = db_connect(config_str(cfg, CONFIG_DATABASE_URL), err, sizeof(err));
+    if (!conn) {
+        fprintf(stderr, "chargectl attempt: %s\n", err);
+        config_free(cfg);
+        return CTL_FAILED;
+    }
+    if (!strcmp(sub, "show"))
+        rc = attempt_show(conn, id, as_json);
+    else
+        rc = attempt_list(conn, order, status, have_older ? older : NULL, limit,
+                          as_json);
+    PQfinish(conn);
+    config_free(cfg);
+    return rc;
+}

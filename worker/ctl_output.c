@@ -1,0 +1,144 @@
+#include "ctl_output.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+struct ctl_table {
+    size_t ncols, nrows, cap;
+    char **cells; /* row-major, row 0 the headers */
+    size_t *width;
+};
+
+ctl_table_t *ctl_table_new(const char *const *headers)
+{
+    ctl_table_t *t = calloc(1, sizeof(*t));
+    if (!t)
+        return NULL;
+    while (headers[t->ncols])
+        t->ncols++;
+    t->width = calloc(t->ncols, sizeof(size_t));
+    if (!t->width || ctl_table_add(t, headers) != 0) {
+        ctl_table_free(t);
+        return NULL;
+    }
+    return t;
+}
+
+void ctl_table_free(ctl_table_t *t)
+{
+    if (!t)
+        return;
+    for (size_t i = 0; i < t->nrows * t->ncols; i++)
+        free(t->cells[i]);
+    free(t->cells);
+    free(t->width);
+    free(t);
+}
+
+int ctl_table_add(ctl_table_t *t, const char *const *values)
+{
+    if (t->nrows == t->cap) {
+        size_t ncap = t->cap ? t->cap * 2 : 16;
+        char **c = realloc(t->cells, ncap * t->ncols * sizeof(*c));
+        if (!c)
+            return -1;
+        t->cells = c;
+        t->cap = ncap;
+    }
+    for (size_t i = 0; i < t->ncols; i++) {
+        const char *v = values[i] && *values[i] ? values[i] : "-";
+        char *copy = strdup(v);
+        if (!copy)
+            return -1;
+        /* One line per row: fold control characters. */
+        for (char *p = copy; *p; p++)
+            if ((unsigned char)*p < 0x20)
+                *p = ' ';
+        t->cells[t->nrows * t->ncols + i] = copy;
+        if (strlen(copy) > t->width[i])
+            t->width[i] = strlen(copy);
+    }
+    t->nrows++;
+    return 0;
+}
+
+void ctl_table_print(const ctl_table_t *t, FILE *out)
+{
+    for (size_t r = 0; r < t->nrows; r++) {
+        for (size_t c = 0; c < t->ncols; c++) {
+            const char *v = t->cells[r * t->ncols + c];
+            if (c + 1 == t->ncols)
+                fprintf(out, "%s", v);
+            else
+                fprintf(out, "%-*s  ", (int)t->width[c], v);
+        }
+        fputc('\n', out);
+    }
+}
+
+int ctl_parse_duration_ms(const char *s, int64_t *ms)
+{
+    char *end;
+    if (!s || !isdigit((unsigned char)*s))
+        return -1;
+    long long v = strtoll(s, &end, 10);
+    int64_t unit;
+    if (!strcmp(end, "s"))
+        unit = 1000;
+    else if (!strcmp(end, "m"))
+        unit = 60 * 1000;
+    else if (!strcmp(end, "h"))
+        unit = 3600 * 1000;
+    else if (!strcmp(end, "d"))
+        unit = 86400 * 1000;
+    else
+        return -1;
+    if (v < 0 || v > 100LL * 365 * 86400)
+        return -1;
+    *ms = v * unit;
+    return 0;
+}
+
+int ctl_parse_time_ms(const char *s, int64_t *epoch_ms)
+{
+    struct tm tm = {0};
+    int64_t d;
+    if (ctl_parse_duration_ms(s, &d) == 0) {
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        *epoch_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000 - d;
+        return 0;
+    }
+    const char *rest = strptime(s ? s : "", "%Y-%m-%dT%H:%M:%S", &tm);
+    if (!rest)
+        return -1;
+    int64_t frac = 0;
+    if (*rest == '.') {
+        int digits = 0;
+        rest++;
+        while (isdigit((unsigned char)*rest)) {
+            if (digits++ < 3)
+                frac = frac * 10 + (*rest - '0');
+            rest++;
+        }
+        while (digits++ < 3)
+            frac *= 10;
+    }
+    if (strcmp(rest, "Z") != 0 && strcmp(rest, "+00:00") != 0)
+        return -1;
+    *epoch_ms = (int64_t)timegm(&tm) * 1000 + frac;
+    return 0;
+}
+
+void ctl_print_json(FILE *out, void *json)
+{
+    char *s = json_dumps(json, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    if (s)
+        fprintf(out, "%s\n", s);
+    free(s);
+    json_decref(json);
+}
