@@ -3,7 +3,30 @@
 #ifndef CHARGED_CHARGECTL_H
 #define CHARGED_CHARGECTL_H
 
+#include <stddef.h>
+#include <stdint.h>
+
+#include <librdkafka/rdkafka.h>
+
+#include "config.h"
+
 enum ctl_exit { CTL_OK = 0, CTL_FAILED = 1, CTL_USAGE = 2 };
+
+/* chargectl's configuration; on a bad value prints "chargectl <cmd>: why"
+ * and returns NULL (the caller exits CTL_USAGE). Free with config_free. */
+config_t *ctl_config(const char *cmd);
+
+/* Where a produced message landed, filled by the delivery report. */
+struct ctl_delivery {
+    int done;
+    rd_kafka_resp_err_t err;
+    int32_t partition;
+    int64_t offset;
+};
+
+/* An idempotent producer whose messages carry a struct ctl_delivery as
+ * their opaque. NULL and errbuf on failure. */
+rd_kafka_t *ctl_producer_new(const config_t *cfg, char *errbuf, size_t errbuf_size);
 
 int ctl_migrate(int argc, char **argv);
 int ctl_publish(int argc, char **argv);

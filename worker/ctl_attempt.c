@@ -16,50 +16,48 @@
 #define TS(col)                                                                        \
     "to_char(" col " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
 
-static const char
-    *SQL_ATTEMPT =
-        "SELECT row_to_json(a)::text FROM (SELECT id AS payment_attempt_id, order_id,"
-        " idempotency_key, status, reason, amount, currency, payment_method, "
-        "customer_id,"
-        " provider_payment_id, attempt_count AS provider_calls, last_error,"
-        " lease_owner, " TS(
-            "lease_expires_at") " AS lease_expires_at, lease_epoch,"
-                                " " TS("first_sent_at") " AS first_sent_at, " TS(
-                                    "next_check_at") " AS next_check_at,"
-                                                     " " TS("created_at") " AS "
-                                                                          "created_at,"
-                                                                          " " TS(
-                                                                              "updated_"
-                                                                              "at") " A"
-                                                                                    "S "
-                                                                                    "up"
-                                                                                    "da"
-                                                                                    "te"
-                                                                                    "d_"
-                                                                                    "at"
-                                                                                    " F"
-                                                                                    "RO"
-                                                                                    "M "
-                                                                                    "pa"
-                                                                                    "ym"
-                                                                                    "en"
-                                                                                    "t_"
-                                                                                    "at"
-                                                                                    "te"
-                                                                                    "mp"
-                                                                                    "ts"
-                                                                                    " W"
-                                                                                    "HE"
-                                                                                    "RE"
-                                                                                    " i"
-                                                                                    "d "
-                                                                                    "= "
-                                                                                    "$1"
-                                                                                    "::"
-                                                                                    "uu"
-                                                                                    "id"
-                                                                                    ") "
-                                                                                    "a";
+static const char *SQL_ATTEMPT =
+    "SELECT row_to_json(a)::text FROM (SELECT id AS payment_attempt_id, order_id,"
+    " idempotency_key, status, reason, amount, currency, payment_method, "
+    "customer_id,"
+    " provider_payment_id, attempt_count AS provider_calls, last_error,"
+    " lease_owner, " TS(
+        "lease_expires_at") " AS lease_expires_at, lease_epoch,"
+                            " " TS("first_sent_at") " AS first_sent_at, " TS(
+                                "next_check_at") " AS next_check_at,"
+                                                 " " TS("created_at") " AS "
+                                                                      "created_at,"
+                                                                      " " TS("updated_"
+                                                                             "at") " A"
+                                                                                   "S "
+                                                                                   "up"
+                                                                                   "da"
+                                                                                   "te"
+                                                                                   "d_"
+                                                                                   "at"
+                                                                                   " F"
+                                                                                   "RO"
+                                                                                   "M "
+                                                                                   "pa"
+                                                                                   "ym"
+                                                                                   "en"
+                                                                                   "t_"
+                                                                                   "at"
+                                                                                   "te"
+                                                                                   "mp"
+                                                                                   "ts"
+                                                                                   " W"
+                                                                                   "HE"
+                                                                                   "RE"
+                                                                                   " i"
+                                                                                   "d "
+                                                                                   "= "
+                                                                                   "$1"
+                                                                                   "::"
+                                                                                   "uu"
+                                                                                   "id"
+                                                                                   ") "
+                                                                                   "a";
 
 static const char *SQL_TRANSITIONS =
     "SELECT coalesce(json_agg(t ORDER BY t.id), '[]')::text FROM (SELECT id,"
@@ -298,9 +296,14 @@ int ctl_attempt(int argc, char **argv)
     char older[32], limit[32] = "50", err[512];
     int have_older = 0, as_json = 0, c, rc;
 
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? CTL_USAGE : CTL_OK;
+    if (argc < 2) {
+        fprintf(stderr,
+                "chargectl attempt: missing subcommand (show, list; see --help)\n");
+        return CTL_USAGE;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(stdout);
+        return CTL_OK;
     }
     const char *sub = argv[1];
     if (strcmp(sub, "show") && strcmp(sub, "list")) {
@@ -309,6 +312,7 @@ int ctl_attempt(int argc, char **argv)
         return CTL_USAGE;
     }
     optind = 1;
+    opterr = 0; /* we say it ourselves, in one line */
     while ((c = getopt_long(argc - 1, argv + 1, "", opts, NULL)) != -1) {
         switch (c) {
         case 'o':
@@ -362,7 +366,10 @@ int ctl_attempt(int argc, char **argv)
             usage(stdout);
             return CTL_OK;
         default:
-            usage(stderr);
+            fprintf(
+                stderr,
+                "chargectl attempt: bad option '%s' (see chargectl attempt --help)\n",
+                argv[optind]);
             return CTL_USAGE;
         }
     }
@@ -382,12 +389,9 @@ int ctl_attempt(int argc, char **argv)
         fprintf(stderr, "chargectl attempt list: takes no positional argument\n");
         return CTL_USAGE;
     }
-    config_t *cfg = config_new(CONFIG_ROLE_CTL, "ctl", err, sizeof(err));
-    if (!cfg) {
-        fprintf(stderr, "chargectl attempt: %s\n", err);
+    config_t *cfg = ctl_config("attempt");
+    if (!cfg)
         return CTL_USAGE;
-    }
-    log_init("chargectl", LOG_OFF); /* errors are ours, one line each */
     PGconn *conn = db_connect(config_str(cfg, CONFIG_DATABASE_URL), err, sizeof(err));
     if (!conn) {
         fprintf(stderr, "chargectl attempt: %s\n", err);

@@ -425,6 +425,7 @@ static int parse_opts(int argc, char **argv, struct filters *f, int *as_json,
 {
     int c;
     optind = 1;
+    opterr = 0; /* we say it ourselves, in one line */
     while ((c = getopt_long(argc, argv, "", dlq_opts, NULL)) != -1) {
         switch (c) {
         case OPT_REASON:
@@ -475,7 +476,9 @@ static int parse_opts(int argc, char **argv, struct filters *f, int *as_json,
             usage(stdout);
             return -1;
         default:
-            usage(stderr);
+            fprintf(stderr,
+                    "chargectl dlq: bad option '%s' (see chargectl dlq --help)\n",
+                    argv[optind - 1]);
             return CTL_USAGE;
         }
     }
@@ -597,24 +600,6 @@ static int dlq_show(struct dlq_ctx *c, const char *position, int as_json)
     return CTL_OK;
 }
 
-struct sent {
-    int done;
-    rd_kafka_resp_err_t err;
-    int32_t partition;
-    int64_t offset;
-};
-
-static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
-{
-    struct sent *s = m->_private;
-    (void)rk;
-    (void)opaque;
-    s->done = 1;
-    s->err = m->err;
-    s->partition = m->partition;
-    s->offset = m->offset;
-}
-
 static int dlq_replay(struct dlq_ctx *c, int argc, char **argv, const struct filters *f,
                       int as_json, int dry_run)
 {
@@ -683,22 +668,10 @@ static int dlq_replay(struct dlq_ctx *c, int argc, char **argv, const struct fil
         }
     }
     rd_kafka_t *rk = NULL;
-    struct sent *sent = calloc(n + 1, sizeof(*sent));
+    struct ctl_delivery *sent = calloc(n + 1, sizeof(*sent));
     if (!dry_run) {
-        rd_kafka_conf_t *conf = kafka_setup_conf(c->cfg, "chargectl", err, sizeof(err));
-        if (!conf) {
-            fprintf(stderr, "chargectl dlq replay: %s\n", err);
-            free(sel);
-            free(sent);
-            return CTL_USAGE;
-        }
-        kafka_setup_apply_env(conf, c->cfg);
-        kafka_setup_set(conf, "enable.idempotence", "true", err, sizeof(err));
-        kafka_setup_set(conf, "message.max.bytes", "4194304", err, sizeof(err));
-        rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
-        rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+        rk = ctl_producer_new(c->cfg, err, sizeof(err));
         if (!rk) {
-            rd_kafka_conf_destroy(conf);
             fprintf(stderr, "chargectl dlq replay: %s\n", err);
             free(sel);
             free(sent);
@@ -807,9 +780,14 @@ int ctl_dlq(int argc, char **argv)
     char err[512];
     int as_json = 0, dry_run = 0, rc;
 
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? CTL_USAGE : CTL_OK;
+    if (argc < 2) {
+        fprintf(stderr,
+                "chargectl dlq: missing subcommand (list, show, replay; see --help)\n");
+        return CTL_USAGE;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(stdout);
+        return CTL_OK;
     }
     const char *sub = argv[1];
     if (strcmp(sub, "list") && strcmp(sub, "show") && strcmp(sub, "replay")) {
@@ -833,12 +811,9 @@ int ctl_dlq(int argc, char **argv)
         fprintf(stderr, "chargectl dlq %s: --dry-run is for replay\n", sub);
         return CTL_USAGE;
     }
-    c.cfg = config_new(CONFIG_ROLE_CTL, "ctl", err, sizeof(err));
-    if (!c.cfg) {
-        fprintf(stderr, "chargectl dlq: %s\n", err);
+    c.cfg = ctl_config("dlq");
+    if (!c.cfg)
         return CTL_USAGE;
-    }
-    log_init("chargectl", LOG_OFF); /* errors are ours, one line each */
     c.topic = config_str(c.cfg, CONFIG_CHARGE_DLQ_TOPIC);
     rc = open_reader(&c, err, sizeof(err));
     if (rc != CTL_OK) {

@@ -35,6 +35,7 @@ int ctl_migrate(int argc, char **argv)
     int c, applied = 0, rc = CTL_FAILED;
 
     optind = 1;
+    opterr = 0; /* we say it ourselves, in one line */
     while ((c = getopt_long(argc, argv, "d:h", opts, NULL)) != -1) {
         switch (c) {
         case 'd':
@@ -44,7 +45,10 @@ int ctl_migrate(int argc, char **argv)
             usage(stdout);
             return CTL_OK;
         default:
-            usage(stderr);
+            fprintf(
+                stderr,
+                "chargectl migrate: bad option '%s' (see chargectl migrate --help)\n",
+                argv[optind - 1]);
             return CTL_USAGE;
         }
     }
@@ -52,13 +56,9 @@ int ctl_migrate(int argc, char **argv)
         fprintf(stderr, "chargectl migrate: unexpected argument '%s'\n", argv[optind]);
         return CTL_USAGE;
     }
-    cfg = config_new(CONFIG_ROLE_CTL, "ctl", err, sizeof(err));
-    if (!cfg) {
-        fprintf(stderr, "chargectl migrate: %s\n", err);
+    cfg = ctl_config("migrate");
+    if (!cfg)
         return CTL_USAGE;
-    }
-    log_init("chargectl",
-             (enum log_level)log_level_parse(config_str(cfg, CONFIG_LOG_LEVEL)));
     set = migrate_set_new(dir, err, sizeof(err));
     if (!set) {
         fprintf(stderr, "chargectl migrate: %s\n", err);

@@ -41,22 +41,8 @@ static void usage(FILE *out)
 
 struct pending {
     char *key, *value;
-    int done;
-    rd_kafka_resp_err_t err;
-    int32_t partition;
-    int64_t offset;
+    struct ctl_delivery d;
 };
-
-static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
-{
-    struct pending *p = m->_private;
-    (void)rk;
-    (void)opaque;
-    p->done = 1;
-    p->err = m->err;
-    p->partition = m->partition;
-    p->offset = m->offset;
-}
 
 /* Builds one command from the flags; returns its JSON (caller frees). */
 static char *from_flags(const char *attempt, const char *order, const char *key,
@@ -138,6 +124,7 @@ int ctl_publish(int argc, char **argv)
     char err[512];
 
     optind = 1;
+    opterr = 0; /* we say it ourselves, in one line */
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'a':
@@ -178,7 +165,10 @@ int ctl_publish(int argc, char **argv)
             usage(stdout);
             return CTL_OK;
         default:
-            usage(stderr);
+            fprintf(
+                stderr,
+                "chargectl publish: bad option '%s' (see chargectl publish --help)\n",
+                argv[optind - 1]);
             return CTL_USAGE;
         }
     }
@@ -186,12 +176,9 @@ int ctl_publish(int argc, char **argv)
         fprintf(stderr, "chargectl publish: unexpected argument '%s'\n", argv[optind]);
         return CTL_USAGE;
     }
-    cfg = config_new(CONFIG_ROLE_CTL, "ctl", err, sizeof(err));
-    if (!cfg) {
-        fprintf(stderr, "chargectl publish: %s\n", err);
+    cfg = ctl_config("publish");
+    if (!cfg)
         return CTL_USAGE;
-    }
-    log_init("chargectl", LOG_OFF); /* errors are ours, one line each */
 
     /* Read and validate everything before sending anything. */
     const struct charge_command_limits limits = {.max_bytes = 1024 * 1024,
@@ -256,19 +243,10 @@ int ctl_publish(int argc, char **argv)
         }
     }
 
-    rd_kafka_conf_t *conf = kafka_setup_conf(cfg, "chargectl", err, sizeof(err));
-    if (!conf) {
+    rk = ctl_producer_new(cfg, err, sizeof(err));
+    if (!rk) {
         fprintf(stderr, "chargectl publish: %s\n", err);
         rc = CTL_USAGE;
-        goto out;
-    }
-    kafka_setup_apply_env(conf, cfg);
-    kafka_setup_set(conf, "enable.idempotence", "true", err, sizeof(err));
-    rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
-    rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
-    if (!rk) {
-        rd_kafka_conf_destroy(conf);
-        fprintf(stderr, "chargectl publish: %s\n", err);
         goto out;
     }
     const char *topic = config_str(cfg, CONFIG_CHARGE_COMMANDS_TOPIC);
@@ -279,7 +257,7 @@ int ctl_publish(int argc, char **argv)
                 rk, RD_KAFKA_V_TOPIC(topic),
                 RD_KAFKA_V_KEY(msgs[i].key, strlen(msgs[i].key)),
                 RD_KAFKA_V_VALUE(msgs[i].value, strlen(msgs[i].value)),
-                RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_OPAQUE(&msgs[i]),
+                RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_OPAQUE(&msgs[i].d),
                 RD_KAFKA_V_END);
             if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL)
                 break;
@@ -297,17 +275,17 @@ int ctl_publish(int argc, char **argv)
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
-        if (msgs[i].err) {
+        if (msgs[i].d.err) {
             fprintf(stderr, "chargectl publish: command %zu not published: %s\n", i + 1,
-                    rd_kafka_err2str(msgs[i].err));
+                    rd_kafka_err2str(msgs[i].d.err));
             goto out;
         }
         if (as_json)
             printf("{\"payment_attempt_id\":\"%s\",\"partition\":%d,\"offset\":%lld}\n",
-                   msgs[i].key, (int)msgs[i].partition, (long long)msgs[i].offset);
+                   msgs[i].key, (int)msgs[i].d.partition, (long long)msgs[i].d.offset);
         else
             printf("published %s to %s [%d] at offset %lld\n", msgs[i].key, topic,
-                   (int)msgs[i].partition, (long long)msgs[i].offset);
+                   (int)msgs[i].d.partition, (long long)msgs[i].d.offset);
     }
     rc = CTL_OK;
 out:

@@ -99,3 +99,12 @@ int test_env_migrated_database(char *out, size_t out_size)
     PQfinish(c);
     return 0;
 }
+
+int test_env_run_suite(Suite *suite)
+{
+    SRunner *sr = srunner_create(suite);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

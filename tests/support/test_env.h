@@ -8,6 +8,7 @@
 #define CHARGED_TEST_ENV_H
 
 #include <stddef.h>
+#include <check.h>
 #include <libpq-fe.h>
 
 /* The base connection string; aborts the test with a clear message if the
@@ -24,6 +25,10 @@ int test_env_migrated_database(char *out, size_t out_size);
 
 /* Connects, or fails the test. */
 PGconn *test_env_connect(const char *url);
+
+/* Runs the suite (each test in its own process unless CK_FORK=no), frees
+ * it, and returns the exit status: 0 when every test passed. */
+int test_env_run_suite(Suite *suite);
 
 /* Milliseconds of a monotonic clock, for deadlines. */
 long long test_env_now_ms(void);

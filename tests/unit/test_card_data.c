@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "card_data.h"
+#include "test_env.h"
 
 static int found(const char *s)
 {
@@ -63,9 +64,5 @@ int main(void)
     tcase_add_test(tc, masks_all_but_the_last_four_in_place);
     tcase_add_test(tc, masking_leaves_other_bytes_alone);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return test_env_run_suite(s);
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "charge_command.h"
+#include "test_env.h"
 
 #define ATTEMPT "5d1c2c1e-1a9b-4b1e-8e55-000000000001"
 #define ORDER   "0b6f1a52-8f5e-4c36-9a39-0f4a7f5a0001"
@@ -225,9 +226,5 @@ int main(void)
     tcase_add_test(tc, deployment_limits);
     tcase_add_test(tc, fingerprint_follows_what_is_charged);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return test_env_run_suite(s);
 }

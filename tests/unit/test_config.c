@@ -8,6 +8,7 @@
 
 #include "config.h"
 #include "log.h"
+#include "test_env.h"
 
 extern char **environ;
 
@@ -298,9 +299,5 @@ static Suite *config_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(config_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return test_env_run_suite(config_suite());
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "offset_tracker.h"
+#include "test_env.h"
 
 START_TEST(nothing_seen_nothing_to_commit)
 {
@@ -96,9 +97,5 @@ int main(void)
     tcase_add_test(tc, partitions_are_independent_and_dirty_tracks_moves);
     tcase_add_test(tc, many_offsets_in_random_order);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return test_env_run_suite(s);
 }

@@ -668,6 +668,7 @@ int main(int argc, char **argv)
 
     api_key = getenv("PSP_SIM_API_KEY") ? strdup(getenv("PSP_SIM_API_KEY"))
                                         : strdup("sk_test_charged");
+    opterr = 0; /* we say it ourselves, in one line */
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         long *target = NULL, min = 0;
         switch (c) {
@@ -717,7 +718,8 @@ int main(int argc, char **argv)
             target = &stall;
             break;
         default:
-            usage(stderr);
+            fprintf(stderr, "psp-sim: bad option '%s' (see psp-sim --help)\n",
+                    argv[optind - 1]);
             free(api_key);
             return 2;
         }

@@ -1,0 +1,50 @@
+/* What chargectl's commands share: configuration and a producer. */
+#include <stdio.h>
+
+#include "chargectl.h"
+#include "kafka_setup.h"
+#include "log.h"
+
+config_t *ctl_config(const char *cmd)
+{
+    char err[512];
+    config_t *cfg = config_new(CONFIG_ROLE_CTL, "ctl", err, sizeof(err));
+    if (!cfg) {
+        fprintf(stderr, "chargectl %s: %s\n", cmd, err);
+        return NULL;
+    }
+    /* Errors are ours, one line each: librdkafka's chatter stays quiet. */
+    log_init("chargectl", LOG_OFF);
+    return cfg;
+}
+
+static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    struct ctl_delivery *d = m->_private;
+    (void)rk;
+    (void)opaque;
+    if (!d)
+        return;
+    d->done = 1;
+    d->err = m->err;
+    d->partition = m->partition;
+    d->offset = m->offset;
+}
+
+rd_kafka_t *ctl_producer_new(const config_t *cfg, char *errbuf, size_t errbuf_size)
+{
+    rd_kafka_conf_t *conf = kafka_setup_conf(cfg, "chargectl", errbuf, errbuf_size);
+    if (!conf)
+        return NULL;
+    kafka_setup_apply_env(conf, cfg);
+    if (kafka_setup_set(conf, "enable.idempotence", "true", errbuf, errbuf_size) ||
+        kafka_setup_set(conf, "message.max.bytes", "4194304", errbuf, errbuf_size)) {
+        rd_kafka_conf_destroy(conf);
+        return NULL;
+    }
+    rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errbuf, errbuf_size);
+    if (!rk)
+        rd_kafka_conf_destroy(conf);
+    return rk;
+}
