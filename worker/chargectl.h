@@ -16,6 +16,11 @@ enum ctl_exit { CTL_OK = 0, CTL_FAILED = 1, CTL_USAGE = 2 };
  * and returns NULL (the caller exits CTL_USAGE). Free with config_free. */
 config_t *ctl_config(const char *cmd);
 
+/* Say "chargectl <cmd>: bad option 'x' (see ... --help)" or "unexpected
+ * argument 'x'" in one line; both return CTL_USAGE. */
+int ctl_bad_option(const char *cmd, const char *arg);
+int ctl_unexpected_argument(const char *cmd, const char *arg);
+
 /* Where a produced message landed, filled by the delivery report. */
 struct ctl_delivery {
     int done;

@@ -366,11 +366,7 @@ int ctl_attempt(int argc, char **argv)
             usage(stdout);
             return CTL_OK;
         default:
-            fprintf(
-                stderr,
-                "chargectl attempt: bad option '%s' (see chargectl attempt --help)\n",
-                argv[optind]);
-            return CTL_USAGE;
+            return ctl_bad_option("attempt", argv[optind]);
         }
     }
     int nargs = argc - 1 - optind;

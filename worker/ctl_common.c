@@ -18,6 +18,19 @@ config_t *ctl_config(const char *cmd)
     return cfg;
 }
 
+int ctl_bad_option(const char *cmd, const char *arg)
+{
+    fprintf(stderr, "chargectl %s: bad option '%s' (see chargectl %s --help)\n", cmd,
+            arg ? arg : "", cmd);
+    return CTL_USAGE;
+}
+
+int ctl_unexpected_argument(const char *cmd, const char *arg)
+{
+    fprintf(stderr, "chargectl %s: unexpected argument '%s'\n", cmd, arg);
+    return CTL_USAGE;
+}
+
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
     struct ctl_delivery *d = m->_private;

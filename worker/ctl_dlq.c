@@ -476,10 +476,7 @@ static int parse_opts(int argc, char **argv, struct filters *f, int *as_json,
             usage(stdout);
             return -1;
         default:
-            fprintf(stderr,
-                    "chargectl dlq: bad option '%s' (see chargectl dlq --help)\n",
-                    argv[optind - 1]);
-            return CTL_USAGE;
+            return ctl_bad_option("dlq", argv[optind - 1]);
         }
     }
     return CTL_OK;

@@ -45,17 +45,11 @@ int ctl_migrate(int argc, char **argv)
             usage(stdout);
             return CTL_OK;
         default:
-            fprintf(
-                stderr,
-                "chargectl migrate: bad option '%s' (see chargectl migrate --help)\n",
-                argv[optind - 1]);
-            return CTL_USAGE;
+            return ctl_bad_option("migrate", argv[optind - 1]);
         }
     }
-    if (optind != argc) {
-        fprintf(stderr, "chargectl migrate: unexpected argument '%s'\n", argv[optind]);
-        return CTL_USAGE;
-    }
+    if (optind != argc)
+        return ctl_unexpected_argument("migrate", argv[optind]);
     cfg = ctl_config("migrate");
     if (!cfg)
         return CTL_USAGE;

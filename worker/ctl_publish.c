@@ -165,17 +165,11 @@ int ctl_publish(int argc, char **argv)
             usage(stdout);
             return CTL_OK;
         default:
-            fprintf(
-                stderr,
-                "chargectl publish: bad option '%s' (see chargectl publish --help)\n",
-                argv[optind - 1]);
-            return CTL_USAGE;
+            return ctl_bad_option("publish", argv[optind - 1]);
         }
     }
-    if (optind != argc) {
-        fprintf(stderr, "chargectl publish: unexpected argument '%s'\n", argv[optind]);
-        return CTL_USAGE;
-    }
+    if (optind != argc)
+        return ctl_unexpected_argument("publish", argv[optind]);
     cfg = ctl_config("publish");
     if (!cfg)
         return CTL_USAGE;
