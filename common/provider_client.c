@@ -9,6 +9,8 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
+#include "utf8_text.h"
+
 #define MAX_ANSWER (1024 * 1024)
 
 /* One request in flight: its handle, what it wrote and what came back. */
@@ -322,16 +324,32 @@ out:
     return x;
 }
 
+/* Provider text is bounded and made valid UTF-8 here, before anything
+ * stores or logs it: a message cut mid-character once jammed every batch. */
 static void copy_str(char *dst, size_t size, const char *src)
 {
-    snprintf(dst, size, "%s", src ? src : "");
+    utf8_text_copy(dst, size, src);
+}
+
+/* A provider id we can store and look up again: Stripe's are like
+ * "pi_3Mtw...", letters, digits and '_'. */
+static int usable_id(const char *id)
+{
+    size_t n = id ? strlen(id) : 0;
+    if (n == 0 || n >= sizeof(((struct provider_result *)0)->provider_payment_id))
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)id[i]) && id[i] != '_')
+            return 0;
+    return 1;
 }
 
 /* Fills result fields from a PaymentIntent object. */
 static void take_intent(json_t *pi, struct provider_result *res)
 {
+    const char *id = json_string_value(json_object_get(pi, "id"));
     copy_str(res->provider_payment_id, sizeof(res->provider_payment_id),
-             json_string_value(json_object_get(pi, "id")));
+             usable_id(id) ? id : "");
     copy_str(res->intent_status, sizeof(res->intent_status),
              json_string_value(json_object_get(pi, "status")));
     res->amount = json_integer_value(json_object_get(pi, "amount"));
@@ -365,10 +383,15 @@ static void classify_charge(int http, json_t *doc, struct provider_result *res)
 
     if (http >= 200 && http < 300) {
         const char *st = json_string_value(json_object_get(doc, "status"));
-        if (!json_is_object(doc) || !st ||
-            !json_string_value(json_object_get(doc, "id"))) {
+        if (!json_is_object(doc) || !st) {
             res->outcome = PROVIDER_UNKNOWN;
             copy_str(res->error, sizeof(res->error), "2xx answer without an intent");
+            return;
+        }
+        if (!usable_id(json_string_value(json_object_get(doc, "id")))) {
+            /* It may have executed, but we could never find it again. */
+            res->outcome = PROVIDER_UNKNOWN;
+            copy_str(res->error, sizeof(res->error), "2xx answer with an unusable intent id");
             return;
         }
         take_intent(doc, res);
@@ -397,9 +420,9 @@ static void classify_charge(int http, json_t *doc, struct provider_result *res)
             copy_str(res->decline_code, sizeof(res->decline_code),
                      json_string_value(json_object_get(err, "decline_code")));
             json_t *pi = json_object_get(err, "payment_intent");
-            if (json_is_object(pi))
-                copy_str(res->provider_payment_id, sizeof(res->provider_payment_id),
-                         json_string_value(json_object_get(pi, "id")));
+            const char *id = json_string_value(json_object_get(pi, "id"));
+            if (json_is_object(pi) && usable_id(id))
+                copy_str(res->provider_payment_id, sizeof(res->provider_payment_id), id);
         } else {
             res->outcome = PROVIDER_REQUIRES_REVIEW;
         }

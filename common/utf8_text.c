@@ -1,0 +1,85 @@
+#include "utf8_text.h"
+
+#include <string.h>
+
+size_t utf8_text_seq_len(const unsigned char *s, size_t n)
+{
+    if (n == 0)
+        return 0;
+    unsigned c = s[0];
+    if (c < 0x80)
+        return 1;
+    size_t len;
+    unsigned min;
+    if (c >= 0xc2 && c <= 0xdf) {
+        len = 2;
+        min = 0x80;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        len = 3;
+        min = 0x800;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        len = 4;
+        min = 0x10000;
+    } else {
+        return 0;
+    }
+    if (n < len)
+        return 0;
+    unsigned cp = c & (0x7f >> len);
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (s[i] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return len;
+}
+
+int utf8_text_valid(const char *s, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        size_t l = utf8_text_seq_len(p + i, n - i);
+        if (l == 0 || p[i] == 0)
+            return 0;
+        i += l;
+    }
+    return 1;
+}
+
+size_t utf8_text_copy(char *dst, size_t dst_size, const char *src)
+{
+    const unsigned char *s = (const unsigned char *)(src ? src : "");
+    size_t n = strlen((const char *)s), out = 0;
+
+    if (dst_size == 0)
+        return 0;
+    for (size_t i = 0; i < n;) {
+        size_t l = utf8_text_seq_len(s + i, n - i);
+        const unsigned char *from = s + i;
+        unsigned char repl;
+        if (l == 0) {
+            repl = '?';
+            from = &repl;
+            l = 1;
+            i++;
+        } else {
+            unsigned cp = s[i];
+            if (l == 2)
+                cp = ((s[i] & 0x1fu) << 6) | (s[i + 1] & 0x3fu);
+            i += l;
+            if (cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp < 0xa0)) {
+                repl = ' ';
+                from = &repl;
+                l = 1;
+            }
+        }
+        if (out + l >= dst_size)
+            break;
+        memcpy(dst + out, from, l);
+        out += l;
+    }
+    dst[out] = '\0';
+    return out;
+}
