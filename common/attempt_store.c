@@ -25,17 +25,31 @@ struct attempt_store {
 static int ensure_conn(attempt_store_t *st, char *errbuf, size_t errbuf_size)
 {
     if (st->conn && PQstatus(st->conn) == CONNECTION_OK)
-        return 0;
+        return ATTEMPT_STORE_OK;
     if (st->conn) {
         PQfinish(st->conn);
         st->conn = NULL;
     }
     st->conn = db_connect(st->url, errbuf, errbuf_size);
     if (!st->conn)
-        return -1;
-    /* A stuck statement must not hold the worker forever. */
-    return db_run(st->conn, "SET statement_timeout = '30s'", 0, NULL, errbuf,
-                  errbuf_size);
+        return ATTEMPT_STORE_RETRY;
+    /* A stuck statement must not hold the worker's loop for long. */
+    if (db_run(st->conn, "SET statement_timeout = '10s'", 0, NULL, errbuf,
+               errbuf_size) != 0) {
+        PQfinish(st->conn);
+        st->conn = NULL;
+        return ATTEMPT_STORE_RETRY;
+    }
+    return ATTEMPT_STORE_OK;
+}
+
+/* The class of the statement that just failed. Only a refused value is
+ * DATA; anything else (a bug included) is retried whole, loudly, rather
+ * than settling attempts one by one on a mistake of ours. */
+static int failed(void)
+{
+    return db_last_error_class() == DB_ERR_DATA ? ATTEMPT_STORE_DATA
+                                                : ATTEMPT_STORE_RETRY;
 }
 
 attempt_store_t *attempt_store_new(const char *database_url, const char *actor,
@@ -54,8 +68,17 @@ attempt_store_t *attempt_store_new(const char *database_url, const char *actor,
         snprintf(errbuf, errbuf_size, "out of memory");
         goto fail;
     }
-    if (ensure_conn(st, errbuf, errbuf_size) != 0)
+    /* Only the syntax is checked now; the server may come up later. */
+    char *perr = NULL;
+    PQconninfoOption *opts = PQconninfoParse(database_url, &perr);
+    if (!opts) {
+        char line[256];
+        db_error_line(perr ? perr : "out of memory", line, sizeof(line));
+        snprintf(errbuf, errbuf_size, "bad database url: %s", line);
+        PQfreemem(perr);
         goto fail;
+    }
+    PQconninfoFree(opts);
     return st;
 fail:
     attempt_store_free(st);
@@ -96,18 +119,20 @@ static void arrays_release(struct arrays *ar)
 
 /* ---- record ---- */
 
+/* Rows go in in the order of the arrays (ordinality): the first of two
+ * messages for one attempt in a batch is the one stored. */
 static const char *SQL_INSERT_PENDING =
     "WITH v AS ("
     "  SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[],"
     "    $5::bigint[], $6::text[], $7::text[], $8::text[], $9::jsonb[])"
-    "  AS v(id, order_id, idempotency_key, fp, amount, currency, payment_method,"
-    "       customer_id, metadata)),"
+    "  WITH ORDINALITY AS v(id, order_id, idempotency_key, fp, amount, currency,"
+    "       payment_method, customer_id, metadata, n)),"
     " ins AS ("
     "  INSERT INTO payment_attempts (id, order_id, idempotency_key, "
     "request_fingerprint,"
     "    amount, currency, payment_method, customer_id, metadata, status)"
     "  SELECT id, order_id, idempotency_key, fp, amount, currency, payment_method,"
-    "    nullif(customer_id, ''), metadata, 'PENDING' FROM v"
+    "    nullif(customer_id, ''), metadata, 'PENDING' FROM v ORDER BY n"
     "  ON CONFLICT DO NOTHING RETURNING id),"
     " tr AS ("
     "  INSERT INTO attempt_transitions (payment_attempt_id, old_status, new_status,"
@@ -115,6 +140,8 @@ static const char *SQL_INSERT_PENDING =
     "  SELECT id, NULL, 'PENDING', 'worker', $10, 'recorded' FROM ins)"
     "SELECT id FROM ins";
 
+/* The stored rows every message of the batch is compared with, whether this
+ * batch inserted them or not. */
 static const char *SQL_FIND_EXISTING =
     "SELECT id, idempotency_key, request_fingerprint FROM payment_attempts"
     " WHERE id = ANY($1::uuid[]) OR idempotency_key = ANY($2::text[])";
@@ -173,43 +200,61 @@ static int in_result(PGresult *r, int col, const char *value)
     return 0;
 }
 
+/* Attempt-id order, and batch order among messages of one attempt. */
+static int by_attempt_id(const void *a, const void *b)
+{
+    const struct attempt_record_item *x = *(const struct attempt_record_item *const *)a,
+                                     *y = *(const struct attempt_record_item *const *)b;
+    int c = strcmp(x->cmd->payment_attempt_id, y->cmd->payment_attempt_id);
+    return c ? c : (x < y ? -1 : x > y);
+}
+
 int attempt_store_record(attempt_store_t *st, struct attempt_record_item *items,
                          size_t n, char *errbuf, size_t errbuf_size)
 {
     struct arrays ar = {0}, rj = {0};
     PGresult *ins = NULL, *found = NULL, *live = NULL, *rej = NULL;
     db_array_t *orders = NULL;
+    struct attempt_record_item **sorted = NULL;
     const char *p[12];
     size_t nblocked = 0;
-    int rc = -1;
+    int rc = ATTEMPT_STORE_RETRY;
 
     if (n == 0)
-        return 0;
-    if (ensure_conn(st, errbuf, errbuf_size) != 0)
-        return -1;
+        return ATTEMPT_STORE_OK;
+    if ((rc = ensure_conn(st, errbuf, errbuf_size)) != 0)
+        return rc;
+    rc = ATTEMPT_STORE_RETRY;
     if (arrays_init(&ar, 9) != 0 || arrays_init(&rj, 10) != 0 ||
-        !(orders = db_array_new()))
+        !(orders = db_array_new()) || !(sorted = calloc(n, sizeof(*sorted))))
         goto oom;
     for (size_t i = 0; i < n; i++)
-        if (add_command(&ar, items[i].cmd) != 0)
+        sorted[i] = &items[i];
+    qsort(sorted, n, sizeof(*sorted), by_attempt_id);
+    for (size_t i = 0; i < n; i++)
+        if (add_command(&ar, sorted[i]->cmd) != 0)
             goto oom;
     for (int i = 0; i < 9; i++)
         p[i] = db_array_text(ar.a[i]);
     p[9] = st->actor;
     ins = db_exec(st->conn, SQL_INSERT_PENDING, 10, p, errbuf, errbuf_size);
-    if (!ins)
+    if (!ins) {
+        rc = failed();
         goto out;
-    /* Not inserted: the same attempt again, a conflict, or a busy order. */
+    }
+    /* Every message is compared with the stored attempt, whatever batch
+     * stored it: a conflicting resend in the same batch as its original is
+     * a conflict like any other. */
     p[1] = p[2];
     found = db_exec(st->conn, SQL_FIND_EXISTING, 2, p, errbuf, errbuf_size);
-    if (!found)
+    if (!found) {
+        rc = failed();
         goto out;
+    }
     for (size_t i = 0; i < n; i++) {
         const struct charge_command *c = items[i].cmd;
         items[i].result = ATTEMPT_RECORDED;
         items[i].reason[0] = '\0';
-        if (in_result(ins, 0, c->payment_attempt_id))
-            continue;
         int by_id = 0, by_key = 0;
         for (int r = 0; r < PQntuples(found); r++) {
             const char *id = PQgetvalue(found, r, 0), *key = PQgetvalue(found, r, 1),
@@ -246,13 +291,15 @@ int attempt_store_record(attempt_store_t *st, struct attempt_record_item *items,
         }
     }
     if (nblocked == 0) {
-        rc = 0;
+        rc = ATTEMPT_STORE_OK;
         goto out;
     }
     p[0] = db_array_text(orders);
     live = db_exec(st->conn, SQL_FIND_LIVE, 1, p, errbuf, errbuf_size);
-    if (!live)
+    if (!live) {
+        rc = failed();
         goto out;
+    }
     size_t nrej = 0;
     for (size_t i = 0; i < n; i++) {
         const struct charge_command *c = items[i].cmd;
@@ -287,18 +334,21 @@ int attempt_store_record(attempt_store_t *st, struct attempt_record_item *items,
         p[10] = st->actor;
         p[11] = st->results_topic;
         rej = db_exec(st->conn, SQL_INSERT_REJECTED, 12, p, errbuf, errbuf_size);
-        if (!rej)
+        if (!rej) {
+            rc = failed();
             goto out;
+        }
         for (size_t i = 0; i < n; i++)
             if (items[i].result == ATTEMPT_REJECTED &&
                 !in_result(rej, 0, items[i].cmd->payment_attempt_id))
                 items[i].result = ATTEMPT_RETRY; /* a duplicate beat us to it */
     }
-    rc = 0;
+    rc = ATTEMPT_STORE_OK;
     goto out;
 oom:
     snprintf(errbuf, errbuf_size, "out of memory");
 out:
+    free(sorted);
     PQclear(ins);
     PQclear(found);
     PQclear(live);
@@ -311,6 +361,11 @@ out:
 
 /* ---- claim ---- */
 
+/* Locks in id order (SKIP LOCKED never waits, but the order keeps the
+ * statement's own lock set predictable). Returns, for every asked id, the
+ * row's status and, when this statement claimed it, the lease and what the
+ * provider is to be called with. The key's age is read on the database's
+ * clock, the one first_sent_at was written with. */
 static const char *SQL_CLAIM =
     "WITH q AS (SELECT DISTINCT id FROM unnest($1::uuid[]) AS q(id)),"
     " c AS ("
@@ -318,7 +373,7 @@ static const char *SQL_CLAIM =
     "  WHERE p.status = 'PENDING'"
     "     OR (p.status = 'PROCESSING' AND p.lease_owner IS NOT NULL"
     "         AND p.lease_expires_at < now())"
-    "  FOR UPDATE OF p SKIP LOCKED),"
+    "  ORDER BY p.id FOR UPDATE OF p SKIP LOCKED),"
     " u AS ("
     "  UPDATE payment_attempts p SET status = 'PROCESSING', lease_owner = $2,"
     "    lease_expires_at = now() + make_interval(secs => $3::double precision / 1000),"
@@ -327,7 +382,9 @@ static const char *SQL_CLAIM =
     "    updated_at = now()"
     "  FROM c WHERE p.id = c.id"
     "  RETURNING p.id, c.status AS old_status, p.lease_epoch, p.attempt_count,"
-    "    (extract(epoch FROM p.first_sent_at) * 1000)::bigint AS first_sent_ms),"
+    "    (extract(epoch FROM now() - p.first_sent_at) * 1000)::bigint AS key_age_ms,"
+    "    p.idempotency_key, p.order_id, p.amount, p.currency, p.payment_method,"
+    "    coalesce(p.customer_id, '') AS customer_id),"
     " t AS ("
     "  INSERT INTO attempt_transitions (payment_attempt_id, old_status, new_status,"
     "    cause, actor, reason)"
@@ -335,36 +392,38 @@ static const char *SQL_CLAIM =
     "    CASE WHEN old_status = 'PENDING' THEN 'claimed'"
     "         ELSE 'lease expired; taken over' END FROM u)"
     "SELECT a.id, a.status, a.lease_owner IS NOT NULL, u.lease_epoch, u.attempt_count,"
-    "  u.first_sent_ms"
+    "  u.key_age_ms, u.idempotency_key, u.order_id, u.amount, u.currency,"
+    "  u.payment_method, u.customer_id"
     " FROM payment_attempts a JOIN q ON a.id = q.id LEFT JOIN u ON u.id = a.id";
 
 int attempt_store_claim(attempt_store_t *st, struct attempt_claim_item *items, size_t n,
                         long long lease_ms, char *errbuf, size_t errbuf_size)
 {
-    db_array_t *ids = db_array_new();
+    db_array_t *ids = NULL;
     char lease[32];
     const char *p[3];
     PGresult *r = NULL;
-    int rc = -1;
+    int rc;
 
-    if (!ids) {
-        snprintf(errbuf, errbuf_size, "out of memory");
-        return -1;
-    }
-    if (n == 0 || ensure_conn(st, errbuf, errbuf_size) != 0) {
-        rc = n == 0 ? 0 : -1;
-        goto out;
-    }
+    if (n == 0)
+        return ATTEMPT_STORE_OK;
+    if ((rc = ensure_conn(st, errbuf, errbuf_size)) != 0)
+        return rc;
+    rc = ATTEMPT_STORE_RETRY;
+    if (!(ids = db_array_new()))
+        goto oom;
     for (size_t i = 0; i < n; i++)
         if (db_array_add(ids, items[i].attempt_id) != 0)
-            goto out;
+            goto oom;
     snprintf(lease, sizeof(lease), "%lld", lease_ms);
     p[0] = db_array_text(ids);
     p[1] = st->actor;
     p[2] = lease;
     r = db_exec(st->conn, SQL_CLAIM, 3, p, errbuf, errbuf_size);
-    if (!r)
+    if (!r) {
+        rc = failed();
         goto out;
+    }
     for (size_t i = 0; i < n; i++) {
         struct attempt_claim_item *it = &items[i];
         int row = -1;
@@ -387,16 +446,29 @@ int attempt_store_claim(attempt_store_t *st, struct attempt_claim_item *items, s
                     dup = 1;
             if (dup)
                 continue;
+            struct attempt_params *pa = &it->params;
             it->result = ATTEMPT_CLAIMED;
             it->lease_epoch = strtoll(PQgetvalue(r, row, 3), NULL, 10);
             it->attempt_count = atoi(PQgetvalue(r, row, 4));
-            it->first_sent_ms = strtoll(PQgetvalue(r, row, 5), NULL, 10);
+            it->key_age_ms = strtoll(PQgetvalue(r, row, 5), NULL, 10);
+            snprintf(pa->idempotency_key, sizeof(pa->idempotency_key), "%s",
+                     PQgetvalue(r, row, 6));
+            snprintf(pa->order_id, sizeof(pa->order_id), "%s", PQgetvalue(r, row, 7));
+            pa->amount = strtoll(PQgetvalue(r, row, 8), NULL, 10);
+            snprintf(pa->currency, sizeof(pa->currency), "%s", PQgetvalue(r, row, 9));
+            snprintf(pa->payment_method, sizeof(pa->payment_method), "%s",
+                     PQgetvalue(r, row, 10));
+            snprintf(pa->customer_id, sizeof(pa->customer_id), "%s",
+                     PQgetvalue(r, row, 11));
         } else if (strcmp(it->status, "PENDING") != 0 &&
                    (strcmp(it->status, "PROCESSING") != 0 || !leased)) {
             it->result = ATTEMPT_SETTLED;
         }
     }
-    rc = 0;
+    rc = ATTEMPT_STORE_OK;
+    goto out;
+oom:
+    snprintf(errbuf, errbuf_size, "out of memory");
 out:
     PQclear(r);
     db_array_free(ids);
@@ -419,12 +491,13 @@ int attempt_store_log_calls(attempt_store_t *st, const struct attempt_call *call
 {
     struct arrays ar = {0};
     const char *p[9];
-    int rc = -1;
+    int rc;
 
     if (n == 0)
-        return 0;
-    if (ensure_conn(st, errbuf, errbuf_size) != 0)
-        return -1;
+        return ATTEMPT_STORE_OK;
+    if ((rc = ensure_conn(st, errbuf, errbuf_size)) != 0)
+        return rc;
+    rc = ATTEMPT_STORE_RETRY;
     if (arrays_init(&ar, 8) != 0)
         goto oom;
     for (size_t i = 0; i < n; i++) {
@@ -442,7 +515,9 @@ int attempt_store_log_calls(attempt_store_t *st, const struct attempt_call *call
     for (int i = 0; i < 8; i++)
         p[i] = db_array_text(ar.a[i]);
     p[8] = st->actor;
-    rc = db_run(st->conn, SQL_LOG_CALLS, 9, p, errbuf, errbuf_size);
+    rc = db_run(st->conn, SQL_LOG_CALLS, 9, p, errbuf, errbuf_size) == 0
+             ? ATTEMPT_STORE_OK
+             : failed();
     goto out;
 oom:
     snprintf(errbuf, errbuf_size, "out of memory");
@@ -459,6 +534,8 @@ static const char *SQL_PERSIST =
     "    $5::text[], $6::text[], $7::jsonb[], $8::int[], $9::text[], $10::bigint[])"
     "  AS v(id, epoch, status, reason, ppid, event_type, evidence, calls, last_error,"
     "       next_check_ms)),"
+    " lk AS (SELECT p.id FROM payment_attempts p JOIN v ON p.id = v.id"
+    "  ORDER BY p.id FOR UPDATE OF p),"
     " u AS ("
     "  UPDATE payment_attempts p SET status = v.status, reason = v.reason,"
     "    provider_payment_id = coalesce(v.ppid, p.provider_payment_id),"
@@ -467,7 +544,8 @@ static const char *SQL_PERSIST =
     "    next_check_at = CASE WHEN v.next_check_ms IS NULL THEN NULL"
     "      ELSE now() + make_interval(secs => v.next_check_ms / 1000.0) END,"
     "    updated_at = now()"
-    "  FROM v WHERE p.id = v.id AND p.lease_owner = $11 AND p.lease_epoch = v.epoch"
+    "  FROM v JOIN lk ON lk.id = v.id"
+    "  WHERE p.id = v.id AND p.lease_owner = $11 AND p.lease_epoch = v.epoch"
     "    AND p.status = 'PROCESSING'"
     "  RETURNING p.id, p.order_id, p.amount, p.currency, p.status, p.reason,"
     "    p.provider_payment_id, v.event_type, v.evidence),"
@@ -499,12 +577,13 @@ int attempt_store_persist(attempt_store_t *st, struct attempt_outcome *items, si
     struct arrays ar = {0};
     const char *p[12];
     PGresult *r = NULL;
-    int rc = -1;
+    int rc;
 
     if (n == 0)
-        return 0;
-    if (ensure_conn(st, errbuf, errbuf_size) != 0)
-        return -1;
+        return ATTEMPT_STORE_OK;
+    if ((rc = ensure_conn(st, errbuf, errbuf_size)) != 0)
+        return rc;
+    rc = ATTEMPT_STORE_RETRY;
     if (arrays_init(&ar, 10) != 0)
         goto oom;
     for (size_t i = 0; i < n; i++) {
@@ -528,11 +607,13 @@ int attempt_store_persist(attempt_store_t *st, struct attempt_outcome *items, si
     p[10] = st->actor;
     p[11] = st->results_topic;
     r = db_exec(st->conn, SQL_PERSIST, 12, p, errbuf, errbuf_size);
-    if (!r)
+    if (!r) {
+        rc = failed();
         goto out;
+    }
     for (size_t i = 0; i < n; i++)
         items[i].persisted = in_result(r, 0, items[i].attempt_id);
-    rc = 0;
+    rc = ATTEMPT_STORE_OK;
     goto out;
 oom:
     snprintf(errbuf, errbuf_size, "out of memory");
@@ -545,9 +626,12 @@ out:
 /* ---- leases ---- */
 
 static const char *SQL_RENEW =
+    "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::bigint[]) AS v(id, epoch)),"
+    " lk AS (SELECT p.id FROM payment_attempts p JOIN v ON p.id = v.id"
+    "  ORDER BY p.id FOR UPDATE OF p)"
     "UPDATE payment_attempts p"
     " SET lease_expires_at = now() + make_interval(secs => $3::double precision / 1000)"
-    " FROM unnest($1::uuid[], $2::bigint[]) AS v(id, epoch)"
+    " FROM v JOIN lk ON lk.id = v.id"
     " WHERE p.id = v.id AND p.lease_epoch = v.epoch AND p.lease_owner = $4"
     "   AND p.status = 'PROCESSING'"
     " RETURNING p.id";
@@ -561,13 +645,14 @@ static const char *SQL_RELEASE =
 
 static PGresult *lease_update(attempt_store_t *st, const char *sql,
                               const char *const *attempt_ids, const int64_t *epochs,
-                              size_t n, const char *lease_ms, char *errbuf,
+                              size_t n, const char *lease_ms, int *rc, char *errbuf,
                               size_t errbuf_size)
 {
     db_array_t *ids = db_array_new(), *eps = db_array_new();
     PGresult *r = NULL;
     const char *p[4];
 
+    *rc = ATTEMPT_STORE_RETRY;
     if (!ids || !eps) {
         snprintf(errbuf, errbuf_size, "out of memory");
         goto out;
@@ -590,6 +675,7 @@ static PGresult *lease_update(attempt_store_t *st, const char *sql,
         p[2] = st->actor;
         r = db_exec(st->conn, sql, 3, p, errbuf, errbuf_size);
     }
+    *rc = r ? ATTEMPT_STORE_OK : failed();
 out:
     db_array_free(ids);
     db_array_free(eps);
@@ -601,29 +687,31 @@ int attempt_store_renew(attempt_store_t *st, const char *const *attempt_ids,
                         int *still_ours, char *errbuf, size_t errbuf_size)
 {
     char lease[32];
+    int rc;
     if (n == 0)
-        return 0;
+        return ATTEMPT_STORE_OK;
     snprintf(lease, sizeof(lease), "%lld", lease_ms);
-    PGresult *r =
-        lease_update(st, SQL_RENEW, attempt_ids, epochs, n, lease, errbuf, errbuf_size);
+    PGresult *r = lease_update(st, SQL_RENEW, attempt_ids, epochs, n, lease, &rc,
+                               errbuf, errbuf_size);
     if (!r)
-        return -1;
+        return rc;
     for (size_t i = 0; i < n; i++)
         still_ours[i] = in_result(r, 0, attempt_ids[i]);
     PQclear(r);
-    return 0;
+    return ATTEMPT_STORE_OK;
 }
 
 int attempt_store_release(attempt_store_t *st, const char *const *attempt_ids,
                           const int64_t *epochs, size_t n, char *errbuf,
                           size_t errbuf_size)
 {
+    int rc;
     if (n == 0)
-        return 0;
-    PGresult *r = lease_update(st, SQL_RELEASE, attempt_ids, epochs, n, NULL, errbuf,
-                               errbuf_size);
+        return ATTEMPT_STORE_OK;
+    PGresult *r = lease_update(st, SQL_RELEASE, attempt_ids, epochs, n, NULL, &rc,
+                               errbuf, errbuf_size);
     if (!r)
-        return -1;
+        return rc;
     PQclear(r);
-    return 0;
+    return ATTEMPT_STORE_OK;
 }

@@ -6,9 +6,14 @@
  * open while a provider call is in flight. Unique constraints settle races:
  * nothing here checks and then inserts.
  *
- * The connection is re-opened on the next call after it breaks; a failed
- * call returns -1 and changes nothing the caller has to undo, because every
- * step is safe to repeat. */
+ * The connection is opened lazily and re-opened on the next call after it
+ * breaks, so a daemon started while the database is down keeps running. A
+ * failed call returns an enum attempt_store_rc below zero and changes
+ * nothing the caller has to undo, because every step is safe to repeat.
+ *
+ * Multi-row statements take their rows in attempt-id order, so that two
+ * workers with overlapping batches do not deadlock (and a deadlock that
+ * happens anyway is ATTEMPT_STORE_RETRY). */
 #ifndef CHARGED_ATTEMPT_STORE_H
 #define CHARGED_ATTEMPT_STORE_H
 
@@ -20,9 +25,18 @@
 
 typedef struct attempt_store attempt_store_t;
 
+/* What every fallible call returns; errbuf says why. */
+enum attempt_store_rc {
+    ATTEMPT_STORE_OK = 0,
+    ATTEMPT_STORE_RETRY = -1, /* transient (connection, deadlock, shutdown):
+                                 repeat the same batch after a back-off */
+    ATTEMPT_STORE_DATA = -2,  /* the database refused a value of the batch:
+                                 repeat item by item to find the bad one */
+};
+
 /* `actor` names this process in leases and transitions (the worker id);
- * `results_topic` is written into outbox rows. Copies both. Connects now;
- * NULL and errbuf when the database is unreachable. */
+ * `results_topic` is written into outbox rows. Copies both. Does not
+ * connect: NULL and errbuf only when database_url cannot be parsed. */
 attempt_store_t *attempt_store_new(const char *database_url, const char *actor,
                                    const char *results_topic, char *errbuf,
                                    size_t errbuf_size);
@@ -54,13 +68,26 @@ enum attempt_claim_result {
     ATTEMPT_BUSY,        /* leased or locked by someone else: wait */
 };
 
+/* What the provider is called with: always the stored attempt's own
+ * parameters, never a message's. */
+struct attempt_params {
+    char idempotency_key[129];
+    char order_id[37];
+    long long amount;
+    char currency[4];
+    char payment_method[1024];
+    char customer_id[1024]; /* "" when none */
+};
+
 struct attempt_claim_item {
     const char *attempt_id;           /* in */
     enum attempt_claim_result result; /* out */
     int64_t lease_epoch;              /* out, when claimed */
-    int64_t first_sent_ms;            /* out: first claim for a call (epoch ms) */
+    int64_t key_age_ms;               /* out, when claimed: now - first_sent_at on
+                                         the database's clock */
     int attempt_count;                /* out: provider calls so far */
     char status[20];                  /* out: status before the claim */
+    struct attempt_params params;     /* out, when claimed */
 };
 
 int attempt_store_claim(attempt_store_t *st, struct attempt_claim_item *items, size_t n,

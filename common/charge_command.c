@@ -103,17 +103,34 @@ static int currency_allowed(const char *cur, const char *list)
     return 0;
 }
 
+/* SHA-256 over the charged parameters, each prefixed with its length, so
+ * that no two different commands share one ("a|b" + "" against "a" + "b|"
+ * could under a separator). */
 static void fingerprint(struct charge_command *c)
 {
-    char buf[1024];
+    char amount[32];
+    const char *fields[] = {c->payment_attempt_id, c->order_id, amount,
+                            c->currency, c->payment_method, c->customer_id};
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned mdlen = 0;
-    int n = snprintf(buf, sizeof(buf), "v1|%s|%s|%lld|%s|%s|%s", c->payment_attempt_id,
-                     c->order_id, c->amount, c->currency, c->payment_method,
-                     c->customer_id);
-    EVP_Digest(buf, (size_t)n, md, &mdlen, EVP_sha256(), NULL);
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+
+    snprintf(amount, sizeof(amount), "%lld", c->amount);
+    c->fingerprint[0] = '\0';
+    if (!ctx)
+        return; /* an empty fingerprint matches no stored one: a conflict */
+    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+    EVP_DigestUpdate(ctx, "v2", 2);
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+        char len[24];
+        int n = snprintf(len, sizeof(len), ";%zu:", strlen(fields[i]));
+        EVP_DigestUpdate(ctx, len, (size_t)n);
+        EVP_DigestUpdate(ctx, fields[i], strlen(fields[i]));
+    }
+    EVP_DigestFinal_ex(ctx, md, &mdlen);
+    EVP_MD_CTX_free(ctx);
     for (unsigned i = 0; i < mdlen; i++)
-        sprintf(c->fingerprint + 2 * i, "%02x", md[i]);
+        snprintf(c->fingerprint + 2 * i, 3, "%02x", md[i]);
 }
 
 /* Reads a required or optional string member into dst (size dst_size). */

@@ -34,7 +34,15 @@ static void notice_to_log(void *arg, const char *message)
 
 PGconn *db_connect(const char *url, char *errbuf, size_t errbuf_size)
 {
-    PGconn *conn = PQconnectdb(url);
+    /* Defaults come before dbname, so that a value in the URL overrides them.
+     * Without them, connecting to an unreachable host, or a query on a
+     * connection whose peer vanished, could block a daemon's only loop for
+     * minutes (no lease renewals, no provider progress). */
+    static const char *const keys[] = {"connect_timeout", "keepalives_idle",
+                                       "keepalives_interval", "keepalives_count",
+                                       "tcp_user_timeout", "dbname", NULL};
+    const char *values[] = {"3", "10", "3", "3", "10000", url, NULL};
+    PGconn *conn = PQconnectdbParams(keys, values, 1);
     char line[512];
 
     if (!conn) {
@@ -88,6 +96,29 @@ int db_run(PGconn *conn, const char *sql, int nparams, const char *const *params
 const char *db_last_sqlstate(void)
 {
     return last_sqlstate;
+}
+
+enum db_error_class db_error_class_of(const char *sqlstate)
+{
+    if (!sqlstate || !sqlstate[0])
+        return DB_ERR_TRANSIENT; /* no answer from the server at all */
+    if (!strncmp(sqlstate, "08", 2) ||    /* connection exception */
+        !strncmp(sqlstate, "40", 2) ||    /* serialization failure, deadlock */
+        !strncmp(sqlstate, "53", 2) ||    /* insufficient resources */
+        !strncmp(sqlstate, "57", 2) ||    /* shutdown, crash, statement timeout */
+        !strncmp(sqlstate, "58", 2) ||    /* system error */
+        !strcmp(sqlstate, "55P03") ||     /* lock not available */
+        !strncmp(sqlstate, "XX", 2))      /* internal error */
+        return DB_ERR_TRANSIENT;
+    if (!strncmp(sqlstate, "22", 2) || /* data exception: bad encoding, too long */
+        !strncmp(sqlstate, "23", 2))   /* integrity constraint violation */
+        return DB_ERR_DATA;
+    return DB_ERR_OTHER;
+}
+
+enum db_error_class db_last_error_class(void)
+{
+    return db_error_class_of(last_sqlstate);
 }
 
 struct db_array {

@@ -24,6 +24,18 @@ int db_run(PGconn *conn, const char *sql, int nparams, const char *const *params
 /* SQLSTATE of the last failed db_exec on this thread ("" if none). */
 const char *db_last_sqlstate(void);
 
+/* What a caller should do about a failed statement, by SQLSTATE. */
+enum db_error_class {
+    DB_ERR_TRANSIENT = 1, /* connection lost, deadlock, serialization, shutdown,
+                             timeout: the same statement may succeed later */
+    DB_ERR_DATA,          /* a value was refused (encoding, length, constraint):
+                             repeating it fails again; isolate the bad row */
+    DB_ERR_OTHER,         /* anything else: a bug or a schema mismatch */
+};
+enum db_error_class db_error_class_of(const char *sqlstate);
+/* The class of the last failed db_exec on this thread. */
+enum db_error_class db_last_error_class(void);
+
 /* Writes libpq's message as one line: newlines folded, secrets redacted. */
 void db_error_line(const char *msg, char *errbuf, size_t errbuf_size);
 

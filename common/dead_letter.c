@@ -5,6 +5,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <openssl/evp.h>
+
 #include "card_data.h"
 
 static const char *reason_names[DEAD_LETTER__COUNT] = {
@@ -19,6 +21,7 @@ static const char *reason_names[DEAD_LETTER__COUNT] = {
     "amount_over_limit",
     "currency_not_allowed",
     "idempotency_key_conflict",
+    "database_refused",
 };
 
 const char *dead_letter_reason_name(enum dead_letter_reason r)
@@ -61,33 +64,90 @@ static int add(rd_kafka_headers_t *h, const char *name, const char *value)
                : -1;
 }
 
+static size_t headers_size(const rd_kafka_headers_t *h, size_t *count)
+{
+    const char *name;
+    const void *val;
+    size_t sz, total = 0, i;
+    for (i = 0; h && !rd_kafka_header_get_all(h, i, &name, &val, &sz); i++)
+        total += strlen(name) + sz;
+    *count = i;
+    return total;
+}
+
+/* Headers that say what a cut letter left out. */
+static int add_cut_headers(struct dead_letter *out, size_t full_value_len,
+                           size_t full_key_len, size_t dropped_headers)
+{
+    char num[32], hex[2 * EVP_MAX_MD_SIZE + 1];
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned mdlen = 0;
+
+    if (full_value_len > out->value_len) {
+        if (!EVP_Digest(out->value, full_value_len, md, &mdlen, EVP_sha256(), NULL))
+            return -1;
+        for (unsigned i = 0; i < mdlen; i++)
+            snprintf(hex + 2 * i, 3, "%02x", md[i]);
+        snprintf(num, sizeof(num), "%zu", full_value_len);
+        if (add(out->headers, "dlq.value.truncated", "true") ||
+            add(out->headers, "dlq.value.original_size", num) ||
+            add(out->headers, "dlq.value.sha256", hex))
+            return -1;
+    }
+    if (full_key_len > out->key_len) {
+        snprintf(num, sizeof(num), "%zu", full_key_len);
+        if (add(out->headers, "dlq.key.truncated", "true") ||
+            add(out->headers, "dlq.key.original_size", num))
+            return -1;
+    }
+    if (dropped_headers) {
+        snprintf(num, sizeof(num), "%zu", dropped_headers);
+        if (add(out->headers, "dlq.headers.dropped", num))
+            return -1;
+    }
+    return 0;
+}
+
 int dead_letter_build(const rd_kafka_message_t *msg, enum dead_letter_reason reason,
                       const char *error, const struct dead_letter_origin *origin,
-                      struct dead_letter *out)
+                      int cut, struct dead_letter *out)
 {
     rd_kafka_headers_t *orig = NULL;
-    char num[32], failed_at[40], line[512];
+    char num[32], failed_at[40], line[512], *id = NULL;
+    size_t full_value = 0, full_key = 0, nheaders = 0, dropped = 0;
     struct timespec now;
     struct tm tm;
 
     memset(out, 0, sizeof(*out));
     if (msg->key) {
         out->key = masked_copy(msg->key, msg->key_len);
-        out->key_len = msg->key_len;
+        out->key_len = full_key = msg->key_len;
         if (!out->key)
             goto fail;
     }
     if (msg->payload) {
         out->value = masked_copy(msg->payload, msg->len);
-        out->value_len = msg->len;
+        out->value_len = full_value = msg->len;
         if (!out->value)
             goto fail;
+    }
+    if (rd_kafka_message_headers(msg, &orig) != RD_KAFKA_RESP_ERR_NO_ERROR)
+        orig = NULL;
+    if (cut) {
+        if (out->value_len > DEAD_LETTER_CUT_VALUE)
+            out->value_len = DEAD_LETTER_CUT_VALUE;
+        if (out->key_len > DEAD_LETTER_CUT_KEY)
+            out->key_len = DEAD_LETTER_CUT_KEY;
+        if (headers_size(orig, &nheaders) > DEAD_LETTER_CUT_HEADERS) {
+            dropped = nheaders;
+            orig = NULL;
+        }
     }
     /* The original headers, in order, card digits masked. */
     out->headers = rd_kafka_headers_new(16);
     if (!out->headers)
         goto fail;
-    if (rd_kafka_message_headers(msg, &orig) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+    if (orig) {
         const char *name;
         const void *val;
         size_t sz;
@@ -123,8 +183,20 @@ int dead_letter_build(const rd_kafka_message_t *msg, enum dead_letter_reason rea
         add(out->headers, "dlq.worker", origin->worker) ||
         add(out->headers, "dlq.failed_at", failed_at))
         goto fail;
+    size_t idlen = strlen(origin->topic) + 48;
+    if (!(id = malloc(idlen)))
+        goto fail;
+    snprintf(id, idlen, "%s:%d:%lld", origin->topic, (int)origin->partition,
+             (long long)origin->offset);
+    if (add(out->headers, "dlq.id", id))
+        goto fail;
+    free(id);
+    id = NULL;
+    if (cut && add_cut_headers(out, full_value, full_key, dropped))
+        goto fail;
     return 0;
 fail:
+    free(id);
     dead_letter_release(out);
     return -1;
 }

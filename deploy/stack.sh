@@ -8,6 +8,15 @@
 #   deploy/stack.sh status   say what runs
 #   deploy/stack.sh env      print the environment that reaches the stack
 #
+# Faults, for tests that take a part of the stack away and bring it back:
+#
+#   deploy/stack.sh kafka-kill         SIGKILL the broker's JVM; return once it is gone
+#   deploy/stack.sh kafka-start        start the broker again; return once it answers
+#   deploy/stack.sh pg-stop-immediate  stop PostgreSQL with `pg_ctl -m immediate`
+#                                      (no checkpoint: a crash, recovered at start)
+#   deploy/stack.sh pg-start           start PostgreSQL again; return once it accepts
+#                                      connections
+#
 # Overrides: CHARGED_STACK_DIR (state, logs; default <repo>/.stack),
 # CHARGED_PG_PORT (55432), CHARGED_KAFKA_PORT (9092),
 # CHARGED_KAFKA_CONTROLLER_PORT (9093), CHARGED_KAFKA_HEAP (512m),
@@ -215,10 +224,45 @@ status() {
   return $rc
 }
 
+# kafka-kill: SIGKILL the broker (no controlled shutdown, no log flush), as a
+# crashed machine would; returns once the process is gone.
+kafka_kill() {
+  local pid
+  if pid=$(kafka_pid); then
+    kill -9 "$pid" 2>/dev/null || true
+    local deadline=$((SECONDS + 30))
+    # Gone, or a zombie that its (new) parent has not reaped yet.
+    while kill -0 "$pid" 2>/dev/null && [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]; do
+      [ $SECONDS -lt $deadline ] || die "Kafka (pid $pid) still runs 30s after SIGKILL"
+      sleep 0.1
+    done
+    echo "stack: kafka killed (pid $pid)"
+  else
+    echo "stack: kafka was not running"
+  fi
+  rm -f "$dir/kafka.pid"
+}
+
+# pg-stop-immediate: every PostgreSQL process exits at once without a
+# checkpoint; the next start runs crash recovery.
+pg_stop_immediate() {
+  if pg_running; then
+    as_pg "$pgbin/pg_ctl" -D "$dir/pg" -m immediate -w -t "$timeout" -s stop >/dev/null 2>&1 ||
+      die "pg_ctl -m immediate stop failed; see $dir/postgres.log"
+    echo "stack: postgresql stopped (immediate)"
+  else
+    echo "stack: postgresql was not running"
+  fi
+}
+
 case "${1:-}" in
   up) up ;;
   down) down ;;
   status) status ;;
   env) print_env ;;
-  *) echo "usage: $0 up|down|status|env" >&2; exit 2 ;;
+  kafka-kill) kafka_kill ;;
+  kafka-start) kafka_up; echo "stack: kafka up on $bootstrap" ;;
+  pg-stop-immediate) pg_stop_immediate ;;
+  pg-start) pg_up; echo "stack: postgresql up on 127.0.0.1:$pg_port" ;;
+  *) echo "usage: $0 up|down|status|env|kafka-kill|kafka-start|pg-stop-immediate|pg-start" >&2; exit 2 ;;
 esac

@@ -12,9 +12,9 @@ jobs=${CHARGED_BUILD_JOBS:-2}
 
 deploy/install-deps.sh
 
-cmake -S . -B build -DCHARGED_WERROR=ON >/dev/null
+cmake -S . -B build -DCHARGED_WERROR=ON -DCHARGED_FAILPOINTS=ON >/dev/null
 cmake --build build -j"$jobs"
-cmake -S . -B build-asan -DCHARGED_SANITIZE=ON -DCHARGED_WERROR=ON \
+cmake -S . -B build-asan -DCHARGED_SANITIZE=ON -DCHARGED_WERROR=ON -DCHARGED_FAILPOINTS=ON \
   -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build build-asan -j"$jobs"
 

@@ -1,6 +1,7 @@
 #include "worker.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -11,10 +12,12 @@
 
 #include <jansson.h>
 #include <librdkafka/rdkafka.h>
+#include <openssl/evp.h>
 
 #include "attempt_store.h"
 #include "charge_command.h"
 #include "config.h"
+#include "db.h"
 #include "dead_letter.h"
 #include "kafka_setup.h"
 #include "log.h"
@@ -25,8 +28,19 @@
  * unknown, waits before the reconciler first looks at it. */
 #define PROCESSING_CHECK_MS 60000
 #define UNKNOWN_CHECK_MS    30000
-/* Back-off after a database error, so a dead database is not hammered. */
-#define DB_BACKOFF_MS 500
+/* Back-off after a database error, doubled up to the cap while it lasts, so
+ * a dead database is not hammered. */
+#define DB_BACKOFF_MS     250
+#define DB_BACKOFF_MAX_MS 5000
+/* Messages held at most, as a multiple of WORKER_MAX_IN_FLIGHT: past it a
+ * message polled only to stay in the group is handed back (seek). */
+#define HELD_FACTOR 2
+/* Provider calls waiting to be written to provider_calls, at most. */
+#define CALL_LOG_MAX 4096
+/* A dead letter too large for the DLQ is produced again with its key and
+ * value cut to these prefixes. */
+#define DLQ_VALUE_PREFIX (64 * 1024)
+#define DLQ_KEY_PREFIX   1024
 
 static volatile sig_atomic_t stop_signals;
 
@@ -56,7 +70,10 @@ struct job {
     enum dead_letter_reason dl_reason;
     char dl_error[256];
     int64_t lease_epoch;   /* of our claim, when we hold one */
-    int64_t first_sent_ms; /* first claim for a call: the key's age */
+    int64_t claimed_at;    /* monotonic ms of our claim */
+    int64_t key_age_ms;    /* the key's age at claimed_at (database clock) */
+    struct attempt_params params; /* the stored attempt: what we send */
+    int dl_cut;            /* produce the dead letter with key/value cut */
     int calls;             /* provider calls under this claim */
     int unknown_tries;
     int not_executed_tries;
@@ -72,7 +89,7 @@ struct worker {
     const char *group, *commands_topic, *dlq_topic;
     long long max_in_flight, lease_ms, unknown_retries, retry_base_ms, retry_max_ms;
     long long key_retention_ms, commit_interval_ms, recheck_ms, shutdown_ms, drain_ms;
-    long long provider_timeout_ms;
+    long long provider_timeout_ms, key_margin_ms;
     struct charge_command_limits limits;
     rd_kafka_t *consumer, *producer;
     attempt_store_t *store;
@@ -82,14 +99,31 @@ struct worker {
     size_t active;           /* jobs that hold an offset */
     size_t backlog;          /* of which not started */
     int64_t last_full_poll_ms;
-    int64_t last_commit_ms, last_renew_ms, db_retry_at;
-    struct attempt_call *call_log; /* provider calls not yet written */
-    struct provider_result *call_log_res;
-    char **call_log_ids;
+    int64_t last_commit_ms, last_renew_ms, db_retry_at, db_backoff_ms;
+    size_t call_log_dropped;
+    struct handback {
+        int32_t partition;
+        int64_t offset;
+    } handbacks[64]; /* messages handed back (seek) and not yet seen again */
+    size_t nhandbacks;
+    struct call_entry {
+        char attempt_id[37];
+        int64_t started_ms; /* wall clock */
+        struct provider_result res;
+    } *call_log; /* provider calls not yet written */
     size_t call_log_len, call_log_cap;
 };
 
+/* Timers, back-offs and deadlines: a clock step must not move them. */
 static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* When a provider call started, for the provider_calls table. */
+static int64_t wall_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -102,20 +136,53 @@ static void on_signal(int sig)
     stop_signals++;
 }
 
-/* Test builds only: dies on the spot at a named point when asked to by
- * CHARGED_FAILPOINT, to prove that a crash there loses and repeats nothing. */
+/* Bounds the whole shutdown, whatever the loop is blocked in (a database
+ * call, librdkafka's close or destroy): SHUTDOWN_TIMEOUT_MS after the first
+ * signal, or at once on the second, the process exits 1. Uncommitted
+ * messages come back to the group; leases expire. */
+static long long shutdown_limit_ms;
+
+static void *shutdown_watchdog(void *arg)
+{
+    const long long limit_ms = shutdown_limit_ms;
+    int64_t first = -1;
+    (void)arg;
+    for (;;) {
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+        int n = stop_signals;
+        if (n >= 2) {
+            log_warn("second signal: exiting at once; uncommitted messages come back",
+                     NULL);
+            _exit(1);
+        }
+        if (n == 1 && first < 0)
+            first = now_ms();
+        if (first >= 0 && now_ms() - first >= limit_ms) {
+            log_warn("shutdown timeout passed: exiting; uncommitted messages come back",
+                     NULL);
+            _exit(1);
+        }
+    }
+    return NULL;
+}
+
+/* Test builds only (CHARGED_FAILPOINTS): dies on the spot at a named point
+ * when asked to by CHARGED_FAILPOINT, to prove that a crash there loses and
+ * repeats nothing. Other builds hold neither the code nor the names. */
+#ifdef CHARGED_FAILPOINTS
 static void failpoint(const char *name)
 {
-#ifdef CHARGED_FAILPOINTS
     const char *fp = getenv("CHARGED_FAILPOINT");
     if (fp && !strcmp(fp, name)) {
         log_warn("failpoint reached: killing this worker", "failpoint", name, NULL);
         raise(SIGKILL);
     }
-#else
-    (void)name;
-#endif
 }
+#define FAILPOINT(name) failpoint(name)
+#else
+#define FAILPOINT(name) ((void)0)
+#endif
 
 /* ---- jobs ---- */
 
@@ -213,10 +280,54 @@ static void start_jobs(struct worker *w)
     }
 }
 
+/* Hands a message back to Kafka: seeks its partition to it, so that it is
+ * fetched again later. Nothing past it is taken meanwhile (see fetch), so
+ * no offset can be committed over it. */
+static void hand_back(struct worker *w, const rd_kafka_message_t *m)
+{
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(l, rd_kafka_topic_name(m->rkt), m->partition)
+        ->offset = m->offset;
+    rd_kafka_error_t *e = rd_kafka_seek_partitions(w->consumer, l, 0);
+    if (e)
+        rd_kafka_error_destroy(e);
+    rd_kafka_topic_partition_list_destroy(l);
+    for (size_t i = 0; i < w->nhandbacks; i++)
+        if (w->handbacks[i].partition == m->partition)
+            return; /* the earlier one is still the resume point */
+    if (w->nhandbacks < sizeof(w->handbacks) / sizeof(w->handbacks[0]))
+        w->handbacks[w->nhandbacks++] = (struct handback){m->partition, m->offset};
+}
+
+static void forget_handback(struct worker *w, int32_t partition)
+{
+    for (size_t i = 0; i < w->nhandbacks; i++)
+        if (w->handbacks[i].partition == partition) {
+            w->handbacks[i] = w->handbacks[--w->nhandbacks];
+            return;
+        }
+}
+
+/* 1 when m comes after a message of its partition that we handed back and
+ * have not seen again: it must not be taken before that one. */
+static int behind_handback(struct worker *w, const rd_kafka_message_t *m)
+{
+    for (size_t i = 0; i < w->nhandbacks; i++)
+        if (w->handbacks[i].partition == m->partition) {
+            if (m->offset > w->handbacks[i].offset)
+                return 1;
+            forget_handback(w, m->partition);
+            return 0;
+        }
+    return 0;
+}
+
 /* Polls the consumer, which also serves rebalances and commit results.
- * Takes messages while the backlog has room; with a full backlog it polls
- * once a second only, so that the group never waits on us (each such poll
- * may take one more message). */
+ * Takes messages while the backlog has room. With a full backlog it polls
+ * once a second only, so that the group never waits on us; a message such a
+ * poll returns is taken only while fewer than HELD_FACTOR x max_in_flight
+ * are held, and handed back otherwise, so memory stays bounded however long
+ * the jobs are stuck (partitions are never paused: see docs/worker.md). */
 static void fetch(struct worker *w, int wait_ms, int allow_new)
 {
     int64_t now = now_ms();
@@ -245,6 +356,27 @@ static void fetch(struct worker *w, int wait_ms, int allow_new)
             rd_kafka_message_destroy(m);
             continue;
         }
+        if (behind_handback(w, m)) {
+            /* Fetched before our seek took effect, or the seek was lost:
+             * seek again, to the message we handed back. */
+            rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+            for (size_t i = 0; i < w->nhandbacks; i++)
+                if (w->handbacks[i].partition == m->partition)
+                    rd_kafka_topic_partition_list_add(l, rd_kafka_topic_name(m->rkt),
+                                                      m->partition)
+                        ->offset = w->handbacks[i].offset;
+            rd_kafka_error_t *e = rd_kafka_seek_partitions(w->consumer, l, 0);
+            if (e)
+                rd_kafka_error_destroy(e);
+            rd_kafka_topic_partition_list_destroy(l);
+            rd_kafka_message_destroy(m);
+            continue;
+        }
+        if ((long long)w->active >= HELD_FACTOR * w->max_in_flight) {
+            hand_back(w, m);
+            rd_kafka_message_destroy(m);
+            break;
+        }
         take_message(w, m);
         if ((long long)w->backlog >= w->max_in_flight)
             break;
@@ -252,6 +384,15 @@ static void fetch(struct worker *w, int wait_ms, int allow_new)
 }
 
 /* ---- dead letters ---- */
+
+/* Errors that producing the same letter again can never cure: it is too
+ * large for the producer, the broker or the DLQ topic. */
+static int too_large(rd_kafka_resp_err_t err)
+{
+    return err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE ||
+           err == RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE ||
+           err == RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE;
+}
 
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
@@ -264,7 +405,12 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
         log_warn("dead letter not acknowledged; retrying", "error",
                  rd_kafka_err2str(m->err), "payment_attempt_id", job_attempt(j), NULL);
         j->state = JOB_DEAD_LETTER;
-        j->next_at = now_ms() + 1000;
+        if (too_large(m->err) && !j->dl_cut) {
+            j->dl_cut = 1; /* again at once, cut */
+            j->next_at = 0;
+        } else {
+            j->next_at = now_ms() + 1000;
+        }
         return;
     }
     j->state = JOB_DONE;
@@ -290,7 +436,8 @@ static void send_dead_letters(struct worker *w)
             .consumer_group = w->group,
             .worker = w->id,
         };
-        if (dead_letter_build(j->msg, j->dl_reason, j->dl_error, &origin, &dl) != 0) {
+        if (dead_letter_build(j->msg, j->dl_reason, j->dl_error, &origin, j->dl_cut,
+                              &dl) != 0) {
             j->next_at = now + 1000;
             continue;
         }
@@ -305,9 +452,17 @@ static void send_dead_letters(struct worker *w)
         dead_letter_release(&dl);
         snprintf(part, sizeof(part), "%d", (int)j->partition);
         snprintf(off, sizeof(off), "%lld", (long long)j->offset);
+        if (err && too_large(err) && !j->dl_cut) {
+            log_warn("dead letter too large for the DLQ; producing it cut", "error",
+                     rd_kafka_err2str(err), "partition", part, "offset", off,
+                     "payment_attempt_id", job_attempt(j), NULL);
+            j->dl_cut = 1;
+            j->next_at = 0;
+            continue;
+        }
         if (err) {
             log_warn("cannot produce dead letter; retrying", "error",
-                     rd_kafka_err2str(err), NULL);
+                     rd_kafka_err2str(err), "partition", part, "offset", off, NULL);
             j->next_at = now + 500;
             continue;
         }
@@ -327,10 +482,21 @@ static int db_ready(struct worker *w)
     return now_ms() >= w->db_retry_at;
 }
 
+static void db_ok(struct worker *w)
+{
+    w->db_backoff_ms = 0;
+}
+
 static void db_failed(struct worker *w, const char *stage, const char *err)
 {
-    log_error("database step failed; will retry", "stage", stage, "error", err, NULL);
-    w->db_retry_at = now_ms() + DB_BACKOFF_MS;
+    char ms[32];
+    w->db_backoff_ms = w->db_backoff_ms ? w->db_backoff_ms * 2 : DB_BACKOFF_MS;
+    if (w->db_backoff_ms > DB_BACKOFF_MAX_MS)
+        w->db_backoff_ms = DB_BACKOFF_MAX_MS;
+    snprintf(ms, sizeof(ms), "%lld", (long long)w->db_backoff_ms);
+    log_error("database step failed; will retry", "stage", stage, "error", err,
+              "retry_in_ms", ms, NULL);
+    w->db_retry_at = now_ms() + w->db_backoff_ms;
 }
 
 static size_t count_state(struct worker *w, enum job_state s, int due_only)
@@ -341,6 +507,50 @@ static size_t count_state(struct worker *w, enum job_state s, int due_only)
         if (j->state == s && (!due_only || j->next_at <= now))
             n++;
     return n;
+}
+
+/* A message the database refuses even on its own: a dead letter, so that
+ * its partition moves on. The line names the SQLSTATE, never a value. */
+static void refuse(struct job *j, const char *what)
+{
+    j->dl_reason = DEAD_LETTER_DATABASE_REFUSED;
+    snprintf(j->dl_error, sizeof(j->dl_error),
+             "the database refused the %s (sqlstate %s)", what, db_last_sqlstate());
+    j->state = JOB_DEAD_LETTER;
+    j->next_at = 0;
+}
+
+static void apply_record(struct job *j, const struct attempt_record_item *it)
+{
+    switch (it->result) {
+    case ATTEMPT_RECORDED:
+        j->state = JOB_CLAIM;
+        break;
+    case ATTEMPT_CONFLICT:
+        j->dl_reason = DEAD_LETTER_IDEMPOTENCY_KEY_CONFLICT;
+        snprintf(j->dl_error, sizeof(j->dl_error), "%s", it->reason);
+        j->state = JOB_DEAD_LETTER;
+        j->next_at = 0;
+        break;
+    case ATTEMPT_REJECTED:
+        log_info("attempt rejected before any provider call", "payment_attempt_id",
+                 j->cmd.payment_attempt_id, "order_id", j->cmd.order_id, "reason",
+                 it->reason, NULL);
+        j->state = JOB_DONE;
+        break;
+    case ATTEMPT_RETRY:
+        break; /* stays JOB_RECORD */
+    }
+}
+
+static int record_batch(struct worker *w, struct job **js,
+                        struct attempt_record_item *items, size_t n, char *err,
+                        size_t err_size)
+{
+    int rc = attempt_store_record(w->store, items, n, err, err_size);
+    for (size_t i = 0; rc == ATTEMPT_STORE_OK && i < n; i++)
+        apply_record(js[i], &items[i]);
+    return rc;
 }
 
 static void record_attempts(struct worker *w)
@@ -358,34 +568,63 @@ static void record_attempts(struct worker *w)
             js[k] = j;
             items[k++].cmd = &j->cmd;
         }
-    if (attempt_store_record(w->store, items, n, err, sizeof(err)) != 0) {
-        db_failed(w, "record", err);
-        goto out;
-    }
-    for (size_t i = 0; i < n; i++) {
-        struct job *j = js[i];
-        switch (items[i].result) {
-        case ATTEMPT_RECORDED:
-            j->state = JOB_CLAIM;
-            break;
-        case ATTEMPT_CONFLICT:
-            j->dl_reason = DEAD_LETTER_IDEMPOTENCY_KEY_CONFLICT;
-            snprintf(j->dl_error, sizeof(j->dl_error), "%s", items[i].reason);
-            j->state = JOB_DEAD_LETTER;
-            break;
-        case ATTEMPT_REJECTED:
-            log_info("attempt rejected before any provider call", "payment_attempt_id",
-                     j->cmd.payment_attempt_id, "order_id", j->cmd.order_id, "reason",
-                     items[i].reason, NULL);
-            j->state = JOB_DONE;
-            break;
-        case ATTEMPT_RETRY:
-            break; /* stays JOB_RECORD */
+    int rc = record_batch(w, js, items, n, err, sizeof(err));
+    if (rc == ATTEMPT_STORE_DATA) {
+        /* One value the database refuses must not hold the others. */
+        for (size_t i = 0; i < n; i++) {
+            rc = record_batch(w, &js[i], &items[i], 1, err, sizeof(err));
+            if (rc == ATTEMPT_STORE_DATA)
+                refuse(js[i], "command");
+            else if (rc != ATTEMPT_STORE_OK)
+                break;
         }
     }
+    if (rc == ATTEMPT_STORE_RETRY)
+        db_failed(w, "record", err);
+    else
+        db_ok(w);
 out:
     free(items);
     free(js);
+}
+
+static void apply_claim(struct worker *w, struct job *j,
+                        const struct attempt_claim_item *it)
+{
+    switch (it->result) {
+    case ATTEMPT_CLAIMED:
+        j->lease_epoch = it->lease_epoch;
+        j->key_age_ms = it->key_age_ms;
+        j->claimed_at = now_ms();
+        j->params = it->params;
+        j->calls = 0;
+        j->unknown_tries = 0;
+        j->not_executed_tries = 0;
+        j->lease_lost = 0;
+        j->state = JOB_CALL;
+        j->next_at = 0;
+        log_debug("attempt claimed", "payment_attempt_id", j->cmd.payment_attempt_id,
+                  "order_id", j->cmd.order_id, "previous_status", it->status, NULL);
+        FAILPOINT("after_claim");
+        break;
+    case ATTEMPT_SETTLED:
+        j->state = JOB_DONE;
+        break;
+    case ATTEMPT_BUSY:
+        j->state = JOB_WAIT;
+        j->next_at = now_ms() + w->recheck_ms;
+        break;
+    }
+}
+
+static int claim_batch(struct worker *w, struct job **js,
+                       struct attempt_claim_item *items, size_t n, char *err,
+                       size_t err_size)
+{
+    int rc = attempt_store_claim(w->store, items, n, w->lease_ms, err, err_size);
+    for (size_t i = 0; rc == ATTEMPT_STORE_OK && i < n; i++)
+        apply_claim(w, js[i], &items[i]);
+    return rc;
 }
 
 static void claim_attempts(struct worker *w)
@@ -413,37 +652,20 @@ static void claim_attempts(struct worker *w)
             js[k] = j;
             items[k++].attempt_id = j->cmd.payment_attempt_id;
         }
-    if (k > 0 &&
-        attempt_store_claim(w->store, items, k, w->lease_ms, err, sizeof(err))) {
-        db_failed(w, "claim", err);
-        goto out;
-    }
-    for (size_t i = 0; i < k; i++) {
-        struct job *j = js[i];
-        switch (items[i].result) {
-        case ATTEMPT_CLAIMED:
-            j->lease_epoch = items[i].lease_epoch;
-            j->first_sent_ms = items[i].first_sent_ms;
-            j->calls = 0;
-            j->unknown_tries = 0;
-            j->not_executed_tries = 0;
-            j->lease_lost = 0;
-            j->state = JOB_CALL;
-            j->next_at = 0;
-            log_debug("attempt claimed", "payment_attempt_id",
-                      j->cmd.payment_attempt_id, "order_id", j->cmd.order_id,
-                      "previous_status", items[i].status, NULL);
-            failpoint("after_claim");
-            break;
-        case ATTEMPT_SETTLED:
-            j->state = JOB_DONE;
-            break;
-        case ATTEMPT_BUSY:
-            j->state = JOB_WAIT;
-            j->next_at = now + w->recheck_ms;
-            break;
+    int rc = claim_batch(w, js, items, k, err, sizeof(err));
+    if (rc == ATTEMPT_STORE_DATA) {
+        for (size_t i = 0; i < k; i++) {
+            rc = claim_batch(w, &js[i], &items[i], 1, err, sizeof(err));
+            if (rc == ATTEMPT_STORE_DATA)
+                refuse(js[i], "claim");
+            else if (rc != ATTEMPT_STORE_OK)
+                break;
         }
     }
+    if (rc == ATTEMPT_STORE_RETRY)
+        db_failed(w, "claim", err);
+    else
+        db_ok(w);
 out:
     free(items);
     free(js);
@@ -460,6 +682,17 @@ static void release_lease(struct worker *w, struct job *j)
 }
 
 /* ---- the provider ---- */
+
+/* May a call under this attempt's key be sent now? Not once the provider may
+ * have forgotten the key: a POST could then charge a second time. The age
+ * is the database's (now - first_sent_at at our claim) plus what our own
+ * monotonic clock measured since; the margin covers one call's time on the
+ * wire and clock differences between the database and the provider. */
+static int key_still_kept(const struct worker *w, const struct job *j, int64_t now)
+{
+    int64_t age = j->key_age_ms + (now - j->claimed_at);
+    return age + w->key_margin_ms < w->key_retention_ms;
+}
 
 static void start_calls(struct worker *w)
 {
@@ -478,15 +711,30 @@ static void start_calls(struct worker *w)
             j->state = JOB_DONE;
             continue;
         }
+        if (!key_still_kept(w, j, now)) {
+            /* First call or retry, ours or taken over: never sent. Look-ups
+             * (the reconciler) settle it. */
+            memset(&j->res, 0, sizeof(j->res));
+            j->res.outcome = PROVIDER_UNKNOWN;
+            snprintf(j->res.error, sizeof(j->res.error),
+                     "key_retention_passed: not sent again, the provider may have "
+                     "forgotten the key");
+            log_warn("idempotency key may be forgotten by the provider; not sending",
+                     "payment_attempt_id", j->cmd.payment_attempt_id, "order_id",
+                     j->cmd.order_id, NULL);
+            j->state = JOB_PERSIST;
+            continue;
+        }
+        /* The stored attempt's parameters, never the message's. */
         const struct provider_charge ch = {
-            .idempotency_key = j->cmd.idempotency_key,
-            .amount = j->cmd.amount,
-            .currency = j->cmd.currency,
-            .payment_method = j->cmd.payment_method,
+            .idempotency_key = j->params.idempotency_key,
+            .amount = j->params.amount,
+            .currency = j->params.currency,
+            .payment_method = j->params.payment_method,
             .payment_attempt_id = j->cmd.payment_attempt_id,
-            .order_id = j->cmd.order_id,
+            .order_id = j->params.order_id,
         };
-        j->call_started_ms = now;
+        j->call_started_ms = wall_ms();
         if (provider_client_start_charge(w->provider, &ch, j, err, sizeof(err)) != 0) {
             log_error("cannot start provider call", "payment_attempt_id",
                       j->cmd.payment_attempt_id, "error", err, NULL);
@@ -498,57 +746,84 @@ static void start_calls(struct worker *w)
     }
 }
 
+/* Remembers a provider call for the provider_calls table. Bounded: past
+ * CALL_LOG_MAX waiting entries (a long database outage) new ones are kept in
+ * the log line only, and counted. */
 static void log_call(struct worker *w, struct job *j, const struct provider_result *res)
 {
+    if (w->call_log_len >= CALL_LOG_MAX) {
+        if (w->call_log_dropped++ % 1000 == 0)
+            log_warn("provider call log full; calls kept in log lines only",
+                     "payment_attempt_id", j->cmd.payment_attempt_id, NULL);
+        return;
+    }
     if (w->call_log_len == w->call_log_cap) {
         size_t ncap = w->call_log_cap ? w->call_log_cap * 2 : 64;
-        struct attempt_call *c = realloc(w->call_log, ncap * sizeof(*c));
-        if (c)
-            w->call_log = c;
-        struct provider_result *r = realloc(w->call_log_res, ncap * sizeof(*r));
-        if (r)
-            w->call_log_res = r;
-        char **ids = realloc(w->call_log_ids, ncap * sizeof(*ids));
-        if (ids)
-            w->call_log_ids = ids;
-        if (!c || !r || !ids)
+        struct call_entry *c = realloc(w->call_log, ncap * sizeof(*c));
+        if (!c)
             return; /* the call stays in the log line only */
+        w->call_log = c;
         w->call_log_cap = ncap;
     }
-    size_t i = w->call_log_len;
-    w->call_log_res[i] = *res;
-    w->call_log[i].started_ms = j->call_started_ms;
-    w->call_log_ids[i] = strdup(j->cmd.payment_attempt_id);
-    if (!w->call_log_ids[i])
-        return;
+    struct call_entry *e = &w->call_log[w->call_log_len];
+    snprintf(e->attempt_id, sizeof(e->attempt_id), "%s", j->cmd.payment_attempt_id);
+    e->started_ms = j->call_started_ms;
+    e->res = *res;
     w->call_log_len++;
 }
 
-static void flush_call_log(struct worker *w)
+static int log_calls_batch(struct worker *w, struct call_entry *e, size_t n,
+                           char *err, size_t err_size)
 {
-    char err[512];
-    if (w->call_log_len == 0 || !db_ready(w))
-        return;
-    for (size_t i = 0; i < w->call_log_len; i++) {
-        w->call_log[i].attempt_id = w->call_log_ids[i];
-        w->call_log[i].res = &w->call_log_res[i];
+    struct attempt_call *calls = calloc(n, sizeof(*calls));
+    if (!calls) {
+        snprintf(err, err_size, "out of memory");
+        return ATTEMPT_STORE_RETRY;
     }
-    if (attempt_store_log_calls(w->store, w->call_log, w->call_log_len, err,
-                                sizeof(err)) != 0) {
-        db_failed(w, "log provider calls", err);
-        return;
+    for (size_t i = 0; i < n; i++) {
+        calls[i].attempt_id = e[i].attempt_id;
+        calls[i].started_ms = e[i].started_ms;
+        calls[i].res = &e[i].res;
     }
-    for (size_t i = 0; i < w->call_log_len; i++)
-        free(w->call_log_ids[i]);
-    w->call_log_len = 0;
+    int rc = attempt_store_log_calls(w->store, calls, n, err, err_size);
+    free(calls);
+    return rc;
 }
 
-/* May this attempt be sent again under its key? Not once the provider may
- * have forgotten the key: a re-POST could then charge a second time. */
-static int key_still_kept(const struct worker *w, const struct job *j)
+/* Writes the waiting provider calls. 0 when nothing is left waiting, -1 when
+ * the database could not take them now (then nothing else is written
+ * either: the outage is the same). A row the database refuses on its own is
+ * dropped with a log line, not retried forever. */
+static int flush_call_log(struct worker *w)
 {
-    long long margin = w->provider_timeout_ms * 2 + 60000;
-    return now_ms() - j->first_sent_ms < w->key_retention_ms - margin;
+    char err[512];
+    size_t done = 0;
+    if (w->call_log_len == 0)
+        return 0;
+    if (!db_ready(w))
+        return -1;
+    int rc = log_calls_batch(w, w->call_log, w->call_log_len, err, sizeof(err));
+    if (rc == ATTEMPT_STORE_OK) {
+        done = w->call_log_len;
+    } else if (rc == ATTEMPT_STORE_DATA) {
+        for (done = 0; done < w->call_log_len; done++) {
+            rc = log_calls_batch(w, &w->call_log[done], 1, err, sizeof(err));
+            if (rc == ATTEMPT_STORE_DATA)
+                log_error("provider call not recorded: the database refused it",
+                          "payment_attempt_id", w->call_log[done].attempt_id,
+                          "sqlstate", db_last_sqlstate(), NULL);
+            else if (rc != ATTEMPT_STORE_OK)
+                break;
+        }
+    }
+    memmove(w->call_log, w->call_log + done,
+            (w->call_log_len - done) * sizeof(*w->call_log));
+    w->call_log_len -= done;
+    if (w->call_log_len > 0) {
+        db_failed(w, "log provider calls", err);
+        return -1;
+    }
+    return 0;
 }
 
 static void on_call_done(struct worker *w, struct job *j)
@@ -573,7 +848,7 @@ static void on_call_done(struct worker *w, struct job *j)
              j->res.replayed ? "true" : "false", "error",
              j->res.error[0] ? j->res.error : NULL, NULL);
     if (j->res.outcome == PROVIDER_SUCCEEDED)
-        failpoint("after_charge");
+        FAILPOINT("after_charge");
     if (j->lease_lost) {
         log_warn("lease lost during the call; result left to the new owner",
                  "payment_attempt_id", j->cmd.payment_attempt_id, NULL);
@@ -590,7 +865,7 @@ static void on_call_done(struct worker *w, struct job *j)
                       status, NULL);
         /* Nothing happened upstream: the same key again, for as long as it
          * takes, unless the key may have been forgotten meanwhile. */
-        if (!key_still_kept(w, j)) {
+        if (!key_still_kept(w, j, now)) {
             j->state = JOB_PERSIST;
             j->res.outcome = PROVIDER_UNKNOWN;
             return;
@@ -604,7 +879,7 @@ static void on_call_done(struct worker *w, struct job *j)
         j->next_at = now + backoff_ms(w, ++j->not_executed_tries, j);
         return;
     case PROVIDER_UNKNOWN:
-        if (j->unknown_tries < w->unknown_retries && key_still_kept(w, j) &&
+        if (j->unknown_tries < w->unknown_retries && key_still_kept(w, j, now) &&
             !j->orphan) {
             j->state = JOB_CALL;
             j->next_at = now + backoff_ms(w, ++j->unknown_tries, j);
@@ -699,13 +974,83 @@ static char *evidence_of(const struct job *j)
     return s;
 }
 
+static void apply_persist(struct worker *w, struct job *j,
+                          const struct attempt_outcome *o)
+{
+    if (!o->persisted) {
+        /* Fenced out: someone took the attempt over; its result wins. */
+        log_warn("lease lost before persisting; result dropped", "payment_attempt_id",
+                 j->cmd.payment_attempt_id, "order_id", j->cmd.order_id, "outcome",
+                 provider_outcome_name(j->res.outcome), NULL);
+        j->state = JOB_WAIT;
+        j->next_at = now_ms() + w->recheck_ms;
+        return;
+    }
+    log_info("attempt settled", "payment_attempt_id", j->cmd.payment_attempt_id,
+             "order_id", j->cmd.order_id, "status", o->status, "reason", o->reason,
+             "provider_payment_id",
+             j->res.provider_payment_id[0] ? j->res.provider_payment_id : NULL, NULL);
+    j->state = JOB_DONE;
+}
+
+static int persist_batch(struct worker *w, struct job **js, struct attempt_outcome *items,
+                         size_t n, char *err, size_t err_size)
+{
+    int rc = attempt_store_persist(w->store, items, n, err, err_size);
+    for (size_t i = 0; rc == ATTEMPT_STORE_OK && i < n; i++)
+        apply_persist(w, js[i], &items[i]);
+    return rc;
+}
+
+/* The database refused this outcome even alone (a value from the provider
+ * it cannot store). The attempt may have been charged, so it is never
+ * FAILED: REQUIRES_REVIEW, with nothing from outside but the outcome's name.
+ * If even that is refused, the job ends and the lease is left to expire; a
+ * later owner or the reconciler takes the attempt from there. */
+static int persist_for_review(struct worker *w, struct job *j, char *err,
+                              size_t err_size)
+{
+    char reason[256], evidence[160];
+    snprintf(reason, sizeof(reason),
+             "requires_review: the database refused the outcome '%s' (sqlstate %s)",
+             provider_outcome_name(j->res.outcome), db_last_sqlstate());
+    snprintf(evidence, sizeof(evidence), "{\"outcome\":\"%s\",\"http_status\":%d}",
+             provider_outcome_name(j->res.outcome), j->res.http_status);
+    struct attempt_outcome o = {
+        .attempt_id = j->cmd.payment_attempt_id,
+        .lease_epoch = j->lease_epoch,
+        .status = "REQUIRES_REVIEW",
+        .reason = reason,
+        .event_type = "charge.requires_review",
+        .evidence_json = evidence,
+        .calls = j->calls,
+        .next_check_ms = -1,
+    };
+    log_error("the database refused an outcome; settling it for review",
+              "payment_attempt_id", j->cmd.payment_attempt_id, "order_id",
+              j->cmd.order_id, "outcome", provider_outcome_name(j->res.outcome),
+              "sqlstate", db_last_sqlstate(), NULL);
+    int rc = persist_batch(w, &j, &o, 1, err, err_size);
+    if (rc == ATTEMPT_STORE_DATA) {
+        log_error("the database refused the review outcome too; lease left to expire",
+                  "payment_attempt_id", j->cmd.payment_attempt_id, "sqlstate",
+                  db_last_sqlstate(), NULL);
+        j->state = JOB_DONE;
+        return ATTEMPT_STORE_OK;
+    }
+    return rc;
+}
+
 static void persist_outcomes(struct worker *w)
 {
     char err[512];
     size_t n = count_state(w, JOB_PERSIST, 0), k = 0;
     if (n == 0 || !db_ready(w))
         return;
-    flush_call_log(w);
+    /* The calls first: support must see every call of a settled attempt,
+     * and if the database cannot take them it cannot take outcomes now. */
+    if (flush_call_log(w) != 0)
+        return;
     struct attempt_outcome *items = calloc(n, sizeof(*items));
     struct job **js = calloc(n, sizeof(*js));
     char(*reasons)[512] = calloc(n, sizeof(*reasons));
@@ -728,31 +1073,24 @@ static void persist_outcomes(struct worker *w)
         o->last_error = j->res.error[0] ? j->res.error : NULL;
         k++;
     }
-    if (attempt_store_persist(w->store, items, k, err, sizeof(err)) != 0) {
+    int rc = persist_batch(w, js, items, k, err, sizeof(err));
+    if (rc == ATTEMPT_STORE_DATA) {
+        /* One refused value must not hold the other outcomes. */
+        for (size_t i = 0; i < k; i++) {
+            rc = persist_batch(w, &js[i], &items[i], 1, err, sizeof(err));
+            if (rc == ATTEMPT_STORE_DATA)
+                rc = persist_for_review(w, js[i], err, sizeof(err));
+            if (rc != ATTEMPT_STORE_OK)
+                break;
+        }
+    }
+    if (rc == ATTEMPT_STORE_RETRY) {
         db_failed(w, "persist", err);
         goto out;
     }
-    for (size_t i = 0; i < k; i++) {
-        struct job *j = js[i];
-        if (!items[i].persisted) {
-            /* Fenced out: someone took the attempt over; its result wins. */
-            log_warn("lease lost before persisting; result dropped",
-                     "payment_attempt_id", j->cmd.payment_attempt_id, "order_id",
-                     j->cmd.order_id, "outcome", provider_outcome_name(j->res.outcome),
-                     NULL);
-            j->state = JOB_WAIT;
-            j->next_at = now_ms() + w->recheck_ms;
-            continue;
-        }
-        log_info("attempt settled", "payment_attempt_id", j->cmd.payment_attempt_id,
-                 "order_id", j->cmd.order_id, "status", items[i].status, "reason",
-                 items[i].reason, "provider_payment_id",
-                 j->res.provider_payment_id[0] ? j->res.provider_payment_id : NULL,
-                 NULL);
-        j->state = JOB_DONE;
-    }
+    db_ok(w);
     if (k > 0)
-        failpoint("after_persist");
+        FAILPOINT("after_persist");
 out:
     for (size_t i = 0; evidence && i < n; i++)
         free(evidence[i]);
@@ -947,8 +1285,8 @@ static size_t jobs_of(struct worker *w, const rd_kafka_topic_partition_list_t *p
 /* Runs the pipeline (without taking new messages) until the jobs of `parts`
  * (all when NULL) are finished or the deadline passes; then leaves what is
  * left to whoever gets the partitions next. */
-static void drain(struct worker *w, const rd_kafka_topic_partition_list_t *parts,
-                  int64_t deadline, int poll_consumer)
+static size_t drain(struct worker *w, const rd_kafka_topic_partition_list_t *parts,
+                    int64_t deadline, int poll_consumer)
 {
     while (jobs_of(w, parts) > 0 && now_ms() < deadline && stop_signals < 2)
         step(w, 0, poll_consumer);
@@ -958,9 +1296,15 @@ static void drain(struct worker *w, const rd_kafka_topic_partition_list_t *parts
                                        parts, w->commands_topic, j->partition)))
             continue;
         /* Unfinished: its offset is not committed, so the message comes back
-         * to the next owner, who waits out or takes over our lease. */
+         * to the next owner, who waits out or takes over our lease. The
+         * message itself is not needed any more: let librdkafka have it back
+         * now, or closing the consumer would wait for it. */
         j->orphan = 1;
         w->active--;
+        if (j->msg) {
+            rd_kafka_message_destroy(j->msg);
+            j->msg = NULL;
+        }
         if (j->state == JOB_BACKLOG) {
             w->backlog--;
             j->state = JOB_DONE;
@@ -982,6 +1326,7 @@ static void drain(struct worker *w, const rd_kafka_topic_partition_list_t *parts
                  n, NULL);
     }
     reap(w);
+    return left;
 }
 
 static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
@@ -1009,8 +1354,10 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     } else {
         drain(w, parts, now_ms(), 0);
     }
-    for (int i = 0; i < parts->cnt; i++)
+    for (int i = 0; i < parts->cnt; i++) {
         offset_tracker_forget(w->offsets, parts->elems[i].partition);
+        forget_handback(w, parts->elems[i].partition);
+    }
     if (coop)
         rd_kafka_incremental_unassign(rk, parts);
     else
@@ -1051,6 +1398,19 @@ static int setup(struct worker *w, char *err, size_t err_size)
                  "retries (%lld ms); raise it or lower PROVIDER_TIMEOUT_MS, "
                  "WORKER_UNKNOWN_RETRIES or WORKER_RETRY_MAX_MS",
                  w->lease_ms, needed);
+        return 2;
+    }
+    /* No call is sent once the key's age plus this margin reaches the
+     * provider's retention: one call's time on the wire, and clock
+     * differences between the database and the provider. */
+    w->key_margin_ms = w->provider_timeout_ms +
+                       (w->key_retention_ms / 10 < 60000 ? w->key_retention_ms / 10 : 60000);
+    if (w->key_retention_ms <= w->key_margin_ms) {
+        snprintf(err, err_size,
+                 "WORKER_KEY_RETENTION_MS: %lld leaves no time to call the provider "
+                 "(PROVIDER_TIMEOUT_MS plus a margin of a tenth, at most 60 s, is "
+                 "%lld ms)",
+                 w->key_retention_ms, w->key_margin_ms);
         return 2;
     }
     if (w->retry_base_ms > w->retry_max_ms) {
@@ -1099,11 +1459,13 @@ static int setup(struct worker *w, char *err, size_t err_size)
                                       w->provider_timeout_ms, err, err_size);
     if (!w->provider)
         return 2;
+    /* Does not connect: a worker started while the database is down keeps
+     * running, and its database steps retry with back-off. */
     w->store = attempt_store_new(config_str(w->cfg, CONFIG_DATABASE_URL), w->id,
                                  config_str(w->cfg, CONFIG_CHARGE_RESULTS_TOPIC), err,
                                  err_size);
     if (!w->store)
-        return 1;
+        return 2;
     w->offsets = offset_tracker_new();
     if (!w->offsets) {
         snprintf(err, err_size, "out of memory");
@@ -1127,30 +1489,34 @@ usage:
     return 2;
 }
 
-static void teardown(struct worker *w)
+/* Every step is bounded: flush_ms for dead letters still unacknowledged;
+ * the rest does not wait on anything the jobs hold. */
+static void teardown(struct worker *w, int flush_ms)
 {
-    /* Delivery reports point at jobs: serve them before the jobs go. */
-    if (w->producer) {
-        rd_kafka_flush(w->producer, 5000);
-        rd_kafka_destroy(w->producer);
-    }
-    if (w->consumer)
-        rd_kafka_destroy(w->consumer);
     if (w->provider)
         provider_client_abandon_all(w->provider);
+    /* Delivery reports point at jobs: serve them, purging what the broker
+     * has not acknowledged in time, before the jobs go. */
+    if (w->producer) {
+        rd_kafka_flush(w->producer, flush_ms);
+        rd_kafka_purge(w->producer, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+        rd_kafka_poll(w->producer, 0);
+    }
+    /* Messages go back to librdkafka before its clients do: rd_kafka_destroy
+     * waits for every message the application still holds. */
     for (struct job *j = w->jobs, *next; j; j = next) {
         next = j->next;
         job_free(j);
     }
     w->jobs = NULL;
+    if (w->producer)
+        rd_kafka_destroy(w->producer);
+    if (w->consumer)
+        rd_kafka_destroy(w->consumer);
     provider_client_free(w->provider);
     attempt_store_free(w->store);
     offset_tracker_free(w->offsets);
-    for (size_t i = 0; i < w->call_log_len; i++)
-        free(w->call_log_ids[i]);
     free(w->call_log);
-    free(w->call_log_res);
-    free(w->call_log_ids);
     config_free(w->cfg);
 }
 
@@ -1159,8 +1525,10 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: charged worker\n\n"
             "Consumes charge commands and charges each payment attempt at most once.\n"
-            "SIGTERM: stop fetching, drain, commit, leave the group, exit 0 within\n"
-            "SHUTDOWN_TIMEOUT_MS; a second SIGTERM exits at once (status 1).\n\n");
+            "SIGTERM: stop fetching, drain, commit, leave the group and exit within\n"
+            "SHUTDOWN_TIMEOUT_MS: 0 when every message taken was finished, 1 when\n"
+            "some were left uncommitted (they come back to the group). A second\n"
+            "SIGTERM exits at once (status 1).\n\n");
     config_print_help(out, CONFIG_ROLE_WORKER);
 }
 
@@ -1196,9 +1564,17 @@ int worker_main(int argc, char **argv)
     rc = setup(&w, err, sizeof(err));
     if (rc != 0) {
         fprintf(stderr, "charged worker: %s\n", err);
-        teardown(&w);
+        teardown(&w, 0);
         return rc;
     }
+    pthread_t watchdog;
+    shutdown_limit_ms = w.shutdown_ms;
+    if (pthread_create(&watchdog, NULL, shutdown_watchdog, NULL) != 0) {
+        fprintf(stderr, "charged worker: cannot start the shutdown watchdog\n");
+        teardown(&w, 0);
+        return 1;
+    }
+    pthread_detach(watchdog);
     char lease[32], mif[32];
     snprintf(lease, sizeof(lease), "%lld", w.lease_ms);
     snprintf(mif, sizeof(mif), "%lld", w.max_in_flight);
@@ -1208,17 +1584,19 @@ int worker_main(int argc, char **argv)
     while (!stop_signals)
         step(&w, 1, 1);
 
-    /* First SIGTERM: stop fetching, finish what is in flight, commit. */
+    /* First SIGTERM: stop fetching, finish what is in flight, commit. A
+     * quarter of the time (at most 2 s) is kept for committing, leaving the
+     * group and tearing down; the watchdog ends whatever overruns. */
+    int64_t stopping_at = now_ms();
+    long long reserve = w.shutdown_ms / 4 < 2000 ? w.shutdown_ms / 4 : 2000;
     log_info("stopping: draining in-flight attempts", NULL);
-    drain(&w, NULL, now_ms() + w.shutdown_ms, 1);
-    if (stop_signals >= 2) {
-        log_warn("second signal: exiting at once; uncommitted messages come back",
-                 NULL);
-        _exit(1);
-    }
+    size_t left = drain(&w, NULL, stopping_at + w.shutdown_ms - reserve, 1);
     commit_offsets(&w, 1, NULL);
     rd_kafka_consumer_close(w.consumer);
-    log_info("worker stopped", NULL);
-    teardown(&w);
-    return 0;
+    char n[32];
+    snprintf(n, sizeof(n), "%zu", left);
+    log_info("worker stopped", "unfinished", n, NULL);
+    int64_t flush = stopping_at + w.shutdown_ms - now_ms();
+    teardown(&w, flush > 1000 ? 1000 : flush > 0 ? (int)flush : 0);
+    return left ? 1 : 0;
 }

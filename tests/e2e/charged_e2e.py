@@ -21,8 +21,11 @@ BUILD = os.environ.get("CHARGED_BUILD_DIR", "build")
 CHARGED = os.path.join(BUILD, "worker", "charged")
 CHARGECTL = os.path.join(BUILD, "worker", "chargectl")
 PSP_SIM = os.path.join(BUILD, "tools", "psp-sim", "psp-sim")
-KAFKA_TOOL = os.path.join(BUILD, "tests", "kafka_test_tool")
+# CHARGED_KAFKA_TOOL: another kafka_test_tool than the build's (say, a newer
+# one, to run new scenarios against an older build).
+KAFKA_TOOL = os.environ.get("CHARGED_KAFKA_TOOL") or os.path.join(BUILD, "tests", "kafka_test_tool")
 API_KEY = "sk_test_e2e"
+STACK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy", "stack.sh")
 
 
 class Failure(Exception):
@@ -49,6 +52,71 @@ def wait_until(what, cond, timeout, interval=0.2):
         if time.monotonic() >= deadline:
             raise Failure("timed out after %ss waiting for %s" % (timeout, what))
         time.sleep(interval)
+
+
+# ---- the stack itself: faults for the scenarios that take it away ----
+#
+# deploy/stack.sh runs with the inherited environment (CHARGED_STACK_DIR and
+# the ports), so it acts on the stack the tests use; stack_check() refuses to
+# act when that stack is not the one CHARGED_TEST_* point at.
+
+def _port(address):
+    return int(address.rsplit(":", 1)[1].split("/", 1)[0])
+
+
+def stack_check():
+    pg = int(os.environ.get("CHARGED_PG_PORT", "55432"))
+    kafka = int(os.environ.get("CHARGED_KAFKA_PORT", "9092"))
+    want_pg = _port(os.environ["CHARGED_TEST_DATABASE_URL"].split("@", 1)[-1])
+    want_kafka = _port(os.environ["CHARGED_TEST_KAFKA"].split(",", 1)[0])
+    if (pg, kafka) != (want_pg, want_kafka):
+        raise Failure("deploy/stack.sh would act on PostgreSQL :%d and Kafka :%d, but the "
+                      "tests use :%d and :%d; export CHARGED_STACK_DIR, CHARGED_PG_PORT and "
+                      "CHARGED_KAFKA_PORT of the test stack" % (pg, kafka, want_pg, want_kafka))
+
+
+def stack(*args, timeout=240):
+    """deploy/stack.sh ARGS with the inherited environment; Failure unless it exits 0."""
+    stack_check()
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run([STACK] + list(args), capture_output=True, env=dict(os.environ),
+                           stdin=subprocess.DEVNULL, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise Failure("deploy/stack.sh %s did not finish within %ss" % (" ".join(args), timeout))
+    if p.returncode != 0:
+        raise Failure("deploy/stack.sh %s exited %d: %s" % (
+            " ".join(args), p.returncode, (p.stdout + p.stderr).decode()[-2000:]))
+    log("stack %s (%.1fs)" % (" ".join(args), time.monotonic() - t0))
+
+
+def kafka_kill():
+    """SIGKILL the broker; returns once its process is gone."""
+    stack("kafka-kill")
+
+
+def kafka_start():
+    """Starts the broker again; returns once it answers metadata requests."""
+    stack("kafka-start")
+
+
+def pg_stop_immediate():
+    """pg_ctl -m immediate stop: PostgreSQL goes away as if it crashed."""
+    stack("pg-stop-immediate")
+
+
+def pg_start():
+    """Starts PostgreSQL again (crash recovery included); returns once it accepts."""
+    stack("pg-start")
+
+
+def stack_restore():
+    """Whatever a scenario did to the stack, brings both back (for finally blocks)."""
+    for start in (pg_start, kafka_start):
+        try:
+            start()
+        except Exception as e:  # report, and still try the other one
+            log("could not restore the stack:", e)
 
 
 def new_command(order_id=None, amount=None, payment_method="pm_card_visa", **extra):
@@ -133,8 +201,9 @@ class Scenario:
             raise Failure("%s exited %d: %s" % (argv[:3], p.returncode, p.stderr.decode()[-2000:]))
         return p
 
-    def tool(self, *args, stdin=None):
-        return self.run([KAFKA_TOOL] + list(args), stdin=stdin).stdout.decode()
+    def tool(self, *args, stdin=None, extra_env=None):
+        return self.run([KAFKA_TOOL] + list(args), stdin=stdin,
+                        extra_env=extra_env).stdout.decode()
 
     def start_psp(self):
         self.psp_port, self.psp_admin = free_port(), free_port()
@@ -179,10 +248,37 @@ class Scenario:
         del self.workers[name]
         return rc
 
+    def exited_workers(self):
+        """Workers that exited on their own since the last call, as
+        [(name, status)]; they are forgotten (start_worker starts new ones)."""
+        gone = []
+        for name, p in list(self.workers.items()):
+            rc = p.poll()
+            if rc is not None:
+                del self.workers[name]
+                gone.append((name, rc))
+        return gone
+
     def wait_worker_exit(self, name, timeout):
         p = self.workers[name]
         rc = p.wait(timeout=timeout)
         del self.workers[name]
+        return rc
+
+    def wait_worker_exit_or_kill(self, name, timeout):
+        """The worker's exit status if it exits within timeout seconds;
+        otherwise it is killed with SIGKILL and this raises Failure."""
+        p = self.workers[name]
+        try:
+            rc = p.wait(timeout=max(timeout, 0))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=30)
+            del self.workers[name]
+            raise Failure("worker %s was still running %.1fs later; killed it with SIGKILL"
+                          % (name, timeout))
+        del self.workers[name]
+        log("worker", name, "exited", rc)
         return rc
 
     def close(self):
@@ -214,9 +310,13 @@ class Scenario:
         data = "".join(json.dumps(c) + "\n" for c in commands).encode()
         self.run([CHARGECTL, "publish", "--file", "-"], stdin=data)
 
-    def produce_raw(self, records):
+    def produce_raw(self, records, compression=None):
+        """Records as kafka_test_tool produce takes them, in one producer (so
+        records with one key keep their order on one partition);
+        compression: lz4, zstd... (see kafka_test_tool)."""
         data = "".join(json.dumps(r) + "\n" for r in records).encode()
-        self.tool("produce", self.topics["commands"], stdin=data)
+        self.tool("produce", self.topics["commands"], stdin=data,
+                  extra_env={"KAFKA_TOOL_COMPRESSION": compression} if compression else None)
 
     def lag(self):
         return json.loads(self.tool("lag", self.group, self.topics["commands"]))
@@ -237,10 +337,13 @@ class Scenario:
 
     # ---- waiting ----
 
-    def wait_settled(self, n_attempts, timeout):
+    def wait_settled(self, n_attempts, timeout, each=None):
         """Until n attempts exist, none is PENDING or claimed, and the group has
-        committed every offset of the commands topic."""
+        committed every offset of the commands topic. each(), if given, runs
+        before every check (say, to restart workers that exited)."""
         def done():
+            if each:
+                each()
             rows = self.query(
                 "SELECT count(*), count(*) FILTER (WHERE status = 'PENDING' OR "
                 "(status = 'PROCESSING' AND lease_owner IS NOT NULL)) FROM payment_attempts")

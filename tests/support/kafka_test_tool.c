@@ -12,7 +12,10 @@
  *   kafka_test_tool create-topic TOPIC PARTITIONS
  *       creates a topic (a test's own), succeeding if it exists
  *
- * Brokers come from KAFKA_BOOTSTRAP_SERVERS. */
+ * Brokers come from KAFKA_BOOTSTRAP_SERVERS. KAFKA_TOOL_COMPRESSION (gzip,
+ * snappy, lz4, zstd) compresses what `produce` sends; values may then be
+ * larger than the 4 MiB a topic accepts, since the broker limits the
+ * compressed batch only (up to 64 MiB uncompressed). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +35,15 @@ static rd_kafka_t *make(rd_kafka_type_t type, const char *group)
     rd_kafka_conf_t *c = rd_kafka_conf_new();
     rd_kafka_conf_set(c, "bootstrap.servers", brokers(), err, sizeof(err));
     rd_kafka_conf_set(c, "message.max.bytes", "4194304", err, sizeof(err));
+    const char *codec = getenv("KAFKA_TOOL_COMPRESSION");
+    if (type == RD_KAFKA_PRODUCER && codec && *codec) {
+        /* librdkafka checks message.max.bytes against the uncompressed size. */
+        if (rd_kafka_conf_set(c, "compression.codec", codec, err, sizeof(err)) ||
+            rd_kafka_conf_set(c, "message.max.bytes", "67108864", err, sizeof(err))) {
+            fprintf(stderr, "kafka_test_tool: KAFKA_TOOL_COMPRESSION: %s\n", err);
+            exit(2);
+        }
+    }
     if (group) {
         rd_kafka_conf_set(c, "group.id", group, err, sizeof(err));
         rd_kafka_conf_set(c, "enable.auto.commit", "false", err, sizeof(err));

@@ -212,6 +212,27 @@ START_TEST(fingerprint_follows_what_is_charged)
 }
 END_TEST
 
+/* Fields are length-prefixed: a separator inside a value cannot make two
+ * different commands share a fingerprint. */
+START_TEST(fingerprint_is_unambiguous)
+{
+    struct charge_command a, b;
+    char *v1 = command("payment_method", "\"pm_a|b\"");
+    char *v2 = command("payment_method", "\"pm_a\"");
+    char *v2c = malloc(strlen(v2) + 64);
+    /* The same bytes joined by '|': "pm_a|b" + "" against "pm_a" + "b|". */
+    sprintf(v2c, "%.*s,\"customer_id\":\"b|\"}", (int)strlen(v2) - 1, v2);
+    ck_assert_int_eq(parse_with(ATTEMPT, v1, &limits, &a), DEAD_LETTER_NONE);
+    ck_assert_int_eq(parse_with(ATTEMPT, v2c, &limits, &b), DEAD_LETTER_NONE);
+    ck_assert_str_ne(a.fingerprint, b.fingerprint);
+    charge_command_release(&a);
+    charge_command_release(&b);
+    free(v1);
+    free(v2);
+    free(v2c);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("charge_command");
@@ -225,6 +246,7 @@ int main(void)
     tcase_add_test(tc, envelope_problems);
     tcase_add_test(tc, deployment_limits);
     tcase_add_test(tc, fingerprint_follows_what_is_charged);
+    tcase_add_test(tc, fingerprint_is_unambiguous);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }

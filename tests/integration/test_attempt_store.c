@@ -1,0 +1,309 @@
+/* common/attempt_store against the real PostgreSQL of the local stack:
+ * record (conflicts whatever batch they arrive in, the same-order guard),
+ * claim (stored parameters, the key's age on the database clock), takeover
+ * and fencing, release, and how failures are classified. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attempt_store.h"
+#include "db.h"
+#include "test_env.h"
+
+static char err[512];
+static char url[1024];
+static PGconn *admin;
+static int seq;
+
+static void setup(void)
+{
+    test_env_migrated_database(url, sizeof(url));
+    admin = test_env_connect(url);
+}
+
+static void teardown(void)
+{
+    PQfinish(admin);
+}
+
+static attempt_store_t *store(const char *actor)
+{
+    attempt_store_t *st = attempt_store_new(url, actor, "results", err, sizeof(err));
+    ck_assert_msg(st != NULL, "%s", err);
+    return st;
+}
+
+/* A valid command with fresh ids; the fingerprint stands for its amount. */
+static struct charge_command cmd(const char *order, long long amount)
+{
+    struct charge_command c = {0};
+    seq++;
+    snprintf(c.payment_attempt_id, sizeof(c.payment_attempt_id),
+             "00000000-0000-4000-8000-%012d", seq);
+    snprintf(c.order_id, sizeof(c.order_id), "%s",
+             order ? order : "10000000-0000-4000-8000-000000000000");
+    if (!order)
+        snprintf(c.order_id + 24, 13, "%012d", seq);
+    snprintf(c.idempotency_key, sizeof(c.idempotency_key), "attempt:%s",
+             c.payment_attempt_id);
+    c.amount = amount;
+    snprintf(c.currency, sizeof(c.currency), "EUR");
+    snprintf(c.payment_method, sizeof(c.payment_method), "pm_card_visa");
+    snprintf(c.fingerprint, sizeof(c.fingerprint), "fp-%lld", amount);
+    return c;
+}
+
+static void record(attempt_store_t *st, struct charge_command **cs, size_t n,
+                   struct attempt_record_item *items)
+{
+    memset(items, 0, n * sizeof(*items));
+    for (size_t i = 0; i < n; i++)
+        items[i].cmd = cs[i];
+    ck_assert_msg(attempt_store_record(st, items, n, err, sizeof(err)) == 0, "%s", err);
+}
+
+static void sql(const char *q)
+{
+    ck_assert_msg(db_run(admin, q, 0, NULL, err, sizeof(err)) == 0, "%s", err);
+}
+
+static char *value(const char *q)
+{
+    static char out[256];
+    PGresult *r = db_exec(admin, q, 0, NULL, err, sizeof(err));
+    ck_assert_msg(r && PQntuples(r) == 1, "%s", err);
+    snprintf(out, sizeof(out), "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return out;
+}
+
+START_TEST(record_compares_every_message_with_the_stored_attempt)
+{
+    attempt_store_t *st = store("w1");
+    struct charge_command a = cmd(NULL, 1000), again = a, other_key = a,
+                          other_amount = a, key_thief = cmd(NULL, 1000);
+    struct attempt_record_item it[4];
+    strcat(other_key.idempotency_key, ":other");
+    snprintf(other_amount.fingerprint, sizeof(other_amount.fingerprint), "fp-2000");
+    snprintf(key_thief.idempotency_key, sizeof(key_thief.idempotency_key), "%s",
+             a.idempotency_key);
+
+    struct charge_command *first[] = {&a};
+    record(st, first, 1, it);
+    ck_assert_int_eq(it[0].result, ATTEMPT_RECORDED);
+    struct charge_command *later[] = {&again, &other_key, &other_amount, &key_thief};
+    record(st, later, 4, it);
+    ck_assert_int_eq(it[0].result, ATTEMPT_RECORDED);
+    ck_assert_int_eq(it[1].result, ATTEMPT_CONFLICT);
+    ck_assert_int_eq(it[2].result, ATTEMPT_CONFLICT);
+    ck_assert_int_eq(it[3].result, ATTEMPT_CONFLICT);
+    ck_assert_str_eq(value("SELECT count(*) FROM payment_attempts"), "1");
+    attempt_store_free(st);
+}
+END_TEST
+
+/* The defect: a resend that shares a batch with its original escaped the
+ * comparison, because the batch had just inserted the attempt. */
+START_TEST(conflicting_resend_in_the_same_batch_is_a_conflict)
+{
+    attempt_store_t *st = store("w1");
+    struct charge_command a = cmd(NULL, 1000), resend = a, dup = a;
+    struct attempt_record_item it[3];
+    strcat(resend.idempotency_key, ":other");
+    snprintf(resend.fingerprint, sizeof(resend.fingerprint), "fp-2000");
+    struct charge_command *batch[] = {&a, &resend, &dup};
+    record(st, batch, 3, it);
+    ck_assert_int_eq(it[0].result, ATTEMPT_RECORDED);
+    ck_assert_int_eq(it[1].result, ATTEMPT_CONFLICT);
+    ck_assert_int_eq(it[2].result, ATTEMPT_RECORDED);
+    char q[256];
+    snprintf(q, sizeof(q), "SELECT idempotency_key FROM payment_attempts WHERE id = '%s'",
+             a.payment_attempt_id);
+    ck_assert_str_eq(value(q), a.idempotency_key);
+    attempt_store_free(st);
+}
+END_TEST
+
+START_TEST(second_attempt_of_a_busy_or_paid_order_is_rejected)
+{
+    attempt_store_t *st = store("w1");
+    struct charge_command a = cmd(NULL, 1000), b = cmd(a.order_id, 1000),
+                          c = cmd(a.order_id, 1000);
+    struct attempt_record_item it[2];
+    struct charge_command *both[] = {&a, &b};
+    record(st, both, 2, it);
+    ck_assert_int_eq(it[0].result, ATTEMPT_RECORDED);
+    ck_assert_int_eq(it[1].result, ATTEMPT_REJECTED);
+    ck_assert_msg(strstr(it[1].reason, "order_has_live_attempt") != NULL, "%s",
+                  it[1].reason);
+    ck_assert_str_eq(value("SELECT count(*) FROM outbox WHERE event_type = "
+                           "'charge.rejected'"),
+                     "1");
+
+    struct attempt_claim_item ci = {.attempt_id = a.payment_attempt_id};
+    ck_assert_int_eq(attempt_store_claim(st, &ci, 1, 60000, err, sizeof(err)), 0);
+    struct attempt_outcome o = {.attempt_id = a.payment_attempt_id,
+                                .lease_epoch = ci.lease_epoch,
+                                .status = "SUCCEEDED",
+                                .provider_payment_id = "pi_1",
+                                .event_type = "charge.succeeded",
+                                .calls = 1,
+                                .next_check_ms = -1};
+    ck_assert_int_eq(attempt_store_persist(st, &o, 1, err, sizeof(err)), 0);
+    ck_assert(o.persisted);
+    struct charge_command *late[] = {&c};
+    record(st, late, 1, it);
+    ck_assert_int_eq(it[0].result, ATTEMPT_REJECTED);
+    ck_assert_msg(strstr(it[0].reason, "order_already_paid") != NULL, "%s",
+                  it[0].reason);
+    attempt_store_free(st);
+}
+END_TEST
+
+START_TEST(claim_returns_the_stored_parameters_and_the_key_age)
+{
+    attempt_store_t *st = store("w1");
+    struct charge_command a = cmd(NULL, 4242);
+    struct attempt_record_item it[1];
+    struct charge_command *one[] = {&a};
+    record(st, one, 1, it);
+    struct attempt_claim_item ci = {.attempt_id = a.payment_attempt_id};
+    ck_assert_int_eq(attempt_store_claim(st, &ci, 1, 60000, err, sizeof(err)), 0);
+    ck_assert_int_eq(ci.result, ATTEMPT_CLAIMED);
+    ck_assert_str_eq(ci.params.idempotency_key, a.idempotency_key);
+    ck_assert_str_eq(ci.params.order_id, a.order_id);
+    ck_assert_int_eq(ci.params.amount, 4242);
+    ck_assert_str_eq(ci.params.currency, "EUR");
+    ck_assert_str_eq(ci.params.payment_method, "pm_card_visa");
+    ck_assert_str_eq(ci.params.customer_id, "");
+    ck_assert_int_ge(ci.key_age_ms, 0);
+    ck_assert_int_lt(ci.key_age_ms, 5000);
+
+    /* A takeover long after the first send sees the age on the database's
+     * clock, whatever the worker's clock says. */
+    char q[256];
+    snprintf(q, sizeof(q),
+             "UPDATE payment_attempts SET first_sent_at = now() - interval '1 hour',"
+             " lease_expires_at = now() - interval '1 second' WHERE id = '%s'",
+             a.payment_attempt_id);
+    sql(q);
+    attempt_store_t *st2 = store("w2");
+    struct attempt_claim_item c2 = {.attempt_id = a.payment_attempt_id};
+    ck_assert_int_eq(attempt_store_claim(st2, &c2, 1, 60000, err, sizeof(err)), 0);
+    ck_assert_int_eq(c2.result, ATTEMPT_CLAIMED);
+    ck_assert_int_ge(c2.key_age_ms, 3600000);
+    ck_assert_int_lt(c2.key_age_ms, 3605000);
+    ck_assert_int_gt(c2.lease_epoch, ci.lease_epoch);
+    attempt_store_free(st);
+    attempt_store_free(st2);
+}
+END_TEST
+
+START_TEST(takeover_fences_the_old_owner)
+{
+    attempt_store_t *w1 = store("w1"), *w2 = store("w2");
+    struct charge_command a = cmd(NULL, 1000);
+    struct attempt_record_item it[1];
+    struct charge_command *one[] = {&a};
+    record(w1, one, 1, it);
+    struct attempt_claim_item c1 = {.attempt_id = a.payment_attempt_id},
+                              c2 = {.attempt_id = a.payment_attempt_id};
+    ck_assert_int_eq(attempt_store_claim(w1, &c1, 1, 60000, err, sizeof(err)), 0);
+    ck_assert_int_eq(c1.result, ATTEMPT_CLAIMED);
+    ck_assert_int_eq(attempt_store_claim(w2, &c2, 1, 60000, err, sizeof(err)), 0);
+    ck_assert_int_eq(c2.result, ATTEMPT_BUSY);
+
+    /* Released: a peer takes it over at once. */
+    const char *id = a.payment_attempt_id;
+    ck_assert_int_eq(attempt_store_release(w1, &id, &c1.lease_epoch, 1, err,
+                                           sizeof(err)),
+                     0);
+    ck_assert_int_eq(attempt_store_claim(w2, &c2, 1, 60000, err, sizeof(err)), 0);
+    ck_assert_int_eq(c2.result, ATTEMPT_CLAIMED);
+
+    /* The old owner can neither renew nor persist. */
+    int ours = 1;
+    ck_assert_int_eq(attempt_store_renew(w1, &id, &c1.lease_epoch, 1, 60000, &ours, err,
+                                         sizeof(err)),
+                     0);
+    ck_assert_int_eq(ours, 0);
+    struct attempt_outcome o = {.attempt_id = id,
+                                .lease_epoch = c1.lease_epoch,
+                                .status = "FAILED",
+                                .reason = "declined",
+                                .event_type = "charge.failed",
+                                .next_check_ms = -1};
+    ck_assert_int_eq(attempt_store_persist(w1, &o, 1, err, sizeof(err)), 0);
+    ck_assert(!o.persisted);
+    o.lease_epoch = c2.lease_epoch;
+    ck_assert_int_eq(attempt_store_persist(w1, &o, 1, err, sizeof(err)), 0);
+    ck_assert(!o.persisted); /* right epoch, wrong owner */
+    ck_assert_int_eq(attempt_store_persist(w2, &o, 1, err, sizeof(err)), 0);
+    ck_assert(o.persisted);
+    ck_assert_int_eq(attempt_store_claim(w1, &c1, 1, 60000, err, sizeof(err)), 0);
+    ck_assert_int_eq(c1.result, ATTEMPT_SETTLED);
+    char q[256];
+    snprintf(q, sizeof(q),
+             "SELECT count(*) FROM attempt_transitions WHERE payment_attempt_id = '%s'",
+             id);
+    ck_assert_str_eq(value(q), "4"); /* recorded, claimed, taken over, failed */
+    attempt_store_free(w1);
+    attempt_store_free(w2);
+}
+END_TEST
+
+/* A value the database refuses is DATA (isolate it), an unreachable
+ * database is RETRY, and neither crashes nor blocks for long. */
+START_TEST(failures_are_classified)
+{
+    attempt_store_t *st = store("w1");
+    struct charge_command a = cmd(NULL, 1000);
+    struct attempt_record_item it[1];
+    struct charge_command *one[] = {&a};
+    record(st, one, 1, it);
+    struct attempt_claim_item ci = {.attempt_id = a.payment_attempt_id};
+    ck_assert_int_eq(attempt_store_claim(st, &ci, 1, 60000, err, sizeof(err)), 0);
+    struct attempt_outcome o = {.attempt_id = a.payment_attempt_id,
+                                .lease_epoch = ci.lease_epoch,
+                                .status = "FAILED",
+                                .reason = "cut mid-character \xc3",
+                                .event_type = "charge.failed",
+                                .next_check_ms = -1};
+    ck_assert_int_eq(attempt_store_persist(st, &o, 1, err, sizeof(err)),
+                     ATTEMPT_STORE_DATA);
+    o.reason = "declined";
+    o.status = "SUCCEEDED"; /* without a provider id: the CHECK refuses it */
+    ck_assert_int_eq(attempt_store_persist(st, &o, 1, err, sizeof(err)),
+                     ATTEMPT_STORE_DATA);
+    attempt_store_free(st);
+
+    ck_assert_ptr_null(attempt_store_new("postgresql://x:y@/db?nonsense=1", "w", "r",
+                                         err, sizeof(err)));
+    attempt_store_t *down = attempt_store_new(
+        "postgresql://charged@127.0.0.1:1/charged", "w", "r", err, sizeof(err));
+    ck_assert_msg(down != NULL, "a store is made without connecting: %s", err);
+    long long t0 = test_env_now_ms();
+    ck_assert_int_eq(attempt_store_record(down, it, 1, err, sizeof(err)),
+                     ATTEMPT_STORE_RETRY);
+    ck_assert_int_lt(test_env_now_ms() - t0, 10000);
+    attempt_store_free(down);
+    attempt_store_free(NULL);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("attempt_store");
+    TCase *tc = tcase_create("attempt_store");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, record_compares_every_message_with_the_stored_attempt);
+    tcase_add_test(tc, conflicting_resend_in_the_same_batch_is_a_conflict);
+    tcase_add_test(tc, second_attempt_of_a_busy_or_paid_order_is_rejected);
+    tcase_add_test(tc, claim_returns_the_stored_parameters_and_the_key_age);
+    tcase_add_test(tc, takeover_fences_the_old_owner);
+    tcase_add_test(tc, failures_are_classified);
+    suite_add_tcase(s, tc);
+    return test_env_run_suite(s);
+}
