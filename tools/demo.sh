@@ -16,7 +16,7 @@ cmake -S . -B build -DCHARGED_FAILPOINTS=OFF >/dev/null
 cmake --build build -j2 >/dev/null
 deploy/stack.sh up
 eval "$(deploy/stack.sh env)"
-build/worker/chargectl migrate
+build/chargectl/chargectl migrate
 
 run=.stack/demo
 mkdir -p "$run"
@@ -42,5 +42,5 @@ for i in 1 2; do
 done
 
 python3 tools/demo_report.py --commands "$n" --psp-admin http://127.0.0.1:12112 \
-  --chargectl build/worker/chargectl --state "$run"
+  --chargectl build/chargectl/chargectl --state "$run"
 echo "demo: logs in $run; the stack stays up (deploy/stack.sh down stops it)"
