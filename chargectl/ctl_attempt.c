@@ -6,6 +6,7 @@
 
 #include <jansson.h>
 
+#include "attempt_status.h"
 #include "charge_command.h"
 #include "chargectl.h"
 #include "config.h"
@@ -99,10 +100,6 @@ static const char *SQL_LIST =
                          "make_interval(secs => $3 / 1000.0))"
                          " ORDER BY updated_at DESC LIMIT $4::int) a";
 
-static const char *statuses[] = {"PENDING",         "PROCESSING", "UNKNOWN",
-                                 "SUCCEEDED",       "FAILED",     "REJECTED",
-                                 "REQUIRES_REVIEW", NULL};
-
 static void usage(FILE *out)
 {
     fprintf(
@@ -115,15 +112,17 @@ static void usage(FILE *out)
         "                 entries and its result events\n"
         "  list           attempts, most recently updated first\n"
         "  --order UUID   only this order's attempts\n"
-        "  --status S     PENDING, PROCESSING, UNKNOWN, SUCCEEDED, FAILED, REJECTED "
-        "or\n"
-        "                 REQUIRES_REVIEW\n"
-        "  --older-than D not updated for D (30s, 15m, 2h, 7d): stuck ones\n"
-        "  --limit N      at most N rows [50]\n"
-        "  --json         JSON instead of tables\n"
-        "  --help         this text\n\n"
-        "Exit status: 0 done, 1 database unreachable or no such attempt, 2 bad "
-        "usage.\n");
+        "  --status S     one of:");
+    for (int i = 0; i < ATTEMPT_STATUS__COUNT; i++)
+        fprintf(out, " %s", attempt_status_name(i));
+    fprintf(out,
+            "\n"
+            "  --older-than D not updated for D (30s, 15m, 2h, 7d): stuck ones\n"
+            "  --limit N      at most N rows [50]\n"
+            "  --json         JSON instead of tables\n"
+            "  --help         this text\n\n"
+            "Exit status: 0 done, 1 database unreachable or no such attempt, 2 bad "
+            "usage.\n");
 }
 
 /* Runs a one-row, one-column JSON query; returns the parsed value or NULL. */
@@ -324,10 +323,7 @@ int ctl_attempt(int argc, char **argv)
             order = optarg;
             break;
         case 's': {
-            int ok = 0;
-            for (int i = 0; statuses[i]; i++)
-                ok |= !strcmp(statuses[i], optarg);
-            if (!ok) {
+            if (attempt_status_parse(optarg) < 0) {
                 fprintf(stderr, "chargectl attempt: --status '%s' is not a status\n",
                         optarg);
                 return CTL_USAGE;

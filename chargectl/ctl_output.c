@@ -1,11 +1,14 @@
 #include "ctl_output.h"
 
+
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include <jansson.h>
+
+#include "clock.h"
 
 struct ctl_table {
     size_t ncols, nrows, cap;
@@ -108,9 +111,7 @@ int ctl_parse_time_ms(const char *s, int64_t *epoch_ms)
     struct tm tm = {0};
     int64_t d;
     if (ctl_parse_duration_ms(s, &d) == 0) {
-        struct timespec now;
-        clock_gettime(CLOCK_REALTIME, &now);
-        *epoch_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000 - d;
+        *epoch_ms = clock_wall_ms() - d;
         return 0;
     }
     const char *rest = strptime(s ? s : "", "%Y-%m-%dT%H:%M:%S", &tm);

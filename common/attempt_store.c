@@ -6,14 +6,36 @@
 
 #include <jansson.h>
 
+#include "attempt_status.h"
 #include "db.h"
 #include "log.h"
 
-#define LIVE_STATUSES "('PENDING','PROCESSING','UNKNOWN','SUCCEEDED','REQUIRES_REVIEW')"
+/* clang-format off */
 
 /* RFC 3339 UTC with milliseconds, for event payloads. */
-#define SQL_NOW_RFC3339                                                                \
+#define SQL_NOW_RFC3339 \
     "to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
+
+/* The one place result events are written to the outbox: two CTEs that
+ * publish one event per row of `src` whose event_type is not NULL, in the
+ * statement that changed the attempt. `src` has the columns id, order_id,
+ * amount, currency, provider_payment_id, status, reason, event_type; `topic`
+ * is the parameter holding the results topic. event_id is new here and
+ * never changes: a re-published event keeps it. */
+#define SQL_OUTBOX_EVENTS(src, topic) \
+    " ev AS (SELECT gen_random_uuid() AS eid, " src ".* FROM " src \
+    "  WHERE event_type IS NOT NULL)," \
+    " ob AS (" \
+    "  INSERT INTO outbox (event_id, payment_attempt_id, event_type, topic, event_key," \
+    "    payload)" \
+    "  SELECT eid, id, event_type, " topic ", id::text, jsonb_strip_nulls(jsonb_build_object(" \
+    "    'event_id', eid, 'type', event_type, 'payment_attempt_id', id," \
+    "    'order_id', order_id, 'amount', amount, 'currency', currency," \
+    "    'provider_payment_id', provider_payment_id," \
+    "    'reason', CASE WHEN status = " ATTEMPT_SQL(SUCCEEDED) " THEN NULL ELSE reason END," \
+    "    'occurred_at', " SQL_NOW_RFC3339 ")) FROM ev)"
+
+/* clang-format on */
 
 struct attempt_store {
     char *url;
@@ -132,12 +154,12 @@ static const char *SQL_INSERT_PENDING =
     "request_fingerprint,"
     "    amount, currency, payment_method, customer_id, metadata, status)"
     "  SELECT id, order_id, idempotency_key, fp, amount, currency, payment_method,"
-    "    nullif(customer_id, ''), metadata, 'PENDING' FROM v ORDER BY n"
+    "    nullif(customer_id, ''), metadata, " ATTEMPT_SQL(PENDING) " FROM v ORDER BY n"
     "  ON CONFLICT DO NOTHING RETURNING id),"
     " tr AS ("
     "  INSERT INTO attempt_transitions (payment_attempt_id, old_status, new_status,"
     "    cause, actor, reason)"
-    "  SELECT id, NULL, 'PENDING', 'worker', $10, 'recorded' FROM ins)"
+    "  SELECT id, NULL, " ATTEMPT_SQL(PENDING) ", 'worker', $10, 'recorded' FROM ins)"
     "SELECT id FROM ins";
 
 /* The stored rows every message of the batch is compared with, whether this
@@ -148,7 +170,7 @@ static const char *SQL_FIND_EXISTING =
 
 static const char *SQL_FIND_LIVE =
     "SELECT order_id, id, status FROM payment_attempts"
-    " WHERE order_id = ANY($1::uuid[]) AND status IN " LIVE_STATUSES;
+    " WHERE order_id = ANY($1::uuid[]) AND status = ANY($2::text[])";
 
 static const char *SQL_INSERT_REJECTED =
     "WITH v AS ("
@@ -161,21 +183,15 @@ static const char *SQL_INSERT_REJECTED =
     "request_fingerprint,"
     "    amount, currency, payment_method, customer_id, metadata, status, reason)"
     "  SELECT id, order_id, idempotency_key, fp, amount, currency, payment_method,"
-    "    nullif(customer_id, ''), metadata, 'REJECTED', reason FROM v"
+    "    nullif(customer_id, ''), metadata, " ATTEMPT_SQL(REJECTED) ", reason FROM v"
     "  ON CONFLICT DO NOTHING"
-    "  RETURNING id, order_id, amount, currency, reason),"
+    "  RETURNING id, order_id, amount, currency, provider_payment_id, status, reason,"
+    "    $13::text AS event_type),"
     " tr AS ("
     "  INSERT INTO attempt_transitions (payment_attempt_id, old_status, new_status,"
     "    cause, actor, reason)"
-    "  SELECT id, NULL, 'REJECTED', 'worker', $11, reason FROM ins),"
-    " ev AS (SELECT gen_random_uuid() AS eid, ins.* FROM ins),"
-    " ob AS ("
-    "  INSERT INTO outbox (event_id, payment_attempt_id, event_type, topic, event_key,"
-    "    payload)"
-    "  SELECT eid, id, 'charge.rejected', $12, id::text, jsonb_build_object("
-    "    'event_id', eid, 'type', 'charge.rejected', 'payment_attempt_id', id,"
-    "    'order_id', order_id, 'amount', amount, 'currency', currency,"
-    "    'reason', reason, 'occurred_at', " SQL_NOW_RFC3339 ") FROM ev)"
+    "  SELECT id, NULL, status, 'worker', $11, reason FROM ins),"
+    SQL_OUTBOX_EVENTS("ins", "$12")
     "SELECT id FROM ins";
 
 /* Fills the nine command columns for item i. */
@@ -216,7 +232,7 @@ int attempt_store_record(attempt_store_t *st, struct attempt_record_item *items,
     PGresult *ins = NULL, *found = NULL, *live = NULL, *rej = NULL;
     db_array_t *orders = NULL;
     struct attempt_record_item **sorted = NULL;
-    const char *p[12];
+    const char *p[13];
     size_t nblocked = 0;
     int rc = ATTEMPT_STORE_RETRY;
 
@@ -295,7 +311,8 @@ int attempt_store_record(attempt_store_t *st, struct attempt_record_item *items,
         goto out;
     }
     p[0] = db_array_text(orders);
-    live = db_exec(st->conn, SQL_FIND_LIVE, 1, p, errbuf, errbuf_size);
+    p[1] = attempt_status_live_array();
+    live = db_exec(st->conn, SQL_FIND_LIVE, 2, p, errbuf, errbuf_size);
     if (!live) {
         rc = failed();
         goto out;
@@ -333,7 +350,8 @@ int attempt_store_record(attempt_store_t *st, struct attempt_record_item *items,
             p[i] = db_array_text(rj.a[i]);
         p[10] = st->actor;
         p[11] = st->results_topic;
-        rej = db_exec(st->conn, SQL_INSERT_REJECTED, 12, p, errbuf, errbuf_size);
+        p[12] = attempt_status_event_type(ATTEMPT_STATUS_REJECTED);
+        rej = db_exec(st->conn, SQL_INSERT_REJECTED, 13, p, errbuf, errbuf_size);
         if (!rej) {
             rc = failed();
             goto out;
@@ -370,12 +388,12 @@ static const char *SQL_CLAIM =
     "WITH q AS (SELECT DISTINCT id FROM unnest($1::uuid[]) AS q(id)),"
     " c AS ("
     "  SELECT p.id, p.status FROM payment_attempts p JOIN q ON p.id = q.id"
-    "  WHERE p.status = 'PENDING'"
-    "     OR (p.status = 'PROCESSING' AND p.lease_owner IS NOT NULL"
+    "  WHERE p.status = " ATTEMPT_SQL(PENDING)
+    "     OR (p.status = " ATTEMPT_SQL(PROCESSING) " AND p.lease_owner IS NOT NULL"
     "         AND p.lease_expires_at < now())"
     "  ORDER BY p.id FOR UPDATE OF p SKIP LOCKED),"
     " u AS ("
-    "  UPDATE payment_attempts p SET status = 'PROCESSING', lease_owner = $2,"
+    "  UPDATE payment_attempts p SET status = " ATTEMPT_SQL(PROCESSING) ", lease_owner = $2,"
     "    lease_expires_at = now() + make_interval(secs => $3::double precision / 1000),"
     "    lease_epoch = p.lease_epoch + 1, first_sent_at = coalesce(p.first_sent_at, "
     "now()),"
@@ -388,8 +406,8 @@ static const char *SQL_CLAIM =
     " t AS ("
     "  INSERT INTO attempt_transitions (payment_attempt_id, old_status, new_status,"
     "    cause, actor, reason)"
-    "  SELECT id, old_status, 'PROCESSING', 'worker', $2,"
-    "    CASE WHEN old_status = 'PENDING' THEN 'claimed'"
+    "  SELECT id, old_status, " ATTEMPT_SQL(PROCESSING) ", 'worker', $2,"
+    "    CASE WHEN old_status = " ATTEMPT_SQL(PENDING) " THEN 'claimed'"
     "         ELSE 'lease expired; taken over' END FROM u)"
     "SELECT a.id, a.status, a.lease_owner IS NOT NULL, u.lease_epoch, u.attempt_count,"
     "  u.key_age_ms, u.idempotency_key, u.order_id, u.amount, u.currency,"
@@ -546,29 +564,22 @@ static const char *SQL_PERSIST =
     "    updated_at = now()"
     "  FROM v JOIN lk ON lk.id = v.id"
     "  WHERE p.id = v.id AND p.lease_owner = $11 AND p.lease_epoch = v.epoch"
-    "    AND p.status = 'PROCESSING'"
+    "    AND p.status = " ATTEMPT_SQL(PROCESSING)
     "  RETURNING p.id, p.order_id, p.amount, p.currency, p.status, p.reason,"
     "    p.provider_payment_id, v.event_type, v.evidence),"
     " t AS ("
     "  INSERT INTO attempt_transitions (payment_attempt_id, old_status, new_status,"
     "    cause, actor, reason, evidence)"
-    "  SELECT id, 'PROCESSING', status, 'worker', $11, reason, evidence FROM u),"
+    "  SELECT id, " ATTEMPT_SQL(PROCESSING) ", status, 'worker', $11, reason, evidence"
+    "  FROM u),"
     " l AS ("
     "  INSERT INTO ledger_entries (payment_attempt_id, order_id, kind, amount, "
     "currency,"
     "    provider_payment_id)"
     "  SELECT id, order_id, 'charge', amount, currency, provider_payment_id FROM u"
-    "  WHERE status = 'SUCCEEDED' ON CONFLICT (payment_attempt_id, kind) DO NOTHING),"
-    " e AS (SELECT gen_random_uuid() AS eid, u.* FROM u WHERE event_type IS NOT NULL),"
-    " o AS ("
-    "  INSERT INTO outbox (event_id, payment_attempt_id, event_type, topic, event_key,"
-    "    payload)"
-    "  SELECT eid, id, event_type, $12, id::text, jsonb_strip_nulls(jsonb_build_object("
-    "    'event_id', eid, 'type', event_type, 'payment_attempt_id', id,"
-    "    'order_id', order_id, 'amount', amount, 'currency', currency,"
-    "    'provider_payment_id', provider_payment_id,"
-    "    'reason', CASE WHEN status = 'SUCCEEDED' THEN NULL ELSE reason END,"
-    "    'occurred_at', " SQL_NOW_RFC3339 ")) FROM e)"
+    "  WHERE status = " ATTEMPT_SQL(SUCCEEDED)
+    "  ON CONFLICT (payment_attempt_id, kind) DO NOTHING),"
+    SQL_OUTBOX_EVENTS("u", "$12")
     "SELECT id FROM u";
 
 int attempt_store_persist(attempt_store_t *st, struct attempt_outcome *items, size_t n,
@@ -633,14 +644,14 @@ static const char *SQL_RENEW =
     " SET lease_expires_at = now() + make_interval(secs => $3::double precision / 1000)"
     " FROM v JOIN lk ON lk.id = v.id"
     " WHERE p.id = v.id AND p.lease_epoch = v.epoch AND p.lease_owner = $4"
-    "   AND p.status = 'PROCESSING'"
+    "   AND p.status = " ATTEMPT_SQL(PROCESSING)
     " RETURNING p.id";
 
 static const char *SQL_RELEASE =
     "UPDATE payment_attempts p SET lease_expires_at = now()"
     " FROM unnest($1::uuid[], $2::bigint[]) AS v(id, epoch)"
     " WHERE p.id = v.id AND p.lease_epoch = v.epoch AND p.lease_owner = $3"
-    "   AND p.status = 'PROCESSING'"
+    "   AND p.status = " ATTEMPT_SQL(PROCESSING)
     " RETURNING p.id";
 
 static PGresult *lease_update(attempt_store_t *st, const char *sql,

@@ -8,6 +8,7 @@
 #include <openssl/evp.h>
 
 #include "card_data.h"
+#include "clock.h"
 
 static const char *reason_names[DEAD_LETTER__COUNT] = {
     NULL,
@@ -113,10 +114,8 @@ int dead_letter_build(const rd_kafka_message_t *msg, enum dead_letter_reason rea
                       int cut, struct dead_letter *out)
 {
     rd_kafka_headers_t *orig = NULL;
-    char num[32], failed_at[40], line[512], *id = NULL;
+    char num[32], failed_at[CLOCK_RFC3339_SIZE], line[512], *id = NULL;
     size_t full_value = 0, full_key = 0, nheaders = 0, dropped = 0;
-    struct timespec now;
-    struct tm tm;
 
     memset(out, 0, sizeof(*out));
     if (msg->key) {
@@ -161,11 +160,7 @@ int dead_letter_build(const rd_kafka_message_t *msg, enum dead_letter_reason rea
     }
     snprintf(line, sizeof(line), "%s", error ? error : "");
     card_data_mask(line, strlen(line));
-    clock_gettime(CLOCK_REALTIME, &now);
-    gmtime_r(&now.tv_sec, &tm);
-    strftime(failed_at, sizeof(failed_at), "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(failed_at + strlen(failed_at), sizeof(failed_at) - strlen(failed_at),
-             ".%03ldZ", now.tv_nsec / 1000000);
+    clock_rfc3339(clock_wall_ms(), failed_at, sizeof(failed_at));
 
     if (add(out->headers, "dlq.reason", dead_letter_reason_name(reason)) ||
         add(out->headers, "dlq.error", line) ||

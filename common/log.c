@@ -1,5 +1,6 @@
 #include "log.h"
 
+
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -8,6 +9,8 @@
 #include <time.h>
 
 #include <jansson.h>
+
+#include "clock.h"
 
 #define LOG_MAX_SECRETS 32
 
@@ -98,20 +101,14 @@ void log_redact(const char *in, char *out, size_t out_size)
 
 void log_write(enum log_level level, const char *msg, ...)
 {
-    char ts[40], buf[2048];
-    struct timespec now;
-    struct tm tm;
+    char ts[CLOCK_RFC3339_SIZE], buf[2048];
     json_t *obj;
     char *line;
     va_list ap;
 
     if (level < log_min)
         return;
-    clock_gettime(CLOCK_REALTIME, &now);
-    gmtime_r(&now.tv_sec, &tm);
-    strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(ts + strlen(ts), sizeof(ts) - strlen(ts), ".%03ldZ",
-             now.tv_nsec / 1000000);
+    clock_rfc3339(clock_wall_ms(), ts, sizeof(ts));
 
     obj = json_object();
     if (!obj)

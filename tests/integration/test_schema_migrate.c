@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "attempt_status.h"
 #include "db.h"
 #include "migrate.h"
 #include "test_env.h"
@@ -238,6 +239,57 @@ START_TEST(bad_status_fails_the_check)
 }
 END_TEST
 
+/* The quoted status names in a constraint or index definition, as a set of
+ * bits over enum attempt_status; fails on a name the enum does not know. */
+static unsigned quoted_statuses(const char *def)
+{
+    unsigned set = 0;
+    for (const char *p = strchr(def, '\''); p; p = strchr(p + 1, '\'')) {
+        const char *e = strchr(p + 1, '\'');
+        char name[64];
+        ck_assert_msg(e != NULL, "unbalanced quote in %s", def);
+        snprintf(name, sizeof(name), "%.*s", (int)(e - p - 1), p + 1);
+        int s = attempt_status_parse(name);
+        ck_assert_msg(s >= 0, "the schema names a status the code does not: '%s'", name);
+        set |= 1u << s;
+        p = e;
+    }
+    return set;
+}
+
+/* The migration's CHECK list is exactly the enum, and the one-live-attempt
+ * index counts exactly the live set: one vocabulary in code and schema. */
+START_TEST(schema_statuses_match_the_code)
+{
+    char url[1024];
+    test_env_migrated_database(url, sizeof(url));
+    PGconn *c = test_env_connect(url);
+    PGresult *r = db_exec(
+        c,
+        "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+        " WHERE conrelid = 'payment_attempts'::regclass AND contype = 'c'"
+        "   AND pg_get_constraintdef(oid) LIKE '%status = ANY%'"
+        "   AND pg_get_constraintdef(oid) NOT LIKE '%provider_payment_id%'",
+        0, NULL, err, sizeof(err));
+    ck_assert_msg(r && PQntuples(r) == 1, "one status CHECK expected: %s", err);
+    unsigned all = quoted_statuses(PQgetvalue(r, 0, 0)), want = 0, live = 0;
+    PQclear(r);
+    for (int i = 0; i < ATTEMPT_STATUS__COUNT; i++) {
+        want |= 1u << i;
+        if (attempt_status_is_live(i))
+            live |= 1u << i;
+    }
+    ck_assert_uint_eq(all, want);
+    r = db_exec(c,
+                "SELECT pg_get_indexdef('payment_attempts_one_live_per_order'::regclass)",
+                0, NULL, err, sizeof(err));
+    ck_assert_msg(r != NULL, "%s", err);
+    ck_assert_uint_eq(quoted_statuses(PQgetvalue(r, 0, 0)), live);
+    PQclear(r);
+    PQfinish(c);
+}
+END_TEST
+
 START_TEST(ledger_books_an_attempt_once)
 {
     char url[1024];
@@ -283,6 +335,7 @@ static Suite *suite(void)
     tcase_add_test(tc, succeeded_and_live_attempt_of_one_order_fail);
     tcase_add_test(tc, two_rows_with_one_idempotency_key_fail);
     tcase_add_test(tc, bad_status_fails_the_check);
+    tcase_add_test(tc, schema_statuses_match_the_code);
     tcase_add_test(tc, ledger_books_an_attempt_once);
     tcase_add_test(tc, webhook_event_is_processed_once);
     suite_add_tcase(s, tc);

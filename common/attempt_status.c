@@ -1,0 +1,95 @@
+#include "attempt_status.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#define P  (1u << ATTEMPT_STATUS_PENDING)
+#define PR (1u << ATTEMPT_STATUS_PROCESSING)
+#define U  (1u << ATTEMPT_STATUS_UNKNOWN)
+#define S  (1u << ATTEMPT_STATUS_SUCCEEDED)
+#define F  (1u << ATTEMPT_STATUS_FAILED)
+#define RJ (1u << ATTEMPT_STATUS_REJECTED)
+#define RV (1u << ATTEMPT_STATUS_REQUIRES_REVIEW)
+
+static const struct {
+    const char *name;
+    int live;
+    unsigned next;          /* statuses it may move to */
+    const char *event_type; /* published on entering it */
+} statuses[ATTEMPT_STATUS__COUNT] = {
+    [ATTEMPT_STATUS_PENDING] = {ATTEMPT_S_PENDING, 1, PR, NULL},
+    /* PROCESSING -> PROCESSING: a takeover, or the provider said processing. */
+    [ATTEMPT_STATUS_PROCESSING] = {ATTEMPT_S_PROCESSING, 1, PR | U | S | F | RV, NULL},
+    [ATTEMPT_STATUS_UNKNOWN] = {ATTEMPT_S_UNKNOWN, 1, PR | S | F | RV,
+                                "charge.unknown"},
+    [ATTEMPT_STATUS_SUCCEEDED] = {ATTEMPT_S_SUCCEEDED, 1, RV, "charge.succeeded"},
+    [ATTEMPT_STATUS_FAILED] = {ATTEMPT_S_FAILED, 0, RV, "charge.failed"},
+    [ATTEMPT_STATUS_REJECTED] = {ATTEMPT_S_REJECTED, 0, 0, "charge.rejected"},
+    [ATTEMPT_STATUS_REQUIRES_REVIEW] = {ATTEMPT_S_REQUIRES_REVIEW, 1, S | F,
+                                        "charge.requires_review"},
+};
+
+static const unsigned new_attempt = P | RJ;
+
+const char *attempt_status_name(enum attempt_status s)
+{
+    return (unsigned)s < ATTEMPT_STATUS__COUNT ? statuses[s].name : NULL;
+}
+
+const char *attempt_status_event_type(enum attempt_status s)
+{
+    return (unsigned)s < ATTEMPT_STATUS__COUNT ? statuses[s].event_type : NULL;
+}
+
+int attempt_status_parse(const char *s)
+{
+    for (int i = 0; s && i < ATTEMPT_STATUS__COUNT; i++)
+        if (!strcmp(s, statuses[i].name))
+            return i;
+    return -1;
+}
+
+int attempt_status_is_live(enum attempt_status s)
+{
+    return (unsigned)s < ATTEMPT_STATUS__COUNT && statuses[s].live;
+}
+
+int attempt_status_is_settled(enum attempt_status s)
+{
+    return s == ATTEMPT_STATUS_SUCCEEDED || s == ATTEMPT_STATUS_FAILED ||
+           s == ATTEMPT_STATUS_REJECTED || s == ATTEMPT_STATUS_REQUIRES_REVIEW;
+}
+
+static char live_array[128];
+static pthread_once_t live_once = PTHREAD_ONCE_INIT;
+
+static void build_live_array(void)
+{
+    size_t n = 0;
+    live_array[n++] = '{';
+    for (int i = 0; i < ATTEMPT_STATUS__COUNT; i++) {
+        if (!statuses[i].live)
+            continue;
+        size_t l = strlen(statuses[i].name);
+        if (n > 1)
+            live_array[n++] = ',';
+        memcpy(live_array + n, statuses[i].name, l);
+        n += l;
+    }
+    live_array[n++] = '}';
+    live_array[n] = '\0';
+}
+
+const char *attempt_status_live_array(void)
+{
+    pthread_once(&live_once, build_live_array);
+    return live_array;
+}
+
+int attempt_status_transition_allowed(int from, enum attempt_status to)
+{
+    if ((unsigned)to >= ATTEMPT_STATUS__COUNT || from >= ATTEMPT_STATUS__COUNT)
+        return 0;
+    unsigned next = from < 0 ? new_attempt : statuses[from].next;
+    return (next >> to) & 1u;
+}

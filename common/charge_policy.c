@@ -1,0 +1,79 @@
+#include "charge_policy.h"
+
+/* When an outcome may be sent again with the same key. */
+enum retry_rule {
+    NEVER,                      /* settle now */
+    WHILE_KEY_KEPT,             /* nothing executed upstream: as often as it takes */
+    WHILE_RETRIES_AND_KEY_KEPT, /* may have executed: a bounded number of times */
+};
+
+/* The table: one row per provider outcome. */
+static const struct {
+    enum retry_rule retry;
+    enum attempt_status status; /* when settled */
+    long long next_check_ms;
+    const char *reason_code;
+} rows[] = {
+    [PROVIDER_SUCCEEDED] = {NEVER, ATTEMPT_STATUS_SUCCEEDED, -1, NULL},
+    /* Accepted; settled later by a webhook or a look-up. The attempt stays
+     * PROCESSING: no event. */
+    [PROVIDER_PROCESSING] = {NEVER, ATTEMPT_STATUS_PROCESSING,
+                             CHARGE_POLICY_PROCESSING_CHECK_MS, "provider_processing"},
+    [PROVIDER_DECLINED] = {NEVER, ATTEMPT_STATUS_FAILED, -1, "declined"},
+    /* 409 in use, 429, refused before sending: nothing happened upstream. */
+    [PROVIDER_NOT_EXECUTED] = {WHILE_KEY_KEPT, ATTEMPT_STATUS_UNKNOWN,
+                               CHARGE_POLICY_UNKNOWN_CHECK_MS, "outcome_unknown"},
+    /* 5xx, timeout, lost answer: never FAILED. */
+    [PROVIDER_UNKNOWN] = {WHILE_RETRIES_AND_KEY_KEPT, ATTEMPT_STATUS_UNKNOWN,
+                          CHARGE_POLICY_UNKNOWN_CHECK_MS, "outcome_unknown"},
+    [PROVIDER_REQUIRES_REVIEW] = {NEVER, ATTEMPT_STATUS_REQUIRES_REVIEW, -1,
+                                  "requires_review"},
+    /* 400 invalid_request_error: validation failures are not executed. */
+    [PROVIDER_INVALID] = {NEVER, ATTEMPT_STATUS_FAILED, -1, "invalid_request"},
+    /* Look-ups only; a charge never answers it. Unknown, for the reconciler. */
+    [PROVIDER_NOT_FOUND] = {NEVER, ATTEMPT_STATUS_UNKNOWN,
+                            CHARGE_POLICY_UNKNOWN_CHECK_MS, "outcome_unknown"},
+};
+
+long long charge_policy_backoff_ms(const struct charge_policy *p, int tries,
+                                   unsigned jitter)
+{
+    long long d = p->retry_base_ms;
+    for (int i = 1; i < tries && d < p->retry_max_ms; i++)
+        d *= 2;
+    if (d > p->retry_max_ms)
+        d = p->retry_max_ms;
+    unsigned h = (jitter * 2654435761u) ^ (unsigned)tries;
+    return d / 2 + (long long)(h % (unsigned long long)(d / 2 + 1));
+}
+
+struct charge_decision charge_policy_decide(const struct charge_policy *p,
+                                            enum provider_outcome outcome, int tries,
+                                            int key_window_open, unsigned jitter)
+{
+    struct charge_decision d = {0};
+    if ((unsigned)outcome >= sizeof(rows) / sizeof(rows[0]))
+        outcome = PROVIDER_REQUIRES_REVIEW; /* an answer we cannot place */
+    int again = 0;
+    switch (rows[outcome].retry) {
+    case NEVER:
+        break;
+    case WHILE_KEY_KEPT:
+        again = key_window_open;
+        break;
+    case WHILE_RETRIES_AND_KEY_KEPT:
+        again = key_window_open && tries <= p->unknown_retries;
+        break;
+    }
+    if (again) {
+        d.next = CHARGE_NEXT_RETRY;
+        d.retry_in_ms = charge_policy_backoff_ms(p, tries, jitter);
+        return d;
+    }
+    d.next = CHARGE_NEXT_SETTLE;
+    d.status = rows[outcome].status;
+    d.event_type = attempt_status_event_type(d.status);
+    d.next_check_ms = rows[outcome].next_check_ms;
+    d.reason_code = rows[outcome].reason_code;
+    return d;
+}

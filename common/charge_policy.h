@@ -1,0 +1,55 @@
+/* charge_policy: what follows a provider's answer to a charge, as one table.
+ *
+ * Pure: no clock, no I/O. Given the answer's outcome, how many tries of its
+ * kind were made, and whether the key is still inside the provider's
+ * retention window, it says whether to send again (and after how long) or
+ * to settle the attempt (its status, its result event, and when the
+ * reconciler should first look at it). The worker applies the decision; the
+ * reconciler will use the same table. */
+#ifndef CHARGED_CHARGE_POLICY_H
+#define CHARGED_CHARGE_POLICY_H
+
+#include "attempt_status.h"
+#include "provider_client.h"
+
+/* How long an attempt the provider says is processing, or whose outcome is
+ * unknown, waits before the reconciler first looks at it. */
+#define CHARGE_POLICY_PROCESSING_CHECK_MS 60000
+#define CHARGE_POLICY_UNKNOWN_CHECK_MS    30000
+
+struct charge_policy {
+    int unknown_retries;     /* sends again after an unknown outcome */
+    long long retry_base_ms; /* first back-off */
+    long long retry_max_ms;  /* back-off cap */
+};
+
+enum charge_next {
+    CHARGE_NEXT_SETTLE = 0, /* persist status (and event) */
+    CHARGE_NEXT_RETRY,      /* send again with the same key after retry_in_ms */
+};
+
+struct charge_decision {
+    enum charge_next next;
+    long long retry_in_ms;      /* RETRY: capped exponential back-off, jittered */
+    enum attempt_status status; /* SETTLE */
+    const char *event_type;     /* SETTLE: "charge.succeeded", ...; NULL: none */
+    long long next_check_ms;    /* SETTLE: reconciler's first look; -1: none */
+    const char *reason_code;    /* SETTLE: "declined", "invalid_request",
+                                   "outcome_unknown", "provider_processing",
+                                   "requires_review"; NULL when succeeded */
+};
+
+/* tries: sends of this kind so far (not executed, or unknown), including
+ * the one just answered. key_window_open: another send would still reach
+ * the provider while it remembers the key. jitter: any number that differs
+ * between attempts (spreads their retries). */
+struct charge_decision charge_policy_decide(const struct charge_policy *p,
+                                            enum provider_outcome outcome, int tries,
+                                            int key_window_open, unsigned jitter);
+
+/* The back-off before try number `tries` + 1: base * 2^(tries-1), capped,
+ * then jittered into [d/2, d]. */
+long long charge_policy_backoff_ms(const struct charge_policy *p, int tries,
+                                   unsigned jitter);
+
+#endif
