@@ -225,8 +225,10 @@ int ctl_publish(int argc, char **argv)
         size_t idlen = id ? strlen(id) : 0;
         enum dead_letter_reason r = charge_command_parse(
             id, idlen, v, v ? strlen(v) : 0, &limits, &cmd, err, sizeof(err));
+        /* The key is the id exactly as the command writes it: the worker
+         * compares them byte for byte (cmd's copy is lower-cased). */
         if (r == DEAD_LETTER_NONE)
-            msgs[i].key = strdup(cmd.payment_attempt_id);
+            msgs[i].key = strdup(id);
         json_decref(doc);
         charge_command_release(&cmd);
         if (r != DEAD_LETTER_NONE) {

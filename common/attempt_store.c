@@ -599,6 +599,14 @@ int attempt_store_persist(attempt_store_t *st, struct attempt_outcome *items, si
         goto oom;
     for (size_t i = 0; i < n; i++) {
         struct attempt_outcome *o = &items[i];
+        int to = attempt_status_parse(o->status);
+        if (to < 0 || !attempt_status_transition_allowed(ATTEMPT_STATUS_PROCESSING, to)) {
+            /* A bug of ours; the caller isolates it like a refused value. */
+            snprintf(errbuf, errbuf_size, "status '%s' may not follow PROCESSING",
+                     o->status ? o->status : "(null)");
+            rc = ATTEMPT_STORE_DATA;
+            goto out;
+        }
         if (db_array_add(ar.a[0], o->attempt_id) ||
             db_array_add_int(ar.a[1], o->lease_epoch) ||
             db_array_add(ar.a[2], o->status) || db_array_add(ar.a[3], o->reason) ||

@@ -65,7 +65,7 @@ static const struct config_row config_table[CONFIG__COUNT] = {
     {CONFIG_API_ADDR, "API_ADDR", CONFIG_T_ADDR, "127.0.0.1:8080", 0, 0,
      CONFIG_ROLE_API, 0, "listener of charged api, host:port"},
     {CONFIG_ADMIN_ADDR, "ADMIN_ADDR", CONFIG_T_ADDR, "127.0.0.1:9400", 0, 0,
-     R_ALL & ~CONFIG_ROLE_CTL, 0, "health, readiness and metrics listener"},
+     R_ALL & ~CONFIG_ROLE_CTL, 0, "health, readiness and metrics listener (not built yet)"},
     {CONFIG_LOG_LEVEL, "LOG_LEVEL", CONFIG_T_LEVEL, "info", 0, 0, R_ALL, 0,
      "debug, info, warn or error"},
     {CONFIG_WORKER_ID, "WORKER_ID", CONFIG_T_STR, NULL, 0, 0, R_ALL, 0,

@@ -1,7 +1,6 @@
 #include "worker.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -14,9 +13,13 @@
 #include <librdkafka/rdkafka.h>
 #include <openssl/evp.h>
 
+#include "attempt_status.h"
 #include "attempt_store.h"
 #include "charge_command.h"
+#include "charge_policy.h"
+#include "clock.h"
 #include "config.h"
+#include "daemon.h"
 #include "db.h"
 #include "dead_letter.h"
 #include "kafka_setup.h"
@@ -24,10 +27,6 @@
 #include "offset_tracker.h"
 #include "provider_client.h"
 
-/* How long an attempt the provider says is processing, or whose outcome is
- * unknown, waits before the reconciler first looks at it. */
-#define PROCESSING_CHECK_MS 60000
-#define UNKNOWN_CHECK_MS    30000
 /* Back-off after a database error, doubled up to the cap while it lasts, so
  * a dead database is not hammered. */
 #define DB_BACKOFF_MS     250
@@ -37,13 +36,8 @@
 #define HELD_FACTOR 2
 /* Provider calls waiting to be written to provider_calls, at most. */
 #define CALL_LOG_MAX 4096
-/* A dead letter too large for the DLQ is produced again with its key and
- * value cut to these prefixes. */
-#define DLQ_VALUE_PREFIX (64 * 1024)
-#define DLQ_KEY_PREFIX   1024
-
-static volatile sig_atomic_t stop_signals;
-
+/* The life of one consumed message. Every change goes through job_set(),
+ * which checks it against job_moves[] below. */
 enum job_state {
     JOB_BACKLOG,          /* taken from Kafka, not started: over capacity */
     JOB_DEAD_LETTER,      /* to be produced to the DLQ */
@@ -53,9 +47,33 @@ enum job_state {
     JOB_WAIT,             /* leased by someone else: claim again at next_at */
     JOB_CALL,             /* ours: call the provider at next_at */
     JOB_CALLING,          /* provider call in flight */
+    JOB_CALLING_FENCED,   /* call in flight, but our lease was lost meanwhile:
+                             its answer is logged, never persisted */
     JOB_PERSIST,          /* outcome known: persist it */
-    JOB_DONE,             /* effects durable: the offset may pass it */
+    JOB_DONE,             /* effects durable (or given up): reap it */
+    JOB__COUNT
 };
+
+static const char *const job_state_names[JOB__COUNT] = {
+    "backlog", "dead_letter", "dead_letter_sent", "record",  "claim", "wait",
+    "call",    "calling",     "calling_fenced",   "persist", "done"};
+
+#define M(s) (1u << (s))
+/* Where each state may go next. */
+static const unsigned job_moves[JOB__COUNT] = {
+    [JOB_BACKLOG] = M(JOB_RECORD) | M(JOB_DEAD_LETTER) | M(JOB_DONE),
+    [JOB_DEAD_LETTER] = M(JOB_DEAD_LETTER_SENT) | M(JOB_DONE),
+    [JOB_DEAD_LETTER_SENT] = M(JOB_DONE) | M(JOB_DEAD_LETTER),
+    [JOB_RECORD] = M(JOB_CLAIM) | M(JOB_DEAD_LETTER) | M(JOB_DONE),
+    [JOB_CLAIM] = M(JOB_CALL) | M(JOB_WAIT) | M(JOB_DONE) | M(JOB_DEAD_LETTER),
+    [JOB_WAIT] = M(JOB_CALL) | M(JOB_WAIT) | M(JOB_DONE) | M(JOB_DEAD_LETTER),
+    [JOB_CALL] = M(JOB_CALLING) | M(JOB_PERSIST) | M(JOB_WAIT) | M(JOB_DONE),
+    [JOB_CALLING] = M(JOB_CALL) | M(JOB_PERSIST) | M(JOB_CALLING_FENCED) | M(JOB_DONE),
+    [JOB_CALLING_FENCED] = M(JOB_WAIT) | M(JOB_DONE),
+    [JOB_PERSIST] = M(JOB_DONE) | M(JOB_WAIT),
+    [JOB_DONE] = 0,
+};
+#undef M
 
 /* One consumed message and the attempt it asks for. */
 struct job {
@@ -69,25 +87,46 @@ struct job {
     int have_cmd;
     enum dead_letter_reason dl_reason;
     char dl_error[256];
-    int64_t lease_epoch;   /* of our claim, when we hold one */
-    int64_t claimed_at;    /* monotonic ms of our claim */
-    int64_t key_age_ms;    /* the key's age at claimed_at (database clock) */
+    int dl_cut;                   /* produce the dead letter with key/value cut */
+    int64_t lease_epoch;          /* of our claim, when we hold one */
+    int64_t claimed_at;           /* clock_now_ms of our claim */
+    int64_t key_age_ms;           /* the key's age at claimed_at (database clock) */
     struct attempt_params params; /* the stored attempt: what we send */
-    int dl_cut;            /* produce the dead letter with key/value cut */
-    int calls;             /* provider calls under this claim */
-    int unknown_tries;
+    int calls;                    /* provider calls under this claim */
+    int unknown_tries;            /* answers of each kind under this claim */
     int not_executed_tries;
-    int64_t call_started_ms;
-    struct provider_result res;
-    int lease_lost;
-    int orphan; /* its partition was taken away: no offset effect */
+    int64_t call_started_ms;         /* wall clock, for provider_calls */
+    struct provider_result res;      /* the last answer */
+    struct charge_decision decision; /* PERSIST: what to write */
+    /* Offset accounting, not a stage of the job: its partition was revoked
+     * (or the worker is stopping), so the job no longer holds an offset and
+     * takes no new step that needs one; a call already in flight still ends
+     * and its outcome is still persisted under our lease. */
+    int detached;
+};
+
+/* A delivery report of a dead letter, recorded by the callback and applied
+ * by the loop. */
+struct delivery {
+    struct job *job;
+    rd_kafka_resp_err_t err;
+};
+
+/* Partitions taken away by the group, recorded by the rebalance callback;
+ * the loop drains their jobs until the deadline, then gives them up. */
+struct revocation {
+    struct revocation *next;
+    rd_kafka_topic_partition_list_t *parts;
+    int64_t deadline;
+    int lost; /* no drain, no commit: someone else may own them already */
 };
 
 struct worker {
     config_t *cfg;
     char id[160];
     const char *group, *commands_topic, *dlq_topic;
-    long long max_in_flight, lease_ms, unknown_retries, retry_base_ms, retry_max_ms;
+    long long max_in_flight, lease_ms;
+    struct charge_policy policy;
     long long key_retention_ms, commit_interval_ms, recheck_ms, shutdown_ms, drain_ms;
     long long provider_timeout_ms, key_margin_ms;
     struct charge_command_limits limits;
@@ -110,62 +149,13 @@ struct worker {
         char attempt_id[37];
         int64_t started_ms; /* wall clock */
         struct provider_result res;
-    } *call_log; /* provider calls not yet written */
+    } * call_log; /* provider calls not yet written */
     size_t call_log_len, call_log_cap;
+    struct delivery *deliveries; /* recorded by on_delivery */
+    size_t ndeliveries, deliveries_cap;
+    struct revocation *revocations; /* recorded by on_rebalance, oldest first */
+    int closing;                    /* consumer_close runs: give up at once */
 };
-
-/* Timers, back-offs and deadlines: a clock step must not move them. */
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* When a provider call started, for the provider_calls table. */
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    stop_signals++;
-}
-
-/* Bounds the whole shutdown, whatever the loop is blocked in (a database
- * call, librdkafka's close or destroy): SHUTDOWN_TIMEOUT_MS after the first
- * signal, or at once on the second, the process exits 1. Uncommitted
- * messages come back to the group; leases expire. */
-static long long shutdown_limit_ms;
-
-static void *shutdown_watchdog(void *arg)
-{
-    const long long limit_ms = shutdown_limit_ms;
-    int64_t first = -1;
-    (void)arg;
-    for (;;) {
-        struct timespec ts = {0, 20 * 1000000L};
-        nanosleep(&ts, NULL);
-        int n = stop_signals;
-        if (n >= 2) {
-            log_warn("second signal: exiting at once; uncommitted messages come back",
-                     NULL);
-            _exit(1);
-        }
-        if (n == 1 && first < 0)
-            first = now_ms();
-        if (first >= 0 && now_ms() - first >= limit_ms) {
-            log_warn("shutdown timeout passed: exiting; uncommitted messages come back",
-                     NULL);
-            _exit(1);
-        }
-    }
-    return NULL;
-}
 
 /* Test builds only (CHARGED_FAILPOINTS): dies on the spot at a named point
  * when asked to by CHARGED_FAILPOINT, to prove that a crash there loses and
@@ -217,17 +207,23 @@ static const char *job_order(const struct job *j)
     return j->have_cmd ? j->cmd.order_id : NULL;
 }
 
-/* Capped exponential back-off with jitter, from the attempt's own id so that
- * retries of many attempts spread out. */
-static int64_t backoff_ms(const struct worker *w, int tries, const struct job *j)
+/* Moves a job on; a move job_moves[] does not allow is a bug of ours,
+ * logged loudly, and the job ends rather than wander. */
+static void job_set(struct job *j, enum job_state to)
 {
-    long long d = w->retry_base_ms;
-    for (int i = 1; i < tries && d < w->retry_max_ms; i++)
-        d *= 2;
-    if (d > w->retry_max_ms)
-        d = w->retry_max_ms;
-    unsigned h = (unsigned)(j->offset * 2654435761u) ^ (unsigned)tries;
-    return d / 2 + (int64_t)(h % (unsigned)(d / 2 + 1));
+    if (!((job_moves[j->state] >> to) & 1u)) {
+        log_error("bug: job moved where it may not go; ending it", "from",
+                  job_state_names[j->state], "to", job_state_names[to],
+                  "payment_attempt_id", job_attempt(j), NULL);
+        to = JOB_DONE;
+    }
+    j->state = to;
+}
+
+/* Spreads the retries of many attempts apart. */
+static unsigned job_jitter(const struct job *j)
+{
+    return (unsigned)(j->offset * 2654435761u) ^ (unsigned)j->partition;
 }
 
 /* ---- consuming ---- */
@@ -272,10 +268,10 @@ static void start_jobs(struct worker *w)
                                  &w->limits, &j->cmd, err, sizeof(err));
         if (j->dl_reason == DEAD_LETTER_NONE) {
             j->have_cmd = 1;
-            j->state = JOB_RECORD;
+            job_set(j, JOB_RECORD);
         } else {
             snprintf(j->dl_error, sizeof(j->dl_error), "%s", err);
-            j->state = JOB_DEAD_LETTER;
+            job_set(j, JOB_DEAD_LETTER);
         }
     }
 }
@@ -322,6 +318,23 @@ static int behind_handback(struct worker *w, const rd_kafka_message_t *m)
     return 0;
 }
 
+static int in_parts(const struct worker *w,
+                    const rd_kafka_topic_partition_list_t *parts, int32_t partition)
+{
+    return !parts ||
+           rd_kafka_topic_partition_list_find(parts, w->commands_topic, partition);
+}
+
+/* 1 when partition is being drained for a revocation: its messages are not
+ * taken any more. */
+static int revoking(const struct worker *w, int32_t partition)
+{
+    for (const struct revocation *r = w->revocations; r; r = r->next)
+        if (in_parts(w, r->parts, partition))
+            return 1;
+    return 0;
+}
+
 /* Polls the consumer, which also serves rebalances and commit results.
  * Takes messages while the backlog has room. With a full backlog it polls
  * once a second only, so that the group never waits on us; a message such a
@@ -330,7 +343,7 @@ static int behind_handback(struct worker *w, const rd_kafka_message_t *m)
  * the jobs are stuck (partitions are never paused: see docs/worker.md). */
 static void fetch(struct worker *w, int wait_ms, int allow_new)
 {
-    int64_t now = now_ms();
+    int64_t now = clock_now_ms();
     if ((long long)w->backlog >= w->max_in_flight && allow_new) {
         if (now - w->last_full_poll_ms < 1000) {
             struct timespec ts = {0, (long)(wait_ms < 10 ? wait_ms : 10) * 1000000L};
@@ -351,8 +364,9 @@ static void fetch(struct worker *w, int wait_ms, int allow_new)
             rd_kafka_message_destroy(m);
             continue;
         }
-        if (!allow_new) {
-            /* Not ours to start (shutting down): it comes back later. */
+        if (!allow_new || revoking(w, m->partition)) {
+            /* Not ours to start (stopping, or its partition is going): it
+             * comes back to whoever consumes the partition next. */
             rd_kafka_message_destroy(m);
             continue;
         }
@@ -394,38 +408,60 @@ static int too_large(rd_kafka_resp_err_t err)
            err == RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE;
 }
 
+/* Records the report; apply_deliveries() acts on it from the loop. */
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
-    struct job *j = m->_private;
+    struct worker *w = opaque;
     (void)rk;
-    (void)opaque;
-    if (!j)
+    if (!m->_private)
         return;
-    if (m->err) {
+    if (w->ndeliveries == w->deliveries_cap) {
+        size_t ncap = w->deliveries_cap ? w->deliveries_cap * 2 : 64;
+        struct delivery *d = realloc(w->deliveries, ncap * sizeof(*d));
+        if (!d) {
+            /* Unrecorded, the job waits in DEAD_LETTER_SENT: its offset
+             * stays uncommitted and the message comes back. */
+            log_error("out of memory recording a delivery report", NULL);
+            return;
+        }
+        w->deliveries = d;
+        w->deliveries_cap = ncap;
+    }
+    w->deliveries[w->ndeliveries++] = (struct delivery){m->_private, m->err};
+}
+
+static void apply_deliveries(struct worker *w)
+{
+    for (size_t i = 0; i < w->ndeliveries; i++) {
+        struct job *j = w->deliveries[i].job;
+        rd_kafka_resp_err_t err = w->deliveries[i].err;
+        if (!err) {
+            job_set(j, JOB_DONE);
+            continue;
+        }
         log_warn("dead letter not acknowledged; retrying", "error",
-                 rd_kafka_err2str(m->err), "payment_attempt_id", job_attempt(j), NULL);
-        j->state = JOB_DEAD_LETTER;
-        if (too_large(m->err) && !j->dl_cut) {
+                 rd_kafka_err2str(err), "payment_attempt_id", job_attempt(j), NULL);
+        job_set(j, JOB_DEAD_LETTER);
+        if (too_large(err) && !j->dl_cut) {
             j->dl_cut = 1; /* again at once, cut */
             j->next_at = 0;
         } else {
-            j->next_at = now_ms() + 1000;
+            j->next_at = clock_now_ms() + 1000;
         }
-        return;
     }
-    j->state = JOB_DONE;
+    w->ndeliveries = 0;
 }
 
 static void send_dead_letters(struct worker *w)
 {
-    int64_t now = now_ms();
+    int64_t now = clock_now_ms();
     for (struct job *j = w->jobs; j; j = j->next) {
         struct dead_letter dl;
         char part[16], off[32];
         if (j->state != JOB_DEAD_LETTER || j->next_at > now)
             continue;
-        if (j->orphan) {
-            j->state = JOB_DONE;
+        if (j->detached) {
+            job_set(j, JOB_DONE);
             continue;
         }
         const struct dead_letter_origin origin = {
@@ -466,7 +502,7 @@ static void send_dead_letters(struct worker *w)
             j->next_at = now + 500;
             continue;
         }
-        j->state = JOB_DEAD_LETTER_SENT;
+        job_set(j, JOB_DEAD_LETTER_SENT);
         /* The error line never quotes the value; card digits are masked. */
         log_warn("command dead-lettered", "reason",
                  dead_letter_reason_name(j->dl_reason), "error", j->dl_error,
@@ -479,7 +515,7 @@ static void send_dead_letters(struct worker *w)
 
 static int db_ready(struct worker *w)
 {
-    return now_ms() >= w->db_retry_at;
+    return clock_now_ms() >= w->db_retry_at;
 }
 
 static void db_ok(struct worker *w)
@@ -496,13 +532,13 @@ static void db_failed(struct worker *w, const char *stage, const char *err)
     snprintf(ms, sizeof(ms), "%lld", (long long)w->db_backoff_ms);
     log_error("database step failed; will retry", "stage", stage, "error", err,
               "retry_in_ms", ms, NULL);
-    w->db_retry_at = now_ms() + w->db_backoff_ms;
+    w->db_retry_at = clock_now_ms() + w->db_backoff_ms;
 }
 
 static size_t count_state(struct worker *w, enum job_state s, int due_only)
 {
     size_t n = 0;
-    int64_t now = now_ms();
+    int64_t now = clock_now_ms();
     for (struct job *j = w->jobs; j; j = j->next)
         if (j->state == s && (!due_only || j->next_at <= now))
             n++;
@@ -516,7 +552,7 @@ static void refuse(struct job *j, const char *what)
     j->dl_reason = DEAD_LETTER_DATABASE_REFUSED;
     snprintf(j->dl_error, sizeof(j->dl_error),
              "the database refused the %s (sqlstate %s)", what, db_last_sqlstate());
-    j->state = JOB_DEAD_LETTER;
+    job_set(j, JOB_DEAD_LETTER);
     j->next_at = 0;
 }
 
@@ -524,19 +560,19 @@ static void apply_record(struct job *j, const struct attempt_record_item *it)
 {
     switch (it->result) {
     case ATTEMPT_RECORDED:
-        j->state = JOB_CLAIM;
+        job_set(j, JOB_CLAIM);
         break;
     case ATTEMPT_CONFLICT:
         j->dl_reason = DEAD_LETTER_IDEMPOTENCY_KEY_CONFLICT;
         snprintf(j->dl_error, sizeof(j->dl_error), "%s", it->reason);
-        j->state = JOB_DEAD_LETTER;
+        job_set(j, JOB_DEAD_LETTER);
         j->next_at = 0;
         break;
     case ATTEMPT_REJECTED:
         log_info("attempt rejected before any provider call", "payment_attempt_id",
                  j->cmd.payment_attempt_id, "order_id", j->cmd.order_id, "reason",
                  it->reason, NULL);
-        j->state = JOB_DONE;
+        job_set(j, JOB_DONE);
         break;
     case ATTEMPT_RETRY:
         break; /* stays JOB_RECORD */
@@ -595,24 +631,23 @@ static void apply_claim(struct worker *w, struct job *j,
     case ATTEMPT_CLAIMED:
         j->lease_epoch = it->lease_epoch;
         j->key_age_ms = it->key_age_ms;
-        j->claimed_at = now_ms();
+        j->claimed_at = clock_now_ms();
         j->params = it->params;
         j->calls = 0;
         j->unknown_tries = 0;
         j->not_executed_tries = 0;
-        j->lease_lost = 0;
-        j->state = JOB_CALL;
+        job_set(j, JOB_CALL);
         j->next_at = 0;
         log_debug("attempt claimed", "payment_attempt_id", j->cmd.payment_attempt_id,
                   "order_id", j->cmd.order_id, "previous_status", it->status, NULL);
         FAILPOINT("after_claim");
         break;
     case ATTEMPT_SETTLED:
-        j->state = JOB_DONE;
+        job_set(j, JOB_DONE);
         break;
     case ATTEMPT_BUSY:
-        j->state = JOB_WAIT;
-        j->next_at = now_ms() + w->recheck_ms;
+        job_set(j, JOB_WAIT);
+        j->next_at = clock_now_ms() + w->recheck_ms;
         break;
     }
 }
@@ -630,7 +665,7 @@ static int claim_batch(struct worker *w, struct job **js,
 static void claim_attempts(struct worker *w)
 {
     char err[512];
-    int64_t now = now_ms();
+    int64_t now = clock_now_ms();
     size_t n = 0, k = 0;
     if (!db_ready(w))
         return;
@@ -645,8 +680,8 @@ static void claim_attempts(struct worker *w)
         goto out;
     for (struct job *j = w->jobs; j; j = j->next)
         if (j->state == JOB_CLAIM || (j->state == JOB_WAIT && j->next_at <= now)) {
-            if (j->orphan) {
-                j->state = JOB_DONE;
+            if (j->detached) {
+                job_set(j, JOB_DONE);
                 continue;
             }
             js[k] = j;
@@ -697,32 +732,29 @@ static int key_still_kept(const struct worker *w, const struct job *j, int64_t n
 static void start_calls(struct worker *w)
 {
     char err[256];
-    int64_t now = now_ms();
+    int64_t now = clock_now_ms();
     for (struct job *j = w->jobs; j; j = j->next) {
         if (j->state != JOB_CALL || j->next_at > now)
             continue;
-        if (j->lease_lost) {
-            j->state = JOB_WAIT;
-            j->next_at = now + w->recheck_ms;
-            continue;
-        }
-        if (j->orphan) {
+        if (j->detached) {
             release_lease(w, j);
-            j->state = JOB_DONE;
+            job_set(j, JOB_DONE);
             continue;
         }
         if (!key_still_kept(w, j, now)) {
             /* First call or retry, ours or taken over: never sent. Look-ups
              * (the reconciler) settle it. */
             memset(&j->res, 0, sizeof(j->res));
-            j->res.outcome = PROVIDER_UNKNOWN;
+            j->res.outcome = PROVIDER_NOT_EXECUTED;
             snprintf(j->res.error, sizeof(j->res.error),
                      "key_retention_passed: not sent again, the provider may have "
                      "forgotten the key");
+            j->decision = charge_policy_decide(&w->policy, PROVIDER_NOT_EXECUTED,
+                                               ++j->not_executed_tries, 0, 0);
             log_warn("idempotency key may be forgotten by the provider; not sending",
                      "payment_attempt_id", j->cmd.payment_attempt_id, "order_id",
                      j->cmd.order_id, NULL);
-            j->state = JOB_PERSIST;
+            job_set(j, JOB_PERSIST);
             continue;
         }
         /* The stored attempt's parameters, never the message's. */
@@ -734,15 +766,16 @@ static void start_calls(struct worker *w)
             .payment_attempt_id = j->cmd.payment_attempt_id,
             .order_id = j->params.order_id,
         };
-        j->call_started_ms = wall_ms();
+        j->call_started_ms = clock_wall_ms();
         if (provider_client_start_charge(w->provider, &ch, j, err, sizeof(err)) != 0) {
             log_error("cannot start provider call", "payment_attempt_id",
                       j->cmd.payment_attempt_id, "error", err, NULL);
-            j->next_at = now + backoff_ms(w, ++j->not_executed_tries, j);
+            j->next_at = now + charge_policy_backoff_ms(
+                                   &w->policy, ++j->not_executed_tries, job_jitter(j));
             continue;
         }
         j->calls++;
-        j->state = JOB_CALLING;
+        job_set(j, JOB_CALLING);
     }
 }
 
@@ -772,8 +805,8 @@ static void log_call(struct worker *w, struct job *j, const struct provider_resu
     w->call_log_len++;
 }
 
-static int log_calls_batch(struct worker *w, struct call_entry *e, size_t n,
-                           char *err, size_t err_size)
+static int log_calls_batch(struct worker *w, struct call_entry *e, size_t n, char *err,
+                           size_t err_size)
 {
     struct attempt_call *calls = calloc(n, sizeof(*calls));
     if (!calls) {
@@ -829,7 +862,7 @@ static int flush_call_log(struct worker *w)
 static void on_call_done(struct worker *w, struct job *j)
 {
     char status[8];
-    int64_t now = now_ms();
+    int64_t now = clock_now_ms();
 
     snprintf(status, sizeof(status), "%d", j->res.http_status);
     for (int i = 0; i < j->res.resent; i++) {
@@ -849,48 +882,37 @@ static void on_call_done(struct worker *w, struct job *j)
              j->res.error[0] ? j->res.error : NULL, NULL);
     if (j->res.outcome == PROVIDER_SUCCEEDED)
         FAILPOINT("after_charge");
-    if (j->lease_lost) {
+    if (j->state == JOB_CALLING_FENCED) {
         log_warn("lease lost during the call; result left to the new owner",
                  "payment_attempt_id", j->cmd.payment_attempt_id, NULL);
-        j->state = JOB_WAIT;
+        job_set(j, j->detached ? JOB_DONE : JOB_WAIT);
         j->next_at = now + w->recheck_ms;
         return;
     }
-    switch (j->res.outcome) {
-    case PROVIDER_NOT_EXECUTED:
-        if (j->res.http_status == 401 || j->res.http_status == 403 ||
-            j->res.http_status == 404)
-            log_error("the provider refused our credentials or URL; retrying",
-                      "payment_attempt_id", j->cmd.payment_attempt_id, "http_status",
-                      status, NULL);
-        /* Nothing happened upstream: the same key again, for as long as it
-         * takes, unless the key may have been forgotten meanwhile. */
-        if (!key_still_kept(w, j, now)) {
-            j->state = JOB_PERSIST;
-            j->res.outcome = PROVIDER_UNKNOWN;
-            return;
-        }
-        if (j->orphan) {
-            release_lease(w, j);
-            j->state = JOB_DONE;
-            return;
-        }
-        j->state = JOB_CALL;
-        j->next_at = now + backoff_ms(w, ++j->not_executed_tries, j);
-        return;
-    case PROVIDER_UNKNOWN:
-        if (j->unknown_tries < w->unknown_retries && key_still_kept(w, j, now) &&
-            !j->orphan) {
-            j->state = JOB_CALL;
-            j->next_at = now + backoff_ms(w, ++j->unknown_tries, j);
-            return;
-        }
-        j->state = JOB_PERSIST;
-        return;
-    default:
-        j->state = JOB_PERSIST;
+    if (j->res.outcome == PROVIDER_NOT_EXECUTED &&
+        (j->res.http_status == 401 || j->res.http_status == 403 ||
+         j->res.http_status == 404))
+        log_error("the provider refused our credentials or URL; retrying",
+                  "payment_attempt_id", j->cmd.payment_attempt_id, "http_status",
+                  status, NULL);
+    int tries = j->res.outcome == PROVIDER_NOT_EXECUTED ? ++j->not_executed_tries
+                : j->res.outcome == PROVIDER_UNKNOWN    ? ++j->unknown_tries
+                                                        : 1;
+    j->decision = charge_policy_decide(&w->policy, j->res.outcome, tries,
+                                       key_still_kept(w, j, now), job_jitter(j));
+    if (j->decision.next == CHARGE_NEXT_SETTLE) {
+        job_set(j, JOB_PERSIST);
         return;
     }
+    if (j->detached) {
+        /* Not ours to retry: the next owner of the partition sends again
+         * with the same key once our lease is gone. */
+        release_lease(w, j);
+        job_set(j, JOB_DONE);
+        return;
+    }
+    job_set(j, JOB_CALL);
+    j->next_at = now + j->decision.retry_in_ms;
 }
 
 static void collect_calls(struct worker *w, int wait_ms)
@@ -905,52 +927,30 @@ static void collect_calls(struct worker *w, int wait_ms)
     }
 }
 
-/* The attempt's next status, its result event and its reason, from the
- * provider's last answer. */
+/* The attempt's outcome as persisted: the policy's decision, and a reason
+ * with the provider's own words. */
 static void outcome_of(const struct job *j, struct attempt_outcome *o, char *reason,
                        size_t reason_size)
 {
     const struct provider_result *r = &j->res;
-    o->next_check_ms = -1;
-    o->event_type = NULL;
+    const struct charge_decision *d = &j->decision;
+    o->status = attempt_status_name(d->status);
+    o->event_type = d->event_type;
+    o->next_check_ms = d->next_check_ms;
     reason[0] = '\0';
-    switch (r->outcome) {
-    case PROVIDER_SUCCEEDED:
-        o->status = "SUCCEEDED";
-        o->event_type = "charge.succeeded";
-        break;
-    case PROVIDER_PROCESSING:
-        o->status = "PROCESSING";
-        o->next_check_ms = PROCESSING_CHECK_MS;
-        snprintf(reason, reason_size, "provider_processing");
-        break;
-    case PROVIDER_DECLINED:
-        o->status = "FAILED";
-        o->event_type = "charge.failed";
-        snprintf(reason, reason_size, "declined: %s%s%s",
+    if (!d->reason_code)
+        return;
+    if (r->outcome == PROVIDER_DECLINED)
+        snprintf(reason, reason_size, "%s: %s%s%s", d->reason_code,
                  r->code[0] ? r->code : "declined", r->decline_code[0] ? ": " : "",
                  r->decline_code);
-        break;
-    case PROVIDER_INVALID:
-        o->status = "FAILED";
-        o->event_type = "charge.failed";
-        snprintf(reason, reason_size, "invalid_request: %s%s%s", r->code,
+    else if (r->outcome == PROVIDER_INVALID)
+        snprintf(reason, reason_size, "%s: %s%s%s", d->reason_code, r->code,
                  r->code[0] ? ": " : "", r->error);
-        break;
-    case PROVIDER_REQUIRES_REVIEW:
-        o->status = "REQUIRES_REVIEW";
-        o->event_type = "charge.requires_review";
-        snprintf(reason, reason_size, "requires_review: %s", r->error);
-        break;
-    case PROVIDER_UNKNOWN:
-    case PROVIDER_NOT_EXECUTED:
-    case PROVIDER_NOT_FOUND:
-        o->status = "UNKNOWN";
-        o->event_type = "charge.unknown";
-        o->next_check_ms = UNKNOWN_CHECK_MS;
-        snprintf(reason, reason_size, "outcome_unknown: %s", r->error);
-        break;
-    }
+    else if (r->error[0])
+        snprintf(reason, reason_size, "%s: %s", d->reason_code, r->error);
+    else
+        snprintf(reason, reason_size, "%s", d->reason_code);
 }
 
 static char *evidence_of(const struct job *j)
@@ -982,19 +982,20 @@ static void apply_persist(struct worker *w, struct job *j,
         log_warn("lease lost before persisting; result dropped", "payment_attempt_id",
                  j->cmd.payment_attempt_id, "order_id", j->cmd.order_id, "outcome",
                  provider_outcome_name(j->res.outcome), NULL);
-        j->state = JOB_WAIT;
-        j->next_at = now_ms() + w->recheck_ms;
+        job_set(j, JOB_WAIT);
+        j->next_at = clock_now_ms() + w->recheck_ms;
         return;
     }
     log_info("attempt settled", "payment_attempt_id", j->cmd.payment_attempt_id,
              "order_id", j->cmd.order_id, "status", o->status, "reason", o->reason,
              "provider_payment_id",
              j->res.provider_payment_id[0] ? j->res.provider_payment_id : NULL, NULL);
-    j->state = JOB_DONE;
+    job_set(j, JOB_DONE);
 }
 
-static int persist_batch(struct worker *w, struct job **js, struct attempt_outcome *items,
-                         size_t n, char *err, size_t err_size)
+static int persist_batch(struct worker *w, struct job **js,
+                         struct attempt_outcome *items, size_t n, char *err,
+                         size_t err_size)
 {
     int rc = attempt_store_persist(w->store, items, n, err, err_size);
     for (size_t i = 0; rc == ATTEMPT_STORE_OK && i < n; i++)
@@ -1035,7 +1036,7 @@ static int persist_for_review(struct worker *w, struct job *j, char *err,
         log_error("the database refused the review outcome too; lease left to expire",
                   "payment_attempt_id", j->cmd.payment_attempt_id, "sqlstate",
                   db_last_sqlstate(), NULL);
-        j->state = JOB_DONE;
+        job_set(j, JOB_DONE);
         return ATTEMPT_STORE_OK;
     }
     return rc;
@@ -1104,15 +1105,13 @@ out:
 static void renew_leases(struct worker *w)
 {
     char err[512];
-    int64_t now = now_ms();
+    int64_t now = clock_now_ms();
     size_t n = 0, k = 0;
     if (now - w->last_renew_ms < w->lease_ms / 3 || !db_ready(w))
         return;
     w->last_renew_ms = now;
     for (struct job *j = w->jobs; j; j = j->next)
-        if ((j->state == JOB_CALL || j->state == JOB_CALLING ||
-             j->state == JOB_PERSIST) &&
-            !j->lease_lost)
+        if (j->state == JOB_CALL || j->state == JOB_CALLING || j->state == JOB_PERSIST)
             n++;
     if (n == 0)
         return;
@@ -1123,9 +1122,8 @@ static void renew_leases(struct worker *w)
     if (!ids || !epochs || !ours || !js)
         goto out;
     for (struct job *j = w->jobs; j; j = j->next)
-        if ((j->state == JOB_CALL || j->state == JOB_CALLING ||
-             j->state == JOB_PERSIST) &&
-            !j->lease_lost) {
+        if (j->state == JOB_CALL || j->state == JOB_CALLING ||
+            j->state == JOB_PERSIST) {
             js[k] = j;
             ids[k] = j->cmd.payment_attempt_id;
             epochs[k++] = j->lease_epoch;
@@ -1135,11 +1133,19 @@ static void renew_leases(struct worker *w)
         db_failed(w, "renew leases", err);
         goto out;
     }
-    for (size_t i = 0; i < k; i++)
-        if (!ours[i]) {
-            js[i]->lease_lost = 1;
-            log_warn("lease lost", "payment_attempt_id", ids[i], NULL);
+    for (size_t i = 0; i < k; i++) {
+        struct job *j = js[i];
+        if (ours[i])
+            continue;
+        log_warn("lease lost", "payment_attempt_id", ids[i], NULL);
+        if (j->state == JOB_CALLING) {
+            job_set(j, JOB_CALLING_FENCED);
+        } else {
+            /* Not sent, or a result the fence would refuse: look again. */
+            job_set(j, j->detached ? JOB_DONE : JOB_WAIT);
+            j->next_at = now + w->recheck_ms;
         }
+    }
 out:
     free(ids);
     free(epochs);
@@ -1176,7 +1182,7 @@ static void commit_offsets(struct worker *w, int sync,
         }
     }
     rd_kafka_topic_partition_list_destroy(list);
-    w->last_commit_ms = now_ms();
+    w->last_commit_ms = clock_now_ms();
 }
 
 static void on_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
@@ -1200,7 +1206,7 @@ static void reap(struct worker *w)
         next = j->next;
         if (j->state != JOB_DONE)
             continue;
-        if (!j->orphan) {
+        if (!j->detached) {
             offset_tracker_done(w->offsets, j->partition, j->offset);
             w->active--;
         }
@@ -1212,7 +1218,9 @@ static void reap(struct worker *w)
 /* Milliseconds until something is due, capped. */
 static int idle_ms(struct worker *w, int cap)
 {
-    int64_t now = now_ms(), next = now + cap;
+    if (w->revocations && cap > 10)
+        cap = 10; /* draining for a revocation: look often */
+    int64_t now = clock_now_ms(), next = now + cap;
     for (struct job *j = w->jobs; j; j = j->next) {
         switch (j->state) {
         case JOB_RECORD:
@@ -1243,81 +1251,46 @@ static int idle_ms(struct worker *w, int cap)
     return next <= now ? 0 : (int)(next - now);
 }
 
-/* One turn of the loop. fetch_new: take new messages (not while draining). */
-static void step(struct worker *w, int fetch_new, int poll_consumer)
-{
-    int wait = idle_ms(w, 100);
-    if (provider_client_in_flight(w->provider) > 0) {
-        collect_calls(w, wait < 10 ? wait : 10);
-        wait = 0;
-    }
-    if (poll_consumer) {
-        fetch(w, wait, fetch_new);
-    } else if (wait > 0 && provider_client_in_flight(w->provider) == 0) {
-        struct timespec ts = {0, (long)(wait < 10 ? wait : 10) * 1000000L};
-        nanosleep(&ts, NULL);
-    }
-    start_jobs(w);
-    send_dead_letters(w);
-    rd_kafka_poll(w->producer, 0);
-    record_attempts(w);
-    claim_attempts(w);
-    start_calls(w);
-    collect_calls(w, 0);
-    persist_outcomes(w);
-    flush_call_log(w);
-    renew_leases(w);
-    reap(w);
-    if (now_ms() - w->last_commit_ms >= w->commit_interval_ms)
-        commit_offsets(w, 0, NULL);
-}
-
+/* Jobs of `parts` (all when NULL) that still hold an offset. */
 static size_t jobs_of(struct worker *w, const rd_kafka_topic_partition_list_t *parts)
 {
     size_t n = 0;
     for (struct job *j = w->jobs; j; j = j->next)
-        if (!j->orphan && (!parts || rd_kafka_topic_partition_list_find(
-                                         parts, w->commands_topic, j->partition)))
+        if (!j->detached && in_parts(w, parts, j->partition))
             n++;
     return n;
 }
 
-/* Runs the pipeline (without taking new messages) until the jobs of `parts`
- * (all when NULL) are finished or the deadline passes; then leaves what is
- * left to whoever gets the partitions next. */
-static size_t drain(struct worker *w, const rd_kafka_topic_partition_list_t *parts,
-                    int64_t deadline, int poll_consumer)
+/* Gives up the unfinished jobs of `parts` (all when NULL): their offsets are
+ * not committed, so the messages come back to the next owner, who waits out
+ * or takes over our leases; we release them now so that it need not wait.
+ * A call in flight still ends, and its outcome is still persisted if the
+ * lease is still ours. Returns how many were unfinished. */
+static size_t detach(struct worker *w, const rd_kafka_topic_partition_list_t *parts)
 {
-    while (jobs_of(w, parts) > 0 && now_ms() < deadline && stop_signals < 2)
-        step(w, 0, poll_consumer);
     size_t left = 0;
     for (struct job *j = w->jobs; j; j = j->next) {
-        if (j->orphan || (parts && !rd_kafka_topic_partition_list_find(
-                                       parts, w->commands_topic, j->partition)))
+        if (j->detached || !in_parts(w, parts, j->partition))
             continue;
-        /* Unfinished: its offset is not committed, so the message comes back
-         * to the next owner, who waits out or takes over our lease. The
-         * message itself is not needed any more: let librdkafka have it back
-         * now, or closing the consumer would wait for it. */
-        j->orphan = 1;
+        j->detached = 1;
         w->active--;
+        /* librdkafka gets the message back now: closing or destroying the
+         * consumer would wait for it otherwise. */
         if (j->msg) {
             rd_kafka_message_destroy(j->msg);
             j->msg = NULL;
         }
         if (j->state == JOB_BACKLOG) {
             w->backlog--;
-            j->state = JOB_DONE;
+            job_set(j, JOB_DONE);
             continue;
         }
         left++;
-        if ((j->state == JOB_CALL || j->state == JOB_CALLING ||
-             j->state == JOB_PERSIST) &&
-            !j->lease_lost)
+        if (j->state == JOB_CALL || j->state == JOB_CALLING || j->state == JOB_PERSIST)
             release_lease(w, j);
-        if (j->state != JOB_CALLING && j->state != JOB_PERSIST &&
-            j->state != JOB_DEAD_LETTER_SENT)
-            j->state = JOB_DONE;
+        if (j->state != JOB_CALLING && j->state != JOB_CALLING_FENCED &&
+            j->state != JOB_PERSIST && j->state != JOB_DEAD_LETTER_SENT)
+            job_set(j, JOB_DONE);
     }
     if (left) {
         char n[32];
@@ -1329,39 +1302,123 @@ static size_t drain(struct worker *w, const rd_kafka_topic_partition_list_t *par
     return left;
 }
 
+/* Ends a revocation: what is unfinished is given up, what finished is
+ * committed (unless the partitions were lost), and librdkafka is told. */
+static void finish_revocation(struct worker *w, struct revocation *r)
+{
+    detach(w, r->parts);
+    if (!r->lost)
+        commit_offsets(w, 1, r->parts);
+    for (int i = 0; i < r->parts->cnt; i++) {
+        offset_tracker_forget(w->offsets, r->parts->elems[i].partition);
+        forget_handback(w, r->parts->elems[i].partition);
+    }
+    if (!strcmp(rd_kafka_rebalance_protocol(w->consumer), "COOPERATIVE"))
+        rd_kafka_incremental_unassign(w->consumer, r->parts);
+    else
+        rd_kafka_assign(w->consumer, NULL);
+    char count[16];
+    snprintf(count, sizeof(count), "%d", r->parts->cnt);
+    log_info(r->lost ? "lost partitions given up" : "revoked partitions drained",
+             "count", count, NULL);
+    rd_kafka_topic_partition_list_destroy(r->parts);
+    free(r);
+}
+
+static void finish_revocations(struct worker *w, int all)
+{
+    int64_t now = clock_now_ms();
+    for (struct revocation **rp = &w->revocations; *rp;) {
+        struct revocation *r = *rp;
+        if (all || r->lost || now >= r->deadline || jobs_of(w, r->parts) == 0) {
+            *rp = r->next;
+            finish_revocation(w, r);
+        } else {
+            rp = &r->next;
+        }
+    }
+}
+
+/* Records what the group decided; the loop does the draining. Assignments
+ * are applied here (they touch no job); a revocation still draining when a
+ * new assignment arrives is finished first, so the two never overlap. While
+ * the consumer closes (after the final drain) everything is finished here. */
 static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                          rd_kafka_topic_partition_list_t *parts, void *opaque)
 {
     struct worker *w = opaque;
-    int coop = !strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE");
     char count[16];
 
     snprintf(count, sizeof(count), "%d", parts->cnt);
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        finish_revocations(w, 1);
         log_info("partitions assigned", "count", count, NULL);
-        if (coop)
+        if (!strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE"))
             rd_kafka_incremental_assign(rk, parts);
         else
             rd_kafka_assign(rk, parts);
         return;
     }
-    int lost = rd_kafka_assignment_lost(rk);
-    log_info(lost ? "partitions lost" : "partitions revoked; draining them", "count",
+    struct revocation *r = calloc(1, sizeof(*r));
+    if (r)
+        r->parts = rd_kafka_topic_partition_list_copy(parts);
+    if (!r || !r->parts) {
+        log_error("out of memory recording a revocation; exiting", NULL);
+        _exit(1); /* nothing committed past what is durable: nothing lost */
+    }
+    r->lost = rd_kafka_assignment_lost(rk);
+    r->deadline = clock_now_ms() + (r->lost ? 0 : w->drain_ms);
+    struct revocation **tail = &w->revocations;
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = r;
+    log_info(r->lost ? "partitions lost" : "partitions revoked; draining them", "count",
              count, NULL);
-    if (!lost) {
-        drain(w, parts, now_ms() + w->drain_ms, 0);
-        commit_offsets(w, 1, parts);
-    } else {
-        drain(w, parts, now_ms(), 0);
+    if (w->closing)
+        finish_revocations(w, 1);
+}
+
+/* One turn of the loop. take_new: start new messages (not while draining
+ * for shutdown). */
+static void turn(struct worker *w, int take_new)
+{
+    int wait = idle_ms(w, 100);
+    if (provider_client_in_flight(w->provider) > 0) {
+        collect_calls(w, wait < 10 ? wait : 10);
+        wait = 0;
     }
-    for (int i = 0; i < parts->cnt; i++) {
-        offset_tracker_forget(w->offsets, parts->elems[i].partition);
-        forget_handback(w, parts->elems[i].partition);
-    }
-    if (coop)
-        rd_kafka_incremental_unassign(rk, parts);
-    else
-        rd_kafka_assign(rk, NULL);
+    fetch(w, wait, take_new);
+    start_jobs(w);
+    send_dead_letters(w);
+    rd_kafka_poll(w->producer, 0);
+    apply_deliveries(w);
+    record_attempts(w);
+    claim_attempts(w);
+    start_calls(w);
+    collect_calls(w, 0);
+    persist_outcomes(w);
+    flush_call_log(w);
+    renew_leases(w);
+    reap(w);
+    finish_revocations(w, 0);
+    if (clock_now_ms() - w->last_commit_ms >= w->commit_interval_ms)
+        commit_offsets(w, 0, NULL);
+}
+
+static void worker_step(void *state)
+{
+    turn(state, 1);
+}
+
+/* Shutdown: the pipeline runs on, taking nothing new, until every job is
+ * finished or the deadline passes; what is left is given up. */
+static size_t worker_drain(void *state, int64_t deadline)
+{
+    struct worker *w = state;
+    while (jobs_of(w, NULL) > 0 && clock_now_ms() < deadline && daemon_stopping() < 2)
+        turn(w, 0);
+    finish_revocations(w, 1);
+    return detach(w, NULL);
 }
 
 /* ---- start-up ---- */
@@ -1375,9 +1432,9 @@ static int setup(struct worker *w, char *err, size_t err_size)
     w->dlq_topic = config_str(w->cfg, CONFIG_CHARGE_DLQ_TOPIC);
     w->max_in_flight = config_int(w->cfg, CONFIG_WORKER_MAX_IN_FLIGHT);
     w->lease_ms = config_int(w->cfg, CONFIG_WORKER_LEASE_MS);
-    w->unknown_retries = config_int(w->cfg, CONFIG_WORKER_UNKNOWN_RETRIES);
-    w->retry_base_ms = config_int(w->cfg, CONFIG_WORKER_RETRY_BASE_MS);
-    w->retry_max_ms = config_int(w->cfg, CONFIG_WORKER_RETRY_MAX_MS);
+    w->policy.unknown_retries = (int)config_int(w->cfg, CONFIG_WORKER_UNKNOWN_RETRIES);
+    w->policy.retry_base_ms = config_int(w->cfg, CONFIG_WORKER_RETRY_BASE_MS);
+    w->policy.retry_max_ms = config_int(w->cfg, CONFIG_WORKER_RETRY_MAX_MS);
     w->key_retention_ms = config_int(w->cfg, CONFIG_WORKER_KEY_RETENTION_MS);
     w->commit_interval_ms = config_int(w->cfg, CONFIG_WORKER_COMMIT_INTERVAL_MS);
     w->recheck_ms = config_int(w->cfg, CONFIG_WORKER_RECHECK_MS);
@@ -1390,8 +1447,8 @@ static int setup(struct worker *w, char *err, size_t err_size)
 
     /* The lease must outlast one claim's worth of calls and back-offs, or a
      * peer could take over an attempt whose call is still in flight. */
-    long long needed = w->provider_timeout_ms * (w->unknown_retries + 1) +
-                       w->retry_max_ms * w->unknown_retries;
+    long long needed = w->provider_timeout_ms * (w->policy.unknown_retries + 1) +
+                       w->policy.retry_max_ms * w->policy.unknown_retries;
     if (w->lease_ms <= needed) {
         snprintf(err, err_size,
                  "WORKER_LEASE_MS: %lld does not outlast the provider timeout and its "
@@ -1403,8 +1460,9 @@ static int setup(struct worker *w, char *err, size_t err_size)
     /* No call is sent once the key's age plus this margin reaches the
      * provider's retention: one call's time on the wire, and clock
      * differences between the database and the provider. */
-    w->key_margin_ms = w->provider_timeout_ms +
-                       (w->key_retention_ms / 10 < 60000 ? w->key_retention_ms / 10 : 60000);
+    w->key_margin_ms =
+        w->provider_timeout_ms +
+        (w->key_retention_ms / 10 < 60000 ? w->key_retention_ms / 10 : 60000);
     if (w->key_retention_ms <= w->key_margin_ms) {
         snprintf(err, err_size,
                  "WORKER_KEY_RETENTION_MS: %lld leaves no time to call the provider "
@@ -1413,7 +1471,7 @@ static int setup(struct worker *w, char *err, size_t err_size)
                  w->key_retention_ms, w->key_margin_ms);
         return 2;
     }
-    if (w->retry_base_ms > w->retry_max_ms) {
+    if (w->policy.retry_base_ms > w->policy.retry_max_ms) {
         snprintf(err, err_size,
                  "WORKER_RETRY_BASE_MS: larger than WORKER_RETRY_MAX_MS");
         return 2;
@@ -1440,6 +1498,7 @@ static int setup(struct worker *w, char *err, size_t err_size)
         kafka_setup_set(pc, "acks", "all", err, err_size))
         goto usage;
     rd_kafka_conf_set_opaque(cc, w);
+    rd_kafka_conf_set_opaque(pc, w);
     rd_kafka_conf_set_rebalance_cb(cc, on_rebalance);
     rd_kafka_conf_set_offset_commit_cb(cc, on_commit);
     rd_kafka_conf_set_dr_msg_cb(pc, on_delivery);
@@ -1513,11 +1572,28 @@ static void teardown(struct worker *w, int flush_ms)
         rd_kafka_destroy(w->producer);
     if (w->consumer)
         rd_kafka_destroy(w->consumer);
+    while (w->revocations) {
+        struct revocation *r = w->revocations;
+        w->revocations = r->next;
+        rd_kafka_topic_partition_list_destroy(r->parts);
+        free(r);
+    }
     provider_client_free(w->provider);
     attempt_store_free(w->store);
     offset_tracker_free(w->offsets);
     free(w->call_log);
+    free(w->deliveries);
     config_free(w->cfg);
+}
+
+/* After the drain: commit what finished, leave the group, let go. */
+static void worker_finish(void *state, int flush_ms)
+{
+    struct worker *w = state;
+    commit_offsets(w, 1, NULL);
+    w->closing = 1;
+    rd_kafka_consumer_close(w->consumer);
+    teardown(w, flush_ms);
 }
 
 static void usage(FILE *out)
@@ -1535,7 +1611,7 @@ static void usage(FILE *out)
 int worker_main(int argc, char **argv)
 {
     struct worker w = {0};
-    char err[512];
+    char err[512] = "";
     int rc;
 
     if (argc > 1) {
@@ -1555,48 +1631,23 @@ int worker_main(int argc, char **argv)
              (enum log_level)log_level_parse(config_str(w.cfg, CONFIG_LOG_LEVEL)));
     kafka_setup_worker_id(w.cfg, w.id, sizeof(w.id));
 
-    struct sigaction act = {0};
-    act.sa_handler = on_signal;
-    sigaction(SIGTERM, &act, NULL);
-    sigaction(SIGINT, &act, NULL);
-    signal(SIGPIPE, SIG_IGN);
-
+    daemon_init();
     rc = setup(&w, err, sizeof(err));
     if (rc != 0) {
         fprintf(stderr, "charged worker: %s\n", err);
         teardown(&w, 0);
         return rc;
     }
-    pthread_t watchdog;
-    shutdown_limit_ms = w.shutdown_ms;
-    if (pthread_create(&watchdog, NULL, shutdown_watchdog, NULL) != 0) {
-        fprintf(stderr, "charged worker: cannot start the shutdown watchdog\n");
-        teardown(&w, 0);
-        return 1;
-    }
-    pthread_detach(watchdog);
     char lease[32], mif[32];
     snprintf(lease, sizeof(lease), "%lld", w.lease_ms);
     snprintf(mif, sizeof(mif), "%lld", w.max_in_flight);
     log_info("worker started", "worker", w.id, "group", w.group, "topic",
              w.commands_topic, "lease_ms", lease, "max_in_flight", mif, NULL);
 
-    while (!stop_signals)
-        step(&w, 1, 1);
-
-    /* First SIGTERM: stop fetching, finish what is in flight, commit. A
-     * quarter of the time (at most 2 s) is kept for committing, leaving the
-     * group and tearing down; the watchdog ends whatever overruns. */
-    int64_t stopping_at = now_ms();
-    long long reserve = w.shutdown_ms / 4 < 2000 ? w.shutdown_ms / 4 : 2000;
-    log_info("stopping: draining in-flight attempts", NULL);
-    size_t left = drain(&w, NULL, stopping_at + w.shutdown_ms - reserve, 1);
-    commit_offsets(&w, 1, NULL);
-    rd_kafka_consumer_close(w.consumer);
-    char n[32];
-    snprintf(n, sizeof(n), "%zu", left);
-    log_info("worker stopped", "unfinished", n, NULL);
-    int64_t flush = stopping_at + w.shutdown_ms - now_ms();
-    teardown(&w, flush > 1000 ? 1000 : flush > 0 ? (int)flush : 0);
-    return left ? 1 : 0;
+    const struct daemon_role role = {"worker", &w, worker_step, worker_drain,
+                                     worker_finish};
+    rc = daemon_run(&role, w.shutdown_ms, err, sizeof(err));
+    if (rc != 0 && err[0])
+        fprintf(stderr, "charged worker: %s\n", err);
+    return rc;
 }

@@ -276,6 +276,11 @@ START_TEST(failures_are_classified)
     o.status = "SUCCEEDED"; /* without a provider id: the CHECK refuses it */
     ck_assert_int_eq(attempt_store_persist(st, &o, 1, err, sizeof(err)),
                      ATTEMPT_STORE_DATA);
+    /* A move the status vocabulary forbids never reaches the database. */
+    o.status = "PENDING";
+    ck_assert_int_eq(attempt_store_persist(st, &o, 1, err, sizeof(err)),
+                     ATTEMPT_STORE_DATA);
+    ck_assert_msg(strstr(err, "may not follow") != NULL, "%s", err);
     attempt_store_free(st);
 
     ck_assert_ptr_null(attempt_store_new("postgresql://x:y@/db?nonsense=1", "w", "r",

@@ -1,0 +1,89 @@
+#include "daemon.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "log.h"
+
+static volatile sig_atomic_t stop_signals;
+static long long watchdog_limit_ms;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop_signals++;
+}
+
+void daemon_init(void)
+{
+    struct sigaction act;
+    memset(&act, 0, sizeof(act));
+    act.sa_handler = on_signal;
+    sigemptyset(&act.sa_mask);
+    sigaction(SIGTERM, &act, NULL);
+    sigaction(SIGINT, &act, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+int daemon_stopping(void)
+{
+    return stop_signals;
+}
+
+/* Bounds the whole shutdown, whatever the loop is blocked in (a database
+ * call, librdkafka's close or destroy). */
+static void *watchdog(void *arg)
+{
+    const long long limit_ms = watchdog_limit_ms;
+    int64_t first = -1;
+    (void)arg;
+    for (;;) {
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+        int n = stop_signals;
+        if (n >= 2) {
+            log_warn("second signal: exiting at once; uncommitted messages come back",
+                     NULL);
+            _exit(1);
+        }
+        if (n == 1 && first < 0)
+            first = clock_now_ms();
+        if (first >= 0 && clock_now_ms() - first >= limit_ms) {
+            log_warn("shutdown timeout passed: exiting; uncommitted messages come back",
+                     NULL);
+            _exit(1);
+        }
+    }
+    return NULL;
+}
+
+int daemon_run(const struct daemon_role *role, long long shutdown_ms, char *errbuf,
+               size_t errbuf_size)
+{
+    pthread_t t;
+    watchdog_limit_ms = shutdown_ms;
+    if (pthread_create(&t, NULL, watchdog, NULL) != 0) {
+        snprintf(errbuf, errbuf_size, "cannot start the shutdown watchdog");
+        return 1;
+    }
+    pthread_detach(t);
+
+    while (!stop_signals)
+        role->step(role->state);
+
+    int64_t stopping_at = clock_now_ms();
+    long long reserve = shutdown_ms / 4 < 2000 ? shutdown_ms / 4 : 2000;
+    log_info("stopping: draining in-flight work", "role", role->name, NULL);
+    size_t left = role->drain(role->state, stopping_at + shutdown_ms - reserve);
+    int64_t rest = stopping_at + shutdown_ms - clock_now_ms();
+    role->finish(role->state, rest > 1000 ? 1000 : rest > 0 ? (int)rest : 0);
+    char n[32];
+    snprintf(n, sizeof(n), "%zu", left);
+    log_info("stopped", "role", role->name, "unfinished", n, NULL);
+    return left ? 1 : 0;
+}

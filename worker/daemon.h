@@ -1,0 +1,46 @@
+/* daemon: what every long-running role of charged shares.
+ *
+ * Signals are loop events: the handler only counts SIGTERM/SIGINT in a
+ * volatile sig_atomic_t, and the role's loop asks daemon_stopping(). The
+ * shutdown is bounded whatever the loop is blocked in: a watchdog thread
+ * ends the process with status 1 SHUTDOWN_TIMEOUT_MS after the first signal,
+ * and at once on the second. Uncommitted work comes back to whoever takes
+ * over: nothing is committed early, so nothing is lost.
+ *
+ * A role gives daemon_run() its turn of the loop and its drain; daemon_run
+ * turns the loop until a signal, drains with a deadline, and returns the
+ * exit status. (Later: the admin listener, health and metrics.) */
+#ifndef CHARGED_DAEMON_H
+#define CHARGED_DAEMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct daemon_role {
+    const char *name; /* "worker", for log lines */
+    void *state;
+    /* One turn of the loop; returns within about 100 ms. */
+    void (*step)(void *state);
+    /* Finishes what is in flight, taking nothing new, until nothing is left
+     * or `deadline` (clock_now_ms) passes; gives up the rest. Returns how
+     * much was left unfinished. */
+    size_t (*drain)(void *state, int64_t deadline);
+    /* Commits, leaves the group, releases clients; flush_ms bounds waiting
+     * for outstanding acknowledgements. */
+    void (*finish)(void *state, int flush_ms);
+};
+
+/* Installs the handlers (SIGTERM, SIGINT counted; SIGPIPE ignored). */
+void daemon_init(void);
+
+/* How many stop signals have arrived: 0 runs on, 1 drains, 2 exits now. */
+int daemon_stopping(void);
+
+/* Runs the role until a signal, then drains for SHUTDOWN_TIMEOUT_MS less a
+ * quarter (at most 2 s) kept for finish(). Returns 0 when everything taken
+ * was finished, 1 otherwise, or 1 and errbuf when the watchdog cannot
+ * start. */
+int daemon_run(const struct daemon_role *role, long long shutdown_ms, char *errbuf,
+               size_t errbuf_size);
+
+#endif
