@@ -1,11 +1,19 @@
 /* psp-sim, run for real on loopback: Stripe's idempotency rules, declines,
- * key retention, search, and each injected fault, checked against its ledger. */
+ * key retention, search, and each injected fault, checked against its ledger;
+ * form decoding, the customer and automatic_payment_methods fields, its
+ * ephemeral ports and how it refuses each bad flag. */
 #include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <curl/curl.h>
 #include <jansson.h>
@@ -50,16 +58,19 @@ static void answer_free(struct http_answer *a)
     memset(a, 0, sizeof(*a));
 }
 
-/* One request to the provider API. auth NULL: the right key. */
-static struct http_answer request(const char *method, const char *path, const char *key,
-                                  const char *body, const char *auth, long timeout_ms)
+/* One request to base_url; auth NULL: the right key; extra_header: one
+ * more "Name: value" line, or NULL. */
+static struct http_answer request_to(const char *base_url, const char *method,
+                                     const char *path, const char *key,
+                                     const char *body, const char *auth,
+                                     const char *extra_header, long timeout_ms)
 {
     struct http_answer a = {0};
     struct curl_slist *h = NULL;
     char url[512], hdr[512];
     CURL *e = curl_easy_init();
 
-    snprintf(url, sizeof(url), "%s%s", sim.base_url, path);
+    snprintf(url, sizeof(url), "%s%s", base_url, path);
     snprintf(hdr, sizeof(hdr), "Authorization: Bearer %s",
              auth ? auth : PSP_SIM_TEST_KEY);
     h = curl_slist_append(h, hdr);
@@ -67,6 +78,8 @@ static struct http_answer request(const char *method, const char *path, const ch
         snprintf(hdr, sizeof(hdr), "Idempotency-Key: %s", key);
         h = curl_slist_append(h, hdr);
     }
+    if (extra_header)
+        h = curl_slist_append(h, extra_header);
     curl_easy_setopt(e, CURLOPT_URL, url);
     curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
@@ -85,6 +98,19 @@ static struct http_answer request(const char *method, const char *path, const ch
     if (a.body)
         a.json = json_loads(a.body, 0, NULL);
     return a;
+}
+
+/* One request to the provider API of the suite's psp-sim. */
+static struct http_answer request(const char *method, const char *path, const char *key,
+                                  const char *body, const char *auth, long timeout_ms)
+{
+    return request_to(sim.base_url, method, path, key, body, auth, NULL, timeout_ms);
+}
+
+/* POST /v1/payment_intents with this form body. */
+static struct http_answer create(const char *key, const char *body)
+{
+    return request("POST", "/v1/payment_intents", key, body, NULL, 5000);
 }
 
 static struct http_answer charge(const char *key, const char *attempt, long amount,
@@ -438,6 +464,329 @@ START_TEST(faults_are_deterministic_under_a_seed)
 }
 END_TEST
 
+#define FORM_BASE "amount=100&currency=eur&payment_method=pm_card_visa&confirm=true"
+
+static const char *meta(json_t *pi, const char *k)
+{
+    return jstr(json_object_get(pi, "metadata"), k);
+}
+
+START_TEST(form_names_and_values_are_decoded)
+{
+    /* Brackets escaped (either case of hex) or not, '+' a space, %2B a plus,
+     * %26 and %3D literal, UTF-8; bare names and empty pairs are harmless. */
+    struct http_answer a =
+        create("k-form", FORM_BASE "&&off_session&metadata%5Bpayment_attempt_id%5D="
+                                   "a+b%2Bc%26d%3De%25"
+                                   "&metadata%5border_id%5d=%E2%82%AC%2Fo&");
+    ck_assert_int_eq(a.status, 200);
+    ck_assert_str_eq(meta(a.json, "payment_attempt_id"), "a b+c&d=e%");
+    ck_assert_str_eq(meta(a.json, "order_id"), "\xe2\x82\xac/o");
+    struct http_answer b = create("k-form-raw", FORM_BASE "&metadata[order_id]=o%201");
+    ck_assert_int_eq(b.status, 200);
+    ck_assert_str_eq(meta(b.json, "order_id"), "o 1");
+    json_t *l = psp_sim_admin(&sim, "GET", "/ledger", NULL);
+    ck_assert_str_eq(
+        jstr(json_array_get(json_object_get(l, "charges"), 0), "payment_attempt_id"),
+        "a b+c&d=e%");
+    json_decref(l);
+    /* A NUL byte or bytes that are not UTF-8 make no parameter: refused,
+     * nothing executed (amount=1%00x is not amount 1). */
+    struct http_answer c =
+        create("k-form-nul", "amount=1%00x&currency=eur&payment_method=pm_card_visa"
+                             "&confirm=true");
+    ck_assert_int_eq(c.status, 400);
+    ck_assert_str_eq(err_field(c.json, "type"), "invalid_request_error");
+    struct http_answer d =
+        create("k-form-utf8", FORM_BASE "&metadata%5Border_id%5D=%FF");
+    ck_assert_int_eq(d.status, 400);
+    ck_assert_uint_eq(psp_sim_charges(&sim), 2);
+    answer_free(&a);
+    answer_free(&b);
+    answer_free(&c);
+    answer_free(&d);
+}
+END_TEST
+
+START_TEST(customer_and_automatic_payment_methods_are_accepted)
+{
+    struct http_answer a = request_to(
+        sim.base_url, "POST", "/v1/payment_intents", "k-apm",
+        FORM_BASE "&off_session=true&automatic_payment_methods%5Benabled%5D=true"
+                  "&automatic_payment_methods%5Ballow_redirects%5D=never"
+                  "&customer=cus_Nf0aB12&metadata%5Bpayment_attempt_id%5D=a-apm",
+        NULL, "Stripe-Version: 2024-06-20", 5000);
+    ck_assert_int_eq(a.status, 200);
+    ck_assert_str_eq(jstr(a.json, "status"), "succeeded");
+    ck_assert_str_eq(jstr(a.json, "customer"), "cus_Nf0aB12");
+    json_t *apm = json_object_get(a.json, "automatic_payment_methods");
+    ck_assert(json_is_true(json_object_get(apm, "enabled")));
+    ck_assert_str_eq(jstr(apm, "allow_redirects"), "never");
+
+    /* Stored on the intent, and in the ledger. */
+    char path[128];
+    snprintf(path, sizeof(path), "/v1/payment_intents/%s", jstr(a.json, "id"));
+    struct http_answer r = request("GET", path, NULL, NULL, NULL, 5000);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_str_eq(jstr(r.json, "customer"), "cus_Nf0aB12");
+    json_t *l = psp_sim_admin(&sim, "GET", "/ledger", NULL);
+    ck_assert_str_eq(jstr(json_array_get(json_object_get(l, "charges"), 0), "customer"),
+                     "cus_Nf0aB12");
+    json_decref(l);
+
+    /* Without them the intent says null, as Stripe's does. */
+    struct http_answer b = charge("k-apm-none", "a2", 100, "pm_card_visa");
+    ck_assert_int_eq(b.status, 200);
+    ck_assert(json_is_null(json_object_get(b.json, "customer")));
+    ck_assert(json_is_null(json_object_get(b.json, "automatic_payment_methods")));
+    answer_free(&a);
+    answer_free(&r);
+    answer_free(&b);
+}
+END_TEST
+
+START_TEST(automatic_payment_methods_values_are_checked)
+{
+    struct http_answer a =
+        create("k-apm-bool", FORM_BASE "&automatic_payment_methods%5Benabled%5D=yes");
+    ck_assert_int_eq(a.status, 400);
+    ck_assert_str_eq(err_field(a.json, "param"), "automatic_payment_methods[enabled]");
+    struct http_answer b =
+        create("k-apm-redir",
+               FORM_BASE "&automatic_payment_methods%5Benabled%5D=true"
+                         "&automatic_payment_methods%5Ballow_redirects%5D=maybe");
+    ck_assert_int_eq(b.status, 400);
+    ck_assert_str_eq(err_field(b.json, "param"),
+                     "automatic_payment_methods[allow_redirects]");
+    struct http_answer c =
+        create("k-apm-alone",
+               FORM_BASE "&automatic_payment_methods%5Ballow_redirects%5D=never");
+    ck_assert_int_eq(c.status, 400);
+    ck_assert_str_eq(err_field(c.json, "code"), "parameter_missing");
+    ck_assert_uint_eq(psp_sim_charges(&sim), 0);
+    answer_free(&a);
+    answer_free(&b);
+    answer_free(&c);
+}
+END_TEST
+
+/* Creates an intent for this customer (form-encoded already). */
+static struct http_answer charge_customer(const char *key, const char *customer)
+{
+    char body[1024];
+    snprintf(body, sizeof(body), FORM_BASE "&customer=%s", customer);
+    return create(key, body);
+}
+
+static void expect_no_such_customer(const char *encoded, const char *message)
+{
+    struct http_answer a = charge_customer("k-cus-bad", encoded);
+    ck_assert_int_eq(a.status, 400);
+    ck_assert_str_eq(err_field(a.json, "type"), "invalid_request_error");
+    ck_assert_str_eq(err_field(a.json, "code"), "resource_missing");
+    ck_assert_str_eq(err_field(a.json, "param"), "customer");
+    ck_assert_str_eq(err_field(a.json, "message"), message);
+    answer_free(&a);
+}
+
+START_TEST(customer_that_is_no_customer_id_is_400_resource_missing)
+{
+    char longval[400], want[128];
+    expect_no_such_customer("bob", "No such customer: 'bob'");
+    expect_no_such_customer("cus_", "No such customer: 'cus_'");
+    expect_no_such_customer("", "No such customer: ''");
+    expect_no_such_customer("cus_a-b", "No such customer: 'cus_a-b'");
+    expect_no_such_customer("cus_%E2%82%AC%09", "No such customer: 'cus_\?\?\?\?'");
+    /* The value is bounded in the message: 64 bytes, then "...". */
+    memset(longval, 'x', 300);
+    longval[300] = '\0';
+    snprintf(want, sizeof(want), "No such customer: '%.64s...'", longval);
+    expect_no_such_customer(longval, want);
+    ck_assert_uint_eq(psp_sim_charges(&sim), 0);
+    /* Not stored under the key: a good customer with it executes. */
+    struct http_answer b = charge_customer("k-cus-bad", "cus_Good1");
+    ck_assert_int_eq(b.status, 200);
+    ck_assert_int_eq(b.replayed, 0);
+    ck_assert_uint_eq(psp_sim_charges(&sim), 1);
+    answer_free(&b);
+}
+END_TEST
+
+START_TEST(customer_is_part_of_the_idempotency_fingerprint)
+{
+    struct http_answer a = charge_customer("k-cus", "cus_A1");
+    ck_assert_int_eq(a.status, 200);
+    struct http_answer b = charge_customer("k-cus", "cus_B2");
+    ck_assert_int_eq(b.status, 400);
+    ck_assert_str_eq(err_field(b.json, "type"), "idempotency_error");
+    struct http_answer c = create("k-cus", FORM_BASE);
+    ck_assert_int_eq(c.status, 400);
+    ck_assert_str_eq(err_field(c.json, "type"), "idempotency_error");
+    struct http_answer d = charge_customer("k-cus", "cus_A1");
+    ck_assert_int_eq(d.status, 200);
+    ck_assert_int_eq(d.replayed, 1);
+    ck_assert_str_eq(jstr(d.json, "id"), jstr(a.json, "id"));
+    ck_assert_uint_eq(psp_sim_charges_for_key(&sim, "k-cus"), 1);
+    answer_free(&a);
+    answer_free(&b);
+    answer_free(&c);
+    answer_free(&d);
+}
+END_TEST
+
+START_TEST(port_zero_binds_free_ports_it_prints)
+{
+    /* The fixture ran psp-sim with --port 0 --admin-port 0 and read the
+     * ports from its first stdout line; a second one gets other ports. */
+    struct psp_sim_process other = {0};
+    psp_sim_start(&other, NULL);
+    ck_assert_int_gt(sim.port, 0);
+    ck_assert_int_gt(sim.admin_port, 0);
+    ck_assert_int_ne(sim.port, sim.admin_port);
+    ck_assert_int_ne(other.port, sim.port);
+    ck_assert_int_ne(other.admin_port, sim.admin_port);
+    struct http_answer a = charge("k-port0", "a1", 100, "pm_card_visa");
+    ck_assert_int_eq(a.status, 200);
+    struct http_answer b = request_to(other.base_url, "POST", "/v1/payment_intents",
+                                      "k-port0", FORM_BASE, NULL, NULL, 5000);
+    ck_assert_int_eq(b.status, 200);
+    ck_assert_int_eq(b.replayed, 0);
+    ck_assert_uint_eq(psp_sim_charges(&sim), 1);
+    ck_assert_uint_eq(psp_sim_charges(&other), 1);
+    psp_sim_stop(&other);
+    answer_free(&a);
+    answer_free(&b);
+}
+END_TEST
+
+/* Runs psp-sim with args (NULL-terminated) until it exits, within 5 s.
+ * env_key: PSP_SIM_API_KEY for it (NULL: unset). Returns the exit status;
+ * err gets its stderr. */
+static int run_psp_sim(const char *const *args, const char *env_key, char *err,
+                       size_t errlen)
+{
+    const char *argv[16];
+    int n = 0, fds[2], st;
+    size_t len = 0;
+
+    argv[n++] = PSP_SIM_PATH;
+    for (int i = 0; args[i] && n < 15; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    ck_assert_int_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_WRONLY);
+        dup2(devnull, STDOUT_FILENO);
+        dup2(fds[1], STDERR_FILENO);
+        close(fds[0]);
+        close(fds[1]);
+        if (env_key)
+            setenv("PSP_SIM_API_KEY", env_key, 1);
+        else
+            unsetenv("PSP_SIM_API_KEY");
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    long long deadline = test_env_now_ms() + 5000;
+    while (len < errlen - 1) {
+        long long left = deadline - test_env_now_ms();
+        struct pollfd pfd = {.fd = fds[0], .events = POLLIN};
+        int pr = left > 0 ? poll(&pfd, 1, (int)left) : 0;
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr <= 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            close(fds[0]);
+            ck_abort_msg("psp-sim %s %s did not exit in 5 s", args[0],
+                         args[1] ? args[1] : "");
+        }
+        ssize_t got = read(fds[0], err + len, errlen - 1 - len);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            break;
+        len += (size_t)got;
+    }
+    err[len] = '\0';
+    close(fds[0]);
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Exit 2 and one line on stderr, "psp-sim: <name>" then ':' or ' '. */
+static void expect_refused(const char *const *args, const char *env_key,
+                           const char *name)
+{
+    char err[1024], want[64];
+    int rc = run_psp_sim(args, env_key, err, sizeof(err));
+    size_t n = strlen(err);
+    snprintf(want, sizeof(want), "psp-sim: %s", name);
+    ck_assert_msg(rc == 2, "psp-sim %s %s: exit %d, want 2 (%s)", args[0],
+                  args[1] ? args[1] : "", rc, err);
+    ck_assert_msg(n > 0 && err[n - 1] == '\n' && !memchr(err, '\n', n - 1),
+                  "psp-sim %s: want one line on stderr, got '%s'", args[0], err);
+    ck_assert_msg(!strncmp(err, want, strlen(want)) &&
+                      (err[strlen(want)] == ':' || err[strlen(want)] == ' '),
+                  "psp-sim %s %s: '%s' does not start with '%s'", args[0],
+                  args[1] ? args[1] : "", err, want);
+}
+
+START_TEST(each_bad_flag_value_is_reported_under_its_own_name)
+{
+    static const char *const bad[][2] = {
+        {"--port", "65536"},
+        {"--port", "-1"},
+        {"--admin-port", "x"},
+        {"--admin-port", "70000"},
+        {"--key-retention-ms", "-1"},
+        {"--threads", "0"},
+        {"--threads", "many"},
+        {"--max-connections", "0"},
+        {"--max-connections", "10000001"},
+        {"--seed", "-3"},
+        {"--seed", "1x"},
+        {"--latency-ms", "-1"},
+        {"--latency-jitter-ms", ""},
+        {"--stall-ms", "86400001"},
+        {"--host", "example.com"},
+        {"--fault", "explode=1"},
+        {"--fault", "drop_after=1.5"},
+        {"--api-key", ""},
+    };
+    static const char *const need_values[] = {
+        "--host",
+        "--port",
+        "--admin-port",
+        "--api-key",
+        "--key-retention-ms",
+        "--threads",
+        "--max-connections",
+        "--seed",
+        "--latency-ms",
+        "--latency-jitter-ms",
+        "--stall-ms",
+        "--fault",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        const char *args[] = {bad[i][0], bad[i][1], NULL};
+        expect_refused(args, NULL, bad[i][0]);
+    }
+    /* A flag at the end without its value names itself too. */
+    for (size_t i = 0; i < sizeof(need_values) / sizeof(need_values[0]); i++) {
+        const char *args[] = {need_values[i], NULL};
+        expect_refused(args, NULL, need_values[i]);
+    }
+    const char *bogus[] = {"--bogus", NULL};
+    expect_refused(bogus, NULL, "bad option '--bogus'");
+    const char *none[] = {NULL};
+    expect_refused(none, "", "PSP_SIM_API_KEY");
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("psp_sim");
@@ -459,6 +808,13 @@ static Suite *suite(void)
     tcase_add_test(tc, fault_drop_after_executes_then_hangs_up);
     tcase_add_test(tc, latency_is_added);
     tcase_add_test(tc, faults_are_deterministic_under_a_seed);
+    tcase_add_test(tc, form_names_and_values_are_decoded);
+    tcase_add_test(tc, customer_and_automatic_payment_methods_are_accepted);
+    tcase_add_test(tc, automatic_payment_methods_values_are_checked);
+    tcase_add_test(tc, customer_that_is_no_customer_id_is_400_resource_missing);
+    tcase_add_test(tc, customer_is_part_of_the_idempotency_fingerprint);
+    tcase_add_test(tc, port_zero_binds_free_ports_it_prints);
+    tcase_add_test(tc, each_bad_flag_value_is_reported_under_its_own_name);
     suite_add_tcase(s, tc);
     return s;
 }

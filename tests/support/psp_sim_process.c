@@ -1,7 +1,10 @@
 #include "psp_sim_process.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +19,8 @@
 
 #include "test_env.h"
 
+/* Bind, read the port, close: for tests that need a port where nothing
+ * listens (a refused connection). psp-sim itself binds port 0. */
 int psp_sim_free_port(void)
 {
     struct sockaddr_in sa = {0};
@@ -76,44 +81,88 @@ static long admin_request(struct psp_sim_process *p, const char *method,
     return status;
 }
 
+/* Reads psp-sim's first stdout line ("psp-sim listening port=N admin_port=M")
+ * into p before deadline_ms. Returns NULL, or why not (line gets what came). */
+static const char *read_ports(struct psp_sim_process *p, int fd, long long deadline_ms,
+                              char *line, size_t size)
+{
+    size_t n = 0;
+
+    line[0] = '\0';
+    while (!strchr(line, '\n')) {
+        long long left = deadline_ms - test_env_now_ms();
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (left <= 0)
+            return "psp-sim did not print its ports in 10 s";
+        if (n == size - 1)
+            return "psp-sim's first line is too long";
+        int pr = poll(&pfd, 1, (int)left);
+        if (pr <= 0) {
+            if (pr < 0 && errno != EINTR)
+                return "poll failed";
+            continue;
+        }
+        ssize_t got = read(fd, line + n, size - 1 - n);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            return "psp-sim exited before it listened";
+        n += (size_t)got;
+        line[n] = '\0';
+    }
+    if (sscanf(line, "psp-sim listening port=%d admin_port=%d", &p->port,
+               &p->admin_port) != 2 ||
+        p->port <= 0 || p->admin_port <= 0)
+        return "psp-sim's first line does not name its ports";
+    return NULL;
+}
+
 void psp_sim_start(struct psp_sim_process *p, const char *const *extra_args)
 {
     const char *argv[64];
-    char port[16], admin[16];
-    int n = 0;
+    int n = 0, out[2];
 
-    p->port = psp_sim_free_port();
-    p->admin_port = psp_sim_free_port();
-    snprintf(port, sizeof(port), "%d", p->port);
-    snprintf(admin, sizeof(admin), "%d", p->admin_port);
-    snprintf(p->base_url, sizeof(p->base_url), "http://127.0.0.1:%d", p->port);
+    /* Port 0: psp-sim binds what the kernel picks and says which, so no
+     * other process can take a port between our choosing and its binding. */
     argv[n++] = PSP_SIM_PATH;
     argv[n++] = "--port";
-    argv[n++] = port;
+    argv[n++] = "0";
     argv[n++] = "--admin-port";
-    argv[n++] = admin;
+    argv[n++] = "0";
     argv[n++] = "--api-key";
     argv[n++] = PSP_SIM_TEST_KEY;
     for (int i = 0; extra_args && extra_args[i] && n < 62; i++)
         argv[n++] = extra_args[i];
     argv[n] = NULL;
 
+    ck_assert_int_eq(pipe(out), 0);
+    fcntl(out[0], F_SETFD, FD_CLOEXEC);
     p->pid = fork();
     ck_assert_int_ge(p->pid, 0);
     if (p->pid == 0) {
+        dup2(out[1], STDOUT_FILENO);
+        close(out[0]);
+        close(out[1]);
         execv(argv[0], (char *const *)argv);
         _exit(127);
     }
-    long long deadline = test_env_now_ms() + 10000;
-    for (;;) {
-        if (admin_request(p, "GET", "/health", NULL, NULL) == 200)
-            return;
+    close(out[1]);
+    char line[256];
+    const char *why =
+        read_ports(p, out[0], test_env_now_ms() + 10000, line, sizeof(line));
+    /* That line is all psp-sim writes to stdout (it ignores SIGPIPE), and
+     * its logs keep going to our stderr. */
+    close(out[0]);
+    if (why) {
         int st;
-        ck_assert_msg(waitpid(p->pid, &st, WNOHANG) == 0, "psp-sim exited at start");
-        ck_assert_msg(test_env_now_ms() < deadline, "psp-sim did not answer in 10 s");
-        struct timespec ts = {0, 20 * 1000000};
-        nanosleep(&ts, NULL);
+        kill(p->pid, SIGKILL);
+        waitpid(p->pid, &st, 0);
+        p->pid = 0;
+        ck_abort_msg("%s (it printed: %s)", why, line);
     }
+    snprintf(p->base_url, sizeof(p->base_url), "http://127.0.0.1:%d", p->port);
+    ck_assert_msg(admin_request(p, "GET", "/health", NULL, NULL) == 200,
+                  "psp-sim does not answer on its admin port %d", p->admin_port);
 }
 
 void psp_sim_stop(struct psp_sim_process *p)

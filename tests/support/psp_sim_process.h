@@ -1,7 +1,8 @@
 /* psp_sim_process: runs a real psp-sim for a test and talks to its admin API.
  *
- * Each instance gets free loopback ports; start waits (with a deadline) until
- * /health answers, stop sends SIGTERM and reaps it. */
+ * Each instance binds loopback ports the kernel picks (--port 0) and start
+ * reads them from psp-sim's first stdout line, with a deadline; stop sends
+ * SIGTERM and reaps it. */
 #ifndef CHARGED_PSP_SIM_PROCESS_H
 #define CHARGED_PSP_SIM_PROCESS_H
 
@@ -28,7 +29,8 @@ json_t *psp_sim_admin(struct psp_sim_process *p, const char *method, const char 
 size_t psp_sim_charges(struct psp_sim_process *p);
 size_t psp_sim_charges_for_key(struct psp_sim_process *p, const char *key);
 
-/* A loopback port nobody listens on right now. */
+/* A loopback port nobody listens on right now (to test refused
+ * connections; not for psp-sim, which binds port 0). */
 int psp_sim_free_port(void);
 
 #endif

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <getopt.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -44,6 +45,7 @@ struct req {
     int too_large;
     struct form_pair *form;
     size_t nform;
+    int form_bad; /* a name or value decoded to a NUL byte or non-UTF-8 */
     char *idem_key;
     struct psp_charge_request charge;
     uint64_t seq;
@@ -217,37 +219,26 @@ static enum MHD_Result respond_error(struct MHD_Connection *conn, int status,
         json_pack("{s:{s:s, s:s}}", "error", "type", type, "message", message));
 }
 
-static int hexval(char c)
+/* One name or value of a form body: '+' is a space in forms (MHD_http_unescape
+ * leaves it alone), then %XX as libmicrohttpd decodes it. Sets *bad when the
+ * result holds a NUL byte or is not UTF-8: no parameter can be either. */
+static char *form_decode(const char *s, size_t n, int *bad)
 {
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-static char *url_decode(const char *s, size_t n)
-{
-    char *out = malloc(n + 1), *o = out;
+    char *out = strndup(s, n);
     if (!out)
         return NULL;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] == '+') {
-            *o++ = ' ';
-        } else if (s[i] == '%' && i + 2 < n && hexval(s[i + 1]) >= 0 &&
-                   hexval(s[i + 2]) >= 0) {
-            *o++ = (char)(hexval(s[i + 1]) * 16 + hexval(s[i + 2]));
-            i += 2;
-        } else {
-            *o++ = s[i];
-        }
-    }
-    *o = '\0';
+    for (char *p = out; (p = strchr(p, '+')) != NULL; p++)
+        *p = ' ';
+    size_t len = MHD_http_unescape(out);
+    json_t *probe = json_stringn(out, len); /* NULL when not UTF-8 or has NUL */
+    if (!probe || len != strlen(out))
+        *bad = 1;
+    json_decref(probe);
     return out;
 }
 
+/* Splits the raw body on '&' and '=' (names like metadata[order_id] are
+ * plain names here) and decodes each part. -1: out of memory. */
 static int parse_form(struct req *r)
 {
     const char *p = r->body ? r->body : "";
@@ -261,8 +252,9 @@ static int parse_form(struct req *r)
                 return -1;
             r->form = f;
             f = &r->form[r->nform++];
-            f->k = url_decode(p, eq ? (size_t)(eq - p) : n);
-            f->v = eq ? url_decode(eq + 1, n - (size_t)(eq - p) - 1) : strdup("");
+            f->k = form_decode(p, eq ? (size_t)(eq - p) : n, &r->form_bad);
+            f->v = eq ? form_decode(eq + 1, n - (size_t)(eq - p) - 1, &r->form_bad)
+                      : strdup("");
             if (!f->k || !f->v)
                 return -1;
         }
@@ -326,6 +318,8 @@ static enum MHD_Result execute_and_answer(struct req *r)
 static enum MHD_Result create_intent(struct req *r)
 {
     struct psp_answer ans = {0};
+    /* Of the headers only this one matters: Stripe-Version and the like are
+     * ignored, the simulator speaks one API version. */
     const char *hk =
         MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Idempotency-Key");
 
@@ -334,6 +328,9 @@ static enum MHD_Result create_intent(struct req *r)
                              "Request too large.");
     if (parse_form(r) != 0)
         return respond_error(r->conn, 500, "api_error", "out of memory");
+    if (r->form_bad)
+        return respond_error(r->conn, 400, "invalid_request_error",
+                             "Form parameters must be UTF-8 without NUL bytes.");
     if (hk && (!*hk || strlen(hk) > 255))
         return respond_error(r->conn, 400, "invalid_request_error",
                              "Idempotency-Key must be 1..255 characters.");
@@ -346,6 +343,10 @@ static enum MHD_Result create_intent(struct req *r)
         .confirm = form_get(r, "confirm"),
         .payment_attempt_id = form_get(r, "metadata[payment_attempt_id]"),
         .order_id = form_get(r, "metadata[order_id]"),
+        .customer = form_get(r, "customer"),
+        .apm_enabled = form_get(r, "automatic_payment_methods[enabled]"),
+        .apm_allow_redirects =
+            form_get(r, "automatic_payment_methods[allow_redirects]"),
         .body = r->body ? r->body : "",
     };
     r->seq = psp_faults_next_seq(faults, r->idem_key);
@@ -534,18 +535,20 @@ static void usage(FILE *out)
         "\n"
         "Options:\n"
         "  --host ADDR              listen address [127.0.0.1]\n"
-        "  --port N                 provider API port [12111]\n"
-        "  --admin-port N           admin API port [12112]\n"
+        "  --port N                 provider API port; 0: one the kernel picks "
+        "[12111]\n"
+        "  --admin-port N           admin API port; 0: one the kernel picks [12112]\n"
         "  --api-key KEY            accepted secret (Authorization: Bearer KEY);\n"
         "                           default: $PSP_SIM_API_KEY, else sk_test_charged\n"
         "  --key-retention-ms N     idempotency keys are forgotten after N ms "
         "[86400000]\n"
-        "  --threads N              HTTP threads [2]\n"
-        "  --max-connections N      concurrent connections [8192]\n"
+        "  --threads N              HTTP threads, 1..1024 [2]\n"
+        "  --max-connections N      concurrent connections, 1..1000000 [8192]\n"
         "  --seed N                 seed of fault decisions [1]\n"
         "  --latency-ms N           added to every charge while its key is held [0]\n"
         "  --latency-jitter-ms N    plus a random 0..N ms [0]\n"
         "  --stall-ms N             how long stall_after holds an answer [30000]\n"
+        "                           (the three delays: at most 86400000)\n"
         "  --fault KIND=P[@TARGET][#TIMES]\n"
         "                           inject KIND with probability P (0..1), optionally\n"
         "                           only for idempotency key TARGET (or payment "
@@ -561,12 +564,27 @@ static void usage(FILE *out)
         "                             drop_after    execute, then close unanswered\n"
         "  --help                   this text\n"
         "\n"
+        "Once both ports listen, psp-sim prints one line on stdout (its only\n"
+        "output there; logs go to stderr), with the ports it bound:\n"
+        "  psp-sim listening port=41234 admin_port=41235\n"
+        "\n"
         "Provider API (Authorization: Bearer required):\n"
         "  POST /v1/payment_intents           form body: amount, currency (lower "
         "case),\n"
         "                                     payment_method, confirm=true, "
         "off_session,\n"
-        "                                     metadata[...]; Idempotency-Key header\n"
+        "                                     metadata[...], customer=cus_<letters "
+        "or\n"
+        "                                     digits> (else 400 resource_missing),\n"
+        "                                     automatic_payment_methods[enabled]=true|"
+        "false,\n"
+        "                                     "
+        "automatic_payment_methods[allow_redirects]=\n"
+        "                                     always|never; Idempotency-Key header "
+        "(the\n"
+        "                                     whole body is its fingerprint); "
+        "Stripe-Version\n"
+        "                                     is ignored\n"
         "  GET  /v1/payment_intents/<id>\n"
         "  GET  "
         "/v1/payment_intents/search?query=metadata['payment_attempt_id']:'<id>'\n"
@@ -577,9 +595,9 @@ static void usage(FILE *out)
         "Admin API (no auth; bind it to loopback):\n"
         "  GET    /health     {\"ok\":true}\n"
         "  GET    /ledger     every executed charge (idempotency_key,\n"
-        "                     payment_intent_id, payment_attempt_id, order_id, "
-        "amount,\n"
-        "                     currency, outcome, http_status, at_ms) and counters\n"
+        "                     payment_intent_id, payment_attempt_id, order_id,\n"
+        "                     customer, amount, currency, outcome, http_status,\n"
+        "                     at_ms) and counters\n"
         "  POST   /reset      forget keys, intents, ledger and counters\n"
         "  GET    /faults     fault configuration, how often each rule fired, and\n"
         "                     every fault injected (kind, key, seq)\n"
@@ -595,12 +613,12 @@ static void usage(FILE *out)
         "usage.\n");
 }
 
-static int parse_long(const char *s, long min, long *out)
+static int parse_long(const char *s, long min, long max, long *out)
 {
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < min)
+    if (errno || end == s || *end || v < min || v > max)
         return -1;
     *out = v;
     return 0;
@@ -623,7 +641,7 @@ static int parse_fault(const char *spec)
     hash = strchr(eq + 1, '#');
     if (hash) {
         *hash = '\0';
-        if (parse_long(hash + 1, 0, &times) != 0)
+        if (parse_long(hash + 1, 0, LONG_MAX, &times) != 0)
             return -1;
     }
     at = strchr(eq + 1, '@');
@@ -636,6 +654,23 @@ static int parse_fault(const char *spec)
     int is_pm = at && !strncmp(at, "pm_", 3);
     return psp_faults_add(faults, (enum psp_fault_kind)kind, p,
                           at && !is_pm ? at : NULL, is_pm ? at : NULL, times);
+}
+
+/* The long name of the option whose getopt value is val. */
+static const char *flag_name(const struct option *opts, int val)
+{
+    for (; opts->name; opts++)
+        if (opts->val == val)
+            return opts->name;
+    return "?";
+}
+
+/* Bound ports as libmicrohttpd reports them: with --port 0 the kernel chose. */
+static unsigned bound_port(struct MHD_Daemon *d)
+{
+    const union MHD_DaemonInfo *info =
+        MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    return info ? info->port : 0;
 }
 
 int main(int argc, char **argv)
@@ -659,8 +694,21 @@ int main(int argc, char **argv)
     const char *host = "127.0.0.1";
     long port = 12111, admin_port = 12112, retention = 86400000L, threads = 2;
     long max_conn = 8192, seed = 1, latency = 0, jitter = 0, stall = 30000;
+    /* Numeric flags and the values each takes: ports are 0 (the kernel
+     * picks) to 65535, counts go to libmicrohttpd as unsigned, and delays
+     * stop at a day so that now + delay cannot overflow. */
+    const struct {
+        int val;
+        long *target, min, max;
+    } nums[] = {
+        {'p', &port, 0, 65535},         {'a', &admin_port, 0, 65535},
+        {'r', &retention, 0, LONG_MAX}, {'t', &threads, 1, 1024},
+        {'c', &max_conn, 1, 1000000},   {'s', &seed, 0, LONG_MAX},
+        {'l', &latency, 0, 86400000},   {'j', &jitter, 0, 86400000},
+        {'S', &stall, 0, 86400000},
+    };
     const char *fault_specs[64];
-    int nfaults = 0, c, rc = 1;
+    int nfaults = 0, c, rc = 1, key_from_flag = 0;
     struct MHD_Daemon *d = NULL, *ad = NULL;
     pthread_t timer;
     struct sockaddr_in sa = {0}, asa = {0};
@@ -669,8 +717,9 @@ int main(int argc, char **argv)
     api_key = getenv("PSP_SIM_API_KEY") ? strdup(getenv("PSP_SIM_API_KEY"))
                                         : strdup("sk_test_charged");
     opterr = 0; /* we say it ourselves, in one line */
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        long *target = NULL, min = 0;
+    /* The leading ':' makes a missing value ':' (optopt names the flag). */
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        size_t i;
         switch (c) {
         case 'H':
             host = optarg;
@@ -678,10 +727,12 @@ int main(int argc, char **argv)
         case 'k':
             free(api_key);
             api_key = strdup(optarg);
+            key_from_flag = 1;
             continue;
         case 'f':
             if (nfaults == 64) {
-                fprintf(stderr, "psp-sim: at most 64 --fault options\n");
+                fprintf(stderr, "psp-sim: --fault: at most 64 of them\n");
+                free(api_key);
                 return 2;
             }
             fault_specs[nfaults++] = optarg;
@@ -690,54 +741,40 @@ int main(int argc, char **argv)
             usage(stdout);
             free(api_key);
             return 0;
-        case 'p':
-            target = &port, min = 1;
-            break;
-        case 'a':
-            target = &admin_port, min = 1;
-            break;
-        case 'r':
-            target = &retention;
-            break;
-        case 't':
-            target = &threads, min = 1;
-            break;
-        case 'c':
-            target = &max_conn, min = 1;
-            break;
-        case 's':
-            target = &seed;
-            break;
-        case 'l':
-            target = &latency;
-            break;
-        case 'j':
-            target = &jitter;
-            break;
-        case 'S':
-            target = &stall;
-            break;
+        case ':':
+            fprintf(stderr, "psp-sim: --%s needs a value (see psp-sim --help)\n",
+                    flag_name(opts, optopt));
+            free(api_key);
+            return 2;
         default:
+            break;
+        }
+        for (i = 0; i < sizeof(nums) / sizeof(nums[0]) && nums[i].val != c; i++)
+            ;
+        if (i == sizeof(nums) / sizeof(nums[0])) {
             fprintf(stderr, "psp-sim: bad option '%s' (see psp-sim --help)\n",
                     argv[optind - 1]);
             free(api_key);
             return 2;
         }
-        if (parse_long(optarg, min, target) != 0 ||
-            ((c == 'p' || c == 'a') && *target > 65535)) {
-            fprintf(stderr, "psp-sim: --%s: '%s' is not a valid value\n",
-                    opts[c == 'p'   ? 1
-                         : c == 'a' ? 2
-                                    : 0]
-                        .name,
-                    optarg);
+        if (parse_long(optarg, nums[i].min, nums[i].max, nums[i].target) != 0) {
+            char range[64];
+            if (nums[i].max == LONG_MAX)
+                snprintf(range, sizeof(range), ">= %ld", nums[i].min);
+            else
+                snprintf(range, sizeof(range), "in %ld..%ld", nums[i].min, nums[i].max);
+            fprintf(stderr, "psp-sim: --%s: '%s' is not an integer %s\n",
+                    flag_name(opts, c), optarg, range);
             free(api_key);
             return 2;
         }
     }
     if (optind != argc || !*api_key) {
-        fprintf(stderr, "psp-sim: %s\n",
-                !*api_key ? "the API key must not be empty" : "unexpected argument");
+        if (optind != argc)
+            fprintf(stderr, "psp-sim: unexpected argument '%s'\n", argv[optind]);
+        else
+            fprintf(stderr, "psp-sim: %s must not be empty\n",
+                    key_from_flag ? "--api-key" : "PSP_SIM_API_KEY");
         free(api_key);
         return 2;
     }
@@ -747,7 +784,7 @@ int main(int argc, char **argv)
     psp_faults_set_stall(faults, stall);
     for (int i = 0; i < nfaults; i++) {
         if (parse_fault(fault_specs[i]) != 0) {
-            fprintf(stderr, "psp-sim: --fault '%s' is not KIND=P[@TARGET][#TIMES]\n",
+            fprintf(stderr, "psp-sim: --fault: '%s' is not KIND=P[@TARGET][#TIMES]\n",
                     fault_specs[i]);
             rc = 2;
             goto out;
@@ -755,7 +792,7 @@ int main(int argc, char **argv)
     }
     sa.sin_family = asa.sin_family = AF_INET;
     if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) {
-        fprintf(stderr, "psp-sim: --host '%s' is not an IPv4 address\n", host);
+        fprintf(stderr, "psp-sim: --host: '%s' is not an IPv4 address\n", host);
         rc = 2;
         goto out;
     }
@@ -788,12 +825,17 @@ int main(int argc, char **argv)
                           (uint16_t)admin_port, NULL, NULL, on_request, (void *)1,
                           MHD_OPTION_SOCK_ADDR, &asa, MHD_OPTION_NOTIFY_COMPLETED,
                           on_completed, NULL, MHD_OPTION_END);
-    if (!d || !ad) {
+    unsigned bound = d ? bound_port(d) : 0, admin_bound = ad ? bound_port(ad) : 0;
+    if (!bound || !admin_bound) {
         fprintf(stderr, "psp-sim: cannot listen on %s:%ld / %s:%ld\n", host, port, host,
                 admin_port);
     } else {
-        fprintf(stderr, "psp-sim: listening on http://%s:%ld (admin http://%s:%ld)\n",
-                host, port, host, admin_port);
+        /* Both sockets listen already: whoever reads this line may connect.
+         * It is the only thing written to stdout (logs go to stderr). */
+        printf("psp-sim listening port=%u admin_port=%u\n", bound, admin_bound);
+        fflush(stdout);
+        fprintf(stderr, "psp-sim: listening on http://%s:%u (admin http://%s:%u)\n",
+                host, bound, host, admin_bound);
         while (!stop_requested)
             sigsuspend(&old);
         rc = 0;

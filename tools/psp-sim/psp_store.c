@@ -121,6 +121,33 @@ static const struct psp_method *find_method(const char *name)
     return NULL;
 }
 
+/* Stripe customer ids are cus_ and letters or digits (object ids stay under
+ * 255 bytes); we keep no customers, so this shape is all we check. */
+static int customer_id_valid(const char *s)
+{
+    size_t n = strlen(s);
+    if (n <= 4 || n > 255 || strncmp(s, "cus_", 4) != 0)
+        return 0;
+    for (size_t i = 4; i < n; i++)
+        if (!isalnum((unsigned char)s[i]))
+            return 0;
+    return 1;
+}
+
+/* "No such customer: '<value>'", the value cut at 64 bytes and reduced to
+ * printable ASCII: it comes from the client and goes into JSON. */
+static void no_such_customer(const char *value, char *out, size_t outlen)
+{
+    char shown[72];
+    size_t i;
+    for (i = 0; value[i] && i < 64; i++) {
+        unsigned char c = (unsigned char)value[i];
+        shown[i] = c >= 0x20 && c < 0x7f ? (char)c : '?';
+    }
+    shown[i] = '\0';
+    snprintf(out, outlen, "No such customer: '%s%s'", shown, value[i] ? "..." : "");
+}
+
 /* Returns 0 when valid, else fills a 400 invalid_request_error. */
 static int validate(const struct psp_charge_request *req, struct psp_answer *ans)
 {
@@ -162,6 +189,34 @@ static int validate(const struct psp_charge_request *req, struct psp_answer *ans
     if (!req->confirm || strcmp(req->confirm, "true") != 0) {
         answer_error(ans, 400, "invalid_request_error", "parameter_invalid", "confirm",
                      "This simulator only creates confirmed intents.");
+        return -1;
+    }
+    if (req->apm_allow_redirects && !req->apm_enabled) {
+        answer_error(ans, 400, "invalid_request_error", "parameter_missing",
+                     "automatic_payment_methods[enabled]",
+                     "Missing required param: automatic_payment_methods[enabled].");
+        return -1;
+    }
+    if (req->apm_enabled && strcmp(req->apm_enabled, "true") != 0 &&
+        strcmp(req->apm_enabled, "false") != 0) {
+        answer_error(ans, 400, "invalid_request_error", "parameter_invalid",
+                     "automatic_payment_methods[enabled]",
+                     "Invalid boolean: automatic_payment_methods[enabled].");
+        return -1;
+    }
+    if (req->apm_allow_redirects && strcmp(req->apm_allow_redirects, "always") != 0 &&
+        strcmp(req->apm_allow_redirects, "never") != 0) {
+        answer_error(ans, 400, "invalid_request_error", "parameter_invalid",
+                     "automatic_payment_methods[allow_redirects]",
+                     "Invalid automatic_payment_methods[allow_redirects]: must be one "
+                     "of always or never.");
+        return -1;
+    }
+    if (req->customer && !customer_id_valid(req->customer)) {
+        char msg[128];
+        no_such_customer(req->customer, msg, sizeof(msg));
+        answer_error(ans, 400, "invalid_request_error", "resource_missing", "customer",
+                     msg);
         return -1;
     }
     return 0;
@@ -247,7 +302,7 @@ void psp_store_execute(psp_store_t *st, const struct psp_charge_request *req,
 {
     const struct psp_method *m = find_method(req->payment_method);
     char id[40];
-    json_t *pi, *metadata, *body;
+    json_t *pi, *metadata, *body, *apm = NULL;
     int status;
 
     pthread_mutex_lock(&st->lock);
@@ -262,10 +317,19 @@ void psp_store_execute(psp_store_t *st, const struct psp_charge_request *req,
                             json_string(req->payment_attempt_id));
     if (req->order_id)
         json_object_set_new(metadata, "order_id", json_string(req->order_id));
-    pi = json_pack("{s:s, s:s, s:I, s:s, s:s, s:I, s:o}", "id", id, "object",
-                   "payment_intent", "amount",
+    if (req->apm_enabled) {
+        apm = json_pack("{s:b}", "enabled", !strcmp(req->apm_enabled, "true"));
+        if (req->apm_allow_redirects)
+            json_object_set_new(apm, "allow_redirects",
+                                json_string(req->apm_allow_redirects));
+    }
+    /* As Stripe does, customer and automatic_payment_methods are null when
+     * the request had none. */
+    pi = json_pack("{s:s, s:s, s:I, s:s, s:s, s:s?, s:o?, s:I, s:o}", "id", id,
+                   "object", "payment_intent", "amount",
                    (json_int_t)strtoll(req->amount, NULL, 10), "currency",
-                   req->currency, "payment_method", req->payment_method, "created",
+                   req->currency, "payment_method", req->payment_method, "customer",
+                   req->customer, "automatic_payment_methods", apm, "created",
                    (json_int_t)(now_ms / 1000), "metadata", metadata);
     if (m->status) {
         json_object_set_new(pi, "status", json_string(m->status));
@@ -289,9 +353,10 @@ void psp_store_execute(psp_store_t *st, const struct psp_charge_request *req,
     json_object_set(st->intents, id, pi);
     json_array_append_new(
         st->ledger,
-        json_pack("{s:s?, s:s, s:s?, s:s?, s:I, s:s, s:s, s:i, s:I}", "idempotency_key",
-                  req->idempotency_key, "payment_intent_id", id, "payment_attempt_id",
-                  req->payment_attempt_id, "order_id", req->order_id, "amount",
+        json_pack("{s:s?, s:s, s:s?, s:s?, s:s?, s:I, s:s, s:s, s:i, s:I}",
+                  "idempotency_key", req->idempotency_key, "payment_intent_id", id,
+                  "payment_attempt_id", req->payment_attempt_id, "order_id",
+                  req->order_id, "customer", req->customer, "amount",
                   (json_int_t)strtoll(req->amount, NULL, 10), "currency", req->currency,
                   "outcome", m->status ? m->status : "declined", "http_status", status,
                   "at_ms", (json_int_t)now_ms));

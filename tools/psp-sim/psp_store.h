@@ -24,9 +24,13 @@ struct psp_charge_request {
     const char *currency;
     const char *payment_method;
     const char *confirm;
-    const char *payment_attempt_id; /* metadata[payment_attempt_id] */
-    const char *order_id;           /* metadata[order_id] */
-    const char *body;               /* the raw form body: fingerprinted */
+    const char *payment_attempt_id;  /* metadata[payment_attempt_id] */
+    const char *order_id;            /* metadata[order_id] */
+    const char *customer;            /* NULL, or must look like cus_<alnum> */
+    const char *apm_enabled;         /* automatic_payment_methods[enabled] */
+    const char *apm_allow_redirects; /* automatic_payment_methods[allow_redirects] */
+    const char *body;                /* the raw form body: fingerprinted, so every
+                                        parameter (customer included) counts */
 };
 
 /* What a request resolved to. `body` is owned by the caller (free()). */
