@@ -94,9 +94,10 @@ attempt_store_t *attempt_store_new(const char *database_url, const char *actor,
     char *perr = NULL;
     PQconninfoOption *opts = PQconninfoParse(database_url, &perr);
     if (!opts) {
-        char line[256];
-        db_error_line(perr ? perr : "out of memory", line, sizeof(line));
-        snprintf(errbuf, errbuf_size, "bad database url: %s", line);
+        /* libpq's line may quote a piece of the password: not shown. */
+        snprintf(errbuf, errbuf_size,
+                 "bad database url: libpq cannot parse it (not shown: it may hold a "
+                 "password)");
         PQfreemem(perr);
         goto fail;
     }
@@ -176,15 +177,15 @@ static const char *SQL_INSERT_REJECTED =
     "WITH v AS ("
     "  SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[],"
     "    $5::bigint[], $6::text[], $7::text[], $8::text[], $9::jsonb[], $10::text[])"
-    "  AS v(id, order_id, idempotency_key, fp, amount, currency, payment_method,"
-    "       customer_id, metadata, reason)),"
+    "  WITH ORDINALITY AS v(id, order_id, idempotency_key, fp, amount, currency,"
+    "       payment_method, customer_id, metadata, reason, n)),"
     " ins AS ("
     "  INSERT INTO payment_attempts (id, order_id, idempotency_key, "
     "request_fingerprint,"
     "    amount, currency, payment_method, customer_id, metadata, status, reason)"
     "  SELECT id, order_id, idempotency_key, fp, amount, currency, payment_method,"
     "    nullif(customer_id, ''), metadata, " ATTEMPT_SQL(REJECTED) ", reason FROM v"
-    "  ON CONFLICT DO NOTHING"
+    "  ORDER BY n ON CONFLICT DO NOTHING"
     "  RETURNING id, order_id, amount, currency, provider_payment_id, status, reason,"
     "    $13::text AS event_type),"
     " tr AS ("
@@ -333,7 +334,7 @@ int attempt_store_record(attempt_store_t *st, struct attempt_record_item *items,
             continue;
         }
         const char *status = PQgetvalue(live, row, 2);
-        if (!strcmp(status, "SUCCEEDED"))
+        if (!strcmp(status, ATTEMPT_S_SUCCEEDED))
             snprintf(items[i].reason, sizeof(items[i].reason),
                      "order_already_paid: attempt %s succeeded",
                      PQgetvalue(live, row, 1));
@@ -356,10 +357,22 @@ int attempt_store_record(attempt_store_t *st, struct attempt_record_item *items,
             rc = failed();
             goto out;
         }
-        for (size_t i = 0; i < n; i++)
-            if (items[i].result == ATTEMPT_REJECTED &&
-                !in_result(rej, 0, items[i].cmd->payment_attempt_id))
-                items[i].result = ATTEMPT_RETRY; /* a duplicate beat us to it */
+        /* Only the first message of an attempt in this batch is the one
+         * stored REJECTED; any other (a copy, or a conflicting resend) is
+         * recorded again, and then compared with the stored row like any
+         * message. So is one whose row a concurrent duplicate wrote. */
+        for (size_t i = 0; i < n; i++) {
+            if (items[i].result != ATTEMPT_REJECTED)
+                continue;
+            int first = in_result(rej, 0, items[i].cmd->payment_attempt_id);
+            for (size_t k = 0; first && k < i; k++)
+                if (items[k].result != ATTEMPT_RETRY &&
+                    !strcmp(items[k].cmd->payment_attempt_id,
+                            items[i].cmd->payment_attempt_id))
+                    first = 0;
+            if (!first)
+                items[i].result = ATTEMPT_RETRY;
+        }
     }
     rc = ATTEMPT_STORE_OK;
     goto out;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <libpq-fe.h>
 #include <librdkafka/rdkafka.h>
 
 #include "log.h"
@@ -53,6 +54,8 @@ static const struct config_row config_table[CONFIG__COUNT] = {
      1, "provider secret, sent as Authorization: Bearer (required)"},
     {CONFIG_PROVIDER_TIMEOUT_MS, "PROVIDER_TIMEOUT_MS", CONFIG_T_INT, "10000", 100,
      600000, R_PROV, 0, "limit of one provider call, in ms"},
+    {CONFIG_PROVIDER_API_VERSION, "PROVIDER_API_VERSION", CONFIG_T_STR, "2024-06-20", 0,
+     0, R_PROV, 0, "provider API version pinned with the Stripe-Version header"},
     {CONFIG_WEBHOOK_SIGNING_SECRET, "WEBHOOK_SIGNING_SECRET", CONFIG_T_SECRET, NULL, 0,
      0, CONFIG_ROLE_API, 0, "secret for provider webhook signatures"},
     {CONFIG_CHARGE_COMMANDS_TOPIC, "CHARGE_COMMANDS_TOPIC", CONFIG_T_TOPIC,
@@ -362,6 +365,17 @@ out:
     return rc;
 }
 
+/* A libpq error can quote the password alone (a bad %-escape in it, say):
+ * the whole URL being secret is not enough, so its password is too. */
+static void add_password_secret(const char *database_url)
+{
+    PQconninfoOption *opts = PQconninfoParse(database_url, NULL);
+    for (PQconninfoOption *o = opts; o && o->keyword; o++)
+        if (!strcmp(o->keyword, "password") && o->val && o->val[0])
+            log_add_secret(o->val);
+    PQconninfoFree(opts);
+}
+
 config_t *config_new(unsigned roles, const char *role_name, char *errbuf,
                      size_t errbuf_size)
 {
@@ -397,6 +411,8 @@ config_t *config_new(unsigned roles, const char *role_name, char *errbuf,
         cfg->values[i] = v;
         if (row->type == CONFIG_T_SECRET && v[0])
             log_add_secret(v);
+        if (row->key == CONFIG_DATABASE_URL)
+            add_password_secret(v);
         if (validate(row, v, &cfg->ints[i], errbuf, errbuf_size) != 0)
             goto fail;
     }

@@ -8,6 +8,7 @@
 
 #include <curl/curl.h>
 #include <jansson.h>
+#include <openssl/crypto.h>
 
 #include "utf8_text.h"
 
@@ -22,16 +23,19 @@ struct provider_xfer {
     size_t answer_len;
     size_t bytes_out; /* request bytes curl reported sent */
     int sends;        /* times the request's headers went out */
-    int replayed;
     void *opaque;
     int lookup; /* a GET: classify as a look-up */
+    long long amount; /* a charge: what we asked for, to check the answer */
+    char currency[8];
+    char attempt_id[40];
     int search;
     struct provider_xfer *next; /* in the client's list of async transfers */
 };
 
 struct provider_client {
     char *base_url;
-    char *auth_header; /* "Authorization: Bearer ..." */
+    char *auth_header;    /* "Authorization: Bearer ..." */
+    char *version_header; /* "Stripe-Version: ...", or NULL */
     long timeout_ms;
     CURLSH *share;
     pthread_mutex_t share_locks[CURL_LOCK_DATA_LAST];
@@ -73,8 +77,8 @@ static void share_unlock(CURL *h, curl_lock_data data, void *u)
 }
 
 provider_client_t *provider_client_new(const char *base_url, const char *api_key,
-                                       long timeout_ms, char *errbuf,
-                                       size_t errbuf_size)
+                                       const char *api_version, long timeout_ms,
+                                       char *errbuf, size_t errbuf_size)
 {
     provider_client_t *pc;
     size_t n;
@@ -99,6 +103,17 @@ provider_client_t *provider_client_new(const char *base_url, const char *api_key
     if (!pc->base_url || !pc->auth_header)
         goto oom;
     snprintf(pc->auth_header, n, "Authorization: Bearer %s", api_key);
+    if (api_version && *api_version) {
+        if (strpbrk(api_version, "\r\n")) {
+            snprintf(errbuf, errbuf_size, "provider api version is malformed");
+            provider_client_free(pc);
+            return NULL;
+        }
+        n = strlen(api_version) + 20;
+        if (!(pc->version_header = malloc(n)))
+            goto oom;
+        snprintf(pc->version_header, n, "Stripe-Version: %s", api_version);
+    }
     n = strlen(pc->base_url);
     while (n > 0 && pc->base_url[n - 1] == '/')
         pc->base_url[--n] = '\0';
@@ -144,11 +159,10 @@ void provider_client_free(provider_client_t *pc)
         curl_share_cleanup(pc->share);
     if (pc->auth_header) {
         /* Leave no copy of the secret in freed memory. */
-        volatile char *p = pc->auth_header;
-        while (*p)
-            *p++ = 0;
+        OPENSSL_cleanse(pc->auth_header, strlen(pc->auth_header));
         free(pc->auth_header);
     }
+    free(pc->version_header);
     free(pc->base_url);
     for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
         pthread_mutex_destroy(&pc->share_locks[i]);
@@ -171,21 +185,6 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *u)
     return n;
 }
 
-static size_t on_header(char *buf, size_t size, size_t nitems, void *u)
-{
-    struct provider_xfer *x = u;
-    size_t n = size * nitems;
-    const char *name = "idempotent-replayed:";
-    size_t nl = strlen(name);
-    if (n > nl && !strncasecmp(buf, name, nl)) {
-        const char *v = buf + nl;
-        while (*v == ' ')
-            v++;
-        x->replayed = !strncasecmp(v, "true", 4);
-    }
-    return n;
-}
-
 /* The wire, as curl saw it: counts request bytes actually sent. Only called
  * with CURLOPT_VERBOSE; nothing is printed. */
 static int on_debug(CURL *h, curl_infotype type, char *data, size_t size, void *u)
@@ -200,6 +199,16 @@ static int on_debug(CURL *h, curl_infotype type, char *data, size_t size, void *
     return 0;
 }
 
+/* Appends one header line (copied); 0 / -1, the list intact on failure. */
+static int add_header(struct provider_xfer *x, const char *line)
+{
+    struct curl_slist *h = curl_slist_append(x->headers, line);
+    if (!h)
+        return -1;
+    x->headers = h;
+    return 0;
+}
+
 static struct provider_xfer *xfer_new(provider_client_t *pc, const char *url,
                                       char *body, int with_share)
 {
@@ -210,10 +219,8 @@ static struct provider_xfer *xfer_new(provider_client_t *pc, const char *url,
     }
     x->body = body;
     x->easy = curl_easy_init();
-    x->headers = curl_slist_append(NULL, pc->auth_header);
-    if (x->headers)
-        x->headers = curl_slist_append(x->headers, "Expect:");
-    if (!x->easy || !x->headers) {
+    if (!x->easy || add_header(x, pc->auth_header) || add_header(x, "Expect:") ||
+        (pc->version_header && add_header(x, pc->version_header))) {
         xfer_free(x);
         return NULL;
     }
@@ -225,8 +232,6 @@ static struct provider_xfer *xfer_new(provider_client_t *pc, const char *url,
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, x);
-    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
     curl_easy_setopt(e, CURLOPT_DEBUGFUNCTION, on_debug);
     curl_easy_setopt(e, CURLOPT_DEBUGDATA, x);
     curl_easy_setopt(e, CURLOPT_VERBOSE, 1L);
@@ -244,12 +249,12 @@ static struct provider_xfer *xfer_new(provider_client_t *pc, const char *url,
     return x;
 }
 
-/* Appends "&name=escaped(value)" to a growing form body. */
-static int form_add(CURL *esc, char **body, size_t *len, const char *name,
-                    const char *value)
+/* Appends "&name=escaped(value)" to a growing form body. (curl_easy_escape
+ * needs no handle since libcurl 7.82.) */
+static int form_add(char **body, size_t *len, const char *name, const char *value)
 {
-    char *ev = curl_easy_escape(esc, value, 0);
-    char *en = curl_easy_escape(esc, name, 0);
+    char *ev = curl_easy_escape(NULL, value, 0);
+    char *en = curl_easy_escape(NULL, name, 0);
     int rc = -1;
     if (!ev || !en)
         goto out;
@@ -273,11 +278,8 @@ static struct provider_xfer *charge_xfer(provider_client_t *pc,
 {
     char url[1024], amount[32], currency[8], *body = NULL, *hdr = NULL;
     size_t len = 0;
-    CURL *esc = curl_easy_init();
     struct provider_xfer *x = NULL;
 
-    if (!esc)
-        goto oom;
     if (!ch->idempotency_key || !*ch->idempotency_key ||
         strpbrk(ch->idempotency_key, "\r\n")) {
         snprintf(errbuf, errbuf_size, "charge without a usable idempotency key");
@@ -287,29 +289,37 @@ static struct provider_xfer *charge_xfer(provider_client_t *pc,
     snprintf(currency, sizeof(currency), "%s", ch->currency ? ch->currency : "");
     for (char *p = currency; *p; p++)
         *p = (char)tolower((unsigned char)*p);
-    if (form_add(esc, &body, &len, "amount", amount) ||
-        form_add(esc, &body, &len, "currency", currency) ||
-        form_add(esc, &body, &len, "payment_method", ch->payment_method) ||
-        form_add(esc, &body, &len, "confirm", "true") ||
-        form_add(esc, &body, &len, "off_session", "true") ||
-        form_add(esc, &body, &len, "metadata[payment_attempt_id]",
-                 ch->payment_attempt_id) ||
-        form_add(esc, &body, &len, "metadata[order_id]", ch->order_id))
+    /* automatic_payment_methods without redirects: recent API versions
+     * refuse a server-side confirm without a return_url otherwise. A saved
+     * card belongs to its customer, so the customer goes along. */
+    if (form_add(&body, &len, "amount", amount) ||
+        form_add(&body, &len, "currency", currency) ||
+        form_add(&body, &len, "payment_method", ch->payment_method) ||
+        form_add(&body, &len, "confirm", "true") ||
+        form_add(&body, &len, "off_session", "true") ||
+        form_add(&body, &len, "automatic_payment_methods[enabled]", "true") ||
+        form_add(&body, &len, "automatic_payment_methods[allow_redirects]", "never") ||
+        (ch->customer_id && *ch->customer_id &&
+         form_add(&body, &len, "customer", ch->customer_id)) ||
+        form_add(&body, &len, "metadata[payment_attempt_id]", ch->payment_attempt_id) ||
+        form_add(&body, &len, "metadata[order_id]", ch->order_id))
         goto oom;
     snprintf(url, sizeof(url), "%s/v1/payment_intents", pc->base_url);
     x = xfer_new(pc, url, body, with_share);
     body = NULL; /* owned by x, or freed */
     if (!x)
         goto oom;
+    x->amount = ch->amount;
+    snprintf(x->currency, sizeof(x->currency), "%s", currency);
+    snprintf(x->attempt_id, sizeof(x->attempt_id), "%s",
+             ch->payment_attempt_id ? ch->payment_attempt_id : "");
     size_t hl = strlen(ch->idempotency_key) + 20;
     hdr = malloc(hl);
     if (!hdr)
         goto oom;
     snprintf(hdr, hl, "Idempotency-Key: %s", ch->idempotency_key);
-    struct curl_slist *h = curl_slist_append(x->headers, hdr);
-    if (!h)
+    if (add_header(x, hdr))
         goto oom;
-    x->headers = h;
     curl_easy_setopt(x->easy, CURLOPT_HTTPHEADER, x->headers);
     goto out;
 oom:
@@ -319,8 +329,6 @@ oom:
 out:
     free(hdr);
     free(body);
-    if (esc)
-        curl_easy_cleanup(esc);
     return x;
 }
 
@@ -425,6 +433,8 @@ static void classify_charge(int http, json_t *doc, struct provider_result *res)
                 copy_str(res->provider_payment_id, sizeof(res->provider_payment_id), id);
         } else {
             res->outcome = PROVIDER_REQUIRES_REVIEW;
+            if (!res->error[0])
+                copy_str(res->error, sizeof(res->error), "402 without a card error");
         }
         return;
     case 400:
@@ -438,15 +448,51 @@ static void classify_charge(int http, json_t *doc, struct provider_result *res)
         if (!res->error[0])
             snprintf(res->error, sizeof(res->error), "provider answered %d", http);
         return;
-    default:
-        /* 401, 403, 404: the provider refused us before doing anything (our
-         * key or URL is wrong). Retrying with the same key is safe, and an
-         * operator must look: the caller logs it. */
+    case 401:
+    case 403:
+    case 404:
+        /* The provider refused us before doing anything (our key or URL is
+         * wrong). Retrying with the same key is safe, and an operator must
+         * look: the caller logs it. */
         res->outcome = PROVIDER_NOT_EXECUTED;
         snprintf(res->error, sizeof(res->error), "provider refused the request (%d)",
                  http);
         return;
+    default:
+        /* 1xx, 3xx, another 4xx: nothing says it did not execute. Unknown,
+         * for look-ups; retrying it for as long as the key is kept would
+         * hold the partition for a day. */
+        res->outcome = PROVIDER_UNKNOWN;
+        snprintf(res->error, sizeof(res->error), "unexpected answer %d", http);
+        return;
     }
+}
+
+/* A charge's intent must be the one we asked for: the same amount and
+ * currency, and our attempt in its metadata. An answer that says otherwise
+ * is not a success we can book: a human looks. Fields the answer does not
+ * carry are not judged. */
+static void check_intent_matches(const struct provider_xfer *x, json_t *doc,
+                                 struct provider_result *res)
+{
+    if (res->outcome != PROVIDER_SUCCEEDED && res->outcome != PROVIDER_PROCESSING)
+        return;
+    json_t *amount = json_object_get(doc, "amount");
+    const char *currency = json_string_value(json_object_get(doc, "currency"));
+    const char *attempt = json_string_value(
+        json_object_get(json_object_get(doc, "metadata"), "payment_attempt_id"));
+    char why[160] = "";
+    if (json_is_integer(amount) && json_integer_value(amount) != x->amount)
+        snprintf(why, sizeof(why), "intent amount %lld, we asked %lld",
+                 (long long)json_integer_value(amount), x->amount);
+    else if (currency && strcasecmp(currency, x->currency) != 0)
+        snprintf(why, sizeof(why), "intent currency differs from the one we asked");
+    else if (attempt && strcmp(attempt, x->attempt_id) != 0)
+        snprintf(why, sizeof(why), "intent belongs to another payment attempt");
+    if (!why[0])
+        return;
+    res->outcome = PROVIDER_REQUIRES_REVIEW;
+    copy_str(res->error, sizeof(res->error), why);
 }
 
 static void classify_lookup(int http, json_t *doc, int search,
@@ -508,7 +554,10 @@ static void finish(struct provider_xfer *x, CURLcode cc, struct provider_result 
     res->latency_ms = (long)(total_us / 1000);
     res->sent = x->bytes_out > 0;
     res->resent = x->sends > 1 ? x->sends - 1 : 0;
-    res->replayed = x->replayed;
+    struct curl_header *replayed = NULL;
+    if (curl_easy_header(x->easy, "Idempotent-Replayed", 0, CURLH_HEADER, -1,
+                         &replayed) == CURLHE_OK)
+        res->replayed = !strcasecmp(replayed->value, "true");
 
     if (cc != CURLE_OK) {
         res->http_status = 0;
@@ -523,8 +572,10 @@ static void finish(struct provider_xfer *x, CURLcode cc, struct provider_result 
     json_t *doc = x->answer ? json_loadb(x->answer, x->answer_len, 0, &jerr) : NULL;
     if (x->lookup)
         classify_lookup((int)http, doc, x->search, res);
-    else
+    else {
         classify_charge((int)http, doc, res);
+        check_intent_matches(x, doc, res);
+    }
     json_decref(doc);
 }
 
@@ -569,12 +620,9 @@ int provider_client_retrieve(provider_client_t *pc, const char *payment_intent_i
                              struct provider_result *res)
 {
     char url[1024];
-    CURL *esc = curl_easy_init();
-    char *id = esc ? curl_easy_escape(esc, payment_intent_id, 0) : NULL;
+    char *id = curl_easy_escape(NULL, payment_intent_id ? payment_intent_id : "", 0);
     snprintf(url, sizeof(url), "%s/v1/payment_intents/%s", pc->base_url, id ? id : "");
     curl_free(id);
-    if (esc)
-        curl_easy_cleanup(esc);
     return lookup(pc, url, 0, res);
 }
 
@@ -582,14 +630,11 @@ int provider_client_search(provider_client_t *pc, const char *payment_attempt_id
                            struct provider_result *res)
 {
     char url[1024], q[256];
-    CURL *esc = curl_easy_init();
     snprintf(q, sizeof(q), "metadata['payment_attempt_id']:'%s'", payment_attempt_id);
-    char *eq = esc ? curl_easy_escape(esc, q, 0) : NULL;
+    char *eq = curl_easy_escape(NULL, q, 0);
     snprintf(url, sizeof(url), "%s/v1/payment_intents/search?query=%s", pc->base_url,
              eq ? eq : "");
     curl_free(eq);
-    if (esc)
-        curl_easy_cleanup(esc);
     return lookup(pc, url, 1, res);
 }
 

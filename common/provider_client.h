@@ -35,6 +35,7 @@ struct provider_charge {
     long long amount;     /* minor units */
     const char *currency; /* ISO 4217; sent in lower case */
     const char *payment_method;
+    const char *customer_id; /* sent as `customer`; NULL or "" for none */
     const char *payment_attempt_id;
     const char *order_id;
 };
@@ -59,11 +60,13 @@ struct provider_result {
 
 typedef struct provider_client provider_client_t;
 
-/* base_url e.g. "http://127.0.0.1:12111"; the key is copied. NULL and errbuf
- * on failure. */
+/* base_url e.g. "http://127.0.0.1:12111"; api_version is pinned with a
+ * Stripe-Version header on every request (NULL or "" sends none). Copies
+ * all three; the key is wiped from memory by provider_client_free. NULL and
+ * errbuf on failure. */
 provider_client_t *provider_client_new(const char *base_url, const char *api_key,
-                                       long timeout_ms, char *errbuf,
-                                       size_t errbuf_size);
+                                       const char *api_version, long timeout_ms,
+                                       char *errbuf, size_t errbuf_size);
 void provider_client_free(provider_client_t *pc);
 
 /* Blocking. Always fill *res; return 0 (the outcome says what happened). */

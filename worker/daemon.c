@@ -35,29 +35,50 @@ int daemon_stopping(void)
     return stop_signals;
 }
 
+static volatile sig_atomic_t said;
+
+static void *say(void *msg)
+{
+    log_warn(msg, NULL);
+    said = 1;
+    return NULL;
+}
+
+/* Logs why from another thread and exits within 100 ms whether or not the
+ * line could be written: logging takes a lock that a thread blocked on a
+ * full stderr may hold. */
+static void exit_now(const char *why)
+{
+    pthread_t t;
+    if (pthread_create(&t, NULL, say, (void *)why) == 0) {
+        pthread_detach(t);
+        for (int i = 0; i < 20 && !said; i++) {
+            struct timespec ts = {0, 5 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+    }
+    _exit(1);
+}
+
 /* Bounds the whole shutdown, whatever the loop is blocked in (a database
- * call, librdkafka's close or destroy). */
+ * call, librdkafka's close or destroy, a blocked stderr). */
 static void *watchdog(void *arg)
 {
-    const long long limit_ms = watchdog_limit_ms;
+    /* exit_now takes up to 100 ms of the budget. */
+    const long long limit_ms = watchdog_limit_ms > 200 ? watchdog_limit_ms - 100
+                                                       : watchdog_limit_ms;
     int64_t first = -1;
     (void)arg;
     for (;;) {
         struct timespec ts = {0, 20 * 1000000L};
         nanosleep(&ts, NULL);
         int n = stop_signals;
-        if (n >= 2) {
-            log_warn("second signal: exiting at once; uncommitted messages come back",
-                     NULL);
-            _exit(1);
-        }
+        if (n >= 2)
+            exit_now("second signal: exiting at once; uncommitted messages come back");
         if (n == 1 && first < 0)
             first = clock_now_ms();
-        if (first >= 0 && clock_now_ms() - first >= limit_ms) {
-            log_warn("shutdown timeout passed: exiting; uncommitted messages come back",
-                     NULL);
-            _exit(1);
-        }
+        if (first >= 0 && clock_now_ms() - first >= limit_ms)
+            exit_now("shutdown timeout passed: exiting; uncommitted messages come back");
     }
     return NULL;
 }

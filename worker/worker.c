@@ -763,6 +763,7 @@ static void start_calls(struct worker *w)
             .amount = j->params.amount,
             .currency = j->params.currency,
             .payment_method = j->params.payment_method,
+            .customer_id = j->params.customer_id,
             .payment_attempt_id = j->cmd.payment_attempt_id,
             .order_id = j->params.order_id,
         };
@@ -1515,6 +1516,7 @@ static int setup(struct worker *w, char *err, size_t err_size)
 
     w->provider = provider_client_new(config_str(w->cfg, CONFIG_PROVIDER_BASE_URL),
                                       config_str(w->cfg, CONFIG_PROVIDER_API_KEY),
+                                      config_str(w->cfg, CONFIG_PROVIDER_API_VERSION),
                                       w->provider_timeout_ms, err, err_size);
     if (!w->provider)
         return 2;

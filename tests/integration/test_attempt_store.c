@@ -157,6 +157,23 @@ START_TEST(second_attempt_of_a_busy_or_paid_order_is_rejected)
     ck_assert_int_eq(it[0].result, ATTEMPT_REJECTED);
     ck_assert_msg(strstr(it[0].reason, "order_already_paid") != NULL, "%s",
                   it[0].reason);
+
+    /* Copies of one rejected attempt in one batch, two of them conflicting:
+     * only the first is stored; the others are compared with it. */
+    struct charge_command x = cmd(a.order_id, 1000), x_amount = x, x_key = x, x_dup = x;
+    snprintf(x_amount.fingerprint, sizeof(x_amount.fingerprint), "fp-2000");
+    strcat(x_key.idempotency_key, ":other");
+    struct charge_command *copies[] = {&x, &x_amount, &x_key, &x_dup};
+    struct attempt_record_item ci4[4];
+    record(st, copies, 4, ci4);
+    ck_assert_int_eq(ci4[0].result, ATTEMPT_REJECTED);
+    for (int i = 1; i < 4; i++)
+        ck_assert_int_eq(ci4[i].result, ATTEMPT_RETRY);
+    struct charge_command *again[] = {&x_amount, &x_key, &x_dup};
+    record(st, again, 3, ci4);
+    ck_assert_int_eq(ci4[0].result, ATTEMPT_CONFLICT);
+    ck_assert_int_eq(ci4[1].result, ATTEMPT_CONFLICT);
+    ck_assert_int_eq(ci4[2].result, ATTEMPT_RECORDED); /* then SETTLED at claim */
     attempt_store_free(st);
 }
 END_TEST

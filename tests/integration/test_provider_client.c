@@ -19,7 +19,8 @@ static char err[256];
 static void setup(void)
 {
     psp_sim_start(&sim, NULL);
-    pc = provider_client_new(sim.base_url, PSP_SIM_TEST_KEY, 1000, err, sizeof(err));
+    pc = provider_client_new(sim.base_url, PSP_SIM_TEST_KEY, "2024-06-20", 1000, err,
+                             sizeof(err));
     ck_assert_msg(pc != NULL, "%s", err);
 }
 
@@ -162,7 +163,7 @@ START_TEST(refused_connection_is_not_executed)
     char url[64];
     snprintf(url, sizeof(url), "http://127.0.0.1:%d", psp_sim_free_port());
     provider_client_t *dead =
-        provider_client_new(url, PSP_SIM_TEST_KEY, 1000, err, sizeof(err));
+        provider_client_new(url, PSP_SIM_TEST_KEY, NULL, 1000, err, sizeof(err));
     struct provider_result r;
     struct provider_charge c = ch("pc-refused", 100, "pm_card_visa");
     provider_client_charge(dead, &c, &r);
