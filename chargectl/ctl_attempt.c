@@ -125,18 +125,24 @@ static void usage(FILE *out)
             "usage.\n");
 }
 
-/* Runs a one-row, one-column JSON query; returns the parsed value or NULL. */
+/* Runs a one-row, one-column JSON query; returns the parsed value, or NULL
+ * with *missing set when there is no row (and errbuf filled otherwise). */
 static json_t *query_json(PGconn *conn, const char *sql, int n, const char *const *p,
-                          char *err, size_t err_size)
+                          int *missing, char *err, size_t err_size)
 {
     PGresult *r = db_exec(conn, sql, n, p, err, err_size);
     json_t *j = NULL;
+    *missing = 0;
     if (!r)
         return NULL;
-    if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 0))
+    if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 0)) {
         j = json_loads(PQgetvalue(r, 0, 0), 0, NULL);
-    else
+        if (!j)
+            snprintf(err, err_size, "the database answered something that is not JSON");
+    } else {
+        *missing = 1;
         snprintf(err, err_size, "not found");
+    }
     PQclear(r);
     return j;
 }
@@ -186,18 +192,19 @@ static int attempt_show(PGconn *conn, const char *id, int as_json)
 {
     char err[512];
     const char *p[1] = {id};
-    json_t *a = query_json(conn, SQL_ATTEMPT, 1, p, err, sizeof(err));
+    int missing;
+    json_t *a = query_json(conn, SQL_ATTEMPT, 1, p, &missing, err, sizeof(err));
     if (!a) {
-        if (!strcmp(err, "not found"))
+        if (missing)
             fprintf(stderr, "chargectl attempt show: no attempt %s\n", id);
         else
             fprintf(stderr, "chargectl attempt show: %s\n", err);
         return CTL_FAILED;
     }
-    json_t *tr = query_json(conn, SQL_TRANSITIONS, 1, p, err, sizeof(err));
-    json_t *calls = query_json(conn, SQL_CALLS, 1, p, err, sizeof(err));
-    json_t *ledger = query_json(conn, SQL_LEDGER, 1, p, err, sizeof(err));
-    json_t *events = query_json(conn, SQL_EVENTS, 1, p, err, sizeof(err));
+    json_t *tr = query_json(conn, SQL_TRANSITIONS, 1, p, &missing, err, sizeof(err));
+    json_t *calls = query_json(conn, SQL_CALLS, 1, p, &missing, err, sizeof(err));
+    json_t *ledger = query_json(conn, SQL_LEDGER, 1, p, &missing, err, sizeof(err));
+    json_t *events = query_json(conn, SQL_EVENTS, 1, p, &missing, err, sizeof(err));
     if (!tr || !calls || !ledger || !events) {
         fprintf(stderr, "chargectl attempt show: %s\n", err);
         json_decref(a);
@@ -262,7 +269,8 @@ static int attempt_list(PGconn *conn, const char *order, const char *status,
 {
     char err[512];
     const char *p[4] = {order, status, older, limit};
-    json_t *rows = query_json(conn, SQL_LIST, 4, p, err, sizeof(err));
+    int missing;
+    json_t *rows = query_json(conn, SQL_LIST, 4, p, &missing, err, sizeof(err));
     if (!rows) {
         fprintf(stderr, "chargectl attempt list: %s\n", err);
         return CTL_FAILED;

@@ -186,6 +186,12 @@ static int read_range(struct dlq_ctx *c, int32_t only_partition, int64_t only_of
     rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(np);
     int64_t *end = calloc((size_t)np, sizeof(*end));
     int open = 0, rc = CTL_FAILED;
+    if (!list || !end) {
+        snprintf(err, err_size, "out of memory");
+        rd_kafka_topic_partition_list_destroy(list);
+        free(end);
+        return CTL_FAILED;
+    }
     for (int p = 0; p < np; p++) {
         int64_t lo, hi;
         if (only_partition >= 0 && p != only_partition)
@@ -634,6 +640,10 @@ static int dlq_replay(struct dlq_ctx *c, int argc, char **argv, const struct fil
             }
         }
         sel = calloc(c->n + 1, sizeof(*sel));
+        if (!sel) {
+            fprintf(stderr, "chargectl dlq replay: out of memory\n");
+            return CTL_FAILED;
+        }
         for (size_t i = 0; i < c->n; i++)
             sel[n++] = &c->letters[i];
     } else {
@@ -666,6 +676,11 @@ static int dlq_replay(struct dlq_ctx *c, int argc, char **argv, const struct fil
     }
     rd_kafka_t *rk = NULL;
     struct ctl_delivery *sent = calloc(n + 1, sizeof(*sent));
+    if (!sent) {
+        fprintf(stderr, "chargectl dlq replay: out of memory\n");
+        free(sel);
+        return CTL_FAILED;
+    }
     if (!dry_run) {
         rk = ctl_producer_new(c->cfg, err, sizeof(err));
         if (!rk) {

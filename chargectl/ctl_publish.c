@@ -119,6 +119,7 @@ int ctl_publish(int argc, char **argv)
     int nmeta = 0, as_json = 0, c, rc = CTL_FAILED;
     struct pending *msgs = NULL;
     size_t n = 0, cap = 0;
+    int oom = 0;
     config_t *cfg = NULL;
     rd_kafka_t *rk = NULL;
     char err[512];
@@ -196,10 +197,20 @@ int ctl_publish(int argc, char **argv)
             if (len == 0)
                 continue;
             if (n == cap) {
-                cap = cap ? cap * 2 : 256;
-                msgs = realloc(msgs, cap * sizeof(*msgs));
+                size_t ncap = cap ? cap * 2 : 256;
+                struct pending *m = realloc(msgs, ncap * sizeof(*msgs));
+                if (!m) {
+                    oom = 1;
+                    break;
+                }
+                msgs = m;
+                cap = ncap;
             }
             msgs[n] = (struct pending){.value = strdup(line)};
+            if (!msgs[n].value) {
+                oom = 1;
+                break;
+            }
             n++;
         }
         free(line);
@@ -208,9 +219,17 @@ int ctl_publish(int argc, char **argv)
         (void)lineno;
     } else {
         msgs = calloc(1, sizeof(*msgs));
-        msgs[0].value = from_flags(attempt, order, key, amount, currency, pm, customer,
-                                   metadata, nmeta);
-        n = 1;
+        if (msgs) {
+            n = 1;
+            msgs[0].value = from_flags(attempt, order, key, amount, currency, pm,
+                                       customer, metadata, nmeta);
+        }
+        oom = !msgs || !msgs[0].value;
+    }
+    if (oom) {
+        fprintf(stderr, "chargectl publish: out of memory\n");
+        rc = CTL_FAILED;
+        goto out;
     }
     if (n == 0) {
         fprintf(stderr, "chargectl publish: no command to publish\n");

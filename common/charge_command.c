@@ -7,6 +7,7 @@
 
 #include <jansson.h>
 #include <openssl/evp.h>
+#include <uuid/uuid.h>
 
 #include "card_data.h"
 
@@ -23,53 +24,9 @@ static const char iso4217[] =
 
 int charge_command_is_uuid(const char *s)
 {
-    if (!s || strlen(s) != 36)
-        return 0;
-    for (int i = 0; i < 36; i++) {
-        if (i == 8 || i == 13 || i == 18 || i == 23) {
-            if (s[i] != '-')
-                return 0;
-        } else if (!isxdigit((unsigned char)s[i])) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
-/* Strict UTF-8: no overlongs, no surrogates, nothing above U+10FFFF. */
-static int valid_utf8(const unsigned char *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        size_t len;
-        unsigned cp;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if ((c & 0xe0) == 0xc0) {
-            len = 2, cp = c & 0x1f;
-        } else if ((c & 0xf0) == 0xe0) {
-            len = 3, cp = c & 0x0f;
-        } else if ((c & 0xf8) == 0xf0) {
-            len = 4, cp = c & 0x07;
-        } else {
-            return 0;
-        }
-        if (i + len > n)
-            return 0;
-        for (size_t k = 1; k < len; k++) {
-            if ((s[i + k] & 0xc0) != 0x80)
-                return 0;
-            cp = (cp << 6) | (s[i + k] & 0x3f);
-        }
-        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) ||
-            (len == 4 && cp < 0x10000) || cp > 0x10ffff ||
-            (cp >= 0xd800 && cp <= 0xdfff))
-            return 0;
-        i += len;
-    }
-    return 1;
+    uuid_t u;
+    /* uuid_parse reads the 36-character form and nothing else. */
+    return s && strlen(s) == 36 && uuid_parse(s, u) == 0;
 }
 
 static int valid_key_chars(const char *s)
@@ -109,8 +66,8 @@ static int currency_allowed(const char *cur, const char *list)
 static void fingerprint(struct charge_command *c)
 {
     char amount[32];
-    const char *fields[] = {c->payment_attempt_id, c->order_id, amount,
-                            c->currency, c->payment_method, c->customer_id};
+    const char *fields[] = {c->payment_attempt_id, c->order_id,       amount,
+                            c->currency,           c->payment_method, c->customer_id};
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned mdlen = 0;
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
@@ -217,11 +174,13 @@ enum dead_letter_reason charge_command_parse(const void *key, size_t key_len,
                  "provider tokens only");
         return DEAD_LETTER_CARD_DATA;
     }
-    if (!valid_utf8(value, value_len)) {
+    doc = json_loadb(value, value_len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!doc && json_error_code(&jerr) == json_error_invalid_utf8) {
+        /* jansson reads the whole value strictly: no overlongs, no
+         * surrogates, nothing above U+10FFFF. */
         snprintf(errbuf, errbuf_size, "the value is not valid UTF-8");
         return DEAD_LETTER_INVALID_UTF8;
     }
-    doc = json_loadb(value, value_len, JSON_REJECT_DUPLICATES, &jerr);
     if (!doc) {
         snprintf(errbuf, errbuf_size, "not JSON: %s at line %d column %d", jerr.text,
                  jerr.line, jerr.column);
