@@ -10,7 +10,7 @@
 #include "clock.h"
 #include "log.h"
 
-static volatile sig_atomic_t stop_signals;
+static volatile sig_atomic_t stop_signals, failing;
 static long long watchdog_limit_ms;
 
 static void on_signal(int sig)
@@ -32,7 +32,13 @@ void daemon_init(void)
 
 int daemon_stopping(void)
 {
-    return stop_signals;
+    return stop_signals ? stop_signals : failing;
+}
+
+void daemon_fail(const char *why)
+{
+    log_error(why, NULL);
+    failing = 1;
 }
 
 static volatile sig_atomic_t said;
@@ -65,20 +71,21 @@ static void exit_now(const char *why)
 static void *watchdog(void *arg)
 {
     /* exit_now takes up to 100 ms of the budget. */
-    const long long limit_ms = watchdog_limit_ms > 200 ? watchdog_limit_ms - 100
-                                                       : watchdog_limit_ms;
+    const long long limit_ms =
+        watchdog_limit_ms > 200 ? watchdog_limit_ms - 100 : watchdog_limit_ms;
     int64_t first = -1;
     (void)arg;
     for (;;) {
         struct timespec ts = {0, 20 * 1000000L};
         nanosleep(&ts, NULL);
-        int n = stop_signals;
+        int n = daemon_stopping();
         if (n >= 2)
             exit_now("second signal: exiting at once; uncommitted messages come back");
         if (n == 1 && first < 0)
             first = clock_now_ms();
         if (first >= 0 && clock_now_ms() - first >= limit_ms)
-            exit_now("shutdown timeout passed: exiting; uncommitted messages come back");
+            exit_now(
+                "shutdown timeout passed: exiting; uncommitted messages come back");
     }
     return NULL;
 }
@@ -94,7 +101,7 @@ int daemon_run(const struct daemon_role *role, long long shutdown_ms, char *errb
     }
     pthread_detach(t);
 
-    while (!stop_signals)
+    while (!daemon_stopping())
         role->step(role->state);
 
     int64_t stopping_at = clock_now_ms();
@@ -106,5 +113,5 @@ int daemon_run(const struct daemon_role *role, long long shutdown_ms, char *errb
     char n[32];
     snprintf(n, sizeof(n), "%zu", left);
     log_info("stopped", "role", role->name, "unfinished", n, NULL);
-    return left ? 1 : 0;
+    return left || failing ? 1 : 0;
 }

@@ -36,6 +36,10 @@ void daemon_init(void);
 /* How many stop signals have arrived: 0 runs on, 1 drains, 2 exits now. */
 int daemon_stopping(void);
 
+/* The role cannot go on (out of memory, say): stop as on SIGTERM, bounded
+ * the same way, and exit 1 whatever the drain achieves. Logs why. */
+void daemon_fail(const char *why);
+
 /* Runs the role until a signal, then drains for SHUTDOWN_TIMEOUT_MS less a
  * quarter (at most 2 s) kept for finish(). Returns 0 when everything taken
  * was finished, 1 otherwise, or 1 and errbuf when the watchdog cannot

@@ -228,15 +228,20 @@ static unsigned job_jitter(const struct job *j)
 
 /* ---- consuming ---- */
 
+static void hand_back(struct worker *w, const rd_kafka_message_t *m);
+
 static void take_message(struct worker *w, rd_kafka_message_t *msg)
 {
     struct job *j = calloc(1, sizeof(*j));
 
     if (!j || offset_tracker_begin(w->offsets, msg->partition, msg->offset) != 0) {
-        /* Without memory we cannot track it; nothing was committed past it,
-         * so it comes back after a restart. */
-        log_error("out of memory taking a message; exiting", NULL);
-        exit(1);
+        /* Without memory we cannot track it: it goes back to Kafka (nothing
+         * behind it is taken), and the worker stops. */
+        free(j);
+        hand_back(w, msg);
+        rd_kafka_message_destroy(msg);
+        daemon_fail("out of memory taking a message; stopping");
+        return;
     }
     j->msg = msg;
     j->partition = msg->partition;
@@ -1304,8 +1309,9 @@ static size_t detach(struct worker *w, const rd_kafka_topic_partition_list_t *pa
 }
 
 /* Ends a revocation: what is unfinished is given up, what finished is
- * committed (unless the partitions were lost), and librdkafka is told. */
-static void finish_revocation(struct worker *w, struct revocation *r)
+ * committed (unless the partitions were lost), and librdkafka is told. The
+ * caller frees r. */
+static void give_up(struct worker *w, struct revocation *r)
 {
     detach(w, r->parts);
     if (!r->lost)
@@ -1322,6 +1328,11 @@ static void finish_revocation(struct worker *w, struct revocation *r)
     snprintf(count, sizeof(count), "%d", r->parts->cnt);
     log_info(r->lost ? "lost partitions given up" : "revoked partitions drained",
              "count", count, NULL);
+}
+
+static void finish_revocation(struct worker *w, struct revocation *r)
+{
+    give_up(w, r);
     rd_kafka_topic_partition_list_destroy(r->parts);
     free(r);
 }
@@ -1364,8 +1375,13 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     if (r)
         r->parts = rd_kafka_topic_partition_list_copy(parts);
     if (!r || !r->parts) {
-        log_error("out of memory recording a revocation; exiting", NULL);
-        _exit(1); /* nothing committed past what is durable: nothing lost */
+        /* Cannot record it: give the partitions up now, as if lost. */
+        log_error("out of memory recording a revocation; giving the partitions up",
+                  NULL);
+        free(r);
+        struct revocation now = {.parts = parts, .lost = 1};
+        give_up(w, &now);
+        return;
     }
     r->lost = rd_kafka_assignment_lost(rk);
     r->deadline = clock_now_ms() + (r->lost ? 0 : w->drain_ms);
