@@ -508,20 +508,48 @@ out:
 
 /* ---- provider calls ---- */
 
+/* clang-format off */
+/* The rows of provider calls, from nine arrays at $a..$a+8, the actor at
+ * `actor`; `where` limits them (to settled attempts, say). */
+#define SQL_PROVIDER_CALLS(a0, a1, a2, a3, a4, a5, a6, a7, a8, actor, where) \
+    "INSERT INTO provider_calls (payment_attempt_id, operation, started_at, latency_ms," \
+    "  outcome, http_status, replayed, provider_payment_id, error, actor)" \
+    " SELECT id, op, to_timestamp(started_ms / 1000.0), latency, outcome," \
+    "  nullif(http, 0), replayed, nullif(ppid, ''), nullif(err, ''), " actor \
+    " FROM unnest(" a0 "::uuid[], " a1 "::text[], " a2 "::bigint[], " a3 "::int[]," \
+    "  " a4 "::text[], " a5 "::int[], " a6 "::bool[], " a7 "::text[], " a8 "::text[])" \
+    " AS v(id, op, started_ms, latency, outcome, http, replayed, ppid, err) " where
+
 static const char *SQL_LOG_CALLS =
-    "INSERT INTO provider_calls (payment_attempt_id, operation, started_at, latency_ms,"
-    "  outcome, http_status, replayed, provider_payment_id, error, actor)"
-    " SELECT id, 'charge', to_timestamp(started_ms / 1000.0), latency, outcome,"
-    "  nullif(http, 0), replayed, nullif(ppid, ''), nullif(err, ''), $9"
-    " FROM unnest($1::uuid[], $2::bigint[], $3::int[], $4::text[], $5::int[],"
-    "  $6::bool[], $7::text[], $8::text[])"
-    " AS v(id, started_ms, latency, outcome, http, replayed, ppid, err)";
+    SQL_PROVIDER_CALLS("$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8", "$9", "$10", "");
+/* clang-format on */
+
+/* Fills nine arrays (from ar->a[first]) with the calls. 0 / -1. */
+static int add_calls(struct arrays *ar, int first, const struct attempt_call *calls,
+                     size_t n)
+{
+    db_array_t **a = ar->a + first;
+    for (size_t i = 0; i < n; i++) {
+        const struct provider_result *r = calls[i].res;
+        if (db_array_add(a[0], calls[i].attempt_id) ||
+            db_array_add(a[1], calls[i].operation ? calls[i].operation : "charge") ||
+            db_array_add_int(a[2], calls[i].started_ms) ||
+            db_array_add_int(a[3], r->latency_ms) ||
+            db_array_add(a[4], provider_outcome_name(r->outcome)) ||
+            db_array_add_int(a[5], r->http_status) ||
+            db_array_add(a[6], r->replayed ? "t" : "f") ||
+            db_array_add(a[7], r->provider_payment_id) ||
+            db_array_add(a[8], r->outcome == PROVIDER_SUCCEEDED ? "" : r->error))
+            return -1;
+    }
+    return 0;
+}
 
 int attempt_store_log_calls(attempt_store_t *st, const struct attempt_call *calls,
                             size_t n, char *errbuf, size_t errbuf_size)
 {
     struct arrays ar = {0};
-    const char *p[9];
+    const char *p[10];
     int rc;
 
     if (n == 0)
@@ -529,24 +557,12 @@ int attempt_store_log_calls(attempt_store_t *st, const struct attempt_call *call
     if ((rc = ensure_conn(st, errbuf, errbuf_size)) != 0)
         return rc;
     rc = ATTEMPT_STORE_RETRY;
-    if (arrays_init(&ar, 8) != 0)
+    if (arrays_init(&ar, 9) != 0 || add_calls(&ar, 0, calls, n) != 0)
         goto oom;
-    for (size_t i = 0; i < n; i++) {
-        const struct provider_result *r = calls[i].res;
-        if (db_array_add(ar.a[0], calls[i].attempt_id) ||
-            db_array_add_int(ar.a[1], calls[i].started_ms) ||
-            db_array_add_int(ar.a[2], r->latency_ms) ||
-            db_array_add(ar.a[3], provider_outcome_name(r->outcome)) ||
-            db_array_add_int(ar.a[4], r->http_status) ||
-            db_array_add(ar.a[5], r->replayed ? "t" : "f") ||
-            db_array_add(ar.a[6], r->provider_payment_id) ||
-            db_array_add(ar.a[7], r->outcome == PROVIDER_SUCCEEDED ? "" : r->error))
-            goto oom;
-    }
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < 9; i++)
         p[i] = db_array_text(ar.a[i]);
-    p[8] = st->actor;
-    rc = db_run(st->conn, SQL_LOG_CALLS, 9, p, errbuf, errbuf_size) == 0
+    p[9] = st->actor;
+    rc = db_run(st->conn, SQL_LOG_CALLS, 10, p, errbuf, errbuf_size) == 0
              ? ATTEMPT_STORE_OK
              : failed();
     goto out;
@@ -655,6 +671,188 @@ out:
     return rc;
 }
 
+/* ---- reconciliation ---- */
+
+/* clang-format off */
+static const char *SQL_CLAIM_DUE =
+    "WITH c AS ("
+    "  SELECT p.id FROM payment_attempts p"
+    "  WHERE (p.next_check_at IS NULL OR p.next_check_at <= now())"
+    "    AND ((p.status IN (" ATTEMPT_SQL(UNKNOWN) ", " ATTEMPT_SQL(PROCESSING) ")"
+    "          AND p.lease_owner IS NULL)"
+    "      OR (p.status = " ATTEMPT_SQL(UNKNOWN) " AND p.lease_expires_at < now())"
+    "      OR (p.status = " ATTEMPT_SQL(PROCESSING) " AND p.lease_expires_at <"
+    "          now() - make_interval(secs => $4::double precision / 1000)))"
+    "  ORDER BY p.next_check_at NULLS FIRST, p.id LIMIT $3::int"
+    "  FOR UPDATE OF p SKIP LOCKED)"
+    "UPDATE payment_attempts p SET lease_owner = $1,"
+    "  lease_expires_at = now() + make_interval(secs => $2::double precision / 1000),"
+    "  lease_epoch = p.lease_epoch + 1"
+    " FROM c WHERE p.id = c.id"
+    " RETURNING p.id, p.lease_epoch, p.status, coalesce(p.provider_payment_id, ''),"
+    "  coalesce((extract(epoch FROM now() - p.first_sent_at) * 1000)::bigint, -1),"
+    "  (extract(epoch FROM now() - p.created_at) * 1000)::bigint, p.reconcile_checks,"
+    "  p.idempotency_key, p.order_id, p.amount, p.currency, p.payment_method,"
+    "  coalesce(p.customer_id, '')";
+
+/* One settlement: fenced on the claim (or, without a lease, on no lease at
+ * all), on the status it must still have. */
+static const char *SQL_SETTLE =
+    "WITH lk AS ("
+    "  SELECT id, status AS old_status FROM payment_attempts"
+    "  WHERE id = $1::uuid AND status = $2"
+    "    AND CASE WHEN $3::bigint IS NULL THEN lease_owner IS NULL"
+    "             ELSE lease_owner = $4 AND lease_epoch = $3::bigint END"
+    "  FOR UPDATE),"
+    " u AS ("
+    "  UPDATE payment_attempts p SET status = $5,"
+    "    reason = CASE WHEN $5 = lk.old_status THEN p.reason ELSE $6::text END,"
+    "    last_error = CASE WHEN $5 = lk.old_status THEN coalesce($6::text, p.last_error)"
+    "      ELSE p.last_error END,"
+    "    provider_payment_id = coalesce($7::text, p.provider_payment_id),"
+    "    lease_owner = NULL, lease_expires_at = NULL,"
+    "    attempt_count = p.attempt_count + $9::int,"
+    "    reconcile_checks = p.reconcile_checks + $10::int,"
+    "    next_check_at = CASE WHEN $11::bigint IS NULL THEN NULL"
+    "      ELSE now() + make_interval(secs => $11::bigint / 1000.0) END,"
+    "    updated_at = now()"
+    "  FROM lk WHERE p.id = lk.id"
+    "  RETURNING p.id, p.order_id, p.amount, p.currency, p.provider_payment_id,"
+    "    p.status, p.reason, lk.old_status, $8::jsonb AS evidence,"
+    "    CASE WHEN p.status <> lk.old_status THEN $12::text END AS event_type),"
+    " t AS ("
+    "  INSERT INTO attempt_transitions (payment_attempt_id, old_status, new_status,"
+    "    cause, actor, reason, evidence)"
+    "  SELECT id, old_status, status, $13, $4, reason, evidence FROM u"
+    "  WHERE status <> old_status),"
+    " l AS ("
+    "  INSERT INTO ledger_entries (payment_attempt_id, order_id, kind, amount, currency,"
+    "    provider_payment_id)"
+    "  SELECT id, order_id, 'charge', amount, currency, provider_payment_id FROM u"
+    "  WHERE status = " ATTEMPT_SQL(SUCCEEDED)
+    "  ON CONFLICT (payment_attempt_id, kind) DO NOTHING),"
+    SQL_OUTBOX_EVENTS("u", "$14") ","
+    " pc AS ("
+    SQL_PROVIDER_CALLS("$15", "$16", "$17", "$18", "$19", "$20", "$21", "$22", "$23",
+                       "$4", "WHERE EXISTS (SELECT 1 FROM u)") ")"
+    "SELECT id FROM u";
+/* clang-format on */
+
+int attempt_store_claim_due(attempt_store_t *st, struct attempt_due *out, size_t max,
+                            size_t *n, long long lease_ms, long long stale_ms,
+                            char *errbuf, size_t errbuf_size)
+{
+    char lease[32], limit[32], stale[32];
+    const char *p[4] = {st->actor, lease, limit, stale};
+    int rc;
+
+    *n = 0;
+    if (max == 0)
+        return ATTEMPT_STORE_OK;
+    if ((rc = ensure_conn(st, errbuf, errbuf_size)) != 0)
+        return rc;
+    snprintf(lease, sizeof(lease), "%lld", lease_ms);
+    snprintf(limit, sizeof(limit), "%zu", max);
+    snprintf(stale, sizeof(stale), "%lld", stale_ms);
+    PGresult *r = db_exec(st->conn, SQL_CLAIM_DUE, 4, p, errbuf, errbuf_size);
+    if (!r)
+        return failed();
+    for (int i = 0; i < PQntuples(r) && *n < max; i++) {
+        struct attempt_due *d = &out[(*n)++];
+        struct attempt_params *pa = &d->params;
+        memset(d, 0, sizeof(*d));
+        snprintf(d->id, sizeof(d->id), "%s", PQgetvalue(r, i, 0));
+        d->lease_epoch = strtoll(PQgetvalue(r, i, 1), NULL, 10);
+        d->status = (enum attempt_status)attempt_status_parse(PQgetvalue(r, i, 2));
+        snprintf(d->provider_payment_id, sizeof(d->provider_payment_id), "%s",
+                 PQgetvalue(r, i, 3));
+        d->key_age_ms = strtoll(PQgetvalue(r, i, 4), NULL, 10);
+        d->age_ms = strtoll(PQgetvalue(r, i, 5), NULL, 10);
+        d->checks = atoi(PQgetvalue(r, i, 6));
+        snprintf(pa->idempotency_key, sizeof(pa->idempotency_key), "%s",
+                 PQgetvalue(r, i, 7));
+        snprintf(pa->order_id, sizeof(pa->order_id), "%s", PQgetvalue(r, i, 8));
+        pa->amount = strtoll(PQgetvalue(r, i, 9), NULL, 10);
+        snprintf(pa->currency, sizeof(pa->currency), "%s", PQgetvalue(r, i, 10));
+        snprintf(pa->payment_method, sizeof(pa->payment_method), "%s",
+                 PQgetvalue(r, i, 11));
+        snprintf(pa->customer_id, sizeof(pa->customer_id), "%s", PQgetvalue(r, i, 12));
+    }
+    PQclear(r);
+    return ATTEMPT_STORE_OK;
+}
+
+static int settle_one(attempt_store_t *st, struct attempt_settlement *it, char *errbuf,
+                      size_t errbuf_size)
+{
+    struct arrays ar = {0};
+    char epoch[32], charges[16], next[32];
+    const char *p[23];
+    int rc = ATTEMPT_STORE_RETRY, ncharges = 0;
+
+    if (it->status != it->expected &&
+        !attempt_status_transition_allowed((int)it->expected, it->status)) {
+        snprintf(errbuf, errbuf_size, "status %s may not follow %s",
+                 attempt_status_name(it->status), attempt_status_name(it->expected));
+        return ATTEMPT_STORE_DATA;
+    }
+    if (arrays_init(&ar, 9) != 0 || add_calls(&ar, 0, it->calls, it->ncalls) != 0)
+        goto oom;
+    for (size_t i = 0; i < it->ncalls; i++)
+        if (!it->calls[i].operation || !strcmp(it->calls[i].operation, "charge"))
+            ncharges++;
+    snprintf(epoch, sizeof(epoch), "%lld", (long long)it->lease_epoch);
+    snprintf(charges, sizeof(charges), "%d", ncharges);
+    snprintf(next, sizeof(next), "%lld", it->next_check_ms);
+    p[0] = it->attempt_id;
+    p[1] = attempt_status_name(it->expected);
+    p[2] = it->lease_epoch < 0 ? NULL : epoch;
+    p[3] = it->actor ? it->actor : st->actor;
+    p[4] = attempt_status_name(it->status);
+    p[5] = it->reason;
+    p[6] = it->provider_payment_id && *it->provider_payment_id ? it->provider_payment_id
+                                                               : NULL;
+    p[7] = it->evidence_json ? it->evidence_json : "{}";
+    p[8] = charges;
+    p[9] = it->cause && !strcmp(it->cause, "reconciler") ? "1" : "0";
+    p[10] = it->next_check_ms < 0 ? NULL : next;
+    p[11] = attempt_status_event_type(it->status);
+    p[12] = it->cause ? it->cause : "reconciler";
+    p[13] = st->results_topic;
+    for (int i = 0; i < 9; i++)
+        p[14 + i] = db_array_text(ar.a[i]);
+    PGresult *r = db_exec(st->conn, SQL_SETTLE, 23, p, errbuf, errbuf_size);
+    if (!r) {
+        rc = failed();
+        goto out;
+    }
+    it->settled = PQntuples(r) == 1;
+    PQclear(r);
+    rc = ATTEMPT_STORE_OK;
+    goto out;
+oom:
+    snprintf(errbuf, errbuf_size, "out of memory");
+out:
+    arrays_release(&ar);
+    return rc;
+}
+
+int attempt_store_settle(attempt_store_t *st, struct attempt_settlement *items,
+                         size_t n, char *errbuf, size_t errbuf_size)
+{
+    int rc;
+    if (n == 0)
+        return ATTEMPT_STORE_OK;
+    if ((rc = ensure_conn(st, errbuf, errbuf_size)) != 0)
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        items[i].settled = 0;
+        if ((rc = settle_one(st, &items[i], errbuf, errbuf_size)) != 0)
+            return rc;
+    }
+    return ATTEMPT_STORE_OK;
+}
+
 /* ---- leases ---- */
 
 static const char *SQL_RENEW =
@@ -665,7 +863,6 @@ static const char *SQL_RENEW =
     " SET lease_expires_at = now() + make_interval(secs => $3::double precision / 1000)"
     " FROM v JOIN lk ON lk.id = v.id"
     " WHERE p.id = v.id AND p.lease_epoch = v.epoch AND p.lease_owner = $4"
-    "   AND p.status = " ATTEMPT_SQL(PROCESSING)
     " RETURNING p.id";
 
 static const char *SQL_RELEASE =

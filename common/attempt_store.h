@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "attempt_status.h"
 #include "charge_command.h"
 #include "provider_client.h"
 
@@ -97,7 +98,8 @@ int attempt_store_claim(attempt_store_t *st, struct attempt_claim_item *items, s
 
 struct attempt_call {
     const char *attempt_id;
-    int64_t started_ms; /* epoch ms */
+    const char *operation; /* "charge", "retrieve", "search"; NULL: charge */
+    int64_t started_ms;    /* epoch ms */
     const struct provider_result *res;
 };
 
@@ -124,6 +126,54 @@ int attempt_store_persist(attempt_store_t *st, struct attempt_outcome *items, si
                           char *errbuf, size_t errbuf_size);
 
 /* ---- leases ---- */
+
+/* ---- reconciliation: claims of unsettled attempts, settlements ---- */
+
+/* An attempt due for a look, claimed under a fenced lease. */
+struct attempt_due {
+    char id[37];
+    int64_t lease_epoch;
+    enum attempt_status status;   /* UNKNOWN or PROCESSING */
+    char provider_payment_id[96]; /* "" when none is known */
+    int64_t key_age_ms;           /* now - first_sent_at, database clock; -1:
+                                     never sent */
+    int64_t age_ms;               /* now - created_at */
+    int checks;                   /* looks so far */
+    struct attempt_params params;
+};
+
+/* Claims up to `max` attempts whose next look is due (next_check_at passed):
+ * UNKNOWN ones, PROCESSING ones the provider said were processing (no
+ * lease), and PROCESSING ones whose worker's lease expired more than
+ * stale_ms ago (no worker came back). FOR UPDATE SKIP LOCKED and a fenced
+ * lease, as the worker's claim, so reconcilers and workers run side by
+ * side. The status is not changed. *n says how many were claimed. */
+int attempt_store_claim_due(attempt_store_t *st, struct attempt_due *out, size_t max,
+                            size_t *n, long long lease_ms, long long stale_ms,
+                            char *errbuf, size_t errbuf_size);
+
+/* One decision on evidence: a status change, or (status == expected) a
+ * look again later. Written in one statement: the status, a transition with
+ * its cause and evidence, the result event, the ledger row of a success,
+ * and the provider calls made for it. */
+struct attempt_settlement {
+    const char *attempt_id;
+    int64_t lease_epoch;              /* the claim's; < 0: no lease (an operator) */
+    enum attempt_status expected;     /* the status it must still have */
+    enum attempt_status status;       /* the new one; == expected: look later */
+    const char *cause;                /* "reconciler", "operator", "webhook" */
+    const char *actor;                /* NULL: the store's actor */
+    const char *reason;               /* may be NULL */
+    const char *provider_payment_id;  /* may be NULL */
+    const char *evidence_json;        /* what the provider said; NULL: {} */
+    long long next_check_ms;          /* next look; < 0: none */
+    const struct attempt_call *calls; /* provider calls made for it */
+    size_t ncalls;
+    int settled; /* out: 0 when fenced out or moved on */
+};
+
+int attempt_store_settle(attempt_store_t *st, struct attempt_settlement *items,
+                         size_t n, char *errbuf, size_t errbuf_size);
 
 /* Extends the leases still ours; still_ours[i] says which. */
 int attempt_store_renew(attempt_store_t *st, const char *const *attempt_ids,

@@ -314,6 +314,160 @@ START_TEST(failures_are_classified)
 }
 END_TEST
 
+/* Puts an attempt where the worker leaves an unknown outcome: UNKNOWN, no
+ * lease, its next look due now. */
+static struct charge_command unknown_attempt(attempt_store_t *st)
+{
+    struct charge_command a = cmd(NULL, 1000);
+    struct attempt_record_item it[1];
+    struct charge_command *one[] = {&a};
+    record(st, one, 1, it);
+    struct attempt_claim_item ci = {.attempt_id = a.payment_attempt_id};
+    ck_assert_int_eq(attempt_store_claim(st, &ci, 1, 60000, err, sizeof(err)), 0);
+    struct attempt_outcome o = {.attempt_id = a.payment_attempt_id,
+                                .lease_epoch = ci.lease_epoch,
+                                .status = "UNKNOWN",
+                                .reason = "outcome_unknown: timeout",
+                                .event_type = "charge.unknown",
+                                .calls = 1,
+                                .next_check_ms = 0};
+    ck_assert_int_eq(attempt_store_persist(st, &o, 1, err, sizeof(err)), 0);
+    ck_assert(o.persisted);
+    return a;
+}
+
+START_TEST(reconciler_claims_due_attempts_and_settles_them_fenced)
+{
+    attempt_store_t *w = store("w1"), *r1 = store("r1"), *r2 = store("r2");
+    struct charge_command a = unknown_attempt(w);
+    struct attempt_due due[4];
+    size_t n = 0;
+    ck_assert_int_eq(attempt_store_claim_due(r1, due, 4, &n, 60000, 300000, err,
+                                             sizeof(err)),
+                     0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_str_eq(due[0].id, a.payment_attempt_id);
+    ck_assert_int_eq(due[0].status, ATTEMPT_STATUS_UNKNOWN);
+    ck_assert_str_eq(due[0].params.idempotency_key, a.idempotency_key);
+    ck_assert_int_ge(due[0].key_age_ms, 0);
+    ck_assert_int_eq(due[0].checks, 0);
+    /* Leased: a second reconciler finds nothing to do. */
+    size_t n2 = 9;
+    ck_assert_int_eq(attempt_store_claim_due(r2, due + 1, 3, &n2, 60000, 300000, err,
+                                             sizeof(err)),
+                     0);
+    ck_assert_uint_eq(n2, 0);
+
+    /* Look again later: no transition, no event, the count goes up. */
+    struct provider_result look = {.outcome = PROVIDER_UNKNOWN, .http_status = 503};
+    struct attempt_call call = {a.payment_attempt_id, "search", 1, &look};
+    struct attempt_settlement later = {.attempt_id = a.payment_attempt_id,
+                                       .lease_epoch = due[0].lease_epoch,
+                                       .expected = ATTEMPT_STATUS_UNKNOWN,
+                                       .status = ATTEMPT_STATUS_UNKNOWN,
+                                       .cause = "reconciler",
+                                       .reason = "provider unavailable",
+                                       .next_check_ms = 0,
+                                       .calls = &call,
+                                       .ncalls = 1};
+    ck_assert_int_eq(attempt_store_settle(r1, &later, 1, err, sizeof(err)), 0);
+    ck_assert(later.settled);
+    char q[512];
+    snprintf(q, sizeof(q),
+             "SELECT status || reconcile_checks || (lease_owner IS NULL)"
+             " || (SELECT count(*) FROM attempt_transitions t WHERE"
+             " t.payment_attempt_id = p.id) || (SELECT count(*) FROM provider_calls c"
+             " WHERE c.payment_attempt_id = p.id AND operation = 'search')"
+             " FROM payment_attempts p WHERE id = '%s'",
+             a.payment_attempt_id);
+    ck_assert_str_eq(value(q), "UNKNOWN1true31");
+
+    /* Evidence: succeeded. Status, transition (cause reconciler), ledger,
+     * event, and the call, in one statement; fenced on the new claim. */
+    ck_assert_int_eq(attempt_store_claim_due(r2, due, 4, &n, 60000, 300000, err,
+                                             sizeof(err)),
+                     0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_int_eq(due[0].checks, 1);
+    struct provider_result found = {.outcome = PROVIDER_SUCCEEDED, .http_status = 200};
+    snprintf(found.provider_payment_id, sizeof(found.provider_payment_id), "pi_found");
+    struct attempt_call call2 = {a.payment_attempt_id, "search", 2, &found};
+    struct attempt_settlement done = {.attempt_id = a.payment_attempt_id,
+                                      .lease_epoch = due[0].lease_epoch - 1, /* stale */
+                                      .expected = ATTEMPT_STATUS_UNKNOWN,
+                                      .status = ATTEMPT_STATUS_SUCCEEDED,
+                                      .cause = "reconciler",
+                                      .provider_payment_id = "pi_found",
+                                      .evidence_json = "{\"lookup\":\"search\"}",
+                                      .next_check_ms = -1,
+                                      .calls = &call2,
+                                      .ncalls = 1};
+    ck_assert_int_eq(attempt_store_settle(r2, &done, 1, err, sizeof(err)), 0);
+    ck_assert(!done.settled); /* an old epoch writes nothing, not even its calls */
+    done.lease_epoch = due[0].lease_epoch;
+    ck_assert_int_eq(attempt_store_settle(r1, &done, 1, err, sizeof(err)), 0);
+    ck_assert(!done.settled); /* right epoch, wrong owner */
+    ck_assert_int_eq(attempt_store_settle(r2, &done, 1, err, sizeof(err)), 0);
+    ck_assert(done.settled);
+    snprintf(q, sizeof(q),
+             "SELECT status || provider_payment_id"
+             " || (SELECT count(*) FROM ledger_entries l WHERE l.payment_attempt_id = p.id)"
+             " || (SELECT count(*) FROM outbox o WHERE o.payment_attempt_id = p.id AND"
+             "     o.event_type = 'charge.succeeded')"
+             " || (SELECT cause FROM attempt_transitions t WHERE t.payment_attempt_id = p.id"
+             "     ORDER BY id DESC LIMIT 1)"
+             " || (SELECT count(*) FROM provider_calls c WHERE c.payment_attempt_id = p.id)"
+             " FROM payment_attempts p WHERE id = '%s'",
+             a.payment_attempt_id);
+    ck_assert_str_eq(value(q), "SUCCEEDEDpi_found11reconciler2");
+    /* Settled: nothing is due any more. */
+    ck_assert_int_eq(attempt_store_claim_due(r1, due, 4, &n, 60000, 300000, err,
+                                             sizeof(err)),
+                     0);
+    ck_assert_uint_eq(n, 0);
+    attempt_store_free(w);
+    attempt_store_free(r1);
+    attempt_store_free(r2);
+}
+END_TEST
+
+START_TEST(operator_settles_review_without_a_lease)
+{
+    attempt_store_t *w = store("w1"), *op = store("chargectl");
+    struct charge_command a = unknown_attempt(w);
+    char q[256];
+    snprintf(q, sizeof(q),
+             "UPDATE payment_attempts SET status = 'REQUIRES_REVIEW' WHERE id = '%s'",
+             a.payment_attempt_id);
+    sql(q);
+    struct attempt_settlement s = {.attempt_id = a.payment_attempt_id,
+                                   .lease_epoch = -1,
+                                   .expected = ATTEMPT_STATUS_REQUIRES_REVIEW,
+                                   .status = ATTEMPT_STATUS_FAILED,
+                                   .cause = "operator",
+                                   .actor = "alice",
+                                   .reason = "operator: refunded by hand",
+                                   .next_check_ms = -1};
+    ck_assert_int_eq(attempt_store_settle(op, &s, 1, err, sizeof(err)), 0);
+    ck_assert(s.settled);
+    snprintf(q, sizeof(q),
+             "SELECT cause || actor || new_status FROM attempt_transitions"
+             " WHERE payment_attempt_id = '%s' ORDER BY id DESC LIMIT 1",
+             a.payment_attempt_id);
+    ck_assert_str_eq(value(q), "operatoraliceFAILED");
+    /* Again: it is not REQUIRES_REVIEW any more. */
+    ck_assert_int_eq(attempt_store_settle(op, &s, 1, err, sizeof(err)), 0);
+    ck_assert(!s.settled);
+    /* A move the vocabulary forbids never reaches the database. */
+    s.expected = ATTEMPT_STATUS_FAILED;
+    s.status = ATTEMPT_STATUS_PENDING;
+    ck_assert_int_eq(attempt_store_settle(op, &s, 1, err, sizeof(err)),
+                     ATTEMPT_STORE_DATA);
+    attempt_store_free(w);
+    attempt_store_free(op);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("attempt_store");
@@ -326,6 +480,8 @@ int main(void)
     tcase_add_test(tc, claim_returns_the_stored_parameters_and_the_key_age);
     tcase_add_test(tc, takeover_fences_the_old_owner);
     tcase_add_test(tc, failures_are_classified);
+    tcase_add_test(tc, reconciler_claims_due_attempts_and_settles_them_fenced);
+    tcase_add_test(tc, operator_settles_review_without_a_lease);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }
