@@ -869,7 +869,6 @@ static const char *SQL_RELEASE =
     "UPDATE payment_attempts p SET lease_expires_at = now()"
     " FROM unnest($1::uuid[], $2::bigint[]) AS v(id, epoch)"
     " WHERE p.id = v.id AND p.lease_epoch = v.epoch AND p.lease_owner = $3"
-    "   AND p.status = " ATTEMPT_SQL(PROCESSING)
     " RETURNING p.id";
 
 static PGresult *lease_update(attempt_store_t *st, const char *sql,

@@ -11,29 +11,43 @@ enum retry_rule {
 static const struct {
     enum retry_rule retry;
     enum attempt_status status; /* when settled */
-    long long next_check_ms;
+    int looked_at;              /* 1: the reconciler looks at it later */
     const char *reason_code;
 } rows[] = {
-    [PROVIDER_SUCCEEDED] = {NEVER, ATTEMPT_STATUS_SUCCEEDED, -1, NULL},
+    [PROVIDER_SUCCEEDED] = {NEVER, ATTEMPT_STATUS_SUCCEEDED, 0, NULL},
     /* Accepted; settled later by a webhook or a look-up. The attempt stays
      * PROCESSING: no event. */
-    [PROVIDER_PROCESSING] = {NEVER, ATTEMPT_STATUS_PROCESSING,
-                             CHARGE_POLICY_PROCESSING_CHECK_MS, "provider_processing"},
-    [PROVIDER_DECLINED] = {NEVER, ATTEMPT_STATUS_FAILED, -1, "declined"},
+    [PROVIDER_PROCESSING] = {NEVER, ATTEMPT_STATUS_PROCESSING, 1,
+                             "provider_processing"},
+    [PROVIDER_DECLINED] = {NEVER, ATTEMPT_STATUS_FAILED, 0, "declined"},
     /* 409 in use, 429, refused before sending: nothing happened upstream. */
-    [PROVIDER_NOT_EXECUTED] = {WHILE_KEY_KEPT, ATTEMPT_STATUS_UNKNOWN,
-                               CHARGE_POLICY_UNKNOWN_CHECK_MS, "outcome_unknown"},
+    [PROVIDER_NOT_EXECUTED] = {WHILE_KEY_KEPT, ATTEMPT_STATUS_UNKNOWN, 1,
+                               "outcome_unknown"},
     /* 5xx, timeout, lost answer: never FAILED. */
-    [PROVIDER_UNKNOWN] = {WHILE_RETRIES_AND_KEY_KEPT, ATTEMPT_STATUS_UNKNOWN,
-                          CHARGE_POLICY_UNKNOWN_CHECK_MS, "outcome_unknown"},
-    [PROVIDER_REQUIRES_REVIEW] = {NEVER, ATTEMPT_STATUS_REQUIRES_REVIEW, -1,
+    [PROVIDER_UNKNOWN] = {WHILE_RETRIES_AND_KEY_KEPT, ATTEMPT_STATUS_UNKNOWN, 1,
+                          "outcome_unknown"},
+    [PROVIDER_REQUIRES_REVIEW] = {NEVER, ATTEMPT_STATUS_REQUIRES_REVIEW, 0,
                                   "requires_review"},
     /* 400 invalid_request_error: validation failures are not executed. */
-    [PROVIDER_INVALID] = {NEVER, ATTEMPT_STATUS_FAILED, -1, "invalid_request"},
+    [PROVIDER_INVALID] = {NEVER, ATTEMPT_STATUS_FAILED, 0, "invalid_request"},
     /* Look-ups only; a charge never answers it. Unknown, for the reconciler. */
-    [PROVIDER_NOT_FOUND] = {NEVER, ATTEMPT_STATUS_UNKNOWN,
-                            CHARGE_POLICY_UNKNOWN_CHECK_MS, "outcome_unknown"},
+    [PROVIDER_NOT_FOUND] = {NEVER, ATTEMPT_STATUS_UNKNOWN, 1, "outcome_unknown"},
 };
+
+long long charge_policy_key_margin_ms(long long key_retention_ms,
+                                      long long provider_timeout_ms)
+{
+    long long tenth = key_retention_ms / 10;
+    return provider_timeout_ms + (tenth < 60000 ? tenth : 60000);
+}
+
+int charge_policy_key_window_open(long long key_age_ms, long long key_retention_ms,
+                                  long long provider_timeout_ms)
+{
+    return key_age_ms +
+               charge_policy_key_margin_ms(key_retention_ms, provider_timeout_ms) <
+           key_retention_ms;
+}
 
 long long charge_policy_backoff_ms(const struct charge_policy *p, int tries,
                                    unsigned jitter)
@@ -73,7 +87,7 @@ struct charge_decision charge_policy_decide(const struct charge_policy *p,
     d.next = CHARGE_NEXT_SETTLE;
     d.status = rows[outcome].status;
     d.event_type = attempt_status_event_type(d.status);
-    d.next_check_ms = rows[outcome].next_check_ms;
+    d.next_check_ms = rows[outcome].looked_at ? p->first_look_ms : -1;
     d.reason_code = rows[outcome].reason_code;
     return d;
 }

@@ -12,15 +12,13 @@
 #include "attempt_status.h"
 #include "provider_client.h"
 
-/* How long an attempt the provider says is processing, or whose outcome is
- * unknown, waits before the reconciler first looks at it. */
-#define CHARGE_POLICY_PROCESSING_CHECK_MS 60000
-#define CHARGE_POLICY_UNKNOWN_CHECK_MS    30000
-
 struct charge_policy {
     int unknown_retries;     /* sends again after an unknown outcome */
     long long retry_base_ms; /* first back-off */
     long long retry_max_ms;  /* back-off cap */
+    long long first_look_ms; /* an unknown or processing outcome waits this long
+                                for the reconciler's first look (a webhook may
+                                settle it before) */
 };
 
 enum charge_next {
@@ -46,6 +44,18 @@ struct charge_decision {
 struct charge_decision charge_policy_decide(const struct charge_policy *p,
                                             enum provider_outcome outcome, int tries,
                                             int key_window_open, unsigned jitter);
+
+/* The margin kept before the provider's key retention: one call's time on
+ * the wire, and clock differences between the database and the provider (a
+ * tenth of the retention, at most 60 s). */
+long long charge_policy_key_margin_ms(long long key_retention_ms,
+                                      long long provider_timeout_ms);
+
+/* May a call under a key this old (ms since first sent, database clock) be
+ * sent? Not once the provider may have forgotten the key: a POST could
+ * then charge a second time. */
+int charge_policy_key_window_open(long long key_age_ms, long long key_retention_ms,
+                                  long long provider_timeout_ms);
 
 /* The back-off before try number `tries` + 1: base * 2^(tries-1), capped,
  * then jittered into [d/2, d]. */

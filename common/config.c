@@ -29,7 +29,7 @@ struct config_row {
     const char *def; /* NULL: no default */
     long long min, max;
     unsigned roles;
-    int required; /* for the roles above */
+    unsigned required; /* the roles that must set it (a subset of roles) */
     const char *help;
 };
 
@@ -39,6 +39,7 @@ struct config_row {
 #define R_KAFKA (CONFIG_ROLE_WORKER | CONFIG_ROLE_RELAY | CONFIG_ROLE_CTL)
 #define R_PROV  (CONFIG_ROLE_WORKER | CONFIG_ROLE_RECONCILER)
 #define R_W     CONFIG_ROLE_WORKER
+#define R_R     CONFIG_ROLE_RECONCILER
 
 /* The one table. Rows are in enum config_key order (checked at load). */
 static const struct config_row config_table[CONFIG__COUNT] = {
@@ -49,19 +50,24 @@ static const struct config_row config_table[CONFIG__COUNT] = {
     {CONFIG_DATABASE_URL, "DATABASE_URL", CONFIG_T_SECRET, "postgresql:///charged", 0,
      0, R_ALL, 0, "libpq connection string or URI (may hold a password)"},
     {CONFIG_PROVIDER_BASE_URL, "PROVIDER_BASE_URL", CONFIG_T_STR,
-     "http://127.0.0.1:12111", 0, 0, R_PROV, 0, "payment provider API root"},
-    {CONFIG_PROVIDER_API_KEY, "PROVIDER_API_KEY", CONFIG_T_SECRET, NULL, 0, 0, R_PROV,
-     1, "provider secret, sent as Authorization: Bearer (required)"},
+     "http://127.0.0.1:12111", 0, 0, R_PROV | CONFIG_ROLE_CTL, 0,
+     "payment provider API root"},
+    /* chargectl needs the key for `attempt resolve` only, and says so there. */
+    {CONFIG_PROVIDER_API_KEY, "PROVIDER_API_KEY", CONFIG_T_SECRET, NULL, 0, 0,
+     R_PROV | CONFIG_ROLE_CTL, R_PROV,
+     "provider secret, sent as Authorization: Bearer (required)"},
     {CONFIG_PROVIDER_TIMEOUT_MS, "PROVIDER_TIMEOUT_MS", CONFIG_T_INT, "10000", 100,
-     600000, R_PROV, 0, "limit of one provider call, in ms"},
+     600000, R_PROV | CONFIG_ROLE_CTL, 0, "limit of one provider call, in ms"},
     {CONFIG_PROVIDER_API_VERSION, "PROVIDER_API_VERSION", CONFIG_T_STR, "2024-06-20", 0,
-     0, R_PROV, 0, "provider API version pinned with the Stripe-Version header"},
+     0, R_PROV | CONFIG_ROLE_CTL, 0,
+     "provider API version pinned with the Stripe-Version header"},
     {CONFIG_WEBHOOK_SIGNING_SECRET, "WEBHOOK_SIGNING_SECRET", CONFIG_T_SECRET, NULL, 0,
      0, CONFIG_ROLE_API, 0, "secret for provider webhook signatures"},
     {CONFIG_CHARGE_COMMANDS_TOPIC, "CHARGE_COMMANDS_TOPIC", CONFIG_T_TOPIC,
      "payments.charge.commands", 0, 0, R_KAFKA, 0, "input topic of charge commands"},
     {CONFIG_CHARGE_RESULTS_TOPIC, "CHARGE_RESULTS_TOPIC", CONFIG_T_TOPIC,
-     "payments.charge.results", 0, 0, R_KAFKA, 0, "topic of result events"},
+     "payments.charge.results", 0, 0,
+     R_KAFKA | CONFIG_ROLE_RECONCILER | CONFIG_ROLE_API, 0, "topic of result events"},
     {CONFIG_CHARGE_DLQ_TOPIC, "CHARGE_DLQ_TOPIC", CONFIG_T_TOPIC,
      "payments.charge.commands.dlq", 0, 0, R_KAFKA, 0,
      "dead letters of the input topic"},
@@ -101,6 +107,27 @@ static const struct config_row config_table[CONFIG__COUNT] = {
      "time to drain and commit after SIGTERM; a second SIGTERM exits at once"},
     {CONFIG_REBALANCE_DRAIN_MS, "REBALANCE_DRAIN_MS", CONFIG_T_INT, "10000", 0, 600000,
      R_W, 0, "time to drain revoked partitions before giving them up"},
+    {CONFIG_RECONCILER_BATCH, "RECONCILER_BATCH", CONFIG_T_INT, "16", 1, 1000, R_R, 0,
+     "attempts claimed for a look at once"},
+    {CONFIG_RECONCILER_FIRST_LOOK_MS, "RECONCILER_FIRST_LOOK_MS", CONFIG_T_INT, "30000",
+     0, 86400000, R_W | R_R, 0,
+     "an unknown or provider-processing outcome waits this long for a first look"},
+    {CONFIG_RECONCILER_LEASE_MS, "RECONCILER_LEASE_MS", CONFIG_T_INT, "120000", 1000,
+     86400000, R_R, 0, "claim lease of a look; renewed while a batch is worked on"},
+    {CONFIG_RECONCILER_POLL_MS, "RECONCILER_POLL_MS", CONFIG_T_INT, "1000", 10, 600000,
+     R_R, 0, "how often the queue is read when nothing was due"},
+    {CONFIG_RECONCILER_SCHEDULE_MS, "RECONCILER_SCHEDULE_MS", CONFIG_T_STR,
+     "60000,300000,900000,3600000,21600000,86400000", 0, 0, R_R, 0,
+     "back-off between looks at one attempt, in ms; the last repeats"},
+    {CONFIG_RECONCILER_MAX_AGE_MS, "RECONCILER_MAX_AGE_MS", CONFIG_T_INT, "604800000",
+     1000, 31536000000LL, R_R, 0,
+     "an attempt still unsettled this long after it was recorded goes to review"},
+    {CONFIG_RECONCILER_SEARCH_LAG_MS, "RECONCILER_SEARCH_LAG_MS", CONFIG_T_INT, "60000",
+     0, 86400000, R_R, 0,
+     "how far the provider's search may lag; 'not found' counts only after it"},
+    {CONFIG_RECONCILER_STALE_LEASE_MS, "RECONCILER_STALE_LEASE_MS", CONFIG_T_INT,
+     "300000", 0, 86400000, R_R, 0,
+     "a worker's expired lease this old means no worker came back: look"},
 };
 
 struct config_kafka_prop {
@@ -402,7 +429,7 @@ config_t *config_new(unsigned roles, const char *role_name, char *errbuf,
             v = strdup(def);
         }
         if (!v) {
-            if (row->required && (row->roles & roles)) {
+            if (row->required & roles) {
                 snprintf(errbuf, errbuf_size, "%s: required but not set", row->name);
                 goto fail;
             }

@@ -499,8 +499,18 @@ static void classify_lookup(int http, json_t *doc, int search,
                             struct provider_result *res)
 {
     if (http == 404) {
-        res->outcome = PROVIDER_NOT_FOUND;
-        copy_str(res->error, sizeof(res->error), "no such payment intent");
+        /* Evidence of absence only in the provider's own words: a 404 from a
+         * wrong URL or a proxy says nothing about the intent. */
+        const char *code =
+            json_string_value(json_object_get(json_object_get(doc, "error"), "code"));
+        if (code && !strcmp(code, "resource_missing")) {
+            res->outcome = PROVIDER_NOT_FOUND;
+            copy_str(res->error, sizeof(res->error), "no such payment intent");
+        } else {
+            res->outcome = PROVIDER_UNKNOWN;
+            copy_str(res->error, sizeof(res->error),
+                     "look-up answered 404 without resource_missing");
+        }
         return;
     }
     if (http != 200 || !json_is_object(doc)) {
@@ -516,6 +526,11 @@ static void classify_lookup(int http, json_t *doc, int search,
         return;
     }
     json_t *data = json_object_get(doc, "data"), *pi, *best = NULL;
+    if (!json_is_array(data)) {
+        res->outcome = PROVIDER_UNKNOWN;
+        copy_str(res->error, sizeof(res->error), "search answered without a data list");
+        return;
+    }
     size_t i;
     int best_rank = 99;
     json_array_foreach(data, i, pi)

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "reconciler.h"
 #include "worker.h"
 
 struct charged_role {
@@ -15,7 +16,7 @@ struct charged_role {
 static const struct charged_role charged_roles[] = {
     {"worker", CONFIG_ROLE_WORKER, worker_main,
      "consume charge commands; charge each payment attempt at most once"},
-    {"reconciler", CONFIG_ROLE_RECONCILER, NULL,
+    {"reconciler", CONFIG_ROLE_RECONCILER, reconciler_main,
      "settle attempts whose outcome is unknown by asking the provider"},
     {"relay", CONFIG_ROLE_RELAY, NULL, "publish result events from the outbox"},
     {"api", CONFIG_ROLE_API, NULL, "provider webhooks and status queries"},

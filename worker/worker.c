@@ -730,8 +730,8 @@ static void release_lease(struct worker *w, struct job *j)
  * wire and clock differences between the database and the provider. */
 static int key_still_kept(const struct worker *w, const struct job *j, int64_t now)
 {
-    int64_t age = j->key_age_ms + (now - j->claimed_at);
-    return age + w->key_margin_ms < w->key_retention_ms;
+    return charge_policy_key_window_open(j->key_age_ms + (now - j->claimed_at),
+                                         w->key_retention_ms, w->provider_timeout_ms);
 }
 
 static void start_calls(struct worker *w)
@@ -1452,6 +1452,7 @@ static int setup(struct worker *w, char *err, size_t err_size)
     w->policy.unknown_retries = (int)config_int(w->cfg, CONFIG_WORKER_UNKNOWN_RETRIES);
     w->policy.retry_base_ms = config_int(w->cfg, CONFIG_WORKER_RETRY_BASE_MS);
     w->policy.retry_max_ms = config_int(w->cfg, CONFIG_WORKER_RETRY_MAX_MS);
+    w->policy.first_look_ms = config_int(w->cfg, CONFIG_RECONCILER_FIRST_LOOK_MS);
     w->key_retention_ms = config_int(w->cfg, CONFIG_WORKER_KEY_RETENTION_MS);
     w->commit_interval_ms = config_int(w->cfg, CONFIG_WORKER_COMMIT_INTERVAL_MS);
     w->recheck_ms = config_int(w->cfg, CONFIG_WORKER_RECHECK_MS);
@@ -1478,8 +1479,7 @@ static int setup(struct worker *w, char *err, size_t err_size)
      * provider's retention: one call's time on the wire, and clock
      * differences between the database and the provider. */
     w->key_margin_ms =
-        w->provider_timeout_ms +
-        (w->key_retention_ms / 10 < 60000 ? w->key_retention_ms / 10 : 60000);
+        charge_policy_key_margin_ms(w->key_retention_ms, w->provider_timeout_ms);
     if (w->key_retention_ms <= w->key_margin_ms) {
         snprintf(err, err_size,
                  "WORKER_KEY_RETENTION_MS: %lld leaves no time to call the provider "

@@ -1,0 +1,526 @@
+#include "reconciler.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "attempt_status.h"
+#include "attempt_store.h"
+#include "charge_policy.h"
+#include "clock.h"
+#include "config.h"
+#include "daemon.h"
+#include "kafka_setup.h"
+#include "log.h"
+#include "provider_client.h"
+#include "utf8_text.h"
+
+#define MAX_SCHEDULE 32
+/* Calls one look makes at most: a look-up, then perhaps a charge. */
+#define MAX_CALLS 2
+
+struct reconciler {
+    config_t *cfg;
+    char id[160];
+    attempt_store_t *store;
+    provider_client_t *provider;
+    long long batch, lease_ms, poll_ms, max_age_ms, search_lag_ms, stale_ms;
+    long long key_retention_ms, provider_timeout_ms;
+    long long schedule[MAX_SCHEDULE];
+    int nschedule;
+    int64_t next_poll, db_backoff_ms;
+    struct attempt_due *due;
+};
+
+/* What one look found out, and what follows from it. */
+struct look {
+    const struct attempt_due *d;
+    int64_t claimed_at;
+    struct provider_result res[MAX_CALLS];
+    const char *ops[MAX_CALLS];
+    int64_t started[MAX_CALLS];
+    int ncalls;
+    enum attempt_status status; /* == d->status: look again later */
+    char reason[512];
+    char ppid[96];
+    json_t *evidence; /* what the provider said; owned */
+};
+
+/* ---- the schedule ---- */
+
+static int parse_schedule(struct reconciler *r, const char *s, char *err,
+                          size_t err_size)
+{
+    r->nschedule = 0;
+    while (s && *s) {
+        char *end;
+        long long v = strtoll(s, &end, 10);
+        if (end == s || v < 0 || (*end && *end != ',') ||
+            r->nschedule == MAX_SCHEDULE) {
+            snprintf(err, err_size,
+                     "RECONCILER_SCHEDULE_MS: expected up to %d comma-separated "
+                     "durations in ms",
+                     MAX_SCHEDULE);
+            return -1;
+        }
+        r->schedule[r->nschedule++] = v;
+        s = *end ? end + 1 : end;
+    }
+    if (r->nschedule == 0) {
+        snprintf(err, err_size, "RECONCILER_SCHEDULE_MS: empty");
+        return -1;
+    }
+    return 0;
+}
+
+/* After `checks` looks, the wait before the next one. */
+static long long next_look_ms(const struct reconciler *r, int checks)
+{
+    return r->schedule[checks < r->nschedule ? checks : r->nschedule - 1];
+}
+
+/* ---- evidence ---- */
+
+static void call(struct reconciler *r, struct look *l, const char *op)
+{
+    int i = l->ncalls++;
+    l->ops[i] = op;
+    l->started[i] = clock_wall_ms();
+    if (!strcmp(op, "retrieve")) {
+        provider_client_retrieve(r->provider, l->d->provider_payment_id, &l->res[i]);
+    } else if (!strcmp(op, "search")) {
+        provider_client_search(r->provider, l->d->id, &l->res[i]);
+    } else {
+        const struct attempt_params *p = &l->d->params;
+        const struct provider_charge ch = {
+            .idempotency_key = p->idempotency_key,
+            .amount = p->amount,
+            .currency = p->currency,
+            .payment_method = p->payment_method,
+            .customer_id = p->customer_id,
+            .payment_attempt_id = l->d->id,
+            .order_id = p->order_id,
+        };
+        provider_client_charge(r->provider, &ch, &l->res[i]);
+    }
+    const struct provider_result *res = &l->res[i];
+    json_t *e = json_pack("{s:s, s:s, s:i, s:i}", "operation", op, "outcome",
+                          provider_outcome_name(res->outcome), "http_status",
+                          res->http_status, "matches", res->matches);
+    if (e) {
+        /* json_object_set_new steals the new values' references. */
+        if (res->intent_status[0])
+            json_object_set_new(e, "intent_status", json_string(res->intent_status));
+        if (res->provider_payment_id[0])
+            json_object_set_new(e, "provider_payment_id",
+                                json_string(res->provider_payment_id));
+        if (res->decline_code[0])
+            json_object_set_new(e, "decline_code", json_string(res->decline_code));
+        if (res->error[0])
+            json_object_set_new(e, "error", json_string(res->error));
+        json_array_append_new(json_object_get(l->evidence, "calls"), e);
+    }
+}
+
+/* Reasons quote the provider: cut on a character boundary, never inside. */
+static void settle_as(struct look *l, enum attempt_status s, const char *fmt,
+                      const char *detail)
+{
+    char tmp[1024];
+    l->status = s;
+    snprintf(tmp, sizeof(tmp), fmt, detail ? detail : "");
+    utf8_text_copy(l->reason, sizeof(l->reason), tmp);
+}
+
+/* What a found intent says. */
+static void from_intent(const struct reconciler *r, struct look *l,
+                        const struct provider_result *res)
+{
+    char why[256];
+    (void)r;
+    if (res->provider_payment_id[0])
+        snprintf(l->ppid, sizeof(l->ppid), "%s", res->provider_payment_id);
+    if (res->matches > 1) {
+        snprintf(why, sizeof(why), "%d intents for one attempt", res->matches);
+        settle_as(l, ATTEMPT_STATUS_REQUIRES_REVIEW,
+                  "requires_review: contradictory: %s", why);
+        return;
+    }
+    if (res->amount && res->amount != l->d->params.amount &&
+        res->outcome != PROVIDER_DECLINED) {
+        snprintf(why, sizeof(why), "intent amount %lld, the attempt's %lld",
+                 res->amount, l->d->params.amount);
+        settle_as(l, ATTEMPT_STATUS_REQUIRES_REVIEW,
+                  "requires_review: contradictory: %s", why);
+        return;
+    }
+    switch (res->outcome) {
+    case PROVIDER_SUCCEEDED:
+        l->status = ATTEMPT_STATUS_SUCCEEDED;
+        l->reason[0] = '\0';
+        return;
+    case PROVIDER_DECLINED:
+        snprintf(why, sizeof(why), "%s%s%s", res->code[0] ? res->code : "declined",
+                 res->decline_code[0] ? ": " : "", res->decline_code);
+        settle_as(l, ATTEMPT_STATUS_FAILED, "declined: %s", why);
+        return;
+    case PROVIDER_PROCESSING:
+        settle_as(l, ATTEMPT_STATUS_PROCESSING, "provider_processing%s", NULL);
+        return;
+    default:
+        snprintf(why, sizeof(why), "intent status '%s'", res->intent_status);
+        settle_as(l, ATTEMPT_STATUS_REQUIRES_REVIEW, "requires_review: %s", why);
+        return;
+    }
+}
+
+/* The order of evidence: look it up; found, settle on the provider's own
+ * status; not found inside the key's window, charge again with the same
+ * key (it replays the first execution or is the first); not found after
+ * the window and the search's lag, it never executed; anything else, look
+ * again later. */
+static void look(struct reconciler *r, struct look *l)
+{
+    const struct attempt_due *d = l->d;
+    int have_id = d->provider_payment_id[0] != '\0';
+
+    l->status = d->status; /* look again, unless evidence says otherwise */
+    call(r, l, have_id ? "retrieve" : "search");
+    const struct provider_result *res = &l->res[0];
+    switch (res->outcome) {
+    case PROVIDER_SUCCEEDED:
+    case PROVIDER_DECLINED:
+    case PROVIDER_PROCESSING:
+    case PROVIDER_REQUIRES_REVIEW:
+        from_intent(r, l, res);
+        return;
+    case PROVIDER_NOT_FOUND:
+        break;
+    default: /* no answer, 5xx, 429: the provider says nothing today */
+        settle_as(l, l->status, "look-up failed: %s", res->error);
+        return;
+    }
+    if (have_id) {
+        /* The provider gave us this id, and now does not know it. */
+        settle_as(
+            l, ATTEMPT_STATUS_REQUIRES_REVIEW,
+            "requires_review: contradictory: the provider does not know intent %s",
+            d->provider_payment_id);
+        return;
+    }
+    long long age = d->key_age_ms < 0 ? 0 : d->key_age_ms;
+    age += clock_now_ms() - l->claimed_at;
+    if (charge_policy_key_window_open(age, r->key_retention_ms,
+                                      r->provider_timeout_ms)) {
+        call(r, l, "charge");
+        const struct provider_result *c = &l->res[1];
+        switch (c->outcome) {
+        case PROVIDER_SUCCEEDED:
+        case PROVIDER_DECLINED:
+        case PROVIDER_PROCESSING:
+        case PROVIDER_REQUIRES_REVIEW:
+            from_intent(r, l, c);
+            return;
+        case PROVIDER_INVALID:
+            settle_as(l, ATTEMPT_STATUS_FAILED, "invalid_request: %s", c->error);
+            return;
+        default:
+            settle_as(l, l->status, "charged again, unknown: %s", c->error);
+            if (l->status == ATTEMPT_STATUS_PROCESSING)
+                settle_as(l, ATTEMPT_STATUS_UNKNOWN, "outcome_unknown: %s", c->error);
+            return;
+        }
+    }
+    if (age >= r->key_retention_ms + r->search_lag_ms) {
+        char why[160];
+        snprintf(why, sizeof(why),
+                 "not found by search %lld ms after the key's retention and the "
+                 "search's lag",
+                 age - r->key_retention_ms);
+        settle_as(l, ATTEMPT_STATUS_FAILED, "never_executed: %s", why);
+        return;
+    }
+    settle_as(l, l->status, "not found; the search may still lag: looking again%s",
+              NULL);
+}
+
+/* ---- the loop ---- */
+
+static void db_failed(struct reconciler *r, const char *stage, const char *err)
+{
+    char ms[32];
+    r->db_backoff_ms = r->db_backoff_ms ? r->db_backoff_ms * 2 : 250;
+    if (r->db_backoff_ms > 5000)
+        r->db_backoff_ms = 5000;
+    snprintf(ms, sizeof(ms), "%lld", (long long)r->db_backoff_ms);
+    log_error("database step failed; will retry", "stage", stage, "error", err,
+              "retry_in_ms", ms, NULL);
+    r->next_poll = clock_now_ms() + r->db_backoff_ms;
+}
+
+/* Settles one look, whatever it found: a status change, or the next look. */
+static int settle(struct reconciler *r, struct look *l)
+{
+    char err[512];
+    const struct attempt_due *d = l->d;
+    struct attempt_call calls[MAX_CALLS];
+    for (int i = 0; i < l->ncalls; i++)
+        calls[i] = (struct attempt_call){d->id, l->ops[i], l->started[i], &l->res[i]};
+    int stays = l->status == d->status;
+    if (stays && d->age_ms > r->max_age_ms) {
+        /* Looked at long enough: a human decides. */
+        char why[700];
+        snprintf(why, sizeof(why), "still unsettled after %lld ms; last: %s",
+                 (long long)d->age_ms, l->reason);
+        settle_as(l, ATTEMPT_STATUS_REQUIRES_REVIEW, "requires_review: %s", why);
+        stays = 0;
+    }
+    char *evidence = json_dumps(l->evidence, JSON_COMPACT);
+    struct attempt_settlement s = {
+        .attempt_id = d->id,
+        .lease_epoch = d->lease_epoch,
+        .expected = d->status,
+        .status = l->status,
+        .cause = "reconciler",
+        .reason = l->reason[0] ? l->reason : NULL,
+        .provider_payment_id = l->ppid,
+        .evidence_json = evidence,
+        .next_check_ms = stays || l->status == ATTEMPT_STATUS_PROCESSING
+                             ? next_look_ms(r, d->checks)
+                             : -1,
+        .calls = calls,
+        .ncalls = (size_t)l->ncalls,
+    };
+    int rc = attempt_store_settle(r->store, &s, 1, err, sizeof(err));
+    free(evidence);
+    if (rc == ATTEMPT_STORE_RETRY) {
+        db_failed(r, "settle", err);
+        return -1;
+    }
+    if (rc != ATTEMPT_STORE_OK) {
+        /* A value the database refuses: keep the attempt for a human. */
+        log_error("the database refused a settlement; the lease is left to expire",
+                  "payment_attempt_id", d->id, "order_id", d->params.order_id, "error",
+                  err, NULL);
+        return 0;
+    }
+    r->db_backoff_ms = 0;
+    const char *from = attempt_status_name(d->status),
+               *to = attempt_status_name(s.status);
+    if (!s.settled)
+        log_warn("lease lost before settling; result dropped", "payment_attempt_id",
+                 d->id, "order_id", d->params.order_id, NULL);
+    else if (stays)
+        log_debug("looked; looking again later", "payment_attempt_id", d->id,
+                  "order_id", d->params.order_id, "status", from, "reason", l->reason,
+                  NULL);
+    else if (s.status == ATTEMPT_STATUS_REQUIRES_REVIEW)
+        log_warn("attempt needs review", "payment_attempt_id", d->id, "order_id",
+                 d->params.order_id, "from", from, "reason", l->reason, NULL);
+    else
+        log_info("attempt settled on the provider's evidence", "payment_attempt_id",
+                 d->id, "order_id", d->params.order_id, "from", from, "status", to,
+                 "provider_payment_id", l->ppid[0] ? l->ppid : NULL, "reason",
+                 l->reason[0] ? l->reason : NULL, NULL);
+    return 0;
+}
+
+/* Extends the leases of the batch's attempts not looked at yet. */
+static void renew_rest(struct reconciler *r, size_t from, size_t n)
+{
+    char err[512];
+    const char *ids[1024];
+    int64_t epochs[1024];
+    int ours[1024];
+    size_t k = 0;
+    for (size_t i = from; i < n && k < 1024; i++, k++) {
+        ids[k] = r->due[i].id;
+        epochs[k] = r->due[i].lease_epoch;
+    }
+    if (attempt_store_renew(r->store, ids, epochs, k, r->lease_ms, ours, err,
+                            sizeof(err)) != 0)
+        log_warn("could not renew leases; they may expire", "error", err, NULL);
+}
+
+/* Hands back the claims of a batch cut short (stopping): a peer may look. */
+static void release_rest(struct reconciler *r, size_t from, size_t n)
+{
+    char err[512];
+    for (size_t i = from; i < n; i++) {
+        const char *id = r->due[i].id;
+        if (attempt_store_release(r->store, &id, &r->due[i].lease_epoch, 1, err,
+                                  sizeof(err)) != 0)
+            log_warn("could not release lease; it will expire", "payment_attempt_id",
+                     id, "error", err, NULL);
+    }
+}
+
+static void reconciler_step(void *state)
+{
+    struct reconciler *r = state;
+    char err[512];
+    size_t n = 0;
+    int64_t now = clock_now_ms();
+
+    if (now < r->next_poll) {
+        int64_t wait = r->next_poll - now;
+        struct timespec ts = {0, (long)(wait < 50 ? wait : 50) * 1000000L};
+        nanosleep(&ts, NULL);
+        return;
+    }
+    int rc = attempt_store_claim_due(r->store, r->due, (size_t)r->batch, &n,
+                                     r->lease_ms, r->stale_ms, err, sizeof(err));
+    if (rc != ATTEMPT_STORE_OK) {
+        db_failed(r, "claim", err);
+        return;
+    }
+    int64_t claimed_at = clock_now_ms(), renewed_at = claimed_at;
+    for (size_t i = 0; i < n; i++) {
+        if (daemon_stopping()) {
+            release_rest(r, i, n);
+            return;
+        }
+        if (clock_now_ms() - renewed_at > r->lease_ms / 3) {
+            renew_rest(r, i, n);
+            renewed_at = clock_now_ms();
+        }
+        struct look l = {.d = &r->due[i], .claimed_at = claimed_at};
+        l.evidence = json_pack("{s:[]}", "calls");
+        look(r, &l);
+        int failed = settle(r, &l);
+        json_decref(l.evidence);
+        if (failed) {
+            release_rest(r, i + 1, n);
+            return;
+        }
+    }
+    /* A full batch: more may be due at once. */
+    r->next_poll = (long long)n < r->batch ? clock_now_ms() + r->poll_ms : 0;
+}
+
+/* Nothing is in flight between steps: each step settles its batch or hands
+ * the rest back. */
+static size_t reconciler_drain(void *state, int64_t deadline)
+{
+    (void)state;
+    (void)deadline;
+    return 0;
+}
+
+static void teardown(struct reconciler *r)
+{
+    provider_client_free(r->provider);
+    attempt_store_free(r->store);
+    free(r->due);
+    config_free(r->cfg);
+}
+
+static void reconciler_finish(void *state, int flush_ms)
+{
+    (void)flush_ms;
+    teardown(state);
+}
+
+static int setup(struct reconciler *r, char *err, size_t err_size)
+{
+    r->batch = config_int(r->cfg, CONFIG_RECONCILER_BATCH);
+    r->lease_ms = config_int(r->cfg, CONFIG_RECONCILER_LEASE_MS);
+    r->poll_ms = config_int(r->cfg, CONFIG_RECONCILER_POLL_MS);
+    r->max_age_ms = config_int(r->cfg, CONFIG_RECONCILER_MAX_AGE_MS);
+    r->search_lag_ms = config_int(r->cfg, CONFIG_RECONCILER_SEARCH_LAG_MS);
+    r->stale_ms = config_int(r->cfg, CONFIG_RECONCILER_STALE_LEASE_MS);
+    r->key_retention_ms = config_int(r->cfg, CONFIG_WORKER_KEY_RETENTION_MS);
+    r->provider_timeout_ms = config_int(r->cfg, CONFIG_PROVIDER_TIMEOUT_MS);
+    if (parse_schedule(r, config_str(r->cfg, CONFIG_RECONCILER_SCHEDULE_MS), err,
+                       err_size) != 0)
+        return 2;
+    /* One look makes two calls at most; the lease must outlast them, or a
+     * peer could look at the same attempt meanwhile. */
+    if (r->lease_ms <= 2 * MAX_CALLS * r->provider_timeout_ms) {
+        snprintf(err, err_size,
+                 "RECONCILER_LEASE_MS: %lld does not outlast a look's calls (%lld ms); "
+                 "raise it or lower PROVIDER_TIMEOUT_MS",
+                 r->lease_ms, 2 * MAX_CALLS * r->provider_timeout_ms);
+        return 2;
+    }
+    if (r->key_retention_ms <=
+        charge_policy_key_margin_ms(r->key_retention_ms, r->provider_timeout_ms)) {
+        snprintf(err, err_size,
+                 "WORKER_KEY_RETENTION_MS: %lld leaves no time to call the provider",
+                 r->key_retention_ms);
+        return 2;
+    }
+    r->due = calloc((size_t)r->batch, sizeof(*r->due));
+    if (!r->due) {
+        snprintf(err, err_size, "out of memory");
+        return 1;
+    }
+    r->provider = provider_client_new(config_str(r->cfg, CONFIG_PROVIDER_BASE_URL),
+                                      config_str(r->cfg, CONFIG_PROVIDER_API_KEY),
+                                      config_str(r->cfg, CONFIG_PROVIDER_API_VERSION),
+                                      r->provider_timeout_ms, err, err_size);
+    if (!r->provider)
+        return 2;
+    /* Does not connect: started while the database is down, it waits. */
+    r->store = attempt_store_new(config_str(r->cfg, CONFIG_DATABASE_URL), r->id,
+                                 config_str(r->cfg, CONFIG_CHARGE_RESULTS_TOPIC), err,
+                                 err_size);
+    if (!r->store)
+        return 2;
+    return 0;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: charged reconciler\n\n"
+            "Settles attempts whose outcome is unknown on the provider's evidence:\n"
+            "looks each up (by intent id, else by search), charges again with the\n"
+            "same key only while the provider keeps it, and calls it FAILED only when\n"
+            "it was never found after the key's retention and the search's lag.\n"
+            "Looks again on RECONCILER_SCHEDULE_MS; past RECONCILER_MAX_AGE_MS, or on\n"
+            "contradictory evidence, the attempt goes to REQUIRES_REVIEW.\n"
+            "SIGTERM: finish the look in hand, hand the rest back, exit 0.\n\n");
+    config_print_help(out, CONFIG_ROLE_RECONCILER);
+}
+
+int reconciler_main(int argc, char **argv)
+{
+    struct reconciler r = {0};
+    char err[512] = "";
+
+    if (argc > 1) {
+        if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        fprintf(stderr, "charged reconciler: unexpected argument '%s'\n", argv[1]);
+        return 2;
+    }
+    r.cfg = config_new(CONFIG_ROLE_RECONCILER, "reconciler", err, sizeof(err));
+    if (!r.cfg) {
+        fprintf(stderr, "charged reconciler: %s\n", err);
+        return 2;
+    }
+    log_init("charged-reconciler",
+             (enum log_level)log_level_parse(config_str(r.cfg, CONFIG_LOG_LEVEL)));
+    kafka_setup_worker_id(r.cfg, r.id, sizeof(r.id));
+    daemon_init();
+    int rc = setup(&r, err, sizeof(err));
+    if (rc != 0) {
+        fprintf(stderr, "charged reconciler: %s\n", err);
+        teardown(&r);
+        return rc;
+    }
+    log_info("reconciler started", "reconciler", r.id, NULL);
+    const struct daemon_role role = {"reconciler", &r, reconciler_step,
+                                     reconciler_drain, reconciler_finish};
+    rc = daemon_run(&role, config_int(r.cfg, CONFIG_SHUTDOWN_TIMEOUT_MS), err,
+                    sizeof(err));
+    if (rc != 0 && err[0])
+        fprintf(stderr, "charged reconciler: %s\n", err);
+    return rc;
+}
