@@ -1,7 +1,8 @@
 /* psp-sim, run for real on loopback: Stripe's idempotency rules, declines,
  * key retention, search, and each injected fault, checked against its ledger;
- * form decoding, the customer and automatic_payment_methods fields, its
- * ephemeral ports and how it refuses each bad flag. */
+ * form decoding, the customer and automatic_payment_methods fields, processing
+ * intents that settle later, search that lags, its ephemeral ports and how it
+ * refuses each bad flag. */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -465,6 +466,8 @@ START_TEST(faults_are_deterministic_under_a_seed)
 END_TEST
 
 #define FORM_BASE "amount=100&currency=eur&payment_method=pm_card_visa&confirm=true"
+#define FORM_BASE_PROCESSING                                                           \
+    "amount=100&currency=eur&payment_method=pm_card_processing&confirm=true"
 
 static const char *meta(json_t *pi, const char *k)
 {
@@ -634,6 +637,376 @@ START_TEST(customer_is_part_of_the_idempotency_fingerprint)
 }
 END_TEST
 
+/* One request to the admin API of p, whatever it answers. */
+static struct http_answer admin_to(struct psp_sim_process *p, const char *method,
+                                   const char *path, const char *body)
+{
+    char base[64];
+    snprintf(base, sizeof(base), "http://127.0.0.1:%d", p->admin_port);
+    return request_to(base, method, path, NULL, body, NULL, NULL, 5000);
+}
+
+/* GET /v1/payment_intents/<id> on p. */
+static struct http_answer retrieve_on(struct psp_sim_process *p, const char *id)
+{
+    char path[160];
+    snprintf(path, sizeof(path), "/v1/payment_intents/%s", id);
+    return request_to(p->base_url, "GET", path, NULL, NULL, NULL, NULL, 5000);
+}
+
+/* GET /v1/payment_intents/search for this attempt id (plain letters) on p. */
+static struct http_answer search_on(struct psp_sim_process *p, const char *attempt)
+{
+    char path[256];
+    snprintf(path, sizeof(path),
+             "/v1/payment_intents/search?query=metadata%%5B%%27payment_attempt_id"
+             "%%27%%5D%%3A%%27%s%%27",
+             attempt);
+    return request_to(p->base_url, "GET", path, NULL, NULL, NULL, NULL, 5000);
+}
+
+/* POST /intents/<id>/settle on p. */
+static struct http_answer settle_on(struct psp_sim_process *p, const char *id,
+                                    const char *body)
+{
+    char path[160];
+    snprintf(path, sizeof(path), "/intents/%s/settle", id);
+    return admin_to(p, "POST", path, body);
+}
+
+/* The ledger row of this intent (a new reference), failing when it has
+ * none or more than one. */
+static json_t *ledger_row(struct psp_sim_process *p, const char *id)
+{
+    json_t *l = psp_sim_admin(p, "GET", "/ledger", NULL), *c, *found = NULL;
+    size_t i, n = 0;
+    json_array_foreach(json_object_get(l, "charges"), i, c)
+    {
+        if (!strcmp(jstr(c, "payment_intent_id"), id)) {
+            found = c;
+            n++;
+        }
+    }
+    ck_assert_msg(n == 1, "intent %s has %zu ledger rows", id, n);
+    json_incref(found);
+    json_decref(l);
+    return found;
+}
+
+static long long ledger_counter(struct psp_sim_process *p, const char *name)
+{
+    json_t *l = psp_sim_admin(p, "GET", "/ledger", NULL);
+    long long v =
+        json_integer_value(json_object_get(json_object_get(l, "counters"), name));
+    json_decref(l);
+    return v;
+}
+
+static void pause_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+/* Polls retrieve until the intent leaves processing, within 10 s; returns
+ * the status it reached. */
+static void wait_settled(struct psp_sim_process *p, const char *id, char *status,
+                         size_t len)
+{
+    long long deadline = test_env_now_ms() + 10000;
+    for (;;) {
+        struct http_answer r = retrieve_on(p, id);
+        ck_assert_int_eq(r.status, 200);
+        snprintf(status, len, "%s", jstr(r.json, "status"));
+        answer_free(&r);
+        if (strcmp(status, "processing") != 0)
+            return;
+        ck_assert_msg(test_env_now_ms() < deadline, "intent %s never settled", id);
+        pause_ms(20);
+    }
+}
+
+START_TEST(processing_intent_is_settled_by_admin)
+{
+    struct http_answer a = charge("k-proc", "a-proc", 700, "pm_card_processing");
+    ck_assert_int_eq(a.status, 200);
+    ck_assert_str_eq(jstr(a.json, "status"), "processing");
+    char id[64];
+    snprintf(id, sizeof(id), "%s", jstr(a.json, "id"));
+
+    /* A bad body is 400 and changes nothing. */
+    static const char *const bad[] = {
+        "not json",
+        "[]",
+        "{}",
+        "{\"status\":\"processing\"}",
+        "{\"status\":\"succeeded\",\"decline_code\":\"insufficient_funds\"}",
+        "{\"status\":\"requires_payment_method\",\"decline_code\":\"Bad Code\"}",
+        "{\"status\":\"succeeded\",\"amount\":1}",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct http_answer b = settle_on(&sim, id, bad[i]);
+        ck_assert_msg(b.status == 400, "%s: %ld", bad[i], b.status);
+        ck_assert_str_eq(err_field(b.json, "type"), "invalid_request_error");
+        answer_free(&b);
+    }
+    struct http_answer still = retrieve_on(&sim, id);
+    ck_assert_str_eq(jstr(still.json, "status"), "processing");
+    ck_assert_int_eq(ledger_counter(&sim, "processing"), 1);
+
+    struct http_answer s = settle_on(&sim, id, "{\"status\":\"succeeded\"}");
+    ck_assert_int_eq(s.status, 200);
+    ck_assert_str_eq(jstr(s.json, "id"), id);
+    ck_assert_str_eq(jstr(s.json, "status"), "succeeded");
+
+    /* Retrieve and search both see it settled. */
+    struct http_answer r = retrieve_on(&sim, id);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_str_eq(jstr(r.json, "status"), "succeeded");
+    ck_assert(json_is_null(json_object_get(r.json, "last_payment_error")));
+    struct http_answer q = search_on(&sim, "a-proc");
+    ck_assert_int_eq(q.status, 200);
+    json_t *data = json_object_get(q.json, "data");
+    ck_assert_uint_eq(json_array_size(data), 1);
+    ck_assert_str_eq(jstr(json_array_get(data, 0), "status"), "succeeded");
+
+    /* The ledger: one row, now succeeded, with the fields of a charge that
+     * succeeded at once. */
+    struct http_answer v = charge("k-visa", "a-visa", 300, "pm_card_visa");
+    ck_assert_int_eq(v.status, 200);
+    json_t *row = ledger_row(&sim, id), *vrow = ledger_row(&sim, jstr(v.json, "id"));
+    ck_assert_str_eq(jstr(row, "outcome"), "succeeded");
+    ck_assert_str_eq(jstr(row, "idempotency_key"), "k-proc");
+    ck_assert_str_eq(jstr(row, "payment_attempt_id"), "a-proc");
+    ck_assert_int_eq(json_integer_value(json_object_get(row, "amount")), 700);
+    ck_assert(json_is_integer(json_object_get(row, "settled_at_ms")));
+    ck_assert(json_is_null(json_object_get(vrow, "settled_at_ms")));
+    ck_assert_uint_eq(json_object_size(row), json_object_size(vrow));
+    const char *k;
+    json_t *val;
+    json_object_foreach(vrow, k, val)
+        ck_assert_msg(json_object_get(row, k) != NULL, "settled row has no %s", k);
+    json_decref(row);
+    json_decref(vrow);
+    ck_assert_uint_eq(psp_sim_charges_for_key(&sim, "k-proc"), 1);
+    ck_assert_int_eq(ledger_counter(&sim, "succeeded"), 2);
+    ck_assert_int_eq(ledger_counter(&sim, "processing"), 0);
+    ck_assert_int_eq(ledger_counter(&sim, "settled"), 1);
+
+    /* Settling twice is a conflict and counts nothing. */
+    struct http_answer t = settle_on(&sim, id, "{\"status\":\"succeeded\"}");
+    ck_assert_int_eq(t.status, 409);
+    ck_assert_str_eq(err_field(t.json, "code"), "payment_intent_unexpected_state");
+    ck_assert_uint_eq(psp_sim_charges(&sim), 2);
+    ck_assert_int_eq(ledger_counter(&sim, "succeeded"), 2);
+
+    /* A replay under the key answers what the create did, as Stripe's. */
+    struct http_answer p = charge("k-proc", "a-proc", 700, "pm_card_processing");
+    ck_assert_int_eq(p.replayed, 1);
+    ck_assert_str_eq(jstr(p.json, "status"), "processing");
+    answer_free(&a);
+    answer_free(&still);
+    answer_free(&s);
+    answer_free(&r);
+    answer_free(&q);
+    answer_free(&v);
+    answer_free(&t);
+    answer_free(&p);
+}
+END_TEST
+
+START_TEST(processing_intent_is_declined_or_canceled_by_admin)
+{
+    struct http_answer a = charge("k-pd", "a-pd", 100, "pm_card_processing");
+    struct http_answer b = charge("k-pc", "a-pc", 100, "pm_card_processing");
+    struct http_answer v = charge("k-pv", "a-pv", 100, "pm_card_visa");
+    char ida[64], idb[64];
+    snprintf(ida, sizeof(ida), "%s", jstr(a.json, "id"));
+    snprintf(idb, sizeof(idb), "%s", jstr(b.json, "id"));
+
+    struct http_answer d = settle_on(&sim, ida,
+                                     "{\"status\":\"requires_payment_method\","
+                                     "\"decline_code\":\"insufficient_funds\"}");
+    ck_assert_int_eq(d.status, 200);
+    struct http_answer r = retrieve_on(&sim, ida);
+    ck_assert_str_eq(jstr(r.json, "status"), "requires_payment_method");
+    json_t *lpe = json_object_get(r.json, "last_payment_error");
+    ck_assert_str_eq(jstr(lpe, "code"), "card_declined");
+    ck_assert_str_eq(jstr(lpe, "decline_code"), "insufficient_funds");
+    json_t *row = ledger_row(&sim, ida);
+    ck_assert_str_eq(jstr(row, "outcome"), "declined");
+    json_decref(row);
+
+    struct http_answer c = settle_on(&sim, idb, "{\"status\":\"canceled\"}");
+    ck_assert_int_eq(c.status, 200);
+    ck_assert_str_eq(jstr(c.json, "status"), "canceled");
+    row = ledger_row(&sim, idb);
+    ck_assert_str_eq(jstr(row, "outcome"), "canceled");
+    json_decref(row);
+    ck_assert_int_eq(ledger_counter(&sim, "declined"), 1);
+    ck_assert_int_eq(ledger_counter(&sim, "canceled"), 1);
+    ck_assert_int_eq(ledger_counter(&sim, "processing"), 0);
+
+    /* Only a processing intent settles; an unknown one is 404. */
+    struct http_answer s =
+        settle_on(&sim, jstr(v.json, "id"), "{\"status\":\"canceled\"}");
+    ck_assert_int_eq(s.status, 409);
+    struct http_answer n = settle_on(&sim, "pi_nope", "{\"status\":\"succeeded\"}");
+    ck_assert_int_eq(n.status, 404);
+    ck_assert_str_eq(err_field(n.json, "code"), "resource_missing");
+    ck_assert_str_eq(err_field(n.json, "message"), "No such payment_intent: 'pi_nope'");
+    answer_free(&a);
+    answer_free(&b);
+    answer_free(&v);
+    answer_free(&d);
+    answer_free(&r);
+    answer_free(&c);
+    answer_free(&s);
+    answer_free(&n);
+}
+END_TEST
+
+START_TEST(processing_intent_settles_by_itself_after_n_ms)
+{
+    struct psp_sim_process other = {0};
+    const char *args[] = {"--processing-settle-ms", "800", NULL};
+    psp_sim_start(&other, args);
+    struct http_answer a =
+        request_to(other.base_url, "POST", "/v1/payment_intents", "k-self",
+                   FORM_BASE_PROCESSING "&metadata%5Bpayment_attempt_id%5D=a-self",
+                   NULL, NULL, 5000);
+    ck_assert_int_eq(a.status, 200);
+    ck_assert_str_eq(jstr(a.json, "status"), "processing");
+    char id[64], status[64];
+    snprintf(id, sizeof(id), "%s", jstr(a.json, "id"));
+
+    wait_settled(&other, id, status, sizeof(status));
+    ck_assert_str_eq(status, "succeeded");
+    struct http_answer q = search_on(&other, "a-self");
+    ck_assert_str_eq(jstr(json_array_get(json_object_get(q.json, "data"), 0), "status"),
+                     "succeeded");
+    /* Booked as of when it was due, once. */
+    json_t *row = ledger_row(&other, id);
+    ck_assert_str_eq(jstr(row, "outcome"), "succeeded");
+    ck_assert_int_eq(json_integer_value(json_object_get(row, "settled_at_ms")) -
+                         json_integer_value(json_object_get(row, "at_ms")),
+                     800);
+    json_decref(row);
+    ck_assert_int_eq(ledger_counter(&other, "succeeded"), 1);
+    ck_assert_int_eq(ledger_counter(&other, "processing"), 0);
+    struct http_answer t = settle_on(&other, id, "{\"status\":\"canceled\"}");
+    ck_assert_int_eq(t.status, 409);
+    psp_sim_stop(&other);
+
+    /* The same at run time; the ledger alone sees it settle too. */
+    json_decref(psp_sim_admin(&sim, "PUT", "/processing-settle",
+                              "{\"processing_settle_ms\": 200}"));
+    struct http_answer b = charge("k-self2", "a-self2", 100, "pm_card_processing");
+    ck_assert_str_eq(jstr(b.json, "status"), "processing");
+    long long deadline = test_env_now_ms() + 10000;
+    for (;;) {
+        json_t *r = ledger_row(&sim, jstr(b.json, "id"));
+        int done = !strcmp(jstr(r, "outcome"), "succeeded");
+        json_decref(r);
+        if (done)
+            break;
+        ck_assert_msg(test_env_now_ms() < deadline, "never settled in the ledger");
+        pause_ms(20);
+    }
+    struct http_answer bad =
+        admin_to(&sim, "PUT", "/processing-settle", "{\"processing_settle_ms\": -1}");
+    ck_assert_int_eq(bad.status, 400);
+    answer_free(&a);
+    answer_free(&q);
+    answer_free(&t);
+    answer_free(&b);
+    answer_free(&bad);
+}
+END_TEST
+
+START_TEST(search_lags_behind_creation)
+{
+    const long lag = 1500;
+    char cfg[64];
+    snprintf(cfg, sizeof(cfg), "{\"search_lag_ms\": %ld}", lag);
+    json_decref(psp_sim_admin(&sim, "PUT", "/search-lag", cfg));
+    long long t0 = test_env_now_ms();
+    struct http_answer a = charge("k-lag", "a-lag", 100, "pm_card_visa");
+    ck_assert_int_eq(a.status, 200);
+
+    /* Retrieve by id finds it at once; search does not, yet. */
+    struct http_answer r = retrieve_on(&sim, jstr(a.json, "id"));
+    ck_assert_int_eq(r.status, 200);
+    struct http_answer s = search_on(&sim, "a-lag");
+    ck_assert_int_eq(s.status, 200);
+    ck_assert_msg(json_array_size(json_object_get(s.json, "data")) == 0 ||
+                      test_env_now_ms() - t0 >= lag,
+                  "search found the intent before the lag had passed");
+
+    /* Then it does, not before the lag (give or take the two clocks). */
+    for (;;) {
+        struct http_answer f = search_on(&sim, "a-lag");
+        size_t n = json_array_size(json_object_get(f.json, "data"));
+        if (n == 1)
+            ck_assert_str_eq(
+                jstr(json_array_get(json_object_get(f.json, "data"), 0), "id"),
+                jstr(a.json, "id"));
+        answer_free(&f);
+        if (n == 1)
+            break;
+        ck_assert_msg(test_env_now_ms() - t0 < 10000, "search never found it");
+        pause_ms(20);
+    }
+    ck_assert_int_ge(test_env_now_ms() - t0, lag - 50);
+
+    /* By flag, and the lag applies to intents made before it changed. */
+    struct psp_sim_process other = {0};
+    const char *args[] = {"--search-lag-ms", "600000", NULL};
+    psp_sim_start(&other, args);
+    struct http_answer b = request_to(
+        other.base_url, "POST", "/v1/payment_intents", "k-lag2",
+        FORM_BASE "&metadata%5Bpayment_attempt_id%5D=a-lag2", NULL, NULL, 5000);
+    ck_assert_int_eq(b.status, 200);
+    struct http_answer br = retrieve_on(&other, jstr(b.json, "id"));
+    ck_assert_int_eq(br.status, 200);
+    struct http_answer bs = search_on(&other, "a-lag2");
+    ck_assert_uint_eq(json_array_size(json_object_get(bs.json, "data")), 0);
+    json_decref(psp_sim_admin(&other, "PUT", "/search-lag", "{\"search_lag_ms\": 0}"));
+    struct http_answer bf = search_on(&other, "a-lag2");
+    ck_assert_uint_eq(json_array_size(json_object_get(bf.json, "data")), 1);
+    struct http_answer bad = admin_to(&other, "PUT", "/search-lag", "{\"lag\": 1}");
+    ck_assert_int_eq(bad.status, 400);
+    psp_sim_stop(&other);
+    answer_free(&a);
+    answer_free(&r);
+    answer_free(&s);
+    answer_free(&b);
+    answer_free(&br);
+    answer_free(&bs);
+    answer_free(&bf);
+    answer_free(&bad);
+}
+END_TEST
+
+START_TEST(unknown_intent_is_404_resource_missing)
+{
+    struct http_answer a = retrieve_on(&sim, "pi_nope");
+    ck_assert_int_eq(a.status, 404);
+    ck_assert_str_eq(err_field(a.json, "type"), "invalid_request_error");
+    ck_assert_str_eq(err_field(a.json, "code"), "resource_missing");
+    ck_assert_str_eq(err_field(a.json, "param"), "intent");
+    ck_assert_str_eq(err_field(a.json, "message"), "No such payment_intent: 'pi_nope'");
+    /* The id comes from the URL: bytes that are no printable ASCII are shown
+     * as '?', so the answer stays JSON. */
+    struct http_answer b = retrieve_on(&sim, "pi_%FF%22x");
+    ck_assert_int_eq(b.status, 404);
+    ck_assert_ptr_nonnull(b.json);
+    ck_assert_str_eq(err_field(b.json, "message"), "No such payment_intent: 'pi_?\"x'");
+    answer_free(&a);
+    answer_free(&b);
+}
+END_TEST
+
 START_TEST(port_zero_binds_free_ports_it_prints)
 {
     /* The fixture ran psp-sim with --port 0 --admin-port 0 and read the
@@ -752,6 +1125,8 @@ START_TEST(each_bad_flag_value_is_reported_under_its_own_name)
         {"--latency-ms", "-1"},
         {"--latency-jitter-ms", ""},
         {"--stall-ms", "86400001"},
+        {"--search-lag-ms", "-1"},
+        {"--processing-settle-ms", "86400001"},
         {"--host", "example.com"},
         {"--fault", "explode=1"},
         {"--fault", "drop_after=1.5"},
@@ -769,6 +1144,8 @@ START_TEST(each_bad_flag_value_is_reported_under_its_own_name)
         "--latency-ms",
         "--latency-jitter-ms",
         "--stall-ms",
+        "--search-lag-ms",
+        "--processing-settle-ms",
         "--fault",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -813,6 +1190,11 @@ static Suite *suite(void)
     tcase_add_test(tc, automatic_payment_methods_values_are_checked);
     tcase_add_test(tc, customer_that_is_no_customer_id_is_400_resource_missing);
     tcase_add_test(tc, customer_is_part_of_the_idempotency_fingerprint);
+    tcase_add_test(tc, processing_intent_is_settled_by_admin);
+    tcase_add_test(tc, processing_intent_is_declined_or_canceled_by_admin);
+    tcase_add_test(tc, processing_intent_settles_by_itself_after_n_ms);
+    tcase_add_test(tc, search_lags_behind_creation);
+    tcase_add_test(tc, unknown_intent_is_404_resource_missing);
     tcase_add_test(tc, port_zero_binds_free_ports_it_prints);
     tcase_add_test(tc, each_bad_flag_value_is_reported_under_its_own_name);
     suite_add_tcase(s, tc);

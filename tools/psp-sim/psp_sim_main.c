@@ -415,14 +415,14 @@ static enum MHD_Result provider_api(struct req *r, const char *url, const char *
             return respond_error(
                 r->conn, 400, "invalid_request_error",
                 "query must be metadata['payment_attempt_id']:'<id>'.");
-        psp_store_search(store, id, &ans);
+        psp_store_search(store, id, now_ms(), &ans);
         free(id);
         return respond(r->conn, ans.status, ans.body, 0);
     }
     if (!strcmp(method, "GET") && url[bl] == '/' && url[bl + 1] &&
         !strchr(url + bl + 1, '/')) {
         psp_store_count(store, PSP_C_REQUESTS);
-        psp_store_retrieve(store, url + bl + 1, &ans);
+        psp_store_retrieve(store, url + bl + 1, now_ms(), &ans);
         return respond(r->conn, ans.status, ans.body, 0);
     }
     return respond_error(r->conn, 405, "invalid_request_error", "Method not allowed.");
@@ -430,13 +430,68 @@ static enum MHD_Result provider_api(struct req *r, const char *url, const char *
 
 /* ---- the admin API ---- */
 
-static enum MHD_Result admin_api(struct req *r, const char *url, const char *method)
+/* "/intents/<id>/settle" -> <id> (a copy), else NULL. */
+static char *settle_target(const char *url)
+{
+    const char *prefix = "/intents/", *suffix = "/settle";
+    size_t pl = strlen(prefix), sl = strlen(suffix), n = strlen(url);
+    if (n <= pl + sl || strncmp(url, prefix, pl) != 0 ||
+        strcmp(url + n - sl, suffix) != 0)
+        return NULL;
+    char *id = strndup(url + pl, n - pl - sl);
+    if (id && strchr(id, '/')) {
+        free(id);
+        return NULL;
+    }
+    return id;
+}
+
+/* POST /intents/<id>/settle {"status":..., "decline_code":...} */
+static enum MHD_Result settle_intent(struct req *r, const char *id)
 {
     char err[256];
+    struct psp_settlement set;
+    struct psp_answer ans = {0};
+    json_error_t jerr;
+    json_t *body = json_loadb(r->body ? r->body : "", r->len, 0, &jerr);
+
+    if (!body || psp_settlement_parse(body, &set, err, sizeof(err)) != 0) {
+        json_decref(body);
+        return respond_error(r->conn, 400, "invalid_request_error",
+                             body ? err : "body is not JSON");
+    }
+    psp_store_settle(store, id, &set, now_ms(), &ans);
+    json_decref(body);
+    return respond(r->conn, ans.status, ans.body, 0);
+}
+
+/* PUT /<name> {"<member>": <integer in 0..86400000>}: one delay setting. */
+static enum MHD_Result put_delay(struct req *r, const char *member,
+                                 void (*set)(psp_store_t *, int64_t))
+{
+    json_error_t jerr;
+    json_t *cfg = json_loadb(r->body ? r->body : "", r->len, 0, &jerr);
+    json_t *ms = json_object_get(cfg, member);
+    if (!json_is_integer(ms) || json_integer_value(ms) < 0 ||
+        json_integer_value(ms) > 86400000) {
+        char err[128];
+        snprintf(err, sizeof(err), "body must be {\"%s\": <integer 0..86400000>}",
+                 member);
+        json_decref(cfg);
+        return respond_error(r->conn, 400, "invalid_request_error", err);
+    }
+    set(store, json_integer_value(ms));
+    json_decref(cfg);
+    return respond_json(r->conn, 200, json_pack("{s:b}", "ok", 1));
+}
+
+static enum MHD_Result admin_api(struct req *r, const char *url, const char *method)
+{
+    char err[256], *settle_id;
     if (!strcmp(url, "/health"))
         return respond_json(r->conn, 200, json_pack("{s:b}", "ok", 1));
     if (!strcmp(url, "/ledger") && !strcmp(method, "GET"))
-        return respond_json(r->conn, 200, psp_store_ledger_json(store));
+        return respond_json(r->conn, 200, psp_store_ledger_json(store, now_ms()));
     if (!strcmp(url, "/reset") && !strcmp(method, "POST")) {
         psp_store_reset(store);
         return respond_json(r->conn, 200, json_pack("{s:b}", "reset", 1));
@@ -470,6 +525,15 @@ static enum MHD_Result admin_api(struct req *r, const char *url, const char *met
         psp_store_set_retention(store, json_integer_value(ms));
         json_decref(cfg);
         return respond_json(r->conn, 200, json_pack("{s:b}", "ok", 1));
+    }
+    if (!strcmp(url, "/search-lag") && !strcmp(method, "PUT"))
+        return put_delay(r, "search_lag_ms", psp_store_set_search_lag);
+    if (!strcmp(url, "/processing-settle") && !strcmp(method, "PUT"))
+        return put_delay(r, "processing_settle_ms", psp_store_set_processing_settle);
+    if (!strcmp(method, "POST") && (settle_id = settle_target(url)) != NULL) {
+        enum MHD_Result rc = settle_intent(r, settle_id);
+        free(settle_id);
+        return rc;
     }
     return respond_error(r->conn, 404, "invalid_request_error",
                          "no such admin endpoint");
@@ -550,7 +614,12 @@ static void usage(FILE *out)
         "  --latency-ms N           added to every charge while its key is held [0]\n"
         "  --latency-jitter-ms N    plus a random 0..N ms [0]\n"
         "  --stall-ms N             how long stall_after holds an answer [30000]\n"
-        "                           (the three delays: at most 86400000)\n"
+        "  --search-lag-ms N        search finds an intent only N ms after its\n"
+        "                           creation, as Stripe's lags; retrieve at once [0]\n"
+        "  --processing-settle-ms N a processing intent succeeds N ms after its\n"
+        "                           creation; 0: only when settled by the admin\n"
+        "                           API [0]\n"
+        "                           (the delays: at most 86400000)\n"
         "  --fault KIND=P[@TARGET][#TIMES]\n"
         "                           inject KIND with probability P (0..1), optionally\n"
         "                           only for idempotency key TARGET (or payment "
@@ -591,15 +660,19 @@ static void usage(FILE *out)
         "  GET  "
         "/v1/payment_intents/search?query=metadata['payment_attempt_id']:'<id>'\n"
         "  Test payment methods: pm_card_visa, pm_card_mastercard (succeed),\n"
-        "  pm_card_processing (stays processing), pm_card_chargeDeclined,\n"
-        "  pm_card_chargeDeclinedInsufficientFunds (402 card_error).\n"
+        "  pm_card_processing (processing until settled: see\n"
+        "  --processing-settle-ms and POST /intents/<id>/settle),\n"
+        "  pm_card_chargeDeclined, pm_card_chargeDeclinedInsufficientFunds\n"
+        "  (402 card_error). An unknown id is 404 resource_missing.\n"
         "\n"
         "Admin API (no auth; bind it to loopback):\n"
         "  GET    /health     {\"ok\":true}\n"
         "  GET    /ledger     every executed charge (idempotency_key,\n"
         "                     payment_intent_id, payment_attempt_id, order_id,\n"
         "                     customer, amount, currency, outcome, http_status,\n"
-        "                     at_ms) and counters\n"
+        "                     at_ms, settled_at_ms) and counters; outcome is the\n"
+        "                     intent's current one (succeeded, processing,\n"
+        "                     declined, canceled)\n"
         "  POST   /reset      forget keys, intents, ledger and counters\n"
         "  GET    /faults     fault configuration, how often each rule fired, and\n"
         "                     every fault injected (kind, key, seq)\n"
@@ -610,6 +683,17 @@ static void usage(FILE *out)
         "                     \"payment_method\":null,\"times\":null}]}\n"
         "  DELETE /faults     no faults, no latency\n"
         "  PUT    /retention  {\"key_retention_ms\":N}\n"
+        "  PUT    /search-lag {\"search_lag_ms\":N}  (as --search-lag-ms)\n"
+        "  PUT    /processing-settle {\"processing_settle_ms\":N}\n"
+        "                     (as --processing-settle-ms)\n"
+        "  POST   /intents/<id>/settle\n"
+        "                     {\"status\":\"succeeded\"},\n"
+        "                     {\"status\":\"requires_payment_method\",\n"
+        "                      \"decline_code\":\"insufficient_funds\"} (default\n"
+        "                     generic_decline) or {\"status\":\"canceled\"}: settles\n"
+        "                     a processing intent (its ledger row's outcome becomes\n"
+        "                     succeeded, declined or canceled); 409 when it is not\n"
+        "                     processing, 404 unknown id, 400 bad body\n"
         "\n"
         "Exit status: 0 after SIGTERM/SIGINT, 1 when it cannot listen, 2 on bad "
         "usage.\n");
@@ -690,12 +774,15 @@ int main(int argc, char **argv)
         {"latency-jitter-ms", required_argument, NULL, 'j'},
         {"stall-ms", required_argument, NULL, 'S'},
         {"fault", required_argument, NULL, 'f'},
+        {"search-lag-ms", required_argument, NULL, 'L'},
+        {"processing-settle-ms", required_argument, NULL, 'P'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *host = "127.0.0.1";
     long port = 12111, admin_port = 12112, retention = 86400000L, threads = 2;
     long max_conn = 8192, seed = 1, latency = 0, jitter = 0, stall = 30000;
+    long search_lag = 0, settle = 0;
     /* Numeric flags and the values each takes: ports are 0 (the kernel
      * picks) to 65535, counts go to libmicrohttpd as unsigned, and delays
      * stop at a day so that now + delay cannot overflow. */
@@ -707,7 +794,8 @@ int main(int argc, char **argv)
         {'r', &retention, 0, LONG_MAX}, {'t', &threads, 1, 1024},
         {'c', &max_conn, 1, 1000000},   {'s', &seed, 0, LONG_MAX},
         {'l', &latency, 0, 86400000},   {'j', &jitter, 0, 86400000},
-        {'S', &stall, 0, 86400000},
+        {'S', &stall, 0, 86400000},     {'L', &search_lag, 0, 86400000},
+        {'P', &settle, 0, 86400000},
     };
     const char *fault_specs[64];
     int nfaults = 0, c, rc = 1, key_from_flag = 0;
@@ -781,6 +869,8 @@ int main(int argc, char **argv)
         return 2;
     }
     store = psp_store_new(retention);
+    psp_store_set_search_lag(store, search_lag);
+    psp_store_set_processing_settle(store, settle);
     faults = psp_faults_new((uint64_t)seed);
     psp_faults_set_latency(faults, latency, jitter);
     psp_faults_set_stall(faults, stall);

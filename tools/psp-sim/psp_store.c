@@ -10,20 +10,24 @@
 struct psp_store {
     pthread_mutex_t lock;
     int64_t retention_ms;
+    int64_t search_lag_ms;        /* search sees an intent this long after creation */
+    int64_t processing_settle_ms; /* > 0: processing succeeds this long after */
     json_t *keys;    /* idempotency key -> {fp, done, status, body, created_ms} */
-    json_t *intents; /* pi id -> PaymentIntent */
+    json_t *intents; /* pi id -> {pi: PaymentIntent, row: its ledger row, created_ms} */
     json_t *ledger;  /* array of executed charges */
     uint64_t next_id;
     long long counters[PSP_C__COUNT];
 };
 
 static const char *counter_names[PSP_C__COUNT] = {
-    "requests", "executed",   "succeeded",         "declined",        "processing",
-    "replayed", "in_use_409", "idempotency_error", "invalid_request", "expired_keys",
+    "requests",        "executed",     "succeeded",  "declined",
+    "processing",      "replayed",     "in_use_409", "idempotency_error",
+    "invalid_request", "expired_keys", "canceled",   "settled",
 };
 
 /* Test payment methods, as the contract names them, plus one that stays
- * processing (settled later by webhook or reconciliation). */
+ * processing until settled (psp_store_settle, or by itself after
+ * processing_settle_ms). */
 struct psp_method {
     const char *name;
     const char *status; /* succeeded, processing, or NULL when declined */
@@ -76,6 +80,20 @@ void psp_store_set_retention(psp_store_t *st, int64_t retention_ms)
     pthread_mutex_unlock(&st->lock);
 }
 
+void psp_store_set_search_lag(psp_store_t *st, int64_t search_lag_ms)
+{
+    pthread_mutex_lock(&st->lock);
+    st->search_lag_ms = search_lag_ms;
+    pthread_mutex_unlock(&st->lock);
+}
+
+void psp_store_set_processing_settle(psp_store_t *st, int64_t settle_ms)
+{
+    pthread_mutex_lock(&st->lock);
+    st->processing_settle_ms = settle_ms;
+    pthread_mutex_unlock(&st->lock);
+}
+
 void psp_store_count(psp_store_t *st, enum psp_counter c)
 {
     pthread_mutex_lock(&st->lock);
@@ -105,9 +123,10 @@ static void answer_json(struct psp_answer *ans, int status, json_t *body)
 static void answer_error(struct psp_answer *ans, int status, const char *type,
                          const char *code, const char *param, const char *message)
 {
-    json_t *err = json_pack("{s:s, s:s}", "type", type, "message", message);
+    json_t *err = json_pack("{s:s}", "type", type);
     if (code)
         json_object_set_new(err, "code", json_string(code));
+    json_object_set_new(err, "message", json_string(message));
     if (param)
         json_object_set_new(err, "param", json_string(param));
     answer_json(ans, status, json_pack("{s:o}", "error", err));
@@ -134,9 +153,9 @@ static int customer_id_valid(const char *s)
     return 1;
 }
 
-/* "No such customer: '<value>'", the value cut at 64 bytes and reduced to
+/* "No such <what>: '<value>'", the value cut at 64 bytes and reduced to
  * printable ASCII: it comes from the client and goes into JSON. */
-static void no_such_customer(const char *value, char *out, size_t outlen)
+static void no_such(const char *what, const char *value, char *out, size_t outlen)
 {
     char shown[72];
     size_t i;
@@ -145,7 +164,7 @@ static void no_such_customer(const char *value, char *out, size_t outlen)
         shown[i] = c >= 0x20 && c < 0x7f ? (char)c : '?';
     }
     shown[i] = '\0';
-    snprintf(out, outlen, "No such customer: '%s%s'", shown, value[i] ? "..." : "");
+    snprintf(out, outlen, "No such %s: '%s%s'", what, shown, value[i] ? "..." : "");
 }
 
 /* Returns 0 when valid, else fills a 400 invalid_request_error. */
@@ -214,7 +233,7 @@ static int validate(const struct psp_charge_request *req, struct psp_answer *ans
     }
     if (req->customer && !customer_id_valid(req->customer)) {
         char msg[128];
-        no_such_customer(req->customer, msg, sizeof(msg));
+        no_such("customer", req->customer, msg, sizeof(msg));
         answer_error(ans, 400, "invalid_request_error", "resource_missing", "customer",
                      msg);
         return -1;
@@ -302,7 +321,7 @@ void psp_store_execute(psp_store_t *st, const struct psp_charge_request *req,
 {
     const struct psp_method *m = find_method(req->payment_method);
     char id[40];
-    json_t *pi, *metadata, *body, *apm = NULL;
+    json_t *pi, *metadata, *body, *row, *apm = NULL;
     int status;
 
     pthread_mutex_lock(&st->lock);
@@ -350,16 +369,19 @@ void psp_store_execute(psp_store_t *st, const struct psp_charge_request *req,
         st->counters[PSP_C_DECLINED]++;
     }
     st->counters[PSP_C_EXECUTED]++;
-    json_object_set(st->intents, id, pi);
-    json_array_append_new(
-        st->ledger,
-        json_pack("{s:s?, s:s, s:s?, s:s?, s:s?, s:I, s:s, s:s, s:i, s:I}",
-                  "idempotency_key", req->idempotency_key, "payment_intent_id", id,
-                  "payment_attempt_id", req->payment_attempt_id, "order_id",
-                  req->order_id, "customer", req->customer, "amount",
-                  (json_int_t)strtoll(req->amount, NULL, 10), "currency", req->currency,
-                  "outcome", m->status ? m->status : "declined", "http_status", status,
-                  "at_ms", (json_int_t)now_ms));
+    row = json_pack(
+        "{s:s?, s:s, s:s?, s:s?, s:s?, s:I, s:s, s:s, s:i, s:I, s:n}",
+        "idempotency_key", req->idempotency_key, "payment_intent_id", id,
+        "payment_attempt_id", req->payment_attempt_id, "order_id", req->order_id,
+        "customer", req->customer, "amount", (json_int_t)strtoll(req->amount, NULL, 10),
+        "currency", req->currency, "outcome", m->status ? m->status : "declined",
+        "http_status", status, "at_ms", (json_int_t)now_ms, "settled_at_ms");
+    json_array_append(st->ledger, row);
+    /* The record shares the row with the ledger: settling the intent later
+     * updates the one row its charge has, never adds one. */
+    json_object_set_new(st->intents, id,
+                        json_pack("{s:O, s:o, s:I}", "pi", pi, "row", row, "created_ms",
+                                  (json_int_t)now_ms));
     answer_json(ans, status, body);
     if (req->idempotency_key) {
         json_t *e = json_object_get(st->keys, req->idempotency_key);
@@ -373,31 +395,103 @@ void psp_store_execute(psp_store_t *st, const struct psp_charge_request *req,
     pthread_mutex_unlock(&st->lock);
 }
 
-void psp_store_retrieve(psp_store_t *st, const char *id, struct psp_answer *ans)
+/* Caller holds the lock. Settles a processing intent as `set` says, at
+ * at_ms: the intent's status and error, its ledger row, the counters. */
+static void apply_settlement(psp_store_t *st, json_t *rec,
+                             const struct psp_settlement *set, int64_t at_ms)
+{
+    json_t *pi = json_object_get(rec, "pi"), *row = json_object_get(rec, "row");
+    const char *outcome = set->status;
+    enum psp_counter c = PSP_C_SUCCEEDED;
+
+    json_object_set_new(pi, "status", json_string(set->status));
+    if (!strcmp(set->status, "requires_payment_method")) {
+        const char *code = set->decline_code ? set->decline_code : "generic_decline";
+        const char *message = "Your card was declined.";
+        for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++)
+            if (methods[i].decline_code && !strcmp(methods[i].decline_code, code))
+                message = methods[i].message;
+        /* As a failed asynchronous payment leaves it at Stripe. */
+        json_object_set_new(pi, "last_payment_error",
+                            json_pack("{s:s, s:s, s:s, s:s}", "type", "card_error",
+                                      "code", "card_declined", "decline_code", code,
+                                      "message", message));
+        outcome = "declined";
+        c = PSP_C_DECLINED;
+    } else if (!strcmp(set->status, "canceled")) {
+        json_object_set_new(pi, "canceled_at", json_integer(at_ms / 1000));
+        c = PSP_C_CANCELED;
+    }
+    json_object_set_new(row, "outcome", json_string(outcome));
+    json_object_set_new(row, "settled_at_ms", json_integer(at_ms));
+    /* Counters count each charge once, by what it is now. */
+    st->counters[PSP_C_PROCESSING]--;
+    st->counters[c]++;
+    st->counters[PSP_C_SETTLED]++;
+}
+
+static int is_processing(json_t *rec)
+{
+    const char *s =
+        json_string_value(json_object_get(json_object_get(rec, "pi"), "status"));
+    return s && !strcmp(s, "processing");
+}
+
+/* Caller holds the lock. With --processing-settle-ms, a processing intent
+ * has succeeded once that long has passed since its creation; it is
+ * settled here, when first looked at, as of the moment it was due. */
+static void settle_if_due(psp_store_t *st, json_t *rec, int64_t now_ms)
+{
+    static const struct psp_settlement succeeded = {"succeeded", NULL};
+    int64_t created = json_integer_value(json_object_get(rec, "created_ms"));
+    if (st->processing_settle_ms > 0 && is_processing(rec) &&
+        now_ms - created >= st->processing_settle_ms)
+        apply_settlement(st, rec, &succeeded, created + st->processing_settle_ms);
+}
+
+static void answer_no_such_intent(struct psp_answer *ans, const char *id)
+{
+    char msg[128];
+    no_such("payment_intent", id, msg, sizeof(msg));
+    answer_error(ans, 404, "invalid_request_error", "resource_missing", "intent", msg);
+}
+
+void psp_store_retrieve(psp_store_t *st, const char *id, int64_t now_ms,
+                        struct psp_answer *ans)
 {
     pthread_mutex_lock(&st->lock);
-    json_t *pi = json_object_get(st->intents, id);
-    if (pi)
-        answer_json(ans, 200, json_incref(pi));
-    else
-        answer_error(ans, 404, "invalid_request_error", "resource_missing", "intent",
-                     "No such payment_intent.");
+    json_t *rec = json_object_get(st->intents, id);
+    if (rec) {
+        settle_if_due(st, rec, now_ms);
+        answer_json(ans, 200, json_incref(json_object_get(rec, "pi")));
+    } else {
+        answer_no_such_intent(ans, id);
+    }
     pthread_mutex_unlock(&st->lock);
 }
 
-void psp_store_search(psp_store_t *st, const char *payment_attempt_id,
+void psp_store_search(psp_store_t *st, const char *payment_attempt_id, int64_t now_ms,
                       struct psp_answer *ans)
 {
     const char *id;
-    json_t *pi, *data = json_array();
+    json_t *rec, *data = json_array();
 
     pthread_mutex_lock(&st->lock);
-    json_object_foreach(st->intents, id, pi)
+    json_object_foreach(st->intents, id, rec)
     {
+        json_t *pi = json_object_get(rec, "pi");
         const char *a = json_string_value(
             json_object_get(json_object_get(pi, "metadata"), "payment_attempt_id"));
-        if (a && !strcmp(a, payment_attempt_id))
-            json_array_append(data, pi);
+        if (!a || strcmp(a, payment_attempt_id) != 0)
+            continue;
+        /* Indexed late, as Stripe's search is: not there until the lag has
+         * passed, then with its current status. */
+        if (now_ms - json_integer_value(json_object_get(rec, "created_ms")) <
+            st->search_lag_ms)
+            continue;
+        settle_if_due(st, rec, now_ms);
+        /* A copy: the answer is serialised after we let go of the lock. */
+        json_array_append_new(data, json_deep_copy(pi));
     }
     pthread_mutex_unlock(&st->lock);
     answer_json(ans, 200,
@@ -405,10 +499,86 @@ void psp_store_search(psp_store_t *st, const char *payment_attempt_id,
                           "has_more", 0));
 }
 
-json_t *psp_store_ledger_json(psp_store_t *st)
+int psp_settlement_parse(json_t *body, struct psp_settlement *out, char *errbuf,
+                         size_t errbuf_size)
 {
-    json_t *counters = json_object();
+    const char *k;
+    json_t *v, *status = json_object_get(body, "status");
+    json_t *code = json_object_get(body, "decline_code");
+
+    if (!json_is_object(body)) {
+        snprintf(errbuf, errbuf_size, "body must be a JSON object");
+        return -1;
+    }
+    json_object_foreach(body, k, v)
+    {
+        if (strcmp(k, "status") != 0 && strcmp(k, "decline_code") != 0) {
+            snprintf(errbuf, errbuf_size, "unknown member '%.64s'", k);
+            return -1;
+        }
+    }
+    out->status = json_string_value(status);
+    if (!out->status || (strcmp(out->status, "succeeded") != 0 &&
+                         strcmp(out->status, "requires_payment_method") != 0 &&
+                         strcmp(out->status, "canceled") != 0)) {
+        snprintf(errbuf, errbuf_size,
+                 "status must be succeeded, requires_payment_method or canceled");
+        return -1;
+    }
+    out->decline_code = NULL;
+    if (code && !json_is_null(code)) {
+        const char *s = json_string_value(code);
+        size_t n = s ? strlen(s) : 0;
+        if (strcmp(out->status, "requires_payment_method") != 0) {
+            snprintf(errbuf, errbuf_size,
+                     "decline_code goes only with status requires_payment_method");
+            return -1;
+        }
+        /* It goes into every answer about the intent: Stripe's shape only. */
+        if (n < 1 || n > 64 ||
+            strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789_") != n) {
+            snprintf(errbuf, errbuf_size,
+                     "decline_code must be 1..64 of a-z, 0-9 and _");
+            return -1;
+        }
+        out->decline_code = s;
+    }
+    return 0;
+}
+
+void psp_store_settle(psp_store_t *st, const char *id, const struct psp_settlement *set,
+                      int64_t now_ms, struct psp_answer *ans)
+{
     pthread_mutex_lock(&st->lock);
+    json_t *rec = json_object_get(st->intents, id);
+    if (!rec) {
+        answer_no_such_intent(ans, id);
+    } else {
+        /* One that has settled by itself by now is no longer processing. */
+        settle_if_due(st, rec, now_ms);
+        json_t *pi = json_object_get(rec, "pi");
+        if (is_processing(rec)) {
+            apply_settlement(st, rec, set, now_ms);
+            answer_json(ans, 200, json_incref(pi));
+        } else {
+            char msg[160];
+            snprintf(msg, sizeof(msg),
+                     "This PaymentIntent's status is %s; only a processing one can be "
+                     "settled.",
+                     json_string_value(json_object_get(pi, "status")));
+            answer_error(ans, 409, "invalid_request_error",
+                         "payment_intent_unexpected_state", NULL, msg);
+        }
+    }
+    pthread_mutex_unlock(&st->lock);
+}
+
+json_t *psp_store_ledger_json(psp_store_t *st, int64_t now_ms)
+{
+    const char *id;
+    json_t *rec, *counters = json_object();
+    pthread_mutex_lock(&st->lock);
+    json_object_foreach(st->intents, id, rec) settle_if_due(st, rec, now_ms);
     for (int i = 0; i < PSP_C__COUNT; i++)
         json_object_set_new(counters, counter_names[i], json_integer(st->counters[i]));
     /* A copy: the caller serialises it after we let go of the lock. */

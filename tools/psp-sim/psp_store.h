@@ -49,6 +49,12 @@ psp_store_t *psp_store_new(int64_t retention_ms);
 void psp_store_free(psp_store_t *st);
 
 void psp_store_set_retention(psp_store_t *st, int64_t retention_ms);
+/* Search finds an intent only search_lag_ms after its creation (0: at once);
+ * retrieve by id always does. Applies to every intent, old ones included. */
+void psp_store_set_search_lag(psp_store_t *st, int64_t search_lag_ms);
+/* settle_ms > 0: a processing intent has succeeded settle_ms after its
+ * creation (settled when next read); 0: only POST /intents/<id>/settle does. */
+void psp_store_set_processing_settle(psp_store_t *st, int64_t settle_ms);
 
 /* Validates the request and takes its key. On PSP_BEGIN_EXECUTE the caller
  * must end with psp_store_execute() or psp_store_release(). */
@@ -63,12 +69,31 @@ void psp_store_execute(psp_store_t *st, const struct psp_charge_request *req,
 /* Gives the key back without executing (a fault before executing). */
 void psp_store_release(psp_store_t *st, const char *idempotency_key);
 
-/* GET /v1/payment_intents/<id>: 200 or 404. */
-void psp_store_retrieve(psp_store_t *st, const char *id, struct psp_answer *ans);
+/* GET /v1/payment_intents/<id>: 200, or 404 resource_missing. */
+void psp_store_retrieve(psp_store_t *st, const char *id, int64_t now_ms,
+                        struct psp_answer *ans);
 
 /* GET /v1/payment_intents/search by metadata['payment_attempt_id']. */
-void psp_store_search(psp_store_t *st, const char *payment_attempt_id,
+void psp_store_search(psp_store_t *st, const char *payment_attempt_id, int64_t now_ms,
                       struct psp_answer *ans);
+
+/* How a processing intent settles. Strings are owned by the caller. */
+struct psp_settlement {
+    const char *status;       /* succeeded, requires_payment_method, canceled */
+    const char *decline_code; /* requires_payment_method only; NULL: generic_decline */
+};
+
+/* {"status":"requires_payment_method","decline_code":"insufficient_funds"}
+ * -> *out (its strings point into body). 0 / -1 with errbuf. */
+int psp_settlement_parse(json_t *body, struct psp_settlement *out, char *errbuf,
+                         size_t errbuf_size);
+
+/* Moves a processing intent to set->status, and its ledger row's outcome
+ * with it (succeeded, declined or canceled; settled_at_ms set): 200 with the
+ * intent, 404 resource_missing, 409 when it is not processing. A replay
+ * under the charge's key still answers what the create did, as Stripe's. */
+void psp_store_settle(psp_store_t *st, const char *id, const struct psp_settlement *set,
+                      int64_t now_ms, struct psp_answer *ans);
 
 /* Counters kept by the store (the HTTP layer adds its own). */
 enum psp_counter {
@@ -82,12 +107,17 @@ enum psp_counter {
     PSP_C_IDEMPOTENCY_ERROR_400,
     PSP_C_INVALID_400,
     PSP_C_EXPIRED_KEYS,
+    PSP_C_CANCELED,
+    PSP_C_SETTLED, /* processing intents settled since (admin or by themselves) */
     PSP_C__COUNT
 };
 void psp_store_count(psp_store_t *st, enum psp_counter c);
 
-/* The ledger and counters as JSON (new reference). */
-json_t *psp_store_ledger_json(psp_store_t *st);
+/* The ledger and counters as JSON (new reference). A charge has one row
+ * whose outcome is its intent's current one (a processing charge that
+ * settles changes outcome); succeeded, declined, canceled and processing
+ * count each charge once, by that outcome. */
+json_t *psp_store_ledger_json(psp_store_t *st, int64_t now_ms);
 
 /* Forgets keys, intents, ledger and counters. */
 void psp_store_reset(psp_store_t *st);
