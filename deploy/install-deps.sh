@@ -35,4 +35,24 @@ if [ ${#want[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${want[@]}" >/dev/null
 fi
 
+# stripe-mock, Stripe's API mock (it checks requests against Stripe's own
+# OpenAPI schema) for tests/integration/test_provider_conformance.c. Built
+# by Go into Go's bin directory, where tests/CMakeLists.txt looks for it.
+stripe_mock_version=v0.203.0
+go=$(command -v go || true)
+if [ -z "$go" ] && [ -x /usr/local/go/bin/go ]; then go=/usr/local/go/bin/go; fi
+if [ -z "$go" ]; then
+  echo "install-deps: Go 1.22 or newer is needed to build stripe-mock" >&2
+  exit 1
+fi
+gobin=$("$go" env GOBIN)
+[ -n "$gobin" ] || gobin="$("$go" env GOPATH | cut -d: -f1)/bin"
+# The module version Go recorded in the binary: another version there is
+# replaced, the pinned one is kept without asking the network.
+built=$("$go" version -m "$gobin/stripe-mock" 2>/dev/null || true)
+if ! [[ $built =~ [[:space:]]mod[[:space:]]+github.com/stripe/stripe-mock[[:space:]]+$stripe_mock_version[[:space:]] ]]; then
+  echo "install-deps: installing stripe-mock $stripe_mock_version into $gobin"
+  GOBIN=$gobin "$go" install "github.com/stripe/stripe-mock@$stripe_mock_version"
+fi
+
 "$here/kafka/fetch-jars.sh"

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The demo: charged's main job on the local stack. Starts PostgreSQL and
 # Kafka, migrates, runs psp-sim with faults (lost answers, 5xx before and
-# after executing, latency) and two workers, publishes a burst of charge
-# commands with duplicates and a few bad ones, waits until everything is
-# settled and committed, and reports what the provider actually charged.
+# after executing, latency), two workers and a reconciler, publishes a burst
+# of charge commands with duplicates and a few bad ones, waits until
+# everything is settled and committed (the reconciler settles the unknown
+# outcomes on the provider's evidence), and reports what the provider
+# actually charged.
 #
 #   DEMO_COMMANDS=1000 tools/demo.sh
 set -euo pipefail
@@ -23,7 +25,11 @@ mkdir -p "$run"
 export PROVIDER_API_KEY=sk_test_demo
 export PROVIDER_BASE_URL=http://127.0.0.1:12111
 export PROVIDER_TIMEOUT_MS=2000 WORKER_LEASE_MS=15000 WORKER_RETRY_MAX_MS=1000
+# One retry of an unknown outcome, so that the reconciler has work to show.
+export WORKER_UNKNOWN_RETRIES=1
 export KAFKA_SESSION_TIMEOUT_MS=6000 KAFKA_HEARTBEAT_INTERVAL_MS=1000
+# A fast reconciler, for a demo: first look after 2 s, then every second.
+export RECONCILER_FIRST_LOOK_MS=2000 RECONCILER_SCHEDULE_MS=1000 RECONCILER_POLL_MS=200
 
 pids=()
 cleanup() {
@@ -40,6 +46,8 @@ for i in 1 2; do
   WORKER_ID="demo-worker-$i" build/worker/charged worker 2>"$run/worker-$i.log" &
   pids+=($!)
 done
+WORKER_ID=demo-reconciler build/worker/charged reconciler 2>"$run/reconciler.log" &
+pids+=($!)
 
 python3 tools/demo_report.py --commands "$n" --psp-admin http://127.0.0.1:12112 \
   --chargectl build/chargectl/chargectl --state "$run"

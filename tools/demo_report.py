@@ -89,6 +89,20 @@ def main():
             return 1
         time.sleep(0.5)
     elapsed = time.monotonic() - t0
+    workers_done = psql("SELECT status, count(*) FROM payment_attempts WHERE id IN ('%s') "
+                        "GROUP BY 1 ORDER BY 2 DESC" % ids)
+
+    # The reconciler settles what the workers could not know.
+    while psql("SELECT count(*) FROM payment_attempts WHERE id IN ('%s') AND status IN "
+               "('UNKNOWN', 'PROCESSING')" % ids)[0][0] != "0":
+        if time.monotonic() > deadline:
+            print("demo: unknown outcomes not settled after 600 s", file=sys.stderr)
+            return 1
+        time.sleep(0.5)
+    reconciled = time.monotonic() - t0
+    by_reconciler = psql("SELECT new_status, count(*) FROM attempt_transitions t WHERE "
+                         "cause = 'reconciler' AND payment_attempt_id IN ('%s') "
+                         "GROUP BY 1 ORDER BY 2 DESC" % ids)
 
     by_status = psql("SELECT status, count(*) FROM payment_attempts WHERE id IN ('%s') "
                      "GROUP BY 1 ORDER BY 2 DESC" % ids)
@@ -107,14 +121,20 @@ def main():
                 r = part.split("=", 1)[1]
                 reasons[r] = reasons.get(r, 0) + 1
     print()
+    print("after the workers:    " + ", ".join("%s %s" % (s, n) for s, n in workers_done))
+    print("settled by reconciler: " + (", ".join("%s %s" % (s, n) for s, n in by_reconciler)
+                                      or "none"))
     print("attempts by status:   " + ", ".join("%s %s" % (s, n) for s, n in by_status))
+    unknown = sum(int(n) for s, n in by_status if s in ("UNKNOWN", "PROCESSING"))
+    print("unknown or processing: %d" % unknown)
     print("charges at provider:  %d executed, %d succeeded" % (len(ledger), len(succeeded)))
     print("double charges:       %d" % double)
     print("succeeded, unbooked:  %d (charged at the provider, not SUCCEEDED here)" %
           len(succeeded - recorded))
     print("dead letters:         %d (%s)" % (sum(reasons.values()),
                                               ", ".join("%s %d" % kv for kv in sorted(reasons.items()))))
-    print("elapsed:              %.1f s for %d messages" % (elapsed, len(burst) + len(bad)))
+    print("elapsed:              %.1f s for %d messages, %.1f s until nothing was unknown" %
+          (elapsed, len(burst) + len(bad), reconciled))
     return 0 if double == 0 else 1
 
 
