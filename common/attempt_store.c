@@ -144,6 +144,7 @@ static void arrays_release(struct arrays *ar)
 
 /* Rows go in in the order of the arrays (ordinality): the first of two
  * messages for one attempt in a batch is the one stored. */
+/* clang-format off */
 static const char *SQL_INSERT_PENDING =
     "WITH v AS ("
     "  SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[],"
@@ -151,8 +152,7 @@ static const char *SQL_INSERT_PENDING =
     "  WITH ORDINALITY AS v(id, order_id, idempotency_key, fp, amount, currency,"
     "       payment_method, customer_id, metadata, n)),"
     " ins AS ("
-    "  INSERT INTO payment_attempts (id, order_id, idempotency_key, "
-    "request_fingerprint,"
+    "  INSERT INTO payment_attempts (id, order_id, idempotency_key, request_fingerprint,"
     "    amount, currency, payment_method, customer_id, metadata, status)"
     "  SELECT id, order_id, idempotency_key, fp, amount, currency, payment_method,"
     "    nullif(customer_id, ''), metadata, " ATTEMPT_SQL(PENDING) " FROM v ORDER BY n"
@@ -162,17 +162,23 @@ static const char *SQL_INSERT_PENDING =
     "    cause, actor, reason)"
     "  SELECT id, NULL, " ATTEMPT_SQL(PENDING) ", 'worker', $10, 'recorded' FROM ins)"
     "SELECT id FROM ins";
+/* clang-format on */
 
 /* The stored rows every message of the batch is compared with, whether this
  * batch inserted them or not. */
+/* clang-format off */
 static const char *SQL_FIND_EXISTING =
     "SELECT id, idempotency_key, request_fingerprint FROM payment_attempts"
     " WHERE id = ANY($1::uuid[]) OR idempotency_key = ANY($2::text[])";
+/* clang-format on */
 
+/* clang-format off */
 static const char *SQL_FIND_LIVE =
     "SELECT order_id, id, status FROM payment_attempts"
     " WHERE order_id = ANY($1::uuid[]) AND status = ANY($2::text[])";
+/* clang-format on */
 
+/* clang-format off */
 static const char *SQL_INSERT_REJECTED =
     "WITH v AS ("
     "  SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[],"
@@ -180,8 +186,7 @@ static const char *SQL_INSERT_REJECTED =
     "  WITH ORDINALITY AS v(id, order_id, idempotency_key, fp, amount, currency,"
     "       payment_method, customer_id, metadata, reason, n)),"
     " ins AS ("
-    "  INSERT INTO payment_attempts (id, order_id, idempotency_key, "
-    "request_fingerprint,"
+    "  INSERT INTO payment_attempts (id, order_id, idempotency_key, request_fingerprint,"
     "    amount, currency, payment_method, customer_id, metadata, status, reason)"
     "  SELECT id, order_id, idempotency_key, fp, amount, currency, payment_method,"
     "    nullif(customer_id, ''), metadata, " ATTEMPT_SQL(REJECTED) ", reason FROM v"
@@ -194,6 +199,7 @@ static const char *SQL_INSERT_REJECTED =
     "  SELECT id, NULL, status, 'worker', $11, reason FROM ins),"
     SQL_OUTBOX_EVENTS("ins", "$12")
     "SELECT id FROM ins";
+/* clang-format on */
 
 /* Fills the nine command columns for item i. */
 static int add_command(struct arrays *ar, const struct charge_command *c)
@@ -397,6 +403,7 @@ out:
  * row's status and, when this statement claimed it, the lease and what the
  * provider is to be called with. The key's age is read on the database's
  * clock, the one first_sent_at was written with. */
+/* clang-format off */
 static const char *SQL_CLAIM =
     "WITH q AS (SELECT DISTINCT id FROM unnest($1::uuid[]) AS q(id)),"
     " c AS ("
@@ -408,8 +415,8 @@ static const char *SQL_CLAIM =
     " u AS ("
     "  UPDATE payment_attempts p SET status = " ATTEMPT_SQL(PROCESSING) ", lease_owner = $2,"
     "    lease_expires_at = now() + make_interval(secs => $3::double precision / 1000),"
-    "    lease_epoch = p.lease_epoch + 1, first_sent_at = coalesce(p.first_sent_at, "
-    "now()),"
+    "    lease_epoch = p.lease_epoch + 1,"
+    "    first_sent_at = coalesce(p.first_sent_at, now()),"
     "    updated_at = now()"
     "  FROM c WHERE p.id = c.id"
     "  RETURNING p.id, c.status AS old_status, p.lease_epoch, p.attempt_count,"
@@ -426,6 +433,7 @@ static const char *SQL_CLAIM =
     "  u.key_age_ms, u.idempotency_key, u.order_id, u.amount, u.currency,"
     "  u.payment_method, u.customer_id"
     " FROM payment_attempts a JOIN q ON a.id = q.id LEFT JOIN u ON u.id = a.id";
+/* clang-format on */
 
 int attempt_store_claim(attempt_store_t *st, struct attempt_claim_item *items, size_t n,
                         long long lease_ms, char *errbuf, size_t errbuf_size)
@@ -491,8 +499,8 @@ int attempt_store_claim(attempt_store_t *st, struct attempt_claim_item *items, s
                      PQgetvalue(r, row, 10));
             snprintf(pa->customer_id, sizeof(pa->customer_id), "%s",
                      PQgetvalue(r, row, 11));
-        } else if (strcmp(it->status, "PENDING") != 0 &&
-                   (strcmp(it->status, "PROCESSING") != 0 || !leased)) {
+        } else if (strcmp(it->status, ATTEMPT_S_PENDING) != 0 &&
+                   (strcmp(it->status, ATTEMPT_S_PROCESSING) != 0 || !leased)) {
             it->result = ATTEMPT_SETTLED;
         }
     }
@@ -575,6 +583,7 @@ out:
 
 /* ---- persist ---- */
 
+/* clang-format off */
 static const char *SQL_PERSIST =
     "WITH v AS ("
     "  SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[],"
@@ -602,14 +611,14 @@ static const char *SQL_PERSIST =
     "  SELECT id, " ATTEMPT_SQL(PROCESSING) ", status, 'worker', $11, reason, evidence"
     "  FROM u),"
     " l AS ("
-    "  INSERT INTO ledger_entries (payment_attempt_id, order_id, kind, amount, "
-    "currency,"
+    "  INSERT INTO ledger_entries (payment_attempt_id, order_id, kind, amount, currency,"
     "    provider_payment_id)"
     "  SELECT id, order_id, 'charge', amount, currency, provider_payment_id FROM u"
     "  WHERE status = " ATTEMPT_SQL(SUCCEEDED)
     "  ON CONFLICT (payment_attempt_id, kind) DO NOTHING),"
     SQL_OUTBOX_EVENTS("u", "$12")
     "SELECT id FROM u";
+/* clang-format on */
 
 int attempt_store_persist(attempt_store_t *st, struct attempt_outcome *items, size_t n,
                           char *errbuf, size_t errbuf_size)
@@ -629,7 +638,8 @@ int attempt_store_persist(attempt_store_t *st, struct attempt_outcome *items, si
     for (size_t i = 0; i < n; i++) {
         struct attempt_outcome *o = &items[i];
         int to = attempt_status_parse(o->status);
-        if (to < 0 || !attempt_status_transition_allowed(ATTEMPT_STATUS_PROCESSING, to)) {
+        if (to < 0 ||
+            !attempt_status_transition_allowed(ATTEMPT_STATUS_PROCESSING, to)) {
             /* A bug of ours; the caller isolates it like a refused value. */
             snprintf(errbuf, errbuf_size, "status '%s' may not follow PROCESSING",
                      o->status ? o->status : "(null)");
@@ -855,6 +865,7 @@ int attempt_store_settle(attempt_store_t *st, struct attempt_settlement *items,
 
 /* ---- leases ---- */
 
+/* clang-format off */
 static const char *SQL_RENEW =
     "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::bigint[]) AS v(id, epoch)),"
     " lk AS (SELECT p.id FROM payment_attempts p JOIN v ON p.id = v.id"
@@ -864,12 +875,15 @@ static const char *SQL_RENEW =
     " FROM v JOIN lk ON lk.id = v.id"
     " WHERE p.id = v.id AND p.lease_epoch = v.epoch AND p.lease_owner = $4"
     " RETURNING p.id";
+/* clang-format on */
 
+/* clang-format off */
 static const char *SQL_RELEASE =
     "UPDATE payment_attempts p SET lease_expires_at = now()"
     " FROM unnest($1::uuid[], $2::bigint[]) AS v(id, epoch)"
     " WHERE p.id = v.id AND p.lease_epoch = v.epoch AND p.lease_owner = $3"
     " RETURNING p.id";
+/* clang-format on */
 
 static PGresult *lease_update(attempt_store_t *st, const char *sql,
                               const char *const *attempt_ids, const int64_t *epochs,
