@@ -37,5 +37,7 @@ int ctl_migrate(int argc, char **argv);
 int ctl_publish(int argc, char **argv);
 int ctl_dlq(int argc, char **argv);
 int ctl_attempt(int argc, char **argv);
+/* chargectl attempt resolve; argv[0] is "resolve". */
+int ctl_attempt_resolve(int argc, char **argv);
 
 #endif

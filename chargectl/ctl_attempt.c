@@ -106,11 +106,18 @@ static void usage(FILE *out)
         out,
         "usage: chargectl attempt show PAYMENT_ATTEMPT_ID [--json]\n"
         "       chargectl attempt list [--order UUID] [--status S] [--older-than D]\n"
-        "                              [--limit N] [--json]\n\n"
+        "                              [--limit N] [--json]\n"
+        "       chargectl attempt resolve PAYMENT_ATTEMPT_ID (--succeeded PI | "
+        "--failed)\n"
+        "                              [--reason TEXT] [--actor NAME] [--force] "
+        "[--json]\n\n"
         "  show           the attempt, every status transition with its cause and\n"
         "                 evidence, every provider call with its outcome, its ledger\n"
         "                 entries and its result events\n"
-        "  list           attempts, most recently updated first\n"
+        "  list           attempts, most recently updated first; --status\n"
+        "                 REQUIRES_REVIEW is the review queue\n"
+        "  resolve        settle an attempt in review, after asking the provider\n"
+        "                 (see chargectl attempt resolve --help)\n"
         "  --order UUID   only this order's attempts\n"
         "  --status S     one of:");
     for (int i = 0; i < ATTEMPT_STATUS__COUNT; i++)
@@ -121,8 +128,8 @@ static void usage(FILE *out)
             "  --limit N      at most N rows [50]\n"
             "  --json         JSON instead of tables\n"
             "  --help         this text\n\n"
-            "Exit status: 0 done, 1 database unreachable or no such attempt, 2 bad "
-            "usage.\n");
+            "Exit status: 0 done, 1 database unreachable or no such attempt (resolve:\n"
+            "also refused), 2 bad usage.\n");
 }
 
 /* Runs a one-row, one-column JSON query; returns the parsed value, or NULL
@@ -241,11 +248,11 @@ static int attempt_show(PGconn *conn, const char *id, int as_json)
                         "actor", "reason",     "evidence",   NULL};
     print_rows(tr, th, tk);
     printf("\nprovider calls:\n");
-    const char *ch[] = {"STARTED_AT", "OUTCOME",    "HTTP",  "REPLAYED",
-                        "LATENCY_MS", "PAYMENT_ID", "ERROR", NULL};
-    const char *ck[] = {"started_at", "outcome",    "http_status",
-                        "replayed",   "latency_ms", "provider_payment_id",
-                        "error",      NULL};
+    const char *ch[] = {"STARTED_AT", "OPERATION",  "OUTCOME", "HTTP", "REPLAYED",
+                        "LATENCY_MS", "PAYMENT_ID", "ERROR",   NULL};
+    const char *ck[] = {"started_at",          "operation", "outcome",
+                        "http_status",         "replayed",  "latency_ms",
+                        "provider_payment_id", "error",     NULL};
     print_rows(calls, ch, ck);
     printf("\nledger entries:\n");
     const char *lh[] = {"CREATED_AT", "KIND", "AMOUNT", "CURRENCY", "PAYMENT_ID", NULL};
@@ -305,7 +312,8 @@ int ctl_attempt(int argc, char **argv)
 
     if (argc < 2) {
         fprintf(stderr,
-                "chargectl attempt: missing subcommand (show, list; see --help)\n");
+                "chargectl attempt: missing subcommand (show, list, resolve; see "
+                "--help)\n");
         return CTL_USAGE;
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
@@ -313,8 +321,11 @@ int ctl_attempt(int argc, char **argv)
         return CTL_OK;
     }
     const char *sub = argv[1];
+    if (!strcmp(sub, "resolve"))
+        return ctl_attempt_resolve(argc - 1, argv + 1);
     if (strcmp(sub, "show") && strcmp(sub, "list")) {
-        fprintf(stderr, "chargectl attempt: unknown subcommand '%s' (show, list)\n",
+        fprintf(stderr,
+                "chargectl attempt: unknown subcommand '%s' (show, list, resolve)\n",
                 sub);
         return CTL_USAGE;
     }

@@ -1,6 +1,5 @@
 #include "ctl_output.h"
 
-
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>

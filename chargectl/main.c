@@ -15,7 +15,8 @@ static const struct ctl_command ctl_commands[] = {
     {"migrate", ctl_migrate, "apply pending database migrations"},
     {"publish", ctl_publish, "validate and publish charge commands"},
     {"dlq", ctl_dlq, "list, show and replay dead letters"},
-    {"attempt", ctl_attempt, "show an attempt's history, list attempts"},
+    {"attempt", ctl_attempt,
+     "show an attempt's history, list attempts, resolve reviews"},
 };
 
 static void usage(FILE *out)

@@ -55,7 +55,8 @@ static const struct config_row config_table[CONFIG__COUNT] = {
     /* chargectl needs the key for `attempt resolve` only, and says so there. */
     {CONFIG_PROVIDER_API_KEY, "PROVIDER_API_KEY", CONFIG_T_SECRET, NULL, 0, 0,
      R_PROV | CONFIG_ROLE_CTL, R_PROV,
-     "provider secret, sent as Authorization: Bearer (required)"},
+     "provider secret, sent as Authorization: Bearer (required; chargectl: by "
+     "attempt resolve only)"},
     {CONFIG_PROVIDER_TIMEOUT_MS, "PROVIDER_TIMEOUT_MS", CONFIG_T_INT, "10000", 100,
      600000, R_PROV | CONFIG_ROLE_CTL, 0, "limit of one provider call, in ms"},
     {CONFIG_PROVIDER_API_VERSION, "PROVIDER_API_VERSION", CONFIG_T_STR, "2024-06-20", 0,

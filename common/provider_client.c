@@ -361,6 +361,11 @@ static void take_intent(json_t *pi, struct provider_result *res)
     copy_str(res->intent_status, sizeof(res->intent_status),
              json_string_value(json_object_get(pi, "status")));
     res->amount = json_integer_value(json_object_get(pi, "amount"));
+    copy_str(res->currency, sizeof(res->currency),
+             json_string_value(json_object_get(pi, "currency")));
+    copy_str(res->intent_attempt_id, sizeof(res->intent_attempt_id),
+             json_string_value(json_object_get(json_object_get(pi, "metadata"),
+                                               "payment_attempt_id")));
     json_t *lpe = json_object_get(pi, "last_payment_error");
     if (json_is_object(lpe)) {
         copy_str(res->code, sizeof(res->code),

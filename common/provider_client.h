@@ -49,8 +49,10 @@ struct provider_result {
                         pooled connection closed without an answer (the
                         first try may have executed) */
     long latency_ms;
-    long long amount; /* of the intent, when the answer carried one */
-    int matches;      /* look-ups: how many intents were found */
+    long long amount;           /* of the intent, when the answer carried one */
+    char currency[8];           /* of the intent, lower case as sent; "" when absent */
+    char intent_attempt_id[40]; /* the intent's metadata[payment_attempt_id] */
+    int matches;                /* look-ups: how many intents were found */
     char provider_payment_id[96];
     char intent_status[32];
     char code[64];
