@@ -409,7 +409,8 @@ static const char *SQL_CLAIM =
     " c AS ("
     "  SELECT p.id, p.status FROM payment_attempts p JOIN q ON p.id = q.id"
     "  WHERE p.status = " ATTEMPT_SQL(PENDING)
-    "     OR (p.status = " ATTEMPT_SQL(PROCESSING) " AND p.lease_owner IS NOT NULL"
+    "     OR (p.status = " ATTEMPT_SQL(PROCESSING) " AND p.next_check_at IS NULL"
+    "         AND p.lease_owner IS NOT NULL"
     "         AND p.lease_expires_at < now())"
     "  ORDER BY p.id FOR UPDATE OF p SKIP LOCKED),"
     " u AS ("
@@ -744,7 +745,7 @@ static const char *SQL_SETTLE =
     SQL_OUTBOX_EVENTS("u", "$14") ","
     " pc AS ("
     SQL_PROVIDER_CALLS("$15", "$16", "$17", "$18", "$19", "$20", "$21", "$22", "$23",
-                       "$4", "WHERE EXISTS (SELECT 1 FROM u)") ")"
+                       "$4", "") ")"
     "SELECT id FROM u";
 /* clang-format on */
 
@@ -885,6 +886,14 @@ static const char *SQL_RELEASE =
     " RETURNING p.id";
 /* clang-format on */
 
+/* clang-format off */
+static const char *SQL_HAND_BACK =
+    "UPDATE payment_attempts p SET lease_owner = NULL, lease_expires_at = NULL"
+    " FROM unnest($1::uuid[], $2::bigint[]) AS v(id, epoch)"
+    " WHERE p.id = v.id AND p.lease_epoch = v.epoch AND p.lease_owner = $3"
+    " RETURNING p.id";
+/* clang-format on */
+
 static PGresult *lease_update(attempt_store_t *st, const char *sql,
                               const char *const *attempt_ids, const int64_t *epochs,
                               size_t n, const char *lease_ms, int *rc, char *errbuf,
@@ -939,6 +948,21 @@ int attempt_store_renew(attempt_store_t *st, const char *const *attempt_ids,
         return rc;
     for (size_t i = 0; i < n; i++)
         still_ours[i] = in_result(r, 0, attempt_ids[i]);
+    PQclear(r);
+    return ATTEMPT_STORE_OK;
+}
+
+int attempt_store_hand_back(attempt_store_t *st, const char *const *attempt_ids,
+                            const int64_t *epochs, size_t n, char *errbuf,
+                            size_t errbuf_size)
+{
+    int rc;
+    if (n == 0)
+        return ATTEMPT_STORE_OK;
+    PGresult *r = lease_update(st, SQL_HAND_BACK, attempt_ids, epochs, n, NULL, &rc,
+                               errbuf, errbuf_size);
+    if (!r)
+        return rc;
     PQclear(r);
     return ATTEMPT_STORE_OK;
 }

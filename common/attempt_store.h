@@ -179,6 +179,12 @@ int attempt_store_settle(attempt_store_t *st, struct attempt_settlement *items,
 int attempt_store_renew(attempt_store_t *st, const char *const *attempt_ids,
                         const int64_t *epochs, size_t n, long long lease_ms,
                         int *still_ours, char *errbuf, size_t errbuf_size);
+/* Gives claims of the reconciler back as they were before it claimed them:
+ * no lease at all, so that a peer reconciler looks at once (and a worker,
+ * which takes over only a worker's expired lease, does not). */
+int attempt_store_hand_back(attempt_store_t *st, const char *const *attempt_ids,
+                            const int64_t *epochs, size_t n, char *errbuf,
+                            size_t errbuf_size);
 /* Lets the leases expire now, so that a peer may take over at once. */
 int attempt_store_release(attempt_store_t *st, const char *const *attempt_ids,
                           const int64_t *epochs, size_t n, char *errbuf,

@@ -21,6 +21,9 @@
 #define MAX_SCHEDULE 32
 /* Calls one look makes at most: a look-up, then perhaps a charge. */
 #define MAX_CALLS 2
+/* Rows recorded for one look at most: the calls, and the answers lost when
+ * the HTTP client re-sent a charge itself on a closed pooled connection. */
+#define MAX_ROWS 8
 
 struct reconciler {
     config_t *cfg;
@@ -43,7 +46,8 @@ struct look {
     const char *ops[MAX_CALLS];
     int64_t started[MAX_CALLS];
     int ncalls;
-    enum attempt_status status; /* == d->status: look again later */
+    struct provider_result lost; /* what a re-sent charge's first try left */
+    enum attempt_status status;  /* == d->status: look again later */
     char reason[512];
     char ppid[96];
     json_t *evidence; /* what the provider said; owned */
@@ -266,9 +270,17 @@ static int settle(struct reconciler *r, struct look *l)
 {
     char err[512];
     const struct attempt_due *d = l->d;
-    struct attempt_call calls[MAX_CALLS];
-    for (int i = 0; i < l->ncalls; i++)
-        calls[i] = (struct attempt_call){d->id, l->ops[i], l->started[i], &l->res[i]};
+    struct attempt_call calls[MAX_ROWS];
+    size_t ncalls = 0;
+    for (int i = 0; i < l->ncalls; i++) {
+        /* The HTTP client re-sent the charge itself after a pooled connection
+         * closed unanswered: that lost answer is a call of its own. */
+        for (int k = 0; k < l->res[i].resent && ncalls < MAX_ROWS - 1; k++)
+            calls[ncalls++] =
+                (struct attempt_call){d->id, l->ops[i], l->started[i], &l->lost};
+        calls[ncalls++] =
+            (struct attempt_call){d->id, l->ops[i], l->started[i], &l->res[i]};
+    }
     int stays = l->status == d->status;
     if (stays && d->age_ms > r->max_age_ms) {
         /* Looked at long enough: a human decides. */
@@ -288,11 +300,12 @@ static int settle(struct reconciler *r, struct look *l)
         .reason = l->reason[0] ? l->reason : NULL,
         .provider_payment_id = l->ppid,
         .evidence_json = evidence,
-        .next_check_ms = stays || l->status == ATTEMPT_STATUS_PROCESSING
+        .next_check_ms = stays || l->status == ATTEMPT_STATUS_PROCESSING ||
+                                 l->status == ATTEMPT_STATUS_UNKNOWN
                              ? next_look_ms(r, d->checks)
                              : -1,
         .calls = calls,
-        .ncalls = (size_t)l->ncalls,
+        .ncalls = ncalls,
     };
     int rc = attempt_store_settle(r->store, &s, 1, err, sizeof(err));
     free(evidence);
@@ -351,8 +364,8 @@ static void release_rest(struct reconciler *r, size_t from, size_t n)
     char err[512];
     for (size_t i = from; i < n; i++) {
         const char *id = r->due[i].id;
-        if (attempt_store_release(r->store, &id, &r->due[i].lease_epoch, 1, err,
-                                  sizeof(err)) != 0)
+        if (attempt_store_hand_back(r->store, &id, &r->due[i].lease_epoch, 1, err,
+                                    sizeof(err)) != 0)
             log_warn("could not release lease; it will expire", "payment_attempt_id",
                      id, "error", err, NULL);
     }
@@ -388,6 +401,10 @@ static void reconciler_step(void *state)
             renewed_at = clock_now_ms();
         }
         struct look l = {.d = &r->due[i], .claimed_at = claimed_at};
+        l.lost.outcome = PROVIDER_UNKNOWN;
+        l.lost.sent = 1;
+        snprintf(l.lost.error, sizeof(l.lost.error),
+                 "connection closed without an answer; re-sent with the same key");
         l.evidence = json_pack("{s:[]}", "calls");
         look(r, &l);
         int failed = settle(r, &l);
