@@ -280,8 +280,8 @@ static void judge_succeeded(provider_client_t *pc, const char *id,
         object(j, V_CONTRADICTS, "the provider says %s is in %s, the attempt's is %s",
                intent, r->currency, a->currency);
     else if (r->intent_attempt_id[0] && strcmp(r->intent_attempt_id, id) != 0)
-        object(j, V_CONTRADICTS, "the provider says %s belongs to attempt %s", intent,
-               r->intent_attempt_id);
+        object(j, V_CONTRADICTS, "the provider says %s belongs to another attempt (%s)",
+               intent, r->intent_attempt_id);
     else
         paid = 1;
 

@@ -36,5 +36,9 @@ echo "== tests (build/)"
 echo "== tests under ASan+UBSan (build-asan/)"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+# Sanitized binaries run 2-5x slower: every deadline the tests wait for is
+# stretched (tests/e2e/charged_e2e.py; Check reads CK_TIMEOUT_MULTIPLIER).
+export CHARGED_TEST_TIMEOUT_SCALE=3
+export CK_TIMEOUT_MULTIPLIER=3
 (cd build-asan && ctest --output-on-failure --timeout 900) || status=1
 exit $status

@@ -32,6 +32,47 @@ class Failure(Exception):
     pass
 
 
+def check(cond, message):
+    """Failure(message) unless cond. Use it instead of `assert`, which
+    python -O removes (tests/e2e/test_no_bare_assert.py keeps it out).
+    message may be a function returning the text, when building it is costly
+    or only valid once cond is false. Returns cond."""
+    if not cond:
+        raise Failure(message() if callable(message) else str(message))
+    return cond
+
+
+def check_eq(got, want, what):
+    """Failure naming what, with both values, unless got == want."""
+    if got != want:
+        raise Failure("%s: got %r, want %r" % (what, got, want))
+    return got
+
+
+def _timeout_scale():
+    raw = os.environ.get("CHARGED_TEST_TIMEOUT_SCALE", "").strip() or "1"
+    try:
+        v = float(raw)
+    except ValueError:
+        v = 0
+    if not v > 0:
+        raise ValueError("CHARGED_TEST_TIMEOUT_SCALE=%r: want a number > 0" % raw)
+    return v
+
+
+# CHARGED_TEST_TIMEOUT_SCALE (default 1) stretches every deadline the harness
+# waits for (wait_until, wait_settled, process waits): tools/run-all-tests.sh
+# sets 3 for the ASan+UBSan build, 2-5x slower. A deadline only bounds how
+# long a test waits for what it expects; it never decides what passes. Bounds
+# that ARE the behaviour under test (wait_worker_exit_or_kill) are not scaled.
+TIMEOUT_SCALE = _timeout_scale()
+
+
+def scaled(seconds):
+    """seconds stretched by CHARGED_TEST_TIMEOUT_SCALE."""
+    return seconds * TIMEOUT_SCALE
+
+
 def log(*args):
     print(time.strftime("%H:%M:%S"), *args, flush=True)
 
@@ -43,14 +84,18 @@ def free_port():
 
 
 def wait_until(what, cond, timeout, interval=0.2):
-    """Polls cond() until it returns a true value or the deadline passes."""
-    deadline = time.monotonic() + timeout
+    """Polls cond() until it returns a true value or the deadline passes
+    (timeout seconds, times CHARGED_TEST_TIMEOUT_SCALE)."""
+    limit = scaled(timeout)
+    deadline = time.monotonic() + limit
     while True:
         v = cond()
         if v:
             return v
         if time.monotonic() >= deadline:
-            raise Failure("timed out after %ss waiting for %s" % (timeout, what))
+            raise Failure("timed out after %.1fs waiting for %s%s" % (
+                limit, what, "" if TIMEOUT_SCALE == 1 else
+                " (%ss x CHARGED_TEST_TIMEOUT_SCALE %g)" % (timeout, TIMEOUT_SCALE)))
         time.sleep(interval)
 
 
@@ -79,11 +124,12 @@ def stack(*args, timeout=240):
     """deploy/stack.sh ARGS with the inherited environment; Failure unless it exits 0."""
     stack_check()
     t0 = time.monotonic()
+    timeout = scaled(timeout)
     try:
         p = subprocess.run([STACK] + list(args), capture_output=True, env=dict(os.environ),
                            stdin=subprocess.DEVNULL, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise Failure("deploy/stack.sh %s did not finish within %ss" % (" ".join(args), timeout))
+        raise Failure("deploy/stack.sh %s did not finish within %.0fs" % (" ".join(args), timeout))
     if p.returncode != 0:
         raise Failure("deploy/stack.sh %s exited %d: %s" % (
             " ".join(args), p.returncode, (p.stdout + p.stderr).decode()[-2000:]))
@@ -154,6 +200,8 @@ class Scenario:
         }
         self.group = "e2e-" + self.tag
         self.workers = {}
+        self.reconcilers = {}  # name -> Popen of `charged reconciler` (start_reconciler)
+        self.worker_ids = {}  # name -> WORKER_ID (lease_owner, actor in the tables)
         self.worker_seq = 0
         self.worker_env = dict(worker_env or {})
         self.psp = None
@@ -206,11 +254,43 @@ class Scenario:
                         extra_env=extra_env).stdout.decode()
 
     def start_psp(self):
-        self.psp_port, self.psp_admin = free_port(), free_port()
+        """psp-sim on ports the kernel picks (--port 0): it names them in its
+        first stdout line once it listens, so no other process can take them
+        in between. A thread copies its stdout (that line included) to
+        psp-sim.log, where its logs (stderr) go too."""
+        import queue
+        import re
+        import threading
         out = open(os.path.join(self.dir, "psp-sim.log"), "ab")
         self.psp = subprocess.Popen(
-            [PSP_SIM, "--port", str(self.psp_port), "--admin-port", str(self.psp_admin),
-             "--api-key", API_KEY] + self.psp_args, stdout=out, stderr=out)
+            [PSP_SIM, "--port", "0", "--admin-port", "0", "--api-key", API_KEY]
+            + self.psp_args, stdout=subprocess.PIPE, stderr=out)
+        first = queue.Queue()
+
+        def drain(pipe):
+            first_line = True
+            for line in iter(pipe.readline, b""):
+                out.write(line)
+                out.flush()
+                if first_line:
+                    first.put(line)
+                    first_line = False
+            if first_line:
+                first.put(b"")  # exited without a word
+        threading.Thread(target=drain, args=(self.psp.stdout,), daemon=True).start()
+        limit = scaled(10)
+        try:
+            line = first.get(timeout=limit)
+        except queue.Empty:
+            line = None
+        m = re.match(rb"psp-sim listening port=(\d+) admin_port=(\d+)\n\Z", line or b"")
+        if not m:
+            self.psp.kill()
+            rc = self.psp.wait(timeout=scaled(30))
+            self.psp = None
+            raise Failure("psp-sim did not print its ports (first line %r, exit %s, "
+                          "waited up to %.0fs); see %s" % (line, rc, limit, out.name))
+        self.psp_port, self.psp_admin = int(m.group(1)), int(m.group(2))
         wait_until("psp-sim", lambda: self._psp_up(), 10)
 
     def _psp_up(self):
@@ -237,13 +317,37 @@ class Scenario:
         env.update({k: str(v) for k, v in extra_env.items()})
         p = subprocess.Popen([CHARGED, "worker"], stdout=out, stderr=out, env=env)
         self.workers[name] = p
+        self.worker_ids[name] = env["WORKER_ID"]
         log("started worker", name, "pid", p.pid)
         return name
+
+    def start_reconciler(self, **extra_env):
+        """`charged reconciler` with the scenario's environment plus extra_env;
+        its log is <name>.log in the scenario dir, its WORKER_ID (lease_owner,
+        actor of its transitions and provider calls) in worker_ids[name]."""
+        self.worker_seq += 1
+        name = "r%d" % self.worker_seq
+        out = open(os.path.join(self.dir, name + ".log"), "ab")
+        env = self.env({"WORKER_ID": "%s-%s" % (name, uuid.uuid4().hex[:6])})
+        env.update({k: str(v) for k, v in extra_env.items()})
+        p = subprocess.Popen([CHARGED, "reconciler"], stdout=out, stderr=out, env=env)
+        self.reconcilers[name] = p
+        self.worker_ids[name] = env["WORKER_ID"]
+        log("started reconciler", name, "pid", p.pid)
+        return name
+
+    def stop_reconciler(self, name, sig=signal.SIGTERM, timeout=60):
+        """Signals a reconciler and returns its exit status."""
+        p = self.reconcilers.pop(name)
+        p.send_signal(sig)
+        rc = p.wait(timeout=scaled(timeout))
+        log("reconciler", name, "exited", rc)
+        return rc
 
     def kill_worker(self, name, sig=signal.SIGKILL):
         p = self.workers[name]
         p.send_signal(sig)
-        rc = p.wait(timeout=120)
+        rc = p.wait(timeout=scaled(120))
         log("worker", name, "exited", rc)
         del self.workers[name]
         return rc
@@ -261,19 +365,21 @@ class Scenario:
 
     def wait_worker_exit(self, name, timeout):
         p = self.workers[name]
-        rc = p.wait(timeout=timeout)
+        rc = p.wait(timeout=scaled(timeout))
         del self.workers[name]
         return rc
 
     def wait_worker_exit_or_kill(self, name, timeout):
         """The worker's exit status if it exits within timeout seconds;
-        otherwise it is killed with SIGKILL and this raises Failure."""
+        otherwise it is killed with SIGKILL and this raises Failure. The
+        timeout is the bound under test: CHARGED_TEST_TIMEOUT_SCALE does not
+        stretch it."""
         p = self.workers[name]
         try:
             rc = p.wait(timeout=max(timeout, 0))
         except subprocess.TimeoutExpired:
             p.kill()
-            p.wait(timeout=30)
+            p.wait(timeout=scaled(30))
             del self.workers[name]
             raise Failure("worker %s was still running %.1fs later; killed it with SIGKILL"
                           % (name, timeout))
@@ -287,9 +393,14 @@ class Scenario:
                 self.kill_worker(name, signal.SIGKILL)
             except Exception:
                 pass
+        for name in list(self.reconcilers):
+            try:
+                self.stop_reconciler(name, signal.SIGKILL)
+            except Exception:
+                pass
         if self.psp:
             self.psp.terminate()
-            self.psp.wait(timeout=30)
+            self.psp.wait(timeout=scaled(30))
 
     # ---- data ----
 

@@ -11,6 +11,7 @@ import subprocess
 import time
 
 import charged_e2e as e2e
+from charged_e2e import check, check_eq
 
 CTL = e2e.CHARGECTL
 
@@ -65,26 +66,38 @@ def scenario(new):
     by = e2e.wait_until("a dead letter of each reason",
                         lambda: (lambda b: b if set(want) <= set(b) else None)(letters_by_reason(s)), 60)
     for reason, cmd in want.items():
-        assert len(by[reason]) == 1, (reason, by[reason])
+        check(len(by[reason]) == 1, "want one %s dead letter, got %d: %s" % (
+            reason, len(by[reason]), by[reason]))
         d = by[reason][0]
         if cmd is not None:
-            assert d["payment_attempt_id"] == cmd["payment_attempt_id"], (reason, d)
-            assert d["order_id"] == cmd["order_id"], (reason, d)
-        assert d["original"]["topic"] == s.topics["commands"], d
+            check_eq(d["payment_attempt_id"], cmd["payment_attempt_id"],
+                     "payment_attempt_id of the %s dead letter %s" % (reason, d))
+            check_eq(d["order_id"], cmd["order_id"],
+                     "order_id of the %s dead letter %s" % (reason, d))
+        check_eq(d["original"]["topic"], s.topics["commands"],
+                 "original topic of the %s dead letter %s" % (reason, d))
 
     # Filters narrow the list.
     only = ctl_json(s, "dlq", "list", "--reason", "amount_over_limit")
-    assert [d["reason"] for d in only] == ["amount_over_limit"], only
+    check_eq([d["reason"] for d in only], ["amount_over_limit"],
+             "reasons listed by dlq list --reason amount_over_limit (%s)" % only)
     only = ctl_json(s, "dlq", "list", "--attempt", gbp["payment_attempt_id"])
-    assert [d["reason"] for d in only] == ["currency_not_allowed"], only
+    check_eq([d["reason"] for d in only], ["currency_not_allowed"],
+             "reasons listed by dlq list --attempt (%s)" % only)
     only = ctl_json(s, "dlq", "list", "--order", first["order_id"])
-    assert [d["reason"] for d in only] == ["idempotency_key_conflict"], only
-    assert len(ctl_json(s, "dlq", "list", "--limit", "3")) == 3
-    assert ctl_json(s, "dlq", "list", "--since", "2099-01-01T00:00:00Z") == []
-    assert ctl_json(s, "dlq", "list", "--until", "2000-01-01T00:00:00Z") == []
-    assert len(ctl_json(s, "dlq", "list", "--since", "1h")) == len(want)
+    check_eq([d["reason"] for d in only], ["idempotency_key_conflict"],
+             "reasons listed by dlq list --order (%s)" % only)
+    check_eq(len(ctl_json(s, "dlq", "list", "--limit", "3")), 3, "letters listed with --limit 3")
+    check_eq(ctl_json(s, "dlq", "list", "--since", "2099-01-01T00:00:00Z"), [],
+             "letters listed --since 2099")
+    check_eq(ctl_json(s, "dlq", "list", "--until", "2000-01-01T00:00:00Z"), [],
+             "letters listed --until 2000")
+    check_eq(len(ctl_json(s, "dlq", "list", "--since", "1h")), len(want),
+             "letters listed --since 1h")
     table = ctl(s, "dlq", "list", "--reason", "key_mismatch").stdout.decode()
-    assert "key_mismatch" in table and bad["payment_attempt_id"] in table, table
+    check("key_mismatch" in table and bad["payment_attempt_id"] in table,
+          "the table of dlq list --reason key_mismatch lacks the reason or attempt %s: %s" % (
+              bad["payment_attempt_id"], table))
 
     # show prints the contract's headers; the value is pretty JSON.
     pos = by["amount_over_limit"][0]["position"]
@@ -92,24 +105,29 @@ def scenario(new):
     for h in ("dlq.reason: amount_over_limit", "dlq.error:", "dlq.original.topic:",
               "dlq.original.partition:", "dlq.original.offset:", "dlq.original.timestamp:",
               "dlq.consumer.group: " + s.group, "dlq.worker:", "dlq.failed_at:"):
-        assert h in text, (h, text)
-    assert '"amount": 9000' in text, text
+        check(h in text, "dlq show does not print %r: %s" % (h, text))
+    check('"amount": 9000' in text, "dlq show does not print the value's amount: %s" % text)
     shown = ctl_json(s, "dlq", "show", by["invalid_utf8"][0]["position"])
-    assert "hex" in shown["value"], shown["value"]
-    assert "\\xff" in ctl(s, "dlq", "show", by["invalid_utf8"][0]["position"]).stdout.decode()
+    check("hex" in shown["value"], "the invalid UTF-8 value is not shown as hex: %r"
+          % shown["value"])
+    text = ctl(s, "dlq", "show", by["invalid_utf8"][0]["position"]).stdout.decode()
+    check("\\xff" in text, "dlq show does not escape the invalid byte as \\xff: %s" % text)
 
     # Card letters cannot be replayed: their digits are masked.
     p = ctl(s, "dlq", "replay", by["card_data_refused"][0]["position"], check=False)
-    assert p.returncode == 1 and b"masked" in p.stderr, p.stderr
+    check(p.returncode == 1 and b"masked" in p.stderr,
+          "replay of a card letter: exit %d, want 1 and 'masked' on stderr: %r" % (
+              p.returncode, p.stderr))
 
     # The refused command, replayed after the setting changed, is charged once.
     dry = ctl_json(s, "dlq", "replay", pos, "--dry-run")
-    assert dry[0]["sent"] is False
-    assert not [c for c in s.ledger() if c["idempotency_key"] == over["idempotency_key"]]
+    check(dry[0]["sent"] is False, "replay --dry-run says it sent: %s" % dry)
+    charged = [c for c in s.ledger() if c["idempotency_key"] == over["idempotency_key"]]
+    check(not charged, "the refused command was charged before any replay: %s" % charged)
     s.kill_worker(w, e2e.signal.SIGTERM)
     s.start_worker(WORKER_MAX_AMOUNT="100000", WORKER_ALLOWED_CURRENCIES="EUR,USD")
     sent = ctl_json(s, "dlq", "replay", pos)
-    assert sent[0]["sent"] is True, sent
+    check(sent[0]["sent"] is True, "replay did not send: %s" % sent)
     key = over["idempotency_key"]
     e2e.wait_until("the replayed command charged", lambda: [
         c for c in s.ledger() if c["idempotency_key"] == key], 60)
@@ -117,14 +135,17 @@ def scenario(new):
     ctl(s, "dlq", "replay", pos)
     procs = [subprocess.Popen([CTL, "dlq", "replay", "--reason", "amount_over_limit"],
                               env=s.env(), stdout=subprocess.DEVNULL) for _ in range(2)]
-    assert [p.wait(60) for p in procs] == [0, 0]
+    check_eq([p.wait(e2e.scaled(60)) for p in procs], [0, 0],
+             "exit statuses of two concurrent replays")
     s.wait_settled(3, timeout=120)
     charges = [c for c in s.ledger() if c["idempotency_key"] == key]
-    assert len(charges) == 1 and charges[0]["amount"] == 9000, charges
+    check(len(charges) == 1 and charges[0]["amount"] == 9000,
+          "the replayed command is to be charged once, 9000: %s" % charges)
     rows = s.query("SELECT status FROM payment_attempts WHERE id = '%s'" % over["payment_attempt_id"])
-    assert rows == [["SUCCEEDED"]], rows
+    check_eq(rows, [["SUCCEEDED"]], "status of the replayed attempt")
     replayed = [d for d in s.dead_letters() if d["key"] == over["payment_attempt_id"]]
-    assert len(replayed) == 1, "a replay was dead-lettered again"
+    check(len(replayed) == 1, "a replay was dead-lettered again: %d dead letters for %s" % (
+        len(replayed), over["payment_attempt_id"]))
     s.check_invariants()
 
     # attempt show of an attempt whose first answer psp-sim dropped.
@@ -134,35 +155,47 @@ def scenario(new):
     s.publish([lost])
     s.wait_settled(4, timeout=120)
     story = ctl_json(s, "attempt", "show", lost["payment_attempt_id"])
-    assert story["status"] == "SUCCEEDED", story
+    check_eq(story["status"], "SUCCEEDED", "status in attempt show (%s)" % story)
     outcomes = [c["outcome"] for c in story["provider_call_log"]]
-    assert outcomes == ["unknown", "succeeded"], outcomes
-    assert story["provider_call_log"][1]["replayed"] is True
-    assert [(t["old_status"], t["new_status"], t["cause"]) for t in story["transitions"]] == [
+    check_eq(outcomes, ["unknown", "succeeded"], "outcomes of the provider call log")
+    check(story["provider_call_log"][1]["replayed"] is True,
+          "the second call is not marked replayed: %s" % story["provider_call_log"])
+    check_eq([(t["old_status"], t["new_status"], t["cause"]) for t in story["transitions"]], [
         (None, "PENDING", "worker"), ("PENDING", "PROCESSING", "worker"),
-        ("PROCESSING", "SUCCEEDED", "worker")], story["transitions"]
-    assert [e["event_type"] for e in story["result_events"]] == ["charge.succeeded"]
-    assert story["ledger_entries"][0]["amount"] == 777
+        ("PROCESSING", "SUCCEEDED", "worker")], "transitions in attempt show")
+    check_eq([e["event_type"] for e in story["result_events"]], ["charge.succeeded"],
+             "result events in attempt show")
+    check(story["ledger_entries"] and story["ledger_entries"][0]["amount"] == 777,
+          "ledger entries in attempt show: %s, want the first of amount 777"
+          % story["ledger_entries"])
     text = ctl(s, "attempt", "show", lost["payment_attempt_id"]).stdout.decode()
-    assert "unknown" in text and "succeeded" in text and "PROCESSING" in text, text
+    check("unknown" in text and "succeeded" in text and "PROCESSING" in text,
+          "attempt show's text lacks unknown, succeeded or PROCESSING: %s" % text)
 
     # attempt list and its filters.
     listed = ctl_json(s, "attempt", "list", "--order", lost["order_id"])
-    assert [a["payment_attempt_id"] for a in listed] == [lost["payment_attempt_id"]]
-    assert ctl_json(s, "attempt", "list", "--status", "REJECTED") == []
-    assert len(ctl_json(s, "attempt", "list", "--limit", "2")) == 2
-    assert ctl_json(s, "attempt", "list", "--older-than", "1d") == []
+    check_eq([a["payment_attempt_id"] for a in listed], [lost["payment_attempt_id"]],
+             "attempts listed by attempt list --order")
+    check_eq(ctl_json(s, "attempt", "list", "--status", "REJECTED"), [],
+             "attempts listed --status REJECTED")
+    check_eq(len(ctl_json(s, "attempt", "list", "--limit", "2")), 2,
+             "attempts listed with --limit 2")
+    check_eq(ctl_json(s, "attempt", "list", "--older-than", "1d"), [],
+             "attempts listed --older-than 1d")
 
     # Reading the DLQ committed nothing for any group.
     lag = json.loads(s.tool("lag", "chargectl-dlq-reader", s.topics["dlq"]))
-    assert all(p["committed"] < 0 for p in lag["partitions"]), lag
+    check(all(p["committed"] < 0 for p in lag["partitions"]),
+          "reading the DLQ committed offsets: %s" % lag)
 
     # Errors: one line, the contract's exit codes.
     def fails(code, *args, env=None):
         p = ctl(s, *args, check=False, env=env)
         err = p.stderr.decode().strip()
-        assert p.returncode == code, (args, p.returncode, err)
-        assert err and "\n" not in err, (args, err)
+        check(p.returncode == code, "chargectl %s: exit %d, want %d; stderr %r" % (
+            " ".join(args), p.returncode, code, err))
+        check(err and "\n" not in err, "chargectl %s: want one line on stderr, got %r" % (
+            " ".join(args), err))
     fails(2, "dlq", "list", "--reason", "nope")
     fails(2, "dlq", "list", "--since", "yesterday")
     fails(2, "dlq", "show", "notaposition")
@@ -177,14 +210,14 @@ def scenario(new):
     # --help documents every subcommand and flag.
     top = ctl(s, "--help").stdout.decode()
     for sub in ("migrate", "publish", "dlq", "attempt"):
-        assert sub in top, sub
+        check(sub in top, "chargectl --help does not mention %r" % sub)
     dlq_help = ctl(s, "dlq", "--help").stdout.decode()
     for flag in ("list", "show", "replay", "--reason", "--since", "--until", "--attempt",
                  "--order", "--limit", "--json", "--dry-run"):
-        assert flag in dlq_help, flag
+        check(flag in dlq_help, "chargectl dlq --help does not mention %r" % flag)
     att_help = ctl(s, "attempt", "--help").stdout.decode()
     for flag in ("show", "list", "--order", "--status", "--older-than", "--limit", "--json"):
-        assert flag in att_help, flag
+        check(flag in att_help, "chargectl attempt --help does not mention %r" % flag)
 
 
 if __name__ == "__main__":

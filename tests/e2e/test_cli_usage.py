@@ -3,34 +3,40 @@
 stderr with exit 2 on bad usage or configuration. psp-sim's --help documents
 every flag, fault kind and admin endpoint. Needs no servers."""
 import os
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
 
 import charged_e2e as e2e
+from charged_e2e import check
 
 
 def run(argv, env=None):
     e = {k: v for k, v in os.environ.items()
          if not k.startswith(("KAFKA_", "PROVIDER_", "WORKER_", "DATABASE_URL", "LOG_LEVEL"))}
     e.update(env or {})
-    return subprocess.run(argv, capture_output=True, env=e, timeout=30)
+    return subprocess.run(argv, capture_output=True, env=e, timeout=e2e.scaled(30))
 
 
 def expect_help(argv, must=()):
     p = run(argv)
     out = p.stdout.decode()
-    assert p.returncode == 0 and "usage" in out, (argv, p.returncode, out[:200])
+    check(p.returncode == 0 and "usage" in out,
+          "%s: exit %d, want 0 with a usage text; stdout %r" % (argv, p.returncode, out[:200]))
     for word in must:
-        assert word in out, (argv, word)
+        check(word in out, "%s: the help does not mention %r" % (argv, word))
 
 
 def expect_usage_error(argv, env=None, mention=None):
     p = run(argv, env)
     err = p.stderr.decode().strip()
-    assert p.returncode == 2, (argv, env, p.returncode, err)
-    assert err and "\n" not in err, (argv, err)
+    check(p.returncode == 2, "%s (env %s): exit %d, want 2; stderr %r" % (
+        argv, env, p.returncode, err))
+    check(err and "\n" not in err, "%s: want one line on stderr, got %r" % (argv, err))
     if mention:
-        assert mention in err, (argv, err)
+        check(mention in err, "%s: stderr %r does not mention %r" % (argv, err, mention))
 
 
 def scenario(_new):
@@ -56,7 +62,7 @@ def scenario(_new):
     expect_usage_error([e2e.CHARGED, "nonsense"], mention="unknown role")
     expect_usage_error([e2e.CHARGECTL, "nonsense"], mention="unknown command")
     expect_usage_error([e2e.CHARGECTL, "migrate", "--bogus"])
-    expect_usage_error([e2e.PSP_SIM, "--port", "0"], mention="--port")
+    expect_usage_error([e2e.PSP_SIM, "--port", "70000"], mention="--port")
     expect_usage_error([e2e.PSP_SIM, "--fault", "explode=1"], mention="--fault")
     expect_usage_error([e2e.CHARGED, "worker"], mention="PROVIDER_API_KEY")
     expect_usage_error([e2e.CHARGED, "worker"],
@@ -66,10 +72,75 @@ def scenario(_new):
                             "PROVIDER_TIMEOUT_MS": "10000"}, mention="WORKER_LEASE_MS")
     expect_usage_error([e2e.CHARGECTL, "publish", "--amount", "0", "--currency", "EUR",
                         "--payment-method", "pm_card_visa"], mention="amount")
-    # A secret given on the command line's environment never shows in an error.
-    p = run([e2e.CHARGED, "worker"], env={"PROVIDER_API_KEY": "sk_live_s3cret",
-                                          "WORKER_LEASE_MS": "1"})
-    assert b"sk_live_s3cret" not in p.stderr + p.stdout, p.stderr
+    secret_never_printed()
+
+
+SECRET = "sk_live_s3cret"
+
+
+def worker_output(api_key, worker_id):
+    """Everything (stdout and stderr) a worker prints from its start until it
+    has logged "worker started" and was stopped by SIGTERM. It needs no
+    servers: Kafka and PostgreSQL point at a port bound here but not
+    listening, so the worker runs and logs connection errors."""
+    with socket.socket() as closed, tempfile.TemporaryFile() as out:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+        e = {k: v for k, v in os.environ.items()
+             if not k.startswith(("KAFKA_", "PROVIDER_", "WORKER_", "DATABASE_URL",
+                                  "LOG_LEVEL", "CHARGED_FAILPOINT"))}
+        e.update({"PROVIDER_API_KEY": api_key, "WORKER_ID": worker_id,
+                  "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:%d" % port,
+                  "DATABASE_URL": "postgresql://charged@127.0.0.1:%d/charged" % port,
+                  "SHUTDOWN_TIMEOUT_MS": "5000"})
+        p = subprocess.Popen([e2e.CHARGED, "worker"], stdout=out, stderr=out, env=e)
+        try:
+            def started():
+                out.seek(0)
+                text = out.read().decode(errors="replace")
+                if '"worker started"' in text:
+                    return True
+                check(p.poll() is None, "the worker exited %s before it logged "
+                      "'worker started': %s" % (p.returncode, text[-1000:]))
+                return False
+            e2e.wait_until("the worker's 'worker started' line", started, 30, 0.05)
+            p.send_signal(signal.SIGTERM)
+            p.wait(timeout=e2e.scaled(30))
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=e2e.scaled(30))
+        out.seek(0)
+        return out.read().decode(errors="replace")
+
+
+def secret_never_printed():
+    """A secret's value is replaced in every log line, wherever it shows up.
+    The worker logs its WORKER_ID ("worker started", librdkafka's client
+    id); a WORKER_ID that embeds the API key's value must come out with the
+    key redacted. A control run whose API key is something else proves that
+    the same probe does see that value when it is not a secret, so the check
+    cannot pass just because the value never reached the output."""
+    probe_id = SECRET + "-probe"
+    control = worker_output("sk_test_other_key", probe_id)
+    check(probe_id in control, "control run: the worker never printed its WORKER_ID %r, so "
+          "the probe below could not see a leak; output: %s" % (probe_id, control[-1500:]))
+    got = worker_output(SECRET, probe_id)
+    leaks = [l for l in got.splitlines() if SECRET in l]
+    check(not leaks, "the API key's value shows in %d output lines, e.g. %s" % (
+        len(leaks), leaks[:2]))
+    check("[redacted]-probe" in got, "the WORKER_ID line was not logged with the secret "
+          "redacted ('[redacted]-probe'); output: %s" % got[-1500:])
+    e2e.log("secret probe: control run printed the value %d times; with it as the API key, "
+            "0 times and '[redacted]-probe' %d times" % (
+                control.count(SECRET), got.count("[redacted]-probe")))
+
+    # A malformed key is refused without quoting it.
+    p = run([e2e.CHARGED, "worker"], env={"PROVIDER_API_KEY": SECRET + "\r\nX-Injected: 1"})
+    err = (p.stdout + p.stderr).decode(errors="replace")
+    check(p.returncode == 2 and "api key" in err, "a malformed PROVIDER_API_KEY: exit %d, "
+          "want 2 with an error naming the api key; output %r" % (p.returncode, err))
+    check(SECRET not in err, "the refused API key is quoted in the error: %r" % err)
 
 
 if __name__ == "__main__":

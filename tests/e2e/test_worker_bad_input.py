@@ -5,6 +5,7 @@ masked), and the good commands behind them are charged."""
 import json
 
 import charged_e2e as e2e
+from charged_e2e import check, check_eq
 
 CARD = "4242424242424242"
 
@@ -79,7 +80,8 @@ def scenario(new):
     s.wait_settled(len(goods), timeout=180)
     letters = e2e.wait_until("every dead letter", lambda: (
         lambda d: d if len(d) >= len(cases) else None)(s.dead_letters()), 60)
-    assert len(letters) == len(cases), "%d dead letters for %d bad records" % (len(letters), len(cases))
+    check(len(letters) == len(cases), "%d dead letters for %d bad records" % (
+        len(letters), len(cases)))
     required = ["dlq.reason", "dlq.error", "dlq.original.topic", "dlq.original.partition",
                 "dlq.original.offset", "dlq.original.timestamp", "dlq.consumer.group",
                 "dlq.worker", "dlq.failed_at"]
@@ -87,28 +89,32 @@ def scenario(new):
     for d in letters:
         h = dict((x[0], x[1]) for x in d["headers"])
         for name in required:
-            assert name in h, (name, h)
-        assert h["dlq.original.topic"] == s.topics["commands"], h
-        assert h["dlq.consumer.group"] == s.group, h
+            check(name in h, "dead letter without header %s: %s" % (name, h))
+        check_eq(h["dlq.original.topic"], s.topics["commands"], "dlq.original.topic of %s" % h)
+        check_eq(h["dlq.consumer.group"], s.group, "dlq.consumer.group of %s" % h)
         seen.setdefault(h["dlq.reason"], []).append(d)
         text = json.dumps(d)
-        assert CARD not in text and "4242 4242 4242 4242" not in text, "card digits in " + text[:300]
+        check(CARD not in text and "4242 4242 4242 4242" not in text,
+              "card digits in " + text[:300])
     for reason, rec in cases:
         matches = [d for d in seen.get(reason, []) if d["key"] == rec["key"]]
-        assert matches, "no %s dead letter for key %s" % (reason, rec["key"])
+        check(matches, "no %s dead letter for key %s" % (reason, rec["key"]))
     # Byte for byte (but for masking): the oversized and the invalid UTF-8 ones.
     big = [d for d in seen["oversized"]][0]
-    assert len(big["value"]) == 1024 * 1024, len(big["value"])
+    check_eq(len(big["value"]), 1024 * 1024, "length of the oversized dead letter's value")
     bad = [d for d in seen["invalid_utf8"]][0]
     want = [rec for r, rec in cases if r == "invalid_utf8"][0]["value_hex"]
-    assert bad["value"] == {"hex": want}, bad["value"]
+    check_eq(bad["value"], {"hex": want}, "value of the invalid_utf8 dead letter")
     card = [d for d in seen["card_data_refused"] if d["headers"][0][0] == "trace"][0]
-    assert card["headers"][0][1] == "card ************4242", card["headers"][0]
-    assert "************4242" in card["value"], card["value"]
+    check_eq(card["headers"][0][1], "card ************4242",
+             "the card letter's trace header (masked)")
+    check("************4242" in card["value"],
+          "the card letter's value is not masked to ************4242: %s" % card["value"])
     for g in goods:
         rows = s.query("SELECT status FROM payment_attempts WHERE id = '%s'" % g["payment_attempt_id"])
-        assert rows == [["SUCCEEDED"]], rows
-    assert int(s.query("SELECT count(*) FROM payment_attempts")[0][0]) == len(goods)
+        check_eq(rows, [["SUCCEEDED"]], "status of good command %s" % g["payment_attempt_id"])
+    check_eq(int(s.query("SELECT count(*) FROM payment_attempts")[0][0]), len(goods),
+             "attempts recorded (only the good commands)")
     s.check_invariants()
 
 

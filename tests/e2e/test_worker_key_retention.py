@@ -13,6 +13,7 @@ import os
 import time
 
 import charged_e2e as e2e
+from charged_e2e import check, check_eq
 
 ENV = {
     "WORKER_KEY_RETENTION_MS": 3000,
@@ -40,15 +41,15 @@ def scenario(new):
     try:
         rc = s.wait_worker_exit(first, timeout=60)
     except Exception:
-        raise e2e.Failure("the first worker did not reach after_charge within 60s: %s"
-                          % log_tail(s, first)) from None
+        raise e2e.Failure("the first worker did not reach after_charge within %.0fs: %s"
+                          % (e2e.scaled(60), log_tail(s, first))) from None
     died = time.monotonic()
-    assert rc == -9, ("the first worker was to die by SIGKILL at after_charge, exited %s "
-                      "(does it refuse these settings?): %s" % (rc, log_tail(s, first)))
+    check(rc == -9, "the first worker was to die by SIGKILL at after_charge, exited %s "
+          "(does it refuse these settings?): %s" % (rc, log_tail(s, first)))
     charges = [c for c in s.ledger() if c["idempotency_key"] == key]
-    assert len(charges) == 1, "the provider was to charge once before the kill: %s" % charges
+    check(len(charges) == 1, "the provider was to charge once before the kill: %s" % charges)
     rows = s.query("SELECT status FROM payment_attempts WHERE id = '%s'" % aid)
-    assert rows == [["PROCESSING"]], "nothing was to be persisted before the kill: %s" % rows
+    check(rows == [["PROCESSING"]], "nothing was to be persisted before the kill: %s" % rows)
     e2e.log("first worker died after the charge; key", key)
 
     # 5 s later: the lease (2 s) has expired and the provider forgot the key (3 s).
@@ -72,22 +73,23 @@ def scenario(new):
                        "WHERE id = '%s'" % aid), s.lag()["lag"],
             len([c for c in s.ledger() if c["idempotency_key"] == key]))) from None
     charges = [c for c in s.ledger() if c["idempotency_key"] == key]
-    assert len(charges) == 1, (
-        "the key was charged %d times: the second worker re-POSTed after the provider "
-        "forgot the key: %s" % (len(charges), [(c["payment_intent_id"], c["at_ms"])
-                                                for c in charges]))
+    check(len(charges) == 1,
+          "the key was charged %d times: the second worker re-POSTed after the provider "
+          "forgot the key: %s" % (len(charges), [(c["payment_intent_id"], c["at_ms"])
+                                                  for c in charges]))
 
     rows = s.query("SELECT status, coalesce(reason, ''), lease_owner IS NULL, "
                    "coalesce(provider_payment_id, '') FROM payment_attempts "
                    "WHERE id = '%s'" % aid)
-    assert len(rows) == 1, rows
+    check(len(rows) == 1, "want one row for attempt %s: %s" % (aid, rows))
     status, reason, released, ppid = rows[0]
-    assert status == "UNKNOWN", (
-        "the attempt is %s (reason %r); with the key possibly forgotten it must be UNKNOWN, "
-        "never SUCCEEDED without evidence nor FAILED" % (status, reason))
-    assert released == "t", "the UNKNOWN attempt still holds a lease: %s" % rows
-    assert "key_retention" in reason, "reason %r does not name the key retention" % reason
-    assert s.lag()["lag"] == 0, s.lag()
+    check(status == "UNKNOWN",
+          "the attempt is %s (reason %r); with the key possibly forgotten it must be UNKNOWN, "
+          "never SUCCEEDED without evidence nor FAILED" % (status, reason))
+    check(released == "t", "the UNKNOWN attempt still holds a lease: %s" % rows)
+    check("key_retention" in reason, "reason %r does not name the key retention" % reason)
+    lag = s.lag()
+    check_eq(lag["lag"], 0, "lag of the group (%s)" % lag)
     e2e.log("attempt", aid, status, repr(reason), "ppid", repr(ppid))
 
 

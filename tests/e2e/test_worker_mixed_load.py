@@ -9,6 +9,7 @@ the group's committed offsets equal the end offsets."""
 import random
 
 import charged_e2e as e2e
+from charged_e2e import check
 
 N = 2000
 
@@ -36,8 +37,9 @@ def scenario(new):
     e2e.log("published", len(burst) + len(resent), "messages for", N, "attempts")
     s.wait_settled(N, timeout=600)
     counts = s.check_invariants()
-    assert counts.get("SUCCEEDED", 0) > N * 0.9, counts
-    assert counts.get("FAILED", 0) > 0, counts
+    check(counts.get("SUCCEEDED", 0) > N * 0.9,
+          "want more than 90%% of %d SUCCEEDED: %s" % (N, counts))
+    check(counts.get("FAILED", 0) > 0, "no attempt FAILED, though 2%% are declined: %s" % counts)
 
 
 if __name__ == "__main__":

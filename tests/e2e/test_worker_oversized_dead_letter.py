@@ -11,6 +11,7 @@ import hashlib
 import json
 
 import charged_e2e as e2e
+from charged_e2e import check, check_eq
 
 SIZE = 5 * 1024 * 1024
 
@@ -22,7 +23,7 @@ def big_value(aid):
     pad = "oversized-command-padding/"
     n = SIZE - len(head) - len(tail)
     v = head + (pad * (n // len(pad) + 1))[:n] + tail
-    assert len(v.encode()) == SIZE
+    check_eq(len(v.encode()), SIZE, "size of the test's big value")
     return v.encode()
 
 
@@ -40,10 +41,11 @@ def scenario(new):
     s.produce_raw([{"key": aid, "value": big.decode()},
                    {"key": aid, "value": json.dumps(good)}], compression="lz4")
     msgs = [json.loads(l) for l in s.tool("dump", s.topics["commands"]).splitlines() if l]
-    assert len(msgs) == 2, [(m["partition"], m["offset"]) for m in msgs]
+    check(len(msgs) == 2, "want 2 messages on the commands topic: %s" % (
+        [(m["partition"], m["offset"]) for m in msgs]))
     first, second = sorted(msgs, key=lambda m: m["offset"])
-    assert first["partition"] == second["partition"] and \
-        value_bytes(first["value"]) == big, "the big message is not first on one partition"
+    check(first["partition"] == second["partition"] and value_bytes(first["value"]) == big,
+          "the big message is not first on one partition")
     part, off = first["partition"], first["offset"]
     e2e.log("big message at partition", part, "offset", off, "; the valid one at", second["offset"])
     del msgs, first, second
@@ -59,29 +61,30 @@ def scenario(new):
                               [p for p in s.lag()["partitions"] if p["partition"] == part],
                               len(s.dead_letters()))) from None
     rows = s.query("SELECT status FROM payment_attempts WHERE id = '%s'" % aid)
-    assert rows == [["SUCCEEDED"]], rows
+    check_eq(rows, [["SUCCEEDED"]], "status of the valid command behind the big one")
 
     letters = s.dead_letters()
-    assert len(letters) == 1, "want one dead letter, got %d" % len(letters)
+    check(len(letters) == 1, "want one dead letter, got %d" % len(letters))
     d = letters[0]
     h = dict((x[0], x[1]) for x in d["headers"])
     v = value_bytes(d["value"])
     e2e.log("dead letter: value %d bytes, headers %s" % (
         len(v) if v is not None else -1, sorted(h)))
-    assert d["key"] == aid, d["key"]
-    assert v is not None and len(v) < len(big) and big.startswith(v), (
-        "the dead letter's value (%s bytes) is not a shorter prefix of the original" %
-        (len(v) if v is not None else None))
-    assert h.get("dlq.reason") == "oversized", h.get("dlq.reason")
-    assert h.get("dlq.value.truncated") == "true", h.get("dlq.value.truncated")
-    assert h.get("dlq.value.original_size") == str(SIZE), h.get("dlq.value.original_size")
-    assert h.get("dlq.value.sha256") == hashlib.sha256(big).hexdigest(), h.get("dlq.value.sha256")
-    assert h.get("dlq.original.topic") == s.topics["commands"], h.get("dlq.original.topic")
-    assert h.get("dlq.original.partition") == str(part), h.get("dlq.original.partition")
-    assert h.get("dlq.original.offset") == str(off), h.get("dlq.original.offset")
+    check_eq(d["key"], aid, "the dead letter's Kafka key")
+    check(v is not None and len(v) < len(big) and big.startswith(v),
+          "the dead letter's value (%s bytes) is not a shorter prefix of the original" %
+          (len(v) if v is not None else None))
+    check_eq(h.get("dlq.reason"), "oversized", "dlq.reason")
+    check_eq(h.get("dlq.value.truncated"), "true", "dlq.value.truncated")
+    check_eq(h.get("dlq.value.original_size"), str(SIZE), "dlq.value.original_size")
+    check_eq(h.get("dlq.value.sha256"), hashlib.sha256(big).hexdigest(), "dlq.value.sha256")
+    check_eq(h.get("dlq.original.topic"), s.topics["commands"], "dlq.original.topic")
+    check_eq(h.get("dlq.original.partition"), str(part), "dlq.original.partition")
+    check_eq(h.get("dlq.original.offset"), str(off), "dlq.original.offset")
     want_id = "%s:%d:%d" % (s.topics["commands"], part, off)
-    assert h.get("dlq.id") == want_id, "dlq.id %r, want %r" % (h.get("dlq.id"), want_id)
-    assert s.lag()["lag"] == 0, s.lag()
+    check_eq(h.get("dlq.id"), want_id, "dlq.id")
+    lag = s.lag()
+    check_eq(lag["lag"], 0, "lag of the group (%s)" % lag)
     s.check_invariants()
 
 

@@ -9,11 +9,16 @@ The worker talks to a provider of this test's own, which answers:
   - "pm_emptyid": 200 with a succeeded intent whose id is "";
   - "pm_hugeerr": 500 with a 100 KB message of multibyte UTF-8 and control
     characters;
+  - "pm_redirect": 302, an answer the protocol does not have;
+  - "pm_wrongamount": 200 succeeded, but for another amount than asked;
+  - "pm_bad402": 402 whose body is not JSON;
   - anything else: 200 succeeded with a unique id.
 The six commands sit on one partition, the poisoned ones first. Every one
 settles: the ordinary ones SUCCEEDED with the provider's ids, the invalid one
 FAILED with a valid UTF-8 reason, the empty id neither SUCCEEDED nor FAILED,
-the 500 UNKNOWN; no lease is left held, every call is in provider_calls and
+the 500 UNKNOWN, the 302 UNKNOWN after a bounded number of sends (not
+retried for as long as the key is kept), the wrong amount and the bad 402
+REQUIRES_REVIEW with a reason; no lease is left held, every call is in provider_calls and
 every offset is committed."""
 import json
 import threading
@@ -22,10 +27,14 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import charged_e2e as e2e
+from charged_e2e import check, check_eq
 
 POISON_PM = "pm_x" + "\u00e9" * 120
 EMPTY_ID_PM = "pm_emptyid"
 HUGE_ERR_PM = "pm_hugeerr"
+REDIRECT_PM = "pm_redirect"
+WRONG_AMOUNT_PM = "pm_wrongamount"
+BAD_402_PM = "pm_bad402"
 
 
 def huge_message():
@@ -79,6 +88,24 @@ class Provider:
                     return self.answer(200, {"id": "", "object": "payment_intent",
                                              "status": "succeeded", "amount": amount,
                                              "currency": form.get("currency")})
+                if pm == REDIRECT_PM:
+                    self.send_response(302)
+                    self.send_header("Location", "http://127.0.0.1:1/elsewhere")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                if pm == WRONG_AMOUNT_PM:
+                    return self.answer(200, {"id": "pi_" + uuid.uuid4().hex,
+                                             "object": "payment_intent",
+                                             "status": "succeeded", "amount": amount + 1,
+                                             "currency": form.get("currency")})
+                if pm == BAD_402_PM:
+                    data = b"<html>payment required</html>"
+                    self.send_response(402)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
                 if pm == HUGE_ERR_PM:
                     return self.answer(500, {"error": {"type": "api_error",
                                                        "message": provider.huge}})
@@ -128,8 +155,11 @@ def run(s, provider):
     poisoned = e2e.new_command(payment_method=POISON_PM)
     empty_id = e2e.new_command(payment_method=EMPTY_ID_PM)
     huge_err = e2e.new_command(payment_method=HUGE_ERR_PM)
+    redirect = e2e.new_command(payment_method=REDIRECT_PM)
+    wrong_amount = e2e.new_command(payment_method=WRONG_AMOUNT_PM)
+    bad_402 = e2e.new_command(payment_method=BAD_402_PM)
     ordinary = [e2e.new_command() for _ in range(3)]
-    cmds = [poisoned, empty_id, huge_err] + ordinary
+    cmds = [poisoned, empty_id, huge_err, redirect, wrong_amount, bad_402] + ordinary
     s.publish(cmds)  # one partition: in this order, fetched together
     s.start_worker(PROVIDER_BASE_URL=provider.url)
     ids = "', '".join(c["payment_attempt_id"] for c in cmds)
@@ -156,35 +186,59 @@ def run(s, provider):
         rows = s.query("SELECT status, coalesce(provider_payment_id, '') FROM payment_attempts "
                        "WHERE id = '%s'" % aid)
         want = provider.intents.get(c["idempotency_key"])
-        assert rows == [["SUCCEEDED", want]], (
-            "ordinary attempt %s: %s, the provider's intent is %s" % (aid, rows, want))
+        check(rows == [["SUCCEEDED", want]],
+              "ordinary attempt %s: %s, the provider's intent is %s" % (aid, rows, want))
 
     # The poisoned one: FAILED, its reason valid UTF-8 (byte for byte).
     aid = poisoned["payment_attempt_id"]
     rows = s.query("SELECT status, encode(convert_to(coalesce(reason, ''), 'UTF8'), 'hex') "
                    "FROM payment_attempts WHERE id = '%s'" % aid)
-    assert rows and rows[0][0] == "FAILED", "the invalid request's attempt is %s" % rows
+    check(rows and rows[0][0] == "FAILED", "the invalid request's attempt is %s" % rows)
     raw = bytes.fromhex(rows[0][1])
     try:
         reason = raw.decode("utf-8", errors="strict")
     except UnicodeDecodeError as e:
         raise e2e.Failure("the FAILED attempt's reason is not valid UTF-8 (%s): %r"
                           % (e, raw)) from None
-    assert reason.encode("utf-8") == raw, reason
-    assert reason.startswith("invalid_request"), "reason %r" % reason
+    check(reason.encode("utf-8") == raw, "the reason does not round-trip as UTF-8: %r" % reason)
+    check(reason.startswith("invalid_request"),
+          "reason %r does not start with invalid_request" % reason)
     e2e.log("poisoned attempt FAILED, reason %d bytes: %r..." % (len(raw), reason[:80]))
 
     # The empty id: a 2xx without an intent id is not a success we can record.
     aid = empty_id["payment_attempt_id"]
-    assert st[aid][0] in ("UNKNOWN", "REQUIRES_REVIEW"), (
-        "the attempt answered 'succeeded' with an empty intent id is %s; it must be UNKNOWN "
-        "or REQUIRES_REVIEW (never SUCCEEDED without an id, never FAILED)" % st[aid][0])
+    check(st[aid][0] in ("UNKNOWN", "REQUIRES_REVIEW"),
+          "the attempt answered 'succeeded' with an empty intent id is %s; it must be UNKNOWN "
+          "or REQUIRES_REVIEW (never SUCCEEDED without an id, never FAILED)" % st[aid][0])
 
     aid = huge_err["payment_attempt_id"]
-    assert st[aid][0] == "UNKNOWN", "the attempt answered 500 is %s, not UNKNOWN" % st[aid][0]
+    check(st[aid][0] == "UNKNOWN", "the attempt answered 500 is %s, not UNKNOWN" % st[aid][0])
+
+    # An answer outside the protocol is unknown, sent a bounded number of
+    # times (the first, then WORKER_UNKNOWN_RETRIES), never for a day.
+    aid = redirect["payment_attempt_id"]
+    check(st[aid][0] == "UNKNOWN", "the attempt answered 302 is %s, not UNKNOWN" % st[aid][0])
+    sends = len(provider.calls_of(aid))
+    retries = int(s.env()["WORKER_UNKNOWN_RETRIES"])
+    check(1 <= sends <= retries + 1, "the 302 was sent %d times, at most %d expected"
+          % (sends, retries + 1))
+
+    # A success for another amount, and a 402 we cannot read, are for a human.
+    for c, what in ((wrong_amount, "succeeded for another amount"),
+                    (bad_402, "402 with a body that is not JSON")):
+        aid = c["payment_attempt_id"]
+        rows = s.query("SELECT status, coalesce(reason, '') FROM payment_attempts "
+                       "WHERE id = '%s'" % aid)
+        check(rows and rows[0][0] == "REQUIRES_REVIEW" and
+              len(rows[0][1]) > len("requires_review: "),
+              "the attempt answered %s is %s; REQUIRES_REVIEW with a reason expected"
+              % (what, rows))
+    check(not s.query("SELECT 1 FROM ledger_entries WHERE payment_attempt_id = '%s'"
+                      % wrong_amount["payment_attempt_id"]),
+          "a success for another amount was booked in the ledger")
 
     held = [k for k, v in st.items() if v[1] or v[0] in ("PENDING", "PROCESSING")]
-    assert not held, "attempts left in flight or holding a lease: %s" % held
+    check(not held, "attempts left in flight or holding a lease: %s" % held)
 
     # Every call reached the database's call log, and the provider saw each attempt.
     rows = s.query("SELECT a.id, count(p.*) FROM payment_attempts a LEFT JOIN provider_calls p "
@@ -192,10 +246,11 @@ def run(s, provider):
     logged = dict((r[0], int(r[1])) for r in rows)
     for c in cmds:
         aid = c["payment_attempt_id"]
-        assert logged.get(aid, 0) >= 1, "attempt %s (%s) has no provider_calls row" % (
-            aid, c["payment_method"][:12])
-        assert provider.calls_of(aid), "the provider never saw attempt %s" % aid
-    assert s.lag()["lag"] == 0, s.lag()
+        check(logged.get(aid, 0) >= 1, "attempt %s (%s) has no provider_calls row" % (
+            aid, c["payment_method"][:12]))
+        check(provider.calls_of(aid), "the provider never saw attempt %s" % aid)
+    lag = s.lag()
+    check_eq(lag["lag"], 0, "lag of the group (%s)" % lag)
     e2e.log("settled:", sorted(v[0] for v in st.values()), "provider requests",
             len(provider.requests), "provider_calls rows", sum(logged.values()))
 

@@ -1,10 +1,58 @@
 #!/usr/bin/env python3
 """Rebalance: two workers run 2,000 commands; a third joins mid-run and one
-of the first two leaves by SIGTERM (exit status 0). Cooperative-sticky
-rebalancing drains revoked partitions; the invariants hold."""
+of the first two leaves by SIGTERM (exit status 0). Revoked partitions are
+drained, not dropped; the invariants hold.
+
+What shows the drains happened, beyond a run that ends well:
+  - no worker logs "drain deadline passed" (in-flight work given up);
+  - the join: the first two log "partitions revoked; draining them" after
+    the third started, and settle attempts of partitions that moved to the
+    third worker after their revocation began (work they had in flight and
+    finished before letting go);
+  - the leave: the leaving worker holds claimed attempts when it gets
+    SIGTERM, logs its shutdown drain, stops with nothing unfinished, exits
+    0, and every attempt it held was settled by itself, not left to a peer.
+The commands arrive as steady traffic (about 200 a second) rather than one
+backlog, and the provider takes 100-300 ms: so each worker has calls in
+flight on most of its partitions at any moment, not a batch of one
+partition, and a revocation always finds work to drain."""
+import calendar
+import json
+import os
+import threading
+import time
+
 import charged_e2e as e2e
+from charged_e2e import check
 
 N = 2000
+BATCH, EVERY_S = 50, 0.25  # about 200 commands a second
+TERMINAL = ("SUCCEEDED", "FAILED", "UNKNOWN", "REJECTED", "REQUIRES_REVIEW")
+
+
+class Traffic(threading.Thread):
+    """Publishes cmds BATCH at a time, one batch every EVERY_S seconds."""
+
+    def __init__(self, s, cmds):
+        super().__init__(daemon=True)
+        self.s, self.cmds, self.error = s, cmds, None
+        self.stop = threading.Event()
+
+    def run(self):
+        try:
+            for i in range(0, len(self.cmds), BATCH):
+                t = time.monotonic()
+                self.s.publish(self.cmds[i:i + BATCH])
+                if self.stop.wait(max(0.0, EVERY_S - (time.monotonic() - t))):
+                    return
+        except Exception as e:  # reported by finish()
+            self.error = e
+
+    def finish(self):
+        self.join(timeout=e2e.scaled(120))
+        check(not self.is_alive(), "publishing the commands did not end")
+        if self.error:
+            raise e2e.Failure("publishing the commands failed: %s" % self.error)
 
 
 def settled(s):
@@ -12,22 +60,161 @@ def settled(s):
                        "('SUCCEEDED', 'FAILED', 'UNKNOWN')")[0][0])
 
 
+def held_by(s, worker_id):
+    """Attempts PROCESSING under worker_id's unexpired lease."""
+    return {r[0] for r in s.query(
+        "SELECT id FROM payment_attempts WHERE status = 'PROCESSING' AND "
+        "lease_owner = '%s' AND lease_expires_at > now()" % worker_id)}
+
+
+def worker_log(s, name):
+    """The worker's JSON log lines, each with "at_ms" (its ts, epoch ms)."""
+    lines = []
+    with open(os.path.join(s.dir, name + ".log"), "rb") as f:
+        for raw in f:
+            try:
+                line = json.loads(raw)
+                ts, frac = line["ts"].rstrip("Z").split(".")
+            except (ValueError, KeyError, AttributeError):
+                continue  # not a log line (sanitizer output, say)
+            secs = calendar.timegm(time.strptime(ts, "%Y-%m-%dT%H:%M:%S"))
+            line["at_ms"] = secs * 1000 + int(frac[:3].ljust(3, "0"))
+            lines.append(line)
+    return lines
+
+
+def settled_by(s, worker_ids):
+    """{attempt id: (actor, epoch ms)} of transitions to a final status by worker_ids."""
+    rows = s.query(
+        "SELECT payment_attempt_id, actor, (extract(epoch FROM created_at) * 1000)::bigint "
+        "FROM attempt_transitions WHERE new_status IN (%s) AND actor IN (%s)" % (
+            ", ".join("'%s'" % t for t in TERMINAL), ", ".join("'%s'" % w for w in worker_ids)))
+    return dict((r[0], (r[1], int(r[2]))) for r in rows)
+
+
 def scenario(new):
     s = new("rebalance", psp_args=[
-        "--seed", "3", "--latency-ms", "20", "--latency-jitter-ms", "20",
+        "--seed", "3", "--latency-ms", "100", "--latency-jitter-ms", "200",
         "--fault", "drop_after=0.05"])
     cmds = [e2e.new_command() for _ in range(N)]
     first = s.start_worker()
-    s.start_worker()
-    s.publish(cmds)
+    second = s.start_worker()
+    traffic = Traffic(s, cmds)
+    traffic.start()
+    try:
+        scenario_with_traffic(s, first, second)
+    finally:
+        traffic.stop.set()
+    traffic.finish()
+
+
+def scenario_with_traffic(s, first, second):
     e2e.wait_until("a quarter settled", lambda: settled(s) >= N // 4, 300)
-    s.start_worker()
-    e2e.wait_until("half settled", lambda: settled(s) >= N // 2, 300)
+    joined_ms = time.time() * 1000
+    third = s.start_worker()
+    ids = dict((n, s.worker_ids[n]) for n in (first, second, third))
+    e2e.wait_until("the third worker claiming attempts", lambda: s.query(
+        "SELECT 1 FROM attempt_transitions WHERE actor = '%s' LIMIT 1" % ids[third]), 120)
+
+    # The leave: SIGTERM while the worker holds claimed attempts.
+    held = e2e.wait_until("half settled and %s holding claimed attempts" % first,
+                          lambda: settled(s) >= N // 2 and held_by(s, ids[first]), 300, 0.05)
+    term_ms = time.time() * 1000
     rc = s.kill_worker(first, e2e.signal.SIGTERM)
-    assert rc == 0, "worker left by SIGTERM with status %s" % rc
+    check(rc == 0, "worker left by SIGTERM with status %s" % rc)
     s.wait_settled(N, timeout=600)
     s.check_invariants()
 
+    logs = dict((n, worker_log(s, n)) for n in (first, second))
+    problems = []  # all of them, with the numbers logged, rather than the first
+
+    # No drain gave up on in-flight work (revoked or at shutdown). One
+    # exception, logged: librdkafka 2.0.2 sometimes answers a periodic
+    # asynchronous commit racing a cooperative rebalance with "illegal
+    # generation" and then declares the whole assignment lost (fixed
+    # upstream after 2.0.2; docs/worker.md). Work given up on lost partitions
+    # is not drained by design: someone else may own them already. It comes
+    # back to the new owner, whom our released leases let take over.
+    lost = set(n for n in logs for l in logs[n] if l["msg"] == "partitions lost")
+    if lost:
+        e2e.log("known librdkafka 2.0.2 behaviour: %s declared partitions lost during "
+                "the rebalance; their in-flight work went to the new owners"
+                % sorted(lost))
+    if [l for n in logs if n not in lost for l in logs[n]
+            if l["msg"].startswith("drain deadline passed")]:
+        lines = []  # [text, times]: repeats of one line in a row counted
+        for n in logs:
+            for l in logs[n]:
+                if not (l["msg"].startswith(("drain deadline passed", "partitions lost",
+                                             "partitions revoked")) or "commit failed" in l["msg"]):
+                    continue
+                text = "%s %s %s" % (n, l["msg"], dict(
+                    (k, v) for k, v in l.items()
+                    if k not in ("ts", "msg", "level", "program", "at_ms")))
+                if lines and lines[-1][0].endswith(text):
+                    lines[-1][1] += 1
+                else:
+                    lines.append([l["ts"][11:23] + " " + text, 1])
+        problems.append("in-flight work was given up instead of drained; what the first two "
+                        "workers logged about it:\n      " + "\n      ".join(
+                            t + (" (x%d)" % k if k > 1 else "") for t, k in lines[:30]))
+
+    # The join: revocations logged by the first two after the third started,
+    # and attempts of the moved partitions settled by them after that.
+    revoked_ms = {}
+    for n in (first, second):
+        for l in logs[n]:
+            if l["msg"] == "partitions revoked; draining them" and \
+                    joined_ms <= l["at_ms"] < term_ms:
+                revoked_ms[ids[n]] = l["at_ms"]
+                e2e.log("join: %s revoked %s partitions %.1fs after the third worker started"
+                        % (n, l.get("count"), (l["at_ms"] - joined_ms) / 1000.0))
+                break
+    if not revoked_ms:
+        problems.append("neither first worker logged 'partitions revoked; draining them' after "
+                        "the third joined")
+    partition_of = {}
+    for line in s.tool("dump", s.topics["commands"]).splitlines():
+        if line.strip():
+            m = json.loads(line)
+            partition_of[m["key"]] = m["partition"]
+    moved = {partition_of[r[0]] for r in s.query(
+        "SELECT DISTINCT payment_attempt_id FROM attempt_transitions WHERE actor = '%s' AND "
+        "created_at < to_timestamp(%f)" % (ids[third], term_ms / 1000.0))
+        if r[0] in partition_of}
+    drained = [a for a, (actor, at) in settled_by(s, list(revoked_ms)).items()
+               if partition_of.get(a) in moved and at >= revoked_ms[actor]]
+    e2e.log("join: partitions moved to the third worker %s; attempts of them the first two "
+            "settled after their revocation began: %d" % (sorted(moved), len(drained)))
+    if revoked_ms and not drained:
+        problems.append("no attempt of the partitions that moved to the third worker (%s) was "
+                        "settled by its previous owner after the revocation began: nothing "
+                        "was drained" % sorted(moved))
+
+    # The leave: logged, nothing unfinished, what it held settled by itself.
+    stopping = [l for l in logs[first] if l["msg"].startswith("stopping: draining in-flight")]
+    stopped = [l for l in logs[first] if l["msg"] in ("stopped", "worker stopped")]
+    by_first = settled_by(s, [ids[first]])
+    not_by_it = sorted(held - set(by_first))
+    began_ms = stopping[0]["at_ms"] if stopping else term_ms
+    in_drain = [a for a in held if a in by_first and by_first[a][1] >= began_ms]
+    e2e.log("leave: %s held %d claimed attempts at SIGTERM; it settled %d of them during its "
+            "shutdown drain, %d just before; %d were left to others; it stopped with %s "
+            "unfinished" % (first, len(held), len(in_drain),
+                            len(held) - len(in_drain) - len(not_by_it), len(not_by_it),
+                            stopped[-1].get("unfinished") if stopped else "?"))
+    if not (stopping and stopped):
+        problems.append("%s did not log its shutdown drain (stopping: %s, stopped: %s)"
+                        % (first, stopping, stopped))
+    elif stopped[-1].get("unfinished") != "0":
+        problems.append("%s stopped with work unfinished: %s" % (first, stopped[-1]))
+    if not_by_it:
+        problems.append("%d attempts %s held at SIGTERM were not settled by it: %s" % (
+            len(not_by_it), first, not_by_it[:3]))
+    if not in_drain:
+        problems.append("%s settled none of the %d attempts it held after its shutdown drain "
+                        "began" % (first, len(held)))
+    check(not problems, lambda: "\n  - " + "\n  - ".join(problems))
 
 if __name__ == "__main__":
     raise SystemExit(e2e.main(scenario))

@@ -6,6 +6,7 @@ attempts have their result event in the outbox. And a key re-sent with
 another amount is a dead letter idempotency_key_conflict that leaves the
 first attempt unchanged."""
 import charged_e2e as e2e
+from charged_e2e import check, check_eq
 
 ORDERS = 50
 
@@ -23,17 +24,23 @@ def same_order(s):
         rows = s.query("SELECT id, status, coalesce(reason, '') FROM payment_attempts "
                        "WHERE order_id = '%s' ORDER BY status" % a["order_id"])
         statuses = sorted(r[1] for r in rows)
-        assert statuses == ["REJECTED", "SUCCEEDED"], (a["order_id"], rows)
+        check_eq(statuses, ["REJECTED", "SUCCEEDED"],
+                 "statuses of order %s's two attempts (%s)" % (a["order_id"], rows))
         rejected = [r for r in rows if r[1] == "REJECTED"][0]
-        assert rejected[2].startswith(("order_has_live_attempt", "order_already_paid")), rejected
+        check(rejected[2].startswith(("order_has_live_attempt", "order_already_paid")),
+              "the REJECTED attempt's reason names neither the live attempt nor the paid "
+              "order: %s" % rejected)
         charges = [c for c in s.ledger() if c["order_id"] == a["order_id"]]
-        assert len(charges) == 1, charges
-        assert charges[0]["payment_attempt_id"] != rejected[0], "the rejected attempt was charged"
+        check(len(charges) == 1, "order %s charged %d times, want once: %s" % (
+            a["order_id"], len(charges), charges))
+        check(charges[0]["payment_attempt_id"] != rejected[0],
+              "the rejected attempt %s was charged" % rejected[0])
         events = s.query("SELECT payment_attempt_id, event_type FROM outbox "
                          "WHERE payment_attempt_id IN ('%s', '%s')" %
                          (a["payment_attempt_id"], b["payment_attempt_id"]))
         types = sorted(e[1] for e in events)
-        assert types == ["charge.rejected", "charge.succeeded"], (a["order_id"], events)
+        check_eq(types, ["charge.rejected", "charge.succeeded"],
+                 "result events of order %s (%s)" % (a["order_id"], events))
 
 
 def key_conflict(s):
@@ -46,13 +53,15 @@ def key_conflict(s):
         d for d in s.dead_letters()
         if dict((h[0], h[1]) for h in d["headers"]).get("dlq.reason") == "idempotency_key_conflict"
     ], 60)
-    assert len(letters) == 1, letters
+    check(len(letters) == 1, "want one idempotency_key_conflict dead letter, got %d: %s" % (
+        len(letters), letters))
     s.wait_settled(1, timeout=60)
     rows = s.query("SELECT amount, status FROM payment_attempts WHERE id = '%s'" %
                    first["payment_attempt_id"])
-    assert rows == [["2500", "SUCCEEDED"]], rows
+    check_eq(rows, [["2500", "SUCCEEDED"]], "the first attempt after the conflicting resend")
     charges = [c for c in s.ledger() if c["idempotency_key"] == first["idempotency_key"]]
-    assert len(charges) == 1 and charges[0]["amount"] == 2500, charges
+    check(len(charges) == 1 and charges[0]["amount"] == 2500,
+          "want one charge of 2500 under the key: %s" % charges)
 
 
 def scenario(new):

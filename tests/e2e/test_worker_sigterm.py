@@ -5,6 +5,7 @@ import signal
 import time
 
 import charged_e2e as e2e
+from charged_e2e import check
 
 
 def scenario(new):
@@ -18,15 +19,17 @@ def scenario(new):
     t0 = time.monotonic()
     rc = s.kill_worker(w, signal.SIGTERM)
     e2e.log("exit status", rc, "after %.1fs" % (time.monotonic() - t0))
-    assert rc == 0, rc
+    check(rc == 0, "the worker exited %s after SIGTERM, want 0" % rc)
     rows = s.query("SELECT status, count(*) FROM payment_attempts GROUP BY 1")
     statuses = dict((r[0], int(r[1])) for r in rows)
-    assert "PROCESSING" not in statuses and "PENDING" not in statuses, statuses
-    assert statuses.get("SUCCEEDED", 0) >= 10, statuses
+    check("PROCESSING" not in statuses and "PENDING" not in statuses,
+          "attempts left unfinished after the drain: %s" % statuses)
+    check(statuses.get("SUCCEEDED", 0) >= 10,
+          "want the >= 10 calls in flight finished SUCCEEDED: %s" % statuses)
     # What it finished is committed: a fresh worker finds only the rest.
     done = statuses["SUCCEEDED"]
     lag = s.lag()["lag"]
-    assert lag == len(cmds) - done, "lag %d, but %d of %d are done" % (lag, done, len(cmds))
+    check(lag == len(cmds) - done, "lag %d, but %d of %d are done" % (lag, done, len(cmds)))
     s.start_worker()
     s.wait_settled(len(cmds), timeout=120)
     s.check_invariants()
