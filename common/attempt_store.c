@@ -698,7 +698,9 @@ static const char *SQL_CLAIM_DUE =
     "  FOR UPDATE OF p SKIP LOCKED)"
     "UPDATE payment_attempts p SET lease_owner = $1,"
     "  lease_expires_at = now() + make_interval(secs => $2::double precision / 1000),"
-    "  lease_epoch = p.lease_epoch + 1"
+    "  lease_epoch = p.lease_epoch + 1,"
+    /* Set, so that a worker never takes this claim over as its own. */
+    "  next_check_at = coalesce(p.next_check_at, now())"
     " FROM c WHERE p.id = c.id"
     " RETURNING p.id, p.lease_epoch, p.status, coalesce(p.provider_payment_id, ''),"
     "  coalesce((extract(epoch FROM now() - p.first_sent_at) * 1000)::bigint, -1),"

@@ -524,6 +524,15 @@ static void classify_lookup(int http, json_t *doc, int search,
         snprintf(res->error, sizeof(res->error), "look-up answered %d", http);
         return;
     }
+    const char *object = json_string_value(json_object_get(doc, "object"));
+    if (!object || strcmp(object, search ? "search_result" : "payment_intent") != 0) {
+        /* Not the answer asked for: no evidence either way. */
+        res->outcome = PROVIDER_UNKNOWN;
+        copy_str(res->error, sizeof(res->error),
+                 search ? "search answered something that is not a search result"
+                        : "look-up answered something that is not a payment intent");
+        return;
+    }
     if (!search) {
         res->matches = 1;
         take_intent(doc, res);

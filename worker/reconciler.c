@@ -1,5 +1,7 @@
 #include "reconciler.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +15,7 @@
 #include "clock.h"
 #include "config.h"
 #include "daemon.h"
+#include "db.h"
 #include "kafka_setup.h"
 #include "log.h"
 #include "provider_client.h"
@@ -20,10 +23,12 @@
 
 #define MAX_SCHEDULE 32
 /* Calls one look makes at most: a look-up, then perhaps a charge. */
-#define MAX_CALLS 2
+#define MAX_CALLS 3
 /* Rows recorded for one look at most: the calls, and the answers lost when
  * the HTTP client re-sent a charge itself on a closed pooled connection. */
 #define MAX_ROWS 8
+/* Calls waiting for the database after a failed write, at most. */
+#define PENDING_MAX 64
 
 struct reconciler {
     config_t *cfg;
@@ -36,6 +41,13 @@ struct reconciler {
     int nschedule;
     int64_t next_poll, db_backoff_ms;
     struct attempt_due *due;
+    struct pending_call {
+        char attempt_id[37];
+        const char *operation; /* a string literal */
+        int64_t started_ms;
+        struct provider_result res;
+    } pending[PENDING_MAX];
+    size_t npending;
 };
 
 /* What one look found out, and what follows from it. */
@@ -61,12 +73,15 @@ static int parse_schedule(struct reconciler *r, const char *s, char *err,
     r->nschedule = 0;
     while (s && *s) {
         char *end;
+        errno = 0;
         long long v = strtoll(s, &end, 10);
-        if (end == s || v < 0 || (*end && *end != ',') ||
-            r->nschedule == MAX_SCHEDULE) {
+        /* Digits only, at most a year each: the database must be able to add
+         * it to now(). */
+        if (!isdigit((unsigned char)*s) || end == s || errno || v > 31536000000LL ||
+            (*end && (*end != ',' || !end[1])) || r->nschedule == MAX_SCHEDULE) {
             snprintf(err, err_size,
                      "RECONCILER_SCHEDULE_MS: expected up to %d comma-separated "
-                     "durations in ms",
+                     "durations in ms, each at most a year",
                      MAX_SCHEDULE);
             return -1;
         }
@@ -139,6 +154,30 @@ static void settle_as(struct look *l, enum attempt_status s, const char *fmt,
     utf8_text_copy(l->reason, sizeof(l->reason), tmp);
 }
 
+/* Is this intent the attempt's own? Its amount and currency must be
+ * there and be the attempt's, and its metadata must not name another
+ * attempt. Writes why not. */
+static int intent_is_ours(const struct look *l, const struct provider_result *res,
+                          char *why, size_t why_size)
+{
+    const struct attempt_params *p = &l->d->params;
+    if (!res->amount || !res->currency[0])
+        snprintf(why, why_size, "intent %s without amount or currency",
+                 res->provider_payment_id);
+    else if (res->amount != p->amount)
+        snprintf(why, why_size, "intent amount %lld, the attempt's %lld", res->amount,
+                 p->amount);
+    else if (strcasecmp(res->currency, p->currency) != 0)
+        snprintf(why, why_size, "intent currency %s, the attempt's %s", res->currency,
+                 p->currency);
+    else if (res->intent_attempt_id[0] && strcmp(res->intent_attempt_id, l->d->id) != 0)
+        snprintf(why, why_size, "intent of another attempt (%s)",
+                 res->intent_attempt_id);
+    else
+        return 1;
+    return 0;
+}
+
 /* What a found intent says. */
 static void from_intent(const struct reconciler *r, struct look *l,
                         const struct provider_result *res)
@@ -153,10 +192,8 @@ static void from_intent(const struct reconciler *r, struct look *l,
                   "requires_review: contradictory: %s", why);
         return;
     }
-    if (res->amount && res->amount != l->d->params.amount &&
-        res->outcome != PROVIDER_DECLINED) {
-        snprintf(why, sizeof(why), "intent amount %lld, the attempt's %lld",
-                 res->amount, l->d->params.amount);
+    if (!intent_is_ours(l, res, why, sizeof(why))) {
+        l->ppid[0] = '\0'; /* not the attempt's: never booked on it */
         settle_as(l, ATTEMPT_STATUS_REQUIRES_REVIEW,
                   "requires_review: contradictory: %s", why);
         return;
@@ -199,6 +236,19 @@ static void look(struct reconciler *r, struct look *l)
     case PROVIDER_DECLINED:
     case PROVIDER_PROCESSING:
     case PROVIDER_REQUIRES_REVIEW:
+        if (have_id && res->outcome == PROVIDER_SUCCEEDED) {
+            /* A second paid intent for the attempt would be a second charge:
+             * the search must not know of another. */
+            call(r, l, "search");
+            const struct provider_result *s = &l->res[1];
+            if (s->http_status == 200 && s->matches > 1) {
+                char why[96];
+                snprintf(why, sizeof(why), "%d intents for one attempt", s->matches);
+                settle_as(l, ATTEMPT_STATUS_REQUIRES_REVIEW,
+                          "requires_review: contradictory: %s", why);
+                return;
+            }
+        }
         from_intent(r, l, res);
         return;
     case PROVIDER_NOT_FOUND:
@@ -220,7 +270,7 @@ static void look(struct reconciler *r, struct look *l)
     if (charge_policy_key_window_open(age, r->key_retention_ms,
                                       r->provider_timeout_ms)) {
         call(r, l, "charge");
-        const struct provider_result *c = &l->res[1];
+        const struct provider_result *c = &l->res[l->ncalls - 1];
         switch (c->outcome) {
         case PROVIDER_SUCCEEDED:
         case PROVIDER_DECLINED:
@@ -241,9 +291,9 @@ static void look(struct reconciler *r, struct look *l)
     if (age >= r->key_retention_ms + r->search_lag_ms) {
         char why[160];
         snprintf(why, sizeof(why),
-                 "not found by search %lld ms after the key's retention and the "
-                 "search's lag",
-                 age - r->key_retention_ms);
+                 "not found by search at the key's age of %lld ms, past its retention "
+                 "(%lld ms) and the search's lag (%lld ms)",
+                 age, r->key_retention_ms, r->search_lag_ms);
         settle_as(l, ATTEMPT_STATUS_FAILED, "never_executed: %s", why);
         return;
     }
@@ -263,6 +313,47 @@ static void db_failed(struct reconciler *r, const char *stage, const char *err)
     log_error("database step failed; will retry", "stage", stage, "error", err,
               "retry_in_ms", ms, NULL);
     r->next_poll = clock_now_ms() + r->db_backoff_ms;
+}
+
+/* Calls whose look could not be written, kept (bounded) until the database
+ * takes them: a charge made must never vanish from provider_calls. */
+static void keep_calls(struct reconciler *r, const struct attempt_call *calls, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (r->npending == PENDING_MAX) {
+            log_warn("provider call log full; call kept in the log line only",
+                     "payment_attempt_id", calls[i].attempt_id, NULL);
+            continue;
+        }
+        struct pending_call *p = &r->pending[r->npending++];
+        snprintf(p->attempt_id, sizeof(p->attempt_id), "%s", calls[i].attempt_id);
+        p->operation = calls[i].operation;
+        p->started_ms = calls[i].started_ms;
+        p->res = *calls[i].res;
+    }
+}
+
+/* 0 when nothing waits any more. */
+static int flush_pending(struct reconciler *r)
+{
+    char err[512];
+    struct attempt_call calls[PENDING_MAX];
+    if (r->npending == 0)
+        return 0;
+    for (size_t i = 0; i < r->npending; i++)
+        calls[i] =
+            (struct attempt_call){r->pending[i].attempt_id, r->pending[i].operation,
+                                  r->pending[i].started_ms, &r->pending[i].res};
+    int rc = attempt_store_log_calls(r->store, calls, r->npending, err, sizeof(err));
+    if (rc == ATTEMPT_STORE_RETRY) {
+        db_failed(r, "log provider calls", err);
+        return -1;
+    }
+    if (rc != ATTEMPT_STORE_OK)
+        log_error("provider calls not recorded: the database refused them", "error",
+                  err, NULL);
+    r->npending = 0;
+    return 0;
 }
 
 /* Settles one look, whatever it found: a status change, or the next look. */
@@ -308,13 +399,33 @@ static int settle(struct reconciler *r, struct look *l)
         .ncalls = ncalls,
     };
     int rc = attempt_store_settle(r->store, &s, 1, err, sizeof(err));
+    if (rc == ATTEMPT_STORE_DATA && s.status != ATTEMPT_STATUS_REQUIRES_REVIEW) {
+        /* A value the database refuses (an intent booked for another
+         * attempt, say): a human decides, with nothing from outside but
+         * the refusal. */
+        char why[256];
+        log_error("the database refused a settlement; settling it for review",
+                  "payment_attempt_id", d->id, "order_id", d->params.order_id, "error",
+                  err, NULL);
+        snprintf(why, sizeof(why),
+                 "requires_review: the database refused %s (sqlstate %s)",
+                 attempt_status_name(s.status), db_last_sqlstate());
+        s.status = ATTEMPT_STATUS_REQUIRES_REVIEW;
+        s.reason = why;
+        s.provider_payment_id = NULL;
+        s.next_check_ms = -1;
+        rc = attempt_store_settle(r->store, &s, 1, err, sizeof(err));
+    }
     free(evidence);
     if (rc == ATTEMPT_STORE_RETRY) {
+        /* Outage: the decision is taken again at the next look, but the
+         * calls made (a charge, perhaps) are kept to be written later. */
+        keep_calls(r, calls, ncalls);
         db_failed(r, "settle", err);
         return -1;
     }
     if (rc != ATTEMPT_STORE_OK) {
-        /* A value the database refuses: keep the attempt for a human. */
+        keep_calls(r, calls, ncalls);
         log_error("the database refused a settlement; the lease is left to expire",
                   "payment_attempt_id", d->id, "order_id", d->params.order_id, "error",
                   err, NULL);
@@ -384,6 +495,8 @@ static void reconciler_step(void *state)
         nanosleep(&ts, NULL);
         return;
     }
+    if (flush_pending(r) != 0)
+        return;
     int rc = attempt_store_claim_due(r->store, r->due, (size_t)r->batch, &n,
                                      r->lease_ms, r->stale_ms, err, sizeof(err));
     if (rc != ATTEMPT_STORE_OK) {
