@@ -129,6 +129,15 @@ static const struct config_row config_table[CONFIG__COUNT] = {
     {CONFIG_RECONCILER_STALE_LEASE_MS, "RECONCILER_STALE_LEASE_MS", CONFIG_T_INT,
      "300000", 0, 86400000, R_R, 0,
      "a worker's expired lease this old means no worker came back: look"},
+    {CONFIG_RELAY_BATCH, "RELAY_BATCH", CONFIG_T_INT, "500", 1, 100000,
+     CONFIG_ROLE_RELAY, 0, "result events published at once"},
+    {CONFIG_RELAY_POLL_MS, "RELAY_POLL_MS", CONFIG_T_INT, "200", 10, 600000,
+     CONFIG_ROLE_RELAY, 0,
+     "how often the outbox is read when idle, and a standby tries to lead"},
+    {CONFIG_RELAY_RETENTION_MS, "RELAY_RETENTION_MS", CONFIG_T_INT, "604800000", 0,
+     31536000000LL, CONFIG_ROLE_RELAY, 0, "published rows are deleted after this"},
+    {CONFIG_RELAY_BACKLOG_LOG_MS, "RELAY_BACKLOG_LOG_MS", CONFIG_T_INT, "10000", 100,
+     3600000, CONFIG_ROLE_RELAY, 0, "how often the backlog is logged (and purged)"},
 };
 
 struct config_kafka_prop {

@@ -4,6 +4,7 @@
 
 #include "config.h"
 #include "reconciler.h"
+#include "relay.h"
 #include "worker.h"
 
 struct charged_role {
@@ -18,7 +19,7 @@ static const struct charged_role charged_roles[] = {
      "consume charge commands; charge each payment attempt at most once"},
     {"reconciler", CONFIG_ROLE_RECONCILER, reconciler_main,
      "settle attempts whose outcome is unknown by asking the provider"},
-    {"relay", CONFIG_ROLE_RELAY, NULL, "publish result events from the outbox"},
+    {"relay", CONFIG_ROLE_RELAY, relay_main, "publish result events from the outbox"},
     {"api", CONFIG_ROLE_API, NULL, "provider webhooks and status queries"},
 };
 

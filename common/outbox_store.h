@@ -1,0 +1,59 @@
+/* outbox_store: the relay's side of the outbox table.
+ *
+ * Result events are written to the outbox with the state change that causes
+ * them (attempt_store's one writer); the relay reads them in order, marks
+ * them published once the broker acknowledged them, and deletes published
+ * rows after a retention. One relay publishes at a time: leadership is a
+ * session-level advisory lock, released by PostgreSQL the moment the
+ * leader's connection ends, so a standby takes over within a poll. Why one:
+ * events of one attempt must reach the topic in the order they were
+ * written, which concurrent relays over SKIP LOCKED batches cannot promise. */
+#ifndef CHARGED_OUTBOX_STORE_H
+#define CHARGED_OUTBOX_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct outbox_store outbox_store_t;
+
+/* Does not connect. NULL and errbuf when database_url cannot be parsed. */
+outbox_store_t *outbox_store_new(const char *database_url, char *errbuf,
+                                 size_t errbuf_size);
+void outbox_store_free(outbox_store_t *st);
+
+/* 1 when this process leads (it holds the lock, taking it if free), 0 when
+ * another does, -1 and errbuf when the database cannot be reached (the lock,
+ * if held, is gone with the connection). */
+int outbox_store_lead(outbox_store_t *st, char *errbuf, size_t errbuf_size);
+
+/* One unpublished event. Strings are owned by the batch. */
+struct outbox_event {
+    const char *event_id;
+    const char *topic;
+    const char *key;
+    const char *payload; /* JSON text */
+};
+
+typedef struct outbox_batch outbox_batch_t;
+
+/* Up to max unpublished events, oldest first (the order they were written
+ * in). NULL and errbuf on failure; an empty batch is not a failure. */
+outbox_batch_t *outbox_store_fetch(outbox_store_t *st, size_t max, char *errbuf,
+                                   size_t errbuf_size);
+size_t outbox_batch_count(const outbox_batch_t *b);
+const struct outbox_event *outbox_batch_get(const outbox_batch_t *b, size_t i);
+void outbox_batch_free(outbox_batch_t *b);
+
+/* Marks the events published. 0 / -1 with errbuf. */
+int outbox_store_mark_published(outbox_store_t *st, const char *const *event_ids,
+                                size_t n, char *errbuf, size_t errbuf_size);
+
+/* Deletes rows published more than retention_ms ago; *deleted says how many. */
+int outbox_store_purge(outbox_store_t *st, long long retention_ms, long long *deleted,
+                       char *errbuf, size_t errbuf_size);
+
+/* How many rows wait, and the age in ms of the oldest (0 when none). */
+int outbox_store_backlog(outbox_store_t *st, long long *count, long long *oldest_ms,
+                         char *errbuf, size_t errbuf_size);
+
+#endif

@@ -1,0 +1,304 @@
+#include "relay.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <librdkafka/rdkafka.h>
+
+#include "clock.h"
+#include "config.h"
+#include "daemon.h"
+#include "kafka_setup.h"
+#include "log.h"
+#include "outbox_store.h"
+
+struct relay {
+    config_t *cfg;
+    char id[160];
+    outbox_store_t *store;
+    rd_kafka_t *producer;
+    long long batch, poll_ms, retention_ms, backlog_log_ms, ack_timeout_ms;
+    int64_t next_poll, next_housekeeping, db_backoff_ms;
+    int leading;
+    /* Delivery reports of the batch in hand, by index: recorded by the
+     * callback, read by the loop. */
+    rd_kafka_resp_err_t *acks;
+    int *acked;
+};
+
+static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    struct relay *r = opaque;
+    size_t i = (size_t)(uintptr_t)m->_private;
+    (void)rk;
+    r->acks[i] = m->err;
+    r->acked[i] = 1;
+}
+
+static void db_failed(struct relay *r, const char *stage, const char *err)
+{
+    char ms[32];
+    r->db_backoff_ms = r->db_backoff_ms ? r->db_backoff_ms * 2 : 250;
+    if (r->db_backoff_ms > 5000)
+        r->db_backoff_ms = 5000;
+    snprintf(ms, sizeof(ms), "%lld", (long long)r->db_backoff_ms);
+    log_error("database step failed; will retry", "stage", stage, "error", err,
+              "retry_in_ms", ms, NULL);
+    if (r->leading)
+        log_warn("leadership lost with the database connection", NULL);
+    r->leading = 0;
+    r->next_poll = clock_now_ms() + r->db_backoff_ms;
+}
+
+/* Every RELAY_BACKLOG_LOG_MS: the backlog in a log line, and published rows
+ * past their retention deleted. */
+static void housekeeping(struct relay *r)
+{
+    char err[512], count[32], age[32], gone[32];
+    long long n = 0, oldest = 0, deleted = 0;
+    int64_t now = clock_now_ms();
+    if (now < r->next_housekeeping)
+        return;
+    r->next_housekeeping = now + r->backlog_log_ms;
+    if (outbox_store_backlog(r->store, &n, &oldest, err, sizeof(err)) != 0 ||
+        outbox_store_purge(r->store, r->retention_ms, &deleted, err, sizeof(err)) !=
+            0) {
+        db_failed(r, "housekeeping", err);
+        return;
+    }
+    snprintf(count, sizeof(count), "%lld", n);
+    snprintf(age, sizeof(age), "%lld", oldest);
+    snprintf(gone, sizeof(gone), "%lld", deleted);
+    log_info("outbox backlog", "unpublished", count, "oldest_ms", age, "purged", gone,
+             NULL);
+}
+
+/* Publishes one batch, oldest first, and marks published what the broker
+ * acknowledged. A relay killed between the two publishes again, with the
+ * same event_id: consumers deduplicate on it. */
+static void publish_batch(struct relay *r)
+{
+    char err[512];
+    outbox_batch_t *b =
+        outbox_store_fetch(r->store, (size_t)r->batch, err, sizeof(err));
+    if (!b) {
+        db_failed(r, "fetch", err);
+        return;
+    }
+    size_t n = outbox_batch_count(b), produced = 0;
+    if (n == 0) {
+        r->next_poll = clock_now_ms() + r->poll_ms;
+        outbox_batch_free(b);
+        return;
+    }
+    const char **ids = calloc(n, sizeof(*ids));
+    if (!ids) {
+        outbox_batch_free(b);
+        return;
+    }
+    memset(r->acked, 0, (size_t)r->batch * sizeof(*r->acked));
+    for (size_t i = 0; i < n; i++) {
+        const struct outbox_event *e = outbox_batch_get(b, i);
+        rd_kafka_resp_err_t perr =
+            rd_kafka_producev(r->producer, RD_KAFKA_V_TOPIC(e->topic),
+                              RD_KAFKA_V_KEY(e->key, strlen(e->key)),
+                              RD_KAFKA_V_VALUE((void *)e->payload, strlen(e->payload)),
+                              RD_KAFKA_V_HEADER("event_id", e->event_id, -1),
+                              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                              RD_KAFKA_V_OPAQUE((void *)(uintptr_t)i), RD_KAFKA_V_END);
+        if (perr) {
+            /* Later events of this batch wait too: one attempt's events must
+             * not overtake each other. */
+            log_warn("cannot produce a result event; retrying", "event_id", e->event_id,
+                     "error", rd_kafka_err2str(perr), NULL);
+            break;
+        }
+        produced++;
+    }
+    int64_t deadline = clock_now_ms() + r->ack_timeout_ms;
+    size_t acked = 0;
+    while (clock_now_ms() < deadline && daemon_stopping() < 2) {
+        rd_kafka_poll(r->producer, 50);
+        acked = 0;
+        for (size_t i = 0; i < produced; i++)
+            acked += r->acked[i];
+        if (acked == produced)
+            break;
+    }
+    /* Mark the acknowledged prefix: an event after a failed one is published
+     * again with it, so that the topic never shows them out of order. */
+    size_t k = 0;
+    while (k < produced && r->acked[k] && !r->acks[k]) {
+        ids[k] = outbox_batch_get(b, k)->event_id;
+        k++;
+    }
+    if (k < produced)
+        log_warn("result events not acknowledged; publishing them again", "event_id",
+                 outbox_batch_get(b, k)->event_id, "error",
+                 r->acked[k] ? rd_kafka_err2str(r->acks[k])
+                             : "no acknowledgement in time",
+                 NULL);
+    if (k > 0 && outbox_store_mark_published(r->store, ids, k, err, sizeof(err)) != 0)
+        db_failed(r, "mark published", err);
+    else
+        r->db_backoff_ms = 0;
+    if (produced < n || k < produced)
+        r->next_poll = clock_now_ms() + 1000;
+    else if (n < (size_t)r->batch)
+        r->next_poll = clock_now_ms() + r->poll_ms;
+    free(ids);
+    outbox_batch_free(b);
+}
+
+static void relay_step(void *state)
+{
+    struct relay *r = state;
+    char err[512];
+    int64_t now = clock_now_ms();
+
+    rd_kafka_poll(r->producer, 0);
+    if (now < r->next_poll) {
+        int64_t wait = r->next_poll - now;
+        struct timespec ts = {0, (long)(wait < 50 ? wait : 50) * 1000000L};
+        nanosleep(&ts, NULL);
+        return;
+    }
+    int lead = outbox_store_lead(r->store, err, sizeof(err));
+    if (lead < 0) {
+        db_failed(r, "lead", err);
+        return;
+    }
+    if (lead != r->leading)
+        log_info(lead ? "leading: publishing the outbox"
+                      : "standing by: another relay publishes",
+                 "relay", r->id, NULL);
+    r->leading = lead;
+    if (!lead) {
+        r->next_poll = now + r->poll_ms;
+        return;
+    }
+    housekeeping(r);
+    publish_batch(r);
+}
+
+/* Nothing is in flight between steps: each step waits for its batch's
+ * acknowledgements. */
+static size_t relay_drain(void *state, int64_t deadline)
+{
+    (void)state;
+    (void)deadline;
+    return 0;
+}
+
+static void teardown(struct relay *r, int flush_ms)
+{
+    if (r->producer) {
+        rd_kafka_flush(r->producer, flush_ms);
+        rd_kafka_purge(r->producer, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+        rd_kafka_poll(r->producer, 0);
+        rd_kafka_destroy(r->producer);
+    }
+    outbox_store_free(r->store);
+    free(r->acks);
+    free(r->acked);
+    config_free(r->cfg);
+}
+
+static void relay_finish(void *state, int flush_ms)
+{
+    teardown(state, flush_ms);
+}
+
+static int setup(struct relay *r, char *err, size_t err_size)
+{
+    r->batch = config_int(r->cfg, CONFIG_RELAY_BATCH);
+    r->poll_ms = config_int(r->cfg, CONFIG_RELAY_POLL_MS);
+    r->retention_ms = config_int(r->cfg, CONFIG_RELAY_RETENTION_MS);
+    r->backlog_log_ms = config_int(r->cfg, CONFIG_RELAY_BACKLOG_LOG_MS);
+    r->ack_timeout_ms = 30000;
+    r->acks = calloc((size_t)r->batch, sizeof(*r->acks));
+    r->acked = calloc((size_t)r->batch, sizeof(*r->acked));
+    if (!r->acks || !r->acked) {
+        snprintf(err, err_size, "out of memory");
+        return 1;
+    }
+    rd_kafka_conf_t *pc = kafka_setup_conf(r->cfg, r->id, err, err_size);
+    if (!pc)
+        return 2;
+    if (kafka_setup_set(pc, "linger.ms", "5", err, err_size) ||
+        kafka_setup_set(pc, "message.max.bytes", "4194304", err, err_size)) {
+        rd_kafka_conf_destroy(pc);
+        return 2;
+    }
+    kafka_setup_apply_env(pc, r->cfg);
+    /* Each attempt's events keep their order, and a retry never duplicates
+     * or reorders within a partition: nobody may override these. */
+    if (kafka_setup_set(pc, "enable.idempotence", "true", err, err_size) ||
+        kafka_setup_set(pc, "acks", "all", err, err_size)) {
+        rd_kafka_conf_destroy(pc);
+        return 2;
+    }
+    rd_kafka_conf_set_opaque(pc, r);
+    rd_kafka_conf_set_dr_msg_cb(pc, on_delivery);
+    r->producer = rd_kafka_new(RD_KAFKA_PRODUCER, pc, err, err_size);
+    if (!r->producer)
+        return 2; /* rd_kafka_new destroys pc on failure */
+    /* Does not connect: started while the database is down, it waits. */
+    r->store = outbox_store_new(config_str(r->cfg, CONFIG_DATABASE_URL), err, err_size);
+    if (!r->store)
+        return 2;
+    return 0;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: charged relay\n\n"
+            "Publishes the result events of the outbox table to their topic, keyed by\n"
+            "payment_attempt_id, oldest first, with an idempotent producer; marks an\n"
+            "event published only once the broker acknowledged it. One relay leads\n"
+            "(a PostgreSQL advisory lock); others stand by and take over within\n"
+            "RELAY_POLL_MS when it goes. Published rows are deleted after\n"
+            "RELAY_RETENTION_MS. SIGTERM: finish the batch in hand, exit 0.\n\n");
+    config_print_help(out, CONFIG_ROLE_RELAY);
+}
+
+int relay_main(int argc, char **argv)
+{
+    struct relay r = {0};
+    char err[512] = "";
+
+    if (argc > 1) {
+        if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        fprintf(stderr, "charged relay: unexpected argument '%s'\n", argv[1]);
+        return 2;
+    }
+    r.cfg = config_new(CONFIG_ROLE_RELAY, "relay", err, sizeof(err));
+    if (!r.cfg) {
+        fprintf(stderr, "charged relay: %s\n", err);
+        return 2;
+    }
+    log_init("charged-relay",
+             (enum log_level)log_level_parse(config_str(r.cfg, CONFIG_LOG_LEVEL)));
+    kafka_setup_worker_id(r.cfg, r.id, sizeof(r.id));
+    daemon_init();
+    int rc = setup(&r, err, sizeof(err));
+    if (rc != 0) {
+        fprintf(stderr, "charged relay: %s\n", err);
+        teardown(&r, 0);
+        return rc;
+    }
+    log_info("relay started", "relay", r.id, NULL);
+    const struct daemon_role role = {"relay", &r, relay_step, relay_drain,
+                                     relay_finish};
+    rc = daemon_run(&role, config_int(r.cfg, CONFIG_SHUTDOWN_TIMEOUT_MS), err,
+                    sizeof(err));
+    if (rc != 0 && err[0])
+        fprintf(stderr, "charged relay: %s\n", err);
+    return rc;
+}
