@@ -2,7 +2,8 @@
 # The demo: charged's main job on the local stack. Starts PostgreSQL and
 # Kafka, migrates, runs psp-sim with faults (lost answers, 5xx before and
 # after executing, latency), two workers and a reconciler, publishes a burst
-# of charge commands with duplicates and a few bad ones, waits until
+# of charge commands with duplicates and a few bad ones (a relay publishes
+# the result events), waits until
 # everything is settled and committed (the reconciler settles the unknown
 # outcomes on the provider's evidence), and reports what the provider
 # actually charged.
@@ -47,6 +48,8 @@ for i in 1 2; do
   pids+=($!)
 done
 WORKER_ID=demo-reconciler build/worker/charged reconciler 2>"$run/reconciler.log" &
+pids+=($!)
+WORKER_ID=demo-relay build/worker/charged relay 2>"$run/relay.log" &
 pids+=($!)
 
 python3 tools/demo_report.py --commands "$n" --psp-admin http://127.0.0.1:12112 \

@@ -106,6 +106,15 @@ def main():
 
     by_status = psql("SELECT status, count(*) FROM payment_attempts WHERE id IN ('%s') "
                      "GROUP BY 1 ORDER BY 2 DESC" % ids)
+    # The relay publishes every result event of these attempts.
+    while psql("SELECT count(*) FROM outbox WHERE published_at IS NULL AND "
+               "payment_attempt_id IN ('%s')" % ids)[0][0] != "0":
+        if time.monotonic() > deadline:
+            print("demo: result events not published after 600 s", file=sys.stderr)
+            return 1
+        time.sleep(0.5)
+    events = psql("SELECT event_type, count(*) FROM outbox WHERE payment_attempt_id IN "
+                  "('%s') GROUP BY 1 ORDER BY 2 DESC" % ids)
     ledger = json.load(urllib.request.urlopen(a.psp_admin + "/ledger"))["charges"]
     per_key = {}
     for c in ledger:
@@ -129,6 +138,7 @@ def main():
     print("unknown or processing: %d" % unknown)
     print("charges at provider:  %d executed, %d succeeded" % (len(ledger), len(succeeded)))
     print("double charges:       %d" % double)
+    print("events published:     " + ", ".join("%s %s" % (t, n) for t, n in events))
     print("succeeded, unbooked:  %d (charged at the provider, not SUCCEEDED here)" %
           len(succeeded - recorded))
     print("dead letters:         %d (%s)" % (sum(reasons.values()),
