@@ -628,6 +628,13 @@ int ctl_attempt_resolve(int argc, char **argv)
         .ncalls = n,
     };
     int src = attempt_store_settle(st, &s, 1, err, sizeof(err));
+    if (src == ATTEMPT_STORE_DATA && !strcmp(db_last_sqlstate(), "23505")) {
+        /* The one-booking-per-intent index: another attempt got it first. */
+        rc = failure("refused: %s is booked for another attempt (even --force cannot "
+                     "book one charge twice); nothing written",
+                     ra.intent ? ra.intent : "the intent");
+        goto out;
+    }
     if (src != ATTEMPT_STORE_OK) {
         rc = failure("%s%s",
                      src == ATTEMPT_STORE_DATA ? "the database refused the resolution: "
