@@ -38,9 +38,13 @@ PGconn *db_connect(const char *url, char *errbuf, size_t errbuf_size)
      * Without them, connecting to an unreachable host, or a query on a
      * connection whose peer vanished, could block a daemon's only loop for
      * minutes (no lease renewals, no provider progress). */
-    static const char *const keys[] = {"connect_timeout", "keepalives_idle",
-                                       "keepalives_interval", "keepalives_count",
-                                       "tcp_user_timeout", "dbname", NULL};
+    static const char *const keys[] = {"connect_timeout",
+                                       "keepalives_idle",
+                                       "keepalives_interval",
+                                       "keepalives_count",
+                                       "tcp_user_timeout",
+                                       "dbname",
+                                       NULL};
     const char *values[] = {"3", "10", "3", "3", "10000", url, NULL};
     PGconn *conn = PQconnectdbParams(keys, values, 1);
     char line[512];
@@ -101,14 +105,14 @@ const char *db_last_sqlstate(void)
 enum db_error_class db_error_class_of(const char *sqlstate)
 {
     if (!sqlstate || !sqlstate[0])
-        return DB_ERR_TRANSIENT; /* no answer from the server at all */
-    if (!strncmp(sqlstate, "08", 2) ||    /* connection exception */
-        !strncmp(sqlstate, "40", 2) ||    /* serialization failure, deadlock */
-        !strncmp(sqlstate, "53", 2) ||    /* insufficient resources */
-        !strncmp(sqlstate, "57", 2) ||    /* shutdown, crash, statement timeout */
-        !strncmp(sqlstate, "58", 2) ||    /* system error */
-        !strcmp(sqlstate, "55P03") ||     /* lock not available */
-        !strncmp(sqlstate, "XX", 2))      /* internal error */
+        return DB_ERR_TRANSIENT;       /* no answer from the server at all */
+    if (!strncmp(sqlstate, "08", 2) || /* connection exception */
+        !strncmp(sqlstate, "40", 2) || /* serialization failure, deadlock */
+        !strncmp(sqlstate, "53", 2) || /* insufficient resources */
+        !strncmp(sqlstate, "57", 2) || /* shutdown, crash, statement timeout */
+        !strncmp(sqlstate, "58", 2) || /* system error */
+        !strcmp(sqlstate, "55P03") ||  /* lock not available */
+        !strncmp(sqlstate, "XX", 2))   /* internal error */
         return DB_ERR_TRANSIENT;
     if (!strncmp(sqlstate, "22", 2) || /* data exception: bad encoding, too long */
         !strncmp(sqlstate, "23", 2))   /* integrity constraint violation */

@@ -1,6 +1,5 @@
 #include "log.h"
 
-
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>

@@ -24,7 +24,7 @@ struct provider_xfer {
     size_t bytes_out; /* request bytes curl reported sent */
     int sends;        /* times the request's headers went out */
     void *opaque;
-    int lookup; /* a GET: classify as a look-up */
+    int lookup;       /* a GET: classify as a look-up */
     long long amount; /* a charge: what we asked for, to check the answer */
     char currency[8];
     char attempt_id[40];
@@ -404,7 +404,8 @@ static void classify_charge(int http, json_t *doc, struct provider_result *res)
         if (!usable_id(json_string_value(json_object_get(doc, "id")))) {
             /* It may have executed, but we could never find it again. */
             res->outcome = PROVIDER_UNKNOWN;
-            copy_str(res->error, sizeof(res->error), "2xx answer with an unusable intent id");
+            copy_str(res->error, sizeof(res->error),
+                     "2xx answer with an unusable intent id");
             return;
         }
         take_intent(doc, res);
@@ -435,7 +436,8 @@ static void classify_charge(int http, json_t *doc, struct provider_result *res)
             json_t *pi = json_object_get(err, "payment_intent");
             const char *id = json_string_value(json_object_get(pi, "id"));
             if (json_is_object(pi) && usable_id(id))
-                copy_str(res->provider_payment_id, sizeof(res->provider_payment_id), id);
+                copy_str(res->provider_payment_id, sizeof(res->provider_payment_id),
+                         id);
         } else {
             res->outcome = PROVIDER_REQUIRES_REVIEW;
             if (!res->error[0])

@@ -118,7 +118,8 @@ START_TEST(conflicting_resend_in_the_same_batch_is_a_conflict)
     ck_assert_int_eq(it[1].result, ATTEMPT_CONFLICT);
     ck_assert_int_eq(it[2].result, ATTEMPT_RECORDED);
     char q[256];
-    snprintf(q, sizeof(q), "SELECT idempotency_key FROM payment_attempts WHERE id = '%s'",
+    snprintf(q, sizeof(q),
+             "SELECT idempotency_key FROM payment_attempts WHERE id = '%s'",
              a.payment_attempt_id);
     ck_assert_str_eq(value(q), a.idempotency_key);
     attempt_store_free(st);
@@ -233,9 +234,8 @@ START_TEST(takeover_fences_the_old_owner)
 
     /* Released: a peer takes it over at once. */
     const char *id = a.payment_attempt_id;
-    ck_assert_int_eq(attempt_store_release(w1, &id, &c1.lease_epoch, 1, err,
-                                           sizeof(err)),
-                     0);
+    ck_assert_int_eq(
+        attempt_store_release(w1, &id, &c1.lease_epoch, 1, err, sizeof(err)), 0);
     ck_assert_int_eq(attempt_store_claim(w2, &c2, 1, 60000, err, sizeof(err)), 0);
     ck_assert_int_eq(c2.result, ATTEMPT_CLAIMED);
 
@@ -342,9 +342,8 @@ START_TEST(reconciler_claims_due_attempts_and_settles_them_fenced)
     struct charge_command a = unknown_attempt(w);
     struct attempt_due due[4];
     size_t n = 0;
-    ck_assert_int_eq(attempt_store_claim_due(r1, due, 4, &n, 60000, 300000, err,
-                                             sizeof(err)),
-                     0);
+    ck_assert_int_eq(
+        attempt_store_claim_due(r1, due, 4, &n, 60000, 300000, err, sizeof(err)), 0);
     ck_assert_uint_eq(n, 1);
     ck_assert_str_eq(due[0].id, a.payment_attempt_id);
     ck_assert_int_eq(due[0].status, ATTEMPT_STATUS_UNKNOWN);
@@ -353,9 +352,9 @@ START_TEST(reconciler_claims_due_attempts_and_settles_them_fenced)
     ck_assert_int_eq(due[0].checks, 0);
     /* Leased: a second reconciler finds nothing to do. */
     size_t n2 = 9;
-    ck_assert_int_eq(attempt_store_claim_due(r2, due + 1, 3, &n2, 60000, 300000, err,
-                                             sizeof(err)),
-                     0);
+    ck_assert_int_eq(
+        attempt_store_claim_due(r2, due + 1, 3, &n2, 60000, 300000, err, sizeof(err)),
+        0);
     ck_assert_uint_eq(n2, 0);
 
     /* Look again later: no transition, no event, the count goes up. */
@@ -384,9 +383,8 @@ START_TEST(reconciler_claims_due_attempts_and_settles_them_fenced)
 
     /* Evidence: succeeded. Status, transition (cause reconciler), ledger,
      * event, and the call, in one statement; fenced on the new claim. */
-    ck_assert_int_eq(attempt_store_claim_due(r2, due, 4, &n, 60000, 300000, err,
-                                             sizeof(err)),
-                     0);
+    ck_assert_int_eq(
+        attempt_store_claim_due(r2, due, 4, &n, 60000, 300000, err, sizeof(err)), 0);
     ck_assert_uint_eq(n, 1);
     ck_assert_int_eq(due[0].checks, 1);
     struct provider_result found = {.outcome = PROVIDER_SUCCEEDED, .http_status = 200};
@@ -409,23 +407,23 @@ START_TEST(reconciler_claims_due_attempts_and_settles_them_fenced)
     ck_assert(!done.settled); /* right epoch, wrong owner */
     ck_assert_int_eq(attempt_store_settle(r2, &done, 1, err, sizeof(err)), 0);
     ck_assert(done.settled);
-    snprintf(q, sizeof(q),
-             "SELECT status || provider_payment_id"
-             " || (SELECT count(*) FROM ledger_entries l WHERE l.payment_attempt_id = p.id)"
-             " || (SELECT count(*) FROM outbox o WHERE o.payment_attempt_id = p.id AND"
-             "     o.event_type = 'charge.succeeded')"
-             " || (SELECT cause FROM attempt_transitions t WHERE t.payment_attempt_id = p.id"
-             "     ORDER BY id DESC LIMIT 1)"
-             " || (SELECT count(*) FROM provider_calls c WHERE c.payment_attempt_id = p.id)"
-             " FROM payment_attempts p WHERE id = '%s'",
-             a.payment_attempt_id);
+    snprintf(
+        q, sizeof(q),
+        "SELECT status || provider_payment_id"
+        " || (SELECT count(*) FROM ledger_entries l WHERE l.payment_attempt_id = p.id)"
+        " || (SELECT count(*) FROM outbox o WHERE o.payment_attempt_id = p.id AND"
+        "     o.event_type = 'charge.succeeded')"
+        " || (SELECT cause FROM attempt_transitions t WHERE t.payment_attempt_id = p.id"
+        "     ORDER BY id DESC LIMIT 1)"
+        " || (SELECT count(*) FROM provider_calls c WHERE c.payment_attempt_id = p.id)"
+        " FROM payment_attempts p WHERE id = '%s'",
+        a.payment_attempt_id);
     /* Four calls: the look-again's, and this decision's three times: the
      * two refused settlements still record the calls they made. */
     ck_assert_str_eq(value(q), "SUCCEEDEDpi_found11reconciler4");
     /* Settled: nothing is due any more. */
-    ck_assert_int_eq(attempt_store_claim_due(r1, due, 4, &n, 60000, 300000, err,
-                                             sizeof(err)),
-                     0);
+    ck_assert_int_eq(
+        attempt_store_claim_due(r1, due, 4, &n, 60000, 300000, err, sizeof(err)), 0);
     ck_assert_uint_eq(n, 0);
     attempt_store_free(w);
     attempt_store_free(r1);

@@ -250,7 +250,8 @@ static unsigned quoted_statuses(const char *def)
         ck_assert_msg(e != NULL, "unbalanced quote in %s", def);
         snprintf(name, sizeof(name), "%.*s", (int)(e - p - 1), p + 1);
         int s = attempt_status_parse(name);
-        ck_assert_msg(s >= 0, "the schema names a status the code does not: '%s'", name);
+        ck_assert_msg(s >= 0, "the schema names a status the code does not: '%s'",
+                      name);
         set |= 1u << s;
         p = e;
     }
@@ -264,13 +265,13 @@ START_TEST(schema_statuses_match_the_code)
     char url[1024];
     test_env_migrated_database(url, sizeof(url));
     PGconn *c = test_env_connect(url);
-    PGresult *r = db_exec(
-        c,
-        "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
-        " WHERE conrelid = 'payment_attempts'::regclass AND contype = 'c'"
-        "   AND pg_get_constraintdef(oid) LIKE '%status = ANY%'"
-        "   AND pg_get_constraintdef(oid) NOT LIKE '%provider_payment_id%'",
-        0, NULL, err, sizeof(err));
+    PGresult *r =
+        db_exec(c,
+                "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+                " WHERE conrelid = 'payment_attempts'::regclass AND contype = 'c'"
+                "   AND pg_get_constraintdef(oid) LIKE '%status = ANY%'"
+                "   AND pg_get_constraintdef(oid) NOT LIKE '%provider_payment_id%'",
+                0, NULL, err, sizeof(err));
     ck_assert_msg(r && PQntuples(r) == 1, "one status CHECK expected: %s", err);
     unsigned all = quoted_statuses(PQgetvalue(r, 0, 0)), want = 0, live = 0;
     PQclear(r);
@@ -280,9 +281,9 @@ START_TEST(schema_statuses_match_the_code)
             live |= 1u << i;
     }
     ck_assert_uint_eq(all, want);
-    r = db_exec(c,
-                "SELECT pg_get_indexdef('payment_attempts_one_live_per_order'::regclass)",
-                0, NULL, err, sizeof(err));
+    r = db_exec(
+        c, "SELECT pg_get_indexdef('payment_attempts_one_live_per_order'::regclass)", 0,
+        NULL, err, sizeof(err));
     ck_assert_msg(r != NULL, "%s", err);
     ck_assert_uint_eq(quoted_statuses(PQgetvalue(r, 0, 0)), live);
     PQclear(r);

@@ -27,7 +27,11 @@ END_TEST
 START_TEST(invalid_bytes_and_controls_are_replaced)
 {
     char dst[64];
-    utf8_text_copy(dst, sizeof(dst), "a\xff" "b\xc3(c\x01\n\x7f" "d\xc2\x85" "e");
+    utf8_text_copy(dst, sizeof(dst),
+                   "a\xff"
+                   "b\xc3(c\x01\n\x7f"
+                   "d\xc2\x85"
+                   "e");
     ck_assert_str_eq(dst, "a?b?(c   d e");
     /* Overlong '/', a surrogate, and a code point past U+10FFFF. */
     utf8_text_copy(dst, sizeof(dst), "\xc0\xaf|\xed\xa0\x80|\xf4\x90\x80\x80");
