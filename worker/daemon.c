@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "kafka_setup.h"
 #include "log.h"
 
 static volatile sig_atomic_t stop_signals, failing;
@@ -88,6 +89,60 @@ static void *watchdog(void *arg)
                 "shutdown timeout passed: exiting; uncommitted messages come back");
     }
     return NULL;
+}
+
+int64_t daemon_backoff_failed(struct daemon_backoff *b, const char *stage,
+                              const char *err)
+{
+    char ms[32];
+    b->ms = b->ms ? b->ms * 2 : 250;
+    if (b->ms > 5000)
+        b->ms = 5000;
+    snprintf(ms, sizeof(ms), "%lld", (long long)b->ms);
+    log_error("database step failed; will retry", "stage", stage, "error", err,
+              "retry_in_ms", ms, NULL);
+    return clock_now_ms() + b->ms;
+}
+
+void daemon_backoff_reset(struct daemon_backoff *b)
+{
+    b->ms = 0;
+}
+
+int daemon_main(int argc, char **argv, const struct daemon_program *program)
+{
+    char err[512] = "", id[160], logname[64];
+    struct daemon_role role;
+
+    if (argc > 1) {
+        if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+            program->usage(stdout);
+            return 0;
+        }
+        fprintf(stderr, "charged %s: unexpected argument '%s'\n", program->name,
+                argv[1]);
+        return 2;
+    }
+    config_t *cfg = config_new(program->config_role, program->name, err, sizeof(err));
+    if (!cfg) {
+        fprintf(stderr, "charged %s: %s\n", program->name, err);
+        return 2;
+    }
+    snprintf(logname, sizeof(logname), "charged-%s", program->name);
+    log_init(logname,
+             (enum log_level)log_level_parse(config_str(cfg, CONFIG_LOG_LEVEL)));
+    kafka_setup_worker_id(cfg, id, sizeof(id));
+    long long shutdown_ms = config_int(cfg, CONFIG_SHUTDOWN_TIMEOUT_MS);
+    daemon_init();
+    int rc = program->start(cfg, id, &role, err, sizeof(err));
+    if (rc != 0) {
+        fprintf(stderr, "charged %s: %s\n", program->name, err);
+        return rc;
+    }
+    rc = daemon_run(&role, shutdown_ms, err, sizeof(err));
+    if (rc != 0 && err[0])
+        fprintf(stderr, "charged %s: %s\n", program->name, err);
+    return rc;
 }
 
 int daemon_run(const struct daemon_role *role, long long shutdown_ms, char *errbuf,

@@ -15,6 +15,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+
+#include "config.h"
 
 struct daemon_role {
     const char *name; /* "worker", for log lines */
@@ -29,6 +32,33 @@ struct daemon_role {
      * for outstanding acknowledgements. */
     void (*finish)(void *state, int flush_ms);
 };
+
+/* How a role's program starts: daemon_main does what every role does
+ * (--help, the environment, logging, its name, signals, the loop) and calls
+ * start() to build the role itself. */
+struct daemon_program {
+    const char *name;     /* "worker": logs say charged-worker */
+    unsigned config_role; /* enum config_role */
+    void (*usage)(FILE *out);
+    /* Builds the role from cfg, taking ownership of cfg (also on failure),
+     * and fills *role (finish() frees the state). Returns 0, or an exit
+     * status (1 runtime, 2 configuration) with errbuf. */
+    int (*start)(config_t *cfg, const char *id, struct daemon_role *role, char *errbuf,
+                 size_t errbuf_size);
+};
+
+/* The main of a role: returns the process's exit status. */
+int daemon_main(int argc, char **argv, const struct daemon_program *program);
+
+/* Back-off after a failed database step: doubles from 250 ms to 5 s while
+ * the failures last; logs the step and why. Returns when to try again
+ * (clock_now_ms). daemon_backoff_reset() after a success. */
+struct daemon_backoff {
+    int64_t ms;
+};
+int64_t daemon_backoff_failed(struct daemon_backoff *b, const char *stage,
+                              const char *err);
+void daemon_backoff_reset(struct daemon_backoff *b);
 
 /* Installs the handlers (SIGTERM, SIGINT counted; SIGPIPE ignored). */
 void daemon_init(void);

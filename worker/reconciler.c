@@ -39,7 +39,8 @@ struct reconciler {
     long long key_retention_ms, provider_timeout_ms;
     long long schedule[MAX_SCHEDULE];
     int nschedule;
-    int64_t next_poll, db_backoff_ms;
+    int64_t next_poll;
+    struct daemon_backoff backoff;
     struct attempt_due *due;
     struct pending_call {
         char attempt_id[37];
@@ -305,14 +306,7 @@ static void look(struct reconciler *r, struct look *l)
 
 static void db_failed(struct reconciler *r, const char *stage, const char *err)
 {
-    char ms[32];
-    r->db_backoff_ms = r->db_backoff_ms ? r->db_backoff_ms * 2 : 250;
-    if (r->db_backoff_ms > 5000)
-        r->db_backoff_ms = 5000;
-    snprintf(ms, sizeof(ms), "%lld", (long long)r->db_backoff_ms);
-    log_error("database step failed; will retry", "stage", stage, "error", err,
-              "retry_in_ms", ms, NULL);
-    r->next_poll = clock_now_ms() + r->db_backoff_ms;
+    r->next_poll = daemon_backoff_failed(&r->backoff, stage, err);
 }
 
 /* Calls whose look could not be written, kept (bounded) until the database
@@ -431,7 +425,7 @@ static int settle(struct reconciler *r, struct look *l)
                   err, NULL);
         return 0;
     }
-    r->db_backoff_ms = 0;
+    daemon_backoff_reset(&r->backoff);
     const char *from = attempt_status_name(d->status),
                *to = attempt_status_name(s.status);
     if (!s.settled)
@@ -546,6 +540,7 @@ static void teardown(struct reconciler *r)
     attempt_store_free(r->store);
     free(r->due);
     config_free(r->cfg);
+    free(r);
 }
 
 static void reconciler_finish(void *state, int flush_ms)
@@ -617,40 +612,31 @@ static void usage(FILE *out)
     config_print_help(out, CONFIG_ROLE_RECONCILER);
 }
 
-int reconciler_main(int argc, char **argv)
+static int reconciler_start(config_t *cfg, const char *id, struct daemon_role *role,
+                            char *err, size_t err_size)
 {
-    struct reconciler r = {0};
-    char err[512] = "";
-
-    if (argc > 1) {
-        if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-            usage(stdout);
-            return 0;
-        }
-        fprintf(stderr, "charged reconciler: unexpected argument '%s'\n", argv[1]);
-        return 2;
+    struct reconciler *r = calloc(1, sizeof(*r));
+    if (!r) {
+        config_free(cfg);
+        snprintf(err, err_size, "out of memory");
+        return 1;
     }
-    r.cfg = config_new(CONFIG_ROLE_RECONCILER, "reconciler", err, sizeof(err));
-    if (!r.cfg) {
-        fprintf(stderr, "charged reconciler: %s\n", err);
-        return 2;
-    }
-    log_init("charged-reconciler",
-             (enum log_level)log_level_parse(config_str(r.cfg, CONFIG_LOG_LEVEL)));
-    kafka_setup_worker_id(r.cfg, r.id, sizeof(r.id));
-    daemon_init();
-    int rc = setup(&r, err, sizeof(err));
+    r->cfg = cfg;
+    snprintf(r->id, sizeof(r->id), "%s", id);
+    int rc = setup(r, err, err_size);
     if (rc != 0) {
-        fprintf(stderr, "charged reconciler: %s\n", err);
-        teardown(&r);
+        teardown(r);
         return rc;
     }
-    log_info("reconciler started", "reconciler", r.id, NULL);
-    const struct daemon_role role = {"reconciler", &r, reconciler_step,
-                                     reconciler_drain, reconciler_finish};
-    rc = daemon_run(&role, config_int(r.cfg, CONFIG_SHUTDOWN_TIMEOUT_MS), err,
-                    sizeof(err));
-    if (rc != 0 && err[0])
-        fprintf(stderr, "charged reconciler: %s\n", err);
-    return rc;
+    log_info("reconciler started", "reconciler", r->id, NULL);
+    *role = (struct daemon_role){"reconciler", r, reconciler_step, reconciler_drain,
+                                 reconciler_finish};
+    return 0;
+}
+
+int reconciler_main(int argc, char **argv)
+{
+    static const struct daemon_program program = {"reconciler", CONFIG_ROLE_RECONCILER,
+                                                  usage, reconciler_start};
+    return daemon_main(argc, argv, &program);
 }

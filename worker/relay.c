@@ -20,7 +20,8 @@ struct relay {
     outbox_store_t *store;
     rd_kafka_t *producer;
     long long batch, poll_ms, retention_ms, backlog_log_ms, ack_timeout_ms;
-    int64_t next_poll, next_housekeeping, db_backoff_ms;
+    int64_t next_poll, next_housekeeping;
+    struct daemon_backoff backoff;
     int leading;
     /* Delivery reports of the batch in hand, by index: recorded by the
      * callback, read by the loop. */
@@ -39,17 +40,10 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 
 static void db_failed(struct relay *r, const char *stage, const char *err)
 {
-    char ms[32];
-    r->db_backoff_ms = r->db_backoff_ms ? r->db_backoff_ms * 2 : 250;
-    if (r->db_backoff_ms > 5000)
-        r->db_backoff_ms = 5000;
-    snprintf(ms, sizeof(ms), "%lld", (long long)r->db_backoff_ms);
-    log_error("database step failed; will retry", "stage", stage, "error", err,
-              "retry_in_ms", ms, NULL);
+    r->next_poll = daemon_backoff_failed(&r->backoff, stage, err);
     if (r->leading)
         log_warn("leadership lost with the database connection", NULL);
     r->leading = 0;
-    r->next_poll = clock_now_ms() + r->db_backoff_ms;
 }
 
 /* Every RELAY_BACKLOG_LOG_MS: the backlog in a log line, and published rows
@@ -143,7 +137,7 @@ static void publish_batch(struct relay *r)
     if (k > 0 && outbox_store_mark_published(r->store, ids, k, err, sizeof(err)) != 0)
         db_failed(r, "mark published", err);
     else
-        r->db_backoff_ms = 0;
+        daemon_backoff_reset(&r->backoff);
     if (produced < n || k < produced)
         r->next_poll = clock_now_ms() + 1000;
     else if (n < (size_t)r->batch)
@@ -204,6 +198,7 @@ static void teardown(struct relay *r, int flush_ms)
     free(r->acks);
     free(r->acked);
     config_free(r->cfg);
+    free(r);
 }
 
 static void relay_finish(void *state, int flush_ms)
@@ -265,40 +260,30 @@ static void usage(FILE *out)
     config_print_help(out, CONFIG_ROLE_RELAY);
 }
 
-int relay_main(int argc, char **argv)
+static int relay_start(config_t *cfg, const char *id, struct daemon_role *role,
+                       char *err, size_t err_size)
 {
-    struct relay r = {0};
-    char err[512] = "";
-
-    if (argc > 1) {
-        if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-            usage(stdout);
-            return 0;
-        }
-        fprintf(stderr, "charged relay: unexpected argument '%s'\n", argv[1]);
-        return 2;
+    struct relay *r = calloc(1, sizeof(*r));
+    if (!r) {
+        config_free(cfg);
+        snprintf(err, err_size, "out of memory");
+        return 1;
     }
-    r.cfg = config_new(CONFIG_ROLE_RELAY, "relay", err, sizeof(err));
-    if (!r.cfg) {
-        fprintf(stderr, "charged relay: %s\n", err);
-        return 2;
-    }
-    log_init("charged-relay",
-             (enum log_level)log_level_parse(config_str(r.cfg, CONFIG_LOG_LEVEL)));
-    kafka_setup_worker_id(r.cfg, r.id, sizeof(r.id));
-    daemon_init();
-    int rc = setup(&r, err, sizeof(err));
+    r->cfg = cfg;
+    snprintf(r->id, sizeof(r->id), "%s", id);
+    int rc = setup(r, err, err_size);
     if (rc != 0) {
-        fprintf(stderr, "charged relay: %s\n", err);
-        teardown(&r, 0);
+        teardown(r, 0);
         return rc;
     }
-    log_info("relay started", "relay", r.id, NULL);
-    const struct daemon_role role = {"relay", &r, relay_step, relay_drain,
-                                     relay_finish};
-    rc = daemon_run(&role, config_int(r.cfg, CONFIG_SHUTDOWN_TIMEOUT_MS), err,
-                    sizeof(err));
-    if (rc != 0 && err[0])
-        fprintf(stderr, "charged relay: %s\n", err);
-    return rc;
+    log_info("relay started", "relay", r->id, NULL);
+    *role = (struct daemon_role){"relay", r, relay_step, relay_drain, relay_finish};
+    return 0;
+}
+
+int relay_main(int argc, char **argv)
+{
+    static const struct daemon_program program = {"relay", CONFIG_ROLE_RELAY, usage,
+                                                  relay_start};
+    return daemon_main(argc, argv, &program);
 }

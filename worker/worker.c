@@ -27,10 +27,6 @@
 #include "offset_tracker.h"
 #include "provider_client.h"
 
-/* Back-off after a database error, doubled up to the cap while it lasts, so
- * a dead database is not hammered. */
-#define DB_BACKOFF_MS     250
-#define DB_BACKOFF_MAX_MS 5000
 /* Messages held at most, as a multiple of WORKER_MAX_IN_FLIGHT: past it a
  * message polled only to stay in the group is handed back (seek). */
 #define HELD_FACTOR 2
@@ -138,7 +134,8 @@ struct worker {
     size_t active;           /* jobs that hold an offset */
     size_t backlog;          /* of which not started */
     int64_t last_full_poll_ms;
-    int64_t last_commit_ms, last_renew_ms, db_retry_at, db_backoff_ms;
+    int64_t last_commit_ms, last_renew_ms, db_retry_at;
+    struct daemon_backoff db_backoff;
     size_t call_log_dropped;
     struct handback {
         int32_t partition;
@@ -525,19 +522,12 @@ static int db_ready(struct worker *w)
 
 static void db_ok(struct worker *w)
 {
-    w->db_backoff_ms = 0;
+    daemon_backoff_reset(&w->db_backoff);
 }
 
 static void db_failed(struct worker *w, const char *stage, const char *err)
 {
-    char ms[32];
-    w->db_backoff_ms = w->db_backoff_ms ? w->db_backoff_ms * 2 : DB_BACKOFF_MS;
-    if (w->db_backoff_ms > DB_BACKOFF_MAX_MS)
-        w->db_backoff_ms = DB_BACKOFF_MAX_MS;
-    snprintf(ms, sizeof(ms), "%lld", (long long)w->db_backoff_ms);
-    log_error("database step failed; will retry", "stage", stage, "error", err,
-              "retry_in_ms", ms, NULL);
-    w->db_retry_at = clock_now_ms() + w->db_backoff_ms;
+    w->db_retry_at = daemon_backoff_failed(&w->db_backoff, stage, err);
 }
 
 static size_t count_state(struct worker *w, enum job_state s, int due_only)
@@ -1612,6 +1602,7 @@ static void worker_finish(void *state, int flush_ms)
     w->closing = 1;
     rd_kafka_consumer_close(w->consumer);
     teardown(w, flush_ms);
+    free(w);
 }
 
 static void usage(FILE *out)
@@ -1626,46 +1617,35 @@ static void usage(FILE *out)
     config_print_help(out, CONFIG_ROLE_WORKER);
 }
 
-int worker_main(int argc, char **argv)
+static int worker_start(config_t *cfg, const char *id, struct daemon_role *role,
+                        char *err, size_t err_size)
 {
-    struct worker w = {0};
-    char err[512] = "";
-    int rc;
-
-    if (argc > 1) {
-        if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-            usage(stdout);
-            return 0;
-        }
-        fprintf(stderr, "charged worker: unexpected argument '%s'\n", argv[1]);
-        return 2;
+    struct worker *w = calloc(1, sizeof(*w));
+    if (!w) {
+        config_free(cfg);
+        snprintf(err, err_size, "out of memory");
+        return 1;
     }
-    w.cfg = config_new(CONFIG_ROLE_WORKER, "worker", err, sizeof(err));
-    if (!w.cfg) {
-        fprintf(stderr, "charged worker: %s\n", err);
-        return 2;
-    }
-    log_init("charged-worker",
-             (enum log_level)log_level_parse(config_str(w.cfg, CONFIG_LOG_LEVEL)));
-    kafka_setup_worker_id(w.cfg, w.id, sizeof(w.id));
-
-    daemon_init();
-    rc = setup(&w, err, sizeof(err));
+    w->cfg = cfg;
+    snprintf(w->id, sizeof(w->id), "%s", id);
+    int rc = setup(w, err, err_size);
     if (rc != 0) {
-        fprintf(stderr, "charged worker: %s\n", err);
-        teardown(&w, 0);
+        teardown(w, 0);
+        free(w);
         return rc;
     }
     char lease[32], mif[32];
-    snprintf(lease, sizeof(lease), "%lld", w.lease_ms);
-    snprintf(mif, sizeof(mif), "%lld", w.max_in_flight);
-    log_info("worker started", "worker", w.id, "group", w.group, "topic",
-             w.commands_topic, "lease_ms", lease, "max_in_flight", mif, NULL);
+    snprintf(lease, sizeof(lease), "%lld", w->lease_ms);
+    snprintf(mif, sizeof(mif), "%lld", w->max_in_flight);
+    log_info("worker started", "worker", w->id, "group", w->group, "topic",
+             w->commands_topic, "lease_ms", lease, "max_in_flight", mif, NULL);
+    *role = (struct daemon_role){"worker", w, worker_step, worker_drain, worker_finish};
+    return 0;
+}
 
-    const struct daemon_role role = {"worker", &w, worker_step, worker_drain,
-                                     worker_finish};
-    rc = daemon_run(&role, w.shutdown_ms, err, sizeof(err));
-    if (rc != 0 && err[0])
-        fprintf(stderr, "charged worker: %s\n", err);
-    return rc;
+int worker_main(int argc, char **argv)
+{
+    static const struct daemon_program program = {"worker", CONFIG_ROLE_WORKER, usage,
+                                                  worker_start};
+    return daemon_main(argc, argv, &program);
 }
