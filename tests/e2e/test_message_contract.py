@@ -1,0 +1,424 @@
+#!/usr/bin/env python3
+"""The message contract as files (docs/schemas) agrees with what charged
+does.
+
+1. The small validator (json_schema_check.py) rejects what it should: a
+   self-test, keyword by keyword.
+2. The samples of docs/messages.md validate; asyncapi.yaml names the three
+   topics and only schema files that exist.
+3. A corpus of commands, one or more bad ones per rule of
+   charge_command_parse (common/charge_command.c) that the schema can
+   express, goes through a real worker: every command the schema refuses
+   ends as a schema_violation dead letter naming the same field, every one
+   it accepts is recorded. Rules the schema cannot express are left out of
+   the bad corpus: the Kafka key (key_mismatch), the raw-byte checks
+   (empty_value, oversized, card_data_refused, invalid_utf8), JSON syntax
+   and duplicate fields (malformed_json), and this deployment's limits
+   (amount_over_limit, currency_not_allowed). The known gaps, commands the
+   schema accepts and the worker refuses (ISO 4217 membership, 1.0 as an
+   integer, byte lengths of non-ASCII text, card digits, a field twice),
+   are checked as such, so the schema's descriptions stay true.
+4. The relay's real output validates: a worker, a reconciler and a relay
+   on a few hundred commands with provider faults; every message on the
+   results topic against result-event.schema.json, every dead letter's
+   dlq.* headers against dead-letter-headers.schema.json."""
+import json
+import os
+import random
+import re
+import uuid
+
+import charged_e2e as e2e
+import json_schema_check as jsc
+from charged_e2e import check, check_eq
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DOCS = os.path.join(HERE, "..", "..", "docs")
+
+COMMAND = jsc.load("charge-command.schema.json")
+EVENT = jsc.load("result-event.schema.json")
+DLQ_HEADERS = jsc.load("dead-letter-headers.schema.json")
+
+
+# ---- 1. the validator itself ----
+
+def self_test():
+    cases = [  # (schema, valid instances, invalid instances)
+        ({"type": "integer"}, [1, -3, 1.0, 10 ** 12], [1.5, "1", True, None, [1], {}]),
+        ({"type": "string"}, ["", "x"], [1, None, True, ["x"]]),
+        ({"type": "object"}, [{}], [[], "x", None]),
+        ({"type": ["string", "null"]}, ["x", None], [0, False, {}]),
+        ({"required": ["a"]}, [{"a": None}, "not an object"], [{}, {"b": 1}]),
+        ({"properties": {"a": {"type": "string"}}}, [{}, {"a": "x"}, {"b": 1}], [{"a": 1}]),
+        ({"properties": {"a": {}}, "additionalProperties": False}, [{"a": 1}], [{"b": 1}]),
+        ({"additionalProperties": {"type": "string"}}, [{"k": "v"}], [{"k": 1}, {"k": None}]),
+        ({"propertyNames": {"minLength": 1, "maxLength": 2}}, [{"ab": 1}], [{"": 1}, {"abc": 1}]),
+        ({"enum": ["a", 1]}, ["a", 1, 1.0], ["b", True, "1", None]),
+        ({"const": 1}, [1, 1.0], [True, "1", 2, None]),
+        ({"const": "x"}, ["x"], ["X", "x ", None]),
+        ({"pattern": "^[A-Z]{3}$"}, ["EUR", 5], ["eur", "EURO", "EUR\n", "\nEUR", "EU"]),
+        ({"pattern": "^[a-z.:-]{1,3}$"}, ["a.-", "::"], ["", "a/b", "abcd", "é"]),
+        ({"minLength": 2, "maxLength": 3}, ["ab", "éé", "abc", 7], ["a", "abcd", ""]),
+        ({"minimum": 1, "maximum": 10}, [1, 10, 5.5, "0"], [0, 11, -1, 10.01]),
+        ({"maxProperties": 1}, [{}, {"a": 1}], [{"a": 1, "b": 2}]),
+        ({"allOf": [{"minimum": 1}, {"maximum": 2}]}, [1, 2], [0, 3]),
+        ({"if": {"properties": {"t": {"const": "s"}}}, "then": {"required": ["p"]}},
+         # {} satisfies the "if" (properties requires nothing), as the spec says
+         [{"t": "s", "p": 1}, {"t": "f"}], [{"t": "s"}, {}]),
+        (False, [], [1, None]),
+    ]
+    n = 0
+    for schema, goods, bads in cases:
+        for v in goods:
+            check(jsc.check(schema, v), lambda: "self-test: %r refused %r: %s"
+                  % (schema, v, jsc.errors(schema, v)))
+            n += 1
+        for v in bads:
+            check(not jsc.check(schema, v), "self-test: %r accepted %r" % (schema, v))
+            n += 1
+    for unsupported in ({"oneOf": []}, {"patternProperties": {}}, {"else": {}}, {"$ref": "#"}):
+        try:
+            jsc.errors(unsupported, 1)
+            raise e2e.Failure("self-test: %r did not raise SchemaError" % unsupported)
+        except jsc.SchemaError:
+            n += 1
+    # The schemas use nothing else: each validates something without SchemaError.
+    for schema in (COMMAND, EVENT, DLQ_HEADERS):
+        jsc.errors(schema, {})
+    e2e.log("validator self-test: %d cases" % n)
+
+
+# ---- 2. the documented samples, and asyncapi.yaml ----
+
+def doc_samples():
+    with open(os.path.join(DOCS, "messages.md"), encoding="utf-8") as f:
+        text = f.read()
+    blocks = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", text, re.S)]
+    commands = [b for b in blocks if b.get("type") == "charge.requested"]
+    events = [b for b in blocks if "event_id" in b]
+    check(commands and events, "messages.md: want a sample command and a sample event, "
+          "found %d and %d" % (len(commands), len(events)))
+    for c in commands:
+        check_eq(jsc.errors(COMMAND, c), [], "schema errors of the sample command")
+    for ev in events:
+        check_eq(jsc.errors(EVENT, ev), [], "schema errors of the sample event")
+    with open(os.path.join(DOCS, "schemas", "asyncapi.yaml"), encoding="utf-8") as f:
+        api = f.read()
+    check(re.search(r"^asyncapi: '?2\.6\.0'?$", api, re.M), "asyncapi.yaml is not AsyncAPI 2.6")
+    for topic in ("payments.charge.commands", "payments.charge.results",
+                  "payments.charge.commands.dlq"):
+        check(re.search(r"^  %s:$" % re.escape(topic), api, re.M),
+              "asyncapi.yaml has no channel %s" % topic)
+    refs = re.findall(r"\$ref: '?\./([\w.-]+\.json)", api)
+    check(set(refs) == {"charge-command.schema.json", "result-event.schema.json",
+                        "dead-letter-headers.schema.json"},
+          "asyncapi.yaml refers to %s" % sorted(set(refs)))
+    e2e.log("doc samples: %d command(s), %d event(s) valid; asyncapi refs %s"
+            % (len(commands), len(events), sorted(set(refs))))
+
+
+# ---- 3. the command corpus ----
+
+def base(upper=False):
+    a, o = str(uuid.uuid4()), str(uuid.uuid4())
+    if upper:
+        a, o = a.upper(), o.upper()
+    return {"type": "charge.requested", "version": 1, "payment_attempt_id": a,
+            "order_id": o, "idempotency_key": "attempt:" + a.lower(),
+            "amount": random.randint(100, 9999), "currency": "EUR",
+            "payment_method": "pm_card_visa"}
+
+
+def with_(**kw):
+    c = base()
+    for k, v in kw.items():
+        if v is DROP:
+            del c[k]
+        else:
+            c[k] = v
+    return c
+
+
+DROP = object()
+
+
+def good_corpus():
+    goods = [base(), base(upper=True)]
+    goods.append(with_(customer_id="cus_123", metadata={"cart": "c-881"}))
+    goods.append(with_(customer_id=None, metadata=None))
+    goods.append(with_(metadata={}))
+    goods.append(with_(extra_field={"nested": [1, 2, None]}, note="senders may add fields"))
+    goods.append(with_(amount=1))
+    goods.append(with_(amount=100000000000))
+    goods.append(with_(currency="JPY"))
+    goods.append(with_(idempotency_key="Ab9._:-" + "k" * 121))  # 128, every allowed class
+    goods.append(with_(idempotency_key="x"))
+    goods.append(with_(payment_method="p"))
+    goods.append(with_(payment_method="pm_" + "x" * 252))  # 255
+    goods.append(with_(customer_id="cus_" + "c" * 251))
+    goods.append(with_(metadata=dict(("k%02d" % i + "m" * 37, "v" * 500) for i in range(20))))
+    goods.append(with_(metadata={"e": ""}))
+    return goods
+
+
+def bad_corpus():
+    """(name, JSON value, what dlq.error must name, dlq.reason): each breaks
+    exactly one rule of charge_command_parse that the schema expresses."""
+    meta21 = dict(("k%d" % i, "v") for i in range(21))
+    rules = [
+        ("not an object: array", [], "JSON object"),
+        # jansson (without JSON_DECODE_ANY) reads only an object or an array at
+        # the top: a scalar is refused one step earlier, as malformed_json.
+        ("not an object: string", "charge.requested", "not JSON", "malformed_json"),
+        ("not an object: number", 42, "not JSON", "malformed_json"),
+        ("not an object: null", None, "not JSON", "malformed_json"),
+        ("type missing", with_(type=DROP), "'type'"),
+        ("type other", with_(type="charge.refunded"), "'type'"),
+        ("type not a string", with_(type=1), "'type'"),
+        ("version missing", with_(version=DROP), "'version'"),
+        ("version 2", with_(version=2), "'version'"),
+        ("version string", with_(version="1"), "'version'"),
+        ("version true", with_(version=True), "'version'"),
+        ("attempt id missing", with_(payment_attempt_id=DROP), "'payment_attempt_id'"),
+        ("attempt id null", with_(payment_attempt_id=None), "'payment_attempt_id'"),
+        ("attempt id not hex", with_(payment_attempt_id="zzzzzzzz-zzzz-zzzz-zzzz-zzzzzzzzzzzz"),
+         "'payment_attempt_id'"),
+        ("attempt id short", with_(payment_attempt_id=str(uuid.uuid4())[:35]),
+         "'payment_attempt_id'"),
+        ("attempt id without hyphens", with_(payment_attempt_id=uuid.uuid4().hex),
+         "'payment_attempt_id'"),
+        ("attempt id hyphens moved", with_(payment_attempt_id="aaaaaaaaa-aaa-aaaa-aaaa-aaaaaaaaaaaa"),
+         "'payment_attempt_id'"),
+        ("attempt id number", with_(payment_attempt_id=12345), "'payment_attempt_id'"),
+        ("order id missing", with_(order_id=DROP), "'order_id'"),
+        ("order id not a uuid", with_(order_id="order-17"), "'order_id'"),
+        ("order id braces", with_(order_id="{%s}" % str(uuid.uuid4())[:34]), "'order_id'"),
+        ("key missing", with_(idempotency_key=DROP), "'idempotency_key'"),
+        ("key empty", with_(idempotency_key=""), "'idempotency_key'"),
+        ("key 129", with_(idempotency_key="k" * 129), "'idempotency_key'"),
+        ("key space", with_(idempotency_key="attempt 1"), "'idempotency_key'"),
+        ("key slash", with_(idempotency_key="attempt/1"), "'idempotency_key'"),
+        ("key non-ascii", with_(idempotency_key="attempt-é"), "'idempotency_key'"),
+        ("key number", with_(idempotency_key=7), "'idempotency_key'"),
+        ("amount missing", with_(amount=DROP), "'amount'"),
+        ("amount string", with_(amount="1000"), "'amount'"),
+        ("amount null", with_(amount=None), "'amount'"),
+        ("amount fraction", with_(amount=10.5), "'amount'"),
+        ("amount 0", with_(amount=0), "'amount'"),
+        ("amount negative", with_(amount=-5), "'amount'"),
+        ("amount over 1e11", with_(amount=100000000001), "'amount'"),
+        ("currency missing", with_(currency=DROP), "'currency'"),
+        ("currency lower", with_(currency="eur"), "'currency'"),
+        ("currency 2", with_(currency="EU"), "'currency'"),
+        ("currency 4", with_(currency="EURO"), "'currency'"),
+        ("currency digit", with_(currency="E1R"), "'currency'"),
+        ("currency number", with_(currency=978), "'currency'"),
+        ("method missing", with_(payment_method=DROP), "'payment_method'"),
+        ("method null", with_(payment_method=None), "'payment_method'"),
+        ("method empty", with_(payment_method=""), "'payment_method'"),
+        ("method 256", with_(payment_method="pm_" + "x" * 253), "'payment_method'"),
+        ("method number", with_(payment_method=5), "'payment_method'"),
+        ("customer empty", with_(customer_id=""), "'customer_id'"),
+        ("customer 256", with_(customer_id="cus_" + "c" * 252), "'customer_id'"),
+        ("customer number", with_(customer_id=7), "'customer_id'"),
+        ("metadata array", with_(metadata=[]), "'metadata'"),
+        ("metadata string", with_(metadata="cart=1"), "'metadata'"),
+        ("metadata 21 pairs", with_(metadata=meta21), "'metadata'"),
+        ("metadata number value", with_(metadata={"n": 1}), "'metadata'"),
+        ("metadata null value", with_(metadata={"n": None}), "'metadata'"),
+        ("metadata object value", with_(metadata={"n": {"a": "b"}}), "'metadata'"),
+        ("metadata empty key", with_(metadata={"": "v"}), "'metadata'"),
+        ("metadata key 41", with_(metadata={"k" * 41: "v"}), "'metadata'"),
+        ("metadata value 501", with_(metadata={"k": "v" * 501}), "'metadata'"),
+    ]
+    return [(r[0], json.dumps(r[1]), r[2], r[3] if len(r) > 3 else "schema_violation")
+            for r in rules]
+
+
+def gap_corpus():
+    """(name, raw JSON text, dead-letter reason): the schema accepts these,
+    the worker refuses them, as the schema's descriptions say."""
+    def text(c):
+        return json.dumps(c)
+    c = base()
+    dup = text(c)[:-1] + ', "amount": %d}' % c["amount"]
+    return [
+        ("currency not in ISO 4217", text(with_(currency="XYZ")), "schema_violation"),
+        ("currency XXX", text(with_(currency="XXX")), "schema_violation"),
+        ("version 1.0", text(with_(version=1.0)), "schema_violation"),
+        ("amount 1000.0", text(with_(amount=1000.0)), "schema_violation"),
+        ("amount 1e3", text(with_(amount=1)).replace('"amount": 1,', '"amount": 1e3,'),
+         "schema_violation"),
+        ("method 255 chars, 510 bytes", text(with_(payment_method="é" * 255)), "schema_violation"),
+        ("metadata key 40 chars, 80 bytes", text(with_(metadata={"é" * 40: "v"})),
+         "schema_violation"),
+        ("card digits as the method", text(with_(payment_method="4242424242424242")),
+         "card_data_refused"),
+        ("a field twice", dup, "malformed_json"),
+    ]
+
+
+def key_of(value_text):
+    """The record's key: the value's payment_attempt_id when it is a string
+    (so that only the rule under test can fail), else a fresh UUID."""
+    try:
+        v = json.loads(value_text)
+        a = v.get("payment_attempt_id") if isinstance(v, dict) else None
+    except ValueError:
+        a = None
+    return a if isinstance(a, str) and a else str(uuid.uuid4())
+
+
+def corpus_scenario(new):
+    goods, bads, gaps = good_corpus(), bad_corpus(), gap_corpus()
+    # The schema's verdicts first.
+    for c in goods:
+        check_eq(jsc.errors(COMMAND, c), [], "schema errors of good command %s" % json.dumps(c)[:200])
+    for name, value, want, reason in bads:
+        errs = jsc.errors(COMMAND, json.loads(value))
+        check(errs, "the schema accepts the bad command %r: %s" % (name, value[:200]))
+    for name, value, reason in gaps:
+        check_eq(jsc.errors(COMMAND, json.loads(value)), [],
+                 "schema errors of %r (a documented gap: the schema accepts it)" % name)
+
+    # Then the worker's, on the same bytes.
+    s = new("contract_corpus")
+    records, expect = [], {}
+    for c in goods:
+        records.append({"key": c["payment_attempt_id"], "value": json.dumps(c), "headers": []})
+    for name, value, want, reason in bads:
+        k = key_of(value)
+        records.append({"key": k, "value": value, "headers": []})
+        expect[k] = (name, reason, want)
+    for name, value, reason in gaps:
+        k = key_of(value)
+        records.append({"key": k, "value": value, "headers": []})
+        expect[k] = (name, reason, None)
+    check_eq(len(expect), len(bads) + len(gaps), "distinct keys of the refused records")
+    random.shuffle(records)
+    s.start_worker()
+    s.produce_raw(records)
+    s.wait_settled(len(goods), timeout=180)  # also: every offset committed
+    letters = {}
+    for d in s.dead_letters():
+        h = dict((x[0], x[1]) for x in d["headers"])
+        letters.setdefault(h["dlq.id"], (d, h))
+    by_key = {}
+    for d, h in letters.values():
+        check(d["key"] not in by_key, "two dead letters for key %s" % d["key"])
+        by_key[d["key"]] = h
+    for k, (name, reason, field) in expect.items():
+        h = by_key.get(k)
+        check(h is not None, "no dead letter for %r (key %s)" % (name, k))
+        check_eq(h["dlq.reason"], reason, "dlq.reason of %r (dlq.error %r)" % (name, h["dlq.error"]))
+        if field:
+            check(field in h["dlq.error"], "dlq.error of %r does not name %s: %r"
+                  % (name, field, h["dlq.error"]))
+        check_eq(jsc.errors(DLQ_HEADERS, dlq_headers(h)), [], "dlq.* headers of %r" % name)
+    check_eq(sorted(set(by_key) - set(expect)), [], "dead letters for good commands")
+    recorded = set(r[0] for r in s.query("SELECT id FROM payment_attempts"))
+    check_eq(recorded, set(c["payment_attempt_id"].lower() for c in goods),
+             "attempts recorded (exactly the good commands)")
+    e2e.log("corpus: %d good recorded, %d bad refused by schema and worker, %d gaps "
+            "refused by the worker only" % (len(goods), len(bads), len(gaps)))
+
+
+def dlq_headers(h):
+    return dict((k, v) for k, v in h.items() if k.startswith("dlq."))
+
+
+# ---- 4. what the relay really publishes ----
+
+N = 300
+
+
+def relay_scenario(new):
+    s = new("contract_relay", psp_args=[
+        "--latency-ms", "2", "--latency-jitter-ms", "8", "--fault", "drop_after=0.08",
+        "--fault", "error_after=0.05", "--fault", "error_before=0.05",
+        "--seed", str(random.randrange(1 << 30))])
+    s.start_worker(WORKER_UNKNOWN_RETRIES=0, RECONCILER_FIRST_LOOK_MS=0)
+    s.start_reconciler(RECONCILER_SCHEDULE_MS=200, RECONCILER_POLL_MS=100)
+    relay_log = open(os.path.join(s.dir, "relay.log"), "ab")
+    import subprocess
+    relay = subprocess.Popen([e2e.CHARGED, "relay"], stdout=relay_log, stderr=relay_log,
+                             env=s.env({"WORKER_ID": "relay-contract", "RELAY_POLL_MS": "100"}))
+    try:
+        methods = ["pm_card_visa"] * 16 + ["pm_card_chargeDeclined",
+                                           "pm_card_chargeDeclinedInsufficientFunds"] * 2
+        cmds = [e2e.new_command(payment_method=random.choice(methods)) for _ in range(N)]
+        # Second attempts for some orders: charge.rejected while the first lives or paid.
+        seconds = [e2e.new_command(order_id=c["order_id"]) for c in cmds[:20]]
+        s.publish(cmds)
+        s.publish(seconds)
+        conflict = dict(cmds[0], amount=cmds[0]["amount"] + 1)
+        bad = [("schema_violation", dict(e2e.new_command(), currency="eur")),
+               ("key_mismatch", None), ("malformed_json", None), ("empty_value", None),
+               ("idempotency_key_conflict", conflict)]
+        recs = []
+        for reason, c in bad:
+            c = c or e2e.new_command()
+            value = json.dumps(c)
+            key = c["payment_attempt_id"]
+            if reason == "key_mismatch":
+                key = str(uuid.uuid4())
+            elif reason == "malformed_json":
+                value = value[:-1]
+            elif reason == "empty_value":
+                value = ""
+            recs.append({"key": key, "value": value, "headers": [["trace", "t-1"]]})
+        s.produce_raw(recs)
+        total = N + len(seconds)
+        s.wait_settled(total, timeout=300)
+        e2e.wait_until("nothing UNKNOWN or PROCESSING", lambda: s.query(
+            "SELECT count(*) FROM payment_attempts WHERE status IN ('UNKNOWN','PROCESSING')")
+            == [["0"]], 120)
+        e2e.wait_until("every outbox row published", lambda: s.query(
+            "SELECT count(*) FROM outbox WHERE published_at IS NULL") == [["0"]], 120)
+        s.check_invariants()
+    finally:
+        relay.kill()
+        relay.wait()
+
+    outbox = set(r[0] for r in s.query("SELECT event_id FROM outbox"))
+    msgs = [json.loads(l) for l in s.tool("dump", s.topics["results"]).splitlines() if l.strip()]
+    types, seen = {}, set()
+    for m in msgs:
+        where = "results %s:%s" % (m["partition"], m["offset"])
+        check(isinstance(m["value"], str), "%s: value is not UTF-8 text" % where)
+        ev = json.loads(m["value"])
+        errs = jsc.errors(EVENT, ev)
+        check(not errs, lambda: "%s: %s breaks result-event.schema.json: %s"
+              % (where, m["value"], errs))
+        check_eq(m["key"], ev["payment_attempt_id"], "%s: key" % where)
+        check_eq(dict((h[0], h[1]) for h in m["headers"]).get("event_id"), ev["event_id"],
+                 "%s: header event_id" % where)
+        types[ev["type"]] = types.get(ev["type"], 0) + 1
+        seen.add(ev["event_id"])
+    check_eq(seen, outbox, "event_ids on the topic against the outbox")
+    for t in ("charge.succeeded", "charge.failed", "charge.unknown", "charge.rejected"):
+        check(types.get(t), "no %s event on the topic: the check covered less than it "
+              "claims (%s)" % (t, types))
+
+    letters = s.dead_letters()
+    reasons = {}
+    for d in letters:
+        h = dict((x[0], x[1]) for x in d["headers"])
+        errs = jsc.errors(DLQ_HEADERS, dlq_headers(h))
+        check(not errs, "dead letter %s: %s" % (h.get("dlq.id"), errs))
+        check_eq(h.get("trace"), "t-1", "the original header of %s" % h.get("dlq.id"))
+        reasons[h["dlq.reason"]] = reasons.get(h["dlq.reason"], 0) + 1
+    check_eq(sorted(reasons), sorted(r for r, _ in bad), "dead-letter reasons")
+    e2e.log("relay output: %d messages (%d distinct events) valid: %s; %d dead letters "
+            "valid: %s" % (len(msgs), len(seen), types, len(letters), reasons))
+
+
+def scenario(new):
+    self_test()
+    doc_samples()
+    corpus_scenario(new)
+    relay_scenario(new)
+
+
+if __name__ == "__main__":
+    raise SystemExit(e2e.main(scenario))
