@@ -52,6 +52,16 @@ pids+=($!)
 WORKER_ID=demo-relay build/worker/charged relay 2>"$run/relay.log" &
 pids+=($!)
 
+# The example order service, with a database of its own (new each run): it
+# places 100 orders through charged and applies their result events once.
+orders=examples/order_service/order_service.py
+export ORDERS_DATABASE_URL="${DATABASE_URL%/*}/orders" CHARGECTL=build/chargectl/chargectl
+psql -X -q "$DATABASE_URL" -c 'DROP DATABASE IF EXISTS orders' -c 'CREATE DATABASE orders'
+python3 "$orders" init
+python3 "$orders" consume 2>"$run/order-service.log" &
+pids+=($!)
+python3 "$orders" place-orders --count 100 >"$run/order-service-orders.log" 2>&1
+
 python3 tools/demo_report.py --commands "$n" --psp-admin http://127.0.0.1:12112 \
-  --chargectl build/chargectl/chargectl --state "$run"
+  --chargectl build/chargectl/chargectl --state "$run" --orders-db "$ORDERS_DATABASE_URL"
 echo "demo: logs in $run; the stack stays up (deploy/stack.sh down stops it)"

@@ -14,18 +14,45 @@ import urllib.request
 import uuid
 
 
-def psql(sql):
-    out = subprocess.run(["psql", "-X", "-q", "-tA", os.environ["DATABASE_URL"], "-c", sql],
-                         check=True, capture_output=True).stdout.decode()
+def psql(sql, url=None):
+    out = subprocess.run(["psql", "-X", "-q", "-tA", url or os.environ["DATABASE_URL"], "-c",
+                          sql], check=True, capture_output=True).stdout.decode()
     return [l.split("|") for l in out.strip().splitlines() if l]
 
 
 def dlq_count():
+    """Every dead letter on the topic, as 'partition:offset headers' lines
+    (the stack outlives a demo run: positions tell this run's letters)."""
     out = subprocess.run(["kcat", "-C", "-b", os.environ["KAFKA_BOOTSTRAP_SERVERS"], "-t",
                           os.environ.get("CHARGE_DLQ_TOPIC", "payments.charge.commands.dlq"),
-                          "-o", "beginning", "-e", "-q", "-f", "%h\n"],
+                          "-o", "beginning", "-e", "-q", "-f", "%p:%o %h\n"],
                          capture_output=True).stdout.decode()
     return [l for l in out.splitlines() if "dlq.reason=" in l]
+
+
+def order_service_report(orders_db, deadline):
+    """The example order service's side: its orders, the result events it
+    applied (once each), and its paid marks next to charged's statuses."""
+    attempts = [r[0] for r in psql("SELECT payment_attempt_id FROM order_attempts", orders_db)]
+    if not attempts:
+        print("order service:        no orders placed")
+        return
+    ids = "','".join(attempts)
+    want = int(psql("SELECT count(*) FROM outbox WHERE payment_attempt_id IN ('%s')" % ids)[0][0])
+    while int(psql("SELECT count(*) FROM processed_events WHERE payment_attempt_id IN ('%s')"
+                   % ids, orders_db)[0][0]) < want:
+        if time.monotonic() > deadline:
+            print("demo: the order service did not receive every event", file=sys.stderr)
+            break
+        time.sleep(0.5)
+    charged = dict(psql("SELECT status, count(*) FROM payment_attempts WHERE id IN ('%s') "
+                        "GROUP BY 1" % ids))
+    got = psql("SELECT count(*), count(DISTINCT event_id) FROM processed_events WHERE "
+               "payment_attempt_id IN ('%s')" % ids, orders_db)[0]
+    paid = psql("SELECT count(*) FILTER (WHERE paid), count(*) FROM orders", orders_db)[0]
+    print("order service:        %s orders, %s paid (charged: %s); %s result events applied, "
+          "each once (%s distinct)" % (paid[1], paid[0], ", ".join(
+              "%s %s" % kv for kv in sorted(charged.items())), got[0], got[1]))
 
 
 def main():
@@ -34,6 +61,7 @@ def main():
     ap.add_argument("--psp-admin", required=True)
     ap.add_argument("--chargectl", required=True)
     ap.add_argument("--state", required=True)
+    ap.add_argument("--orders-db", help="the example order service's database")
     a = ap.parse_args()
 
     for _ in range(100):
@@ -43,7 +71,7 @@ def main():
         except OSError:
             time.sleep(0.1)
     start_db = psql("SELECT now()")[0][0]
-    dlq_before = len(dlq_count())
+    dlq_before = {l.split(" ", 1)[0] for l in dlq_count()}
     rnd = random.Random()
     cmds = []
     for _ in range(a.commands):
@@ -80,7 +108,7 @@ def main():
                     "(status = 'PROCESSING' AND lease_owner IS NOT NULL)) "
                     "FROM payment_attempts WHERE id IN ('%s')" % ids)
         total, open_ = int(rows[0][0]), int(rows[0][1])
-        letters = len(dlq_count()) - dlq_before
+        letters = sum(1 for l in dlq_count() if l.split(" ", 1)[0] not in dlq_before)
         if total == len(cmds) and open_ == 0 and letters >= len(bad):
             break
         if time.monotonic() > deadline:
@@ -121,11 +149,18 @@ def main():
         per_key[c["idempotency_key"]] = per_key.get(c["idempotency_key"], 0) + 1
     double = sum(1 for v in per_key.values() if v > 1)
     succeeded = {c["payment_attempt_id"] for c in ledger if c["outcome"] == "succeeded"}
+    # psp-sim is this run's: its charges are the burst's and the order
+    # service's attempts.
+    mine = ids
+    if a.orders_db:
+        extra = [r[0] for r in psql("SELECT payment_attempt_id FROM order_attempts",
+                                    a.orders_db)]
+        mine = "','".join([ids] + extra) if extra else ids
     recorded = {r[0] for r in psql("SELECT id FROM payment_attempts WHERE status = 'SUCCEEDED' "
-                                   "AND id IN ('%s')" % ids)}
+                                   "AND id IN ('%s')" % mine)}
     reasons = {}
-    for line in dlq_count()[dlq_before:]:
-        for part in line.split(","):
+    for line in (l for l in dlq_count() if l.split(" ", 1)[0] not in dlq_before):
+        for part in line.split(" ", 1)[1].split(","):
             if part.startswith("dlq.reason="):
                 r = part.split("=", 1)[1]
                 reasons[r] = reasons.get(r, 0) + 1
@@ -143,6 +178,8 @@ def main():
           len(succeeded - recorded))
     print("dead letters:         %d (%s)" % (sum(reasons.values()),
                                               ", ".join("%s %d" % kv for kv in sorted(reasons.items()))))
+    if a.orders_db:
+        order_service_report(a.orders_db, deadline)
     print("elapsed:              %.1f s for %d messages, %.1f s until nothing was unknown" %
           (elapsed, len(burst) + len(bad), reconciled))
     return 0 if double == 0 else 1
