@@ -109,6 +109,22 @@ void daemon_backoff_reset(struct daemon_backoff *b)
     b->ms = 0;
 }
 
+static int start_watchdog(long long shutdown_ms, char *errbuf, size_t errbuf_size)
+{
+    static int started;
+    pthread_t t;
+    if (started)
+        return 0;
+    watchdog_limit_ms = shutdown_ms;
+    if (pthread_create(&t, NULL, watchdog, NULL) != 0) {
+        snprintf(errbuf, errbuf_size, "cannot start the shutdown watchdog");
+        return -1;
+    }
+    pthread_detach(t);
+    started = 1;
+    return 0;
+}
+
 int daemon_main(int argc, char **argv, const struct daemon_program *program)
 {
     char err[512] = "", id[160], logname[64];
@@ -134,6 +150,13 @@ int daemon_main(int argc, char **argv, const struct daemon_program *program)
     kafka_setup_worker_id(cfg, id, sizeof(id));
     long long shutdown_ms = config_int(cfg, CONFIG_SHUTDOWN_TIMEOUT_MS);
     daemon_init();
+    /* Before anything can block (connecting, librdkafka's first log lines
+     * on a full stderr): a signal during start-up is bounded too. */
+    if (start_watchdog(shutdown_ms, err, sizeof(err)) != 0) {
+        fprintf(stderr, "charged %s: %s\n", program->name, err);
+        config_free(cfg);
+        return 1;
+    }
     int rc = program->start(cfg, id, &role, err, sizeof(err));
     if (rc != 0) {
         fprintf(stderr, "charged %s: %s\n", program->name, err);
@@ -148,13 +171,8 @@ int daemon_main(int argc, char **argv, const struct daemon_program *program)
 int daemon_run(const struct daemon_role *role, long long shutdown_ms, char *errbuf,
                size_t errbuf_size)
 {
-    pthread_t t;
-    watchdog_limit_ms = shutdown_ms;
-    if (pthread_create(&t, NULL, watchdog, NULL) != 0) {
-        snprintf(errbuf, errbuf_size, "cannot start the shutdown watchdog");
+    if (start_watchdog(shutdown_ms, errbuf, errbuf_size) != 0)
         return 1;
-    }
-    pthread_detach(t);
 
     while (!daemon_stopping())
         role->step(role->state);
