@@ -954,32 +954,33 @@ int attempt_store_renew(attempt_store_t *st, const char *const *attempt_ids,
     return ATTEMPT_STORE_OK;
 }
 
-int attempt_store_hand_back(attempt_store_t *st, const char *const *attempt_ids,
-                            const int64_t *epochs, size_t n, char *errbuf,
-                            size_t errbuf_size)
+/* Ends leases of ours by `sql` (release or hand back); the result is not
+ * needed: a lease no longer ours is simply not touched. */
+static int lease_end(attempt_store_t *st, const char *sql,
+                     const char *const *attempt_ids, const int64_t *epochs, size_t n,
+                     char *errbuf, size_t errbuf_size)
 {
     int rc;
     if (n == 0)
         return ATTEMPT_STORE_OK;
-    PGresult *r = lease_update(st, SQL_HAND_BACK, attempt_ids, epochs, n, NULL, &rc,
-                               errbuf, errbuf_size);
+    PGresult *r =
+        lease_update(st, sql, attempt_ids, epochs, n, NULL, &rc, errbuf, errbuf_size);
     if (!r)
         return rc;
     PQclear(r);
     return ATTEMPT_STORE_OK;
 }
 
+int attempt_store_hand_back(attempt_store_t *st, const char *const *attempt_ids,
+                            const int64_t *epochs, size_t n, char *errbuf,
+                            size_t errbuf_size)
+{
+    return lease_end(st, SQL_HAND_BACK, attempt_ids, epochs, n, errbuf, errbuf_size);
+}
+
 int attempt_store_release(attempt_store_t *st, const char *const *attempt_ids,
                           const int64_t *epochs, size_t n, char *errbuf,
                           size_t errbuf_size)
 {
-    int rc;
-    if (n == 0)
-        return ATTEMPT_STORE_OK;
-    PGresult *r = lease_update(st, SQL_RELEASE, attempt_ids, epochs, n, NULL, &rc,
-                               errbuf, errbuf_size);
-    if (!r)
-        return rc;
-    PQclear(r);
-    return ATTEMPT_STORE_OK;
+    return lease_end(st, SQL_RELEASE, attempt_ids, epochs, n, errbuf, errbuf_size);
 }
