@@ -6,36 +6,10 @@
 
 #include <jansson.h>
 
+#include "attempt_sql.h"
 #include "attempt_status.h"
 #include "db.h"
 #include "log.h"
-
-/* clang-format off */
-
-/* RFC 3339 UTC with milliseconds, for event payloads. */
-#define SQL_NOW_RFC3339 \
-    "to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
-
-/* The one place result events are written to the outbox: two CTEs that
- * publish one event per row of `src` whose event_type is not NULL, in the
- * statement that changed the attempt. `src` has the columns id, order_id,
- * amount, currency, provider_payment_id, status, reason, event_type; `topic`
- * is the parameter holding the results topic. event_id is new here and
- * never changes: a re-published event keeps it. */
-#define SQL_OUTBOX_EVENTS(src, topic) \
-    " ev AS (SELECT gen_random_uuid() AS eid, " src ".* FROM " src \
-    "  WHERE event_type IS NOT NULL)," \
-    " ob AS (" \
-    "  INSERT INTO outbox (event_id, payment_attempt_id, event_type, topic, event_key," \
-    "    payload)" \
-    "  SELECT eid, id, event_type, " topic ", id::text, jsonb_strip_nulls(jsonb_build_object(" \
-    "    'event_id', eid, 'type', event_type, 'payment_attempt_id', id," \
-    "    'order_id', order_id, 'amount', amount, 'currency', currency," \
-    "    'provider_payment_id', provider_payment_id," \
-    "    'reason', CASE WHEN status = " ATTEMPT_SQL(SUCCEEDED) " THEN NULL ELSE reason END," \
-    "    'occurred_at', " SQL_NOW_RFC3339 ")) FROM ev)"
-
-/* clang-format on */
 
 struct attempt_store {
     char *url;
@@ -46,23 +20,8 @@ struct attempt_store {
 
 static int ensure_conn(attempt_store_t *st, char *errbuf, size_t errbuf_size)
 {
-    if (st->conn && PQstatus(st->conn) == CONNECTION_OK)
-        return ATTEMPT_STORE_OK;
-    if (st->conn) {
-        PQfinish(st->conn);
-        st->conn = NULL;
-    }
-    st->conn = db_connect(st->url, errbuf, errbuf_size);
-    if (!st->conn)
-        return ATTEMPT_STORE_RETRY;
-    /* A stuck statement must not hold the worker's loop for long. */
-    if (db_run(st->conn, "SET statement_timeout = '10s'", 0, NULL, errbuf,
-               errbuf_size) != 0) {
-        PQfinish(st->conn);
-        st->conn = NULL;
-        return ATTEMPT_STORE_RETRY;
-    }
-    return ATTEMPT_STORE_OK;
+    return db_ensure(&st->conn, st->url, errbuf, errbuf_size) < 0 ? ATTEMPT_STORE_RETRY
+                                                                  : ATTEMPT_STORE_OK;
 }
 
 /* The class of the statement that just failed. Only a refused value is
@@ -611,12 +570,7 @@ static const char *SQL_PERSIST =
     "    cause, actor, reason, evidence)"
     "  SELECT id, " ATTEMPT_SQL(PROCESSING) ", status, 'worker', $11, reason, evidence"
     "  FROM u),"
-    " l AS ("
-    "  INSERT INTO ledger_entries (payment_attempt_id, order_id, kind, amount, currency,"
-    "    provider_payment_id)"
-    "  SELECT id, order_id, 'charge', amount, currency, provider_payment_id FROM u"
-    "  WHERE status = " ATTEMPT_SQL(SUCCEEDED)
-    "  ON CONFLICT (payment_attempt_id, kind) DO NOTHING),"
+    SQL_LEDGER_CHARGE("u") ","
     SQL_OUTBOX_EVENTS("u", "$12")
     "SELECT id FROM u";
 /* clang-format on */
@@ -738,12 +692,7 @@ static const char *SQL_SETTLE =
     "    cause, actor, reason, evidence)"
     "  SELECT id, old_status, status, $13, $4, reason, evidence FROM u"
     "  WHERE status <> old_status),"
-    " l AS ("
-    "  INSERT INTO ledger_entries (payment_attempt_id, order_id, kind, amount, currency,"
-    "    provider_payment_id)"
-    "  SELECT id, order_id, 'charge', amount, currency, provider_payment_id FROM u"
-    "  WHERE status = " ATTEMPT_SQL(SUCCEEDED)
-    "  ON CONFLICT (payment_attempt_id, kind) DO NOTHING),"
+    SQL_LEDGER_CHARGE("u") ","
     SQL_OUTBOX_EVENTS("u", "$14") ","
     " pc AS ("
     SQL_PROVIDER_CALLS("$15", "$16", "$17", "$18", "$19", "$20", "$21", "$22", "$23",

@@ -66,6 +66,23 @@ PGconn *db_connect(const char *url, char *errbuf, size_t errbuf_size)
     return conn;
 }
 
+int db_ensure(PGconn **conn, const char *url, char *errbuf, size_t errbuf_size)
+{
+    if (*conn && PQstatus(*conn) == CONNECTION_OK)
+        return 0;
+    PQfinish(*conn);
+    *conn = db_connect(url, errbuf, errbuf_size);
+    if (!*conn)
+        return -1;
+    if (db_run(*conn, "SET statement_timeout = '10s'", 0, NULL, errbuf, errbuf_size) !=
+        0) {
+        PQfinish(*conn);
+        *conn = NULL;
+        return -1;
+    }
+    return 1;
+}
+
 PGresult *db_exec(PGconn *conn, const char *sql, int nparams, const char *const *params,
                   char *errbuf, size_t errbuf_size)
 {

@@ -11,6 +11,13 @@
  * errbuf on failure. Close with PQfinish. */
 PGconn *db_connect(const char *url, char *errbuf, size_t errbuf_size);
 
+/* Keeps *conn usable for a daemon: opens it when NULL or broken (a new
+ * session, with a 10 s statement_timeout so that no statement holds a
+ * loop for long). Returns 0 when the session is the same as before, 1 when
+ * it is new (session state such as advisory locks is gone), -1 with errbuf
+ * when the database cannot be reached (*conn is then NULL). */
+int db_ensure(PGconn **conn, const char *url, char *errbuf, size_t errbuf_size);
+
 /* Runs a parameterized statement (text parameters). Returns the result when
  * its status is COMMAND_OK or TUPLES_OK; otherwise clears it, writes one line
  * to errbuf and returns NULL. The caller PQclear()s the result. */

@@ -54,21 +54,11 @@ void outbox_store_free(outbox_store_t *st)
 
 static int ensure_conn(outbox_store_t *st, char *errbuf, size_t errbuf_size)
 {
-    if (st->conn && PQstatus(st->conn) == CONNECTION_OK)
-        return 0;
+    int rc = db_ensure(&st->conn, st->url, errbuf, errbuf_size);
     /* A new session holds no lock: leadership was lost with the old one. */
-    st->leading = 0;
-    PQfinish(st->conn);
-    st->conn = db_connect(st->url, errbuf, errbuf_size);
-    if (!st->conn)
-        return -1;
-    if (db_run(st->conn, "SET statement_timeout = '10s'", 0, NULL, errbuf,
-               errbuf_size) != 0) {
-        PQfinish(st->conn);
-        st->conn = NULL;
-        return -1;
-    }
-    return 0;
+    if (rc != 0)
+        st->leading = 0;
+    return rc < 0 ? -1 : 0;
 }
 
 int outbox_store_lead(outbox_store_t *st, char *errbuf, size_t errbuf_size)
