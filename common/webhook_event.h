@@ -1,0 +1,85 @@
+/* webhook_event: what a provider webhook says, and what it does to an
+ * attempt.
+ *
+ * Parsing checks the event's shape (a Stripe-shaped event whose
+ * data.object is a PaymentIntent) and keeps what the decision needs. The
+ * decision is a pure table: evidence (succeeded, failed, processing) x the
+ * attempt's status x whether the event is about this attempt's charge
+ * (same intent, amount and currency) -> apply a new status, flag for
+ * review, or record and ignore. The rules:
+ *   - success evidence settles PROCESSING or UNKNOWN as SUCCEEDED;
+ *   - failure evidence settles PROCESSING or UNKNOWN as FAILED;
+ *   - processing evidence moves UNKNOWN to PROCESSING (it was received);
+ *   - evidence that contradicts a final state makes it REQUIRES_REVIEW,
+ *     never flips it: success for a FAILED attempt, a success for another
+ *     intent or amount, failure newer than a SUCCEEDED attempt's success;
+ *   - evidence older than the state it would undo (processing after
+ *     succeeded, a failure dated before the success) is recorded, ignored. */
+#ifndef CHARGED_WEBHOOK_EVENT_H
+#define CHARGED_WEBHOOK_EVENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attempt_status.h"
+
+enum webhook_evidence {
+    WEBHOOK_EVIDENCE_NONE = 0,  /* an event type we do not act on */
+    WEBHOOK_EVIDENCE_SUCCEEDED, /* payment_intent.succeeded */
+    WEBHOOK_EVIDENCE_FAILED,    /* payment_intent.payment_failed */
+    WEBHOOK_EVIDENCE_PROCESSING /* payment_intent.processing */
+};
+
+struct webhook_event {
+    char id[256]; /* evt_... */
+    char type[128];
+    int64_t created; /* unix seconds */
+    enum webhook_evidence evidence;
+    char intent_id[256]; /* data.object.id */
+    char intent_status[64];
+    long long amount;       /* -1 when absent */
+    char currency[8];       /* upper case; "" when absent */
+    char attempt_id[37];    /* metadata.payment_attempt_id; "" when
+                               absent or not a uuid */
+    char decline_code[128]; /* last_payment_error's, when failed */
+};
+
+/* Parses the raw body. Returns 0, or -1 with one line in errbuf that is safe
+ * to answer (bad JSON, a missing field, a type that disagrees with the
+ * intent's status). Text fields are checked, never truncated: a value too
+ * long for its field is refused. */
+int webhook_event_parse(const char *body, size_t len, struct webhook_event *ev,
+                        char *errbuf, size_t errbuf_size);
+
+/* The attempt as the database holds it, locked. */
+struct webhook_attempt {
+    enum attempt_status status;
+    long long amount;
+    char currency[4];
+    char provider_payment_id[96]; /* "" when none */
+    int64_t updated_at;           /* unix seconds of the last change */
+    int intent_booked_elsewhere;  /* the intent is booked for another attempt */
+};
+
+enum webhook_action {
+    WEBHOOK_IGNORE = 0, /* record the event; the attempt stays as it is */
+    WEBHOOK_APPLY,      /* move the attempt to `status` */
+    WEBHOOK_REVIEW,     /* move it to REQUIRES_REVIEW (status says so) */
+    WEBHOOK_FLAG,       /* contradiction that cannot move the attempt (it is
+                           REJECTED or PENDING): record for review, loudly */
+};
+
+struct webhook_decision {
+    enum webhook_action action;
+    enum attempt_status status; /* the new one, for APPLY and REVIEW */
+    const char *reason;         /* static text: why */
+};
+
+void webhook_event_decide(const struct webhook_event *ev,
+                          const struct webhook_attempt *a, struct webhook_decision *d);
+
+/* "applied", "review", "ignored", "flagged": the outcome recorded for the
+ * event and counted in metrics. */
+const char *webhook_action_name(enum webhook_action a);
+
+#endif
