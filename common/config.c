@@ -62,8 +62,12 @@ static const struct config_row config_table[CONFIG__COUNT] = {
     {CONFIG_PROVIDER_API_VERSION, "PROVIDER_API_VERSION", CONFIG_T_STR, "2024-06-20", 0,
      0, R_PROV | CONFIG_ROLE_CTL, 0,
      "provider API version pinned with the Stripe-Version header"},
+    /* Several secrets, so that a rotation loses no delivery: the provider
+     * signs with the new one while the old one is still accepted. */
     {CONFIG_WEBHOOK_SIGNING_SECRET, "WEBHOOK_SIGNING_SECRET", CONFIG_T_SECRET, NULL, 0,
-     0, CONFIG_ROLE_API, 0, "secret for provider webhook signatures"},
+     0, CONFIG_ROLE_API, CONFIG_ROLE_API,
+     "secret(s) for provider webhook signatures, comma separated; during a "
+     "rotation: new,old (required)"},
     {CONFIG_CHARGE_COMMANDS_TOPIC, "CHARGE_COMMANDS_TOPIC", CONFIG_T_TOPIC,
      "payments.charge.commands", 0, 0, R_KAFKA, 0, "input topic of charge commands"},
     {CONFIG_CHARGE_RESULTS_TOPIC, "CHARGE_RESULTS_TOPIC", CONFIG_T_TOPIC,
@@ -139,6 +143,10 @@ static const struct config_row config_table[CONFIG__COUNT] = {
      31536000000LL, CONFIG_ROLE_RELAY, 0, "published rows are deleted after this"},
     {CONFIG_RELAY_BACKLOG_LOG_MS, "RELAY_BACKLOG_LOG_MS", CONFIG_T_INT, "10000", 100,
      3600000, CONFIG_ROLE_RELAY, 0, "how often the backlog is logged (and purged)"},
+    {CONFIG_API_THREADS, "API_THREADS", CONFIG_T_INT, "4", 1, 64, CONFIG_ROLE_API, 0,
+     "requests served at once (one database connection each)"},
+    {CONFIG_API_MAX_BODY_BYTES, "API_MAX_BODY_BYTES", CONFIG_T_INT, "65536", 1024,
+     10485760, CONFIG_ROLE_API, 0, "largest webhook body accepted; larger gets 413"},
 };
 
 struct config_kafka_prop {

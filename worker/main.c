@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "api.h"
 #include "config.h"
 #include "reconciler.h"
 #include "relay.h"
@@ -20,7 +21,7 @@ static const struct charged_role charged_roles[] = {
     {"reconciler", CONFIG_ROLE_RECONCILER, reconciler_main,
      "settle attempts whose outcome is unknown by asking the provider"},
     {"relay", CONFIG_ROLE_RELAY, relay_main, "publish result events from the outbox"},
-    {"api", CONFIG_ROLE_API, NULL, "provider webhooks and status queries"},
+    {"api", CONFIG_ROLE_API, api_main, "provider webhooks and status queries"},
 };
 
 #define N_ROLES (sizeof(charged_roles) / sizeof(charged_roles[0]))

@@ -201,6 +201,7 @@ class Scenario:
         self.group = "e2e-" + self.tag
         self.workers = {}
         self.reconcilers = {}  # name -> Popen of `charged reconciler` (start_reconciler)
+        self.apis = {}  # name -> Popen of `charged api` (charged_api.start_api)
         self.worker_ids = {}  # name -> WORKER_ID (lease_owner, actor in the tables)
         self.worker_seq = 0
         self.worker_env = dict(worker_env or {})
@@ -398,6 +399,9 @@ class Scenario:
                 self.stop_reconciler(name, signal.SIGKILL)
             except Exception:
                 pass
+        for p in self.apis.values():
+            p.kill()
+            p.wait(timeout=scaled(30))
         if self.psp:
             self.psp.terminate()
             self.psp.wait(timeout=scaled(30))

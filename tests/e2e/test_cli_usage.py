@@ -44,6 +44,9 @@ def scenario(_new):
     expect_help([e2e.CHARGED, "worker", "--help"],
                 ["KAFKA_BOOTSTRAP_SERVERS", "PROVIDER_API_KEY", "WORKER_MAX_IN_FLIGHT",
                  "WORKER_LEASE_MS", "SHUTDOWN_TIMEOUT_MS"])
+    expect_help([e2e.CHARGED, "api", "--help"],
+                ["API_ADDR", "WEBHOOK_SIGNING_SECRET", "API_THREADS", "API_MAX_BODY_BYTES",
+                 "/v1/webhooks/provider", "/v1/payment-attempts/"])
     expect_help([e2e.CHARGECTL, "--help"], ["migrate", "publish", "dlq", "attempt"])
     expect_help([e2e.CHARGECTL, "migrate", "--help"], ["--dir"])
     expect_help([e2e.CHARGECTL, "publish", "--help"],
@@ -65,6 +68,11 @@ def scenario(_new):
     expect_usage_error([e2e.PSP_SIM, "--port", "70000"], mention="--port")
     expect_usage_error([e2e.PSP_SIM, "--fault", "explode=1"], mention="--fault")
     expect_usage_error([e2e.CHARGED, "worker"], mention="PROVIDER_API_KEY")
+    expect_usage_error([e2e.CHARGED, "api"], mention="WEBHOOK_SIGNING_SECRET")
+    expect_usage_error([e2e.CHARGED, "api"], env={"WEBHOOK_SIGNING_SECRET": "whsec_long_enough,short"},
+                       mention="WEBHOOK_SIGNING_SECRET")
+    expect_usage_error([e2e.CHARGED, "api"], env={"WEBHOOK_SIGNING_SECRET": " , "},
+                       mention="WEBHOOK_SIGNING_SECRET")
     expect_usage_error([e2e.CHARGED, "worker"],
                        env={"PROVIDER_API_KEY": "k", "LOG_LEVEL": "verbose"}, mention="LOG_LEVEL")
     expect_usage_error([e2e.CHARGED, "worker"],

@@ -239,10 +239,24 @@ static const struct {
 
 START_TEST(bad_value_names_variable_and_reason)
 {
+    setenv("WEBHOOK_SIGNING_SECRET", "whsec_unit_test", 1); /* required by api */
     setenv(bad_values[_i].var, bad_values[_i].value, 1);
     ck_assert_ptr_null(
         config_new(CONFIG_ROLE_WORKER | CONFIG_ROLE_API, "worker", err, sizeof(err)));
     ck_assert_str_eq(err, bad_values[_i].expect);
+}
+END_TEST
+
+START_TEST(api_requires_a_signing_secret)
+{
+    ck_assert_ptr_null(config_new(CONFIG_ROLE_API, "api", err, sizeof(err)));
+    ck_assert_str_eq(err, "WEBHOOK_SIGNING_SECRET: required but not set");
+    setenv("WEBHOOK_SIGNING_SECRET", "whsec_unit_test", 1);
+    config_t *cfg = config_new(CONFIG_ROLE_API, "api", err, sizeof(err));
+    ck_assert_msg(cfg != NULL, "%s", err);
+    ck_assert_int_eq(config_int(cfg, CONFIG_API_THREADS), 4);
+    ck_assert_int_eq(config_int(cfg, CONFIG_API_MAX_BODY_BYTES), 65536);
+    config_free(cfg);
 }
 END_TEST
 
@@ -291,6 +305,7 @@ static Suite *config_suite(void)
     tcase_add_test(tc, unknown_kafka_property_is_refused);
     tcase_add_loop_test(tc, bad_value_names_variable_and_reason, 0,
                         sizeof(bad_values) / sizeof(bad_values[0]));
+    tcase_add_test(tc, api_requires_a_signing_secret);
     tcase_add_test(tc, help_lists_the_roles_settings);
     tcase_add_test(tc, secrets_never_reach_a_log_line);
     suite_add_tcase(s, tc);

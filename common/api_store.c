@@ -1,0 +1,341 @@
+#include "api_store.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attempt_sql.h"
+#include "attempt_status.h"
+#include "db.h"
+
+struct api_store {
+    char *url;
+    char *results_topic;
+    PGconn *conn;
+};
+
+/* An order lists at most this many attempts: enough for any real order,
+ * and a bound on what one query can make us hold. */
+#define ORDER_ATTEMPTS_MAX "1000"
+
+/* clang-format off */
+static const char *SQL_RECORD_EVENT =
+    "INSERT INTO processed_webhook_events (provider, event_id, event_type,"
+    "  payment_attempt_id, outcome, payload)"
+    " VALUES ($1, $2, $3, nullif($4, '')::uuid, 'received', $5::jsonb)"
+    " ON CONFLICT (provider, event_id) DO NOTHING RETURNING event_id";
+
+/* The attempt an event is about, locked until the commit. $2 is the
+ * event's intent: booked for another attempt already, it cannot be ours. */
+#define SQL_LOCK_ATTEMPT(where) \
+    "SELECT p.id, p.order_id, p.status, p.amount, p.currency," \
+    "  coalesce(p.provider_payment_id, ''), extract(epoch FROM p.updated_at)::bigint," \
+    "  EXISTS (SELECT 1 FROM ledger_entries l WHERE l.kind = 'charge'" \
+    "    AND l.provider_payment_id = $2 AND l.payment_attempt_id <> p.id)" \
+    " FROM payment_attempts p WHERE " where " ORDER BY p.id LIMIT 1 FOR UPDATE OF p"
+
+static const char *SQL_LOCK_BY_ID = SQL_LOCK_ATTEMPT("p.id = $1::uuid");
+static const char *SQL_LOCK_BY_INTENT =
+    SQL_LOCK_ATTEMPT("$1::text IS NULL AND p.provider_payment_id = $2");
+
+/* The status change an event causes. The lease is ended and its epoch
+ * bumped: a worker or reconciler whose call is still in flight is fenced
+ * out and finds the provider's answer settled here. */
+static const char *SQL_SETTLE =
+    "WITH u AS ("
+    "  UPDATE payment_attempts p SET status = $2, reason = $3::text,"
+    "    provider_payment_id = coalesce(p.provider_payment_id, $4::text),"
+    "    lease_owner = NULL, lease_expires_at = NULL, lease_epoch = p.lease_epoch + 1,"
+    "    next_check_at = CASE WHEN $2 = " ATTEMPT_SQL(PROCESSING)
+    "      THEN coalesce(p.next_check_at, now()) END,"
+    "    updated_at = now()"
+    "  WHERE p.id = $1::uuid AND p.status = $7"
+    "  RETURNING p.id, p.order_id, p.amount, p.currency, p.provider_payment_id,"
+    "    p.status, p.reason, $5::text AS event_type),"
+    " t AS ("
+    "  INSERT INTO attempt_transitions (payment_attempt_id, old_status, new_status,"
+    "    cause, actor, reason, evidence)"
+    "  SELECT id, $7, status, 'webhook', $8, reason, $6::jsonb FROM u),"
+    SQL_LEDGER_CHARGE("u") ","
+    SQL_OUTBOX_EVENTS("u", "$9")
+    "SELECT id FROM u";
+
+static const char *SQL_EVENT_OUTCOME =
+    "UPDATE processed_webhook_events SET outcome = $3,"
+    "  payment_attempt_id = coalesce(nullif($4, '')::uuid, payment_attempt_id)"
+    " WHERE provider = $1 AND event_id = $2";
+
+#define SQL_VIEW \
+    "SELECT id, order_id, status, amount, currency, provider_payment_id, reason," \
+    "  to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')" \
+    " FROM payment_attempts "
+
+static const char *SQL_VIEW_ATTEMPT = SQL_VIEW "WHERE id = $1::uuid";
+static const char *SQL_VIEW_ORDER =
+    SQL_VIEW "WHERE order_id = $1::uuid ORDER BY created_at, id LIMIT " ORDER_ATTEMPTS_MAX;
+/* clang-format on */
+
+api_store_t *api_store_new(const char *database_url, const char *results_topic)
+{
+    api_store_t *st = calloc(1, sizeof(*st));
+    if (!st)
+        return NULL;
+    st->url = strdup(database_url);
+    st->results_topic = strdup(results_topic);
+    if (!st->url || !st->results_topic) {
+        api_store_free(st);
+        return NULL;
+    }
+    return st;
+}
+
+void api_store_free(api_store_t *st)
+{
+    if (!st)
+        return;
+    PQfinish(st->conn);
+    free(st->url);
+    free(st->results_topic);
+    free(st);
+}
+
+static int ensure_conn(api_store_t *st, char *errbuf, size_t errbuf_size)
+{
+    return db_ensure(&st->conn, st->url, errbuf, errbuf_size) < 0 ? -1 : 0;
+}
+
+/* What the transition records as the provider's evidence. Caller frees. */
+static char *evidence_json(const struct webhook_event *ev)
+{
+    json_t *e =
+        json_pack("{s:s, s:s, s:I, s:s, s:s}", "webhook_event_id", ev->id, "type",
+                  ev->type, "created", (json_int_t)ev->created, "payment_intent",
+                  ev->intent_id, "intent_status", ev->intent_status);
+    if (!e)
+        return NULL;
+    /* json_object_set_new steals the new values' references. */
+    if (ev->amount >= 0)
+        json_object_set_new(e, "amount", json_integer(ev->amount));
+    if (ev->currency[0])
+        json_object_set_new(e, "currency", json_string(ev->currency));
+    if (ev->decline_code[0])
+        json_object_set_new(e, "decline_code", json_string(ev->decline_code));
+    char *s = json_dumps(e, JSON_COMPACT);
+    json_decref(e);
+    return s;
+}
+
+/* The attempt's reason after the decision. */
+static void reason_for(const struct webhook_event *ev, const struct webhook_decision *d,
+                       char *out, size_t size)
+{
+    switch (d->status) {
+    case ATTEMPT_STATUS_SUCCEEDED:
+        out[0] = '\0';
+        break;
+    case ATTEMPT_STATUS_FAILED:
+        snprintf(out, size, "declined: %s",
+                 ev->decline_code[0] ? ev->decline_code : "reported by webhook");
+        break;
+    case ATTEMPT_STATUS_PROCESSING:
+        snprintf(out, size, "provider_processing");
+        break;
+    default:
+        snprintf(out, size, "requires_review: %s", d->reason);
+        break;
+    }
+}
+
+static void rollback(api_store_t *st)
+{
+    PGresult *r = PQexec(st->conn, "ROLLBACK");
+    PQclear(r);
+}
+
+int api_store_apply_webhook(api_store_t *st, const char *provider,
+                            const struct webhook_event *ev, const char *payload,
+                            struct api_webhook_result *out, char *errbuf,
+                            size_t errbuf_size)
+{
+    PGresult *r = NULL;
+    char *evidence = NULL;
+    char reason[256], actor[300];
+    int rc = -1, in_tx = 0;
+    struct webhook_decision d = {WEBHOOK_IGNORE, ATTEMPT_STATUS_PENDING, ""};
+    struct webhook_attempt a;
+
+    memset(out, 0, sizeof(*out));
+    out->outcome = "unmatched";
+    out->reason = "no such attempt";
+    if (ensure_conn(st, errbuf, errbuf_size) != 0)
+        return -1;
+    if (db_run(st->conn, "BEGIN", 0, NULL, errbuf, errbuf_size) != 0)
+        goto out;
+    in_tx = 1;
+    const char *rec[5] = {provider, ev->id, ev->type, ev->attempt_id, payload};
+    if (!(r = db_exec(st->conn, SQL_RECORD_EVENT, 5, rec, errbuf, errbuf_size)))
+        goto out;
+    if (PQntuples(r) == 0) {
+        /* Seen before, and committed: its effect is already there. */
+        out->outcome = "duplicate";
+        out->reason = "event already processed";
+        rc = 0;
+        goto out;
+    }
+    PQclear(r);
+    r = NULL;
+
+    const char *lock[2] = {ev->attempt_id[0] ? ev->attempt_id : NULL, ev->intent_id};
+    if (!(r = db_exec(st->conn, ev->attempt_id[0] ? SQL_LOCK_BY_ID : SQL_LOCK_BY_INTENT,
+                      2, lock, errbuf, errbuf_size)))
+        goto out;
+    if (ev->evidence == WEBHOOK_EVIDENCE_NONE) {
+        out->outcome = "ignored";
+        out->reason = "event type not acted on";
+    } else if (PQntuples(r) == 1) {
+        memset(&a, 0, sizeof(a));
+        snprintf(out->attempt_id, sizeof(out->attempt_id), "%s", PQgetvalue(r, 0, 0));
+        snprintf(out->order_id, sizeof(out->order_id), "%s", PQgetvalue(r, 0, 1));
+        snprintf(out->old_status, sizeof(out->old_status), "%s", PQgetvalue(r, 0, 2));
+        snprintf(out->new_status, sizeof(out->new_status), "%s", out->old_status);
+        a.status = (enum attempt_status)attempt_status_parse(PQgetvalue(r, 0, 2));
+        a.amount = strtoll(PQgetvalue(r, 0, 3), NULL, 10);
+        snprintf(a.currency, sizeof(a.currency), "%s", PQgetvalue(r, 0, 4));
+        snprintf(a.provider_payment_id, sizeof(a.provider_payment_id), "%s",
+                 PQgetvalue(r, 0, 5));
+        a.updated_at = strtoll(PQgetvalue(r, 0, 6), NULL, 10);
+        a.intent_booked_elsewhere = PQgetvalue(r, 0, 7)[0] == 't';
+        webhook_event_decide(ev, &a, &d);
+        out->outcome = webhook_action_name(d.action);
+        out->reason = d.reason;
+    }
+    PQclear(r);
+    r = NULL;
+
+    if (d.action == WEBHOOK_APPLY || d.action == WEBHOOK_REVIEW) {
+        if (!(evidence = evidence_json(ev))) {
+            snprintf(errbuf, errbuf_size, "out of memory");
+            goto out;
+        }
+        reason_for(ev, &d, reason, sizeof(reason));
+        snprintf(actor, sizeof(actor), "webhook %s", ev->id);
+        const char *p[9] = {out->attempt_id,
+                            attempt_status_name(d.status),
+                            reason[0] ? reason : NULL,
+                            d.action == WEBHOOK_APPLY ? ev->intent_id : NULL,
+                            attempt_status_event_type(d.status),
+                            evidence,
+                            out->old_status,
+                            actor,
+                            st->results_topic};
+        if (!(r = db_exec(st->conn, SQL_SETTLE, 9, p, errbuf, errbuf_size)))
+            goto out;
+        if (PQntuples(r) != 1) {
+            /* Impossible under the row lock; never commit half a decision. */
+            snprintf(errbuf, errbuf_size, "attempt %s changed under its lock",
+                     out->attempt_id);
+            goto out;
+        }
+        snprintf(out->new_status, sizeof(out->new_status), "%s",
+                 attempt_status_name(d.status));
+        PQclear(r);
+        r = NULL;
+    }
+    const char *o[4] = {provider, ev->id, out->outcome, out->attempt_id};
+    if (db_run(st->conn, SQL_EVENT_OUTCOME, 4, o, errbuf, errbuf_size) != 0 ||
+        db_run(st->conn, "COMMIT", 0, NULL, errbuf, errbuf_size) != 0)
+        goto out;
+    in_tx = 0;
+    rc = 0;
+out:
+    PQclear(r);
+    free(evidence);
+    if (in_tx)
+        rollback(st);
+    return rc;
+}
+
+/* One row of SQL_VIEW as the contract's attempt object (a new reference). */
+static json_t *view_row(PGresult *r, int row)
+{
+    json_t *o = json_object();
+    if (!o)
+        return NULL;
+    /* json_object_set_new steals each value's reference. */
+    json_object_set_new(o, "payment_attempt_id", json_string(PQgetvalue(r, row, 0)));
+    json_object_set_new(o, "order_id", json_string(PQgetvalue(r, row, 1)));
+    json_object_set_new(o, "status", json_string(PQgetvalue(r, row, 2)));
+    json_object_set_new(o, "amount",
+                        json_integer(strtoll(PQgetvalue(r, row, 3), NULL, 10)));
+    json_object_set_new(o, "currency", json_string(PQgetvalue(r, row, 4)));
+    json_object_set_new(o, "provider_payment_id",
+                        PQgetisnull(r, row, 5) ? json_null()
+                                               : json_string(PQgetvalue(r, row, 5)));
+    json_object_set_new(o, "reason",
+                        PQgetisnull(r, row, 6) ? json_null()
+                                               : json_string(PQgetvalue(r, row, 6)));
+    json_object_set_new(o, "updated_at", json_string(PQgetvalue(r, row, 7)));
+    return o;
+}
+
+static int view(api_store_t *st, const char *sql, const char *id, PGresult **res,
+                char *errbuf, size_t errbuf_size)
+{
+    if (ensure_conn(st, errbuf, errbuf_size) != 0)
+        return -1;
+    *res = db_exec(st->conn, sql, 1, &id, errbuf, errbuf_size);
+    if (!*res)
+        return -1;
+    return PQntuples(*res) == 0 ? 1 : 0;
+}
+
+int api_store_attempt(api_store_t *st, const char *attempt_id, json_t **out,
+                      char *errbuf, size_t errbuf_size)
+{
+    PGresult *r = NULL;
+    int rc = view(st, SQL_VIEW_ATTEMPT, attempt_id, &r, errbuf, errbuf_size);
+    *out = NULL;
+    if (rc == 0 && !(*out = view_row(r, 0))) {
+        snprintf(errbuf, errbuf_size, "out of memory");
+        rc = -1;
+    }
+    PQclear(r);
+    return rc;
+}
+
+int api_store_order(api_store_t *st, const char *order_id, json_t **out, char *errbuf,
+                    size_t errbuf_size)
+{
+    PGresult *r = NULL;
+    json_t *list = NULL;
+    int rc = view(st, SQL_VIEW_ORDER, order_id, &r, errbuf, errbuf_size);
+    *out = NULL;
+    if (rc != 0)
+        goto out;
+    rc = -1;
+    if (!(list = json_array()))
+        goto oom;
+    for (int i = 0; i < PQntuples(r); i++)
+        if (json_array_append_new(list, view_row(r, i)) != 0)
+            goto oom;
+    /* json_pack's "o" steals the list's reference. */
+    if (!(*out =
+              json_pack("{s:s, s:o}", "order_id", order_id, "payment_attempts", list)))
+        goto oom_stolen;
+    rc = 0;
+    goto out;
+oom:
+    json_decref(list);
+oom_stolen:
+    snprintf(errbuf, errbuf_size, "out of memory");
+out:
+    PQclear(r);
+    return rc;
+}
+
+int api_store_ping(api_store_t *st, char *errbuf, size_t errbuf_size)
+{
+    if (ensure_conn(st, errbuf, errbuf_size) != 0)
+        return -1;
+    return db_run(st->conn, "SELECT 1", 0, NULL, errbuf, errbuf_size);
+}

@@ -1,0 +1,65 @@
+/* api_store: what `charged api` reads and writes in PostgreSQL.
+ *
+ * Webhook events are applied one transaction each: the event is recorded
+ * in processed_webhook_events (PRIMARY KEY (provider, event_id)) first, so
+ * that a concurrent or later delivery of the same event waits for, then
+ * conflicts with, this one and changes nothing; then the attempt is locked,
+ * the decision of webhook_event_decide() is taken on what is locked, and
+ * the status change, its transition, its ledger row and its result event
+ * are written before the commit. Nothing in the transaction waits on the
+ * network but the database itself.
+ *
+ * Status queries read attempts as the contract shows them, never their
+ * payment method, metadata or secrets.
+ *
+ * Not thread-safe: one api_store per thread. The connection is opened
+ * lazily and re-opened after it breaks. */
+#ifndef CHARGED_API_STORE_H
+#define CHARGED_API_STORE_H
+
+#include <stddef.h>
+
+#include <jansson.h>
+
+#include "webhook_event.h"
+
+typedef struct api_store api_store_t;
+
+/* Copies both strings; `results_topic` goes into outbox rows. NULL only on
+ * out of memory. Does not connect. */
+api_store_t *api_store_new(const char *database_url, const char *results_topic);
+void api_store_free(api_store_t *st);
+
+/* What became of a webhook event. */
+struct api_webhook_result {
+    const char *outcome; /* "applied", "review", "ignored", "flagged",
+                            "unmatched" or "duplicate" */
+    const char *reason;  /* static: why (the decision's) */
+    char attempt_id[37]; /* "" when unmatched */
+    char order_id[37];
+    char old_status[20], new_status[20];
+};
+
+/* Applies ev, whose raw body is `payload` (stored for review; it must be
+ * the JSON ev was parsed from). `provider` names the provider in the
+ * deduplication key. Returns 0, or -1 with errbuf when the database
+ * failed: nothing was changed and the delivery may be repeated. */
+int api_store_apply_webhook(api_store_t *st, const char *provider,
+                            const struct webhook_event *ev, const char *payload,
+                            struct api_webhook_result *out, char *errbuf,
+                            size_t errbuf_size);
+
+/* Status queries. On success *out is a new reference the caller owns: one
+ * attempt object, or {"order_id", "payment_attempts": [...]} oldest first.
+ * Returns 0, 1 when there is no such attempt or order (*out NULL), -1 with
+ * errbuf when the database failed. Ids must be canonical lower-case uuids
+ * (the caller checks). */
+int api_store_attempt(api_store_t *st, const char *attempt_id, json_t **out,
+                      char *errbuf, size_t errbuf_size);
+int api_store_order(api_store_t *st, const char *order_id, json_t **out, char *errbuf,
+                    size_t errbuf_size);
+
+/* Is the database reachable? 0 / -1 with errbuf. */
+int api_store_ping(api_store_t *st, char *errbuf, size_t errbuf_size);
+
+#endif

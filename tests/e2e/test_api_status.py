@@ -1,0 +1,105 @@
+"""charged api status queries against real PostgreSQL:
+GET /v1/payment-attempts/<id> and GET /v1/orders/<order_id>/payment-attempts
+answer every state with the contract's fields and what the database holds,
+400 for a malformed id, 404 for an unknown one, 405 for another method,
+and never a payment method, metadata or secret."""
+
+import json
+import uuid
+
+import charged_api as api
+import charged_e2e as e2e
+from charged_e2e import check, check_eq
+
+FIELDS = {"payment_attempt_id", "order_id", "status", "amount", "currency",
+          "provider_payment_id", "reason", "updated_at"}
+STATES = ["PENDING", "PROCESSING", "UNKNOWN", "SUCCEEDED", "FAILED", "REJECTED",
+          "REQUIRES_REVIEW"]
+
+
+def expect_attempt(s, doc, a):
+    check_eq(set(doc), FIELDS, "fields of attempt %s" % a["id"])
+    row = s.query("SELECT status, amount, currency, coalesce(provider_payment_id, '<null>'), "
+                  "coalesce(reason, '<null>'), to_char(updated_at AT TIME ZONE 'UTC', "
+                  "'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') FROM payment_attempts WHERE id = '%s'"
+                  % a["id"])[0]
+    got = [doc["status"], str(doc["amount"]), doc["currency"],
+           doc["provider_payment_id"] if doc["provider_payment_id"] is not None else "<null>",
+           doc["reason"] if doc["reason"] is not None else "<null>", doc["updated_at"]]
+    check_eq(got, row, "attempt %s (%s) as answered vs the database" % (a["id"], a["status"]))
+    check_eq((doc["payment_attempt_id"], doc["order_id"]), (a["id"], a["order_id"]), "ids")
+    check(isinstance(doc["amount"], int), "amount is a JSON integer")
+
+
+def scenario(make):
+    s = make("api_status", partitions=1)
+    name, port = api.start_api(s)
+    attempts = {}
+    for st in STATES:
+        reason = None if st in ("PENDING", "PROCESSING", "SUCCEEDED") else "%s: why \u00e9\u20ac" % st.lower()
+        ppid = "pi_status_%s" % st.lower() if st in ("UNKNOWN", "FAILED", "REQUIRES_REVIEW") else None
+        attempts[st] = api.insert_attempt(s, st, amount=100 + len(attempts), ppid=ppid, reason=reason)
+    for st, a in attempts.items():
+        code, doc = api.get(port, "/v1/payment-attempts/%s" % a["id"])
+        check_eq(code, 200, "status code for a %s attempt" % st)
+        expect_attempt(s, doc, a)
+        # Upper case is the same id.
+        code, doc2 = api.get(port, "/v1/payment-attempts/%s" % a["id"].upper())
+        check_eq((code, doc2), (200, doc), "the upper-case id of a %s attempt" % st)
+
+    # One order, three attempts: two failed, then one succeeded; oldest first.
+    order = str(uuid.uuid4())
+    first = api.insert_attempt(s, "FAILED", order_id=order, reason="declined: a")
+    second = api.insert_attempt(s, "REJECTED", order_id=order, reason="order_has_live_attempt: b")
+    third = api.insert_attempt(s, "SUCCEEDED", order_id=order)
+    code, doc = api.get(port, "/v1/orders/%s/payment-attempts" % order)
+    check_eq(code, 200, "status code of an order's list")
+    check_eq(doc["order_id"], order, "order id of the list")
+    check_eq([x["payment_attempt_id"] for x in doc["payment_attempts"]],
+             [first["id"], second["id"], third["id"]], "the order's attempts, oldest first")
+    for x, a in zip(doc["payment_attempts"], (first, second, third)):
+        expect_attempt(s, x, a)
+
+    # Nothing else leaks: no payment method, metadata, key or secret.
+    s.psql(s.db, "UPDATE payment_attempts SET payment_method = 'pm_secret_card_4242', "
+           "metadata = '{\"card\":\"4242424242424242\"}', customer_id = 'cus_hidden'")
+    for path in ["/v1/payment-attempts/%s" % attempts["SUCCEEDED"]["id"],
+                 "/v1/orders/%s/payment-attempts" % order]:
+        raw = api.request(port, "GET", path)[2].decode()
+        for secret in ("pm_secret_card_4242", "4242424242424242", "cus_hidden", "key-",
+                       api.SECRET, "fp"):
+            check(secret not in raw.replace("\"fp\"", ""), "%r in the answer of %s" % (secret, path))
+
+    # 400 for a malformed id, 404 for an unknown one.
+    for bad in ["not-a-uuid", "1234", attempts["PENDING"]["id"] + "0",
+                attempts["PENDING"]["id"][:-1], "%00", "x" * 5000,
+                attempts["PENDING"]["id"] + "/extra", "' OR 1=1 --"]:
+        code, doc = api.get(port, "/v1/payment-attempts/" + bad.replace(" ", "%20"))
+        check_eq(code, 400, "status for attempt id %r" % bad[:60])
+        check(doc and "error" in doc, "error body for attempt id %r" % bad[:60])
+        code, doc = api.get(port, "/v1/orders/%s/payment-attempts" % bad.replace(" ", "%20"))
+        check_eq(code, 400, "status for order id %r" % bad[:60])
+    check_eq(api.get(port, "/v1/payment-attempts/%s" % uuid.uuid4())[0], 404, "unknown attempt")
+    check_eq(api.get(port, "/v1/orders/%s/payment-attempts" % uuid.uuid4())[0], 404, "unknown order")
+    check_eq(api.get(port, "/v1/orders/%s" % order)[0], 400, "order path without the list")
+    check_eq(api.get(port, "/v1/elsewhere")[0], 404, "unknown path")
+    st, _, _ = api.request(port, "DELETE", "/v1/payment-attempts/%s" % first["id"])
+    check_eq(st, 405, "DELETE of an attempt")
+    st, _, _ = api.request(port, "GET", "/v1/webhooks/provider")
+    check_eq(st, 405, "GET of the webhook endpoint")
+
+    # The database gone: 503, not a crash, and answers again once it is back.
+    s.psql(s.admin_db, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+           "WHERE datname = '%s' AND pid <> pg_backend_pid()" % s.tag.lower())
+    code, doc = api.get(port, "/v1/payment-attempts/%s" % first["id"])
+    check(code in (200, 503), "status right after the database dropped us: %d" % code)
+    e2e.wait_until("the api answering again",
+                   lambda: api.get(port, "/v1/payment-attempts/%s" % first["id"])[0] == 200, 30)
+    check_eq(api.stop_api(s, name), 0, "api exit status on SIGTERM")
+    log = open("%s/%s.log" % (s.dir, name)).read()
+    for line in log.splitlines():
+        json.loads(line)
+
+
+if __name__ == "__main__":
+    raise SystemExit(e2e.main(scenario))

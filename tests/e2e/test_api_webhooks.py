@@ -1,0 +1,211 @@
+"""charged api, POST /v1/webhooks/provider, against real PostgreSQL:
+
+- refused deliveries (forged, stale, future, tampered, missing or malformed
+  signature; bad JSON or shape; oversized) get 400 or 413 and leave nothing
+  behind;
+- a delivery signed with the old secret during a rotation is accepted;
+- three concurrent deliveries of one event give one transition, one outbox
+  event and one ledger row;
+- the state rules: success settles UNKNOWN and PROCESSING (even one a worker
+  holds a lease on), failure settles them FAILED, processing moves UNKNOWN,
+  a contradiction of a final state goes to REQUIRES_REVIEW, older evidence
+  is recorded and ignored, an unknown attempt's event is stored for review.
+"""
+
+import json
+import threading
+import time
+
+import charged_api as api
+import charged_e2e as e2e
+from charged_e2e import check, check_eq
+
+
+def nothing_behind(s, a, what):
+    check_eq(api.webhook_rows(s), {}, "stored webhook events after " + what)
+    c = api.counts(s, a["id"])
+    check_eq((c["transitions"], c["outbox"], c["ledger"], c["status"]),
+             (0, 0, 0, a["status"]), "attempt after " + what)
+
+
+def refused(s, port):
+    a = api.insert_attempt(s, "UNKNOWN", ppid="pi_refused_0001")
+    body = json.dumps(api.event("succeeded", a)).encode()
+    now = int(time.time())
+    cases = [
+        ("forged", api.sign(body, "whsec_someone_else_entirely")),
+        ("stale", api.sign(body, t=now - 301)),
+        ("future", api.sign(body, t=now + 301)),
+        ("missing", None),
+        ("empty", ""),
+        ("malformed", "t=abc,v1=zz"),
+        ("no v1", "t=%d" % now),
+        ("v0 only", "t=%d,v0=%s" % (now, "0" * 64)),
+    ]
+    for what, header in cases:
+        st, doc = api.post_webhook(port, body, header=header)
+        check_eq(st, 400, "status of a %s signature" % what)
+        check(doc and "error" in doc, "error answer of a %s signature: %r" % (what, doc))
+        nothing_behind(s, a, what + " signature")
+    # Tampered: signed, then one byte of the body changed.
+    header = api.sign(body)
+    tampered = body.replace(b'"amount": %d' % a["amount"], b'"amount": %d' % (a["amount"] + 1))
+    check(tampered != body, "tampering changed the body")
+    check_eq(api.post_webhook(port, tampered, header=header)[0], 400, "tampered body")
+    nothing_behind(s, a, "tampered body")
+    # Well signed, but not an event we can read.
+    for what, raw in [("not json", b"{not json"), ("array", b"[]"),
+                      ("no id", json.dumps({"type": "payment_intent.succeeded"}).encode()),
+                      ("bad utf-8", b'{"id":"evt_1","type":"x\xc3"}'),
+                      ("nul escape", b'{"id":"evt_\\u0000","type":"payment_intent.succeeded"}'),
+                      ("type disagrees", json.dumps(dict(api.event("succeeded", a), type="payment_intent.processing")).encode()),
+                      ("empty", b"")]:
+        st, doc = api.post_webhook(port, raw)
+        check_eq(st, 400, "status of a signed body that is %s" % what)
+        nothing_behind(s, a, "a signed body that is " + what)
+    # Larger than API_MAX_BODY_BYTES (set to 4096 below): 413, with or
+    # without a Content-Length the server can see first.
+    big = json.dumps(dict(api.event("succeeded", a), pad="x" * 5000)).encode()
+    check_eq(api.post_webhook(port, big)[0], 413, "oversized body")
+    nothing_behind(s, a, "an oversized body")
+    return a
+
+
+def rotation(s, port):
+    a = api.insert_attempt(s, "UNKNOWN", ppid="pi_rotation_0001")
+    ev = api.event("succeeded", a)
+    st, doc = api.post_webhook(port, ev, secret=api.OLD_SECRET)
+    check_eq(st, 200, "delivery signed with the old secret during a rotation")
+    check_eq(api.counts(s, a["id"])["status"], "SUCCEEDED", "attempt after the old-secret delivery")
+    # Both values in one header, as the provider sends during its own rotation.
+    b = api.insert_attempt(s, "UNKNOWN", ppid="pi_rotation_0002")
+    body = json.dumps(api.event("succeeded", b)).encode()
+    t = int(time.time())
+    two = "t=%d,v1=%s,v1=%s" % (t, api.sign(body, "whsec_not_ours_at_all", t).split("v1=")[1],
+                                api.sign(body, api.SECRET, t).split("v1=")[1])
+    check_eq(api.post_webhook(port, body, header=two)[0], 200, "header with two v1 values")
+
+
+def concurrent(s, port):
+    a = api.insert_attempt(s, "UNKNOWN", ppid="pi_concurrent_0001")
+    body = json.dumps(api.event("succeeded", a)).encode()
+    header = api.sign(body)
+    results = []
+    start = threading.Barrier(3)
+
+    def send():
+        start.wait()
+        results.append(api.post_webhook(port, body, header=header))
+    threads = [threading.Thread(target=send) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    check_eq(sorted(r[0] for r in results), [200, 200, 200], "statuses of 3 concurrent deliveries")
+    check_eq(sorted(r[1]["result"] for r in results), ["applied", "duplicate", "duplicate"],
+             "results of 3 concurrent deliveries")
+    c = api.counts(s, a["id"])
+    check_eq((c["status"], c["transitions"], c["outbox"], c["ledger"]), ("SUCCEEDED", 1, 1, 1),
+             "attempt after 3 concurrent deliveries")
+    # And again later: a duplicate has no side effect.
+    check_eq(api.post_webhook(port, body)[1]["result"], "duplicate", "a late redelivery")
+    check_eq(api.counts(s, a["id"]), c, "attempt after a late redelivery")
+
+
+def rules(s, port):
+    def send(ev, want_result, what):
+        st, doc = api.post_webhook(port, ev)
+        check_eq(st, 200, "status: " + what)
+        check_eq(doc["result"], want_result, "result: " + what)
+
+    def status(a):
+        return api.counts(s, a["id"])["status"]
+
+    # Success settles PROCESSING held by a worker's lease: the worker is fenced.
+    p = api.insert_attempt(s, "PROCESSING", lease_owner="some-worker")
+    send(api.event("succeeded", p, intent="pi_leased_0001"), "applied", "success for a leased PROCESSING")
+    row = s.query("SELECT status, provider_payment_id, coalesce(lease_owner, '') FROM payment_attempts "
+                  "WHERE id = '%s'" % p["id"])[0]
+    check_eq(row, ["SUCCEEDED", "pi_leased_0001", ""], "leased attempt after success")
+    ev = s.query("SELECT event_type, payload->>'provider_payment_id' FROM outbox "
+                 "WHERE payment_attempt_id = '%s'" % p["id"])
+    check_eq(ev, [["charge.succeeded", "pi_leased_0001"]], "result event of the success")
+    cause = s.query("SELECT cause, old_status, new_status FROM attempt_transitions "
+                    "WHERE payment_attempt_id = '%s'" % p["id"])
+    check_eq(cause, [["webhook", "PROCESSING", "SUCCEEDED"]], "transition of the success")
+
+    # Failure settles UNKNOWN as FAILED, with the decline code as reason.
+    f = api.insert_attempt(s, "UNKNOWN", ppid="pi_failed_0001")
+    send(api.event("payment_failed", f), "applied", "failure for UNKNOWN")
+    check_eq(status(f), "FAILED", "UNKNOWN after a failure event")
+    check(s.query("SELECT reason FROM payment_attempts WHERE id = '%s'" % f["id"])[0][0]
+          .startswith("declined: insufficient_funds"), "reason of the webhook failure")
+    check_eq(api.counts(s, f["id"])["ledger"], 0, "ledger rows of a failure")
+
+    # Processing moves UNKNOWN to PROCESSING (no lease, for the reconciler).
+    u = api.insert_attempt(s, "UNKNOWN", ppid="pi_proc_0001")
+    send(api.event("processing", u), "applied", "processing for UNKNOWN")
+    check_eq(status(u), "PROCESSING", "UNKNOWN after a processing event")
+
+    # Older evidence is recorded and ignored: processing after succeeded.
+    ok = api.insert_attempt(s, "SUCCEEDED")
+    send(api.event("processing", ok, created=int(time.time()) - 60), "ignored", "processing after success")
+    check_eq(status(ok), "SUCCEEDED", "SUCCEEDED after a stale processing event")
+    # A failure dated before the success is older too.
+    send(api.event("payment_failed", ok, created=int(time.time()) - 60), "ignored", "old failure after success")
+    check_eq(status(ok), "SUCCEEDED", "SUCCEEDED after an older failure")
+
+    # Contradictions of a final state go to review, never flip it.
+    failed = api.insert_attempt(s, "FAILED", ppid="pi_contra_0001", reason="declined: x")
+    send(api.event("succeeded", failed), "review", "success for FAILED")
+    check_eq(status(failed), "REQUIRES_REVIEW", "FAILED after a success event")
+    check_eq(api.counts(s, failed["id"])["ledger"], 0, "ledger rows of a contradiction")
+    check_eq(s.query("SELECT event_type FROM outbox WHERE payment_attempt_id = '%s'" % failed["id"]),
+             [["charge.requires_review"]], "result event of the contradiction")
+    other = api.insert_attempt(s, "SUCCEEDED")
+    send(api.event("succeeded", other, intent="pi_another_charge"), "review", "success of another intent")
+    check_eq(status(other), "REQUIRES_REVIEW", "SUCCEEDED after another intent's success")
+    amount = api.insert_attempt(s, "UNKNOWN", ppid="pi_amount_0001")
+    send(api.event("succeeded", amount, amount=amount["amount"] + 100), "review", "success for another amount")
+    check_eq(status(amount), "REQUIRES_REVIEW", "UNKNOWN after a success for another amount")
+    check_eq(api.counts(s, amount["id"])["ledger"], 0, "ledger rows of another amount")
+
+    # A success the attempt already has: ignored; a REJECTED one: flagged.
+    send(api.event("succeeded", ok), "ignored", "the same success again, new event id")
+    check_eq(api.counts(s, ok["id"])["transitions"], 0, "transitions of a repeated success")
+    rj = api.insert_attempt(s, "REJECTED", reason="order_already_paid: x")
+    send(api.event("succeeded", rj, intent="pi_rejected_0001"), "flagged", "success for REJECTED")
+    check_eq(status(rj), "REJECTED", "REJECTED after a success event")
+
+    # Unknown attempt: stored for review, not dropped.
+    ghost = {"id": "0b5e8d0e-4c1f-4e57-9d0c-6f1b1e2a3c4d", "order_id": "0b5e8d0e-4c1f-4e57-9d0c-000000000000",
+             "amount": 500, "currency": "EUR"}
+    ev = api.event("succeeded", ghost, intent="pi_ghost_0001")
+    send(ev, "unmatched", "event for an unknown attempt")
+    row = s.query("SELECT outcome, payment_attempt_id, payload->'data'->'object'->>'id' "
+                  "FROM processed_webhook_events WHERE event_id = '%s'" % ev["id"])
+    check_eq(row, [["unmatched", ghost["id"], "pi_ghost_0001"]], "stored unmatched event")
+    # Other event types are recorded, not acted on.
+    other_type = {"id": "evt_charge_refunded_1", "type": "charge.refunded", "created": int(time.time()),
+                  "data": {"object": {"id": "ch_1", "object": "charge"}}}
+    send(other_type, "ignored", "an event type we do not act on")
+
+
+def scenario(make):
+    s = make("api_webhooks", partitions=1)
+    name, port = api.start_api(s, secrets=(api.SECRET, api.OLD_SECRET), API_MAX_BODY_BYTES=4096)
+    refused(s, port)
+    rotation(s, port)
+    concurrent(s, port)
+    rules(s, port)
+    # Every line of the api's log is JSON, and no secret is in it.
+    log = open("%s/%s.log" % (s.dir, name)).read()
+    for secret in (api.SECRET, api.OLD_SECRET):
+        check(secret not in log, "the api log holds a signing secret")
+    for line in log.splitlines():
+        json.loads(line)
+    check_eq(api.stop_api(s, name), 0, "api exit status on SIGTERM")
+
+
+if __name__ == "__main__":
+    raise SystemExit(e2e.main(scenario))

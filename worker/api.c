@@ -1,0 +1,516 @@
+#include "api.h"
+
+#include <netdb.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <uuid/uuid.h>
+
+#include "api_store.h"
+#include "clock.h"
+#include "config.h"
+#include "daemon.h"
+#include "log.h"
+#include "webhook_event.h"
+#include "webhook_signature.h"
+
+#define WEBHOOK_PATH   "/v1/webhooks/provider"
+#define ATTEMPT_PREFIX "/v1/payment-attempts/"
+#define ORDER_PREFIX   "/v1/orders/"
+#define ORDER_SUFFIX   "/payment-attempts"
+/* The provider in the deduplication key of processed_webhook_events. */
+#define WEBHOOK_PROVIDER  "stripe"
+#define MAX_SECRETS       8
+#define PROBE_INTERVAL_MS 2000
+#define CONNECTION_LIMIT  512
+#define IDLE_TIMEOUT_S    10
+
+struct api {
+    config_t *cfg;
+    char id[160];
+    struct MHD_Daemon *http;
+    char *secret_list; /* the config value, cut into secrets[] in place */
+    const char *secrets[MAX_SECRETS];
+    size_t nsecrets;
+    size_t max_body;
+    /* One store per listener thread, lent for one request at a time. */
+    pthread_mutex_t lock;
+    pthread_cond_t returned;
+    api_store_t **stores;
+    size_t nstores, nfree;
+    api_store_t **free_stores;
+    atomic_int serving; /* requests being answered now */
+    api_store_t *probe; /* the loop's own, for readiness */
+    int64_t next_probe;
+    int db_ok;
+};
+
+/* One HTTP request's state across libmicrohttpd's calls. */
+struct request {
+    char *body;
+    size_t len, cap;
+    int too_large;
+};
+
+static api_store_t *store_take(struct api *a)
+{
+    pthread_mutex_lock(&a->lock);
+    while (a->nfree == 0)
+        pthread_cond_wait(&a->returned, &a->lock);
+    api_store_t *st = a->free_stores[--a->nfree];
+    pthread_mutex_unlock(&a->lock);
+    return st;
+}
+
+static void store_give(struct api *a, api_store_t *st)
+{
+    pthread_mutex_lock(&a->lock);
+    a->free_stores[a->nfree++] = st;
+    pthread_cond_signal(&a->returned);
+    pthread_mutex_unlock(&a->lock);
+}
+
+/* Queues `body` (a reference this takes over) as the JSON answer. */
+static enum MHD_Result reply_json(struct MHD_Connection *c, unsigned status,
+                                  json_t *body)
+{
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (!text)
+        return MHD_NO; /* out of memory: drop the connection */
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, POST");
+    enum MHD_Result ret = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result reply_error(struct MHD_Connection *c, unsigned status,
+                                   const char *why)
+{
+    return reply_json(c, status, json_pack("{s:s}", "error", why));
+}
+
+/* A canonical (lower-case) uuid from the `len` bytes at s, or -1. */
+static int uuid_from(const char *s, size_t len, char out[37])
+{
+    char tmp[37];
+    uuid_t u;
+    if (len != 36)
+        return -1;
+    memcpy(tmp, s, 36);
+    tmp[36] = '\0';
+    if (uuid_parse(tmp, u) != 0)
+        return -1;
+    uuid_unparse_lower(u, out);
+    return 0;
+}
+
+static enum MHD_Result serve_status(struct api *a, struct MHD_Connection *c,
+                                    const char *url)
+{
+    char id[37], err[512];
+    json_t *doc = NULL;
+    int by_order, rc;
+    size_t n = strlen(url), pre = strlen(ORDER_PREFIX), suf = strlen(ORDER_SUFFIX);
+
+    by_order = !strncmp(url, ORDER_PREFIX, pre) && n > pre + suf &&
+               !strcmp(url + n - suf, ORDER_SUFFIX);
+    if (by_order
+            ? uuid_from(url + pre, n - pre - suf, id)
+            : uuid_from(url + strlen(ATTEMPT_PREFIX), n - strlen(ATTEMPT_PREFIX), id))
+        return reply_error(c, MHD_HTTP_BAD_REQUEST,
+                           by_order ? "order id is not a uuid"
+                                    : "payment attempt id is not a uuid");
+    api_store_t *st = store_take(a);
+    rc = by_order ? api_store_order(st, id, &doc, err, sizeof(err))
+                  : api_store_attempt(st, id, &doc, err, sizeof(err));
+    store_give(a, st);
+    if (rc < 0) {
+        log_warn("status query failed", by_order ? "order_id" : "payment_attempt_id",
+                 id, "error", err, NULL);
+        return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "database unavailable");
+    }
+    if (rc > 0)
+        return reply_error(c, MHD_HTTP_NOT_FOUND,
+                           by_order ? "no payment attempts for this order"
+                                    : "no such payment attempt");
+    return reply_json(c, MHD_HTTP_OK, doc);
+}
+
+static enum MHD_Result webhook_refused(struct MHD_Connection *c, unsigned status,
+                                       const char *result, const char *why)
+{
+    log_warn("webhook refused", "result", result, "reason", why, NULL);
+    return reply_error(c, status, why);
+}
+
+static enum MHD_Result serve_webhook(struct api *a, struct MHD_Connection *c,
+                                     struct request *rq)
+{
+    struct webhook_event ev;
+    struct api_webhook_result res;
+    char err[512];
+
+    if (rq->too_large)
+        return webhook_refused(c, MHD_HTTP_CONTENT_TOO_LARGE, "too_large",
+                               "body too large");
+    const char *sig =
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Stripe-Signature");
+    enum webhook_signature_rc src =
+        webhook_signature_verify(sig, rq->body ? rq->body : "", rq->len, a->secrets,
+                                 a->nsecrets, clock_wall_ms() / 1000);
+    if (src != WEBHOOK_SIGNATURE_OK)
+        return webhook_refused(c, MHD_HTTP_BAD_REQUEST, "bad_signature",
+                               webhook_signature_error(src));
+    if (!rq->body || webhook_event_parse(rq->body, rq->len, &ev, err, sizeof(err)) != 0)
+        return webhook_refused(c, MHD_HTTP_BAD_REQUEST, "bad_request",
+                               rq->body ? err : "empty body");
+
+    api_store_t *st = store_take(a);
+    int rc = api_store_apply_webhook(st, WEBHOOK_PROVIDER, &ev, rq->body, &res, err,
+                                     sizeof(err));
+    store_give(a, st);
+    if (rc != 0) {
+        /* Not stored: a 5xx makes the provider deliver it again. */
+        log_error("webhook not stored", "event_id", ev.id, "type", ev.type,
+                  "payment_attempt_id", ev.attempt_id[0] ? ev.attempt_id : NULL,
+                  "error", err, NULL);
+        return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE,
+                           "could not store the event; deliver it again");
+    }
+    void (*say)(enum log_level, const char *, ...) = log_write;
+    say(!strcmp(res.outcome, "review") || !strcmp(res.outcome, "flagged") ||
+                !strcmp(res.outcome, "unmatched")
+            ? LOG_WARN
+            : LOG_INFO,
+        "webhook event", "event_id", ev.id, "type", ev.type, "payment_attempt_id",
+        res.attempt_id[0] ? res.attempt_id : NULL, "order_id",
+        res.order_id[0] ? res.order_id : NULL, "provider_payment_id",
+        ev.intent_id[0] ? ev.intent_id : NULL, "result", res.outcome, "from",
+        res.old_status[0] ? res.old_status : NULL, "to",
+        res.new_status[0] ? res.new_status : NULL, "reason", res.reason, NULL);
+    return reply_json(c, MHD_HTTP_OK,
+                      json_pack("{s:b, s:s}", "received", 1, "result", res.outcome));
+}
+
+/* Appends an upload chunk, keeping nothing past max_body. */
+static void take_chunk(struct api *a, struct request *rq, const char *data, size_t n)
+{
+    if (rq->too_large)
+        return;
+    if (rq->len + n > a->max_body) {
+        rq->too_large = 1;
+        free(rq->body);
+        rq->body = NULL;
+        rq->len = rq->cap = 0;
+        return;
+    }
+    if (rq->len + n + 1 > rq->cap) {
+        size_t cap = rq->cap ? rq->cap : 4096;
+        while (cap < rq->len + n + 1)
+            cap *= 2;
+        char *b = realloc(rq->body, cap);
+        if (!b) {
+            rq->too_large = 1; /* answered 413; nothing better is possible */
+            return;
+        }
+        rq->body = b;
+        rq->cap = cap;
+    }
+    memcpy(rq->body + rq->len, data, n);
+    rq->len += n;
+    rq->body[rq->len] = '\0';
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload, size_t *upload_size, void **ctx)
+{
+    struct api *a = cls;
+    struct request *rq = *ctx;
+    enum MHD_Result ret;
+    (void)version;
+
+    if (!rq) {
+        int webhook = !strcmp(url, WEBHOOK_PATH);
+        int status = !strncmp(url, ATTEMPT_PREFIX, strlen(ATTEMPT_PREFIX)) ||
+                     !strncmp(url, ORDER_PREFIX, strlen(ORDER_PREFIX));
+        if (!webhook && !status)
+            return reply_error(c, MHD_HTTP_NOT_FOUND, "no such endpoint");
+        if (webhook ? strcmp(method, MHD_HTTP_METHOD_POST) != 0
+                    : strcmp(method, MHD_HTTP_METHOD_GET) != 0)
+            return reply_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed");
+        if (status) {
+            atomic_fetch_add(&a->serving, 1);
+            ret = serve_status(a, c, url);
+            atomic_fetch_sub(&a->serving, 1);
+            return ret;
+        }
+        /* Refused before the body is read, when the length says enough. */
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > a->max_body)
+            return webhook_refused(c, MHD_HTTP_CONTENT_TOO_LARGE, "too_large",
+                                   "body too large");
+        if (!(rq = calloc(1, sizeof(*rq))))
+            return MHD_NO;
+        *ctx = rq;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        take_chunk(a, rq, upload, *upload_size);
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    atomic_fetch_add(&a->serving, 1);
+    ret = serve_webhook(a, c, rq);
+    atomic_fetch_sub(&a->serving, 1);
+    return ret;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **ctx,
+                         enum MHD_RequestTerminationCode why)
+{
+    struct request *rq = *ctx;
+    (void)cls;
+    (void)c;
+    (void)why;
+    if (rq) {
+        free(rq->body);
+        free(rq);
+        *ctx = NULL;
+    }
+}
+
+static void on_http_log(void *cls, const char *fmt, va_list ap)
+{
+    char line[512];
+    (void)cls;
+    vsnprintf(line, sizeof(line), fmt, ap);
+    line[strcspn(line, "\r\n")] = '\0';
+    log_warn("http listener", "detail", line, NULL);
+}
+
+/* Cuts the comma-separated secrets in place. 0 / -1 with errbuf. */
+static int take_secrets(struct api *a, char *err, size_t err_size)
+{
+    const char *name = config_name(CONFIG_WEBHOOK_SIGNING_SECRET);
+    char *save = NULL;
+    a->secret_list = strdup(config_str(a->cfg, CONFIG_WEBHOOK_SIGNING_SECRET));
+    if (!a->secret_list) {
+        snprintf(err, err_size, "out of memory");
+        return -1;
+    }
+    for (char *s = strtok_r(a->secret_list, ",", &save); s;
+         s = strtok_r(NULL, ",", &save)) {
+        while (*s == ' ')
+            s++;
+        size_t n = strlen(s);
+        while (n && s[n - 1] == ' ')
+            s[--n] = '\0';
+        if (n < 8) {
+            snprintf(err, err_size, "%s: every secret needs at least 8 characters",
+                     name);
+            return -1;
+        }
+        if (a->nsecrets == MAX_SECRETS) {
+            snprintf(err, err_size, "%s: at most %d secrets", name, MAX_SECRETS);
+            return -1;
+        }
+        log_add_secret(s);
+        a->secrets[a->nsecrets++] = s;
+    }
+    if (a->nsecrets == 0) {
+        snprintf(err, err_size, "%s: no secret given", name);
+        return -1;
+    }
+    return 0;
+}
+
+/* Listens on API_ADDR. Returns 0, or an exit status with errbuf. */
+static int listen_http(struct api *a, char *err, size_t err_size)
+{
+    const char *addr = config_str(a->cfg, CONFIG_API_ADDR);
+    char host[256];
+    const char *colon = strrchr(addr, ':');
+    struct addrinfo hints = {0}, *ai = NULL;
+    size_t hl = (size_t)(colon - addr);
+
+    if (hl >= sizeof(host)) {
+        snprintf(err, err_size, "API_ADDR: host too long");
+        return 2;
+    }
+    memcpy(host, addr, hl);
+    host[hl] = '\0';
+    if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']') {
+        memmove(host, host + 1, hl - 2);
+        host[hl - 2] = '\0';
+    }
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    if (getaddrinfo(host, colon + 1, &hints, &ai) != 0 || !ai) {
+        snprintf(err, err_size, "API_ADDR: cannot resolve '%s'", host);
+        return 2;
+    }
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    /* The logger comes first: libmicrohttpd logs to stderr, not JSON, until
+     * it has seen it. */
+    a->http = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, a, MHD_OPTION_EXTERNAL_LOGGER, on_http_log, a,
+        MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE,
+        (unsigned)a->nstores, MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONNECTION_LIMIT,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, a, MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!a->http) {
+        snprintf(err, err_size, "cannot listen on API_ADDR %s", addr);
+        return 1;
+    }
+    return 0;
+}
+
+static void api_step(void *state)
+{
+    struct api *a = state;
+    char err[512];
+    int64_t now = clock_now_ms();
+    if (now < a->next_probe) {
+        usleep(50 * 1000);
+        return;
+    }
+    a->next_probe = now + PROBE_INTERVAL_MS;
+    int ok = api_store_ping(a->probe, err, sizeof(err)) == 0;
+    if (ok != a->db_ok)
+        ok ? log_info("database reachable", NULL)
+           : log_warn("database unreachable", "error", err, NULL);
+    a->db_ok = ok;
+}
+
+static size_t api_drain(void *state, int64_t deadline)
+{
+    struct api *a = state;
+    /* No new connection from now on; requests being answered finish. */
+    MHD_socket s = MHD_quiesce_daemon(a->http);
+    if (s != MHD_INVALID_SOCKET)
+        close(s);
+    while (atomic_load(&a->serving) > 0 && clock_now_ms() < deadline &&
+           daemon_stopping() < 2)
+        usleep(10 * 1000);
+    return (size_t)atomic_load(&a->serving);
+}
+
+static void teardown(struct api *a)
+{
+    if (!a)
+        return;
+    if (a->http)
+        MHD_stop_daemon(a->http);
+    for (size_t i = 0; a->stores && i < a->nstores; i++)
+        api_store_free(a->stores[i]);
+    free(a->stores);
+    free(a->free_stores);
+    api_store_free(a->probe);
+    pthread_cond_destroy(&a->returned);
+    pthread_mutex_destroy(&a->lock);
+    free(a->secret_list);
+    config_free(a->cfg);
+    free(a);
+}
+
+static void api_finish(void *state, int flush_ms)
+{
+    (void)flush_ms;
+    log_info("api stopped", NULL);
+    teardown(state);
+}
+
+static int setup(struct api *a, char *err, size_t err_size)
+{
+    const char *url = config_str(a->cfg, CONFIG_DATABASE_URL);
+    const char *topic = config_str(a->cfg, CONFIG_CHARGE_RESULTS_TOPIC);
+    if (take_secrets(a, err, err_size) != 0)
+        return 2;
+    a->max_body = (size_t)config_int(a->cfg, CONFIG_API_MAX_BODY_BYTES);
+    a->nstores = (size_t)config_int(a->cfg, CONFIG_API_THREADS);
+    a->stores = calloc(a->nstores, sizeof(*a->stores));
+    a->free_stores = calloc(a->nstores, sizeof(*a->free_stores));
+    a->probe = api_store_new(url, topic);
+    if (!a->stores || !a->free_stores || !a->probe)
+        goto oom;
+    for (size_t i = 0; i < a->nstores; i++) {
+        if (!(a->stores[i] = api_store_new(url, topic)))
+            goto oom;
+        a->free_stores[a->nfree++] = a->stores[i];
+    }
+    return listen_http(a, err, err_size);
+oom:
+    snprintf(err, err_size, "out of memory");
+    return 1;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: charged api\n\n"
+            "Serves, on API_ADDR:\n"
+            "  POST " WEBHOOK_PATH "  the provider's webhooks: signature checked\n"
+            "      (Stripe-Signature, 300 s tolerance), deduplicated on the event id,\n"
+            "      applied in one transaction; 200 only after the commit\n"
+            "  GET  " ATTEMPT_PREFIX "<id>             one attempt's status\n"
+            "  GET  " ORDER_PREFIX "<order_id>" ORDER_SUFFIX "  an order's attempts\n"
+            "SIGTERM: stop accepting, finish the requests in hand, exit 0.\n\n");
+    config_print_help(out, CONFIG_ROLE_API);
+}
+
+static int api_start(config_t *cfg, const char *id, struct daemon_role *role, char *err,
+                     size_t err_size)
+{
+    struct api *a = calloc(1, sizeof(*a));
+    if (!a) {
+        config_free(cfg);
+        snprintf(err, err_size, "out of memory");
+        return 1;
+    }
+    a->cfg = cfg;
+    snprintf(a->id, sizeof(a->id), "%s", id);
+    pthread_mutex_init(&a->lock, NULL);
+    pthread_cond_init(&a->returned, NULL);
+    atomic_init(&a->serving, 0);
+    a->db_ok = -1;
+    int rc = setup(a, err, err_size);
+    if (rc != 0) {
+        teardown(a);
+        return rc;
+    }
+    log_info("api started", "api", a->id, "listen", config_str(cfg, CONFIG_API_ADDR),
+             NULL);
+    *role = (struct daemon_role){"api", a, api_step, api_drain, api_finish};
+    return 0;
+}
+
+int api_main(int argc, char **argv)
+{
+    static const struct daemon_program program = {"api", CONFIG_ROLE_API, usage,
+                                                  api_start};
+    return daemon_main(argc, argv, &program);
+}
