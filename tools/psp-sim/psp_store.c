@@ -15,6 +15,9 @@ struct psp_store {
     json_t *keys;    /* idempotency key -> {fp, done, status, body, created_ms} */
     json_t *intents; /* pi id -> {pi: PaymentIntent, row: its ledger row, created_ms} */
     json_t *ledger;  /* array of executed charges */
+    json_t *processing; /* pi id -> its record in intents, while processing */
+    psp_store_observer_fn observer;
+    void *observer_ctx;
     uint64_t next_id;
     long long counters[PSP_C__COUNT];
 };
@@ -54,8 +57,9 @@ psp_store_t *psp_store_new(int64_t retention_ms)
     st->keys = json_object();
     st->intents = json_object();
     st->ledger = json_array();
+    st->processing = json_object();
     st->next_id = 1;
-    if (!st->keys || !st->intents || !st->ledger) {
+    if (!st->keys || !st->intents || !st->ledger || !st->processing) {
         psp_store_free(st);
         return NULL;
     }
@@ -69,6 +73,7 @@ void psp_store_free(psp_store_t *st)
     json_decref(st->keys);
     json_decref(st->intents);
     json_decref(st->ledger);
+    json_decref(st->processing);
     pthread_mutex_destroy(&st->lock);
     free(st);
 }
@@ -92,6 +97,21 @@ void psp_store_set_processing_settle(psp_store_t *st, int64_t settle_ms)
     pthread_mutex_lock(&st->lock);
     st->processing_settle_ms = settle_ms;
     pthread_mutex_unlock(&st->lock);
+}
+
+void psp_store_set_observer(psp_store_t *st, psp_store_observer_fn fn, void *ctx)
+{
+    pthread_mutex_lock(&st->lock);
+    st->observer = fn;
+    st->observer_ctx = ctx;
+    pthread_mutex_unlock(&st->lock);
+}
+
+/* Caller holds the lock. */
+static void observe(psp_store_t *st, json_t *pi, int64_t at_ms)
+{
+    if (st->observer)
+        st->observer(st->observer_ctx, pi, at_ms);
 }
 
 void psp_store_count(psp_store_t *st, enum psp_counter c)
@@ -379,9 +399,12 @@ void psp_store_execute(psp_store_t *st, const struct psp_charge_request *req,
     json_array_append(st->ledger, row);
     /* The record shares the row with the ledger: settling the intent later
      * updates the one row its charge has, never adds one. */
-    json_object_set_new(st->intents, id,
-                        json_pack("{s:O, s:o, s:I}", "pi", pi, "row", row, "created_ms",
-                                  (json_int_t)now_ms));
+    json_t *rec = json_pack("{s:O, s:o, s:I}", "pi", pi, "row", row, "created_ms",
+                            (json_int_t)now_ms);
+    json_object_set_new(st->intents, id, rec);
+    if (m->status && !strcmp(m->status, "processing"))
+        json_object_set(st->processing, id, rec);
+    observe(st, pi, now_ms);
     answer_json(ans, status, body);
     if (req->idempotency_key) {
         json_t *e = json_object_get(st->keys, req->idempotency_key);
@@ -424,6 +447,8 @@ static void apply_settlement(psp_store_t *st, json_t *rec,
     }
     json_object_set_new(row, "outcome", json_string(outcome));
     json_object_set_new(row, "settled_at_ms", json_integer(at_ms));
+    json_object_del(st->processing, json_string_value(json_object_get(pi, "id")));
+    observe(st, pi, at_ms);
     /* Counters count each charge once, by what it is now. */
     st->counters[PSP_C_PROCESSING]--;
     st->counters[c]++;
@@ -454,6 +479,27 @@ static void answer_no_such_intent(struct psp_answer *ans, const char *id)
     char msg[128];
     no_such("payment_intent", id, msg, sizeof(msg));
     answer_error(ans, 404, "invalid_request_error", "resource_missing", "intent", msg);
+}
+
+int64_t psp_store_settle_due(psp_store_t *st, int64_t now_ms)
+{
+    const char *id;
+    json_t *rec, *tmp;
+    int64_t next = -1;
+
+    pthread_mutex_lock(&st->lock);
+    json_object_foreach_safe(st->processing, tmp, id, rec)
+    {
+        settle_if_due(st, rec, now_ms); /* may delete it from processing */
+        if (st->processing_settle_ms > 0 && is_processing(rec)) {
+            int64_t left = json_integer_value(json_object_get(rec, "created_ms")) +
+                           st->processing_settle_ms - now_ms;
+            if (next < 0 || left < next)
+                next = left;
+        }
+    }
+    pthread_mutex_unlock(&st->lock);
+    return next;
 }
 
 void psp_store_retrieve(psp_store_t *st, const char *id, int64_t now_ms,
@@ -594,6 +640,7 @@ void psp_store_reset(psp_store_t *st)
     json_object_clear(st->keys);
     json_object_clear(st->intents);
     json_array_clear(st->ledger);
+    json_object_clear(st->processing);
     memset(st->counters, 0, sizeof(st->counters));
     pthread_mutex_unlock(&st->lock);
 }

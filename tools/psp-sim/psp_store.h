@@ -56,6 +56,21 @@ void psp_store_set_search_lag(psp_store_t *st, int64_t search_lag_ms);
  * creation (settled when next read); 0: only POST /intents/<id>/settle does. */
 void psp_store_set_processing_settle(psp_store_t *st, int64_t settle_ms);
 
+/* Called each time an intent enters a status: when it is created (succeeded,
+ * processing or requires_payment_method) and when it settles. `intent` is
+ * the intent as retrieve answers it, borrowed; at_ms is when the change
+ * happened. It runs under the store's lock, so calls for one intent come in
+ * the order of its changes: serialise the intent, do not keep it, do not
+ * block, do not call back into the store. NULL: nobody is told. */
+typedef void (*psp_store_observer_fn)(void *ctx, json_t *intent, int64_t at_ms);
+void psp_store_set_observer(psp_store_t *st, psp_store_observer_fn fn, void *ctx);
+
+/* Settles every processing intent whose --processing-settle-ms has passed
+ * (as reading it would, as of when it was due), so that its change is
+ * observed without anyone reading it. Returns the ms until the next one is
+ * due, or -1 when none is waiting. */
+int64_t psp_store_settle_due(psp_store_t *st, int64_t now_ms);
+
 /* Validates the request and takes its key. On PSP_BEGIN_EXECUTE the caller
  * must end with psp_store_execute() or psp_store_release(). */
 enum psp_begin psp_store_begin(psp_store_t *st, const struct psp_charge_request *req,
