@@ -1055,6 +1055,7 @@ static int run_psp_sim(const char *const *args, const char *env_key, char *err,
         dup2(fds[1], STDERR_FILENO);
         close(fds[0]);
         close(fds[1]);
+        unsetenv("PSP_SIM_WEBHOOK_SECRET"); /* only what args say */
         if (env_key)
             setenv("PSP_SIM_API_KEY", env_key, 1);
         else
@@ -1131,6 +1132,16 @@ START_TEST(each_bad_flag_value_is_reported_under_its_own_name)
         {"--fault", "explode=1"},
         {"--fault", "drop_after=1.5"},
         {"--api-key", ""},
+        {"--webhook-url", "http://127.0.0.1:9/no-secret"},
+        {"--webhook-secret", ""},
+        {"--webhook-duplicate-rate", "1.5"},
+        {"--webhook-duplicate-rate", "x"},
+        {"--webhook-reorder-rate", "-0.1"},
+        {"--webhook-reorder-rate", "nan"},
+        {"--webhook-retry-ms", "0"},
+        {"--webhook-retry-max-ms", "86400001"},
+        {"--webhook-timeout-ms", "0"},
+        {"--webhook-queue-max", "0"},
     };
     static const char *const need_values[] = {
         "--host",
@@ -1147,6 +1158,14 @@ START_TEST(each_bad_flag_value_is_reported_under_its_own_name)
         "--search-lag-ms",
         "--processing-settle-ms",
         "--fault",
+        "--webhook-url",
+        "--webhook-secret",
+        "--webhook-duplicate-rate",
+        "--webhook-reorder-rate",
+        "--webhook-retry-ms",
+        "--webhook-retry-max-ms",
+        "--webhook-timeout-ms",
+        "--webhook-queue-max",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         const char *args[] = {bad[i][0], bad[i][1], NULL};
@@ -1161,6 +1180,9 @@ START_TEST(each_bad_flag_value_is_reported_under_its_own_name)
     expect_refused(bogus, NULL, "bad option '--bogus'");
     const char *none[] = {NULL};
     expect_refused(none, "", "PSP_SIM_API_KEY");
+    /* With a secret, the URL itself is checked. */
+    const char *ftp[] = {"--webhook-secret", "s", "--webhook-url", "ftp://x", NULL};
+    expect_refused(ftp, NULL, "--webhook-url");
 }
 END_TEST
 

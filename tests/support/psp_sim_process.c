@@ -143,6 +143,15 @@ void psp_sim_start(struct psp_sim_process *p, const char *const *extra_args)
         dup2(out[1], STDOUT_FILENO);
         close(out[0]);
         close(out[1]);
+        if (p->stderr_path) {
+            int fd = open(p->stderr_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+            if (fd < 0)
+                _exit(127);
+            dup2(fd, STDERR_FILENO);
+            close(fd);
+        }
+        for (int i = 0; p->env && p->env[i]; i++)
+            putenv((char *)p->env[i]);
         execv(argv[0], (char *const *)argv);
         _exit(127);
     }
@@ -153,6 +162,7 @@ void psp_sim_start(struct psp_sim_process *p, const char *const *extra_args)
     /* That line is all psp-sim writes to stdout (it ignores SIGPIPE), and
      * its logs keep going to our stderr. */
     close(out[0]);
+    snprintf(p->first_line, sizeof(p->first_line), "%s", line);
     if (why) {
         int st;
         kill(p->pid, SIGKILL);

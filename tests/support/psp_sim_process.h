@@ -15,6 +15,12 @@ struct psp_sim_process {
     pid_t pid;
     int port, admin_port;
     char base_url[64];
+    /* Optional, set before psp_sim_start: "NAME=value" strings (NULL-
+     * terminated) added to its environment, and a file its stderr goes to
+     * (else to ours). */
+    const char *const *env;
+    const char *stderr_path;
+    char first_line[256]; /* what it printed on stdout: its only output there */
 };
 
 /* Starts psp-sim with extra flags (NULL-terminated), or fails the test. */

@@ -3,8 +3,10 @@
  * faults and a ledger of what it actually charged.
  *
  * Two listeners: the provider API (/v1/...) and an admin API (ledger, reset,
- * faults) on its own port. Delays and stalls suspend the connection and a
- * timer thread resumes it, so thousands of slow requests cost no threads. */
+ * faults, webhooks) on its own port. Delays and stalls suspend the connection
+ * and a timer thread resumes it, so thousands of slow requests cost no
+ * threads. With --webhook-url, every change of an intent's status becomes a
+ * signed event that psp_webhooks delivers from a thread of its own. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -17,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <curl/curl.h>
 #include <jansson.h>
 #include <microhttpd.h>
 #include <openssl/crypto.h>
@@ -24,6 +27,7 @@
 
 #include "psp_faults.h"
 #include "psp_store.h"
+#include "psp_webhooks.h"
 
 #define MAX_BODY 65536
 
@@ -31,7 +35,10 @@ static volatile sig_atomic_t stop_requested;
 
 static psp_store_t *store;
 static psp_faults_t *faults;
+static psp_webhooks_t *webhooks;
 static char *api_key;
+
+static int parse_long(const char *s, long min, long max, long *out);
 
 enum req_state { ST_RECEIVING, ST_DELAYED, ST_STALLED };
 
@@ -154,6 +161,44 @@ static void *timer_main(void *arg)
         MHD_resume_connection(heap_pop());
     }
     pthread_mutex_unlock(&timer_lock);
+    return NULL;
+}
+
+/* ---- webhooks: every change of an intent's status is an event ---- */
+
+/* The store calls this under its lock, in the order of each intent's
+ * changes; queuing never blocks the request that made the change. */
+static void on_intent_change(void *ctx, json_t *intent, int64_t at_ms)
+{
+    const char *type = psp_webhooks_type_for_status(
+        json_string_value(json_object_get(intent, "status")));
+    if (type)
+        psp_webhooks_enqueue(ctx, type, intent, at_ms / 1000, NULL, NULL, 0);
+}
+
+/* With --processing-settle-ms an intent settles when it is next read; with
+ * webhooks someone must read it when it is due, or its event never comes.
+ * At most 100 ms late: the setting can change at run time. */
+static pthread_mutex_t settler_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t settler_cond = PTHREAD_COND_INITIALIZER;
+static int settler_stop;
+
+static void *settler_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&settler_lock);
+    while (!settler_stop) {
+        pthread_mutex_unlock(&settler_lock);
+        int64_t next = psp_store_settle_due(store, now_ms());
+        pthread_mutex_lock(&settler_lock);
+        if (settler_stop)
+            break;
+        int64_t wait = next < 0 || next > 100 ? 100 : next < 1 ? 1 : next;
+        int64_t due = now_ms() + wait;
+        struct timespec ts = {.tv_sec = due / 1000, .tv_nsec = (due % 1000) * 1000000};
+        pthread_cond_timedwait(&settler_cond, &settler_lock, &ts);
+    }
+    pthread_mutex_unlock(&settler_lock);
     return NULL;
 }
 
@@ -485,6 +530,188 @@ static enum MHD_Result put_delay(struct req *r, const char *member,
     return respond_json(r->conn, 200, json_pack("{s:b}", "ok", 1));
 }
 
+/* As the intent would be had it entered `status`: crafted events may
+ * contradict what psp-sim knows. */
+static void override_status(json_t *pi, const char *status)
+{
+    const char *now = json_string_value(json_object_get(pi, "status"));
+    if (now && !strcmp(now, status))
+        return;
+    json_object_set_new(pi, "status", json_string(status));
+    if (!strcmp(status, "requires_payment_method")) {
+        if (!json_is_object(json_object_get(pi, "last_payment_error")))
+            json_object_set_new(pi, "last_payment_error",
+                                json_pack("{s:s, s:s, s:s, s:s}", "type", "card_error",
+                                          "code", "card_declined", "decline_code",
+                                          "generic_decline", "message",
+                                          "Your card was declined."));
+    } else {
+        json_object_set_new(pi, "last_payment_error", json_null());
+    }
+    if (!strcmp(status, "canceled"))
+        json_object_set_new(pi, "canceled_at", json_integer(now_ms() / 1000));
+}
+
+/* Event ids go into logs: printable ASCII without spaces, 1..255. */
+static int event_id_valid(const char *s)
+{
+    size_t n = s ? strlen(s) : 0;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] <= 0x20 || s[i] >= 0x7f)
+            return 0;
+    return n >= 1 && n <= 255;
+}
+
+/* POST /webhooks/emit {"intent":"pi_..." or "object":{...}, "type":...,
+ * "created":<unix>, "id":"evt_..."}: a crafted event, queued as any other. */
+static enum MHD_Result emit_event(struct req *r)
+{
+    json_error_t jerr;
+    json_t *body = json_loadb(r->body ? r->body : "", r->len, 0, &jerr);
+    json_t *pi = NULL, *v, *object = json_object_get(body, "object");
+    json_t *intent = json_object_get(body, "intent");
+    const char *k, *type = json_string_value(json_object_get(body, "type"));
+    const char *status = psp_webhooks_status_for_type(type), *id = NULL;
+    json_int_t created = now_ms() / 1000;
+    char err[160] = "", evt[300];
+    int http = 400;
+    enum MHD_Result rc;
+
+    if (!json_is_object(body)) {
+        snprintf(err, sizeof(err), "body must be a JSON object");
+        goto out;
+    }
+    json_object_foreach(body, k, v)
+    {
+        if (strcmp(k, "intent") && strcmp(k, "object") && strcmp(k, "type") &&
+            strcmp(k, "created") && strcmp(k, "id")) {
+            snprintf(err, sizeof(err), "unknown member '%.64s'", k);
+            goto out;
+        }
+    }
+    if (!status) {
+        snprintf(err, sizeof(err),
+                 "type must be payment_intent.succeeded, payment_intent.processing, "
+                 "payment_intent.payment_failed or payment_intent.canceled");
+        goto out;
+    }
+    if ((v = json_object_get(body, "created")) != NULL) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0) {
+            snprintf(err, sizeof(err),
+                     "created must be an integer >= 0 (unix seconds)");
+            goto out;
+        }
+        created = json_integer_value(v);
+    }
+    if ((v = json_object_get(body, "id")) != NULL &&
+        !event_id_valid(id = json_string_value(v))) {
+        snprintf(err, sizeof(err),
+                 "id must be 1..255 printable ASCII characters without spaces");
+        goto out;
+    }
+    if (!intent == !object || (intent && !json_is_string(intent)) ||
+        (object && !json_is_object(object))) {
+        snprintf(err, sizeof(err),
+                 "give either intent (a payment intent id) or object (a PaymentIntent "
+                 "object)");
+        goto out;
+    }
+    if (object) {
+        pi = json_incref(object); /* sent as given, about any intent */
+    } else {
+        struct psp_answer ans = {0};
+        psp_store_retrieve(store, json_string_value(intent), now_ms(), &ans);
+        if (ans.status != 200) {
+            json_decref(body);
+            return respond(r->conn, ans.status, ans.body, 0);
+        }
+        pi = json_loads(ans.body, 0, &jerr);
+        free(ans.body);
+        if (!pi) {
+            http = 500;
+            snprintf(err, sizeof(err), "out of memory");
+            goto out;
+        }
+        override_status(pi, status);
+    }
+    switch (psp_webhooks_enqueue(webhooks, type, pi, created, id, evt, sizeof(evt))) {
+    case PSP_WH_QUEUED: {
+        /* type points into body: the answer is made before body goes. */
+        json_t *ans = json_pack("{s:s, s:s}", "id", evt, "type", type);
+        json_decref(pi);
+        json_decref(body);
+        return respond_json(r->conn, 200, ans);
+    }
+    case PSP_WH_DISABLED:
+        http = 409;
+        snprintf(err, sizeof(err),
+                 "psp-sim runs without --webhook-url: it sends no events");
+        break;
+    case PSP_WH_DROPPED:
+        http = 503;
+        snprintf(err, sizeof(err), "the webhook queue is full: the event was dropped");
+        break;
+    }
+out:
+    rc = respond_error(r->conn, http, "invalid_request_error", err);
+    json_decref(pi);
+    json_decref(body);
+    return rc;
+}
+
+/* POST /webhook-secret {"secret":"...","keep_old":true|false}. Nothing
+ * about the body is echoed: it holds a secret. */
+static enum MHD_Result rotate_secret(struct req *r)
+{
+    json_error_t jerr;
+    json_t *body = json_loadb(r->body ? r->body : "", r->len, 0, &jerr), *v;
+    json_t *keep = json_object_get(body, "keep_old");
+    const char *k;
+    char err[160] = "";
+
+    if (!json_is_object(body)) {
+        snprintf(err, sizeof(err), "body must be a JSON object");
+        goto out;
+    }
+    json_object_foreach(body, k, v)
+    {
+        if (strcmp(k, "secret") && strcmp(k, "keep_old")) {
+            snprintf(err, sizeof(err), "unknown member '%.64s'", k);
+            goto out;
+        }
+    }
+    if (keep && !json_is_boolean(keep)) {
+        snprintf(err, sizeof(err), "keep_old must be true or false");
+        goto out;
+    }
+    if (psp_webhooks_rotate(webhooks,
+                            json_string_value(json_object_get(body, "secret")),
+                            json_is_true(keep), err, sizeof(err)) != 0)
+        goto out;
+    json_decref(body);
+    json_t *stats = psp_webhooks_stats_json(webhooks);
+    json_t *ans = json_pack("{s:b, s:O}", "ok", 1, "signing_secrets",
+                            json_object_get(stats, "signing_secrets"));
+    json_decref(stats);
+    return respond_json(r->conn, 200, ans);
+out:
+    json_decref(body);
+    return respond_error(r->conn, 400, "invalid_request_error", err);
+}
+
+/* GET /webhooks/events?limit=N (1..1000, default 100) */
+static enum MHD_Result list_events(struct req *r)
+{
+    const char *s =
+        MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "limit");
+    long limit = 100;
+    if (s && parse_long(s, 1, 1000, &limit) != 0)
+        return respond_error(r->conn, 400, "invalid_request_error",
+                             "limit must be an integer in 1..1000");
+    return respond_json(r->conn, 200,
+                        psp_webhooks_events_json(webhooks, (size_t)limit));
+}
+
 static enum MHD_Result admin_api(struct req *r, const char *url, const char *method)
 {
     char err[256], *settle_id;
@@ -494,6 +721,7 @@ static enum MHD_Result admin_api(struct req *r, const char *url, const char *met
         return respond_json(r->conn, 200, psp_store_ledger_json(store, now_ms()));
     if (!strcmp(url, "/reset") && !strcmp(method, "POST")) {
         psp_store_reset(store);
+        psp_webhooks_reset(webhooks);
         return respond_json(r->conn, 200, json_pack("{s:b}", "reset", 1));
     }
     if (!strcmp(url, "/faults") && !strcmp(method, "GET"))
@@ -530,6 +758,14 @@ static enum MHD_Result admin_api(struct req *r, const char *url, const char *met
         return put_delay(r, "search_lag_ms", psp_store_set_search_lag);
     if (!strcmp(url, "/processing-settle") && !strcmp(method, "PUT"))
         return put_delay(r, "processing_settle_ms", psp_store_set_processing_settle);
+    if (!strcmp(url, "/webhooks") && !strcmp(method, "GET"))
+        return respond_json(r->conn, 200, psp_webhooks_stats_json(webhooks));
+    if (!strcmp(url, "/webhooks/events") && !strcmp(method, "GET"))
+        return list_events(r);
+    if (!strcmp(url, "/webhooks/emit") && !strcmp(method, "POST"))
+        return emit_event(r);
+    if (!strcmp(url, "/webhook-secret") && !strcmp(method, "POST"))
+        return rotate_secret(r);
     if (!strcmp(method, "POST") && (settle_id = settle_target(url)) != NULL) {
         enum MHD_Result rc = settle_intent(r, settle_id);
         free(settle_id);
@@ -610,7 +846,7 @@ static void usage(FILE *out)
         "[86400000]\n"
         "  --threads N              HTTP threads, 1..1024 [2]\n"
         "  --max-connections N      concurrent connections, 1..1000000 [8192]\n"
-        "  --seed N                 seed of fault decisions [1]\n"
+        "  --seed N                 seed of fault and webhook decisions [1]\n"
         "  --latency-ms N           added to every charge while its key is held [0]\n"
         "  --latency-jitter-ms N    plus a random 0..N ms [0]\n"
         "  --stall-ms N             how long stall_after holds an answer [30000]\n"
@@ -633,6 +869,23 @@ static void usage(FILE *out)
         "                             stall_after   execute, then hold the answer for\n"
         "                                           --stall-ms and hang up\n"
         "                             drop_after    execute, then close unanswered\n"
+        "  --webhook-url URL        POST an event to URL (http:// or https://) on "
+        "every\n"
+        "                           change of an intent's status; none: no events\n"
+        "  --webhook-secret S       signing secret; default: $PSP_SIM_WEBHOOK_SECRET\n"
+        "                           (required with --webhook-url; never printed)\n"
+        "  --webhook-duplicate-rate P\n"
+        "                           probability (0..1) that an acknowledged event is\n"
+        "                           sent once more, --webhook-retry-ms later [0]\n"
+        "  --webhook-reorder-rate P probability (0..1) that an event is held back\n"
+        "                           until the one behind it has been sent (1 s at\n"
+        "                           most) [0]\n"
+        "  --webhook-retry-ms N     first back-off after a failed delivery, doubling\n"
+        "                           [100]\n"
+        "  --webhook-retry-max-ms N back-off cap [2000]\n"
+        "  --webhook-timeout-ms N   one delivery's limit, connecting included [5000]\n"
+        "  --webhook-queue-max N    deliveries waiting or in flight, at most; more\n"
+        "                           are dropped and counted [100000]\n"
         "  --help                   this text\n"
         "\n"
         "Once both ports listen, psp-sim prints one line on stdout (its only\n"
@@ -694,6 +947,37 @@ static void usage(FILE *out)
         "                     a processing intent (its ledger row's outcome becomes\n"
         "                     succeeded, declined or canceled); 409 when it is not\n"
         "                     processing, 404 unknown id, 400 bad body\n"
+        "  GET    /webhooks   deliveries: {\"url\",\"pending\",\"delivered\" (events\n"
+        "                     acknowledged with 2xx),\"sends\" (HTTP attempts),\n"
+        "                     \"failures\",\"duplicates\",\"reordered\",\"dropped\",\n"
+        "                     \"events\" (queued),\"signing_secrets\"}\n"
+        "  GET    /webhooks/events?limit=N\n"
+        "                     the last N events queued (1..1000, default 100):\n"
+        "                     id, type, intent, created, attempts, acknowledged\n"
+        "  POST   /webhooks/emit\n"
+        "                     "
+        "{\"intent\":\"pi_...\",\"type\":\"payment_intent.succeeded\",\n"
+        "                     \"created\":<unix, default now>,\"id\":<default new>}:\n"
+        "                     queues a crafted event about a known intent (its\n"
+        "                     current state, the status set to match type), or\n"
+        "                     with \"object\":{...} instead of \"intent\" about any\n"
+        "                     PaymentIntent object, sent as given; 409 without\n"
+        "                     --webhook-url, 503 when the queue is full\n"
+        "  POST   /webhook-secret\n"
+        "                     {\"secret\":\"...\",\"keep_old\":false}: sign with the\n"
+        "                     new secret from now on; keep_old: with the old one\n"
+        "                     too (a second v1), as during a rotation\n"
+        "\n"
+        "Webhooks: each change of an intent's status (created succeeded, processing\n"
+        "or declined; settled by the admin API or by --processing-settle-ms) is an\n"
+        "event {\"id\":\"evt_...\",\"object\":\"event\",\"type\",\"created\",\n"
+        "\"livemode\":false,\"data\":{\"object\":<the PaymentIntent as retrieve shows\n"
+        "it>}}; type: payment_intent.succeeded, payment_intent.processing,\n"
+        "payment_intent.payment_failed or payment_intent.canceled. Each is POSTed\n"
+        "with Content-Type: application/json and Stripe-Signature: t=<unix>,\n"
+        "v1=<hex HMAC-SHA256(secret, \"<t>.<body>\")>, signed at each send, and\n"
+        "sent again until the receiver answers 2xx.\n"
+        "POST /reset also drops pending deliveries and zeroes their counters.\n"
         "\n"
         "Exit status: 0 after SIGTERM/SIGINT, 1 when it cannot listen, 2 on bad "
         "usage.\n");
@@ -705,6 +989,18 @@ static int parse_long(const char *s, long min, long max, long *out)
     errno = 0;
     long v = strtol(s, &end, 10);
     if (errno || end == s || *end || v < min || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* A probability: a number in 0..1. */
+static int parse_rate(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= 0 && v <= 1))
         return -1;
     *out = v;
     return 0;
@@ -776,6 +1072,14 @@ int main(int argc, char **argv)
         {"fault", required_argument, NULL, 'f'},
         {"search-lag-ms", required_argument, NULL, 'L'},
         {"processing-settle-ms", required_argument, NULL, 'P'},
+        {"webhook-url", required_argument, NULL, 'U'},
+        {"webhook-secret", required_argument, NULL, 'W'},
+        {"webhook-duplicate-rate", required_argument, NULL, 'D'},
+        {"webhook-reorder-rate", required_argument, NULL, 'O'},
+        {"webhook-retry-ms", required_argument, NULL, 'B'},
+        {"webhook-retry-max-ms", required_argument, NULL, 'M'},
+        {"webhook-timeout-ms", required_argument, NULL, 'T'},
+        {"webhook-queue-max", required_argument, NULL, 'Q'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -783,6 +1087,10 @@ int main(int argc, char **argv)
     long port = 12111, admin_port = 12112, retention = 86400000L, threads = 2;
     long max_conn = 8192, seed = 1, latency = 0, jitter = 0, stall = 30000;
     long search_lag = 0, settle = 0;
+    long wh_retry = 100, wh_retry_max = 2000, wh_timeout = 5000, wh_queue = 100000;
+    double wh_duplicate = 0, wh_reorder = 0;
+    const char *wh_url = NULL, *wh_secret = getenv("PSP_SIM_WEBHOOK_SECRET");
+    int secret_from_flag = 0;
     /* Numeric flags and the values each takes: ports are 0 (the kernel
      * picks) to 65535, counts go to libmicrohttpd as unsigned, and delays
      * stop at a day so that now + delay cannot overflow. */
@@ -790,17 +1098,27 @@ int main(int argc, char **argv)
         int val;
         long *target, min, max;
     } nums[] = {
-        {'p', &port, 0, 65535},         {'a', &admin_port, 0, 65535},
-        {'r', &retention, 0, LONG_MAX}, {'t', &threads, 1, 1024},
-        {'c', &max_conn, 1, 1000000},   {'s', &seed, 0, LONG_MAX},
-        {'l', &latency, 0, 86400000},   {'j', &jitter, 0, 86400000},
-        {'S', &stall, 0, 86400000},     {'L', &search_lag, 0, 86400000},
+        {'p', &port, 0, 65535},
+        {'a', &admin_port, 0, 65535},
+        {'r', &retention, 0, LONG_MAX},
+        {'t', &threads, 1, 1024},
+        {'c', &max_conn, 1, 1000000},
+        {'s', &seed, 0, LONG_MAX},
+        {'l', &latency, 0, 86400000},
+        {'j', &jitter, 0, 86400000},
+        {'S', &stall, 0, 86400000},
+        {'L', &search_lag, 0, 86400000},
         {'P', &settle, 0, 86400000},
+        {'B', &wh_retry, 1, 86400000},
+        {'M', &wh_retry_max, 1, 86400000},
+        {'T', &wh_timeout, 1, 86400000},
+        {'Q', &wh_queue, 1, 10000000},
     };
     const char *fault_specs[64];
     int nfaults = 0, c, rc = 1, key_from_flag = 0;
     struct MHD_Daemon *d = NULL, *ad = NULL;
-    pthread_t timer;
+    pthread_t timer, settler;
+    int settler_started = 0;
     struct sockaddr_in sa = {0}, asa = {0};
     sigset_t block, old;
 
@@ -818,6 +1136,22 @@ int main(int argc, char **argv)
             free(api_key);
             api_key = strdup(optarg);
             key_from_flag = 1;
+            continue;
+        case 'U':
+            wh_url = optarg;
+            continue;
+        case 'W':
+            wh_secret = optarg;
+            secret_from_flag = 1;
+            continue;
+        case 'D':
+        case 'O':
+            if (parse_rate(optarg, c == 'D' ? &wh_duplicate : &wh_reorder) != 0) {
+                fprintf(stderr, "psp-sim: --%s: '%s' is not a number in 0..1\n",
+                        flag_name(opts, c), optarg);
+                free(api_key);
+                return 2;
+            }
             continue;
         case 'f':
             if (nfaults == 64) {
@@ -868,6 +1202,38 @@ int main(int argc, char **argv)
         free(api_key);
         return 2;
     }
+    struct psp_webhooks_config whc = {
+        .url = wh_url,
+        .secret = wh_secret,
+        .duplicate_rate = wh_duplicate,
+        .reorder_rate = wh_reorder,
+        .retry_ms = wh_retry,
+        .retry_max_ms = wh_retry_max,
+        .timeout_ms = wh_timeout,
+        .queue_max = (size_t)wh_queue,
+        .seed = (uint64_t)seed,
+    };
+    char err[256];
+    /* Never the secret itself in these lines. */
+    if (wh_secret && !*wh_secret) {
+        fprintf(stderr, "psp-sim: %s must not be empty\n",
+                secret_from_flag ? "--webhook-secret" : "PSP_SIM_WEBHOOK_SECRET");
+        free(api_key);
+        return 2;
+    }
+    if (wh_url && !wh_secret) {
+        fprintf(stderr, "psp-sim: --webhook-url needs a signing secret "
+                        "(--webhook-secret or PSP_SIM_WEBHOOK_SECRET)\n");
+        free(api_key);
+        return 2;
+    }
+    if (psp_webhooks_check_config(&whc, err, sizeof(err)) != 0) {
+        fprintf(stderr, "psp-sim: --webhook-url: %s\n", err);
+        free(api_key);
+        return 2;
+    }
+    /* Before any thread: curl's global set-up is not thread-safe. */
+    curl_global_init(CURL_GLOBAL_DEFAULT);
     store = psp_store_new(retention);
     psp_store_set_search_lag(store, search_lag);
     psp_store_set_processing_settle(store, settle);
@@ -904,6 +1270,15 @@ int main(int argc, char **argv)
     sigaction(SIGTERM, &act, NULL);
     sigaction(SIGINT, &act, NULL);
     pthread_create(&timer, NULL, timer_main, NULL);
+    webhooks = psp_webhooks_new(&whc);
+    if (!webhooks) {
+        fprintf(stderr, "psp-sim: cannot start webhook deliveries\n");
+        goto stop;
+    }
+    if (wh_url) {
+        psp_store_set_observer(store, on_intent_change, webhooks);
+        settler_started = pthread_create(&settler, NULL, settler_main, NULL) == 0;
+    }
 
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
                      MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO;
@@ -932,6 +1307,7 @@ int main(int argc, char **argv)
             sigsuspend(&old);
         rc = 0;
     }
+stop:
     pthread_mutex_lock(&timer_lock);
     timer_stop = 1;
     pthread_cond_signal(&timer_cond);
@@ -942,9 +1318,20 @@ int main(int argc, char **argv)
     if (ad)
         MHD_stop_daemon(ad);
     free(heap);
+    if (settler_started) {
+        pthread_mutex_lock(&settler_lock);
+        settler_stop = 1;
+        pthread_cond_signal(&settler_cond);
+        pthread_mutex_unlock(&settler_lock);
+        pthread_join(settler, NULL);
+    }
+    /* No request runs any more: nothing queues from here on. */
+    psp_store_set_observer(store, NULL, NULL);
+    psp_webhooks_free(webhooks);
 out:
     psp_faults_free(faults);
     psp_store_free(store);
     free(api_key);
+    curl_global_cleanup();
     return rc;
 }
