@@ -28,12 +28,13 @@ def sign(body, secret=SECRET, t=None):
     return "t=%d,v1=%s" % (t, mac)
 
 
-def start_api(s, secrets=(SECRET,), **extra_env):
-    """`charged api` for scenario s on free loopback ports; returns
-    (name, port) once it answers. Its log is <name>.log in the scenario dir."""
+def start_api(s, secrets=(SECRET,), port=None, **extra_env):
+    """`charged api` for scenario s on free loopback ports (or API port
+    `port`); returns (name, port) once it answers. Its log is <name>.log in
+    the scenario dir."""
     s.worker_seq += 1
     name = "api%d" % s.worker_seq
-    port = e2e.free_port()
+    port = port or e2e.free_port()
     env = s.env({"API_ADDR": "127.0.0.1:%d" % port,
                  "ADMIN_ADDR": "127.0.0.1:%d" % e2e.free_port(),
                  "WEBHOOK_SIGNING_SECRET": ",".join(secrets),
@@ -53,6 +54,12 @@ def start_api(s, secrets=(SECRET,), **extra_env):
     e2e.wait_until("charged api listening", up, 20)
     e2e.log("started api", name, "pid", p.pid, "port", port)
     return name, port
+
+
+def psp_webhook_args(port, secret=SECRET):
+    """psp-sim flags that deliver its signed events to an api on port."""
+    return ["--webhook-url", "http://127.0.0.1:%d/v1/webhooks/provider" % port,
+            "--webhook-secret", secret, "--webhook-retry-ms", "100"]
 
 
 def stop_api(s, name, timeout=30):
