@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The demo: charged's main job on the local stack. Starts PostgreSQL and
 # Kafka, migrates, runs psp-sim with faults (lost answers, 5xx before and
-# after executing, latency), two workers and a reconciler, publishes a burst
+# after executing, latency) that also sends signed webhooks, two workers, a
+# reconciler and the api (which applies those webhooks), publishes a burst
 # of charge commands with duplicates and a few bad ones (a relay publishes
 # the result events), waits until
 # everything is settled and committed (the reconciler settles the unknown
@@ -31,6 +32,9 @@ export WORKER_UNKNOWN_RETRIES=1
 export KAFKA_SESSION_TIMEOUT_MS=6000 KAFKA_HEARTBEAT_INTERVAL_MS=1000
 # A fast reconciler, for a demo: first look after 2 s, then every second.
 export RECONCILER_FIRST_LOOK_MS=2000 RECONCILER_SCHEDULE_MS=1000 RECONCILER_POLL_MS=200
+# psp-sim signs its webhooks with the secret the api checks them with.
+export WEBHOOK_SIGNING_SECRET=whsec_demo_only_secret PSP_SIM_WEBHOOK_SECRET=whsec_demo_only_secret
+export API_ADDR=127.0.0.1:8080
 
 pids=()
 cleanup() {
@@ -41,7 +45,8 @@ trap cleanup EXIT
 
 build/tools/psp-sim/psp-sim --api-key "$PROVIDER_API_KEY" --seed "$RANDOM" \
   --latency-ms 5 --latency-jitter-ms 15 --fault drop_after=0.10 \
-  --fault error_after=0.05 --fault error_before=0.05 2>"$run/psp-sim.log" &
+  --fault error_after=0.05 --fault error_before=0.05 \
+  --webhook-url "http://$API_ADDR/v1/webhooks/provider" 2>"$run/psp-sim.log" &
 pids+=($!)
 for i in 1 2; do
   WORKER_ID="demo-worker-$i" build/worker/charged worker 2>"$run/worker-$i.log" &
@@ -50,6 +55,8 @@ done
 WORKER_ID=demo-reconciler build/worker/charged reconciler 2>"$run/reconciler.log" &
 pids+=($!)
 WORKER_ID=demo-relay build/worker/charged relay 2>"$run/relay.log" &
+pids+=($!)
+build/worker/charged api 2>"$run/api.log" &
 pids+=($!)
 
 # The example order service, with a database of its own (new each run): it
@@ -64,4 +71,11 @@ python3 "$orders" place-orders --count 100 >"$run/order-service-orders.log" 2>&1
 
 python3 tools/demo_report.py --commands "$n" --psp-admin http://127.0.0.1:12112 \
   --chargectl build/chargectl/chargectl --state "$run" --orders-db "$ORDERS_DATABASE_URL"
+# What the provider's webhooks did, and the status query a client that lost
+# its answer would make instead of charging again.
+psql -X -q "$DATABASE_URL" -c 'SELECT outcome AS webhook_outcome, count(*) FROM processed_webhook_events GROUP BY 1 ORDER BY 1'
+id=$(psql -X -qtA "$DATABASE_URL" -c 'SELECT id FROM payment_attempts ORDER BY updated_at DESC LIMIT 1')
+echo "GET http://$API_ADDR/v1/payment-attempts/$id"
+python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' \
+  "http://$API_ADDR/v1/payment-attempts/$id"
 echo "demo: logs in $run; the stack stays up (deploy/stack.sh down stops it)"
