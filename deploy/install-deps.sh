@@ -6,12 +6,15 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 
+# python3-yaml is for the checks of deploy/ (tests/deploy): the manifests
+# are read with PyYAML.
 packages=(
   build-essential cmake pkg-config
   librdkafka-dev libpq-dev libjansson-dev uuid-dev check
   libcurl4-openssl-dev libmicrohttpd-dev libssl-dev
   postgresql default-jdk-headless maven kcat
   python3 clang-format valgrind
+  python3-yaml
 )
 
 missing=()

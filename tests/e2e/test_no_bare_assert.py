@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""No `assert` statement in the end-to-end scenarios or their harness:
-python -O removes them, and a check that can vanish is no check. Scenarios
-use charged_e2e.check / check_eq, which raise Failure. Needs no servers."""
+"""No `assert` statement in the end-to-end scenarios, their harness or the
+deployment checks (tests/deploy): python -O removes them, and a check that
+can vanish is no check. They use charged_e2e.check / check_eq, which raise
+Failure. Needs no servers."""
 import ast
 import glob
 import os
@@ -24,7 +25,9 @@ def main():
         print("the detector missed a planted assert: %s" % planted)
         print("0 passed, 1 failed")
         return 1
-    files = sorted(glob.glob(os.path.join(HERE, "*.py")))
+    # The deployment checks (tests/deploy) use the same check functions.
+    files = sorted(glob.glob(os.path.join(HERE, "*.py")) +
+                   glob.glob(os.path.join(HERE, "..", "deploy", "*.py")))
     found = []
     for path in files:
         with open(path, encoding="utf-8") as f:

@@ -1,0 +1,1054 @@
+#!/usr/bin/env python3
+"""Structural checks of the deployment files in deploy/, one area per run:
+
+  test_deploy_files.py kubernetes     deploy/kubernetes (kustomize dirs)
+  test_deploy_files.py compose        deploy/compose/compose.yaml
+  test_deploy_files.py image          deploy/docker/Dockerfile
+
+No Docker engine, cluster or schema validator is at hand, so the files are
+read as data and checked for what a deployment depends on: probes on the
+admin port, grace periods longer than the drain, non-root containers,
+secrets only by reference, one partition count everywhere. Each area also re-runs some checks on deliberately broken
+copies of the files and requires them to fail, so a check that can no
+longer see anything fails too. Needs python3-yaml, no servers.
+"""
+import copy
+import glob
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
+from charged_e2e import Failure, check, check_eq  # noqa: E402
+
+import yaml  # noqa: E402  (python3-yaml)
+
+ROOT = os.environ.get("CHARGED_SOURCE_DIR") or os.path.normpath(os.path.join(HERE, "..", ".."))
+DEPLOY = os.path.join(ROOT, "deploy")
+K8S = os.path.join(DEPLOY, "kubernetes")
+
+ROLES = ("worker", "reconciler", "relay", "api")
+ADMIN_PORT = 9400
+COMMANDS_TOPIC = "payments.charge.commands"
+WORKER_GROUP = "charged-worker"  # KAFKA_GROUP_ID's default for the worker
+SECRET_VARS = ("DATABASE_URL", "PROVIDER_API_KEY", "WEBHOOK_SIGNING_SECRET")
+# The secrets each program reads (docs/configuration.md).
+SECRETS_READ = {
+    "worker": {"DATABASE_URL", "PROVIDER_API_KEY"},
+    "reconciler": {"DATABASE_URL", "PROVIDER_API_KEY"},
+    "relay": {"DATABASE_URL"},
+    "api": {"DATABASE_URL", "WEBHOOK_SIGNING_SECRET"},
+    "migrate": {"DATABASE_URL"},
+}
+# Margin of a grace period over the drain it must hold (SIGKILL after it).
+GRACE_MARGIN_MS = 10000
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def rel(path):
+    return os.path.relpath(path, ROOT)
+
+
+# --------------------------------------------------------------------------
+# Kubernetes
+
+# Field names of the Kubernetes objects charged uses (apps/v1, batch/v1,
+# policy/v1, v1), so that a misspelt field (livenesProbe) is caught: the
+# API server would drop or refuse it, and no validator runs offline here.
+POD_SPEC_FIELDS = {
+    "activeDeadlineSeconds", "affinity", "automountServiceAccountToken", "containers",
+    "dnsConfig", "dnsPolicy", "enableServiceLinks", "ephemeralContainers", "hostAliases",
+    "hostIPC", "hostNetwork", "hostPID", "hostUsers", "hostname", "imagePullSecrets",
+    "initContainers", "nodeName", "nodeSelector", "os", "overhead", "preemptionPolicy",
+    "priority", "priorityClassName", "readinessGates", "resourceClaims", "restartPolicy",
+    "runtimeClassName", "schedulerName", "schedulingGates", "securityContext",
+    "serviceAccount", "serviceAccountName", "setHostnameAsFQDN", "shareProcessNamespace",
+    "subdomain", "terminationGracePeriodSeconds", "tolerations",
+    "topologySpreadConstraints", "volumes"}
+CONTAINER_FIELDS = {
+    "args", "command", "env", "envFrom", "image", "imagePullPolicy", "lifecycle",
+    "livenessProbe", "name", "ports", "readinessProbe", "resizePolicy", "resources",
+    "restartPolicy", "securityContext", "startupProbe", "stdin", "stdinOnce",
+    "terminationMessagePath", "terminationMessagePolicy", "tty", "volumeDevices",
+    "volumeMounts", "workingDir"}
+PROBE_FIELDS = {"exec", "failureThreshold", "grpc", "httpGet", "initialDelaySeconds",
+                "periodSeconds", "successThreshold", "tcpSocket",
+                "terminationGracePeriodSeconds", "timeoutSeconds"}
+HTTP_GET_FIELDS = {"host", "httpHeaders", "path", "port", "scheme"}
+POD_SECURITY_FIELDS = {
+    "appArmorProfile", "fsGroup", "fsGroupChangePolicy", "runAsGroup", "runAsNonRoot",
+    "runAsUser", "seLinuxChangePolicy", "seLinuxOptions", "seccompProfile",
+    "supplementalGroups", "supplementalGroupsPolicy", "sysctls", "windowsOptions"}
+CONTAINER_SECURITY_FIELDS = {
+    "allowPrivilegeEscalation", "appArmorProfile", "capabilities", "privileged",
+    "procMount", "readOnlyRootFilesystem", "runAsGroup", "runAsNonRoot", "runAsUser",
+    "seLinuxOptions", "seccompProfile", "windowsOptions"}
+SPEC_FIELDS = {
+    "Deployment": {"minReadySeconds", "paused", "progressDeadlineSeconds", "replicas",
+                   "revisionHistoryLimit", "selector", "strategy", "template"},
+    "StatefulSet": {"minReadySeconds", "ordinals", "persistentVolumeClaimRetentionPolicy",
+                    "podManagementPolicy", "replicas", "revisionHistoryLimit", "selector",
+                    "serviceName", "template", "updateStrategy", "volumeClaimTemplates"},
+    "Job": {"activeDeadlineSeconds", "backoffLimit", "backoffLimitPerIndex", "completionMode",
+            "completions", "managedBy", "manualSelector", "maxFailedIndexes", "parallelism",
+            "podFailurePolicy", "podReplacementPolicy", "selector", "successPolicy",
+            "suspend", "template", "ttlSecondsAfterFinished"},
+    "PodDisruptionBudget": {"maxUnavailable", "minAvailable", "selector",
+                            "unhealthyPodEvictionPolicy"},
+    "Service": {"allocateLoadBalancerNodePorts", "clusterIP", "clusterIPs", "externalIPs",
+                "externalName", "externalTrafficPolicy", "healthCheckNodePort",
+                "internalTrafficPolicy", "ipFamilies", "ipFamilyPolicy", "loadBalancerClass",
+                "loadBalancerIP", "loadBalancerSourceRanges", "ports",
+                "publishNotReadyAddresses", "selector", "sessionAffinity",
+                "sessionAffinityConfig", "trafficDistribution", "type"},
+    "ScaledObject": {"advanced", "cooldownPeriod", "fallback", "idleReplicaCount",
+                     "initialCooldownPeriod", "maxReplicaCount", "minReplicaCount",
+                     "pollingInterval", "scaleTargetRef", "triggers"},
+}
+API_VERSIONS = {
+    "Deployment": "apps/v1", "StatefulSet": "apps/v1", "Job": "batch/v1",
+    "PodDisruptionBudget": "policy/v1", "Service": "v1", "ConfigMap": "v1",
+    "ServiceAccount": "v1", "ScaledObject": "keda.sh/v1alpha1",
+}
+WORKLOADS = ("Deployment", "StatefulSet")
+
+
+def load_kubernetes():
+    """{'dirs': {dir: kustomization}, 'objects': [(file, doc)]}: every
+    kustomize directory under deploy/kubernetes and every object of the
+    resource files they list."""
+    dirs, objects, files, patches = {}, [], [], set()
+    for k in sorted(glob.glob(os.path.join(K8S, "**", "kustomization.yaml"), recursive=True)):
+        d = rel(os.path.dirname(k))
+        dirs[d] = yaml.safe_load(read(k))
+        patches |= {os.path.normpath(os.path.join(d, p["path"]))
+                    for p in dirs[d].get("patches", []) if "path" in p}
+    for path in sorted(glob.glob(os.path.join(K8S, "**", "*.yaml"), recursive=True)):
+        if os.path.basename(path) == "kustomization.yaml":
+            continue
+        files.append(rel(path))
+        if rel(path) in patches:  # a partial object, merged by kustomize
+            continue
+        for doc in yaml.safe_load_all(read(path)):
+            if doc is not None:
+                objects.append((rel(path), doc))
+    return {"dirs": dirs, "objects": objects, "files": files}
+
+
+def objs(ctx, kind=None, name=None):
+    return [d for _, d in ctx["objects"]
+            if (kind is None or d.get("kind") == kind)
+            and (name is None or d.get("metadata", {}).get("name") == name)]
+
+
+def one(ctx, kind, name):
+    found = objs(ctx, kind, name)
+    check(len(found) == 1, "want one %s %s, found %d" % (kind, name, len(found)))
+    return found[0]
+
+
+def pod_templates(ctx, kinds=WORKLOADS + ("Job",)):
+    """(kind, name, template) of every workload and Job."""
+    return [(d["kind"], d["metadata"]["name"], d["spec"]["template"])
+            for d in objs(ctx) if d.get("kind") in kinds]
+
+
+def role_of(name):
+    return name[len("charged-"):] if name.startswith("charged-") else name
+
+
+def env_of(container):
+    return {e["name"]: e for e in container.get("env", [])}
+
+
+def partitions_in(text, topic):
+    """The --partitions of `--topic <topic>` in a kafka-topics command text."""
+    counts = [int(m.group(1)) for line in text.splitlines()
+              if re.search(r"--topic\s+%s(\s|$)" % re.escape(topic), line)
+              for m in [re.search(r"--partitions\s+(\d+)", line)] if m]
+    check_eq(len(counts), 1, "lines creating %s with --partitions" % topic)
+    return counts[0]
+
+
+def topics_job_partitions(ctx):
+    job = one(ctx, "Job", "charged-topics")
+    text = "\n".join(job["spec"]["template"]["spec"]["containers"][0]["args"])
+    return partitions_in(text, COMMANDS_TOPIC)
+
+
+def compose_partitions():
+    compose = yaml.safe_load(read(os.path.join(DEPLOY, "compose", "compose.yaml")))
+    command = compose["services"]["kafka-topics"]["command"]
+    return partitions_in("\n".join(command if isinstance(command, list) else [command]),
+                         COMMANDS_TOPIC)
+
+
+def stack_partitions():
+    text = read(os.path.join(DEPLOY, "stack.sh"))
+    m = re.search(r'create_topic "\$have" "\$commands_topic" (\d+)', text)
+    check(m, "deploy/stack.sh: no create_topic line for the commands topic")
+    return int(m.group(1))
+
+
+def k8s_objects_are_well_formed(ctx):
+    check(ctx["objects"], "no Kubernetes objects found under deploy/kubernetes")
+    for f, d in ctx["objects"]:
+        kind = d.get("kind")
+        check(kind in API_VERSIONS, "%s: unexpected kind %r" % (f, kind))
+        check_eq(d.get("apiVersion"), API_VERSIONS[kind], "%s: apiVersion of %s" % (f, kind))
+        md = d.get("metadata", {})
+        check(md.get("name"), "%s: a %s without metadata.name" % (f, kind))
+        check("namespace" not in md,
+              "%s: %s %s names a namespace; the manifests are applied to any" % (f, kind, md.get("name")))
+        if kind in SPEC_FIELDS:
+            extra = set(d.get("spec", {})) - SPEC_FIELDS[kind]
+            check(not extra, "%s: %s %s: unknown spec fields %s" % (f, kind, md["name"], sorted(extra)))
+    names = [(d["kind"], d["metadata"]["name"]) for _, d in ctx["objects"]]
+    check_eq(len(names), len(set(names)), "distinct (kind, name) pairs")
+
+
+def k8s_kustomizations_list_every_file(ctx):
+    listed = set()
+    for d, k in ctx["dirs"].items():
+        for r in k.get("resources", []):
+            target = os.path.normpath(os.path.join(ROOT, d, r))
+            if os.path.isdir(target):
+                check(os.path.exists(os.path.join(target, "kustomization.yaml")),
+                      "%s: resource %s is a directory without kustomization.yaml" % (d, r))
+            else:
+                check(os.path.isfile(target), "%s: resource %s does not exist" % (d, r))
+                listed.add(rel(target))
+        for p in k.get("patches", []):
+            if "path" in p:
+                target = os.path.normpath(os.path.join(ROOT, d, p["path"]))
+                check(os.path.isfile(target), "%s: patch %s does not exist" % (d, p["path"]))
+                listed.add(rel(target))
+    for f in ctx["files"]:
+        check(f in listed, "%s is in no kustomization: it would never be applied" % f)
+    for want in ("roles", "before-rollout", "roles-without-keda", "shared"):
+        check(os.path.join("deploy", "kubernetes", want) in ctx["dirs"],
+              "deploy/kubernetes/%s/kustomization.yaml is missing" % want)
+
+
+def check_fields(where, obj, allowed):
+    extra = set(obj or {}) - allowed
+    check(not extra, "%s: unknown fields %s" % (where, sorted(extra)))
+
+
+def k8s_pod_fields_are_kubernetes_fields(ctx):
+    for kind, name, t in pod_templates(ctx):
+        spec = t["spec"]
+        check_fields("%s %s pod spec" % (kind, name), spec, POD_SPEC_FIELDS)
+        check_fields("%s %s pod securityContext" % (kind, name), spec.get("securityContext"),
+                     POD_SECURITY_FIELDS)
+        for c in spec["containers"]:
+            where = "%s %s container %s" % (kind, name, c.get("name"))
+            check_fields(where, c, CONTAINER_FIELDS)
+            check_fields(where + " securityContext", c.get("securityContext"),
+                         CONTAINER_SECURITY_FIELDS)
+            for p in ("livenessProbe", "readinessProbe", "startupProbe"):
+                if p in c:
+                    check_fields("%s %s" % (where, p), c[p], PROBE_FIELDS)
+                    check_fields("%s %s.httpGet" % (where, p), c[p].get("httpGet"), HTTP_GET_FIELDS)
+            for e in c.get("env", []):
+                check(set(e) <= {"name", "value", "valueFrom"}, "%s: env entry %s" % (where, e))
+                if "value" in e:
+                    check(isinstance(e["value"], str),
+                          "%s: env %s=%r is not a string (the API refuses numbers)" % (
+                              where, e["name"], e["value"]))
+            for port in c.get("ports", []):
+                check(isinstance(port.get("containerPort"), int),
+                      "%s: containerPort %r" % (where, port.get("containerPort")))
+        check(isinstance(spec.get("terminationGracePeriodSeconds", 30), int),
+              "%s %s: terminationGracePeriodSeconds is not an integer" % (kind, name))
+    for cm in objs(ctx, "ConfigMap"):
+        for k, v in cm.get("data", {}).items():
+            check(isinstance(v, str), "ConfigMap %s: %s=%r is not a string" % (
+                cm["metadata"]["name"], k, v))
+
+
+def k8s_every_role_has_its_workload(ctx):
+    for role in ROLES:
+        kind = "StatefulSet" if role == "worker" else "Deployment"
+        w = one(ctx, kind, "charged-" + role)
+        c = w["spec"]["template"]["spec"]["containers"]
+        check_eq(len(c), 1, "containers of %s charged-%s" % (kind, role))
+        check_eq(c[0].get("image"), "charged", "image of charged-%s" % role)
+        check_eq(c[0].get("args"), [role], "args of charged-%s (the image's entrypoint is charged)" % role)
+        check("command" not in c[0], "charged-%s overrides the entrypoint" % role)
+    job = one(ctx, "Job", "charged-migrate")
+    c = job["spec"]["template"]["spec"]["containers"][0]
+    check_eq((c.get("image"), c.get("command"), c.get("args")),
+             ("charged", ["chargectl"], ["migrate"]), "the migration Job's container")
+    topics = one(ctx, "Job", "charged-topics")
+    check_eq(topics["spec"]["template"]["spec"]["containers"][0]["image"], "apache/kafka:3.9.1",
+             "image of the topics Job")
+    for kind in WORKLOADS:
+        for w in objs(ctx, kind):
+            check(role_of(w["metadata"]["name"]) in ROLES,
+                  "%s %s is no role of charged" % (kind, w["metadata"]["name"]))
+
+
+def k8s_images_agree(ctx):
+    tags = {}
+    for d, k in ctx["dirs"].items():
+        for img in k.get("images", []):
+            tags.setdefault(img["name"], set()).add((img.get("newName"), img.get("newTag")))
+    check("charged" in tags, "no kustomization sets the charged image")
+    check_eq(len(tags["charged"]), 1, "distinct charged images set by the kustomizations %s" % tags)
+    for d in ("roles", "before-rollout"):
+        k = ctx["dirs"][os.path.join("deploy", "kubernetes", d)]
+        check([i for i in k.get("images", []) if i["name"] == "charged"],
+              "deploy/kubernetes/%s does not set the charged image" % d)
+    for kind, name, t in pod_templates(ctx):
+        for c in t["spec"]["containers"]:
+            check(not c["image"].endswith(":latest"), "%s %s uses a :latest image" % (kind, name))
+
+
+def k8s_probes_use_the_admin_port(ctx):
+    for kind, name, t in pod_templates(ctx, WORKLOADS):
+        for c in t["spec"]["containers"]:
+            where = "%s %s container %s" % (kind, name, c["name"])
+            ports = {p.get("name"): p["containerPort"] for p in c.get("ports", [])}
+            check_eq(ports.get("admin"), ADMIN_PORT, where + ": containerPort named admin")
+            check_eq(env_of(c).get("ADMIN_ADDR", {}).get("value"), "0.0.0.0:%d" % ADMIN_PORT,
+                     where + ": ADMIN_ADDR (the loopback default is unreachable by the kubelet)")
+            want = {"livenessProbe": "/healthz", "readinessProbe": "/readyz",
+                    "startupProbe": "/healthz"}
+            for probe, path in want.items():
+                if probe == "startupProbe" and probe not in c:
+                    continue
+                check(probe in c, "%s: no %s" % (where, probe))
+                get = c[probe].get("httpGet")
+                check(get, "%s: %s is not an HTTP GET" % (where, probe))
+                check_eq((get.get("path"), get.get("port")), (path, "admin"),
+                         "%s: %s path and port" % (where, probe))
+
+
+def prestop_sleep_seconds(container):
+    """What the container's preStop hook sleeps, in seconds (0 without one)."""
+    hook = container.get("lifecycle", {}).get("preStop")
+    if not hook:
+        return 0
+    if "sleep" in hook:
+        return int(hook["sleep"]["seconds"])
+    cmd = hook.get("exec", {}).get("command", [])
+    check(len(cmd) == 2 and cmd[0] == "sleep" and cmd[1].isdigit(),
+          "preStop %r: only a plain sleep is understood here" % cmd)
+    return int(cmd[1])
+
+
+def k8s_grace_outlasts_the_drain(ctx):
+    for kind, name, t in pod_templates(ctx, WORKLOADS):
+        spec = t["spec"]
+        check("terminationGracePeriodSeconds" in spec,
+              "%s %s: no terminationGracePeriodSeconds (the default 30 s is no choice)" % (kind, name))
+        grace_ms = spec["terminationGracePeriodSeconds"] * 1000
+        for c in spec["containers"]:
+            e = env_of(c).get("SHUTDOWN_TIMEOUT_MS")
+            check(e and "value" in e,
+                  "%s %s: SHUTDOWN_TIMEOUT_MS is not set in the pod spec" % (kind, name))
+            need = int(e["value"]) + prestop_sleep_seconds(c) * 1000 + GRACE_MARGIN_MS
+            check(grace_ms >= need,
+                  "%s %s: grace period %d ms < SHUTDOWN_TIMEOUT_MS %s + preStop + %d ms margin" % (
+                      kind, name, grace_ms, e["value"], GRACE_MARGIN_MS))
+
+
+def k8s_containers_run_unprivileged(ctx):
+    for kind, name, t in pod_templates(ctx):
+        spec = t["spec"]
+        sc = spec.get("securityContext", {})
+        check(sc.get("runAsNonRoot") is True, "%s %s: runAsNonRoot is not true" % (kind, name))
+        check(isinstance(sc.get("runAsUser"), int) and sc["runAsUser"] > 0,
+              "%s %s: runAsUser %r" % (kind, name, sc.get("runAsUser")))
+        check(spec.get("automountServiceAccountToken") is False,
+              "%s %s mounts a service account token it never uses" % (kind, name))
+        check(not spec.get("hostNetwork") and not spec.get("hostPID"),
+              "%s %s shares the host's namespaces" % (kind, name))
+        for c in spec["containers"]:
+            csc = c.get("securityContext", {})
+            where = "%s %s container %s" % (kind, name, c["name"])
+            check(csc.get("allowPrivilegeEscalation") is False, where + ": privilege escalation allowed")
+            check(csc.get("readOnlyRootFilesystem") is True, where + ": root filesystem writable")
+            check(not csc.get("privileged"), where + ": privileged")
+            check("ALL" in csc.get("capabilities", {}).get("drop", []),
+                  where + ": capabilities not dropped")
+            check(csc.get("runAsUser", 1) != 0, where + ": runs as root")
+
+
+def looks_secret(value):
+    return bool(re.search(r"sk_(live|test)_|whsec_|rk_live_|://[^/\s:@]+:[^/\s@]+@", value))
+
+
+def k8s_secrets_only_by_reference(ctx):
+    check(not objs(ctx, "Secret"), "a Secret with values is part of the manifests")
+    for cm in objs(ctx, "ConfigMap"):
+        for k, v in cm.get("data", {}).items():
+            check(k not in SECRET_VARS and not k.endswith("_FILE") and not looks_secret(v),
+                  "ConfigMap %s holds a secret: %s" % (cm["metadata"]["name"], k))
+    for kind, name, t in pod_templates(ctx):
+        spec = t["spec"]
+        secret_dirs = {}
+        vols = {v["name"]: v for v in spec.get("volumes", [])}
+        for c in spec["containers"]:
+            for m in c.get("volumeMounts", []):
+                v = vols.get(m["name"])
+                check(v is not None, "%s %s: mount of unknown volume %s" % (kind, name, m["name"]))
+                if "secret" in v:
+                    check(m.get("readOnly") is True,
+                          "%s %s: secret volume mounted writable" % (kind, name))
+                    check_eq(v["secret"].get("secretName"), "charged-secrets",
+                             "%s %s: secret volume's secretName" % (kind, name))
+                    secret_dirs[m["mountPath"]] = {i["path"] for i in v["secret"].get("items", [])}
+            got = set()
+            for e in c.get("env", []):
+                n = e["name"]
+                where = "%s %s: env %s" % (kind, name, n)
+                check("value" not in e or not looks_secret(str(e["value"])),
+                      where + " holds what looks like a secret")
+                if n in SECRET_VARS:
+                    ref = e.get("valueFrom", {}).get("secretKeyRef")
+                    check(ref and ref.get("name") == "charged-secrets",
+                          where + ": a secret given other than by reference")
+                    got.add(n)
+                elif n.endswith("_FILE") and n[:-5] in SECRET_VARS:
+                    d, f = os.path.split(e.get("value", ""))
+                    check(f in secret_dirs.get(d, ()),
+                          where + ": %r is not a file of a mounted secret volume" % e.get("value"))
+                    got.add(n[:-5])
+            if kind == "Job" and name == "charged-topics":
+                check_eq(got, set(), "secrets of the topics Job")
+                continue
+            role = role_of(name)
+            check_eq(got, SECRETS_READ[role], "secrets given to %s %s" % (kind, name))
+
+
+def k8s_containers_have_resources(ctx):
+    for kind, name, t in pod_templates(ctx):
+        for c in t["spec"]["containers"]:
+            r = c.get("resources", {})
+            for part in ("requests", "limits"):
+                for res in ("cpu", "memory"):
+                    check(res in r.get(part, {}),
+                          "%s %s container %s: no %s.%s" % (kind, name, c["name"], part, res))
+
+
+def k8s_workers_fit_the_partitions(ctx):
+    p = topics_job_partitions(ctx)
+    check_eq(compose_partitions(), p, "partitions of %s in compose vs the topics Job" % COMMANDS_TOPIC)
+    check_eq(stack_partitions(), p, "partitions of %s in deploy/stack.sh vs the topics Job" % COMMANDS_TOPIC)
+    so = one(ctx, "ScaledObject", "charged-worker")
+    check_eq(so["spec"]["maxReplicaCount"], p, "KEDA maxReplicaCount vs the partition count")
+    check(1 <= so["spec"]["minReplicaCount"] <= so["spec"]["maxReplicaCount"],
+          "KEDA minReplicaCount %r" % so["spec"]["minReplicaCount"])
+    sts = one(ctx, "StatefulSet", "charged-worker")
+    check("replicas" not in sts["spec"],
+          "the worker StatefulSet sets replicas; KEDA owns them (each apply would reset them)")
+    overlay = yaml.safe_load(read(os.path.join(K8S, "roles-without-keda", "worker-replicas.yaml")))
+    check_eq((overlay["kind"], overlay["metadata"]["name"]), ("StatefulSet", "charged-worker"),
+             "what roles-without-keda patches")
+    check(1 <= overlay["spec"]["replicas"] <= p,
+          "roles-without-keda: %r workers for %d partitions" % (overlay["spec"]["replicas"], p))
+
+
+def k8s_keda_watches_the_workers_group(ctx):
+    so = one(ctx, "ScaledObject", "charged-worker")
+    check_eq(so["spec"]["scaleTargetRef"], {"apiVersion": "apps/v1", "kind": "StatefulSet",
+                                            "name": "charged-worker"}, "KEDA scaleTargetRef")
+    cm = one(ctx, "ConfigMap", "charged-config")["data"]
+    triggers = so["spec"]["triggers"]
+    check_eq([t["type"] for t in triggers], ["kafka"], "KEDA trigger types")
+    md = triggers[0]["metadata"]
+    for k, v in md.items():
+        check(isinstance(v, str), "KEDA metadata %s=%r is not a string" % (k, v))
+    worker = one(ctx, "StatefulSet", "charged-worker")["spec"]["template"]["spec"]["containers"][0]
+    group = env_of(worker).get("KAFKA_GROUP_ID", {}).get("value", WORKER_GROUP)
+    check_eq(md.get("consumerGroup"), group, "KEDA consumerGroup")
+    check_eq(md.get("topic"), cm.get("CHARGE_COMMANDS_TOPIC", COMMANDS_TOPIC), "KEDA topic")
+    check_eq(md.get("bootstrapServers"), cm["KAFKA_BOOTSTRAP_SERVERS"], "KEDA bootstrapServers")
+    check(md.get("lagThreshold", "").isdigit() and int(md["lagThreshold"]) > 0,
+          "KEDA lagThreshold %r" % md.get("lagThreshold"))
+    check_eq(md.get("offsetResetPolicy"), "earliest", "KEDA offsetResetPolicy (the worker's)")
+
+
+def k8s_workers_have_stable_names(ctx):
+    sts = one(ctx, "StatefulSet", "charged-worker")
+    spec = sts["spec"]
+    check(not spec.get("volumeClaimTemplates"), "the worker StatefulSet claims volumes")
+    svc = one(ctx, "Service", spec["serviceName"])
+    check_eq(svc["spec"].get("clusterIP"), "None", "clusterIP of the worker's governing Service")
+    c = spec["template"]["spec"]["containers"][0]
+    e = env_of(c)
+    check_eq(e.get("POD_NAME", {}).get("valueFrom"), {"fieldRef": {"fieldPath": "metadata.name"}},
+             "POD_NAME of the worker (its group.instance.id)")
+    check("KAFKA_GROUP_INSTANCE_ID" not in e,
+          "KAFKA_GROUP_INSTANCE_ID is set: every worker would claim the same instance id")
+    sess = int(e.get("KAFKA_SESSION_TIMEOUT_MS", {}).get("value", "45000"))
+    check(sess >= 30000, "session.timeout.ms %d: too short for a worker to restart within" % sess)
+
+
+def labels_match(selector, labels):
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def k8s_selectors_and_budgets(ctx):
+    for kind in WORKLOADS:
+        for w in objs(ctx, kind):
+            name = w["metadata"]["name"]
+            sel = w["spec"]["selector"]["matchLabels"]
+            tl = w["spec"]["template"]["metadata"]["labels"]
+            check(labels_match(sel, tl), "%s %s: selector does not match its pods" % (kind, name))
+            pdbs = [p for p in objs(ctx, "PodDisruptionBudget")
+                    if labels_match(p["spec"]["selector"]["matchLabels"], tl)]
+            check_eq(len(pdbs), 1, "PodDisruptionBudgets covering %s %s" % (kind, name))
+            spec = pdbs[0]["spec"]
+            if "maxUnavailable" in spec:
+                check(isinstance(spec["maxUnavailable"], int) and spec["maxUnavailable"] >= 1,
+                      "PDB of %s: maxUnavailable %r blocks every drain" % (name, spec["maxUnavailable"]))
+            else:
+                replicas = w["spec"].get("replicas")
+                if replicas is None:
+                    replicas = one(ctx, "ScaledObject", name)["spec"]["minReplicaCount"]
+                check(spec["minAvailable"] < replicas,
+                      "PDB of %s: minAvailable %r of %d replicas blocks every drain" % (
+                          name, spec["minAvailable"], replicas))
+    for p in objs(ctx, "PodDisruptionBudget"):
+        check(any(labels_match(p["spec"]["selector"]["matchLabels"],
+                               w["spec"]["template"]["metadata"]["labels"])
+                  for k in WORKLOADS for w in objs(ctx, k)),
+              "PDB %s covers no workload" % p["metadata"]["name"])
+
+
+def k8s_api_service_reaches_the_api(ctx):
+    svc = one(ctx, "Service", "charged-api")
+    api = one(ctx, "Deployment", "charged-api")
+    t = api["spec"]["template"]
+    check(labels_match(svc["spec"]["selector"], t["metadata"]["labels"]),
+          "Service charged-api does not select the api pods")
+    c = t["spec"]["containers"][0]
+    ports = {p.get("name"): p["containerPort"] for p in c["ports"]}
+    api_addr = env_of(c).get("API_ADDR", {}).get("value", "")
+    for sp in svc["spec"]["ports"]:
+        check(sp["targetPort"] in ports, "Service port %s targets no container port" % sp)
+        check_eq(api_addr, "0.0.0.0:%d" % ports[sp["targetPort"]],
+                 "API_ADDR vs the port the Service targets")
+
+
+KUBERNETES_CHECKS = [
+    k8s_objects_are_well_formed, k8s_kustomizations_list_every_file,
+    k8s_pod_fields_are_kubernetes_fields, k8s_every_role_has_its_workload, k8s_images_agree,
+    k8s_probes_use_the_admin_port, k8s_grace_outlasts_the_drain, k8s_containers_run_unprivileged,
+    k8s_secrets_only_by_reference, k8s_containers_have_resources, k8s_workers_fit_the_partitions,
+    k8s_keda_watches_the_workers_group, k8s_workers_have_stable_names, k8s_selectors_and_budgets,
+    k8s_api_service_reaches_the_api,
+]
+
+
+def container(ctx, kind, name):
+    return one(ctx, kind, name)["spec"]["template"]["spec"]["containers"][0]
+
+
+def set_env(c, name, value):
+    for e in c["env"]:
+        if e["name"] == name:
+            e.clear()
+            e.update({"name": name, "value": value})
+            return
+    c["env"].append({"name": name, "value": value})
+
+
+# (what is broken, the check that must see it, how to break a copy)
+KUBERNETES_MUTANTS = [
+    ("a probe on the api port", k8s_probes_use_the_admin_port,
+     lambda c: container(c, "Deployment", "charged-api")["livenessProbe"]["httpGet"].update(port="http")),
+    ("readiness on /healthz", k8s_probes_use_the_admin_port,
+     lambda c: container(c, "Deployment", "charged-relay")["readinessProbe"]["httpGet"].update(path="/healthz")),
+    ("a grace period shorter than the drain", k8s_grace_outlasts_the_drain,
+     lambda c: one(c, "StatefulSet", "charged-worker")["spec"]["template"]["spec"].update(
+         terminationGracePeriodSeconds=30)),
+    ("a drain longer than the grace period", k8s_grace_outlasts_the_drain,
+     lambda c: set_env(container(c, "Deployment", "charged-api"), "SHUTDOWN_TIMEOUT_MS", "40000")),
+    ("a literal provider key", k8s_secrets_only_by_reference,
+     lambda c: set_env(container(c, "Deployment", "charged-reconciler"), "PROVIDER_API_KEY", "k")),
+    ("a secret file outside the secret volume", k8s_secrets_only_by_reference,
+     lambda c: set_env(container(c, "Deployment", "charged-relay"), "DATABASE_URL_FILE", "/tmp/db")),
+    ("a container that may escalate", k8s_containers_run_unprivileged,
+     lambda c: container(c, "Job", "charged-migrate")["securityContext"].update(
+         allowPrivilegeEscalation=True)),
+    ("a pod that may run as root", k8s_containers_run_unprivileged,
+     lambda c: one(c, "Deployment", "charged-api")["spec"]["template"]["spec"]["securityContext"].pop(
+         "runAsNonRoot")),
+    ("more workers than partitions", k8s_workers_fit_the_partitions,
+     lambda c: one(c, "ScaledObject", "charged-worker")["spec"].update(maxReplicaCount=24)),
+    ("KEDA on another group", k8s_keda_watches_the_workers_group,
+     lambda c: one(c, "ScaledObject", "charged-worker")["spec"]["triggers"][0]["metadata"].update(
+         consumerGroup="charged-workers")),
+    ("a misspelt probe field", k8s_pod_fields_are_kubernetes_fields,
+     lambda c: container(c, "Deployment", "charged-reconciler").update(
+         livenesProbe=container(c, "Deployment", "charged-reconciler").pop("livenessProbe"))),
+    ("a number as an env value", k8s_pod_fields_are_kubernetes_fields,
+     lambda c: set_env(container(c, "Deployment", "charged-relay"), "SHUTDOWN_TIMEOUT_MS", 30000)),
+    ("a role without its workload", k8s_every_role_has_its_workload,
+     lambda c: c["objects"].remove(next(x for x in c["objects"]
+                                        if x[1]["kind"] == "Deployment"
+                                        and x[1]["metadata"]["name"] == "charged-relay"))),
+    ("an unpinned image", k8s_images_agree,
+     lambda c: container(c, "Job", "charged-topics").update(image="apache/kafka:latest")),
+    ("a PDB that blocks drains", k8s_selectors_and_budgets,
+     lambda c: one(c, "PodDisruptionBudget", "charged-worker")["spec"].update(maxUnavailable=0)),
+    ("a worker without a stable id", k8s_workers_have_stable_names,
+     lambda c: set_env(container(c, "StatefulSet", "charged-worker"), "KAFKA_GROUP_INSTANCE_ID", "w")),
+    ("a namespaced object", k8s_objects_are_well_formed,
+     lambda c: one(c, "ConfigMap", "charged-config")["metadata"].update(namespace="payments")),
+]
+
+
+# --------------------------------------------------------------------------
+# docker compose
+
+COMPOSE = os.path.join(DEPLOY, "compose", "compose.yaml")
+CHARGED_SERVICES = ("migrate", "psp-sim") + ROLES
+
+
+def load_compose():
+    return {"compose": yaml.safe_load(read(COMPOSE))}
+
+
+def duration_ms(text):
+    """Compose durations: 45s, 1m30s, 500ms."""
+    units = {"h": 3600000, "m": 60000, "s": 1000, "ms": 1, "us": 0.001}
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|us|h|m|s)", str(text))
+    check(parts and "".join(n + u for n, u in parts) == str(text), "duration %r" % text)
+    return sum(float(n) * units[u] for n, u in parts)
+
+
+def compose_env(service):
+    env = service.get("environment", {})
+    if isinstance(env, list):
+        env = dict(e.split("=", 1) for e in env)
+    return env
+
+
+def compose_has_the_whole_stack(ctx):
+    s = ctx["compose"]["services"]
+    for name in ("kafka", "kafka-topics", "postgres") + CHARGED_SERVICES:
+        check(name in s, "compose: no service %s" % name)
+    check_eq(s["kafka"]["image"], "apache/kafka:3.9.1", "compose: Kafka image")
+    check_eq(s["kafka-topics"]["image"], "apache/kafka:3.9.1", "compose: topics image")
+    env = compose_env(s["kafka"])
+    check_eq(set(env.get("KAFKA_PROCESS_ROLES", "").split(",")), {"broker", "controller"},
+             "compose: Kafka process roles (KRaft, one node)")
+    check(not any("ZOOKEEPER" in k for k in env), "compose: Kafka configured for ZooKeeper")
+    check(re.fullmatch(r"postgres:16([.-].*)?", s["postgres"]["image"]),
+          "compose: PostgreSQL image %r is not 16" % s["postgres"]["image"])
+    for role in ROLES:
+        check_eq(s[role].get("command"), [role], "compose: command of %s" % role)
+    check_eq((s["migrate"].get("entrypoint"), s["migrate"].get("command")),
+             (["chargectl"], ["migrate"]), "compose: the migration one-shot")
+    check_eq(s["psp-sim"].get("entrypoint"), ["psp-sim"], "compose: psp-sim's entrypoint")
+    check("0.0.0.0" in s["psp-sim"]["command"], "compose: psp-sim listens on loopback only")
+
+
+def compose_images_agree(ctx):
+    s = ctx["compose"]["services"]
+    images = {(s[n].get("image"), json.dumps(s[n].get("build"), sort_keys=True))
+              for n in CHARGED_SERVICES + ("chargectl",)}
+    check_eq(len(images), 1, "compose: distinct image/build pairs of the charged services")
+    build = s["worker"]["build"]
+    ctxdir = os.path.normpath(os.path.join(os.path.dirname(COMPOSE), build["context"]))
+    check_eq(ctxdir, os.path.normpath(ROOT), "compose: build context (the repository root)")
+    check(os.path.isfile(os.path.join(ctxdir, build["dockerfile"])),
+          "compose: Dockerfile %s does not exist" % build["dockerfile"])
+
+
+def depends(service, on):
+    d = service.get("depends_on", {})
+    return d.get(on, {}).get("condition") if isinstance(d, dict) else None
+
+
+def compose_starts_in_order(ctx):
+    s = ctx["compose"]["services"]
+    check_eq(depends(s["migrate"], "postgres"), "service_healthy", "compose: migrate waits for")
+    check_eq(depends(s["kafka-topics"], "kafka"), "service_healthy", "compose: topics wait for")
+    for role in ROLES:
+        check_eq(depends(s[role], "migrate"), "service_completed_successfully",
+                 "compose: %s waits for the migrations" % role)
+    for role in ("worker", "relay"):
+        check_eq(depends(s[role], "kafka-topics"), "service_completed_successfully",
+                 "compose: %s waits for the topics" % role)
+    for role in ("worker", "reconciler"):
+        check_eq(depends(s[role], "psp-sim"), "service_healthy",
+                 "compose: %s waits for the provider" % role)
+    for name in ("migrate", "kafka-topics"):
+        check_eq(s[name].get("restart"), "no", "compose: restart of the one-shot %s" % name)
+    for name in ("kafka", "postgres", "psp-sim") + ROLES:
+        check("healthcheck" in s[name], "compose: %s has no healthcheck" % name)
+
+
+def compose_healthchecks_ask_healthz(ctx):
+    s = ctx["compose"]["services"]
+    for role in ROLES:
+        env = compose_env(s[role])
+        addr = env.get("ADMIN_ADDR", "")
+        check_eq(addr, "0.0.0.0:%d" % ADMIN_PORT, "compose: ADMIN_ADDR of %s" % role)
+        test = s[role]["healthcheck"]["test"]
+        check(isinstance(test, list) and test[0] == "CMD",
+              "compose: healthcheck of %s is not an exec form" % role)
+        check("http://127.0.0.1:%d/healthz" % ADMIN_PORT in test,
+              "compose: healthcheck of %s does not ask /healthz on the admin port: %s" % (role, test))
+
+
+def compose_grace_outlasts_the_drain(ctx):
+    s = ctx["compose"]["services"]
+    for role in ROLES:
+        env = compose_env(s[role])
+        check("SHUTDOWN_TIMEOUT_MS" in env, "compose: %s sets no SHUTDOWN_TIMEOUT_MS" % role)
+        grace = duration_ms(s[role].get("stop_grace_period", "10s"))
+        check(grace >= int(env["SHUTDOWN_TIMEOUT_MS"]) + GRACE_MARGIN_MS,
+              "compose: stop_grace_period of %s (%d ms) does not outlast SHUTDOWN_TIMEOUT_MS %s" % (
+                  role, grace, env["SHUTDOWN_TIMEOUT_MS"]))
+
+
+def compose_secrets_are_files(ctx):
+    c = ctx["compose"]
+    top = c.get("secrets", {})
+    for name, spec in top.items():
+        check(set(spec) == {"file"}, "compose: secret %s is not a file" % name)
+        check(os.path.isfile(os.path.join(os.path.dirname(COMPOSE), spec["file"])),
+              "compose: secret file %s is missing" % spec["file"])
+    for name, svc in c["services"].items():
+        env = compose_env(svc)
+        mine = set(svc.get("secrets", []))
+        for k, v in env.items():
+            secret = k in SECRET_VARS or k == "POSTGRES_PASSWORD"
+            check(not secret, "compose: %s gets %s as a value, not a file" % (name, k))
+            check(not looks_secret(str(v)), "compose: %s: %s looks like a secret" % (name, k))
+            if k.endswith("_FILE"):
+                m = re.fullmatch(r"/run/secrets/([\w-]+)", str(v))
+                check(m and m.group(1) in mine and m.group(1) in top,
+                      "compose: %s: %s=%s is not one of its secrets" % (name, k, v))
+    for role in ROLES:
+        env = compose_env(c["services"][role])
+        got = {k[:-5] for k in env if k.endswith("_FILE")}
+        check_eq(got, SECRETS_READ[role], "compose: secrets given to %s" % role)
+
+
+def compose_workers_fit_the_partitions(ctx):
+    replicas = ctx["compose"]["services"]["worker"].get("deploy", {}).get("replicas")
+    check_eq(replicas, 2, "compose: worker replicas")
+    p = compose_partitions()
+    check(replicas <= p, "compose: %d workers for %d partitions" % (replicas, p))
+    cmd = "\n".join(ctx["compose"]["services"]["kafka-topics"]["command"])
+    for topic in (COMMANDS_TOPIC, "payments.charge.results", "payments.charge.commands.dlq"):
+        partitions_in(cmd, topic)
+
+
+COMPOSE_CHECKS = [
+    compose_has_the_whole_stack, compose_images_agree, compose_starts_in_order,
+    compose_healthchecks_ask_healthz, compose_grace_outlasts_the_drain, compose_secrets_are_files,
+    compose_workers_fit_the_partitions,
+]
+COMPOSE_MUTANTS = [
+    ("a role that does not wait for the migrations", compose_starts_in_order,
+     lambda c: c["compose"]["services"]["relay"]["depends_on"].pop("migrate")),
+    ("a migration merely started", compose_starts_in_order,
+     lambda c: c["compose"]["services"]["api"]["depends_on"]["migrate"].update(
+         condition="service_started")),
+    ("a healthcheck on the api port", compose_healthchecks_ask_healthz,
+     lambda c: c["compose"]["services"]["api"]["healthcheck"].update(
+         test=["CMD", "curl", "-f", "http://127.0.0.1:8080/healthz"])),
+    ("the default stop grace period", compose_grace_outlasts_the_drain,
+     lambda c: c["compose"]["services"]["worker"].pop("stop_grace_period")),
+    ("a literal database URL", compose_secrets_are_files,
+     lambda c: c["compose"]["services"]["relay"]["environment"].update(
+         DATABASE_URL="postgresql://charged:pw@postgres/charged")),
+    ("three workers", compose_workers_fit_the_partitions,
+     lambda c: c["compose"]["services"]["worker"]["deploy"].update(replicas=3)),
+    ("another Kafka", compose_has_the_whole_stack,
+     lambda c: c["compose"]["services"]["kafka"].update(image="apache/kafka:3.7.0")),
+]
+
+
+# --------------------------------------------------------------------------
+# The image
+
+DOCKERFILE = os.path.join(DEPLOY, "docker", "Dockerfile")
+
+
+def parse_dockerfile(text):
+    """[(stage index, INSTRUCTION, arguments)], continuation lines joined."""
+    out, stage, buf = [], -1, ""
+    for line in text.splitlines():
+        if not buf and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        if buf and line.lstrip().startswith("#"):
+            continue
+        if line.rstrip().endswith("\\"):
+            buf += line.rstrip()[:-1] + " "
+            continue
+        full = (buf + line).strip()
+        buf = ""
+        instr, _, args = full.partition(" ")
+        instr = instr.upper()
+        if instr == "FROM":
+            stage += 1
+        out.append((stage, instr, args.strip()))
+    return out
+
+
+def load_image():
+    return {"dockerfile": parse_dockerfile(read(DOCKERFILE)),
+            "ignore": read(DOCKERFILE + ".dockerignore")}
+
+
+def stages(ctx):
+    froms = [a for _, i, a in ctx["dockerfile"] if i == "FROM"]
+    return froms
+
+
+def stage_of(ctx, n):
+    return [(i, a) for s, i, a in ctx["dockerfile"] if s == n]
+
+
+def apt_packages(instrs):
+    pkgs = set()
+    for i, a in instrs:
+        if i == "RUN":
+            for m in re.finditer(r"apt-get install ([^&;|]*)", a):
+                pkgs |= {w for w in m.group(1).split() if not w.startswith("-")}
+    return pkgs
+
+
+def image_is_multi_stage(ctx):
+    froms = stages(ctx)
+    check(len(froms) >= 2, "the Dockerfile has %d stage(s)" % len(froms))
+    check(re.fullmatch(r"debian:(bookworm|\$\{DEBIAN_RELEASE\}) AS build", froms[0]),
+          "first stage %r is not a Debian bookworm build stage" % froms[0])
+    check(re.match(r"debian:(bookworm|\$\{DEBIAN_RELEASE\})-slim( AS \w+)?$", froms[-1]),
+          "final stage %r is not bookworm-slim" % froms[-1])
+    args = [a for s, i, a in ctx["dockerfile"] if i == "ARG" and s == -1]
+    for a in args:
+        if a.startswith("DEBIAN_RELEASE="):
+            check_eq(a, "DEBIAN_RELEASE=bookworm", "the Debian release")
+
+
+def image_runs_as_non_root(ctx):
+    last = len(stages(ctx)) - 1
+    users = [a for i, a in stage_of(ctx, last) if i == "USER"]
+    check(users, "the final stage sets no USER: it runs as root")
+    uid = users[-1].split(":")[0]
+    check(uid.isdigit() and int(uid) > 0,
+          "final USER %r is not a numeric non-root uid (runAsNonRoot needs a number)" % users[-1])
+    check_eq(int(uid), 10001, "the image's uid (the manifests' runAsUser)")
+
+
+def image_holds_no_secret(ctx):
+    for s, i, a in ctx["dockerfile"]:
+        if i in ("ENV", "ARG", "LABEL"):
+            check(not re.search(r"PASSWORD|SECRET|API_KEY|TOKEN|DATABASE_URL|PRIVATE", a, re.I),
+                  "%s %s: a secret in the image" % (i, a))
+            check(not looks_secret(a), "%s %s: a secret in the image" % (i, a))
+        if i in ("COPY", "ADD"):
+            check(not re.search(r"secret|\.pem|\.key|\.env\b|id_rsa", a, re.I),
+                  "%s %s: copies something secret-looking" % (i, a))
+    ignore = [l.strip() for l in ctx["ignore"].splitlines() if l.strip() and not l.startswith("#")]
+    check_eq(ignore[0], "*", "the .dockerignore's first rule (an allow-list starts with *)")
+    for allowed in ignore[1:]:
+        check(allowed.startswith("!"), ".dockerignore rule %r" % allowed)
+        check(not re.search(r"secret|compose|\.git|build|\.stack", allowed),
+              ".dockerignore lets %s into the build context" % allowed)
+
+
+def image_builds_from_the_sources(ctx):
+    ignore = [l.strip()[1:] for l in ctx["ignore"].splitlines() if l.strip().startswith("!")]
+    for s, i, a in ctx["dockerfile"]:
+        if i != "COPY" or a.startswith("--from"):
+            continue
+        srcs = shlex.split(a)[:-1]
+        for src in srcs:
+            check(os.path.exists(os.path.join(ROOT, src)), "COPY %s: no such path" % src)
+            check(any(src.rstrip("/") == x.rstrip("/") or src.startswith(x) for x in ignore),
+                  "COPY %s: not in the build context (Dockerfile.dockerignore)" % src)
+    # What CMake reads must be in the image's build: every directory the
+    # top level adds and every file a CMakeLists.txt names by its source
+    # path (say, tools/embed_migrations.cmake).
+    copied = [shlex.split(a)[0].rstrip("/") for s, i, a in ctx["dockerfile"]
+              if s == 0 and i == "COPY" and not a.startswith("--from")]
+    covered = lambda path: any(path == c or path.startswith(c + "/") for c in copied)
+    top = read(os.path.join(ROOT, "CMakeLists.txt"))
+    for d in re.findall(r"add_subdirectory\(\s*([^\s)]+)", top):
+        check(covered(d) or (d == "tests" and covered("tests/CMakeLists.txt")),
+              "CMakeLists.txt adds %s, which the build stage does not copy" % d)
+    for cm in glob.glob(os.path.join(ROOT, "**", "CMakeLists.txt"), recursive=True):
+        r = rel(cm)
+        if not covered(r) or r.startswith("tests/"):
+            continue
+        for ref in re.findall(r"\$\{CMAKE_SOURCE_DIR\}/([\w./-]+)", read(cm)):
+            check(covered(ref.rstrip("/")), "%s names %s, which the build stage does not copy" % (r, ref))
+    build = apt_packages(stage_of(ctx, 0))
+    deps = read(os.path.join(DEPLOY, "install-deps.sh"))
+    listed = set(re.search(r"packages=\(([^)]*)\)", deps).group(1).split())
+    for p in listed:
+        if p.endswith("-dev"):
+            check(p in build, "the build stage lacks %s (deploy/install-deps.sh has it)" % p)
+    run = " ".join(a for i, a in stage_of(ctx, 0) if i == "RUN")
+    for target in ("charged", "chargectl", "psp-sim"):
+        check(re.search(r"--target [^&]*\b%s\b" % re.escape(target), run),
+              "the build stage does not build %s" % target)
+
+
+def image_ships_binaries_and_migrations(ctx):
+    last = len(stages(ctx)) - 1
+    instrs = stage_of(ctx, last)
+    copies = [a for i, a in instrs if i == "COPY"]
+    for path, binary in (("worker/charged", "charged"), ("chargectl/chargectl", "chargectl"),
+                         ("tools/psp-sim/psp-sim", "psp-sim")):
+        check(any(a.startswith("--from=build") and "/build/%s " % path in a + " " and
+                  a.endswith("/usr/local/bin/" + binary) for a in copies),
+              "the final stage does not install %s" % binary)
+    check(any(a.startswith("--from=build") and "migrations" in a for a in copies),
+          "the final stage has no migrations")
+    check_eq([a for i, a in instrs if i == "ENTRYPOINT"][-1:], ['["charged"]'], "ENTRYPOINT")
+    runtime = apt_packages(instrs)
+    check(not [p for p in runtime if p.endswith("-dev") or p in ("build-essential", "cmake", "gcc")],
+          "the runtime stage installs build tools: %s" % sorted(runtime))
+
+
+def needed_packages(binary):
+    """Debian packages owning the shared libraries binary loads directly;
+    sanitizer runtimes (build-asan) are not part of any image."""
+    out = subprocess.run(["readelf", "-d", binary], capture_output=True, text=True, check=True).stdout
+    sonames = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out)
+    cache = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=True).stdout
+    pkgs = {}
+    for so in sonames:
+        if re.match(r"lib(asan|ubsan|lsan|tsan)\.", so):
+            continue
+        m = re.search(r"^\s*%s \([^)]*x86-64[^)]*\) => (\S+)" % re.escape(so), cache, re.M) or \
+            re.search(r"^\s*%s \([^)]*\) => (\S+)" % re.escape(so), cache, re.M)
+        check(m, "%s: %s not found by ldconfig" % (binary, so))
+        owner = None
+        for path in {m.group(1), os.path.realpath(m.group(1)), "/usr" + m.group(1)}:
+            r = subprocess.run(["dpkg", "-S", path], capture_output=True, text=True)
+            if r.returncode == 0:
+                owner = r.stdout.split(":")[0]
+                break
+        check(owner, "%s: no Debian package owns %s" % (binary, so))
+        pkgs[so] = owner
+    return pkgs
+
+
+def image_has_every_runtime_library(ctx):
+    build = os.environ.get("CHARGED_BUILD_DIR") or os.path.join(ROOT, "build")
+    last = len(stages(ctx)) - 1
+    runtime = apt_packages(stage_of(ctx, last))
+    base = {"libc6", "libgcc-s1", "zlib1g"}  # in debian:bookworm-slim already
+    for b in ("worker/charged", "chargectl/chargectl", "tools/psp-sim/psp-sim"):
+        path = os.path.join(build, b)
+        check(os.path.isfile(path), "%s is not built (the check reads its libraries)" % path)
+        for so, pkg in needed_packages(path).items():
+            check(pkg in runtime or pkg in base,
+                  "%s loads %s from %s, which the runtime stage does not install" % (b, so, pkg))
+
+
+IMAGE_CHECKS = [
+    image_is_multi_stage, image_runs_as_non_root, image_holds_no_secret,
+    image_builds_from_the_sources, image_ships_binaries_and_migrations,
+    image_has_every_runtime_library,
+]
+
+
+def drop_instr(c, instr):
+    last = last_stage(c)
+    c["dockerfile"] = [x for x in c["dockerfile"] if not (x[0] == last and x[1] == instr)]
+
+
+def add_instr(c, stage, instr, args):
+    c["dockerfile"].append((stage, instr, args))
+
+
+def last_stage(c):
+    return max(s for s, _, _ in c["dockerfile"])
+
+
+IMAGE_MUTANTS = [
+    ("no USER", image_runs_as_non_root, lambda c: drop_instr(c, "USER")),
+    ("USER root last", image_runs_as_non_root,
+     lambda c: add_instr(c, last_stage(c), "USER", "root")),
+    ("a baked-in key", image_holds_no_secret,
+     lambda c: add_instr(c, last_stage(c), "ENV", "PROVIDER_API_KEY=sk_live_x")),
+    ("the dev secrets copied", image_holds_no_secret,
+     lambda c: add_instr(c, last_stage(c), "COPY", "deploy/compose/dev-secrets/ /run/secrets/")),
+    ("one stage", image_is_multi_stage,
+     lambda c: c.update(dockerfile=[x for x in c["dockerfile"] if x[0] <= 0])),
+    ("a runtime library missing", image_has_every_runtime_library,
+     lambda c: c.update(dockerfile=[(s, i, a.replace("libpq5", "")) for s, i, a in c["dockerfile"]])),
+    ("no psp-sim", image_ships_binaries_and_migrations,
+     lambda c: c.update(dockerfile=[x for x in c["dockerfile"] if "psp-sim/psp-sim" not in x[2]])),
+    ("the migration embedder left out", image_builds_from_the_sources,
+     lambda c: c.update(dockerfile=[x for x in c["dockerfile"] if "embed_migrations" not in x[2]])),
+    ("a -dev package missing from the build", image_builds_from_the_sources,
+     lambda c: c.update(dockerfile=[(s, i, a.replace("libmicrohttpd-dev", "")) for s, i, a in c["dockerfile"]])),
+]
+
+
+# --------------------------------------------------------------------------
+
+AREAS = {
+    "kubernetes": (load_kubernetes, KUBERNETES_CHECKS, KUBERNETES_MUTANTS),
+    "compose": (load_compose, COMPOSE_CHECKS, COMPOSE_MUTANTS),
+    "image": (load_image, IMAGE_CHECKS, IMAGE_MUTANTS),
+}
+
+
+def main(argv):
+    if len(argv) != 2 or argv[1] not in AREAS:
+        print("usage: %s %s" % (argv[0], "|".join(AREAS)), file=sys.stderr)
+        return 2
+    load, checks, mutants = AREAS[argv[1]]
+    passed = failed = 0
+    try:
+        ctx = load()
+    except (OSError, yaml.YAMLError, ValueError, Failure) as e:
+        print("FAIL loading %s files: %s" % (argv[1], e))
+        print("0 passed, 1 failed")
+        return 1
+    for fn in checks:
+        try:
+            fn(copy.deepcopy(ctx))
+            print("ok    %s" % fn.__name__)
+            passed += 1
+        except Failure as e:
+            print("FAIL  %s: %s" % (fn.__name__, e))
+            failed += 1
+        except Exception as e:  # a file not shaped as the check expects
+            print("FAIL  %s: %s: %s" % (fn.__name__, type(e).__name__, e))
+            failed += 1
+    # The checks must see what they are for: each mutant is a broken copy
+    # that its check has to refuse.
+    for what, fn, mutate in mutants:
+        broken = copy.deepcopy(ctx)
+        mutate(broken)
+        try:
+            fn(broken)
+            print("FAIL  %s accepted %s" % (fn.__name__, what))
+            failed += 1
+        except Failure as e:
+            print("ok    %s refuses %s (%s)" % (fn.__name__, what, e))
+            passed += 1
+        except Exception as e:  # crashed rather than refused: no check
+            print("FAIL  %s on %s: %s: %s" % (fn.__name__, what, type(e).__name__, e))
+            failed += 1
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
