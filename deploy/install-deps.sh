@@ -6,15 +6,17 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 
-# python3-yaml is for the checks of deploy/ (tests/deploy): the manifests
-# are read with PyYAML.
+# python3-yaml and prometheus are for the checks of deploy/ (tests/deploy):
+# the manifests are read with PyYAML, the alert rules checked and
+# unit-tested with promtool, which Debian ships in its prometheus package
+# (the server itself is not used).
 packages=(
   build-essential cmake pkg-config
   librdkafka-dev libpq-dev libjansson-dev uuid-dev check
   libcurl4-openssl-dev libmicrohttpd-dev libssl-dev
   postgresql default-jdk-headless maven kcat
   python3 clang-format valgrind
-  python3-yaml
+  python3-yaml prometheus
 )
 
 missing=()

@@ -4,11 +4,13 @@
   test_deploy_files.py kubernetes     deploy/kubernetes (kustomize dirs)
   test_deploy_files.py compose        deploy/compose/compose.yaml
   test_deploy_files.py image          deploy/docker/Dockerfile
+  test_deploy_files.py observability  alert rules, dashboard, scrape configs, runbook
 
 No Docker engine, cluster or schema validator is at hand, so the files are
 read as data and checked for what a deployment depends on: probes on the
 admin port, grace periods longer than the drain, non-root containers,
-secrets only by reference, one partition count everywhere. Each area also re-runs some checks on deliberately broken
+secrets only by reference, one partition count everywhere, metric names
+that exist in the dashboard and the alert rules. Each area also re-runs some checks on deliberately broken
 copies of the files and requires them to fail, so a check that can no
 longer see anything fails too. Needs python3-yaml, no servers.
 """
@@ -46,6 +48,32 @@ SECRETS_READ = {
 }
 # Margin of a grace period over the drain it must hold (SIGKILL after it).
 GRACE_MARGIN_MS = 10000
+
+# Metric families every role may export (name -> (type, labels)). When
+# common/metrics.c exists its names are the truth (see known_metrics()).
+METRICS = {
+    "charged_messages_total": ("counter", {"outcome"}),
+    "charged_attempts_processed_total": ("counter", {"status"}),
+    "charged_provider_request_duration_seconds": ("histogram", {"operation"}),
+    "charged_provider_responses_total": ("counter", {"operation", "class"}),
+    "charged_provider_calls_in_flight": ("gauge", set()),
+    "charged_consumer_lag_messages": ("gauge", {"topic", "partition"}),
+    "charged_dead_letters_total": ("counter", {"reason"}),
+    "charged_rebalances_total": ("counter", {"kind"}),
+    "charged_reconciler_backlog_attempts": ("gauge", {"status"}),
+    "charged_reconciler_oldest_attempt_age_seconds": ("gauge", {"status"}),
+    "charged_reconciler_settlements_total": ("counter", {"status"}),
+    "charged_outbox_backlog_events": ("gauge", set()),
+    "charged_outbox_oldest_event_age_seconds": ("gauge", set()),
+    "charged_outbox_published_total": ("counter", set()),
+    "charged_webhook_deliveries_total": ("counter", {"result"}),
+    "charged_provider_breaker_state": ("gauge", set()),
+    "charged_provider_breaker_opens_total": ("counter", set()),
+    "charged_ready": ("gauge", set()),
+}
+# Labels Prometheus adds (scrape configs in deploy/prometheus).
+TARGET_LABELS = {"role", "instance", "job", "namespace", "le"}
+
 
 def read(path):
     with open(path, encoding="utf-8") as f:
@@ -1000,11 +1028,223 @@ IMAGE_MUTANTS = [
 
 
 # --------------------------------------------------------------------------
+# Alerts, dashboard, scrape configs, runbook
+
+PROM = os.path.join(DEPLOY, "prometheus")
+DASHBOARD = os.path.join(DEPLOY, "grafana", "charged-dashboard.json")
+OPERATIONS = os.path.join(ROOT, "docs", "operations.md")
+
+
+def known_metrics():
+    """(names, where from). common/metrics.c's table, once it exists, is the
+    truth about what the programs export; until then the agreed list."""
+    src = os.path.join(ROOT, "common", "metrics.c")
+    if os.path.exists(src):
+        names = set(re.findall(r'"(charged_[a-z0-9_]+)"', read(src)))
+        check(names, "common/metrics.c names no charged_ metric")
+        return names, "common/metrics.c"
+    return set(METRICS), "the list in this test"
+
+
+def load_observability():
+    names, source = known_metrics()
+    return {
+        "rules": yaml.safe_load(read(os.path.join(PROM, "charged.rules.yml"))),
+        "rule_tests": yaml.safe_load(read(os.path.join(PROM, "charged.rules.test.yml"))),
+        "prometheus": yaml.safe_load(read(os.path.join(PROM, "prometheus.example.yml"))),
+        "scrape_k8s": yaml.safe_load(read(os.path.join(PROM, "scrape-kubernetes.example.yml"))),
+        "dashboard": json.loads(read(DASHBOARD)),
+        "operations": read(OPERATIONS),
+        "known": names, "source": source,
+    }
+
+
+def metric_uses(expr):
+    """(name, {label matchers}) of every charged_ series selector in expr."""
+    uses = []
+    for m in re.finditer(r"\b(charged_[a-z0-9_]+)(\{([^}]*)\})?", expr):
+        labels = set(re.findall(r"([a-zA-Z_]\w*)\s*(?:=~|!~|!=|=)", m.group(3) or ""))
+        uses.append((m.group(1), labels))
+    return uses
+
+
+def base_family(name, known):
+    if name in known:
+        return name
+    for suffix in ("_bucket", "_sum", "_count"):
+        base = name[: -len(suffix)] if name.endswith(suffix) else None
+        if base and base in known and METRICS.get(base, ("histogram",))[0] == "histogram":
+            return base
+    return None
+
+
+def check_expr(where, expr, known):
+    uses = metric_uses(expr)
+    for name, labels in uses:
+        fam = base_family(name, known)
+        check(fam, "%s: %s is no metric charged exports" % (where, name))
+        if fam in METRICS:
+            allowed = METRICS[fam][1] | TARGET_LABELS
+            check(labels <= allowed, "%s: %s has no label %s" % (where, name, sorted(labels - allowed)))
+    return {base_family(n, known) for n, _ in uses}
+
+
+def alerts(ctx):
+    return [r for g in ctx["rules"]["groups"] for r in g["rules"] if "alert" in r]
+
+
+def slug(heading):
+    """The anchor a Markdown heading gets."""
+    s = heading.strip().lower()
+    s = re.sub(r"[^\w\- ]", "", s)
+    return s.replace(" ", "-")
+
+
+def obs_alerts_use_known_metrics(ctx):
+    for a in alerts(ctx):
+        check_expr("alert %s" % a["alert"], a["expr"], ctx["known"])
+
+
+def obs_alerts_cover_the_issue(ctx):
+    exprs = {a["alert"]: a["expr"] for a in alerts(ctx)}
+    want = [
+        ("UNKNOWN attempts' age", r'charged_reconciler_oldest_attempt_age_seconds\{status="UNKNOWN"\}'),
+        ("dead-letter rate", r"rate\(charged_dead_letters_total"),
+        ("outbox age", r"charged_outbox_oldest_event_age_seconds"),
+        ("consumer lag", r"charged_consumer_lag_messages"),
+        ("breaker open", r"charged_provider_breaker_state\)?\s*==\s*2"),
+    ]
+    for what, pattern in want:
+        check(any(re.search(pattern, e) for e in exprs.values()), "no alert on the %s" % what)
+
+
+def obs_alerts_have_a_runbook(ctx):
+    headings = {slug(h) for h in re.findall(r"^#{2,4} (.+)$", ctx["operations"], re.M)}
+    names = [a["alert"] for a in alerts(ctx)]
+    check_eq(len(names), len(set(names)), "distinct alert names")
+    for a in alerts(ctx):
+        n = a["alert"]
+        check(a.get("labels", {}).get("severity") in ("page", "ticket"),
+              "alert %s: severity %r" % (n, a.get("labels", {}).get("severity")))
+        ann = a.get("annotations", {})
+        for k in ("summary", "description", "runbook"):
+            check(ann.get(k), "alert %s has no %s" % (n, k))
+        path, _, anchor = ann["runbook"].partition("#")
+        check_eq(path, "docs/operations.md", "alert %s: runbook page" % n)
+        check(anchor in headings, "alert %s: docs/operations.md has no section #%s" % (n, anchor))
+
+
+def obs_every_alert_is_unit_tested_both_ways(ctx):
+    fired, quiet = set(), set()
+    for t in ctx["rule_tests"]["tests"]:
+        for a in t.get("alert_rule_test", []):
+            (fired if a.get("exp_alerts") else quiet).add(a["alertname"])
+    for a in alerts(ctx):
+        check(a["alert"] in fired, "no unit test shows %s firing" % a["alert"])
+        check(a["alert"] in quiet, "no unit test shows %s quiet" % a["alert"])
+    check_eq(ctx["rule_tests"]["rule_files"], ["charged.rules.yml"], "rule files under test")
+
+
+def dashboard_panels(ctx):
+    out = []
+    for p in ctx["dashboard"]["panels"]:
+        out.append(p)
+        out.extend(p.get("panels", []))
+    return out
+
+
+def obs_dashboard_uses_known_metrics(ctx):
+    d = ctx["dashboard"]
+    check(d.get("title") and d.get("uid") and d.get("schemaVersion"), "dashboard header")
+    ids = [p["id"] for p in dashboard_panels(ctx)]
+    check_eq(len(ids), len(set(ids)), "distinct panel ids")
+    used = set()
+    for p in dashboard_panels(ctx):
+        check("gridPos" in p, "panel %s has no gridPos" % p.get("title"))
+        if p["type"] == "row":
+            continue
+        check(p.get("targets"), "panel %s has no query" % p.get("title"))
+        check_eq(p.get("datasource", {}).get("uid"), "${datasource}",
+                 "panel %s: datasource (the dashboard's variable)" % p["title"])
+        for t in p["targets"]:
+            used |= check_expr("panel %s" % p["title"], t["expr"], ctx["known"])
+    missing = sorted(set(METRICS) & ctx["known"] - used)
+    check(not missing, "no dashboard panel shows %s" % missing)
+    check([v for v in d["templating"]["list"] if v["name"] == "datasource" and v["type"] == "datasource"],
+          "the dashboard has no datasource variable")
+
+
+def obs_known_list_matches_the_programs(ctx):
+    # With common/metrics.c present, every family the dashboard and the
+    # alerts were written for must be one it exports.
+    if ctx["source"] == "common/metrics.c":
+        missing = sorted(set(METRICS) - ctx["known"])
+        check(not missing, "common/metrics.c does not export %s" % missing)
+
+
+def obs_scrape_configs_label_the_role(ctx):
+    p = ctx["prometheus"]
+    check_eq(p["rule_files"], ["charged.rules.yml"], "prometheus.example.yml rule_files")
+    jobs = p["scrape_configs"] + ctx["scrape_k8s"]["scrape_configs"]
+    for j in jobs:
+        targets = [r.get("target_label") for r in j.get("relabel_configs", [])]
+        check("role" in targets, "scrape job %s sets no role label (the alerts need it)" % j["job_name"])
+    dns = p["scrape_configs"][0]["dns_sd_configs"][0]
+    check_eq((sorted(dns["names"]), dns["port"]), (sorted(ROLES), ADMIN_PORT),
+             "compose scrape job: services and port")
+    keep = [r for r in ctx["scrape_k8s"]["scrape_configs"][0]["relabel_configs"] if r.get("action") == "keep"]
+    check(keep and keep[0]["regex"] == "charged;admin" and
+          keep[0]["source_labels"][-1] == "__meta_kubernetes_pod_container_port_name",
+          "the Kubernetes scrape job does not keep only the ports named admin")
+
+
+def obs_install_deps_installs_the_tools(ctx):
+    deps = read(os.path.join(DEPLOY, "install-deps.sh"))
+    listed = set(re.search(r"packages=\(([^)]*)\)", deps).group(1).split())
+    for p in ("python3-yaml", "prometheus"):
+        check(p in listed, "deploy/install-deps.sh does not install %s" % p)
+
+
+OBSERVABILITY_CHECKS = [
+    obs_alerts_use_known_metrics, obs_alerts_cover_the_issue, obs_alerts_have_a_runbook,
+    obs_every_alert_is_unit_tested_both_ways, obs_dashboard_uses_known_metrics,
+    obs_known_list_matches_the_programs, obs_scrape_configs_label_the_role,
+    obs_install_deps_installs_the_tools,
+]
+
+
+def first_panel_with(c, family):
+    return next(p for p in dashboard_panels(c) if any(family in t["expr"] for t in p.get("targets", [])))
+
+
+OBSERVABILITY_MUTANTS = [
+    ("an alert on a metric nobody exports", obs_alerts_use_known_metrics,
+     lambda c: alerts(c)[0].update(expr="charged_reconciler_oldest_unknown_seconds > 900")),
+    ("a label the metric does not have", obs_alerts_use_known_metrics,
+     lambda c: alerts(c)[0].update(expr='charged_outbox_backlog_events{status="UNKNOWN"} > 1')),
+    ("a panel on a misspelt metric", obs_dashboard_uses_known_metrics,
+     lambda c: first_panel_with(c, "charged_ready")["targets"][0].update(expr="min(charged_readyz)")),
+    ("a family no panel shows", obs_dashboard_uses_known_metrics,
+     lambda c: c["dashboard"].update(panels=[p for p in c["dashboard"]["panels"]
+                                             if "charged_webhook_deliveries_total" not in json.dumps(p)])),
+    ("a runbook link to no section", obs_alerts_have_a_runbook,
+     lambda c: alerts(c)[0]["annotations"].update(runbook="docs/operations.md#nothing-here")),
+    ("an alert never tested firing", obs_every_alert_is_unit_tested_both_ways,
+     lambda c: [a.update(exp_alerts=[]) for t in c["rule_tests"]["tests"]
+                for a in t.get("alert_rule_test", []) if a["alertname"] == "ChargedOutboxStalled"]),
+    ("no breaker alert", obs_alerts_cover_the_issue,
+     lambda c: [g.update(rules=[r for r in g["rules"] if "breaker_state" not in r["expr"]])
+                for g in c["rules"]["groups"]]),
+]
+
+
+# --------------------------------------------------------------------------
 
 AREAS = {
     "kubernetes": (load_kubernetes, KUBERNETES_CHECKS, KUBERNETES_MUTANTS),
     "compose": (load_compose, COMPOSE_CHECKS, COMPOSE_MUTANTS),
     "image": (load_image, IMAGE_CHECKS, IMAGE_MUTANTS),
+    "observability": (load_observability, OBSERVABILITY_CHECKS, OBSERVABILITY_MUTANTS),
 }
 
 
@@ -1020,6 +1260,8 @@ def main(argv):
         print("FAIL loading %s files: %s" % (argv[1], e))
         print("0 passed, 1 failed")
         return 1
+    if "source" in ctx:
+        print("metric names from %s" % ctx["source"])
     for fn in checks:
         try:
             fn(copy.deepcopy(ctx))
