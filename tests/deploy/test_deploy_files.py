@@ -4,6 +4,8 @@
   test_deploy_files.py kubernetes     deploy/kubernetes (kustomize dirs)
   test_deploy_files.py compose        deploy/compose/compose.yaml
   test_deploy_files.py image          deploy/docker/Dockerfile
+  test_deploy_files.py settings       every role started with the environment
+                                      the manifests and compose give it
   test_deploy_files.py observability  alert rules, dashboard, scrape configs, runbook
 
 No Docker engine, cluster or schema validator is at hand, so the files are
@@ -20,12 +22,15 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
-from charged_e2e import Failure, check, check_eq  # noqa: E402
+from charged_e2e import Failure, check, check_eq, free_port, wait_until  # noqa: E402
 
 import yaml  # noqa: E402  (python3-yaml)
 
@@ -1239,12 +1244,208 @@ OBSERVABILITY_MUTANTS = [
 
 
 # --------------------------------------------------------------------------
+# Settings: the programs themselves accept what the files give them
+
+# Each role, chargectl migrate and psp-sim are started with the environment
+# a Kubernetes pod or a compose service gives them, and must get past their
+# configuration (a bad or missing variable exits 2 before anything else).
+# Only what cannot work here is replaced: every address that would reach
+# another machine (Kafka, PostgreSQL, the provider, their .invalid or
+# compose host names) points at a closed port on loopback, listeners get
+# free loopback ports, and secret files are written to a temporary
+# directory (compose's development secrets are used as they are, with the
+# database URL's host moved to loopback).
+
+BUILD = os.environ.get("CHARGED_BUILD_DIR") or os.path.join(ROOT, "build")
+CLOSED = "127.0.0.1:1"  # nothing listens on port 1: connections are refused
+STARTED = {role: '"msg":"%s started"' % role for role in ROLES}
+DUMMY_SECRETS = {"DATABASE_URL": "postgresql://charged@%s/charged" % CLOSED,
+                 "PROVIDER_API_KEY": "sk_test_deploy_settings",
+                 "WEBHOOK_SIGNING_SECRET": "whsec_deploy_settings"}
+
+
+def load_settings():
+    return {"k8s": load_kubernetes(), "compose": load_compose()["compose"]}
+
+
+def to_loopback(name, value):
+    """value, with addresses of other machines moved to a closed loopback
+    port and listeners to a free loopback port."""
+    if name == "KAFKA_BOOTSTRAP_SERVERS":
+        return CLOSED
+    if name == "PROVIDER_BASE_URL":
+        return "http://" + CLOSED
+    if name in ("ADMIN_ADDR", "API_ADDR"):
+        check(re.fullmatch(r"0\.0\.0\.0:\d+", value), "%s=%r is not 0.0.0.0:PORT" % (name, value))
+        return "127.0.0.1:%d" % free_port()
+    return value
+
+
+def pod_env(ctx, kind, name, tmp):
+    """The environment of the first container of kind/name, as the kubelet
+    would build it (envFrom, then env), for a run on this machine."""
+    c = one(ctx, kind, name)["spec"]["template"]["spec"]["containers"][0]
+    spec = one(ctx, kind, name)["spec"]["template"]["spec"]
+    mounts = {m["name"]: m["mountPath"] for m in c.get("volumeMounts", [])}
+    files = {}
+    for v in spec.get("volumes", []):
+        if "secret" in v and v["name"] in mounts:
+            for item in v["secret"]["items"]:
+                path = os.path.join(tmp, item["path"])
+                with open(path, "w") as f:
+                    f.write(DUMMY_SECRETS[item["key"]] + "\n")  # as a file ends
+                files[os.path.join(mounts[v["name"]], item["path"])] = path
+    env = {}
+    for src in c.get("envFrom", []):
+        env.update(one(ctx, "ConfigMap", src["configMapRef"]["name"])["data"])
+    for e in c.get("env", []):
+        if "value" in e:
+            env[e["name"]] = files.get(e["value"], e["value"])
+        elif "fieldRef" in e["valueFrom"]:
+            check_eq(e["valueFrom"]["fieldRef"]["fieldPath"], "metadata.name", "fieldRef")
+            env[e["name"]] = name + "-0"
+        else:
+            ref = e["valueFrom"]["configMapKeyRef"]
+            env[e["name"]] = one(ctx, "ConfigMap", ref["name"])["data"][ref["key"]]
+    return {k: to_loopback(k, v) for k, v in env.items()}, c
+
+
+def compose_service_env(compose, service, tmp):
+    env = dict(compose_env(compose["services"][service]))
+    for k, v in list(env.items()):
+        m = re.fullmatch(r"/run/secrets/([\w-]+)", str(v))
+        if m:
+            src = os.path.join(os.path.dirname(COMPOSE), compose["secrets"][m.group(1)]["file"])
+            value = read(src)
+            if m.group(1) == "database_url":
+                check(re.fullmatch(r"postgresql://[^@\s]+@postgres:5432/charged\n?", value),
+                      "compose: database_url secret %r" % value)
+                value = re.sub(r"@postgres:5432/", "@%s/" % CLOSED, value)
+            path = os.path.join(tmp, m.group(1))
+            with open(path, "w") as f:
+                f.write(value)
+            env[k] = path
+    return {k: to_loopback(k, str(v)) for k, v in env.items()}
+
+
+class Run:
+    """A program started with exactly env (and PATH), its output collected."""
+
+    def __init__(self, argv, env):
+        self.argv = argv
+        full = {"PATH": "/usr/bin:/bin"}
+        full.update(env)
+        self.out = []
+        self.p = subprocess.Popen(argv, env=full, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            self.out.append(line.rstrip("\n"))
+
+    def text(self):
+        return "\n".join(self.out)
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        self.reader.join(timeout=10)
+
+
+def expect_started(argv, env, marker, what):
+    """Starts argv, waits until its output holds marker (it got past its
+    configuration) or it exits, then stops it with SIGTERM."""
+    check(os.path.isfile(argv[0]), "%s is not built" % argv[0])
+    r = Run(argv, env)
+    try:
+        wait_until("%s to start" % what,
+                   lambda: marker in r.text() or r.p.poll() is not None, 30)
+        check(marker in r.text(), lambda: "%s exited %s before starting: %s" % (
+            what, r.p.poll(), r.text()[-600:]))
+    finally:
+        r.stop()
+    check(r.p.returncode != 2, "%s: exit 2 after SIGTERM: %s" % (what, r.text()[-600:]))
+
+
+def charged_bin():
+    return os.path.join(BUILD, "worker", "charged")
+
+
+def settings_kubernetes_roles_start(ctx):
+    for role in ROLES:
+        kind = "StatefulSet" if role == "worker" else "Deployment"
+        with tempfile.TemporaryDirectory() as tmp:
+            env, c = pod_env(ctx["k8s"], kind, "charged-" + role, tmp)
+            expect_started([charged_bin()] + c["args"], env, STARTED[role],
+                           "Kubernetes %s" % role)
+
+
+def settings_kubernetes_migration_reads_its_url(ctx):
+    with tempfile.TemporaryDirectory() as tmp:
+        env, c = pod_env(ctx["k8s"], "Job", "charged-migrate", tmp)
+        argv = [os.path.join(BUILD, "chargectl", c["command"][0])] + c["args"]
+        r = subprocess.run(argv, env=dict(env, PATH="/usr/bin:/bin"), capture_output=True,
+                           text=True, timeout=60)
+    # The database is a closed port: 1 (unreachable), never 2 (bad settings).
+    check_eq(r.returncode, 1, "exit of the migration Job's command (stderr %r)" % r.stderr.strip())
+
+
+def settings_compose_roles_start(ctx):
+    for role in ROLES:
+        with tempfile.TemporaryDirectory() as tmp:
+            env = compose_service_env(ctx["compose"], role, tmp)
+            expect_started([charged_bin()] + ctx["compose"]["services"][role]["command"], env,
+                           STARTED[role], "compose %s" % role)
+
+
+def settings_compose_psp_sim_starts(ctx):
+    svc = ctx["compose"]["services"]["psp-sim"]
+    args = list(svc["command"])
+    for flag in ("--port", "--admin-port"):
+        args[args.index(flag) + 1] = "0"  # the kernel picks free ports
+    args[args.index("--host") + 1] = "127.0.0.1"
+    with tempfile.TemporaryDirectory() as tmp:
+        env = compose_service_env(ctx["compose"], "psp-sim", tmp)
+        expect_started([os.path.join(BUILD, "tools", "psp-sim", "psp-sim")] + args, env,
+                       "psp-sim listening", "compose psp-sim")
+
+
+SETTINGS_CHECKS = [
+    settings_kubernetes_roles_start, settings_kubernetes_migration_reads_its_url,
+    settings_compose_roles_start, settings_compose_psp_sim_starts,
+]
+
+
+def drop_env(ctx, kind, name, var):
+    c = one(ctx["k8s"], kind, name)["spec"]["template"]["spec"]["containers"][0]
+    c["env"] = [e for e in c["env"] if e["name"] != var]
+
+
+SETTINGS_MUTANTS = [
+    ("an api without its webhook secret", settings_kubernetes_roles_start,
+     lambda c: drop_env(c, "Deployment", "charged-api", "WEBHOOK_SIGNING_SECRET_FILE")),
+    ("a worker with a drain beyond its range", settings_kubernetes_roles_start,
+     lambda c: set_env(one(c["k8s"], "StatefulSet", "charged-worker")["spec"]["template"]["spec"]
+                       ["containers"][0], "SHUTDOWN_TIMEOUT_MS", "3600001")),
+    ("a Kafka property librdkafka does not know", settings_compose_roles_start,
+     lambda c: c["compose"]["services"]["worker"]["environment"].update(KAFKA_SESION_TIMEOUT_MS="1")),
+]
+
+# --------------------------------------------------------------------------
 
 AREAS = {
     "kubernetes": (load_kubernetes, KUBERNETES_CHECKS, KUBERNETES_MUTANTS),
     "compose": (load_compose, COMPOSE_CHECKS, COMPOSE_MUTANTS),
     "image": (load_image, IMAGE_CHECKS, IMAGE_MUTANTS),
     "observability": (load_observability, OBSERVABILITY_CHECKS, OBSERVABILITY_MUTANTS),
+    "settings": (load_settings, SETTINGS_CHECKS, SETTINGS_MUTANTS),
 }
 
 
