@@ -685,8 +685,21 @@ def compose_has_the_whole_stack(ctx):
         check_eq(s[role].get("command"), [role], "compose: command of %s" % role)
     check_eq((s["migrate"].get("entrypoint"), s["migrate"].get("command")),
              (["chargectl"], ["migrate"]), "compose: the migration one-shot")
-    check_eq(s["psp-sim"].get("entrypoint"), ["psp-sim"], "compose: psp-sim's entrypoint")
-    check("0.0.0.0" in s["psp-sim"]["command"], "compose: psp-sim listens on loopback only")
+    script = psp_sim_script(s["psp-sim"])
+    check(re.search(r"^exec psp-sim .*--host 0\.0\.0\.0", script, re.M),
+          "compose: psp-sim does not run as the shell's last command on every interface")
+    check("--webhook-url http://api:8080/v1/webhooks/provider" in script,
+          "compose: psp-sim does not send its webhooks to the api")
+    check("--webhook-secret" not in script,
+          "compose: psp-sim's webhook secret is on its command line")
+
+
+def psp_sim_script(service):
+    """The shell script psp-sim's service runs (entrypoint sh -ec)."""
+    check_eq(service.get("entrypoint"), ["/bin/sh", "-ec"], "compose: psp-sim's entrypoint")
+    check(isinstance(service.get("command"), list) and len(service["command"]) == 1,
+          "compose: psp-sim's command is not one script")
+    return service["command"][0]
 
 
 def compose_images_agree(ctx):
@@ -1334,7 +1347,7 @@ class Run:
     def __init__(self, argv, env):
         self.argv = argv
         full = {"PATH": "/usr/bin:/bin"}
-        full.update(env)
+        full.update(env)  # env may bring its own PATH
         self.out = []
         self.p = subprocess.Popen(argv, env=full, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True)
@@ -1407,14 +1420,23 @@ def settings_compose_roles_start(ctx):
 
 def settings_compose_psp_sim_starts(ctx):
     svc = ctx["compose"]["services"]["psp-sim"]
-    args = list(svc["command"])
-    for flag in ("--port", "--admin-port"):
-        args[args.index(flag) + 1] = "0"  # the kernel picks free ports
-    args[args.index("--host") + 1] = "127.0.0.1"
+    # Compose turns $$ into $; the ports become ones the kernel picks, the
+    # api's address a closed loopback port, the secret file a copy.
+    script = psp_sim_script(svc).replace("$$", "$")
+    script = re.sub(r"--(port|admin-port) \d+", r"--\1 0", script)
+    script = script.replace("--host 0.0.0.0", "--host 127.0.0.1")
+    script = script.replace("http://api:8080/", "http://%s/" % CLOSED)
     with tempfile.TemporaryDirectory() as tmp:
+        for name in svc.get("secrets", []):
+            src = os.path.join(os.path.dirname(COMPOSE), ctx["compose"]["secrets"][name]["file"])
+            dst = os.path.join(tmp, name)
+            with open(dst, "w") as f:
+                f.write(read(src))
+            script = script.replace("/run/secrets/" + name, dst)
+        check("/run/secrets/" not in script, "compose: psp-sim reads a secret it is not given")
         env = compose_service_env(ctx["compose"], "psp-sim", tmp)
-        expect_started([os.path.join(BUILD, "tools", "psp-sim", "psp-sim")] + args, env,
-                       "psp-sim listening", "compose psp-sim")
+        env["PATH"] = os.path.join(BUILD, "tools", "psp-sim") + ":/usr/bin:/bin"
+        expect_started(svc["entrypoint"] + [script], env, "psp-sim listening", "compose psp-sim")
 
 
 SETTINGS_CHECKS = [
@@ -1434,6 +1456,8 @@ SETTINGS_MUTANTS = [
     ("a worker with a drain beyond its range", settings_kubernetes_roles_start,
      lambda c: set_env(one(c["k8s"], "StatefulSet", "charged-worker")["spec"]["template"]["spec"]
                        ["containers"][0], "SHUTDOWN_TIMEOUT_MS", "3600001")),
+    ("psp-sim without the webhook secret file", settings_compose_psp_sim_starts,
+     lambda c: c["compose"]["services"]["psp-sim"].pop("secrets")),
     ("a Kafka property librdkafka does not know", settings_compose_roles_start,
      lambda c: c["compose"]["services"]["worker"]["environment"].update(KAFKA_SESION_TIMEOUT_MS="1")),
 ]
