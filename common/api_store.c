@@ -25,13 +25,20 @@ static const char *SQL_RECORD_EVENT =
     " VALUES ($1, $2, $3, nullif($4, '')::uuid, 'received', $5::jsonb)"
     " ON CONFLICT (provider, event_id) DO NOTHING RETURNING event_id";
 
-/* The attempt an event is about, locked until the commit. $2 is the
- * event's intent: booked for another attempt already, it cannot be ours. */
+/* The attempt an event is about, locked until the commit, and what the
+ * database knows of the event's intent ($2): whether the attempt has
+ * another one, whether it is another attempt's (named by it, or booked
+ * for it), and whether the order has another live attempt. */
 #define SQL_LOCK_ATTEMPT(where) \
     "SELECT p.id, p.order_id, p.status, p.amount, p.currency," \
-    "  coalesce(p.provider_payment_id, ''), extract(epoch FROM p.updated_at)::bigint," \
-    "  EXISTS (SELECT 1 FROM ledger_entries l WHERE l.kind = 'charge'" \
-    "    AND l.provider_payment_id = $2 AND l.payment_attempt_id <> p.id)" \
+    "  floor(extract(epoch FROM p.updated_at))::bigint," \
+    "  coalesce(p.provider_payment_id <> $2, false)," \
+    "  EXISTS (SELECT 1 FROM payment_attempts o WHERE o.provider_payment_id = $2" \
+    "    AND o.id <> p.id)" \
+    "  OR EXISTS (SELECT 1 FROM ledger_entries l WHERE l.kind = 'charge'" \
+    "    AND l.provider_payment_id = $2 AND l.payment_attempt_id <> p.id)," \
+    "  EXISTS (SELECT 1 FROM payment_attempts o WHERE o.order_id = p.order_id" \
+    "    AND o.id <> p.id AND o.status = ANY ($3::text[]))" \
     " FROM payment_attempts p WHERE " where " ORDER BY p.id LIMIT 1 FOR UPDATE OF p"
 
 static const char *SQL_LOCK_BY_ID = SQL_LOCK_ATTEMPT("p.id = $1::uuid");
@@ -152,10 +159,18 @@ static void rollback(api_store_t *st)
     PQclear(r);
 }
 
-int api_store_apply_webhook(api_store_t *st, const char *provider,
-                            const struct webhook_event *ev, const char *payload,
-                            struct api_webhook_result *out, char *errbuf,
-                            size_t errbuf_size)
+/* A connection the server closed while idle (a restart, a pooler, an
+ * administrator) is only found broken by the next statement: that
+ * statement is repeated once on a new connection, so that a healthy
+ * database never costs a client a 503. */
+static int broken(api_store_t *st)
+{
+    return st->conn && PQstatus(st->conn) != CONNECTION_OK;
+}
+
+static int apply_once(api_store_t *st, const char *provider,
+                      const struct webhook_event *ev, const char *payload,
+                      struct api_webhook_result *out, char *errbuf, size_t errbuf_size)
 {
     PGresult *r = NULL;
     char *evidence = NULL;
@@ -173,8 +188,12 @@ int api_store_apply_webhook(api_store_t *st, const char *provider,
         goto out;
     in_tx = 1;
     const char *rec[5] = {provider, ev->id, ev->type, ev->attempt_id, payload};
-    if (!(r = db_exec(st->conn, SQL_RECORD_EVENT, 5, rec, errbuf, errbuf_size)))
+    if (!(r = db_exec(st->conn, SQL_RECORD_EVENT, 5, rec, errbuf, errbuf_size))) {
+        /* The event itself is refused: no delivery of it will ever do. */
+        if (db_last_error_class() == DB_ERR_DATA)
+            rc = -2;
         goto out;
+    }
     if (PQntuples(r) == 0) {
         /* Seen before, and committed: its effect is already there. */
         out->outcome = "duplicate";
@@ -185,9 +204,10 @@ int api_store_apply_webhook(api_store_t *st, const char *provider,
     PQclear(r);
     r = NULL;
 
-    const char *lock[2] = {ev->attempt_id[0] ? ev->attempt_id : NULL, ev->intent_id};
+    const char *lock[3] = {ev->attempt_id[0] ? ev->attempt_id : NULL, ev->intent_id,
+                           attempt_status_live_array()};
     if (!(r = db_exec(st->conn, ev->attempt_id[0] ? SQL_LOCK_BY_ID : SQL_LOCK_BY_INTENT,
-                      2, lock, errbuf, errbuf_size)))
+                      3, lock, errbuf, errbuf_size)))
         goto out;
     if (ev->evidence == WEBHOOK_EVIDENCE_NONE) {
         out->outcome = "ignored";
@@ -201,10 +221,10 @@ int api_store_apply_webhook(api_store_t *st, const char *provider,
         a.status = (enum attempt_status)attempt_status_parse(PQgetvalue(r, 0, 2));
         a.amount = strtoll(PQgetvalue(r, 0, 3), NULL, 10);
         snprintf(a.currency, sizeof(a.currency), "%s", PQgetvalue(r, 0, 4));
-        snprintf(a.provider_payment_id, sizeof(a.provider_payment_id), "%s",
-                 PQgetvalue(r, 0, 5));
-        a.updated_at = strtoll(PQgetvalue(r, 0, 6), NULL, 10);
-        a.intent_booked_elsewhere = PQgetvalue(r, 0, 7)[0] == 't';
+        a.updated_at = strtoll(PQgetvalue(r, 0, 5), NULL, 10);
+        a.intent_differs = PQgetvalue(r, 0, 6)[0] == 't';
+        a.intent_elsewhere = PQgetvalue(r, 0, 7)[0] == 't';
+        a.order_has_other_live = PQgetvalue(r, 0, 8)[0] == 't';
         webhook_event_decide(ev, &a, &d);
         out->outcome = webhook_action_name(d.action);
         out->reason = d.reason;
@@ -255,6 +275,17 @@ out:
     return rc;
 }
 
+int api_store_apply_webhook(api_store_t *st, const char *provider,
+                            const struct webhook_event *ev, const char *payload,
+                            struct api_webhook_result *out, char *errbuf,
+                            size_t errbuf_size)
+{
+    int rc = apply_once(st, provider, ev, payload, out, errbuf, errbuf_size);
+    if (rc == -1 && broken(st))
+        rc = apply_once(st, provider, ev, payload, out, errbuf, errbuf_size);
+    return rc;
+}
+
 /* One row of SQL_VIEW as the contract's attempt object (a new reference). */
 static json_t *view_row(PGresult *r, int row)
 {
@@ -284,6 +315,8 @@ static int view(api_store_t *st, const char *sql, const char *id, PGresult **res
     if (ensure_conn(st, errbuf, errbuf_size) != 0)
         return -1;
     *res = db_exec(st->conn, sql, 1, &id, errbuf, errbuf_size);
+    if (!*res && broken(st) && ensure_conn(st, errbuf, errbuf_size) == 0)
+        *res = db_exec(st->conn, sql, 1, &id, errbuf, errbuf_size);
     if (!*res)
         return -1;
     return PQntuples(*res) == 0 ? 1 : 0;

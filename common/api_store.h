@@ -40,10 +40,12 @@ struct api_webhook_result {
     char old_status[20], new_status[20];
 };
 
-/* Applies ev, whose raw body is `payload` (stored for review; it must be
- * the JSON ev was parsed from). `provider` names the provider in the
- * deduplication key. Returns 0, or -1 with errbuf when the database
- * failed: nothing was changed and the delivery may be repeated. */
+/* Applies ev; `payload` is the event as stored for review (the JSON ev was
+ * parsed from). `provider` names the provider in the deduplication key.
+ * Returns 0; -1 with errbuf when the database failed (nothing was changed
+ * and the delivery may be repeated); -2 with errbuf when the database
+ * refuses the event itself (no delivery of it will ever be stored). A
+ * connection found broken is replaced and the transaction tried once more. */
 int api_store_apply_webhook(api_store_t *st, const char *provider,
                             const struct webhook_event *ev, const char *payload,
                             struct api_webhook_result *out, char *errbuf,

@@ -147,6 +147,13 @@ static const struct config_row config_table[CONFIG__COUNT] = {
      "requests served at once (one database connection each)"},
     {CONFIG_API_MAX_BODY_BYTES, "API_MAX_BODY_BYTES", CONFIG_T_INT, "65536", 1024,
      10485760, CONFIG_ROLE_API, 0, "largest webhook body accepted; larger gets 413"},
+    {CONFIG_API_MAX_CONNECTIONS, "API_MAX_CONNECTIONS", CONFIG_T_INT, "1024", 16, 65536,
+     CONFIG_ROLE_API, 0, "connections held open at once"},
+    /* A proxy in front carries many clients on its own address: raise it
+     * (0: no limit) when the api sits behind one. */
+    {CONFIG_API_MAX_CONNECTIONS_PER_IP, "API_MAX_CONNECTIONS_PER_IP", CONFIG_T_INT,
+     "64", 0, 65536, CONFIG_ROLE_API, 0,
+     "connections one client address may hold (0: no limit)"},
 };
 
 struct config_kafka_prop {

@@ -48,6 +48,16 @@ int utf8_text_valid(const char *s, size_t n)
     return 1;
 }
 
+/* Format characters that change how text around them reads without being
+ * seen: zero-width ones, bidirectional overrides and isolates, the BOM. A
+ * reason or log line quoting an outside party must read as it is. */
+static int invisible(unsigned cp)
+{
+    return (cp >= 0x200b && cp <= 0x200f) || (cp >= 0x202a && cp <= 0x202e) ||
+           (cp >= 0x2060 && cp <= 0x2064) || (cp >= 0x2066 && cp <= 0x2069) ||
+           cp == 0xfeff;
+}
+
 size_t utf8_text_copy(char *dst, size_t dst_size, const char *src)
 {
     const unsigned char *s = (const unsigned char *)(src ? src : "");
@@ -68,8 +78,11 @@ size_t utf8_text_copy(char *dst, size_t dst_size, const char *src)
             unsigned cp = s[i];
             if (l == 2)
                 cp = ((s[i] & 0x1fu) << 6) | (s[i + 1] & 0x3fu);
+            else if (l == 3)
+                cp = ((s[i] & 0x0fu) << 12) | ((s[i + 1] & 0x3fu) << 6) |
+                     (s[i + 2] & 0x3fu);
             i += l;
-            if (cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp < 0xa0)) {
+            if (cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp < 0xa0) || invisible(cp)) {
                 repl = ' ';
                 from = &repl;
                 l = 1;

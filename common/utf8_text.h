@@ -11,7 +11,9 @@
 #include <stddef.h>
 
 /* Copies src (NULL reads as "") into dst of dst_size bytes, NUL-terminated.
- * Invalid sequences become '?', control characters (C0, DEL, C1) become ' ',
+ * Invalid sequences become '?', control characters (C0, DEL, C1) and
+ * invisible format characters (zero-width, bidirectional overrides and
+ * isolates, BOM) become ' ',
  * and the copy stops before a character that would not fit whole. Returns
  * the bytes written, without the NUL. dst_size 0 writes nothing. */
 size_t utf8_text_copy(char *dst, size_t dst_size, const char *src);

@@ -7,6 +7,7 @@
 #include <jansson.h>
 #include <uuid/uuid.h>
 
+#include "card_data.h"
 #include "utf8_text.h"
 
 /* An identifier from the provider (event id, intent id, event type): we
@@ -56,8 +57,23 @@ static int status_agrees(enum webhook_evidence e, const char *status)
     return 1;
 }
 
+/* The event as stored: re-written by jansson, ASCII only. 0 / -1. */
+static int normalize(json_t *root, char **out, char *errbuf, size_t errbuf_size)
+{
+    if (!out)
+        return 0;
+    *out = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
+    if (!*out) {
+        snprintf(errbuf, errbuf_size, "out of memory");
+        return -1;
+    }
+    /* Card digits are never kept, whoever sent them. */
+    card_data_mask(*out, strlen(*out));
+    return 0;
+}
+
 int webhook_event_parse(const char *body, size_t len, struct webhook_event *ev,
-                        char *errbuf, size_t errbuf_size)
+                        char **normalized, char *errbuf, size_t errbuf_size)
 {
     json_error_t jerr;
     json_t *root = NULL, *obj, *v;
@@ -66,6 +82,8 @@ int webhook_event_parse(const char *body, size_t len, struct webhook_event *ev,
 
     memset(ev, 0, sizeof(*ev));
     ev->amount = -1;
+    if (normalized)
+        *normalized = NULL;
     /* jansson refuses invalid UTF-8 and \u0000, which the database would
      * refuse later: such a body is a bad request, never a stored one. */
     root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
@@ -104,7 +122,7 @@ int webhook_event_parse(const char *body, size_t len, struct webhook_event *ev,
     if (ev->evidence == WEBHOOK_EVIDENCE_NONE) {
         if ((s = str_at(obj, "id")) && plain_token(s, sizeof(ev->intent_id)))
             snprintf(ev->intent_id, sizeof(ev->intent_id), "%s", s);
-        rc = 0;
+        rc = normalize(root, normalized, errbuf, errbuf_size);
         goto out;
     }
     if ((s = str_at(obj, "object")) && strcmp(s, "payment_intent") != 0) {
@@ -127,8 +145,9 @@ int webhook_event_parse(const char *body, size_t len, struct webhook_event *ev,
         goto out;
     }
     v = json_object_get(obj, "amount");
-    if (v && !json_is_integer(v)) {
-        snprintf(errbuf, errbuf_size, "payment_intent amount is not an integer");
+    if (v && (!json_is_integer(v) || json_integer_value(v) < 0)) {
+        snprintf(errbuf, errbuf_size,
+                 "payment_intent amount is not a whole number >= 0");
         goto out;
     }
     ev->amount = v ? (long long)json_integer_value(v) : -1;
@@ -141,14 +160,21 @@ int webhook_event_parse(const char *body, size_t len, struct webhook_event *ev,
         for (int i = 0; i < 3; i++)
             ev->currency[i] = (char)toupper((unsigned char)s[i]);
     }
+    if (ev->evidence == WEBHOOK_EVIDENCE_SUCCEEDED &&
+        (ev->amount < 0 || !ev->currency[0])) {
+        snprintf(errbuf, errbuf_size, "payment_intent amount or currency missing");
+        goto out;
+    }
     s = str_at(json_object_get(obj, "metadata"), "payment_attempt_id");
     uuid_t u;
     if (s && strlen(s) == 36 && uuid_parse(s, u) == 0)
         uuid_unparse_lower(u, ev->attempt_id);
     v = json_object_get(obj, "last_payment_error");
-    if ((s = str_at(v, "decline_code")) || (s = str_at(v, "code")))
+    if ((s = str_at(v, "decline_code")) || (s = str_at(v, "code"))) {
         utf8_text_copy(ev->decline_code, sizeof(ev->decline_code), s);
-    rc = 0;
+        card_data_mask(ev->decline_code, strlen(ev->decline_code));
+    }
+    rc = normalize(root, normalized, errbuf, errbuf_size);
 out:
     json_decref(root);
     return rc;
@@ -180,11 +206,9 @@ static void set(struct webhook_decision *d, enum webhook_action action,
 /* Is the event about another charge than the attempt's own? */
 static int other_charge(const struct webhook_event *ev, const struct webhook_attempt *a)
 {
-    return (a->provider_payment_id[0] &&
-            strcmp(a->provider_payment_id, ev->intent_id)) ||
+    return a->intent_differs || a->intent_elsewhere ||
            (ev->amount >= 0 && ev->amount != a->amount) ||
-           (ev->currency[0] && strcmp(ev->currency, a->currency)) ||
-           a->intent_booked_elsewhere;
+           (ev->currency[0] && strcmp(ev->currency, a->currency));
 }
 
 static void decide_success(const struct webhook_event *ev,
@@ -237,8 +261,27 @@ static void decide_success(const struct webhook_event *ev,
     }
 }
 
+static void decide(const struct webhook_event *ev, const struct webhook_attempt *a,
+                   struct webhook_decision *d);
+
 void webhook_event_decide(const struct webhook_event *ev,
                           const struct webhook_attempt *a, struct webhook_decision *d)
+{
+    decide(ev, a, d);
+    /* A FAILED attempt may have been followed by another attempt of its
+     * order: it cannot become live (REQUIRES_REVIEW) again beside it. The
+     * evidence is kept for a person instead, loudly, never lost. */
+    if ((d->action == WEBHOOK_APPLY || d->action == WEBHOOK_REVIEW) &&
+        attempt_status_is_live(d->status) && !attempt_status_is_live(a->status) &&
+        a->order_has_other_live) {
+        d->action = WEBHOOK_FLAG;
+        d->reason = "contradicts a failed attempt whose order has another live attempt";
+        d->status = a->status;
+    }
+}
+
+static void decide(const struct webhook_event *ev, const struct webhook_attempt *a,
+                   struct webhook_decision *d)
 {
     switch (ev->evidence) {
     case WEBHOOK_EVIDENCE_NONE:

@@ -47,18 +47,27 @@ struct webhook_event {
 /* Parses the raw body. Returns 0, or -1 with one line in errbuf that is safe
  * to answer (bad JSON, a missing field, a type that disagrees with the
  * intent's status). Text fields are checked, never truncated: a value too
- * long for its field is refused. */
+ * long for its field is refused. A success must name its amount (>= 0) and
+ * currency: without them it cannot be told from another charge.
+ *
+ * When `normalized` is not NULL it receives (malloc'd, the caller frees)
+ * the event as jansson re-writes it, ASCII only: what is stored for review.
+ * The raw body may hold numbers PostgreSQL refuses (1e-20000); this never
+ * does. */
 int webhook_event_parse(const char *body, size_t len, struct webhook_event *ev,
-                        char *errbuf, size_t errbuf_size);
+                        char **normalized, char *errbuf, size_t errbuf_size);
 
-/* The attempt as the database holds it, locked. */
+/* The attempt as the database holds it, locked, and what the database
+ * knows about the event's intent (compared there, whatever their length). */
 struct webhook_attempt {
     enum attempt_status status;
     long long amount;
     char currency[4];
-    char provider_payment_id[96]; /* "" when none */
-    int64_t updated_at;           /* unix seconds of the last change */
-    int intent_booked_elsewhere;  /* the intent is booked for another attempt */
+    int64_t updated_at;       /* unix seconds of the last change, floored */
+    int intent_differs;       /* it has an intent, and not the event's */
+    int intent_elsewhere;     /* the event's intent is another attempt's,
+                                 or booked for one */
+    int order_has_other_live; /* another attempt of its order is live */
 };
 
 enum webhook_action {
@@ -66,7 +75,8 @@ enum webhook_action {
     WEBHOOK_APPLY,      /* move the attempt to `status` */
     WEBHOOK_REVIEW,     /* move it to REQUIRES_REVIEW (status says so) */
     WEBHOOK_FLAG,       /* contradiction that cannot move the attempt (it is
-                           REJECTED or PENDING): record for review, loudly */
+                           REJECTED or PENDING, or FAILED while its order has
+                           another live attempt): record for review, loudly */
 };
 
 struct webhook_decision {

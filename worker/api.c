@@ -30,8 +30,10 @@
 #define WEBHOOK_PROVIDER  "stripe"
 #define MAX_SECRETS       8
 #define PROBE_INTERVAL_MS 2000
-#define CONNECTION_LIMIT  512
-#define IDLE_TIMEOUT_S    10
+/* Anyone can reach the webhook endpoint: a slow client holds a connection
+ * for at most IDLE_TIMEOUT_S between bytes, and one address can hold only
+ * API_MAX_CONNECTIONS_PER_IP of API_MAX_CONNECTIONS. */
+#define IDLE_TIMEOUT_S 10
 
 struct api {
     config_t *cfg;
@@ -78,9 +80,10 @@ static void store_give(struct api *a, api_store_t *st)
     pthread_mutex_unlock(&a->lock);
 }
 
-/* Queues `body` (a reference this takes over) as the JSON answer. */
-static enum MHD_Result reply_json(struct MHD_Connection *c, unsigned status,
-                                  json_t *body)
+/* Queues `body` (a reference this takes over) as the JSON answer; `allow`,
+ * when not NULL, is the Allow header of a 405. */
+static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, json_t *body,
+                             const char *allow)
 {
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
@@ -94,11 +97,17 @@ static enum MHD_Result reply_json(struct MHD_Connection *c, unsigned status,
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
-    if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
-        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, POST");
+    if (allow)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
     enum MHD_Result ret = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     return ret;
+}
+
+static enum MHD_Result reply_json(struct MHD_Connection *c, unsigned status,
+                                  json_t *body)
+{
+    return reply(c, status, body, NULL);
 }
 
 static enum MHD_Result reply_error(struct MHD_Connection *c, unsigned status,
@@ -122,19 +131,34 @@ static int uuid_from(const char *s, size_t len, char out[37])
     return 0;
 }
 
-static enum MHD_Result serve_status(struct api *a, struct MHD_Connection *c,
-                                    const char *url)
+/* The status endpoint a path names: 1 an attempt, 2 an order's list (the
+ * id's bytes in *id, *id_len), 0 none. */
+static int status_route(const char *url, const char **id, size_t *id_len)
+{
+    size_t n = strlen(url), ap = strlen(ATTEMPT_PREFIX), op = strlen(ORDER_PREFIX),
+           os = strlen(ORDER_SUFFIX);
+    if (!strncmp(url, ATTEMPT_PREFIX, ap)) {
+        *id = url + ap;
+        *id_len = n - ap;
+        return 1;
+    }
+    if (!strncmp(url, ORDER_PREFIX, op) && n > op + os &&
+        !strcmp(url + n - os, ORDER_SUFFIX)) {
+        *id = url + op;
+        *id_len = n - op - os;
+        return 2;
+    }
+    return 0;
+}
+
+static enum MHD_Result serve_status(struct api *a, struct MHD_Connection *c, int route,
+                                    const char *raw_id, size_t id_len)
 {
     char id[37], err[512];
     json_t *doc = NULL;
-    int by_order, rc;
-    size_t n = strlen(url), pre = strlen(ORDER_PREFIX), suf = strlen(ORDER_SUFFIX);
+    int by_order = route == 2, rc;
 
-    by_order = !strncmp(url, ORDER_PREFIX, pre) && n > pre + suf &&
-               !strcmp(url + n - suf, ORDER_SUFFIX);
-    if (by_order
-            ? uuid_from(url + pre, n - pre - suf, id)
-            : uuid_from(url + strlen(ATTEMPT_PREFIX), n - strlen(ATTEMPT_PREFIX), id))
+    if (uuid_from(raw_id, id_len, id) != 0)
         return reply_error(c, MHD_HTTP_BAD_REQUEST,
                            by_order ? "order id is not a uuid"
                                     : "payment attempt id is not a uuid");
@@ -179,14 +203,23 @@ static enum MHD_Result serve_webhook(struct api *a, struct MHD_Connection *c,
     if (src != WEBHOOK_SIGNATURE_OK)
         return webhook_refused(c, MHD_HTTP_BAD_REQUEST, "bad_signature",
                                webhook_signature_error(src));
-    if (!rq->body || webhook_event_parse(rq->body, rq->len, &ev, err, sizeof(err)) != 0)
+    char *payload = NULL;
+    if (!rq->body ||
+        webhook_event_parse(rq->body, rq->len, &ev, &payload, err, sizeof(err)) != 0)
         return webhook_refused(c, MHD_HTTP_BAD_REQUEST, "bad_request",
                                rq->body ? err : "empty body");
 
     api_store_t *st = store_take(a);
-    int rc = api_store_apply_webhook(st, WEBHOOK_PROVIDER, &ev, rq->body, &res, err,
+    int rc = api_store_apply_webhook(st, WEBHOOK_PROVIDER, &ev, payload, &res, err,
                                      sizeof(err));
     store_give(a, st);
+    free(payload);
+    if (rc == -2) {
+        log_error("webhook refused by the database", "event_id", ev.id, "type", ev.type,
+                  "error", err, NULL);
+        return webhook_refused(c, MHD_HTTP_BAD_REQUEST, "bad_request",
+                               "event refused by the database");
+    }
     if (rc != 0) {
         /* Not stored: a 5xx makes the provider deliver it again. */
         log_error("webhook not stored", "event_id", ev.id, "type", ev.type,
@@ -249,17 +282,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     (void)version;
 
     if (!rq) {
+        const char *id = NULL;
+        size_t id_len = 0;
         int webhook = !strcmp(url, WEBHOOK_PATH);
-        int status = !strncmp(url, ATTEMPT_PREFIX, strlen(ATTEMPT_PREFIX)) ||
-                     !strncmp(url, ORDER_PREFIX, strlen(ORDER_PREFIX));
-        if (!webhook && !status)
+        int route = webhook ? 0 : status_route(url, &id, &id_len);
+        if (!webhook && !route)
             return reply_error(c, MHD_HTTP_NOT_FOUND, "no such endpoint");
-        if (webhook ? strcmp(method, MHD_HTTP_METHOD_POST) != 0
-                    : strcmp(method, MHD_HTTP_METHOD_GET) != 0)
-            return reply_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed");
-        if (status) {
+        const char *allowed = webhook ? MHD_HTTP_METHOD_POST : MHD_HTTP_METHOD_GET;
+        if (strcmp(method, allowed) != 0)
+            return reply(c, MHD_HTTP_METHOD_NOT_ALLOWED,
+                         json_pack("{s:s}", "error", "method not allowed"), allowed);
+        if (route) {
             atomic_fetch_add(&a->serving, 1);
-            ret = serve_status(a, c, url);
+            ret = serve_status(a, c, route, id, id_len);
             atomic_fetch_sub(&a->serving, 1);
             return ret;
         }
@@ -378,7 +413,10 @@ static int listen_http(struct api *a, char *err, size_t err_size)
     a->http = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, a, MHD_OPTION_EXTERNAL_LOGGER, on_http_log, a,
         MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE,
-        (unsigned)a->nstores, MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONNECTION_LIMIT,
+        (unsigned)a->nstores, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)config_int(a->cfg, CONFIG_API_MAX_CONNECTIONS),
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)config_int(a->cfg, CONFIG_API_MAX_CONNECTIONS_PER_IP),
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, a, MHD_OPTION_END);
     freeaddrinfo(ai);

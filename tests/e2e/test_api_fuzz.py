@@ -50,7 +50,7 @@ def scenario(make):
     e2e.log("FUZZ_SEED=%d" % seed)
     rnd = random.Random(seed)
     s = make("api_fuzz", partitions=1)
-    name, port = api.start_api(s, API_MAX_BODY_BYTES=16384)
+    name, port = api.start_api(s, API_MAX_BODY_BYTES=16384, API_MAX_CONNECTIONS_PER_IP=16)
     proc = s.apis[name]
     a = api.insert_attempt(s, "UNKNOWN", ppid="pi_fuzz_real_0001")
     real = api.event("succeeded", a)
@@ -122,6 +122,40 @@ def scenario(make):
                       "answer %r to junk %r" % (reply[:40], junk[:30]))
         check(proc.poll() is None, "the api exited on junk %r" % junk[:30])
     e2e.log("answers by kind:", statuses)
+
+    # Slow clients from one address hold at most API_MAX_CONNECTIONS_PER_IP
+    # connections (16 here): a provider delivering from another address is
+    # still answered while they dribble their headers.
+    slow = []
+    try:
+        for _ in range(100):
+            c = socket.socket()
+            c.settimeout(e2e.scaled(5))
+            c.bind(("127.0.0.2", 0))
+            try:
+                c.connect(("127.0.0.1", port))
+                c.sendall(b"POST /v1/webhooks/provider HTTP/1.1\r\nHost: x\r\n")
+            except OSError:
+                c.close()
+                continue
+            slow.append(c)
+        b0 = api.insert_attempt(s, "UNKNOWN", ppid="pi_fuzz_slow_0001")
+        st, doc = api.post_webhook(port, api.event("succeeded", b0))
+        check_eq((st, doc["result"]), (200, "applied"), "a delivery while 100 slow clients wait")
+        alive = 0
+        for c in slow:
+            try:
+                c.sendall(b"X-Slow: 1\r\n")
+                c.settimeout(0.05)
+                alive += c.recv(1) != b""
+            except socket.timeout:
+                alive += 1  # still open, nothing to read
+            except OSError:
+                pass
+        check(alive <= 16, "%d slow connections from one address held open" % alive)
+    finally:
+        for c in slow:
+            c.close()
 
     # Signed mutations may have settled `a` already: a fresh attempt.
     b = api.insert_attempt(s, "UNKNOWN", ppid="pi_fuzz_real_0002")

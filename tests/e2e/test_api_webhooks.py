@@ -191,6 +191,84 @@ def rules(s, port):
     send(other_type, "ignored", "an event type we do not act on")
 
 
+def regressions(s, port):
+    """Breaks an outside review proved, each kept here."""
+    def send(ev, want, what):
+        st, doc = api.post_webhook(port, ev)
+        check_eq((st, doc and doc.get("result")), (200, want), what)
+
+    def status(a):
+        return api.counts(s, a["id"])["status"]
+
+    # A success for a FAILED attempt whose order a retry has since paid: it
+    # cannot become REQUIRES_REVIEW beside the paid attempt (one live
+    # attempt per order), but the evidence must be stored, not 503'd.
+    failed = api.insert_attempt(s, "FAILED", ppid="pi_first_try_0001", reason="declined: x")
+    api.insert_attempt(s, "SUCCEEDED", order_id=failed["order_id"])
+    ev = api.event("succeeded", failed)
+    send(ev, "flagged", "success for a FAILED attempt of a paid order")
+    check_eq(status(failed), "FAILED", "the FAILED attempt of a paid order")
+    check_eq(api.webhook_rows(s).get(ev["id"]), "flagged", "the stored evidence")
+
+    # A number PostgreSQL's jsonb refuses (an underflow jansson accepts):
+    # stored as re-written, not a 503 loop.
+    a = api.insert_attempt(s, "UNKNOWN", ppid="pi_underflow_0001")
+    body = json.dumps(api.event("succeeded", a)).replace('"livemode"', '"risk": 1e-20000, "livemode"')
+    send(body.encode(), "applied", "an event with 1e-20000 in it")
+
+    # A long intent id (up to 255 characters) compares whole.
+    long_id = "pi_" + "A" * 200
+    b = api.insert_attempt(s, "UNKNOWN", ppid=long_id)
+    send(api.event("succeeded", b), "applied", "success with a 203-character intent id")
+    send(api.event("succeeded", b), "ignored", "the same success again, new event id")
+    check_eq(status(b), "SUCCEEDED", "attempt with a long intent id")
+
+    # Metadata names attempt A, the intent is B's: not A's money.
+    owner = api.insert_attempt(s, "PROCESSING", ppid="pi_belongs_to_b", reason="provider_processing")
+    named = api.insert_attempt(s, "UNKNOWN")
+    send(api.event("succeeded", named, intent="pi_belongs_to_b"), "review",
+         "success naming A with B's intent")
+    check_eq(status(named), "REQUIRES_REVIEW", "A after B's intent's success")
+    check_eq(api.counts(s, named["id"])["ledger"], 0, "ledger rows of A")
+    send(api.event("succeeded", owner), "applied", "B's own success")
+    check_eq(api.counts(s, owner["id"])["ledger"], 1, "ledger rows of B")
+    u = api.insert_attempt(s, "UNKNOWN")
+    send(api.event("payment_failed", u, intent="pi_belongs_to_b"), "ignored",
+         "failure naming A with B's intent")
+    check_eq(status(u), "UNKNOWN", "A after a failure of B's intent")
+
+    # A success must name a real amount.
+    neg = api.insert_attempt(s, "UNKNOWN", ppid="pi_negative_0001")
+    check_eq(api.post_webhook(port, api.event("succeeded", neg, amount=-1))[0], 400,
+             "success with a negative amount")
+    check_eq(status(neg), "UNKNOWN", "attempt after a negative amount")
+
+    # A failure dated in the second after the success was stored is newer.
+    ok = api.insert_attempt(s, "SUCCEEDED")
+    s.psql(s.db, "UPDATE payment_attempts SET updated_at = to_timestamp(1900000000.6) "
+           "WHERE id = '%s'" % ok["id"])
+    send(api.event("payment_failed", ok, created=1900000001), "review",
+         "failure dated 0.4 s after the success")
+
+    # Card digits and invisible characters from the provider never reach a
+    # reason, an answer or an event.
+    f = api.insert_attempt(s, "UNKNOWN", ppid="pi_card_text_0001")
+    send(api.event("payment_failed", f, decline_code="card_4242424242424242_\u202e_x"),
+         "applied", "failure with card digits in its decline code")
+    reason = s.query("SELECT reason FROM payment_attempts WHERE id = '%s'" % f["id"])[0][0]
+    check("4242424242424242" not in reason and "\u202e" not in reason, "reason %r" % reason)
+    raw = api.request(port, "GET", "/v1/payment-attempts/%s" % f["id"])[2].decode()
+    check("4242424242424242" not in raw, "card digits in a status answer")
+    stored = s.query("SELECT payload::text FROM processed_webhook_events WHERE "
+                     "payment_attempt_id = '%s'" % f["id"])[0][0]
+    check("4242424242424242" not in stored, "card digits in the stored event")
+
+    # Paths and methods.
+    check_eq(api.get(port, "/v1/orders/0123456789%s" % f["id"])[0], 404, "an attempt under /v1/orders")
+    st, _, _ = api.request(port, "GET", "/v1/webhooks/provider")
+    check_eq(st, 405, "GET of the webhook endpoint")
+
+
 def scenario(make):
     s = make("api_webhooks", partitions=1)
     name, port = api.start_api(s, secrets=(api.SECRET, api.OLD_SECRET), API_MAX_BODY_BYTES=4096)
@@ -198,6 +276,7 @@ def scenario(make):
     rotation(s, port)
     concurrent(s, port)
     rules(s, port)
+    regressions(s, port)
     # Every line of the api's log is JSON, and no secret is in it.
     log = open("%s/%s.log" % (s.dir, name)).read()
     for secret in (api.SECRET, api.OLD_SECRET):

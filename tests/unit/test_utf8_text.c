@@ -41,6 +41,20 @@ START_TEST(invalid_bytes_and_controls_are_replaced)
 }
 END_TEST
 
+START_TEST(invisible_format_characters_are_replaced)
+{
+    char dst[64];
+    /* RLO, ZWSP, LRI, BOM around text; a visible non-ASCII letter stays. */
+    utf8_text_copy(dst, sizeof(dst),
+                   "a\xe2\x80\xae"
+                   "b\xe2\x80\x8b"
+                   "c\xe2\x81\xa6"
+                   "d\xef\xbb\xbf"
+                   "e\xe2\x82\xac");
+    ck_assert_str_eq(dst, "a b c d e\xe2\x82\xac");
+}
+END_TEST
+
 START_TEST(edges)
 {
     char dst[4] = "xyz";
@@ -62,6 +76,7 @@ int main(void)
     TCase *tc = tcase_create("utf8_text");
     tcase_add_test(tc, cut_never_splits_a_character);
     tcase_add_test(tc, invalid_bytes_and_controls_are_replaced);
+    tcase_add_test(tc, invisible_format_characters_are_replaced);
     tcase_add_test(tc, edges);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);

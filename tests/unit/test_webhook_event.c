@@ -2,6 +2,7 @@
  * decision table does what docs/api.md promises, row by row. */
 #include <check.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "test_env.h"
@@ -11,7 +12,7 @@
 
 static int parse(const char *body, struct webhook_event *ev, char *err)
 {
-    return webhook_event_parse(body, strlen(body), ev, err, 256);
+    return webhook_event_parse(body, strlen(body), ev, NULL, err, 256);
 }
 
 START_TEST(parses_a_success)
@@ -154,9 +155,12 @@ START_TEST(decision_table)
         strcpy(ev.intent_id, r->other ? "pi_other" : "pi_ours");
         struct webhook_attempt a = {
             .status = r->from, .amount = 1999, .currency = "EUR", .updated_at = 1500};
-        strcpy(a.provider_payment_id, r->from == S_(PENDING) ? "" : "pi_ours");
-        if (r->from == S_(PENDING) && r->other)
-            a.intent_booked_elsewhere = 1;
+        /* A PENDING attempt has no intent yet: "another charge" is then an
+         * intent that is another attempt's. */
+        if (r->other && r->from == S_(PENDING))
+            a.intent_elsewhere = 1;
+        else if (r->other)
+            a.intent_differs = 1;
         struct webhook_decision d;
         webhook_event_decide(&ev, &a, &d);
         ck_assert_msg(d.action == r->action, "row %zu: action %s, want %s", i,
@@ -179,7 +183,6 @@ START_TEST(another_amount_or_currency_is_another_charge)
     strcpy(ev.intent_id, "pi_ours");
     struct webhook_attempt a = {
         .status = ATTEMPT_STATUS_UNKNOWN, .amount = 1999, .currency = "EUR"};
-    strcpy(a.provider_payment_id, "pi_ours");
     struct webhook_decision d;
     webhook_event_decide(&ev, &a, &d);
     ck_assert_int_eq(d.action, WEBHOOK_REVIEW);
@@ -187,15 +190,78 @@ START_TEST(another_amount_or_currency_is_another_charge)
     strcpy(ev.currency, "USD");
     webhook_event_decide(&ev, &a, &d);
     ck_assert_int_eq(d.action, WEBHOOK_REVIEW);
-    /* No intent known yet (the call's answer was lost): ours, by metadata. */
+    /* Same intent, amount and currency: ours. */
     strcpy(ev.currency, "EUR");
-    a.provider_payment_id[0] = '\0';
     webhook_event_decide(&ev, &a, &d);
     ck_assert_int_eq(d.action, WEBHOOK_APPLY);
-    /* Booked already for another attempt: never booked twice. */
-    a.intent_booked_elsewhere = 1;
+    /* Another attempt's intent, or booked for one: never booked twice. */
+    a.intent_elsewhere = 1;
     webhook_event_decide(&ev, &a, &d);
     ck_assert_int_eq(d.action, WEBHOOK_REVIEW);
+    /* ... and a failure of it says nothing about this attempt. */
+    ev.evidence = WEBHOOK_EVIDENCE_FAILED;
+    webhook_event_decide(&ev, &a, &d);
+    ck_assert_int_eq(d.action, WEBHOOK_IGNORE);
+}
+END_TEST
+
+START_TEST(a_failed_attempt_whose_order_moved_on_is_flagged)
+{
+    struct webhook_event ev = {
+        .evidence = WEBHOOK_EVIDENCE_SUCCEEDED, .amount = 1999, .currency = "EUR"};
+    struct webhook_attempt a = {
+        .status = ATTEMPT_STATUS_FAILED, .amount = 1999, .currency = "EUR"};
+    struct webhook_decision d;
+    webhook_event_decide(&ev, &a, &d);
+    ck_assert_int_eq(d.action, WEBHOOK_REVIEW);
+    /* Another attempt of the order is live: REQUIRES_REVIEW (live) would
+     * break one-live-attempt-per-order; the evidence is flagged instead. */
+    a.order_has_other_live = 1;
+    webhook_event_decide(&ev, &a, &d);
+    ck_assert_int_eq(d.action, WEBHOOK_FLAG);
+    ck_assert_int_eq(d.status, ATTEMPT_STATUS_FAILED);
+    /* A live attempt becomes REQUIRES_REVIEW whatever its order holds. */
+    a.status = ATTEMPT_STATUS_UNKNOWN;
+    a.intent_differs = 1;
+    webhook_event_decide(&ev, &a, &d);
+    ck_assert_int_eq(d.action, WEBHOOK_REVIEW);
+}
+END_TEST
+
+START_TEST(normalized_payload_is_storable_and_masked)
+{
+    struct webhook_event ev;
+    char err[256], *norm = NULL;
+    const char *body =
+        "{\"id\":\"evt_n\",\"type\":\"payment_intent.succeeded\",\"created\":1,"
+        "\"risk\":1e-20000,\"note\":\"card 4242424242424242 \\u00e9\","
+        "\"data\":{\"object\":{\"id\":\"pi_n\",\"status\":\"succeeded\","
+        "\"amount\":5,\"currency\":\"eur\"}}}";
+    ck_assert_int_eq(
+        webhook_event_parse(body, strlen(body), &ev, &norm, err, sizeof(err)), 0);
+    ck_assert_ptr_nonnull(norm);
+    ck_assert_msg(strstr(norm, "1e-20000") == NULL, "%s", norm);
+    ck_assert_msg(strstr(norm, "4242424242424242") == NULL, "%s", norm);
+    ck_assert_msg(strstr(norm, "************4242") != NULL, "%s", norm);
+    ck_assert_msg(strcasestr(norm, "\\u00e9") != NULL, "not ASCII: %s", norm);
+    free(norm);
+}
+END_TEST
+
+START_TEST(a_success_names_its_amount)
+{
+    struct webhook_event ev;
+    char err[256];
+    const char *neg =
+        "{\"id\":\"evt_1\",\"type\":\"payment_intent.succeeded\",\"created\":1,"
+        "\"data\":{\"object\":{\"id\":\"pi_1\",\"status\":\"succeeded\","
+        "\"amount\":-1,\"currency\":\"eur\"}}}";
+    const char *none =
+        "{\"id\":\"evt_1\",\"type\":\"payment_intent.succeeded\",\"created\":1,"
+        "\"data\":{\"object\":{\"id\":\"pi_1\",\"status\":\"succeeded\","
+        "\"currency\":\"eur\"}}}";
+    ck_assert_int_eq(parse(neg, &ev, err), -1);
+    ck_assert_int_eq(parse(none, &ev, err), -1);
 }
 END_TEST
 
@@ -208,6 +274,9 @@ int main(void)
     tcase_add_test(tc, refuses_bad_shapes);
     tcase_add_test(tc, decision_table);
     tcase_add_test(tc, another_amount_or_currency_is_another_charge);
+    tcase_add_test(tc, a_failed_attempt_whose_order_moved_on_is_flagged);
+    tcase_add_test(tc, normalized_payload_is_storable_and_masked);
+    tcase_add_test(tc, a_success_names_its_amount);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }
