@@ -1,0 +1,71 @@
+/* metrics: the process's Prometheus metrics, in one registry.
+ *
+ * Every family is a row of one table (metrics.c): name, type, help, label
+ * names (0 to 2) and, for histograms, bucket bounds. A role changes a series
+ * by its family's key and one label value per label name, in the table's
+ * order:
+ *
+ *   metrics_add(METRIC_MESSAGES, 1, "settled");
+ *   metrics_observe(METRIC_PROVIDER_DURATION, 0.042, "charge");
+ *
+ * A series exists from its first change on; a family nobody changed renders
+ * its HELP and TYPE lines only. Label values are bounded, enumerable words
+ * (a status, an operation, a partition number): never an attempt or order
+ * id, never a secret. Every function is safe from any thread: the admin
+ * listener renders while the loop updates. */
+#ifndef CHARGED_METRICS_H
+#define CHARGED_METRICS_H
+
+#include <stddef.h>
+
+/* Keys of the table in metrics.c; docs/operations.md lists every family. */
+enum metric_key {
+    METRIC_MESSAGES,               /* charged_messages_total{outcome} */
+    METRIC_ATTEMPTS,               /* charged_attempts_processed_total{status} */
+    METRIC_PROVIDER_DURATION,      /* charged_provider_request_duration_seconds
+                                      {operation}, histogram */
+    METRIC_PROVIDER_RESPONSES,     /* charged_provider_responses_total
+                                      {operation,class} */
+    METRIC_PROVIDER_IN_FLIGHT,     /* charged_provider_calls_in_flight */
+    METRIC_CONSUMER_LAG,           /* charged_consumer_lag_messages
+                                      {topic,partition} */
+    METRIC_DEAD_LETTERS,           /* charged_dead_letters_total{reason} */
+    METRIC_REBALANCES,             /* charged_rebalances_total{kind} */
+    METRIC_RECONCILER_BACKLOG,     /* charged_reconciler_backlog_attempts{status} */
+    METRIC_RECONCILER_OLDEST,      /* charged_reconciler_oldest_attempt_age_seconds
+                                      {status} */
+    METRIC_RECONCILER_SETTLEMENTS, /* charged_reconciler_settlements_total{status} */
+    METRIC_OUTBOX_BACKLOG,         /* charged_outbox_backlog_events */
+    METRIC_OUTBOX_OLDEST,          /* charged_outbox_oldest_event_age_seconds */
+    METRIC_OUTBOX_PUBLISHED,       /* charged_outbox_published_total */
+    METRIC_WEBHOOKS,               /* charged_webhook_deliveries_total{result} */
+    METRIC_BREAKER_STATE,          /* charged_provider_breaker_state */
+    METRIC_BREAKER_OPENS,          /* charged_provider_breaker_opens_total */
+    METRIC_READY,                  /* charged_ready */
+    METRIC_DATABASE_FAILURES,      /* charged_database_failures_total{stage} */
+    METRIC__COUNT
+};
+
+/* Counter: adds v (>= 0; a negative v is ignored). Then one
+ * `const char *` label value per label name of the family. */
+void metrics_add(enum metric_key k, double v, ...);
+/* Gauge: sets the series to v. */
+void metrics_set(enum metric_key k, double v, ...);
+/* Histogram: counts one observation of v. */
+void metrics_observe(enum metric_key k, double v, ...);
+/* Drops every series of the family (a gauge whose label set went away, as
+ * the lag of revoked partitions). */
+void metrics_forget(enum metric_key k);
+
+/* The registry in the Prometheus text format 0.0.4, as a malloc'd string
+ * (the caller frees it) of *len bytes, NUL-terminated. 0, or -1 when out of
+ * memory (then *out is NULL). */
+int metrics_render(char **out, size_t *len);
+
+/* The family's metric name, e.g. "charged_messages_total". */
+const char *metrics_name(enum metric_key k);
+
+/* Drops every series of every family (tests). */
+void metrics_reset(void);
+
+#endif
