@@ -1,0 +1,239 @@
+#include "admin_http.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <microhttpd.h>
+
+#include "log.h"
+#include "metrics.h"
+
+/* Probes and scrapes are small and rare: a few connections are plenty, and
+ * bounding them bounds what clients can hold. */
+#define MAX_CONNECTIONS   32
+#define IDLE_TIMEOUT_S    5
+#define CONNECTION_MEMORY 16384
+
+struct admin_http {
+    struct MHD_Daemon *mhd;
+    struct admin_http_handlers h;
+    int port;
+};
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    char line[256];
+    (void)cls;
+    vsnprintf(line, sizeof(line), fmt, ap);
+    line[strcspn(line, "\n")] = '\0';
+    log_warn("admin listener", "error", line, NULL);
+}
+
+static enum MHD_Result respond(struct MHD_Connection *c, unsigned status, char *body,
+                               size_t len, enum MHD_ResponseMemoryMode mode,
+                               const char *content_type, const char *allow)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, body, mode);
+    if (!r) {
+        if (mode == MHD_RESPMEM_MUST_FREE)
+            free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", content_type);
+    MHD_add_response_header(r, "Cache-Control", "no-store");
+    if (allow)
+        MHD_add_response_header(r, "Allow", allow);
+    enum MHD_Result rc = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+static enum MHD_Result respond_text(struct MHD_Connection *c, unsigned status,
+                                    const char *text, const char *allow)
+{
+    return respond(c, status, (char *)text, strlen(text), MHD_RESPMEM_MUST_COPY,
+                   "text/plain; charset=utf-8", allow);
+}
+
+static enum MHD_Result probe(struct MHD_Connection *c, admin_http_probe_fn fn,
+                             void *arg, const char *ok)
+{
+    char why[200] = "", body[256];
+    int good = fn ? fn(arg, why, sizeof(why)) : 1;
+    if (good)
+        snprintf(body, sizeof(body), "%s\n", why[0] ? why : ok);
+    else
+        snprintf(body, sizeof(body), "%s\n", why[0] ? why : "not ok");
+    return respond_text(c, good ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE, body,
+                        NULL);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    admin_http_t *a = cls;
+    (void)version;
+    (void)upload_data;
+    (void)upload_data_size;
+    (void)con_cls;
+
+    /* Answered at the first call, before any request body is read: none of
+     * these takes one, and MHD closes the connection after an early answer. */
+    int health = !strcmp(url, "/healthz"), ready = !strcmp(url, "/readyz"),
+        metrics = !strcmp(url, "/metrics");
+    if (!health && !ready && !metrics)
+        return respond_text(c, MHD_HTTP_NOT_FOUND, "not found\n", NULL);
+    if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 &&
+        strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
+        return respond_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed\n",
+                            "GET, HEAD");
+    if (health)
+        return probe(c, a->h.healthz, a->h.arg, "ok");
+    if (ready)
+        return probe(c, a->h.readyz, a->h.arg, "ready");
+    if (a->h.on_scrape)
+        a->h.on_scrape(a->h.arg);
+    char *text;
+    size_t len;
+    if (metrics_render(&text, &len) != 0)
+        return respond_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n", NULL);
+    return respond(c, MHD_HTTP_OK, text, len, MHD_RESPMEM_MUST_FREE,
+                   "text/plain; version=0.0.4; charset=utf-8", NULL);
+}
+
+/* Splits "host:port" / "[v6]:port" into host and port. 0 / -1. */
+static int split_addr(const char *addr, char *host, size_t host_size, char *port,
+                      size_t port_size)
+{
+    const char *colon = strrchr(addr, ':');
+    if (!colon || colon == addr || !colon[1])
+        return -1;
+    size_t hl = (size_t)(colon - addr);
+    const char *h = addr;
+    if (h[0] == '[') {
+        if (hl < 3 || h[hl - 1] != ']')
+            return -1;
+        h++;
+        hl -= 2;
+    }
+    if (hl >= host_size || strlen(colon + 1) >= port_size)
+        return -1;
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    strcpy(port, colon + 1);
+    for (const char *p = port; *p; p++)
+        if (*p < '0' || *p > '9')
+            return -1;
+    return 0;
+}
+
+/* A listening socket on addr: 0 and *fd, or an admin_http_rc. */
+static int listen_on(const char *addr, int *fd, int *port, char *errbuf,
+                     size_t errbuf_size)
+{
+    char host[256], service[16];
+    struct addrinfo hints, *res = NULL;
+    int err = 0, s = -1;
+
+    if (split_addr(addr, host, sizeof(host), service, sizeof(service)) != 0) {
+        snprintf(errbuf, errbuf_size, "ADMIN_ADDR: '%s' is not host:port", addr);
+        return ADMIN_HTTP_BAD_ADDRESS;
+    }
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    int gai = getaddrinfo(host, service, &hints, &res);
+    if (gai != 0) {
+        snprintf(errbuf, errbuf_size, "ADMIN_ADDR: cannot resolve '%s': %s", host,
+                 gai_strerror(gai));
+        return ADMIN_HTTP_BAD_ADDRESS;
+    }
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        int one = 1;
+        s = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+        if (s < 0) {
+            err = errno;
+            continue;
+        }
+        setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(s, ai->ai_addr, ai->ai_addrlen) == 0 && listen(s, 64) == 0)
+            break;
+        err = errno;
+        close(s);
+        s = -1;
+    }
+    freeaddrinfo(res);
+    if (s < 0) {
+        snprintf(errbuf, errbuf_size, "ADMIN_ADDR: cannot listen on %s: %s", addr,
+                 strerror(err ? err : EADDRNOTAVAIL));
+        return ADMIN_HTTP_CANNOT_LISTEN;
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    *port = 0;
+    if (getsockname(s, (struct sockaddr *)&ss, &sl) == 0)
+        *port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                               : ((struct sockaddr_in *)&ss)->sin_port);
+    *fd = s;
+    return ADMIN_HTTP_OK;
+}
+
+int admin_http_start(const char *addr, const struct admin_http_handlers *h,
+                     admin_http_t **out, char *errbuf, size_t errbuf_size)
+{
+    int fd = -1, rc;
+    admin_http_t *a = calloc(1, sizeof(*a));
+
+    *out = NULL;
+    if (!a) {
+        snprintf(errbuf, errbuf_size, "out of memory");
+        return ADMIN_HTTP_CANNOT_LISTEN;
+    }
+    a->h = *h;
+    rc = listen_on(addr, &fd, &a->port, errbuf, errbuf_size);
+    if (rc != ADMIN_HTTP_OK)
+        goto fail;
+    /* MHD owns fd from here: it closes it when it stops, or on failure. */
+    a->mhd =
+        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO, 0, NULL, NULL,
+                         on_request, a, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)MAX_CONNECTIONS,
+                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S,
+                         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY,
+                         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+    if (!a->mhd) {
+        snprintf(errbuf, errbuf_size, "ADMIN_ADDR: cannot start the listener on %s",
+                 addr);
+        rc = ADMIN_HTTP_CANNOT_LISTEN;
+        goto fail;
+    }
+    *out = a;
+    return ADMIN_HTTP_OK;
+fail:
+    free(a);
+    return rc;
+}
+
+int admin_http_port(const admin_http_t *a)
+{
+    return a->port;
+}
+
+void admin_http_free(admin_http_t *a)
+{
+    if (!a)
+        return;
+    MHD_stop_daemon(a->mhd);
+    free(a);
+}
