@@ -78,6 +78,15 @@ void attempt_store_free(attempt_store_t *st)
     free(st);
 }
 
+int attempt_store_ping(attempt_store_t *st, char *errbuf, size_t errbuf_size)
+{
+    if (ensure_conn(st, errbuf, errbuf_size) != 0)
+        return ATTEMPT_STORE_RETRY;
+    return db_run(st->conn, "SELECT 1", 0, NULL, errbuf, errbuf_size) == 0
+               ? ATTEMPT_STORE_OK
+               : ATTEMPT_STORE_RETRY;
+}
+
 /* A set of array parameters built together. */
 struct arrays {
     db_array_t *a[16];

@@ -43,6 +43,11 @@ attempt_store_t *attempt_store_new(const char *database_url, const char *actor,
                                    size_t errbuf_size);
 void attempt_store_free(attempt_store_t *st);
 
+/* Connects if needed and runs an empty statement: whether the database
+ * answers now, for readiness while no other step runs. 0, or
+ * ATTEMPT_STORE_RETRY and errbuf. */
+int attempt_store_ping(attempt_store_t *st, char *errbuf, size_t errbuf_size);
+
 /* ---- record: insert or read, never check-then-insert ---- */
 
 enum attempt_record_result {

@@ -17,7 +17,7 @@ enum config_type {
     CONFIG_T_STR,    /* free text */
     CONFIG_T_SECRET, /* free text, never printed */
     CONFIG_T_INT,    /* integer within [min, max] */
-    CONFIG_T_ADDR,   /* host:port */
+    CONFIG_T_ADDR,   /* host:port; port 1..65535, or min..65535 when max is set */
     CONFIG_T_LEVEL,  /* debug | info | warn | error */
     CONFIG_T_TOPIC,  /* a legal Kafka topic name */
 };
@@ -78,9 +78,11 @@ static const struct config_row config_table[CONFIG__COUNT] = {
      "dead letters of the input topic"},
     {CONFIG_API_ADDR, "API_ADDR", CONFIG_T_ADDR, "127.0.0.1:8080", 0, 0,
      CONFIG_ROLE_API, 0, "listener of charged api, host:port"},
-    {CONFIG_ADMIN_ADDR, "ADMIN_ADDR", CONFIG_T_ADDR, "127.0.0.1:9400", 0, 0,
+    /* Port 0: one the kernel picks, named in the "admin listener started"
+     * log line (tests run many daemons side by side). */
+    {CONFIG_ADMIN_ADDR, "ADMIN_ADDR", CONFIG_T_ADDR, "127.0.0.1:9400", 0, 65535,
      R_ALL & ~CONFIG_ROLE_CTL, 0,
-     "health, readiness and metrics listener (not built yet)"},
+     "health, readiness and metrics listener, host:port (port 0: any free one)"},
     {CONFIG_LOG_LEVEL, "LOG_LEVEL", CONFIG_T_LEVEL, "info", 0, 0, R_ALL, 0,
      "debug, info, warn or error"},
     {CONFIG_WORKER_ID, "WORKER_ID", CONFIG_T_STR, NULL, 0, 0, R_ALL, 0,
@@ -111,6 +113,9 @@ static const struct config_row config_table[CONFIG__COUNT] = {
     {CONFIG_SHUTDOWN_TIMEOUT_MS, "SHUTDOWN_TIMEOUT_MS", CONFIG_T_INT, "30000", 0,
      3600000, R_ALL & ~CONFIG_ROLE_CTL, 0,
      "time to drain and commit after SIGTERM; a second SIGTERM exits at once"},
+    {CONFIG_HEALTH_STALL_MS, "HEALTH_STALL_MS", CONFIG_T_INT, "30000", 1000, 3600000,
+     R_ALL & ~CONFIG_ROLE_CTL, 0,
+     "/healthz answers 503 once the loop has not turned for this long"},
     {CONFIG_REBALANCE_DRAIN_MS, "REBALANCE_DRAIN_MS", CONFIG_T_INT, "10000", 0, 600000,
      R_W, 0, "time to drain revoked partitions before giving them up"},
     {CONFIG_RECONCILER_BATCH, "RECONCILER_BATCH", CONFIG_T_INT, "16", 1, 1000, R_R, 0,
@@ -255,7 +260,8 @@ static int parse_int(const char *s, long long *out)
     return 0;
 }
 
-static int valid_addr(const char *s)
+/* host:port with the port in [min_port, 65535]. */
+static int valid_addr(const char *s, long long min_port)
 {
     const char *colon = strrchr(s, ':');
     long long port;
@@ -263,7 +269,7 @@ static int valid_addr(const char *s)
         return 0;
     if (parse_int(colon + 1, &port) != 0)
         return 0;
-    return port >= 1 && port <= 65535;
+    return port >= min_port && port <= 65535;
 }
 
 static int valid_topic(const char *s)
@@ -298,7 +304,8 @@ static int validate(const struct config_row *row, const char *v, long long *iv,
         }
         return 0;
     case CONFIG_T_ADDR:
-        if (!valid_addr(v)) {
+        /* An address row's max says whether port 0 is allowed (min 0). */
+        if (!valid_addr(v, row->max ? row->min : 1)) {
             snprintf(errbuf, errbuf_size, "%s: '%s' is not host:port", row->name, v);
             return -1;
         }

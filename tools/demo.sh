@@ -48,6 +48,9 @@ build/tools/psp-sim/psp-sim --api-key "$PROVIDER_API_KEY" --seed "$RANDOM" \
   --fault error_after=0.05 --fault error_before=0.05 \
   --webhook-url "http://$API_ADDR/v1/webhooks/provider" 2>"$run/psp-sim.log" &
 pids+=($!)
+# Five daemons on one host: each admin listener (/healthz, /readyz,
+# /metrics) takes a free port, named in its log's "admin listener started".
+export ADMIN_ADDR=127.0.0.1:0
 for i in 1 2; do
   WORKER_ID="demo-worker-$i" build/worker/charged worker 2>"$run/worker-$i.log" &
   pids+=($!)

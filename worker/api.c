@@ -442,6 +442,8 @@ static void api_step(void *state)
         ok ? log_info("database reachable", NULL)
            : log_warn("database unreachable", "error", err, NULL);
     a->db_ok = ok;
+    /* Ready while the database answers: every request needs it. */
+    daemon_set_ready(ok, ok ? NULL : "database unreachable");
 }
 
 static size_t api_drain(void *state, int64_t deadline)

@@ -2,17 +2,27 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "admin_http.h"
 #include "clock.h"
 #include "kafka_setup.h"
 #include "log.h"
+#include "metrics.h"
 
 static volatile sig_atomic_t stop_signals, failing;
 static long long watchdog_limit_ms;
+
+/* What the admin listener reads, from its own thread. */
+static _Atomic int64_t last_turn_ms;
+static long long health_stall_ms = 30000;
+static pthread_mutex_t ready_lock = PTHREAD_MUTEX_INITIALIZER;
+static int ready_now;
+static char ready_why[160] = "starting";
 
 static void on_signal(int sig)
 {
@@ -40,6 +50,74 @@ void daemon_fail(const char *why)
 {
     log_error(why, NULL);
     failing = 1;
+}
+
+void daemon_heartbeat(void)
+{
+    atomic_store(&last_turn_ms, clock_now_ms());
+}
+
+void daemon_set_ready(int ready, const char *why_not)
+{
+    char why[sizeof(ready_why)];
+    snprintf(why, sizeof(why), "%s",
+             ready                   ? ""
+             : why_not && why_not[0] ? why_not
+                                     : "not ready");
+    pthread_mutex_lock(&ready_lock);
+    int changed = !!ready != ready_now || strcmp(why, ready_why) != 0;
+    ready_now = !!ready;
+    memcpy(ready_why, why, sizeof(why));
+    pthread_mutex_unlock(&ready_lock);
+    if (changed)
+        log_info(ready ? "ready" : "not ready", "why", ready ? NULL : why, NULL);
+}
+
+/* 1 and why when the loop has not turned for longer than HEALTH_STALL_MS. */
+static int stalled(char *why, size_t why_size)
+{
+    int64_t age = clock_now_ms() - atomic_load(&last_turn_ms);
+    if (age <= health_stall_ms)
+        return 0;
+    snprintf(why, why_size, "stalled: the loop has not turned for %lld ms",
+             (long long)age);
+    return 1;
+}
+
+/* Live while the loop turns. Draining counts as live: the watchdog bounds
+ * the drain, and a liveness kill would only cut it short. */
+static int probe_health(void *arg, char *why, size_t why_size)
+{
+    (void)arg;
+    if (daemon_stopping()) {
+        snprintf(why, why_size, "ok: draining");
+        return 1;
+    }
+    return !stalled(why, why_size);
+}
+
+static int probe_ready(void *arg, char *why, size_t why_size)
+{
+    (void)arg;
+    if (daemon_stopping()) {
+        snprintf(why, why_size, "not ready: draining");
+        return 0;
+    }
+    if (stalled(why, why_size))
+        return 0;
+    pthread_mutex_lock(&ready_lock);
+    int ready = ready_now;
+    if (!ready)
+        snprintf(why, why_size, "not ready: %s", ready_why);
+    pthread_mutex_unlock(&ready_lock);
+    return ready;
+}
+
+/* charged_ready says what /readyz would answer at the scrape. */
+static void on_scrape(void *arg)
+{
+    char why[200];
+    metrics_set(METRIC_READY, probe_ready(arg, why, sizeof(why)));
 }
 
 static volatile sig_atomic_t said;
@@ -99,6 +177,7 @@ int64_t daemon_backoff_failed(struct daemon_backoff *b, const char *stage,
     if (b->ms > 5000)
         b->ms = 5000;
     snprintf(ms, sizeof(ms), "%lld", (long long)b->ms);
+    metrics_add(METRIC_DATABASE_FAILURES, 1, stage);
     log_error("database step failed; will retry", "stage", stage, "error", err,
               "retry_in_ms", ms, NULL);
     return clock_now_ms() + b->ms;
@@ -123,6 +202,27 @@ static int start_watchdog(long long shutdown_ms, char *errbuf, size_t errbuf_siz
     pthread_detach(t);
     started = 1;
     return 0;
+}
+
+/* The admin listener on ADMIN_ADDR. Its address, with the kernel's port
+ * for port 0, goes to `bound`, for the log line that names it (written once
+ * the role started, so that a bad setting found by start() stays the one
+ * line on stderr). Returns an admin_http_rc. */
+static int start_admin(const config_t *cfg, admin_http_t **admin, char *bound,
+                       size_t bound_size, char *err, size_t err_size)
+{
+    static const struct admin_http_handlers handlers = {probe_health, probe_ready,
+                                                        on_scrape, NULL};
+    const char *addr = config_str(cfg, CONFIG_ADMIN_ADDR);
+
+    health_stall_ms = config_int(cfg, CONFIG_HEALTH_STALL_MS);
+    daemon_heartbeat();
+    int rc = admin_http_start(addr, &handlers, admin, err, err_size);
+    if (rc != ADMIN_HTTP_OK)
+        return rc;
+    snprintf(bound, bound_size, "%.*s:%d", (int)(strrchr(addr, ':') - addr), addr,
+             admin_http_port(*admin));
+    return ADMIN_HTTP_OK;
 }
 
 int daemon_main(int argc, char **argv, const struct daemon_program *program)
@@ -157,14 +257,27 @@ int daemon_main(int argc, char **argv, const struct daemon_program *program)
         config_free(cfg);
         return 1;
     }
+    admin_http_t *admin = NULL;
+    char bound[300], port[16];
+    int arc = start_admin(cfg, &admin, bound, sizeof(bound), err, sizeof(err));
+    if (arc != ADMIN_HTTP_OK) {
+        fprintf(stderr, "charged %s: %s\n", program->name, err);
+        config_free(cfg);
+        return arc == ADMIN_HTTP_BAD_ADDRESS ? 2 : 1;
+    }
     int rc = program->start(cfg, id, &role, err, sizeof(err));
     if (rc != 0) {
         fprintf(stderr, "charged %s: %s\n", program->name, err);
+        admin_http_free(admin);
         return rc;
     }
+    snprintf(port, sizeof(port), "%d", admin_http_port(admin));
+    log_info("admin listener started", "role", program->name, "addr", bound, "port",
+             port, NULL);
     rc = daemon_run(&role, shutdown_ms, err, sizeof(err));
     if (rc != 0 && err[0])
         fprintf(stderr, "charged %s: %s\n", program->name, err);
+    admin_http_free(admin);
     return rc;
 }
 
@@ -174,8 +287,10 @@ int daemon_run(const struct daemon_role *role, long long shutdown_ms, char *errb
     if (start_watchdog(shutdown_ms, errbuf, errbuf_size) != 0)
         return 1;
 
-    while (!daemon_stopping())
+    while (!daemon_stopping()) {
+        daemon_heartbeat();
         role->step(role->state);
+    }
 
     int64_t stopping_at = clock_now_ms();
     long long reserve = shutdown_ms / 4 < 2000 ? shutdown_ms / 4 : 2000;

@@ -9,7 +9,15 @@
  *
  * A role gives daemon_run() its turn of the loop and its drain; daemon_run
  * turns the loop until a signal, drains with a deadline, and returns the
- * exit status. (Later: the admin listener, health and metrics.) */
+ * exit status.
+ *
+ * daemon_main serves /healthz, /readyz and /metrics on ADMIN_ADDR
+ * (common/admin_http.h) from before the role is built until after it
+ * finished. Live (/healthz 200): the loop turned within HEALTH_STALL_MS, or
+ * the process is draining after a signal (the watchdog bounds that, and a
+ * liveness kill would cut the drain short). Ready (/readyz 200): the role
+ * last said so with daemon_set_ready(), the loop is live, and no signal
+ * came: a draining process is live but not ready. */
 #ifndef CHARGED_DAEMON_H
 #define CHARGED_DAEMON_H
 
@@ -47,7 +55,10 @@ struct daemon_program {
                  size_t errbuf_size);
 };
 
-/* The main of a role: returns the process's exit status. */
+/* The main of a role: returns the process's exit status. The admin
+ * listener starts before program->start(), so that a bad or taken ADMIN_ADDR
+ * stops the program before any client is built: exit 2 when the address is
+ * not host:port or does not resolve, 1 when it cannot be bound. */
 int daemon_main(int argc, char **argv, const struct daemon_program *program);
 
 /* Back-off after a failed database step: doubles from 250 ms to 5 s while
@@ -59,6 +70,17 @@ struct daemon_backoff {
 int64_t daemon_backoff_failed(struct daemon_backoff *b, const char *stage,
                               const char *err);
 void daemon_backoff_reset(struct daemon_backoff *b);
+
+/* The role's readiness, from its loop: ready, or not and why (a short
+ * phrase such as "database unreachable"; copied; NULL when ready). Changes
+ * are logged. A role is not ready until it first says so. */
+void daemon_set_ready(int ready, const char *why_not);
+
+/* The loop is alive: daemon_run calls it before every step; a role calls it
+ * inside a step that waits long by design (one provider call, a batch's
+ * acknowledgements), so that /healthz measures a stuck loop, not a slow
+ * answer. Safe from any thread. */
+void daemon_heartbeat(void);
 
 /* Installs the handlers (SIGTERM, SIGINT counted; SIGPIPE ignored). */
 void daemon_init(void);

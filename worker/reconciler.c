@@ -41,6 +41,7 @@ struct reconciler {
     int nschedule;
     int64_t next_poll;
     struct daemon_backoff backoff;
+    int db_reached; /* the last database step succeeded */
     struct attempt_due *due;
     struct pending_call {
         char attempt_id[37];
@@ -107,6 +108,9 @@ static long long next_look_ms(const struct reconciler *r, int checks)
 static void call(struct reconciler *r, struct look *l, const char *op)
 {
     int i = l->ncalls++;
+    /* A look's calls are the loop's longest waits, each bounded by
+     * PROVIDER_TIMEOUT_MS: liveness counts from the last one. */
+    daemon_heartbeat();
     l->ops[i] = op;
     l->started[i] = clock_wall_ms();
     if (!strcmp(op, "retrieve")) {
@@ -307,6 +311,13 @@ static void look(struct reconciler *r, struct look *l)
 static void db_failed(struct reconciler *r, const char *stage, const char *err)
 {
     r->next_poll = daemon_backoff_failed(&r->backoff, stage, err);
+    r->db_reached = 0;
+}
+
+static void db_ok(struct reconciler *r)
+{
+    daemon_backoff_reset(&r->backoff);
+    r->db_reached = 1;
 }
 
 /* Calls whose look could not be written, kept (bounded) until the database
@@ -425,7 +436,7 @@ static int settle(struct reconciler *r, struct look *l)
                   err, NULL);
         return 0;
     }
-    daemon_backoff_reset(&r->backoff);
+    db_ok(r);
     const char *from = attempt_status_name(d->status),
                *to = attempt_status_name(s.status);
     if (!s.settled)
@@ -476,9 +487,8 @@ static void release_rest(struct reconciler *r, size_t from, size_t n)
     }
 }
 
-static void reconciler_step(void *state)
+static void look_at_due(struct reconciler *r)
 {
-    struct reconciler *r = state;
     char err[512];
     size_t n = 0;
     int64_t now = clock_now_ms();
@@ -497,6 +507,7 @@ static void reconciler_step(void *state)
         db_failed(r, "claim", err);
         return;
     }
+    db_ok(r);
     int64_t claimed_at = clock_now_ms(), renewed_at = claimed_at;
     for (size_t i = 0; i < n; i++) {
         if (daemon_stopping()) {
@@ -523,6 +534,18 @@ static void reconciler_step(void *state)
     }
     /* A full batch: more may be due at once. */
     r->next_poll = (long long)n < r->batch ? clock_now_ms() + r->poll_ms : 0;
+}
+
+/* Ready: the database answers (the reconciler's work is all in it). */
+static void reconciler_step(void *state)
+{
+    struct reconciler *r = state;
+    look_at_due(r);
+    if (r->db_reached)
+        daemon_set_ready(1, NULL);
+    else
+        daemon_set_ready(0, r->backoff.ms ? "database unreachable"
+                                          : "database not reached yet");
 }
 
 /* Nothing is in flight between steps: each step settles its batch or hands
@@ -559,6 +582,16 @@ static int setup(struct reconciler *r, char *err, size_t err_size)
     r->stale_ms = config_int(r->cfg, CONFIG_RECONCILER_STALE_LEASE_MS);
     r->key_retention_ms = config_int(r->cfg, CONFIG_WORKER_KEY_RETENTION_MS);
     r->provider_timeout_ms = config_int(r->cfg, CONFIG_PROVIDER_TIMEOUT_MS);
+    /* A provider call is the longest a step waits between heartbeats. */
+    long long stall_ms = config_int(r->cfg, CONFIG_HEALTH_STALL_MS);
+    if (stall_ms <= r->provider_timeout_ms) {
+        snprintf(err, err_size,
+                 "HEALTH_STALL_MS: %lld does not outlast one provider call "
+                 "(PROVIDER_TIMEOUT_MS %lld): a slow provider would look like a "
+                 "stuck reconciler",
+                 stall_ms, r->provider_timeout_ms);
+        return 2;
+    }
     if (parse_schedule(r, config_str(r->cfg, CONFIG_RECONCILER_SCHEDULE_MS), err,
                        err_size) != 0)
         return 2;

@@ -23,6 +23,8 @@ struct relay {
     int64_t next_poll, next_housekeeping;
     struct daemon_backoff backoff;
     int leading;
+    int db_reached;      /* the last database step succeeded */
+    int broker_refusing; /* the last batch was not all acknowledged */
     /* Delivery reports of the batch in hand, by index: recorded by the
      * callback, read by the loop. */
     rd_kafka_resp_err_t *acks;
@@ -41,6 +43,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 static void db_failed(struct relay *r, const char *stage, const char *err)
 {
     r->next_poll = daemon_backoff_failed(&r->backoff, stage, err);
+    r->db_reached = 0;
     if (r->leading)
         log_warn("leadership lost with the database connection", NULL);
     r->leading = 0;
@@ -114,6 +117,8 @@ static void publish_batch(struct relay *r)
     int64_t deadline = clock_now_ms() + r->ack_timeout_ms;
     size_t acked = 0;
     while (clock_now_ms() < deadline && daemon_stopping() < 2) {
+        /* Waiting for the broker is work, not a stuck loop. */
+        daemon_heartbeat();
         rd_kafka_poll(r->producer, 50);
         acked = 0;
         for (size_t i = 0; i < produced; i++)
@@ -134,6 +139,7 @@ static void publish_batch(struct relay *r)
                  r->acked[k] ? rd_kafka_err2str(r->acks[k])
                              : "no acknowledgement in time",
                  NULL);
+    r->broker_refusing = produced < n || k < produced;
     if (k > 0 && outbox_store_mark_published(r->store, ids, k, err, sizeof(err)) != 0)
         db_failed(r, "mark published", err);
     else
@@ -146,9 +152,8 @@ static void publish_batch(struct relay *r)
     outbox_batch_free(b);
 }
 
-static void relay_step(void *state)
+static void publish_step(struct relay *r)
 {
-    struct relay *r = state;
     char err[512];
     int64_t now = clock_now_ms();
 
@@ -164,6 +169,7 @@ static void relay_step(void *state)
         db_failed(r, "lead", err);
         return;
     }
+    r->db_reached = 1;
     if (lead != r->leading)
         log_info(lead ? "leading: publishing the outbox"
                       : "standing by: another relay publishes",
@@ -175,6 +181,25 @@ static void relay_step(void *state)
     }
     housekeeping(r);
     publish_batch(r);
+}
+
+/* Ready: the database answers, and the producer works: no fatal error, and
+ * the broker acknowledged the last batch (a standby, which publishes
+ * nothing, is ready to take over while the database answers). */
+static void relay_step(void *state)
+{
+    struct relay *r = state;
+    char fatal[256];
+    publish_step(r);
+    if (!r->db_reached)
+        daemon_set_ready(0, r->backoff.ms ? "database unreachable"
+                                          : "database not reached yet");
+    else if (rd_kafka_fatal_error(r->producer, fatal, sizeof(fatal)))
+        daemon_set_ready(0, "producer failed");
+    else if (r->broker_refusing)
+        daemon_set_ready(0, "broker not acknowledging result events");
+    else
+        daemon_set_ready(1, NULL);
 }
 
 /* Nothing is in flight between steps: each step waits for its batch's

@@ -32,6 +32,9 @@
 #define HELD_FACTOR 2
 /* Provider calls waiting to be written to provider_calls, at most. */
 #define CALL_LOG_MAX 4096
+/* Readiness must not rest on a database step long past: after this long
+ * without one, a ping asks whether the database still answers. */
+#define DB_PING_MS 5000
 /* The life of one consumed message. Every change goes through job_set(),
  * which checks it against job_moves[] below. */
 enum job_state {
@@ -136,6 +139,10 @@ struct worker {
     int64_t last_full_poll_ms;
     int64_t last_commit_ms, last_renew_ms, db_retry_at;
     struct daemon_backoff db_backoff;
+    int db_reached;         /* the last database step succeeded */
+    int64_t last_db_ok_ms;  /* when */
+    int assigned;           /* partitions the group gave us */
+    int assignment_changed; /* a rebalance since they were counted */
     size_t call_log_dropped;
     struct handback {
         int32_t partition;
@@ -523,11 +530,14 @@ static int db_ready(struct worker *w)
 static void db_ok(struct worker *w)
 {
     daemon_backoff_reset(&w->db_backoff);
+    w->db_reached = 1;
+    w->last_db_ok_ms = clock_now_ms();
 }
 
 static void db_failed(struct worker *w, const char *stage, const char *err)
 {
     w->db_retry_at = daemon_backoff_failed(&w->db_backoff, stage, err);
+    w->db_reached = 0;
 }
 
 static size_t count_state(struct worker *w, enum job_state s, int due_only)
@@ -1314,6 +1324,7 @@ static void give_up(struct worker *w, struct revocation *r)
         rd_kafka_incremental_unassign(w->consumer, r->parts);
     else
         rd_kafka_assign(w->consumer, NULL);
+    w->assignment_changed = 1;
     char count[16];
     snprintf(count, sizeof(count), "%d", r->parts->cnt);
     log_info(r->lost ? "lost partitions given up" : "revoked partitions drained",
@@ -1352,6 +1363,7 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     char count[16];
 
     snprintf(count, sizeof(count), "%d", parts->cnt);
+    w->assignment_changed = 1;
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
         finish_revocations(w, 1);
         log_info("partitions assigned", "count", count, NULL);
@@ -1412,9 +1424,39 @@ static void turn(struct worker *w, int take_new)
         commit_offsets(w, 0, NULL);
 }
 
+/* Ready: the database answers and the group gave us partitions. */
+static void check_readiness(struct worker *w)
+{
+    char err[512];
+    if (db_ready(w) && clock_now_ms() - w->last_db_ok_ms >= DB_PING_MS) {
+        if (attempt_store_ping(w->store, err, sizeof(err)) == ATTEMPT_STORE_OK)
+            db_ok(w);
+        else
+            db_failed(w, "ping", err);
+    }
+    if (w->assignment_changed) {
+        rd_kafka_topic_partition_list_t *l = NULL;
+        if (!rd_kafka_assignment(w->consumer, &l)) {
+            w->assigned = l->cnt;
+            w->assignment_changed = 0;
+        }
+        if (l)
+            rd_kafka_topic_partition_list_destroy(l);
+    }
+    if (!w->db_reached)
+        daemon_set_ready(0, w->db_backoff.ms ? "database unreachable"
+                                             : "database not reached yet");
+    else if (w->assigned == 0)
+        daemon_set_ready(0, "no partitions assigned");
+    else
+        daemon_set_ready(1, NULL);
+}
+
 static void worker_step(void *state)
 {
-    turn(state, 1);
+    struct worker *w = state;
+    turn(w, 1);
+    check_readiness(w);
 }
 
 /* Shutdown: the pipeline runs on, taking nothing new, until every job is

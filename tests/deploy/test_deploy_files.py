@@ -1290,7 +1290,9 @@ def to_loopback(name, value):
         return "http://" + CLOSED
     if name in ("ADMIN_ADDR", "API_ADDR"):
         check(re.fullmatch(r"0\.0\.0\.0:\d+", value), "%s=%r is not 0.0.0.0:PORT" % (name, value))
-        return "127.0.0.1:%d" % free_port()
+        # The admin listener takes port 0 (any free one): nothing can take
+        # it between the choice and the bind.
+        return "127.0.0.1:%d" % (0 if name == "ADMIN_ADDR" else free_port())
     return value
 
 

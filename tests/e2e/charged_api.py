@@ -35,8 +35,8 @@ def start_api(s, secrets=(SECRET,), port=None, **extra_env):
     s.worker_seq += 1
     name = "api%d" % s.worker_seq
     port = port or e2e.free_port()
+    # ADMIN_ADDR: the scenario's (port 0; s.admin_port(name) finds it).
     env = s.env({"API_ADDR": "127.0.0.1:%d" % port,
-                 "ADMIN_ADDR": "127.0.0.1:%d" % e2e.free_port(),
                  "WEBHOOK_SIGNING_SECRET": ",".join(secrets),
                  "WORKER_ID": "%s-%s" % (name, uuid.uuid4().hex[:6])})
     env.update({k: str(v) for k, v in extra_env.items()})

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 
@@ -202,6 +203,8 @@ class Scenario:
         self.workers = {}
         self.reconcilers = {}  # name -> Popen of `charged reconciler` (start_reconciler)
         self.apis = {}  # name -> Popen of `charged api` (charged_api.start_api)
+        self.relays = {}  # name -> Popen of `charged relay` (start_relay)
+        self.admin_ports = {}  # name -> port of its admin listener (admin_port)
         self.worker_ids = {}  # name -> WORKER_ID (lease_owner, actor in the tables)
         self.worker_seq = 0
         self.worker_env = dict(worker_env or {})
@@ -238,6 +241,9 @@ class Scenario:
             "KAFKA_SESSION_TIMEOUT_MS": "6000",
             "KAFKA_HEARTBEAT_INTERVAL_MS": "1000",
             "LOG_LEVEL": "info",
+            # Many daemons run side by side: each admin listener takes a port
+            # the kernel picks and names it in its log (admin_port()).
+            "ADMIN_ADDR": "127.0.0.1:0",
         })
         e.pop("CHARGED_FAILPOINT", None)
         e.update(self.worker_env)
@@ -337,6 +343,74 @@ class Scenario:
         log("started reconciler", name, "pid", p.pid)
         return name
 
+    def start_relay(self, **extra_env):
+        """`charged relay` with the scenario's environment plus extra_env;
+        its log is <name>.log in the scenario dir."""
+        self.worker_seq += 1
+        name = "rl%d" % self.worker_seq
+        out = open(os.path.join(self.dir, name + ".log"), "ab")
+        env = self.env({"WORKER_ID": "%s-%s" % (name, uuid.uuid4().hex[:6])})
+        env.update({k: str(v) for k, v in extra_env.items()})
+        p = subprocess.Popen([CHARGED, "relay"], stdout=out, stderr=out, env=env)
+        self.relays[name] = p
+        self.worker_ids[name] = env["WORKER_ID"]
+        log("started relay", name, "pid", p.pid)
+        return name
+
+    def stop_relay(self, name, sig=signal.SIGTERM, timeout=60):
+        """Signals a relay and returns its exit status."""
+        p = self.relays.pop(name)
+        p.send_signal(sig)
+        rc = p.wait(timeout=scaled(timeout))
+        log("relay", name, "exited", rc)
+        return rc
+
+    # ---- the admin listener (ADMIN_ADDR) ----
+
+    def process(self, name):
+        """The Popen of a worker, reconciler, relay or api started here."""
+        for group in (self.workers, self.reconcilers, self.relays, self.apis):
+            if name in group:
+                return group[name]
+        raise Failure("no process %s in scenario %s" % (name, self.name))
+
+    def admin_port(self, name, timeout=30):
+        """The port of process `name`'s admin listener: with ADMIN_ADDR
+        127.0.0.1:0 (the harness's default) the kernel picks it, so no other
+        process can take it first, and the daemon names it in its "admin
+        listener started" log line (at LOG_LEVEL info or debug)."""
+        if name in self.admin_ports:
+            return self.admin_ports[name]
+        path = os.path.join(self.dir, name + ".log")
+        p = self.process(name)
+
+        def found():
+            with open(path, "rb") as f:
+                for line in f:
+                    try:
+                        rec = json.loads(line)
+                    except ValueError:
+                        continue
+                    if rec.get("msg") == "admin listener started":
+                        return int(rec["port"])
+            if p.poll() is not None:
+                raise Failure("%s exited %s before its admin listener started; see %s"
+                              % (name, p.returncode, path))
+            return None
+        port = wait_until("the admin listener of %s (its log needs LOG_LEVEL info)" % name,
+                          found, timeout)
+        self.admin_ports[name] = port
+        return port
+
+    def admin_get(self, name, path, timeout=10):
+        """GET path on process `name`'s admin listener: (status, body text)."""
+        url = "http://127.0.0.1:%d%s" % (self.admin_port(name), path)
+        try:
+            with urllib.request.urlopen(url, timeout=scaled(timeout)) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
     def stop_reconciler(self, name, sig=signal.SIGTERM, timeout=60):
         """Signals a reconciler and returns its exit status."""
         p = self.reconcilers.pop(name)
@@ -402,6 +476,11 @@ class Scenario:
         for p in self.apis.values():
             p.kill()
             p.wait(timeout=scaled(30))
+        for name in list(self.relays):
+            try:
+                self.stop_relay(name, signal.SIGKILL)
+            except Exception:
+                pass
         if self.psp:
             self.psp.terminate()
             self.psp.wait(timeout=scaled(30))

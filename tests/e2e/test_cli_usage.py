@@ -16,6 +16,9 @@ from charged_e2e import check
 def run(argv, env=None):
     e = {k: v for k, v in os.environ.items()
          if not k.startswith(("KAFKA_", "PROVIDER_", "WORKER_", "DATABASE_URL", "LOG_LEVEL"))}
+    # The admin listener binds before a role checks its settings: a port
+    # the kernel picks, so that no other process on the machine matters.
+    e["ADMIN_ADDR"] = "127.0.0.1:0"
     e.update(env or {})
     return subprocess.run(argv, capture_output=True, env=e, timeout=e2e.scaled(30))
 
@@ -80,7 +83,30 @@ def scenario(_new):
                             "PROVIDER_TIMEOUT_MS": "10000"}, mention="WORKER_LEASE_MS")
     expect_usage_error([e2e.CHARGECTL, "publish", "--amount", "0", "--currency", "EUR",
                         "--payment-method", "pm_card_visa"], mention="amount")
+    admin_addr_unusable()
     secret_never_printed()
+
+
+def admin_addr_unusable():
+    """The admin listener starts before a role builds anything: an ADMIN_ADDR
+    that does not resolve is bad configuration (exit 2), a port another
+    process listens on is a runtime failure (exit 1); either way one line
+    naming ADMIN_ADDR."""
+    for role in ("worker", "reconciler", "relay"):
+        expect_usage_error([e2e.CHARGED, role], env={
+            "PROVIDER_API_KEY": "k", "ADMIN_ADDR": "no-such-host.invalid:9400"},
+            mention="ADMIN_ADDR: cannot resolve")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        addr = "127.0.0.1:%d" % taken.getsockname()[1]
+        for role in ("worker", "reconciler", "relay"):
+            p = run([e2e.CHARGED, role], env={"PROVIDER_API_KEY": "k", "ADMIN_ADDR": addr})
+            err = p.stderr.decode(errors="replace")
+            e2e.check_eq(p.returncode, 1, "exit status of charged %s on a taken ADMIN_ADDR" % role)
+            e2e.check_eq(err.strip().splitlines()[-1:],
+                         ["charged %s: ADMIN_ADDR: cannot listen on %s: Address already in use"
+                          % (role, addr)], "its last stderr line")
 
 
 SECRET = "sk_live_s3cret"
@@ -100,7 +126,7 @@ def worker_output(api_key, worker_id):
         e.update({"PROVIDER_API_KEY": api_key, "WORKER_ID": worker_id,
                   "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:%d" % port,
                   "DATABASE_URL": "postgresql://charged@127.0.0.1:%d/charged" % port,
-                  "SHUTDOWN_TIMEOUT_MS": "5000"})
+                  "SHUTDOWN_TIMEOUT_MS": "5000", "ADMIN_ADDR": "127.0.0.1:0"})
         p = subprocess.Popen([e2e.CHARGED, "worker"], stdout=out, stderr=out, env=e)
         try:
             def started():

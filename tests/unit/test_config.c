@@ -68,10 +68,21 @@ START_TEST(defaults_are_the_contracts)
                      "payments.charge.commands.dlq");
     ck_assert_str_eq(config_str(cfg, CONFIG_API_ADDR), "127.0.0.1:8080");
     ck_assert_str_eq(config_str(cfg, CONFIG_ADMIN_ADDR), "127.0.0.1:9400");
+    ck_assert_int_eq(config_int(cfg, CONFIG_HEALTH_STALL_MS), 30000);
     ck_assert_str_eq(config_str(cfg, CONFIG_LOG_LEVEL), "info");
     ck_assert_int_eq(config_int(cfg, CONFIG_WORKER_MAX_IN_FLIGHT), 64);
     ck_assert_ptr_null(config_str(cfg, CONFIG_WEBHOOK_SIGNING_SECRET));
     ck_assert_uint_eq(config_kafka_count(cfg), 0);
+    config_free(cfg);
+}
+END_TEST
+
+START_TEST(admin_addr_takes_port_zero)
+{
+    setenv("ADMIN_ADDR", "127.0.0.1:0", 1);
+    config_t *cfg = config_new(CONFIG_ROLE_WORKER, "worker", err, sizeof(err));
+    ck_assert_msg(cfg != NULL, "%s", err);
+    ck_assert_str_eq(config_str(cfg, CONFIG_ADMIN_ADDR), "127.0.0.1:0");
     config_free(cfg);
 }
 END_TEST
@@ -232,6 +243,10 @@ static const struct {
      "LOG_LEVEL: 'verbose' is not one of debug, info, warn, error"},
     {"API_ADDR", "8080", "API_ADDR: '8080' is not host:port"},
     {"ADMIN_ADDR", "127.0.0.1:70000", "ADMIN_ADDR: '127.0.0.1:70000' is not host:port"},
+    {"ADMIN_ADDR", "127.0.0.1:-1", "ADMIN_ADDR: '127.0.0.1:-1' is not host:port"},
+    /* Port 0 (any free port) is for the admin listener only. */
+    {"API_ADDR", "127.0.0.1:0", "API_ADDR: '127.0.0.1:0' is not host:port"},
+    {"HEALTH_STALL_MS", "999", "HEALTH_STALL_MS: 999 is outside 1000..3600000"},
     {"CHARGE_COMMANDS_TOPIC", "bad topic",
      "CHARGE_COMMANDS_TOPIC: 'bad topic' is not "
      "a valid topic name"},
@@ -294,6 +309,7 @@ static Suite *config_suite(void)
     TCase *tc = tcase_create("config");
     tcase_add_checked_fixture(tc, clean_env, NULL);
     tcase_add_test(tc, defaults_are_the_contracts);
+    tcase_add_test(tc, admin_addr_takes_port_zero);
     tcase_add_test(tc, group_default_names_the_role);
     tcase_add_test(tc, environment_overrides_defaults);
     tcase_add_test(tc, file_variant_reads_a_secret);
