@@ -808,6 +808,53 @@ out:
     return rc;
 }
 
+/* clang-format off */
+static const char *SQL_BACKLOG =
+    "SELECT status, count(*),"
+    "  (extract(epoch FROM now() - min(created_at)) * 1000)::bigint"
+    " FROM payment_attempts WHERE status = ANY($1::text[]) GROUP BY status";
+/* clang-format on */
+
+int attempt_store_backlog(attempt_store_t *st, const enum attempt_status *statuses,
+                          size_t n, long long *counts, long long *oldest_ms,
+                          char *errbuf, size_t errbuf_size)
+{
+    db_array_t *names = db_array_new();
+    PGresult *r = NULL;
+    int rc = ATTEMPT_STORE_RETRY;
+
+    for (size_t i = 0; i < n; i++)
+        counts[i] = oldest_ms[i] = 0;
+    if (!names) {
+        snprintf(errbuf, errbuf_size, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (db_array_add(names, attempt_status_name(statuses[i])) != 0) {
+            snprintf(errbuf, errbuf_size, "out of memory");
+            goto out;
+        }
+    if ((rc = ensure_conn(st, errbuf, errbuf_size)) != 0)
+        goto out;
+    const char *p[1] = {db_array_text(names)};
+    r = db_exec(st->conn, SQL_BACKLOG, 1, p, errbuf, errbuf_size);
+    if (!r) {
+        rc = failed();
+        goto out;
+    }
+    for (int row = 0; row < PQntuples(r); row++)
+        for (size_t i = 0; i < n; i++)
+            if (!strcmp(PQgetvalue(r, row, 0), attempt_status_name(statuses[i]))) {
+                counts[i] = atoll(PQgetvalue(r, row, 1));
+                oldest_ms[i] = atoll(PQgetvalue(r, row, 2));
+            }
+    rc = ATTEMPT_STORE_OK;
+out:
+    PQclear(r);
+    db_array_free(names);
+    return rc;
+}
+
 int attempt_store_settle(attempt_store_t *st, struct attempt_settlement *items,
                          size_t n, char *errbuf, size_t errbuf_size)
 {

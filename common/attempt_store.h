@@ -157,6 +157,14 @@ int attempt_store_claim_due(attempt_store_t *st, struct attempt_due *out, size_t
                             size_t *n, long long lease_ms, long long stale_ms,
                             char *errbuf, size_t errbuf_size);
 
+/* How many attempts are in each of statuses[0..n-1] (say UNKNOWN and
+ * PROCESSING, which payment_attempts_to_check indexes), and the age of the
+ * oldest of each since it was recorded (now - created_at, database clock;
+ * 0 when none): counts[i], oldest_ms[i]. One statement. */
+int attempt_store_backlog(attempt_store_t *st, const enum attempt_status *statuses,
+                          size_t n, long long *counts, long long *oldest_ms,
+                          char *errbuf, size_t errbuf_size);
+
 /* One decision on evidence: a status change, or (status == expected) a
  * look again later. Written in one statement: the status, a transition with
  * its cause and evidence, the result event, the ledger row of a success,

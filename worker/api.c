@@ -19,6 +19,7 @@
 #include "config.h"
 #include "daemon.h"
 #include "log.h"
+#include "metrics.h"
 #include "webhook_event.h"
 #include "webhook_signature.h"
 
@@ -182,6 +183,7 @@ static enum MHD_Result webhook_refused(struct MHD_Connection *c, unsigned status
                                        const char *result, const char *why)
 {
     log_warn("webhook refused", "result", result, "reason", why, NULL);
+    metrics_add(METRIC_WEBHOOKS, 1, result);
     return reply_error(c, status, why);
 }
 
@@ -222,12 +224,14 @@ static enum MHD_Result serve_webhook(struct api *a, struct MHD_Connection *c,
     }
     if (rc != 0) {
         /* Not stored: a 5xx makes the provider deliver it again. */
+        metrics_add(METRIC_WEBHOOKS, 1, "error");
         log_error("webhook not stored", "event_id", ev.id, "type", ev.type,
                   "payment_attempt_id", ev.attempt_id[0] ? ev.attempt_id : NULL,
                   "error", err, NULL);
         return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE,
                            "could not store the event; deliver it again");
     }
+    metrics_add(METRIC_WEBHOOKS, 1, res.outcome);
     void (*say)(enum log_level, const char *, ...) = log_write;
     say(!strcmp(res.outcome, "review") || !strcmp(res.outcome, "flagged") ||
                 !strcmp(res.outcome, "unmatched")

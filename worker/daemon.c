@@ -177,7 +177,12 @@ int64_t daemon_backoff_failed(struct daemon_backoff *b, const char *stage,
     if (b->ms > 5000)
         b->ms = 5000;
     snprintf(ms, sizeof(ms), "%lld", (long long)b->ms);
-    metrics_add(METRIC_DATABASE_FAILURES, 1, stage);
+    char label[64];
+    snprintf(label, sizeof(label), "%s", stage);
+    for (char *c = label; *c; c++)
+        if (*c == ' ')
+            *c = '_'; /* "renew leases": renew_leases, as labels are written */
+    metrics_add(METRIC_DATABASE_FAILURES, 1, label);
     log_error("database step failed; will retry", "stage", stage, "error", err,
               "retry_in_ms", ms, NULL);
     return clock_now_ms() + b->ms;

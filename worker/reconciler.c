@@ -18,6 +18,7 @@
 #include "db.h"
 #include "kafka_setup.h"
 #include "log.h"
+#include "metrics.h"
 #include "provider_client.h"
 #include "utf8_text.h"
 
@@ -29,6 +30,8 @@
 #define MAX_ROWS 8
 /* Calls waiting for the database after a failed write, at most. */
 #define PENDING_MAX 64
+/* How often the backlog gauges are counted in the database. */
+#define BACKLOG_EVERY_MS 5000
 
 struct reconciler {
     config_t *cfg;
@@ -39,7 +42,7 @@ struct reconciler {
     long long key_retention_ms, provider_timeout_ms;
     long long schedule[MAX_SCHEDULE];
     int nschedule;
-    int64_t next_poll;
+    int64_t next_poll, next_backlog;
     struct daemon_backoff backoff;
     int db_reached; /* the last database step succeeded */
     struct attempt_due *due;
@@ -111,6 +114,7 @@ static void call(struct reconciler *r, struct look *l, const char *op)
     /* A look's calls are the loop's longest waits, each bounded by
      * PROVIDER_TIMEOUT_MS: liveness counts from the last one. */
     daemon_heartbeat();
+    metrics_set(METRIC_PROVIDER_IN_FLIGHT, 1);
     l->ops[i] = op;
     l->started[i] = clock_wall_ms();
     if (!strcmp(op, "retrieve")) {
@@ -130,7 +134,10 @@ static void call(struct reconciler *r, struct look *l, const char *op)
         };
         provider_client_charge(r->provider, &ch, &l->res[i]);
     }
+    metrics_set(METRIC_PROVIDER_IN_FLIGHT, 0);
     const struct provider_result *res = &l->res[i];
+    metrics_observe(METRIC_PROVIDER_DURATION, res->latency_ms / 1000.0, op);
+    metrics_add(METRIC_PROVIDER_RESPONSES, 1, op, provider_outcome_name(res->outcome));
     json_t *e = json_pack("{s:s, s:s, s:i, s:i}", "operation", op, "outcome",
                           provider_outcome_name(res->outcome), "http_status",
                           res->http_status, "matches", res->matches);
@@ -439,6 +446,8 @@ static int settle(struct reconciler *r, struct look *l)
     db_ok(r);
     const char *from = attempt_status_name(d->status),
                *to = attempt_status_name(s.status);
+    if (s.settled && !stays)
+        metrics_add(METRIC_RECONCILER_SETTLEMENTS, 1, to);
     if (!s.settled)
         log_warn("lease lost before settling; result dropped", "payment_attempt_id",
                  d->id, "order_id", d->params.order_id, NULL);
@@ -536,10 +545,36 @@ static void look_at_due(struct reconciler *r)
     r->next_poll = (long long)n < r->batch ? clock_now_ms() + r->poll_ms : 0;
 }
 
+/* Every BACKLOG_EVERY_MS: how many attempts wait for a look, and how old
+ * the oldest is, per status (one indexed count; with several reconcilers
+ * each reports the same numbers). */
+static void count_backlog(struct reconciler *r)
+{
+    static const enum attempt_status statuses[] = {ATTEMPT_STATUS_UNKNOWN,
+                                                   ATTEMPT_STATUS_PROCESSING};
+    long long counts[2], oldest[2];
+    char err[512];
+    int64_t now = clock_now_ms();
+    if (now < r->next_backlog || (r->backoff.ms && now < r->next_poll))
+        return; /* not due, or the database is being waited for */
+    r->next_backlog = now + BACKLOG_EVERY_MS;
+    if (attempt_store_backlog(r->store, statuses, 2, counts, oldest, err,
+                              sizeof(err)) != ATTEMPT_STORE_OK) {
+        db_failed(r, "count backlog", err);
+        return;
+    }
+    for (int i = 0; i < 2; i++) {
+        const char *name = attempt_status_name(statuses[i]);
+        metrics_set(METRIC_RECONCILER_BACKLOG, (double)counts[i], name);
+        metrics_set(METRIC_RECONCILER_OLDEST, oldest[i] / 1000.0, name);
+    }
+}
+
 /* Ready: the database answers (the reconciler's work is all in it). */
 static void reconciler_step(void *state)
 {
     struct reconciler *r = state;
+    count_backlog(r);
     look_at_due(r);
     if (r->db_reached)
         daemon_set_ready(1, NULL);

@@ -12,6 +12,7 @@
 #include "daemon.h"
 #include "kafka_setup.h"
 #include "log.h"
+#include "metrics.h"
 #include "outbox_store.h"
 
 struct relay {
@@ -40,12 +41,22 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     r->acked[i] = 1;
 }
 
+/* Only the leader reports the outbox's backlog: a standby's numbers would
+ * go stale. */
+static void forget_backlog(void)
+{
+    metrics_forget(METRIC_OUTBOX_BACKLOG);
+    metrics_forget(METRIC_OUTBOX_OLDEST);
+}
+
 static void db_failed(struct relay *r, const char *stage, const char *err)
 {
     r->next_poll = daemon_backoff_failed(&r->backoff, stage, err);
     r->db_reached = 0;
-    if (r->leading)
+    if (r->leading) {
         log_warn("leadership lost with the database connection", NULL);
+        forget_backlog();
+    }
     r->leading = 0;
 }
 
@@ -65,6 +76,8 @@ static void housekeeping(struct relay *r)
         db_failed(r, "housekeeping", err);
         return;
     }
+    metrics_set(METRIC_OUTBOX_BACKLOG, (double)n);
+    metrics_set(METRIC_OUTBOX_OLDEST, oldest / 1000.0);
     snprintf(count, sizeof(count), "%lld", n);
     snprintf(age, sizeof(age), "%lld", oldest);
     snprintf(gone, sizeof(gone), "%lld", deleted);
@@ -140,10 +153,12 @@ static void publish_batch(struct relay *r)
                              : "no acknowledgement in time",
                  NULL);
     r->broker_refusing = produced < n || k < produced;
-    if (k > 0 && outbox_store_mark_published(r->store, ids, k, err, sizeof(err)) != 0)
+    if (k > 0 && outbox_store_mark_published(r->store, ids, k, err, sizeof(err)) != 0) {
         db_failed(r, "mark published", err);
-    else
+    } else {
         daemon_backoff_reset(&r->backoff);
+        metrics_add(METRIC_OUTBOX_PUBLISHED, (double)k);
+    }
     if (produced < n || k < produced)
         r->next_poll = clock_now_ms() + 1000;
     else if (n < (size_t)r->batch)
@@ -174,6 +189,8 @@ static void publish_step(struct relay *r)
         log_info(lead ? "leading: publishing the outbox"
                       : "standing by: another relay publishes",
                  "relay", r->id, NULL);
+    if (!lead && r->leading)
+        forget_backlog();
     r->leading = lead;
     if (!lead) {
         r->next_poll = now + r->poll_ms;

@@ -24,6 +24,7 @@
 #include "dead_letter.h"
 #include "kafka_setup.h"
 #include "log.h"
+#include "metrics.h"
 #include "offset_tracker.h"
 #include "provider_client.h"
 
@@ -97,6 +98,9 @@ struct job {
     int64_t call_started_ms;         /* wall clock, for provider_calls */
     struct provider_result res;      /* the last answer */
     struct charge_decision decision; /* PERSIST: what to write */
+    /* What became of the message, for charged_messages_total once the job
+     * is reaped: a string literal; NULL when it was given up (detached). */
+    const char *outcome;
     /* Offset accounting, not a stage of the job: its partition was revoked
      * (or the worker is stopping), so the job no longer holds an offset and
      * takes no new step that needs one; a call already in flight still ends
@@ -220,6 +224,7 @@ static void job_set(struct job *j, enum job_state to)
                   job_state_names[j->state], "to", job_state_names[to],
                   "payment_attempt_id", job_attempt(j), NULL);
         to = JOB_DONE;
+        j->outcome = "error";
     }
     j->state = to;
 }
@@ -445,6 +450,8 @@ static void apply_deliveries(struct worker *w)
         struct job *j = w->deliveries[i].job;
         rd_kafka_resp_err_t err = w->deliveries[i].err;
         if (!err) {
+            metrics_add(METRIC_DEAD_LETTERS, 1, dead_letter_reason_name(j->dl_reason));
+            j->outcome = "dead_lettered";
             job_set(j, JOB_DONE);
             continue;
         }
@@ -577,6 +584,8 @@ static void apply_record(struct job *j, const struct attempt_record_item *it)
         log_info("attempt rejected before any provider call", "payment_attempt_id",
                  j->cmd.payment_attempt_id, "order_id", j->cmd.order_id, "reason",
                  it->reason, NULL);
+        metrics_add(METRIC_ATTEMPTS, 1, ATTEMPT_S_REJECTED);
+        j->outcome = "rejected";
         job_set(j, JOB_DONE);
         break;
     case ATTEMPT_RETRY:
@@ -648,6 +657,7 @@ static void apply_claim(struct worker *w, struct job *j,
         FAILPOINT("after_claim");
         break;
     case ATTEMPT_SETTLED:
+        j->outcome = "already_settled";
         job_set(j, JOB_DONE);
         break;
     case ATTEMPT_BUSY:
@@ -871,6 +881,9 @@ static void on_call_done(struct worker *w, struct job *j)
     int64_t now = clock_now_ms();
 
     snprintf(status, sizeof(status), "%d", j->res.http_status);
+    metrics_observe(METRIC_PROVIDER_DURATION, j->res.latency_ms / 1000.0, "charge");
+    metrics_add(METRIC_PROVIDER_RESPONSES, 1, "charge",
+                provider_outcome_name(j->res.outcome));
     for (int i = 0; i < j->res.resent; i++) {
         /* curl re-sent the request itself after a pooled connection closed
          * unanswered: record that lost answer as a call of its own. */
@@ -992,6 +1005,8 @@ static void apply_persist(struct worker *w, struct job *j,
         j->next_at = clock_now_ms() + w->recheck_ms;
         return;
     }
+    metrics_add(METRIC_ATTEMPTS, 1, o->status);
+    j->outcome = "settled";
     log_info("attempt settled", "payment_attempt_id", j->cmd.payment_attempt_id,
              "order_id", j->cmd.order_id, "status", o->status, "reason", o->reason,
              "provider_payment_id",
@@ -1042,6 +1057,7 @@ static int persist_for_review(struct worker *w, struct job *j, char *err,
         log_error("the database refused the review outcome too; lease left to expire",
                   "payment_attempt_id", j->cmd.payment_attempt_id, "sqlstate",
                   db_last_sqlstate(), NULL);
+        j->outcome = "abandoned";
         job_set(j, JOB_DONE);
         return ATTEMPT_STORE_OK;
     }
@@ -1212,6 +1228,10 @@ static void reap(struct worker *w)
         next = j->next;
         if (j->state != JOB_DONE)
             continue;
+        metrics_add(METRIC_MESSAGES, 1,
+                    j->outcome    ? j->outcome
+                    : j->detached ? "released"
+                                  : "error");
         if (!j->detached) {
             offset_tracker_done(w->offsets, j->partition, j->offset);
             w->active--;
@@ -1352,6 +1372,32 @@ static void finish_revocations(struct worker *w, int all)
     }
 }
 
+/* librdkafka's statistics (every statistics.interval.ms): the lag of each
+ * partition we consume, after the group's committed offset. Called from
+ * the loop's consumer poll; returns 0, so librdkafka frees json. */
+static int on_stats(rd_kafka_t *rk, char *json, size_t json_len, void *opaque)
+{
+    struct worker *w = opaque;
+    json_t *root = json_loadb(json, json_len, 0, NULL);
+    json_t *parts = json_object_get(
+        json_object_get(json_object_get(root, "topics"), w->commands_topic),
+        "partitions");
+    const char *key;
+    json_t *p;
+    (void)rk;
+    json_object_foreach(parts, key, p)
+    {
+        json_int_t lag = json_integer_value(json_object_get(p, "consumer_lag"));
+        /* Partition -1 is librdkafka's own; lag -1 means not known yet. */
+        if (!strcmp(key, "-1") || !json_is_true(json_object_get(p, "desired")) ||
+            !json_is_integer(json_object_get(p, "consumer_lag")) || lag < 0)
+            continue;
+        metrics_set(METRIC_CONSUMER_LAG, (double)lag, w->commands_topic, key);
+    }
+    json_decref(root);
+    return 0;
+}
+
 /* Records what the group decided; the loop does the draining. Assignments
  * are applied here (they touch no job); a revocation still draining when a
  * new assignment arrives is finished first, so the two never overlap. While
@@ -1364,6 +1410,12 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 
     snprintf(count, sizeof(count), "%d", parts->cnt);
     w->assignment_changed = 1;
+    metrics_add(METRIC_REBALANCES, 1,
+                err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS ? "assign"
+                : rd_kafka_assignment_lost(rk)              ? "lost"
+                                                            : "revoke");
+    /* Lag is reported for what we hold now: the statistics refill it. */
+    metrics_forget(METRIC_CONSUMER_LAG);
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
         finish_revocations(w, 1);
         log_info("partitions assigned", "count", count, NULL);
@@ -1422,6 +1474,8 @@ static void turn(struct worker *w, int take_new)
     finish_revocations(w, 0);
     if (clock_now_ms() - w->last_commit_ms >= w->commit_interval_ms)
         commit_offsets(w, 0, NULL);
+    metrics_set(METRIC_PROVIDER_IN_FLIGHT,
+                (double)provider_client_in_flight(w->provider));
 }
 
 /* Ready: the database answers and the group gave us partitions. */
@@ -1534,6 +1588,7 @@ static int setup(struct worker *w, char *err, size_t err_size)
     if (kafka_setup_set(cc, "auto.offset.reset", "earliest", err, err_size) ||
         kafka_setup_set(cc, "partition.assignment.strategy", "cooperative-sticky", err,
                         err_size) ||
+        kafka_setup_set(cc, "statistics.interval.ms", "5000", err, err_size) ||
         kafka_setup_set(pc, "linger.ms", "5", err, err_size) ||
         kafka_setup_set(pc, "message.max.bytes", "4194304", err, err_size))
         goto usage;
@@ -1549,6 +1604,7 @@ static int setup(struct worker *w, char *err, size_t err_size)
     rd_kafka_conf_set_opaque(cc, w);
     rd_kafka_conf_set_opaque(pc, w);
     rd_kafka_conf_set_rebalance_cb(cc, on_rebalance);
+    rd_kafka_conf_set_stats_cb(cc, on_stats);
     rd_kafka_conf_set_offset_commit_cb(cc, on_commit);
     rd_kafka_conf_set_dr_msg_cb(pc, on_delivery);
 
