@@ -8,8 +8,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 # python3-yaml and prometheus are for the checks of deploy/ (tests/deploy):
 # the manifests are read with PyYAML, the alert rules checked and
-# unit-tested with promtool, which Debian ships in its prometheus package
-# (the server itself is not used).
+# unit-tested with promtool, which Debian ships in its prometheus package.
+# The server itself runs in tests/e2e/test_metrics_prometheus.py, which
+# starts its own on a loopback port (the package's service is not used).
 packages=(
   build-essential cmake pkg-config
   librdkafka-dev libpq-dev libjansson-dev uuid-dev check

@@ -166,6 +166,17 @@ def stack_restore():
             log("could not restore the stack:", e)
 
 
+def parse_metrics(text):
+    """Prometheus text format -> {series: value}; comment lines skipped."""
+    series = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name, _, value = line.rpartition(" ")
+        series[name] = float(value)
+    return series
+
+
 def new_command(order_id=None, amount=None, payment_method="pm_card_visa", **extra):
     attempt = str(uuid.uuid4())
     cmd = {
@@ -410,6 +421,14 @@ class Scenario:
                 return r.status, r.read().decode()
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode()
+
+    def admin_metrics(self, name):
+        """The series of process `name`'s /metrics as {series: value}, the
+        series written as exposed: 'charged_ready',
+        'charged_messages_total{outcome="settled"}'."""
+        status, text = self.admin_get(name, "/metrics")
+        check_eq(status, 200, "status of GET /metrics of %s" % name)
+        return parse_metrics(text)
 
     def stop_reconciler(self, name, sig=signal.SIGTERM, timeout=60):
         """Signals a reconciler and returns its exit status."""
