@@ -83,6 +83,11 @@ def scenario(_new):
                             "PROVIDER_TIMEOUT_MS": "10000"}, mention="WORKER_LEASE_MS")
     expect_usage_error([e2e.CHARGECTL, "publish", "--amount", "0", "--currency", "EUR",
                         "--payment-method", "pm_card_visa"], mention="amount")
+    # A reconciler's provider call blocks its loop: a stall limit shorter
+    # than one call would call a slow provider a stuck reconciler.
+    expect_usage_error([e2e.CHARGED, "reconciler"],
+                       env={"PROVIDER_API_KEY": "k", "PROVIDER_TIMEOUT_MS": "40000",
+                            "RECONCILER_LEASE_MS": "600000"}, mention="HEALTH_STALL_MS")
     admin_addr_unusable()
     secret_never_printed()
 
