@@ -279,6 +279,9 @@ int daemon_main(int argc, char **argv, const struct daemon_program *program)
     snprintf(port, sizeof(port), "%d", admin_http_port(admin));
     log_info("admin listener started", "role", program->name, "addr", bound, "port",
              port, NULL);
+    /* librdkafka may write into err on success: it must not be printed as
+     * the reason of a later exit. */
+    err[0] = '\0';
     rc = daemon_run(&role, shutdown_ms, err, sizeof(err));
     if (rc != 0 && err[0])
         fprintf(stderr, "charged %s: %s\n", program->name, err);
