@@ -1,0 +1,96 @@
+/* provider_breaker: stop calling a provider that is down, and find out when
+ * it is back.
+ *
+ * Pure: no clock, no I/O; the caller passes the time (monotonic ms).
+ *
+ *   CLOSED     calls go. `failures` failures in a row open it.
+ *   OPEN       no call starts. `open_ms` after it opened it is HALF_OPEN.
+ *   HALF_OPEN  one call at a time (a probe: a real call). `probes`
+ *              successes in a row close it; a failure opens it again for
+ *              another `open_ms`.
+ *
+ * A failure is an answer that says the provider, not the request, is in
+ * trouble: 429, 5xx, or no answer at all (connection refused or lost, a
+ * timeout). Every other answer, a decline or a 409 included, shows a
+ * provider that works. Each call takes a ticket when it is allowed and
+ * hands it back with its answer (or unused); a call that was allowed before
+ * the breaker last changed state still ends and is counted in flight, but
+ * its answer changes nothing: it tells of the provider as it was. */
+#ifndef CHARGED_PROVIDER_BREAKER_H
+#define CHARGED_PROVIDER_BREAKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The numbers are the breaker-state metric's values. */
+enum provider_breaker_state {
+    PROVIDER_BREAKER_CLOSED = 0,
+    PROVIDER_BREAKER_HALF_OPEN = 1,
+    PROVIDER_BREAKER_OPEN = 2,
+};
+
+enum provider_breaker_answer {
+    PROVIDER_BREAKER_SUCCESS = 0, /* the provider answered */
+    PROVIDER_BREAKER_FAILURE,     /* 429, 5xx, or no answer */
+};
+
+struct provider_breaker_config {
+    int failures;      /* failures in a row that open it; 0: never opens */
+    long long open_ms; /* how long it stays open before probing */
+    int probes;        /* probe successes in a row that close it (>= 1) */
+};
+
+/* What a call was allowed under; the caller keeps it until the call ends. */
+struct provider_breaker_ticket {
+    uint64_t generation;
+    int probe;
+};
+
+typedef struct provider_breaker provider_breaker_t;
+
+/* NULL when out of memory. Copies cfg. */
+provider_breaker_t *provider_breaker_new(const struct provider_breaker_config *cfg);
+void provider_breaker_free(provider_breaker_t *b);
+
+/* The state at now_ms: an open breaker whose cool-down has passed becomes
+ * half-open here. */
+enum provider_breaker_state provider_breaker_state(provider_breaker_t *b,
+                                                   int64_t now_ms);
+
+/* "closed", "half_open", "open". */
+const char *provider_breaker_state_name(enum provider_breaker_state s);
+
+/* May a call start now? 1 and *t filled (the caller must end it with
+ * record() or cancel()), or 0: open, or half-open with a probe in flight. */
+int provider_breaker_allow(provider_breaker_t *b, int64_t now_ms,
+                           struct provider_breaker_ticket *t);
+
+/* The call of ticket t ended with answer a. */
+void provider_breaker_record(provider_breaker_t *b,
+                             const struct provider_breaker_ticket *t,
+                             enum provider_breaker_answer a, int64_t now_ms);
+
+/* Ticket t was not used after all (the call could not be started), or its
+ * call was abandoned: it counts neither way. */
+void provider_breaker_cancel(provider_breaker_t *b,
+                             const struct provider_breaker_ticket *t);
+
+/* When allow() may next say yes: now_ms when it would now; the end of the
+ * cool-down while open; INT64_MAX while a probe is in flight (its answer
+ * decides). */
+int64_t provider_breaker_next_allow_ms(provider_breaker_t *b, int64_t now_ms);
+
+/* Calls allowed and not yet recorded or cancelled. */
+size_t provider_breaker_in_flight(const provider_breaker_t *b);
+
+/* Failures in a row while closed; probe successes in a row while
+ * half-open. */
+int provider_breaker_streak(const provider_breaker_t *b);
+
+/* How many times it opened (the first time or again after a probe). */
+uint64_t provider_breaker_opens(const provider_breaker_t *b);
+
+/* How the answer to a charge counts, from its HTTP status (0: none). */
+enum provider_breaker_answer provider_breaker_classify(int http_status);
+
+#endif
