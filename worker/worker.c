@@ -26,6 +26,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "offset_tracker.h"
+#include "provider_breaker.h"
 #include "provider_client.h"
 
 /* Messages held at most, as a multiple of WORKER_MAX_IN_FLIGHT: past it a
@@ -93,7 +94,8 @@ struct job {
     int64_t key_age_ms;           /* the key's age at claimed_at (database clock) */
     struct attempt_params params; /* the stored attempt: what we send */
     int calls;                    /* provider calls under this claim */
-    int unknown_tries;            /* answers of each kind under this claim */
+    struct provider_breaker_ticket ticket; /* CALLING: what the breaker allowed */
+    int unknown_tries;                     /* answers of each kind under this claim */
     int not_executed_tries;
     int64_t call_started_ms;         /* wall clock, for provider_calls */
     struct provider_result res;      /* the last answer */
@@ -136,6 +138,11 @@ struct worker {
     rd_kafka_t *consumer, *producer;
     attempt_store_t *store;
     provider_client_t *provider;
+    provider_breaker_t *breaker;
+    enum provider_breaker_state breaker_seen; /* as last acted upon */
+    uint64_t breaker_opens;                   /* opens acted upon */
+    char breaker_error[256]; /* the failure that last opened it, for its log line */
+    int paused;              /* the assigned partitions are paused (breaker) */
     offset_tracker_t *offsets;
     struct job *jobs, *tail; /* every job, oldest first */
     size_t active;           /* jobs that hold an offset */
@@ -772,6 +779,10 @@ static void start_calls(struct worker *w)
             job_set(j, JOB_PERSIST);
             continue;
         }
+        /* The breaker is open, or its one probe is out: the job waits as
+         * it is, its lease renewed, no try counted. */
+        if (!provider_breaker_allow(w->breaker, now, &j->ticket))
+            continue;
         /* The stored attempt's parameters, never the message's. */
         const struct provider_charge ch = {
             .idempotency_key = j->params.idempotency_key,
@@ -784,6 +795,7 @@ static void start_calls(struct worker *w)
         };
         j->call_started_ms = clock_wall_ms();
         if (provider_client_start_charge(w->provider, &ch, j, err, sizeof(err)) != 0) {
+            provider_breaker_cancel(w->breaker, &j->ticket);
             log_error("cannot start provider call", "payment_attempt_id",
                       j->cmd.payment_attempt_id, "error", err, NULL);
             j->next_at = now + charge_policy_backoff_ms(
@@ -894,11 +906,25 @@ static void on_call_done(struct worker *w, struct job *j)
         j->calls++;
     }
     log_call(w, j, &j->res);
+    enum provider_breaker_answer answer = provider_breaker_classify(j->res.http_status);
+    provider_breaker_record(w->breaker, &j->ticket, answer, now);
+    if (answer == PROVIDER_BREAKER_FAILURE)
+        snprintf(w->breaker_error, sizeof(w->breaker_error), "%s",
+                 j->res.error[0] ? j->res.error : status);
+    /* A failure during an outage (a probe's, or one while the breaker is
+     * open, including the one that opened it) is the provider's, not the
+     * attempt's: it counts no try, so an outage cannot use up an attempt's
+     * retries and settle it UNKNOWN. The key's retention still bounds how
+     * long it is sent again. */
+    int outage = answer == PROVIDER_BREAKER_FAILURE &&
+                 (j->ticket.probe ||
+                  provider_breaker_state(w->breaker, now) != PROVIDER_BREAKER_CLOSED);
     log_info("provider answered", "payment_attempt_id", j->cmd.payment_attempt_id,
              "order_id", j->cmd.order_id, "outcome",
              provider_outcome_name(j->res.outcome), "http_status", status, "replayed",
              j->res.replayed ? "true" : "false", "error",
-             j->res.error[0] ? j->res.error : NULL, NULL);
+             j->res.error[0] ? j->res.error : NULL, "probe",
+             j->ticket.probe ? "true" : NULL, "outage", outage ? "true" : NULL, NULL);
     if (j->res.outcome == PROVIDER_SUCCEEDED)
         FAILPOINT("after_charge");
     if (j->state == JOB_CALLING_FENCED) {
@@ -914,9 +940,11 @@ static void on_call_done(struct worker *w, struct job *j)
         log_error("the provider refused our credentials or URL; retrying",
                   "payment_attempt_id", j->cmd.payment_attempt_id, "http_status",
                   status, NULL);
-    int tries = j->res.outcome == PROVIDER_NOT_EXECUTED ? ++j->not_executed_tries
-                : j->res.outcome == PROVIDER_UNKNOWN    ? ++j->unknown_tries
-                                                        : 1;
+    int tries = 1;
+    if (j->res.outcome == PROVIDER_NOT_EXECUTED)
+        tries = outage ? j->not_executed_tries : ++j->not_executed_tries;
+    else if (j->res.outcome == PROVIDER_UNKNOWN)
+        tries = outage ? j->unknown_tries : ++j->unknown_tries;
     j->decision = charge_policy_decide(&w->policy, j->res.outcome, tries,
                                        key_still_kept(w, j, now), job_jitter(j));
     if (j->decision.next == CHARGE_NEXT_SETTLE) {
@@ -1220,6 +1248,89 @@ static void on_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         offset_tracker_mark_committed(w->offsets, offsets->elems[i].partition, -1);
 }
 
+/* ---- the breaker ---- */
+
+/* "0,3,7": the partitions of a list, for log lines. */
+static const char *parts_str(const rd_kafka_topic_partition_list_t *parts, char *buf,
+                             size_t size)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int i = 0; parts && i < parts->cnt && n + 16 < size; i++)
+        n += (size_t)snprintf(buf + n, size - n, "%s%d", i ? "," : "",
+                              (int)parts->elems[i].partition);
+    return buf;
+}
+
+/* Pauses or resumes fetching from every assigned partition. Calls in
+ * flight and jobs already taken go on; what was fetched before the pause
+ * is still taken (librdkafka resumes after the last message it gave us, or
+ * at the position of a later seek). */
+static void set_paused(struct worker *w, int pause)
+{
+    char list[1024];
+    rd_kafka_topic_partition_list_t *parts = NULL;
+    rd_kafka_resp_err_t err = rd_kafka_assignment(w->consumer, &parts);
+    if (err || !parts) {
+        log_warn("cannot read the assignment to pause or resume it; trying again",
+                 "error", rd_kafka_err2str(err), NULL);
+        if (parts)
+            rd_kafka_topic_partition_list_destroy(parts);
+        return;
+    }
+    if (parts->cnt > 0)
+        err = pause ? rd_kafka_pause_partitions(w->consumer, parts)
+                    : rd_kafka_resume_partitions(w->consumer, parts);
+    w->paused = pause;
+    log_info(pause ? "fetching paused" : "fetching resumed", "partitions",
+             parts_str(parts, list, sizeof(list)), NULL);
+    rd_kafka_topic_partition_list_destroy(parts);
+}
+
+/* Acts on the breaker: logs each change of state, and keeps the assigned
+ * partitions paused while no call may start. While half-open they stay
+ * paused as long as an attempt waits to be the next probe, and are resumed
+ * when none does, so that probing never starves. */
+static void breaker_sync(struct worker *w)
+{
+    char n[32], ms[32], flying[32];
+    int64_t now = clock_now_ms();
+    enum provider_breaker_state st = provider_breaker_state(w->breaker, now);
+    uint64_t opens = provider_breaker_opens(w->breaker);
+
+    if (opens != w->breaker_opens) {
+        int first = w->breaker_seen == PROVIDER_BREAKER_CLOSED;
+        snprintf(n, sizeof(n), "%lld",
+                 first ? config_int(w->cfg, CONFIG_PROVIDER_BREAKER_FAILURES) : 1LL);
+        snprintf(ms, sizeof(ms), "%lld",
+                 config_int(w->cfg, CONFIG_PROVIDER_BREAKER_OPEN_MS));
+        snprintf(flying, sizeof(flying), "%zu", provider_client_in_flight(w->provider));
+        log_warn(first ? "provider breaker opened: no new provider calls"
+                       : "provider breaker opened again: a probe failed",
+                 "breaker_state", "open", "failures", n, "error", w->breaker_error,
+                 "open_ms", ms, "calls_in_flight", flying, NULL);
+        w->breaker_opens = opens;
+        w->breaker_seen = PROVIDER_BREAKER_OPEN;
+    }
+    if (st != w->breaker_seen) {
+        if (st == PROVIDER_BREAKER_HALF_OPEN) {
+            snprintf(n, sizeof(n), "%lld",
+                     config_int(w->cfg, CONFIG_PROVIDER_BREAKER_PROBES));
+            log_info("provider breaker half-open: probing, one call at a time",
+                     "breaker_state", "half_open", "probes", n, NULL);
+        } else if (st == PROVIDER_BREAKER_CLOSED) {
+            log_info("provider breaker closed: the provider answers again",
+                     "breaker_state", "closed", NULL);
+        }
+        w->breaker_seen = st;
+    }
+    int pause = st == PROVIDER_BREAKER_OPEN ||
+                (st == PROVIDER_BREAKER_HALF_OPEN &&
+                 count_state(w, JOB_CALL, 0) + count_state(w, JOB_CALLING, 0) > 0);
+    if (pause != w->paused)
+        set_paused(w, pause);
+}
+
 /* ---- the loop ---- */
 
 static void reap(struct worker *w)
@@ -1247,6 +1358,9 @@ static int idle_ms(struct worker *w, int cap)
     if (w->revocations && cap > 10)
         cap = 10; /* draining for a revocation: look often */
     int64_t now = clock_now_ms(), next = now + cap;
+    /* A call waits for the breaker too; INT64_MAX (a probe is out) wakes
+     * nothing: the probe's answer does. */
+    int64_t calls_at = provider_breaker_next_allow_ms(w->breaker, now);
     for (struct job *j = w->jobs; j; j = j->next) {
         switch (j->state) {
         case JOB_RECORD:
@@ -1262,8 +1376,11 @@ static int idle_ms(struct worker *w, int cap)
             if (now + 5 < next)
                 next = now + 5;
             break;
-        case JOB_WAIT:
         case JOB_CALL:
+            if (j->next_at < next && calls_at < next)
+                next = j->next_at > calls_at ? j->next_at : calls_at;
+            break;
+        case JOB_WAIT:
         case JOB_DEAD_LETTER:
             if (j->next_at < next)
                 next = j->next_at;
@@ -1340,15 +1457,21 @@ static void give_up(struct worker *w, struct revocation *r)
         offset_tracker_forget(w->offsets, r->parts->elems[i].partition);
         forget_handback(w, r->parts->elems[i].partition);
     }
+    /* librdkafka keeps a partition's pause past its assignment: one given
+     * up paused would come back to us paused, and never be fetched. */
+    if (w->paused)
+        rd_kafka_resume_partitions(w->consumer, r->parts);
     if (!strcmp(rd_kafka_rebalance_protocol(w->consumer), "COOPERATIVE"))
         rd_kafka_incremental_unassign(w->consumer, r->parts);
     else
         rd_kafka_assign(w->consumer, NULL);
     w->assignment_changed = 1;
     char count[16];
+    char list[1024];
     snprintf(count, sizeof(count), "%d", r->parts->cnt);
     log_info(r->lost ? "lost partitions given up" : "revoked partitions drained",
-             "count", count, NULL);
+             "count", count, "partitions", parts_str(r->parts, list, sizeof(list)),
+             NULL);
 }
 
 static void finish_revocation(struct worker *w, struct revocation *r)
@@ -1406,7 +1529,7 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                          rd_kafka_topic_partition_list_t *parts, void *opaque)
 {
     struct worker *w = opaque;
-    char count[16];
+    char count[16], list[1024];
 
     snprintf(count, sizeof(count), "%d", parts->cnt);
     w->assignment_changed = 1;
@@ -1416,13 +1539,18 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                                                             : "revoke");
     /* Lag is reported for what we hold now: the statistics refill it. */
     metrics_forget(METRIC_CONSUMER_LAG);
+    parts_str(parts, list, sizeof(list));
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
         finish_revocations(w, 1);
-        log_info("partitions assigned", "count", count, NULL);
+        log_info("partitions assigned", "count", count, "partitions", list, "paused",
+                 w->paused ? "true" : NULL, NULL);
         if (!strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE"))
             rd_kafka_incremental_assign(rk, parts);
         else
             rd_kafka_assign(rk, parts);
+        /* While the breaker holds fetching, new partitions wait too. */
+        if (w->paused)
+            rd_kafka_pause_partitions(rk, parts);
         return;
     }
     struct revocation *r = calloc(1, sizeof(*r));
@@ -1444,7 +1572,7 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         tail = &(*tail)->next;
     *tail = r;
     log_info(r->lost ? "partitions lost" : "partitions revoked; draining them", "count",
-             count, NULL);
+             count, "partitions", list, NULL);
     if (w->closing)
         finish_revocations(w, 1);
 }
@@ -1453,6 +1581,7 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
  * for shutdown). */
 static void turn(struct worker *w, int take_new)
 {
+    breaker_sync(w);
     int wait = idle_ms(w, 100);
     if (provider_client_in_flight(w->provider) > 0) {
         collect_calls(w, wait < 10 ? wait : 10);
@@ -1513,13 +1642,33 @@ static void worker_step(void *state)
     check_readiness(w);
 }
 
+/* 1 when the breaker is not closed and every job left waits for a call:
+ * draining on would only wait for the deadline, or probe on behalf of the
+ * next owner. A probe in flight is waited for (its job is CALLING). */
+static int held_by_breaker(struct worker *w)
+{
+    if (provider_breaker_state(w->breaker, clock_now_ms()) == PROVIDER_BREAKER_CLOSED)
+        return 0;
+    for (struct job *j = w->jobs; j; j = j->next)
+        if (!j->detached && j->state != JOB_CALL)
+            return 0;
+    return 1;
+}
+
 /* Shutdown: the pipeline runs on, taking nothing new, until every job is
  * finished or the deadline passes; what is left is given up. */
 static size_t worker_drain(void *state, int64_t deadline)
 {
     struct worker *w = state;
-    while (jobs_of(w, NULL) > 0 && clock_now_ms() < deadline && daemon_stopping() < 2)
+    while (jobs_of(w, NULL) > 0 && clock_now_ms() < deadline && daemon_stopping() < 2) {
+        if (held_by_breaker(w)) {
+            log_warn("provider breaker open: calls not sent are left to the next "
+                     "owner",
+                     NULL);
+            break;
+        }
         turn(w, 0);
+    }
     finish_revocations(w, 1);
     return detach(w, NULL);
 }
@@ -1618,6 +1767,16 @@ static int setup(struct worker *w, char *err, size_t err_size)
     pc = NULL;
     rd_kafka_poll_set_consumer(w->consumer);
 
+    const struct provider_breaker_config bc = {
+        .failures = (int)config_int(w->cfg, CONFIG_PROVIDER_BREAKER_FAILURES),
+        .open_ms = config_int(w->cfg, CONFIG_PROVIDER_BREAKER_OPEN_MS),
+        .probes = (int)config_int(w->cfg, CONFIG_PROVIDER_BREAKER_PROBES),
+    };
+    w->breaker = provider_breaker_new(&bc);
+    if (!w->breaker) {
+        snprintf(err, err_size, "out of memory");
+        return 1;
+    }
     w->provider = provider_client_new(config_str(w->cfg, CONFIG_PROVIDER_BASE_URL),
                                       config_str(w->cfg, CONFIG_PROVIDER_API_KEY),
                                       config_str(w->cfg, CONFIG_PROVIDER_API_VERSION),
@@ -1685,6 +1844,7 @@ static void teardown(struct worker *w, int flush_ms)
         free(r);
     }
     provider_client_free(w->provider);
+    provider_breaker_free(w->breaker);
     attempt_store_free(w->store);
     offset_tracker_free(w->offsets);
     free(w->call_log);

@@ -221,6 +221,8 @@ class Scenario:
         self.worker_env = dict(worker_env or {})
         self.psp = None
         self.psp_args = list(psp_args)
+        self.psp_ledger_before = []  # charges of psp-sims killed by psp_kill()
+        self.psp_port_hold = None  # the API port while psp-sim is down (psp_kill)
 
         self.psql(self.admin_db, 'CREATE DATABASE "%s"' % self.tag.lower())
         self.tool("create-topic", self.topics["commands"], str(partitions))
@@ -271,17 +273,18 @@ class Scenario:
         return self.run([KAFKA_TOOL] + list(args), stdin=stdin,
                         extra_env=extra_env).stdout.decode()
 
-    def start_psp(self):
+    def start_psp(self, port=0):
         """psp-sim on ports the kernel picks (--port 0): it names them in its
         first stdout line once it listens, so no other process can take them
         in between. A thread copies its stdout (that line included) to
-        psp-sim.log, where its logs (stderr) go too."""
+        psp-sim.log, where its logs (stderr) go too. port: the API port to
+        listen on instead (psp_restart)."""
         import queue
         import re
         import threading
         out = open(os.path.join(self.dir, "psp-sim.log"), "ab")
         self.psp = subprocess.Popen(
-            [PSP_SIM, "--port", "0", "--admin-port", "0", "--api-key", API_KEY]
+            [PSP_SIM, "--port", str(port), "--admin-port", "0", "--api-key", API_KEY]
             + self.psp_args, stdout=subprocess.PIPE, stderr=out)
         first = queue.Queue()
 
@@ -310,6 +313,47 @@ class Scenario:
                           "waited up to %.0fs); see %s" % (line, rc, limit, out.name))
         self.psp_port, self.psp_admin = int(m.group(1)), int(m.group(2))
         wait_until("psp-sim", lambda: self._psp_up(), 10)
+
+    def psp_freeze(self):
+        """SIGSTOP psp-sim: it keeps its port and the kernel still accepts
+        connections, but nothing is answered (calls time out after sending).
+        Its admin API is frozen too. psp_thaw() lets it go on, with what it
+        had received meanwhile."""
+        self.psp.send_signal(signal.SIGSTOP)
+        log("psp-sim frozen (SIGSTOP)")
+
+    def psp_thaw(self):
+        self.psp.send_signal(signal.SIGCONT)
+        log("psp-sim thawed (SIGCONT)")
+
+    def psp_kill(self):
+        """psp-sim goes away (SIGKILL): connections to its API port are
+        refused until psp_restart() starts a new one on the same port. The
+        port is held meanwhile by a socket bound to it that does not listen
+        (the kernel refuses connections to it, and gives the port to no one
+        else). Its ledger dies with it: what it charged is read first and
+        kept, and ledger() returns it with the new one's. Call it when no
+        call is in flight, or a charge made between that read and the kill
+        would be missed."""
+        before = self.psp_get("/ledger")["charges"]
+        self.psp.kill()
+        self.psp.wait(timeout=scaled(30))
+        hold = socket.socket()
+        hold.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        hold.bind(("127.0.0.1", self.psp_port))
+        self.psp_port_hold = hold
+        self.psp_ledger_before.extend(before)
+        log("psp-sim killed; port", self.psp_port, "refuses connections")
+
+    def psp_restart(self):
+        """A new psp-sim on the API port of the one psp_kill() killed (it
+        knows none of the old one's keys or intents)."""
+        port = self.psp_port
+        self.psp_port_hold.close()
+        self.psp_port_hold = None
+        self.start_psp(port=port)
+        check_eq(self.psp_port, port, "psp-sim's port after a restart")
+        log("psp-sim restarted on port", port)
 
     def _psp_up(self):
         try:
@@ -438,6 +482,22 @@ class Scenario:
         log("reconciler", name, "exited", rc)
         return rc
 
+    def worker_log(self, name, msg=None):
+        """The JSON log lines of worker (or reconciler) `name`, as dicts; with
+        msg, only those whose "msg" starts with it. Other lines (sanitizer
+        output, say) are skipped."""
+        lines = []
+        with open(os.path.join(self.dir, name + ".log"), "rb") as f:
+            for raw in f:
+                try:
+                    line = json.loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(line, dict) and (msg is None or
+                                               str(line.get("msg", "")).startswith(msg)):
+                    lines.append(line)
+        return lines
+
     def kill_worker(self, name, sig=signal.SIGKILL):
         p = self.workers[name]
         p.send_signal(sig)
@@ -501,8 +561,11 @@ class Scenario:
             except Exception:
                 pass
         if self.psp:
+            self.psp.send_signal(signal.SIGCONT)  # a frozen one cannot end
             self.psp.terminate()
             self.psp.wait(timeout=scaled(30))
+        if self.psp_port_hold:
+            self.psp_port_hold.close()
 
     # ---- data ----
 
@@ -539,7 +602,8 @@ class Scenario:
         return [json.loads(l) for l in out.splitlines() if l.strip()]
 
     def ledger(self):
-        return self.psp_get("/ledger")["charges"]
+        """Every charge psp-sim made, those of psp-sims killed by psp_kill() included."""
+        return self.psp_ledger_before + self.psp_get("/ledger")["charges"]
 
     def attempts(self):
         rows = self.query("SELECT id, order_id, idempotency_key, amount, status, "
