@@ -118,6 +118,10 @@ static const struct config_row config_table[CONFIG__COUNT] = {
      10, 3600000, R_W, 0, "how long an open breaker waits before probing the provider"},
     {CONFIG_PROVIDER_BREAKER_PROBES, "PROVIDER_BREAKER_PROBES", CONFIG_T_INT, "3", 1,
      100, R_W, 0, "probe calls, one at a time, that must succeed in a row to close it"},
+    /* Set by Kubernetes' downward API; a stable name across restarts. */
+    {CONFIG_POD_NAME, "POD_NAME", CONFIG_T_STR, NULL, 0, 0, R_W, 0,
+     "the consumer's group.instance.id (static membership) unless "
+     "KAFKA_GROUP_INSTANCE_ID is set"},
     {CONFIG_SHUTDOWN_TIMEOUT_MS, "SHUTDOWN_TIMEOUT_MS", CONFIG_T_INT, "30000", 0,
      3600000, R_ALL & ~CONFIG_ROLE_CTL, 0,
      "time to drain and commit after SIGTERM; a second SIGTERM exits at once"},

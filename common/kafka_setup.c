@@ -58,6 +58,52 @@ void kafka_setup_apply_env(rd_kafka_conf_t *conf, const config_t *cfg)
     }
 }
 
+/* Kafka's rule for group instance ids (the same as for topic names). */
+static int valid_instance_id(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 249 || !strcmp(s, ".") || !strcmp(s, ".."))
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!(c >= 'a' && c <= 'z') && !(c >= 'A' && c <= 'Z') &&
+            !(c >= '0' && c <= '9') && c != '.' && c != '_' && c != '-')
+            return 0;
+    }
+    return 1;
+}
+
+int kafka_setup_group_instance(rd_kafka_conf_t *conf, const config_t *cfg, char *out,
+                               size_t out_size, char *errbuf, size_t errbuf_size)
+{
+    const char *id = NULL, *var = "KAFKA_GROUP_INSTANCE_ID";
+    for (size_t i = 0; i < config_kafka_count(cfg); i++) {
+        const char *p, *v;
+        config_kafka_get(cfg, i, &p, &v);
+        if (!strcmp(p, "group.instance.id"))
+            id = v;
+    }
+    if (!id) {
+        id = config_str(cfg, CONFIG_POD_NAME);
+        var = "POD_NAME";
+        if (!id || !*id) {
+            snprintf(out, out_size, "%s", "");
+            return 0;
+        }
+    }
+    if (!valid_instance_id(id)) {
+        snprintf(errbuf, errbuf_size,
+                 "%s: '%s' is not a valid group instance id (1 to 249 characters of "
+                 "[A-Za-z0-9._-])",
+                 var, id);
+        return -1;
+    }
+    if (kafka_setup_set(conf, "group.instance.id", id, errbuf, errbuf_size) != 0)
+        return -1;
+    snprintf(out, out_size, "%s", id);
+    return 0;
+}
+
 void kafka_setup_worker_id(const config_t *cfg, char *out, size_t out_size)
 {
     const char *id = config_str(cfg, CONFIG_WORKER_ID);

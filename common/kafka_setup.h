@@ -24,6 +24,14 @@ int kafka_setup_set(rd_kafka_conf_t *conf, const char *name, const char *value,
 /* Applies the KAFKA_* pass-through properties (validated by config_new). */
 void kafka_setup_apply_env(rd_kafka_conf_t *conf, const config_t *cfg);
 
+/* Static group membership: the consumer's group.instance.id is
+ * KAFKA_GROUP_INSTANCE_ID (a pass-through property, already in conf) or,
+ * when that is not set, POD_NAME. Writes the id used into out ("" for
+ * none, dynamic membership). -1 with errbuf, naming the variable, when the
+ * id is not one Kafka accepts (1 to 249 characters of [A-Za-z0-9._-]). */
+int kafka_setup_group_instance(rd_kafka_conf_t *conf, const config_t *cfg, char *out,
+                               size_t out_size, char *errbuf, size_t errbuf_size);
+
 /* WORKER_ID, or <hostname>-<pid>-<random>: unique per process, so that a
  * restarted worker never mistakes a dead predecessor's lease for its own. */
 void kafka_setup_worker_id(const config_t *cfg, char *out, size_t out_size);

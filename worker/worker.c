@@ -129,6 +129,7 @@ struct revocation {
 struct worker {
     config_t *cfg;
     char id[160];
+    char instance[256]; /* group.instance.id; "" for dynamic membership */
     const char *group, *commands_topic, *dlq_topic;
     long long max_in_flight, lease_ms;
     struct charge_policy policy;
@@ -170,6 +171,7 @@ struct worker {
     size_t ndeliveries, deliveries_cap;
     struct revocation *revocations; /* recorded by on_rebalance, oldest first */
     int closing;                    /* consumer_close runs: give up at once */
+    int fatal;                      /* the consumer failed for good */
 };
 
 /* Test builds only (CHARGED_FAILPOINTS): dies on the spot at a named point
@@ -379,6 +381,19 @@ static void fetch(struct worker *w, int wait_ms, int allow_new)
             rd_kafka_consumer_poll(w->consumer, first ? wait_ms : 0);
         if (!m)
             break;
+        if (m->err == RD_KAFKA_RESP_ERR__FATAL) {
+            /* Fenced (another process with our group.instance.id, say):
+             * this consumer can do nothing more. */
+            char fatal[256];
+            rd_kafka_message_destroy(m);
+            if (!w->fatal) {
+                w->fatal = 1;
+                rd_kafka_fatal_error(w->consumer, fatal, sizeof(fatal));
+                log_error("kafka consumer fatal error", "error", fatal, NULL);
+                daemon_fail("the kafka consumer failed for good; stopping");
+            }
+            break;
+        }
         if (m->err) {
             if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
                 log_warn("consumer error", "error", rd_kafka_message_errstr(m), NULL);
@@ -1743,6 +1758,9 @@ static int setup(struct worker *w, char *err, size_t err_size)
         goto usage;
     kafka_setup_apply_env(cc, w->cfg);
     kafka_setup_apply_env(pc, w->cfg);
+    if (kafka_setup_group_instance(cc, w->cfg, w->instance, sizeof(w->instance), err,
+                                   err_size) != 0)
+        goto usage;
     /* ...and what exactly-once charging depends on, which nobody may. */
     if (kafka_setup_set(cc, "group.id", w->group, err, err_size) ||
         kafka_setup_set(cc, "enable.auto.commit", "false", err, err_size) ||
@@ -1895,8 +1913,9 @@ static int worker_start(config_t *cfg, const char *id, struct daemon_role *role,
     char lease[32], mif[32];
     snprintf(lease, sizeof(lease), "%lld", w->lease_ms);
     snprintf(mif, sizeof(mif), "%lld", w->max_in_flight);
-    log_info("worker started", "worker", w->id, "group", w->group, "topic",
-             w->commands_topic, "lease_ms", lease, "max_in_flight", mif, NULL);
+    log_info("worker started", "worker", w->id, "group", w->group, "group_instance_id",
+             w->instance[0] ? w->instance : NULL, "topic", w->commands_topic,
+             "lease_ms", lease, "max_in_flight", mif, NULL);
     *role = (struct daemon_role){"worker", w, worker_step, worker_drain, worker_finish};
     return 0;
 }
