@@ -28,6 +28,7 @@
 #include "offset_tracker.h"
 #include "provider_breaker.h"
 #include "provider_client.h"
+#include "traceparent.h"
 
 /* Messages held at most, as a multiple of WORKER_MAX_IN_FLIGHT: past it a
  * message polled only to stay in the group is handed back (seek). */
@@ -86,6 +87,7 @@ struct job {
     int64_t next_at; /* WAIT, CALL, DEAD_LETTER: not before */
     struct charge_command cmd;
     int have_cmd;
+    char traceparent[TRACEPARENT_LEN + 1]; /* the command's, when valid; or "" */
     enum dead_letter_reason dl_reason;
     char dl_error[256];
     int dl_cut;                   /* produce the dead letter with key/value cut */
@@ -163,6 +165,8 @@ struct worker {
     size_t nhandbacks;
     struct call_entry {
         char attempt_id[37];
+        char order_id[37];
+        char traceparent[TRACEPARENT_LEN + 1];
         int64_t started_ms; /* wall clock */
         struct provider_result res;
     } * call_log; /* provider calls not yet written */
@@ -224,14 +228,25 @@ static const char *job_order(const struct job *j)
     return j->have_cmd ? j->cmd.order_id : NULL;
 }
 
+static const char *job_trace(const struct job *j)
+{
+    return j->traceparent[0] ? j->traceparent : NULL;
+}
+
+/* The fields of every log line about a job's attempt (absent ones are left
+ * out: a message that is no command has no ids). */
+#define JOB_FIELDS(j)                                                                  \
+    "payment_attempt_id", job_attempt(j), "order_id", job_order(j), "traceparent",     \
+        job_trace(j)
+
 /* Moves a job on; a move job_moves[] does not allow is a bug of ours,
  * logged loudly, and the job ends rather than wander. */
 static void job_set(struct job *j, enum job_state to)
 {
     if (!((job_moves[j->state] >> to) & 1u)) {
         log_error("bug: job moved where it may not go; ending it", "from",
-                  job_state_names[j->state], "to", job_state_names[to],
-                  "payment_attempt_id", job_attempt(j), NULL);
+                  job_state_names[j->state], "to", job_state_names[to], JOB_FIELDS(j),
+                  NULL);
         to = JOB_DONE;
         j->outcome = "error";
     }
@@ -247,6 +262,25 @@ static unsigned job_jitter(const struct job *j)
 /* ---- consuming ---- */
 
 static void hand_back(struct worker *w, const rd_kafka_message_t *m);
+
+/* The command's W3C traceparent header into out, when it has exactly one
+ * and it is valid; "" otherwise. Only a validated value is ever copied. */
+static void read_traceparent(const rd_kafka_message_t *msg, char *out)
+{
+    rd_kafka_headers_t *h = NULL;
+    const void *v = NULL, *again = NULL;
+    size_t n = 0, m = 0;
+
+    out[0] = '\0';
+    if (rd_kafka_message_headers(msg, &h) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+        rd_kafka_header_get(h, 0, "traceparent", &v, &n) != RD_KAFKA_RESP_ERR_NO_ERROR)
+        return;
+    /* Two of them: which one is the sender's? Neither. */
+    if (rd_kafka_header_get(h, 1, "traceparent", &again, &m) ==
+        RD_KAFKA_RESP_ERR_NO_ERROR)
+        return;
+    traceparent_parse(v, n, out);
+}
 
 static void take_message(struct worker *w, rd_kafka_message_t *msg)
 {
@@ -264,6 +298,7 @@ static void take_message(struct worker *w, rd_kafka_message_t *msg)
     j->msg = msg;
     j->partition = msg->partition;
     j->offset = msg->offset;
+    read_traceparent(msg, j->traceparent);
     j->state = JOB_BACKLOG;
     j->prev = w->tail;
     if (w->tail)
@@ -478,7 +513,7 @@ static void apply_deliveries(struct worker *w)
             continue;
         }
         log_warn("dead letter not acknowledged; retrying", "error",
-                 rd_kafka_err2str(err), "payment_attempt_id", job_attempt(j), NULL);
+                 rd_kafka_err2str(err), JOB_FIELDS(j), NULL);
         job_set(j, JOB_DEAD_LETTER);
         if (too_large(err) && !j->dl_cut) {
             j->dl_cut = 1; /* again at once, cut */
@@ -529,14 +564,15 @@ static void send_dead_letters(struct worker *w)
         if (err && too_large(err) && !j->dl_cut) {
             log_warn("dead letter too large for the DLQ; producing it cut", "error",
                      rd_kafka_err2str(err), "partition", part, "offset", off,
-                     "payment_attempt_id", job_attempt(j), NULL);
+                     JOB_FIELDS(j), NULL);
             j->dl_cut = 1;
             j->next_at = 0;
             continue;
         }
         if (err) {
             log_warn("cannot produce dead letter; retrying", "error",
-                     rd_kafka_err2str(err), "partition", part, "offset", off, NULL);
+                     rd_kafka_err2str(err), "partition", part, "offset", off,
+                     JOB_FIELDS(j), NULL);
             j->next_at = now + 500;
             continue;
         }
@@ -544,8 +580,7 @@ static void send_dead_letters(struct worker *w)
         /* The error line never quotes the value; card digits are masked. */
         log_warn("command dead-lettered", "reason",
                  dead_letter_reason_name(j->dl_reason), "error", j->dl_error,
-                 "partition", part, "offset", off, "payment_attempt_id", job_attempt(j),
-                 "order_id", job_order(j), NULL);
+                 "partition", part, "offset", off, JOB_FIELDS(j), NULL);
     }
 }
 
@@ -603,8 +638,7 @@ static void apply_record(struct job *j, const struct attempt_record_item *it)
         j->next_at = 0;
         break;
     case ATTEMPT_REJECTED:
-        log_info("attempt rejected before any provider call", "payment_attempt_id",
-                 j->cmd.payment_attempt_id, "order_id", j->cmd.order_id, "reason",
+        log_info("attempt rejected before any provider call", JOB_FIELDS(j), "reason",
                  it->reason, NULL);
         metrics_add(METRIC_ATTEMPTS, 1, ATTEMPT_S_REJECTED);
         j->outcome = "rejected";
@@ -674,8 +708,8 @@ static void apply_claim(struct worker *w, struct job *j,
         j->not_executed_tries = 0;
         job_set(j, JOB_CALL);
         j->next_at = 0;
-        log_debug("attempt claimed", "payment_attempt_id", j->cmd.payment_attempt_id,
-                  "order_id", j->cmd.order_id, "previous_status", it->status, NULL);
+        log_debug("attempt claimed", JOB_FIELDS(j), "previous_status", it->status,
+                  NULL);
         FAILPOINT("after_claim");
         break;
     case ATTEMPT_SETTLED:
@@ -749,8 +783,8 @@ static void release_lease(struct worker *w, struct job *j)
     char err[256];
     const char *id = j->cmd.payment_attempt_id;
     if (attempt_store_release(w->store, &id, &j->lease_epoch, 1, err, sizeof(err)) != 0)
-        log_warn("could not release lease; it will expire", "payment_attempt_id", id,
-                 "error", err, NULL);
+        log_warn("could not release lease; it will expire", JOB_FIELDS(j), "error", err,
+                 NULL);
 }
 
 /* ---- the provider ---- */
@@ -789,8 +823,7 @@ static void start_calls(struct worker *w)
             j->decision = charge_policy_decide(&w->policy, PROVIDER_NOT_EXECUTED,
                                                ++j->not_executed_tries, 0, 0);
             log_warn("idempotency key may be forgotten by the provider; not sending",
-                     "payment_attempt_id", j->cmd.payment_attempt_id, "order_id",
-                     j->cmd.order_id, NULL);
+                     JOB_FIELDS(j), NULL);
             job_set(j, JOB_PERSIST);
             continue;
         }
@@ -811,8 +844,7 @@ static void start_calls(struct worker *w)
         j->call_started_ms = clock_wall_ms();
         if (provider_client_start_charge(w->provider, &ch, j, err, sizeof(err)) != 0) {
             provider_breaker_cancel(w->breaker, &j->ticket);
-            log_error("cannot start provider call", "payment_attempt_id",
-                      j->cmd.payment_attempt_id, "error", err, NULL);
+            log_error("cannot start provider call", JOB_FIELDS(j), "error", err, NULL);
             j->next_at = now + charge_policy_backoff_ms(
                                    &w->policy, ++j->not_executed_tries, job_jitter(j));
             continue;
@@ -830,7 +862,7 @@ static void log_call(struct worker *w, struct job *j, const struct provider_resu
     if (w->call_log_len >= CALL_LOG_MAX) {
         if (w->call_log_dropped++ % 1000 == 0)
             log_warn("provider call log full; calls kept in log lines only",
-                     "payment_attempt_id", j->cmd.payment_attempt_id, NULL);
+                     JOB_FIELDS(j), NULL);
         return;
     }
     if (w->call_log_len == w->call_log_cap) {
@@ -843,6 +875,8 @@ static void log_call(struct worker *w, struct job *j, const struct provider_resu
     }
     struct call_entry *e = &w->call_log[w->call_log_len];
     snprintf(e->attempt_id, sizeof(e->attempt_id), "%s", j->cmd.payment_attempt_id);
+    snprintf(e->order_id, sizeof(e->order_id), "%s", j->cmd.order_id);
+    snprintf(e->traceparent, sizeof(e->traceparent), "%s", j->traceparent);
     e->started_ms = j->call_started_ms;
     e->res = *res;
     w->call_log_len++;
@@ -887,6 +921,10 @@ static int flush_call_log(struct worker *w)
             if (rc == ATTEMPT_STORE_DATA)
                 log_error("provider call not recorded: the database refused it",
                           "payment_attempt_id", w->call_log[done].attempt_id,
+                          "order_id", w->call_log[done].order_id, "traceparent",
+                          w->call_log[done].traceparent[0]
+                              ? w->call_log[done].traceparent
+                              : NULL,
                           "sqlstate", db_last_sqlstate(), NULL);
             else if (rc != ATTEMPT_STORE_OK)
                 break;
@@ -934,8 +972,7 @@ static void on_call_done(struct worker *w, struct job *j)
     int outage = answer == PROVIDER_BREAKER_FAILURE &&
                  (j->ticket.probe ||
                   provider_breaker_state(w->breaker, now) != PROVIDER_BREAKER_CLOSED);
-    log_info("provider answered", "payment_attempt_id", j->cmd.payment_attempt_id,
-             "order_id", j->cmd.order_id, "outcome",
+    log_info("provider answered", JOB_FIELDS(j), "outcome",
              provider_outcome_name(j->res.outcome), "http_status", status, "replayed",
              j->res.replayed ? "true" : "false", "error",
              j->res.error[0] ? j->res.error : NULL, "probe",
@@ -944,7 +981,7 @@ static void on_call_done(struct worker *w, struct job *j)
         FAILPOINT("after_charge");
     if (j->state == JOB_CALLING_FENCED) {
         log_warn("lease lost during the call; result left to the new owner",
-                 "payment_attempt_id", j->cmd.payment_attempt_id, NULL);
+                 JOB_FIELDS(j), NULL);
         job_set(j, j->detached ? JOB_DONE : JOB_WAIT);
         j->next_at = now + w->recheck_ms;
         return;
@@ -953,8 +990,7 @@ static void on_call_done(struct worker *w, struct job *j)
         (j->res.http_status == 401 || j->res.http_status == 403 ||
          j->res.http_status == 404))
         log_error("the provider refused our credentials or URL; retrying",
-                  "payment_attempt_id", j->cmd.payment_attempt_id, "http_status",
-                  status, NULL);
+                  JOB_FIELDS(j), "http_status", status, NULL);
     int tries = 1;
     if (j->res.outcome == PROVIDER_NOT_EXECUTED)
         tries = outage ? j->not_executed_tries : ++j->not_executed_tries;
@@ -1041,17 +1077,15 @@ static void apply_persist(struct worker *w, struct job *j,
 {
     if (!o->persisted) {
         /* Fenced out: someone took the attempt over; its result wins. */
-        log_warn("lease lost before persisting; result dropped", "payment_attempt_id",
-                 j->cmd.payment_attempt_id, "order_id", j->cmd.order_id, "outcome",
-                 provider_outcome_name(j->res.outcome), NULL);
+        log_warn("lease lost before persisting; result dropped", JOB_FIELDS(j),
+                 "outcome", provider_outcome_name(j->res.outcome), NULL);
         job_set(j, JOB_WAIT);
         j->next_at = clock_now_ms() + w->recheck_ms;
         return;
     }
     metrics_add(METRIC_ATTEMPTS, 1, o->status);
     j->outcome = "settled";
-    log_info("attempt settled", "payment_attempt_id", j->cmd.payment_attempt_id,
-             "order_id", j->cmd.order_id, "status", o->status, "reason", o->reason,
+    log_info("attempt settled", JOB_FIELDS(j), "status", o->status, "reason", o->reason,
              "provider_payment_id",
              j->res.provider_payment_id[0] ? j->res.provider_payment_id : NULL, NULL);
     job_set(j, JOB_DONE);
@@ -1091,15 +1125,13 @@ static int persist_for_review(struct worker *w, struct job *j, char *err,
         .calls = j->calls,
         .next_check_ms = -1,
     };
-    log_error("the database refused an outcome; settling it for review",
-              "payment_attempt_id", j->cmd.payment_attempt_id, "order_id",
-              j->cmd.order_id, "outcome", provider_outcome_name(j->res.outcome),
-              "sqlstate", db_last_sqlstate(), NULL);
+    log_error("the database refused an outcome; settling it for review", JOB_FIELDS(j),
+              "outcome", provider_outcome_name(j->res.outcome), "sqlstate",
+              db_last_sqlstate(), NULL);
     int rc = persist_batch(w, &j, &o, 1, err, err_size);
     if (rc == ATTEMPT_STORE_DATA) {
         log_error("the database refused the review outcome too; lease left to expire",
-                  "payment_attempt_id", j->cmd.payment_attempt_id, "sqlstate",
-                  db_last_sqlstate(), NULL);
+                  JOB_FIELDS(j), "sqlstate", db_last_sqlstate(), NULL);
         j->outcome = "abandoned";
         job_set(j, JOB_DONE);
         return ATTEMPT_STORE_OK;
@@ -1202,7 +1234,7 @@ static void renew_leases(struct worker *w)
         struct job *j = js[i];
         if (ours[i])
             continue;
-        log_warn("lease lost", "payment_attempt_id", ids[i], NULL);
+        log_warn("lease lost", JOB_FIELDS(j), NULL);
         if (j->state == JOB_CALLING) {
             job_set(j, JOB_CALLING_FENCED);
         } else {

@@ -4,6 +4,7 @@
  *   kafka_test_tool produce TOPIC < records.jsonl
  *       one record per line: {"key": str|null, "key_hex": str,
  *       "value": str|null, "value_hex": str, "headers": [[name, value], ...]}
+ *       (a header value may be {"hex": str} for arbitrary bytes)
  *       (the _hex forms carry arbitrary bytes, such as invalid UTF-8)
  *   kafka_test_tool lag GROUP TOPIC
  *       {"partitions":[{"partition":p,"committed":c,"end":e}],"lag":n}
@@ -109,8 +110,17 @@ static int produce(const char *topic)
         size_t i;
         json_array_foreach(hs, i, pair)
         {
-            rd_kafka_header_add(h, json_string_value(json_array_get(pair, 0)), -1,
-                                json_string_value(json_array_get(pair, 1)), -1);
+            const char *name = json_string_value(json_array_get(pair, 0));
+            json_t *hv = json_object_get(json_array_get(pair, 1), "hex");
+            if (json_is_string(hv)) { /* any bytes: NUL, invalid UTF-8 */
+                size_t hlen;
+                unsigned char *b = unhex(json_string_value(hv), &hlen);
+                rd_kafka_header_add(h, name, -1, b, (ssize_t)hlen);
+                free(b);
+            } else {
+                rd_kafka_header_add(h, name, -1,
+                                    json_string_value(json_array_get(pair, 1)), -1);
+            }
         }
         rd_kafka_resp_err_t e;
         do {
