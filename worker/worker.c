@@ -1356,6 +1356,7 @@ static void breaker_sync(struct worker *w)
                        : "provider breaker opened again: a probe failed",
                  "breaker_state", "open", "failures", n, "error", w->breaker_error,
                  "open_ms", ms, "calls_in_flight", flying, NULL);
+        metrics_add(METRIC_BREAKER_OPENS, (double)(opens - w->breaker_opens));
         w->breaker_opens = opens;
         w->breaker_seen = PROVIDER_BREAKER_OPEN;
     }
@@ -1371,6 +1372,8 @@ static void breaker_sync(struct worker *w)
         }
         w->breaker_seen = st;
     }
+    /* The gauge is the state as of this turn. */
+    metrics_set(METRIC_BREAKER_STATE, (double)st);
     int pause = st == PROVIDER_BREAKER_OPEN ||
                 (st == PROVIDER_BREAKER_HALF_OPEN &&
                  count_state(w, JOB_CALL, 0) + count_state(w, JOB_CALLING, 0) > 0);
@@ -1654,7 +1657,9 @@ static void turn(struct worker *w, int take_new)
                 (double)provider_client_in_flight(w->provider));
 }
 
-/* Ready: the database answers and the group gave us partitions. */
+/* Ready: the database answers, the group gave us partitions, and the
+ * provider breaker does not hold fetching (open, or half-open with
+ * attempts waiting for the probe: an outage does not flap readiness). */
 static void check_readiness(struct worker *w)
 {
     char err[512];
@@ -1678,6 +1683,8 @@ static void check_readiness(struct worker *w)
                                              : "database not reached yet");
     else if (w->assigned == 0)
         daemon_set_ready(0, "no partitions assigned");
+    else if (w->paused)
+        daemon_set_ready(0, "provider breaker open");
     else
         daemon_set_ready(1, NULL);
 }

@@ -1130,7 +1130,9 @@ def obs_alerts_cover_the_issue(ctx):
         ("dead-letter rate", r"rate\(charged_dead_letters_total"),
         ("outbox age", r"charged_outbox_oldest_event_age_seconds"),
         ("consumer lag", r"charged_consumer_lag_messages"),
-        ("breaker open", r"charged_provider_breaker_state\)?\s*==\s*2"),
+        # open (== 2), or not closed (>= 1) while it opened recently
+        ("breaker open",
+         r"charged_provider_breaker_state(\[[^\]]*\])?\)*\s*(==\s*2|>=\s*1)"),
     ]
     for what, pattern in want:
         check(any(re.search(pattern, e) for e in exprs.values()), "no alert on the %s" % what)

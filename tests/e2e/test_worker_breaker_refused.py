@@ -75,6 +75,15 @@ def scenario(new):
                        lambda: s.worker_log(w, "provider breaker opened: "), 60)
         e2e.wait_until("%s to pause fetching" % w,
                        lambda: s.worker_log(w, "fetching paused"), 30)
+    # Not ready while the breaker holds fetching; the metrics say why.
+    e2e.wait_until("w1's /readyz to say the breaker is open", lambda: s.admin_get(
+        w1, "/readyz") == (503, "not ready: provider breaker open\n"), 30)
+    m = s.admin_metrics(w1)
+    check(m.get("charged_provider_breaker_state", 0) >= 1 and
+          m.get("charged_provider_breaker_opens_total", 0) >= 1,
+          lambda: "w1's breaker metrics while open: %s" % {
+              k: v for k, v in m.items() if "breaker" in k or k == "charged_ready"})
+    check_eq(m.get("charged_ready"), 0.0, "w1's charged_ready while open")
     opened = s.worker_log(w1, "provider breaker opened: ")[0]
     e2e.log("w1:", opened)
     check("refused" in opened.get("error", "").lower() or
@@ -126,6 +135,9 @@ def scenario(new):
     e2e.wait_until("w1's breaker to close",
                    lambda: s.worker_log(w1, "provider breaker closed"), 60)
     s.wait_settled(len(first) + len(during) + len(late), timeout=180)
+    e2e.wait_until("w1 ready again", lambda: s.admin_get(w1, "/readyz")[0] == 200, 30)
+    check_eq(s.admin_metrics(w1).get("charged_provider_breaker_state"), 0.0,
+             "w1's breaker state once closed")
     never_unknown_or_failed(s)
     counts = s.check_invariants()
     check_eq(counts, {"SUCCEEDED": len(first) + len(during) + len(late)},
