@@ -17,8 +17,11 @@
 #include "metrics.h"
 
 /* Probes and scrapes are small and rare: a few connections are plenty, and
- * bounding them bounds what clients can hold. */
-#define MAX_CONNECTIONS   32
+ * bounding them bounds what clients can hold. One address (a hostile or
+ * broken client) may hold at most MAX_PER_ADDRESS of them, so that it
+ * cannot starve the kubelet's probes and get a healthy pod restarted. */
+#define MAX_CONNECTIONS   64
+#define MAX_PER_ADDRESS   8
 #define IDLE_TIMEOUT_S    5
 #define CONNECTION_MEMORY 16384
 
@@ -205,13 +208,13 @@ int admin_http_start(const char *addr, const struct admin_http_handlers *h,
     if (rc != ADMIN_HTTP_OK)
         goto fail;
     /* MHD owns fd from here: it closes it when it stops, or on failure. */
-    a->mhd =
-        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO, 0, NULL, NULL,
-                         on_request, a, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
-                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)MAX_CONNECTIONS,
-                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S,
-                         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY,
-                         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+    a->mhd = MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO, 0, NULL, NULL, on_request, a,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET,
+        (MHD_socket)fd, MHD_OPTION_CONNECTION_LIMIT, (unsigned)MAX_CONNECTIONS,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)MAX_PER_ADDRESS,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY, MHD_OPTION_END);
     if (!a->mhd) {
         snprintf(errbuf, errbuf_size, "ADMIN_ADDR: cannot start the listener on %s",
                  addr);

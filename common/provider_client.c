@@ -647,13 +647,19 @@ static int lookup(provider_client_t *pc, const char *url, int search,
     return 0;
 }
 
+static void retrieve_url(provider_client_t *pc, const char *payment_intent_id,
+                         char *url, size_t size)
+{
+    char *id = curl_easy_escape(NULL, payment_intent_id ? payment_intent_id : "", 0);
+    snprintf(url, size, "%s/v1/payment_intents/%s", pc->base_url, id ? id : "");
+    curl_free(id);
+}
+
 int provider_client_retrieve(provider_client_t *pc, const char *payment_intent_id,
                              struct provider_result *res)
 {
     char url[1024];
-    char *id = curl_easy_escape(NULL, payment_intent_id ? payment_intent_id : "", 0);
-    snprintf(url, sizeof(url), "%s/v1/payment_intents/%s", pc->base_url, id ? id : "");
-    curl_free(id);
+    retrieve_url(pc, payment_intent_id, url, sizeof(url));
     return lookup(pc, url, 0, res);
 }
 
@@ -669,14 +675,10 @@ int provider_client_search(provider_client_t *pc, const char *payment_attempt_id
     return lookup(pc, url, 1, res);
 }
 
-int provider_client_start_charge(provider_client_t *pc,
-                                 const struct provider_charge *ch, void *opaque,
-                                 char *errbuf, size_t errbuf_size)
+/* Hands x to the multi handle; on failure frees it. 0 / -1. */
+static int start_async(provider_client_t *pc, struct provider_xfer *x, void *opaque,
+                       char *errbuf, size_t errbuf_size)
 {
-    /* The multi handle keeps its own connection cache. */
-    struct provider_xfer *x = charge_xfer(pc, ch, 0, errbuf, errbuf_size);
-    if (!x)
-        return -1;
     x->opaque = opaque;
     if (curl_multi_add_handle(pc->multi, x->easy) != CURLM_OK) {
         snprintf(errbuf, errbuf_size, "provider client: cannot start transfer");
@@ -687,6 +689,32 @@ int provider_client_start_charge(provider_client_t *pc,
     pc->async = x;
     pc->in_flight++;
     return 0;
+}
+
+int provider_client_start_charge(provider_client_t *pc,
+                                 const struct provider_charge *ch, void *opaque,
+                                 char *errbuf, size_t errbuf_size)
+{
+    /* The multi handle keeps its own connection cache. */
+    struct provider_xfer *x = charge_xfer(pc, ch, 0, errbuf, errbuf_size);
+    if (!x)
+        return -1;
+    return start_async(pc, x, opaque, errbuf, errbuf_size);
+}
+
+int provider_client_start_retrieve(provider_client_t *pc, const char *payment_intent_id,
+                                   void *opaque, char *errbuf, size_t errbuf_size)
+{
+    char url[1024];
+    retrieve_url(pc, payment_intent_id, url, sizeof(url));
+    struct provider_xfer *x = xfer_new(pc, url, NULL, 0);
+    if (!x) {
+        snprintf(errbuf, errbuf_size, "provider client: out of memory");
+        return -1;
+    }
+    x->lookup = 1;
+    curl_easy_setopt(x->easy, CURLOPT_HTTPGET, 1L);
+    return start_async(pc, x, opaque, errbuf, errbuf_size);
 }
 
 void provider_client_perform(provider_client_t *pc, int timeout_ms)
@@ -720,6 +748,8 @@ int provider_client_next_done(provider_client_t *pc, struct provider_result *res
             }
         }
         finish(x, cc, res);
+        if (x->lookup && res->http_status == 0)
+            res->outcome = PROVIDER_UNKNOWN;
         *opaque = x->opaque;
         pc->in_flight--;
         xfer_free(x);

@@ -87,9 +87,14 @@ int provider_client_search(provider_client_t *pc, const char *payment_attempt_id
 int provider_client_start_charge(provider_client_t *pc,
                                  const struct provider_charge *ch, void *opaque,
                                  char *errbuf, size_t errbuf_size);
+/* Asynchronous GET /v1/payment_intents/<id>, done through next_done like a
+ * charge (a look-up without an answer is UNKNOWN). It charges nothing: the
+ * worker's provider breaker asks with it whether the provider answers. */
+int provider_client_start_retrieve(provider_client_t *pc, const char *payment_intent_id,
+                                   void *opaque, char *errbuf, size_t errbuf_size);
 /* Moves transfers forward, waiting at most timeout_ms for activity. */
 void provider_client_perform(provider_client_t *pc, int timeout_ms);
-/* Takes one finished charge: returns 1 and fills *res / *opaque, or 0. */
+/* Takes one finished transfer: returns 1 and fills *res / *opaque, or 0. */
 int provider_client_next_done(provider_client_t *pc, struct provider_result *res,
                               void **opaque);
 /* Charges started and not yet taken by next_done. */

@@ -27,6 +27,14 @@
 #include "metrics.h"
 #include "offset_tracker.h"
 #include "provider_breaker.h"
+
+/* What the breaker's probe looks up: no such intent, so the answer is a
+ * 404 from a provider that works, and nothing is ever charged by it. */
+#define BREAKER_PROBE_INTENT "pi_charged_breaker_probe"
+/* The lag while paused: how often it is asked of the broker, and the most
+ * the loop spends on it each time. */
+#define PAUSED_LAG_MS        5000
+#define PAUSED_LAG_BUDGET_MS 1000
 #include "provider_client.h"
 #include "traceparent.h"
 
@@ -146,6 +154,13 @@ struct worker {
     uint64_t breaker_opens;                   /* opens acted upon */
     char breaker_error[256]; /* the failure that last opened it, for its log line */
     int paused;              /* the assigned partitions are paused (breaker) */
+    /* The half-open breaker's probe: a look-up that charges nothing, so
+     * that no attempt (a poisoned one least of all) decides for the others
+     * whether the provider is back. */
+    struct provider_breaker_ticket probe_ticket;
+    int probe_out;
+    char probe_tag;          /* its address marks the probe's answer */
+    int64_t next_paused_lag; /* paused_lag() */
     offset_tracker_t *offsets;
     struct job *jobs, *tail; /* every job, oldest first */
     size_t active;           /* jobs that hold an offset */
@@ -827,9 +842,10 @@ static void start_calls(struct worker *w)
             job_set(j, JOB_PERSIST);
             continue;
         }
-        /* The breaker is open, or its one probe is out: the job waits as
-         * it is, its lease renewed, no try counted. */
-        if (!provider_breaker_allow(w->breaker, now, &j->ticket))
+        /* Not closed: the job waits as it is, its lease renewed, no try
+         * counted, until the breaker's own probes close it. */
+        if (provider_breaker_state(w->breaker, now) != PROVIDER_BREAKER_CLOSED ||
+            !provider_breaker_allow(w->breaker, now, &j->ticket))
             continue;
         /* The stored attempt's parameters, never the message's. */
         const struct provider_charge ch = {
@@ -1013,12 +1029,38 @@ static void on_call_done(struct worker *w, struct job *j)
     j->next_at = now + j->decision.retry_in_ms;
 }
 
+/* The probe's answer: any answer but 429 or 5xx (a 404 for the made-up
+ * intent is the expected one) shows a provider that answers. */
+static void probe_done(struct worker *w, const struct provider_result *res)
+{
+    char status[16];
+    int64_t now = clock_now_ms();
+    enum provider_breaker_answer a = provider_breaker_classify(res->http_status);
+    snprintf(status, sizeof(status), "%d", res->http_status);
+    w->probe_out = 0;
+    provider_breaker_record(w->breaker, &w->probe_ticket, a, now);
+    if (a == PROVIDER_BREAKER_FAILURE)
+        snprintf(w->breaker_error, sizeof(w->breaker_error), "%s",
+                 res->error[0] ? res->error : status);
+    metrics_observe(METRIC_PROVIDER_DURATION, (double)res->latency_ms / 1000.0,
+                    "probe");
+    metrics_add(METRIC_PROVIDER_RESPONSES, 1, "probe",
+                a == PROVIDER_BREAKER_FAILURE ? "failure" : "answered");
+    log_info("provider breaker probe answered", "http_status", status, "answer",
+             a == PROVIDER_BREAKER_FAILURE ? "failure" : "answered", "error",
+             a == PROVIDER_BREAKER_FAILURE && res->error[0] ? res->error : NULL, NULL);
+}
+
 static void collect_calls(struct worker *w, int wait_ms)
 {
     struct provider_result res;
     void *op;
     provider_client_perform(w->provider, wait_ms);
     while (provider_client_next_done(w->provider, &res, &op)) {
+        if (op == &w->probe_tag) {
+            probe_done(w, &res);
+            continue;
+        }
         struct job *j = op;
         j->res = res;
         on_call_done(w, j);
@@ -1334,10 +1376,56 @@ static void set_paused(struct worker *w, int pause)
     rd_kafka_topic_partition_list_destroy(parts);
 }
 
-/* Acts on the breaker: logs each change of state, and keeps the assigned
- * partitions paused while no call may start. While half-open they stay
- * paused as long as an attempt waits to be the next probe, and are resumed
- * when none does, so that probing never starves. */
+/* While fetching is paused, librdkafka's statistics keep the high
+ * watermarks of the last fetch, and the lag they report stands still while
+ * it grows. So every PAUSED_LAG_MS the broker is asked, within a budget
+ * that keeps the loop turning. */
+static void paused_lag(struct worker *w, int64_t now)
+{
+    char key[16];
+    rd_kafka_topic_partition_list_t *parts = NULL;
+    if (!w->paused || now < w->next_paused_lag)
+        return;
+    w->next_paused_lag = now + PAUSED_LAG_MS;
+    if (rd_kafka_assignment(w->consumer, &parts) || !parts || parts->cnt == 0 ||
+        rd_kafka_committed(w->consumer, parts, PAUSED_LAG_BUDGET_MS) !=
+            RD_KAFKA_RESP_ERR_NO_ERROR)
+        goto out;
+    int64_t deadline = clock_now_ms() + PAUSED_LAG_BUDGET_MS;
+    for (int i = 0; i < parts->cnt && clock_now_ms() < deadline; i++) {
+        const rd_kafka_topic_partition_t *p = &parts->elems[i];
+        int64_t lo = 0, hi = 0;
+        if (rd_kafka_query_watermark_offsets(w->consumer, p->topic, p->partition, &lo,
+                                             &hi, 200) != RD_KAFKA_RESP_ERR_NO_ERROR)
+            continue;
+        snprintf(key, sizeof(key), "%d", (int)p->partition);
+        metrics_set(METRIC_CONSUMER_LAG,
+                    (double)(hi - (p->offset >= 0 ? p->offset : lo)), w->commands_topic,
+                    key);
+    }
+out:
+    if (parts)
+        rd_kafka_topic_partition_list_destroy(parts);
+}
+
+/* Half-open and no probe out: asks the provider for an intent that does not
+ * exist, one probe at a time. */
+static void start_probe(struct worker *w, int64_t now)
+{
+    char err[256];
+    if (w->probe_out || !provider_breaker_allow(w->breaker, now, &w->probe_ticket))
+        return;
+    if (provider_client_start_retrieve(w->provider, BREAKER_PROBE_INTENT, &w->probe_tag,
+                                       err, sizeof(err)) != 0) {
+        provider_breaker_cancel(w->breaker, &w->probe_ticket);
+        log_error("cannot start the provider breaker's probe", "error", err, NULL);
+        return;
+    }
+    w->probe_out = 1;
+}
+
+/* Acts on the breaker: logs each change of state, probes while half-open,
+ * and keeps the assigned partitions paused while it is not closed. */
 static void breaker_sync(struct worker *w)
 {
     char n[32], ms[32], flying[32];
@@ -1356,7 +1444,10 @@ static void breaker_sync(struct worker *w)
                        : "provider breaker opened again: a probe failed",
                  "breaker_state", "open", "failures", n, "error", w->breaker_error,
                  "open_ms", ms, "calls_in_flight", flying, NULL);
-        metrics_add(METRIC_BREAKER_OPENS, (double)(opens - w->breaker_opens));
+        /* Counted once an outage: a failed probe opening it again is the
+         * same outage, not a new one (flapping is closed -> open again). */
+        if (first)
+            metrics_add(METRIC_BREAKER_OPENS, 1);
         w->breaker_opens = opens;
         w->breaker_seen = PROVIDER_BREAKER_OPEN;
     }
@@ -1364,7 +1455,7 @@ static void breaker_sync(struct worker *w)
         if (st == PROVIDER_BREAKER_HALF_OPEN) {
             snprintf(n, sizeof(n), "%lld",
                      config_int(w->cfg, CONFIG_PROVIDER_BREAKER_PROBES));
-            log_info("provider breaker half-open: probing, one call at a time",
+            log_info("provider breaker half-open: probing with look-ups, one at a time",
                      "breaker_state", "half_open", "probes", n, NULL);
         } else if (st == PROVIDER_BREAKER_CLOSED) {
             log_info("provider breaker closed: the provider answers again",
@@ -1374,9 +1465,10 @@ static void breaker_sync(struct worker *w)
     }
     /* The gauge is the state as of this turn. */
     metrics_set(METRIC_BREAKER_STATE, (double)st);
-    int pause = st == PROVIDER_BREAKER_OPEN ||
-                (st == PROVIDER_BREAKER_HALF_OPEN &&
-                 count_state(w, JOB_CALL, 0) + count_state(w, JOB_CALLING, 0) > 0);
+    if (st == PROVIDER_BREAKER_HALF_OPEN)
+        start_probe(w, now);
+    paused_lag(w, now);
+    int pause = st != PROVIDER_BREAKER_CLOSED;
     if (pause != w->paused)
         set_paused(w, pause);
 }
@@ -1551,6 +1643,9 @@ static void finish_revocations(struct worker *w, int all)
 static int on_stats(rd_kafka_t *rk, char *json, size_t json_len, void *opaque)
 {
     struct worker *w = opaque;
+    /* Paused, the statistics' lag is stale: paused_lag() asks the broker. */
+    if (w->paused)
+        return 0;
     json_t *root = json_loadb(json, json_len, 0, NULL);
     json_t *parts = json_object_get(
         json_object_get(json_object_get(root, "topics"), w->commands_topic),
@@ -1658,8 +1753,7 @@ static void turn(struct worker *w, int take_new)
 }
 
 /* Ready: the database answers, the group gave us partitions, and the
- * provider breaker does not hold fetching (open, or half-open with
- * attempts waiting for the probe: an outage does not flap readiness). */
+ * provider breaker does not hold fetching (it is closed). */
 static void check_readiness(struct worker *w)
 {
     char err[512];
@@ -1698,13 +1792,15 @@ static void worker_step(void *state)
 
 /* 1 when the breaker is not closed and every job left waits for a call:
  * draining on would only wait for the deadline, or probe on behalf of the
- * next owner. A probe in flight is waited for (its job is CALLING). */
+ * next owner. */
 static int held_by_breaker(struct worker *w)
 {
     if (provider_breaker_state(w->breaker, clock_now_ms()) == PROVIDER_BREAKER_CLOSED)
         return 0;
+    /* Messages in the backlog are not started while draining: they wait
+     * like the calls do. */
     for (struct job *j = w->jobs; j; j = j->next)
-        if (!j->detached && j->state != JOB_CALL)
+        if (!j->detached && j->state != JOB_CALL && j->state != JOB_BACKLOG)
             return 0;
     return 1;
 }

@@ -255,12 +255,17 @@ START_TEST(bad_and_taken_addresses_are_told_apart)
 }
 END_TEST
 
+/* A connection from 127.0.0.2: another address than the probes' (the
+ * listener limits what one address may hold). */
 static int connect_idle(int port)
 {
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    struct sockaddr_in from = {.sin_family = AF_INET};
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    from.sin_addr.s_addr = htonl(INADDR_LOOPBACK + 1);
     int s = socket(AF_INET, SOCK_STREAM, 0);
     ck_assert_int_ge(s, 0);
+    ck_assert_int_eq(bind(s, (struct sockaddr *)&from, sizeof(from)), 0);
     ck_assert_int_eq(connect(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
     return s;
 }
