@@ -1,18 +1,13 @@
 #include "admin_http.h"
 
-#include <errno.h>
-#include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
 
 #include <microhttpd.h>
 
+#include "listen_socket.h"
 #include "log.h"
 #include "metrics.h"
 
@@ -114,84 +109,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                    "text/plain; version=0.0.4; charset=utf-8", NULL);
 }
 
-/* Splits "host:port" / "[v6]:port" into host and port. 0 / -1. */
-static int split_addr(const char *addr, char *host, size_t host_size, char *port,
-                      size_t port_size)
-{
-    const char *colon = strrchr(addr, ':');
-    if (!colon || colon == addr || !colon[1])
-        return -1;
-    size_t hl = (size_t)(colon - addr);
-    const char *h = addr;
-    if (h[0] == '[') {
-        if (hl < 3 || h[hl - 1] != ']')
-            return -1;
-        h++;
-        hl -= 2;
-    }
-    if (hl >= host_size || strlen(colon + 1) >= port_size)
-        return -1;
-    memcpy(host, h, hl);
-    host[hl] = '\0';
-    strcpy(port, colon + 1);
-    for (const char *p = port; *p; p++)
-        if (*p < '0' || *p > '9')
-            return -1;
-    return 0;
-}
-
-/* A listening socket on addr: 0 and *fd, or an admin_http_rc. */
-static int listen_on(const char *addr, int *fd, int *port, char *errbuf,
-                     size_t errbuf_size)
-{
-    char host[256], service[16];
-    struct addrinfo hints, *res = NULL;
-    int err = 0, s = -1;
-
-    if (split_addr(addr, host, sizeof(host), service, sizeof(service)) != 0) {
-        snprintf(errbuf, errbuf_size, "ADMIN_ADDR: '%s' is not host:port", addr);
-        return ADMIN_HTTP_BAD_ADDRESS;
-    }
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    int gai = getaddrinfo(host, service, &hints, &res);
-    if (gai != 0) {
-        snprintf(errbuf, errbuf_size, "ADMIN_ADDR: cannot resolve '%s': %s", host,
-                 gai_strerror(gai));
-        return ADMIN_HTTP_BAD_ADDRESS;
-    }
-    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-        int one = 1;
-        s = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-        if (s < 0) {
-            err = errno;
-            continue;
-        }
-        setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (bind(s, ai->ai_addr, ai->ai_addrlen) == 0 && listen(s, 64) == 0)
-            break;
-        err = errno;
-        close(s);
-        s = -1;
-    }
-    freeaddrinfo(res);
-    if (s < 0) {
-        snprintf(errbuf, errbuf_size, "ADMIN_ADDR: cannot listen on %s: %s", addr,
-                 strerror(err ? err : EADDRNOTAVAIL));
-        return ADMIN_HTTP_CANNOT_LISTEN;
-    }
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof(ss);
-    *port = 0;
-    if (getsockname(s, (struct sockaddr *)&ss, &sl) == 0)
-        *port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                               : ((struct sockaddr_in *)&ss)->sin_port);
-    *fd = s;
-    return ADMIN_HTTP_OK;
-}
-
 int admin_http_start(const char *addr, const struct admin_http_handlers *h,
                      admin_http_t **out, char *errbuf, size_t errbuf_size)
 {
@@ -204,9 +121,12 @@ int admin_http_start(const char *addr, const struct admin_http_handlers *h,
         return ADMIN_HTTP_CANNOT_LISTEN;
     }
     a->h = *h;
-    rc = listen_on(addr, &fd, &a->port, errbuf, errbuf_size);
-    if (rc != ADMIN_HTTP_OK)
+    rc = listen_socket_open("ADMIN_ADDR", addr, &fd, &a->port, errbuf, errbuf_size);
+    if (rc != LISTEN_SOCKET_OK) {
+        rc = rc == LISTEN_SOCKET_BAD_ADDRESS ? ADMIN_HTTP_BAD_ADDRESS
+                                             : ADMIN_HTTP_CANNOT_LISTEN;
         goto fail;
+    }
     /* MHD owns fd from here: it closes it when it stops, or on failure. */
     a->mhd = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO, 0, NULL, NULL, on_request, a,

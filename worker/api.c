@@ -1,13 +1,11 @@
 #include "api.h"
 
-#include <netdb.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -15,6 +13,7 @@
 #include <uuid/uuid.h>
 
 #include "api_store.h"
+#include "listen_socket.h"
 #include "clock.h"
 #include "config.h"
 #include "daemon.h"
@@ -387,45 +386,24 @@ static int take_secrets(struct api *a, char *err, size_t err_size)
 static int listen_http(struct api *a, char *err, size_t err_size)
 {
     const char *addr = config_str(a->cfg, CONFIG_API_ADDR);
-    char host[256];
-    const char *colon = strrchr(addr, ':');
-    struct addrinfo hints = {0}, *ai = NULL;
-    size_t hl = (size_t)(colon - addr);
-
-    if (hl >= sizeof(host)) {
-        snprintf(err, err_size, "API_ADDR: host too long");
-        return 2;
-    }
-    memcpy(host, addr, hl);
-    host[hl] = '\0';
-    if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']') {
-        memmove(host, host + 1, hl - 2);
-        host[hl - 2] = '\0';
-    }
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE;
-    if (getaddrinfo(host, colon + 1, &hints, &ai) != 0 || !ai) {
-        snprintf(err, err_size, "API_ADDR: cannot resolve '%s'", host);
-        return 2;
-    }
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG;
-    if (ai->ai_family == AF_INET6)
-        flags |= MHD_USE_IPv6;
+    int fd = -1, port = 0;
+    int rc = listen_socket_open("API_ADDR", addr, &fd, &port, err, err_size);
+    if (rc != LISTEN_SOCKET_OK)
+        return rc == LISTEN_SOCKET_BAD_ADDRESS ? 2 : 1;
     /* The logger comes first: libmicrohttpd logs to stderr, not JSON, until
-     * it has seen it. */
+     * it has seen it. It owns fd from here, also on failure. */
     a->http = MHD_start_daemon(
-        flags, 0, NULL, NULL, on_request, a, MHD_OPTION_EXTERNAL_LOGGER, on_http_log, a,
-        MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE,
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG, 0, NULL,
+        NULL, on_request, a, MHD_OPTION_EXTERNAL_LOGGER, on_http_log, a,
+        MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd, MHD_OPTION_THREAD_POOL_SIZE,
         (unsigned)a->nstores, MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)config_int(a->cfg, CONFIG_API_MAX_CONNECTIONS),
         MHD_OPTION_PER_IP_CONNECTION_LIMIT,
         (unsigned)config_int(a->cfg, CONFIG_API_MAX_CONNECTIONS_PER_IP),
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, a, MHD_OPTION_END);
-    freeaddrinfo(ai);
     if (!a->http) {
-        snprintf(err, err_size, "cannot listen on API_ADDR %s", addr);
+        snprintf(err, err_size, "API_ADDR: cannot start the listener on %s", addr);
         return 1;
     }
     return 0;
