@@ -76,6 +76,10 @@ def scenario(_new):
                        mention="WEBHOOK_SIGNING_SECRET")
     expect_usage_error([e2e.CHARGED, "api"], env={"WEBHOOK_SIGNING_SECRET": " , "},
                        mention="WEBHOOK_SIGNING_SECRET")
+    expect_usage_error([e2e.CHARGED, "api"],
+                       env={"WEBHOOK_SIGNING_SECRET": "whsec_long_enough",
+                            "API_ADDR": "no-such-host.invalid:8080", "ADMIN_ADDR": "127.0.0.1:0"},
+                       mention="API_ADDR")
     expect_usage_error([e2e.CHARGED, "worker"],
                        env={"PROVIDER_API_KEY": "k", "LOG_LEVEL": "verbose"}, mention="LOG_LEVEL")
     expect_usage_error([e2e.CHARGED, "worker"],
