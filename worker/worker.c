@@ -105,7 +105,8 @@ struct job {
     struct attempt_params params; /* the stored attempt: what we send */
     int calls;                    /* provider calls under this claim */
     struct provider_breaker_ticket ticket; /* CALLING: what the breaker allowed */
-    int unknown_tries;                     /* answers of each kind under this claim */
+    int opened_breaker; /* one of its failures opened the breaker (no try) */
+    int unknown_tries;  /* answers of each kind under this claim */
     int not_executed_tries;
     int64_t call_started_ms;         /* wall clock, for provider_calls */
     struct provider_result res;      /* the last answer */
@@ -976,23 +977,28 @@ static void on_call_done(struct worker *w, struct job *j)
     }
     log_call(w, j, &j->res);
     enum provider_breaker_answer answer = provider_breaker_classify(j->res.http_status);
+    uint64_t opens = provider_breaker_opens(w->breaker);
     provider_breaker_record(w->breaker, &j->ticket, answer, now);
     if (answer == PROVIDER_BREAKER_FAILURE)
         snprintf(w->breaker_error, sizeof(w->breaker_error), "%s",
                  j->res.error[0] ? j->res.error : status);
-    /* A failure during an outage (a probe's, or one while the breaker is
-     * open, including the one that opened it) is the provider's, not the
-     * attempt's: it counts no try, so an outage cannot use up an attempt's
-     * retries and settle it UNKNOWN. The key's retention still bounds how
-     * long it is sent again. */
+    /* The failure that opened the breaker counts no try (once per job): a lone attempt
+     * whose failures opened it in an outage would otherwise be settled
+     * UNKNOWN by the outage itself. Every other failure counts, as it
+     * would without a breaker (calls in flight when it opened too): an
+     * attempt the provider refuses every time (a poisoned one, one of
+     * many failing at once after a close) still uses up its retries, and
+     * is not sent again and again. No call starts while it is not closed,
+     * so an outage burns no try beyond the calls already out. */
     int outage = answer == PROVIDER_BREAKER_FAILURE &&
-                 (j->ticket.probe ||
-                  provider_breaker_state(w->breaker, now) != PROVIDER_BREAKER_CLOSED);
+                 provider_breaker_opens(w->breaker) != opens && !j->opened_breaker;
+    if (outage)
+        j->opened_breaker = 1; /* once per job: it never rides on it twice */
     log_info("provider answered", JOB_FIELDS(j), "outcome",
              provider_outcome_name(j->res.outcome), "http_status", status, "replayed",
              j->res.replayed ? "true" : "false", "error",
-             j->res.error[0] ? j->res.error : NULL, "probe",
-             j->ticket.probe ? "true" : NULL, "outage", outage ? "true" : NULL, NULL);
+             j->res.error[0] ? j->res.error : NULL, "outage", outage ? "true" : NULL,
+             NULL);
     if (j->res.outcome == PROVIDER_SUCCEEDED)
         FAILPOINT("after_charge");
     if (j->state == JOB_CALLING_FENCED) {
@@ -1871,6 +1877,15 @@ static int setup(struct worker *w, char *err, size_t err_size)
                  "(PROVIDER_TIMEOUT_MS plus a margin of a tenth, at most 60 s, is "
                  "%lld ms)",
                  w->key_retention_ms, w->key_margin_ms);
+        return 2;
+    }
+    /* The failure that opens the breaker counts no try: opened by every
+     * failure, an attempt the provider refuses would never use up its
+     * retries. */
+    if (config_int(w->cfg, CONFIG_PROVIDER_BREAKER_FAILURES) == 1) {
+        snprintf(err, err_size,
+                 "PROVIDER_BREAKER_FAILURES: 1 would let no failure count against an "
+                 "attempt's retries; use 0 (off) or at least 2");
         return 2;
     }
     if (w->policy.retry_base_ms > w->policy.retry_max_ms) {

@@ -83,6 +83,10 @@ def scenario(_new):
     expect_usage_error([e2e.CHARGED, "worker"],
                        env={"PROVIDER_API_KEY": "k", "LOG_LEVEL": "verbose"}, mention="LOG_LEVEL")
     expect_usage_error([e2e.CHARGED, "worker"],
+                       env={"PROVIDER_API_KEY": "k", "PROVIDER_BREAKER_FAILURES": "1",
+                            "ADMIN_ADDR": "127.0.0.1:0"},
+                       mention="PROVIDER_BREAKER_FAILURES")
+    expect_usage_error([e2e.CHARGED, "worker"],
                        env={"PROVIDER_API_KEY": "k", "WORKER_LEASE_MS": "5000",
                             "PROVIDER_TIMEOUT_MS": "10000"}, mention="WORKER_LEASE_MS")
     expect_usage_error([e2e.CHARGECTL, "publish", "--amount", "0", "--currency", "EUR",

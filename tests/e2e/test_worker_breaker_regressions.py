@@ -12,6 +12,9 @@
    of the last fetch, while the breaker holds fetching.
 4. SIGTERM while open with messages in the backlog: the drain does not wait
    for its deadline.
+5. a burst of attempts the provider refuses, all sent at once after each
+   close: each uses up its retries (only the failure that opens the
+   breaker is free) instead of being sent again and again.
 """
 
 import os
@@ -113,9 +116,27 @@ def sigterm_with_backlog(make):
              [["0"]], "leases still running after the exit")
 
 
+def burst(make):
+    s = make("breaker_burst", partitions=1, worker_env={"PROVIDER_BREAKER_OPEN_MS": "300"})
+    s.psp_put("/faults", POISON)
+    w = s.start_worker()
+    e2e.wait_until("w ready", lambda: s.admin_get(w, "/readyz")[0] == 200, 60)
+    s.publish([e2e.new_command(payment_method="pm_card_mastercard") for _ in range(16)])
+    s.wait_settled(16, 120)
+    rows = s.query("SELECT a.status, (SELECT count(*) FROM provider_calls c "
+                   "WHERE c.payment_attempt_id = a.id) FROM payment_attempts a")
+    check_eq({r[0] for r in rows}, {"UNKNOWN"}, "statuses of the refused attempts")
+    calls = sorted(int(r[1]) for r in rows)
+    e2e.log("calls per attempt:", calls)
+    # WORKER_UNKNOWN_RETRIES (3) + 1 counted calls each, plus at most one
+    # that opened the breaker and counted nothing.
+    check(calls[-1] <= 5, "an attempt was sent %d times" % calls[-1])
+    check(sum(calls) <= 16 * 4 + 8, "%d calls for 16 attempts" % sum(calls))
+
+
 def scenario(make):
     only = os.environ.get("BREAKER_CASE")
-    for case in (poison, partial_outage, lag_while_paused, sigterm_with_backlog):
+    for case in (poison, partial_outage, lag_while_paused, sigterm_with_backlog, burst):
         if not only or only == case.__name__:
             case(make)
 
