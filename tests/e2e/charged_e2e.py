@@ -482,6 +482,26 @@ class Scenario:
         log("reconciler", name, "exited", rc)
         return rc
 
+    def wait_group_settled(self, names, quiet=3, timeout=60):
+        """Until every worker in names is ready (it holds partitions) and
+        none of them logged a rebalance for `quiet` seconds: a scenario that
+        needs its workers to keep what they hold starts from there."""
+        import datetime
+
+        def last_rebalance():
+            stamps = [l["ts"] for n in names for l in self.worker_log(n, "partitions ")]
+            if not stamps:
+                return None
+            t = datetime.datetime.strptime(max(stamps), "%Y-%m-%dT%H:%M:%S.%fZ")
+            return t.replace(tzinfo=datetime.timezone.utc).timestamp()
+
+        def settled():
+            if any(self.admin_get(n, "/readyz")[0] != 200 for n in names):
+                return False
+            last = last_rebalance()
+            return last is not None and time.time() - last >= quiet
+        wait_until("the group to settle (%s)" % ", ".join(names), settled, timeout)
+
     def worker_log(self, name, msg=None):
         """The JSON log lines of worker (or reconciler) `name`, as dicts; with
         msg, only those whose "msg" starts with it. Other lines (sanitizer
