@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -34,6 +35,11 @@
  * for at most IDLE_TIMEOUT_S between bytes, and one address can hold only
  * API_MAX_CONNECTIONS_PER_IP of API_MAX_CONNECTIONS. */
 #define IDLE_TIMEOUT_S 10
+/* A body over API_MAX_BODY_BYTES is read and thrown away, up to this much
+ * more, before the 413: a server that closes with unread bytes in its
+ * socket resets the connection, and the client loses the answer. Beyond
+ * it the connection is cut: that much is not worth reading. */
+#define DISCARD_MAX_BYTES ((size_t)8 << 20)
 
 struct api {
     config_t *cfg;
@@ -59,6 +65,7 @@ struct api {
 struct request {
     char *body;
     size_t len, cap;
+    size_t seen; /* bytes of body received, kept or not */
     int too_large;
 };
 
@@ -246,17 +253,19 @@ static enum MHD_Result serve_webhook(struct api *a, struct MHD_Connection *c,
                       json_pack("{s:b, s:s}", "received", 1, "result", res.outcome));
 }
 
-/* Appends an upload chunk, keeping nothing past max_body. */
-static void take_chunk(struct api *a, struct request *rq, const char *data, size_t n)
+/* Appends an upload chunk, keeping nothing past max_body. Returns -1 once
+ * more than DISCARD_MAX_BYTES past it came: the connection is to be cut. */
+static int take_chunk(struct api *a, struct request *rq, const char *data, size_t n)
 {
+    rq->seen += n;
     if (rq->too_large)
-        return;
+        return rq->seen > a->max_body + DISCARD_MAX_BYTES ? -1 : 0;
     if (rq->len + n > a->max_body) {
         rq->too_large = 1;
         free(rq->body);
         rq->body = NULL;
         rq->len = rq->cap = 0;
-        return;
+        return 0;
     }
     if (rq->len + n + 1 > rq->cap) {
         size_t cap = rq->cap ? rq->cap : 4096;
@@ -265,7 +274,7 @@ static void take_chunk(struct api *a, struct request *rq, const char *data, size
         char *b = realloc(rq->body, cap);
         if (!b) {
             rq->too_large = 1; /* answered 413; nothing better is possible */
-            return;
+            return 0;
         }
         rq->body = b;
         rq->cap = cap;
@@ -273,6 +282,15 @@ static void take_chunk(struct api *a, struct request *rq, const char *data, size
     memcpy(rq->body + rq->len, data, n);
     rq->len += n;
     rq->body[rq->len] = '\0';
+    return 0;
+}
+
+/* 1 if the client waits for an answer before it sends its body. */
+static int expects_continue(struct MHD_Connection *c)
+{
+    const char *e =
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+    return e && !strcasecmp(e, "100-continue");
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
@@ -301,20 +319,32 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             atomic_fetch_sub(&a->serving, 1);
             return ret;
         }
-        /* Refused before the body is read, when the length says enough. */
+        /* Too large by its Content-Length: answered before the body only
+         * when the client waits for that (Expect: 100-continue) or sends
+         * more than is worth reading; otherwise read to the end, thrown
+         * away, so that the client can read its 413. */
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoull(cl, NULL, 10) > a->max_body)
+        unsigned long long announced = cl ? strtoull(cl, NULL, 10) : 0;
+        if (announced > a->max_body &&
+            (expects_continue(c) || announced - a->max_body > DISCARD_MAX_BYTES))
             return webhook_refused(c, MHD_HTTP_CONTENT_TOO_LARGE, "too_large",
                                    "body too large");
         if (!(rq = calloc(1, sizeof(*rq))))
             return MHD_NO;
+        rq->too_large = announced > a->max_body;
         *ctx = rq;
         return MHD_YES;
     }
     if (*upload_size) {
-        take_chunk(a, rq, upload, *upload_size);
+        int cut = take_chunk(a, rq, upload, *upload_size);
         *upload_size = 0;
+        if (cut) {
+            log_warn("webhook refused", "result", "too_large", "reason",
+                     "body too large; connection closed", NULL);
+            metrics_add(METRIC_WEBHOOKS, 1, "too_large");
+            return MHD_NO;
+        }
         return MHD_YES;
     }
     atomic_fetch_add(&a->serving, 1);
@@ -469,13 +499,13 @@ static void api_finish(void *state, int flush_ms)
 static int setup(struct api *a, char *err, size_t err_size)
 {
     const char *url = config_str(a->cfg, CONFIG_DATABASE_URL);
-    const char *topic = config_str(a->cfg, CONFIG_CHARGE_RESULTS_TOPIC);
     if (take_secrets(a, err, err_size) != 0)
         return 2;
     a->max_body = (size_t)config_int(a->cfg, CONFIG_API_MAX_BODY_BYTES);
     a->nstores = (size_t)config_int(a->cfg, CONFIG_API_THREADS);
     a->stores = calloc(a->nstores, sizeof(*a->stores));
     a->free_stores = calloc(a->nstores, sizeof(*a->free_stores));
+    const char *topic = config_str(a->cfg, CONFIG_CHARGE_RESULTS_TOPIC);
     a->probe = api_store_new(url, topic);
     if (!a->stores || !a->free_stores || !a->probe)
         goto oom;

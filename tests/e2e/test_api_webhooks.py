@@ -3,6 +3,9 @@
 - refused deliveries (forged, stale, future, tampered, missing or malformed
   signature; bad JSON or shape; oversized) get 400 or 413 and leave nothing
   behind;
+- a body over the limit is answered 413 that the client can read, however
+  it is sent (2 MB at once, just over the limit slowly, chunked), and the
+  api serves the next delivery;
 - a delivery signed with the old secret during a rotation is accepted;
 - three concurrent deliveries of one event give one transition, one outbox
   event and one ledger row;
@@ -12,7 +15,9 @@
   is recorded and ignored, an unknown attempt's event is stored for review.
 """
 
+import http.client
 import json
+import socket
 import threading
 import time
 
@@ -69,6 +74,72 @@ def refused(s, port):
     check_eq(api.post_webhook(port, big)[0], 413, "oversized body")
     nothing_behind(s, a, "an oversized body")
     return a
+
+
+def raw_post(port, body, chunked=False, pieces=1, pause=0.0, expect=False, may_cut=False):
+    """POSTs body over a plain socket in `pieces` writes `pause` seconds
+    apart (chunked transfer coding if asked) and reads the answer as a
+    client would: (status, JSON answer). A reset while sending or before
+    the answer could be read fails the check, unless may_cut: then it is
+    ("cut", None)."""
+    head = ["POST /v1/webhooks/provider HTTP/1.1", "Host: 127.0.0.1",
+            "Content-Type: application/json", "Stripe-Signature: " + api.sign(body)]
+    head.append("Transfer-Encoding: chunked" if chunked else "Content-Length: %d" % len(body))
+    if expect:
+        head.append("Expect: 100-continue")
+    step = -(-len(body) // pieces)
+    parts = [body[i:i + step] for i in range(0, len(body), step)]
+    with socket.create_connection(("127.0.0.1", port), timeout=e2e.scaled(20)) as c:
+        try:
+            c.sendall(("\r\n".join(head) + "\r\n\r\n").encode())
+            if expect:
+                # A client that asked first sends nothing before the answer.
+                parts = []
+            for i, part in enumerate(parts):
+                if i and pause:
+                    time.sleep(pause)  # a slow client, on purpose
+                c.sendall(b"%x\r\n%s\r\n" % (len(part), part) if chunked else part)
+            if chunked and not expect:
+                c.sendall(b"0\r\n\r\n")
+            r = http.client.HTTPResponse(c)
+            r.begin()
+            raw = r.read()
+        except (OSError, http.client.HTTPException) as err:
+            if may_cut:
+                return "cut", None
+            raise e2e.Failure("the api cut a %d-byte %s body off instead of answering it: %r"
+                              % (len(body), "chunked" if chunked else "counted", err))
+    return r.status, json.loads(raw) if raw else None
+
+
+def oversized(s, port):
+    """A body over API_MAX_BODY_BYTES (4096 here) gets a 413 the client can
+    read, not a reset: the api reads the rest and throws it away."""
+    a = api.insert_attempt(s, "UNKNOWN", ppid="pi_oversized_0001")
+    ev = api.event("succeeded", a)
+    huge = json.dumps(dict(ev, pad="x" * (2 * 1024 * 1024))).encode()
+    just_over = json.dumps(ev).encode()
+    just_over = json.dumps(dict(ev, pad="x" * (4097 - len(just_over) - 11))).encode()
+    check_eq(len(just_over), 4097, "length of the just-over body")
+    for what, kw in [("2 MB at once", dict(body=huge)),
+                     ("2 MB chunked", dict(body=huge, chunked=True, pieces=64)),
+                     ("4097 bytes slowly", dict(body=just_over, pieces=8, pause=0.05)),
+                     ("4097 bytes chunked slowly", dict(body=just_over, chunked=True,
+                                                       pieces=8, pause=0.05)),
+                     ("2 MB announced with Expect: 100-continue",
+                      dict(body=huge, expect=True))]:
+        st, doc = raw_post(port, **kw)
+        check_eq(st, 413, "status of an oversized body, " + what)
+        check(doc and "error" in doc, "error answer of an oversized body, %s: %r" % (what, doc))
+        nothing_behind(s, a, "an oversized body, " + what)
+    # More than 8 MiB past the limit is not worth reading: a chunked body
+    # that long is cut off, and nothing is stored.
+    st, _ = raw_post(port, huge * 5, chunked=True, pieces=80, may_cut=True)
+    check_eq(st, "cut", "answer to a chunked body 10 MB over the limit")
+    nothing_behind(s, a, "a chunked body 10 MB over the limit")
+    st, doc = api.post_webhook(port, ev)
+    check_eq((st, doc and doc.get("result")), (200, "applied"),
+             "a delivery after the oversized bodies")
 
 
 def rotation(s, port):
@@ -273,6 +344,7 @@ def scenario(make):
     s = make("api_webhooks", partitions=1)
     name, port = api.start_api(s, secrets=(api.SECRET, api.OLD_SECRET), API_MAX_BODY_BYTES=4096)
     refused(s, port)
+    oversized(s, port)
     rotation(s, port)
     concurrent(s, port)
     rules(s, port)
