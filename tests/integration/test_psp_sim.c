@@ -988,6 +988,134 @@ START_TEST(search_lags_behind_creation)
 }
 END_TEST
 
+static struct http_answer list_page(const char *query)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "/v1/payment_intents%s%s", *query ? "?" : "", query);
+    return request("GET", path, NULL, NULL, NULL, 5000);
+}
+
+static long long jint(json_t *j, const char *k)
+{
+    return json_integer_value(json_object_get(j, k));
+}
+
+/* The list is Stripe's: newest first, limit, starting_after, has_more, the
+ * created bounds; and consistent: a search lag does not hide anything. */
+START_TEST(list_pages_newest_first_without_search_lag)
+{
+    char ids[5][64], key[32], attempt[32], q[256];
+    json_decref(
+        psp_sim_admin(&sim, "PUT", "/search-lag", "{\"search_lag_ms\": 600000}"));
+    for (int i = 0; i < 5; i++) {
+        snprintf(key, sizeof(key), "k-list%d", i);
+        snprintf(attempt, sizeof(attempt), "a-list%d", i);
+        struct http_answer c = charge(key, attempt, 100 + i, "pm_card_visa");
+        ck_assert_int_eq(c.status, 200);
+        snprintf(ids[i], sizeof(ids[i]), "%s", jstr(c.json, "id"));
+        answer_free(&c);
+    }
+    struct http_answer none = search_on(&sim, "a-list0");
+    ck_assert_uint_eq(json_array_size(json_object_get(none.json, "data")), 0);
+    answer_free(&none);
+
+    /* Two pages of 2 and one of 1, newest first, each after the last. */
+    const char *after = "";
+    int seen = 0;
+    char last[64] = "";
+    for (int page = 0; page < 3; page++) {
+        snprintf(q, sizeof(q), "created%%5Bgte%%5D=0&limit=2%s%s",
+                 *after ? "&starting_after=" : "", after);
+        struct http_answer a = list_page(q);
+        ck_assert_int_eq(a.status, 200);
+        ck_assert_str_eq(jstr(a.json, "object"), "list");
+        json_t *data = json_object_get(a.json, "data");
+        ck_assert_uint_eq(json_array_size(data), page < 2 ? 2 : 1);
+        ck_assert(json_is_boolean(json_object_get(a.json, "has_more")));
+        ck_assert_int_eq(json_is_true(json_object_get(a.json, "has_more")), page < 2);
+        for (size_t i = 0; i < json_array_size(data); i++, seen++) {
+            json_t *pi = json_array_get(data, i);
+            ck_assert_str_eq(jstr(pi, "id"), ids[4 - seen]);
+            ck_assert_int_eq(jint(pi, "amount"), 100 + 4 - seen);
+            snprintf(attempt, sizeof(attempt), "a-list%d", 4 - seen);
+            ck_assert_str_eq(meta(pi, "payment_attempt_id"), attempt);
+        }
+        snprintf(last, sizeof(last), "%s",
+                 jstr(json_array_get(data, json_array_size(data) - 1), "id"));
+        after = last;
+        answer_free(&a);
+    }
+    ck_assert_int_eq(seen, 5);
+
+    /* created bounds, in unix seconds: all now, so an earlier window has
+     * none and [created, created + 1) has all of them. */
+    struct http_answer one = retrieve_on(&sim, ids[0]);
+    long long created = jint(one.json, "created");
+    answer_free(&one);
+    snprintf(q, sizeof(q), "created%%5Blt%%5D=%lld", created - 1);
+    struct http_answer early = list_page(q);
+    ck_assert_uint_eq(json_array_size(json_object_get(early.json, "data")), 0);
+    ck_assert(json_is_false(json_object_get(early.json, "has_more")));
+    snprintf(q, sizeof(q), "created%%5Bgte%%5D=%lld&created%%5Blt%%5D=%lld&limit=100",
+             created - 5, created + 5);
+    struct http_answer all = list_page(q);
+    ck_assert_uint_eq(json_array_size(json_object_get(all.json, "data")), 5);
+    snprintf(q, sizeof(q), "created%%5Bgt%%5D=%lld", created + 5);
+    struct http_answer later = list_page(q);
+    ck_assert_uint_eq(json_array_size(json_object_get(later.json, "data")), 0);
+    struct http_answer dflt = list_page("");
+    ck_assert_uint_eq(json_array_size(json_object_get(dflt.json, "data")), 5);
+
+    /* What Stripe refuses. */
+    struct http_answer bad_limit = list_page("limit=101");
+    ck_assert_int_eq(bad_limit.status, 400);
+    struct http_answer unknown = list_page("colour=red");
+    ck_assert_int_eq(unknown.status, 400);
+    ck_assert_str_eq(err_field(unknown.json, "type"), "invalid_request_error");
+    struct http_answer cursor = list_page("starting_after=pi_nope");
+    ck_assert_int_eq(cursor.status, 400);
+    ck_assert_str_eq(err_field(cursor.json, "code"), "resource_missing");
+    struct http_answer noauth =
+        request("GET", "/v1/payment_intents", NULL, NULL, "sk_wrong", 5000);
+    ck_assert_int_eq(noauth.status, 401);
+    answer_free(&early);
+    answer_free(&all);
+    answer_free(&later);
+    answer_free(&dflt);
+    answer_free(&bad_limit);
+    answer_free(&unknown);
+    answer_free(&cursor);
+    answer_free(&noauth);
+}
+END_TEST
+
+/* Stripe's 402 card_error for a PaymentIntent carries the intent whole:
+ * whose it is (amount, currency, metadata) and why it failed. */
+START_TEST(decline_402_carries_the_whole_intent)
+{
+    struct http_answer a =
+        charge("k-decl-pi", "a-decl-pi", 4321, "pm_card_chargeDeclined");
+    ck_assert_int_eq(a.status, 402);
+    json_t *pi = json_object_get(json_object_get(a.json, "error"), "payment_intent");
+    ck_assert(json_is_object(pi));
+    ck_assert_str_eq(jstr(pi, "object"), "payment_intent");
+    ck_assert_int_eq(jint(pi, "amount"), 4321);
+    ck_assert_str_eq(jstr(pi, "currency"), "eur");
+    ck_assert_str_eq(jstr(pi, "status"), "requires_payment_method");
+    ck_assert_str_eq(meta(pi, "payment_attempt_id"), "a-decl-pi");
+    json_t *lpe = json_object_get(pi, "last_payment_error");
+    ck_assert_str_eq(jstr(lpe, "code"), "card_declined");
+    ck_assert_str_eq(jstr(lpe, "decline_code"), "generic_decline");
+    /* The replay says the same. */
+    struct http_answer b =
+        charge("k-decl-pi", "a-decl-pi", 4321, "pm_card_chargeDeclined");
+    ck_assert_int_eq(b.replayed, 1);
+    ck_assert_str_eq(b.body, a.body);
+    answer_free(&a);
+    answer_free(&b);
+}
+END_TEST
+
 START_TEST(unknown_intent_is_404_resource_missing)
 {
     struct http_answer a = retrieve_on(&sim, "pi_nope");
@@ -1217,6 +1345,8 @@ static Suite *suite(void)
     tcase_add_test(tc, processing_intent_settles_by_itself_after_n_ms);
     tcase_add_test(tc, search_lags_behind_creation);
     tcase_add_test(tc, unknown_intent_is_404_resource_missing);
+    tcase_add_test(tc, list_pages_newest_first_without_search_lag);
+    tcase_add_test(tc, decline_402_carries_the_whole_intent);
     tcase_add_test(tc, port_zero_binds_free_ports_it_prints);
     tcase_add_test(tc, each_bad_flag_value_is_reported_under_its_own_name);
     suite_add_tcase(s, tc);

@@ -438,6 +438,77 @@ static char *parse_search(const char *q)
     return id;
 }
 
+/* The list's query, as Stripe takes it: created (exact), created[gt],
+ * [gte], [lt], [lte] in unix seconds, limit 1..100 (default 10),
+ * starting_after, customer. Anything else is refused, as Stripe refuses an
+ * unknown parameter. */
+struct list_args {
+    struct psp_list_query q;
+    char bad[160];
+};
+
+static enum MHD_Result list_arg(void *cls, enum MHD_ValueKind kind, const char *key,
+                                const char *value)
+{
+    static const char *bounds[] = {"created", "created[gt]", "created[gte]",
+                                   "created[lt]", "created[lte]"};
+    struct list_args *a = cls;
+    long v;
+    (void)kind;
+    if (a->bad[0])
+        return MHD_NO;
+    for (int i = 0; i < 5; i++) {
+        if (strcmp(key, bounds[i]) != 0)
+            continue;
+        if (!value || parse_long(value, 0, LONG_MAX - 1, &v) != 0) {
+            snprintf(a->bad, sizeof(a->bad), "Invalid integer: %s.", key);
+            return MHD_NO;
+        }
+        /* All as [gte, lt). */
+        int64_t gte = i == 0 || i == 2 ? v : i == 1 ? v + 1 : INT64_MIN;
+        int64_t lt = i == 0 ? v + 1 : i == 3 ? v : i == 4 ? v + 1 : INT64_MAX;
+        if (gte > a->q.created_gte)
+            a->q.created_gte = gte;
+        if (lt < a->q.created_lt)
+            a->q.created_lt = lt;
+        return MHD_YES;
+    }
+    if (!strcmp(key, "limit")) {
+        if (!value || parse_long(value, 1, 100, &v) != 0) {
+            snprintf(a->bad, sizeof(a->bad), "limit must be an integer from 1 to 100.");
+            return MHD_NO;
+        }
+        a->q.limit = (int)v;
+    } else if (!strcmp(key, "starting_after") && value && *value) {
+        a->q.starting_after = value;
+    } else if (!strcmp(key, "customer") && value && *value) {
+        a->q.customer = value;
+    } else {
+        /* Key and value come from the client: printable ASCII, cut. */
+        char shown[65];
+        size_t i;
+        for (i = 0; key[i] && i < 64; i++)
+            shown[i] = key[i] > 0x20 && key[i] < 0x7f ? key[i] : '?';
+        shown[i] = '\0';
+        snprintf(a->bad, sizeof(a->bad), "Received unknown parameter: %s", shown);
+        return MHD_NO;
+    }
+    return MHD_YES;
+}
+
+static enum MHD_Result list_intents(struct req *r)
+{
+    struct psp_answer ans = {0};
+    struct list_args a = {.q = {INT64_MIN, INT64_MAX, 10, NULL, NULL}};
+
+    psp_store_count(store, PSP_C_REQUESTS);
+    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, list_arg, &a);
+    if (a.bad[0])
+        return respond_error(r->conn, 400, "invalid_request_error", a.bad);
+    psp_store_list(store, &a.q, now_ms(), &ans);
+    return respond(r->conn, ans.status, ans.body, 0);
+}
+
 static enum MHD_Result provider_api(struct req *r, const char *url, const char *method)
 {
     struct psp_answer ans = {0};
@@ -452,6 +523,8 @@ static enum MHD_Result provider_api(struct req *r, const char *url, const char *
                              "Invalid API Key provided.");
     if (!strcmp(method, "POST") && url[bl] == '\0')
         return create_intent(r);
+    if (!strcmp(method, "GET") && url[bl] == '\0')
+        return list_intents(r);
     if (!strcmp(method, "GET") && !strcmp(url + bl, "/search")) {
         psp_store_count(store, PSP_C_REQUESTS);
         char *id = parse_search(
@@ -909,6 +982,12 @@ static void usage(FILE *out)
         "                                     whole body is its fingerprint); "
         "Stripe-Version\n"
         "                                     is ignored\n"
+        "  GET  /v1/payment_intents?created[gte]=<unix>&created[lt]=<unix>&limit=N\n"
+        "       &starting_after=<id>   the list (also created, created[gt],\n"
+        "                                     created[lte], customer): newest first,\n"
+        "                                     limit 1..100 [10], has_more; "
+        "consistent:\n"
+        "                                     --search-lag-ms does not apply\n"
         "  GET  /v1/payment_intents/<id>\n"
         "  GET  "
         "/v1/payment_intents/search?query=metadata['payment_attempt_id']:'<id>'\n"

@@ -399,8 +399,9 @@ void psp_store_execute(psp_store_t *st, const struct psp_charge_request *req,
     json_array_append(st->ledger, row);
     /* The record shares the row with the ledger: settling the intent later
      * updates the one row its charge has, never adds one. */
-    json_t *rec = json_pack("{s:O, s:o, s:I}", "pi", pi, "row", row, "created_ms",
-                            (json_int_t)now_ms);
+    /* seq orders intents by creation, as the list shows them. */
+    json_t *rec = json_pack("{s:O, s:o, s:I, s:I}", "pi", pi, "row", row, "created_ms",
+                            (json_int_t)now_ms, "seq", (json_int_t)st->next_id);
     json_object_set_new(st->intents, id, rec);
     if (m->status && !strcmp(m->status, "processing"))
         json_object_set(st->processing, id, rec);
@@ -543,6 +544,70 @@ void psp_store_search(psp_store_t *st, const char *payment_attempt_id, int64_t n
     answer_json(ans, 200,
                 json_pack("{s:s, s:o, s:b}", "object", "search_result", "data", data,
                           "has_more", 0));
+}
+
+static json_int_t rec_seq(json_t *rec)
+{
+    return json_integer_value(json_object_get(rec, "seq"));
+}
+
+static int newest_first(const void *a, const void *b)
+{
+    json_int_t x = rec_seq(*(json_t *const *)a), y = rec_seq(*(json_t *const *)b);
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+void psp_store_list(psp_store_t *st, const struct psp_list_query *q, int64_t now_ms,
+                    struct psp_answer *ans)
+{
+    const char *id;
+    json_t *rec, **found = NULL, *data = json_array();
+    size_t n = 0;
+    json_int_t after = -1;
+
+    pthread_mutex_lock(&st->lock);
+    if (q->starting_after) {
+        json_t *cursor = json_object_get(st->intents, q->starting_after);
+        if (!cursor) {
+            char msg[128];
+            no_such("payment_intent", q->starting_after, msg, sizeof(msg));
+            answer_error(ans, 400, "invalid_request_error", "resource_missing",
+                         "starting_after", msg);
+            goto out;
+        }
+        after = rec_seq(cursor);
+    }
+    found = malloc((json_object_size(st->intents) + 1) * sizeof(*found));
+    if (!found) {
+        answer_error(ans, 500, "api_error", NULL, NULL, "out of memory");
+        goto out;
+    }
+    /* Every intent, at once: unlike search, the list does not lag. */
+    json_object_foreach(st->intents, id, rec)
+    {
+        json_t *pi = json_object_get(rec, "pi");
+        json_int_t created = json_integer_value(json_object_get(pi, "created"));
+        const char *customer = json_string_value(json_object_get(pi, "customer"));
+        if (created < q->created_gte || created >= q->created_lt ||
+            (after >= 0 && rec_seq(rec) >= after) ||
+            (q->customer && (!customer || strcmp(customer, q->customer) != 0)))
+            continue;
+        found[n++] = rec;
+    }
+    qsort(found, n, sizeof(*found), newest_first);
+    for (size_t i = 0; i < n && i < (size_t)q->limit; i++) {
+        settle_if_due(st, found[i], now_ms);
+        /* A copy: the answer is serialised after we let go of the lock. */
+        json_array_append_new(data, json_deep_copy(json_object_get(found[i], "pi")));
+    }
+    answer_json(ans, 200,
+                json_pack("{s:s, s:s, s:b, s:O}", "object", "list", "url",
+                          "/v1/payment_intents", "has_more", n > (size_t)q->limit,
+                          "data", data));
+out:
+    pthread_mutex_unlock(&st->lock);
+    free(found);
+    json_decref(data);
 }
 
 int psp_settlement_parse(json_t *body, struct psp_settlement *out, char *errbuf,

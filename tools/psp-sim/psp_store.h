@@ -92,6 +92,20 @@ void psp_store_retrieve(psp_store_t *st, const char *id, int64_t now_ms,
 void psp_store_search(psp_store_t *st, const char *payment_attempt_id, int64_t now_ms,
                       struct psp_answer *ans);
 
+/* GET /v1/payment_intents: Stripe's list, which is consistent (no search
+ * lag): intents created in [created_gte, created_lt) (unix seconds, as
+ * `created`), of `customer` when given, newest first, at most `limit`, those
+ * after `starting_after` (an intent id) when given; `has_more` says whether
+ * another page follows. 400 resource_missing for an unknown starting_after. */
+struct psp_list_query {
+    int64_t created_gte, created_lt; /* INT64_MIN / INT64_MAX: unbounded */
+    int limit;                       /* 1..100 */
+    const char *starting_after;      /* NULL: from the newest */
+    const char *customer;            /* NULL: any */
+};
+void psp_store_list(psp_store_t *st, const struct psp_list_query *q, int64_t now_ms,
+                    struct psp_answer *ans);
+
 /* How a processing intent settles. Strings are owned by the caller. */
 struct psp_settlement {
     const char *status;       /* succeeded, requires_payment_method, canceled */
