@@ -10,6 +10,7 @@
 #include <uuid/uuid.h>
 
 #include "card_data.h"
+#include "utf8_text.h"
 
 /* Active ISO 4217 codes. */
 static const char iso4217[] =
@@ -90,7 +91,10 @@ static void fingerprint(struct charge_command *c)
         snprintf(c->fingerprint + 2 * i, 3, "%02x", md[i]);
 }
 
-/* Reads a required or optional string member into dst (size dst_size). */
+/* Reads a required or optional string member into dst (size dst_size),
+ * min..max characters long: code points, as JSON Schema counts them, so
+ * that what the published schema accepts the worker accepts too. jansson
+ * has checked the text is valid UTF-8. */
 static int get_string(json_t *obj, const char *name, int required, size_t min,
                       size_t max, char *dst, size_t dst_size, char *errbuf,
                       size_t errbuf_size)
@@ -109,7 +113,9 @@ static int get_string(json_t *obj, const char *name, int required, size_t min,
         return -1;
     }
     size_t n = json_string_length(v);
-    if (n < min || n > max || n >= dst_size || memchr(json_string_value(v), 0, n)) {
+    size_t chars = utf8_text_chars(json_string_value(v), n);
+    if (chars < min || chars > max || n >= dst_size ||
+        memchr(json_string_value(v), 0, n)) {
         snprintf(errbuf, errbuf_size, "'%s' must be %zu..%zu characters", name, min,
                  max);
         return -1;
@@ -138,7 +144,9 @@ static int check_metadata(json_t *md, char *errbuf, size_t errbuf_size)
             snprintf(errbuf, errbuf_size, "'metadata' values must be strings");
             return -1;
         }
-        if (strlen(k) < 1 || strlen(k) > 40 || json_string_length(v) > 500) {
+        size_t kc = utf8_text_chars(k, strlen(k));
+        if (kc < 1 || kc > 40 ||
+            utf8_text_chars(json_string_value(v), json_string_length(v)) > 500) {
             snprintf(errbuf, errbuf_size,
                      "'metadata' keys must be 1..40 and values at most 500 characters");
             return -1;
@@ -244,10 +252,11 @@ enum dead_letter_reason charge_command_parse(const void *key, size_t key_len,
                  out->currency);
         goto out;
     }
-    if (get_string(doc, "payment_method", 1, 1, 255, out->payment_method,
-                   sizeof(out->payment_method), errbuf, errbuf_size) ||
-        get_string(doc, "customer_id", 0, 1, 255, out->customer_id,
-                   sizeof(out->customer_id), errbuf, errbuf_size))
+    if (get_string(doc, "payment_method", 1, 1, CHARGE_COMMAND_TEXT_CHARS,
+                   out->payment_method, sizeof(out->payment_method), errbuf,
+                   errbuf_size) ||
+        get_string(doc, "customer_id", 0, 1, CHARGE_COMMAND_TEXT_CHARS,
+                   out->customer_id, sizeof(out->customer_id), errbuf, errbuf_size))
         goto out;
     v = json_object_get(doc, "metadata");
     if (check_metadata(v, errbuf, errbuf_size))

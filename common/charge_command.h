@@ -10,16 +10,21 @@
 
 #include "dead_letter.h"
 
+/* The contract bounds text in characters; a character of UTF-8 is at most
+ * 4 bytes, so that is how large the buffers are. */
+#define CHARGE_COMMAND_TEXT_CHARS 255
+#define CHARGE_COMMAND_TEXT_SIZE  (CHARGE_COMMAND_TEXT_CHARS * 4 + 1)
+
 struct charge_command {
     char payment_attempt_id[37]; /* lower-case canonical UUID */
     char order_id[37];
     char idempotency_key[129];
     long long amount;
     char currency[4];
-    char payment_method[256];
-    char customer_id[256]; /* "" when absent */
-    char *metadata_json;   /* the metadata object as JSON, "{}" when absent */
-    char fingerprint[65];  /* SHA-256 hex of the charged parameters */
+    char payment_method[CHARGE_COMMAND_TEXT_SIZE];
+    char customer_id[CHARGE_COMMAND_TEXT_SIZE]; /* "" when absent */
+    char *metadata_json;  /* the metadata object as JSON, "{}" when absent */
+    char fingerprint[65]; /* SHA-256 hex of the charged parameters */
 };
 
 /* Limits a deployment sets on top of the contract's rules. */

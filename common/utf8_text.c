@@ -48,6 +48,16 @@ int utf8_text_valid(const char *s, size_t n)
     return 1;
 }
 
+size_t utf8_text_chars(const char *s, size_t n)
+{
+    size_t chars = 0;
+    /* In valid UTF-8 every character has exactly one byte that is not a
+     * continuation byte (10xxxxxx). */
+    for (size_t i = 0; i < n; i++)
+        chars += ((unsigned char)s[i] & 0xc0) != 0x80;
+    return chars;
+}
+
 /* Format characters that change how text around them reads without being
  * seen: zero-width ones, bidirectional overrides and isolates, the BOM. A
  * reason or log line quoting an outside party must read as it is. */

@@ -26,4 +26,8 @@ size_t utf8_text_seq_len(const unsigned char *s, size_t n);
 /* 1 if the n bytes at s are valid UTF-8 without NUL. */
 int utf8_text_valid(const char *s, size_t n);
 
+/* Characters (Unicode code points) in the n bytes at s, which must be valid
+ * UTF-8: what the contract's and JSON Schema's lengths count. */
+size_t utf8_text_chars(const char *s, size_t n);
+
 #endif

@@ -14,10 +14,12 @@ does.
    the bad corpus: the Kafka key (key_mismatch), the raw-byte checks
    (empty_value, oversized, card_data_refused, invalid_utf8), JSON syntax
    and duplicate fields (malformed_json), and this deployment's limits
-   (amount_over_limit, currency_not_allowed). The known gaps, commands the
-   schema accepts and the worker refuses (ISO 4217 membership, 1.0 as an
-   integer, byte lengths of non-ASCII text, card digits, a field twice),
-   are checked as such, so the schema's descriptions stay true.
+   (amount_over_limit, currency_not_allowed). Lengths are characters (code
+   points) on both sides: 255 characters of multi-byte UTF-8 are a good
+   token, 256 a bad one. The known gaps, commands the schema accepts and
+   the worker refuses (ISO 4217 membership, 1.0 as an integer, card
+   digits, a field twice, an escaped NUL), are checked as such, so the
+   schema's descriptions stay true.
 4. The relay's real output validates: a worker, a reconciler and a relay
    on a few hundred commands with provider faults; every message on the
    results topic against result-event.schema.json, every dead letter's
@@ -158,6 +160,13 @@ def good_corpus():
     goods.append(with_(customer_id="cus_" + "c" * 251))
     goods.append(with_(metadata=dict(("k%02d" % i + "m" * 37, "v" * 500) for i in range(20))))
     goods.append(with_(metadata={"e": ""}))
+    # Lengths count characters, as JSON Schema does, not bytes of UTF-8: the
+    # attack of issue 17 was a 100-character, 282-byte token.
+    goods.append(with_(payment_method="pm_" + "\u00e9\u20ac\U0001f4b3" * 32 + "x"))  # 100
+    goods.append(with_(payment_method="\u00e9" * 255))  # 510 bytes
+    goods.append(with_(payment_method="\U0001f4b3" * 255))  # 1020 bytes
+    goods.append(with_(customer_id="\u20ac" * 255))
+    goods.append(with_(metadata={"\u00e9" * 40: "\u20ac" * 500}))
     return goods
 
 
@@ -230,8 +239,15 @@ def bad_corpus():
         ("metadata empty key", with_(metadata={"": "v"}), "'metadata'"),
         ("metadata key 41", with_(metadata={"k" * 41: "v"}), "'metadata'"),
         ("metadata value 501", with_(metadata={"k": "v" * 501}), "'metadata'"),
+        ("method 256 chars of 2 bytes", with_(payment_method="\u00e9" * 256), "'payment_method'"),
+        ("method 256 chars of 4 bytes", with_(payment_method="\U0001f4b3" * 256),
+         "'payment_method'"),
+        ("customer 256 chars of 3 bytes", with_(customer_id="\u20ac" * 256), "'customer_id'"),
+        ("metadata key 41 chars", with_(metadata={"\u00e9" * 41: "v"}), "'metadata'"),
+        ("metadata value 501 chars", with_(metadata={"k": "\u20ac" * 501}), "'metadata'"),
     ]
-    return [(r[0], json.dumps(r[1]), r[2], r[3] if len(r) > 3 else "schema_violation")
+    return [(r[0], json.dumps(r[1], ensure_ascii=False), r[2],
+             r[3] if len(r) > 3 else "schema_violation")
             for r in rules]
 
 
@@ -249,12 +265,12 @@ def gap_corpus():
         ("amount 1000.0", text(with_(amount=1000.0)), "schema_violation"),
         ("amount 1e3", text(with_(amount=1)).replace('"amount": 1,', '"amount": 1e3,'),
          "schema_violation"),
-        ("method 255 chars, 510 bytes", text(with_(payment_method="é" * 255)), "schema_violation"),
-        ("metadata key 40 chars, 80 bytes", text(with_(metadata={"é" * 40: "v"})),
-         "schema_violation"),
         ("card digits as the method", text(with_(payment_method="4242424242424242")),
          "card_data_refused"),
         ("a field twice", dup, "malformed_json"),
+        # jansson refuses the escape (PostgreSQL's jsonb could not store it).
+        ("a \\u0000 in a metadata value", text(with_(metadata={"k": "a\u0000b"})),
+         "malformed_json"),
     ]
 
 
@@ -285,7 +301,10 @@ def corpus_scenario(new):
     s = new("contract_corpus")
     records, expect = [], {}
     for c in goods:
-        records.append({"key": c["payment_attempt_id"], "value": json.dumps(c), "headers": []})
+        # Raw UTF-8, not \u escapes: the bytes the worker counts are the
+        # bytes a sender writes.
+        records.append({"key": c["payment_attempt_id"], "value": json.dumps(c, ensure_ascii=False),
+                        "headers": []})
     for name, value, want, reason in bads:
         k = key_of(value)
         records.append({"key": k, "value": value, "headers": []})
@@ -298,7 +317,16 @@ def corpus_scenario(new):
     random.shuffle(records)
     s.start_worker()
     s.produce_raw(records)
-    s.wait_settled(len(goods), timeout=180)  # also: every offset committed
+
+    def handled():
+        n = int(s.query("SELECT count(*) FROM payment_attempts")[0][0])
+        ids = set(dict((x[0], x[1]) for x in d["headers"])["dlq.id"] for d in s.dead_letters())
+        return n + len(ids) >= len(records)
+    # Every record either way first, so that a good command refused shows
+    # as such below, not as a time-out.
+    e2e.wait_until("every command recorded or dead-lettered", handled, 180)
+    s.wait_settled(int(s.query("SELECT count(*) FROM payment_attempts")[0][0]),
+                   timeout=180)  # also: every offset committed
     letters = {}
     for d in s.dead_letters():
         h = dict((x[0], x[1]) for x in d["headers"])
@@ -315,10 +343,26 @@ def corpus_scenario(new):
             check(field in h["dlq.error"], "dlq.error of %r does not name %s: %r"
                   % (name, field, h["dlq.error"]))
         check_eq(jsc.errors(DLQ_HEADERS, dlq_headers(h)), [], "dlq.* headers of %r" % name)
-    check_eq(sorted(set(by_key) - set(expect)), [], "dead letters for good commands")
+    good_by_key = dict((c["payment_attempt_id"], c) for c in goods)
+    check_eq(sorted((json.dumps(good_by_key[k], ensure_ascii=False)[-120:], by_key[k]["dlq.error"])
+                    for k in set(by_key) - set(expect)), [], "dead letters for good commands")
     recorded = set(r[0] for r in s.query("SELECT id FROM payment_attempts"))
     check_eq(recorded, set(c["payment_attempt_id"].lower() for c in goods),
              "attempts recorded (exactly the good commands)")
+    # Non-ASCII text is stored whole and goes to the provider, which alone
+    # may refuse it: psp-sim knows no such token (400 resource_missing), so
+    # the attempt is FAILED without a charge, not a dead letter.
+    wide = [c for c in goods if not (c["payment_method"] + (c.get("customer_id") or "")).isascii()]
+    check(len(wide) >= 4, "non-ASCII commands in the good corpus: %d" % len(wide))
+    for c in wide:
+        row = s.query("SELECT encode(convert_to(payment_method, 'UTF8'), 'hex'), "
+                      "encode(convert_to(coalesce(customer_id, ''), 'UTF8'), 'hex'), status, "
+                      "reason FROM payment_attempts WHERE id = '%s'" % c["payment_attempt_id"].lower())
+        check_eq(row[0][:2], [c["payment_method"].encode().hex(),
+                              (c.get("customer_id") or "").encode().hex()],
+                 "stored text of a non-ASCII command")
+        check_eq((row[0][2], row[0][3].split(":")[0]), ("FAILED", "invalid_request"),
+                 "outcome of a non-ASCII command")
     e2e.log("corpus: %d good recorded, %d bad refused by schema and worker, %d gaps "
             "refused by the worker only" % (len(goods), len(bads), len(gaps)))
 

@@ -143,6 +143,70 @@ START_TEST(idempotency_key_of_128_is_fine_129_is_not)
 }
 END_TEST
 
+/* n copies of the UTF-8 character ch, as a JSON string (quotes included). */
+static char *repeated(const char *ch, size_t n)
+{
+    char *s = malloc(n * strlen(ch) + 3);
+    size_t o = 0;
+    s[o++] = '"';
+    for (size_t i = 0; i < n; i++, o += strlen(ch))
+        memcpy(s + o, ch, strlen(ch));
+    s[o++] = '"';
+    s[o] = '\0';
+    return s;
+}
+
+/* The contract bounds these in characters, as JSON Schema's maxLength
+ * counts them (code points), not in bytes: 255 characters of 2 or 4 bytes
+ * each are a valid token, 256 are not. */
+static const char *const wide[] = {"\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x92\xb3"};
+
+START_TEST(text_of_255_multibyte_characters_is_fine_256_is_not)
+{
+    const char *fields[] = {"payment_method", "customer_id"};
+    for (size_t f = 0; f < 2; f++) {
+        struct charge_command c;
+        char *ok = repeated(wide[_i], 255), *over = repeated(wide[_i], 256);
+        char *v = command(fields[f], ok);
+        enum dead_letter_reason r = parse_with(ATTEMPT, v, &limits, &c);
+        ck_assert_msg(r == DEAD_LETTER_NONE, "%s of 255 x %zu-byte characters: %s (%s)",
+                      fields[f], strlen(wide[_i]), dead_letter_reason_name(r), err);
+        /* Kept whole, byte for byte: it is what the provider is sent. */
+        const char *got = f ? c.customer_id : c.payment_method;
+        ck_assert_uint_eq(strlen(got), 255 * strlen(wide[_i]));
+        ck_assert_int_eq(strncmp(got, ok + 1, strlen(got)), 0);
+        charge_command_release(&c);
+        free(v);
+        v = command(fields[f], over);
+        ck_assert_int_eq(parse_with(ATTEMPT, v, &limits, &c),
+                         DEAD_LETTER_SCHEMA_VIOLATION);
+        ck_assert_msg(strstr(err, fields[f]) && strstr(err, "characters"), "%s", err);
+        free(v);
+        free(ok);
+        free(over);
+    }
+}
+END_TEST
+
+START_TEST(metadata_is_bounded_in_characters)
+{
+    char md[4096];
+    char *k40 = repeated(wide[_i], 40), *k41 = repeated(wide[_i], 41);
+    char *v500 = repeated(wide[_i], 500), *v501 = repeated(wide[_i], 501);
+    snprintf(md, sizeof(md), "{%s:%s}", k40, v500);
+    ck_assert_msg(parse("metadata", md) == DEAD_LETTER_NONE, "40/500 x %zu bytes: %s",
+                  strlen(wide[_i]), err);
+    snprintf(md, sizeof(md), "{%s:\"v\"}", k41);
+    ck_assert_int_eq(parse("metadata", md), DEAD_LETTER_SCHEMA_VIOLATION);
+    snprintf(md, sizeof(md), "{\"k\":%s}", v501);
+    ck_assert_int_eq(parse("metadata", md), DEAD_LETTER_SCHEMA_VIOLATION);
+    free(k40);
+    free(k41);
+    free(v500);
+    free(v501);
+}
+END_TEST
+
 START_TEST(twenty_one_metadata_pairs_are_too_many)
 {
     char md[1024] = "{";
@@ -242,6 +306,10 @@ int main(void)
     tcase_add_loop_test(tc, each_rule_has_its_reason, 0,
                         sizeof(rules) / sizeof(rules[0]));
     tcase_add_test(tc, idempotency_key_of_128_is_fine_129_is_not);
+    tcase_add_loop_test(tc, text_of_255_multibyte_characters_is_fine_256_is_not, 0,
+                        sizeof(wide) / sizeof(wide[0]));
+    tcase_add_loop_test(tc, metadata_is_bounded_in_characters, 0,
+                        sizeof(wide) / sizeof(wide[0]));
     tcase_add_test(tc, twenty_one_metadata_pairs_are_too_many);
     tcase_add_test(tc, envelope_problems);
     tcase_add_test(tc, deployment_limits);

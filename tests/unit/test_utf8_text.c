@@ -70,6 +70,17 @@ START_TEST(edges)
 }
 END_TEST
 
+START_TEST(characters_are_code_points)
+{
+    ck_assert_uint_eq(utf8_text_chars("", 0), 0);
+    ck_assert_uint_eq(utf8_text_chars("pm_card_visa", 12), 12);
+    /* é (2 bytes), € (3), 💳 (4): one character each, as JSON Schema counts. */
+    ck_assert_uint_eq(utf8_text_chars("\xc3\xa9\xe2\x82\xac\xf0\x9f\x92\xb3", 9), 3);
+    /* Counts only the n bytes given. */
+    ck_assert_uint_eq(utf8_text_chars("\xc3\xa9x", 2), 1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("utf8_text");
@@ -78,6 +89,7 @@ int main(void)
     tcase_add_test(tc, invalid_bytes_and_controls_are_replaced);
     tcase_add_test(tc, invisible_format_characters_are_replaced);
     tcase_add_test(tc, edges);
+    tcase_add_test(tc, characters_are_code_points);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }
