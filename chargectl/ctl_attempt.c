@@ -17,48 +17,21 @@
 #define TS(col)                                                                        \
     "to_char(" col " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
 
+/* clang-format off */
+/* provider_calls counts the rows the call log lists: attempt_count counts
+ * charges only, not the reconciler's or an operator's look-ups. */
 static const char *SQL_ATTEMPT =
     "SELECT row_to_json(a)::text FROM (SELECT id AS payment_attempt_id, order_id,"
-    " idempotency_key, status, reason, amount, currency, payment_method, "
-    "customer_id,"
-    " provider_payment_id, attempt_count AS provider_calls, last_error,"
-    " lease_owner, " TS(
-        "lease_expires_at") " AS lease_expires_at, lease_epoch,"
-                            " " TS("first_sent_at") " AS first_sent_at, " TS(
-                                "next_check_at") " AS next_check_at,"
-                                                 " " TS("created_at") " AS "
-                                                                      "created_at,"
-                                                                      " " TS("updated_"
-                                                                             "at") " A"
-                                                                                   "S "
-                                                                                   "up"
-                                                                                   "da"
-                                                                                   "te"
-                                                                                   "d_"
-                                                                                   "at"
-                                                                                   " F"
-                                                                                   "RO"
-                                                                                   "M "
-                                                                                   "pa"
-                                                                                   "ym"
-                                                                                   "en"
-                                                                                   "t_"
-                                                                                   "at"
-                                                                                   "te"
-                                                                                   "mp"
-                                                                                   "ts"
-                                                                                   " W"
-                                                                                   "HE"
-                                                                                   "RE"
-                                                                                   " i"
-                                                                                   "d "
-                                                                                   "= "
-                                                                                   "$1"
-                                                                                   "::"
-                                                                                   "uu"
-                                                                                   "id"
-                                                                                   ") "
-                                                                                   "a";
+    " idempotency_key, status, reason, amount, currency, payment_method, customer_id,"
+    " provider_payment_id,"
+    " (SELECT count(*) FROM provider_calls c WHERE c.payment_attempt_id = p.id)"
+    "   AS provider_calls,"
+    " last_error, lease_owner, " TS("lease_expires_at") " AS lease_expires_at,"
+    " lease_epoch, " TS("first_sent_at") " AS first_sent_at,"
+    " " TS("next_check_at") " AS next_check_at,"
+    " " TS("created_at") " AS created_at, " TS("updated_at") " AS updated_at"
+    " FROM payment_attempts p WHERE id = $1::uuid) a";
+/* clang-format on */
 
 static const char *SQL_TRANSITIONS =
     "SELECT coalesce(json_agg(t ORDER BY t.id), '[]')::text FROM (SELECT id,"

@@ -10,6 +10,7 @@ import json
 import subprocess
 import time
 
+import charged_api as api
 import charged_e2e as e2e
 from charged_e2e import check, check_eq
 
@@ -34,6 +35,23 @@ def letters_by_reason(s):
     for d in ctl_json(s, "dlq", "list", "--limit", "1000"):
         out.setdefault(d["reason"], []).append(d)
     return out
+
+
+def calls_counted(s, attempt_id):
+    """attempt show's provider_calls, as text and as JSON, against the rows
+    of provider_calls; returns the count."""
+    rows = int(s.query("SELECT count(*) FROM provider_calls WHERE payment_attempt_id = '%s'"
+                       % attempt_id)[0][0])
+    story = ctl_json(s, "attempt", "show", attempt_id)
+    check_eq((story["provider_calls"], len(story["provider_call_log"])), (rows, rows),
+             "attempt show --json: provider_calls and the call log, against %d rows" % rows)
+    text = ctl(s, "attempt", "show", attempt_id).stdout.decode()
+    said = [l.split() for l in text.splitlines() if l.startswith("provider_calls ")]
+    check_eq(said, [["provider_calls", str(rows)]], "attempt show's provider_calls line")
+    listed = text.split("\nprovider calls:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    check_eq(len(listed) - 1, rows, "rows under 'provider calls:' (after the header) in %s"
+             % text)
+    return rows
 
 
 def scenario(new):
@@ -171,6 +189,14 @@ def scenario(new):
     text = ctl(s, "attempt", "show", lost["payment_attempt_id"]).stdout.decode()
     check("unknown" in text and "succeeded" in text and "PROCESSING" in text,
           "attempt show's text lacks unknown, succeeded or PROCESSING: %s" % text)
+    calls_counted(s, lost["payment_attempt_id"])
+    # Calls the attempt's own counter does not see (a reconciler's look-up
+    # of an UNKNOWN attempt): provider_calls said 0 above a list of one.
+    looked_up = api.insert_attempt(s, "UNKNOWN", reason="outcome_unknown: timeout")
+    s.psql(s.db, "INSERT INTO provider_calls (payment_attempt_id, operation, started_at, "
+           "latency_ms, outcome, http_status, actor) VALUES ('%s', 'retrieve', now(), 12, "
+           "'unknown', 502, 'reconciler r1')" % looked_up["id"])
+    check_eq(calls_counted(s, looked_up["id"]), 1, "provider calls of the looked-up attempt")
 
     # attempt list and its filters.
     listed = ctl_json(s, "attempt", "list", "--order", lost["order_id"])
