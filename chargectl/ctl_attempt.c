@@ -281,7 +281,7 @@ int ctl_attempt(int argc, char **argv)
     };
     const char *order = NULL, *status = NULL;
     char older[32], limit[32] = "50", err[512];
-    int have_older = 0, as_json = 0, c, rc;
+    int have_older = 0, have_limit = 0, as_json = 0, c, rc;
 
     if (argc < 2) {
         fprintf(stderr,
@@ -338,13 +338,14 @@ int ctl_attempt(int argc, char **argv)
             break;
         }
         case 'l': {
-            char *end;
-            long n = strtol(optarg, &end, 10);
-            if (*end || end == optarg || n < 1 || n > 100000) {
-                fprintf(stderr, "chargectl attempt: --limit must be 1..100000\n");
+            int64_t n;
+            if (ctl_parse_number(optarg, 100000, &n, NULL) != 0 || n < 1) {
+                fprintf(stderr, "chargectl attempt: --limit '%s' must be 1..100000\n",
+                        optarg);
                 return CTL_USAGE;
             }
-            snprintf(limit, sizeof(limit), "%ld", n);
+            snprintf(limit, sizeof(limit), "%lld", (long long)n);
+            have_limit = 1;
             break;
         }
         case 'j':
@@ -360,9 +361,15 @@ int ctl_attempt(int argc, char **argv)
     int nargs = argc - 1 - optind;
     const char *id = nargs == 1 ? argv[1 + optind] : NULL;
     if (!strcmp(sub, "show")) {
-        if (nargs != 1 || order || status || have_older) {
-            fprintf(stderr, "chargectl attempt show: give one PAYMENT_ATTEMPT_ID (and "
-                            "optionally --json)\n");
+        if (nargs != 1 || order || status || have_older || have_limit) {
+            fprintf(stderr,
+                    "chargectl attempt show: give one PAYMENT_ATTEMPT_ID (and "
+                    "optionally --json)%s\n",
+                    order        ? "; --order is for list"
+                    : status     ? "; --status is for list"
+                    : have_older ? "; --older-than is for list"
+                    : have_limit ? "; --limit is for list"
+                                 : "");
             return CTL_USAGE;
         }
         if (!charge_command_is_uuid(id)) {

@@ -14,6 +14,7 @@
 #include <jansson.h>
 #include <librdkafka/rdkafka.h>
 
+#include "charge_command.h"
 #include "chargectl.h"
 #include "config.h"
 #include "ctl_output.h"
@@ -39,8 +40,9 @@ struct letter {
 struct filters {
     const char *reason, *attempt, *order;
     int64_t since_ms, until_ms;
-    long limit;
+    int64_t limit;
     int have_since, have_until;
+    const char *given; /* the first filter (or limit) option given, by name */
 };
 
 struct dlq_ctx {
@@ -432,7 +434,10 @@ static int parse_opts(int argc, char **argv, struct filters *f, int *as_json,
     int c;
     optind = 1;
     opterr = 0; /* we say it ourselves, in one line */
-    while ((c = getopt_long(argc, argv, "", dlq_opts, NULL)) != -1) {
+    int li = -1;
+    while ((c = getopt_long(argc, argv, "", dlq_opts, &li)) != -1) {
+        if (!f->given && c >= OPT_REASON && c <= OPT_LIMIT && li >= 0)
+            f->given = dlq_opts[li].name;
         switch (c) {
         case OPT_REASON:
             if (dead_letter_reason_parse(optarg) < 0) {
@@ -446,9 +451,9 @@ static int parse_opts(int argc, char **argv, struct filters *f, int *as_json,
             int64_t t;
             if (ctl_parse_time_ms(optarg, &t) != 0) {
                 fprintf(stderr,
-                        "chargectl dlq: '%s' is not an RFC 3339 UTC time or a duration "
-                        "(30s, 15m, 2h, 7d)\n",
-                        optarg);
+                        "chargectl dlq: %s '%s' is not an RFC 3339 UTC time or a "
+                        "duration (30s, 15m, 2h, 7d)\n",
+                        c == OPT_SINCE ? "--since" : "--until", optarg);
                 return CTL_USAGE;
             }
             if (c == OPT_SINCE)
@@ -458,20 +463,27 @@ static int parse_opts(int argc, char **argv, struct filters *f, int *as_json,
             break;
         }
         case OPT_ATTEMPT:
-            f->attempt = optarg;
-            break;
         case OPT_ORDER:
-            f->order = optarg;
+            /* A typo would match nothing and look like "no letters". */
+            if (!charge_command_is_uuid(optarg)) {
+                fprintf(stderr, "chargectl dlq: %s '%s' is not a UUID\n",
+                        c == OPT_ATTEMPT ? "--attempt" : "--order", optarg);
+                return CTL_USAGE;
+            }
+            if (c == OPT_ATTEMPT)
+                f->attempt = optarg;
+            else
+                f->order = optarg;
             break;
-        case OPT_LIMIT: {
-            char *end;
-            f->limit = strtol(optarg, &end, 10);
-            if (*end || end == optarg || f->limit < 1) {
-                fprintf(stderr, "chargectl dlq: --limit must be a positive integer\n");
+        case OPT_LIMIT:
+            if (ctl_parse_number(optarg, INT64_MAX, &f->limit, NULL) != 0 ||
+                f->limit < 1) {
+                fprintf(stderr,
+                        "chargectl dlq: --limit '%s' is not a whole number from 1 up\n",
+                        optarg);
                 return CTL_USAGE;
             }
             break;
-        }
         case OPT_JSON:
             *as_json = 1;
             break;
@@ -488,19 +500,34 @@ static int parse_opts(int argc, char **argv, struct filters *f, int *as_json,
     return CTL_OK;
 }
 
+/* "PARTITION:OFFSET", digits only, each within its type: anything else is
+ * refused rather than clamped into a position that names another letter. */
 static int parse_position(const char *s, int32_t *p, int64_t *o)
 {
-    char *end;
-    long part = strtol(s, &end, 10);
-    if (end == s || *end != ':' || part < 0)
-        return -1;
-    const char *os = end + 1;
-    long long off = strtoll(os, &end, 10);
-    if (end == os || *end || off < 0)
+    const char *rest;
+    int64_t part;
+    if (ctl_parse_number(s, INT32_MAX, &part, &rest) != 0 || *rest != ':' ||
+        ctl_parse_number(rest + 1, INT64_MAX, o, NULL) != 0)
         return -1;
     *p = (int32_t)part;
-    *o = off;
     return 0;
+}
+
+/* Checks every position before anything is read: exit 2, one line. */
+static int check_positions(const char *sub, int n, char **args)
+{
+    int32_t p;
+    int64_t o;
+    for (int i = 0; i < n; i++) {
+        if (parse_position(args[i], &p, &o) != 0) {
+            fprintf(stderr,
+                    "chargectl dlq %s: '%s' is not PARTITION:OFFSET (partition "
+                    "0..%d, offset 0..%lld)\n",
+                    sub, args[i], INT32_MAX, (long long)INT64_MAX);
+            return CTL_USAGE;
+        }
+    }
+    return CTL_OK;
 }
 
 /* ---- subcommands ---- */
@@ -612,9 +639,10 @@ static int dlq_replay(struct dlq_ctx *c, int argc, char **argv, const struct fil
     int rc;
     int explicit = optind < argc;
 
-    if (explicit &&
-        (f->reason || f->attempt || f->order || f->have_since || f->have_until)) {
-        fprintf(stderr, "chargectl dlq replay: give positions or filters, not both\n");
+    if (explicit && f->given) {
+        fprintf(stderr,
+                "chargectl dlq replay: give positions or filters, not both (--%s)\n",
+                f->given);
         return CTL_USAGE;
     }
     if (!explicit &&
@@ -807,6 +835,10 @@ int ctl_dlq(int argc, char **argv)
                 sub);
         return CTL_USAGE;
     }
+    /* A negative position would read as options ("-1:0" is -1 -: -0). */
+    for (int i = 2; strcmp(sub, "list") != 0 && i < argc; i++)
+        if (argv[i][0] == '-' && argv[i][1] >= '0' && argv[i][1] <= '9')
+            return check_positions(sub, 1, argv + i);
     rc = parse_opts(argc - 1, argv + 1, &f, &as_json, &dry_run);
     if (rc == -1)
         return CTL_OK;
@@ -823,6 +855,14 @@ int ctl_dlq(int argc, char **argv)
         fprintf(stderr, "chargectl dlq %s: --dry-run is for replay\n", sub);
         return CTL_USAGE;
     }
+    if (!strcmp(sub, "show") && f.given) {
+        fprintf(stderr, "chargectl dlq show: takes no filters or --limit (--%s)\n",
+                f.given);
+        return CTL_USAGE;
+    }
+    if (strcmp(sub, "list") != 0 &&
+        check_positions(sub, nargs, argv + 1 + optind) != CTL_OK)
+        return CTL_USAGE;
     c.cfg = ctl_config("dlq");
     if (!c.cfg)
         return CTL_USAGE;

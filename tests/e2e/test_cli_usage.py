@@ -87,6 +87,10 @@ def scenario(_new):
                             "ADMIN_ADDR": "127.0.0.1:0"},
                        mention="PROVIDER_BREAKER_FAILURES")
     expect_usage_error([e2e.CHARGED, "worker"],
+                       env={"PROVIDER_API_KEY": "k", "PROVIDER_BREAKER_MIN_CALLS": "1",
+                            "ADMIN_ADDR": "127.0.0.1:0"},
+                       mention="PROVIDER_BREAKER_MIN_CALLS")
+    expect_usage_error([e2e.CHARGED, "worker"],
                        env={"PROVIDER_API_KEY": "k", "WORKER_LEASE_MS": "5000",
                             "PROVIDER_TIMEOUT_MS": "10000"}, mention="WORKER_LEASE_MS")
     expect_usage_error([e2e.CHARGECTL, "publish", "--amount", "0", "--currency", "EUR",
@@ -96,8 +100,63 @@ def scenario(_new):
     expect_usage_error([e2e.CHARGED, "reconciler"],
                        env={"PROVIDER_API_KEY": "k", "PROVIDER_TIMEOUT_MS": "40000",
                             "RECONCILER_LEASE_MS": "600000"}, mention="HEALTH_STALL_MS")
+    chargectl_numbers_and_ids()
     admin_addr_unusable()
     secret_never_printed()
+
+
+def chargectl_numbers_and_ids():
+    """Every id or number a dlq or attempt command takes is checked whole
+    before anything is read: out of range, negative, signed, spaced,
+    trailing junk or too long for its type is bad usage (exit 2, one line
+    naming the argument), never clamped to something that parses. Kafka
+    and PostgreSQL point at a port nobody listens on, so a value let
+    through shows as exit 1 instead."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+        env = {"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:%d" % port,
+               "DATABASE_URL": "postgresql://charged@127.0.0.1:%d/charged" % port}
+        huge = "9" * 25
+        positions = ["1:" + huge, huge + ":0", "1:9223372036854775808", "2147483648:0",
+                     "-1:0", "1:-1", "1:-0", "1:5x", "1x:5", "1:", ":5", "1", "1:2:3",
+                     " 1:2", "1: 2", "+1:2", "1:+2", "1:0x10", "1:2 ", ""]
+        for pos in positions:
+            expect_usage_error([e2e.CHARGECTL, "dlq", "show", pos], env, mention="'%s'" % pos)
+            expect_usage_error([e2e.CHARGECTL, "dlq", "replay", "0:1", pos], env,
+                               mention="'%s'" % pos)
+        uuid = "0b6f1a52-8f5e-4c36-9a39-0f4a7f5a0001"
+        for sub in ("list", "replay"):
+            for opt, bad in [("--order", "notauuid"), ("--order", uuid + "0"),
+                             ("--order", ""), ("--attempt", "notauuid"),
+                             ("--attempt", uuid[:-1])]:
+                expect_usage_error([e2e.CHARGECTL, "dlq", sub, opt, bad], env,
+                                   mention="%s '%s'" % (opt, bad))
+        for cmd in (["dlq", "list"], ["attempt", "list"]):
+            for bad in ("0", "-1", "+5", " 5", "5 ", "5x", "1e3", "0x10", huge, ""):
+                expect_usage_error([e2e.CHARGECTL] + cmd + ["--limit", bad], env,
+                                   mention="--limit '%s'" % bad)
+        for bad in ("notauuid", uuid + "0", " " + uuid):
+            expect_usage_error([e2e.CHARGECTL, "attempt", "show", bad], env, mention="'%s'" % bad)
+            expect_usage_error([e2e.CHARGECTL, "attempt", "list", "--order", bad], env,
+                               mention="--order '%s'" % bad)
+        for opt in ("--since", "--until"):
+            for bad in ("yesterday", "1h ", huge + "s", "2026-11-29T18:00:00Zjunk"):
+                expect_usage_error([e2e.CHARGECTL, "dlq", "list", opt, bad], env,
+                                   mention="%s '%s'" % (opt, bad))
+        # Options another subcommand takes are not silently ignored.
+        expect_usage_error([e2e.CHARGECTL, "attempt", "show", uuid, "--limit", "5"], env,
+                           mention="--limit")
+        for extra in (["--limit", "5"], ["--reason", "oversized"], ["--order", uuid]):
+            expect_usage_error([e2e.CHARGECTL, "dlq", "show", "0:1"] + extra, env,
+                               mention=extra[0])
+        # The largest values that parse are usage, not refusals: they reach
+        # the database (exit 1 here, nothing listens).
+        for argv in (["attempt", "list", "--limit", "100000", "--order", uuid.upper()],
+                     ["attempt", "show", uuid]):
+            p = run([e2e.CHARGECTL] + argv, env)
+            e2e.check_eq(p.returncode, 1, "exit status of chargectl %s with no database (%s)"
+                         % (" ".join(argv), p.stderr.decode().strip()))
 
 
 def admin_addr_unusable():
