@@ -27,8 +27,8 @@ struct provider_xfer {
     int lookup;       /* a GET: classify as a look-up */
     long long amount; /* a charge: what we asked for, to check the answer */
     char currency[8];
-    char attempt_id[40];
-    int search;
+    char attempt_id[40]; /* a charge's, or the one a list page is searched for */
+    enum lookup_kind { LOOKUP_RETRIEVE, LOOKUP_SEARCH, LOOKUP_LIST } kind;
     struct provider_xfer *next; /* in the client's list of async transfers */
 };
 
@@ -339,6 +339,77 @@ static void copy_str(char *dst, size_t size, const char *src)
     utf8_text_copy(dst, size, src);
 }
 
+/* Prefixes of Stripe's object ids (and keys) a message may echo. */
+static const char *const id_prefixes[] = {
+    "acct", "ba",   "btok", "card", "ch",  "cs",    "cus",  "evt", "file", "ii",
+    "in",   "pi",   "pk",   "pm",   "po",  "price", "prod", "py",  "pyr",  "re",
+    "rk",   "seti", "si",   "sk",   "src", "sub",   "tok",  "tr",  "txn",  "whsec",
+};
+
+static int id_char(char c)
+{
+    return isalnum((unsigned char)c) || c == '_';
+}
+
+/* Length of the provider object id at s ("cus_" and at least one letter or
+ * digit), 0 when there is none; prefix_len gets the length of "cus". */
+static size_t id_at(const char *s, size_t *prefix_len)
+{
+    for (size_t i = 0; i < sizeof(id_prefixes) / sizeof(id_prefixes[0]); i++) {
+        size_t n = strlen(id_prefixes[i]);
+        if (strncmp(s, id_prefixes[i], n) != 0 || s[n] != '_' ||
+            !isalnum((unsigned char)s[n + 1]))
+            continue;
+        size_t len = n + 1;
+        while (id_char(s[len]))
+            len++;
+        *prefix_len = n;
+        return len;
+    }
+    return 0;
+}
+
+/* Appends n bytes of src to out (of size), as far as they fit. */
+static void put(char *out, size_t size, size_t *at, const char *src, size_t n)
+{
+    while (n-- > 0 && *at + 1 < size)
+        out[(*at)++] = *src++;
+}
+
+void provider_client_redact(char *dst, size_t size, const char *src)
+{
+    /* Masked first, on the whole message (a quote cut off by the bound is
+     * still masked), then bounded and made valid UTF-8. */
+    char tmp[1024];
+    size_t at = 0, n, prefix;
+    const char *p = src ? src : "";
+    while (*p && at + 1 < sizeof(tmp)) {
+        int boundary = p == src || !id_char(p[-1]);
+        const char *close;
+        if (boundary && (*p == '\'' || *p == '"' || *p == '`')) {
+            /* A quoted value, up to the same quote ending a word: "card's"
+             * is no quote, 'cus_x' is. */
+            for (close = strchr(p + 1, *p); close && id_char(close[1]);
+                 close = strchr(close + 1, *p))
+                ;
+            put(tmp, sizeof(tmp), &at, p, 1);
+            put(tmp, sizeof(tmp), &at, "***", 3);
+            if (!close)
+                break; /* unterminated: the rest is the value */
+            put(tmp, sizeof(tmp), &at, close, 1);
+            p = close + 1;
+        } else if (boundary && (n = id_at(p, &prefix)) > 0) {
+            put(tmp, sizeof(tmp), &at, p, prefix + 1);
+            put(tmp, sizeof(tmp), &at, "***", 3);
+            p += n;
+        } else {
+            put(tmp, sizeof(tmp), &at, p++, 1);
+        }
+    }
+    tmp[at] = '\0';
+    copy_str(dst, size, tmp);
+}
+
 /* A provider id we can store and look up again: Stripe's are like
  * "pi_3Mtw...", letters, digits and '_'. */
 static int usable_id(const char *id)
@@ -350,6 +421,17 @@ static int usable_id(const char *id)
         if (!isalnum((unsigned char)id[i]) && id[i] != '_')
             return 0;
     return 1;
+}
+
+/* An error's code and decline_code, each where it has one. */
+static void take_codes(json_t *err, struct provider_result *res)
+{
+    const char *code = json_string_value(json_object_get(err, "code"));
+    const char *decline = json_string_value(json_object_get(err, "decline_code"));
+    if (code)
+        copy_str(res->code, sizeof(res->code), code);
+    if (decline)
+        copy_str(res->decline_code, sizeof(res->decline_code), decline);
 }
 
 /* Fills result fields from a PaymentIntent object. */
@@ -367,12 +449,8 @@ static void take_intent(json_t *pi, struct provider_result *res)
              json_string_value(json_object_get(json_object_get(pi, "metadata"),
                                                "payment_attempt_id")));
     json_t *lpe = json_object_get(pi, "last_payment_error");
-    if (json_is_object(lpe)) {
-        copy_str(res->code, sizeof(res->code),
-                 json_string_value(json_object_get(lpe, "code")));
-        copy_str(res->decline_code, sizeof(res->decline_code),
-                 json_string_value(json_object_get(lpe, "decline_code")));
-    }
+    if (json_is_object(lpe))
+        take_codes(lpe, res);
 }
 
 /* An intent's own status, as an outcome. */
@@ -416,12 +494,15 @@ static void classify_charge(int http, json_t *doc, struct provider_result *res)
             snprintf(res->error, sizeof(res->error), "intent status '%s'", st);
         return;
     }
-    if (err)
-        copy_str(res->code, sizeof(res->code),
-                 json_string_value(json_object_get(err, "code")));
-    if (err)
-        copy_str(res->error, sizeof(res->error),
-                 json_string_value(json_object_get(err, "message")));
+    if (err) {
+        take_codes(err, res);
+        provider_client_redact(res->param, sizeof(res->param),
+                               json_string_value(json_object_get(err, "param")));
+        /* Masked here, once: the message echoes what we sent (a customer,
+         * a card token), and no reason, event or log may carry it. */
+        provider_client_redact(res->error, sizeof(res->error),
+                               json_string_value(json_object_get(err, "message")));
+    }
     if (http >= 500) {
         res->outcome = PROVIDER_UNKNOWN;
         snprintf(res->error, sizeof(res->error), "provider answered %d", http);
@@ -431,13 +512,14 @@ static void classify_charge(int http, json_t *doc, struct provider_result *res)
     case 402:
         if (type && !strcmp(type, "card_error")) {
             res->outcome = PROVIDER_DECLINED;
-            copy_str(res->decline_code, sizeof(res->decline_code),
-                     json_string_value(json_object_get(err, "decline_code")));
+            /* Stripe's card error carries the intent: its amount, currency
+             * and metadata tell whose it is, as a 2xx intent's do. The
+             * error's own codes win over its last_payment_error. */
             json_t *pi = json_object_get(err, "payment_intent");
-            const char *id = json_string_value(json_object_get(pi, "id"));
-            if (json_is_object(pi) && usable_id(id))
-                copy_str(res->provider_payment_id, sizeof(res->provider_payment_id),
-                         id);
+            if (json_is_object(pi)) {
+                take_intent(pi, res);
+                take_codes(err, res);
+            }
         } else {
             res->outcome = PROVIDER_REQUIRES_REVIEW;
             if (!res->error[0])
@@ -502,9 +584,66 @@ static void check_intent_matches(const struct provider_xfer *x, json_t *doc,
     copy_str(res->error, sizeof(res->error), why);
 }
 
-static void classify_lookup(int http, json_t *doc, int search,
-                            struct provider_result *res)
+/* The most settled of a look-up's intents (succeeded > processing >
+ * anything else > declined), only those of `attempt_id` when it is given:
+ * res->matches counts them, none is NOT_FOUND. */
+static void take_best(json_t *data, const char *attempt_id, struct provider_result *res)
 {
+    json_t *pi, *best = NULL;
+    size_t i;
+    int best_rank = 99;
+    res->matches = 0;
+    json_array_foreach(data, i, pi)
+    {
+        const char *a = json_string_value(
+            json_object_get(json_object_get(pi, "metadata"), "payment_attempt_id"));
+        if (attempt_id && (!a || strcmp(a, attempt_id) != 0))
+            continue;
+        res->matches++;
+        const char *st = json_string_value(json_object_get(pi, "status"));
+        enum provider_outcome o = intent_outcome(st ? st : "");
+        int rank = o == PROVIDER_SUCCEEDED    ? 0
+                   : o == PROVIDER_PROCESSING ? 1
+                   : o == PROVIDER_DECLINED   ? 3
+                                              : 2;
+        if (rank < best_rank) {
+            best_rank = rank;
+            best = pi;
+        }
+    }
+    if (!best) {
+        res->outcome = PROVIDER_NOT_FOUND;
+        copy_str(res->error, sizeof(res->error), "no intent for this attempt");
+        return;
+    }
+    take_intent(best, res);
+    res->outcome = intent_outcome(res->intent_status);
+}
+
+/* A list page must say whether another follows, and where: else the walk
+ * could stop short and call an absence what it never saw. */
+static int take_cursor(json_t *doc, json_t *data, struct provider_result *res)
+{
+    json_t *more = json_object_get(doc, "has_more");
+    if (!json_is_boolean(more))
+        return -1;
+    res->has_more = json_is_true(more);
+    if (!res->has_more)
+        return 0;
+    size_t n = json_array_size(data);
+    const char *last =
+        n ? json_string_value(json_object_get(json_array_get(data, n - 1), "id"))
+          : NULL;
+    if (!usable_id(last))
+        return -1;
+    copy_str(res->list_last_id, sizeof(res->list_last_id), last);
+    return 0;
+}
+
+static void classify_lookup(int http, json_t *doc, enum lookup_kind kind,
+                            const char *attempt_id, struct provider_result *res)
+{
+    static const char *objects[] = {"payment_intent", "search_result", "list"};
     if (http == 404) {
         /* Evidence of absence only in the provider's own words: a 404 from a
          * wrong URL or a proxy says nothing about the intent. */
@@ -527,50 +666,29 @@ static void classify_lookup(int http, json_t *doc, int search,
         return;
     }
     const char *object = json_string_value(json_object_get(doc, "object"));
-    if (!object || strcmp(object, search ? "search_result" : "payment_intent") != 0) {
+    if (!object || strcmp(object, objects[kind]) != 0) {
         /* Not the answer asked for: no evidence either way. */
         res->outcome = PROVIDER_UNKNOWN;
-        copy_str(res->error, sizeof(res->error),
-                 search ? "search answered something that is not a search result"
-                        : "look-up answered something that is not a payment intent");
+        snprintf(res->error, sizeof(res->error),
+                 "look-up answered something that is not a %s", objects[kind]);
         return;
     }
-    if (!search) {
+    if (kind == LOOKUP_RETRIEVE) {
         res->matches = 1;
         take_intent(doc, res);
         res->outcome = intent_outcome(res->intent_status);
         return;
     }
-    json_t *data = json_object_get(doc, "data"), *pi, *best = NULL;
-    if (!json_is_array(data)) {
+    json_t *data = json_object_get(doc, "data");
+    if (!json_is_array(data) || (kind == LOOKUP_LIST && take_cursor(doc, data, res))) {
         res->outcome = PROVIDER_UNKNOWN;
-        copy_str(res->error, sizeof(res->error), "search answered without a data list");
+        snprintf(res->error, sizeof(res->error), "%s answered without %s",
+                 objects[kind],
+                 json_is_array(data) ? "a usable has_more and cursor" : "a data list");
         return;
     }
-    size_t i;
-    int best_rank = 99;
-    json_array_foreach(data, i, pi)
-    {
-        /* succeeded > processing > anything else > declined */
-        const char *st = json_string_value(json_object_get(pi, "status"));
-        enum provider_outcome o = intent_outcome(st ? st : "");
-        int rank = o == PROVIDER_SUCCEEDED    ? 0
-                   : o == PROVIDER_PROCESSING ? 1
-                   : o == PROVIDER_DECLINED   ? 3
-                                              : 2;
-        if (rank < best_rank) {
-            best_rank = rank;
-            best = pi;
-        }
-    }
-    res->matches = (int)json_array_size(data);
-    if (!best) {
-        res->outcome = PROVIDER_NOT_FOUND;
-        copy_str(res->error, sizeof(res->error), "no intent for this attempt");
-        return;
-    }
-    take_intent(best, res);
-    res->outcome = intent_outcome(res->intent_status);
+    /* A search is asked for the attempt; a list holds everyone's intents. */
+    take_best(data, kind == LOOKUP_LIST ? attempt_id : NULL, res);
 }
 
 /* Turns a finished transfer into a result. */
@@ -602,7 +720,7 @@ static void finish(struct provider_xfer *x, CURLcode cc, struct provider_result 
     json_error_t jerr;
     json_t *doc = x->answer ? json_loadb(x->answer, x->answer_len, 0, &jerr) : NULL;
     if (x->lookup)
-        classify_lookup((int)http, doc, x->search, res);
+        classify_lookup((int)http, doc, x->kind, x->attempt_id, res);
     else {
         classify_charge((int)http, doc, res);
         check_intent_matches(x, doc, res);
@@ -626,8 +744,8 @@ int provider_client_charge(provider_client_t *pc, const struct provider_charge *
     return 0;
 }
 
-static int lookup(provider_client_t *pc, const char *url, int search,
-                  struct provider_result *res)
+static int lookup(provider_client_t *pc, const char *url, enum lookup_kind kind,
+                  const char *attempt_id, struct provider_result *res)
 {
     struct provider_xfer *x = xfer_new(pc, url, NULL, 1);
     if (!x) {
@@ -637,7 +755,8 @@ static int lookup(provider_client_t *pc, const char *url, int search,
         return 0;
     }
     x->lookup = 1;
-    x->search = search;
+    x->kind = kind;
+    snprintf(x->attempt_id, sizeof(x->attempt_id), "%s", attempt_id ? attempt_id : "");
     curl_easy_setopt(x->easy, CURLOPT_HTTPGET, 1L);
     finish(x, curl_easy_perform(x->easy), res);
     /* A look-up that never got an answer says nothing about the intent. */
@@ -660,7 +779,7 @@ int provider_client_retrieve(provider_client_t *pc, const char *payment_intent_i
 {
     char url[1024];
     retrieve_url(pc, payment_intent_id, url, sizeof(url));
-    return lookup(pc, url, 0, res);
+    return lookup(pc, url, LOOKUP_RETRIEVE, NULL, res);
 }
 
 int provider_client_search(provider_client_t *pc, const char *payment_attempt_id,
@@ -672,7 +791,36 @@ int provider_client_search(provider_client_t *pc, const char *payment_attempt_id
     snprintf(url, sizeof(url), "%s/v1/payment_intents/search?query=%s", pc->base_url,
              eq ? eq : "");
     curl_free(eq);
-    return lookup(pc, url, 1, res);
+    return lookup(pc, url, LOOKUP_SEARCH, NULL, res);
+}
+
+int provider_client_list(provider_client_t *pc, const char *payment_attempt_id,
+                         long long created_gte, long long created_lt,
+                         const char *starting_after, struct provider_result *res)
+{
+    char url[1024];
+    char *after = starting_after && *starting_after
+                      ? curl_easy_escape(NULL, starting_after, 0)
+                      : NULL;
+    /* Brackets percent-encoded, as a form encoder sends them. */
+    snprintf(url, sizeof(url),
+             "%s/v1/payment_intents?created%%5Bgte%%5D=%lld&created%%5Blt%%5D=%lld"
+             "&limit=100%s%s",
+             pc->base_url, created_gte, created_lt, after ? "&starting_after=" : "",
+             after ? after : "");
+    curl_free(after);
+    return lookup(pc, url, LOOKUP_LIST, payment_attempt_id, res);
+}
+
+void provider_client_error_detail(const struct provider_result *res, char *buf,
+                                  size_t size)
+{
+    if (!res->code[0])
+        snprintf(buf, size, "%s", res->error);
+    else if (res->param[0])
+        snprintf(buf, size, "%s (%s): %s", res->code, res->param, res->error);
+    else
+        snprintf(buf, size, "%s: %s", res->code, res->error);
 }
 
 /* Hands x to the multi handle; on failure frees it. 0 / -1. */

@@ -7,7 +7,7 @@
  * FAILED). The API key is sent as a bearer token and never logged, stored in
  * a result or written to an error line.
  *
- * Blocking calls (charge, retrieve, search) are safe from several threads;
+ * Blocking calls (charge, retrieve, search, list) are safe from several threads;
  * they share one connection cache. The asynchronous calls (start, perform,
  * next_done) drive many charges from one thread on one multi handle; they
  * belong to the thread that uses them. */
@@ -57,7 +57,11 @@ struct provider_result {
     char intent_status[32];
     char code[64];
     char decline_code[64];
-    char error[256]; /* one line: why, when not succeeded */
+    char param[64];        /* error.param: the request parameter the provider faults */
+    char error[256];       /* one line: why, when not succeeded; the provider's own
+                              message has its ids and quoted values masked */
+    int has_more;          /* list: another page follows */
+    char list_last_id[96]; /* list: the page's last intent (starting_after) */
 };
 
 typedef struct provider_client provider_client_t;
@@ -81,6 +85,31 @@ int provider_client_retrieve(provider_client_t *pc, const char *payment_intent_i
  * result describes the most settled intent found (succeeded first). */
 int provider_client_search(provider_client_t *pc, const char *payment_attempt_id,
                            struct provider_result *res);
+
+/* GET /v1/payment_intents?created[gte]=..&created[lt]=..&limit=100
+ * [&starting_after=..]: one page of the provider's list, newest first.
+ * Unlike search the list is consistent, so a walk of every page that finds
+ * no intent is evidence of absence. Of the page's intents only those whose
+ * metadata[payment_attempt_id] is the attempt's count: `matches` says how
+ * many, and the result describes the most settled one (as search); none is
+ * NOT_FOUND. has_more and list_last_id say where the next page starts. Any
+ * other answer (no answer, 5xx, not a list) is UNKNOWN or INVALID: no
+ * evidence. created_* are unix seconds. */
+int provider_client_list(provider_client_t *pc, const char *payment_attempt_id,
+                         long long created_gte, long long created_lt,
+                         const char *starting_after, struct provider_result *res);
+
+/* "<code>[ (<param>)]: <error>", or the error alone when the provider gave
+ * no code: what a reason quotes of a refused request. */
+void provider_client_error_detail(const struct provider_result *res, char *buf,
+                                  size_t size);
+
+/* Copies provider text bounded, valid UTF-8, with anything shaped like a
+ * provider object id (cus_..., pi_..., pm_..., sk_..., ...) and every
+ * quoted value masked: a provider message echoes what it was sent (a
+ * customer, a card token) and must not carry it into reasons, events or
+ * logs. Every message the client keeps goes through it. */
+void provider_client_redact(char *dst, size_t size, const char *src);
 
 /* Asynchronous charges. start() copies what it needs from ch; `opaque` comes
  * back with the result. 0 / -1 with errbuf. */

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "provider_client.h"
 #include "psp_sim_process.h"
@@ -242,6 +243,133 @@ START_TEST(lookups_find_what_was_charged)
 }
 END_TEST
 
+/* A lost decline replayed to the reconciler must say whose intent it is:
+ * the 402 carries it whole, and the client takes its fields. */
+START_TEST(decline_takes_the_intent_from_the_card_error)
+{
+    struct provider_result r = run("pc-decl-pi", 2468, "pm_card_chargeDeclined");
+    ck_assert_int_eq(r.outcome, PROVIDER_DECLINED);
+    ck_assert(!strncmp(r.provider_payment_id, "pi_", 3));
+    ck_assert_int_eq(r.amount, 2468);
+    ck_assert_str_eq(r.currency, "eur");
+    ck_assert_str_eq(r.intent_attempt_id, "pc-decl-pi");
+    ck_assert_str_eq(r.intent_status, "requires_payment_method");
+    ck_assert_str_eq(r.code, "card_declined");
+    ck_assert_str_eq(r.decline_code, "generic_decline");
+    struct provider_result again = run("pc-decl-pi", 2468, "pm_card_chargeDeclined");
+    ck_assert_int_eq(again.replayed, 1);
+    ck_assert_int_eq(again.amount, 2468);
+    ck_assert_str_eq(again.provider_payment_id, r.provider_payment_id);
+}
+END_TEST
+
+/* A 400 keeps the provider's code and param; its message loses what it
+ * echoes of the request (here the customer). */
+START_TEST(invalid_request_keeps_the_code_not_the_customer)
+{
+    struct provider_charge c = ch("pc-cus", 100, "pm_card_visa");
+    c.customer_id = "cus_Secret42-x";
+    struct provider_result r;
+    char detail[400];
+    provider_client_charge(pc, &c, &r);
+    ck_assert_int_eq(r.outcome, PROVIDER_INVALID);
+    ck_assert_str_eq(r.code, "resource_missing");
+    ck_assert_str_eq(r.param, "customer");
+    ck_assert_str_eq(r.error, "No such customer: '***'");
+    provider_client_error_detail(&r, detail, sizeof(detail));
+    ck_assert_str_eq(detail, "resource_missing (customer): No such customer: '***'");
+    ck_assert_ptr_null(strstr(detail, "Secret42"));
+}
+END_TEST
+
+/* The list: pages of 100, newest first, matched on the attempt, a cursor
+ * to the next page; consistent, so the search lag does not hide the
+ * intent; a window without it, or no answer, finds nothing / no evidence. */
+START_TEST(list_pages_match_the_attempt)
+{
+    char key[32];
+    struct provider_result r, p2;
+    json_decref(
+        psp_sim_admin(&sim, "PUT", "/search-lag", "{\"search_lag_ms\": 600000}"));
+    long long now = (long long)time(NULL); /* the provider's created: unix seconds */
+    struct provider_result first = run("pc-list-first", 700, "pm_card_visa");
+    for (int i = 0; i < 100; i++) {
+        snprintf(key, sizeof(key), "pc-list-%d", i);
+        ck_assert_int_eq(run(key, 100, "pm_card_visa").outcome, PROVIDER_SUCCEEDED);
+    }
+    provider_client_search(pc, "pc-list-first", &r);
+    ck_assert_int_eq(r.outcome, PROVIDER_NOT_FOUND); /* search lags */
+
+    provider_client_list(pc, "pc-list-first", now - 60, now + 60, NULL, &r);
+    ck_assert_int_eq(r.http_status, 200);
+    ck_assert_int_eq(r.outcome, PROVIDER_NOT_FOUND); /* the 100 newest: not ours */
+    ck_assert_int_eq(r.matches, 0);
+    ck_assert_int_eq(r.has_more, 1);
+    ck_assert(!strncmp(r.list_last_id, "pi_", 3));
+    provider_client_list(pc, "pc-list-first", now - 60, now + 60, r.list_last_id, &p2);
+    ck_assert_int_eq(p2.outcome, PROVIDER_SUCCEEDED);
+    ck_assert_int_eq(p2.matches, 1);
+    ck_assert_int_eq(p2.has_more, 0);
+    ck_assert_str_eq(p2.provider_payment_id, first.provider_payment_id);
+    ck_assert_int_eq(p2.amount, 700);
+    ck_assert_str_eq(p2.intent_attempt_id, "pc-list-first");
+
+    provider_client_list(pc, "pc-list-first", now - 3600, now - 60, NULL, &r);
+    ck_assert_int_eq(r.outcome, PROVIDER_NOT_FOUND);
+    ck_assert_int_eq(r.has_more, 0);
+
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", psp_sim_free_port());
+    provider_client_t *down =
+        provider_client_new(url, PSP_SIM_TEST_KEY, NULL, 500, err, sizeof(err));
+    ck_assert_ptr_nonnull(down);
+    provider_client_list(down, "pc-list-first", now - 60, now + 60, NULL, &r);
+    ck_assert_int_eq(r.outcome, PROVIDER_UNKNOWN); /* no answer: no evidence */
+    provider_client_free(down);
+}
+END_TEST
+
+/* What the client does to every provider message it keeps. */
+START_TEST(redact_masks_echoed_ids_and_quoted_values)
+{
+    static const char *cases[][2] = {
+        {"No such customer: 'cus_x'", "No such customer: '***'"},
+        {"No such PaymentMethod: 'pm_card_visa'; try again",
+         "No such PaymentMethod: '***'; try again"},
+        {"Customer cus_NffrFeUfNV2Hib has no source", "Customer cus_*** has no source"},
+        {"ch_3Mtw1 and re_1Abc and evt_9 and pi_1_secret_2",
+         "ch_*** and re_*** and evt_*** and pi_***"},
+        {"Invalid API Key provided: sk_test_4eC39HqLyjWDarjtT1zdp7dc",
+         "Invalid API Key provided: sk_***"},
+        {"Invalid string: \"abc@example.com\"", "Invalid string: \"***\""},
+        {"No such customer: 'cus_abc", "No such customer: '***"},
+        {"Your card's security code is incorrect.",
+         "Your card's security code is incorrect."},
+        {"Missing required param: payment_method.",
+         "Missing required param: payment_method."},
+        {"epi_1 is no id, xpi_2 neither", "epi_1 is no id, xpi_2 neither"},
+        {"", ""},
+    };
+    char out[256];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        provider_client_redact(out, sizeof(out), cases[i][0]);
+        ck_assert_str_eq(out, cases[i][1]);
+    }
+    provider_client_redact(out, sizeof(out), NULL);
+    ck_assert_str_eq(out, "");
+    /* Bounded, and a quote cut off by the bound is masked all the same. */
+    char big[4096];
+    memset(big, 'a', sizeof(big));
+    memcpy(big + 200, " 'cus_", 6);
+    big[sizeof(big) - 1] = '\0';
+    char small[64];
+    provider_client_redact(small, sizeof(small), big);
+    ck_assert_uint_lt(strlen(small), sizeof(small));
+    provider_client_redact(out, sizeof(out), big);
+    ck_assert_ptr_null(strstr(out, "cus_"));
+}
+END_TEST
+
 START_TEST(async_charges_complete_with_their_opaque)
 {
     enum { N = 300 };
@@ -325,9 +453,15 @@ static Suite *suite(void)
     tcase_add_test(tc, dropped_answer_is_unknown_and_retry_yields_the_original_charge);
     tcase_add_test(tc, stalled_answer_is_unknown_never_declined);
     tcase_add_test(tc, lookups_find_what_was_charged);
+    tcase_add_test(tc, decline_takes_the_intent_from_the_card_error);
+    tcase_add_test(tc, invalid_request_keeps_the_code_not_the_customer);
+    tcase_add_test(tc, list_pages_match_the_attempt);
     tcase_add_test(tc, async_charges_complete_with_their_opaque);
     tcase_add_test(tc, blocking_calls_are_thread_safe);
     suite_add_tcase(s, tc);
+    TCase *pure = tcase_create("redact");
+    tcase_add_test(pure, redact_masks_echoed_ids_and_quoted_values);
+    suite_add_tcase(s, pure);
     return s;
 }
 
