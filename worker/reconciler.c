@@ -23,7 +23,8 @@
 #include "utf8_text.h"
 
 #define MAX_SCHEDULE 32
-/* Calls one look makes at most: a look-up, then perhaps a charge. */
+/* Calls one look records at most: a look-up, then perhaps a charge or a
+ * walk of the list (one record, however many pages). */
 #define MAX_CALLS 3
 /* Rows recorded for one look at most: the calls, and the answers lost when
  * the HTTP client re-sent a charge itself on a closed pooled connection. */
@@ -32,6 +33,12 @@
 #define PENDING_MAX 64
 /* How often the backlog gauges are counted in the database. */
 #define BACKLOG_EVERY_MS 5000
+/* Pages of the provider's list (100 intents each) one look walks at most;
+ * a window holding more is looked at again later, never called empty. */
+#define LIST_MAX_PAGES 100
+/* How far the provider's clock may be from the database's, which
+ * first_sent_at is on: the list's window is widened by this each side. */
+#define LIST_CLOCK_MARGIN_MS (5 * 60 * 1000LL)
 
 struct reconciler {
     config_t *cfg;
@@ -46,6 +53,8 @@ struct reconciler {
     struct daemon_backoff backoff;
     int db_reached; /* the last database step succeeded */
     struct attempt_due *due;
+    size_t ndue, looking; /* the batch claimed, and the one looked at */
+    int64_t renewed_at;   /* when the batch's leases were last extended */
     struct pending_call {
         char attempt_id[37];
         const char *operation; /* a string literal */
@@ -108,13 +117,78 @@ static long long next_look_ms(const struct reconciler *r, int checks)
 
 /* ---- evidence ---- */
 
-static void call(struct reconciler *r, struct look *l, const char *op)
+/* Extends the leases of the batch's attempts from `from` on. */
+static void renew_rest(struct reconciler *r, size_t from, size_t n)
 {
-    int i = l->ncalls++;
+    char err[512];
+    const char *ids[1024];
+    int64_t epochs[1024];
+    int ours[1024];
+    size_t k = 0;
+    for (size_t i = from; i < n && k < 1024; i++, k++) {
+        ids[k] = r->due[i].id;
+        epochs[k] = r->due[i].lease_epoch;
+    }
+    if (attempt_store_renew(r->store, ids, epochs, k, r->lease_ms, ours, err,
+                            sizeof(err)) != 0)
+        log_warn("could not renew leases; they may expire", "error", err, NULL);
+}
+
+/* Extends the leases of the attempt looked at and the rest of the batch
+ * once a third of a lease has passed: a long look (a list of many pages)
+ * must not let them expire under it. */
+static void keep_leases(struct reconciler *r)
+{
+    if (clock_now_ms() - r->renewed_at <= r->lease_ms / 3)
+        return;
+    renew_rest(r, r->looking, r->ndue);
+    r->renewed_at = clock_now_ms();
+}
+
+static void call_begin(struct reconciler *r)
+{
     /* A look's calls are the loop's longest waits, each bounded by
      * PROVIDER_TIMEOUT_MS: liveness counts from the last one. */
     daemon_heartbeat();
+    keep_leases(r);
     metrics_set(METRIC_PROVIDER_IN_FLIGHT, 1);
+}
+
+static void call_end(const char *op, const struct provider_result *res)
+{
+    metrics_set(METRIC_PROVIDER_IN_FLIGHT, 0);
+    metrics_observe(METRIC_PROVIDER_DURATION, res->latency_ms / 1000.0, op);
+    metrics_add(METRIC_PROVIDER_RESPONSES, 1, op, provider_outcome_name(res->outcome));
+}
+
+/* What the provider answered, into the look's evidence; pages: of a list. */
+static void note(struct look *l, const char *op, const struct provider_result *res,
+                 int pages)
+{
+    json_t *e = json_pack("{s:s, s:s, s:i, s:i}", "operation", op, "outcome",
+                          provider_outcome_name(res->outcome), "http_status",
+                          res->http_status, "matches", res->matches);
+    if (!e)
+        return;
+    /* json_object_set_new steals the new values' references. */
+    if (pages)
+        json_object_set_new(e, "pages", json_integer(pages));
+    if (res->intent_status[0])
+        json_object_set_new(e, "intent_status", json_string(res->intent_status));
+    if (res->provider_payment_id[0])
+        json_object_set_new(e, "provider_payment_id",
+                            json_string(res->provider_payment_id));
+    if (res->decline_code[0])
+        json_object_set_new(e, "decline_code", json_string(res->decline_code));
+    if (res->error[0])
+        json_object_set_new(e, "error", json_string(res->error));
+    json_array_append_new(json_object_get(l->evidence, "calls"), e);
+}
+
+static void call(struct reconciler *r, struct look *l, const char *op)
+{
+    int i = l->ncalls++;
+    call_begin(r);
     l->ops[i] = op;
     l->started[i] = clock_wall_ms();
     if (!strcmp(op, "retrieve")) {
@@ -134,26 +208,60 @@ static void call(struct reconciler *r, struct look *l, const char *op)
         };
         provider_client_charge(r->provider, &ch, &l->res[i]);
     }
-    metrics_set(METRIC_PROVIDER_IN_FLIGHT, 0);
-    const struct provider_result *res = &l->res[i];
-    metrics_observe(METRIC_PROVIDER_DURATION, res->latency_ms / 1000.0, op);
-    metrics_add(METRIC_PROVIDER_RESPONSES, 1, op, provider_outcome_name(res->outcome));
-    json_t *e = json_pack("{s:s, s:s, s:i, s:i}", "operation", op, "outcome",
-                          provider_outcome_name(res->outcome), "http_status",
-                          res->http_status, "matches", res->matches);
-    if (e) {
-        /* json_object_set_new steals the new values' references. */
-        if (res->intent_status[0])
-            json_object_set_new(e, "intent_status", json_string(res->intent_status));
-        if (res->provider_payment_id[0])
-            json_object_set_new(e, "provider_payment_id",
-                                json_string(res->provider_payment_id));
-        if (res->decline_code[0])
-            json_object_set_new(e, "decline_code", json_string(res->decline_code));
-        if (res->error[0])
-            json_object_set_new(e, "error", json_string(res->error));
-        json_array_append_new(json_object_get(l->evidence, "calls"), e);
+    call_end(op, &l->res[i]);
+    note(l, op, &l->res[i], 0);
+}
+
+/* Asks the consistent source whether any call under the attempt's key
+ * executed: the provider's list of the intents created while one could
+ * have been (no call is sent once the key's retention has passed, so every
+ * one lies within [first_sent_at, first_sent_at + retention], widened for
+ * the clocks), every page walked, matched on metadata[payment_attempt_id].
+ * The result is NOT_FOUND only when every page answered and none matched;
+ * a failed page, or more than LIST_MAX_PAGES, is UNKNOWN. One call row for
+ * the walk: the page that decided it, with the walk's latency. */
+static void list_walk(struct reconciler *r, struct look *l)
+{
+    const struct attempt_due *d = l->d;
+    int i = l->ncalls++, pages = 0, matches = 0;
+    struct provider_result *out = &l->res[i], page;
+    long long gte = (d->first_sent_ms - LIST_CLOCK_MARGIN_MS) / 1000;
+    long long lt =
+        (d->first_sent_ms + r->key_retention_ms + LIST_CLOCK_MARGIN_MS) / 1000 + 1;
+    long latency = 0;
+    char after[96] = "";
+
+    l->ops[i] = "list";
+    l->started[i] = clock_wall_ms();
+    memset(out, 0, sizeof(*out));
+    for (;;) {
+        if (pages == LIST_MAX_PAGES) {
+            memset(out, 0, sizeof(*out));
+            out->outcome = PROVIDER_UNKNOWN;
+            snprintf(out->error, sizeof(out->error),
+                     "more than %d pages of intents in the window", LIST_MAX_PAGES);
+            break;
+        }
+        call_begin(r);
+        provider_client_list(r->provider, d->id, gte, lt, after, &page);
+        call_end("list", &page);
+        pages++;
+        latency += page.latency_ms;
+        if (page.outcome == PROVIDER_UNKNOWN || page.outcome == PROVIDER_INVALID ||
+            page.outcome == PROVIDER_NOT_EXECUTED) {
+            *out = page; /* no evidence, whatever earlier pages held */
+            break;
+        }
+        if (matches == 0)
+            *out = page; /* the first page holding the attempt's intent, or the last */
+        matches += page.matches;
+        out->matches = matches;
+        if (!page.has_more)
+            break;
+        snprintf(after, sizeof(after), "%s", page.list_last_id);
     }
+    out->latency_ms = latency;
+    note(l, "list", out, pages);
 }
 
 /* Reasons quote the provider: cut on a character boundary, never inside. */
@@ -166,20 +274,22 @@ static void settle_as(struct look *l, enum attempt_status s, const char *fmt,
     utf8_text_copy(l->reason, sizeof(l->reason), tmp);
 }
 
-/* Is this intent the attempt's own? Its amount and currency must be
- * there and be the attempt's, and its metadata must not name another
- * attempt. Writes why not. */
+/* Is this intent the attempt's own? Its amount and currency must be the
+ * attempt's, and its metadata must not name another attempt. A look-up's
+ * intent must carry amount and currency; the answer to our own charge,
+ * under our key, is judged on the fields it carries (a card error may
+ * carry none). Writes why not. */
 static int intent_is_ours(const struct look *l, const struct provider_result *res,
-                          char *why, size_t why_size)
+                          int own_answer, char *why, size_t why_size)
 {
     const struct attempt_params *p = &l->d->params;
-    if (!res->amount || !res->currency[0])
+    if (!own_answer && (!res->amount || !res->currency[0]))
         snprintf(why, why_size, "intent %s without amount or currency",
                  res->provider_payment_id);
-    else if (res->amount != p->amount)
+    else if (res->amount && res->amount != p->amount)
         snprintf(why, why_size, "intent amount %lld, the attempt's %lld", res->amount,
                  p->amount);
-    else if (strcasecmp(res->currency, p->currency) != 0)
+    else if (res->currency[0] && strcasecmp(res->currency, p->currency) != 0)
         snprintf(why, why_size, "intent currency %s, the attempt's %s", res->currency,
                  p->currency);
     else if (res->intent_attempt_id[0] && strcmp(res->intent_attempt_id, l->d->id) != 0)
@@ -190,9 +300,9 @@ static int intent_is_ours(const struct look *l, const struct provider_result *re
     return 0;
 }
 
-/* What a found intent says. */
+/* What a found intent says; own_answer: it answered our charge. */
 static void from_intent(const struct reconciler *r, struct look *l,
-                        const struct provider_result *res)
+                        const struct provider_result *res, int own_answer)
 {
     char why[256];
     (void)r;
@@ -204,7 +314,7 @@ static void from_intent(const struct reconciler *r, struct look *l,
                   "requires_review: contradictory: %s", why);
         return;
     }
-    if (!intent_is_ours(l, res, why, sizeof(why))) {
+    if (!intent_is_ours(l, res, own_answer, why, sizeof(why))) {
         l->ppid[0] = '\0'; /* not the attempt's: never booked on it */
         settle_as(l, ATTEMPT_STATUS_REQUIRES_REVIEW,
                   "requires_review: contradictory: %s", why);
@@ -261,7 +371,7 @@ static void look(struct reconciler *r, struct look *l)
                 return;
             }
         }
-        from_intent(r, l, res);
+        from_intent(r, l, res, 0);
         return;
     case PROVIDER_NOT_FOUND:
         break;
@@ -288,11 +398,14 @@ static void look(struct reconciler *r, struct look *l)
         case PROVIDER_DECLINED:
         case PROVIDER_PROCESSING:
         case PROVIDER_REQUIRES_REVIEW:
-            from_intent(r, l, c);
+            from_intent(r, l, c, 1);
             return;
-        case PROVIDER_INVALID:
-            settle_as(l, ATTEMPT_STATUS_FAILED, "invalid_request: %s", c->error);
+        case PROVIDER_INVALID: {
+            char why[512];
+            provider_client_error_detail(c, why, sizeof(why));
+            settle_as(l, ATTEMPT_STATUS_FAILED, "invalid_request: %s", why);
             return;
+        }
         default:
             settle_as(l, l->status, "charged again, unknown: %s", c->error);
             if (l->status == ATTEMPT_STATUS_PROCESSING)
@@ -300,17 +413,36 @@ static void look(struct reconciler *r, struct look *l)
             return;
         }
     }
-    if (age >= r->key_retention_ms + r->search_lag_ms) {
-        char why[160];
+    if (age < r->key_retention_ms + r->search_lag_ms || d->first_sent_ms < 0) {
+        settle_as(l, l->status, "not found; the search may still lag: looking again%s",
+                  NULL);
+        return;
+    }
+    /* Search lags, by more than anyone can promise: only the consistent
+     * list says that nothing executed. */
+    list_walk(r, l);
+    const struct provider_result *li = &l->res[l->ncalls - 1];
+    switch (li->outcome) {
+    case PROVIDER_NOT_FOUND: {
+        char why[256];
         snprintf(why, sizeof(why),
-                 "not found by search at the key's age of %lld ms, past its retention "
-                 "(%lld ms) and the search's lag (%lld ms)",
+                 "not in the provider's list of the key's window, nor found by "
+                 "search, at the key's age of %lld ms, past its retention (%lld ms) "
+                 "and the search's lag (%lld ms)",
                  age, r->key_retention_ms, r->search_lag_ms);
         settle_as(l, ATTEMPT_STATUS_FAILED, "never_executed: %s", why);
         return;
     }
-    settle_as(l, l->status, "not found; the search may still lag: looking again%s",
-              NULL);
+    case PROVIDER_SUCCEEDED:
+    case PROVIDER_DECLINED:
+    case PROVIDER_PROCESSING:
+    case PROVIDER_REQUIRES_REVIEW:
+        from_intent(r, l, li, 0);
+        return;
+    default:
+        settle_as(l, l->status, "not found by search; the list failed: %s", li->error);
+        return;
+    }
 }
 
 /* ---- the loop ---- */
@@ -466,23 +598,6 @@ static int settle(struct reconciler *r, struct look *l)
     return 0;
 }
 
-/* Extends the leases of the batch's attempts not looked at yet. */
-static void renew_rest(struct reconciler *r, size_t from, size_t n)
-{
-    char err[512];
-    const char *ids[1024];
-    int64_t epochs[1024];
-    int ours[1024];
-    size_t k = 0;
-    for (size_t i = from; i < n && k < 1024; i++, k++) {
-        ids[k] = r->due[i].id;
-        epochs[k] = r->due[i].lease_epoch;
-    }
-    if (attempt_store_renew(r->store, ids, epochs, k, r->lease_ms, ours, err,
-                            sizeof(err)) != 0)
-        log_warn("could not renew leases; they may expire", "error", err, NULL);
-}
-
 /* Hands back the claims of a batch cut short (stopping): a peer may look. */
 static void release_rest(struct reconciler *r, size_t from, size_t n)
 {
@@ -517,16 +632,16 @@ static void look_at_due(struct reconciler *r)
         return;
     }
     db_ok(r);
-    int64_t claimed_at = clock_now_ms(), renewed_at = claimed_at;
+    int64_t claimed_at = clock_now_ms();
+    r->ndue = n;
+    r->renewed_at = claimed_at;
     for (size_t i = 0; i < n; i++) {
         if (daemon_stopping()) {
             release_rest(r, i, n);
             return;
         }
-        if (clock_now_ms() - renewed_at > r->lease_ms / 3) {
-            renew_rest(r, i, n);
-            renewed_at = clock_now_ms();
-        }
+        r->looking = i;
+        keep_leases(r);
         struct look l = {.d = &r->due[i], .claimed_at = claimed_at};
         l.lost.outcome = PROVIDER_UNKNOWN;
         l.lost.sent = 1;
@@ -630,8 +745,9 @@ static int setup(struct reconciler *r, char *err, size_t err_size)
     if (parse_schedule(r, config_str(r->cfg, CONFIG_RECONCILER_SCHEDULE_MS), err,
                        err_size) != 0)
         return 2;
-    /* One look makes two calls at most; the lease must outlast them, or a
-     * peer could look at the same attempt meanwhile. */
+    /* One look makes two calls at most, a walk of the list apart (which
+     * renews the lease as it goes); the lease must outlast them, or a peer
+     * could look at the same attempt meanwhile. */
     if (r->lease_ms <= 2 * MAX_CALLS * r->provider_timeout_ms) {
         snprintf(err, err_size,
                  "RECONCILER_LEASE_MS: %lld does not outlast a look's calls (%lld ms); "
@@ -668,15 +784,17 @@ static int setup(struct reconciler *r, char *err, size_t err_size)
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: charged reconciler\n\n"
-            "Settles attempts whose outcome is unknown on the provider's evidence:\n"
-            "looks each up (by intent id, else by search), charges again with the\n"
-            "same key only while the provider keeps it, and calls it FAILED only when\n"
-            "it was never found after the key's retention and the search's lag.\n"
-            "Looks again on RECONCILER_SCHEDULE_MS; past RECONCILER_MAX_AGE_MS, or on\n"
-            "contradictory evidence, the attempt goes to REQUIRES_REVIEW.\n"
-            "SIGTERM: finish the look in hand, hand the rest back, exit 0.\n\n");
+    fprintf(
+        out,
+        "usage: charged reconciler\n\n"
+        "Settles attempts whose outcome is unknown on the provider's evidence:\n"
+        "looks each up (by intent id, else by search), charges again with the\n"
+        "same key only while the provider keeps it, and calls it FAILED only when\n"
+        "it was never found after the key's retention and the search's lag, and\n"
+        "the provider's (consistent) list of the key's window holds no intent of it.\n"
+        "Looks again on RECONCILER_SCHEDULE_MS; past RECONCILER_MAX_AGE_MS, or on\n"
+        "contradictory evidence, the attempt goes to REQUIRES_REVIEW.\n"
+        "SIGTERM: finish the look in hand, hand the rest back, exit 0.\n\n");
     config_print_help(out, CONFIG_ROLE_RECONCILER);
 }
 

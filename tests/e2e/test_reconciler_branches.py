@@ -38,6 +38,11 @@ with cause 'reconciler', provider_calls, ledger_entries, outbox):
    REQUIRES_REVIEW (contradictory).
 10. unsettled RECONCILER_MAX_AGE_MS after it was recorded ->
    REQUIRES_REVIEW, and no further looks.
+11. a lost decline (issue 17, defect 4): the worker's 402 was dropped and
+   search lags; the reconciler's charge with the same key gets the replayed
+   402, whose error.payment_intent says whose intent it is -> FAILED
+   declined: card_declined: generic_decline (not REQUIRES_REVIEW), and the
+   order's next attempt is charged (not REJECTED order_has_live_attempt).
 
 Branches can be run alone: test_reconciler_branches.py processing too_old"""
 import json
@@ -504,8 +509,43 @@ def too_old(new):
     e2e.log("too old: REQUIRES_REVIEW %.0f ms after it was recorded, %r" % (after, a["reason"]))
 
 
+def lost_decline(new):
+    cmd = e2e.new_command(payment_method="pm_card_chargeDeclined")
+    aid, key = cmd["payment_attempt_id"], cmd["idempotency_key"]
+    s = new("rec_lost_decline", psp_args=[
+        "--search-lag-ms", "600000", "--fault", "drop_after=1@%s#1" % key])
+    worker_leaves(s, cmd)
+    check_eq([c["outcome"] for c in charges_of_key(s, key)], ["declined"],
+             "psp-sim charges of the key before the reconciler")
+    r = s.start_reconciler(RECONCILER_SEARCH_LAG_MS=600000, **RECONCILER)
+    a = wait_status(s, aid, ["FAILED"], 30, stays=OPEN)
+    check_eq(a["reason"], "declined: card_declined: generic_decline", "reason of %s" % aid)
+    charge = charges_of_key(s, key)
+    check_eq(len(charge), 1, "psp-sim charges of key %s" % key)
+    check_eq(a["ppid"], charge[0]["payment_intent_id"], "provider_payment_id of %s" % aid)
+    check_one_reconciler_transition(s, aid, "UNKNOWN", "FAILED")
+    rc = calls(s, aid, s.worker_ids[r])
+    check_eq([(c[0], c[1], c[2], c[3]) for c in rc],
+             [("search", "not_found", "200", "false"), ("charge", "declined", "402", "true")],
+             "the reconciler's calls (operation, outcome, status, replayed)")
+    check_eq(events(s, aid), ["charge.unknown", "charge.failed"], "events of %s" % aid)
+    check_eq(ledger_entries(s, aid), [], "ledger_entries of %s" % aid)
+    # The customer tries again with another card: charged, not REJECTED.
+    again = e2e.new_command(order_id=cmd["order_id"])
+    s.publish([again])
+    s.wait_settled(2, timeout=60)
+    b = attempt(s, again["payment_attempt_id"])
+    check_eq((b["status"], b["reason"]), ("SUCCEEDED", ""),
+             "the order's next attempt after the decline")
+    check_eq([c["outcome"] for c in s.ledger() if c["order_id"] == cmd["order_id"]],
+             ["declined", "succeeded"], "psp-sim charges of the order")
+    e2e.log("lost decline: FAILED %r, the next attempt SUCCEEDED" % a["reason"])
+    s.check_invariants()
+
+
 BRANCHES = [found_by_search, charged_again, never_executed, processing, provider_down,
-            contradictory, two_reconcilers, wrong_url, forgotten_intent, too_old]
+            contradictory, two_reconcilers, wrong_url, forgotten_intent, too_old,
+            lost_decline]
 
 
 def scenario(new):
