@@ -113,7 +113,7 @@ static void usage(FILE *out)
         "provider call is RECONCILER_SEARCH_LAG_MS old [60000], what it does not\n"
         "list is no evidence, and resolve asks to be run again later.\n"
         "Needs PROVIDER_API_KEY (and PROVIDER_BASE_URL, PROVIDER_TIMEOUT_MS,\n"
-        "PROVIDER_API_VERSION) besides DATABASE_URL and CHARGE_RESULTS_TOPIC.\n\n"
+        "PROVIDER_API_VERSION) besides DATABASE_URL.\n\n"
         "Exit status: 0 resolved; 1 refused (not in review, the provider contradicts,\n"
         "does not answer or may not be up to date), no such attempt, database\n"
         "unreachable; 2 bad usage.\n");
@@ -602,8 +602,7 @@ int ctl_attempt_resolve(int argc, char **argv)
     evidence = evidence_json(status, &a, &j, forced, lag_ms, ls, n);
     evidence_text =
         evidence ? json_dumps(evidence, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-    st = attempt_store_new(config_str(cfg, CONFIG_DATABASE_URL), ra.actor,
-                           config_str(cfg, CONFIG_CHARGE_RESULTS_TOPIC), err,
+    st = attempt_store_new(config_str(cfg, CONFIG_DATABASE_URL), ra.actor, err,
                            sizeof(err));
     if (!evidence_text || !st) {
         rc = failure("%s", st ? "out of memory" : err);
@@ -640,6 +639,14 @@ int ctl_attempt_resolve(int argc, char **argv)
                      src == ATTEMPT_STORE_DATA ? "the database refused the resolution: "
                                                : "",
                      err);
+        goto out;
+    }
+    if (s.busy) {
+        /* A session holds the attempt's row right now (a webhook being
+         * applied, or one hung in its transaction): nothing waited for it. */
+        rc = failure("attempt %s is locked by another session right now; nothing "
+                     "written, run resolve again",
+                     ra.id);
         goto out;
     }
     if (!s.settled) {

@@ -10,7 +10,6 @@
 
 struct api_store {
     char *url;
-    char *results_topic;
     PGconn *conn;
 };
 
@@ -39,7 +38,7 @@ static const char *SQL_RECORD_EVENT =
     "    AND l.provider_payment_id = $2 AND l.payment_attempt_id <> p.id)," \
     "  EXISTS (SELECT 1 FROM payment_attempts o WHERE o.order_id = p.order_id" \
     "    AND o.id <> p.id AND o.status = ANY ($3::text[]))" \
-    " FROM payment_attempts p WHERE " where " ORDER BY p.id LIMIT 1 FOR UPDATE OF p"
+    " FROM payment_attempts p WHERE " where " ORDER BY p.id LIMIT 1 FOR NO KEY UPDATE OF p"
 
 static const char *SQL_LOCK_BY_ID = SQL_LOCK_ATTEMPT("p.id = $1::uuid");
 static const char *SQL_LOCK_BY_INTENT =
@@ -55,16 +54,16 @@ static const char *SQL_SETTLE =
     "    lease_owner = NULL, lease_expires_at = NULL, lease_epoch = p.lease_epoch + 1,"
     "    next_check_at = CASE WHEN $2 = " ATTEMPT_SQL(PROCESSING)
     "      THEN coalesce(p.next_check_at, now()) END,"
-    "    updated_at = now()"
+    "    updated_at = " SQL_CHANGED_AT("p")
     "  WHERE p.id = $1::uuid AND p.status = $7"
     "  RETURNING p.id, p.order_id, p.amount, p.currency, p.provider_payment_id,"
-    "    p.status, p.reason, $5::text AS event_type),"
+    "    p.status, p.reason, p.updated_at, $5::text AS event_type),"
     " t AS ("
     "  INSERT INTO attempt_transitions (payment_attempt_id, old_status, new_status,"
-    "    cause, actor, reason, evidence)"
-    "  SELECT id, $7, status, 'webhook', $8, reason, $6::jsonb FROM u),"
+    "    cause, actor, reason, evidence, created_at)"
+    "  SELECT id, $7, status, 'webhook', $8, reason, $6::jsonb, updated_at FROM u),"
     SQL_LEDGER_CHARGE("u") ","
-    SQL_OUTBOX_EVENTS("u", "$9")
+    SQL_OUTBOX_EVENTS("u")
     "SELECT id FROM u";
 
 static const char *SQL_EVENT_OUTCOME =
@@ -82,14 +81,13 @@ static const char *SQL_VIEW_ORDER =
     SQL_VIEW "WHERE order_id = $1::uuid ORDER BY created_at, id LIMIT " ORDER_ATTEMPTS_MAX;
 /* clang-format on */
 
-api_store_t *api_store_new(const char *database_url, const char *results_topic)
+api_store_t *api_store_new(const char *database_url)
 {
     api_store_t *st = calloc(1, sizeof(*st));
     if (!st)
         return NULL;
     st->url = strdup(database_url);
-    st->results_topic = strdup(results_topic);
-    if (!st->url || !st->results_topic) {
+    if (!st->url) {
         api_store_free(st);
         return NULL;
     }
@@ -102,7 +100,6 @@ void api_store_free(api_store_t *st)
         return;
     PQfinish(st->conn);
     free(st->url);
-    free(st->results_topic);
     free(st);
 }
 
@@ -239,16 +236,15 @@ static int apply_once(api_store_t *st, const char *provider,
         }
         reason_for(ev, &d, reason, sizeof(reason));
         snprintf(actor, sizeof(actor), "webhook %s", ev->id);
-        const char *p[9] = {out->attempt_id,
+        const char *p[8] = {out->attempt_id,
                             attempt_status_name(d.status),
                             reason[0] ? reason : NULL,
                             d.action == WEBHOOK_APPLY ? ev->intent_id : NULL,
                             attempt_status_event_type(d.status),
                             evidence,
                             out->old_status,
-                            actor,
-                            st->results_topic};
-        if (!(r = db_exec(st->conn, SQL_SETTLE, 9, p, errbuf, errbuf_size)))
+                            actor};
+        if (!(r = db_exec(st->conn, SQL_SETTLE, 8, p, errbuf, errbuf_size)))
             goto out;
         if (PQntuples(r) != 1) {
             /* Impossible under the row lock; never commit half a decision. */

@@ -3,7 +3,8 @@
  * Webhook events are applied one transaction each: the event is recorded
  * in processed_webhook_events (PRIMARY KEY (provider, event_id)) first, so
  * that a concurrent or later delivery of the same event waits for, then
- * conflicts with, this one and changes nothing; then the attempt is locked,
+ * conflicts with, this one and changes nothing; then the attempt is locked
+ * (FOR NO KEY UPDATE: a worker's provider-call rows for it are not held up),
  * the decision of webhook_event_decide() is taken on what is locked, and
  * the status change, its transition, its ledger row and its result event
  * are written before the commit. Nothing in the transaction waits on the
@@ -25,9 +26,8 @@
 
 typedef struct api_store api_store_t;
 
-/* Copies both strings; `results_topic` goes into outbox rows. NULL only on
- * out of memory. Does not connect. */
-api_store_t *api_store_new(const char *database_url, const char *results_topic);
+/* Copies database_url. NULL only on out of memory. Does not connect. */
+api_store_t *api_store_new(const char *database_url);
 void api_store_free(api_store_t *st);
 
 /* What became of a webhook event. */

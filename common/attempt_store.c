@@ -14,7 +14,6 @@
 struct attempt_store {
     char *url;
     char *actor;
-    char *results_topic;
     PGconn *conn;
 };
 
@@ -34,8 +33,7 @@ static int failed(void)
 }
 
 attempt_store_t *attempt_store_new(const char *database_url, const char *actor,
-                                   const char *results_topic, char *errbuf,
-                                   size_t errbuf_size)
+                                   char *errbuf, size_t errbuf_size)
 {
     attempt_store_t *st = calloc(1, sizeof(*st));
     if (!st) {
@@ -44,8 +42,7 @@ attempt_store_t *attempt_store_new(const char *database_url, const char *actor,
     }
     st->url = strdup(database_url);
     st->actor = strdup(actor);
-    st->results_topic = strdup(results_topic);
-    if (!st->url || !st->actor || !st->results_topic) {
+    if (!st->url || !st->actor) {
         snprintf(errbuf, errbuf_size, "out of memory");
         goto fail;
     }
@@ -74,7 +71,6 @@ void attempt_store_free(attempt_store_t *st)
     PQfinish(st->conn);
     free(st->url);
     free(st->actor);
-    free(st->results_topic);
     free(st);
 }
 
@@ -160,12 +156,12 @@ static const char *SQL_INSERT_REJECTED =
     "    nullif(customer_id, ''), metadata, " ATTEMPT_SQL(REJECTED) ", reason FROM v"
     "  ORDER BY n ON CONFLICT DO NOTHING"
     "  RETURNING id, order_id, amount, currency, provider_payment_id, status, reason,"
-    "    $13::text AS event_type),"
+    "    updated_at, $12::text AS event_type),"
     " tr AS ("
     "  INSERT INTO attempt_transitions (payment_attempt_id, old_status, new_status,"
     "    cause, actor, reason)"
     "  SELECT id, NULL, status, 'worker', $11, reason FROM ins),"
-    SQL_OUTBOX_EVENTS("ins", "$12")
+    SQL_OUTBOX_EVENTS("ins")
     "SELECT id FROM ins";
 /* clang-format on */
 
@@ -324,9 +320,8 @@ int attempt_store_record(attempt_store_t *st, struct attempt_record_item *items,
         for (int i = 0; i < 10; i++)
             p[i] = db_array_text(rj.a[i]);
         p[10] = st->actor;
-        p[11] = st->results_topic;
-        p[12] = attempt_status_event_type(ATTEMPT_STATUS_REJECTED);
-        rej = db_exec(st->conn, SQL_INSERT_REJECTED, 13, p, errbuf, errbuf_size);
+        p[11] = attempt_status_event_type(ATTEMPT_STATUS_REJECTED);
+        rej = db_exec(st->conn, SQL_INSERT_REJECTED, 12, p, errbuf, errbuf_size);
         if (!rej) {
             rc = failed();
             goto out;
@@ -380,24 +375,24 @@ static const char *SQL_CLAIM =
     "     OR (p.status = " ATTEMPT_SQL(PROCESSING) " AND p.next_check_at IS NULL"
     "         AND p.lease_owner IS NOT NULL"
     "         AND p.lease_expires_at < now())"
-    "  ORDER BY p.id FOR UPDATE OF p SKIP LOCKED),"
+    "  ORDER BY p.id FOR NO KEY UPDATE OF p SKIP LOCKED),"
     " u AS ("
     "  UPDATE payment_attempts p SET status = " ATTEMPT_SQL(PROCESSING) ", lease_owner = $2,"
     "    lease_expires_at = now() + make_interval(secs => $3::double precision / 1000),"
     "    lease_epoch = p.lease_epoch + 1,"
     "    first_sent_at = coalesce(p.first_sent_at, now()),"
-    "    updated_at = now()"
+    "    updated_at = " SQL_CHANGED_AT("p")
     "  FROM c WHERE p.id = c.id"
-    "  RETURNING p.id, c.status AS old_status, p.lease_epoch, p.attempt_count,"
+    "  RETURNING p.id, c.status AS old_status, p.lease_epoch, p.attempt_count, p.updated_at,"
     "    (extract(epoch FROM now() - p.first_sent_at) * 1000)::bigint AS key_age_ms,"
     "    p.idempotency_key, p.order_id, p.amount, p.currency, p.payment_method,"
     "    coalesce(p.customer_id, '') AS customer_id),"
     " t AS ("
     "  INSERT INTO attempt_transitions (payment_attempt_id, old_status, new_status,"
-    "    cause, actor, reason)"
+    "    cause, actor, reason, created_at)"
     "  SELECT id, old_status, " ATTEMPT_SQL(PROCESSING) ", 'worker', $2,"
     "    CASE WHEN old_status = " ATTEMPT_SQL(PENDING) " THEN 'claimed'"
-    "         ELSE 'lease expired; taken over' END FROM u)"
+    "         ELSE 'lease expired; taken over' END, updated_at FROM u)"
     "SELECT a.id, a.status, a.lease_owner IS NOT NULL, u.lease_epoch, u.attempt_count,"
     "  u.key_age_ms, u.idempotency_key, u.order_id, u.amount, u.currency,"
     "  u.payment_method, u.customer_id"
@@ -560,7 +555,7 @@ static const char *SQL_PERSIST =
     "  AS v(id, epoch, status, reason, ppid, event_type, evidence, calls, last_error,"
     "       next_check_ms)),"
     " lk AS (SELECT p.id FROM payment_attempts p JOIN v ON p.id = v.id"
-    "  ORDER BY p.id FOR UPDATE OF p),"
+    "  ORDER BY p.id FOR NO KEY UPDATE OF p SKIP LOCKED),"
     " u AS ("
     "  UPDATE payment_attempts p SET status = v.status, reason = v.reason,"
     "    provider_payment_id = coalesce(v.ppid, p.provider_payment_id),"
@@ -568,27 +563,30 @@ static const char *SQL_PERSIST =
     "    attempt_count = p.attempt_count + v.calls, last_error = v.last_error,"
     "    next_check_at = CASE WHEN v.next_check_ms IS NULL THEN NULL"
     "      ELSE now() + make_interval(secs => v.next_check_ms / 1000.0) END,"
-    "    updated_at = now()"
+    "    updated_at = " SQL_CHANGED_AT("p")
     "  FROM v JOIN lk ON lk.id = v.id"
     "  WHERE p.id = v.id AND p.lease_owner = $11 AND p.lease_epoch = v.epoch"
     "    AND p.status = " ATTEMPT_SQL(PROCESSING)
     "  RETURNING p.id, p.order_id, p.amount, p.currency, p.status, p.reason,"
-    "    p.provider_payment_id, v.event_type, v.evidence),"
+    "    p.provider_payment_id, p.updated_at, v.event_type, v.evidence),"
     " t AS ("
     "  INSERT INTO attempt_transitions (payment_attempt_id, old_status, new_status,"
-    "    cause, actor, reason, evidence)"
-    "  SELECT id, " ATTEMPT_SQL(PROCESSING) ", status, 'worker', $11, reason, evidence"
-    "  FROM u),"
+    "    cause, actor, reason, evidence, created_at)"
+    "  SELECT id, " ATTEMPT_SQL(PROCESSING) ", status, 'worker', $11, reason, evidence,"
+    "    updated_at FROM u),"
     SQL_LEDGER_CHARGE("u") ","
-    SQL_OUTBOX_EVENTS("u", "$12")
-    "SELECT id FROM u";
+    SQL_OUTBOX_EVENTS("u")
+    /* Per item: persisted, or busy (another session holds its row: nothing
+     * was written, and nothing else waited for it). */
+    "SELECT v.id, u.id IS NOT NULL, lk.id IS NULL"
+    " FROM v LEFT JOIN u ON u.id = v.id LEFT JOIN lk ON lk.id = v.id";
 /* clang-format on */
 
 int attempt_store_persist(attempt_store_t *st, struct attempt_outcome *items, size_t n,
                           char *errbuf, size_t errbuf_size)
 {
     struct arrays ar = {0};
-    const char *p[12];
+    const char *p[11];
     PGresult *r = NULL;
     int rc;
 
@@ -627,14 +625,19 @@ int attempt_store_persist(attempt_store_t *st, struct attempt_outcome *items, si
     for (int i = 0; i < 10; i++)
         p[i] = db_array_text(ar.a[i]);
     p[10] = st->actor;
-    p[11] = st->results_topic;
-    r = db_exec(st->conn, SQL_PERSIST, 12, p, errbuf, errbuf_size);
+    r = db_exec(st->conn, SQL_PERSIST, 11, p, errbuf, errbuf_size);
     if (!r) {
         rc = failed();
         goto out;
     }
-    for (size_t i = 0; i < n; i++)
-        items[i].persisted = in_result(r, 0, items[i].attempt_id);
+    for (size_t i = 0; i < n; i++) {
+        items[i].persisted = items[i].busy = 0;
+        for (int row = 0; row < PQntuples(r); row++)
+            if (!strcmp(PQgetvalue(r, row, 0), items[i].attempt_id)) {
+                items[i].persisted = PQgetvalue(r, row, 1)[0] == 't';
+                items[i].busy = PQgetvalue(r, row, 2)[0] == 't';
+            }
+    }
     rc = ATTEMPT_STORE_OK;
     goto out;
 oom:
@@ -658,7 +661,7 @@ static const char *SQL_CLAIM_DUE =
     "      OR (p.status = " ATTEMPT_SQL(PROCESSING) " AND p.lease_expires_at <"
     "          now() - make_interval(secs => $4::double precision / 1000)))"
     "  ORDER BY p.next_check_at NULLS FIRST, p.id LIMIT $3::int"
-    "  FOR UPDATE OF p SKIP LOCKED)"
+    "  FOR NO KEY UPDATE OF p SKIP LOCKED)"
     "UPDATE payment_attempts p SET lease_owner = $1,"
     "  lease_expires_at = now() + make_interval(secs => $2::double precision / 1000),"
     "  lease_epoch = p.lease_epoch + 1,"
@@ -669,7 +672,8 @@ static const char *SQL_CLAIM_DUE =
     "  coalesce((extract(epoch FROM now() - p.first_sent_at) * 1000)::bigint, -1),"
     "  (extract(epoch FROM now() - p.created_at) * 1000)::bigint, p.reconcile_checks,"
     "  p.idempotency_key, p.order_id, p.amount, p.currency, p.payment_method,"
-    "  coalesce(p.customer_id, '')";
+    "  coalesce(p.customer_id, ''),"
+    "  coalesce((extract(epoch FROM p.first_sent_at) * 1000)::bigint, -1)";
 
 /* One settlement: fenced on the claim (or, without a lease, on no lease at
  * all), on the status it must still have. */
@@ -679,7 +683,7 @@ static const char *SQL_SETTLE =
     "  WHERE id = $1::uuid AND status = $2"
     "    AND CASE WHEN $3::bigint IS NULL THEN lease_owner IS NULL"
     "             ELSE lease_owner = $4 AND lease_epoch = $3::bigint END"
-    "  FOR UPDATE),"
+    "  FOR NO KEY UPDATE SKIP LOCKED),"
     " u AS ("
     "  UPDATE payment_attempts p SET status = $5,"
     "    reason = CASE WHEN $5 = lk.old_status THEN p.reason ELSE $6::text END,"
@@ -691,22 +695,28 @@ static const char *SQL_SETTLE =
     "    reconcile_checks = p.reconcile_checks + $10::int,"
     "    next_check_at = CASE WHEN $11::bigint IS NULL THEN NULL"
     "      ELSE now() + make_interval(secs => $11::bigint / 1000.0) END,"
-    "    updated_at = now()"
+    "    updated_at = " SQL_CHANGED_AT("p")
     "  FROM lk WHERE p.id = lk.id"
     "  RETURNING p.id, p.order_id, p.amount, p.currency, p.provider_payment_id,"
-    "    p.status, p.reason, lk.old_status, $8::jsonb AS evidence,"
+    "    p.status, p.reason, p.updated_at, lk.old_status, $8::jsonb AS evidence,"
     "    CASE WHEN p.status <> lk.old_status THEN $12::text END AS event_type),"
     " t AS ("
     "  INSERT INTO attempt_transitions (payment_attempt_id, old_status, new_status,"
-    "    cause, actor, reason, evidence)"
-    "  SELECT id, old_status, status, $13, $4, reason, evidence FROM u"
+    "    cause, actor, reason, evidence, created_at)"
+    "  SELECT id, old_status, status, $13, $4, reason, evidence, updated_at FROM u"
     "  WHERE status <> old_status),"
     SQL_LEDGER_CHARGE("u") ","
-    SQL_OUTBOX_EVENTS("u", "$14") ","
+    SQL_OUTBOX_EVENTS("u") ","
     " pc AS ("
-    SQL_PROVIDER_CALLS("$15", "$16", "$17", "$18", "$19", "$20", "$21", "$22", "$23",
+    SQL_PROVIDER_CALLS("$14", "$15", "$16", "$17", "$18", "$19", "$20", "$21", "$22",
                        "$4", "") ")"
-    "SELECT id FROM u";
+    /* Settled, or busy: the row is what the settlement expects, but another
+     * session holds it locked (nothing was written; nothing waited). */
+    "SELECT (SELECT count(*) FROM u),"
+    "  NOT EXISTS (SELECT 1 FROM lk) AND EXISTS (SELECT 1 FROM payment_attempts"
+    "    WHERE id = $1::uuid AND status = $2"
+    "    AND CASE WHEN $3::bigint IS NULL THEN lease_owner IS NULL"
+    "             ELSE lease_owner = $4 AND lease_epoch = $3::bigint END)";
 /* clang-format on */
 
 int attempt_store_claim_due(attempt_store_t *st, struct attempt_due *out, size_t max,
@@ -748,6 +758,7 @@ int attempt_store_claim_due(attempt_store_t *st, struct attempt_due *out, size_t
         snprintf(pa->payment_method, sizeof(pa->payment_method), "%s",
                  PQgetvalue(r, i, 11));
         snprintf(pa->customer_id, sizeof(pa->customer_id), "%s", PQgetvalue(r, i, 12));
+        d->first_sent_ms = strtoll(PQgetvalue(r, i, 13), NULL, 10);
     }
     PQclear(r);
     return ATTEMPT_STORE_OK;
@@ -758,7 +769,7 @@ static int settle_one(attempt_store_t *st, struct attempt_settlement *it, char *
 {
     struct arrays ar = {0};
     char epoch[32], charges[16], next[32];
-    const char *p[23];
+    const char *p[22];
     int rc = ATTEMPT_STORE_RETRY, ncharges = 0;
 
     if (it->status != it->expected &&
@@ -789,15 +800,15 @@ static int settle_one(attempt_store_t *st, struct attempt_settlement *it, char *
     p[10] = it->next_check_ms < 0 ? NULL : next;
     p[11] = attempt_status_event_type(it->status);
     p[12] = it->cause ? it->cause : "reconciler";
-    p[13] = st->results_topic;
     for (int i = 0; i < 9; i++)
-        p[14 + i] = db_array_text(ar.a[i]);
-    PGresult *r = db_exec(st->conn, SQL_SETTLE, 23, p, errbuf, errbuf_size);
+        p[13 + i] = db_array_text(ar.a[i]);
+    PGresult *r = db_exec(st->conn, SQL_SETTLE, 22, p, errbuf, errbuf_size);
     if (!r) {
         rc = failed();
         goto out;
     }
-    it->settled = PQntuples(r) == 1;
+    it->settled = strcmp(PQgetvalue(r, 0, 0), "1") == 0;
+    it->busy = PQgetvalue(r, 0, 1)[0] == 't';
     PQclear(r);
     rc = ATTEMPT_STORE_OK;
     goto out;
@@ -864,7 +875,7 @@ int attempt_store_settle(attempt_store_t *st, struct attempt_settlement *items,
     if ((rc = ensure_conn(st, errbuf, errbuf_size)) != 0)
         return rc;
     for (size_t i = 0; i < n; i++) {
-        items[i].settled = 0;
+        items[i].settled = items[i].busy = 0;
         if ((rc = settle_one(st, &items[i], errbuf, errbuf_size)) != 0)
             return rc;
     }
@@ -874,29 +885,46 @@ int attempt_store_settle(attempt_store_t *st, struct attempt_settlement *items,
 /* ---- leases ---- */
 
 /* clang-format off */
+/* The rows of `v` no other session holds: a lease is let go without waiting
+ * on a peer's lock (a session hung in a transaction would hold us with it);
+ * one held elsewhere simply expires. */
+#define SQL_LEASES_UNLOCKED \
+    " lk AS (SELECT p.id FROM payment_attempts p JOIN v ON p.id = v.id" \
+    "  ORDER BY p.id FOR NO KEY UPDATE OF p SKIP LOCKED)"
+
 static const char *SQL_RENEW =
     "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::bigint[]) AS v(id, epoch)),"
     " lk AS (SELECT p.id FROM payment_attempts p JOIN v ON p.id = v.id"
-    "  ORDER BY p.id FOR UPDATE OF p)"
-    "UPDATE payment_attempts p"
-    " SET lease_expires_at = now() + make_interval(secs => $3::double precision / 1000)"
-    " FROM v JOIN lk ON lk.id = v.id"
-    " WHERE p.id = v.id AND p.lease_epoch = v.epoch AND p.lease_owner = $4"
-    " RETURNING p.id";
+    "  ORDER BY p.id FOR NO KEY UPDATE OF p SKIP LOCKED),"
+    " u AS (UPDATE payment_attempts p"
+    "  SET lease_expires_at = now() + make_interval(secs => $3::double precision / 1000)"
+    "  FROM v JOIN lk ON lk.id = v.id"
+    "  WHERE p.id = v.id AND p.lease_epoch = v.epoch AND p.lease_owner = $4"
+    "  RETURNING p.id)"
+    "SELECT id FROM u"
+    /* A row another session holds is not extended now, and nothing waits
+     * for it: still ours if its last committed lease is. */
+    " UNION ALL SELECT p.id FROM payment_attempts p JOIN v ON p.id = v.id"
+    " WHERE p.id NOT IN (SELECT id FROM lk) AND p.lease_epoch = v.epoch"
+    "   AND p.lease_owner = $4";
 /* clang-format on */
 
 /* clang-format off */
 static const char *SQL_RELEASE =
+    "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::bigint[]) AS v(id, epoch)),"
+    SQL_LEASES_UNLOCKED
     "UPDATE payment_attempts p SET lease_expires_at = now()"
-    " FROM unnest($1::uuid[], $2::bigint[]) AS v(id, epoch)"
+    " FROM v JOIN lk ON lk.id = v.id"
     " WHERE p.id = v.id AND p.lease_epoch = v.epoch AND p.lease_owner = $3"
     " RETURNING p.id";
 /* clang-format on */
 
 /* clang-format off */
 static const char *SQL_HAND_BACK =
+    "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::bigint[]) AS v(id, epoch)),"
+    SQL_LEASES_UNLOCKED
     "UPDATE payment_attempts p SET lease_owner = NULL, lease_expires_at = NULL"
-    " FROM unnest($1::uuid[], $2::bigint[]) AS v(id, epoch)"
+    " FROM v JOIN lk ON lk.id = v.id"
     " WHERE p.id = v.id AND p.lease_epoch = v.epoch AND p.lease_owner = $3"
     " RETURNING p.id";
 /* clang-format on */

@@ -13,7 +13,13 @@
  *
  * Multi-row statements take their rows in attempt-id order, so that two
  * workers with overlapping batches do not deadlock (and a deadlock that
- * happens anyway is ATTEMPT_STORE_RETRY). */
+ * happens anyway is ATTEMPT_STORE_RETRY). No statement waits for a row
+ * another session holds locked (SKIP LOCKED): a session hung inside a
+ * transaction (a frozen api pod, a partition) costs the attempts it holds,
+ * which come out `busy`, never the rest of the batch. Rows are locked FOR
+ * NO KEY UPDATE (no key ever changes): a lock of ours never holds up the
+ * foreign-key check of a row written for the attempt (a provider call, a
+ * transition), which FOR UPDATE would. */
 #ifndef CHARGED_ATTEMPT_STORE_H
 #define CHARGED_ATTEMPT_STORE_H
 
@@ -35,12 +41,11 @@ enum attempt_store_rc {
                                  repeat item by item to find the bad one */
 };
 
-/* `actor` names this process in leases and transitions (the worker id);
- * `results_topic` is written into outbox rows. Copies both. Does not
- * connect: NULL and errbuf only when database_url cannot be parsed. */
+/* `actor` names this process in leases and transitions (the worker id).
+ * Copies both. Does not connect: NULL and errbuf only when database_url
+ * cannot be parsed. */
 attempt_store_t *attempt_store_new(const char *database_url, const char *actor,
-                                   const char *results_topic, char *errbuf,
-                                   size_t errbuf_size);
+                                   char *errbuf, size_t errbuf_size);
 void attempt_store_free(attempt_store_t *st);
 
 /* Connects if needed and runs an empty statement: whether the database
@@ -124,7 +129,8 @@ struct attempt_outcome {
     int calls;                       /* in: provider calls made under this claim */
     const char *last_error;          /* in, may be NULL */
     long long next_check_ms;         /* in: reconciler's next look; < 0 none */
-    int persisted;                   /* out: 0 when the lease was lost */
+    int persisted;                   /* out: 0 when the lease was lost or busy */
+    int busy; /* out: another session holds the row: nothing written, try again */
 };
 
 int attempt_store_persist(attempt_store_t *st, struct attempt_outcome *items, size_t n,
@@ -142,6 +148,8 @@ struct attempt_due {
     char provider_payment_id[96]; /* "" when none is known */
     int64_t key_age_ms;           /* now - first_sent_at, database clock; -1:
                                      never sent */
+    int64_t first_sent_ms;        /* first_sent_at, ms since the epoch on the
+                                     database clock; -1: never sent */
     int64_t age_ms;               /* now - created_at */
     int checks;                   /* looks so far */
     struct attempt_params params;
@@ -182,13 +190,16 @@ struct attempt_settlement {
     long long next_check_ms;          /* next look; < 0: none */
     const struct attempt_call *calls; /* provider calls made for it */
     size_t ncalls;
-    int settled; /* out: 0 when fenced out or moved on */
+    int settled; /* out: 0 when fenced out, moved on or busy */
+    int busy;    /* out: another session holds the row: nothing written */
 };
 
 int attempt_store_settle(attempt_store_t *st, struct attempt_settlement *items,
                          size_t n, char *errbuf, size_t errbuf_size);
 
-/* Extends the leases still ours; still_ours[i] says which. */
+/* Extends the leases still ours; still_ours[i] says which (one another
+ * session holds locked is not extended now, and is still ours if its last
+ * committed lease is). */
 int attempt_store_renew(attempt_store_t *st, const char *const *attempt_ids,
                         const int64_t *epochs, size_t n, long long lease_ms,
                         int *still_ours, char *errbuf, size_t errbuf_size);

@@ -71,8 +71,8 @@ static const struct config_row config_table[CONFIG__COUNT] = {
     {CONFIG_CHARGE_COMMANDS_TOPIC, "CHARGE_COMMANDS_TOPIC", CONFIG_T_TOPIC,
      "payments.charge.commands", 0, 0, R_KAFKA, 0, "input topic of charge commands"},
     {CONFIG_CHARGE_RESULTS_TOPIC, "CHARGE_RESULTS_TOPIC", CONFIG_T_TOPIC,
-     "payments.charge.results", 0, 0,
-     R_KAFKA | CONFIG_ROLE_RECONCILER | CONFIG_ROLE_API, 0, "topic of result events"},
+     "payments.charge.results", 0, 0, CONFIG_ROLE_RELAY, 0,
+     "topic the relay publishes every result event to"},
     {CONFIG_CHARGE_DLQ_TOPIC, "CHARGE_DLQ_TOPIC", CONFIG_T_TOPIC,
      "payments.charge.commands.dlq", 0, 0, R_KAFKA, 0,
      "dead letters of the input topic"},
@@ -110,14 +110,23 @@ static const struct config_row config_table[CONFIG__COUNT] = {
      100000000000LL, R_W, 0, "amounts above this (minor units) are dead letters"},
     {CONFIG_WORKER_ALLOWED_CURRENCIES, "WORKER_ALLOWED_CURRENCIES", CONFIG_T_STR, "", 0,
      0, R_W, 0, "comma-separated allow-list of currencies; empty allows all"},
-    {CONFIG_PROVIDER_BREAKER_FAILURES, "PROVIDER_BREAKER_FAILURES", CONFIG_T_INT, "4",
-     0, 1000, R_W, 0,
-     "provider failures in a row (429, 5xx, no answer) that open the breaker; 0: "
-     "never"},
+    /* A rate over a window, not a streak: under partial degradation (one call
+     * in five failing, each retry getting through) a streak opened it again
+     * and again, and throughput fell thirty-fold. */
+    {CONFIG_PROVIDER_BREAKER_FAILURE_RATE, "PROVIDER_BREAKER_FAILURE_RATE",
+     CONFIG_T_INT, "50", 0, 100, R_W, 0,
+     "percent of provider calls failing (429, 5xx, no answer) over "
+     "PROVIDER_BREAKER_WINDOW_MS that opens the breaker; 0: never"},
+    {CONFIG_PROVIDER_BREAKER_MIN_CALLS, "PROVIDER_BREAKER_MIN_CALLS", CONFIG_T_INT,
+     "50", 2, 100000, R_W, 0,
+     "provider calls in the window before the failure rate is judged"},
+    {CONFIG_PROVIDER_BREAKER_WINDOW_MS, "PROVIDER_BREAKER_WINDOW_MS", CONFIG_T_INT,
+     "30000", 100, 3600000, R_W, 0, "the window the failure rate is taken over, in ms"},
     {CONFIG_PROVIDER_BREAKER_OPEN_MS, "PROVIDER_BREAKER_OPEN_MS", CONFIG_T_INT, "5000",
      10, 3600000, R_W, 0, "how long an open breaker waits before probing the provider"},
     {CONFIG_PROVIDER_BREAKER_PROBES, "PROVIDER_BREAKER_PROBES", CONFIG_T_INT, "3", 1,
-     100, R_W, 0, "probe calls, one at a time, that must succeed in a row to close it"},
+     100, R_W, 0,
+     "probes, one at a time, the provider must answer in a row to close it"},
     /* Set by Kubernetes' downward API; a stable name across restarts. */
     {CONFIG_POD_NAME, "POD_NAME", CONFIG_T_STR, NULL, 0, 0, R_W, 0,
      "the consumer's group.instance.id (static membership) unless "

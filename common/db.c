@@ -60,8 +60,14 @@ PGconn *db_connect(const char *url, char *errbuf, size_t errbuf_size)
         return NULL;
     }
     PQsetNoticeProcessor(conn, notice_to_log, NULL);
-    /* Timestamps in UTC so that what we print and compare is unambiguous. */
-    PGresult *r = PQexec(conn, "SET TIME ZONE 'UTC'");
+    /* Timestamps in UTC so that what we print and compare is unambiguous.
+     * No session of ours sits idle inside a transaction for long: a process
+     * frozen there (a stopped pod, a partition, with TCP keepalives of two
+     * hours on the server's side) would hold its row locks with it, and the
+     * server now ends such a session, and its locks, after DB_IDLE_IN_TX. */
+    PGresult *r =
+        PQexec(conn, "SET TIME ZONE 'UTC'; "
+                     "SET idle_in_transaction_session_timeout = '" DB_IDLE_IN_TX "'");
     PQclear(r);
     return conn;
 }
@@ -74,8 +80,11 @@ int db_ensure(PGconn **conn, const char *url, char *errbuf, size_t errbuf_size)
     *conn = db_connect(url, errbuf, errbuf_size);
     if (!*conn)
         return -1;
+    /* A daemon's statement never waits long for a lock: the few that may
+     * wait at all (the api's row lock) give up and are answered 503. */
     if (db_run(*conn, "SET statement_timeout = '10s'", 0, NULL, errbuf, errbuf_size) !=
-        0) {
+            0 ||
+        db_run(*conn, "SET lock_timeout = '5s'", 0, NULL, errbuf, errbuf_size) != 0) {
         PQfinish(*conn);
         *conn = NULL;
         return -1;

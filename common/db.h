@@ -7,15 +7,21 @@
 #include <stddef.h>
 #include <libpq-fe.h>
 
-/* Opens a connection. Returns NULL and one line (without the password) in
- * errbuf on failure. Close with PQfinish. */
+/* How long a session of ours may sit idle inside a transaction before the
+ * server ends it (and releases its locks). Nothing of ours thinks between
+ * two statements of a transaction. */
+#define DB_IDLE_IN_TX "5s"
+
+/* Opens a connection (idle_in_transaction_session_timeout DB_IDLE_IN_TX).
+ * Returns NULL and one line (without the password) in errbuf on failure.
+ * Close with PQfinish. */
 PGconn *db_connect(const char *url, char *errbuf, size_t errbuf_size);
 
 /* Keeps *conn usable for a daemon: opens it when NULL or broken (a new
- * session, with a 10 s statement_timeout so that no statement holds a
- * loop for long). Returns 0 when the session is the same as before, 1 when
- * it is new (session state such as advisory locks is gone), -1 with errbuf
- * when the database cannot be reached (*conn is then NULL). */
+ * session, with a 10 s statement_timeout and a 5 s lock_timeout so that
+ * no statement holds a loop for long). Returns 0 when the session is the same as
+ * before, 1 when it is new (session state such as advisory locks is gone), -1 with
+ * errbuf when the database cannot be reached (*conn is then NULL). */
 int db_ensure(PGconn **conn, const char *url, char *errbuf, size_t errbuf_size);
 
 /* Runs a parameterized statement (text parameters). Returns the result when

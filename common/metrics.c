@@ -106,6 +106,12 @@ static const struct metric_family families[METRIC__COUNT] = {
                                  "Result events acknowledged by the broker and marked "
                                  "published by this relay.",
                                  {NULL}},
+    [METRIC_OUTBOX_FAILURES] = {"charged_outbox_publish_failures_total",
+                                METRIC_COUNTER,
+                                "Result events the broker refused, or did not "
+                                "acknowledge in time, while others were published: "
+                                "each waits, with the later events of its attempt.",
+                                {NULL}},
     [METRIC_WEBHOOKS] = {"charged_webhook_deliveries_total",
                          METRIC_COUNTER,
                          "Provider webhook deliveries answered, by result.",

@@ -38,6 +38,7 @@ enum metric_key {
     METRIC_OUTBOX_BACKLOG,         /* charged_outbox_backlog_events */
     METRIC_OUTBOX_OLDEST,          /* charged_outbox_oldest_event_age_seconds */
     METRIC_OUTBOX_PUBLISHED,       /* charged_outbox_published_total */
+    METRIC_OUTBOX_FAILURES,        /* charged_outbox_publish_failures_total */
     METRIC_WEBHOOKS,               /* charged_webhook_deliveries_total{result} */
     METRIC_BREAKER_STATE,          /* charged_provider_breaker_state */
     METRIC_BREAKER_OPENS,          /* charged_provider_breaker_opens_total */

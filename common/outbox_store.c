@@ -77,10 +77,24 @@ int outbox_store_lead(outbox_store_t *st, char *errbuf, size_t errbuf_size)
 }
 
 /* clang-format off */
+/* In seq order, the order each attempt's events were written in; an event
+ * waiting out a failure holds back the later events of its attempt, and no
+ * other. */
 static const char *SQL_FETCH =
-    "SELECT event_id, topic, event_key, payload::text FROM outbox"
-    " WHERE published_at IS NULL"
-    " ORDER BY created_at, event_id LIMIT $1::int";
+    "SELECT o.event_id, o.event_key, o.payload::text FROM outbox o"
+    " WHERE o.published_at IS NULL"
+    "   AND NOT EXISTS (SELECT 1 FROM outbox b"
+    "     WHERE b.payment_attempt_id = o.payment_attempt_id AND b.published_at IS NULL"
+    "       AND b.seq <= o.seq AND b.retry_at > now())"
+    " ORDER BY o.seq LIMIT $1::int";
+
+/* The next try after 1 s, 2 s, 4 s ... at most a minute. */
+static const char *SQL_FAILED =
+    "UPDATE outbox o SET publish_failures = o.publish_failures + 1,"
+    "  last_error = v.error,"
+    "  retry_at = now() + make_interval(secs => least(60, 2 ^ least(o.publish_failures, 6)))"
+    " FROM unnest($1::uuid[], $2::text[]) AS v(id, error)"
+    " WHERE o.event_id = v.id AND o.published_at IS NULL";
 
 static const char *SQL_MARK =
     "UPDATE outbox SET published_at = now()"
@@ -117,9 +131,8 @@ outbox_batch_t *outbox_store_fetch(outbox_store_t *st, size_t max, char *errbuf,
     b->n = n;
     for (size_t i = 0; i < n; i++) {
         b->events[i].event_id = PQgetvalue(r, (int)i, 0);
-        b->events[i].topic = PQgetvalue(r, (int)i, 1);
-        b->events[i].key = PQgetvalue(r, (int)i, 2);
-        b->events[i].payload = PQgetvalue(r, (int)i, 3);
+        b->events[i].key = PQgetvalue(r, (int)i, 1);
+        b->events[i].payload = PQgetvalue(r, (int)i, 2);
     }
     return b;
 }
@@ -163,6 +176,30 @@ int outbox_store_mark_published(outbox_store_t *st, const char *const *event_ids
     rc = db_run(st->conn, SQL_MARK, 1, p, errbuf, errbuf_size);
 out:
     db_array_free(ids);
+    return rc;
+}
+
+int outbox_store_mark_failed(outbox_store_t *st, const char *const *event_ids,
+                             const char *const *errors, size_t n, char *errbuf,
+                             size_t errbuf_size)
+{
+    int rc = -1;
+    db_array_t *ids = db_array_new(), *errs = db_array_new();
+    if (!ids || !errs)
+        goto oom;
+    for (size_t i = 0; i < n; i++)
+        if (db_array_add(ids, event_ids[i]) != 0 || db_array_add(errs, errors[i]) != 0)
+            goto oom;
+    if (ensure_conn(st, errbuf, errbuf_size) != 0)
+        goto out;
+    const char *p[2] = {db_array_text(ids), db_array_text(errs)};
+    rc = db_run(st->conn, SQL_FAILED, 2, p, errbuf, errbuf_size);
+    goto out;
+oom:
+    snprintf(errbuf, errbuf_size, "out of memory");
+out:
+    db_array_free(ids);
+    db_array_free(errs);
     return rc;
 }
 

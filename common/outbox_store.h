@@ -26,18 +26,21 @@ void outbox_store_free(outbox_store_t *st);
  * if held, is gone with the connection). */
 int outbox_store_lead(outbox_store_t *st, char *errbuf, size_t errbuf_size);
 
-/* One unpublished event. Strings are owned by the batch. */
+/* One unpublished event. Strings are owned by the batch. There is no topic:
+ * the relay publishes every event to its own. */
 struct outbox_event {
     const char *event_id;
-    const char *topic;
-    const char *key;
+    const char *key;     /* the payment_attempt_id */
     const char *payload; /* JSON text */
 };
 
 typedef struct outbox_batch outbox_batch_t;
 
-/* Up to max unpublished events, oldest first (the order they were written
- * in). NULL and errbuf on failure; an empty batch is not a failure. */
+/* Up to max unpublished events in the order they were written (seq, drawn
+ * after the attempt's row was locked, so an attempt's events come in the
+ * order of its changes), leaving out every event of an attempt from its
+ * first one that waits out a failure (mark_failed) on. NULL and errbuf on
+ * failure; an empty batch is not a failure. */
 outbox_batch_t *outbox_store_fetch(outbox_store_t *st, size_t max, char *errbuf,
                                    size_t errbuf_size);
 size_t outbox_batch_count(const outbox_batch_t *b);
@@ -47,6 +50,14 @@ void outbox_batch_free(outbox_batch_t *b);
 /* Marks the events published. 0 / -1 with errbuf. */
 int outbox_store_mark_published(outbox_store_t *st, const char *const *event_ids,
                                 size_t n, char *errbuf, size_t errbuf_size);
+
+/* The broker refused these events, or did not acknowledge them, while it
+ * took others: each is tried again after a back-off (1 s, doubling, at most
+ * a minute), and the later events of its attempt wait with it. errors[i]
+ * is stored as its last_error. 0 / -1 with errbuf. */
+int outbox_store_mark_failed(outbox_store_t *st, const char *const *event_ids,
+                             const char *const *errors, size_t n, char *errbuf,
+                             size_t errbuf_size);
 
 /* Deletes rows published more than retention_ms ago; *deleted says how many. */
 int outbox_store_purge(outbox_store_t *st, long long retention_ms, long long *deleted,

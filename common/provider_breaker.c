@@ -2,18 +2,31 @@
 
 #include <stdlib.h>
 
+struct bucket {
+    int64_t start; /* of its slice of time; a bucket older than the window is empty */
+    int calls, failures;
+};
+
 struct provider_breaker {
     struct provider_breaker_config cfg;
+    long long bucket_ms;
     enum provider_breaker_state state;
     /* Moves on at every change of state: a ticket of an older generation
      * tells of the provider as it was, and is only counted in flight. */
     uint64_t generation;
-    int64_t opened_at; /* OPEN: since when */
-    int streak;        /* CLOSED: failures in a row; HALF_OPEN: successes */
-    int probe_out;     /* HALF_OPEN: the probe is in flight */
+    int64_t opened_at;                     /* OPEN: since when */
+    struct bucket window[BREAKER_BUCKETS]; /* CLOSED: the last window_ms */
+    int streak;                            /* HALF_OPEN: probe successes in a row */
+    int probe_out;                         /* HALF_OPEN: the probe is in flight */
     size_t in_flight;
     uint64_t opens;
 };
+
+static void clear_window(provider_breaker_t *b)
+{
+    for (int i = 0; i < BREAKER_BUCKETS; i++)
+        b->window[i] = (struct bucket){INT64_MIN, 0, 0};
+}
 
 provider_breaker_t *provider_breaker_new(const struct provider_breaker_config *cfg)
 {
@@ -23,9 +36,17 @@ provider_breaker_t *provider_breaker_new(const struct provider_breaker_config *c
     b->cfg = *cfg;
     if (b->cfg.probes < 1)
         b->cfg.probes = 1;
+    if (b->cfg.min_calls < 1)
+        b->cfg.min_calls = 1;
+    if (b->cfg.failure_rate < 0)
+        b->cfg.failure_rate = 0;
     if (b->cfg.open_ms < 0)
         b->cfg.open_ms = 0;
+    if (b->cfg.window_ms < BREAKER_BUCKETS)
+        b->cfg.window_ms = BREAKER_BUCKETS;
+    b->bucket_ms = b->cfg.window_ms / BREAKER_BUCKETS;
     b->state = PROVIDER_BREAKER_CLOSED;
+    clear_window(b);
     return b;
 }
 
@@ -40,9 +61,42 @@ static void move_to(provider_breaker_t *b, enum provider_breaker_state s, int64_
     b->generation++;
     b->streak = 0;
     b->probe_out = 0;
+    /* A closed breaker starts from nothing: the failures that opened it
+     * are about the provider as it was. */
+    clear_window(b);
     if (s == PROVIDER_BREAKER_OPEN) {
         b->opened_at = now;
         b->opens++;
+    }
+}
+
+/* The bucket for now's slice of time, emptied if it last held an older one. */
+static struct bucket *bucket_at(provider_breaker_t *b, int64_t now)
+{
+    int64_t slice = now >= 0 ? now / b->bucket_ms : -((-now - 1) / b->bucket_ms) - 1;
+    struct bucket *k = &b->window[(size_t)(slice % BREAKER_BUCKETS + BREAKER_BUCKETS) %
+                                  BREAKER_BUCKETS];
+    int64_t start = slice * b->bucket_ms;
+    if (k->start != start)
+        *k = (struct bucket){start, 0, 0};
+    return k;
+}
+
+void provider_breaker_window(provider_breaker_t *b, int64_t now_ms, int *calls,
+                             int *failures)
+{
+    *calls = *failures = 0;
+    if (b->state != PROVIDER_BREAKER_CLOSED)
+        return;
+    for (int i = 0; i < BREAKER_BUCKETS; i++) {
+        const struct bucket *k = &b->window[i];
+        /* Buckets whose slice lies in the last window_ms (the current one
+         * included). */
+        if (k->start != INT64_MIN && k->start > now_ms - b->cfg.window_ms &&
+            k->start <= now_ms) {
+            *calls += k->calls;
+            *failures += k->failures;
+        }
     }
 }
 
@@ -104,16 +158,23 @@ void provider_breaker_record(provider_breaker_t *b,
                              const struct provider_breaker_ticket *t,
                              enum provider_breaker_answer a, int64_t now_ms)
 {
+    int calls, failures;
     if (!end_ticket(b, t))
         return;
     switch (b->state) {
-    case PROVIDER_BREAKER_CLOSED:
-        if (a == PROVIDER_BREAKER_SUCCESS) {
-            b->streak = 0;
-        } else if (b->cfg.failures > 0 && ++b->streak >= b->cfg.failures) {
+    case PROVIDER_BREAKER_CLOSED: {
+        struct bucket *k = bucket_at(b, now_ms);
+        k->calls++;
+        k->failures += a == PROVIDER_BREAKER_FAILURE;
+        if (a != PROVIDER_BREAKER_FAILURE || b->cfg.failure_rate == 0)
+            break;
+        provider_breaker_window(b, now_ms, &calls, &failures);
+        /* failures / calls >= rate %, in integers. */
+        if (calls >= b->cfg.min_calls &&
+            (long long)failures * 100 >= (long long)b->cfg.failure_rate * calls)
             move_to(b, PROVIDER_BREAKER_OPEN, now_ms);
-        }
         break;
+    }
     case PROVIDER_BREAKER_HALF_OPEN:
         if (a == PROVIDER_BREAKER_FAILURE)
             move_to(b, PROVIDER_BREAKER_OPEN, now_ms);
@@ -151,7 +212,7 @@ size_t provider_breaker_in_flight(const provider_breaker_t *b)
 
 int provider_breaker_streak(const provider_breaker_t *b)
 {
-    return b->streak;
+    return b->state == PROVIDER_BREAKER_HALF_OPEN ? b->streak : 0;
 }
 
 uint64_t provider_breaker_opens(const provider_breaker_t *b)

@@ -3,19 +3,29 @@
  *
  * Pure: no clock, no I/O; the caller passes the time (monotonic ms).
  *
- *   CLOSED     calls go. `failures` failures in a row open it.
+ *   CLOSED     calls go. It opens when, over the last `window_ms`, at least
+ *              `min_calls` calls ended and at least `failure_rate` percent
+ *              of them failed.
  *   OPEN       no call starts. `open_ms` after it opened it is HALF_OPEN.
- *   HALF_OPEN  one call at a time (a probe: a real call). `probes`
- *              successes in a row close it; a failure opens it again for
- *              another `open_ms`.
+ *   HALF_OPEN  one probe at a time. `probes` successes in a row close it
+ *              (with an empty window); a failure opens it again for another
+ *              `open_ms`.
  *
- * A failure is an answer that says the provider, not the request, is in
- * trouble: 429, 5xx, or no answer at all (connection refused or lost, a
- * timeout). Every other answer, a decline or a 409 included, shows a
- * provider that works. Each call takes a ticket when it is allowed and
- * hands it back with its answer (or unused); a call that was allowed before
- * the breaker last changed state still ends and is counted in flight, but
- * its answer changes nothing: it tells of the provider as it was. */
+ * A rate, not a streak: with hundreds of calls in flight, "failures in a
+ * row" cannot tell a provider that fails one call in five (degraded: every
+ * retry with its key gets through) from one that is down, and a streak
+ * opened the breaker again and again under 20% errors. The window is cut
+ * into BREAKER_BUCKETS buckets that age out one by one (resilience4j's
+ * time-based window); `min_calls` keeps a handful of calls from deciding.
+ *
+ * What counts as a failure: an answer that says the provider, not the
+ * request, is in trouble: 429, 5xx, or no answer at all (connection refused
+ * or lost, a timeout). Every other answer, a decline, a 400 or a 409
+ * included, shows a provider that works. Each call takes a ticket when it
+ * is allowed and hands it back with its answer (or unused); a call that was
+ * allowed before the breaker last changed state still ends and is counted
+ * in flight, but its answer changes nothing: it tells of the provider as it
+ * was. */
 #ifndef CHARGED_PROVIDER_BREAKER_H
 #define CHARGED_PROVIDER_BREAKER_H
 
@@ -34,10 +44,15 @@ enum provider_breaker_answer {
     PROVIDER_BREAKER_FAILURE,     /* 429, 5xx, or no answer */
 };
 
+/* Buckets of the sliding window. */
+#define BREAKER_BUCKETS 10
+
 struct provider_breaker_config {
-    int failures;      /* failures in a row that open it; 0: never opens */
-    long long open_ms; /* how long it stays open before probing */
-    int probes;        /* probe successes in a row that close it (>= 1) */
+    int failure_rate;    /* percent of failures that opens it (1..100); 0: never */
+    int min_calls;       /* calls in the window before the rate is judged (>= 1) */
+    long long window_ms; /* the window the rate is taken over (>= BREAKER_BUCKETS) */
+    long long open_ms;   /* how long it stays open before probing */
+    int probes;          /* probe successes in a row that close it (>= 1) */
 };
 
 /* What a call was allowed under; the caller keeps it until the call ends. */
@@ -83,14 +98,18 @@ int64_t provider_breaker_next_allow_ms(provider_breaker_t *b, int64_t now_ms);
 /* Calls allowed and not yet recorded or cancelled. */
 size_t provider_breaker_in_flight(const provider_breaker_t *b);
 
-/* Failures in a row while closed; probe successes in a row while
- * half-open. */
+/* The window while closed, as of now_ms: calls ended and failures among
+ * them. */
+void provider_breaker_window(provider_breaker_t *b, int64_t now_ms, int *calls,
+                             int *failures);
+
+/* Probe successes in a row while half-open; 0 otherwise. */
 int provider_breaker_streak(const provider_breaker_t *b);
 
 /* How many times it opened (the first time or again after a probe). */
 uint64_t provider_breaker_opens(const provider_breaker_t *b);
 
-/* How the answer to a charge counts, from its HTTP status (0: none). */
+/* How the answer to a call counts, from its HTTP status (0: none). */
 enum provider_breaker_answer provider_breaker_classify(int http_status);
 
 #endif

@@ -850,18 +850,21 @@ int provider_client_start_charge(provider_client_t *pc,
     return start_async(pc, x, opaque, errbuf, errbuf_size);
 }
 
-int provider_client_start_retrieve(provider_client_t *pc, const char *payment_intent_id,
-                                   void *opaque, char *errbuf, size_t errbuf_size)
+int provider_client_start_probe(provider_client_t *pc, void *opaque, char *errbuf,
+                                size_t errbuf_size)
 {
     char url[1024];
-    retrieve_url(pc, payment_intent_id, url, sizeof(url));
-    struct provider_xfer *x = xfer_new(pc, url, NULL, 0);
+    /* The charge endpoint, as charges use it, with a body the provider
+     * refuses before it executes anything: an amount of 0, no payment
+     * method, no confirm. Even a provider that took it would only create an
+     * unconfirmed intent, which charges nobody. */
+    char *body = strdup("amount=0&currency=usd&metadata%5Bcharged_probe%5D=breaker");
+    snprintf(url, sizeof(url), "%s/v1/payment_intents", pc->base_url);
+    struct provider_xfer *x = body ? xfer_new(pc, url, body, 0) : NULL;
     if (!x) {
         snprintf(errbuf, errbuf_size, "provider client: out of memory");
         return -1;
     }
-    x->lookup = 1;
-    curl_easy_setopt(x->easy, CURLOPT_HTTPGET, 1L);
     return start_async(pc, x, opaque, errbuf, errbuf_size);
 }
 

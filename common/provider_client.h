@@ -116,11 +116,13 @@ void provider_client_redact(char *dst, size_t size, const char *src);
 int provider_client_start_charge(provider_client_t *pc,
                                  const struct provider_charge *ch, void *opaque,
                                  char *errbuf, size_t errbuf_size);
-/* Asynchronous GET /v1/payment_intents/<id>, done through next_done like a
- * charge (a look-up without an answer is UNKNOWN). It charges nothing: the
- * worker's provider breaker asks with it whether the provider answers. */
-int provider_client_start_retrieve(provider_client_t *pc, const char *payment_intent_id,
-                                   void *opaque, char *errbuf, size_t errbuf_size);
+/* Asynchronous POST /v1/payment_intents that the provider must refuse
+ * before executing it (amount 0, no payment method, not confirmed), done
+ * through next_done like a charge. It charges nothing: the worker's provider
+ * breaker asks with it whether the endpoint charges go to answers (any
+ * answer but 429 or 5xx; a 400 is the expected one). */
+int provider_client_start_probe(provider_client_t *pc, void *opaque, char *errbuf,
+                                size_t errbuf_size);
 /* Moves transfers forward, waiting at most timeout_ms for activity. */
 void provider_client_perform(provider_client_t *pc, int timeout_ms);
 /* Takes one finished transfer: returns 1 and fills *res / *opaque, or 0. */

@@ -29,9 +29,8 @@ export PROVIDER_BASE_URL=http://127.0.0.1:12111
 export PROVIDER_TIMEOUT_MS=2000 WORKER_LEASE_MS=15000 WORKER_RETRY_MAX_MS=1000
 # One retry of an unknown outcome, so that the reconciler has work to show.
 export WORKER_UNKNOWN_RETRIES=1
-# psp-sim fails 20% of calls on purpose, independently: streaks of 8 in a
-# row are chance there, not an outage, so the breaker waits for 8.
-export PROVIDER_BREAKER_FAILURES=8
+# psp-sim fails 20% of calls on purpose: the breaker (it opens when half
+# the calls of its window fail) keeps to its defaults through it.
 export KAFKA_SESSION_TIMEOUT_MS=6000 KAFKA_HEARTBEAT_INTERVAL_MS=1000
 # A fast reconciler, for a demo: first look after 2 s, then every second.
 export RECONCILER_FIRST_LOOK_MS=2000 RECONCILER_SCHEDULE_MS=1000 RECONCILER_POLL_MS=200

@@ -505,12 +505,11 @@ static int setup(struct api *a, char *err, size_t err_size)
     a->nstores = (size_t)config_int(a->cfg, CONFIG_API_THREADS);
     a->stores = calloc(a->nstores, sizeof(*a->stores));
     a->free_stores = calloc(a->nstores, sizeof(*a->free_stores));
-    const char *topic = config_str(a->cfg, CONFIG_CHARGE_RESULTS_TOPIC);
-    a->probe = api_store_new(url, topic);
+    a->probe = api_store_new(url);
     if (!a->stores || !a->free_stores || !a->probe)
         goto oom;
     for (size_t i = 0; i < a->nstores; i++) {
-        if (!(a->stores[i] = api_store_new(url, topic)))
+        if (!(a->stores[i] = api_store_new(url)))
             goto oom;
         a->free_stores[a->nfree++] = a->stores[i];
     }

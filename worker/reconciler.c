@@ -580,7 +580,12 @@ static int settle(struct reconciler *r, struct look *l)
                *to = attempt_status_name(s.status);
     if (s.settled && !stays)
         metrics_add(METRIC_RECONCILER_SETTLEMENTS, 1, to);
-    if (!s.settled)
+    if (s.busy)
+        /* Nothing waited for the session that holds it; our lease expires
+         * and the next look decides again (its calls are recorded). */
+        log_warn("attempt locked by another session; looking again later",
+                 "payment_attempt_id", d->id, "order_id", d->params.order_id, NULL);
+    else if (!s.settled)
         log_warn("lease lost before settling; result dropped", "payment_attempt_id",
                  d->id, "order_id", d->params.order_id, NULL);
     else if (stays)
@@ -774,8 +779,7 @@ static int setup(struct reconciler *r, char *err, size_t err_size)
     if (!r->provider)
         return 2;
     /* Does not connect: started while the database is down, it waits. */
-    r->store = attempt_store_new(config_str(r->cfg, CONFIG_DATABASE_URL), r->id,
-                                 config_str(r->cfg, CONFIG_CHARGE_RESULTS_TOPIC), err,
+    r->store = attempt_store_new(config_str(r->cfg, CONFIG_DATABASE_URL), r->id, err,
                                  err_size);
     if (!r->store)
         return 2;

@@ -20,6 +20,7 @@ struct relay {
     char id[160];
     outbox_store_t *store;
     rd_kafka_t *producer;
+    const char *topic; /* CHARGE_RESULTS_TOPIC: every event goes there */
     long long batch, poll_ms, retention_ms, backlog_log_ms, ack_timeout_ms;
     int64_t next_poll, next_housekeeping;
     struct daemon_backoff backoff;
@@ -30,6 +31,7 @@ struct relay {
      * callback, read by the loop. */
     rd_kafka_resp_err_t *acks;
     int *acked;
+    int *produced;
 };
 
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
@@ -85,9 +87,34 @@ static void housekeeping(struct relay *r)
              NULL);
 }
 
-/* Publishes one batch, oldest first, and marks published what the broker
- * acknowledged. A relay killed between the two publishes again, with the
- * same event_id: consumers deduplicate on it. */
+/* Errors of the event itself (its size), not of the broker or the topic:
+ * trying it again at once can never help. */
+static int own_error(rd_kafka_resp_err_t err)
+{
+    return err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE ||
+           err == RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE ||
+           err == RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE;
+}
+
+/* What became of each event of a batch. */
+enum verdict { PUBLISHED = 0, FAILED, BEHIND };
+
+/* 1 when an earlier event of the batch, of the same attempt (key), was not
+ * published: this one must not overtake it. */
+static int behind(const outbox_batch_t *b, const enum verdict *v, size_t i)
+{
+    const char *key = outbox_batch_get(b, i)->key;
+    for (size_t k = 0; k < i; k++)
+        if (v[k] != PUBLISHED && !strcmp(outbox_batch_get(b, k)->key, key))
+            return 1;
+    return 0;
+}
+
+/* Publishes one batch, in seq order, to the relay's own topic, and marks
+ * published what the broker acknowledged. An event that fails holds back
+ * only the later events of its attempt (published again after it, with
+ * their event_id: consumers deduplicate on it), never other attempts'.
+ * A relay killed between producing and marking publishes again too. */
 static void publish_batch(struct relay *r)
 {
     char err[512];
@@ -97,73 +124,99 @@ static void publish_batch(struct relay *r)
         db_failed(r, "fetch", err);
         return;
     }
-    size_t n = outbox_batch_count(b), produced = 0;
+    size_t n = outbox_batch_count(b), ok = 0, nfailed = 0, nown = 0;
     if (n == 0) {
         r->next_poll = clock_now_ms() + r->poll_ms;
         outbox_batch_free(b);
         return;
     }
     const char **ids = calloc(n, sizeof(*ids));
-    if (!ids) {
-        outbox_batch_free(b);
-        return;
-    }
-    memset(r->acked, 0, (size_t)r->batch * sizeof(*r->acked));
+    const char **failed = calloc(n, sizeof(*failed));
+    const char **why = calloc(n, sizeof(*why));
+    enum verdict *v = calloc(n, sizeof(*v));
+    if (!ids || !failed || !why || !v)
+        goto out;
     for (size_t i = 0; i < n; i++) {
         const struct outbox_event *e = outbox_batch_get(b, i);
-        rd_kafka_resp_err_t perr =
-            rd_kafka_producev(r->producer, RD_KAFKA_V_TOPIC(e->topic),
+        r->acked[i] = r->produced[i] = 0;
+        r->acks[i] = RD_KAFKA_RESP_ERR_NO_ERROR;
+        if (behind(b, v, i)) {
+            v[i] = BEHIND;
+            continue;
+        }
+        r->acks[i] =
+            rd_kafka_producev(r->producer, RD_KAFKA_V_TOPIC(r->topic),
                               RD_KAFKA_V_KEY(e->key, strlen(e->key)),
                               RD_KAFKA_V_VALUE((void *)e->payload, strlen(e->payload)),
                               RD_KAFKA_V_HEADER("event_id", e->event_id, -1),
                               RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
                               RD_KAFKA_V_OPAQUE((void *)(uintptr_t)i), RD_KAFKA_V_END);
-        if (perr) {
-            /* Later events of this batch wait too: one attempt's events must
-             * not overtake each other. */
-            log_warn("cannot produce a result event; retrying", "event_id", e->event_id,
-                     "error", rd_kafka_err2str(perr), NULL);
-            break;
-        }
-        produced++;
+        r->produced[i] = r->acks[i] == RD_KAFKA_RESP_ERR_NO_ERROR;
+        v[i] = r->produced[i] ? PUBLISHED : FAILED; /* PUBLISHED: so far */
     }
     int64_t deadline = clock_now_ms() + r->ack_timeout_ms;
-    size_t acked = 0;
     while (clock_now_ms() < deadline && daemon_stopping() < 2) {
         /* Waiting for the broker is work, not a stuck loop. */
         daemon_heartbeat();
         rd_kafka_poll(r->producer, 50);
-        acked = 0;
-        for (size_t i = 0; i < produced; i++)
-            acked += r->acked[i];
-        if (acked == produced)
+        size_t waiting = 0;
+        for (size_t i = 0; i < n; i++)
+            waiting += r->produced[i] && !r->acked[i];
+        if (waiting == 0)
             break;
     }
-    /* Mark the acknowledged prefix: an event after a failed one is published
-     * again with it, so that the topic never shows them out of order. */
-    size_t k = 0;
-    while (k < produced && r->acked[k] && !r->acks[k]) {
-        ids[k] = outbox_batch_get(b, k)->event_id;
-        k++;
+    /* In batch order, now that the broker answered: published when it
+     * acknowledged the event and nothing before it of its attempt failed;
+     * the first failure of each attempt is recorded with its error. */
+    for (size_t i = 0; i < n; i++) {
+        if (behind(b, v, i)) {
+            v[i] = BEHIND;
+            continue;
+        }
+        const char *event_id = outbox_batch_get(b, i)->event_id;
+        if (r->produced[i] && r->acked[i] && !r->acks[i]) {
+            v[i] = PUBLISHED;
+            ids[ok++] = event_id;
+            continue;
+        }
+        v[i] = FAILED;
+        nown += own_error(r->acks[i]);
+        failed[nfailed] = event_id;
+        why[nfailed++] = r->produced[i] && !r->acked[i] ? "no acknowledgement in time"
+                                                        : rd_kafka_err2str(r->acks[i]);
     }
-    if (k < produced)
+    if (nfailed > 0)
         log_warn("result events not acknowledged; publishing them again", "event_id",
-                 outbox_batch_get(b, k)->event_id, "error",
-                 r->acked[k] ? rd_kafka_err2str(r->acks[k])
-                             : "no acknowledgement in time",
-                 NULL);
-    r->broker_refusing = produced < n || k < produced;
-    if (k > 0 && outbox_store_mark_published(r->store, ids, k, err, sizeof(err)) != 0) {
+                 failed[0], "error", why[0], "topic", r->topic, NULL);
+    /* Nothing acknowledged at all, for no fault of the events: the broker
+     * (or our topic) refuses us, and the whole batch is tried again soon.
+     * Some acknowledged, or an event's own error: what failed is that
+     * event's trouble, and it waits alone. */
+    r->broker_refusing = ok == 0 && nfailed > nown;
+    if (ok > 0 &&
+        outbox_store_mark_published(r->store, ids, ok, err, sizeof(err)) != 0) {
         db_failed(r, "mark published", err);
-    } else {
-        daemon_backoff_reset(&r->backoff);
-        metrics_add(METRIC_OUTBOX_PUBLISHED, (double)k);
+        goto out;
     }
-    if (produced < n || k < produced)
+    if (nfailed > 0 && !r->broker_refusing) {
+        metrics_add(METRIC_OUTBOX_FAILURES, (double)nfailed);
+        if (outbox_store_mark_failed(r->store, failed, why, nfailed, err,
+                                     sizeof(err)) != 0) {
+            db_failed(r, "mark failed", err);
+            goto out;
+        }
+    }
+    daemon_backoff_reset(&r->backoff);
+    metrics_add(METRIC_OUTBOX_PUBLISHED, (double)ok);
+    if (r->broker_refusing)
         r->next_poll = clock_now_ms() + 1000;
     else if (n < (size_t)r->batch)
         r->next_poll = clock_now_ms() + r->poll_ms;
+out:
     free(ids);
+    free(failed);
+    free(why);
+    free(v);
     outbox_batch_free(b);
 }
 
@@ -239,6 +292,7 @@ static void teardown(struct relay *r, int flush_ms)
     outbox_store_free(r->store);
     free(r->acks);
     free(r->acked);
+    free(r->produced);
     config_free(r->cfg);
     free(r);
 }
@@ -255,9 +309,11 @@ static int setup(struct relay *r, char *err, size_t err_size)
     r->retention_ms = config_int(r->cfg, CONFIG_RELAY_RETENTION_MS);
     r->backlog_log_ms = config_int(r->cfg, CONFIG_RELAY_BACKLOG_LOG_MS);
     r->ack_timeout_ms = 30000;
+    r->topic = config_str(r->cfg, CONFIG_CHARGE_RESULTS_TOPIC);
     r->acks = calloc((size_t)r->batch, sizeof(*r->acks));
     r->acked = calloc((size_t)r->batch, sizeof(*r->acked));
-    if (!r->acks || !r->acked) {
+    r->produced = calloc((size_t)r->batch, sizeof(*r->produced));
+    if (!r->acks || !r->acked || !r->produced) {
         snprintf(err, err_size, "out of memory");
         return 1;
     }
@@ -280,8 +336,11 @@ static int setup(struct relay *r, char *err, size_t err_size)
     rd_kafka_conf_set_opaque(pc, r);
     rd_kafka_conf_set_dr_msg_cb(pc, on_delivery);
     r->producer = rd_kafka_new(RD_KAFKA_PRODUCER, pc, err, err_size);
-    if (!r->producer)
-        return 2; /* rd_kafka_new destroys pc on failure */
+    if (!r->producer) {
+        /* rd_kafka_new takes pc only on success. */
+        rd_kafka_conf_destroy(pc);
+        return 2;
+    }
     /* Does not connect: started while the database is down, it waits. */
     r->store = outbox_store_new(config_str(r->cfg, CONFIG_DATABASE_URL), err, err_size);
     if (!r->store)
@@ -293,9 +352,11 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: charged relay\n\n"
-            "Publishes the result events of the outbox table to their topic, keyed by\n"
-            "payment_attempt_id, oldest first, with an idempotent producer; marks an\n"
-            "event published only once the broker acknowledged it. One relay leads\n"
+            "Publishes the result events of the outbox table to CHARGE_RESULTS_TOPIC,\n"
+            "keyed by payment_attempt_id, each attempt's in the order they were\n"
+            "written, with an idempotent producer; marks an event published only once\n"
+            "the broker acknowledged it; one the broker refuses waits (back-off up to\n"
+            "a minute) with the later events of its attempt only. One relay leads\n"
             "(a PostgreSQL advisory lock); others stand by and take over within\n"
             "RELAY_POLL_MS when it goes. Published rows are deleted after\n"
             "RELAY_RETENTION_MS. SIGTERM: finish the batch in hand, exit 0.\n\n");

@@ -28,9 +28,6 @@
 #include "offset_tracker.h"
 #include "provider_breaker.h"
 
-/* What the breaker's probe looks up: no such intent, so the answer is a
- * 404 from a provider that works, and nothing is ever charged by it. */
-#define BREAKER_PROBE_INTENT "pi_charged_breaker_probe"
 /* The lag while paused: how often it is asked of the broker, and the most
  * the loop spends on it each time. */
 #define PAUSED_LAG_MS        5000
@@ -92,7 +89,7 @@ struct job {
     int32_t partition;
     int64_t offset;
     enum job_state state;
-    int64_t next_at; /* WAIT, CALL, DEAD_LETTER: not before */
+    int64_t next_at; /* WAIT, CALL, DEAD_LETTER, PERSIST: not before */
     struct charge_command cmd;
     int have_cmd;
     char traceparent[TRACEPARENT_LEN + 1]; /* the command's, when valid; or "" */
@@ -111,6 +108,7 @@ struct job {
     int64_t call_started_ms;         /* wall clock, for provider_calls */
     struct provider_result res;      /* the last answer */
     struct charge_decision decision; /* PERSIST: what to write */
+    int busy_persists; /* PERSIST: tries that found the row held by a peer */
     /* What became of the message, for charged_messages_total once the job
      * is reaped: a string literal; NULL when it was given up (detached). */
     const char *outcome;
@@ -154,8 +152,9 @@ struct worker {
     enum provider_breaker_state breaker_seen; /* as last acted upon */
     uint64_t breaker_opens;                   /* opens acted upon */
     char breaker_error[256]; /* the failure that last opened it, for its log line */
-    int paused;              /* the assigned partitions are paused (breaker) */
-    /* The half-open breaker's probe: a look-up that charges nothing, so
+    int breaker_opened_calls, breaker_opened_failures; /* the window that opened it */
+    int paused; /* the assigned partitions are paused (breaker) */
+    /* The half-open breaker's probe: a refused charge request, so
      * that no attempt (a poisoned one least of all) decides for the others
      * whether the provider is back. */
     struct provider_breaker_ticket probe_ticket;
@@ -720,6 +719,7 @@ static void apply_claim(struct worker *w, struct job *j,
         j->claimed_at = clock_now_ms();
         j->params = it->params;
         j->calls = 0;
+        j->busy_persists = 0;
         j->unknown_tries = 0;
         j->not_executed_tries = 0;
         job_set(j, JOB_CALL);
@@ -841,6 +841,7 @@ static void start_calls(struct worker *w)
             log_warn("idempotency key may be forgotten by the provider; not sending",
                      JOB_FIELDS(j), NULL);
             job_set(j, JOB_PERSIST);
+            j->next_at = 0;
             continue;
         }
         /* Not closed: the job waits as it is, its lease renewed, no try
@@ -978,6 +979,10 @@ static void on_call_done(struct worker *w, struct job *j)
     log_call(w, j, &j->res);
     enum provider_breaker_answer answer = provider_breaker_classify(j->res.http_status);
     uint64_t opens = provider_breaker_opens(w->breaker);
+    provider_breaker_window(w->breaker, now, &w->breaker_opened_calls,
+                            &w->breaker_opened_failures);
+    w->breaker_opened_calls++;
+    w->breaker_opened_failures += answer == PROVIDER_BREAKER_FAILURE;
     provider_breaker_record(w->breaker, &j->ticket, answer, now);
     if (answer == PROVIDER_BREAKER_FAILURE)
         snprintf(w->breaker_error, sizeof(w->breaker_error), "%s",
@@ -1022,6 +1027,7 @@ static void on_call_done(struct worker *w, struct job *j)
                                        key_still_kept(w, j, now), job_jitter(j));
     if (j->decision.next == CHARGE_NEXT_SETTLE) {
         job_set(j, JOB_PERSIST);
+        j->next_at = 0;
         return;
     }
     if (j->detached) {
@@ -1035,8 +1041,8 @@ static void on_call_done(struct worker *w, struct job *j)
     j->next_at = now + j->decision.retry_in_ms;
 }
 
-/* The probe's answer: any answer but 429 or 5xx (a 404 for the made-up
- * intent is the expected one) shows a provider that answers. */
+/* The probe's answer: any answer but 429 or 5xx (a 400 for the refused
+ * request is the expected one) shows a charge endpoint that answers. */
 static void probe_done(struct worker *w, const struct provider_result *res)
 {
     char status[16];
@@ -1090,10 +1096,13 @@ static void outcome_of(const struct job *j, struct attempt_outcome *o, char *rea
         snprintf(reason, reason_size, "%s: %s%s%s", d->reason_code,
                  r->code[0] ? r->code : "declined", r->decline_code[0] ? ": " : "",
                  r->decline_code);
-    else if (r->outcome == PROVIDER_INVALID)
-        snprintf(reason, reason_size, "%s: %s%s%s", d->reason_code, r->code,
-                 r->code[0] ? ": " : "", r->error);
-    else if (r->error[0])
+    else if (r->outcome == PROVIDER_INVALID) {
+        /* The provider's code and param, and its message as the client
+         * masked it: never what it echoes of the request. */
+        char detail[400];
+        provider_client_error_detail(r, detail, sizeof(detail));
+        snprintf(reason, reason_size, "%s: %s", d->reason_code, detail);
+    } else if (r->error[0])
         snprintf(reason, reason_size, "%s: %s", d->reason_code, r->error);
     else
         snprintf(reason, reason_size, "%s", d->reason_code);
@@ -1123,6 +1132,18 @@ static char *evidence_of(const struct job *j)
 static void apply_persist(struct worker *w, struct job *j,
                           const struct attempt_outcome *o)
 {
+    if (o->busy) {
+        /* Another session holds the row (a webhook being applied, or a
+         * session hung in its transaction): this job waits, its lease
+         * renewed, and no other outcome waits with it. */
+        if (j->busy_persists++ == 0)
+            log_warn("attempt locked by another session; persisting it again shortly",
+                     JOB_FIELDS(j), "outcome", provider_outcome_name(j->res.outcome),
+                     NULL);
+        j->next_at = clock_now_ms() + charge_policy_backoff_ms(
+                                          &w->policy, j->busy_persists, job_jitter(j));
+        return;
+    }
     if (!o->persisted) {
         /* Fenced out: someone took the attempt over; its result wins. */
         log_warn("lease lost before persisting; result dropped", JOB_FIELDS(j),
@@ -1190,7 +1211,8 @@ static int persist_for_review(struct worker *w, struct job *j, char *err,
 static void persist_outcomes(struct worker *w)
 {
     char err[512];
-    size_t n = count_state(w, JOB_PERSIST, 0), k = 0;
+    int64_t now = clock_now_ms();
+    size_t n = count_state(w, JOB_PERSIST, 1), k = 0;
     if (n == 0 || !db_ready(w))
         return;
     /* The calls first: support must see every call of a settled attempt,
@@ -1203,8 +1225,8 @@ static void persist_outcomes(struct worker *w)
     char **evidence = calloc(n, sizeof(*evidence));
     if (!items || !js || !reasons || !evidence)
         goto out;
-    for (struct job *j = w->jobs; j; j = j->next) {
-        if (j->state != JOB_PERSIST)
+    for (struct job *j = w->jobs; j && k < n; j = j->next) {
+        if (j->state != JOB_PERSIST || j->next_at > now)
             continue;
         struct attempt_outcome *o = &items[k];
         js[k] = j;
@@ -1414,15 +1436,17 @@ out:
         rd_kafka_topic_partition_list_destroy(parts);
 }
 
-/* Half-open and no probe out: asks the provider for an intent that does not
- * exist, one probe at a time. */
+/* Half-open and no probe out: asks the charge endpoint, with a request the
+ * provider refuses before executing it, one probe at a time. It must test
+ * what the worker needs: a probe that looked an intent up kept the breaker
+ * open while charges worked and look-ups failed. */
 static void start_probe(struct worker *w, int64_t now)
 {
     char err[256];
     if (w->probe_out || !provider_breaker_allow(w->breaker, now, &w->probe_ticket))
         return;
-    if (provider_client_start_retrieve(w->provider, BREAKER_PROBE_INTENT, &w->probe_tag,
-                                       err, sizeof(err)) != 0) {
+    if (provider_client_start_probe(w->provider, &w->probe_tag, err, sizeof(err)) !=
+        0) {
         provider_breaker_cancel(w->breaker, &w->probe_ticket);
         log_error("cannot start the provider breaker's probe", "error", err, NULL);
         return;
@@ -1434,22 +1458,22 @@ static void start_probe(struct worker *w, int64_t now)
  * and keeps the assigned partitions paused while it is not closed. */
 static void breaker_sync(struct worker *w)
 {
-    char n[32], ms[32], flying[32];
+    char n[32], calls[32], ms[32], flying[32];
     int64_t now = clock_now_ms();
     enum provider_breaker_state st = provider_breaker_state(w->breaker, now);
     uint64_t opens = provider_breaker_opens(w->breaker);
 
     if (opens != w->breaker_opens) {
         int first = w->breaker_seen == PROVIDER_BREAKER_CLOSED;
-        snprintf(n, sizeof(n), "%lld",
-                 first ? config_int(w->cfg, CONFIG_PROVIDER_BREAKER_FAILURES) : 1LL);
+        snprintf(n, sizeof(n), "%d", first ? w->breaker_opened_failures : 1);
+        snprintf(calls, sizeof(calls), "%d", first ? w->breaker_opened_calls : 1);
         snprintf(ms, sizeof(ms), "%lld",
                  config_int(w->cfg, CONFIG_PROVIDER_BREAKER_OPEN_MS));
         snprintf(flying, sizeof(flying), "%zu", provider_client_in_flight(w->provider));
         log_warn(first ? "provider breaker opened: no new provider calls"
                        : "provider breaker opened again: a probe failed",
-                 "breaker_state", "open", "failures", n, "error", w->breaker_error,
-                 "open_ms", ms, "calls_in_flight", flying, NULL);
+                 "breaker_state", "open", "failures", n, "calls", calls, "error",
+                 w->breaker_error, "open_ms", ms, "calls_in_flight", flying, NULL);
         /* Counted once an outage: a failed probe opening it again is the
          * same outage, not a new one (flapping is closed -> open again). */
         if (first)
@@ -1461,7 +1485,8 @@ static void breaker_sync(struct worker *w)
         if (st == PROVIDER_BREAKER_HALF_OPEN) {
             snprintf(n, sizeof(n), "%lld",
                      config_int(w->cfg, CONFIG_PROVIDER_BREAKER_PROBES));
-            log_info("provider breaker half-open: probing with look-ups, one at a time",
+            log_info("provider breaker half-open: probing the charge endpoint, one at "
+                     "a time",
                      "breaker_state", "half_open", "probes", n, NULL);
         } else if (st == PROVIDER_BREAKER_CLOSED) {
             log_info("provider breaker closed: the provider answers again",
@@ -1513,7 +1538,6 @@ static int idle_ms(struct worker *w, int cap)
         switch (j->state) {
         case JOB_RECORD:
         case JOB_CLAIM:
-        case JOB_PERSIST:
         case JOB_DONE:
             return 0;
         case JOB_BACKLOG:
@@ -1530,6 +1554,7 @@ static int idle_ms(struct worker *w, int cap)
             break;
         case JOB_WAIT:
         case JOB_DEAD_LETTER:
+        case JOB_PERSIST:
             if (j->next_at < next)
                 next = j->next_at;
             break;
@@ -1879,13 +1904,14 @@ static int setup(struct worker *w, char *err, size_t err_size)
                  w->key_retention_ms, w->key_margin_ms);
         return 2;
     }
-    /* The failure that opens the breaker counts no try: opened by every
-     * failure, an attempt the provider refuses would never use up its
-     * retries. */
-    if (config_int(w->cfg, CONFIG_PROVIDER_BREAKER_FAILURES) == 1) {
-        snprintf(err, err_size,
-                 "PROVIDER_BREAKER_FAILURES: 1 would let no failure count against an "
-                 "attempt's retries; use 0 (off) or at least 2");
+    /* Read no more: set, it would be silently ignored, and the breaker an
+     * operator tuned would act otherwise than they think. */
+    if (getenv("PROVIDER_BREAKER_FAILURES")) {
+        snprintf(
+            err, err_size,
+            "PROVIDER_BREAKER_FAILURES: no longer read: the breaker opens on a "
+            "failure rate (PROVIDER_BREAKER_FAILURE_RATE, PROVIDER_BREAKER_MIN_CALLS, "
+            "PROVIDER_BREAKER_WINDOW_MS); unset it");
         return 2;
     }
     if (w->policy.retry_base_ms > w->policy.retry_max_ms) {
@@ -1936,7 +1962,9 @@ static int setup(struct worker *w, char *err, size_t err_size)
     rd_kafka_poll_set_consumer(w->consumer);
 
     const struct provider_breaker_config bc = {
-        .failures = (int)config_int(w->cfg, CONFIG_PROVIDER_BREAKER_FAILURES),
+        .failure_rate = (int)config_int(w->cfg, CONFIG_PROVIDER_BREAKER_FAILURE_RATE),
+        .min_calls = (int)config_int(w->cfg, CONFIG_PROVIDER_BREAKER_MIN_CALLS),
+        .window_ms = config_int(w->cfg, CONFIG_PROVIDER_BREAKER_WINDOW_MS),
         .open_ms = config_int(w->cfg, CONFIG_PROVIDER_BREAKER_OPEN_MS),
         .probes = (int)config_int(w->cfg, CONFIG_PROVIDER_BREAKER_PROBES),
     };
@@ -1953,8 +1981,7 @@ static int setup(struct worker *w, char *err, size_t err_size)
         return 2;
     /* Does not connect: a worker started while the database is down keeps
      * running, and its database steps retry with back-off. */
-    w->store = attempt_store_new(config_str(w->cfg, CONFIG_DATABASE_URL), w->id,
-                                 config_str(w->cfg, CONFIG_CHARGE_RESULTS_TOPIC), err,
+    w->store = attempt_store_new(config_str(w->cfg, CONFIG_DATABASE_URL), w->id, err,
                                  err_size);
     if (!w->store)
         return 2;

@@ -71,6 +71,7 @@ METRICS = {
     "charged_outbox_backlog_events": ("gauge", set()),
     "charged_outbox_oldest_event_age_seconds": ("gauge", set()),
     "charged_outbox_published_total": ("counter", set()),
+    "charged_outbox_publish_failures_total": ("counter", set()),
     "charged_webhook_deliveries_total": ("counter", {"result"}),
     "charged_provider_breaker_state": ("gauge", set()),
     "charged_provider_breaker_opens_total": ("counter", set()),

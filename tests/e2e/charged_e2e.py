@@ -710,6 +710,47 @@ class Scenario:
         return counts
 
 
+class Session:
+    """One psql session kept open, so that a scenario can hold a transaction
+    (and its locks) across its steps: a race is forced by holding a lock,
+    not hoped for by repetition. Statements run one at a time; run() waits
+    for each to finish (or, with wait=False, only sends it)."""
+
+    def __init__(self, url):
+        self.p = subprocess.Popen(["psql", "-X", "-q", "-tA", "-v", "ON_ERROR_STOP=1", url],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT)
+        self.n = 0
+        self.pid = int(self.run("SELECT pg_backend_pid()")[0][0])
+
+    def run(self, sql, timeout=30):
+        """Rows of sql as lists of strings, once it has finished."""
+        import select
+        self.n += 1
+        marker = "__charged_session_done_%d__" % self.n
+        self.p.stdin.write(("%s;\n\\echo %s\n" % (sql.rstrip().rstrip(";"), marker)).encode())
+        self.p.stdin.flush()
+        # Read the descriptor itself: a buffered readline() could take the
+        # marker into its buffer, where select() never sees it.
+        fd, buf = self.p.stdout.fileno(), b""
+        deadline = time.monotonic() + scaled(timeout)
+        while ("\n%s\n" % marker).encode() not in b"\n" + buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise Failure("psql session: %r did not finish within %ss" % (sql[:80], timeout))
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise Failure("psql session ended running %r: %s" % (sql[:80], buf[-500:]))
+            buf += chunk
+        lines = buf.decode().split("\n")
+        return [l.split("|") for l in lines[:lines.index(marker)] if l]
+
+    def close(self):
+        if self.p.poll() is None:
+            self.p.stdin.close()
+            self.p.wait(timeout=scaled(30))
+
+
 def main(scenario_fn):
     """Runs one scenario function with a fresh Scenario factory; exit 0 / 1."""
     scenarios = []

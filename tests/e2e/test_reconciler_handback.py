@@ -27,12 +27,12 @@ import time
 import charged_e2e as e2e
 from charged_e2e import check, check_eq
 
-# Every visa charge answers 500: to the worker's breaker four in a row are an
-# outage, whose failures count no try; it would send them again (as probes,
-# replayed, SUCCEEDED) instead of leaving them UNKNOWN for the reconciler.
+# Every visa charge answers 500: to the worker's breaker that is an outage,
+# whose opening failure counts no try; it would send them again (replayed,
+# SUCCEEDED) instead of leaving them UNKNOWN for the reconciler.
 WORKER = {"WORKER_UNKNOWN_RETRIES": 0, "RECONCILER_FIRST_LOOK_MS": 0,
           "PROVIDER_TIMEOUT_MS": 1000, "WORKER_LEASE_MS": 5000,
-          "PROVIDER_BREAKER_FAILURES": 0}
+          "PROVIDER_BREAKER_FAILURE_RATE": 0}
 RECONCILER = {"RECONCILER_SCHEDULE_MS": 200, "RECONCILER_POLL_MS": 100,
               "PROVIDER_TIMEOUT_MS": 1000}
 

@@ -1,7 +1,10 @@
 """The provider breaker, against what an outside attack proved:
 
+Each case lets two calls decide (PROVIDER_BREAKER_MIN_CALLS=2): by default
+the rate is judged over 50 calls, and one attempt alone never opens it.
+
 1. poison: a request the provider refuses with 500 every time, alone, opens
-   the breaker; the breaker's look-ups find the provider answering and close
+   the breaker; the breaker's probes find the provider answering and close
    it; the poisoned attempt uses up its retries and is UNKNOWN, and the
    healthy commands behind it are charged. (It used to be the probe itself,
    failing forever and holding every partition for the key's retention.)
@@ -26,7 +29,7 @@ from charged_e2e import check, check_eq
 
 POISON = {"rules": [{"kind": "error_before", "payment_method": "pm_card_mastercard",
                      "probability": 1, "times": -1}]}
-FAST = {"PROVIDER_BREAKER_OPEN_MS": "1000"}
+FAST = {"PROVIDER_BREAKER_OPEN_MS": "1000", "PROVIDER_BREAKER_MIN_CALLS": "2"}
 
 
 def lag_metric(s, w):
@@ -97,7 +100,8 @@ def lag_while_paused(make):
 def sigterm_with_backlog(make):
     s = make("breaker_sigterm_backlog", partitions=1,
              worker_env={"WORKER_MAX_IN_FLIGHT": "4", "SHUTDOWN_TIMEOUT_MS": "20000",
-                         "PROVIDER_BREAKER_OPEN_MS": "60000"})
+                         "PROVIDER_BREAKER_OPEN_MS": "60000",
+                         "PROVIDER_BREAKER_MIN_CALLS": "2"})
     w = s.start_worker()
     e2e.wait_until("w ready", lambda: s.admin_get(w, "/readyz")[0] == 200, 60)
     s.psp_kill()
@@ -117,7 +121,8 @@ def sigterm_with_backlog(make):
 
 
 def burst(make):
-    s = make("breaker_burst", partitions=1, worker_env={"PROVIDER_BREAKER_OPEN_MS": "300"})
+    s = make("breaker_burst", partitions=1, worker_env={"PROVIDER_BREAKER_OPEN_MS": "300",
+                                                           "PROVIDER_BREAKER_MIN_CALLS": "2"})
     s.psp_put("/faults", POISON)
     w = s.start_worker()
     e2e.wait_until("w ready", lambda: s.admin_get(w, "/readyz")[0] == 200, 60)

@@ -29,7 +29,7 @@ static void teardown(void)
 
 static attempt_store_t *store(const char *actor)
 {
-    attempt_store_t *st = attempt_store_new(url, actor, "results", err, sizeof(err));
+    attempt_store_t *st = attempt_store_new(url, actor, err, sizeof(err));
     ck_assert_msg(st != NULL, "%s", err);
     return st;
 }
@@ -300,10 +300,10 @@ START_TEST(failures_are_classified)
     ck_assert_msg(strstr(err, "may not follow") != NULL, "%s", err);
     attempt_store_free(st);
 
-    ck_assert_ptr_null(attempt_store_new("postgresql://x:y@/db?nonsense=1", "w", "r",
-                                         err, sizeof(err)));
+    ck_assert_ptr_null(
+        attempt_store_new("postgresql://x:y@/db?nonsense=1", "w", err, sizeof(err)));
     attempt_store_t *down = attempt_store_new(
-        "postgresql://charged@127.0.0.1:1/charged", "w", "r", err, sizeof(err));
+        "postgresql://charged@127.0.0.1:1/charged", "w", err, sizeof(err));
     ck_assert_msg(down != NULL, "a store is made without connecting: %s", err);
     long long t0 = test_env_now_ms();
     ck_assert_int_eq(attempt_store_record(down, it, 1, err, sizeof(err)),

@@ -60,6 +60,7 @@ START_TEST(every_family_has_help_and_type_and_no_series_until_changed)
         "charged_outbox_backlog_events",
         "charged_outbox_oldest_event_age_seconds",
         "charged_outbox_published_total",
+        "charged_outbox_publish_failures_total",
         "charged_webhook_deliveries_total",
         "charged_provider_breaker_state",
         "charged_provider_breaker_opens_total",

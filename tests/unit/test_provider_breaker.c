@@ -9,8 +9,12 @@
 #define S PROVIDER_BREAKER_SUCCESS
 #define F PROVIDER_BREAKER_FAILURE
 
-static const struct provider_breaker_config cfg = {
-    .failures = 3, .open_ms = 1000, .probes = 2};
+/* Half the calls of the last second, once four calls are in it. */
+static const struct provider_breaker_config cfg = {.failure_rate = 50,
+                                                   .min_calls = 4,
+                                                   .window_ms = 1000,
+                                                   .open_ms = 1000,
+                                                   .probes = 2};
 
 /* One call, start to end, at time t. */
 static void call(provider_breaker_t *b, int64_t t, enum provider_breaker_answer a)
@@ -20,29 +24,36 @@ static void call(provider_breaker_t *b, int64_t t, enum provider_breaker_answer 
     provider_breaker_record(b, &k, a, t);
 }
 
-/* Opens b at time t with cfg.failures failures in a row. */
+/* Opens b at time t with cfg.min_calls failures. */
 static void open_at(provider_breaker_t *b, int64_t t)
 {
-    for (int i = 0; i < cfg.failures; i++)
+    for (int i = 0; i < cfg.min_calls; i++)
         call(b, t, F);
     ck_assert_int_eq(provider_breaker_state(b, t), PROVIDER_BREAKER_OPEN);
 }
 
-START_TEST(failures_in_a_row_open_it)
+static void window_is(provider_breaker_t *b, int64_t t, int calls, int failures)
+{
+    int c, f;
+    provider_breaker_window(b, t, &c, &f);
+    ck_assert_int_eq(c, calls);
+    ck_assert_int_eq(f, failures);
+}
+
+START_TEST(the_rate_opens_it_once_enough_calls_are_in)
 {
     provider_breaker_t *b = provider_breaker_new(&cfg);
     ck_assert_int_eq(provider_breaker_state(b, 0), PROVIDER_BREAKER_CLOSED);
+    /* Three failures of three: 100%, but too few calls to judge. */
     call(b, 0, F);
     call(b, 0, F);
-    ck_assert_int_eq(provider_breaker_streak(b), 2);
-    ck_assert_int_eq(provider_breaker_state(b, 0), PROVIDER_BREAKER_CLOSED);
-    /* A success in between starts the count again. */
-    call(b, 0, S);
-    ck_assert_int_eq(provider_breaker_streak(b), 0);
     call(b, 0, F);
-    call(b, 0, F);
+    window_is(b, 0, 3, 3);
     ck_assert_int_eq(provider_breaker_state(b, 0), PROVIDER_BREAKER_CLOSED);
     ck_assert_uint_eq(provider_breaker_opens(b), 0);
+    /* A success is the fourth call: 75% failing, judged only on a failure. */
+    call(b, 5, S);
+    ck_assert_int_eq(provider_breaker_state(b, 5), PROVIDER_BREAKER_CLOSED);
     call(b, 5, F);
     ck_assert_int_eq(provider_breaker_state(b, 5), PROVIDER_BREAKER_OPEN);
     ck_assert_uint_eq(provider_breaker_opens(b), 1);
@@ -51,10 +62,84 @@ START_TEST(failures_in_a_row_open_it)
 }
 END_TEST
 
-START_TEST(zero_failures_never_opens)
+START_TEST(exactly_the_rate_opens_it_and_just_under_does_not)
 {
-    const struct provider_breaker_config off = {
-        .failures = 0, .open_ms = 10, .probes = 1};
+    provider_breaker_t *b = provider_breaker_new(&cfg);
+    /* 1 of 3, then 2 of 5 (40%): under 50%, closed. */
+    call(b, 0, S);
+    call(b, 0, S);
+    call(b, 0, F);
+    call(b, 0, S);
+    call(b, 0, F);
+    window_is(b, 0, 5, 2);
+    ck_assert_int_eq(provider_breaker_state(b, 0), PROVIDER_BREAKER_CLOSED);
+    /* 3 of 6 is 50%: open. */
+    call(b, 0, F);
+    ck_assert_int_eq(provider_breaker_state(b, 0), PROVIDER_BREAKER_OPEN);
+    provider_breaker_free(b);
+}
+END_TEST
+
+/* The attack that broke the streak breaker: one call in five fails, spread
+ * over many calls in flight at once. It must never open. */
+START_TEST(one_failure_in_five_never_opens_it)
+{
+    const struct provider_breaker_config dflt = {.failure_rate = 50,
+                                                 .min_calls = 50,
+                                                 .window_ms = 30000,
+                                                 .open_ms = 5000,
+                                                 .probes = 3};
+    provider_breaker_t *b = provider_breaker_new(&dflt);
+    struct provider_breaker_ticket k[200];
+    for (int round = 0; round < 50; round++) {
+        int64_t t = round * 100;
+        for (int i = 0; i < 200; i++)
+            ck_assert_int_eq(provider_breaker_allow(b, t, &k[i]), 1);
+        /* Answers come back in any order; failures in runs of up to 8. */
+        for (int i = 0; i < 200; i++)
+            provider_breaker_record(b, &k[i], (i % 40) < 8 ? F : S, t + 50);
+    }
+    ck_assert_int_eq(provider_breaker_state(b, 6000), PROVIDER_BREAKER_CLOSED);
+    ck_assert_uint_eq(provider_breaker_opens(b), 0);
+    provider_breaker_free(b);
+}
+END_TEST
+
+START_TEST(old_calls_age_out_of_the_window)
+{
+    provider_breaker_t *b = provider_breaker_new(&cfg);
+    call(b, 0, F);
+    call(b, 50, F);
+    call(b, 150, F);
+    window_is(b, 150, 3, 3);
+    /* A second later the first two (bucket 0) are gone. */
+    window_is(b, 1050, 1, 1);
+    call(b, 1050, F);
+    call(b, 1060, F);
+    window_is(b, 1060, 3, 3);
+    ck_assert_int_eq(provider_breaker_state(b, 1060), PROVIDER_BREAKER_CLOSED);
+    /* The failure at 150 is still in: four in the window, open. */
+    call(b, 1070, F);
+    ck_assert_int_eq(provider_breaker_state(b, 1070), PROVIDER_BREAKER_OPEN);
+    /* Long quiet: nothing is left in the window. */
+    provider_breaker_t *q = provider_breaker_new(&cfg);
+    for (int i = 0; i < 3; i++)
+        call(q, 10, F);
+    window_is(q, 100000, 0, 0);
+    call(q, 100000, F);
+    ck_assert_int_eq(provider_breaker_state(q, 100000), PROVIDER_BREAKER_CLOSED);
+    provider_breaker_free(q);
+    provider_breaker_free(b);
+}
+END_TEST
+
+START_TEST(zero_rate_never_opens)
+{
+    const struct provider_breaker_config off = {.failure_rate = 0,
+                                                .min_calls = 2,
+                                                .window_ms = 1000,
+                                                .open_ms = 10,
+                                                .probes = 1};
     provider_breaker_t *b = provider_breaker_new(&off);
     for (int i = 0; i < 1000; i++)
         call(b, i, F);
@@ -138,41 +223,45 @@ END_TEST
 
 START_TEST(calls_in_flight_when_it_opens_still_end_and_change_nothing)
 {
-    struct provider_breaker_ticket early[10], p;
+    struct provider_breaker_ticket early[12], p;
     provider_breaker_t *b = provider_breaker_new(&cfg);
-    for (int i = 0; i < 10; i++)
+    for (int i = 0; i < 12; i++)
         ck_assert_int_eq(provider_breaker_allow(b, 0, &early[i]), 1);
-    ck_assert_uint_eq(provider_breaker_in_flight(b), 10);
-    /* The provider goes away: the first three answers open it... */
-    for (int i = 0; i < 3; i++)
+    ck_assert_uint_eq(provider_breaker_in_flight(b), 12);
+    /* The provider goes away: the first four answers open it... */
+    for (int i = 0; i < 4; i++)
         provider_breaker_record(b, &early[i], F, 10);
     ck_assert_int_eq(provider_breaker_state(b, 10), PROVIDER_BREAKER_OPEN);
-    ck_assert_uint_eq(provider_breaker_in_flight(b), 7);
+    ck_assert_uint_eq(provider_breaker_in_flight(b), 8);
     /* ...the rest still end; a late success does not close it. */
-    provider_breaker_record(b, &early[3], S, 20);
-    provider_breaker_record(b, &early[4], F, 20);
+    provider_breaker_record(b, &early[4], S, 20);
+    provider_breaker_record(b, &early[5], F, 20);
     ck_assert_int_eq(provider_breaker_state(b, 20), PROVIDER_BREAKER_OPEN);
     ck_assert_uint_eq(provider_breaker_opens(b), 1);
-    ck_assert_uint_eq(provider_breaker_in_flight(b), 5);
+    ck_assert_uint_eq(provider_breaker_in_flight(b), 6);
     /* Half-open with a probe out: late answers neither close nor reopen it,
      * and do not free the probe's place. */
     ck_assert_int_eq(provider_breaker_allow(b, 1010, &p), 1);
-    provider_breaker_record(b, &early[5], F, 1020);
-    provider_breaker_record(b, &early[6], S, 1020);
+    provider_breaker_record(b, &early[6], F, 1020);
     provider_breaker_record(b, &early[7], S, 1020);
+    provider_breaker_record(b, &early[8], S, 1020);
     ck_assert_int_eq(provider_breaker_state(b, 1020), PROVIDER_BREAKER_HALF_OPEN);
     ck_assert_int_eq(provider_breaker_streak(b), 0);
     ck_assert_int_eq(provider_breaker_allow(b, 1020, &early[0]), 0);
-    ck_assert_uint_eq(provider_breaker_in_flight(b), 3);
+    ck_assert_uint_eq(provider_breaker_in_flight(b), 4);
     provider_breaker_record(b, &p, S, 1030);
     ck_assert_int_eq(provider_breaker_allow(b, 1030, &p), 1);
     provider_breaker_record(b, &p, S, 1040);
     ck_assert_int_eq(provider_breaker_state(b, 1040), PROVIDER_BREAKER_CLOSED);
-    /* Closed again: old failures do not count towards opening it. */
-    provider_breaker_record(b, &early[8], F, 1050);
+    /* Closed again, with an empty window: the failures that opened it and
+     * the late answers of before count for nothing. */
+    window_is(b, 1040, 0, 0);
     provider_breaker_record(b, &early[9], F, 1050);
-    ck_assert_int_eq(provider_breaker_streak(b), 0);
+    provider_breaker_record(b, &early[10], F, 1050);
+    provider_breaker_record(b, &early[11], F, 1050);
+    window_is(b, 1050, 0, 0);
     ck_assert_uint_eq(provider_breaker_in_flight(b), 0);
+    call(b, 1060, F);
     call(b, 1060, F);
     call(b, 1060, F);
     ck_assert_int_eq(provider_breaker_state(b, 1060), PROVIDER_BREAKER_CLOSED);
@@ -220,8 +309,11 @@ int main(void)
 {
     Suite *s = suite_create("provider_breaker");
     TCase *tc = tcase_create("provider_breaker");
-    tcase_add_test(tc, failures_in_a_row_open_it);
-    tcase_add_test(tc, zero_failures_never_opens);
+    tcase_add_test(tc, the_rate_opens_it_once_enough_calls_are_in);
+    tcase_add_test(tc, exactly_the_rate_opens_it_and_just_under_does_not);
+    tcase_add_test(tc, one_failure_in_five_never_opens_it);
+    tcase_add_test(tc, old_calls_age_out_of_the_window);
+    tcase_add_test(tc, zero_rate_never_opens);
     tcase_add_test(tc, open_refuses_calls_until_the_cool_down_ends);
     tcase_add_test(tc, half_open_allows_one_probe_at_a_time);
     tcase_add_test(tc, a_failed_probe_opens_it_again_for_a_full_cool_down);

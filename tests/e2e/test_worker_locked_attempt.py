@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""A row lock another session holds costs the attempt it holds, never the
+worker's batch, and no session of charged sits idle in a transaction
+without a bound.
+
+1. peer lock: 21 charges are in flight (psp-sim answers after 2.5 s); a
+   session of the test locks one attempt's row as charged's api does
+   (SELECT ... FOR NO KEY UPDATE) and keeps it. The 20 others are persisted SUCCEEDED while it holds it; the
+   locked one waits, and is persisted once the lock goes. (The batch's
+   persist used to wait for the lock, time out, and be retried whole,
+   forever: 20 charged attempts stayed PROCESSING.)
+2. frozen api: the api applies a webhook for an attempt whose charge is in
+   flight; it gets the row lock and is then frozen (SIGSTOP) inside its
+   transaction. The database ends that session after its
+   idle_in_transaction_session_timeout, its lock goes with it, and the
+   worker persists the attempt while the api is still frozen. (With the
+   server's defaults the lock stayed for as long as the api was frozen.)
+The race of each case is forced by holding a lock, not by repetition."""
+import signal
+import threading
+
+import charged_api as api
+import charged_e2e as e2e
+from charged_e2e import check, check_eq
+
+
+def status_of(s, aid):
+    return s.query("SELECT status FROM payment_attempts WHERE id = '%s'" % aid)[0][0]
+
+
+def count_status(s, ids, status):
+    return int(s.query("SELECT count(*) FROM payment_attempts WHERE status = '%s' AND id IN (%s)"
+                       % (status, ",".join("'%s'" % i for i in ids)))[0][0])
+
+
+def peer_lock(new):
+    s = new("locked_peer", partitions=3, psp_args=["--latency-ms", "2500"],
+            worker_env={"PROVIDER_TIMEOUT_MS": "6000", "WORKER_LEASE_MS": "40000"})
+    w = s.start_worker()
+    e2e.wait_until("worker ready", lambda: s.admin_get(w, "/readyz")[0] == 200, 60)
+    cmds = [e2e.new_command() for _ in range(21)]
+    locked, others = cmds[0]["payment_attempt_id"], [c["payment_attempt_id"] for c in cmds[1:]]
+    s.publish(cmds)
+    e2e.wait_until("all 21 claimed, their calls in flight", lambda: count_status(
+        s, [locked] + others, "PROCESSING") == 21, 30, 0.05)
+    hold = e2e.Session(s.db)
+    try:
+        hold.run("BEGIN")
+        hold.run("SELECT id FROM payment_attempts WHERE id = '%s' FOR NO KEY UPDATE" % locked)
+        e2e.wait_until("the 20 unlocked attempts persisted while one row is held",
+                       lambda: count_status(s, others, "SUCCEEDED") == 20, 20)
+        check_eq(status_of(s, locked), "PROCESSING", "the locked attempt, while held")
+        check(s.worker_log(w, "attempt locked by another session"),
+              "no log line for the locked attempt")
+    finally:
+        hold.run("ROLLBACK")
+        hold.close()
+    e2e.wait_until("the locked attempt persisted once free", lambda: status_of(
+        s, locked) == "SUCCEEDED", 30)
+    s.wait_settled(21, 60)
+    s.check_invariants()
+
+
+def frozen_api(new):
+    s = new("locked_frozen_api", partitions=3, psp_args=["--latency-ms", "4000"],
+            worker_env={"PROVIDER_TIMEOUT_MS": "10000", "WORKER_LEASE_MS": "60000"})
+    name, port = api.start_api(s)
+    w = s.start_worker()
+    e2e.wait_until("worker ready", lambda: s.admin_get(w, "/readyz")[0] == 200, 60)
+    cmd = e2e.new_command()
+    aid = cmd["payment_attempt_id"]
+    s.publish([cmd])
+    e2e.wait_until("the attempt claimed, its call in flight",
+                   lambda: status_of(s, aid) == "PROCESSING" if s.query(
+                       "SELECT 1 FROM payment_attempts WHERE id = '%s'" % aid) else False,
+                   30, 0.05)
+    attempt = {"id": aid, "order_id": cmd["order_id"], "amount": cmd["amount"],
+               "currency": cmd["currency"]}
+    # A processing event changes nothing for a PROCESSING attempt: what the
+    # api does after it wakes up cannot disturb the outcome checked below.
+    ev = api.event("processing", attempt)
+    hold = e2e.Session(s.db)
+    apiproc = s.apis[name]
+    answer = {}
+    t = threading.Thread(target=lambda: answer.update(r=api.post_webhook(port, ev)))
+    stopped = False
+    try:
+        hold.run("BEGIN")
+        hold.run("SELECT id FROM payment_attempts WHERE id = '%s' FOR NO KEY UPDATE" % aid)
+        t.start()
+        e2e.wait_until("the api to wait for the row lock", lambda: s.query(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND wait_event_type = 'Lock' AND pid <> %d AND query LIKE '%%UPDATE OF p%%'"
+            % hold.pid) == [["1"]], 30, 0.05)
+        apiproc.send_signal(signal.SIGSTOP)
+        stopped = True
+        hold.run("ROLLBACK")
+        # The api's session now holds the lock, idle in its transaction,
+        # its process frozen.
+        e2e.wait_until("the frozen api's session idle in transaction with the lock",
+                       lambda: s.query(
+                           "SELECT count(*) FROM pg_stat_activity WHERE datname ="
+                           " current_database() AND state = 'idle in transaction'"
+                           " AND pid <> %d" % hold.pid) == [["1"]], 10, 0.05)
+        e2e.wait_until("the worker to persist the attempt while the api is frozen",
+                       lambda: status_of(s, aid) == "SUCCEEDED", 30)
+        check_eq(apiproc.poll(), None, "the api process (still frozen)")
+    finally:
+        hold.close()
+        if stopped:
+            apiproc.send_signal(signal.SIGCONT)
+        t.join(e2e.scaled(60))
+    check(not t.is_alive(), "the webhook was never answered")
+    e2e.log("the api answered the delivery it was frozen in with", answer["r"][0])
+    check(answer["r"][0] in (200, 503), "webhook answer %s" % (answer["r"],))
+    s.wait_settled(1, 60)
+    check_eq(status_of(s, aid), "SUCCEEDED", "the attempt at the end")
+    s.check_invariants()
+
+
+def scenario(new):
+    import os
+    only = os.environ.get("LOCK_CASE")
+    for case in (peer_lock, frozen_api):
+        if not only or only == case.__name__:
+            e2e.log("== case", case.__name__)
+            case(new)
+
+
+if __name__ == "__main__":
+    raise SystemExit(e2e.main(scenario))
