@@ -578,8 +578,9 @@ static const char *SQL_PERSIST =
     SQL_OUTBOX_EVENTS("u")
     /* Per item: persisted, or busy (another session holds its row: nothing
      * was written, and nothing else waited for it). */
-    "SELECT v.id, u.id IS NOT NULL, lk.id IS NULL"
-    " FROM v LEFT JOIN u ON u.id = v.id LEFT JOIN lk ON lk.id = v.id";
+    "SELECT v.id, u.id IS NOT NULL, lk.id IS NULL AND a.id IS NOT NULL"
+    " FROM v LEFT JOIN u ON u.id = v.id LEFT JOIN lk ON lk.id = v.id"
+    " LEFT JOIN payment_attempts a ON a.id = v.id";
 /* clang-format on */
 
 int attempt_store_persist(attempt_store_t *st, struct attempt_outcome *items, size_t n,

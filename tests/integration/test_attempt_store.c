@@ -1,7 +1,8 @@
 /* common/attempt_store against the real PostgreSQL of the local stack:
  * record (conflicts whatever batch they arrive in, the same-order guard),
  * claim (stored parameters, the key's age on the database clock), takeover
- * and fencing, release, and how failures are classified. */
+ * and fencing, release, how failures are classified, and a row another
+ * session holds. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -468,6 +469,100 @@ START_TEST(operator_settles_review_without_a_lease)
 }
 END_TEST
 
+/* Another session holding one attempt's row (an api applying a webhook, or
+ * one hung in its transaction) costs that attempt only: persist, renew and
+ * settle come back at once, the held one `busy`, nothing written for it,
+ * everything else done. Had any of them waited, it would have failed on its
+ * lock_timeout instead of returning 0. */
+START_TEST(a_row_held_by_another_session_is_busy_and_holds_nothing_else)
+{
+    attempt_store_t *st = store("w1");
+    struct charge_command a = cmd(NULL, 1000), b = cmd(NULL, 2000);
+    struct attempt_record_item it[2];
+    struct charge_command *both[] = {&a, &b};
+    record(st, both, 2, it);
+    struct attempt_claim_item c[2] = {{.attempt_id = a.payment_attempt_id},
+                                      {.attempt_id = b.payment_attempt_id}};
+    ck_assert_int_eq(attempt_store_claim(st, c, 2, 60000, err, sizeof(err)), 0);
+    ck_assert_int_eq(c[0].result, ATTEMPT_CLAIMED);
+    ck_assert_int_eq(c[1].result, ATTEMPT_CLAIMED);
+
+    PGconn *peer = test_env_connect(url);
+    const char *held[1] = {a.payment_attempt_id};
+    ck_assert_int_eq(db_run(peer, "BEGIN", 0, NULL, err, sizeof(err)), 0);
+    ck_assert_msg(
+        db_run(peer,
+               "SELECT id FROM payment_attempts WHERE id = $1::uuid FOR NO KEY "
+               "UPDATE",
+               1, held, err, sizeof(err)) == 0,
+        "%s", err);
+
+    struct attempt_outcome o[2] = {{.attempt_id = a.payment_attempt_id,
+                                    .lease_epoch = c[0].lease_epoch,
+                                    .status = "SUCCEEDED",
+                                    .provider_payment_id = "pi_held",
+                                    .event_type = "charge.succeeded",
+                                    .next_check_ms = -1},
+                                   {.attempt_id = b.payment_attempt_id,
+                                    .lease_epoch = c[1].lease_epoch,
+                                    .status = "SUCCEEDED",
+                                    .provider_payment_id = "pi_free",
+                                    .event_type = "charge.succeeded",
+                                    .next_check_ms = -1}};
+    ck_assert_msg(attempt_store_persist(st, o, 2, err, sizeof(err)) == 0, "%s", err);
+    ck_assert(!o[0].persisted && o[0].busy);
+    ck_assert(o[1].persisted && !o[1].busy);
+    char q[256];
+    snprintf(q, sizeof(q),
+             "SELECT status || ' ' || (SELECT count(*) FROM outbox o WHERE "
+             "o.payment_attempt_id = p.id) FROM payment_attempts p WHERE id = '%s'",
+             a.payment_attempt_id);
+    ck_assert_str_eq(value(q), "PROCESSING 0");
+
+    /* The held lease is not extended now, and is still ours. */
+    const char *ids[2] = {a.payment_attempt_id, b.payment_attempt_id};
+    int64_t epochs[2] = {c[0].lease_epoch, c[1].lease_epoch};
+    int ours[2] = {0, 1};
+    ck_assert_msg(
+        attempt_store_renew(st, ids, epochs, 1, 60000, ours, err, sizeof(err)) == 0,
+        "%s", err);
+    ck_assert_int_eq(ours[0], 1);
+    /* Released while held: nothing waits; the lease simply runs on. */
+    ck_assert_int_eq(attempt_store_release(st, ids, epochs, 1, err, sizeof(err)), 0);
+
+    /* An operator's settlement of the free one goes through; of a held one
+     * it is busy. */
+    struct attempt_settlement op = {.attempt_id = b.payment_attempt_id,
+                                    .lease_epoch = -1,
+                                    .expected = ATTEMPT_STATUS_SUCCEEDED,
+                                    .status = ATTEMPT_STATUS_REQUIRES_REVIEW,
+                                    .cause = "operator",
+                                    .actor = "ops",
+                                    .reason = "requires_review: test",
+                                    .next_check_ms = -1};
+    const char *heldb[1] = {b.payment_attempt_id};
+    PGconn *peer2 = test_env_connect(url);
+    ck_assert_int_eq(db_run(peer2, "BEGIN", 0, NULL, err, sizeof(err)), 0);
+    ck_assert_int_eq(
+        db_run(peer2,
+               "SELECT id FROM payment_attempts WHERE id = $1::uuid FOR NO "
+               "KEY UPDATE",
+               1, heldb, err, sizeof(err)),
+        0);
+    ck_assert_msg(attempt_store_settle(st, &op, 1, err, sizeof(err)) == 0, "%s", err);
+    ck_assert(!op.settled && op.busy);
+    PQfinish(peer2);
+    ck_assert_msg(attempt_store_settle(st, &op, 1, err, sizeof(err)) == 0, "%s", err);
+    ck_assert(op.settled && !op.busy);
+
+    /* Let go: the held attempt is persisted like any other. */
+    PQfinish(peer);
+    ck_assert_msg(attempt_store_persist(st, o, 1, err, sizeof(err)) == 0, "%s", err);
+    ck_assert(o[0].persisted && !o[0].busy);
+    attempt_store_free(st);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("attempt_store");
@@ -482,6 +577,7 @@ int main(void)
     tcase_add_test(tc, failures_are_classified);
     tcase_add_test(tc, reconciler_claims_due_attempts_and_settles_them_fenced);
     tcase_add_test(tc, operator_settles_review_without_a_lease);
+    tcase_add_test(tc, a_row_held_by_another_session_is_busy_and_holds_nothing_else);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }
