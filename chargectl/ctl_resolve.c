@@ -634,7 +634,9 @@ int ctl_attempt_resolve(int argc, char **argv)
                      ra.intent ? ra.intent : "the intent");
         goto out;
     }
-    if (src != ATTEMPT_STORE_OK) {
+    if (src == ATTEMPT_STORE_LOCKED)
+        s.busy = 1; /* held by another session's transaction: said below */
+    else if (src != ATTEMPT_STORE_OK) {
         rc = failure("%s%s",
                      src == ATTEMPT_STORE_DATA ? "the database refused the resolution: "
                                                : "",

@@ -19,15 +19,29 @@ struct attempt_store {
 
 static int ensure_conn(attempt_store_t *st, char *errbuf, size_t errbuf_size)
 {
-    return db_ensure(&st->conn, st->url, errbuf, errbuf_size) < 0 ? ATTEMPT_STORE_RETRY
-                                                                  : ATTEMPT_STORE_OK;
+    int rc = db_ensure(&st->conn, st->url, errbuf, errbuf_size);
+    if (rc < 0)
+        return ATTEMPT_STORE_RETRY;
+    /* Rows are skipped when locked, but an insert's unique index waits for
+     * another session's uncommitted change to a conflicting row: let that
+     * cost one item a second, never the loop its 5 s. */
+    if (rc == 1 && db_run(st->conn, "SET lock_timeout = '1s'", 0, NULL, errbuf,
+                          errbuf_size) != 0) {
+        PQfinish(st->conn);
+        st->conn = NULL;
+        return ATTEMPT_STORE_RETRY;
+    }
+    return ATTEMPT_STORE_OK;
 }
 
-/* The class of the statement that just failed. Only a refused value is
- * DATA; anything else (a bug included) is retried whole, loudly, rather
- * than settling attempts one by one on a mistake of ours. */
+/* The class of the statement that just failed. A refused value is DATA, a
+ * lock another session held too long LOCKED; anything else (a bug
+ * included) is retried whole, loudly, rather than settling attempts one by
+ * one on a mistake of ours. */
 static int failed(void)
 {
+    if (!strcmp(db_last_sqlstate(), "55P03"))
+        return ATTEMPT_STORE_LOCKED;
     return db_last_error_class() == DB_ERR_DATA ? ATTEMPT_STORE_DATA
                                                 : ATTEMPT_STORE_RETRY;
 }

@@ -35,10 +35,15 @@ typedef struct attempt_store attempt_store_t;
 /* What every fallible call returns; errbuf says why. */
 enum attempt_store_rc {
     ATTEMPT_STORE_OK = 0,
-    ATTEMPT_STORE_RETRY = -1, /* transient (connection, deadlock, shutdown):
-                                 repeat the same batch after a back-off */
-    ATTEMPT_STORE_DATA = -2,  /* the database refused a value of the batch:
-                                 repeat item by item to find the bad one */
+    ATTEMPT_STORE_RETRY = -1,  /* transient (connection, deadlock, shutdown):
+                                  repeat the same batch after a back-off */
+    ATTEMPT_STORE_DATA = -2,   /* the database refused a value of the batch:
+                                  repeat item by item to find the bad one */
+    ATTEMPT_STORE_LOCKED = -3, /* another session's uncommitted change held the
+                                  statement past its lock_timeout (1 s; a
+                                  unique index waits for it, SKIP LOCKED
+                                  cannot): nothing was written; repeat item by
+                                  item, and the item that meets it later */
 };
 
 /* `actor` names this process in leases and transitions (the worker id).

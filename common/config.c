@@ -169,6 +169,10 @@ static const struct config_row config_table[CONFIG__COUNT] = {
      31536000000LL, CONFIG_ROLE_RELAY, 0, "published rows are deleted after this"},
     {CONFIG_RELAY_BACKLOG_LOG_MS, "RELAY_BACKLOG_LOG_MS", CONFIG_T_INT, "10000", 100,
      3600000, CONFIG_ROLE_RELAY, 0, "how often the backlog is logged (and purged)"},
+    {CONFIG_RELAY_ACK_TIMEOUT_MS, "RELAY_ACK_TIMEOUT_MS", CONFIG_T_INT, "30000", 100,
+     600000, CONFIG_ROLE_RELAY, 0,
+     "how long a batch waits for the broker's acknowledgements; what is not "
+     "acknowledged by then is published again"},
     {CONFIG_API_THREADS, "API_THREADS", CONFIG_T_INT, "4", 1, 64, CONFIG_ROLE_API, 0,
      "requests served at once (one database connection each)"},
     {CONFIG_API_MAX_BODY_BYTES, "API_MAX_BODY_BYTES", CONFIG_T_INT, "65536", 1024,

@@ -18,6 +18,8 @@ struct provider_breaker {
     struct bucket window[BREAKER_BUCKETS]; /* CLOSED: the last window_ms */
     int streak;                            /* HALF_OPEN: probe successes in a row */
     int probe_out;                         /* HALF_OPEN: the probe is in flight */
+    int probation; /* CLOSED by a probe: the first calls decide */
+    int probation_out, probation_done, probation_failures;
     size_t in_flight;
     uint64_t opens;
 };
@@ -61,6 +63,7 @@ static void move_to(provider_breaker_t *b, enum provider_breaker_state s, int64_
     b->generation++;
     b->streak = 0;
     b->probe_out = 0;
+    b->probation = b->probation_out = b->probation_done = b->probation_failures = 0;
     /* A closed breaker starts from nothing: the failures that opened it
      * are about the provider as it was. */
     clear_window(b);
@@ -121,24 +124,38 @@ const char *provider_breaker_state_name(enum provider_breaker_state s)
     return "unknown";
 }
 
+/* Every call of the probation is taken (in flight or ended). */
+static int probation_full(const provider_breaker_t *b)
+{
+    return b->probation && b->probation_out + b->probation_done >= b->cfg.probes;
+}
+
 int provider_breaker_allow(provider_breaker_t *b, int64_t now_ms,
                            struct provider_breaker_ticket *t)
 {
-    switch (provider_breaker_state(b, now_ms)) {
-    case PROVIDER_BREAKER_CLOSED:
-        *t = (struct provider_breaker_ticket){b->generation, 0};
-        break;
-    case PROVIDER_BREAKER_HALF_OPEN:
-        if (b->probe_out)
-            return 0;
-        b->probe_out = 1;
-        *t = (struct provider_breaker_ticket){b->generation, 1};
-        break;
-    case PROVIDER_BREAKER_OPEN:
+    if (provider_breaker_state(b, now_ms) != PROVIDER_BREAKER_CLOSED ||
+        probation_full(b))
         return 0;
-    }
+    *t = (struct provider_breaker_ticket){b->generation, 0, b->probation};
+    b->probation_out += b->probation;
     b->in_flight++;
     return 1;
+}
+
+int provider_breaker_allow_probe(provider_breaker_t *b, int64_t now_ms,
+                                 struct provider_breaker_ticket *t)
+{
+    if (provider_breaker_state(b, now_ms) != PROVIDER_BREAKER_HALF_OPEN || b->probe_out)
+        return 0;
+    b->probe_out = 1;
+    *t = (struct provider_breaker_ticket){b->generation, 1, 0};
+    b->in_flight++;
+    return 1;
+}
+
+int provider_breaker_on_probation(const provider_breaker_t *b)
+{
+    return b->probation;
 }
 
 /* Ends ticket t's stay in flight; 1 when its answer is about the provider
@@ -151,6 +168,8 @@ static int end_ticket(provider_breaker_t *b, const struct provider_breaker_ticke
         return 0;
     if (t->probe)
         b->probe_out = 0;
+    if (t->probation && b->probation_out > 0)
+        b->probation_out--;
     return 1;
 }
 
@@ -166,6 +185,19 @@ void provider_breaker_record(provider_breaker_t *b,
         struct bucket *k = bucket_at(b, now_ms);
         k->calls++;
         k->failures += a == PROVIDER_BREAKER_FAILURE;
+        if (t->probation && b->probation) {
+            b->probation_done++;
+            b->probation_failures += a == PROVIDER_BREAKER_FAILURE;
+            if (b->probation_done >= b->cfg.probes) {
+                if (b->cfg.failure_rate > 0 &&
+                    (long long)b->probation_failures * 100 >=
+                        (long long)b->cfg.failure_rate * b->probation_done) {
+                    move_to(b, PROVIDER_BREAKER_OPEN, now_ms);
+                    break;
+                }
+                b->probation = 0; /* the calls after the close went through */
+            }
+        }
         if (a != PROVIDER_BREAKER_FAILURE || b->cfg.failure_rate == 0)
             break;
         provider_breaker_window(b, now_ms, &calls, &failures);
@@ -176,10 +208,12 @@ void provider_breaker_record(provider_breaker_t *b,
         break;
     }
     case PROVIDER_BREAKER_HALF_OPEN:
-        if (a == PROVIDER_BREAKER_FAILURE)
+        if (a == PROVIDER_BREAKER_FAILURE) {
             move_to(b, PROVIDER_BREAKER_OPEN, now_ms);
-        else if (++b->streak >= b->cfg.probes)
+        } else if (++b->streak >= b->cfg.probes) {
             move_to(b, PROVIDER_BREAKER_CLOSED, now_ms);
+            b->probation = 1;
+        }
         break;
     case PROVIDER_BREAKER_OPEN:
         break; /* no ticket of this generation exists */
@@ -196,7 +230,7 @@ int64_t provider_breaker_next_allow_ms(provider_breaker_t *b, int64_t now_ms)
 {
     switch (provider_breaker_state(b, now_ms)) {
     case PROVIDER_BREAKER_CLOSED:
-        return now_ms;
+        return probation_full(b) ? INT64_MAX : now_ms;
     case PROVIDER_BREAKER_HALF_OPEN:
         return b->probe_out ? INT64_MAX : now_ms;
     case PROVIDER_BREAKER_OPEN:

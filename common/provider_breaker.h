@@ -10,6 +10,13 @@
  *   HALF_OPEN  one probe at a time. `probes` successes in a row close it
  *              (with an empty window); a failure opens it again for another
  *              `open_ms`.
+ *   CLOSED, on probation, after a probe closed it: the first `probes`
+ *              calls go, no more at once; if they fail at `failure_rate`,
+ *              it opens again at once. A probe the provider refuses before
+ *              executing tells that it answers, not that charges work (a
+ *              front end that validates while execution fails): without a
+ *              probation, a whole window of calls went into such an outage
+ *              at every close.
  *
  * A rate, not a streak: with hundreds of calls in flight, "failures in a
  * row" cannot tell a provider that fails one call in five (degraded: every
@@ -59,6 +66,7 @@ struct provider_breaker_config {
 struct provider_breaker_ticket {
     uint64_t generation;
     int probe;
+    int probation; /* one of the first calls after a close */
 };
 
 typedef struct provider_breaker provider_breaker_t;
@@ -76,9 +84,18 @@ enum provider_breaker_state provider_breaker_state(provider_breaker_t *b,
 const char *provider_breaker_state_name(enum provider_breaker_state s);
 
 /* May a call start now? 1 and *t filled (the caller must end it with
- * record() or cancel()), or 0: open, or half-open with a probe in flight. */
+ * record() or cancel()), or 0: not closed, or on probation with its calls
+ * all taken. */
 int provider_breaker_allow(provider_breaker_t *b, int64_t now_ms,
                            struct provider_breaker_ticket *t);
+
+/* May a probe start now? 1 and *t filled, or 0: not half-open, or a probe
+ * is in flight. */
+int provider_breaker_allow_probe(provider_breaker_t *b, int64_t now_ms,
+                                 struct provider_breaker_ticket *t);
+
+/* 1 while the calls after a close decide whether it stays closed. */
+int provider_breaker_on_probation(const provider_breaker_t *b);
 
 /* The call of ticket t ended with answer a. */
 void provider_breaker_record(provider_breaker_t *b,
@@ -90,9 +107,9 @@ void provider_breaker_record(provider_breaker_t *b,
 void provider_breaker_cancel(provider_breaker_t *b,
                              const struct provider_breaker_ticket *t);
 
-/* When allow() may next say yes: now_ms when it would now; the end of the
- * cool-down while open; INT64_MAX while a probe is in flight (its answer
- * decides). */
+/* When allow() or allow_probe() may next say yes: now_ms when one would
+ * now; the end of the cool-down while open; INT64_MAX while a probe, or
+ * every call of the probation, is in flight (their answers decide). */
 int64_t provider_breaker_next_allow_ms(provider_breaker_t *b, int64_t now_ms);
 
 /* Calls allowed and not yet recorded or cancelled. */

@@ -561,6 +561,14 @@ static int settle(struct reconciler *r, struct look *l)
         rc = attempt_store_settle(r->store, &s, 1, err, sizeof(err));
     }
     free(evidence);
+    if (rc == ATTEMPT_STORE_LOCKED) {
+        /* Another session's uncommitted change held the statement: nothing
+         * written; our lease expires and the next look decides again. */
+        keep_calls(r, calls, ncalls);
+        log_warn("attempt held by another session's transaction; looking again later",
+                 "payment_attempt_id", d->id, "order_id", d->params.order_id, NULL);
+        return 0;
+    }
     if (rc == ATTEMPT_STORE_RETRY) {
         /* Outage: the decision is taken again at the next look, but the
          * calls made (a charge, perhaps) are kept to be written later. */

@@ -32,13 +32,25 @@ struct relay {
     rd_kafka_resp_err_t *acks;
     int *acked;
     int *produced;
+    uintptr_t gen; /* of the batch in hand: reports of older ones are ignored */
 };
+
+/* A message's opaque: the batch it was produced in, and its index there. */
+#define BATCH_INDEX_BITS 20 /* RELAY_BATCH is at most 100,000 */
+#define OPAQUE(gen, i)   ((void *)(uintptr_t)(((gen) << BATCH_INDEX_BITS) | (i)))
 
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
     struct relay *r = opaque;
-    size_t i = (size_t)(uintptr_t)m->_private;
+    uintptr_t tag = (uintptr_t)m->_private;
+    size_t i = tag & ((1u << BATCH_INDEX_BITS) - 1);
     (void)rk;
+    /* The report of a batch given up on (its acknowledgement came too
+     * late): the index now belongs to another event. That event was
+     * judged unacknowledged and is published again; its late copy only
+     * adds a duplicate, which consumers drop on event_id. */
+    if ((tag >> BATCH_INDEX_BITS) != (r->gen & (UINTPTR_MAX >> BATCH_INDEX_BITS)))
+        return;
     r->acks[i] = m->err;
     r->acked[i] = 1;
 }
@@ -99,22 +111,24 @@ static int own_error(rd_kafka_resp_err_t err)
 /* What became of each event of a batch. */
 enum verdict { PUBLISHED = 0, FAILED, BEHIND };
 
-/* 1 when an earlier event of the batch, of the same attempt (key), was not
- * published: this one must not overtake it. */
-static int behind(const outbox_batch_t *b, const enum verdict *v, size_t i)
+/* 1 when an earlier event of the batch is of the same attempt (key). */
+static int behind(const outbox_batch_t *b, size_t i)
 {
     const char *key = outbox_batch_get(b, i)->key;
     for (size_t k = 0; k < i; k++)
-        if (v[k] != PUBLISHED && !strcmp(outbox_batch_get(b, k)->key, key))
+        if (!strcmp(outbox_batch_get(b, k)->key, key))
             return 1;
     return 0;
 }
 
 /* Publishes one batch, in seq order, to the relay's own topic, and marks
- * published what the broker acknowledged. An event that fails holds back
- * only the later events of its attempt (published again after it, with
- * their event_id: consumers deduplicate on it), never other attempts'.
- * A relay killed between producing and marking publishes again too. */
+ * published what the broker acknowledged. Of each attempt only the first
+ * event of the batch is produced: the broker may refuse one (its size, say)
+ * and take the next, so a later event of an attempt is produced only once
+ * the earlier is acknowledged (the next batch, at once). An event that
+ * fails holds back only its own attempt, never other attempts'. A relay
+ * killed between producing and marking publishes again too, with the same
+ * event_id: consumers deduplicate on it. */
 static void publish_batch(struct relay *r)
 {
     char err[512];
@@ -124,7 +138,7 @@ static void publish_batch(struct relay *r)
         db_failed(r, "fetch", err);
         return;
     }
-    size_t n = outbox_batch_count(b), ok = 0, nfailed = 0, nown = 0;
+    size_t n = outbox_batch_count(b), ok = 0, nfailed = 0, nown = 0, nbehind = 0;
     if (n == 0) {
         r->next_poll = clock_now_ms() + r->poll_ms;
         outbox_batch_free(b);
@@ -136,12 +150,14 @@ static void publish_batch(struct relay *r)
     enum verdict *v = calloc(n, sizeof(*v));
     if (!ids || !failed || !why || !v)
         goto out;
+    r->gen++;
     for (size_t i = 0; i < n; i++) {
         const struct outbox_event *e = outbox_batch_get(b, i);
         r->acked[i] = r->produced[i] = 0;
         r->acks[i] = RD_KAFKA_RESP_ERR_NO_ERROR;
-        if (behind(b, v, i)) {
+        if (behind(b, i)) {
             v[i] = BEHIND;
+            nbehind++;
             continue;
         }
         r->acks[i] =
@@ -150,9 +166,8 @@ static void publish_batch(struct relay *r)
                               RD_KAFKA_V_VALUE((void *)e->payload, strlen(e->payload)),
                               RD_KAFKA_V_HEADER("event_id", e->event_id, -1),
                               RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                              RD_KAFKA_V_OPAQUE((void *)(uintptr_t)i), RD_KAFKA_V_END);
+                              RD_KAFKA_V_OPAQUE(OPAQUE(r->gen, i)), RD_KAFKA_V_END);
         r->produced[i] = r->acks[i] == RD_KAFKA_RESP_ERR_NO_ERROR;
-        v[i] = r->produced[i] ? PUBLISHED : FAILED; /* PUBLISHED: so far */
     }
     int64_t deadline = clock_now_ms() + r->ack_timeout_ms;
     while (clock_now_ms() < deadline && daemon_stopping() < 2) {
@@ -165,14 +180,11 @@ static void publish_batch(struct relay *r)
         if (waiting == 0)
             break;
     }
-    /* In batch order, now that the broker answered: published when it
-     * acknowledged the event and nothing before it of its attempt failed;
-     * the first failure of each attempt is recorded with its error. */
+    /* Now that the broker answered: published when it acknowledged the
+     * event; each failure is recorded with its error. */
     for (size_t i = 0; i < n; i++) {
-        if (behind(b, v, i)) {
-            v[i] = BEHIND;
+        if (v[i] == BEHIND)
             continue;
-        }
         const char *event_id = outbox_batch_get(b, i)->event_id;
         if (r->produced[i] && r->acked[i] && !r->acks[i]) {
             v[i] = PUBLISHED;
@@ -185,6 +197,8 @@ static void publish_batch(struct relay *r)
         why[nfailed++] = r->produced[i] && !r->acked[i] ? "no acknowledgement in time"
                                                         : rd_kafka_err2str(r->acks[i]);
     }
+    /* From here on, a late report of this batch changes nothing. */
+    r->gen++;
     if (nfailed > 0)
         log_warn("result events not acknowledged; publishing them again", "event_id",
                  failed[0], "error", why[0], "topic", r->topic, NULL);
@@ -210,7 +224,7 @@ static void publish_batch(struct relay *r)
     metrics_add(METRIC_OUTBOX_PUBLISHED, (double)ok);
     if (r->broker_refusing)
         r->next_poll = clock_now_ms() + 1000;
-    else if (n < (size_t)r->batch)
+    else if (n < (size_t)r->batch && nbehind == 0)
         r->next_poll = clock_now_ms() + r->poll_ms;
 out:
     free(ids);
@@ -308,7 +322,7 @@ static int setup(struct relay *r, char *err, size_t err_size)
     r->poll_ms = config_int(r->cfg, CONFIG_RELAY_POLL_MS);
     r->retention_ms = config_int(r->cfg, CONFIG_RELAY_RETENTION_MS);
     r->backlog_log_ms = config_int(r->cfg, CONFIG_RELAY_BACKLOG_LOG_MS);
-    r->ack_timeout_ms = 30000;
+    r->ack_timeout_ms = config_int(r->cfg, CONFIG_RELAY_ACK_TIMEOUT_MS);
     r->topic = config_str(r->cfg, CONFIG_CHARGE_RESULTS_TOPIC);
     r->acks = calloc((size_t)r->batch, sizeof(*r->acks));
     r->acked = calloc((size_t)r->batch, sizeof(*r->acked));
@@ -320,8 +334,14 @@ static int setup(struct relay *r, char *err, size_t err_size)
     rd_kafka_conf_t *pc = kafka_setup_conf(r->cfg, r->id, err, err_size);
     if (!pc)
         return 2;
+    /* A message the batch stopped waiting for expires with it (unless an
+     * operator says otherwise), rather than queue on and be produced beside
+     * its re-publication. */
+    char ack_ms[32];
+    snprintf(ack_ms, sizeof(ack_ms), "%lld", r->ack_timeout_ms);
     if (kafka_setup_set(pc, "linger.ms", "5", err, err_size) ||
-        kafka_setup_set(pc, "message.max.bytes", "4194304", err, err_size)) {
+        kafka_setup_set(pc, "message.max.bytes", "4194304", err, err_size) ||
+        kafka_setup_set(pc, "message.timeout.ms", ack_ms, err, err_size)) {
         rd_kafka_conf_destroy(pc);
         return 2;
     }

@@ -109,6 +109,7 @@ struct job {
     struct provider_result res;      /* the last answer */
     struct charge_decision decision; /* PERSIST: what to write */
     int busy_persists; /* PERSIST: tries that found the row held by a peer */
+    int lock_waits;    /* RECORD, CLAIM: statements another session's lock held */
     /* What became of the message, for charged_messages_total once the job
      * is reaped: a string literal; NULL when it was given up (detached). */
     const char *outcome;
@@ -674,28 +675,44 @@ static int record_batch(struct worker *w, struct job **js,
     return rc;
 }
 
+/* The job's item met another session's uncommitted change (its statement
+ * hit lock_timeout): it alone waits, with a back-off, and tries again. */
+static int lock_wait(struct worker *w, struct job *j, const char *stage)
+{
+    if (j->lock_waits++ == 0)
+        log_warn("attempt held by another session's transaction; trying again shortly",
+                 JOB_FIELDS(j), "stage", stage, NULL);
+    j->next_at = clock_now_ms() +
+                 charge_policy_backoff_ms(&w->policy, j->lock_waits, job_jitter(j));
+    return ATTEMPT_STORE_OK;
+}
+
 static void record_attempts(struct worker *w)
 {
     char err[512];
-    size_t n = count_state(w, JOB_RECORD, 0), k = 0;
+    int64_t now = clock_now_ms();
+    size_t n = count_state(w, JOB_RECORD, 1), k = 0;
     if (n == 0 || !db_ready(w))
         return;
     struct attempt_record_item *items = calloc(n, sizeof(*items));
     struct job **js = calloc(n, sizeof(*js));
     if (!items || !js)
         goto out;
-    for (struct job *j = w->jobs; j; j = j->next)
-        if (j->state == JOB_RECORD) {
+    for (struct job *j = w->jobs; j && k < n; j = j->next)
+        if (j->state == JOB_RECORD && j->next_at <= now) {
             js[k] = j;
             items[k++].cmd = &j->cmd;
         }
-    int rc = record_batch(w, js, items, n, err, sizeof(err));
-    if (rc == ATTEMPT_STORE_DATA) {
-        /* One value the database refuses must not hold the others. */
-        for (size_t i = 0; i < n; i++) {
+    int rc = record_batch(w, js, items, k, err, sizeof(err));
+    if (rc == ATTEMPT_STORE_DATA || rc == ATTEMPT_STORE_LOCKED) {
+        /* One value the database refuses, or one row another session is
+         * changing, must not hold the others. */
+        for (size_t i = 0; i < k; i++) {
             rc = record_batch(w, &js[i], &items[i], 1, err, sizeof(err));
             if (rc == ATTEMPT_STORE_DATA)
                 refuse(js[i], "command");
+            else if (rc == ATTEMPT_STORE_LOCKED)
+                rc = lock_wait(w, js[i], "record");
             else if (rc != ATTEMPT_STORE_OK)
                 break;
         }
@@ -775,13 +792,17 @@ static void claim_attempts(struct worker *w)
             items[k++].attempt_id = j->cmd.payment_attempt_id;
         }
     int rc = claim_batch(w, js, items, k, err, sizeof(err));
-    if (rc == ATTEMPT_STORE_DATA) {
+    if (rc == ATTEMPT_STORE_DATA || rc == ATTEMPT_STORE_LOCKED) {
         for (size_t i = 0; i < k; i++) {
             rc = claim_batch(w, &js[i], &items[i], 1, err, sizeof(err));
-            if (rc == ATTEMPT_STORE_DATA)
+            if (rc == ATTEMPT_STORE_DATA) {
                 refuse(js[i], "claim");
-            else if (rc != ATTEMPT_STORE_OK)
+            } else if (rc == ATTEMPT_STORE_LOCKED) {
+                job_set(js[i], JOB_WAIT);
+                rc = lock_wait(w, js[i], "claim");
+            } else if (rc != ATTEMPT_STORE_OK) {
                 break;
+            }
         }
     }
     if (rc == ATTEMPT_STORE_RETRY)
@@ -846,8 +867,7 @@ static void start_calls(struct worker *w)
         }
         /* Not closed: the job waits as it is, its lease renewed, no try
          * counted, until the breaker's own probes close it. */
-        if (provider_breaker_state(w->breaker, now) != PROVIDER_BREAKER_CLOSED ||
-            !provider_breaker_allow(w->breaker, now, &j->ticket))
+        if (!provider_breaker_allow(w->breaker, now, &j->ticket))
             continue;
         /* The stored attempt's parameters, never the message's. */
         const struct provider_charge ch = {
@@ -979,11 +999,14 @@ static void on_call_done(struct worker *w, struct job *j)
     log_call(w, j, &j->res);
     enum provider_breaker_answer answer = provider_breaker_classify(j->res.http_status);
     uint64_t opens = provider_breaker_opens(w->breaker);
-    provider_breaker_window(w->breaker, now, &w->breaker_opened_calls,
-                            &w->breaker_opened_failures);
-    w->breaker_opened_calls++;
-    w->breaker_opened_failures += answer == PROVIDER_BREAKER_FAILURE;
+    int calls = 0, failures = 0;
+    provider_breaker_window(w->breaker, now, &calls, &failures);
     provider_breaker_record(w->breaker, &j->ticket, answer, now);
+    if (provider_breaker_opens(w->breaker) != opens) {
+        /* The window that opened it, this call included, for its log line. */
+        w->breaker_opened_calls = calls + 1;
+        w->breaker_opened_failures = failures + (answer == PROVIDER_BREAKER_FAILURE);
+    }
     if (answer == PROVIDER_BREAKER_FAILURE)
         snprintf(w->breaker_error, sizeof(w->breaker_error), "%s",
                  j->res.error[0] ? j->res.error : status);
@@ -1242,12 +1265,19 @@ static void persist_outcomes(struct worker *w)
         k++;
     }
     int rc = persist_batch(w, js, items, k, err, sizeof(err));
-    if (rc == ATTEMPT_STORE_DATA) {
-        /* One refused value must not hold the other outcomes. */
+    if (rc == ATTEMPT_STORE_DATA || rc == ATTEMPT_STORE_LOCKED) {
+        /* One refused value, or one row another session is changing, must
+         * not hold the other outcomes. */
         for (size_t i = 0; i < k; i++) {
             rc = persist_batch(w, &js[i], &items[i], 1, err, sizeof(err));
             if (rc == ATTEMPT_STORE_DATA)
                 rc = persist_for_review(w, js[i], err, sizeof(err));
+            if (rc == ATTEMPT_STORE_LOCKED) {
+                /* Held, as a locked row is: it waits, the rest goes on. */
+                items[i].busy = 1;
+                apply_persist(w, js[i], &items[i]);
+                rc = ATTEMPT_STORE_OK;
+            }
             if (rc != ATTEMPT_STORE_OK)
                 break;
         }
@@ -1443,7 +1473,8 @@ out:
 static void start_probe(struct worker *w, int64_t now)
 {
     char err[256];
-    if (w->probe_out || !provider_breaker_allow(w->breaker, now, &w->probe_ticket))
+    if (w->probe_out ||
+        !provider_breaker_allow_probe(w->breaker, now, &w->probe_ticket))
         return;
     if (provider_client_start_probe(w->provider, &w->probe_tag, err, sizeof(err)) !=
         0) {
@@ -1536,7 +1567,6 @@ static int idle_ms(struct worker *w, int cap)
     int64_t calls_at = provider_breaker_next_allow_ms(w->breaker, now);
     for (struct job *j = w->jobs; j; j = j->next) {
         switch (j->state) {
-        case JOB_RECORD:
         case JOB_CLAIM:
         case JOB_DONE:
             return 0;
@@ -1552,6 +1582,7 @@ static int idle_ms(struct worker *w, int cap)
             if (j->next_at < next && calls_at < next)
                 next = j->next_at > calls_at ? j->next_at : calls_at;
             break;
+        case JOB_RECORD:
         case JOB_WAIT:
         case JOB_DEAD_LETTER:
         case JOB_PERSIST:

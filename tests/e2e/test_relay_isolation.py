@@ -12,9 +12,22 @@ to a topic nobody publishes to.
    back-off and holds back only the later events of its own attempt; the
    relay stays ready and counts the failure.
 3. a relay whose own CHARGE_RESULTS_TOPIC does not exist is not ready, and
-   says which topic."""
+   says which topic.
+4. the broker (not the producer) refuses an attempt's first event: its
+   second event never reaches the topic before it, however many times the
+   first is tried. (Both used to be produced in one batch: the broker took
+   the second and refused the first, and the second was produced again at
+   every try.)
+5. a batch stops waiting for an acknowledgement (RELAY_ACK_TIMEOUT_MS); the
+   late report of that message must not mark another event of the next
+   batch published. (It came back by its index in the old batch, marked an
+   event the broker never had, and a relay crash then lost that event.)
+   Slowness by legal settings only: KAFKA_LINGER_MS longer than the wait."""
 import json
 import os
+import signal
+import uuid
+import zlib
 
 import charged_api as api
 import charged_e2e as e2e
@@ -114,9 +127,93 @@ def missing_own_topic(new):
     check_eq(unpublished(s), 1, "events marked published")
 
 
+def published_not_on_topic(s):
+    got = on_topic(s)
+    return sorted(r[0] for r in s.query("SELECT event_id FROM outbox WHERE published_at IS NOT NULL")
+                  if r[0] not in got)
+
+
+def broker_refuses_first(new):
+    s = new("relay_broker_refused", partitions=3)
+    # Key, value and header 60 bytes under the 4 MiB the producer checks
+    # (deploy/stack.sh sets the same limit on the broker): the producer
+    # takes it, and the broker refuses it once the record batch's own bytes
+    # are added.
+    x = api.insert_attempt(s, "UNKNOWN")
+    first = add_event(s, x["id"], "jsonb_build_object('event_id', EID, 'pad', '')",
+                      s.topics["results"])
+    bare = int(s.query("SELECT length(payload::text) FROM outbox WHERE event_id = '%s'"
+                       % first)[0][0])
+    pad = 4194304 - 60 - 36 - (len("event_id") + 36) - bare
+    s.query("UPDATE outbox SET payload = jsonb_build_object('event_id', event_id, 'pad',"
+            " repeat('x', %d)) WHERE event_id = '%s' RETURNING 1" % (pad, first))
+    y = api.insert_attempt(s, "UNKNOWN")
+    other = add_event(s, y["id"], "jsonb_build_object('event_id', EID, 'type', 'other')",
+                      s.topics["results"])
+    second = add_event(s, x["id"], "jsonb_build_object('event_id', EID, 'type', 'second')",
+                       s.topics["results"])
+    relay = s.start_relay(RELAY_POLL_MS="100")
+    e2e.wait_until("the refused first event tried three times", lambda: int(s.query(
+        "SELECT publish_failures FROM outbox WHERE event_id = '%s'" % first)[0][0]) >= 3, 60)
+    got = on_topic(s)
+    check(other in got, "another attempt's event was held back")
+    check(first not in got, "the refused event is on the topic")
+    check(second not in got, "the second event of the attempt overtook its refused first")
+    check_eq(s.query("SELECT published_at IS NULL FROM outbox WHERE event_id = '%s'" % second),
+             [["t"]], "the second event, unpublished")
+    check_eq(published_not_on_topic(s), [], "rows marked published but not on the topic")
+    check_eq(s.admin_get(relay, "/readyz")[0], 200, "relay readiness")
+
+
+def attempt_in(s, partition, partitions=3):
+    """An UNKNOWN attempt whose key librdkafka's default partitioner (crc32
+    of the key) puts on `partition`."""
+    while True:
+        aid = str(uuid.uuid4())
+        if zlib.crc32(aid.encode()) % partitions == partition:
+            break
+    s.psql(s.db, "INSERT INTO payment_attempts (id, order_id, idempotency_key,"
+           " request_fingerprint, amount, currency, payment_method, status, first_sent_at)"
+           " VALUES ('%s', gen_random_uuid(), 'key-%s', 'fp', 100, 'EUR', 'pm_card_visa',"
+           " 'UNKNOWN', now())" % (aid, aid))
+    return aid
+
+
+def small(s, aid, kind):
+    return add_event(s, aid, "jsonb_build_object('event_id', EID, 'type', '%s')" % kind,
+                     s.topics["results"])
+
+
+def late_report(new):
+    s = new("relay_late_report", partitions=3)
+    # A message alone in its partition lingers 4 s, longer than the batch
+    # waits (2 s); two in one partition are sent at once.
+    slow = {"RELAY_POLL_MS": "100", "RELAY_ACK_TIMEOUT_MS": "2000",
+            "KAFKA_LINGER_MS": "4000", "KAFKA_MESSAGE_TIMEOUT_MS": "30000",
+            "KAFKA_BATCH_NUM_MESSAGES": "2"}
+    x1 = small(s, attempt_in(s, 0), "x1")
+    small(s, attempt_in(s, 1), "y1")
+    small(s, attempt_in(s, 1), "z1")
+    relay = s.start_relay(**slow)
+    e2e.wait_until("x1 given up on by its batch", lambda: s.query(
+        "SELECT publish_failures > 0 FROM outbox WHERE event_id = '%s'" % x1) == [["t"]], 30)
+    w1 = small(s, attempt_in(s, 2), "w1")
+    # x1's late report arrives while w1's batch waits, at the index w1 has.
+    e2e.wait_until("w1's batch over (published or given up on)", lambda: s.query(
+        "SELECT published_at IS NOT NULL OR publish_failures > 0 FROM outbox"
+        " WHERE event_id = '%s'" % w1) == [["t"]], 30)
+    check_eq(published_not_on_topic(s), [], "rows marked published but not on the topic")
+    s.relays[relay].send_signal(signal.SIGKILL)
+    s.relays[relay].wait()
+    s.start_relay(RELAY_POLL_MS="100")
+    e2e.wait_until("every outbox row published", lambda: unpublished(s) == 0, 90)
+    check_eq(published_not_on_topic(s), [], "rows marked published but never on the topic")
+
+
 def scenario(new):
     only = os.environ.get("RELAY_CASE")
-    for case in (mistyped_topic, refused_event, missing_own_topic):
+    for case in (mistyped_topic, refused_event, missing_own_topic, broker_refuses_first,
+                 late_report):
         if not only or only == case.__name__:
             e2e.log("== case", case.__name__)
             case(new)

@@ -15,6 +15,13 @@ without a bound.
    idle_in_transaction_session_timeout, its lock goes with it, and the
    worker persists the attempt while the api is still frozen. (With the
    server's defaults the lock stayed for as long as the api was frozen.)
+3. uncommitted change: a session of the test updates an order's paid
+   attempt and keeps its transaction open; a new attempt of that order
+   arrives with 10 unrelated ones. Recording the new one waits on the
+   one-live-attempt index for that transaction (SKIP LOCKED cannot help an
+   index): it alone waits; the 10 are charged meanwhile, and it is REJECTED
+   once the session ends. (The record step failed on its lock timeout every
+   few seconds, and the whole worker backed off: nothing settled.)
 The race of each case is forced by holding a lock, not by repetition."""
 import signal
 import threading
@@ -118,10 +125,43 @@ def frozen_api(new):
     s.check_invariants()
 
 
+def uncommitted_change(new):
+    s = new("locked_uncommitted", partitions=3)
+    w = s.start_worker()
+    paid = e2e.new_command()
+    s.publish([paid])
+    s.wait_settled(1, 60)
+    check_eq(status_of(s, paid["payment_attempt_id"]), "SUCCEEDED", "the order's first attempt")
+    second = e2e.new_command(order_id=paid["order_id"])
+    others = [e2e.new_command() for _ in range(10)]
+    hold = e2e.Session(s.db)
+    try:
+        hold.run("BEGIN")
+        hold.run("UPDATE payment_attempts SET reason = 'held by the test' WHERE id = '%s'"
+                 % paid["payment_attempt_id"])
+        s.publish([second] + others)
+        e2e.wait_until("the 10 unrelated attempts charged while the order's row is being "
+                       "changed", lambda: count_status(
+                           s, [c["payment_attempt_id"] for c in others], "SUCCEEDED") == 10, 30)
+        check_eq(s.query("SELECT count(*) FROM payment_attempts WHERE id = '%s'"
+                         % second["payment_attempt_id"]), [["0"]],
+                 "the order's second attempt, while the change is open")
+        check(s.worker_log(w, "attempt held by another session's transaction"),
+              "no log line for the held attempt")
+    finally:
+        hold.run("ROLLBACK")
+        hold.close()
+    e2e.wait_until("the second attempt rejected once the change is gone", lambda: s.query(
+        "SELECT status FROM payment_attempts WHERE id = '%s'" % second["payment_attempt_id"])
+        == [["REJECTED"]], 30)
+    s.wait_settled(12, 60)
+    s.check_invariants()
+
+
 def scenario(new):
     import os
     only = os.environ.get("LOCK_CASE")
-    for case in (peer_lock, frozen_api):
+    for case in (peer_lock, frozen_api, uncommitted_change):
         if not only or only == case.__name__:
             e2e.log("== case", case.__name__)
             case(new)

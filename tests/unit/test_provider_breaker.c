@@ -171,22 +171,25 @@ START_TEST(half_open_allows_one_probe_at_a_time)
     struct provider_breaker_ticket p, q;
     provider_breaker_t *b = provider_breaker_new(&cfg);
     open_at(b, 0);
-    ck_assert_int_eq(provider_breaker_allow(b, 1000, &p), 1);
-    ck_assert_int_eq(p.probe, 1);
+    /* Half-open: no call, one probe. */
     ck_assert_int_eq(provider_breaker_allow(b, 1000, &q), 0);
-    ck_assert_int_eq(provider_breaker_allow(b, 5000, &q), 0);
+    ck_assert_int_eq(provider_breaker_allow_probe(b, 1000, &p), 1);
+    ck_assert_int_eq(p.probe, 1);
+    ck_assert_int_eq(provider_breaker_allow_probe(b, 1000, &q), 0);
+    ck_assert_int_eq(provider_breaker_allow_probe(b, 5000, &q), 0);
     ck_assert_int_eq(provider_breaker_next_allow_ms(b, 5000), INT64_MAX);
     ck_assert_uint_eq(provider_breaker_in_flight(b), 1);
     /* The first success allows the next probe, but does not close it yet. */
     provider_breaker_record(b, &p, S, 5000);
     ck_assert_int_eq(provider_breaker_state(b, 5000), PROVIDER_BREAKER_HALF_OPEN);
     ck_assert_int_eq(provider_breaker_streak(b), 1);
-    ck_assert_int_eq(provider_breaker_allow(b, 5000, &q), 1);
+    ck_assert_int_eq(provider_breaker_allow_probe(b, 5000, &q), 1);
     ck_assert_int_eq(q.probe, 1);
     provider_breaker_record(b, &q, S, 5001);
     ck_assert_int_eq(provider_breaker_state(b, 5001), PROVIDER_BREAKER_CLOSED);
     ck_assert_uint_eq(provider_breaker_in_flight(b), 0);
-    /* Closed: calls are no probes, and go together. */
+    /* Closed: calls are no probes, and no probe goes. */
+    ck_assert_int_eq(provider_breaker_allow_probe(b, 5001, &q), 0);
     ck_assert_int_eq(provider_breaker_allow(b, 5001, &p), 1);
     ck_assert_int_eq(provider_breaker_allow(b, 5001, &q), 1);
     ck_assert_int_eq(p.probe, 0);
@@ -203,18 +206,18 @@ START_TEST(a_failed_probe_opens_it_again_for_a_full_cool_down)
     struct provider_breaker_ticket p;
     provider_breaker_t *b = provider_breaker_new(&cfg);
     open_at(b, 0);
-    ck_assert_int_eq(provider_breaker_allow(b, 1000, &p), 1);
+    ck_assert_int_eq(provider_breaker_allow_probe(b, 1000, &p), 1);
     provider_breaker_record(b, &p, S, 1200);
-    ck_assert_int_eq(provider_breaker_allow(b, 1200, &p), 1);
+    ck_assert_int_eq(provider_breaker_allow_probe(b, 1200, &p), 1);
     /* One success before does not save it: a probe failure reopens. */
     provider_breaker_record(b, &p, F, 1500);
     ck_assert_int_eq(provider_breaker_state(b, 1500), PROVIDER_BREAKER_OPEN);
     ck_assert_uint_eq(provider_breaker_opens(b), 2);
-    ck_assert_int_eq(provider_breaker_allow(b, 2499, &p), 0);
+    ck_assert_int_eq(provider_breaker_allow_probe(b, 2499, &p), 0);
     ck_assert_int_eq(provider_breaker_next_allow_ms(b, 2000), 2500);
     ck_assert_int_eq(provider_breaker_state(b, 2500), PROVIDER_BREAKER_HALF_OPEN);
     /* Probe successes start from zero after a reopening. */
-    ck_assert_int_eq(provider_breaker_allow(b, 2500, &p), 1);
+    ck_assert_int_eq(provider_breaker_allow_probe(b, 2500, &p), 1);
     provider_breaker_record(b, &p, S, 2600);
     ck_assert_int_eq(provider_breaker_state(b, 2600), PROVIDER_BREAKER_HALF_OPEN);
     provider_breaker_free(b);
@@ -241,16 +244,16 @@ START_TEST(calls_in_flight_when_it_opens_still_end_and_change_nothing)
     ck_assert_uint_eq(provider_breaker_in_flight(b), 6);
     /* Half-open with a probe out: late answers neither close nor reopen it,
      * and do not free the probe's place. */
-    ck_assert_int_eq(provider_breaker_allow(b, 1010, &p), 1);
+    ck_assert_int_eq(provider_breaker_allow_probe(b, 1010, &p), 1);
     provider_breaker_record(b, &early[6], F, 1020);
     provider_breaker_record(b, &early[7], S, 1020);
     provider_breaker_record(b, &early[8], S, 1020);
     ck_assert_int_eq(provider_breaker_state(b, 1020), PROVIDER_BREAKER_HALF_OPEN);
     ck_assert_int_eq(provider_breaker_streak(b), 0);
-    ck_assert_int_eq(provider_breaker_allow(b, 1020, &early[0]), 0);
+    ck_assert_int_eq(provider_breaker_allow_probe(b, 1020, &early[0]), 0);
     ck_assert_uint_eq(provider_breaker_in_flight(b), 4);
     provider_breaker_record(b, &p, S, 1030);
-    ck_assert_int_eq(provider_breaker_allow(b, 1030, &p), 1);
+    ck_assert_int_eq(provider_breaker_allow_probe(b, 1030, &p), 1);
     provider_breaker_record(b, &p, S, 1040);
     ck_assert_int_eq(provider_breaker_state(b, 1040), PROVIDER_BREAKER_CLOSED);
     /* Closed again, with an empty window: the failures that opened it and
@@ -261,8 +264,12 @@ START_TEST(calls_in_flight_when_it_opens_still_end_and_change_nothing)
     provider_breaker_record(b, &early[11], F, 1050);
     window_is(b, 1050, 0, 0);
     ck_assert_uint_eq(provider_breaker_in_flight(b), 0);
-    call(b, 1060, F);
-    call(b, 1060, F);
+    /* The probation's two calls go through; a failure after them makes
+     * three calls, still too few to judge. */
+    ck_assert_int_eq(provider_breaker_on_probation(b), 1);
+    call(b, 1055, S);
+    call(b, 1055, S);
+    ck_assert_int_eq(provider_breaker_on_probation(b), 0);
     call(b, 1060, F);
     ck_assert_int_eq(provider_breaker_state(b, 1060), PROVIDER_BREAKER_CLOSED);
     provider_breaker_free(b);
@@ -274,14 +281,79 @@ START_TEST(a_cancelled_probe_frees_its_place_and_counts_neither_way)
     struct provider_breaker_ticket p;
     provider_breaker_t *b = provider_breaker_new(&cfg);
     open_at(b, 0);
-    ck_assert_int_eq(provider_breaker_allow(b, 1000, &p), 1);
+    ck_assert_int_eq(provider_breaker_allow_probe(b, 1000, &p), 1);
     provider_breaker_cancel(b, &p);
     ck_assert_int_eq(provider_breaker_state(b, 1000), PROVIDER_BREAKER_HALF_OPEN);
     ck_assert_int_eq(provider_breaker_streak(b), 0);
     ck_assert_uint_eq(provider_breaker_in_flight(b), 0);
-    ck_assert_int_eq(provider_breaker_allow(b, 1000, &p), 1);
+    ck_assert_int_eq(provider_breaker_allow_probe(b, 1000, &p), 1);
     ck_assert_int_eq(p.probe, 1);
     provider_breaker_cancel(b, &p);
+    provider_breaker_free(b);
+}
+END_TEST
+
+/* Closes b (opened at 0) with cfg.probes probe successes at 1000. */
+static void close_by_probes(provider_breaker_t *b)
+{
+    struct provider_breaker_ticket p;
+    for (int i = 0; i < cfg.probes; i++) {
+        ck_assert_int_eq(provider_breaker_allow_probe(b, 1000, &p), 1);
+        provider_breaker_record(b, &p, S, 1000);
+    }
+    ck_assert_int_eq(provider_breaker_state(b, 1000), PROVIDER_BREAKER_CLOSED);
+}
+
+/* The attack on the probe: a provider that refuses the probe's request
+ * (as it should) while every real charge fails after executing. After a
+ * close, only `probes` calls go, and their failures open it again at once,
+ * before a whole window of calls could go into the outage. */
+START_TEST(after_a_close_the_first_calls_alone_decide)
+{
+    struct provider_breaker_ticket t[3], k;
+    provider_breaker_t *b = provider_breaker_new(&cfg);
+    open_at(b, 0);
+    close_by_probes(b);
+    ck_assert_int_eq(provider_breaker_on_probation(b), 1);
+    ck_assert_int_eq(provider_breaker_allow(b, 1000, &t[0]), 1);
+    ck_assert_int_eq(provider_breaker_allow(b, 1000, &t[1]), 1);
+    ck_assert_int_eq(t[0].probation, 1);
+    /* Both calls of the probation are out: no third until they end. */
+    ck_assert_int_eq(provider_breaker_allow(b, 1000, &t[2]), 0);
+    ck_assert_int_eq(provider_breaker_next_allow_ms(b, 1000), INT64_MAX);
+    /* A cancelled one gives its place back. */
+    provider_breaker_cancel(b, &t[1]);
+    ck_assert_int_eq(provider_breaker_allow(b, 1000, &t[1]), 1);
+    provider_breaker_record(b, &t[0], F, 1100);
+    ck_assert_int_eq(provider_breaker_state(b, 1100), PROVIDER_BREAKER_CLOSED);
+    provider_breaker_record(b, &t[1], F, 1100);
+    ck_assert_int_eq(provider_breaker_state(b, 1100), PROVIDER_BREAKER_OPEN);
+    ck_assert_uint_eq(provider_breaker_opens(b), 2);
+
+    /* Half of them failing is the rate too; fewer is not. */
+    const struct provider_breaker_config three = {.failure_rate = 50,
+                                                  .min_calls = 50,
+                                                  .window_ms = 1000,
+                                                  .open_ms = 1000,
+                                                  .probes = 3};
+    provider_breaker_t *c = provider_breaker_new(&three);
+    for (int i = 0; i < 50; i++)
+        call(c, 0, F);
+    ck_assert_int_eq(provider_breaker_state(c, 0), PROVIDER_BREAKER_OPEN);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(provider_breaker_allow_probe(c, 1000, &k), 1);
+        provider_breaker_record(c, &k, S, 1000);
+    }
+    call(c, 1000, F);
+    call(c, 1000, S);
+    call(c, 1000, S);
+    ck_assert_int_eq(provider_breaker_state(c, 1000), PROVIDER_BREAKER_CLOSED);
+    ck_assert_int_eq(provider_breaker_on_probation(c), 0);
+    /* Past the probation, the window and its minimum judge again. */
+    for (int i = 0; i < 40; i++)
+        call(c, 1000, F);
+    ck_assert_int_eq(provider_breaker_state(c, 1000), PROVIDER_BREAKER_CLOSED);
+    provider_breaker_free(c);
     provider_breaker_free(b);
 }
 END_TEST
@@ -319,6 +391,7 @@ int main(void)
     tcase_add_test(tc, a_failed_probe_opens_it_again_for_a_full_cool_down);
     tcase_add_test(tc, calls_in_flight_when_it_opens_still_end_and_change_nothing);
     tcase_add_test(tc, a_cancelled_probe_frees_its_place_and_counts_neither_way);
+    tcase_add_test(tc, after_a_close_the_first_calls_alone_decide);
     tcase_add_test(tc, what_counts_as_a_failure);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
