@@ -40,7 +40,7 @@ enum attempt_store_rc {
     ATTEMPT_STORE_DATA = -2,   /* the database refused a value of the batch:
                                   repeat item by item to find the bad one */
     ATTEMPT_STORE_LOCKED = -3, /* another session's uncommitted change held the
-                                  statement past its lock_timeout (1 s; a
+                                  statement past its lock_timeout (100 ms; a
                                   unique index waits for it, SKIP LOCKED
                                   cannot): nothing was written; repeat item by
                                   item, and the item that meets it later */

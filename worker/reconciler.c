@@ -493,10 +493,34 @@ static int flush_pending(struct reconciler *r)
         db_failed(r, "log provider calls", err);
         return -1;
     }
-    if (rc != ATTEMPT_STORE_OK)
-        log_error("provider calls not recorded: the database refused them", "error",
-                  err, NULL);
-    r->npending = 0;
+    if (rc == ATTEMPT_STORE_OK) {
+        r->npending = 0;
+        return 0;
+    }
+    /* One call refused, or held by another session's lock: one by one, so
+     * that a refused row alone is dropped and a held one kept for later
+     * (a charge made must never vanish from provider_calls). */
+    size_t kept = 0;
+    for (size_t i = 0; i < r->npending; i++) {
+        rc = attempt_store_log_calls(r->store, &calls[i], 1, err, sizeof(err));
+        if (rc == ATTEMPT_STORE_DATA)
+            log_error("provider call not recorded: the database refused it",
+                      "payment_attempt_id", r->pending[i].attempt_id, "error", err,
+                      NULL);
+        else if (rc != ATTEMPT_STORE_OK)
+            r->pending[kept++] = r->pending[i];
+    }
+    if (kept > 0) {
+        char n[32];
+        snprintf(n, sizeof(n), "%zu", kept);
+        log_warn("provider calls held by another session's lock; kept to write later",
+                 "calls", n, NULL);
+    }
+    r->npending = kept;
+    if (rc == ATTEMPT_STORE_RETRY) {
+        db_failed(r, "log provider calls", err);
+        return -1;
+    }
     return 0;
 }
 

@@ -40,6 +40,9 @@
 #define HELD_FACTOR 2
 /* Provider calls waiting to be written to provider_calls, at most. */
 #define CALL_LOG_MAX 4096
+/* Items another session's lock held, tried again alone each turn at most:
+ * each may wait a lock_timeout (100 ms), and the loop must go on. */
+#define HELD_PER_TURN 4
 /* Readiness must not rest on a database step long past: after this long
  * without one, a ping asks whether the database still answers. */
 #define DB_PING_MS 5000
@@ -185,6 +188,8 @@ struct worker {
         char traceparent[TRACEPARENT_LEN + 1];
         int64_t started_ms; /* wall clock */
         struct provider_result res;
+        int lock_waits; /* held by another session's lock so far */
+        int64_t next_at;
     } * call_log; /* provider calls not yet written */
     size_t call_log_len, call_log_cap;
     struct delivery *deliveries; /* recorded by on_delivery */
@@ -698,11 +703,21 @@ static void record_attempts(struct worker *w)
     struct job **js = calloc(n, sizeof(*js));
     if (!items || !js)
         goto out;
-    for (struct job *j = w->jobs; j && k < n; j = j->next)
-        if (j->state == JOB_RECORD && j->next_at <= now) {
+    /* Jobs another session's lock held before are tried alone, after the
+     * batch and a few a turn: each may wait a lock_timeout. */
+    size_t held = 0;
+    for (struct job *j = w->jobs; j && k + held < n; j = j->next) {
+        if (j->state != JOB_RECORD || j->next_at > now)
+            continue;
+        if (j->lock_waits == 0) {
             js[k] = j;
             items[k++].cmd = &j->cmd;
+        } else if (held < HELD_PER_TURN) {
+            js[n - 1 - held] = j;
+            items[n - 1 - held].cmd = &j->cmd;
+            held++;
         }
+    }
     int rc = record_batch(w, js, items, k, err, sizeof(err));
     if (rc == ATTEMPT_STORE_DATA || rc == ATTEMPT_STORE_LOCKED) {
         /* One value the database refuses, or one row another session is
@@ -715,6 +730,16 @@ static void record_attempts(struct worker *w)
                 rc = lock_wait(w, js[i], "record");
             else if (rc != ATTEMPT_STORE_OK)
                 break;
+        }
+    }
+    for (size_t h = 0; rc == ATTEMPT_STORE_OK && h < held; h++) {
+        size_t i = n - 1 - h;
+        rc = record_batch(w, &js[i], &items[i], 1, err, sizeof(err));
+        if (rc == ATTEMPT_STORE_DATA) {
+            refuse(js[i], "command");
+            rc = ATTEMPT_STORE_OK;
+        } else if (rc == ATTEMPT_STORE_LOCKED) {
+            rc = lock_wait(w, js[i], "record");
         }
     }
     if (rc == ATTEMPT_STORE_RETRY)
@@ -917,11 +942,13 @@ static void log_call(struct worker *w, struct job *j, const struct provider_resu
     snprintf(e->traceparent, sizeof(e->traceparent), "%s", j->traceparent);
     e->started_ms = j->call_started_ms;
     e->res = *res;
+    e->lock_waits = 0;
+    e->next_at = 0;
     w->call_log_len++;
 }
 
-static int log_calls_batch(struct worker *w, struct call_entry *e, size_t n, char *err,
-                           size_t err_size)
+static int log_calls_batch(struct worker *w, struct call_entry *const *e, size_t n,
+                           char *err, size_t err_size)
 {
     struct attempt_call *calls = calloc(n, sizeof(*calls));
     if (!calls) {
@@ -929,53 +956,98 @@ static int log_calls_batch(struct worker *w, struct call_entry *e, size_t n, cha
         return ATTEMPT_STORE_RETRY;
     }
     for (size_t i = 0; i < n; i++) {
-        calls[i].attempt_id = e[i].attempt_id;
-        calls[i].started_ms = e[i].started_ms;
-        calls[i].res = &e[i].res;
+        calls[i].attempt_id = e[i]->attempt_id;
+        calls[i].started_ms = e[i]->started_ms;
+        calls[i].res = &e[i]->res;
     }
     int rc = attempt_store_log_calls(w->store, calls, n, err, err_size);
     free(calls);
     return rc;
 }
 
-/* Writes the waiting provider calls. 0 when nothing is left waiting, -1 when
- * the database could not take them now (then nothing else is written
- * either: the outage is the same). A row the database refuses on its own is
- * dropped with a log line, not retried forever. */
+/* One call entry alone: written (or refused, and dropped with a log line:
+ * 1), held by another session's lock (kept, with a back-off: 0), or the
+ * database failed (-1). */
+static int log_call_alone(struct worker *w, struct call_entry *e, char *err,
+                          size_t err_size)
+{
+    int rc = log_calls_batch(w, &e, 1, err, err_size);
+    if (rc == ATTEMPT_STORE_RETRY)
+        return -1;
+    if (rc == ATTEMPT_STORE_LOCKED) {
+        e->lock_waits++;
+        e->next_at =
+            clock_now_ms() + charge_policy_backoff_ms(&w->policy, e->lock_waits, 0);
+        return 0;
+    }
+    if (rc == ATTEMPT_STORE_DATA)
+        log_error("provider call not recorded: the database refused it",
+                  "payment_attempt_id", e->attempt_id, "order_id", e->order_id,
+                  "traceparent", e->traceparent[0] ? e->traceparent : NULL, "sqlstate",
+                  db_last_sqlstate(), NULL);
+    return 1;
+}
+
+/* Writes the waiting provider calls. 0 when nothing is left waiting but
+ * calls another session's lock holds (a foreign-key check waits on a row
+ * locked FOR UPDATE): those are tried again alone, HELD_PER_TURN at most a
+ * turn, after a back-off, and hold nothing else up (their attempts' own
+ * outcomes wait on the same lock). -1 when the database could not take them
+ * now (then nothing else is written either: the outage is the same). A row
+ * the database refuses on its own is dropped with a log line. */
 static int flush_call_log(struct worker *w)
 {
     char err[512];
-    size_t done = 0;
-    if (w->call_log_len == 0)
+    size_t n = w->call_log_len, nfresh = 0, held_tries = 0, kept = 0;
+    int64_t now = clock_now_ms();
+    int rc = 0;
+    if (n == 0)
         return 0;
     if (!db_ready(w))
         return -1;
-    int rc = log_calls_batch(w, w->call_log, w->call_log_len, err, sizeof(err));
-    if (rc == ATTEMPT_STORE_OK) {
-        done = w->call_log_len;
-    } else if (rc == ATTEMPT_STORE_DATA) {
-        for (done = 0; done < w->call_log_len; done++) {
-            rc = log_calls_batch(w, &w->call_log[done], 1, err, sizeof(err));
-            if (rc == ATTEMPT_STORE_DATA)
-                log_error("provider call not recorded: the database refused it",
-                          "payment_attempt_id", w->call_log[done].attempt_id,
-                          "order_id", w->call_log[done].order_id, "traceparent",
-                          w->call_log[done].traceparent[0]
-                              ? w->call_log[done].traceparent
-                              : NULL,
-                          "sqlstate", db_last_sqlstate(), NULL);
-            else if (rc != ATTEMPT_STORE_OK)
-                break;
-        }
-    }
-    memmove(w->call_log, w->call_log + done,
-            (w->call_log_len - done) * sizeof(*w->call_log));
-    w->call_log_len -= done;
-    if (w->call_log_len > 0) {
-        db_failed(w, "log provider calls", err);
+    struct call_entry **fresh = calloc(n, sizeof(*fresh));
+    char *done = calloc(n, 1);
+    if (!fresh || !done) {
+        free(fresh);
+        free(done);
         return -1;
     }
-    return 0;
+    for (size_t i = 0; i < n; i++)
+        if (w->call_log[i].lock_waits == 0)
+            fresh[nfresh++] = &w->call_log[i];
+    int brc =
+        nfresh ? log_calls_batch(w, fresh, nfresh, err, sizeof(err)) : ATTEMPT_STORE_OK;
+    if (brc == ATTEMPT_STORE_RETRY) {
+        rc = -1;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct call_entry *e = &w->call_log[i];
+        int alone;
+        if (e->lock_waits == 0) {
+            if (brc == ATTEMPT_STORE_OK) {
+                done[i] = 1;
+                continue;
+            }
+        } else if (e->next_at > now || held_tries++ >= HELD_PER_TURN) {
+            continue;
+        }
+        if ((alone = log_call_alone(w, e, err, sizeof(err))) < 0) {
+            rc = -1;
+            break;
+        }
+        done[i] = alone == 1;
+    }
+out:
+    for (size_t i = 0; i < n; i++)
+        if (!done[i])
+            w->call_log[kept++] = w->call_log[i];
+    w->call_log_len = kept;
+    free(fresh);
+    free(done);
+    if (rc < 0)
+        db_failed(w, "log provider calls", err);
+    return rc;
 }
 
 static void on_call_done(struct worker *w, struct job *j)

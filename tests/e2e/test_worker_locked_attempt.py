@@ -22,6 +22,20 @@ without a bound.
    index): it alone waits; the 10 are charged meanwhile, and it is REJECTED
    once the session ends. (The record step failed on its lock timeout every
    few seconds, and the whole worker backed off: nothing settled.)
+4. FOR UPDATE held: a session locks one attempt's row FOR UPDATE while
+   its call ends; the foreign-key check of its provider_calls row waits on
+   that lock. Ten unrelated attempts are still charged and recorded while
+   it is held. (The worker took the call log's lock timeout for an outage:
+   no outcome of any attempt was written, and it was not ready.)
+5. reconciler calls kept: the reconciler re-sends a charge while a session
+   holds the row FOR UPDATE; its provider calls cannot be written then, and
+   are written once the lock goes. (They were dropped: the charge that took
+   the money was missing from provider_calls.)
+6. many held: twenty orders' paid attempts are being changed in one open
+   transaction while a second attempt of each arrives: the loop is not
+   held up a lock wait per held item, and ten unrelated commands are
+   charged meanwhile. (At a second per held item, 2 of 15 unrelated
+   commands settled in 60 s.)
 The race of each case is forced by holding a lock, not by repetition."""
 import signal
 import threading
@@ -158,10 +172,118 @@ def uncommitted_change(new):
     s.check_invariants()
 
 
+def for_update_held(new):
+    s = new("locked_for_update", partitions=2)
+    w = s.start_worker()
+    e2e.wait_until("worker ready", lambda: s.admin_get(w, "/readyz")[0] == 200, 60)
+    cmd = e2e.new_command()
+    aid = cmd["payment_attempt_id"]
+    s.psp_put("/faults", {"rules": [{"kind": "stall_after", "key": cmd["idempotency_key"],
+                                     "times": 1}]})
+    s.publish([cmd])
+    e2e.wait_until("its charge executed, the answer held", lambda: any(
+        c["payment_attempt_id"] == aid for c in s.ledger()), 60, 0.05)
+    others = [e2e.new_command() for _ in range(10)]
+    hold = e2e.Session(s.db)
+    try:
+        hold.run("BEGIN")
+        hold.run("SELECT id FROM payment_attempts WHERE id = '%s' FOR UPDATE" % aid)
+        # Its call ends (the held answer times out): its provider_calls row
+        # now waits on the lock. Only then come the others.
+        e2e.wait_until("the held attempt's call to end", lambda: [
+            l for l in s.worker_log(w, "provider answered")
+            if l.get("payment_attempt_id") == aid], 30)
+        s.publish(others)
+        ids = [c["payment_attempt_id"] for c in others]
+        e2e.wait_until("the 10 unrelated attempts charged and persisted while one row is"
+                       " held FOR UPDATE", lambda: count_status(s, ids, "SUCCEEDED") == 10, 30)
+        check_eq(s.query("SELECT count(*) FROM provider_calls WHERE payment_attempt_id IN (%s)"
+                         % ",".join("'%s'" % i for i in ids)), [["10"]],
+                 "their calls recorded")
+        check_eq(s.admin_get(w, "/readyz")[0], 200, "worker readiness with one row held")
+    finally:
+        hold.run("ROLLBACK")
+        hold.close()
+    s.wait_settled(11, 60)
+    check(int(s.query("SELECT count(*) FROM provider_calls WHERE payment_attempt_id = '%s'"
+                      % aid)[0][0]) >= 1, "the held attempt's calls were never recorded")
+    s.check_invariants()
+
+
+def reconciler_calls_kept(new):
+    cmd = e2e.new_command()
+    aid, key = cmd["payment_attempt_id"], cmd["idempotency_key"]
+    s = new("locked_reconciler_calls", psp_args=["--fault", "error_before=1@%s" % key])
+    s.start_worker(WORKER_UNKNOWN_RETRIES="0", RECONCILER_FIRST_LOOK_MS="0",
+                   PROVIDER_TIMEOUT_MS="1000", WORKER_LEASE_MS="5000")
+    s.publish([cmd])
+    s.wait_settled(1, 60)
+    check_eq(status_of(s, aid), "UNKNOWN", "the worker's outcome")
+    # The re-sent charge takes 4 s: the test locks the row meanwhile.
+    s.psp_put("/faults", {"latency_ms": 4000})
+    r = s.start_reconciler(RECONCILER_SCHEDULE_MS="200", RECONCILER_POLL_MS="100",
+                           PROVIDER_TIMEOUT_MS="6000", RECONCILER_LEASE_MS="40000",
+                           RECONCILER_SEARCH_LAG_MS="0")
+    e2e.wait_until("the reconciler's claim", lambda: s.query(
+        "SELECT 1 FROM payment_attempts WHERE id = '%s' AND lease_owner = '%s'"
+        % (aid, s.worker_ids[r])), 60, 0.02)
+    hold = e2e.Session(s.db)
+    try:
+        hold.run("BEGIN")
+        hold.run("SELECT id FROM payment_attempts WHERE id = '%s' FOR UPDATE" % aid)
+        e2e.wait_until("the reconciler to try to write its calls under the lock",
+                       lambda: s.worker_log(r, "provider calls held by another session") or
+                       s.worker_log(r, "provider call not recorded") or
+                       s.worker_log(r, "provider calls not recorded"), 30)
+    finally:
+        hold.run("ROLLBACK")
+        hold.close()
+    e2e.wait_until("the attempt settled", lambda: status_of(s, aid) not in (
+        "UNKNOWN", "PROCESSING"), 60)
+    charges = [c for c in s.ledger() if c["idempotency_key"] == key]
+    recorded = int(s.query("SELECT count(*) FROM provider_calls WHERE payment_attempt_id = '%s'"
+                           " AND operation = 'charge' AND actor = '%s'"
+                           % (aid, s.worker_ids[r]))[0][0])
+    e2e.wait_until("the reconciler's charge calls recorded", lambda: int(s.query(
+        "SELECT count(*) FROM provider_calls WHERE payment_attempt_id = '%s' AND operation ="
+        " 'charge' AND actor = '%s'" % (aid, s.worker_ids[r]))[0][0]) >= len(charges), 30)
+    e2e.log("psp-sim charges of the key: %d; the reconciler's recorded: %d"
+            % (len(charges), recorded))
+    s.check_invariants()
+
+
+def many_held(new):
+    s = new("locked_many", partitions=3)
+    s.start_worker()
+    paid = [e2e.new_command() for _ in range(20)]
+    s.publish(paid)
+    s.wait_settled(20, 60)
+    seconds = [e2e.new_command(order_id=c["order_id"]) for c in paid]
+    others = [e2e.new_command() for _ in range(10)]
+    hold = e2e.Session(s.db)
+    try:
+        hold.run("BEGIN")
+        hold.run("UPDATE payment_attempts SET reason = 'held by the test' WHERE id IN (%s)"
+                 % ",".join("'%s'" % c["payment_attempt_id"] for c in paid))
+        s.publish(seconds)
+        s.publish(others)
+        e2e.wait_until("the 10 unrelated attempts charged while 20 orders are held",
+                       lambda: count_status(s, [c["payment_attempt_id"] for c in others],
+                                            "SUCCEEDED") == 10, 30)
+    finally:
+        hold.run("ROLLBACK")
+        hold.close()
+    e2e.wait_until("the 20 second attempts rejected", lambda: count_status(
+        s, [c["payment_attempt_id"] for c in seconds], "REJECTED") == 20, 60)
+    s.wait_settled(50, 60)
+    s.check_invariants()
+
+
 def scenario(new):
     import os
     only = os.environ.get("LOCK_CASE")
-    for case in (peer_lock, frozen_api, uncommitted_change):
+    for case in (peer_lock, frozen_api, uncommitted_change, for_update_held,
+                 reconciler_calls_kept, many_held):
         if not only or only == case.__name__:
             e2e.log("== case", case.__name__)
             case(new)
