@@ -134,9 +134,11 @@ def burst(make):
     calls = sorted(int(r[1]) for r in rows)
     e2e.log("calls per attempt:", calls)
     # WORKER_UNKNOWN_RETRIES (3) + 1 counted calls each, plus at most one
-    # that opened the breaker and counted nothing.
+    # that opened the breaker and counted nothing: once per attempt, however
+    # often it opens (the probation after each close reopens it sooner, so
+    # more of the 16 use theirs). Sent again and again, they would exceed it.
     check(calls[-1] <= 5, "an attempt was sent %d times" % calls[-1])
-    check(sum(calls) <= 16 * 4 + 8, "%d calls for 16 attempts" % sum(calls))
+    check(sum(calls) <= 16 * 5, "%d calls for 16 attempts" % sum(calls))
 
 
 def scenario(make):
