@@ -551,11 +551,15 @@ START_TEST(a_row_held_by_another_session_is_busy_and_holds_nothing_else)
         0);
     ck_assert_msg(attempt_store_settle(st, &op, 1, err, sizeof(err)) == 0, "%s", err);
     ck_assert(!op.settled && op.busy);
+    /* ROLLBACK returns once the lock is gone; a bare PQfinish would race
+     * the server's clean-up of the session. */
+    ck_assert_int_eq(db_run(peer2, "ROLLBACK", 0, NULL, err, sizeof(err)), 0);
     PQfinish(peer2);
     ck_assert_msg(attempt_store_settle(st, &op, 1, err, sizeof(err)) == 0, "%s", err);
     ck_assert(op.settled && !op.busy);
 
     /* Let go: the held attempt is persisted like any other. */
+    ck_assert_int_eq(db_run(peer, "ROLLBACK", 0, NULL, err, sizeof(err)), 0);
     PQfinish(peer);
     ck_assert_msg(attempt_store_persist(st, o, 1, err, sizeof(err)) == 0, "%s", err);
     ck_assert(o[0].persisted && !o[0].busy);
