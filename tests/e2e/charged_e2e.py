@@ -24,6 +24,9 @@ CHARGECTL = os.path.join(BUILD, "chargectl", "chargectl")
 PSP_SIM = os.path.join(BUILD, "tools", "psp-sim", "psp-sim")
 # CHARGED_KAFKA_TOOL: another kafka_test_tool than the build's (say, a newer
 # one, to run new scenarios against an older build).
+# The consumer group protocol the scenarios' workers use: "classic"
+# (cooperative-sticky, the default) or "consumer" (KIP-848).
+GROUP_PROTOCOL = os.environ.get("CHARGED_TEST_GROUP_PROTOCOL", "classic")
 KAFKA_TOOL = os.environ.get("CHARGED_KAFKA_TOOL") or os.path.join(BUILD, "tests", "kafka_test_tool")
 API_KEY = "sk_test_e2e"
 STACK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy", "stack.sh")
@@ -259,6 +262,12 @@ class Scenario:
             "ADMIN_ADDR": "127.0.0.1:0",
         })
         e.pop("CHARGED_FAILPOINT", None)
+        if GROUP_PROTOCOL == "consumer":
+            # KIP-848: the broker owns the session and heartbeat timing
+            # (deploy/stack.sh sets them short), the client may not.
+            e["KAFKA_GROUP_PROTOCOL"] = "consumer"
+            e.pop("KAFKA_SESSION_TIMEOUT_MS")
+            e.pop("KAFKA_HEARTBEAT_INTERVAL_MS")
         e.update(self.worker_env)
         e.update(extra or {})
         return e
