@@ -66,9 +66,9 @@ def scenario(new):
     s.publish(first)
     s.wait_settled(len(first), timeout=120)
     # No rebalance left in the air: w1 must keep what it takes during the
-    # outage (librdkafka 2.0.2 may call partitions lost when a commit meets
-    # the second round of a cooperative rebalance, and w1 would then hold
-    # nothing to renew).
+    # outage. A cooperative rebalance still moving partitions from w1 to w2
+    # would take attempts out of w1's hands, and w1 would hold nothing to
+    # renew.
     s.wait_group_settled([w1, w2])
 
     # Nothing is in flight: the ledger read before the kill is complete.

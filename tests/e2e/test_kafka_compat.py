@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Kafka 3.x compatibility: the worker's core scenarios against Kafka 3.9.
+
+The stack and every other test run Kafka 4.x; users still run 3.x. This
+starts a second, Kafka-only broker of deploy/kafka/pom.xml's
+kafka.compat.version (deploy/stack.sh kafka-start with
+CHARGED_KAFKA_VERSION=compat) on ports of its own, beside the test stack's
+PostgreSQL, checks from the broker's own log that it is that version, and
+runs each scenario below against it as a subprocess. Each scenario asserts
+what it always asserts (counted from psp-sim's ledger and the database);
+this test fails when any of them fails, naming it.
+
+Ports: the test stack's Kafka port + 5 (broker) and + 6 (controller), or
+CHARGED_TEST_COMPAT_KAFKA_PORT and that + 1."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import charged_e2e as e2e
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+# Consumption and commit, dead letters, one order's attempts, crashes at
+# every point, the cooperative rebalance, static membership, the relay's
+# publishing, W3C trace context through headers.
+SCENARIOS = [
+    "test_worker_sigterm.py",
+    "test_worker_bad_input.py",
+    "test_worker_same_order.py",
+    "test_worker_crash_points.py",
+    "test_worker_rebalance.py",
+    "test_worker_static_membership.py",
+    "test_worker_oversized_dead_letter.py",
+    "test_relay.py",
+    "test_worker_traceparent.py",
+]
+
+
+def pom_property(name):
+    with open(os.path.join(ROOT, "deploy", "kafka", "pom.xml"), encoding="utf-8") as f:
+        return re.search(r"<%s>([^<]+)</%s>" % (re.escape(name), re.escape(name)), f.read()).group(1)
+
+
+def main():
+    want = pom_property("kafka.compat.version")
+    main_kafka = int(os.environ["CHARGED_TEST_KAFKA"].rsplit(":", 1)[1])
+    port = int(os.environ.get("CHARGED_TEST_COMPAT_KAFKA_PORT") or main_kafka + 5)
+    stack_dir = os.path.join(os.path.abspath(e2e.BUILD), "compat-kafka")
+    shutil.rmtree(stack_dir, ignore_errors=True)
+    env = dict(os.environ)
+    env.update({
+        "CHARGED_STACK_DIR": stack_dir,
+        "CHARGED_KAFKA_VERSION": "compat",
+        "CHARGED_KAFKA_PORT": str(port),
+        "CHARGED_KAFKA_CONTROLLER_PORT": str(port + 1),
+        "CHARGED_TEST_KAFKA": "127.0.0.1:%d" % port,
+    })
+    env.pop("CHARGED_KAFKA_JARS", None)
+    stack = e2e.STACK
+    failed = []
+    try:
+        p = subprocess.run([stack, "kafka-start"], env=env, capture_output=True,
+                           stdin=subprocess.DEVNULL, timeout=e2e.scaled(300))
+        if p.returncode != 0:
+            raise e2e.Failure("deploy/stack.sh kafka-start (Kafka %s) exited %d: %s" % (
+                want, p.returncode, p.stderr.decode()[-2000:]))
+        with open(os.path.join(stack_dir, "kafka.log"), encoding="utf-8", errors="replace") as f:
+            running = re.findall(r"Kafka version: (\S+)", f.read())
+        e2e.check(running and running[-1] == want,
+                  "the compatibility broker runs Kafka %s, want %s" % (running, want))
+        e2e.log("Kafka %s up on 127.0.0.1:%d" % (want, port))
+        for name in SCENARIOS:
+            t0 = time.monotonic()
+            r = subprocess.run([sys.executable, os.path.join(HERE, name)], env=env,
+                               stdin=subprocess.DEVNULL, capture_output=True)
+            took = time.monotonic() - t0
+            if r.returncode != 0:
+                failed.append(name)
+                e2e.log("FAIL %s on Kafka %s after %.0fs; its output ends:\n%s" % (
+                    name, want, took, r.stdout.decode(errors="replace")[-3000:] +
+                    r.stderr.decode(errors="replace")[-2000:]))
+            else:
+                e2e.log("ok   %s on Kafka %s (%.0fs)" % (name, want, took))
+    finally:
+        subprocess.run([stack, "kafka-kill"], env=env, capture_output=True,
+                       stdin=subprocess.DEVNULL)
+    e2e.check(not failed, "on Kafka %s these scenarios failed: %s" % (want, failed))
+    print("1 passed, 0 failed")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except e2e.Failure as f:
+        print("FAIL:", f)
+        print("0 passed, 1 failed")
+        sys.exit(1)
