@@ -35,6 +35,16 @@ int kafka_setup_set(rd_kafka_conf_t *conf, const char *name, const char *value,
 rd_kafka_conf_t *kafka_setup_conf(const config_t *cfg, const char *client_id,
                                   char *errbuf, size_t errbuf_size)
 {
+    /* The library loaded, not the one built against: a LD_LIBRARY_PATH or
+     * an image that carries the distribution's librdkafka1 would bring
+     * back the old rebalance bugs without a word. */
+    if (rd_kafka_version() < KAFKA_SETUP_MIN_LIBRDKAFKA) {
+        snprintf(errbuf, errbuf_size,
+                 "librdkafka %s is loaded; charged needs 2.10 or newer (Kafka 4.x, "
+                 "cooperative rebalance fixes): see deploy/librdkafka/build.sh",
+                 rd_kafka_version_str());
+        return NULL;
+    }
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     if (kafka_setup_set(conf, "bootstrap.servers",
                         config_str(cfg, CONFIG_KAFKA_BOOTSTRAP_SERVERS), errbuf,

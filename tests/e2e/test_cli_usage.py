@@ -103,6 +103,31 @@ def scenario(_new):
     chargectl_numbers_and_ids()
     admin_addr_unusable()
     secret_never_printed()
+    old_librdkafka_refused()
+
+
+def old_librdkafka_refused():
+    """A librdkafka older than 2.10 loaded at run time (LD_LIBRARY_PATH comes
+    before the binaries' run path) is refused with exit 2 naming it, rather
+    than run with the rebalance bugs 2.10 fixed. Needs the distribution's
+    own older librdkafka1 (bookworm's 2.0.2, which kcat depends on)."""
+    import ctypes
+    import glob
+    old = None
+    for lib in sorted(glob.glob("/usr/lib/*-linux-gnu/librdkafka.so.1") +
+                      glob.glob("/lib/*-linux-gnu/librdkafka.so.1")):
+        v = ctypes.CDLL(lib).rd_kafka_version()
+        if v < 0x020a00ff:
+            old = (lib, v)
+            break
+    if not old:
+        e2e.log("old librdkafka: no librdkafka.so.1 older than 2.10 on this machine; not checked")
+        return
+    version = "%d.%d.%d" % (old[1] >> 24, (old[1] >> 16) & 0xff, (old[1] >> 8) & 0xff)
+    env = {"LD_LIBRARY_PATH": os.path.dirname(old[0]), "PROVIDER_API_KEY": "k"}
+    for argv in ([e2e.CHARGED, "worker"], [e2e.CHARGED, "relay"]):
+        expect_usage_error(argv, env=env, mention="librdkafka %s is loaded" % version)
+    e2e.log("old librdkafka: %s (%s) refused by the worker and the relay" % (old[0], version))
 
 
 def chargectl_numbers_and_ids():
