@@ -183,6 +183,16 @@ message.max.bytes=4194304
 EOF
     local java_opts=(-Xms256m "-Xmx$heap" -XX:+UseG1GC -Djava.awt.headless=true)
     java_opts+=("${kafka_log_opts[@]}")
+    # Data written by a newer Kafka does not start an older one (its
+    # metadata version is too high): say so instead of a broker that dies.
+    local running
+    running=$(basename "$jars")
+    if [ -f "$dir/kafka-data/meta.properties" ] && [ -f "$dir/kafka-version" ] &&
+      [ "$(cat "$dir/kafka-version")" != "$running" ]; then
+      die "the Kafka data in $dir was written by Kafka $(cat "$dir/kafka-version"), not $running: \
+run that version, or 'deploy/stack.sh down' and remove $dir/kafka-data"
+    fi
+    echo "$running" >"$dir/kafka-version"
     if [ ! -f "$dir/kafka-data/meta.properties" ]; then
       local cluster_id
       cluster_id=$(java "${java_opts[@]}" -cp "$jars/*" kafka.tools.StorageTool random-uuid)

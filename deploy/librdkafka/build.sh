@@ -24,7 +24,8 @@ suites=(sid forky)
 
 prefix=${1:-${CHARGED_RDKAFKA_PREFIX:-/opt/charged/librdkafka}}
 stamp="$prefix/.charged-librdkafka"
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$version-$debian_revision" ]; then
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$version-$debian_revision" ] &&
+  [ -f "$prefix/lib/librdkafka.so.1" ] && [ -f "$prefix/lib/pkgconfig/rdkafka.pc" ]; then
   exit 0
 fi
 
