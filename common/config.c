@@ -416,6 +416,11 @@ static int load_kafka_props(config_t *cfg, char *errbuf, size_t errbuf_size)
             continue;
         if (rd_kafka_conf_set(probe, prop, value, rderr, sizeof(rderr)) !=
             RD_KAFKA_CONF_OK) {
+            /* An old library refuses properties it predates: say why. */
+            if (config_librdkafka_too_old(errbuf, errbuf_size)) {
+                free(value);
+                goto out;
+            }
             /* librdkafka's message may quote the value; never echo a secret. */
             if (is_secret_prop(prop))
                 snprintf(errbuf, errbuf_size, "%s: librdkafka refused property '%s'",
@@ -563,4 +568,15 @@ void config_print_help(FILE *out, unsigned roles)
             fprintf(out, " [default: %s]", row->def);
         fputc('\n', out);
     }
+}
+
+int config_librdkafka_too_old(char *errbuf, size_t errbuf_size)
+{
+    if (rd_kafka_version() >= 0x020a00ff) /* 2.10.0, released */
+        return 0;
+    snprintf(errbuf, errbuf_size,
+             "librdkafka %s is loaded; charged needs 2.10 or newer (Kafka 4.x, "
+             "cooperative rebalance fixes): see deploy/librdkafka/build.sh",
+             rd_kafka_version_str());
+    return 1;
 }

@@ -104,4 +104,10 @@ void config_kafka_get(const config_t *cfg, size_t i, const char **prop,
 /* Prints the settings of `roles` as a table for --help. */
 void config_print_help(FILE *out, unsigned roles);
 
+/* 1 and errbuf, naming the version, when the librdkafka loaded at run time
+ * (not the one built against: LD_LIBRARY_PATH comes first) is older than
+ * 2.10, which fixed the lost assignment of a commit during a cooperative
+ * rebalance; 0 otherwise. Checked wherever a librdkafka conf is first made. */
+int config_librdkafka_too_old(char *errbuf, size_t errbuf_size);
+
 #endif

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <uuid/uuid.h>
@@ -38,13 +39,8 @@ rd_kafka_conf_t *kafka_setup_conf(const config_t *cfg, const char *client_id,
     /* The library loaded, not the one built against: a LD_LIBRARY_PATH or
      * an image that carries the distribution's librdkafka1 would bring
      * back the old rebalance bugs without a word. */
-    if (rd_kafka_version() < KAFKA_SETUP_MIN_LIBRDKAFKA) {
-        snprintf(errbuf, errbuf_size,
-                 "librdkafka %s is loaded; charged needs 2.10 or newer (Kafka 4.x, "
-                 "cooperative rebalance fixes): see deploy/librdkafka/build.sh",
-                 rd_kafka_version_str());
+    if (config_librdkafka_too_old(errbuf, errbuf_size))
         return NULL;
-    }
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     if (kafka_setup_set(conf, "bootstrap.servers",
                         config_str(cfg, CONFIG_KAFKA_BOOTSTRAP_SERVERS), errbuf,
@@ -83,7 +79,7 @@ const char *kafka_setup_pass_through(const config_t *cfg, const char *property)
 int kafka_setup_uses_consumer_protocol(const config_t *cfg)
 {
     const char *protocol = kafka_setup_pass_through(cfg, "group.protocol");
-    return protocol && !strcmp(protocol, "consumer");
+    return protocol && !strcasecmp(protocol, "consumer"); /* librdkafka ignores case */
 }
 
 /* Kafka's rule for group instance ids (the same as for topic names). */

@@ -12,13 +12,9 @@
 
 #include "config.h"
 
-/* The oldest librdkafka charged runs on (rd_kafka_version()'s form): 2.10.0
- * fixed the lost assignment of a commit during a cooperative rebalance. */
-#define KAFKA_SETUP_MIN_LIBRDKAFKA 0x020a00ff
-
 /* A conf with bootstrap.servers, client.id and librdkafka's logs routed to
  * our JSON logger. NULL and errbuf on a bad value, or when the librdkafka
- * loaded at run time is older than KAFKA_SETUP_MIN_LIBRDKAFKA. */
+ * loaded at run time is older than charged needs (config_librdkafka_too_old). */
 rd_kafka_conf_t *kafka_setup_conf(const config_t *cfg, const char *client_id,
                                   char *errbuf, size_t errbuf_size);
 

@@ -2199,7 +2199,8 @@ static int worker_start(config_t *cfg, const char *id, struct daemon_role *role,
     log_info("worker started", "worker", w->id, "group", w->group, "group_instance_id",
              w->instance[0] ? w->instance : NULL, "topic", w->commands_topic,
              "lease_ms", lease, "max_in_flight", mif, "librdkafka",
-             rd_kafka_version_str(), NULL);
+             rd_kafka_version_str(), "group_protocol",
+             kafka_setup_uses_consumer_protocol(w->cfg) ? "consumer" : "classic", NULL);
     *role = (struct daemon_role){"worker", w, worker_step, worker_drain, worker_finish};
     return 0;
 }

@@ -10,7 +10,10 @@
 # host name is written anywhere. Built with upstream's configure against the
 # system's libssl, zlib, zstd, lz4, sasl and curl.
 #
-# Usage: build.sh [PREFIX]   (default /opt/charged/librdkafka)
+# Usage: build.sh [PREFIX]   (default /opt/charged/librdkafka; absolute, the
+#                            library's own directory)
+#        build.sh --print-mirrors   the mirrors it would try, in order
+#                            (CHARGED_APT_ETC: another /etc/apt to read)
 # Does nothing when PREFIX already holds the pinned version.
 set -euo pipefail
 
@@ -22,41 +25,89 @@ orig_sha256=4d53568c13717b167d12c7b2a0fe12aeb5d6bfe02de53df5b68f86d870a81b33
 # Suites that carry it as a source package, newest first.
 suites=(sid forky)
 
+print_mirrors=0
+if [ "${1:-}" = --print-mirrors ]; then
+  print_mirrors=1
+  shift
+fi
 prefix=${1:-${CHARGED_RDKAFKA_PREFIX:-/opt/charged/librdkafka}}
 stamp="$prefix/.charged-librdkafka"
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$version-$debian_revision" ] &&
-  [ -f "$prefix/lib/librdkafka.so.1" ] && [ -f "$prefix/lib/pkgconfig/rdkafka.pc" ]; then
+# The prefix is the library's alone: it is replaced whole on every build,
+# so it must be absolute, and a directory this script did not make (say,
+# /usr/local) is refused rather than emptied.
+case $prefix in
+  /*) ;;
+  *) echo "librdkafka: the prefix must be an absolute path, not '$prefix'" >&2; exit 2 ;;
+esac
+prefix=${prefix%/}
+if [ -e "$prefix" ] && [ ! -f "$stamp" ] && [ -n "$(ls -A "$prefix" 2>/dev/null)" ]; then
+  echo "librdkafka: $prefix holds files this script did not install; give a prefix of its own" >&2
+  exit 2
+fi
+if [ "$print_mirrors" = 0 ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$version-$debian_revision" ] &&
+  [ -s "$prefix/lib/librdkafka.so.1" ] && [ -s "$prefix/lib/pkgconfig/rdkafka.pc" ]; then
   exit 0
 fi
 
+# Candidate mirrors, in the order apt's own files give them: the machine's
+# Debian sources first (sources.list, then the .sources files), third-party
+# .list files last. Disabled deb822 stanzas are skipped. Each is tried in
+# turn until one serves the pinned source package.
+apt_etc=${CHARGED_APT_ETC:-/etc/apt}
 sources=()
-for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
+for f in "$apt_etc/sources.list" "$apt_etc"/sources.list.d/*.sources "$apt_etc"/sources.list.d/*.list; do
   [ -f "$f" ] && sources+=("$f")
 done
-# The first mirror that serves Debian's main archive (not the security one).
-mirror=$(awk '
-  /^[[:space:]]*deb[[:space:]]/ { for (i = 2; i <= NF; i++) if ($i ~ /^(https?|ftp):\/\//) { print $i; exit } }
-  /^URIs:/ { for (i = 2; i <= NF; i++) if ($i !~ /security/) { print $i; exit } }
-' "${sources[@]}" | grep -v security | head -1)
-if [ -z "$mirror" ]; then
-  echo "librdkafka: no Debian mirror found in the machine's apt sources" >&2
+mirrors=$( ((${#sources[@]})) && awk '
+  function flush() { if (enabled && uris != "") print uris; uris = ""; enabled = 1 }
+  BEGIN { enabled = 1 }
+  FNR == 1 { flush() }
+  /^[[:space:]]*$/ { flush(); next }
+  /^[[:space:]]*deb[[:space:]]/ {
+    for (i = 2; i <= NF; i++) if ($i ~ /^(https?|ftp):\/\//) { print $i; break }
+    next
+  }
+  tolower($1) == "uris:" { for (i = 2; i <= NF; i++) if ($i ~ /^(https?|ftp):\/\//) uris = uris (uris == "" ? "" : "\n") $i }
+  tolower($1) == "enabled:" && tolower($2) == "no" { enabled = 0 }
+  END { flush() }
+' "${sources[@]}" | awk '!seen[$0]++')
+if [ -z "$mirrors" ]; then
+  echo "librdkafka: no http(s) mirror found in the machine's apt sources" >&2
   exit 1
+fi
+if [ "$print_mirrors" = 1 ]; then
+  echo "$mirrors"
+  exit 0
 fi
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/lists/partial" "$work/cache/archives/partial"
-for s in "${suites[@]}"; do
-  echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror $s main"
-done >"$work/sources.list"
-apt_private=(
-  -o "Dir::Etc::SourceList=$work/sources.list" -o Dir::Etc::SourceParts=/dev/null
-  -o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache"
-  -o APT::Sandbox::User=root
-)
-echo "librdkafka: fetching the source package $version-$debian_revision"
-apt-get "${apt_private[@]}" -qq update
-(cd "$work" && apt-get "${apt_private[@]}" -qq --download-only source "librdkafka=$version-$debian_revision")
+fetched=""
+for mirror in $mirrors; do
+  rm -rf "$work/lists" "$work/cache"
+  mkdir -p "$work/lists/partial" "$work/cache/archives/partial"
+  for s in "${suites[@]}"; do
+    echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror $s main"
+  done >"$work/sources.list"
+  apt_private=(
+    -o "Dir::Etc::SourceList=$work/sources.list" -o Dir::Etc::SourceParts=/dev/null
+    -o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache"
+    -o APT::Sandbox::User=root
+  )
+  if apt-get "${apt_private[@]}" -qq update >"$work/update.log" 2>&1 &&
+    (cd "$work" && apt-get "${apt_private[@]}" -qq --download-only source \
+      "librdkafka=$version-$debian_revision") >"$work/source.log" 2>&1; then
+    fetched=$mirror
+    break
+  fi
+done
+if [ -z "$fetched" ]; then
+  echo "librdkafka: no mirror of the machine's apt sources serves the source package" \
+    "librdkafka $version-$debian_revision in ${suites[*]}; the last said:" >&2
+  tail -5 "$work/update.log" "$work/source.log" >&2 2>/dev/null || true
+  exit 1
+fi
+echo "librdkafka: fetched the source package $version-$debian_revision"
 orig="$work/librdkafka_$version.orig.tar.gz"
 if ! echo "$orig_sha256  $orig" | sha256sum -c --quiet -; then
   echo "librdkafka: $orig does not have the pinned checksum" >&2
@@ -75,7 +126,17 @@ echo "librdkafka: building $version into $prefix"
   { tail -40 "$work/configure.log" >&2; exit 1; }
 # The C library only: charged has no C++.
 make -C src -j"$(nproc)" >"$work/make.log" 2>&1 || { tail -40 "$work/make.log" >&2; exit 1; }
-rm -rf "$prefix"
-make -C src install >"$work/install.log" 2>&1 || { tail -40 "$work/install.log" >&2; exit 1; }
-echo "$version-$debian_revision" >"$stamp"
+# Installed into a scratch root (DESTDIR keeps the configured paths in the
+# pkg-config file), copied beside the prefix, then swapped in: a failed
+# install leaves the previous library whole.
+make -C src install DESTDIR="$work/root" >"$work/install.log" 2>&1 ||
+  { tail -40 "$work/install.log" >&2; exit 1; }
+staging="$prefix.new.$$"
+rm -rf "$staging"
+mkdir -p "$(dirname "$prefix")"
+cp -a "$work/root$prefix" "$staging"
+echo "$version-$debian_revision" >"$staging/.charged-librdkafka"
+[ -e "$prefix" ] && mv "$prefix" "$prefix.old.$$"
+mv "$staging" "$prefix"
+rm -rf "$prefix.old.$$"
 echo "librdkafka: $version installed in $prefix"

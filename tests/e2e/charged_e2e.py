@@ -27,6 +27,8 @@ PSP_SIM = os.path.join(BUILD, "tools", "psp-sim", "psp-sim")
 # The consumer group protocol the scenarios' workers use: "classic"
 # (cooperative-sticky, the default) or "consumer" (KIP-848).
 GROUP_PROTOCOL = os.environ.get("CHARGED_TEST_GROUP_PROTOCOL", "classic")
+if GROUP_PROTOCOL not in ("classic", "consumer"):
+    raise SystemExit("CHARGED_TEST_GROUP_PROTOCOL=%r: want classic or consumer" % GROUP_PROTOCOL)
 KAFKA_TOOL = os.environ.get("CHARGED_KAFKA_TOOL") or os.path.join(BUILD, "tests", "kafka_test_tool")
 API_KEY = "sk_test_e2e"
 STACK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy", "stack.sh")

@@ -125,9 +125,15 @@ def old_librdkafka_refused():
         return
     version = "%d.%d.%d" % (old[1] >> 24, (old[1] >> 16) & 0xff, (old[1] >> 8) & 0xff)
     env = {"LD_LIBRARY_PATH": os.path.dirname(old[0]), "PROVIDER_API_KEY": "k"}
-    for argv in ([e2e.CHARGED, "worker"], [e2e.CHARGED, "relay"]):
+    publish = [e2e.CHARGECTL, "publish", "--amount", "100", "--currency", "EUR",
+               "--payment-method", "pm_card_visa"]
+    for argv in ([e2e.CHARGED, "worker"], [e2e.CHARGED, "relay"], publish):
         expect_usage_error(argv, env=env, mention="librdkafka %s is loaded" % version)
-    e2e.log("old librdkafka: %s (%s) refused by the worker and the relay" % (old[0], version))
+    # A property the old library predates: still the version, not the property.
+    expect_usage_error([e2e.CHARGED, "worker"], env=dict(env, KAFKA_GROUP_PROTOCOL="consumer"),
+                       mention="librdkafka %s is loaded" % version)
+    e2e.log("old librdkafka: %s (%s) refused by the worker, the relay and chargectl publish"
+            % (old[0], version))
 
 
 def chargectl_numbers_and_ids():

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "kafka_setup.h"
 #include "log.h"
 #include "test_env.h"
 
@@ -49,6 +50,26 @@ static void write_file(const char *path, const char *text)
     fputs(text, f);
     fclose(f);
 }
+
+/* librdkafka reads group.protocol without regard to case: so must the
+ * worker, or it sets the classic assignor under the consumer protocol and
+ * librdkafka blames the operator for a property they never set. */
+START_TEST(consumer_protocol_in_any_case)
+{
+    const char *cases[][2] = {{"consumer", "1"}, {"CONSUMER", "1"}, {"Consumer", "1"},
+                              {"classic", "0"}, {NULL, "0"}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        clean_env();
+        if (cases[i][0])
+            setenv("KAFKA_GROUP_PROTOCOL", cases[i][0], 1);
+        config_t *cfg = config_new(CONFIG_ROLE_WORKER, "worker", err, sizeof(err));
+        ck_assert_msg(cfg != NULL, "%s", err);
+        ck_assert_msg(kafka_setup_uses_consumer_protocol(cfg) == atoi(cases[i][1]),
+                      "KAFKA_GROUP_PROTOCOL=%s", cases[i][0] ? cases[i][0] : "(unset)");
+        config_free(cfg);
+    }
+}
+END_TEST
 
 START_TEST(defaults_are_the_contracts)
 {
@@ -324,6 +345,7 @@ static Suite *config_suite(void)
     tcase_add_test(tc, api_requires_a_signing_secret);
     tcase_add_test(tc, help_lists_the_roles_settings);
     tcase_add_test(tc, secrets_never_reach_a_log_line);
+    tcase_add_test(tc, consumer_protocol_in_any_case);
     suite_add_tcase(s, tc);
     return s;
 }
