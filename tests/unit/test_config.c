@@ -56,8 +56,11 @@ static void write_file(const char *path, const char *text)
  * librdkafka blames the operator for a property they never set. */
 START_TEST(consumer_protocol_in_any_case)
 {
-    const char *cases[][2] = {{"consumer", "1"}, {"CONSUMER", "1"}, {"Consumer", "1"},
-                              {"classic", "0"}, {NULL, "0"}};
+    const char *cases[][2] = {{"consumer", "1"},
+                              {"CONSUMER", "1"},
+                              {"Consumer", "1"},
+                              {"classic", "0"},
+                              {NULL, "0"}};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         clean_env();
         if (cases[i][0])
