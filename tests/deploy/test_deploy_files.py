@@ -818,7 +818,10 @@ def image_holds_no_secret(ctx):
     check_eq(ignore[0], "*", "the .dockerignore's first rule (an allow-list starts with *)")
     for allowed in ignore[1:]:
         check(allowed.startswith("!"), ".dockerignore rule %r" % allowed)
-        check(not re.search(r"secret|compose|\.git|build|\.stack", allowed),
+        # The build trees are build*/ at the top (deploy/librdkafka/build.sh
+        # is a source).
+        check(not re.search(r"secret|compose|\.git|\.stack", allowed) and
+              not allowed[1:].lstrip("/").startswith("build"),
               ".dockerignore lets %s into the build context" % allowed)
 
 
@@ -858,6 +861,16 @@ def image_builds_from_the_sources(ctx):
     for target in ("charged", "chargectl", "psp-sim"):
         check(re.search(r"--target [^&]*\b%s\b" % re.escape(target), run),
               "the build stage does not build %s" % target)
+    # librdkafka: deploy/librdkafka/build.sh's, into the prefix CMake looks
+    # in, before the build of charged; never Debian's packages.
+    check(not build & NOT_IN_IMAGE, "the build stage installs %s" % sorted(build & NOT_IN_IMAGE))
+    prefix = re.search(r'set\(CHARGED_RDKAFKA_PREFIX "([^"]+)"', top).group(1)
+    steps = [a for i, a in stage_of(ctx, 0) if i == "RUN"]
+    built = [n for n, a in enumerate(steps) if re.search(r"deploy/librdkafka/build\.sh( %s)?(\s|$)"
+                                                       % re.escape(prefix), a)]
+    check(built, "the build stage does not run deploy/librdkafka/build.sh (into %s)" % prefix)
+    check(built[0] < min(n for n, a in enumerate(steps) if "cmake -S" in a),
+          "the build stage runs cmake before deploy/librdkafka/build.sh")
 
 
 def image_ships_binaries_and_migrations(ctx):
@@ -878,14 +891,25 @@ def image_ships_binaries_and_migrations(ctx):
 
 
 def needed_packages(binary):
-    """Debian packages owning the shared libraries binary loads directly;
-    sanitizer runtimes (build-asan) are not part of any image."""
+    """{soname: owner} of the shared libraries binary loads directly, found
+    as the loader finds them: in its RUNPATH first (owner: "/path/of/the/file",
+    a library no Debian package ships, such as the librdkafka built into
+    /opt/charged/librdkafka), then in ld.so's cache (owner: the Debian
+    package of the file). Sanitizer runtimes (build-asan) are not part of
+    any image."""
     out = subprocess.run(["readelf", "-d", binary], capture_output=True, text=True, check=True).stdout
     sonames = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out)
+    m = re.search(r"\((?:RUNPATH|RPATH)\)\s+Library r(?:un)?path: \[([^\]]*)\]", out)
+    origin = os.path.dirname(os.path.abspath(binary))
+    runpath = [d.replace("$ORIGIN", origin) for d in m.group(1).split(":")] if m else []
     cache = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=True).stdout
     pkgs = {}
     for so in sonames:
         if re.match(r"lib(asan|ubsan|lsan|tsan)\.", so):
+            continue
+        found = [os.path.join(d, so) for d in runpath if os.path.exists(os.path.join(d, so))]
+        if found:
+            pkgs[so] = found[0]
             continue
         m = re.search(r"^\s*%s \([^)]*x86-64[^)]*\) => (\S+)" % re.escape(so), cache, re.M) or \
             re.search(r"^\s*%s \([^)]*\) => (\S+)" % re.escape(so), cache, re.M)
@@ -901,17 +925,58 @@ def needed_packages(binary):
     return pkgs
 
 
+# Debian packages the image must not hold: bookworm's librdkafka1 is 2.0.2,
+# which Kafka 4.x does not speak to (deploy/librdkafka/build.sh).
+NOT_IN_IMAGE = {"librdkafka1", "librdkafka-dev"}
+
+
+def copied_from_build(instrs, path):
+    """Whether a COPY --from=build of the stage puts the build stage's file
+    at path at that same path (the binaries' RUNPATH names it)."""
+    import fnmatch
+    for i, a in instrs:
+        if i != "COPY" or not a.startswith("--from=build"):
+            continue
+        words = shlex.split(a)[1:]
+        srcs, dest = words[:-1], words[-1]
+        into = dest.rstrip("/") if dest.endswith("/") or len(srcs) > 1 else os.path.dirname(dest)
+        if into != os.path.dirname(path):
+            continue
+        if any(os.path.dirname(src) == os.path.dirname(path) and
+               fnmatch.fnmatch(os.path.basename(path), os.path.basename(src)) for src in srcs):
+            return True
+    return False
+
+
 def image_has_every_runtime_library(ctx):
     build = os.environ.get("CHARGED_BUILD_DIR") or os.path.join(ROOT, "build")
     last = len(stages(ctx)) - 1
     runtime = apt_packages(stage_of(ctx, last))
     base = {"libc6", "libgcc-s1", "zlib1g"}  # in debian:bookworm-slim already
-    for b in ("worker/charged", "chargectl/chargectl", "tools/psp-sim/psp-sim"):
-        path = os.path.join(build, b)
+    check(not runtime & NOT_IN_IMAGE, "the runtime stage installs %s" % sorted(runtime & NOT_IN_IMAGE))
+    todo = [os.path.join(build, b) for b in ("worker/charged", "chargectl/chargectl", "tools/psp-sim/psp-sim")]
+    seen = set()
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
         check(os.path.isfile(path), "%s is not built (the check reads its libraries)" % path)
-        for so, pkg in needed_packages(path).items():
-            check(pkg in runtime or pkg in base,
-                  "%s loads %s from %s, which the runtime stage does not install" % (b, so, pkg))
+        b = rel(path) if path.startswith(build) else path
+        for so, owner in needed_packages(path).items():
+            check(owner not in NOT_IN_IMAGE,
+                  "%s loads %s from Debian's %s: that build is not linked against the librdkafka "
+                  "of deploy/librdkafka/build.sh" % (b, so, owner))
+            if owner.startswith("/"):
+                # Not a package's: the runtime stage copies it from the
+                # build stage to the same path, and what it loads counts.
+                check(copied_from_build(stage_of(ctx, last), owner),
+                      "%s loads %s from %s, which the runtime stage does not copy there"
+                      % (b, so, owner))
+                todo.append(owner)
+                continue
+            check(owner in runtime or owner in base,
+                  "%s loads %s from %s, which the runtime stage does not install" % (b, so, owner))
 
 
 IMAGE_CHECKS = [
@@ -952,6 +1017,17 @@ IMAGE_MUTANTS = [
      lambda c: c.update(dockerfile=[x for x in c["dockerfile"] if "embed_migrations" not in x[2]])),
     ("a -dev package missing from the build", image_builds_from_the_sources,
      lambda c: c.update(dockerfile=[(s, i, a.replace("libmicrohttpd-dev", "")) for s, i, a in c["dockerfile"]])),
+    ("bookworm's librdkafka-dev instead of build.sh", image_builds_from_the_sources,
+     lambda c: c.update(dockerfile=[(s, i, a.replace("deploy/librdkafka/build.sh /", "true /")
+                                     .replace("dpkg-dev", "dpkg-dev librdkafka-dev"))
+                                    for s, i, a in c["dockerfile"]])),
+    ("bookworm's librdkafka1 instead of the built one", image_has_every_runtime_library,
+     lambda c: c.update(dockerfile=[(s, i, a.replace("libpq5", "libpq5 librdkafka1"))
+                                    for s, i, a in c["dockerfile"] if "librdkafka.so" not in a])),
+    ("the built librdkafka not copied", image_has_every_runtime_library,
+     lambda c: c.update(dockerfile=[x for x in c["dockerfile"] if "librdkafka.so" not in x[2]])),
+    ("a build tree in the build context", image_holds_no_secret,
+     lambda c: c.update(ignore=c["ignore"] + "\n!build-asan/\n")),
 ]
 
 
