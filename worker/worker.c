@@ -46,6 +46,9 @@
 /* Readiness must not rest on a database step long past: after this long
  * without one, a ping asks whether the database still answers. */
 #define DB_PING_MS 5000
+/* A worker without partitions this long says so, once, with what it looks
+ * like under each group protocol: readiness alone says nothing of why. */
+#define UNASSIGNED_WARN_MS 30000
 /* The life of one consumed message. Every change goes through job_set(),
  * which checks it against job_moves[] below. */
 enum job_state {
@@ -172,10 +175,12 @@ struct worker {
     int64_t last_full_poll_ms;
     int64_t last_commit_ms, last_renew_ms, db_retry_at;
     struct daemon_backoff db_backoff;
-    int db_reached;         /* the last database step succeeded */
-    int64_t last_db_ok_ms;  /* when */
-    int assigned;           /* partitions the group gave us */
-    int assignment_changed; /* a rebalance since they were counted */
+    int db_reached;              /* the last database step succeeded */
+    int64_t last_db_ok_ms;       /* when */
+    int assigned;                /* partitions the group gave us */
+    int assignment_changed;      /* a rebalance since they were counted */
+    int64_t unassigned_since_ms; /* 0 while partitions are assigned */
+    int unassigned_warned;
     size_t call_log_dropped;
     struct handback {
         int32_t partition;
@@ -1888,6 +1893,31 @@ static void turn(struct worker *w, int take_new)
 
 /* Ready: the database answers, the group gave us partitions, and the
  * provider breaker does not hold fetching (it is closed). */
+static void warn_if_unassigned(struct worker *w)
+{
+    int64_t now = clock_now_ms();
+    int consumer = kafka_setup_uses_consumer_protocol(w->cfg);
+    if (w->assigned > 0) {
+        w->unassigned_since_ms = 0;
+        w->unassigned_warned = 0;
+        return;
+    }
+    if (!w->unassigned_since_ms)
+        w->unassigned_since_ms = now;
+    if (w->unassigned_warned || now - w->unassigned_since_ms < UNASSIGNED_WARN_MS)
+        return;
+    w->unassigned_warned = 1;
+    log_warn("no partitions assigned for 30 s", "group", w->group, "group_protocol",
+             consumer ? "consumer" : "classic", "hint",
+             consumer
+                 ? "the consumer protocol needs Kafka 4.0 or newer brokers, and a "
+                   "group that still has classic cooperative-sticky members cannot "
+                   "move to it until all of them have left (docs/worker.md)"
+                 : "more workers than partitions, or the group cannot complete a "
+                   "rebalance",
+             NULL);
+}
+
 static void check_readiness(struct worker *w)
 {
     char err[512];
@@ -1906,6 +1936,7 @@ static void check_readiness(struct worker *w)
         if (l)
             rd_kafka_topic_partition_list_destroy(l);
     }
+    warn_if_unassigned(w);
     if (!w->db_reached)
         daemon_set_ready(0, w->db_backoff.ms ? "database unreachable"
                                              : "database not reached yet");

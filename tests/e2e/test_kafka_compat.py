@@ -25,7 +25,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 # Consumption and commit, dead letters, one order's attempts, crashes at
 # every point, the cooperative rebalance, static membership, the relay's
-# publishing, W3C trace context through headers.
+# publishing, W3C trace context through headers. Then a worker under
+# KIP-848's consumer protocol, which a 3.x broker does not serve.
 SCENARIOS = [
     "test_worker_sigterm.py",
     "test_worker_bad_input.py",
@@ -42,6 +43,28 @@ SCENARIOS = [
 def pom_property(name):
     with open(os.path.join(ROOT, "deploy", "kafka", "pom.xml"), encoding="utf-8") as f:
         return re.search(r"<%s>([^<]+)</%s>" % (re.escape(name), re.escape(name)), f.read()).group(1)
+
+
+def consumer_protocol_says_why(env, version):
+    """KIP-848 needs a 4.x broker: against 3.x a consumer-protocol worker is
+    never assigned anything. It must say so in its log rather than sit
+    there unready without a word; and it consumes nothing meanwhile."""
+    os.environ.update(env)
+    e2e.GROUP_PROTOCOL = "consumer"
+    s = e2e.Scenario("kip848_on_kafka3")
+    try:
+        s.publish([e2e.new_command() for _ in range(3)])
+        w = s.start_worker()
+        line = e2e.wait_until("the consumer-protocol worker to warn that it has no partitions",
+                              lambda: s.worker_log(w, "no partitions assigned for 30 s"), 90)
+        e2e.check("Kafka 4.0" in str(line), "the warning does not name Kafka 4.0: %s" % line)
+        n = int(s.query("SELECT count(*) FROM payment_attempts")[0][0])
+        e2e.check(n == 0, "a consumer-protocol worker on Kafka %s recorded %d attempts" % (
+            version, n))
+        e2e.log("ok   a consumer-protocol worker on Kafka %s warned and took nothing" % version)
+    finally:
+        s.close()
+        e2e.GROUP_PROTOCOL = "classic"
 
 
 def main():
@@ -84,6 +107,7 @@ def main():
                     r.stderr.decode(errors="replace")[-2000:]))
             else:
                 e2e.log("ok   %s on Kafka %s (%.0fs)" % (name, want, took))
+        consumer_protocol_says_why(env, want)
     finally:
         subprocess.run([stack, "kafka-kill"], env=env, capture_output=True,
                        stdin=subprocess.DEVNULL)
