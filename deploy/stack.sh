@@ -186,7 +186,8 @@ EOF
     # Data written by a newer Kafka does not start an older one (its
     # metadata version is too high): say so instead of a broker that dies.
     local running
-    running=$(basename "$jars")
+    running=$(cd "$jars" && ls kafka_2.13-*.jar 2>/dev/null | sed -n 's/^kafka_2\.13-\(.*\)\.jar$/\1/p' | head -1)
+    [ -n "$running" ] || die "no kafka_2.13-<version>.jar in $jars"
     if [ -f "$dir/kafka-data/meta.properties" ] && [ -f "$dir/kafka-version" ] &&
       [ "$(cat "$dir/kafka-version")" != "$running" ]; then
       die "the Kafka data in $dir was written by Kafka $(cat "$dir/kafka-version"), not $running: \
