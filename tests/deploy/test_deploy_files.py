@@ -8,8 +8,9 @@
                                       the manifests and compose give it
   test_deploy_files.py observability  alert rules, dashboard, scrape configs, runbook
 
-No Docker engine, cluster or schema validator is at hand, so the files are
-read as data and checked for what a deployment depends on: probes on the
+The files are read as data and checked for charged's own rules, what a
+deployment depends on; field names and types are the schemas' business
+(test_manifest_schemas.py), the image is built by test_image_build: probes on the
 admin port, grace periods longer than the drain, non-root containers,
 secrets only by reference, one partition count everywhere, metric names
 that exist in the dashboard and the alert rules. Each area also re-runs some checks on deliberately broken
