@@ -323,10 +323,18 @@ def build_image(rel, tag, logdir):
     log("build:", " ".join(argv[:-1]), "<repo>", "(log: %s)" % path)
     run_logged(argv, path, 3000, "podman build")
     new = image_id(tag)
-    # What this tag named before, the steps only it had and older bases are
-    # untagged now: removed (from this test's own store), so that runs do
-    # not pile up images. The steps of this build stay, as the next one's
-    # cache.
+    # The build stage tagged too, from the cache the build just made (so in
+    # seconds): untagged, its steps would be pruned below, and the next
+    # build would compile librdkafka again.
+    stage = [a for a in argv if a != "--no-cache"]
+    stage[stage.index("-t") + 1] = tag + "-build"
+    stage[-1:-1] = ["--target", "build"]
+    run_logged(stage, os.path.join(logdir, "podman-build-stage.log"), 600,
+               "podman build --target build")
+    # What these tags named before, the steps only it had and older bases
+    # are untagged now: removed (from this test's own store), so that runs
+    # do not pile up images. The steps of this build stay, as the next
+    # one's cache.
     if old != new:
         subprocess.run(PODMAN + ["image", "prune", "--force"], capture_output=True)
     return new
