@@ -10,7 +10,8 @@ sudo=""
 
 # dpkg-dev and the zstd, lz4 and sasl headers are for librdkafka, built
 # from Debian's source package by librdkafka/build.sh (below): bookworm's
-# librdkafka-dev is 2.0.2, which Kafka 4.x does not speak to.
+# librdkafka-dev is 2.0.2, older than Kafka 4.x and the rebalance fixes of
+# 2.10.
 # podman and debootstrap build and check the image (tests/deploy): the base
 # image is made by debootstrap, nothing is pulled from an image registry.
 # python3-yaml and prometheus are for the checks of deploy/ (tests/deploy):
