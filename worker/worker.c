@@ -1896,7 +1896,6 @@ static void turn(struct worker *w, int take_new)
 static void warn_if_unassigned(struct worker *w)
 {
     int64_t now = clock_now_ms();
-    int consumer = kafka_setup_uses_consumer_protocol(w->cfg);
     if (w->assigned > 0) {
         w->unassigned_since_ms = 0;
         w->unassigned_warned = 0;
@@ -1907,6 +1906,7 @@ static void warn_if_unassigned(struct worker *w)
     if (w->unassigned_warned || now - w->unassigned_since_ms < UNASSIGNED_WARN_MS)
         return;
     w->unassigned_warned = 1;
+    int consumer = kafka_setup_uses_consumer_protocol(w->cfg);
     log_warn("no partitions assigned for 30 s", "group", w->group, "group_protocol",
              consumer ? "consumer" : "classic", "hint",
              consumer
