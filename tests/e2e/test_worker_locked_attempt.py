@@ -82,6 +82,20 @@ def peer_lock(new):
     s.check_invariants()
 
 
+def wait_for_state(s, pid, state, what):
+    """Waits (10 s) for backend pid to be in state; on a timeout, logs what
+    every session of the scenario's database was doing."""
+    try:
+        e2e.wait_until(what, lambda: s.query(
+            "SELECT state FROM pg_stat_activity WHERE pid = %d" % pid) == [[state]], 10, 0.05)
+    except e2e.Failure:
+        for row in s.query("SELECT pid, state, wait_event_type, wait_event,"
+                           " left(query, 60) FROM pg_stat_activity"
+                           " WHERE datname = current_database()"):
+            e2e.log("session", "|".join(row))
+        raise
+
+
 def frozen_api(new):
     s = new("locked_frozen_api", partitions=3, psp_args=["--latency-ms", "4000"],
             worker_env={"PROVIDER_TIMEOUT_MS": "10000", "WORKER_LEASE_MS": "60000"})
@@ -109,20 +123,24 @@ def frozen_api(new):
         hold.run("BEGIN")
         hold.run("SELECT id FROM payment_attempts WHERE id = '%s' FOR NO KEY UPDATE" % aid)
         t.start()
-        e2e.wait_until("the api to wait for the row lock", lambda: s.query(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND wait_event_type = 'Lock' AND pid <> %d AND query LIKE '%%UPDATE OF p%%'"
-            % hold.pid) == [["1"]], 30, 0.05)
+        # The api's backend is the one session waiting for the row lock in
+        # the api's locking statement (the worker's skip locked rows). The
+        # rest of the case watches that pid, so that another session's
+        # passing state can neither stand in for it nor hide it.
+        api_pid = e2e.wait_until("the api to wait for the row lock", lambda: [
+            r[0] for r in s.query(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock' AND pid NOT IN (%d, pg_backend_pid())"
+                " AND query LIKE '%%FOR NO KEY UPDATE OF p'" % hold.pid)], 30, 0.05)
+        check_eq(len(api_pid), 1, "sessions waiting for the row lock: %s" % api_pid)
+        api_pid = int(api_pid[0])
         apiproc.send_signal(signal.SIGSTOP)
         stopped = True
         hold.run("ROLLBACK")
         # The api's session now holds the lock, idle in its transaction,
         # its process frozen.
-        e2e.wait_until("the frozen api's session idle in transaction with the lock",
-                       lambda: s.query(
-                           "SELECT count(*) FROM pg_stat_activity WHERE datname ="
-                           " current_database() AND state = 'idle in transaction'"
-                           " AND pid <> %d" % hold.pid) == [["1"]], 10, 0.05)
+        wait_for_state(s, api_pid, "idle in transaction",
+                       "the frozen api's session idle in transaction with the lock")
         e2e.wait_until("the worker to persist the attempt while the api is frozen",
                        lambda: status_of(s, aid) == "SUCCEEDED", 30)
         check_eq(apiproc.poll(), None, "the api process (still frozen)")
