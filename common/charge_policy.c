@@ -91,3 +91,18 @@ struct charge_decision charge_policy_decide(const struct charge_policy *p,
     d.reason_code = rows[outcome].reason_code;
     return d;
 }
+
+int charge_policy_count_try(struct charge_tries *t, enum provider_outcome outcome,
+                            int failure, int opened_breaker, int *outage)
+{
+    int spared = failure && opened_breaker && !t->rode_outage;
+    if (spared)
+        t->rode_outage = 1;
+    if (outage)
+        *outage = spared;
+    if (outcome == PROVIDER_NOT_EXECUTED)
+        return spared ? t->not_executed : ++t->not_executed;
+    if (outcome == PROVIDER_UNKNOWN)
+        return spared ? t->unknown : ++t->unknown;
+    return 1;
+}

@@ -21,6 +21,7 @@
 #include "config.h"
 #include "daemon.h"
 #include "db.h"
+#include "job.h"
 #include "dead_letter.h"
 #include "kafka_setup.h"
 #include "log.h"
@@ -49,83 +50,6 @@
 /* A worker without partitions this long says so, once, with what it looks
  * like under each group protocol: readiness alone says nothing of why. */
 #define UNASSIGNED_WARN_MS 30000
-/* The life of one consumed message. Every change goes through job_set(),
- * which checks it against job_moves[] below. */
-enum job_state {
-    JOB_BACKLOG,          /* taken from Kafka, not started: over capacity */
-    JOB_DEAD_LETTER,      /* to be produced to the DLQ */
-    JOB_DEAD_LETTER_SENT, /* waiting for the broker's acknowledgement */
-    JOB_RECORD,           /* insert-or-read the attempt */
-    JOB_CLAIM,            /* claim it now */
-    JOB_WAIT,             /* leased by someone else: claim again at next_at */
-    JOB_CALL,             /* ours: call the provider at next_at */
-    JOB_CALLING,          /* provider call in flight */
-    JOB_CALLING_FENCED,   /* call in flight, but our lease was lost meanwhile:
-                             its answer is logged, never persisted */
-    JOB_PERSIST,          /* outcome known: persist it */
-    JOB_DONE,             /* effects durable (or given up): reap it */
-    JOB__COUNT
-};
-
-static const char *const job_state_names[JOB__COUNT] = {
-    "backlog", "dead_letter", "dead_letter_sent", "record",  "claim", "wait",
-    "call",    "calling",     "calling_fenced",   "persist", "done"};
-
-#define M(s) (1u << (s))
-/* Where each state may go next. */
-static const unsigned job_moves[JOB__COUNT] = {
-    [JOB_BACKLOG] = M(JOB_RECORD) | M(JOB_DEAD_LETTER) | M(JOB_DONE),
-    [JOB_DEAD_LETTER] = M(JOB_DEAD_LETTER_SENT) | M(JOB_DONE),
-    [JOB_DEAD_LETTER_SENT] = M(JOB_DONE) | M(JOB_DEAD_LETTER),
-    [JOB_RECORD] = M(JOB_CLAIM) | M(JOB_DEAD_LETTER) | M(JOB_DONE),
-    [JOB_CLAIM] = M(JOB_CALL) | M(JOB_WAIT) | M(JOB_DONE) | M(JOB_DEAD_LETTER),
-    [JOB_WAIT] = M(JOB_CALL) | M(JOB_WAIT) | M(JOB_DONE) | M(JOB_DEAD_LETTER),
-    [JOB_CALL] = M(JOB_CALLING) | M(JOB_PERSIST) | M(JOB_WAIT) | M(JOB_DONE),
-    [JOB_CALLING] = M(JOB_CALL) | M(JOB_PERSIST) | M(JOB_CALLING_FENCED) | M(JOB_DONE),
-    [JOB_CALLING_FENCED] = M(JOB_WAIT) | M(JOB_DONE),
-    [JOB_PERSIST] = M(JOB_DONE) | M(JOB_WAIT),
-    [JOB_DONE] = 0,
-};
-#undef M
-
-/* One consumed message and the attempt it asks for. */
-struct job {
-    struct job *prev, *next;
-    rd_kafka_message_t *msg;
-    int32_t partition;
-    int64_t offset;
-    enum job_state state;
-    int64_t next_at; /* WAIT, CALL, DEAD_LETTER, PERSIST: not before */
-    struct charge_command cmd;
-    int have_cmd;
-    char traceparent[TRACEPARENT_LEN + 1]; /* the command's, when valid; or "" */
-    enum dead_letter_reason dl_reason;
-    char dl_error[256];
-    int dl_cut;                   /* produce the dead letter with key/value cut */
-    int64_t lease_epoch;          /* of our claim, when we hold one */
-    int64_t claimed_at;           /* clock_now_ms of our claim */
-    int64_t key_age_ms;           /* the key's age at claimed_at (database clock) */
-    struct attempt_params params; /* the stored attempt: what we send */
-    int calls;                    /* provider calls under this claim */
-    struct provider_breaker_ticket ticket; /* CALLING: what the breaker allowed */
-    int opened_breaker; /* one of its failures opened the breaker (no try) */
-    int unknown_tries;  /* answers of each kind under this claim */
-    int not_executed_tries;
-    int64_t call_started_ms;         /* wall clock, for provider_calls */
-    struct provider_result res;      /* the last answer */
-    struct charge_decision decision; /* PERSIST: what to write */
-    int busy_persists; /* PERSIST: tries that found the row held by a peer */
-    int lock_waits;    /* RECORD, CLAIM: statements another session's lock held */
-    /* What became of the message, for charged_messages_total once the job
-     * is reaped: a string literal; NULL when it was given up (detached). */
-    const char *outcome;
-    /* Offset accounting, not a stage of the job: its partition was revoked
-     * (or the worker is stopping), so the job no longer holds an offset and
-     * takes no new step that needs one; a call already in flight still ends
-     * and its outcome is still persisted under our lease. */
-    int detached;
-};
-
 /* A delivery report of a dead letter, recorded by the callback and applied
  * by the loop. */
 struct delivery {
@@ -169,9 +93,7 @@ struct worker {
     char probe_tag;          /* its address marks the probe's answer */
     int64_t next_paused_lag; /* paused_lag() */
     offset_tracker_t *offsets;
-    struct job *jobs, *tail; /* every job, oldest first */
-    size_t active;           /* jobs that hold an offset */
-    size_t backlog;          /* of which not started */
+    job_list_t *jobs;
     int64_t last_full_poll_ms;
     int64_t last_commit_ms, last_renew_ms, db_retry_at;
     struct daemon_backoff db_backoff;
@@ -223,18 +145,6 @@ static void failpoint(const char *name)
 
 /* ---- jobs ---- */
 
-static void job_unlink(struct worker *w, struct job *j)
-{
-    if (j->prev)
-        j->prev->next = j->next;
-    else
-        w->jobs = j->next;
-    if (j->next)
-        j->next->prev = j->prev;
-    else
-        w->tail = j->prev;
-}
-
 static void job_free(struct job *j)
 {
     if (j->have_cmd)
@@ -242,47 +152,6 @@ static void job_free(struct job *j)
     if (j->msg)
         rd_kafka_message_destroy(j->msg);
     free(j);
-}
-
-static const char *job_attempt(const struct job *j)
-{
-    return j->have_cmd ? j->cmd.payment_attempt_id : NULL;
-}
-
-static const char *job_order(const struct job *j)
-{
-    return j->have_cmd ? j->cmd.order_id : NULL;
-}
-
-static const char *job_trace(const struct job *j)
-{
-    return j->traceparent[0] ? j->traceparent : NULL;
-}
-
-/* The fields of every log line about a job's attempt (absent ones are left
- * out: a message that is no command has no ids). */
-#define JOB_FIELDS(j)                                                                  \
-    "payment_attempt_id", job_attempt(j), "order_id", job_order(j), "traceparent",     \
-        job_trace(j)
-
-/* Moves a job on; a move job_moves[] does not allow is a bug of ours,
- * logged loudly, and the job ends rather than wander. */
-static void job_set(struct job *j, enum job_state to)
-{
-    if (!((job_moves[j->state] >> to) & 1u)) {
-        log_error("bug: job moved where it may not go; ending it", "from",
-                  job_state_names[j->state], "to", job_state_names[to], JOB_FIELDS(j),
-                  NULL);
-        to = JOB_DONE;
-        j->outcome = "error";
-    }
-    j->state = to;
-}
-
-/* Spreads the retries of many attempts apart. */
-static unsigned job_jitter(const struct job *j)
-{
-    return (unsigned)(j->offset * 2654435761u) ^ (unsigned)j->partition;
 }
 
 /* ---- consuming ---- */
@@ -325,37 +194,27 @@ static void take_message(struct worker *w, rd_kafka_message_t *msg)
     j->partition = msg->partition;
     j->offset = msg->offset;
     read_traceparent(msg, j->traceparent);
-    j->state = JOB_BACKLOG;
-    j->prev = w->tail;
-    if (w->tail)
-        w->tail->next = j;
-    else
-        w->jobs = j;
-    w->tail = j;
-    w->active++;
-    w->backlog++;
+    job_list_add(w->jobs, j);
 }
 
 /* Starts backlog jobs, oldest first, while fewer than max_in_flight run. */
 static void start_jobs(struct worker *w)
 {
     char err[256];
-    for (struct job *j = w->jobs; j; j = j->next) {
-        if ((long long)(w->active - w->backlog) >= w->max_in_flight)
+    for (struct job *j = job_list_first(w->jobs, JOB_BACKLOG), *next; j; j = next) {
+        next = job_next_in_state(j);
+        if ((long long)job_list_started(w->jobs) >= w->max_in_flight)
             break;
-        if (j->state != JOB_BACKLOG)
-            continue;
-        w->backlog--;
         rd_kafka_message_t *msg = j->msg;
         j->dl_reason =
             charge_command_parse(msg->key, msg->key_len, msg->payload, msg->len,
                                  &w->limits, &j->cmd, err, sizeof(err));
         if (j->dl_reason == DEAD_LETTER_NONE) {
             j->have_cmd = 1;
-            job_set(j, JOB_RECORD);
+            job_set(w->jobs, j, JOB_RECORD);
         } else {
             snprintf(j->dl_error, sizeof(j->dl_error), "%s", err);
-            job_set(j, JOB_DEAD_LETTER);
+            job_set(w->jobs, j, JOB_DEAD_LETTER);
         }
     }
 }
@@ -428,7 +287,8 @@ static int revoking(const struct worker *w, int32_t partition)
 static void fetch(struct worker *w, int wait_ms, int allow_new)
 {
     int64_t now = clock_now_ms();
-    if ((long long)w->backlog >= w->max_in_flight && allow_new) {
+    if ((long long)job_list_holding_in(w->jobs, JOB_BACKLOG) >= w->max_in_flight &&
+        allow_new) {
         if (now - w->last_full_poll_ms < 1000) {
             struct timespec ts = {0, (long)(wait_ms < 10 ? wait_ms : 10) * 1000000L};
             nanosleep(&ts, NULL);
@@ -483,13 +343,13 @@ static void fetch(struct worker *w, int wait_ms, int allow_new)
             rd_kafka_message_destroy(m);
             continue;
         }
-        if ((long long)w->active >= HELD_FACTOR * w->max_in_flight) {
+        if ((long long)job_list_holding(w->jobs) >= HELD_FACTOR * w->max_in_flight) {
             hand_back(w, m);
             rd_kafka_message_destroy(m);
             break;
         }
         take_message(w, m);
-        if ((long long)w->backlog >= w->max_in_flight)
+        if ((long long)job_list_holding_in(w->jobs, JOB_BACKLOG) >= w->max_in_flight)
             break;
     }
 }
@@ -535,12 +395,12 @@ static void apply_deliveries(struct worker *w)
         if (!err) {
             metrics_add(METRIC_DEAD_LETTERS, 1, dead_letter_reason_name(j->dl_reason));
             j->outcome = "dead_lettered";
-            job_set(j, JOB_DONE);
+            job_set(w->jobs, j, JOB_DONE);
             continue;
         }
         log_warn("dead letter not acknowledged; retrying", "error",
                  rd_kafka_err2str(err), JOB_FIELDS(j), NULL);
-        job_set(j, JOB_DEAD_LETTER);
+        job_set(w->jobs, j, JOB_DEAD_LETTER);
         if (too_large(err) && !j->dl_cut) {
             j->dl_cut = 1; /* again at once, cut */
             j->next_at = 0;
@@ -554,13 +414,14 @@ static void apply_deliveries(struct worker *w)
 static void send_dead_letters(struct worker *w)
 {
     int64_t now = clock_now_ms();
-    for (struct job *j = w->jobs; j; j = j->next) {
+    for (struct job *j = job_list_first(w->jobs, JOB_DEAD_LETTER), *next; j; j = next) {
         struct dead_letter dl;
         char part[16], off[32];
-        if (j->state != JOB_DEAD_LETTER || j->next_at > now)
+        next = job_next_in_state(j);
+        if (j->next_at > now)
             continue;
         if (j->detached) {
-            job_set(j, JOB_DONE);
+            job_set(w->jobs, j, JOB_DONE);
             continue;
         }
         const struct dead_letter_origin origin = {
@@ -602,7 +463,7 @@ static void send_dead_letters(struct worker *w)
             j->next_at = now + 500;
             continue;
         }
-        job_set(j, JOB_DEAD_LETTER_SENT);
+        job_set(w->jobs, j, JOB_DEAD_LETTER_SENT);
         /* The error line never quotes the value; card digits are masked. */
         log_warn("command dead-lettered", "reason",
                  dead_letter_reason_name(j->dl_reason), "error", j->dl_error,
@@ -630,37 +491,28 @@ static void db_failed(struct worker *w, const char *stage, const char *err)
     w->db_reached = 0;
 }
 
-static size_t count_state(struct worker *w, enum job_state s, int due_only)
-{
-    size_t n = 0;
-    int64_t now = clock_now_ms();
-    for (struct job *j = w->jobs; j; j = j->next)
-        if (j->state == s && (!due_only || j->next_at <= now))
-            n++;
-    return n;
-}
-
 /* A message the database refuses even on its own: a dead letter, so that
  * its partition moves on. The line names the SQLSTATE, never a value. */
-static void refuse(struct job *j, const char *what)
+static void refuse(struct worker *w, struct job *j, const char *what)
 {
     j->dl_reason = DEAD_LETTER_DATABASE_REFUSED;
     snprintf(j->dl_error, sizeof(j->dl_error),
              "the database refused the %s (sqlstate %s)", what, db_last_sqlstate());
-    job_set(j, JOB_DEAD_LETTER);
+    job_set(w->jobs, j, JOB_DEAD_LETTER);
     j->next_at = 0;
 }
 
-static void apply_record(struct job *j, const struct attempt_record_item *it)
+static void apply_record(struct worker *w, struct job *j,
+                         const struct attempt_record_item *it)
 {
     switch (it->result) {
     case ATTEMPT_RECORDED:
-        job_set(j, JOB_CLAIM);
+        job_set(w->jobs, j, JOB_CLAIM);
         break;
     case ATTEMPT_CONFLICT:
         j->dl_reason = DEAD_LETTER_IDEMPOTENCY_KEY_CONFLICT;
         snprintf(j->dl_error, sizeof(j->dl_error), "%s", it->reason);
-        job_set(j, JOB_DEAD_LETTER);
+        job_set(w->jobs, j, JOB_DEAD_LETTER);
         j->next_at = 0;
         break;
     case ATTEMPT_REJECTED:
@@ -668,7 +520,7 @@ static void apply_record(struct job *j, const struct attempt_record_item *it)
                  it->reason, NULL);
         metrics_add(METRIC_ATTEMPTS, 1, ATTEMPT_S_REJECTED);
         j->outcome = "rejected";
-        job_set(j, JOB_DONE);
+        job_set(w->jobs, j, JOB_DONE);
         break;
     case ATTEMPT_RETRY:
         break; /* stays JOB_RECORD */
@@ -681,7 +533,7 @@ static int record_batch(struct worker *w, struct job **js,
 {
     int rc = attempt_store_record(w->store, items, n, err, err_size);
     for (size_t i = 0; rc == ATTEMPT_STORE_OK && i < n; i++)
-        apply_record(js[i], &items[i]);
+        apply_record(w, js[i], &items[i]);
     return rc;
 }
 
@@ -701,7 +553,7 @@ static void record_attempts(struct worker *w)
 {
     char err[512];
     int64_t now = clock_now_ms();
-    size_t n = count_state(w, JOB_RECORD, 1), k = 0;
+    size_t n = job_list_due(w->jobs, JOB_RECORD, now), k = 0;
     if (n == 0 || !db_ready(w))
         return;
     struct attempt_record_item *items = calloc(n, sizeof(*items));
@@ -711,8 +563,9 @@ static void record_attempts(struct worker *w)
     /* Jobs another session's lock held before are tried alone, after the
      * batch and a few a turn: each may wait a lock_timeout. */
     size_t held = 0;
-    for (struct job *j = w->jobs; j && k + held < n; j = j->next) {
-        if (j->state != JOB_RECORD || j->next_at > now)
+    for (struct job *j = job_list_first(w->jobs, JOB_RECORD); j && k + held < n;
+         j = job_next_in_state(j)) {
+        if (j->next_at > now)
             continue;
         if (j->lock_waits == 0) {
             js[k] = j;
@@ -730,7 +583,7 @@ static void record_attempts(struct worker *w)
         for (size_t i = 0; i < k; i++) {
             rc = record_batch(w, &js[i], &items[i], 1, err, sizeof(err));
             if (rc == ATTEMPT_STORE_DATA)
-                refuse(js[i], "command");
+                refuse(w, js[i], "command");
             else if (rc == ATTEMPT_STORE_LOCKED)
                 rc = lock_wait(w, js[i], "record");
             else if (rc != ATTEMPT_STORE_OK)
@@ -741,7 +594,7 @@ static void record_attempts(struct worker *w)
         size_t i = n - 1 - h;
         rc = record_batch(w, &js[i], &items[i], 1, err, sizeof(err));
         if (rc == ATTEMPT_STORE_DATA) {
-            refuse(js[i], "command");
+            refuse(w, js[i], "command");
             rc = ATTEMPT_STORE_OK;
         } else if (rc == ATTEMPT_STORE_LOCKED) {
             rc = lock_wait(w, js[i], "record");
@@ -767,9 +620,9 @@ static void apply_claim(struct worker *w, struct job *j,
         j->params = it->params;
         j->calls = 0;
         j->busy_persists = 0;
-        j->unknown_tries = 0;
-        j->not_executed_tries = 0;
-        job_set(j, JOB_CALL);
+        /* Tries count per claim; the outage's spared failure, per message. */
+        j->tries.not_executed = j->tries.unknown = 0;
+        job_set(w->jobs, j, JOB_CALL);
         j->next_at = 0;
         log_debug("attempt claimed", JOB_FIELDS(j), "previous_status", it->status,
                   NULL);
@@ -777,10 +630,10 @@ static void apply_claim(struct worker *w, struct job *j,
         break;
     case ATTEMPT_SETTLED:
         j->outcome = "already_settled";
-        job_set(j, JOB_DONE);
+        job_set(w->jobs, j, JOB_DONE);
         break;
     case ATTEMPT_BUSY:
-        job_set(j, JOB_WAIT);
+        job_set(w->jobs, j, JOB_WAIT);
         j->next_at = clock_now_ms() + w->recheck_ms;
         break;
     }
@@ -803,32 +656,37 @@ static void claim_attempts(struct worker *w)
     size_t n = 0, k = 0;
     if (!db_ready(w))
         return;
-    for (struct job *j = w->jobs; j; j = j->next)
-        if (j->state == JOB_CLAIM || (j->state == JOB_WAIT && j->next_at <= now))
-            n++;
+    n = job_list_count(w->jobs, JOB_CLAIM) + job_list_due(w->jobs, JOB_WAIT, now);
     if (n == 0)
         return;
     struct attempt_claim_item *items = calloc(n, sizeof(*items));
     struct job **js = calloc(n, sizeof(*js));
     if (!items || !js)
         goto out;
-    for (struct job *j = w->jobs; j; j = j->next)
-        if (j->state == JOB_CLAIM || (j->state == JOB_WAIT && j->next_at <= now)) {
+    /* Those to claim now, then those whose wait is over. */
+    for (int pass = 0; pass < 2; pass++) {
+        enum job_state state = pass == 0 ? JOB_CLAIM : JOB_WAIT;
+        for (struct job *j = job_list_first(w->jobs, state), *next; j && k < n;
+             j = next) {
+            next = job_next_in_state(j);
+            if (j->next_at > now && state == JOB_WAIT)
+                continue;
             if (j->detached) {
-                job_set(j, JOB_DONE);
+                job_set(w->jobs, j, JOB_DONE);
                 continue;
             }
             js[k] = j;
             items[k++].attempt_id = j->cmd.payment_attempt_id;
         }
+    }
     int rc = claim_batch(w, js, items, k, err, sizeof(err));
     if (rc == ATTEMPT_STORE_DATA || rc == ATTEMPT_STORE_LOCKED) {
         for (size_t i = 0; i < k; i++) {
             rc = claim_batch(w, &js[i], &items[i], 1, err, sizeof(err));
             if (rc == ATTEMPT_STORE_DATA) {
-                refuse(js[i], "claim");
+                refuse(w, js[i], "claim");
             } else if (rc == ATTEMPT_STORE_LOCKED) {
-                job_set(js[i], JOB_WAIT);
+                job_set(w->jobs, js[i], JOB_WAIT);
                 rc = lock_wait(w, js[i], "claim");
             } else if (rc != ATTEMPT_STORE_OK) {
                 break;
@@ -871,12 +729,13 @@ static void start_calls(struct worker *w)
 {
     char err[256];
     int64_t now = clock_now_ms();
-    for (struct job *j = w->jobs; j; j = j->next) {
-        if (j->state != JOB_CALL || j->next_at > now)
+    for (struct job *j = job_list_first(w->jobs, JOB_CALL), *next; j; j = next) {
+        next = job_next_in_state(j);
+        if (j->next_at > now)
             continue;
         if (j->detached) {
             release_lease(w, j);
-            job_set(j, JOB_DONE);
+            job_set(w->jobs, j, JOB_DONE);
             continue;
         }
         if (!key_still_kept(w, j, now)) {
@@ -887,11 +746,13 @@ static void start_calls(struct worker *w)
             snprintf(j->res.error, sizeof(j->res.error),
                      "key_retention_passed: not sent again, the provider may have "
                      "forgotten the key");
-            j->decision = charge_policy_decide(&w->policy, PROVIDER_NOT_EXECUTED,
-                                               ++j->not_executed_tries, 0, 0);
+            int tries =
+                charge_policy_count_try(&j->tries, PROVIDER_NOT_EXECUTED, 0, 0, NULL);
+            j->decision =
+                charge_policy_decide(&w->policy, PROVIDER_NOT_EXECUTED, tries, 0, 0);
             log_warn("idempotency key may be forgotten by the provider; not sending",
                      JOB_FIELDS(j), NULL);
-            job_set(j, JOB_PERSIST);
+            job_set(w->jobs, j, JOB_PERSIST);
             j->next_at = 0;
             continue;
         }
@@ -913,12 +774,14 @@ static void start_calls(struct worker *w)
         if (provider_client_start_charge(w->provider, &ch, j, err, sizeof(err)) != 0) {
             provider_breaker_cancel(w->breaker, &j->ticket);
             log_error("cannot start provider call", JOB_FIELDS(j), "error", err, NULL);
-            j->next_at = now + charge_policy_backoff_ms(
-                                   &w->policy, ++j->not_executed_tries, job_jitter(j));
+            int tries =
+                charge_policy_count_try(&j->tries, PROVIDER_NOT_EXECUTED, 0, 0, NULL);
+            j->next_at =
+                now + charge_policy_backoff_ms(&w->policy, tries, job_jitter(j));
             continue;
         }
         j->calls++;
-        job_set(j, JOB_CALLING);
+        job_set(w->jobs, j, JOB_CALLING);
     }
 }
 
@@ -1087,18 +950,12 @@ static void on_call_done(struct worker *w, struct job *j)
     if (answer == PROVIDER_BREAKER_FAILURE)
         snprintf(w->breaker_error, sizeof(w->breaker_error), "%s",
                  j->res.error[0] ? j->res.error : status);
-    /* The failure that opened the breaker counts no try (once per job): a lone attempt
-     * whose failures opened it in an outage would otherwise be settled
-     * UNKNOWN by the outage itself. Every other failure counts, as it
-     * would without a breaker (calls in flight when it opened too): an
-     * attempt the provider refuses every time (a poisoned one, one of
-     * many failing at once after a close) still uses up its retries, and
-     * is not sent again and again. No call starts while it is not closed,
-     * so an outage burns no try beyond the calls already out. */
-    int outage = answer == PROVIDER_BREAKER_FAILURE &&
-                 provider_breaker_opens(w->breaker) != opens && !j->opened_breaker;
-    if (outage)
-        j->opened_breaker = 1; /* once per job: it never rides on it twice */
+    /* The try this answer counts (the one that opened the breaker counts
+     * none): charge_policy_count_try says why. */
+    int outage = 0;
+    int tries = charge_policy_count_try(
+        &j->tries, j->res.outcome, answer == PROVIDER_BREAKER_FAILURE,
+        provider_breaker_opens(w->breaker) != opens, &outage);
     log_info("provider answered", JOB_FIELDS(j), "outcome",
              provider_outcome_name(j->res.outcome), "http_status", status, "replayed",
              j->res.replayed ? "true" : "false", "error",
@@ -1109,7 +966,7 @@ static void on_call_done(struct worker *w, struct job *j)
     if (j->state == JOB_CALLING_FENCED) {
         log_warn("lease lost during the call; result left to the new owner",
                  JOB_FIELDS(j), NULL);
-        job_set(j, j->detached ? JOB_DONE : JOB_WAIT);
+        job_set(w->jobs, j, j->detached ? JOB_DONE : JOB_WAIT);
         j->next_at = now + w->recheck_ms;
         return;
     }
@@ -1118,15 +975,10 @@ static void on_call_done(struct worker *w, struct job *j)
          j->res.http_status == 404))
         log_error("the provider refused our credentials or URL; retrying",
                   JOB_FIELDS(j), "http_status", status, NULL);
-    int tries = 1;
-    if (j->res.outcome == PROVIDER_NOT_EXECUTED)
-        tries = outage ? j->not_executed_tries : ++j->not_executed_tries;
-    else if (j->res.outcome == PROVIDER_UNKNOWN)
-        tries = outage ? j->unknown_tries : ++j->unknown_tries;
     j->decision = charge_policy_decide(&w->policy, j->res.outcome, tries,
                                        key_still_kept(w, j, now), job_jitter(j));
     if (j->decision.next == CHARGE_NEXT_SETTLE) {
-        job_set(j, JOB_PERSIST);
+        job_set(w->jobs, j, JOB_PERSIST);
         j->next_at = 0;
         return;
     }
@@ -1134,10 +986,10 @@ static void on_call_done(struct worker *w, struct job *j)
         /* Not ours to retry: the next owner of the partition sends again
          * with the same key once our lease is gone. */
         release_lease(w, j);
-        job_set(j, JOB_DONE);
+        job_set(w->jobs, j, JOB_DONE);
         return;
     }
-    job_set(j, JOB_CALL);
+    job_set(w->jobs, j, JOB_CALL);
     j->next_at = now + j->decision.retry_in_ms;
 }
 
@@ -1248,7 +1100,7 @@ static void apply_persist(struct worker *w, struct job *j,
         /* Fenced out: someone took the attempt over; its result wins. */
         log_warn("lease lost before persisting; result dropped", JOB_FIELDS(j),
                  "outcome", provider_outcome_name(j->res.outcome), NULL);
-        job_set(j, JOB_WAIT);
+        job_set(w->jobs, j, JOB_WAIT);
         j->next_at = clock_now_ms() + w->recheck_ms;
         return;
     }
@@ -1257,7 +1109,7 @@ static void apply_persist(struct worker *w, struct job *j,
     log_info("attempt settled", JOB_FIELDS(j), "status", o->status, "reason", o->reason,
              "provider_payment_id",
              j->res.provider_payment_id[0] ? j->res.provider_payment_id : NULL, NULL);
-    job_set(j, JOB_DONE);
+    job_set(w->jobs, j, JOB_DONE);
 }
 
 static int persist_batch(struct worker *w, struct job **js,
@@ -1302,7 +1154,7 @@ static int persist_for_review(struct worker *w, struct job *j, char *err,
         log_error("the database refused the review outcome too; lease left to expire",
                   JOB_FIELDS(j), "sqlstate", db_last_sqlstate(), NULL);
         j->outcome = "abandoned";
-        job_set(j, JOB_DONE);
+        job_set(w->jobs, j, JOB_DONE);
         return ATTEMPT_STORE_OK;
     }
     return rc;
@@ -1312,7 +1164,7 @@ static void persist_outcomes(struct worker *w)
 {
     char err[512];
     int64_t now = clock_now_ms();
-    size_t n = count_state(w, JOB_PERSIST, 1), k = 0;
+    size_t n = job_list_due(w->jobs, JOB_PERSIST, now), k = 0;
     if (n == 0 || !db_ready(w))
         return;
     /* The calls first: support must see every call of a settled attempt,
@@ -1325,8 +1177,9 @@ static void persist_outcomes(struct worker *w)
     char **evidence = calloc(n, sizeof(*evidence));
     if (!items || !js || !reasons || !evidence)
         goto out;
-    for (struct job *j = w->jobs; j && k < n; j = j->next) {
-        if (j->state != JOB_PERSIST || j->next_at > now)
+    for (struct job *j = job_list_first(w->jobs, JOB_PERSIST); j && k < n;
+         j = job_next_in_state(j)) {
+        if (j->next_at > now)
             continue;
         struct attempt_outcome *o = &items[k];
         js[k] = j;
@@ -1384,9 +1237,9 @@ static void renew_leases(struct worker *w)
     if (now - w->last_renew_ms < w->lease_ms / 3 || !db_ready(w))
         return;
     w->last_renew_ms = now;
-    for (struct job *j = w->jobs; j; j = j->next)
-        if (j->state == JOB_CALL || j->state == JOB_CALLING || j->state == JOB_PERSIST)
-            n++;
+    static const enum job_state leased[] = {JOB_CALL, JOB_CALLING, JOB_PERSIST};
+    for (size_t i = 0; i < sizeof(leased) / sizeof(leased[0]); i++)
+        n += job_list_count(w->jobs, leased[i]);
     if (n == 0)
         return;
     const char **ids = calloc(n, sizeof(*ids));
@@ -1395,9 +1248,9 @@ static void renew_leases(struct worker *w)
     struct job **js = calloc(n, sizeof(*js));
     if (!ids || !epochs || !ours || !js)
         goto out;
-    for (struct job *j = w->jobs; j; j = j->next)
-        if (j->state == JOB_CALL || j->state == JOB_CALLING ||
-            j->state == JOB_PERSIST) {
+    for (size_t i = 0; i < sizeof(leased) / sizeof(leased[0]); i++)
+        for (struct job *j = job_list_first(w->jobs, leased[i]); j && k < n;
+             j = job_next_in_state(j)) {
             js[k] = j;
             ids[k] = j->cmd.payment_attempt_id;
             epochs[k++] = j->lease_epoch;
@@ -1413,10 +1266,10 @@ static void renew_leases(struct worker *w)
             continue;
         log_warn("lease lost", JOB_FIELDS(j), NULL);
         if (j->state == JOB_CALLING) {
-            job_set(j, JOB_CALLING_FENCED);
+            job_set(w->jobs, j, JOB_CALLING_FENCED);
         } else {
             /* Not sent, or a result the fence would refuse: look again. */
-            job_set(j, j->detached ? JOB_DONE : JOB_WAIT);
+            job_set(w->jobs, j, j->detached ? JOB_DONE : JOB_WAIT);
             j->next_at = now + w->recheck_ms;
         }
     }
@@ -1616,19 +1469,15 @@ static void breaker_sync(struct worker *w)
 
 static void reap(struct worker *w)
 {
-    for (struct job *j = w->jobs, *next; j; j = next) {
-        next = j->next;
-        if (j->state != JOB_DONE)
-            continue;
+    for (struct job *j = job_list_first(w->jobs, JOB_DONE), *next; j; j = next) {
+        next = job_next_in_state(j);
         metrics_add(METRIC_MESSAGES, 1,
                     j->outcome    ? j->outcome
                     : j->detached ? "released"
                                   : "error");
-        if (!j->detached) {
+        if (!j->detached)
             offset_tracker_done(w->offsets, j->partition, j->offset);
-            w->active--;
-        }
-        job_unlink(w, j);
+        job_list_remove(w->jobs, j);
         job_free(j);
     }
 }
@@ -1642,34 +1491,21 @@ static int idle_ms(struct worker *w, int cap)
     /* A call waits for the breaker too; INT64_MAX (a probe is out) wakes
      * nothing: the probe's answer does. */
     int64_t calls_at = provider_breaker_next_allow_ms(w->breaker, now);
-    for (struct job *j = w->jobs; j; j = j->next) {
-        switch (j->state) {
-        case JOB_CLAIM:
-        case JOB_DONE:
-            return 0;
-        case JOB_BACKLOG:
-            if ((long long)(w->active - w->backlog) < w->max_in_flight)
-                return 0;
-            break;
-        case JOB_DEAD_LETTER_SENT:
-            if (now + 5 < next)
-                next = now + 5;
-            break;
-        case JOB_CALL:
-            if (j->next_at < next && calls_at < next)
-                next = j->next_at > calls_at ? j->next_at : calls_at;
-            break;
-        case JOB_RECORD:
-        case JOB_WAIT:
-        case JOB_DEAD_LETTER:
-        case JOB_PERSIST:
-            if (j->next_at < next)
-                next = j->next_at;
-            break;
-        default:
-            break;
-        }
-    }
+    if (job_list_count(w->jobs, JOB_CLAIM) || job_list_count(w->jobs, JOB_DONE))
+        return 0;
+    if (job_list_count(w->jobs, JOB_BACKLOG) &&
+        (long long)job_list_started(w->jobs) < w->max_in_flight)
+        return 0;
+    if (job_list_count(w->jobs, JOB_DEAD_LETTER_SENT) && now + 5 < next)
+        next = now + 5;
+    int64_t at = job_list_next_at(w->jobs, JOB_CALL);
+    if (at < next && calls_at < next)
+        next = at > calls_at ? at : calls_at;
+    static const enum job_state timed[] = {JOB_RECORD, JOB_WAIT, JOB_DEAD_LETTER,
+                                           JOB_PERSIST};
+    for (size_t i = 0; i < sizeof(timed) / sizeof(timed[0]); i++)
+        if ((at = job_list_next_at(w->jobs, timed[i])) < next)
+            next = at;
     if (w->db_retry_at > now && w->db_retry_at < next)
         next = w->db_retry_at;
     return next <= now ? 0 : (int)(next - now);
@@ -1679,7 +1515,9 @@ static int idle_ms(struct worker *w, int cap)
 static size_t jobs_of(struct worker *w, const rd_kafka_topic_partition_list_t *parts)
 {
     size_t n = 0;
-    for (struct job *j = w->jobs; j; j = j->next)
+    if (!parts)
+        return job_list_holding(w->jobs);
+    for (struct job *j = job_list_oldest(w->jobs); j; j = job_younger(j))
         if (!j->detached && in_parts(w, parts, j->partition))
             n++;
     return n;
@@ -1693,11 +1531,10 @@ static size_t jobs_of(struct worker *w, const rd_kafka_topic_partition_list_t *p
 static size_t detach(struct worker *w, const rd_kafka_topic_partition_list_t *parts)
 {
     size_t left = 0;
-    for (struct job *j = w->jobs; j; j = j->next) {
+    for (struct job *j = job_list_oldest(w->jobs); j; j = job_younger(j)) {
         if (j->detached || !in_parts(w, parts, j->partition))
             continue;
-        j->detached = 1;
-        w->active--;
+        job_detach(w->jobs, j);
         /* librdkafka gets the message back now: closing or destroying the
          * consumer would wait for it otherwise. */
         if (j->msg) {
@@ -1705,8 +1542,7 @@ static size_t detach(struct worker *w, const rd_kafka_topic_partition_list_t *pa
             j->msg = NULL;
         }
         if (j->state == JOB_BACKLOG) {
-            w->backlog--;
-            job_set(j, JOB_DONE);
+            job_set(w->jobs, j, JOB_DONE);
             continue;
         }
         left++;
@@ -1714,7 +1550,7 @@ static size_t detach(struct worker *w, const rd_kafka_topic_partition_list_t *pa
             release_lease(w, j);
         if (j->state != JOB_CALLING && j->state != JOB_CALLING_FENCED &&
             j->state != JOB_PERSIST && j->state != JOB_DEAD_LETTER_SENT)
-            job_set(j, JOB_DONE);
+            job_set(w->jobs, j, JOB_DONE);
     }
     if (left) {
         char n[32];
@@ -1964,10 +1800,8 @@ static int held_by_breaker(struct worker *w)
         return 0;
     /* Messages in the backlog are not started while draining: they wait
      * like the calls do. */
-    for (struct job *j = w->jobs; j; j = j->next)
-        if (!j->detached && j->state != JOB_CALL && j->state != JOB_BACKLOG)
-            return 0;
-    return 1;
+    return job_list_holding(w->jobs) == job_list_holding_in(w->jobs, JOB_CALL) +
+                                            job_list_holding_in(w->jobs, JOB_BACKLOG);
 }
 
 /* Shutdown: the pipeline runs on, taking nothing new, until every job is
@@ -2123,7 +1957,8 @@ static int setup(struct worker *w, char *err, size_t err_size)
     if (!w->store)
         return 2;
     w->offsets = offset_tracker_new();
-    if (!w->offsets) {
+    w->jobs = job_list_new();
+    if (!w->offsets || !w->jobs) {
         snprintf(err, err_size, "out of memory");
         return 1;
     }
@@ -2160,10 +1995,11 @@ static void teardown(struct worker *w, int flush_ms)
     }
     /* Messages go back to librdkafka before its clients do: rd_kafka_destroy
      * waits for every message the application still holds. */
-    for (struct job *j = w->jobs, *next; j; j = next) {
-        next = j->next;
+    for (struct job *j; w->jobs && (j = job_list_oldest(w->jobs));) {
+        job_list_remove(w->jobs, j);
         job_free(j);
     }
+    job_list_free(w->jobs);
     w->jobs = NULL;
     if (w->producer)
         rd_kafka_destroy(w->producer);

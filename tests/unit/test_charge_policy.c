@@ -1,5 +1,6 @@
 /* Unit tests of common/charge_policy: every provider outcome, with and
- * without retries left, inside and outside the key's retention window. The
+ * without retries left, inside and outside the key's retention window, and
+ * what each answer counts against an attempt's tries in an outage. The
  * expectations are written out here, row by row, from the contract's table
  * of provider answers, not computed from the module. */
 #include <check.h>
@@ -151,6 +152,82 @@ START_TEST(backoff_doubles_to_the_cap_with_jitter)
 }
 END_TEST
 
+/* What one answer counts against an attempt's tries, and when a failure is
+ * the outage's (the one that opened the breaker, once per attempt). Each
+ * row: the counts before, the answer, the tries it returns, whether it was
+ * spared, and the counts after. */
+static const struct {
+    struct charge_tries before;
+    enum provider_outcome outcome;
+    int failure, opened_breaker; /* as the breaker saw the answer */
+    int tries, outage;
+    struct charge_tries after;
+} count_cases[] = {
+    /* Answers that settle count one try, and touch no count. */
+    {{0, 0, 0}, PROVIDER_SUCCEEDED, 0, 0, 1, 0, {0, 0, 0}},
+    {{2, 1, 1}, PROVIDER_DECLINED, 0, 0, 1, 0, {2, 1, 1}},
+    {{0, 3, 0}, PROVIDER_PROCESSING, 0, 0, 1, 0, {0, 3, 0}},
+    /* Each kind counts on its own. */
+    {{0, 0, 0}, PROVIDER_NOT_EXECUTED, 1, 0, 1, 0, {1, 0, 0}},
+    {{1, 2, 0}, PROVIDER_NOT_EXECUTED, 1, 0, 2, 0, {2, 2, 0}},
+    {{0, 0, 0}, PROVIDER_UNKNOWN, 1, 0, 1, 0, {0, 1, 0}},
+    {{4, 1, 0}, PROVIDER_UNKNOWN, 1, 0, 2, 0, {4, 2, 0}},
+    /* A send never made (not sent: the key window, or a start failure)
+     * counts like an answer that was not executed. */
+    {{0, 0, 0}, PROVIDER_NOT_EXECUTED, 0, 0, 1, 0, {1, 0, 0}},
+    /* The failure that opened the breaker counts no try... */
+    {{0, 0, 0}, PROVIDER_UNKNOWN, 1, 1, 0, 1, {0, 0, 1}},
+    {{1, 2, 0}, PROVIDER_UNKNOWN, 1, 1, 2, 1, {1, 2, 1}},
+    {{2, 0, 0}, PROVIDER_NOT_EXECUTED, 1, 1, 2, 1, {2, 0, 1}},
+    /* ...once: an attempt that opens it again counts the try. */
+    {{0, 0, 1}, PROVIDER_UNKNOWN, 1, 1, 1, 0, {0, 1, 1}},
+    {{3, 0, 1}, PROVIDER_NOT_EXECUTED, 1, 1, 4, 0, {4, 0, 1}},
+    /* An answer that opened nothing is never spared, outage or not. */
+    {{0, 0, 0}, PROVIDER_UNKNOWN, 1, 0, 1, 0, {0, 1, 0}},
+    /* Opening without a failure (not the answer's doing) spares nothing. */
+    {{0, 0, 0}, PROVIDER_UNKNOWN, 0, 1, 1, 0, {0, 1, 0}},
+};
+
+START_TEST(each_answer_counts_its_try)
+{
+    struct charge_tries t = count_cases[_i].before;
+    int outage = -1;
+    int tries =
+        charge_policy_count_try(&t, count_cases[_i].outcome, count_cases[_i].failure,
+                                count_cases[_i].opened_breaker, &outage);
+    ck_assert_int_eq(tries, count_cases[_i].tries);
+    ck_assert_int_eq(outage, count_cases[_i].outage);
+    ck_assert_int_eq(t.not_executed, count_cases[_i].after.not_executed);
+    ck_assert_int_eq(t.unknown, count_cases[_i].after.unknown);
+    ck_assert_int_eq(t.rode_outage, count_cases[_i].after.rode_outage);
+}
+END_TEST
+
+/* An outage's answers, in a row, for one attempt: the first failure (it
+ * opened the breaker) is spared, the calls already out count, so that the
+ * attempt still settles UNKNOWN once its retries are used up. */
+START_TEST(an_outage_spares_one_failure_only)
+{
+    struct charge_tries t = {0, 0, 0};
+    int outage;
+    ck_assert_int_eq(charge_policy_count_try(&t, PROVIDER_UNKNOWN, 1, 1, &outage), 0);
+    ck_assert_int_eq(outage, 1);
+    struct charge_decision d = charge_policy_decide(&policy, PROVIDER_UNKNOWN, 0, 1, 7);
+    ck_assert_int_eq(d.next, CHARGE_NEXT_RETRY);
+    int tries = 0;
+    for (int i = 0; i < policy.unknown_retries + 1; i++) {
+        tries = charge_policy_count_try(&t, PROVIDER_UNKNOWN, 1, 1, &outage);
+        ck_assert_int_eq(outage, 0);
+    }
+    ck_assert_int_eq(tries, policy.unknown_retries + 1);
+    d = charge_policy_decide(&policy, PROVIDER_UNKNOWN, tries, 1, 7);
+    ck_assert_int_eq(d.next, CHARGE_NEXT_SETTLE);
+    ck_assert_int_eq(d.status, ATTEMPT_STATUS_UNKNOWN);
+    /* NULL for outage is allowed. */
+    ck_assert_int_eq(charge_policy_count_try(&t, PROVIDER_SUCCEEDED, 0, 0, NULL), 1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("charge_policy");
@@ -159,6 +236,9 @@ int main(void)
                         sizeof(cases) / sizeof(cases[0]));
     tcase_add_test(tc, unknown_is_never_failed);
     tcase_add_test(tc, backoff_doubles_to_the_cap_with_jitter);
+    tcase_add_loop_test(tc, each_answer_counts_its_try, 0,
+                        sizeof(count_cases) / sizeof(count_cases[0]));
+    tcase_add_test(tc, an_outage_spares_one_failure_only);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }

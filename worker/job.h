@@ -1,0 +1,133 @@
+/* A job: one consumed command message on its way through the worker's
+ * pipeline, and the list that owns every job.
+ *
+ * The list keeps the jobs in the order they were consumed, and each state's
+ * jobs on a list of their own, so that a stage visits only the jobs it works
+ * on. It also keeps the offset accounting: a job holds its message's offset
+ * until it is reaped, or until it is detached (its partition was revoked, or
+ * the worker stops), and the counts of jobs holding one, per state, are the
+ * list's, changed by job_list_add(), job_set(), job_detach() and
+ * job_list_remove() alone. */
+#ifndef CHARGED_JOB_H
+#define CHARGED_JOB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <librdkafka/rdkafka.h>
+
+#include "attempt_store.h"
+#include "charge_command.h"
+#include "charge_policy.h"
+#include "dead_letter.h"
+#include "provider_breaker.h"
+#include "provider_client.h"
+#include "traceparent.h"
+
+/* The life of one consumed message. Every change goes through job_set(),
+ * which checks it against the table of allowed moves (job_may_move). */
+enum job_state {
+    JOB_BACKLOG,          /* taken from Kafka, not started: over capacity */
+    JOB_DEAD_LETTER,      /* to be produced to the DLQ */
+    JOB_DEAD_LETTER_SENT, /* waiting for the broker's acknowledgement */
+    JOB_RECORD,           /* insert-or-read the attempt */
+    JOB_CLAIM,            /* claim it now */
+    JOB_WAIT,             /* leased by someone else: claim again at next_at */
+    JOB_CALL,             /* ours: call the provider at next_at */
+    JOB_CALLING,          /* provider call in flight */
+    JOB_CALLING_FENCED,   /* call in flight, but our lease was lost meanwhile:
+                             its answer is logged, never persisted */
+    JOB_PERSIST,          /* outcome known: persist it */
+    JOB_DONE,             /* effects durable (or given up): reap it */
+    JOB__COUNT
+};
+
+struct job {
+    /* The list's own: read them through the functions below, never write. */
+    struct job *prev, *next;             /* every job, oldest first */
+    struct job *state_prev, *state_next; /* the jobs of this state */
+    enum job_state state;
+    int detached; /* no longer holds an offset: takes no new step that needs
+                     one; a call already in flight still ends, and its outcome
+                     is still persisted under our lease */
+
+    rd_kafka_message_t *msg;
+    int32_t partition;
+    int64_t offset;
+    int64_t next_at; /* WAIT, CALL, DEAD_LETTER, PERSIST: not before */
+    struct charge_command cmd;
+    int have_cmd;
+    char traceparent[TRACEPARENT_LEN + 1]; /* the command's, when valid; or "" */
+    enum dead_letter_reason dl_reason;
+    char dl_error[256];
+    int dl_cut;                   /* produce the dead letter with key/value cut */
+    int64_t lease_epoch;          /* of our claim, when we hold one */
+    int64_t claimed_at;           /* clock_now_ms of our claim */
+    int64_t key_age_ms;           /* the key's age at claimed_at (database clock) */
+    struct attempt_params params; /* the stored attempt: what we send */
+    int calls;                    /* provider calls under this claim */
+    struct provider_breaker_ticket ticket; /* CALLING: what the breaker allowed */
+    struct charge_tries tries;             /* answers counted under this claim */
+    int64_t call_started_ms;               /* wall clock, for provider_calls */
+    struct provider_result res;            /* the last answer */
+    struct charge_decision decision;       /* PERSIST: what to write */
+    int busy_persists; /* PERSIST: tries that found the row held by a peer */
+    int lock_waits;    /* RECORD, CLAIM: statements another session's lock held */
+    /* What became of the message, for charged_messages_total once the job
+     * is reaped: a string literal; NULL when it was given up (detached). */
+    const char *outcome;
+};
+
+typedef struct job_list job_list_t;
+
+job_list_t *job_list_new(void);
+/* Frees the list, not the jobs: remove them first. NULL is a no-op. */
+void job_list_free(job_list_t *list);
+
+/* Appends j (zeroed but for its message fields) as the youngest job, in
+ * JOB_BACKLOG, holding its offset. The list does not own j's memory. */
+void job_list_add(job_list_t *list, struct job *j);
+/* Unlinks j; the caller frees it. */
+void job_list_remove(job_list_t *list, struct job *j);
+
+/* Moves j to `to`. A move the table does not allow is a bug of ours: it is
+ * logged loudly and the job ends (JOB_DONE, outcome "error") rather than
+ * wander. A move to the state it is in keeps its place. */
+void job_set(job_list_t *list, struct job *j, enum job_state to);
+/* j no longer holds an offset. Idempotent. */
+void job_detach(job_list_t *list, struct job *j);
+
+/* Oldest first: every job, or the jobs of one state in the order they
+ * entered it. A caller that moves the job it stands on takes the next one
+ * first. */
+struct job *job_list_oldest(const job_list_t *list);
+struct job *job_younger(const struct job *j);
+struct job *job_list_first(const job_list_t *list, enum job_state state);
+struct job *job_next_in_state(const struct job *j);
+
+/* Jobs in `state`; of those, the ones holding an offset; and the ones due
+ * (next_at <= now). */
+size_t job_list_count(const job_list_t *list, enum job_state state);
+size_t job_list_holding_in(const job_list_t *list, enum job_state state);
+size_t job_list_due(const job_list_t *list, enum job_state state, int64_t now);
+/* The earliest next_at in `state`; INT64_MAX when it has no job. */
+int64_t job_list_next_at(const job_list_t *list, enum job_state state);
+/* Jobs holding an offset, and of those the ones started (not BACKLOG). */
+size_t job_list_holding(const job_list_t *list);
+size_t job_list_started(const job_list_t *list);
+
+int job_may_move(enum job_state from, enum job_state to);
+const char *job_state_name(enum job_state state);
+
+/* What log lines about a job name (absent ones are left out: a message
+ * that is no command has no ids). */
+const char *job_attempt(const struct job *j);
+const char *job_order(const struct job *j);
+const char *job_trace(const struct job *j);
+#define JOB_FIELDS(j)                                                                  \
+    "payment_attempt_id", job_attempt(j), "order_id", job_order(j), "traceparent",     \
+        job_trace(j)
+/* Spreads the retries of many attempts apart. */
+unsigned job_jitter(const struct job *j);
+
+#endif
