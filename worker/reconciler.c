@@ -20,7 +20,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "provider_client.h"
-#include "utf8_text.h"
+#include "reconcile_policy.h"
 
 #define MAX_SCHEDULE 32
 /* Calls one look records at most: a look-up, then perhaps a charge or a
@@ -33,12 +33,6 @@
 #define PENDING_MAX 64
 /* How often the backlog gauges are counted in the database. */
 #define BACKLOG_EVERY_MS 5000
-/* Pages of the provider's list (100 intents each) one look walks at most;
- * a window holding more is looked at again later, never called empty. */
-#define LIST_MAX_PAGES 100
-/* How far the provider's clock may be from the database's, which
- * first_sent_at is on: the list's window is widened by this each side. */
-#define LIST_CLOCK_MARGIN_MS (5 * 60 * 1000LL)
 
 struct reconciler {
     config_t *cfg;
@@ -214,49 +208,30 @@ static void call(struct reconciler *r, struct look *l, const char *op)
 
 /* Asks the consistent source whether any call under the attempt's key
  * executed: the provider's list of the intents created while one could
- * have been (no call is sent once the key's retention has passed, so every
- * one lies within [first_sent_at, first_sent_at + retention], widened for
- * the clocks), every page walked, matched on metadata[payment_attempt_id].
- * The result is NOT_FOUND only when every page answered and none matched;
- * a failed page, or more than LIST_MAX_PAGES, is UNKNOWN. One call row for
- * the walk: the page that decided it, with the walk's latency. */
+ * have been, every page walked, matched on metadata[payment_attempt_id]
+ * (reconcile_policy says which window, and what the pages add up to). One
+ * call row for the walk: the page that decided it, with the walk's
+ * latency. */
 static void list_walk(struct reconciler *r, struct look *l)
 {
     const struct attempt_due *d = l->d;
-    int i = l->ncalls++, pages = 0, matches = 0;
+    int i = l->ncalls++, pages = 0;
     struct provider_result *out = &l->res[i], page;
-    long long gte = (d->first_sent_ms - LIST_CLOCK_MARGIN_MS) / 1000;
-    long long lt =
-        (d->first_sent_ms + r->key_retention_ms + LIST_CLOCK_MARGIN_MS) / 1000 + 1;
+    long long gte, lt;
     long latency = 0;
     char after[96] = "";
 
+    reconcile_policy_list_window(d->first_sent_ms, r->key_retention_ms, &gte, &lt);
     l->ops[i] = "list";
     l->started[i] = clock_wall_ms();
     memset(out, 0, sizeof(*out));
     for (;;) {
-        if (pages == LIST_MAX_PAGES) {
-            memset(out, 0, sizeof(*out));
-            out->outcome = PROVIDER_UNKNOWN;
-            snprintf(out->error, sizeof(out->error),
-                     "more than %d pages of intents in the window", LIST_MAX_PAGES);
-            break;
-        }
         call_begin(r);
         provider_client_list(r->provider, d->id, gte, lt, after, &page);
         call_end("list", &page);
         pages++;
         latency += page.latency_ms;
-        if (page.outcome == PROVIDER_UNKNOWN || page.outcome == PROVIDER_INVALID ||
-            page.outcome == PROVIDER_NOT_EXECUTED) {
-            *out = page; /* no evidence, whatever earlier pages held */
-            break;
-        }
-        if (matches == 0)
-            *out = page; /* the first page holding the attempt's intent, or the last */
-        matches += page.matches;
-        out->matches = matches;
-        if (!page.has_more)
+        if (!reconcile_policy_list_fold(out, &page, pages))
             break;
         snprintf(after, sizeof(after), "%s", page.list_last_id);
     }
@@ -264,184 +239,62 @@ static void list_walk(struct reconciler *r, struct look *l)
     note(l, "list", out, pages);
 }
 
-/* Reasons quote the provider: cut on a character boundary, never inside. */
-static void settle_as(struct look *l, enum attempt_status s, const char *fmt,
-                      const char *detail)
-{
-    char tmp[1024];
-    l->status = s;
-    snprintf(tmp, sizeof(tmp), fmt, detail ? detail : "");
-    utf8_text_copy(l->reason, sizeof(l->reason), tmp);
-}
-
-/* Is this intent the attempt's own? Its amount and currency must be the
- * attempt's, and its metadata must not name another attempt. A look-up's
- * intent must carry amount and currency; the answer to our own charge,
- * under our key, is judged on the fields it carries (a card error may
- * carry none). Writes why not. */
-static int intent_is_ours(const struct look *l, const struct provider_result *res,
-                          int own_answer, char *why, size_t why_size)
-{
-    const struct attempt_params *p = &l->d->params;
-    if (!own_answer && (!res->amount || !res->currency[0]))
-        snprintf(why, why_size, "intent %s without amount or currency",
-                 res->provider_payment_id);
-    else if (res->amount && res->amount != p->amount)
-        snprintf(why, why_size, "intent amount %lld, the attempt's %lld", res->amount,
-                 p->amount);
-    else if (res->currency[0] && strcasecmp(res->currency, p->currency) != 0)
-        snprintf(why, why_size, "intent currency %s, the attempt's %s", res->currency,
-                 p->currency);
-    else if (res->intent_attempt_id[0] && strcmp(res->intent_attempt_id, l->d->id) != 0)
-        snprintf(why, why_size, "intent of another attempt (%s)",
-                 res->intent_attempt_id);
-    else
-        return 1;
-    return 0;
-}
-
-/* What a found intent says; own_answer: it answered our charge. */
-static void from_intent(const struct reconciler *r, struct look *l,
-                        const struct provider_result *res, int own_answer)
-{
-    char why[256];
-    (void)r;
-    if (res->provider_payment_id[0])
-        snprintf(l->ppid, sizeof(l->ppid), "%s", res->provider_payment_id);
-    if (res->matches > 1) {
-        snprintf(why, sizeof(why), "%d intents for one attempt", res->matches);
-        settle_as(l, ATTEMPT_STATUS_REQUIRES_REVIEW,
-                  "requires_review: contradictory: %s", why);
-        return;
-    }
-    if (!intent_is_ours(l, res, own_answer, why, sizeof(why))) {
-        l->ppid[0] = '\0'; /* not the attempt's: never booked on it */
-        settle_as(l, ATTEMPT_STATUS_REQUIRES_REVIEW,
-                  "requires_review: contradictory: %s", why);
-        return;
-    }
-    switch (res->outcome) {
-    case PROVIDER_SUCCEEDED:
-        l->status = ATTEMPT_STATUS_SUCCEEDED;
-        l->reason[0] = '\0';
-        return;
-    case PROVIDER_DECLINED:
-        snprintf(why, sizeof(why), "%s%s%s", res->code[0] ? res->code : "declined",
-                 res->decline_code[0] ? ": " : "", res->decline_code);
-        settle_as(l, ATTEMPT_STATUS_FAILED, "declined: %s", why);
-        return;
-    case PROVIDER_PROCESSING:
-        settle_as(l, ATTEMPT_STATUS_PROCESSING, "provider_processing%s", NULL);
-        return;
-    default:
-        snprintf(why, sizeof(why), "intent status '%s'", res->intent_status);
-        settle_as(l, ATTEMPT_STATUS_REQUIRES_REVIEW, "requires_review: %s", why);
-        return;
-    }
-}
-
-/* The order of evidence: look it up; found, settle on the provider's own
- * status; not found inside the key's window, charge again with the same
- * key (it replays the first execution or is the first); not found after
- * the window and the search's lag, it never executed; anything else, look
- * again later. */
+/* One look: reconcile_policy names each call in turn and, once the
+ * evidence suffices, the decision; this makes the calls. */
 static void look(struct reconciler *r, struct look *l)
 {
     const struct attempt_due *d = l->d;
-    int have_id = d->provider_payment_id[0] != '\0';
+    const struct reconcile_limits lim = {
+        .key_retention_ms = r->key_retention_ms,
+        .provider_timeout_ms = r->provider_timeout_ms,
+        .search_lag_ms = r->search_lag_ms,
+        .max_age_ms = r->max_age_ms,
+    };
+    const struct reconcile_attempt a = {
+        .id = d->id,
+        .status = d->status,
+        .provider_payment_id = d->provider_payment_id,
+        .amount = d->params.amount,
+        .currency = d->params.currency,
+        .key_age_ms = d->key_age_ms,
+        .first_sent_ms = d->first_sent_ms,
+        .age_ms = d->age_ms,
+    };
+    struct reconcile_evidence e = {0};
+    struct reconcile_decision dec;
 
-    l->status = d->status; /* look again, unless evidence says otherwise */
-    call(r, l, have_id ? "retrieve" : "search");
-    const struct provider_result *res = &l->res[0];
-    switch (res->outcome) {
-    case PROVIDER_SUCCEEDED:
-    case PROVIDER_DECLINED:
-    case PROVIDER_PROCESSING:
-    case PROVIDER_REQUIRES_REVIEW:
-        if (have_id && res->outcome == PROVIDER_SUCCEEDED) {
-            /* A second paid intent for the attempt would be a second charge:
-             * the search must not know of another. */
+    for (;;) {
+        reconcile_policy_decide(&lim, &a, &e, &dec);
+        const struct provider_result *last = &l->res[l->ncalls];
+        switch (dec.next) {
+        case RECONCILE_RETRIEVE:
+            call(r, l, "retrieve");
+            e.lookup = last;
+            e.lookup_after_ms = clock_now_ms() - l->claimed_at;
+            break;
+        case RECONCILE_SEARCH:
             call(r, l, "search");
-            const struct provider_result *s = &l->res[1];
-            if (s->http_status == 200 && s->matches > 1) {
-                char why[96];
-                snprintf(why, sizeof(why), "%d intents for one attempt", s->matches);
-                settle_as(l, ATTEMPT_STATUS_REQUIRES_REVIEW,
-                          "requires_review: contradictory: %s", why);
-                return;
-            }
-        }
-        from_intent(r, l, res, 0);
-        return;
-    case PROVIDER_NOT_FOUND:
-        break;
-    default: /* no answer, 5xx, 429: the provider says nothing today */
-        settle_as(l, l->status, "look-up failed: %s", res->error);
-        return;
-    }
-    if (have_id) {
-        /* The provider gave us this id, and now does not know it. */
-        settle_as(
-            l, ATTEMPT_STATUS_REQUIRES_REVIEW,
-            "requires_review: contradictory: the provider does not know intent %s",
-            d->provider_payment_id);
-        return;
-    }
-    long long age = d->key_age_ms < 0 ? 0 : d->key_age_ms;
-    age += clock_now_ms() - l->claimed_at;
-    if (charge_policy_key_window_open(age, r->key_retention_ms,
-                                      r->provider_timeout_ms)) {
-        call(r, l, "charge");
-        const struct provider_result *c = &l->res[l->ncalls - 1];
-        switch (c->outcome) {
-        case PROVIDER_SUCCEEDED:
-        case PROVIDER_DECLINED:
-        case PROVIDER_PROCESSING:
-        case PROVIDER_REQUIRES_REVIEW:
-            from_intent(r, l, c, 1);
-            return;
-        case PROVIDER_INVALID: {
-            char why[512];
-            provider_client_error_detail(c, why, sizeof(why));
-            settle_as(l, ATTEMPT_STATUS_FAILED, "invalid_request: %s", why);
+            e.lookup = last;
+            e.lookup_after_ms = clock_now_ms() - l->claimed_at;
+            break;
+        case RECONCILE_SEARCH_OTHERS:
+            call(r, l, "search");
+            e.search = last;
+            break;
+        case RECONCILE_CHARGE:
+            call(r, l, "charge");
+            e.charge = last;
+            break;
+        case RECONCILE_LIST:
+            list_walk(r, l);
+            e.list = last;
+            break;
+        case RECONCILE_SETTLE:
+            l->status = dec.status;
+            snprintf(l->reason, sizeof(l->reason), "%s", dec.reason);
+            snprintf(l->ppid, sizeof(l->ppid), "%s", dec.provider_payment_id);
             return;
         }
-        default:
-            settle_as(l, l->status, "charged again, unknown: %s", c->error);
-            if (l->status == ATTEMPT_STATUS_PROCESSING)
-                settle_as(l, ATTEMPT_STATUS_UNKNOWN, "outcome_unknown: %s", c->error);
-            return;
-        }
-    }
-    if (age < r->key_retention_ms + r->search_lag_ms || d->first_sent_ms < 0) {
-        settle_as(l, l->status, "not found; the search may still lag: looking again%s",
-                  NULL);
-        return;
-    }
-    /* Search lags, by more than anyone can promise: only the consistent
-     * list says that nothing executed. */
-    list_walk(r, l);
-    const struct provider_result *li = &l->res[l->ncalls - 1];
-    switch (li->outcome) {
-    case PROVIDER_NOT_FOUND: {
-        char why[256];
-        snprintf(why, sizeof(why),
-                 "not in the provider's list of the key's window, nor found by "
-                 "search, at the key's age of %lld ms, past its retention (%lld ms) "
-                 "and the search's lag (%lld ms)",
-                 age, r->key_retention_ms, r->search_lag_ms);
-        settle_as(l, ATTEMPT_STATUS_FAILED, "never_executed: %s", why);
-        return;
-    }
-    case PROVIDER_SUCCEEDED:
-    case PROVIDER_DECLINED:
-    case PROVIDER_PROCESSING:
-    case PROVIDER_REQUIRES_REVIEW:
-        from_intent(r, l, li, 0);
-        return;
-    default:
-        settle_as(l, l->status, "not found by search; the list failed: %s", li->error);
-        return;
     }
 }
 
@@ -540,15 +393,8 @@ static int settle(struct reconciler *r, struct look *l)
         calls[ncalls++] =
             (struct attempt_call){d->id, l->ops[i], l->started[i], &l->res[i]};
     }
+    /* The look's status, past RECONCILER_MAX_AGE_MS too, is the policy's. */
     int stays = l->status == d->status;
-    if (stays && d->age_ms > r->max_age_ms) {
-        /* Looked at long enough: a human decides. */
-        char why[700];
-        snprintf(why, sizeof(why), "still unsettled after %lld ms; last: %s",
-                 (long long)d->age_ms, l->reason);
-        settle_as(l, ATTEMPT_STATUS_REQUIRES_REVIEW, "requires_review: %s", why);
-        stays = 0;
-    }
     char *evidence = json_dumps(l->evidence, JSON_COMPACT);
     struct attempt_settlement s = {
         .attempt_id = d->id,

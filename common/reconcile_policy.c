@@ -1,0 +1,313 @@
+#include "reconcile_policy.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "charge_policy.h"
+#include "utf8_text.h"
+
+/* How a row sets the status. */
+enum rule_status {
+    KEEPS, /* the attempt's own: look again later */
+    SETS,  /* the row's status */
+};
+
+/* Whether the decision books the intent it settled on. */
+enum rule_books {
+    BOOKS_NONE,
+    BOOKS_INTENT,    /* the intent's id, when the answer carried one */
+    BOOKS_AS_BEFORE, /* whatever the look's own row booked */
+};
+
+/* The table: one row per situation of evidence, as docs/reconciler.md tells
+ * them. The reason is the row's prefix, then the evidence's detail. */
+static const struct {
+    const char *name;
+    enum rule_status how;
+    enum attempt_status status; /* SETS */
+    enum rule_books books;
+    const char *reason; /* NULL: none */
+} rules[] = {
+    [RECONCILE_RULE_NONE] = {"none", KEEPS, 0, BOOKS_NONE, NULL},
+    /* 1. Found: settle on the intent's own status. */
+    [RECONCILE_FOUND_SUCCEEDED] = {"found_succeeded", SETS, ATTEMPT_STATUS_SUCCEEDED,
+                                   BOOKS_INTENT, NULL},
+    [RECONCILE_FOUND_DECLINED] = {"found_declined", SETS, ATTEMPT_STATUS_FAILED,
+                                  BOOKS_INTENT, "declined: "},
+    [RECONCILE_FOUND_PROCESSING] = {"found_processing", SETS, ATTEMPT_STATUS_PROCESSING,
+                                    BOOKS_INTENT, "provider_processing"},
+    [RECONCILE_FOUND_OTHER_STATUS] = {"found_other_status", SETS,
+                                      ATTEMPT_STATUS_REQUIRES_REVIEW, BOOKS_INTENT,
+                                      "requires_review: "},
+    /* Contradictory evidence. */
+    [RECONCILE_FOUND_SEVERAL] = {"found_several", SETS, ATTEMPT_STATUS_REQUIRES_REVIEW,
+                                 BOOKS_INTENT, "requires_review: contradictory: "},
+    /* Not the attempt's: never booked on it. */
+    [RECONCILE_FOUND_NOT_OURS] = {"found_not_ours", SETS,
+                                  ATTEMPT_STATUS_REQUIRES_REVIEW, BOOKS_NONE,
+                                  "requires_review: contradictory: "},
+    /* A second paid intent for the attempt would be a second charge. */
+    [RECONCILE_SEARCH_FOUND_OTHERS] = {"search_found_others", SETS,
+                                       ATTEMPT_STATUS_REQUIRES_REVIEW, BOOKS_NONE,
+                                       "requires_review: contradictory: "},
+    /* No answer, 5xx, 429, a 404 that is not the provider's: no evidence. */
+    [RECONCILE_LOOKUP_FAILED] = {"lookup_failed", KEEPS, 0, BOOKS_NONE,
+                                 "look-up failed: "},
+    [RECONCILE_ID_UNKNOWN] = {"id_unknown", SETS, ATTEMPT_STATUS_REQUIRES_REVIEW,
+                              BOOKS_NONE, "requires_review: contradictory: "},
+    /* 2. Not found inside the key's window: charged again. */
+    [RECONCILE_CHARGE_REFUSED] = {"charge_refused", SETS, ATTEMPT_STATUS_FAILED,
+                                  BOOKS_NONE, "invalid_request: "},
+    [RECONCILE_CHARGE_UNANSWERED] = {"charge_unanswered", KEEPS, 0, BOOKS_NONE,
+                                     "charged again, unknown: "},
+    /* It was charged: no longer a call in flight, an unknown outcome. */
+    [RECONCILE_CHARGE_UNANSWERED_PROCESSING] = {"charge_unanswered_processing", SETS,
+                                                ATTEMPT_STATUS_UNKNOWN, BOOKS_NONE,
+                                                "outcome_unknown: "},
+    /* 3. Past the window: the search's "none" is no evidence on its own. */
+    [RECONCILE_SEARCH_MAY_LAG] = {"search_may_lag", KEEPS, 0, BOOKS_NONE,
+                                  "not found; the search may still lag: looking "
+                                  "again"},
+    [RECONCILE_NEVER_EXECUTED] = {"never_executed", SETS, ATTEMPT_STATUS_FAILED,
+                                  BOOKS_NONE, "never_executed: "},
+    [RECONCILE_LIST_FAILED] = {"list_failed", KEEPS, 0, BOOKS_NONE,
+                               "not found by search; the list failed: "},
+    /* Looked at long enough: a human decides. Applies over any row that
+     * leaves the attempt's status as it was. */
+    [RECONCILE_TOO_OLD] = {"too_old", SETS, ATTEMPT_STATUS_REQUIRES_REVIEW,
+                           BOOKS_AS_BEFORE, "requires_review: "},
+};
+_Static_assert(sizeof(rules) / sizeof(rules[0]) == RECONCILE_RULE__COUNT,
+               "one row per rule");
+
+const char *reconcile_policy_rule_name(enum reconcile_rule rule)
+{
+    return (unsigned)rule < RECONCILE_RULE__COUNT ? rules[rule].name : NULL;
+}
+
+/* An answer that describes an intent (found, or our charge's). */
+static int is_intent(enum provider_outcome o)
+{
+    return o == PROVIDER_SUCCEEDED || o == PROVIDER_DECLINED ||
+           o == PROVIDER_PROCESSING || o == PROVIDER_REQUIRES_REVIEW;
+}
+
+/* Is this intent the attempt's own? Its amount and currency must be the
+ * attempt's, and its metadata must not name another attempt. A look-up's
+ * intent must carry amount and currency; the answer to our own charge,
+ * under our key, is judged on the fields it carries (a card error may
+ * carry none). Writes why not. */
+static int intent_is_ours(const struct reconcile_attempt *a,
+                          const struct provider_result *res, int own_answer, char *why,
+                          size_t why_size)
+{
+    if (!own_answer && (!res->amount || !res->currency[0]))
+        snprintf(why, why_size, "intent %s without amount or currency",
+                 res->provider_payment_id);
+    else if (res->amount && res->amount != a->amount)
+        snprintf(why, why_size, "intent amount %lld, the attempt's %lld", res->amount,
+                 a->amount);
+    else if (res->currency[0] && strcasecmp(res->currency, a->currency) != 0)
+        snprintf(why, why_size, "intent currency %s, the attempt's %s", res->currency,
+                 a->currency);
+    else if (res->intent_attempt_id[0] && strcmp(res->intent_attempt_id, a->id) != 0)
+        snprintf(why, why_size, "intent of another attempt (%s)",
+                 res->intent_attempt_id);
+    else
+        return 1;
+    return 0;
+}
+
+/* What a found intent says; own_answer: it answered our charge. */
+static enum reconcile_rule from_intent(const struct reconcile_attempt *a,
+                                       const struct provider_result *res,
+                                       int own_answer, char *detail, size_t size)
+{
+    if (res->matches > 1) {
+        snprintf(detail, size, "%d intents for one attempt", res->matches);
+        return RECONCILE_FOUND_SEVERAL;
+    }
+    if (!intent_is_ours(a, res, own_answer, detail, size))
+        return RECONCILE_FOUND_NOT_OURS;
+    switch (res->outcome) {
+    case PROVIDER_SUCCEEDED:
+        return RECONCILE_FOUND_SUCCEEDED;
+    case PROVIDER_DECLINED:
+        snprintf(detail, size, "%s%s%s", res->code[0] ? res->code : "declined",
+                 res->decline_code[0] ? ": " : "", res->decline_code);
+        return RECONCILE_FOUND_DECLINED;
+    case PROVIDER_PROCESSING:
+        return RECONCILE_FOUND_PROCESSING;
+    default:
+        snprintf(detail, size, "intent status '%s'", res->intent_status);
+        return RECONCILE_FOUND_OTHER_STATUS;
+    }
+}
+
+/* The order of evidence: look it up; found, settle on the provider's own
+ * status; not found inside the key's window, charge again with the same
+ * key (it replays the first execution or is the first); not found after
+ * the window and the search's lag, ask the consistent list; anything else,
+ * look again later. Sets *next to a call still to make, or fills detail
+ * and *intent (the answer settled on) and returns the row. */
+static enum reconcile_rule
+classify(const struct reconcile_limits *lim, const struct reconcile_attempt *a,
+         const struct reconcile_evidence *e, enum reconcile_next *next,
+         const struct provider_result **intent, char *detail, size_t size)
+{
+    int have_id = a->provider_payment_id && a->provider_payment_id[0];
+    const struct provider_result *res = e->lookup;
+
+    *next = RECONCILE_SETTLE;
+    *intent = NULL;
+    if (!res) {
+        *next = have_id ? RECONCILE_RETRIEVE : RECONCILE_SEARCH;
+        return RECONCILE_RULE_NONE;
+    }
+    if (is_intent(res->outcome)) {
+        if (have_id && res->outcome == PROVIDER_SUCCEEDED) {
+            if (!e->search) {
+                *next = RECONCILE_SEARCH_OTHERS;
+                return RECONCILE_RULE_NONE;
+            }
+            if (e->search->http_status == 200 && e->search->matches > 1) {
+                snprintf(detail, size, "%d intents for one attempt",
+                         e->search->matches);
+                return RECONCILE_SEARCH_FOUND_OTHERS;
+            }
+        }
+        *intent = res;
+        return from_intent(a, res, 0, detail, size);
+    }
+    if (res->outcome != PROVIDER_NOT_FOUND) {
+        snprintf(detail, size, "%s", res->error);
+        return RECONCILE_LOOKUP_FAILED;
+    }
+    if (have_id) {
+        snprintf(detail, size, "the provider does not know intent %s",
+                 a->provider_payment_id);
+        return RECONCILE_ID_UNKNOWN;
+    }
+    /* The key's age on the database's clock at the claim, plus the time the
+     * look has taken since; never sent counts as new. */
+    long long age = (a->key_age_ms < 0 ? 0 : a->key_age_ms) + e->lookup_after_ms;
+    if (charge_policy_key_window_open(age, lim->key_retention_ms,
+                                      lim->provider_timeout_ms)) {
+        const struct provider_result *c = e->charge;
+        if (!c) {
+            *next = RECONCILE_CHARGE;
+            return RECONCILE_RULE_NONE;
+        }
+        if (is_intent(c->outcome)) {
+            *intent = c;
+            return from_intent(a, c, 1, detail, size);
+        }
+        if (c->outcome == PROVIDER_INVALID) {
+            provider_client_error_detail(c, detail, size);
+            return RECONCILE_CHARGE_REFUSED;
+        }
+        snprintf(detail, size, "%s", c->error);
+        return a->status == ATTEMPT_STATUS_PROCESSING
+                   ? RECONCILE_CHARGE_UNANSWERED_PROCESSING
+                   : RECONCILE_CHARGE_UNANSWERED;
+    }
+    if (age < lim->key_retention_ms + lim->search_lag_ms || a->first_sent_ms < 0)
+        return RECONCILE_SEARCH_MAY_LAG;
+    /* Search lags, by more than anyone can promise: only the consistent
+     * list says that nothing executed. */
+    const struct provider_result *li = e->list;
+    if (!li) {
+        *next = RECONCILE_LIST;
+        return RECONCILE_RULE_NONE;
+    }
+    if (li->outcome == PROVIDER_NOT_FOUND) {
+        snprintf(detail, size,
+                 "not in the provider's list of the key's window, nor found by "
+                 "search, at the key's age of %lld ms, past its retention (%lld ms) "
+                 "and the search's lag (%lld ms)",
+                 age, lim->key_retention_ms, lim->search_lag_ms);
+        return RECONCILE_NEVER_EXECUTED;
+    }
+    if (is_intent(li->outcome)) {
+        *intent = li;
+        return from_intent(a, li, 0, detail, size);
+    }
+    snprintf(detail, size, "%s", li->error);
+    return RECONCILE_LIST_FAILED;
+}
+
+/* Reasons quote the provider: cut on a character boundary, never inside. */
+static void set_reason(struct reconcile_decision *d, const char *prefix,
+                       const char *detail)
+{
+    char tmp[1024];
+    if (!prefix) {
+        d->reason[0] = '\0';
+        return;
+    }
+    snprintf(tmp, sizeof(tmp), "%s%s", prefix, detail);
+    utf8_text_copy(d->reason, sizeof(d->reason), tmp);
+}
+
+void reconcile_policy_decide(const struct reconcile_limits *lim,
+                             const struct reconcile_attempt *a,
+                             const struct reconcile_evidence *e,
+                             struct reconcile_decision *out)
+{
+    char detail[768] = "";
+    const struct provider_result *intent;
+
+    memset(out, 0, sizeof(*out));
+    enum reconcile_rule rule =
+        classify(lim, a, e, &out->next, &intent, detail, sizeof(detail));
+    if (out->next != RECONCILE_SETTLE)
+        return;
+    out->rule = rule;
+    out->status = rules[rule].how == KEEPS ? a->status : rules[rule].status;
+    set_reason(out, rules[rule].reason, detail);
+    if (rules[rule].books == BOOKS_INTENT && intent)
+        snprintf(out->provider_payment_id, sizeof(out->provider_payment_id), "%s",
+                 intent->provider_payment_id);
+    if (out->status == a->status && a->age_ms > lim->max_age_ms) {
+        /* Settles nothing, and has been looked at long enough. */
+        snprintf(detail, sizeof(detail), "still unsettled after %lld ms; last: %s",
+                 a->age_ms, out->reason);
+        out->rule = RECONCILE_TOO_OLD;
+        out->status = rules[RECONCILE_TOO_OLD].status;
+        set_reason(out, rules[RECONCILE_TOO_OLD].reason, detail);
+    }
+}
+
+void reconcile_policy_list_window(long long first_sent_ms, long long key_retention_ms,
+                                  long long *gte, long long *lt)
+{
+    *gte = (first_sent_ms - RECONCILE_LIST_CLOCK_MARGIN_MS) / 1000;
+    *lt =
+        (first_sent_ms + key_retention_ms + RECONCILE_LIST_CLOCK_MARGIN_MS) / 1000 + 1;
+}
+
+int reconcile_policy_list_fold(struct provider_result *walk,
+                               const struct provider_result *page, int pages)
+{
+    if (page->outcome == PROVIDER_UNKNOWN || page->outcome == PROVIDER_INVALID ||
+        page->outcome == PROVIDER_NOT_EXECUTED) {
+        *walk = *page; /* no evidence, whatever earlier pages held */
+        return 0;
+    }
+    int matches = walk->matches + page->matches;
+    if (walk->matches == 0)
+        *walk = *page; /* the first page holding the attempt's intent, or the last */
+    walk->matches = matches;
+    if (!page->has_more)
+        return 0;
+    if (pages >= RECONCILE_LIST_MAX_PAGES) {
+        memset(walk, 0, sizeof(*walk));
+        walk->outcome = PROVIDER_UNKNOWN;
+        snprintf(walk->error, sizeof(walk->error),
+                 "more than %d pages of intents in the window",
+                 RECONCILE_LIST_MAX_PAGES);
+        return 0;
+    }
+    return 1;
+}

@@ -1,0 +1,124 @@
+/* reconcile_policy: the reconciler's order of evidence, as one table.
+ *
+ * Pure: no database, no network, no clock. Given an unsettled attempt and
+ * what the provider has answered so far in one look, it says which call
+ * comes next (a look-up, a charge again under the attempt's key, a walk of
+ * the provider's list) or how the look ends: the status (the attempt's own
+ * means "look again later"), the reason, and the intent booked on it. The
+ * reconciler makes the calls, passes the times and writes the result;
+ * docs/reconciler.md is the same table in prose. */
+#ifndef CHARGED_RECONCILE_POLICY_H
+#define CHARGED_RECONCILE_POLICY_H
+
+#include "attempt_status.h"
+#include "provider_client.h"
+
+/* Pages of the provider's list (100 intents each) one walk takes at most; a
+ * window holding more is looked at again later, never called empty. */
+#define RECONCILE_LIST_MAX_PAGES 100
+/* How far the provider's clock may be from the database's, which
+ * first_sent_at is on: the list's window is widened by this each side. */
+#define RECONCILE_LIST_CLOCK_MARGIN_MS (5 * 60 * 1000LL)
+
+struct reconcile_limits {
+    long long key_retention_ms;    /* WORKER_KEY_RETENTION_MS */
+    long long provider_timeout_ms; /* PROVIDER_TIMEOUT_MS */
+    long long search_lag_ms;       /* RECONCILER_SEARCH_LAG_MS */
+    long long max_age_ms;          /* RECONCILER_MAX_AGE_MS */
+};
+
+/* The attempt as claimed; times on the database's clock at the claim. */
+struct reconcile_attempt {
+    const char *id;
+    enum attempt_status status;      /* UNKNOWN or PROCESSING */
+    const char *provider_payment_id; /* "" (or NULL) when none is known */
+    long long amount;
+    const char *currency;
+    long long key_age_ms;    /* now - first_sent_at; < 0: never sent */
+    long long first_sent_ms; /* first_sent_at since the epoch; < 0: never sent */
+    long long age_ms;        /* now - created_at */
+};
+
+/* What the provider answered so far in this look; NULL: not asked (yet).
+ * Not kept: the caller's results, read during the call only. */
+struct reconcile_evidence {
+    const struct provider_result *lookup; /* the retrieve, or the search */
+    /* Between the claim and the look-up's answer, on the caller's
+     * monotonic clock: the key has aged by this since key_age_ms. */
+    long long lookup_after_ms;
+    const struct provider_result *search; /* RECONCILE_SEARCH_OTHERS' answer */
+    const struct provider_result *charge;
+    const struct provider_result *list; /* the walk, as reconcile_policy_list_fold
+                                           made it */
+};
+
+enum reconcile_next {
+    RECONCILE_SETTLE = 0,    /* the look is over: see status and reason */
+    RECONCILE_RETRIEVE,      /* look-up: GET the intent by the provider's id */
+    RECONCILE_SEARCH,        /* look-up: search by metadata[payment_attempt_id] */
+    RECONCILE_SEARCH_OTHERS, /* a succeeded intent found by id: does the
+                                search know of another? */
+    RECONCILE_CHARGE,        /* charge again, same key and stored parameters */
+    RECONCILE_LIST,          /* walk the provider's list of the key's window */
+};
+
+/* Which row of the table ended the look. */
+enum reconcile_rule {
+    RECONCILE_RULE_NONE = 0,                /* a call is next */
+    RECONCILE_FOUND_SUCCEEDED,              /* the attempt's intent succeeded */
+    RECONCILE_FOUND_DECLINED,               /* ... was declined or canceled */
+    RECONCILE_FOUND_PROCESSING,             /* ... is still processing */
+    RECONCILE_FOUND_OTHER_STATUS,           /* ... has a status we cannot place */
+    RECONCILE_FOUND_SEVERAL,                /* more than one intent for the attempt */
+    RECONCILE_FOUND_NOT_OURS,               /* another amount, currency or attempt */
+    RECONCILE_SEARCH_FOUND_OTHERS,          /* found by id; the search knows more */
+    RECONCILE_LOOKUP_FAILED,                /* no answer, 5xx, 429, a bare 404 */
+    RECONCILE_ID_UNKNOWN,                   /* the provider forgot an id it gave */
+    RECONCILE_CHARGE_REFUSED,               /* our charge: 400 invalid request */
+    RECONCILE_CHARGE_UNANSWERED,            /* our charge: no answer (UNKNOWN) */
+    RECONCILE_CHARGE_UNANSWERED_PROCESSING, /* ... for a PROCESSING attempt */
+    RECONCILE_SEARCH_MAY_LAG,               /* not found, key past its window, the
+                                               search's lag not yet passed */
+    RECONCILE_NEVER_EXECUTED,               /* nor in any page of the list */
+    RECONCILE_LIST_FAILED,                  /* a page failed, or too many pages */
+    RECONCILE_TOO_OLD,                      /* unsettled past max_age_ms */
+    RECONCILE_RULE__COUNT
+};
+
+struct reconcile_decision {
+    enum reconcile_next next;
+    enum reconcile_rule rule;     /* SETTLE: the row that decided */
+    enum attempt_status status;   /* SETTLE; the attempt's own: look again */
+    char reason[512];             /* SETTLE: valid UTF-8; "" for none */
+    char provider_payment_id[96]; /* SETTLE: the intent booked; "" for none */
+};
+
+/* The next step of a look, from the evidence so far. Call it again with
+ * each answer added until next is RECONCILE_SETTLE. */
+void reconcile_policy_decide(const struct reconcile_limits *lim,
+                             const struct reconcile_attempt *a,
+                             const struct reconcile_evidence *e,
+                             struct reconcile_decision *out);
+
+/* "found_succeeded", ...: the rule's name, for tests and logs; NULL out of
+ * range. */
+const char *reconcile_policy_rule_name(enum reconcile_rule rule);
+
+/* The list's window, unix seconds [*gte, *lt): every call the key could
+ * have made ([first_sent, first_sent + retention], no call being sent once
+ * the retention has passed), widened each side by the clock margin. */
+void reconcile_policy_list_window(long long first_sent_ms, long long key_retention_ms,
+                                  long long *gte, long long *lt);
+
+/* Folds one page of a walk of the list into *walk (zeroed before the first
+ * page); pages: walked so far, this one included. 1: walk on after
+ * page->list_last_id. 0: over, and *walk is the walk's evidence: NOT_FOUND
+ * only when every page answered and none held the attempt's intent; the
+ * first page that did (matches summed over the pages) otherwise; UNKNOWN
+ * (or the failed page itself) when a page failed or more than
+ * RECONCILE_LIST_MAX_PAGES would be needed. Leaves latency_ms to the
+ * caller. */
+int reconcile_policy_list_fold(struct provider_result *walk,
+                               const struct provider_result *page, int pages);
+
+#endif
