@@ -1,0 +1,554 @@
+/* Unit tests of common/reconcile_policy: docs/reconciler.md's order of
+ * evidence, one row per rule it states, the adversarial ones included. Each
+ * row plays one look the way the reconciler does (the policy names a call,
+ * the row's answer to that call is added, until it settles) and asserts the
+ * calls made, in order, and the decision. The expectations are written out
+ * here from the documentation, not computed from the module. */
+#include <check.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "reconcile_policy.h"
+#include "test_env.h"
+
+#define ATT      "00000000-0000-4000-8000-000000000001"
+#define RET_MS   86400000LL /* WORKER_KEY_RETENTION_MS: a day */
+#define LAG_MS   3600000LL  /* RECONCILER_SEARCH_LAG_MS */
+#define MAX_AGE  604800000LL
+#define MARGIN   70000LL /* the worker's margin: the timeout + a tenth, at most 60 s */
+#define WINDOW   (RET_MS - MARGIN) /* the key's age from which nothing is sent */
+#define PAST_LAG (RET_MS + LAG_MS) /* the key's age from which the list is asked */
+
+static const struct reconcile_limits lim = {.key_retention_ms = RET_MS,
+                                            .provider_timeout_ms = 10000,
+                                            .search_lag_ms = LAG_MS,
+                                            .max_age_ms = MAX_AGE};
+
+/* What the provider answered, as provider_client classifies it. */
+struct answer {
+    enum provider_outcome outcome;
+    int http_status, matches;
+    long long amount;
+    const char *currency, *attempt_id, *ppid, *intent_status;
+    const char *code, *decline_code, *param, *error;
+};
+
+/* An intent found (or our charge's), with the attempt's amount, currency and
+ * id unless a row says otherwise. */
+#define INTENT_HTTP(o, st, pi, http)                                                   \
+    .outcome = o, .http_status = http, .intent_status = st, .ppid = pi
+#define INTENT(o, st, pi) INTENT_HTTP(o, st, pi, 200)
+#define OURS              .amount = 1000, .currency = "usd", .attempt_id = ATT
+#define ONE               .matches = 1
+#define A(...)            (&(const struct answer){__VA_ARGS__})
+
+#define PAID      A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_1"), OURS, ONE)
+#define NOT_FOUND A(.outcome = PROVIDER_NOT_FOUND, .http_status = 200)
+#define NO_ANSWER A(.outcome = PROVIDER_UNKNOWN, .error = "timeout after 10000 ms")
+
+static const struct {
+    const char *doc; /* the rule, as docs/reconciler.md has it */
+    enum attempt_status status;
+    const char *ppid; /* the intent id the attempt knows */
+    long long key_age_ms, lookup_after_ms, first_sent_ms, age_ms;
+    const struct answer *lookup, *search, *charge, *list;
+    const char *calls; /* made, in order */
+    enum reconcile_rule rule;
+    enum attempt_status want;
+    const char *reason, *booked;
+} rows[] = {
+    /* 1. Look it up: by id when known, otherwise by search. */
+    {"found by id, PAID: SUCCEEDED (the search knows no other)", ATTEMPT_STATUS_UNKNOWN,
+     "pi_1", 1000, 5, 1, 2000, PAID, PAID, NULL, NULL, "retrieve search",
+     RECONCILE_FOUND_SUCCEEDED, ATTEMPT_STATUS_SUCCEEDED, "", "pi_1"},
+    {"found by search, PAID: SUCCEEDED", ATTEMPT_STATUS_UNKNOWN, "", 1000, 5, 1, 2000,
+     PAID, NULL, NULL, NULL, "search", RECONCILE_FOUND_SUCCEEDED,
+     ATTEMPT_STATUS_SUCCEEDED, "", "pi_1"},
+    {"found by id, PAID, and the search says nothing today: SUCCEEDED",
+     ATTEMPT_STATUS_PROCESSING, "pi_1", 1000, 5, 1, 2000, PAID, NO_ANSWER, NULL, NULL,
+     "retrieve search", RECONCILE_FOUND_SUCCEEDED, ATTEMPT_STATUS_SUCCEEDED, "",
+     "pi_1"},
+    {"found, requires_payment_method: FAILED with its decline code",
+     ATTEMPT_STATUS_UNKNOWN, "", 1000, 5, 1, 2000,
+     A(INTENT(PROVIDER_DECLINED, "requires_payment_method", "pi_1"), OURS, ONE,
+       .code = "card_declined", .decline_code = "insufficient_funds"),
+     NULL, NULL, NULL, "search", RECONCILE_FOUND_DECLINED, ATTEMPT_STATUS_FAILED,
+     "declined: card_declined: insufficient_funds", "pi_1"},
+    {"found, canceled without a code: FAILED, declined", ATTEMPT_STATUS_UNKNOWN, "pi_1",
+     1000, 5, 1, 2000, A(INTENT(PROVIDER_DECLINED, "canceled", "pi_1"), OURS, ONE),
+     NULL, NULL, NULL, "retrieve", RECONCILE_FOUND_DECLINED, ATTEMPT_STATUS_FAILED,
+     "declined: declined", "pi_1"},
+    {"found processing, an UNKNOWN attempt: PROCESSING, looked at again",
+     ATTEMPT_STATUS_UNKNOWN, "", 1000, 5, 1, 2000,
+     A(INTENT(PROVIDER_PROCESSING, "processing", "pi_1"), OURS, ONE), NULL, NULL, NULL,
+     "search", RECONCILE_FOUND_PROCESSING, ATTEMPT_STATUS_PROCESSING,
+     "provider_processing", "pi_1"},
+    {"found processing, a PROCESSING attempt: stays, looked at again",
+     ATTEMPT_STATUS_PROCESSING, "pi_1", 1000, 5, 1, 2000,
+     A(INTENT(PROVIDER_PROCESSING, "processing", "pi_1"), OURS, ONE), NULL, NULL, NULL,
+     "retrieve", RECONCILE_FOUND_PROCESSING, ATTEMPT_STATUS_PROCESSING,
+     "provider_processing", "pi_1"},
+    {"found with any other status: REQUIRES_REVIEW", ATTEMPT_STATUS_UNKNOWN, "pi_1",
+     1000, 5, 1, 2000,
+     A(INTENT(PROVIDER_REQUIRES_REVIEW, "requires_action", "pi_1"), OURS, ONE), NULL,
+     NULL, NULL, "retrieve", RECONCILE_FOUND_OTHER_STATUS,
+     ATTEMPT_STATUS_REQUIRES_REVIEW, "requires_review: intent status 'requires_action'",
+     "pi_1"},
+    {"look-up: no answer: no evidence, look again", ATTEMPT_STATUS_UNKNOWN, "", 1000, 5,
+     1, 2000, NO_ANSWER, NULL, NULL, NULL, "search", RECONCILE_LOOKUP_FAILED,
+     ATTEMPT_STATUS_UNKNOWN, "look-up failed: timeout after 10000 ms", ""},
+    {"look-up: 5xx: no evidence, look again (a PROCESSING attempt stays)",
+     ATTEMPT_STATUS_PROCESSING, "pi_1", 1000, 5, 1, 2000,
+     A(.outcome = PROVIDER_UNKNOWN, .http_status = 503, .error = "http 503"), NULL,
+     NULL, NULL, "retrieve", RECONCILE_LOOKUP_FAILED, ATTEMPT_STATUS_PROCESSING,
+     "look-up failed: http 503", ""},
+    {"look-up: 429: no evidence, look again", ATTEMPT_STATUS_UNKNOWN, "", 1000, 5, 1,
+     2000,
+     A(.outcome = PROVIDER_NOT_EXECUTED, .http_status = 429, .error = "rate limited"),
+     NULL, NULL, NULL, "search", RECONCILE_LOOKUP_FAILED, ATTEMPT_STATUS_UNKNOWN,
+     "look-up failed: rate limited", ""},
+    {"a 404 that is not resource_missing is no evidence: never charged again on it",
+     ATTEMPT_STATUS_UNKNOWN, "", 1000, 5, 1, 2000,
+     A(.outcome = PROVIDER_UNKNOWN, .http_status = 404, .error = "http 404"), NULL,
+     NULL, NULL, "search", RECONCILE_LOOKUP_FAILED, ATTEMPT_STATUS_UNKNOWN,
+     "look-up failed: http 404", ""},
+
+    /* Contradictory evidence goes to REQUIRES_REVIEW. */
+    {"the provider does not know an intent id it gave us", ATTEMPT_STATUS_UNKNOWN,
+     "pi_1", 1000, 5, 1, 2000, A(.outcome = PROVIDER_NOT_FOUND, .http_status = 404),
+     NULL, NULL, NULL, "retrieve", RECONCILE_ID_UNKNOWN, ATTEMPT_STATUS_REQUIRES_REVIEW,
+     "requires_review: contradictory: the provider does not know intent pi_1", ""},
+    {"two intents for one attempt, found by search", ATTEMPT_STATUS_UNKNOWN, "", 1000,
+     5, 1, 2000, A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_1"), OURS, .matches = 2),
+     NULL, NULL, NULL, "search", RECONCILE_FOUND_SEVERAL,
+     ATTEMPT_STATUS_REQUIRES_REVIEW,
+     "requires_review: contradictory: 2 intents for one attempt", "pi_1"},
+    {"found by id PAID, and the search knows two: a second charge",
+     ATTEMPT_STATUS_UNKNOWN, "pi_1", 1000, 5, 1, 2000, PAID,
+     A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_9"), OURS, .matches = 2), NULL, NULL,
+     "retrieve search", RECONCILE_SEARCH_FOUND_OTHERS, ATTEMPT_STATUS_REQUIRES_REVIEW,
+     "requires_review: contradictory: 2 intents for one attempt", ""},
+    {"a look-up's intent for another amount: never booked on the attempt",
+     ATTEMPT_STATUS_UNKNOWN, "", 1000, 5, 1, 2000,
+     A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_1"), ONE, .amount = 999,
+       .currency = "usd", .attempt_id = ATT),
+     NULL, NULL, NULL, "search", RECONCILE_FOUND_NOT_OURS,
+     ATTEMPT_STATUS_REQUIRES_REVIEW,
+     "requires_review: contradictory: intent amount 999, the attempt's 1000", ""},
+    {"a look-up's intent in another currency", ATTEMPT_STATUS_UNKNOWN, "pi_1", 1000, 5,
+     1, 2000,
+     A(INTENT(PROVIDER_DECLINED, "canceled", "pi_1"), ONE, .amount = 1000,
+       .currency = "eur", .attempt_id = ATT),
+     NULL, NULL, NULL, "retrieve", RECONCILE_FOUND_NOT_OURS,
+     ATTEMPT_STATUS_REQUIRES_REVIEW,
+     "requires_review: contradictory: intent currency eur, the attempt's usd", ""},
+    {"a look-up's intent naming another attempt", ATTEMPT_STATUS_UNKNOWN, "", 1000, 5,
+     1, 2000,
+     A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_1"), ONE, .amount = 1000,
+       .currency = "usd", .attempt_id = "00000000-0000-4000-8000-000000000002"),
+     NULL, NULL, NULL, "search", RECONCILE_FOUND_NOT_OURS,
+     ATTEMPT_STATUS_REQUIRES_REVIEW,
+     "requires_review: contradictory: intent of another attempt "
+     "(00000000-0000-4000-8000-000000000002)",
+     ""},
+    {"a look-up's intent must carry its amount and currency", ATTEMPT_STATUS_UNKNOWN,
+     "pi_1", 1000, 5, 1, 2000,
+     A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_1"), ONE, .attempt_id = ATT),
+     A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_1"), ONE, .attempt_id = ATT), NULL,
+     NULL, "retrieve search", RECONCILE_FOUND_NOT_OURS, ATTEMPT_STATUS_REQUIRES_REVIEW,
+     "requires_review: contradictory: intent pi_1 without amount or currency", ""},
+    {"the currency is the same in either case", ATTEMPT_STATUS_UNKNOWN, "", 1000, 5, 1,
+     2000,
+     A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_1"), ONE, .amount = 1000,
+       .currency = "USD", .attempt_id = ATT),
+     NULL, NULL, NULL, "search", RECONCILE_FOUND_SUCCEEDED, ATTEMPT_STATUS_SUCCEEDED,
+     "", "pi_1"},
+
+    /* 2. Not found, the key inside its retention less the margin: charge
+     * again with the same key. */
+    {"not found inside the key's window: charged again, it succeeded",
+     ATTEMPT_STATUS_UNKNOWN, "", 1000, 5, 1, 2000, NOT_FOUND, NULL,
+     A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_2"), OURS), NULL, "search charge",
+     RECONCILE_FOUND_SUCCEEDED, ATTEMPT_STATUS_SUCCEEDED, "", "pi_2"},
+    {"never sent at all (no first_sent_at): the key is new, charged",
+     ATTEMPT_STATUS_PROCESSING, "", -1, 5, -1, 2000, NOT_FOUND, NULL,
+     A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_2"), OURS), NULL, "search charge",
+     RECONCILE_FOUND_SUCCEEDED, ATTEMPT_STATUS_SUCCEEDED, "", "pi_2"},
+    {"a replayed 402 carries the intent: judged on its fields, FAILED",
+     ATTEMPT_STATUS_UNKNOWN, "", 1000, 5, 1, 2000, NOT_FOUND, NULL,
+     A(INTENT_HTTP(PROVIDER_DECLINED, "requires_payment_method", "pi_2", 402), OURS,
+       .code = "card_declined", .decline_code = "expired_card"),
+     NULL, "search charge", RECONCILE_FOUND_DECLINED, ATTEMPT_STATUS_FAILED,
+     "declined: card_declined: expired_card", "pi_2"},
+    {"our charge's card error carrying no intent fields: FAILED",
+     ATTEMPT_STATUS_UNKNOWN, "", 1000, 5, 1, 2000, NOT_FOUND, NULL,
+     A(.outcome = PROVIDER_DECLINED, .http_status = 402, .code = "card_declined"), NULL,
+     "search charge", RECONCILE_FOUND_DECLINED, ATTEMPT_STATUS_FAILED,
+     "declined: card_declined", ""},
+    {"our charge answered for another amount: still contradictory",
+     ATTEMPT_STATUS_UNKNOWN, "", 1000, 5, 1, 2000, NOT_FOUND, NULL,
+     A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_2"), .amount = 999,
+       .currency = "usd"),
+     NULL, "search charge", RECONCILE_FOUND_NOT_OURS, ATTEMPT_STATUS_REQUIRES_REVIEW,
+     "requires_review: contradictory: intent amount 999, the attempt's 1000", ""},
+    {"a replayed 402 whose intent is in another currency: contradictory",
+     ATTEMPT_STATUS_UNKNOWN, "", 1000, 5, 1, 2000, NOT_FOUND, NULL,
+     A(INTENT_HTTP(PROVIDER_DECLINED, "requires_payment_method", "pi_2", 402),
+       .amount = 1000, .currency = "gbp", .code = "card_declined"),
+     NULL, "search charge", RECONCILE_FOUND_NOT_OURS, ATTEMPT_STATUS_REQUIRES_REVIEW,
+     "requires_review: contradictory: intent currency gbp, the attempt's usd", ""},
+    {"our charge refused: FAILED invalid_request: <code> (<param>): <message>",
+     ATTEMPT_STATUS_UNKNOWN, "", 1000, 5, 1, 2000, NOT_FOUND, NULL,
+     A(.outcome = PROVIDER_INVALID, .http_status = 400,
+       .code = "parameter_invalid_integer", .param = "amount",
+       .error = "Invalid integer: ***"),
+     NULL, "search charge", RECONCILE_CHARGE_REFUSED, ATTEMPT_STATUS_FAILED,
+     "invalid_request: parameter_invalid_integer (amount): Invalid integer: ***", ""},
+    {"our charge unanswered: never FAILED, the attempt stays UNKNOWN",
+     ATTEMPT_STATUS_UNKNOWN, "", 1000, 5, 1, 2000, NOT_FOUND, NULL, NO_ANSWER, NULL,
+     "search charge", RECONCILE_CHARGE_UNANSWERED, ATTEMPT_STATUS_UNKNOWN,
+     "charged again, unknown: timeout after 10000 ms", ""},
+    {"our charge unanswered for a PROCESSING attempt: UNKNOWN",
+     ATTEMPT_STATUS_PROCESSING, "", 1000, 5, 1, 2000, NOT_FOUND, NULL, NO_ANSWER, NULL,
+     "search charge", RECONCILE_CHARGE_UNANSWERED_PROCESSING, ATTEMPT_STATUS_UNKNOWN,
+     "outcome_unknown: timeout after 10000 ms", ""},
+
+    /* Whose clock: the key's age is the database's at the claim, plus the
+     * time the look has taken since; nothing is sent once it has passed. */
+    {"key a millisecond inside the window: charged", ATTEMPT_STATUS_UNKNOWN, "",
+     WINDOW - 1001, 1000, 1, 2000, NOT_FOUND, NULL, NO_ANSWER, NULL, "search charge",
+     RECONCILE_CHARGE_UNANSWERED, ATTEMPT_STATUS_UNKNOWN,
+     "charged again, unknown: timeout after 10000 ms", ""},
+    {"key inside the window at the claim, past it once the look-up answered",
+     ATTEMPT_STATUS_UNKNOWN, "", WINDOW - 1000, 1000, 1, 2000, NOT_FOUND, NULL, NULL,
+     NULL, "search", RECONCILE_SEARCH_MAY_LAG, ATTEMPT_STATUS_UNKNOWN,
+     "not found; the search may still lag: looking again", ""},
+
+    /* 3. Not found after the retention: search's "none" is never enough. */
+    {"not found past the window, the search's lag not passed: look again, not FAILED",
+     ATTEMPT_STATUS_UNKNOWN, "", PAST_LAG - 1, 0, 1, 2000, NOT_FOUND, NULL, NULL, NULL,
+     "search", RECONCILE_SEARCH_MAY_LAG, ATTEMPT_STATUS_UNKNOWN,
+     "not found; the search may still lag: looking again", ""},
+    {"past the lag, no first_sent_at to list a window from: look again",
+     ATTEMPT_STATUS_UNKNOWN, "", PAST_LAG, 0, -1, 2000, NOT_FOUND, NULL, NULL, NULL,
+     "search", RECONCILE_SEARCH_MAY_LAG, ATTEMPT_STATUS_UNKNOWN,
+     "not found; the search may still lag: looking again", ""},
+    {"past the lag, every page of the list answered, none held it: FAILED",
+     ATTEMPT_STATUS_UNKNOWN, "", PAST_LAG, 0, 1, 2000, NOT_FOUND, NULL, NULL, NOT_FOUND,
+     "search list", RECONCILE_NEVER_EXECUTED, ATTEMPT_STATUS_FAILED,
+     "never_executed: not in the provider's list of the key's window, nor found by "
+     "search, at the key's age of 90000000 ms, past its retention (86400000 ms) and "
+     "the "
+     "search's lag (3600000 ms)",
+     ""},
+    {"past the lag, a PROCESSING attempt the list does not hold: FAILED",
+     ATTEMPT_STATUS_PROCESSING, "", PAST_LAG - 500, 500, 1, 2000, NOT_FOUND, NULL, NULL,
+     NOT_FOUND, "search list", RECONCILE_NEVER_EXECUTED, ATTEMPT_STATUS_FAILED,
+     "never_executed: not in the provider's list of the key's window, nor found by "
+     "search, at the key's age of 90000000 ms, past its retention (86400000 ms) and "
+     "the "
+     "search's lag (3600000 ms)",
+     ""},
+    {"the search lagged: the list holds the intent, succeeded", ATTEMPT_STATUS_UNKNOWN,
+     "", PAST_LAG, 0, 1, 2000, NOT_FOUND, NULL, NULL, PAID, "search list",
+     RECONCILE_FOUND_SUCCEEDED, ATTEMPT_STATUS_SUCCEEDED, "", "pi_1"},
+    {"the list holds two intents of the attempt: review", ATTEMPT_STATUS_UNKNOWN, "",
+     PAST_LAG, 0, 1, 2000, NOT_FOUND, NULL, NULL,
+     A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_1"), OURS, .matches = 2),
+     "search list", RECONCILE_FOUND_SEVERAL, ATTEMPT_STATUS_REQUIRES_REVIEW,
+     "requires_review: contradictory: 2 intents for one attempt", "pi_1"},
+    {"the list's intent for another amount: review", ATTEMPT_STATUS_UNKNOWN, "",
+     PAST_LAG, 0, 1, 2000, NOT_FOUND, NULL, NULL,
+     A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_1"), ONE, .amount = 5,
+       .currency = "usd", .attempt_id = ATT),
+     "search list", RECONCILE_FOUND_NOT_OURS, ATTEMPT_STATUS_REQUIRES_REVIEW,
+     "requires_review: contradictory: intent amount 5, the attempt's 1000", ""},
+    {"a page of the list failed: no evidence, never FAILED", ATTEMPT_STATUS_UNKNOWN, "",
+     PAST_LAG, 0, 1, 2000, NOT_FOUND, NULL, NULL,
+     A(.outcome = PROVIDER_UNKNOWN, .http_status = 502, .error = "http 502"),
+     "search list", RECONCILE_LIST_FAILED, ATTEMPT_STATUS_UNKNOWN,
+     "not found by search; the list failed: http 502", ""},
+    {"the list refused (not a list): no evidence", ATTEMPT_STATUS_UNKNOWN, "", PAST_LAG,
+     0, 1, 2000, NOT_FOUND, NULL, NULL,
+     A(.outcome = PROVIDER_INVALID, .http_status = 400, .error = "not a list"),
+     "search list", RECONCILE_LIST_FAILED, ATTEMPT_STATUS_UNKNOWN,
+     "not found by search; the list failed: not a list", ""},
+    {"past the window nothing is sent: not even when the list fails",
+     ATTEMPT_STATUS_PROCESSING, "", 10 * RET_MS, 0, 1, 2000, NOT_FOUND, NULL, NULL,
+     NO_ANSWER, "search list", RECONCILE_LIST_FAILED, ATTEMPT_STATUS_PROCESSING,
+     "not found by search; the list failed: timeout after 10000 ms", ""},
+
+    /* Unsettled RECONCILER_MAX_AGE_MS after it was recorded: review. */
+    {"still unsettled past the maximum age: review", ATTEMPT_STATUS_UNKNOWN, "", 1000,
+     5, 1, MAX_AGE + 1, NO_ANSWER, NULL, NULL, NULL, "search", RECONCILE_TOO_OLD,
+     ATTEMPT_STATUS_REQUIRES_REVIEW,
+     "requires_review: still unsettled after 604800001 ms; last: look-up failed: "
+     "timeout after 10000 ms",
+     ""},
+    {"still processing past the maximum age: review, the intent kept",
+     ATTEMPT_STATUS_PROCESSING, "pi_1", 1000, 5, 1, MAX_AGE + 1,
+     A(INTENT(PROVIDER_PROCESSING, "processing", "pi_1"), OURS, ONE), NULL, NULL, NULL,
+     "retrieve", RECONCILE_TOO_OLD, ATTEMPT_STATUS_REQUIRES_REVIEW,
+     "requires_review: still unsettled after 604800001 ms; last: provider_processing",
+     "pi_1"},
+    {"at exactly the maximum age: not yet", ATTEMPT_STATUS_UNKNOWN, "", 1000, 5, 1,
+     MAX_AGE, NO_ANSWER, NULL, NULL, NULL, "search", RECONCILE_LOOKUP_FAILED,
+     ATTEMPT_STATUS_UNKNOWN, "look-up failed: timeout after 10000 ms", ""},
+    {"settled by this look past the maximum age: the evidence wins",
+     ATTEMPT_STATUS_UNKNOWN, "pi_1", 1000, 5, 1, MAX_AGE + 1, PAID, NOT_FOUND, NULL,
+     NULL, "retrieve search", RECONCILE_FOUND_SUCCEEDED, ATTEMPT_STATUS_SUCCEEDED, "",
+     "pi_1"},
+
+    /* Reasons quote the provider: stored as valid UTF-8. */
+    {"a provider's control characters and invalid bytes never reach the reason",
+     ATTEMPT_STATUS_UNKNOWN, "", 1000, 5, 1, 2000,
+     A(.outcome = PROVIDER_UNKNOWN, .http_status = 500,
+       .error = "bad\x01\xff"
+                "end"),
+     NULL, NULL, NULL, "search", RECONCILE_LOOKUP_FAILED, ATTEMPT_STATUS_UNKNOWN,
+     "look-up failed: bad ?end", ""},
+};
+
+static void fill(struct provider_result *res, const struct answer *a)
+{
+    memset(res, 0, sizeof(*res));
+    res->outcome = a->outcome;
+    res->http_status = a->http_status;
+    res->matches = a->matches;
+    res->amount = a->amount;
+#define COPY(field, value)                                                             \
+    snprintf(res->field, sizeof(res->field), "%s", value ? value : "")
+    COPY(currency, a->currency);
+    COPY(intent_attempt_id, a->attempt_id);
+    COPY(provider_payment_id, a->ppid);
+    COPY(intent_status, a->intent_status);
+    COPY(code, a->code);
+    COPY(decline_code, a->decline_code);
+    COPY(param, a->param);
+    COPY(error, a->error);
+#undef COPY
+}
+
+static const char *call_name(enum reconcile_next n)
+{
+    switch (n) {
+    case RECONCILE_RETRIEVE:
+        return "retrieve";
+    case RECONCILE_SEARCH:
+    case RECONCILE_SEARCH_OTHERS:
+        return "search";
+    case RECONCILE_CHARGE:
+        return "charge";
+    case RECONCILE_LIST:
+        return "list";
+    default:
+        return "?";
+    }
+}
+
+START_TEST(each_documented_rule)
+{
+    const int i = _i;
+    const struct reconcile_attempt a = {
+        .id = ATT,
+        .status = rows[i].status,
+        .provider_payment_id = rows[i].ppid,
+        .amount = 1000,
+        .currency = "usd",
+        .key_age_ms = rows[i].key_age_ms,
+        .first_sent_ms = rows[i].first_sent_ms < 0 ? -1 : 1764590000000LL,
+        .age_ms = rows[i].age_ms,
+    };
+    struct reconcile_evidence e = {0};
+    struct provider_result answers[4];
+    struct reconcile_decision d;
+    char calls[64] = "";
+    int n = 0;
+
+    for (;;) {
+        reconcile_policy_decide(&lim, &a, &e, &d);
+        if (d.next == RECONCILE_SETTLE)
+            break;
+        ck_assert_msg(n < 4, "%s: more calls than a look makes (%s)", rows[i].doc,
+                      calls);
+        snprintf(calls + strlen(calls), sizeof(calls) - strlen(calls), "%s%s",
+                 n ? " " : "", call_name(d.next));
+        const struct answer *given = NULL;
+        const struct provider_result **slot = NULL;
+        switch (d.next) {
+        case RECONCILE_RETRIEVE:
+        case RECONCILE_SEARCH:
+            given = rows[i].lookup, slot = &e.lookup;
+            e.lookup_after_ms = rows[i].lookup_after_ms;
+            break;
+        case RECONCILE_SEARCH_OTHERS:
+            given = rows[i].search, slot = &e.search;
+            break;
+        case RECONCILE_CHARGE:
+            given = rows[i].charge, slot = &e.charge;
+            break;
+        default:
+            given = rows[i].list, slot = &e.list;
+            break;
+        }
+        ck_assert_msg(given != NULL, "%s: asked for an unexpected %s (calls: %s)",
+                      rows[i].doc, call_name(d.next), calls);
+        ck_assert_msg(*slot == NULL, "%s: asked twice for %s", rows[i].doc,
+                      call_name(d.next));
+        fill(&answers[n], given);
+        *slot = &answers[n++];
+    }
+    ck_assert_msg(!strcmp(calls, rows[i].calls), "%s: calls '%s', documented '%s'",
+                  rows[i].doc, calls, rows[i].calls);
+    ck_assert_msg(d.rule == rows[i].rule, "%s: rule %s, documented %s", rows[i].doc,
+                  reconcile_policy_rule_name(d.rule),
+                  reconcile_policy_rule_name(rows[i].rule));
+    ck_assert_msg(d.status == rows[i].want, "%s: status %s, documented %s", rows[i].doc,
+                  attempt_status_name(d.status), attempt_status_name(rows[i].want));
+    ck_assert_msg(!strcmp(d.reason, rows[i].reason), "%s: reason '%s'", rows[i].doc,
+                  d.reason);
+    ck_assert_msg(!strcmp(d.provider_payment_id, rows[i].booked), "%s: booked '%s'",
+                  rows[i].doc, d.provider_payment_id);
+    /* The vocabulary's transitions hold for whatever the table decides. */
+    if (d.status != a.status)
+        ck_assert(attempt_status_transition_allowed(a.status, d.status));
+}
+END_TEST
+
+/* The search alone never says "never executed", at any age of the key: a
+ * look that is not found, and whose list never answers "none", is never
+ * FAILED, and past the window it never charges. */
+START_TEST(search_alone_never_fails_an_attempt)
+{
+    struct provider_result nf, list;
+    fill(&nf, NOT_FOUND);
+    fill(&list, NO_ANSWER);
+    for (long long age = 0; age <= 3 * RET_MS; age += 60000) {
+        const struct reconcile_attempt a = {.id = ATT,
+                                            .status = ATTEMPT_STATUS_UNKNOWN,
+                                            .provider_payment_id = "",
+                                            .amount = 1000,
+                                            .currency = "usd",
+                                            .key_age_ms = age,
+                                            .first_sent_ms = 1764590000000LL,
+                                            .age_ms = 1000};
+        struct reconcile_evidence e = {.lookup = &nf};
+        struct reconcile_decision d;
+        reconcile_policy_decide(&lim, &a, &e, &d);
+        if (age >= WINDOW)
+            ck_assert_msg(d.next != RECONCILE_CHARGE, "charged at key age %lld", age);
+        if (d.next == RECONCILE_LIST) {
+            e.list = &list;
+            reconcile_policy_decide(&lim, &a, &e, &d);
+        } else if (d.next == RECONCILE_CHARGE) {
+            e.charge = &list; /* unanswered */
+            reconcile_policy_decide(&lim, &a, &e, &d);
+        }
+        ck_assert_int_eq(d.next, RECONCILE_SETTLE);
+        ck_assert_msg(d.status == ATTEMPT_STATUS_UNKNOWN, "key age %lld: %s (%s)", age,
+                      attempt_status_name(d.status), d.reason);
+    }
+}
+END_TEST
+
+/* The window of calls the key could have made, widened 5 minutes each side. */
+START_TEST(list_window_covers_the_key_and_the_clocks)
+{
+    long long gte, lt;
+    reconcile_policy_list_window(1000000000000LL, RET_MS, &gte, &lt);
+    ck_assert_int_eq(gte, 1000000000000LL / 1000 - 300);
+    ck_assert_int_eq(lt, 1000000000000LL / 1000 + 86400 + 300 + 1);
+}
+END_TEST
+
+static struct provider_result page(enum provider_outcome o, int matches, int more,
+                                   const char *pi)
+{
+    struct provider_result p = {
+        .outcome = o, .http_status = 200, .matches = matches, .has_more = more};
+    snprintf(p.provider_payment_id, sizeof(p.provider_payment_id), "%s", pi);
+    snprintf(p.list_last_id, sizeof(p.list_last_id), "pi_last");
+    return p;
+}
+
+START_TEST(list_every_page_empty_is_not_found)
+{
+    struct provider_result walk = {0};
+    struct provider_result p1 = page(PROVIDER_NOT_FOUND, 0, 1, "");
+    struct provider_result p2 = page(PROVIDER_NOT_FOUND, 0, 0, "");
+    ck_assert_int_eq(reconcile_policy_list_fold(&walk, &p1, 1), 1);
+    ck_assert_int_eq(reconcile_policy_list_fold(&walk, &p2, 2), 0);
+    ck_assert_int_eq(walk.outcome, PROVIDER_NOT_FOUND);
+    ck_assert_int_eq(walk.matches, 0);
+}
+END_TEST
+
+START_TEST(list_keeps_the_first_page_holding_the_intent_and_counts_all)
+{
+    struct provider_result walk = {0};
+    struct provider_result p1 = page(PROVIDER_NOT_FOUND, 0, 1, "");
+    struct provider_result p2 = page(PROVIDER_SUCCEEDED, 1, 1, "pi_a");
+    struct provider_result p3 = page(PROVIDER_DECLINED, 1, 0, "pi_b");
+    ck_assert_int_eq(reconcile_policy_list_fold(&walk, &p1, 1), 1);
+    ck_assert_int_eq(reconcile_policy_list_fold(&walk, &p2, 2), 1);
+    ck_assert_int_eq(reconcile_policy_list_fold(&walk, &p3, 3), 0);
+    ck_assert_int_eq(walk.outcome, PROVIDER_SUCCEEDED);
+    ck_assert_str_eq(walk.provider_payment_id, "pi_a");
+    ck_assert_int_eq(walk.matches, 2); /* two intents: review */
+}
+END_TEST
+
+START_TEST(list_a_failed_page_is_no_evidence_whatever_came_before)
+{
+    static const enum provider_outcome failures[] = {PROVIDER_UNKNOWN, PROVIDER_INVALID,
+                                                     PROVIDER_NOT_EXECUTED};
+    for (size_t k = 0; k < sizeof(failures) / sizeof(failures[0]); k++) {
+        struct provider_result walk = {0};
+        struct provider_result p1 = page(PROVIDER_SUCCEEDED, 1, 1, "pi_a");
+        struct provider_result p2 = page(failures[k], 0, 0, "");
+        ck_assert_int_eq(reconcile_policy_list_fold(&walk, &p1, 1), 1);
+        ck_assert_int_eq(reconcile_policy_list_fold(&walk, &p2, 2), 0);
+        ck_assert_int_eq(walk.outcome, failures[k]);
+    }
+}
+END_TEST
+
+START_TEST(list_of_too_many_pages_is_no_evidence)
+{
+    struct provider_result walk = {0};
+    struct provider_result p = page(PROVIDER_NOT_FOUND, 0, 1, "");
+    for (int n = 1; n < RECONCILE_LIST_MAX_PAGES; n++)
+        ck_assert_int_eq(reconcile_policy_list_fold(&walk, &p, n), 1);
+    ck_assert_int_eq(reconcile_policy_list_fold(&walk, &p, RECONCILE_LIST_MAX_PAGES),
+                     0);
+    ck_assert_int_eq(walk.outcome, PROVIDER_UNKNOWN);
+    ck_assert_str_eq(walk.error, "more than 100 pages of intents in the window");
+    ck_assert_int_eq(RECONCILE_LIST_MAX_PAGES, 100);
+}
+END_TEST
+
+START_TEST(every_rule_has_a_name)
+{
+    for (int r = 0; r < RECONCILE_RULE__COUNT; r++)
+        ck_assert_ptr_nonnull(reconcile_policy_rule_name((enum reconcile_rule)r));
+    ck_assert_ptr_null(reconcile_policy_rule_name(RECONCILE_RULE__COUNT));
+    ck_assert_str_eq(reconcile_policy_rule_name(RECONCILE_NEVER_EXECUTED),
+                     "never_executed");
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("reconcile_policy");
+    TCase *tc = tcase_create("reconcile_policy");
+    tcase_add_loop_test(tc, each_documented_rule, 0, sizeof(rows) / sizeof(rows[0]));
+    tcase_add_test(tc, search_alone_never_fails_an_attempt);
+    tcase_add_test(tc, list_window_covers_the_key_and_the_clocks);
+    tcase_add_test(tc, list_every_page_empty_is_not_found);
+    tcase_add_test(tc, list_keeps_the_first_page_holding_the_intent_and_counts_all);
+    tcase_add_test(tc, list_a_failed_page_is_no_evidence_whatever_came_before);
+    tcase_add_test(tc, list_of_too_many_pages_is_no_evidence);
+    tcase_add_test(tc, every_rule_has_a_name);
+    suite_add_tcase(s, tc);
+    return test_env_run_suite(s);
+}
