@@ -4,8 +4,10 @@
  * kind were made, and whether the key is still inside the provider's
  * retention window, it says whether to send again (and after how long) or
  * to settle the attempt (its status, its result event, and when the
- * reconciler should first look at it). The worker applies the decision; the
- * reconciler will use the same table. */
+ * reconciler should first look at it). The worker applies the decision.
+ * The reconciler settles by its own rules (what a status lookup answers) and
+ * shares only the key-window checks below, so that neither sends under a key
+ * the provider may have forgotten. */
 #ifndef CHARGED_CHARGE_POLICY_H
 #define CHARGED_CHARGE_POLICY_H
 
