@@ -1,14 +1,13 @@
 #include "admin_http.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <microhttpd.h>
 
+#include "http_reply.h"
 #include "listen_socket.h"
-#include "log.h"
 #include "metrics.h"
 
 /* Probes and scrapes are small and rare: a few connections are plenty, and
@@ -26,40 +25,8 @@ struct admin_http {
     int port;
 };
 
-static void mhd_log(void *cls, const char *fmt, va_list ap)
-{
-    char line[256];
-    (void)cls;
-    vsnprintf(line, sizeof(line), fmt, ap);
-    line[strcspn(line, "\n")] = '\0';
-    log_warn("admin listener", "error", line, NULL);
-}
-
-static enum MHD_Result respond(struct MHD_Connection *c, unsigned status, char *body,
-                               size_t len, enum MHD_ResponseMemoryMode mode,
-                               const char *content_type, const char *allow)
-{
-    struct MHD_Response *r = MHD_create_response_from_buffer(len, body, mode);
-    if (!r) {
-        if (mode == MHD_RESPMEM_MUST_FREE)
-            free(body);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, "Content-Type", content_type);
-    MHD_add_response_header(r, "Cache-Control", "no-store");
-    if (allow)
-        MHD_add_response_header(r, "Allow", allow);
-    enum MHD_Result rc = MHD_queue_response(c, status, r);
-    MHD_destroy_response(r);
-    return rc;
-}
-
-static enum MHD_Result respond_text(struct MHD_Connection *c, unsigned status,
-                                    const char *text, const char *allow)
-{
-    return respond(c, status, (char *)text, strlen(text), MHD_RESPMEM_MUST_COPY,
-                   "text/plain; charset=utf-8", allow);
-}
+/* MHD's own messages (a refused connection, a failed thread) are warnings. */
+static const struct http_reply_log_as mhd_log_as = {"admin listener", "error"};
 
 static enum MHD_Result probe(struct MHD_Connection *c, admin_http_probe_fn fn,
                              void *arg, const char *ok)
@@ -70,8 +37,8 @@ static enum MHD_Result probe(struct MHD_Connection *c, admin_http_probe_fn fn,
         snprintf(body, sizeof(body), "%s\n", why[0] ? why : ok);
     else
         snprintf(body, sizeof(body), "%s\n", why[0] ? why : "not ok");
-    return respond_text(c, good ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE, body,
-                        NULL);
+    return http_reply_text(c, good ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE, body,
+                           NULL);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
@@ -90,11 +57,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     int health = !strcmp(url, "/healthz"), ready = !strcmp(url, "/readyz"),
         metrics = !strcmp(url, "/metrics");
     if (!health && !ready && !metrics)
-        return respond_text(c, MHD_HTTP_NOT_FOUND, "not found\n", NULL);
+        return http_reply_text(c, MHD_HTTP_NOT_FOUND, "not found\n", NULL);
     if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 &&
         strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
-        return respond_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed\n",
-                            "GET, HEAD");
+        return http_reply_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed\n",
+                               "GET, HEAD");
     if (health)
         return probe(c, a->h.healthz, a->h.arg, "ok");
     if (ready)
@@ -104,9 +71,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     char *text;
     size_t len;
     if (metrics_render(&text, &len) != 0)
-        return respond_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n", NULL);
-    return respond(c, MHD_HTTP_OK, text, len, MHD_RESPMEM_MUST_FREE,
-                   "text/plain; version=0.0.4; charset=utf-8", NULL);
+        return http_reply_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n",
+                               NULL);
+    return http_reply(c, MHD_HTTP_OK, text, len, MHD_RESPMEM_MUST_FREE,
+                      "text/plain; version=0.0.4; charset=utf-8", NULL);
 }
 
 int admin_http_start(const char *addr, const struct admin_http_handlers *h,
@@ -130,11 +98,12 @@ int admin_http_start(const char *addr, const struct admin_http_handlers *h,
     /* MHD owns fd from here: it closes it when it stops, or on failure. */
     a->mhd = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO, 0, NULL, NULL, on_request, a,
-        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET,
-        (MHD_socket)fd, MHD_OPTION_CONNECTION_LIMIT, (unsigned)MAX_CONNECTIONS,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)MAX_PER_ADDRESS,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY, MHD_OPTION_END);
+        MHD_OPTION_EXTERNAL_LOGGER, http_reply_log, &mhd_log_as,
+        MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)MAX_CONNECTIONS, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)MAX_PER_ADDRESS, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)IDLE_TIMEOUT_S, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        (size_t)CONNECTION_MEMORY, MHD_OPTION_END);
     if (!a->mhd) {
         snprintf(errbuf, errbuf_size, "ADMIN_ADDR: cannot start the listener on %s",
                  addr);

@@ -1,7 +1,6 @@
 #include "api.h"
 
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +13,7 @@
 #include <uuid/uuid.h>
 
 #include "api_store.h"
+#include "http_reply.h"
 #include "listen_socket.h"
 #include "clock.h"
 #include "config.h"
@@ -87,34 +87,10 @@ static void store_give(struct api *a, api_store_t *st)
     pthread_mutex_unlock(&a->lock);
 }
 
-/* Queues `body` (a reference this takes over) as the JSON answer; `allow`,
- * when not NULL, is the Allow header of a 405. */
-static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, json_t *body,
-                             const char *allow)
-{
-    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
-    json_decref(body);
-    if (!text)
-        return MHD_NO; /* out of memory: drop the connection */
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(text);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
-    if (allow)
-        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
-    enum MHD_Result ret = MHD_queue_response(c, status, r);
-    MHD_destroy_response(r);
-    return ret;
-}
-
 static enum MHD_Result reply_json(struct MHD_Connection *c, unsigned status,
                                   json_t *body)
 {
-    return reply(c, status, body, NULL);
+    return http_reply_json(c, status, body, NULL);
 }
 
 static enum MHD_Result reply_error(struct MHD_Connection *c, unsigned status,
@@ -311,8 +287,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return reply_error(c, MHD_HTTP_NOT_FOUND, "no such endpoint");
         const char *allowed = webhook ? MHD_HTTP_METHOD_POST : MHD_HTTP_METHOD_GET;
         if (strcmp(method, allowed) != 0)
-            return reply(c, MHD_HTTP_METHOD_NOT_ALLOWED,
-                         json_pack("{s:s}", "error", "method not allowed"), allowed);
+            return http_reply_json(c, MHD_HTTP_METHOD_NOT_ALLOWED,
+                                   json_pack("{s:s}", "error", "method not allowed"),
+                                   allowed);
         if (route) {
             atomic_fetch_add(&a->serving, 1);
             ret = serve_status(a, c, route, id, id_len);
@@ -367,14 +344,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **ctx,
     }
 }
 
-static void on_http_log(void *cls, const char *fmt, va_list ap)
-{
-    char line[512];
-    (void)cls;
-    vsnprintf(line, sizeof(line), fmt, ap);
-    line[strcspn(line, "\r\n")] = '\0';
-    log_warn("http listener", "detail", line, NULL);
-}
+static const struct http_reply_log_as http_log_as = {"http listener", "detail"};
 
 /* Cuts the comma-separated secrets in place. 0 / -1 with errbuf. */
 static int take_secrets(struct api *a, char *err, size_t err_size)
@@ -424,7 +394,7 @@ static int listen_http(struct api *a, char *err, size_t err_size)
      * it has seen it. It owns fd from here, also on failure. */
     a->http = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG, 0, NULL,
-        NULL, on_request, a, MHD_OPTION_EXTERNAL_LOGGER, on_http_log, a,
+        NULL, on_request, a, MHD_OPTION_EXTERNAL_LOGGER, http_reply_log, &http_log_as,
         MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd, MHD_OPTION_THREAD_POOL_SIZE,
         (unsigned)a->nstores, MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)config_int(a->cfg, CONFIG_API_MAX_CONNECTIONS),
