@@ -66,15 +66,11 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 
 rd_kafka_t *ctl_producer_new(const config_t *cfg, char *errbuf, size_t errbuf_size)
 {
-    rd_kafka_conf_t *conf = kafka_setup_conf(cfg, "chargectl", errbuf, errbuf_size);
+    const struct kafka_setup_producer preset = {.pin_message_max_bytes = 1};
+    rd_kafka_conf_t *conf =
+        kafka_setup_producer_conf(cfg, "chargectl", &preset, errbuf, errbuf_size);
     if (!conf)
         return NULL;
-    kafka_setup_apply_env(conf, cfg);
-    if (kafka_setup_set(conf, "enable.idempotence", "true", errbuf, errbuf_size) ||
-        kafka_setup_set(conf, "message.max.bytes", "4194304", errbuf, errbuf_size)) {
-        rd_kafka_conf_destroy(conf);
-        return NULL;
-    }
     rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errbuf, errbuf_size);
     if (!rk)

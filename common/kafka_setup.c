@@ -53,6 +53,58 @@ rd_kafka_conf_t *kafka_setup_conf(const config_t *cfg, const char *client_id,
     return conf;
 }
 
+#define PRODUCER_MESSAGE_MAX_BYTES "4194304"
+
+/* Before the pass-through: KAFKA_* may override these. */
+static int set_producer_defaults(rd_kafka_conf_t *conf,
+                                 const struct kafka_setup_producer *p, char *errbuf,
+                                 size_t errbuf_size)
+{
+    char timeout_ms[32];
+    snprintf(timeout_ms, sizeof(timeout_ms), "%lld", p->message_timeout_ms);
+    if (kafka_setup_set(conf, "linger.ms", "5", errbuf, errbuf_size) ||
+        (!p->pin_message_max_bytes &&
+         kafka_setup_set(conf, "message.max.bytes", PRODUCER_MESSAGE_MAX_BYTES, errbuf,
+                         errbuf_size)) ||
+        (p->message_timeout_ms > 0 &&
+         kafka_setup_set(conf, "message.timeout.ms", timeout_ms, errbuf, errbuf_size)))
+        return -1;
+    return 0;
+}
+
+/* After the pass-through: no KAFKA_* may change these. */
+static int set_producer_guarantees(rd_kafka_conf_t *conf,
+                                   const struct kafka_setup_producer *p, char *errbuf,
+                                   size_t errbuf_size)
+{
+    if (kafka_setup_set(conf, "enable.idempotence", "true", errbuf, errbuf_size) ||
+        kafka_setup_set(conf, "acks", "all", errbuf, errbuf_size) ||
+        (p->pin_message_max_bytes &&
+         kafka_setup_set(conf, "message.max.bytes", PRODUCER_MESSAGE_MAX_BYTES, errbuf,
+                         errbuf_size)))
+        return -1;
+    return 0;
+}
+
+rd_kafka_conf_t *kafka_setup_producer_conf(const config_t *cfg, const char *client_id,
+                                           const struct kafka_setup_producer *p,
+                                           char *errbuf, size_t errbuf_size)
+{
+    rd_kafka_conf_t *conf = kafka_setup_conf(cfg, client_id, errbuf, errbuf_size);
+    if (!conf)
+        return NULL;
+    if (set_producer_defaults(conf, p, errbuf, errbuf_size) != 0) {
+        rd_kafka_conf_destroy(conf);
+        return NULL;
+    }
+    kafka_setup_apply_env(conf, cfg);
+    if (set_producer_guarantees(conf, p, errbuf, errbuf_size) != 0) {
+        rd_kafka_conf_destroy(conf);
+        return NULL;
+    }
+    return conf;
+}
+
 void kafka_setup_apply_env(rd_kafka_conf_t *conf, const config_t *cfg)
 {
     char err[256];

@@ -22,6 +22,29 @@ rd_kafka_conf_t *kafka_setup_conf(const config_t *cfg, const char *client_id,
 int kafka_setup_set(rd_kafka_conf_t *conf, const char *name, const char *value,
                     char *errbuf, size_t errbuf_size);
 
+/* What one charged producer's preset differs in from the others'. */
+struct kafka_setup_producer {
+    /* > 0: the default message.timeout.ms (KAFKA_* may override it). The
+     * relay's batch stops waiting after RELAY_ACK_TIMEOUT_MS and publishes
+     * again; a message still queued then must expire with it rather than be
+     * produced beside its re-publication. 0: librdkafka's default. */
+    long long message_timeout_ms;
+    /* 1: message.max.bytes is set after the pass-through, so that no
+     * KAFKA_* changes it. chargectl has always pinned it, the daemons have
+     * not; kept apart so that neither's behaviour changes here. */
+    int pin_message_max_bytes;
+};
+
+/* kafka_setup_conf's conf with the preset of every charged producer, in
+ * the order above: the defaults linger.ms 5, message.max.bytes 4194304 (the
+ * topics' max.message.bytes) and p's; the KAFKA_* pass-through; then
+ * enable.idempotence=true and acks=all, which nobody may override: a retry
+ * never duplicates or reorders within a partition. NULL and errbuf on a
+ * bad value (see kafka_setup_conf). */
+rd_kafka_conf_t *kafka_setup_producer_conf(const config_t *cfg, const char *client_id,
+                                           const struct kafka_setup_producer *p,
+                                           char *errbuf, size_t errbuf_size);
+
 /* Applies the KAFKA_* pass-through properties (validated by config_new). */
 void kafka_setup_apply_env(rd_kafka_conf_t *conf, const config_t *cfg);
 

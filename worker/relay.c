@@ -331,28 +331,14 @@ static int setup(struct relay *r, char *err, size_t err_size)
         snprintf(err, err_size, "out of memory");
         return 1;
     }
-    rd_kafka_conf_t *pc = kafka_setup_conf(r->cfg, r->id, err, err_size);
+    /* The preset's idempotent producer keeps each attempt's events in
+     * order: a retry never duplicates or reorders within a partition. */
+    const struct kafka_setup_producer preset = {.message_timeout_ms =
+                                                    r->ack_timeout_ms};
+    rd_kafka_conf_t *pc =
+        kafka_setup_producer_conf(r->cfg, r->id, &preset, err, err_size);
     if (!pc)
         return 2;
-    /* A message the batch stopped waiting for expires with it (unless an
-     * operator says otherwise), rather than queue on and be produced beside
-     * its re-publication. */
-    char ack_ms[32];
-    snprintf(ack_ms, sizeof(ack_ms), "%lld", r->ack_timeout_ms);
-    if (kafka_setup_set(pc, "linger.ms", "5", err, err_size) ||
-        kafka_setup_set(pc, "message.max.bytes", "4194304", err, err_size) ||
-        kafka_setup_set(pc, "message.timeout.ms", ack_ms, err, err_size)) {
-        rd_kafka_conf_destroy(pc);
-        return 2;
-    }
-    kafka_setup_apply_env(pc, r->cfg);
-    /* Each attempt's events keep their order, and a retry never duplicates
-     * or reorders within a partition: nobody may override these. */
-    if (kafka_setup_set(pc, "enable.idempotence", "true", err, err_size) ||
-        kafka_setup_set(pc, "acks", "all", err, err_size)) {
-        rd_kafka_conf_destroy(pc);
-        return 2;
-    }
     rd_kafka_conf_set_opaque(pc, r);
     rd_kafka_conf_set_dr_msg_cb(pc, on_delivery);
     r->producer = rd_kafka_new(RD_KAFKA_PRODUCER, pc, err, err_size);

@@ -1889,8 +1889,12 @@ static int setup(struct worker *w, char *err, size_t err_size)
     }
 
     cc = kafka_setup_conf(w->cfg, w->id, err, err_size);
-    pc = kafka_setup_conf(w->cfg, w->id, err, err_size);
-    if (!cc || !pc)
+    if (!cc)
+        goto usage;
+    /* The dead-letter producer: the preset, idempotent, acks=all. */
+    pc = kafka_setup_producer_conf(w->cfg, w->id, &(struct kafka_setup_producer){0},
+                                   err, err_size);
+    if (!pc)
         goto usage;
     /* Defaults an operator may override with KAFKA_*... The consumer
      * protocol (KIP-848) has the broker assign, incrementally; the classic
@@ -1899,21 +1903,16 @@ static int setup(struct worker *w, char *err, size_t err_size)
         (!kafka_setup_uses_consumer_protocol(w->cfg) &&
          kafka_setup_set(cc, "partition.assignment.strategy", "cooperative-sticky", err,
                          err_size)) ||
-        kafka_setup_set(cc, "statistics.interval.ms", "5000", err, err_size) ||
-        kafka_setup_set(pc, "linger.ms", "5", err, err_size) ||
-        kafka_setup_set(pc, "message.max.bytes", "4194304", err, err_size))
+        kafka_setup_set(cc, "statistics.interval.ms", "5000", err, err_size))
         goto usage;
     kafka_setup_apply_env(cc, w->cfg);
-    kafka_setup_apply_env(pc, w->cfg);
     if (kafka_setup_group_instance(cc, w->cfg, w->instance, sizeof(w->instance), err,
                                    err_size) != 0)
         goto usage;
     /* ...and what exactly-once charging depends on, which nobody may. */
     if (kafka_setup_set(cc, "group.id", w->group, err, err_size) ||
         kafka_setup_set(cc, "enable.auto.commit", "false", err, err_size) ||
-        kafka_setup_set(cc, "enable.auto.offset.store", "false", err, err_size) ||
-        kafka_setup_set(pc, "enable.idempotence", "true", err, err_size) ||
-        kafka_setup_set(pc, "acks", "all", err, err_size))
+        kafka_setup_set(cc, "enable.auto.offset.store", "false", err, err_size))
         goto usage;
     rd_kafka_conf_set_opaque(cc, w);
     rd_kafka_conf_set_opaque(pc, w);
