@@ -14,6 +14,8 @@ sudo=""
 # 2.10.
 # podman and debootstrap build and check the image (tests/deploy): the base
 # image is made by debootstrap, nothing is pulled from an image registry.
+# clang-format (Debian's, 14 on bookworm) is for the layout check
+# (tests/build/test_format.sh), valgrind for the unit tests' second run.
 # python3-yaml and prometheus are for the checks of deploy/ (tests/deploy):
 # the manifests are read with PyYAML, the alert rules checked and
 # unit-tested with promtool, which Debian ships in its prometheus package.
