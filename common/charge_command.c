@@ -63,32 +63,38 @@ static int currency_allowed(const char *cur, const char *list)
 
 /* SHA-256 over the charged parameters, each prefixed with its length, so
  * that no two different commands share one ("a|b" + "" against "a" + "b|"
- * could under a separator). */
-static void fingerprint(struct charge_command *c)
+ * could under a separator). 0, or -1 when OpenSSL could not (out of
+ * memory): an empty fingerprint would be recorded as the attempt's. */
+static int fingerprint(struct charge_command *c)
 {
     char amount[32];
     const char *fields[] = {c->payment_attempt_id, c->order_id,       amount,
                             c->currency,           c->payment_method, c->customer_id};
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned mdlen = 0;
+    int rc = -1;
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
 
     snprintf(amount, sizeof(amount), "%lld", c->amount);
     c->fingerprint[0] = '\0';
-    if (!ctx)
-        return; /* an empty fingerprint matches no stored one: a conflict */
-    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
-    EVP_DigestUpdate(ctx, "v2", 2);
+    if (!ctx || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) ||
+        !EVP_DigestUpdate(ctx, "v2", 2))
+        goto out;
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
         char len[24];
         int n = snprintf(len, sizeof(len), ";%zu:", strlen(fields[i]));
-        EVP_DigestUpdate(ctx, len, (size_t)n);
-        EVP_DigestUpdate(ctx, fields[i], strlen(fields[i]));
+        if (!EVP_DigestUpdate(ctx, len, (size_t)n) ||
+            !EVP_DigestUpdate(ctx, fields[i], strlen(fields[i])))
+            goto out;
     }
-    EVP_DigestFinal_ex(ctx, md, &mdlen);
-    EVP_MD_CTX_free(ctx);
+    if (!EVP_DigestFinal_ex(ctx, md, &mdlen) || mdlen != 32)
+        goto out;
     for (unsigned i = 0; i < mdlen; i++)
         snprintf(c->fingerprint + 2 * i, 3, "%02x", md[i]);
+    rc = 0;
+out:
+    EVP_MD_CTX_free(ctx);
+    return rc;
 }
 
 /* Reads a required or optional string member into dst (size dst_size),
@@ -296,7 +302,11 @@ enum dead_letter_reason charge_command_parse(const void *key, size_t key_len,
         snprintf(errbuf, errbuf_size, "out of memory");
         goto out;
     }
-    fingerprint(out);
+    if (fingerprint(out)) {
+        snprintf(errbuf, errbuf_size, "out of memory");
+        charge_command_release(out);
+        goto out;
+    }
     r = DEAD_LETTER_NONE;
 out:
     json_decref(doc);
