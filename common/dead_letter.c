@@ -142,7 +142,8 @@ int dead_letter_build(const rd_kafka_message_t *msg, enum dead_letter_reason rea
             orig = NULL;
         }
     }
-    /* The original headers, in order, card digits masked. */
+    /* The original headers, in order, card digits masked in names and
+     * values alike. */
     out->headers = rd_kafka_headers_new(16);
     if (!out->headers)
         goto fail;
@@ -151,10 +152,17 @@ int dead_letter_build(const rd_kafka_message_t *msg, enum dead_letter_reason rea
         const void *val;
         size_t sz;
         for (size_t i = 0; !rd_kafka_header_get_all(orig, i, &name, &val, &sz); i++) {
+            size_t name_len = strlen(name);
+            char *n = masked_copy(name, name_len);
             char *v = val ? masked_copy(val, sz) : NULL;
-            if (val && !v)
+            if (!n || (val && !v)) {
+                free(n);
+                free(v);
                 goto fail;
-            rd_kafka_header_add(out->headers, name, -1, v, val ? (ssize_t)sz : 0);
+            }
+            rd_kafka_header_add(out->headers, n, (ssize_t)name_len, v,
+                                val ? (ssize_t)sz : 0);
+            free(n);
             free(v);
         }
     }
