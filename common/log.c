@@ -64,28 +64,30 @@ void log_clear_secrets(void)
     pthread_mutex_unlock(&log_lock);
 }
 
-/* Caller holds log_lock. */
+/* Caller holds log_lock. Every byte of the input that some registered
+ * secret covers is hidden, so that of two secrets that overlap, or of one
+ * that begins with another, nothing shows; each run of hidden bytes is one
+ * "[redacted]". */
 static void redact_locked(const char *in, char *out, size_t out_size)
 {
-    size_t o = 0;
+    size_t o = 0, hidden_to = 0;
     if (out_size == 0)
         return;
-    while (*in && o + 1 < out_size) {
-        size_t hit = 0;
-        for (size_t i = 0; i < log_secret_count; i++) {
-            size_t n = strlen(log_secrets[i]);
-            if (!strncmp(in, log_secrets[i], n)) {
-                hit = n;
-                break;
+    for (size_t i = 0; in[i] && o + 1 < out_size; i++) {
+        int run_starts = 0;
+        for (size_t s = 0; s < log_secret_count; s++) {
+            size_t n = strlen(log_secrets[s]);
+            if (!strncmp(in + i, log_secrets[s], n)) {
+                run_starts |= i >= hidden_to;
+                if (i + n > hidden_to)
+                    hidden_to = i + n;
             }
         }
-        if (hit) {
-            const char *r = "[redacted]";
-            while (*r && o + 1 < out_size)
+        if (run_starts) {
+            for (const char *r = "[redacted]"; *r && o + 1 < out_size;)
                 out[o++] = *r++;
-            in += hit;
-        } else {
-            out[o++] = *in++;
+        } else if (i >= hidden_to) {
+            out[o++] = in[i];
         }
     }
     out[o] = '\0';
@@ -118,7 +120,9 @@ void log_write(enum log_level level, const char *msg, ...)
     json_object_set_new(obj, "level", json_string(level_names[level]));
     json_object_set_new(obj, "program", json_string(log_program));
     redact_locked(msg, buf, sizeof(buf));
-    json_object_set_new(obj, "msg", json_string(buf));
+    /* json_string refuses invalid UTF-8; keep the line, mark the text. */
+    json_t *jm = json_string(buf);
+    json_object_set_new(obj, "msg", jm ? jm : json_string("[invalid utf-8]"));
     va_start(ap, msg);
     for (;;) {
         const char *k = va_arg(ap, const char *);
@@ -129,7 +133,6 @@ void log_write(enum log_level level, const char *msg, ...)
         if (!v)
             continue;
         redact_locked(v, buf, sizeof(buf));
-        /* json_string refuses invalid UTF-8; keep the line, mark the value. */
         json_t *jv = json_string(buf);
         json_object_set_new(obj, k, jv ? jv : json_string("[invalid utf-8]"));
     }
