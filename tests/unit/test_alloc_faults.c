@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -18,6 +19,7 @@
 #include "charge_policy.h"
 #include "dead_letter.h"
 #include "fault_alloc.h"
+#include "log.h"
 #include "metrics.h"
 #include "test_env.h"
 #include "test_message.h"
@@ -74,6 +76,7 @@ static long fail_each_allocation(const char *name, operation_fn op)
                           name, n, broken);
         }
     }
+    printf("%s: %ld allocations, each failed in turn\n", name, r.allocations);
     return r.allocations;
 }
 
@@ -301,6 +304,53 @@ START_TEST(metrics_survive_every_allocation_failure)
 }
 END_TEST
 
+/* ---- log ---- */
+
+#define SECRET "sk_live_0123456789abcdef"
+
+static enum outcome write_log_line(void)
+{
+    log_error("provider call failed with key " SECRET, "error", "bad \xff byte", "url",
+              "https://psp/?k=" SECRET, "attempt", ATTEMPT, NULL);
+    return OUTCOME_OK;
+}
+
+/* A line is written whole or not at all, and never with the secret; what
+ * jansson could not allocate may leave a field out. */
+START_TEST(log_survives_every_allocation_failure)
+{
+    FILE *lines = tmpfile();
+    int saved = dup(STDERR_FILENO);
+    char text[4096];
+    long n = 0;
+    ck_assert_ptr_nonnull(lines);
+    log_init("worker", LOG_INFO);
+    log_add_secret(SECRET);
+    fflush(stderr);
+    ck_assert_int_ge(dup2(fileno(lines), STDERR_FILENO), 0);
+    long allocations = fail_each_allocation("log line", write_log_line);
+    fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    ck_assert_int_gt(allocations, 0);
+    rewind(lines);
+    while (fgets(text, sizeof(text), lines)) {
+        json_error_t jerr;
+        size_t len = strlen(text);
+        ck_assert_msg(len > 0 && text[len - 1] == '\n', "a cut line: %s", text);
+        json_t *j = json_loadb(text, len - 1, 0, &jerr);
+        ck_assert_msg(json_is_object(j), "not a JSON object (%s): %s", jerr.text, text);
+        ck_assert_ptr_null(strstr(text, "sk_live"));
+        json_decref(j);
+        n++;
+    }
+    fclose(lines);
+    /* Every run that could dump its line wrote one. */
+    ck_assert_int_ge(n, 2 + 2 * allocations);
+    log_clear_secrets();
+}
+END_TEST
+
 /* ---- the pure modules: nothing to fail, and it stays so ---- */
 
 static enum outcome pure_calls(void)
@@ -383,6 +433,7 @@ int main(void)
     tcase_add_test(tc, webhook_event_survives_every_allocation_failure);
     tcase_add_test(tc, dead_letter_survives_every_allocation_failure);
     tcase_add_test(tc, metrics_survive_every_allocation_failure);
+    tcase_add_test(tc, log_survives_every_allocation_failure);
     tcase_add_test(tc, pure_modules_never_allocate);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
