@@ -106,8 +106,9 @@ START_TEST(each_reason_builds_its_letter)
         {"bin", "a\0b\xff", 4},
         {"novalue", NULL, 0},
         {"bin", "second", 6},
+        {"note", "card " CARD, 21},
     };
-    test_message_t *m = message(ATTEMPT, 36, value, sizeof(value) - 1, headers, 4);
+    test_message_t *m = message(ATTEMPT, 36, value, sizeof(value) - 1, headers, 5);
     enum dead_letter_reason r = (enum dead_letter_reason)_i;
     struct dead_letter dl;
     regex_t rfc3339;
@@ -137,6 +138,11 @@ START_TEST(each_reason_builds_its_letter)
     ck_assert_int_eq(rd_kafka_header_get_all(dl.headers, 3, &name, &v, &sz), 0);
     ck_assert_str_eq(name, "bin");
     ck_assert_mem_eq(v, "second", 6);
+    /* Every letter is masked, whatever its reason. */
+    ck_assert_int_eq(rd_kafka_header_get_all(dl.headers, 4, &name, &v, &sz), 0);
+    ck_assert_str_eq(name, "note");
+    ck_assert_uint_eq(sz, 21);
+    ck_assert_mem_eq(v, "card " MASKED, 21);
 
     ck_assert_str_eq(header(dl.headers, "dlq.reason"), documented_codes[r - 1]);
     ck_assert_str_eq(header(dl.headers, "dlq.error"), "the line of why");
