@@ -574,6 +574,28 @@ static size_t dlq_count(void)
 
 /* ---- a. a rebalance in the middle of a batch ---- */
 
+/* No partition committed past its first message (offset 0: committing it
+ * moves nothing). */
+static int nothing_committed(void)
+{
+    for (int p = 0; p < W.partitions; p++)
+        if (committed(p) > 0)
+            return 0;
+    return 1;
+}
+
+/* "0:-1 1:0 ...": the committed offsets, for failure messages. */
+static const char *committed_list(void)
+{
+    static char out[256];
+    size_t o = 0;
+    out[0] = '\0';
+    for (int p = 0; p < W.partitions && o < sizeof(out); p++)
+        o += (size_t)snprintf(out + o, sizeof(out) - o, " %d:%lld", p,
+                              (long long)committed(p));
+    return out;
+}
+
 #define A_PARTITIONS 4
 #define A_COMMANDS   8
 
@@ -613,6 +635,10 @@ START_TEST(rebalance_mid_batch)
     ck_assert_msg(
         log_count(0, "drain deadline passed", NULL) > 0,
         "the first worker gave attempts up without its drain deadline passing");
+    /* Nothing is durable yet: the drain's commit must not have moved. */
+    ck_assert_msg(nothing_committed(),
+                  "an offset was committed before its charge persisted:%s",
+                  committed_list());
     long long taken = scalar(
         "SELECT count(*) FROM payment_attempts WHERE lease_owner = $1", W.worker_id[1]);
     psp_thaw();
@@ -657,14 +683,6 @@ static int b_handed_over(void)
            log_count(1, "asynchronous offset commit failed", NULL) > 0;
 }
 
-static int b_nothing_committed(void)
-{
-    for (int p = 0; p < W.partitions; p++)
-        if (committed(p) != -1)
-            return 0;
-    return 1;
-}
-
 /* Every OffsetCommit of the group is refused REBALANCE_IN_PROGRESS while
  * the commands are charged and a second worker joins: the first worker's
  * commit at the revocation is refused like the others, so the partitions
@@ -689,13 +707,15 @@ START_TEST(commit_during_rebalance)
     worker_start(0, NULL);
     wait_for("every attempt SUCCEEDED", all_succeeded, 20000);
     wait_for("commits refused", b_commits_refused, 20000);
-    ck_assert_msg(b_nothing_committed(),
-                  "an offset was committed through refused commits");
+    ck_assert_msg(nothing_committed(),
+                  "an offset was committed through refused commits:%s",
+                  committed_list());
     worker_start(1, NULL);
     wait_for("partitions handed over uncommitted, their commands taken again",
              b_handed_over, 20000);
-    ck_assert_msg(b_nothing_committed(),
-                  "an offset was committed through refused commits");
+    ck_assert_msg(nothing_committed(),
+                  "an offset was committed through refused commits:%s",
+                  committed_list());
     rd_kafka_mock_clear_request_errors(W.mock, API_OFFSET_COMMIT);
     rd_kafka_mock_push_request_errors(W.mock, API_OFFSET_COMMIT, 2,
                                       RD_KAFKA_RESP_ERR_ILLEGAL_GENERATION,
