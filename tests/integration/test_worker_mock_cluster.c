@@ -115,6 +115,7 @@ static void world_open(const char *name, int partitions, int brokers)
 {
     char errstr[512];
     memset(&W, 0, sizeof(W));
+    ck_assert(partitions <= (int)(sizeof(W.end) / sizeof(W.end[0])));
     W.partitions = partitions;
     snprintf(W.group, sizeof(W.group), "mock-%s-%d", name, (int)getpid());
     snprintf(W.dir, sizeof(W.dir), "mock-cluster-logs/%s-%d", name, (int)getpid());
