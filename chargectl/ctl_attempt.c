@@ -110,11 +110,14 @@ static void usage(FILE *out)
 static json_t *query_json(PGconn *conn, const char *sql, int n, const char *const *p,
                           int *missing, char *err, size_t err_size)
 {
-    PGresult *r = db_exec(conn, sql, n, p, err, err_size);
+    struct store_error e;
+    PGresult *r = db_exec(conn, sql, n, p, &e);
     json_t *j = NULL;
     *missing = 0;
-    if (!r)
+    if (!r) {
+        snprintf(err, err_size, "%s", e.message);
         return NULL;
+    }
     if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 0)) {
         j = json_loads(PQgetvalue(r, 0, 0), 0, NULL);
         if (!j)
@@ -280,7 +283,8 @@ int ctl_attempt(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     const char *order = NULL, *status = NULL;
-    char older[32], limit[32] = "50", err[512];
+    char older[32], limit[32] = "50";
+    struct store_error err;
     int have_older = 0, have_limit = 0, as_json = 0, c, rc;
 
     if (argc < 2) {
@@ -383,9 +387,9 @@ int ctl_attempt(int argc, char **argv)
     config_t *cfg = ctl_config("attempt");
     if (!cfg)
         return CTL_USAGE;
-    PGconn *conn = db_connect(config_str(cfg, CONFIG_DATABASE_URL), err, sizeof(err));
+    PGconn *conn = db_connect(config_str(cfg, CONFIG_DATABASE_URL), &err);
     if (!conn) {
-        fprintf(stderr, "chargectl attempt: %s\n", err);
+        fprintf(stderr, "chargectl attempt: %s\n", err.message);
         config_free(cfg);
         return CTL_FAILED;
     }

@@ -28,6 +28,7 @@ int ctl_migrate(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     char err[512];
+    struct store_error db_err;
     const char *dir = NULL;
     config_t *cfg = NULL;
     migrate_set_t *set = NULL;
@@ -59,9 +60,9 @@ int ctl_migrate(int argc, char **argv)
         rc = dir ? CTL_USAGE : CTL_FAILED;
         goto out;
     }
-    conn = db_connect(config_str(cfg, CONFIG_DATABASE_URL), err, sizeof(err));
+    conn = db_connect(config_str(cfg, CONFIG_DATABASE_URL), &db_err);
     if (!conn) {
-        fprintf(stderr, "chargectl migrate: %s\n", err);
+        fprintf(stderr, "chargectl migrate: %s\n", db_err.message);
         goto out;
     }
     if (migrate_run(conn, set, stdout, &applied, err, sizeof(err)) != 0) {

@@ -178,10 +178,10 @@ static const char *os_user(void)
 
 /* Reads the attempt: 0, 1 when there is none, -1 with err. */
 static int read_attempt(PGconn *conn, const char *id, struct review_attempt *a,
-                        char *err, size_t err_size)
+                        struct store_error *err)
 {
     const char *p[1] = {id};
-    PGresult *r = db_exec(conn, SQL_READ, 1, p, err, err_size);
+    PGresult *r = db_exec(conn, SQL_READ, 1, p, err);
     if (!r)
         return -1;
     if (PQntuples(r) != 1) {
@@ -201,10 +201,10 @@ static int read_attempt(PGconn *conn, const char *id, struct review_attempt *a,
 /* The attempt an intent is already booked for, in `other` ("" for none).
  * 0 / -1 with err. */
 static int booked_elsewhere(PGconn *conn, const char *intent, const char *id,
-                            char *other, size_t other_size, char *err, size_t err_size)
+                            char *other, size_t other_size, struct store_error *err)
 {
     const char *p[2] = {intent, id};
-    PGresult *r = db_exec(conn, SQL_BOOKED_ELSEWHERE, 2, p, err, err_size);
+    PGresult *r = db_exec(conn, SQL_BOOKED_ELSEWHERE, 2, p, err);
     if (!r)
         return -1;
     snprintf(other, other_size, "%s", PQntuples(r) == 1 ? PQgetvalue(r, 0, 0) : "");
@@ -531,6 +531,7 @@ int ctl_attempt_resolve(int argc, char **argv)
     struct lookup ls[2];
     struct judgement j = {V_AGREES, ""};
     char err[512], other[40];
+    struct store_error db_err;
     size_t n = 0;
     int rc;
     PGconn *conn = NULL;
@@ -552,14 +553,15 @@ int ctl_attempt_resolve(int argc, char **argv)
                            "before it writes anything");
     }
     memset(ls, 0, sizeof(ls));
-    conn = db_connect(config_str(cfg, CONFIG_DATABASE_URL), err, sizeof(err));
+    conn = db_connect(config_str(cfg, CONFIG_DATABASE_URL), &db_err);
     if (!conn) {
-        rc = failure("%s", err);
+        rc = failure("%s", db_err.message);
         goto out;
     }
-    int found = read_attempt(conn, ra.id, &a, err, sizeof(err));
+    int found = read_attempt(conn, ra.id, &a, &db_err);
     if (found != 0) {
-        rc = found < 0 ? failure("%s", err) : failure("no attempt %s", ra.id);
+        rc =
+            found < 0 ? failure("%s", db_err.message) : failure("no attempt %s", ra.id);
         goto out;
     }
     if (strcmp(a.status, ATTEMPT_S_REQUIRES_REVIEW) != 0) {
@@ -569,9 +571,9 @@ int ctl_attempt_resolve(int argc, char **argv)
         goto out;
     }
     if (ra.intent) {
-        if (booked_elsewhere(conn, ra.intent, ra.id, other, sizeof(other), err,
-                             sizeof(err)) != 0) {
-            rc = failure("%s", err);
+        if (booked_elsewhere(conn, ra.intent, ra.id, other, sizeof(other), &db_err) !=
+            0) {
+            rc = failure("%s", db_err.message);
             goto out;
         }
         if (other[0]) {
@@ -602,10 +604,9 @@ int ctl_attempt_resolve(int argc, char **argv)
     evidence = evidence_json(status, &a, &j, forced, lag_ms, ls, n);
     evidence_text =
         evidence ? json_dumps(evidence, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-    st = attempt_store_new(config_str(cfg, CONFIG_DATABASE_URL), ra.actor, err,
-                           sizeof(err));
+    st = attempt_store_new(config_str(cfg, CONFIG_DATABASE_URL), ra.actor, &db_err);
     if (!evidence_text || !st) {
-        rc = failure("%s", st ? "out of memory" : err);
+        rc = failure("%s", st ? "out of memory" : db_err.message);
         goto out;
     }
     struct attempt_call calls[2];
@@ -626,21 +627,20 @@ int ctl_attempt_resolve(int argc, char **argv)
         .calls = calls,
         .ncalls = n,
     };
-    int src = attempt_store_settle(st, &s, 1, err, sizeof(err));
-    if (src == ATTEMPT_STORE_DATA && !strcmp(db_last_sqlstate(), "23505")) {
+    int src = attempt_store_settle(st, &s, 1, &db_err);
+    if (src == STORE_DATA && !strcmp(db_err.sqlstate, "23505")) {
         /* The one-booking-per-intent index: another attempt got it first. */
         rc = failure("refused: %s is booked for another attempt (even --force cannot "
                      "book one charge twice); nothing written",
                      ra.intent ? ra.intent : "the intent");
         goto out;
     }
-    if (src == ATTEMPT_STORE_LOCKED)
+    if (src == STORE_LOCKED)
         s.busy = 1; /* held by another session's transaction: said below */
-    else if (src != ATTEMPT_STORE_OK) {
+    else if (src != STORE_OK) {
         rc = failure("%s%s",
-                     src == ATTEMPT_STORE_DATA ? "the database refused the resolution: "
-                                               : "",
-                     err);
+                     src == STORE_DATA ? "the database refused the resolution: " : "",
+                     db_err.message);
         goto out;
     }
     if (s.busy) {
@@ -653,7 +653,7 @@ int ctl_attempt_resolve(int argc, char **argv)
     }
     if (!s.settled) {
         /* Someone else resolved it (or a process holds it) since we read it. */
-        if (read_attempt(conn, ra.id, &a, err, sizeof(err)) != 0)
+        if (read_attempt(conn, ra.id, &a, &db_err) != 0)
             snprintf(a.status, sizeof(a.status), "unknown");
         rc = failure("attempt %s changed while it was being resolved (now %s); nothing "
                      "written",

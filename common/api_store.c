@@ -7,10 +7,15 @@
 #include "attempt_sql.h"
 #include "attempt_status.h"
 #include "db.h"
+#include "store_conn.h"
+
+/* A webhook waits this long at most for the attempt's row (a worker's
+ * statement holds it for milliseconds), then is answered 503 and delivered
+ * again. */
+#define API_LOCK_TIMEOUT "5s"
 
 struct api_store {
-    char *url;
-    PGconn *conn;
+    store_conn_t *db;
 };
 
 /* An order lists at most this many attempts: enough for any real order,
@@ -81,14 +86,15 @@ static const char *SQL_VIEW_ORDER =
     SQL_VIEW "WHERE order_id = $1::uuid ORDER BY created_at, id LIMIT " ORDER_ATTEMPTS_MAX;
 /* clang-format on */
 
-api_store_t *api_store_new(const char *database_url)
+api_store_t *api_store_new(const char *database_url, struct store_error *err)
 {
     api_store_t *st = calloc(1, sizeof(*st));
-    if (!st)
+    if (!st) {
+        store_error_set(err, "out of memory");
         return NULL;
-    st->url = strdup(database_url);
-    if (!st->url) {
-        api_store_free(st);
+    }
+    if (!(st->db = store_conn_new(database_url, API_LOCK_TIMEOUT, err))) {
+        free(st);
         return NULL;
     }
     return st;
@@ -98,14 +104,8 @@ void api_store_free(api_store_t *st)
 {
     if (!st)
         return;
-    PQfinish(st->conn);
-    free(st->url);
+    store_conn_free(st->db);
     free(st);
-}
-
-static int ensure_conn(api_store_t *st, char *errbuf, size_t errbuf_size)
-{
-    return db_ensure(&st->conn, st->url, errbuf, errbuf_size) < 0 ? -1 : 0;
 }
 
 /* What the transition records as the provider's evidence. Caller frees. */
@@ -150,52 +150,58 @@ static void reason_for(const struct webhook_event *ev, const struct webhook_deci
     }
 }
 
-static void rollback(api_store_t *st)
+static void rollback(PGconn *conn)
 {
-    PGresult *r = PQexec(st->conn, "ROLLBACK");
+    PGresult *r = PQexec(conn, "ROLLBACK");
     PQclear(r);
 }
 
-/* A connection the server closed while idle (a restart, a pooler, an
- * administrator) is only found broken by the next statement: that
- * statement is repeated once on a new connection, so that a healthy
- * database never costs a client a 503. */
-static int broken(api_store_t *st)
+/* A statement after the event was recorded failed: the event itself was
+ * taken, so a refused value is not the event's (a bug, or a constraint
+ * the decision missed) and the delivery is answered "again", as for an
+ * outage. */
+static enum store_rc later_failed(const struct store_error *err)
 {
-    return st->conn && PQstatus(st->conn) != CONNECTION_OK;
+    enum store_rc rc = store_conn_failed(err);
+    return rc == STORE_DATA ? STORE_RETRY : rc;
 }
 
-static int apply_once(api_store_t *st, const char *provider,
-                      const struct webhook_event *ev, const char *payload,
-                      struct api_webhook_result *out, char *errbuf, size_t errbuf_size)
+static enum store_rc apply_once(api_store_t *st, const char *provider,
+                                const struct webhook_event *ev, const char *payload,
+                                struct api_webhook_result *out, struct store_error *err)
 {
     PGresult *r = NULL;
     char *evidence = NULL;
     char reason[256], actor[300];
-    int rc = -1, in_tx = 0;
+    enum store_rc rc = STORE_RETRY;
+    int in_tx = 0;
     struct webhook_decision d = {WEBHOOK_IGNORE, ATTEMPT_STATUS_PENDING, ""};
     struct webhook_attempt a;
 
+    store_error_clear(err);
     memset(out, 0, sizeof(*out));
     out->outcome = "unmatched";
     out->reason = "no such attempt";
-    if (ensure_conn(st, errbuf, errbuf_size) != 0)
-        return -1;
-    if (db_run(st->conn, "BEGIN", 0, NULL, errbuf, errbuf_size) != 0)
+    PGconn *conn = store_conn_get(st->db, NULL, err);
+    if (!conn)
+        return STORE_RETRY;
+    if (db_run(conn, "BEGIN", 0, NULL, err) != 0) {
+        rc = later_failed(err);
         goto out;
+    }
     in_tx = 1;
     const char *rec[5] = {provider, ev->id, ev->type, ev->attempt_id, payload};
-    if (!(r = db_exec(st->conn, SQL_RECORD_EVENT, 5, rec, errbuf, errbuf_size))) {
-        /* The event itself is refused: no delivery of it will ever do. */
-        if (db_last_error_class() == DB_ERR_DATA)
-            rc = -2;
+    if (!(r = db_exec(conn, SQL_RECORD_EVENT, 5, rec, err))) {
+        /* The event itself is refused (STORE_DATA): no delivery of it will
+         * ever do. */
+        rc = store_conn_failed(err);
         goto out;
     }
     if (PQntuples(r) == 0) {
         /* Seen before, and committed: its effect is already there. */
         out->outcome = "duplicate";
         out->reason = "event already processed";
-        rc = 0;
+        rc = STORE_OK;
         goto out;
     }
     PQclear(r);
@@ -203,9 +209,11 @@ static int apply_once(api_store_t *st, const char *provider,
 
     const char *lock[3] = {ev->attempt_id[0] ? ev->attempt_id : NULL, ev->intent_id,
                            attempt_status_live_array()};
-    if (!(r = db_exec(st->conn, ev->attempt_id[0] ? SQL_LOCK_BY_ID : SQL_LOCK_BY_INTENT,
-                      3, lock, errbuf, errbuf_size)))
+    if (!(r = db_exec(conn, ev->attempt_id[0] ? SQL_LOCK_BY_ID : SQL_LOCK_BY_INTENT, 3,
+                      lock, err))) {
+        rc = later_failed(err);
         goto out;
+    }
     if (ev->evidence == WEBHOOK_EVIDENCE_NONE) {
         out->outcome = "ignored";
         out->reason = "event type not acted on";
@@ -231,7 +239,7 @@ static int apply_once(api_store_t *st, const char *provider,
 
     if (d.action == WEBHOOK_APPLY || d.action == WEBHOOK_REVIEW) {
         if (!(evidence = evidence_json(ev))) {
-            snprintf(errbuf, errbuf_size, "out of memory");
+            store_error_set(err, "out of memory");
             goto out;
         }
         reason_for(ev, &d, reason, sizeof(reason));
@@ -244,12 +252,13 @@ static int apply_once(api_store_t *st, const char *provider,
                             evidence,
                             out->old_status,
                             actor};
-        if (!(r = db_exec(st->conn, SQL_SETTLE, 8, p, errbuf, errbuf_size)))
+        if (!(r = db_exec(conn, SQL_SETTLE, 8, p, err))) {
+            rc = later_failed(err);
             goto out;
+        }
         if (PQntuples(r) != 1) {
             /* Impossible under the row lock; never commit half a decision. */
-            snprintf(errbuf, errbuf_size, "attempt %s changed under its lock",
-                     out->attempt_id);
+            store_error_set(err, "attempt %s changed under its lock", out->attempt_id);
             goto out;
         }
         snprintf(out->new_status, sizeof(out->new_status), "%s",
@@ -258,27 +267,34 @@ static int apply_once(api_store_t *st, const char *provider,
         r = NULL;
     }
     const char *o[4] = {provider, ev->id, out->outcome, out->attempt_id};
-    if (db_run(st->conn, SQL_EVENT_OUTCOME, 4, o, errbuf, errbuf_size) != 0 ||
-        db_run(st->conn, "COMMIT", 0, NULL, errbuf, errbuf_size) != 0)
+    if (db_run(conn, SQL_EVENT_OUTCOME, 4, o, err) != 0 ||
+        db_run(conn, "COMMIT", 0, NULL, err) != 0) {
+        rc = later_failed(err);
         goto out;
+    }
     in_tx = 0;
-    rc = 0;
+    rc = STORE_OK;
 out:
     PQclear(r);
     free(evidence);
     if (in_tx)
-        rollback(st);
+        rollback(conn);
     return rc;
 }
 
-int api_store_apply_webhook(api_store_t *st, const char *provider,
-                            const struct webhook_event *ev, const char *payload,
-                            struct api_webhook_result *out, char *errbuf,
-                            size_t errbuf_size)
+/* A connection the server closed while idle (a restart, a pooler, an
+ * administrator) is only found broken by the next statement: that
+ * statement is repeated once on a new connection, so that a healthy
+ * database never costs a client a 503. */
+enum store_rc api_store_apply_webhook(api_store_t *st, const char *provider,
+                                      const struct webhook_event *ev,
+                                      const char *payload,
+                                      struct api_webhook_result *out,
+                                      struct store_error *err)
 {
-    int rc = apply_once(st, provider, ev, payload, out, errbuf, errbuf_size);
-    if (rc == -1 && broken(st))
-        rc = apply_once(st, provider, ev, payload, out, errbuf, errbuf_size);
+    enum store_rc rc = apply_once(st, provider, ev, payload, out, err);
+    if (rc == STORE_RETRY && store_conn_broken(st->db))
+        rc = apply_once(st, provider, ev, payload, out, err);
     return rc;
 }
 
@@ -305,43 +321,49 @@ static json_t *view_row(PGresult *r, int row)
     return o;
 }
 
-static int view(api_store_t *st, const char *sql, const char *id, PGresult **res,
-                char *errbuf, size_t errbuf_size)
+/* Reads the rows of one id; a broken connection is replaced and the query
+ * asked once more, as a webhook's transaction is. */
+static enum store_rc view(api_store_t *st, const char *sql, const char *id,
+                          PGresult **res, struct store_error *err)
 {
-    if (ensure_conn(st, errbuf, errbuf_size) != 0)
-        return -1;
-    *res = db_exec(st->conn, sql, 1, &id, errbuf, errbuf_size);
-    if (!*res && broken(st) && ensure_conn(st, errbuf, errbuf_size) == 0)
-        *res = db_exec(st->conn, sql, 1, &id, errbuf, errbuf_size);
+    store_error_clear(err);
+    *res = NULL;
+    PGconn *conn = store_conn_get(st->db, NULL, err);
+    if (!conn)
+        return STORE_RETRY;
+    *res = db_exec(conn, sql, 1, &id, err);
+    if (!*res && store_conn_broken(st->db) &&
+        (conn = store_conn_get(st->db, NULL, err)))
+        *res = db_exec(conn, sql, 1, &id, err);
     if (!*res)
-        return -1;
-    return PQntuples(*res) == 0 ? 1 : 0;
+        return store_conn_failed(err);
+    return PQntuples(*res) == 0 ? STORE_NOT_FOUND : STORE_OK;
 }
 
-int api_store_attempt(api_store_t *st, const char *attempt_id, json_t **out,
-                      char *errbuf, size_t errbuf_size)
+enum store_rc api_store_attempt(api_store_t *st, const char *attempt_id, json_t **out,
+                                struct store_error *err)
 {
     PGresult *r = NULL;
-    int rc = view(st, SQL_VIEW_ATTEMPT, attempt_id, &r, errbuf, errbuf_size);
+    enum store_rc rc = view(st, SQL_VIEW_ATTEMPT, attempt_id, &r, err);
     *out = NULL;
-    if (rc == 0 && !(*out = view_row(r, 0))) {
-        snprintf(errbuf, errbuf_size, "out of memory");
-        rc = -1;
+    if (rc == STORE_OK && !(*out = view_row(r, 0))) {
+        store_error_set(err, "out of memory");
+        rc = STORE_RETRY;
     }
     PQclear(r);
     return rc;
 }
 
-int api_store_order(api_store_t *st, const char *order_id, json_t **out, char *errbuf,
-                    size_t errbuf_size)
+enum store_rc api_store_order(api_store_t *st, const char *order_id, json_t **out,
+                              struct store_error *err)
 {
     PGresult *r = NULL;
     json_t *list = NULL;
-    int rc = view(st, SQL_VIEW_ORDER, order_id, &r, errbuf, errbuf_size);
+    enum store_rc rc = view(st, SQL_VIEW_ORDER, order_id, &r, err);
     *out = NULL;
-    if (rc != 0)
+    if (rc != STORE_OK)
         goto out;
-    rc = -1;
+    rc = STORE_RETRY;
     if (!(list = json_array()))
         goto oom;
     for (int i = 0; i < PQntuples(r); i++)
@@ -351,20 +373,22 @@ int api_store_order(api_store_t *st, const char *order_id, json_t **out, char *e
     if (!(*out =
               json_pack("{s:s, s:o}", "order_id", order_id, "payment_attempts", list)))
         goto oom_stolen;
-    rc = 0;
+    rc = STORE_OK;
     goto out;
 oom:
     json_decref(list);
 oom_stolen:
-    snprintf(errbuf, errbuf_size, "out of memory");
+    store_error_set(err, "out of memory");
 out:
     PQclear(r);
     return rc;
 }
 
-int api_store_ping(api_store_t *st, char *errbuf, size_t errbuf_size)
+enum store_rc api_store_ping(api_store_t *st, struct store_error *err)
 {
-    if (ensure_conn(st, errbuf, errbuf_size) != 0)
-        return -1;
-    return db_run(st->conn, "SELECT 1", 0, NULL, errbuf, errbuf_size);
+    store_error_clear(err);
+    PGconn *conn = store_conn_get(st->db, NULL, err);
+    if (!conn || db_run(conn, "SELECT 1", 0, NULL, err) != 0)
+        return STORE_RETRY;
+    return STORE_OK;
 }

@@ -22,12 +22,16 @@
 
 #include <jansson.h>
 
+#include "store.h"
 #include "webhook_event.h"
 
 typedef struct api_store api_store_t;
 
-/* Copies database_url. NULL only on out of memory. Does not connect. */
-api_store_t *api_store_new(const char *database_url);
+/* Every fallible call returns an enum store_rc (store.h) and fills err. */
+
+/* Copies database_url. Does not connect: NULL and err only when it cannot
+ * be parsed, or on out of memory. */
+api_store_t *api_store_new(const char *database_url, struct store_error *err);
 void api_store_free(api_store_t *st);
 
 /* What became of a webhook event. */
@@ -42,26 +46,30 @@ struct api_webhook_result {
 
 /* Applies ev; `payload` is the event as stored for review (the JSON ev was
  * parsed from). `provider` names the provider in the deduplication key.
- * Returns 0; -1 with errbuf when the database failed (nothing was changed
- * and the delivery may be repeated); -2 with errbuf when the database
- * refuses the event itself (no delivery of it will ever be stored). A
- * connection found broken is replaced and the transaction tried once more. */
-int api_store_apply_webhook(api_store_t *st, const char *provider,
-                            const struct webhook_event *ev, const char *payload,
-                            struct api_webhook_result *out, char *errbuf,
-                            size_t errbuf_size);
+ * Returns STORE_OK; STORE_DATA when the database refuses the event itself
+ * (no delivery of it will ever be stored); anything else when the database
+ * failed: nothing was changed and the delivery may be repeated (STORE_LOCKED:
+ * another session held the attempt past the 5 s lock_timeout; a value the
+ * database refuses later in the transaction is STORE_RETRY, as the event
+ * was fine). A connection found broken is replaced and the transaction
+ * tried once more. */
+enum store_rc api_store_apply_webhook(api_store_t *st, const char *provider,
+                                      const struct webhook_event *ev,
+                                      const char *payload,
+                                      struct api_webhook_result *out,
+                                      struct store_error *err);
 
 /* Status queries. On success *out is a new reference the caller owns: one
  * attempt object, or {"order_id", "payment_attempts": [...]} oldest first.
- * Returns 0, 1 when there is no such attempt or order (*out NULL), -1 with
- * errbuf when the database failed. Ids must be canonical lower-case uuids
- * (the caller checks). */
-int api_store_attempt(api_store_t *st, const char *attempt_id, json_t **out,
-                      char *errbuf, size_t errbuf_size);
-int api_store_order(api_store_t *st, const char *order_id, json_t **out, char *errbuf,
-                    size_t errbuf_size);
+ * Returns STORE_OK, STORE_NOT_FOUND when there is no such attempt or order
+ * (*out NULL), anything else when the database failed. Ids must be
+ * canonical lower-case uuids (the caller checks). */
+enum store_rc api_store_attempt(api_store_t *st, const char *attempt_id, json_t **out,
+                                struct store_error *err);
+enum store_rc api_store_order(api_store_t *st, const char *order_id, json_t **out,
+                              struct store_error *err);
 
-/* Is the database reachable? 0 / -1 with errbuf. */
-int api_store_ping(api_store_t *st, char *errbuf, size_t errbuf_size);
+/* Is the database reachable? STORE_OK, or STORE_RETRY and err. */
+enum store_rc api_store_ping(api_store_t *st, struct store_error *err);
 
 #endif

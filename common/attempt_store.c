@@ -10,92 +10,52 @@
 #include "attempt_status.h"
 #include "db.h"
 #include "log.h"
+#include "store_conn.h"
 
 struct attempt_store {
-    char *url;
+    store_conn_t *db;
     char *actor;
-    PGconn *conn;
 };
 
-static int ensure_conn(attempt_store_t *st, char *errbuf, size_t errbuf_size)
-{
-    int rc = db_ensure(&st->conn, st->url, errbuf, errbuf_size);
-    if (rc < 0)
-        return ATTEMPT_STORE_RETRY;
-    /* Rows are skipped when locked, but an insert's unique index (and a
-     * foreign-key check) waits for another session's uncommitted change to
-     * a conflicting row: let that cost one item 100 ms, never the loop its
-     * 5 s. Our own statements hold their locks for milliseconds. */
-    if (rc == 1 && db_run(st->conn, "SET lock_timeout = '100ms'", 0, NULL, errbuf,
-                          errbuf_size) != 0) {
-        PQfinish(st->conn);
-        st->conn = NULL;
-        return ATTEMPT_STORE_RETRY;
-    }
-    return ATTEMPT_STORE_OK;
-}
-
-/* The class of the statement that just failed. A refused value is DATA, a
- * lock another session held too long LOCKED; anything else (a bug
- * included) is retried whole, loudly, rather than settling attempts one by
- * one on a mistake of ours. */
-static int failed(void)
-{
-    if (!strcmp(db_last_sqlstate(), "55P03"))
-        return ATTEMPT_STORE_LOCKED;
-    return db_last_error_class() == DB_ERR_DATA ? ATTEMPT_STORE_DATA
-                                                : ATTEMPT_STORE_RETRY;
-}
+/* Rows are skipped when locked, but an insert's unique index (and a
+ * foreign-key check) waits for another session's uncommitted change to a
+ * conflicting row: let that cost one item 100 ms, never the loop its 10 s
+ * statement_timeout. Our own statements hold their locks for milliseconds. */
+#define ATTEMPT_LOCK_TIMEOUT "100ms"
 
 attempt_store_t *attempt_store_new(const char *database_url, const char *actor,
-                                   char *errbuf, size_t errbuf_size)
+                                   struct store_error *err)
 {
     attempt_store_t *st = calloc(1, sizeof(*st));
-    if (!st) {
-        snprintf(errbuf, errbuf_size, "out of memory");
+    if (!st || !(st->actor = strdup(actor))) {
+        free(st);
+        store_error_set(err, "out of memory");
         return NULL;
     }
-    st->url = strdup(database_url);
-    st->actor = strdup(actor);
-    if (!st->url || !st->actor) {
-        snprintf(errbuf, errbuf_size, "out of memory");
-        goto fail;
-    }
     /* Only the syntax is checked now; the server may come up later. */
-    char *perr = NULL;
-    PQconninfoOption *opts = PQconninfoParse(database_url, &perr);
-    if (!opts) {
-        /* libpq's line may quote a piece of the password: not shown. */
-        snprintf(errbuf, errbuf_size,
-                 "bad database url: libpq cannot parse it (not shown: it may hold a "
-                 "password)");
-        PQfreemem(perr);
-        goto fail;
+    if (!(st->db = store_conn_new(database_url, ATTEMPT_LOCK_TIMEOUT, err))) {
+        attempt_store_free(st);
+        return NULL;
     }
-    PQconninfoFree(opts);
     return st;
-fail:
-    attempt_store_free(st);
-    return NULL;
 }
 
 void attempt_store_free(attempt_store_t *st)
 {
     if (!st)
         return;
-    PQfinish(st->conn);
-    free(st->url);
+    store_conn_free(st->db);
     free(st->actor);
     free(st);
 }
 
-int attempt_store_ping(attempt_store_t *st, char *errbuf, size_t errbuf_size)
+enum store_rc attempt_store_ping(attempt_store_t *st, struct store_error *err)
 {
-    if (ensure_conn(st, errbuf, errbuf_size) != 0)
-        return ATTEMPT_STORE_RETRY;
-    return db_run(st->conn, "SELECT 1", 0, NULL, errbuf, errbuf_size) == 0
-               ? ATTEMPT_STORE_OK
-               : ATTEMPT_STORE_RETRY;
+    store_error_clear(err);
+    PGconn *conn = store_conn_get(st->db, NULL, err);
+    if (!conn || db_run(conn, "SELECT 1", 0, NULL, err) != 0)
+        return STORE_RETRY;
+    return STORE_OK;
 }
 
 /* A set of array parameters built together. */
@@ -211,8 +171,9 @@ static int by_attempt_id(const void *a, const void *b)
     return c ? c : (x < y ? -1 : x > y);
 }
 
-int attempt_store_record(attempt_store_t *st, struct attempt_record_item *items,
-                         size_t n, char *errbuf, size_t errbuf_size)
+enum store_rc attempt_store_record(attempt_store_t *st,
+                                   struct attempt_record_item *items, size_t n,
+                                   struct store_error *err)
 {
     struct arrays ar = {0}, rj = {0};
     PGresult *ins = NULL, *found = NULL, *live = NULL, *rej = NULL;
@@ -220,13 +181,14 @@ int attempt_store_record(attempt_store_t *st, struct attempt_record_item *items,
     struct attempt_record_item **sorted = NULL;
     const char *p[13];
     size_t nblocked = 0;
-    int rc = ATTEMPT_STORE_RETRY;
+    enum store_rc rc = STORE_RETRY;
 
+    store_error_clear(err);
     if (n == 0)
-        return ATTEMPT_STORE_OK;
-    if ((rc = ensure_conn(st, errbuf, errbuf_size)) != 0)
-        return rc;
-    rc = ATTEMPT_STORE_RETRY;
+        return STORE_OK;
+    PGconn *conn = store_conn_get(st->db, NULL, err);
+    if (!conn)
+        return STORE_RETRY;
     if (arrays_init(&ar, 9) != 0 || arrays_init(&rj, 10) != 0 ||
         !(orders = db_array_new()) || !(sorted = calloc(n, sizeof(*sorted))))
         goto oom;
@@ -239,18 +201,18 @@ int attempt_store_record(attempt_store_t *st, struct attempt_record_item *items,
     for (int i = 0; i < 9; i++)
         p[i] = db_array_text(ar.a[i]);
     p[9] = st->actor;
-    ins = db_exec(st->conn, SQL_INSERT_PENDING, 10, p, errbuf, errbuf_size);
+    ins = db_exec(conn, SQL_INSERT_PENDING, 10, p, err);
     if (!ins) {
-        rc = failed();
+        rc = store_conn_failed(err);
         goto out;
     }
     /* Every message is compared with the stored attempt, whatever batch
      * stored it: a conflicting resend in the same batch as its original is
      * a conflict like any other. */
     p[1] = p[2];
-    found = db_exec(st->conn, SQL_FIND_EXISTING, 2, p, errbuf, errbuf_size);
+    found = db_exec(conn, SQL_FIND_EXISTING, 2, p, err);
     if (!found) {
-        rc = failed();
+        rc = store_conn_failed(err);
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
@@ -293,14 +255,14 @@ int attempt_store_record(attempt_store_t *st, struct attempt_record_item *items,
         }
     }
     if (nblocked == 0) {
-        rc = ATTEMPT_STORE_OK;
+        rc = STORE_OK;
         goto out;
     }
     p[0] = db_array_text(orders);
     p[1] = attempt_status_live_array();
-    live = db_exec(st->conn, SQL_FIND_LIVE, 2, p, errbuf, errbuf_size);
+    live = db_exec(conn, SQL_FIND_LIVE, 2, p, err);
     if (!live) {
-        rc = failed();
+        rc = store_conn_failed(err);
         goto out;
     }
     size_t nrej = 0;
@@ -336,9 +298,9 @@ int attempt_store_record(attempt_store_t *st, struct attempt_record_item *items,
             p[i] = db_array_text(rj.a[i]);
         p[10] = st->actor;
         p[11] = attempt_status_event_type(ATTEMPT_STATUS_REJECTED);
-        rej = db_exec(st->conn, SQL_INSERT_REJECTED, 12, p, errbuf, errbuf_size);
+        rej = db_exec(conn, SQL_INSERT_REJECTED, 12, p, err);
         if (!rej) {
-            rc = failed();
+            rc = store_conn_failed(err);
             goto out;
         }
         /* Only the first message of an attempt in this batch is the one
@@ -358,10 +320,10 @@ int attempt_store_record(attempt_store_t *st, struct attempt_record_item *items,
                 items[i].result = ATTEMPT_RETRY;
         }
     }
-    rc = ATTEMPT_STORE_OK;
+    rc = STORE_OK;
     goto out;
 oom:
-    snprintf(errbuf, errbuf_size, "out of memory");
+    store_error_set(err, "out of memory");
 out:
     free(sorted);
     PQclear(ins);
@@ -414,20 +376,22 @@ static const char *SQL_CLAIM =
     " FROM payment_attempts a JOIN q ON a.id = q.id LEFT JOIN u ON u.id = a.id";
 /* clang-format on */
 
-int attempt_store_claim(attempt_store_t *st, struct attempt_claim_item *items, size_t n,
-                        long long lease_ms, char *errbuf, size_t errbuf_size)
+enum store_rc attempt_store_claim(attempt_store_t *st, struct attempt_claim_item *items,
+                                  size_t n, long long lease_ms, struct store_error *err)
 {
     db_array_t *ids = NULL;
     char lease[32];
     const char *p[3];
     PGresult *r = NULL;
-    int rc;
+    enum store_rc rc;
 
+    store_error_clear(err);
     if (n == 0)
-        return ATTEMPT_STORE_OK;
-    if ((rc = ensure_conn(st, errbuf, errbuf_size)) != 0)
-        return rc;
-    rc = ATTEMPT_STORE_RETRY;
+        return STORE_OK;
+    PGconn *conn = store_conn_get(st->db, NULL, err);
+    if (!conn)
+        return STORE_RETRY;
+    rc = STORE_RETRY;
     if (!(ids = db_array_new()))
         goto oom;
     for (size_t i = 0; i < n; i++)
@@ -437,9 +401,9 @@ int attempt_store_claim(attempt_store_t *st, struct attempt_claim_item *items, s
     p[0] = db_array_text(ids);
     p[1] = st->actor;
     p[2] = lease;
-    r = db_exec(st->conn, SQL_CLAIM, 3, p, errbuf, errbuf_size);
+    r = db_exec(conn, SQL_CLAIM, 3, p, err);
     if (!r) {
-        rc = failed();
+        rc = store_conn_failed(err);
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
@@ -483,10 +447,10 @@ int attempt_store_claim(attempt_store_t *st, struct attempt_claim_item *items, s
             it->result = ATTEMPT_SETTLED;
         }
     }
-    rc = ATTEMPT_STORE_OK;
+    rc = STORE_OK;
     goto out;
 oom:
-    snprintf(errbuf, errbuf_size, "out of memory");
+    store_error_set(err, "out of memory");
 out:
     PQclear(r);
     db_array_free(ids);
@@ -532,29 +496,31 @@ static int add_calls(struct arrays *ar, int first, const struct attempt_call *ca
     return 0;
 }
 
-int attempt_store_log_calls(attempt_store_t *st, const struct attempt_call *calls,
-                            size_t n, char *errbuf, size_t errbuf_size)
+enum store_rc attempt_store_log_calls(attempt_store_t *st,
+                                      const struct attempt_call *calls, size_t n,
+                                      struct store_error *err)
 {
     struct arrays ar = {0};
     const char *p[10];
-    int rc;
+    enum store_rc rc;
 
+    store_error_clear(err);
     if (n == 0)
-        return ATTEMPT_STORE_OK;
-    if ((rc = ensure_conn(st, errbuf, errbuf_size)) != 0)
-        return rc;
-    rc = ATTEMPT_STORE_RETRY;
+        return STORE_OK;
+    PGconn *conn = store_conn_get(st->db, NULL, err);
+    if (!conn)
+        return STORE_RETRY;
+    rc = STORE_RETRY;
     if (arrays_init(&ar, 9) != 0 || add_calls(&ar, 0, calls, n) != 0)
         goto oom;
     for (int i = 0; i < 9; i++)
         p[i] = db_array_text(ar.a[i]);
     p[9] = st->actor;
-    rc = db_run(st->conn, SQL_LOG_CALLS, 10, p, errbuf, errbuf_size) == 0
-             ? ATTEMPT_STORE_OK
-             : failed();
+    rc = db_run(conn, SQL_LOG_CALLS, 10, p, err) == 0 ? STORE_OK
+                                                      : store_conn_failed(err);
     goto out;
 oom:
-    snprintf(errbuf, errbuf_size, "out of memory");
+    store_error_set(err, "out of memory");
 out:
     arrays_release(&ar);
     return rc;
@@ -598,19 +564,21 @@ static const char *SQL_PERSIST =
     " LEFT JOIN payment_attempts a ON a.id = v.id";
 /* clang-format on */
 
-int attempt_store_persist(attempt_store_t *st, struct attempt_outcome *items, size_t n,
-                          char *errbuf, size_t errbuf_size)
+enum store_rc attempt_store_persist(attempt_store_t *st, struct attempt_outcome *items,
+                                    size_t n, struct store_error *err)
 {
     struct arrays ar = {0};
     const char *p[11];
     PGresult *r = NULL;
-    int rc;
+    enum store_rc rc;
 
+    store_error_clear(err);
     if (n == 0)
-        return ATTEMPT_STORE_OK;
-    if ((rc = ensure_conn(st, errbuf, errbuf_size)) != 0)
-        return rc;
-    rc = ATTEMPT_STORE_RETRY;
+        return STORE_OK;
+    PGconn *conn = store_conn_get(st->db, NULL, err);
+    if (!conn)
+        return STORE_RETRY;
+    rc = STORE_RETRY;
     if (arrays_init(&ar, 10) != 0)
         goto oom;
     for (size_t i = 0; i < n; i++) {
@@ -619,9 +587,9 @@ int attempt_store_persist(attempt_store_t *st, struct attempt_outcome *items, si
         if (to < 0 ||
             !attempt_status_transition_allowed(ATTEMPT_STATUS_PROCESSING, to)) {
             /* A bug of ours; the caller isolates it like a refused value. */
-            snprintf(errbuf, errbuf_size, "status '%s' may not follow PROCESSING",
-                     o->status ? o->status : "(null)");
-            rc = ATTEMPT_STORE_DATA;
+            store_error_set(err, "status '%s' may not follow PROCESSING",
+                            o->status ? o->status : "(null)");
+            rc = STORE_DATA;
             goto out;
         }
         if (db_array_add(ar.a[0], o->attempt_id) ||
@@ -641,9 +609,9 @@ int attempt_store_persist(attempt_store_t *st, struct attempt_outcome *items, si
     for (int i = 0; i < 10; i++)
         p[i] = db_array_text(ar.a[i]);
     p[10] = st->actor;
-    r = db_exec(st->conn, SQL_PERSIST, 11, p, errbuf, errbuf_size);
+    r = db_exec(conn, SQL_PERSIST, 11, p, err);
     if (!r) {
-        rc = failed();
+        rc = store_conn_failed(err);
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
@@ -654,10 +622,10 @@ int attempt_store_persist(attempt_store_t *st, struct attempt_outcome *items, si
                 items[i].busy = PQgetvalue(r, row, 2)[0] == 't';
             }
     }
-    rc = ATTEMPT_STORE_OK;
+    rc = STORE_OK;
     goto out;
 oom:
-    snprintf(errbuf, errbuf_size, "out of memory");
+    store_error_set(err, "out of memory");
 out:
     PQclear(r);
     arrays_release(&ar);
@@ -735,25 +703,26 @@ static const char *SQL_SETTLE =
     "             ELSE lease_owner = $4 AND lease_epoch = $3::bigint END)";
 /* clang-format on */
 
-int attempt_store_claim_due(attempt_store_t *st, struct attempt_due *out, size_t max,
-                            size_t *n, long long lease_ms, long long stale_ms,
-                            char *errbuf, size_t errbuf_size)
+enum store_rc attempt_store_claim_due(attempt_store_t *st, struct attempt_due *out,
+                                      size_t max, size_t *n, long long lease_ms,
+                                      long long stale_ms, struct store_error *err)
 {
     char lease[32], limit[32], stale[32];
     const char *p[4] = {st->actor, lease, limit, stale};
-    int rc;
 
+    store_error_clear(err);
     *n = 0;
     if (max == 0)
-        return ATTEMPT_STORE_OK;
-    if ((rc = ensure_conn(st, errbuf, errbuf_size)) != 0)
-        return rc;
+        return STORE_OK;
+    PGconn *conn = store_conn_get(st->db, NULL, err);
+    if (!conn)
+        return STORE_RETRY;
     snprintf(lease, sizeof(lease), "%lld", lease_ms);
     snprintf(limit, sizeof(limit), "%zu", max);
     snprintf(stale, sizeof(stale), "%lld", stale_ms);
-    PGresult *r = db_exec(st->conn, SQL_CLAIM_DUE, 4, p, errbuf, errbuf_size);
+    PGresult *r = db_exec(conn, SQL_CLAIM_DUE, 4, p, err);
     if (!r)
-        return failed();
+        return store_conn_failed(err);
     for (int i = 0; i < PQntuples(r) && *n < max; i++) {
         struct attempt_due *d = &out[(*n)++];
         struct attempt_params *pa = &d->params;
@@ -777,22 +746,24 @@ int attempt_store_claim_due(attempt_store_t *st, struct attempt_due *out, size_t
         d->first_sent_ms = strtoll(PQgetvalue(r, i, 13), NULL, 10);
     }
     PQclear(r);
-    return ATTEMPT_STORE_OK;
+    return STORE_OK;
 }
 
-static int settle_one(attempt_store_t *st, struct attempt_settlement *it, char *errbuf,
-                      size_t errbuf_size)
+static enum store_rc settle_one(attempt_store_t *st, PGconn *conn,
+                                struct attempt_settlement *it, struct store_error *err)
 {
     struct arrays ar = {0};
     char epoch[32], charges[16], next[32];
     const char *p[22];
-    int rc = ATTEMPT_STORE_RETRY, ncharges = 0;
+    enum store_rc rc = STORE_RETRY;
+    int ncharges = 0;
 
     if (it->status != it->expected &&
         !attempt_status_transition_allowed((int)it->expected, it->status)) {
-        snprintf(errbuf, errbuf_size, "status %s may not follow %s",
-                 attempt_status_name(it->status), attempt_status_name(it->expected));
-        return ATTEMPT_STORE_DATA;
+        store_error_set(err, "status %s may not follow %s",
+                        attempt_status_name(it->status),
+                        attempt_status_name(it->expected));
+        return STORE_DATA;
     }
     if (arrays_init(&ar, 9) != 0 || add_calls(&ar, 0, it->calls, it->ncalls) != 0)
         goto oom;
@@ -818,18 +789,18 @@ static int settle_one(attempt_store_t *st, struct attempt_settlement *it, char *
     p[12] = it->cause ? it->cause : "reconciler";
     for (int i = 0; i < 9; i++)
         p[13 + i] = db_array_text(ar.a[i]);
-    PGresult *r = db_exec(st->conn, SQL_SETTLE, 22, p, errbuf, errbuf_size);
+    PGresult *r = db_exec(conn, SQL_SETTLE, 22, p, err);
     if (!r) {
-        rc = failed();
+        rc = store_conn_failed(err);
         goto out;
     }
     it->settled = strcmp(PQgetvalue(r, 0, 0), "1") == 0;
     it->busy = PQgetvalue(r, 0, 1)[0] == 't';
     PQclear(r);
-    rc = ATTEMPT_STORE_OK;
+    rc = STORE_OK;
     goto out;
 oom:
-    snprintf(errbuf, errbuf_size, "out of memory");
+    store_error_set(err, "out of memory");
 out:
     arrays_release(&ar);
     return rc;
@@ -842,31 +813,34 @@ static const char *SQL_BACKLOG =
     " FROM payment_attempts WHERE status = ANY($1::text[]) GROUP BY status";
 /* clang-format on */
 
-int attempt_store_backlog(attempt_store_t *st, const enum attempt_status *statuses,
-                          size_t n, long long *counts, long long *oldest_ms,
-                          char *errbuf, size_t errbuf_size)
+enum store_rc attempt_store_backlog(attempt_store_t *st,
+                                    const enum attempt_status *statuses, size_t n,
+                                    long long *counts, long long *oldest_ms,
+                                    struct store_error *err)
 {
     db_array_t *names = db_array_new();
     PGresult *r = NULL;
-    int rc = ATTEMPT_STORE_RETRY;
+    enum store_rc rc = STORE_RETRY;
 
+    store_error_clear(err);
     for (size_t i = 0; i < n; i++)
         counts[i] = oldest_ms[i] = 0;
     if (!names) {
-        snprintf(errbuf, errbuf_size, "out of memory");
+        store_error_set(err, "out of memory");
         goto out;
     }
     for (size_t i = 0; i < n; i++)
         if (db_array_add(names, attempt_status_name(statuses[i])) != 0) {
-            snprintf(errbuf, errbuf_size, "out of memory");
+            store_error_set(err, "out of memory");
             goto out;
         }
-    if ((rc = ensure_conn(st, errbuf, errbuf_size)) != 0)
+    PGconn *conn = store_conn_get(st->db, NULL, err);
+    if (!conn)
         goto out;
     const char *p[1] = {db_array_text(names)};
-    r = db_exec(st->conn, SQL_BACKLOG, 1, p, errbuf, errbuf_size);
+    r = db_exec(conn, SQL_BACKLOG, 1, p, err);
     if (!r) {
-        rc = failed();
+        rc = store_conn_failed(err);
         goto out;
     }
     for (int row = 0; row < PQntuples(r); row++)
@@ -875,27 +849,30 @@ int attempt_store_backlog(attempt_store_t *st, const enum attempt_status *status
                 counts[i] = atoll(PQgetvalue(r, row, 1));
                 oldest_ms[i] = atoll(PQgetvalue(r, row, 2));
             }
-    rc = ATTEMPT_STORE_OK;
+    rc = STORE_OK;
 out:
     PQclear(r);
     db_array_free(names);
     return rc;
 }
 
-int attempt_store_settle(attempt_store_t *st, struct attempt_settlement *items,
-                         size_t n, char *errbuf, size_t errbuf_size)
+enum store_rc attempt_store_settle(attempt_store_t *st,
+                                   struct attempt_settlement *items, size_t n,
+                                   struct store_error *err)
 {
-    int rc;
+    enum store_rc rc;
+    store_error_clear(err);
     if (n == 0)
-        return ATTEMPT_STORE_OK;
-    if ((rc = ensure_conn(st, errbuf, errbuf_size)) != 0)
-        return rc;
+        return STORE_OK;
+    PGconn *conn = store_conn_get(st->db, NULL, err);
+    if (!conn)
+        return STORE_RETRY;
     for (size_t i = 0; i < n; i++) {
         items[i].settled = items[i].busy = 0;
-        if ((rc = settle_one(st, &items[i], errbuf, errbuf_size)) != 0)
+        if ((rc = settle_one(st, conn, &items[i], err)) != STORE_OK)
             return rc;
     }
-    return ATTEMPT_STORE_OK;
+    return STORE_OK;
 }
 
 /* ---- leases ---- */
@@ -947,23 +924,24 @@ static const char *SQL_HAND_BACK =
 
 static PGresult *lease_update(attempt_store_t *st, const char *sql,
                               const char *const *attempt_ids, const int64_t *epochs,
-                              size_t n, const char *lease_ms, int *rc, char *errbuf,
-                              size_t errbuf_size)
+                              size_t n, const char *lease_ms, enum store_rc *rc,
+                              struct store_error *err)
 {
     db_array_t *ids = db_array_new(), *eps = db_array_new();
     PGresult *r = NULL;
     const char *p[4];
 
-    *rc = ATTEMPT_STORE_RETRY;
+    *rc = STORE_RETRY;
     if (!ids || !eps) {
-        snprintf(errbuf, errbuf_size, "out of memory");
+        store_error_set(err, "out of memory");
         goto out;
     }
-    if (ensure_conn(st, errbuf, errbuf_size) != 0)
+    PGconn *conn = store_conn_get(st->db, NULL, err);
+    if (!conn)
         goto out;
     for (size_t i = 0; i < n; i++) {
         if (db_array_add(ids, attempt_ids[i]) || db_array_add_int(eps, epochs[i])) {
-            snprintf(errbuf, errbuf_size, "out of memory");
+            store_error_set(err, "out of memory");
             goto out;
         }
     }
@@ -972,64 +950,65 @@ static PGresult *lease_update(attempt_store_t *st, const char *sql,
     if (lease_ms) {
         p[2] = lease_ms;
         p[3] = st->actor;
-        r = db_exec(st->conn, sql, 4, p, errbuf, errbuf_size);
+        r = db_exec(conn, sql, 4, p, err);
     } else {
         p[2] = st->actor;
-        r = db_exec(st->conn, sql, 3, p, errbuf, errbuf_size);
+        r = db_exec(conn, sql, 3, p, err);
     }
-    *rc = r ? ATTEMPT_STORE_OK : failed();
+    *rc = r ? STORE_OK : store_conn_failed(err);
 out:
     db_array_free(ids);
     db_array_free(eps);
     return r;
 }
 
-int attempt_store_renew(attempt_store_t *st, const char *const *attempt_ids,
-                        const int64_t *epochs, size_t n, long long lease_ms,
-                        int *still_ours, char *errbuf, size_t errbuf_size)
+enum store_rc attempt_store_renew(attempt_store_t *st, const char *const *attempt_ids,
+                                  const int64_t *epochs, size_t n, long long lease_ms,
+                                  int *still_ours, struct store_error *err)
 {
     char lease[32];
-    int rc;
+    enum store_rc rc;
+    store_error_clear(err);
     if (n == 0)
-        return ATTEMPT_STORE_OK;
+        return STORE_OK;
     snprintf(lease, sizeof(lease), "%lld", lease_ms);
-    PGresult *r = lease_update(st, SQL_RENEW, attempt_ids, epochs, n, lease, &rc,
-                               errbuf, errbuf_size);
+    PGresult *r = lease_update(st, SQL_RENEW, attempt_ids, epochs, n, lease, &rc, err);
     if (!r)
         return rc;
     for (size_t i = 0; i < n; i++)
         still_ours[i] = in_result(r, 0, attempt_ids[i]);
     PQclear(r);
-    return ATTEMPT_STORE_OK;
+    return STORE_OK;
 }
 
 /* Ends leases of ours by `sql` (release or hand back); the result is not
  * needed: a lease no longer ours is simply not touched. */
-static int lease_end(attempt_store_t *st, const char *sql,
-                     const char *const *attempt_ids, const int64_t *epochs, size_t n,
-                     char *errbuf, size_t errbuf_size)
+static enum store_rc lease_end(attempt_store_t *st, const char *sql,
+                               const char *const *attempt_ids, const int64_t *epochs,
+                               size_t n, struct store_error *err)
 {
-    int rc;
+    enum store_rc rc;
+    store_error_clear(err);
     if (n == 0)
-        return ATTEMPT_STORE_OK;
-    PGresult *r =
-        lease_update(st, sql, attempt_ids, epochs, n, NULL, &rc, errbuf, errbuf_size);
+        return STORE_OK;
+    PGresult *r = lease_update(st, sql, attempt_ids, epochs, n, NULL, &rc, err);
     if (!r)
         return rc;
     PQclear(r);
-    return ATTEMPT_STORE_OK;
+    return STORE_OK;
 }
 
-int attempt_store_hand_back(attempt_store_t *st, const char *const *attempt_ids,
-                            const int64_t *epochs, size_t n, char *errbuf,
-                            size_t errbuf_size)
+enum store_rc attempt_store_hand_back(attempt_store_t *st,
+                                      const char *const *attempt_ids,
+                                      const int64_t *epochs, size_t n,
+                                      struct store_error *err)
 {
-    return lease_end(st, SQL_HAND_BACK, attempt_ids, epochs, n, errbuf, errbuf_size);
+    return lease_end(st, SQL_HAND_BACK, attempt_ids, epochs, n, err);
 }
 
-int attempt_store_release(attempt_store_t *st, const char *const *attempt_ids,
-                          const int64_t *epochs, size_t n, char *errbuf,
-                          size_t errbuf_size)
+enum store_rc attempt_store_release(attempt_store_t *st, const char *const *attempt_ids,
+                                    const int64_t *epochs, size_t n,
+                                    struct store_error *err)
 {
-    return lease_end(st, SQL_RELEASE, attempt_ids, epochs, n, errbuf, errbuf_size);
+    return lease_end(st, SQL_RELEASE, attempt_ids, epochs, n, err);
 }

@@ -6,8 +6,6 @@
 
 #include "log.h"
 
-static _Thread_local char last_sqlstate[6];
-
 void db_error_line(const char *msg, char *errbuf, size_t errbuf_size)
 {
     char tmp[1024];
@@ -32,7 +30,7 @@ static void notice_to_log(void *arg, const char *message)
     log_debug("database notice", "notice", line, NULL);
 }
 
-PGconn *db_connect(const char *url, char *errbuf, size_t errbuf_size)
+PGconn *db_connect(const char *url, struct store_error *err)
 {
     /* Defaults come before dbname, so that a value in the URL overrides them.
      * Without them, connecting to an unreachable host, or a query on a
@@ -50,12 +48,12 @@ PGconn *db_connect(const char *url, char *errbuf, size_t errbuf_size)
     char line[512];
 
     if (!conn) {
-        snprintf(errbuf, errbuf_size, "database: out of memory");
+        store_error_set(err, "database: out of memory");
         return NULL;
     }
     if (PQstatus(conn) != CONNECTION_OK) {
         db_error_line(PQerrorMessage(conn), line, sizeof(line));
-        snprintf(errbuf, errbuf_size, "database unreachable: %s", line);
+        store_error_set(err, "database unreachable: %s", line);
         PQfinish(conn);
         return NULL;
     }
@@ -72,83 +70,35 @@ PGconn *db_connect(const char *url, char *errbuf, size_t errbuf_size)
     return conn;
 }
 
-int db_ensure(PGconn **conn, const char *url, char *errbuf, size_t errbuf_size)
-{
-    if (*conn && PQstatus(*conn) == CONNECTION_OK)
-        return 0;
-    PQfinish(*conn);
-    *conn = db_connect(url, errbuf, errbuf_size);
-    if (!*conn)
-        return -1;
-    /* A daemon's statement never waits long for a lock: the few that may
-     * wait at all (the api's row lock) give up and are answered 503. */
-    if (db_run(*conn, "SET statement_timeout = '10s'", 0, NULL, errbuf, errbuf_size) !=
-            0 ||
-        db_run(*conn, "SET lock_timeout = '5s'", 0, NULL, errbuf, errbuf_size) != 0) {
-        PQfinish(*conn);
-        *conn = NULL;
-        return -1;
-    }
-    return 1;
-}
-
 PGresult *db_exec(PGconn *conn, const char *sql, int nparams, const char *const *params,
-                  char *errbuf, size_t errbuf_size)
+                  struct store_error *err)
 {
     PGresult *res = PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0);
     ExecStatusType st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
 
-    last_sqlstate[0] = '\0';
     if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
         return res;
+    err->sqlstate[0] = '\0';
     if (res) {
         const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
         if (state)
-            snprintf(last_sqlstate, sizeof(last_sqlstate), "%s", state);
-        db_error_line(PQresultErrorMessage(res), errbuf, errbuf_size);
+            snprintf(err->sqlstate, sizeof(err->sqlstate), "%s", state);
+        db_error_line(PQresultErrorMessage(res), err->message, sizeof(err->message));
         PQclear(res);
     } else {
-        db_error_line(PQerrorMessage(conn), errbuf, errbuf_size);
+        db_error_line(PQerrorMessage(conn), err->message, sizeof(err->message));
     }
     return NULL;
 }
 
 int db_run(PGconn *conn, const char *sql, int nparams, const char *const *params,
-           char *errbuf, size_t errbuf_size)
+           struct store_error *err)
 {
-    PGresult *res = db_exec(conn, sql, nparams, params, errbuf, errbuf_size);
+    PGresult *res = db_exec(conn, sql, nparams, params, err);
     if (!res)
         return -1;
     PQclear(res);
     return 0;
-}
-
-const char *db_last_sqlstate(void)
-{
-    return last_sqlstate;
-}
-
-enum db_error_class db_error_class_of(const char *sqlstate)
-{
-    if (!sqlstate || !sqlstate[0])
-        return DB_ERR_TRANSIENT;       /* no answer from the server at all */
-    if (!strncmp(sqlstate, "08", 2) || /* connection exception */
-        !strncmp(sqlstate, "40", 2) || /* serialization failure, deadlock */
-        !strncmp(sqlstate, "53", 2) || /* insufficient resources */
-        !strncmp(sqlstate, "57", 2) || /* shutdown, crash, statement timeout */
-        !strncmp(sqlstate, "58", 2) || /* system error */
-        !strcmp(sqlstate, "55P03") ||  /* lock not available */
-        !strncmp(sqlstate, "XX", 2))   /* internal error */
-        return DB_ERR_TRANSIENT;
-    if (!strncmp(sqlstate, "22", 2) || /* data exception: bad encoding, too long */
-        !strncmp(sqlstate, "23", 2))   /* integrity constraint violation */
-        return DB_ERR_DATA;
-    return DB_ERR_OTHER;
-}
-
-enum db_error_class db_last_error_class(void)
-{
-    return db_error_class_of(last_sqlstate);
 }
 
 struct db_array {

@@ -187,6 +187,26 @@ void migrate_set_free(migrate_set_t *set)
     free(set);
 }
 
+/* db_run and db_exec with their failure as one line in errbuf. */
+static int run(PGconn *conn, const char *sql, int nparams, const char *const *params,
+               char *errbuf, size_t errbuf_size)
+{
+    struct store_error err;
+    if (db_run(conn, sql, nparams, params, &err) == 0)
+        return 0;
+    snprintf(errbuf, errbuf_size, "%s", err.message);
+    return -1;
+}
+
+static PGresult *query(PGconn *conn, const char *sql, char *errbuf, size_t errbuf_size)
+{
+    struct store_error err;
+    PGresult *res = db_exec(conn, sql, 0, NULL, &err);
+    if (!res)
+        snprintf(errbuf, errbuf_size, "%s", err.message);
+    return res;
+}
+
 /* Applies one file and records it, in one transaction. */
 static int apply_one(PGconn *conn, const struct migrate_entry *e, char *errbuf,
                      size_t errbuf_size)
@@ -196,7 +216,7 @@ static int apply_one(PGconn *conn, const struct migrate_entry *e, char *errbuf,
     PGresult *res;
 
     snprintf(version, sizeof(version), "%d", e->version);
-    if (db_run(conn, "BEGIN", 0, NULL, errbuf, errbuf_size) != 0)
+    if (run(conn, "BEGIN", 0, NULL, errbuf, errbuf_size) != 0)
         return -1;
     /* A migration file is trusted, static DDL: it is the one text we run
      * unparameterized, and it may hold several statements. */
@@ -209,12 +229,12 @@ static int apply_one(PGconn *conn, const struct migrate_entry *e, char *errbuf,
         goto rollback;
     }
     PQclear(res);
-    if (db_run(conn,
-               "INSERT INTO schema_migrations (version, name, checksum) "
-               "VALUES ($1::int, $2, $3)",
-               3, params, errbuf, errbuf_size) != 0)
+    if (run(conn,
+            "INSERT INTO schema_migrations (version, name, checksum) "
+            "VALUES ($1::int, $2, $3)",
+            3, params, errbuf, errbuf_size) != 0)
         goto rollback;
-    return db_run(conn, "COMMIT", 0, NULL, errbuf, errbuf_size);
+    return run(conn, "COMMIT", 0, NULL, errbuf, errbuf_size);
 rollback:
     PQclear(PQexec(conn, "ROLLBACK"));
     return -1;
@@ -229,20 +249,20 @@ int migrate_run(PGconn *conn, const migrate_set_t *set, FILE *report, int *appli
 
     *applied = 0;
     /* Session lock: held across the per-file transactions below. */
-    if (db_run(conn, "SELECT pg_advisory_lock($1::bigint)", 1, lock, errbuf,
-               errbuf_size) != 0)
+    if (run(conn, "SELECT pg_advisory_lock($1::bigint)", 1, lock, errbuf,
+            errbuf_size) != 0)
         goto out;
     locked = 1;
-    if (db_run(conn,
-               "CREATE TABLE IF NOT EXISTS schema_migrations ("
-               " version int PRIMARY KEY,"
-               " name text NOT NULL,"
-               " checksum text NOT NULL,"
-               " applied_at timestamptz NOT NULL DEFAULT now())",
-               0, NULL, errbuf, errbuf_size) != 0)
+    if (run(conn,
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            " version int PRIMARY KEY,"
+            " name text NOT NULL,"
+            " checksum text NOT NULL,"
+            " applied_at timestamptz NOT NULL DEFAULT now())",
+            0, NULL, errbuf, errbuf_size) != 0)
         goto out;
-    res = db_exec(conn, "SELECT version, name, checksum FROM schema_migrations", 0,
-                  NULL, errbuf, errbuf_size);
+    res = query(conn, "SELECT version, name, checksum FROM schema_migrations", errbuf,
+                errbuf_size);
     if (!res)
         goto out;
     for (size_t i = 0; i < set->n; i++) {
@@ -273,9 +293,8 @@ int migrate_run(PGconn *conn, const migrate_set_t *set, FILE *report, int *appli
 out:
     PQclear(res);
     if (locked) {
-        char ignore[128];
-        db_run(conn, "SELECT pg_advisory_unlock($1::bigint)", 1, lock, ignore,
-               sizeof(ignore));
+        struct store_error ignore;
+        db_run(conn, "SELECT pg_advisory_unlock($1::bigint)", 1, lock, &ignore);
     }
     return rc;
 }

@@ -5,13 +5,18 @@
 #include <string.h>
 
 #include "db.h"
+#include "store_conn.h"
 
 /* The relay's advisory lock: one leader per database. */
 #define RELAY_LOCK_KEY "7216493035014220801"
 
+/* Outbox rows are changed by the leading relay alone: a lock another
+ * session holds on one (an operator's, say) is waited for this long at
+ * most, and the step is tried again after a back-off. */
+#define OUTBOX_LOCK_TIMEOUT "5s"
+
 struct outbox_store {
-    char *url;
-    PGconn *conn;
+    store_conn_t *db;
     int leading;
 };
 
@@ -21,23 +26,15 @@ struct outbox_batch {
     size_t n;
 };
 
-outbox_store_t *outbox_store_new(const char *database_url, char *errbuf,
-                                 size_t errbuf_size)
+outbox_store_t *outbox_store_new(const char *database_url, struct store_error *err)
 {
-    char *perr = NULL;
-    PQconninfoOption *opts = PQconninfoParse(database_url, &perr);
-    if (!opts) {
-        snprintf(errbuf, errbuf_size,
-                 "bad database url: libpq cannot parse it (not shown: it may hold a "
-                 "password)");
-        PQfreemem(perr);
+    outbox_store_t *st = calloc(1, sizeof(*st));
+    if (!st) {
+        store_error_set(err, "out of memory");
         return NULL;
     }
-    PQconninfoFree(opts);
-    outbox_store_t *st = calloc(1, sizeof(*st));
-    if (!st || !(st->url = strdup(database_url))) {
+    if (!(st->db = store_conn_new(database_url, OUTBOX_LOCK_TIMEOUT, err))) {
         free(st);
-        snprintf(errbuf, errbuf_size, "out of memory");
         return NULL;
     }
     return st;
@@ -47,33 +44,37 @@ void outbox_store_free(outbox_store_t *st)
 {
     if (!st)
         return;
-    PQfinish(st->conn);
-    free(st->url);
+    store_conn_free(st->db);
     free(st);
 }
 
-static int ensure_conn(outbox_store_t *st, char *errbuf, size_t errbuf_size)
+/* The session for one call; NULL (err filled) when the database cannot be
+ * reached. */
+static PGconn *session(outbox_store_t *st, struct store_error *err)
 {
-    int rc = db_ensure(&st->conn, st->url, errbuf, errbuf_size);
+    int fresh;
+    PGconn *conn = store_conn_get(st->db, &fresh, err);
     /* A new session holds no lock: leadership was lost with the old one. */
-    if (rc != 0)
+    if (!conn || fresh)
         st->leading = 0;
-    return rc < 0 ? -1 : 0;
+    return conn;
 }
 
-int outbox_store_lead(outbox_store_t *st, char *errbuf, size_t errbuf_size)
+enum store_rc outbox_store_lead(outbox_store_t *st, struct store_error *err)
 {
-    if (ensure_conn(st, errbuf, errbuf_size) != 0)
-        return -1;
+    store_error_clear(err);
+    PGconn *conn = session(st, err);
+    if (!conn)
+        return STORE_RETRY;
     if (st->leading)
-        return 1;
-    PGresult *r = db_exec(st->conn, "SELECT pg_try_advisory_lock(" RELAY_LOCK_KEY ")",
-                          0, NULL, errbuf, errbuf_size);
+        return STORE_OK;
+    PGresult *r =
+        db_exec(conn, "SELECT pg_try_advisory_lock(" RELAY_LOCK_KEY ")", 0, NULL, err);
     if (!r)
-        return -1;
+        return store_conn_failed(err);
     st->leading = PQgetvalue(r, 0, 0)[0] == 't';
     PQclear(r);
-    return st->leading;
+    return st->leading ? STORE_OK : STORE_NOT_LEADER;
 }
 
 /* clang-format off */
@@ -108,24 +109,27 @@ static const char *SQL_BACKLOG =
     " FROM outbox WHERE published_at IS NULL";
 /* clang-format on */
 
-outbox_batch_t *outbox_store_fetch(outbox_store_t *st, size_t max, char *errbuf,
-                                   size_t errbuf_size)
+enum store_rc outbox_store_fetch(outbox_store_t *st, size_t max, outbox_batch_t **out,
+                                 struct store_error *err)
 {
     char limit[32];
     const char *p[1] = {limit};
-    if (ensure_conn(st, errbuf, errbuf_size) != 0)
-        return NULL;
+    store_error_clear(err);
+    *out = NULL;
+    PGconn *conn = session(st, err);
+    if (!conn)
+        return STORE_RETRY;
     snprintf(limit, sizeof(limit), "%zu", max);
-    PGresult *r = db_exec(st->conn, SQL_FETCH, 1, p, errbuf, errbuf_size);
+    PGresult *r = db_exec(conn, SQL_FETCH, 1, p, err);
     if (!r)
-        return NULL;
+        return store_conn_failed(err);
     outbox_batch_t *b = calloc(1, sizeof(*b));
     size_t n = (size_t)PQntuples(r);
     if (!b || !(b->events = calloc(n + 1, sizeof(*b->events)))) {
         free(b);
         PQclear(r);
-        snprintf(errbuf, errbuf_size, "out of memory");
-        return NULL;
+        store_error_set(err, "out of memory");
+        return STORE_RETRY;
     }
     b->res = r;
     b->n = n;
@@ -134,7 +138,8 @@ outbox_batch_t *outbox_store_fetch(outbox_store_t *st, size_t max, char *errbuf,
         b->events[i].key = PQgetvalue(r, (int)i, 1);
         b->events[i].payload = PQgetvalue(r, (int)i, 2);
     }
-    return b;
+    *out = b;
+    return STORE_OK;
 }
 
 size_t outbox_batch_count(const outbox_batch_t *b)
@@ -156,80 +161,92 @@ void outbox_batch_free(outbox_batch_t *b)
     free(b);
 }
 
-int outbox_store_mark_published(outbox_store_t *st, const char *const *event_ids,
-                                size_t n, char *errbuf, size_t errbuf_size)
+/* Runs an UPDATE or DELETE of ours; *affected (when not NULL) says how many
+ * rows it changed. */
+static enum store_rc change(outbox_store_t *st, const char *sql, int nparams,
+                            const char *const *params, long long *affected,
+                            struct store_error *err)
 {
-    int rc = -1;
+    PGconn *conn = session(st, err);
+    if (!conn)
+        return STORE_RETRY;
+    PGresult *r = db_exec(conn, sql, nparams, params, err);
+    if (!r)
+        return store_conn_failed(err);
+    if (affected)
+        *affected = strtoll(PQcmdTuples(r), NULL, 10);
+    PQclear(r);
+    return STORE_OK;
+}
+
+enum store_rc outbox_store_mark_published(outbox_store_t *st,
+                                          const char *const *event_ids, size_t n,
+                                          struct store_error *err)
+{
+    enum store_rc rc = STORE_RETRY;
     db_array_t *ids = db_array_new();
-    if (!ids) {
-        snprintf(errbuf, errbuf_size, "out of memory");
-        return -1;
-    }
+    store_error_clear(err);
+    if (!ids)
+        goto oom;
     for (size_t i = 0; i < n; i++)
-        if (db_array_add(ids, event_ids[i]) != 0) {
-            snprintf(errbuf, errbuf_size, "out of memory");
-            goto out;
-        }
-    if (ensure_conn(st, errbuf, errbuf_size) != 0)
-        goto out;
+        if (db_array_add(ids, event_ids[i]) != 0)
+            goto oom;
     const char *p[1] = {db_array_text(ids)};
-    rc = db_run(st->conn, SQL_MARK, 1, p, errbuf, errbuf_size);
+    rc = change(st, SQL_MARK, 1, p, NULL, err);
+    goto out;
+oom:
+    store_error_set(err, "out of memory");
 out:
     db_array_free(ids);
     return rc;
 }
 
-int outbox_store_mark_failed(outbox_store_t *st, const char *const *event_ids,
-                             const char *const *errors, size_t n, char *errbuf,
-                             size_t errbuf_size)
+enum store_rc outbox_store_mark_failed(outbox_store_t *st, const char *const *event_ids,
+                                       const char *const *errors, size_t n,
+                                       struct store_error *err)
 {
-    int rc = -1;
+    enum store_rc rc = STORE_RETRY;
     db_array_t *ids = db_array_new(), *errs = db_array_new();
+    store_error_clear(err);
     if (!ids || !errs)
         goto oom;
     for (size_t i = 0; i < n; i++)
         if (db_array_add(ids, event_ids[i]) != 0 || db_array_add(errs, errors[i]) != 0)
             goto oom;
-    if (ensure_conn(st, errbuf, errbuf_size) != 0)
-        goto out;
     const char *p[2] = {db_array_text(ids), db_array_text(errs)};
-    rc = db_run(st->conn, SQL_FAILED, 2, p, errbuf, errbuf_size);
+    rc = change(st, SQL_FAILED, 2, p, NULL, err);
     goto out;
 oom:
-    snprintf(errbuf, errbuf_size, "out of memory");
+    store_error_set(err, "out of memory");
 out:
     db_array_free(ids);
     db_array_free(errs);
     return rc;
 }
 
-int outbox_store_purge(outbox_store_t *st, long long retention_ms, long long *deleted,
-                       char *errbuf, size_t errbuf_size)
+enum store_rc outbox_store_purge(outbox_store_t *st, long long retention_ms,
+                                 long long *deleted, struct store_error *err)
 {
     char ms[32];
     const char *p[1] = {ms};
+    store_error_clear(err);
     *deleted = 0;
-    if (ensure_conn(st, errbuf, errbuf_size) != 0)
-        return -1;
     snprintf(ms, sizeof(ms), "%lld", retention_ms);
-    PGresult *r = db_exec(st->conn, SQL_PURGE, 1, p, errbuf, errbuf_size);
-    if (!r)
-        return -1;
-    *deleted = strtoll(PQcmdTuples(r), NULL, 10);
-    PQclear(r);
-    return 0;
+    return change(st, SQL_PURGE, 1, p, deleted, err);
 }
 
-int outbox_store_backlog(outbox_store_t *st, long long *count, long long *oldest_ms,
-                         char *errbuf, size_t errbuf_size)
+enum store_rc outbox_store_backlog(outbox_store_t *st, long long *count,
+                                   long long *oldest_ms, struct store_error *err)
 {
-    if (ensure_conn(st, errbuf, errbuf_size) != 0)
-        return -1;
-    PGresult *r = db_exec(st->conn, SQL_BACKLOG, 0, NULL, errbuf, errbuf_size);
+    store_error_clear(err);
+    PGconn *conn = session(st, err);
+    if (!conn)
+        return STORE_RETRY;
+    PGresult *r = db_exec(conn, SQL_BACKLOG, 0, NULL, err);
     if (!r)
-        return -1;
+        return store_conn_failed(err);
     *count = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
     *oldest_ms = strtoll(PQgetvalue(r, 0, 1), NULL, 10);
     PQclear(r);
-    return 0;
+    return STORE_OK;
 }

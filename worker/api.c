@@ -137,7 +137,8 @@ static int status_route(const char *url, const char **id, size_t *id_len)
 static enum MHD_Result serve_status(struct api *a, struct MHD_Connection *c, int route,
                                     const char *raw_id, size_t id_len)
 {
-    char id[37], err[512];
+    char id[37];
+    struct store_error err;
     json_t *doc = NULL;
     int by_order = route == 2, rc;
 
@@ -146,15 +147,15 @@ static enum MHD_Result serve_status(struct api *a, struct MHD_Connection *c, int
                            by_order ? "order id is not a uuid"
                                     : "payment attempt id is not a uuid");
     api_store_t *st = store_take(a);
-    rc = by_order ? api_store_order(st, id, &doc, err, sizeof(err))
-                  : api_store_attempt(st, id, &doc, err, sizeof(err));
+    rc = by_order ? api_store_order(st, id, &doc, &err)
+                  : api_store_attempt(st, id, &doc, &err);
     store_give(a, st);
-    if (rc < 0) {
+    if (rc != STORE_OK && rc != STORE_NOT_FOUND) {
         log_warn("status query failed", by_order ? "order_id" : "payment_attempt_id",
-                 id, "error", err, NULL);
+                 id, "error", err.message, NULL);
         return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "database unavailable");
     }
-    if (rc > 0)
+    if (rc == STORE_NOT_FOUND)
         return reply_error(c, MHD_HTTP_NOT_FOUND,
                            by_order ? "no payment attempts for this order"
                                     : "no such payment attempt");
@@ -174,6 +175,7 @@ static enum MHD_Result serve_webhook(struct api *a, struct MHD_Connection *c,
 {
     struct webhook_event ev;
     struct api_webhook_result res;
+    struct store_error serr;
     char err[512];
 
     if (rq->too_large)
@@ -194,22 +196,21 @@ static enum MHD_Result serve_webhook(struct api *a, struct MHD_Connection *c,
                                rq->body ? err : "empty body");
 
     api_store_t *st = store_take(a);
-    int rc = api_store_apply_webhook(st, WEBHOOK_PROVIDER, &ev, payload, &res, err,
-                                     sizeof(err));
+    int rc = api_store_apply_webhook(st, WEBHOOK_PROVIDER, &ev, payload, &res, &serr);
     store_give(a, st);
     free(payload);
-    if (rc == -2) {
+    if (rc == STORE_DATA) {
         log_error("webhook refused by the database", "event_id", ev.id, "type", ev.type,
-                  "error", err, NULL);
+                  "error", serr.message, NULL);
         return webhook_refused(c, MHD_HTTP_BAD_REQUEST, "bad_request",
                                "event refused by the database");
     }
-    if (rc != 0) {
+    if (rc != STORE_OK) {
         /* Not stored: a 5xx makes the provider deliver it again. */
         metrics_add(METRIC_WEBHOOKS, 1, "error");
         log_error("webhook not stored", "event_id", ev.id, "type", ev.type,
                   "payment_attempt_id", ev.attempt_id[0] ? ev.attempt_id : NULL,
-                  "error", err, NULL);
+                  "error", serr.message, NULL);
         return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE,
                            "could not store the event; deliver it again");
     }
@@ -412,17 +413,17 @@ static int listen_http(struct api *a, char *err, size_t err_size)
 static void api_step(void *state)
 {
     struct api *a = state;
-    char err[512];
+    struct store_error err;
     int64_t now = clock_now_ms();
     if (now < a->next_probe) {
         usleep(50 * 1000);
         return;
     }
     a->next_probe = now + PROBE_INTERVAL_MS;
-    int ok = api_store_ping(a->probe, err, sizeof(err)) == 0;
+    int ok = api_store_ping(a->probe, &err) == STORE_OK;
     if (ok != a->db_ok)
         ok ? log_info("database reachable", NULL)
-           : log_warn("database unreachable", "error", err, NULL);
+           : log_warn("database unreachable", "error", err.message, NULL);
     a->db_ok = ok;
     /* Ready while the database answers: every request needs it. */
     daemon_set_ready(ok, ok ? NULL : "database unreachable");
@@ -475,15 +476,22 @@ static int setup(struct api *a, char *err, size_t err_size)
     a->nstores = (size_t)config_int(a->cfg, CONFIG_API_THREADS);
     a->stores = calloc(a->nstores, sizeof(*a->stores));
     a->free_stores = calloc(a->nstores, sizeof(*a->free_stores));
-    a->probe = api_store_new(url);
-    if (!a->stores || !a->free_stores || !a->probe)
+    if (!a->stores || !a->free_stores)
         goto oom;
+    /* Does not connect: started while the database is down, it is not
+     * ready until the probe reaches it. */
+    struct store_error serr;
+    if (!(a->probe = api_store_new(url, &serr)))
+        goto store_failed;
     for (size_t i = 0; i < a->nstores; i++) {
-        if (!(a->stores[i] = api_store_new(url)))
-            goto oom;
+        if (!(a->stores[i] = api_store_new(url, &serr)))
+            goto store_failed;
         a->free_stores[a->nfree++] = a->stores[i];
     }
     return listen_http(a, err, err_size);
+store_failed:
+    snprintf(err, err_size, "%s", serr.message);
+    return 2;
 oom:
     snprintf(err, err_size, "out of memory");
     return 1;

@@ -15,7 +15,6 @@
 #include "clock.h"
 #include "config.h"
 #include "daemon.h"
-#include "db.h"
 #include "kafka_setup.h"
 #include "log.h"
 #include "metrics.h"
@@ -114,7 +113,7 @@ static long long next_look_ms(const struct reconciler *r, int checks)
 /* Extends the leases of the batch's attempts from `from` on. */
 static void renew_rest(struct reconciler *r, size_t from, size_t n)
 {
-    char err[512];
+    struct store_error err;
     const char *ids[1024];
     int64_t epochs[1024];
     int ours[1024];
@@ -123,9 +122,8 @@ static void renew_rest(struct reconciler *r, size_t from, size_t n)
         ids[k] = r->due[i].id;
         epochs[k] = r->due[i].lease_epoch;
     }
-    if (attempt_store_renew(r->store, ids, epochs, k, r->lease_ms, ours, err,
-                            sizeof(err)) != 0)
-        log_warn("could not renew leases; they may expire", "error", err, NULL);
+    if (attempt_store_renew(r->store, ids, epochs, k, r->lease_ms, ours, &err) != 0)
+        log_warn("could not renew leases; they may expire", "error", err.message, NULL);
 }
 
 /* Extends the leases of the attempt looked at and the rest of the batch
@@ -333,7 +331,7 @@ static void keep_calls(struct reconciler *r, const struct attempt_call *calls, s
 /* 0 when nothing waits any more. */
 static int flush_pending(struct reconciler *r)
 {
-    char err[512];
+    struct store_error err;
     struct attempt_call calls[PENDING_MAX];
     if (r->npending == 0)
         return 0;
@@ -341,12 +339,12 @@ static int flush_pending(struct reconciler *r)
         calls[i] =
             (struct attempt_call){r->pending[i].attempt_id, r->pending[i].operation,
                                   r->pending[i].started_ms, &r->pending[i].res};
-    int rc = attempt_store_log_calls(r->store, calls, r->npending, err, sizeof(err));
-    if (rc == ATTEMPT_STORE_RETRY) {
-        db_failed(r, "log provider calls", err);
+    int rc = attempt_store_log_calls(r->store, calls, r->npending, &err);
+    if (rc == STORE_RETRY) {
+        db_failed(r, "log provider calls", err.message);
         return -1;
     }
-    if (rc == ATTEMPT_STORE_OK) {
+    if (rc == STORE_OK) {
         r->npending = 0;
         return 0;
     }
@@ -355,12 +353,12 @@ static int flush_pending(struct reconciler *r)
      * (a charge made must never vanish from provider_calls). */
     size_t kept = 0;
     for (size_t i = 0; i < r->npending; i++) {
-        rc = attempt_store_log_calls(r->store, &calls[i], 1, err, sizeof(err));
-        if (rc == ATTEMPT_STORE_DATA)
+        rc = attempt_store_log_calls(r->store, &calls[i], 1, &err);
+        if (rc == STORE_DATA)
             log_error("provider call not recorded: the database refused it",
-                      "payment_attempt_id", r->pending[i].attempt_id, "error", err,
-                      NULL);
-        else if (rc != ATTEMPT_STORE_OK)
+                      "payment_attempt_id", r->pending[i].attempt_id, "error",
+                      err.message, NULL);
+        else if (rc != STORE_OK)
             r->pending[kept++] = r->pending[i];
     }
     if (kept > 0) {
@@ -370,8 +368,8 @@ static int flush_pending(struct reconciler *r)
                  "calls", n, NULL);
     }
     r->npending = kept;
-    if (rc == ATTEMPT_STORE_RETRY) {
-        db_failed(r, "log provider calls", err);
+    if (rc == STORE_RETRY) {
+        db_failed(r, "log provider calls", err.message);
         return -1;
     }
     return 0;
@@ -380,7 +378,7 @@ static int flush_pending(struct reconciler *r)
 /* Settles one look, whatever it found: a status change, or the next look. */
 static int settle(struct reconciler *r, struct look *l)
 {
-    char err[512];
+    struct store_error err;
     const struct attempt_due *d = l->d;
     struct attempt_call calls[MAX_ROWS];
     size_t ncalls = 0;
@@ -412,26 +410,26 @@ static int settle(struct reconciler *r, struct look *l)
         .calls = calls,
         .ncalls = ncalls,
     };
-    int rc = attempt_store_settle(r->store, &s, 1, err, sizeof(err));
-    if (rc == ATTEMPT_STORE_DATA && s.status != ATTEMPT_STATUS_REQUIRES_REVIEW) {
+    int rc = attempt_store_settle(r->store, &s, 1, &err);
+    if (rc == STORE_DATA && s.status != ATTEMPT_STATUS_REQUIRES_REVIEW) {
         /* A value the database refuses (an intent booked for another
          * attempt, say): a human decides, with nothing from outside but
          * the refusal. */
         char why[256];
         log_error("the database refused a settlement; settling it for review",
                   "payment_attempt_id", d->id, "order_id", d->params.order_id, "error",
-                  err, NULL);
+                  err.message, NULL);
         snprintf(why, sizeof(why),
                  "requires_review: the database refused %s (sqlstate %s)",
-                 attempt_status_name(s.status), db_last_sqlstate());
+                 attempt_status_name(s.status), err.sqlstate);
         s.status = ATTEMPT_STATUS_REQUIRES_REVIEW;
         s.reason = why;
         s.provider_payment_id = NULL;
         s.next_check_ms = -1;
-        rc = attempt_store_settle(r->store, &s, 1, err, sizeof(err));
+        rc = attempt_store_settle(r->store, &s, 1, &err);
     }
     free(evidence);
-    if (rc == ATTEMPT_STORE_LOCKED) {
+    if (rc == STORE_LOCKED) {
         /* Another session's uncommitted change held the statement: nothing
          * written; our lease expires and the next look decides again. */
         keep_calls(r, calls, ncalls);
@@ -439,18 +437,18 @@ static int settle(struct reconciler *r, struct look *l)
                  "payment_attempt_id", d->id, "order_id", d->params.order_id, NULL);
         return 0;
     }
-    if (rc == ATTEMPT_STORE_RETRY) {
+    if (rc == STORE_RETRY) {
         /* Outage: the decision is taken again at the next look, but the
          * calls made (a charge, perhaps) are kept to be written later. */
         keep_calls(r, calls, ncalls);
-        db_failed(r, "settle", err);
+        db_failed(r, "settle", err.message);
         return -1;
     }
-    if (rc != ATTEMPT_STORE_OK) {
+    if (rc != STORE_OK) {
         keep_calls(r, calls, ncalls);
         log_error("the database refused a settlement; the lease is left to expire",
                   "payment_attempt_id", d->id, "order_id", d->params.order_id, "error",
-                  err, NULL);
+                  err.message, NULL);
         return 0;
     }
     db_ok(r);
@@ -484,19 +482,18 @@ static int settle(struct reconciler *r, struct look *l)
 /* Hands back the claims of a batch cut short (stopping): a peer may look. */
 static void release_rest(struct reconciler *r, size_t from, size_t n)
 {
-    char err[512];
+    struct store_error err;
     for (size_t i = from; i < n; i++) {
         const char *id = r->due[i].id;
-        if (attempt_store_hand_back(r->store, &id, &r->due[i].lease_epoch, 1, err,
-                                    sizeof(err)) != 0)
+        if (attempt_store_hand_back(r->store, &id, &r->due[i].lease_epoch, 1, &err))
             log_warn("could not release lease; it will expire", "payment_attempt_id",
-                     id, "error", err, NULL);
+                     id, "error", err.message, NULL);
     }
 }
 
 static void look_at_due(struct reconciler *r)
 {
-    char err[512];
+    struct store_error err;
     size_t n = 0;
     int64_t now = clock_now_ms();
 
@@ -509,9 +506,9 @@ static void look_at_due(struct reconciler *r)
     if (flush_pending(r) != 0)
         return;
     int rc = attempt_store_claim_due(r->store, r->due, (size_t)r->batch, &n,
-                                     r->lease_ms, r->stale_ms, err, sizeof(err));
-    if (rc != ATTEMPT_STORE_OK) {
-        db_failed(r, "claim", err);
+                                     r->lease_ms, r->stale_ms, &err);
+    if (rc != STORE_OK) {
+        db_failed(r, "claim", err.message);
         return;
     }
     db_ok(r);
@@ -551,14 +548,14 @@ static void count_backlog(struct reconciler *r)
     static const enum attempt_status statuses[] = {ATTEMPT_STATUS_UNKNOWN,
                                                    ATTEMPT_STATUS_PROCESSING};
     long long counts[2], oldest[2];
-    char err[512];
+    struct store_error err;
     int64_t now = clock_now_ms();
     if (now < r->next_backlog || (r->backoff.ms && now < r->next_poll))
         return; /* not due, or the database is being waited for */
     r->next_backlog = now + BACKLOG_EVERY_MS;
-    if (attempt_store_backlog(r->store, statuses, 2, counts, oldest, err,
-                              sizeof(err)) != ATTEMPT_STORE_OK) {
-        db_failed(r, "count backlog", err);
+    if (attempt_store_backlog(r->store, statuses, 2, counts, oldest, &err) !=
+        STORE_OK) {
+        db_failed(r, "count backlog", err.message);
         return;
     }
     for (int i = 0; i < 2; i++) {
@@ -657,10 +654,12 @@ static int setup(struct reconciler *r, char *err, size_t err_size)
     if (!r->provider)
         return 2;
     /* Does not connect: started while the database is down, it waits. */
-    r->store = attempt_store_new(config_str(r->cfg, CONFIG_DATABASE_URL), r->id, err,
-                                 err_size);
-    if (!r->store)
+    struct store_error serr;
+    r->store = attempt_store_new(config_str(r->cfg, CONFIG_DATABASE_URL), r->id, &serr);
+    if (!r->store) {
+        snprintf(err, err_size, "%s", serr.message);
         return 2;
+    }
     return 0;
 }
 

@@ -78,16 +78,16 @@ static void db_failed(struct relay *r, const char *stage, const char *err)
  * past their retention deleted. */
 static void housekeeping(struct relay *r)
 {
-    char err[512], count[32], age[32], gone[32];
+    struct store_error err;
+    char count[32], age[32], gone[32];
     long long n = 0, oldest = 0, deleted = 0;
     int64_t now = clock_now_ms();
     if (now < r->next_housekeeping)
         return;
     r->next_housekeeping = now + r->backlog_log_ms;
-    if (outbox_store_backlog(r->store, &n, &oldest, err, sizeof(err)) != 0 ||
-        outbox_store_purge(r->store, r->retention_ms, &deleted, err, sizeof(err)) !=
-            0) {
-        db_failed(r, "housekeeping", err);
+    if (outbox_store_backlog(r->store, &n, &oldest, &err) != STORE_OK ||
+        outbox_store_purge(r->store, r->retention_ms, &deleted, &err) != STORE_OK) {
+        db_failed(r, "housekeeping", err.message);
         return;
     }
     metrics_set(METRIC_OUTBOX_BACKLOG, (double)n);
@@ -131,11 +131,10 @@ static int behind(const outbox_batch_t *b, size_t i)
  * event_id: consumers deduplicate on it. */
 static void publish_batch(struct relay *r)
 {
-    char err[512];
-    outbox_batch_t *b =
-        outbox_store_fetch(r->store, (size_t)r->batch, err, sizeof(err));
-    if (!b) {
-        db_failed(r, "fetch", err);
+    struct store_error err;
+    outbox_batch_t *b;
+    if (outbox_store_fetch(r->store, (size_t)r->batch, &b, &err) != STORE_OK) {
+        db_failed(r, "fetch", err.message);
         return;
     }
     size_t n = outbox_batch_count(b), ok = 0, nfailed = 0, nown = 0, nbehind = 0;
@@ -207,16 +206,15 @@ static void publish_batch(struct relay *r)
      * Some acknowledged, or an event's own error: what failed is that
      * event's trouble, and it waits alone. */
     r->broker_refusing = ok == 0 && nfailed > nown;
-    if (ok > 0 &&
-        outbox_store_mark_published(r->store, ids, ok, err, sizeof(err)) != 0) {
-        db_failed(r, "mark published", err);
+    if (ok > 0 && outbox_store_mark_published(r->store, ids, ok, &err) != STORE_OK) {
+        db_failed(r, "mark published", err.message);
         goto out;
     }
     if (nfailed > 0 && !r->broker_refusing) {
         metrics_add(METRIC_OUTBOX_FAILURES, (double)nfailed);
-        if (outbox_store_mark_failed(r->store, failed, why, nfailed, err,
-                                     sizeof(err)) != 0) {
-            db_failed(r, "mark failed", err);
+        if (outbox_store_mark_failed(r->store, failed, why, nfailed, &err) !=
+            STORE_OK) {
+            db_failed(r, "mark failed", err.message);
             goto out;
         }
     }
@@ -236,7 +234,7 @@ out:
 
 static void publish_step(struct relay *r)
 {
-    char err[512];
+    struct store_error err;
     int64_t now = clock_now_ms();
 
     rd_kafka_poll(r->producer, 0);
@@ -246,11 +244,12 @@ static void publish_step(struct relay *r)
         nanosleep(&ts, NULL);
         return;
     }
-    int lead = outbox_store_lead(r->store, err, sizeof(err));
-    if (lead < 0) {
-        db_failed(r, "lead", err);
+    int rc = outbox_store_lead(r->store, &err);
+    if (rc != STORE_OK && rc != STORE_NOT_LEADER) {
+        db_failed(r, "lead", err.message);
         return;
     }
+    int lead = rc == STORE_OK;
     r->db_reached = 1;
     if (lead != r->leading)
         log_info(lead ? "leading: publishing the outbox"
@@ -348,9 +347,12 @@ static int setup(struct relay *r, char *err, size_t err_size)
         return 2;
     }
     /* Does not connect: started while the database is down, it waits. */
-    r->store = outbox_store_new(config_str(r->cfg, CONFIG_DATABASE_URL), err, err_size);
-    if (!r->store)
+    struct store_error serr;
+    r->store = outbox_store_new(config_str(r->cfg, CONFIG_DATABASE_URL), &serr);
+    if (!r->store) {
+        snprintf(err, err_size, "%s", serr.message);
         return 2;
+    }
     return 0;
 }
 

@@ -20,7 +20,6 @@
 #include "clock.h"
 #include "config.h"
 #include "daemon.h"
-#include "db.h"
 #include "job.h"
 #include "dead_letter.h"
 #include "kafka_setup.h"
@@ -493,11 +492,12 @@ static void db_failed(struct worker *w, const char *stage, const char *err)
 
 /* A message the database refuses even on its own: a dead letter, so that
  * its partition moves on. The line names the SQLSTATE, never a value. */
-static void refuse(struct worker *w, struct job *j, const char *what)
+static void refuse(struct worker *w, struct job *j, const char *what,
+                   const char *sqlstate)
 {
     j->dl_reason = DEAD_LETTER_DATABASE_REFUSED;
     snprintf(j->dl_error, sizeof(j->dl_error),
-             "the database refused the %s (sqlstate %s)", what, db_last_sqlstate());
+             "the database refused the %s (sqlstate %s)", what, sqlstate);
     job_set(w->jobs, j, JOB_DEAD_LETTER);
     j->next_at = 0;
 }
@@ -528,11 +528,11 @@ static void apply_record(struct worker *w, struct job *j,
 }
 
 static int record_batch(struct worker *w, struct job **js,
-                        struct attempt_record_item *items, size_t n, char *err,
-                        size_t err_size)
+                        struct attempt_record_item *items, size_t n,
+                        struct store_error *err)
 {
-    int rc = attempt_store_record(w->store, items, n, err, err_size);
-    for (size_t i = 0; rc == ATTEMPT_STORE_OK && i < n; i++)
+    int rc = attempt_store_record(w->store, items, n, err);
+    for (size_t i = 0; rc == STORE_OK && i < n; i++)
         apply_record(w, js[i], &items[i]);
     return rc;
 }
@@ -546,12 +546,12 @@ static int lock_wait(struct worker *w, struct job *j, const char *stage)
                  JOB_FIELDS(j), "stage", stage, NULL);
     j->next_at = clock_now_ms() +
                  charge_policy_backoff_ms(&w->policy, j->lock_waits, job_jitter(j));
-    return ATTEMPT_STORE_OK;
+    return STORE_OK;
 }
 
 static void record_attempts(struct worker *w)
 {
-    char err[512];
+    struct store_error err;
     int64_t now = clock_now_ms();
     size_t n = job_list_due(w->jobs, JOB_RECORD, now), k = 0;
     if (n == 0 || !db_ready(w))
@@ -576,32 +576,32 @@ static void record_attempts(struct worker *w)
             held++;
         }
     }
-    int rc = record_batch(w, js, items, k, err, sizeof(err));
-    if (rc == ATTEMPT_STORE_DATA || rc == ATTEMPT_STORE_LOCKED) {
+    int rc = record_batch(w, js, items, k, &err);
+    if (rc == STORE_DATA || rc == STORE_LOCKED) {
         /* One value the database refuses, or one row another session is
          * changing, must not hold the others. */
         for (size_t i = 0; i < k; i++) {
-            rc = record_batch(w, &js[i], &items[i], 1, err, sizeof(err));
-            if (rc == ATTEMPT_STORE_DATA)
-                refuse(w, js[i], "command");
-            else if (rc == ATTEMPT_STORE_LOCKED)
+            rc = record_batch(w, &js[i], &items[i], 1, &err);
+            if (rc == STORE_DATA)
+                refuse(w, js[i], "command", err.sqlstate);
+            else if (rc == STORE_LOCKED)
                 rc = lock_wait(w, js[i], "record");
-            else if (rc != ATTEMPT_STORE_OK)
+            else if (rc != STORE_OK)
                 break;
         }
     }
-    for (size_t h = 0; rc == ATTEMPT_STORE_OK && h < held; h++) {
+    for (size_t h = 0; rc == STORE_OK && h < held; h++) {
         size_t i = n - 1 - h;
-        rc = record_batch(w, &js[i], &items[i], 1, err, sizeof(err));
-        if (rc == ATTEMPT_STORE_DATA) {
-            refuse(w, js[i], "command");
-            rc = ATTEMPT_STORE_OK;
-        } else if (rc == ATTEMPT_STORE_LOCKED) {
+        rc = record_batch(w, &js[i], &items[i], 1, &err);
+        if (rc == STORE_DATA) {
+            refuse(w, js[i], "command", err.sqlstate);
+            rc = STORE_OK;
+        } else if (rc == STORE_LOCKED) {
             rc = lock_wait(w, js[i], "record");
         }
     }
-    if (rc == ATTEMPT_STORE_RETRY)
-        db_failed(w, "record", err);
+    if (rc == STORE_RETRY)
+        db_failed(w, "record", err.message);
     else
         db_ok(w);
 out:
@@ -640,18 +640,18 @@ static void apply_claim(struct worker *w, struct job *j,
 }
 
 static int claim_batch(struct worker *w, struct job **js,
-                       struct attempt_claim_item *items, size_t n, char *err,
-                       size_t err_size)
+                       struct attempt_claim_item *items, size_t n,
+                       struct store_error *err)
 {
-    int rc = attempt_store_claim(w->store, items, n, w->lease_ms, err, err_size);
-    for (size_t i = 0; rc == ATTEMPT_STORE_OK && i < n; i++)
+    int rc = attempt_store_claim(w->store, items, n, w->lease_ms, err);
+    for (size_t i = 0; rc == STORE_OK && i < n; i++)
         apply_claim(w, js[i], &items[i]);
     return rc;
 }
 
 static void claim_attempts(struct worker *w)
 {
-    char err[512];
+    struct store_error err;
     int64_t now = clock_now_ms();
     size_t n = 0, k = 0;
     if (!db_ready(w))
@@ -679,22 +679,22 @@ static void claim_attempts(struct worker *w)
             items[k++].attempt_id = j->cmd.payment_attempt_id;
         }
     }
-    int rc = claim_batch(w, js, items, k, err, sizeof(err));
-    if (rc == ATTEMPT_STORE_DATA || rc == ATTEMPT_STORE_LOCKED) {
+    int rc = claim_batch(w, js, items, k, &err);
+    if (rc == STORE_DATA || rc == STORE_LOCKED) {
         for (size_t i = 0; i < k; i++) {
-            rc = claim_batch(w, &js[i], &items[i], 1, err, sizeof(err));
-            if (rc == ATTEMPT_STORE_DATA) {
-                refuse(w, js[i], "claim");
-            } else if (rc == ATTEMPT_STORE_LOCKED) {
+            rc = claim_batch(w, &js[i], &items[i], 1, &err);
+            if (rc == STORE_DATA) {
+                refuse(w, js[i], "claim", err.sqlstate);
+            } else if (rc == STORE_LOCKED) {
                 job_set(w->jobs, js[i], JOB_WAIT);
                 rc = lock_wait(w, js[i], "claim");
-            } else if (rc != ATTEMPT_STORE_OK) {
+            } else if (rc != STORE_OK) {
                 break;
             }
         }
     }
-    if (rc == ATTEMPT_STORE_RETRY)
-        db_failed(w, "claim", err);
+    if (rc == STORE_RETRY)
+        db_failed(w, "claim", err.message);
     else
         db_ok(w);
 out:
@@ -705,11 +705,11 @@ out:
 /* Lets go of the lease of a job we will not finish. */
 static void release_lease(struct worker *w, struct job *j)
 {
-    char err[256];
+    struct store_error err;
     const char *id = j->cmd.payment_attempt_id;
-    if (attempt_store_release(w->store, &id, &j->lease_epoch, 1, err, sizeof(err)) != 0)
-        log_warn("could not release lease; it will expire", JOB_FIELDS(j), "error", err,
-                 NULL);
+    if (attempt_store_release(w->store, &id, &j->lease_epoch, 1, &err) != 0)
+        log_warn("could not release lease; it will expire", JOB_FIELDS(j), "error",
+                 err.message, NULL);
 }
 
 /* ---- the provider ---- */
@@ -816,19 +816,19 @@ static void log_call(struct worker *w, struct job *j, const struct provider_resu
 }
 
 static int log_calls_batch(struct worker *w, struct call_entry *const *e, size_t n,
-                           char *err, size_t err_size)
+                           struct store_error *err)
 {
     struct attempt_call *calls = calloc(n, sizeof(*calls));
     if (!calls) {
-        snprintf(err, err_size, "out of memory");
-        return ATTEMPT_STORE_RETRY;
+        store_error_set(err, "out of memory");
+        return STORE_RETRY;
     }
     for (size_t i = 0; i < n; i++) {
         calls[i].attempt_id = e[i]->attempt_id;
         calls[i].started_ms = e[i]->started_ms;
         calls[i].res = &e[i]->res;
     }
-    int rc = attempt_store_log_calls(w->store, calls, n, err, err_size);
+    int rc = attempt_store_log_calls(w->store, calls, n, err);
     free(calls);
     return rc;
 }
@@ -836,23 +836,23 @@ static int log_calls_batch(struct worker *w, struct call_entry *const *e, size_t
 /* One call entry alone: written (or refused, and dropped with a log line:
  * 1), held by another session's lock (kept, with a back-off: 0), or the
  * database failed (-1). */
-static int log_call_alone(struct worker *w, struct call_entry *e, char *err,
-                          size_t err_size)
+static int log_call_alone(struct worker *w, struct call_entry *e,
+                          struct store_error *err)
 {
-    int rc = log_calls_batch(w, &e, 1, err, err_size);
-    if (rc == ATTEMPT_STORE_RETRY)
+    int rc = log_calls_batch(w, &e, 1, err);
+    if (rc == STORE_RETRY)
         return -1;
-    if (rc == ATTEMPT_STORE_LOCKED) {
+    if (rc == STORE_LOCKED) {
         e->lock_waits++;
         e->next_at =
             clock_now_ms() + charge_policy_backoff_ms(&w->policy, e->lock_waits, 0);
         return 0;
     }
-    if (rc == ATTEMPT_STORE_DATA)
+    if (rc == STORE_DATA)
         log_error("provider call not recorded: the database refused it",
                   "payment_attempt_id", e->attempt_id, "order_id", e->order_id,
                   "traceparent", e->traceparent[0] ? e->traceparent : NULL, "sqlstate",
-                  db_last_sqlstate(), NULL);
+                  err->sqlstate, NULL);
     return 1;
 }
 
@@ -865,7 +865,7 @@ static int log_call_alone(struct worker *w, struct call_entry *e, char *err,
  * the database refuses on its own is dropped with a log line. */
 static int flush_call_log(struct worker *w)
 {
-    char err[512];
+    struct store_error err;
     size_t n = w->call_log_len, nfresh = 0, held_tries = 0, kept = 0;
     int64_t now = clock_now_ms();
     int rc = 0;
@@ -883,9 +883,8 @@ static int flush_call_log(struct worker *w)
     for (size_t i = 0; i < n; i++)
         if (w->call_log[i].lock_waits == 0)
             fresh[nfresh++] = &w->call_log[i];
-    int brc =
-        nfresh ? log_calls_batch(w, fresh, nfresh, err, sizeof(err)) : ATTEMPT_STORE_OK;
-    if (brc == ATTEMPT_STORE_RETRY) {
+    int brc = nfresh ? log_calls_batch(w, fresh, nfresh, &err) : STORE_OK;
+    if (brc == STORE_RETRY) {
         rc = -1;
         goto out;
     }
@@ -893,14 +892,14 @@ static int flush_call_log(struct worker *w)
         struct call_entry *e = &w->call_log[i];
         int alone;
         if (e->lock_waits == 0) {
-            if (brc == ATTEMPT_STORE_OK) {
+            if (brc == STORE_OK) {
                 done[i] = 1;
                 continue;
             }
         } else if (e->next_at > now || held_tries++ >= HELD_PER_TURN) {
             continue;
         }
-        if ((alone = log_call_alone(w, e, err, sizeof(err))) < 0) {
+        if ((alone = log_call_alone(w, e, &err)) < 0) {
             rc = -1;
             break;
         }
@@ -914,7 +913,7 @@ out:
     free(fresh);
     free(done);
     if (rc < 0)
-        db_failed(w, "log provider calls", err);
+        db_failed(w, "log provider calls", err.message);
     return rc;
 }
 
@@ -1113,11 +1112,11 @@ static void apply_persist(struct worker *w, struct job *j,
 }
 
 static int persist_batch(struct worker *w, struct job **js,
-                         struct attempt_outcome *items, size_t n, char *err,
-                         size_t err_size)
+                         struct attempt_outcome *items, size_t n,
+                         struct store_error *err)
 {
-    int rc = attempt_store_persist(w->store, items, n, err, err_size);
-    for (size_t i = 0; rc == ATTEMPT_STORE_OK && i < n; i++)
+    int rc = attempt_store_persist(w->store, items, n, err);
+    for (size_t i = 0; rc == STORE_OK && i < n; i++)
         apply_persist(w, js[i], &items[i]);
     return rc;
 }
@@ -1127,13 +1126,12 @@ static int persist_batch(struct worker *w, struct job **js,
  * FAILED: REQUIRES_REVIEW, with nothing from outside but the outcome's name.
  * If even that is refused, the job ends and the lease is left to expire; a
  * later owner or the reconciler takes the attempt from there. */
-static int persist_for_review(struct worker *w, struct job *j, char *err,
-                              size_t err_size)
+static int persist_for_review(struct worker *w, struct job *j, struct store_error *err)
 {
     char reason[256], evidence[160];
     snprintf(reason, sizeof(reason),
              "requires_review: the database refused the outcome '%s' (sqlstate %s)",
-             provider_outcome_name(j->res.outcome), db_last_sqlstate());
+             provider_outcome_name(j->res.outcome), err->sqlstate);
     snprintf(evidence, sizeof(evidence), "{\"outcome\":\"%s\",\"http_status\":%d}",
              provider_outcome_name(j->res.outcome), j->res.http_status);
     struct attempt_outcome o = {
@@ -1148,21 +1146,21 @@ static int persist_for_review(struct worker *w, struct job *j, char *err,
     };
     log_error("the database refused an outcome; settling it for review", JOB_FIELDS(j),
               "outcome", provider_outcome_name(j->res.outcome), "sqlstate",
-              db_last_sqlstate(), NULL);
-    int rc = persist_batch(w, &j, &o, 1, err, err_size);
-    if (rc == ATTEMPT_STORE_DATA) {
+              err->sqlstate, NULL);
+    int rc = persist_batch(w, &j, &o, 1, err);
+    if (rc == STORE_DATA) {
         log_error("the database refused the review outcome too; lease left to expire",
-                  JOB_FIELDS(j), "sqlstate", db_last_sqlstate(), NULL);
+                  JOB_FIELDS(j), "sqlstate", err->sqlstate, NULL);
         j->outcome = "abandoned";
         job_set(w->jobs, j, JOB_DONE);
-        return ATTEMPT_STORE_OK;
+        return STORE_OK;
     }
     return rc;
 }
 
 static void persist_outcomes(struct worker *w)
 {
-    char err[512];
+    struct store_error err;
     int64_t now = clock_now_ms();
     size_t n = job_list_due(w->jobs, JOB_PERSIST, now), k = 0;
     if (n == 0 || !db_ready(w))
@@ -1194,26 +1192,26 @@ static void persist_outcomes(struct worker *w)
         o->last_error = j->res.error[0] ? j->res.error : NULL;
         k++;
     }
-    int rc = persist_batch(w, js, items, k, err, sizeof(err));
-    if (rc == ATTEMPT_STORE_DATA || rc == ATTEMPT_STORE_LOCKED) {
+    int rc = persist_batch(w, js, items, k, &err);
+    if (rc == STORE_DATA || rc == STORE_LOCKED) {
         /* One refused value, or one row another session is changing, must
          * not hold the other outcomes. */
         for (size_t i = 0; i < k; i++) {
-            rc = persist_batch(w, &js[i], &items[i], 1, err, sizeof(err));
-            if (rc == ATTEMPT_STORE_DATA)
-                rc = persist_for_review(w, js[i], err, sizeof(err));
-            if (rc == ATTEMPT_STORE_LOCKED) {
+            rc = persist_batch(w, &js[i], &items[i], 1, &err);
+            if (rc == STORE_DATA)
+                rc = persist_for_review(w, js[i], &err);
+            if (rc == STORE_LOCKED) {
                 /* Held, as a locked row is: it waits, the rest goes on. */
                 items[i].busy = 1;
                 apply_persist(w, js[i], &items[i]);
-                rc = ATTEMPT_STORE_OK;
+                rc = STORE_OK;
             }
-            if (rc != ATTEMPT_STORE_OK)
+            if (rc != STORE_OK)
                 break;
         }
     }
-    if (rc == ATTEMPT_STORE_RETRY) {
-        db_failed(w, "persist", err);
+    if (rc == STORE_RETRY) {
+        db_failed(w, "persist", err.message);
         goto out;
     }
     db_ok(w);
@@ -1231,7 +1229,7 @@ out:
 /* Extends the leases of claims we still work on. */
 static void renew_leases(struct worker *w)
 {
-    char err[512];
+    struct store_error err;
     int64_t now = clock_now_ms();
     size_t n = 0, k = 0;
     if (now - w->last_renew_ms < w->lease_ms / 3 || !db_ready(w))
@@ -1255,9 +1253,8 @@ static void renew_leases(struct worker *w)
             ids[k] = j->cmd.payment_attempt_id;
             epochs[k++] = j->lease_epoch;
         }
-    if (attempt_store_renew(w->store, ids, epochs, k, w->lease_ms, ours, err,
-                            sizeof(err)) != 0) {
-        db_failed(w, "renew leases", err);
+    if (attempt_store_renew(w->store, ids, epochs, k, w->lease_ms, ours, &err) != 0) {
+        db_failed(w, "renew leases", err.message);
         goto out;
     }
     for (size_t i = 0; i < k; i++) {
@@ -1756,12 +1753,12 @@ static void warn_if_unassigned(struct worker *w)
 
 static void check_readiness(struct worker *w)
 {
-    char err[512];
+    struct store_error err;
     if (db_ready(w) && clock_now_ms() - w->last_db_ok_ms >= DB_PING_MS) {
-        if (attempt_store_ping(w->store, err, sizeof(err)) == ATTEMPT_STORE_OK)
+        if (attempt_store_ping(w->store, &err) == STORE_OK)
             db_ok(w);
         else
-            db_failed(w, "ping", err);
+            db_failed(w, "ping", err.message);
     }
     if (w->assignment_changed) {
         rd_kafka_topic_partition_list_t *l = NULL;
@@ -1951,10 +1948,12 @@ static int setup(struct worker *w, char *err, size_t err_size)
         return 2;
     /* Does not connect: a worker started while the database is down keeps
      * running, and its database steps retry with back-off. */
-    w->store = attempt_store_new(config_str(w->cfg, CONFIG_DATABASE_URL), w->id, err,
-                                 err_size);
-    if (!w->store)
+    struct store_error serr;
+    w->store = attempt_store_new(config_str(w->cfg, CONFIG_DATABASE_URL), w->id, &serr);
+    if (!w->store) {
+        snprintf(err, err_size, "%s", serr.message);
         return 2;
+    }
     w->offsets = offset_tracker_new();
     w->jobs = job_list_new();
     if (!w->offsets || !w->jobs) {

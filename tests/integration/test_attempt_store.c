@@ -12,7 +12,7 @@
 #include "db.h"
 #include "test_env.h"
 
-static char err[512];
+static struct store_error err;
 static char url[1024];
 static PGconn *admin;
 static int seq;
@@ -30,8 +30,8 @@ static void teardown(void)
 
 static attempt_store_t *store(const char *actor)
 {
-    attempt_store_t *st = attempt_store_new(url, actor, err, sizeof(err));
-    ck_assert_msg(st != NULL, "%s", err);
+    attempt_store_t *st = attempt_store_new(url, actor, &err);
+    ck_assert_msg(st != NULL, "%s", err.message);
     return st;
 }
 
@@ -61,19 +61,19 @@ static void record(attempt_store_t *st, struct charge_command **cs, size_t n,
     memset(items, 0, n * sizeof(*items));
     for (size_t i = 0; i < n; i++)
         items[i].cmd = cs[i];
-    ck_assert_msg(attempt_store_record(st, items, n, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(attempt_store_record(st, items, n, &err) == 0, "%s", err.message);
 }
 
 static void sql(const char *q)
 {
-    ck_assert_msg(db_run(admin, q, 0, NULL, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(db_run(admin, q, 0, NULL, &err) == 0, "%s", err.message);
 }
 
 static char *value(const char *q)
 {
     static char out[256];
-    PGresult *r = db_exec(admin, q, 0, NULL, err, sizeof(err));
-    ck_assert_msg(r && PQntuples(r) == 1, "%s", err);
+    PGresult *r = db_exec(admin, q, 0, NULL, &err);
+    ck_assert_msg(r && PQntuples(r) == 1, "%s", err.message);
     snprintf(out, sizeof(out), "%s", PQgetvalue(r, 0, 0));
     PQclear(r);
     return out;
@@ -144,7 +144,7 @@ START_TEST(second_attempt_of_a_busy_or_paid_order_is_rejected)
                      "1");
 
     struct attempt_claim_item ci = {.attempt_id = a.payment_attempt_id};
-    ck_assert_int_eq(attempt_store_claim(st, &ci, 1, 60000, err, sizeof(err)), 0);
+    ck_assert_int_eq(attempt_store_claim(st, &ci, 1, 60000, &err), 0);
     struct attempt_outcome o = {.attempt_id = a.payment_attempt_id,
                                 .lease_epoch = ci.lease_epoch,
                                 .status = "SUCCEEDED",
@@ -152,7 +152,7 @@ START_TEST(second_attempt_of_a_busy_or_paid_order_is_rejected)
                                 .event_type = "charge.succeeded",
                                 .calls = 1,
                                 .next_check_ms = -1};
-    ck_assert_int_eq(attempt_store_persist(st, &o, 1, err, sizeof(err)), 0);
+    ck_assert_int_eq(attempt_store_persist(st, &o, 1, &err), 0);
     ck_assert(o.persisted);
     struct charge_command *late[] = {&c};
     record(st, late, 1, it);
@@ -188,7 +188,7 @@ START_TEST(claim_returns_the_stored_parameters_and_the_key_age)
     struct charge_command *one[] = {&a};
     record(st, one, 1, it);
     struct attempt_claim_item ci = {.attempt_id = a.payment_attempt_id};
-    ck_assert_int_eq(attempt_store_claim(st, &ci, 1, 60000, err, sizeof(err)), 0);
+    ck_assert_int_eq(attempt_store_claim(st, &ci, 1, 60000, &err), 0);
     ck_assert_int_eq(ci.result, ATTEMPT_CLAIMED);
     ck_assert_str_eq(ci.params.idempotency_key, a.idempotency_key);
     ck_assert_str_eq(ci.params.order_id, a.order_id);
@@ -209,7 +209,7 @@ START_TEST(claim_returns_the_stored_parameters_and_the_key_age)
     sql(q);
     attempt_store_t *st2 = store("w2");
     struct attempt_claim_item c2 = {.attempt_id = a.payment_attempt_id};
-    ck_assert_int_eq(attempt_store_claim(st2, &c2, 1, 60000, err, sizeof(err)), 0);
+    ck_assert_int_eq(attempt_store_claim(st2, &c2, 1, 60000, &err), 0);
     ck_assert_int_eq(c2.result, ATTEMPT_CLAIMED);
     ck_assert_int_ge(c2.key_age_ms, 3600000);
     ck_assert_int_lt(c2.key_age_ms, 3605000);
@@ -228,23 +228,21 @@ START_TEST(takeover_fences_the_old_owner)
     record(w1, one, 1, it);
     struct attempt_claim_item c1 = {.attempt_id = a.payment_attempt_id},
                               c2 = {.attempt_id = a.payment_attempt_id};
-    ck_assert_int_eq(attempt_store_claim(w1, &c1, 1, 60000, err, sizeof(err)), 0);
+    ck_assert_int_eq(attempt_store_claim(w1, &c1, 1, 60000, &err), 0);
     ck_assert_int_eq(c1.result, ATTEMPT_CLAIMED);
-    ck_assert_int_eq(attempt_store_claim(w2, &c2, 1, 60000, err, sizeof(err)), 0);
+    ck_assert_int_eq(attempt_store_claim(w2, &c2, 1, 60000, &err), 0);
     ck_assert_int_eq(c2.result, ATTEMPT_BUSY);
 
     /* Released: a peer takes it over at once. */
     const char *id = a.payment_attempt_id;
-    ck_assert_int_eq(
-        attempt_store_release(w1, &id, &c1.lease_epoch, 1, err, sizeof(err)), 0);
-    ck_assert_int_eq(attempt_store_claim(w2, &c2, 1, 60000, err, sizeof(err)), 0);
+    ck_assert_int_eq(attempt_store_release(w1, &id, &c1.lease_epoch, 1, &err), 0);
+    ck_assert_int_eq(attempt_store_claim(w2, &c2, 1, 60000, &err), 0);
     ck_assert_int_eq(c2.result, ATTEMPT_CLAIMED);
 
     /* The old owner can neither renew nor persist. */
     int ours = 1;
-    ck_assert_int_eq(attempt_store_renew(w1, &id, &c1.lease_epoch, 1, 60000, &ours, err,
-                                         sizeof(err)),
-                     0);
+    ck_assert_int_eq(
+        attempt_store_renew(w1, &id, &c1.lease_epoch, 1, 60000, &ours, &err), 0);
     ck_assert_int_eq(ours, 0);
     struct attempt_outcome o = {.attempt_id = id,
                                 .lease_epoch = c1.lease_epoch,
@@ -252,14 +250,14 @@ START_TEST(takeover_fences_the_old_owner)
                                 .reason = "declined",
                                 .event_type = "charge.failed",
                                 .next_check_ms = -1};
-    ck_assert_int_eq(attempt_store_persist(w1, &o, 1, err, sizeof(err)), 0);
+    ck_assert_int_eq(attempt_store_persist(w1, &o, 1, &err), 0);
     ck_assert(!o.persisted);
     o.lease_epoch = c2.lease_epoch;
-    ck_assert_int_eq(attempt_store_persist(w1, &o, 1, err, sizeof(err)), 0);
+    ck_assert_int_eq(attempt_store_persist(w1, &o, 1, &err), 0);
     ck_assert(!o.persisted); /* right epoch, wrong owner */
-    ck_assert_int_eq(attempt_store_persist(w2, &o, 1, err, sizeof(err)), 0);
+    ck_assert_int_eq(attempt_store_persist(w2, &o, 1, &err), 0);
     ck_assert(o.persisted);
-    ck_assert_int_eq(attempt_store_claim(w1, &c1, 1, 60000, err, sizeof(err)), 0);
+    ck_assert_int_eq(attempt_store_claim(w1, &c1, 1, 60000, &err), 0);
     ck_assert_int_eq(c1.result, ATTEMPT_SETTLED);
     char q[256];
     snprintf(q, sizeof(q),
@@ -281,34 +279,29 @@ START_TEST(failures_are_classified)
     struct charge_command *one[] = {&a};
     record(st, one, 1, it);
     struct attempt_claim_item ci = {.attempt_id = a.payment_attempt_id};
-    ck_assert_int_eq(attempt_store_claim(st, &ci, 1, 60000, err, sizeof(err)), 0);
+    ck_assert_int_eq(attempt_store_claim(st, &ci, 1, 60000, &err), 0);
     struct attempt_outcome o = {.attempt_id = a.payment_attempt_id,
                                 .lease_epoch = ci.lease_epoch,
                                 .status = "FAILED",
                                 .reason = "cut mid-character \xc3",
                                 .event_type = "charge.failed",
                                 .next_check_ms = -1};
-    ck_assert_int_eq(attempt_store_persist(st, &o, 1, err, sizeof(err)),
-                     ATTEMPT_STORE_DATA);
+    ck_assert_int_eq(attempt_store_persist(st, &o, 1, &err), STORE_DATA);
     o.reason = "declined";
     o.status = "SUCCEEDED"; /* without a provider id: the CHECK refuses it */
-    ck_assert_int_eq(attempt_store_persist(st, &o, 1, err, sizeof(err)),
-                     ATTEMPT_STORE_DATA);
+    ck_assert_int_eq(attempt_store_persist(st, &o, 1, &err), STORE_DATA);
     /* A move the status vocabulary forbids never reaches the database. */
     o.status = "PENDING";
-    ck_assert_int_eq(attempt_store_persist(st, &o, 1, err, sizeof(err)),
-                     ATTEMPT_STORE_DATA);
-    ck_assert_msg(strstr(err, "may not follow") != NULL, "%s", err);
+    ck_assert_int_eq(attempt_store_persist(st, &o, 1, &err), STORE_DATA);
+    ck_assert_msg(strstr(err.message, "may not follow") != NULL, "%s", err.message);
     attempt_store_free(st);
 
-    ck_assert_ptr_null(
-        attempt_store_new("postgresql://x:y@/db?nonsense=1", "w", err, sizeof(err)));
-    attempt_store_t *down = attempt_store_new(
-        "postgresql://charged@127.0.0.1:1/charged", "w", err, sizeof(err));
-    ck_assert_msg(down != NULL, "a store is made without connecting: %s", err);
+    ck_assert_ptr_null(attempt_store_new("postgresql://x:y@/db?nonsense=1", "w", &err));
+    attempt_store_t *down =
+        attempt_store_new("postgresql://charged@127.0.0.1:1/charged", "w", &err);
+    ck_assert_msg(down != NULL, "a store is made without connecting: %s", err.message);
     long long t0 = test_env_now_ms();
-    ck_assert_int_eq(attempt_store_record(down, it, 1, err, sizeof(err)),
-                     ATTEMPT_STORE_RETRY);
+    ck_assert_int_eq(attempt_store_record(down, it, 1, &err), STORE_RETRY);
     ck_assert_int_lt(test_env_now_ms() - t0, 10000);
     attempt_store_free(down);
     attempt_store_free(NULL);
@@ -324,7 +317,7 @@ static struct charge_command unknown_attempt(attempt_store_t *st)
     struct charge_command *one[] = {&a};
     record(st, one, 1, it);
     struct attempt_claim_item ci = {.attempt_id = a.payment_attempt_id};
-    ck_assert_int_eq(attempt_store_claim(st, &ci, 1, 60000, err, sizeof(err)), 0);
+    ck_assert_int_eq(attempt_store_claim(st, &ci, 1, 60000, &err), 0);
     struct attempt_outcome o = {.attempt_id = a.payment_attempt_id,
                                 .lease_epoch = ci.lease_epoch,
                                 .status = "UNKNOWN",
@@ -332,7 +325,7 @@ static struct charge_command unknown_attempt(attempt_store_t *st)
                                 .event_type = "charge.unknown",
                                 .calls = 1,
                                 .next_check_ms = 0};
-    ck_assert_int_eq(attempt_store_persist(st, &o, 1, err, sizeof(err)), 0);
+    ck_assert_int_eq(attempt_store_persist(st, &o, 1, &err), 0);
     ck_assert(o.persisted);
     return a;
 }
@@ -343,8 +336,7 @@ START_TEST(reconciler_claims_due_attempts_and_settles_them_fenced)
     struct charge_command a = unknown_attempt(w);
     struct attempt_due due[4];
     size_t n = 0;
-    ck_assert_int_eq(
-        attempt_store_claim_due(r1, due, 4, &n, 60000, 300000, err, sizeof(err)), 0);
+    ck_assert_int_eq(attempt_store_claim_due(r1, due, 4, &n, 60000, 300000, &err), 0);
     ck_assert_uint_eq(n, 1);
     ck_assert_str_eq(due[0].id, a.payment_attempt_id);
     ck_assert_int_eq(due[0].status, ATTEMPT_STATUS_UNKNOWN);
@@ -353,9 +345,8 @@ START_TEST(reconciler_claims_due_attempts_and_settles_them_fenced)
     ck_assert_int_eq(due[0].checks, 0);
     /* Leased: a second reconciler finds nothing to do. */
     size_t n2 = 9;
-    ck_assert_int_eq(
-        attempt_store_claim_due(r2, due + 1, 3, &n2, 60000, 300000, err, sizeof(err)),
-        0);
+    ck_assert_int_eq(attempt_store_claim_due(r2, due + 1, 3, &n2, 60000, 300000, &err),
+                     0);
     ck_assert_uint_eq(n2, 0);
 
     /* Look again later: no transition, no event, the count goes up. */
@@ -370,7 +361,7 @@ START_TEST(reconciler_claims_due_attempts_and_settles_them_fenced)
                                        .next_check_ms = 0,
                                        .calls = &call,
                                        .ncalls = 1};
-    ck_assert_int_eq(attempt_store_settle(r1, &later, 1, err, sizeof(err)), 0);
+    ck_assert_int_eq(attempt_store_settle(r1, &later, 1, &err), 0);
     ck_assert(later.settled);
     char q[512];
     snprintf(q, sizeof(q),
@@ -384,8 +375,7 @@ START_TEST(reconciler_claims_due_attempts_and_settles_them_fenced)
 
     /* Evidence: succeeded. Status, transition (cause reconciler), ledger,
      * event, and the call, in one statement; fenced on the new claim. */
-    ck_assert_int_eq(
-        attempt_store_claim_due(r2, due, 4, &n, 60000, 300000, err, sizeof(err)), 0);
+    ck_assert_int_eq(attempt_store_claim_due(r2, due, 4, &n, 60000, 300000, &err), 0);
     ck_assert_uint_eq(n, 1);
     ck_assert_int_eq(due[0].checks, 1);
     struct provider_result found = {.outcome = PROVIDER_SUCCEEDED, .http_status = 200};
@@ -401,12 +391,12 @@ START_TEST(reconciler_claims_due_attempts_and_settles_them_fenced)
                                       .next_check_ms = -1,
                                       .calls = &call2,
                                       .ncalls = 1};
-    ck_assert_int_eq(attempt_store_settle(r2, &done, 1, err, sizeof(err)), 0);
+    ck_assert_int_eq(attempt_store_settle(r2, &done, 1, &err), 0);
     ck_assert(!done.settled); /* an old epoch changes nothing (its calls are kept) */
     done.lease_epoch = due[0].lease_epoch;
-    ck_assert_int_eq(attempt_store_settle(r1, &done, 1, err, sizeof(err)), 0);
+    ck_assert_int_eq(attempt_store_settle(r1, &done, 1, &err), 0);
     ck_assert(!done.settled); /* right epoch, wrong owner */
-    ck_assert_int_eq(attempt_store_settle(r2, &done, 1, err, sizeof(err)), 0);
+    ck_assert_int_eq(attempt_store_settle(r2, &done, 1, &err), 0);
     ck_assert(done.settled);
     snprintf(
         q, sizeof(q),
@@ -423,8 +413,7 @@ START_TEST(reconciler_claims_due_attempts_and_settles_them_fenced)
      * two refused settlements still record the calls they made. */
     ck_assert_str_eq(value(q), "SUCCEEDEDpi_found11reconciler4");
     /* Settled: nothing is due any more. */
-    ck_assert_int_eq(
-        attempt_store_claim_due(r1, due, 4, &n, 60000, 300000, err, sizeof(err)), 0);
+    ck_assert_int_eq(attempt_store_claim_due(r1, due, 4, &n, 60000, 300000, &err), 0);
     ck_assert_uint_eq(n, 0);
     attempt_store_free(w);
     attempt_store_free(r1);
@@ -449,7 +438,7 @@ START_TEST(operator_settles_review_without_a_lease)
                                    .actor = "alice",
                                    .reason = "operator: refunded by hand",
                                    .next_check_ms = -1};
-    ck_assert_int_eq(attempt_store_settle(op, &s, 1, err, sizeof(err)), 0);
+    ck_assert_int_eq(attempt_store_settle(op, &s, 1, &err), 0);
     ck_assert(s.settled);
     snprintf(q, sizeof(q),
              "SELECT cause || actor || new_status FROM attempt_transitions"
@@ -457,13 +446,12 @@ START_TEST(operator_settles_review_without_a_lease)
              a.payment_attempt_id);
     ck_assert_str_eq(value(q), "operatoraliceFAILED");
     /* Again: it is not REQUIRES_REVIEW any more. */
-    ck_assert_int_eq(attempt_store_settle(op, &s, 1, err, sizeof(err)), 0);
+    ck_assert_int_eq(attempt_store_settle(op, &s, 1, &err), 0);
     ck_assert(!s.settled);
     /* A move the vocabulary forbids never reaches the database. */
     s.expected = ATTEMPT_STATUS_FAILED;
     s.status = ATTEMPT_STATUS_PENDING;
-    ck_assert_int_eq(attempt_store_settle(op, &s, 1, err, sizeof(err)),
-                     ATTEMPT_STORE_DATA);
+    ck_assert_int_eq(attempt_store_settle(op, &s, 1, &err), STORE_DATA);
     attempt_store_free(w);
     attempt_store_free(op);
 }
@@ -483,19 +471,19 @@ START_TEST(a_row_held_by_another_session_is_busy_and_holds_nothing_else)
     record(st, both, 2, it);
     struct attempt_claim_item c[2] = {{.attempt_id = a.payment_attempt_id},
                                       {.attempt_id = b.payment_attempt_id}};
-    ck_assert_int_eq(attempt_store_claim(st, c, 2, 60000, err, sizeof(err)), 0);
+    ck_assert_int_eq(attempt_store_claim(st, c, 2, 60000, &err), 0);
     ck_assert_int_eq(c[0].result, ATTEMPT_CLAIMED);
     ck_assert_int_eq(c[1].result, ATTEMPT_CLAIMED);
 
     PGconn *peer = test_env_connect(url);
     const char *held[1] = {a.payment_attempt_id};
-    ck_assert_int_eq(db_run(peer, "BEGIN", 0, NULL, err, sizeof(err)), 0);
+    ck_assert_int_eq(db_run(peer, "BEGIN", 0, NULL, &err), 0);
     ck_assert_msg(
         db_run(peer,
                "SELECT id FROM payment_attempts WHERE id = $1::uuid FOR NO KEY "
                "UPDATE",
-               1, held, err, sizeof(err)) == 0,
-        "%s", err);
+               1, held, &err) == 0,
+        "%s", err.message);
 
     struct attempt_outcome o[2] = {{.attempt_id = a.payment_attempt_id,
                                     .lease_epoch = c[0].lease_epoch,
@@ -509,7 +497,7 @@ START_TEST(a_row_held_by_another_session_is_busy_and_holds_nothing_else)
                                     .provider_payment_id = "pi_free",
                                     .event_type = "charge.succeeded",
                                     .next_check_ms = -1}};
-    ck_assert_msg(attempt_store_persist(st, o, 2, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(attempt_store_persist(st, o, 2, &err) == 0, "%s", err.message);
     ck_assert(!o[0].persisted && o[0].busy);
     ck_assert(o[1].persisted && !o[1].busy);
     char q[256];
@@ -523,12 +511,11 @@ START_TEST(a_row_held_by_another_session_is_busy_and_holds_nothing_else)
     const char *ids[2] = {a.payment_attempt_id, b.payment_attempt_id};
     int64_t epochs[2] = {c[0].lease_epoch, c[1].lease_epoch};
     int ours[2] = {0, 1};
-    ck_assert_msg(
-        attempt_store_renew(st, ids, epochs, 1, 60000, ours, err, sizeof(err)) == 0,
-        "%s", err);
+    ck_assert_msg(attempt_store_renew(st, ids, epochs, 1, 60000, ours, &err) == 0, "%s",
+                  err.message);
     ck_assert_int_eq(ours[0], 1);
     /* Released while held: nothing waits; the lease simply runs on. */
-    ck_assert_int_eq(attempt_store_release(st, ids, epochs, 1, err, sizeof(err)), 0);
+    ck_assert_int_eq(attempt_store_release(st, ids, epochs, 1, &err), 0);
 
     /* An operator's settlement of the free one goes through; of a held one
      * it is busy. */
@@ -542,26 +529,26 @@ START_TEST(a_row_held_by_another_session_is_busy_and_holds_nothing_else)
                                     .next_check_ms = -1};
     const char *heldb[1] = {b.payment_attempt_id};
     PGconn *peer2 = test_env_connect(url);
-    ck_assert_int_eq(db_run(peer2, "BEGIN", 0, NULL, err, sizeof(err)), 0);
+    ck_assert_int_eq(db_run(peer2, "BEGIN", 0, NULL, &err), 0);
     ck_assert_int_eq(
         db_run(peer2,
                "SELECT id FROM payment_attempts WHERE id = $1::uuid FOR NO "
                "KEY UPDATE",
-               1, heldb, err, sizeof(err)),
+               1, heldb, &err),
         0);
-    ck_assert_msg(attempt_store_settle(st, &op, 1, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(attempt_store_settle(st, &op, 1, &err) == 0, "%s", err.message);
     ck_assert(!op.settled && op.busy);
     /* ROLLBACK returns once the lock is gone; a bare PQfinish would race
      * the server's clean-up of the session. */
-    ck_assert_int_eq(db_run(peer2, "ROLLBACK", 0, NULL, err, sizeof(err)), 0);
+    ck_assert_int_eq(db_run(peer2, "ROLLBACK", 0, NULL, &err), 0);
     PQfinish(peer2);
-    ck_assert_msg(attempt_store_settle(st, &op, 1, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(attempt_store_settle(st, &op, 1, &err) == 0, "%s", err.message);
     ck_assert(op.settled && !op.busy);
 
     /* Let go: the held attempt is persisted like any other. */
-    ck_assert_int_eq(db_run(peer, "ROLLBACK", 0, NULL, err, sizeof(err)), 0);
+    ck_assert_int_eq(db_run(peer, "ROLLBACK", 0, NULL, &err), 0);
     PQfinish(peer);
-    ck_assert_msg(attempt_store_persist(st, o, 1, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(attempt_store_persist(st, o, 1, &err) == 0, "%s", err.message);
     ck_assert(o[0].persisted && !o[0].busy);
     attempt_store_free(st);
 }

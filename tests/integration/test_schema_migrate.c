@@ -14,11 +14,12 @@
 #include "test_env.h"
 
 static char err[512];
+static struct store_error db_err;
 
 static int count_rows(PGconn *c, const char *sql)
 {
-    PGresult *r = db_exec(c, sql, 0, NULL, err, sizeof(err));
-    ck_assert_msg(r != NULL, "%s", err);
+    PGresult *r = db_exec(c, sql, 0, NULL, &db_err);
+    ck_assert_msg(r != NULL, "%s", db_err.message);
     int n = atoi(PQgetvalue(r, 0, 0));
     PQclear(r);
     return n;
@@ -58,13 +59,13 @@ struct runner {
 static void *run_migrate(void *arg)
 {
     struct runner *r = arg;
-    char e[512];
-    PGconn *c = db_connect(r->url, e, sizeof(e));
+    struct store_error e;
+    PGconn *c = db_connect(r->url, &e);
     migrate_set_t *set = migrate_set_new(NULL, r->err, sizeof(r->err));
     r->rc = -1;
     if (!c || !set) {
         if (!c)
-            snprintf(r->err, sizeof(r->err), "%s", e);
+            snprintf(r->err, sizeof(r->err), "%s", e.message);
         goto out;
     }
     pthread_barrier_wait(r->start);
@@ -177,8 +178,8 @@ static const char *insert_attempt(PGconn *c, const char *id, const char *order,
                     " provider_payment_id) "
                     "VALUES ($1, $2, $3, 'fp', 1000, 'EUR', 'pm_card_visa', $4, "
                     " CASE WHEN $4 = 'SUCCEEDED' THEN 'pi_1' END)",
-                    4, p, err, sizeof(err));
-    snprintf(state, sizeof(state), "%s", rc == 0 ? "" : db_last_sqlstate());
+                    4, p, &db_err);
+    snprintf(state, sizeof(state), "%s", rc == 0 ? "" : db_err.sqlstate);
     return state;
 }
 
@@ -194,7 +195,8 @@ START_TEST(two_live_attempts_of_one_order_fail)
     PGconn *c = test_env_connect(url);
     ck_assert_str_eq(insert_attempt(c, A1, ORDER, "key-1", "PROCESSING"), "");
     ck_assert_str_eq(insert_attempt(c, A2, ORDER, "key-2", "PENDING"), "23505");
-    ck_assert_msg(strstr(err, "payment_attempts_one_live_per_order"), "%s", err);
+    ck_assert_msg(strstr(db_err.message, "payment_attempts_one_live_per_order"), "%s",
+                  db_err.message);
     /* A refused or failed attempt of the same order is not live. */
     ck_assert_str_eq(insert_attempt(c, A2, ORDER, "key-2", "REJECTED"), "");
     ck_assert_str_eq(insert_attempt(c, A3, ORDER, "key-3", "FAILED"), "");
@@ -223,7 +225,7 @@ START_TEST(two_rows_with_one_idempotency_key_fail)
     ck_assert_str_eq(insert_attempt(c, A2, "0b6f1a52-8f5e-4c36-9a39-0f4a7f5a0002",
                                     "same-key", "PENDING"),
                      "23505");
-    ck_assert_msg(strstr(err, "idempotency_key"), "%s", err);
+    ck_assert_msg(strstr(db_err.message, "idempotency_key"), "%s", db_err.message);
     PQfinish(c);
 }
 END_TEST
@@ -271,8 +273,9 @@ START_TEST(schema_statuses_match_the_code)
                 " WHERE conrelid = 'payment_attempts'::regclass AND contype = 'c'"
                 "   AND pg_get_constraintdef(oid) LIKE '%status = ANY%'"
                 "   AND pg_get_constraintdef(oid) NOT LIKE '%provider_payment_id%'",
-                0, NULL, err, sizeof(err));
-    ck_assert_msg(r && PQntuples(r) == 1, "one status CHECK expected: %s", err);
+                0, NULL, &db_err);
+    ck_assert_msg(r && PQntuples(r) == 1, "one status CHECK expected: %s",
+                  db_err.message);
     unsigned all = quoted_statuses(PQgetvalue(r, 0, 0)), want = 0, live = 0;
     PQclear(r);
     for (int i = 0; i < ATTEMPT_STATUS__COUNT; i++) {
@@ -283,8 +286,8 @@ START_TEST(schema_statuses_match_the_code)
     ck_assert_uint_eq(all, want);
     r = db_exec(
         c, "SELECT pg_get_indexdef('payment_attempts_one_live_per_order'::regclass)", 0,
-        NULL, err, sizeof(err));
-    ck_assert_msg(r != NULL, "%s", err);
+        NULL, &db_err);
+    ck_assert_msg(r != NULL, "%s", db_err.message);
     ck_assert_uint_eq(quoted_statuses(PQgetvalue(r, 0, 0)), live);
     PQclear(r);
     PQfinish(c);
@@ -301,9 +304,9 @@ START_TEST(ledger_books_an_attempt_once)
     const char *sql = "INSERT INTO ledger_entries (payment_attempt_id, order_id, kind, "
                       "amount, currency, provider_payment_id) "
                       "VALUES ($1, $2, 'charge', 1000, 'EUR', 'pi_1')";
-    ck_assert_msg(db_run(c, sql, 2, p, err, sizeof(err)) == 0, "%s", err);
-    ck_assert_int_eq(db_run(c, sql, 2, p, err, sizeof(err)), -1);
-    ck_assert_str_eq(db_last_sqlstate(), "23505");
+    ck_assert_msg(db_run(c, sql, 2, p, &db_err) == 0, "%s", db_err.message);
+    ck_assert_int_eq(db_run(c, sql, 2, p, &db_err), -1);
+    ck_assert_str_eq(db_err.sqlstate, "23505");
     PQfinish(c);
 }
 END_TEST
@@ -316,9 +319,9 @@ START_TEST(webhook_event_is_processed_once)
     const char *sql = "INSERT INTO processed_webhook_events (provider, event_id, "
                       "event_type, outcome, payload) VALUES ('psp', 'evt_1', "
                       "'payment_intent.succeeded', 'applied', '{}')";
-    ck_assert_msg(db_run(c, sql, 0, NULL, err, sizeof(err)) == 0, "%s", err);
-    ck_assert_int_eq(db_run(c, sql, 0, NULL, err, sizeof(err)), -1);
-    ck_assert_str_eq(db_last_sqlstate(), "23505");
+    ck_assert_msg(db_run(c, sql, 0, NULL, &db_err) == 0, "%s", db_err.message);
+    ck_assert_int_eq(db_run(c, sql, 0, NULL, &db_err), -1);
+    ck_assert_str_eq(db_err.sqlstate, "23505");
     PQfinish(c);
 }
 END_TEST

@@ -37,9 +37,9 @@ long long test_env_now_ms(void)
 
 PGconn *test_env_connect(const char *url)
 {
-    char err[512];
-    PGconn *c = db_connect(url, err, sizeof(err));
-    ck_assert_msg(c != NULL, "%s", err);
+    struct store_error err;
+    PGconn *c = db_connect(url, &err);
+    ck_assert_msg(c != NULL, "%s", err.message);
     return c;
 }
 
@@ -67,7 +67,8 @@ static void with_dbname(const char *base, const char *dbname, char *out,
 int test_env_fresh_database(char *out, size_t out_size)
 {
     static unsigned counter;
-    char name[64], err[512];
+    char name[64];
+    struct store_error err;
     const char *params[1];
     PGconn *admin = test_env_connect(test_env_database_url());
 
@@ -79,7 +80,7 @@ int test_env_fresh_database(char *out, size_t out_size)
     snprintf(sql, sizeof(sql), "CREATE DATABASE %s", ident);
     PQfreemem(ident);
     (void)params;
-    ck_assert_msg(db_run(admin, sql, 0, NULL, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_msg(db_run(admin, sql, 0, NULL, &err) == 0, "%s", err.message);
     PQfinish(admin);
     with_dbname(test_env_database_url(), name, out, out_size);
     return 0;

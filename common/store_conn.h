@@ -1,0 +1,44 @@
+/* store_conn: the one PostgreSQL session of a store, internal to common/
+ * (the stores' own helper; no role includes it).
+ *
+ * Opened lazily, with the settings every store's session has (db_connect's,
+ * a 10 s statement_timeout and the store's lock_timeout, so that no
+ * statement holds a daemon's loop for long), and opened again on the next
+ * call after it broke: a daemon started while the database is down keeps
+ * running, and comes back with it. */
+#ifndef CHARGED_STORE_CONN_H
+#define CHARGED_STORE_CONN_H
+
+#include <libpq-fe.h>
+
+#include "store.h"
+
+typedef struct store_conn store_conn_t;
+
+/* Copies database_url and lock_timeout (a PostgreSQL duration: "100ms").
+ * Does not connect: NULL and err only when database_url cannot be parsed
+ * (the message never quotes it: it may hold a password) or on out of
+ * memory. */
+store_conn_t *store_conn_new(const char *database_url, const char *lock_timeout,
+                             struct store_error *err);
+void store_conn_free(store_conn_t *c);
+
+/* The session, opened when there is none or it broke. *fresh (when not
+ * NULL) says whether it is a new one: session state, such as an advisory
+ * lock, did not survive. NULL and err (a STORE_RETRY) when the database
+ * cannot be reached. Owned by c: valid until the next store_conn_get. */
+PGconn *store_conn_get(store_conn_t *c, int *fresh, struct store_error *err);
+
+/* Whether the session broke under the last statement (the server closed
+ * it while idle: a restart, a pooler): that statement may be repeated once
+ * on a new one. */
+int store_conn_broken(const store_conn_t *c);
+
+/* What a caller does about a statement that failed with err: STORE_LOCKED
+ * when a lock another session held outlasted lock_timeout, STORE_DATA when
+ * a value was refused (a data exception, an integrity constraint), and
+ * STORE_RETRY for anything else: an outage, and a bug of ours too, which
+ * is retried whole, loudly, rather than isolated item by item. */
+enum store_rc store_conn_failed(const struct store_error *err);
+
+#endif
