@@ -1,5 +1,5 @@
 /* attempt_sql: SQL fragments shared by every writer of payment attempts
- * (the worker's and reconciler's attempt_store, the api's api_store), so
+ * (the worker's and reconciler's attempt_store, the api's webhook_store), so
  * that a result event is built in exactly one place. Internal to common/. */
 #ifndef CHARGED_ATTEMPT_SQL_H
 #define CHARGED_ATTEMPT_SQL_H

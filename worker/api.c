@@ -12,8 +12,8 @@
 #include <microhttpd.h>
 #include <uuid/uuid.h>
 
-#include "api_store.h"
 #include "http_reply.h"
+#include "webhook_store.h"
 #include "listen_socket.h"
 #include "clock.h"
 #include "config.h"
@@ -52,11 +52,11 @@ struct api {
     /* One store per listener thread, lent for one request at a time. */
     pthread_mutex_t lock;
     pthread_cond_t returned;
-    api_store_t **stores;
+    webhook_store_t **stores;
     size_t nstores, nfree;
-    api_store_t **free_stores;
-    atomic_int serving; /* requests being answered now */
-    api_store_t *probe; /* the loop's own, for readiness */
+    webhook_store_t **free_stores;
+    atomic_int serving;     /* requests being answered now */
+    webhook_store_t *probe; /* the loop's own, for readiness */
     int64_t next_probe;
     int db_ok;
 };
@@ -69,17 +69,17 @@ struct request {
     int too_large;
 };
 
-static api_store_t *store_take(struct api *a)
+static webhook_store_t *store_take(struct api *a)
 {
     pthread_mutex_lock(&a->lock);
     while (a->nfree == 0)
         pthread_cond_wait(&a->returned, &a->lock);
-    api_store_t *st = a->free_stores[--a->nfree];
+    webhook_store_t *st = a->free_stores[--a->nfree];
     pthread_mutex_unlock(&a->lock);
     return st;
 }
 
-static void store_give(struct api *a, api_store_t *st)
+static void store_give(struct api *a, webhook_store_t *st)
 {
     pthread_mutex_lock(&a->lock);
     a->free_stores[a->nfree++] = st;
@@ -146,9 +146,9 @@ static enum MHD_Result serve_status(struct api *a, struct MHD_Connection *c, int
         return reply_error(c, MHD_HTTP_BAD_REQUEST,
                            by_order ? "order id is not a uuid"
                                     : "payment attempt id is not a uuid");
-    api_store_t *st = store_take(a);
-    rc = by_order ? api_store_order(st, id, &doc, &err)
-                  : api_store_attempt(st, id, &doc, &err);
+    webhook_store_t *st = store_take(a);
+    rc = by_order ? webhook_store_order(st, id, &doc, &err)
+                  : webhook_store_attempt(st, id, &doc, &err);
     store_give(a, st);
     if (rc != STORE_OK && rc != STORE_NOT_FOUND) {
         log_warn("status query failed", by_order ? "order_id" : "payment_attempt_id",
@@ -174,7 +174,7 @@ static enum MHD_Result serve_webhook(struct api *a, struct MHD_Connection *c,
                                      struct request *rq)
 {
     struct webhook_event ev;
-    struct api_webhook_result res;
+    struct webhook_store_result res;
     struct store_error serr;
     char err[512];
 
@@ -195,8 +195,8 @@ static enum MHD_Result serve_webhook(struct api *a, struct MHD_Connection *c,
         return webhook_refused(c, MHD_HTTP_BAD_REQUEST, "bad_request",
                                rq->body ? err : "empty body");
 
-    api_store_t *st = store_take(a);
-    int rc = api_store_apply_webhook(st, WEBHOOK_PROVIDER, &ev, payload, &res, &serr);
+    webhook_store_t *st = store_take(a);
+    int rc = webhook_store_apply(st, WEBHOOK_PROVIDER, &ev, payload, &res, &serr);
     store_give(a, st);
     free(payload);
     if (rc == STORE_DATA) {
@@ -420,7 +420,7 @@ static void api_step(void *state)
         return;
     }
     a->next_probe = now + PROBE_INTERVAL_MS;
-    int ok = api_store_ping(a->probe, &err) == STORE_OK;
+    int ok = webhook_store_ping(a->probe, &err) == STORE_OK;
     if (ok != a->db_ok)
         ok ? log_info("database reachable", NULL)
            : log_warn("database unreachable", "error", err.message, NULL);
@@ -449,10 +449,10 @@ static void teardown(struct api *a)
     if (a->http)
         MHD_stop_daemon(a->http);
     for (size_t i = 0; a->stores && i < a->nstores; i++)
-        api_store_free(a->stores[i]);
+        webhook_store_free(a->stores[i]);
     free(a->stores);
     free(a->free_stores);
-    api_store_free(a->probe);
+    webhook_store_free(a->probe);
     pthread_cond_destroy(&a->returned);
     pthread_mutex_destroy(&a->lock);
     free(a->secret_list);
@@ -481,10 +481,10 @@ static int setup(struct api *a, char *err, size_t err_size)
     /* Does not connect: started while the database is down, it is not
      * ready until the probe reaches it. */
     struct store_error serr;
-    if (!(a->probe = api_store_new(url, &serr)))
+    if (!(a->probe = webhook_store_new(url, &serr)))
         goto store_failed;
     for (size_t i = 0; i < a->nstores; i++) {
-        if (!(a->stores[i] = api_store_new(url, &serr)))
+        if (!(a->stores[i] = webhook_store_new(url, &serr)))
             goto store_failed;
         a->free_stores[a->nfree++] = a->stores[i];
     }

@@ -1,4 +1,4 @@
-#include "api_store.h"
+#include "webhook_store.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,9 +12,9 @@
 /* A webhook waits this long at most for the attempt's row (a worker's
  * statement holds it for milliseconds), then is answered 503 and delivered
  * again. */
-#define API_LOCK_TIMEOUT "5s"
+#define WEBHOOK_LOCK_TIMEOUT "5s"
 
-struct api_store {
+struct webhook_store {
     store_conn_t *db;
 };
 
@@ -86,21 +86,21 @@ static const char *SQL_VIEW_ORDER =
     SQL_VIEW "WHERE order_id = $1::uuid ORDER BY created_at, id LIMIT " ORDER_ATTEMPTS_MAX;
 /* clang-format on */
 
-api_store_t *api_store_new(const char *database_url, struct store_error *err)
+webhook_store_t *webhook_store_new(const char *database_url, struct store_error *err)
 {
-    api_store_t *st = calloc(1, sizeof(*st));
+    webhook_store_t *st = calloc(1, sizeof(*st));
     if (!st) {
         store_error_set(err, "out of memory");
         return NULL;
     }
-    if (!(st->db = store_conn_new(database_url, API_LOCK_TIMEOUT, err))) {
+    if (!(st->db = store_conn_new(database_url, WEBHOOK_LOCK_TIMEOUT, err))) {
         free(st);
         return NULL;
     }
     return st;
 }
 
-void api_store_free(api_store_t *st)
+void webhook_store_free(webhook_store_t *st)
 {
     if (!st)
         return;
@@ -166,9 +166,10 @@ static enum store_rc later_failed(const struct store_error *err)
     return rc == STORE_DATA ? STORE_RETRY : rc;
 }
 
-static enum store_rc apply_once(api_store_t *st, const char *provider,
+static enum store_rc apply_once(webhook_store_t *st, const char *provider,
                                 const struct webhook_event *ev, const char *payload,
-                                struct api_webhook_result *out, struct store_error *err)
+                                struct webhook_store_result *out,
+                                struct store_error *err)
 {
     PGresult *r = NULL;
     char *evidence = NULL;
@@ -286,11 +287,10 @@ out:
  * administrator) is only found broken by the next statement: that
  * statement is repeated once on a new connection, so that a healthy
  * database never costs a client a 503. */
-enum store_rc api_store_apply_webhook(api_store_t *st, const char *provider,
-                                      const struct webhook_event *ev,
-                                      const char *payload,
-                                      struct api_webhook_result *out,
-                                      struct store_error *err)
+enum store_rc webhook_store_apply(webhook_store_t *st, const char *provider,
+                                  const struct webhook_event *ev, const char *payload,
+                                  struct webhook_store_result *out,
+                                  struct store_error *err)
 {
     enum store_rc rc = apply_once(st, provider, ev, payload, out, err);
     if (rc == STORE_RETRY && store_conn_broken(st->db))
@@ -323,7 +323,7 @@ static json_t *view_row(PGresult *r, int row)
 
 /* Reads the rows of one id; a broken connection is replaced and the query
  * asked once more, as a webhook's transaction is. */
-static enum store_rc view(api_store_t *st, const char *sql, const char *id,
+static enum store_rc view(webhook_store_t *st, const char *sql, const char *id,
                           PGresult **res, struct store_error *err)
 {
     store_error_clear(err);
@@ -340,8 +340,8 @@ static enum store_rc view(api_store_t *st, const char *sql, const char *id,
     return PQntuples(*res) == 0 ? STORE_NOT_FOUND : STORE_OK;
 }
 
-enum store_rc api_store_attempt(api_store_t *st, const char *attempt_id, json_t **out,
-                                struct store_error *err)
+enum store_rc webhook_store_attempt(webhook_store_t *st, const char *attempt_id,
+                                    json_t **out, struct store_error *err)
 {
     PGresult *r = NULL;
     enum store_rc rc = view(st, SQL_VIEW_ATTEMPT, attempt_id, &r, err);
@@ -354,8 +354,8 @@ enum store_rc api_store_attempt(api_store_t *st, const char *attempt_id, json_t 
     return rc;
 }
 
-enum store_rc api_store_order(api_store_t *st, const char *order_id, json_t **out,
-                              struct store_error *err)
+enum store_rc webhook_store_order(webhook_store_t *st, const char *order_id,
+                                  json_t **out, struct store_error *err)
 {
     PGresult *r = NULL;
     json_t *list = NULL;
@@ -384,7 +384,7 @@ out:
     return rc;
 }
 
-enum store_rc api_store_ping(api_store_t *st, struct store_error *err)
+enum store_rc webhook_store_ping(webhook_store_t *st, struct store_error *err)
 {
     store_error_clear(err);
     PGconn *conn = store_conn_get(st->db, NULL, err);

@@ -1,4 +1,6 @@
-/* api_store: what `charged api` reads and writes in PostgreSQL.
+/* webhook_store: what `charged api` reads and writes in PostgreSQL: the
+ * provider's webhook events, recorded once each in processed_webhook_events
+ * and the attempts they settle, and the status views.
  *
  * Webhook events are applied one transaction each: the event is recorded
  * in processed_webhook_events (PRIMARY KEY (provider, event_id)) first, so
@@ -13,10 +15,10 @@
  * Status queries read attempts as the contract shows them, never their
  * payment method, metadata or secrets.
  *
- * Not thread-safe: one api_store per thread. The connection is opened
+ * Not thread-safe: one webhook_store per thread. The connection is opened
  * lazily and re-opened after it breaks. */
-#ifndef CHARGED_API_STORE_H
-#define CHARGED_API_STORE_H
+#ifndef CHARGED_WEBHOOK_STORE_H
+#define CHARGED_WEBHOOK_STORE_H
 
 #include <stddef.h>
 
@@ -25,17 +27,17 @@
 #include "store.h"
 #include "webhook_event.h"
 
-typedef struct api_store api_store_t;
+typedef struct webhook_store webhook_store_t;
 
 /* Every fallible call returns an enum store_rc (store.h) and fills err. */
 
 /* Copies database_url. Does not connect: NULL and err only when it cannot
  * be parsed, or on out of memory. */
-api_store_t *api_store_new(const char *database_url, struct store_error *err);
-void api_store_free(api_store_t *st);
+webhook_store_t *webhook_store_new(const char *database_url, struct store_error *err);
+void webhook_store_free(webhook_store_t *st);
 
 /* What became of a webhook event. */
-struct api_webhook_result {
+struct webhook_store_result {
     const char *outcome; /* "applied", "review", "ignored", "flagged",
                             "unmatched" or "duplicate" */
     const char *reason;  /* static: why (the decision's) */
@@ -53,23 +55,22 @@ struct api_webhook_result {
  * database refuses later in the transaction is STORE_RETRY, as the event
  * was fine). A connection found broken is replaced and the transaction
  * tried once more. */
-enum store_rc api_store_apply_webhook(api_store_t *st, const char *provider,
-                                      const struct webhook_event *ev,
-                                      const char *payload,
-                                      struct api_webhook_result *out,
-                                      struct store_error *err);
+enum store_rc webhook_store_apply(webhook_store_t *st, const char *provider,
+                                  const struct webhook_event *ev, const char *payload,
+                                  struct webhook_store_result *out,
+                                  struct store_error *err);
 
 /* Status queries. On success *out is a new reference the caller owns: one
  * attempt object, or {"order_id", "payment_attempts": [...]} oldest first.
  * Returns STORE_OK, STORE_NOT_FOUND when there is no such attempt or order
  * (*out NULL), anything else when the database failed. Ids must be
  * canonical lower-case uuids (the caller checks). */
-enum store_rc api_store_attempt(api_store_t *st, const char *attempt_id, json_t **out,
-                                struct store_error *err);
-enum store_rc api_store_order(api_store_t *st, const char *order_id, json_t **out,
-                              struct store_error *err);
+enum store_rc webhook_store_attempt(webhook_store_t *st, const char *attempt_id,
+                                    json_t **out, struct store_error *err);
+enum store_rc webhook_store_order(webhook_store_t *st, const char *order_id,
+                                  json_t **out, struct store_error *err);
 
 /* Is the database reachable? STORE_OK, or STORE_RETRY and err. */
-enum store_rc api_store_ping(api_store_t *st, struct store_error *err);
+enum store_rc webhook_store_ping(webhook_store_t *st, struct store_error *err);
 
 #endif
