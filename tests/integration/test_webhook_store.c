@@ -1,0 +1,372 @@
+/* common/webhook_store against the real PostgreSQL of the local stack, each
+ * test in a database of its own: a webhook event settles its attempt once
+ * (status, ledger, result event, the event recorded), a redelivery is a
+ * duplicate, an event for no attempt is unmatched, one we do not act on is
+ * ignored; the status views; a session the server ended is replaced and
+ * the call asked once more; and how every failure is classified, with the
+ * SQLSTATE in the struct store_error: an event the database refuses is
+ * STORE_DATA, a refusal after the event was taken STORE_RETRY (the
+ * delivery is asked again), the attempt held by another session past the
+ * lock_timeout STORE_LOCKED, an unreachable database STORE_RETRY. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "attempt_store.h"
+#include "db.h"
+#include "test_env.h"
+#include "webhook_store.h"
+
+#define PROVIDER "psp"
+
+static struct store_error err;
+static char url[1024];
+static PGconn *admin;
+static int seq;
+
+static void setup(void)
+{
+    test_env_migrated_database(url, sizeof(url));
+    admin = test_env_connect(url);
+}
+
+static void teardown(void)
+{
+    PQfinish(admin);
+}
+
+static void sql(const char *q)
+{
+    ck_assert_msg(db_run(admin, q, 0, NULL, &err) == 0, "%s", err.message);
+}
+
+static char *value(const char *q)
+{
+    static char out[512];
+    PGresult *r = db_exec(admin, q, 0, NULL, &err);
+    ck_assert_msg(r && PQntuples(r) == 1, "%s", err.message);
+    snprintf(out, sizeof(out), "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return out;
+}
+
+/* A PROCESSING attempt of 1000 EUR, claimed by a worker whose call is in
+ * flight, as a webhook finds it. Its id in `id`. */
+static void processing_attempt(char id[37])
+{
+    struct charge_command c = {0};
+    seq++;
+    snprintf(c.payment_attempt_id, sizeof(c.payment_attempt_id),
+             "00000000-0000-4000-8000-%012d", seq);
+    snprintf(c.order_id, sizeof(c.order_id), "10000000-0000-4000-8000-%012d", seq);
+    snprintf(c.idempotency_key, sizeof(c.idempotency_key), "attempt:%s",
+             c.payment_attempt_id);
+    c.amount = 1000;
+    snprintf(c.currency, sizeof(c.currency), "EUR");
+    snprintf(c.payment_method, sizeof(c.payment_method), "pm_card_visa");
+    snprintf(c.fingerprint, sizeof(c.fingerprint), "fp");
+    attempt_store_t *w = attempt_store_new(url, "w1", &err);
+    ck_assert_msg(w != NULL, "%s", err.message);
+    struct attempt_record_item it = {.cmd = &c};
+    ck_assert_msg(attempt_store_record(w, &it, 1, &err) == STORE_OK, "%s", err.message);
+    struct attempt_claim_item ci = {.attempt_id = c.payment_attempt_id};
+    ck_assert_msg(attempt_store_claim(w, &ci, 1, 60000, &err) == STORE_OK, "%s",
+                  err.message);
+    ck_assert_int_eq(ci.result, ATTEMPT_CLAIMED);
+    attempt_store_free(w);
+    snprintf(id, 37, "%s", c.payment_attempt_id);
+}
+
+/* A success (or, with WEBHOOK_EVIDENCE_NONE, an event we do not act on)
+ * of 1000 EUR for `attempt_id` under intent `intent`. */
+static struct webhook_event event(const char *event_id, enum webhook_evidence evidence,
+                                  const char *attempt_id, const char *intent)
+{
+    struct webhook_event ev;
+    memset(&ev, 0, sizeof(ev));
+    snprintf(ev.id, sizeof(ev.id), "%s", event_id);
+    snprintf(ev.type, sizeof(ev.type), "%s",
+             evidence == WEBHOOK_EVIDENCE_SUCCEEDED ? "payment_intent.succeeded"
+                                                    : "payment_intent.created");
+    ev.created = (int64_t)time(NULL);
+    ev.evidence = evidence;
+    snprintf(ev.intent_id, sizeof(ev.intent_id), "%s", intent);
+    snprintf(ev.intent_status, sizeof(ev.intent_status), "succeeded");
+    ev.amount = 1000;
+    snprintf(ev.currency, sizeof(ev.currency), "EUR");
+    snprintf(ev.attempt_id, sizeof(ev.attempt_id), "%s", attempt_id);
+    return ev;
+}
+
+static webhook_store_t *store(void)
+{
+    webhook_store_t *st = webhook_store_new(url, &err);
+    ck_assert_msg(st != NULL, "%s", err.message);
+    return st;
+}
+
+static char *attempt_row(const char *id)
+{
+    char q[512];
+    snprintf(
+        q, sizeof(q),
+        "SELECT status || ' ' || coalesce(provider_payment_id, '-') || ' ' ||"
+        " (lease_owner IS NULL) || ' ' ||"
+        " (SELECT count(*) FROM ledger_entries l WHERE l.payment_attempt_id = p.id)"
+        " || ' ' || (SELECT count(*) FROM outbox o WHERE o.payment_attempt_id ="
+        " p.id AND o.event_type = 'charge.succeeded')"
+        " FROM payment_attempts p WHERE id = '%s'",
+        id);
+    return value(q);
+}
+
+static char *recorded(const char *event_id)
+{
+    char q[256];
+    snprintf(q, sizeof(q),
+             "SELECT coalesce(max(outcome), 'none') FROM processed_webhook_events"
+             " WHERE event_id = '%s'",
+             event_id);
+    return value(q);
+}
+
+START_TEST(an_event_settles_its_attempt_once)
+{
+    char id[37];
+    processing_attempt(id);
+    webhook_store_t *st = store();
+    struct webhook_store_result res;
+    struct webhook_event ev = event("evt_ok", WEBHOOK_EVIDENCE_SUCCEEDED, id, "pi_ok");
+
+    ck_assert_msg(webhook_store_apply(st, PROVIDER, &ev, "{}", &res, &err) == STORE_OK,
+                  "%s", err.message);
+    ck_assert_str_eq(res.outcome, "applied");
+    ck_assert_str_eq(res.attempt_id, id);
+    ck_assert_str_eq(res.old_status, "PROCESSING");
+    ck_assert_str_eq(res.new_status, "SUCCEEDED");
+    ck_assert_str_eq(attempt_row(id), "SUCCEEDED pi_ok true 1 1");
+    ck_assert_str_eq(recorded("evt_ok"), "applied");
+
+    /* Delivered again: nothing changes. */
+    ck_assert_int_eq(webhook_store_apply(st, PROVIDER, &ev, "{}", &res, &err),
+                     STORE_OK);
+    ck_assert_str_eq(res.outcome, "duplicate");
+    ck_assert_str_eq(attempt_row(id), "SUCCEEDED pi_ok true 1 1");
+
+    /* An event for no attempt we know, and one we do not act on. */
+    struct webhook_event stray = event("evt_stray", WEBHOOK_EVIDENCE_SUCCEEDED,
+                                       "00000000-0000-4000-8000-999999999999", "pi_x");
+    ck_assert_int_eq(webhook_store_apply(st, PROVIDER, &stray, "{}", &res, &err),
+                     STORE_OK);
+    ck_assert_str_eq(res.outcome, "unmatched");
+    ck_assert_str_eq(recorded("evt_stray"), "unmatched");
+    struct webhook_event created = event("evt_new", WEBHOOK_EVIDENCE_NONE, id, "pi_ok");
+    ck_assert_int_eq(webhook_store_apply(st, PROVIDER, &created, "{}", &res, &err),
+                     STORE_OK);
+    ck_assert_str_eq(res.outcome, "ignored");
+    ck_assert_str_eq(recorded("evt_new"), "ignored");
+    webhook_store_free(st);
+    webhook_store_free(NULL);
+}
+END_TEST
+
+START_TEST(status_views)
+{
+    char id[37], order[37];
+    processing_attempt(id);
+    char q[256];
+    snprintf(q, sizeof(q), "SELECT order_id FROM payment_attempts WHERE id = '%s'", id);
+    snprintf(order, sizeof(order), "%s", value(q));
+    webhook_store_t *st = store();
+    json_t *doc = NULL;
+
+    ck_assert_int_eq(webhook_store_ping(st, &err), STORE_OK);
+    ck_assert_msg(webhook_store_attempt(st, id, &doc, &err) == STORE_OK, "%s",
+                  err.message);
+    ck_assert_str_eq(json_string_value(json_object_get(doc, "payment_attempt_id")), id);
+    ck_assert_str_eq(json_string_value(json_object_get(doc, "status")), "PROCESSING");
+    ck_assert_int_eq(json_integer_value(json_object_get(doc, "amount")), 1000);
+    ck_assert(json_is_null(json_object_get(doc, "provider_payment_id")));
+    ck_assert_ptr_null(json_object_get(doc, "payment_method"));
+    json_decref(doc);
+    ck_assert_int_eq(webhook_store_order(st, order, &doc, &err), STORE_OK);
+    ck_assert_str_eq(json_string_value(json_object_get(doc, "order_id")), order);
+    ck_assert_uint_eq(json_array_size(json_object_get(doc, "payment_attempts")), 1);
+    json_decref(doc);
+
+    const char *none = "00000000-0000-4000-8000-999999999999";
+    doc = (json_t *)&doc; /* anything: the call sets it */
+    ck_assert_int_eq(webhook_store_attempt(st, none, &doc, &err), STORE_NOT_FOUND);
+    ck_assert_ptr_null(doc);
+    ck_assert_int_eq(webhook_store_order(st, none, &doc, &err), STORE_NOT_FOUND);
+    ck_assert_ptr_null(doc);
+    webhook_store_free(st);
+}
+END_TEST
+
+/* Ends the one client session of the test's database other than admin's
+ * (the store's), and waits until the server has let it go. */
+static void end_store_session(void)
+{
+    char pid[32];
+    snprintf(pid, sizeof(pid), "%s",
+             value("SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                   " AND backend_type = 'client backend' AND pid <> pg_backend_pid()"));
+    const char *p[1] = {pid};
+    ck_assert_msg(db_run(admin, "SELECT pg_terminate_backend($1::int)", 1, p, &err) ==
+                      0,
+                  "%s", err.message);
+    long long deadline = test_env_now_ms() + 10000;
+    struct timespec pause = {0, 10 * 1000000L};
+    char q[128];
+    snprintf(q, sizeof(q), "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", pid);
+    while (strcmp(value(q), "0") != 0 && test_env_now_ms() < deadline)
+        nanosleep(&pause, NULL);
+    ck_assert_str_eq(value(q), "0");
+}
+
+/* A session the server ended while idle (a restart, a pooler) costs the
+ * caller nothing: the call is asked once more on a new one. */
+START_TEST(a_session_ended_by_the_server_is_replaced)
+{
+    char id[37];
+    processing_attempt(id);
+    webhook_store_t *st = store();
+    json_t *doc = NULL;
+    ck_assert_int_eq(webhook_store_ping(st, &err), STORE_OK);
+    end_store_session();
+    ck_assert_msg(webhook_store_attempt(st, id, &doc, &err) == STORE_OK, "%s",
+                  err.message);
+    json_decref(doc);
+    end_store_session();
+    struct webhook_store_result res;
+    struct webhook_event ev =
+        event("evt_again", WEBHOOK_EVIDENCE_SUCCEEDED, id, "pi_1");
+    ck_assert_msg(webhook_store_apply(st, PROVIDER, &ev, "{}", &res, &err) == STORE_OK,
+                  "%s", err.message);
+    ck_assert_str_eq(res.outcome, "applied");
+    webhook_store_free(st);
+}
+END_TEST
+
+START_TEST(refusals_are_classified_with_their_sqlstate)
+{
+    char id[37];
+    processing_attempt(id);
+    webhook_store_t *st = store();
+    struct webhook_store_result res;
+
+    /* The event itself refused: DATA, and no delivery of it will do. */
+    struct webhook_event ev = event("evt_bad", WEBHOOK_EVIDENCE_SUCCEEDED, id, "pi_1");
+    ck_assert_int_eq(webhook_store_apply(st, PROVIDER, &ev, "{not json", &res, &err),
+                     STORE_DATA);
+    ck_assert_str_eq(err.sqlstate, "22P02");
+    ck_assert_msg(strstr(err.message, "json") != NULL, "%s", err.message);
+    ck_assert_str_eq(recorded("evt_bad"), "none");
+
+    /* Refused once the event was taken (here by a trigger standing for a
+     * constraint the decision missed): not the event's fault, so RETRY,
+     * and the whole transaction is undone. */
+    sql("CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS"
+        " $$BEGIN RAISE EXCEPTION 'refused' USING ERRCODE = 'check_violation'; END$$");
+    sql("CREATE TRIGGER refuse BEFORE UPDATE ON payment_attempts"
+        " FOR EACH ROW EXECUTE FUNCTION refuse()");
+    struct webhook_event ok =
+        event("evt_later", WEBHOOK_EVIDENCE_SUCCEEDED, id, "pi_1");
+    ck_assert_int_eq(webhook_store_apply(st, PROVIDER, &ok, "{}", &res, &err),
+                     STORE_RETRY);
+    ck_assert_str_eq(err.sqlstate, "23514");
+    ck_assert_str_eq(recorded("evt_later"), "none");
+    ck_assert_str_eq(attempt_row(id), "PROCESSING - false 0 0");
+    sql("DROP TRIGGER refuse ON payment_attempts");
+    ck_assert_int_eq(webhook_store_apply(st, PROVIDER, &ok, "{}", &res, &err),
+                     STORE_OK);
+    ck_assert_str_eq(res.outcome, "applied");
+    ck_assert_str_eq(err.sqlstate, "");
+    webhook_store_free(st);
+}
+END_TEST
+
+/* Another session holds the attempt's row (a worker's statement, or one
+ * hung in its transaction) past the store's lock_timeout (5 s): LOCKED,
+ * 55P03, nothing recorded, and the delivery taken once the row is free. */
+START_TEST(an_attempt_held_by_another_session_is_locked)
+{
+    char id[37];
+    processing_attempt(id);
+    webhook_store_t *st = store();
+    struct webhook_store_result res;
+    PGconn *peer = test_env_connect(url);
+    const char *held[1] = {id};
+    /* Held for longer than our sessions may idle in a transaction. */
+    ck_assert_int_eq(
+        db_run(peer, "SET idle_in_transaction_session_timeout = 0", 0, NULL, &err), 0);
+    ck_assert_int_eq(db_run(peer, "BEGIN", 0, NULL, &err), 0);
+    ck_assert_msg(db_run(peer,
+                         "SELECT id FROM payment_attempts WHERE id = $1::uuid"
+                         " FOR NO KEY UPDATE",
+                         1, held, &err) == 0,
+                  "%s", err.message);
+    struct webhook_event ev = event("evt_held", WEBHOOK_EVIDENCE_SUCCEEDED, id, "pi_1");
+    ck_assert_int_eq(webhook_store_apply(st, PROVIDER, &ev, "{}", &res, &err),
+                     STORE_LOCKED);
+    ck_assert_str_eq(err.sqlstate, "55P03");
+    ck_assert_str_eq(recorded("evt_held"), "none");
+    /* The status views read without waiting for it. */
+    json_t *doc = NULL;
+    ck_assert_int_eq(webhook_store_attempt(st, id, &doc, &err), STORE_OK);
+    json_decref(doc);
+    ck_assert_int_eq(db_run(peer, "ROLLBACK", 0, NULL, &err), 0);
+    PQfinish(peer);
+    ck_assert_int_eq(webhook_store_apply(st, PROVIDER, &ev, "{}", &res, &err),
+                     STORE_OK);
+    ck_assert_str_eq(res.outcome, "applied");
+    webhook_store_free(st);
+}
+END_TEST
+
+START_TEST(an_unreachable_database_is_retry)
+{
+    ck_assert_ptr_null(webhook_store_new("postgresql://x:y@/db?nonsense=1", &err));
+    ck_assert_msg(strstr(err.message, "bad database url") != NULL, "%s", err.message);
+    webhook_store_t *down =
+        webhook_store_new("postgresql://charged@127.0.0.1:1/charged", &err);
+    ck_assert_msg(down != NULL, "a store is made without connecting: %s", err.message);
+    struct webhook_store_result res;
+    struct webhook_event ev = event("evt_down", WEBHOOK_EVIDENCE_SUCCEEDED,
+                                    "00000000-0000-4000-8000-000000000001", "pi_1");
+    json_t *doc = NULL;
+    long long t0 = test_env_now_ms();
+    ck_assert_int_eq(webhook_store_apply(down, PROVIDER, &ev, "{}", &res, &err),
+                     STORE_RETRY);
+    ck_assert_str_eq(err.sqlstate, "");
+    ck_assert_msg(strstr(err.message, "database unreachable") != NULL, "%s",
+                  err.message);
+    ck_assert_int_eq(webhook_store_attempt(down, ev.attempt_id, &doc, &err),
+                     STORE_RETRY);
+    ck_assert_int_eq(webhook_store_order(down, ev.attempt_id, &doc, &err), STORE_RETRY);
+    ck_assert_ptr_null(doc);
+    ck_assert_int_eq(webhook_store_ping(down, &err), STORE_RETRY);
+    ck_assert_str_eq(err.sqlstate, "");
+    ck_assert_int_lt(test_env_now_ms() - t0, 20000);
+    webhook_store_free(down);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("webhook_store");
+    TCase *tc = tcase_create("webhook_store");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, an_event_settles_its_attempt_once);
+    tcase_add_test(tc, status_views);
+    tcase_add_test(tc, a_session_ended_by_the_server_is_replaced);
+    tcase_add_test(tc, refusals_are_classified_with_their_sqlstate);
+    tcase_add_test(tc, an_attempt_held_by_another_session_is_locked);
+    tcase_add_test(tc, an_unreachable_database_is_retry);
+    suite_add_tcase(s, tc);
+    return test_env_run_suite(s);
+}
