@@ -169,14 +169,32 @@ static void *watchdog(void *arg)
     return NULL;
 }
 
-int64_t daemon_backoff_failed(struct daemon_backoff *b, const char *stage,
-                              const char *err)
+int daemon_db_due(const struct daemon_db *db)
+{
+    return clock_now_ms() >= db->retry_at;
+}
+
+void daemon_db_ok(struct daemon_db *db)
+{
+    db->backoff_ms = 0;
+    db->reached = 1;
+    db->last_ok_ms = clock_now_ms();
+}
+
+void daemon_db_reached(struct daemon_db *db)
+{
+    db->reached = 1;
+    db->last_ok_ms = clock_now_ms();
+}
+
+int64_t daemon_db_failed(struct daemon_db *db, const char *stage, const char *err)
 {
     char ms[32];
-    b->ms = b->ms ? b->ms * 2 : 250;
-    if (b->ms > 5000)
-        b->ms = 5000;
-    snprintf(ms, sizeof(ms), "%lld", (long long)b->ms);
+    db->backoff_ms = db->backoff_ms ? db->backoff_ms * 2 : 250;
+    if (db->backoff_ms > 5000)
+        db->backoff_ms = 5000;
+    db->reached = 0;
+    snprintf(ms, sizeof(ms), "%lld", (long long)db->backoff_ms);
     char label[64];
     snprintf(label, sizeof(label), "%s", stage);
     for (char *c = label; *c; c++)
@@ -185,12 +203,15 @@ int64_t daemon_backoff_failed(struct daemon_backoff *b, const char *stage,
     metrics_add(METRIC_DATABASE_FAILURES, 1, label);
     log_error("database step failed; will retry", "stage", stage, "error", err,
               "retry_in_ms", ms, NULL);
-    return clock_now_ms() + b->ms;
+    db->retry_at = clock_now_ms() + db->backoff_ms;
+    return db->retry_at;
 }
 
-void daemon_backoff_reset(struct daemon_backoff *b)
+const char *daemon_db_not_ready(const struct daemon_db *db)
 {
-    b->ms = 0;
+    if (db->reached)
+        return NULL;
+    return db->backoff_ms ? "database unreachable" : "database not reached yet";
 }
 
 static int start_watchdog(long long shutdown_ms, char *errbuf, size_t errbuf_size)

@@ -61,15 +61,30 @@ struct daemon_program {
  * not host:port or does not resolve, 1 when it cannot be bound. */
 int daemon_main(int argc, char **argv, const struct daemon_program *program);
 
-/* Back-off after a failed database step: doubles from 250 ms to 5 s while
- * the failures last; logs the step and why. Returns when to try again
- * (clock_now_ms). daemon_backoff_reset() after a success. */
-struct daemon_backoff {
-    int64_t ms;
+/* A role's database as its loop sees it. After a failed step the role
+ * backs off, doubling from 250 ms to 5 s while the failures last (each is
+ * logged and counted); the back-off ends with the next success. */
+struct daemon_db {
+    int64_t backoff_ms; /* 0 after a success */
+    int64_t retry_at;   /* clock_now_ms: no step before */
+    int reached;        /* the last step reached it */
+    int64_t last_ok_ms; /* clock_now_ms of the last success */
 };
-int64_t daemon_backoff_failed(struct daemon_backoff *b, const char *stage,
-                              const char *err);
-void daemon_backoff_reset(struct daemon_backoff *b);
+/* May the next database step run now (its back-off is over)? */
+int daemon_db_due(const struct daemon_db *db);
+/* A step succeeded: the back-off ends. */
+void daemon_db_ok(struct daemon_db *db);
+/* A step reached the database, but the unit of work it belongs to is not
+ * done: the database counts as reached, the back-off stays until
+ * daemon_db_ok(). */
+void daemon_db_reached(struct daemon_db *db);
+/* A step failed: logs the step and why, counts it, backs off. Returns when
+ * to try again (clock_now_ms). */
+int64_t daemon_db_failed(struct daemon_db *db, const char *stage, const char *err);
+/* Why the role cannot be ready for its database's sake ("database
+ * unreachable" after a failure, "database not reached yet" before the
+ * first step), or NULL once a step reached it. */
+const char *daemon_db_not_ready(const struct daemon_db *db);
 
 /* The role's readiness, from its loop: ready, or not and why (a short
  * phrase such as "database unreachable"; copied; NULL when ready). Changes

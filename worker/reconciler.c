@@ -43,8 +43,7 @@ struct reconciler {
     long long schedule[MAX_SCHEDULE];
     int nschedule;
     int64_t next_poll, next_backlog;
-    struct daemon_backoff backoff;
-    int db_reached; /* the last database step succeeded */
+    struct daemon_db db;
     struct attempt_due *due;
     size_t ndue, looking; /* the batch claimed, and the one looked at */
     int64_t renewed_at;   /* when the batch's leases were last extended */
@@ -300,14 +299,12 @@ static void look(struct reconciler *r, struct look *l)
 
 static void db_failed(struct reconciler *r, const char *stage, const char *err)
 {
-    r->next_poll = daemon_backoff_failed(&r->backoff, stage, err);
-    r->db_reached = 0;
+    r->next_poll = daemon_db_failed(&r->db, stage, err);
 }
 
 static void db_ok(struct reconciler *r)
 {
-    daemon_backoff_reset(&r->backoff);
-    r->db_reached = 1;
+    daemon_db_ok(&r->db);
 }
 
 /* Calls whose look could not be written, kept (bounded) until the database
@@ -550,7 +547,7 @@ static void count_backlog(struct reconciler *r)
     long long counts[2], oldest[2];
     struct store_error err;
     int64_t now = clock_now_ms();
-    if (now < r->next_backlog || (r->backoff.ms && now < r->next_poll))
+    if (now < r->next_backlog || (r->db.backoff_ms && now < r->next_poll))
         return; /* not due, or the database is being waited for */
     r->next_backlog = now + BACKLOG_EVERY_MS;
     if (attempt_store_backlog(r->store, statuses, 2, counts, oldest, &err) !=
@@ -571,11 +568,8 @@ static void reconciler_step(void *state)
     struct reconciler *r = state;
     count_backlog(r);
     look_at_due(r);
-    if (r->db_reached)
-        daemon_set_ready(1, NULL);
-    else
-        daemon_set_ready(0, r->backoff.ms ? "database unreachable"
-                                          : "database not reached yet");
+    const char *why = daemon_db_not_ready(&r->db);
+    daemon_set_ready(!why, why);
 }
 
 /* Nothing is in flight between steps: each step settles its batch or hands

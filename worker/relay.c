@@ -23,9 +23,8 @@ struct relay {
     const char *topic; /* CHARGE_RESULTS_TOPIC: every event goes there */
     long long batch, poll_ms, retention_ms, backlog_log_ms, ack_timeout_ms;
     int64_t next_poll, next_housekeeping;
-    struct daemon_backoff backoff;
+    struct daemon_db db;
     int leading;
-    int db_reached;      /* the last database step succeeded */
     int broker_refusing; /* the last batch was not all acknowledged */
     /* Delivery reports of the batch in hand, by index: recorded by the
      * callback, read by the loop. */
@@ -65,8 +64,7 @@ static void forget_backlog(void)
 
 static void db_failed(struct relay *r, const char *stage, const char *err)
 {
-    r->next_poll = daemon_backoff_failed(&r->backoff, stage, err);
-    r->db_reached = 0;
+    r->next_poll = daemon_db_failed(&r->db, stage, err);
     if (r->leading) {
         log_warn("leadership lost with the database connection", NULL);
         forget_backlog();
@@ -218,7 +216,7 @@ static void publish_batch(struct relay *r)
             goto out;
         }
     }
-    daemon_backoff_reset(&r->backoff);
+    daemon_db_ok(&r->db);
     metrics_add(METRIC_OUTBOX_PUBLISHED, (double)ok);
     if (r->broker_refusing)
         r->next_poll = clock_now_ms() + 1000;
@@ -250,7 +248,7 @@ static void publish_step(struct relay *r)
         return;
     }
     int lead = rc == STORE_OK;
-    r->db_reached = 1;
+    daemon_db_reached(&r->db);
     if (lead != r->leading)
         log_info(lead ? "leading: publishing the outbox"
                       : "standing by: another relay publishes",
@@ -274,9 +272,9 @@ static void relay_step(void *state)
     struct relay *r = state;
     char fatal[256];
     publish_step(r);
-    if (!r->db_reached)
-        daemon_set_ready(0, r->backoff.ms ? "database unreachable"
-                                          : "database not reached yet");
+    const char *why = daemon_db_not_ready(&r->db);
+    if (why)
+        daemon_set_ready(0, why);
     else if (rd_kafka_fatal_error(r->producer, fatal, sizeof(fatal)))
         daemon_set_ready(0, "producer failed");
     else if (r->broker_refusing)

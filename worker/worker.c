@@ -94,10 +94,8 @@ struct worker {
     offset_tracker_t *offsets;
     job_list_t *jobs;
     int64_t last_full_poll_ms;
-    int64_t last_commit_ms, last_renew_ms, db_retry_at;
-    struct daemon_backoff db_backoff;
-    int db_reached;              /* the last database step succeeded */
-    int64_t last_db_ok_ms;       /* when */
+    int64_t last_commit_ms, last_renew_ms;
+    struct daemon_db db;
     int assigned;                /* partitions the group gave us */
     int assignment_changed;      /* a rebalance since they were counted */
     int64_t unassigned_since_ms; /* 0 while partitions are assigned */
@@ -474,20 +472,17 @@ static void send_dead_letters(struct worker *w)
 
 static int db_ready(struct worker *w)
 {
-    return clock_now_ms() >= w->db_retry_at;
+    return daemon_db_due(&w->db);
 }
 
 static void db_ok(struct worker *w)
 {
-    daemon_backoff_reset(&w->db_backoff);
-    w->db_reached = 1;
-    w->last_db_ok_ms = clock_now_ms();
+    daemon_db_ok(&w->db);
 }
 
 static void db_failed(struct worker *w, const char *stage, const char *err)
 {
-    w->db_retry_at = daemon_backoff_failed(&w->db_backoff, stage, err);
-    w->db_reached = 0;
+    daemon_db_failed(&w->db, stage, err);
 }
 
 /* A message the database refuses even on its own: a dead letter, so that
@@ -1503,8 +1498,8 @@ static int idle_ms(struct worker *w, int cap)
     for (size_t i = 0; i < sizeof(timed) / sizeof(timed[0]); i++)
         if ((at = job_list_next_at(w->jobs, timed[i])) < next)
             next = at;
-    if (w->db_retry_at > now && w->db_retry_at < next)
-        next = w->db_retry_at;
+    if (w->db.retry_at > now && w->db.retry_at < next)
+        next = w->db.retry_at;
     return next <= now ? 0 : (int)(next - now);
 }
 
@@ -1754,7 +1749,7 @@ static void warn_if_unassigned(struct worker *w)
 static void check_readiness(struct worker *w)
 {
     struct store_error err;
-    if (db_ready(w) && clock_now_ms() - w->last_db_ok_ms >= DB_PING_MS) {
+    if (db_ready(w) && clock_now_ms() - w->db.last_ok_ms >= DB_PING_MS) {
         if (attempt_store_ping(w->store, &err) == STORE_OK)
             db_ok(w);
         else
@@ -1770,9 +1765,9 @@ static void check_readiness(struct worker *w)
             rd_kafka_topic_partition_list_destroy(l);
     }
     warn_if_unassigned(w);
-    if (!w->db_reached)
-        daemon_set_ready(0, w->db_backoff.ms ? "database unreachable"
-                                             : "database not reached yet");
+    const char *why = daemon_db_not_ready(&w->db);
+    if (why)
+        daemon_set_ready(0, why);
     else if (w->assigned == 0)
         daemon_set_ready(0, "no partitions assigned");
     else if (w->paused)
