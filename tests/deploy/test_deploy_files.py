@@ -56,7 +56,7 @@ SECRETS_READ = {
 GRACE_MARGIN_MS = 10000
 
 # Metric families every role may export (name -> (type, labels)). When
-# common/metrics.c exists its names are the truth (see known_metrics()).
+# common/runtime/metrics.c exists its names are the truth (see known_metrics()).
 METRICS = {
     "charged_messages_total": ("counter", {"outcome"}),
     "charged_attempts_processed_total": ("counter", {"status"}),
@@ -878,7 +878,7 @@ def image_ships_binaries_and_migrations(ctx):
     last = len(stages(ctx)) - 1
     instrs = stage_of(ctx, last)
     copies = [a for i, a in instrs if i == "COPY"]
-    for path, binary in (("worker/charged", "charged"), ("chargectl/chargectl", "chargectl"),
+    for path, binary in (("roles/charged", "charged"), ("chargectl/chargectl", "chargectl"),
                          ("tools/psp-sim/psp-sim", "psp-sim")):
         check(any(a.startswith("--from=build") and "/build/%s " % path in a + " " and
                   a.endswith("/usr/local/bin/" + binary) for a in copies),
@@ -955,7 +955,7 @@ def image_has_every_runtime_library(ctx):
     runtime = apt_packages(stage_of(ctx, last))
     base = {"libc6", "libgcc-s1", "zlib1g"}  # in debian:bookworm-slim already
     check(not runtime & NOT_IN_IMAGE, "the runtime stage installs %s" % sorted(runtime & NOT_IN_IMAGE))
-    todo = [os.path.join(build, b) for b in ("worker/charged", "chargectl/chargectl", "tools/psp-sim/psp-sim")]
+    todo = [os.path.join(build, b) for b in ("roles/charged", "chargectl/chargectl", "tools/psp-sim/psp-sim")]
     seen = set()
     while todo:
         path = todo.pop()
@@ -1041,13 +1041,13 @@ OPERATIONS = os.path.join(ROOT, "docs", "operations.md")
 
 
 def known_metrics():
-    """(names, where from). common/metrics.c's table, once it exists, is the
+    """(names, where from). common/runtime/metrics.c's table, once it exists, is the
     truth about what the programs export; until then the agreed list."""
-    src = os.path.join(ROOT, "common", "metrics.c")
+    src = os.path.join(ROOT, "common", "runtime", "metrics.c")
     if os.path.exists(src):
         names = set(re.findall(r'"(charged_[a-z0-9_]+)"', read(src)))
-        check(names, "common/metrics.c names no charged_ metric")
-        return names, "common/metrics.c"
+        check(names, "common/runtime/metrics.c names no charged_ metric")
+        return names, "common/runtime/metrics.c"
     return set(METRICS), "the list in this test"
 
 
@@ -1182,11 +1182,11 @@ def obs_dashboard_uses_known_metrics(ctx):
 
 
 def obs_known_list_matches_the_programs(ctx):
-    # With common/metrics.c present, every family the dashboard and the
+    # With common/runtime/metrics.c present, every family the dashboard and the
     # alerts were written for must be one it exports.
-    if ctx["source"] == "common/metrics.c":
+    if ctx["source"] == "common/runtime/metrics.c":
         missing = sorted(set(METRICS) - ctx["known"])
-        check(not missing, "common/metrics.c does not export %s" % missing)
+        check(not missing, "common/runtime/metrics.c does not export %s" % missing)
 
 
 def obs_scrape_configs_label_the_role(ctx):
@@ -1379,7 +1379,7 @@ def expect_started(argv, env, marker, what):
 
 
 def charged_bin():
-    return os.path.join(BUILD, "worker", "charged")
+    return os.path.join(BUILD, "roles", "charged")
 
 
 def settings_kubernetes_roles_start(ctx):

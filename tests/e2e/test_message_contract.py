@@ -7,7 +7,7 @@ does.
 2. The samples of docs/messages.md validate; asyncapi.yaml names the three
    topics and only schema files that exist.
 3. A corpus of commands, one or more bad ones per rule of
-   charge_command_parse (common/charge_command.c) that the schema can
+   charge_command_parse (common/core/charge_command.c) that the schema can
    express, goes through a real worker: every command the schema refuses
    ends as a schema_violation dead letter naming the same field, every one
    it accepts is recorded. Rules the schema cannot express are left out of

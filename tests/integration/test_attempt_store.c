@@ -1,4 +1,4 @@
-/* common/attempt_store against the real PostgreSQL of the local stack:
+/* common/store/attempt_store against the real PostgreSQL of the local stack:
  * record (conflicts whatever batch they arrive in, the same-order guard),
  * claim (stored parameters, the key's age on the database clock), takeover
  * and fencing, release, how failures are classified, and a row another

@@ -1,4 +1,4 @@
-/* common/outbox_store against the real PostgreSQL of the local stack, each
+/* common/store/outbox_store against the real PostgreSQL of the local stack, each
  * test in a database of its own: leadership (one holder, gone with its
  * session, taken again on a new one), fetch in seq order with an attempt's
  * later events held behind a failed one, mark published / failed, purge

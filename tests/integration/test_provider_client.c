@@ -276,7 +276,7 @@ START_TEST(invalid_request_keeps_the_code_not_the_customer)
     ck_assert_str_eq(r.code, "resource_missing");
     ck_assert_str_eq(r.param, "customer");
     ck_assert_str_eq(r.error, "No such customer: '***'");
-    provider_client_error_detail(&r, detail, sizeof(detail));
+    provider_outcome_detail(&r, detail, sizeof(detail));
     ck_assert_str_eq(detail, "resource_missing (customer): No such customer: '***'");
     ck_assert_ptr_null(strstr(detail, "Secret42"));
 }

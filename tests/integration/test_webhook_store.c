@@ -1,4 +1,4 @@
-/* common/webhook_store against the real PostgreSQL of the local stack, each
+/* common/store/webhook_store against the real PostgreSQL of the local stack, each
  * test in a database of its own: a webhook event settles its attempt once
  * (status, ledger, result event, the event recorded), a redelivery is a
  * duplicate, an event for no attempt is unmatched, one we do not act on is

@@ -1,4 +1,4 @@
-/* Unit tests of common/admin_http: the three paths and their answers over
+/* Unit tests of common/http/admin_http: the three paths and their answers over
  * real HTTP (libcurl against a listener on a port the kernel picked), the
  * methods and paths it refuses, addresses it cannot use, and clients that
  * connect and say nothing. */

@@ -1,4 +1,4 @@
-/* Unit tests of common/attempt_status: names, the live set and the allowed
+/* Unit tests of common/core/attempt_status: names, the live set and the allowed
  * transitions. (test_schema_migrate checks the migration against it.) */
 #include <check.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* Unit tests of common/card_data: what counts as a card number, and masking. */
+/* Unit tests of common/core/card_data: what counts as a card number, and masking. */
 #include <check.h>
 #include <string.h>
 

@@ -1,4 +1,4 @@
-/* Unit tests of common/charge_command: each rule of the contract's command
+/* Unit tests of common/core/charge_command: each rule of the contract's command
  * schema, the deployment limits, and the fingerprint. */
 #include <check.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* Unit tests of common/charge_policy: every provider outcome, with and
+/* Unit tests of common/core/charge_policy: every provider outcome, with and
  * without retries left, inside and outside the key's retention window, and
  * what each answer counts against an attempt's tries in an outage. The
  * expectations are written out here, row by row, from the contract's table

@@ -1,4 +1,4 @@
-/* Unit tests of common/config: defaults, environment, NAME_FILE secrets,
+/* Unit tests of common/runtime/config: defaults, environment, NAME_FILE secrets,
  * KAFKA_* pass-through and each kind of bad value. */
 #include <check.h>
 #include <stdio.h>

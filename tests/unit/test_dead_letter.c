@@ -1,4 +1,4 @@
-/* Unit tests of common/dead_letter: the letter it builds for each reason,
+/* Unit tests of common/kafka/dead_letter: the letter it builds for each reason,
  * as docs/dead-letters.md and the contract describe it. The original's
  * key, value and headers byte for byte, card numbers masked wherever they
  * are; the dlq.* headers; and the cut letter for a DLQ that refused the

@@ -1,4 +1,4 @@
-/* Unit tests of common/http_reply: the logger writes each libmicrohttpd
+/* Unit tests of common/http/http_reply: the logger writes each libmicrohttpd
  * message as one log line without its line break, and the replies carry
  * their body, status, type and headers over real HTTP (libcurl against a
  * libmicrohttpd daemon on a port the kernel picked). */

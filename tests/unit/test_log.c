@@ -1,4 +1,4 @@
-/* Unit tests of common/log: one JSON object per line on stderr, with ts,
+/* Unit tests of common/runtime/log: one JSON object per line on stderr, with ts,
  * level, program, msg and the fields (docs/interface.md), and registered
  * secrets replaced by "[redacted]" in every one of them
  * (docs/configuration.md), whatever the text around them: long, invalid

@@ -1,4 +1,4 @@
-/* Unit tests of common/metrics: the Prometheus text format 0.0.4 as
+/* Unit tests of common/runtime/metrics: the Prometheus text format 0.0.4 as
  * rendered (HELP/TYPE of every family, escaping, histograms cumulative with
  * +Inf, _sum and _count), and updates from several threads at once. */
 #include <check.h>

@@ -1,4 +1,4 @@
-/* Unit tests of common/offset_tracker: commits never skip an unfinished
+/* Unit tests of common/core/offset_tracker: commits never skip an unfinished
  * message, whatever order messages finish in. */
 #include <check.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* Unit tests of common/provider_breaker: the state machine, driven with a
+/* Unit tests of common/core/provider_breaker: the state machine, driven with a
  * clock of our own. Expected states are written out step by step. */
 #include <check.h>
 #include <stdint.h>

@@ -1,4 +1,4 @@
-/* Unit tests of common/reconcile_policy: docs/reconciler.md's order of
+/* Unit tests of common/core/reconcile_policy: docs/reconciler.md's order of
  * evidence, one row per rule it states, the adversarial ones included. Each
  * row plays one look the way the reconciler does (the policy names a call,
  * the row's answer to that call is added, until it settles) and asserts the

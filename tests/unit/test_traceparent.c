@@ -1,4 +1,4 @@
-/* Unit tests of common/traceparent: the W3C example and its near misses.
+/* Unit tests of common/core/traceparent: the W3C example and its near misses.
  * A near miss must leave nothing behind: out is "" whatever came in. */
 #include <check.h>
 #include <string.h>

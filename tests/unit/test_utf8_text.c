@@ -1,4 +1,4 @@
-/* Unit tests of common/utf8_text: what reaches the database from outside is
+/* Unit tests of common/core/utf8_text: what reaches the database from outside is
  * valid UTF-8, without control characters, and never cut mid-character. */
 #include <check.h>
 #include <string.h>

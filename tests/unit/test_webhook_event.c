@@ -1,4 +1,4 @@
-/* Unit tests of common/webhook_event: the event's shape is checked, and the
+/* Unit tests of common/core/webhook_event: the event's shape is checked, and the
  * decision table does what docs/api.md promises, row by row. */
 #include <check.h>
 #include <stdio.h>

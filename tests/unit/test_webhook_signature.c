@@ -1,4 +1,4 @@
-/* Unit tests of common/webhook_signature: authentic and fresh deliveries
+/* Unit tests of common/core/webhook_signature: authentic and fresh deliveries
  * pass; forged, tampered, stale, future and malformed ones do not; any of
  * several secrets and any of several v1 values may match (rotation). */
 #include <check.h>

@@ -1,6 +1,7 @@
 /* attempt_sql: SQL fragments shared by every writer of payment attempts
  * (the worker's and reconciler's attempt_store, the api's webhook_store), so
- * that a result event is built in exactly one place. Internal to common/. */
+ * that a result event is built in exactly one place. Private to the store
+ * library: its internal/ folder is on no other target's include path. */
 #ifndef CHARGED_ATTEMPT_SQL_H
 #define CHARGED_ATTEMPT_SQL_H
 

@@ -12,7 +12,7 @@
  * exit status.
  *
  * daemon_main serves /healthz, /readyz and /metrics on ADMIN_ADDR
- * (common/admin_http.h) from before the role is built until after it
+ * (common/http/admin_http.h) from before the role is built until after it
  * finished. Live (/healthz 200): the loop turned within HEALTH_STALL_MS, or
  * the process is draining after a signal (the watchdog bounds that, and a
  * liveness kill would cut the drain short). Ready (/readyz 200): the role

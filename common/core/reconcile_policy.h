@@ -11,7 +11,7 @@
 #define CHARGED_RECONCILE_POLICY_H
 
 #include "attempt_status.h"
-#include "provider_client.h"
+#include "provider_outcome.h"
 
 /* Pages of the provider's list (100 intents each) one walk takes at most; a
  * window holding more is looked at again later, never called empty. */

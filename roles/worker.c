@@ -1046,7 +1046,7 @@ static void outcome_of(const struct job *j, struct attempt_outcome *o, char *rea
         /* The provider's code and param, and its message as the client
          * masked it: never what it echoes of the request. */
         char detail[400];
-        provider_client_error_detail(r, detail, sizeof(detail));
+        provider_outcome_detail(r, detail, sizeof(detail));
         snprintf(reason, reason_size, "%s: %s", d->reason_code, detail);
     } else if (r->error[0])
         snprintf(reason, reason_size, "%s: %s", d->reason_code, r->error);

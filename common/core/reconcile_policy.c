@@ -204,7 +204,7 @@ classify(const struct reconcile_limits *lim, const struct reconcile_attempt *a,
             return from_intent(a, c, 1, detail, size);
         }
         if (c->outcome == PROVIDER_INVALID) {
-            provider_client_error_detail(c, detail, size);
+            provider_outcome_detail(c, detail, size);
             return RECONCILE_CHARGE_REFUSED;
         }
         snprintf(detail, size, "%s", c->error);

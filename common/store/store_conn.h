@@ -1,5 +1,5 @@
-/* store_conn: the one PostgreSQL session of a store, internal to common/
- * (the stores' own helper; no role includes it).
+/* store_conn: the one PostgreSQL session of a store, internal to the store
+ * library (the stores' own helper; no role includes it).
  *
  * Opened lazily, with the settings every store's session has (db_connect's,
  * a 10 s statement_timeout and the store's lock_timeout, so that no

@@ -29,7 +29,7 @@
 
 #include "attempt_status.h"
 #include "charge_command.h"
-#include "provider_client.h"
+#include "provider_outcome.h"
 #include "store.h"
 
 typedef struct attempt_store attempt_store_t;

@@ -51,16 +51,6 @@ static void curl_init_once(void)
     curl_global_init(CURL_GLOBAL_ALL);
 }
 
-static const char *outcome_names[] = {
-    "succeeded", "processing",      "declined", "not_executed",
-    "unknown",   "requires_review", "invalid",  "not_found",
-};
-
-const char *provider_outcome_name(enum provider_outcome o)
-{
-    return outcome_names[o];
-}
-
 static void share_lock(CURL *h, curl_lock_data data, curl_lock_access a, void *u)
 {
     provider_client_t *pc = u;
@@ -810,17 +800,6 @@ int provider_client_list(provider_client_t *pc, const char *payment_attempt_id,
              after ? after : "");
     curl_free(after);
     return lookup(pc, url, LOOKUP_LIST, payment_attempt_id, res);
-}
-
-void provider_client_error_detail(const struct provider_result *res, char *buf,
-                                  size_t size)
-{
-    if (!res->code[0])
-        snprintf(buf, size, "%s", res->error);
-    else if (res->param[0])
-        snprintf(buf, size, "%s (%s): %s", res->code, res->param, res->error);
-    else
-        snprintf(buf, size, "%s: %s", res->code, res->error);
 }
 
 /* Hands x to the multi handle; on failure frees it. 0 / -1. */

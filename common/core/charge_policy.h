@@ -12,7 +12,7 @@
 #define CHARGED_CHARGE_POLICY_H
 
 #include "attempt_status.h"
-#include "provider_client.h"
+#include "provider_outcome.h"
 
 struct charge_policy {
     int unknown_retries;     /* sends again after an unknown outcome */

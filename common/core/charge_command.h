@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include "dead_letter.h"
+#include "dead_letter_reason.h"
 
 /* The contract bounds text in characters; a character of UTF-8 is at most
  * 4 bytes, so that is how large the buffers are. */

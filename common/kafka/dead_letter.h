@@ -1,8 +1,5 @@
-/* dead_letter: the reasons a command is refused, and the dead letter that
- * carries it to the DLQ topic.
- *
- * The reason codes are part of the contract with operators (docs/dead-letters.md
- * lists them); add codes, never rename them. */
+/* dead_letter: the dead letter that carries a refused command to the DLQ
+ * topic (the reasons it is refused: dead_letter_reason.h). */
 #ifndef CHARGED_DEAD_LETTER_H
 #define CHARGED_DEAD_LETTER_H
 
@@ -11,26 +8,7 @@
 
 #include <librdkafka/rdkafka.h>
 
-enum dead_letter_reason {
-    DEAD_LETTER_NONE = 0,
-    DEAD_LETTER_EMPTY_VALUE,
-    DEAD_LETTER_OVERSIZED,
-    DEAD_LETTER_CARD_DATA,
-    DEAD_LETTER_INVALID_UTF8,
-    DEAD_LETTER_MALFORMED_JSON,
-    DEAD_LETTER_SCHEMA_VIOLATION,
-    DEAD_LETTER_KEY_MISMATCH,
-    DEAD_LETTER_AMOUNT_OVER_LIMIT,
-    DEAD_LETTER_CURRENCY_NOT_ALLOWED,
-    DEAD_LETTER_IDEMPOTENCY_KEY_CONFLICT,
-    DEAD_LETTER_DATABASE_REFUSED, /* valid, but the database refused a value */
-    DEAD_LETTER__COUNT
-};
-
-/* "malformed_json", ...; NULL for DEAD_LETTER_NONE. */
-const char *dead_letter_reason_name(enum dead_letter_reason r);
-/* The reason named s, or -1. */
-int dead_letter_reason_parse(const char *s);
+#include "dead_letter_reason.h"
 
 /* Where a dead letter comes from and who refused it. */
 struct dead_letter_origin {

@@ -1,0 +1,23 @@
+#include "provider_outcome.h"
+
+#include <stdio.h>
+
+static const char *outcome_names[] = {
+    "succeeded", "processing",      "declined", "not_executed",
+    "unknown",   "requires_review", "invalid",  "not_found",
+};
+
+const char *provider_outcome_name(enum provider_outcome o)
+{
+    return outcome_names[o];
+}
+
+void provider_outcome_detail(const struct provider_result *res, char *buf, size_t size)
+{
+    if (!res->code[0])
+        snprintf(buf, size, "%s", res->error);
+    else if (res->param[0])
+        snprintf(buf, size, "%s (%s): %s", res->code, res->param, res->error);
+    else
+        snprintf(buf, size, "%s: %s", res->code, res->error);
+}

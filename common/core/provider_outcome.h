@@ -1,0 +1,52 @@
+/* provider_outcome: what a payment provider answered, as data: the outcome
+ * of a call (what the caller must do next, per the contract's table) and the
+ * answer's details. Pure: the policies decide on it without the client that
+ * fills it in (provider_client). */
+#ifndef CHARGED_PROVIDER_OUTCOME_H
+#define CHARGED_PROVIDER_OUTCOME_H
+
+#include <stddef.h>
+
+enum provider_outcome {
+    PROVIDER_SUCCEEDED = 0,   /* charge confirmed; provider_payment_id set */
+    PROVIDER_PROCESSING,      /* accepted, settles later (webhook, lookup) */
+    PROVIDER_DECLINED,        /* 402 card_error: code, decline_code set */
+    PROVIDER_NOT_EXECUTED,    /* 409, 429, refused before sending: retry same key */
+    PROVIDER_UNKNOWN,         /* 5xx, timeout, lost after sending: reconcile */
+    PROVIDER_REQUIRES_REVIEW, /* 400 idempotency_error, or an answer we cannot place */
+    PROVIDER_INVALID,         /* 400 invalid_request_error: not executed, final */
+    PROVIDER_NOT_FOUND,       /* look-ups only: no such payment intent */
+};
+
+/* "succeeded", "processing", ... for logs and the provider_calls table. */
+const char *provider_outcome_name(enum provider_outcome o);
+
+struct provider_result {
+    enum provider_outcome outcome;
+    int http_status; /* 0: no answer */
+    int replayed;    /* Idempotent-Replayed: true */
+    int sent;        /* request bytes reached the wire */
+    int resent;      /* times curl itself sent it again with the same key: a
+                        pooled connection closed without an answer (the
+                        first try may have executed) */
+    long latency_ms;
+    long long amount;           /* of the intent, when the answer carried one */
+    char currency[8];           /* of the intent, lower case as sent; "" when absent */
+    char intent_attempt_id[40]; /* the intent's metadata[payment_attempt_id] */
+    int matches;                /* look-ups: how many intents were found */
+    char provider_payment_id[96];
+    char intent_status[32];
+    char code[64];
+    char decline_code[64];
+    char param[64];        /* error.param: the request parameter the provider faults */
+    char error[256];       /* one line: why, when not succeeded; the provider's own
+                              message has its ids and quoted values masked */
+    int has_more;          /* list: another page follows */
+    char list_last_id[96]; /* list: the page's last intent (starting_after) */
+};
+
+/* "<code>[ (<param>)]: <error>", or the error alone when the provider gave
+ * no code: what a reason quotes of a refused request. */
+void provider_outcome_detail(const struct provider_result *res, char *buf, size_t size);
+
+#endif
