@@ -2,14 +2,9 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <check.h>
-
-#include "db.h"
-#include "migrate.h"
 
 const char *test_env_database_url(void)
 {
@@ -33,72 +28,6 @@ long long test_env_now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-PGconn *test_env_connect(const char *url)
-{
-    struct store_error err;
-    PGconn *c = db_connect(url, &err);
-    ck_assert_msg(c != NULL, "%s", err.message);
-    return c;
-}
-
-/* Rebuilds the base connection string with another dbname. */
-static void with_dbname(const char *base, const char *dbname, char *out,
-                        size_t out_size)
-{
-    char *errmsg = NULL;
-    PQconninfoOption *opts = PQconninfoParse(base, &errmsg);
-    size_t o = 0;
-
-    ck_assert_msg(opts != NULL, "bad CHARGED_TEST_DATABASE_URL: %s",
-                  errmsg ? errmsg : "?");
-    out[0] = '\0';
-    for (PQconninfoOption *p = opts; p->keyword; p++) {
-        const char *v = !strcmp(p->keyword, "dbname") ? dbname : p->val;
-        if (!v || !*v)
-            continue;
-        o += (size_t)snprintf(out + o, out_size - o, "%s='%s' ", p->keyword, v);
-        ck_assert(o < out_size);
-    }
-    PQconninfoFree(opts);
-}
-
-int test_env_fresh_database(char *out, size_t out_size)
-{
-    static unsigned counter;
-    char name[64];
-    struct store_error err;
-    const char *params[1];
-    PGconn *admin = test_env_connect(test_env_database_url());
-
-    snprintf(name, sizeof(name), "t_%d_%u_%ld", (int)getpid(), counter++,
-             (long)(test_env_now_ms() % 100000000));
-    /* CREATE DATABASE takes no parameters; the name is ours and quoted. */
-    char *ident = PQescapeIdentifier(admin, name, strlen(name));
-    char sql[256];
-    snprintf(sql, sizeof(sql), "CREATE DATABASE %s", ident);
-    PQfreemem(ident);
-    (void)params;
-    ck_assert_msg(db_run(admin, sql, 0, NULL, &err) == 0, "%s", err.message);
-    PQfinish(admin);
-    with_dbname(test_env_database_url(), name, out, out_size);
-    return 0;
-}
-
-int test_env_migrated_database(char *out, size_t out_size)
-{
-    char err[512];
-    int applied;
-    test_env_fresh_database(out, out_size);
-    PGconn *c = test_env_connect(out);
-    migrate_set_t *set = migrate_set_new(NULL, err, sizeof(err));
-    ck_assert_msg(set != NULL, "%s", err);
-    ck_assert_msg(migrate_run(c, set, NULL, &applied, err, sizeof(err)) == 0, "%s",
-                  err);
-    migrate_set_free(set);
-    PQfinish(c);
-    return 0;
 }
 
 int test_env_run_suite(Suite *suite)

@@ -9,7 +9,10 @@
 
 #include <stddef.h>
 #include <check.h>
-#include <libpq-fe.h>
+
+/* libpq's own declaration, so that the unit tests of the core, which use no
+ * database, compile without its headers (test_env_db.c holds the rest). */
+typedef struct pg_conn PGconn;
 
 /* The base connection string; aborts the test with a clear message if the
  * stack's variables are not set. */
