@@ -11,6 +11,7 @@
 
 #include "attempt_status.h"
 #include "attempt_store.h"
+#include "charge_op.h"
 #include "charge_policy.h"
 #include "clock.h"
 #include "config.h"
@@ -187,16 +188,7 @@ static void call(struct reconciler *r, struct look *l, const char *op)
     } else if (!strcmp(op, "search")) {
         provider_client_search(r->provider, l->d->id, &l->res[i]);
     } else {
-        const struct attempt_params *p = &l->d->params;
-        const struct provider_charge ch = {
-            .idempotency_key = p->idempotency_key,
-            .amount = p->amount,
-            .currency = p->currency,
-            .payment_method = p->payment_method,
-            .customer_id = p->customer_id,
-            .payment_attempt_id = l->d->id,
-            .order_id = p->order_id,
-        };
+        const struct provider_charge ch = charge_op_request(&l->d->params, l->d->id);
         provider_client_charge(r->provider, &ch, &l->res[i]);
     }
     call_end(op, &l->res[i]);
@@ -520,10 +512,7 @@ static void look_at_due(struct reconciler *r)
         r->looking = i;
         keep_leases(r);
         struct look l = {.d = &r->due[i], .claimed_at = claimed_at};
-        l.lost.outcome = PROVIDER_UNKNOWN;
-        l.lost.sent = 1;
-        snprintf(l.lost.error, sizeof(l.lost.error),
-                 "connection closed without an answer; re-sent with the same key");
+        l.lost = charge_op_lost_answer();
         l.evidence = json_pack("{s:[]}", "calls");
         look(r, &l);
         int failed = settle(r, &l);

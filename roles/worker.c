@@ -16,6 +16,7 @@
 #include "attempt_status.h"
 #include "attempt_store.h"
 #include "charge_command.h"
+#include "charge_op.h"
 #include "charge_policy.h"
 #include "clock.h"
 #include "config.h"
@@ -756,15 +757,8 @@ static void start_calls(struct worker *w)
         if (!provider_breaker_allow(w->breaker, now, &j->ticket))
             continue;
         /* The stored attempt's parameters, never the message's. */
-        const struct provider_charge ch = {
-            .idempotency_key = j->params.idempotency_key,
-            .amount = j->params.amount,
-            .currency = j->params.currency,
-            .payment_method = j->params.payment_method,
-            .customer_id = j->params.customer_id,
-            .payment_attempt_id = j->cmd.payment_attempt_id,
-            .order_id = j->params.order_id,
-        };
+        const struct provider_charge ch =
+            charge_op_request(&j->params, j->cmd.payment_attempt_id);
         j->call_started_ms = clock_wall_ms();
         if (provider_client_start_charge(w->provider, &ch, j, err, sizeof(err)) != 0) {
             provider_breaker_cancel(w->breaker, &j->ticket);
@@ -924,9 +918,7 @@ static void on_call_done(struct worker *w, struct job *j)
     for (int i = 0; i < j->res.resent; i++) {
         /* curl re-sent the request itself after a pooled connection closed
          * unanswered: record that lost answer as a call of its own. */
-        struct provider_result lost = {.outcome = PROVIDER_UNKNOWN, .sent = 1};
-        snprintf(lost.error, sizeof(lost.error),
-                 "connection closed without an answer; re-sent with the same key");
+        struct provider_result lost = charge_op_lost_answer();
         log_call(w, j, &lost);
         j->calls++;
     }
