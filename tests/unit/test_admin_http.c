@@ -15,6 +15,7 @@
 #include <netinet/in.h>
 
 #include "admin_http.h"
+#include "http_client.h"
 #include "metrics.h"
 #include "test_env.h"
 
@@ -57,68 +58,17 @@ static admin_http_t *start(struct probes *p)
     return a;
 }
 
-struct answer {
-    long status;
-    char body[65536];
-    size_t len;
-    char content_type[256];
-    char allow[256];
-};
-
-static size_t on_body(char *data, size_t size, size_t n, void *arg)
-{
-    struct answer *a = arg;
-    size_t len = size * n, room = sizeof(a->body) - 1 - a->len;
-    memcpy(a->body + a->len, data, len < room ? len : room);
-    a->len += len < room ? len : room;
-    a->body[a->len] = '\0';
-    return len;
-}
-
-static size_t on_header(char *data, size_t size, size_t n, void *arg)
-{
-    struct answer *a = arg;
-    size_t len = size * n;
-    char line[256];
-    snprintf(line, sizeof(line), "%.*s", (int)(len < 255 ? len : 255), data);
-    line[strcspn(line, "\r\n")] = '\0';
-    if (!strncasecmp(line, "Content-Type: ", 14))
-        snprintf(a->content_type, sizeof(a->content_type), "%s", line + 14);
-    if (!strncasecmp(line, "Allow: ", 7))
-        snprintf(a->allow, sizeof(a->allow), "%s", line + 7);
-    return len;
-}
-
 static void request(const admin_http_t *a, const char *method, const char *path,
-                    struct answer *ans)
+                    struct http_answer *ans)
 {
-    char url[128];
-    CURL *c = curl_easy_init();
-    ck_assert_ptr_nonnull(c);
-    memset(ans, 0, sizeof(*ans));
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", admin_http_port(a), path);
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, ans);
-    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(c, CURLOPT_HEADERDATA, ans);
-    if (!strcmp(method, "HEAD"))
-        curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
-    else if (!strcmp(method, "POST"))
-        curl_easy_setopt(c, CURLOPT_POSTFIELDS, "x=1");
-    else if (strcmp(method, "GET") != 0)
-        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-    CURLcode cc = curl_easy_perform(c);
+    CURLcode cc = http_client_request(admin_http_port(a), method, path, ans);
     ck_assert_msg(cc == CURLE_OK, "%s %s: %s", method, path, curl_easy_strerror(cc));
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &ans->status);
-    curl_easy_cleanup(c);
 }
 
 START_TEST(healthz_and_readyz_answer_what_the_probes_say)
 {
     struct probes p = {1, 1, 0};
-    struct answer *ans = malloc(sizeof(*ans));
+    struct http_answer *ans = malloc(sizeof(*ans));
     admin_http_t *a = start(&p);
 
     request(a, "GET", "/healthz", ans);
@@ -148,7 +98,7 @@ END_TEST
 START_TEST(metrics_are_the_registry_in_text_format)
 {
     struct probes p = {1, 0, 0};
-    struct answer *ans = malloc(sizeof(*ans));
+    struct http_answer *ans = malloc(sizeof(*ans));
     metrics_reset();
     metrics_add(METRIC_MESSAGES, 3, "settled");
     admin_http_t *a = start(&p);
@@ -189,7 +139,7 @@ START_TEST(other_methods_and_paths_are_refused)
     static const char *const methods[] = {"POST", "PUT", "DELETE", "PATCH", "OPTIONS"};
     static const char *const paths[] = {"/healthz", "/readyz", "/metrics"};
     struct probes p = {1, 1, 0};
-    struct answer *ans = malloc(sizeof(*ans));
+    struct http_answer *ans = malloc(sizeof(*ans));
     admin_http_t *a = start(&p);
 
     for (size_t m = 0; m < sizeof(methods) / sizeof(methods[0]); m++)
@@ -273,7 +223,7 @@ static int connect_idle(int port)
 START_TEST(silent_clients_neither_block_others_nor_stay_forever)
 {
     struct probes p = {1, 1, 0};
-    struct answer *ans = malloc(sizeof(*ans));
+    struct http_answer *ans = malloc(sizeof(*ans));
     admin_http_t *a = start(&p);
     int idle[8];
 

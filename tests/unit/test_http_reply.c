@@ -14,6 +14,7 @@
 #include <jansson.h>
 #include <microhttpd.h>
 
+#include "http_client.h"
 #include "http_reply.h"
 #include "log.h"
 #include "test_env.h"
@@ -110,61 +111,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return http_reply_text(c, MHD_HTTP_NOT_FOUND, "not found\n", NULL);
 }
 
-struct answer {
-    long status;
-    char body[4096];
-    size_t len;
-    char content_type[256], cache_control[256], allow[256];
-};
-
-static size_t on_body(char *data, size_t size, size_t n, void *arg)
-{
-    struct answer *a = arg;
-    size_t len = size * n, room = sizeof(a->body) - 1 - a->len;
-    memcpy(a->body + a->len, data, len < room ? len : room);
-    a->len += len < room ? len : room;
-    a->body[a->len] = '\0';
-    return len;
-}
-
-static void header(const char *line, const char *name, char *out, size_t out_size)
-{
-    size_t n = strlen(name);
-    if (!strncasecmp(line, name, n) && line[n] == ':' && line[n + 1] == ' ')
-        snprintf(out, out_size, "%s", line + n + 2);
-}
-
-static size_t on_header(char *data, size_t size, size_t n, void *arg)
-{
-    struct answer *a = arg;
-    size_t len = size * n;
-    char line[256];
-    snprintf(line, sizeof(line), "%.*s", (int)(len < 255 ? len : 255), data);
-    line[strcspn(line, "\r\n")] = '\0';
-    header(line, "Content-Type", a->content_type, sizeof(a->content_type));
-    header(line, "Cache-Control", a->cache_control, sizeof(a->cache_control));
-    header(line, "Allow", a->allow, sizeof(a->allow));
-    return len;
-}
-
 /* GETs path; returns curl's code (the answer in ans when CURLE_OK). */
-static CURLcode get(int port, const char *path, struct answer *ans)
+static CURLcode get(int port, const char *path, struct http_answer *ans)
 {
-    char url[128];
-    CURL *c = curl_easy_init();
-    ck_assert_ptr_nonnull(c);
-    memset(ans, 0, sizeof(*ans));
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, path);
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, ans);
-    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(c, CURLOPT_HEADERDATA, ans);
-    CURLcode cc = curl_easy_perform(c);
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &ans->status);
-    curl_easy_cleanup(c);
-    return cc;
+    return http_client_request(port, "GET", path, ans);
 }
 
 START_TEST(replies_carry_status_type_and_headers)
@@ -178,7 +128,7 @@ START_TEST(replies_carry_status_type_and_headers)
         MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     ck_assert_ptr_nonnull(info);
     int port = info->port;
-    struct answer *ans = malloc(sizeof(*ans));
+    struct http_answer *ans = malloc(sizeof(*ans));
 
     ck_assert_int_eq(get(port, "/json", ans), CURLE_OK);
     ck_assert_int_eq(ans->status, 200);
