@@ -66,17 +66,12 @@ static void record(attempt_store_t *st, struct charge_command **cs, size_t n,
 
 static void sql(const char *q)
 {
-    ck_assert_msg(db_run(admin, q, 0, NULL, &err) == 0, "%s", err.message);
+    test_env_sql(admin, q, 0, NULL);
 }
 
 static char *value(const char *q)
 {
-    static char out[256];
-    PGresult *r = db_exec(admin, q, 0, NULL, &err);
-    ck_assert_msg(r && PQntuples(r) == 1, "%s", err.message);
-    snprintf(out, sizeof(out), "%s", PQgetvalue(r, 0, 0));
-    PQclear(r);
-    return out;
+    return test_env_value(admin, q);
 }
 
 START_TEST(record_compares_every_message_with_the_stored_attempt)

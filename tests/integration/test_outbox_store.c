@@ -31,17 +31,12 @@ static PGconn *admin;
 
 static void sql(const char *q, int n, const char *const *p)
 {
-    ck_assert_msg(db_run(admin, q, n, p, &err) == 0, "%s", err.message);
+    test_env_sql(admin, q, n, p);
 }
 
 static char *value(const char *q)
 {
-    static char out[256];
-    PGresult *r = db_exec(admin, q, 0, NULL, &err);
-    ck_assert_msg(r && PQntuples(r) == 1, "%s", err.message);
-    snprintf(out, sizeof(out), "%s", PQgetvalue(r, 0, 0));
-    PQclear(r);
-    return out;
+    return test_env_value(admin, q);
 }
 
 static void add_attempt(const char *id)

@@ -39,17 +39,12 @@ static void teardown(void)
 
 static void sql(const char *q)
 {
-    ck_assert_msg(db_run(admin, q, 0, NULL, &err) == 0, "%s", err.message);
+    test_env_sql(admin, q, 0, NULL);
 }
 
 static char *value(const char *q)
 {
-    static char out[512];
-    PGresult *r = db_exec(admin, q, 0, NULL, &err);
-    ck_assert_msg(r && PQntuples(r) == 1, "%s", err.message);
-    snprintf(out, sizeof(out), "%s", PQgetvalue(r, 0, 0));
-    PQclear(r);
-    return out;
+    return test_env_value(admin, q);
 }
 
 /* A PROCESSING attempt of 1000 EUR, claimed by a worker whose call is in

@@ -29,6 +29,13 @@ int test_env_migrated_database(char *out, size_t out_size);
 /* Connects, or fails the test. */
 PGconn *test_env_connect(const char *url);
 
+/* Runs q with parameters p[0..n) on conn, or fails the test. */
+void test_env_sql(PGconn *conn, const char *q, int n, const char *const *p);
+
+/* The one value q returns on conn (one row asserted), or fails the test;
+ * valid until the next call. */
+char *test_env_value(PGconn *conn, const char *q);
+
 /* Runs the suite (each test in its own process unless CK_FORK=no), frees
  * it, and returns the exit status: 0 when every test passed. */
 int test_env_run_suite(Suite *suite);

@@ -77,3 +77,20 @@ int test_env_migrated_database(char *out, size_t out_size)
     PQfinish(c);
     return 0;
 }
+
+void test_env_sql(PGconn *conn, const char *q, int n, const char *const *p)
+{
+    struct store_error err;
+    ck_assert_msg(db_run(conn, q, n, p, &err) == 0, "%s", err.message);
+}
+
+char *test_env_value(PGconn *conn, const char *q)
+{
+    static char out[512];
+    struct store_error err;
+    PGresult *r = db_exec(conn, q, 0, NULL, &err);
+    ck_assert_msg(r && PQntuples(r) == 1, "%s", err.message);
+    snprintf(out, sizeof(out), "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return out;
+}
