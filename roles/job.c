@@ -204,12 +204,12 @@ const char *job_state_name(enum job_state state)
 
 const char *job_attempt(const struct job *j)
 {
-    return j->have_cmd ? j->cmd.payment_attempt_id : NULL;
+    return j->have_cmd ? j->id : NULL;
 }
 
 const char *job_order(const struct job *j)
 {
-    return j->have_cmd ? j->cmd.order_id : NULL;
+    return j->have_cmd ? j->order_id : NULL;
 }
 
 const char *job_trace(const struct job *j)

@@ -16,8 +16,6 @@
 
 #include <librdkafka/rdkafka.h>
 
-#include "attempt_store.h"
-#include "charge_command.h"
 #include "charge_policy.h"
 #include "dead_letter.h"
 #include "provider_breaker.h"
@@ -55,17 +53,19 @@ struct job {
     int32_t partition;
     int64_t offset;
     int64_t next_at; /* WAIT, CALL, DEAD_LETTER, PERSIST: not before */
-    struct charge_command cmd;
+    /* The operation's parsed command and what its claim says to send: its
+     * engine_op's command_size and params_size bytes, owned with the job. */
+    void *command, *params;
     int have_cmd;
+    const char *id, *order_id;             /* the command's, once parsed (have_cmd) */
     char traceparent[TRACEPARENT_LEN + 1]; /* the command's, when valid; or "" */
     enum dead_letter_reason dl_reason;
     char dl_error[256];
-    int dl_cut;                   /* produce the dead letter with key/value cut */
-    int64_t lease_epoch;          /* of our claim, when we hold one */
-    int64_t claimed_at;           /* clock_now_ms of our claim */
-    int64_t key_age_ms;           /* the key's age at claimed_at (database clock) */
-    struct attempt_params params; /* the stored attempt: what we send */
-    int calls;                    /* provider calls under this claim */
+    int dl_cut;          /* produce the dead letter with key/value cut */
+    int64_t lease_epoch; /* of our claim, when we hold one */
+    int64_t claimed_at;  /* clock_now_ms of our claim */
+    int64_t key_age_ms;  /* the key's age at claimed_at (database clock) */
+    int calls;           /* provider calls under this claim */
     struct provider_breaker_ticket ticket; /* CALLING: what the breaker allowed */
     struct charge_tries tries;             /* answers counted under this claim */
     int64_t call_started_ms;               /* wall clock, for provider_calls */

@@ -512,7 +512,7 @@ static void look_at_due(struct reconciler *r)
         r->looking = i;
         keep_leases(r);
         struct look l = {.d = &r->due[i], .claimed_at = claimed_at};
-        l.lost = charge_op_lost_answer();
+        l.lost = provider_outcome_lost_answer();
         l.evidence = json_pack("{s:[]}", "calls");
         look(r, &l);
         int failed = settle(r, &l);

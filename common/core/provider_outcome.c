@@ -21,3 +21,11 @@ void provider_outcome_detail(const struct provider_result *res, char *buf, size_
     else
         snprintf(buf, size, "%s: %s", res->code, res->error);
 }
+
+struct provider_result provider_outcome_lost_answer(void)
+{
+    struct provider_result lost = {.outcome = PROVIDER_UNKNOWN, .sent = 1};
+    snprintf(lost.error, sizeof(lost.error),
+             "connection closed without an answer; re-sent with the same key");
+    return lost;
+}

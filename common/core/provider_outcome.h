@@ -49,4 +49,9 @@ struct provider_result {
  * no code: what a reason quotes of a refused request. */
 void provider_outcome_detail(const struct provider_result *res, char *buf, size_t size);
 
+/* The answer a pooled connection lost when the HTTP client sent the
+ * request again itself, with the same key: the first try may have
+ * executed, so it is recorded as a call of its own, outcome unknown. */
+struct provider_result provider_outcome_lost_answer(void);
+
 #endif

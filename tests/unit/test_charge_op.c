@@ -34,7 +34,7 @@ END_TEST
 
 START_TEST(a_lost_try_is_unknown_and_was_sent)
 {
-    struct provider_result lost = charge_op_lost_answer();
+    struct provider_result lost = provider_outcome_lost_answer();
     ck_assert_int_eq(lost.outcome, PROVIDER_UNKNOWN);
     ck_assert_int_eq(lost.sent, 1);
     ck_assert_int_eq(lost.http_status, 0);

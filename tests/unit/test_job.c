@@ -269,11 +269,12 @@ START_TEST(log_names_and_jitter)
     ck_assert_ptr_null(job_order(&j));
     ck_assert_ptr_null(job_trace(&j));
     j.have_cmd = 1;
-    snprintf(j.cmd.payment_attempt_id, sizeof(j.cmd.payment_attempt_id), "%s",
-             "3f2c6a1e-0000-4000-8000-000000000001");
+    j.id = "3f2c6a1e-0000-4000-8000-000000000001";
+    j.order_id = "7d1e0c2a-0000-4000-8000-000000000002";
     snprintf(j.traceparent, sizeof(j.traceparent), "%s",
              "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
     ck_assert_str_eq(job_attempt(&j), "3f2c6a1e-0000-4000-8000-000000000001");
+    ck_assert_str_eq(job_order(&j), "7d1e0c2a-0000-4000-8000-000000000002");
     ck_assert_str_eq(job_trace(&j),
                      "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
     /* Neighbouring messages of one partition retry apart. */

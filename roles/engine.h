@@ -1,0 +1,143 @@
+/* engine: the at-most-once pipeline every money-moving operation runs on.
+ *
+ * A command message is taken from Kafka, parsed (or dead-lettered),
+ * recorded, claimed under a fenced lease, sent to the provider with the
+ * record's stable idempotency key while that key is surely still kept,
+ * persisted fenced on the lease, and only then is its offset committed. The
+ * engine owns all of that: batches and their one-item-at-a-time fallback,
+ * leases and their renewal, fencing, hand-back, the key window, the
+ * provider breaker, dead letters, rebalances and the drain. See
+ * docs/worker.md and docs/architecture.md.
+ *
+ * What differs between operations sits behind a struct engine_op: how a
+ * command is parsed, the statements that record, claim and settle its
+ * record, the provider request, and the events a settlement publishes. The
+ * charge is one (charge_op.h); a second operation is a second descriptor,
+ * and the engine's loop does not change for it. */
+#ifndef CHARGED_ENGINE_H
+#define CHARGED_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attempt_status.h"
+#include "config.h"
+#include "daemon.h"
+#include "dead_letter_reason.h"
+#include "provider_client.h"
+#include "store.h"
+
+/* ---- what an operation's store answers ---- */
+
+enum engine_record_result {
+    ENGINE_RECORDED = 0, /* new or the same command again: claim it */
+    ENGINE_CONFLICT,     /* key or id reused with other parameters: dead letter */
+    ENGINE_REJECTED,     /* recorded REJECTED before any call: done */
+    ENGINE_RECORD_AGAIN, /* a race moved under us: record again later */
+};
+
+struct engine_record {
+    const void *command;              /* in: the op's parsed command */
+    enum engine_record_result result; /* out */
+    char reason[160];                 /* out: conflict or rejection */
+};
+
+enum engine_claim_result {
+    ENGINE_CLAIMED = 0, /* ours: call the provider under lease_epoch */
+    ENGINE_SETTLED,     /* nothing to call: the outcome is durable */
+    ENGINE_BUSY,        /* leased or locked by someone else: wait */
+};
+
+struct engine_claim {
+    const char *id;                  /* in: the record's id */
+    void *params;                    /* in: op->params_size bytes to fill */
+    enum engine_claim_result result; /* out */
+    int64_t lease_epoch;             /* out, when claimed */
+    int64_t key_age_ms;              /* out, when claimed: now - first sent, on
+                                        the database's clock; 0 never sent */
+    char status[20];                 /* out: the status before the claim */
+};
+
+/* A provider call, for the record's call log. */
+struct engine_call {
+    const char *id;
+    int64_t started_ms; /* epoch ms */
+    const struct provider_result *res;
+};
+
+/* An outcome, persisted fenced on the lease together with the record's
+ * transition, its event and its ledger row. */
+struct engine_outcome {
+    const char *id;            /* in */
+    int64_t lease_epoch;       /* in: the claim this result belongs to */
+    const char *status;        /* in: SUCCEEDED, FAILED, UNKNOWN, ... */
+    const char *reason;        /* in, may be NULL */
+    const char *provider_id;   /* in, may be NULL: the provider's object */
+    const char *event_type;    /* in: result event, NULL for none */
+    const char *evidence_json; /* in: the provider's answer, summarised */
+    int calls;                 /* in: provider calls under this claim */
+    const char *last_error;    /* in, may be NULL */
+    long long next_check_ms;   /* in: reconciler's next look; < 0 none */
+    int persisted;             /* out: 0 when the lease was lost */
+    int busy;                  /* out: another session holds the row: nothing written */
+};
+
+/* ---- the descriptor ---- */
+
+/* Every store function takes a batch in one round trip, returns an enum
+ * store_rc and fills err, and is safe to repeat (store.h): STORE_DATA and
+ * STORE_LOCKED make the engine try the items one at a time. */
+struct engine_op {
+    const char *name; /* "charge": metrics' operation label, log lines */
+    /* The command topic and its dead-letter topic (enum config_key). */
+    unsigned commands_topic_key, dlq_topic_key;
+    size_t command_size; /* bytes of a parsed command, kept per job */
+    size_t params_size;  /* bytes of what a claim says to send */
+
+    /* The operation's own state (its store, its limits), from the role's
+     * configuration; NULL and err when it cannot be built. */
+    void *(*open)(config_t *cfg, const char *actor, char *err, size_t err_size);
+    void (*close)(void *op);
+
+    /* A message's key and value: DEAD_LETTER_NONE and *command filled (its
+     * resources freed by release), or a reason and one line in err. */
+    enum dead_letter_reason (*parse)(void *op, const void *key, size_t key_len,
+                                     const void *value, size_t value_len, void *command,
+                                     char *err, size_t err_size);
+    void (*release)(void *command);
+    /* The record's id (the lease's name) and the order it is for. */
+    const char *(*id_of)(const void *command);
+    const char *(*order_of)(const void *command);
+
+    enum store_rc (*ping)(void *op, struct store_error *err);
+    enum store_rc (*record)(void *op, struct engine_record *items, size_t n,
+                            struct store_error *err);
+    enum store_rc (*claim)(void *op, struct engine_claim *items, size_t n,
+                           long long lease_ms, struct store_error *err);
+    enum store_rc (*log_calls)(void *op, const struct engine_call *calls, size_t n,
+                               struct store_error *err);
+    enum store_rc (*persist)(void *op, struct engine_outcome *items, size_t n,
+                             struct store_error *err);
+    enum store_rc (*renew)(void *op, const char *const *ids, const int64_t *epochs,
+                           size_t n, long long lease_ms, int *still_ours,
+                           struct store_error *err);
+    enum store_rc (*release_leases)(void *op, const char *const *ids,
+                                    const int64_t *epochs, size_t n,
+                                    struct store_error *err);
+
+    /* Starts the provider call for the claimed params (never the message's
+     * copy) under their idempotency key; `tag` comes back with its answer
+     * from provider_client_next_done. 0, or -1 and err. */
+    int (*start_call)(void *op, provider_client_t *pc, const void *params,
+                      const void *command, void *tag, char *err, size_t err_size);
+    /* The event a record entering `status` publishes, or NULL for none. */
+    const char *(*event_type)(enum attempt_status status);
+};
+
+/* Builds the engine for `op` from cfg (taking ownership of cfg, also on
+ * failure) and fills *role for daemon_run. 0, or an exit status (1 runtime,
+ * 2 configuration) with err. */
+int engine_start(config_t *cfg, const char *id, const struct engine_op *op,
+                 struct daemon_role *role, char *err, size_t err_size);
+
+#endif
