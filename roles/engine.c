@@ -537,9 +537,10 @@ static void apply_record(struct engine *eng, struct job *j,
     }
 }
 
-static int record_batch(struct engine *eng, struct job **js,
-                        struct engine_record *items, size_t n, struct store_error *err)
+static int record_batch(struct engine *eng, struct job **js, void *batch, size_t n,
+                        struct store_error *err)
 {
+    struct engine_record *items = batch;
     int rc = eng->op->record(eng->op_state, items, n, err);
     for (size_t i = 0; rc == STORE_OK && i < n; i++)
         apply_record(eng, js[i], &items[i]);
@@ -557,6 +558,64 @@ static int lock_wait(struct engine *eng, struct job *j, const char *stage)
                  charge_policy_backoff_ms(&eng->policy, j->lock_waits, job_jitter(j));
     return STORE_OK;
 }
+
+/* A database stage over a batch of jobs: its statement, which applies each
+ * item's result to its job, and what becomes of an item alone that the
+ * database refuses (STORE_DATA) or another session's lock holds
+ * (STORE_LOCKED). Each returns the store_rc the stage goes on with. */
+struct stage {
+    size_t item_size;
+    int (*batch)(struct engine *eng, struct job **js, void *items, size_t n,
+                 struct store_error *err);
+    int (*refused)(struct engine *eng, struct job *j, void *item,
+                   struct store_error *err);
+    int (*locked)(struct engine *eng, struct job *j, void *item);
+};
+
+static int stage_alone(struct engine *eng, const struct stage *st, struct job **j,
+                       void *item, struct store_error *err)
+{
+    int rc = st->batch(eng, j, item, 1, err);
+    if (rc == STORE_DATA)
+        rc = st->refused(eng, *j, item, err);
+    if (rc == STORE_LOCKED)
+        rc = st->locked(eng, *j, item);
+    return rc;
+}
+
+/* The batch in one statement; when the database refuses one of its values
+ * or another session's lock holds one of its rows, each item alone, so that
+ * one bad or held item never holds the others. */
+static int stage_run(struct engine *eng, const struct stage *st, struct job **js,
+                     void *items, size_t n, struct store_error *err)
+{
+    int rc = n ? st->batch(eng, js, items, n, err) : STORE_OK;
+    if (rc != STORE_DATA && rc != STORE_LOCKED)
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        rc = stage_alone(eng, st, &js[i], (char *)items + i * st->item_size, err);
+        if (rc != STORE_OK)
+            break;
+    }
+    return rc;
+}
+
+static int record_refused(struct engine *eng, struct job *j, void *item,
+                          struct store_error *err)
+{
+    (void)item;
+    refuse(eng, j, "command", err->sqlstate);
+    return STORE_OK;
+}
+
+static int record_locked(struct engine *eng, struct job *j, void *item)
+{
+    (void)item;
+    return lock_wait(eng, j, "record");
+}
+
+static const struct stage record_stage = {sizeof(struct engine_record), record_batch,
+                                          record_refused, record_locked};
 
 static void record_attempts(struct engine *eng)
 {
@@ -585,30 +644,9 @@ static void record_attempts(struct engine *eng)
             held++;
         }
     }
-    int rc = record_batch(eng, js, items, k, &err);
-    if (rc == STORE_DATA || rc == STORE_LOCKED) {
-        /* One value the database refuses, or one row another session is
-         * changing, must not hold the others. */
-        for (size_t i = 0; i < k; i++) {
-            rc = record_batch(eng, &js[i], &items[i], 1, &err);
-            if (rc == STORE_DATA)
-                refuse(eng, js[i], "command", err.sqlstate);
-            else if (rc == STORE_LOCKED)
-                rc = lock_wait(eng, js[i], "record");
-            else if (rc != STORE_OK)
-                break;
-        }
-    }
-    for (size_t h = 0; rc == STORE_OK && h < held; h++) {
-        size_t i = n - 1 - h;
-        rc = record_batch(eng, &js[i], &items[i], 1, &err);
-        if (rc == STORE_DATA) {
-            refuse(eng, js[i], "command", err.sqlstate);
-            rc = STORE_OK;
-        } else if (rc == STORE_LOCKED) {
-            rc = lock_wait(eng, js[i], "record");
-        }
-    }
+    int rc = stage_run(eng, &record_stage, js, items, k, &err);
+    for (size_t h = 0; rc == STORE_OK && h < held; h++)
+        rc = stage_alone(eng, &record_stage, &js[n - 1 - h], &items[n - 1 - h], &err);
     if (rc == STORE_RETRY)
         db_failed(eng, "record", err.message);
     else
@@ -647,14 +685,33 @@ static void apply_claim(struct engine *eng, struct job *j,
     }
 }
 
-static int claim_batch(struct engine *eng, struct job **js, struct engine_claim *items,
-                       size_t n, struct store_error *err)
+static int claim_batch(struct engine *eng, struct job **js, void *batch, size_t n,
+                       struct store_error *err)
 {
+    struct engine_claim *items = batch;
     int rc = eng->op->claim(eng->op_state, items, n, eng->lease_ms, err);
     for (size_t i = 0; rc == STORE_OK && i < n; i++)
         apply_claim(eng, js[i], &items[i]);
     return rc;
 }
+
+static int claim_refused(struct engine *eng, struct job *j, void *item,
+                         struct store_error *err)
+{
+    (void)item;
+    refuse(eng, j, "claim", err->sqlstate);
+    return STORE_OK;
+}
+
+static int claim_locked(struct engine *eng, struct job *j, void *item)
+{
+    (void)item;
+    job_set(eng->jobs, j, JOB_WAIT);
+    return lock_wait(eng, j, "claim");
+}
+
+static const struct stage claim_stage = {sizeof(struct engine_claim), claim_batch,
+                                         claim_refused, claim_locked};
 
 static void claim_attempts(struct engine *eng)
 {
@@ -687,20 +744,7 @@ static void claim_attempts(struct engine *eng)
             items[k++].params = j->params;
         }
     }
-    int rc = claim_batch(eng, js, items, k, &err);
-    if (rc == STORE_DATA || rc == STORE_LOCKED) {
-        for (size_t i = 0; i < k; i++) {
-            rc = claim_batch(eng, &js[i], &items[i], 1, &err);
-            if (rc == STORE_DATA) {
-                refuse(eng, js[i], "claim", err.sqlstate);
-            } else if (rc == STORE_LOCKED) {
-                job_set(eng->jobs, js[i], JOB_WAIT);
-                rc = lock_wait(eng, js[i], "claim");
-            } else if (rc != STORE_OK) {
-                break;
-            }
-        }
-    }
+    int rc = stage_run(eng, &claim_stage, js, items, k, &err);
     if (rc == STORE_RETRY)
         db_failed(eng, "claim", err.message);
     else
@@ -1120,10 +1164,10 @@ static void apply_persist(struct engine *eng, struct job *j,
     job_set(eng->jobs, j, JOB_DONE);
 }
 
-static int persist_batch(struct engine *eng, struct job **js,
-                         struct engine_outcome *items, size_t n,
+static int persist_batch(struct engine *eng, struct job **js, void *batch, size_t n,
                          struct store_error *err)
 {
+    struct engine_outcome *items = batch;
     int rc = eng->op->persist(eng->op_state, items, n, err);
     for (size_t i = 0; rc == STORE_OK && i < n; i++)
         apply_persist(eng, js[i], &items[i]);
@@ -1168,6 +1212,25 @@ static int persist_for_review(struct engine *eng, struct job *j,
     return rc;
 }
 
+static int persist_refused(struct engine *eng, struct job *j, void *item,
+                           struct store_error *err)
+{
+    (void)item;
+    return persist_for_review(eng, j, err);
+}
+
+/* Held, as a locked row is: it waits, the rest goes on. */
+static int persist_locked(struct engine *eng, struct job *j, void *item)
+{
+    struct engine_outcome *o = item;
+    o->busy = 1;
+    apply_persist(eng, j, o);
+    return STORE_OK;
+}
+
+static const struct stage persist_stage = {sizeof(struct engine_outcome), persist_batch,
+                                           persist_refused, persist_locked};
+
 static void persist_outcomes(struct engine *eng)
 {
     struct store_error err;
@@ -1202,24 +1265,7 @@ static void persist_outcomes(struct engine *eng)
         o->last_error = j->res.error[0] ? j->res.error : NULL;
         k++;
     }
-    int rc = persist_batch(eng, js, items, k, &err);
-    if (rc == STORE_DATA || rc == STORE_LOCKED) {
-        /* One refused value, or one row another session is changing, must
-         * not hold the other outcomes. */
-        for (size_t i = 0; i < k; i++) {
-            rc = persist_batch(eng, &js[i], &items[i], 1, &err);
-            if (rc == STORE_DATA)
-                rc = persist_for_review(eng, js[i], &err);
-            if (rc == STORE_LOCKED) {
-                /* Held, as a locked row is: it waits, the rest goes on. */
-                items[i].busy = 1;
-                apply_persist(eng, js[i], &items[i]);
-                rc = STORE_OK;
-            }
-            if (rc != STORE_OK)
-                break;
-        }
-    }
+    int rc = stage_run(eng, &persist_stage, js, items, k, &err);
     if (rc == STORE_RETRY) {
         db_failed(eng, "persist", err.message);
         goto out;
