@@ -261,12 +261,48 @@ out:
     return rc;
 }
 
+/* A POST of body (taken: owned by the transfer, or freed) to the base url
+ * and path, with an Idempotency-Key the caller has checked. NULL with errbuf
+ * on failure. */
+static struct provider_xfer *post_xfer(provider_client_t *pc, const char *path,
+                                       char *body, const char *idempotency_key,
+                                       int with_share, char *errbuf, size_t errbuf_size)
+{
+    char url[1024], *hdr = NULL;
+    struct provider_xfer *x = NULL;
+
+    if ((size_t)snprintf(url, sizeof(url), "%s%s", pc->base_url, path) >= sizeof(url)) {
+        snprintf(errbuf, errbuf_size, "provider url too long");
+        free(body);
+        return NULL;
+    }
+    x = xfer_new(pc, url, body, with_share);
+    if (!x)
+        goto oom;
+    size_t hl = strlen(idempotency_key) + 20;
+    hdr = malloc(hl);
+    if (!hdr)
+        goto oom;
+    snprintf(hdr, hl, "Idempotency-Key: %s", idempotency_key);
+    if (add_header(x, hdr))
+        goto oom;
+    curl_easy_setopt(x->easy, CURLOPT_HTTPHEADER, x->headers);
+    goto out;
+oom:
+    snprintf(errbuf, errbuf_size, "provider client: out of memory");
+    xfer_free(x);
+    x = NULL;
+out:
+    free(hdr);
+    return x;
+}
+
 static struct provider_xfer *charge_xfer(provider_client_t *pc,
                                          const struct provider_charge *ch,
                                          int with_share, char *errbuf,
                                          size_t errbuf_size)
 {
-    char url[1024], amount[32], currency[8], *body = NULL, *hdr = NULL;
+    char amount[32], currency[8], *body = NULL;
     size_t len = 0;
     struct provider_xfer *x = NULL;
 
@@ -294,30 +330,19 @@ static struct provider_xfer *charge_xfer(provider_client_t *pc,
         form_add(&body, &len, "metadata[payment_attempt_id]", ch->payment_attempt_id) ||
         form_add(&body, &len, "metadata[order_id]", ch->order_id))
         goto oom;
-    snprintf(url, sizeof(url), "%s/v1/payment_intents", pc->base_url);
-    x = xfer_new(pc, url, body, with_share);
+    x = post_xfer(pc, "/v1/payment_intents", body, ch->idempotency_key, with_share,
+                  errbuf, errbuf_size);
     body = NULL; /* owned by x, or freed */
     if (!x)
-        goto oom;
+        goto out;
     x->amount = ch->amount;
     snprintf(x->currency, sizeof(x->currency), "%s", currency);
     snprintf(x->attempt_id, sizeof(x->attempt_id), "%s",
              ch->payment_attempt_id ? ch->payment_attempt_id : "");
-    size_t hl = strlen(ch->idempotency_key) + 20;
-    hdr = malloc(hl);
-    if (!hdr)
-        goto oom;
-    snprintf(hdr, hl, "Idempotency-Key: %s", ch->idempotency_key);
-    if (add_header(x, hdr))
-        goto oom;
-    curl_easy_setopt(x->easy, CURLOPT_HTTPHEADER, x->headers);
     goto out;
 oom:
     snprintf(errbuf, errbuf_size, "provider client: out of memory");
-    xfer_free(x);
-    x = NULL;
 out:
-    free(hdr);
     free(body);
     return x;
 }
