@@ -25,6 +25,7 @@ struct provider_xfer {
     int sends;        /* times the request's headers went out */
     void *opaque;
     int lookup;       /* a GET: classify as a look-up */
+    int operation;    /* a start_post: classify as an operation's answer */
     long long amount; /* a charge: what we asked for, to check the answer */
     char currency[8];
     char attempt_id[40]; /* a charge's, or the one a list page is searched for */
@@ -261,12 +262,48 @@ out:
     return rc;
 }
 
+/* A POST of body (taken: owned by the transfer, or freed) to the base url
+ * and path, with an Idempotency-Key the caller has checked. NULL with errbuf
+ * on failure. */
+static struct provider_xfer *post_xfer(provider_client_t *pc, const char *path,
+                                       char *body, const char *idempotency_key,
+                                       int with_share, char *errbuf, size_t errbuf_size)
+{
+    char url[1024], *hdr = NULL;
+    struct provider_xfer *x = NULL;
+
+    if ((size_t)snprintf(url, sizeof(url), "%s%s", pc->base_url, path) >= sizeof(url)) {
+        snprintf(errbuf, errbuf_size, "provider url too long");
+        free(body);
+        return NULL;
+    }
+    x = xfer_new(pc, url, body, with_share);
+    if (!x)
+        goto oom;
+    size_t hl = strlen(idempotency_key) + 20;
+    hdr = malloc(hl);
+    if (!hdr)
+        goto oom;
+    snprintf(hdr, hl, "Idempotency-Key: %s", idempotency_key);
+    if (add_header(x, hdr))
+        goto oom;
+    curl_easy_setopt(x->easy, CURLOPT_HTTPHEADER, x->headers);
+    goto out;
+oom:
+    snprintf(errbuf, errbuf_size, "provider client: out of memory");
+    xfer_free(x);
+    x = NULL;
+out:
+    free(hdr);
+    return x;
+}
+
 static struct provider_xfer *charge_xfer(provider_client_t *pc,
                                          const struct provider_charge *ch,
                                          int with_share, char *errbuf,
                                          size_t errbuf_size)
 {
-    char url[1024], amount[32], currency[8], *body = NULL, *hdr = NULL;
+    char amount[32], currency[8], *body = NULL;
     size_t len = 0;
     struct provider_xfer *x = NULL;
 
@@ -294,30 +331,19 @@ static struct provider_xfer *charge_xfer(provider_client_t *pc,
         form_add(&body, &len, "metadata[payment_attempt_id]", ch->payment_attempt_id) ||
         form_add(&body, &len, "metadata[order_id]", ch->order_id))
         goto oom;
-    snprintf(url, sizeof(url), "%s/v1/payment_intents", pc->base_url);
-    x = xfer_new(pc, url, body, with_share);
+    x = post_xfer(pc, "/v1/payment_intents", body, ch->idempotency_key, with_share,
+                  errbuf, errbuf_size);
     body = NULL; /* owned by x, or freed */
     if (!x)
-        goto oom;
+        goto out;
     x->amount = ch->amount;
     snprintf(x->currency, sizeof(x->currency), "%s", currency);
     snprintf(x->attempt_id, sizeof(x->attempt_id), "%s",
              ch->payment_attempt_id ? ch->payment_attempt_id : "");
-    size_t hl = strlen(ch->idempotency_key) + 20;
-    hdr = malloc(hl);
-    if (!hdr)
-        goto oom;
-    snprintf(hdr, hl, "Idempotency-Key: %s", ch->idempotency_key);
-    if (add_header(x, hdr))
-        goto oom;
-    curl_easy_setopt(x->easy, CURLOPT_HTTPHEADER, x->headers);
     goto out;
 oom:
     snprintf(errbuf, errbuf_size, "provider client: out of memory");
-    xfer_free(x);
-    x = NULL;
 out:
-    free(hdr);
     free(body);
     return x;
 }
@@ -424,8 +450,9 @@ static void take_codes(json_t *err, struct provider_result *res)
         copy_str(res->decline_code, sizeof(res->decline_code), decline);
 }
 
-/* Fills result fields from a PaymentIntent object. */
-static void take_intent(json_t *pi, struct provider_result *res)
+/* Fills result fields from a provider object (a PaymentIntent's, where it
+ * has them): its id, status, amount, currency and attempt. */
+static void take_object(json_t *pi, struct provider_result *res)
 {
     const char *id = json_string_value(json_object_get(pi, "id"));
     copy_str(res->provider_payment_id, sizeof(res->provider_payment_id),
@@ -438,6 +465,13 @@ static void take_intent(json_t *pi, struct provider_result *res)
     copy_str(res->intent_attempt_id, sizeof(res->intent_attempt_id),
              json_string_value(json_object_get(json_object_get(pi, "metadata"),
                                                "payment_attempt_id")));
+}
+
+/* Fills result fields from a PaymentIntent object, its last error's codes
+ * included. */
+static void take_intent(json_t *pi, struct provider_result *res)
+{
+    take_object(pi, res);
     json_t *lpe = json_object_get(pi, "last_payment_error");
     if (json_is_object(lpe))
         take_codes(lpe, res);
@@ -545,6 +579,45 @@ static void classify_charge(int http, json_t *doc, struct provider_result *res)
         snprintf(res->error, sizeof(res->error), "unexpected answer %d", http);
         return;
     }
+}
+
+/* An operation's answer (start_post): as a charge's, but a 2xx object with
+ * a usable id is the operation done, whatever status the object has now (a
+ * cancel's intent is canceled), and a 404 resource_missing is the
+ * provider's word that the object is not there: final, as a 400. The
+ * object a 4xx carries (Stripe's error.payment_intent) is taken too: it
+ * says what state refused the operation. */
+static void classify_operation(int http, json_t *doc, struct provider_result *res)
+{
+    json_t *err = json_object_get(doc, "error");
+
+    if (http >= 200 && http < 300) {
+        if (!json_is_object(doc) ||
+            !usable_id(json_string_value(json_object_get(doc, "id")))) {
+            /* It may have executed, but we could never say on what. */
+            res->outcome = PROVIDER_UNKNOWN;
+            copy_str(res->error, sizeof(res->error),
+                     "2xx answer without a usable object id");
+            return;
+        }
+        take_object(doc, res);
+        res->outcome = PROVIDER_SUCCEEDED;
+        return;
+    }
+    const char *code = json_string_value(json_object_get(err, "code"));
+    if (http == 404 && code && !strcmp(code, "resource_missing")) {
+        take_codes(err, res);
+        provider_client_redact(res->param, sizeof(res->param),
+                               json_string_value(json_object_get(err, "param")));
+        provider_client_redact(res->error, sizeof(res->error),
+                               json_string_value(json_object_get(err, "message")));
+        res->outcome = PROVIDER_INVALID;
+        return;
+    }
+    classify_charge(http, doc, res);
+    json_t *pi = json_object_get(err, "payment_intent");
+    if (http >= 400 && http < 500 && json_is_object(pi))
+        take_object(pi, res);
 }
 
 /* A charge's intent must be the one we asked for: the same amount and
@@ -711,6 +784,8 @@ static void finish(struct provider_xfer *x, CURLcode cc, struct provider_result 
     json_t *doc = x->answer ? json_loadb(x->answer, x->answer_len, 0, &jerr) : NULL;
     if (x->lookup)
         classify_lookup((int)http, doc, x->kind, x->attempt_id, res);
+    else if (x->operation)
+        classify_operation((int)http, doc, res);
     else {
         classify_charge((int)http, doc, res);
         check_intent_matches(x, doc, res);
@@ -826,6 +901,45 @@ int provider_client_start_charge(provider_client_t *pc,
     struct provider_xfer *x = charge_xfer(pc, ch, 0, errbuf, errbuf_size);
     if (!x)
         return -1;
+    return start_async(pc, x, opaque, errbuf, errbuf_size);
+}
+
+/* A path we can append to the base url as it is: '/', then printable ASCII
+ * without spaces (the caller escapes ids). */
+static int usable_path(const char *path)
+{
+    if (!path || path[0] != '/')
+        return 0;
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++)
+        if (*p <= 0x20 || *p >= 0x7f)
+            return 0;
+    return 1;
+}
+
+int provider_client_start_post(provider_client_t *pc, const char *path,
+                               const char *form_body, const char *idempotency_key,
+                               void *opaque, char *errbuf, size_t errbuf_size)
+{
+    if (!usable_path(path)) {
+        snprintf(errbuf, errbuf_size, "post to an unusable path");
+        return -1;
+    }
+    if (!idempotency_key || !*idempotency_key || strpbrk(idempotency_key, "\r\n")) {
+        snprintf(errbuf, errbuf_size, "post without a usable idempotency key");
+        return -1;
+    }
+    /* Always a body, if empty: that makes it a POST. */
+    char *body = strdup(form_body ? form_body : "");
+    if (!body) {
+        snprintf(errbuf, errbuf_size, "provider client: out of memory");
+        return -1;
+    }
+    /* The multi handle keeps its own connection cache, as for charges. */
+    struct provider_xfer *x =
+        post_xfer(pc, path, body, idempotency_key, 0, errbuf, errbuf_size);
+    if (!x)
+        return -1;
+    x->operation = 1;
     return start_async(pc, x, opaque, errbuf, errbuf_size);
 }
 

@@ -9,8 +9,8 @@
  *
  * Blocking calls (charge, retrieve, search, list) are safe from several threads;
  * they share one connection cache. The asynchronous calls (start, perform,
- * next_done) drive many charges from one thread on one multi handle; they
- * belong to the thread that uses them. */
+ * next_done) drive many charges and other operations from one thread on
+ * one multi handle; they belong to the thread that uses them. */
 #ifndef CHARGED_PROVIDER_CLIENT_H
 #define CHARGED_PROVIDER_CLIENT_H
 
@@ -71,10 +71,31 @@ int provider_client_list(provider_client_t *pc, const char *payment_attempt_id,
 void provider_client_redact(char *dst, size_t size, const char *src);
 
 /* Asynchronous charges. start() copies what it needs from ch; `opaque` comes
- * back with the result. 0 / -1 with errbuf. */
+ * back with the result. 0 / -1 with errbuf. A charge is a POST as
+ * start_post sends one, classified as a charge. */
 int provider_client_start_charge(provider_client_t *pc,
                                  const struct provider_charge *ch, void *opaque,
                                  char *errbuf, size_t errbuf_size);
+/* Asynchronous POST of any other operation with a stable idempotency key
+ * (e.g. a cancel: path "/v1/payment_intents/pi_123/cancel", form_body
+ * "cancellation_reason=abandoned"), done through perform/next_done like a
+ * charge: the same headers, timeouts, wire rule (nothing sent:
+ * NOT_EXECUTED; sent, no answer: UNKNOWN) and redaction. path is appended
+ * to the base url as given: '/' then printable ASCII, ids escaped by the
+ * caller. form_body is sent as given, already form-encoded (NULL or "":
+ * an empty body). Copies all three. The answer is classified as a
+ * charge's (400 invalid_request_error, payment_intent_unexpected_state
+ * included: INVALID; 400 idempotency_error: REQUIRES_REVIEW; 409, 429,
+ * 401, 403: NOT_EXECUTED; 5xx: UNKNOWN), except that a 2xx object with a
+ * usable id is SUCCEEDED whatever its own status (provider_payment_id its
+ * id, intent_status its status: "canceled" for a cancel; no intent check,
+ * no codes), and a 404 resource_missing is INVALID (a 404 without it stays
+ * NOT_EXECUTED). A 4xx that carries the object (error.payment_intent) fills
+ * provider_payment_id and intent_status from it. 0 / -1 with errbuf (an
+ * unusable path or key, out of memory): nothing started. */
+int provider_client_start_post(provider_client_t *pc, const char *path,
+                               const char *form_body, const char *idempotency_key,
+                               void *opaque, char *errbuf, size_t errbuf_size);
 /* Asynchronous POST /v1/payment_intents that the provider must refuse
  * before executing it (amount 0, no payment method, not confirmed), done
  * through next_done like a charge. It charges nothing: the worker's provider
@@ -87,9 +108,10 @@ void provider_client_perform(provider_client_t *pc, int timeout_ms);
 /* Takes one finished transfer: returns 1 and fills *res / *opaque, or 0. */
 int provider_client_next_done(provider_client_t *pc, struct provider_result *res,
                               void **opaque);
-/* Charges started and not yet taken by next_done. */
+/* Transfers (charges, posts, probes) started and not yet taken by
+ * next_done. */
 size_t provider_client_in_flight(const provider_client_t *pc);
-/* Abandons every unfinished asynchronous charge (shutdown). */
+/* Abandons every unfinished asynchronous transfer (shutdown). */
 void provider_client_abandon_all(provider_client_t *pc);
 
 #endif

@@ -405,6 +405,142 @@ START_TEST(async_charges_complete_with_their_opaque)
 }
 END_TEST
 
+/* start_post on c, driven to its end within 10 s; the opaque comes back. */
+static struct provider_result post_on(provider_client_t *c, const char *path,
+                                      const char *body, const char *key)
+{
+    int marker = 0;
+    struct provider_result r;
+    void *op = NULL;
+    ck_assert_int_eq(
+        provider_client_start_post(c, path, body, key, &marker, err, sizeof(err)), 0);
+    ck_assert_uint_eq(provider_client_in_flight(c), 1);
+    long long deadline = test_env_now_ms() + 10000;
+    while (!provider_client_next_done(c, &r, &op)) {
+        ck_assert_msg(test_env_now_ms() < deadline, "the post never finished");
+        provider_client_perform(c, 100);
+    }
+    ck_assert_ptr_eq(op, &marker);
+    ck_assert_uint_eq(provider_client_in_flight(c), 0);
+    ck_assert_ptr_null(strstr(r.error, PSP_SIM_TEST_KEY));
+    return r;
+}
+
+static struct provider_result cancel(const char *id, const char *body, const char *key)
+{
+    char path[160];
+    snprintf(path, sizeof(path), "/v1/payment_intents/%s/cancel", id);
+    return post_on(pc, path, body, key);
+}
+
+static size_t ledger_cancels(void)
+{
+    json_t *l = psp_sim_admin(&sim, "GET", "/ledger", NULL);
+    size_t n = json_array_size(json_object_get(l, "cancels"));
+    json_decref(l);
+    return n;
+}
+
+/* A generic POST, against psp-sim's cancel: the canceled intent is the
+ * operation succeeded, replayed under its key; a lost answer is UNKNOWN and
+ * its retry the original; the provider's refusals are final (INVALID) or a
+ * review, as a charge's. */
+START_TEST(start_post_cancels_an_intent_with_a_charges_classification)
+{
+    struct provider_result proc = run("pc-void-charge", 500, "pm_card_processing");
+    ck_assert_int_eq(proc.outcome, PROVIDER_PROCESSING);
+    struct provider_result r =
+        cancel(proc.provider_payment_id, "cancellation_reason=abandoned", "pc-void");
+    ck_assert_int_eq(r.outcome, PROVIDER_SUCCEEDED);
+    ck_assert_int_eq(r.http_status, 200);
+    ck_assert_int_eq(r.replayed, 0);
+    ck_assert_int_eq(r.sent, 1);
+    ck_assert_str_eq(r.provider_payment_id, proc.provider_payment_id);
+    ck_assert_str_eq(r.intent_status, "canceled");
+    ck_assert_int_eq(r.amount, 500);
+    ck_assert_str_eq(r.code, "");
+    struct provider_result again =
+        cancel(proc.provider_payment_id, "cancellation_reason=abandoned", "pc-void");
+    ck_assert_int_eq(again.outcome, PROVIDER_SUCCEEDED);
+    ck_assert_int_eq(again.replayed, 1);
+    ck_assert_str_eq(again.provider_payment_id, proc.provider_payment_id);
+    ck_assert_uint_eq(ledger_cancels(), 1);
+
+    /* Succeeded or canceled already: 400 payment_intent_unexpected_state,
+     * INVALID, with the state that refused it. */
+    struct provider_result paid = run("pc-void-paid", 100, "pm_card_visa");
+    struct provider_result u = cancel(paid.provider_payment_id, NULL, "pc-void-paid-c");
+    ck_assert_int_eq(u.outcome, PROVIDER_INVALID);
+    ck_assert_int_eq(u.http_status, 400);
+    ck_assert_str_eq(u.code, "payment_intent_unexpected_state");
+    ck_assert_str_eq(u.intent_status, "succeeded");
+    ck_assert_str_eq(u.provider_payment_id, paid.provider_payment_id);
+    struct provider_result twice = cancel(proc.provider_payment_id, "", "pc-void-2");
+    ck_assert_int_eq(twice.outcome, PROVIDER_INVALID);
+    ck_assert_str_eq(twice.intent_status, "canceled");
+
+    /* No such intent: the provider's own 404, final; its message masked. */
+    struct provider_result m = cancel("pi_nope", "", "pc-void-missing");
+    ck_assert_int_eq(m.outcome, PROVIDER_INVALID);
+    ck_assert_int_eq(m.http_status, 404);
+    ck_assert_str_eq(m.code, "resource_missing");
+    ck_assert_str_eq(m.error, "No such payment_intent: '***'");
+
+    /* A charge's key on a cancel: idempotency_error, a review. */
+    struct provider_result open = run("pc-void-open", 100, "pm_card_processing");
+    struct provider_result k = cancel(open.provider_payment_id, "", "pc-void-open");
+    ck_assert_int_eq(k.outcome, PROVIDER_REQUIRES_REVIEW);
+    ck_assert_int_eq(k.http_status, 400);
+
+    /* The answer lost after the cancel executed: UNKNOWN, and the retry with
+     * the key answers what the cancel did. On a client of its own: over a
+     * pooled connection curl would itself send it again (resent). */
+    provider_client_t *fresh = provider_client_new(sim.base_url, PSP_SIM_TEST_KEY, NULL,
+                                                   1000, err, sizeof(err));
+    ck_assert_ptr_nonnull(fresh);
+    char path[160];
+    snprintf(path, sizeof(path), "/v1/payment_intents/%s/cancel",
+             open.provider_payment_id);
+    set_faults(
+        "{\"rules\":[{\"kind\":\"drop_after\",\"key\":\"pc-void-drop\",\"times\":1}]}");
+    struct provider_result lost = post_on(fresh, path, "", "pc-void-drop");
+    ck_assert_int_eq(lost.outcome, PROVIDER_UNKNOWN);
+    ck_assert_int_eq(lost.sent, 1);
+    ck_assert_int_eq(lost.resent, 0);
+    ck_assert_int_eq(lost.http_status, 0);
+    ck_assert_uint_eq(ledger_cancels(), 2);
+    struct provider_result found = post_on(fresh, path, "", "pc-void-drop");
+    ck_assert_int_eq(found.outcome, PROVIDER_SUCCEEDED);
+    ck_assert_int_eq(found.replayed, 1);
+    ck_assert_str_eq(found.intent_status, "canceled");
+    ck_assert_uint_eq(ledger_cancels(), 2);
+    provider_client_free(fresh);
+
+    /* Nothing reached a provider that is not there: NOT_EXECUTED. */
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", psp_sim_free_port());
+    provider_client_t *dead =
+        provider_client_new(url, PSP_SIM_TEST_KEY, NULL, 1000, err, sizeof(err));
+    struct provider_result refused =
+        post_on(dead, "/v1/payment_intents/pi_x/cancel", "", "pc-void-refused");
+    ck_assert_int_eq(refused.outcome, PROVIDER_NOT_EXECUTED);
+    ck_assert_int_eq(refused.sent, 0);
+    provider_client_free(dead);
+
+    /* What cannot be sent is not started. */
+    ck_assert_int_eq(
+        provider_client_start_post(pc, "v1/x", "", "k", NULL, err, sizeof(err)), -1);
+    ck_assert_int_eq(
+        provider_client_start_post(pc, "/v1/a b", "", "k", NULL, err, sizeof(err)), -1);
+    ck_assert_int_eq(
+        provider_client_start_post(pc, "/v1/x", "", NULL, NULL, err, sizeof(err)), -1);
+    ck_assert_int_eq(provider_client_start_post(pc, "/v1/x", "", "k\r\nX: y", NULL, err,
+                                                sizeof(err)),
+                     -1);
+    ck_assert_uint_eq(provider_client_in_flight(pc), 0);
+}
+END_TEST
+
 static void *hammer(void *arg)
 {
     int t = (int)(long)arg;
@@ -457,6 +593,7 @@ static Suite *suite(void)
     tcase_add_test(tc, invalid_request_keeps_the_code_not_the_customer);
     tcase_add_test(tc, list_pages_match_the_attempt);
     tcase_add_test(tc, async_charges_complete_with_their_opaque);
+    tcase_add_test(tc, start_post_cancels_an_intent_with_a_charges_classification);
     tcase_add_test(tc, blocking_calls_are_thread_safe);
     suite_add_tcase(s, tc);
     TCase *pure = tcase_create("redact");

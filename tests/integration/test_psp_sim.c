@@ -1162,6 +1162,284 @@ START_TEST(port_zero_binds_free_ports_it_prints)
 }
 END_TEST
 
+/* POST /v1/payment_intents/<id>/cancel with this form body ("" for none). */
+static struct http_answer cancel_for(const char *key, const char *id, const char *body,
+                                     long timeout_ms)
+{
+    char path[160];
+    snprintf(path, sizeof(path), "/v1/payment_intents/%s/cancel", id);
+    return request("POST", path, key, body, NULL, timeout_ms);
+}
+
+static struct http_answer cancel(const char *key, const char *id, const char *body)
+{
+    return cancel_for(key, id, body, 5000);
+}
+
+/* The ledger's executed cancels: how many, and how many with this key. */
+static size_t ledger_cancels(const char *key)
+{
+    json_t *l = psp_sim_admin(&sim, "GET", "/ledger", NULL), *c;
+    size_t i, n = 0;
+    json_array_foreach(json_object_get(l, "cancels"), i, c)
+    {
+        if (!key || !strcmp(jstr(c, "idempotency_key"), key))
+            n++;
+    }
+    json_decref(l);
+    return n;
+}
+
+/* A processing intent's id, charged with this key. */
+static void processing_intent(const char *key, char *id, size_t len)
+{
+    struct http_answer a = charge(key, key, 900, "pm_card_processing");
+    ck_assert_int_eq(a.status, 200);
+    ck_assert_str_eq(jstr(a.json, "status"), "processing");
+    snprintf(id, len, "%s", jstr(a.json, "id"));
+    answer_free(&a);
+}
+
+START_TEST(cancel_processing_intent_replays_with_one_ledger_cancel)
+{
+    char id[64];
+    processing_intent("k-c-charge", id, sizeof(id));
+    const char *reason = "cancellation_reason=requested_by_customer";
+    struct http_answer a = cancel("k-c-ok", id, reason);
+    ck_assert_int_eq(a.status, 200);
+    ck_assert_int_eq(a.replayed, 0);
+    ck_assert_str_eq(jstr(a.json, "id"), id);
+    ck_assert_str_eq(jstr(a.json, "status"), "canceled");
+    ck_assert_str_eq(jstr(a.json, "cancellation_reason"), "requested_by_customer");
+    ck_assert(json_is_integer(json_object_get(a.json, "canceled_at")));
+    struct http_answer r = retrieve_on(&sim, id);
+    ck_assert_str_eq(jstr(r.json, "status"), "canceled");
+
+    /* The same key and parameters: the first answer, replayed. */
+    struct http_answer b = cancel("k-c-ok", id, reason);
+    ck_assert_int_eq(b.status, 200);
+    ck_assert_int_eq(b.replayed, 1);
+    ck_assert_str_eq(b.body, a.body);
+
+    /* One cancel in the ledger; the charge keeps its one row, now canceled,
+     * and the charges' counters still count charges only. */
+    ck_assert_uint_eq(ledger_cancels(NULL), 1);
+    json_t *l = psp_sim_admin(&sim, "GET", "/ledger", NULL);
+    json_t *c = json_array_get(json_object_get(l, "cancels"), 0);
+    ck_assert_str_eq(jstr(c, "idempotency_key"), "k-c-ok");
+    ck_assert_str_eq(jstr(c, "payment_intent_id"), id);
+    ck_assert_str_eq(jstr(c, "cancellation_reason"), "requested_by_customer");
+    ck_assert_str_eq(jstr(c, "previous_status"), "processing");
+    ck_assert_int_eq(jint(c, "http_status"), 200);
+    json_decref(l);
+    ck_assert_uint_eq(psp_sim_charges(&sim), 1);
+    json_t *row = ledger_row(&sim, id);
+    ck_assert_str_eq(jstr(row, "outcome"), "canceled");
+    ck_assert(json_is_integer(json_object_get(row, "settled_at_ms")));
+    json_decref(row);
+    ck_assert_int_eq(ledger_counter(&sim, "cancels"), 1);
+    ck_assert_int_eq(ledger_counter(&sim, "executed"), 1);
+    ck_assert_int_eq(ledger_counter(&sim, "canceled"), 1);
+    ck_assert_int_eq(ledger_counter(&sim, "processing"), 0);
+    ck_assert_int_eq(ledger_counter(&sim, "replayed"), 1);
+    answer_free(&a);
+    answer_free(&r);
+    answer_free(&b);
+}
+END_TEST
+
+START_TEST(cancel_declined_intent_without_reason)
+{
+    struct http_answer d =
+        charge("k-c-decl", "a-c-decl", 100, "pm_card_chargeDeclined");
+    ck_assert_int_eq(d.status, 402);
+    char id[64];
+    snprintf(id, sizeof(id), "%s",
+             jstr(json_object_get(json_object_get(d.json, "error"), "payment_intent"),
+                  "id"));
+    struct http_answer a = cancel("k-c-decl-cancel", id, "");
+    ck_assert_int_eq(a.status, 200);
+    ck_assert_str_eq(jstr(a.json, "status"), "canceled");
+    ck_assert(json_is_null(json_object_get(a.json, "cancellation_reason")));
+    json_t *row = ledger_row(&sim, id);
+    ck_assert_str_eq(jstr(row, "outcome"), "canceled");
+    json_decref(row);
+    ck_assert_int_eq(ledger_counter(&sim, "declined"), 0);
+    ck_assert_int_eq(ledger_counter(&sim, "canceled"), 1);
+    ck_assert_uint_eq(ledger_cancels("k-c-decl-cancel"), 1);
+    answer_free(&d);
+    answer_free(&a);
+}
+END_TEST
+
+START_TEST(cancel_refusals_execute_nothing_and_are_not_stored)
+{
+    /* Succeeded: Stripe's 400 payment_intent_unexpected_state, with the
+     * intent. */
+    struct http_answer v = charge("k-c-visa", "a-c-visa", 100, "pm_card_visa");
+    struct http_answer a = cancel("k-c-succeeded", jstr(v.json, "id"), "");
+    ck_assert_int_eq(a.status, 400);
+    ck_assert_str_eq(err_field(a.json, "type"), "invalid_request_error");
+    ck_assert_str_eq(err_field(a.json, "code"), "payment_intent_unexpected_state");
+    json_t *pi = json_object_get(json_object_get(a.json, "error"), "payment_intent");
+    ck_assert_str_eq(jstr(pi, "status"), "succeeded");
+
+    /* Canceled already: the same. */
+    char id[64];
+    processing_intent("k-c-twice-charge", id, sizeof(id));
+    struct http_answer first = cancel("k-c-twice-1", id, "");
+    ck_assert_int_eq(first.status, 200);
+    struct http_answer again = cancel("k-c-twice-2", id, "");
+    ck_assert_int_eq(again.status, 400);
+    ck_assert_str_eq(err_field(again.json, "code"), "payment_intent_unexpected_state");
+
+    /* Unknown intent: 404 resource_missing. */
+    struct http_answer m = cancel("k-c-missing", "pi_nope", "");
+    ck_assert_int_eq(m.status, 404);
+    ck_assert_str_eq(err_field(m.json, "code"), "resource_missing");
+    ck_assert_str_eq(err_field(m.json, "message"), "No such payment_intent: 'pi_nope'");
+
+    /* Parameters Stripe refuses. */
+    char other[64];
+    processing_intent("k-c-params-charge", other, sizeof(other));
+    struct http_answer bad = cancel("k-c-params", other, "cancellation_reason=bored");
+    ck_assert_int_eq(bad.status, 400);
+    ck_assert_str_eq(err_field(bad.json, "param"), "cancellation_reason");
+    struct http_answer unknown = cancel("k-c-params", other, "amount=1");
+    ck_assert_int_eq(unknown.status, 400);
+    ck_assert_str_eq(err_field(unknown.json, "code"), "parameter_unknown");
+    ck_assert_str_eq(err_field(unknown.json, "param"), "amount");
+
+    ck_assert_uint_eq(ledger_cancels(NULL), 1);
+    struct http_answer still = retrieve_on(&sim, other);
+    ck_assert_str_eq(jstr(still.json, "status"), "processing");
+    /* None was stored under its key: each key executes now. */
+    struct http_answer ok =
+        cancel("k-c-params", other, "cancellation_reason=abandoned");
+    ck_assert_int_eq(ok.status, 200);
+    ck_assert_int_eq(ok.replayed, 0);
+    char third[64];
+    processing_intent("k-c-after-404-charge", third, sizeof(third));
+    struct http_answer ok404 = cancel("k-c-missing", third, "");
+    ck_assert_int_eq(ok404.status, 200);
+    ck_assert_int_eq(ok404.replayed, 0);
+    ck_assert_uint_eq(ledger_cancels(NULL), 3);
+    answer_free(&v);
+    answer_free(&a);
+    answer_free(&first);
+    answer_free(&again);
+    answer_free(&m);
+    answer_free(&bad);
+    answer_free(&unknown);
+    answer_free(&still);
+    answer_free(&ok);
+    answer_free(&ok404);
+}
+END_TEST
+
+/* A key belongs to the endpoint it was first used on: a charge's key on a
+ * cancel, a cancel's on a charge or on another intent's cancel is 400
+ * idempotency_error and executes nothing. */
+START_TEST(cancel_and_charge_never_share_a_key)
+{
+    char id[64], id2[64];
+    processing_intent("k-shared", id, sizeof(id));
+    processing_intent("k-shared-2", id2, sizeof(id2));
+    struct http_answer a = cancel("k-shared", id, "");
+    ck_assert_int_eq(a.status, 400);
+    ck_assert_str_eq(err_field(a.json, "type"), "idempotency_error");
+    struct http_answer still = retrieve_on(&sim, id);
+    ck_assert_str_eq(jstr(still.json, "status"), "processing");
+
+    struct http_answer c = cancel("k-c-key", id, "");
+    ck_assert_int_eq(c.status, 200);
+    struct http_answer ch = charge("k-c-key", "a-c-key", 100, "pm_card_visa");
+    ck_assert_int_eq(ch.status, 400);
+    ck_assert_str_eq(err_field(ch.json, "type"), "idempotency_error");
+    struct http_answer other = cancel("k-c-key", id2, "");
+    ck_assert_int_eq(other.status, 400);
+    ck_assert_str_eq(err_field(other.json, "type"), "idempotency_error");
+    struct http_answer params = cancel("k-c-key", id, "cancellation_reason=duplicate");
+    ck_assert_int_eq(params.status, 400);
+    ck_assert_str_eq(err_field(params.json, "type"), "idempotency_error");
+
+    ck_assert_uint_eq(psp_sim_charges_for_key(&sim, "k-c-key"), 0);
+    ck_assert_uint_eq(psp_sim_charges(&sim), 2);
+    ck_assert_uint_eq(ledger_cancels(NULL), 1);
+    struct http_answer still2 = retrieve_on(&sim, id2);
+    ck_assert_str_eq(jstr(still2.json, "status"), "processing");
+    ck_assert_int_eq(ledger_counter(&sim, "idempotency_error"), 4);
+    answer_free(&a);
+    answer_free(&still);
+    answer_free(&c);
+    answer_free(&ch);
+    answer_free(&other);
+    answer_free(&params);
+    answer_free(&still2);
+}
+END_TEST
+
+/* While the first cancel with a key executes, another with it is 409. The
+ * first is held for a day (latency), after the client gave up on it, so the
+ * key is in use for certain when the second comes. */
+START_TEST(cancel_in_flight_is_409)
+{
+    char id[64];
+    processing_intent("k-c-409-charge", id, sizeof(id));
+    long long before = ledger_counter(&sim, "requests");
+    set_faults("{\"latency_ms\": 86400000}");
+    struct http_answer a = cancel_for("k-c-409", id, "", 300);
+    ck_assert_int_eq(a.cc, CURLE_OPERATION_TIMEDOUT);
+    /* psp-sim counts the request where it reserves the key. */
+    long long deadline = test_env_now_ms() + 10000;
+    while (ledger_counter(&sim, "requests") == before) {
+        ck_assert_msg(test_env_now_ms() < deadline, "the first cancel never arrived");
+        pause_ms(10);
+    }
+    struct http_answer b = cancel("k-c-409", id, "");
+    ck_assert_int_eq(b.status, 409);
+    ck_assert_str_eq(err_field(b.json, "code"), "idempotency_key_in_use");
+    ck_assert_uint_eq(ledger_cancels(NULL), 0);
+    struct http_answer still = retrieve_on(&sim, id);
+    ck_assert_str_eq(jstr(still.json, "status"), "processing");
+    answer_free(&a);
+    answer_free(&b);
+    answer_free(&still);
+}
+END_TEST
+
+/* The faults of charges: a lost answer after executing, and a 500 before. */
+START_TEST(cancel_faults_lose_the_answer_or_execute_nothing)
+{
+    char id[64], id2[64];
+    processing_intent("k-c-drop-charge", id, sizeof(id));
+    processing_intent("k-c-eb-charge", id2, sizeof(id2));
+    set_faults("{\"rules\":[{\"kind\":\"drop_after\",\"key\":\"k-c-drop\",\"times\":1},"
+               "{\"kind\":\"error_before\",\"key\":\"k-c-eb\",\"times\":1}]}");
+    struct http_answer a = cancel("k-c-drop", id, "");
+    ck_assert_int_eq(a.status, 0);
+    ck_assert_int_eq(a.cc, CURLE_GOT_NOTHING);
+    ck_assert_uint_eq(ledger_cancels("k-c-drop"), 1);
+    struct http_answer b = cancel("k-c-drop", id, "");
+    ck_assert_int_eq(b.status, 200);
+    ck_assert_int_eq(b.replayed, 1);
+    ck_assert_str_eq(jstr(b.json, "status"), "canceled");
+    ck_assert_uint_eq(ledger_cancels("k-c-drop"), 1);
+
+    struct http_answer c = cancel("k-c-eb", id2, "");
+    ck_assert_int_eq(c.status, 500);
+    ck_assert_uint_eq(ledger_cancels("k-c-eb"), 0);
+    struct http_answer d = cancel("k-c-eb", id2, "");
+    ck_assert_int_eq(d.status, 200);
+    ck_assert_int_eq(d.replayed, 0);
+    ck_assert_uint_eq(ledger_cancels(NULL), 2);
+    answer_free(&a);
+    answer_free(&b);
+    answer_free(&c);
+    answer_free(&d);
+}
+END_TEST
+
 /* Runs psp-sim with args (NULL-terminated) until it exits, within 5 s.
  * env_key: PSP_SIM_API_KEY for it (NULL: unset). Returns the exit status;
  * err gets its stderr. */
@@ -1349,6 +1627,12 @@ static Suite *suite(void)
     tcase_add_test(tc, unknown_intent_is_404_resource_missing);
     tcase_add_test(tc, list_pages_newest_first_without_search_lag);
     tcase_add_test(tc, decline_402_carries_the_whole_intent);
+    tcase_add_test(tc, cancel_processing_intent_replays_with_one_ledger_cancel);
+    tcase_add_test(tc, cancel_declined_intent_without_reason);
+    tcase_add_test(tc, cancel_refusals_execute_nothing_and_are_not_stored);
+    tcase_add_test(tc, cancel_and_charge_never_share_a_key);
+    tcase_add_test(tc, cancel_in_flight_is_409);
+    tcase_add_test(tc, cancel_faults_lose_the_answer_or_execute_nothing);
     tcase_add_test(tc, port_zero_binds_free_ports_it_prints);
     tcase_add_test(tc, each_bad_flag_value_is_reported_under_its_own_name);
     suite_add_tcase(s, tc);

@@ -581,6 +581,37 @@ START_TEST(an_intent_that_settles_by_itself_is_delivered_unread)
 }
 END_TEST
 
+/* A cancel through the API is a change as any other; its replay is none. */
+START_TEST(a_cancel_is_one_canceled_event)
+{
+    const char *secret = "whsec_test_cancel";
+    struct receiver *rc = receiver_start(secret, NULL, NULL, 0);
+    struct psp_sim_process sim = {0};
+    const char *args[] = {"--webhook-url", rc->url, "--webhook-secret", secret, NULL};
+    psp_sim_start(&sim, args);
+    char *id = charge_id(&sim, "k-cw", "a-cw", "pm_card_processing");
+    char path[160];
+    snprintf(path, sizeof(path), "/v1/payment_intents/%s/cancel", id);
+    struct answer c = http(&sim, 0, "POST", path, "k-cw-cancel", "");
+    ck_assert_int_eq(c.status, 200);
+    struct answer again = http(&sim, 0, "POST", path, "k-cw-cancel", "");
+    ck_assert_int_eq(again.status, 200);
+
+    receiver_wait(rc, 2);
+    wait_drained(&sim);
+    ck_assert_uint_eq(receiver_count(rc), 2);
+    check_event(&rc->dl[1], 0);
+    ck_assert_str_eq(jstr(rc->dl[0].event, "type"), "payment_intent.processing");
+    ck_assert_str_eq(jstr(rc->dl[1].event, "type"), "payment_intent.canceled");
+    ck_assert(json_equal(data_object(&rc->dl[1]), c.json));
+    psp_sim_stop(&sim);
+    receiver_stop(rc);
+    answer_free(&c);
+    answer_free(&again);
+    free(id);
+}
+END_TEST
+
 START_TEST(a_failed_delivery_is_retried_until_2xx)
 {
     const char *secret = "whsec_test_retry";
@@ -1087,6 +1118,7 @@ static Suite *suite(void)
     tcase_add_checked_fixture(tc, setup, NULL);
     tcase_add_test(tc, each_status_change_is_one_signed_event);
     tcase_add_test(tc, an_intent_that_settles_by_itself_is_delivered_unread);
+    tcase_add_test(tc, a_cancel_is_one_canceled_event);
     tcase_add_test(tc, a_failed_delivery_is_retried_until_2xx);
     tcase_add_test(tc, duplicate_rate_one_sends_every_event_twice);
     tcase_add_test(tc, reorder_rate_delivers_out_of_order_yet_everything_under_a_seed);

@@ -56,7 +56,10 @@ struct req {
     size_t nform;
     int form_bad; /* a name or value decoded to a NUL byte or non-UTF-8 */
     char *idem_key;
+    enum req_op { OP_CHARGE, OP_CANCEL } op;
     struct psp_charge_request charge;
+    struct psp_cancel_request cancel;
+    char *intent_id; /* a cancel's, from the URL */
     uint64_t seq;
     int executing; /* the key is reserved: execute or release */
 };
@@ -217,6 +220,7 @@ static void req_free(struct req *r)
     free(r->form);
     free(r->body);
     free(r->idem_key);
+    free(r->intent_id);
     free(r);
 }
 
@@ -335,14 +339,24 @@ static int authorized(struct MHD_Connection *conn)
 
 /* ---- the provider API ---- */
 
-/* Executes the reserved charge, then applies the after-execute faults. */
+/* Executes the reserved charge or cancel, then applies the after-execute
+ * faults. */
 static enum MHD_Result execute_and_answer(struct req *r)
 {
     struct psp_answer ans = {0};
-    const char *key = r->idem_key, *pm = r->charge.payment_method;
+    const char *key = r->idem_key;
+    /* A rule for a payment method is about charges: a cancel names none. */
+    const char *pm = r->op == OP_CHARGE ? r->charge.payment_method : NULL;
 
-    psp_store_execute(store, &r->charge, now_ms(), &ans);
-    r->executing = 0;
+    if (r->op == OP_CANCEL) {
+        int executed = psp_store_cancel_execute(store, &r->cancel, now_ms(), &ans);
+        r->executing = 0;
+        if (!executed) /* refused, the key given back: no fault to add */
+            return respond(r->conn, ans.status, ans.body, 0);
+    } else {
+        psp_store_execute(store, &r->charge, now_ms(), &ans);
+        r->executing = 0;
+    }
     if (psp_faults_hit(faults, PSP_FAULT_DROP_AFTER, key, pm, r->seq)) {
         free(ans.body);
         return MHD_NO; /* closes the connection without an answer */
@@ -362,26 +376,71 @@ static enum MHD_Result execute_and_answer(struct req *r)
     return respond(r->conn, ans.status, ans.body, ans.replayed);
 }
 
-static enum MHD_Result create_intent(struct req *r)
+/* What every POST checks before its parameters: its size, its form and its
+ * Idempotency-Key (kept in r->idem_key). 0, or -1 with *rc the refusal. */
+static int take_form_and_key(struct req *r, enum MHD_Result *rc)
 {
-    struct psp_answer ans = {0};
     /* Of the headers only this one matters: Stripe-Version and the like are
      * ignored, the simulator speaks one API version. */
     const char *hk =
         MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Idempotency-Key");
 
     if (r->too_large)
-        return respond_error(r->conn, 413, "invalid_request_error",
-                             "Request too large.");
-    if (parse_form(r) != 0)
-        return respond_error(r->conn, 500, "api_error", "out of memory");
-    if (r->form_bad)
-        return respond_error(r->conn, 400, "invalid_request_error",
-                             "Form parameters must be UTF-8 without NUL bytes.");
-    if (hk && (!*hk || strlen(hk) > 255))
-        return respond_error(r->conn, 400, "invalid_request_error",
-                             "Idempotency-Key must be 1..255 characters.");
-    r->idem_key = hk ? strdup(hk) : NULL;
+        *rc =
+            respond_error(r->conn, 413, "invalid_request_error", "Request too large.");
+    else if (parse_form(r) != 0)
+        *rc = respond_error(r->conn, 500, "api_error", "out of memory");
+    else if (r->form_bad)
+        *rc = respond_error(r->conn, 400, "invalid_request_error",
+                            "Form parameters must be UTF-8 without NUL bytes.");
+    else if (hk && (!*hk || strlen(hk) > 255))
+        *rc = respond_error(r->conn, 400, "invalid_request_error",
+                            "Idempotency-Key must be 1..255 characters.");
+    else if (hk && !(r->idem_key = strdup(hk)))
+        *rc = respond_error(r->conn, 500, "api_error", "out of memory");
+    else
+        return 0;
+    return -1;
+}
+
+/* The faults before executing, then the store's begin; the key stays
+ * reserved over any latency, and a request with it meanwhile gets 409, as
+ * at a real provider. */
+static enum MHD_Result begin_and_execute(struct req *r)
+{
+    struct psp_answer ans = {0};
+    const char *pm = r->op == OP_CHARGE ? r->charge.payment_method : NULL;
+    enum psp_begin begun;
+
+    r->seq = psp_faults_next_seq(faults, r->idem_key);
+    if (psp_faults_hit(faults, PSP_FAULT_RATE_LIMIT, r->idem_key, pm, r->seq))
+        return respond_error(r->conn, 429, "rate_limit_error",
+                             "Too many requests (injected).");
+    if (psp_faults_hit(faults, PSP_FAULT_ERROR_BEFORE, r->idem_key, pm, r->seq))
+        return respond_error(r->conn, 500, "api_error",
+                             "An unexpected error occurred (injected, not executed).");
+    begun = r->op == OP_CANCEL
+                ? psp_store_cancel_begin(store, &r->cancel, now_ms(), &ans)
+                : psp_store_begin(store, &r->charge, now_ms(), &ans);
+    if (begun == PSP_BEGIN_ANSWERED)
+        return respond(r->conn, ans.status, ans.body, ans.replayed);
+    r->executing = 1;
+    int64_t delay = psp_faults_latency_ms(faults, r->idem_key, r->seq);
+    if (delay > 0) {
+        r->state = ST_DELAYED;
+        suspend_for(r->conn, delay);
+        return MHD_YES;
+    }
+    return execute_and_answer(r);
+}
+
+static enum MHD_Result create_intent(struct req *r)
+{
+    enum MHD_Result rc;
+
+    if (take_form_and_key(r, &rc) != 0)
+        return rc;
+    r->op = OP_CHARGE;
     r->charge = (struct psp_charge_request){
         .idempotency_key = r->idem_key,
         .amount = form_get(r, "amount"),
@@ -396,27 +455,44 @@ static enum MHD_Result create_intent(struct req *r)
             form_get(r, "automatic_payment_methods[allow_redirects]"),
         .body = r->body ? r->body : "",
     };
-    r->seq = psp_faults_next_seq(faults, r->idem_key);
-    const char *pm = r->charge.payment_method;
+    return begin_and_execute(r);
+}
 
-    if (psp_faults_hit(faults, PSP_FAULT_RATE_LIMIT, r->idem_key, pm, r->seq))
-        return respond_error(r->conn, 429, "rate_limit_error",
-                             "Too many requests (injected).");
-    if (psp_faults_hit(faults, PSP_FAULT_ERROR_BEFORE, r->idem_key, pm, r->seq))
-        return respond_error(r->conn, 500, "api_error",
-                             "An unexpected error occurred (injected, not executed).");
-    if (psp_store_begin(store, &r->charge, now_ms(), &ans) == PSP_BEGIN_ANSWERED)
-        return respond(r->conn, ans.status, ans.body, ans.replayed);
-    r->executing = 1;
-    int64_t delay = psp_faults_latency_ms(faults, r->idem_key, r->seq);
-    if (delay > 0) {
-        /* The key stays reserved while we "work": a concurrent request with
-         * it gets 409, as at a real provider. */
-        r->state = ST_DELAYED;
-        suspend_for(r->conn, delay);
-        return MHD_YES;
+/* POST /v1/payment_intents/<id>/cancel: takes r->intent_id. */
+static enum MHD_Result cancel_intent(struct req *r)
+{
+    enum MHD_Result rc;
+    const char *unknown = NULL;
+
+    if (take_form_and_key(r, &rc) != 0)
+        return rc;
+    for (size_t i = 0; i < r->nform && !unknown; i++)
+        if (strcmp(r->form[i].k, "cancellation_reason") != 0)
+            unknown = r->form[i].k;
+    r->op = OP_CANCEL;
+    r->cancel = (struct psp_cancel_request){
+        .idempotency_key = r->idem_key,
+        .payment_intent_id = r->intent_id,
+        .cancellation_reason = form_get(r, "cancellation_reason"),
+        .unknown_parameter = unknown,
+        .body = r->body ? r->body : "",
+    };
+    return begin_and_execute(r);
+}
+
+/* "/<id>/cancel" -> <id> (a copy), else NULL. */
+static char *cancel_target(const char *rest)
+{
+    const char *suffix = "/cancel";
+    size_t sl = strlen(suffix), n = strlen(rest);
+    if (n <= 1 + sl || rest[0] != '/' || strcmp(rest + n - sl, suffix) != 0)
+        return NULL;
+    char *id = strndup(rest + 1, n - 1 - sl);
+    if (id && strchr(id, '/')) {
+        free(id);
+        return NULL;
     }
-    return execute_and_answer(r);
+    return id;
 }
 
 /* metadata['payment_attempt_id']:'<id>' -> <id> */
@@ -523,6 +599,8 @@ static enum MHD_Result provider_api(struct req *r, const char *url, const char *
                              "Invalid API Key provided.");
     if (!strcmp(method, "POST") && url[bl] == '\0')
         return create_intent(r);
+    if (!strcmp(method, "POST") && (r->intent_id = cancel_target(url + bl)) != NULL)
+        return cancel_intent(r);
     if (!strcmp(method, "GET") && url[bl] == '\0')
         return list_intents(r);
     if (!strcmp(method, "GET") && !strcmp(url + bl, "/search")) {
@@ -920,7 +998,8 @@ static void usage(FILE *out)
         "  --threads N              HTTP threads, 1..1024 [2]\n"
         "  --max-connections N      concurrent connections, 1..1000000 [8192]\n"
         "  --seed N                 seed of fault and webhook decisions [1]\n"
-        "  --latency-ms N           added to every charge while its key is held [0]\n"
+        "  --latency-ms N           added to every charge and cancel while its key is\n"
+        "                           held [0]\n"
         "  --latency-jitter-ms N    plus a random 0..N ms [0]\n"
         "  --stall-ms N             how long stall_after holds an answer [30000]\n"
         "  --search-lag-ms N        search finds an intent only N ms after its\n"
@@ -942,6 +1021,8 @@ static void usage(FILE *out)
         "                             stall_after   execute, then hold the answer for\n"
         "                                           --stall-ms and hang up\n"
         "                             drop_after    execute, then close unanswered\n"
+        "                           Cancels get them too, but for a payment method\n"
+        "                           TARGET: only charges name one.\n"
         "  --webhook-url URL        POST an event to URL (http:// or https://) on "
         "every\n"
         "                           change of an intent's status; none: no events\n"
@@ -979,9 +1060,24 @@ static void usage(FILE *out)
         "automatic_payment_methods[allow_redirects]=\n"
         "                                     always|never; Idempotency-Key header "
         "(the\n"
-        "                                     whole body is its fingerprint); "
-        "Stripe-Version\n"
-        "                                     is ignored\n"
+        "                                     whole body is its fingerprint; a key\n"
+        "                                     belongs to the endpoint it was first\n"
+        "                                     used on, elsewhere 400\n"
+        "                                     idempotency_error); Stripe-Version is\n"
+        "                                     ignored\n"
+        "  POST /v1/payment_intents/<id>/cancel\n"
+        "                                     form body: cancellation_reason=\n"
+        "                                     duplicate|fraudulent|\n"
+        "                                     requested_by_customer|abandoned\n"
+        "                                     (optional; any other parameter is 400);\n"
+        "                                     Idempotency-Key as for a charge (same\n"
+        "                                     keys, retention, replays, 409, 400).\n"
+        "                                     200: the intent, status canceled,\n"
+        "                                     canceled_at, cancellation_reason; 400\n"
+        "                                     payment_intent_unexpected_state when it\n"
+        "                                     is succeeded or canceled; 404\n"
+        "                                     resource_missing for an unknown id;\n"
+        "                                     refusals are not stored under the key\n"
         "  GET  /v1/payment_intents?created[gte]=<unix>&created[lt]=<unix>&limit=N\n"
         "       &starting_after=<id>   the list (also created, created[gt],\n"
         "                                     created[lte], customer): newest first,\n"
@@ -996,13 +1092,19 @@ static void usage(FILE *out)
         "  --processing-settle-ms and POST /intents/<id>/settle),\n"
         "  pm_card_chargeDeclined, pm_card_chargeDeclinedInsufficientFunds\n"
         "  (402 card_error). An unknown id is 404 resource_missing.\n"
+        "  Intents to cancel: a declined one (requires_payment_method) or a\n"
+        "  pm_card_processing one (processing until it settles; never with\n"
+        "  --processing-settle-ms 0).\n"
         "\n"
         "Admin API (no auth; bind it to loopback):\n"
         "  GET    /health     {\"ok\":true}\n"
         "  GET    /ledger     every executed charge (idempotency_key,\n"
         "                     payment_intent_id, payment_attempt_id, order_id,\n"
         "                     customer, amount, currency, outcome, http_status,\n"
-        "                     at_ms, settled_at_ms) and counters; outcome is the\n"
+        "                     at_ms, settled_at_ms) in \"charges\", every executed\n"
+        "                     cancel (idempotency_key, payment_intent_id,\n"
+        "                     cancellation_reason, previous_status, http_status,\n"
+        "                     at_ms) in \"cancels\", and counters; outcome is the\n"
         "                     intent's current one (succeeded, processing,\n"
         "                     declined, canceled)\n"
         "  POST   /reset      forget keys, intents, ledger and counters\n"
@@ -1048,7 +1150,8 @@ static void usage(FILE *out)
         "                     too (a second v1), as during a rotation\n"
         "\n"
         "Webhooks: each change of an intent's status (created succeeded, processing\n"
-        "or declined; settled by the admin API or by --processing-settle-ms) is an\n"
+        "or declined; settled by the admin API or by --processing-settle-ms;\n"
+        "canceled by POST /v1/payment_intents/<id>/cancel) is an\n"
         "event {\"id\":\"evt_...\",\"object\":\"event\",\"type\",\"created\",\n"
         "\"livemode\":false,\"data\":{\"object\":<the PaymentIntent as retrieve shows\n"
         "it>}}; type: payment_intent.succeeded, payment_intent.processing,\n"

@@ -15,6 +15,7 @@ struct psp_store {
     json_t *keys;    /* idempotency key -> {fp, done, status, body, created_ms} */
     json_t *intents; /* pi id -> {pi: PaymentIntent, row: its ledger row, created_ms} */
     json_t *ledger;  /* array of executed charges */
+    json_t *cancels; /* array of executed cancels */
     json_t *processing; /* pi id -> its record in intents, while processing */
     psp_store_observer_fn observer;
     void *observer_ctx;
@@ -23,9 +24,9 @@ struct psp_store {
 };
 
 static const char *counter_names[PSP_C__COUNT] = {
-    "requests",        "executed",     "succeeded",  "declined",
-    "processing",      "replayed",     "in_use_409", "idempotency_error",
-    "invalid_request", "expired_keys", "canceled",   "settled",
+    "requests", "executed",   "succeeded",         "declined",        "processing",
+    "replayed", "in_use_409", "idempotency_error", "invalid_request", "expired_keys",
+    "canceled", "settled",    "cancels",
 };
 
 /* Test payment methods, as the contract names them, plus one that stays
@@ -57,9 +58,10 @@ psp_store_t *psp_store_new(int64_t retention_ms)
     st->keys = json_object();
     st->intents = json_object();
     st->ledger = json_array();
+    st->cancels = json_array();
     st->processing = json_object();
     st->next_id = 1;
-    if (!st->keys || !st->intents || !st->ledger || !st->processing) {
+    if (!st->keys || !st->intents || !st->ledger || !st->cancels || !st->processing) {
         psp_store_free(st);
         return NULL;
     }
@@ -73,6 +75,7 @@ void psp_store_free(psp_store_t *st)
     json_decref(st->keys);
     json_decref(st->intents);
     json_decref(st->ledger);
+    json_decref(st->cancels);
     json_decref(st->processing);
     pthread_mutex_destroy(&st->lock);
     free(st);
@@ -277,6 +280,68 @@ static json_t *lookup_key(psp_store_t *st, const char *key, int64_t now_ms)
     return e;
 }
 
+/* Caller holds the lock. What an earlier request with this key decides:
+ * 409 while it runs, 400 idempotency_error when it went to another endpoint
+ * (path) or had other parameters (fp), else its answer replayed. Returns 1
+ * when *ans is filled in, 0 when the key is free. */
+static int answer_from_key(psp_store_t *st, const char *key, const char *path,
+                           const char *fp, int64_t now_ms, struct psp_answer *ans)
+{
+    json_t *e = key ? lookup_key(st, key, now_ms) : NULL;
+    if (!e)
+        return 0;
+    if (!json_integer_value(json_object_get(e, "done"))) {
+        st->counters[PSP_C_IN_USE_409]++;
+        answer_error(ans, 409, "invalid_request_error", "idempotency_key_in_use", NULL,
+                     "There is currently another in-progress request using this "
+                     "Idempotent Key. Please try again later.");
+        return 1;
+    }
+    if (strcmp(json_string_value(json_object_get(e, "path")), path) != 0) {
+        st->counters[PSP_C_IDEMPOTENCY_ERROR_400]++;
+        answer_error(ans, 400, "idempotency_error", NULL, NULL,
+                     "Keys for idempotent requests can only be used for the same "
+                     "endpoint they were first used for.");
+        return 1;
+    }
+    if (strcmp(json_string_value(json_object_get(e, "fp")), fp) != 0) {
+        st->counters[PSP_C_IDEMPOTENCY_ERROR_400]++;
+        answer_error(ans, 400, "idempotency_error", NULL, NULL,
+                     "Keys for idempotent requests can only be used with the same "
+                     "parameters they were first used with.");
+        return 1;
+    }
+    st->counters[PSP_C_REPLAYED]++;
+    ans->status = (int)json_integer_value(json_object_get(e, "status"));
+    ans->body = strdup(json_string_value(json_object_get(e, "body")));
+    ans->replayed = 1;
+    return 1;
+}
+
+/* Caller holds the lock. Reserves the key (NULL: none) for a request about
+ * to execute. */
+static void reserve_key(psp_store_t *st, const char *key, const char *path,
+                        const char *fp, int64_t now_ms)
+{
+    if (key)
+        json_object_set_new(st->keys, key,
+                            json_pack("{s:s, s:s, s:i, s:I}", "fp", fp, "path", path,
+                                      "done", 0, "created_ms", (json_int_t)now_ms));
+}
+
+/* Caller holds the lock. Stores an executed request's answer under its key. */
+static void store_answer(psp_store_t *st, const char *key, const struct psp_answer *ans)
+{
+    json_t *e = key ? json_object_get(st->keys, key) : NULL;
+    if (!e)
+        return;
+    json_object_set_new(e, "done", json_integer(1));
+    json_object_set_new(e, "status", json_integer(ans->status));
+    json_object_set_new(e, "body", json_string(ans->body));
+}
+
+static const char charge_path[] = "/v1/payment_intents";
+
 enum psp_begin psp_store_begin(psp_store_t *st, const struct psp_charge_request *req,
                                int64_t now_ms, struct psp_answer *ans)
 {
@@ -286,39 +351,13 @@ enum psp_begin psp_store_begin(psp_store_t *st, const struct psp_charge_request 
     fingerprint(req->body, fp);
     pthread_mutex_lock(&st->lock);
     st->counters[PSP_C_REQUESTS]++;
-    if (req->idempotency_key) {
-        json_t *e = lookup_key(st, req->idempotency_key, now_ms);
-        if (e && !json_integer_value(json_object_get(e, "done"))) {
-            st->counters[PSP_C_IN_USE_409]++;
-            answer_error(ans, 409, "invalid_request_error", "idempotency_key_in_use",
-                         NULL,
-                         "There is currently another in-progress request using this "
-                         "Idempotent Key. Please try again later.");
-            goto out;
-        }
-        if (e && strcmp(json_string_value(json_object_get(e, "fp")), fp) != 0) {
-            st->counters[PSP_C_IDEMPOTENCY_ERROR_400]++;
-            answer_error(ans, 400, "idempotency_error", NULL, NULL,
-                         "Keys for idempotent requests can only be used with the same "
-                         "parameters they were first used with.");
-            goto out;
-        }
-        if (e) {
-            st->counters[PSP_C_REPLAYED]++;
-            ans->status = (int)json_integer_value(json_object_get(e, "status"));
-            ans->body = strdup(json_string_value(json_object_get(e, "body")));
-            ans->replayed = 1;
-            goto out;
-        }
-    }
+    if (answer_from_key(st, req->idempotency_key, charge_path, fp, now_ms, ans))
+        goto out;
     if (validate(req, ans) != 0) {
         st->counters[PSP_C_INVALID_400]++;
         goto out;
     }
-    if (req->idempotency_key)
-        json_object_set_new(st->keys, req->idempotency_key,
-                            json_pack("{s:s, s:i, s:I}", "fp", fp, "done", 0,
-                                      "created_ms", (json_int_t)now_ms));
+    reserve_key(st, req->idempotency_key, charge_path, fp, now_ms);
     rc = PSP_BEGIN_EXECUTE;
 out:
     pthread_mutex_unlock(&st->lock);
@@ -407,14 +446,7 @@ void psp_store_execute(psp_store_t *st, const struct psp_charge_request *req,
         json_object_set(st->processing, id, rec);
     observe(st, pi, now_ms);
     answer_json(ans, status, body);
-    if (req->idempotency_key) {
-        json_t *e = json_object_get(st->keys, req->idempotency_key);
-        if (e) {
-            json_object_set_new(e, "done", json_integer(1));
-            json_object_set_new(e, "status", json_integer(status));
-            json_object_set_new(e, "body", json_string(ans->body));
-        }
-    }
+    store_answer(st, req->idempotency_key, ans);
     json_decref(pi);
     pthread_mutex_unlock(&st->lock);
 }
@@ -684,6 +716,175 @@ void psp_store_settle(psp_store_t *st, const char *id, const struct psp_settleme
     pthread_mutex_unlock(&st->lock);
 }
 
+/* The statuses Stripe lets a PaymentIntent be canceled from. */
+static int cancelable(const char *status)
+{
+    static const char *const ok[] = {"requires_payment_method", "requires_capture",
+                                     "requires_confirmation", "requires_action",
+                                     "processing"};
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
+        if (status && !strcmp(status, ok[i]))
+            return 1;
+    return 0;
+}
+
+/* Caller holds the lock. The intent a cancel may execute on, settled first
+ * if it was due; else NULL and *ans is the refusal: 404 resource_missing, or
+ * Stripe's 400 payment_intent_unexpected_state carrying the intent. */
+static json_t *cancelable_intent(psp_store_t *st, const char *id, int64_t now_ms,
+                                 struct psp_answer *ans)
+{
+    json_t *rec = json_object_get(st->intents, id);
+    if (!rec) {
+        answer_no_such_intent(ans, id);
+        return NULL;
+    }
+    settle_if_due(st, rec, now_ms);
+    json_t *pi = json_object_get(rec, "pi");
+    const char *status = json_string_value(json_object_get(pi, "status"));
+    if (cancelable(status))
+        return rec;
+    char msg[320];
+    snprintf(msg, sizeof(msg),
+             "You cannot cancel this PaymentIntent because it has a status of %s. "
+             "Only a PaymentIntent with one of the following statuses may be "
+             "canceled: requires_payment_method, requires_capture, "
+             "requires_confirmation, requires_action, processing.",
+             status ? status : "unknown");
+    json_t *err = json_pack("{s:s, s:s, s:s, s:O}", "type", "invalid_request_error",
+                            "code", "payment_intent_unexpected_state", "message", msg,
+                            "payment_intent", pi);
+    answer_json(ans, 400, json_pack("{s:o}", "error", err));
+    st->counters[PSP_C_INVALID_400]++;
+    return NULL;
+}
+
+/* Returns 0 when the parameters are Stripe's, else fills a 400. */
+static int validate_cancel(const struct psp_cancel_request *req, struct psp_answer *ans)
+{
+    static const char *const reasons[] = {"duplicate", "fraudulent",
+                                          "requested_by_customer", "abandoned"};
+    if (req->unknown_parameter) {
+        /* The name comes from the client: printable ASCII, cut. */
+        char shown[65], msg[128];
+        size_t i;
+        for (i = 0; req->unknown_parameter[i] && i < 64; i++) {
+            unsigned char c = (unsigned char)req->unknown_parameter[i];
+            shown[i] = c > 0x20 && c < 0x7f ? (char)c : '?';
+        }
+        shown[i] = '\0';
+        snprintf(msg, sizeof(msg), "Received unknown parameter: %s", shown);
+        answer_error(ans, 400, "invalid_request_error", "parameter_unknown", shown,
+                     msg);
+        return -1;
+    }
+    if (!req->cancellation_reason)
+        return 0;
+    for (size_t i = 0; i < sizeof(reasons) / sizeof(reasons[0]); i++)
+        if (!strcmp(req->cancellation_reason, reasons[i]))
+            return 0;
+    answer_error(ans, 400, "invalid_request_error", "parameter_invalid",
+                 "cancellation_reason",
+                 "Invalid cancellation_reason: must be one of duplicate, fraudulent, "
+                 "requested_by_customer or abandoned.");
+    return -1;
+}
+
+/* The endpoint a cancel's key belongs to (free() it), NULL when out of
+ * memory. Not JSON: the id is any bytes the URL decoded to. */
+static char *cancel_path(const struct psp_cancel_request *req)
+{
+    size_t n = strlen(req->payment_intent_id) + sizeof("/v1/payment_intents//cancel");
+    char *path = malloc(n);
+    if (path)
+        snprintf(path, n, "/v1/payment_intents/%s/cancel", req->payment_intent_id);
+    return path;
+}
+
+enum psp_begin psp_store_cancel_begin(psp_store_t *st,
+                                      const struct psp_cancel_request *req,
+                                      int64_t now_ms, struct psp_answer *ans)
+{
+    char fp[17];
+    enum psp_begin rc = PSP_BEGIN_ANSWERED;
+    char *path = cancel_path(req);
+
+    fingerprint(req->body, fp);
+    pthread_mutex_lock(&st->lock);
+    st->counters[PSP_C_REQUESTS]++;
+    if (!path) {
+        answer_error(ans, 500, "api_error", NULL, NULL, "out of memory");
+        goto out;
+    }
+    if (answer_from_key(st, req->idempotency_key, path, fp, now_ms, ans))
+        goto out;
+    if (validate_cancel(req, ans) != 0) {
+        st->counters[PSP_C_INVALID_400]++;
+        goto out;
+    }
+    if (!cancelable_intent(st, req->payment_intent_id, now_ms, ans))
+        goto out;
+    reserve_key(st, req->idempotency_key, path, fp, now_ms);
+    rc = PSP_BEGIN_EXECUTE;
+out:
+    pthread_mutex_unlock(&st->lock);
+    free(path);
+    return rc;
+}
+
+int psp_store_cancel_execute(psp_store_t *st, const struct psp_cancel_request *req,
+                             int64_t now_ms, struct psp_answer *ans)
+{
+    int executed = 0;
+
+    pthread_mutex_lock(&st->lock);
+    /* The intent may have settled while the cancel waited (latency). */
+    json_t *rec = cancelable_intent(st, req->payment_intent_id, now_ms, ans);
+    if (!rec) {
+        /* Refused, as begin would have: nothing stored under the key. */
+        json_t *e = req->idempotency_key
+                        ? json_object_get(st->keys, req->idempotency_key)
+                        : NULL;
+        if (e && !json_integer_value(json_object_get(e, "done")))
+            json_object_del(st->keys, req->idempotency_key);
+        goto out;
+    }
+    json_t *pi = json_object_get(rec, "pi"), *row = json_object_get(rec, "row");
+    const char *was = json_string_value(json_object_get(pi, "status"));
+    json_t *cancel =
+        json_pack("{s:s?, s:s, s:s?, s:s, s:i, s:I}", "idempotency_key",
+                  req->idempotency_key, "payment_intent_id", req->payment_intent_id,
+                  "cancellation_reason", req->cancellation_reason, "previous_status",
+                  was, "http_status", 200, "at_ms", (json_int_t)now_ms);
+    json_array_append_new(st->cancels, cancel);
+    /* The charge's row follows its intent, counted once by what it is now;
+     * a processing one has settled. */
+    const char *outcome = json_string_value(json_object_get(row, "outcome"));
+    if (outcome && !strcmp(outcome, "processing")) {
+        st->counters[PSP_C_PROCESSING]--;
+        st->counters[PSP_C_SETTLED]++;
+        json_object_set_new(row, "settled_at_ms", json_integer(now_ms));
+        json_object_del(st->processing, req->payment_intent_id);
+    } else if (outcome && !strcmp(outcome, "declined")) {
+        st->counters[PSP_C_DECLINED]--;
+    }
+    st->counters[PSP_C_CANCELED]++;
+    st->counters[PSP_C_CANCELS]++;
+    json_object_set_new(row, "outcome", json_string("canceled"));
+    json_object_set_new(pi, "canceled_at", json_integer(now_ms / 1000));
+    json_object_set_new(pi, "cancellation_reason",
+                        req->cancellation_reason ? json_string(req->cancellation_reason)
+                                                 : json_null());
+    json_object_set_new(pi, "status", json_string("canceled"));
+    observe(st, pi, now_ms);
+    answer_json(ans, 200, json_incref(pi));
+    store_answer(st, req->idempotency_key, ans);
+    executed = 1;
+out:
+    pthread_mutex_unlock(&st->lock);
+    return executed;
+}
+
 json_t *psp_store_ledger_json(psp_store_t *st, int64_t now_ms)
 {
     const char *id;
@@ -693,8 +894,9 @@ json_t *psp_store_ledger_json(psp_store_t *st, int64_t now_ms)
     for (int i = 0; i < PSP_C__COUNT; i++)
         json_object_set_new(counters, counter_names[i], json_integer(st->counters[i]));
     /* A copy: the caller serialises it after we let go of the lock. */
-    json_t *out = json_pack("{s:o, s:o}", "charges", json_deep_copy(st->ledger),
-                            "counters", counters);
+    json_t *out =
+        json_pack("{s:o, s:o, s:o}", "charges", json_deep_copy(st->ledger), "cancels",
+                  json_deep_copy(st->cancels), "counters", counters);
     pthread_mutex_unlock(&st->lock);
     return out;
 }
@@ -705,6 +907,7 @@ void psp_store_reset(psp_store_t *st)
     json_object_clear(st->keys);
     json_object_clear(st->intents);
     json_array_clear(st->ledger);
+    json_array_clear(st->cancels);
     json_object_clear(st->processing);
     memset(st->counters, 0, sizeof(st->counters));
     pthread_mutex_unlock(&st->lock);

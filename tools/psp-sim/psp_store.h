@@ -1,5 +1,5 @@
 /* psp_store: the simulated provider's state — idempotency keys, payment
- * intents and the ledger of every charge it actually executed.
+ * intents and the ledger of every charge and cancel it actually executed.
  *
  * Semantics follow Stripe's idempotent requests: a key is reserved while its
  * first request executes (a second one meanwhile gets 409), its answer is
@@ -57,11 +57,12 @@ void psp_store_set_search_lag(psp_store_t *st, int64_t search_lag_ms);
 void psp_store_set_processing_settle(psp_store_t *st, int64_t settle_ms);
 
 /* Called each time an intent enters a status: when it is created (succeeded,
- * processing or requires_payment_method) and when it settles. `intent` is
- * the intent as retrieve answers it, borrowed; at_ms is when the change
- * happened. It runs under the store's lock, so calls for one intent come in
- * the order of its changes: serialise the intent, do not keep it, do not
- * block, do not call back into the store. NULL: nobody is told. */
+ * processing or requires_payment_method), when it settles and when it is
+ * canceled. `intent` is the intent as retrieve answers it, borrowed; at_ms
+ * is when the change happened. It runs under the store's lock, so calls for
+ * one intent come in the order of its changes: serialise the intent, do not
+ * keep it, do not block, do not call back into the store. NULL: nobody is
+ * told. */
 typedef void (*psp_store_observer_fn)(void *ctx, json_t *intent, int64_t at_ms);
 void psp_store_set_observer(psp_store_t *st, psp_store_observer_fn fn, void *ctx);
 
@@ -80,6 +81,41 @@ enum psp_begin psp_store_begin(psp_store_t *st, const struct psp_charge_request 
  * stores the answer under the key. */
 void psp_store_execute(psp_store_t *st, const struct psp_charge_request *req,
                        int64_t now_ms, struct psp_answer *ans);
+
+/* A parsed POST /v1/payment_intents/<id>/cancel. Strings are owned by the
+ * caller. */
+struct psp_cancel_request {
+    const char *idempotency_key;     /* NULL: not idempotent */
+    const char *payment_intent_id;   /* from the URL */
+    const char *cancellation_reason; /* NULL: none */
+    const char *unknown_parameter;   /* the first form name that is none of
+                                        the above: refused; NULL when none */
+    const char *body;                /* the raw form body: fingerprinted */
+};
+
+/* As psp_store_begin, for a cancel; a key belongs to the endpoint it was
+ * first used on (POST /v1/payment_intents, or this intent's cancel), so a
+ * charge's key on a cancel, or a cancel's on a charge, is 400
+ * idempotency_error. Refused, and not stored under the key: an unknown
+ * parameter or cancellation_reason (400), an unknown intent (404
+ * resource_missing), an intent whose status is no cancelable one
+ * (requires_payment_method, requires_capture, requires_confirmation,
+ * requires_action, processing): 400 payment_intent_unexpected_state, the
+ * intent in error.payment_intent. On PSP_BEGIN_EXECUTE the caller must end
+ * with psp_store_cancel_execute() or psp_store_release(). */
+enum psp_begin psp_store_cancel_begin(psp_store_t *st,
+                                      const struct psp_cancel_request *req,
+                                      int64_t now_ms, struct psp_answer *ans);
+
+/* Executes the cancel: the intent becomes canceled (canceled_at,
+ * cancellation_reason), its charge's ledger row's outcome canceled (a
+ * processing one settles), the cancel is booked in the ledger's cancels and
+ * its answer (200, the intent) stored under the key. Returns 1; 0 when the
+ * intent is no longer cancelable (it settled while the cancel waited): *ans
+ * is then the refusal begin would give, the key is given back and nothing
+ * is booked. */
+int psp_store_cancel_execute(psp_store_t *st, const struct psp_cancel_request *req,
+                             int64_t now_ms, struct psp_answer *ans);
 
 /* Gives the key back without executing (a fault before executing). */
 void psp_store_release(psp_store_t *st, const char *idempotency_key);
@@ -137,15 +173,20 @@ enum psp_counter {
     PSP_C_INVALID_400,
     PSP_C_EXPIRED_KEYS,
     PSP_C_CANCELED,
-    PSP_C_SETTLED, /* processing intents settled since (admin or by themselves) */
+    PSP_C_SETTLED, /* processing intents settled since (admin, by themselves or
+                      canceled) */
+    PSP_C_CANCELS, /* cancels executed */
     PSP_C__COUNT
 };
 void psp_store_count(psp_store_t *st, enum psp_counter c);
 
-/* The ledger and counters as JSON (new reference). A charge has one row
- * whose outcome is its intent's current one (a processing charge that
- * settles changes outcome); succeeded, declined, canceled and processing
- * count each charge once, by that outcome. */
+/* The ledger and counters as JSON (new reference): {"charges", "cancels",
+ * "counters"}. A charge has one row whose outcome is its intent's current
+ * one (a processing charge that settles, or an intent that is canceled,
+ * changes outcome); succeeded, declined, canceled and processing count each
+ * charge once, by that outcome. Each executed cancel has a row of its own
+ * in cancels; requests, replayed, in_use_409, idempotency_error and
+ * invalid_request count cancels too, executed only charges. */
 json_t *psp_store_ledger_json(psp_store_t *st, int64_t now_ms);
 
 /* Forgets keys, intents, ledger and counters. */
