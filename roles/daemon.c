@@ -109,8 +109,10 @@ void daemon_set_ready(int ready, const char *why_not)
  * A loop asleep until its step is due turns, by design, until then. */
 static int stalled(char *why, size_t why_size)
 {
-    int64_t now = clock_now_ms(), turned = atomic_load(&last_turn_ms);
+    /* asleep_until_ms first: the loop clears it only after its heartbeat
+     * on waking, so one of the two is always fresh. */
     int64_t asleep = atomic_load(&asleep_until_ms);
+    int64_t now = clock_now_ms(), turned = atomic_load(&last_turn_ms);
     if (asleep > turned)
         turned = daemon_policy_earliest(asleep, now);
     int64_t age = now - turned;
@@ -364,6 +366,7 @@ static int sleep_until(int64_t now, int64_t due)
 
     atomic_store(&asleep_until_ms, due);
     int n = poll(&p, 1, daemon_policy_wait_ms(now, due));
+    daemon_heartbeat();
     atomic_store(&asleep_until_ms, 0);
     if (n <= 0)
         return 0; /* the time came, or a signal interrupted: the loop looks */
