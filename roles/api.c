@@ -410,23 +410,28 @@ static int listen_http(struct api *a, char *err, size_t err_size)
     return 0;
 }
 
-static void api_step(void *state)
+/* The listener's threads answer the requests; the loop only probes the
+ * database, every PROBE_INTERVAL_MS. */
+static int64_t api_step(void *state, int64_t now)
 {
     struct api *a = state;
     struct store_error err;
-    int64_t now = clock_now_ms();
-    if (now < a->next_probe) {
-        usleep(50 * 1000);
-        return;
-    }
+    if (now < a->next_probe)
+        return a->next_probe;
     a->next_probe = now + PROBE_INTERVAL_MS;
     int ok = webhook_store_ping(a->probe, &err) == STORE_OK;
     if (ok != a->db_ok)
         ok ? log_info("database reachable", NULL)
            : log_warn("database unreachable", "error", err.message, NULL);
     a->db_ok = ok;
-    /* Ready while the database answers: every request needs it. */
-    daemon_set_ready(ok, ok ? NULL : "database unreachable");
+    return a->next_probe;
+}
+
+/* Ready while the database answers: every request needs it. */
+static const char *api_not_ready(void *state)
+{
+    const struct api *a = state;
+    return a->db_ok == 1 ? NULL : "database unreachable";
 }
 
 static size_t api_drain(void *state, int64_t deadline)
@@ -511,7 +516,7 @@ static void usage(FILE *out)
     config_print_help(out, CONFIG_ROLE_API);
 }
 
-static int api_start(config_t *cfg, const char *id, struct daemon_role *role, char *err,
+static int api_start(config_t *cfg, const char *id, void **state, char *err,
                      size_t err_size)
 {
     struct api *a = calloc(1, sizeof(*a));
@@ -533,13 +538,21 @@ static int api_start(config_t *cfg, const char *id, struct daemon_role *role, ch
     }
     log_info("api started", "api", a->id, "listen", config_str(cfg, CONFIG_API_ADDR),
              NULL);
-    *role = (struct daemon_role){"api", a, api_step, api_drain, api_finish};
+    *state = a;
     return 0;
 }
 
 int api_main(int argc, char **argv)
 {
-    static const struct daemon_program program = {"api", CONFIG_ROLE_API, usage,
-                                                  api_start};
-    return daemon_main(argc, argv, &program);
+    static const struct daemon_role_desc desc = {
+        .name = "api",
+        .config_role = CONFIG_ROLE_API,
+        .usage = usage,
+        .start = api_start,
+        .step = api_step,
+        .not_ready = api_not_ready,
+        .drain = api_drain,
+        .finish = api_finish,
+    };
+    return daemon_role_main(argc, argv, &desc);
 }

@@ -1,5 +1,8 @@
 #include "daemon.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -10,35 +13,63 @@
 
 #include "admin_http.h"
 #include "clock.h"
+#include "daemon_policy.h"
 #include "kafka_setup.h"
 #include "log.h"
 #include "metrics.h"
 
 static volatile sig_atomic_t stop_signals, failing;
 static long long watchdog_limit_ms;
+/* The loop sleeps in poll() on the read end; a signal, daemon_fail() or
+ * daemon_wake() writes a byte to the other, from whichever thread. */
+static int wake_fds[2] = {-1, -1};
+/* A byte is in the pipe that the loop has not read yet: one is enough (a
+ * client's queue may call daemon_wake() for every event on it). */
+static atomic_int wake_pending;
 
 /* What the admin listener reads, from its own thread. */
 static _Atomic int64_t last_turn_ms;
+/* While the loop sleeps until its step is due: when it is (0 awake). */
+static _Atomic int64_t asleep_until_ms;
 static long long health_stall_ms = 30000;
 static pthread_mutex_t ready_lock = PTHREAD_MUTEX_INITIALIZER;
 static int ready_now;
 static char ready_why[160] = "starting";
 
+void daemon_wake(void)
+{
+    /* From a signal handler too: write() is async-signal-safe, and errno
+     * is the interrupted code's. A full pipe already wakes the loop. */
+    int saved = errno;
+    if (wake_fds[1] >= 0 && !atomic_exchange(&wake_pending, 1)) {
+        ssize_t n = write(wake_fds[1], "", 1);
+        (void)n;
+    }
+    errno = saved;
+}
+
 static void on_signal(int sig)
 {
     (void)sig;
     stop_signals++;
+    daemon_wake();
 }
 
-void daemon_init(void)
+int daemon_init(char *errbuf, size_t errbuf_size)
 {
     struct sigaction act;
+    if (wake_fds[0] < 0 && pipe2(wake_fds, O_NONBLOCK | O_CLOEXEC) != 0) {
+        snprintf(errbuf, errbuf_size, "cannot make the loop's wake-up pipe: %s",
+                 strerror(errno));
+        return -1;
+    }
     memset(&act, 0, sizeof(act));
     act.sa_handler = on_signal;
     sigemptyset(&act.sa_mask);
     sigaction(SIGTERM, &act, NULL);
     sigaction(SIGINT, &act, NULL);
     signal(SIGPIPE, SIG_IGN);
+    return 0;
 }
 
 int daemon_stopping(void)
@@ -50,6 +81,7 @@ void daemon_fail(const char *why)
 {
     log_error(why, NULL);
     failing = 1;
+    daemon_wake();
 }
 
 void daemon_heartbeat(void)
@@ -73,10 +105,17 @@ void daemon_set_ready(int ready, const char *why_not)
         log_info(ready ? "ready" : "not ready", "why", ready ? NULL : why, NULL);
 }
 
-/* 1 and why when the loop has not turned for longer than HEALTH_STALL_MS. */
+/* 1 and why when the loop has not turned for longer than HEALTH_STALL_MS.
+ * A loop asleep until its step is due turns, by design, until then. */
 static int stalled(char *why, size_t why_size)
 {
-    int64_t age = clock_now_ms() - atomic_load(&last_turn_ms);
+    /* asleep_until_ms first: the loop clears it only after its heartbeat
+     * on waking, so one of the two is always fresh. */
+    int64_t asleep = atomic_load(&asleep_until_ms);
+    int64_t now = clock_now_ms(), turned = atomic_load(&last_turn_ms);
+    if (asleep > turned)
+        turned = daemon_policy_earliest(asleep, now);
+    int64_t age = now - turned;
     if (age <= health_stall_ms)
         return 0;
     snprintf(why, why_size, "stalled: the loop has not turned for %lld ms",
@@ -190,9 +229,7 @@ void daemon_db_reached(struct daemon_db *db)
 int64_t daemon_db_failed(struct daemon_db *db, const char *stage, const char *err)
 {
     char ms[32];
-    db->backoff_ms = db->backoff_ms ? db->backoff_ms * 2 : 250;
-    if (db->backoff_ms > 5000)
-        db->backoff_ms = 5000;
+    db->backoff_ms = daemon_policy_backoff_ms(db->backoff_ms);
     db->reached = 0;
     snprintf(ms, sizeof(ms), "%lld", (long long)db->backoff_ms);
     char label[64];
@@ -251,62 +288,196 @@ static int start_admin(const config_t *cfg, admin_http_t **admin, char *bound,
     return ADMIN_HTTP_OK;
 }
 
-int daemon_main(int argc, char **argv, const struct daemon_program *program)
+/* What daemon_role_main and daemon_main share, up to building the role. */
+struct launch {
+    config_t *cfg; /* the role's once start() is called */
+    char id[160];
+    long long shutdown_ms;
+    admin_http_t *admin;
+    char bound[300];
+};
+
+/* --help, the environment, logging, the process's name, signals, the
+ * watchdog and the admin listener. Returns -1 when the role is to be built
+ * next, else the process's exit status. */
+static int launch(int argc, char **argv, const char *name, unsigned config_role,
+                  void (*usage)(FILE *), struct launch *l)
 {
-    char err[512] = "", id[160], logname[64];
-    struct daemon_role role;
+    char err[512] = "", logname[64];
 
     if (argc > 1) {
         if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-            program->usage(stdout);
+            usage(stdout);
             return 0;
         }
-        fprintf(stderr, "charged %s: unexpected argument '%s'\n", program->name,
-                argv[1]);
+        fprintf(stderr, "charged %s: unexpected argument '%s'\n", name, argv[1]);
         return 2;
     }
-    config_t *cfg = config_new(program->config_role, program->name, err, sizeof(err));
-    if (!cfg) {
-        fprintf(stderr, "charged %s: %s\n", program->name, err);
+    l->cfg = config_new(config_role, name, err, sizeof(err));
+    if (!l->cfg) {
+        fprintf(stderr, "charged %s: %s\n", name, err);
         return 2;
     }
-    snprintf(logname, sizeof(logname), "charged-%s", program->name);
+    snprintf(logname, sizeof(logname), "charged-%s", name);
     log_init(logname,
-             (enum log_level)log_level_parse(config_str(cfg, CONFIG_LOG_LEVEL)));
-    kafka_setup_worker_id(cfg, id, sizeof(id));
-    long long shutdown_ms = config_int(cfg, CONFIG_SHUTDOWN_TIMEOUT_MS);
-    daemon_init();
+             (enum log_level)log_level_parse(config_str(l->cfg, CONFIG_LOG_LEVEL)));
+    kafka_setup_worker_id(l->cfg, l->id, sizeof(l->id));
+    l->shutdown_ms = config_int(l->cfg, CONFIG_SHUTDOWN_TIMEOUT_MS);
     /* Before anything can block (connecting, librdkafka's first log lines
      * on a full stderr): a signal during start-up is bounded too. */
-    if (start_watchdog(shutdown_ms, err, sizeof(err)) != 0) {
-        fprintf(stderr, "charged %s: %s\n", program->name, err);
-        config_free(cfg);
+    if (daemon_init(err, sizeof(err)) != 0 ||
+        start_watchdog(l->shutdown_ms, err, sizeof(err)) != 0) {
+        fprintf(stderr, "charged %s: %s\n", name, err);
+        config_free(l->cfg);
         return 1;
     }
-    admin_http_t *admin = NULL;
-    char bound[300], port[16];
-    int arc = start_admin(cfg, &admin, bound, sizeof(bound), err, sizeof(err));
+    int arc =
+        start_admin(l->cfg, &l->admin, l->bound, sizeof(l->bound), err, sizeof(err));
     if (arc != ADMIN_HTTP_OK) {
-        fprintf(stderr, "charged %s: %s\n", program->name, err);
-        config_free(cfg);
+        fprintf(stderr, "charged %s: %s\n", name, err);
+        config_free(l->cfg);
         return arc == ADMIN_HTTP_BAD_ADDRESS ? 2 : 1;
     }
-    int rc = program->start(cfg, id, &role, err, sizeof(err));
+    return -1;
+}
+
+/* After start(), which returned rc (and err): the process's exit status when
+ * the role could not be built, else -1 (the loop comes next). */
+static int launched(const char *name, struct launch *l, int rc, const char *err)
+{
+    char port[16];
     if (rc != 0) {
-        fprintf(stderr, "charged %s: %s\n", program->name, err);
-        admin_http_free(admin);
+        fprintf(stderr, "charged %s: %s\n", name, err);
+        admin_http_free(l->admin);
         return rc;
     }
-    snprintf(port, sizeof(port), "%d", admin_http_port(admin));
-    log_info("admin listener started", "role", program->name, "addr", bound, "port",
-             port, NULL);
-    /* librdkafka may write into err on success: it must not be printed as
-     * the reason of a later exit. */
-    err[0] = '\0';
-    rc = daemon_run(&role, shutdown_ms, err, sizeof(err));
-    if (rc != 0 && err[0])
-        fprintf(stderr, "charged %s: %s\n", program->name, err);
-    admin_http_free(admin);
+    snprintf(port, sizeof(port), "%d", admin_http_port(l->admin));
+    log_info("admin listener started", "role", name, "addr", l->bound, "port", port,
+             NULL);
+    return -1;
+}
+
+/* Sleeps until `due` (clock_now_ms, after now) or a wake-up, whichever
+ * comes first. Returns 1 when woken (the pipe is emptied), 0 otherwise. */
+static int sleep_until(int64_t now, int64_t due)
+{
+    struct pollfd p = {.fd = wake_fds[0], .events = POLLIN};
+    char buf[64];
+
+    atomic_store(&asleep_until_ms, due);
+    int n = poll(&p, 1, daemon_policy_wait_ms(now, due));
+    daemon_heartbeat();
+    atomic_store(&asleep_until_ms, 0);
+    if (n <= 0)
+        return 0; /* the time came, or a signal interrupted: the loop looks */
+    /* Cleared before the pipe is read: a wake-up from here on writes again,
+     * and one before is seen by the step that follows. */
+    atomic_store(&wake_pending, 0);
+    while (read(wake_fds[0], buf, sizeof(buf)) > 0)
+        ;
+    return 1;
+}
+
+/* Steps the role whenever it is due until a signal, then drains it and
+ * finishes it. Returns the exit status. */
+static int run_role(const struct daemon_role_desc *d, void *state,
+                    long long shutdown_ms)
+{
+    int64_t due = DAEMON_NOW;
+
+    while (!daemon_stopping()) {
+        int64_t now = clock_now_ms();
+        if (now < due) {
+            if (sleep_until(now, due))
+                due = DAEMON_NOW; /* woken: something the step answers came */
+            continue;
+        }
+        daemon_heartbeat();
+        due = d->step(state, now);
+        if (d->not_ready) {
+            const char *why = d->not_ready(state);
+            daemon_set_ready(!why, why);
+        }
+    }
+
+    int64_t stopping_at = clock_now_ms();
+    log_info("stopping: draining in-flight work", "role", d->name, NULL);
+    size_t left =
+        d->drain(state, daemon_policy_drain_deadline(stopping_at, shutdown_ms));
+    d->finish(state, daemon_policy_flush_ms(stopping_at, shutdown_ms, clock_now_ms()));
+    char n[32];
+    snprintf(n, sizeof(n), "%zu", left);
+    log_info("stopped", "role", d->name, "unfinished", n, NULL);
+    return left || failing ? 1 : 0;
+}
+
+int daemon_role_main(int argc, char **argv, const struct daemon_role_desc *desc)
+{
+    struct launch l = {0};
+    char err[512] = "";
+    void *state = NULL;
+
+    int rc = launch(argc, argv, desc->name, desc->config_role, desc->usage, &l);
+    if (rc >= 0)
+        return rc;
+    rc = desc->start(l.cfg, l.id, &state, err, sizeof(err));
+    rc = launched(desc->name, &l, rc, err);
+    if (rc >= 0)
+        return rc;
+    rc = run_role(desc, state, l.shutdown_ms);
+    admin_http_free(l.admin);
+    return rc;
+}
+
+/* ---- the older face: a step that sleeps its own way ---- */
+
+static int64_t legacy_step(void *state, int64_t now)
+{
+    const struct daemon_role *role = state;
+    (void)now;
+    role->step(role->state);
+    return DAEMON_NOW;
+}
+
+static size_t legacy_drain(void *state, int64_t deadline)
+{
+    const struct daemon_role *role = state;
+    return role->drain(role->state, deadline);
+}
+
+static void legacy_finish(void *state, int flush_ms)
+{
+    const struct daemon_role *role = state;
+    role->finish(role->state, flush_ms);
+}
+
+/* No not_ready(): the role's step sets its readiness itself. */
+static int run_legacy(const struct daemon_role *role, long long shutdown_ms)
+{
+    struct daemon_role r = *role;
+    const struct daemon_role_desc d = {.name = r.name,
+                                       .step = legacy_step,
+                                       .drain = legacy_drain,
+                                       .finish = legacy_finish};
+    return run_role(&d, &r, shutdown_ms);
+}
+
+int daemon_main(int argc, char **argv, const struct daemon_program *program)
+{
+    struct launch l = {0};
+    char err[512] = "";
+    struct daemon_role role;
+
+    int rc =
+        launch(argc, argv, program->name, program->config_role, program->usage, &l);
+    if (rc >= 0)
+        return rc;
+    rc = program->start(l.cfg, l.id, &role, err, sizeof(err));
+    rc = launched(program->name, &l, rc, err);
+    if (rc >= 0)
+        return rc;
+    rc = run_legacy(&role, l.shutdown_ms);
+    admin_http_free(l.admin);
     return rc;
 }
 
@@ -315,20 +486,5 @@ int daemon_run(const struct daemon_role *role, long long shutdown_ms, char *errb
 {
     if (start_watchdog(shutdown_ms, errbuf, errbuf_size) != 0)
         return 1;
-
-    while (!daemon_stopping()) {
-        daemon_heartbeat();
-        role->step(role->state);
-    }
-
-    int64_t stopping_at = clock_now_ms();
-    long long reserve = shutdown_ms / 4 < 2000 ? shutdown_ms / 4 : 2000;
-    log_info("stopping: draining in-flight work", "role", role->name, NULL);
-    size_t left = role->drain(role->state, stopping_at + shutdown_ms - reserve);
-    int64_t rest = stopping_at + shutdown_ms - clock_now_ms();
-    role->finish(role->state, rest > 1000 ? 1000 : rest > 0 ? (int)rest : 0);
-    char n[32];
-    snprintf(n, sizeof(n), "%zu", left);
-    log_info("stopped", "role", role->name, "unfinished", n, NULL);
-    return left || failing ? 1 : 0;
+    return run_legacy(role, shutdown_ms);
 }

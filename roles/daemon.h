@@ -1,23 +1,31 @@
 /* daemon: what every long-running role of charged shares.
  *
+ * A role describes itself (struct daemon_role_desc) and hands the rest to
+ * daemon_role_main: --help and the arguments, the environment, logging, the
+ * process's name, signals, the admin listener, the loop, the drain and the
+ * exit status. Its step does what is due and says when it is next due; the
+ * loop sleeps until then or until a signal or daemon_wake() comes first, and
+ * after every step it publishes the role's readiness.
+ *
  * Signals are loop events: the handler only counts SIGTERM/SIGINT in a
- * volatile sig_atomic_t, and the role's loop asks daemon_stopping(). The
- * shutdown is bounded whatever the loop is blocked in: a watchdog thread
+ * volatile sig_atomic_t and wakes the loop, which asks daemon_stopping().
+ * The shutdown is bounded whatever the loop is blocked in: a watchdog thread
  * ends the process with status 1 SHUTDOWN_TIMEOUT_MS after the first signal,
  * and at once on the second. Uncommitted work comes back to whoever takes
  * over: nothing is committed early, so nothing is lost.
  *
- * A role gives daemon_run() its turn of the loop and its drain; daemon_run
- * turns the loop until a signal, drains with a deadline, and returns the
- * exit status.
- *
- * daemon_main serves /healthz, /readyz and /metrics on ADMIN_ADDR
+ * The admin listener serves /healthz, /readyz and /metrics on ADMIN_ADDR
  * (common/http/admin_http.h) from before the role is built until after it
- * finished. Live (/healthz 200): the loop turned within HEALTH_STALL_MS, or
- * the process is draining after a signal (the watchdog bounds that, and a
- * liveness kill would cut the drain short). Ready (/readyz 200): the role
- * last said so with daemon_set_ready(), the loop is live, and no signal
- * came: a draining process is live but not ready. */
+ * finished. Live (/healthz 200): the loop turned within HEALTH_STALL_MS (a
+ * loop asleep until its step is due counts as turning), or the process is
+ * draining after a signal (the watchdog bounds that, and a liveness kill
+ * would cut the drain short). Ready (/readyz 200): the role last said so,
+ * the loop is live, and no signal came: a draining process is live but not
+ * ready.
+ *
+ * daemon_main, struct daemon_program and struct daemon_role are the older
+ * face, whose step sleeps its own way and sets its own readiness: the worker
+ * runs on it until it moves to daemon_role_main. */
 #ifndef CHARGED_DAEMON_H
 #define CHARGED_DAEMON_H
 
@@ -27,6 +35,96 @@
 
 #include "config.h"
 
+/* A step's answer when it has more to do at once: any time not after now
+ * means due now. */
+#define DAEMON_NOW 0
+
+/* A role, as daemon_role_main runs it. Every function but start() runs on
+ * the loop's thread. */
+struct daemon_role_desc {
+    const char *name;     /* "relay": logs say charged-relay */
+    unsigned config_role; /* enum config_role: the settings it reads */
+    void (*usage)(FILE *out);
+    /* Builds the role from cfg, taking ownership of cfg (also on failure),
+     * and sets *state (finish() frees it). Returns 0, or an exit status
+     * (1 runtime, 2 configuration) with errbuf. */
+    int (*start)(config_t *cfg, const char *id, void **state, char *errbuf,
+                 size_t errbuf_size);
+    /* One turn: does what is due at `now` (clock_now_ms) and returns when
+     * it is next due (a clock_now_ms, or DAEMON_NOW). A step that waits
+     * long by design calls daemon_heartbeat() as it goes. */
+    int64_t (*step)(void *state, int64_t now);
+    /* Why the role is not ready (a short phrase such as "database
+     * unreachable"), or NULL when it is; asked after every step. */
+    const char *(*not_ready)(void *state);
+    /* Finishes what is in flight, taking nothing new, until nothing is left
+     * or `deadline` (clock_now_ms) passes; gives up the rest. Returns how
+     * much was left unfinished. */
+    size_t (*drain)(void *state, int64_t deadline);
+    /* Commits, leaves the group, releases clients, frees the state;
+     * flush_ms bounds waiting for outstanding acknowledgements. */
+    void (*finish)(void *state, int flush_ms);
+};
+
+/* The main of a role: returns the process's exit status (0 when everything
+ * taken was finished, 1 otherwise or on a runtime failure, 2 on bad usage or
+ * configuration). The admin listener starts before desc->start(), so that a
+ * bad or taken ADMIN_ADDR stops the program before any client is built:
+ * exit 2 when the address is not host:port or does not resolve, 1 when it
+ * cannot be bound. After a stop signal the drain has SHUTDOWN_TIMEOUT_MS
+ * less a quarter (at most 2 s) kept for finish(). */
+int daemon_role_main(int argc, char **argv, const struct daemon_role_desc *desc);
+
+/* Makes the loop step now, due or not: something the step answers came
+ * (an event on a client's queue, say). Safe from any thread and from a
+ * signal handler. */
+void daemon_wake(void);
+
+/* A role's database as its loop sees it. After a failed step the role
+ * backs off, doubling from 250 ms to 5 s while the failures last (each is
+ * logged and counted); the back-off ends with the next success. */
+struct daemon_db {
+    int64_t backoff_ms; /* 0 after a success */
+    int64_t retry_at;   /* clock_now_ms: no step before */
+    int reached;        /* the last step reached it */
+    int64_t last_ok_ms; /* clock_now_ms of the last success */
+};
+/* May the next database step run now (its back-off is over)? */
+int daemon_db_due(const struct daemon_db *db);
+/* A step succeeded: the back-off ends. */
+void daemon_db_ok(struct daemon_db *db);
+/* A step reached the database, but the unit of work it belongs to is not
+ * done: the database counts as reached, the back-off stays until
+ * daemon_db_ok(). */
+void daemon_db_reached(struct daemon_db *db);
+/* A step failed: logs the step and why, counts it, backs off. Returns when
+ * to try again (clock_now_ms). */
+int64_t daemon_db_failed(struct daemon_db *db, const char *stage, const char *err);
+/* Why the role cannot be ready for its database's sake ("database
+ * unreachable" after a failure, "database not reached yet" before the
+ * first step), or NULL once a step reached it. */
+const char *daemon_db_not_ready(const struct daemon_db *db);
+
+/* The loop is alive: the loop calls it before every step; a role calls it
+ * inside a step that waits long by design (one provider call, a batch's
+ * acknowledgements), so that /healthz measures a stuck loop, not a slow
+ * answer. Safe from any thread. */
+void daemon_heartbeat(void);
+
+/* Installs the handlers (SIGTERM, SIGINT counted and waking the loop;
+ * SIGPIPE ignored). Returns 0, or -1 with errbuf when the loop's wake-up
+ * pipe cannot be made. */
+int daemon_init(char *errbuf, size_t errbuf_size);
+
+/* How many stop signals have arrived: 0 runs on, 1 drains, 2 exits now. */
+int daemon_stopping(void);
+
+/* The role cannot go on (out of memory, say): stop as on SIGTERM, bounded
+ * the same way, and exit 1 whatever the drain achieves. Logs why. */
+void daemon_fail(const char *why);
+
+/* The older face (the worker's): a step that sleeps its own way, at most
+ * about 100 ms, and sets the role's readiness itself. */
 struct daemon_role {
     const char *name; /* "worker", for log lines */
     void *state;
@@ -55,62 +153,20 @@ struct daemon_program {
                  size_t errbuf_size);
 };
 
-/* The main of a role: returns the process's exit status. The admin
- * listener starts before program->start(), so that a bad or taken ADMIN_ADDR
- * stops the program before any client is built: exit 2 when the address is
- * not host:port or does not resolve, 1 when it cannot be bound. */
+/* The main of a role on the older face: what daemon_role_main does, with
+ * program->start() building the role. */
 int daemon_main(int argc, char **argv, const struct daemon_program *program);
 
-/* A role's database as its loop sees it. After a failed step the role
- * backs off, doubling from 250 ms to 5 s while the failures last (each is
- * logged and counted); the back-off ends with the next success. */
-struct daemon_db {
-    int64_t backoff_ms; /* 0 after a success */
-    int64_t retry_at;   /* clock_now_ms: no step before */
-    int reached;        /* the last step reached it */
-    int64_t last_ok_ms; /* clock_now_ms of the last success */
-};
-/* May the next database step run now (its back-off is over)? */
-int daemon_db_due(const struct daemon_db *db);
-/* A step succeeded: the back-off ends. */
-void daemon_db_ok(struct daemon_db *db);
-/* A step reached the database, but the unit of work it belongs to is not
- * done: the database counts as reached, the back-off stays until
- * daemon_db_ok(). */
-void daemon_db_reached(struct daemon_db *db);
-/* A step failed: logs the step and why, counts it, backs off. Returns when
- * to try again (clock_now_ms). */
-int64_t daemon_db_failed(struct daemon_db *db, const char *stage, const char *err);
-/* Why the role cannot be ready for its database's sake ("database
- * unreachable" after a failure, "database not reached yet" before the
- * first step), or NULL once a step reached it. */
-const char *daemon_db_not_ready(const struct daemon_db *db);
-
-/* The role's readiness, from its loop: ready, or not and why (a short
+/* The role's readiness, from its step: ready, or not and why (a short
  * phrase such as "database unreachable"; copied; NULL when ready). Changes
- * are logged. A role is not ready until it first says so. */
+ * are logged. A role is not ready until it first says so. On the new face
+ * the loop calls it with what not_ready() answers. */
 void daemon_set_ready(int ready, const char *why_not);
 
-/* The loop is alive: daemon_run calls it before every step; a role calls it
- * inside a step that waits long by design (one provider call, a batch's
- * acknowledgements), so that /healthz measures a stuck loop, not a slow
- * answer. Safe from any thread. */
-void daemon_heartbeat(void);
-
-/* Installs the handlers (SIGTERM, SIGINT counted; SIGPIPE ignored). */
-void daemon_init(void);
-
-/* How many stop signals have arrived: 0 runs on, 1 drains, 2 exits now. */
-int daemon_stopping(void);
-
-/* The role cannot go on (out of memory, say): stop as on SIGTERM, bounded
- * the same way, and exit 1 whatever the drain achieves. Logs why. */
-void daemon_fail(const char *why);
-
-/* Runs the role until a signal, then drains for SHUTDOWN_TIMEOUT_MS less a
- * quarter (at most 2 s) kept for finish(). Returns 0 when everything taken
- * was finished, 1 otherwise, or 1 and errbuf when the watchdog cannot
- * start. */
+/* Runs the role until a signal, stepping again at once after each step,
+ * then drains and finishes as daemon_role_main does. Returns 0 when
+ * everything taken was finished, 1 otherwise, or 1 and errbuf when the
+ * watchdog cannot start. */
 int daemon_run(const struct daemon_role *role, long long shutdown_ms, char *errbuf,
                size_t errbuf_size);
 

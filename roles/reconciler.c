@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <jansson.h>
 
@@ -16,6 +15,7 @@
 #include "clock.h"
 #include "config.h"
 #include "daemon.h"
+#include "daemon_policy.h"
 #include "kafka_setup.h"
 #include "log.h"
 #include "metrics.h"
@@ -480,18 +480,13 @@ static void release_rest(struct reconciler *r, size_t from, size_t n)
     }
 }
 
-static void look_at_due(struct reconciler *r)
+static void look_at_due(struct reconciler *r, int64_t now)
 {
     struct store_error err;
     size_t n = 0;
-    int64_t now = clock_now_ms();
 
-    if (now < r->next_poll) {
-        int64_t wait = r->next_poll - now;
-        struct timespec ts = {0, (long)(wait < 50 ? wait : 50) * 1000000L};
-        nanosleep(&ts, NULL);
+    if (now < r->next_poll)
         return;
-    }
     if (flush_pending(r) != 0)
         return;
     int rc = attempt_store_claim_due(r->store, r->due, (size_t)r->batch, &n,
@@ -529,13 +524,12 @@ static void look_at_due(struct reconciler *r)
 /* Every BACKLOG_EVERY_MS: how many attempts wait for a look, and how old
  * the oldest is, per status (one indexed count; with several reconcilers
  * each reports the same numbers). */
-static void count_backlog(struct reconciler *r)
+static void count_backlog(struct reconciler *r, int64_t now)
 {
     static const enum attempt_status statuses[] = {ATTEMPT_STATUS_UNKNOWN,
                                                    ATTEMPT_STATUS_PROCESSING};
     long long counts[2], oldest[2];
     struct store_error err;
-    int64_t now = clock_now_ms();
     if (now < r->next_backlog || (r->db.backoff_ms && now < r->next_poll))
         return; /* not due, or the database is being waited for */
     r->next_backlog = now + BACKLOG_EVERY_MS;
@@ -551,14 +545,24 @@ static void count_backlog(struct reconciler *r)
     }
 }
 
-/* Ready: the database answers (the reconciler's work is all in it). */
-static void reconciler_step(void *state)
+/* Next due: the next poll for due attempts, or the backlog's count if it
+ * comes first (while the database is backed off from, it waits for the
+ * poll too). */
+static int64_t reconciler_step(void *state, int64_t now)
 {
     struct reconciler *r = state;
-    count_backlog(r);
-    look_at_due(r);
-    const char *why = daemon_db_not_ready(&r->db);
-    daemon_set_ready(!why, why);
+    count_backlog(r, now);
+    look_at_due(r, clock_now_ms());
+    if (r->db.backoff_ms)
+        return r->next_poll;
+    return daemon_policy_earliest(r->next_poll, r->next_backlog);
+}
+
+/* Ready: the database answers (the reconciler's work is all in it). */
+static const char *reconciler_not_ready(void *state)
+{
+    struct reconciler *r = state;
+    return daemon_db_not_ready(&r->db);
 }
 
 /* Nothing is in flight between steps: each step settles its batch or hands
@@ -662,8 +666,8 @@ static void usage(FILE *out)
     config_print_help(out, CONFIG_ROLE_RECONCILER);
 }
 
-static int reconciler_start(config_t *cfg, const char *id, struct daemon_role *role,
-                            char *err, size_t err_size)
+static int reconciler_start(config_t *cfg, const char *id, void **state, char *err,
+                            size_t err_size)
 {
     struct reconciler *r = calloc(1, sizeof(*r));
     if (!r) {
@@ -679,14 +683,21 @@ static int reconciler_start(config_t *cfg, const char *id, struct daemon_role *r
         return rc;
     }
     log_info("reconciler started", "reconciler", r->id, NULL);
-    *role = (struct daemon_role){"reconciler", r, reconciler_step, reconciler_drain,
-                                 reconciler_finish};
+    *state = r;
     return 0;
 }
 
 int reconciler_main(int argc, char **argv)
 {
-    static const struct daemon_program program = {"reconciler", CONFIG_ROLE_RECONCILER,
-                                                  usage, reconciler_start};
-    return daemon_main(argc, argv, &program);
+    static const struct daemon_role_desc desc = {
+        .name = "reconciler",
+        .config_role = CONFIG_ROLE_RECONCILER,
+        .usage = usage,
+        .start = reconciler_start,
+        .step = reconciler_step,
+        .not_ready = reconciler_not_ready,
+        .drain = reconciler_drain,
+        .finish = reconciler_finish,
+    };
+    return daemon_role_main(argc, argv, &desc);
 }

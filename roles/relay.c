@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <librdkafka/rdkafka.h>
 
@@ -20,7 +19,8 @@ struct relay {
     char id[160];
     outbox_store_t *store;
     rd_kafka_t *producer;
-    const char *topic; /* CHARGE_RESULTS_TOPIC: every event goes there */
+    rd_kafka_queue_t *queue; /* the producer's main queue: it wakes the loop */
+    const char *topic;       /* CHARGE_RESULTS_TOPIC: every event goes there */
     long long batch, poll_ms, retention_ms, backlog_log_ms, ack_timeout_ms;
     int64_t next_poll, next_housekeeping;
     struct daemon_db db;
@@ -52,6 +52,16 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
         return;
     r->acks[i] = m->err;
     r->acked[i] = 1;
+}
+
+/* From a librdkafka thread, when something comes on the producer's queue
+ * (an error, a late report): the loop serves it at once, not at the next
+ * poll. */
+static void on_queue_event(rd_kafka_t *rk, void *opaque)
+{
+    (void)rk;
+    (void)opaque;
+    daemon_wake();
 }
 
 /* Only the leader reports the outbox's backlog: a standby's numbers would
@@ -230,18 +240,12 @@ out:
     outbox_batch_free(b);
 }
 
-static void publish_step(struct relay *r)
+static void publish_step(struct relay *r, int64_t now)
 {
     struct store_error err;
-    int64_t now = clock_now_ms();
 
-    rd_kafka_poll(r->producer, 0);
-    if (now < r->next_poll) {
-        int64_t wait = r->next_poll - now;
-        struct timespec ts = {0, (long)(wait < 50 ? wait : 50) * 1000000L};
-        nanosleep(&ts, NULL);
+    if (now < r->next_poll)
         return;
-    }
     int rc = outbox_store_lead(r->store, &err);
     if (rc != STORE_OK && rc != STORE_NOT_LEADER) {
         db_failed(r, "lead", err.message);
@@ -264,23 +268,31 @@ static void publish_step(struct relay *r)
     publish_batch(r);
 }
 
+/* Serves the producer's queue (the loop is woken when something comes on
+ * it), and publishes when the poll is due: next due at the next poll. */
+static int64_t relay_step(void *state, int64_t now)
+{
+    struct relay *r = state;
+    rd_kafka_poll(r->producer, 0);
+    publish_step(r, now);
+    return r->next_poll;
+}
+
 /* Ready: the database answers, and the producer works: no fatal error, and
  * the broker acknowledged the last batch (a standby, which publishes
  * nothing, is ready to take over while the database answers). */
-static void relay_step(void *state)
+static const char *relay_not_ready(void *state)
 {
     struct relay *r = state;
     char fatal[256];
-    publish_step(r);
     const char *why = daemon_db_not_ready(&r->db);
     if (why)
-        daemon_set_ready(0, why);
-    else if (rd_kafka_fatal_error(r->producer, fatal, sizeof(fatal)))
-        daemon_set_ready(0, "producer failed");
-    else if (r->broker_refusing)
-        daemon_set_ready(0, "broker not acknowledging result events");
-    else
-        daemon_set_ready(1, NULL);
+        return why;
+    if (rd_kafka_fatal_error(r->producer, fatal, sizeof(fatal)))
+        return "producer failed";
+    if (r->broker_refusing)
+        return "broker not acknowledging result events";
+    return NULL;
 }
 
 /* Nothing is in flight between steps: each step waits for its batch's
@@ -298,6 +310,10 @@ static void teardown(struct relay *r, int flush_ms)
         rd_kafka_flush(r->producer, flush_ms);
         rd_kafka_purge(r->producer, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
         rd_kafka_poll(r->producer, 0);
+        if (r->queue) {
+            rd_kafka_queue_cb_event_enable(r->queue, NULL, NULL);
+            rd_kafka_queue_destroy(r->queue);
+        }
         rd_kafka_destroy(r->producer);
     }
     outbox_store_free(r->store);
@@ -344,6 +360,8 @@ static int setup(struct relay *r, char *err, size_t err_size)
         rd_kafka_conf_destroy(pc);
         return 2;
     }
+    r->queue = rd_kafka_queue_get_main(r->producer);
+    rd_kafka_queue_cb_event_enable(r->queue, on_queue_event, NULL);
     /* Does not connect: started while the database is down, it waits. */
     struct store_error serr;
     r->store = outbox_store_new(config_str(r->cfg, CONFIG_DATABASE_URL), &serr);
@@ -369,8 +387,8 @@ static void usage(FILE *out)
     config_print_help(out, CONFIG_ROLE_RELAY);
 }
 
-static int relay_start(config_t *cfg, const char *id, struct daemon_role *role,
-                       char *err, size_t err_size)
+static int relay_start(config_t *cfg, const char *id, void **state, char *err,
+                       size_t err_size)
 {
     struct relay *r = calloc(1, sizeof(*r));
     if (!r) {
@@ -386,13 +404,21 @@ static int relay_start(config_t *cfg, const char *id, struct daemon_role *role,
         return rc;
     }
     log_info("relay started", "relay", r->id, NULL);
-    *role = (struct daemon_role){"relay", r, relay_step, relay_drain, relay_finish};
+    *state = r;
     return 0;
 }
 
 int relay_main(int argc, char **argv)
 {
-    static const struct daemon_program program = {"relay", CONFIG_ROLE_RELAY, usage,
-                                                  relay_start};
-    return daemon_main(argc, argv, &program);
+    static const struct daemon_role_desc desc = {
+        .name = "relay",
+        .config_role = CONFIG_ROLE_RELAY,
+        .usage = usage,
+        .start = relay_start,
+        .step = relay_step,
+        .not_ready = relay_not_ready,
+        .drain = relay_drain,
+        .finish = relay_finish,
+    };
+    return daemon_role_main(argc, argv, &desc);
 }
