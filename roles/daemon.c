@@ -89,7 +89,7 @@ void daemon_heartbeat(void)
     atomic_store(&last_turn_ms, clock_now_ms());
 }
 
-void daemon_set_ready(int ready, const char *why_not)
+static void set_ready(int ready, const char *why_not)
 {
     char why[sizeof(ready_why)];
     snprintf(why, sizeof(why), "%s",
@@ -396,7 +396,7 @@ static int run_role(const struct daemon_role_desc *d, void *state,
         due = d->step(state, now);
         if (d->not_ready) {
             const char *why = d->not_ready(state);
-            daemon_set_ready(!why, why);
+            set_ready(!why, why);
         }
     }
 
@@ -427,64 +427,4 @@ int daemon_role_main(int argc, char **argv, const struct daemon_role_desc *desc)
     rc = run_role(desc, state, l.shutdown_ms);
     admin_http_free(l.admin);
     return rc;
-}
-
-/* ---- the older face: a step that sleeps its own way ---- */
-
-static int64_t legacy_step(void *state, int64_t now)
-{
-    const struct daemon_role *role = state;
-    (void)now;
-    role->step(role->state);
-    return DAEMON_NOW;
-}
-
-static size_t legacy_drain(void *state, int64_t deadline)
-{
-    const struct daemon_role *role = state;
-    return role->drain(role->state, deadline);
-}
-
-static void legacy_finish(void *state, int flush_ms)
-{
-    const struct daemon_role *role = state;
-    role->finish(role->state, flush_ms);
-}
-
-/* No not_ready(): the role's step sets its readiness itself. */
-static int run_legacy(const struct daemon_role *role, long long shutdown_ms)
-{
-    struct daemon_role r = *role;
-    const struct daemon_role_desc d = {.name = r.name,
-                                       .step = legacy_step,
-                                       .drain = legacy_drain,
-                                       .finish = legacy_finish};
-    return run_role(&d, &r, shutdown_ms);
-}
-
-int daemon_main(int argc, char **argv, const struct daemon_program *program)
-{
-    struct launch l = {0};
-    char err[512] = "";
-    struct daemon_role role;
-
-    int rc =
-        launch(argc, argv, program->name, program->config_role, program->usage, &l);
-    if (rc >= 0)
-        return rc;
-    rc = program->start(l.cfg, l.id, &role, err, sizeof(err));
-    rc = launched(program->name, &l, rc, err);
-    if (rc >= 0)
-        return rc;
-    rc = run_legacy(&role, l.shutdown_ms);
-    admin_http_free(l.admin);
-    return rc;
-}
-
-int daemon_run(const struct daemon_role *role, long long shutdown_ms, char *errbuf,
-               size_t errbuf_size)
-{
-    if (start_watchdog(shutdown_ms, errbuf, errbuf_size) != 0)
-        return 1;
-    return run_legacy(role, shutdown_ms);
 }

@@ -22,10 +22,7 @@
  * would cut the drain short). Ready (/readyz 200): the role last said so,
  * the loop is live, and no signal came: a draining process is live but not
  * ready.
- *
- * daemon_main, struct daemon_program and struct daemon_role are the older
- * face, whose step sleeps its own way and sets its own readiness: the worker
- * runs on it until it moves to daemon_role_main. */
+ */
 #ifndef CHARGED_DAEMON_H
 #define CHARGED_DAEMON_H
 
@@ -122,52 +119,5 @@ int daemon_stopping(void);
 /* The role cannot go on (out of memory, say): stop as on SIGTERM, bounded
  * the same way, and exit 1 whatever the drain achieves. Logs why. */
 void daemon_fail(const char *why);
-
-/* The older face (the worker's): a step that sleeps its own way, at most
- * about 100 ms, and sets the role's readiness itself. */
-struct daemon_role {
-    const char *name; /* "worker", for log lines */
-    void *state;
-    /* One turn of the loop; returns within about 100 ms. */
-    void (*step)(void *state);
-    /* Finishes what is in flight, taking nothing new, until nothing is left
-     * or `deadline` (clock_now_ms) passes; gives up the rest. Returns how
-     * much was left unfinished. */
-    size_t (*drain)(void *state, int64_t deadline);
-    /* Commits, leaves the group, releases clients; flush_ms bounds waiting
-     * for outstanding acknowledgements. */
-    void (*finish)(void *state, int flush_ms);
-};
-
-/* How a role's program starts: daemon_main does what every role does
- * (--help, the environment, logging, its name, signals, the loop) and calls
- * start() to build the role itself. */
-struct daemon_program {
-    const char *name;     /* "worker": logs say charged-worker */
-    unsigned config_role; /* enum config_role */
-    void (*usage)(FILE *out);
-    /* Builds the role from cfg, taking ownership of cfg (also on failure),
-     * and fills *role (finish() frees the state). Returns 0, or an exit
-     * status (1 runtime, 2 configuration) with errbuf. */
-    int (*start)(config_t *cfg, const char *id, struct daemon_role *role, char *errbuf,
-                 size_t errbuf_size);
-};
-
-/* The main of a role on the older face: what daemon_role_main does, with
- * program->start() building the role. */
-int daemon_main(int argc, char **argv, const struct daemon_program *program);
-
-/* The role's readiness, from its step: ready, or not and why (a short
- * phrase such as "database unreachable"; copied; NULL when ready). Changes
- * are logged. A role is not ready until it first says so. On the new face
- * the loop calls it with what not_ready() answers. */
-void daemon_set_ready(int ready, const char *why_not);
-
-/* Runs the role until a signal, stepping again at once after each step,
- * then drains and finishes as daemon_role_main does. Returns 0 when
- * everything taken was finished, 1 otherwise, or 1 and errbuf when the
- * watchdog cannot start. */
-int daemon_run(const struct daemon_role *role, long long shutdown_ms, char *errbuf,
-               size_t errbuf_size);
 
 #endif

@@ -148,7 +148,7 @@ static size_t job_round(size_t n)
     return (n + a - 1) / a * a;
 }
 
-static void job_free(struct engine *eng, struct job *j)
+static void job_free(engine_t *eng, struct job *j)
 {
     if (j->have_cmd)
         eng->op->release(j->command);
@@ -159,7 +159,7 @@ static void job_free(struct engine *eng, struct job *j)
 
 /* ---- consuming ---- */
 
-static void hand_back(struct engine *eng, const rd_kafka_message_t *m);
+static void hand_back(engine_t *eng, const rd_kafka_message_t *m);
 
 /* The command's W3C traceparent header into out, when it has exactly one
  * and it is valid; "" otherwise. Only a validated value is ever copied. */
@@ -180,7 +180,7 @@ static void read_traceparent(const rd_kafka_message_t *msg, char *out)
     traceparent_parse(v, n, out);
 }
 
-static void take_message(struct engine *eng, rd_kafka_message_t *msg)
+static void take_message(engine_t *eng, rd_kafka_message_t *msg)
 {
     /* The operation's command and params live with the job, aligned. */
     size_t head = job_round(sizeof(struct job)), cmd = job_round(eng->op->command_size);
@@ -205,7 +205,7 @@ static void take_message(struct engine *eng, rd_kafka_message_t *msg)
 }
 
 /* Starts backlog jobs, oldest first, while fewer than max_in_flight run. */
-static void start_jobs(struct engine *eng)
+static void start_jobs(engine_t *eng)
 {
     char err[256];
     for (struct job *j = job_list_first(eng->jobs, JOB_BACKLOG), *next; j; j = next) {
@@ -231,7 +231,7 @@ static void start_jobs(struct engine *eng)
 /* Hands a message back to Kafka: seeks its partition to it, so that it is
  * fetched again later. Nothing past it is taken meanwhile (see fetch), so
  * no offset can be committed over it. */
-static void hand_back(struct engine *eng, const rd_kafka_message_t *m)
+static void hand_back(engine_t *eng, const rd_kafka_message_t *m)
 {
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
     rd_kafka_topic_partition_list_add(l, rd_kafka_topic_name(m->rkt), m->partition)
@@ -247,7 +247,7 @@ static void hand_back(struct engine *eng, const rd_kafka_message_t *m)
         eng->handbacks[eng->nhandbacks++] = (struct handback){m->partition, m->offset};
 }
 
-static void forget_handback(struct engine *eng, int32_t partition)
+static void forget_handback(engine_t *eng, int32_t partition)
 {
     for (size_t i = 0; i < eng->nhandbacks; i++)
         if (eng->handbacks[i].partition == partition) {
@@ -258,7 +258,7 @@ static void forget_handback(struct engine *eng, int32_t partition)
 
 /* 1 when m comes after a message of its partition that we handed back and
  * have not seen again: it must not be taken before that one. */
-static int behind_handback(struct engine *eng, const rd_kafka_message_t *m)
+static int behind_handback(engine_t *eng, const rd_kafka_message_t *m)
 {
     for (size_t i = 0; i < eng->nhandbacks; i++)
         if (eng->handbacks[i].partition == m->partition) {
@@ -293,7 +293,7 @@ static int revoking(const struct engine *eng, int32_t partition)
  * poll returns is taken only while fewer than HELD_FACTOR x max_in_flight
  * are held, and handed back otherwise, so memory stays bounded however long
  * the jobs are stuck (partitions are never paused: see docs/worker.md). */
-static void fetch(struct engine *eng, int wait_ms, int allow_new)
+static void fetch(engine_t *eng, int wait_ms, int allow_new)
 {
     int64_t now = clock_now_ms();
     if ((long long)job_list_holding_in(eng->jobs, JOB_BACKLOG) >= eng->max_in_flight &&
@@ -379,7 +379,7 @@ static int too_large(rd_kafka_resp_err_t err)
 /* Records the report; apply_deliveries() acts on it from the loop. */
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
-    struct engine *eng = opaque;
+    engine_t *eng = opaque;
     (void)rk;
     if (!m->_private)
         return;
@@ -398,7 +398,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     eng->deliveries[eng->ndeliveries++] = (struct delivery){m->_private, m->err};
 }
 
-static void apply_deliveries(struct engine *eng)
+static void apply_deliveries(engine_t *eng)
 {
     for (size_t i = 0; i < eng->ndeliveries; i++) {
         struct job *j = eng->deliveries[i].job;
@@ -422,7 +422,7 @@ static void apply_deliveries(struct engine *eng)
     eng->ndeliveries = 0;
 }
 
-static void send_dead_letters(struct engine *eng)
+static void send_dead_letters(engine_t *eng)
 {
     int64_t now = clock_now_ms();
     for (struct job *j = job_list_first(eng->jobs, JOB_DEAD_LETTER), *next; j;
@@ -485,25 +485,24 @@ static void send_dead_letters(struct engine *eng)
 
 /* ---- database stages ---- */
 
-static int db_ready(struct engine *eng)
+static int db_ready(engine_t *eng)
 {
     return daemon_db_due(&eng->db);
 }
 
-static void db_ok(struct engine *eng)
+static void db_ok(engine_t *eng)
 {
     daemon_db_ok(&eng->db);
 }
 
-static void db_failed(struct engine *eng, const char *stage, const char *err)
+static void db_failed(engine_t *eng, const char *stage, const char *err)
 {
     daemon_db_failed(&eng->db, stage, err);
 }
 
 /* A message the database refuses even on its own: a dead letter, so that
  * its partition moves on. The line names the SQLSTATE, never a value. */
-static void refuse(struct engine *eng, struct job *j, const char *what,
-                   const char *sqlstate)
+static void refuse(engine_t *eng, struct job *j, const char *what, const char *sqlstate)
 {
     j->dl_reason = DEAD_LETTER_DATABASE_REFUSED;
     snprintf(j->dl_error, sizeof(j->dl_error),
@@ -512,8 +511,7 @@ static void refuse(struct engine *eng, struct job *j, const char *what,
     j->next_at = 0;
 }
 
-static void apply_record(struct engine *eng, struct job *j,
-                         const struct engine_record *it)
+static void apply_record(engine_t *eng, struct job *j, const struct engine_record *it)
 {
     switch (it->result) {
     case ENGINE_RECORDED:
@@ -537,7 +535,7 @@ static void apply_record(struct engine *eng, struct job *j,
     }
 }
 
-static int record_batch(struct engine *eng, struct job **js, void *batch, size_t n,
+static int record_batch(engine_t *eng, struct job **js, void *batch, size_t n,
                         struct store_error *err)
 {
     struct engine_record *items = batch;
@@ -549,7 +547,7 @@ static int record_batch(struct engine *eng, struct job **js, void *batch, size_t
 
 /* The job's item met another session's uncommitted change (its statement
  * hit lock_timeout): it alone waits, with a back-off, and tries again. */
-static int lock_wait(struct engine *eng, struct job *j, const char *stage)
+static int lock_wait(engine_t *eng, struct job *j, const char *stage)
 {
     if (j->lock_waits++ == 0)
         log_warn("attempt held by another session's transaction; trying again shortly",
@@ -565,14 +563,13 @@ static int lock_wait(struct engine *eng, struct job *j, const char *stage)
  * (STORE_LOCKED). Each returns the store_rc the stage goes on with. */
 struct stage {
     size_t item_size;
-    int (*batch)(struct engine *eng, struct job **js, void *items, size_t n,
+    int (*batch)(engine_t *eng, struct job **js, void *items, size_t n,
                  struct store_error *err);
-    int (*refused)(struct engine *eng, struct job *j, void *item,
-                   struct store_error *err);
-    int (*locked)(struct engine *eng, struct job *j, void *item);
+    int (*refused)(engine_t *eng, struct job *j, void *item, struct store_error *err);
+    int (*locked)(engine_t *eng, struct job *j, void *item);
 };
 
-static int stage_alone(struct engine *eng, const struct stage *st, struct job **j,
+static int stage_alone(engine_t *eng, const struct stage *st, struct job **j,
                        void *item, struct store_error *err)
 {
     int rc = st->batch(eng, j, item, 1, err);
@@ -586,7 +583,7 @@ static int stage_alone(struct engine *eng, const struct stage *st, struct job **
 /* The batch in one statement; when the database refuses one of its values
  * or another session's lock holds one of its rows, each item alone, so that
  * one bad or held item never holds the others. */
-static int stage_run(struct engine *eng, const struct stage *st, struct job **js,
+static int stage_run(engine_t *eng, const struct stage *st, struct job **js,
                      void *items, size_t n, struct store_error *err)
 {
     int rc = n ? st->batch(eng, js, items, n, err) : STORE_OK;
@@ -600,7 +597,7 @@ static int stage_run(struct engine *eng, const struct stage *st, struct job **js
     return rc;
 }
 
-static int record_refused(struct engine *eng, struct job *j, void *item,
+static int record_refused(engine_t *eng, struct job *j, void *item,
                           struct store_error *err)
 {
     (void)item;
@@ -608,7 +605,7 @@ static int record_refused(struct engine *eng, struct job *j, void *item,
     return STORE_OK;
 }
 
-static int record_locked(struct engine *eng, struct job *j, void *item)
+static int record_locked(engine_t *eng, struct job *j, void *item)
 {
     (void)item;
     return lock_wait(eng, j, "record");
@@ -617,7 +614,7 @@ static int record_locked(struct engine *eng, struct job *j, void *item)
 static const struct stage record_stage = {sizeof(struct engine_record), record_batch,
                                           record_refused, record_locked};
 
-static void record_attempts(struct engine *eng)
+static void record_attempts(engine_t *eng)
 {
     struct store_error err;
     int64_t now = clock_now_ms();
@@ -656,8 +653,7 @@ out:
     free(js);
 }
 
-static void apply_claim(struct engine *eng, struct job *j,
-                        const struct engine_claim *it)
+static void apply_claim(engine_t *eng, struct job *j, const struct engine_claim *it)
 {
     switch (it->result) {
     case ENGINE_CLAIMED:
@@ -685,7 +681,7 @@ static void apply_claim(struct engine *eng, struct job *j,
     }
 }
 
-static int claim_batch(struct engine *eng, struct job **js, void *batch, size_t n,
+static int claim_batch(engine_t *eng, struct job **js, void *batch, size_t n,
                        struct store_error *err)
 {
     struct engine_claim *items = batch;
@@ -695,7 +691,7 @@ static int claim_batch(struct engine *eng, struct job **js, void *batch, size_t 
     return rc;
 }
 
-static int claim_refused(struct engine *eng, struct job *j, void *item,
+static int claim_refused(engine_t *eng, struct job *j, void *item,
                          struct store_error *err)
 {
     (void)item;
@@ -703,7 +699,7 @@ static int claim_refused(struct engine *eng, struct job *j, void *item,
     return STORE_OK;
 }
 
-static int claim_locked(struct engine *eng, struct job *j, void *item)
+static int claim_locked(engine_t *eng, struct job *j, void *item)
 {
     (void)item;
     job_set(eng->jobs, j, JOB_WAIT);
@@ -713,7 +709,7 @@ static int claim_locked(struct engine *eng, struct job *j, void *item)
 static const struct stage claim_stage = {sizeof(struct engine_claim), claim_batch,
                                          claim_refused, claim_locked};
 
-static void claim_attempts(struct engine *eng)
+static void claim_attempts(engine_t *eng)
 {
     struct store_error err;
     int64_t now = clock_now_ms();
@@ -755,7 +751,7 @@ out:
 }
 
 /* Lets go of the lease of a job we will not finish. */
-static void release_lease(struct engine *eng, struct job *j)
+static void release_lease(engine_t *eng, struct job *j)
 {
     struct store_error err;
     if (eng->op->release_leases(eng->op_state, &j->id, &j->lease_epoch, 1, &err) !=
@@ -767,7 +763,7 @@ static void release_lease(struct engine *eng, struct job *j)
 /* ---- the provider ---- */
 
 /* The policy's decision on the job's answer, with the operation's event. */
-static void decide(struct engine *eng, struct job *j, int tries, int key_window_open,
+static void decide(engine_t *eng, struct job *j, int tries, int key_window_open,
                    unsigned jitter)
 {
     j->decision = charge_policy_decide(&eng->policy, j->res.outcome, tries,
@@ -787,7 +783,7 @@ static int key_still_kept(const struct engine *eng, const struct job *j, int64_t
                                          eng->provider_timeout_ms);
 }
 
-static void start_calls(struct engine *eng)
+static void start_calls(engine_t *eng)
 {
     char err[256];
     int64_t now = clock_now_ms();
@@ -841,8 +837,7 @@ static void start_calls(struct engine *eng)
 /* Remembers a provider call for the provider_calls table. Bounded: past
  * CALL_LOG_MAX waiting entries (a long database outage) new ones are kept in
  * the log line only, and counted. */
-static void log_call(struct engine *eng, struct job *j,
-                     const struct provider_result *res)
+static void log_call(engine_t *eng, struct job *j, const struct provider_result *res)
 {
     if (eng->call_log_len >= CALL_LOG_MAX) {
         if (eng->call_log_dropped++ % 1000 == 0)
@@ -869,7 +864,7 @@ static void log_call(struct engine *eng, struct job *j,
     eng->call_log_len++;
 }
 
-static int log_calls_batch(struct engine *eng, struct call_entry *const *e, size_t n,
+static int log_calls_batch(engine_t *eng, struct call_entry *const *e, size_t n,
                            struct store_error *err)
 {
     struct engine_call *calls = calloc(n, sizeof(*calls));
@@ -890,8 +885,7 @@ static int log_calls_batch(struct engine *eng, struct call_entry *const *e, size
 /* One call entry alone: written (or refused, and dropped with a log line:
  * 1), held by another session's lock (kept, with a back-off: 0), or the
  * database failed (-1). */
-static int log_call_alone(struct engine *eng, struct call_entry *e,
-                          struct store_error *err)
+static int log_call_alone(engine_t *eng, struct call_entry *e, struct store_error *err)
 {
     int rc = log_calls_batch(eng, &e, 1, err);
     if (rc == STORE_RETRY)
@@ -917,7 +911,7 @@ static int log_call_alone(struct engine *eng, struct call_entry *e,
  * outcomes wait on the same lock). -1 when the database could not take them
  * now (then nothing else is written either: the outage is the same). A row
  * the database refuses on its own is dropped with a log line. */
-static int flush_call_log(struct engine *eng)
+static int flush_call_log(engine_t *eng)
 {
     struct store_error err;
     size_t n = eng->call_log_len, nfresh = 0, held_tries = 0, kept = 0;
@@ -971,7 +965,7 @@ out:
     return rc;
 }
 
-static void on_call_done(struct engine *eng, struct job *j)
+static void on_call_done(engine_t *eng, struct job *j)
 {
     char status[8];
     int64_t now = clock_now_ms();
@@ -1046,7 +1040,7 @@ static void on_call_done(struct engine *eng, struct job *j)
 
 /* The probe's answer: any answer but 429 or 5xx (a 400 for the refused
  * request is the expected one) shows a charge endpoint that answers. */
-static void probe_done(struct engine *eng, const struct provider_result *res)
+static void probe_done(engine_t *eng, const struct provider_result *res)
 {
     char status[16];
     int64_t now = clock_now_ms();
@@ -1066,7 +1060,7 @@ static void probe_done(struct engine *eng, const struct provider_result *res)
              a == PROVIDER_BREAKER_FAILURE && res->error[0] ? res->error : NULL, NULL);
 }
 
-static void collect_calls(struct engine *eng, int wait_ms)
+static void collect_calls(engine_t *eng, int wait_ms)
 {
     struct provider_result res;
     void *op;
@@ -1132,8 +1126,7 @@ static char *evidence_of(const struct job *j)
     return s;
 }
 
-static void apply_persist(struct engine *eng, struct job *j,
-                          const struct engine_outcome *o)
+static void apply_persist(engine_t *eng, struct job *j, const struct engine_outcome *o)
 {
     if (o->busy) {
         /* Another session holds the row (a webhook being applied, or a
@@ -1164,7 +1157,7 @@ static void apply_persist(struct engine *eng, struct job *j,
     job_set(eng->jobs, j, JOB_DONE);
 }
 
-static int persist_batch(struct engine *eng, struct job **js, void *batch, size_t n,
+static int persist_batch(engine_t *eng, struct job **js, void *batch, size_t n,
                          struct store_error *err)
 {
     struct engine_outcome *items = batch;
@@ -1179,8 +1172,7 @@ static int persist_batch(struct engine *eng, struct job **js, void *batch, size_
  * FAILED: REQUIRES_REVIEW, with nothing from outside but the outcome's name.
  * If even that is refused, the job ends and the lease is left to expire; a
  * later owner or the reconciler takes the attempt from there. */
-static int persist_for_review(struct engine *eng, struct job *j,
-                              struct store_error *err)
+static int persist_for_review(engine_t *eng, struct job *j, struct store_error *err)
 {
     char reason[256], evidence[160];
     snprintf(reason, sizeof(reason),
@@ -1212,7 +1204,7 @@ static int persist_for_review(struct engine *eng, struct job *j,
     return rc;
 }
 
-static int persist_refused(struct engine *eng, struct job *j, void *item,
+static int persist_refused(engine_t *eng, struct job *j, void *item,
                            struct store_error *err)
 {
     (void)item;
@@ -1220,7 +1212,7 @@ static int persist_refused(struct engine *eng, struct job *j, void *item,
 }
 
 /* Held, as a locked row is: it waits, the rest goes on. */
-static int persist_locked(struct engine *eng, struct job *j, void *item)
+static int persist_locked(engine_t *eng, struct job *j, void *item)
 {
     struct engine_outcome *o = item;
     o->busy = 1;
@@ -1231,7 +1223,7 @@ static int persist_locked(struct engine *eng, struct job *j, void *item)
 static const struct stage persist_stage = {sizeof(struct engine_outcome), persist_batch,
                                            persist_refused, persist_locked};
 
-static void persist_outcomes(struct engine *eng)
+static void persist_outcomes(engine_t *eng)
 {
     struct store_error err;
     int64_t now = clock_now_ms();
@@ -1283,7 +1275,7 @@ out:
 }
 
 /* Extends the leases of claims we still work on. */
-static void renew_leases(struct engine *eng)
+static void renew_leases(engine_t *eng)
 {
     struct store_error err;
     int64_t now = clock_now_ms();
@@ -1336,7 +1328,7 @@ out:
 
 /* ---- offsets ---- */
 
-static void commit_offsets(struct engine *eng, int sync,
+static void commit_offsets(engine_t *eng, int sync,
                            const rd_kafka_topic_partition_list_t *only)
 {
     int32_t parts[1024];
@@ -1369,7 +1361,7 @@ static void commit_offsets(struct engine *eng, int sync,
 static void on_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                       rd_kafka_topic_partition_list_t *offsets, void *opaque)
 {
-    struct engine *eng = opaque;
+    engine_t *eng = opaque;
     (void)rk;
     if (!err || err == RD_KAFKA_RESP_ERR__NO_OFFSET)
         return;
@@ -1397,7 +1389,7 @@ static const char *parts_str(const rd_kafka_topic_partition_list_t *parts, char 
  * flight and jobs already taken go on; what was fetched before the pause
  * is still taken (librdkafka resumes after the last message it gave us, or
  * at the position of a later seek). */
-static void set_paused(struct engine *eng, int pause)
+static void set_paused(engine_t *eng, int pause)
 {
     char list[1024];
     rd_kafka_topic_partition_list_t *parts = NULL;
@@ -1422,7 +1414,7 @@ static void set_paused(struct engine *eng, int pause)
  * watermarks of the last fetch, and the lag they report stands still while
  * it grows. So every PAUSED_LAG_MS the broker is asked, within a budget
  * that keeps the loop turning. */
-static void paused_lag(struct engine *eng, int64_t now)
+static void paused_lag(engine_t *eng, int64_t now)
 {
     char key[16];
     rd_kafka_topic_partition_list_t *parts = NULL;
@@ -1454,7 +1446,7 @@ out:
  * provider refuses before executing it, one probe at a time. It must test
  * what the worker needs: a probe that looked an intent up kept the breaker
  * open while charges worked and look-ups failed. */
-static void start_probe(struct engine *eng, int64_t now)
+static void start_probe(engine_t *eng, int64_t now)
 {
     char err[256];
     if (eng->probe_out ||
@@ -1471,7 +1463,7 @@ static void start_probe(struct engine *eng, int64_t now)
 
 /* Acts on the breaker: logs each change of state, probes while half-open,
  * and keeps the assigned partitions paused while it is not closed. */
-static void breaker_sync(struct engine *eng)
+static void breaker_sync(engine_t *eng)
 {
     char n[32], calls[32], ms[32], flying[32];
     int64_t now = clock_now_ms();
@@ -1522,7 +1514,7 @@ static void breaker_sync(struct engine *eng)
 
 /* ---- the loop ---- */
 
-static void reap(struct engine *eng)
+static void reap(engine_t *eng)
 {
     for (struct job *j = job_list_first(eng->jobs, JOB_DONE), *next; j; j = next) {
         next = job_next_in_state(j);
@@ -1538,7 +1530,7 @@ static void reap(struct engine *eng)
 }
 
 /* Milliseconds until something is due, capped. */
-static int idle_ms(struct engine *eng, int cap)
+static int idle_ms(engine_t *eng, int cap)
 {
     if (eng->revocations && cap > 10)
         cap = 10; /* draining for a revocation: look often */
@@ -1567,7 +1559,7 @@ static int idle_ms(struct engine *eng, int cap)
 }
 
 /* Jobs of `parts` (all when NULL) that still hold an offset. */
-static size_t jobs_of(struct engine *eng, const rd_kafka_topic_partition_list_t *parts)
+static size_t jobs_of(engine_t *eng, const rd_kafka_topic_partition_list_t *parts)
 {
     size_t n = 0;
     if (!parts)
@@ -1583,7 +1575,7 @@ static size_t jobs_of(struct engine *eng, const rd_kafka_topic_partition_list_t 
  * or takes over our leases; we release them now so that it need not wait.
  * A call in flight still ends, and its outcome is still persisted if the
  * lease is still ours. Returns how many were unfinished. */
-static size_t detach(struct engine *eng, const rd_kafka_topic_partition_list_t *parts)
+static size_t detach(engine_t *eng, const rd_kafka_topic_partition_list_t *parts)
 {
     size_t left = 0;
     for (struct job *j = job_list_oldest(eng->jobs); j; j = job_younger(j)) {
@@ -1620,7 +1612,7 @@ static size_t detach(struct engine *eng, const rd_kafka_topic_partition_list_t *
 /* Ends a revocation: what is unfinished is given up, what finished is
  * committed (unless the partitions were lost), and librdkafka is told. The
  * caller frees r. */
-static void give_up(struct engine *eng, struct revocation *r)
+static void give_up(engine_t *eng, struct revocation *r)
 {
     detach(eng, r->parts);
     if (!r->lost)
@@ -1646,14 +1638,14 @@ static void give_up(struct engine *eng, struct revocation *r)
              NULL);
 }
 
-static void finish_revocation(struct engine *eng, struct revocation *r)
+static void finish_revocation(engine_t *eng, struct revocation *r)
 {
     give_up(eng, r);
     rd_kafka_topic_partition_list_destroy(r->parts);
     free(r);
 }
 
-static void finish_revocations(struct engine *eng, int all)
+static void finish_revocations(engine_t *eng, int all)
 {
     int64_t now = clock_now_ms();
     for (struct revocation **rp = &eng->revocations; *rp;) {
@@ -1672,7 +1664,7 @@ static void finish_revocations(struct engine *eng, int all)
  * the loop's consumer poll; returns 0, so librdkafka frees json. */
 static int on_stats(rd_kafka_t *rk, char *json, size_t json_len, void *opaque)
 {
-    struct engine *eng = opaque;
+    engine_t *eng = opaque;
     /* Paused, the statistics' lag is stale: paused_lag() asks the broker. */
     if (eng->paused)
         return 0;
@@ -1703,7 +1695,7 @@ static int on_stats(rd_kafka_t *rk, char *json, size_t json_len, void *opaque)
 static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                          rd_kafka_topic_partition_list_t *parts, void *opaque)
 {
-    struct engine *eng = opaque;
+    engine_t *eng = opaque;
     char count[16], list[1024];
 
     snprintf(count, sizeof(count), "%d", parts->cnt);
@@ -1754,7 +1746,7 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 
 /* One turn of the loop. take_new: start new messages (not while draining
  * for shutdown). */
-static void turn(struct engine *eng, int take_new)
+static void turn(engine_t *eng, int take_new)
 {
     breaker_sync(eng);
     int wait = idle_ms(eng, 100);
@@ -1784,7 +1776,7 @@ static void turn(struct engine *eng, int take_new)
 
 /* Ready: the database answers, the group gave us partitions, and the
  * provider breaker does not hold fetching (it is closed). */
-static void warn_if_unassigned(struct engine *eng)
+static void warn_if_unassigned(engine_t *eng)
 {
     int64_t now = clock_now_ms();
     if (eng->assigned > 0) {
@@ -1809,7 +1801,7 @@ static void warn_if_unassigned(struct engine *eng)
              NULL);
 }
 
-static void check_readiness(struct engine *eng)
+static void check_readiness(engine_t *eng)
 {
     struct store_error err;
     if (db_ready(eng) && clock_now_ms() - eng->db.last_ok_ms >= DB_PING_MS) {
@@ -1828,28 +1820,35 @@ static void check_readiness(struct engine *eng)
             rd_kafka_topic_partition_list_destroy(l);
     }
     warn_if_unassigned(eng);
-    const char *why = daemon_db_not_ready(&eng->db);
-    if (why)
-        daemon_set_ready(0, why);
-    else if (eng->assigned == 0)
-        daemon_set_ready(0, "no partitions assigned");
-    else if (eng->paused)
-        daemon_set_ready(0, "provider breaker open");
-    else
-        daemon_set_ready(1, NULL);
 }
 
-static void worker_step(void *state)
+const char *engine_not_ready(engine_t *eng)
 {
-    struct engine *eng = state;
+    const char *why = daemon_db_not_ready(&eng->db);
+    if (why)
+        return why;
+    if (eng->assigned == 0)
+        return "no partitions assigned";
+    if (eng->paused)
+        return "provider breaker open";
+    return NULL;
+}
+
+/* A turn waits in the consumer's poll and curl's until something is due
+ * (idle_ms): those are what wake it when a message, a rebalance, a commit
+ * result or a provider answer comes, so the step is due again at once. */
+int64_t engine_step(engine_t *eng, int64_t now)
+{
+    (void)now;
     turn(eng, 1);
     check_readiness(eng);
+    return DAEMON_NOW;
 }
 
 /* 1 when the breaker is not closed and every job left waits for a call:
  * draining on would only wait for the deadline, or probe on behalf of the
  * next owner. */
-static int held_by_breaker(struct engine *eng)
+static int held_by_breaker(engine_t *eng)
 {
     if (provider_breaker_state(eng->breaker, clock_now_ms()) == PROVIDER_BREAKER_CLOSED)
         return 0;
@@ -1862,9 +1861,8 @@ static int held_by_breaker(struct engine *eng)
 
 /* Shutdown: the pipeline runs on, taking nothing new, until every job is
  * finished or the deadline passes; what is left is given up. */
-static size_t worker_drain(void *state, int64_t deadline)
+size_t engine_drain(engine_t *eng, int64_t deadline)
 {
-    struct engine *eng = state;
     while (jobs_of(eng, NULL) > 0 && clock_now_ms() < deadline &&
            daemon_stopping() < 2) {
         if (held_by_breaker(eng)) {
@@ -1881,7 +1879,7 @@ static size_t worker_drain(void *state, int64_t deadline)
 
 /* ---- start-up ---- */
 
-static int setup(struct engine *eng, char *err, size_t err_size)
+static int setup(engine_t *eng, char *err, size_t err_size)
 {
     rd_kafka_conf_t *cc = NULL, *pc = NULL;
 
@@ -2036,7 +2034,7 @@ usage:
 
 /* Every step is bounded: flush_ms for dead letters still unacknowledged;
  * the rest does not wait on anything the jobs hold. */
-static void teardown(struct engine *eng, int flush_ms)
+static void teardown(engine_t *eng, int flush_ms)
 {
     if (eng->provider)
         provider_client_abandon_all(eng->provider);
@@ -2077,9 +2075,8 @@ static void teardown(struct engine *eng, int flush_ms)
 }
 
 /* After the drain: commit what finished, leave the group, let go. */
-static void worker_finish(void *state, int flush_ms)
+void engine_finish(engine_t *eng, int flush_ms)
 {
-    struct engine *eng = state;
     commit_offsets(eng, 1, NULL);
     eng->closing = 1;
     rd_kafka_consumer_close(eng->consumer);
@@ -2088,9 +2085,9 @@ static void worker_finish(void *state, int flush_ms)
 }
 
 int engine_start(config_t *cfg, const char *id, const struct engine_op *op,
-                 struct daemon_role *role, char *err, size_t err_size)
+                 engine_t **out, char *err, size_t err_size)
 {
-    struct engine *eng = calloc(1, sizeof(*eng));
+    engine_t *eng = calloc(1, sizeof(*eng));
     if (!eng) {
         config_free(cfg);
         snprintf(err, err_size, "out of memory");
@@ -2114,7 +2111,6 @@ int engine_start(config_t *cfg, const char *id, const struct engine_op *op,
              rd_kafka_version_str(), "group_protocol",
              kafka_setup_uses_consumer_protocol(eng->cfg) ? "consumer" : "classic",
              NULL);
-    *role =
-        (struct daemon_role){"worker", eng, worker_step, worker_drain, worker_finish};
+    *out = eng;
     return 0;
 }

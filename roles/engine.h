@@ -134,10 +134,24 @@ struct engine_op {
     const char *(*event_type)(enum attempt_status status);
 };
 
+typedef struct engine engine_t;
+
 /* Builds the engine for `op` from cfg (taking ownership of cfg, also on
- * failure) and fills *role for daemon_run. 0, or an exit status (1 runtime,
- * 2 configuration) with err. */
+ * failure) and sets *out. 0, or an exit status (1 runtime, 2
+ * configuration) with err. The rest is a role of the daemon's
+ * (daemon.h): */
 int engine_start(config_t *cfg, const char *id, const struct engine_op *op,
-                 struct daemon_role *role, char *err, size_t err_size);
+                 engine_t **out, char *err, size_t err_size);
+/* One turn of the pipeline; DAEMON_NOW (it waits inside, in the polls
+ * that its events wake). */
+int64_t engine_step(engine_t *eng, int64_t now);
+/* "database unreachable", "no partitions assigned", "provider breaker
+ * open", or NULL when ready. */
+const char *engine_not_ready(engine_t *eng);
+/* Takes nothing new and finishes what it holds until `deadline`; gives up
+ * the rest (uncommitted). Returns how many messages were left. */
+size_t engine_drain(engine_t *eng, int64_t deadline);
+/* Commits what finished, leaves the group, frees everything. */
+void engine_finish(engine_t *eng, int flush_ms);
 
 #endif

@@ -20,15 +20,46 @@ static void usage(FILE *out)
 }
 
 /* The worker is the engine running the charge. */
-static int worker_start(config_t *cfg, const char *id, struct daemon_role *role,
-                        char *err, size_t err_size)
+static int worker_start(config_t *cfg, const char *id, void **state, char *err,
+                        size_t err_size)
 {
-    return engine_start(cfg, id, &charge_op, role, err, err_size);
+    engine_t *eng = NULL;
+    int rc = engine_start(cfg, id, &charge_op, &eng, err, err_size);
+    *state = eng;
+    return rc;
+}
+
+static int64_t worker_step(void *state, int64_t now)
+{
+    return engine_step(state, now);
+}
+
+static const char *worker_not_ready(void *state)
+{
+    return engine_not_ready(state);
+}
+
+static size_t worker_drain(void *state, int64_t deadline)
+{
+    return engine_drain(state, deadline);
+}
+
+static void worker_finish(void *state, int flush_ms)
+{
+    engine_finish(state, flush_ms);
 }
 
 int worker_main(int argc, char **argv)
 {
-    static const struct daemon_program program = {"worker", CONFIG_ROLE_WORKER, usage,
-                                                  worker_start};
-    return daemon_main(argc, argv, &program);
+    static const struct daemon_role_desc desc = {
+        .name = "worker",
+        .config_role = CONFIG_ROLE_WORKER,
+        .usage = usage,
+        .start = worker_start,
+        .step = worker_step,
+        .not_ready = worker_not_ready,
+        .drain = worker_drain,
+        .finish = worker_finish,
+    };
+    return daemon_role_main(argc, argv, &desc);
 }

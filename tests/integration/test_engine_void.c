@@ -289,16 +289,16 @@ START_TEST(voids_run_through_the_engine_at_most_once)
     setenv_or_fail("WORKER_COMMIT_INTERVAL_MS", "100");
     config_t *cfg = config_new(CONFIG_ROLE_WORKER, "worker", err, sizeof(err));
     ck_assert_msg(cfg != NULL, "%s", err);
-    struct daemon_role role;
+    engine_t *eng = NULL;
     ck_assert_msg(
-        engine_start(cfg, "engine-void-test", &void_op, &role, err, sizeof(err)) == 0,
+        engine_start(cfg, "engine-void-test", &void_op, &eng, err, sizeof(err)) == 0,
         "%s", err);
 
     rd_kafka_t *offsets = kafka_client(RD_KAFKA_CONSUMER);
     long long until = deadline(60000), next_look = 0;
     int done = 0;
     while (!done && test_env_now_ms() < until) {
-        role.step(role.state);
+        engine_step(eng, test_env_now_ms());
         if (test_env_now_ms() < next_look)
             continue;
         next_look = test_env_now_ms() + 250;
@@ -308,8 +308,8 @@ START_TEST(voids_run_through_the_engine_at_most_once)
                all_committed(offsets);
     }
     ck_assert_msg(done, "the voids were not all settled and committed in time");
-    ck_assert_uint_eq(role.drain(role.state, test_env_now_ms() + 5000), 0);
-    role.finish(role.state, 1000);
+    ck_assert_uint_eq(engine_drain(eng, test_env_now_ms() + 5000), 0);
+    engine_finish(eng, 1000);
 
     /* What the provider did: one cancel a void, the lost answer included. */
     for (int i = 0; i < VOIDS; i++) {

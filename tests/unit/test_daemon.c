@@ -1,10 +1,10 @@
 /* Unit tests of roles/daemon's loop, with a role of the test's own: a step
  * never runs before the time it said it is next due, a loop asleep until a
  * far step wakes for a stop signal taken by another thread and for
- * daemon_wake(), the exit status says what the drain left, and the older
- * face (a step that sleeps its own way) still steps at once.
+ * daemon_wake(), the exit status says what the drain left, and a step due
+ * now is called again at once.
  *
- * Each case runs daemon_role_main (or daemon_main) in a child process of
+ * Each case runs daemon_role_main in a child process of
  * its own, as a role's process would: signals and the loop's state are the
  * process's. What the role saw is written to memory shared with the test. */
 #include <check.h>
@@ -117,27 +117,6 @@ static const struct daemon_role_desc desc = {
     .finish = fake_finish,
 };
 
-/* ---- the older face ---- */
-
-static void legacy_step(void *state)
-{
-    fake_step(state, clock_now_ms());
-}
-
-static int legacy_start(config_t *cfg, const char *id, struct daemon_role *role,
-                        char *err, size_t err_size)
-{
-    void *state = NULL;
-    int rc = fake_start(cfg, id, &state, err, err_size);
-    if (rc == 0)
-        *role =
-            (struct daemon_role){"test", state, legacy_step, fake_drain, fake_finish};
-    return rc;
-}
-
-static const struct daemon_program program = {"test", CONFIG_ROLE_RELAY, usage,
-                                              legacy_start};
-
 /* ---- the process ---- */
 
 /* Until the loop's thread (the process's first) sleeps, or 5 s: then the
@@ -163,7 +142,7 @@ static void wait_until_loop_sleeps(void)
 
 /* Runs the role in a child process: returns its exit status, or fails the
  * test when it does not exit within CHILD_MS. */
-static int run(int legacy)
+static int run(void)
 {
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
@@ -175,8 +154,7 @@ static int run(int legacy)
         /* Past CHILD_MS: a loop that never wakes fails as such, not as a
          * shutdown the watchdog cut short. */
         setenv("SHUTDOWN_TIMEOUT_MS", "120000", 1);
-        _exit(legacy ? daemon_main(1, argv, &program)
-                     : daemon_role_main(1, argv, &desc));
+        _exit(daemon_role_main(1, argv, &desc));
     }
     long long deadline = test_env_now_ms() + CHILD_MS;
     int status = 0;
@@ -246,7 +224,7 @@ static int64_t gaps_then_stop(int i, int64_t now)
 START_TEST(a_step_never_runs_early)
 {
     plan = gaps_then_stop;
-    ck_assert_int_eq(run(0), 0);
+    ck_assert_int_eq(run(), 0);
     ck_assert_int_eq(seen->steps, 6);
     for (int i = 1; i < seen->steps; i++) {
         ck_assert_int_ge(seen->now[i], seen->due[i - 1]);
@@ -269,7 +247,7 @@ static int64_t far_then_stop(int i, int64_t now)
 START_TEST(a_signal_to_another_thread_wakes_the_sleeping_loop)
 {
     plan = far_then_stop;
-    ck_assert_int_eq(run(0), 0);
+    ck_assert_int_eq(run(), 0);
     ck_assert_int_eq(seen->steps, 1);
     ck_assert_int_eq(seen->drains, 1);
     ck_assert_int_eq(seen->finishes, 1);
@@ -290,7 +268,7 @@ static int64_t far_then_woken(int i, int64_t now)
 START_TEST(a_wake_up_steps_before_the_step_is_due)
 {
     plan = far_then_woken;
-    ck_assert_int_eq(run(0), 0);
+    ck_assert_int_eq(run(), 0);
     ck_assert_int_eq(seen->steps, 2);
     ck_assert_int_lt(seen->now[1], seen->due[0]);
     ck_assert_int_eq(seen->finishes, 1);
@@ -308,26 +286,27 @@ START_TEST(work_left_after_the_drain_exits_1)
 {
     plan = stop_at_once;
     left_undone = 3;
-    ck_assert_int_eq(run(0), 1);
+    ck_assert_int_eq(run(), 1);
     ck_assert_int_eq(seen->steps, 1);
     ck_assert_int_eq(seen->drains, 1);
     ck_assert_int_eq(seen->finishes, 1);
 }
 END_TEST
 
-/* The older face: the step sleeps its own way and is called again at once;
- * the fourth stops the process. */
-static int64_t older_face(int i, int64_t now)
+/* A step due again now (the worker's, which waits in its own polls) is
+ * called again at once; the fourth stops the process. */
+static int64_t due_now(int i, int64_t now)
 {
+    (void)now;
     if (i == 3)
         raise(SIGTERM);
-    return now + HOUR_MS; /* not read: the older step answers nothing */
+    return DAEMON_NOW;
 }
 
-START_TEST(the_older_face_steps_again_at_once)
+START_TEST(a_step_due_now_steps_again_at_once)
 {
-    plan = older_face;
-    ck_assert_int_eq(run(1), 0);
+    plan = due_now;
+    ck_assert_int_eq(run(), 0);
     ck_assert_int_eq(seen->steps, 4);
     ck_assert_int_eq(seen->drains, 1);
     ck_assert_int_eq(seen->finishes, 1);
@@ -344,7 +323,7 @@ int main(void)
     tcase_add_test(tc, a_signal_to_another_thread_wakes_the_sleeping_loop);
     tcase_add_test(tc, a_wake_up_steps_before_the_step_is_due);
     tcase_add_test(tc, work_left_after_the_drain_exits_1);
-    tcase_add_test(tc, the_older_face_steps_again_at_once);
+    tcase_add_test(tc, a_step_due_now_steps_again_at_once);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }
