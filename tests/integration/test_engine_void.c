@@ -42,27 +42,6 @@ static char db[1024], topic[96], dlq[112], group[112];
 static PGconn *pg;
 static int64_t produced[PARTITIONS];
 
-static long long deadline(long long ms)
-{
-    const char *s = getenv("CHARGED_TEST_TIMEOUT_SCALE");
-    double scale = s && atof(s) > 0 ? atof(s) : 1;
-    return test_env_now_ms() + (long long)(ms * scale);
-}
-
-static void random_uuid(char out[37])
-{
-    unsigned char b[16];
-    FILE *f = fopen("/dev/urandom", "rb");
-    ck_assert(f && fread(b, 1, sizeof(b), f) == sizeof(b));
-    fclose(f);
-    b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
-    b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
-    snprintf(out, 37,
-             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11],
-             b[12], b[13], b[14], b[15]);
-}
-
 static rd_kafka_t *kafka_client(rd_kafka_type_t type)
 {
     char errstr[512];
@@ -108,7 +87,7 @@ static void produce(rd_kafka_t *p, int32_t partition, const char *key,
 static void intent(provider_client_t *pc, const char *method, char *id, size_t size)
 {
     char attempt[37], key[64];
-    random_uuid(attempt);
+    test_env_uuid(attempt);
     snprintf(key, sizeof(key), "intent-%s", attempt);
     const struct provider_charge ch = {
         .idempotency_key = key,
@@ -130,7 +109,7 @@ struct void_cmd {
 
 static void void_command(struct void_cmd *v, const char *intent_id, const char *key)
 {
-    random_uuid(v->id);
+    test_env_uuid(v->id);
     snprintf(v->intent, sizeof(v->intent), "%s", intent_id);
     if (key)
         snprintf(v->key, sizeof(v->key), "%s", key);
@@ -192,7 +171,7 @@ static size_t dead_letters(const char *reason, size_t *with_reason)
     ck_assert(!rd_kafka_query_watermark_offsets(c, dlq, 0, &lo, &hi, 5000));
     rd_kafka_topic_partition_list_add(l, dlq, 0)->offset = lo;
     ck_assert(!rd_kafka_assign(c, l));
-    long long until = deadline(10000);
+    long long until = test_env_deadline(10000);
     while ((int64_t)n < hi - lo && test_env_now_ms() < until) {
         rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 200);
         if (!m)
@@ -269,7 +248,7 @@ START_TEST(voids_run_through_the_engine_at_most_once)
     produce(p, 0, refused.id, refused.json);
     /* After ok[0] on its partition: the first one recorded keeps the key. */
     produce(p, 0, reused.id, reused.json);
-    random_uuid(malformed_key.id);
+    test_env_uuid(malformed_key.id);
     produce(p, 2, malformed_key.id, "{\"void_id\": 12}");
     ck_assert_int_eq(rd_kafka_flush(p, 10000), 0);
     rd_kafka_destroy(p);
@@ -295,7 +274,7 @@ START_TEST(voids_run_through_the_engine_at_most_once)
         "%s", err);
 
     rd_kafka_t *offsets = kafka_client(RD_KAFKA_CONSUMER);
-    long long until = deadline(60000), next_look = 0;
+    long long until = test_env_deadline(60000), next_look = 0;
     int done = 0;
     while (!done && test_env_now_ms() < until) {
         engine_step(eng, test_env_now_ms());

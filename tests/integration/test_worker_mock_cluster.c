@@ -43,15 +43,6 @@
 #define API_PRODUCE       0
 #define API_OFFSET_COMMIT 8
 
-/* CHARGED_TEST_TIMEOUT_SCALE (3 for the sanitizer build) stretches every
- * deadline: a deadline bounds a wait, it never decides what passes. */
-static long long deadline(long long ms)
-{
-    const char *s = getenv("CHARGED_TEST_TIMEOUT_SCALE");
-    double scale = s && atof(s) > 0 ? atof(s) : 1;
-    return test_env_now_ms() + (long long)(ms * scale);
-}
-
 static void pause_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -290,7 +281,7 @@ static int worker_stop(int i)
         return -1;
     W.worker[i] = 0;
     kill(pid, SIGTERM);
-    long long until = deadline(20000);
+    long long until = test_env_deadline(20000);
     while (waitpid(pid, &status, WNOHANG) == 0) {
         if (test_env_now_ms() > until) {
             kill(pid, SIGKILL);
@@ -331,20 +322,6 @@ static int log_count(int i, const char *msg, const char *field)
 
 /* ---- commands ---- */
 
-static void random_uuid(char out[37])
-{
-    unsigned char b[16];
-    FILE *f = fopen("/dev/urandom", "rb");
-    ck_assert(f && fread(b, 1, sizeof(b), f) == sizeof(b));
-    fclose(f);
-    b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
-    b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
-    snprintf(out, 37,
-             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11],
-             b[12], b[13], b[14], b[15]);
-}
-
 /* Produces one message to a chosen partition and returns its offset. */
 static int64_t produce(int32_t partition, const void *key, size_t key_len,
                        const void *value, size_t value_len)
@@ -365,8 +342,8 @@ static struct command *command(int32_t partition)
     struct command c = {0};
     char order[37];
     ck_assert(W.ncmd < MAX_COMMANDS);
-    random_uuid(c.attempt);
-    random_uuid(order);
+    test_env_uuid(c.attempt);
+    test_env_uuid(order);
     snprintf(c.key, sizeof(c.key), "attempt:%s", c.attempt);
     snprintf(
         c.json, sizeof(c.json),
@@ -474,7 +451,7 @@ static void check_charged_once(void)
 
 static void wait_for(const char *what, int (*cond)(void), long long ms)
 {
-    long long until = deadline(ms);
+    long long until = test_env_deadline(ms);
     while (!cond()) {
         ck_assert_msg(test_env_now_ms() < until,
                       "timed out waiting for %s (logs in %s)", what, W.dir);
@@ -512,7 +489,7 @@ static size_t read_letters(struct letter *out, size_t cap)
         RD_KAFKA_OFFSET_BEGINNING;
     ck_assert_int_eq(rd_kafka_assign(rk, l), 0);
     rd_kafka_topic_partition_list_destroy(l);
-    long long until = deadline(10000);
+    long long until = test_env_deadline(10000);
     for (;;) {
         rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
         ck_assert_msg(test_env_now_ms() < until, "the dead-letter topic did not end");

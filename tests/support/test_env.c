@@ -38,3 +38,24 @@ int test_env_run_suite(Suite *suite)
     srunner_free(sr);
     return failed ? 1 : 0;
 }
+
+long long test_env_deadline(long long ms)
+{
+    const char *s = getenv("CHARGED_TEST_TIMEOUT_SCALE");
+    double scale = s && atof(s) > 0 ? atof(s) : 1;
+    return test_env_now_ms() + (long long)(ms * scale);
+}
+
+void test_env_uuid(char out[37])
+{
+    unsigned char b[16];
+    FILE *f = fopen("/dev/urandom", "rb");
+    ck_assert(f && fread(b, 1, sizeof(b), f) == sizeof(b));
+    fclose(f);
+    b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
+    b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
+    snprintf(out, 37,
+             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11],
+             b[12], b[13], b[14], b[15]);
+}

@@ -43,4 +43,11 @@ int test_env_run_suite(Suite *suite);
 /* Milliseconds of a monotonic clock, for deadlines. */
 long long test_env_now_ms(void);
 
+/* now + ms, stretched by CHARGED_TEST_TIMEOUT_SCALE (3 for the sanitizer
+ * build): a deadline bounds a wait, it never decides what passes. */
+long long test_env_deadline(long long ms);
+
+/* A random (version 4) UUID in canonical lower-case form, or fails. */
+void test_env_uuid(char out[37]);
+
 #endif
