@@ -13,6 +13,7 @@
 #include "kafka_setup.h"
 #include "log.h"
 #include "metrics.h"
+#include "store.h"
 
 static volatile sig_atomic_t stop_signals, failing;
 static long long watchdog_limit_ms;
@@ -275,6 +276,9 @@ int daemon_main(int argc, char **argv, const struct daemon_program *program)
              (enum log_level)log_level_parse(config_str(cfg, CONFIG_LOG_LEVEL)));
     kafka_setup_worker_id(cfg, id, sizeof(id));
     long long shutdown_ms = config_int(cfg, CONFIG_SHUTDOWN_TIMEOUT_MS);
+    /* The deadline of every statement of the role's stores, before start()
+     * makes them. */
+    store_set_timeout_ms(config_int(cfg, CONFIG_DATABASE_TIMEOUT_MS));
     daemon_init();
     /* Before anything can block (connecting, librdkafka's first log lines
      * on a full stderr): a signal during start-up is bounded too. */

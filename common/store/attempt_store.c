@@ -52,8 +52,8 @@ void attempt_store_free(attempt_store_t *st)
 enum store_rc attempt_store_ping(attempt_store_t *st, struct store_error *err)
 {
     store_error_clear(err);
-    PGconn *conn = store_conn_get(st->db, NULL, err);
-    if (!conn || db_run(conn, "SELECT 1", 0, NULL, err) != 0)
+    if (store_conn_open(st->db, NULL, err) != STORE_OK ||
+        store_conn_exec(st->db, "SELECT 1", 0, NULL, NULL, err) != STORE_OK)
         return STORE_RETRY;
     return STORE_OK;
 }
@@ -186,8 +186,7 @@ enum store_rc attempt_store_record(attempt_store_t *st,
     store_error_clear(err);
     if (n == 0)
         return STORE_OK;
-    PGconn *conn = store_conn_get(st->db, NULL, err);
-    if (!conn)
+    if (store_conn_open(st->db, NULL, err) != STORE_OK)
         return STORE_RETRY;
     if (arrays_init(&ar, 9) != 0 || arrays_init(&rj, 10) != 0 ||
         !(orders = db_array_new()) || !(sorted = calloc(n, sizeof(*sorted))))
@@ -201,18 +200,16 @@ enum store_rc attempt_store_record(attempt_store_t *st,
     for (int i = 0; i < 9; i++)
         p[i] = db_array_text(ar.a[i]);
     p[9] = st->actor;
-    ins = db_exec(conn, SQL_INSERT_PENDING, 10, p, err);
-    if (!ins) {
-        rc = store_conn_failed(err);
+    if ((rc = store_conn_exec(st->db, SQL_INSERT_PENDING, 10, p, &ins, err)) !=
+        STORE_OK) {
         goto out;
     }
     /* Every message is compared with the stored attempt, whatever batch
      * stored it: a conflicting resend in the same batch as its original is
      * a conflict like any other. */
     p[1] = p[2];
-    found = db_exec(conn, SQL_FIND_EXISTING, 2, p, err);
-    if (!found) {
-        rc = store_conn_failed(err);
+    if ((rc = store_conn_exec(st->db, SQL_FIND_EXISTING, 2, p, &found, err)) !=
+        STORE_OK) {
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
@@ -260,9 +257,7 @@ enum store_rc attempt_store_record(attempt_store_t *st,
     }
     p[0] = db_array_text(orders);
     p[1] = attempt_status_live_array();
-    live = db_exec(conn, SQL_FIND_LIVE, 2, p, err);
-    if (!live) {
-        rc = store_conn_failed(err);
+    if ((rc = store_conn_exec(st->db, SQL_FIND_LIVE, 2, p, &live, err)) != STORE_OK) {
         goto out;
     }
     size_t nrej = 0;
@@ -298,9 +293,8 @@ enum store_rc attempt_store_record(attempt_store_t *st,
             p[i] = db_array_text(rj.a[i]);
         p[10] = st->actor;
         p[11] = attempt_status_event_type(ATTEMPT_STATUS_REJECTED);
-        rej = db_exec(conn, SQL_INSERT_REJECTED, 12, p, err);
-        if (!rej) {
-            rc = store_conn_failed(err);
+        if ((rc = store_conn_exec(st->db, SQL_INSERT_REJECTED, 12, p, &rej, err)) !=
+            STORE_OK) {
             goto out;
         }
         /* Only the first message of an attempt in this batch is the one
@@ -323,6 +317,7 @@ enum store_rc attempt_store_record(attempt_store_t *st,
     rc = STORE_OK;
     goto out;
 oom:
+    rc = STORE_RETRY;
     store_error_set(err, "out of memory");
 out:
     free(sorted);
@@ -388,8 +383,7 @@ enum store_rc attempt_store_claim(attempt_store_t *st, struct attempt_claim_item
     store_error_clear(err);
     if (n == 0)
         return STORE_OK;
-    PGconn *conn = store_conn_get(st->db, NULL, err);
-    if (!conn)
+    if (store_conn_open(st->db, NULL, err) != STORE_OK)
         return STORE_RETRY;
     rc = STORE_RETRY;
     if (!(ids = db_array_new()))
@@ -401,9 +395,7 @@ enum store_rc attempt_store_claim(attempt_store_t *st, struct attempt_claim_item
     p[0] = db_array_text(ids);
     p[1] = st->actor;
     p[2] = lease;
-    r = db_exec(conn, SQL_CLAIM, 3, p, err);
-    if (!r) {
-        rc = store_conn_failed(err);
+    if ((rc = store_conn_exec(st->db, SQL_CLAIM, 3, p, &r, err)) != STORE_OK) {
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
@@ -450,6 +442,7 @@ enum store_rc attempt_store_claim(attempt_store_t *st, struct attempt_claim_item
     rc = STORE_OK;
     goto out;
 oom:
+    rc = STORE_RETRY;
     store_error_set(err, "out of memory");
 out:
     PQclear(r);
@@ -507,8 +500,7 @@ enum store_rc attempt_store_log_calls(attempt_store_t *st,
     store_error_clear(err);
     if (n == 0)
         return STORE_OK;
-    PGconn *conn = store_conn_get(st->db, NULL, err);
-    if (!conn)
+    if (store_conn_open(st->db, NULL, err) != STORE_OK)
         return STORE_RETRY;
     rc = STORE_RETRY;
     if (arrays_init(&ar, 9) != 0 || add_calls(&ar, 0, calls, n) != 0)
@@ -516,10 +508,10 @@ enum store_rc attempt_store_log_calls(attempt_store_t *st,
     for (int i = 0; i < 9; i++)
         p[i] = db_array_text(ar.a[i]);
     p[9] = st->actor;
-    rc = db_run(conn, SQL_LOG_CALLS, 10, p, err) == 0 ? STORE_OK
-                                                      : store_conn_failed(err);
+    rc = store_conn_exec(st->db, SQL_LOG_CALLS, 10, p, NULL, err);
     goto out;
 oom:
+    rc = STORE_RETRY;
     store_error_set(err, "out of memory");
 out:
     arrays_release(&ar);
@@ -575,8 +567,7 @@ enum store_rc attempt_store_persist(attempt_store_t *st, struct attempt_outcome 
     store_error_clear(err);
     if (n == 0)
         return STORE_OK;
-    PGconn *conn = store_conn_get(st->db, NULL, err);
-    if (!conn)
+    if (store_conn_open(st->db, NULL, err) != STORE_OK)
         return STORE_RETRY;
     rc = STORE_RETRY;
     if (arrays_init(&ar, 10) != 0)
@@ -609,9 +600,7 @@ enum store_rc attempt_store_persist(attempt_store_t *st, struct attempt_outcome 
     for (int i = 0; i < 10; i++)
         p[i] = db_array_text(ar.a[i]);
     p[10] = st->actor;
-    r = db_exec(conn, SQL_PERSIST, 11, p, err);
-    if (!r) {
-        rc = store_conn_failed(err);
+    if ((rc = store_conn_exec(st->db, SQL_PERSIST, 11, p, &r, err)) != STORE_OK) {
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
@@ -625,6 +614,7 @@ enum store_rc attempt_store_persist(attempt_store_t *st, struct attempt_outcome 
     rc = STORE_OK;
     goto out;
 oom:
+    rc = STORE_RETRY;
     store_error_set(err, "out of memory");
 out:
     PQclear(r);
@@ -714,15 +704,15 @@ enum store_rc attempt_store_claim_due(attempt_store_t *st, struct attempt_due *o
     *n = 0;
     if (max == 0)
         return STORE_OK;
-    PGconn *conn = store_conn_get(st->db, NULL, err);
-    if (!conn)
+    if (store_conn_open(st->db, NULL, err) != STORE_OK)
         return STORE_RETRY;
     snprintf(lease, sizeof(lease), "%lld", lease_ms);
     snprintf(limit, sizeof(limit), "%zu", max);
     snprintf(stale, sizeof(stale), "%lld", stale_ms);
-    PGresult *r = db_exec(conn, SQL_CLAIM_DUE, 4, p, err);
-    if (!r)
-        return store_conn_failed(err);
+    PGresult *r;
+    enum store_rc rc = store_conn_exec(st->db, SQL_CLAIM_DUE, 4, p, &r, err);
+    if (rc != STORE_OK)
+        return rc;
     for (int i = 0; i < PQntuples(r) && *n < max; i++) {
         struct attempt_due *d = &out[(*n)++];
         struct attempt_params *pa = &d->params;
@@ -749,8 +739,8 @@ enum store_rc attempt_store_claim_due(attempt_store_t *st, struct attempt_due *o
     return STORE_OK;
 }
 
-static enum store_rc settle_one(attempt_store_t *st, PGconn *conn,
-                                struct attempt_settlement *it, struct store_error *err)
+static enum store_rc settle_one(attempt_store_t *st, struct attempt_settlement *it,
+                                struct store_error *err)
 {
     struct arrays ar = {0};
     char epoch[32], charges[16], next[32];
@@ -789,17 +779,16 @@ static enum store_rc settle_one(attempt_store_t *st, PGconn *conn,
     p[12] = it->cause ? it->cause : "reconciler";
     for (int i = 0; i < 9; i++)
         p[13 + i] = db_array_text(ar.a[i]);
-    PGresult *r = db_exec(conn, SQL_SETTLE, 22, p, err);
-    if (!r) {
-        rc = store_conn_failed(err);
+    PGresult *r;
+    if ((rc = store_conn_exec(st->db, SQL_SETTLE, 22, p, &r, err)) != STORE_OK)
         goto out;
-    }
     it->settled = strcmp(PQgetvalue(r, 0, 0), "1") == 0;
     it->busy = PQgetvalue(r, 0, 1)[0] == 't';
     PQclear(r);
     rc = STORE_OK;
     goto out;
 oom:
+    rc = STORE_RETRY;
     store_error_set(err, "out of memory");
 out:
     arrays_release(&ar);
@@ -834,13 +823,10 @@ enum store_rc attempt_store_backlog(attempt_store_t *st,
             store_error_set(err, "out of memory");
             goto out;
         }
-    PGconn *conn = store_conn_get(st->db, NULL, err);
-    if (!conn)
+    if (store_conn_open(st->db, NULL, err) != STORE_OK)
         goto out;
     const char *p[1] = {db_array_text(names)};
-    r = db_exec(conn, SQL_BACKLOG, 1, p, err);
-    if (!r) {
-        rc = store_conn_failed(err);
+    if ((rc = store_conn_exec(st->db, SQL_BACKLOG, 1, p, &r, err)) != STORE_OK) {
         goto out;
     }
     for (int row = 0; row < PQntuples(r); row++)
@@ -864,12 +850,11 @@ enum store_rc attempt_store_settle(attempt_store_t *st,
     store_error_clear(err);
     if (n == 0)
         return STORE_OK;
-    PGconn *conn = store_conn_get(st->db, NULL, err);
-    if (!conn)
+    if (store_conn_open(st->db, NULL, err) != STORE_OK)
         return STORE_RETRY;
     for (size_t i = 0; i < n; i++) {
         items[i].settled = items[i].busy = 0;
-        if ((rc = settle_one(st, conn, &items[i], err)) != STORE_OK)
+        if ((rc = settle_one(st, &items[i], err)) != STORE_OK)
             return rc;
     }
     return STORE_OK;
@@ -936,8 +921,7 @@ static PGresult *lease_update(attempt_store_t *st, const char *sql,
         store_error_set(err, "out of memory");
         goto out;
     }
-    PGconn *conn = store_conn_get(st->db, NULL, err);
-    if (!conn)
+    if (store_conn_open(st->db, NULL, err) != STORE_OK)
         goto out;
     for (size_t i = 0; i < n; i++) {
         if (db_array_add(ids, attempt_ids[i]) || db_array_add_int(eps, epochs[i])) {
@@ -950,12 +934,11 @@ static PGresult *lease_update(attempt_store_t *st, const char *sql,
     if (lease_ms) {
         p[2] = lease_ms;
         p[3] = st->actor;
-        r = db_exec(conn, sql, 4, p, err);
+        *rc = store_conn_exec(st->db, sql, 4, p, &r, err);
     } else {
         p[2] = st->actor;
-        r = db_exec(conn, sql, 3, p, err);
+        *rc = store_conn_exec(st->db, sql, 3, p, &r, err);
     }
-    *rc = r ? STORE_OK : store_conn_failed(err);
 out:
     db_array_free(ids);
     db_array_free(eps);
