@@ -327,8 +327,10 @@ pg_freeze() {
   children=$(pgrep -P "$pid" || true)
   for c in $children; do kill -STOP "$c" 2>/dev/null || true; done
   deadline=$((SECONDS + 30))
+  # Stopped, or gone: one that was exiting stays a zombie (Z), which the
+  # stopped postmaster does not reap.
   for c in $pid $children; do
-    while [ -e "/proc/$c" ] && [ "$(awk '{print $3}' "/proc/$c/stat" 2>/dev/null)" != T ]; do
+    while [ -e "/proc/$c" ] && ! [[ "$(awk '{print $3}' "/proc/$c/stat" 2>/dev/null)" =~ ^[TtZX]?$ ]]; do
       [ $SECONDS -lt $deadline ] || die "postgresql process $c not stopped 30s after SIGSTOP"
       sleep 0.05
     done
