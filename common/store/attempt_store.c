@@ -227,23 +227,17 @@ static const char *SQL_INSERT_PENDING =
     "    cause, actor, reason)"
     "  SELECT id, NULL, " ATTEMPT_SQL(PENDING) ", 'worker', $10, 'recorded' FROM ins)"
     "SELECT id FROM ins";
-/* clang-format on */
 
 /* The stored rows every message of the batch is compared with, whether this
  * batch inserted them or not. */
-/* clang-format off */
 static const char *SQL_FIND_EXISTING =
     "SELECT id, idempotency_key, request_fingerprint FROM payment_attempts"
     " WHERE id = ANY($1::uuid[]) OR idempotency_key = ANY($2::text[])";
-/* clang-format on */
 
-/* clang-format off */
 static const char *SQL_FIND_LIVE =
     "SELECT order_id, id, status FROM payment_attempts"
     " WHERE order_id = ANY($1::uuid[]) AND status = ANY($2::text[])";
-/* clang-format on */
 
-/* clang-format off */
 static const char *SQL_INSERT_REJECTED =
     "WITH v AS ("
     "  SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[],"
@@ -620,14 +614,20 @@ enum store_rc attempt_store_log_calls(attempt_store_t *st,
 /* ---- persist ---- */
 
 /* clang-format off */
+/* The rows of `v` no other session holds: persist and the leases' statements
+ * never wait on a peer's lock (a session hung in a transaction would hold us
+ * with it); a row held elsewhere is busy, or its lease simply expires. */
+#define SQL_LEASES_UNLOCKED \
+    " lk AS (SELECT p.id FROM payment_attempts p JOIN v ON p.id = v.id" \
+    "  ORDER BY p.id FOR NO KEY UPDATE OF p SKIP LOCKED)"
+
 static const char *SQL_PERSIST =
     "WITH v AS ("
     "  SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[],"
     "    $5::text[], $6::text[], $7::jsonb[], $8::int[], $9::text[], $10::bigint[])"
     "  AS v(id, epoch, status, reason, ppid, event_type, evidence, calls, last_error,"
     "       next_check_ms)),"
-    " lk AS (SELECT p.id FROM payment_attempts p JOIN v ON p.id = v.id"
-    "  ORDER BY p.id FOR NO KEY UPDATE OF p SKIP LOCKED),"
+    SQL_LEASES_UNLOCKED ","
     " u AS ("
     "  UPDATE payment_attempts p SET status = v.status, reason = v.reason,"
     "    provider_payment_id = coalesce(v.ppid, p.provider_payment_id),"
@@ -918,17 +918,13 @@ enum store_rc attempt_store_backlog(attempt_store_t *st,
 /* ---- leases ---- */
 
 /* clang-format off */
-/* The rows of `v` no other session holds: a lease is let go without waiting
- * on a peer's lock (a session hung in a transaction would hold us with it);
- * one held elsewhere simply expires. */
-#define SQL_LEASES_UNLOCKED \
-    " lk AS (SELECT p.id FROM payment_attempts p JOIN v ON p.id = v.id" \
-    "  ORDER BY p.id FOR NO KEY UPDATE OF p SKIP LOCKED)"
+/* The attempts of a lease statement: $1 their ids, $2 their epochs. */
+#define SQL_LEASES_V \
+    "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::bigint[]) AS v(id, epoch)),"
 
 static const char *SQL_RENEW =
-    "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::bigint[]) AS v(id, epoch)),"
-    " lk AS (SELECT p.id FROM payment_attempts p JOIN v ON p.id = v.id"
-    "  ORDER BY p.id FOR NO KEY UPDATE OF p SKIP LOCKED),"
+    SQL_LEASES_V
+    SQL_LEASES_UNLOCKED ","
     " u AS (UPDATE payment_attempts p"
     "  SET lease_expires_at = now() + make_interval(secs => $3::double precision / 1000)"
     "  FROM v JOIN lk ON lk.id = v.id"
@@ -940,26 +936,19 @@ static const char *SQL_RENEW =
     " UNION ALL SELECT p.id FROM payment_attempts p JOIN v ON p.id = v.id"
     " WHERE p.id NOT IN (SELECT id FROM lk) AND p.lease_epoch = v.epoch"
     "   AND p.lease_owner = $4";
-/* clang-format on */
 
-/* clang-format off */
-static const char *SQL_RELEASE =
-    "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::bigint[]) AS v(id, epoch)),"
-    SQL_LEASES_UNLOCKED
-    "UPDATE payment_attempts p SET lease_expires_at = now()"
-    " FROM v JOIN lk ON lk.id = v.id"
-    " WHERE p.id = v.id AND p.lease_epoch = v.epoch AND p.lease_owner = $3"
-    " RETURNING p.id";
-/* clang-format on */
+/* Ends the leases of ours no other session holds, by `set`; $3 the actor. */
+#define SQL_LEASE_END(set) \
+    SQL_LEASES_V \
+    SQL_LEASES_UNLOCKED \
+    "UPDATE payment_attempts p SET " set \
+    " FROM v JOIN lk ON lk.id = v.id" \
+    " WHERE p.id = v.id AND p.lease_epoch = v.epoch AND p.lease_owner = $3" \
+    " RETURNING p.id"
 
-/* clang-format off */
+static const char *SQL_RELEASE = SQL_LEASE_END("lease_expires_at = now()");
 static const char *SQL_HAND_BACK =
-    "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::bigint[]) AS v(id, epoch)),"
-    SQL_LEASES_UNLOCKED
-    "UPDATE payment_attempts p SET lease_owner = NULL, lease_expires_at = NULL"
-    " FROM v JOIN lk ON lk.id = v.id"
-    " WHERE p.id = v.id AND p.lease_epoch = v.epoch AND p.lease_owner = $3"
-    " RETURNING p.id";
+    SQL_LEASE_END("lease_owner = NULL, lease_expires_at = NULL");
 /* clang-format on */
 
 /* Runs a lease statement of ours on attempt_ids[i] at epochs[i]: its
