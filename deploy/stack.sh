@@ -15,7 +15,10 @@
 #   deploy/stack.sh pg-stop-immediate  stop PostgreSQL with `pg_ctl -m immediate`
 #                                      (no checkpoint: a crash, recovered at start)
 #   deploy/stack.sh pg-start           start PostgreSQL again; return once it accepts
-#                                      connections
+#                                      connections (a frozen one is thawed first)
+#   deploy/stack.sh pg-freeze          SIGSTOP the postmaster and every process it
+#                                      started: TCP stays open, nothing answers
+#   deploy/stack.sh pg-thaw            SIGCONT them all: they go on where they were
 #
 # Overrides: CHARGED_STACK_DIR (state, logs; default <repo>/.stack),
 # CHARGED_PG_PORT (55432), CHARGED_KAFKA_PORT (9092),
@@ -122,6 +125,8 @@ wait_for() {
 
 pg_up() {
   [ -n "$pgbin" ] || die "PostgreSQL binaries not found; run deploy/install-deps.sh"
+  # A frozen cluster looks running to pg_ctl: let it answer again.
+  pg_thaw >/dev/null
   mkdir -p "$dir"
   if [ "$(id -u)" -eq 0 ]; then
     chown "$pg_os_user" "$dir"
@@ -253,6 +258,7 @@ down() {
   fi
   rm -f "$dir/kafka.pid"
   if [ -f "$dir/pg/postmaster.pid" ]; then
+    pg_thaw >/dev/null # a stopped postmaster would not act on pg_ctl's signal
     as_pg "$pgbin/pg_ctl" -D "$dir/pg" -m fast -w -s stop >/dev/null 2>&1 || true
     if [ -f "$dir/pg/postmaster.pid" ]; then
       pid=$(head -n 1 "$dir/pg/postmaster.pid")
@@ -300,6 +306,50 @@ pg_stop_immediate() {
   fi
 }
 
+# The postmaster's pid, when its pid file names a live process.
+postmaster_pid() {
+  local pid
+  [ -f "$dir/pg/postmaster.pid" ] || return 1
+  pid=$(head -n 1 "$dir/pg/postmaster.pid")
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
+  echo "$pid"
+}
+
+# pg-freeze: SIGSTOP on the postmaster, then on every process it started
+# (backends, checkpointer, walwriter...), as a host that hangs would leave
+# them: the kernel still accepts connections and acknowledges what clients
+# send, but nothing answers. Returns once every one of them is stopped.
+pg_freeze() {
+  local pid children c deadline
+  pid=$(postmaster_pid) || die "postgresql is not running"
+  # The postmaster first, so that it starts no process we would miss.
+  kill -STOP "$pid"
+  children=$(pgrep -P "$pid" || true)
+  for c in $children; do kill -STOP "$c" 2>/dev/null || true; done
+  deadline=$((SECONDS + 30))
+  # Stopped, or gone: one that was exiting stays a zombie (Z), which the
+  # stopped postmaster does not reap.
+  for c in $pid $children; do
+    while [ -e "/proc/$c" ] && ! [[ "$(awk '{print $3}' "/proc/$c/stat" 2>/dev/null)" =~ ^[TtZX]?$ ]]; do
+      [ $SECONDS -lt $deadline ] || die "postgresql process $c not stopped 30s after SIGSTOP"
+      sleep 0.05
+    done
+  done
+  echo "stack: postgresql frozen (postmaster $pid and $(wc -w <<<"$children") processes)"
+}
+
+# pg-thaw: SIGCONT on them all; a no-op on a cluster that is not frozen.
+pg_thaw() {
+  local pid c
+  if ! pid=$(postmaster_pid); then
+    echo "stack: postgresql is not running"
+    return 0
+  fi
+  for c in $(pgrep -P "$pid" || true); do kill -CONT "$c" 2>/dev/null || true; done
+  kill -CONT "$pid"
+  echo "stack: postgresql thawed"
+}
+
 case "${1:-}" in
   up) up ;;
   down) down ;;
@@ -309,5 +359,7 @@ case "${1:-}" in
   kafka-start) kafka_up; echo "stack: kafka up on $bootstrap" ;;
   pg-stop-immediate) pg_stop_immediate ;;
   pg-start) pg_up; echo "stack: postgresql up on 127.0.0.1:$pg_port" ;;
-  *) echo "usage: $0 up|down|status|env|kafka-kill|kafka-start|pg-stop-immediate|pg-start" >&2; exit 2 ;;
+  pg-freeze) pg_freeze ;;
+  pg-thaw) pg_thaw ;;
+  *) echo "usage: $0 up|down|status|env|kafka-kill|kafka-start|pg-stop-immediate|pg-start|pg-freeze|pg-thaw" >&2; exit 2 ;;
 esac

@@ -17,6 +17,7 @@
 #include "kafka_setup.h"
 #include "log.h"
 #include "metrics.h"
+#include "store.h"
 
 static volatile sig_atomic_t stop_signals, failing;
 static long long watchdog_limit_ms;
@@ -323,6 +324,9 @@ static int launch(int argc, char **argv, const char *name, unsigned config_role,
              (enum log_level)log_level_parse(config_str(l->cfg, CONFIG_LOG_LEVEL)));
     kafka_setup_worker_id(l->cfg, l->id, sizeof(l->id));
     l->shutdown_ms = config_int(l->cfg, CONFIG_SHUTDOWN_TIMEOUT_MS);
+    /* The deadline of every statement of the role's stores, before start()
+     * makes them. */
+    store_set_timeout_ms(config_int(l->cfg, CONFIG_DATABASE_TIMEOUT_MS));
     /* Before anything can block (connecting, librdkafka's first log lines
      * on a full stderr): a signal during start-up is bounded too. */
     if (daemon_init(err, sizeof(err)) != 0 ||

@@ -49,6 +49,11 @@ static const struct config_row config_table[CONFIG__COUNT] = {
      "consumer group of the role (default charged-<role>)"},
     {CONFIG_DATABASE_URL, "DATABASE_URL", CONFIG_T_SECRET, "postgresql:///charged", 0,
      0, R_ALL, 0, "libpq connection string or URI (may hold a password)"},
+    /* The server ends a statement after this long; the client gives it up
+     * a second later, should the server not even say so (a frozen host). */
+    {CONFIG_DATABASE_TIMEOUT_MS, "DATABASE_TIMEOUT_MS", CONFIG_T_INT, "10000", 100,
+     600000, R_ALL & ~CONFIG_ROLE_CTL, 0,
+     "limit of one database statement, in ms; given up 1 s later without an answer"},
     {CONFIG_PROVIDER_BASE_URL, "PROVIDER_BASE_URL", CONFIG_T_STR,
      "http://127.0.0.1:12111", 0, 0, R_PROV | CONFIG_ROLE_CTL, 0,
      "payment provider API root"},

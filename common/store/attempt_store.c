@@ -4,12 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <jansson.h>
-
 #include "attempt_sql.h"
 #include "attempt_status.h"
 #include "db.h"
-#include "log.h"
 #include "store_conn.h"
 
 struct attempt_store {
@@ -19,8 +16,9 @@ struct attempt_store {
 
 /* Rows are skipped when locked, but an insert's unique index (and a
  * foreign-key check) waits for another session's uncommitted change to a
- * conflicting row: let that cost one item 100 ms, never the loop its 10 s
- * statement_timeout. Our own statements hold their locks for milliseconds. */
+ * conflicting row: let that cost one item 100 ms, never the loop its
+ * statement_timeout (DATABASE_TIMEOUT_MS). Our own statements hold their
+ * locks for milliseconds. */
 #define ATTEMPT_LOCK_TIMEOUT "100ms"
 
 attempt_store_t *attempt_store_new(const char *database_url, const char *actor,
@@ -52,31 +50,159 @@ void attempt_store_free(attempt_store_t *st)
 enum store_rc attempt_store_ping(attempt_store_t *st, struct store_error *err)
 {
     store_error_clear(err);
-    PGconn *conn = store_conn_get(st->db, NULL, err);
-    if (!conn || db_run(conn, "SELECT 1", 0, NULL, err) != 0)
+    if (store_conn_open(st->db, NULL, err) != STORE_OK ||
+        store_conn_exec(st->db, "SELECT 1", 0, NULL, NULL, err) != STORE_OK)
         return STORE_RETRY;
     return STORE_OK;
 }
 
-/* A set of array parameters built together. */
-struct arrays {
-    db_array_t *a[16];
+/* ---- one statement: its parameters, then its rows ---- */
+
+#define STMT_PARAMS_MAX 22
+
+/* The parameters of one statement, $1 first, in the order they are added:
+ * texts the caller keeps alive, and numbers and arrays (a batch's column
+ * each, one parameter: unnest($1::uuid[])) held here until stmt_release().
+ * A value that cannot be added is remembered, so that a statement is built
+ * without a check per value and refused whole by stmt_run(). */
+struct stmt {
+    const char *p[STMT_PARAMS_MAX];
+    db_array_t *arrays[STMT_PARAMS_MAX]; /* arrays[i]: p[i] is its text */
+    char nums[STMT_PARAMS_MAX][24];
     int n;
+    int failed; /* out of memory, or more parameters than STMT_PARAMS_MAX */
 };
 
-static int arrays_init(struct arrays *ar, int n)
+/* Reserves the next parameter: its index, or -1 when there is no room. */
+static int stmt_next(struct stmt *s)
 {
-    ar->n = n;
-    for (int i = 0; i < n; i++)
-        if (!(ar->a[i] = db_array_new()))
-            return -1;
-    return 0;
+    if (s->n >= STMT_PARAMS_MAX) {
+        s->failed = 1;
+        return -1;
+    }
+    return s->n++;
 }
 
-static void arrays_release(struct arrays *ar)
+/* A text parameter, or SQL NULL for NULL. */
+static void stmt_text(struct stmt *s, const char *value)
 {
-    for (int i = 0; i < ar->n; i++)
-        db_array_free(ar->a[i]);
+    int i = stmt_next(s);
+    if (i >= 0)
+        s->p[i] = value;
+}
+
+static void stmt_int(struct stmt *s, long long value)
+{
+    int i = stmt_next(s);
+    if (i < 0)
+        return;
+    snprintf(s->nums[i], sizeof(s->nums[i]), "%lld", value);
+    s->p[i] = s->nums[i];
+}
+
+/* value, or SQL NULL when it is negative ("none"). */
+static void stmt_int_or_null(struct stmt *s, long long value)
+{
+    if (value < 0)
+        stmt_text(s, NULL);
+    else
+        stmt_int(s, value);
+}
+
+/* `count` array parameters, empty: the index of the first, which
+ * stmt_add() fills item by item. */
+static int stmt_arrays(struct stmt *s, int count)
+{
+    int first = s->n;
+    for (int k = 0; k < count; k++) {
+        int i = stmt_next(s);
+        if (i >= 0 && !(s->arrays[i] = db_array_new()))
+            s->failed = 1;
+    }
+    return first;
+}
+
+/* Appends one element to array parameter `param`; NULL appends SQL NULL. */
+static void stmt_add(struct stmt *s, int param, const char *value)
+{
+    if (param < 0 || param >= s->n || !s->arrays[param] ||
+        db_array_add(s->arrays[param], value) != 0)
+        s->failed = 1;
+}
+
+static void stmt_add_int(struct stmt *s, int param, long long value)
+{
+    char num[24];
+    snprintf(num, sizeof(num), "%lld", value);
+    stmt_add(s, param, num);
+}
+
+/* Runs sql with s's parameters on the call's session: STORE_OK and, when
+ * res is not NULL, the rows in *res (the caller PQclear()s them); or the
+ * failure, classified (store_conn_exec), and err. */
+static enum store_rc stmt_run(attempt_store_t *st, struct stmt *s, const char *sql,
+                              PGresult **res, struct store_error *err)
+{
+    if (res)
+        *res = NULL;
+    for (int i = 0; i < s->n && !s->failed; i++)
+        if (s->arrays[i] && !(s->p[i] = db_array_text(s->arrays[i])))
+            s->failed = 1;
+    if (s->failed) {
+        store_error_set(err, "out of memory");
+        return STORE_RETRY;
+    }
+    return store_conn_exec(st->db, sql, s->n, s->p, res, err);
+}
+
+static void stmt_release(struct stmt *s)
+{
+    for (int i = 0; i < s->n; i++)
+        db_array_free(s->arrays[i]);
+}
+
+/* Column c of a row: copied as text into out (cut to its size), as a
+ * number, as a boolean. */
+static void col_copy(const PGresult *r, int row, int c, char *out, size_t size)
+{
+    snprintf(out, size, "%s", PQgetvalue(r, row, c));
+}
+
+static long long col_int(const PGresult *r, int row, int c)
+{
+    return strtoll(PQgetvalue(r, row, c), NULL, 10);
+}
+
+static int col_true(const PGresult *r, int row, int c)
+{
+    return PQgetvalue(r, row, c)[0] == 't';
+}
+
+/* The last row whose column c is value, or -1. */
+static int row_of(const PGresult *r, int c, const char *value)
+{
+    for (int row = PQntuples(r) - 1; row >= 0; row--)
+        if (!strcmp(PQgetvalue(r, row, c), value))
+            return row;
+    return -1;
+}
+
+/* What the provider is called with, from six columns starting at `first`:
+ * idempotency_key, order_id, amount, currency, payment_method, customer_id. */
+static void col_params(const PGresult *r, int row, int first, struct attempt_params *pa)
+{
+    col_copy(r, row, first, pa->idempotency_key, sizeof(pa->idempotency_key));
+    col_copy(r, row, first + 1, pa->order_id, sizeof(pa->order_id));
+    pa->amount = col_int(r, row, first + 2);
+    col_copy(r, row, first + 3, pa->currency, sizeof(pa->currency));
+    col_copy(r, row, first + 4, pa->payment_method, sizeof(pa->payment_method));
+    col_copy(r, row, first + 5, pa->customer_id, sizeof(pa->customer_id));
+}
+
+/* A provider's id as a parameter: "" is none. */
+static const char *or_null(const char *s)
+{
+    return s && *s ? s : NULL;
 }
 
 /* ---- record ---- */
@@ -101,23 +227,17 @@ static const char *SQL_INSERT_PENDING =
     "    cause, actor, reason)"
     "  SELECT id, NULL, " ATTEMPT_SQL(PENDING) ", 'worker', $10, 'recorded' FROM ins)"
     "SELECT id FROM ins";
-/* clang-format on */
 
 /* The stored rows every message of the batch is compared with, whether this
  * batch inserted them or not. */
-/* clang-format off */
 static const char *SQL_FIND_EXISTING =
     "SELECT id, idempotency_key, request_fingerprint FROM payment_attempts"
     " WHERE id = ANY($1::uuid[]) OR idempotency_key = ANY($2::text[])";
-/* clang-format on */
 
-/* clang-format off */
 static const char *SQL_FIND_LIVE =
     "SELECT order_id, id, status FROM payment_attempts"
     " WHERE order_id = ANY($1::uuid[]) AND status = ANY($2::text[])";
-/* clang-format on */
 
-/* clang-format off */
 static const char *SQL_INSERT_REJECTED =
     "WITH v AS ("
     "  SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[],"
@@ -140,26 +260,19 @@ static const char *SQL_INSERT_REJECTED =
     "SELECT id FROM ins";
 /* clang-format on */
 
-/* Fills the nine command columns for item i. */
-static int add_command(struct arrays *ar, const struct charge_command *c)
+/* Appends one command to the nine array parameters from `first`, in the
+ * column order of SQL_INSERT_PENDING and SQL_INSERT_REJECTED. */
+static void add_command(struct stmt *s, int first, const struct charge_command *c)
 {
-    return db_array_add(ar->a[0], c->payment_attempt_id) ||
-           db_array_add(ar->a[1], c->order_id) ||
-           db_array_add(ar->a[2], c->idempotency_key) ||
-           db_array_add(ar->a[3], c->fingerprint) ||
-           db_array_add_int(ar->a[4], c->amount) ||
-           db_array_add(ar->a[5], c->currency) ||
-           db_array_add(ar->a[6], c->payment_method) ||
-           db_array_add(ar->a[7], c->customer_id) ||
-           db_array_add(ar->a[8], c->metadata_json ? c->metadata_json : "{}");
-}
-
-static int in_result(PGresult *r, int col, const char *value)
-{
-    for (int i = 0; i < PQntuples(r); i++)
-        if (!strcmp(PQgetvalue(r, i, col), value))
-            return 1;
-    return 0;
+    stmt_add(s, first, c->payment_attempt_id);
+    stmt_add(s, first + 1, c->order_id);
+    stmt_add(s, first + 2, c->idempotency_key);
+    stmt_add(s, first + 3, c->fingerprint);
+    stmt_add_int(s, first + 4, c->amount);
+    stmt_add(s, first + 5, c->currency);
+    stmt_add(s, first + 6, c->payment_method);
+    stmt_add(s, first + 7, c->customer_id);
+    stmt_add(s, first + 8, c->metadata_json ? c->metadata_json : "{}");
 }
 
 /* Attempt-id order, and batch order among messages of one attempt. */
@@ -171,50 +284,14 @@ static int by_attempt_id(const void *a, const void *b)
     return c ? c : (x < y ? -1 : x > y);
 }
 
-enum store_rc attempt_store_record(attempt_store_t *st,
-                                   struct attempt_record_item *items, size_t n,
-                                   struct store_error *err)
+/* Compares each message with the stored rows `found` (SQL_FIND_EXISTING):
+ * recorded, a conflict, or, matching no row at all, ATTEMPT_REJECTED for
+ * now: only the one-live-attempt-per-order index refused it. Returns how
+ * many are. */
+static size_t compare_with_stored(struct attempt_record_item *items, size_t n,
+                                  const PGresult *found)
 {
-    struct arrays ar = {0}, rj = {0};
-    PGresult *ins = NULL, *found = NULL, *live = NULL, *rej = NULL;
-    db_array_t *orders = NULL;
-    struct attempt_record_item **sorted = NULL;
-    const char *p[13];
     size_t nblocked = 0;
-    enum store_rc rc = STORE_RETRY;
-
-    store_error_clear(err);
-    if (n == 0)
-        return STORE_OK;
-    PGconn *conn = store_conn_get(st->db, NULL, err);
-    if (!conn)
-        return STORE_RETRY;
-    if (arrays_init(&ar, 9) != 0 || arrays_init(&rj, 10) != 0 ||
-        !(orders = db_array_new()) || !(sorted = calloc(n, sizeof(*sorted))))
-        goto oom;
-    for (size_t i = 0; i < n; i++)
-        sorted[i] = &items[i];
-    qsort(sorted, n, sizeof(*sorted), by_attempt_id);
-    for (size_t i = 0; i < n; i++)
-        if (add_command(&ar, sorted[i]->cmd) != 0)
-            goto oom;
-    for (int i = 0; i < 9; i++)
-        p[i] = db_array_text(ar.a[i]);
-    p[9] = st->actor;
-    ins = db_exec(conn, SQL_INSERT_PENDING, 10, p, err);
-    if (!ins) {
-        rc = store_conn_failed(err);
-        goto out;
-    }
-    /* Every message is compared with the stored attempt, whatever batch
-     * stored it: a conflicting resend in the same batch as its original is
-     * a conflict like any other. */
-    p[1] = p[2];
-    found = db_exec(conn, SQL_FIND_EXISTING, 2, p, err);
-    if (!found) {
-        rc = store_conn_failed(err);
-        goto out;
-    }
     for (size_t i = 0; i < n; i++) {
         const struct charge_command *c = items[i].cmd;
         items[i].result = ATTEMPT_RECORDED;
@@ -247,34 +324,51 @@ enum store_rc attempt_store_record(attempt_store_t *st,
             }
         }
         if (!by_id && !by_key) {
-            /* Only the one-live-attempt-per-order index refused it. */
             items[i].result = ATTEMPT_REJECTED;
-            if (db_array_add(orders, c->order_id) != 0)
-                goto oom;
             nblocked++;
         }
     }
-    if (nblocked == 0) {
-        rc = STORE_OK;
-        goto out;
-    }
-    p[0] = db_array_text(orders);
-    p[1] = attempt_status_live_array();
-    live = db_exec(conn, SQL_FIND_LIVE, 2, p, err);
-    if (!live) {
-        rc = store_conn_failed(err);
-        goto out;
-    }
+    return nblocked;
+}
+
+/* The row of `live` (SQL_FIND_LIVE) of another attempt of c's order, or -1:
+ * the live attempt settled meanwhile. */
+static int live_row(const PGresult *live, const struct charge_command *c)
+{
+    int row = -1;
+    for (int r = 0; r < PQntuples(live); r++)
+        if (!strcmp(PQgetvalue(live, r, 0), c->order_id) &&
+            strcmp(PQgetvalue(live, r, 1), c->payment_attempt_id) != 0)
+            row = r;
+    return row;
+}
+
+/* The messages still ATTEMPT_REJECTED, which only the one-live-attempt-per-
+ * order index refused: recorded REJECTED, with the live attempt as the
+ * reason, or ATTEMPT_RETRY (the live attempt settled meanwhile, or the
+ * message is not the first of its attempt in this batch). */
+static enum store_rc record_rejected(attempt_store_t *st,
+                                     struct attempt_record_item *items, size_t n,
+                                     struct store_error *err)
+{
+    struct stmt find = {0}, rej = {0};
+    PGresult *live = NULL, *ins = NULL;
     size_t nrej = 0;
+    enum store_rc rc;
+
+    int orders = stmt_arrays(&find, 1);
+    for (size_t i = 0; i < n; i++)
+        if (items[i].result == ATTEMPT_REJECTED)
+            stmt_add(&find, orders, items[i].cmd->order_id);
+    stmt_text(&find, attempt_status_live_array());
+    if ((rc = stmt_run(st, &find, SQL_FIND_LIVE, &live, err)) != STORE_OK)
+        goto out;
+    int cmds = stmt_arrays(&rej, 10);
     for (size_t i = 0; i < n; i++) {
         const struct charge_command *c = items[i].cmd;
-        int row = -1;
         if (items[i].result != ATTEMPT_REJECTED)
             continue;
-        for (int r = 0; r < PQntuples(live); r++)
-            if (!strcmp(PQgetvalue(live, r, 0), c->order_id) &&
-                strcmp(PQgetvalue(live, r, 1), c->payment_attempt_id) != 0)
-                row = r;
+        int row = live_row(live, c);
         if (row < 0) {
             /* The live attempt settled meanwhile: try again from the top. */
             items[i].result = ATTEMPT_RETRY;
@@ -289,50 +383,81 @@ enum store_rc attempt_store_record(attempt_store_t *st,
             snprintf(items[i].reason, sizeof(items[i].reason),
                      "order_has_live_attempt: attempt %s is %s",
                      PQgetvalue(live, row, 1), status);
-        if (add_command(&rj, c) != 0 || db_array_add(rj.a[9], items[i].reason) != 0)
-            goto oom;
+        add_command(&rej, cmds, c);
+        stmt_add(&rej, cmds + 9, items[i].reason);
         nrej++;
     }
-    if (nrej > 0) {
-        for (int i = 0; i < 10; i++)
-            p[i] = db_array_text(rj.a[i]);
-        p[10] = st->actor;
-        p[11] = attempt_status_event_type(ATTEMPT_STATUS_REJECTED);
-        rej = db_exec(conn, SQL_INSERT_REJECTED, 12, p, err);
-        if (!rej) {
-            rc = store_conn_failed(err);
-            goto out;
-        }
-        /* Only the first message of an attempt in this batch is the one
-         * stored REJECTED; any other (a copy, or a conflicting resend) is
-         * recorded again, and then compared with the stored row like any
-         * message. So is one whose row a concurrent duplicate wrote. */
-        for (size_t i = 0; i < n; i++) {
-            if (items[i].result != ATTEMPT_REJECTED)
-                continue;
-            int first = in_result(rej, 0, items[i].cmd->payment_attempt_id);
-            for (size_t k = 0; first && k < i; k++)
-                if (items[k].result != ATTEMPT_RETRY &&
-                    !strcmp(items[k].cmd->payment_attempt_id,
-                            items[i].cmd->payment_attempt_id))
-                    first = 0;
-            if (!first)
-                items[i].result = ATTEMPT_RETRY;
-        }
+    if (nrej == 0)
+        goto out;
+    stmt_text(&rej, st->actor);
+    stmt_text(&rej, attempt_status_event_type(ATTEMPT_STATUS_REJECTED));
+    if ((rc = stmt_run(st, &rej, SQL_INSERT_REJECTED, &ins, err)) != STORE_OK)
+        goto out;
+    /* Only the first message of an attempt in this batch is the one
+     * stored REJECTED; any other (a copy, or a conflicting resend) is
+     * recorded again, and then compared with the stored row like any
+     * message. So is one whose row a concurrent duplicate wrote. */
+    for (size_t i = 0; i < n; i++) {
+        if (items[i].result != ATTEMPT_REJECTED)
+            continue;
+        int first = row_of(ins, 0, items[i].cmd->payment_attempt_id) >= 0;
+        for (size_t k = 0; first && k < i; k++)
+            if (items[k].result != ATTEMPT_RETRY &&
+                !strcmp(items[k].cmd->payment_attempt_id,
+                        items[i].cmd->payment_attempt_id))
+                first = 0;
+        if (!first)
+            items[i].result = ATTEMPT_RETRY;
     }
-    rc = STORE_OK;
-    goto out;
-oom:
-    store_error_set(err, "out of memory");
+out:
+    PQclear(live);
+    PQclear(ins);
+    stmt_release(&find);
+    stmt_release(&rej);
+    return rc;
+}
+
+enum store_rc attempt_store_record(attempt_store_t *st,
+                                   struct attempt_record_item *items, size_t n,
+                                   struct store_error *err)
+{
+    struct stmt ins = {0}, find = {0};
+    PGresult *found = NULL;
+    struct attempt_record_item **sorted = NULL;
+    enum store_rc rc = STORE_RETRY;
+
+    store_error_clear(err);
+    if (n == 0)
+        return STORE_OK;
+    if (store_conn_open(st->db, NULL, err) != STORE_OK)
+        return STORE_RETRY;
+    if (!(sorted = calloc(n, sizeof(*sorted)))) {
+        store_error_set(err, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++)
+        sorted[i] = &items[i];
+    qsort(sorted, n, sizeof(*sorted), by_attempt_id);
+    int cmds = stmt_arrays(&ins, 9);
+    for (size_t i = 0; i < n; i++)
+        add_command(&ins, cmds, sorted[i]->cmd);
+    stmt_text(&ins, st->actor);
+    if ((rc = stmt_run(st, &ins, SQL_INSERT_PENDING, NULL, err)) != STORE_OK)
+        goto out;
+    /* Every message is compared with the stored attempt, whatever batch
+     * stored it: a conflicting resend in the same batch as its original is
+     * a conflict like any other. The ids and the keys are the insert's. */
+    stmt_text(&find, ins.p[cmds]);
+    stmt_text(&find, ins.p[cmds + 2]);
+    if ((rc = stmt_run(st, &find, SQL_FIND_EXISTING, &found, err)) != STORE_OK)
+        goto out;
+    if (compare_with_stored(items, n, found) > 0)
+        rc = record_rejected(st, items, n, err);
 out:
     free(sorted);
-    PQclear(ins);
     PQclear(found);
-    PQclear(live);
-    PQclear(rej);
-    db_array_free(orders);
-    arrays_release(&ar);
-    arrays_release(&rj);
+    stmt_release(&ins);
+    stmt_release(&find);
     return rc;
 }
 
@@ -376,84 +501,57 @@ static const char *SQL_CLAIM =
     " FROM payment_attempts a JOIN q ON a.id = q.id LEFT JOIN u ON u.id = a.id";
 /* clang-format on */
 
+/* Item i's result, from the rows of SQL_CLAIM. */
+static void read_claim(struct attempt_claim_item *items, size_t i, const PGresult *r)
+{
+    struct attempt_claim_item *it = &items[i];
+    int row = row_of(r, 0, it->attempt_id);
+    it->result = ATTEMPT_BUSY;
+    it->status[0] = '\0';
+    if (row < 0)
+        return;
+    col_copy(r, row, 1, it->status, sizeof(it->status));
+    int leased = col_true(r, row, 2);
+    if (!PQgetisnull(r, row, 3)) {
+        /* Claimed by this statement. Two items of one attempt in a batch:
+         * only the first takes it; the other waits like any peer. */
+        for (size_t j = 0; j < i; j++)
+            if (items[j].result == ATTEMPT_CLAIMED &&
+                !strcmp(items[j].attempt_id, it->attempt_id))
+                return;
+        it->result = ATTEMPT_CLAIMED;
+        it->lease_epoch = col_int(r, row, 3);
+        it->attempt_count = (int)col_int(r, row, 4);
+        it->key_age_ms = col_int(r, row, 5);
+        col_params(r, row, 6, &it->params);
+    } else if (strcmp(it->status, ATTEMPT_S_PENDING) != 0 &&
+               (strcmp(it->status, ATTEMPT_S_PROCESSING) != 0 || !leased)) {
+        it->result = ATTEMPT_SETTLED;
+    }
+}
+
 enum store_rc attempt_store_claim(attempt_store_t *st, struct attempt_claim_item *items,
                                   size_t n, long long lease_ms, struct store_error *err)
 {
-    db_array_t *ids = NULL;
-    char lease[32];
-    const char *p[3];
+    struct stmt s = {0};
     PGresult *r = NULL;
     enum store_rc rc;
 
     store_error_clear(err);
     if (n == 0)
         return STORE_OK;
-    PGconn *conn = store_conn_get(st->db, NULL, err);
-    if (!conn)
+    if (store_conn_open(st->db, NULL, err) != STORE_OK)
         return STORE_RETRY;
-    rc = STORE_RETRY;
-    if (!(ids = db_array_new()))
-        goto oom;
+    int ids = stmt_arrays(&s, 1);
     for (size_t i = 0; i < n; i++)
-        if (db_array_add(ids, items[i].attempt_id) != 0)
-            goto oom;
-    snprintf(lease, sizeof(lease), "%lld", lease_ms);
-    p[0] = db_array_text(ids);
-    p[1] = st->actor;
-    p[2] = lease;
-    r = db_exec(conn, SQL_CLAIM, 3, p, err);
-    if (!r) {
-        rc = store_conn_failed(err);
-        goto out;
-    }
-    for (size_t i = 0; i < n; i++) {
-        struct attempt_claim_item *it = &items[i];
-        int row = -1;
-        it->result = ATTEMPT_BUSY;
-        it->status[0] = '\0';
-        for (int k = 0; k < PQntuples(r); k++)
-            if (!strcmp(PQgetvalue(r, k, 0), it->attempt_id))
-                row = k;
-        if (row < 0)
-            continue;
-        snprintf(it->status, sizeof(it->status), "%s", PQgetvalue(r, row, 1));
-        int leased = PQgetvalue(r, row, 2)[0] == 't';
-        if (!PQgetisnull(r, row, 3)) {
-            /* Claimed by this statement. Two items of one attempt in a batch:
-             * only the first takes it; the other waits like any peer. */
-            int dup = 0;
-            for (size_t j = 0; j < i; j++)
-                if (items[j].result == ATTEMPT_CLAIMED &&
-                    !strcmp(items[j].attempt_id, it->attempt_id))
-                    dup = 1;
-            if (dup)
-                continue;
-            struct attempt_params *pa = &it->params;
-            it->result = ATTEMPT_CLAIMED;
-            it->lease_epoch = strtoll(PQgetvalue(r, row, 3), NULL, 10);
-            it->attempt_count = atoi(PQgetvalue(r, row, 4));
-            it->key_age_ms = strtoll(PQgetvalue(r, row, 5), NULL, 10);
-            snprintf(pa->idempotency_key, sizeof(pa->idempotency_key), "%s",
-                     PQgetvalue(r, row, 6));
-            snprintf(pa->order_id, sizeof(pa->order_id), "%s", PQgetvalue(r, row, 7));
-            pa->amount = strtoll(PQgetvalue(r, row, 8), NULL, 10);
-            snprintf(pa->currency, sizeof(pa->currency), "%s", PQgetvalue(r, row, 9));
-            snprintf(pa->payment_method, sizeof(pa->payment_method), "%s",
-                     PQgetvalue(r, row, 10));
-            snprintf(pa->customer_id, sizeof(pa->customer_id), "%s",
-                     PQgetvalue(r, row, 11));
-        } else if (strcmp(it->status, ATTEMPT_S_PENDING) != 0 &&
-                   (strcmp(it->status, ATTEMPT_S_PROCESSING) != 0 || !leased)) {
-            it->result = ATTEMPT_SETTLED;
-        }
-    }
-    rc = STORE_OK;
-    goto out;
-oom:
-    store_error_set(err, "out of memory");
-out:
+        stmt_add(&s, ids, items[i].attempt_id);
+    stmt_text(&s, st->actor);
+    stmt_int(&s, lease_ms);
+    if ((rc = stmt_run(st, &s, SQL_CLAIM, &r, err)) == STORE_OK)
+        for (size_t i = 0; i < n; i++)
+            read_claim(items, i, r);
     PQclear(r);
-    db_array_free(ids);
+    stmt_release(&s);
     return rc;
 }
 
@@ -475,68 +573,61 @@ static const char *SQL_LOG_CALLS =
     SQL_PROVIDER_CALLS("$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8", "$9", "$10", "");
 /* clang-format on */
 
-/* Fills nine arrays (from ar->a[first]) with the calls. 0 / -1. */
-static int add_calls(struct arrays *ar, int first, const struct attempt_call *calls,
-                     size_t n)
+/* Appends the calls to the nine array parameters from `first`, in the
+ * column order of SQL_PROVIDER_CALLS. */
+static void add_calls(struct stmt *s, int first, const struct attempt_call *calls,
+                      size_t n)
 {
-    db_array_t **a = ar->a + first;
     for (size_t i = 0; i < n; i++) {
         const struct provider_result *r = calls[i].res;
-        if (db_array_add(a[0], calls[i].attempt_id) ||
-            db_array_add(a[1], calls[i].operation ? calls[i].operation : "charge") ||
-            db_array_add_int(a[2], calls[i].started_ms) ||
-            db_array_add_int(a[3], r->latency_ms) ||
-            db_array_add(a[4], provider_outcome_name(r->outcome)) ||
-            db_array_add_int(a[5], r->http_status) ||
-            db_array_add(a[6], r->replayed ? "t" : "f") ||
-            db_array_add(a[7], r->provider_payment_id) ||
-            db_array_add(a[8], r->outcome == PROVIDER_SUCCEEDED ? "" : r->error))
-            return -1;
+        stmt_add(s, first, calls[i].attempt_id);
+        stmt_add(s, first + 1, calls[i].operation ? calls[i].operation : "charge");
+        stmt_add_int(s, first + 2, calls[i].started_ms);
+        stmt_add_int(s, first + 3, r->latency_ms);
+        stmt_add(s, first + 4, provider_outcome_name(r->outcome));
+        stmt_add_int(s, first + 5, r->http_status);
+        stmt_add(s, first + 6, r->replayed ? "t" : "f");
+        stmt_add(s, first + 7, r->provider_payment_id);
+        stmt_add(s, first + 8, r->outcome == PROVIDER_SUCCEEDED ? "" : r->error);
     }
-    return 0;
 }
 
 enum store_rc attempt_store_log_calls(attempt_store_t *st,
                                       const struct attempt_call *calls, size_t n,
                                       struct store_error *err)
 {
-    struct arrays ar = {0};
-    const char *p[10];
+    struct stmt s = {0};
     enum store_rc rc;
 
     store_error_clear(err);
     if (n == 0)
         return STORE_OK;
-    PGconn *conn = store_conn_get(st->db, NULL, err);
-    if (!conn)
+    if (store_conn_open(st->db, NULL, err) != STORE_OK)
         return STORE_RETRY;
-    rc = STORE_RETRY;
-    if (arrays_init(&ar, 9) != 0 || add_calls(&ar, 0, calls, n) != 0)
-        goto oom;
-    for (int i = 0; i < 9; i++)
-        p[i] = db_array_text(ar.a[i]);
-    p[9] = st->actor;
-    rc = db_run(conn, SQL_LOG_CALLS, 10, p, err) == 0 ? STORE_OK
-                                                      : store_conn_failed(err);
-    goto out;
-oom:
-    store_error_set(err, "out of memory");
-out:
-    arrays_release(&ar);
+    add_calls(&s, stmt_arrays(&s, 9), calls, n);
+    stmt_text(&s, st->actor);
+    rc = stmt_run(st, &s, SQL_LOG_CALLS, NULL, err);
+    stmt_release(&s);
     return rc;
 }
 
 /* ---- persist ---- */
 
 /* clang-format off */
+/* The rows of `v` no other session holds: persist and the leases' statements
+ * never wait on a peer's lock (a session hung in a transaction would hold us
+ * with it); a row held elsewhere is busy, or its lease simply expires. */
+#define SQL_LEASES_UNLOCKED \
+    " lk AS (SELECT p.id FROM payment_attempts p JOIN v ON p.id = v.id" \
+    "  ORDER BY p.id FOR NO KEY UPDATE OF p SKIP LOCKED)"
+
 static const char *SQL_PERSIST =
     "WITH v AS ("
     "  SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[],"
     "    $5::text[], $6::text[], $7::jsonb[], $8::int[], $9::text[], $10::bigint[])"
     "  AS v(id, epoch, status, reason, ppid, event_type, evidence, calls, last_error,"
     "       next_check_ms)),"
-    " lk AS (SELECT p.id FROM payment_attempts p JOIN v ON p.id = v.id"
-    "  ORDER BY p.id FOR NO KEY UPDATE OF p SKIP LOCKED),"
+    SQL_LEASES_UNLOCKED ","
     " u AS ("
     "  UPDATE payment_attempts p SET status = v.status, reason = v.reason,"
     "    provider_payment_id = coalesce(v.ppid, p.provider_payment_id),"
@@ -567,20 +658,16 @@ static const char *SQL_PERSIST =
 enum store_rc attempt_store_persist(attempt_store_t *st, struct attempt_outcome *items,
                                     size_t n, struct store_error *err)
 {
-    struct arrays ar = {0};
-    const char *p[11];
+    struct stmt s = {0};
     PGresult *r = NULL;
     enum store_rc rc;
 
     store_error_clear(err);
     if (n == 0)
         return STORE_OK;
-    PGconn *conn = store_conn_get(st->db, NULL, err);
-    if (!conn)
+    if (store_conn_open(st->db, NULL, err) != STORE_OK)
         return STORE_RETRY;
-    rc = STORE_RETRY;
-    if (arrays_init(&ar, 10) != 0)
-        goto oom;
+    int a = stmt_arrays(&s, 10);
     for (size_t i = 0; i < n; i++) {
         struct attempt_outcome *o = &items[i];
         int to = attempt_status_parse(o->status);
@@ -592,43 +679,31 @@ enum store_rc attempt_store_persist(attempt_store_t *st, struct attempt_outcome 
             rc = STORE_DATA;
             goto out;
         }
-        if (db_array_add(ar.a[0], o->attempt_id) ||
-            db_array_add_int(ar.a[1], o->lease_epoch) ||
-            db_array_add(ar.a[2], o->status) || db_array_add(ar.a[3], o->reason) ||
-            db_array_add(ar.a[4], o->provider_payment_id && *o->provider_payment_id
-                                      ? o->provider_payment_id
-                                      : NULL) ||
-            db_array_add(ar.a[5], o->event_type) ||
-            db_array_add(ar.a[6], o->evidence_json ? o->evidence_json : "{}") ||
-            db_array_add_int(ar.a[7], o->calls) || db_array_add(ar.a[8], o->last_error))
-            goto oom;
-        if (o->next_check_ms < 0 ? db_array_add(ar.a[9], NULL)
-                                 : db_array_add_int(ar.a[9], o->next_check_ms))
-            goto oom;
+        stmt_add(&s, a, o->attempt_id);
+        stmt_add_int(&s, a + 1, o->lease_epoch);
+        stmt_add(&s, a + 2, o->status);
+        stmt_add(&s, a + 3, o->reason);
+        stmt_add(&s, a + 4, or_null(o->provider_payment_id));
+        stmt_add(&s, a + 5, o->event_type);
+        stmt_add(&s, a + 6, o->evidence_json ? o->evidence_json : "{}");
+        stmt_add_int(&s, a + 7, o->calls);
+        stmt_add(&s, a + 8, o->last_error);
+        if (o->next_check_ms < 0)
+            stmt_add(&s, a + 9, NULL);
+        else
+            stmt_add_int(&s, a + 9, o->next_check_ms);
     }
-    for (int i = 0; i < 10; i++)
-        p[i] = db_array_text(ar.a[i]);
-    p[10] = st->actor;
-    r = db_exec(conn, SQL_PERSIST, 11, p, err);
-    if (!r) {
-        rc = store_conn_failed(err);
+    stmt_text(&s, st->actor);
+    if ((rc = stmt_run(st, &s, SQL_PERSIST, &r, err)) != STORE_OK)
         goto out;
-    }
     for (size_t i = 0; i < n; i++) {
-        items[i].persisted = items[i].busy = 0;
-        for (int row = 0; row < PQntuples(r); row++)
-            if (!strcmp(PQgetvalue(r, row, 0), items[i].attempt_id)) {
-                items[i].persisted = PQgetvalue(r, row, 1)[0] == 't';
-                items[i].busy = PQgetvalue(r, row, 2)[0] == 't';
-            }
+        int row = row_of(r, 0, items[i].attempt_id);
+        items[i].persisted = row >= 0 && col_true(r, row, 1);
+        items[i].busy = row >= 0 && col_true(r, row, 2);
     }
-    rc = STORE_OK;
-    goto out;
-oom:
-    store_error_set(err, "out of memory");
 out:
     PQclear(r);
-    arrays_release(&ar);
+    stmt_release(&s);
     return rc;
 }
 
@@ -703,59 +778,53 @@ static const char *SQL_SETTLE =
     "             ELSE lease_owner = $4 AND lease_epoch = $3::bigint END)";
 /* clang-format on */
 
+/* A row of SQL_CLAIM_DUE. */
+static void read_due(const PGresult *r, int row, struct attempt_due *d)
+{
+    memset(d, 0, sizeof(*d));
+    col_copy(r, row, 0, d->id, sizeof(d->id));
+    d->lease_epoch = col_int(r, row, 1);
+    d->status = (enum attempt_status)attempt_status_parse(PQgetvalue(r, row, 2));
+    col_copy(r, row, 3, d->provider_payment_id, sizeof(d->provider_payment_id));
+    d->key_age_ms = col_int(r, row, 4);
+    d->age_ms = col_int(r, row, 5);
+    d->checks = (int)col_int(r, row, 6);
+    col_params(r, row, 7, &d->params);
+    d->first_sent_ms = col_int(r, row, 13);
+}
+
 enum store_rc attempt_store_claim_due(attempt_store_t *st, struct attempt_due *out,
                                       size_t max, size_t *n, long long lease_ms,
                                       long long stale_ms, struct store_error *err)
 {
-    char lease[32], limit[32], stale[32];
-    const char *p[4] = {st->actor, lease, limit, stale};
+    struct stmt s = {0};
+    PGresult *r = NULL;
+    enum store_rc rc;
 
     store_error_clear(err);
     *n = 0;
     if (max == 0)
         return STORE_OK;
-    PGconn *conn = store_conn_get(st->db, NULL, err);
-    if (!conn)
+    if (store_conn_open(st->db, NULL, err) != STORE_OK)
         return STORE_RETRY;
-    snprintf(lease, sizeof(lease), "%lld", lease_ms);
-    snprintf(limit, sizeof(limit), "%zu", max);
-    snprintf(stale, sizeof(stale), "%lld", stale_ms);
-    PGresult *r = db_exec(conn, SQL_CLAIM_DUE, 4, p, err);
-    if (!r)
-        return store_conn_failed(err);
-    for (int i = 0; i < PQntuples(r) && *n < max; i++) {
-        struct attempt_due *d = &out[(*n)++];
-        struct attempt_params *pa = &d->params;
-        memset(d, 0, sizeof(*d));
-        snprintf(d->id, sizeof(d->id), "%s", PQgetvalue(r, i, 0));
-        d->lease_epoch = strtoll(PQgetvalue(r, i, 1), NULL, 10);
-        d->status = (enum attempt_status)attempt_status_parse(PQgetvalue(r, i, 2));
-        snprintf(d->provider_payment_id, sizeof(d->provider_payment_id), "%s",
-                 PQgetvalue(r, i, 3));
-        d->key_age_ms = strtoll(PQgetvalue(r, i, 4), NULL, 10);
-        d->age_ms = strtoll(PQgetvalue(r, i, 5), NULL, 10);
-        d->checks = atoi(PQgetvalue(r, i, 6));
-        snprintf(pa->idempotency_key, sizeof(pa->idempotency_key), "%s",
-                 PQgetvalue(r, i, 7));
-        snprintf(pa->order_id, sizeof(pa->order_id), "%s", PQgetvalue(r, i, 8));
-        pa->amount = strtoll(PQgetvalue(r, i, 9), NULL, 10);
-        snprintf(pa->currency, sizeof(pa->currency), "%s", PQgetvalue(r, i, 10));
-        snprintf(pa->payment_method, sizeof(pa->payment_method), "%s",
-                 PQgetvalue(r, i, 11));
-        snprintf(pa->customer_id, sizeof(pa->customer_id), "%s", PQgetvalue(r, i, 12));
-        d->first_sent_ms = strtoll(PQgetvalue(r, i, 13), NULL, 10);
-    }
+    stmt_text(&s, st->actor);
+    stmt_int(&s, lease_ms);
+    stmt_int(&s, (long long)max);
+    stmt_int(&s, stale_ms);
+    if ((rc = stmt_run(st, &s, SQL_CLAIM_DUE, &r, err)) == STORE_OK)
+        for (int i = 0; i < PQntuples(r) && *n < max; i++)
+            read_due(r, i, &out[(*n)++]);
     PQclear(r);
-    return STORE_OK;
+    stmt_release(&s);
+    return rc;
 }
 
-static enum store_rc settle_one(attempt_store_t *st, PGconn *conn,
-                                struct attempt_settlement *it, struct store_error *err)
+static enum store_rc settle_one(attempt_store_t *st, struct attempt_settlement *it,
+                                struct store_error *err)
 {
-    struct arrays ar = {0};
-    char epoch[32], charges[16], next[32];
-    const char *p[22];
-    enum store_rc rc = STORE_RETRY;
+    struct stmt s = {0};
+    PGresult *r = NULL;
+    enum store_rc rc;
     int ncharges = 0;
 
     if (it->status != it->expected &&
@@ -765,45 +834,48 @@ static enum store_rc settle_one(attempt_store_t *st, PGconn *conn,
                         attempt_status_name(it->expected));
         return STORE_DATA;
     }
-    if (arrays_init(&ar, 9) != 0 || add_calls(&ar, 0, it->calls, it->ncalls) != 0)
-        goto oom;
     for (size_t i = 0; i < it->ncalls; i++)
         if (!it->calls[i].operation || !strcmp(it->calls[i].operation, "charge"))
             ncharges++;
-    snprintf(epoch, sizeof(epoch), "%lld", (long long)it->lease_epoch);
-    snprintf(charges, sizeof(charges), "%d", ncharges);
-    snprintf(next, sizeof(next), "%lld", it->next_check_ms);
-    p[0] = it->attempt_id;
-    p[1] = attempt_status_name(it->expected);
-    p[2] = it->lease_epoch < 0 ? NULL : epoch;
-    p[3] = it->actor ? it->actor : st->actor;
-    p[4] = attempt_status_name(it->status);
-    p[5] = it->reason;
-    p[6] = it->provider_payment_id && *it->provider_payment_id ? it->provider_payment_id
-                                                               : NULL;
-    p[7] = it->evidence_json ? it->evidence_json : "{}";
-    p[8] = charges;
-    p[9] = it->cause && !strcmp(it->cause, "reconciler") ? "1" : "0";
-    p[10] = it->next_check_ms < 0 ? NULL : next;
-    p[11] = attempt_status_event_type(it->status);
-    p[12] = it->cause ? it->cause : "reconciler";
-    for (int i = 0; i < 9; i++)
-        p[13 + i] = db_array_text(ar.a[i]);
-    PGresult *r = db_exec(conn, SQL_SETTLE, 22, p, err);
-    if (!r) {
-        rc = store_conn_failed(err);
-        goto out;
+    stmt_text(&s, it->attempt_id);
+    stmt_text(&s, attempt_status_name(it->expected));
+    stmt_int_or_null(&s, it->lease_epoch);
+    stmt_text(&s, it->actor ? it->actor : st->actor);
+    stmt_text(&s, attempt_status_name(it->status));
+    stmt_text(&s, it->reason);
+    stmt_text(&s, or_null(it->provider_payment_id));
+    stmt_text(&s, it->evidence_json ? it->evidence_json : "{}");
+    stmt_int(&s, ncharges);
+    stmt_text(&s, it->cause && !strcmp(it->cause, "reconciler") ? "1" : "0");
+    stmt_int_or_null(&s, it->next_check_ms);
+    stmt_text(&s, attempt_status_event_type(it->status));
+    stmt_text(&s, it->cause ? it->cause : "reconciler");
+    add_calls(&s, stmt_arrays(&s, 9), it->calls, it->ncalls);
+    if ((rc = stmt_run(st, &s, SQL_SETTLE, &r, err)) == STORE_OK) {
+        it->settled = col_int(r, 0, 0) == 1;
+        it->busy = col_true(r, 0, 1);
     }
-    it->settled = strcmp(PQgetvalue(r, 0, 0), "1") == 0;
-    it->busy = PQgetvalue(r, 0, 1)[0] == 't';
     PQclear(r);
-    rc = STORE_OK;
-    goto out;
-oom:
-    store_error_set(err, "out of memory");
-out:
-    arrays_release(&ar);
+    stmt_release(&s);
     return rc;
+}
+
+enum store_rc attempt_store_settle(attempt_store_t *st,
+                                   struct attempt_settlement *items, size_t n,
+                                   struct store_error *err)
+{
+    enum store_rc rc;
+    store_error_clear(err);
+    if (n == 0)
+        return STORE_OK;
+    if (store_conn_open(st->db, NULL, err) != STORE_OK)
+        return STORE_RETRY;
+    for (size_t i = 0; i < n; i++) {
+        items[i].settled = items[i].busy = 0;
+        if ((rc = settle_one(st, &items[i], err)) != STORE_OK)
+            return rc;
+    }
+    return STORE_OK;
 }
 
 /* clang-format off */
@@ -818,77 +890,41 @@ enum store_rc attempt_store_backlog(attempt_store_t *st,
                                     long long *counts, long long *oldest_ms,
                                     struct store_error *err)
 {
-    db_array_t *names = db_array_new();
+    struct stmt s = {0};
     PGresult *r = NULL;
-    enum store_rc rc = STORE_RETRY;
+    enum store_rc rc;
 
     store_error_clear(err);
     for (size_t i = 0; i < n; i++)
         counts[i] = oldest_ms[i] = 0;
-    if (!names) {
-        store_error_set(err, "out of memory");
-        goto out;
-    }
-    for (size_t i = 0; i < n; i++)
-        if (db_array_add(names, attempt_status_name(statuses[i])) != 0) {
-            store_error_set(err, "out of memory");
-            goto out;
-        }
-    PGconn *conn = store_conn_get(st->db, NULL, err);
-    if (!conn)
-        goto out;
-    const char *p[1] = {db_array_text(names)};
-    r = db_exec(conn, SQL_BACKLOG, 1, p, err);
-    if (!r) {
-        rc = store_conn_failed(err);
-        goto out;
-    }
-    for (int row = 0; row < PQntuples(r); row++)
-        for (size_t i = 0; i < n; i++)
-            if (!strcmp(PQgetvalue(r, row, 0), attempt_status_name(statuses[i]))) {
-                counts[i] = atoll(PQgetvalue(r, row, 1));
-                oldest_ms[i] = atoll(PQgetvalue(r, row, 2));
-            }
-    rc = STORE_OK;
-out:
-    PQclear(r);
-    db_array_free(names);
-    return rc;
-}
-
-enum store_rc attempt_store_settle(attempt_store_t *st,
-                                   struct attempt_settlement *items, size_t n,
-                                   struct store_error *err)
-{
-    enum store_rc rc;
-    store_error_clear(err);
-    if (n == 0)
-        return STORE_OK;
-    PGconn *conn = store_conn_get(st->db, NULL, err);
-    if (!conn)
+    if (store_conn_open(st->db, NULL, err) != STORE_OK)
         return STORE_RETRY;
-    for (size_t i = 0; i < n; i++) {
-        items[i].settled = items[i].busy = 0;
-        if ((rc = settle_one(st, conn, &items[i], err)) != STORE_OK)
-            return rc;
-    }
-    return STORE_OK;
+    int names = stmt_arrays(&s, 1);
+    for (size_t i = 0; i < n; i++)
+        stmt_add(&s, names, attempt_status_name(statuses[i]));
+    if ((rc = stmt_run(st, &s, SQL_BACKLOG, &r, err)) == STORE_OK)
+        for (size_t i = 0; i < n; i++) {
+            int row = row_of(r, 0, attempt_status_name(statuses[i]));
+            if (row >= 0) {
+                counts[i] = col_int(r, row, 1);
+                oldest_ms[i] = col_int(r, row, 2);
+            }
+        }
+    PQclear(r);
+    stmt_release(&s);
+    return rc;
 }
 
 /* ---- leases ---- */
 
 /* clang-format off */
-/* The rows of `v` no other session holds: a lease is let go without waiting
- * on a peer's lock (a session hung in a transaction would hold us with it);
- * one held elsewhere simply expires. */
-#define SQL_LEASES_UNLOCKED \
-    " lk AS (SELECT p.id FROM payment_attempts p JOIN v ON p.id = v.id" \
-    "  ORDER BY p.id FOR NO KEY UPDATE OF p SKIP LOCKED)"
+/* The attempts of a lease statement: $1 their ids, $2 their epochs. */
+#define SQL_LEASES_V \
+    "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::bigint[]) AS v(id, epoch)),"
 
 static const char *SQL_RENEW =
-    "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::bigint[]) AS v(id, epoch)),"
-    " lk AS (SELECT p.id FROM payment_attempts p JOIN v ON p.id = v.id"
-    "  ORDER BY p.id FOR NO KEY UPDATE OF p SKIP LOCKED),"
+    SQL_LEASES_V
+    SQL_LEASES_UNLOCKED ","
     " u AS (UPDATE payment_attempts p"
     "  SET lease_expires_at = now() + make_interval(secs => $3::double precision / 1000)"
     "  FROM v JOIN lk ON lk.id = v.id"
@@ -900,83 +936,61 @@ static const char *SQL_RENEW =
     " UNION ALL SELECT p.id FROM payment_attempts p JOIN v ON p.id = v.id"
     " WHERE p.id NOT IN (SELECT id FROM lk) AND p.lease_epoch = v.epoch"
     "   AND p.lease_owner = $4";
-/* clang-format on */
 
-/* clang-format off */
-static const char *SQL_RELEASE =
-    "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::bigint[]) AS v(id, epoch)),"
-    SQL_LEASES_UNLOCKED
-    "UPDATE payment_attempts p SET lease_expires_at = now()"
-    " FROM v JOIN lk ON lk.id = v.id"
-    " WHERE p.id = v.id AND p.lease_epoch = v.epoch AND p.lease_owner = $3"
-    " RETURNING p.id";
-/* clang-format on */
+/* Ends the leases of ours no other session holds, by `set`; $3 the actor. */
+#define SQL_LEASE_END(set) \
+    SQL_LEASES_V \
+    SQL_LEASES_UNLOCKED \
+    "UPDATE payment_attempts p SET " set \
+    " FROM v JOIN lk ON lk.id = v.id" \
+    " WHERE p.id = v.id AND p.lease_epoch = v.epoch AND p.lease_owner = $3" \
+    " RETURNING p.id"
 
-/* clang-format off */
+static const char *SQL_RELEASE = SQL_LEASE_END("lease_expires_at = now()");
 static const char *SQL_HAND_BACK =
-    "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::bigint[]) AS v(id, epoch)),"
-    SQL_LEASES_UNLOCKED
-    "UPDATE payment_attempts p SET lease_owner = NULL, lease_expires_at = NULL"
-    " FROM v JOIN lk ON lk.id = v.id"
-    " WHERE p.id = v.id AND p.lease_epoch = v.epoch AND p.lease_owner = $3"
-    " RETURNING p.id";
+    SQL_LEASE_END("lease_owner = NULL, lease_expires_at = NULL");
 /* clang-format on */
 
-static PGresult *lease_update(attempt_store_t *st, const char *sql,
-                              const char *const *attempt_ids, const int64_t *epochs,
-                              size_t n, const char *lease_ms, enum store_rc *rc,
-                              struct store_error *err)
+/* Runs a lease statement of ours on attempt_ids[i] at epochs[i]: its
+ * parameters are the ids, the epochs, *lease_ms (when not NULL) and the
+ * actor. */
+static enum store_rc lease_update(attempt_store_t *st, const char *sql,
+                                  const char *const *attempt_ids, const int64_t *epochs,
+                                  size_t n, const long long *lease_ms, PGresult **res,
+                                  struct store_error *err)
 {
-    db_array_t *ids = db_array_new(), *eps = db_array_new();
-    PGresult *r = NULL;
-    const char *p[4];
+    struct stmt s = {0};
+    enum store_rc rc;
 
-    *rc = STORE_RETRY;
-    if (!ids || !eps) {
-        store_error_set(err, "out of memory");
-        goto out;
-    }
-    PGconn *conn = store_conn_get(st->db, NULL, err);
-    if (!conn)
-        goto out;
+    if (store_conn_open(st->db, NULL, err) != STORE_OK)
+        return STORE_RETRY;
+    int ids = stmt_arrays(&s, 2);
     for (size_t i = 0; i < n; i++) {
-        if (db_array_add(ids, attempt_ids[i]) || db_array_add_int(eps, epochs[i])) {
-            store_error_set(err, "out of memory");
-            goto out;
-        }
+        stmt_add(&s, ids, attempt_ids[i]);
+        stmt_add_int(&s, ids + 1, epochs[i]);
     }
-    p[0] = db_array_text(ids);
-    p[1] = db_array_text(eps);
-    if (lease_ms) {
-        p[2] = lease_ms;
-        p[3] = st->actor;
-        r = db_exec(conn, sql, 4, p, err);
-    } else {
-        p[2] = st->actor;
-        r = db_exec(conn, sql, 3, p, err);
-    }
-    *rc = r ? STORE_OK : store_conn_failed(err);
-out:
-    db_array_free(ids);
-    db_array_free(eps);
-    return r;
+    if (lease_ms)
+        stmt_int(&s, *lease_ms);
+    stmt_text(&s, st->actor);
+    rc = stmt_run(st, &s, sql, res, err);
+    stmt_release(&s);
+    return rc;
 }
 
 enum store_rc attempt_store_renew(attempt_store_t *st, const char *const *attempt_ids,
                                   const int64_t *epochs, size_t n, long long lease_ms,
                                   int *still_ours, struct store_error *err)
 {
-    char lease[32];
+    PGresult *r;
     enum store_rc rc;
     store_error_clear(err);
     if (n == 0)
         return STORE_OK;
-    snprintf(lease, sizeof(lease), "%lld", lease_ms);
-    PGresult *r = lease_update(st, SQL_RENEW, attempt_ids, epochs, n, lease, &rc, err);
-    if (!r)
+    if ((rc = lease_update(st, SQL_RENEW, attempt_ids, epochs, n, &lease_ms, &r,
+                           err)) != STORE_OK)
         return rc;
     for (size_t i = 0; i < n; i++)
-        still_ours[i] = in_result(r, 0, attempt_ids[i]);
+        still_ours[i] = row_of(r, 0, attempt_ids[i]) >= 0;
     PQclear(r);
     return STORE_OK;
 }
@@ -987,15 +1001,10 @@ static enum store_rc lease_end(attempt_store_t *st, const char *sql,
                                const char *const *attempt_ids, const int64_t *epochs,
                                size_t n, struct store_error *err)
 {
-    enum store_rc rc;
     store_error_clear(err);
     if (n == 0)
         return STORE_OK;
-    PGresult *r = lease_update(st, sql, attempt_ids, epochs, n, NULL, &rc, err);
-    if (!r)
-        return rc;
-    PQclear(r);
-    return STORE_OK;
+    return lease_update(st, sql, attempt_ids, epochs, n, NULL, NULL, err);
 }
 
 enum store_rc attempt_store_hand_back(attempt_store_t *st,

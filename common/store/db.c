@@ -1,9 +1,14 @@
 #include "db.h"
 
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "log.h"
 
 void db_error_line(const char *msg, char *errbuf, size_t errbuf_size)
@@ -62,21 +67,37 @@ PGconn *db_connect(const char *url, struct store_error *err)
      * No session of ours sits idle inside a transaction for long: a process
      * frozen there (a stopped pod, a partition, with TCP keepalives of two
      * hours on the server's side) would hold its row locks with it, and the
-     * server now ends such a session, and its locks, after DB_IDLE_IN_TX. */
-    PGresult *r =
-        PQexec(conn, "SET TIME ZONE 'UTC'; "
-                     "SET idle_in_transaction_session_timeout = '" DB_IDLE_IN_TX "'");
+     * server now ends such a session, and its locks, after DB_IDLE_IN_TX.
+     * A server that accepted the connection and then froze costs one
+     * deadline here too. */
+    int abandoned;
+    PGresult *r = db_exec_within(
+        conn, store_timeout_ms() + STORE_DEADLINE_GRACE_MS,
+        "SELECT set_config('TimeZone', 'UTC', false),"
+        " set_config('idle_in_transaction_session_timeout', '" DB_IDLE_IN_TX
+        "', false)",
+        0, NULL, &abandoned, err);
+    if (!r) {
+        snprintf(line, sizeof(line), "%s", err->message);
+        store_error_set(err, "database unreachable: %s", line);
+        PQfinish(conn);
+        return NULL;
+    }
     PQclear(r);
     return conn;
 }
 
-PGresult *db_exec(PGconn *conn, const char *sql, int nparams, const char *const *params,
-                  struct store_error *err)
+static int succeeded(const PGresult *res)
 {
-    PGresult *res = PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0);
     ExecStatusType st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
+    return st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
+}
 
-    if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
+/* res when it succeeded; otherwise NULL, res cleared, and err filled from
+ * it (or from the connection, when there is no result). */
+static PGresult *checked(PGconn *conn, PGresult *res, struct store_error *err)
+{
+    if (succeeded(res))
         return res;
     err->sqlstate[0] = '\0';
     if (res) {
@@ -88,6 +109,90 @@ PGresult *db_exec(PGconn *conn, const char *sql, int nparams, const char *const 
     } else {
         db_error_line(PQerrorMessage(conn), err->message, sizeof(err->message));
     }
+    return NULL;
+}
+
+PGresult *db_exec(PGconn *conn, const char *sql, int nparams, const char *const *params,
+                  struct store_error *err)
+{
+    return checked(conn, PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0),
+                   err);
+}
+
+/* Until conn's socket can be read (or, `writing`, written as well) or
+ * `deadline` (clock_now_ms) passes: 1 ready, 0 past the deadline, -1 and
+ * errno on a failure of poll() itself. */
+static int wait_socket(PGconn *conn, int writing, int64_t deadline)
+{
+    struct pollfd p = {.fd = PQsocket(conn),
+                       .events = POLLIN | (writing ? POLLOUT : 0)};
+    for (;;) {
+        int64_t left = deadline - clock_now_ms();
+        if (left <= 0)
+            return 0;
+        int n = poll(&p, 1, left > INT_MAX ? INT_MAX : (int)left);
+        if (n > 0)
+            return 1;
+        if (n < 0 && errno != EINTR)
+            return -1;
+    }
+}
+
+PGresult *db_exec_within(PGconn *conn, long long timeout_ms, const char *sql,
+                         int nparams, const char *const *params, int *abandoned,
+                         struct store_error *err)
+{
+    int64_t deadline = clock_now_ms() + timeout_ms;
+    PGresult *res = NULL, *next;
+    int ready = 1, flushed;
+
+    *abandoned = 0;
+    /* Non-blocking from the first byte: a server that stopped reading lets
+     * the socket's buffer fill, and a blocking send would wait on it. */
+    if (PQsocket(conn) < 0 || PQsetnonblocking(conn, 1) != 0 ||
+        !PQsendQueryParams(conn, sql, nparams, NULL, params, NULL, NULL, 0))
+        return checked(conn, NULL, err);
+    while ((flushed = PQflush(conn)) == 1) {
+        /* libpq's rule: read what the server sends while waiting to write. */
+        if ((ready = wait_socket(conn, 1, deadline)) <= 0)
+            goto abandon;
+        if (!PQconsumeInput(conn))
+            return checked(conn, NULL, err);
+    }
+    if (flushed < 0)
+        return checked(conn, NULL, err);
+    for (;;) {
+        while (PQisBusy(conn)) {
+            if ((ready = wait_socket(conn, 0, deadline)) <= 0)
+                goto abandon;
+            if (!PQconsumeInput(conn)) {
+                PQclear(res);
+                return checked(conn, NULL, err);
+            }
+        }
+        if (!(next = PQgetResult(conn)))
+            break;
+        /* One statement has one result; were there more, the first that
+         * failed is kept, as PQexecParams keeps it. */
+        if (!res || succeeded(res)) {
+            PQclear(res);
+            res = next;
+        } else {
+            PQclear(next);
+        }
+    }
+    PQsetnonblocking(conn, 0);
+    return checked(conn, res, err);
+abandon:
+    if (ready < 0)
+        store_error_set(err, "database: waiting for an answer failed: %s",
+                        strerror(errno));
+    else
+        store_error_set(err,
+                        "database did not answer within %lld ms: statement given up",
+                        timeout_ms);
+    PQclear(res);
+    *abandoned = 1;
     return NULL;
 }
 

@@ -1,6 +1,7 @@
 /* db: PostgreSQL connection and small helpers over libpq.
  *
- * Every statement is sent with PQexecParams; values never enter SQL text.
+ * Every statement is sent with parameters (PQexecParams, PQsendQueryParams);
+ * values never enter SQL text.
  * Failures are reported in a struct store_error (store.h): the stores'
  * vocabulary, which the stores pass on to their callers as it is. */
 #ifndef CHARGED_DB_H
@@ -16,9 +17,10 @@
  * two statements of a transaction. */
 #define DB_IDLE_IN_TX "5s"
 
-/* Opens a connection (idle_in_transaction_session_timeout DB_IDLE_IN_TX).
- * Returns NULL and one line (without the password) in err on failure.
- * Close with PQfinish. */
+/* Opens a connection (idle_in_transaction_session_timeout DB_IDLE_IN_TX),
+ * its session settings under the store's deadline (store.h). Returns NULL
+ * and one line (without the password) in err on failure. Close with
+ * PQfinish. */
 PGconn *db_connect(const char *url, struct store_error *err);
 
 /* Runs a parameterized statement (text parameters). Returns the result when
@@ -27,6 +29,18 @@ PGconn *db_connect(const char *url, struct store_error *err);
  * The caller PQclear()s the result. */
 PGresult *db_exec(PGconn *conn, const char *sql, int nparams, const char *const *params,
                   struct store_error *err);
+
+/* db_exec that gives up timeout_ms after it began: the statement is sent
+ * without blocking and its answer awaited with poll() on the session's
+ * socket, so that a server that accepted the statement and went silent
+ * (TCP still open) costs at most that long. Past it: NULL, err "database
+ * did not answer within N ms" with no SQLSTATE, and *abandoned = 1: the
+ * statement is still pending on the session, which is unusable and must
+ * be closed (PQfinish, which then does not block either). Otherwise as
+ * db_exec, and *abandoned = 0. */
+PGresult *db_exec_within(PGconn *conn, long long timeout_ms, const char *sql,
+                         int nparams, const char *const *params, int *abandoned,
+                         struct store_error *err);
 
 /* db_exec for statements whose result is not needed. 0 / -1. */
 int db_run(PGconn *conn, const char *sql, int nparams, const char *const *params,

@@ -48,30 +48,31 @@ void outbox_store_free(outbox_store_t *st)
     free(st);
 }
 
-/* The session for one call; NULL (err filled) when the database cannot be
- * reached. */
-static PGconn *session(outbox_store_t *st, struct store_error *err)
+/* The session for one call: STORE_OK, or STORE_RETRY (err filled) when
+ * the database cannot be reached. */
+static enum store_rc session(outbox_store_t *st, struct store_error *err)
 {
-    int fresh;
-    PGconn *conn = store_conn_get(st->db, &fresh, err);
+    int fresh = 0;
+    enum store_rc rc = store_conn_open(st->db, &fresh, err);
     /* A new session holds no lock: leadership was lost with the old one. */
-    if (!conn || fresh)
+    if (rc != STORE_OK || fresh)
         st->leading = 0;
-    return conn;
+    return rc;
 }
 
 enum store_rc outbox_store_lead(outbox_store_t *st, struct store_error *err)
 {
+    PGresult *r;
+    enum store_rc rc;
     store_error_clear(err);
-    PGconn *conn = session(st, err);
-    if (!conn)
-        return STORE_RETRY;
+    if ((rc = session(st, err)) != STORE_OK)
+        return rc;
     if (st->leading)
         return STORE_OK;
-    PGresult *r =
-        db_exec(conn, "SELECT pg_try_advisory_lock(" RELAY_LOCK_KEY ")", 0, NULL, err);
-    if (!r)
-        return store_conn_failed(err);
+    rc = store_conn_exec(st->db, "SELECT pg_try_advisory_lock(" RELAY_LOCK_KEY ")", 0,
+                         NULL, &r, err);
+    if (rc != STORE_OK)
+        return rc;
     st->leading = PQgetvalue(r, 0, 0)[0] == 't';
     PQclear(r);
     return st->leading ? STORE_OK : STORE_NOT_LEADER;
@@ -114,15 +115,14 @@ enum store_rc outbox_store_fetch(outbox_store_t *st, size_t max, outbox_batch_t 
 {
     char limit[32];
     const char *p[1] = {limit};
+    PGresult *r;
+    enum store_rc rc;
     store_error_clear(err);
     *out = NULL;
-    PGconn *conn = session(st, err);
-    if (!conn)
-        return STORE_RETRY;
     snprintf(limit, sizeof(limit), "%zu", max);
-    PGresult *r = db_exec(conn, SQL_FETCH, 1, p, err);
-    if (!r)
-        return store_conn_failed(err);
+    if ((rc = session(st, err)) != STORE_OK ||
+        (rc = store_conn_exec(st->db, SQL_FETCH, 1, p, &r, err)) != STORE_OK)
+        return rc;
     outbox_batch_t *b = calloc(1, sizeof(*b));
     size_t n = (size_t)PQntuples(r);
     if (!b || !(b->events = calloc(n + 1, sizeof(*b->events)))) {
@@ -167,12 +167,11 @@ static enum store_rc change(outbox_store_t *st, const char *sql, int nparams,
                             const char *const *params, long long *affected,
                             struct store_error *err)
 {
-    PGconn *conn = session(st, err);
-    if (!conn)
-        return STORE_RETRY;
-    PGresult *r = db_exec(conn, sql, nparams, params, err);
-    if (!r)
-        return store_conn_failed(err);
+    PGresult *r;
+    enum store_rc rc;
+    if ((rc = session(st, err)) != STORE_OK ||
+        (rc = store_conn_exec(st->db, sql, nparams, params, &r, err)) != STORE_OK)
+        return rc;
     if (affected)
         *affected = strtoll(PQcmdTuples(r), NULL, 10);
     PQclear(r);
@@ -238,13 +237,12 @@ enum store_rc outbox_store_purge(outbox_store_t *st, long long retention_ms,
 enum store_rc outbox_store_backlog(outbox_store_t *st, long long *count,
                                    long long *oldest_ms, struct store_error *err)
 {
+    PGresult *r;
+    enum store_rc rc;
     store_error_clear(err);
-    PGconn *conn = session(st, err);
-    if (!conn)
-        return STORE_RETRY;
-    PGresult *r = db_exec(conn, SQL_BACKLOG, 0, NULL, err);
-    if (!r)
-        return store_conn_failed(err);
+    if ((rc = session(st, err)) != STORE_OK ||
+        (rc = store_conn_exec(st->db, SQL_BACKLOG, 0, NULL, &r, err)) != STORE_OK)
+        return rc;
     *count = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
     *oldest_ms = strtoll(PQgetvalue(r, 0, 1), NULL, 10);
     PQclear(r);

@@ -12,8 +12,9 @@
 enum store_rc {
     STORE_OK = 0,
     STORE_RETRY,      /* the database is unavailable (connection, deadlock,
-                         shutdown, timeout) or it was a bug of ours: repeat
-                         the whole call later, after a back-off */
+                         shutdown, timeout, no answer by the deadline) or it
+                         was a bug of ours: repeat the whole call later,
+                         after a back-off */
     STORE_DATA,       /* the database refused a value of the call: repeating
                          it fails again; repeat item by item to find it */
     STORE_LOCKED,     /* another session's uncommitted change held the
@@ -29,6 +30,25 @@ struct store_error {
     char sqlstate[6];  /* the failed statement's SQLSTATE; "" when the server
                           gave none (unreachable, or no statement failed) */
 };
+
+/* How long one statement of a store may take. The server ends a statement
+ * of ours after store_timeout_ms() (its statement_timeout, set on every
+ * session); the client gives it up STORE_DEADLINE_GRACE_MS later if the
+ * server has not answered even that (a frozen host, a partition that keeps
+ * TCP open): the call returns STORE_RETRY with "database did not answer
+ * within N ms", its session is closed (the call's later statements fail at
+ * once) and the next call opens a new one. So a database that hangs costs
+ * a caller one deadline per call, never its loop. A statement given up may
+ * still run once the server comes back: like one whose connection broke,
+ * it is one the caller repeats, and every store call is safe to repeat.
+ *
+ * Process-wide: set it before the first store call (daemon_main does, from
+ * DATABASE_TIMEOUT_MS); a session already open keeps the statement_timeout
+ * it was opened with. */
+#define STORE_TIMEOUT_DEFAULT_MS 10000
+#define STORE_DEADLINE_GRACE_MS  1000
+void store_set_timeout_ms(long long ms);
+long long store_timeout_ms(void);
 
 /* Empties both fields. */
 void store_error_clear(struct store_error *err);

@@ -1,5 +1,6 @@
 #include "store_conn.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,29 +45,67 @@ void store_conn_free(store_conn_t *c)
     free(c);
 }
 
-PGconn *store_conn_get(store_conn_t *c, int *fresh, struct store_error *err)
+enum store_rc store_conn_open(store_conn_t *c, int *fresh, struct store_error *err)
 {
+    char statement_timeout[32];
     if (fresh)
         *fresh = 0;
     if (c->conn && PQstatus(c->conn) == CONNECTION_OK)
-        return c->conn;
+        return STORE_OK;
     PQfinish(c->conn);
     if (!(c->conn = db_connect(c->url, err)))
-        return NULL;
-    /* No statement of a daemon waits long: the few that may wait for a
-     * lock at all give up after the store's lock_timeout. */
-    const char *p[1] = {c->lock_timeout};
-    if (db_run(c->conn,
-               "SELECT set_config('statement_timeout', '10s', false),"
-               " set_config('lock_timeout', $1, false)",
-               1, p, err) != 0) {
+        return STORE_RETRY;
+    /* No statement of a daemon waits long: the server ends one after
+     * store_timeout_ms(), and the few that may wait for a lock at all give
+     * up after the store's lock_timeout. */
+    snprintf(statement_timeout, sizeof(statement_timeout), "%lldms",
+             store_timeout_ms());
+    const char *p[2] = {statement_timeout, c->lock_timeout};
+    if (store_conn_exec(c,
+                        "SELECT set_config('statement_timeout', $1, false),"
+                        " set_config('lock_timeout', $2, false)",
+                        2, p, NULL, err) != STORE_OK) {
         PQfinish(c->conn);
         c->conn = NULL;
-        return NULL;
+        return STORE_RETRY;
     }
     if (fresh)
         *fresh = 1;
-    return c->conn;
+    return STORE_OK;
+}
+
+enum store_rc store_conn_exec(store_conn_t *c, const char *sql, int nparams,
+                              const char *const *params, PGresult **res,
+                              struct store_error *err)
+{
+    int abandoned;
+    if (res)
+        *res = NULL;
+    if (!c->conn) {
+        store_error_set(err, "no database session: an earlier statement of this call "
+                             "was given up");
+        return STORE_RETRY;
+    }
+    PGresult *r = db_exec_within(c->conn, store_timeout_ms() + STORE_DEADLINE_GRACE_MS,
+                                 sql, nparams, params, &abandoned, err);
+    if (!r) {
+        if (abandoned) {
+            /* No PQcancel: libpq's waits until the server closes the cancel
+             * connection, which a frozen one never does. A statement the
+             * server was running ends by its own statement_timeout, shorter
+             * than the deadline, as soon as it runs again; the closed socket
+             * ends the session. The session is non-blocking still, so
+             * PQfinish's goodbye does not wait for the server either. */
+            PQfinish(c->conn);
+            c->conn = NULL;
+        }
+        return store_conn_failed(err);
+    }
+    if (res)
+        *res = r;
+    else
+        PQclear(r);
+    return STORE_OK;
 }
 
 int store_conn_broken(const store_conn_t *c)

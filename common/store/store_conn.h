@@ -2,10 +2,12 @@
  * library (the stores' own helper; no role includes it).
  *
  * Opened lazily, with the settings every store's session has (db_connect's,
- * a 10 s statement_timeout and the store's lock_timeout, so that no
- * statement holds a daemon's loop for long), and opened again on the next
- * call after it broke: a daemon started while the database is down keeps
- * running, and comes back with it. */
+ * a statement_timeout of store_timeout_ms() and the store's lock_timeout,
+ * so that no statement holds a daemon's loop for long), and opened again on
+ * the next call after it broke: a daemon started while the database is down
+ * keeps running, and comes back with it. Every statement runs through
+ * store_conn_exec, under the deadline of store.h: a server that stops
+ * answering costs one deadline, and the session. */
 #ifndef CHARGED_STORE_CONN_H
 #define CHARGED_STORE_CONN_H
 
@@ -23,15 +25,27 @@ store_conn_t *store_conn_new(const char *database_url, const char *lock_timeout,
                              struct store_error *err);
 void store_conn_free(store_conn_t *c);
 
-/* The session, opened when there is none or it broke. *fresh (when not
- * NULL) says whether it is a new one: session state, such as an advisory
- * lock, did not survive. NULL and err (a STORE_RETRY) when the database
- * cannot be reached. Owned by c: valid until the next store_conn_get. */
-PGconn *store_conn_get(store_conn_t *c, int *fresh, struct store_error *err);
+/* Opens the session when there is none or it broke; a call of a store
+ * begins here. *fresh (when not NULL) says whether it is a new one: session
+ * state, such as an advisory lock, did not survive. STORE_OK, or
+ * STORE_RETRY and err when the database cannot be reached. */
+enum store_rc store_conn_open(store_conn_t *c, int *fresh, struct store_error *err);
+
+/* Runs one statement on the session store_conn_open opened, giving it up
+ * store_timeout_ms() + STORE_DEADLINE_GRACE_MS after it began. STORE_OK and,
+ * when res is not NULL, the result in *res (the caller PQclear()s it);
+ * otherwise what store_conn_failed() makes of err, and *res NULL. After a
+ * statement given up the session is closed: every later statement of the
+ * call fails at once (STORE_RETRY; a transaction cannot go on in a new
+ * session) until the next store_conn_open. */
+enum store_rc store_conn_exec(store_conn_t *c, const char *sql, int nparams,
+                              const char *const *params, PGresult **res,
+                              struct store_error *err);
 
 /* Whether the session broke under the last statement (the server closed
  * it while idle: a restart, a pooler): that statement may be repeated once
- * on a new one. */
+ * on a new one. Not after a statement given up at its deadline: a server
+ * that does not answer would only cost a second one. */
 int store_conn_broken(const store_conn_t *c);
 
 /* What a caller does about a statement that failed with err: STORE_LOCKED

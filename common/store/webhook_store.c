@@ -150,19 +150,18 @@ static void reason_for(const struct webhook_event *ev, const struct webhook_deci
     }
 }
 
-static void rollback(PGconn *conn)
+static void rollback(webhook_store_t *st)
 {
-    PGresult *r = PQexec(conn, "ROLLBACK");
-    PQclear(r);
+    struct store_error ignore;
+    store_conn_exec(st->db, "ROLLBACK", 0, NULL, NULL, &ignore);
 }
 
-/* A statement after the event was recorded failed: the event itself was
- * taken, so a refused value is not the event's (a bug, or a constraint
+/* A statement after the event was recorded failed (rc): the event itself
+ * was taken, so a refused value is not the event's (a bug, or a constraint
  * the decision missed) and the delivery is answered "again", as for an
  * outage. */
-static enum store_rc later_failed(const struct store_error *err)
+static enum store_rc later_failed(enum store_rc rc)
 {
-    enum store_rc rc = store_conn_failed(err);
     return rc == STORE_DATA ? STORE_RETRY : rc;
 }
 
@@ -174,7 +173,7 @@ static enum store_rc apply_once(webhook_store_t *st, const char *provider,
     PGresult *r = NULL;
     char *evidence = NULL;
     char reason[256], actor[300];
-    enum store_rc rc = STORE_RETRY;
+    enum store_rc rc = STORE_RETRY, x;
     int in_tx = 0;
     struct webhook_decision d = {WEBHOOK_IGNORE, ATTEMPT_STATUS_PENDING, ""};
     struct webhook_attempt a;
@@ -183,19 +182,18 @@ static enum store_rc apply_once(webhook_store_t *st, const char *provider,
     memset(out, 0, sizeof(*out));
     out->outcome = "unmatched";
     out->reason = "no such attempt";
-    PGconn *conn = store_conn_get(st->db, NULL, err);
-    if (!conn)
+    if (store_conn_open(st->db, NULL, err) != STORE_OK)
         return STORE_RETRY;
-    if (db_run(conn, "BEGIN", 0, NULL, err) != 0) {
-        rc = later_failed(err);
+    if ((x = store_conn_exec(st->db, "BEGIN", 0, NULL, NULL, err)) != STORE_OK) {
+        rc = later_failed(x);
         goto out;
     }
     in_tx = 1;
     const char *rec[5] = {provider, ev->id, ev->type, ev->attempt_id, payload};
-    if (!(r = db_exec(conn, SQL_RECORD_EVENT, 5, rec, err))) {
+    if ((x = store_conn_exec(st->db, SQL_RECORD_EVENT, 5, rec, &r, err)) != STORE_OK) {
         /* The event itself is refused (STORE_DATA): no delivery of it will
          * ever do. */
-        rc = store_conn_failed(err);
+        rc = x;
         goto out;
     }
     if (PQntuples(r) == 0) {
@@ -210,9 +208,10 @@ static enum store_rc apply_once(webhook_store_t *st, const char *provider,
 
     const char *lock[3] = {ev->attempt_id[0] ? ev->attempt_id : NULL, ev->intent_id,
                            attempt_status_live_array()};
-    if (!(r = db_exec(conn, ev->attempt_id[0] ? SQL_LOCK_BY_ID : SQL_LOCK_BY_INTENT, 3,
-                      lock, err))) {
-        rc = later_failed(err);
+    if ((x = store_conn_exec(st->db,
+                             ev->attempt_id[0] ? SQL_LOCK_BY_ID : SQL_LOCK_BY_INTENT, 3,
+                             lock, &r, err)) != STORE_OK) {
+        rc = later_failed(x);
         goto out;
     }
     if (ev->evidence == WEBHOOK_EVIDENCE_NONE) {
@@ -253,8 +252,8 @@ static enum store_rc apply_once(webhook_store_t *st, const char *provider,
                             evidence,
                             out->old_status,
                             actor};
-        if (!(r = db_exec(conn, SQL_SETTLE, 8, p, err))) {
-            rc = later_failed(err);
+        if ((x = store_conn_exec(st->db, SQL_SETTLE, 8, p, &r, err)) != STORE_OK) {
+            rc = later_failed(x);
             goto out;
         }
         if (PQntuples(r) != 1) {
@@ -268,9 +267,9 @@ static enum store_rc apply_once(webhook_store_t *st, const char *provider,
         r = NULL;
     }
     const char *o[4] = {provider, ev->id, out->outcome, out->attempt_id};
-    if (db_run(conn, SQL_EVENT_OUTCOME, 4, o, err) != 0 ||
-        db_run(conn, "COMMIT", 0, NULL, err) != 0) {
-        rc = later_failed(err);
+    if ((x = store_conn_exec(st->db, SQL_EVENT_OUTCOME, 4, o, NULL, err)) != STORE_OK ||
+        (x = store_conn_exec(st->db, "COMMIT", 0, NULL, NULL, err)) != STORE_OK) {
+        rc = later_failed(x);
         goto out;
     }
     in_tx = 0;
@@ -279,7 +278,7 @@ out:
     PQclear(r);
     free(evidence);
     if (in_tx)
-        rollback(conn);
+        rollback(st);
     return rc;
 }
 
@@ -326,17 +325,17 @@ static json_t *view_row(PGresult *r, int row)
 static enum store_rc view(webhook_store_t *st, const char *sql, const char *id,
                           PGresult **res, struct store_error *err)
 {
+    enum store_rc rc;
     store_error_clear(err);
     *res = NULL;
-    PGconn *conn = store_conn_get(st->db, NULL, err);
-    if (!conn)
-        return STORE_RETRY;
-    *res = db_exec(conn, sql, 1, &id, err);
-    if (!*res && store_conn_broken(st->db) &&
-        (conn = store_conn_get(st->db, NULL, err)))
-        *res = db_exec(conn, sql, 1, &id, err);
-    if (!*res)
-        return store_conn_failed(err);
+    if ((rc = store_conn_open(st->db, NULL, err)) != STORE_OK)
+        return rc;
+    rc = store_conn_exec(st->db, sql, 1, &id, res, err);
+    if (rc != STORE_OK && store_conn_broken(st->db) &&
+        store_conn_open(st->db, NULL, err) == STORE_OK)
+        rc = store_conn_exec(st->db, sql, 1, &id, res, err);
+    if (rc != STORE_OK)
+        return rc;
     return PQntuples(*res) == 0 ? STORE_NOT_FOUND : STORE_OK;
 }
 
@@ -387,8 +386,8 @@ out:
 enum store_rc webhook_store_ping(webhook_store_t *st, struct store_error *err)
 {
     store_error_clear(err);
-    PGconn *conn = store_conn_get(st->db, NULL, err);
-    if (!conn || db_run(conn, "SELECT 1", 0, NULL, err) != 0)
+    if (store_conn_open(st->db, NULL, err) != STORE_OK ||
+        store_conn_exec(st->db, "SELECT 1", 0, NULL, NULL, err) != STORE_OK)
         return STORE_RETRY;
     return STORE_OK;
 }

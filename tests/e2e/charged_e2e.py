@@ -162,8 +162,22 @@ def pg_start():
     stack("pg-start")
 
 
+def pg_freeze():
+    """SIGSTOP on the postmaster and every process it started: connections
+    stay open and the kernel acknowledges what clients send, but nothing
+    answers (a hung host). Nothing of the scenario may query the database
+    until pg_thaw()."""
+    stack("pg-freeze")
+
+
+def pg_thaw():
+    """SIGCONT on PostgreSQL's processes: they go on where they stopped."""
+    stack("pg-thaw")
+
+
 def stack_restore():
-    """Whatever a scenario did to the stack, brings both back (for finally blocks)."""
+    """Whatever a scenario did to the stack, brings both back (for finally
+    blocks); a frozen PostgreSQL is thawed (pg-start does that first)."""
     for start in (pg_start, kafka_start):
         try:
             start()
