@@ -13,10 +13,15 @@ What shows the drains happened, beyond a run that ends well:
   - the leave: the leaving worker holds claimed attempts when it gets
     SIGTERM, logs its shutdown drain, stops with nothing unfinished, exits
     0, and every attempt it held was settled by itself, not left to a peer.
-The commands arrive as steady traffic (about 100 a second) rather than one
-backlog, and the provider takes 300-600 ms: so each worker has calls in
-flight on most of its partitions at any moment, not a batch of one
-partition, and a revocation always finds work to drain."""
+The commands arrive as steady traffic (bursts of 25, up to 100 a second)
+rather than one backlog, and the provider takes 300-600 ms. Which
+partitions move is the group's choice, so the join is made when every
+partition has a claimed attempt in PROCESSING: psp-sim is frozen
+(SIGSTOP) then, so those calls stay in flight, the third worker starts,
+and psp-sim goes on (SIGCONT) once both first workers began revoking.
+Whatever moves, its previous owner has a call to drain. (Left to chance,
+on Kafka 3.9 about one run in eight found nothing in flight on the moved
+partitions at the revocation, the calls being on others.)"""
 import calendar
 import json
 import os
@@ -27,28 +32,44 @@ import charged_e2e as e2e
 from charged_e2e import check
 
 N = 1500
-# About 100 commands a second, each call 300-600 ms: some 45 calls in flight
-# spread over the 12 partitions, so that a revoked partition almost surely
-# has one to drain (nothing in flight on all four moved partitions: ~1e-6).
-# At 200 a second a sanitizer build fell behind, its backlog was worked a
-# partition at a time as fetched, and a revocation found nothing to drain.
+PARTITIONS = 12
+# Up to 100 commands a second (a publish takes about EVERY_S or more), each
+# call 300-600 ms: a burst spreads its calls over most partitions, so that
+# soon every partition has one (the join waits for that). At 200 a second a
+# sanitizer build fell behind and worked its backlog a partition at a time
+# as fetched.
 BATCH, EVERY_S = 25, 0.25
+# psp-sim frozen at most this long for the last partitions to get a claimed
+# attempt (the commands come in bursts, one publish at a time): long enough
+# for the next burst, short enough that the join, which follows frozen,
+# mostly ends before the calls held time out (PROVIDER_TIMEOUT_MS, 2 s; one
+# that does is tried again with its key, which only costs time).
+FILL_S = 1.0
 TERMINAL = ("SUCCEEDED", "FAILED", "UNKNOWN", "REJECTED", "REQUIRES_REVIEW")
 
 
 class Traffic(threading.Thread):
-    """Publishes cmds BATCH at a time, one batch every EVERY_S seconds."""
+    """Publishes cmds BATCH at a time, one batch every EVERY_S seconds;
+    partition_of: {attempt id: partition} of those published so far."""
 
     def __init__(self, s, cmds):
         super().__init__(daemon=True)
         self.s, self.cmds, self.error = s, cmds, None
+        self.partition_of = {}
         self.stop = threading.Event()
+
+    def publish(self, batch):
+        data = "".join(json.dumps(c) + "\n" for c in batch).encode()
+        out = self.s.run([e2e.CHARGECTL, "publish", "--file", "-", "--json"], stdin=data)
+        for line in out.stdout.decode().splitlines():
+            m = json.loads(line)
+            self.partition_of[m["payment_attempt_id"]] = m["partition"]
 
     def run(self):
         try:
             for i in range(0, len(self.cmds), BATCH):
                 t = time.monotonic()
-                self.s.publish(self.cmds[i:i + BATCH])
+                self.publish(self.cmds[i:i + BATCH])
                 if self.stop.wait(max(0.0, EVERY_S - (time.monotonic() - t))):
                     return
         except Exception as e:  # reported by finish()
@@ -71,6 +92,19 @@ def held_by(s, worker_id):
     return {r[0] for r in s.query(
         "SELECT id FROM payment_attempts WHERE status = 'PROCESSING' AND "
         "lease_owner = '%s' AND lease_expires_at > now()" % worker_id)}
+
+
+def claimed_partitions(s, partition_of, worker_ids):
+    """{partition: claimed attempts} of attempts PROCESSING under an
+    unexpired lease of one of worker_ids."""
+    held = {}
+    for r in s.query(
+            "SELECT id FROM payment_attempts WHERE status = 'PROCESSING' AND "
+            "lease_owner IN (%s) AND lease_expires_at > now()" % ", ".join(
+                "'%s'" % w for w in worker_ids)):
+        if r[0] in partition_of:
+            held[partition_of[r[0]]] = held.get(partition_of[r[0]], 0) + 1
+    return held
 
 
 def worker_log(s, name):
@@ -99,7 +133,7 @@ def settled_by(s, worker_ids):
 
 
 def scenario(new):
-    s = new("rebalance", psp_args=[
+    s = new("rebalance", partitions=PARTITIONS, psp_args=[
         "--seed", "3", "--latency-ms", "300", "--latency-jitter-ms", "300",
         "--fault", "drop_after=0.05"])
     cmds = [e2e.new_command() for _ in range(N)]
@@ -108,16 +142,64 @@ def scenario(new):
     traffic = Traffic(s, cmds)
     traffic.start()
     try:
-        scenario_with_traffic(s, first, second)
+        scenario_with_traffic(s, traffic.partition_of, first, second)
     finally:
         traffic.stop.set()
     traffic.finish()
 
 
-def scenario_with_traffic(s, first, second):
+def join_with_calls_in_flight(s, partition_of, first, second):
+    """Starts the third worker while every partition has a claimed attempt
+    whose call psp-sim holds unanswered (frozen), and lets psp-sim go on
+    once both first workers began revoking: each revoked partition then has
+    a call in flight to drain. Returns (the third worker, epoch ms of its
+    start)."""
+    owners = [s.worker_ids[first], s.worker_ids[second]]
+    held = {}
+
+    def claimed():
+        held.clear()
+        held.update(claimed_partitions(s, partition_of, owners))
+        return len(held)
+
+    def frozen_with_every_partition_claimed():
+        if claimed() < PARTITIONS - 2:
+            return False  # not worth a freeze yet
+        # Frozen, psp-sim answers nothing: the calls counted stay in flight
+        # (but for an answer already sent), and new claims only add
+        # partitions. Counted after freezing, not before: a call can end
+        # while a look runs.
+        s.psp_freeze()
+        deadline = time.monotonic() + e2e.scaled(FILL_S)
+        while time.monotonic() < deadline:
+            if claimed() == PARTITIONS:
+                return True
+        s.psp_thaw()
+        return False
+
+    e2e.wait_until("a claimed attempt in PROCESSING on every partition",
+                   frozen_with_every_partition_claimed, 60, 0.05)
+    try:
+        joined_ms = time.time() * 1000
+        third = s.start_worker()
+
+        def revoking(n):
+            return [l for l in worker_log(s, n) if l["at_ms"] >= joined_ms and
+                    l["msg"] == "partitions revoked; draining them"]
+        e2e.wait_until("both first workers to begin revoking partitions for the third",
+                       lambda: revoking(first) and revoking(second), 60, 0.05)
+        e2e.log("join: the third worker started with claimed attempts on every partition "
+                "(%s) and psp-sim frozen; both first workers began revoking %.1fs later" % (
+                    ", ".join("%d: %d" % kv for kv in sorted(held.items())),
+                    (time.time() * 1000 - joined_ms) / 1000.0))
+    finally:
+        s.psp_thaw()
+    return third, joined_ms
+
+
+def scenario_with_traffic(s, partition_of, first, second):
     e2e.wait_until("a quarter settled", lambda: settled(s) >= N // 4, 300)
-    joined_ms = time.time() * 1000
-    third = s.start_worker()
+    third, joined_ms = join_with_calls_in_flight(s, partition_of, first, second)
     ids = dict((n, s.worker_ids[n]) for n in (first, second, third))
     e2e.wait_until("the third worker claiming attempts", lambda: s.query(
         "SELECT 1 FROM attempt_transitions WHERE actor = '%s' LIMIT 1" % ids[third]), 120)
