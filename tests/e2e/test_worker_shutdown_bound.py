@@ -2,15 +2,15 @@
 """A worker exits within SHUTDOWN_TIMEOUT_MS whatever its jobs' state, and
 at once on a second SIGTERM.
 
-The provider takes 60 s over every charge (psp-sim --latency-ms 60000), far
-longer than any shutdown here, so the worker's calls are still in flight
+The provider takes 15 s over every charge (psp-sim --latency-ms 15000),
+longer than any shutdown bound here (9 s at most, ASan slack included), so the worker's calls are still in flight
 when it is told to stop.
   A. SHUTDOWN_TIMEOUT_MS=3000: one SIGTERM; the worker exits within 3 s
      (+2 s slack) with status 1 (work left unfinished).
   B. SHUTDOWN_TIMEOUT_MS=60000: SIGTERM, and a second one 0.5 s later; the
      worker exits within 2 s of the second, with status 1.
 The slack (not SHUTDOWN_TIMEOUT_MS) is stretched by CHARGED_TEST_TIMEOUT_SCALE
-for slow builds; it stays far below the provider's 60 s.
+for slow builds; it stays below the provider's 15 s.
 Neither leaves an attempt FAILED. After each, with psp-sim's latency set
 back to 0 through its admin API (and any lease the worker left behind
 expired by the test rather than waited out), a fresh worker settles every
@@ -19,14 +19,14 @@ invariants hold (lag 0, no key charged twice).
 
 The two cases run in two scenarios, the second while the first one's
 abandoned calls are still held at its provider, so that the test waits for
-the provider's 60 s once, not twice."""
+the provider's 15 s once, not twice."""
 import signal
 import time
 
 import charged_e2e as e2e
 from charged_e2e import check, check_eq
 
-LATENCY_S = 60
+LATENCY_S = 15
 SLOW = {
     "PROVIDER_TIMEOUT_MS": 65000,
     "WORKER_LEASE_MS": 200000,
@@ -80,7 +80,7 @@ def resume(s):
 
 
 def finish(s, name):
-    # The abandoned calls are held at the provider until their 60 s are up.
+    # The abandoned calls are held at the provider until their 15 s are up.
     left = s.calls_started + LATENCY_S + 30 - time.monotonic()
     s.wait_settled(N, timeout=max(left, 20))
     counts = s.check_invariants()
