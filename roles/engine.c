@@ -1538,8 +1538,13 @@ static int idle_ms(engine_t *eng, int cap)
     /* A call waits for the breaker too; INT64_MAX (a probe is out) wakes
      * nothing: the probe's answer does. */
     int64_t calls_at = provider_breaker_next_allow_ms(eng->breaker, now);
-    if (job_list_count(eng->jobs, JOB_CLAIM) || job_list_count(eng->jobs, JOB_DONE))
+    /* Database steps wait for its back-off: while it is down, a job due for
+     * one would otherwise spin the loop. */
+    int64_t db_at = eng->db.retry_at;
+    if (job_list_count(eng->jobs, JOB_DONE))
         return 0;
+    if (job_list_count(eng->jobs, JOB_CLAIM) && db_at < next)
+        next = db_at;
     if (job_list_count(eng->jobs, JOB_BACKLOG) &&
         (long long)job_list_started(eng->jobs) < eng->max_in_flight)
         return 0;
@@ -1550,9 +1555,13 @@ static int idle_ms(engine_t *eng, int cap)
         next = at > calls_at ? at : calls_at;
     static const enum job_state timed[] = {JOB_RECORD, JOB_WAIT, JOB_DEAD_LETTER,
                                            JOB_PERSIST};
-    for (size_t i = 0; i < sizeof(timed) / sizeof(timed[0]); i++)
-        if ((at = job_list_next_at(eng->jobs, timed[i])) < next)
+    for (size_t i = 0; i < sizeof(timed) / sizeof(timed[0]); i++) {
+        at = job_list_next_at(eng->jobs, timed[i]);
+        if (timed[i] != JOB_DEAD_LETTER && at < db_at)
+            at = db_at;
+        if (at < next)
             next = at;
+    }
     if (eng->db.retry_at > now && eng->db.retry_at < next)
         next = eng->db.retry_at;
     return next <= now ? 0 : (int)(next - now);
