@@ -1581,9 +1581,10 @@ static size_t jobs_of(engine_t *eng, const rd_kafka_topic_partition_list_t *part
 
 /* Gives up the unfinished jobs of `parts` (all when NULL): their offsets are
  * not committed, so the messages come back to the next owner, who waits out
- * or takes over our leases; we release them now so that it need not wait.
- * A call in flight still ends, and its outcome is still persisted if the
- * lease is still ours. Returns how many were unfinished. */
+ * or takes over our leases. We release those of calls not sent yet, so that
+ * it need not wait. A call in flight keeps its lease: the next owner must
+ * not send under its key while it is out; it still ends, and its outcome is
+ * persisted under that lease. Returns how many were unfinished. */
 static size_t detach(engine_t *eng, const rd_kafka_topic_partition_list_t *parts)
 {
     size_t left = 0;
@@ -1602,7 +1603,7 @@ static size_t detach(engine_t *eng, const rd_kafka_topic_partition_list_t *parts
             continue;
         }
         left++;
-        if (j->state == JOB_CALL || j->state == JOB_CALLING || j->state == JOB_PERSIST)
+        if (j->state == JOB_CALL)
             release_lease(eng, j);
         if (j->state != JOB_CALLING && j->state != JOB_CALLING_FENCED &&
             j->state != JOB_PERSIST && j->state != JOB_DEAD_LETTER_SENT)
