@@ -160,6 +160,7 @@ static void job_free(engine_t *eng, struct job *j)
 /* ---- consuming ---- */
 
 static void hand_back(engine_t *eng, const rd_kafka_message_t *m);
+static int revoking(const engine_t *eng, int32_t partition);
 
 /* The command's W3C traceparent header into out, when it has exactly one
  * and it is valid; "" otherwise. Only a validated value is ever copied. */
@@ -204,14 +205,19 @@ static void take_message(engine_t *eng, rd_kafka_message_t *msg)
     job_list_add(eng->jobs, j);
 }
 
-/* Starts backlog jobs, oldest first, while fewer than max_in_flight run. */
-static void start_jobs(engine_t *eng)
+/* Starts backlog jobs, oldest first, while fewer than max_in_flight run;
+ * none while draining for shutdown (take_new 0), and none of partitions
+ * being revoked: they are left to the next owner. */
+static void start_jobs(engine_t *eng, int take_new)
 {
     char err[256];
-    for (struct job *j = job_list_first(eng->jobs, JOB_BACKLOG), *next; j; j = next) {
+    for (struct job *j = job_list_first(eng->jobs, JOB_BACKLOG), *next; take_new && j;
+         j = next) {
         next = job_next_in_state(j);
         if ((long long)job_list_started(eng->jobs) >= eng->max_in_flight)
             break;
+        if (revoking(eng, j->partition))
+            continue;
         rd_kafka_message_t *msg = j->msg;
         j->dl_reason =
             eng->op->parse(eng->op_state, msg->key, msg->key_len, msg->payload,
@@ -1530,7 +1536,7 @@ static void reap(engine_t *eng)
 }
 
 /* Milliseconds until something is due, capped. */
-static int idle_ms(engine_t *eng, int cap)
+static int idle_ms(engine_t *eng, int cap, int take_new)
 {
     if (eng->revocations && cap > 10)
         cap = 10; /* draining for a revocation: look often */
@@ -1545,7 +1551,9 @@ static int idle_ms(engine_t *eng, int cap)
         return 0;
     if (job_list_count(eng->jobs, JOB_CLAIM) && db_at < next)
         next = db_at;
-    if (job_list_count(eng->jobs, JOB_BACKLOG) &&
+    /* While a revocation drains, the cap looks often enough: the backlog of
+     * its partitions does not start. */
+    if (take_new && !eng->revocations && job_list_count(eng->jobs, JOB_BACKLOG) &&
         (long long)job_list_started(eng->jobs) < eng->max_in_flight)
         return 0;
     if (job_list_count(eng->jobs, JOB_DEAD_LETTER_SENT) && now + 5 < next)
@@ -1567,14 +1575,16 @@ static int idle_ms(engine_t *eng, int cap)
     return next <= now ? 0 : (int)(next - now);
 }
 
-/* Jobs of `parts` (all when NULL) that still hold an offset. */
+/* Started jobs of `parts` (all when NULL) that still hold an offset: what a
+ * drain waits for (it starts nothing from the backlog). */
 static size_t jobs_of(engine_t *eng, const rd_kafka_topic_partition_list_t *parts)
 {
     size_t n = 0;
     if (!parts)
-        return job_list_holding(eng->jobs);
+        return job_list_started(eng->jobs);
     for (struct job *j = job_list_oldest(eng->jobs); j; j = job_younger(j))
-        if (!j->detached && in_parts(eng, parts, j->partition))
+        if (!j->detached && j->state != JOB_BACKLOG &&
+            in_parts(eng, parts, j->partition))
             n++;
     return n;
 }
@@ -1759,13 +1769,13 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 static void turn(engine_t *eng, int take_new)
 {
     breaker_sync(eng);
-    int wait = idle_ms(eng, 100);
+    int wait = idle_ms(eng, 100, take_new);
     if (provider_client_in_flight(eng->provider) > 0) {
         collect_calls(eng, wait < 10 ? wait : 10);
         wait = 0;
     }
     fetch(eng, wait, take_new);
-    start_jobs(eng);
+    start_jobs(eng, take_new);
     send_dead_letters(eng);
     rd_kafka_poll(eng->producer, 0);
     apply_deliveries(eng);
@@ -1883,8 +1893,10 @@ size_t engine_drain(engine_t *eng, int64_t deadline)
         }
         turn(eng, 0);
     }
+    /* Messages of the backlog were taken and are left unfinished too. */
+    size_t unstarted = job_list_holding_in(eng->jobs, JOB_BACKLOG);
     finish_revocations(eng, 1);
-    return detach(eng, NULL);
+    return detach(eng, NULL) + unstarted;
 }
 
 /* ---- start-up ---- */
