@@ -205,6 +205,17 @@ static void take_message(engine_t *eng, rd_kafka_message_t *msg)
     job_list_add(eng->jobs, j);
 }
 
+/* Jobs started and not reaped, detached ones included: a call that a job of
+ * a revoked partition still has out takes its slot until it ends. */
+static size_t jobs_started(const engine_t *eng)
+{
+    size_t n = 0;
+    for (int s = 0; s < JOB__COUNT; s++)
+        if (s != JOB_BACKLOG)
+            n += job_list_count(eng->jobs, (enum job_state)s);
+    return n;
+}
+
 /* Starts backlog jobs, oldest first, while fewer than max_in_flight run;
  * none while draining for shutdown (take_new 0), and none of partitions
  * being revoked: they are left to the next owner. */
@@ -214,7 +225,7 @@ static void start_jobs(engine_t *eng, int take_new)
     for (struct job *j = job_list_first(eng->jobs, JOB_BACKLOG), *next; take_new && j;
          j = next) {
         next = job_next_in_state(j);
-        if ((long long)job_list_started(eng->jobs) >= eng->max_in_flight)
+        if ((long long)jobs_started(eng) >= eng->max_in_flight)
             break;
         if (revoking(eng, j->partition))
             continue;
@@ -1554,7 +1565,7 @@ static int idle_ms(engine_t *eng, int cap, int take_new)
     /* While a revocation drains, the cap looks often enough: the backlog of
      * its partitions does not start. */
     if (take_new && !eng->revocations && job_list_count(eng->jobs, JOB_BACKLOG) &&
-        (long long)job_list_started(eng->jobs) < eng->max_in_flight)
+        (long long)jobs_started(eng) < eng->max_in_flight)
         return 0;
     if (job_list_count(eng->jobs, JOB_DEAD_LETTER_SENT) && now + 5 < next)
         next = now + 5;

@@ -8,14 +8,19 @@ and gives it up. w2 then consumes P from its start: the attempt whose call
 w1 still has out (A_P), and a sentinel behind it, another attempt of
 A_P's order, which the record step rejects (the order has a live attempt)
 without any call. Once the sentinel is REJECTED, w2 has tried to claim
-A_P (the same batch, or an earlier one). Then psp-sim goes on; each
-charge takes 3 s there (--latency-ms), so a second request with A_P's key
-meanwhile is answered 409 idempotency_key_in_use.
+A_P (the same batch, or an earlier one). With the sentinel, a command B
+goes to the partition w1 kept. Then psp-sim goes on; each charge takes
+3 s there (--latency-ms), so a second request with A_P's key meanwhile
+is answered 409 idempotency_key_in_use, and a request sent meanwhile
+overlaps the two calls w1 had out.
 
 The call in flight keeps its lease: w2 must not claim A_P and send under
 its key while w1's call is out (psp-sim answers no 409, its counters
-say), and w1 persists the answer it gets (no "result dropped"). Every
-attempt is charged exactly once (psp-sim's ledger), the invariants hold.
+say), and w1 persists the answer it gets (no "result dropped"). The call
+w1 still has out on P takes its slot until it ends: psp-sim never sees
+more than WORKER_MAX_IN_FLIGHT (2) charge requests at once (w2 sends none
+here), so w1 starts B only once one of its calls is done. Every attempt
+is charged exactly once (psp-sim's ledger), the invariants hold.
 """
 import json
 import zlib
@@ -25,8 +30,9 @@ from charged_e2e import check, check_eq
 
 PARTITIONS = 2
 LATENCY_MS = 3000
+MAX_IN_FLIGHT = 2
 ENV = {
-    "WORKER_MAX_IN_FLIGHT": "2",
+    "WORKER_MAX_IN_FLIGHT": str(MAX_IN_FLIGHT),
     "REBALANCE_DRAIN_MS": "1000",
     # The calls are held for seconds: they must not time out meanwhile.
     "PROVIDER_TIMEOUT_MS": "20000",
@@ -94,13 +100,14 @@ def scenario(new):
         s, w2, "partitions assigned", partitions=str(lost)), 60, 0.05)
     held = a[lost]
     sentinel = command_on(lost, order_id=held["order_id"])
-    publish_on(s, [(sentinel, lost)])
+    kept = command_on(1 - lost)
+    publish_on(s, [(sentinel, lost), (kept, 1 - lost)])
     e2e.wait_until("w2 rejecting the sentinel", lambda: s.query(
         "SELECT status FROM payment_attempts WHERE id = '%s'"
         % sentinel["payment_attempt_id"]) == [["REJECTED"]], 60, 0.05)
     s.psp_thaw()
 
-    s.wait_settled(len(a) + 1, timeout=60)
+    s.wait_settled(len(a) + 2, timeout=60)
     s.check_invariants()
     counters = s.psp_get("/ledger")["counters"]
     e2e.log("psp-sim counters:", counters)
@@ -109,7 +116,11 @@ def scenario(new):
              "key whose call was still in flight)")
     check_eq(logged(s, w1, "lease lost before persisting"), [],
              "w1's answers dropped for a lost lease")
-    for c in a:
+    check(counters["max_charges_in_flight"] <= MAX_IN_FLIGHT,
+          "psp-sim saw %d charge requests at once from w1 (WORKER_MAX_IN_FLIGHT=%d): the "
+          "call it still had out on the revoked partition did not keep its slot"
+          % (counters["max_charges_in_flight"], MAX_IN_FLIGHT))
+    for c in a + [kept]:
         charges = [x for x in s.ledger() if x["idempotency_key"] == c["idempotency_key"]]
         check_eq(len(charges), 1, "charges of attempt %s" % c["payment_attempt_id"])
     actors = s.query("SELECT actor FROM attempt_transitions WHERE payment_attempt_id = "

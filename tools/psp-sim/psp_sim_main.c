@@ -62,6 +62,7 @@ struct req {
     char *intent_id; /* a cancel's, from the URL */
     uint64_t seq;
     int executing; /* the key is reserved: execute or release */
+    int charging;  /* a charge request, counted in flight until freed */
 };
 
 /* ---- timer: resumes suspended connections when they are due ---- */
@@ -213,6 +214,8 @@ static void req_free(struct req *r)
         return;
     if (r->executing)
         psp_store_release(store, r->idem_key);
+    if (r->charging)
+        psp_store_charge_ended(store);
     for (size_t i = 0; i < r->nform; i++) {
         free(r->form[i].k);
         free(r->form[i].v);
@@ -385,6 +388,8 @@ static int take_form_and_key(struct req *r, enum MHD_Result *rc)
     const char *hk =
         MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Idempotency-Key");
 
+    r->charging = 1;
+    psp_store_charge_began(store);
     if (r->too_large)
         *rc =
             respond_error(r->conn, 413, "invalid_request_error", "Request too large.");
@@ -1106,7 +1111,9 @@ static void usage(FILE *out)
         "                     cancellation_reason, previous_status, http_status,\n"
         "                     at_ms) in \"cancels\", and counters; outcome is the\n"
         "                     intent's current one (succeeded, processing,\n"
-        "                     declined, canceled)\n"
+        "                     declined, canceled); charges_in_flight: charge\n"
+        "                     requests received and not yet done with,\n"
+        "                     max_charges_in_flight: the most at once\n"
         "  POST   /reset      forget keys, intents, ledger and counters\n"
         "  GET    /faults     fault configuration, how often each rule fired, and\n"
         "                     every fault injected (kind, key, seq)\n"

@@ -21,6 +21,7 @@ struct psp_store {
     void *observer_ctx;
     uint64_t next_id;
     long long counters[PSP_C__COUNT];
+    long long charges_in_flight, max_charges_in_flight;
 };
 
 static const char *counter_names[PSP_C__COUNT] = {
@@ -121,6 +122,21 @@ void psp_store_count(psp_store_t *st, enum psp_counter c)
 {
     pthread_mutex_lock(&st->lock);
     st->counters[c]++;
+    pthread_mutex_unlock(&st->lock);
+}
+
+void psp_store_charge_began(psp_store_t *st)
+{
+    pthread_mutex_lock(&st->lock);
+    if (++st->charges_in_flight > st->max_charges_in_flight)
+        st->max_charges_in_flight = st->charges_in_flight;
+    pthread_mutex_unlock(&st->lock);
+}
+
+void psp_store_charge_ended(psp_store_t *st)
+{
+    pthread_mutex_lock(&st->lock);
+    st->charges_in_flight--;
     pthread_mutex_unlock(&st->lock);
 }
 
@@ -893,6 +909,10 @@ json_t *psp_store_ledger_json(psp_store_t *st, int64_t now_ms)
     json_object_foreach(st->intents, id, rec) settle_if_due(st, rec, now_ms);
     for (int i = 0; i < PSP_C__COUNT; i++)
         json_object_set_new(counters, counter_names[i], json_integer(st->counters[i]));
+    json_object_set_new(counters, "charges_in_flight",
+                        json_integer(st->charges_in_flight));
+    json_object_set_new(counters, "max_charges_in_flight",
+                        json_integer(st->max_charges_in_flight));
     /* A copy: the caller serialises it after we let go of the lock. */
     json_t *out =
         json_pack("{s:o, s:o, s:o}", "charges", json_deep_copy(st->ledger), "cancels",
@@ -910,5 +930,6 @@ void psp_store_reset(psp_store_t *st)
     json_array_clear(st->cancels);
     json_object_clear(st->processing);
     memset(st->counters, 0, sizeof(st->counters));
+    st->max_charges_in_flight = st->charges_in_flight;
     pthread_mutex_unlock(&st->lock);
 }

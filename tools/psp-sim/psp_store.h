@@ -180,6 +180,14 @@ enum psp_counter {
 };
 void psp_store_count(psp_store_t *st, enum psp_counter c);
 
+/* A POST (a charge, or a cancel) was received, and its connection is done
+ * with it: between the two it is in flight. The
+ * ledger's counters show how many are (charges_in_flight) and the most
+ * that ever were at once (max_charges_in_flight), so that a test can see
+ * how many calls a client had out. */
+void psp_store_charge_began(psp_store_t *st);
+void psp_store_charge_ended(psp_store_t *st);
+
 /* The ledger and counters as JSON (new reference): {"charges", "cancels",
  * "counters"}. A charge has one row whose outcome is its intent's current
  * one (a processing charge that settles, or an intent that is canceled,
@@ -189,7 +197,8 @@ void psp_store_count(psp_store_t *st, enum psp_counter c);
  * invalid_request count cancels too, executed only charges. */
 json_t *psp_store_ledger_json(psp_store_t *st, int64_t now_ms);
 
-/* Forgets keys, intents, ledger and counters. */
+/* Forgets keys, intents, ledger and counters (the most charges in flight at
+ * once becomes the number in flight now). */
 void psp_store_reset(psp_store_t *st);
 
 #endif
