@@ -2,7 +2,8 @@
  * never runs before the time it said it is next due, a loop asleep until a
  * far step wakes for a stop signal taken by another thread and for
  * daemon_wake(), the exit status says what the drain left, and a step due
- * now is called again at once.
+ * now is called again at once, and a wake-up that lands while the loop
+ * empties its pipe is not the last one it ever sees.
  *
  * Each case runs daemon_role_main in a child process of
  * its own, as a role's process would: signals and the loop's state are the
@@ -15,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -184,6 +187,27 @@ static void teardown(void)
     munmap(seen, sizeof(*seen));
 }
 
+/* ---- a wake-up inside the loop's read of its pipe ---- */
+
+/* Set by a case: the loop thread's next read of a pipe (its wake-up pipe:
+ * the only one it reads) first calls daemon_wake(), as another thread
+ * would in the instant between the loop taking its wake-up and emptying
+ * the pipe. Forced here, so that the race is not left to chance. */
+static volatile int wake_inside_read;
+
+/* Takes the place of libc's read() in this process (the daemon library is
+ * linked statically into it); every read but the one above is libc's. */
+ssize_t read(int fd, void *buf, size_t count)
+{
+    struct stat st;
+    if (wake_inside_read && syscall(SYS_gettid) == getpid() && fstat(fd, &st) == 0 &&
+        S_ISFIFO(st.st_mode)) {
+        wake_inside_read = 0;
+        daemon_wake();
+    }
+    return syscall(SYS_read, fd, buf, count);
+}
+
 /* ---- the cases ---- */
 
 static void *send_stop(void *arg)
@@ -313,6 +337,34 @@ START_TEST(a_step_due_now_steps_again_at_once)
 }
 END_TEST
 
+/* Step 0 is woken, and a second wake-up comes while the loop empties its
+ * pipe; step 1 is due in 5 s and woken before; step 2 stops the process. */
+static int64_t woken_twice(int i, int64_t now)
+{
+    if (i == 0) {
+        wake_inside_read = 1;
+        start_thread(send_wake);
+        return now + HOUR_MS;
+    }
+    if (i == 1) {
+        start_thread(send_wake);
+        return now + 5000;
+    }
+    raise(SIGTERM);
+    return now + HOUR_MS;
+}
+
+START_TEST(a_wake_up_while_the_pipe_is_emptied_loses_no_later_one)
+{
+    plan = woken_twice;
+    ck_assert_int_eq(run(), 0);
+    ck_assert_int_eq(seen->steps, 3);
+    /* Woken, not reached by its time: a wake-up lost for good would leave
+     * every later one (and a stop signal another thread takes) unheard. */
+    ck_assert_int_lt(seen->now[2], seen->due[1]);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("daemon");
@@ -324,6 +376,7 @@ int main(void)
     tcase_add_test(tc, a_wake_up_steps_before_the_step_is_due);
     tcase_add_test(tc, work_left_after_the_drain_exits_1);
     tcase_add_test(tc, a_step_due_now_steps_again_at_once);
+    tcase_add_test(tc, a_wake_up_while_the_pipe_is_emptied_loses_no_later_one);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }
