@@ -374,11 +374,13 @@ static int sleep_until(int64_t now, int64_t due)
     atomic_store(&asleep_until_ms, 0);
     if (n <= 0)
         return 0; /* the time came, or a signal interrupted: the loop looks */
-    /* Cleared before the pipe is read: a wake-up from here on writes again,
-     * and one before is seen by the step that follows. */
-    atomic_store(&wake_pending, 0);
+    /* Cleared after the pipe is emptied: cleared first, a wake-up in
+     * between would write a byte this loop drains and leave the flag set
+     * with the pipe empty, and no wake-up would write again. One that
+     * comes before the flag is cleared is seen by the step that follows. */
     while (read(wake_fds[0], buf, sizeof(buf)) > 0)
         ;
+    atomic_store(&wake_pending, 0);
     return 1;
 }
 
