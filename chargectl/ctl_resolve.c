@@ -611,8 +611,10 @@ int ctl_attempt_resolve(int argc, char **argv)
     }
     struct attempt_call calls[2];
     for (size_t i = 0; i < n; i++)
-        calls[i] =
-            (struct attempt_call){ra.id, ls[i].operation, ls[i].started_ms, &ls[i].res};
+        calls[i] = (struct attempt_call){.attempt_id = ra.id,
+                                         .operation = ls[i].operation,
+                                         .started_ms = ls[i].started_ms,
+                                         .res = &ls[i].res};
     struct attempt_settlement s = {
         .attempt_id = ra.id,
         .lease_epoch = -1, /* an operator holds no lease */

@@ -153,7 +153,8 @@ static enum store_rc charge_log_calls(void *op, const struct engine_call *calls,
     for (size_t i = 0; i < n; i++)
         a[i] = (struct attempt_call){.attempt_id = calls[i].id,
                                      .started_ms = calls[i].started_ms,
-                                     .res = calls[i].res};
+                                     .res = calls[i].res,
+                                     .written_maybe = calls[i].written_maybe};
     enum store_rc rc =
         attempt_store_log_calls(((struct charge_state *)op)->store, a, n, err);
     free(a);

@@ -111,7 +111,8 @@ struct engine {
         char traceparent[TRACEPARENT_LEN + 1];
         int64_t started_ms; /* wall clock */
         struct provider_result res;
-        int lock_waits; /* held by another session's lock so far */
+        int lock_waits;    /* held by another session's lock so far */
+        int written_maybe; /* a write of it failed, and may yet commit */
         int64_t next_at;
     } * call_log; /* provider calls not yet written */
     size_t call_log_len, call_log_cap;
@@ -877,6 +878,7 @@ static void log_call(engine_t *eng, struct job *j, const struct provider_result 
     e->started_ms = j->call_started_ms;
     e->res = *res;
     e->lock_waits = 0;
+    e->written_maybe = 0;
     e->next_at = 0;
     eng->call_log_len++;
 }
@@ -893,8 +895,11 @@ static int log_calls_batch(engine_t *eng, struct call_entry *const *e, size_t n,
         calls[i].id = e[i]->id;
         calls[i].started_ms = e[i]->started_ms;
         calls[i].res = &e[i]->res;
+        calls[i].written_maybe = e[i]->written_maybe;
     }
     int rc = eng->op->log_calls(eng->op_state, calls, n, err);
+    for (size_t i = 0; rc == STORE_RETRY && i < n; i++)
+        e[i]->written_maybe = 1;
     free(calls);
     return rc;
 }

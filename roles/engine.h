@@ -63,6 +63,10 @@ struct engine_call {
     const char *id;
     int64_t started_ms; /* epoch ms */
     const struct provider_result *res;
+    /* An earlier write of this call failed and may still commit (a
+     * statement given up at its deadline can run later): the store writes
+     * it only if the same call's row is not there yet. */
+    int written_maybe;
 };
 
 /* An outcome, persisted fenced on the lease together with the record's

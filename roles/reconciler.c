@@ -53,6 +53,7 @@ struct reconciler {
         const char *operation; /* a string literal */
         int64_t started_ms;
         struct provider_result res;
+        int written_maybe; /* a write of it failed, and may yet commit */
     } pending[PENDING_MAX];
     size_t npending;
 };
@@ -314,6 +315,7 @@ static void keep_calls(struct reconciler *r, const struct attempt_call *calls, s
         p->operation = calls[i].operation;
         p->started_ms = calls[i].started_ms;
         p->res = *calls[i].res;
+        p->written_maybe = 0;
     }
 }
 
@@ -325,11 +327,16 @@ static int flush_pending(struct reconciler *r)
     if (r->npending == 0)
         return 0;
     for (size_t i = 0; i < r->npending; i++)
-        calls[i] =
-            (struct attempt_call){r->pending[i].attempt_id, r->pending[i].operation,
-                                  r->pending[i].started_ms, &r->pending[i].res};
+        calls[i] = (struct attempt_call){.attempt_id = r->pending[i].attempt_id,
+                                         .operation = r->pending[i].operation,
+                                         .started_ms = r->pending[i].started_ms,
+                                         .res = &r->pending[i].res,
+                                         .written_maybe = r->pending[i].written_maybe};
     int rc = attempt_store_log_calls(r->store, calls, r->npending, &err);
     if (rc == STORE_RETRY) {
+        /* Given up at its deadline, the write may still commit. */
+        for (size_t i = 0; i < r->npending; i++)
+            r->pending[i].written_maybe = 1;
         db_failed(r, "log provider calls", err.message);
         return -1;
     }
@@ -347,8 +354,10 @@ static int flush_pending(struct reconciler *r)
             log_error("provider call not recorded: the database refused it",
                       "payment_attempt_id", r->pending[i].attempt_id, "error",
                       err.message, NULL);
-        else if (rc != STORE_OK)
+        else if (rc != STORE_OK) {
+            r->pending[i].written_maybe |= rc == STORE_RETRY;
             r->pending[kept++] = r->pending[i];
+        }
     }
     if (kept > 0) {
         char n[32];
@@ -375,10 +384,14 @@ static int settle(struct reconciler *r, struct look *l)
         /* The HTTP client re-sent the charge itself after a pooled connection
          * closed unanswered: that lost answer is a call of its own. */
         for (int k = 0; k < l->res[i].resent && ncalls < MAX_ROWS - 1; k++)
-            calls[ncalls++] =
-                (struct attempt_call){d->id, l->ops[i], l->started[i], &l->lost};
-        calls[ncalls++] =
-            (struct attempt_call){d->id, l->ops[i], l->started[i], &l->res[i]};
+            calls[ncalls++] = (struct attempt_call){.attempt_id = d->id,
+                                                    .operation = l->ops[i],
+                                                    .started_ms = l->started[i],
+                                                    .res = &l->lost};
+        calls[ncalls++] = (struct attempt_call){.attempt_id = d->id,
+                                                .operation = l->ops[i],
+                                                .started_ms = l->started[i],
+                                                .res = &l->res[i]};
     }
     /* The look's status, past RECONCILER_MAX_AGE_MS too, is the policy's. */
     int stays = l->status == d->status;

@@ -569,8 +569,24 @@ enum store_rc attempt_store_claim(attempt_store_t *st, struct attempt_claim_item
     "  " a4 "::text[], " a5 "::int[], " a6 "::bool[], " a7 "::text[], " a8 "::text[])" \
     " AS v(id, op, started_ms, latency, outcome, http, replayed, ppid, err) " where
 
+/* The worker's own: a call whose earlier write may have committed ($11) is
+ * written only when no row of the same call (attempt, start, outcome,
+ * status, latency, error) is there. One statement, one snapshot: two equal
+ * rows of one batch (lost answers of one call) are both written. */
 static const char *SQL_LOG_CALLS =
-    SQL_PROVIDER_CALLS("$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8", "$9", "$10", "");
+    "INSERT INTO provider_calls (payment_attempt_id, operation, started_at, latency_ms,"
+    "  outcome, http_status, replayed, provider_payment_id, error, actor)"
+    " SELECT id, op, to_timestamp(started_ms / 1000.0), latency, outcome,"
+    "  nullif(http, 0), replayed, nullif(ppid, ''), nullif(err, ''), $10"
+    " FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::int[], $5::text[],"
+    "  $6::int[], $7::bool[], $8::text[], $9::text[], $11::bool[])"
+    " AS v(id, op, started_ms, latency, outcome, http, replayed, ppid, err, again)"
+    " WHERE NOT (v.again AND EXISTS (SELECT 1 FROM provider_calls c"
+    "  WHERE c.payment_attempt_id = v.id AND c.operation = v.op"
+    "  AND c.started_at = to_timestamp(v.started_ms / 1000.0)"
+    "  AND c.outcome = v.outcome AND c.latency_ms = v.latency"
+    "  AND c.http_status IS NOT DISTINCT FROM nullif(v.http, 0)"
+    "  AND c.error IS NOT DISTINCT FROM nullif(v.err, '')))";
 /* clang-format on */
 
 /* Appends the calls to the nine array parameters from `first`, in the
@@ -606,6 +622,9 @@ enum store_rc attempt_store_log_calls(attempt_store_t *st,
         return STORE_RETRY;
     add_calls(&s, stmt_arrays(&s, 9), calls, n);
     stmt_text(&s, st->actor);
+    int again = stmt_arrays(&s, 1);
+    for (size_t i = 0; i < n; i++)
+        stmt_add(&s, again, calls[i].written_maybe ? "t" : "f");
     rc = stmt_run(st, &s, SQL_LOG_CALLS, NULL, err);
     stmt_release(&s);
     return rc;

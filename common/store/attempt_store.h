@@ -114,6 +114,10 @@ struct attempt_call {
     const char *operation; /* "charge", "retrieve", "search"; NULL: charge */
     int64_t started_ms;    /* epoch ms */
     const struct provider_result *res;
+    /* An earlier write of this very call failed, and may still have
+     * committed (a statement given up at its deadline can run later): it is
+     * written only if no row of the same call is there yet. */
+    int written_maybe;
 };
 
 enum store_rc attempt_store_log_calls(attempt_store_t *st,

@@ -346,7 +346,10 @@ START_TEST(reconciler_claims_due_attempts_and_settles_them_fenced)
 
     /* Look again later: no transition, no event, the count goes up. */
     struct provider_result look = {.outcome = PROVIDER_UNKNOWN, .http_status = 503};
-    struct attempt_call call = {a.payment_attempt_id, "search", 1, &look};
+    struct attempt_call call = {.attempt_id = a.payment_attempt_id,
+                                .operation = "search",
+                                .started_ms = 1,
+                                .res = &look};
     struct attempt_settlement later = {.attempt_id = a.payment_attempt_id,
                                        .lease_epoch = due[0].lease_epoch,
                                        .expected = ATTEMPT_STATUS_UNKNOWN,
@@ -375,7 +378,10 @@ START_TEST(reconciler_claims_due_attempts_and_settles_them_fenced)
     ck_assert_int_eq(due[0].checks, 1);
     struct provider_result found = {.outcome = PROVIDER_SUCCEEDED, .http_status = 200};
     snprintf(found.provider_payment_id, sizeof(found.provider_payment_id), "pi_found");
-    struct attempt_call call2 = {a.payment_attempt_id, "search", 2, &found};
+    struct attempt_call call2 = {.attempt_id = a.payment_attempt_id,
+                                 .operation = "search",
+                                 .started_ms = 2,
+                                 .res = &found};
     struct attempt_settlement done = {.attempt_id = a.payment_attempt_id,
                                       .lease_epoch = due[0].lease_epoch - 1, /* stale */
                                       .expected = ATTEMPT_STATUS_UNKNOWN,
@@ -457,6 +463,38 @@ END_TEST
  * settle come back at once, the held one `busy`, nothing written for it,
  * everything else done. Had any of them waited, it would have failed on its
  * lock_timeout instead of returning 0. */
+/* A call whose first write may have committed after all (given up at its
+ * deadline) is written again only if its row is not there; a call that is
+ * not marked so is always written, equal rows of one batch included. */
+START_TEST(a_call_written_again_after_a_failure_is_one_row)
+{
+    attempt_store_t *st = store("w1");
+    struct charge_command a = cmd(NULL, 1500);
+    struct attempt_record_item it[1];
+    struct charge_command *one[] = {&a};
+    record(st, one, 1, it);
+    struct provider_result res = {.outcome = PROVIDER_UNKNOWN, .latency_ms = 7};
+    struct attempt_call lost[2] = {
+        {.attempt_id = a.payment_attempt_id, .started_ms = 1000, .res = &res},
+        {.attempt_id = a.payment_attempt_id, .started_ms = 1000, .res = &res},
+    };
+    char q[256];
+    snprintf(q, sizeof(q),
+             "SELECT count(*) FROM provider_calls WHERE payment_attempt_id = '%s'",
+             a.payment_attempt_id);
+    ck_assert_int_eq(attempt_store_log_calls(st, lost, 2, &err), STORE_OK);
+    ck_assert_str_eq(test_env_value(admin, q), "2");
+    lost[0].written_maybe = lost[1].written_maybe = 1;
+    ck_assert_int_eq(attempt_store_log_calls(st, lost, 2, &err), STORE_OK);
+    ck_assert_str_eq(test_env_value(admin, q), "2");
+    /* Not there yet: written, both of the batch. */
+    lost[0].started_ms = lost[1].started_ms = 2000;
+    ck_assert_int_eq(attempt_store_log_calls(st, lost, 2, &err), STORE_OK);
+    ck_assert_str_eq(test_env_value(admin, q), "4");
+    attempt_store_free(st);
+}
+END_TEST
+
 START_TEST(a_row_held_by_another_session_is_busy_and_holds_nothing_else)
 {
     attempt_store_t *st = store("w1");
@@ -564,6 +602,7 @@ int main(void)
     tcase_add_test(tc, reconciler_claims_due_attempts_and_settles_them_fenced);
     tcase_add_test(tc, operator_settles_review_without_a_lease);
     tcase_add_test(tc, a_row_held_by_another_session_is_busy_and_holds_nothing_else);
+    tcase_add_test(tc, a_call_written_again_after_a_failure_is_one_row);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }

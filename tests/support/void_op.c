@@ -280,12 +280,16 @@ static enum store_rc void_log_calls(void *op, const struct engine_call *calls, s
         snprintf(started, sizeof(started), "%lld", (long long)calls[i].started_ms);
         snprintf(status, sizeof(status), "%d", calls[i].res->http_status);
         const char *p[] = {calls[i].id, started,
-                           provider_outcome_name(calls[i].res->outcome), status};
+                           provider_outcome_name(calls[i].res->outcome), status,
+                           calls[i].written_maybe ? "t" : "f"};
         PGresult *r;
+        /* A call whose earlier write may have committed is written once. */
         rc = run(op,
                  "INSERT INTO void_calls (void_id, started_ms, outcome, http_status)"
-                 " VALUES ($1, $2, $3, $4)",
-                 4, p, &r, err);
+                 " SELECT $1, $2, $3, $4 WHERE NOT ($5::bool AND EXISTS (SELECT 1"
+                 "  FROM void_calls WHERE void_id = $1 AND started_ms = $2"
+                 "  AND outcome = $3 AND http_status = $4))",
+                 5, p, &r, err);
         PQclear(r);
     }
     return rc;
