@@ -51,7 +51,7 @@ static const struct config_row config_table[CONFIG__COUNT] = {
      0, R_ALL, 0, "libpq connection string or URI (may hold a password)"},
     /* The server ends a statement after this long; the client gives it up
      * a second later, should the server not even say so (a frozen host). */
-    {CONFIG_DATABASE_TIMEOUT_MS, "DATABASE_TIMEOUT_MS", CONFIG_T_INT, "10000", 100,
+    {CONFIG_DATABASE_TIMEOUT_MS, "DATABASE_TIMEOUT_MS", CONFIG_T_INT, "10000", 1000,
      600000, R_ALL & ~CONFIG_ROLE_CTL, 0,
      "limit of one database statement, in ms; given up 1 s later without an answer"},
     {CONFIG_PROVIDER_BASE_URL, "PROVIDER_BASE_URL", CONFIG_T_STR,
