@@ -14,19 +14,25 @@
 static const struct {
     const char *name;
     int live;
-    unsigned next;          /* statuses it may move to */
-    const char *event_type; /* published on entering it */
+    unsigned next;                 /* statuses it may move to */
+    const char *event_type;        /* published on entering it */
+    const char *refund_event_type; /* a refund's, on entering it */
 } statuses[ATTEMPT_STATUS__COUNT] = {
-    [ATTEMPT_STATUS_PENDING] = {ATTEMPT_S_PENDING, 1, PR, NULL},
+    [ATTEMPT_STATUS_PENDING] = {ATTEMPT_S_PENDING, 1, PR, NULL, NULL},
     /* PROCESSING -> PROCESSING: a takeover, or the provider said processing. */
-    [ATTEMPT_STATUS_PROCESSING] = {ATTEMPT_S_PROCESSING, 1, PR | U | S | F | RV, NULL},
-    [ATTEMPT_STATUS_UNKNOWN] = {ATTEMPT_S_UNKNOWN, 1, PR | S | F | RV,
-                                "charge.unknown"},
-    [ATTEMPT_STATUS_SUCCEEDED] = {ATTEMPT_S_SUCCEEDED, 1, RV, "charge.succeeded"},
-    [ATTEMPT_STATUS_FAILED] = {ATTEMPT_S_FAILED, 0, RV, "charge.failed"},
-    [ATTEMPT_STATUS_REJECTED] = {ATTEMPT_S_REJECTED, 0, 0, "charge.rejected"},
+    [ATTEMPT_STATUS_PROCESSING] = {ATTEMPT_S_PROCESSING, 1, PR | U | S | F | RV, NULL,
+                                   NULL},
+    [ATTEMPT_STATUS_UNKNOWN] = {ATTEMPT_S_UNKNOWN, 1, PR | S | F | RV, "charge.unknown",
+                                "refund.unknown"},
+    [ATTEMPT_STATUS_SUCCEEDED] = {ATTEMPT_S_SUCCEEDED, 1, RV, "charge.succeeded",
+                                  "refund.succeeded"},
+    [ATTEMPT_STATUS_FAILED] = {ATTEMPT_S_FAILED, 0, RV, "charge.failed",
+                               "refund.failed"},
+    [ATTEMPT_STATUS_REJECTED] = {ATTEMPT_S_REJECTED, 0, 0, "charge.rejected",
+                                 "refund.rejected"},
     [ATTEMPT_STATUS_REQUIRES_REVIEW] = {ATTEMPT_S_REQUIRES_REVIEW, 1, S | F,
-                                        "charge.requires_review"},
+                                        "charge.requires_review",
+                                        "refund.requires_review"},
 };
 
 static const unsigned new_attempt = P | RJ;
@@ -39,6 +45,11 @@ const char *attempt_status_name(enum attempt_status s)
 const char *attempt_status_event_type(enum attempt_status s)
 {
     return (unsigned)s < ATTEMPT_STATUS__COUNT ? statuses[s].event_type : NULL;
+}
+
+const char *attempt_status_refund_event_type(enum attempt_status s)
+{
+    return (unsigned)s < ATTEMPT_STATUS__COUNT ? statuses[s].refund_event_type : NULL;
 }
 
 int attempt_status_parse(const char *s)

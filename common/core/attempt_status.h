@@ -35,6 +35,9 @@ enum attempt_status {
  * "charge.failed", "charge.unknown", "charge.rejected",
  * "charge.requires_review"), or NULL: PENDING and PROCESSING publish none. */
 const char *attempt_status_event_type(enum attempt_status s);
+/* The same for a refund attempt, which has the same states:
+ * "refund.succeeded", ... "refund.requires_review", or NULL. */
+const char *attempt_status_refund_event_type(enum attempt_status s);
 
 /* "PENDING", ...; NULL for a value out of range. */
 const char *attempt_status_name(enum attempt_status s);

@@ -89,6 +89,7 @@ def wait_for_state(s, pid, state, what):
         e2e.wait_until(what, lambda: s.query(
             "SELECT state FROM pg_stat_activity WHERE pid = %d" % pid) == [[state]], 10, 0.05)
     except e2e.Failure:
+        e2e.log("the session watched was pid", pid)
         for row in s.query("SELECT pid, state, wait_event_type, wait_event,"
                            " left(query, 60) FROM pg_stat_activity"
                            " WHERE datname = current_database()"):

@@ -43,7 +43,7 @@
 
 /* The one place a charge is booked: a CTE `l` that books each row of `src`
  * (columns id, order_id, amount, currency, provider_payment_id, status)
- * that is SUCCEEDED. UNIQUE (payment_attempt_id, kind) makes a repeat a
+ * that is SUCCEEDED. ledger_entries_one_charge_per_attempt makes a repeat a
  * no-op: an attempt is booked as charged at most once. */
 #define SQL_LEDGER_CHARGE(src) \
     " l AS (" \
@@ -51,7 +51,7 @@
     "    provider_payment_id)" \
     "  SELECT id, order_id, 'charge', amount, currency, provider_payment_id FROM " src \
     "  WHERE status = " ATTEMPT_SQL(SUCCEEDED) \
-    "  ON CONFLICT (payment_attempt_id, kind) DO NOTHING)"
+    "  ON CONFLICT (payment_attempt_id) WHERE kind = 'charge' DO NOTHING)"
 
 /* clang-format on */
 
