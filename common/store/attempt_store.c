@@ -8,6 +8,8 @@
 #include "attempt_status.h"
 #include "db.h"
 #include "store_conn.h"
+#include "lease_sql.h"
+#include "store_stmt.h"
 
 struct attempt_store {
     store_conn_t *db;
@@ -58,145 +60,16 @@ enum store_rc attempt_store_ping(attempt_store_t *st, struct store_error *err)
 
 /* ---- one statement: its parameters, then its rows ---- */
 
-#define STMT_PARAMS_MAX 22
-
-/* The parameters of one statement, $1 first, in the order they are added:
- * texts the caller keeps alive, and numbers and arrays (a batch's column
- * each, one parameter: unnest($1::uuid[])) held here until stmt_release().
- * A value that cannot be added is remembered, so that a statement is built
- * without a check per value and refused whole by stmt_run(). */
-struct stmt {
-    const char *p[STMT_PARAMS_MAX];
-    db_array_t *arrays[STMT_PARAMS_MAX]; /* arrays[i]: p[i] is its text */
-    char nums[STMT_PARAMS_MAX][24];
-    int n;
-    int failed; /* out of memory, or more parameters than STMT_PARAMS_MAX */
-};
-
-/* Reserves the next parameter: its index, or -1 when there is no room. */
-static int stmt_next(struct stmt *s)
-{
-    if (s->n >= STMT_PARAMS_MAX) {
-        s->failed = 1;
-        return -1;
-    }
-    return s->n++;
-}
-
-/* A text parameter, or SQL NULL for NULL. */
-static void stmt_text(struct stmt *s, const char *value)
-{
-    int i = stmt_next(s);
-    if (i >= 0)
-        s->p[i] = value;
-}
-
-static void stmt_int(struct stmt *s, long long value)
-{
-    int i = stmt_next(s);
-    if (i < 0)
-        return;
-    snprintf(s->nums[i], sizeof(s->nums[i]), "%lld", value);
-    s->p[i] = s->nums[i];
-}
-
-/* value, or SQL NULL when it is negative ("none"). */
-static void stmt_int_or_null(struct stmt *s, long long value)
-{
-    if (value < 0)
-        stmt_text(s, NULL);
-    else
-        stmt_int(s, value);
-}
-
-/* `count` array parameters, empty: the index of the first, which
- * stmt_add() fills item by item. */
-static int stmt_arrays(struct stmt *s, int count)
-{
-    int first = s->n;
-    for (int k = 0; k < count; k++) {
-        int i = stmt_next(s);
-        if (i >= 0 && !(s->arrays[i] = db_array_new()))
-            s->failed = 1;
-    }
-    return first;
-}
-
-/* Appends one element to array parameter `param`; NULL appends SQL NULL. */
-static void stmt_add(struct stmt *s, int param, const char *value)
-{
-    if (param < 0 || param >= s->n || !s->arrays[param] ||
-        db_array_add(s->arrays[param], value) != 0)
-        s->failed = 1;
-}
-
-static void stmt_add_int(struct stmt *s, int param, long long value)
-{
-    char num[24];
-    snprintf(num, sizeof(num), "%lld", value);
-    stmt_add(s, param, num);
-}
-
-/* Runs sql with s's parameters on the call's session: STORE_OK and, when
- * res is not NULL, the rows in *res (the caller PQclear()s them); or the
- * failure, classified (store_conn_exec), and err. */
-static enum store_rc stmt_run(attempt_store_t *st, struct stmt *s, const char *sql,
-                              PGresult **res, struct store_error *err)
-{
-    if (res)
-        *res = NULL;
-    for (int i = 0; i < s->n && !s->failed; i++)
-        if (s->arrays[i] && !(s->p[i] = db_array_text(s->arrays[i])))
-            s->failed = 1;
-    if (s->failed) {
-        store_error_set(err, "out of memory");
-        return STORE_RETRY;
-    }
-    return store_conn_exec(st->db, sql, s->n, s->p, res, err);
-}
-
-static void stmt_release(struct stmt *s)
-{
-    for (int i = 0; i < s->n; i++)
-        db_array_free(s->arrays[i]);
-}
-
-/* Column c of a row: copied as text into out (cut to its size), as a
- * number, as a boolean. */
-static void col_copy(const PGresult *r, int row, int c, char *out, size_t size)
-{
-    snprintf(out, size, "%s", PQgetvalue(r, row, c));
-}
-
-static long long col_int(const PGresult *r, int row, int c)
-{
-    return strtoll(PQgetvalue(r, row, c), NULL, 10);
-}
-
-static int col_true(const PGresult *r, int row, int c)
-{
-    return PQgetvalue(r, row, c)[0] == 't';
-}
-
-/* The last row whose column c is value, or -1. */
-static int row_of(const PGresult *r, int c, const char *value)
-{
-    for (int row = PQntuples(r) - 1; row >= 0; row--)
-        if (!strcmp(PQgetvalue(r, row, c), value))
-            return row;
-    return -1;
-}
-
 /* What the provider is called with, from six columns starting at `first`:
  * idempotency_key, order_id, amount, currency, payment_method, customer_id. */
 static void col_params(const PGresult *r, int row, int first, struct attempt_params *pa)
 {
-    col_copy(r, row, first, pa->idempotency_key, sizeof(pa->idempotency_key));
-    col_copy(r, row, first + 1, pa->order_id, sizeof(pa->order_id));
-    pa->amount = col_int(r, row, first + 2);
-    col_copy(r, row, first + 3, pa->currency, sizeof(pa->currency));
-    col_copy(r, row, first + 4, pa->payment_method, sizeof(pa->payment_method));
-    col_copy(r, row, first + 5, pa->customer_id, sizeof(pa->customer_id));
+    stmt_col_copy(r, row, first, pa->idempotency_key, sizeof(pa->idempotency_key));
+    stmt_col_copy(r, row, first + 1, pa->order_id, sizeof(pa->order_id));
+    pa->amount = stmt_col_int(r, row, first + 2);
+    stmt_col_copy(r, row, first + 3, pa->currency, sizeof(pa->currency));
+    stmt_col_copy(r, row, first + 4, pa->payment_method, sizeof(pa->payment_method));
+    stmt_col_copy(r, row, first + 5, pa->customer_id, sizeof(pa->customer_id));
 }
 
 /* A provider's id as a parameter: "" is none. */
@@ -361,7 +234,7 @@ static enum store_rc record_rejected(attempt_store_t *st,
         if (items[i].result == ATTEMPT_REJECTED)
             stmt_add(&find, orders, items[i].cmd->order_id);
     stmt_text(&find, attempt_status_live_array());
-    if ((rc = stmt_run(st, &find, SQL_FIND_LIVE, &live, err)) != STORE_OK)
+    if ((rc = stmt_run(st->db, &find, SQL_FIND_LIVE, &live, err)) != STORE_OK)
         goto out;
     int cmds = stmt_arrays(&rej, 10);
     for (size_t i = 0; i < n; i++) {
@@ -391,7 +264,7 @@ static enum store_rc record_rejected(attempt_store_t *st,
         goto out;
     stmt_text(&rej, st->actor);
     stmt_text(&rej, attempt_status_event_type(ATTEMPT_STATUS_REJECTED));
-    if ((rc = stmt_run(st, &rej, SQL_INSERT_REJECTED, &ins, err)) != STORE_OK)
+    if ((rc = stmt_run(st->db, &rej, SQL_INSERT_REJECTED, &ins, err)) != STORE_OK)
         goto out;
     /* Only the first message of an attempt in this batch is the one
      * stored REJECTED; any other (a copy, or a conflicting resend) is
@@ -400,7 +273,7 @@ static enum store_rc record_rejected(attempt_store_t *st,
     for (size_t i = 0; i < n; i++) {
         if (items[i].result != ATTEMPT_REJECTED)
             continue;
-        int first = row_of(ins, 0, items[i].cmd->payment_attempt_id) >= 0;
+        int first = stmt_row_of(ins, 0, items[i].cmd->payment_attempt_id) >= 0;
         for (size_t k = 0; first && k < i; k++)
             if (items[k].result != ATTEMPT_RETRY &&
                 !strcmp(items[k].cmd->payment_attempt_id,
@@ -442,14 +315,14 @@ enum store_rc attempt_store_record(attempt_store_t *st,
     for (size_t i = 0; i < n; i++)
         add_command(&ins, cmds, sorted[i]->cmd);
     stmt_text(&ins, st->actor);
-    if ((rc = stmt_run(st, &ins, SQL_INSERT_PENDING, NULL, err)) != STORE_OK)
+    if ((rc = stmt_run(st->db, &ins, SQL_INSERT_PENDING, NULL, err)) != STORE_OK)
         goto out;
     /* Every message is compared with the stored attempt, whatever batch
      * stored it: a conflicting resend in the same batch as its original is
      * a conflict like any other. The ids and the keys are the insert's. */
     stmt_text(&find, ins.p[cmds]);
     stmt_text(&find, ins.p[cmds + 2]);
-    if ((rc = stmt_run(st, &find, SQL_FIND_EXISTING, &found, err)) != STORE_OK)
+    if ((rc = stmt_run(st->db, &find, SQL_FIND_EXISTING, &found, err)) != STORE_OK)
         goto out;
     if (compare_with_stored(items, n, found) > 0)
         rc = record_rejected(st, items, n, err);
@@ -505,13 +378,13 @@ static const char *SQL_CLAIM =
 static void read_claim(struct attempt_claim_item *items, size_t i, const PGresult *r)
 {
     struct attempt_claim_item *it = &items[i];
-    int row = row_of(r, 0, it->attempt_id);
+    int row = stmt_row_of(r, 0, it->attempt_id);
     it->result = ATTEMPT_BUSY;
     it->status[0] = '\0';
     if (row < 0)
         return;
-    col_copy(r, row, 1, it->status, sizeof(it->status));
-    int leased = col_true(r, row, 2);
+    stmt_col_copy(r, row, 1, it->status, sizeof(it->status));
+    int leased = stmt_col_true(r, row, 2);
     if (!PQgetisnull(r, row, 3)) {
         /* Claimed by this statement. Two items of one attempt in a batch:
          * only the first takes it; the other waits like any peer. */
@@ -520,9 +393,9 @@ static void read_claim(struct attempt_claim_item *items, size_t i, const PGresul
                 !strcmp(items[j].attempt_id, it->attempt_id))
                 return;
         it->result = ATTEMPT_CLAIMED;
-        it->lease_epoch = col_int(r, row, 3);
-        it->attempt_count = (int)col_int(r, row, 4);
-        it->key_age_ms = col_int(r, row, 5);
+        it->lease_epoch = stmt_col_int(r, row, 3);
+        it->attempt_count = (int)stmt_col_int(r, row, 4);
+        it->key_age_ms = stmt_col_int(r, row, 5);
         col_params(r, row, 6, &it->params);
     } else if (strcmp(it->status, ATTEMPT_S_PENDING) != 0 &&
                (strcmp(it->status, ATTEMPT_S_PROCESSING) != 0 || !leased)) {
@@ -547,7 +420,7 @@ enum store_rc attempt_store_claim(attempt_store_t *st, struct attempt_claim_item
         stmt_add(&s, ids, items[i].attempt_id);
     stmt_text(&s, st->actor);
     stmt_int(&s, lease_ms);
-    if ((rc = stmt_run(st, &s, SQL_CLAIM, &r, err)) == STORE_OK)
+    if ((rc = stmt_run(st->db, &s, SQL_CLAIM, &r, err)) == STORE_OK)
         for (size_t i = 0; i < n; i++)
             read_claim(items, i, r);
     PQclear(r);
@@ -625,7 +498,7 @@ enum store_rc attempt_store_log_calls(attempt_store_t *st,
     int again = stmt_arrays(&s, 1);
     for (size_t i = 0; i < n; i++)
         stmt_add(&s, again, calls[i].written_maybe ? "t" : "f");
-    rc = stmt_run(st, &s, SQL_LOG_CALLS, NULL, err);
+    rc = stmt_run(st->db, &s, SQL_LOG_CALLS, NULL, err);
     stmt_release(&s);
     return rc;
 }
@@ -633,20 +506,13 @@ enum store_rc attempt_store_log_calls(attempt_store_t *st,
 /* ---- persist ---- */
 
 /* clang-format off */
-/* The rows of `v` no other session holds: persist and the leases' statements
- * never wait on a peer's lock (a session hung in a transaction would hold us
- * with it); a row held elsewhere is busy, or its lease simply expires. */
-#define SQL_LEASES_UNLOCKED \
-    " lk AS (SELECT p.id FROM payment_attempts p JOIN v ON p.id = v.id" \
-    "  ORDER BY p.id FOR NO KEY UPDATE OF p SKIP LOCKED)"
-
 static const char *SQL_PERSIST =
     "WITH v AS ("
     "  SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[],"
     "    $5::text[], $6::text[], $7::jsonb[], $8::int[], $9::text[], $10::bigint[])"
     "  AS v(id, epoch, status, reason, ppid, event_type, evidence, calls, last_error,"
     "       next_check_ms)),"
-    SQL_LEASES_UNLOCKED ","
+    SQL_LEASES_UNLOCKED("payment_attempts") ","
     " u AS ("
     "  UPDATE payment_attempts p SET status = v.status, reason = v.reason,"
     "    provider_payment_id = coalesce(v.ppid, p.provider_payment_id),"
@@ -713,12 +579,12 @@ enum store_rc attempt_store_persist(attempt_store_t *st, struct attempt_outcome 
             stmt_add_int(&s, a + 9, o->next_check_ms);
     }
     stmt_text(&s, st->actor);
-    if ((rc = stmt_run(st, &s, SQL_PERSIST, &r, err)) != STORE_OK)
+    if ((rc = stmt_run(st->db, &s, SQL_PERSIST, &r, err)) != STORE_OK)
         goto out;
     for (size_t i = 0; i < n; i++) {
-        int row = row_of(r, 0, items[i].attempt_id);
-        items[i].persisted = row >= 0 && col_true(r, row, 1);
-        items[i].busy = row >= 0 && col_true(r, row, 2);
+        int row = stmt_row_of(r, 0, items[i].attempt_id);
+        items[i].persisted = row >= 0 && stmt_col_true(r, row, 1);
+        items[i].busy = row >= 0 && stmt_col_true(r, row, 2);
     }
 out:
     PQclear(r);
@@ -801,15 +667,15 @@ static const char *SQL_SETTLE =
 static void read_due(const PGresult *r, int row, struct attempt_due *d)
 {
     memset(d, 0, sizeof(*d));
-    col_copy(r, row, 0, d->id, sizeof(d->id));
-    d->lease_epoch = col_int(r, row, 1);
+    stmt_col_copy(r, row, 0, d->id, sizeof(d->id));
+    d->lease_epoch = stmt_col_int(r, row, 1);
     d->status = (enum attempt_status)attempt_status_parse(PQgetvalue(r, row, 2));
-    col_copy(r, row, 3, d->provider_payment_id, sizeof(d->provider_payment_id));
-    d->key_age_ms = col_int(r, row, 4);
-    d->age_ms = col_int(r, row, 5);
-    d->checks = (int)col_int(r, row, 6);
+    stmt_col_copy(r, row, 3, d->provider_payment_id, sizeof(d->provider_payment_id));
+    d->key_age_ms = stmt_col_int(r, row, 4);
+    d->age_ms = stmt_col_int(r, row, 5);
+    d->checks = (int)stmt_col_int(r, row, 6);
     col_params(r, row, 7, &d->params);
-    d->first_sent_ms = col_int(r, row, 13);
+    d->first_sent_ms = stmt_col_int(r, row, 13);
 }
 
 enum store_rc attempt_store_claim_due(attempt_store_t *st, struct attempt_due *out,
@@ -830,7 +696,7 @@ enum store_rc attempt_store_claim_due(attempt_store_t *st, struct attempt_due *o
     stmt_int(&s, lease_ms);
     stmt_int(&s, (long long)max);
     stmt_int(&s, stale_ms);
-    if ((rc = stmt_run(st, &s, SQL_CLAIM_DUE, &r, err)) == STORE_OK)
+    if ((rc = stmt_run(st->db, &s, SQL_CLAIM_DUE, &r, err)) == STORE_OK)
         for (int i = 0; i < PQntuples(r) && *n < max; i++)
             read_due(r, i, &out[(*n)++]);
     PQclear(r);
@@ -870,9 +736,9 @@ static enum store_rc settle_one(attempt_store_t *st, struct attempt_settlement *
     stmt_text(&s, attempt_status_event_type(it->status));
     stmt_text(&s, it->cause ? it->cause : "reconciler");
     add_calls(&s, stmt_arrays(&s, 9), it->calls, it->ncalls);
-    if ((rc = stmt_run(st, &s, SQL_SETTLE, &r, err)) == STORE_OK) {
-        it->settled = col_int(r, 0, 0) == 1;
-        it->busy = col_true(r, 0, 1);
+    if ((rc = stmt_run(st->db, &s, SQL_SETTLE, &r, err)) == STORE_OK) {
+        it->settled = stmt_col_int(r, 0, 0) == 1;
+        it->busy = stmt_col_true(r, 0, 1);
     }
     PQclear(r);
     stmt_release(&s);
@@ -921,12 +787,12 @@ enum store_rc attempt_store_backlog(attempt_store_t *st,
     int names = stmt_arrays(&s, 1);
     for (size_t i = 0; i < n; i++)
         stmt_add(&s, names, attempt_status_name(statuses[i]));
-    if ((rc = stmt_run(st, &s, SQL_BACKLOG, &r, err)) == STORE_OK)
+    if ((rc = stmt_run(st->db, &s, SQL_BACKLOG, &r, err)) == STORE_OK)
         for (size_t i = 0; i < n; i++) {
-            int row = row_of(r, 0, attempt_status_name(statuses[i]));
+            int row = stmt_row_of(r, 0, attempt_status_name(statuses[i]));
             if (row >= 0) {
-                counts[i] = col_int(r, row, 1);
-                oldest_ms[i] = col_int(r, row, 2);
+                counts[i] = stmt_col_int(r, row, 1);
+                oldest_ms[i] = stmt_col_int(r, row, 2);
             }
         }
     PQclear(r);
@@ -937,64 +803,11 @@ enum store_rc attempt_store_backlog(attempt_store_t *st,
 /* ---- leases ---- */
 
 /* clang-format off */
-/* The attempts of a lease statement: $1 their ids, $2 their epochs. */
-#define SQL_LEASES_V \
-    "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::bigint[]) AS v(id, epoch)),"
-
-static const char *SQL_RENEW =
-    SQL_LEASES_V
-    SQL_LEASES_UNLOCKED ","
-    " u AS (UPDATE payment_attempts p"
-    "  SET lease_expires_at = now() + make_interval(secs => $3::double precision / 1000)"
-    "  FROM v JOIN lk ON lk.id = v.id"
-    "  WHERE p.id = v.id AND p.lease_epoch = v.epoch AND p.lease_owner = $4"
-    "  RETURNING p.id)"
-    "SELECT id FROM u"
-    /* A row another session holds is not extended now, and nothing waits
-     * for it: still ours if its last committed lease is. */
-    " UNION ALL SELECT p.id FROM payment_attempts p JOIN v ON p.id = v.id"
-    " WHERE p.id NOT IN (SELECT id FROM lk) AND p.lease_epoch = v.epoch"
-    "   AND p.lease_owner = $4";
-
-/* Ends the leases of ours no other session holds, by `set`; $3 the actor. */
-#define SQL_LEASE_END(set) \
-    SQL_LEASES_V \
-    SQL_LEASES_UNLOCKED \
-    "UPDATE payment_attempts p SET " set \
-    " FROM v JOIN lk ON lk.id = v.id" \
-    " WHERE p.id = v.id AND p.lease_epoch = v.epoch AND p.lease_owner = $3" \
-    " RETURNING p.id"
-
-static const char *SQL_RELEASE = SQL_LEASE_END("lease_expires_at = now()");
+static const char *SQL_RENEW = SQL_LEASE_RENEW("payment_attempts");
+static const char *SQL_RELEASE = SQL_LEASE_END("payment_attempts", "lease_expires_at = now()");
 static const char *SQL_HAND_BACK =
-    SQL_LEASE_END("lease_owner = NULL, lease_expires_at = NULL");
+    SQL_LEASE_END("payment_attempts", "lease_owner = NULL, lease_expires_at = NULL");
 /* clang-format on */
-
-/* Runs a lease statement of ours on attempt_ids[i] at epochs[i]: its
- * parameters are the ids, the epochs, *lease_ms (when not NULL) and the
- * actor. */
-static enum store_rc lease_update(attempt_store_t *st, const char *sql,
-                                  const char *const *attempt_ids, const int64_t *epochs,
-                                  size_t n, const long long *lease_ms, PGresult **res,
-                                  struct store_error *err)
-{
-    struct stmt s = {0};
-    enum store_rc rc;
-
-    if (store_conn_open(st->db, NULL, err) != STORE_OK)
-        return STORE_RETRY;
-    int ids = stmt_arrays(&s, 2);
-    for (size_t i = 0; i < n; i++) {
-        stmt_add(&s, ids, attempt_ids[i]);
-        stmt_add_int(&s, ids + 1, epochs[i]);
-    }
-    if (lease_ms)
-        stmt_int(&s, *lease_ms);
-    stmt_text(&s, st->actor);
-    rc = stmt_run(st, &s, sql, res, err);
-    stmt_release(&s);
-    return rc;
-}
 
 enum store_rc attempt_store_renew(attempt_store_t *st, const char *const *attempt_ids,
                                   const int64_t *epochs, size_t n, long long lease_ms,
@@ -1005,11 +818,11 @@ enum store_rc attempt_store_renew(attempt_store_t *st, const char *const *attemp
     store_error_clear(err);
     if (n == 0)
         return STORE_OK;
-    if ((rc = lease_update(st, SQL_RENEW, attempt_ids, epochs, n, &lease_ms, &r,
-                           err)) != STORE_OK)
+    if ((rc = stmt_lease(st->db, st->actor, SQL_RENEW, attempt_ids, epochs, n,
+                         &lease_ms, &r, err)) != STORE_OK)
         return rc;
     for (size_t i = 0; i < n; i++)
-        still_ours[i] = row_of(r, 0, attempt_ids[i]) >= 0;
+        still_ours[i] = stmt_row_of(r, 0, attempt_ids[i]) >= 0;
     PQclear(r);
     return STORE_OK;
 }
@@ -1023,7 +836,7 @@ static enum store_rc lease_end(attempt_store_t *st, const char *sql,
     store_error_clear(err);
     if (n == 0)
         return STORE_OK;
-    return lease_update(st, sql, attempt_ids, epochs, n, NULL, NULL, err);
+    return stmt_lease(st->db, st->actor, sql, attempt_ids, epochs, n, NULL, NULL, err);
 }
 
 enum store_rc attempt_store_hand_back(attempt_store_t *st,

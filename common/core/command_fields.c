@@ -1,0 +1,170 @@
+#include "command_fields.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <openssl/evp.h>
+
+#include "card_data.h"
+#include "utf8_text.h"
+
+int command_fields_key_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n < 1 || n > 128)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (!isalnum(c) && c != '.' && c != '_' && c != ':' && c != '-')
+            return 0;
+    }
+    return 1;
+}
+
+/* Reads a required or optional string member into dst (size dst_size),
+ * min..max characters long: code points, as JSON Schema counts them, so
+ * that what the published schema accepts the worker accepts too. jansson
+ * has checked the text is valid UTF-8. */
+int command_fields_string(json_t *obj, const char *name, int required, size_t min,
+                          size_t max, char *dst, size_t dst_size, char *errbuf,
+                          size_t errbuf_size)
+{
+    json_t *v = json_object_get(obj, name);
+    if (!v || json_is_null(v)) {
+        if (required) {
+            snprintf(errbuf, errbuf_size, "'%s' is missing", name);
+            return -1;
+        }
+        dst[0] = '\0';
+        return 0;
+    }
+    if (!json_is_string(v)) {
+        snprintf(errbuf, errbuf_size, "'%s' must be a string", name);
+        return -1;
+    }
+    size_t n = json_string_length(v);
+    size_t chars = utf8_text_chars(json_string_value(v), n);
+    if (chars < min || chars > max || n >= dst_size ||
+        memchr(json_string_value(v), 0, n)) {
+        snprintf(errbuf, errbuf_size, "'%s' must be %zu..%zu characters", name, min,
+                 max);
+        return -1;
+    }
+    memcpy(dst, json_string_value(v), n + 1);
+    return 0;
+}
+
+int command_fields_metadata(json_t *md, char *errbuf, size_t errbuf_size)
+{
+    const char *k;
+    json_t *v;
+    if (!md || json_is_null(md))
+        return 0;
+    if (!json_is_object(md)) {
+        snprintf(errbuf, errbuf_size, "'metadata' must be an object");
+        return -1;
+    }
+    if (json_object_size(md) > 20) {
+        snprintf(errbuf, errbuf_size, "'metadata' has more than 20 pairs");
+        return -1;
+    }
+    json_object_foreach(md, k, v)
+    {
+        if (!json_is_string(v)) {
+            snprintf(errbuf, errbuf_size, "'metadata' values must be strings");
+            return -1;
+        }
+        size_t kc = utf8_text_chars(k, strlen(k));
+        if (kc < 1 || kc > 40 ||
+            utf8_text_chars(json_string_value(v), json_string_length(v)) > 500) {
+            snprintf(errbuf, errbuf_size,
+                     "'metadata' keys must be 1..40 and values at most 500 characters");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+enum dead_letter_reason command_fields_open(const void *key, size_t key_len,
+                                            const void *value, size_t value_len,
+                                            size_t max_bytes, json_t **doc,
+                                            char *errbuf, size_t errbuf_size)
+{
+    json_error_t jerr;
+    *doc = NULL;
+    if (!value || value_len == 0) {
+        snprintf(errbuf, errbuf_size, "the message has no value");
+        return DEAD_LETTER_EMPTY_VALUE;
+    }
+    if (max_bytes && value_len > max_bytes) {
+        snprintf(errbuf, errbuf_size,
+                 "the value is %zu bytes, more than the %zu allowed", value_len,
+                 max_bytes);
+        return DEAD_LETTER_OVERSIZED;
+    }
+    if (card_data_found(value, value_len) || card_data_found(key, key ? key_len : 0)) {
+        snprintf(errbuf, errbuf_size,
+                 "the command holds what looks like a card number; commands carry "
+                 "provider tokens only");
+        return DEAD_LETTER_CARD_DATA;
+    }
+    json_t *d = json_loadb(value, value_len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!d && json_error_code(&jerr) == json_error_invalid_utf8) {
+        /* jansson reads the whole value strictly: no overlongs, no
+         * surrogates, nothing above U+10FFFF. */
+        snprintf(errbuf, errbuf_size, "the value is not valid UTF-8");
+        return DEAD_LETTER_INVALID_UTF8;
+    }
+    if (!d) {
+        snprintf(errbuf, errbuf_size, "not JSON: %s at line %d column %d", jerr.text,
+                 jerr.line, jerr.column);
+        card_data_mask(errbuf, strlen(errbuf));
+        return DEAD_LETTER_MALFORMED_JSON;
+    }
+    if (!json_is_object(d)) {
+        json_decref(d);
+        snprintf(errbuf, errbuf_size, "the value must be a JSON object");
+        return DEAD_LETTER_SCHEMA_VIOLATION;
+    }
+    *doc = d;
+    return DEAD_LETTER_NONE;
+}
+
+int command_fields_type_is(const void *value, size_t value_len, const char *type)
+{
+    json_t *d =
+        value ? json_loadb(value, value_len, JSON_REJECT_DUPLICATES, NULL) : NULL;
+    json_t *t = json_object_get(d, "type");
+    int is = json_is_string(t) && !strcmp(json_string_value(t), type);
+    json_decref(d);
+    return is;
+}
+
+int command_fields_fingerprint(const char *const *fields, size_t n, char out[65])
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned mdlen = 0;
+    int rc = -1;
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+
+    out[0] = '\0';
+    if (!ctx || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) ||
+        !EVP_DigestUpdate(ctx, "v2", 2))
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        char len[24];
+        int k = snprintf(len, sizeof(len), ";%zu:", strlen(fields[i]));
+        if (!EVP_DigestUpdate(ctx, len, (size_t)k) ||
+            !EVP_DigestUpdate(ctx, fields[i], strlen(fields[i])))
+            goto out;
+    }
+    if (!EVP_DigestFinal_ex(ctx, md, &mdlen) || mdlen != 32)
+        goto out;
+    for (unsigned i = 0; i < mdlen; i++)
+        snprintf(out + 2 * i, 3, "%02x", md[i]);
+    rc = 0;
+out:
+    EVP_MD_CTX_free(ctx);
+    return rc;
+}

@@ -1,0 +1,48 @@
+/* lease_sql: the lease statements every leased table shares (payment and
+ * refund attempts: columns id, lease_owner, lease_expires_at, lease_epoch).
+ * Private to the store library. */
+#ifndef CHARGED_LEASE_SQL_H
+#define CHARGED_LEASE_SQL_H
+
+/* clang-format off */
+
+/* The rows of `v` no other session holds: persist and the leases'
+ * statements never wait on a peer's lock (a session hung in a transaction
+ * would hold us with it); a row held elsewhere is busy, or its lease simply
+ * expires. */
+#define SQL_LEASES_UNLOCKED(table) \
+    " lk AS (SELECT p.id FROM " table " p JOIN v ON p.id = v.id" \
+    "  ORDER BY p.id FOR NO KEY UPDATE OF p SKIP LOCKED)"
+
+/* The rows of a lease statement: $1 their ids, $2 their epochs. */
+#define SQL_LEASES_V \
+    "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::bigint[]) AS v(id, epoch)),"
+
+/* Extends our leases by $3 ms; $4 the actor. The rows still ours. */
+#define SQL_LEASE_RENEW(table) \
+    SQL_LEASES_V \
+    SQL_LEASES_UNLOCKED(table) "," \
+    " u AS (UPDATE " table " p" \
+    "  SET lease_expires_at = now() + make_interval(secs => $3::double precision / 1000)" \
+    "  FROM v JOIN lk ON lk.id = v.id" \
+    "  WHERE p.id = v.id AND p.lease_epoch = v.epoch AND p.lease_owner = $4" \
+    "  RETURNING p.id)" \
+    "SELECT id FROM u" \
+    /* A row another session holds is not extended now, and nothing waits \
+     * for it: still ours if its last committed lease is. */ \
+    " UNION ALL SELECT p.id FROM " table " p JOIN v ON p.id = v.id" \
+    " WHERE p.id NOT IN (SELECT id FROM lk) AND p.lease_epoch = v.epoch" \
+    "   AND p.lease_owner = $4"
+
+/* Ends the leases of ours no other session holds, by `set`; $3 the actor. */
+#define SQL_LEASE_END(table, set) \
+    SQL_LEASES_V \
+    SQL_LEASES_UNLOCKED(table) \
+    "UPDATE " table " p SET " set \
+    " FROM v JOIN lk ON lk.id = v.id" \
+    " WHERE p.id = v.id AND p.lease_epoch = v.epoch AND p.lease_owner = $3" \
+    " RETURNING p.id"
+
+/* clang-format on */
+
+#endif

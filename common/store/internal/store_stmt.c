@@ -1,0 +1,141 @@
+#include "store_stmt.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Reserves the next parameter: its index, or -1 when there is no room. */
+static int stmt_next(struct stmt *s)
+{
+    if (s->n >= STMT_PARAMS_MAX) {
+        s->failed = 1;
+        return -1;
+    }
+    return s->n++;
+}
+
+/* A text parameter, or SQL NULL for NULL. */
+void stmt_text(struct stmt *s, const char *value)
+{
+    int i = stmt_next(s);
+    if (i >= 0)
+        s->p[i] = value;
+}
+
+void stmt_int(struct stmt *s, long long value)
+{
+    int i = stmt_next(s);
+    if (i < 0)
+        return;
+    snprintf(s->nums[i], sizeof(s->nums[i]), "%lld", value);
+    s->p[i] = s->nums[i];
+}
+
+/* value, or SQL NULL when it is negative ("none"). */
+void stmt_int_or_null(struct stmt *s, long long value)
+{
+    if (value < 0)
+        stmt_text(s, NULL);
+    else
+        stmt_int(s, value);
+}
+
+/* `count` array parameters, empty: the index of the first, which
+ * stmt_add() fills item by item. */
+int stmt_arrays(struct stmt *s, int count)
+{
+    int first = s->n;
+    for (int k = 0; k < count; k++) {
+        int i = stmt_next(s);
+        if (i >= 0 && !(s->arrays[i] = db_array_new()))
+            s->failed = 1;
+    }
+    return first;
+}
+
+/* Appends one element to array parameter `param`; NULL appends SQL NULL. */
+void stmt_add(struct stmt *s, int param, const char *value)
+{
+    if (param < 0 || param >= s->n || !s->arrays[param] ||
+        db_array_add(s->arrays[param], value) != 0)
+        s->failed = 1;
+}
+
+void stmt_add_int(struct stmt *s, int param, long long value)
+{
+    char num[24];
+    snprintf(num, sizeof(num), "%lld", value);
+    stmt_add(s, param, num);
+}
+
+/* Runs sql with s's parameters on the call's session: STORE_OK and, when
+ * res is not NULL, the rows in *res (the caller PQclear()s them); or the
+ * failure, classified (store_conn_exec), and err. */
+enum store_rc stmt_run(store_conn_t *db, struct stmt *s, const char *sql,
+                       PGresult **res, struct store_error *err)
+{
+    if (res)
+        *res = NULL;
+    for (int i = 0; i < s->n && !s->failed; i++)
+        if (s->arrays[i] && !(s->p[i] = db_array_text(s->arrays[i])))
+            s->failed = 1;
+    if (s->failed) {
+        store_error_set(err, "out of memory");
+        return STORE_RETRY;
+    }
+    return store_conn_exec(db, sql, s->n, s->p, res, err);
+}
+
+void stmt_release(struct stmt *s)
+{
+    for (int i = 0; i < s->n; i++)
+        db_array_free(s->arrays[i]);
+}
+
+/* Column c of a row: copied as text into out (cut to its size), as a
+ * number, as a boolean. */
+void stmt_col_copy(const PGresult *r, int row, int c, char *out, size_t size)
+{
+    snprintf(out, size, "%s", PQgetvalue(r, row, c));
+}
+
+long long stmt_col_int(const PGresult *r, int row, int c)
+{
+    return strtoll(PQgetvalue(r, row, c), NULL, 10);
+}
+
+int stmt_col_true(const PGresult *r, int row, int c)
+{
+    return PQgetvalue(r, row, c)[0] == 't';
+}
+
+enum store_rc stmt_lease(store_conn_t *db, const char *actor, const char *sql,
+                         const char *const *ids, const int64_t *epochs, size_t n,
+                         const long long *lease_ms, PGresult **res,
+                         struct store_error *err)
+{
+    struct stmt s = {0};
+    enum store_rc rc;
+
+    if (store_conn_open(db, NULL, err) != STORE_OK)
+        return STORE_RETRY;
+    int a = stmt_arrays(&s, 2);
+    for (size_t i = 0; i < n; i++) {
+        stmt_add(&s, a, ids[i]);
+        stmt_add_int(&s, a + 1, epochs[i]);
+    }
+    if (lease_ms)
+        stmt_int(&s, *lease_ms);
+    stmt_text(&s, actor);
+    rc = stmt_run(db, &s, sql, res, err);
+    stmt_release(&s);
+    return rc;
+}
+
+int stmt_row_of(const PGresult *r, int c, const char *value)
+{
+    for (int row = PQntuples(r) - 1; row >= 0; row--)
+        if (!strcmp(PQgetvalue(r, row, c), value))
+            return row;
+    return -1;
+}

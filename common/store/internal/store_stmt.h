@@ -1,0 +1,65 @@
+/* store_stmt: one parameterized statement of a store, built column by
+ * column (a batch's column is one array parameter), run on the store's
+ * session, and its rows read back. Private to the store library. */
+#ifndef CHARGED_STORE_STMT_H
+#define CHARGED_STORE_STMT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <libpq-fe.h>
+
+#include "db.h"
+#include "store_conn.h"
+
+#define STMT_PARAMS_MAX 22
+
+/* The parameters of one statement, $1 first, in the order they are added:
+ * texts the caller keeps alive, and numbers and arrays (a batch's column
+ * each, one parameter: unnest($1::uuid[])) held here until stmt_release().
+ * A value that cannot be added is remembered, so that a statement is built
+ * without a check per value and refused whole by stmt_run(). */
+struct stmt {
+    const char *p[STMT_PARAMS_MAX];
+    db_array_t *arrays[STMT_PARAMS_MAX]; /* arrays[i]: p[i] is its text */
+    char nums[STMT_PARAMS_MAX][24];
+    int n;
+    int failed; /* out of memory, or more parameters than STMT_PARAMS_MAX */
+};
+
+/* A text parameter, or SQL NULL for NULL. */
+void stmt_text(struct stmt *s, const char *value);
+void stmt_int(struct stmt *s, long long value);
+/* value, or SQL NULL when it is negative ("none"). */
+void stmt_int_or_null(struct stmt *s, long long value);
+/* `count` array parameters, empty: the index of the first, which
+ * stmt_add() fills item by item. */
+int stmt_arrays(struct stmt *s, int count);
+/* Appends one element to array parameter `param`; NULL appends SQL NULL. */
+void stmt_add(struct stmt *s, int param, const char *value);
+void stmt_add_int(struct stmt *s, int param, long long value);
+/* Runs sql with s's parameters on db's session: STORE_OK and, when res is
+ * not NULL, the rows in *res (the caller PQclear()s them); or the failure,
+ * classified (store_conn_exec), and err. */
+enum store_rc stmt_run(store_conn_t *db, struct stmt *s, const char *sql,
+                       PGresult **res, struct store_error *err);
+void stmt_release(struct stmt *s);
+
+/* Column c of a row: copied as text into out (cut to its size), as a
+ * number, as a boolean. */
+void stmt_col_copy(const PGresult *r, int row, int c, char *out, size_t size);
+long long stmt_col_int(const PGresult *r, int row, int c);
+int stmt_col_true(const PGresult *r, int row, int c);
+
+/* The last row whose column c is value, or -1. */
+int stmt_row_of(const PGresult *r, int c, const char *value);
+
+/* Runs a lease statement (lease_sql.h) of ours on ids[i] at epochs[i]: its
+ * parameters are the ids, the epochs, *lease_ms (when not NULL) and the
+ * actor. Connects first if needed. */
+enum store_rc stmt_lease(store_conn_t *db, const char *actor, const char *sql,
+                         const char *const *ids, const int64_t *epochs, size_t n,
+                         const long long *lease_ms, PGresult **res,
+                         struct store_error *err);
+
+#endif
