@@ -1,0 +1,663 @@
+#include "refund_store.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attempt_status.h"
+#include "lease_sql.h"
+#include "refund_sql.h"
+#include "store_conn.h"
+#include "store_stmt.h"
+
+struct refund_store {
+    store_conn_t *db;
+    char *actor;
+};
+
+/* As the attempt store's: an insert's unique index, and a reservation on
+ * the charge's row, wait at most this long for another session. */
+#define REFUND_LOCK_TIMEOUT "100ms"
+
+refund_store_t *refund_store_new(const char *database_url, const char *actor,
+                                 struct store_error *err)
+{
+    refund_store_t *st = calloc(1, sizeof(*st));
+    if (!st || !(st->actor = strdup(actor))) {
+        free(st);
+        store_error_set(err, "out of memory");
+        return NULL;
+    }
+    if (!(st->db = store_conn_new(database_url, REFUND_LOCK_TIMEOUT, err))) {
+        refund_store_free(st);
+        return NULL;
+    }
+    return st;
+}
+
+void refund_store_free(refund_store_t *st)
+{
+    if (!st)
+        return;
+    store_conn_free(st->db);
+    free(st->actor);
+    free(st);
+}
+
+enum store_rc refund_store_ping(refund_store_t *st, struct store_error *err)
+{
+    store_error_clear(err);
+    if (store_conn_open(st->db, NULL, err) != STORE_OK ||
+        store_conn_exec(st->db, "SELECT 1", 0, NULL, NULL, err) != STORE_OK)
+        return STORE_RETRY;
+    return STORE_OK;
+}
+
+static const char *or_null(const char *s)
+{
+    return s && *s ? s : NULL;
+}
+
+/* What the provider is called with, from five columns starting at first:
+ * idempotency_key, payment_intent, payment_attempt_id, amount, reason. */
+static void col_params(const PGresult *r, int row, int first, struct refund_params *pa)
+{
+    stmt_col_copy(r, row, first, pa->idempotency_key, sizeof(pa->idempotency_key));
+    stmt_col_copy(r, row, first + 1, pa->payment_intent, sizeof(pa->payment_intent));
+    stmt_col_copy(r, row, first + 2, pa->payment_attempt_id,
+                  sizeof(pa->payment_attempt_id));
+    pa->amount = stmt_col_int(r, row, first + 3);
+    stmt_col_copy(r, row, first + 4, pa->reason, sizeof(pa->reason));
+}
+
+/* ---- record ---- */
+
+/* clang-format off */
+/* A key a charge already uses is never taken by a refund: the provider
+ * keeps one namespace of keys. The charge's order and currency are copied
+ * when the charge is known. */
+static const char *SQL_INSERT_PENDING =
+    "WITH v AS ("
+    "  SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[],"
+    "    $5::bigint[], $6::text[], $7::jsonb[])"
+    "  WITH ORDINALITY AS v(id, attempt, idempotency_key, fp, amount, reason, metadata, n)),"
+    " ins AS ("
+    "  INSERT INTO refund_attempts (id, payment_attempt_id, order_id, idempotency_key,"
+    "    request_fingerprint, amount, currency, refund_reason, metadata, status)"
+    "  SELECT v.id, v.attempt, p.order_id, v.idempotency_key, v.fp, v.amount, p.currency,"
+    "    v.reason, v.metadata, " ATTEMPT_SQL(PENDING)
+    "  FROM v LEFT JOIN payment_attempts p ON p.id = v.attempt"
+    "  WHERE NOT EXISTS (SELECT 1 FROM payment_attempts k"
+    "    WHERE k.idempotency_key = v.idempotency_key)"
+    "  ORDER BY v.n ON CONFLICT DO NOTHING RETURNING id),"
+    " tr AS ("
+    "  INSERT INTO refund_transitions (refund_id, old_status, new_status, cause, actor,"
+    "    reason)"
+    "  SELECT id, NULL, " ATTEMPT_SQL(PENDING) ", 'worker', $8, 'recorded' FROM ins)"
+    "SELECT id FROM ins";
+
+/* The stored rows every message is compared with: refunds by id or key,
+ * and charges by key. */
+static const char *SQL_FIND_EXISTING =
+    "SELECT id, idempotency_key, request_fingerprint, 'refund' FROM refund_attempts"
+    " WHERE id = ANY($1::uuid[]) OR idempotency_key = ANY($2::text[])"
+    " UNION ALL SELECT id, idempotency_key, '', 'charge' FROM payment_attempts"
+    " WHERE idempotency_key = ANY($2::text[])";
+/* clang-format on */
+
+static int by_refund_id(const void *a, const void *b)
+{
+    const struct refund_record_item *x = *(const struct refund_record_item *const *)a,
+                                    *y = *(const struct refund_record_item *const *)b;
+    int c = strcmp(x->cmd->refund_id, y->cmd->refund_id);
+    return c ? c : (x < y ? -1 : x > y);
+}
+
+static void compare_with_stored(struct refund_record_item *it, const PGresult *found)
+{
+    const struct refund_command *c = it->cmd;
+    it->result = REFUND_RECORDED;
+    it->reason[0] = '\0';
+    for (int r = 0; r < PQntuples(found); r++) {
+        const char *id = PQgetvalue(found, r, 0), *key = PQgetvalue(found, r, 1),
+                   *fp = PQgetvalue(found, r, 2), *kind = PQgetvalue(found, r, 3);
+        int same_key = !strcmp(key, c->idempotency_key);
+        if (!strcmp(kind, "charge")) {
+            if (same_key) {
+                it->result = REFUND_CONFLICT;
+                snprintf(it->reason, sizeof(it->reason),
+                         "idempotency key already belongs to payment attempt %s", id);
+            }
+        } else if (!strcmp(id, c->refund_id)) {
+            if (!same_key || strcmp(fp, c->fingerprint) != 0) {
+                it->result = REFUND_CONFLICT;
+                snprintf(it->reason, sizeof(it->reason),
+                         "refund %s is already recorded with another key or other "
+                         "parameters",
+                         id);
+            }
+        } else if (same_key) {
+            it->result = REFUND_CONFLICT;
+            snprintf(it->reason, sizeof(it->reason),
+                     "idempotency key already belongs to refund %s", id);
+        }
+    }
+}
+
+enum store_rc refund_store_record(refund_store_t *st, struct refund_record_item *items,
+                                  size_t n, struct store_error *err)
+{
+    struct stmt ins = {0}, find = {0};
+    PGresult *found = NULL;
+    struct refund_record_item **sorted = NULL;
+    enum store_rc rc = STORE_RETRY;
+
+    store_error_clear(err);
+    if (n == 0)
+        return STORE_OK;
+    if (store_conn_open(st->db, NULL, err) != STORE_OK)
+        return STORE_RETRY;
+    if (!(sorted = calloc(n, sizeof(*sorted)))) {
+        store_error_set(err, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++)
+        sorted[i] = &items[i];
+    qsort(sorted, n, sizeof(*sorted), by_refund_id);
+    int a = stmt_arrays(&ins, 7);
+    for (size_t i = 0; i < n; i++) {
+        const struct refund_command *c = sorted[i]->cmd;
+        stmt_add(&ins, a, c->refund_id);
+        stmt_add(&ins, a + 1, c->payment_attempt_id);
+        stmt_add(&ins, a + 2, c->idempotency_key);
+        stmt_add(&ins, a + 3, c->fingerprint);
+        stmt_add_int(&ins, a + 4, c->amount);
+        stmt_add(&ins, a + 5, c->reason);
+        stmt_add(&ins, a + 6, c->metadata_json ? c->metadata_json : "{}");
+    }
+    stmt_text(&ins, st->actor);
+    if ((rc = stmt_run(st->db, &ins, SQL_INSERT_PENDING, NULL, err)) != STORE_OK)
+        goto out;
+    stmt_text(&find, ins.p[a]);
+    stmt_text(&find, ins.p[a + 2]);
+    if ((rc = stmt_run(st->db, &find, SQL_FIND_EXISTING, &found, err)) != STORE_OK)
+        goto out;
+    for (size_t i = 0; i < n; i++)
+        compare_with_stored(&items[i], found);
+out:
+    free(sorted);
+    PQclear(found);
+    stmt_release(&ins);
+    stmt_release(&find);
+    return rc;
+}
+
+/* ---- claim ---- */
+
+/* clang-format off */
+/* A PENDING refund is leased only together with its reservation: the
+ * charge's row is updated only while it is SUCCEEDED and the reservation
+ * stays within its amount, re-read after any concurrent reservation
+ * committed (the UPDATE waits for the row, then re-checks its WHERE on the
+ * row's newest version). Else the refund is REJECTED here, with its event.
+ * One refund per charge per statement (DISTINCT ON): an UPDATE touches a
+ * row once, so a second refund of the same charge in one batch waits for
+ * the next claim. A refund already reserved (a lease that expired) is
+ * taken over without reserving again. */
+static const char *SQL_CLAIM =
+    "WITH q AS (SELECT DISTINCT id FROM unnest($1::uuid[]) AS q(id)),"
+    " lk AS ("
+    "  SELECT r.id, r.status, r.payment_attempt_id, r.amount FROM refund_attempts r"
+    "  JOIN q ON r.id = q.id"
+    "  WHERE r.status = " ATTEMPT_SQL(PENDING)
+    "     OR (r.status = " ATTEMPT_SQL(PROCESSING) " AND r.next_check_at IS NULL"
+    "         AND r.lease_owner IS NOT NULL AND r.lease_expires_at < now())"
+    "  ORDER BY r.id FOR NO KEY UPDATE OF r SKIP LOCKED),"
+    " c AS (SELECT DISTINCT ON (payment_attempt_id) * FROM lk"
+    "  ORDER BY payment_attempt_id, id),"
+    " res AS ("
+    "  UPDATE payment_attempts p SET refund_reserved = p.refund_reserved + c.amount"
+    "  FROM c WHERE c.status = " ATTEMPT_SQL(PENDING) " AND p.id = c.payment_attempt_id"
+    "    AND p.status = " ATTEMPT_SQL(SUCCEEDED)
+    "    AND p.refund_reserved + c.amount <= p.amount"
+    "  RETURNING c.id AS refund_id, p.provider_payment_id),"
+    " d AS ("
+    "  SELECT c.id, c.status AS old_status,"
+    "    CASE WHEN c.status <> " ATTEMPT_SQL(PENDING) " OR res.refund_id IS NOT NULL"
+    "      THEN NULL"
+    "      WHEN p.id IS NULL THEN 'not_refundable: payment attempt ' ||"
+    "        c.payment_attempt_id || ' is not recorded'"
+    "      WHEN p.status <> " ATTEMPT_SQL(SUCCEEDED) " THEN 'not_refundable: payment"
+    " attempt ' || p.id || ' is ' || p.status"
+    "      ELSE 'exceeds_charge: ' || c.amount || ' more would pass the charge of ' ||"
+    "        p.amount || ' (' || p.refund_reserved || ' refunded or in flight)' END"
+    "      AS rejected,"
+    "    res.provider_payment_id"
+    "  FROM c LEFT JOIN res ON res.refund_id = c.id"
+    "  LEFT JOIN payment_attempts p ON p.id = c.payment_attempt_id),"
+    " u AS ("
+    "  UPDATE refund_attempts r SET"
+    "    status = CASE WHEN d.rejected IS NULL THEN " ATTEMPT_SQL(PROCESSING)
+    "      ELSE " ATTEMPT_SQL(REJECTED) " END,"
+    "    reason = d.rejected,"
+    "    reserved = r.reserved OR d.provider_payment_id IS NOT NULL,"
+    "    payment_intent = coalesce(r.payment_intent, d.provider_payment_id),"
+    "    lease_owner = CASE WHEN d.rejected IS NULL THEN $2 END,"
+    "    lease_expires_at = CASE WHEN d.rejected IS NULL THEN"
+    "      now() + make_interval(secs => $3::double precision / 1000) END,"
+    "    lease_epoch = r.lease_epoch + 1,"
+    "    first_sent_at = CASE WHEN d.rejected IS NULL"
+    "      THEN coalesce(r.first_sent_at, now()) END,"
+    "    updated_at = " SQL_CHANGED_AT("r")
+    "  FROM d WHERE r.id = d.id"
+    "  RETURNING r.id, r.payment_attempt_id, r.order_id, r.amount, r.currency,"
+    "    r.provider_refund_id, r.status, r.reason, r.updated_at, d.old_status,"
+    "    CASE WHEN r.status = " ATTEMPT_SQL(REJECTED) " THEN $4::text END AS event_type,"
+    "    r.lease_epoch,"
+    "    (extract(epoch FROM now() - r.first_sent_at) * 1000)::bigint AS key_age_ms,"
+    "    r.idempotency_key, r.payment_intent, r.refund_reason),"
+    " t AS ("
+    "  INSERT INTO refund_transitions (refund_id, old_status, new_status, cause, actor,"
+    "    reason, created_at)"
+    "  SELECT id, old_status, status, 'worker', $2,"
+    "    CASE WHEN status = " ATTEMPT_SQL(REJECTED) " THEN reason"
+    "         WHEN old_status = " ATTEMPT_SQL(PENDING) " THEN 'claimed'"
+    "         ELSE 'lease expired; taken over' END, updated_at FROM u),"
+    SQL_REFUND_OUTBOX_EVENTS("u")
+    "SELECT a.id, a.status, a.lease_owner IS NOT NULL, u.status, u.reason,"
+    "  u.lease_epoch, u.key_age_ms, u.idempotency_key, u.payment_intent,"
+    "  u.payment_attempt_id, u.amount, u.refund_reason"
+    " FROM refund_attempts a JOIN q ON a.id = q.id LEFT JOIN u ON u.id = a.id";
+/* clang-format on */
+
+static void read_claim(struct refund_claim_item *items, size_t i, const PGresult *r)
+{
+    struct refund_claim_item *it = &items[i];
+    int row = stmt_row_of(r, 0, it->refund_id);
+    it->result = REFUND_BUSY;
+    it->status[0] = it->rejected[0] = '\0';
+    if (row < 0)
+        return;
+    stmt_col_copy(r, row, 1, it->status, sizeof(it->status));
+    int leased = stmt_col_true(r, row, 2);
+    if (!PQgetisnull(r, row, 3)) {
+        for (size_t j = 0; j < i; j++)
+            if (items[j].result != REFUND_BUSY &&
+                !strcmp(items[j].refund_id, it->refund_id))
+                return;
+        if (!strcmp(PQgetvalue(r, row, 3), ATTEMPT_S_REJECTED)) {
+            it->result = REFUND_SETTLED;
+            stmt_col_copy(r, row, 4, it->rejected, sizeof(it->rejected));
+            return;
+        }
+        it->result = REFUND_CLAIMED;
+        it->lease_epoch = stmt_col_int(r, row, 5);
+        it->key_age_ms = stmt_col_int(r, row, 6);
+        col_params(r, row, 7, &it->params);
+    } else if (strcmp(it->status, ATTEMPT_S_PENDING) != 0 &&
+               (strcmp(it->status, ATTEMPT_S_PROCESSING) != 0 || !leased)) {
+        it->result = REFUND_SETTLED;
+    }
+}
+
+enum store_rc refund_store_claim(refund_store_t *st, struct refund_claim_item *items,
+                                 size_t n, long long lease_ms, struct store_error *err)
+{
+    struct stmt s = {0};
+    PGresult *r = NULL;
+    enum store_rc rc;
+
+    store_error_clear(err);
+    if (n == 0)
+        return STORE_OK;
+    if (store_conn_open(st->db, NULL, err) != STORE_OK)
+        return STORE_RETRY;
+    int ids = stmt_arrays(&s, 1);
+    for (size_t i = 0; i < n; i++)
+        stmt_add(&s, ids, items[i].refund_id);
+    stmt_text(&s, st->actor);
+    stmt_int(&s, lease_ms);
+    stmt_text(&s, attempt_status_refund_event_type(ATTEMPT_STATUS_REJECTED));
+    if ((rc = stmt_run(st->db, &s, SQL_CLAIM, &r, err)) == STORE_OK)
+        for (size_t i = 0; i < n; i++)
+            read_claim(items, i, r);
+    PQclear(r);
+    stmt_release(&s);
+    return rc;
+}
+
+/* ---- provider calls ---- */
+
+/* clang-format off */
+/* The calls, from nine arrays at $a.., with the actor at `actor`: written
+ * under the charge's attempt and marked with the refund. `where` limits
+ * them. */
+#define SQL_REFUND_CALLS(a0, a1, a2, a3, a4, a5, a6, a7, a8, actor, where) \
+    "INSERT INTO provider_calls (payment_attempt_id, refund_id, operation, started_at," \
+    "  latency_ms, outcome, http_status, replayed, provider_payment_id, error, actor)" \
+    " SELECT r.payment_attempt_id, v.id, v.op, to_timestamp(v.started_ms / 1000.0)," \
+    "  v.latency, v.outcome, nullif(v.http, 0), v.replayed, nullif(v.ppid, '')," \
+    "  nullif(v.err, ''), " actor \
+    " FROM unnest(" a0 "::uuid[], " a1 "::text[], " a2 "::bigint[], " a3 "::int[]," \
+    "  " a4 "::text[], " a5 "::int[], " a6 "::bool[], " a7 "::text[], " a8 "::text[])" \
+    " AS v(id, op, started_ms, latency, outcome, http, replayed, ppid, err)" \
+    " JOIN refund_attempts r ON r.id = v.id" \
+    " JOIN payment_attempts p ON p.id = r.payment_attempt_id " where
+
+/* A call whose earlier write may have committed ($11 of its row) is
+ * written only when no row of the same call is there. */
+static const char *SQL_LOG_CALLS =
+    SQL_REFUND_CALLS("$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8", "$9", "$10",
+    "WHERE NOT ((($11::bool[])[1]) AND EXISTS (SELECT 1 FROM provider_calls c"
+    "  WHERE c.refund_id = v.id AND c.operation = v.op"
+    "  AND c.started_at = to_timestamp(v.started_ms / 1000.0)"
+    "  AND c.outcome = v.outcome AND c.latency_ms = v.latency"
+    "  AND c.http_status IS NOT DISTINCT FROM nullif(v.http, 0)"
+    "  AND c.error IS NOT DISTINCT FROM nullif(v.err, '')))");
+/* clang-format on */
+
+static void add_calls(struct stmt *s, int first, const struct refund_call *calls,
+                      size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const struct provider_result *r = calls[i].res;
+        stmt_add(s, first, calls[i].refund_id);
+        stmt_add(s, first + 1, calls[i].operation ? calls[i].operation : "refund");
+        stmt_add_int(s, first + 2, calls[i].started_ms);
+        stmt_add_int(s, first + 3, r->latency_ms);
+        stmt_add(s, first + 4, provider_outcome_name(r->outcome));
+        stmt_add_int(s, first + 5, r->http_status);
+        stmt_add(s, first + 6, r->replayed ? "t" : "f");
+        stmt_add(s, first + 7, r->provider_payment_id);
+        stmt_add(s, first + 8, r->outcome == PROVIDER_SUCCEEDED ? "" : r->error);
+    }
+}
+
+/* One statement per kind of write: the calls written maybe (written only
+ * if absent) and the others. */
+enum store_rc refund_store_log_calls(refund_store_t *st,
+                                     const struct refund_call *calls, size_t n,
+                                     struct store_error *err)
+{
+    enum store_rc rc = STORE_OK;
+    store_error_clear(err);
+    if (n == 0)
+        return STORE_OK;
+    if (store_conn_open(st->db, NULL, err) != STORE_OK)
+        return STORE_RETRY;
+    for (int maybe = 0; maybe < 2 && rc == STORE_OK; maybe++) {
+        struct stmt s = {0};
+        size_t k = 0;
+        int a = stmt_arrays(&s, 9);
+        for (size_t i = 0; i < n; i++)
+            if (!!calls[i].written_maybe == maybe) {
+                add_calls(&s, a, &calls[i], 1);
+                k++;
+            }
+        stmt_text(&s, st->actor);
+        stmt_text(&s, maybe ? "{t}" : "{f}");
+        if (k > 0)
+            rc = stmt_run(st->db, &s, SQL_LOG_CALLS, NULL, err);
+        stmt_release(&s);
+    }
+    return rc;
+}
+
+/* ---- persist ---- */
+
+/* clang-format off */
+static const char *SQL_PERSIST =
+    "WITH v AS ("
+    "  SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[],"
+    "    $5::text[], $6::text[], $7::jsonb[], $8::int[], $9::text[], $10::bigint[])"
+    "  AS v(id, epoch, status, reason, prid, event_type, evidence, calls, last_error,"
+    "       next_check_ms)),"
+    SQL_LEASES_UNLOCKED("refund_attempts") ","
+    " u AS ("
+    "  UPDATE refund_attempts p SET status = v.status, reason = v.reason,"
+    "    provider_refund_id = coalesce(v.prid, p.provider_refund_id),"
+    "    lease_owner = NULL, lease_expires_at = NULL,"
+    "    attempt_count = p.attempt_count + v.calls, last_error = v.last_error,"
+    "    next_check_at = CASE WHEN v.next_check_ms IS NULL THEN NULL"
+    "      ELSE now() + make_interval(secs => v.next_check_ms / 1000.0) END,"
+    "    updated_at = " SQL_CHANGED_AT("p")
+    "  FROM v JOIN lk ON lk.id = v.id"
+    "  WHERE p.id = v.id AND p.lease_owner = $11 AND p.lease_epoch = v.epoch"
+    "    AND p.status = " ATTEMPT_SQL(PROCESSING)
+    "  RETURNING p.id, p.payment_attempt_id, p.order_id, p.amount, p.currency,"
+    "    p.provider_refund_id, p.status, p.reason, p.updated_at, v.event_type,"
+    "    v.evidence),"
+    " t AS ("
+    "  INSERT INTO refund_transitions (refund_id, old_status, new_status, cause, actor,"
+    "    reason, evidence, created_at)"
+    "  SELECT id, " ATTEMPT_SQL(PROCESSING) ", status, 'worker', $11, reason, evidence,"
+    "    updated_at FROM u),"
+    SQL_REFUND_OUTBOX_EVENTS("u")
+    "SELECT v.id, u.id IS NOT NULL, lk.id IS NULL AND a.id IS NOT NULL"
+    " FROM v LEFT JOIN u ON u.id = v.id LEFT JOIN lk ON lk.id = v.id"
+    " LEFT JOIN refund_attempts a ON a.id = v.id";
+/* clang-format on */
+
+enum store_rc refund_store_persist(refund_store_t *st, struct refund_outcome *items,
+                                   size_t n, struct store_error *err)
+{
+    struct stmt s = {0};
+    PGresult *r = NULL;
+    enum store_rc rc;
+
+    store_error_clear(err);
+    if (n == 0)
+        return STORE_OK;
+    if (store_conn_open(st->db, NULL, err) != STORE_OK)
+        return STORE_RETRY;
+    int a = stmt_arrays(&s, 10);
+    for (size_t i = 0; i < n; i++) {
+        struct refund_outcome *o = &items[i];
+        int to = attempt_status_parse(o->status);
+        if (to < 0 ||
+            !attempt_status_transition_allowed(ATTEMPT_STATUS_PROCESSING, to)) {
+            store_error_set(err, "status '%s' may not follow PROCESSING",
+                            o->status ? o->status : "(null)");
+            rc = STORE_DATA;
+            goto out;
+        }
+        stmt_add(&s, a, o->refund_id);
+        stmt_add_int(&s, a + 1, o->lease_epoch);
+        stmt_add(&s, a + 2, o->status);
+        stmt_add(&s, a + 3, o->reason);
+        stmt_add(&s, a + 4, or_null(o->provider_refund_id));
+        stmt_add(&s, a + 5, o->event_type);
+        stmt_add(&s, a + 6, o->evidence_json ? o->evidence_json : "{}");
+        stmt_add_int(&s, a + 7, o->calls);
+        stmt_add(&s, a + 8, o->last_error);
+        if (o->next_check_ms < 0)
+            stmt_add(&s, a + 9, NULL);
+        else
+            stmt_add_int(&s, a + 9, o->next_check_ms);
+    }
+    stmt_text(&s, st->actor);
+    if ((rc = stmt_run(st->db, &s, SQL_PERSIST, &r, err)) != STORE_OK)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        int row = stmt_row_of(r, 0, items[i].refund_id);
+        items[i].persisted = row >= 0 && stmt_col_true(r, row, 1);
+        items[i].busy = row >= 0 && stmt_col_true(r, row, 2);
+    }
+out:
+    PQclear(r);
+    stmt_release(&s);
+    return rc;
+}
+
+/* ---- leases ---- */
+
+static const char *SQL_RENEW = SQL_LEASE_RENEW("refund_attempts");
+static const char *SQL_RELEASE =
+    SQL_LEASE_END("refund_attempts", "lease_expires_at = now()");
+
+enum store_rc refund_store_renew(refund_store_t *st, const char *const *refund_ids,
+                                 const int64_t *epochs, size_t n, long long lease_ms,
+                                 int *still_ours, struct store_error *err)
+{
+    PGresult *r;
+    enum store_rc rc;
+    store_error_clear(err);
+    if (n == 0)
+        return STORE_OK;
+    if ((rc = stmt_lease(st->db, st->actor, SQL_RENEW, refund_ids, epochs, n, &lease_ms,
+                         &r, err)) != STORE_OK)
+        return rc;
+    for (size_t i = 0; i < n; i++)
+        still_ours[i] = stmt_row_of(r, 0, refund_ids[i]) >= 0;
+    PQclear(r);
+    return STORE_OK;
+}
+
+enum store_rc refund_store_release(refund_store_t *st, const char *const *refund_ids,
+                                   const int64_t *epochs, size_t n,
+                                   struct store_error *err)
+{
+    store_error_clear(err);
+    if (n == 0)
+        return STORE_OK;
+    return stmt_lease(st->db, st->actor, SQL_RELEASE, refund_ids, epochs, n, NULL, NULL,
+                      err);
+}
+
+/* ---- reconciliation ---- */
+
+/* clang-format off */
+static const char *SQL_CLAIM_DUE =
+    "WITH c AS ("
+    "  SELECT p.id FROM refund_attempts p"
+    "  WHERE (p.next_check_at IS NULL OR p.next_check_at <= now())"
+    "    AND ((p.status IN (" ATTEMPT_SQL(UNKNOWN) ", " ATTEMPT_SQL(PROCESSING) ")"
+    "          AND p.lease_owner IS NULL)"
+    "      OR (p.status = " ATTEMPT_SQL(UNKNOWN) " AND p.lease_expires_at < now())"
+    "      OR (p.status = " ATTEMPT_SQL(PROCESSING) " AND p.lease_expires_at <"
+    "          now() - make_interval(secs => $4::double precision / 1000)))"
+    "  ORDER BY p.next_check_at NULLS FIRST, p.id LIMIT $3::int"
+    "  FOR NO KEY UPDATE OF p SKIP LOCKED)"
+    "UPDATE refund_attempts p SET lease_owner = $1,"
+    "  lease_expires_at = now() + make_interval(secs => $2::double precision / 1000),"
+    "  lease_epoch = p.lease_epoch + 1,"
+    "  next_check_at = coalesce(p.next_check_at, now())"
+    " FROM c WHERE p.id = c.id"
+    " RETURNING p.id, p.lease_epoch, p.status, coalesce(p.provider_refund_id, ''),"
+    "  coalesce((extract(epoch FROM now() - p.first_sent_at) * 1000)::bigint, -1),"
+    "  (extract(epoch FROM now() - p.created_at) * 1000)::bigint, p.reconcile_checks,"
+    "  p.idempotency_key, coalesce(p.payment_intent, ''), p.payment_attempt_id,"
+    "  p.amount, p.refund_reason";
+
+static const char *SQL_SETTLE =
+    "WITH lk AS ("
+    "  SELECT id, status AS old_status FROM refund_attempts"
+    "  WHERE id = $1::uuid AND status = $2 AND lease_owner = $4"
+    "    AND lease_epoch = $3::bigint"
+    "  FOR NO KEY UPDATE SKIP LOCKED),"
+    " u AS ("
+    "  UPDATE refund_attempts p SET status = $5,"
+    "    reason = CASE WHEN $5 = lk.old_status THEN p.reason ELSE $6::text END,"
+    "    last_error = CASE WHEN $5 = lk.old_status THEN coalesce($6::text, p.last_error)"
+    "      ELSE p.last_error END,"
+    "    provider_refund_id = coalesce($7::text, p.provider_refund_id),"
+    "    lease_owner = NULL, lease_expires_at = NULL,"
+    "    attempt_count = p.attempt_count + $9::int,"
+    "    reconcile_checks = p.reconcile_checks + 1,"
+    "    next_check_at = CASE WHEN $10::bigint IS NULL THEN NULL"
+    "      ELSE now() + make_interval(secs => $10::bigint / 1000.0) END,"
+    "    updated_at = " SQL_CHANGED_AT("p")
+    "  FROM lk WHERE p.id = lk.id"
+    "  RETURNING p.id, p.payment_attempt_id, p.order_id, p.amount, p.currency,"
+    "    p.provider_refund_id, p.status, p.reason, p.updated_at, lk.old_status,"
+    "    $8::jsonb AS evidence,"
+    "    CASE WHEN p.status <> lk.old_status THEN $11::text END AS event_type),"
+    " t AS ("
+    "  INSERT INTO refund_transitions (refund_id, old_status, new_status, cause, actor,"
+    "    reason, evidence, created_at)"
+    "  SELECT id, old_status, status, 'reconciler', $4, reason, evidence, updated_at"
+    "  FROM u WHERE status <> old_status),"
+    SQL_REFUND_OUTBOX_EVENTS("u") ","
+    " pc AS ("
+    SQL_REFUND_CALLS("$12", "$13", "$14", "$15", "$16", "$17", "$18", "$19", "$20",
+                     "$4", "") ")"
+    "SELECT (SELECT count(*) FROM u)";
+/* clang-format on */
+
+enum store_rc refund_store_claim_due(refund_store_t *st, struct refund_due *out,
+                                     size_t max, size_t *n, long long lease_ms,
+                                     long long stale_ms, struct store_error *err)
+{
+    struct stmt s = {0};
+    PGresult *r = NULL;
+    enum store_rc rc;
+
+    store_error_clear(err);
+    *n = 0;
+    if (max == 0)
+        return STORE_OK;
+    if (store_conn_open(st->db, NULL, err) != STORE_OK)
+        return STORE_RETRY;
+    stmt_text(&s, st->actor);
+    stmt_int(&s, lease_ms);
+    stmt_int(&s, (long long)max);
+    stmt_int(&s, stale_ms);
+    if ((rc = stmt_run(st->db, &s, SQL_CLAIM_DUE, &r, err)) == STORE_OK)
+        for (int i = 0; i < PQntuples(r) && *n < max; i++) {
+            struct refund_due *d = &out[(*n)++];
+            memset(d, 0, sizeof(*d));
+            stmt_col_copy(r, i, 0, d->id, sizeof(d->id));
+            d->lease_epoch = stmt_col_int(r, i, 1);
+            d->status = (enum attempt_status)attempt_status_parse(PQgetvalue(r, i, 2));
+            stmt_col_copy(r, i, 3, d->provider_refund_id,
+                          sizeof(d->provider_refund_id));
+            d->key_age_ms = stmt_col_int(r, i, 4);
+            d->age_ms = stmt_col_int(r, i, 5);
+            d->checks = (int)stmt_col_int(r, i, 6);
+            col_params(r, i, 7, &d->params);
+        }
+    PQclear(r);
+    stmt_release(&s);
+    return rc;
+}
+
+enum store_rc refund_store_settle(refund_store_t *st, struct refund_settlement *it,
+                                  struct store_error *err)
+{
+    struct stmt s = {0};
+    PGresult *r = NULL;
+    enum store_rc rc;
+    int nrefunds = 0;
+
+    store_error_clear(err);
+    it->settled = 0;
+    if (it->status != it->expected &&
+        !attempt_status_transition_allowed((int)it->expected, it->status)) {
+        store_error_set(err, "status %s may not follow %s",
+                        attempt_status_name(it->status),
+                        attempt_status_name(it->expected));
+        return STORE_DATA;
+    }
+    if (store_conn_open(st->db, NULL, err) != STORE_OK)
+        return STORE_RETRY;
+    for (size_t i = 0; i < it->ncalls; i++)
+        if (!it->calls[i].operation || !strcmp(it->calls[i].operation, "refund"))
+            nrefunds++;
+    stmt_text(&s, it->refund_id);
+    stmt_text(&s, attempt_status_name(it->expected));
+    stmt_int(&s, it->lease_epoch);
+    stmt_text(&s, st->actor);
+    stmt_text(&s, attempt_status_name(it->status));
+    stmt_text(&s, it->reason);
+    stmt_text(&s, or_null(it->provider_refund_id));
+    stmt_text(&s, it->evidence_json ? it->evidence_json : "{}");
+    stmt_int(&s, nrefunds);
+    stmt_int_or_null(&s, it->next_check_ms);
+    stmt_text(&s, attempt_status_refund_event_type(it->status));
+    add_calls(&s, stmt_arrays(&s, 9), it->calls, it->ncalls);
+    if ((rc = stmt_run(st->db, &s, SQL_SETTLE, &r, err)) == STORE_OK)
+        it->settled = stmt_col_int(r, 0, 0) == 1;
+    PQclear(r);
+    stmt_release(&s);
+    return rc;
+}
