@@ -26,9 +26,11 @@ struct provider_xfer {
     void *opaque;
     int lookup;       /* a GET: classify as a look-up */
     int operation;    /* a start_post: classify as an operation's answer */
+    int refund;       /* about a refund: classify as a refund's answer */
     long long amount; /* a charge: what we asked for, to check the answer */
     char currency[8];
-    char attempt_id[40]; /* a charge's, or the one a list page is searched for */
+    char attempt_id[40]; /* a charge's, or the one a list page is searched for
+                            (a refund's: its refund_id) */
     enum lookup_kind { LOOKUP_RETRIEVE, LOOKUP_SEARCH, LOOKUP_LIST } kind;
     struct provider_xfer *next; /* in the client's list of async transfers */
 };
@@ -620,6 +622,122 @@ static void classify_operation(int http, json_t *doc, struct provider_result *re
         take_object(pi, res);
 }
 
+/* Fills result fields from a Refund object: its id, status, amount,
+ * currency and metadata[refund_id]. */
+static void take_refund(json_t *re, struct provider_result *res)
+{
+    const char *id = json_string_value(json_object_get(re, "id"));
+    copy_str(res->provider_payment_id, sizeof(res->provider_payment_id),
+             usable_id(id) ? id : "");
+    copy_str(res->intent_status, sizeof(res->intent_status),
+             json_string_value(json_object_get(re, "status")));
+    res->amount = json_integer_value(json_object_get(re, "amount"));
+    copy_str(res->currency, sizeof(res->currency),
+             json_string_value(json_object_get(re, "currency")));
+    copy_str(res->intent_attempt_id, sizeof(res->intent_attempt_id),
+             json_string_value(
+                 json_object_get(json_object_get(re, "metadata"), "refund_id")));
+}
+
+/* A refund's status as an outcome: the one place it is decided. A failed
+ * or canceled one keeps why in code and error. */
+static void refund_outcome(json_t *re, struct provider_result *res)
+{
+    const char *st = json_string_value(json_object_get(re, "status"));
+    const char *why = json_string_value(json_object_get(re, "failure_reason"));
+
+    if (!st)
+        st = "";
+    if (!strcmp(st, "succeeded")) {
+        res->outcome = PROVIDER_SUCCEEDED;
+    } else if (!strcmp(st, "pending") || !strcmp(st, "requires_action")) {
+        res->outcome = PROVIDER_PROCESSING;
+    } else if (!strcmp(st, "failed") || !strcmp(st, "canceled")) {
+        res->outcome = PROVIDER_DECLINED;
+        if (why && *why)
+            provider_client_redact(res->code, sizeof(res->code), why);
+        else
+            copy_str(res->code, sizeof(res->code),
+                     !strcmp(st, "failed") ? "refund_failed" : "refund_canceled");
+        snprintf(res->error, sizeof(res->error), "refund %s: %s", st, res->code);
+    } else {
+        /* A status we do not know: a human decides. */
+        res->outcome = PROVIDER_REQUIRES_REVIEW;
+        provider_client_redact(res->intent_status, sizeof(res->intent_status), st);
+        snprintf(res->error, sizeof(res->error), "refund status '%s'",
+                 res->intent_status);
+    }
+}
+
+/* A refund's answer to its POST: a 2xx refund by its status, anything else
+ * as an operation's (a 404 resource_missing, no such intent, is final). */
+static void classify_refund(const struct provider_xfer *x, int http, json_t *doc,
+                            struct provider_result *res)
+{
+    if (http < 200 || http >= 300) {
+        classify_operation(http, doc, res);
+        return;
+    }
+    const char *object = json_string_value(json_object_get(doc, "object"));
+    if (!json_is_object(doc) ||
+        !usable_id(json_string_value(json_object_get(doc, "id"))) || !object ||
+        strcmp(object, "refund") != 0) {
+        /* It may have executed, but we could never find it again. */
+        res->outcome = PROVIDER_UNKNOWN;
+        copy_str(res->error, sizeof(res->error), "2xx answer without a usable refund");
+        return;
+    }
+    take_refund(doc, res);
+    refund_outcome(doc, res);
+    /* The refund must be the one we asked for: a replay under our key of
+     * something else is not ours to book. */
+    json_t *amount = json_object_get(doc, "amount");
+    const char *rid = json_string_value(
+        json_object_get(json_object_get(doc, "metadata"), "refund_id"));
+    if ((json_is_integer(amount) && json_integer_value(amount) != x->amount) ||
+        (rid && strcmp(rid, x->attempt_id) != 0)) {
+        res->outcome = PROVIDER_REQUIRES_REVIEW;
+        copy_str(res->error, sizeof(res->error),
+                 "refund differs from the one we asked for");
+    }
+}
+
+/* The most settled of a page's refunds of `refund_id` (succeeded > pending
+ * > any other > failed): res->matches counts them, none is NOT_FOUND. */
+static void take_best_refund(json_t *data, const char *refund_id,
+                             struct provider_result *res)
+{
+    json_t *re, *best = NULL;
+    size_t i;
+    int best_rank = 99;
+    res->matches = 0;
+    json_array_foreach(data, i, re)
+    {
+        const char *a = json_string_value(
+            json_object_get(json_object_get(re, "metadata"), "refund_id"));
+        if (!a || strcmp(a, refund_id) != 0)
+            continue;
+        res->matches++;
+        struct provider_result probe = {0};
+        refund_outcome(re, &probe);
+        int rank = probe.outcome == PROVIDER_SUCCEEDED    ? 0
+                   : probe.outcome == PROVIDER_PROCESSING ? 1
+                   : probe.outcome == PROVIDER_DECLINED   ? 3
+                                                          : 2;
+        if (rank < best_rank) {
+            best_rank = rank;
+            best = re;
+        }
+    }
+    if (!best) {
+        res->outcome = PROVIDER_NOT_FOUND;
+        copy_str(res->error, sizeof(res->error), "no refund for this refund attempt");
+        return;
+    }
+    take_refund(best, res);
+    refund_outcome(best, res);
+}
+
 /* A charge's intent must be the one we asked for: the same amount and
  * currency, and our attempt in its metadata. An answer that says otherwise
  * is not a success we can book: a human looks. Fields the answer does not
@@ -703,10 +821,11 @@ static int take_cursor(json_t *doc, json_t *data, struct provider_result *res)
     return 0;
 }
 
-static void classify_lookup(int http, json_t *doc, enum lookup_kind kind,
+static void classify_lookup(int http, json_t *doc, enum lookup_kind kind, int refund,
                             const char *attempt_id, struct provider_result *res)
 {
     static const char *objects[] = {"payment_intent", "search_result", "list"};
+    const char *want = refund && kind == LOOKUP_RETRIEVE ? "refund" : objects[kind];
     if (http == 404) {
         /* Evidence of absence only in the provider's own words: a 404 from a
          * wrong URL or a proxy says nothing about the intent. */
@@ -714,7 +833,8 @@ static void classify_lookup(int http, json_t *doc, enum lookup_kind kind,
             json_string_value(json_object_get(json_object_get(doc, "error"), "code"));
         if (code && !strcmp(code, "resource_missing")) {
             res->outcome = PROVIDER_NOT_FOUND;
-            copy_str(res->error, sizeof(res->error), "no such payment intent");
+            copy_str(res->error, sizeof(res->error),
+                     refund ? "no such refund" : "no such payment intent");
         } else {
             res->outcome = PROVIDER_UNKNOWN;
             copy_str(res->error, sizeof(res->error),
@@ -729,11 +849,22 @@ static void classify_lookup(int http, json_t *doc, enum lookup_kind kind,
         return;
     }
     const char *object = json_string_value(json_object_get(doc, "object"));
-    if (!object || strcmp(object, objects[kind]) != 0) {
+    if (!object || strcmp(object, want) != 0) {
         /* Not the answer asked for: no evidence either way. */
         res->outcome = PROVIDER_UNKNOWN;
         snprintf(res->error, sizeof(res->error),
-                 "look-up answered something that is not a %s", objects[kind]);
+                 "look-up answered something that is not a %s", want);
+        return;
+    }
+    if (kind == LOOKUP_RETRIEVE && refund) {
+        if (!usable_id(json_string_value(json_object_get(doc, "id")))) {
+            res->outcome = PROVIDER_UNKNOWN;
+            copy_str(res->error, sizeof(res->error), "refund without a usable id");
+            return;
+        }
+        res->matches = 1;
+        take_refund(doc, res);
+        refund_outcome(doc, res);
         return;
     }
     if (kind == LOOKUP_RETRIEVE) {
@@ -750,8 +881,12 @@ static void classify_lookup(int http, json_t *doc, enum lookup_kind kind,
                  json_is_array(data) ? "a usable has_more and cursor" : "a data list");
         return;
     }
-    /* A search is asked for the attempt; a list holds everyone's intents. */
-    take_best(data, kind == LOOKUP_LIST ? attempt_id : NULL, res);
+    /* A search is asked for the attempt; a list holds everyone's intents
+     * (a refunds' list, the intent's refunds of every refund attempt). */
+    if (refund)
+        take_best_refund(data, attempt_id, res);
+    else
+        take_best(data, kind == LOOKUP_LIST ? attempt_id : NULL, res);
 }
 
 /* Turns a finished transfer into a result. */
@@ -783,7 +918,9 @@ static void finish(struct provider_xfer *x, CURLcode cc, struct provider_result 
     json_error_t jerr;
     json_t *doc = x->answer ? json_loadb(x->answer, x->answer_len, 0, &jerr) : NULL;
     if (x->lookup)
-        classify_lookup((int)http, doc, x->kind, x->attempt_id, res);
+        classify_lookup((int)http, doc, x->kind, x->refund, x->attempt_id, res);
+    else if (x->refund)
+        classify_refund(x, (int)http, doc, res);
     else if (x->operation)
         classify_operation((int)http, doc, res);
     else {
@@ -810,7 +947,7 @@ int provider_client_charge(provider_client_t *pc, const struct provider_charge *
 }
 
 static int lookup(provider_client_t *pc, const char *url, enum lookup_kind kind,
-                  const char *attempt_id, struct provider_result *res)
+                  int refund, const char *attempt_id, struct provider_result *res)
 {
     struct provider_xfer *x = xfer_new(pc, url, NULL, 1);
     if (!x) {
@@ -821,6 +958,7 @@ static int lookup(provider_client_t *pc, const char *url, enum lookup_kind kind,
     }
     x->lookup = 1;
     x->kind = kind;
+    x->refund = refund;
     snprintf(x->attempt_id, sizeof(x->attempt_id), "%s", attempt_id ? attempt_id : "");
     curl_easy_setopt(x->easy, CURLOPT_HTTPGET, 1L);
     finish(x, curl_easy_perform(x->easy), res);
@@ -844,7 +982,7 @@ int provider_client_retrieve(provider_client_t *pc, const char *payment_intent_i
 {
     char url[1024];
     retrieve_url(pc, payment_intent_id, url, sizeof(url));
-    return lookup(pc, url, LOOKUP_RETRIEVE, NULL, res);
+    return lookup(pc, url, LOOKUP_RETRIEVE, 0, NULL, res);
 }
 
 int provider_client_search(provider_client_t *pc, const char *payment_attempt_id,
@@ -856,7 +994,7 @@ int provider_client_search(provider_client_t *pc, const char *payment_attempt_id
     snprintf(url, sizeof(url), "%s/v1/payment_intents/search?query=%s", pc->base_url,
              eq ? eq : "");
     curl_free(eq);
-    return lookup(pc, url, LOOKUP_SEARCH, NULL, res);
+    return lookup(pc, url, LOOKUP_SEARCH, 0, NULL, res);
 }
 
 int provider_client_list(provider_client_t *pc, const char *payment_attempt_id,
@@ -874,7 +1012,34 @@ int provider_client_list(provider_client_t *pc, const char *payment_attempt_id,
              pc->base_url, created_gte, created_lt, after ? "&starting_after=" : "",
              after ? after : "");
     curl_free(after);
-    return lookup(pc, url, LOOKUP_LIST, payment_attempt_id, res);
+    return lookup(pc, url, LOOKUP_LIST, 0, payment_attempt_id, res);
+}
+
+int provider_client_retrieve_refund(provider_client_t *pc, const char *refund_id,
+                                    struct provider_result *res)
+{
+    char url[1024];
+    char *id = curl_easy_escape(NULL, refund_id ? refund_id : "", 0);
+    snprintf(url, sizeof(url), "%s/v1/refunds/%s", pc->base_url, id ? id : "");
+    curl_free(id);
+    return lookup(pc, url, LOOKUP_RETRIEVE, 1, NULL, res);
+}
+
+int provider_client_list_refunds(provider_client_t *pc, const char *payment_intent,
+                                 const char *refund_id, const char *starting_after,
+                                 struct provider_result *res)
+{
+    char url[1024];
+    char *pi = curl_easy_escape(NULL, payment_intent ? payment_intent : "", 0);
+    char *after = starting_after && *starting_after
+                      ? curl_easy_escape(NULL, starting_after, 0)
+                      : NULL;
+    snprintf(url, sizeof(url), "%s/v1/refunds?payment_intent=%s&limit=100%s%s",
+             pc->base_url, pi ? pi : "", after ? "&starting_after=" : "",
+             after ? after : "");
+    curl_free(pi);
+    curl_free(after);
+    return lookup(pc, url, LOOKUP_LIST, 1, refund_id ? refund_id : "", res);
 }
 
 /* Hands x to the multi handle; on failure frees it. 0 / -1. */
@@ -916,31 +1081,79 @@ static int usable_path(const char *path)
     return 1;
 }
 
-int provider_client_start_post(provider_client_t *pc, const char *path,
-                               const char *form_body, const char *idempotency_key,
-                               void *opaque, char *errbuf, size_t errbuf_size)
+/* start_post's work, handing the transfer back (NULL with errbuf) so that
+ * a caller can say how its answer is classified before it starts. */
+static struct provider_xfer *operation_xfer(provider_client_t *pc, const char *path,
+                                            const char *form_body,
+                                            const char *idempotency_key, char *errbuf,
+                                            size_t errbuf_size)
 {
     if (!usable_path(path)) {
         snprintf(errbuf, errbuf_size, "post to an unusable path");
-        return -1;
+        return NULL;
     }
     if (!idempotency_key || !*idempotency_key || strpbrk(idempotency_key, "\r\n")) {
         snprintf(errbuf, errbuf_size, "post without a usable idempotency key");
-        return -1;
+        return NULL;
     }
     /* Always a body, if empty: that makes it a POST. */
     char *body = strdup(form_body ? form_body : "");
     if (!body) {
         snprintf(errbuf, errbuf_size, "provider client: out of memory");
-        return -1;
+        return NULL;
     }
     /* The multi handle keeps its own connection cache, as for charges. */
     struct provider_xfer *x =
         post_xfer(pc, path, body, idempotency_key, 0, errbuf, errbuf_size);
+    if (x)
+        x->operation = 1;
+    return x;
+}
+
+int provider_client_start_post(provider_client_t *pc, const char *path,
+                               const char *form_body, const char *idempotency_key,
+                               void *opaque, char *errbuf, size_t errbuf_size)
+{
+    struct provider_xfer *x =
+        operation_xfer(pc, path, form_body, idempotency_key, errbuf, errbuf_size);
     if (!x)
         return -1;
-    x->operation = 1;
     return start_async(pc, x, opaque, errbuf, errbuf_size);
+}
+
+int provider_client_start_refund(provider_client_t *pc, const struct provider_refund *r,
+                                 void *opaque, char *errbuf, size_t errbuf_size)
+{
+    char amount[32], *body = NULL;
+    size_t len = 0;
+    int rc = -1;
+
+    if (!r->payment_intent || !*r->payment_intent || !r->refund_id ||
+        strlen(r->refund_id) >= sizeof(((struct provider_xfer *)0)->attempt_id)) {
+        snprintf(errbuf, errbuf_size, "refund without a payment intent or refund id");
+        return -1;
+    }
+    snprintf(amount, sizeof(amount), "%lld", r->amount);
+    if (form_add(&body, &len, "payment_intent", r->payment_intent) ||
+        form_add(&body, &len, "amount", amount) ||
+        (r->reason && *r->reason && form_add(&body, &len, "reason", r->reason)) ||
+        form_add(&body, &len, "metadata[refund_id]", r->refund_id) ||
+        form_add(&body, &len, "metadata[payment_attempt_id]",
+                 r->payment_attempt_id ? r->payment_attempt_id : "")) {
+        snprintf(errbuf, errbuf_size, "provider client: out of memory");
+        goto out;
+    }
+    struct provider_xfer *x = operation_xfer(pc, "/v1/refunds", body,
+                                             r->idempotency_key, errbuf, errbuf_size);
+    if (!x)
+        goto out;
+    x->refund = 1;
+    x->amount = r->amount;
+    snprintf(x->attempt_id, sizeof(x->attempt_id), "%s", r->refund_id);
+    rc = start_async(pc, x, opaque, errbuf, errbuf_size);
+out:
+    free(body);
+    return rc;
 }
 
 int provider_client_start_probe(provider_client_t *pc, void *opaque, char *errbuf,

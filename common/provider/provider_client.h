@@ -1,4 +1,5 @@
-/* provider_client: the payment provider's PaymentIntents API over libcurl.
+/* provider_client: the payment provider's PaymentIntents and Refunds API
+ * over libcurl.
  *
  * Every answer is classified into what the caller must do next, per the
  * contract's table. Whether a request reached the wire is observed, not
@@ -96,6 +97,47 @@ int provider_client_start_charge(provider_client_t *pc,
 int provider_client_start_post(provider_client_t *pc, const char *path,
                                const char *form_body, const char *idempotency_key,
                                void *opaque, char *errbuf, size_t errbuf_size);
+/* A refund of part or all of one succeeded charge. */
+struct provider_refund {
+    const char *idempotency_key;
+    const char *payment_intent;     /* the charge's pi_... */
+    long long amount;               /* minor units */
+    const char *reason;             /* requested_by_customer|duplicate|fraudulent */
+    const char *refund_id;          /* sent as metadata[refund_id] */
+    const char *payment_attempt_id; /* sent as metadata[payment_attempt_id] */
+};
+
+/* Refund answers fill struct provider_result so: outcome from the refund's
+ * status (succeeded: SUCCEEDED; pending, requires_action: PROCESSING;
+ * failed, canceled: DECLINED with code the failure_reason, else
+ * "refund_failed" / "refund_canceled"; any other: REQUIRES_REVIEW),
+ * provider_payment_id the refund's id (re_...), intent_status its status,
+ * intent_attempt_id its metadata[refund_id], amount and currency its own.
+ * Other answers are classified as a charge's (400 invalid_request_error:
+ * INVALID; 400 idempotency_error: REQUIRES_REVIEW; 409, 429: NOT_EXECUTED;
+ * 5xx, lost after sending: UNKNOWN); a 404 resource_missing is INVALID on
+ * the POST (no such intent), NOT_FOUND on a retrieve. */
+
+/* Asynchronous POST /v1/refunds through perform/next_done like a charge:
+ * a POST as start_post sends one (headers, key, wire rule, redaction),
+ * with payment_intent, amount, reason, metadata[refund_id] and
+ * metadata[payment_attempt_id]. A 2xx refund whose amount or
+ * metadata[refund_id] is not the one asked for is REQUIRES_REVIEW. Copies
+ * what it needs. 0 / -1 with errbuf: nothing started. */
+int provider_client_start_refund(provider_client_t *pc, const struct provider_refund *r,
+                                 void *opaque, char *errbuf, size_t errbuf_size);
+/* Blocking: GET /v1/refunds/<id>. */
+int provider_client_retrieve_refund(provider_client_t *pc, const char *refund_id,
+                                    struct provider_result *res);
+/* Blocking: GET /v1/refunds?payment_intent=<pi>&limit=100[&starting_after=]:
+ * one page; only refunds whose metadata[refund_id] is `refund_id` count
+ * (matches), the result describing the most settled one (succeeded >
+ * pending > any other > failed); none NOT_FOUND; has_more/list_last_id as
+ * provider_client_list. */
+int provider_client_list_refunds(provider_client_t *pc, const char *payment_intent,
+                                 const char *refund_id, const char *starting_after,
+                                 struct provider_result *res);
+
 /* Asynchronous POST /v1/payment_intents that the provider must refuse
  * before executing it (amount 0, no payment method, not confirmed), done
  * through next_done like a charge. It charges nothing: the worker's provider

@@ -570,6 +570,148 @@ START_TEST(blocking_calls_are_thread_safe)
 }
 END_TEST
 
+/* A refund of pi through start_refund, driven to its end within 10 s. */
+static struct provider_result refund(const char *key, const char *pi, long long amount,
+                                     const char *refund_id)
+{
+    int marker = 0;
+    struct provider_result r;
+    void *op = NULL;
+    struct provider_refund rf = {
+        .idempotency_key = key,
+        .payment_intent = pi,
+        .amount = amount,
+        .reason = "requested_by_customer",
+        .refund_id = refund_id,
+        .payment_attempt_id = "0b6f1a52-8f5e-4c36-9a39-0f4a7f5a0002",
+    };
+    ck_assert_int_eq(provider_client_start_refund(pc, &rf, &marker, err, sizeof(err)),
+                     0);
+    long long deadline = test_env_now_ms() + 10000;
+    while (!provider_client_next_done(pc, &r, &op)) {
+        ck_assert_msg(test_env_now_ms() < deadline, "the refund never finished");
+        provider_client_perform(pc, 100);
+    }
+    ck_assert_ptr_eq(op, &marker);
+    ck_assert_ptr_null(strstr(r.error, PSP_SIM_TEST_KEY));
+    return r;
+}
+
+static long long refund_executions(const char *key)
+{
+    json_t *l = psp_sim_admin(&sim, "GET", "/ledger", NULL);
+    long long n = json_integer_value(
+        json_object_get(json_object_get(l, "refund_executions"), key));
+    json_decref(l);
+    return n;
+}
+
+START_TEST(refund_succeeds_replays_and_is_found_again)
+{
+    struct provider_result c = run("pc-rf-charge", 1000, "pm_card_visa");
+    ck_assert_int_eq(c.outcome, PROVIDER_SUCCEEDED);
+    struct provider_result r = refund("pc-rf-1", c.provider_payment_id, 400, "rf-1");
+    ck_assert_int_eq(r.outcome, PROVIDER_SUCCEEDED);
+    ck_assert(!strncmp(r.provider_payment_id, "re_", 3));
+    ck_assert_str_eq(r.intent_status, "succeeded");
+    ck_assert_str_eq(r.intent_attempt_id, "rf-1");
+    ck_assert_int_eq(r.amount, 400);
+    ck_assert_str_eq(r.currency, "eur");
+    ck_assert_int_eq(r.replayed, 0);
+    struct provider_result again =
+        refund("pc-rf-1", c.provider_payment_id, 400, "rf-1");
+    ck_assert_int_eq(again.outcome, PROVIDER_SUCCEEDED);
+    ck_assert_int_eq(again.replayed, 1);
+    ck_assert_str_eq(again.provider_payment_id, r.provider_payment_id);
+    ck_assert_int_eq(refund_executions("pc-rf-1"), 1);
+
+    struct provider_result got;
+    provider_client_retrieve_refund(pc, r.provider_payment_id, &got);
+    ck_assert_int_eq(got.outcome, PROVIDER_SUCCEEDED);
+    ck_assert_str_eq(got.intent_attempt_id, "rf-1");
+    provider_client_retrieve_refund(pc, "re_nosuchrefund", &got);
+    ck_assert_int_eq(got.outcome, PROVIDER_NOT_FOUND);
+
+    /* Another refund attempt of the same intent is not ours. */
+    ck_assert_int_eq(refund("pc-rf-2", c.provider_payment_id, 100, "rf-2").outcome,
+                     PROVIDER_SUCCEEDED);
+    provider_client_list_refunds(pc, c.provider_payment_id, "rf-1", NULL, &got);
+    ck_assert_int_eq(got.outcome, PROVIDER_SUCCEEDED);
+    ck_assert_int_eq(got.matches, 1);
+    ck_assert_int_eq(got.has_more, 0);
+    ck_assert_str_eq(got.provider_payment_id, r.provider_payment_id);
+    provider_client_list_refunds(pc, c.provider_payment_id, "rf-none", NULL, &got);
+    ck_assert_int_eq(got.outcome, PROVIDER_NOT_FOUND);
+    ck_assert_int_eq(got.matches, 0);
+}
+END_TEST
+
+START_TEST(refund_pending_is_processing_and_failed_is_declined)
+{
+    struct provider_result p = run("pc-rf-pend", 500, "pm_card_refundPendingFail");
+    struct provider_result r = refund("pc-rf-p", p.provider_payment_id, 500, "rf-p");
+    ck_assert_int_eq(r.outcome, PROVIDER_PROCESSING);
+    ck_assert_str_eq(r.intent_status, "pending");
+    char path[160];
+    snprintf(path, sizeof(path), "/refunds/%s/settle", r.provider_payment_id);
+    json_decref(psp_sim_admin(&sim, "POST", path, "{\"status\":\"failed\"}"));
+    struct provider_result got;
+    provider_client_retrieve_refund(pc, r.provider_payment_id, &got);
+    ck_assert_int_eq(got.outcome, PROVIDER_DECLINED);
+    ck_assert_str_eq(got.code, "expired_or_canceled_card");
+    /* A failed refund gives its amount back: another may take it. */
+    struct provider_result f = run("pc-rf-failc", 500, "pm_card_refundFail");
+    struct provider_result fr = refund("pc-rf-f", f.provider_payment_id, 500, "rf-f");
+    ck_assert_int_eq(fr.outcome, PROVIDER_DECLINED);
+    ck_assert_str_eq(fr.intent_status, "failed");
+    ck_assert_str_eq(fr.code, "lost_or_stolen_card");
+    ck_assert_int_eq(refund("pc-rf-f2", f.provider_payment_id, 500, "rf-f2").outcome,
+                     PROVIDER_DECLINED);
+}
+END_TEST
+
+START_TEST(refund_refusals_and_faults_are_classified_as_a_charges)
+{
+    struct provider_result c = run("pc-rf-c2", 1000, "pm_card_visa");
+    const char *pi = c.provider_payment_id;
+    struct provider_result r = refund("pc-rf-big", pi, 1001, "rf-big");
+    ck_assert_int_eq(r.outcome, PROVIDER_INVALID);
+    ck_assert_str_eq(r.code, "amount_too_large");
+    ck_assert_int_eq(refund("pc-rf-none", "pi_nosuchintent", 10, "rf-none").outcome,
+                     PROVIDER_INVALID);
+    ck_assert_int_eq(refund("pc-rf-m", pi, 100, "rf-m").outcome, PROVIDER_SUCCEEDED);
+    r = refund("pc-rf-m", pi, 200, "rf-m");
+    ck_assert_int_eq(r.outcome, PROVIDER_REQUIRES_REVIEW);
+    ck_assert_int_eq(r.http_status, 400);
+
+    set_faults("{\"rules\":[{\"kind\":\"rate_limit\",\"probability\":1,"
+               "\"key\":\"pc-rf-429\",\"times\":1},"
+               "{\"kind\":\"error_before\",\"probability\":1,\"key\":\"pc-rf-500\","
+               "\"times\":1},"
+               "{\"kind\":\"drop_after\",\"probability\":1,\"key\":\"pc-rf-drop\","
+               "\"times\":1}]}");
+    ck_assert_int_eq(refund("pc-rf-429", pi, 10, "rf-429").outcome,
+                     PROVIDER_NOT_EXECUTED);
+    ck_assert_int_eq(refund("pc-rf-500", pi, 10, "rf-500").outcome, PROVIDER_UNKNOWN);
+    ck_assert_int_eq(refund_executions("pc-rf-500"), 0);
+    /* On a new connection: curl sends a request again by itself only on a
+     * reused one that closed (that is `resent`, tested with charges). */
+    provider_client_free(pc);
+    pc = provider_client_new(sim.base_url, PSP_SIM_TEST_KEY, "2024-06-20", 1000, err,
+                             sizeof(err));
+    r = refund("pc-rf-drop", pi, 10, "rf-drop");
+    ck_assert_int_eq(r.resent, 0);
+    ck_assert_int_eq(r.outcome, PROVIDER_UNKNOWN);
+    ck_assert_int_eq(r.sent, 1);
+    ck_assert_int_eq(refund_executions("pc-rf-drop"), 1);
+    /* The retry with the same key is the refund the lost answer was. */
+    r = refund("pc-rf-drop", pi, 10, "rf-drop");
+    ck_assert_int_eq(r.outcome, PROVIDER_SUCCEEDED);
+    ck_assert_int_eq(r.replayed, 1);
+    ck_assert_int_eq(refund_executions("pc-rf-drop"), 1);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("provider_client");
@@ -595,6 +737,9 @@ static Suite *suite(void)
     tcase_add_test(tc, async_charges_complete_with_their_opaque);
     tcase_add_test(tc, start_post_cancels_an_intent_with_a_charges_classification);
     tcase_add_test(tc, blocking_calls_are_thread_safe);
+    tcase_add_test(tc, refund_succeeds_replays_and_is_found_again);
+    tcase_add_test(tc, refund_pending_is_processing_and_failed_is_declined);
+    tcase_add_test(tc, refund_refusals_and_faults_are_classified_as_a_charges);
     suite_add_tcase(s, tc);
     TCase *pure = tcase_create("redact");
     tcase_add_test(pure, redact_masks_echoed_ids_and_quoted_values);

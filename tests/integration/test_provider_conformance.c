@@ -24,6 +24,7 @@
 #define ATTEMPT_ID  "5d1c2c1e-7a3b-4c1d-9e2f-3a4b5c6d7e8f"
 #define ORDER_ID    "0b6f1a52-8f5e-4c36-9a39-0f4a7f5a0001"
 #define CUSTOMER_ID "cus_conformance"
+#define REFUND_ID   "7e2d3c4b-5a6f-4b1c-8d9e-0f1a2b3c4d5e"
 
 static struct stripe_mock_process mock;
 static provider_client_t *pc;
@@ -248,9 +249,97 @@ START_TEST(negative_control_the_schema_refuses_what_it_does_not_know)
     /* A value of the wrong type. */
     full_form(form, sizeof(form), "maybe", "never", "");
     expect_status("/v1/payment_intents", form, 400, "invalid_request_error");
+    /* Refunds are validated too: the client's shape passes, a field the
+     * schema does not know does not. */
+    const char *refund_form =
+        "payment_intent=pi_conformance&amount=1999&reason=requested_by_customer"
+        "&metadata%5Brefund_id%5D=" REFUND_ID
+        "&metadata%5Bpayment_attempt_id%5D=" ATTEMPT_ID;
+    expect_status("/v1/refunds", refund_form, 200, "\"object\":\"refund\"");
+    snprintf(form, sizeof(form), "%s&charged_unknown_field=1", refund_form);
+    expect_status("/v1/refunds", form, 400, "additional properties are not allowed");
     /* Look-ups are validated too: an unknown query parameter. */
     expect_status("/v1/payment_intents/search?query=x&charged_unknown_field=1", NULL,
                   400, "additional properties are not allowed");
+}
+END_TEST
+
+/* A refund through the client's asynchronous path, as the worker sends it,
+ * every field present. */
+static struct provider_result run_refund(void)
+{
+    char err[256];
+    struct provider_refund rf = {
+        .idempotency_key = "conformance-refund-" REFUND_ID,
+        .payment_intent = "pi_conformance",
+        .amount = 1999,
+        .reason = "requested_by_customer",
+        .refund_id = REFUND_ID,
+        .payment_attempt_id = ATTEMPT_ID,
+    };
+    struct provider_result r;
+    void *op = NULL;
+    ck_assert_int_eq(provider_client_start_refund(pc, &rf, NULL, err, sizeof(err)), 0);
+    long long deadline = test_env_now_ms() + 10000;
+    while (!provider_client_next_done(pc, &r, &op)) {
+        ck_assert_msg(test_env_now_ms() < deadline, "the refund never finished");
+        provider_client_perform(pc, 100);
+    }
+    return r;
+}
+
+/* A refund answer read as a Refund: stripe-mock's fixture has its own
+ * amount and metadata, which the client's check may send to review. */
+static void assert_refund_accepted(const char *what, const struct provider_result *r)
+{
+    ck_assert_msg(
+        r->http_status == 200 && r->intent_status[0] &&
+            !strncmp(r->provider_payment_id, "re_", 3) &&
+            (r->outcome == PROVIDER_SUCCEEDED || r->outcome == PROVIDER_PROCESSING ||
+             r->outcome == PROVIDER_DECLINED || r->outcome == PROVIDER_REQUIRES_REVIEW),
+        "%s: stripe-mock answered %d, outcome %s (%s), refund '%s' '%s'; "
+        "stripe-mock logged: %s",
+        what, r->http_status, provider_outcome_name(r->outcome), r->error,
+        r->provider_payment_id, r->intent_status, log_tail());
+}
+
+START_TEST(refund_create_with_the_full_shape_is_accepted)
+{
+    struct provider_result r = run_refund();
+    assert_refund_accepted("refund create", &r);
+    static const char *const fields[] = {
+        "amount:1999",
+        "payment_intent:pi_conformance",
+        "reason:requested_by_customer",
+        "metadata:map[payment_attempt_id:" ATTEMPT_ID " refund_id:" REFUND_ID "]",
+    };
+    char *data = last_request_data();
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+        ck_assert_msg(strstr(data, fields[i]), "stripe-mock did not see %s in: %s",
+                      fields[i], data);
+    free(data);
+}
+END_TEST
+
+START_TEST(refund_retrieve_and_list_are_accepted)
+{
+    struct provider_result created = run_refund(), r;
+    assert_refund_accepted("refund create", &created);
+    provider_client_retrieve_refund(pc, created.provider_payment_id, &r);
+    assert_refund_accepted("refund retrieve", &r);
+    ck_assert_str_eq(r.provider_payment_id, created.provider_payment_id);
+    /* The fixture's refunds are no refund attempt of ours: a list read as a
+     * list finds none of them. */
+    provider_client_list_refunds(pc, "pi_conformance", REFUND_ID, "re_conformance", &r);
+    ck_assert_msg(r.http_status == 200 && r.outcome == PROVIDER_NOT_FOUND,
+                  "refund list: stripe-mock answered %d, outcome %s (%s); logged: %s",
+                  r.http_status, provider_outcome_name(r.outcome), r.error, log_tail());
+    char *data = last_request_data();
+    ck_assert_msg(strstr(data, "payment_intent:pi_conformance") &&
+                      strstr(data, "limit:100") &&
+                      strstr(data, "starting_after:re_conformance"),
+                  "stripe-mock parsed another query: %s", data);
+    free(data);
 }
 END_TEST
 
@@ -264,6 +353,8 @@ static Suite *suite(void)
     tcase_add_test(tc, retrieve_is_accepted);
     tcase_add_test(tc, search_is_accepted);
     tcase_add_test(tc, negative_control_the_schema_refuses_what_it_does_not_know);
+    tcase_add_test(tc, refund_create_with_the_full_shape_is_accepted);
+    tcase_add_test(tc, refund_retrieve_and_list_are_accepted);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -56,10 +56,12 @@ struct req {
     size_t nform;
     int form_bad; /* a name or value decoded to a NUL byte or non-UTF-8 */
     char *idem_key;
-    enum req_op { OP_CHARGE, OP_CANCEL } op;
+    enum req_op { OP_CHARGE, OP_CANCEL, OP_REFUND } op;
     struct psp_charge_request charge;
     struct psp_cancel_request cancel;
-    char *intent_id; /* a cancel's, from the URL */
+    struct psp_refund_request refund;
+    json_t *metadata; /* a refund's metadata[...] */
+    char *intent_id;  /* a cancel's, from the URL */
     uint64_t seq;
     int executing; /* the key is reserved: execute or release */
     int charging;  /* a charge request, counted in flight until freed */
@@ -180,6 +182,12 @@ static void on_intent_change(void *ctx, json_t *intent, int64_t at_ms)
         psp_webhooks_enqueue(ctx, type, intent, at_ms / 1000, NULL, NULL, 0);
 }
 
+/* Refund events (refund.*, charge.refunded) come with their type. */
+static void on_store_event(void *ctx, const char *type, json_t *object, int64_t at_ms)
+{
+    psp_webhooks_enqueue(ctx, type, object, at_ms / 1000, NULL, NULL, 0);
+}
+
 /* With --processing-settle-ms an intent settles when it is next read; with
  * webhooks someone must read it when it is due, or its event never comes.
  * At most 100 ms late: the setting can change at run time. */
@@ -224,6 +232,7 @@ static void req_free(struct req *r)
     free(r->body);
     free(r->idem_key);
     free(r->intent_id);
+    json_decref(r->metadata);
     free(r);
 }
 
@@ -348,11 +357,15 @@ static enum MHD_Result execute_and_answer(struct req *r)
 {
     struct psp_answer ans = {0};
     const char *key = r->idem_key;
-    /* A rule for a payment method is about charges: a cancel names none. */
+    /* A rule for a payment method is about charges: a cancel or a refund
+     * names none. */
     const char *pm = r->op == OP_CHARGE ? r->charge.payment_method : NULL;
 
-    if (r->op == OP_CANCEL) {
-        int executed = psp_store_cancel_execute(store, &r->cancel, now_ms(), &ans);
+    if (r->op == OP_CANCEL || r->op == OP_REFUND) {
+        int executed =
+            r->op == OP_CANCEL
+                ? psp_store_cancel_execute(store, &r->cancel, now_ms(), &ans)
+                : psp_store_refund_execute(store, &r->refund, now_ms(), &ans);
         r->executing = 0;
         if (!executed) /* refused, the key given back: no fault to add */
             return respond(r->conn, ans.status, ans.body, 0);
@@ -424,9 +437,10 @@ static enum MHD_Result begin_and_execute(struct req *r)
     if (psp_faults_hit(faults, PSP_FAULT_ERROR_BEFORE, r->idem_key, pm, r->seq))
         return respond_error(r->conn, 500, "api_error",
                              "An unexpected error occurred (injected, not executed).");
-    begun = r->op == OP_CANCEL
-                ? psp_store_cancel_begin(store, &r->cancel, now_ms(), &ans)
-                : psp_store_begin(store, &r->charge, now_ms(), &ans);
+    begun =
+        r->op == OP_CANCEL   ? psp_store_cancel_begin(store, &r->cancel, now_ms(), &ans)
+        : r->op == OP_REFUND ? psp_store_refund_begin(store, &r->refund, now_ms(), &ans)
+                             : psp_store_begin(store, &r->charge, now_ms(), &ans);
     if (begun == PSP_BEGIN_ANSWERED)
         return respond(r->conn, ans.status, ans.body, ans.replayed);
     r->executing = 1;
@@ -485,6 +499,43 @@ static enum MHD_Result cancel_intent(struct req *r)
     return begin_and_execute(r);
 }
 
+/* POST /v1/refunds: payment_intent, amount, reason and metadata[...]; any
+ * other parameter is refused by the store. */
+static enum MHD_Result create_refund(struct req *r)
+{
+    enum MHD_Result rc;
+    const char *unknown = NULL;
+
+    if (take_form_and_key(r, &rc) != 0)
+        return rc;
+    if (!(r->metadata = json_object()))
+        return respond_error(r->conn, 500, "api_error", "out of memory");
+    for (size_t i = 0; i < r->nform; i++) {
+        const char *k = r->form[i].k;
+        size_t n = strlen(k);
+        if (n > 10 && !strncmp(k, "metadata[", 9) && k[n - 1] == ']') {
+            char *name = strndup(k + 9, n - 10);
+            if (name)
+                json_object_set_new(r->metadata, name, json_string(r->form[i].v));
+            free(name);
+        } else if (strcmp(k, "payment_intent") && strcmp(k, "amount") &&
+                   strcmp(k, "reason") && !unknown) {
+            unknown = k;
+        }
+    }
+    r->op = OP_REFUND;
+    r->refund = (struct psp_refund_request){
+        .idempotency_key = r->idem_key,
+        .payment_intent = form_get(r, "payment_intent"),
+        .amount = form_get(r, "amount"),
+        .reason = form_get(r, "reason"),
+        .metadata = r->metadata,
+        .unknown_parameter = unknown,
+        .body = r->body ? r->body : "",
+    };
+    return begin_and_execute(r);
+}
+
 /* "/<id>/cancel" -> <id> (a copy), else NULL. */
 static char *cancel_target(const char *rest)
 {
@@ -525,6 +576,8 @@ static char *parse_search(const char *q)
  * unknown parameter. */
 struct list_args {
     struct psp_list_query q;
+    int refunds; /* GET /v1/refunds: payment_intent instead of customer */
+    const char *payment_intent;
     char bad[160];
 };
 
@@ -562,8 +615,10 @@ static enum MHD_Result list_arg(void *cls, enum MHD_ValueKind kind, const char *
         a->q.limit = (int)v;
     } else if (!strcmp(key, "starting_after") && value && *value) {
         a->q.starting_after = value;
-    } else if (!strcmp(key, "customer") && value && *value) {
+    } else if (!a->refunds && !strcmp(key, "customer") && value && *value) {
         a->q.customer = value;
+    } else if (a->refunds && !strcmp(key, "payment_intent") && value && *value) {
+        a->payment_intent = value;
     } else {
         /* Key and value come from the client: printable ASCII, cut. */
         char shown[65];
@@ -590,12 +645,52 @@ static enum MHD_Result list_intents(struct req *r)
     return respond(r->conn, ans.status, ans.body, 0);
 }
 
+/* GET /v1/refunds: as the intents' list, by payment_intent instead of
+ * customer. */
+static enum MHD_Result list_refunds(struct req *r)
+{
+    struct psp_answer ans = {0};
+    struct list_args a = {.q = {INT64_MIN, INT64_MAX, 10, NULL, NULL}, .refunds = 1};
+
+    psp_store_count(store, PSP_C_REQUESTS);
+    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, list_arg, &a);
+    if (a.bad[0])
+        return respond_error(r->conn, 400, "invalid_request_error", a.bad);
+    struct psp_refund_list_query q = {a.q.created_gte, a.q.created_lt, a.q.limit,
+                                      a.q.starting_after, a.payment_intent};
+    psp_store_refund_list(store, &q, now_ms(), &ans);
+    return respond(r->conn, ans.status, ans.body, 0);
+}
+
+/* /v1/refunds[/<id>] */
+static enum MHD_Result refunds_api(struct req *r, const char *rest, const char *method)
+{
+    struct psp_answer ans = {0};
+
+    if (!strcmp(method, "POST") && !*rest)
+        return create_refund(r);
+    if (!strcmp(method, "GET") && !*rest)
+        return list_refunds(r);
+    if (!strcmp(method, "GET") && rest[0] == '/' && rest[1] && !strchr(rest + 1, '/')) {
+        psp_store_count(store, PSP_C_REQUESTS);
+        psp_store_refund_retrieve(store, rest + 1, now_ms(), &ans);
+        return respond(r->conn, ans.status, ans.body, 0);
+    }
+    return respond_error(r->conn, 405, "invalid_request_error", "Method not allowed.");
+}
+
 static enum MHD_Result provider_api(struct req *r, const char *url, const char *method)
 {
     struct psp_answer ans = {0};
-    const char *base = "/v1/payment_intents";
-    size_t bl = strlen(base);
+    const char *base = "/v1/payment_intents", *refunds = "/v1/refunds";
+    size_t bl = strlen(base), rl = strlen(refunds);
 
+    if (!strncmp(url, refunds, rl) && (url[rl] == '\0' || url[rl] == '/')) {
+        if (!authorized(r->conn))
+            return respond_error(r->conn, 401, "invalid_request_error",
+                                 "Invalid API Key provided.");
+        return refunds_api(r, url + rl, method);
+    }
     if (strncmp(url, base, bl) != 0 || (url[bl] != '\0' && url[bl] != '/'))
         return respond_error(r->conn, 404, "invalid_request_error",
                              "Unrecognized request URL.");
@@ -645,6 +740,61 @@ static char *settle_target(const char *url)
         return NULL;
     }
     return id;
+}
+
+/* "/refunds/<id>/settle" -> <id> (a copy), else NULL. */
+static char *refund_settle_target(const char *url)
+{
+    const char *prefix = "/refunds/", *suffix = "/settle";
+    size_t pl = strlen(prefix), sl = strlen(suffix), n = strlen(url);
+    if (n <= pl + sl || strncmp(url, prefix, pl) != 0 ||
+        strcmp(url + n - sl, suffix) != 0)
+        return NULL;
+    char *id = strndup(url + pl, n - pl - sl);
+    if (id && strchr(id, '/')) {
+        free(id);
+        return NULL;
+    }
+    return id;
+}
+
+/* POST /refunds/<id>/settle {"status":"succeeded"|"failed",
+ * "failure_reason":...} */
+static enum MHD_Result settle_refund(struct req *r, const char *id)
+{
+    struct psp_answer ans = {0};
+    json_error_t jerr;
+    json_t *body = json_loadb(r->body ? r->body : "", r->len, 0, &jerr), *v;
+    json_t *why = json_object_get(body, "failure_reason");
+    const char *k, *reason = json_string_value(why);
+    size_t n = reason ? strlen(reason) : 0;
+
+    if (!json_is_object(body)) {
+        json_decref(body);
+        return respond_error(r->conn, 400, "invalid_request_error",
+                             "body must be a JSON object");
+    }
+    json_object_foreach(body, k, v)
+    {
+        if (strcmp(k, "status") && strcmp(k, "failure_reason")) {
+            json_decref(body);
+            return respond_error(r->conn, 400, "invalid_request_error",
+                                 "members: status, failure_reason");
+        }
+    }
+    /* It goes into every answer about the refund: Stripe's shape only. */
+    if (why && !json_is_null(why) &&
+        (n < 1 || n > 64 ||
+         strspn(reason, "abcdefghijklmnopqrstuvwxyz0123456789_") != n)) {
+        json_decref(body);
+        return respond_error(r->conn, 400, "invalid_request_error",
+                             "failure_reason must be 1..64 of a-z, 0-9 and _");
+    }
+    psp_store_refund_settle(store, id,
+                            json_string_value(json_object_get(body, "status")), reason,
+                            now_ms(), &ans);
+    json_decref(body);
+    return respond(r->conn, ans.status, ans.body, 0);
 }
 
 /* POST /intents/<id>/settle {"status":..., "decline_code":...} */
@@ -922,6 +1072,13 @@ static enum MHD_Result admin_api(struct req *r, const char *url, const char *met
         return emit_event(r);
     if (!strcmp(url, "/webhook-secret") && !strcmp(method, "POST"))
         return rotate_secret(r);
+    if (!strcmp(url, "/refund-settle") && !strcmp(method, "PUT"))
+        return put_delay(r, "refund_settle_ms", psp_store_set_refund_settle);
+    if (!strcmp(method, "POST") && (settle_id = refund_settle_target(url)) != NULL) {
+        enum MHD_Result rc = settle_refund(r, settle_id);
+        free(settle_id);
+        return rc;
+    }
     if (!strcmp(method, "POST") && (settle_id = settle_target(url)) != NULL) {
         enum MHD_Result rc = settle_intent(r, settle_id);
         free(settle_id);
@@ -1012,6 +1169,9 @@ static void usage(FILE *out)
         "  --processing-settle-ms N a processing intent succeeds N ms after its\n"
         "                           creation; 0: only when settled by the admin\n"
         "                           API [0]\n"
+        "  --refund-settle-ms N     a pending refund reaches its end N ms after its\n"
+        "                           creation; 0: only when settled by the admin\n"
+        "                           API [0]\n"
         "                           (the delays: at most 86400000)\n"
         "  --fault KIND=P[@TARGET][#TIMES]\n"
         "                           inject KIND with probability P (0..1), optionally\n"
@@ -1026,8 +1186,8 @@ static void usage(FILE *out)
         "                             stall_after   execute, then hold the answer for\n"
         "                                           --stall-ms and hang up\n"
         "                             drop_after    execute, then close unanswered\n"
-        "                           Cancels get them too, but for a payment method\n"
-        "                           TARGET: only charges name one.\n"
+        "                           Cancels and refunds get them too, but for a\n"
+        "                           payment method TARGET: only charges name one.\n"
         "  --webhook-url URL        POST an event to URL (http:// or https://) on "
         "every\n"
         "                           change of an intent's status; none: no events\n"
@@ -1097,6 +1257,31 @@ static void usage(FILE *out)
         "  --processing-settle-ms and POST /intents/<id>/settle),\n"
         "  pm_card_chargeDeclined, pm_card_chargeDeclinedInsufficientFunds\n"
         "  (402 card_error). An unknown id is 404 resource_missing.\n"
+        "  POST /v1/refunds                   form body: payment_intent, amount\n"
+        "                                     (omitted: the rest), reason=duplicate|\n"
+        "                                     fraudulent|requested_by_customer,\n"
+        "                                     metadata[...]; Idempotency-Key as for a\n"
+        "                                     charge. 200: the refund {id re_...,\n"
+        "                                     object, amount, charge, currency,\n"
+        "                                     payment_intent, status, reason, "
+        "metadata,\n"
+        "                                     created, failure_reason when failed};\n"
+        "                                     404 resource_missing: unknown intent;\n"
+        "                                     400 charge_not_refundable: intent not\n"
+        "                                     succeeded; 400 amount_too_large: beyond\n"
+        "                                     the intent's amount less its refunds\n"
+        "                                     that did not fail; 400\n"
+        "                                     charge_already_refunded: nothing left;\n"
+        "                                     refusals are not stored under the key\n"
+        "  GET  /v1/refunds/<id>\n"
+        "  GET  /v1/refunds?payment_intent=<pi>&created[gte]=&created[lt]=&limit=N\n"
+        "       &starting_after=<re id>       as the intents' list\n"
+        "  Refunds of an intent charged with pm_card_refundPending are pending,\n"
+        "  then succeed; pm_card_refundPendingFail: pending, then fail\n"
+        "  (expired_or_canceled_card); both settle after --refund-settle-ms or by\n"
+        "  POST /refunds/<id>/settle. pm_card_refundFail: failed at once\n"
+        "  (lost_or_stolen_card). Any other succeeded intent: succeeded. The three\n"
+        "  charge as pm_card_visa does.\n"
         "  Intents to cancel: a declined one (requires_payment_method) or a\n"
         "  pm_card_processing one (processing until it settles; never with\n"
         "  --processing-settle-ms 0).\n"
@@ -1113,7 +1298,15 @@ static void usage(FILE *out)
         "                     intent's current one (succeeded, processing,\n"
         "                     declined, canceled); charges_in_flight: charge\n"
         "                     requests received and not yet done with,\n"
-        "                     max_charges_in_flight: the most at once\n"
+        "                     max_charges_in_flight: the most at once; every\n"
+        "                     executed refund (idempotency_key,\n"
+        "                     provider_refund_id, payment_intent_id, amount,\n"
+        "                     currency, reason, metadata, status as it is now,\n"
+        "                     failure_reason, http_status, at_ms, settled_at_ms)\n"
+        "                     in \"refunds\", refunds executed per refund key in\n"
+        "                     \"refund_executions\"; counters refunds,\n"
+        "                     refunds_succeeded, refunds_pending,\n"
+        "                     refunds_failed, refunds_settled\n"
         "  POST   /reset      forget keys, intents, ledger and counters\n"
         "  GET    /faults     fault configuration, how often each rule fired, and\n"
         "                     every fault injected (kind, key, seq)\n"
@@ -1135,6 +1328,13 @@ static void usage(FILE *out)
         "                     a processing intent (its ledger row's outcome becomes\n"
         "                     succeeded, declined or canceled); 409 when it is not\n"
         "                     processing, 404 unknown id, 400 bad body\n"
+        "  PUT    /refund-settle {\"refund_settle_ms\":N}  (as --refund-settle-ms)\n"
+        "  POST   /refunds/<id>/settle\n"
+        "                     {\"status\":\"succeeded\"} or {\"status\":\"failed\",\n"
+        "                     \"failure_reason\":\"...\"} (default\n"
+        "                     expired_or_canceled_card): settles a pending refund,\n"
+        "                     or fails a succeeded one (as Stripe's refunds that\n"
+        "                     fail later); 409 otherwise, 404 unknown id\n"
         "  GET    /webhooks   deliveries: {\"url\",\"pending\",\"delivered\" (events\n"
         "                     acknowledged with 2xx),\"sends\" (HTTP attempts),\n"
         "                     \"failures\",\"duplicates\",\"reordered\",\"dropped\",\n"
@@ -1166,6 +1366,11 @@ static void usage(FILE *out)
         "with Content-Type: application/json and Stripe-Signature: t=<unix>,\n"
         "v1=<hex HMAC-SHA256(secret, \"<t>.<body>\")>, signed at each send, and\n"
         "sent again until the receiver answers 2xx.\n"
+        "Refunds: refund.created when one is made, refund.updated when its status\n"
+        "changes, refund.failed when it fails (made failed, or later), with the\n"
+        "refund as data.object; charge.refunded each time a refund succeeds, with\n"
+        "the intent's charge {id ch_..., object charge, amount, amount_refunded,\n"
+        "currency, payment_intent, refunded, status, metadata, created, refunds}.\n"
         "POST /reset also drops pending deliveries and zeroes their counters.\n"
         "\n"
         "Exit status: 0 after SIGTERM/SIGINT, 1 when it cannot listen, 2 on bad "
@@ -1261,6 +1466,7 @@ int main(int argc, char **argv)
         {"fault", required_argument, NULL, 'f'},
         {"search-lag-ms", required_argument, NULL, 'L'},
         {"processing-settle-ms", required_argument, NULL, 'P'},
+        {"refund-settle-ms", required_argument, NULL, 'R'},
         {"webhook-url", required_argument, NULL, 'U'},
         {"webhook-secret", required_argument, NULL, 'W'},
         {"webhook-duplicate-rate", required_argument, NULL, 'D'},
@@ -1275,7 +1481,7 @@ int main(int argc, char **argv)
     const char *host = "127.0.0.1";
     long port = 12111, admin_port = 12112, retention = 86400000L, threads = 2;
     long max_conn = 8192, seed = 1, latency = 0, jitter = 0, stall = 30000;
-    long search_lag = 0, settle = 0;
+    long search_lag = 0, settle = 0, refund_settle = 0;
     long wh_retry = 100, wh_retry_max = 2000, wh_timeout = 5000, wh_queue = 100000;
     double wh_duplicate = 0, wh_reorder = 0;
     const char *wh_url = NULL, *wh_secret = getenv("PSP_SIM_WEBHOOK_SECRET");
@@ -1287,21 +1493,14 @@ int main(int argc, char **argv)
         int val;
         long *target, min, max;
     } nums[] = {
-        {'p', &port, 0, 65535},
-        {'a', &admin_port, 0, 65535},
-        {'r', &retention, 0, LONG_MAX},
-        {'t', &threads, 1, 1024},
-        {'c', &max_conn, 1, 1000000},
-        {'s', &seed, 0, LONG_MAX},
-        {'l', &latency, 0, 86400000},
-        {'j', &jitter, 0, 86400000},
-        {'S', &stall, 0, 86400000},
-        {'L', &search_lag, 0, 86400000},
-        {'P', &settle, 0, 86400000},
-        {'B', &wh_retry, 1, 86400000},
-        {'M', &wh_retry_max, 1, 86400000},
-        {'T', &wh_timeout, 1, 86400000},
-        {'Q', &wh_queue, 1, 10000000},
+        {'p', &port, 0, 65535},          {'a', &admin_port, 0, 65535},
+        {'r', &retention, 0, LONG_MAX},  {'t', &threads, 1, 1024},
+        {'c', &max_conn, 1, 1000000},    {'s', &seed, 0, LONG_MAX},
+        {'l', &latency, 0, 86400000},    {'j', &jitter, 0, 86400000},
+        {'S', &stall, 0, 86400000},      {'L', &search_lag, 0, 86400000},
+        {'P', &settle, 0, 86400000},     {'R', &refund_settle, 0, 86400000},
+        {'B', &wh_retry, 1, 86400000},   {'M', &wh_retry_max, 1, 86400000},
+        {'T', &wh_timeout, 1, 86400000}, {'Q', &wh_queue, 1, 10000000},
     };
     const char *fault_specs[64];
     int nfaults = 0, c, rc = 1, key_from_flag = 0;
@@ -1426,6 +1625,7 @@ int main(int argc, char **argv)
     store = psp_store_new(retention);
     psp_store_set_search_lag(store, search_lag);
     psp_store_set_processing_settle(store, settle);
+    psp_store_set_refund_settle(store, refund_settle);
     faults = psp_faults_new((uint64_t)seed);
     psp_faults_set_latency(faults, latency, jitter);
     psp_faults_set_stall(faults, stall);
@@ -1466,6 +1666,7 @@ int main(int argc, char **argv)
     }
     if (wh_url) {
         psp_store_set_observer(store, on_intent_change, webhooks);
+        psp_store_set_event_observer(store, on_store_event, webhooks);
         settler_started = pthread_create(&settler, NULL, settler_main, NULL) == 0;
     }
 
@@ -1516,6 +1717,7 @@ stop:
     }
     /* No request runs any more: nothing queues from here on. */
     psp_store_set_observer(store, NULL, NULL);
+    psp_store_set_event_observer(store, NULL, NULL);
     psp_webhooks_free(webhooks);
 out:
     psp_faults_free(faults);

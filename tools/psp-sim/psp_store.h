@@ -160,6 +160,79 @@ int psp_settlement_parse(json_t *body, struct psp_settlement *out, char *errbuf,
 void psp_store_settle(psp_store_t *st, const char *id, const struct psp_settlement *set,
                       int64_t now_ms, struct psp_answer *ans);
 
+/* ---- refunds (POST /v1/refunds), with Stripe's semantics ---- */
+
+/* Settle delay of pending refunds: settle_ms > 0: a pending refund reaches
+ * the end its intent's payment method gives it (succeeded, or failed for
+ * pm_card_refundPendingFail) settle_ms after its creation, when next read or
+ * by psp_store_settle_due; 0: only psp_store_refund_settle does. */
+void psp_store_set_refund_settle(psp_store_t *st, int64_t settle_ms);
+
+/* Called for each refund event, under the store's lock and in the order of
+ * the changes: type refund.created, refund.updated, refund.failed (object:
+ * the refund) or charge.refunded (object: the intent's charge with its
+ * amount_refunded and refunds). Rules as psp_store_observer_fn. */
+typedef void (*psp_store_event_fn)(void *ctx, const char *type, json_t *object,
+                                   int64_t at_ms);
+void psp_store_set_event_observer(psp_store_t *st, psp_store_event_fn fn, void *ctx);
+
+/* A parsed POST /v1/refunds. Strings and metadata are owned by the
+ * caller. */
+struct psp_refund_request {
+    const char *idempotency_key;   /* NULL: not idempotent */
+    const char *payment_intent;    /* required */
+    const char *amount;            /* NULL: what is left of the intent */
+    const char *reason;            /* NULL, duplicate, fraudulent,
+                                      requested_by_customer */
+    json_t *metadata;              /* object of metadata[...] strings */
+    const char *unknown_parameter; /* the first other form name: refused */
+    const char *body;              /* the raw form body: fingerprinted */
+};
+
+/* As psp_store_begin, for a refund (its key belongs to /v1/refunds).
+ * Refused and not stored under the key: bad parameters (400), an unknown
+ * intent (404 resource_missing), an intent that is not succeeded (400
+ * charge_not_refundable), nothing left to refund (400
+ * charge_already_refunded), an amount beyond what is left, the intent's
+ * amount less its refunds that have not failed (400 amount_too_large). On
+ * PSP_BEGIN_EXECUTE end with psp_store_refund_execute or psp_store_release. */
+enum psp_begin psp_store_refund_begin(psp_store_t *st,
+                                      const struct psp_refund_request *req,
+                                      int64_t now_ms, struct psp_answer *ans);
+
+/* Executes the refund: 200 with the refund, whose status follows the
+ * intent's payment method (pm_card_refundPending, pm_card_refundPendingFail:
+ * pending; pm_card_refundFail: failed, failure_reason lost_or_stolen_card;
+ * any other: succeeded); booked in the ledger's refunds, stored under the
+ * key. Returns 1; 0 when it is no longer allowed (another refund took what
+ * was left meanwhile): *ans is the refusal, the key given back. */
+int psp_store_refund_execute(psp_store_t *st, const struct psp_refund_request *req,
+                             int64_t now_ms, struct psp_answer *ans);
+
+/* GET /v1/refunds/<id>: 200, or 404 resource_missing. */
+void psp_store_refund_retrieve(psp_store_t *st, const char *id, int64_t now_ms,
+                               struct psp_answer *ans);
+
+/* GET /v1/refunds: as psp_store_list, of one intent's refunds when
+ * payment_intent is set; starting_after is a refund id. */
+struct psp_refund_list_query {
+    int64_t created_gte, created_lt; /* INT64_MIN / INT64_MAX: unbounded */
+    int limit;                       /* 1..100 */
+    const char *starting_after;      /* NULL: from the newest */
+    const char *payment_intent;      /* NULL: any */
+};
+void psp_store_refund_list(psp_store_t *st, const struct psp_refund_list_query *q,
+                           int64_t now_ms, struct psp_answer *ans);
+
+/* Moves a refund to status (succeeded or failed; failure_reason NULL:
+ * expired_or_canceled_card): a pending one to either, a succeeded one to
+ * failed (as Stripe's refunds that fail after succeeding). 200 with the
+ * refund, 404 resource_missing, 409 when it cannot move so, 400 for another
+ * status. */
+void psp_store_refund_settle(psp_store_t *st, const char *id, const char *status,
+                             const char *failure_reason, int64_t now_ms,
+                             struct psp_answer *ans);
+
 /* Counters kept by the store (the HTTP layer adds its own). */
 enum psp_counter {
     PSP_C_REQUESTS,
@@ -176,6 +249,11 @@ enum psp_counter {
     PSP_C_SETTLED, /* processing intents settled since (admin, by themselves or
                       canceled) */
     PSP_C_CANCELS, /* cancels executed */
+    PSP_C_REFUNDS, /* refunds executed, then by their current status: */
+    PSP_C_REFUNDS_SUCCEEDED,
+    PSP_C_REFUNDS_PENDING,
+    PSP_C_REFUNDS_FAILED,
+    PSP_C_REFUNDS_SETTLED, /* pending or succeeded refunds moved since */
     PSP_C__COUNT
 };
 void psp_store_count(psp_store_t *st, enum psp_counter c);
@@ -189,7 +267,12 @@ void psp_store_charge_began(psp_store_t *st);
 void psp_store_charge_ended(psp_store_t *st);
 
 /* The ledger and counters as JSON (new reference): {"charges", "cancels",
- * "counters"}. A charge has one row whose outcome is its intent's current
+ * "refunds", "refund_executions", "counters"}. Each executed refund has one
+ * row in refunds (idempotency_key, provider_refund_id, payment_intent_id,
+ * amount, currency, reason, metadata, status as it is now, failure_reason,
+ * http_status, at_ms, settled_at_ms); refund_executions maps each refund
+ * key to how many refunds it executed (more than 1 only after its
+ * retention ran out). A charge has one row whose outcome is its intent's current
  * one (a processing charge that settles, or an intent that is canceled,
  * changes outcome); succeeded, declined, canceled and processing count each
  * charge once, by that outcome. Each executed cancel has a row of its own
