@@ -194,20 +194,28 @@ static enum store_rc charge_persist(void *op, struct engine_outcome *items, size
     return rc;
 }
 
-static enum store_rc charge_renew(void *op, const char *const *ids,
+static enum store_rc charge_renew(void *op, const char *const *ids, const int *kinds,
                                   const int64_t *epochs, size_t n, long long lease_ms,
                                   int *still_ours, struct store_error *err)
 {
+    (void)kinds;
     return attempt_store_renew(((struct charge_state *)op)->store, ids, epochs, n,
                                lease_ms, still_ours, err);
 }
 
 static enum store_rc charge_release_leases(void *op, const char *const *ids,
-                                           const int64_t *epochs, size_t n,
-                                           struct store_error *err)
+                                           const int *kinds, const int64_t *epochs,
+                                           size_t n, struct store_error *err)
 {
+    (void)kinds;
     return attempt_store_release(((struct charge_state *)op)->store, ids, epochs, n,
                                  err);
+}
+
+static const char *charge_event_type(int kind, enum attempt_status status)
+{
+    (void)kind;
+    return attempt_status_event_type(status);
 }
 
 static int charge_start_call(void *op, provider_client_t *pc, const void *params,
@@ -238,5 +246,5 @@ const struct engine_op charge_op = {
     .renew = charge_renew,
     .release_leases = charge_release_leases,
     .start_call = charge_start_call,
-    .event_type = attempt_status_event_type,
+    .event_type = charge_event_type,
 };

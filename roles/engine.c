@@ -107,6 +107,8 @@ struct engine {
     size_t nhandbacks;
     struct call_entry {
         char id[64];
+        int kind;
+        const char *id_field; /* the job's */
         char order_id[64];
         char traceparent[TRACEPARENT_LEN + 1];
         int64_t started_ms; /* wall clock */
@@ -238,6 +240,8 @@ static void start_jobs(engine_t *eng, int take_new)
             j->have_cmd = 1;
             j->id = eng->op->id_of(j->command);
             j->order_id = eng->op->order_of(j->command);
+            j->kind = eng->op->kind_of ? eng->op->kind_of(j->command) : 0;
+            j->id_field = eng->op->id_field ? eng->op->id_field(j->kind) : NULL;
             job_set(eng->jobs, j, JOB_RECORD);
         } else {
             snprintf(j->dl_error, sizeof(j->dl_error), "%s", err);
@@ -689,6 +693,14 @@ static void apply_claim(engine_t *eng, struct job *j, const struct engine_claim 
         FAILPOINT("after_claim");
         break;
     case ENGINE_SETTLED:
+        if (it->rejected[0]) {
+            log_info("rejected before any provider call", JOB_FIELDS(j), "reason",
+                     it->rejected, NULL);
+            metrics_add(METRIC_ATTEMPTS, 1, ATTEMPT_S_REJECTED);
+            j->outcome = "rejected";
+            job_set(eng->jobs, j, JOB_DONE);
+            break;
+        }
         j->outcome = "already_settled";
         job_set(eng->jobs, j, JOB_DONE);
         break;
@@ -755,6 +767,7 @@ static void claim_attempts(engine_t *eng)
             }
             js[k] = j;
             items[k].id = j->id;
+            items[k].kind = j->kind;
             items[k++].params = j->params;
         }
     }
@@ -772,8 +785,8 @@ out:
 static void release_lease(engine_t *eng, struct job *j)
 {
     struct store_error err;
-    if (eng->op->release_leases(eng->op_state, &j->id, &j->lease_epoch, 1, &err) !=
-        STORE_OK)
+    if (eng->op->release_leases(eng->op_state, &j->id, &j->kind, &j->lease_epoch, 1,
+                                &err) != STORE_OK)
         log_warn("could not release lease; it will expire", JOB_FIELDS(j), "error",
                  err.message, NULL);
 }
@@ -786,7 +799,7 @@ static void decide(engine_t *eng, struct job *j, int tries, int key_window_open,
 {
     j->decision = charge_policy_decide(&eng->policy, j->res.outcome, tries,
                                        key_window_open, jitter);
-    j->decision.event_type = eng->op->event_type(j->decision.status);
+    j->decision.event_type = eng->op->event_type(j->kind, j->decision.status);
 }
 
 /* May a call under this attempt's key be sent now? Not once the provider may
@@ -873,6 +886,8 @@ static void log_call(engine_t *eng, struct job *j, const struct provider_result 
     }
     struct call_entry *e = &eng->call_log[eng->call_log_len];
     snprintf(e->id, sizeof(e->id), "%s", j->id);
+    e->kind = j->kind;
+    e->id_field = job_id_field(j);
     snprintf(e->order_id, sizeof(e->order_id), "%s", j->order_id);
     snprintf(e->traceparent, sizeof(e->traceparent), "%s", j->traceparent);
     e->started_ms = j->call_started_ms;
@@ -893,6 +908,7 @@ static int log_calls_batch(engine_t *eng, struct call_entry *const *e, size_t n,
     }
     for (size_t i = 0; i < n; i++) {
         calls[i].id = e[i]->id;
+        calls[i].kind = e[i]->kind;
         calls[i].started_ms = e[i]->started_ms;
         calls[i].res = &e[i]->res;
         calls[i].written_maybe = e[i]->written_maybe;
@@ -919,8 +935,8 @@ static int log_call_alone(engine_t *eng, struct call_entry *e, struct store_erro
         return 0;
     }
     if (rc == STORE_DATA)
-        log_error("provider call not recorded: the database refused it",
-                  "payment_attempt_id", e->id, "order_id", e->order_id, "traceparent",
+        log_error("provider call not recorded: the database refused it", e->id_field,
+                  e->id, "order_id", e->order_id, "traceparent",
                   e->traceparent[0] ? e->traceparent : NULL, "sqlstate", err->sqlstate,
                   NULL);
     return 1;
@@ -993,9 +1009,9 @@ static void on_call_done(engine_t *eng, struct job *j)
     int64_t now = clock_now_ms();
 
     snprintf(status, sizeof(status), "%d", j->res.http_status);
-    metrics_observe(METRIC_PROVIDER_DURATION, j->res.latency_ms / 1000.0,
-                    eng->op->name);
-    metrics_add(METRIC_PROVIDER_RESPONSES, 1, eng->op->name,
+    const char *op = eng->op->kind_name ? eng->op->kind_name(j->kind) : eng->op->name;
+    metrics_observe(METRIC_PROVIDER_DURATION, j->res.latency_ms / 1000.0, op);
+    metrics_add(METRIC_PROVIDER_RESPONSES, 1, op,
                 provider_outcome_name(j->res.outcome));
     for (int i = 0; i < j->res.resent; i++) {
         /* curl re-sent the request itself after a pooled connection closed
@@ -1029,8 +1045,15 @@ static void on_call_done(engine_t *eng, struct job *j)
              j->res.replayed ? "true" : "false", "error",
              j->res.error[0] ? j->res.error : NULL, "outage", outage ? "true" : NULL,
              NULL);
-    if (j->res.outcome == PROVIDER_SUCCEEDED)
-        FAILPOINT("after_charge");
+#ifdef CHARGED_FAILPOINTS
+    if (j->res.outcome == PROVIDER_SUCCEEDED) {
+        /* after_charge, after_refund: the operation executed, nothing
+         * persisted yet. */
+        char point[48];
+        snprintf(point, sizeof(point), "after_%s", op);
+        FAILPOINT(point);
+    }
+#endif
     if (j->state == JOB_CALLING_FENCED) {
         log_warn("lease lost during the call; result left to the new owner",
                  JOB_FIELDS(j), NULL);
@@ -1207,7 +1230,8 @@ static int persist_for_review(engine_t *eng, struct job *j, struct store_error *
         .lease_epoch = j->lease_epoch,
         .status = "REQUIRES_REVIEW",
         .reason = reason,
-        .event_type = eng->op->event_type(ATTEMPT_STATUS_REQUIRES_REVIEW),
+        .kind = j->kind,
+        .event_type = eng->op->event_type(j->kind, ATTEMPT_STATUS_REQUIRES_REVIEW),
         .evidence_json = evidence,
         .calls = j->calls,
         .next_check_ms = -1,
@@ -1271,6 +1295,7 @@ static void persist_outcomes(engine_t *eng)
         outcome_of(j, o, reasons[k], sizeof(reasons[k]));
         evidence[k] = evidence_of(j);
         o->id = j->id;
+        o->kind = j->kind;
         o->lease_epoch = j->lease_epoch;
         o->reason = reasons[k][0] ? reasons[k] : NULL;
         o->provider_id = j->res.provider_payment_id;
@@ -1312,19 +1337,20 @@ static void renew_leases(engine_t *eng)
         return;
     const char **ids = calloc(n, sizeof(*ids));
     int64_t *epochs = calloc(n, sizeof(*epochs));
-    int *ours = calloc(n, sizeof(*ours));
+    int *ours = calloc(n, sizeof(*ours)), *kinds = calloc(n, sizeof(*kinds));
     struct job **js = calloc(n, sizeof(*js));
-    if (!ids || !epochs || !ours || !js)
+    if (!ids || !epochs || !ours || !kinds || !js)
         goto out;
     for (size_t i = 0; i < sizeof(leased) / sizeof(leased[0]); i++)
         for (struct job *j = job_list_first(eng->jobs, leased[i]); j && k < n;
              j = job_next_in_state(j)) {
             js[k] = j;
             ids[k] = j->id;
+            kinds[k] = j->kind;
             epochs[k++] = j->lease_epoch;
         }
-    if (eng->op->renew(eng->op_state, ids, epochs, k, eng->lease_ms, ours, &err) !=
-        STORE_OK) {
+    if (eng->op->renew(eng->op_state, ids, kinds, epochs, k, eng->lease_ms, ours,
+                       &err) != STORE_OK) {
         db_failed(eng, "renew leases", err.message);
         goto out;
     }
@@ -1345,6 +1371,7 @@ out:
     free(ids);
     free(epochs);
     free(ours);
+    free(kinds);
     free(js);
 }
 

@@ -50,17 +50,22 @@ enum engine_claim_result {
 
 struct engine_claim {
     const char *id;                  /* in: the record's id */
+    int kind;                        /* in: its kind_of */
     void *params;                    /* in: op->params_size bytes to fill */
     enum engine_claim_result result; /* out */
     int64_t lease_epoch;             /* out, when claimed */
     int64_t key_age_ms;              /* out, when claimed: now - first sent, on
                                         the database's clock; 0 never sent */
     char status[20];                 /* out: the status before the claim */
+    char rejected[160];              /* out, when SETTLED: why this claim
+                                        rejected it before any call ("" when
+                                        it was settled before) */
 };
 
 /* A provider call, for the record's call log. */
 struct engine_call {
     const char *id;
+    int kind;           /* the record's kind_of */
     int64_t started_ms; /* epoch ms */
     const struct provider_result *res;
     /* An earlier write of this call failed and may still commit (a
@@ -73,6 +78,7 @@ struct engine_call {
  * transition, its event and its ledger row. */
 struct engine_outcome {
     const char *id;            /* in */
+    int kind;                  /* in: the record's kind_of */
     int64_t lease_epoch;       /* in: the claim this result belongs to */
     const char *status;        /* in: SUCCEEDED, FAILED, UNKNOWN, ... */
     const char *reason;        /* in, may be NULL */
@@ -122,10 +128,10 @@ struct engine_op {
                                struct store_error *err);
     enum store_rc (*persist)(void *op, struct engine_outcome *items, size_t n,
                              struct store_error *err);
-    enum store_rc (*renew)(void *op, const char *const *ids, const int64_t *epochs,
-                           size_t n, long long lease_ms, int *still_ours,
-                           struct store_error *err);
-    enum store_rc (*release_leases)(void *op, const char *const *ids,
+    enum store_rc (*renew)(void *op, const char *const *ids, const int *kinds,
+                           const int64_t *epochs, size_t n, long long lease_ms,
+                           int *still_ours, struct store_error *err);
+    enum store_rc (*release_leases)(void *op, const char *const *ids, const int *kinds,
                                     const int64_t *epochs, size_t n,
                                     struct store_error *err);
 
@@ -134,8 +140,19 @@ struct engine_op {
      * from provider_client_next_done. 0, or -1 and err. */
     int (*start_call)(void *op, provider_client_t *pc, const void *params,
                       const void *command, void *tag, char *err, size_t err_size);
-    /* The event a record entering `status` publishes, or NULL for none. */
-    const char *(*event_type)(enum attempt_status status);
+    /* The event a record of `kind` entering `status` publishes, or NULL
+     * for none. */
+    const char *(*event_type)(int kind, enum attempt_status status);
+
+    /* Operations that share one command topic (a charge and its refunds)
+     * are one descriptor that routes each item by its kind: which
+     * operation a parsed command is (NULL: always 0). The kind comes back
+     * in every item and lease call. */
+    int (*kind_of)(const void *command);
+    /* A kind's name, for metrics' operation label and log lines (NULL:
+     * name), and the log field its id is (NULL: "payment_attempt_id"). */
+    const char *(*kind_name)(int kind);
+    const char *(*id_field)(int kind);
 };
 
 typedef struct engine engine_t;

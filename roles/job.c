@@ -202,6 +202,11 @@ const char *job_state_name(enum job_state state)
     return state < JOB__COUNT ? job_state_names[state] : "invalid";
 }
 
+const char *job_id_field(const struct job *j)
+{
+    return j->id_field ? j->id_field : "payment_attempt_id";
+}
+
 const char *job_attempt(const struct job *j)
 {
     return j->have_cmd ? j->id : NULL;

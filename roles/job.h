@@ -58,6 +58,8 @@ struct job {
     void *command, *params;
     int have_cmd;
     const char *id, *order_id;             /* the command's, once parsed (have_cmd) */
+    int kind;                              /* its engine_op kind_of */
+    const char *id_field;                  /* the log field of id; NULL: the default */
     char traceparent[TRACEPARENT_LEN + 1]; /* the command's, when valid; or "" */
     enum dead_letter_reason dl_reason;
     char dl_error[256];
@@ -124,8 +126,10 @@ const char *job_state_name(enum job_state state);
 const char *job_attempt(const struct job *j);
 const char *job_order(const struct job *j);
 const char *job_trace(const struct job *j);
+/* The log field a job's id is ("payment_attempt_id", "refund_id"). */
+const char *job_id_field(const struct job *j);
 #define JOB_FIELDS(j)                                                                  \
-    "payment_attempt_id", job_attempt(j), "order_id", job_order(j), "traceparent",     \
+    job_id_field(j), job_attempt(j), "order_id", job_order(j), "traceparent",          \
         job_trace(j)
 /* Spreads the retries of many attempts apart. */
 unsigned job_jitter(const struct job *j);

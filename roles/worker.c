@@ -2,7 +2,7 @@
 
 #include <stdio.h>
 
-#include "charge_op.h"
+#include "payment_ops.h"
 #include "config.h"
 #include "daemon.h"
 #include "engine.h"
@@ -24,7 +24,7 @@ static int worker_start(config_t *cfg, const char *id, void **state, char *err,
                         size_t err_size)
 {
     engine_t *eng = NULL;
-    int rc = engine_start(cfg, id, &charge_op, &eng, err, err_size);
+    int rc = engine_start(cfg, id, &payment_ops, &eng, err, err_size);
     *state = eng;
     return rc;
 }

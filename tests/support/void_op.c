@@ -336,10 +336,11 @@ static enum store_rc void_persist(void *op, struct engine_outcome *items, size_t
     return rc;
 }
 
-static enum store_rc void_renew(void *op, const char *const *ids, const int64_t *epochs,
-                                size_t n, long long lease_ms, int *still_ours,
-                                struct store_error *err)
+static enum store_rc void_renew(void *op, const char *const *ids, const int *kinds,
+                                const int64_t *epochs, size_t n, long long lease_ms,
+                                int *still_ours, struct store_error *err)
 {
+    (void)kinds;
     enum store_rc rc = STORE_OK;
     char lease[32];
     snprintf(lease, sizeof(lease), "%lld", lease_ms);
@@ -361,9 +362,10 @@ static enum store_rc void_renew(void *op, const char *const *ids, const int64_t 
 }
 
 static enum store_rc void_release_leases(void *op, const char *const *ids,
-                                         const int64_t *epochs, size_t n,
-                                         struct store_error *err)
+                                         const int *kinds, const int64_t *epochs,
+                                         size_t n, struct store_error *err)
 {
+    (void)kinds;
     enum store_rc rc = STORE_OK;
     for (size_t i = 0; rc == STORE_OK && i < n; i++) {
         char epoch[32];
@@ -393,8 +395,9 @@ static int void_start_call(void *op, provider_client_t *pc, const void *params,
                                       vp->idempotency_key, tag, err, err_size);
 }
 
-static const char *void_event_type(enum attempt_status status)
+static const char *void_event_type(int kind, enum attempt_status status)
 {
+    (void)kind;
     switch (status) {
     case ATTEMPT_STATUS_SUCCEEDED:
         return "void.succeeded";

@@ -1,0 +1,339 @@
+#include "payment_ops.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "charge_command.h"
+#include "charge_op.h"
+#include "command_fields.h"
+#include "refund_command.h"
+#include "refund_op.h"
+
+/* Kinds, by their index here; the first is also the one whose error a
+ * message of no known type gets. */
+static const struct engine_op *const ops[] = {&charge_op, &refund_op};
+static const char *const types[] = {"charge.requested", REFUND_COMMAND_TYPE};
+#define NOPS (sizeof(ops) / sizeof(ops[0]))
+
+struct routed_command {
+    int kind;
+    union {
+        struct charge_command charge;
+        struct refund_command refund;
+    } u;
+};
+
+union routed_params {
+    struct attempt_params charge;
+    struct refund_params refund;
+};
+
+struct routed_state {
+    void *states[NOPS];
+};
+
+static const void *inner(const void *command)
+{
+    return &((const struct routed_command *)command)->u;
+}
+
+static int kind_of(const void *command)
+{
+    return ((const struct routed_command *)command)->kind;
+}
+
+static void routed_close(void *op)
+{
+    struct routed_state *r = op;
+    if (!r)
+        return;
+    for (size_t k = 0; k < NOPS; k++)
+        if (r->states[k])
+            ops[k]->close(r->states[k]);
+    free(r);
+}
+
+static void *routed_open(config_t *cfg, const char *actor, char *err, size_t err_size)
+{
+    struct routed_state *r = calloc(1, sizeof(*r));
+    if (!r) {
+        snprintf(err, err_size, "out of memory");
+        return NULL;
+    }
+    for (size_t k = 0; k < NOPS; k++)
+        if (!(r->states[k] = ops[k]->open(cfg, actor, err, err_size))) {
+            routed_close(r);
+            return NULL;
+        }
+    return r;
+}
+
+static void *state_of(void *op, int kind)
+{
+    return ((struct routed_state *)op)->states[kind];
+}
+
+/* A charge first (the common case, parsed once); a message its parser
+ * refuses on the schema and whose type another operation names is that
+ * operation's. */
+static enum dead_letter_reason routed_parse(void *op, const void *key, size_t key_len,
+                                            const void *value, size_t value_len,
+                                            void *command, char *err, size_t err_size)
+{
+    struct routed_command *c = command;
+    c->kind = 0;
+    enum dead_letter_reason r = ops[0]->parse(state_of(op, 0), key, key_len, value,
+                                              value_len, &c->u, err, err_size);
+    if (r != DEAD_LETTER_SCHEMA_VIOLATION)
+        return r;
+    for (size_t k = 1; k < NOPS; k++)
+        if (command_fields_type_is(value, value_len, types[k])) {
+            c->kind = (int)k;
+            return ops[k]->parse(state_of(op, (int)k), key, key_len, value, value_len,
+                                 &c->u, err, err_size);
+        }
+    if (!strncmp(err, "'type'", 6))
+        snprintf(err, err_size, "'type' must be \"%s\" or \"%s\"", types[0], types[1]);
+    return r;
+}
+
+static void routed_release(void *command)
+{
+    ops[kind_of(command)]->release(&((struct routed_command *)command)->u);
+}
+
+static const char *routed_id_of(const void *command)
+{
+    return ops[kind_of(command)]->id_of(inner(command));
+}
+
+static const char *routed_order_of(const void *command)
+{
+    return ops[kind_of(command)]->order_of(inner(command));
+}
+
+static enum store_rc routed_ping(void *op, struct store_error *err)
+{
+    return ops[0]->ping(state_of(op, 0), err);
+}
+
+/* Each stage below runs the items of one kind after the other: a copy of
+ * them, in batch order, through that kind's descriptor, and the results
+ * back. The first failure ends the stage (every stage is safe to repeat). */
+
+static enum store_rc routed_record(void *op, struct engine_record *items, size_t n,
+                                   struct store_error *err)
+{
+    enum store_rc rc = STORE_OK;
+    struct engine_record *sub = calloc(n ? n : 1, sizeof(*sub));
+    size_t *at = calloc(n ? n : 1, sizeof(*at));
+    if (!sub || !at) {
+        store_error_set(err, "out of memory");
+        rc = STORE_RETRY;
+        goto out;
+    }
+    for (size_t k = 0; k < NOPS && rc == STORE_OK; k++) {
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++)
+            if (kind_of(items[i].command) == (int)k) {
+                sub[m] = items[i];
+                sub[m].command = inner(items[i].command);
+                at[m++] = i;
+            }
+        if (m && (rc = ops[k]->record(state_of(op, (int)k), sub, m, err)) == STORE_OK)
+            for (size_t i = 0; i < m; i++) {
+                items[at[i]].result = sub[i].result;
+                memcpy(items[at[i]].reason, sub[i].reason, sizeof(sub[i].reason));
+            }
+    }
+out:
+    free(sub);
+    free(at);
+    return rc;
+}
+
+static enum store_rc routed_claim(void *op, struct engine_claim *items, size_t n,
+                                  long long lease_ms, struct store_error *err)
+{
+    enum store_rc rc = STORE_OK;
+    struct engine_claim *sub = calloc(n ? n : 1, sizeof(*sub));
+    size_t *at = calloc(n ? n : 1, sizeof(*at));
+    if (!sub || !at) {
+        store_error_set(err, "out of memory");
+        rc = STORE_RETRY;
+        goto out;
+    }
+    for (size_t k = 0; k < NOPS && rc == STORE_OK; k++) {
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++)
+            if (items[i].kind == (int)k) {
+                sub[m] = items[i];
+                at[m++] = i;
+            }
+        if (m && (rc = ops[k]->claim(state_of(op, (int)k), sub, m, lease_ms, err)) ==
+                     STORE_OK)
+            for (size_t i = 0; i < m; i++)
+                items[at[i]] = sub[i];
+    }
+out:
+    free(sub);
+    free(at);
+    return rc;
+}
+
+static enum store_rc routed_log_calls(void *op, const struct engine_call *calls,
+                                      size_t n, struct store_error *err)
+{
+    enum store_rc rc = STORE_OK;
+    struct engine_call *sub = calloc(n ? n : 1, sizeof(*sub));
+    if (!sub) {
+        store_error_set(err, "out of memory");
+        return STORE_RETRY;
+    }
+    for (size_t k = 0; k < NOPS && rc == STORE_OK; k++) {
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++)
+            if (calls[i].kind == (int)k)
+                sub[m++] = calls[i];
+        if (m)
+            rc = ops[k]->log_calls(state_of(op, (int)k), sub, m, err);
+    }
+    free(sub);
+    return rc;
+}
+
+static enum store_rc routed_persist(void *op, struct engine_outcome *items, size_t n,
+                                    struct store_error *err)
+{
+    enum store_rc rc = STORE_OK;
+    struct engine_outcome *sub = calloc(n ? n : 1, sizeof(*sub));
+    size_t *at = calloc(n ? n : 1, sizeof(*at));
+    if (!sub || !at) {
+        store_error_set(err, "out of memory");
+        rc = STORE_RETRY;
+        goto out;
+    }
+    for (size_t k = 0; k < NOPS && rc == STORE_OK; k++) {
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++)
+            if (items[i].kind == (int)k) {
+                sub[m] = items[i];
+                at[m++] = i;
+            }
+        if (m && (rc = ops[k]->persist(state_of(op, (int)k), sub, m, err)) == STORE_OK)
+            for (size_t i = 0; i < m; i++) {
+                items[at[i]].persisted = sub[i].persisted;
+                items[at[i]].busy = sub[i].busy;
+            }
+    }
+out:
+    free(sub);
+    free(at);
+    return rc;
+}
+
+/* renew (still_ours not NULL) or release, routed by kind. */
+static enum store_rc routed_leases(void *op, const char *const *ids, const int *kinds,
+                                   const int64_t *epochs, size_t n, long long lease_ms,
+                                   int *still_ours, struct store_error *err)
+{
+    enum store_rc rc = STORE_OK;
+    const char **sid = calloc(n ? n : 1, sizeof(*sid));
+    int64_t *sep = calloc(n ? n : 1, sizeof(*sep));
+    int *sours = calloc(n ? n : 1, sizeof(*sours));
+    size_t *at = calloc(n ? n : 1, sizeof(*at));
+    if (!sid || !sep || !sours || !at) {
+        store_error_set(err, "out of memory");
+        rc = STORE_RETRY;
+        goto out;
+    }
+    for (size_t k = 0; k < NOPS && rc == STORE_OK; k++) {
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++)
+            if (kinds[i] == (int)k) {
+                sid[m] = ids[i];
+                sep[m] = epochs[i];
+                at[m++] = i;
+            }
+        if (m == 0)
+            continue;
+        if (still_ours) {
+            rc = ops[k]->renew(state_of(op, (int)k), sid, NULL, sep, m, lease_ms, sours,
+                               err);
+            for (size_t i = 0; rc == STORE_OK && i < m; i++)
+                still_ours[at[i]] = sours[i];
+        } else {
+            rc = ops[k]->release_leases(state_of(op, (int)k), sid, NULL, sep, m, err);
+        }
+    }
+out:
+    free(sid);
+    free(sep);
+    free(sours);
+    free(at);
+    return rc;
+}
+
+static enum store_rc routed_renew(void *op, const char *const *ids, const int *kinds,
+                                  const int64_t *epochs, size_t n, long long lease_ms,
+                                  int *still_ours, struct store_error *err)
+{
+    return routed_leases(op, ids, kinds, epochs, n, lease_ms, still_ours, err);
+}
+
+static enum store_rc routed_release_leases(void *op, const char *const *ids,
+                                           const int *kinds, const int64_t *epochs,
+                                           size_t n, struct store_error *err)
+{
+    return routed_leases(op, ids, kinds, epochs, n, 0, NULL, err);
+}
+
+static int routed_start_call(void *op, provider_client_t *pc, const void *params,
+                             const void *command, void *tag, char *err, size_t err_size)
+{
+    int k = kind_of(command);
+    return ops[k]->start_call(state_of(op, k), pc, params, inner(command), tag, err,
+                              err_size);
+}
+
+static const char *routed_event_type(int kind, enum attempt_status status)
+{
+    return ops[kind]->event_type(0, status);
+}
+
+static const char *routed_kind_name(int kind)
+{
+    return ops[kind]->name;
+}
+
+static const char *routed_id_field(int kind)
+{
+    return ops[kind]->id_field ? ops[kind]->id_field(0) : NULL;
+}
+
+const struct engine_op payment_ops = {
+    .name = "charge",
+    .commands_topic_key = CONFIG_CHARGE_COMMANDS_TOPIC,
+    .dlq_topic_key = CONFIG_CHARGE_DLQ_TOPIC,
+    .command_size = sizeof(struct routed_command),
+    .params_size = sizeof(union routed_params),
+    .open = routed_open,
+    .close = routed_close,
+    .parse = routed_parse,
+    .release = routed_release,
+    .id_of = routed_id_of,
+    .order_of = routed_order_of,
+    .ping = routed_ping,
+    .record = routed_record,
+    .claim = routed_claim,
+    .log_calls = routed_log_calls,
+    .persist = routed_persist,
+    .renew = routed_renew,
+    .release_leases = routed_release_leases,
+    .start_call = routed_start_call,
+    .event_type = routed_event_type,
+    .kind_of = kind_of,
+    .kind_name = routed_kind_name,
+    .id_field = routed_id_field,
+};
