@@ -1594,6 +1594,233 @@ START_TEST(each_bad_flag_value_is_reported_under_its_own_name)
 }
 END_TEST
 
+/* ---- refunds ---- */
+
+static struct http_answer refund_req(const char *key, const char *pi, long amount,
+                                     const char *refund_id)
+{
+    char body[512], am[48] = "";
+    if (amount > 0)
+        snprintf(am, sizeof(am), "&amount=%ld", amount);
+    snprintf(body, sizeof(body),
+             "payment_intent=%s%s&reason=requested_by_customer"
+             "&metadata%%5Brefund_id%%5D=%s&metadata%%5Bpayment_attempt_id%%5D=a-%s",
+             pi, am, refund_id, refund_id);
+    return request("POST", "/v1/refunds", key, body, NULL, 5000);
+}
+
+/* A succeeded intent of amount charged with pm; its id in id. */
+static void charged_intent(const char *key, long amount, const char *pm, char *id,
+                           size_t len)
+{
+    struct http_answer c = charge(key, key, amount, pm);
+    ck_assert_int_eq(c.status, 200);
+    snprintf(id, len, "%s", jstr(c.json, "id"));
+    answer_free(&c);
+}
+
+static long long refund_executions(const char *key)
+{
+    json_t *l = psp_sim_admin(&sim, "GET", "/ledger", NULL);
+    long long n = json_integer_value(
+        json_object_get(json_object_get(l, "refund_executions"), key));
+    json_decref(l);
+    return n;
+}
+
+START_TEST(refund_replays_refuses_mismatch_and_over_refunds)
+{
+    char pi[64], re[64];
+    charged_intent("k-rf-c", 1000, "pm_card_visa", pi, sizeof(pi));
+    struct http_answer a = refund_req("k-rf-1", pi, 300, "r1");
+    ck_assert_int_eq(a.status, 200);
+    ck_assert_str_eq(jstr(a.json, "object"), "refund");
+    ck_assert_str_eq(jstr(a.json, "status"), "succeeded");
+    ck_assert_str_eq(jstr(a.json, "payment_intent"), pi);
+    ck_assert_str_eq(jstr(json_object_get(a.json, "metadata"), "refund_id"), "r1");
+    ck_assert_int_eq(jint(a.json, "amount"), 300);
+    snprintf(re, sizeof(re), "%s", jstr(a.json, "id"));
+    ck_assert(!strncmp(re, "re_", 3));
+    struct http_answer b = refund_req("k-rf-1", pi, 300, "r1");
+    ck_assert_int_eq(b.status, 200);
+    ck_assert_int_eq(b.replayed, 1);
+    ck_assert_str_eq(jstr(b.json, "id"), re);
+    struct http_answer m = refund_req("k-rf-1", pi, 301, "r1");
+    ck_assert_int_eq(m.status, 400);
+    ck_assert_str_eq(err_field(m.json, "type"), "idempotency_error");
+    ck_assert_int_eq(refund_executions("k-rf-1"), 1);
+    /* 700 left: 701 is too much, nothing executed; the rest (no amount) is
+     * 700; then nothing is left. */
+    struct http_answer big = refund_req("k-rf-2", pi, 701, "r2");
+    ck_assert_int_eq(big.status, 400);
+    ck_assert_str_eq(err_field(big.json, "type"), "invalid_request_error");
+    ck_assert_str_eq(err_field(big.json, "code"), "amount_too_large");
+    ck_assert_int_eq(refund_executions("k-rf-2"), 0);
+    struct http_answer rest = refund_req("k-rf-3", pi, 0, "r3");
+    ck_assert_int_eq(rest.status, 200);
+    ck_assert_int_eq(jint(rest.json, "amount"), 700);
+    struct http_answer done = refund_req("k-rf-4", pi, 1, "r4");
+    ck_assert_int_eq(done.status, 400);
+    ck_assert_str_eq(err_field(done.json, "code"), "charge_already_refunded");
+    /* A refusal is not stored under its key: the same key may refund once
+     * there is something to refund. */
+    struct http_answer unknown = refund_req("k-rf-5", "pi_nosuch", 1, "r5");
+    ck_assert_int_eq(unknown.status, 404);
+    ck_assert_str_eq(err_field(unknown.json, "code"), "resource_missing");
+    char pp[64];
+    charged_intent("k-rf-proc", 100, "pm_card_processing", pp, sizeof(pp));
+    struct http_answer np = refund_req("k-rf-6", pp, 10, "r6");
+    ck_assert_int_eq(np.status, 400);
+    ck_assert_str_eq(err_field(np.json, "code"), "charge_not_refundable");
+    struct http_answer *all[] = {&a, &b, &m, &big, &rest, &done, &unknown, &np};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        answer_free(all[i]);
+}
+END_TEST
+
+START_TEST(refunds_are_retrieved_and_listed_by_intent_and_window)
+{
+    char pi[64], other[64], ids[3][64], q[256];
+    charged_intent("k-rl-c", 1000, "pm_card_visa", pi, sizeof(pi));
+    charged_intent("k-rl-o", 1000, "pm_card_visa", other, sizeof(other));
+    for (int i = 0; i < 3; i++) {
+        char key[32], rid[32];
+        snprintf(key, sizeof(key), "k-rl-%d", i);
+        snprintf(rid, sizeof(rid), "rl-%d", i);
+        struct http_answer a = refund_req(key, pi, 10 + i, rid);
+        ck_assert_int_eq(a.status, 200);
+        snprintf(ids[i], sizeof(ids[i]), "%s", jstr(a.json, "id"));
+        answer_free(&a);
+    }
+    struct http_answer o = refund_req("k-rl-other", other, 5, "rl-other");
+    ck_assert_int_eq(o.status, 200);
+    struct http_answer g;
+    char path[128];
+    snprintf(path, sizeof(path), "/v1/refunds/%s", ids[1]);
+    g = request("GET", path, NULL, NULL, NULL, 5000);
+    ck_assert_int_eq(g.status, 200);
+    ck_assert_int_eq(jint(g.json, "amount"), 11);
+    answer_free(&g);
+    g = request("GET", "/v1/refunds/re_nosuch", NULL, NULL, NULL, 5000);
+    ck_assert_int_eq(g.status, 404);
+    ck_assert_str_eq(err_field(g.json, "code"), "resource_missing");
+    answer_free(&g);
+    /* By intent, newest first, two a page. */
+    snprintf(q, sizeof(q), "/v1/refunds?payment_intent=%s&limit=2", pi);
+    g = request("GET", q, NULL, NULL, NULL, 5000);
+    ck_assert_int_eq(g.status, 200);
+    json_t *data = json_object_get(g.json, "data");
+    ck_assert_uint_eq(json_array_size(data), 2);
+    ck_assert_str_eq(jstr(json_array_get(data, 0), "id"), ids[2]);
+    ck_assert_str_eq(jstr(json_array_get(data, 1), "id"), ids[1]);
+    ck_assert(json_is_true(json_object_get(g.json, "has_more")));
+    answer_free(&g);
+    snprintf(q, sizeof(q), "/v1/refunds?payment_intent=%s&limit=2&starting_after=%s",
+             pi, ids[1]);
+    g = request("GET", q, NULL, NULL, NULL, 5000);
+    data = json_object_get(g.json, "data");
+    ck_assert_uint_eq(json_array_size(data), 1);
+    ck_assert_str_eq(jstr(json_array_get(data, 0), "id"), ids[0]);
+    ck_assert(json_is_false(json_object_get(g.json, "has_more")));
+    answer_free(&g);
+    /* By created window: all four now, none in a window before them. */
+    long long created = jint(o.json, "created");
+    snprintf(q, sizeof(q), "/v1/refunds?created%%5Bgte%%5D=%lld&created%%5Blt%%5D=%lld",
+             created - 60, created + 60);
+    g = request("GET", q, NULL, NULL, NULL, 5000);
+    ck_assert_uint_eq(json_array_size(json_object_get(g.json, "data")), 4);
+    answer_free(&g);
+    snprintf(q, sizeof(q), "/v1/refunds?created%%5Bgte%%5D=%lld&created%%5Blt%%5D=%lld",
+             created - 120, created - 60);
+    g = request("GET", q, NULL, NULL, NULL, 5000);
+    ck_assert_int_eq(g.status, 200);
+    ck_assert_uint_eq(json_array_size(json_object_get(g.json, "data")), 0);
+    answer_free(&g);
+    answer_free(&o);
+}
+END_TEST
+
+START_TEST(refund_after_execute_fault_executes_once)
+{
+    char pi[64];
+    charged_intent("k-rfa-c", 1000, "pm_card_visa", pi, sizeof(pi));
+    set_faults("{\"rules\":[{\"kind\":\"error_after\",\"probability\":1,"
+               "\"key\":\"k-rfa\",\"times\":1},{\"kind\":\"drop_after\","
+               "\"probability\":1,\"key\":\"k-rfd\",\"times\":1},"
+               "{\"kind\":\"error_before\",\"probability\":1,\"key\":\"k-rfb\","
+               "\"times\":1}]}");
+    struct http_answer a = refund_req("k-rfa", pi, 100, "rfa");
+    ck_assert_int_eq(a.status, 500);
+    ck_assert_int_eq(refund_executions("k-rfa"), 1);
+    struct http_answer b = refund_req("k-rfa", pi, 100, "rfa");
+    ck_assert_int_eq(b.status, 200);
+    ck_assert_int_eq(b.replayed, 1);
+    ck_assert_int_eq(refund_executions("k-rfa"), 1);
+    struct http_answer d = refund_req("k-rfd", pi, 100, "rfd");
+    ck_assert_int_ne(d.cc, CURLE_OK);
+    ck_assert_int_eq(refund_executions("k-rfd"), 1);
+    struct http_answer e = refund_req("k-rfb", pi, 100, "rfb");
+    ck_assert_int_eq(e.status, 500);
+    ck_assert_int_eq(refund_executions("k-rfb"), 0);
+    json_t *l = psp_sim_admin(&sim, "GET", "/ledger", NULL);
+    ck_assert_uint_eq(json_array_size(json_object_get(l, "refunds")), 2);
+    ck_assert_int_eq(
+        json_integer_value(json_object_get(json_object_get(l, "counters"), "refunds")),
+        2);
+    json_decref(l);
+    struct http_answer *all[] = {&a, &b, &d, &e};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        answer_free(all[i]);
+}
+END_TEST
+
+START_TEST(refunds_end_pending_or_failed_by_payment_method)
+{
+    char pi[64], pf[64], ff[64], path[160];
+    charged_intent("k-rp-c", 500, "pm_card_refundPending", pi, sizeof(pi));
+    charged_intent("k-rpf-c", 500, "pm_card_refundPendingFail", pf, sizeof(pf));
+    charged_intent("k-rff-c", 500, "pm_card_refundFail", ff, sizeof(ff));
+    struct http_answer p = refund_req("k-rp", pi, 500, "rp");
+    ck_assert_str_eq(jstr(p.json, "status"), "pending");
+    /* Pending counts against what is left. */
+    struct http_answer p2 = refund_req("k-rp2", pi, 1, "rp2");
+    ck_assert_str_eq(err_field(p2.json, "code"), "charge_already_refunded");
+    struct http_answer f = refund_req("k-rff", ff, 500, "rff");
+    ck_assert_str_eq(jstr(f.json, "status"), "failed");
+    ck_assert_str_eq(jstr(f.json, "failure_reason"), "lost_or_stolen_card");
+    /* A failed one does not. */
+    struct http_answer f2 = refund_req("k-rff2", ff, 500, "rff2");
+    ck_assert_int_eq(f2.status, 200);
+    /* The admin settles a pending one; --refund-settle-ms does it by itself,
+     * to the end its payment method says. */
+    snprintf(path, sizeof(path), "/refunds/%s/settle", jstr(p.json, "id"));
+    json_t *s1 = psp_sim_admin(&sim, "POST", path, "{\"status\":\"succeeded\"}");
+    ck_assert_str_eq(jstr(s1, "status"), "succeeded");
+    json_decref(s1);
+    json_decref(
+        psp_sim_admin(&sim, "PUT", "/refund-settle", "{\"refund_settle_ms\": 50}"));
+    struct http_answer q = refund_req("k-rpf", pf, 500, "rpf");
+    ck_assert_str_eq(jstr(q.json, "status"), "pending");
+    snprintf(path, sizeof(path), "/v1/refunds/%s", jstr(q.json, "id"));
+    long long deadline = test_env_now_ms() + 5000;
+    for (;;) {
+        struct http_answer g = request("GET", path, NULL, NULL, NULL, 5000);
+        int settled = !strcmp(jstr(g.json, "status"), "failed");
+        if (settled)
+            ck_assert_str_eq(jstr(g.json, "failure_reason"),
+                             "expired_or_canceled_card");
+        answer_free(&g);
+        if (settled)
+            break;
+        ck_assert_msg(test_env_now_ms() < deadline, "the pending refund never failed");
+        pause_ms(20);
+    }
+    struct http_answer *all[] = {&p, &p2, &f, &f2, &q};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        answer_free(all[i]);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("psp_sim");
@@ -1601,6 +1828,10 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, same_key_same_parameters_replays_with_header);
+    tcase_add_test(tc, refund_replays_refuses_mismatch_and_over_refunds);
+    tcase_add_test(tc, refunds_are_retrieved_and_listed_by_intent_and_window);
+    tcase_add_test(tc, refund_after_execute_fault_executes_once);
+    tcase_add_test(tc, refunds_end_pending_or_failed_by_payment_method);
     tcase_add_test(tc, same_key_other_parameters_is_400_idempotency_error);
     tcase_add_test(tc, concurrent_requests_with_one_key_execute_once);
     tcase_add_test(tc, validation_failure_is_400_and_not_stored);

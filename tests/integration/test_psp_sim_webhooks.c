@@ -1110,6 +1110,69 @@ START_TEST(the_secret_is_never_printed)
 }
 END_TEST
 
+/* A refund is refund.created, then charge.refunded when it succeeded; a
+ * pending one that fails is refund.created, refund.updated, refund.failed;
+ * each signed as the intents' events are. */
+START_TEST(refunds_are_refund_and_charge_refunded_events)
+{
+    const char *secret = "whsec_test_refunds";
+    struct receiver *rc = receiver_start(secret, NULL, NULL, 0);
+    struct psp_sim_process sim = {0};
+    const char *args[] = {"--webhook-url", rc->url, "--webhook-secret", secret, NULL};
+    psp_sim_start(&sim, args);
+    char *pi = charge_id(&sim, "k-rw", "a-rw", "pm_card_visa");
+    char body[256], path[160];
+    snprintf(body, sizeof(body),
+             "payment_intent=%s&amount=500&metadata%%5Brefund_id%%5D=rw-1", pi);
+    struct answer r = http(&sim, 0, "POST", "/v1/refunds", "k-rw-1", body);
+    ck_assert_int_eq(r.status, 200);
+    char *pf = charge_id(&sim, "k-rwf", "a-rwf", "pm_card_refundPendingFail");
+    snprintf(body, sizeof(body),
+             "payment_intent=%s&amount=700&metadata%%5Brefund_id%%5D=rw-2", pf);
+    struct answer p = http(&sim, 0, "POST", "/v1/refunds", "k-rw-2", body);
+    ck_assert_str_eq(jstr(p.json, "status"), "pending");
+    snprintf(path, sizeof(path), "/refunds/%s/settle", jstr(p.json, "id"));
+    struct answer s = http(&sim, 1, "POST", path, NULL, "{\"status\":\"failed\"}");
+    ck_assert_int_eq(s.status, 200);
+
+    receiver_wait(rc, 7);
+    wait_drained(&sim);
+    ck_assert_uint_eq(receiver_count(rc), 7);
+    static const char *const want[] = {"payment_intent.succeeded",
+                                       "refund.created",
+                                       "charge.refunded",
+                                       "payment_intent.succeeded",
+                                       "refund.created",
+                                       "refund.updated",
+                                       "refund.failed"};
+    for (size_t i = 0; i < 7; i++) {
+        ck_assert_str_eq(jstr(rc->dl[i].event, "type"), want[i]);
+        ck_assert_int_eq(rc->dl[i].v1_count, 1);
+        ck_assert_int_eq(rc->dl[i].v1_by[0], 0);
+    }
+    ck_assert(json_equal(data_object(&rc->dl[1]), r.json));
+    json_t *ch = data_object(&rc->dl[2]);
+    ck_assert_str_eq(jstr(ch, "object"), "charge");
+    ck_assert_str_eq(jstr(ch, "payment_intent"), pi);
+    ck_assert_int_eq(json_integer_value(json_object_get(ch, "amount_refunded")), 500);
+    ck_assert_str_eq(
+        jstr(json_array_get(json_object_get(json_object_get(ch, "refunds"), "data"), 0),
+             "id"),
+        jstr(r.json, "id"));
+    ck_assert_str_eq(jstr(data_object(&rc->dl[5]), "status"), "failed");
+    ck_assert_str_eq(jstr(data_object(&rc->dl[6]), "failure_reason"),
+                     "expired_or_canceled_card");
+    ck_assert(json_equal(data_object(&rc->dl[6]), s.json));
+    psp_sim_stop(&sim);
+    receiver_stop(rc);
+    answer_free(&r);
+    answer_free(&p);
+    answer_free(&s);
+    free(pi);
+    free(pf);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("psp_sim_webhooks");
@@ -1119,6 +1182,7 @@ static Suite *suite(void)
     tcase_add_test(tc, each_status_change_is_one_signed_event);
     tcase_add_test(tc, an_intent_that_settles_by_itself_is_delivered_unread);
     tcase_add_test(tc, a_cancel_is_one_canceled_event);
+    tcase_add_test(tc, refunds_are_refund_and_charge_refunded_events);
     tcase_add_test(tc, a_failed_delivery_is_retried_until_2xx);
     tcase_add_test(tc, duplicate_rate_one_sends_every_event_twice);
     tcase_add_test(tc, reorder_rate_delivers_out_of_order_yet_everything_under_a_seed);
