@@ -1,5 +1,5 @@
-/* chargectl publish: validate charge commands and publish them, keyed by
- * payment_attempt_id, to the commands topic. */
+/* chargectl publish: validate charge and refund commands and publish
+ * them, keyed by payment_attempt_id, to the commands topic. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +10,8 @@
 #include <uuid/uuid.h>
 
 #include "charge_command.h"
+#include "command_fields.h"
+#include "refund_command.h"
 #include "chargectl.h"
 #include "config.h"
 #include "kafka_setup.h"
@@ -23,7 +25,9 @@ static void usage(FILE *out)
         "       chargectl publish --file FILE [--json]\n\n"
         "Validates charge commands against the contract and publishes them to\n"
         "CHARGE_COMMANDS_TOPIC keyed by payment_attempt_id. Nothing is sent when\n"
-        "any command is invalid.\n\n"
+        "any command is invalid. With --file, a line may also be a refund command\n"
+        "(\"type\": \"refund.requested\"), keyed by the payment_attempt_id it "
+        "refunds.\n\n"
         "  --attempt-id UUID        payment_attempt_id [a new UUID]\n"
         "  --order-id UUID          order_id [a new UUID]\n"
         "  --idempotency-key KEY    [attempt:<attempt-id>]\n"
@@ -242,14 +246,22 @@ int ctl_publish(int argc, char **argv)
         json_t *doc = v ? json_loads(v, 0, NULL) : NULL;
         const char *id = json_string_value(json_object_get(doc, "payment_attempt_id"));
         size_t idlen = id ? strlen(id) : 0;
-        enum dead_letter_reason r = charge_command_parse(
-            id, idlen, v, v ? strlen(v) : 0, &limits, &cmd, err, sizeof(err));
+        enum dead_letter_reason r;
+        if (v && command_fields_type_is(v, strlen(v), REFUND_COMMAND_TYPE)) {
+            struct refund_command refund;
+            r = refund_command_parse(id, idlen, v, strlen(v), limits.max_bytes, &refund,
+                                     err, sizeof(err));
+            refund_command_release(&refund);
+        } else {
+            r = charge_command_parse(id, idlen, v, v ? strlen(v) : 0, &limits, &cmd,
+                                     err, sizeof(err));
+            charge_command_release(&cmd);
+        }
         /* The key is the id exactly as the command writes it: the worker
          * compares them byte for byte (cmd's copy is lower-cased). */
         if (r == DEAD_LETTER_NONE)
             msgs[i].key = strdup(id);
         json_decref(doc);
-        charge_command_release(&cmd);
         if (r != DEAD_LETTER_NONE) {
             fprintf(stderr, "chargectl publish: command %zu is invalid (%s): %s\n",
                     i + 1, dead_letter_reason_name(r), err);

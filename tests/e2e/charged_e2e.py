@@ -212,6 +212,22 @@ def new_command(order_id=None, amount=None, payment_method="pm_card_visa", **ext
     return cmd
 
 
+def new_refund(charge, amount, reason="requested_by_customer", **extra):
+    """A refund.requested command for the charge command `charge`."""
+    refund = str(uuid.uuid4())
+    cmd = {
+        "type": "refund.requested",
+        "version": 1,
+        "refund_id": refund,
+        "payment_attempt_id": charge["payment_attempt_id"],
+        "idempotency_key": "refund:" + refund,
+        "amount": amount,
+        "reason": reason,
+    }
+    cmd.update(extra)
+    return cmd
+
+
 class Scenario:
     """One isolated world: database, topics, group, psp-sim and workers."""
 
@@ -732,6 +748,90 @@ class Scenario:
             counts[a["status"]] = counts.get(a["status"], 0) + 1
         log("invariants hold:", counts, "provider charges", len(ledger),
             "after-execute faults", len(after))
+        return counts
+
+
+    # ---- refunds ----
+
+    def refunds(self):
+        rows = self.query("SELECT id, payment_attempt_id, idempotency_key, amount, status,"
+                          " coalesce(provider_refund_id, ''), coalesce(reason, '')"
+                          " FROM refund_attempts")
+        return [dict(zip(("id", "attempt", "key", "amount", "status", "prid", "reason"), r))
+                for r in rows]
+
+    def wait_refunds_settled(self, n, timeout, statuses=("PENDING", "PROCESSING")):
+        """Until n refunds exist and none is in `statuses` (by default: none
+        the worker still owes an outcome)."""
+        def done():
+            rows = self.query("SELECT count(*), count(*) FILTER (WHERE status = ANY('{%s}'))"
+                              " FROM refund_attempts" % ",".join(statuses))
+            return int(rows[0][0]) >= n and int(rows[0][1]) == 0
+        wait_until("%d refunds settled" % n, done, timeout, 0.3)
+
+    def check_refund_invariants(self):
+        """What the provider actually refunded, against what we recorded:
+        no refund key executed twice, no charge refunded beyond its amount,
+        every SUCCEEDED refund exactly one provider refund, and the books
+        (refunded_amount, ledger rows, events) agree."""
+        ledger = self.psp_get("/ledger")
+        executed = ledger.get("refund_executions", {})
+        twice = {k: n for k, n in executed.items() if int(n) > 1}
+        if twice:
+            raise Failure("refund keys executed more than once: %s" % list(twice)[:5])
+        rows = ledger["refunds"]
+        charges = {c["payment_intent_id"]: int(c["amount"]) for c in self.ledger()
+                   if c["outcome"] == "succeeded"}
+        by_intent = {}
+        for r in rows:
+            if r["status"] not in ("failed", "canceled"):
+                by_intent[r["payment_intent_id"]] = by_intent.get(
+                    r["payment_intent_id"], 0) + int(r["amount"])
+        for pi, total in by_intent.items():
+            if total > charges.get(pi, 0):
+                raise Failure("intent %s refunded %d of a charge of %s" % (
+                    pi, total, charges.get(pi)))
+        by_refund = {}
+        for r in rows:
+            by_refund.setdefault((r.get("metadata") or {}).get("refund_id"), []).append(r)
+        refunds = self.refunds()
+        for f in refunds:
+            got = by_refund.get(f["id"], [])
+            if f["status"] == "SUCCEEDED":
+                ok = [r for r in got if r["status"] == "succeeded"]
+                if len(ok) != 1 or ok[0]["provider_refund_id"] != f["prid"] or \
+                        int(ok[0]["amount"]) != int(f["amount"]):
+                    raise Failure("SUCCEEDED refund %s has provider refunds %s" % (f, got))
+            if f["status"] in ("FAILED", "REJECTED") and \
+                    any(r["status"] == "succeeded" for r in got):
+                raise Failure("%s refund %s was refunded at the provider" % (f["status"], f))
+        books = self.query(
+            "SELECT p.id, p.refunded_amount, p.refund_reserved,"
+            " coalesce((SELECT sum(amount) FROM refund_attempts r WHERE r.payment_attempt_id"
+            "  = p.id AND r.status = 'SUCCEEDED'), 0),"
+            " coalesce((SELECT sum(amount) FROM ledger_entries l WHERE l.payment_attempt_id"
+            "  = p.id AND l.kind = 'refund'), 0)"
+            " FROM payment_attempts p")
+        for aid, refunded, reserved, succeeded, booked in books:
+            if not (int(refunded) == int(succeeded) == int(booked) <= int(reserved)):
+                raise Failure("attempt %s: refunded %s, SUCCEEDED refunds %s, ledger %s,"
+                              " reserved %s" % (aid, refunded, succeeded, booked, reserved))
+        events = self.query("SELECT refund_id, event_type, count(*) FROM outbox"
+                            " WHERE refund_id IS NOT NULL GROUP BY 1, 2")
+        dup = [e for e in events if int(e[2]) > 1 and e[1] in (
+            "refund.succeeded", "refund.failed", "refund.rejected")]
+        if dup:
+            raise Failure("refund events written twice: %s" % dup[:5])
+        seen = {(e[0], e[1]) for e in events}
+        for f in refunds:
+            want = {"SUCCEEDED": "refund.succeeded", "FAILED": "refund.failed",
+                    "REJECTED": "refund.rejected"}.get(f["status"])
+            if want and (f["id"], want) not in seen:
+                raise Failure("refund %s is %s without its %s event" % (f["id"], f["status"], want))
+        counts = {}
+        for f in refunds:
+            counts[f["status"]] = counts.get(f["status"], 0) + 1
+        log("refund invariants hold:", counts, "provider refunds", len(rows))
         return counts
 
 
