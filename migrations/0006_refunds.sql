@@ -53,6 +53,10 @@ CREATE TABLE refund_attempts (
     reconcile_checks     integer NOT NULL DEFAULT 0,
     created_at           timestamptz NOT NULL DEFAULT now(),
     updated_at           timestamptz NOT NULL DEFAULT now(),
+    -- The order refunds were recorded in (a batch's rows in message order):
+    -- of two refunds of one charge waiting together, the earlier is
+    -- claimed, and reserves, first.
+    recorded_seq         bigint GENERATED ALWAYS AS IDENTITY,
     CHECK (status <> 'SUCCEEDED' OR provider_refund_id IS NOT NULL),
     CHECK (status NOT IN ('PROCESSING', 'UNKNOWN', 'SUCCEEDED') OR reserved),
     CHECK ((lease_owner IS NULL) = (lease_expires_at IS NULL))

@@ -19,6 +19,12 @@ struct refund_store {
  * the charge's row, wait at most this long for another session. */
 #define REFUND_LOCK_TIMEOUT "100ms"
 
+/* How long a refund waits for an earlier refund of its charge that is
+ * still PENDING: long enough for any worker to claim it, and a bound, so
+ * that a refund left PENDING (refused by the database, say) never holds
+ * the charge's later refunds for good. */
+#define REFUND_ORDER_WINDOW "5 minutes"
+
 refund_store_t *refund_store_new(const char *database_url, const char *actor,
                                  struct store_error *err)
 {
@@ -200,21 +206,29 @@ out:
  * stays within its amount, re-read after any concurrent reservation
  * committed (the UPDATE waits for the row, then re-checks its WHERE on the
  * row's newest version). Else the refund is REJECTED here, with its event.
- * One refund per charge per statement (DISTINCT ON): an UPDATE touches a
- * row once, so a second refund of the same charge in one batch waits for
- * the next claim. A refund already reserved (a lease that expired) is
+ * Refunds of one charge reserve in the order they were recorded (their
+ * messages' order in the charge's partition): one per statement (DISTINCT
+ * ON; an UPDATE touches a row once), and none while an earlier one of the
+ * last REFUND_ORDER_WINDOW is still PENDING elsewhere; those wait (busy)
+ * for a later claim. A refund already reserved (a lease that expired) is
  * taken over without reserving again. */
 static const char *SQL_CLAIM =
     "WITH q AS (SELECT DISTINCT id FROM unnest($1::uuid[]) AS q(id)),"
     " lk AS ("
-    "  SELECT r.id, r.status, r.payment_attempt_id, r.amount FROM refund_attempts r"
+    "  SELECT r.id, r.status, r.payment_attempt_id, r.amount, r.recorded_seq"
+    "  FROM refund_attempts r"
     "  JOIN q ON r.id = q.id"
     "  WHERE r.status = " ATTEMPT_SQL(PENDING)
     "     OR (r.status = " ATTEMPT_SQL(PROCESSING) " AND r.next_check_at IS NULL"
     "         AND r.lease_owner IS NOT NULL AND r.lease_expires_at < now())"
     "  ORDER BY r.id FOR NO KEY UPDATE OF r SKIP LOCKED),"
     " c AS (SELECT DISTINCT ON (payment_attempt_id) * FROM lk"
-    "  ORDER BY payment_attempt_id, id),"
+    "  WHERE lk.status <> " ATTEMPT_SQL(PENDING) " OR NOT EXISTS ("
+    "    SELECT 1 FROM refund_attempts e WHERE e.payment_attempt_id = lk.payment_attempt_id"
+    "    AND e.status = " ATTEMPT_SQL(PENDING) " AND e.recorded_seq < lk.recorded_seq"
+    "    AND e.created_at > now() - interval '" REFUND_ORDER_WINDOW "'"
+    "    AND e.id NOT IN (SELECT id FROM lk))"
+    "  ORDER BY payment_attempt_id, recorded_seq),"
     " res AS ("
     "  UPDATE payment_attempts p SET refund_reserved = p.refund_reserved + c.amount"
     "  FROM c WHERE c.status = " ATTEMPT_SQL(PENDING) " AND p.id = c.payment_attempt_id"

@@ -220,6 +220,24 @@ START_TEST(one_refund_of_a_charge_per_claim_statement)
 }
 END_TEST
 
+START_TEST(refunds_of_a_charge_reserve_in_the_order_recorded)
+{
+    refund_store_t *st = store("w1");
+    char attempt[37];
+    charge("SUCCEEDED", 1000, attempt);
+    struct refund_command first = refund(attempt, 600), second = refund(attempt, 600);
+    struct refund_record_item rec[2] = {{.cmd = &first}, {.cmd = &second}};
+    ck_assert(refund_store_record(st, rec, 2, &err) == STORE_OK);
+    /* The later one asks first: it waits for the earlier one. */
+    ck_assert_int_eq(claim1(st, second.refund_id).result, REFUND_BUSY);
+    ck_assert_int_eq(claim1(st, first.refund_id).result, REFUND_CLAIMED);
+    struct refund_claim_item later = claim1(st, second.refund_id);
+    ck_assert_int_eq(later.result, REFUND_SETTLED);
+    ck_assert_msg(!strncmp(later.rejected, "exceeds_charge", 14), "%s", later.rejected);
+    refund_store_free(st);
+}
+END_TEST
+
 static void persist1(refund_store_t *st, const char *id, int64_t epoch, const char *status,
                      const char *prid, int expect_persisted)
 {
@@ -363,6 +381,7 @@ int main(void)
     tcase_add_test(tc, record_is_idempotent_and_refuses_reused_ids_and_keys);
     tcase_add_test(tc, claim_reserves_within_the_charge_and_rejects_the_rest);
     tcase_add_test(tc, one_refund_of_a_charge_per_claim_statement);
+    tcase_add_test(tc, refunds_of_a_charge_reserve_in_the_order_recorded);
     tcase_add_test(tc, outcomes_move_the_money_once);
     tcase_add_test(tc, two_sessions_racing_never_refund_past_the_charge);
     suite_add_tcase(s, tc);
