@@ -144,6 +144,12 @@ static void failpoint(const char *name)
 
 /* ---- jobs ---- */
 
+static enum metric_key outcomes_metric(const engine_t *eng, const struct job *j)
+{
+    return eng->op->outcomes_metric ? (enum metric_key)eng->op->outcomes_metric(j->kind)
+                                    : METRIC_ATTEMPTS;
+}
+
 /* A size rounded up so that what follows it is aligned for any type. */
 static size_t job_round(size_t n)
 {
@@ -548,7 +554,7 @@ static void apply_record(engine_t *eng, struct job *j, const struct engine_recor
     case ENGINE_REJECTED:
         log_info("attempt rejected before any provider call", JOB_FIELDS(j), "reason",
                  it->reason, NULL);
-        metrics_add(METRIC_ATTEMPTS, 1, ATTEMPT_S_REJECTED);
+        metrics_add(outcomes_metric(eng, j), 1, ATTEMPT_S_REJECTED);
         j->outcome = "rejected";
         job_set(eng->jobs, j, JOB_DONE);
         break;
@@ -696,7 +702,7 @@ static void apply_claim(engine_t *eng, struct job *j, const struct engine_claim 
         if (it->rejected[0]) {
             log_info("rejected before any provider call", JOB_FIELDS(j), "reason",
                      it->rejected, NULL);
-            metrics_add(METRIC_ATTEMPTS, 1, ATTEMPT_S_REJECTED);
+            metrics_add(outcomes_metric(eng, j), 1, ATTEMPT_S_REJECTED);
             j->outcome = "rejected";
             job_set(eng->jobs, j, JOB_DONE);
             break;
@@ -1194,7 +1200,7 @@ static void apply_persist(engine_t *eng, struct job *j, const struct engine_outc
         j->next_at = clock_now_ms() + eng->recheck_ms;
         return;
     }
-    metrics_add(METRIC_ATTEMPTS, 1, o->status);
+    metrics_add(outcomes_metric(eng, j), 1, o->status);
     j->outcome = "settled";
     log_info("attempt settled", JOB_FIELDS(j), "status", o->status, "reason", o->reason,
              "provider_payment_id",

@@ -153,6 +153,9 @@ struct engine_op {
      * name), and the log field its id is (NULL: "payment_attempt_id"). */
     const char *(*kind_name)(int kind);
     const char *(*id_field)(int kind);
+    /* The counter of a kind's settled records, by status (enum
+     * metric_id; NULL: charged_attempts_processed_total). */
+    unsigned (*outcomes_metric)(int kind);
 };
 
 typedef struct engine engine_t;

@@ -7,6 +7,7 @@
 #include "charge_command.h"
 #include "charge_op.h"
 #include "command_fields.h"
+#include "metrics.h"
 #include "refund_command.h"
 #include "refund_op.h"
 
@@ -312,6 +313,11 @@ static const char *routed_id_field(int kind)
     return ops[kind]->id_field ? ops[kind]->id_field(0) : NULL;
 }
 
+static unsigned routed_outcomes_metric(int kind)
+{
+    return ops[kind]->outcomes_metric ? ops[kind]->outcomes_metric(0) : METRIC_ATTEMPTS;
+}
+
 const struct engine_op payment_ops = {
     .name = "charge",
     .commands_topic_key = CONFIG_CHARGE_COMMANDS_TOPIC,
@@ -336,4 +342,5 @@ const struct engine_op payment_ops = {
     .kind_of = kind_of,
     .kind_name = routed_kind_name,
     .id_field = routed_id_field,
+    .outcomes_metric = routed_outcomes_metric,
 };

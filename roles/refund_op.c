@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "metrics.h"
 #include "refund_command.h"
 
 struct refund_state {
@@ -225,6 +226,12 @@ static const char *refund_id_field(int kind)
     return "refund_id";
 }
 
+static unsigned refund_outcomes_metric(int kind)
+{
+    (void)kind;
+    return METRIC_REFUNDS;
+}
+
 const struct engine_op refund_op = {
     .name = "refund",
     .commands_topic_key = CONFIG_CHARGE_COMMANDS_TOPIC,
@@ -247,4 +254,5 @@ const struct engine_op refund_op = {
     .start_call = refund_start_call,
     .event_type = refund_event_type,
     .id_field = refund_id_field,
+    .outcomes_metric = refund_outcomes_metric,
 };

@@ -45,6 +45,11 @@ static const struct metric_family families[METRIC__COUNT] = {
                          "Payment attempts whose outcome this worker persisted, by the "
                          "status persisted.",
                          {"status"}},
+    [METRIC_REFUNDS] = {"charged_refunds_processed_total",
+                        METRIC_COUNTER,
+                        "Refund attempts whose outcome this worker persisted (or "
+                        "rejected before any provider call), by that status.",
+                        {"status"}},
     [METRIC_PROVIDER_DURATION] = {"charged_provider_request_duration_seconds",
                                   METRIC_HISTOGRAM,
                                   "Duration of provider requests that ended, answered "

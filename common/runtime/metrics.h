@@ -22,6 +22,7 @@
 enum metric_key {
     METRIC_MESSAGES,               /* charged_messages_total{outcome} */
     METRIC_ATTEMPTS,               /* charged_attempts_processed_total{status} */
+    METRIC_REFUNDS,                /* charged_refunds_processed_total{status} */
     METRIC_PROVIDER_DURATION,      /* charged_provider_request_duration_seconds
                                       {operation}, histogram */
     METRIC_PROVIDER_RESPONSES,     /* charged_provider_responses_total
