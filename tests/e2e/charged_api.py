@@ -177,7 +177,8 @@ def insert_refund(s, attempt, status, amount, reserved=True, ppid=None, reason=N
            "reason, payment_intent, provider_refund_id, reserved) VALUES ('%s', '%s', '%s', "
            "'refund-%s', 'fp', %d, '%s', 'requested_by_customer', '%s', %s, '%s', %s, %s)"
            % (r["id"], attempt["id"], attempt["order_id"], r["id"], amount,
-              attempt["currency"], status, "NULL" if reason is None else "'%s'" % reason,
+              attempt["currency"], status,
+              "NULL" if reason is None else "'%s'" % reason.replace("'", "''"),
               attempt["ppid"], "NULL" if ppid is None else "'%s'" % ppid,
               "true" if reserved else "false"))
     return r
