@@ -45,5 +45,7 @@ int ctl_dlq(int argc, char **argv);
 int ctl_attempt(int argc, char **argv);
 /* chargectl attempt resolve; argv[0] is "resolve". */
 int ctl_attempt_resolve(int argc, char **argv);
+/* chargectl refund show|list|resolve. */
+int ctl_refund(int argc, char **argv);
 
 #endif

@@ -11,6 +11,7 @@
 #include "chargectl.h"
 #include "config.h"
 #include "ctl_output.h"
+#include "ctl_query.h"
 #include "db.h"
 #include "log.h"
 
@@ -23,7 +24,7 @@
 static const char *SQL_ATTEMPT =
     "SELECT row_to_json(a)::text FROM (SELECT id AS payment_attempt_id, order_id,"
     " idempotency_key, status, reason, amount, currency, payment_method, customer_id,"
-    " provider_payment_id,"
+    " provider_payment_id, refunded_amount, refund_reserved,"
     " (SELECT count(*) FROM provider_calls c WHERE c.payment_attempt_id = p.id)"
     "   AS provider_calls,"
     " last_error, lease_owner, " TS("lease_expires_at") " AS lease_expires_at,"
@@ -63,6 +64,13 @@ static const char *SQL_EVENTS =
                                           " FROM outbox WHERE payment_attempt_id = "
                                           "$1::uuid) e";
 
+static const char *SQL_REFUNDS =
+    "SELECT coalesce(json_agg(r ORDER BY r.c, r.refund_id), '[]')::text FROM (SELECT"
+    " id AS refund_id, status, amount, currency, refund_reason, reason,"
+    " provider_refund_id, " TS(
+        "updated_at") " AS updated_at, created_at AS c"
+                      " FROM refund_attempts WHERE payment_attempt_id = $1::uuid) r";
+
 static const char *SQL_LIST =
     "SELECT coalesce(json_agg(a), '[]')::text FROM (SELECT id AS payment_attempt_id,"
     " order_id, status, amount, currency, provider_payment_id, reason,"
@@ -86,7 +94,8 @@ static void usage(FILE *out)
         "[--json]\n\n"
         "  show           the attempt, every status transition with its cause and\n"
         "                 evidence, every provider call with its outcome, its ledger\n"
-        "                 entries and its result events\n"
+        "                 entries, its result events, its refunds (and\n"
+        "                 refunded_amount, refund_reserved)\n"
         "  list           attempts, most recently updated first; --status\n"
         "                 REQUIRES_REVIEW is the review queue\n"
         "  resolve        settle an attempt in review, after asking the provider\n"
@@ -105,78 +114,12 @@ static void usage(FILE *out)
             "also refused), 2 bad usage.\n");
 }
 
-/* Runs a one-row, one-column JSON query; returns the parsed value, or NULL
- * with *missing set when there is no row (and errbuf filled otherwise). */
-static json_t *query_json(PGconn *conn, const char *sql, int n, const char *const *p,
-                          int *missing, char *err, size_t err_size)
-{
-    struct store_error e;
-    PGresult *r = db_exec(conn, sql, n, p, &e);
-    json_t *j = NULL;
-    *missing = 0;
-    if (!r) {
-        snprintf(err, err_size, "%s", e.message);
-        return NULL;
-    }
-    if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 0)) {
-        j = json_loads(PQgetvalue(r, 0, 0), 0, NULL);
-        if (!j)
-            snprintf(err, err_size, "the database answered something that is not JSON");
-    } else {
-        *missing = 1;
-        snprintf(err, err_size, "not found");
-    }
-    PQclear(r);
-    return j;
-}
-
-/* A member as text for a table cell. */
-static const char *cell(json_t *o, const char *k, char *buf, size_t size)
-{
-    json_t *v = json_object_get(o, k);
-    if (!v || json_is_null(v))
-        return NULL;
-    if (json_is_string(v))
-        return json_string_value(v);
-    if (json_is_integer(v)) {
-        snprintf(buf, size, "%lld", (long long)json_integer_value(v));
-        return buf;
-    }
-    if (json_is_boolean(v))
-        return json_is_true(v) ? "true" : "false";
-    char *s = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS);
-    snprintf(buf, size, "%s", s ? s : "");
-    free(s);
-    return buf;
-}
-
-/* Prints an array of objects as a table of the given members. */
-static void print_rows(json_t *rows, const char *const *headers,
-                       const char *const *keys)
-{
-    ctl_table_t *t = ctl_table_new(headers);
-    size_t i, ncols = 0;
-    json_t *row;
-    while (keys[ncols])
-        ncols++;
-    json_array_foreach(rows, i, row)
-    {
-        char bufs[8][512];
-        const char *vals[8];
-        for (size_t c = 0; c < ncols && c < 8; c++)
-            vals[c] = cell(row, keys[c], bufs[c], sizeof(bufs[c]));
-        ctl_table_add(t, vals);
-    }
-    ctl_table_print(t, stdout);
-    ctl_table_free(t);
-}
-
 static int attempt_show(PGconn *conn, const char *id, int as_json)
 {
     char err[512];
     const char *p[1] = {id};
     int missing;
-    json_t *a = query_json(conn, SQL_ATTEMPT, 1, p, &missing, err, sizeof(err));
+    json_t *a = ctl_query_json(conn, SQL_ATTEMPT, 1, p, &missing, err, sizeof(err));
     if (!a) {
         if (missing)
             fprintf(stderr, "chargectl attempt show: no attempt %s\n", id);
@@ -184,28 +127,34 @@ static int attempt_show(PGconn *conn, const char *id, int as_json)
             fprintf(stderr, "chargectl attempt show: %s\n", err);
         return CTL_FAILED;
     }
-    json_t *tr = query_json(conn, SQL_TRANSITIONS, 1, p, &missing, err, sizeof(err));
-    json_t *calls = query_json(conn, SQL_CALLS, 1, p, &missing, err, sizeof(err));
-    json_t *ledger = query_json(conn, SQL_LEDGER, 1, p, &missing, err, sizeof(err));
-    json_t *events = query_json(conn, SQL_EVENTS, 1, p, &missing, err, sizeof(err));
-    if (!tr || !calls || !ledger || !events) {
+    json_t *tr =
+        ctl_query_json(conn, SQL_TRANSITIONS, 1, p, &missing, err, sizeof(err));
+    json_t *calls = ctl_query_json(conn, SQL_CALLS, 1, p, &missing, err, sizeof(err));
+    json_t *ledger = ctl_query_json(conn, SQL_LEDGER, 1, p, &missing, err, sizeof(err));
+    json_t *events = ctl_query_json(conn, SQL_EVENTS, 1, p, &missing, err, sizeof(err));
+    json_t *refunds =
+        ctl_query_json(conn, SQL_REFUNDS, 1, p, &missing, err, sizeof(err));
+    if (!tr || !calls || !ledger || !events || !refunds) {
         fprintf(stderr, "chargectl attempt show: %s\n", err);
         json_decref(a);
         json_decref(tr);
         json_decref(calls);
         json_decref(ledger);
         json_decref(events);
+        json_decref(refunds);
         return CTL_FAILED;
     }
     size_t i;
     json_t *e;
     json_array_foreach(events, i, e) json_object_del(e, "c");
+    json_array_foreach(refunds, i, e) json_object_del(e, "c");
     if (as_json) {
         /* json_object_set_new steals each reference. */
         json_object_set_new(a, "transitions", tr);
         json_object_set_new(a, "provider_call_log", calls);
         json_object_set_new(a, "ledger_entries", ledger);
         json_object_set_new(a, "result_events", events);
+        json_object_set_new(a, "refunds", refunds);
         ctl_print_json(stdout, a);
         return CTL_OK;
     }
@@ -214,7 +163,7 @@ static int attempt_show(PGconn *conn, const char *id, int as_json)
     json_object_foreach(a, k, v)
     {
         char buf[512];
-        const char *s = cell(a, k, buf, sizeof(buf));
+        const char *s = ctl_cell(a, k, buf, sizeof(buf));
         printf("%-20s %s\n", k, s ? s : "-");
     }
     printf("\ntransitions:\n");
@@ -222,23 +171,30 @@ static int attempt_show(PGconn *conn, const char *id, int as_json)
                         "ACTOR", "REASON", "EVIDENCE", NULL};
     const char *tk[] = {"at",    "old_status", "new_status", "cause",
                         "actor", "reason",     "evidence",   NULL};
-    print_rows(tr, th, tk);
+    ctl_print_rows(tr, th, tk);
     printf("\nprovider calls:\n");
     const char *ch[] = {"STARTED_AT", "OPERATION",  "OUTCOME", "HTTP", "REPLAYED",
                         "LATENCY_MS", "PAYMENT_ID", "ERROR",   NULL};
     const char *ck[] = {"started_at",          "operation", "outcome",
                         "http_status",         "replayed",  "latency_ms",
                         "provider_payment_id", "error",     NULL};
-    print_rows(calls, ch, ck);
+    ctl_print_rows(calls, ch, ck);
     printf("\nledger entries:\n");
     const char *lh[] = {"CREATED_AT", "KIND", "AMOUNT", "CURRENCY", "PAYMENT_ID", NULL};
     const char *lk[] = {"created_at",          "kind", "amount", "currency",
                         "provider_payment_id", NULL};
-    print_rows(ledger, lh, lk);
+    ctl_print_rows(ledger, lh, lk);
     printf("\nresult events:\n");
     const char *eh[] = {"CREATED_AT", "TYPE", "EVENT_ID", "PUBLISHED_AT", NULL};
     const char *ek[] = {"created_at", "event_type", "event_id", "published_at", NULL};
-    print_rows(events, eh, ek);
+    ctl_print_rows(events, eh, ek);
+    printf("\nrefunds:\n");
+    const char *rh[] = {"REFUND",           "STATUS",     "AMOUNT", "REFUND_REASON",
+                        "REFUND_ID_AT_PSP", "UPDATED_AT", "REASON", NULL};
+    const char *rk[] = {"refund_id",          "status",     "amount", "refund_reason",
+                        "provider_refund_id", "updated_at", "reason", NULL};
+    ctl_print_rows(refunds, rh, rk);
+    json_decref(refunds);
     json_decref(a);
     json_decref(tr);
     json_decref(calls);
@@ -253,7 +209,7 @@ static int attempt_list(PGconn *conn, const char *order, const char *status,
     char err[512];
     const char *p[4] = {order, status, older, limit};
     int missing;
-    json_t *rows = query_json(conn, SQL_LIST, 4, p, &missing, err, sizeof(err));
+    json_t *rows = ctl_query_json(conn, SQL_LIST, 4, p, &missing, err, sizeof(err));
     if (!rows) {
         fprintf(stderr, "chargectl attempt list: %s\n", err);
         return CTL_FAILED;
@@ -266,7 +222,7 @@ static int attempt_list(PGconn *conn, const char *order, const char *status,
                        "CURRENCY", "UPDATED_AT", "REASON", NULL};
     const char *k[] = {"payment_attempt_id", "order_id",   "status", "amount",
                        "currency",           "updated_at", "reason", NULL};
-    print_rows(rows, h, k);
+    ctl_print_rows(rows, h, k);
     json_decref(rows);
     return CTL_OK;
 }

@@ -17,6 +17,7 @@ static const struct ctl_command ctl_commands[] = {
     {"dlq", ctl_dlq, "list, show and replay dead letters"},
     {"attempt", ctl_attempt,
      "show an attempt's history, list attempts, resolve reviews"},
+    {"refund", ctl_refund, "show a refund's history, list refunds, resolve reviews"},
 };
 
 static void usage(FILE *out)

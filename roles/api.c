@@ -26,6 +26,7 @@
 #define WEBHOOK_PATH   "/v1/webhooks/provider"
 #define ATTEMPT_PREFIX "/v1/payment-attempts/"
 #define ORDER_PREFIX   "/v1/orders/"
+#define REFUND_PREFIX  "/v1/refunds/"
 #define ORDER_SUFFIX   "/payment-attempts"
 /* The provider in the deduplication key of processed_webhook_events. */
 #define WEBHOOK_PROVIDER  "stripe"
@@ -114,12 +115,17 @@ static int uuid_from(const char *s, size_t len, char out[37])
     return 0;
 }
 
-/* The status endpoint a path names: 1 an attempt, 2 an order's list (the
- * id's bytes in *id, *id_len), 0 none. */
+/* The status endpoint a path names: 1 an attempt, 2 an order's list, 3 a
+ * refund (the id's bytes in *id, *id_len), 0 none. */
 static int status_route(const char *url, const char **id, size_t *id_len)
 {
     size_t n = strlen(url), ap = strlen(ATTEMPT_PREFIX), op = strlen(ORDER_PREFIX),
-           os = strlen(ORDER_SUFFIX);
+           os = strlen(ORDER_SUFFIX), rp = strlen(REFUND_PREFIX);
+    if (!strncmp(url, REFUND_PREFIX, rp)) {
+        *id = url + rp;
+        *id_len = n - rp;
+        return 3;
+    }
     if (!strncmp(url, ATTEMPT_PREFIX, ap)) {
         *id = url + ap;
         *id_len = n - ap;
@@ -134,31 +140,42 @@ static int status_route(const char *url, const char **id, size_t *id_len)
     return 0;
 }
 
+/* What each status route reads and says. */
+static const struct status_view {
+    const char *id_name;   /* in logs */
+    const char *not_uuid;  /* 400 */
+    const char *not_found; /* 404 */
+    enum store_rc (*read)(webhook_store_t *, const char *, json_t **,
+                          struct store_error *);
+} status_views[] = {
+    [1] = {"payment_attempt_id", "payment attempt id is not a uuid",
+           "no such payment attempt", webhook_store_attempt},
+    [2] = {"order_id", "order id is not a uuid", "no payment attempts for this order",
+           webhook_store_order},
+    [3] = {"refund_id", "refund id is not a uuid", "no such refund",
+           webhook_store_refund},
+};
+
 static enum MHD_Result serve_status(struct api *a, struct MHD_Connection *c, int route,
                                     const char *raw_id, size_t id_len)
 {
     char id[37];
     struct store_error err;
     json_t *doc = NULL;
-    int by_order = route == 2, rc;
+    const struct status_view *v = &status_views[route];
+    int rc;
 
     if (uuid_from(raw_id, id_len, id) != 0)
-        return reply_error(c, MHD_HTTP_BAD_REQUEST,
-                           by_order ? "order id is not a uuid"
-                                    : "payment attempt id is not a uuid");
+        return reply_error(c, MHD_HTTP_BAD_REQUEST, v->not_uuid);
     webhook_store_t *st = store_take(a);
-    rc = by_order ? webhook_store_order(st, id, &doc, &err)
-                  : webhook_store_attempt(st, id, &doc, &err);
+    rc = v->read(st, id, &doc, &err);
     store_give(a, st);
     if (rc != STORE_OK && rc != STORE_NOT_FOUND) {
-        log_warn("status query failed", by_order ? "order_id" : "payment_attempt_id",
-                 id, "error", err.message, NULL);
+        log_warn("status query failed", v->id_name, id, "error", err.message, NULL);
         return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "database unavailable");
     }
     if (rc == STORE_NOT_FOUND)
-        return reply_error(c, MHD_HTTP_NOT_FOUND,
-                           by_order ? "no payment attempts for this order"
-                                    : "no such payment attempt");
+        return reply_error(c, MHD_HTTP_NOT_FOUND, v->not_found);
     return reply_json(c, MHD_HTTP_OK, doc);
 }
 
@@ -217,11 +234,13 @@ static enum MHD_Result serve_webhook(struct api *a, struct MHD_Connection *c,
     metrics_add(METRIC_WEBHOOKS, 1, res.outcome);
     void (*say)(enum log_level, const char *, ...) = log_write;
     say(!strcmp(res.outcome, "review") || !strcmp(res.outcome, "flagged") ||
-                !strcmp(res.outcome, "unmatched")
+                !strcmp(res.outcome, "unmatched") ||
+                !strcmp(res.outcome, "needs_review")
             ? LOG_WARN
             : LOG_INFO,
         "webhook event", "event_id", ev.id, "type", ev.type, "payment_attempt_id",
-        res.attempt_id[0] ? res.attempt_id : NULL, "order_id",
+        res.attempt_id[0] ? res.attempt_id : NULL, "refund_id",
+        res.refund_id[0] ? res.refund_id : NULL, "order_id",
         res.order_id[0] ? res.order_id : NULL, "provider_payment_id",
         ev.intent_id[0] ? ev.intent_id : NULL, "result", res.outcome, "from",
         res.old_status[0] ? res.old_status : NULL, "to",
@@ -512,6 +531,7 @@ static void usage(FILE *out)
             "      applied in one transaction; 200 only after the commit\n"
             "  GET  " ATTEMPT_PREFIX "<id>             one attempt's status\n"
             "  GET  " ORDER_PREFIX "<order_id>" ORDER_SUFFIX "  an order's attempts\n"
+            "  GET  " REFUND_PREFIX "<refund_id>               one refund's status\n"
             "SIGTERM: stop accepting, finish the requests in hand, exit 0.\n\n");
     config_print_help(out, CONFIG_ROLE_API);
 }

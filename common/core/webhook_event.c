@@ -37,6 +37,9 @@ static enum webhook_evidence evidence_of(const char *type)
         return WEBHOOK_EVIDENCE_FAILED;
     if (!strcmp(type, "payment_intent.processing"))
         return WEBHOOK_EVIDENCE_PROCESSING;
+    if (!strcmp(type, "refund.created") || !strcmp(type, "refund.updated") ||
+        !strcmp(type, "refund.failed") || !strcmp(type, "charge.refunded"))
+        return WEBHOOK_EVIDENCE_REFUND;
     return WEBHOOK_EVIDENCE_NONE;
 }
 
@@ -52,9 +55,163 @@ static int status_agrees(enum webhook_evidence e, const char *status)
     case WEBHOOK_EVIDENCE_PROCESSING:
         return !strcmp(status, "processing");
     case WEBHOOK_EVIDENCE_NONE:
+    case WEBHOOK_EVIDENCE_REFUND:
         break;
     }
     return 1;
+}
+
+/* A canonical uuid from metadata[key] into out[37], or "". */
+static void metadata_uuid(json_t *obj, const char *key, char out[37])
+{
+    const char *s = str_at(json_object_get(obj, "metadata"), key);
+    uuid_t u;
+    out[0] = '\0';
+    if (s && strlen(s) == 36 && uuid_parse(s, u) == 0)
+        uuid_unparse_lower(u, out);
+}
+
+/* An upper-cased ISO currency into out, "" when absent. 0 / -1. */
+static int currency_at(json_t *obj, char out[8])
+{
+    const char *s = str_at(obj, "currency");
+    out[0] = '\0';
+    if (!s)
+        return 0;
+    if (strlen(s) != 3 || !isalpha((unsigned char)s[0]) ||
+        !isalpha((unsigned char)s[1]) || !isalpha((unsigned char)s[2]))
+        return -1;
+    for (int i = 0; i < 3; i++)
+        out[i] = (char)toupper((unsigned char)s[i]);
+    out[3] = '\0';
+    return 0;
+}
+
+/* An id given as a string or as an expanded object's id: 0, 1 absent, -1
+ * malformed. */
+static int id_at(json_t *obj, const char *key, char *out, size_t size)
+{
+    json_t *v = json_object_get(obj, key);
+    const char *s = json_is_object(v) ? str_at(v, "id") : json_string_value(v);
+    if (!v || json_is_null(v))
+        return 1;
+    if (!s || !plain_token(s, size))
+        return -1;
+    snprintf(out, size, "%s", s);
+    return 0;
+}
+
+/* One refund object into r; `intent` is the charge's when the refund is
+ * one of its refunds.data[] ("" otherwise). 0 / -1 with errbuf. */
+static int parse_refund(json_t *obj, const char *type, const char *intent,
+                        struct webhook_refund *r, char *errbuf, size_t errbuf_size)
+{
+    const char *s;
+    json_t *v;
+
+    memset(r, 0, sizeof(*r));
+    r->amount = -1;
+    if (!json_is_object(obj) ||
+        ((s = str_at(obj, "object")) && strcmp(s, "refund") != 0)) {
+        snprintf(errbuf, errbuf_size, "refund is not a refund object");
+        return -1;
+    }
+    if (!(s = str_at(obj, "id")) || !plain_token(s, sizeof(r->id))) {
+        snprintf(errbuf, errbuf_size, "refund id missing or malformed");
+        return -1;
+    }
+    snprintf(r->id, sizeof(r->id), "%s", s);
+    if (!(s = str_at(obj, "status")) || !plain_token(s, sizeof(r->status))) {
+        snprintf(errbuf, errbuf_size, "refund status missing or malformed");
+        return -1;
+    }
+    snprintf(r->status, sizeof(r->status), "%s", s);
+    if (!strcmp(type, "refund.failed") &&
+        webhook_refund_status(s) != ATTEMPT_STATUS_FAILED) {
+        snprintf(errbuf, errbuf_size, "event type %s disagrees with refund status %s",
+                 type, s);
+        return -1;
+    }
+    v = json_object_get(obj, "amount");
+    if (v && (!json_is_integer(v) || json_integer_value(v) < 0)) {
+        snprintf(errbuf, errbuf_size, "refund amount is not a whole number >= 0");
+        return -1;
+    }
+    r->amount = v ? (long long)json_integer_value(v) : -1;
+    if (currency_at(obj, r->currency) != 0) {
+        snprintf(errbuf, errbuf_size, "refund currency malformed");
+        return -1;
+    }
+    if (webhook_refund_status(r->status) == ATTEMPT_STATUS_SUCCEEDED &&
+        (r->amount < 0 || !r->currency[0])) {
+        snprintf(errbuf, errbuf_size, "refund amount or currency missing");
+        return -1;
+    }
+    int got =
+        id_at(obj, "payment_intent", r->payment_intent, sizeof(r->payment_intent));
+    if (got < 0) {
+        snprintf(errbuf, errbuf_size, "refund payment_intent malformed");
+        return -1;
+    }
+    if (got > 0)
+        snprintf(r->payment_intent, sizeof(r->payment_intent), "%s", intent);
+    metadata_uuid(obj, "refund_id", r->refund_id);
+    metadata_uuid(obj, "payment_attempt_id", r->attempt_id);
+    if ((s = str_at(obj, "failure_reason"))) {
+        utf8_text_copy(r->failure_reason, sizeof(r->failure_reason), s);
+        card_data_mask(r->failure_reason, strlen(r->failure_reason));
+    }
+    return 0;
+}
+
+/* data.object of a refund event: a refund, or (charge.refunded) a charge
+ * whose refunds.data[] are each applied. 0 / -1 with errbuf. */
+static int parse_refunds(json_t *obj, struct webhook_event *ev, char *errbuf,
+                         size_t errbuf_size)
+{
+    if (strcmp(ev->type, "charge.refunded") != 0) {
+        ev->nrefunds = 1;
+        if (parse_refund(obj, ev->type, "", &ev->refunds[0], errbuf, errbuf_size) != 0)
+            return -1;
+    } else {
+        const char *s = str_at(obj, "object");
+        if (s && strcmp(s, "charge") != 0) {
+            snprintf(errbuf, errbuf_size, "event data.object is not a charge");
+            return -1;
+        }
+        if (id_at(obj, "payment_intent", ev->intent_id, sizeof(ev->intent_id)) < 0) {
+            snprintf(errbuf, errbuf_size, "charge payment_intent malformed");
+            return -1;
+        }
+        json_t *list = json_object_get(json_object_get(obj, "refunds"), "data"), *r;
+        size_t i;
+        if (list && !json_is_array(list)) {
+            snprintf(errbuf, errbuf_size, "charge refunds.data is not a list");
+            return -1;
+        }
+        if (json_array_size(list) > WEBHOOK_REFUNDS_MAX) {
+            snprintf(errbuf, errbuf_size, "charge lists more than %d refunds",
+                     WEBHOOK_REFUNDS_MAX);
+            return -1;
+        }
+        json_array_foreach(list, i, r)
+        {
+            if (parse_refund(r, ev->type, ev->intent_id, &ev->refunds[i], errbuf,
+                             errbuf_size) != 0)
+                return -1;
+            ev->nrefunds++;
+        }
+        metadata_uuid(obj, "payment_attempt_id", ev->attempt_id);
+    }
+    if (ev->nrefunds > 0) {
+        if (!ev->intent_id[0])
+            snprintf(ev->intent_id, sizeof(ev->intent_id), "%s",
+                     ev->refunds[0].payment_intent);
+        if (!ev->attempt_id[0])
+            snprintf(ev->attempt_id, sizeof(ev->attempt_id), "%s",
+                     ev->refunds[0].attempt_id);
+    }
+    return 0;
 }
 
 /* The event as stored: re-written by jansson, ASCII only. 0 / -1. */
@@ -117,8 +274,12 @@ int webhook_event_parse(const char *body, size_t len, struct webhook_event *ev,
         snprintf(errbuf, errbuf_size, "event data.object missing");
         goto out;
     }
-    /* Events about other objects (charges, refunds) are recorded, not
-     * acted on: only a PaymentIntent is evidence here. */
+    if (ev->evidence == WEBHOOK_EVIDENCE_REFUND) {
+        if (parse_refunds(obj, ev, errbuf, errbuf_size) == 0)
+            rc = normalize(root, normalized, errbuf, errbuf_size);
+        goto out;
+    }
+    /* Events about other objects are recorded, not acted on. */
     if (ev->evidence == WEBHOOK_EVIDENCE_NONE) {
         if ((s = str_at(obj, "id")) && plain_token(s, sizeof(ev->intent_id)))
             snprintf(ev->intent_id, sizeof(ev->intent_id), "%s", s);
@@ -285,6 +446,7 @@ static void decide(const struct webhook_event *ev, const struct webhook_attempt 
 {
     switch (ev->evidence) {
     case WEBHOOK_EVIDENCE_NONE:
+    case WEBHOOK_EVIDENCE_REFUND: /* about a refund, not the attempt */
         set(d, WEBHOOK_IGNORE, a->status, "event type not acted on");
         return;
     case WEBHOOK_EVIDENCE_SUCCEEDED:
@@ -319,4 +481,89 @@ static void decide(const struct webhook_event *ev, const struct webhook_attempt 
         return;
     }
     set(d, WEBHOOK_IGNORE, a->status, "event type not acted on");
+}
+
+int webhook_refund_status(const char *provider_status)
+{
+    if (!strcmp(provider_status, "succeeded"))
+        return ATTEMPT_STATUS_SUCCEEDED;
+    if (!strcmp(provider_status, "failed") || !strcmp(provider_status, "canceled"))
+        return ATTEMPT_STATUS_FAILED;
+    if (!strcmp(provider_status, "pending") ||
+        !strcmp(provider_status, "requires_action"))
+        return ATTEMPT_STATUS_PROCESSING;
+    return -1;
+}
+
+static void refund_set(struct webhook_refund_decision *d,
+                       enum webhook_refund_action action, enum attempt_status status,
+                       const char *reason)
+{
+    d->action = action;
+    d->status = status;
+    d->reason = reason;
+}
+
+/* Is the evidence about another refund than the row's? */
+static int other_refund(const struct webhook_refund *r,
+                        const struct webhook_refund_row *row)
+{
+    return row->intent_differs || row->provider_id_differs ||
+           row->provider_id_elsewhere || (r->amount >= 0 && r->amount != row->amount) ||
+           (r->currency[0] && row->currency[0] && strcmp(r->currency, row->currency));
+}
+
+void webhook_refund_decide(const struct webhook_refund *r,
+                           const struct webhook_refund_row *row,
+                           struct webhook_refund_decision *d)
+{
+    const enum attempt_status cur = row->status;
+    int open = cur == ATTEMPT_STATUS_PROCESSING || cur == ATTEMPT_STATUS_UNKNOWN;
+
+    switch (webhook_refund_status(r->status)) {
+    case ATTEMPT_STATUS_SUCCEEDED:
+        if (other_refund(r, row) && cur != ATTEMPT_STATUS_PENDING)
+            refund_set(d, WEBHOOK_REFUND_NEEDS_REVIEW, cur,
+                       "the provider reported success for another refund");
+        else if (open)
+            refund_set(d, WEBHOOK_REFUND_APPLY, ATTEMPT_STATUS_SUCCEEDED,
+                       "the provider reported the refund succeeded");
+        else if (cur == ATTEMPT_STATUS_SUCCEEDED)
+            refund_set(d, WEBHOOK_REFUND_IGNORE, cur, "already succeeded");
+        else if (cur == ATTEMPT_STATUS_PENDING)
+            refund_set(d, WEBHOOK_REFUND_IGNORE, cur,
+                       "not sent yet; the call will see it");
+        else if (cur == ATTEMPT_STATUS_REQUIRES_REVIEW)
+            refund_set(d, WEBHOOK_REFUND_IGNORE, cur, "already under review");
+        else
+            refund_set(
+                d, WEBHOOK_REFUND_NEEDS_REVIEW, cur,
+                "the provider reported success for a refund we hold as not made");
+        return;
+    case ATTEMPT_STATUS_FAILED:
+        if (cur == ATTEMPT_STATUS_SUCCEEDED && !other_refund(r, row))
+            refund_set(d, WEBHOOK_REFUND_NEEDS_REVIEW, cur,
+                       "the provider reported failure of a succeeded refund");
+        else if (other_refund(r, row))
+            /* No money moved on a failure: nothing to apply. */
+            refund_set(d, WEBHOOK_REFUND_IGNORE, cur, "failure of another refund");
+        else if (open)
+            refund_set(d, WEBHOOK_REFUND_APPLY, ATTEMPT_STATUS_FAILED,
+                       "the provider reported the refund failed");
+        else
+            refund_set(d, WEBHOOK_REFUND_IGNORE, cur, "nothing to change");
+        return;
+    case ATTEMPT_STATUS_PROCESSING:
+        if (cur == ATTEMPT_STATUS_UNKNOWN && !other_refund(r, row))
+            refund_set(d, WEBHOOK_REFUND_APPLY, ATTEMPT_STATUS_PROCESSING,
+                       "the provider is processing the refund");
+        else if (attempt_status_is_settled(cur))
+            refund_set(d, WEBHOOK_REFUND_IGNORE, cur, "older than the current state");
+        else
+            refund_set(d, WEBHOOK_REFUND_IGNORE, cur, "nothing to change");
+        return;
+    default:
+        refund_set(d, WEBHOOK_REFUND_IGNORE, cur, "refund status not acted on");
+        return;
+    }
 }

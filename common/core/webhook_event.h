@@ -24,11 +24,30 @@
 #include "attempt_status.h"
 
 enum webhook_evidence {
-    WEBHOOK_EVIDENCE_NONE = 0,  /* an event type we do not act on */
-    WEBHOOK_EVIDENCE_SUCCEEDED, /* payment_intent.succeeded */
-    WEBHOOK_EVIDENCE_FAILED,    /* payment_intent.payment_failed */
-    WEBHOOK_EVIDENCE_PROCESSING /* payment_intent.processing */
+    WEBHOOK_EVIDENCE_NONE = 0,   /* an event type we do not act on */
+    WEBHOOK_EVIDENCE_SUCCEEDED,  /* payment_intent.succeeded */
+    WEBHOOK_EVIDENCE_FAILED,     /* payment_intent.payment_failed */
+    WEBHOOK_EVIDENCE_PROCESSING, /* payment_intent.processing */
+    WEBHOOK_EVIDENCE_REFUND      /* refund.created|updated|failed,
+                                    charge.refunded: see refunds[] */
 };
+
+/* A refund the provider's event describes (a refund object, or one of a
+ * charge's refunds.data[]). */
+struct webhook_refund {
+    char id[256]; /* re_... */
+    char status[64];
+    long long amount;         /* -1 when absent */
+    char currency[8];         /* upper case; "" when absent */
+    char payment_intent[256]; /* "" when absent */
+    char refund_id[37];       /* metadata.refund_id; "" when absent or not a uuid */
+    char attempt_id[37];      /* metadata.payment_attempt_id; likewise */
+    char failure_reason[128];
+};
+
+/* A charge.refunded event lists at most this many refunds; one with more is
+ * refused (400): no charge is refunded that often. */
+#define WEBHOOK_REFUNDS_MAX 16
 
 struct webhook_event {
     char id[256]; /* evt_... */
@@ -42,6 +61,8 @@ struct webhook_event {
     char attempt_id[37];    /* metadata.payment_attempt_id; "" when
                                absent or not a uuid */
     char decline_code[128]; /* last_payment_error's, when failed */
+    size_t nrefunds;        /* WEBHOOK_EVIDENCE_REFUND: the refunds named */
+    struct webhook_refund refunds[WEBHOOK_REFUNDS_MAX];
 };
 
 /* Parses the raw body. Returns 0, or -1 with one line in errbuf that is safe
@@ -91,5 +112,46 @@ void webhook_event_decide(const struct webhook_event *ev,
 /* "applied", "review", "ignored", "flagged": the outcome recorded for the
  * event and counted in metrics. */
 const char *webhook_action_name(enum webhook_action a);
+
+/* The refund as the database holds it, locked. */
+struct webhook_refund_row {
+    enum attempt_status status;
+    long long amount;
+    char currency[4];          /* "" when unknown */
+    int intent_differs;        /* it names the charge's intent, not the event's */
+    int provider_id_differs;   /* it has a provider refund id, not the event's */
+    int provider_id_elsewhere; /* the event's re_ id is another refund's */
+};
+
+enum webhook_refund_action {
+    WEBHOOK_REFUND_IGNORE = 0,  /* record the event; the refund stays */
+    WEBHOOK_REFUND_APPLY,       /* move the refund to `status` */
+    WEBHOOK_REFUND_NEEDS_REVIEW /* contradicts what we hold: never applied,
+                                   recorded as needs_review for a person */
+};
+
+struct webhook_refund_decision {
+    enum webhook_refund_action action;
+    enum attempt_status status; /* the new one, for APPLY */
+    const char *reason;         /* static text: why */
+};
+
+/* The provider's refund status as ours: succeeded SUCCEEDED, failed and
+ * canceled FAILED, pending and requires_action PROCESSING; -1 for any
+ * other. */
+int webhook_refund_status(const char *provider_status);
+
+/* What one refund of an event does to the refund row it names. The rules:
+ * success settles PROCESSING or UNKNOWN as SUCCEEDED; failure settles them
+ * as FAILED; pending moves UNKNOWN to PROCESSING; what SUCCEEDED already
+ * says, or anything older than a settled state (pending after succeeded),
+ * is ignored; failure of a SUCCEEDED refund, success of a FAILED or
+ * REJECTED one, or a success for another intent, amount, currency or
+ * provider refund is needs_review: what is refunded only grows, and only
+ * on evidence that is about this refund. A PENDING refund was not sent
+ * yet: its own call will see the answer. */
+void webhook_refund_decide(const struct webhook_refund *r,
+                           const struct webhook_refund_row *row,
+                           struct webhook_refund_decision *d);
 
 #endif

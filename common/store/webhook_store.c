@@ -7,6 +7,7 @@
 #include "attempt_sql.h"
 #include "attempt_status.h"
 #include "db.h"
+#include "refund_sql.h"
 #include "store_conn.h"
 
 /* A webhook waits this long at most for the attempt's row (a worker's
@@ -78,10 +79,54 @@ static const char *SQL_EVENT_OUTCOME =
 
 #define SQL_VIEW \
     "SELECT id, order_id, status, amount, currency, provider_payment_id, reason," \
-    "  to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')" \
+    "  to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')," \
+    "  refunded_amount" \
     " FROM payment_attempts "
 
 static const char *SQL_VIEW_ATTEMPT = SQL_VIEW "WHERE id = $1::uuid";
+static const char *SQL_VIEW_REFUND =
+    "SELECT id, payment_attempt_id, order_id, status, amount, currency, refund_reason,"
+    "  reason, provider_refund_id,"
+    "  to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
+    " FROM refund_attempts WHERE id = $1::uuid";
+
+/* The refund one refund of an event names ($1 its metadata refund_id, $2
+ * its re_ id, $3 the charge's intent it names), locked until the commit,
+ * and what the database knows of its provider ids. */
+#define SQL_LOCK_REFUND(where) \
+    "SELECT r.id, r.payment_attempt_id, coalesce(r.order_id::text, ''), r.status," \
+    "  r.amount, coalesce(r.currency, '')," \
+    "  coalesce(r.payment_intent <> nullif($3, ''), false)," \
+    "  coalesce(r.provider_refund_id <> $2, false)," \
+    "  EXISTS (SELECT 1 FROM refund_attempts o WHERE o.provider_refund_id = $2" \
+    "    AND o.id <> r.id)" \
+    " FROM refund_attempts r WHERE " where " FOR NO KEY UPDATE OF r"
+
+static const char *SQL_LOCK_REFUND_BY_ID =
+    SQL_LOCK_REFUND("r.id = $1::uuid AND $2::text IS NOT NULL AND $3::text IS NOT NULL");
+static const char *SQL_LOCK_REFUND_BY_PROVIDER_ID = SQL_LOCK_REFUND(
+    "$1::text IS NULL AND r.provider_refund_id = $2 AND $3::text IS NOT NULL");
+
+/* A refund's status change: the money follows by the refund_attempts_money
+ * trigger. The lease is ended and its epoch bumped, as for an attempt. */
+static const char *SQL_SETTLE_REFUND =
+    "WITH u AS ("
+    "  UPDATE refund_attempts r SET status = $2, reason = $3::text,"
+    "    provider_refund_id = coalesce(r.provider_refund_id, $4::text),"
+    "    lease_owner = NULL, lease_expires_at = NULL, lease_epoch = r.lease_epoch + 1,"
+    "    next_check_at = CASE WHEN $2 = " ATTEMPT_SQL(PROCESSING)
+    "      THEN coalesce(r.next_check_at, now()) END,"
+    "    updated_at = " SQL_CHANGED_AT("r")
+    "  WHERE r.id = $1::uuid AND r.status = $5"
+    "  RETURNING r.id, r.payment_attempt_id, r.order_id, r.amount, r.currency,"
+    "    r.provider_refund_id, r.status, r.reason, r.updated_at,"
+    "    " SQL_REFUND_EVENT_TYPE("r.status") " AS event_type),"
+    " t AS ("
+    "  INSERT INTO refund_transitions (refund_id, old_status, new_status, cause, actor,"
+    "    reason, evidence, created_at)"
+    "  SELECT id, $5, status, 'webhook', $6, reason, $7::jsonb, updated_at FROM u),"
+    SQL_REFUND_OUTBOX_EVENTS("u")
+    "SELECT id FROM u";
 static const char *SQL_VIEW_ORDER =
     SQL_VIEW "WHERE order_id = $1::uuid ORDER BY created_at, id LIMIT " ORDER_ATTEMPTS_MAX;
 /* clang-format on */
@@ -129,6 +174,44 @@ static char *evidence_json(const struct webhook_event *ev)
     return s;
 }
 
+/* What a refund's transition records as the provider's evidence. */
+static char *refund_evidence_json(const struct webhook_event *ev,
+                                  const struct webhook_refund *r)
+{
+    json_t *e = json_pack("{s:s, s:s, s:I, s:s, s:s}", "webhook_event_id", ev->id,
+                          "type", ev->type, "created", (json_int_t)ev->created,
+                          "provider_refund_id", r->id, "refund_status", r->status);
+    if (!e)
+        return NULL;
+    /* json_object_set_new steals the new values' references. */
+    if (r->payment_intent[0])
+        json_object_set_new(e, "payment_intent", json_string(r->payment_intent));
+    if (r->amount >= 0)
+        json_object_set_new(e, "amount", json_integer(r->amount));
+    if (r->currency[0])
+        json_object_set_new(e, "currency", json_string(r->currency));
+    if (r->failure_reason[0])
+        json_object_set_new(e, "failure_reason", json_string(r->failure_reason));
+    char *s = json_dumps(e, JSON_COMPACT);
+    json_decref(e);
+    return s;
+}
+
+/* The refund's reason after it moved to `st`. */
+static void refund_reason_for(const struct webhook_refund *r, enum attempt_status st,
+                              char *out, size_t size)
+{
+    if (st == ATTEMPT_STATUS_FAILED)
+        snprintf(out, size, "refund failed: %s",
+                 r->failure_reason[0]             ? r->failure_reason
+                 : !strcmp(r->status, "canceled") ? "refund_canceled"
+                                                  : "refund_failed");
+    else if (st == ATTEMPT_STATUS_PROCESSING)
+        snprintf(out, size, "provider_processing");
+    else
+        out[0] = '\0';
+}
+
 /* The attempt's reason after the decision. */
 static void reason_for(const struct webhook_event *ev, const struct webhook_decision *d,
                        char *out, size_t size)
@@ -163,6 +246,114 @@ static void rollback(webhook_store_t *st)
 static enum store_rc later_failed(enum store_rc rc)
 {
     return rc == STORE_DATA ? STORE_RETRY : rc;
+}
+
+/* How bad an outcome is: an event of several refunds records its worst. */
+static int outcome_rank(const char *o)
+{
+    static const char *order[] = {"ignored", "applied", "unmatched", "needs_review"};
+    for (int i = 3; i >= 0; i--)
+        if (!strcmp(o, order[i]))
+            return i;
+    return 0;
+}
+
+static void refund_outcome(struct webhook_store_result *out, const char *outcome,
+                           const char *reason)
+{
+    if (out->refunds_seen++ == 0 ||
+        outcome_rank(outcome) > outcome_rank(out->outcome)) {
+        out->outcome = outcome;
+        out->reason = reason;
+    }
+}
+
+/* One refund of the event, inside its transaction: locked, decided and,
+ * when it moves, moved with its transition and event. */
+static enum store_rc apply_refund(webhook_store_t *st, const struct webhook_event *ev,
+                                  const struct webhook_refund *rf,
+                                  struct webhook_store_result *out,
+                                  struct store_error *err)
+{
+    PGresult *r = NULL;
+    char *evidence = NULL;
+    char reason[256], actor[300];
+    enum store_rc rc = STORE_RETRY, x;
+    struct webhook_refund_row row;
+    struct webhook_refund_decision d;
+    const char *lock[3] = {rf->refund_id[0] ? rf->refund_id : NULL, rf->id,
+                           rf->payment_intent};
+
+    if ((x = store_conn_exec(st->db,
+                             rf->refund_id[0] ? SQL_LOCK_REFUND_BY_ID
+                                              : SQL_LOCK_REFUND_BY_PROVIDER_ID,
+                             3, lock, &r, err)) != STORE_OK) {
+        rc = later_failed(x);
+        goto out;
+    }
+    if (PQntuples(r) != 1) {
+        refund_outcome(out, "unmatched", "no such refund");
+        rc = STORE_OK;
+        goto out;
+    }
+    memset(&row, 0, sizeof(row));
+    char refund_id[37], old_status[20];
+    snprintf(refund_id, sizeof(refund_id), "%s", PQgetvalue(r, 0, 0));
+    snprintf(old_status, sizeof(old_status), "%s", PQgetvalue(r, 0, 3));
+    if (!out->refund_id[0]) {
+        snprintf(out->refund_id, sizeof(out->refund_id), "%s", refund_id);
+        snprintf(out->attempt_id, sizeof(out->attempt_id), "%s", PQgetvalue(r, 0, 1));
+        snprintf(out->order_id, sizeof(out->order_id), "%s", PQgetvalue(r, 0, 2));
+        snprintf(out->old_status, sizeof(out->old_status), "%s", old_status);
+        snprintf(out->new_status, sizeof(out->new_status), "%s", old_status);
+    }
+    row.status = (enum attempt_status)attempt_status_parse(old_status);
+    row.amount = strtoll(PQgetvalue(r, 0, 4), NULL, 10);
+    snprintf(row.currency, sizeof(row.currency), "%s", PQgetvalue(r, 0, 5));
+    row.intent_differs = PQgetvalue(r, 0, 6)[0] == 't';
+    row.provider_id_differs = PQgetvalue(r, 0, 7)[0] == 't';
+    row.provider_id_elsewhere = PQgetvalue(r, 0, 8)[0] == 't';
+    PQclear(r);
+    r = NULL;
+    webhook_refund_decide(rf, &row, &d);
+    if (d.action != WEBHOOK_REFUND_APPLY) {
+        refund_outcome(
+            out, d.action == WEBHOOK_REFUND_NEEDS_REVIEW ? "needs_review" : "ignored",
+            d.reason);
+        rc = STORE_OK;
+        goto out;
+    }
+    if (!(evidence = refund_evidence_json(ev, rf))) {
+        store_error_set(err, "out of memory");
+        goto out;
+    }
+    refund_reason_for(rf, d.status, reason, sizeof(reason));
+    snprintf(actor, sizeof(actor), "webhook %s", ev->id);
+    const char *p[7] = {refund_id,
+                        attempt_status_name(d.status),
+                        reason[0] ? reason : NULL,
+                        rf->id,
+                        old_status,
+                        actor,
+                        evidence};
+    if ((x = store_conn_exec(st->db, SQL_SETTLE_REFUND, 7, p, &r, err)) != STORE_OK) {
+        rc = later_failed(x);
+        goto out;
+    }
+    if (PQntuples(r) != 1) {
+        /* Impossible under the row lock; never commit half a decision. */
+        store_error_set(err, "refund %s changed under its lock", refund_id);
+        goto out;
+    }
+    if (!strcmp(out->refund_id, refund_id))
+        snprintf(out->new_status, sizeof(out->new_status), "%s",
+                 attempt_status_name(d.status));
+    refund_outcome(out, "applied", d.reason);
+    rc = STORE_OK;
+out:
+    PQclear(r);
+    free(evidence);
+    return rc;
 }
 
 static enum store_rc apply_once(webhook_store_t *st, const char *provider,
@@ -206,6 +397,15 @@ static enum store_rc apply_once(webhook_store_t *st, const char *provider,
     PQclear(r);
     r = NULL;
 
+    if (ev->evidence == WEBHOOK_EVIDENCE_REFUND) {
+        out->outcome = "ignored";
+        out->reason = "the charge lists no refund";
+        for (size_t i = 0; i < ev->nrefunds; i++)
+            if ((rc = apply_refund(st, ev, &ev->refunds[i], out, err)) != STORE_OK)
+                goto out;
+        rc = STORE_RETRY;
+        goto record;
+    }
     const char *lock[3] = {ev->attempt_id[0] ? ev->attempt_id : NULL, ev->intent_id,
                            attempt_status_live_array()};
     if ((x = store_conn_exec(st->db,
@@ -266,6 +466,7 @@ static enum store_rc apply_once(webhook_store_t *st, const char *provider,
         PQclear(r);
         r = NULL;
     }
+record:;
     const char *o[4] = {provider, ev->id, out->outcome, out->attempt_id};
     if ((x = store_conn_exec(st->db, SQL_EVENT_OUTCOME, 4, o, NULL, err)) != STORE_OK ||
         (x = store_conn_exec(st->db, "COMMIT", 0, NULL, NULL, err)) != STORE_OK) {
@@ -317,6 +518,34 @@ static json_t *view_row(PGresult *r, int row)
                         PQgetisnull(r, row, 6) ? json_null()
                                                : json_string(PQgetvalue(r, row, 6)));
     json_object_set_new(o, "updated_at", json_string(PQgetvalue(r, row, 7)));
+    json_object_set_new(o, "refunded_amount",
+                        json_integer(strtoll(PQgetvalue(r, row, 8), NULL, 10)));
+    return o;
+}
+
+static json_t *text_or_null(PGresult *r, int col)
+{
+    return PQgetisnull(r, 0, col) ? json_null() : json_string(PQgetvalue(r, 0, col));
+}
+
+/* The one row of SQL_VIEW_REFUND as the api's refund object. */
+static json_t *refund_row(PGresult *r)
+{
+    json_t *o = json_object();
+    if (!o)
+        return NULL;
+    /* json_object_set_new steals each value's reference. */
+    json_object_set_new(o, "refund_id", json_string(PQgetvalue(r, 0, 0)));
+    json_object_set_new(o, "payment_attempt_id", json_string(PQgetvalue(r, 0, 1)));
+    json_object_set_new(o, "order_id", text_or_null(r, 2));
+    json_object_set_new(o, "status", json_string(PQgetvalue(r, 0, 3)));
+    json_object_set_new(o, "amount",
+                        json_integer(strtoll(PQgetvalue(r, 0, 4), NULL, 10)));
+    json_object_set_new(o, "currency", text_or_null(r, 5));
+    json_object_set_new(o, "refund_reason", json_string(PQgetvalue(r, 0, 6)));
+    json_object_set_new(o, "reason", text_or_null(r, 7));
+    json_object_set_new(o, "provider_refund_id", text_or_null(r, 8));
+    json_object_set_new(o, "updated_at", json_string(PQgetvalue(r, 0, 9)));
     return o;
 }
 
@@ -346,6 +575,20 @@ enum store_rc webhook_store_attempt(webhook_store_t *st, const char *attempt_id,
     enum store_rc rc = view(st, SQL_VIEW_ATTEMPT, attempt_id, &r, err);
     *out = NULL;
     if (rc == STORE_OK && !(*out = view_row(r, 0))) {
+        store_error_set(err, "out of memory");
+        rc = STORE_RETRY;
+    }
+    PQclear(r);
+    return rc;
+}
+
+enum store_rc webhook_store_refund(webhook_store_t *st, const char *refund_id,
+                                   json_t **out, struct store_error *err)
+{
+    PGresult *r = NULL;
+    enum store_rc rc = view(st, SQL_VIEW_REFUND, refund_id, &r, err);
+    *out = NULL;
+    if (rc == STORE_OK && !(*out = refund_row(r))) {
         store_error_set(err, "out of memory");
         rc = STORE_RETRY;
     }

@@ -12,6 +12,15 @@
  * are written before the commit. Nothing in the transaction waits on the
  * network but the database itself.
  *
+ * A refund's event (refund.created, refund.updated, refund.failed, and
+ * charge.refunded for each refund it lists) is recorded the same way; each
+ * refund it names is found by its metadata refund_id, else by its provider
+ * refund id, locked, decided by webhook_refund_decide() and, when it moves,
+ * moved with its refund_transitions row and its result event; the
+ * refund_attempts_money trigger applies the money. An event of several
+ * refunds records the worst outcome of them (needs_review, unmatched,
+ * applied, ignored).
+ *
  * Status queries read attempts as the contract shows them, never their
  * payment method, metadata or secrets.
  *
@@ -39,11 +48,15 @@ void webhook_store_free(webhook_store_t *st);
 /* What became of a webhook event. */
 struct webhook_store_result {
     const char *outcome; /* "applied", "review", "ignored", "flagged",
-                            "unmatched" or "duplicate" */
+                            "unmatched", "duplicate", or for a refund's
+                            event "needs_review" */
     const char *reason;  /* static: why (the decision's) */
     char attempt_id[37]; /* "" when unmatched */
     char order_id[37];
-    char old_status[20], new_status[20];
+    char old_status[20], new_status[20]; /* the attempt's, or the first
+                                            matched refund's */
+    char refund_id[37];                  /* the first matched refund; "" */
+    size_t refunds_seen;                 /* refunds of the event decided */
 };
 
 /* Applies ev; `payload` is the event as stored for review (the JSON ev was
@@ -67,6 +80,11 @@ enum store_rc webhook_store_apply(webhook_store_t *st, const char *provider,
  * canonical lower-case uuids (the caller checks). */
 enum store_rc webhook_store_attempt(webhook_store_t *st, const char *attempt_id,
                                     json_t **out, struct store_error *err);
+/* One refund: {"refund_id", "payment_attempt_id", "order_id", "status",
+ * "amount", "currency", "refund_reason" (as requested), "reason" (why, when
+ * not SUCCEEDED), "provider_refund_id", "updated_at"}. As _attempt. */
+enum store_rc webhook_store_refund(webhook_store_t *st, const char *refund_id,
+                                   json_t **out, struct store_error *err);
 enum store_rc webhook_store_order(webhook_store_t *st, const char *order_id,
                                   json_t **out, struct store_error *err);
 

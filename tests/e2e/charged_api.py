@@ -163,3 +163,64 @@ def webhook_rows(s):
     """processed_webhook_events as {event_id: outcome}."""
     return dict((r[0], r[1]) for r in s.query(
         "SELECT event_id, outcome FROM processed_webhook_events"))
+
+
+def insert_refund(s, attempt, status, amount, reserved=True, ppid=None, reason=None):
+    """A refund of attempt (a SUCCEEDED one from insert_attempt) in the
+    given status, as a worker leaves it: reserved on the charge's row."""
+    r = {"id": str(uuid.uuid4()), "attempt": attempt, "amount": amount, "status": status}
+    if reserved:
+        s.psql(s.db, "UPDATE payment_attempts SET refund_reserved = refund_reserved + %d "
+               "WHERE id = '%s'" % (amount, attempt["id"]))
+    s.psql(s.db, "INSERT INTO refund_attempts (id, payment_attempt_id, order_id, "
+           "idempotency_key, request_fingerprint, amount, currency, refund_reason, status, "
+           "reason, payment_intent, provider_refund_id, reserved) VALUES ('%s', '%s', '%s', "
+           "'refund-%s', 'fp', %d, '%s', 'requested_by_customer', '%s', %s, '%s', %s, %s)"
+           % (r["id"], attempt["id"], attempt["order_id"], r["id"], amount,
+              attempt["currency"], status,
+              "NULL" if reason is None else "'%s'" % reason.replace("'", "''"),
+              attempt["ppid"], "NULL" if ppid is None else "'%s'" % ppid,
+              "true" if reserved else "false"))
+    return r
+
+
+def refund_object(refund, re_id, status, failure_reason=None, with_metadata=True):
+    """A Stripe refund object for refund (from insert_refund)."""
+    o = {"id": re_id, "object": "refund", "status": status, "amount": refund["amount"],
+         "currency": refund["attempt"]["currency"].lower(),
+         "payment_intent": refund["attempt"]["ppid"], "metadata": {}}
+    if with_metadata:
+        o["metadata"] = {"refund_id": refund["id"],
+                         "payment_attempt_id": refund["attempt"]["id"]}
+    if failure_reason:
+        o["failure_reason"] = failure_reason
+    return o
+
+
+def refund_event(kind, obj, event_id=None):
+    """refund.created|updated|failed about a refund object, or charge.refunded
+    when obj is a list of refund objects."""
+    if kind == "charge.refunded":
+        obj = {"id": "ch_" + uuid.uuid4().hex[:24], "object": "charge",
+               "payment_intent": obj[0]["payment_intent"], "refunded": True,
+               "refunds": {"object": "list", "data": obj}}
+    return {"id": event_id or "evt_" + uuid.uuid4().hex, "object": "event", "type": kind,
+            "created": int(time.time()), "livemode": False, "data": {"object": obj}}
+
+
+def refund_counts(s, refund_id):
+    """A refund's status, provider refund id, transitions and result events."""
+    row = s.query(
+        "SELECT status, coalesce(provider_refund_id, '-'),"
+        " (SELECT count(*) FROM refund_transitions WHERE refund_id = '%s'),"
+        " (SELECT count(*) FROM outbox WHERE refund_id = '%s')"
+        " FROM refund_attempts WHERE id = '%s'" % (refund_id, refund_id, refund_id))[0]
+    return (row[0], row[1], int(row[2]), int(row[3]))
+
+
+def refund_money(s, attempt_id):
+    """(refund_reserved, refunded_amount, refund ledger rows) of an attempt."""
+    row = s.query("SELECT refund_reserved, refunded_amount, (SELECT count(*) FROM "
+                  "ledger_entries WHERE payment_attempt_id = p.id AND kind = 'refund') "
+                  "FROM payment_attempts p WHERE id = '%s'" % attempt_id)[0]
+    return tuple(int(x) for x in row)

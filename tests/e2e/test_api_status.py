@@ -2,7 +2,8 @@
 GET /v1/payment-attempts/<id> and GET /v1/orders/<order_id>/payment-attempts
 answer every state with the contract's fields and what the database holds,
 400 for a malformed id, 404 for an unknown one, 405 for another method,
-and never a payment method, metadata or secret."""
+and never a payment method, metadata or secret; refunded_amount is the
+charge's; GET /v1/refunds/<id> answers a refund's status likewise."""
 
 import json
 import uuid
@@ -12,7 +13,9 @@ import charged_e2e as e2e
 from charged_e2e import check, check_eq
 
 FIELDS = {"payment_attempt_id", "order_id", "status", "amount", "currency",
-          "provider_payment_id", "reason", "updated_at"}
+          "provider_payment_id", "reason", "updated_at", "refunded_amount"}
+REFUND_FIELDS = {"refund_id", "payment_attempt_id", "order_id", "status", "amount", "currency",
+                 "refund_reason", "reason", "provider_refund_id", "updated_at"}
 STATES = ["PENDING", "PROCESSING", "UNKNOWN", "SUCCEEDED", "FAILED", "REJECTED",
           "REQUIRES_REVIEW"]
 
@@ -21,11 +24,12 @@ def expect_attempt(s, doc, a):
     check_eq(set(doc), FIELDS, "fields of attempt %s" % a["id"])
     row = s.query("SELECT status, amount, currency, coalesce(provider_payment_id, '<null>'), "
                   "coalesce(reason, '<null>'), to_char(updated_at AT TIME ZONE 'UTC', "
-                  "'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') FROM payment_attempts WHERE id = '%s'"
-                  % a["id"])[0]
+                  "'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), refunded_amount FROM payment_attempts "
+                  "WHERE id = '%s'" % a["id"])[0]
     got = [doc["status"], str(doc["amount"]), doc["currency"],
            doc["provider_payment_id"] if doc["provider_payment_id"] is not None else "<null>",
-           doc["reason"] if doc["reason"] is not None else "<null>", doc["updated_at"]]
+           doc["reason"] if doc["reason"] is not None else "<null>", doc["updated_at"],
+           str(doc["refunded_amount"])]
     check_eq(got, row, "attempt %s (%s) as answered vs the database" % (a["id"], a["status"]))
     check_eq((doc["payment_attempt_id"], doc["order_id"]), (a["id"], a["order_id"]), "ids")
     check(isinstance(doc["amount"], int), "amount is a JSON integer")
@@ -59,6 +63,34 @@ def scenario(make):
              [first["id"], second["id"], third["id"]], "the order's attempts, oldest first")
     for x, a in zip(doc["payment_attempts"], (first, second, third)):
         expect_attempt(s, x, a)
+
+    # Refunds: the refund's own answer, and the charge's refunded_amount.
+    paid = attempts["SUCCEEDED"]
+    done = api.insert_refund(s, paid, "PROCESSING", 40)
+    s.psql(s.db, "UPDATE refund_attempts SET status = 'SUCCEEDED', provider_refund_id = "
+           "'re_status_0001' WHERE id = '%s'" % done["id"])
+    lost = api.insert_refund(s, paid, "FAILED", 10, reserved=False, reason="refund failed: x")
+    code, doc = api.get(port, "/v1/payment-attempts/%s" % paid["id"])
+    check_eq((code, doc["refunded_amount"]), (200, 40), "refunded_amount of the refunded attempt")
+    expect_attempt(s, doc, paid)
+    for r, want in ((done, ("SUCCEEDED", 40, None, "re_status_0001")),
+                    (lost, ("FAILED", 10, "refund failed: x", None))):
+        code, doc = api.get(port, "/v1/refunds/%s" % r["id"].upper())
+        check_eq(code, 200, "status code of a %s refund" % r["status"])
+        check_eq(set(doc), REFUND_FIELDS, "fields of a refund")
+        check_eq((doc["refund_id"], doc["payment_attempt_id"], doc["order_id"], doc["currency"],
+                  doc["refund_reason"]),
+                 (r["id"], paid["id"], paid["order_id"], "EUR", "requested_by_customer"),
+                 "ids of a refund")
+        check_eq((doc["status"], doc["amount"], doc["reason"], doc["provider_refund_id"]), want,
+                 "a refund as answered")
+        row = s.query("SELECT to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:"
+                      "SS.MS\"Z\"') FROM refund_attempts WHERE id = '%s'" % r["id"])[0][0]
+        check_eq(doc["updated_at"], row, "a refund's updated_at")
+    check_eq(api.get(port, "/v1/refunds/%s" % uuid.uuid4())[0], 404, "unknown refund")
+    check_eq(api.get(port, "/v1/refunds/not-a-uuid")[0], 400, "malformed refund id")
+    check_eq(api.request(port, "POST", "/v1/refunds/%s" % done["id"], b"{}")[0], 405,
+             "POST to a refund")
 
     # Nothing else leaks: no payment method, metadata, key or secret.
     s.psql(s.db, "UPDATE payment_attempts SET payment_method = 'pm_secret_card_4242', "

@@ -12,7 +12,12 @@
 - the state rules: success settles UNKNOWN and PROCESSING (even one a worker
   holds a lease on), failure settles them FAILED, processing moves UNKNOWN,
   a contradiction of a final state goes to REQUIRES_REVIEW, older evidence
-  is recorded and ignored, an unknown attempt's event is stored for review.
+  is recorded and ignored, an unknown attempt's event is stored for review;
+- refund events, delivered concurrently, again and out of order, move a
+  refund once each way (one transition, one result event, the money by the
+  trigger), a charge.refunded applies each refund it lists, a failure of a
+  SUCCEEDED refund is needs_review and never applied, an unknown refund's
+  event is stored unmatched.
 """
 
 import http.client
@@ -262,6 +267,80 @@ def rules(s, port):
     send(other_type, "ignored", "an event type we do not act on")
 
 
+def refunds(s, port):
+    def send(ev, want, what):
+        st, doc = api.post_webhook(port, ev)
+        check_eq((st, doc and doc.get("result")), (200, want), what)
+
+    charge = api.insert_attempt(s, "SUCCEEDED", amount=1000)
+    r1 = api.insert_refund(s, charge, "PROCESSING", 300)
+    ok = api.refund_event("refund.updated", api.refund_object(r1, "re_webhook_0001", "succeeded"))
+    body = json.dumps(ok).encode()
+    header = api.sign(body)
+    results = []
+    start = threading.Barrier(3)
+
+    def deliver():
+        start.wait()
+        results.append(api.post_webhook(port, body, header=header))
+    threads = [threading.Thread(target=deliver) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    check_eq(sorted((r[0], r[1]["result"]) for r in results),
+             [(200, "applied"), (200, "duplicate"), (200, "duplicate")],
+             "3 concurrent deliveries of a refund's success")
+    check_eq(api.refund_counts(s, r1["id"]), ("SUCCEEDED", "re_webhook_0001", 1, 1),
+             "refund after 3 concurrent deliveries")
+    check_eq(api.refund_money(s, charge["id"]), (300, 300, 1), "the charge's refund money")
+    check_eq(s.query("SELECT event_type FROM outbox WHERE refund_id = '%s'" % r1["id"]),
+             [["refund.succeeded"]], "the refund's result event")
+    # Reordered: the created (pending) event arrives after the success, the
+    # success again under a new event id, found by the provider's id only.
+    send(api.refund_event("refund.created", api.refund_object(r1, "re_webhook_0001", "pending")),
+         "ignored", "a pending refund after its success")
+    send(api.refund_event("refund.updated", api.refund_object(
+        r1, "re_webhook_0001", "succeeded", with_metadata=False)),
+         "ignored", "the success again, without metadata")
+    check_eq(api.refund_counts(s, r1["id"]), ("SUCCEEDED", "re_webhook_0001", 1, 1),
+             "refund after late and repeated events")
+    # The provider fails a SUCCEEDED refund: a person looks, nothing moves.
+    send(api.refund_event("refund.failed", api.refund_object(
+        r1, "re_webhook_0001", "failed", failure_reason="expired_or_canceled_card")),
+         "needs_review", "failure of a SUCCEEDED refund")
+    check_eq(api.refund_counts(s, r1["id"]), ("SUCCEEDED", "re_webhook_0001", 1, 1),
+             "SUCCEEDED refund after a failure event")
+    check_eq(api.refund_money(s, charge["id"]), (300, 300, 1), "money after a failure event")
+    # charge.refunded lists the succeeded one and an UNKNOWN one that failed.
+    r2 = api.insert_refund(s, charge, "UNKNOWN", 200)
+    check_eq(api.refund_money(s, charge["id"]), (500, 300, 1), "money with r2 reserved")
+    send(api.refund_event("charge.refunded", [
+        api.refund_object(r1, "re_webhook_0001", "succeeded"),
+        api.refund_object(r2, "re_webhook_0002", "failed", failure_reason="lost_or_stolen_card")]),
+         "applied", "charge.refunded of two refunds")
+    check_eq(api.refund_counts(s, r2["id"]), ("FAILED", "re_webhook_0002", 1, 1),
+             "the failed refund of charge.refunded")
+    check_eq(s.query("SELECT reason FROM refund_attempts WHERE id = '%s'" % r2["id"]),
+             [["refund failed: lost_or_stolen_card"]], "the failed refund's reason")
+    check_eq(api.refund_money(s, charge["id"]), (300, 300, 1), "money after r2 failed")
+    check_eq(api.refund_counts(s, r1["id"])[2:], (1, 1), "r1 untouched by charge.refunded")
+    # An UNKNOWN refund told pending goes PROCESSING (no event for that).
+    r3 = api.insert_refund(s, charge, "UNKNOWN", 100)
+    send(api.refund_event("refund.updated", api.refund_object(r3, "re_webhook_0003", "pending")),
+         "applied", "pending for an UNKNOWN refund")
+    check_eq(api.refund_counts(s, r3["id"]), ("PROCESSING", "re_webhook_0003", 1, 0),
+             "UNKNOWN refund after pending")
+    # A refund we do not know: stored for review.
+    ghost = dict(r1, id="0b5e8d0e-4c1f-4e57-9d0c-6f1b1e2a3c4e")
+    ev = api.refund_event("refund.updated", api.refund_object(ghost, "re_webhook_ghost", "succeeded"))
+    send(ev, "unmatched", "an event for an unknown refund")
+    check_eq(api.webhook_rows(s).get(ev["id"]), "unmatched", "the stored unknown refund event")
+    # refund.failed whose refund is not failed is a bad request.
+    bad = api.refund_event("refund.failed", api.refund_object(r3, "re_webhook_0003", "pending"))
+    check_eq(api.post_webhook(port, bad)[0], 400, "refund.failed of a pending refund")
+
+
 def regressions(s, port):
     """Breaks an outside review proved, each kept here."""
     def send(ev, want, what):
@@ -348,6 +427,7 @@ def scenario(make):
     rotation(s, port)
     concurrent(s, port)
     rules(s, port)
+    refunds(s, port)
     regressions(s, port)
     # Every line of the api's log is JSON, and no secret is in it.
     log = open("%s/%s.log" % (s.dir, name)).read()

@@ -54,6 +54,76 @@ def calls_counted(s, attempt_id):
     return rows
 
 
+def refunds(s, ctl_json):
+    """refund show, list and resolve, and the refunds in attempt show."""
+    paid = api.insert_attempt(s, "SUCCEEDED", amount=1000)
+    review = api.insert_refund(s, paid, "REQUIRES_REVIEW", 300, reserved=False,
+                               reason="requires_review: the provider's answer is ambiguous")
+    unknown = api.insert_refund(s, paid, "UNKNOWN", 200)
+    shown = ctl_json(s, "refund", "show", review["id"])
+    check_eq((shown["refund_id"], shown["status"], shown["transitions"], shown["result_events"]),
+             (review["id"], "REQUIRES_REVIEW", [], []), "refund show of a refund in review")
+    listed = ctl_json(s, "refund", "list", "--attempt", paid["id"], "--status", "REQUIRES_REVIEW")
+    check_eq([r["refund_id"] for r in listed], [review["id"]], "refund list --status")
+    check_eq(len(ctl_json(s, "refund", "list", "--attempt", paid["id"], "--limit", "1")), 1,
+             "refund list --limit 1")
+    # Refused: a SUCCEEDED decision without the provider's refund id (2), a
+    # refund not in review (1); nothing written.
+    p = ctl(s, "refund", "resolve", review["id"], "--status", "SUCCEEDED", "--reason", "seen",
+            check=False)
+    check_eq(p.returncode, 2, "resolve SUCCEEDED without --provider-refund-id")
+    done = api.insert_refund(s, paid, "PROCESSING", 100)
+    p = ctl(s, "refund", "resolve", done["id"], "--status", "FAILED", "--reason", "x",
+            check=False)
+    check_eq(p.returncode, 1, "resolve of a PROCESSING refund")
+    check_eq(api.refund_counts(s, done["id"]), ("PROCESSING", "-", 0, 0), "refused resolve")
+    # The refund in review was refunded (its reservation taken again), the
+    # UNKNOWN one never reached the provider (its reservation given back).
+    out = ctl_json(s, "refund", "resolve", review["id"], "--status", "SUCCEEDED", "--reason",
+                   "refunded per the provider's dashboard", "--provider-refund-id",
+                   "re_ctl_0001", "--actor", "erin")
+    check_eq((out["old_status"], out["status"], out["actor"]), ("REQUIRES_REVIEW", "SUCCEEDED",
+                                                                "erin"), "resolve's answer")
+    check_eq(api.refund_counts(s, review["id"]), ("SUCCEEDED", "re_ctl_0001", 1, 1),
+             "the resolved refund")
+    ctl(s, "refund", "resolve", unknown["id"], "--status", "FAILED", "--reason",
+        "no refund at the provider", "--actor", "erin")
+    check_eq(api.refund_counts(s, unknown["id"])[0], "FAILED", "the UNKNOWN refund resolved")
+    check_eq(api.refund_money(s, paid["id"]), (400, 300, 1), "the charge's refund money")
+    shown = ctl_json(s, "refund", "show", review["id"])
+    check_eq([(t["old_status"], t["new_status"], t["cause"], t["actor"]) for t in
+              shown["transitions"]], [("REQUIRES_REVIEW", "SUCCEEDED", "operator", "erin")],
+             "the operator's transition in refund show")
+    check_eq([e["event_type"] for e in shown["result_events"]], ["refund.succeeded"],
+             "result events in refund show")
+    # Resolved once: again is refused.
+    p = ctl(s, "refund", "resolve", review["id"], "--status", "SUCCEEDED", "--reason", "again",
+            "--provider-refund-id", "re_ctl_0001", check=False)
+    check_eq(p.returncode, 1, "a second resolve")
+    story = ctl_json(s, "attempt", "show", paid["id"])
+    check_eq((story["refunded_amount"], sorted(r["refund_id"] for r in story["refunds"])),
+             (300, sorted([review["id"], unknown["id"], done["id"]])), "attempt show's refunds")
+    text = ctl(s, "attempt", "show", paid["id"]).stdout.decode()
+    check("\nrefunds:\n" in text and "re_ctl_0001" in text, "attempt show's refunds as text")
+    text = ctl(s, "refund", "show", review["id"]).stdout.decode()
+    check("operator" in text and "re_ctl_0001" in text, "refund show as text: %s" % text)
+    for code, args in ((2, ["refund", "show", "not-a-uuid"]),
+                       (1, ["refund", "show", "00000000-0000-0000-0000-000000000000"]),
+                       (2, ["refund", "list", "--status", "DONE"]),
+                       (2, ["refund", "resolve", review["id"], "--status", "PENDING",
+                            "--reason", "x"]),
+                       (2, ["refund", "frobnicate"])):
+        p = ctl(s, *args, check=False)
+        err = p.stderr.decode().strip()
+        check(p.returncode == code and err and "\n" not in err,
+              "chargectl %s: exit %d (want %d), stderr %r" % (" ".join(args), p.returncode,
+                                                              code, err))
+    helptext = ctl(s, "refund", "--help").stdout.decode()
+    for flag in ("show", "list", "resolve", "--attempt", "--status", "--limit", "--reason",
+                 "--provider-refund-id", "--actor", "--json"):
+        check(flag in helptext, "chargectl refund --help does not mention %r" % flag)
+
+
 def scenario(new):
     s = new("chargectl", psp_args=["--seed", "2"])
     limits = {"WORKER_MAX_AMOUNT": "5000", "WORKER_ALLOWED_CURRENCIES": "EUR,USD"}
@@ -197,6 +267,8 @@ def scenario(new):
            "latency_ms, outcome, http_status, actor) VALUES ('%s', 'retrieve', now(), 12, "
            "'unknown', 502, 'reconciler r1')" % looked_up["id"])
     check_eq(calls_counted(s, looked_up["id"]), 1, "provider calls of the looked-up attempt")
+
+    refunds(s, ctl_json)
 
     # attempt list and its filters.
     listed = ctl_json(s, "attempt", "list", "--order", lost["order_id"])

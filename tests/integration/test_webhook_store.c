@@ -7,7 +7,11 @@
  * SQLSTATE in the struct store_error: an event the database refuses is
  * STORE_DATA, a refusal after the event was taken STORE_RETRY (the
  * delivery is asked again), the attempt held by another session past the
- * lock_timeout STORE_LOCKED, an unreachable database STORE_RETRY. */
+ * lock_timeout STORE_LOCKED, an unreachable database STORE_RETRY. A
+ * refund's events, duplicated and reordered, move it once each way (one
+ * transition, one result event, the money by the trigger), a failure of a
+ * SUCCEEDED refund is needs_review and never applied, one for no refund we
+ * know is unmatched; the refund view and the attempt's refunded_amount. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -350,6 +354,172 @@ START_TEST(an_unreachable_database_is_retry)
 }
 END_TEST
 
+/* A refund of `amount` of attempt `attempt` (succeeded under pi_ok) in
+ * `status`, reserved on the charge as a worker leaves it after its call. */
+static void refund_row(const char *attempt, const char *refund, long long amount,
+                       const char *status)
+{
+    char q[1024];
+    snprintf(q, sizeof(q),
+             "UPDATE payment_attempts SET refund_reserved = refund_reserved + %lld"
+             " WHERE id = '%s'",
+             amount, attempt);
+    sql(q);
+    snprintf(q, sizeof(q),
+             "INSERT INTO refund_attempts (id, payment_attempt_id, order_id,"
+             " idempotency_key, request_fingerprint, amount, currency, refund_reason,"
+             " status, payment_intent, reserved)"
+             " SELECT '%s', id, order_id, 'refund:%s', 'fp', %lld, currency,"
+             " 'requested_by_customer', '%s', provider_payment_id, true"
+             " FROM payment_attempts WHERE id = '%s'",
+             refund, refund, amount, status, attempt);
+    sql(q);
+}
+
+/* A refund's event: `status` of refund `re` (metadata refund_id `refund`
+ * unless NULL) of 300 EUR under pi_ok. */
+static struct webhook_event refund_event(const char *event_id, const char *type,
+                                         const char *refund, const char *re,
+                                         const char *status)
+{
+    struct webhook_event ev;
+    memset(&ev, 0, sizeof(ev));
+    snprintf(ev.id, sizeof(ev.id), "%s", event_id);
+    snprintf(ev.type, sizeof(ev.type), "%s", type);
+    ev.created = (int64_t)time(NULL);
+    ev.evidence = WEBHOOK_EVIDENCE_REFUND;
+    snprintf(ev.intent_id, sizeof(ev.intent_id), "pi_ok");
+    ev.nrefunds = 1;
+    struct webhook_refund *r = &ev.refunds[0];
+    snprintf(r->id, sizeof(r->id), "%s", re);
+    snprintf(r->status, sizeof(r->status), "%s", status);
+    r->amount = 300;
+    snprintf(r->currency, sizeof(r->currency), "EUR");
+    snprintf(r->payment_intent, sizeof(r->payment_intent), "pi_ok");
+    snprintf(r->refund_id, sizeof(r->refund_id), "%s", refund ? refund : "");
+    return ev;
+}
+
+/* status provider_refund_id transitions events, of a refund. */
+static char *refund_state(const char *refund)
+{
+    char q[1024];
+    snprintf(q, sizeof(q),
+             "SELECT status || ' ' || coalesce(provider_refund_id, '-') || ' ' ||"
+             " (SELECT count(*) FROM refund_transitions t WHERE t.refund_id = r.id)"
+             " || ' ' || (SELECT count(*) FROM outbox o WHERE o.refund_id = r.id)"
+             " FROM refund_attempts r WHERE id = '%s'",
+             refund);
+    return value(q);
+}
+
+/* refund_reserved refunded_amount refund-ledger-rows, of an attempt. */
+static char *charge_money(const char *attempt)
+{
+    char q[512];
+    snprintf(q, sizeof(q),
+             "SELECT refund_reserved || ' ' || refunded_amount || ' ' ||"
+             " (SELECT count(*) FROM ledger_entries l WHERE l.payment_attempt_id = p.id"
+             "  AND l.kind = 'refund') FROM payment_attempts p WHERE id = '%s'",
+             attempt);
+    return value(q);
+}
+
+static const char *apply_refund(webhook_store_t *st, struct webhook_event *ev)
+{
+    static struct webhook_store_result res;
+    ck_assert_msg(webhook_store_apply(st, PROVIDER, ev, "{}", &res, &err) == STORE_OK,
+                  "%s", err.message);
+    return res.outcome;
+}
+
+START_TEST(refund_events_move_a_refund_once)
+{
+    char id[37];
+    const char *r1 = "20000000-0000-4000-8000-000000000001";
+    const char *r2 = "20000000-0000-4000-8000-000000000002";
+    processing_attempt(id);
+    webhook_store_t *st = store();
+    struct webhook_event paid =
+        event("evt_paid", WEBHOOK_EVIDENCE_SUCCEEDED, id, "pi_ok");
+    ck_assert_str_eq(apply_refund(st, &paid), "applied");
+    refund_row(id, r1, 300, "PROCESSING");
+
+    /* Pending for a PROCESSING refund: nothing to change. */
+    struct webhook_event ev =
+        refund_event("evt_r_pending", "refund.created", r1, "re_1", "pending");
+    ck_assert_str_eq(apply_refund(st, &ev), "ignored");
+    ck_assert_str_eq(refund_state(r1), "PROCESSING - 0 0");
+
+    ev = refund_event("evt_r_ok", "refund.updated", r1, "re_1", "succeeded");
+    ck_assert_str_eq(apply_refund(st, &ev), "applied");
+    ck_assert_str_eq(refund_state(r1), "SUCCEEDED re_1 1 1");
+    ck_assert_str_eq(charge_money(id), "300 300 1");
+    ck_assert_str_eq(recorded("evt_r_ok"), "applied");
+    ck_assert_str_eq(apply_refund(st, &ev), "duplicate");
+
+    /* The same success under a new event id, found by the provider's id;
+     * then the pending delivered late: one transition, one event. */
+    ev = refund_event("evt_r_ok_again", "refund.updated", NULL, "re_1", "succeeded");
+    ck_assert_str_eq(apply_refund(st, &ev), "ignored");
+    ev = refund_event("evt_r_pending_late", "refund.updated", r1, "re_1", "pending");
+    ck_assert_str_eq(apply_refund(st, &ev), "ignored");
+    ck_assert_str_eq(refund_state(r1), "SUCCEEDED re_1 1 1");
+
+    /* The provider fails a SUCCEEDED refund: for a person, never applied. */
+    ev = refund_event("evt_r_failed", "refund.failed", r1, "re_1", "failed");
+    ck_assert_str_eq(apply_refund(st, &ev), "needs_review");
+    ck_assert_str_eq(recorded("evt_r_failed"), "needs_review");
+    ck_assert_str_eq(refund_state(r1), "SUCCEEDED re_1 1 1");
+    ck_assert_str_eq(charge_money(id), "300 300 1");
+
+    /* A refund we do not know: stored for review. */
+    ev = refund_event("evt_r_stray", "refund.updated", NULL, "re_stray", "succeeded");
+    ck_assert_str_eq(apply_refund(st, &ev), "unmatched");
+    ck_assert_str_eq(recorded("evt_r_stray"), "unmatched");
+
+    /* charge.refunded lists both: the UNKNOWN one fails (its reservation
+     * comes back), the succeeded one is already so. */
+    refund_row(id, r2, 200, "UNKNOWN");
+    ck_assert_str_eq(charge_money(id), "500 300 1");
+    ev = refund_event("evt_ch_refunded", "charge.refunded", r1, "re_1", "succeeded");
+    ev.nrefunds = 2;
+    struct webhook_refund *b = &ev.refunds[1];
+    *b = ev.refunds[0];
+    snprintf(b->id, sizeof(b->id), "re_2");
+    snprintf(b->status, sizeof(b->status), "failed");
+    snprintf(b->refund_id, sizeof(b->refund_id), "%s", r2);
+    snprintf(b->failure_reason, sizeof(b->failure_reason), "lost_or_stolen_card");
+    b->amount = 200;
+    ck_assert_str_eq(apply_refund(st, &ev), "applied");
+    ck_assert_str_eq(refund_state(r2), "FAILED re_2 1 1");
+    ck_assert_str_eq(charge_money(id), "300 300 1");
+    char q[256];
+    snprintf(q, sizeof(q), "SELECT reason FROM refund_attempts WHERE id = '%s'", r2);
+    ck_assert_str_eq(value(q), "refund failed: lost_or_stolen_card");
+
+    json_t *doc = NULL;
+    ck_assert_int_eq(webhook_store_refund(st, r1, &doc, &err), STORE_OK);
+    ck_assert_str_eq(json_string_value(json_object_get(doc, "status")), "SUCCEEDED");
+    ck_assert_str_eq(json_string_value(json_object_get(doc, "provider_refund_id")),
+                     "re_1");
+    ck_assert_str_eq(json_string_value(json_object_get(doc, "payment_attempt_id")), id);
+    ck_assert_str_eq(json_string_value(json_object_get(doc, "refund_reason")),
+                     "requested_by_customer");
+    ck_assert(json_is_null(json_object_get(doc, "reason")));
+    ck_assert_int_eq(json_integer_value(json_object_get(doc, "amount")), 300);
+    json_decref(doc);
+    ck_assert_int_eq(webhook_store_attempt(st, id, &doc, &err), STORE_OK);
+    ck_assert_int_eq(json_integer_value(json_object_get(doc, "refunded_amount")), 300);
+    json_decref(doc);
+    ck_assert_int_eq(
+        webhook_store_refund(st, "00000000-0000-4000-8000-999999999999", &doc, &err),
+        STORE_NOT_FOUND);
+    ck_assert_ptr_null(doc);
+    webhook_store_free(st);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("webhook_store");
@@ -362,6 +532,7 @@ int main(void)
     tcase_add_test(tc, refusals_are_classified_with_their_sqlstate);
     tcase_add_test(tc, an_attempt_held_by_another_session_is_locked);
     tcase_add_test(tc, an_unreachable_database_is_retry);
+    tcase_add_test(tc, refund_events_move_a_refund_once);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }

@@ -1,0 +1,72 @@
+#include "ctl_query.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "ctl_output.h"
+#include "db.h"
+
+/* Runs a one-row, one-column JSON query; returns the parsed value, or NULL
+ * with *missing set when there is no row (and errbuf filled otherwise). */
+json_t *ctl_query_json(PGconn *conn, const char *sql, int n, const char *const *p,
+                       int *missing, char *err, size_t err_size)
+{
+    struct store_error e;
+    PGresult *r = db_exec(conn, sql, n, p, &e);
+    json_t *j = NULL;
+    *missing = 0;
+    if (!r) {
+        snprintf(err, err_size, "%s", e.message);
+        return NULL;
+    }
+    if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 0)) {
+        j = json_loads(PQgetvalue(r, 0, 0), 0, NULL);
+        if (!j)
+            snprintf(err, err_size, "the database answered something that is not JSON");
+    } else {
+        *missing = 1;
+        snprintf(err, err_size, "not found");
+    }
+    PQclear(r);
+    return j;
+}
+
+/* A member as text for a table cell. */
+const char *ctl_cell(json_t *o, const char *k, char *buf, size_t size)
+{
+    json_t *v = json_object_get(o, k);
+    if (!v || json_is_null(v))
+        return NULL;
+    if (json_is_string(v))
+        return json_string_value(v);
+    if (json_is_integer(v)) {
+        snprintf(buf, size, "%lld", (long long)json_integer_value(v));
+        return buf;
+    }
+    if (json_is_boolean(v))
+        return json_is_true(v) ? "true" : "false";
+    char *s = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS);
+    snprintf(buf, size, "%s", s ? s : "");
+    free(s);
+    return buf;
+}
+
+/* Prints an array of objects as a table of the given members. */
+void ctl_print_rows(json_t *rows, const char *const *headers, const char *const *keys)
+{
+    ctl_table_t *t = ctl_table_new(headers);
+    size_t i, ncols = 0;
+    json_t *row;
+    while (keys[ncols])
+        ncols++;
+    json_array_foreach(rows, i, row)
+    {
+        char bufs[8][512];
+        const char *vals[8];
+        for (size_t c = 0; c < ncols && c < 8; c++)
+            vals[c] = ctl_cell(row, keys[c], bufs[c], sizeof(bufs[c]));
+        ctl_table_add(t, vals);
+    }
+    ctl_table_print(t, stdout);
+    ctl_table_free(t);
+}

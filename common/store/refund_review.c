@@ -1,0 +1,131 @@
+#include "refund_review.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "db.h"
+#include "refund_sql.h"
+
+/* clang-format off */
+static const char *SQL_LOCK =
+    "SELECT status, reserved, amount, payment_attempt_id, coalesce(provider_refund_id, ''),"
+    "  EXISTS (SELECT 1 FROM refund_attempts o WHERE o.provider_refund_id = $2"
+    "    AND o.id <> r.id)"
+    " FROM refund_attempts r WHERE id = $1::uuid FOR NO KEY UPDATE";
+
+/* The reservation a SUCCEEDED decision needs, within the charge. */
+static const char *SQL_RESERVE =
+    "UPDATE payment_attempts SET refund_reserved = refund_reserved + $2::bigint"
+    " WHERE id = $1::uuid AND refund_reserved + $2::bigint <= amount RETURNING id";
+
+static const char *SQL_SETTLE =
+    "WITH u AS ("
+    "  UPDATE refund_attempts r SET status = $2,"
+    "    reason = CASE WHEN $2 = " ATTEMPT_SQL(SUCCEEDED) " THEN NULL ELSE $3 END,"
+    "    provider_refund_id = coalesce(r.provider_refund_id, $4::text),"
+    "    reserved = r.reserved OR $2 = " ATTEMPT_SQL(SUCCEEDED) ","
+    "    lease_owner = NULL, lease_expires_at = NULL, lease_epoch = r.lease_epoch + 1,"
+    "    next_check_at = NULL, updated_at = " SQL_CHANGED_AT("r")
+    "  WHERE r.id = $1::uuid AND r.status = $5"
+    "  RETURNING r.id, r.payment_attempt_id, r.order_id, r.amount, r.currency,"
+    "    r.provider_refund_id, r.status, r.reason, r.updated_at,"
+    "    " SQL_REFUND_EVENT_TYPE("r.status") " AS event_type),"
+    " t AS ("
+    "  INSERT INTO refund_transitions (refund_id, old_status, new_status, cause, actor,"
+    "    reason, evidence, created_at)"
+    "  SELECT id, $5, status, 'operator', $6, $3, $7::jsonb, updated_at FROM u),"
+    SQL_REFUND_OUTBOX_EVENTS("u")
+    "SELECT id FROM u";
+/* clang-format on */
+
+static enum store_rc classify(const struct store_error *err)
+{
+    if (!strcmp(err->sqlstate, "55P03"))
+        return STORE_LOCKED;
+    if (err->sqlstate[0] == '2' && err->sqlstate[1] == '2')
+        return STORE_DATA;
+    if (err->sqlstate[0] == '2' && err->sqlstate[1] == '3')
+        return STORE_DATA;
+    return STORE_RETRY;
+}
+
+enum store_rc refund_review_resolve(PGconn *conn,
+                                    const struct refund_review_decision *d,
+                                    enum refund_review_outcome *out,
+                                    struct store_error *err)
+{
+    PGresult *r = NULL;
+    enum store_rc rc = STORE_RETRY;
+    int in_tx = 0;
+    struct store_error ignore;
+    const char *expected = attempt_status_name(d->expected);
+    const char *status = attempt_status_name(d->status);
+    char attempt[37], amount[24];
+
+    *out = REFUND_REVIEW_RESOLVED;
+    if (db_run(conn, "BEGIN", 0, NULL, err) != 0)
+        goto failed;
+    in_tx = 1;
+    /* An operator waits briefly for a worker's or webhook's statement, and
+     * is told to try again rather than hang on a stuck session. */
+    if (db_run(conn, "SET LOCAL lock_timeout = '2s'", 0, NULL, err) != 0)
+        goto failed;
+    const char *lp[2] = {d->refund_id, d->provider_refund_id};
+    if (!(r = db_exec(conn, SQL_LOCK, 2, lp, err)))
+        goto failed;
+    if (PQntuples(r) != 1) {
+        *out = REFUND_REVIEW_NOT_FOUND;
+        goto done;
+    }
+    if (strcmp(PQgetvalue(r, 0, 0), expected) != 0) {
+        *out = REFUND_REVIEW_CHANGED;
+        goto done;
+    }
+    const char *recorded = PQgetvalue(r, 0, 4);
+    if (PQgetvalue(r, 0, 5)[0] == 't' || (recorded[0] && d->provider_refund_id &&
+                                          strcmp(recorded, d->provider_refund_id))) {
+        *out = REFUND_REVIEW_OTHER_REFUND;
+        goto done;
+    }
+    int reserve =
+        d->status == ATTEMPT_STATUS_SUCCEEDED && PQgetvalue(r, 0, 1)[0] != 't';
+    snprintf(amount, sizeof(amount), "%s", PQgetvalue(r, 0, 2));
+    snprintf(attempt, sizeof(attempt), "%s", PQgetvalue(r, 0, 3));
+    PQclear(r);
+    r = NULL;
+    if (reserve) {
+        const char *rp[2] = {attempt, amount};
+        if (!(r = db_exec(conn, SQL_RESERVE, 2, rp, err)))
+            goto failed;
+        if (PQntuples(r) != 1) {
+            *out = REFUND_REVIEW_EXCEEDS;
+            goto done;
+        }
+        PQclear(r);
+        r = NULL;
+    }
+    const char *sp[7] = {d->refund_id, status,   d->reason,       d->provider_refund_id,
+                         expected,     d->actor, d->evidence_json};
+    if (!(r = db_exec(conn, SQL_SETTLE, 7, sp, err)))
+        goto failed;
+    if (PQntuples(r) != 1) {
+        /* Impossible under the row lock; never commit half a decision. */
+        store_error_set(err, "refund %s changed under its lock", d->refund_id);
+        goto out;
+    }
+    if (db_run(conn, "COMMIT", 0, NULL, err) != 0)
+        goto failed;
+    in_tx = 0;
+    rc = STORE_OK;
+    goto out;
+done:
+    rc = STORE_OK;
+    goto out;
+failed:
+    rc = classify(err);
+out:
+    PQclear(r);
+    if (in_tx)
+        db_run(conn, "ROLLBACK", 0, NULL, &ignore);
+    return rc;
+}

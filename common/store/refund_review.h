@@ -1,0 +1,48 @@
+/* refund_review: an operator's decision on a refund that automation could
+ * not settle (REQUIRES_REVIEW, or UNKNOWN past what the reconciler can
+ * tell): it was refunded (SUCCEEDED, under the provider's refund id) or it
+ * was not (FAILED). Written as every writer of refunds writes (the row
+ * locked and moved from the status it was read in, a refund_transitions
+ * row with cause operator and the actor, its result event through the
+ * shared refund SQL); the refund_attempts_money trigger applies the money.
+ * A SUCCEEDED decision for a refund whose amount is no longer reserved on
+ * its charge (a review after a refusal) reserves it first, in the same
+ * transaction, and only while the charge's refunds stay within it. */
+#ifndef CHARGED_REFUND_REVIEW_H
+#define CHARGED_REFUND_REVIEW_H
+
+#include <libpq-fe.h>
+
+#include "attempt_status.h"
+#include "store.h"
+
+struct refund_review_decision {
+    const char *refund_id;
+    enum attempt_status expected; /* the status it was read in */
+    enum attempt_status status;   /* SUCCEEDED or FAILED */
+    const char *actor;
+    const char *reason;             /* why: the transition's, and a FAILED
+                                       refund's own */
+    const char *provider_refund_id; /* re_...: required for SUCCEEDED; NULL */
+    const char *evidence_json;      /* the transition's evidence */
+};
+
+enum refund_review_outcome {
+    REFUND_REVIEW_RESOLVED = 0,
+    REFUND_REVIEW_NOT_FOUND,    /* no such refund */
+    REFUND_REVIEW_CHANGED,      /* not in `expected` any more: nothing written */
+    REFUND_REVIEW_EXCEEDS,      /* SUCCEEDED would refund past the charge */
+    REFUND_REVIEW_OTHER_REFUND, /* another provider refund id is recorded on
+                                   it, or this one is another refund's */
+};
+
+/* Applies d in one transaction on conn (which is left outside any
+ * transaction). STORE_OK with *out; STORE_LOCKED when another session held
+ * the refund or its charge past a 2 s lock_timeout; anything else with err
+ * (nothing written). */
+enum store_rc refund_review_resolve(PGconn *conn,
+                                    const struct refund_review_decision *d,
+                                    enum refund_review_outcome *out,
+                                    struct store_error *err);
+
+#endif
