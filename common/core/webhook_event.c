@@ -2,6 +2,7 @@
 
 #include <ctype.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
@@ -103,6 +104,13 @@ static int id_at(json_t *obj, const char *key, char *out, size_t size)
 
 /* One refund object into r; `intent` is the charge's when the refund is
  * one of its refunds.data[] ("" otherwise). 0 / -1 with errbuf. */
+static int by_refund(const void *a, const void *b)
+{
+    const struct webhook_refund *x = a, *y = b;
+    int c = strcmp(x->refund_id, y->refund_id);
+    return c ? c : strcmp(x->id, y->id);
+}
+
 static int parse_refund(json_t *obj, const char *type, const char *intent,
                         struct webhook_refund *r, char *errbuf, size_t errbuf_size)
 {
@@ -203,6 +211,9 @@ static int parse_refunds(json_t *obj, struct webhook_event *ev, char *errbuf,
         }
         metadata_uuid(obj, "payment_attempt_id", ev->attempt_id);
     }
+    /* Locked in one order by every delivery: two events naming the same
+     * refunds in other orders never deadlock. */
+    qsort(ev->refunds, ev->nrefunds, sizeof(ev->refunds[0]), by_refund);
     if (ev->nrefunds > 0) {
         if (!ev->intent_id[0])
             snprintf(ev->intent_id, sizeof(ev->intent_id), "%s",
