@@ -17,6 +17,7 @@
 #include "ctl_output.h"
 #include "ctl_query.h"
 #include "db.h"
+#include "provider_client.h"
 #include "refund_review.h"
 #include "utf8_text.h"
 
@@ -73,7 +74,7 @@ static void usage(FILE *out)
         "       chargectl refund resolve REFUND_ID --status SUCCEEDED|FAILED "
         "--reason TEXT\n"
         "                                [--provider-refund-id re_...] [--actor "
-        "NAME] [--json]\n\n"
+        "NAME] [--force] [--json]\n\n"
         "  show           the refund, every status transition with its cause and\n"
         "                 evidence, its provider calls and its result events\n"
         "  list           refunds, most recently updated first; --status\n"
@@ -84,7 +85,8 @@ static void usage(FILE *out)
         "                 which it needs) or FAILED (no money went back; its\n"
         "                 reservation is given back to the charge). Recorded with\n"
         "                 cause operator, the actor and the reason; publishes the\n"
-        "                 refund's result event. The provider is not asked\n"
+        "                 refund's result event. The provider is asked first\n"
+        "                 (PROVIDER_API_KEY): the refund it holds must agree\n"
         "  --attempt UUID only the refunds of this payment attempt\n"
         "  --status S     one of:");
     for (int i = 0; i < ATTEMPT_STATUS__COUNT; i++)
@@ -94,6 +96,8 @@ static void usage(FILE *out)
             "  --limit N      at most N rows [50]\n"
             "  --reason TEXT  why (resolve): how you know\n"
             "  --actor NAME   who decides [the OS user]\n"
+            "  --force        resolve although the provider contradicts the decision\n"
+            "                 or does not answer (recorded as forced)\n"
             "  --json         JSON instead of tables\n"
             "  --help         this text\n\n"
             "Exit status: 0 done; 1 database unreachable, no such refund, or\n"
@@ -236,8 +240,75 @@ static int refund_list(PGconn *conn, const char *attempt, const char *status,
 
 struct resolve_args {
     const char *id, *status, *reason, *provider_refund_id, *actor;
-    int as_json;
+    int as_json, force;
+    provider_client_t *pc;
 };
+
+/* What the provider says of the decision: "agrees", or why not in says. A
+ * SUCCEEDED decision needs the provider's refund, succeeded, of the
+ * refund's amount, made for this refund (its metadata); a FAILED one needs
+ * the consistent list of the charge's refunds to hold none for this refund
+ * that succeeded or may yet (pending). No answer is no evidence. */
+static const char *ask_provider(const struct resolve_args *ra, json_t *refund,
+                                char *says, size_t size)
+{
+    struct provider_result res;
+    long long amount = json_integer_value(json_object_get(refund, "amount"));
+    const char *intent = json_string_value(json_object_get(refund, "payment_intent"));
+    if (!strcmp(ra->status, ATTEMPT_S_SUCCEEDED)) {
+        provider_client_retrieve_refund(ra->pc, ra->provider_refund_id, &res);
+        if (res.outcome == PROVIDER_NOT_FOUND)
+            snprintf(says, size, "the provider has no refund %s",
+                     ra->provider_refund_id);
+        else if (res.outcome == PROVIDER_UNKNOWN ||
+                 res.outcome == PROVIDER_NOT_EXECUTED ||
+                 res.outcome == PROVIDER_INVALID)
+            snprintf(says, size, "the provider did not answer the look-up of %s: %s",
+                     ra->provider_refund_id,
+                     res.error[0] ? res.error : provider_outcome_name(res.outcome));
+        else if (res.outcome != PROVIDER_SUCCEEDED)
+            snprintf(says, size, "the provider says %s is %s, not succeeded",
+                     ra->provider_refund_id, res.intent_status);
+        else if (res.amount != amount)
+            snprintf(says, size,
+                     "the provider says %s is of %lld, the refund's is %lld",
+                     ra->provider_refund_id, res.amount, amount);
+        else if (strcmp(res.intent_attempt_id, ra->id) != 0)
+            snprintf(says, size,
+                     "the provider says %s was made for another refund (%s)",
+                     ra->provider_refund_id,
+                     res.intent_attempt_id[0] ? res.intent_attempt_id : "none named");
+        else
+            return "agrees";
+        return "contradicts";
+    }
+    if (!intent || !*intent)
+        return "agrees"; /* never reserved, never sent: nothing to look for */
+    char after[96] = "";
+    for (int page = 0; page < 100; page++) {
+        provider_client_list_refunds(ra->pc, intent, ra->id, after[0] ? after : NULL,
+                                     &res);
+        if (res.outcome == PROVIDER_UNKNOWN || res.outcome == PROVIDER_NOT_EXECUTED ||
+            res.outcome == PROVIDER_INVALID) {
+            snprintf(says, size,
+                     "the provider did not answer the list of %s's refunds: %s", intent,
+                     res.error[0] ? res.error : provider_outcome_name(res.outcome));
+            return "contradicts";
+        }
+        if (res.matches > 0 &&
+            (res.outcome == PROVIDER_SUCCEEDED || res.outcome == PROVIDER_PROCESSING)) {
+            snprintf(says, size, "the provider's refund %s for this refund is %s",
+                     res.provider_payment_id, res.intent_status);
+            return "contradicts";
+        }
+        if (!res.has_more)
+            return "agrees";
+        snprintf(after, sizeof(after), "%s", res.list_last_id);
+    }
+    snprintf(says, size, "the provider lists more refunds of %s than looked at",
+             intent);
+    return "contradicts";
+}
 
 static int refund_resolve(PGconn *conn, const struct resolve_args *ra)
 {
@@ -259,8 +330,17 @@ static int refund_resolve(PGconn *conn, const struct resolve_args *ra)
             ra->id, cur ? cur : "?");
         goto out;
     }
-    evidence = json_pack("{s:s, s:s, s:s*}", "decision", ra->status, "provider",
-                         "not_asked", "provider_refund_id", ra->provider_refund_id);
+    char says[400] = "";
+    const char *provider = ask_provider(ra, r, says, sizeof(says));
+    if (strcmp(provider, "agrees") != 0 && !ra->force) {
+        say(CTL_FAILED, "resolve", "refused: %s; nothing written (--force overrides)",
+            says);
+        goto out;
+    }
+    evidence = json_pack("{s:s, s:s, s:s*, s:s*, s:b}", "decision", ra->status,
+                         "provider", provider, "provider_says", says[0] ? says : NULL,
+                         "provider_refund_id", ra->provider_refund_id, "forced",
+                         ra->force && strcmp(provider, "agrees") != 0);
     evidence_text = evidence ? json_dumps(evidence, JSON_COMPACT) : NULL;
     if (!evidence_text) {
         say(CTL_FAILED, "resolve", "out of memory");
@@ -352,6 +432,7 @@ int ctl_refund(int argc, char **argv)
         {"provider-refund-id", required_argument, NULL, 'p'},
         {"actor", required_argument, NULL, 'a'},
         {"json", no_argument, NULL, 'j'},
+        {"force", no_argument, NULL, 'F'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -407,6 +488,9 @@ int ctl_refund(int argc, char **argv)
             break;
         case 'j':
             ra.as_json = 1;
+            break;
+        case 'F':
+            ra.force = 1;
             break;
         case 'h':
             usage(stdout);
@@ -468,9 +552,27 @@ int ctl_refund(int argc, char **argv)
     config_t *cfg = ctl_config("refund");
     if (!cfg)
         return CTL_USAGE;
+    if (resolve) {
+        char perr[256];
+        const char *key = config_str(cfg, CONFIG_PROVIDER_API_KEY);
+        if (!key || !*key) {
+            config_free(cfg);
+            return say(CTL_USAGE, sub,
+                       "PROVIDER_API_KEY is not set: resolve asks the provider first");
+        }
+        ra.pc = provider_client_new(config_str(cfg, CONFIG_PROVIDER_BASE_URL), key,
+                                    config_str(cfg, CONFIG_PROVIDER_API_VERSION),
+                                    (long)config_int(cfg, CONFIG_PROVIDER_TIMEOUT_MS),
+                                    perr, sizeof(perr));
+        if (!ra.pc) {
+            config_free(cfg);
+            return say(CTL_USAGE, sub, "%s", perr);
+        }
+    }
     PGconn *conn = db_connect(config_str(cfg, CONFIG_DATABASE_URL), &err);
     if (!conn) {
         rc = say(CTL_FAILED, NULL, "%s", err.message);
+        provider_client_free(ra.pc);
         config_free(cfg);
         return rc;
     }
@@ -481,6 +583,7 @@ int ctl_refund(int argc, char **argv)
     else
         rc = refund_resolve(conn, &ra);
     PQfinish(conn);
+    provider_client_free(ra.pc);
     config_free(cfg);
     return rc;
 }

@@ -79,9 +79,19 @@ def refunds(s, ctl_json):
     check_eq(api.refund_counts(s, done["id"]), ("PROCESSING", "-", 0, 0), "refused resolve")
     # The refund in review was refunded (its reservation taken again), the
     # UNKNOWN one never reached the provider (its reservation given back).
+    # The provider is asked first: it holds no refund re_ctl_0001, so the
+    # decision is refused (nothing written) unless forced, and a forced one
+    # says so in its evidence.
+    p = ctl(s, "refund", "resolve", review["id"], "--status", "SUCCEEDED", "--reason", "seen",
+            "--provider-refund-id", "re_ctl_0001", "--actor", "erin", check=False)
+    check_eq(p.returncode, 1, "resolve SUCCEEDED that the provider contradicts")
+    check("the provider has no refund re_ctl_0001" in p.stderr.decode(), p.stderr.decode())
+    check_eq(api.refund_counts(s, review["id"])[0], "REQUIRES_REVIEW", "a refused resolve")
     out = ctl_json(s, "refund", "resolve", review["id"], "--status", "SUCCEEDED", "--reason",
                    "refunded per the provider's dashboard", "--provider-refund-id",
-                   "re_ctl_0001", "--actor", "erin")
+                   "re_ctl_0001", "--actor", "erin", "--force")
+    check_eq((out["evidence"]["provider"], out["evidence"]["forced"]), ("contradicts", True),
+             "a forced resolve's evidence")
     check_eq((out["old_status"], out["status"], out["actor"]), ("REQUIRES_REVIEW", "SUCCEEDED",
                                                                 "erin"), "resolve's answer")
     check_eq(api.refund_counts(s, review["id"]), ("SUCCEEDED", "re_ctl_0001", 1, 1),
