@@ -23,7 +23,19 @@ does.
 4. The relay's real output validates: a worker, a reconciler and a relay
    on a few hundred commands with provider faults; every message on the
    results topic against result-event.schema.json, every dead letter's
-   dlq.* headers against dead-letter-headers.schema.json."""
+   dlq.* headers against dead-letter-headers.schema.json.
+5. Refunds, on one worker and a relay: a corpus of refund commands, good
+   ones and one or more bad ones per rule of refund_command_parse
+   (common/core/refund_command.c) that refund-command.schema.json
+   expresses, as in 3 (the bad ones refused by the schema and dead-lettered
+   schema_violation naming the field; the good ones recorded); the
+   envelope and raw-byte gaps refused by the worker only; resends that
+   conflict (idempotency_key_conflict, the first refund untouched). What
+   the schema cannot judge, not_refundable and exceeds_charge, the
+   database decides at claim time: such refunds are recorded and REJECTED
+   with an event. Every refund.* event the relay publishes (succeeded,
+   failed, rejected with and without the charge's order) validates against
+   refund-result-event.schema.json."""
 import json
 import os
 import random
@@ -40,6 +52,15 @@ DOCS = os.path.join(HERE, "..", "..", "docs")
 COMMAND = jsc.load("charge-command.schema.json")
 EVENT = jsc.load("result-event.schema.json")
 DLQ_HEADERS = jsc.load("dead-letter-headers.schema.json")
+REFUND_COMMAND = jsc.load("refund-command.schema.json")
+REFUND_EVENT = jsc.load("refund-result-event.schema.json")
+
+
+def event_schema(ev):
+    """The schema of a value on the results topic, by the prefix of its type
+    (the one thing a consumer branches on first)."""
+    t = ev.get("type") if isinstance(ev, dict) else None
+    return REFUND_EVENT if isinstance(t, str) and t.startswith("refund.") else EVENT
 
 
 # ---- 1. the validator itself ----
@@ -85,7 +106,7 @@ def self_test():
         except jsc.SchemaError:
             n += 1
     # The schemas use nothing else: each validates something without SchemaError.
-    for schema in (COMMAND, EVENT, DLQ_HEADERS):
+    for schema in (COMMAND, EVENT, DLQ_HEADERS, REFUND_COMMAND, REFUND_EVENT):
         jsc.errors(schema, {})
     e2e.log("validator self-test: %d cases" % n)
 
@@ -97,13 +118,20 @@ def doc_samples():
         text = f.read()
     blocks = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", text, re.S)]
     commands = [b for b in blocks if b.get("type") == "charge.requested"]
+    refunds = [b for b in blocks if b.get("type") == "refund.requested"]
     events = [b for b in blocks if "event_id" in b]
-    check(commands and events, "messages.md: want a sample command and a sample event, "
-          "found %d and %d" % (len(commands), len(events)))
+    refund_events = [ev for ev in events if event_schema(ev) is REFUND_EVENT]
+    check(commands and refunds and events and refund_events and len(refund_events) < len(events),
+          "messages.md: want a sample of each command and of each kind of event, found "
+          "%d charge, %d refund command(s), %d charge and %d refund event(s)"
+          % (len(commands), len(refunds), len(events) - len(refund_events), len(refund_events)))
     for c in commands:
         check_eq(jsc.errors(COMMAND, c), [], "schema errors of the sample command")
+    for c in refunds:
+        check_eq(jsc.errors(REFUND_COMMAND, c), [], "schema errors of the sample refund command")
     for ev in events:
-        check_eq(jsc.errors(EVENT, ev), [], "schema errors of the sample event")
+        check_eq(jsc.errors(event_schema(ev), ev), [], "schema errors of the sample event %s"
+                 % ev.get("type"))
     with open(os.path.join(DOCS, "schemas", "asyncapi.yaml"), encoding="utf-8") as f:
         api = f.read()
     check(re.search(r"^asyncapi: '?2\.6\.0'?$", api, re.M), "asyncapi.yaml is not AsyncAPI 2.6")
@@ -113,10 +141,11 @@ def doc_samples():
               "asyncapi.yaml has no channel %s" % topic)
     refs = re.findall(r"\$ref: '?\./([\w.-]+\.json)", api)
     check(set(refs) == {"charge-command.schema.json", "result-event.schema.json",
-                        "dead-letter-headers.schema.json"},
+                        "dead-letter-headers.schema.json", "refund-command.schema.json",
+                        "refund-result-event.schema.json"},
           "asyncapi.yaml refers to %s" % sorted(set(refs)))
     e2e.log("doc samples: %d command(s), %d event(s) valid; asyncapi refs %s"
-            % (len(commands), len(events), sorted(set(refs))))
+            % (len(commands) + len(refunds), len(events), sorted(set(refs))))
 
 
 # ---- 3. the command corpus ----
@@ -431,8 +460,8 @@ def relay_scenario(new):
         where = "results %s:%s" % (m["partition"], m["offset"])
         check(isinstance(m["value"], str), "%s: value is not UTF-8 text" % where)
         ev = json.loads(m["value"])
-        errs = jsc.errors(EVENT, ev)
-        check(not errs, lambda: "%s: %s breaks result-event.schema.json: %s"
+        errs = jsc.errors(event_schema(ev), ev)
+        check(not errs, lambda: "%s: %s breaks its event schema: %s"
               % (where, m["value"], errs))
         check_eq(m["key"], ev["payment_attempt_id"], "%s: key" % where)
         check_eq(dict((h[0], h[1]) for h in m["headers"]).get("event_id"), ev["event_id"],
@@ -457,11 +486,242 @@ def relay_scenario(new):
             "valid: %s" % (len(msgs), len(seen), types, len(letters), reasons))
 
 
+# ---- 5. refunds ----
+
+def refund_of(attempt_id, amount=10, upper=False, **kw):
+    """A refund command of the charge `attempt_id`; kw as with_()."""
+    r = str(uuid.uuid4())
+    c = {"type": "refund.requested", "version": 1, "refund_id": r.upper() if upper else r,
+         "payment_attempt_id": attempt_id.upper() if upper else attempt_id,
+         "idempotency_key": "refund:" + r, "amount": amount,
+         "reason": "requested_by_customer"}
+    kw.setdefault("amount", amount)
+    for k, v in kw.items():
+        if v is DROP:
+            del c[k]
+        else:
+            c[k] = v
+    return c
+
+
+def refund_bad_corpus():
+    """(name, JSON value, what dlq.error must name): each breaks exactly one
+    rule of refund_command_parse that the schema expresses. Each refunds a
+    charge of its own that was never made, so that, were it accepted, it
+    would be recorded (and REJECTED not_refundable), not dead-lettered."""
+    def r(**kw):
+        return refund_of(str(uuid.uuid4()), **kw)
+    meta21 = dict(("k%d" % i, "v") for i in range(21))
+    rules = [
+        ("type with a capital", r(type="refund.Requested"), "'type'"),
+        ("type of another kind", r(type="refund.succeeded"), "'type'"),
+        ("version missing", r(version=DROP), "'version'"),
+        ("version 2", r(version=2), "'version'"),
+        ("version string", r(version="1"), "'version'"),
+        ("version true", r(version=True), "'version'"),
+        ("refund id missing", r(refund_id=DROP), "'refund_id'"),
+        ("refund id null", r(refund_id=None), "'refund_id'"),
+        ("refund id not hex", r(refund_id="zzzzzzzz-zzzz-zzzz-zzzz-zzzzzzzzzzzz"), "'refund_id'"),
+        ("refund id short", r(refund_id=str(uuid.uuid4())[:35]), "'refund_id'"),
+        ("refund id without hyphens", r(refund_id=uuid.uuid4().hex), "'refund_id'"),
+        ("refund id hyphens moved", r(refund_id="aaaaaaaaa-aaa-aaaa-aaaa-aaaaaaaaaaaa"),
+         "'refund_id'"),
+        ("refund id number", r(refund_id=7), "'refund_id'"),
+        ("attempt id missing", r(payment_attempt_id=DROP), "'payment_attempt_id'"),
+        ("attempt id null", r(payment_attempt_id=None), "'payment_attempt_id'"),
+        ("attempt id not a uuid", r(payment_attempt_id="charge-17"), "'payment_attempt_id'"),
+        ("attempt id number", r(payment_attempt_id=17), "'payment_attempt_id'"),
+        ("key missing", r(idempotency_key=DROP), "'idempotency_key'"),
+        ("key empty", r(idempotency_key=""), "'idempotency_key'"),
+        ("key 129", r(idempotency_key="k" * 129), "'idempotency_key'"),
+        ("key space", r(idempotency_key="refund 1"), "'idempotency_key'"),
+        ("key non-ascii", r(idempotency_key="refund-\u00e9"), "'idempotency_key'"),
+        ("key number", r(idempotency_key=7), "'idempotency_key'"),
+        ("amount missing", r(amount=DROP), "'amount'"),
+        ("amount string", r(amount="10"), "'amount'"),
+        ("amount null", r(amount=None), "'amount'"),
+        ("amount fraction", r(amount=10.5), "'amount'"),
+        ("amount 0", r(amount=0), "'amount'"),
+        ("amount negative", r(amount=-5), "'amount'"),
+        ("amount over 1e11", r(amount=100000000001), "'amount'"),
+        ("reason missing", r(reason=DROP), "'reason'"),
+        ("reason null", r(reason=None), "'reason'"),
+        ("reason empty", r(reason=""), "'reason'"),
+        ("reason other", r(reason="because"), "'reason'"),
+        ("reason capitalised", r(reason="Duplicate"), "'reason'"),
+        ("reason number", r(reason=1), "'reason'"),
+        ("metadata array", r(metadata=[]), "'metadata'"),
+        ("metadata string", r(metadata="ticket=1"), "'metadata'"),
+        ("metadata 21 pairs", r(metadata=meta21), "'metadata'"),
+        ("metadata number value", r(metadata={"n": 1}), "'metadata'"),
+        ("metadata null value", r(metadata={"n": None}), "'metadata'"),
+        ("metadata empty key", r(metadata={"": "v"}), "'metadata'"),
+        ("metadata key 41 chars", r(metadata={"\u00e9" * 41: "v"}), "'metadata'"),
+        ("metadata value 501 chars", r(metadata={"k": "\u20ac" * 501}), "'metadata'"),
+    ]
+    return [(name, json.dumps(v, ensure_ascii=False), want) for name, v, want in rules]
+
+
+def refund_scenario(new):
+    s = new("contract_refunds", partitions=3)
+    s.start_worker()
+    paid = e2e.new_command(amount=100000)
+    refund_fails = e2e.new_command(amount=1000, payment_method="pm_card_refundFail")
+    declined = e2e.new_command(amount=700, payment_method="pm_card_chargeDeclined")
+    s.publish([paid, refund_fails, declined])
+    s.wait_settled(3, 60)
+    a = paid["payment_attempt_id"]
+
+    # Good: valid for the schema and recorded by the worker, whatever the
+    # database then decides (the last four are REJECTED or FAILED).
+    first = refund_of(a, amount=100)
+    goods = [first, refund_of(a, upper=True), refund_of(a, reason="duplicate"),
+             refund_of(a, reason="fraudulent", metadata={"ticket": "T-1"}),
+             refund_of(a, metadata=None), refund_of(a, metadata={}),
+             refund_of(a, note="senders may add fields", extra={"nested": [1, None]}),
+             refund_of(a, amount=1), refund_of(a, idempotency_key="Ab9._:-" + "r" * 121),
+             refund_of(a, idempotency_key="x"),
+             refund_of(a, metadata=dict(("k%02d" % i + "m" * 37, "v" * 500) for i in range(20))),
+             refund_of(a, metadata={"\u00e9" * 40: "\u20ac" * 500}),
+             refund_of(a, amount=100000000000),  # REJECTED exceeds_charge
+             refund_of(declined["payment_attempt_id"]),  # REJECTED not_refundable
+             refund_of(str(uuid.uuid4())),  # not_refundable, a charge never recorded
+             refund_of(refund_fails["payment_attempt_id"], amount=1000)]  # FAILED
+    bads = refund_bad_corpus()
+    text = json.dumps
+    dup = text(refund_of(a))[:-1] + ', "amount": 10}'
+    gaps = [  # (name, value, key, reason): the schema accepts the value
+        ("version 1.0", text(refund_of(a, version=1.0)), a, "schema_violation", "'version'"),
+        ("amount 10.0", text(refund_of(a, amount=10.0)), a, "schema_violation", "'amount'"),
+        ("amount 1e1", text(refund_of(a, amount=1)).replace('"amount": 1,', '"amount": 1e1,'),
+         a, "schema_violation", "'amount'"),
+        ("card digits in metadata", text(refund_of(a, metadata={"note": "4242424242424242"})),
+         a, "card_data_refused", None),
+        ("a field twice", dup, a, "malformed_json", None),
+        ("a \\u0000 in a metadata value", text(refund_of(a, metadata={"k": "a\u0000b"})), a,
+         "malformed_json", None),
+        ("key of another charge", text(refund_of(a)), declined["payment_attempt_id"],
+         "key_mismatch", None),
+        ("key in other letter case", text(refund_of(a)), a.upper(), "key_mismatch", None),
+    ]
+    # Resends after the first (one key, so one partition, in order).
+    conflicts = [
+        ("the first again, another amount", text(dict(first, amount=101))),
+        ("the first's key, another refund", text(refund_of(a, idempotency_key=first["idempotency_key"]))),
+        ("the charge's key", text(refund_of(a, idempotency_key=paid["idempotency_key"]))),
+    ]
+
+    for c in goods:
+        check_eq(jsc.errors(REFUND_COMMAND, c), [], "schema errors of good refund %s"
+                 % json.dumps(c)[:200])
+    for name, value, want in bads:
+        check(jsc.errors(REFUND_COMMAND, json.loads(value)),
+              "the schema accepts the bad refund %r: %s" % (name, value[:200]))
+    for name, value, _, _, _ in gaps:
+        check_eq(jsc.errors(REFUND_COMMAND, json.loads(value)), [],
+                 "schema errors of %r (a documented gap: the schema accepts it)" % name)
+    for name, value in conflicts:
+        check_eq(jsc.errors(REFUND_COMMAND, json.loads(value)), [], "schema errors of %r" % name)
+
+    # Each record carries its case's name in a header, kept in its dead letter.
+    records, expect = [], {}
+
+    def add(name, key, value, reason=None, field=None):
+        records.append({"key": key, "value": value, "headers": [["contract-case", name]]})
+        if reason:
+            expect[name] = (reason, field)
+    for i, c in enumerate(goods):
+        add("good %d" % i, c["payment_attempt_id"], json.dumps(c, ensure_ascii=False))
+    for name, value, want in bads:
+        add(name, key_of(value), value, "schema_violation", want)
+    for name, value, key, reason, field in gaps:
+        add(name, key, value, reason, field)
+    random.shuffle(records)
+    s.produce_raw(records)
+    # The resends once the first is recorded, so that "the first" is not a
+    # matter of which the worker's batch takes first.
+    e2e.wait_until("the first refund recorded", lambda: s.query(
+        "SELECT count(*) FROM refund_attempts WHERE id = '%s'" % first["refund_id"]) == [["1"]],
+        60)
+    records = []
+    add("the first once more, the same", a, text(first))  # a duplicate: no dead letter
+    for name, value in conflicts:
+        add(name, a, value, "idempotency_key_conflict", None)
+    s.produce_raw(records)
+
+    def letters():
+        out = {}
+        for d in s.dead_letters():
+            h = dict((x[0], x[1]) for x in d["headers"])
+            out.setdefault(h["dlq.id"], h)
+        return out
+    e2e.wait_until("every refund command recorded or dead-lettered", lambda:
+                   int(s.query("SELECT count(*) FROM refund_attempts")[0][0]) + len(letters())
+                   >= len(goods) + len(expect), 120)
+    s.wait_refunds_settled(len(goods), 60)
+    e2e.wait_until("every command consumed", lambda: s.lag()["lag"] == 0, 60)
+
+    by_case = {}
+    for h in letters().values():
+        case = h.get("contract-case", "(none)")
+        check(case not in by_case, "two dead letters for %r" % case)
+        by_case[case] = h
+        check_eq(jsc.errors(DLQ_HEADERS, dlq_headers(h)), [], "dlq.* headers of %r" % case)
+    check_eq(sorted(set(by_case) - set(expect)), [], "dead letters of refunds meant to be accepted")
+    for name, (reason, field) in expect.items():
+        h = by_case.get(name)
+        check(h is not None, "no dead letter for %r" % name)
+        check_eq(h["dlq.reason"], reason, "dlq.reason of %r (dlq.error %r)" % (name, h["dlq.error"]))
+        if field:
+            check(field in h["dlq.error"], "dlq.error of %r does not name %s: %r"
+                  % (name, field, h["dlq.error"]))
+    recorded = dict((r[0], r[1:]) for r in s.query(
+        "SELECT id, status, amount, coalesce(reason, '') FROM refund_attempts"))
+    check_eq(sorted(recorded), sorted(c["refund_id"].lower() for c in goods),
+             "refunds recorded (exactly the good commands)")
+    check_eq(recorded[first["refund_id"]][:2], ["SUCCEEDED", "100"],
+             "the first refund, after its conflicting resends")
+    reasons = sorted(r[2].split(":")[0] for r in recorded.values() if r[0] == "REJECTED")
+    check_eq(reasons, ["exceeds_charge", "not_refundable", "not_refundable"],
+             "what the database refused at claim time")
+    s.check_refund_invariants()
+
+    relay = s.start_relay(RELAY_POLL_MS=100)
+    try:
+        e2e.wait_until("every outbox row published", lambda: s.query(
+            "SELECT count(*) FROM outbox WHERE published_at IS NULL") == [["0"]], 60)
+    finally:
+        s.stop_relay(relay)
+    outbox = set(r[0] for r in s.query("SELECT event_id FROM outbox WHERE refund_id IS NOT NULL"))
+    seen, kinds = set(), {}
+    for m in (json.loads(l) for l in s.tool("dump", s.topics["results"]).splitlines() if l.strip()):
+        ev = json.loads(m["value"])
+        where = "results %s:%s" % (m["partition"], m["offset"])
+        errs = jsc.errors(event_schema(ev), ev)
+        check(not errs, lambda: "%s: %s breaks its event schema: %s" % (where, m["value"], errs))
+        check_eq(m["key"], ev["payment_attempt_id"], "%s: key" % where)
+        check_eq(dict((h[0], h[1]) for h in m["headers"]).get("event_id"), ev["event_id"],
+                 "%s: header event_id" % where)
+        if event_schema(ev) is REFUND_EVENT:
+            seen.add(ev["event_id"])
+            kind = ev["type"] + ("" if "order_id" in ev else " (no order)")
+            kinds[kind] = kinds.get(kind, 0) + 1
+    check_eq(seen, outbox, "refund event_ids on the topic against the outbox")
+    for kind in ("refund.succeeded", "refund.failed", "refund.rejected",
+                 "refund.rejected (no order)"):
+        check(kinds.get(kind), "no %s event on the topic: the check covered less than it "
+              "claims (%s)" % (kind, kinds))
+    e2e.log("refunds: %d good recorded, %d bad refused by schema and worker, %d gaps and %d "
+            "conflicts refused by the worker only; %d refund events valid: %s"
+            % (len(goods), len(bads), len(gaps), len(conflicts), len(seen), kinds))
+
+
 def scenario(new):
     self_test()
     doc_samples()
     corpus_scenario(new)
     relay_scenario(new)
+    refund_scenario(new)
 
 
 if __name__ == "__main__":
