@@ -6,8 +6,9 @@
 # of charge commands with duplicates and a few bad ones (a relay publishes
 # the result events), waits until
 # everything is settled and committed (the reconciler settles the unknown
-# outcomes on the provider's evidence), and reports what the provider
-# actually charged.
+# outcomes on the provider's evidence), refunds some of the charges (in
+# full, in part, twice, past their charge, of declined ones), and reports
+# what the provider actually charged and refunded.
 #
 #   DEMO_COMMANDS=1000 tools/demo.sh
 set -euo pipefail
@@ -65,7 +66,8 @@ build/roles/charged api 2>"$run/api.log" &
 pids+=($!)
 
 # The example order service, with a database of its own (new each run): it
-# places 100 orders through charged and applies their result events once.
+# places 100 orders through charged, refunds every fifth paid one, and
+# applies their result events once.
 orders=examples/order_service/order_service.py
 export ORDERS_DATABASE_URL="${DATABASE_URL%/*}/orders" CHARGECTL=build/chargectl/chargectl
 psql -X -q "$DATABASE_URL" -c 'DROP DATABASE IF EXISTS orders' -c 'CREATE DATABASE orders'

@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """The demo's burst and report: publishes N charge commands (10% of them
-twice, a few bad ones), waits until every attempt is settled, then reports
-attempts by status, what the provider charged, double charges, dead letters
-and the elapsed time. Python standard library, psql and kcat."""
+twice, a few bad ones), waits until every attempt is settled, then refunds
+some of them (in full, in part, some twice, some past their charge, some of
+declined charges), and reports attempts by status, what the provider
+charged, double charges, refunds by status, what the provider refunded
+(no refund key executed twice, no charge refunded past its amount), dead
+letters and the elapsed time. Python standard library, psql and kcat."""
 import argparse
 import json
 import os
@@ -12,6 +15,10 @@ import sys
 import time
 import urllib.request
 import uuid
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples",
+                                "order_service"))
+from order_service import REFUND_EVERY  # noqa: E402
 
 
 def psql(sql, url=None):
@@ -49,10 +56,120 @@ def order_service_report(orders_db, deadline):
                         "GROUP BY 1" % ids))
     got = psql("SELECT count(*), count(DISTINCT event_id) FROM processed_events WHERE "
                "payment_attempt_id IN ('%s')" % ids, orders_db)[0]
-    paid = psql("SELECT count(*) FILTER (WHERE paid), count(*) FROM orders", orders_db)[0]
+    paid = psql("SELECT count(*) FILTER (WHERE paid), count(*), sum(refunded_amount) FROM orders",
+                orders_db)[0]
     print("order service:        %s orders, %s paid (charged: %s); %s result events applied, "
           "each once (%s distinct)" % (paid[1], paid[0], ", ".join(
               "%s %s" % kv for kv in sorted(charged.items())), got[0], got[1]))
+    refunds = psql("SELECT coalesce(last_event_type, 'not answered'), count(*) FROM "
+                   "order_refunds GROUP BY 1 ORDER BY 2 DESC", orders_db)
+    print("order service refunds: %s; %s refunded in its books" % (
+        ", ".join("%s %s" % tuple(kv) for kv in refunds) or "none", paid[2]))
+
+
+def refund_burst(a, cmds, ids, rnd, deadline):
+    """Refunds a share of the burst's settled attempts: a tenth of the
+    SUCCEEDED ones, half in full (a few of those followed by a refund of 1
+    more: REJECTED exceeds_charge), half in part; a few declined ones
+    (REJECTED not_refundable); 10% of the commands sent twice. Waits until
+    none is left to a worker; returns the refund ids."""
+    status = dict(psql("SELECT id, status FROM payment_attempts WHERE id IN ('%s')" % ids))
+    refunds = []
+
+    def refund(c, amount, reason="requested_by_customer"):
+        r = str(uuid.uuid4())
+        refunds.append({"type": "refund.requested", "version": 1, "refund_id": r,
+                        "payment_attempt_id": c["payment_attempt_id"],
+                        "idempotency_key": "refund:" + r, "amount": amount, "reason": reason})
+    succeeded = [c for c in cmds if status.get(c["payment_attempt_id"]) == "SUCCEEDED"]
+    for i, c in enumerate(rnd.sample(succeeded, len(succeeded) // 10)):
+        if i % 2:
+            refund(c, max(1, c["amount"] // 3), "duplicate")
+        else:
+            refund(c, c["amount"])
+            if i % 10 == 0:
+                refund(c, 1)
+    failed = [c for c in cmds if status.get(c["payment_attempt_id"]) == "FAILED"]
+    for c in failed[:5]:
+        refund(c, c["amount"], "fraudulent")
+    burst = []
+    for r in refunds:
+        burst.append(r)
+        if rnd.random() < 0.10:
+            burst.append(r)
+    path = os.path.join(a.state, "refunds.jsonl")
+    with open(path, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in burst)
+    # One producer: a charge's refunds reach its partition in this order.
+    subprocess.run([a.chargectl, "publish", "--file", path], check=True, stdout=subprocess.DEVNULL)
+    print("demo: published %d refund commands (%d refunds, %d duplicates)" %
+          (len(burst), len(refunds), len(burst) - len(refunds)))
+    rids = [r["refund_id"] for r in refunds]
+    wait_refunds(rids, deadline)
+    return rids
+
+
+def wait_refunds(rids, deadline):
+    """Until every refund is recorded and none is PENDING or held by a worker.
+    UNKNOWN ones stay so: they are the reconciler's."""
+    ids = "','".join(rids)
+    while True:
+        total, open_ = psql("SELECT count(*), count(*) FILTER (WHERE status = 'PENDING' OR "
+                            "(status = 'PROCESSING' AND lease_owner IS NOT NULL)) "
+                            "FROM refund_attempts WHERE id IN ('%s')" % ids)[0]
+        if int(total) == len(rids) and open_ == "0":
+            return
+        if time.monotonic() > deadline:
+            print("demo: refunds not settled (%s of %d recorded, %s open)" %
+                  (total, len(rids), open_), file=sys.stderr)
+            return
+        time.sleep(0.5)
+
+
+def refund_report(psp_ledger, rids, charge_ledger):
+    """Refunds by status, what was refunded, and the provider's side: each
+    refund key executed at most once, no charge refunded past its amount.
+    Returns the number of violations."""
+    ids = "','".join(rids)
+    by_status = psql("SELECT status, count(*) FROM refund_attempts WHERE id IN ('%s') "
+                     "GROUP BY 1 ORDER BY 2 DESC" % ids)
+    rejected = psql("SELECT split_part(reason, ':', 1), count(*) FROM refund_attempts WHERE "
+                    "id IN ('%s') AND status = 'REJECTED' GROUP BY 1 ORDER BY 1" % ids)
+    total = psql("SELECT coalesce(sum(amount), 0) FROM refund_attempts WHERE id IN ('%s') AND "
+                 "status = 'SUCCEEDED'" % ids)[0][0]
+    books = psql("SELECT coalesce(sum(amount), 0) FROM ledger_entries WHERE kind = 'refund' "
+                 "AND refund_id IN ('%s')" % ids)[0][0]
+    executions = psp_ledger.get("refund_executions", {})
+    twice = sum(1 for n in executions.values() if int(n) > 1)
+    charged = {c["payment_intent_id"]: int(c["amount"]) for c in charge_ledger
+               if c["outcome"] == "succeeded"}
+    refunded = {}
+    for r in psp_ledger.get("refunds", []):
+        if r["status"] not in ("failed", "canceled"):
+            refunded[r["payment_intent_id"]] = refunded.get(r["payment_intent_id"], 0) + \
+                int(r["amount"])
+    past = sum(1 for pi, n in refunded.items() if n > charged.get(pi, 0))
+    # The provider's refunds of these refunds; an answer lost after it
+    # refunded leaves one UNKNOWN here, which only the provider's evidence
+    # can settle.
+    unknown = {r[0] for r in psql("SELECT id FROM refund_attempts WHERE id IN ('%s') AND "
+                                  "status IN ('UNKNOWN', 'PROCESSING')" % ids)}
+    mine = [r for r in psp_ledger.get("refunds", []) if r["status"] == "succeeded" and
+            (r.get("metadata") or {}).get("refund_id") in set(rids)]
+    at_psp = sum(int(r["amount"]) for r in mine)
+    at_psp_unknown = sum(int(r["amount"]) for r in mine if r["metadata"]["refund_id"] in unknown)
+    counts = dict(by_status)
+    others = ", ".join("%s %s" % (st, n) for st, n in by_status
+                       if st not in ("SUCCEEDED", "REJECTED"))
+    print("refunds requested:    %d (the burst's and the order service's)" % len(rids))
+    print("refunds by status:    SUCCEEDED %s, REJECTED %s (%s); others: %s" % (
+        counts.get("SUCCEEDED", 0), counts.get("REJECTED", 0),
+        ", ".join("%s %s" % tuple(kv) for kv in rejected) or "none", others or "none"))
+    print("refunded:             %s here (ledger %s); %d at the provider, %d of it by refunds "
+          "UNKNOWN here" % (total, books, at_psp, at_psp_unknown))
+    print("refunds at provider:  %d executed; keys executed twice: %d; charges refunded "
+          "past their amount: %d" % (len(executions), twice, past))
+    return twice + past
 
 
 def main():
@@ -141,9 +258,43 @@ def main():
             print("demo: result events not published after 600 s", file=sys.stderr)
             return 1
         time.sleep(0.5)
+
+    # Refunds: the burst's, and those the order service asks for by itself
+    # once it has applied its orders' payments.
+    rids = refund_burst(a, cmds, ids, rnd, deadline)
+    if a.orders_db:
+        # Its orders settled and applied first: it refunds only paid orders.
+        theirs = "','".join(r[0] for r in psql("SELECT payment_attempt_id FROM order_attempts",
+                                               a.orders_db))
+        while time.monotonic() < deadline:
+            open_, succ = psql("SELECT count(*) FILTER (WHERE status IN ('PENDING', "
+                               "'PROCESSING', 'UNKNOWN')), count(*) FILTER (WHERE status = "
+                               "'SUCCEEDED') FROM payment_attempts WHERE id IN ('%s')"
+                               % theirs)[0]
+            paid = psql("SELECT count(*) FROM orders WHERE paid", a.orders_db)[0][0]
+            if open_ == "0" and paid == succ:
+                break
+            time.sleep(0.5)
+        want = int(psql("SELECT count(*) FROM orders WHERE paid AND seq %% %d = 0" %
+                        REFUND_EVERY, a.orders_db)[0][0])
+        while True:
+            ours = [r[0] for r in psql("SELECT refund_id FROM order_refunds WHERE published",
+                                       a.orders_db)]
+            if len(ours) >= want or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        wait_refunds(ours, deadline)
+        rids += ours
+    while psql("SELECT count(*) FROM outbox WHERE published_at IS NULL AND "
+               "refund_id IN ('%s')" % "','".join(rids))[0][0] != "0":
+        if time.monotonic() > deadline:
+            print("demo: refund events not published after 600 s", file=sys.stderr)
+            return 1
+        time.sleep(0.5)
     events = psql("SELECT event_type, count(*) FROM outbox WHERE payment_attempt_id IN "
                   "('%s') GROUP BY 1 ORDER BY 2 DESC" % ids)
-    ledger = json.load(urllib.request.urlopen(a.psp_admin + "/ledger"))["charges"]
+    psp_ledger = json.load(urllib.request.urlopen(a.psp_admin + "/ledger"))
+    ledger = psp_ledger["charges"]
     per_key = {}
     for c in ledger:
         per_key[c["idempotency_key"]] = per_key.get(c["idempotency_key"], 0) + 1
@@ -178,11 +329,12 @@ def main():
           len(succeeded - recorded))
     print("dead letters:         %d (%s)" % (sum(reasons.values()),
                                               ", ".join("%s %d" % kv for kv in sorted(reasons.items()))))
+    bad_refunds = refund_report(psp_ledger, rids, ledger)
     if a.orders_db:
         order_service_report(a.orders_db, deadline)
     print("elapsed:              %.1f s for %d messages, %.1f s until nothing was unknown" %
           (elapsed, len(burst) + len(bad), reconciled))
-    return 0 if double == 0 else 1
+    return 0 if double == 0 and bad_refunds == 0 else 1
 
 
 if __name__ == "__main__":
