@@ -93,8 +93,11 @@ static const char *SQL_INSERT_PENDING =
     "  INSERT INTO payment_attempts (id, order_id, idempotency_key, request_fingerprint,"
     "    amount, currency, payment_method, customer_id, metadata, status)"
     "  SELECT id, order_id, idempotency_key, fp, amount, currency, payment_method,"
-    "    nullif(customer_id, ''), metadata, " ATTEMPT_SQL(PENDING) " FROM v ORDER BY n"
-    "  ON CONFLICT DO NOTHING RETURNING id),"
+    "    nullif(customer_id, ''), metadata, " ATTEMPT_SQL(PENDING) " FROM v"
+    /* A refund's key is never a charge's: the provider keeps one namespace. */
+    "  WHERE NOT EXISTS (SELECT 1 FROM refund_attempts r"
+    "    WHERE r.idempotency_key = v.idempotency_key)"
+    "  ORDER BY n ON CONFLICT DO NOTHING RETURNING id),"
     " tr AS ("
     "  INSERT INTO attempt_transitions (payment_attempt_id, old_status, new_status,"
     "    cause, actor, reason)"
@@ -104,8 +107,10 @@ static const char *SQL_INSERT_PENDING =
 /* The stored rows every message of the batch is compared with, whether this
  * batch inserted them or not. */
 static const char *SQL_FIND_EXISTING =
-    "SELECT id, idempotency_key, request_fingerprint FROM payment_attempts"
-    " WHERE id = ANY($1::uuid[]) OR idempotency_key = ANY($2::text[])";
+    "SELECT id, idempotency_key, request_fingerprint, 'attempt' FROM payment_attempts"
+    " WHERE id = ANY($1::uuid[]) OR idempotency_key = ANY($2::text[])"
+    " UNION ALL SELECT id, idempotency_key, '', 'refund' FROM refund_attempts"
+    " WHERE idempotency_key = ANY($2::text[])";
 
 static const char *SQL_FIND_LIVE =
     "SELECT order_id, id, status FROM payment_attempts"
@@ -173,7 +178,8 @@ static size_t compare_with_stored(struct attempt_record_item *items, size_t n,
         for (int r = 0; r < PQntuples(found); r++) {
             const char *id = PQgetvalue(found, r, 0), *key = PQgetvalue(found, r, 1),
                        *fp = PQgetvalue(found, r, 2);
-            if (!strcmp(id, c->payment_attempt_id)) {
+            if (!strcmp(id, c->payment_attempt_id) &&
+                !strcmp(PQgetvalue(found, r, 3), "attempt")) {
                 by_id = 1;
                 if (strcmp(key, c->idempotency_key) != 0) {
                     items[i].result = ATTEMPT_CONFLICT;
@@ -193,7 +199,8 @@ static size_t compare_with_stored(struct attempt_record_item *items, size_t n,
                 by_key = 1;
                 items[i].result = ATTEMPT_CONFLICT;
                 snprintf(items[i].reason, sizeof(items[i].reason),
-                         "idempotency key already belongs to attempt %s", id);
+                         "idempotency key already belongs to %s %s",
+                         PQgetvalue(found, r, 3), id);
             }
         }
         if (!by_id && !by_key) {

@@ -12,6 +12,7 @@
 
 #include <libpq-fe.h>
 
+#include "attempt_store.h"
 #include "refund_store.h"
 #include "test_env.h"
 
@@ -77,8 +78,8 @@ static struct refund_command refund(const char *attempt, long long amount)
     return c;
 }
 
-static enum refund_record_result record1(refund_store_t *st, const struct refund_command *c,
-                                         char *reason, size_t size)
+static enum refund_record_result
+record1(refund_store_t *st, const struct refund_command *c, char *reason, size_t size)
 {
     struct refund_record_item it = {.cmd = c};
     ck_assert_msg(refund_store_record(st, &it, 1, &err) == STORE_OK, "%s", err.message);
@@ -99,8 +100,8 @@ static char q[512];
 
 static long long reserved_of(const char *attempt)
 {
-    snprintf(q, sizeof(q), "SELECT refund_reserved FROM payment_attempts WHERE id = '%s'",
-             attempt);
+    snprintf(q, sizeof(q),
+             "SELECT refund_reserved FROM payment_attempts WHERE id = '%s'", attempt);
     return number(q);
 }
 
@@ -140,6 +141,39 @@ START_TEST(record_is_idempotent_and_refuses_reused_ids_and_keys)
              " WHERE payment_attempt_id = '%s'",
              attempt);
     ck_assert_str_eq(value(q), "1:400");
+    refund_store_free(st);
+}
+END_TEST
+
+/* The provider keeps one namespace of keys: a charge never takes a key a
+ * refund already has. */
+START_TEST(a_charge_with_a_refunds_key_is_a_conflict)
+{
+    refund_store_t *st = store("w1");
+    struct store_error e;
+    attempt_store_t *charges = attempt_store_new(url, "w1", &e);
+    ck_assert_msg(charges != NULL, "%s", e.message);
+    char attempt[37];
+    charge("SUCCEEDED", 1000, attempt);
+    struct refund_command r = refund(attempt, 100);
+    ck_assert_int_eq(record1(st, &r, NULL, 0), REFUND_RECORDED);
+    struct charge_command c = {0};
+    test_env_uuid(c.payment_attempt_id);
+    test_env_uuid(c.order_id);
+    snprintf(c.idempotency_key, sizeof(c.idempotency_key), "%s", r.idempotency_key);
+    c.amount = 100;
+    snprintf(c.currency, sizeof(c.currency), "EUR");
+    snprintf(c.payment_method, sizeof(c.payment_method), "pm_card_visa");
+    snprintf(c.fingerprint, sizeof(c.fingerprint), "fp");
+    struct attempt_record_item it = {.cmd = &c};
+    ck_assert_msg(attempt_store_record(charges, &it, 1, &e) == STORE_OK, "%s",
+                  e.message);
+    ck_assert_int_eq(it.result, ATTEMPT_CONFLICT);
+    ck_assert_msg(strstr(it.reason, "belongs to refund"), "%s", it.reason);
+    snprintf(q, sizeof(q), "SELECT count(*) FROM payment_attempts WHERE id = '%s'",
+             c.payment_attempt_id);
+    ck_assert_int_eq(number(q), 0);
+    attempt_store_free(charges);
     refund_store_free(st);
 }
 END_TEST
@@ -207,7 +241,8 @@ START_TEST(one_refund_of_a_charge_per_claim_statement)
     struct refund_claim_item items[2] = {{.refund_id = a.refund_id},
                                          {.refund_id = b.refund_id}};
     ck_assert(refund_store_claim(st, items, 2, 30000, &err) == STORE_OK);
-    int claimed = (items[0].result == REFUND_CLAIMED) + (items[1].result == REFUND_CLAIMED);
+    int claimed =
+        (items[0].result == REFUND_CLAIMED) + (items[1].result == REFUND_CLAIMED);
     int busy = (items[0].result == REFUND_BUSY) + (items[1].result == REFUND_BUSY);
     ck_assert_int_eq(claimed, 1);
     ck_assert_int_eq(busy, 1);
@@ -238,8 +273,8 @@ START_TEST(refunds_of_a_charge_reserve_in_the_order_recorded)
 }
 END_TEST
 
-static void persist1(refund_store_t *st, const char *id, int64_t epoch, const char *status,
-                     const char *prid, int expect_persisted)
+static void persist1(refund_store_t *st, const char *id, int64_t epoch,
+                     const char *status, const char *prid, int expect_persisted)
 {
     struct refund_outcome o = {
         .refund_id = id,
@@ -278,8 +313,8 @@ START_TEST(outcomes_move_the_money_once)
     persist1(st, unknown.refund_id, c[2].lease_epoch, "UNKNOWN", NULL, 1);
     /* The failure gave its 300 back; the unknown keeps its own. */
     ck_assert_int_eq(reserved_of(attempt), 600);
-    snprintf(q, sizeof(q), "SELECT refunded_amount FROM payment_attempts WHERE id = '%s'",
-             attempt);
+    snprintf(q, sizeof(q),
+             "SELECT refunded_amount FROM payment_attempts WHERE id = '%s'", attempt);
     ck_assert_int_eq(number(q), 300);
     snprintf(q, sizeof(q),
              "SELECT count(*) || ':' || sum(amount) || ':' || min(provider_refund_id)"
@@ -294,7 +329,8 @@ START_TEST(outcomes_move_the_money_once)
              attempt);
     ck_assert_int_eq(number(q), 1);
     /* A SUCCEEDED refund never leaves SUCCEEDED, whoever writes. */
-    snprintf(q, sizeof(q), "UPDATE refund_attempts SET status = 'FAILED' WHERE id = '%s'",
+    snprintf(q, sizeof(q),
+             "UPDATE refund_attempts SET status = 'FAILED' WHERE id = '%s'",
              ok.refund_id);
     PGresult *r = PQexec(admin, q);
     ck_assert_int_eq(PQresultStatus(r), PGRES_FATAL_ERROR);
@@ -324,7 +360,8 @@ static void *race(void *arg)
     long long deadline = test_env_deadline(10000);
     /* Locked by the other's reservation for past lock_timeout: the engine
      * waits and claims again, as here. */
-    while ((r->rc == STORE_LOCKED || (r->rc == STORE_OK && r->item.result == REFUND_BUSY)) &&
+    while ((r->rc == STORE_LOCKED ||
+            (r->rc == STORE_OK && r->item.result == REFUND_BUSY)) &&
            test_env_now_ms() < deadline) {
         r->item = (struct refund_claim_item){.refund_id = r->refund_id};
         r->rc = refund_store_claim(r->st, &r->item, 1, 30000, &e);
@@ -354,12 +391,14 @@ START_TEST(two_sessions_racing_never_refund_past_the_charge)
         pthread_barrier_destroy(&start);
         ck_assert_int_eq(rx.rc, STORE_OK);
         ck_assert_int_eq(ry.rc, STORE_OK);
-        int claimed = (rx.item.result == REFUND_CLAIMED) + (ry.item.result == REFUND_CLAIMED);
+        int claimed =
+            (rx.item.result == REFUND_CLAIMED) + (ry.item.result == REFUND_CLAIMED);
         ck_assert_msg(claimed == 1, "round %d: %d of the two refunds claimed", round,
                       claimed);
-        struct refund_claim_item *lost = rx.item.result == REFUND_CLAIMED ? &ry.item : &rx.item;
-        ck_assert_msg(!strncmp(lost->rejected, "exceeds_charge", 14), "round %d: %s", round,
-                      lost->rejected);
+        struct refund_claim_item *lost =
+            rx.item.result == REFUND_CLAIMED ? &ry.item : &rx.item;
+        ck_assert_msg(!strncmp(lost->rejected, "exceeds_charge", 14), "round %d: %s",
+                      round, lost->rejected);
         ck_assert_int_eq(reserved_of(attempt), 600);
         rejected++;
     }
@@ -379,6 +418,7 @@ int main(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, record_is_idempotent_and_refuses_reused_ids_and_keys);
+    tcase_add_test(tc, a_charge_with_a_refunds_key_is_a_conflict);
     tcase_add_test(tc, claim_reserves_within_the_charge_and_rejects_the_rest);
     tcase_add_test(tc, one_refund_of_a_charge_per_claim_statement);
     tcase_add_test(tc, refunds_of_a_charge_reserve_in_the_order_recorded);
