@@ -77,8 +77,8 @@ static struct refund_command refund(const char *attempt, long long amount)
     return c;
 }
 
-static enum refund_record_result record1(refund_store_t *st, const struct refund_command *c,
-                                         char *reason, size_t size)
+static enum refund_record_result
+record1(refund_store_t *st, const struct refund_command *c, char *reason, size_t size)
 {
     struct refund_record_item it = {.cmd = c};
     ck_assert_msg(refund_store_record(st, &it, 1, &err) == STORE_OK, "%s", err.message);
@@ -99,8 +99,8 @@ static char q[512];
 
 static long long reserved_of(const char *attempt)
 {
-    snprintf(q, sizeof(q), "SELECT refund_reserved FROM payment_attempts WHERE id = '%s'",
-             attempt);
+    snprintf(q, sizeof(q),
+             "SELECT refund_reserved FROM payment_attempts WHERE id = '%s'", attempt);
     return number(q);
 }
 
@@ -207,7 +207,8 @@ START_TEST(one_refund_of_a_charge_per_claim_statement)
     struct refund_claim_item items[2] = {{.refund_id = a.refund_id},
                                          {.refund_id = b.refund_id}};
     ck_assert(refund_store_claim(st, items, 2, 30000, &err) == STORE_OK);
-    int claimed = (items[0].result == REFUND_CLAIMED) + (items[1].result == REFUND_CLAIMED);
+    int claimed =
+        (items[0].result == REFUND_CLAIMED) + (items[1].result == REFUND_CLAIMED);
     int busy = (items[0].result == REFUND_BUSY) + (items[1].result == REFUND_BUSY);
     ck_assert_int_eq(claimed, 1);
     ck_assert_int_eq(busy, 1);
@@ -238,8 +239,8 @@ START_TEST(refunds_of_a_charge_reserve_in_the_order_recorded)
 }
 END_TEST
 
-static void persist1(refund_store_t *st, const char *id, int64_t epoch, const char *status,
-                     const char *prid, int expect_persisted)
+static void persist1(refund_store_t *st, const char *id, int64_t epoch,
+                     const char *status, const char *prid, int expect_persisted)
 {
     struct refund_outcome o = {
         .refund_id = id,
@@ -278,8 +279,8 @@ START_TEST(outcomes_move_the_money_once)
     persist1(st, unknown.refund_id, c[2].lease_epoch, "UNKNOWN", NULL, 1);
     /* The failure gave its 300 back; the unknown keeps its own. */
     ck_assert_int_eq(reserved_of(attempt), 600);
-    snprintf(q, sizeof(q), "SELECT refunded_amount FROM payment_attempts WHERE id = '%s'",
-             attempt);
+    snprintf(q, sizeof(q),
+             "SELECT refunded_amount FROM payment_attempts WHERE id = '%s'", attempt);
     ck_assert_int_eq(number(q), 300);
     snprintf(q, sizeof(q),
              "SELECT count(*) || ':' || sum(amount) || ':' || min(provider_refund_id)"
@@ -294,7 +295,8 @@ START_TEST(outcomes_move_the_money_once)
              attempt);
     ck_assert_int_eq(number(q), 1);
     /* A SUCCEEDED refund never leaves SUCCEEDED, whoever writes. */
-    snprintf(q, sizeof(q), "UPDATE refund_attempts SET status = 'FAILED' WHERE id = '%s'",
+    snprintf(q, sizeof(q),
+             "UPDATE refund_attempts SET status = 'FAILED' WHERE id = '%s'",
              ok.refund_id);
     PGresult *r = PQexec(admin, q);
     ck_assert_int_eq(PQresultStatus(r), PGRES_FATAL_ERROR);
@@ -324,13 +326,47 @@ static void *race(void *arg)
     long long deadline = test_env_deadline(10000);
     /* Locked by the other's reservation for past lock_timeout: the engine
      * waits and claims again, as here. */
-    while ((r->rc == STORE_LOCKED || (r->rc == STORE_OK && r->item.result == REFUND_BUSY)) &&
+    while ((r->rc == STORE_LOCKED ||
+            (r->rc == STORE_OK && r->item.result == REFUND_BUSY)) &&
            test_env_now_ms() < deadline) {
         r->item = (struct refund_claim_item){.refund_id = r->refund_id};
         r->rc = refund_store_claim(r->st, &r->item, 1, 30000, &e);
     }
     return NULL;
 }
+
+/* A refund recorded before its charge (published out of order, or held
+ * while the charge came in) and claimed once the charge SUCCEEDED: it
+ * takes the charge's order and currency then, so that its success books
+ * like any other. */
+START_TEST(a_refund_recorded_before_its_charge_books_with_the_charges_currency)
+{
+    refund_store_t *st = store("w1");
+    char attempt[37];
+    test_env_uuid(attempt);
+    struct refund_command r = refund(attempt, 300);
+    ck_assert_int_eq(record1(st, &r, NULL, 0), REFUND_RECORDED);
+    charge("SUCCEEDED", 1000, attempt);
+    /* charge() names a fresh attempt: give it the refund's id. */
+    const char *p[] = {attempt, r.payment_attempt_id};
+    test_env_sql(admin, "UPDATE payment_attempts SET id = $2 WHERE id = $1", 2, p);
+    struct refund_claim_item c = claim1(st, r.refund_id);
+    ck_assert_int_eq(c.result, REFUND_CLAIMED);
+    persist1(st, r.refund_id, c.lease_epoch, "SUCCEEDED", "re_early", 1);
+    snprintf(q, sizeof(q),
+             "SELECT l.currency || ':' || (l.order_id = p.order_id) || ':' ||"
+             " p.refunded_amount FROM ledger_entries l JOIN payment_attempts p"
+             " ON p.id = l.payment_attempt_id WHERE l.refund_id = '%s'",
+             r.refund_id);
+    ck_assert_str_eq(value(q), "EUR:true:300");
+    snprintf(q, sizeof(q),
+             "SELECT payload->>'currency' FROM outbox WHERE refund_id = '%s'"
+             " AND event_type = 'refund.succeeded'",
+             r.refund_id);
+    ck_assert_str_eq(value(q), "EUR");
+    refund_store_free(st);
+}
+END_TEST
 
 START_TEST(two_sessions_racing_never_refund_past_the_charge)
 {
@@ -354,12 +390,14 @@ START_TEST(two_sessions_racing_never_refund_past_the_charge)
         pthread_barrier_destroy(&start);
         ck_assert_int_eq(rx.rc, STORE_OK);
         ck_assert_int_eq(ry.rc, STORE_OK);
-        int claimed = (rx.item.result == REFUND_CLAIMED) + (ry.item.result == REFUND_CLAIMED);
+        int claimed =
+            (rx.item.result == REFUND_CLAIMED) + (ry.item.result == REFUND_CLAIMED);
         ck_assert_msg(claimed == 1, "round %d: %d of the two refunds claimed", round,
                       claimed);
-        struct refund_claim_item *lost = rx.item.result == REFUND_CLAIMED ? &ry.item : &rx.item;
-        ck_assert_msg(!strncmp(lost->rejected, "exceeds_charge", 14), "round %d: %s", round,
-                      lost->rejected);
+        struct refund_claim_item *lost =
+            rx.item.result == REFUND_CLAIMED ? &ry.item : &rx.item;
+        ck_assert_msg(!strncmp(lost->rejected, "exceeds_charge", 14), "round %d: %s",
+                      round, lost->rejected);
         ck_assert_int_eq(reserved_of(attempt), 600);
         rejected++;
     }
@@ -383,6 +421,8 @@ int main(void)
     tcase_add_test(tc, one_refund_of_a_charge_per_claim_statement);
     tcase_add_test(tc, refunds_of_a_charge_reserve_in_the_order_recorded);
     tcase_add_test(tc, outcomes_move_the_money_once);
+    tcase_add_test(tc,
+                   a_refund_recorded_before_its_charge_books_with_the_charges_currency);
     tcase_add_test(tc, two_sessions_racing_never_refund_past_the_charge);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
