@@ -211,7 +211,8 @@ out:
  * ON; an UPDATE touches a row once), and none while an earlier one of the
  * last REFUND_ORDER_WINDOW is still PENDING elsewhere; those wait (busy)
  * for a later claim. A refund already reserved (a lease that expired) is
- * taken over without reserving again. */
+ * taken over without reserving again. A refund recorded before its charge
+ * takes the charge's order and currency here: its ledger row needs them. */
 static const char *SQL_CLAIM =
     "WITH q AS (SELECT DISTINCT id FROM unnest($1::uuid[]) AS q(id)),"
     " lk AS ("
@@ -246,7 +247,7 @@ static const char *SQL_CLAIM =
     "      ELSE 'exceeds_charge: ' || c.amount || ' more would pass the charge of ' ||"
     "        p.amount || ' (' || p.refund_reserved || ' refunded or in flight)' END"
     "      AS rejected,"
-    "    res.provider_payment_id"
+    "    res.provider_payment_id, p.order_id, p.currency"
     "  FROM c LEFT JOIN res ON res.refund_id = c.id"
     "  LEFT JOIN payment_attempts p ON p.id = c.payment_attempt_id),"
     " u AS ("
@@ -256,6 +257,8 @@ static const char *SQL_CLAIM =
     "    reason = d.rejected,"
     "    reserved = r.reserved OR d.provider_payment_id IS NOT NULL,"
     "    payment_intent = coalesce(r.payment_intent, d.provider_payment_id),"
+    "    order_id = coalesce(r.order_id, d.order_id),"
+    "    currency = coalesce(r.currency, d.currency),"
     "    lease_owner = CASE WHEN d.rejected IS NULL THEN $2 END,"
     "    lease_expires_at = CASE WHEN d.rejected IS NULL THEN"
     "      now() + make_interval(secs => $3::double precision / 1000) END,"
