@@ -239,6 +239,29 @@ START_TEST(refunds_of_a_charge_reserve_in_the_order_recorded)
 }
 END_TEST
 
+/* As above with the ids against the batch's order: the earlier message's
+ * refund id sorts last. Order is the messages', never the ids'. */
+START_TEST(batch_order_not_id_order_decides_which_refund_reserves)
+{
+    refund_store_t *st = store("w1");
+    char attempt[37];
+    charge("SUCCEEDED", 1000, attempt);
+    struct refund_command first = refund(attempt, 600), second = refund(attempt, 600);
+    memcpy(first.refund_id, "ffffffff", 8);
+    memcpy(second.refund_id, "00000000", 8);
+    snprintf(first.idempotency_key, sizeof(first.idempotency_key), "refund:%s",
+             first.refund_id);
+    snprintf(second.idempotency_key, sizeof(second.idempotency_key), "refund:%s",
+             second.refund_id);
+    struct refund_record_item rec[2] = {{.cmd = &first}, {.cmd = &second}};
+    ck_assert(refund_store_record(st, rec, 2, &err) == STORE_OK);
+    ck_assert_int_eq(claim1(st, second.refund_id).result, REFUND_BUSY);
+    ck_assert_int_eq(claim1(st, first.refund_id).result, REFUND_CLAIMED);
+    ck_assert_int_eq(claim1(st, second.refund_id).result, REFUND_SETTLED);
+    refund_store_free(st);
+}
+END_TEST
+
 static void persist1(refund_store_t *st, const char *id, int64_t epoch,
                      const char *status, const char *prid, int expect_persisted)
 {
@@ -420,6 +443,7 @@ int main(void)
     tcase_add_test(tc, claim_reserves_within_the_charge_and_rejects_the_rest);
     tcase_add_test(tc, one_refund_of_a_charge_per_claim_statement);
     tcase_add_test(tc, refunds_of_a_charge_reserve_in_the_order_recorded);
+    tcase_add_test(tc, batch_order_not_id_order_decides_which_refund_reserves);
     tcase_add_test(tc, outcomes_move_the_money_once);
     tcase_add_test(tc,
                    a_refund_recorded_before_its_charge_books_with_the_charges_currency);
