@@ -111,11 +111,15 @@ static const char *SQL_FIND_EXISTING =
     " WHERE idempotency_key = ANY($2::text[])";
 /* clang-format on */
 
-static int by_refund_id(const void *a, const void *b)
+/* The insert's order, which recorded_seq follows: a charge's refunds in
+ * their batch (message) order, the charges by id. Two sessions inserting
+ * the same refunds so take their rows' locks in one order (a charge's
+ * refunds are in the same order in every consumer's partition). */
+static int by_charge_then_batch(const void *a, const void *b)
 {
     const struct refund_record_item *x = *(const struct refund_record_item *const *)a,
                                     *y = *(const struct refund_record_item *const *)b;
-    int c = strcmp(x->cmd->refund_id, y->cmd->refund_id);
+    int c = strcmp(x->cmd->payment_attempt_id, y->cmd->payment_attempt_id);
     return c ? c : (x < y ? -1 : x > y);
 }
 
@@ -169,7 +173,7 @@ enum store_rc refund_store_record(refund_store_t *st, struct refund_record_item 
     }
     for (size_t i = 0; i < n; i++)
         sorted[i] = &items[i];
-    qsort(sorted, n, sizeof(*sorted), by_refund_id);
+    qsort(sorted, n, sizeof(*sorted), by_charge_then_batch);
     int a = stmt_arrays(&ins, 7);
     for (size_t i = 0; i < n; i++) {
         const struct refund_command *c = sorted[i]->cmd;
