@@ -611,8 +611,8 @@ static int stage_alone(engine_t *eng, const struct stage *st, struct job **j,
 /* The batch in one statement; when the database refuses one of its values
  * or another session's lock holds one of its rows, each item alone, so that
  * one bad or held item never holds the others. */
-static int stage_run(engine_t *eng, const struct stage *st, struct job **js,
-                     void *items, size_t n, struct store_error *err)
+static int stage_run_kind(engine_t *eng, const struct stage *st, struct job **js,
+                          void *items, size_t n, struct store_error *err)
 {
     int rc = n ? st->batch(eng, js, items, n, err) : STORE_OK;
     if (rc != STORE_DATA && rc != STORE_LOCKED)
@@ -622,6 +622,47 @@ static int stage_run(engine_t *eng, const struct stage *st, struct job **js,
         if (rc != STORE_OK)
             break;
     }
+    return rc;
+}
+
+/* The largest kind among n jobs (0 for an operation of one kind). */
+static int max_kind(struct job *const *js, size_t n)
+{
+    int k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (js[i]->kind > k)
+            k = js[i]->kind;
+    return k;
+}
+
+/* stage_run_kind over each kind's items apart, in batch order: each kind
+ * writes its own tables in its own statements, so a failure of one kind's
+ * statement after another kind's committed would have the committed ones
+ * run again alone (a claim just taken then reads as someone's lease). */
+static int stage_run(engine_t *eng, const struct stage *st, struct job **js,
+                     void *items, size_t n, struct store_error *err)
+{
+    int kinds = max_kind(js, n) + 1, rc = STORE_OK;
+    if (kinds == 1)
+        return stage_run_kind(eng, st, js, items, n, err);
+    struct job **sjs = calloc(n, sizeof(*sjs));
+    char *sitems = calloc(n, st->item_size);
+    if (!sjs || !sitems) {
+        store_error_set(err, "out of memory");
+        rc = STORE_RETRY;
+    }
+    for (int k = 0; k < kinds && rc == STORE_OK; k++) {
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++)
+            if (js[i]->kind == k) {
+                sjs[m] = js[i];
+                memcpy(sitems + m++ * st->item_size, (char *)items + i * st->item_size,
+                       st->item_size);
+            }
+        rc = stage_run_kind(eng, st, sjs, sitems, m, err);
+    }
+    free(sjs);
+    free(sitems);
     return rc;
 }
 
@@ -972,25 +1013,39 @@ static int flush_call_log(engine_t *eng)
         free(done);
         return -1;
     }
+    /* One batch per kind: a kind's statement that fails after another
+     * kind's committed must not have those written again. A kind's batch
+     * not run (-1) leaves its entries for the next flush. */
+    int kinds = 1, brc[8];
     for (size_t i = 0; i < n; i++)
-        if (eng->call_log[i].lock_waits == 0)
-            fresh[nfresh++] = &eng->call_log[i];
-    int brc = nfresh ? log_calls_batch(eng, fresh, nfresh, &err) : STORE_OK;
-    if (brc == STORE_RETRY) {
+        if (eng->call_log[i].kind >= kinds)
+            kinds = eng->call_log[i].kind + 1;
+    if (kinds > (int)(sizeof(brc) / sizeof(brc[0]))) {
         rc = -1;
+        store_error_set(&err, "provider calls of %d kinds", kinds);
         goto out;
     }
-    for (size_t i = 0; i < n; i++) {
+    for (int k = 0; k < kinds; k++)
+        brc[k] = -1;
+    for (int k = 0; k < kinds && rc == 0; k++) {
+        nfresh = 0;
+        for (size_t i = 0; i < n; i++)
+            if (eng->call_log[i].lock_waits == 0 && eng->call_log[i].kind == k)
+                fresh[nfresh++] = &eng->call_log[i];
+        brc[k] = nfresh ? log_calls_batch(eng, fresh, nfresh, &err) : STORE_OK;
+        if (brc[k] == STORE_RETRY)
+            rc = -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        done[i] =
+            eng->call_log[i].lock_waits == 0 && brc[eng->call_log[i].kind] == STORE_OK;
+    for (size_t i = 0; i < n && rc == 0; i++) {
         struct call_entry *e = &eng->call_log[i];
         int alone;
-        if (e->lock_waits == 0) {
-            if (brc == STORE_OK) {
-                done[i] = 1;
-                continue;
-            }
-        } else if (e->next_at > now || held_tries++ >= HELD_PER_TURN) {
+        if (done[i])
             continue;
-        }
+        if (e->lock_waits > 0 && (e->next_at > now || held_tries++ >= HELD_PER_TURN))
+            continue;
         if ((alone = log_call_alone(eng, e, &err)) < 0) {
             rc = -1;
             break;

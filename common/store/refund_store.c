@@ -111,11 +111,15 @@ static const char *SQL_FIND_EXISTING =
     " WHERE idempotency_key = ANY($2::text[])";
 /* clang-format on */
 
-static int by_refund_id(const void *a, const void *b)
+/* The insert's order, which recorded_seq follows: a charge's refunds in
+ * their batch (message) order, the charges by id. Two sessions inserting
+ * the same refunds so take their rows' locks in one order (a charge's
+ * refunds are in the same order in every consumer's partition). */
+static int by_charge_then_batch(const void *a, const void *b)
 {
     const struct refund_record_item *x = *(const struct refund_record_item *const *)a,
                                     *y = *(const struct refund_record_item *const *)b;
-    int c = strcmp(x->cmd->refund_id, y->cmd->refund_id);
+    int c = strcmp(x->cmd->payment_attempt_id, y->cmd->payment_attempt_id);
     return c ? c : (x < y ? -1 : x > y);
 }
 
@@ -169,7 +173,7 @@ enum store_rc refund_store_record(refund_store_t *st, struct refund_record_item 
     }
     for (size_t i = 0; i < n; i++)
         sorted[i] = &items[i];
-    qsort(sorted, n, sizeof(*sorted), by_refund_id);
+    qsort(sorted, n, sizeof(*sorted), by_charge_then_batch);
     int a = stmt_arrays(&ins, 7);
     for (size_t i = 0; i < n; i++) {
         const struct refund_command *c = sorted[i]->cmd;
@@ -211,7 +215,8 @@ out:
  * ON; an UPDATE touches a row once), and none while an earlier one of the
  * last REFUND_ORDER_WINDOW is still PENDING elsewhere; those wait (busy)
  * for a later claim. A refund already reserved (a lease that expired) is
- * taken over without reserving again. */
+ * taken over without reserving again. A refund recorded before its charge
+ * takes the charge's order and currency here: its ledger row needs them. */
 static const char *SQL_CLAIM =
     "WITH q AS (SELECT DISTINCT id FROM unnest($1::uuid[]) AS q(id)),"
     " lk AS ("
@@ -246,7 +251,7 @@ static const char *SQL_CLAIM =
     "      ELSE 'exceeds_charge: ' || c.amount || ' more would pass the charge of ' ||"
     "        p.amount || ' (' || p.refund_reserved || ' refunded or in flight)' END"
     "      AS rejected,"
-    "    res.provider_payment_id"
+    "    res.provider_payment_id, p.order_id, p.currency"
     "  FROM c LEFT JOIN res ON res.refund_id = c.id"
     "  LEFT JOIN payment_attempts p ON p.id = c.payment_attempt_id),"
     " u AS ("
@@ -256,6 +261,8 @@ static const char *SQL_CLAIM =
     "    reason = d.rejected,"
     "    reserved = r.reserved OR d.provider_payment_id IS NOT NULL,"
     "    payment_intent = coalesce(r.payment_intent, d.provider_payment_id),"
+    "    order_id = coalesce(r.order_id, d.order_id),"
+    "    currency = coalesce(r.currency, d.currency),"
     "    lease_owner = CASE WHEN d.rejected IS NULL THEN $2 END,"
     "    lease_expires_at = CASE WHEN d.rejected IS NULL THEN"
     "      now() + make_interval(secs => $3::double precision / 1000) END,"

@@ -10,7 +10,15 @@ judged from psp-sim's ledger:
   once (two consumer groups, so each worker holds both): one SUCCEEDED, the
   other REJECTED exceeds_charge, one provider refund per charge;
 - crash: a worker killed right after psp-sim executed a refund, before it
-  persisted: the next owner settles it SUCCEEDED, executed once."""
+  persisted: the next owner settles it SUCCEEDED, executed once;
+- row_lock: a session holds a charge's row lock (FOR UPDATE, never
+  committed) while a refund of it, a refund of another charge and a new
+  charge reach the worker in one batch: only the held refund waits; the
+  others settle within their first lease, and the held one after the
+  lock goes;
+- call_log_lock: a charge's and a refund's provider calls written
+  together while the refund's charge row is held: the charge's call is
+  written once, the refund's once the lock goes."""
 import json
 import os
 import signal
@@ -152,9 +160,87 @@ def crash(new):
     s.check_refund_invariants()
 
 
+def row_lock(new):
+    # A lease far longer than the wait below: an item whose claim was lost
+    # would only be taken over once it expired.
+    s = new("refund_row_lock", partitions=1, worker_env={"WORKER_LEASE_MS": "120000"})
+    first = s.start_worker()
+    a = e2e.new_command(amount=1000)
+    b = e2e.new_command(amount=1000)
+    charge_all(s, [a, b])
+    s.kill_worker(first, signal.SIGTERM)
+    held = e2e.Session(s.db)
+    held.run("BEGIN")
+    held.run("SELECT 1 FROM payment_attempts WHERE id = '%s' FOR UPDATE"
+             % a["payment_attempt_id"])
+    of_a = e2e.new_refund(a, 300)
+    of_b = e2e.new_refund(b, 300)
+    c = e2e.new_command(amount=700)
+    # All in the one partition before a worker runs: they are fetched,
+    # recorded and claimed as one batch of both kinds.
+    s.publish([of_a, c, of_b])
+    s.start_worker()
+
+    def others_settled():
+        st_c = s.query("SELECT status FROM payment_attempts WHERE id = '%s'"
+                       % c["payment_attempt_id"])
+        return st_c == [["SUCCEEDED"]] and status_of(s, of_b["refund_id"])[0] == "SUCCEEDED"
+    e2e.wait_until("the charge and the other refund settled while a's row is held",
+                   others_settled, 30)
+    check_eq(status_of(s, of_a["refund_id"])[0], "PENDING", "the held refund")
+    check_eq(s.query("SELECT count(*) FROM attempt_transitions WHERE payment_attempt_id"
+                     " = '%s' AND reason LIKE 'lease expired%%'" % c["payment_attempt_id"]),
+             [["0"]], "takeovers of the new charge")
+    held.run("COMMIT")
+    held.close()
+    s.wait_refunds_settled(2, 60)
+    check_eq(status_of(s, of_a["refund_id"])[0], "SUCCEEDED", "the held refund, let go")
+    e2e.wait_until("every command committed", lambda: s.lag()["lag"] == 0, 60)
+    s.check_invariants()
+    s.check_refund_invariants()
+
+
+def call_log_lock(new):
+    s = new("refund_call_log_lock", partitions=1, worker_env={
+        "PROVIDER_TIMEOUT_MS": "30000", "WORKER_LEASE_MS": "200000"})
+    s.start_worker()
+    a = e2e.new_command(amount=1000)
+    charge_all(s, [a])
+    # Both calls wait in a frozen psp-sim, their claims committed; the
+    # charge row is taken then, and both answers come in one turn.
+    s.psp_freeze()
+    r = e2e.new_refund(a, 300)
+    c = e2e.new_command(amount=700)
+    s.publish([r, c])
+    held = e2e.Session(s.db)
+    try:
+        e2e.wait_until("both claimed", lambda: s.query(
+            "SELECT (SELECT status FROM refund_attempts WHERE id = '%s'),"
+            " (SELECT status FROM payment_attempts WHERE id = '%s')"
+            % (r["refund_id"], c["payment_attempt_id"])) == [["PROCESSING", "PROCESSING"]], 30)
+        held.run("BEGIN")
+        held.run("SELECT 1 FROM payment_attempts WHERE id = '%s' FOR UPDATE"
+                 % a["payment_attempt_id"])
+    finally:
+        s.psp_thaw()
+    e2e.wait_until("the charge settled while a's row is held", lambda: s.query(
+        "SELECT status FROM payment_attempts WHERE id = '%s'" % c["payment_attempt_id"])
+        == [["SUCCEEDED"]], 30)
+    held.run("COMMIT")
+    held.close()
+    s.wait_refunds_settled(1, 60)
+    check_eq(s.query("SELECT count(*) FROM provider_calls WHERE payment_attempt_id = '%s'"
+                     % c["payment_attempt_id"]), [["1"]], "provider calls of the charge")
+    check_eq(s.query("SELECT count(*) FROM provider_calls WHERE refund_id = '%s'"
+                     % r["refund_id"]), [["1"]], "provider calls of the refund")
+    e2e.wait_until("every command committed", lambda: s.lag()["lag"] == 0, 60)
+    s.check_invariants()
+    s.check_refund_invariants()
+
+
 def scenario(new):
     only = os.environ.get("REFUND_CASE")
-    for case in (basics, race, crash):
+    for case in (basics, race, crash, row_lock, call_log_lock):
         if not only or only == case.__name__:
             e2e.log("== case", case.__name__)
             case(new)

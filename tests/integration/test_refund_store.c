@@ -273,6 +273,29 @@ START_TEST(refunds_of_a_charge_reserve_in_the_order_recorded)
 }
 END_TEST
 
+/* As above with the ids against the batch's order: the earlier message's
+ * refund id sorts last. Order is the messages', never the ids'. */
+START_TEST(batch_order_not_id_order_decides_which_refund_reserves)
+{
+    refund_store_t *st = store("w1");
+    char attempt[37];
+    charge("SUCCEEDED", 1000, attempt);
+    struct refund_command first = refund(attempt, 600), second = refund(attempt, 600);
+    memcpy(first.refund_id, "ffffffff", 8);
+    memcpy(second.refund_id, "00000000", 8);
+    snprintf(first.idempotency_key, sizeof(first.idempotency_key), "refund:%s",
+             first.refund_id);
+    snprintf(second.idempotency_key, sizeof(second.idempotency_key), "refund:%s",
+             second.refund_id);
+    struct refund_record_item rec[2] = {{.cmd = &first}, {.cmd = &second}};
+    ck_assert(refund_store_record(st, rec, 2, &err) == STORE_OK);
+    ck_assert_int_eq(claim1(st, second.refund_id).result, REFUND_BUSY);
+    ck_assert_int_eq(claim1(st, first.refund_id).result, REFUND_CLAIMED);
+    ck_assert_int_eq(claim1(st, second.refund_id).result, REFUND_SETTLED);
+    refund_store_free(st);
+}
+END_TEST
+
 static void persist1(refund_store_t *st, const char *id, int64_t epoch,
                      const char *status, const char *prid, int expect_persisted)
 {
@@ -369,6 +392,39 @@ static void *race(void *arg)
     return NULL;
 }
 
+/* A refund recorded before its charge (published out of order, or held
+ * while the charge came in) and claimed once the charge SUCCEEDED: it
+ * takes the charge's order and currency then, so that its success books
+ * like any other. */
+START_TEST(a_refund_recorded_before_its_charge_books_with_the_charges_currency)
+{
+    refund_store_t *st = store("w1");
+    char attempt[37];
+    test_env_uuid(attempt);
+    struct refund_command r = refund(attempt, 300);
+    ck_assert_int_eq(record1(st, &r, NULL, 0), REFUND_RECORDED);
+    charge("SUCCEEDED", 1000, attempt);
+    /* charge() names a fresh attempt: give it the refund's id. */
+    const char *p[] = {attempt, r.payment_attempt_id};
+    test_env_sql(admin, "UPDATE payment_attempts SET id = $2 WHERE id = $1", 2, p);
+    struct refund_claim_item c = claim1(st, r.refund_id);
+    ck_assert_int_eq(c.result, REFUND_CLAIMED);
+    persist1(st, r.refund_id, c.lease_epoch, "SUCCEEDED", "re_early", 1);
+    snprintf(q, sizeof(q),
+             "SELECT l.currency || ':' || (l.order_id = p.order_id) || ':' ||"
+             " p.refunded_amount FROM ledger_entries l JOIN payment_attempts p"
+             " ON p.id = l.payment_attempt_id WHERE l.refund_id = '%s'",
+             r.refund_id);
+    ck_assert_str_eq(value(q), "EUR:true:300");
+    snprintf(q, sizeof(q),
+             "SELECT payload->>'currency' FROM outbox WHERE refund_id = '%s'"
+             " AND event_type = 'refund.succeeded'",
+             r.refund_id);
+    ck_assert_str_eq(value(q), "EUR");
+    refund_store_free(st);
+}
+END_TEST
+
 START_TEST(two_sessions_racing_never_refund_past_the_charge)
 {
     refund_store_t *a = store("w1"), *b = store("w2");
@@ -422,7 +478,10 @@ int main(void)
     tcase_add_test(tc, claim_reserves_within_the_charge_and_rejects_the_rest);
     tcase_add_test(tc, one_refund_of_a_charge_per_claim_statement);
     tcase_add_test(tc, refunds_of_a_charge_reserve_in_the_order_recorded);
+    tcase_add_test(tc, batch_order_not_id_order_decides_which_refund_reserves);
     tcase_add_test(tc, outcomes_move_the_money_once);
+    tcase_add_test(tc,
+                   a_refund_recorded_before_its_charge_books_with_the_charges_currency);
     tcase_add_test(tc, two_sessions_racing_never_refund_past_the_charge);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
