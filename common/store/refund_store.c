@@ -215,13 +215,15 @@ out:
  * ON; an UPDATE touches a row once), and none while an earlier one of the
  * last REFUND_ORDER_WINDOW is still PENDING elsewhere; those wait (busy)
  * for a later claim. A refund already reserved (a lease that expired) is
- * taken over without reserving again. A refund recorded before its charge
+ * taken over without reserving again. A refund of a charge still PENDING or
+ * PROCESSING waits for it (as long as REFUND_ORDER_WINDOW); one of a charge
+ * UNKNOWN is not_refundable. A refund recorded before its charge
  * takes the charge's order and currency here: its ledger row needs them. */
 static const char *SQL_CLAIM =
     "WITH q AS (SELECT DISTINCT id FROM unnest($1::uuid[]) AS q(id)),"
     " lk AS ("
-    "  SELECT r.id, r.status, r.payment_attempt_id, r.amount, r.recorded_seq"
-    "  FROM refund_attempts r"
+    "  SELECT r.id, r.status, r.payment_attempt_id, r.amount, r.recorded_seq,"
+    "    r.created_at FROM refund_attempts r"
     "  JOIN q ON r.id = q.id"
     "  WHERE r.status = " ATTEMPT_SQL(PENDING)
     "     OR (r.status = " ATTEMPT_SQL(PROCESSING) " AND r.next_check_at IS NULL"
@@ -233,6 +235,13 @@ static const char *SQL_CLAIM =
     "    AND e.status = " ATTEMPT_SQL(PENDING) " AND e.recorded_seq < lk.recorded_seq"
     "    AND e.created_at > now() - interval '" REFUND_ORDER_WINDOW "'"
     "    AND e.id NOT IN (SELECT id FROM lk))"
+    /* Behind its charge in the partition, a refund may reach the claim
+     * while the charge's call is still in flight: it waits for the charge
+     * to settle rather than be rejected for it. */
+    "  AND (lk.status <> " ATTEMPT_SQL(PENDING) " OR NOT EXISTS ("
+    "    SELECT 1 FROM payment_attempts w WHERE w.id = lk.payment_attempt_id"
+    "    AND w.status IN (" ATTEMPT_SQL(PENDING) ", " ATTEMPT_SQL(PROCESSING) ")"
+    "    AND lk.created_at > now() - interval '" REFUND_ORDER_WINDOW "'))"
     "  ORDER BY payment_attempt_id, recorded_seq),"
     " res AS ("
     "  UPDATE payment_attempts p SET refund_reserved = p.refund_reserved + c.amount"

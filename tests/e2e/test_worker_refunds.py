@@ -238,9 +238,23 @@ def call_log_lock(new):
     s.check_refund_invariants()
 
 
+def behind(new):
+    """A refund published right behind its charge reaches the claim while
+    the charge's call is in flight (psp-sim answers after 500 ms): it waits
+    for the charge and is refunded, not rejected for it."""
+    s = new("refund_behind", partitions=1, psp_args=["--latency-ms", "500"])
+    s.start_worker()
+    c = e2e.new_command(amount=800)
+    r = e2e.new_refund(c, 800)
+    s.publish([c, r])
+    s.wait_refunds_settled(1, 60)
+    check_eq(status_of(s, r["refund_id"]), ("SUCCEEDED", ""), "the refund behind its charge")
+    s.check_refund_invariants()
+
+
 def scenario(new):
     only = os.environ.get("REFUND_CASE")
-    for case in (basics, race, crash, row_lock, call_log_lock):
+    for case in (basics, race, crash, row_lock, call_log_lock, behind):
         if not only or only == case.__name__:
             e2e.log("== case", case.__name__)
             case(new)

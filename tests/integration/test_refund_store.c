@@ -210,6 +210,12 @@ START_TEST(claim_reserves_within_the_charge_and_rejects_the_rest)
     ck_assert_int_eq(claim1(st, r3.refund_id).result, REFUND_CLAIMED);
     ck_assert_int_eq(reserved_of(attempt), 1000);
 
+    /* A refund of a charge still in flight waits for it; once the charge
+     * ends other than SUCCEEDED, the refund is not refundable. */
+    ck_assert_int_eq(claim1(st, r4.refund_id).result, REFUND_BUSY);
+    snprintf(q, sizeof(q),
+             "UPDATE payment_attempts SET status = 'FAILED' WHERE id = '%s'", pending);
+    test_env_sql(admin, q, 0, NULL);
     struct refund_claim_item c4 = claim1(st, r4.refund_id);
     ck_assert_int_eq(c4.result, REFUND_SETTLED);
     ck_assert_msg(!strncmp(c4.rejected, "not_refundable", 14), "%s", c4.rejected);
