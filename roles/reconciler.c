@@ -40,6 +40,7 @@ struct reconciler {
     config_t *cfg;
     char id[160];
     attempt_store_t *store;
+    refund_store_t *refunds;
     provider_client_t *provider;
     long long batch, lease_ms, poll_ms, max_age_ms, search_lag_ms, stale_ms;
     long long key_retention_ms, provider_timeout_ms;
@@ -48,13 +49,16 @@ struct reconciler {
     int64_t next_poll, next_backlog;
     struct daemon_db db;
     struct attempt_due *due;
+    struct refund_due *rdue;
+    int on_refunds;       /* the batch is of refunds (rdue), not attempts */
     size_t ndue, looking; /* the batch claimed, and the one looked at */
     refund_store_t *refunds;
     struct refund_due *rdue;
     int64_t next_refund_poll;
     int64_t renewed_at; /* when the batch's leases were last extended */
     struct pending_call {
-        char attempt_id[37];
+        char attempt_id[37]; /* or the refund's id */
+        int refund;
         const char *operation; /* a string literal */
         int64_t started_ms;
         struct provider_result res;
@@ -65,7 +69,8 @@ struct reconciler {
 
 /* What one look found out, and what follows from it. */
 struct look {
-    const struct attempt_due *d;
+    const struct attempt_due *d; /* or, for a refund: */
+    const struct refund_due *rd;
     int64_t claimed_at;
     struct provider_result res[MAX_CALLS];
     const char *ops[MAX_CALLS];
@@ -125,10 +130,13 @@ static void renew_rest(struct reconciler *r, size_t from, size_t n)
     int ours[1024];
     size_t k = 0;
     for (size_t i = from; i < n && k < 1024; i++, k++) {
-        ids[k] = r->due[i].id;
-        epochs[k] = r->due[i].lease_epoch;
+        ids[k] = r->on_refunds ? r->rdue[i].id : r->due[i].id;
+        epochs[k] = r->on_refunds ? r->rdue[i].lease_epoch : r->due[i].lease_epoch;
     }
-    if (attempt_store_renew(r->store, ids, epochs, k, r->lease_ms, ours, &err) != 0)
+    if ((r->on_refunds
+             ? refund_store_renew(r->refunds, ids, epochs, k, r->lease_ms, ours, &err)
+             : attempt_store_renew(r->store, ids, epochs, k, r->lease_ms, ours,
+                                   &err)) != 0)
         log_warn("could not renew leases; they may expire", "error", err.message, NULL);
 }
 
@@ -201,29 +209,47 @@ static void call(struct reconciler *r, struct look *l, const char *op)
     note(l, op, &l->res[i], 0);
 }
 
-/* Asks the consistent source whether any call under the attempt's key
- * executed: the provider's list of the intents created while one could
- * have been, every page walked, matched on metadata[payment_attempt_id]
- * (reconcile_policy says which window, and what the pages add up to). One
- * call row for the walk: the page that decided it, with the walk's
- * latency. */
-static void list_walk(struct reconciler *r, struct look *l)
+/* One page of a list, after the object `after` ("" first). */
+typedef void (*list_page_fn)(struct reconciler *r, const struct look *l,
+                             const char *after, struct provider_result *page);
+
+/* The intents created while a call under the attempt's key could have
+ * been (reconcile_policy says which window). */
+static void intents_page(struct reconciler *r, const struct look *l, const char *after,
+                         struct provider_result *page)
 {
-    const struct attempt_due *d = l->d;
+    long long gte, lt;
+    reconcile_policy_list_window(l->d->first_sent_ms, r->key_retention_ms, &gte, &lt);
+    provider_client_list(r->provider, l->d->id, gte, lt, after, page);
+}
+
+/* The refunds of the charge's intent. */
+static void refunds_page(struct reconciler *r, const struct look *l, const char *after,
+                         struct provider_result *page)
+{
+    provider_client_list_refunds(r->provider, l->rd->params.payment_intent, l->rd->id,
+                                 after, page);
+}
+
+/* Asks the consistent source whether any call under the key executed: a
+ * list of the provider's, every page walked, matched on the metadata
+ * (reconcile_policy says what the pages add up to). One call row for the
+ * walk: the page that decided it, with the walk's latency. */
+static void list_walk(struct reconciler *r, struct look *l, const char *op,
+                      list_page_fn page_of)
+{
     int i = l->ncalls++, pages = 0;
     struct provider_result *out = &l->res[i], page;
-    long long gte, lt;
     long latency = 0;
     char after[96] = "";
 
-    reconcile_policy_list_window(d->first_sent_ms, r->key_retention_ms, &gte, &lt);
-    l->ops[i] = "list";
+    l->ops[i] = op;
     l->started[i] = clock_wall_ms();
     memset(out, 0, sizeof(*out));
     for (;;) {
         call_begin(r);
-        provider_client_list(r->provider, d->id, gte, lt, after, &page);
-        call_end("list", &page);
+        page_of(r, l, after, &page);
+        call_end(op, &page);
         pages++;
         latency += page.latency_ms;
         if (!reconcile_policy_list_fold(out, &page, pages))
@@ -231,7 +257,41 @@ static void list_walk(struct reconciler *r, struct look *l)
         snprintf(after, sizeof(after), "%s", page.list_last_id);
     }
     out->latency_ms = latency;
-    note(l, "list", out, pages);
+    note(l, op, out, pages);
+}
+
+/* The refund again, under its key and with its stored parameters
+ * (refund_op_request), waited for: the reconciler makes one call at a
+ * time, each bounded by PROVIDER_TIMEOUT_MS. */
+static void refund_again(struct reconciler *r, const struct refund_due *rd,
+                         struct provider_result *res)
+{
+    const struct provider_refund req = refund_op_request(&rd->params, rd->id);
+    char err[256];
+    void *tag;
+    if (provider_client_start_refund(r->provider, &req, NULL, err, sizeof(err)) != 0) {
+        memset(res, 0, sizeof(*res));
+        res->outcome = PROVIDER_NOT_EXECUTED; /* nothing was started */
+        snprintf(res->error, sizeof(res->error), "%s", err);
+        return;
+    }
+    while (!provider_client_next_done(r->provider, res, &tag))
+        provider_client_perform(r->provider, 100);
+}
+
+static void call_refund(struct reconciler *r, struct look *l, const char *op)
+{
+    int i = l->ncalls++;
+    call_begin(r);
+    l->ops[i] = op;
+    l->started[i] = clock_wall_ms();
+    if (!strcmp(op, "retrieve_refund"))
+        provider_client_retrieve_refund(r->provider, l->rd->provider_refund_id,
+                                        &l->res[i]);
+    else
+        refund_again(r, l->rd, &l->res[i]);
+    call_end(op, &l->res[i]);
+    note(l, op, &l->res[i], 0);
 }
 
 /* One look: reconcile_policy names each call in turn and, once the
@@ -281,11 +341,65 @@ static void look(struct reconciler *r, struct look *l)
             e.charge = last;
             break;
         case RECONCILE_LIST:
-            list_walk(r, l);
+            list_walk(r, l, "list", intents_page);
             e.list = last;
             break;
         case RECONCILE_SETTLE:
             l->status = dec.status;
+            snprintf(l->reason, sizeof(l->reason), "%s", dec.reason);
+            snprintf(l->ppid, sizeof(l->ppid), "%s", dec.provider_payment_id);
+            return;
+        }
+    }
+}
+
+/* A look at a refund: reconcile_policy's refund order of evidence, with
+ * the charge's limits. */
+static void look_refund(struct reconciler *r, struct look *l)
+{
+    const struct refund_due *d = l->rd;
+    const struct reconcile_limits lim = {
+        .key_retention_ms = r->key_retention_ms,
+        .provider_timeout_ms = r->provider_timeout_ms,
+        .search_lag_ms = r->search_lag_ms,
+        .max_age_ms = r->max_age_ms,
+    };
+    const struct reconcile_attempt a = {
+        .id = d->id,
+        .status = d->status,
+        .provider_payment_id = d->provider_refund_id,
+        .amount = d->params.amount,
+        .key_age_ms = d->key_age_ms,
+        .first_sent_ms = -1,
+        .age_ms = d->age_ms,
+        .payment_intent = d->params.payment_intent,
+        .object = "refund",
+    };
+    struct reconcile_evidence e = {0};
+    struct reconcile_decision dec;
+
+    for (;;) {
+        reconcile_policy_decide_refund(&lim, &a, &e, &dec);
+        const struct provider_result *last = &l->res[l->ncalls];
+        switch (dec.next) {
+        case RECONCILE_RETRIEVE:
+            call_refund(r, l, "retrieve_refund");
+            e.lookup = last;
+            break;
+        case RECONCILE_LIST:
+            list_walk(r, l, "list_refunds", refunds_page);
+            e.list = last;
+            e.lookup_after_ms = clock_now_ms() - l->claimed_at;
+            break;
+        case RECONCILE_CHARGE:
+            call_refund(r, l, "refund");
+            e.charge = last;
+            break;
+        case RECONCILE_SEARCH:
+        case RECONCILE_SEARCH_OTHERS:
+            /* Never asked for a refund: no search of refunds exists. */
+        case RECONCILE_SETTLE:
+            l->status = dec.next == RECONCILE_SETTLE ? dec.status : d->status;
             snprintf(l->reason, sizeof(l->reason), "%s", dec.reason);
             snprintf(l->ppid, sizeof(l->ppid), "%s", dec.provider_payment_id);
             return;
@@ -317,6 +431,7 @@ static void keep_calls(struct reconciler *r, const struct attempt_call *calls, s
         }
         struct pending_call *p = &r->pending[r->npending++];
         snprintf(p->attempt_id, sizeof(p->attempt_id), "%s", calls[i].attempt_id);
+        p->refund = 0;
         p->operation = calls[i].operation;
         p->started_ms = calls[i].started_ms;
         p->res = *calls[i].res;
@@ -324,20 +439,62 @@ static void keep_calls(struct reconciler *r, const struct attempt_call *calls, s
     }
 }
 
+/* As keep_calls, a refund's: a refund made must never vanish either. */
+static void keep_refund_calls(struct reconciler *r, const struct refund_call *calls,
+                              size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (r->npending == PENDING_MAX) {
+            log_warn("provider call log full; call kept in the log line only",
+                     "refund_id", calls[i].refund_id, NULL);
+            continue;
+        }
+        struct pending_call *p = &r->pending[r->npending++];
+        snprintf(p->attempt_id, sizeof(p->attempt_id), "%s", calls[i].refund_id);
+        p->refund = 1;
+        p->operation = calls[i].operation;
+        p->started_ms = calls[i].started_ms;
+        p->res = *calls[i].res;
+        p->written_maybe = 0;
+    }
+}
+
+/* Writes n kept calls, an attempt's with the attempt store and a refund's
+ * with the refund store: the worse of the two answers. */
+static enum store_rc log_pending(struct reconciler *r, const struct pending_call *p,
+                                 size_t n, struct store_error *err)
+{
+    struct attempt_call calls[PENDING_MAX];
+    struct refund_call rcalls[PENDING_MAX];
+    size_t nc = 0, nr = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i].refund)
+            rcalls[nr++] = (struct refund_call){.refund_id = p[i].attempt_id,
+                                                .operation = p[i].operation,
+                                                .started_ms = p[i].started_ms,
+                                                .res = &p[i].res,
+                                                .written_maybe = p[i].written_maybe};
+        else
+            calls[nc++] = (struct attempt_call){.attempt_id = p[i].attempt_id,
+                                                .operation = p[i].operation,
+                                                .started_ms = p[i].started_ms,
+                                                .res = &p[i].res,
+                                                .written_maybe = p[i].written_maybe};
+    }
+    enum store_rc rc =
+        nc ? attempt_store_log_calls(r->store, calls, nc, err) : STORE_OK;
+    if (rc != STORE_OK || nr == 0)
+        return rc;
+    return refund_store_log_calls(r->refunds, rcalls, nr, err);
+}
+
 /* 0 when nothing waits any more. */
 static int flush_pending(struct reconciler *r)
 {
     struct store_error err;
-    struct attempt_call calls[PENDING_MAX];
     if (r->npending == 0)
         return 0;
-    for (size_t i = 0; i < r->npending; i++)
-        calls[i] = (struct attempt_call){.attempt_id = r->pending[i].attempt_id,
-                                         .operation = r->pending[i].operation,
-                                         .started_ms = r->pending[i].started_ms,
-                                         .res = &r->pending[i].res,
-                                         .written_maybe = r->pending[i].written_maybe};
-    int rc = attempt_store_log_calls(r->store, calls, r->npending, &err);
+    int rc = log_pending(r, r->pending, r->npending, &err);
     if (rc == STORE_RETRY) {
         /* Given up at its deadline, the write may still commit. */
         for (size_t i = 0; i < r->npending; i++)
@@ -351,10 +508,16 @@ static int flush_pending(struct reconciler *r)
     }
     /* One call refused, or held by another session's lock: one by one, so
      * that a refused row alone is dropped and a held one kept for later
-     * (a charge made must never vanish from provider_calls). */
+     * (a charge made must never vanish from provider_calls). With refunds
+     * among them the attempts' statement may have committed before the
+     * refunds' failed: those are written again only if absent. */
+    int mixed = 0;
+    for (size_t i = 0; i < r->npending; i++)
+        mixed |= r->pending[i].refund;
     size_t kept = 0;
     for (size_t i = 0; i < r->npending; i++) {
-        rc = attempt_store_log_calls(r->store, &calls[i], 1, &err);
+        r->pending[i].written_maybe |= mixed && !r->pending[i].refund;
+        rc = log_pending(r, &r->pending[i], 1, &err);
         if (rc == STORE_DATA)
             log_error("provider call not recorded: the database refused it",
                       "payment_attempt_id", r->pending[i].attempt_id, "error",
@@ -486,57 +649,179 @@ static int settle(struct reconciler *r, struct look *l)
     return 0;
 }
 
+/* Settles one look at a refund, as settle() does an attempt's. */
+static int settle_refund(struct reconciler *r, struct look *l)
+{
+    struct store_error err;
+    const struct refund_due *d = l->rd;
+    struct refund_call calls[MAX_ROWS];
+    size_t ncalls = 0;
+    for (int i = 0; i < l->ncalls; i++) {
+        for (int k = 0; k < l->res[i].resent && ncalls < MAX_ROWS - 1; k++)
+            calls[ncalls++] = (struct refund_call){.refund_id = d->id,
+                                                   .operation = l->ops[i],
+                                                   .started_ms = l->started[i],
+                                                   .res = &l->lost};
+        calls[ncalls++] = (struct refund_call){.refund_id = d->id,
+                                               .operation = l->ops[i],
+                                               .started_ms = l->started[i],
+                                               .res = &l->res[i]};
+    }
+    int stays = l->status == d->status;
+    char *evidence = json_dumps(l->evidence, JSON_COMPACT);
+    struct refund_settlement s = {
+        .refund_id = d->id,
+        .lease_epoch = d->lease_epoch,
+        .expected = d->status,
+        .status = l->status,
+        .reason = l->reason[0] ? l->reason : NULL,
+        .provider_refund_id = l->ppid,
+        .evidence_json = evidence,
+        .next_check_ms = stays || l->status == ATTEMPT_STATUS_PROCESSING ||
+                                 l->status == ATTEMPT_STATUS_UNKNOWN
+                             ? next_look_ms(r, d->checks)
+                             : -1,
+        .calls = calls,
+        .ncalls = ncalls,
+    };
+    int rc = refund_store_settle(r->refunds, &s, &err);
+    if (rc == STORE_DATA && s.status != ATTEMPT_STATUS_REQUIRES_REVIEW) {
+        char why[256];
+        log_error("the database refused a refund's settlement; settling it for review",
+                  "refund_id", d->id, "error", err.message, NULL);
+        snprintf(why, sizeof(why),
+                 "requires_review: the database refused %s (sqlstate %s)",
+                 attempt_status_name(s.status), err.sqlstate);
+        s.status = ATTEMPT_STATUS_REQUIRES_REVIEW;
+        s.reason = why;
+        s.provider_refund_id = NULL;
+        s.next_check_ms = -1;
+        rc = refund_store_settle(r->refunds, &s, &err);
+    }
+    free(evidence);
+    if (rc == STORE_LOCKED) {
+        keep_refund_calls(r, calls, ncalls);
+        log_warn("refund held by another session's transaction; looking again later",
+                 "refund_id", d->id, NULL);
+        return 0;
+    }
+    if (rc == STORE_RETRY) {
+        keep_refund_calls(r, calls, ncalls);
+        db_failed(r, "settle refund", err.message);
+        return -1;
+    }
+    if (rc != STORE_OK) {
+        keep_refund_calls(r, calls, ncalls);
+        log_error("the database refused a refund's settlement; the lease is left to "
+                  "expire",
+                  "refund_id", d->id, "error", err.message, NULL);
+        return 0;
+    }
+    db_ok(r);
+    const char *from = attempt_status_name(d->status),
+               *to = attempt_status_name(s.status);
+    if (s.settled && !stays)
+        metrics_add(METRIC_RECONCILER_REFUND_SETTLEMENTS, 1, to);
+    if (s.busy)
+        log_warn("refund locked by another session; looking again later", "refund_id",
+                 d->id, NULL);
+    else if (!s.settled)
+        log_warn("lease lost before settling; result dropped", "refund_id", d->id,
+                 NULL);
+    else if (stays)
+        log_debug("looked; looking again later", "refund_id", d->id, "status", from,
+                  "reason", l->reason, NULL);
+    else if (s.status == ATTEMPT_STATUS_REQUIRES_REVIEW)
+        log_warn("refund needs review", "refund_id", d->id, "payment_attempt_id",
+                 d->params.payment_attempt_id, "from", from, "reason", l->reason, NULL);
+    else
+        log_info("refund settled on the provider's evidence", "refund_id", d->id,
+                 "payment_attempt_id", d->params.payment_attempt_id, "from", from,
+                 "status", to, "provider_refund_id", l->ppid[0] ? l->ppid : NULL,
+                 "reason", l->reason[0] ? l->reason : NULL, NULL);
+    return 0;
+}
+
 /* Hands back the claims of a batch cut short (stopping): a peer may look. */
 static void release_rest(struct reconciler *r, size_t from, size_t n)
 {
     struct store_error err;
     for (size_t i = from; i < n; i++) {
-        const char *id = r->due[i].id;
-        if (attempt_store_hand_back(r->store, &id, &r->due[i].lease_epoch, 1, &err))
-            log_warn("could not release lease; it will expire", "payment_attempt_id",
-                     id, "error", err.message, NULL);
+        const char *id = r->on_refunds ? r->rdue[i].id : r->due[i].id;
+        const int64_t *epoch =
+            r->on_refunds ? &r->rdue[i].lease_epoch : &r->due[i].lease_epoch;
+        if (r->on_refunds ? refund_store_hand_back(r->refunds, &id, epoch, 1, &err)
+                          : attempt_store_hand_back(r->store, &id, epoch, 1, &err))
+            log_warn("could not release lease; it will expire",
+                     r->on_refunds ? "refund_id" : "payment_attempt_id", id, "error",
+                     err.message, NULL);
     }
+}
+
+/* Claims a batch of attempts (refunds: of refunds) due for a look and
+ * settles each. *n: how many were claimed. -1 when the round stops here
+ * (the database failed, or stopping). */
+static int look_at_batch(struct reconciler *r, int refunds, size_t *n)
+{
+    struct store_error err;
+
+    *n = 0;
+    int rc = refunds ? refund_store_claim_due(r->refunds, r->rdue, (size_t)r->batch, n,
+                                              r->lease_ms, r->stale_ms, &err)
+                     : attempt_store_claim_due(r->store, r->due, (size_t)r->batch, n,
+                                               r->lease_ms, r->stale_ms, &err);
+    if (rc != STORE_OK) {
+        db_failed(r, refunds ? "claim refunds" : "claim", err.message);
+        return -1;
+    }
+    db_ok(r);
+    int64_t claimed_at = clock_now_ms();
+    r->on_refunds = refunds;
+    r->ndue = *n;
+    r->renewed_at = claimed_at;
+    for (size_t i = 0; i < *n; i++) {
+        if (daemon_stopping()) {
+            release_rest(r, i, *n);
+            return -1;
+        }
+        r->looking = i;
+        keep_leases(r);
+        struct look l = {.claimed_at = claimed_at};
+        l.lost = provider_outcome_lost_answer();
+        l.evidence = json_pack("{s:[]}", "calls");
+        int failed;
+        if (refunds) {
+            l.rd = &r->rdue[i];
+            look_refund(r, &l);
+            failed = settle_refund(r, &l);
+        } else {
+            l.d = &r->due[i];
+            look(r, &l);
+            failed = settle(r, &l);
+        }
+        json_decref(l.evidence);
+        if (failed) {
+            release_rest(r, i + 1, *n);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 static void look_at_due(struct reconciler *r, int64_t now)
 {
-    struct store_error err;
-    size_t n = 0;
+    size_t n = 0, nr = 0;
 
     if (now < r->next_poll)
         return;
     if (flush_pending(r) != 0)
         return;
-    int rc = attempt_store_claim_due(r->store, r->due, (size_t)r->batch, &n,
-                                     r->lease_ms, r->stale_ms, &err);
-    if (rc != STORE_OK) {
-        db_failed(r, "claim", err.message);
+    if (look_at_batch(r, 0, &n) != 0 || look_at_batch(r, 1, &nr) != 0)
         return;
-    }
-    db_ok(r);
-    int64_t claimed_at = clock_now_ms();
-    r->ndue = n;
-    r->renewed_at = claimed_at;
-    for (size_t i = 0; i < n; i++) {
-        if (daemon_stopping()) {
-            release_rest(r, i, n);
-            return;
-        }
-        r->looking = i;
-        keep_leases(r);
-        struct look l = {.d = &r->due[i], .claimed_at = claimed_at};
-        l.lost = provider_outcome_lost_answer();
-        l.evidence = json_pack("{s:[]}", "calls");
-        look(r, &l);
-        int failed = settle(r, &l);
-        json_decref(l.evidence);
-        if (failed) {
-            release_rest(r, i + 1, n);
-            return;
-        }
-    }
     /* A full batch: more may be due at once. */
-    r->next_poll = (long long)n < r->batch ? clock_now_ms() + r->poll_ms : 0;
+    r->next_poll = (long long)n < r->batch && (long long)nr < r->batch
+                       ? clock_now_ms() + r->poll_ms
+                       : 0;
 }
 
 /* ---- refunds ----
@@ -804,6 +1089,16 @@ static void count_backlog(struct reconciler *r, int64_t now)
         metrics_set(METRIC_RECONCILER_BACKLOG, (double)counts[i], name);
         metrics_set(METRIC_RECONCILER_OLDEST, oldest[i] / 1000.0, name);
     }
+    if (refund_store_backlog(r->refunds, statuses, 2, counts, oldest, &err) !=
+        STORE_OK) {
+        db_failed(r, "count refund backlog", err.message);
+        return;
+    }
+    for (int i = 0; i < 2; i++) {
+        const char *name = attempt_status_name(statuses[i]);
+        metrics_set(METRIC_RECONCILER_REFUND_BACKLOG, (double)counts[i], name);
+        metrics_set(METRIC_RECONCILER_REFUND_OLDEST, oldest[i] / 1000.0, name);
+    }
 }
 
 /* Next due: the next poll for due attempts, or the backlog's count if it
@@ -916,6 +1211,12 @@ static int setup(struct reconciler *r, char *err, size_t err_size)
         snprintf(err, err_size, "%s", serr.message);
         return 2;
     }
+    r->refunds =
+        refund_store_new(config_str(r->cfg, CONFIG_DATABASE_URL), r->id, &serr);
+    if (!r->refunds) {
+        snprintf(err, err_size, "%s", serr.message);
+        return 2;
+    }
     return 0;
 }
 
@@ -931,6 +1232,10 @@ static void usage(FILE *out)
         "the provider's (consistent) list of the key's window holds no intent of it.\n"
         "Looks again on RECONCILER_SCHEDULE_MS; past RECONCILER_MAX_AGE_MS, or on\n"
         "contradictory evidence, the attempt goes to REQUIRES_REVIEW.\n"
+        "Refunds left UNKNOWN or PROCESSING alike: by refund id, else the\n"
+        "intent's (consistent) list of refunds; the refund again with its key\n"
+        "only while the provider keeps it; FAILED only on the list's \"none\"\n"
+        "after that.\n"
         "SIGTERM: finish the look in hand, hand the rest back, exit 0.\n\n");
     config_print_help(out, CONFIG_ROLE_RECONCILER);
 }

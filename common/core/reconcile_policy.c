@@ -77,6 +77,18 @@ static const struct {
      * leaves the attempt's status as it was. */
     [RECONCILE_TOO_OLD] = {"too_old", SETS, ATTEMPT_STATUS_REQUIRES_REVIEW,
                            BOOKS_AS_BEFORE, "requires_review: "},
+    /* A refund's rows where a charge's words would not fit it. */
+    [RECONCILE_FOUND_REFUND_FAILED] = {"found_refund_failed", SETS,
+                                       ATTEMPT_STATUS_FAILED, BOOKS_INTENT,
+                                       "refund failed: "},
+    [RECONCILE_REFUND_UNANSWERED] = {"refund_unanswered", KEEPS, 0, BOOKS_NONE,
+                                     "refunded again, unknown: "},
+    [RECONCILE_REFUND_LIST_FAILED] = {"refund_list_failed", KEEPS, 0, BOOKS_NONE,
+                                      "the list of the intent's refunds failed: "},
+    [RECONCILE_REFUND_NO_INTENT] = {"refund_no_intent", SETS,
+                                    ATTEMPT_STATUS_REQUIRES_REVIEW, BOOKS_NONE,
+                                    "requires_review: no charge intent to look the "
+                                    "refund up on"},
 };
 _Static_assert(sizeof(rules) / sizeof(rules[0]) == RECONCILE_RULE__COUNT,
                "one row per rule");
@@ -93,26 +105,35 @@ static int is_intent(enum provider_outcome o)
            o == PROVIDER_PROCESSING || o == PROVIDER_REQUIRES_REVIEW;
 }
 
-/* Is this intent the attempt's own? Its amount and currency must be the
+static const char *object_of(const struct reconcile_attempt *a)
+{
+    return a->object ? a->object : "intent";
+}
+
+/* Is this intent (or refund) the attempt's own? Its amount and currency
+ * (when the attempt has one: a refund's is its charge's) must be the
  * attempt's, and its metadata must not name another attempt. A look-up's
- * intent must carry amount and currency; the answer to our own charge,
- * under our key, is judged on the fields it carries (a card error may
- * carry none). Writes why not. */
+ * object must carry them; the answer to our own call, under our key, is
+ * judged on the fields it carries (a card error may carry none). Writes
+ * why not. */
 static int intent_is_ours(const struct reconcile_attempt *a,
                           const struct provider_result *res, int own_answer, char *why,
                           size_t why_size)
 {
-    if (!own_answer && (!res->amount || !res->currency[0]))
-        snprintf(why, why_size, "intent %s without amount or currency",
-                 res->provider_payment_id);
+    const char *obj = object_of(a);
+    int has_currency = a->currency != NULL;
+    if (!own_answer && (!res->amount || (has_currency && !res->currency[0])))
+        snprintf(why, why_size, "%s %s without amount%s", obj, res->provider_payment_id,
+                 has_currency ? " or currency" : "");
     else if (res->amount && res->amount != a->amount)
-        snprintf(why, why_size, "intent amount %lld, the attempt's %lld", res->amount,
+        snprintf(why, why_size, "%s amount %lld, the attempt's %lld", obj, res->amount,
                  a->amount);
-    else if (res->currency[0] && strcasecmp(res->currency, a->currency) != 0)
-        snprintf(why, why_size, "intent currency %s, the attempt's %s", res->currency,
+    else if (has_currency && res->currency[0] &&
+             strcasecmp(res->currency, a->currency) != 0)
+        snprintf(why, why_size, "%s currency %s, the attempt's %s", obj, res->currency,
                  a->currency);
     else if (res->intent_attempt_id[0] && strcmp(res->intent_attempt_id, a->id) != 0)
-        snprintf(why, why_size, "intent of another attempt (%s)",
+        snprintf(why, why_size, "%s of another attempt (%s)", obj,
                  res->intent_attempt_id);
     else
         return 1;
@@ -125,7 +146,7 @@ static enum reconcile_rule from_intent(const struct reconcile_attempt *a,
                                        int own_answer, char *detail, size_t size)
 {
     if (res->matches > 1) {
-        snprintf(detail, size, "%d intents for one attempt", res->matches);
+        snprintf(detail, size, "%d %ss for one attempt", res->matches, object_of(a));
         return RECONCILE_FOUND_SEVERAL;
     }
     if (!intent_is_ours(a, res, own_answer, detail, size))
@@ -136,11 +157,12 @@ static enum reconcile_rule from_intent(const struct reconcile_attempt *a,
     case PROVIDER_DECLINED:
         snprintf(detail, size, "%s%s%s", res->code[0] ? res->code : "declined",
                  res->decline_code[0] ? ": " : "", res->decline_code);
-        return RECONCILE_FOUND_DECLINED;
+        return a->payment_intent ? RECONCILE_FOUND_REFUND_FAILED
+                                 : RECONCILE_FOUND_DECLINED;
     case PROVIDER_PROCESSING:
         return RECONCILE_FOUND_PROCESSING;
     default:
-        snprintf(detail, size, "intent status '%s'", res->intent_status);
+        snprintf(detail, size, "%s status '%s'", object_of(a), res->intent_status);
         return RECONCILE_FOUND_OTHER_STATUS;
     }
 }
@@ -250,6 +272,29 @@ static void set_reason(struct reconcile_decision *d, const char *prefix,
     utf8_text_copy(d->reason, sizeof(d->reason), tmp);
 }
 
+/* The decision from the row that ended the look, for a charge and a refund
+ * alike: its status, reason and booking, and the give-up past max_age_ms. */
+static void finish(const struct reconcile_limits *lim,
+                   const struct reconcile_attempt *a, enum reconcile_rule rule,
+                   const struct provider_result *intent, char *detail,
+                   size_t detail_size, struct reconcile_decision *out)
+{
+    out->rule = rule;
+    out->status = rules[rule].how == KEEPS ? a->status : rules[rule].status;
+    set_reason(out, rules[rule].reason, detail);
+    if (rules[rule].books == BOOKS_INTENT && intent)
+        snprintf(out->provider_payment_id, sizeof(out->provider_payment_id), "%s",
+                 intent->provider_payment_id);
+    if (out->status == a->status && a->age_ms > lim->max_age_ms) {
+        /* Settles nothing, and has been looked at long enough. */
+        snprintf(detail, detail_size, "still unsettled after %lld ms; last: %s",
+                 a->age_ms, out->reason);
+        out->rule = RECONCILE_TOO_OLD;
+        out->status = rules[RECONCILE_TOO_OLD].status;
+        set_reason(out, rules[RECONCILE_TOO_OLD].reason, detail);
+    }
+}
+
 void reconcile_policy_decide(const struct reconcile_limits *lim,
                              const struct reconcile_attempt *a,
                              const struct reconcile_evidence *e,
@@ -261,22 +306,93 @@ void reconcile_policy_decide(const struct reconcile_limits *lim,
     memset(out, 0, sizeof(*out));
     enum reconcile_rule rule =
         classify(lim, a, e, &out->next, &intent, detail, sizeof(detail));
-    if (out->next != RECONCILE_SETTLE)
-        return;
-    out->rule = rule;
-    out->status = rules[rule].how == KEEPS ? a->status : rules[rule].status;
-    set_reason(out, rules[rule].reason, detail);
-    if (rules[rule].books == BOOKS_INTENT && intent)
-        snprintf(out->provider_payment_id, sizeof(out->provider_payment_id), "%s",
-                 intent->provider_payment_id);
-    if (out->status == a->status && a->age_ms > lim->max_age_ms) {
-        /* Settles nothing, and has been looked at long enough. */
-        snprintf(detail, sizeof(detail), "still unsettled after %lld ms; last: %s",
-                 a->age_ms, out->reason);
-        out->rule = RECONCILE_TOO_OLD;
-        out->status = rules[RECONCILE_TOO_OLD].status;
-        set_reason(out, rules[RECONCILE_TOO_OLD].reason, detail);
+    if (out->next == RECONCILE_SETTLE)
+        finish(lim, a, rule, intent, detail, sizeof(detail), out);
+}
+
+/* A refund's order of evidence (reconcile_policy_decide_refund says it). */
+static enum reconcile_rule
+classify_refund(const struct reconcile_limits *lim, const struct reconcile_attempt *a,
+                const struct reconcile_evidence *e, enum reconcile_next *next,
+                const struct provider_result **found, char *detail, size_t size)
+{
+    const struct provider_result *res;
+
+    *next = RECONCILE_SETTLE;
+    *found = NULL;
+    if (a->provider_payment_id && a->provider_payment_id[0]) {
+        if (!(res = e->lookup)) {
+            *next = RECONCILE_RETRIEVE;
+            return RECONCILE_RULE_NONE;
+        }
+        if (is_intent(res->outcome)) {
+            *found = res;
+            return from_intent(a, res, 0, detail, size);
+        }
+        if (res->outcome == PROVIDER_NOT_FOUND) {
+            snprintf(detail, size, "the provider does not know refund %s",
+                     a->provider_payment_id);
+            return RECONCILE_ID_UNKNOWN;
+        }
+        snprintf(detail, size, "%s", res->error);
+        return RECONCILE_LOOKUP_FAILED;
     }
+    if (!a->payment_intent || !a->payment_intent[0])
+        return RECONCILE_REFUND_NO_INTENT;
+    if (!(res = e->list)) {
+        *next = RECONCILE_LIST;
+        return RECONCILE_RULE_NONE;
+    }
+    if (is_intent(res->outcome)) {
+        *found = res;
+        return from_intent(a, res, 0, detail, size);
+    }
+    if (res->outcome != PROVIDER_NOT_FOUND) {
+        snprintf(detail, size, "%s", res->error);
+        return RECONCILE_REFUND_LIST_FAILED;
+    }
+    /* The list is consistent: nothing executed under the key so far. */
+    long long age = (a->key_age_ms < 0 ? 0 : a->key_age_ms) + e->lookup_after_ms;
+    if (charge_policy_key_window_open(age, lim->key_retention_ms,
+                                      lim->provider_timeout_ms)) {
+        const struct provider_result *c = e->charge;
+        if (!c) {
+            *next = RECONCILE_CHARGE;
+            return RECONCILE_RULE_NONE;
+        }
+        if (is_intent(c->outcome)) {
+            *found = c;
+            return from_intent(a, c, 1, detail, size);
+        }
+        if (c->outcome == PROVIDER_INVALID) {
+            provider_outcome_detail(c, detail, size);
+            return RECONCILE_CHARGE_REFUSED;
+        }
+        snprintf(detail, size, "%s", c->error);
+        return a->status == ATTEMPT_STATUS_PROCESSING
+                   ? RECONCILE_CHARGE_UNANSWERED_PROCESSING
+                   : RECONCILE_REFUND_UNANSWERED;
+    }
+    snprintf(detail, size,
+             "not in the provider's list of the intent's refunds, at the key's age "
+             "of %lld ms, past its retention (%lld ms)",
+             age, lim->key_retention_ms);
+    return RECONCILE_NEVER_EXECUTED;
+}
+
+void reconcile_policy_decide_refund(const struct reconcile_limits *lim,
+                                    const struct reconcile_attempt *a,
+                                    const struct reconcile_evidence *e,
+                                    struct reconcile_decision *out)
+{
+    char detail[768] = "";
+    const struct provider_result *found;
+
+    memset(out, 0, sizeof(*out));
+    enum reconcile_rule rule =
+        classify_refund(lim, a, e, &out->next, &found, detail, sizeof(detail));
+    if (out->next == RECONCILE_SETTLE)
+        finish(lim, a, rule, found, detail, sizeof(detail), out);
 }
 
 void reconcile_policy_list_window(long long first_sent_ms, long long key_retention_ms,

@@ -6,7 +6,12 @@
  * the provider's list) or how the look ends: the status (the attempt's own
  * means "look again later"), the reason, and the intent booked on it. The
  * reconciler makes the calls, passes the times and writes the result;
- * docs/reconciler.md is the same table in prose. */
+ * docs/reconciler.md is the same table in prose.
+ *
+ * A refund has its own order of evidence (reconcile_policy_decide_refund)
+ * on the same table: the key's window, the rows that settle on what the
+ * provider's object says, and the give-up to REQUIRES_REVIEW are one code
+ * for both. */
 #ifndef CHARGED_RECONCILE_POLICY_H
 #define CHARGED_RECONCILE_POLICY_H
 
@@ -37,6 +42,10 @@ struct reconcile_attempt {
     long long key_age_ms;    /* now - first_sent_at; < 0: never sent */
     long long first_sent_ms; /* first_sent_at since the epoch; < 0: never sent */
     long long age_ms;        /* now - created_at */
+    /* Refunds only (NULL for a charge): the charge's intent, whose refunds
+     * are listed, and the noun of the provider's object in reasons. */
+    const char *payment_intent;
+    const char *object; /* NULL: "intent" */
 };
 
 /* What the provider answered so far in this look; NULL: not asked (yet).
@@ -58,8 +67,10 @@ enum reconcile_next {
     RECONCILE_SEARCH,        /* look-up: search by metadata[payment_attempt_id] */
     RECONCILE_SEARCH_OTHERS, /* a succeeded intent found by id: does the
                                 search know of another? */
-    RECONCILE_CHARGE,        /* charge again, same key and stored parameters */
-    RECONCILE_LIST,          /* walk the provider's list of the key's window */
+    RECONCILE_CHARGE,        /* send again, same key and stored parameters (a
+                                refund: the refund) */
+    RECONCILE_LIST,          /* walk the provider's list of the key's window (a
+                                refund: of the intent's refunds) */
 };
 
 /* Which row of the table ended the look. */
@@ -82,6 +93,10 @@ enum reconcile_rule {
     RECONCILE_NEVER_EXECUTED,               /* nor in any page of the list */
     RECONCILE_LIST_FAILED,                  /* a page failed, or too many pages */
     RECONCILE_TOO_OLD,                      /* unsettled past max_age_ms */
+    RECONCILE_FOUND_REFUND_FAILED,          /* the refund failed or was canceled */
+    RECONCILE_REFUND_UNANSWERED,            /* our refund again: no answer */
+    RECONCILE_REFUND_LIST_FAILED,           /* a page of the refunds failed */
+    RECONCILE_REFUND_NO_INTENT,             /* no charge's intent to list on */
     RECONCILE_RULE__COUNT
 };
 
@@ -99,6 +114,21 @@ void reconcile_policy_decide(const struct reconcile_limits *lim,
                              const struct reconcile_attempt *a,
                              const struct reconcile_evidence *e,
                              struct reconcile_decision *out);
+
+/* The next step of a look at a refund (a->payment_intent the charge's
+ * intent, currency NULL): by its id when known (RETRIEVE); else every page
+ * of the intent's refunds, matched on metadata[refund_id] (LIST, folded by
+ * reconcile_policy_list_fold; e->list), which is consistent: its "none"
+ * means nothing executed so far. Then, while the provider keeps the key
+ * (the charge's rule; the key's age counted to e->lookup_after_ms, set
+ * when the list answered), the refund again with the same key (CHARGE;
+ * e->charge); past it, FAILED never_executed. Found, it settles on the
+ * refund's status (succeeded, failed or canceled, pending or
+ * requires_action: PROCESSING). */
+void reconcile_policy_decide_refund(const struct reconcile_limits *lim,
+                                    const struct reconcile_attempt *a,
+                                    const struct reconcile_evidence *e,
+                                    struct reconcile_decision *out);
 
 /* "found_succeeded", ...: the rule's name, for tests and logs; NULL out of
  * range. */

@@ -139,6 +139,23 @@ static const struct metric_family families[METRIC__COUNT] = {
                                   "Database steps that failed and were retried after a "
                                   "back-off, by step.",
                                   {"stage"}},
+    [METRIC_RECONCILER_REFUND_BACKLOG] = {"charged_reconciler_backlog_refunds",
+                                          METRIC_GAUGE,
+                                          "Refund attempts in a status the reconciler "
+                                          "settles, counted in the database.",
+                                          {"status"}},
+    [METRIC_RECONCILER_REFUND_OLDEST] =
+        {"charged_reconciler_oldest_refund_age_seconds",
+         METRIC_GAUGE,
+         "Age since it was recorded of the oldest refund attempt in a "
+         "status the reconciler settles; 0 when none.",
+         {"status"}},
+    [METRIC_RECONCILER_REFUND_SETTLEMENTS] =
+        {"charged_reconciler_refund_settlements_total",
+         METRIC_COUNTER,
+         "Refund attempts this reconciler moved to a new status, "
+         "by that status.",
+         {"status"}},
 };
 
 struct series {

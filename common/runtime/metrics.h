@@ -20,31 +20,36 @@
 
 /* Keys of the table in metrics.c; docs/operations.md lists every family. */
 enum metric_key {
-    METRIC_MESSAGES,               /* charged_messages_total{outcome} */
-    METRIC_ATTEMPTS,               /* charged_attempts_processed_total{status} */
-    METRIC_REFUNDS,                /* charged_refunds_processed_total{status} */
-    METRIC_PROVIDER_DURATION,      /* charged_provider_request_duration_seconds
-                                      {operation}, histogram */
-    METRIC_PROVIDER_RESPONSES,     /* charged_provider_responses_total
-                                      {operation,class} */
-    METRIC_PROVIDER_IN_FLIGHT,     /* charged_provider_calls_in_flight */
-    METRIC_CONSUMER_LAG,           /* charged_consumer_lag_messages
-                                      {topic,partition} */
-    METRIC_DEAD_LETTERS,           /* charged_dead_letters_total{reason} */
-    METRIC_REBALANCES,             /* charged_rebalances_total{kind} */
-    METRIC_RECONCILER_BACKLOG,     /* charged_reconciler_backlog_attempts{status} */
-    METRIC_RECONCILER_OLDEST,      /* charged_reconciler_oldest_attempt_age_seconds
-                                      {status} */
-    METRIC_RECONCILER_SETTLEMENTS, /* charged_reconciler_settlements_total{status} */
-    METRIC_OUTBOX_BACKLOG,         /* charged_outbox_backlog_events */
-    METRIC_OUTBOX_OLDEST,          /* charged_outbox_oldest_event_age_seconds */
-    METRIC_OUTBOX_PUBLISHED,       /* charged_outbox_published_total */
-    METRIC_OUTBOX_FAILURES,        /* charged_outbox_publish_failures_total */
-    METRIC_WEBHOOKS,               /* charged_webhook_deliveries_total{result} */
-    METRIC_BREAKER_STATE,          /* charged_provider_breaker_state */
-    METRIC_BREAKER_OPENS,          /* charged_provider_breaker_opens_total */
-    METRIC_READY,                  /* charged_ready */
-    METRIC_DATABASE_FAILURES,      /* charged_database_failures_total{stage} */
+    METRIC_MESSAGES,                  /* charged_messages_total{outcome} */
+    METRIC_ATTEMPTS,                  /* charged_attempts_processed_total{status} */
+    METRIC_REFUNDS,                   /* charged_refunds_processed_total{status} */
+    METRIC_PROVIDER_DURATION,         /* charged_provider_request_duration_seconds
+                                         {operation}, histogram */
+    METRIC_PROVIDER_RESPONSES,        /* charged_provider_responses_total
+                                         {operation,class} */
+    METRIC_PROVIDER_IN_FLIGHT,        /* charged_provider_calls_in_flight */
+    METRIC_CONSUMER_LAG,              /* charged_consumer_lag_messages
+                                         {topic,partition} */
+    METRIC_DEAD_LETTERS,              /* charged_dead_letters_total{reason} */
+    METRIC_REBALANCES,                /* charged_rebalances_total{kind} */
+    METRIC_RECONCILER_BACKLOG,        /* charged_reconciler_backlog_attempts{status} */
+    METRIC_RECONCILER_OLDEST,         /* charged_reconciler_oldest_attempt_age_seconds
+                                         {status} */
+    METRIC_RECONCILER_SETTLEMENTS,    /* charged_reconciler_settlements_total{status} */
+    METRIC_OUTBOX_BACKLOG,            /* charged_outbox_backlog_events */
+    METRIC_OUTBOX_OLDEST,             /* charged_outbox_oldest_event_age_seconds */
+    METRIC_OUTBOX_PUBLISHED,          /* charged_outbox_published_total */
+    METRIC_OUTBOX_FAILURES,           /* charged_outbox_publish_failures_total */
+    METRIC_WEBHOOKS,                  /* charged_webhook_deliveries_total{result} */
+    METRIC_BREAKER_STATE,             /* charged_provider_breaker_state */
+    METRIC_BREAKER_OPENS,             /* charged_provider_breaker_opens_total */
+    METRIC_READY,                     /* charged_ready */
+    METRIC_DATABASE_FAILURES,         /* charged_database_failures_total{stage} */
+    METRIC_RECONCILER_REFUND_BACKLOG, /* charged_reconciler_backlog_refunds{status} */
+    METRIC_RECONCILER_REFUND_OLDEST,  /* charged_reconciler_oldest_refund_age_seconds
+                                         {status} */
+    METRIC_RECONCILER_REFUND_SETTLEMENTS, /* charged_reconciler_refund_settlements_total
+                                             {status} */
     METRIC__COUNT
 };
 

@@ -524,6 +524,8 @@ out:
 static const char *SQL_RENEW = SQL_LEASE_RENEW("refund_attempts");
 static const char *SQL_RELEASE =
     SQL_LEASE_END("refund_attempts", "lease_expires_at = now()");
+static const char *SQL_HAND_BACK =
+    SQL_LEASE_END("refund_attempts", "lease_owner = NULL, lease_expires_at = NULL");
 
 enum store_rc refund_store_renew(refund_store_t *st, const char *const *refund_ids,
                                  const int64_t *epochs, size_t n, long long lease_ms,
@@ -552,6 +554,17 @@ enum store_rc refund_store_release(refund_store_t *st, const char *const *refund
         return STORE_OK;
     return stmt_lease(st->db, st->actor, SQL_RELEASE, refund_ids, epochs, n, NULL, NULL,
                       err);
+}
+
+enum store_rc refund_store_hand_back(refund_store_t *st, const char *const *refund_ids,
+                                     const int64_t *epochs, size_t n,
+                                     struct store_error *err)
+{
+    store_error_clear(err);
+    if (n == 0)
+        return STORE_OK;
+    return stmt_lease(st->db, st->actor, SQL_HAND_BACK, refund_ids, epochs, n, NULL,
+                      NULL, err);
 }
 
 /* ---- reconciliation ---- */
@@ -611,7 +624,12 @@ static const char *SQL_SETTLE =
     " pc AS ("
     SQL_REFUND_CALLS("$12", "$13", "$14", "$15", "$16", "$17", "$18", "$19", "$20",
                      "$4", "") ")"
-    "SELECT (SELECT count(*) FROM u)";
+    /* Settled, or busy: the row is what the settlement expects, but another
+     * session holds it locked (nothing was written; nothing waited). */
+    "SELECT (SELECT count(*) FROM u),"
+    "  NOT EXISTS (SELECT 1 FROM lk) AND EXISTS (SELECT 1 FROM refund_attempts"
+    "    WHERE id = $1::uuid AND status = $2 AND lease_owner = $4"
+    "    AND lease_epoch = $3::bigint)";
 /* clang-format on */
 
 enum store_rc refund_store_claim_due(refund_store_t *st, struct refund_due *out,
@@ -660,7 +678,7 @@ enum store_rc refund_store_settle(refund_store_t *st, struct refund_settlement *
     int nrefunds = 0;
 
     store_error_clear(err);
-    it->settled = 0;
+    it->settled = it->busy = 0;
     if (it->status != it->expected &&
         !attempt_status_transition_allowed((int)it->expected, it->status)) {
         store_error_set(err, "status %s may not follow %s",
@@ -685,8 +703,47 @@ enum store_rc refund_store_settle(refund_store_t *st, struct refund_settlement *
     stmt_int_or_null(&s, it->next_check_ms);
     stmt_text(&s, attempt_status_refund_event_type(it->status));
     add_calls(&s, stmt_arrays(&s, 9), it->calls, it->ncalls);
-    if ((rc = stmt_run(st->db, &s, SQL_SETTLE, &r, err)) == STORE_OK)
+    if ((rc = stmt_run(st->db, &s, SQL_SETTLE, &r, err)) == STORE_OK) {
         it->settled = stmt_col_int(r, 0, 0) == 1;
+        it->busy = stmt_col_true(r, 0, 1);
+    }
+    PQclear(r);
+    stmt_release(&s);
+    return rc;
+}
+
+/* clang-format off */
+static const char *SQL_BACKLOG =
+    "SELECT status, count(*),"
+    "  (extract(epoch FROM now() - min(created_at)) * 1000)::bigint"
+    " FROM refund_attempts WHERE status = ANY($1::text[]) GROUP BY status";
+/* clang-format on */
+
+enum store_rc refund_store_backlog(refund_store_t *st,
+                                   const enum attempt_status *statuses, size_t n,
+                                   long long *counts, long long *oldest_ms,
+                                   struct store_error *err)
+{
+    struct stmt s = {0};
+    PGresult *r = NULL;
+    enum store_rc rc;
+
+    store_error_clear(err);
+    for (size_t i = 0; i < n; i++)
+        counts[i] = oldest_ms[i] = 0;
+    if (store_conn_open(st->db, NULL, err) != STORE_OK)
+        return STORE_RETRY;
+    int names = stmt_arrays(&s, 1);
+    for (size_t i = 0; i < n; i++)
+        stmt_add(&s, names, attempt_status_name(statuses[i]));
+    if ((rc = stmt_run(st->db, &s, SQL_BACKLOG, &r, err)) == STORE_OK)
+        for (size_t i = 0; i < n; i++) {
+            int row = stmt_row_of(r, 0, attempt_status_name(statuses[i]));
+            if (row >= 0) {
+                counts[i] = stmt_col_int(r, row, 1);
+                oldest_ms[i] = stmt_col_int(r, row, 2);
+            }
+        }
     PQclear(r);
     stmt_release(&s);
     return rc;

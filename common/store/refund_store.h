@@ -128,6 +128,12 @@ enum store_rc refund_store_release(refund_store_t *st, const char *const *refund
                                    const int64_t *epochs, size_t n,
                                    struct store_error *err);
 
+/* Ends our leases at once (the reconciler's batch cut short): the refunds
+ * are due to any reconciler again, PROCESSING ones too. */
+enum store_rc refund_store_hand_back(refund_store_t *st, const char *const *refund_ids,
+                                     const int64_t *epochs, size_t n,
+                                     struct store_error *err);
+
 /* ---- reconciliation ---- */
 
 /* A refund due for a look, claimed under a fenced lease. */
@@ -163,9 +169,18 @@ struct refund_settlement {
     const struct refund_call *calls;
     size_t ncalls;
     int settled; /* out */
+    int busy;    /* out: as expected, but held by another session (nothing
+                    written, nothing waited) */
 };
 
 enum store_rc refund_store_settle(refund_store_t *st, struct refund_settlement *it,
                                   struct store_error *err);
+
+/* How many refunds are in each of statuses, and how old (ms since
+ * created) the oldest is; 0 and 0 for none. */
+enum store_rc refund_store_backlog(refund_store_t *st,
+                                   const enum attempt_status *statuses, size_t n,
+                                   long long *counts, long long *oldest_ms,
+                                   struct store_error *err);
 
 #endif

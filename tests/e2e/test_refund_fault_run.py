@@ -66,9 +66,11 @@ class Fleet:
             time.sleep(0.2)
 
 
-def open_charges(s):
-    return int(s.query("SELECT count(*) FROM payment_attempts WHERE status IN"
-                       " ('PENDING', 'PROCESSING', 'UNKNOWN')")[0][0])
+def charges_settled(s):
+    """Every charge recorded, and none PENDING, PROCESSING or UNKNOWN."""
+    total, open_ = s.query("SELECT count(*), count(*) FILTER (WHERE status IN"
+                           " ('PENDING', 'PROCESSING', 'UNKNOWN')) FROM payment_attempts")[0]
+    return int(total) == CHARGES and int(open_) == 0
 
 
 def open_refunds(s):
@@ -119,7 +121,7 @@ def scenario(new):
         # 1. The charges, with kills, until every one is settled.
         s.publish(charges + declined)
         fleet.killing = True
-        e2e.wait_until("every charge settled", lambda: fleet.tick() or open_charges(s) == 0,
+        e2e.wait_until("every charge settled", lambda: fleet.tick() or charges_settled(s),
                        240, 0.5)
         status = dict((r[0], r[1]) for r in s.query("SELECT id, status FROM payment_attempts"))
         paid = [c for c in charges if status.get(c["payment_attempt_id"]) == "SUCCEEDED"]

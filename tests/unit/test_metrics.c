@@ -48,6 +48,7 @@ START_TEST(every_family_has_help_and_type_and_no_series_until_changed)
     static const char *const names[] = {
         "charged_messages_total",
         "charged_attempts_processed_total",
+        "charged_refunds_processed_total",
         "charged_provider_request_duration_seconds",
         "charged_provider_responses_total",
         "charged_provider_calls_in_flight",
@@ -66,6 +67,9 @@ START_TEST(every_family_has_help_and_type_and_no_series_until_changed)
         "charged_provider_breaker_opens_total",
         "charged_ready",
         "charged_database_failures_total",
+        "charged_reconciler_backlog_refunds",
+        "charged_reconciler_oldest_refund_age_seconds",
+        "charged_reconciler_refund_settlements_total",
     };
     metrics_reset();
     ck_assert_uint_eq(sizeof(names) / sizeof(names[0]), METRIC__COUNT);
