@@ -52,10 +52,7 @@ struct reconciler {
     struct refund_due *rdue;
     int on_refunds;       /* the batch is of refunds (rdue), not attempts */
     size_t ndue, looking; /* the batch claimed, and the one looked at */
-    refund_store_t *refunds;
-    struct refund_due *rdue;
-    int64_t next_refund_poll;
-    int64_t renewed_at; /* when the batch's leases were last extended */
+    int64_t renewed_at;   /* when the batch's leases were last extended */
     struct pending_call {
         char attempt_id[37]; /* or the refund's id */
         int refund;
@@ -824,249 +821,6 @@ static void look_at_due(struct reconciler *r, int64_t now)
                        : 0;
 }
 
-/* ---- refunds ----
- *
- * A refund whose outcome is unknown, or that the provider said is pending,
- * is settled on the provider's evidence too: its refund by id when we know
- * it, else the provider's list of the charge's refunds (consistent, every
- * page), matched on metadata[refund_id]. None listed: the refund never
- * executed, so while the provider surely keeps its key it is sent again
- * with that key and exactly its stored parameters (a replay if it did
- * execute meanwhile); once the key may be forgotten, it is FAILED
- * never_executed, which gives its reservation back. No answer is no
- * evidence: look again later. Past RECONCILER_MAX_AGE_MS a person decides. */
-
-struct refund_look {
-    const struct refund_due *d;
-    struct provider_result res[MAX_CALLS];
-    const char *ops[MAX_CALLS];
-    int64_t started[MAX_CALLS];
-    int ncalls;
-    enum attempt_status status; /* == d->status: look again later */
-    char reason[512];
-    char prid[96];
-};
-
-/* No evidence either way: a 5xx, a lost answer, a refused request. */
-static int no_answer(const struct provider_result *res)
-{
-    return res->outcome == PROVIDER_UNKNOWN || res->outcome == PROVIDER_NOT_EXECUTED;
-}
-
-/* The refund's status from an answer that describes it (a retrieve, a
- * list's match, a POST's), or d->status when it says nothing final. */
-static void refund_from_answer(struct refund_look *l, const struct provider_result *res)
-{
-    switch (res->outcome) {
-    case PROVIDER_SUCCEEDED:
-        l->status = ATTEMPT_STATUS_SUCCEEDED;
-        snprintf(l->prid, sizeof(l->prid), "%s", res->provider_payment_id);
-        break;
-    case PROVIDER_PROCESSING:
-        l->status = ATTEMPT_STATUS_PROCESSING;
-        snprintf(l->prid, sizeof(l->prid), "%s", res->provider_payment_id);
-        snprintf(l->reason, sizeof(l->reason), "refund %s at the provider",
-                 res->intent_status);
-        break;
-    case PROVIDER_DECLINED:
-        l->status = ATTEMPT_STATUS_FAILED;
-        snprintf(l->prid, sizeof(l->prid), "%s", res->provider_payment_id);
-        snprintf(l->reason, sizeof(l->reason), "refund_failed: %s",
-                 res->code[0] ? res->code : res->intent_status);
-        break;
-    case PROVIDER_INVALID:
-        /* Refused before executing (nothing left to refund there, say). */
-        l->status = ATTEMPT_STATUS_FAILED;
-        snprintf(l->reason, sizeof(l->reason), "invalid_request: %s", res->error);
-        break;
-    case PROVIDER_REQUIRES_REVIEW:
-        l->status = ATTEMPT_STATUS_REQUIRES_REVIEW;
-        snprintf(l->reason, sizeof(l->reason), "requires_review: %s", res->error);
-        break;
-    default:
-        break;
-    }
-}
-
-static struct provider_result *refund_call_begin(struct reconciler *r,
-                                                 struct refund_look *l, const char *op)
-{
-    int i = l->ncalls++;
-    l->ops[i] = op;
-    l->started[i] = clock_wall_ms();
-    call_begin(r);
-    return &l->res[i];
-}
-
-/* The refund again, with its stored key and parameters, waited for. */
-static void refund_again(struct reconciler *r, struct refund_look *l)
-{
-    struct provider_result *res = refund_call_begin(r, l, "refund");
-    const struct provider_refund req = refund_op_request(&l->d->params, l->d->id);
-    char err[256];
-    void *tag;
-    memset(res, 0, sizeof(*res));
-    if (provider_client_start_refund(r->provider, &req, NULL, err, sizeof(err)) != 0) {
-        res->outcome = PROVIDER_NOT_EXECUTED;
-        snprintf(res->error, sizeof(res->error), "%s", err);
-    } else {
-        while (!provider_client_next_done(r->provider, res, &tag))
-            provider_client_perform(r->provider, 100);
-    }
-    call_end("refund", res);
-}
-
-static void refund_look_at(struct reconciler *r, struct refund_look *l)
-{
-    const struct refund_due *d = l->d;
-    l->status = d->status;
-    if (d->age_ms > r->max_age_ms) {
-        l->status = ATTEMPT_STATUS_REQUIRES_REVIEW;
-        snprintf(l->reason, sizeof(l->reason),
-                 "requires_review: no settling evidence within RECONCILER_MAX_AGE_MS");
-        return;
-    }
-    if (d->provider_refund_id[0]) {
-        struct provider_result *res = refund_call_begin(r, l, "retrieve_refund");
-        provider_client_retrieve_refund(r->provider, d->provider_refund_id, res);
-        call_end("retrieve_refund", res);
-        if (res->outcome == PROVIDER_NOT_FOUND) {
-            l->status = ATTEMPT_STATUS_REQUIRES_REVIEW;
-            snprintf(l->reason, sizeof(l->reason),
-                     "requires_review: the provider has no refund %s",
-                     d->provider_refund_id);
-        } else if (!no_answer(res)) {
-            refund_from_answer(l, res);
-        }
-        return;
-    }
-    if (!d->params.payment_intent[0])
-        return; /* reserved without an intent cannot be: leave it to a person */
-    struct provider_result *res = refund_call_begin(r, l, "list_refunds"), page;
-    char after[96] = "";
-    long latency = 0;
-    for (int pages = 1;; pages++) {
-        provider_client_list_refunds(r->provider, d->params.payment_intent, d->id,
-                                     after[0] ? after : NULL, &page);
-        latency += page.latency_ms;
-        if (no_answer(&page) || page.outcome == PROVIDER_INVALID || page.matches > 0 ||
-            !page.has_more || pages >= 100) {
-            *res = page;
-            break;
-        }
-        snprintf(after, sizeof(after), "%s", page.list_last_id);
-        keep_leases(r);
-    }
-    res->latency_ms = latency;
-    call_end("list_refunds", res);
-    if (no_answer(res) || res->outcome == PROVIDER_INVALID)
-        return;
-    if (res->matches > 0) {
-        refund_from_answer(l, res);
-        return;
-    }
-    if (res->has_more)
-        return; /* more pages than one look walks: look again later */
-    /* None executed. */
-    if (d->key_age_ms >= 0 &&
-        charge_policy_key_window_open(d->key_age_ms, r->key_retention_ms,
-                                      r->provider_timeout_ms)) {
-        refund_again(r, l);
-        refund_from_answer(l, &l->res[l->ncalls - 1]);
-        return;
-    }
-    l->status = ATTEMPT_STATUS_FAILED;
-    snprintf(l->reason, sizeof(l->reason),
-             "never_executed: the provider lists no refund of it, and its key may be "
-             "forgotten");
-}
-
-/* 0, or -1 when the database failed (the rest of the batch is left). */
-static int refund_settle(struct reconciler *r, struct refund_look *l)
-{
-    struct store_error err;
-    const struct refund_due *d = l->d;
-    struct refund_call calls[MAX_CALLS];
-    for (int i = 0; i < l->ncalls; i++)
-        calls[i] = (struct refund_call){.refund_id = d->id,
-                                        .operation = l->ops[i],
-                                        .started_ms = l->started[i],
-                                        .res = &l->res[i]};
-    int stays = l->status == d->status;
-    json_t *ev = json_pack("{s:[]}", "calls");
-    for (int i = 0; ev && i < l->ncalls; i++)
-        json_array_append_new(
-            json_object_get(ev, "calls"),
-            json_pack("{s:s, s:s, s:i, s:i, s:s}", "operation", l->ops[i], "outcome",
-                      provider_outcome_name(l->res[i].outcome), "http_status",
-                      l->res[i].http_status, "matches", l->res[i].matches,
-                      "refund_status", l->res[i].intent_status));
-    char *evidence = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
-    json_decref(ev);
-    struct refund_settlement s = {
-        .refund_id = d->id,
-        .lease_epoch = d->lease_epoch,
-        .expected = d->status,
-        .status = l->status,
-        .reason = l->reason[0] ? l->reason : NULL,
-        .provider_refund_id = l->prid,
-        .evidence_json = evidence,
-        .next_check_ms = stays || l->status == ATTEMPT_STATUS_PROCESSING
-                             ? next_look_ms(r, d->checks)
-                             : -1,
-        .calls = calls,
-        .ncalls = (size_t)l->ncalls,
-    };
-    int rc = refund_store_settle(r->refunds, &s, &err);
-    free(evidence);
-    if (rc == STORE_RETRY) {
-        db_failed(r, "settle refund", err.message);
-        return -1;
-    }
-    if (rc != STORE_OK) {
-        log_error("the database refused a refund's settlement; the lease is left to "
-                  "expire",
-                  "refund_id", d->id, "error", err.message, NULL);
-        return 0;
-    }
-    db_ok(r);
-    if (!s.settled)
-        log_warn("lease lost before settling the refund; result dropped", "refund_id",
-                 d->id, NULL);
-    else if (!stays)
-        log_info("refund settled on the provider's evidence", "refund_id", d->id,
-                 "payment_attempt_id", d->params.payment_attempt_id, "from",
-                 attempt_status_name(d->status), "status",
-                 attempt_status_name(s.status), "provider_refund_id",
-                 l->prid[0] ? l->prid : NULL, "reason", l->reason[0] ? l->reason : NULL,
-                 NULL);
-    return 0;
-}
-
-static void look_at_due_refunds(struct reconciler *r, int64_t now)
-{
-    struct store_error err;
-    size_t n = 0;
-    if (now < r->next_refund_poll || now < r->next_poll)
-        return;
-    if (refund_store_claim_due(r->refunds, r->rdue, (size_t)r->batch, &n, r->lease_ms,
-                               r->stale_ms, &err) != STORE_OK) {
-        db_failed(r, "claim refunds", err.message);
-        return;
-    }
-    r->renewed_at = clock_now_ms();
-    r->ndue = 0; /* the attempts' batch is done: keep_leases has none to renew */
-    for (size_t i = 0; i < n; i++) {
-        if (daemon_stopping())
-            return; /* the rest's leases expire: a peer looks */
-        struct refund_look l = {.d = &r->rdue[i]};
-        refund_look_at(r, &l);
-        if (refund_settle(r, &l) != 0)
-            return;
-    }
-    r->next_refund_poll = (long long)n < r->batch ? clock_now_ms() + r->poll_ms : 0;
-}
-
 /* Every BACKLOG_EVERY_MS: how many attempts wait for a look, and how old
  * the oldest is, per status (one indexed count; with several reconcilers
  * each reports the same numbers). */
@@ -1109,11 +863,9 @@ static int64_t reconciler_step(void *state, int64_t now)
     struct reconciler *r = state;
     count_backlog(r, now);
     look_at_due(r, clock_now_ms());
-    look_at_due_refunds(r, clock_now_ms());
     if (r->db.backoff_ms)
         return r->next_poll;
-    return daemon_policy_earliest(
-        daemon_policy_earliest(r->next_poll, r->next_refund_poll), r->next_backlog);
+    return daemon_policy_earliest(r->next_poll, r->next_backlog);
 }
 
 /* Ready: the database answers (the reconciler's work is all in it). */
@@ -1204,10 +956,7 @@ static int setup(struct reconciler *r, char *err, size_t err_size)
     /* Does not connect: started while the database is down, it waits. */
     struct store_error serr;
     r->store = attempt_store_new(config_str(r->cfg, CONFIG_DATABASE_URL), r->id, &serr);
-    if (r->store)
-        r->refunds =
-            refund_store_new(config_str(r->cfg, CONFIG_DATABASE_URL), r->id, &serr);
-    if (!r->store || !r->refunds) {
+    if (!r->store) {
         snprintf(err, err_size, "%s", serr.message);
         return 2;
     }
