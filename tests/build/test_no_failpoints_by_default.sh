@@ -7,7 +7,9 @@ set -euo pipefail
 src=${CHARGED_SOURCE_DIR:?}
 build=${CHARGED_BUILD_DIR:?}
 tree=$build/default-options
-names='after_claim|after_charge|after_persist|CHARGED_FAILPOINT'
+# after_%s: the point after an operation executed, named after it
+# (after_charge, after_refund).
+names='after_claim|after_%s|after_persist|CHARGED_FAILPOINT'
 
 cmake -S "$src" -B "$tree" -DCHARGED_WERROR=ON >/dev/null
 cmake --build "$tree" --target charged -j2 >/dev/null
