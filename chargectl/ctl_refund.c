@@ -97,7 +97,8 @@ static void usage(FILE *out)
             "  --reason TEXT  why (resolve): how you know\n"
             "  --actor NAME   who decides [the OS user]\n"
             "  --force        resolve although the provider contradicts the decision\n"
-            "                 or does not answer (recorded as forced)\n"
+            "                 or does not answer, or (FAILED) a call under the\n"
+            "                 refund's key may still execute (recorded as forced)\n"
             "  --json         JSON instead of tables\n"
             "  --help         this text\n\n"
             "Exit status: 0 done; 1 database unreachable, no such refund, or\n"
@@ -242,6 +243,7 @@ struct resolve_args {
     const char *id, *status, *reason, *provider_refund_id, *actor;
     int as_json, force;
     provider_client_t *pc;
+    long long key_kept_ms; /* how long a call under a key may still execute */
 };
 
 /* What the provider says of the decision: "agrees", or why not in says. A
@@ -340,7 +342,7 @@ static int refund_resolve(PGconn *conn, const struct resolve_args *ra)
     evidence = json_pack("{s:s, s:s, s:s*, s:s*, s:b}", "decision", ra->status,
                          "provider", provider, "provider_says", says[0] ? says : NULL,
                          "provider_refund_id", ra->provider_refund_id, "forced",
-                         ra->force && strcmp(provider, "agrees") != 0);
+                         ra->force);
     evidence_text = evidence ? json_dumps(evidence, JSON_COMPACT) : NULL;
     if (!evidence_text) {
         say(CTL_FAILED, "resolve", "out of memory");
@@ -354,6 +356,8 @@ static int refund_resolve(PGconn *conn, const struct resolve_args *ra)
         .reason = ra->reason,
         .provider_refund_id = ra->provider_refund_id,
         .evidence_json = evidence_text,
+        .key_kept_ms = ra->key_kept_ms,
+        .force = ra->force,
     };
     enum refund_review_outcome o;
     enum store_rc src = refund_review_resolve(conn, &d, &o, &db_err);
@@ -389,6 +393,20 @@ static int refund_resolve(PGconn *conn, const struct resolve_args *ra)
         say(CTL_FAILED, "resolve",
             "refused: refund %s would take the charge's refunds past its amount; "
             "nothing written",
+            ra->id);
+        goto out;
+    case REFUND_REVIEW_LEASED:
+        say(CTL_FAILED, "resolve",
+            "refused: refund %s is leased by a worker or reconciler that may be "
+            "calling "
+            "the provider now; nothing written (--force overrides)",
+            ra->id);
+        goto out;
+    case REFUND_REVIEW_MAY_EXECUTE:
+        say(CTL_FAILED, "resolve",
+            "refused: a call under refund %s's key may still execute at the provider "
+            "(its key is younger than WORKER_KEY_RETENTION_MS allows); the reconciler "
+            "settles it on evidence; nothing written (--force overrides)",
             ra->id);
         goto out;
     case REFUND_REVIEW_OTHER_REFUND:
@@ -569,6 +587,7 @@ int ctl_refund(int argc, char **argv)
             return say(CTL_USAGE, sub, "%s", perr);
         }
     }
+    ra.key_kept_ms = config_int(cfg, CONFIG_WORKER_KEY_RETENTION_MS);
     PGconn *conn = db_connect(config_str(cfg, CONFIG_DATABASE_URL), &err);
     if (!conn) {
         rc = say(CTL_FAILED, NULL, "%s", err.message);

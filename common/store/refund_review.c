@@ -1,16 +1,23 @@
 #include "refund_review.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "db.h"
 #include "refund_sql.h"
 
 /* clang-format off */
+/* Also: whether a lease on it is live, and the age of its key since the
+ * last call under it (database clock; -1 never sent). */
 static const char *SQL_LOCK =
     "SELECT status, reserved, amount, payment_attempt_id, coalesce(provider_refund_id, ''),"
     "  EXISTS (SELECT 1 FROM refund_attempts o WHERE o.provider_refund_id = $2"
-    "    AND o.id <> r.id)"
+    "    AND o.id <> r.id),"
+    "  coalesce(lease_expires_at > now(), false),"
+    "  coalesce((extract(epoch FROM now() - greatest(first_sent_at,"
+    "    (SELECT max(c.started_at) FROM provider_calls c WHERE c.refund_id = r.id)))"
+    "    * 1000)::bigint, -1)"
     " FROM refund_attempts r WHERE id = $1::uuid FOR NO KEY UPDATE";
 
 /* The reservation a SUCCEEDED decision needs, within the charge. */
@@ -86,6 +93,17 @@ enum store_rc refund_review_resolve(PGconn *conn,
                                           strcmp(recorded, d->provider_refund_id))) {
         *out = REFUND_REVIEW_OTHER_REFUND;
         goto done;
+    }
+    if (d->status == ATTEMPT_STATUS_FAILED && !d->force) {
+        long long key_age = strtoll(PQgetvalue(r, 0, 7), NULL, 10);
+        if (PQgetvalue(r, 0, 6)[0] == 't') {
+            *out = REFUND_REVIEW_LEASED;
+            goto done;
+        }
+        if (key_age >= 0 && key_age < d->key_kept_ms) {
+            *out = REFUND_REVIEW_MAY_EXECUTE;
+            goto done;
+        }
     }
     int reserve =
         d->status == ATTEMPT_STATUS_SUCCEEDED && PQgetvalue(r, 0, 1)[0] != 't';

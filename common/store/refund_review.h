@@ -25,6 +25,13 @@ struct refund_review_decision {
                                        refund's own */
     const char *provider_refund_id; /* re_...: required for SUCCEEDED; NULL */
     const char *evidence_json;      /* the transition's evidence */
+    /* FAILED says no money went back; it is refused while a call under the
+     * refund's key may still execute: while its lease is live (a worker or
+     * reconciler may be calling now), or while the last call under the key
+     * is younger than key_kept_ms (the provider may still execute a request
+     * it holds; the reconciler settles those on evidence). force skips both. */
+    long long key_kept_ms;
+    int force;
 };
 
 enum refund_review_outcome {
@@ -34,6 +41,8 @@ enum refund_review_outcome {
     REFUND_REVIEW_EXCEEDS,      /* SUCCEEDED would refund past the charge */
     REFUND_REVIEW_OTHER_REFUND, /* another provider refund id is recorded on
                                    it, or this one is another refund's */
+    REFUND_REVIEW_LEASED,       /* FAILED, while someone holds its lease */
+    REFUND_REVIEW_MAY_EXECUTE,  /* FAILED, while its key is young */
 };
 
 /* Applies d in one transaction on conn (which is left outside any
