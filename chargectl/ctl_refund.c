@@ -339,10 +339,10 @@ static int refund_resolve(PGconn *conn, const struct resolve_args *ra)
             says);
         goto out;
     }
-    evidence = json_pack("{s:s, s:s, s:s*, s:s*, s:b}", "decision", ra->status,
-                         "provider", provider, "provider_says", says[0] ? says : NULL,
-                         "provider_refund_id", ra->provider_refund_id, "forced",
-                         ra->force);
+    evidence =
+        json_pack("{s:s, s:s, s:s*, s:s*, s:b}", "decision", ra->status, "provider",
+                  provider, "provider_says", says[0] ? says : NULL,
+                  "provider_refund_id", ra->provider_refund_id, "forced", ra->force);
     evidence_text = evidence ? json_dumps(evidence, JSON_COMPACT) : NULL;
     if (!evidence_text) {
         say(CTL_FAILED, "resolve", "out of memory");
