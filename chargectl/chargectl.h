@@ -47,5 +47,7 @@ int ctl_attempt(int argc, char **argv);
 int ctl_attempt_resolve(int argc, char **argv);
 /* chargectl refund show|list|resolve. */
 int ctl_refund(int argc, char **argv);
+/* chargectl audit list|show|run. */
+int ctl_audit(int argc, char **argv);
 
 #endif

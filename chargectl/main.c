@@ -18,6 +18,7 @@ static const struct ctl_command ctl_commands[] = {
     {"attempt", ctl_attempt,
      "show an attempt's history, list attempts, resolve reviews"},
     {"refund", ctl_refund, "show a refund's history, list refunds, resolve reviews"},
+    {"audit", ctl_audit, "the auditor's verdicts and findings; audit a window now"},
 };
 
 static void usage(FILE *out)

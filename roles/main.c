@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "auditor.h"
 #include "reconciler.h"
 #include "relay.h"
 #include "worker.h"
@@ -20,6 +21,8 @@ static const struct charged_role charged_roles[] = {
      "settle attempts whose outcome is unknown by asking the provider"},
     {"relay", relay_main, "publish result events from the outbox"},
     {"api", api_main, "provider webhooks and status queries"},
+    {"auditor", auditor_main,
+     "match the provider's own books against the ledger; report every mismatch"},
 };
 
 #define N_ROLES (sizeof(charged_roles) / sizeof(charged_roles[0]))

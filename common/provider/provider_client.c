@@ -1230,3 +1230,180 @@ void provider_client_abandon_all(provider_client_t *pc)
     }
     pc->in_flight = 0;
 }
+
+/* Printable ASCII only, bounded: what a listed object carries goes into
+ * SQL parameters and log lines, and one odd byte must not fail a page. */
+static void copy_ascii(char *dst, size_t size, const char *src)
+{
+    size_t i = 0;
+    for (; src && src[i] && i + 1 < size; i++) {
+        unsigned char c = (unsigned char)src[i];
+        dst[i] = c >= 0x20 && c < 0x7f ? (char)c : '?';
+    }
+    dst[i] = '\0';
+}
+
+static const char *str_field(json_t *o, const char *key)
+{
+    const char *v = json_string_value(json_object_get(o, key));
+    return v ? v : "";
+}
+
+/* One listed object into *obj; -1 when it is not an object of `what` with
+ * an id. */
+static int read_listed(json_t *o, enum provider_list_of what,
+                       struct provider_listed *obj)
+{
+    const char *type = what == PROVIDER_LIST_REFUNDS ? "refund" : "payment_intent";
+    memset(obj, 0, sizeof(*obj));
+    if (!json_is_object(o) || strcmp(str_field(o, "object"), type) != 0 ||
+        !*str_field(o, "id"))
+        return -1;
+    json_t *md = json_object_get(o, "metadata");
+    copy_ascii(obj->id, sizeof(obj->id), str_field(o, "id"));
+    copy_ascii(obj->status, sizeof(obj->status), str_field(o, "status"));
+    copy_ascii(obj->currency, sizeof(obj->currency), str_field(o, "currency"));
+    obj->amount = json_integer_value(json_object_get(o, "amount"));
+    obj->created = json_integer_value(json_object_get(o, "created"));
+    obj->has_attempt_metadata =
+        json_is_string(json_object_get(md, "payment_attempt_id"));
+    copy_ascii(obj->payment_attempt_id, sizeof(obj->payment_attempt_id),
+               str_field(md, "payment_attempt_id"));
+    copy_ascii(obj->order_id, sizeof(obj->order_id), str_field(md, "order_id"));
+    copy_ascii(obj->refund_id, sizeof(obj->refund_id), str_field(md, "refund_id"));
+    /* A refund names its intent as an id, or expanded as an object. */
+    json_t *pi = json_object_get(o, "payment_intent");
+    copy_ascii(obj->payment_intent, sizeof(obj->payment_intent),
+               json_is_object(pi) ? str_field(pi, "id") : json_string_value(pi));
+    return 0;
+}
+
+/* A GET whose answer is parsed here, not classified: *doc the JSON of a 200
+ * (the caller decrefs it), or NULL with res->outcome and res->error set. */
+static json_t *get_json(provider_client_t *pc, const char *url,
+                        struct provider_result *res)
+{
+    json_t *doc = NULL;
+    memset(res, 0, sizeof(*res));
+    res->outcome = PROVIDER_UNKNOWN;
+    struct provider_xfer *x = xfer_new(pc, url, NULL, 1);
+    if (!x) {
+        copy_str(res->error, sizeof(res->error), "provider client: out of memory");
+        return NULL;
+    }
+    curl_easy_setopt(x->easy, CURLOPT_HTTPGET, 1L);
+    CURLcode cc = curl_easy_perform(x->easy);
+    long http = 0;
+    curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &http);
+    res->http_status = cc == CURLE_OK ? (int)http : 0;
+    if (cc != CURLE_OK) {
+        snprintf(res->error, sizeof(res->error), "%s", curl_easy_strerror(cc));
+        goto out;
+    }
+    json_error_t jerr;
+    doc = x->answer ? json_loadb(x->answer, x->answer_len, 0, &jerr) : NULL;
+    if (http == 404) {
+        const char *code =
+            json_string_value(json_object_get(json_object_get(doc, "error"), "code"));
+        res->outcome = code && !strcmp(code, "resource_missing") ? PROVIDER_NOT_FOUND
+                                                                 : PROVIDER_UNKNOWN;
+        snprintf(res->error, sizeof(res->error), "answered 404%s",
+                 res->outcome == PROVIDER_NOT_FOUND ? " resource_missing" : "");
+        json_decref(doc);
+        doc = NULL;
+        goto out;
+    }
+    if (http != 200 || !json_is_object(doc)) {
+        res->outcome = http >= 400 && http < 500 && http != 429 ? PROVIDER_INVALID
+                                                                : PROVIDER_UNKNOWN;
+        snprintf(res->error, sizeof(res->error), "answered %ld%s", http,
+                 http == 200 ? " without a JSON object" : "");
+        json_decref(doc);
+        doc = NULL;
+        goto out;
+    }
+    res->outcome = PROVIDER_SUCCEEDED;
+out:
+    xfer_free(x);
+    return doc;
+}
+
+int provider_client_list_page(provider_client_t *pc, enum provider_list_of what,
+                              long long created_gte, long long created_lt,
+                              const char *starting_after, struct provider_page *page,
+                              struct provider_result *res)
+{
+    char url[1024];
+    char *after = starting_after && *starting_after
+                      ? curl_easy_escape(NULL, starting_after, 0)
+                      : NULL;
+    page->n = 0;
+    page->has_more = 0;
+    snprintf(url, sizeof(url),
+             "%s/v1/%s?created%%5Bgte%%5D=%lld&created%%5Blt%%5D=%lld&limit=%d%s%s",
+             pc->base_url,
+             what == PROVIDER_LIST_REFUNDS ? "refunds" : "payment_intents", created_gte,
+             created_lt, PROVIDER_PAGE_MAX, after ? "&starting_after=" : "",
+             after ? after : "");
+    curl_free(after);
+    json_t *doc = get_json(pc, url, res);
+    if (!doc)
+        return 0;
+    json_t *data = json_object_get(doc, "data"), *o;
+    size_t i;
+    if (strcmp(str_field(doc, "object"), "list") != 0 || !json_is_array(data) ||
+        json_array_size(data) > PROVIDER_PAGE_MAX ||
+        !json_is_boolean(json_object_get(doc, "has_more"))) {
+        res->outcome = PROVIDER_INVALID;
+        snprintf(res->error, sizeof(res->error), "list answer is not a list page");
+        goto out;
+    }
+    json_array_foreach(data, i, o)
+    {
+        if (read_listed(o, what, &page->items[i]) != 0) {
+            res->outcome = PROVIDER_INVALID;
+            snprintf(res->error, sizeof(res->error),
+                     "list item %zu is not a %s with an id", i,
+                     what == PROVIDER_LIST_REFUNDS ? "refund" : "payment intent");
+            page->n = 0;
+            goto out;
+        }
+        page->n++;
+    }
+    page->has_more = json_is_true(json_object_get(doc, "has_more"));
+    /* More to come, yet nothing to start the next page after: no cursor,
+     * no evidence. */
+    if (page->has_more && page->n == 0) {
+        res->outcome = PROVIDER_INVALID;
+        snprintf(res->error, sizeof(res->error), "list page empty with has_more");
+    }
+out:
+    if (res->outcome != PROVIDER_SUCCEEDED) {
+        page->n = 0;
+        page->has_more = 0;
+    }
+    json_decref(doc);
+    return 0;
+}
+
+int provider_client_fetch(provider_client_t *pc, enum provider_list_of what,
+                          const char *id, struct provider_listed *obj,
+                          struct provider_result *res)
+{
+    char url[1024];
+    char *eid = curl_easy_escape(NULL, id ? id : "", 0);
+    memset(obj, 0, sizeof(*obj));
+    snprintf(url, sizeof(url), "%s/v1/%s/%s", pc->base_url,
+             what == PROVIDER_LIST_REFUNDS ? "refunds" : "payment_intents",
+             eid ? eid : "");
+    curl_free(eid);
+    json_t *doc = get_json(pc, url, res);
+    if (!doc)
+        return 0;
+    if (read_listed(doc, what, obj) != 0 || strcmp(obj->id, id) != 0) {
+        res->outcome = PROVIDER_INVALID;
+        snprintf(res->error, sizeof(res->error), "answer is not the object asked for");
+    }
+    json_decref(doc);
+    return 0;
+}

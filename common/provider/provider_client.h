@@ -138,6 +138,51 @@ int provider_client_list_refunds(provider_client_t *pc, const char *payment_inte
                                  const char *refund_id, const char *starting_after,
                                  struct provider_result *res);
 
+/* One object of a provider's list, as the auditor reads it. Every string
+ * is printable ASCII, bounded ("" when absent): a byte that is not is
+ * replaced by '?', so that one odd object never stops a page. */
+struct provider_listed {
+    char id[96];
+    char status[32];
+    long long amount;
+    char currency[8];
+    long long created;        /* unix s, the provider's clock */
+    int has_attempt_metadata; /* metadata[payment_attempt_id] is present */
+    char payment_attempt_id[64];
+    char order_id[64];
+    char refund_id[64];      /* refunds: metadata[refund_id] */
+    char payment_intent[96]; /* refunds: the intent refunded */
+};
+
+#define PROVIDER_PAGE_MAX 100
+
+struct provider_page {
+    struct provider_listed items[PROVIDER_PAGE_MAX];
+    size_t n;
+    int has_more;
+};
+
+enum provider_list_of { PROVIDER_LIST_INTENTS = 0, PROVIDER_LIST_REFUNDS };
+
+/* Blocking: one page of every intent (or refund) created in [created_gte,
+ * created_lt) (unix s), newest first, 100 at most, after starting_after
+ * (NULL or "": the first page). res->outcome is SUCCEEDED when *page holds
+ * the page; anything else (no answer, 4xx, 5xx, not a list, an object
+ * without id or of another type) is UNKNOWN or INVALID with res->error,
+ * and page->n is 0: no evidence of anything. */
+int provider_client_list_page(provider_client_t *pc, enum provider_list_of what,
+                              long long created_gte, long long created_lt,
+                              const char *starting_after, struct provider_page *page,
+                              struct provider_result *res);
+
+/* Blocking: one object by id (GET /v1/payment_intents/<id> or
+ * /v1/refunds/<id>) into *obj. res->outcome SUCCEEDED: *obj holds it;
+ * NOT_FOUND: the provider answered 404 resource_missing (it does not have
+ * it); anything else: no evidence. */
+int provider_client_fetch(provider_client_t *pc, enum provider_list_of what,
+                          const char *id, struct provider_listed *obj,
+                          struct provider_result *res);
+
 /* Asynchronous POST /v1/payment_intents that the provider must refuse
  * before executing it (amount 0, no payment method, not confirmed), done
  * through next_done like a charge. It charges nothing: the worker's provider

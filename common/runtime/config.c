@@ -35,9 +35,10 @@ struct config_row {
 
 #define R_ALL                                                                          \
     (CONFIG_ROLE_WORKER | CONFIG_ROLE_RECONCILER | CONFIG_ROLE_RELAY |                 \
-     CONFIG_ROLE_API | CONFIG_ROLE_CTL)
+     CONFIG_ROLE_API | CONFIG_ROLE_CTL | CONFIG_ROLE_AUDITOR)
 #define R_KAFKA (CONFIG_ROLE_WORKER | CONFIG_ROLE_RELAY | CONFIG_ROLE_CTL)
 #define R_PROV  (CONFIG_ROLE_WORKER | CONFIG_ROLE_RECONCILER)
+#define R_A     CONFIG_ROLE_AUDITOR
 #define R_W     CONFIG_ROLE_WORKER
 #define R_R     CONFIG_ROLE_RECONCILER
 
@@ -55,17 +56,17 @@ static const struct config_row config_table[CONFIG__COUNT] = {
      600000, R_ALL & ~CONFIG_ROLE_CTL, 0,
      "limit of one database statement, in ms; given up 1 s later without an answer"},
     {CONFIG_PROVIDER_BASE_URL, "PROVIDER_BASE_URL", CONFIG_T_STR,
-     "http://127.0.0.1:12111", 0, 0, R_PROV | CONFIG_ROLE_CTL, 0,
+     "http://127.0.0.1:12111", 0, 0, R_PROV | CONFIG_ROLE_CTL | R_A, 0,
      "payment provider API root"},
     /* chargectl needs the key for `attempt resolve` only, and says so there. */
     {CONFIG_PROVIDER_API_KEY, "PROVIDER_API_KEY", CONFIG_T_SECRET, NULL, 0, 0,
-     R_PROV | CONFIG_ROLE_CTL, R_PROV,
+     R_PROV | CONFIG_ROLE_CTL | R_A, R_PROV | R_A,
      "provider secret, sent as Authorization: Bearer (required; chargectl: by "
-     "attempt resolve only)"},
+     "resolve and audit run only)"},
     {CONFIG_PROVIDER_TIMEOUT_MS, "PROVIDER_TIMEOUT_MS", CONFIG_T_INT, "10000", 100,
-     600000, R_PROV | CONFIG_ROLE_CTL, 0, "limit of one provider call, in ms"},
+     600000, R_PROV | CONFIG_ROLE_CTL | R_A, 0, "limit of one provider call, in ms"},
     {CONFIG_PROVIDER_API_VERSION, "PROVIDER_API_VERSION", CONFIG_T_STR, "2024-06-20", 0,
-     0, R_PROV | CONFIG_ROLE_CTL, 0,
+     0, R_PROV | CONFIG_ROLE_CTL | R_A, 0,
      "provider API version pinned with the Stripe-Version header"},
     /* Several secrets, so that a rotation loses no delivery: the provider
      * signs with the new one while the old one is still accepted. */
@@ -189,6 +190,20 @@ static const struct config_row config_table[CONFIG__COUNT] = {
     {CONFIG_API_MAX_CONNECTIONS_PER_IP, "API_MAX_CONNECTIONS_PER_IP", CONFIG_T_INT,
      "64", 0, 65536, CONFIG_ROLE_API, 0,
      "connections one client address may hold (0: no limit)"},
+    /* Whole seconds: the provider's list takes its creation times in them. */
+    {CONFIG_AUDITOR_WINDOW_MS, "AUDITOR_WINDOW_MS", CONFIG_T_INT, "3600000", 1000,
+     86400000, R_A, 0, "length of one audited window of creation time (whole seconds)"},
+    /* The provider lists an object some time after making it, and a ledger
+     * row is stamped when its transaction began: a window is audited only
+     * once both have surely arrived. */
+    {CONFIG_AUDITOR_LAG_MS, "AUDITOR_LAG_MS", CONFIG_T_INT, "900000", 0, 604800000LL,
+     R_A, 0, "a window is audited once it ended this long ago (provider listing lag)"},
+    {CONFIG_AUDITOR_POLL_MS, "AUDITOR_POLL_MS", CONFIG_T_INT, "60000", 100, 3600000,
+     R_A, 0, "how often a due window and pending objects are looked for"},
+    {CONFIG_AUDITOR_FROM, "AUDITOR_FROM", CONFIG_T_INT, "0", 0, 32503680000LL, R_A, 0,
+     "unix seconds where the first window starts (0: the first attempt recorded)"},
+    {CONFIG_AUDITOR_PENDING_BATCH, "AUDITOR_PENDING_BATCH", CONFIG_T_INT, "100", 1,
+     10000, R_A, 0, "objects not judged yet looked at again per cycle"},
 };
 
 struct config_kafka_prop {

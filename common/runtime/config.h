@@ -18,6 +18,7 @@ enum config_role {
     CONFIG_ROLE_RELAY = 1u << 2,
     CONFIG_ROLE_API = 1u << 3,
     CONFIG_ROLE_CTL = 1u << 4,
+    CONFIG_ROLE_AUDITOR = 1u << 5,
 };
 
 /* Keys of the table; the order matches the table in config.c. */
@@ -75,6 +76,11 @@ enum config_key {
     CONFIG_API_MAX_BODY_BYTES,
     CONFIG_API_MAX_CONNECTIONS,
     CONFIG_API_MAX_CONNECTIONS_PER_IP,
+    CONFIG_AUDITOR_WINDOW_MS,
+    CONFIG_AUDITOR_LAG_MS,
+    CONFIG_AUDITOR_POLL_MS,
+    CONFIG_AUDITOR_FROM,
+    CONFIG_AUDITOR_PENDING_BATCH,
     CONFIG__COUNT
 };
 

@@ -156,6 +156,31 @@ static const struct metric_family families[METRIC__COUNT] = {
          "Refund attempts this reconciler moved to a new status, "
          "by that status.",
          {"status"}},
+    [METRIC_AUDIT_FINDINGS] = {"charged_audit_findings_total",
+                               METRIC_COUNTER,
+                               "Findings this auditor recorded for the first time, "
+                               "by kind; charged_twice and charged_unbooked page.",
+                               {"kind"}},
+    [METRIC_AUDIT_OBJECTS] = {"charged_audit_objects_total",
+                              METRIC_COUNTER,
+                              "Provider objects (intent, refund) and ledger rows "
+                              "(ledger_row) this auditor matched.",
+                              {"object"}},
+    [METRIC_AUDIT_WINDOWS] = {"charged_audit_windows_total",
+                              METRIC_COUNTER,
+                              "Scheduled windows this auditor audited and recorded.",
+                              {NULL}},
+    [METRIC_AUDIT_WATERMARK_AGE] = {"charged_audit_watermark_age_seconds",
+                                    METRIC_GAUGE,
+                                    "Age of the watermark: everything the provider "
+                                    "made before it is audited (the leading auditor "
+                                    "reports it).",
+                                    {NULL}},
+    [METRIC_AUDIT_PENDING] = {"charged_audit_pending_objects",
+                              METRIC_GAUGE,
+                              "Provider objects the auditor cannot judge yet (their "
+                              "attempt or the object itself is unsettled).",
+                              {NULL}},
 };
 
 struct series {

@@ -50,6 +50,11 @@ enum metric_key {
                                          {status} */
     METRIC_RECONCILER_REFUND_SETTLEMENTS, /* charged_reconciler_refund_settlements_total
                                              {status} */
+    METRIC_AUDIT_FINDINGS,                /* charged_audit_findings_total{kind} */
+    METRIC_AUDIT_OBJECTS,                 /* charged_audit_objects_total{object} */
+    METRIC_AUDIT_WINDOWS,                 /* charged_audit_windows_total */
+    METRIC_AUDIT_WATERMARK_AGE,           /* charged_audit_watermark_age_seconds */
+    METRIC_AUDIT_PENDING,                 /* charged_audit_pending_objects */
     METRIC__COUNT
 };
 

@@ -250,6 +250,7 @@ class Scenario:
         self.reconcilers = {}  # name -> Popen of `charged reconciler` (start_reconciler)
         self.apis = {}  # name -> Popen of `charged api` (charged_api.start_api)
         self.relays = {}  # name -> Popen of `charged relay` (start_relay)
+        self.auditors = {}  # name -> Popen of `charged auditor` (start_auditor)
         self.admin_ports = {}  # name -> port of its admin listener (admin_port)
         self.worker_ids = {}  # name -> WORKER_ID (lease_owner, actor in the tables)
         self.worker_seq = 0
@@ -453,6 +454,43 @@ class Scenario:
         log("started relay", name, "pid", p.pid)
         return name
 
+    def start_auditor(self, **extra_env):
+        """`charged auditor` with the scenario's environment plus extra_env;
+        its log is <name>.log in the scenario dir."""
+        self.worker_seq += 1
+        name = "au%d" % self.worker_seq
+        out = open(os.path.join(self.dir, name + ".log"), "ab")
+        env = self.env({"WORKER_ID": "%s-%s" % (name, uuid.uuid4().hex[:6])})
+        env.update({k: str(v) for k, v in extra_env.items()})
+        p = subprocess.Popen([CHARGED, "auditor"], stdout=out, stderr=out, env=env)
+        self.auditors[name] = p
+        self.worker_ids[name] = env["WORKER_ID"]
+        log("started auditor", name, "pid", p.pid)
+        return name
+
+    def stop_auditor(self, name, sig=signal.SIGTERM, timeout=60):
+        """Signals an auditor and returns its exit status."""
+        p = self.auditors.pop(name)
+        p.send_signal(sig)
+        return p.wait(timeout=scaled(timeout))
+
+    def audit(self, *args, check=False):
+        """`chargectl audit <args>`: (exit status, stdout, stderr)."""
+        p = self.run([CHARGECTL, "audit"] + list(args), check=check)
+        return p.returncode, p.stdout.decode(), p.stderr.decode()
+
+    def audit_totals(self):
+        """Sums over the scheduled verdicts: intents, refunds, ledger rows,
+        findings, and the watermark (unix s; 0 before the first)."""
+        rows = self.query(
+            "SELECT count(*), coalesce(sum(intents_seen), 0), coalesce(sum(refunds_seen), 0),"
+            " coalesce(sum(ledger_rows_seen), 0),"
+            " coalesce(sum((SELECT sum(value::bigint) FROM jsonb_each_text(findings))), 0),"
+            " coalesce(extract(epoch FROM max(window_end))::bigint, 0)"
+            " FROM audit_windows WHERE scheduled")
+        keys = ("windows", "intents", "refunds", "ledger_rows", "findings", "watermark")
+        return dict(zip(keys, (int(v) for v in rows[0])))
+
     def stop_relay(self, name, sig=signal.SIGTERM, timeout=60):
         """Signals a relay and returns its exit status."""
         p = self.relays.pop(name)
@@ -464,8 +502,8 @@ class Scenario:
     # ---- the admin listener (ADMIN_ADDR) ----
 
     def process(self, name):
-        """The Popen of a worker, reconciler, relay or api started here."""
-        for group in (self.workers, self.reconcilers, self.relays, self.apis):
+        """The Popen of a worker, reconciler, relay, api or auditor started here."""
+        for group in (self.workers, self.reconcilers, self.relays, self.apis, self.auditors):
             if name in group:
                 return group[name]
         raise Failure("no process %s in scenario %s" % (name, self.name))
@@ -619,6 +657,11 @@ class Scenario:
         for name in list(self.relays):
             try:
                 self.stop_relay(name, signal.SIGKILL)
+            except Exception:
+                pass
+        for name in list(self.auditors):
+            try:
+                self.stop_auditor(name, signal.SIGKILL)
             except Exception:
                 pass
         if self.psp:

@@ -1,0 +1,422 @@
+/* chargectl audit: the auditor's verdicts, one window's findings, and an
+ * audit on demand. */
+#include <ctype.h>
+#include <getopt.h>
+#include <pwd.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "audit_run.h"
+#include "audit_store.h"
+#include "chargectl.h"
+#include "config.h"
+#include "ctl_output.h"
+#include "ctl_query.h"
+#include "db.h"
+#include "provider_client.h"
+
+#define TS(col) "to_char(" col " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"
+
+/* clang-format off */
+#define WINDOW_COLUMNS                                                                  \
+    " id, " TS("window_start") " AS window_start, " TS("window_end") " AS window_end,"  \
+    " scheduled, auditor, intents_seen, refunds_seen, ledger_rows_seen, pending,"      \
+    " findings, (SELECT coalesce(sum(value::bigint), 0) FROM jsonb_each_text(findings))" \
+    "   AS findings_total,"                                                            \
+    " (SELECT coalesce(string_agg(key || '=' || value, ' ' ORDER BY key), '-')"        \
+    "    FROM jsonb_each_text(findings) WHERE value <> '0') AS found,"                 \
+    " " TS("finished_at") " AS finished_at"
+
+static const char *SQL_LIST =
+    "SELECT coalesce(json_agg(w ORDER BY w.id DESC), '[]')::text FROM (SELECT"
+    WINDOW_COLUMNS " FROM audit_windows"
+    " WHERE NOT $2::boolean OR EXISTS (SELECT 1 FROM jsonb_each_text(findings)"
+    "   WHERE value <> '0')"
+    " ORDER BY id DESC LIMIT $1::int) w";
+
+/* By the verdict's id, or the scheduled window that starts then. */
+static const char *SQL_SHOW =
+    "SELECT row_to_json(w)::text FROM (SELECT" WINDOW_COLUMNS " FROM audit_windows"
+    " WHERE id = $1::bigint OR (scheduled AND window_start = $2::timestamptz)"
+    " ORDER BY id LIMIT 1) w";
+
+/* The findings recorded by audits of windows inside this one. */
+static const char *SQL_FINDINGS =
+    "SELECT coalesce(json_agg(f ORDER BY f.id), '[]')::text FROM (SELECT id, kind,"
+    " object_id, payment_attempt_id, order_id, refund_id, other_object_id,"
+    " provider_amount, provider_currency, ledger_amount, ledger_currency, detail,"
+    " " TS("found_at") " AS found_at FROM audit_findings"
+    " WHERE window_start >= $1::timestamptz AND window_end <= $2::timestamptz"
+    " ORDER BY id LIMIT $3::int) f";
+/* clang-format on */
+
+static void usage(FILE *out)
+{
+    fprintf(
+        out,
+        "usage: chargectl audit list [--findings] [--limit N] [--json]\n"
+        "       chargectl audit show WINDOW [--limit N] [--json]\n"
+        "       chargectl audit run --since DURATION [--until DURATION] [--json]\n\n"
+        "  list           verdicts of audited windows, newest first: what the\n"
+        "                 provider listed (intents, refunds), the ledger rows booked\n"
+        "                 in the window, objects not judged yet (pending), and the\n"
+        "                 findings by kind\n"
+        "  show WINDOW    one verdict and the findings recorded in its window, with\n"
+        "                 the ids to act on; WINDOW is the verdict's id (from list)\n"
+        "                 or a scheduled window's start, 2026-12-01T10:00:00Z\n"
+        "  run            audits [now - since, now - until) on the database's clock\n"
+        "                 now, against the provider (PROVIDER_API_KEY), and records\n"
+        "                 the verdict; re-reads what the provider changed after its\n"
+        "                 scheduled window was audited. Exit 1 on any finding\n"
+        "  --since D      how far back: 90s, 30m, 24h, 7d\n"
+        "  --until D      where to stop, back from now [0s]\n"
+        "  --findings     only verdicts with findings\n"
+        "  --limit N      at most N rows [50]\n"
+        "  --json         JSON instead of tables\n"
+        "  --help         this text\n\n"
+        "Finding kinds: charged_twice, charged_unbooked, booked_not_charged,\n"
+        "amount_mismatch, currency_mismatch, unknown_intent, refund_unbooked,\n"
+        "refunded_over_charge (docs/auditor.md says what to do with each).\n\n"
+        "Exit status: 0 done (run: no finding); 1 database or provider\n"
+        "unreachable, no such window, or (run) a finding; 2 bad usage.\n");
+}
+
+__attribute__((format(printf, 3, 4))) static int say(int rc, const char *sub,
+                                                     const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "chargectl audit%s%s: ", sub ? " " : "", sub ? sub : "");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return rc;
+}
+
+/* "90s", "30m", "24h", "7d" -> seconds; -1 when it is not one (at most
+ * ten years). */
+static long long parse_duration(const char *s)
+{
+    int64_t n;
+    const char *rest;
+    if (ctl_parse_number(s, 315360000, &n, &rest) != 0 || rest == s ||
+        strlen(rest) != 1)
+        return -1;
+    long long unit = *rest == 's'   ? 1
+                     : *rest == 'm' ? 60
+                     : *rest == 'h' ? 3600
+                     : *rest == 'd' ? 86400
+                                    : 0;
+    if (unit == 0 || n > 315360000 / unit)
+        return -1;
+    return n * unit;
+}
+
+/* YYYY-MM-DDTHH:MM:SSZ, the shape list prints. */
+static int good_timestamp(const char *s)
+{
+    static const char shape[] = "dddd-dd-ddTdd:dd:ddZ";
+    if (strlen(s) != sizeof(shape) - 1)
+        return 0;
+    for (size_t i = 0; shape[i]; i++)
+        if (shape[i] == 'd' ? !isdigit((unsigned char)s[i]) : s[i] != shape[i])
+            return 0;
+    return 1;
+}
+
+static void print_verdict(json_t *w)
+{
+    const char *keys[] = {"id",      "window_start", "window_end",   "scheduled",
+                          "auditor", "intents_seen", "refunds_seen", "ledger_rows_seen",
+                          "pending", "found",        "finished_at",  NULL};
+    for (size_t i = 0; keys[i]; i++) {
+        char buf[512];
+        const char *s = ctl_cell(w, keys[i], buf, sizeof(buf));
+        printf("%-17s %s\n", keys[i], s ? s : "-");
+    }
+}
+
+static void print_findings(json_t *rows)
+{
+    const char *h[] = {"KIND",  "OBJECT",          "ATTEMPT",       "ORDER",
+                       "OTHER", "PROVIDER_AMOUNT", "LEDGER_AMOUNT", NULL};
+    const char *k[] = {"kind",
+                       "object_id",
+                       "payment_attempt_id",
+                       "order_id",
+                       "other_object_id",
+                       "provider_amount",
+                       "ledger_amount",
+                       NULL};
+    ctl_print_rows(rows, h, k);
+}
+
+static int audit_list(PGconn *conn, int only_findings, const char *limit, int as_json)
+{
+    char err[512];
+    const char *p[2] = {limit, only_findings ? "true" : "false"};
+    int missing;
+    json_t *rows = ctl_query_json(conn, SQL_LIST, 2, p, &missing, err, sizeof(err));
+    if (!rows)
+        return say(CTL_FAILED, "list", "%s", err);
+    if (as_json) {
+        ctl_print_json(stdout, rows);
+        return CTL_OK;
+    }
+    const char *h[] = {"ID",      "WINDOW_START", "WINDOW_END", "INTENTS",
+                       "REFUNDS", "LEDGER_ROWS",  "PENDING",    "FINDINGS"};
+    const char *k[] = {"id",           "window_start",     "window_end", "intents_seen",
+                       "refunds_seen", "ledger_rows_seen", "pending",    "found"};
+    /* ctl_print_rows takes 8 columns at most: exactly these. */
+    const char *hh[9], *kk[9];
+    memcpy(hh, h, sizeof(h));
+    memcpy(kk, k, sizeof(k));
+    hh[8] = kk[8] = NULL;
+    ctl_print_rows(rows, hh, kk);
+    json_decref(rows);
+    return CTL_OK;
+}
+
+/* The window's findings, by the verdict's own bounds. */
+static json_t *window_findings(PGconn *conn, json_t *w, const char *limit, char *err,
+                               size_t err_size)
+{
+    int missing;
+    const char *p[3] = {json_string_value(json_object_get(w, "window_start")),
+                        json_string_value(json_object_get(w, "window_end")), limit};
+    return ctl_query_json(conn, SQL_FINDINGS, 3, p, &missing, err, err_size);
+}
+
+static int audit_show(PGconn *conn, const char *window, const char *limit, int as_json)
+{
+    char err[512];
+    int missing;
+    int by_id = window[strspn(window, "0123456789")] == '\0';
+    const char *p[2] = {by_id ? window : NULL, by_id ? NULL : window};
+    json_t *w = ctl_query_json(conn, SQL_SHOW, 2, p, &missing, err, sizeof(err));
+    if (!w)
+        return missing ? say(CTL_FAILED, "show", "no audited window %s", window)
+                       : say(CTL_FAILED, "show", "%s", err);
+    json_t *rows = window_findings(conn, w, limit, err, sizeof(err));
+    if (!rows) {
+        json_decref(w);
+        return say(CTL_FAILED, "show", "%s", err);
+    }
+    if (as_json) {
+        json_object_set_new(w, "finding_rows", rows);
+        ctl_print_json(stdout, w);
+        return CTL_OK;
+    }
+    print_verdict(w);
+    printf("\nfindings:\n");
+    print_findings(rows);
+    json_decref(rows);
+    json_decref(w);
+    return CTL_OK;
+}
+
+static const char *os_user(void)
+{
+    struct passwd *pw = getpwuid(getuid());
+    return pw && pw->pw_name ? pw->pw_name : "unknown";
+}
+
+static int audit_run(PGconn *conn, const config_t *cfg, long long since,
+                     long long until, const char *limit, int as_json)
+{
+    char perr[256], why[512], actor[160], sid[32];
+    struct store_error serr;
+    struct audit_run_result res;
+    long long now_ms = 0;
+    int recorded = 0, rc = CTL_FAILED;
+    const char *key = config_str(cfg, CONFIG_PROVIDER_API_KEY);
+    if (!key || !*key)
+        return say(CTL_USAGE, "run",
+                   "PROVIDER_API_KEY is not set: run asks the provider");
+    provider_client_t *pc = provider_client_new(
+        config_str(cfg, CONFIG_PROVIDER_BASE_URL), key,
+        config_str(cfg, CONFIG_PROVIDER_API_VERSION),
+        (long)config_int(cfg, CONFIG_PROVIDER_TIMEOUT_MS), perr, sizeof(perr));
+    if (!pc)
+        return say(CTL_USAGE, "run", "%s", perr);
+    audit_store_t *st = audit_store_new(config_str(cfg, CONFIG_DATABASE_URL), &serr);
+    json_t *w = NULL, *rows = NULL;
+    if (!st) {
+        say(CTL_FAILED, "run", "%s", serr.message);
+        goto out;
+    }
+    /* The database's clock, as the scheduled windows and the ledger use. */
+    if (audit_store_now(st, &now_ms, &serr) != STORE_OK) {
+        say(CTL_FAILED, "run", "%s", serr.message);
+        goto out;
+    }
+    long long end = now_ms / 1000 - until, start = now_ms / 1000 - since;
+    snprintf(actor, sizeof(actor), "chargectl:%s", os_user());
+    if (audit_run_window(pc, st, start, end, 0, actor, NULL, &res, &recorded, why,
+                         sizeof(why)) != 0) {
+        say(CTL_FAILED, "run", "window not audited: %s", why);
+        goto out;
+    }
+    long long total = 0;
+    for (int k = 0; k < AUDIT_KIND__COUNT; k++)
+        total += res.verdict.findings[k];
+    /* The verdict as recorded, then the findings of its window. */
+    char err[512];
+    int missing;
+    long long id = 0;
+    PGresult *r = PQexec(conn, "SELECT max(id) FROM audit_windows WHERE NOT scheduled");
+    if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
+        id = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+    PQclear(r);
+    snprintf(sid, sizeof(sid), "%lld", id);
+    const char *p[2] = {sid, NULL};
+    w = ctl_query_json(conn, SQL_SHOW, 2, p, &missing, err, sizeof(err));
+    rows = w ? window_findings(conn, w, limit, err, sizeof(err)) : NULL;
+    if (!w || !rows) {
+        say(CTL_FAILED, "run", "%s", err);
+        goto out;
+    }
+    if (as_json) {
+        json_t *fresh = json_object();
+        for (int k = 0; k < AUDIT_KIND__COUNT; k++)
+            json_object_set_new(fresh, audit_kind_name((enum audit_kind)k),
+                                json_integer(res.fresh[k]));
+        json_object_set_new(w, "new_findings", fresh);
+        json_object_set(w, "finding_rows", rows);
+        ctl_print_json(stdout, w);
+    } else {
+        print_verdict(w);
+        printf("\nfindings:\n");
+        print_findings(rows);
+    }
+    rc = total > 0 ? CTL_FAILED : CTL_OK;
+    if (total > 0)
+        say(CTL_FAILED, "run", "%lld finding(s) in the window", total);
+out:
+    json_decref(w);
+    json_decref(rows);
+    audit_store_free(st);
+    provider_client_free(pc);
+    return rc;
+}
+
+int ctl_audit(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"since", required_argument, NULL, 's'},
+        {"until", required_argument, NULL, 'u'},
+        {"limit", required_argument, NULL, 'l'},
+        {"findings", no_argument, NULL, 'f'},
+        {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    long long since = -1, until = 0;
+    char limit[32] = "50";
+    int as_json = 0, only_findings = 0, have_limit = 0, have_until = 0, c, rc;
+    struct store_error err;
+
+    if (argc < 2)
+        return say(CTL_USAGE, NULL, "missing subcommand (list, show, run; see --help)");
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(stdout);
+        return CTL_OK;
+    }
+    const char *sub = argv[1];
+    int list = !strcmp(sub, "list"), show = !strcmp(sub, "show"),
+        run = !strcmp(sub, "run");
+    if (!list && !show && !run)
+        return say(CTL_USAGE, NULL, "unknown subcommand '%s' (list, show, run)", sub);
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc - 1, argv + 1, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 's':
+            if ((since = parse_duration(optarg)) <= 0)
+                return say(CTL_USAGE, sub,
+                           "--since '%s' is not a duration (90s, 30m, 24h, 7d)",
+                           optarg);
+            break;
+        case 'u':
+            if ((until = parse_duration(optarg)) < 0)
+                return say(CTL_USAGE, sub,
+                           "--until '%s' is not a duration (90s, 30m, 24h, 7d)",
+                           optarg);
+            have_until = 1;
+            break;
+        case 'l': {
+            int64_t n;
+            if (ctl_parse_number(optarg, 100000, &n, NULL) != 0 || n < 1)
+                return say(CTL_USAGE, sub, "--limit '%s' must be 1..100000", optarg);
+            snprintf(limit, sizeof(limit), "%lld", (long long)n);
+            have_limit = 1;
+            break;
+        }
+        case 'f':
+            only_findings = 1;
+            break;
+        case 'j':
+            as_json = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            return CTL_OK;
+        default: {
+            const char *bad = argv[optind];
+            if (optopt && strchr("sul", optopt) && !strchr(bad, '='))
+                return say(CTL_USAGE, sub, "%s needs a value", bad);
+            return ctl_bad_option("audit", bad);
+        }
+        }
+    }
+    int nargs = argc - 1 - optind;
+    const char *window = nargs >= 1 ? argv[1 + optind] : NULL;
+    if (show) {
+        if (nargs != 1)
+            return nargs == 0 ? say(CTL_USAGE, sub, "give one WINDOW (see --help)")
+                              : ctl_unexpected_argument("audit show", argv[2 + optind]);
+        int by_id =
+            window[strspn(window, "0123456789")] == '\0' && strlen(window) <= 18;
+        if (!by_id && !good_timestamp(window))
+            return say(CTL_USAGE, sub,
+                       "'%s' is neither a verdict id nor a window start "
+                       "(2026-12-01T10:00:00Z)",
+                       window);
+    } else if (nargs != 0) {
+        return ctl_unexpected_argument(list ? "audit list" : "audit run", window);
+    }
+    if (!run && (since >= 0 || have_until))
+        return say(CTL_USAGE, sub, "--since and --until are for run");
+    if (!list && only_findings)
+        return say(CTL_USAGE, sub, "--findings is for list");
+    if (run) {
+        if (since < 0)
+            return say(CTL_USAGE, sub, "needs --since DURATION (24h, say)");
+        if (until >= since)
+            return say(CTL_USAGE, sub, "--until must be less far back than --since");
+    }
+    (void)have_limit;
+    config_t *cfg = ctl_config("audit");
+    if (!cfg)
+        return CTL_USAGE;
+    PGconn *conn = db_connect(config_str(cfg, CONFIG_DATABASE_URL), &err);
+    if (!conn) {
+        rc = say(CTL_FAILED, NULL, "%s", err.message);
+        config_free(cfg);
+        return rc;
+    }
+    if (list)
+        rc = audit_list(conn, only_findings, limit, as_json);
+    else if (show)
+        rc = audit_show(conn, window, limit, as_json);
+    else
+        rc = audit_run(conn, cfg, since, until, limit, as_json);
+    PQfinish(conn);
+    config_free(cfg);
+    return rc;
+}

@@ -1,0 +1,412 @@
+#include "audit_run.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "log.h"
+#include "metrics.h"
+
+/* Ledger rows not confirmed by the copy, looked up per statement. */
+#define LEDGER_BATCH 200
+
+/* One audit in progress: where findings are recorded and counted. */
+struct audit_ctx {
+    provider_client_t *pc;
+    audit_store_t *st;
+    long long start, end; /* the window findings are recorded under */
+    struct audit_run_result *out;
+    char *errbuf;
+    size_t errbuf_size;
+};
+
+static int store_failed(struct audit_ctx *c, const char *what,
+                        const struct store_error *err)
+{
+    snprintf(c->errbuf, c->errbuf_size, "%s: %s", what, err->message);
+    return -1;
+}
+
+static long long or_none(int known, long long v)
+{
+    return known ? v : -1;
+}
+
+/* Records f, counts it as observed and, when new, as fresh (logged: a
+ * person acts on each). */
+static int record(struct audit_ctx *c, struct audit_finding *f)
+{
+    struct store_error err;
+    int fresh = 0;
+    f->window_start = c->start;
+    f->window_end = c->end;
+    if (audit_store_add_finding(c->st, f, &fresh, &err) != STORE_OK)
+        return store_failed(c, "record finding", &err);
+    c->out->verdict.findings[f->kind]++;
+    if (!fresh)
+        return 0;
+    c->out->fresh[f->kind]++;
+    metrics_add(METRIC_AUDIT_FINDINGS, 1, audit_kind_name(f->kind));
+    log_write(f->kind == AUDIT_CHARGED_TWICE || f->kind == AUDIT_CHARGED_UNBOOKED
+                  ? LOG_ERROR
+                  : LOG_WARN,
+              "audit finding", "kind", audit_kind_name(f->kind), "object", f->object_id,
+              "payment_attempt_id", f->payment_attempt_id ? f->payment_attempt_id : "",
+              "order_id", f->order_id ? f->order_id : "", "other_object",
+              f->other_object_id ? f->other_object_id : "", "detail", f->detail, NULL);
+    return 0;
+}
+
+/* Whether an object is settled for the audit's sake, by id, in the lists
+ * for audit_store_pending. */
+struct judged {
+    const char *done[PROVIDER_PAGE_MAX];
+    const char *wait[PROVIDER_PAGE_MAX];
+    size_t ndone, nwait;
+};
+
+static int judge_intents(struct audit_ctx *c, const struct provider_listed *items,
+                         size_t n)
+{
+    struct audit_intent_row *rows = calloc(n ? n : 1, sizeof(*rows));
+    struct store_error err;
+    struct judged j = {0};
+    int rc = -1;
+    if (!rows) {
+        snprintf(c->errbuf, c->errbuf_size, "out of memory");
+        return -1;
+    }
+    if (audit_store_intents(c->st, items, n, rows, &err) != STORE_OK) {
+        store_failed(c, "match intents", &err);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const struct provider_listed *it = &items[i];
+        const struct audit_intent_row *row = &rows[i];
+        struct audit_result res = audit_policy_intent(&row->facts);
+        if (res.verdict == AUDIT_PENDING) {
+            j.wait[j.nwait++] = it->id;
+            continue;
+        }
+        j.done[j.ndone++] = it->id;
+        if (res.verdict != AUDIT_FINDING)
+            continue;
+        int booked = row->facts.booked;
+        struct audit_finding f = {
+            .kind = res.kind,
+            .object_id = it->id,
+            .payment_attempt_id = booked ? row->booked_attempt : it->payment_attempt_id,
+            .order_id = it->order_id,
+            .other_object_id = row->other_object,
+            .provider_amount = it->amount,
+            .provider_currency = it->currency,
+            .ledger_amount = or_none(booked, row->facts.booked_amount),
+            .ledger_currency = booked ? row->booked_currency : "",
+            .detail = res.detail,
+        };
+        if (record(c, &f) != 0)
+            goto out;
+    }
+    if (audit_store_pending(c->st, "intent", j.done, j.ndone, j.wait, j.nwait, &err) !=
+        STORE_OK) {
+        store_failed(c, "pending intents", &err);
+        goto out;
+    }
+    rc = 0;
+out:
+    free(rows);
+    return rc;
+}
+
+static int judge_refunds(struct audit_ctx *c, const struct provider_listed *items,
+                         size_t n)
+{
+    struct audit_refund_row *rows = calloc(n ? n : 1, sizeof(*rows));
+    struct store_error err;
+    struct judged j = {0};
+    int rc = -1;
+    if (!rows) {
+        snprintf(c->errbuf, c->errbuf_size, "out of memory");
+        return -1;
+    }
+    if (audit_store_refunds(c->st, items, n, rows, &err) != STORE_OK) {
+        store_failed(c, "match refunds", &err);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const struct provider_listed *it = &items[i];
+        const struct audit_refund_row *row = &rows[i];
+        struct audit_result res = audit_policy_refund(&row->facts);
+        if (res.verdict == AUDIT_PENDING)
+            j.wait[j.nwait++] = it->id;
+        else
+            j.done[j.ndone++] = it->id;
+        if (res.verdict == AUDIT_FINDING) {
+            struct audit_finding f = {
+                .kind = res.kind,
+                .object_id = it->id,
+                .payment_attempt_id = row->payment_attempt_id,
+                .order_id = row->order_id,
+                .refund_id = *row->refund_attempt ? row->refund_attempt : it->refund_id,
+                .other_object_id = it->payment_intent,
+                .provider_amount = it->amount,
+                .provider_currency = it->currency,
+                .ledger_amount = or_none(row->facts.booked, row->facts.booked_amount),
+                .detail = res.detail,
+            };
+            if (record(c, &f) != 0)
+                goto out;
+        }
+        /* Whatever this refund is, the charge's refunds must fit in it:
+         * one finding per intent. */
+        if (!strcmp(it->status, "succeeded") && row->charge_amount >= 0 &&
+            audit_policy_over_refunded(row->refunded_total, row->charge_amount)) {
+            struct audit_finding f = {
+                .kind = AUDIT_REFUNDED_OVER_CHARGE,
+                .object_id = it->payment_intent,
+                .payment_attempt_id = row->payment_attempt_id,
+                .order_id = row->order_id,
+                .refund_id = *row->refund_attempt ? row->refund_attempt : it->refund_id,
+                .other_object_id = it->id,
+                .provider_amount = row->refunded_total,
+                .provider_currency = it->currency,
+                .ledger_amount = row->charge_amount,
+                .detail = "succeeded refunds add up past the charge",
+            };
+            if (record(c, &f) != 0)
+                goto out;
+        }
+    }
+    if (audit_store_pending(c->st, "refund", j.done, j.ndone, j.wait, j.nwait, &err) !=
+        STORE_OK) {
+        store_failed(c, "pending refunds", &err);
+        goto out;
+    }
+    rc = 0;
+out:
+    free(rows);
+    return rc;
+}
+
+static int provider_failed(struct audit_ctx *c, const char *what,
+                           const struct provider_result *res)
+{
+    snprintf(c->errbuf, c->errbuf_size, "%s: no evidence (%s)", what, res->error);
+    return -1;
+}
+
+/* Every object of one kind created in the window, page by page. */
+static int walk(struct audit_ctx *c, enum provider_list_of what,
+                const struct audit_run_hooks *hooks, long long *seen)
+{
+    struct provider_page *page = malloc(sizeof(*page));
+    struct provider_result res;
+    char after[96] = "";
+    int rc = -1;
+    const char *noun = what == PROVIDER_LIST_REFUNDS ? "refund" : "intent";
+    if (!page) {
+        snprintf(c->errbuf, c->errbuf_size, "out of memory");
+        return -1;
+    }
+    for (;;) {
+        if (hooks && hooks->stopping && hooks->stopping()) {
+            snprintf(c->errbuf, c->errbuf_size, "stopping");
+            goto out;
+        }
+        provider_client_list_page(c->pc, what, c->start, c->end, after, page, &res);
+        if (res.outcome != PROVIDER_SUCCEEDED) {
+            provider_failed(
+                c, what == PROVIDER_LIST_REFUNDS ? "refund list" : "intent list", &res);
+            goto out;
+        }
+        if ((what == PROVIDER_LIST_REFUNDS ? judge_refunds : judge_intents)(
+                c, page->items, page->n) != 0)
+            goto out;
+        *seen += (long long)page->n;
+        metrics_add(METRIC_AUDIT_OBJECTS, (double)page->n, noun);
+        if (hooks && hooks->heartbeat)
+            hooks->heartbeat();
+        if (!page->has_more)
+            break;
+        snprintf(after, sizeof(after), "%s", page->items[page->n - 1].id);
+    }
+    rc = 0;
+out:
+    free(page);
+    return rc;
+}
+
+/* One ledger row the copy did not confirm, on the provider's word. */
+static int judge_ledger_row(struct audit_ctx *c, const struct audit_ledger_row *l)
+{
+    struct provider_listed obj;
+    struct provider_result res;
+    struct store_error err;
+    enum provider_list_of what =
+        l->refund ? PROVIDER_LIST_REFUNDS : PROVIDER_LIST_INTENTS;
+    provider_client_fetch(c->pc, what, l->object_id, &obj, &res);
+    if (res.outcome != PROVIDER_SUCCEEDED && res.outcome != PROVIDER_NOT_FOUND)
+        return provider_failed(c, "ledger object look-up", &res);
+    int found = res.outcome == PROVIDER_SUCCEEDED;
+    if (found) {
+        /* The copy learns it: its own window's audit, or the next look at
+         * this one, need not ask again. */
+        if (what == PROVIDER_LIST_REFUNDS) {
+            struct audit_refund_row row;
+            if (audit_store_refunds(c->st, &obj, 1, &row, &err) != STORE_OK)
+                return store_failed(c, "copy refund", &err);
+        } else {
+            struct audit_intent_row row;
+            if (audit_store_intents(c->st, &obj, 1, &row, &err) != STORE_OK)
+                return store_failed(c, "copy intent", &err);
+        }
+    }
+    struct audit_ledger_facts facts = {
+        .provider_status = found ? obj.status : NULL,
+        .provider_amount = obj.amount,
+        .provider_currency = obj.currency,
+        .amount = l->amount,
+        .currency = l->currency,
+    };
+    struct audit_result r = audit_policy_ledger(&facts);
+    if (r.verdict == AUDIT_PENDING) {
+        c->out->verdict.pending++;
+        return 0;
+    }
+    if (r.verdict != AUDIT_FINDING)
+        return 0;
+    struct audit_finding f = {
+        .kind = r.kind,
+        .object_id = l->object_id,
+        .payment_attempt_id = l->payment_attempt_id,
+        .order_id = l->order_id,
+        .refund_id = l->refund_id,
+        .provider_amount = or_none(found, obj.amount),
+        .provider_currency = found ? obj.currency : "",
+        .ledger_amount = l->amount,
+        .ledger_currency = l->currency,
+        .detail = r.detail,
+    };
+    return record(c, &f);
+}
+
+static int ledger_side(struct audit_ctx *c, const struct audit_run_hooks *hooks)
+{
+    struct audit_ledger_row *rows = calloc(LEDGER_BATCH, sizeof(*rows));
+    struct store_error err;
+    long long after = 0;
+    size_t n = 0;
+    int rc = -1;
+    if (!rows) {
+        snprintf(c->errbuf, c->errbuf_size, "out of memory");
+        return -1;
+    }
+    if (audit_store_ledger_count(c->st, c->start, c->end, &c->out->verdict.ledger_rows,
+                                 &err) != STORE_OK) {
+        store_failed(c, "count ledger rows", &err);
+        goto out;
+    }
+    metrics_add(METRIC_AUDIT_OBJECTS, (double)c->out->verdict.ledger_rows,
+                "ledger_row");
+    do {
+        if (audit_store_ledger_unmatched(c->st, c->start, c->end, after, rows,
+                                         LEDGER_BATCH, &n, &err) != STORE_OK) {
+            store_failed(c, "unmatched ledger rows", &err);
+            goto out;
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (hooks && hooks->stopping && hooks->stopping()) {
+                snprintf(c->errbuf, c->errbuf_size, "stopping");
+                goto out;
+            }
+            if (judge_ledger_row(c, &rows[i]) != 0)
+                goto out;
+            after = rows[i].id;
+        }
+        if (hooks && hooks->heartbeat)
+            hooks->heartbeat();
+    } while (n == LEDGER_BATCH);
+    rc = 0;
+out:
+    free(rows);
+    return rc;
+}
+
+int audit_run_window(provider_client_t *pc, audit_store_t *st, long long start,
+                     long long end, int scheduled, const char *auditor,
+                     const struct audit_run_hooks *hooks, struct audit_run_result *out,
+                     int *recorded, char *errbuf, size_t errbuf_size)
+{
+    struct audit_ctx c = {pc, st, start, end, out, errbuf, errbuf_size};
+    struct store_error err;
+    long long id = 0, pending = 0;
+    memset(out, 0, sizeof(*out));
+    *recorded = 0;
+    out->verdict.start = start;
+    out->verdict.end = end;
+    out->verdict.scheduled = scheduled;
+    out->verdict.auditor = auditor;
+    out->verdict.started_ms = clock_wall_ms();
+    if (walk(&c, PROVIDER_LIST_INTENTS, hooks, &out->verdict.intents) != 0 ||
+        walk(&c, PROVIDER_LIST_REFUNDS, hooks, &out->verdict.refunds) != 0 ||
+        ledger_side(&c, hooks) != 0)
+        return -1;
+    if (audit_store_pending_count(st, &pending, &err) != STORE_OK)
+        return store_failed(&c, "count pending", &err);
+    out->verdict.pending += pending;
+    if (audit_store_finish(st, &out->verdict, recorded, &id, &err) != STORE_OK)
+        return store_failed(&c, "record verdict", &err);
+    return 0;
+}
+
+int audit_run_pending(provider_client_t *pc, audit_store_t *st, size_t max,
+                      struct audit_run_result *out, char *errbuf, size_t errbuf_size)
+{
+    char(*ids)[96] = calloc(max ? max : 1, sizeof(*ids));
+    int *is_refund = calloc(max ? max : 1, sizeof(*is_refund));
+    struct audit_ctx c = {pc, st, 0, 0, out, errbuf, errbuf_size};
+    struct store_error err;
+    size_t n = 0;
+    int rc = -1;
+    if (!ids || !is_refund) {
+        snprintf(errbuf, errbuf_size, "out of memory");
+        goto out;
+    }
+    if (audit_store_pending_due(st, max, ids, is_refund, &n, &err) != STORE_OK) {
+        store_failed(&c, "pending objects", &err);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct provider_listed obj;
+        struct provider_result res;
+        enum provider_list_of what =
+            is_refund[i] ? PROVIDER_LIST_REFUNDS : PROVIDER_LIST_INTENTS;
+        provider_client_fetch(pc, what, ids[i], &obj, &res);
+        if (res.outcome == PROVIDER_NOT_FOUND) {
+            /* Gone from the provider: nothing left to judge of it here;
+             * a ledger row booked on it is found by the ledger side. */
+            const char *done[1] = {ids[i]};
+            if (audit_store_pending(st, is_refund[i] ? "refund" : "intent", done, 1,
+                                    NULL, 0, &err) != STORE_OK) {
+                store_failed(&c, "pending objects", &err);
+                goto out;
+            }
+            continue;
+        }
+        if (res.outcome != PROVIDER_SUCCEEDED) {
+            provider_failed(&c, "pending object look-up", &res);
+            goto out;
+        }
+        /* Found on a later look: recorded under the second it was made. */
+        c.start = obj.created;
+        c.end = obj.created + 1;
+        if ((is_refund[i] ? judge_refunds : judge_intents)(&c, &obj, 1) != 0)
+            goto out;
+    }
+    rc = 0;
+out:
+    free(ids);
+    free(is_refund);
+    return rc;
+}

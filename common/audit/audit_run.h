@@ -1,0 +1,49 @@
+/* audit_run: one audit of a window of the provider's books against the
+ * ledger, for `charged auditor` (scheduled windows) and `chargectl audit
+ * run` (on demand).
+ *
+ * Streaming: one page of 100 provider objects is in memory at a time, and
+ * a batch of ledger rows; whatever a window holds, memory does not grow
+ * with it. The provider's list is the evidence: intents then refunds
+ * created in the window are each copied, judged by audit_policy and, when
+ * they do not match, recorded as a finding; then the ledger rows booked in
+ * the window whose object the copy does not confirm are looked up one by
+ * one on the provider (a ledger row whose intent was created in another
+ * window is confirmed that way, not called missing). Nothing is concluded
+ * from a failed call: the audit stops and is done again whole, which
+ * records nothing twice. */
+#ifndef CHARGED_AUDIT_RUN_H
+#define CHARGED_AUDIT_RUN_H
+
+#include <stddef.h>
+
+#include "audit_store.h"
+#include "provider_client.h"
+
+struct audit_run_hooks {
+    void (*heartbeat)(void); /* after each page: the loop is alive; NULL: none */
+    int (*stopping)(void);   /* non-zero: give up the audit now; NULL: never */
+};
+
+/* What one audit observed and recorded. */
+struct audit_run_result {
+    struct audit_verdict verdict;       /* counts and findings observed */
+    long long fresh[AUDIT_KIND__COUNT]; /* findings recorded for the first time */
+};
+
+/* Audits [start, end) (unix s) and, when it completed, records its verdict
+ * (scheduled: as the watermark's next window; *recorded 0 when another
+ * auditor recorded it first). 0, or -1 with errbuf: nothing concluded of
+ * the objects not yet judged, no verdict. */
+int audit_run_window(provider_client_t *pc, audit_store_t *st, long long start,
+                     long long end, int scheduled, const char *auditor,
+                     const struct audit_run_hooks *hooks, struct audit_run_result *out,
+                     int *recorded, char *errbuf, size_t errbuf_size);
+
+/* Looks again, on the provider's word, at up to max objects that could not
+ * be judged before; adds what it finds to out->fresh and out->verdict's
+ * findings. 0 / -1 with errbuf. */
+int audit_run_pending(provider_client_t *pc, audit_store_t *st, size_t max,
+                      struct audit_run_result *out, char *errbuf, size_t errbuf_size);
+
+#endif

@@ -1,0 +1,148 @@
+#include "audit_policy.h"
+
+#include <string.h>
+#include <strings.h>
+
+static const char *const kind_names[AUDIT_KIND__COUNT] = {
+    [AUDIT_CHARGED_TWICE] = "charged_twice",
+    [AUDIT_CHARGED_UNBOOKED] = "charged_unbooked",
+    [AUDIT_BOOKED_NOT_CHARGED] = "booked_not_charged",
+    [AUDIT_AMOUNT_MISMATCH] = "amount_mismatch",
+    [AUDIT_CURRENCY_MISMATCH] = "currency_mismatch",
+    [AUDIT_UNKNOWN_INTENT] = "unknown_intent",
+    [AUDIT_REFUND_UNBOOKED] = "refund_unbooked",
+    [AUDIT_REFUNDED_OVER_CHARGE] = "refunded_over_charge",
+};
+
+const char *audit_kind_name(enum audit_kind k)
+{
+    return (unsigned)k < AUDIT_KIND__COUNT ? kind_names[k] : NULL;
+}
+
+int audit_kind_parse(const char *name)
+{
+    for (int k = 0; name && k < AUDIT_KIND__COUNT; k++)
+        if (!strcmp(name, kind_names[k]))
+            return k;
+    return -1;
+}
+
+static struct audit_result matched(void)
+{
+    return (struct audit_result){AUDIT_MATCHED, 0, ""};
+}
+
+static struct audit_result pending(const char *why)
+{
+    return (struct audit_result){AUDIT_PENDING, 0, why};
+}
+
+static struct audit_result finding(enum audit_kind k, const char *why)
+{
+    return (struct audit_result){AUDIT_FINDING, k, why};
+}
+
+int audit_policy_same_currency(const char *a, const char *b)
+{
+    return a && b && *a && strlen(a) == strlen(b) && !strcasecmp(a, b);
+}
+
+/* The attempt may still become SUCCEEDED on this very intent: the
+ * reconciler, a webhook or an operator settles these. */
+static int attempt_unsettled(const char *status)
+{
+    static const char *const open[] = {"PENDING", "PROCESSING", "UNKNOWN",
+                                       "REQUIRES_REVIEW"};
+    for (size_t i = 0; i < sizeof(open) / sizeof(open[0]); i++)
+        if (!strcmp(status, open[i]))
+            return 1;
+    return 0;
+}
+
+struct audit_result audit_policy_intent(const struct audit_intent_facts *f)
+{
+    int succeeded = !strcmp(f->status, "succeeded");
+    /* Not ours at all: whatever its status, someone made it outside charged. */
+    if (!f->has_attempt_metadata && !f->booked)
+        return finding(AUDIT_UNKNOWN_INTENT, "intent without charged metadata");
+    if (f->booked) {
+        if (!succeeded) {
+            /* Money may still move: the ledger side judges it once it
+             * settles (booked_not_charged when it never does). */
+            if (!strcmp(f->status, "processing"))
+                return pending("booked intent still processing");
+            return finding(AUDIT_BOOKED_NOT_CHARGED,
+                           "booked intent is not succeeded at the provider");
+        }
+        if (f->amount != f->booked_amount)
+            return finding(AUDIT_AMOUNT_MISMATCH,
+                           "provider amount differs from the ledger's");
+        if (!audit_policy_same_currency(f->currency, f->booked_currency))
+            return finding(AUDIT_CURRENCY_MISMATCH,
+                           "provider currency differs from the ledger's");
+        return matched();
+    }
+    if (!strcmp(f->status, "processing"))
+        return pending("intent still processing");
+    if (!succeeded)
+        return matched(); /* declined, canceled, never confirmed: no money */
+    if (f->attempt_booked_other)
+        return finding(AUDIT_CHARGED_TWICE,
+                       "second succeeded intent for an attempt already booked");
+    if (f->order_booked_other)
+        return finding(AUDIT_CHARGED_TWICE,
+                       "second succeeded intent for an order already paid");
+    if (f->earlier_twin)
+        return finding(AUDIT_CHARGED_TWICE,
+                       "second succeeded intent for one attempt or order");
+    if (*f->attempt_status && attempt_unsettled(f->attempt_status))
+        return pending("attempt not settled yet");
+    return finding(AUDIT_CHARGED_UNBOOKED,
+                   *f->attempt_status
+                       ? "succeeded intent, attempt not SUCCEEDED on it"
+                       : "succeeded intent for an attempt we never recorded");
+}
+
+struct audit_result audit_policy_refund(const struct audit_refund_facts *f)
+{
+    if (!strcmp(f->status, "pending") || !strcmp(f->status, "requires_action"))
+        return pending("refund still pending");
+    if (strcmp(f->status, "succeeded") != 0)
+        return matched(); /* failed or canceled: no money moved */
+    if (f->booked) {
+        if (f->amount != f->booked_amount)
+            return finding(AUDIT_AMOUNT_MISMATCH,
+                           "provider refund amount differs from the ledger's");
+        return matched();
+    }
+    if (*f->refund_status && attempt_unsettled(f->refund_status))
+        return pending("refund attempt not settled yet");
+    return finding(AUDIT_REFUND_UNBOOKED,
+                   *f->refund_status ? "succeeded refund, refund attempt not SUCCEEDED"
+                                     : "succeeded refund we never requested");
+}
+
+struct audit_result audit_policy_ledger(const struct audit_ledger_facts *f)
+{
+    if (!f->provider_status)
+        return finding(AUDIT_BOOKED_NOT_CHARGED,
+                       "provider does not have the booked object");
+    if (!strcmp(f->provider_status, "processing") ||
+        !strcmp(f->provider_status, "pending"))
+        return pending("booked object still processing at the provider");
+    if (strcmp(f->provider_status, "succeeded") != 0)
+        return finding(AUDIT_BOOKED_NOT_CHARGED,
+                       "booked object is not succeeded at the provider");
+    if (f->provider_amount != f->amount)
+        return finding(AUDIT_AMOUNT_MISMATCH,
+                       "provider amount differs from the ledger's");
+    if (!audit_policy_same_currency(f->provider_currency, f->currency))
+        return finding(AUDIT_CURRENCY_MISMATCH,
+                       "provider currency differs from the ledger's");
+    return matched();
+}
+
+int audit_policy_over_refunded(long long refunded_total, long long charge_amount)
+{
+    return refunded_total > charge_amount;
+}

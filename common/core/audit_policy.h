@@ -1,0 +1,100 @@
+/* audit_policy: what the auditor concludes about one provider object or
+ * one ledger row, from the facts the store gathered about it.
+ *
+ * Pure: no database, no network, no clock. The store answers, for each
+ * object the provider listed, what charged has of it (the ledger row booked
+ * on it, the attempt its metadata names, another charge of that attempt or
+ * order); this module says which finding that is, or that the object
+ * matches, or that it cannot be judged yet (pending: looked at again next
+ * cycle). docs/auditor.md is the same table in prose. */
+#ifndef CHARGED_AUDIT_POLICY_H
+#define CHARGED_AUDIT_POLICY_H
+
+#include <stddef.h>
+
+/* Finding kinds, as stored and in metrics; new ones are added last. */
+enum audit_kind {
+    AUDIT_CHARGED_TWICE = 0,
+    AUDIT_CHARGED_UNBOOKED,
+    AUDIT_BOOKED_NOT_CHARGED,
+    AUDIT_AMOUNT_MISMATCH,
+    AUDIT_CURRENCY_MISMATCH,
+    AUDIT_UNKNOWN_INTENT,
+    AUDIT_REFUND_UNBOOKED,
+    AUDIT_REFUNDED_OVER_CHARGE,
+    AUDIT_KIND__COUNT
+};
+
+/* "charged_twice", ...; NULL out of range. */
+const char *audit_kind_name(enum audit_kind k);
+/* The kind of a name; -1 when none. */
+int audit_kind_parse(const char *name);
+
+enum audit_verdict {
+    AUDIT_MATCHED = 0, /* the ledger and the provider agree */
+    AUDIT_FINDING,     /* kind says which */
+    AUDIT_PENDING,     /* not decidable yet: look again */
+};
+
+struct audit_result {
+    enum audit_verdict verdict;
+    enum audit_kind kind;
+    const char *detail; /* a static phrase for the finding's detail */
+};
+
+/* One listed intent and what charged has of it. Strings are never NULL
+ * ("" when absent). */
+struct audit_intent_facts {
+    const char *status;       /* the provider's: succeeded, processing, ... */
+    long long amount;         /* the provider's */
+    const char *currency;     /* the provider's, lower case */
+    int has_attempt_metadata; /* metadata[payment_attempt_id] is present */
+    /* The ledger's charge row booked on this intent, if any. */
+    int booked;
+    long long booked_amount;
+    const char *booked_currency; /* upper case, as the ledger keeps it */
+    /* The attempt its metadata names: "" when we have none. */
+    const char *attempt_status;
+    /* Another provider charge of that attempt booked in the ledger. */
+    int attempt_booked_other;
+    /* Another SUCCEEDED attempt of the metadata's order, on another intent. */
+    int order_booked_other;
+    /* An earlier succeeded intent of the same attempt or order among the
+     * provider's objects already seen (neither booked, say). */
+    int earlier_twin;
+};
+
+/* One listed refund and what charged has of it. */
+struct audit_refund_facts {
+    const char *status; /* succeeded, pending, requires_action, failed, canceled */
+    long long amount;
+    const char *currency;
+    /* The refund attempt booked on this provider refund, if any. */
+    int booked;
+    long long booked_amount;
+    /* The refund attempt its metadata names: "" when we have none. */
+    const char *refund_status;
+};
+
+/* One ledger row of a window, and what the provider said of its object
+ * (NULL status: the provider does not have it: 404). */
+struct audit_ledger_facts {
+    const char *provider_status;
+    long long provider_amount;
+    const char *provider_currency;
+    long long amount;
+    const char *currency;
+};
+
+struct audit_result audit_policy_intent(const struct audit_intent_facts *f);
+struct audit_result audit_policy_refund(const struct audit_refund_facts *f);
+struct audit_result audit_policy_ledger(const struct audit_ledger_facts *f);
+
+/* The succeeded refunds of one charge add up past the charge (the ledger's
+ * amount when it booked the charge, else the provider's own): 1. */
+int audit_policy_over_refunded(long long refunded_total, long long charge_amount);
+
+/* Case-insensitive comparison of two ISO 4217 codes: 1 when equal. */
+int audit_policy_same_currency(const char *a, const char *b);
+
+#endif

@@ -1,0 +1,551 @@
+#include "audit_store.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_conn.h"
+#include "store_stmt.h"
+
+/* The auditor's advisory lock: one leader of the scheduled windows. */
+#define AUDIT_LOCK_KEY "7216493035014220802"
+
+/* The auditor reads what others write and writes only its own tables: a
+ * lock another session holds there (an operator's) is waited for briefly. */
+#define AUDIT_LOCK_TIMEOUT "5s"
+
+struct audit_store {
+    store_conn_t *db;
+    int leading;
+};
+
+audit_store_t *audit_store_new(const char *database_url, struct store_error *err)
+{
+    audit_store_t *st = calloc(1, sizeof(*st));
+    if (!st) {
+        store_error_set(err, "out of memory");
+        return NULL;
+    }
+    if (!(st->db = store_conn_new(database_url, AUDIT_LOCK_TIMEOUT, err))) {
+        free(st);
+        return NULL;
+    }
+    return st;
+}
+
+void audit_store_free(audit_store_t *st)
+{
+    if (!st)
+        return;
+    store_conn_free(st->db);
+    free(st);
+}
+
+static enum store_rc session(audit_store_t *st, struct store_error *err)
+{
+    int fresh = 0;
+    enum store_rc rc = store_conn_open(st->db, &fresh, err);
+    /* A new session holds no lock: the lead was lost with the old one. */
+    if (rc != STORE_OK || fresh)
+        st->leading = 0;
+    return rc;
+}
+
+static enum store_rc run(audit_store_t *st, struct stmt *s, const char *sql,
+                         PGresult **res, struct store_error *err)
+{
+    enum store_rc rc;
+    store_error_clear(err);
+    if ((rc = session(st, err)) == STORE_OK)
+        rc = stmt_run(st->db, s, sql, res, err);
+    stmt_release(s);
+    return rc;
+}
+
+enum store_rc audit_store_lead(audit_store_t *st, struct store_error *err)
+{
+    PGresult *r;
+    struct stmt s = {0};
+    enum store_rc rc;
+    store_error_clear(err);
+    if ((rc = session(st, err)) != STORE_OK)
+        return rc;
+    if (st->leading)
+        return STORE_OK;
+    if ((rc = run(st, &s, "SELECT pg_try_advisory_lock(" AUDIT_LOCK_KEY ")", &r,
+                  err)) != STORE_OK)
+        return rc;
+    st->leading = stmt_col_true(r, 0, 0);
+    PQclear(r);
+    return st->leading ? STORE_OK : STORE_NOT_LEADER;
+}
+
+/* clang-format off */
+#define UUID_RE "'^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$'"
+/* Metadata is the provider's text, anything at all: cast only what is a uuid. */
+#define AS_UUID(col) "(CASE WHEN " col " ~ " UUID_RE " THEN " col "::uuid END)"
+
+/* The first scheduled window starts where the audit was told to, or where
+ * charged began (the first attempt: nothing of ours is older), or now. */
+static const char *SQL_NEXT =
+    "SELECT (extract(epoch FROM now()) * 1000)::bigint,"
+    "  (SELECT extract(epoch FROM max(window_end))::bigint FROM audit_windows WHERE scheduled),"
+    "  CASE WHEN $1::bigint > 0 THEN $1::bigint"
+    "   ELSE coalesce((SELECT floor(extract(epoch FROM min(created_at)))::bigint"
+    "                    FROM payment_attempts),"
+    "                 floor(extract(epoch FROM now()) - $2::bigint / 1000.0)::bigint) END";
+
+/* The provider's word replaces what was copied before. DISTINCT ON: a page
+ * that names one object twice must not fail the statement. */
+static const char *SQL_COPY_INTENTS =
+    "INSERT INTO audit_intents AS t (id, status, amount, currency, created,"
+    "  payment_attempt_id, order_id)"
+    " SELECT DISTINCT ON (id) * FROM unnest($1::text[], $2::text[], $3::bigint[],"
+    "   $4::text[], $5::bigint[], $6::text[], $7::text[])"
+    "   AS p(id, status, amount, currency, created, attempt, ord)"
+    " ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, amount = EXCLUDED.amount,"
+    "  currency = EXCLUDED.currency, created = EXCLUDED.created,"
+    "  payment_attempt_id = EXCLUDED.payment_attempt_id, order_id = EXCLUDED.order_id,"
+    "  seen_at = now()";
+
+/* For each intent: the charge booked on it; the attempt its metadata
+ * names, and that attempt's booked charge; another SUCCEEDED attempt of
+ * its order; an earlier succeeded intent of the same attempt or order in
+ * the copy. Each look-up is one index probe. */
+static const char *SQL_INTENT_FACTS =
+    "SELECT p.i, l.payment_attempt_id IS NOT NULL, coalesce(l.amount, 0),"
+    "  coalesce(l.currency, ''), coalesce(l.payment_attempt_id::text, ''),"
+    "  coalesce(a.status, ''),"
+    "  coalesce(la.provider_payment_id <> p.id, false), coalesce(la.provider_payment_id, ''),"
+    "  o.provider_payment_id IS NOT NULL, coalesce(o.provider_payment_id, ''),"
+    "  coalesce(tw.id, two.id) IS NOT NULL, coalesce(tw.id, two.id, '')"
+    " FROM unnest($1::text[]) WITH ORDINALITY AS p(id, i)"
+    " JOIN audit_intents m ON m.id = p.id"
+    " LEFT JOIN ledger_entries l ON l.kind = 'charge' AND l.provider_payment_id = p.id"
+    " LEFT JOIN payment_attempts a ON a.id = " AS_UUID("m.payment_attempt_id")
+    " LEFT JOIN ledger_entries la ON la.kind = 'charge' AND la.payment_attempt_id = a.id"
+    " LEFT JOIN LATERAL (SELECT a2.provider_payment_id FROM payment_attempts a2"
+    "   WHERE a2.order_id = " AS_UUID("m.order_id")
+    "     AND a2.status = 'SUCCEEDED' AND a2.provider_payment_id <> p.id LIMIT 1) o ON true"
+    " LEFT JOIN LATERAL (SELECT t.id FROM audit_intents t"
+    "   WHERE t.status = 'succeeded' AND t.payment_attempt_id = m.payment_attempt_id"
+    "     AND (t.created, t.id) < (m.created, m.id) ORDER BY t.created, t.id LIMIT 1) tw ON true"
+    " LEFT JOIN LATERAL (SELECT t.id FROM audit_intents t"
+    "   WHERE t.status = 'succeeded' AND t.order_id = m.order_id"
+    "     AND (t.created, t.id) < (m.created, m.id) ORDER BY t.created, t.id LIMIT 1) two ON true"
+    " ORDER BY p.i";
+
+static const char *SQL_COPY_REFUNDS =
+    "INSERT INTO audit_refunds AS t (id, payment_intent, status, amount, currency, created,"
+    "  refund_id)"
+    " SELECT DISTINCT ON (id) * FROM unnest($1::text[], $2::text[], $3::text[],"
+    "   $4::bigint[], $5::text[], $6::bigint[], $7::text[])"
+    " ON CONFLICT (id) DO UPDATE SET payment_intent = EXCLUDED.payment_intent,"
+    "  status = EXCLUDED.status, amount = EXCLUDED.amount, currency = EXCLUDED.currency,"
+    "  created = EXCLUDED.created, refund_id = EXCLUDED.refund_id, seen_at = now()";
+
+/* For each refund: the refund attempt booked on it (SUCCEEDED: its ledger
+ * row exists, the trigger wrote it); the refund attempt its metadata names;
+ * what the copy holds as refunded of its intent, and the charge. */
+static const char *SQL_REFUND_FACTS =
+    "SELECT p.i, coalesce(r.status = 'SUCCEEDED', false), coalesce(r.amount, 0),"
+    "  coalesce(rm.status, ''), coalesce(rm.id::text, ''),"
+    "  (SELECT coalesce(sum(x.amount), 0) FROM audit_refunds x"
+    "    WHERE x.payment_intent = m.payment_intent AND x.status = 'succeeded'),"
+    "  coalesce(lc.amount, mi.amount, -1),"
+    "  coalesce(lc.payment_attempt_id::text, ''), coalesce(lc.order_id::text, '')"
+    " FROM unnest($1::text[]) WITH ORDINALITY AS p(id, i)"
+    " JOIN audit_refunds m ON m.id = p.id"
+    " LEFT JOIN refund_attempts r ON r.provider_refund_id = p.id"
+    " LEFT JOIN refund_attempts rm ON rm.id = " AS_UUID("m.refund_id")
+    " LEFT JOIN ledger_entries lc ON lc.kind = 'charge' AND lc.provider_payment_id = m.payment_intent"
+    " LEFT JOIN audit_intents mi ON mi.id = m.payment_intent"
+    " ORDER BY p.i";
+
+static const char *SQL_LEDGER_COUNT =
+    "SELECT count(*) FROM ledger_entries"
+    " WHERE created_at >= to_timestamp($1::bigint) AND created_at < to_timestamp($2::bigint)";
+
+static const char *SQL_LEDGER_UNMATCHED =
+    "SELECT l.id, l.kind = 'refund',"
+    "  CASE l.kind WHEN 'refund' THEN l.provider_refund_id ELSE l.provider_payment_id END,"
+    "  l.amount, l.currency, l.payment_attempt_id::text, l.order_id::text,"
+    "  coalesce(l.refund_id::text, '')"
+    " FROM ledger_entries l"
+    " LEFT JOIN audit_intents m ON l.kind = 'charge' AND m.id = l.provider_payment_id"
+    " LEFT JOIN audit_refunds mr ON l.kind = 'refund' AND mr.id = l.provider_refund_id"
+    " WHERE l.created_at >= to_timestamp($1::bigint) AND l.created_at < to_timestamp($2::bigint)"
+    "   AND l.id > $3::bigint"
+    "   AND (CASE l.kind WHEN 'charge'"
+    "        THEN m.status = 'succeeded' AND m.amount = l.amount AND upper(m.currency) = l.currency"
+    "        ELSE mr.status = 'succeeded' AND mr.amount = l.amount AND upper(mr.currency) = l.currency"
+    "        END) IS NOT TRUE"
+    " ORDER BY l.id LIMIT $4::int";
+
+static const char *SQL_FINDING =
+    "INSERT INTO audit_findings (kind, object_id, payment_attempt_id, order_id, refund_id,"
+    "  other_object_id, provider_amount, provider_currency, ledger_amount, ledger_currency,"
+    "  detail, window_start, window_end)"
+    " VALUES ($1, $2, nullif($3, ''), nullif($4, ''), nullif($5, ''), nullif($6, ''),"
+    "  $7::bigint, nullif($8, ''), $9::bigint, nullif($10, ''), $11,"
+    "  to_timestamp($12::bigint), to_timestamp($13::bigint))"
+    " ON CONFLICT (kind, object_id) DO NOTHING RETURNING id";
+
+static const char *SQL_PENDING =
+    "WITH gone AS (DELETE FROM audit_pending WHERE object_id = ANY($1::text[]))"
+    " INSERT INTO audit_pending (object_id, object_kind)"
+    " SELECT DISTINCT unnest($2::text[]), $3"
+    " ON CONFLICT (object_id) DO UPDATE SET checked_at = now()";
+
+static const char *SQL_PENDING_DUE =
+    "UPDATE audit_pending p SET checked_at = now()"
+    " FROM (SELECT object_id FROM audit_pending ORDER BY checked_at LIMIT $1::int"
+    "       FOR UPDATE SKIP LOCKED) d"
+    " WHERE p.object_id = d.object_id RETURNING p.object_id, p.object_kind = 'refund'";
+
+static const char *SQL_PENDING_COUNT = "SELECT count(*) FROM audit_pending";
+
+static const char *SQL_FINISH =
+    "INSERT INTO audit_windows (window_start, window_end, scheduled, auditor, intents_seen,"
+    "  refunds_seen, ledger_rows_seen, pending, findings, started_at)"
+    " VALUES (to_timestamp($1::bigint), to_timestamp($2::bigint), $3::boolean, $4,"
+    "  $5::bigint, $6::bigint, $7::bigint, $8::bigint, $9::jsonb,"
+    "  to_timestamp($10::bigint / 1000.0))"
+    " ON CONFLICT (window_start) WHERE scheduled DO NOTHING RETURNING id";
+/* clang-format on */
+
+enum store_rc audit_store_now(audit_store_t *st, long long *now_ms,
+                              struct store_error *err)
+{
+    struct stmt s = {0};
+    PGresult *r;
+    enum store_rc rc =
+        run(st, &s, "SELECT (extract(epoch FROM now()) * 1000)::bigint", &r, err);
+    if (rc != STORE_OK)
+        return rc;
+    *now_ms = stmt_col_int(r, 0, 0);
+    PQclear(r);
+    return STORE_OK;
+}
+
+enum store_rc audit_store_next_window(audit_store_t *st, long long from_unix,
+                                      long long window_s, long long lag_ms,
+                                      struct audit_window *w, struct store_error *err)
+{
+    struct stmt s = {0};
+    PGresult *r;
+    enum store_rc rc;
+    memset(w, 0, sizeof(*w));
+    stmt_int(&s, from_unix);
+    stmt_int(&s, lag_ms);
+    if ((rc = run(st, &s, SQL_NEXT, &r, err)) != STORE_OK)
+        return rc;
+    w->now_ms = stmt_col_int(r, 0, 0);
+    w->start = PQgetisnull(r, 0, 1) ? stmt_col_int(r, 0, 2) : stmt_col_int(r, 0, 1);
+    PQclear(r);
+    w->end = w->start + window_s;
+    w->due = w->end * 1000 + lag_ms <= w->now_ms;
+    w->watermark_age_ms = w->now_ms - w->start * 1000;
+    return STORE_OK;
+}
+
+static const char *or_null(int present, const char *s)
+{
+    return present ? s : NULL;
+}
+
+enum store_rc audit_store_intents(audit_store_t *st,
+                                  const struct provider_listed *items, size_t n,
+                                  struct audit_intent_row *rows,
+                                  struct store_error *err)
+{
+    struct stmt c = {0}, q = {0};
+    PGresult *r = NULL;
+    enum store_rc rc;
+    if (n == 0)
+        return STORE_OK;
+    int a = stmt_arrays(&c, 7), ids = stmt_arrays(&q, 1);
+    for (size_t i = 0; i < n; i++) {
+        const struct provider_listed *it = &items[i];
+        stmt_add(&c, a, it->id);
+        stmt_add(&c, a + 1, it->status);
+        stmt_add_int(&c, a + 2, it->amount);
+        stmt_add(&c, a + 3, it->currency);
+        stmt_add_int(&c, a + 4, it->created);
+        stmt_add(&c, a + 5, or_null(it->has_attempt_metadata, it->payment_attempt_id));
+        stmt_add(&c, a + 6, or_null(*it->order_id != '\0', it->order_id));
+        stmt_add(&q, ids, it->id);
+    }
+    if ((rc = run(st, &c, SQL_COPY_INTENTS, NULL, err)) != STORE_OK) {
+        stmt_release(&q);
+        return rc;
+    }
+    if ((rc = run(st, &q, SQL_INTENT_FACTS, &r, err)) != STORE_OK)
+        return rc;
+    memset(rows, 0, n * sizeof(*rows));
+    for (int row = 0; row < PQntuples(r); row++) {
+        long long i = stmt_col_int(r, row, 0) - 1;
+        if (i < 0 || (size_t)i >= n)
+            continue;
+        struct audit_intent_row *o = &rows[i];
+        const struct provider_listed *it = &items[i];
+        stmt_col_copy(r, row, 3, o->booked_currency, sizeof(o->booked_currency));
+        stmt_col_copy(r, row, 4, o->booked_attempt, sizeof(o->booked_attempt));
+        stmt_col_copy(r, row, 5, o->attempt_status, sizeof(o->attempt_status));
+        int other_attempt = stmt_col_true(r, row, 6);
+        int other_order = stmt_col_true(r, row, 8);
+        int twin = stmt_col_true(r, row, 10);
+        stmt_col_copy(r, row,
+                      other_attempt ? 7
+                      : other_order ? 9
+                                    : 11,
+                      o->other_object, sizeof(o->other_object));
+        o->facts = (struct audit_intent_facts){
+            .status = it->status,
+            .amount = it->amount,
+            .currency = it->currency,
+            .has_attempt_metadata = it->has_attempt_metadata,
+            .booked = stmt_col_true(r, row, 1),
+            .booked_amount = stmt_col_int(r, row, 2),
+            .booked_currency = o->booked_currency,
+            .attempt_status = o->attempt_status,
+            .attempt_booked_other = other_attempt,
+            .order_booked_other = other_order,
+            .earlier_twin = twin,
+        };
+    }
+    PQclear(r);
+    /* Every item has its row (the copy was written first); one missing
+     * would be judged on no facts at all. */
+    for (size_t i = 0; i < n; i++)
+        if (!rows[i].facts.status) {
+            store_error_set(err, "audit: no facts for intent %zu of the page", i);
+            return STORE_RETRY;
+        }
+    return STORE_OK;
+}
+
+enum store_rc audit_store_refunds(audit_store_t *st,
+                                  const struct provider_listed *items, size_t n,
+                                  struct audit_refund_row *rows,
+                                  struct store_error *err)
+{
+    struct stmt c = {0}, q = {0};
+    PGresult *r = NULL;
+    enum store_rc rc;
+    if (n == 0)
+        return STORE_OK;
+    int a = stmt_arrays(&c, 7), ids = stmt_arrays(&q, 1);
+    for (size_t i = 0; i < n; i++) {
+        const struct provider_listed *it = &items[i];
+        stmt_add(&c, a, it->id);
+        stmt_add(&c, a + 1, it->payment_intent);
+        stmt_add(&c, a + 2, it->status);
+        stmt_add_int(&c, a + 3, it->amount);
+        stmt_add(&c, a + 4, it->currency);
+        stmt_add_int(&c, a + 5, it->created);
+        stmt_add(&c, a + 6, or_null(*it->refund_id != '\0', it->refund_id));
+        stmt_add(&q, ids, it->id);
+    }
+    if ((rc = run(st, &c, SQL_COPY_REFUNDS, NULL, err)) != STORE_OK) {
+        stmt_release(&q);
+        return rc;
+    }
+    if ((rc = run(st, &q, SQL_REFUND_FACTS, &r, err)) != STORE_OK)
+        return rc;
+    memset(rows, 0, n * sizeof(*rows));
+    for (int row = 0; row < PQntuples(r); row++) {
+        long long i = stmt_col_int(r, row, 0) - 1;
+        if (i < 0 || (size_t)i >= n)
+            continue;
+        struct audit_refund_row *o = &rows[i];
+        const struct provider_listed *it = &items[i];
+        stmt_col_copy(r, row, 3, o->refund_status, sizeof(o->refund_status));
+        stmt_col_copy(r, row, 4, o->refund_attempt, sizeof(o->refund_attempt));
+        o->refunded_total = stmt_col_int(r, row, 5);
+        o->charge_amount = stmt_col_int(r, row, 6);
+        stmt_col_copy(r, row, 7, o->payment_attempt_id, sizeof(o->payment_attempt_id));
+        stmt_col_copy(r, row, 8, o->order_id, sizeof(o->order_id));
+        o->facts = (struct audit_refund_facts){
+            .status = it->status,
+            .amount = it->amount,
+            .currency = it->currency,
+            .booked = stmt_col_true(r, row, 1),
+            .booked_amount = stmt_col_int(r, row, 2),
+            .refund_status = o->refund_status,
+        };
+    }
+    PQclear(r);
+    for (size_t i = 0; i < n; i++)
+        if (!rows[i].facts.status) {
+            store_error_set(err, "audit: no facts for refund %zu of the page", i);
+            return STORE_RETRY;
+        }
+    return STORE_OK;
+}
+
+static enum store_rc one_number(audit_store_t *st, struct stmt *s, const char *sql,
+                                long long *out, struct store_error *err)
+{
+    PGresult *r;
+    enum store_rc rc = run(st, s, sql, &r, err);
+    if (rc != STORE_OK)
+        return rc;
+    *out = stmt_col_int(r, 0, 0);
+    PQclear(r);
+    return STORE_OK;
+}
+
+enum store_rc audit_store_ledger_count(audit_store_t *st, long long start,
+                                       long long end, long long *count,
+                                       struct store_error *err)
+{
+    struct stmt s = {0};
+    stmt_int(&s, start);
+    stmt_int(&s, end);
+    return one_number(st, &s, SQL_LEDGER_COUNT, count, err);
+}
+
+enum store_rc audit_store_ledger_unmatched(audit_store_t *st, long long start,
+                                           long long end, long long after_id,
+                                           struct audit_ledger_row *rows, size_t max,
+                                           size_t *n, struct store_error *err)
+{
+    struct stmt s = {0};
+    PGresult *r;
+    enum store_rc rc;
+    *n = 0;
+    stmt_int(&s, start);
+    stmt_int(&s, end);
+    stmt_int(&s, after_id);
+    stmt_int(&s, (long long)max);
+    if ((rc = run(st, &s, SQL_LEDGER_UNMATCHED, &r, err)) != STORE_OK)
+        return rc;
+    for (int row = 0; row < PQntuples(r) && (size_t)row < max; row++) {
+        struct audit_ledger_row *o = &rows[row];
+        memset(o, 0, sizeof(*o));
+        o->id = stmt_col_int(r, row, 0);
+        o->refund = stmt_col_true(r, row, 1);
+        stmt_col_copy(r, row, 2, o->object_id, sizeof(o->object_id));
+        o->amount = stmt_col_int(r, row, 3);
+        stmt_col_copy(r, row, 4, o->currency, sizeof(o->currency));
+        stmt_col_copy(r, row, 5, o->payment_attempt_id, sizeof(o->payment_attempt_id));
+        stmt_col_copy(r, row, 6, o->order_id, sizeof(o->order_id));
+        stmt_col_copy(r, row, 7, o->refund_id, sizeof(o->refund_id));
+        (*n)++;
+    }
+    PQclear(r);
+    return STORE_OK;
+}
+
+static const char *str(const char *s)
+{
+    return s ? s : "";
+}
+
+enum store_rc audit_store_add_finding(audit_store_t *st, const struct audit_finding *f,
+                                      int *fresh, struct store_error *err)
+{
+    struct stmt s = {0};
+    PGresult *r;
+    enum store_rc rc;
+    *fresh = 0;
+    stmt_text(&s, audit_kind_name(f->kind));
+    stmt_text(&s, f->object_id);
+    stmt_text(&s, str(f->payment_attempt_id));
+    stmt_text(&s, str(f->order_id));
+    stmt_text(&s, str(f->refund_id));
+    stmt_text(&s, str(f->other_object_id));
+    stmt_int_or_null(&s, f->provider_amount);
+    stmt_text(&s, str(f->provider_currency));
+    stmt_int_or_null(&s, f->ledger_amount);
+    stmt_text(&s, str(f->ledger_currency));
+    stmt_text(&s, str(f->detail));
+    stmt_int(&s, f->window_start);
+    stmt_int(&s, f->window_end);
+    if ((rc = run(st, &s, SQL_FINDING, &r, err)) != STORE_OK)
+        return rc;
+    *fresh = PQntuples(r) == 1;
+    PQclear(r);
+    return STORE_OK;
+}
+
+enum store_rc audit_store_pending(audit_store_t *st, const char *kind,
+                                  const char *const *done, size_t ndone,
+                                  const char *const *wait, size_t nwait,
+                                  struct store_error *err)
+{
+    struct stmt s = {0};
+    if (ndone == 0 && nwait == 0)
+        return STORE_OK;
+    int a = stmt_arrays(&s, 2);
+    for (size_t i = 0; i < ndone; i++)
+        stmt_add(&s, a, done[i]);
+    for (size_t i = 0; i < nwait; i++)
+        stmt_add(&s, a + 1, wait[i]);
+    stmt_text(&s, kind);
+    return run(st, &s, SQL_PENDING, NULL, err);
+}
+
+enum store_rc audit_store_pending_due(audit_store_t *st, size_t max, char (*ids)[96],
+                                      int *is_refund, size_t *n,
+                                      struct store_error *err)
+{
+    struct stmt s = {0};
+    PGresult *r;
+    enum store_rc rc;
+    *n = 0;
+    stmt_int(&s, (long long)max);
+    if ((rc = run(st, &s, SQL_PENDING_DUE, &r, err)) != STORE_OK)
+        return rc;
+    for (int row = 0; row < PQntuples(r) && (size_t)row < max; row++) {
+        stmt_col_copy(r, row, 0, ids[row], sizeof(ids[row]));
+        is_refund[row] = stmt_col_true(r, row, 1);
+        (*n)++;
+    }
+    PQclear(r);
+    return STORE_OK;
+}
+
+enum store_rc audit_store_pending_count(audit_store_t *st, long long *count,
+                                        struct store_error *err)
+{
+    struct stmt s = {0};
+    return one_number(st, &s, SQL_PENDING_COUNT, count, err);
+}
+
+enum store_rc audit_store_finish(audit_store_t *st, const struct audit_verdict *v,
+                                 int *recorded, long long *id, struct store_error *err)
+{
+    struct stmt s = {0};
+    PGresult *r;
+    enum store_rc rc;
+    char findings[512];
+    size_t len = 0;
+    *recorded = 0;
+    *id = 0;
+    findings[len++] = '{';
+    for (int k = 0; k < AUDIT_KIND__COUNT; k++)
+        len += (size_t)snprintf(findings + len, sizeof(findings) - len, "%s\"%s\":%lld",
+                                k ? "," : "", audit_kind_name((enum audit_kind)k),
+                                v->findings[k]);
+    snprintf(findings + len, sizeof(findings) - len, "}");
+    stmt_int(&s, v->start);
+    stmt_int(&s, v->end);
+    stmt_text(&s, v->scheduled ? "true" : "false");
+    stmt_text(&s, v->auditor);
+    stmt_int(&s, v->intents);
+    stmt_int(&s, v->refunds);
+    stmt_int(&s, v->ledger_rows);
+    stmt_int(&s, v->pending);
+    stmt_text(&s, findings);
+    stmt_int(&s, v->started_ms);
+    if ((rc = run(st, &s, SQL_FINISH, &r, err)) != STORE_OK)
+        return rc;
+    if (PQntuples(r) == 1) {
+        *recorded = 1;
+        *id = stmt_col_int(r, 0, 0);
+    }
+    PQclear(r);
+    return STORE_OK;
+}

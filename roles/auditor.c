@@ -1,0 +1,245 @@
+#include "auditor.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "audit_run.h"
+#include "audit_store.h"
+#include "clock.h"
+#include "config.h"
+#include "daemon.h"
+#include "log.h"
+#include "metrics.h"
+#include "provider_client.h"
+
+struct auditor {
+    config_t *cfg;
+    char id[160];
+    provider_client_t *provider;
+    audit_store_t *store;
+    long long window_s, lag_ms, poll_ms, from_unix, pending_batch;
+    int64_t next_poll;
+    struct daemon_db db;
+    int leading;
+};
+
+static void forget_watermark(void)
+{
+    metrics_forget(METRIC_AUDIT_WATERMARK_AGE);
+    metrics_forget(METRIC_AUDIT_PENDING);
+}
+
+static int64_t store_failed(struct auditor *a, const char *stage, const char *err)
+{
+    a->next_poll = daemon_db_failed(&a->db, stage, err);
+    if (a->leading)
+        forget_watermark();
+    a->leading = 0;
+    return a->next_poll;
+}
+
+static void log_verdict(const struct audit_run_result *res, int recorded)
+{
+    char window[64], counts[160], found[32];
+    char from[40], to[40];
+    long long total = 0;
+    for (int k = 0; k < AUDIT_KIND__COUNT; k++)
+        total += res->verdict.findings[k];
+    clock_rfc3339(res->verdict.start * 1000, from, sizeof(from));
+    clock_rfc3339(res->verdict.end * 1000, to, sizeof(to));
+    snprintf(window, sizeof(window), "%s/%s", from, to);
+    snprintf(counts, sizeof(counts),
+             "intents=%lld refunds=%lld ledger_rows=%lld pending=%lld",
+             res->verdict.intents, res->verdict.refunds, res->verdict.ledger_rows,
+             res->verdict.pending);
+    snprintf(found, sizeof(found), "%lld", total);
+    log_write(total ? LOG_WARN : LOG_INFO,
+              recorded ? "window audited"
+                       : "window audited; another auditor recorded it first",
+              "window", window, "seen", counts, "findings", found, NULL);
+}
+
+static int stopping(void)
+{
+    return daemon_stopping() > 0;
+}
+
+/* The leader audits every due window in turn, then looks again at what it
+ * could not judge yet; a standby waits for the lead. */
+static int64_t auditor_step(void *state, int64_t now)
+{
+    struct auditor *a = state;
+    struct store_error err;
+    struct audit_window w;
+    struct audit_run_result res;
+    const struct audit_run_hooks hooks = {daemon_heartbeat, stopping};
+    char why[512];
+    int recorded = 0;
+
+    if (now < a->next_poll || !daemon_db_due(&a->db))
+        return a->next_poll;
+    int rc = audit_store_lead(a->store, &err);
+    if (rc != STORE_OK && rc != STORE_NOT_LEADER)
+        return store_failed(a, "lead", err.message);
+    daemon_db_reached(&a->db);
+    int lead = rc == STORE_OK;
+    if (lead != a->leading)
+        log_info(lead ? "leading: auditing the provider's books"
+                      : "standing by: another auditor audits",
+                 "auditor", a->id, NULL);
+    if (!lead && a->leading)
+        forget_watermark();
+    a->leading = lead;
+    if (!lead) {
+        daemon_db_ok(&a->db);
+        return a->next_poll = now + a->poll_ms;
+    }
+    if (audit_store_next_window(a->store, a->from_unix, a->window_s, a->lag_ms, &w,
+                                &err) != STORE_OK)
+        return store_failed(a, "next window", err.message);
+    metrics_set(METRIC_AUDIT_WATERMARK_AGE, w.watermark_age_ms / 1000.0);
+    if (w.due) {
+        if (audit_run_window(a->provider, a->store, w.start, w.end, 1, a->id, &hooks,
+                             &res, &recorded, why, sizeof(why)) != 0) {
+            /* Done again whole: what was recorded stays recorded once. */
+            if (!stopping())
+                log_warn("window not audited; auditing it again", "error", why, NULL);
+            return a->next_poll = clock_now_ms() + a->poll_ms;
+        }
+        log_verdict(&res, recorded);
+        if (recorded)
+            metrics_add(METRIC_AUDIT_WINDOWS, 1);
+        daemon_db_ok(&a->db);
+        /* Behind: the next window may be due already. */
+        return DAEMON_NOW;
+    }
+    long long pending = 0;
+    if (audit_run_pending(a->provider, a->store, (size_t)a->pending_batch, &res, why,
+                          sizeof(why)) != 0)
+        log_warn("pending objects not looked at", "error", why, NULL);
+    if (audit_store_pending_count(a->store, &pending, &err) != STORE_OK)
+        return store_failed(a, "pending count", err.message);
+    metrics_set(METRIC_AUDIT_PENDING, (double)pending);
+    daemon_db_ok(&a->db);
+    /* Wake when the window ends its lag, or at the next poll. */
+    int64_t due = now + (w.end * 1000 + a->lag_ms - w.now_ms);
+    a->next_poll = now + a->poll_ms;
+    if (due > now && due < a->next_poll)
+        a->next_poll = due;
+    return a->next_poll;
+}
+
+static const char *auditor_not_ready(void *state)
+{
+    struct auditor *a = state;
+    return daemon_db_not_ready(&a->db);
+}
+
+/* Nothing is in flight between steps: an audit interrupted is done again. */
+static size_t auditor_drain(void *state, int64_t deadline)
+{
+    (void)state;
+    (void)deadline;
+    return 0;
+}
+
+static void teardown(struct auditor *a)
+{
+    audit_store_free(a->store);
+    provider_client_free(a->provider);
+    config_free(a->cfg);
+    free(a);
+}
+
+static void auditor_finish(void *state, int flush_ms)
+{
+    (void)flush_ms;
+    teardown(state);
+}
+
+static int setup(struct auditor *a, char *err, size_t err_size)
+{
+    long long window_ms = config_int(a->cfg, CONFIG_AUDITOR_WINDOW_MS);
+    if (window_ms % 1000 != 0) {
+        snprintf(
+            err, err_size,
+            "AUDITOR_WINDOW_MS must be whole seconds (the provider's creation times "
+            "are): %lld",
+            window_ms);
+        return 2;
+    }
+    a->window_s = window_ms / 1000;
+    a->lag_ms = config_int(a->cfg, CONFIG_AUDITOR_LAG_MS);
+    a->poll_ms = config_int(a->cfg, CONFIG_AUDITOR_POLL_MS);
+    a->from_unix = config_int(a->cfg, CONFIG_AUDITOR_FROM);
+    a->pending_batch = config_int(a->cfg, CONFIG_AUDITOR_PENDING_BATCH);
+    a->provider = provider_client_new(config_str(a->cfg, CONFIG_PROVIDER_BASE_URL),
+                                      config_str(a->cfg, CONFIG_PROVIDER_API_KEY),
+                                      config_str(a->cfg, CONFIG_PROVIDER_API_VERSION),
+                                      config_int(a->cfg, CONFIG_PROVIDER_TIMEOUT_MS),
+                                      err, err_size);
+    if (!a->provider)
+        return 2;
+    struct store_error serr;
+    a->store = audit_store_new(config_str(a->cfg, CONFIG_DATABASE_URL), &serr);
+    if (!a->store) {
+        snprintf(err, err_size, "%s", serr.message);
+        return 2;
+    }
+    return 0;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(
+        out,
+        "usage: charged auditor\n\n"
+        "Proves from the provider's own books that nothing was charged twice.\n"
+        "Walks the provider's list of payment intents and refunds window by window\n"
+        "of creation time (AUDITOR_WINDOW_MS), each once it ended AUDITOR_LAG_MS\n"
+        "ago, and matches every object against the ledger, and every ledger row of\n"
+        "the window against the provider: charged_twice, charged_unbooked,\n"
+        "booked_not_charged, amount_mismatch, currency_mismatch, unknown_intent,\n"
+        "refund_unbooked and refunded_over_charge are recorded once each, with a\n"
+        "verdict per window (chargectl audit list). Restarts resume at the\n"
+        "watermark; one auditor leads (a PostgreSQL advisory lock), others stand\n"
+        "by. SIGTERM: the window in hand is given up and audited again later.\n\n");
+    config_print_help(out, CONFIG_ROLE_AUDITOR);
+}
+
+static int auditor_start(config_t *cfg, const char *id, void **state, char *err,
+                         size_t err_size)
+{
+    struct auditor *a = calloc(1, sizeof(*a));
+    if (!a) {
+        config_free(cfg);
+        snprintf(err, err_size, "out of memory");
+        return 1;
+    }
+    a->cfg = cfg;
+    snprintf(a->id, sizeof(a->id), "%s", id);
+    int rc = setup(a, err, err_size);
+    if (rc != 0) {
+        teardown(a);
+        return rc;
+    }
+    log_info("auditor started", "auditor", a->id, NULL);
+    *state = a;
+    return 0;
+}
+
+int auditor_main(int argc, char **argv)
+{
+    static const struct daemon_role_desc desc = {
+        .name = "auditor",
+        .config_role = CONFIG_ROLE_AUDITOR,
+        .usage = usage,
+        .start = auditor_start,
+        .step = auditor_step,
+        .not_ready = auditor_not_ready,
+        .drain = auditor_drain,
+        .finish = auditor_finish,
+    };
+    return daemon_role_main(argc, argv, &desc);
+}
