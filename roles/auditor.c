@@ -41,7 +41,7 @@ static int64_t store_failed(struct auditor *a, const char *stage, const char *er
 
 static void log_verdict(const struct audit_run_result *res, int recorded)
 {
-    char window[64], counts[160], found[32];
+    char window[96], counts[160], found[32];
     char from[40], to[40];
     long long total = 0;
     for (int k = 0; k < AUDIT_KIND__COUNT; k++)

@@ -8,7 +8,8 @@
 # everything is settled and committed (the reconciler settles the unknown
 # outcomes on the provider's evidence), refunds some of the charges (in
 # full, in part, twice, past their charge, of declined ones), and reports
-# what the provider actually charged and refunded.
+# what the provider actually charged and refunded; then the auditor proves
+# from psp-sim's own books that nothing was charged twice.
 #
 #   DEMO_COMMANDS=1000 tools/demo.sh
 set -euo pipefail
@@ -20,6 +21,7 @@ deploy/install-deps.sh
 cmake -S . -B build -DCHARGED_FAILPOINTS=OFF >/dev/null
 cmake --build build -j2 >/dev/null
 deploy/stack.sh up
+demo_start=$(date +%s)
 eval "$(deploy/stack.sh env)"
 build/chargectl/chargectl migrate
 
@@ -85,4 +87,21 @@ id=$(psql -X -qtA "$DATABASE_URL" -c 'SELECT id FROM payment_attempts ORDER BY u
 echo "GET http://$API_ADDR/v1/payment-attempts/$id"
 python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' \
   "http://$API_ADDR/v1/payment-attempts/$id"
+# The audit: every intent and refund psp-sim made since the demo began,
+# matched against the ledger (docs/auditor.md). Any finding fails the demo.
+since=$(( $(date +%s) - demo_start + 1 ))
+if ! build/chargectl/chargectl audit run --since "${since}s" --json >"$run/audit.json"; then
+  echo "demo: the audit found a mismatch (see $run/audit.json)" >&2
+  exit 1
+fi
+python3 - "$run/audit.json" <<'PY'
+import json, sys, urllib.request
+v = json.load(open(sys.argv[1]))
+psp = json.load(urllib.request.urlopen("http://127.0.0.1:12112/ledger"))
+print("audit: %d intents and %d refunds of psp-sim's %d and %d, %d ledger rows, "
+      "%d findings" % (v["intents_seen"], v["refunds_seen"], psp["intents"],
+                       psp["refund_objects"], v["ledger_rows_seen"], v["findings_total"]))
+if (v["intents_seen"], v["refunds_seen"]) != (psp["intents"], psp["refund_objects"]):
+    sys.exit("demo: the audit did not see every object psp-sim made")
+PY
 echo "demo: logs in $run; the stack stays up (deploy/stack.sh down stops it)"

@@ -85,12 +85,12 @@ static int judge_intents(struct audit_ctx *c, const struct provider_listed *item
         const struct provider_listed *it = &items[i];
         const struct audit_intent_row *row = &rows[i];
         struct audit_result res = audit_policy_intent(&row->facts);
-        if (res.verdict == AUDIT_PENDING) {
+        if (res.outcome == AUDIT_PENDING) {
             j.wait[j.nwait++] = it->id;
             continue;
         }
         j.done[j.ndone++] = it->id;
-        if (res.verdict != AUDIT_FINDING)
+        if (res.outcome != AUDIT_FINDING)
             continue;
         int booked = row->facts.booked;
         struct audit_finding f = {
@@ -138,11 +138,11 @@ static int judge_refunds(struct audit_ctx *c, const struct provider_listed *item
         const struct provider_listed *it = &items[i];
         const struct audit_refund_row *row = &rows[i];
         struct audit_result res = audit_policy_refund(&row->facts);
-        if (res.verdict == AUDIT_PENDING)
+        if (res.outcome == AUDIT_PENDING)
             j.wait[j.nwait++] = it->id;
         else
             j.done[j.ndone++] = it->id;
-        if (res.verdict == AUDIT_FINDING) {
+        if (res.outcome == AUDIT_FINDING) {
             struct audit_finding f = {
                 .kind = res.kind,
                 .object_id = it->id,
@@ -270,11 +270,11 @@ static int judge_ledger_row(struct audit_ctx *c, const struct audit_ledger_row *
         .currency = l->currency,
     };
     struct audit_result r = audit_policy_ledger(&facts);
-    if (r.verdict == AUDIT_PENDING) {
+    if (r.outcome == AUDIT_PENDING) {
         c->out->verdict.pending++;
         return 0;
     }
-    if (r.verdict != AUDIT_FINDING)
+    if (r.outcome != AUDIT_FINDING)
         return 0;
     struct audit_finding f = {
         .kind = r.kind,

@@ -30,14 +30,14 @@ const char *audit_kind_name(enum audit_kind k);
 /* The kind of a name; -1 when none. */
 int audit_kind_parse(const char *name);
 
-enum audit_verdict {
+enum audit_outcome {
     AUDIT_MATCHED = 0, /* the ledger and the provider agree */
     AUDIT_FINDING,     /* kind says which */
     AUDIT_PENDING,     /* not decidable yet: look again */
 };
 
 struct audit_result {
-    enum audit_verdict verdict;
+    enum audit_outcome outcome;
     enum audit_kind kind;
     const char *detail; /* a static phrase for the finding's detail */
 };

@@ -140,6 +140,7 @@ static const char *SQL_COPY_REFUNDS =
     "  refund_id)"
     " SELECT DISTINCT ON (id) * FROM unnest($1::text[], $2::text[], $3::text[],"
     "   $4::bigint[], $5::text[], $6::bigint[], $7::text[])"
+    "   AS p(id, payment_intent, status, amount, currency, created, refund_id)"
     " ON CONFLICT (id) DO UPDATE SET payment_intent = EXCLUDED.payment_intent,"
     "  status = EXCLUDED.status, amount = EXCLUDED.amount, currency = EXCLUDED.currency,"
     "  created = EXCLUDED.created, refund_id = EXCLUDED.refund_id, seen_at = now()";

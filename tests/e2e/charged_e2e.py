@@ -260,6 +260,7 @@ class Scenario:
         self.psp_ledger_before = []  # charges of psp-sims killed by psp_kill()
         self.psp_port_hold = None  # the API port while psp-sim is down (psp_kill)
 
+        self.created_at = time.time()  # check_audited audits from here
         self.psql(self.admin_db, 'CREATE DATABASE "%s"' % self.tag.lower())
         self.tool("create-topic", self.topics["commands"], str(partitions))
         self.tool("create-topic", self.topics["results"], "3")
@@ -478,6 +479,24 @@ class Scenario:
         """`chargectl audit <args>`: (exit status, stdout, stderr)."""
         p = self.run([CHARGECTL, "audit"] + list(args), check=check)
         return p.returncode, p.stdout.decode(), p.stderr.decode()
+
+    def check_audited(self):
+        """`chargectl audit run` over the scenario's whole life: no
+        finding, every intent and refund psp-sim holds seen, and every
+        ledger row. Returns the verdict."""
+        since = int(time.time() - self.created_at) + 2
+        rc, out, err = self.audit("run", "--since", "%ds" % since, "--json")
+        check(rc == 0, "chargectl audit run over the run: exit %d, %s %s"
+              % (rc, err.strip()[-500:], out[-3000:]))
+        v = json.loads(out)
+        psp = self.psp_get("/ledger")
+        n_ledger = int(self.query("SELECT count(*) FROM ledger_entries")[0][0])
+        check_eq((v["intents_seen"], v["refunds_seen"], v["ledger_rows_seen"]),
+                 (psp["intents"], psp["refund_objects"], n_ledger),
+                 "audit: intents, refunds and ledger rows seen")
+        log("audit: %d intents, %d refunds, %d ledger rows, no finding"
+            % (v["intents_seen"], v["refunds_seen"], v["ledger_rows_seen"]))
+        return v
 
     def audit_totals(self):
         """Sums over the scheduled verdicts: intents, refunds, ledger rows,

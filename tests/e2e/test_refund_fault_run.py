@@ -189,6 +189,7 @@ def scenario(new):
     check_eq([h["dlq.reason"] for h, v in letters.values()
               if h["dlq.reason"] != "idempotency_key_conflict"], [], "other dead letters")
     s.check_invariants()
+    s.check_audited()
     e2e.log("refunds by state:", counts, "provider refunds",
             len(s.psp_get("/ledger")["refunds"]))
 

@@ -241,6 +241,11 @@ def scenario(new):
         s.check_invariants()
     except e2e.Failure as e:
         problems.append("invariants: %s" % e)
+    # The auditor's word too, from psp-sim's own books.
+    try:
+        s.check_audited()
+    except e2e.Failure as e:
+        problems.append("audit: %s" % e)
     if fleet.exits:
         problems.append("workers exited on their own: %s" % ", ".join(
             "%s status %s while %s" % x for x in fleet.exits))

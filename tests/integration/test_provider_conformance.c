@@ -343,6 +343,43 @@ START_TEST(refund_retrieve_and_list_are_accepted)
 }
 END_TEST
 
+/* The auditor's walk: a page of intents and one of refunds created in a
+ * window, after a cursor, as Stripe's list API takes them. */
+START_TEST(audit_list_pages_are_accepted)
+{
+    struct provider_page *page = malloc(sizeof(*page));
+    struct provider_result r;
+    ck_assert_ptr_nonnull(page);
+    provider_client_list_page(pc, PROVIDER_LIST_INTENTS, 1700000000, 1700003600,
+                              "pi_conformance", page, &r);
+    ck_assert_msg(
+        r.http_status == 200 && r.outcome == PROVIDER_SUCCEEDED && page->n >= 1,
+        "intent list page: stripe-mock answered %d, outcome %s (%s), %zu items; "
+        "logged: %s",
+        r.http_status, provider_outcome_name(r.outcome), r.error, page->n, log_tail());
+    ck_assert(page->items[0].id[0] != '\0');
+    char *data = last_request_data();
+    ck_assert_msg(strstr(data, "created:") && strstr(data, "gte:1700000000") &&
+                      strstr(data, "lt:1700003600") && strstr(data, "limit:100") &&
+                      strstr(data, "starting_after:pi_conformance"),
+                  "stripe-mock parsed another query: %s", data);
+    free(data);
+    provider_client_list_page(pc, PROVIDER_LIST_REFUNDS, 1700000000, 1700003600,
+                              "re_conformance", page, &r);
+    ck_assert_msg(
+        r.http_status == 200 && r.outcome == PROVIDER_SUCCEEDED && page->n >= 1,
+        "refund list page: stripe-mock answered %d, outcome %s (%s), %zu items",
+        r.http_status, provider_outcome_name(r.outcome), r.error, page->n);
+    ck_assert(page->items[0].payment_intent[0] != '\0');
+    data = last_request_data();
+    ck_assert_msg(strstr(data, "gte:1700000000") && strstr(data, "lt:1700003600") &&
+                      strstr(data, "starting_after:re_conformance"),
+                  "stripe-mock parsed another query: %s", data);
+    free(data);
+    free(page);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("provider_conformance");
@@ -355,6 +392,7 @@ static Suite *suite(void)
     tcase_add_test(tc, negative_control_the_schema_refuses_what_it_does_not_know);
     tcase_add_test(tc, refund_create_with_the_full_shape_is_accepted);
     tcase_add_test(tc, refund_retrieve_and_list_are_accepted);
+    tcase_add_test(tc, audit_list_pages_are_accepted);
     suite_add_tcase(s, tc);
     return s;
 }
