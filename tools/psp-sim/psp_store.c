@@ -7,6 +7,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* An object a list can show, in creation order (seq grows): the lists scan
+ * these plain values instead of the JSON records. */
+struct list_entry {
+    int64_t created; /* unix seconds, as the object's created */
+    int64_t seq;
+    json_t *rec; /* borrowed from intents or refunds */
+};
+
+struct list_index {
+    struct list_entry *v;
+    size_t n, cap;
+};
+
 struct psp_store {
     pthread_mutex_t lock;
     int64_t retention_ms;
@@ -21,7 +34,8 @@ struct psp_store {
     json_t *refund_rows;       /* array of executed refunds (the rows) */
     json_t *refunds_pending;   /* re id -> its record, while pending */
     json_t *refund_executions; /* refund key -> refunds it executed */
-    int64_t refund_settle_ms;  /* > 0: pending refunds settle this long after */
+    struct list_index intent_index, refund_index;
+    int64_t refund_settle_ms; /* > 0: pending refunds settle this long after */
     psp_store_observer_fn observer;
     void *observer_ctx;
     psp_store_event_fn event_observer;
@@ -103,6 +117,8 @@ void psp_store_free(psp_store_t *st)
     json_decref(st->refund_rows);
     json_decref(st->refunds_pending);
     json_decref(st->refund_executions);
+    free(st->intent_index.v);
+    free(st->refund_index.v);
     pthread_mutex_destroy(&st->lock);
     free(st);
 }
@@ -381,6 +397,113 @@ static void store_answer(psp_store_t *st, const char *key, const struct psp_answ
     json_object_set_new(e, "body", json_string(ans->body));
 }
 
+/* Caller holds the lock. Room for `more` entries: 0, or -1 out of memory. */
+static int index_reserve(struct list_index *ix, size_t more)
+{
+    size_t cap = ix->cap ? ix->cap : 1024;
+    if (ix->cap - ix->n >= more)
+        return 0;
+    while (cap - ix->n < more)
+        cap *= 2;
+    struct list_entry *v = realloc(ix->v, cap * sizeof(*v));
+    if (!v)
+        return -1;
+    ix->v = v;
+    ix->cap = cap;
+    return 0;
+}
+
+/* Caller holds the lock and has reserved the room. */
+static void index_append(struct list_index *ix, int64_t created, int64_t seq,
+                         json_t *rec)
+{
+    ix->v[ix->n++] = (struct list_entry){created, seq, rec};
+}
+
+/* The lists' order, newest first: by created, then by creation (seq), so
+ * an intent injected with an earlier created sits where Stripe's would. */
+static int newer(const struct list_entry *a, const struct list_entry *b)
+{
+    return a->created != b->created ? a->created > b->created : a->seq > b->seq;
+}
+
+static int newest_first(const void *a, const void *b)
+{
+    const struct list_entry *x = *(const struct list_entry *const *)a;
+    const struct list_entry *y = *(const struct list_entry *const *)b;
+    return newer(x, y) ? -1 : newer(y, x) ? 1 : 0;
+}
+
+static void heap_swap_entries(const struct list_entry **h, size_t a, size_t b)
+{
+    const struct list_entry *t = h[a];
+    h[a] = h[b];
+    h[b] = t;
+}
+
+/* A heap whose root is the oldest entry kept. */
+static void heap_up(const struct list_entry **h, size_t i)
+{
+    while (i > 0 && newer(h[(i - 1) / 2], h[i])) {
+        heap_swap_entries(h, i, (i - 1) / 2);
+        i = (i - 1) / 2;
+    }
+}
+
+static void heap_down(const struct list_entry **h, size_t n, size_t i)
+{
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && newer(h[m], h[l]))
+            m = l;
+        if (r < n && newer(h[m], h[r]))
+            m = r;
+        if (m == i)
+            return;
+        heap_swap_entries(h, i, m);
+        i = m;
+    }
+}
+
+/* What a list page may show: objects created in [created_gte, created_lt),
+ * after the cursor in the list's order (after_seq < 0: no cursor), that
+ * keep() accepts (NULL: all). */
+struct list_scan {
+    int64_t created_gte, created_lt;
+    int64_t after_created, after_seq;
+    int (*keep)(json_t *rec, const char *want);
+    const char *want;
+};
+
+/* Caller holds the lock. The k newest entries the scan accepts, newest
+ * first, into page (room for k); returns how many. One pass keeping only
+ * the k newest seen, so a page costs O(n), not a sort of all the matches.
+ * From the last created back: once the heap is full, the older ones are
+ * turned away at the first comparison. */
+static size_t select_page(const struct list_index *ix, const struct list_scan *s,
+                          const struct list_entry **page, size_t k)
+{
+    const struct list_entry cursor = {s->after_created, s->after_seq, NULL};
+    size_t n = 0;
+
+    for (size_t i = ix->n; i-- > 0;) {
+        const struct list_entry *e = &ix->v[i];
+        if (e->created < s->created_gte || e->created >= s->created_lt ||
+            (s->after_seq >= 0 && !newer(&cursor, e)) ||
+            (n == k && !newer(e, page[0])) || (s->keep && !s->keep(e->rec, s->want)))
+            continue;
+        if (n < k) {
+            page[n] = e;
+            heap_up(page, n++);
+        } else {
+            page[0] = e;
+            heap_down(page, n, 0);
+        }
+    }
+    qsort(page, n, sizeof(*page), newest_first);
+    return n;
+}
+
 static const char charge_path[] = "/v1/payment_intents";
 
 enum psp_begin psp_store_begin(psp_store_t *st, const struct psp_charge_request *req,
@@ -416,6 +539,27 @@ void psp_store_release(psp_store_t *st, const char *idempotency_key)
     pthread_mutex_unlock(&st->lock);
 }
 
+/* Caller holds the lock and reserved a place in intent_index. Keeps the
+ * intent (pi borrowed) with its ledger row (taken): the record shares the
+ * row with the ledger, so settling the intent later updates the one row its
+ * charge has, never adds one. seq orders intents by creation. */
+static json_t *add_intent(psp_store_t *st, const char *id, json_t *pi, json_t *row,
+                          int64_t created_ms)
+{
+    int64_t seq = (int64_t)st->next_id++;
+    const char *status = json_string_value(json_object_get(pi, "status"));
+
+    json_array_append(st->ledger, row);
+    json_t *rec = json_pack("{s:O, s:o, s:I, s:I}", "pi", pi, "row", row, "created_ms",
+                            (json_int_t)created_ms, "seq", (json_int_t)seq);
+    json_object_set_new(st->intents, id, rec);
+    index_append(&st->intent_index, json_integer_value(json_object_get(pi, "created")),
+                 seq, rec);
+    if (status && !strcmp(status, "processing"))
+        json_object_set(st->processing, id, rec);
+    return rec;
+}
+
 void psp_store_execute(psp_store_t *st, const struct psp_charge_request *req,
                        int64_t now_ms, struct psp_answer *ans)
 {
@@ -425,6 +569,15 @@ void psp_store_execute(psp_store_t *st, const struct psp_charge_request *req,
     int status;
 
     pthread_mutex_lock(&st->lock);
+    if (index_reserve(&st->intent_index, 1) != 0) {
+        answer_error(ans, 500, "api_error", NULL, NULL, "out of memory");
+        json_t *e = req->idempotency_key
+                        ? json_object_get(st->keys, req->idempotency_key)
+                        : NULL;
+        if (e && !json_integer_value(json_object_get(e, "done")))
+            json_object_del(st->keys, req->idempotency_key);
+        goto out;
+    }
     /* Unpredictable enough for a simulator, and unique. */
     snprintf(id, sizeof(id), "pi_%016llx%06llx",
              (unsigned long long)(now_ms * 1000003ULL ^ (st->next_id * 2654435761ULL)),
@@ -476,19 +629,12 @@ void psp_store_execute(psp_store_t *st, const struct psp_charge_request *req,
         "customer", req->customer, "amount", (json_int_t)strtoll(req->amount, NULL, 10),
         "currency", req->currency, "outcome", m->status ? m->status : "declined",
         "http_status", status, "at_ms", (json_int_t)now_ms, "settled_at_ms");
-    json_array_append(st->ledger, row);
-    /* The record shares the row with the ledger: settling the intent later
-     * updates the one row its charge has, never adds one. */
-    /* seq orders intents by creation, as the list shows them. */
-    json_t *rec = json_pack("{s:O, s:o, s:I, s:I}", "pi", pi, "row", row, "created_ms",
-                            (json_int_t)now_ms, "seq", (json_int_t)st->next_id);
-    json_object_set_new(st->intents, id, rec);
-    if (m->status && !strcmp(m->status, "processing"))
-        json_object_set(st->processing, id, rec);
+    add_intent(st, id, pi, row, now_ms);
     observe(st, pi, now_ms);
     answer_json(ans, status, body);
     store_answer(st, req->idempotency_key, ans);
     json_decref(pi);
+out:
     pthread_mutex_unlock(&st->lock);
 }
 
@@ -636,19 +782,25 @@ static json_int_t rec_seq(json_t *rec)
     return json_integer_value(json_object_get(rec, "seq"));
 }
 
-static int newest_first(const void *a, const void *b)
+static int intent_of_customer(json_t *rec, const char *customer)
 {
-    json_int_t x = rec_seq(*(json_t *const *)a), y = rec_seq(*(json_t *const *)b);
-    return x < y ? 1 : x > y ? -1 : 0;
+    const char *c =
+        json_string_value(json_object_get(json_object_get(rec, "pi"), "customer"));
+    return c && !strcmp(c, customer);
 }
+
+/* Pages hold 1..100 objects: one more tells whether another page follows. */
+#define LIST_MAX 100
 
 void psp_store_list(psp_store_t *st, const struct psp_list_query *q, int64_t now_ms,
                     struct psp_answer *ans)
 {
-    const char *id;
-    json_t *rec, **found = NULL, *data = json_array();
-    size_t n = 0;
-    json_int_t after = -1;
+    const struct list_entry *page[LIST_MAX + 1];
+    int limit = q->limit < 1 ? 1 : q->limit > LIST_MAX ? LIST_MAX : q->limit;
+    struct list_scan scan = {
+        q->created_gte, q->created_lt, 0, -1, q->customer ? intent_of_customer : NULL,
+        q->customer};
+    json_t *data = json_array();
 
     pthread_mutex_lock(&st->lock);
     if (q->starting_after) {
@@ -660,38 +812,24 @@ void psp_store_list(psp_store_t *st, const struct psp_list_query *q, int64_t now
                          "starting_after", msg);
             goto out;
         }
-        after = rec_seq(cursor);
-    }
-    found = malloc((json_object_size(st->intents) + 1) * sizeof(*found));
-    if (!found) {
-        answer_error(ans, 500, "api_error", NULL, NULL, "out of memory");
-        goto out;
+        scan.after_created = json_integer_value(
+            json_object_get(json_object_get(cursor, "pi"), "created"));
+        scan.after_seq = rec_seq(cursor);
     }
     /* Every intent, at once: unlike search, the list does not lag. */
-    json_object_foreach(st->intents, id, rec)
-    {
-        json_t *pi = json_object_get(rec, "pi");
-        json_int_t created = json_integer_value(json_object_get(pi, "created"));
-        const char *customer = json_string_value(json_object_get(pi, "customer"));
-        if (created < q->created_gte || created >= q->created_lt ||
-            (after >= 0 && rec_seq(rec) >= after) ||
-            (q->customer && (!customer || strcmp(customer, q->customer) != 0)))
-            continue;
-        found[n++] = rec;
-    }
-    qsort(found, n, sizeof(*found), newest_first);
-    for (size_t i = 0; i < n && i < (size_t)q->limit; i++) {
-        settle_if_due(st, found[i], now_ms);
+    size_t n = select_page(&st->intent_index, &scan, page, (size_t)limit + 1);
+    for (size_t i = 0; i < n && i < (size_t)limit; i++) {
+        settle_if_due(st, page[i]->rec, now_ms);
         /* A copy: the answer is serialised after we let go of the lock. */
-        json_array_append_new(data, json_deep_copy(json_object_get(found[i], "pi")));
+        json_array_append_new(data,
+                              json_deep_copy(json_object_get(page[i]->rec, "pi")));
     }
     answer_json(ans, 200,
                 json_pack("{s:s, s:s, s:b, s:O}", "object", "list", "url",
-                          "/v1/payment_intents", "has_more", n > (size_t)q->limit,
-                          "data", data));
+                          "/v1/payment_intents", "has_more", n > (size_t)limit, "data",
+                          data));
 out:
     pthread_mutex_unlock(&st->lock);
-    free(found);
     json_decref(data);
 }
 
@@ -973,6 +1111,7 @@ void psp_store_reset(psp_store_t *st)
     json_array_clear(st->refund_rows);
     json_object_clear(st->refunds_pending);
     json_object_clear(st->refund_executions);
+    st->intent_index.n = st->refund_index.n = 0;
     memset(st->counters, 0, sizeof(st->counters));
     st->max_charges_in_flight = st->charges_in_flight;
     pthread_mutex_unlock(&st->lock);
@@ -1242,6 +1381,29 @@ out:
     return rc;
 }
 
+/* Caller holds the lock and reserved a place in refund_index. Keeps the
+ * refund (taken) of the intent irec with its ledger row (taken), as
+ * psp_store_refund_execute and an injection make them. */
+static void add_refund(psp_store_t *st, json_t *irec, json_t *refund, json_t *row,
+                       int64_t created_ms, const char *settle_to)
+{
+    const char *id = json_string_value(json_object_get(refund, "id"));
+    int64_t seq = (int64_t)st->next_id++;
+
+    json_array_append(st->refund_rows, row);
+    json_t *rec = json_pack("{s:o, s:o, s:I, s:I, s:s}", "refund", refund, "row", row,
+                            "created_ms", (json_int_t)created_ms, "seq",
+                            (json_int_t)seq, "settle_to", settle_to);
+    json_object_set_new(st->refunds, id, rec);
+    index_append(&st->refund_index,
+                 json_integer_value(json_object_get(refund, "created")), seq, rec);
+    if (!json_is_array(json_object_get(irec, "refunds")))
+        json_object_set_new(irec, "refunds", json_array());
+    json_array_append_new(json_object_get(irec, "refunds"), json_string(id));
+    if (!strcmp(refund_status(rec), "pending"))
+        json_object_set(st->refunds_pending, id, rec);
+}
+
 int psp_store_refund_execute(psp_store_t *st, const struct psp_refund_request *req,
                              int64_t now_ms, struct psp_answer *ans)
 {
@@ -1252,8 +1414,13 @@ int psp_store_refund_execute(psp_store_t *st, const struct psp_refund_request *r
     pthread_mutex_lock(&st->lock);
     /* Another refund of the intent may have taken what was left meanwhile
      * (latency): checked again, as begin did. */
-    if (validate_refund(req, &amount, ans) != 0 ||
-        !refundable_intent(st, req->payment_intent, &amount, now_ms, ans)) {
+    int refused = validate_refund(req, &amount, ans) != 0 ||
+                  !refundable_intent(st, req->payment_intent, &amount, now_ms, ans);
+    if (!refused && index_reserve(&st->refund_index, 1) != 0) {
+        answer_error(ans, 500, "api_error", NULL, NULL, "out of memory");
+        refused = 1;
+    }
+    if (refused) {
         json_t *e = req->idempotency_key
                         ? json_object_get(st->keys, req->idempotency_key)
                         : NULL;
@@ -1293,17 +1460,8 @@ int psp_store_refund_execute(psp_store_t *st, const struct psp_refund_request *r
         json_object_get(refund, "metadata"), "status", status, "failure_reason",
         json_object_get(refund, "failure_reason"), "http_status", 200, "at_ms",
         (json_int_t)now_ms, "settled_at_ms");
-    json_array_append(st->refund_rows, row);
-    json_t *rec = json_pack(
-        "{s:o, s:o, s:I, s:I, s:s}", "refund", refund, "row", row, "created_ms",
-        (json_int_t)now_ms, "seq", (json_int_t)st->next_id, "settle_to",
-        how && !strcmp(how, "pending_fail") ? "failed" : "succeeded");
-    json_object_set_new(st->refunds, id, rec);
-    if (!json_is_array(json_object_get(irec, "refunds")))
-        json_object_set_new(irec, "refunds", json_array());
-    json_array_append_new(json_object_get(irec, "refunds"), json_string(id));
-    if (!strcmp(status, "pending"))
-        json_object_set(st->refunds_pending, id, rec);
+    add_refund(st, irec, refund, row, now_ms,
+               how && !strcmp(how, "pending_fail") ? "failed" : "succeeded");
     if (req->idempotency_key) {
         json_t *n = json_object_get(st->refund_executions, req->idempotency_key);
         json_object_set_new(st->refund_executions, req->idempotency_key,
@@ -1348,13 +1506,25 @@ void psp_store_refund_retrieve(psp_store_t *st, const char *id, int64_t now_ms,
     pthread_mutex_unlock(&st->lock);
 }
 
+static int refund_of_intent(json_t *rec, const char *payment_intent)
+{
+    const char *pi = json_string_value(
+        json_object_get(json_object_get(rec, "refund"), "payment_intent"));
+    return pi && !strcmp(pi, payment_intent);
+}
+
 void psp_store_refund_list(psp_store_t *st, const struct psp_refund_list_query *q,
                            int64_t now_ms, struct psp_answer *ans)
 {
-    const char *id;
-    json_t *rec, **found = NULL, *data = json_array();
-    size_t n = 0;
-    json_int_t after = -1;
+    const struct list_entry *page[LIST_MAX + 1];
+    int limit = q->limit < 1 ? 1 : q->limit > LIST_MAX ? LIST_MAX : q->limit;
+    struct list_scan scan = {q->created_gte,
+                             q->created_lt,
+                             0,
+                             -1,
+                             q->payment_intent ? refund_of_intent : NULL,
+                             q->payment_intent};
+    json_t *data = json_array();
 
     pthread_mutex_lock(&st->lock);
     if (q->starting_after) {
@@ -1366,36 +1536,21 @@ void psp_store_refund_list(psp_store_t *st, const struct psp_refund_list_query *
                          "starting_after", msg);
             goto out;
         }
-        after = rec_seq(cursor);
+        scan.after_created = json_integer_value(
+            json_object_get(json_object_get(cursor, "refund"), "created"));
+        scan.after_seq = rec_seq(cursor);
     }
-    found = malloc((json_object_size(st->refunds) + 1) * sizeof(*found));
-    if (!found) {
-        answer_error(ans, 500, "api_error", NULL, NULL, "out of memory");
-        goto out;
-    }
-    json_object_foreach(st->refunds, id, rec)
-    {
-        json_t *refund = json_object_get(rec, "refund");
-        json_int_t created = json_integer_value(json_object_get(refund, "created"));
-        const char *pi = json_string_value(json_object_get(refund, "payment_intent"));
-        if (created < q->created_gte || created >= q->created_lt ||
-            (after >= 0 && rec_seq(rec) >= after) ||
-            (q->payment_intent && (!pi || strcmp(pi, q->payment_intent) != 0)))
-            continue;
-        found[n++] = rec;
-    }
-    qsort(found, n, sizeof(*found), newest_first);
-    for (size_t i = 0; i < n && i < (size_t)q->limit; i++) {
-        settle_refund_if_due(st, found[i], now_ms);
+    size_t n = select_page(&st->refund_index, &scan, page, (size_t)limit + 1);
+    for (size_t i = 0; i < n && i < (size_t)limit; i++) {
+        settle_refund_if_due(st, page[i]->rec, now_ms);
         json_array_append_new(data,
-                              json_deep_copy(json_object_get(found[i], "refund")));
+                              json_deep_copy(json_object_get(page[i]->rec, "refund")));
     }
     answer_json(ans, 200,
                 json_pack("{s:s, s:s, s:b, s:O}", "object", "list", "url", refund_path,
-                          "has_more", n > (size_t)q->limit, "data", data));
+                          "has_more", n > (size_t)limit, "data", data));
 out:
     pthread_mutex_unlock(&st->lock);
-    free(found);
     json_decref(data);
 }
 

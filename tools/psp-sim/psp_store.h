@@ -130,9 +130,11 @@ void psp_store_search(psp_store_t *st, const char *payment_attempt_id, int64_t n
 
 /* GET /v1/payment_intents: Stripe's list, which is consistent (no search
  * lag): intents created in [created_gte, created_lt) (unix seconds, as
- * `created`), of `customer` when given, newest first, at most `limit`, those
- * after `starting_after` (an intent id) when given; `has_more` says whether
- * another page follows. 400 resource_missing for an unknown starting_after. */
+ * `created`), of `customer` when given, newest first (by created, then by
+ * creation), at most `limit`, those after `starting_after` (an intent id)
+ * when given; `has_more` says whether another page follows. 400
+ * resource_missing for an unknown starting_after. A page is one pass over
+ * the intents keeping the limit + 1 newest. */
 struct psp_list_query {
     int64_t created_gte, created_lt; /* INT64_MIN / INT64_MAX: unbounded */
     int limit;                       /* 1..100 */
@@ -214,7 +216,7 @@ void psp_store_refund_retrieve(psp_store_t *st, const char *id, int64_t now_ms,
                                struct psp_answer *ans);
 
 /* GET /v1/refunds: as psp_store_list, of one intent's refunds when
- * payment_intent is set; starting_after is a refund id. */
+ * payment_intent is set (else of all); starting_after is a refund id. */
 struct psp_refund_list_query {
     int64_t created_gte, created_lt; /* INT64_MIN / INT64_MAX: unbounded */
     int limit;                       /* 1..100 */
