@@ -1821,6 +1821,668 @@ START_TEST(refunds_end_pending_or_failed_by_payment_method)
 }
 END_TEST
 
+/* ---- the admin API's injections: states an auditor must catch ---- */
+
+/* One admin request to the suite's psp-sim, whatever it answers. */
+static struct http_answer admin_req(const char *method, const char *path,
+                                    const char *body, long timeout_ms)
+{
+    char base[64];
+    snprintf(base, sizeof(base), "http://127.0.0.1:%d", sim.admin_port);
+    return request_to(base, method, path, NULL, body, NULL, NULL, timeout_ms);
+}
+
+static struct http_answer inject(const char *body)
+{
+    return admin_req("POST", "/inject/intents", body, 5000);
+}
+
+static struct http_answer inject_refund(const char *body)
+{
+    return admin_req("POST", "/inject/refunds", body, 5000);
+}
+
+static struct http_answer amend(const char *id, const char *body)
+{
+    char path[160];
+    snprintf(path, sizeof(path), "/intents/%s/amend", id);
+    return admin_req("POST", path, body, 5000);
+}
+
+static struct http_answer delete_intent(const char *id)
+{
+    char path[160];
+    snprintf(path, sizeof(path), "/intents/%s", id);
+    return admin_req("DELETE", path, NULL, 5000);
+}
+
+/* The one ledger refund row of this refund (a new reference). */
+static json_t *ledger_refund_row(const char *id)
+{
+    json_t *l = psp_sim_admin(&sim, "GET", "/ledger", NULL), *c, *found = NULL;
+    size_t i, n = 0;
+    json_array_foreach(json_object_get(l, "refunds"), i, c)
+    {
+        if (!strcmp(jstr(c, "provider_refund_id"), id)) {
+            found = c;
+            n++;
+        }
+    }
+    ck_assert_msg(n == 1, "refund %s has %zu ledger rows", id, n);
+    json_incref(found);
+    json_decref(l);
+    return found;
+}
+
+/* A 4xx of the admin API: its status and, when given, its error's param. */
+static void expect_refusal(struct http_answer a, long status, const char *param)
+{
+    ck_assert_msg(a.status == status, "answered %ld, not %ld: %s", a.status, status,
+                  a.body ? a.body : "");
+    ck_assert_str_eq(err_field(a.json, "type"), "invalid_request_error");
+    ck_assert_msg(*err_field(a.json, "message"), "no message: %s", a.body);
+    if (param)
+        ck_assert_str_eq(err_field(a.json, "param"), param);
+    answer_free(&a);
+}
+
+/* The ids of a list page, newest first, and whether more follow. */
+static size_t page_ids(const char *path, char ids[][64], size_t max, int *has_more)
+{
+    struct http_answer a = request("GET", path, NULL, NULL, NULL, 5000);
+    ck_assert_msg(a.status == 200, "%s answered %ld: %s", path, a.status, a.body);
+    json_t *data = json_object_get(a.json, "data");
+    size_t n = json_array_size(data);
+    ck_assert_uint_le(n, max);
+    for (size_t i = 0; i < n; i++)
+        snprintf(ids[i], 64, "%s", jstr(json_array_get(data, i), "id"));
+    *has_more = json_is_true(json_object_get(a.json, "has_more"));
+    answer_free(&a);
+    return n;
+}
+
+START_TEST(inject_intents_expands_n_in_id_and_metadata)
+{
+    struct http_answer a =
+        inject("{\"count\":3,\"start\":7,\"id\":\"pi_bulk{n}\",\"amount\":2500,"
+               "\"currency\":\"eur\",\"metadata\":{\"payment_attempt_id\":"
+               "\"00000000-0000-4000-8000-{n}\",\"order_id\":\"o-{n}-{n}\"}}");
+    ck_assert_int_eq(a.status, 201);
+    ck_assert_int_eq(jint(a.json, "count"), 3);
+    json_t *ids = json_object_get(a.json, "ids");
+    ck_assert_uint_eq(json_array_size(ids), 3);
+    ck_assert_str_eq(json_string_value(json_array_get(ids, 0)), "pi_bulk000000000007");
+    ck_assert_str_eq(json_string_value(json_array_get(ids, 2)), "pi_bulk000000000009");
+    answer_free(&a);
+
+    /* A whole intent: retrieve, search and the ledger know it. */
+    struct http_answer r = retrieve_on(&sim, "pi_bulk000000000008");
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_str_eq(jstr(r.json, "object"), "payment_intent");
+    ck_assert_str_eq(jstr(r.json, "status"), "succeeded");
+    ck_assert_int_eq(jint(r.json, "amount"), 2500);
+    ck_assert_str_eq(jstr(r.json, "currency"), "eur");
+    ck_assert_str_eq(meta(r.json, "payment_attempt_id"),
+                     "00000000-0000-4000-8000-000000000008");
+    ck_assert_str_eq(meta(r.json, "order_id"), "o-000000000008-000000000008");
+    ck_assert(json_is_null(json_object_get(r.json, "last_payment_error")));
+    answer_free(&r);
+    struct http_answer s = search_on(&sim, "00000000-0000-4000-8000-000000000009");
+    json_t *found = json_object_get(s.json, "data");
+    ck_assert_uint_eq(json_array_size(found), 1);
+    ck_assert_str_eq(jstr(json_array_get(found, 0), "id"), "pi_bulk000000000009");
+    answer_free(&s);
+    json_t *row = ledger_row(&sim, "pi_bulk000000000007");
+    ck_assert_str_eq(jstr(row, "idempotency_key"), "inject_pi_bulk000000000007");
+    ck_assert(json_is_true(json_object_get(row, "injected")));
+    ck_assert(json_is_false(json_object_get(row, "amended")));
+    ck_assert(json_is_false(json_object_get(row, "deleted")));
+    ck_assert_str_eq(jstr(row, "payment_attempt_id"),
+                     "00000000-0000-4000-8000-000000000007");
+    ck_assert_str_eq(jstr(row, "outcome"), "succeeded");
+    ck_assert_int_eq(jint(row, "amount"), 2500);
+    json_decref(row);
+
+    /* Its refunds work as any intent's; an ordinary charge says it was not
+     * injected. */
+    struct http_answer rf = refund_req("k-inj-rf", "pi_bulk000000000007", 500, "inj");
+    ck_assert_int_eq(rf.status, 200);
+    ck_assert_str_eq(jstr(rf.json, "charge"), "ch_bulk000000000007");
+    answer_free(&rf);
+    char pi[64];
+    charged_intent("k-inj-plain", 100, "pm_card_visa", pi, sizeof(pi));
+    row = ledger_row(&sim, pi);
+    ck_assert(json_is_false(json_object_get(row, "injected")));
+    json_decref(row);
+    ck_assert_int_eq(ledger_counter(&sim, "intents"), 4);
+    ck_assert_int_eq(ledger_counter(&sim, "executed"), 1);
+
+    /* Every member may be left out: one fresh pi_ id, 1000 usd, succeeded,
+     * now. */
+    struct http_answer d = inject("{}");
+    ck_assert_int_eq(d.status, 201);
+    ck_assert_int_eq(jint(d.json, "count"), 1);
+    const char *fresh =
+        json_string_value(json_array_get(json_object_get(d.json, "ids"), 0));
+    ck_assert(fresh && !strncmp(fresh, "pi_", 3));
+    r = retrieve_on(&sim, fresh);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_int_eq(jint(r.json, "amount"), 1000);
+    ck_assert_str_eq(jstr(r.json, "currency"), "usd");
+    ck_assert_str_eq(jstr(r.json, "payment_method"), "pm_card_visa");
+    ck_assert_int_le(llabs(jint(r.json, "created") - (long long)time(NULL)), 5);
+    answer_free(&r);
+    answer_free(&d);
+}
+END_TEST
+
+START_TEST(inject_intents_like_copies_and_members_override)
+{
+    struct http_answer c =
+        create("k-like", "amount=4321&currency=gbp&payment_method=pm_card_mastercard"
+                         "&confirm=true&customer=cus_Like1"
+                         "&metadata%5Bpayment_attempt_id%5D=a-like"
+                         "&metadata%5Border_id%5D=o-like");
+    ck_assert_int_eq(c.status, 200);
+    char like[64], body[512];
+    snprintf(like, sizeof(like), "%s", jstr(c.json, "id"));
+    answer_free(&c);
+
+    snprintf(body, sizeof(body), "{\"like\":\"%s\",\"id\":\"pi_copy\"}", like);
+    struct http_answer a = inject(body);
+    ck_assert_int_eq(a.status, 201);
+    answer_free(&a);
+    struct http_answer r = retrieve_on(&sim, "pi_copy");
+    ck_assert_int_eq(jint(r.json, "amount"), 4321);
+    ck_assert_str_eq(jstr(r.json, "currency"), "gbp");
+    ck_assert_str_eq(jstr(r.json, "customer"), "cus_Like1");
+    ck_assert_str_eq(jstr(r.json, "payment_method"), "pm_card_mastercard");
+    ck_assert_str_eq(meta(r.json, "payment_attempt_id"), "a-like");
+    ck_assert_str_eq(meta(r.json, "order_id"), "o-like");
+    answer_free(&r);
+
+    /* Given members win; metadata given replaces the copied one whole. */
+    snprintf(body, sizeof(body),
+             "{\"like\":\"%s\",\"id\":\"pi_declined\",\"amount\":7,"
+             "\"currency\":\"eur\",\"status\":\"requires_payment_method\","
+             "\"metadata\":{\"payment_attempt_id\":\"a-other\"}}",
+             like);
+    a = inject(body);
+    ck_assert_int_eq(a.status, 201);
+    answer_free(&a);
+    r = retrieve_on(&sim, "pi_declined");
+    ck_assert_int_eq(jint(r.json, "amount"), 7);
+    ck_assert_str_eq(jstr(r.json, "currency"), "eur");
+    ck_assert_str_eq(jstr(r.json, "customer"), "cus_Like1");
+    ck_assert_str_eq(jstr(r.json, "status"), "requires_payment_method");
+    ck_assert_str_eq(
+        jstr(json_object_get(r.json, "last_payment_error"), "decline_code"),
+        "generic_decline");
+    ck_assert_str_eq(meta(r.json, "payment_attempt_id"), "a-other");
+    ck_assert(!json_object_get(json_object_get(r.json, "metadata"), "order_id"));
+    answer_free(&r);
+    json_t *row = ledger_row(&sim, "pi_declined");
+    ck_assert_str_eq(jstr(row, "outcome"), "declined");
+    ck_assert_str_eq(jstr(row, "customer"), "cus_Like1");
+    json_decref(row);
+
+    /* The other statuses: processing settles as any, canceled is done. */
+    a = inject("{\"id\":\"pi_inj_proc\",\"status\":\"processing\"}");
+    ck_assert_int_eq(a.status, 201);
+    answer_free(&a);
+    a = settle_on(&sim, "pi_inj_proc", "{\"status\":\"succeeded\"}");
+    ck_assert_int_eq(a.status, 200);
+    ck_assert_str_eq(jstr(a.json, "status"), "succeeded");
+    answer_free(&a);
+    a = inject(
+        "{\"id\":\"pi_inj_cancel\",\"status\":\"canceled\",\"created\":1700000000}");
+    ck_assert_int_eq(a.status, 201);
+    answer_free(&a);
+    r = retrieve_on(&sim, "pi_inj_cancel");
+    ck_assert_str_eq(jstr(r.json, "status"), "canceled");
+    ck_assert_int_eq(jint(r.json, "created"), 1700000000);
+    ck_assert_int_eq(jint(r.json, "canceled_at"), 1700000000);
+    answer_free(&r);
+    row = ledger_row(&sim, "pi_inj_cancel");
+    ck_assert_str_eq(jstr(row, "outcome"), "canceled");
+    json_decref(row);
+    ck_assert_int_eq(ledger_counter(&sim, "intents"), 5);
+}
+END_TEST
+
+START_TEST(inject_intents_refuses_bad_input_and_taken_ids)
+{
+    expect_refusal(inject("not json"), 400, NULL);
+    expect_refusal(inject("[1]"), 400, NULL);
+    expect_refusal(inject("{\"colour\":\"red\"}"), 400, NULL);
+    expect_refusal(inject("{\"count\":0}"), 400, "count");
+    expect_refusal(inject("{\"count\":200001,\"id\":\"pi_x{n}\"}"), 400, "count");
+    expect_refusal(inject("{\"count\":\"3\"}"), 400, "count");
+    expect_refusal(inject("{\"amount\":0}"), 400, "amount");
+    expect_refusal(inject("{\"amount\":1.5}"), 400, "amount");
+    expect_refusal(inject("{\"currency\":\"EUR\"}"), 400, "currency");
+    expect_refusal(inject("{\"currency\":\"euro\"}"), 400, "currency");
+    expect_refusal(inject("{\"metadata\":[\"a\"]}"), 400, "metadata");
+    expect_refusal(inject("{\"metadata\":{\"a\":1}}"), 400, "metadata");
+    expect_refusal(inject("{\"metadata\":{\"a[b]\":\"c\"}}"), 400, "metadata");
+    expect_refusal(inject("{\"status\":\"paid\"}"), 400, "status");
+    expect_refusal(inject("{\"id\":\"pi bad\"}"), 400, "id");
+    expect_refusal(inject("{\"id\":\"\"}"), 400, "id");
+    expect_refusal(inject("{\"id\":\"pi_same\",\"count\":2}"), 400, "id");
+    expect_refusal(inject("{\"start\":-1}"), 400, "start");
+    expect_refusal(inject("{\"start\":999999999999,\"count\":2,\"id\":\"pi_s{n}\"}"),
+                   400, "start");
+    expect_refusal(inject("{\"created\":-1}"), 400, "created");
+    expect_refusal(inject("{\"like\":7}"), 400, "like");
+    expect_refusal(inject("{\"like\":\"pi_nosuch\"}"), 404, "like");
+    ck_assert_int_eq(ledger_counter(&sim, "intents"), 0);
+
+    /* A taken id is 409, and nothing of the batch is made. */
+    struct http_answer a = inject("{\"count\":2,\"id\":\"pi_dup{n}\"}");
+    ck_assert_int_eq(a.status, 201);
+    answer_free(&a);
+    a = inject("{\"count\":3,\"start\":1,\"id\":\"pi_dup{n}\"}");
+    ck_assert_int_eq(a.status, 409);
+    ck_assert_str_eq(err_field(a.json, "code"), "resource_already_exists");
+    ck_assert_str_eq(err_field(a.json, "param"), "id");
+    answer_free(&a);
+    struct http_answer r = retrieve_on(&sim, "pi_dup000000000002");
+    ck_assert_int_eq(r.status, 404);
+    answer_free(&r);
+    ck_assert_int_eq(ledger_counter(&sim, "intents"), 2);
+    ck_assert_uint_eq(psp_sim_charges(&sim), 2);
+}
+END_TEST
+
+START_TEST(amend_changes_intent_list_and_ledger)
+{
+    struct http_answer a = inject("{\"id\":\"pi_amend\",\"amount\":1000}");
+    ck_assert_int_eq(a.status, 201);
+    answer_free(&a);
+    a = amend("pi_amend", "{\"amount\":1234}");
+    ck_assert_int_eq(a.status, 200);
+    ck_assert_str_eq(jstr(a.json, "id"), "pi_amend");
+    ck_assert_int_eq(jint(a.json, "amount"), 1234);
+    ck_assert_str_eq(jstr(a.json, "currency"), "usd");
+    answer_free(&a);
+    a = amend("pi_amend", "{\"currency\":\"eur\"}");
+    ck_assert_int_eq(a.status, 200);
+    ck_assert_int_eq(jint(a.json, "amount"), 1234);
+    ck_assert_str_eq(jstr(a.json, "currency"), "eur");
+    answer_free(&a);
+
+    struct http_answer r = retrieve_on(&sim, "pi_amend");
+    ck_assert_int_eq(jint(r.json, "amount"), 1234);
+    ck_assert_str_eq(jstr(r.json, "currency"), "eur");
+    answer_free(&r);
+    r = list_page("limit=1");
+    json_t *pi = json_array_get(json_object_get(r.json, "data"), 0);
+    ck_assert_str_eq(jstr(pi, "id"), "pi_amend");
+    ck_assert_int_eq(jint(pi, "amount"), 1234);
+    ck_assert_str_eq(jstr(pi, "currency"), "eur");
+    answer_free(&r);
+    json_t *row = ledger_row(&sim, "pi_amend");
+    ck_assert_int_eq(jint(row, "amount"), 1234);
+    ck_assert_str_eq(jstr(row, "currency"), "eur");
+    ck_assert(json_is_true(json_object_get(row, "amended")));
+    json_decref(row);
+
+    /* An ordinary charge can be amended too; what is left to refund follows
+     * the new amount. */
+    char plain[64];
+    charged_intent("k-amend-plain", 500, "pm_card_visa", plain, sizeof(plain));
+    a = amend(plain, "{\"amount\":50,\"currency\":\"usd\"}");
+    ck_assert_int_eq(a.status, 200);
+    answer_free(&a);
+    struct http_answer big = refund_req("k-amend-rf", plain, 51, "amend");
+    ck_assert_int_eq(big.status, 400);
+    ck_assert_str_eq(err_field(big.json, "code"), "amount_too_large");
+    answer_free(&big);
+
+    expect_refusal(amend("pi_nosuch", "{\"amount\":1}"), 404, NULL);
+    expect_refusal(amend("pi_amend", "{}"), 400, NULL);
+    expect_refusal(amend("pi_amend", "nope"), 400, NULL);
+    expect_refusal(amend("pi_amend", "{\"amount\":0}"), 400, "amount");
+    expect_refusal(amend("pi_amend", "{\"currency\":\"EUR\"}"), 400, "currency");
+    expect_refusal(amend("pi_amend", "{\"status\":\"canceled\"}"), 400, NULL);
+    r = retrieve_on(&sim, "pi_amend");
+    ck_assert_int_eq(jint(r.json, "amount"), 1234);
+    answer_free(&r);
+}
+END_TEST
+
+START_TEST(deleted_intent_is_gone_but_its_cursor_keeps_its_place)
+{
+    char ids[8][64], path[256];
+    int more;
+    /* Same created: newest first is the last made first. */
+    struct http_answer a = inject("{\"count\":5,\"id\":\"pi_del{n}\",\"metadata\":{"
+                                  "\"payment_attempt_id\":\"a-del{n}\"}}");
+    ck_assert_int_eq(a.status, 201);
+    answer_free(&a);
+    ck_assert_uint_eq(page_ids("/v1/payment_intents?limit=2", ids, 8, &more), 2);
+    ck_assert_str_eq(ids[0], "pi_del000000000004");
+    ck_assert_str_eq(ids[1], "pi_del000000000003");
+    ck_assert(more);
+
+    /* The client holds pi_del...3 as its cursor; the provider drops it. */
+    a = delete_intent("pi_del000000000003");
+    ck_assert_int_eq(a.status, 200);
+    ck_assert(json_is_true(json_object_get(a.json, "deleted")));
+    ck_assert_str_eq(jstr(a.json, "id"), "pi_del000000000003");
+    answer_free(&a);
+    snprintf(path, sizeof(path),
+             "/v1/payment_intents?limit=2&starting_after=pi_del000000000003");
+    ck_assert_uint_eq(page_ids(path, ids, 8, &more), 2);
+    ck_assert_str_eq(ids[0], "pi_del000000000002");
+    ck_assert_str_eq(ids[1], "pi_del000000000001");
+    ck_assert(more);
+    a = delete_intent("pi_del000000000001");
+    answer_free(&a);
+    snprintf(path, sizeof(path),
+             "/v1/payment_intents?limit=2&starting_after=pi_del000000000001");
+    ck_assert_uint_eq(page_ids(path, ids, 8, &more), 1);
+    ck_assert_str_eq(ids[0], "pi_del000000000000");
+    ck_assert(!more);
+    ck_assert_uint_eq(page_ids("/v1/payment_intents?limit=100", ids, 8, &more), 3);
+    ck_assert_str_eq(ids[0], "pi_del000000000004");
+    ck_assert_str_eq(ids[1], "pi_del000000000002");
+    ck_assert_str_eq(ids[2], "pi_del000000000000");
+
+    /* Retrieve, search, refunds and the admin calls: as an unknown id. */
+    struct http_answer r = retrieve_on(&sim, "pi_del000000000003");
+    ck_assert_int_eq(r.status, 404);
+    ck_assert_str_eq(err_field(r.json, "code"), "resource_missing");
+    answer_free(&r);
+    r = search_on(&sim, "a-del000000000003");
+    ck_assert_uint_eq(json_array_size(json_object_get(r.json, "data")), 0);
+    answer_free(&r);
+    r = refund_req("k-del-rf", "pi_del000000000003", 10, "del");
+    ck_assert_int_eq(r.status, 404);
+    answer_free(&r);
+    expect_refusal(inject_refund("{\"payment_intent\":\"pi_del000000000003\"}"), 404,
+                   "payment_intent");
+    expect_refusal(amend("pi_del000000000003", "{\"amount\":1}"), 404, NULL);
+    expect_refusal(delete_intent("pi_del000000000003"), 404, NULL);
+    expect_refusal(delete_intent("pi_nosuch"), 404, NULL);
+    /* Its id stays taken. */
+    expect_refusal(inject("{\"id\":\"pi_del000000000003\"}"), 409, "id");
+
+    /* The ledger keeps its row, marked. */
+    json_t *row = ledger_row(&sim, "pi_del000000000003");
+    ck_assert(json_is_true(json_object_get(row, "deleted")));
+    json_decref(row);
+    row = ledger_row(&sim, "pi_del000000000002");
+    ck_assert(json_is_false(json_object_get(row, "deleted")));
+    json_decref(row);
+    ck_assert_int_eq(ledger_counter(&sim, "intents"), 3);
+    ck_assert_uint_eq(psp_sim_charges(&sim), 5);
+}
+END_TEST
+
+START_TEST(inject_refund_over_the_amount_is_listed_and_booked)
+{
+    char pi[64], path[256], ids[8][64], re[64], old[64];
+    int more;
+    charged_intent("k-injrf", 1000, "pm_card_visa", pi, sizeof(pi));
+    struct http_answer plain = refund_req("k-injrf-plain", pi, 1000, "plain");
+    ck_assert_int_eq(plain.status, 200);
+
+    /* Fully refunded already: out of band, 1500 more. */
+    char body[512];
+    snprintf(body, sizeof(body),
+             "{\"payment_intent\":\"%s\",\"amount\":1500,"
+             "\"metadata\":{\"why\":\"dashboard\"}}",
+             pi);
+    struct http_answer a = inject_refund(body);
+    ck_assert_int_eq(a.status, 201);
+    ck_assert_str_eq(jstr(a.json, "object"), "refund");
+    ck_assert_str_eq(jstr(a.json, "status"), "succeeded");
+    ck_assert_str_eq(jstr(a.json, "payment_intent"), pi);
+    ck_assert_str_eq(jstr(a.json, "currency"), "eur");
+    ck_assert_int_eq(jint(a.json, "amount"), 1500);
+    ck_assert_str_eq(jstr(json_object_get(a.json, "metadata"), "why"), "dashboard");
+    snprintf(re, sizeof(re), "%s", jstr(a.json, "id"));
+    ck_assert(!strncmp(re, "re_", 3));
+    answer_free(&a);
+
+    snprintf(path, sizeof(path), "/v1/refunds/%s", re);
+    struct http_answer g = request("GET", path, NULL, NULL, NULL, 5000);
+    ck_assert_int_eq(g.status, 200);
+    ck_assert_int_eq(jint(g.json, "amount"), 1500);
+    answer_free(&g);
+    snprintf(path, sizeof(path), "/v1/refunds?payment_intent=%s&limit=10", pi);
+    ck_assert_uint_eq(page_ids(path, ids, 8, &more), 2);
+    ck_assert_str_eq(ids[0], re);
+    ck_assert_str_eq(ids[1], jstr(plain.json, "id"));
+    json_t *row = ledger_refund_row(re);
+    ck_assert(json_is_true(json_object_get(row, "injected")));
+    ck_assert_int_eq(jint(row, "amount"), 1500);
+    ck_assert_str_eq(jstr(row, "payment_intent_id"), pi);
+    ck_assert_str_eq(jstr(row, "status"), "succeeded");
+    json_decref(row);
+    row = ledger_refund_row(jstr(plain.json, "id"));
+    ck_assert(json_is_false(json_object_get(row, "injected")));
+    json_decref(row);
+
+    /* Pending and failed ones, and one created long ago, which the list of
+     * all refunds (no payment_intent) shows last. */
+    snprintf(body, sizeof(body), "{\"payment_intent\":\"%s\",\"status\":\"pending\"}",
+             pi);
+    a = inject_refund(body);
+    ck_assert_int_eq(a.status, 201);
+    ck_assert_str_eq(jstr(a.json, "status"), "pending");
+    ck_assert_int_eq(jint(a.json, "amount"), 1000);
+    snprintf(path, sizeof(path), "/refunds/%s/settle", jstr(a.json, "id"));
+    json_t *s = psp_sim_admin(&sim, "POST", path, "{\"status\":\"succeeded\"}");
+    ck_assert_str_eq(jstr(s, "status"), "succeeded");
+    json_decref(s);
+    answer_free(&a);
+    snprintf(body, sizeof(body),
+             "{\"payment_intent\":\"%s\",\"status\":\"failed\",\"amount\":5,"
+             "\"created\":1600000000}",
+             pi);
+    a = inject_refund(body);
+    ck_assert_int_eq(a.status, 201);
+    ck_assert_str_eq(jstr(a.json, "status"), "failed");
+    ck_assert(*jstr(a.json, "failure_reason"));
+    snprintf(old, sizeof(old), "%s", jstr(a.json, "id"));
+    answer_free(&a);
+    ck_assert_uint_eq(page_ids("/v1/refunds?limit=100", ids, 8, &more), 4);
+    ck_assert_str_eq(ids[3], old);
+    ck_assert(!more);
+    ck_assert_uint_eq(page_ids("/v1/refunds?created%5Blt%5D=1600000001", ids, 8, &more),
+                      1);
+    ck_assert_str_eq(ids[0], old);
+    ck_assert_int_eq(ledger_counter(&sim, "refund_objects"), 4);
+    ck_assert_int_eq(ledger_counter(&sim, "refunds"), 1);
+
+    expect_refusal(inject_refund("{}"), 400, "payment_intent");
+    expect_refusal(inject_refund("nope"), 400, NULL);
+    expect_refusal(inject_refund("{\"payment_intent\":\"pi_nosuch\"}"), 404,
+                   "payment_intent");
+    snprintf(body, sizeof(body), "{\"payment_intent\":\"%s\",\"amount\":0}", pi);
+    expect_refusal(inject_refund(body), 400, "amount");
+    snprintf(body, sizeof(body), "{\"payment_intent\":\"%s\",\"status\":\"lost\"}", pi);
+    expect_refusal(inject_refund(body), 400, "status");
+    snprintf(body, sizeof(body), "{\"payment_intent\":\"%s\",\"metadata\":{\"a\":2}}",
+             pi);
+    expect_refusal(inject_refund(body), 400, "metadata");
+    snprintf(body, sizeof(body), "{\"payment_intent\":\"%s\",\"reason\":\"x\"}", pi);
+    expect_refusal(inject_refund(body), 400, NULL);
+    ck_assert_int_eq(ledger_counter(&sim, "refund_objects"), 4);
+    answer_free(&plain);
+}
+END_TEST
+
+START_TEST(intents_listed_by_created_then_creation)
+{
+    char ids[8][64];
+    int more;
+    /* Made after the others but created earlier: listed after them, and in
+     * a window of its own. */
+    struct http_answer a = inject("{\"count\":2,\"id\":\"pi_now{n}\"}");
+    answer_free(&a);
+    a = inject("{\"id\":\"pi_old\",\"created\":1600000000}");
+    ck_assert_int_eq(a.status, 201);
+    answer_free(&a);
+    a = inject("{\"count\":2,\"id\":\"pi_later{n}\"}");
+    answer_free(&a);
+    ck_assert_uint_eq(page_ids("/v1/payment_intents?limit=100", ids, 8, &more), 5);
+    ck_assert_str_eq(ids[0], "pi_later000000000001");
+    ck_assert_str_eq(ids[1], "pi_later000000000000");
+    ck_assert_str_eq(ids[2], "pi_now000000000001");
+    ck_assert_str_eq(ids[3], "pi_now000000000000");
+    ck_assert_str_eq(ids[4], "pi_old");
+    ck_assert_uint_eq(page_ids("/v1/payment_intents?created%5Bgte%5D=1600000000"
+                               "&created%5Blt%5D=1600000001",
+                               ids, 8, &more),
+                      1);
+    ck_assert_str_eq(ids[0], "pi_old");
+    ck_assert_uint_eq(
+        page_ids("/v1/payment_intents?limit=1&starting_after=pi_now000000000000", ids,
+                 8, &more),
+        1);
+    ck_assert_str_eq(ids[0], "pi_old");
+    ck_assert(!more);
+}
+END_TEST
+
+START_TEST(reset_forgets_injected_amended_and_deleted)
+{
+    struct http_answer a = inject("{\"count\":3,\"id\":\"pi_rs{n}\"}");
+    answer_free(&a);
+    a = amend("pi_rs000000000000", "{\"amount\":5}");
+    answer_free(&a);
+    a = delete_intent("pi_rs000000000001");
+    answer_free(&a);
+    a = inject_refund("{\"payment_intent\":\"pi_rs000000000002\"}");
+    ck_assert_int_eq(a.status, 201);
+    answer_free(&a);
+    json_decref(psp_sim_admin(&sim, "POST", "/reset", NULL));
+    ck_assert_int_eq(ledger_counter(&sim, "intents"), 0);
+    ck_assert_int_eq(ledger_counter(&sim, "refund_objects"), 0);
+    ck_assert_uint_eq(psp_sim_charges(&sim), 0);
+    struct http_answer r = retrieve_on(&sim, "pi_rs000000000000");
+    ck_assert_int_eq(r.status, 404);
+    answer_free(&r);
+    r = list_page("starting_after=pi_rs000000000001");
+    ck_assert_int_eq(r.status, 400);
+    answer_free(&r);
+    /* The deleted one's id is free again. */
+    a = inject("{\"count\":3,\"id\":\"pi_rs{n}\"}");
+    ck_assert_int_eq(a.status, 201);
+    answer_free(&a);
+    ck_assert_int_eq(ledger_counter(&sim, "intents"), 3);
+}
+END_TEST
+
+/* Made behind the API's back: no event tells of an injection, an amendment
+ * or a deletion; a charge still queues its own. */
+START_TEST(injections_queue_no_webhook)
+{
+    struct psp_sim_process other = {0};
+    char url[64], base[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/hook", psp_sim_free_port());
+    const char *args[] = {"--webhook-url", url, "--webhook-secret", "whsec_inject",
+                          NULL};
+    psp_sim_start(&other, args);
+    snprintf(base, sizeof(base), "http://127.0.0.1:%d", other.admin_port);
+    struct http_answer a =
+        request_to(base, "POST", "/inject/intents", NULL,
+                   "{\"count\":3,\"id\":\"pi_quiet{n}\"}", NULL, NULL, 5000);
+    ck_assert_int_eq(a.status, 201);
+    answer_free(&a);
+    a = request_to(base, "POST", "/intents/pi_quiet000000000000/amend", NULL,
+                   "{\"amount\":5}", NULL, NULL, 5000);
+    ck_assert_int_eq(a.status, 200);
+    answer_free(&a);
+    a = request_to(base, "DELETE", "/intents/pi_quiet000000000001", NULL, NULL, NULL,
+                   NULL, 5000);
+    ck_assert_int_eq(a.status, 200);
+    answer_free(&a);
+    a = request_to(base, "POST", "/inject/refunds", NULL,
+                   "{\"payment_intent\":\"pi_quiet000000000002\"}", NULL, NULL, 5000);
+    ck_assert_int_eq(a.status, 201);
+    answer_free(&a);
+    json_t *w = psp_sim_admin(&other, "GET", "/webhooks", NULL);
+    ck_assert_int_eq(json_integer_value(json_object_get(w, "events")), 0);
+    json_decref(w);
+    a = request_to(other.base_url, "POST", "/v1/payment_intents", "k-loud", FORM_BASE,
+                   NULL, NULL, 5000);
+    ck_assert_int_eq(a.status, 200);
+    answer_free(&a);
+    w = psp_sim_admin(&other, "GET", "/webhooks", NULL);
+    ck_assert_int_eq(json_integer_value(json_object_get(w, "events")), 1);
+    json_decref(w);
+    psp_sim_stop(&other);
+}
+END_TEST
+
+/* The auditor's walk: 100,000 intents paged 100 at a time, newest first,
+ * each seen once, as many as the ledger says psp-sim holds. */
+START_TEST(hundred_thousand_intents_page_completely)
+{
+    enum { N = 100000 };
+    char path[256], after[64] = "";
+    static unsigned char seen[N];
+    long long prev = N, pages = 0, total = 0;
+
+    memset(seen, 0, sizeof(seen));
+    struct http_answer a = admin_req(
+        "POST", "/inject/intents",
+        "{\"count\":100000,\"id\":\"pi_bulk{n}\",\"metadata\":{\"payment_attempt_id\":"
+        "\"00000000-0000-4000-8000-{n}\"}}",
+        120000);
+    ck_assert_int_eq(a.status, 201);
+    ck_assert_int_eq(jint(a.json, "count"), N);
+    ck_assert_uint_eq(json_array_size(json_object_get(a.json, "ids")), 100);
+    answer_free(&a);
+
+    long long t0 = test_env_now_ms();
+    for (int more = 1; more; pages++) {
+        snprintf(
+            path, sizeof(path),
+            "/v1/payment_intents?created%%5Bgte%%5D=0&created%%5Blt%%5D=99999999999"
+            "&limit=100%s%s",
+            *after ? "&starting_after=" : "", after);
+        struct http_answer p = request("GET", path, NULL, NULL, NULL, 30000);
+        ck_assert_int_eq(p.status, 200);
+        json_t *data = json_object_get(p.json, "data"), *pi;
+        size_t i;
+        more = json_is_true(json_object_get(p.json, "has_more"));
+        ck_assert(more ? json_array_size(data) == 100 : json_array_size(data) <= 100);
+        json_array_foreach(data, i, pi)
+        {
+            const char *id = jstr(pi, "id");
+            ck_assert_msg(!strncmp(id, "pi_bulk", 7) && strlen(id) == 19, "id %s", id);
+            long long n = atoll(id + 7);
+            ck_assert_msg(n >= 0 && n < N && !seen[n], "%s seen twice", id);
+            /* One created second: newest first is the highest index first. */
+            ck_assert_int_lt(n, prev);
+            seen[n] = 1;
+            prev = n;
+            total++;
+        }
+        if (json_array_size(data))
+            snprintf(after, sizeof(after), "%s",
+                     jstr(json_array_get(data, json_array_size(data) - 1), "id"));
+        answer_free(&p);
+    }
+    long long walk_ms = test_env_now_ms() - t0;
+    fprintf(stderr, "psp-sim: %d intents in %lld pages of 100 walked in %lld ms\n", N,
+            pages, walk_ms);
+    ck_assert_int_eq(total, N);
+    ck_assert_int_eq(pages, N / 100);
+
+    a = admin_req("GET", "/ledger", NULL, 120000);
+    ck_assert_int_eq(a.status, 200);
+    ck_assert_int_eq(jint(json_object_get(a.json, "counters"), "intents"), total);
+    ck_assert_uint_eq(json_array_size(json_object_get(a.json, "charges")), N);
+    answer_free(&a);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("psp_sim");
@@ -1866,7 +2528,22 @@ static Suite *suite(void)
     tcase_add_test(tc, cancel_faults_lose_the_answer_or_execute_nothing);
     tcase_add_test(tc, port_zero_binds_free_ports_it_prints);
     tcase_add_test(tc, each_bad_flag_value_is_reported_under_its_own_name);
+    tcase_add_test(tc, inject_intents_expands_n_in_id_and_metadata);
+    tcase_add_test(tc, inject_intents_like_copies_and_members_override);
+    tcase_add_test(tc, inject_intents_refuses_bad_input_and_taken_ids);
+    tcase_add_test(tc, amend_changes_intent_list_and_ledger);
+    tcase_add_test(tc, deleted_intent_is_gone_but_its_cursor_keeps_its_place);
+    tcase_add_test(tc, inject_refund_over_the_amount_is_listed_and_booked);
+    tcase_add_test(tc, intents_listed_by_created_then_creation);
+    tcase_add_test(tc, reset_forgets_injected_amended_and_deleted);
+    tcase_add_test(tc, injections_queue_no_webhook);
     suite_add_tcase(s, tc);
+    /* 100,000 intents: longer than the others, sanitizers included. */
+    TCase *bulk = tcase_create("psp_sim_bulk");
+    tcase_set_timeout(bulk, 600);
+    tcase_add_checked_fixture(bulk, setup, teardown);
+    tcase_add_test(bulk, hundred_thousand_intents_page_completely);
+    suite_add_tcase(s, bulk);
     return s;
 }
 

@@ -726,26 +726,10 @@ static enum MHD_Result provider_api(struct req *r, const char *url, const char *
 
 /* ---- the admin API ---- */
 
-/* "/intents/<id>/settle" -> <id> (a copy), else NULL. */
-static char *settle_target(const char *url)
+/* "<prefix><id><suffix>" -> <id> (a copy) when id is not empty and holds
+ * no '/', else NULL. */
+static char *path_id(const char *url, const char *prefix, const char *suffix)
 {
-    const char *prefix = "/intents/", *suffix = "/settle";
-    size_t pl = strlen(prefix), sl = strlen(suffix), n = strlen(url);
-    if (n <= pl + sl || strncmp(url, prefix, pl) != 0 ||
-        strcmp(url + n - sl, suffix) != 0)
-        return NULL;
-    char *id = strndup(url + pl, n - pl - sl);
-    if (id && strchr(id, '/')) {
-        free(id);
-        return NULL;
-    }
-    return id;
-}
-
-/* "/refunds/<id>/settle" -> <id> (a copy), else NULL. */
-static char *refund_settle_target(const char *url)
-{
-    const char *prefix = "/refunds/", *suffix = "/settle";
     size_t pl = strlen(prefix), sl = strlen(suffix), n = strlen(url);
     if (n <= pl + sl || strncmp(url, prefix, pl) != 0 ||
         strcmp(url + n - sl, suffix) != 0)
@@ -812,6 +796,36 @@ static enum MHD_Result settle_intent(struct req *r, const char *id)
                              body ? err : "body is not JSON");
     }
     psp_store_settle(store, id, &set, now_ms(), &ans);
+    json_decref(body);
+    return respond(r->conn, ans.status, ans.body, 0);
+}
+
+/* The admin calls whose JSON body the store checks itself. */
+enum store_call { CALL_INJECT_INTENTS, CALL_INJECT_REFUND, CALL_AMEND };
+
+static enum MHD_Result with_json_body(struct req *r, enum store_call call,
+                                      const char *id)
+{
+    struct psp_answer ans = {0};
+    json_error_t jerr;
+    json_t *body;
+
+    if (r->too_large)
+        return respond_error(r->conn, 413, "invalid_request_error",
+                             "Request too large.");
+    if (!(body = json_loadb(r->body ? r->body : "", r->len, 0, &jerr)))
+        return respond_error(r->conn, 400, "invalid_request_error", "body is not JSON");
+    switch (call) {
+    case CALL_INJECT_INTENTS:
+        psp_store_inject_intents(store, body, now_ms(), &ans);
+        break;
+    case CALL_INJECT_REFUND:
+        psp_store_inject_refund(store, body, now_ms(), &ans);
+        break;
+    case CALL_AMEND:
+        psp_store_amend(store, id, body, now_ms(), &ans);
+        break;
+    }
     json_decref(body);
     return respond(r->conn, ans.status, ans.body, 0);
 }
@@ -1020,7 +1034,7 @@ static enum MHD_Result list_events(struct req *r)
 
 static enum MHD_Result admin_api(struct req *r, const char *url, const char *method)
 {
-    char err[256], *settle_id;
+    char err[256], *target;
     if (!strcmp(url, "/health"))
         return respond_json(r->conn, 200, json_pack("{s:b}", "ok", 1));
     if (!strcmp(url, "/ledger") && !strcmp(method, "GET"))
@@ -1074,15 +1088,33 @@ static enum MHD_Result admin_api(struct req *r, const char *url, const char *met
         return rotate_secret(r);
     if (!strcmp(url, "/refund-settle") && !strcmp(method, "PUT"))
         return put_delay(r, "refund_settle_ms", psp_store_set_refund_settle);
-    if (!strcmp(method, "POST") && (settle_id = refund_settle_target(url)) != NULL) {
-        enum MHD_Result rc = settle_refund(r, settle_id);
-        free(settle_id);
+    if (!strcmp(url, "/inject/intents") && !strcmp(method, "POST"))
+        return with_json_body(r, CALL_INJECT_INTENTS, NULL);
+    if (!strcmp(url, "/inject/refunds") && !strcmp(method, "POST"))
+        return with_json_body(r, CALL_INJECT_REFUND, NULL);
+    if (!strcmp(method, "POST") &&
+        (target = path_id(url, "/refunds/", "/settle")) != NULL) {
+        enum MHD_Result rc = settle_refund(r, target);
+        free(target);
         return rc;
     }
-    if (!strcmp(method, "POST") && (settle_id = settle_target(url)) != NULL) {
-        enum MHD_Result rc = settle_intent(r, settle_id);
-        free(settle_id);
+    if (!strcmp(method, "POST") &&
+        (target = path_id(url, "/intents/", "/settle")) != NULL) {
+        enum MHD_Result rc = settle_intent(r, target);
+        free(target);
         return rc;
+    }
+    if (!strcmp(method, "POST") &&
+        (target = path_id(url, "/intents/", "/amend")) != NULL) {
+        enum MHD_Result rc = with_json_body(r, CALL_AMEND, target);
+        free(target);
+        return rc;
+    }
+    if (!strcmp(method, "DELETE") && (target = path_id(url, "/intents/", "")) != NULL) {
+        struct psp_answer ans = {0};
+        psp_store_delete(store, target, &ans);
+        free(target);
+        return respond(r->conn, ans.status, ans.body, 0);
     }
     return respond_error(r->conn, 404, "invalid_request_error",
                          "no such admin endpoint");
@@ -1245,10 +1277,13 @@ static void usage(FILE *out)
         "                                     refusals are not stored under the key\n"
         "  GET  /v1/payment_intents?created[gte]=<unix>&created[lt]=<unix>&limit=N\n"
         "       &starting_after=<id>   the list (also created, created[gt],\n"
-        "                                     created[lte], customer): newest first,\n"
-        "                                     limit 1..100 [10], has_more; "
-        "consistent:\n"
-        "                                     --search-lag-ms does not apply\n"
+        "                                     created[lte], customer): newest first\n"
+        "                                     (by created, then by creation), limit\n"
+        "                                     1..100 [10], has_more; consistent:\n"
+        "                                     --search-lag-ms does not apply; a\n"
+        "                                     deleted intent (DELETE /intents/<id>)\n"
+        "                                     is not listed but still works as\n"
+        "                                     starting_after\n"
         "  GET  /v1/payment_intents/<id>\n"
         "  GET  "
         "/v1/payment_intents/search?query=metadata['payment_attempt_id']:'<id>'\n"
@@ -1275,7 +1310,8 @@ static void usage(FILE *out)
         "                                     refusals are not stored under the key\n"
         "  GET  /v1/refunds/<id>\n"
         "  GET  /v1/refunds?payment_intent=<pi>&created[gte]=&created[lt]=&limit=N\n"
-        "       &starting_after=<re id>       as the intents' list\n"
+        "       &starting_after=<re id>       as the intents' list; without\n"
+        "                                     payment_intent: every refund\n"
         "  Refunds of an intent charged with pm_card_refundPending are pending,\n"
         "  then succeed; pm_card_refundPendingFail: pending, then fail\n"
         "  (expired_or_canceled_card); both settle after --refund-settle-ms or by\n"
@@ -1306,8 +1342,15 @@ static void usage(FILE *out)
         "                     in \"refunds\", refunds executed per refund key in\n"
         "                     \"refund_executions\"; counters refunds,\n"
         "                     refunds_succeeded, refunds_pending,\n"
-        "                     refunds_failed, refunds_settled\n"
-        "  POST   /reset      forget keys, intents, ledger and counters\n"
+        "                     refunds_failed, refunds_settled (their status\n"
+        "                     counters count injected refunds too, as the outcome\n"
+        "                     counters count injected intents); each charge row\n"
+        "                     has injected, amended and deleted (true or false),\n"
+        "                     each refund row injected; counters intents (those\n"
+        "                     psp-sim holds now, deleted ones excluded) and\n"
+        "                     refund_objects (refunds it holds)\n"
+        "  POST   /reset      forget keys, intents (injected, amended and deleted\n"
+        "                     ones too), refunds, ledger and counters\n"
         "  GET    /faults     fault configuration, how often each rule fired, and\n"
         "                     every fault injected (kind, key, seq)\n"
         "  PUT    /faults     replace it: {\"seed\":1,\"latency_ms\":5,\n"
@@ -1328,6 +1371,44 @@ static void usage(FILE *out)
         "                     a processing intent (its ledger row's outcome becomes\n"
         "                     succeeded, declined or canceled); 409 when it is not\n"
         "                     processing, 404 unknown id, 400 bad body\n"
+        "  POST   /inject/intents\n"
+        "                     {\"count\":1..200000 [1],\"like\":\"pi_...\",\n"
+        "                     \"amount\":N,\"currency\":\"usd\",\"metadata\":{...},\n"
+        "                     \"status\":\"succeeded\",\"id\":\"pi_bulk{n}\",\n"
+        "                     \"created\":<unix>,\"start\":0}, every member\n"
+        "                     optional: intents made behind the API's back, as a\n"
+        "                     broken integration or the dashboard makes them.\n"
+        "                     like: copy that intent's amount, currency,\n"
+        "                     customer, payment_method and metadata (members\n"
+        "                     given override; without it amount 1000,\n"
+        "                     currency usd, pm_card_visa, no customer, metadata\n"
+        "                     {}); status succeeded, processing,\n"
+        "                     requires_payment_method (declined) or canceled;\n"
+        "                     id: default fresh pi_ ids; created: default now;\n"
+        "                     metadata values are strings (Stripe's limits:\n"
+        "                     50 keys of 1..40 characters, values of 500).\n"
+        "                     {n} in id and in metadata values becomes the\n"
+        "                     index, start..start+count-1, as 12 zero-padded\n"
+        "                     digits; id must hold it when count > 1 and expand\n"
+        "                     to 1..255 letters, digits, _ or -. Each is a\n"
+        "                     whole intent (retrieve, list, search, cancel,\n"
+        "                     settle, refunds) with a ledger row (idempotency_key\n"
+        "                     inject_<id>, injected true). No webhook is queued.\n"
+        "                     201 {\"count\":N,\"ids\":[the first 100 at most]};\n"
+        "                     404 unknown like; 409 when an id is taken (a\n"
+        "                     deleted intent's too): nothing made; 400 bad body\n"
+        "  POST   /intents/<id>/amend\n"
+        "                     {\"amount\":N} and/or {\"currency\":\"eur\"}: the\n"
+        "                     intent changed after the fact; its ledger row shows\n"
+        "                     the new values and amended true. No webhook. 200\n"
+        "                     the intent, 404 unknown id, 400 bad body\n"
+        "  DELETE /intents/<id>\n"
+        "                     the provider no longer has it: retrieve, search,\n"
+        "                     list, cancel and refunds of it are as for an\n"
+        "                     unknown id, but a list's starting_after naming it\n"
+        "                     keeps its place; its ledger row stays, deleted\n"
+        "                     true, and so do its refunds. No webhook. 200\n"
+        "                     {\"deleted\":true,\"id\":...}, 404 unknown id\n"
         "  PUT    /refund-settle {\"refund_settle_ms\":N}  (as --refund-settle-ms)\n"
         "  POST   /refunds/<id>/settle\n"
         "                     {\"status\":\"succeeded\"} or {\"status\":\"failed\",\n"
@@ -1335,6 +1416,19 @@ static void usage(FILE *out)
         "                     expired_or_canceled_card): settles a pending refund,\n"
         "                     or fails a succeeded one (as Stripe's refunds that\n"
         "                     fail later); 409 otherwise, 404 unknown id\n"
+        "  POST   /inject/refunds\n"
+        "                     {\"payment_intent\":\"pi_...\",\"amount\":N,\n"
+        "                     \"status\":\"succeeded\"|\"pending\"|\"failed\",\n"
+        "                     \"metadata\":{...},\"created\":<unix>}: a refund made\n"
+        "                     out of band, without checking the intent's status\n"
+        "                     or what is left to refund (so more than charged\n"
+        "                     can be refunded); amount: default the intent's.\n"
+        "                     In the refunds list and retrieve, and in the\n"
+        "                     ledger's refunds (idempotency_key inject_<re id>,\n"
+        "                     injected true); a failed one has failure_reason\n"
+        "                     lost_or_stolen_card, a pending one settles as any.\n"
+        "                     No webhook. 201 the refund, 404 unknown intent,\n"
+        "                     400 bad body\n"
         "  GET    /webhooks   deliveries: {\"url\",\"pending\",\"delivered\" (events\n"
         "                     acknowledged with 2xx),\"sends\" (HTTP attempts),\n"
         "                     \"failures\",\"duplicates\",\"reordered\",\"dropped\",\n"
@@ -1372,6 +1466,8 @@ static void usage(FILE *out)
         "the intent's charge {id ch_..., object charge, amount, amount_refunded,\n"
         "currency, payment_intent, refunded, status, metadata, created, refunds}.\n"
         "POST /reset also drops pending deliveries and zeroes their counters.\n"
+        "Injections, amendments and deletions (admin API) queue no event; later\n"
+        "changes of an injected intent or refund (settle, cancel) do.\n"
         "\n"
         "Exit status: 0 after SIGTERM/SIGINT, 1 when it cannot listen, 2 on bad "
         "usage.\n");

@@ -7,6 +7,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* An object a list can show, in creation order (seq grows): the lists scan
+ * these plain values instead of the JSON records. */
+struct list_entry {
+    int64_t created; /* unix seconds, as the object's created */
+    int64_t seq;
+    json_t *rec; /* borrowed from intents, deleted or refunds */
+    int live;    /* 0 once the intent is deleted */
+};
+
+struct list_index {
+    struct list_entry *v;
+    size_t n, cap;
+};
+
 struct psp_store {
     pthread_mutex_t lock;
     int64_t retention_ms;
@@ -21,7 +35,10 @@ struct psp_store {
     json_t *refund_rows;       /* array of executed refunds (the rows) */
     json_t *refunds_pending;   /* re id -> its record, while pending */
     json_t *refund_executions; /* refund key -> refunds it executed */
-    int64_t refund_settle_ms;  /* > 0: pending refunds settle this long after */
+    json_t *deleted;           /* pi id -> record of a deleted intent: a list cursor
+                                  naming it still has its place */
+    struct list_index intent_index, refund_index;
+    int64_t refund_settle_ms; /* > 0: pending refunds settle this long after */
     psp_store_observer_fn observer;
     void *observer_ctx;
     psp_store_event_fn event_observer;
@@ -80,10 +97,11 @@ psp_store_t *psp_store_new(int64_t retention_ms)
     st->refund_rows = json_array();
     st->refunds_pending = json_object();
     st->refund_executions = json_object();
+    st->deleted = json_object();
     st->next_id = 1;
     if (!st->keys || !st->intents || !st->ledger || !st->cancels || !st->processing ||
         !st->refunds || !st->refund_rows || !st->refunds_pending ||
-        !st->refund_executions) {
+        !st->refund_executions || !st->deleted) {
         psp_store_free(st);
         return NULL;
     }
@@ -103,6 +121,9 @@ void psp_store_free(psp_store_t *st)
     json_decref(st->refund_rows);
     json_decref(st->refunds_pending);
     json_decref(st->refund_executions);
+    json_decref(st->deleted);
+    free(st->intent_index.v);
+    free(st->refund_index.v);
     pthread_mutex_destroy(&st->lock);
     free(st);
 }
@@ -217,18 +238,30 @@ static int customer_id_valid(const char *s)
     return 1;
 }
 
-/* "No such <what>: '<value>'", the value cut at 64 bytes and reduced to
- * printable ASCII: it comes from the client and goes into JSON. */
-static void no_such(const char *what, const char *value, char *out, size_t outlen)
+/* value cut at 64 bytes and reduced to printable ASCII, "..." after it
+ * when cut: it comes from the client and goes into JSON. */
+static void printable(const char *value, char out[72])
 {
-    char shown[72];
     size_t i;
     for (i = 0; value[i] && i < 64; i++) {
         unsigned char c = (unsigned char)value[i];
-        shown[i] = c >= 0x20 && c < 0x7f ? (char)c : '?';
+        out[i] = c >= 0x20 && c < 0x7f ? (char)c : '?';
     }
-    shown[i] = '\0';
-    snprintf(out, outlen, "No such %s: '%s%s'", what, shown, value[i] ? "..." : "");
+    snprintf(out + i, 72 - i, "%s", value[i] ? "..." : "");
+}
+
+/* "No such <what>: '<value>'", the value as printable() shows it. */
+static void no_such(const char *what, const char *value, char *out, size_t outlen)
+{
+    char shown[72];
+    printable(value, shown);
+    snprintf(out, outlen, "No such %s: '%s'", what, shown);
+}
+
+static int currency_valid(const char *c)
+{
+    return c && strlen(c) == 3 && islower((unsigned char)c[0]) &&
+           islower((unsigned char)c[1]) && islower((unsigned char)c[2]);
 }
 
 /* Returns 0 when valid, else fills a 400 invalid_request_error. */
@@ -250,10 +283,7 @@ static int validate(const struct psp_charge_request *req, struct psp_answer *ans
                      "amount", "Invalid positive integer: amount.");
         return -1;
     }
-    if (!req->currency || strlen(req->currency) != 3 ||
-        !islower((unsigned char)req->currency[0]) ||
-        !islower((unsigned char)req->currency[1]) ||
-        !islower((unsigned char)req->currency[2])) {
+    if (!currency_valid(req->currency)) {
         answer_error(
             ans, 400, "invalid_request_error", "invalid_currency", "currency",
             "Invalid currency: must be a three-letter ISO code in lower case.");
@@ -381,6 +411,142 @@ static void store_answer(psp_store_t *st, const char *key, const struct psp_answ
     json_object_set_new(e, "body", json_string(ans->body));
 }
 
+/* Caller holds the lock. A new object id, unpredictable enough for a
+ * simulator; an injected intent may have taken any name, so a taken one
+ * (in `taken`, or `taken2` when not NULL) is skipped. */
+static void fresh_id(psp_store_t *st, const char *prefix, json_t *taken, json_t *taken2,
+                     int64_t now_ms, char *out, size_t outlen)
+{
+    do {
+        snprintf(
+            out, outlen, "%s_%016llx%06llx", prefix,
+            (unsigned long long)(now_ms * 1000003ULL ^ (st->next_id * 2654435761ULL)),
+            (unsigned long long)(st->next_id & 0xffffff));
+        st->next_id++;
+    } while (json_object_get(taken, out) || (taken2 && json_object_get(taken2, out)));
+}
+
+/* Caller holds the lock. Room for `more` entries: 0, or -1 out of memory. */
+static int index_reserve(struct list_index *ix, size_t more)
+{
+    size_t cap = ix->cap ? ix->cap : 1024;
+    if (ix->cap - ix->n >= more)
+        return 0;
+    while (cap - ix->n < more)
+        cap *= 2;
+    struct list_entry *v = realloc(ix->v, cap * sizeof(*v));
+    if (!v)
+        return -1;
+    ix->v = v;
+    ix->cap = cap;
+    return 0;
+}
+
+/* Caller holds the lock and has reserved the room. */
+static void index_append(struct list_index *ix, int64_t created, int64_t seq,
+                         json_t *rec)
+{
+    ix->v[ix->n++] = (struct list_entry){created, seq, rec, 1};
+}
+
+/* Caller holds the lock. Entries are appended as seq grows: sorted by it. */
+static struct list_entry *index_find(struct list_index *ix, int64_t seq)
+{
+    size_t lo = 0, hi = ix->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (ix->v[mid].seq < seq)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < ix->n && ix->v[lo].seq == seq ? &ix->v[lo] : NULL;
+}
+
+/* The lists' order, newest first: by created, then by creation (seq), so
+ * an intent injected with an earlier created sits where Stripe's would. */
+static int newer(const struct list_entry *a, const struct list_entry *b)
+{
+    return a->created != b->created ? a->created > b->created : a->seq > b->seq;
+}
+
+static int newest_first(const void *a, const void *b)
+{
+    const struct list_entry *x = *(const struct list_entry *const *)a;
+    const struct list_entry *y = *(const struct list_entry *const *)b;
+    return newer(x, y) ? -1 : newer(y, x) ? 1 : 0;
+}
+
+static void heap_swap_entries(const struct list_entry **h, size_t a, size_t b)
+{
+    const struct list_entry *t = h[a];
+    h[a] = h[b];
+    h[b] = t;
+}
+
+/* A heap whose root is the oldest entry kept. */
+static void heap_up(const struct list_entry **h, size_t i)
+{
+    while (i > 0 && newer(h[(i - 1) / 2], h[i])) {
+        heap_swap_entries(h, i, (i - 1) / 2);
+        i = (i - 1) / 2;
+    }
+}
+
+static void heap_down(const struct list_entry **h, size_t n, size_t i)
+{
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && newer(h[m], h[l]))
+            m = l;
+        if (r < n && newer(h[m], h[r]))
+            m = r;
+        if (m == i)
+            return;
+        heap_swap_entries(h, i, m);
+        i = m;
+    }
+}
+
+/* What a list page may show: objects created in [created_gte, created_lt),
+ * after the cursor in the list's order (after_seq < 0: no cursor), that
+ * keep() accepts (NULL: all). */
+struct list_scan {
+    int64_t created_gte, created_lt;
+    int64_t after_created, after_seq;
+    int (*keep)(json_t *rec, const char *want);
+    const char *want;
+};
+
+/* Caller holds the lock. The k newest live entries the scan accepts, newest
+ * first, into page (room for k); returns how many. One pass keeping only
+ * the k newest seen, so a page costs O(n), not a sort of all the matches.
+ * From the last created back: once the heap is full, the older ones are
+ * turned away at the first comparison. */
+static size_t select_page(const struct list_index *ix, const struct list_scan *s,
+                          const struct list_entry **page, size_t k)
+{
+    const struct list_entry cursor = {s->after_created, s->after_seq, NULL, 0};
+    size_t n = 0;
+
+    for (size_t i = ix->n; i-- > 0;) {
+        const struct list_entry *e = &ix->v[i];
+        if (!e->live || e->created < s->created_gte || e->created >= s->created_lt ||
+            (s->after_seq >= 0 && !newer(&cursor, e)) ||
+            (n == k && !newer(e, page[0])) || (s->keep && !s->keep(e->rec, s->want)))
+            continue;
+        if (n < k) {
+            page[n] = e;
+            heap_up(page, n++);
+        } else {
+            page[0] = e;
+            heap_down(page, n, 0);
+        }
+    }
+    qsort(page, n, sizeof(*page), newest_first);
+    return n;
+}
+
 static const char charge_path[] = "/v1/payment_intents";
 
 enum psp_begin psp_store_begin(psp_store_t *st, const struct psp_charge_request *req,
@@ -416,6 +582,27 @@ void psp_store_release(psp_store_t *st, const char *idempotency_key)
     pthread_mutex_unlock(&st->lock);
 }
 
+/* Caller holds the lock and reserved a place in intent_index. Keeps the
+ * intent (pi borrowed) with its ledger row (taken): the record shares the
+ * row with the ledger, so settling the intent later updates the one row its
+ * charge has, never adds one. seq orders intents by creation. */
+static json_t *add_intent(psp_store_t *st, const char *id, json_t *pi, json_t *row,
+                          int64_t created_ms)
+{
+    int64_t seq = (int64_t)st->next_id++;
+    const char *status = json_string_value(json_object_get(pi, "status"));
+
+    json_array_append(st->ledger, row);
+    json_t *rec = json_pack("{s:O, s:o, s:I, s:I}", "pi", pi, "row", row, "created_ms",
+                            (json_int_t)created_ms, "seq", (json_int_t)seq);
+    json_object_set_new(st->intents, id, rec);
+    index_append(&st->intent_index, json_integer_value(json_object_get(pi, "created")),
+                 seq, rec);
+    if (status && !strcmp(status, "processing"))
+        json_object_set(st->processing, id, rec);
+    return rec;
+}
+
 void psp_store_execute(psp_store_t *st, const struct psp_charge_request *req,
                        int64_t now_ms, struct psp_answer *ans)
 {
@@ -425,11 +612,16 @@ void psp_store_execute(psp_store_t *st, const struct psp_charge_request *req,
     int status;
 
     pthread_mutex_lock(&st->lock);
-    /* Unpredictable enough for a simulator, and unique. */
-    snprintf(id, sizeof(id), "pi_%016llx%06llx",
-             (unsigned long long)(now_ms * 1000003ULL ^ (st->next_id * 2654435761ULL)),
-             (unsigned long long)(st->next_id & 0xffffff));
-    st->next_id++;
+    if (index_reserve(&st->intent_index, 1) != 0) {
+        answer_error(ans, 500, "api_error", NULL, NULL, "out of memory");
+        json_t *e = req->idempotency_key
+                        ? json_object_get(st->keys, req->idempotency_key)
+                        : NULL;
+        if (e && !json_integer_value(json_object_get(e, "done")))
+            json_object_del(st->keys, req->idempotency_key);
+        goto out;
+    }
+    fresh_id(st, "pi", st->intents, st->deleted, now_ms, id, sizeof(id));
     metadata = json_object();
     if (req->payment_attempt_id)
         json_object_set_new(metadata, "payment_attempt_id",
@@ -470,25 +662,19 @@ void psp_store_execute(psp_store_t *st, const struct psp_charge_request *req,
     }
     st->counters[PSP_C_EXECUTED]++;
     row = json_pack(
-        "{s:s?, s:s, s:s?, s:s?, s:s?, s:I, s:s, s:s, s:i, s:I, s:n}",
+        "{s:s?, s:s, s:s?, s:s?, s:s?, s:I, s:s, s:s, s:i, s:I, s:n, s:b, s:b, s:b}",
         "idempotency_key", req->idempotency_key, "payment_intent_id", id,
         "payment_attempt_id", req->payment_attempt_id, "order_id", req->order_id,
         "customer", req->customer, "amount", (json_int_t)strtoll(req->amount, NULL, 10),
         "currency", req->currency, "outcome", m->status ? m->status : "declined",
-        "http_status", status, "at_ms", (json_int_t)now_ms, "settled_at_ms");
-    json_array_append(st->ledger, row);
-    /* The record shares the row with the ledger: settling the intent later
-     * updates the one row its charge has, never adds one. */
-    /* seq orders intents by creation, as the list shows them. */
-    json_t *rec = json_pack("{s:O, s:o, s:I, s:I}", "pi", pi, "row", row, "created_ms",
-                            (json_int_t)now_ms, "seq", (json_int_t)st->next_id);
-    json_object_set_new(st->intents, id, rec);
-    if (m->status && !strcmp(m->status, "processing"))
-        json_object_set(st->processing, id, rec);
+        "http_status", status, "at_ms", (json_int_t)now_ms, "settled_at_ms", "injected",
+        0, "amended", 0, "deleted", 0);
+    add_intent(st, id, pi, row, now_ms);
     observe(st, pi, now_ms);
     answer_json(ans, status, body);
     store_answer(st, req->idempotency_key, ans);
     json_decref(pi);
+out:
     pthread_mutex_unlock(&st->lock);
 }
 
@@ -636,23 +822,33 @@ static json_int_t rec_seq(json_t *rec)
     return json_integer_value(json_object_get(rec, "seq"));
 }
 
-static int newest_first(const void *a, const void *b)
+static int intent_of_customer(json_t *rec, const char *customer)
 {
-    json_int_t x = rec_seq(*(json_t *const *)a), y = rec_seq(*(json_t *const *)b);
-    return x < y ? 1 : x > y ? -1 : 0;
+    const char *c =
+        json_string_value(json_object_get(json_object_get(rec, "pi"), "customer"));
+    return c && !strcmp(c, customer);
 }
+
+/* Pages hold 1..100 objects: one more tells whether another page follows. */
+#define LIST_MAX 100
 
 void psp_store_list(psp_store_t *st, const struct psp_list_query *q, int64_t now_ms,
                     struct psp_answer *ans)
 {
-    const char *id;
-    json_t *rec, **found = NULL, *data = json_array();
-    size_t n = 0;
-    json_int_t after = -1;
+    const struct list_entry *page[LIST_MAX + 1];
+    int limit = q->limit < 1 ? 1 : q->limit > LIST_MAX ? LIST_MAX : q->limit;
+    struct list_scan scan = {
+        q->created_gte, q->created_lt, 0, -1, q->customer ? intent_of_customer : NULL,
+        q->customer};
+    json_t *data = json_array();
 
     pthread_mutex_lock(&st->lock);
     if (q->starting_after) {
+        /* A deleted intent keeps its place: a client may hold it as its
+         * cursor across pages. */
         json_t *cursor = json_object_get(st->intents, q->starting_after);
+        if (!cursor)
+            cursor = json_object_get(st->deleted, q->starting_after);
         if (!cursor) {
             char msg[128];
             no_such("payment_intent", q->starting_after, msg, sizeof(msg));
@@ -660,38 +856,24 @@ void psp_store_list(psp_store_t *st, const struct psp_list_query *q, int64_t now
                          "starting_after", msg);
             goto out;
         }
-        after = rec_seq(cursor);
-    }
-    found = malloc((json_object_size(st->intents) + 1) * sizeof(*found));
-    if (!found) {
-        answer_error(ans, 500, "api_error", NULL, NULL, "out of memory");
-        goto out;
+        scan.after_created = json_integer_value(
+            json_object_get(json_object_get(cursor, "pi"), "created"));
+        scan.after_seq = rec_seq(cursor);
     }
     /* Every intent, at once: unlike search, the list does not lag. */
-    json_object_foreach(st->intents, id, rec)
-    {
-        json_t *pi = json_object_get(rec, "pi");
-        json_int_t created = json_integer_value(json_object_get(pi, "created"));
-        const char *customer = json_string_value(json_object_get(pi, "customer"));
-        if (created < q->created_gte || created >= q->created_lt ||
-            (after >= 0 && rec_seq(rec) >= after) ||
-            (q->customer && (!customer || strcmp(customer, q->customer) != 0)))
-            continue;
-        found[n++] = rec;
-    }
-    qsort(found, n, sizeof(*found), newest_first);
-    for (size_t i = 0; i < n && i < (size_t)q->limit; i++) {
-        settle_if_due(st, found[i], now_ms);
+    size_t n = select_page(&st->intent_index, &scan, page, (size_t)limit + 1);
+    for (size_t i = 0; i < n && i < (size_t)limit; i++) {
+        settle_if_due(st, page[i]->rec, now_ms);
         /* A copy: the answer is serialised after we let go of the lock. */
-        json_array_append_new(data, json_deep_copy(json_object_get(found[i], "pi")));
+        json_array_append_new(data,
+                              json_deep_copy(json_object_get(page[i]->rec, "pi")));
     }
     answer_json(ans, 200,
                 json_pack("{s:s, s:s, s:b, s:O}", "object", "list", "url",
-                          "/v1/payment_intents", "has_more", n > (size_t)q->limit,
-                          "data", data));
+                          "/v1/payment_intents", "has_more", n > (size_t)limit, "data",
+                          data));
 out:
     pthread_mutex_unlock(&st->lock);
-    free(found);
     json_decref(data);
 }
 
@@ -952,6 +1134,11 @@ json_t *psp_store_ledger_json(psp_store_t *st, int64_t now_ms)
                         json_integer(st->max_charges_in_flight));
     /* A copy: the caller serialises it after we let go of the lock. */
     json_object_foreach(st->refunds, id, rec) settle_refund_if_due(st, rec, now_ms);
+    /* What the provider holds now, as an auditor paging its lists sees it. */
+    json_object_set_new(counters, "intents",
+                        json_integer((json_int_t)json_object_size(st->intents)));
+    json_object_set_new(counters, "refund_objects",
+                        json_integer((json_int_t)json_object_size(st->refunds)));
     json_t *out =
         json_pack("{s:o, s:o, s:o, s:o, s:o}", "charges", json_deep_copy(st->ledger),
                   "cancels", json_deep_copy(st->cancels), "refunds",
@@ -973,6 +1160,8 @@ void psp_store_reset(psp_store_t *st)
     json_array_clear(st->refund_rows);
     json_object_clear(st->refunds_pending);
     json_object_clear(st->refund_executions);
+    json_object_clear(st->deleted);
+    st->intent_index.n = st->refund_index.n = 0;
     memset(st->counters, 0, sizeof(st->counters));
     st->max_charges_in_flight = st->charges_in_flight;
     pthread_mutex_unlock(&st->lock);
@@ -1045,7 +1234,7 @@ static json_t *charge_object(psp_store_t *st, json_t *intent_rec)
     json_int_t amount = json_integer_value(json_object_get(pi, "amount"));
     long long refunded = refunded_sum(st, intent_rec, "succeeded");
     json_t *ids = json_object_get(intent_rec, "refunds");
-    char ch[64], url[96];
+    char ch[300], url[340];
 
     for (size_t i = json_array_size(ids); i-- > 0;) {
         id = json_array_get(ids, i);
@@ -1099,9 +1288,10 @@ static void apply_refund_settlement(psp_store_t *st, json_t *rec, const char *st
     observe_event(st, "refund.updated", refund, at_ms);
     if (!strcmp(status, "failed"))
         observe_event(st, "refund.failed", refund, at_ms);
-    if (!strcmp(status, "succeeded")) {
-        json_t *irec = json_object_get(
-            st->intents, json_string_value(json_object_get(refund, "payment_intent")));
+    json_t *irec = json_object_get(
+        st->intents, json_string_value(json_object_get(refund, "payment_intent")));
+    /* A deleted intent has no charge left to tell about. */
+    if (!strcmp(status, "succeeded") && irec) {
         json_t *charge = charge_object(st, irec);
         observe_event(st, "charge.refunded", charge, at_ms);
         json_decref(charge);
@@ -1242,18 +1432,46 @@ out:
     return rc;
 }
 
+/* Caller holds the lock and reserved a place in refund_index. Keeps the
+ * refund (taken) of the intent irec with its ledger row (taken), as
+ * psp_store_refund_execute and an injection make them. */
+static void add_refund(psp_store_t *st, json_t *irec, json_t *refund, json_t *row,
+                       int64_t created_ms, const char *settle_to)
+{
+    const char *id = json_string_value(json_object_get(refund, "id"));
+    int64_t seq = (int64_t)st->next_id++;
+
+    json_array_append(st->refund_rows, row);
+    json_t *rec = json_pack("{s:o, s:o, s:I, s:I, s:s}", "refund", refund, "row", row,
+                            "created_ms", (json_int_t)created_ms, "seq",
+                            (json_int_t)seq, "settle_to", settle_to);
+    json_object_set_new(st->refunds, id, rec);
+    index_append(&st->refund_index,
+                 json_integer_value(json_object_get(refund, "created")), seq, rec);
+    if (!json_is_array(json_object_get(irec, "refunds")))
+        json_object_set_new(irec, "refunds", json_array());
+    json_array_append_new(json_object_get(irec, "refunds"), json_string(id));
+    if (!strcmp(refund_status(rec), "pending"))
+        json_object_set(st->refunds_pending, id, rec);
+}
+
 int psp_store_refund_execute(psp_store_t *st, const struct psp_refund_request *req,
                              int64_t now_ms, struct psp_answer *ans)
 {
     long long amount = 0;
     int executed = 0;
-    char id[40], ch[64];
+    char id[40], ch[300];
 
     pthread_mutex_lock(&st->lock);
     /* Another refund of the intent may have taken what was left meanwhile
      * (latency): checked again, as begin did. */
-    if (validate_refund(req, &amount, ans) != 0 ||
-        !refundable_intent(st, req->payment_intent, &amount, now_ms, ans)) {
+    int refused = validate_refund(req, &amount, ans) != 0 ||
+                  !refundable_intent(st, req->payment_intent, &amount, now_ms, ans);
+    if (!refused && index_reserve(&st->refund_index, 1) != 0) {
+        answer_error(ans, 500, "api_error", NULL, NULL, "out of memory");
+        refused = 1;
+    }
+    if (refused) {
         json_t *e = req->idempotency_key
                         ? json_object_get(st->keys, req->idempotency_key)
                         : NULL;
@@ -1269,10 +1487,7 @@ int psp_store_refund_execute(psp_store_t *st, const struct psp_refund_request *r
     const char *status = !how                     ? "succeeded"
                          : !strcmp(how, "failed") ? "failed"
                                                   : "pending";
-    snprintf(id, sizeof(id), "re_%016llx%06llx",
-             (unsigned long long)(now_ms * 1000003ULL ^ (st->next_id * 2654435761ULL)),
-             (unsigned long long)(st->next_id & 0xffffff));
-    st->next_id++;
+    fresh_id(st, "re", st->refunds, NULL, now_ms, id, sizeof(id));
     charge_id_of(req->payment_intent, ch, sizeof(ch));
     json_t *metadata =
         json_is_object(req->metadata) ? json_deep_copy(req->metadata) : json_object();
@@ -1286,24 +1501,15 @@ int psp_store_refund_execute(psp_store_t *st, const struct psp_refund_request *r
         json_object_set_new(refund, "failure_reason",
                             json_string("lost_or_stolen_card"));
     json_t *row = json_pack(
-        "{s:s?, s:s, s:s, s:I, s:O, s:s?, s:O, s:s, s:O?, s:i, s:I, s:n}",
+        "{s:s?, s:s, s:s, s:I, s:O, s:s?, s:O, s:s, s:O?, s:i, s:I, s:n, s:b}",
         "idempotency_key", req->idempotency_key, "provider_refund_id", id,
         "payment_intent_id", req->payment_intent, "amount", (json_int_t)amount,
         "currency", json_object_get(pi, "currency"), "reason", req->reason, "metadata",
         json_object_get(refund, "metadata"), "status", status, "failure_reason",
         json_object_get(refund, "failure_reason"), "http_status", 200, "at_ms",
-        (json_int_t)now_ms, "settled_at_ms");
-    json_array_append(st->refund_rows, row);
-    json_t *rec = json_pack(
-        "{s:o, s:o, s:I, s:I, s:s}", "refund", refund, "row", row, "created_ms",
-        (json_int_t)now_ms, "seq", (json_int_t)st->next_id, "settle_to",
-        how && !strcmp(how, "pending_fail") ? "failed" : "succeeded");
-    json_object_set_new(st->refunds, id, rec);
-    if (!json_is_array(json_object_get(irec, "refunds")))
-        json_object_set_new(irec, "refunds", json_array());
-    json_array_append_new(json_object_get(irec, "refunds"), json_string(id));
-    if (!strcmp(status, "pending"))
-        json_object_set(st->refunds_pending, id, rec);
+        (json_int_t)now_ms, "settled_at_ms", "injected", 0);
+    add_refund(st, irec, refund, row, now_ms,
+               how && !strcmp(how, "pending_fail") ? "failed" : "succeeded");
     if (req->idempotency_key) {
         json_t *n = json_object_get(st->refund_executions, req->idempotency_key);
         json_object_set_new(st->refund_executions, req->idempotency_key,
@@ -1348,13 +1554,25 @@ void psp_store_refund_retrieve(psp_store_t *st, const char *id, int64_t now_ms,
     pthread_mutex_unlock(&st->lock);
 }
 
+static int refund_of_intent(json_t *rec, const char *payment_intent)
+{
+    const char *pi = json_string_value(
+        json_object_get(json_object_get(rec, "refund"), "payment_intent"));
+    return pi && !strcmp(pi, payment_intent);
+}
+
 void psp_store_refund_list(psp_store_t *st, const struct psp_refund_list_query *q,
                            int64_t now_ms, struct psp_answer *ans)
 {
-    const char *id;
-    json_t *rec, **found = NULL, *data = json_array();
-    size_t n = 0;
-    json_int_t after = -1;
+    const struct list_entry *page[LIST_MAX + 1];
+    int limit = q->limit < 1 ? 1 : q->limit > LIST_MAX ? LIST_MAX : q->limit;
+    struct list_scan scan = {q->created_gte,
+                             q->created_lt,
+                             0,
+                             -1,
+                             q->payment_intent ? refund_of_intent : NULL,
+                             q->payment_intent};
+    json_t *data = json_array();
 
     pthread_mutex_lock(&st->lock);
     if (q->starting_after) {
@@ -1366,36 +1584,21 @@ void psp_store_refund_list(psp_store_t *st, const struct psp_refund_list_query *
                          "starting_after", msg);
             goto out;
         }
-        after = rec_seq(cursor);
+        scan.after_created = json_integer_value(
+            json_object_get(json_object_get(cursor, "refund"), "created"));
+        scan.after_seq = rec_seq(cursor);
     }
-    found = malloc((json_object_size(st->refunds) + 1) * sizeof(*found));
-    if (!found) {
-        answer_error(ans, 500, "api_error", NULL, NULL, "out of memory");
-        goto out;
-    }
-    json_object_foreach(st->refunds, id, rec)
-    {
-        json_t *refund = json_object_get(rec, "refund");
-        json_int_t created = json_integer_value(json_object_get(refund, "created"));
-        const char *pi = json_string_value(json_object_get(refund, "payment_intent"));
-        if (created < q->created_gte || created >= q->created_lt ||
-            (after >= 0 && rec_seq(rec) >= after) ||
-            (q->payment_intent && (!pi || strcmp(pi, q->payment_intent) != 0)))
-            continue;
-        found[n++] = rec;
-    }
-    qsort(found, n, sizeof(*found), newest_first);
-    for (size_t i = 0; i < n && i < (size_t)q->limit; i++) {
-        settle_refund_if_due(st, found[i], now_ms);
+    size_t n = select_page(&st->refund_index, &scan, page, (size_t)limit + 1);
+    for (size_t i = 0; i < n && i < (size_t)limit; i++) {
+        settle_refund_if_due(st, page[i]->rec, now_ms);
         json_array_append_new(data,
-                              json_deep_copy(json_object_get(found[i], "refund")));
+                              json_deep_copy(json_object_get(page[i]->rec, "refund")));
     }
     answer_json(ans, 200,
                 json_pack("{s:s, s:s, s:b, s:O}", "object", "list", "url", refund_path,
-                          "has_more", n > (size_t)q->limit, "data", data));
+                          "has_more", n > (size_t)limit, "data", data));
 out:
     pthread_mutex_unlock(&st->lock);
-    free(found);
     json_decref(data);
 }
 
@@ -1426,5 +1629,489 @@ void psp_store_refund_settle(psp_store_t *st, const char *id, const char *status
                          NULL, msg);
         }
     }
+    pthread_mutex_unlock(&st->lock);
+}
+
+/* ---- states made behind the API's back: a broken integration, or a
+ * person with dashboard access ---- */
+
+#define INDEX_DIGITS 12
+#define INDEX_MAX    999999999999LL
+#define AMOUNT_MAX   99999999999999LL
+
+/* tmpl with each "{n}" replaced by n as 12 zero-padded digits, into out
+ * (cut to outlen; outlen 0: nothing written). Returns the whole length, as
+ * snprintf does. */
+static size_t expand(const char *tmpl, long long n, char *out, size_t outlen)
+{
+    char digits[INDEX_DIGITS + 8];
+    size_t len = 0;
+
+    snprintf(digits, sizeof(digits), "%0*lld", INDEX_DIGITS, n);
+    for (const char *p = tmpl; *p;) {
+        const char *piece = p;
+        size_t pl = 1;
+        if (!strncmp(p, "{n}", 3)) {
+            piece = digits;
+            pl = INDEX_DIGITS;
+            p += 3;
+        } else {
+            p++;
+        }
+        for (size_t i = 0; i < pl; i++, len++)
+            if (len + 1 < outlen)
+                out[len] = piece[i];
+    }
+    if (outlen)
+        out[len < outlen ? len : outlen - 1] = '\0';
+    return len;
+}
+
+/* A 400 of the admin API about one member of the body. */
+static void answer_bad(struct psp_answer *ans, const char *param, const char *message)
+{
+    answer_error(ans, 400, "invalid_request_error", "parameter_invalid", param,
+                 message);
+}
+
+/* 0 when every member of body is one of names (NULL-terminated) and body is
+ * an object; else fills a 400. */
+static int members_known(json_t *body, const char *const *names, struct psp_answer *ans)
+{
+    const char *k;
+    json_t *v;
+    char msg[128];
+
+    if (!json_is_object(body)) {
+        answer_bad(ans, NULL, "body must be a JSON object");
+        return -1;
+    }
+    json_object_foreach(body, k, v)
+    {
+        size_t i;
+        for (i = 0; names[i] && strcmp(names[i], k) != 0; i++)
+            ;
+        if (!names[i]) {
+            char shown[72];
+            printable(k, shown);
+            snprintf(msg, sizeof(msg), "unknown member '%s'", shown);
+            answer_bad(ans, NULL, msg);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* body's member name, when present: an integer in min..max into *out (0),
+ * absent (0, *out untouched), else a 400 saying so (-1). */
+static int member_int(json_t *body, const char *name, long long min, long long max,
+                      long long *out, struct psp_answer *ans)
+{
+    json_t *v = json_object_get(body, name);
+    char msg[160];
+
+    if (!v)
+        return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < min ||
+        json_integer_value(v) > max) {
+        snprintf(msg, sizeof(msg), "%s must be an integer in %lld..%lld", name, min,
+                 max);
+        answer_bad(ans, name, msg);
+        return -1;
+    }
+    *out = json_integer_value(v);
+    return 0;
+}
+
+/* Stripe's metadata limits (50 keys of at most 40 characters, no square
+ * brackets; string values of at most 500 characters, counted once "{n}" is
+ * expanded when `templated`). 0, or -1 with a 400. */
+static int metadata_valid(json_t *md, int templated, struct psp_answer *ans)
+{
+    const char *k;
+    json_t *v;
+    char msg[160];
+
+    if (!json_is_object(md) || json_object_size(md) > 50) {
+        answer_bad(ans, "metadata", "metadata must be an object of at most 50 keys");
+        return -1;
+    }
+    json_object_foreach(md, k, v)
+    {
+        size_t kl = strlen(k);
+        const char *s = json_string_value(v);
+        char shown[72];
+        printable(k, shown);
+        if (kl < 1 || kl > 40 || strpbrk(k, "[]")) {
+            snprintf(msg, sizeof(msg),
+                     "metadata key '%s' must be 1..40 characters without [ or ]",
+                     shown);
+            answer_bad(ans, "metadata", msg);
+            return -1;
+        }
+        if (!s || (templated ? expand(s, 0, NULL, 0) : strlen(s)) > 500) {
+            snprintf(msg, sizeof(msg),
+                     "metadata['%s'] must be a string of at most 500 characters",
+                     shown);
+            answer_bad(ans, "metadata", msg);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* An injected object's id: 1..255 letters, digits, '_' or '-' (it goes into
+ * URLs and the ledger as it is). */
+static int object_id_valid(const char *id, size_t len)
+{
+    return len >= 1 && len <= 255 &&
+           strspn(id, "abcdefghijklmnopqrstuvwxyz"
+                      "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") == len;
+}
+
+/* The intents POST /inject/intents asks for, checked. Strings and metadata
+ * point into the body or into the intent it is like. */
+struct intent_injection {
+    long long count, start, amount, created;
+    const char *currency, *customer, *payment_method, *status, *id_template;
+    json_t *metadata;
+};
+
+/* Caller holds the lock (`like` reads an intent). 0, or -1 with *ans the
+ * refusal: 400 for bad input, 404 for an unknown `like`. */
+static int injection_parse(psp_store_t *st, json_t *body, int64_t now_ms,
+                           struct intent_injection *in, struct psp_answer *ans)
+{
+    static const char *const names[] = {"count",    "like",   "amount", "currency",
+                                        "metadata", "status", "id",     "created",
+                                        "start",    NULL};
+    static const char *const statuses[] = {"succeeded", "processing",
+                                           "requires_payment_method", "canceled"};
+    json_t *v;
+    char msg[320];
+
+    *in = (struct intent_injection){.count = 1,
+                                    .amount = 1000,
+                                    .created = now_ms / 1000,
+                                    .currency = "usd",
+                                    .payment_method = "pm_card_visa",
+                                    .status = "succeeded"};
+    if (members_known(body, names, ans) != 0)
+        return -1;
+    if ((v = json_object_get(body, "like")) != NULL) {
+        if (!json_is_string(v)) {
+            answer_bad(ans, "like", "like must be a payment intent id");
+            return -1;
+        }
+        json_t *rec = json_object_get(st->intents, json_string_value(v));
+        if (!rec) {
+            no_such("payment_intent", json_string_value(v), msg, sizeof(msg));
+            answer_error(ans, 404, "invalid_request_error", "resource_missing", "like",
+                         msg);
+            return -1;
+        }
+        json_t *pi = json_object_get(rec, "pi");
+        in->amount = json_integer_value(json_object_get(pi, "amount"));
+        in->currency = json_string_value(json_object_get(pi, "currency"));
+        in->customer = json_string_value(json_object_get(pi, "customer"));
+        in->payment_method = json_string_value(json_object_get(pi, "payment_method"));
+        in->metadata = json_object_get(pi, "metadata");
+    }
+    if (member_int(body, "count", 1, 200000, &in->count, ans) != 0 ||
+        member_int(body, "start", 0, INDEX_MAX, &in->start, ans) != 0 ||
+        member_int(body, "amount", 1, AMOUNT_MAX, &in->amount, ans) != 0 ||
+        member_int(body, "created", 0, 253402300799LL, &in->created, ans) != 0)
+        return -1;
+    if (in->start + in->count - 1 > INDEX_MAX) {
+        answer_bad(ans, "start", "start + count - 1 must fit in 12 digits");
+        return -1;
+    }
+    if ((v = json_object_get(body, "currency")) != NULL &&
+        !currency_valid(in->currency = json_string_value(v))) {
+        answer_bad(ans, "currency", "currency must be three lower-case letters");
+        return -1;
+    }
+    if ((v = json_object_get(body, "metadata")) != NULL) {
+        if (metadata_valid(v, 1, ans) != 0)
+            return -1;
+        in->metadata = v;
+    }
+    if ((v = json_object_get(body, "status")) != NULL) {
+        size_t i;
+        in->status = json_string_value(v);
+        for (i = 0; i < 4 && (!in->status || strcmp(in->status, statuses[i])); i++)
+            ;
+        if (i == 4) {
+            answer_bad(ans, "status",
+                       "status must be succeeded, processing, "
+                       "requires_payment_method or canceled");
+            return -1;
+        }
+    }
+    if ((v = json_object_get(body, "id")) != NULL) {
+        char id[300];
+        in->id_template = json_string_value(v);
+        size_t len =
+            in->id_template ? expand(in->id_template, in->start, id, sizeof(id)) : 0;
+        if (!object_id_valid(id, len) || !in->id_template) {
+            answer_bad(ans, "id", "id must expand to 1..255 letters, digits, _ or -");
+            return -1;
+        }
+        if (in->count > 1 && !strstr(in->id_template, "{n}")) {
+            answer_bad(ans, "id", "id must hold {n} when count is more than 1");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The metadata of injected intent n (a new reference). */
+static json_t *metadata_for(json_t *tmpl, long long n)
+{
+    json_t *md = json_object(), *v;
+    const char *k;
+
+    json_object_foreach(tmpl, k, v)
+    {
+        const char *s = json_string_value(v);
+        size_t len = expand(s, n, NULL, 0);
+        char *value = malloc(len + 1);
+        if (value) {
+            expand(s, n, value, len + 1);
+            json_object_set_new(md, k, json_string(value));
+        }
+        free(value);
+    }
+    return md;
+}
+
+/* Caller holds the lock. Makes injected intent `id` with index n. */
+static void inject_intent(psp_store_t *st, const struct intent_injection *in,
+                          const char *id, long long n, int64_t now_ms)
+{
+    json_t *md = metadata_for(in->metadata, n);
+    json_t *pi = json_pack(
+        "{s:s, s:s, s:I, s:s, s:s, s:s?, s:n, s:I, s:o, s:s, s:n}", "id", id, "object",
+        "payment_intent", "amount", (json_int_t)in->amount, "currency", in->currency,
+        "payment_method", in->payment_method, "customer", in->customer,
+        "automatic_payment_methods", "created", (json_int_t)in->created, "metadata", md,
+        "status", in->status, "last_payment_error");
+    const char *outcome = in->status;
+    enum psp_counter c = PSP_C_SUCCEEDED;
+    int http = 200;
+    char key[320];
+
+    if (!strcmp(in->status, "processing")) {
+        c = PSP_C_PROCESSING;
+    } else if (!strcmp(in->status, "requires_payment_method")) {
+        json_object_set_new(pi, "last_payment_error",
+                            json_pack("{s:s, s:s, s:s, s:s}", "type", "card_error",
+                                      "code", "card_declined", "decline_code",
+                                      "generic_decline", "message",
+                                      "Your card was declined."));
+        outcome = "declined";
+        c = PSP_C_DECLINED;
+        http = 402;
+    } else if (!strcmp(in->status, "canceled")) {
+        json_object_set_new(pi, "canceled_at", json_integer(in->created));
+        json_object_set_new(pi, "cancellation_reason", json_null());
+        c = PSP_C_CANCELED;
+    }
+    snprintf(key, sizeof(key), "inject_%s", id);
+    json_t *row = json_pack(
+        "{s:s, s:s, s:O?, s:O?, s:s?, s:I, s:s, s:s, s:i, s:I, s:n, s:b, s:b, s:b}",
+        "idempotency_key", key, "payment_intent_id", id, "payment_attempt_id",
+        json_object_get(md, "payment_attempt_id"), "order_id",
+        json_object_get(md, "order_id"), "customer", in->customer, "amount",
+        (json_int_t)in->amount, "currency", in->currency, "outcome", outcome,
+        "http_status", http, "at_ms", (json_int_t)now_ms, "settled_at_ms", "injected",
+        1, "amended", 0, "deleted", 0);
+    /* Its creation (created) is when search finds it and when it settles
+     * by itself. */
+    add_intent(st, id, pi, row,
+               in->created == now_ms / 1000 ? now_ms : (int64_t)in->created * 1000);
+    json_decref(pi);
+    st->counters[c]++;
+}
+
+void psp_store_inject_intents(psp_store_t *st, json_t *body, int64_t now_ms,
+                              struct psp_answer *ans)
+{
+    struct intent_injection in;
+    json_t *ids = NULL;
+    char id[300], msg[400];
+
+    pthread_mutex_lock(&st->lock);
+    if (injection_parse(st, body, now_ms, &in, ans) != 0)
+        goto out;
+    /* All or nothing: every id is checked before any intent is made. A
+     * deleted intent's id stays taken, as ids are never reused. */
+    for (long long i = 0; in.id_template && i < in.count; i++) {
+        expand(in.id_template, in.start + i, id, sizeof(id));
+        if (json_object_get(st->intents, id) || json_object_get(st->deleted, id)) {
+            snprintf(msg, sizeof(msg), "A PaymentIntent with id '%s' exists already.",
+                     id);
+            answer_error(ans, 409, "invalid_request_error", "resource_already_exists",
+                         "id", msg);
+            goto out;
+        }
+    }
+    if (index_reserve(&st->intent_index, (size_t)in.count) != 0 ||
+        !(ids = json_array())) {
+        answer_error(ans, 500, "api_error", NULL, NULL, "out of memory");
+        goto out;
+    }
+    for (long long i = 0; i < in.count; i++) {
+        if (in.id_template)
+            expand(in.id_template, in.start + i, id, sizeof(id));
+        else
+            fresh_id(st, "pi", st->intents, st->deleted, now_ms, id, sizeof(id));
+        inject_intent(st, &in, id, in.start + i, now_ms);
+        if (i < 100)
+            json_array_append_new(ids, json_string(id));
+    }
+    answer_json(ans, 201,
+                json_pack("{s:I, s:O}", "count", (json_int_t)in.count, "ids", ids));
+out:
+    pthread_mutex_unlock(&st->lock);
+    json_decref(ids);
+}
+
+void psp_store_amend(psp_store_t *st, const char *id, json_t *body, int64_t now_ms,
+                     struct psp_answer *ans)
+{
+    static const char *const names[] = {"amount", "currency", NULL};
+    long long amount = 0;
+    json_t *cur = json_object_get(body, "currency");
+
+    if (members_known(body, names, ans) != 0 ||
+        member_int(body, "amount", 1, AMOUNT_MAX, &amount, ans) != 0)
+        return;
+    if (!amount && !cur) {
+        answer_bad(ans, NULL, "give amount, currency or both");
+        return;
+    }
+    if (cur && !currency_valid(json_string_value(cur))) {
+        answer_bad(ans, "currency", "currency must be three lower-case letters");
+        return;
+    }
+    pthread_mutex_lock(&st->lock);
+    json_t *rec = json_object_get(st->intents, id);
+    if (!rec) {
+        answer_no_such_intent(ans, id);
+        goto out;
+    }
+    settle_if_due(st, rec, now_ms);
+    json_t *pi = json_object_get(rec, "pi"), *row = json_object_get(rec, "row");
+    if (amount) {
+        json_object_set_new(pi, "amount", json_integer(amount));
+        json_object_set_new(row, "amount", json_integer(amount));
+    }
+    if (cur) {
+        json_object_set_new(pi, "currency", json_string(json_string_value(cur)));
+        json_object_set_new(row, "currency", json_string(json_string_value(cur)));
+    }
+    json_object_set_new(row, "amended", json_true());
+    answer_json(ans, 200, json_incref(pi));
+out:
+    pthread_mutex_unlock(&st->lock);
+}
+
+void psp_store_delete(psp_store_t *st, const char *id, struct psp_answer *ans)
+{
+    pthread_mutex_lock(&st->lock);
+    json_t *rec = json_object_get(st->intents, id);
+    if (!rec) {
+        answer_no_such_intent(ans, id);
+        goto out;
+    }
+    struct list_entry *e = index_find(&st->intent_index, rec_seq(rec));
+    if (e)
+        e->live = 0;
+    json_object_set_new(json_object_get(rec, "row"), "deleted", json_true());
+    /* Kept aside, out of every lookup but a list cursor's. */
+    json_object_set(st->deleted, id, rec);
+    json_object_del(st->processing, id);
+    answer_json(ans, 200, json_pack("{s:b, s:s}", "deleted", 1, "id", id));
+    json_object_del(st->intents, id);
+out:
+    pthread_mutex_unlock(&st->lock);
+}
+
+void psp_store_inject_refund(psp_store_t *st, json_t *body, int64_t now_ms,
+                             struct psp_answer *ans)
+{
+    static const char *const names[] = {"payment_intent", "amount",  "status",
+                                        "metadata",       "created", NULL};
+    static const char *const statuses[] = {"succeeded", "pending", "failed"};
+    const char *pi_id = json_string_value(json_object_get(body, "payment_intent"));
+    const char *status = "succeeded";
+    json_t *v, *md = json_object_get(body, "metadata");
+    long long amount = 0, created = now_ms / 1000;
+    char id[40], ch[300], key[64], msg[200];
+    size_t i;
+
+    if (members_known(body, names, ans) != 0)
+        return;
+    if (!pi_id) {
+        answer_error(ans, 400, "invalid_request_error", "parameter_missing",
+                     "payment_intent", "payment_intent must be a payment intent id");
+        return;
+    }
+    if (member_int(body, "amount", 1, AMOUNT_MAX, &amount, ans) != 0 ||
+        member_int(body, "created", 0, 253402300799LL, &created, ans) != 0 ||
+        (md && metadata_valid(md, 0, ans) != 0))
+        return;
+    if ((v = json_object_get(body, "status")) != NULL) {
+        status = json_string_value(v);
+        for (i = 0; i < 3 && (!status || strcmp(status, statuses[i])); i++)
+            ;
+        if (i == 3) {
+            answer_bad(ans, "status", "status must be succeeded, pending or failed");
+            return;
+        }
+    }
+    pthread_mutex_lock(&st->lock);
+    json_t *irec = json_object_get(st->intents, pi_id);
+    if (!irec) {
+        no_such("payment_intent", pi_id, msg, sizeof(msg));
+        answer_error(ans, 404, "invalid_request_error", "resource_missing",
+                     "payment_intent", msg);
+        goto out;
+    }
+    if (index_reserve(&st->refund_index, 1) != 0) {
+        answer_error(ans, 500, "api_error", NULL, NULL, "out of memory");
+        goto out;
+    }
+    json_t *pi = json_object_get(irec, "pi");
+    /* Out of band: no check of what is left to refund, nor of the intent's
+     * status; that is the state an auditor must catch. */
+    if (!amount)
+        amount = json_integer_value(json_object_get(pi, "amount"));
+    fresh_id(st, "re", st->refunds, NULL, now_ms, id, sizeof(id));
+    charge_id_of(pi_id, ch, sizeof(ch));
+    json_t *refund = json_pack(
+        "{s:s, s:s, s:I, s:s, s:O, s:s, s:s, s:n, s:o, s:I}", "id", id, "object",
+        "refund", "amount", (json_int_t)amount, "charge", ch, "currency",
+        json_object_get(pi, "currency"), "payment_intent", pi_id, "status", status,
+        "reason", "metadata", md ? json_deep_copy(md) : json_object(), "created",
+        (json_int_t)created);
+    if (!strcmp(status, "failed"))
+        json_object_set_new(refund, "failure_reason",
+                            json_string("lost_or_stolen_card"));
+    snprintf(key, sizeof(key), "inject_%s", id);
+    json_t *row = json_pack(
+        "{s:s, s:s, s:s, s:I, s:O, s:n, s:O, s:s, s:O?, s:i, s:I, s:n, s:b}",
+        "idempotency_key", key, "provider_refund_id", id, "payment_intent_id", pi_id,
+        "amount", (json_int_t)amount, "currency", json_object_get(pi, "currency"),
+        "reason", "metadata", json_object_get(refund, "metadata"), "status", status,
+        "failure_reason", json_object_get(refund, "failure_reason"), "http_status", 200,
+        "at_ms", (json_int_t)now_ms, "settled_at_ms", "injected", 1);
+    add_refund(st, irec, refund, row,
+               created == now_ms / 1000 ? now_ms : (int64_t)created * 1000,
+               "succeeded");
+    count_refund_status(st, status, 1);
+    answer_json(ans, 201, json_incref(refund));
+out:
     pthread_mutex_unlock(&st->lock);
 }

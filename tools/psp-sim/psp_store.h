@@ -130,9 +130,11 @@ void psp_store_search(psp_store_t *st, const char *payment_attempt_id, int64_t n
 
 /* GET /v1/payment_intents: Stripe's list, which is consistent (no search
  * lag): intents created in [created_gte, created_lt) (unix seconds, as
- * `created`), of `customer` when given, newest first, at most `limit`, those
- * after `starting_after` (an intent id) when given; `has_more` says whether
- * another page follows. 400 resource_missing for an unknown starting_after. */
+ * `created`), of `customer` when given, newest first (by created, then by
+ * creation), at most `limit`, those after `starting_after` (an intent id,
+ * a deleted one's included) when given; `has_more` says whether another
+ * page follows. 400 resource_missing for an unknown starting_after. A page
+ * is one pass over the intents keeping the limit + 1 newest. */
 struct psp_list_query {
     int64_t created_gte, created_lt; /* INT64_MIN / INT64_MAX: unbounded */
     int limit;                       /* 1..100 */
@@ -214,7 +216,7 @@ void psp_store_refund_retrieve(psp_store_t *st, const char *id, int64_t now_ms,
                                struct psp_answer *ans);
 
 /* GET /v1/refunds: as psp_store_list, of one intent's refunds when
- * payment_intent is set; starting_after is a refund id. */
+ * payment_intent is set (else of all); starting_after is a refund id. */
 struct psp_refund_list_query {
     int64_t created_gte, created_lt; /* INT64_MIN / INT64_MAX: unbounded */
     int limit;                       /* 1..100 */
@@ -231,6 +233,48 @@ void psp_store_refund_list(psp_store_t *st, const struct psp_refund_list_query *
  * status. */
 void psp_store_refund_settle(psp_store_t *st, const char *id, const char *status,
                              const char *failure_reason, int64_t now_ms,
+                             struct psp_answer *ans);
+
+/* ---- states a broken integration or a person with dashboard access
+ * makes, for the admin API. None queues a webhook. Bad input is 400
+ * invalid_request_error, naming the member at fault in param (none for an
+ * unknown member or a body that is no object). ---- */
+
+/* POST /inject/intents: body {"count":1..200000 (1), "like":"pi_..." (copy
+ * its amount, currency, customer, payment_method, metadata), "amount",
+ * "currency" ("usd"), "metadata":{string values}, "status": succeeded |
+ * processing | requires_payment_method | canceled, "id": a template
+ * (default: fresh pi_ ids), "created": unix seconds (now), "start": the
+ * first index (0)}; "{n}" in id and in metadata values becomes the index,
+ * 12 zero-padded digits. Members given override like's; amount defaults
+ * to 1000 and payment_method to pm_card_visa without like. Each intent is
+ * whole (retrieve, list, search, refunds) and has a ledger row with
+ * idempotency_key inject_<id> and injected true; the outcome counters count
+ * it. 201 {"count":N,"ids":[the first 100 at most]}; 404 for an unknown
+ * like; 409 resource_already_exists, nothing made, when an id is taken (by
+ * a deleted intent too). */
+void psp_store_inject_intents(psp_store_t *st, json_t *body, int64_t now_ms,
+                              struct psp_answer *ans);
+
+/* POST /intents/<id>/amend {"amount":N} and/or {"currency":"eur"}: changes
+ * the intent and its ledger row, marked amended. 200 the intent, 404
+ * resource_missing. */
+void psp_store_amend(psp_store_t *st, const char *id, json_t *body, int64_t now_ms,
+                     struct psp_answer *ans);
+
+/* DELETE /intents/<id>: the provider no longer has the intent (retrieve,
+ * search, list, cancel, settle and refunds of it: as for an unknown id) but
+ * a list cursor naming it keeps its place; its ledger row stays, marked
+ * deleted, and its refunds stay. 200 {"deleted":true,"id":...}, 404. */
+void psp_store_delete(psp_store_t *st, const char *id, struct psp_answer *ans);
+
+/* POST /inject/refunds {"payment_intent" (required), "amount" (the intent's
+ * amount), "status": succeeded | pending | failed, "metadata", "created"}:
+ * a refund made out of band, with no check of the intent's status or of
+ * what is left to refund; in the refunds list and retrieve, and in the
+ * ledger's refunds with injected true. 201 the refund, 404 unknown
+ * intent. */
+void psp_store_inject_refund(psp_store_t *st, json_t *body, int64_t now_ms,
                              struct psp_answer *ans);
 
 /* Counters kept by the store (the HTTP layer adds its own). */
@@ -267,7 +311,10 @@ void psp_store_charge_began(psp_store_t *st);
 void psp_store_charge_ended(psp_store_t *st);
 
 /* The ledger and counters as JSON (new reference): {"charges", "cancels",
- * "refunds", "refund_executions", "counters"}. Each executed refund has one
+ * "refunds", "refund_executions", "counters"}; counters intents and
+ * refund_objects are the intents (deleted ones excluded) and refunds the
+ * provider holds now. Every charge row has injected, amended and deleted,
+ * every refund row injected. Each executed refund has one
  * row in refunds (idempotency_key, provider_refund_id, payment_intent_id,
  * amount, currency, reason, metadata, status as it is now, failure_reason,
  * http_status, at_ms, settled_at_ms); refund_executions maps each refund
