@@ -97,7 +97,7 @@ fi
 python3 - "$run/audit.json" <<'PY'
 import json, sys, urllib.request
 v = json.load(open(sys.argv[1]))
-psp = json.load(urllib.request.urlopen("http://127.0.0.1:12112/ledger"))
+psp = json.load(urllib.request.urlopen("http://127.0.0.1:12112/ledger"))["counters"]
 print("audit: %d intents and %d refunds of psp-sim's %d and %d, %d ledger rows, "
       "%d findings" % (v["intents_seen"], v["refunds_seen"], psp["intents"],
                        psp["refund_objects"], v["ledger_rows_seen"], v["findings_total"]))

@@ -99,8 +99,8 @@ def clean_then_injected(new):
     n_ledger = int(s.query("SELECT count(*) FROM ledger_entries")[0][0])
     check_eq(tot["findings"], 0, "findings after a clean run")
     check_eq(findings(s), [], "finding rows after a clean run")
-    check_eq(tot["intents"], ledger["intents"], "intents audited against psp-sim's")
-    check_eq(tot["refunds"], ledger["refund_objects"], "refunds audited against psp-sim's")
+    check_eq(tot["intents"], ledger["counters"]["intents"], "intents audited against psp-sim's")
+    check_eq(tot["refunds"], ledger["counters"]["refund_objects"], "refunds audited against psp-sim's")
     check_eq(tot["ledger_rows"], n_ledger, "ledger rows audited against the ledger's")
     check(n_ledger == len(good) + 1, "ledger: %d rows for %d charges and a refund"
           % (n_ledger, len(good)))
@@ -109,7 +109,7 @@ def clean_then_injected(new):
     check_eq(rc, 0, "chargectl audit run after a clean run (%s)" % err)
     v = json.loads(out)
     check_eq((v["intents_seen"], v["ledger_rows_seen"], v["findings_total"]),
-             (ledger["intents"], n_ledger, 0), "the on-demand verdict")
+             (ledger["counters"]["intents"], n_ledger, 0), "the on-demand verdict")
     check_eq(s.stop_auditor(au), 0, "the auditor's exit after SIGTERM")
 
     # Round two: charges the auditor has not seen, then what it must catch.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A real Prometheus scrapes a worker, a reconciler and a relay every second
+"""A real Prometheus scrapes a worker, a reconciler, a relay and an auditor every second
 during a run of charge commands; once the run is settled, what Prometheus
 stored agrees with the database:
 
@@ -12,6 +12,8 @@ stored agrees with the database:
   = the worker's rows in provider_calls;
 - sum(charged_outbox_published_total) = the outbox rows marked published;
 - the consumer lag Prometheus last saw is 0;
+- the auditor counted every intent psp-sim holds, and once psp-sim is given
+  a second charge of one attempt under a new key, one charged_twice;
 
 and `promtool check metrics` passes on a scrape of each role. Prometheus
 (/usr/bin/prometheus) runs with its own configuration and storage in the
@@ -147,11 +149,13 @@ def scenario(new):
     w = s.start_worker()
     r = s.start_reconciler()
     rl = s.start_relay(RELAY_POLL_MS=100, RELAY_BACKLOG_LOG_MS=500)
-    names = {w: "worker", r: "reconciler", rl: "relay"}
+    au = s.start_auditor(AUDITOR_WINDOW_MS=2000, AUDITOR_LAG_MS=1500, AUDITOR_POLL_MS=200,
+                         AUDITOR_FROM=int(time.time()) - 2)
+    names = {w: "worker", r: "reconciler", rl: "relay", au: "auditor"}
     prom = Prometheus(s.dir, ["127.0.0.1:%d" % s.admin_port(n) for n in names])
     try:
-        e2e.wait_until("prometheus scraping all three", lambda: prom.scalar(
-            'sum(up{job="charged"})') == 3, 60, 0.5)
+        e2e.wait_until("prometheus scraping all four", lambda: prom.scalar(
+            'sum(up{job="charged"})') == 4, 60, 0.5)
 
         cmds = ([e2e.new_command() for _ in range(N_VISA)] +
                 [e2e.new_command(payment_method="pm_card_chargeDeclined")
@@ -197,11 +201,22 @@ def scenario(new):
         prom.wait_equal("sum(charged_outbox_backlog_events)", 0.0)
         # Lag comes from librdkafka's statistics, every 5 s.
         prom.wait_equal("sum(charged_consumer_lag_messages)", 0.0)
-        prom.wait_equal('sum(charged_ready{job="charged"})', 3.0)
+        prom.wait_equal('sum(charged_ready{job="charged"})', 4.0)
         buckets = prom.query('charged_provider_request_duration_seconds_bucket'
                              '{operation="charge",le="+Inf"}')
         check_eq(list(buckets.values()), [float(calls)], "the +Inf bucket of the charges")
 
+        # The auditor: every intent psp-sim made, then the promise broken.
+        intents = s.psp_get("/ledger")["counters"]["intents"]
+        prom.wait_equal('sum(charged_audit_objects_total{object="intent"})', float(intents))
+        prom.wait_equal('sum(charged_audit_findings_total{kind="charged_twice"}) or vector(0)',
+                        0.0)
+        first = s.query("SELECT provider_payment_id FROM payment_attempts"
+                        " WHERE status = 'SUCCEEDED' LIMIT 1")[0][0]
+        s.psp_put("/inject/intents", {"like": first}, method="POST")
+        prom.wait_equal('sum(charged_audit_findings_total{kind="charged_twice"})', 1.0)
+        prom.wait_equal('sum(charged_audit_objects_total{object="intent"})',
+                        float(intents + 1))
         for n in names:
             promtool_check(s, n, promtool)
         s.check_invariants()
