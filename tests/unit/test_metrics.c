@@ -70,6 +70,11 @@ START_TEST(every_family_has_help_and_type_and_no_series_until_changed)
         "charged_reconciler_backlog_refunds",
         "charged_reconciler_oldest_refund_age_seconds",
         "charged_reconciler_refund_settlements_total",
+        "charged_audit_findings_total",
+        "charged_audit_objects_total",
+        "charged_audit_windows_total",
+        "charged_audit_watermark_age_seconds",
+        "charged_audit_pending_objects",
     };
     metrics_reset();
     ck_assert_uint_eq(sizeof(names) / sizeof(names[0]), METRIC__COUNT);
