@@ -268,12 +268,7 @@ static int audit_run(PGconn *conn, const config_t *cfg, long long since,
     /* The verdict as recorded, then the findings of its window. */
     char err[512];
     int missing;
-    long long id = 0;
-    PGresult *r = PQexec(conn, "SELECT max(id) FROM audit_windows WHERE NOT scheduled");
-    if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
-        id = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
-    PQclear(r);
-    snprintf(sid, sizeof(sid), "%lld", id);
+    snprintf(sid, sizeof(sid), "%lld", res.verdict_id);
     const char *p[2] = {sid, NULL};
     w = ctl_query_json(conn, SQL_SHOW, 2, p, &missing, err, sizeof(err));
     rows = w ? window_findings(conn, w, limit, err, sizeof(err)) : NULL;

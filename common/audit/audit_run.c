@@ -357,6 +357,7 @@ int audit_run_window(provider_client_t *pc, audit_store_t *st, long long start,
     out->verdict.pending += pending;
     if (audit_store_finish(st, &out->verdict, recorded, &id, &err) != STORE_OK)
         return store_failed(&c, "record verdict", &err);
+    out->verdict_id = id;
     return 0;
 }
 

@@ -29,6 +29,7 @@ struct audit_run_hooks {
 struct audit_run_result {
     struct audit_verdict verdict;       /* counts and findings observed */
     long long fresh[AUDIT_KIND__COUNT]; /* findings recorded for the first time */
+    long long verdict_id;               /* the verdict's row; 0 when not recorded */
 };
 
 /* Audits [start, end) (unix s) and, when it completed, records its verdict

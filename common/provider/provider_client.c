@@ -1265,8 +1265,8 @@ static int read_listed(json_t *o, enum provider_list_of what,
     copy_ascii(obj->currency, sizeof(obj->currency), str_field(o, "currency"));
     obj->amount = json_integer_value(json_object_get(o, "amount"));
     obj->created = json_integer_value(json_object_get(o, "created"));
-    obj->has_attempt_metadata =
-        json_is_string(json_object_get(md, "payment_attempt_id"));
+    /* An empty one is no more ours than none. */
+    obj->has_attempt_metadata = *str_field(md, "payment_attempt_id") != '\0';
     copy_ascii(obj->payment_attempt_id, sizeof(obj->payment_attempt_id),
                str_field(md, "payment_attempt_id"));
     copy_ascii(obj->order_id, sizeof(obj->order_id), str_field(md, "order_id"));

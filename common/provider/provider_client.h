@@ -147,7 +147,7 @@ struct provider_listed {
     long long amount;
     char currency[8];
     long long created;        /* unix s, the provider's clock */
-    int has_attempt_metadata; /* metadata[payment_attempt_id] is present */
+    int has_attempt_metadata; /* metadata[payment_attempt_id] is a non-empty string */
     char payment_attempt_id[64];
     char order_id[64];
     char refund_id[64];      /* refunds: metadata[refund_id] */
