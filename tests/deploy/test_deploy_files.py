@@ -39,7 +39,7 @@ ROOT = os.environ.get("CHARGED_SOURCE_DIR") or os.path.normpath(os.path.join(HER
 DEPLOY = os.path.join(ROOT, "deploy")
 K8S = os.path.join(DEPLOY, "kubernetes")
 
-ROLES = ("worker", "reconciler", "relay", "api")
+ROLES = ("worker", "reconciler", "relay", "api", "auditor")
 ADMIN_PORT = 9400
 COMMANDS_TOPIC = "payments.charge.commands"
 WORKER_GROUP = "charged-worker"  # KAFKA_GROUP_ID's default for the worker
@@ -50,7 +50,10 @@ SECRETS_READ = {
     "reconciler": {"DATABASE_URL", "PROVIDER_API_KEY"},
     "relay": {"DATABASE_URL"},
     "api": {"DATABASE_URL", "WEBHOOK_SIGNING_SECRET"},
+    "auditor": {"DATABASE_URL", "PROVIDER_API_KEY"},
     "migrate": {"DATABASE_URL"},
+    # The CronJob charged-audit: `chargectl audit run` asks the provider.
+    "audit": {"DATABASE_URL", "PROVIDER_API_KEY"},
 }
 # Margin of a grace period over the drain it must hold (SIGKILL after it).
 GRACE_MARGIN_MS = 10000
@@ -77,6 +80,15 @@ METRICS = {
     "charged_provider_breaker_state": ("gauge", set()),
     "charged_provider_breaker_opens_total": ("counter", set()),
     "charged_ready": ("gauge", set()),
+}
+# Families the alerts use that the dashboard does not show: their names
+# and labels are checked like the others', and no panel is required.
+ALERT_METRICS = {
+    "charged_audit_findings_total": ("counter", {"kind"}),
+    "charged_audit_objects_total": ("counter", {"object"}),
+    "charged_audit_windows_total": ("counter", set()),
+    "charged_audit_watermark_age_seconds": ("gauge", set()),
+    "charged_audit_pending_objects": ("gauge", set()),
 }
 # Labels Prometheus adds (scrape configs in deploy/prometheus).
 TARGET_LABELS = {"role", "instance", "job", "namespace", "le"}
@@ -106,7 +118,7 @@ def rel(path):
 API_VERSIONS = {
     "Deployment": "apps/v1", "StatefulSet": "apps/v1", "Job": "batch/v1",
     "PodDisruptionBudget": "policy/v1", "Service": "v1", "ConfigMap": "v1",
-    "ServiceAccount": "v1", "ScaledObject": "keda.sh/v1alpha1",
+    "ServiceAccount": "v1", "ScaledObject": "keda.sh/v1alpha1", "CronJob": "batch/v1",
 }
 WORKLOADS = ("Deployment", "StatefulSet")
 
@@ -145,9 +157,16 @@ def one(ctx, kind, name):
     return found[0]
 
 
-def pod_templates(ctx, kinds=WORKLOADS + ("Job",)):
-    """(kind, name, template) of every workload and Job."""
-    return [(d["kind"], d["metadata"]["name"], d["spec"]["template"])
+def template_of(d):
+    """The pod template of a workload, a Job or a CronJob."""
+    if d["kind"] == "CronJob":
+        return d["spec"]["jobTemplate"]["spec"]["template"]
+    return d["spec"]["template"]
+
+
+def pod_templates(ctx, kinds=WORKLOADS + ("Job", "CronJob")):
+    """(kind, name, template) of every workload, Job and CronJob."""
+    return [(d["kind"], d["metadata"]["name"], template_of(d))
             for d in objs(ctx) if d.get("kind") in kinds]
 
 
@@ -490,18 +509,58 @@ def k8s_api_service_reaches_the_api(ctx):
                  "API_ADDR vs the port the Service targets")
 
 
+def duration_s(text):
+    """chargectl audit's durations: 90s, 30m, 24h, 7d."""
+    m = re.fullmatch(r"(\d+)([smhd])", text)
+    check(m, "duration %r" % text)
+    return int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+def k8s_daily_audit_covers_a_day(ctx):
+    """The auditor reads each window's list once; the CronJob charged-audit
+    audits the last day again (docs/auditor.md, "What it cannot see"). Run
+    once a day, it must reach back a whole day at least, never run twice at
+    once, and not retry a run that exited 1 on a finding."""
+    cj = one(ctx, "CronJob", "charged-audit")
+    spec = cj["spec"]
+    fields = spec["schedule"].split()
+    check(len(fields) == 5 and fields[0].isdigit() and fields[1].isdigit() and
+          fields[2:] == ["*", "*", "*"],
+          "CronJob charged-audit: schedule %r is not once a day" % spec["schedule"])
+    check_eq(spec.get("concurrencyPolicy"), "Forbid", "concurrencyPolicy of charged-audit")
+    check_eq(spec["jobTemplate"]["spec"].get("backoffLimit"), 0,
+             "backoffLimit of charged-audit (a finding is exit 1; a retry finds it again)")
+    t = template_of(cj)["spec"]
+    check_eq(t.get("restartPolicy"), "Never", "restartPolicy of charged-audit")
+    c = t["containers"]
+    check_eq(len(c), 1, "containers of charged-audit")
+    check_eq((c[0].get("image"), c[0].get("command")), ("charged", ["chargectl"]),
+             "image and command of charged-audit")
+    args = c[0].get("args", [])
+    check(args[:2] == ["audit", "run"] and "--since" in args,
+          "charged-audit does not run chargectl audit run --since: %r" % args)
+    since = duration_s(args[args.index("--since") + 1])
+    until = duration_s(args[args.index("--until") + 1]) if "--until" in args else 0
+    check(since - until >= 86400,
+          "charged-audit audits %d s a day: less than the day between two runs" % (since - until))
+
+
 KUBERNETES_CHECKS = [
     k8s_objects_are_well_formed, k8s_kustomizations_list_every_file,
     k8s_every_role_has_its_workload, k8s_images_agree,
     k8s_probes_use_the_admin_port, k8s_grace_outlasts_the_drain, k8s_containers_run_unprivileged,
     k8s_secrets_only_by_reference, k8s_containers_have_resources, k8s_workers_fit_the_partitions,
     k8s_keda_watches_the_workers_group, k8s_workers_have_stable_names, k8s_selectors_and_budgets,
-    k8s_api_service_reaches_the_api,
+    k8s_api_service_reaches_the_api, k8s_daily_audit_covers_a_day,
 ]
 
 
 def container(ctx, kind, name):
-    return one(ctx, kind, name)["spec"]["template"]["spec"]["containers"][0]
+    return template_of(one(ctx, kind, name))["spec"]["containers"][0]
+
+
+def drop_k8s_env(c, name):
+    c["env"] = [e for e in c["env"] if e["name"] != name]
 
 
 def set_env(c, name, value):
@@ -551,6 +610,14 @@ KUBERNETES_MUTANTS = [
      lambda c: set_env(container(c, "StatefulSet", "charged-worker"), "KAFKA_GROUP_INSTANCE_ID", "w")),
     ("a namespaced object", k8s_objects_are_well_formed,
      lambda c: one(c, "ConfigMap", "charged-config")["metadata"].update(namespace="payments")),
+    ("an auditor without the provider key", k8s_secrets_only_by_reference,
+     lambda c: drop_k8s_env(container(c, "Deployment", "charged-auditor"), "PROVIDER_API_KEY_FILE")),
+    ("a daily audit of twelve hours", k8s_daily_audit_covers_a_day,
+     lambda c: container(c, "CronJob", "charged-audit").update(args=["audit", "run", "--since", "12h"])),
+    ("a daily audit retried on its findings", k8s_daily_audit_covers_a_day,
+     lambda c: one(c, "CronJob", "charged-audit")["spec"]["jobTemplate"]["spec"].update(backoffLimit=6)),
+    ("a daily audit without its key", k8s_secrets_only_by_reference,
+     lambda c: drop_k8s_env(container(c, "CronJob", "charged-audit"), "PROVIDER_API_KEY_FILE")),
 ]
 
 
@@ -640,7 +707,7 @@ def compose_starts_in_order(ctx):
     for role in ("worker", "relay"):
         check_eq(depends(s[role], "kafka-topics"), "service_completed_successfully",
                  "compose: %s waits for the topics" % role)
-    for role in ("worker", "reconciler"):
+    for role in ("worker", "reconciler", "auditor"):
         check_eq(depends(s[role], "psp-sim"), "service_healthy",
                  "compose: %s waits for the provider" % role)
     for name in ("migrate", "kafka-topics"):
@@ -723,6 +790,8 @@ COMPOSE_MUTANTS = [
          test=["CMD", "curl", "-f", "http://127.0.0.1:8080/healthz"])),
     ("the default stop grace period", compose_grace_outlasts_the_drain,
      lambda c: c["compose"]["services"]["worker"].pop("stop_grace_period")),
+    ("an auditor that does not wait for the provider", compose_starts_in_order,
+     lambda c: c["compose"]["services"]["auditor"]["depends_on"].pop("psp-sim")),
     ("a literal database URL", compose_secrets_are_files,
      lambda c: c["compose"]["services"]["relay"]["environment"].update(
          DATABASE_URL="postgresql://charged:pw@postgres/charged")),
@@ -1088,8 +1157,9 @@ def check_expr(where, expr, known):
     for name, labels in uses:
         fam = base_family(name, known)
         check(fam, "%s: %s is no metric charged exports" % (where, name))
-        if fam in METRICS:
-            allowed = METRICS[fam][1] | TARGET_LABELS
+        spec = METRICS.get(fam) or ALERT_METRICS.get(fam)
+        if spec:
+            allowed = spec[1] | TARGET_LABELS
             check(labels <= allowed, "%s: %s has no label %s" % (where, name, sorted(labels - allowed)))
     return {base_family(n, known) for n, _ in uses}
 
@@ -1120,9 +1190,57 @@ def obs_alerts_cover_the_issue(ctx):
         # open (== 2), or not closed (>= 1) while it opened recently
         ("breaker open",
          r"charged_provider_breaker_state(\[[^\]]*\])?\)*\s*(==\s*2|>=\s*1)"),
+        ("audit watermark's age", r"charged_audit_watermark_age_seconds"),
+        ("auditor's absence", r'absent\(charged_ready\{role="auditor"\}\)'),
     ]
     for what, pattern in want:
         check(any(re.search(pattern, e) for e in exprs.values()), "no alert on the %s" % what)
+
+
+def audit_kinds():
+    """The finding kinds, as common/core/audit_policy.c names them."""
+    text = read(os.path.join(ROOT, "common", "core", "audit_policy.c"))
+    kinds = re.findall(r'\[AUDIT_[A-Z_]+\] = "([a-z_]+)"', text)
+    check(len(kinds) >= 8, "common/core/audit_policy.c names %d finding kinds" % len(kinds))
+    return kinds
+
+
+def kind_selected(matcher, kind):
+    """Whether a PromQL label matcher (op, value) on kind selects kind."""
+    op, value = matcher
+    if op in ("=", "!="):
+        return (kind == value) == (op == "=")
+    return bool(re.fullmatch(value, kind)) == (op == "=~")
+
+
+def obs_audit_findings_page_and_ticket(ctx):
+    """Every finding kind alerts: charged_twice and charged_unbooked page
+    (money taken that the books do not account for), every other kind opens
+    a ticket and none pages; an alert on the counter says which kind it
+    selects, on every selector of its expression."""
+    page, ticket = {}, {}
+    for a in alerts(ctx):
+        uses = [m.group(1) for m in re.finditer(r"charged_audit_findings_total(\{[^}]*\})?", a["expr"])]
+        if not uses:
+            continue
+        matchers = set()
+        for labels in uses:
+            found = re.findall(r'kind\s*(=~|!~|!=|=)\s*"([^"]*)"', labels or "")
+            check(len(found) == 1, "alert %s: a selector of the findings counter without one "
+                  "kind matcher: %s" % (a["alert"], labels))
+            matchers.add(found[0])
+        check_eq(len(matchers), 1, "kind matchers of alert %s" % a["alert"])
+        matcher = matchers.pop()
+        sev = a.get("labels", {}).get("severity")
+        for kind in audit_kinds():
+            if kind_selected(matcher, kind):
+                (page if sev == "page" else ticket).setdefault(kind, []).append(a["alert"])
+    for kind in audit_kinds():
+        if kind in ("charged_twice", "charged_unbooked"):
+            check(kind in page, "no alert pages on %s findings" % kind)
+        else:
+            check(kind in ticket, "no alert opens a ticket on %s findings" % kind)
+            check(kind not in page, "%s findings page (%s): a ticket is enough" % (kind, page.get(kind)))
 
 
 def obs_alerts_have_a_runbook(ctx):
@@ -1185,7 +1303,7 @@ def obs_known_list_matches_the_programs(ctx):
     # With common/runtime/metrics.c present, every family the dashboard and the
     # alerts were written for must be one it exports.
     if ctx["source"] == "common/runtime/metrics.c":
-        missing = sorted(set(METRICS) - ctx["known"])
+        missing = sorted((set(METRICS) | set(ALERT_METRICS)) - ctx["known"])
         check(not missing, "common/runtime/metrics.c does not export %s" % missing)
 
 
@@ -1213,11 +1331,16 @@ def obs_install_deps_installs_the_tools(ctx):
 
 
 OBSERVABILITY_CHECKS = [
-    obs_alerts_use_known_metrics, obs_alerts_cover_the_issue, obs_alerts_have_a_runbook,
+    obs_alerts_use_known_metrics, obs_alerts_cover_the_issue, obs_audit_findings_page_and_ticket,
+    obs_alerts_have_a_runbook,
     obs_every_alert_is_unit_tested_both_ways, obs_dashboard_uses_known_metrics,
     obs_known_list_matches_the_programs, obs_scrape_configs_label_the_role,
     obs_install_deps_installs_the_tools,
 ]
+
+
+def alert_named(c, name):
+    return next(a for a in alerts(c) if a["alert"] == name)
 
 
 def first_panel_with(c, family):
@@ -1239,6 +1362,20 @@ OBSERVABILITY_MUTANTS = [
     ("an alert never tested firing", obs_every_alert_is_unit_tested_both_ways,
      lambda c: [a.update(exp_alerts=[]) for t in c["rule_tests"]["tests"]
                 for a in t.get("alert_rule_test", []) if a["alertname"] == "ChargedOutboxStalled"]),
+    ("a kind the findings counter does not have", obs_alerts_use_known_metrics,
+     lambda c: alert_named(c, "ChargedAuditChargedTwice").update(
+         expr='sum(increase(charged_audit_findings_total{kinds="charged_twice"}[1h])) > 0')),
+    ("a double charge that only opens a ticket", obs_audit_findings_page_and_ticket,
+     lambda c: alert_named(c, "ChargedAuditChargedTwice")["labels"].update(severity="ticket")),
+    ("charged_unbooked left out of every alert", obs_audit_findings_page_and_ticket,
+     lambda c: c["rules"]["groups"].__setitem__(slice(None), [
+         dict(g, rules=[r for r in g["rules"] if r.get("alert") != "ChargedAuditChargedUnbooked"])
+         for g in c["rules"]["groups"]])),
+    ("amount mismatches that page", obs_audit_findings_page_and_ticket,
+     lambda c: alert_named(c, "ChargedAuditFindings")["labels"].update(severity="page")),
+    ("no alert on the auditor's absence", obs_alerts_cover_the_issue,
+     lambda c: alert_named(c, "ChargedAuditorMissing").update(
+         expr="absent(charged_audit_watermark_age_seconds)")),
     ("no breaker alert", obs_alerts_cover_the_issue,
      lambda c: [g.update(rules=[r for r in g["rules"] if "breaker_state" not in r["expr"]])
                 for g in c["rules"]["groups"]]),
@@ -1288,8 +1425,8 @@ def to_loopback(name, value):
 def pod_env(ctx, kind, name, tmp):
     """The environment of the first container of kind/name, as the kubelet
     would build it (envFrom, then env), for a run on this machine."""
-    c = one(ctx, kind, name)["spec"]["template"]["spec"]["containers"][0]
-    spec = one(ctx, kind, name)["spec"]["template"]["spec"]
+    spec = template_of(one(ctx, kind, name))["spec"]
+    c = spec["containers"][0]
     mounts = {m["name"]: m["mountPath"] for m in c.get("volumeMounts", [])}
     files = {}
     for v in spec.get("volumes", []):
@@ -1401,6 +1538,19 @@ def settings_kubernetes_migration_reads_its_url(ctx):
     check_eq(r.returncode, 1, "exit of the migration Job's command (stderr %r)" % r.stderr.strip())
 
 
+def settings_kubernetes_daily_audit_reads_its_settings(ctx):
+    """The CronJob charged-audit's chargectl takes its environment: with the
+    database a closed port it exits 1 (unreachable), never 2 (a setting
+    refused). Whether it gets the provider key is k8s_secrets_only_by_reference's."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env, c = pod_env(ctx["k8s"], "CronJob", "charged-audit", tmp)
+        argv = [os.path.join(BUILD, "chargectl", c["command"][0])] + c["args"]
+        check(os.path.isfile(argv[0]), "%s is not built" % argv[0])
+        r = subprocess.run(argv, env=dict(env, PATH="/usr/bin:/bin"), capture_output=True,
+                           text=True, timeout=60)
+    check_eq(r.returncode, 1, "exit of the daily audit's command (stderr %r)" % r.stderr.strip())
+
+
 def settings_compose_roles_start(ctx):
     for role in ROLES:
         with tempfile.TemporaryDirectory() as tmp:
@@ -1432,6 +1582,7 @@ def settings_compose_psp_sim_starts(ctx):
 
 SETTINGS_CHECKS = [
     settings_kubernetes_roles_start, settings_kubernetes_migration_reads_its_url,
+    settings_kubernetes_daily_audit_reads_its_settings,
     settings_compose_roles_start, settings_compose_psp_sim_starts,
 ]
 
@@ -1444,6 +1595,12 @@ def drop_env(ctx, kind, name, var):
 SETTINGS_MUTANTS = [
     ("an api without its webhook secret", settings_kubernetes_roles_start,
      lambda c: drop_env(c, "Deployment", "charged-api", "WEBHOOK_SIGNING_SECRET_FILE")),
+    ("an auditor without the provider key", settings_kubernetes_roles_start,
+     lambda c: drop_env(c, "Deployment", "charged-auditor", "PROVIDER_API_KEY_FILE")),
+    ("an auditor's window of part of a second", settings_compose_roles_start,
+     lambda c: c["compose"]["services"]["auditor"]["environment"].update(AUDITOR_WINDOW_MS="1500")),
+    ("a daily audit with a bad log level", settings_kubernetes_daily_audit_reads_its_settings,
+     lambda c: set_env(container(c["k8s"], "CronJob", "charged-audit"), "LOG_LEVEL", "verbose")),
     ("a worker with a drain beyond its range", settings_kubernetes_roles_start,
      lambda c: set_env(one(c["k8s"], "StatefulSet", "charged-worker")["spec"]["template"]["spec"]
                        ["containers"][0], "SHUTDOWN_TIMEOUT_MS", "3600001")),

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Every program prints usage on --help (exit 0), and says why in one line on
 stderr with exit 2 on bad usage or configuration. psp-sim's --help documents
-every flag, fault kind and admin endpoint. Needs no servers."""
+every flag, fault kind and admin endpoint; the auditor's settings in its
+--help are the ones docs/configuration.md documents. Needs no servers."""
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -43,14 +45,22 @@ def expect_usage_error(argv, env=None, mention=None):
 
 
 def scenario(_new):
-    expect_help([e2e.CHARGED, "--help"], ["worker", "reconciler", "relay", "api"])
+    expect_help([e2e.CHARGED, "--help"], ["worker", "reconciler", "relay", "api", "auditor"])
     expect_help([e2e.CHARGED, "worker", "--help"],
                 ["KAFKA_BOOTSTRAP_SERVERS", "PROVIDER_API_KEY", "WORKER_MAX_IN_FLIGHT",
                  "WORKER_LEASE_MS", "SHUTDOWN_TIMEOUT_MS"])
     expect_help([e2e.CHARGED, "api", "--help"],
                 ["API_ADDR", "WEBHOOK_SIGNING_SECRET", "API_THREADS", "API_MAX_BODY_BYTES",
                  "/v1/webhooks/provider", "/v1/payment-attempts/"])
-    expect_help([e2e.CHARGECTL, "--help"], ["migrate", "publish", "dlq", "attempt"])
+    expect_help([e2e.CHARGED, "auditor", "--help"],
+                ["DATABASE_URL", "PROVIDER_API_KEY", "PROVIDER_BASE_URL", "AUDITOR_WINDOW_MS",
+                 "AUDITOR_LAG_MS", "AUDITOR_POLL_MS", "AUDITOR_FROM", "AUDITOR_PENDING_BATCH",
+                 "SHUTDOWN_TIMEOUT_MS", "chargectl audit list"] + list(AUDIT_KINDS))
+    expect_help([e2e.CHARGECTL, "--help"], ["migrate", "publish", "dlq", "attempt", "refund",
+                                           "audit"])
+    expect_help([e2e.CHARGECTL, "audit", "--help"],
+                ["audit list", "audit show WINDOW", "audit run", "--since", "--until",
+                 "--findings", "--limit", "--json", "Exit status"] + list(AUDIT_KINDS))
     expect_help([e2e.CHARGECTL, "migrate", "--help"], ["--dir"])
     expect_help([e2e.CHARGECTL, "publish", "--help"],
                 ["--attempt-id", "--order-id", "--idempotency-key", "--amount", "--currency",
@@ -72,6 +82,16 @@ def scenario(_new):
     expect_usage_error([e2e.PSP_SIM, "--fault", "explode=1"], mention="--fault")
     expect_usage_error([e2e.CHARGED, "worker"], mention="PROVIDER_API_KEY")
     expect_usage_error([e2e.CHARGED, "api"], mention="WEBHOOK_SIGNING_SECRET")
+    expect_usage_error([e2e.CHARGED, "auditor"], mention="PROVIDER_API_KEY")
+    # The provider's creation times are whole seconds.
+    expect_usage_error([e2e.CHARGED, "auditor"],
+                       env={"PROVIDER_API_KEY": "k", "AUDITOR_WINDOW_MS": "1500"},
+                       mention="AUDITOR_WINDOW_MS")
+    expect_usage_error([e2e.CHARGED, "auditor"],
+                       env={"PROVIDER_API_KEY": "k", "AUDITOR_LAG_MS": "-1"},
+                       mention="AUDITOR_LAG_MS")
+    expect_usage_error([e2e.CHARGECTL, "audit"], mention="missing subcommand")
+    expect_usage_error([e2e.CHARGECTL, "audit", "nonsense"], mention="unknown subcommand")
     expect_usage_error([e2e.CHARGED, "api"], env={"WEBHOOK_SIGNING_SECRET": "whsec_long_enough,short"},
                        mention="WEBHOOK_SIGNING_SECRET")
     expect_usage_error([e2e.CHARGED, "api"], env={"WEBHOOK_SIGNING_SECRET": " , "},
@@ -101,6 +121,8 @@ def scenario(_new):
                        env={"PROVIDER_API_KEY": "k", "PROVIDER_TIMEOUT_MS": "40000",
                             "RECONCILER_LEASE_MS": "600000"}, mention="HEALTH_STALL_MS")
     chargectl_numbers_and_ids()
+    chargectl_audit_arguments()
+    auditor_settings_documented()
     admin_addr_unusable()
     secret_never_printed()
     old_librdkafka_refused()
@@ -163,7 +185,7 @@ def chargectl_numbers_and_ids():
                              ("--attempt", uuid[:-1])]:
                 expect_usage_error([e2e.CHARGECTL, "dlq", sub, opt, bad], env,
                                    mention="%s '%s'" % (opt, bad))
-        for cmd in (["dlq", "list"], ["attempt", "list"]):
+        for cmd in (["dlq", "list"], ["attempt", "list"], ["audit", "list"]):
             for bad in ("0", "-1", "+5", " 5", "5 ", "5x", "1e3", "0x10", huge, ""):
                 expect_usage_error([e2e.CHARGECTL] + cmd + ["--limit", bad], env,
                                    mention="--limit '%s'" % bad)
@@ -190,12 +212,81 @@ def chargectl_numbers_and_ids():
                          % (" ".join(argv), p.stderr.decode().strip()))
 
 
+AUDIT_KINDS = ("charged_twice", "charged_unbooked", "booked_not_charged", "amount_mismatch",
+               "currency_mismatch", "unknown_intent", "refund_unbooked", "refunded_over_charge")
+
+
+def chargectl_audit_arguments():
+    """chargectl audit checks its arguments whole before it reads anything:
+    a duration that is not one, a window that is neither a verdict id nor
+    a window start, an option of another subcommand, a missing one: exit 2
+    with one line naming it. The database is a closed port, so what is let
+    through shows as exit 1."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+        env = {"DATABASE_URL": "postgresql://charged@127.0.0.1:%d/charged" % port,
+               "PROVIDER_API_KEY": "k", "PROVIDER_BASE_URL": "http://127.0.0.1:%d" % port}
+        audit = [e2e.CHARGECTL, "audit"]
+        for bad in ("yesterday", "24", "1h ", " 1h", "24x", "0s", "-1h", "+1h", "1.5h",
+                    "9" * 25 + "s", "3651d", ""):
+            expect_usage_error(audit + ["run", "--since", bad], env,
+                               mention="--since '%s'" % bad)
+        for bad in ("later", "1h ", "-1h", "9" * 25 + "s"):
+            expect_usage_error(audit + ["run", "--since", "24h", "--until", bad], env,
+                               mention="--until '%s'" % bad)
+        expect_usage_error(audit + ["run"], env, mention="--since")
+        expect_usage_error(audit + ["run", "--since"], env, mention="--since")
+        expect_usage_error(audit + ["run", "--since", "1h", "--until", "1h"], env,
+                           mention="--until")
+        expect_usage_error(audit + ["run", "--since", "1h", "--until", "2h"], env,
+                           mention="--until")
+        expect_usage_error(audit + ["list", "--since", "1h"], env, mention="--since")
+        expect_usage_error(audit + ["show", "1", "--until", "1h"], env, mention="--until")
+        expect_usage_error(audit + ["run", "--since", "1h", "--findings"], env,
+                           mention="--findings")
+        expect_usage_error(audit + ["list", "extra"], env, mention="extra")
+        expect_usage_error(audit + ["list", "--bogus"], env, mention="--bogus")
+        expect_usage_error(audit + ["show"], env, mention="WINDOW")
+        expect_usage_error(audit + ["show", "1", "2"], env, mention="'2'")
+        for bad in ("yesterday", "2026-12-01", "2026-12-01T10:00:00", "2026-12-01 10:00:00Z",
+                    "2026-12-01T10:00:00Z ", "-1", "1x", "9" * 19):
+            expect_usage_error(audit + ["show", bad], env, mention="'%s'" % bad)
+        # What parses reaches the database (exit 1 here, nothing listens).
+        for argv in (["list", "--findings", "--limit", "100000"],
+                     ["show", "2026-12-01T10:00:00Z"], ["show", "9" * 18],
+                     ["run", "--since", "3650d", "--until", "90s"]):
+            p = run(audit + argv, env)
+            e2e.check_eq(p.returncode, 1, "exit status of chargectl audit %s with no database (%s)"
+                         % (" ".join(argv), p.stderr.decode().strip()))
+
+
+def auditor_settings_documented():
+    """Every setting of the auditor's own that `charged auditor --help`
+    prints is a row of docs/configuration.md with the same default, and
+    the page names no AUDITOR_ setting the program does not have."""
+    out = run([e2e.CHARGED, "auditor", "--help"]).stdout.decode()
+    helped = dict(re.findall(r"^  (AUDITOR_[A-Z_]+) .*\[default: ([^\]]*)\]$", out, re.M))
+    check(len(helped) >= 5, "charged auditor --help lists %d AUDITOR_ settings: %r" % (
+        len(helped), out[-800:]))
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "..", "..", "docs", "configuration.md"), encoding="utf-8") as f:
+        doc = f.read()
+    rows = dict(re.findall(r"^\| `(AUDITOR_[A-Z_]+)` \| `([^`]*)`", doc, re.M))
+    for name, default in helped.items():
+        check(name in rows, "docs/configuration.md has no row for %s" % name)
+        e2e.check_eq(rows[name], default, "docs/configuration.md's default of %s" % name)
+    extra = sorted(set(rows) - set(helped))
+    check(not extra, "docs/configuration.md documents %s, which charged auditor does not read"
+          % extra)
+
+
 def admin_addr_unusable():
     """The admin listener starts before a role builds anything: an ADMIN_ADDR
     that does not resolve is bad configuration (exit 2), a port another
     process listens on is a runtime failure (exit 1); either way one line
     naming ADMIN_ADDR."""
-    for role in ("worker", "reconciler", "relay"):
+    for role in ("worker", "reconciler", "relay", "auditor"):
         expect_usage_error([e2e.CHARGED, role], env={
             "PROVIDER_API_KEY": "k", "ADMIN_ADDR": "no-such-host.invalid:9400"},
             mention="ADMIN_ADDR: cannot resolve")
@@ -203,7 +294,7 @@ def admin_addr_unusable():
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         addr = "127.0.0.1:%d" % taken.getsockname()[1]
-        for role in ("worker", "reconciler", "relay"):
+        for role in ("worker", "reconciler", "relay", "auditor"):
             p = run([e2e.CHARGED, role], env={"PROVIDER_API_KEY": "k", "ADMIN_ADDR": addr})
             err = p.stderr.decode(errors="replace")
             e2e.check_eq(p.returncode, 1, "exit status of charged %s on a taken ADMIN_ADDR" % role)
