@@ -235,9 +235,6 @@ static int audit_run(PGconn *conn, const config_t *cfg, long long since,
     long long now_ms = 0;
     int recorded = 0, rc = CTL_FAILED;
     const char *key = config_str(cfg, CONFIG_PROVIDER_API_KEY);
-    if (!key || !*key)
-        return say(CTL_USAGE, "run",
-                   "PROVIDER_API_KEY is not set: run asks the provider");
     provider_client_t *pc = provider_client_new(
         config_str(cfg, CONFIG_PROVIDER_BASE_URL), key,
         config_str(cfg, CONFIG_PROVIDER_API_VERSION),
@@ -375,8 +372,8 @@ int ctl_audit(int argc, char **argv)
         if (nargs != 1)
             return nargs == 0 ? say(CTL_USAGE, sub, "give one WINDOW (see --help)")
                               : ctl_unexpected_argument("audit show", argv[2 + optind]);
-        int by_id =
-            window[strspn(window, "0123456789")] == '\0' && strlen(window) <= 18;
+        int by_id = *window && window[strspn(window, "0123456789")] == '\0' &&
+                    strlen(window) <= 18;
         if (!by_id && !good_timestamp(window))
             return say(CTL_USAGE, sub,
                        "'%s' is neither a verdict id nor a window start "
@@ -399,6 +396,12 @@ int ctl_audit(int argc, char **argv)
     config_t *cfg = ctl_config("audit");
     if (!cfg)
         return CTL_USAGE;
+    const char *key = config_str(cfg, CONFIG_PROVIDER_API_KEY);
+    if (run && (!key || !*key)) {
+        config_free(cfg);
+        return say(CTL_USAGE, "run",
+                   "PROVIDER_API_KEY is not set: run asks the provider");
+    }
     PGconn *conn = db_connect(config_str(cfg, CONFIG_DATABASE_URL), &err);
     if (!conn) {
         rc = say(CTL_FAILED, NULL, "%s", err.message);

@@ -28,6 +28,21 @@ static void forget_watermark(void)
 {
     metrics_forget(METRIC_AUDIT_WATERMARK_AGE);
     metrics_forget(METRIC_AUDIT_PENDING);
+    metrics_forget(METRIC_AUDIT_FINDINGS);
+}
+
+/* The findings as the table holds them, every kind (0 included), whoever
+ * recorded them (chargectl audit run too): a restart neither loses nor
+ * repeats one, and an alert sees each kind from its first finding. */
+static int report_findings(struct auditor *a, struct store_error *err)
+{
+    long long counts[AUDIT_KIND__COUNT];
+    if (audit_store_findings_by_kind(a->store, counts, err) != STORE_OK)
+        return -1;
+    for (int k = 0; k < AUDIT_KIND__COUNT; k++)
+        metrics_set(METRIC_AUDIT_FINDINGS, (double)counts[k],
+                    audit_kind_name((enum audit_kind)k));
+    return 0;
 }
 
 static int64_t store_failed(struct auditor *a, const char *stage, const char *err)
@@ -110,16 +125,20 @@ static int64_t auditor_step(void *state, int64_t now)
         log_verdict(&res, recorded);
         if (recorded)
             metrics_add(METRIC_AUDIT_WINDOWS, 1);
+        if (report_findings(a, &err) != 0)
+            return store_failed(a, "findings", err.message);
         daemon_db_ok(&a->db);
         /* Behind: the next window may be due already. */
         return DAEMON_NOW;
     }
     long long pending = 0;
-    if (audit_run_pending(a->provider, a->store, (size_t)a->pending_batch, &res, why,
-                          sizeof(why)) != 0)
+    if (audit_run_pending(a->provider, a->store, (size_t)a->pending_batch, &hooks, &res,
+                          why, sizeof(why)) != 0)
         log_warn("pending objects not looked at", "error", why, NULL);
     if (audit_store_pending_count(a->store, &pending, &err) != STORE_OK)
         return store_failed(a, "pending count", err.message);
+    if (report_findings(a, &err) != 0)
+        return store_failed(a, "findings", err.message);
     metrics_set(METRIC_AUDIT_PENDING, (double)pending);
     daemon_db_ok(&a->db);
     /* Wake when the window ends its lag, or at the next poll. */

@@ -47,7 +47,6 @@ static int record(struct audit_ctx *c, struct audit_finding *f)
     if (!fresh)
         return 0;
     c->out->fresh[f->kind]++;
-    metrics_add(METRIC_AUDIT_FINDINGS, 1, audit_kind_name(f->kind));
     log_write(f->kind == AUDIT_CHARGED_TWICE || f->kind == AUDIT_CHARGED_UNBOOKED
                   ? LOG_ERROR
                   : LOG_WARN,
@@ -323,6 +322,9 @@ static int ledger_side(struct audit_ctx *c, const struct audit_run_hooks *hooks)
             if (judge_ledger_row(c, &rows[i]) != 0)
                 goto out;
             after = rows[i].id;
+            /* Each row may be a provider call: the loop is alive. */
+            if (hooks && hooks->heartbeat)
+                hooks->heartbeat();
         }
         if (hooks && hooks->heartbeat)
             hooks->heartbeat();
@@ -362,7 +364,8 @@ int audit_run_window(provider_client_t *pc, audit_store_t *st, long long start,
 }
 
 int audit_run_pending(provider_client_t *pc, audit_store_t *st, size_t max,
-                      struct audit_run_result *out, char *errbuf, size_t errbuf_size)
+                      const struct audit_run_hooks *hooks, struct audit_run_result *out,
+                      char *errbuf, size_t errbuf_size)
 {
     char(*ids)[96] = calloc(max ? max : 1, sizeof(*ids));
     int *is_refund = calloc(max ? max : 1, sizeof(*is_refund));
@@ -381,6 +384,10 @@ int audit_run_pending(provider_client_t *pc, audit_store_t *st, size_t max,
     for (size_t i = 0; i < n; i++) {
         struct provider_listed obj;
         struct provider_result res;
+        if (hooks && hooks->stopping && hooks->stopping())
+            break; /* the rest is looked at next time */
+        if (hooks && hooks->heartbeat)
+            hooks->heartbeat();
         enum provider_list_of what =
             is_refund[i] ? PROVIDER_LIST_REFUNDS : PROVIDER_LIST_INTENTS;
         provider_client_fetch(pc, what, ids[i], &obj, &res);

@@ -45,6 +45,7 @@ int audit_run_window(provider_client_t *pc, audit_store_t *st, long long start,
  * be judged before; adds what it finds to out->fresh and out->verdict's
  * findings. 0 / -1 with errbuf. */
 int audit_run_pending(provider_client_t *pc, audit_store_t *st, size_t max,
-                      struct audit_run_result *out, char *errbuf, size_t errbuf_size);
+                      const struct audit_run_hooks *hooks, struct audit_run_result *out,
+                      char *errbuf, size_t errbuf_size);
 
 #endif

@@ -158,8 +158,10 @@ static const struct metric_family families[METRIC__COUNT] = {
          {"status"}},
     [METRIC_AUDIT_FINDINGS] = {"charged_audit_findings_total",
                                METRIC_COUNTER,
-                               "Findings this auditor recorded for the first time, "
-                               "by kind; charged_twice and charged_unbooked page.",
+                               "Findings recorded by any audit (chargectl audit run "
+                               "too), by kind, as the table holds them: it only grows; "
+                               "the leading auditor reports it. charged_twice and "
+                               "charged_unbooked page.",
                                {"kind"}},
     [METRIC_AUDIT_OBJECTS] = {"charged_audit_objects_total",
                               METRIC_COUNTER,

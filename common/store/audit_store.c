@@ -206,6 +206,9 @@ static const char *SQL_PENDING_DUE =
 
 static const char *SQL_PENDING_COUNT = "SELECT count(*) FROM audit_pending";
 
+static const char *SQL_FINDINGS_BY_KIND =
+    "SELECT kind, count(*) FROM audit_findings GROUP BY kind";
+
 static const char *SQL_FINISH =
     "INSERT INTO audit_windows (window_start, window_end, scheduled, auditor, intents_seen,"
     "  refunds_seen, ledger_rows_seen, pending, findings, started_at)"
@@ -513,6 +516,25 @@ enum store_rc audit_store_pending_count(audit_store_t *st, long long *count,
 {
     struct stmt s = {0};
     return one_number(st, &s, SQL_PENDING_COUNT, count, err);
+}
+
+enum store_rc audit_store_findings_by_kind(audit_store_t *st,
+                                           long long counts[AUDIT_KIND__COUNT],
+                                           struct store_error *err)
+{
+    struct stmt s = {0};
+    PGresult *r;
+    enum store_rc rc = run(st, &s, SQL_FINDINGS_BY_KIND, &r, err);
+    if (rc != STORE_OK)
+        return rc;
+    memset(counts, 0, AUDIT_KIND__COUNT * sizeof(*counts));
+    for (int row = 0; row < PQntuples(r); row++) {
+        int k = audit_kind_parse(PQgetvalue(r, row, 0));
+        if (k >= 0)
+            counts[k] = stmt_col_int(r, row, 1);
+    }
+    PQclear(r);
+    return STORE_OK;
 }
 
 enum store_rc audit_store_finish(audit_store_t *st, const struct audit_verdict *v,

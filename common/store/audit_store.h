@@ -132,6 +132,12 @@ enum store_rc audit_store_pending_due(audit_store_t *st, size_t max, char (*ids)
 enum store_rc audit_store_pending_count(audit_store_t *st, long long *count,
                                         struct store_error *err);
 
+/* The findings recorded so far, by whichever audit, by kind. The table
+ * only grows: the counts only grow too. */
+enum store_rc audit_store_findings_by_kind(audit_store_t *st,
+                                           long long counts[AUDIT_KIND__COUNT],
+                                           struct store_error *err);
+
 /* A finished audit. */
 struct audit_verdict {
     long long start, end; /* unix s */
