@@ -1,7 +1,8 @@
 /* provider_outcome: what a payment provider answered, as data: the outcome
- * of a call (what the caller must do next, per the contract's table) and the
- * answer's details. Pure: the policies decide on it without the client that
- * fills it in (provider_client). */
+ * of a call (what the caller must do next, per the contract's table), the
+ * answer's details, and the objects of a list page. Pure: the policies and
+ * the stores take them without the client that fills them in
+ * (provider_client). */
 #ifndef CHARGED_PROVIDER_OUTCOME_H
 #define CHARGED_PROVIDER_OUTCOME_H
 
@@ -53,5 +54,31 @@ void provider_outcome_detail(const struct provider_result *res, char *buf, size_
  * request again itself, with the same key: the first try may have
  * executed, so it is recorded as a call of its own, outcome unknown. */
 struct provider_result provider_outcome_lost_answer(void);
+
+/* One object of a provider's list, as the auditor reads it. Every string
+ * is printable ASCII, bounded ("" when absent): a byte that is not is
+ * replaced by '?', so that one odd object never stops a page. */
+struct provider_listed {
+    char id[96];
+    char status[32];
+    long long amount;
+    char currency[8];
+    long long created;        /* unix s, the provider's clock */
+    int has_attempt_metadata; /* metadata[payment_attempt_id] is a non-empty string */
+    char payment_attempt_id[64];
+    char order_id[64];
+    char refund_id[64];      /* refunds: metadata[refund_id] */
+    char payment_intent[96]; /* refunds: the intent refunded */
+};
+
+#define PROVIDER_PAGE_MAX 100
+
+struct provider_page {
+    struct provider_listed items[PROVIDER_PAGE_MAX];
+    size_t n;
+    int has_more;
+};
+
+enum provider_list_of { PROVIDER_LIST_INTENTS = 0, PROVIDER_LIST_REFUNDS };
 
 #endif

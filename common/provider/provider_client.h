@@ -138,32 +138,6 @@ int provider_client_list_refunds(provider_client_t *pc, const char *payment_inte
                                  const char *refund_id, const char *starting_after,
                                  struct provider_result *res);
 
-/* One object of a provider's list, as the auditor reads it. Every string
- * is printable ASCII, bounded ("" when absent): a byte that is not is
- * replaced by '?', so that one odd object never stops a page. */
-struct provider_listed {
-    char id[96];
-    char status[32];
-    long long amount;
-    char currency[8];
-    long long created;        /* unix s, the provider's clock */
-    int has_attempt_metadata; /* metadata[payment_attempt_id] is a non-empty string */
-    char payment_attempt_id[64];
-    char order_id[64];
-    char refund_id[64];      /* refunds: metadata[refund_id] */
-    char payment_intent[96]; /* refunds: the intent refunded */
-};
-
-#define PROVIDER_PAGE_MAX 100
-
-struct provider_page {
-    struct provider_listed items[PROVIDER_PAGE_MAX];
-    size_t n;
-    int has_more;
-};
-
-enum provider_list_of { PROVIDER_LIST_INTENTS = 0, PROVIDER_LIST_REFUNDS };
-
 /* Blocking: one page of every intent (or refund) created in [created_gte,
  * created_lt) (unix s), newest first, 100 at most, after starting_after
  * (NULL or "": the first page). res->outcome is SUCCEEDED when *page holds

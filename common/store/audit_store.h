@@ -14,7 +14,7 @@
 #include <stddef.h>
 
 #include "audit_policy.h"
-#include "provider_client.h"
+#include "provider_outcome.h"
 #include "store.h"
 
 typedef struct audit_store audit_store_t;
