@@ -280,7 +280,8 @@ static int audit_run(PGconn *conn, const config_t *cfg, long long since,
                                 json_integer(res.fresh[k]));
         json_object_set_new(w, "new_findings", fresh);
         json_object_set(w, "finding_rows", rows);
-        ctl_print_json(stdout, w);
+        ctl_print_json(stdout, w); /* takes w */
+        w = NULL;
     } else {
         print_verdict(w);
         printf("\nfindings:\n");

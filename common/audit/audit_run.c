@@ -270,7 +270,12 @@ static int judge_ledger_row(struct audit_ctx *c, const struct audit_ledger_row *
     };
     struct audit_result r = audit_policy_ledger(&facts);
     if (r.outcome == AUDIT_PENDING) {
-        c->out->verdict.pending++;
+        /* Booked while the provider still settles it: looked at again
+         * until it succeeds (matched) or does not (booked_not_charged). */
+        const char *wait[1] = {l->object_id};
+        if (audit_store_pending(c->st, l->refund ? "refund" : "intent", NULL, 0, wait, 1,
+                                &err) != STORE_OK)
+            return store_failed(c, "pending ledger object", &err);
         return 0;
     }
     if (r.outcome != AUDIT_FINDING)
