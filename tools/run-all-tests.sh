@@ -30,9 +30,14 @@ export CHARGED_TEST_DATABASE_URL="postgresql://charged@127.0.0.1:$CHARGED_PG_POR
 export CHARGED_TEST_KAFKA="127.0.0.1:$CHARGED_KAFKA_PORT"
 export CHARGED_SOURCE_DIR=$repo
 
+# Tests that race nothing (unit, valgrind, build, format, cli, deploy: of
+# these only the image test uses the stack) run $jobs at a time; the rest,
+# which share the stack and wait on its timers, one at a time.
+alone='^(unit|valgrind|build|format|cli|deploy)$'
 status=0
 echo "== tests (build/)"
-(cd build && ctest --output-on-failure --timeout 900) || status=1
+(cd build && ctest --output-on-failure --timeout 900 -j"$jobs" -L "$alone") || status=1
+(cd build && ctest --output-on-failure --timeout 900 -LE "$alone") || status=1
 echo "== tests under ASan+UBSan (build-asan/)"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
@@ -40,5 +45,6 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # stretched (tests/e2e/charged_e2e.py; Check reads CK_TIMEOUT_MULTIPLIER).
 export CHARGED_TEST_TIMEOUT_SCALE=3
 export CK_TIMEOUT_MULTIPLIER=3
-(cd build-asan && ctest --output-on-failure --timeout 900) || status=1
+(cd build-asan && ctest --output-on-failure --timeout 900 -j"$jobs" -L "$alone") || status=1
+(cd build-asan && ctest --output-on-failure --timeout 900 -LE "$alone") || status=1
 exit $status

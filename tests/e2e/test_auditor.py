@@ -187,6 +187,9 @@ BULK_ORDER = "00000000-0000-4000-9000-%012d"
 
 
 def bulk_setup(s, n, at):
+    """n SUCCEEDED attempts with their ledger rows, and their n intents in
+    psp-sim, all made at `at`; analyzed, as autovacuum keeps a real
+    database."""
     s.psql(s.db, """
         INSERT INTO payment_attempts (id, order_id, idempotency_key, request_fingerprint,
             amount, currency, payment_method, status, provider_payment_id, created_at)
@@ -199,6 +202,8 @@ def bulk_setup(s, n, at):
             provider_payment_id, created_at)
         SELECT id, order_id, 'charge', amount, currency, provider_payment_id, to_timestamp(%d)
           FROM payment_attempts WHERE idempotency_key LIKE 'bulk-%%';
+        ANALYZE payment_attempts;
+        ANALYZE ledger_entries;
         """ % (at, n - 1, at))
     s.psp_put("/inject/intents", {
         "count": n, "id": "pi_bulk{n}", "amount": 1000, "currency": "usd",
