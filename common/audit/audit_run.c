@@ -202,7 +202,7 @@ static int walk(struct audit_ctx *c, enum provider_list_of what,
 {
     struct provider_page *page = malloc(sizeof(*page));
     struct provider_result res;
-    char after[96] = "";
+    char after[PROVIDER_ID_MAX] = "";
     int rc = -1;
     const char *noun = what == PROVIDER_LIST_REFUNDS ? "refund" : "intent";
     if (!page) {
@@ -363,7 +363,7 @@ int audit_run_window(provider_client_t *pc, audit_store_t *st, long long start,
 int audit_run_pending(provider_client_t *pc, audit_store_t *st, size_t max,
                       struct audit_run_result *out, char *errbuf, size_t errbuf_size)
 {
-    char(*ids)[96] = calloc(max ? max : 1, sizeof(*ids));
+    char(*ids)[PROVIDER_ID_MAX] = calloc(max ? max : 1, sizeof(*ids));
     int *is_refund = calloc(max ? max : 1, sizeof(*is_refund));
     struct audit_ctx c = {pc, st, 0, 0, out, errbuf, errbuf_size};
     struct store_error err;
