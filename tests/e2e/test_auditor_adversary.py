@@ -69,7 +69,56 @@ def long_provider_ids(new):
     check_eq(s.stop_auditor(au), 0, "the auditor's exit after SIGTERM")
 
 
-SCENARIOS = [long_provider_ids]
+def runaway_order(new):
+    """A broken integration's retry loop makes thousands of charges for one
+    order, each under its own attempt id: every one after the first is
+    charged_twice. The audit of that window must stay streaming-fast (the
+    contract: 100,000 intents within a bulk window), not cost a scan of the
+    order's every intent per intent, which never lets the watermark move."""
+    n = 6000
+    s = new("adv_runaway")
+    at = int(db_now(s)) - 20
+    order = str(uuid.uuid4())
+    inject(s, count=n, id="pi_run{n}", created=at, amount=500,
+           metadata={"payment_attempt_id": "00000000-0000-4000-8000-{n}", "order_id": order})
+    t0 = time.monotonic()
+    au = s.start_auditor(AUDITOR_FROM=at, **AUDITOR)
+    budget = 30
+    e2e.wait_until("the window of %d charges of one order audited" % n,
+                   lambda: watermark(s) > at + 1, budget)
+    took = time.monotonic() - t0
+    e2e.log("runaway: %d intents of one order audited in %.1fs" % (n, took))
+    got = s.query("SELECT kind, count(*) FROM audit_findings GROUP BY kind")
+    kinds = dict((k, int(c)) for k, c in got)
+    check_eq(sum(kinds.values()), n, "findings of the runaway order, one per intent")
+    check(kinds.get("charged_twice", 0) >= n - 1,
+          "charged_twice of the runaway order's %d intents: %s" % (n, kinds))
+    check_eq(s.stop_auditor(au), 0, "the auditor's exit after SIGTERM")
+
+
+def twins_across_pages(new):
+    """Two succeeded intents for one attempt, neither booked: charged_twice,
+    whatever else the window holds. The list is newest first, so when the
+    twins fall on two pages the newer one is judged before the older is
+    copied; the older one must still be seen as the second charge."""
+    s = new("adv_twins")
+    at = int(db_now(s)) - 20
+    attempt, order = str(uuid.uuid4()), str(uuid.uuid4())
+    md = {"payment_attempt_id": attempt, "order_id": order}
+    older = inject(s, created=at, amount=700, metadata=md)[0]
+    inject(s, count=99, id="pi_fill{n}", created=at, amount=1)
+    newer = inject(s, created=at + 1, amount=700, metadata=md)[0]
+    au = s.start_auditor(AUDITOR_FROM=at, **AUDITOR)
+    wait_watermark(s, at + 1)
+    got = {f["object"]: f["kind"] for f in findings(s) if f["object"] in (older, newer)}
+    e2e.log("twins: %s" % got)
+    check("charged_twice" in got.values(),
+          "two succeeded intents of attempt %s on two pages of one window: %s"
+          % (attempt, got))
+    check_eq(s.stop_auditor(au), 0, "the auditor's exit after SIGTERM")
+
+
+SCENARIOS = [long_provider_ids, twins_across_pages, runaway_order]
 
 
 def scenario(new):
