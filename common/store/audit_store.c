@@ -110,8 +110,11 @@ static const char *SQL_COPY_INTENTS =
 
 /* For each intent: the charge booked on it; the attempt its metadata
  * names, and that attempt's booked charge; another SUCCEEDED attempt of
- * its order; an earlier succeeded intent of the same attempt or order in
- * the copy. Each look-up is one index probe. */
+ * its order; another succeeded intent of the same attempt or order in the
+ * copy, the oldest. Not only an earlier one: the list is newest first, so
+ * a twin on a later page of the window is copied after this one is
+ * judged, and that twin has only a later one. Each look-up is one index
+ * probe (0008's indexes are in the ORDER BY's order). */
 static const char *SQL_INTENT_FACTS =
     "SELECT p.i, l.payment_attempt_id IS NOT NULL, coalesce(l.amount, 0),"
     "  coalesce(l.currency, ''), coalesce(l.payment_attempt_id::text, ''),"
@@ -129,10 +132,10 @@ static const char *SQL_INTENT_FACTS =
     "     AND a2.status = 'SUCCEEDED' AND a2.provider_payment_id <> p.id LIMIT 1) o ON true"
     " LEFT JOIN LATERAL (SELECT t.id FROM audit_intents t"
     "   WHERE t.status = 'succeeded' AND t.payment_attempt_id = m.payment_attempt_id"
-    "     AND (t.created, t.id) < (m.created, m.id) ORDER BY t.created, t.id LIMIT 1) tw ON true"
+    "     AND t.id <> m.id ORDER BY t.created, t.id LIMIT 1) tw ON true"
     " LEFT JOIN LATERAL (SELECT t.id FROM audit_intents t"
     "   WHERE t.status = 'succeeded' AND t.order_id = m.order_id"
-    "     AND (t.created, t.id) < (m.created, m.id) ORDER BY t.created, t.id LIMIT 1) two ON true"
+    "     AND t.id <> m.id ORDER BY t.created, t.id LIMIT 1) two ON true"
     " ORDER BY p.i";
 
 static const char *SQL_COPY_REFUNDS =
