@@ -6,6 +6,7 @@ break of the audit's promise (a window never audited, a double charge not
 paged, a finding an operator cannot act on).
 
 Scenarios can be run alone: test_auditor_adversary.py long_provider_ids"""
+import json
 import sys
 import time
 import uuid
@@ -118,7 +119,39 @@ def twins_across_pages(new):
     check_eq(s.stop_auditor(au), 0, "the auditor's exit after SIGTERM")
 
 
-SCENARIOS = [long_provider_ids, twins_across_pages, runaway_order]
+def on_demand_first(new):
+    """An operator's `chargectl audit run` finds a charge first; the
+    scheduled audit of that window then finds it again. The window's
+    verdict counts it, so `chargectl audit show` of that window must list
+    it (the ids to act on), and the auditor's finding counter, which the
+    page is made of, must count it: a finding is not less of a double
+    charge for having been seen once by hand."""
+    s = new("adv_ondemand")
+    at = int(db_now(s)) - 20
+    stray = inject(s, created=at, amount=990,
+                   metadata={"payment_attempt_id": str(uuid.uuid4())})[0]
+    rc, out, err = s.audit("run", "--since", "%ds" % (int(db_now(s)) - at + 2), "--json")
+    check_eq(rc, 1, "chargectl audit run over the stray charge (%s)" % err)
+    au = s.start_auditor(AUDITOR_FROM=at, **AUDITOR)
+    wait_watermark(s, at + 1)
+    wid, found = s.query("SELECT id, findings->>'charged_unbooked' FROM audit_windows"
+                         " WHERE scheduled AND window_start <= to_timestamp(%d)"
+                         " AND window_end > to_timestamp(%d)" % (at, at))[0]
+    check_eq(found, "1", "charged_unbooked in the scheduled verdict")
+    problems = []
+    rc, out, _ = s.audit("show", wid, "--json")
+    rows = json.loads(out)["finding_rows"] if rc == 0 else None
+    if not rows or stray not in [r["object_id"] for r in rows]:
+        problems.append("audit show %s (charged_unbooked=1) lists %r" % (wid, rows))
+    m = s.admin_metrics(au)
+    if m.get('charged_audit_findings_total{kind="charged_unbooked"}', 0) < 1:
+        problems.append("the auditor's counter of charged_unbooked: %s" % {
+            k: v for k, v in m.items() if k.startswith("charged_audit_findings")})
+    check(not problems, "; ".join(problems))
+    check_eq(s.stop_auditor(au), 0, "the auditor's exit after SIGTERM")
+
+
+SCENARIOS = [on_demand_first, long_provider_ids, twins_across_pages, runaway_order]
 
 
 def scenario(new):
