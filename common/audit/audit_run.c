@@ -33,14 +33,18 @@ static long long or_none(int known, long long v)
     return known ? v : -1;
 }
 
-/* Records f, counts it as observed and, when new, as fresh (logged: a
- * person acts on each). */
-static int record(struct audit_ctx *c, struct audit_finding *f)
+/* Records f, the object of second `at`, counts it as observed and, when
+ * new, as fresh (logged: a person acts on each). It is recorded under
+ * that second, not under this audit's window: the first audit to find it
+ * may be an on-demand one over a day, and the scheduled window that holds
+ * the object must still show it. */
+static int record(struct audit_ctx *c, struct audit_finding *f, long long at)
 {
     struct store_error err;
     int fresh = 0;
-    f->window_start = c->start;
-    f->window_end = c->end;
+    int inside = at >= c->start && at < c->end;
+    f->window_start = inside ? at : c->start;
+    f->window_end = inside ? at + 1 : c->end;
     if (audit_store_add_finding(c->st, f, &fresh, &err) != STORE_OK)
         return store_failed(c, "record finding", &err);
     c->out->verdict.findings[f->kind]++;
@@ -105,7 +109,7 @@ static int judge_intents(struct audit_ctx *c, const struct provider_listed *item
             .ledger_currency = booked ? row->booked_currency : "",
             .detail = res.detail,
         };
-        if (record(c, &f) != 0)
+        if (record(c, &f, it->created) != 0)
             goto out;
     }
     if (audit_store_pending(c->st, "intent", j.done, j.ndone, j.wait, j.nwait, &err) !=
@@ -155,7 +159,7 @@ static int judge_refunds(struct audit_ctx *c, const struct provider_listed *item
                 .ledger_amount = or_none(row->facts.booked, row->facts.booked_amount),
                 .detail = res.detail,
             };
-            if (record(c, &f) != 0)
+            if (record(c, &f, it->created) != 0)
                 goto out;
         }
         /* Whatever this refund is, the charge's refunds must fit in it:
@@ -174,7 +178,7 @@ static int judge_refunds(struct audit_ctx *c, const struct provider_listed *item
                 .ledger_amount = row->charge_amount,
                 .detail = "succeeded refunds add up past the charge",
             };
-            if (record(c, &f) != 0)
+            if (record(c, &f, it->created) != 0)
                 goto out;
         }
     }
@@ -288,7 +292,7 @@ static int judge_ledger_row(struct audit_ctx *c, const struct audit_ledger_row *
         .ledger_currency = l->currency,
         .detail = r.detail,
     };
-    return record(c, &f);
+    return record(c, &f, l->created);
 }
 
 static int ledger_side(struct audit_ctx *c, const struct audit_run_hooks *hooks)

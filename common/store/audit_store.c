@@ -174,7 +174,7 @@ static const char *SQL_LEDGER_UNMATCHED =
     "SELECT l.id, l.kind = 'refund',"
     "  CASE l.kind WHEN 'refund' THEN l.provider_refund_id ELSE l.provider_payment_id END,"
     "  l.amount, l.currency, l.payment_attempt_id::text, l.order_id::text,"
-    "  coalesce(l.refund_id::text, '')"
+    "  coalesce(l.refund_id::text, ''), floor(extract(epoch FROM l.created_at))::bigint"
     " FROM ledger_entries l"
     " LEFT JOIN audit_intents m ON l.kind = 'charge' AND m.id = l.provider_payment_id"
     " LEFT JOIN audit_refunds mr ON l.kind = 'refund' AND mr.id = l.provider_refund_id"
@@ -436,6 +436,7 @@ enum store_rc audit_store_ledger_unmatched(audit_store_t *st, long long start,
         stmt_col_copy(r, row, 5, o->payment_attempt_id, sizeof(o->payment_attempt_id));
         stmt_col_copy(r, row, 6, o->order_id, sizeof(o->order_id));
         stmt_col_copy(r, row, 7, o->refund_id, sizeof(o->refund_id));
+        o->created = stmt_col_int(r, row, 8);
         (*n)++;
     }
     PQclear(r);

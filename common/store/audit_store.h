@@ -95,6 +95,7 @@ struct audit_ledger_row {
     char payment_attempt_id[40];
     char order_id[40];
     char refund_id[40];
+    long long created; /* the second it was booked, unix s */
 };
 /* Up to max rows booked in [start, end) with id > after_id, in id order,
  * whose object is not in the copy as succeeded with the same amount and
@@ -112,7 +113,10 @@ struct audit_finding {
     long long provider_amount, ledger_amount; /* < 0: none */
     const char *provider_currency, *ledger_currency;
     const char *detail;
-    long long window_start, window_end; /* the audit's window, unix s */
+    /* The second of the object (its creation at the provider, or its
+     * booking), so that every audit whose window holds the object finds
+     * the finding inside it: [s, s + 1), unix s. */
+    long long window_start, window_end;
 };
 /* Records it unless already recorded: *fresh says which. */
 enum store_rc audit_store_add_finding(audit_store_t *st, const struct audit_finding *f,
