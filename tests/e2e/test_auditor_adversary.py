@@ -151,7 +151,44 @@ def on_demand_first(new):
     check_eq(s.stop_auditor(au), 0, "the auditor's exit after SIGTERM")
 
 
-SCENARIOS = [on_demand_first, long_provider_ids, twins_across_pages, runaway_order]
+def paid_order(s, at, amount=1000):
+    """A SUCCEEDED attempt booked on an intent psp-sim holds, made at `at`:
+    (attempt id, order id, intent id)."""
+    attempt, order = str(uuid.uuid4()), str(uuid.uuid4())
+    pi = inject(s, created=at, amount=amount,
+                metadata={"payment_attempt_id": attempt, "order_id": order})[0]
+    s.psql(s.db, """
+        INSERT INTO payment_attempts (id, order_id, idempotency_key, request_fingerprint,
+            amount, currency, payment_method, status, provider_payment_id, created_at)
+        VALUES ('%s', '%s', 'adv-%s', 'fp', %d, 'USD', 'pm_card_visa', 'SUCCEEDED', '%s',
+            to_timestamp(%d));
+        INSERT INTO ledger_entries (payment_attempt_id, order_id, kind, amount, currency,
+            provider_payment_id, created_at)
+        VALUES ('%s', '%s', 'charge', %d, 'USD', '%s', to_timestamp(%d));
+        """ % (attempt, order, attempt, amount, pi, at, attempt, order, amount, pi, at))
+    return attempt, order, pi
+
+
+def second_charge_by_order_only(new):
+    """A second succeeded intent for an order already paid, whose metadata
+    names the order but no attempt (an integration that tags charges with
+    the order alone, or a dashboard charge copied from the order): that is
+    the promise broken, charged_twice, which pages, not unknown_intent,
+    which only opens a ticket."""
+    s = new("adv_orderonly")
+    at = int(db_now(s)) - 20
+    attempt, order, pi = paid_order(s, at)
+    second = inject(s, created=at + 1, amount=1000, metadata={"order_id": order})[0]
+    au = s.start_auditor(AUDITOR_FROM=at, **AUDITOR)
+    wait_watermark(s, at + 1)
+    got = {f["object"]: (f["kind"], f["other"]) for f in findings(s)}
+    check_eq(got.get(pi), None, "findings of the booked intent")
+    check_eq(got.get(second), ("charged_twice", pi),
+             "the second charge of order %s (kind, other)" % order)
+    check_eq(s.stop_auditor(au), 0, "the auditor's exit after SIGTERM")
+
+
+SCENARIOS = [second_charge_by_order_only, on_demand_first, long_provider_ids, twins_across_pages, runaway_order]
 
 
 def scenario(new):
