@@ -188,7 +188,54 @@ def second_charge_by_order_only(new):
     check_eq(s.stop_auditor(au), 0, "the auditor's exit after SIGTERM")
 
 
-SCENARIOS = [second_charge_by_order_only, on_demand_first, long_provider_ids, twins_across_pages, runaway_order]
+def stuck_cursor(new):
+    """A provider (or a proxy in front of it) that ignores starting_after
+    answers the same page with has_more true forever. The audit must not
+    walk it forever, counting the same objects as if new and never reaching
+    another window: a cursor that does not move is no evidence."""
+    import http.server
+    import threading
+    s = new("adv_cursor")
+    at = int(db_now(s)) - 20
+
+    class Stuck(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            page = {"object": "list", "has_more": "payment_intents" in self.path,
+                    "data": [{"id": "pi_stuck", "object": "payment_intent",
+                              "status": "canceled", "amount": 1, "currency": "usd",
+                              "created": at, "metadata": {}}]
+                    if "payment_intents" in self.path else []}
+            body = json.dumps(page).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stuck)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        au = s.start_auditor(AUDITOR_FROM=at, PROVIDER_BASE_URL="http://127.0.0.1:%d"
+                             % srv.server_address[1], **AUDITOR)
+
+        def gave_up():
+            return "window not audited" in open("%s/%s.log" % (s.dir, au)).read()
+        try:
+            e2e.wait_until("the auditor gives the stuck list up", gave_up, 15)
+        except e2e.Failure:
+            m = s.admin_metrics(au)
+            check(False, "the list's cursor never moves, yet the auditor walks on: %s"
+                  " objects audited, watermark %d"
+                  % (m.get('charged_audit_objects_total{object="intent"}'), watermark(s)))
+        check_eq(watermark(s), 0, "windows recorded on a stuck list")
+        check_eq(s.stop_auditor(au), 0, "the auditor's exit after SIGTERM")
+    finally:
+        srv.shutdown()
+
+
+SCENARIOS = [stuck_cursor, second_charge_by_order_only, on_demand_first, long_provider_ids, twins_across_pages, runaway_order]
 
 
 def scenario(new):
