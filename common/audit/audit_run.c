@@ -207,6 +207,7 @@ static int walk(struct audit_ctx *c, enum provider_list_of what,
     struct provider_page *page = malloc(sizeof(*page));
     struct provider_result res;
     char after[PROVIDER_ID_MAX] = "";
+    long long after_created = 0;
     int rc = -1;
     const char *noun = what == PROVIDER_LIST_REFUNDS ? "refund" : "intent";
     if (!page) {
@@ -224,6 +225,18 @@ static int walk(struct audit_ctx *c, enum provider_list_of what,
                 c, what == PROVIDER_LIST_REFUNDS ? "refund list" : "intent list", &res);
             goto out;
         }
+        /* A page after the cursor that holds the cursor's own object did
+         * not move on (a provider or proxy that ignores starting_after),
+         * nor did one with an object newer than it (the list is newest
+         * first): walking on would count the same objects forever. */
+        for (size_t i = 0; *after && i < page->n; i++)
+            if (!strcmp(page->items[i].id, after) ||
+                page->items[i].created > after_created) {
+                snprintf(c->errbuf, c->errbuf_size,
+                         "%s list: no evidence (the page after %s is not older than it)",
+                         noun, after);
+                goto out;
+            }
         if ((what == PROVIDER_LIST_REFUNDS ? judge_refunds : judge_intents)(
                 c, page->items, page->n) != 0)
             goto out;
@@ -234,6 +247,7 @@ static int walk(struct audit_ctx *c, enum provider_list_of what,
         if (!page->has_more)
             break;
         snprintf(after, sizeof(after), "%s", page->items[page->n - 1].id);
+        after_created = page->items[page->n - 1].created;
     }
     rc = 0;
 out:
