@@ -235,7 +235,52 @@ def stuck_cursor(new):
         srv.shutdown()
 
 
-SCENARIOS = [stuck_cursor, second_charge_by_order_only, on_demand_first, long_provider_ids, twins_across_pages, runaway_order]
+def legit_flows(new):
+    """What charged does on its own must audit clean: a charge that stays
+    processing until the reconciler settles it, an order declined and then
+    paid by a second attempt, a refund pending at the provider before it
+    succeeds, two partial refunds that add up to the charge, a full refund.
+    The auditor runs throughout, so it sees the unsettled states first; no
+    finding, and nothing left pending once all has settled."""
+    s = new("adv_legit", psp_args=["--processing-settle-ms", "4000",
+                                    "--refund-settle-ms", "4000"])
+    t0 = int(db_now(s)) - 1
+    s.start_worker()
+    s.start_reconciler()
+    au = s.start_auditor(AUDITOR_FROM=t0, **AUDITOR)
+    order = str(uuid.uuid4())
+    declined = e2e.new_command(order_id=order, payment_method="pm_card_chargeDeclined")
+    processing = e2e.new_command(payment_method="pm_card_processing")
+    pend = e2e.new_command(payment_method="pm_card_refundPending", amount=5000)
+    parts = e2e.new_command(amount=1000)
+    whole = e2e.new_command(amount=777)
+    s.publish([declined, processing, pend, parts, whole])
+    s.wait_settled(5, timeout=e2e.scaled(90))
+    retry = e2e.new_command(order_id=order)
+    s.publish([retry])
+    s.wait_settled(6, timeout=e2e.scaled(60))
+    refunds = [e2e.new_refund(pend, 5000), e2e.new_refund(parts, 400),
+               e2e.new_refund(parts, 600), e2e.new_refund(whole, 777)]
+    s.publish(refunds)
+    e2e.wait_until("refunds settled", lambda: int(s.query(
+        "SELECT count(*) FROM refund_attempts WHERE status = 'SUCCEEDED'")[0][0]) == 4,
+        e2e.scaled(90))
+    t1 = int(db_now(s)) + 1
+    wait_watermark(s, t1, timeout=e2e.scaled(60))
+    e2e.wait_until("nothing pending", lambda: s.query(
+        "SELECT count(*) FROM audit_pending")[0][0] == "0", e2e.scaled(60))
+    check_eq(findings(s), [], "findings of charged's own flows")
+    tot = s.audit_totals()
+    psp = s.psp_get("/ledger")
+    check_eq((tot["intents"], tot["refunds"]),
+             (psp["counters"]["intents"], psp["counters"]["refund_objects"]),
+             "intents and refunds audited against psp-sim's")
+    check_eq(tot["ledger_rows"], int(s.query("SELECT count(*) FROM ledger_entries")[0][0]),
+             "ledger rows audited")
+    check_eq(s.stop_auditor(au), 0, "the auditor's exit after SIGTERM")
+
+
+SCENARIOS = [legit_flows, stuck_cursor, second_charge_by_order_only, on_demand_first, long_provider_ids, twins_across_pages, runaway_order]
 
 
 def scenario(new):
