@@ -33,14 +33,18 @@ static long long or_none(int known, long long v)
     return known ? v : -1;
 }
 
-/* Records f, counts it as observed and, when new, as fresh (logged: a
- * person acts on each). */
-static int record(struct audit_ctx *c, struct audit_finding *f)
+/* Records f, the object of second `at`, counts it as observed and, when
+ * new, as fresh (logged: a person acts on each). It is recorded under
+ * that second, not under this audit's window: the first audit to find it
+ * may be an on-demand one over a day, and the scheduled window that holds
+ * the object must still show it. */
+static int record(struct audit_ctx *c, struct audit_finding *f, long long at)
 {
     struct store_error err;
     int fresh = 0;
-    f->window_start = c->start;
-    f->window_end = c->end;
+    int inside = at >= c->start && at < c->end;
+    f->window_start = inside ? at : c->start;
+    f->window_end = inside ? at + 1 : c->end;
     if (audit_store_add_finding(c->st, f, &fresh, &err) != STORE_OK)
         return store_failed(c, "record finding", &err);
     c->out->verdict.findings[f->kind]++;
@@ -104,7 +108,7 @@ static int judge_intents(struct audit_ctx *c, const struct provider_listed *item
             .ledger_currency = booked ? row->booked_currency : "",
             .detail = res.detail,
         };
-        if (record(c, &f) != 0)
+        if (record(c, &f, it->created) != 0)
             goto out;
     }
     if (audit_store_pending(c->st, "intent", j.done, j.ndone, j.wait, j.nwait, &err) !=
@@ -154,7 +158,7 @@ static int judge_refunds(struct audit_ctx *c, const struct provider_listed *item
                 .ledger_amount = or_none(row->facts.booked, row->facts.booked_amount),
                 .detail = res.detail,
             };
-            if (record(c, &f) != 0)
+            if (record(c, &f, it->created) != 0)
                 goto out;
         }
         /* Whatever this refund is, the charge's refunds must fit in it:
@@ -173,7 +177,7 @@ static int judge_refunds(struct audit_ctx *c, const struct provider_listed *item
                 .ledger_amount = row->charge_amount,
                 .detail = "succeeded refunds add up past the charge",
             };
-            if (record(c, &f) != 0)
+            if (record(c, &f, it->created) != 0)
                 goto out;
         }
     }
@@ -201,7 +205,8 @@ static int walk(struct audit_ctx *c, enum provider_list_of what,
 {
     struct provider_page *page = malloc(sizeof(*page));
     struct provider_result res;
-    char after[96] = "";
+    char after[PROVIDER_ID_MAX] = "";
+    long long after_created = 0;
     int rc = -1;
     const char *noun = what == PROVIDER_LIST_REFUNDS ? "refund" : "intent";
     if (!page) {
@@ -219,6 +224,18 @@ static int walk(struct audit_ctx *c, enum provider_list_of what,
                 c, what == PROVIDER_LIST_REFUNDS ? "refund list" : "intent list", &res);
             goto out;
         }
+        /* A page after the cursor that holds the cursor's own object did
+         * not move on (a provider or proxy that ignores starting_after),
+         * nor did one with an object newer than it (the list is newest
+         * first): walking on would count the same objects forever. */
+        for (size_t i = 0; *after && i < page->n; i++)
+            if (!strcmp(page->items[i].id, after) ||
+                page->items[i].created > after_created) {
+                snprintf(c->errbuf, c->errbuf_size,
+                         "%s list: no evidence (the page after %s is not older than it)",
+                         noun, after);
+                goto out;
+            }
         if ((what == PROVIDER_LIST_REFUNDS ? judge_refunds : judge_intents)(
                 c, page->items, page->n) != 0)
             goto out;
@@ -229,6 +246,7 @@ static int walk(struct audit_ctx *c, enum provider_list_of what,
         if (!page->has_more)
             break;
         snprintf(after, sizeof(after), "%s", page->items[page->n - 1].id);
+        after_created = page->items[page->n - 1].created;
     }
     rc = 0;
 out:
@@ -292,7 +310,7 @@ static int judge_ledger_row(struct audit_ctx *c, const struct audit_ledger_row *
         .ledger_currency = l->currency,
         .detail = r.detail,
     };
-    return record(c, &f);
+    return record(c, &f, l->created);
 }
 
 static int ledger_side(struct audit_ctx *c, const struct audit_run_hooks *hooks)
@@ -372,7 +390,7 @@ int audit_run_pending(provider_client_t *pc, audit_store_t *st, size_t max,
                       const struct audit_run_hooks *hooks, struct audit_run_result *out,
                       char *errbuf, size_t errbuf_size)
 {
-    char(*ids)[96] = calloc(max ? max : 1, sizeof(*ids));
+    char(*ids)[PROVIDER_ID_MAX] = calloc(max ? max : 1, sizeof(*ids));
     int *is_refund = calloc(max ? max : 1, sizeof(*is_refund));
     struct audit_ctx c = {pc, st, 0, 0, out, errbuf, errbuf_size};
     struct store_error err;

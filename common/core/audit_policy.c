@@ -62,9 +62,16 @@ static int attempt_unsettled(const char *status)
 struct audit_result audit_policy_intent(const struct audit_intent_facts *f)
 {
     int succeeded = !strcmp(f->status, "succeeded");
-    /* Not ours at all: whatever its status, someone made it outside charged. */
-    if (!f->has_attempt_metadata && !f->booked)
+    if (!f->has_attempt_metadata && !f->booked) {
+        /* No attempt named, but an order of ours already paid is: a second
+         * charge of it, whoever made it. */
+        if (succeeded && f->order_booked_other)
+            return finding(AUDIT_CHARGED_TWICE,
+                           "second succeeded intent for an order already paid");
+        /* Not ours at all: whatever its status, someone made it outside
+         * charged. */
         return finding(AUDIT_UNKNOWN_INTENT, "intent without charged metadata");
+    }
     if (f->booked) {
         if (!succeeded) {
             /* Money may still move: the ledger side judges it once it

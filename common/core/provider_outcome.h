@@ -58,8 +58,12 @@ struct provider_result provider_outcome_lost_answer(void);
 /* One object of a provider's list, as the auditor reads it. Every string
  * is printable ASCII, bounded ("" when absent): a byte that is not is
  * replaced by '?', so that one odd object never stops a page. */
+/* Stripe's object ids are up to 255 characters: one cut short names
+ * another object, or none (a list cursor the provider refuses). */
+#define PROVIDER_ID_MAX 256
+
 struct provider_listed {
-    char id[96];
+    char id[PROVIDER_ID_MAX];
     char status[32];
     long long amount;
     char currency[8];
@@ -67,8 +71,8 @@ struct provider_listed {
     int has_attempt_metadata; /* metadata[payment_attempt_id] is a non-empty string */
     char payment_attempt_id[64];
     char order_id[64];
-    char refund_id[64];      /* refunds: metadata[refund_id] */
-    char payment_intent[96]; /* refunds: the intent refunded */
+    char refund_id[64];                   /* refunds: metadata[refund_id] */
+    char payment_intent[PROVIDER_ID_MAX]; /* refunds: the intent refunded */
 };
 
 #define PROVIDER_PAGE_MAX 100

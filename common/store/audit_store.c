@@ -110,8 +110,11 @@ static const char *SQL_COPY_INTENTS =
 
 /* For each intent: the charge booked on it; the attempt its metadata
  * names, and that attempt's booked charge; another SUCCEEDED attempt of
- * its order; an earlier succeeded intent of the same attempt or order in
- * the copy. Each look-up is one index probe. */
+ * its order; another succeeded intent of the same attempt or order in the
+ * copy, the oldest. Not only an earlier one: the list is newest first, so
+ * a twin on a later page of the window is copied after this one is
+ * judged, and that twin has only a later one. Each look-up is one index
+ * probe (0008's indexes are in the ORDER BY's order). */
 static const char *SQL_INTENT_FACTS =
     "SELECT p.i, l.payment_attempt_id IS NOT NULL, coalesce(l.amount, 0),"
     "  coalesce(l.currency, ''), coalesce(l.payment_attempt_id::text, ''),"
@@ -129,10 +132,10 @@ static const char *SQL_INTENT_FACTS =
     "     AND a2.status = 'SUCCEEDED' AND a2.provider_payment_id <> p.id LIMIT 1) o ON true"
     " LEFT JOIN LATERAL (SELECT t.id FROM audit_intents t"
     "   WHERE t.status = 'succeeded' AND t.payment_attempt_id = m.payment_attempt_id"
-    "     AND (t.created, t.id) < (m.created, m.id) ORDER BY t.created, t.id LIMIT 1) tw ON true"
+    "     AND t.id <> m.id ORDER BY t.created, t.id LIMIT 1) tw ON true"
     " LEFT JOIN LATERAL (SELECT t.id FROM audit_intents t"
     "   WHERE t.status = 'succeeded' AND t.order_id = m.order_id"
-    "     AND (t.created, t.id) < (m.created, m.id) ORDER BY t.created, t.id LIMIT 1) two ON true"
+    "     AND t.id <> m.id ORDER BY t.created, t.id LIMIT 1) two ON true"
     " ORDER BY p.i";
 
 static const char *SQL_COPY_REFUNDS =
@@ -171,7 +174,7 @@ static const char *SQL_LEDGER_UNMATCHED =
     "SELECT l.id, l.kind = 'refund',"
     "  CASE l.kind WHEN 'refund' THEN l.provider_refund_id ELSE l.provider_payment_id END,"
     "  l.amount, l.currency, l.payment_attempt_id::text, l.order_id::text,"
-    "  coalesce(l.refund_id::text, '')"
+    "  coalesce(l.refund_id::text, ''), floor(extract(epoch FROM l.created_at))::bigint"
     " FROM ledger_entries l"
     " LEFT JOIN audit_intents m ON l.kind = 'charge' AND m.id = l.provider_payment_id"
     " LEFT JOIN audit_refunds mr ON l.kind = 'refund' AND mr.id = l.provider_refund_id"
@@ -436,6 +439,7 @@ enum store_rc audit_store_ledger_unmatched(audit_store_t *st, long long start,
         stmt_col_copy(r, row, 5, o->payment_attempt_id, sizeof(o->payment_attempt_id));
         stmt_col_copy(r, row, 6, o->order_id, sizeof(o->order_id));
         stmt_col_copy(r, row, 7, o->refund_id, sizeof(o->refund_id));
+        o->created = stmt_col_int(r, row, 8);
         (*n)++;
     }
     PQclear(r);
@@ -491,7 +495,7 @@ enum store_rc audit_store_pending(audit_store_t *st, const char *kind,
     return run(st, &s, SQL_PENDING, NULL, err);
 }
 
-enum store_rc audit_store_pending_due(audit_store_t *st, size_t max, char (*ids)[96],
+enum store_rc audit_store_pending_due(audit_store_t *st, size_t max, char (*ids)[PROVIDER_ID_MAX],
                                       int *is_refund, size_t *n,
                                       struct store_error *err)
 {

@@ -53,7 +53,7 @@ struct audit_intent_row {
     char attempt_status[24];
     char booked_currency[8];
     char booked_attempt[40]; /* the ledger row's attempt */
-    char other_object[96];   /* the other charge: booked for the attempt or order,
+    char other_object[PROVIDER_ID_MAX];   /* the other charge: booked for the attempt or order,
                                 or the earlier twin */
 };
 
@@ -89,12 +89,13 @@ enum store_rc audit_store_ledger_count(audit_store_t *st, long long start,
 struct audit_ledger_row {
     long long id;
     int refund;         /* a refund row (else a charge) */
-    char object_id[96]; /* the provider's pi_ or re_ */
+    char object_id[PROVIDER_ID_MAX]; /* the provider's pi_ or re_ */
     long long amount;
     char currency[8];
     char payment_attempt_id[40];
     char order_id[40];
     char refund_id[40];
+    long long created; /* the second it was booked, unix s */
 };
 /* Up to max rows booked in [start, end) with id > after_id, in id order,
  * whose object is not in the copy as succeeded with the same amount and
@@ -112,7 +113,10 @@ struct audit_finding {
     long long provider_amount, ledger_amount; /* < 0: none */
     const char *provider_currency, *ledger_currency;
     const char *detail;
-    long long window_start, window_end; /* the audit's window, unix s */
+    /* The second of the object (its creation at the provider, or its
+     * booking), so that every audit whose window holds the object finds
+     * the finding inside it: [s, s + 1), unix s. */
+    long long window_start, window_end;
 };
 /* Records it unless already recorded: *fresh says which. */
 enum store_rc audit_store_add_finding(audit_store_t *st, const struct audit_finding *f,
@@ -126,7 +130,7 @@ enum store_rc audit_store_pending(audit_store_t *st, const char *kind,
                                   struct store_error *err);
 /* Up to max pending objects, the longest unchecked first, marked checked:
  * ids[i] and kinds[i] ("intent" / "refund"), *n how many. */
-enum store_rc audit_store_pending_due(audit_store_t *st, size_t max, char (*ids)[96],
+enum store_rc audit_store_pending_due(audit_store_t *st, size_t max, char (*ids)[PROVIDER_ID_MAX],
                                       int *is_refund, size_t *n,
                                       struct store_error *err);
 enum store_rc audit_store_pending_count(audit_store_t *st, long long *count,
