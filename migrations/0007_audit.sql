@@ -70,6 +70,7 @@ CREATE TABLE audit_pending (
     first_seen_at       timestamptz NOT NULL DEFAULT now(),
     checked_at          timestamptz NOT NULL DEFAULT now()
 );
+CREATE INDEX audit_pending_checked ON audit_pending (checked_at);
 
 -- One verdict per audited window. Scheduled windows follow the watermark
 -- and tile time without gap or overlap: UNIQUE on their start, so two

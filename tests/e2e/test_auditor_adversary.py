@@ -242,11 +242,13 @@ def legit_flows(new):
     succeeds, two partial refunds that add up to the charge, a full refund.
     The auditor runs throughout, so it sees the unsettled states first; no
     finding, and nothing left pending once all has settled."""
-    s = new("adv_legit", psp_args=["--processing-settle-ms", "4000",
-                                    "--refund-settle-ms", "4000"])
+    # A reconciler that looks at once, so that the wait is the provider's.
+    s = new("adv_legit", psp_args=["--processing-settle-ms", "2000",
+                                    "--refund-settle-ms", "2000"],
+            worker_env={"RECONCILER_FIRST_LOOK_MS": "0"})
     t0 = int(db_now(s)) - 1
     s.start_worker()
-    s.start_reconciler()
+    s.start_reconciler(RECONCILER_POLL_MS=100, RECONCILER_SCHEDULE_MS=200)
     au = s.start_auditor(AUDITOR_FROM=t0, **AUDITOR)
     order = str(uuid.uuid4())
     declined = e2e.new_command(order_id=order, payment_method="pm_card_chargeDeclined")
