@@ -231,9 +231,10 @@ static int walk(struct audit_ctx *c, enum provider_list_of what,
         for (size_t i = 0; *after && i < page->n; i++)
             if (!strcmp(page->items[i].id, after) ||
                 page->items[i].created > after_created) {
-                snprintf(c->errbuf, c->errbuf_size,
-                         "%s list: no evidence (the page after %s is not older than it)",
-                         noun, after);
+                snprintf(
+                    c->errbuf, c->errbuf_size,
+                    "%s list: no evidence (the page after %s is not older than it)",
+                    noun, after);
                 goto out;
             }
         if ((what == PROVIDER_LIST_REFUNDS ? judge_refunds : judge_intents)(
@@ -291,8 +292,8 @@ static int judge_ledger_row(struct audit_ctx *c, const struct audit_ledger_row *
         /* Booked while the provider still settles it: looked at again
          * until it succeeds (matched) or does not (booked_not_charged). */
         const char *wait[1] = {l->object_id};
-        if (audit_store_pending(c->st, l->refund ? "refund" : "intent", NULL, 0, wait, 1,
-                                &err) != STORE_OK)
+        if (audit_store_pending(c->st, l->refund ? "refund" : "intent", NULL, 0, wait,
+                                1, &err) != STORE_OK)
             return store_failed(c, "pending ledger object", &err);
         return 0;
     }
