@@ -495,9 +495,9 @@ enum store_rc audit_store_pending(audit_store_t *st, const char *kind,
     return run(st, &s, SQL_PENDING, NULL, err);
 }
 
-enum store_rc audit_store_pending_due(audit_store_t *st, size_t max, char (*ids)[PROVIDER_ID_MAX],
-                                      int *is_refund, size_t *n,
-                                      struct store_error *err)
+enum store_rc audit_store_pending_due(audit_store_t *st, size_t max,
+                                      char (*ids)[PROVIDER_ID_MAX], int *is_refund,
+                                      size_t *n, struct store_error *err)
 {
     struct stmt s = {0};
     PGresult *r;

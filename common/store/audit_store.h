@@ -52,9 +52,9 @@ struct audit_intent_row {
     struct audit_intent_facts facts; /* points into this row and the listed item */
     char attempt_status[24];
     char booked_currency[8];
-    char booked_attempt[40]; /* the ledger row's attempt */
-    char other_object[PROVIDER_ID_MAX];   /* the other charge: booked for the attempt or order,
-                                or the earlier twin */
+    char booked_attempt[40];            /* the ledger row's attempt */
+    char other_object[PROVIDER_ID_MAX]; /* the other charge: booked for the attempt or
+                              order, or the earlier twin */
 };
 
 /* Copies the page into audit_intents (the provider's word, refreshed) and
@@ -88,7 +88,7 @@ enum store_rc audit_store_ledger_count(audit_store_t *st, long long start,
 /* A ledger row the provider's books, as copied so far, do not confirm. */
 struct audit_ledger_row {
     long long id;
-    int refund;         /* a refund row (else a charge) */
+    int refund;                      /* a refund row (else a charge) */
     char object_id[PROVIDER_ID_MAX]; /* the provider's pi_ or re_ */
     long long amount;
     char currency[8];
@@ -130,9 +130,9 @@ enum store_rc audit_store_pending(audit_store_t *st, const char *kind,
                                   struct store_error *err);
 /* Up to max pending objects, the longest unchecked first, marked checked:
  * ids[i] and kinds[i] ("intent" / "refund"), *n how many. */
-enum store_rc audit_store_pending_due(audit_store_t *st, size_t max, char (*ids)[PROVIDER_ID_MAX],
-                                      int *is_refund, size_t *n,
-                                      struct store_error *err);
+enum store_rc audit_store_pending_due(audit_store_t *st, size_t max,
+                                      char (*ids)[PROVIDER_ID_MAX], int *is_refund,
+                                      size_t *n, struct store_error *err);
 enum store_rc audit_store_pending_count(audit_store_t *st, long long *count,
                                         struct store_error *err);
 
