@@ -45,7 +45,8 @@ static const char *SQL_SHOW =
     " WHERE id = $1::bigint OR (scheduled AND window_start = $2::timestamptz)"
     " ORDER BY id LIMIT 1) w";
 
-/* The findings recorded by audits of windows inside this one. */
+/* The findings of this window: those whose object was made (or booked) in
+ * it, and those an audit of a part of it recorded. */
 static const char *SQL_FINDINGS =
     "SELECT coalesce(json_agg(f ORDER BY f.id), '[]')::text FROM (SELECT id, kind,"
     " object_id, payment_attempt_id, order_id, refund_id, other_object_id,"

@@ -940,6 +940,31 @@ class Session:
             self.p.wait(timeout=scaled(30))
 
 
+def run_scenarios(scenarios):
+    """The scenario function of a file of scenarios: runs those the command
+    line names (all by default) in order, each on Scenarios of its own,
+    closed once it passed."""
+    def scenario(new):
+        wanted = sys.argv[1:]
+        unknown = [w for w in wanted if w not in [f.__name__ for f in scenarios]]
+        check(not unknown, "no such scenario: %s (have %s)" % (
+            unknown, [f.__name__ for f in scenarios]))
+        made = []
+
+        def tracked(*a, **k):
+            s = new(*a, **k)
+            made.append(s)
+            return s
+        for fn in [f for f in scenarios if not wanted or f.__name__ in wanted]:
+            t0 = time.monotonic()
+            log("----", fn.__name__)
+            fn(tracked)
+            log("----", fn.__name__, "passed in %.1fs" % (time.monotonic() - t0))
+            while made:
+                made.pop().close()
+    return scenario
+
+
 def main(scenario_fn):
     """Runs one scenario function with a fresh Scenario factory; exit 0 / 1."""
     scenarios = []

@@ -271,25 +271,5 @@ def bulk_kill_two(new):
 SCENARIOS = [clean_then_injected, bulk_kill_two]
 
 
-def scenario(new):
-    wanted = sys.argv[1:]
-    unknown = [w for w in wanted if w not in [f.__name__ for f in SCENARIOS]]
-    check(not unknown, "no such scenario: %s (have %s)" % (
-        unknown, [f.__name__ for f in SCENARIOS]))
-    made = []
-
-    def tracked(*a, **k):
-        s = new(*a, **k)
-        made.append(s)
-        return s
-    for fn in [f for f in SCENARIOS if not wanted or f.__name__ in wanted]:
-        t0 = time.monotonic()
-        e2e.log("----", fn.__name__)
-        fn(tracked)
-        e2e.log("----", fn.__name__, "passed in %.1fs" % (time.monotonic() - t0))
-        while made:
-            made.pop().close()
-
-
 if __name__ == "__main__":
-    raise SystemExit(e2e.main(scenario))
+    raise SystemExit(e2e.main(e2e.run_scenarios(SCENARIOS)))
