@@ -71,7 +71,9 @@ static void usage(FILE *out)
         "                 the ids to act on; WINDOW is the verdict's id (from list)\n"
         "                 or a scheduled window's start, 2026-12-01T10:00:00Z\n"
         "  run            audits [now - since, now - until) on the database's clock\n"
-        "                 now, against the provider (PROVIDER_API_KEY), and records\n"
+        "                 now (rounded up to its second: what was made a moment ago\n"
+        "                 is in), against the provider (PROVIDER_API_KEY), and "
+        "records\n"
         "                 the verdict; re-reads what the provider changed after its\n"
         "                 scheduled window was audited. Exit 1 on any finding\n"
         "  --since D      how far back: 90s, 30m, 24h, 7d\n"
@@ -253,7 +255,10 @@ static int audit_run(PGconn *conn, const config_t *cfg, long long since,
         say(CTL_FAILED, "run", "%s", serr.message);
         goto out;
     }
-    long long end = now_ms / 1000 - until, start = now_ms / 1000 - since;
+    /* Until now, this second included: the provider's creation times are
+     * whole seconds, and what it made a moment ago is in this one. */
+    long long now_s = (now_ms + 999) / 1000;
+    long long end = now_s - until, start = now_s - since;
     snprintf(actor, sizeof(actor), "chargectl:%s", os_user());
     if (audit_run_window(pc, st, start, end, 0, actor, NULL, &res, &recorded, why,
                          sizeof(why)) != 0) {
