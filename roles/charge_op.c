@@ -87,13 +87,14 @@ static enum store_rc charge_ping(void *op, struct store_error *err)
 }
 
 static enum store_rc charge_record(void *op, struct engine_record *items, size_t n,
-                                   struct store_error *err)
+                                   long long lease_ms, struct store_error *err)
 {
     static const enum engine_record_result results[] = {
         [ATTEMPT_RECORDED] = ENGINE_RECORDED,
         [ATTEMPT_CONFLICT] = ENGINE_CONFLICT,
         [ATTEMPT_REJECTED] = ENGINE_REJECTED,
         [ATTEMPT_RETRY] = ENGINE_RECORD_AGAIN,
+        [ATTEMPT_RECORDED_CLAIMED] = ENGINE_RECORDED_CLAIMED,
     };
     struct attempt_record_item *a = calloc(n ? n : 1, sizeof(*a));
     if (!a) {
@@ -103,10 +104,14 @@ static enum store_rc charge_record(void *op, struct engine_record *items, size_t
     for (size_t i = 0; i < n; i++)
         a[i].cmd = items[i].command;
     enum store_rc rc =
-        attempt_store_record(((struct charge_state *)op)->store, a, n, err);
+        attempt_store_record(((struct charge_state *)op)->store, a, n, lease_ms, err);
     for (size_t i = 0; rc == STORE_OK && i < n; i++) {
         items[i].result = results[a[i].result];
         snprintf(items[i].reason, sizeof(items[i].reason), "%s", a[i].reason);
+        if (items[i].result == ENGINE_RECORDED_CLAIMED) {
+            items[i].lease_epoch = a[i].lease_epoch;
+            memcpy(items[i].params, &a[i].params, sizeof(a[i].params));
+        }
     }
     free(a);
     return rc;

@@ -539,9 +539,15 @@ static void refuse(engine_t *eng, struct job *j, const char *what, const char *s
     j->next_at = 0;
 }
 
+static void claimed(engine_t *eng, struct job *j, int64_t lease_epoch,
+                    int64_t key_age_ms, const char *previous_status);
+
 static void apply_record(engine_t *eng, struct job *j, const struct engine_record *it)
 {
     switch (it->result) {
+    case ENGINE_RECORDED_CLAIMED:
+        claimed(eng, j, it->lease_epoch, 0, "new");
+        break;
     case ENGINE_RECORDED:
         job_set(eng->jobs, j, JOB_CLAIM);
         break;
@@ -567,7 +573,7 @@ static int record_batch(engine_t *eng, struct job **js, void *batch, size_t n,
                         struct store_error *err)
 {
     struct engine_record *items = batch;
-    int rc = eng->op->record(eng->op_state, items, n, err);
+    int rc = eng->op->record(eng->op_state, items, n, eng->lease_ms, err);
     for (size_t i = 0; rc == STORE_OK && i < n; i++)
         apply_record(eng, js[i], &items[i]);
     return rc;
@@ -703,9 +709,11 @@ static void record_attempts(engine_t *eng)
             continue;
         if (j->lock_waits == 0) {
             js[k] = j;
+            items[k].params = j->params;
             items[k++].command = j->command;
         } else if (held < HELD_PER_TURN) {
             js[n - 1 - held] = j;
+            items[n - 1 - held].params = j->params;
             items[n - 1 - held].command = j->command;
             held++;
         }
@@ -722,22 +730,29 @@ out:
     free(js);
 }
 
+/* The job holds the record's lease now: on to the provider. */
+static void claimed(engine_t *eng, struct job *j, int64_t lease_epoch,
+                    int64_t key_age_ms, const char *previous_status)
+{
+    j->lease_epoch = lease_epoch;
+    j->key_age_ms = key_age_ms;
+    j->claimed_at = clock_now_ms();
+    j->calls = 0;
+    j->busy_persists = 0;
+    /* Tries count per claim; the outage's spared failure, per message. */
+    j->tries.not_executed = j->tries.unknown = 0;
+    job_set(eng->jobs, j, JOB_CALL);
+    j->next_at = 0;
+    log_debug("attempt claimed", JOB_FIELDS(j), "previous_status", previous_status,
+              NULL);
+    FAILPOINT("after_claim");
+}
+
 static void apply_claim(engine_t *eng, struct job *j, const struct engine_claim *it)
 {
     switch (it->result) {
     case ENGINE_CLAIMED:
-        j->lease_epoch = it->lease_epoch;
-        j->key_age_ms = it->key_age_ms;
-        j->claimed_at = clock_now_ms();
-        j->calls = 0;
-        j->busy_persists = 0;
-        /* Tries count per claim; the outage's spared failure, per message. */
-        j->tries.not_executed = j->tries.unknown = 0;
-        job_set(eng->jobs, j, JOB_CALL);
-        j->next_at = 0;
-        log_debug("attempt claimed", JOB_FIELDS(j), "previous_status", it->status,
-                  NULL);
-        FAILPOINT("after_claim");
+        claimed(eng, j, it->lease_epoch, it->key_age_ms, it->status);
         break;
     case ENGINE_SETTLED:
         if (it->rejected[0]) {

@@ -30,16 +30,20 @@
 /* ---- what an operation's store answers ---- */
 
 enum engine_record_result {
-    ENGINE_RECORDED = 0, /* new or the same command again: claim it */
-    ENGINE_CONFLICT,     /* key or id reused with other parameters: dead letter */
-    ENGINE_REJECTED,     /* recorded REJECTED before any call: done */
-    ENGINE_RECORD_AGAIN, /* a race moved under us: record again later */
+    ENGINE_RECORDED = 0,     /* new or the same command again: claim it */
+    ENGINE_CONFLICT,         /* key or id reused with other parameters: dead letter */
+    ENGINE_REJECTED,         /* recorded REJECTED before any call: done */
+    ENGINE_RECORD_AGAIN,     /* a race moved under us: record again later */
+    ENGINE_RECORDED_CLAIMED, /* new, and claimed in the same statement: call */
 };
 
 struct engine_record {
     const void *command;              /* in: the op's parsed command */
+    void *params;                     /* in: op->params_size bytes to fill */
     enum engine_record_result result; /* out */
     char reason[160];                 /* out: conflict or rejection */
+    int64_t lease_epoch;              /* out, when claimed (the key's age is 0:
+                                         never sent) */
 };
 
 enum engine_claim_result {
@@ -120,8 +124,10 @@ struct engine_op {
     const char *(*order_of)(const void *command);
 
     enum store_rc (*ping)(void *op, struct store_error *err);
+    /* An operation may claim the records it creates, under a lease of
+     * lease_ms (ENGINE_RECORDED_CLAIMED), saving their claim statement. */
     enum store_rc (*record)(void *op, struct engine_record *items, size_t n,
-                            struct store_error *err);
+                            long long lease_ms, struct store_error *err);
     enum store_rc (*claim)(void *op, struct engine_claim *items, size_t n,
                            long long lease_ms, struct store_error *err);
     enum store_rc (*log_calls)(void *op, const struct engine_call *calls, size_t n,

@@ -28,7 +28,7 @@ enum job_state {
     JOB_BACKLOG,          /* taken from Kafka, not started: over capacity */
     JOB_DEAD_LETTER,      /* to be produced to the DLQ */
     JOB_DEAD_LETTER_SENT, /* waiting for the broker's acknowledgement */
-    JOB_RECORD,           /* insert-or-read the attempt */
+    JOB_RECORD,           /* insert-or-read the attempt (a new one claimed too) */
     JOB_CLAIM,            /* claim it now */
     JOB_WAIT,             /* leased by someone else: claim again at next_at */
     JOB_CALL,             /* ours: call the provider at next_at */

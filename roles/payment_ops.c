@@ -124,7 +124,7 @@ static enum store_rc routed_ping(void *op, struct store_error *err)
  * back. The first failure ends the stage (every stage is safe to repeat). */
 
 static enum store_rc routed_record(void *op, struct engine_record *items, size_t n,
-                                   struct store_error *err)
+                                   long long lease_ms, struct store_error *err)
 {
     enum store_rc rc = STORE_OK;
     struct engine_record *sub = calloc(n ? n : 1, sizeof(*sub));
@@ -142,10 +142,11 @@ static enum store_rc routed_record(void *op, struct engine_record *items, size_t
                 sub[m].command = inner(items[i].command);
                 at[m++] = i;
             }
-        if (m && (rc = ops[k]->record(state_of(op, (int)k), sub, m, err)) == STORE_OK)
+        if (m && (rc = ops[k]->record(state_of(op, (int)k), sub, m, lease_ms, err)) ==
+                     STORE_OK)
             for (size_t i = 0; i < m; i++) {
-                items[at[i]].result = sub[i].result;
-                memcpy(items[at[i]].reason, sub[i].reason, sizeof(sub[i].reason));
+                sub[i].command = items[at[i]].command;
+                items[at[i]] = sub[i];
             }
     }
 out:

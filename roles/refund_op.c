@@ -90,9 +90,12 @@ static enum store_rc refund_ping(void *op, struct store_error *err)
     return refund_store_ping(store_of(op), err);
 }
 
+/* A refund is recorded, then claimed on its own: its claim checks the
+ * charge it refunds. */
 static enum store_rc refund_record(void *op, struct engine_record *items, size_t n,
-                                   struct store_error *err)
+                                   long long lease_ms, struct store_error *err)
 {
+    (void)lease_ms;
     struct refund_record_item *a = calloc(n ? n : 1, sizeof(*a));
     if (!a) {
         store_error_set(err, "out of memory");

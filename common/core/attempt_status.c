@@ -35,7 +35,8 @@ static const struct {
                                         "refund.requires_review"},
 };
 
-static const unsigned new_attempt = P | RJ;
+/* PROCESSING: recorded and claimed by one statement. */
+static const unsigned new_attempt = P | PR | RJ;
 
 const char *attempt_status_name(enum attempt_status s)
 {

@@ -54,7 +54,8 @@ int attempt_status_is_settled(enum attempt_status s);
 const char *attempt_status_live_array(void);
 
 /* May an attempt move from `from` to `to`? from < 0 means "not recorded
- * yet". The rules: a new attempt is PENDING or REJECTED; only PROCESSING
+ * yet". The rules: a new attempt is PENDING, PROCESSING (recorded and
+ * claimed at once) or REJECTED; only PROCESSING
  * calls the provider; SUCCEEDED and FAILED change only to REQUIRES_REVIEW
  * (contradicting evidence); REQUIRES_REVIEW is settled by a human;
  * REJECTED never changes. */

@@ -81,9 +81,16 @@ static const char *or_null(const char *s)
 /* ---- record ---- */
 
 /* Rows go in in the order of the arrays (ordinality): the first of two
- * messages for one attempt in a batch is the one stored. */
+ * messages for one attempt in a batch is the one stored. With a lease ($11
+ * ms > 0) a new row goes in PROCESSING, claimed: the claim's columns as
+ * SQL_CLAIM sets them, first_sent_at included (the call follows at once).
+ * Then the stored rows every message of the batch is compared with: those
+ * this statement inserted, and those that were there before it (its
+ * snapshot). A row another session committed meanwhile is in neither; its
+ * message matches nothing and record_rejected() reads afresh. */
 /* clang-format off */
-static const char *SQL_INSERT_PENDING =
+#define RECORD_CLAIMS "$11::bigint > 0"
+static const char *SQL_RECORD =
     "WITH v AS ("
     "  SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[],"
     "    $5::bigint[], $6::text[], $7::text[], $8::text[], $9::jsonb[])"
@@ -91,26 +98,41 @@ static const char *SQL_INSERT_PENDING =
     "       payment_method, customer_id, metadata, n)),"
     " ins AS ("
     "  INSERT INTO payment_attempts (id, order_id, idempotency_key, request_fingerprint,"
-    "    amount, currency, payment_method, customer_id, metadata, status)"
+    "    amount, currency, payment_method, customer_id, metadata, status,"
+    "    lease_owner, lease_expires_at, lease_epoch, first_sent_at)"
     "  SELECT id, order_id, idempotency_key, fp, amount, currency, payment_method,"
-    "    nullif(customer_id, ''), metadata, " ATTEMPT_SQL(PENDING) " FROM v"
+    "    nullif(customer_id, ''), metadata,"
+    "    CASE WHEN " RECORD_CLAIMS " THEN " ATTEMPT_SQL(PROCESSING)
+    "         ELSE " ATTEMPT_SQL(PENDING) " END,"
+    "    CASE WHEN " RECORD_CLAIMS " THEN $10 END,"
+    "    CASE WHEN " RECORD_CLAIMS
+    "         THEN now() + make_interval(secs => $11::double precision / 1000) END,"
+    "    CASE WHEN " RECORD_CLAIMS " THEN 1 ELSE 0 END,"
+    "    CASE WHEN " RECORD_CLAIMS " THEN now() END"
+    "  FROM v"
     /* A refund's key is never a charge's: the provider keeps one namespace. */
     "  WHERE NOT EXISTS (SELECT 1 FROM refund_attempts r"
     "    WHERE r.idempotency_key = v.idempotency_key)"
-    "  ORDER BY n ON CONFLICT DO NOTHING RETURNING id),"
+    "  ORDER BY n ON CONFLICT DO NOTHING"
+    "  RETURNING id, idempotency_key, request_fingerprint, status, lease_epoch, order_id,"
+    "    amount, currency, payment_method, coalesce(customer_id, '') AS customer_id),"
     " tr AS ("
     "  INSERT INTO attempt_transitions (payment_attempt_id, old_status, new_status,"
     "    cause, actor, reason)"
-    "  SELECT id, NULL, " ATTEMPT_SQL(PENDING) ", 'worker', $10, 'recorded' FROM ins)"
-    "SELECT id FROM ins";
-
-/* The stored rows every message of the batch is compared with, whether this
- * batch inserted them or not. */
-static const char *SQL_FIND_EXISTING =
-    "SELECT id, idempotency_key, request_fingerprint, 'attempt' FROM payment_attempts"
-    " WHERE id = ANY($1::uuid[]) OR idempotency_key = ANY($2::text[])"
-    " UNION ALL SELECT id, idempotency_key, '', 'refund' FROM refund_attempts"
-    " WHERE idempotency_key = ANY($2::text[])";
+    "  SELECT id, NULL, status, 'worker', $10,"
+    "    CASE WHEN status = " ATTEMPT_SQL(PENDING) " THEN 'recorded'"
+    "         ELSE 'recorded and claimed' END FROM ins),"
+    " old AS ("
+    "  SELECT id, idempotency_key, request_fingerprint, 'attempt' AS kind"
+    "  FROM payment_attempts WHERE id = ANY($1::uuid[]) OR idempotency_key = ANY($3::text[])"
+    "  UNION ALL SELECT id, idempotency_key, '', 'refund' FROM refund_attempts"
+    "  WHERE idempotency_key = ANY($3::text[]))"
+    "SELECT id, idempotency_key, request_fingerprint, 'attempt',"
+    "  status = " ATTEMPT_SQL(PROCESSING) ", lease_epoch, idempotency_key, order_id, amount,"
+    "  currency, payment_method, customer_id FROM ins"
+    " UNION ALL SELECT id, idempotency_key, request_fingerprint, kind, false, NULL, NULL,"
+    "  NULL, NULL, NULL, NULL, NULL FROM old";
+#undef RECORD_CLAIMS
 
 static const char *SQL_FIND_LIVE =
     "SELECT order_id, id, status FROM payment_attempts"
@@ -162,7 +184,7 @@ static int by_attempt_id(const void *a, const void *b)
     return c ? c : (x < y ? -1 : x > y);
 }
 
-/* Compares each message with the stored rows `found` (SQL_FIND_EXISTING):
+/* Compares each message with the stored rows `found` (SQL_RECORD):
  * recorded, a conflict, or, matching no row at all, ATTEMPT_REJECTED for
  * now: only the one-live-attempt-per-order index refused it. Returns how
  * many are. */
@@ -297,11 +319,30 @@ out:
     return rc;
 }
 
+/* The first message of each attempt this statement claimed (rows of
+ * SQL_RECORD): ATTEMPT_RECORDED_CLAIMED, with the claim. */
+static void take_claims(struct attempt_record_item *items, size_t n, const PGresult *r)
+{
+    for (int row = 0; row < PQntuples(r); row++) {
+        if (!stmt_col_true(r, row, 4))
+            continue;
+        for (size_t i = 0; i < n; i++) {
+            if (items[i].result != ATTEMPT_RECORDED ||
+                strcmp(items[i].cmd->payment_attempt_id, PQgetvalue(r, row, 0)) != 0)
+                continue;
+            items[i].result = ATTEMPT_RECORDED_CLAIMED;
+            items[i].lease_epoch = stmt_col_int(r, row, 5);
+            col_params(r, row, 6, &items[i].params);
+            break;
+        }
+    }
+}
+
 enum store_rc attempt_store_record(attempt_store_t *st,
                                    struct attempt_record_item *items, size_t n,
-                                   struct store_error *err)
+                                   long long lease_ms, struct store_error *err)
 {
-    struct stmt ins = {0}, find = {0};
+    struct stmt ins = {0};
     PGresult *found = NULL;
     struct attempt_record_item **sorted = NULL;
     enum store_rc rc = STORE_RETRY;
@@ -322,22 +363,20 @@ enum store_rc attempt_store_record(attempt_store_t *st,
     for (size_t i = 0; i < n; i++)
         add_command(&ins, cmds, sorted[i]->cmd);
     stmt_text(&ins, st->actor);
-    if ((rc = stmt_run(st->db, &ins, SQL_INSERT_PENDING, NULL, err)) != STORE_OK)
+    stmt_int(&ins, lease_ms > 0 ? lease_ms : 0);
+    if ((rc = stmt_run(st->db, &ins, SQL_RECORD, &found, err)) != STORE_OK)
         goto out;
     /* Every message is compared with the stored attempt, whatever batch
      * stored it: a conflicting resend in the same batch as its original is
-     * a conflict like any other. The ids and the keys are the insert's. */
-    stmt_text(&find, ins.p[cmds]);
-    stmt_text(&find, ins.p[cmds + 2]);
-    if ((rc = stmt_run(st->db, &find, SQL_FIND_EXISTING, &found, err)) != STORE_OK)
-        goto out;
-    if (compare_with_stored(items, n, found) > 0)
+     * a conflict like any other. */
+    size_t nblocked = compare_with_stored(items, n, found);
+    take_claims(items, n, found);
+    if (nblocked > 0)
         rc = record_rejected(st, items, n, err);
 out:
     free(sorted);
     PQclear(found);
     stmt_release(&ins);
-    stmt_release(&find);
     return rc;
 }
 

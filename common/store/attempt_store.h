@@ -57,28 +57,12 @@ enum store_rc attempt_store_ping(attempt_store_t *st, struct store_error *err);
 /* ---- record: insert or read, never check-then-insert ---- */
 
 enum attempt_record_result {
-    ATTEMPT_RECORDED = 0, /* new or the same attempt again: go on to claim */
-    ATTEMPT_CONFLICT,     /* key or attempt id reused with other parameters */
-    ATTEMPT_REJECTED,     /* recorded REJECTED: the order is paid or busy */
-    ATTEMPT_RETRY,        /* a race moved under us: record again later */
-};
-
-struct attempt_record_item {
-    const struct charge_command *cmd;  /* in */
-    enum attempt_record_result result; /* out */
-    char reason[160];                  /* out: conflict or rejection */
-};
-
-enum store_rc attempt_store_record(attempt_store_t *st,
-                                   struct attempt_record_item *items, size_t n,
-                                   struct store_error *err);
-
-/* ---- claim: SELECT ... FOR UPDATE SKIP LOCKED, then lease ---- */
-
-enum attempt_claim_result {
-    ATTEMPT_CLAIMED = 0, /* ours: call the provider under lease_epoch */
-    ATTEMPT_SETTLED,     /* nothing to call: the outcome is durable */
-    ATTEMPT_BUSY,        /* leased or locked by someone else: wait */
+    ATTEMPT_RECORDED = 0,     /* the same attempt again (or new, not claimed):
+                                 go on to claim */
+    ATTEMPT_CONFLICT,         /* key or attempt id reused with other parameters */
+    ATTEMPT_REJECTED,         /* recorded REJECTED: the order is paid or busy */
+    ATTEMPT_RETRY,            /* a race moved under us: record again later */
+    ATTEMPT_RECORDED_CLAIMED, /* new, and claimed by the same statement */
 };
 
 /* What the provider is called with: always the stored attempt's own
@@ -90,6 +74,33 @@ struct attempt_params {
     char currency[4];
     char payment_method[1024];
     char customer_id[1024]; /* "" when none */
+};
+
+struct attempt_record_item {
+    const struct charge_command *cmd;  /* in */
+    enum attempt_record_result result; /* out */
+    char reason[160];                  /* out: conflict or rejection */
+    int64_t lease_epoch;               /* out, when claimed */
+    struct attempt_params params;      /* out, when claimed */
+};
+
+/* With lease_ms > 0, a new attempt is recorded PROCESSING and claimed for
+ * lease_ms in the same statement (one row version, one transition, one
+ * commit fewer than a record and a claim; its key was never sent, so its
+ * key age is 0). The first message of an attempt in the batch takes the
+ * claim; a copy, or an attempt recorded before, is ATTEMPT_RECORDED and
+ * goes through the claim like any redelivery. With lease_ms 0 a new attempt
+ * is recorded PENDING, for a claim later. */
+enum store_rc attempt_store_record(attempt_store_t *st,
+                                   struct attempt_record_item *items, size_t n,
+                                   long long lease_ms, struct store_error *err);
+
+/* ---- claim: SELECT ... FOR UPDATE SKIP LOCKED, then lease ---- */
+
+enum attempt_claim_result {
+    ATTEMPT_CLAIMED = 0, /* ours: call the provider under lease_epoch */
+    ATTEMPT_SETTLED,     /* nothing to call: the outcome is durable */
+    ATTEMPT_BUSY,        /* leased or locked by someone else: wait */
 };
 
 struct attempt_claim_item {

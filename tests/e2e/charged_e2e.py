@@ -797,6 +797,15 @@ class Scenario:
             if status.get(aid) not in ("SUCCEEDED", "UNKNOWN", "REQUIRES_REVIEW"):
                 raise Failure("charge %s of attempt %s is recorded %s" % (
                     c["payment_intent_id"], aid, status.get(aid)))
+        # The history and the ledger have no foreign key on the attempt (the
+        # statement that writes them proves it): no row of them is an orphan.
+        orphans = self.query(
+            "SELECT 'transition', count(*) FROM attempt_transitions t WHERE NOT EXISTS"
+            " (SELECT 1 FROM payment_attempts p WHERE p.id = t.payment_attempt_id)"
+            " UNION ALL SELECT 'ledger', count(*) FROM ledger_entries l WHERE NOT EXISTS"
+            " (SELECT 1 FROM payment_attempts p WHERE p.id = l.payment_attempt_id)")
+        if any(int(n) for _, n in orphans):
+            raise Failure("rows of no attempt: %s" % orphans)
         # Attempts whose answer was lost after the provider executed are never FAILED.
         hits = self.psp_get("/faults").get("hits", [])
         after = {h["key"] for h in hits if h["kind"] in ("error_after", "drop_after", "stall_after")}

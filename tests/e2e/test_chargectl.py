@@ -259,8 +259,8 @@ def scenario(new):
     check(story["provider_call_log"][1]["replayed"] is True,
           "the second call is not marked replayed: %s" % story["provider_call_log"])
     check_eq([(t["old_status"], t["new_status"], t["cause"]) for t in story["transitions"]], [
-        (None, "PENDING", "worker"), ("PENDING", "PROCESSING", "worker"),
-        ("PROCESSING", "SUCCEEDED", "worker")], "transitions in attempt show")
+        (None, "PROCESSING", "worker"), ("PROCESSING", "SUCCEEDED", "worker")],
+        "transitions in attempt show (recorded and claimed in one)")
     check_eq([e["event_type"] for e in story["result_events"]], ["charge.succeeded"],
              "result events in attempt show")
     check(story["ledger_entries"] and story["ledger_entries"][0]["amount"] == 777,

@@ -9,7 +9,7 @@ whatever the client decided meanwhile. Every statement the worker sends
 again after giving one up must therefore be safe to apply twice.
 
 Forced here: one command, the provider answering after 1 s; once the
-worker's claim has committed, the backend of the worker's session (idle)
+worker's record-and-claim has committed, the backend of the worker's session (idle)
 is stopped with SIGSTOP, so the next statement of that session (the write
 of the provider call to provider_calls, sent when the answer comes) is
 given up. Once the worker has logged that, the backend is continued and
@@ -25,7 +25,8 @@ import signal
 import charged_e2e as e2e
 
 DB_TIMEOUT_MS = 1000
-CLAIM_SQL = "WITH q AS (SELECT DISTINCT id FROM unnest%"
+# The statement that records and claims a new attempt (attempt_store.c).
+CLAIM_SQL = "WITH v AS (  SELECT * FROM unnest($1::uuid[], $2::uuid[]%"
 
 
 def scenario(new):

@@ -1,5 +1,6 @@
 /* common/store/attempt_store against the real PostgreSQL of the local stack:
- * record (conflicts whatever batch they arrive in, the same-order guard),
+ * record (conflicts whatever batch they arrive in, the same-order guard, a
+ * new attempt claimed by its record),
  * claim (stored parameters, the key's age on the database clock), takeover
  * and fencing, release, how failures are classified, and a row another
  * session holds. */
@@ -61,7 +62,7 @@ static void record(attempt_store_t *st, struct charge_command **cs, size_t n,
     memset(items, 0, n * sizeof(*items));
     for (size_t i = 0; i < n; i++)
         items[i].cmd = cs[i];
-    ck_assert_msg(attempt_store_record(st, items, n, &err) == 0, "%s", err.message);
+    ck_assert_msg(attempt_store_record(st, items, n, 0, &err) == 0, "%s", err.message);
 }
 
 static void sql(const char *q)
@@ -172,6 +173,77 @@ START_TEST(second_attempt_of_a_busy_or_paid_order_is_rejected)
     ck_assert_int_eq(ci4[1].result, ATTEMPT_CONFLICT);
     ck_assert_int_eq(ci4[2].result, ATTEMPT_RECORDED); /* then SETTLED at claim */
     attempt_store_free(st);
+}
+END_TEST
+
+START_TEST(record_with_a_lease_claims_what_it_creates_once)
+{
+    attempt_store_t *st = store("w1"), *peer = store("w2");
+    struct charge_command a = cmd(NULL, 4242), copy = a, resend = a, b = cmd(NULL, 99),
+                          same_order = cmd(b.order_id, 99);
+    strcat(resend.idempotency_key, ":other");
+    struct attempt_record_item it[5] = {0};
+    struct charge_command *batch[] = {&a, &copy, &resend, &b, &same_order};
+    for (size_t i = 0; i < 5; i++)
+        it[i].cmd = batch[i];
+    ck_assert_msg(attempt_store_record(st, it, 5, 60000, &err) == STORE_OK, "%s",
+                  err.message);
+    /* The first message of a new attempt takes the claim, with the stored
+     * parameters; its copy is recorded like a redelivery (and is busy at its
+     * claim), the conflicting resend is a conflict, the second attempt of
+     * b's order is rejected: b is live from the start. */
+    ck_assert_int_eq(it[0].result, ATTEMPT_RECORDED_CLAIMED);
+    ck_assert_int_eq(it[0].lease_epoch, 1);
+    ck_assert_str_eq(it[0].params.idempotency_key, a.idempotency_key);
+    ck_assert_str_eq(it[0].params.order_id, a.order_id);
+    ck_assert_int_eq(it[0].params.amount, 4242);
+    ck_assert_str_eq(it[0].params.payment_method, "pm_card_visa");
+    ck_assert_int_eq(it[1].result, ATTEMPT_RECORDED);
+    ck_assert_int_eq(it[2].result, ATTEMPT_CONFLICT);
+    ck_assert_int_eq(it[3].result, ATTEMPT_RECORDED_CLAIMED);
+    ck_assert_int_eq(it[4].result, ATTEMPT_REJECTED);
+    ck_assert_msg(strstr(it[4].reason, "is PROCESSING") != NULL, "%s", it[4].reason);
+
+    char q[512];
+    snprintf(q, sizeof(q),
+             "SELECT status || ' ' || lease_owner || ' ' || lease_epoch || ' '"
+             " || (first_sent_at IS NOT NULL) || ' ' || (lease_expires_at > now())"
+             " FROM payment_attempts WHERE id = '%s'",
+             a.payment_attempt_id);
+    ck_assert_str_eq(value(q), "PROCESSING w1 1 true true");
+    snprintf(
+        q, sizeof(q),
+        "SELECT string_agg(coalesce(old_status, '-') || '>' || new_status || ' ' ||"
+        " reason, ',' ORDER BY id) FROM attempt_transitions"
+        " WHERE payment_attempt_id = '%s'",
+        a.payment_attempt_id);
+    ck_assert_str_eq(value(q), "->PROCESSING recorded and claimed");
+
+    /* A redelivery, here or at a peer, is recorded and never claimed while
+     * the lease holds. */
+    struct attempt_record_item again = {.cmd = &a};
+    ck_assert_int_eq(attempt_store_record(peer, &again, 1, 60000, &err), STORE_OK);
+    ck_assert_int_eq(again.result, ATTEMPT_RECORDED);
+    struct attempt_claim_item ci = {.attempt_id = a.payment_attempt_id};
+    ck_assert_int_eq(attempt_store_claim(peer, &ci, 1, 60000, &err), STORE_OK);
+    ck_assert_int_eq(ci.result, ATTEMPT_BUSY);
+
+    /* The claim is a claim like any: its outcome is persisted under it. */
+    struct attempt_outcome o = {.attempt_id = a.payment_attempt_id,
+                                .lease_epoch = it[0].lease_epoch,
+                                .status = "SUCCEEDED",
+                                .provider_payment_id = "pi_rc",
+                                .event_type = "charge.succeeded",
+                                .calls = 1,
+                                .next_check_ms = -1};
+    ck_assert_int_eq(attempt_store_persist(st, &o, 1, &err), STORE_OK);
+    ck_assert(o.persisted);
+    snprintf(q, sizeof(q),
+             "SELECT count(*) FROM ledger_entries WHERE payment_attempt_id = '%s'",
+             a.payment_attempt_id);
+    ck_assert_str_eq(value(q), "1");
+    attempt_store_free(st);
+    attempt_store_free(peer);
 }
 END_TEST
 
@@ -296,7 +368,7 @@ START_TEST(failures_are_classified)
         attempt_store_new("postgresql://charged@127.0.0.1:1/charged", "w", &err);
     ck_assert_msg(down != NULL, "a store is made without connecting: %s", err.message);
     long long t0 = test_env_now_ms();
-    ck_assert_int_eq(attempt_store_record(down, it, 1, &err), STORE_RETRY);
+    ck_assert_int_eq(attempt_store_record(down, it, 1, 0, &err), STORE_RETRY);
     ck_assert_int_lt(test_env_now_ms() - t0, 10000);
     attempt_store_free(down);
     attempt_store_free(NULL);
@@ -596,6 +668,7 @@ int main(void)
     tcase_add_test(tc, record_compares_every_message_with_the_stored_attempt);
     tcase_add_test(tc, conflicting_resend_in_the_same_batch_is_a_conflict);
     tcase_add_test(tc, second_attempt_of_a_busy_or_paid_order_is_rejected);
+    tcase_add_test(tc, record_with_a_lease_claims_what_it_creates_once);
     tcase_add_test(tc, claim_returns_the_stored_parameters_and_the_key_age);
     tcase_add_test(tc, takeover_fences_the_old_owner);
     tcase_add_test(tc, failures_are_classified);

@@ -166,7 +166,7 @@ START_TEST(a_charge_with_a_refunds_key_is_a_conflict)
     snprintf(c.payment_method, sizeof(c.payment_method), "pm_card_visa");
     snprintf(c.fingerprint, sizeof(c.fingerprint), "fp");
     struct attempt_record_item it = {.cmd = &c};
-    ck_assert_msg(attempt_store_record(charges, &it, 1, &e) == STORE_OK, "%s",
+    ck_assert_msg(attempt_store_record(charges, &it, 1, 0, &e) == STORE_OK, "%s",
                   e.message);
     ck_assert_int_eq(it.result, ATTEMPT_CONFLICT);
     ck_assert_msg(strstr(it.reason, "belongs to refund"), "%s", it.reason);

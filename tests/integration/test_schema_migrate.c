@@ -311,6 +311,37 @@ START_TEST(ledger_books_an_attempt_once)
 }
 END_TEST
 
+/* The ledger has no foreign key on the attempt (migration 0009): a refund's
+ * row is booked by the trigger only for a charge that exists. */
+START_TEST(refund_of_no_attempt_is_never_booked)
+{
+    char url[1024];
+    test_env_migrated_database(url, sizeof(url));
+    PGconn *c = test_env_connect(url);
+    const char *p[1] = {A1};
+    ck_assert_msg(
+        db_run(c,
+               "INSERT INTO refund_attempts (id, payment_attempt_id,"
+               " idempotency_key, request_fingerprint, amount, refund_reason,"
+               " status, reserved) VALUES (gen_random_uuid(), $1, 'rk-1', 'fp',"
+               " 100, 'duplicate', 'PROCESSING', true)",
+               1, p, &db_err) == 0,
+        "%s", db_err.message);
+    ck_assert_int_eq(
+        db_run(c,
+               "UPDATE refund_attempts SET status = 'SUCCEEDED',"
+               " provider_refund_id = 're_1' WHERE payment_attempt_id = $1",
+               1, p, &db_err),
+        -1);
+    ck_assert_str_eq(db_err.sqlstate, "23503");
+    PGresult *r = db_exec(c, "SELECT count(*) FROM ledger_entries", 0, NULL, &db_err);
+    ck_assert_msg(r != NULL, "%s", db_err.message);
+    ck_assert_str_eq(PQgetvalue(r, 0, 0), "0");
+    PQclear(r);
+    PQfinish(c);
+}
+END_TEST
+
 START_TEST(webhook_event_is_processed_once)
 {
     char url[1024];
@@ -341,6 +372,7 @@ static Suite *suite(void)
     tcase_add_test(tc, bad_status_fails_the_check);
     tcase_add_test(tc, schema_statuses_match_the_code);
     tcase_add_test(tc, ledger_books_an_attempt_once);
+    tcase_add_test(tc, refund_of_no_attempt_is_never_booked);
     tcase_add_test(tc, webhook_event_is_processed_once);
     suite_add_tcase(s, tc);
     return s;

@@ -180,8 +180,9 @@ static enum store_rc void_ping(void *op, struct store_error *err)
 }
 
 static enum store_rc void_record(void *op, struct engine_record *items, size_t n,
-                                 struct store_error *err)
+                                 long long lease_ms, struct store_error *err)
 {
+    (void)lease_ms;
     enum store_rc rc = STORE_OK;
     for (size_t i = 0; rc == STORE_OK && i < n; i++) {
         const struct void_command *c = items[i].command;

@@ -31,6 +31,7 @@ START_TEST(transitions)
     /* A new attempt is recorded or refused before any call. */
     ck_assert(attempt_status_transition_allowed(-1, ATTEMPT_STATUS_PENDING));
     ck_assert(attempt_status_transition_allowed(-1, ATTEMPT_STATUS_REJECTED));
+    ck_assert(attempt_status_transition_allowed(-1, ATTEMPT_STATUS_PROCESSING));
     ck_assert(!attempt_status_transition_allowed(-1, ATTEMPT_STATUS_SUCCEEDED));
     /* Only a claim leads to the provider. */
     ck_assert(attempt_status_transition_allowed(ATTEMPT_STATUS_PENDING,

@@ -22,6 +22,7 @@ static const struct {
     {JOB_DEAD_LETTER_SENT, JOB_DONE},
     {JOB_DEAD_LETTER_SENT, JOB_DEAD_LETTER}, /* the broker refused it: again */
     {JOB_RECORD, JOB_CLAIM},
+    {JOB_RECORD, JOB_CALL}, /* recorded and claimed in one statement */
     {JOB_RECORD, JOB_DEAD_LETTER},
     {JOB_RECORD, JOB_DONE},
     {JOB_CLAIM, JOB_CALL},

@@ -255,7 +255,7 @@ START_TEST(a_call_given_up_sends_nothing_more)
 
     start(2);
     attempt_store_t *st = attempt_store();
-    ck_assert_int_eq(attempt_store_record(st, &item, 1, &err), STORE_RETRY);
+    ck_assert_int_eq(attempt_store_record(st, &item, 1, 0, &err), STORE_RETRY);
     assert_given_up(&err);
     ck_assert_msg(closed_within(1), "the session given up was not closed");
     ck_assert_int_eq(atomic_load(&pg.sessions), 1);
