@@ -255,6 +255,8 @@ def statement_name(q):
     writes = []
     for m in re.finditer(r"(?<!FOR )\b(INSERT INTO|UPDATE|DELETE FROM)\s+([a-z_][a-z_0-9.]*)",
                          q, re.I):
+        if m.group(2).upper() in ("OF", "SKIP", "NOWAIT"):  # FOR [NO KEY] UPDATE OF ...
+            continue
         w = "%s %s" % (m.group(1).split()[0].upper(), m.group(2))
         if w not in writes:
             writes.append(w)
@@ -588,6 +590,21 @@ def part_latency(ctx, rate, seconds, latency_ms=100):
             " ON t.payment_attempt_id = p.id AND t.new_status = p.status"
             " WHERE p.status NOT IN ('PENDING', 'PROCESSING') GROUP BY p.id, p.updated_at"):
         done[aid] = float(t)
+    # Where the time goes, per attempt: Kafka -> its row recorded (created_at, the
+    # recording statement's now()), -> its first provider call sent (provider_calls'
+    # started_at), -> answered (+ latency_ms), -> its outcome persisted.
+    stages = {"to_recorded": [], "to_sent": [], "call": [], "to_persisted": []}
+    for aid, rec_t, sent, call_ms in watch.run(
+            "SELECT p.id, extract(epoch FROM p.created_at), extract(epoch FROM min(c.started_at)),"
+            " (array_agg(c.latency_ms ORDER BY c.started_at))[1]"
+            " FROM payment_attempts p JOIN provider_calls c ON c.payment_attempt_id = p.id"
+            " GROUP BY p.id, p.created_at"):
+        if aid in created and aid in done and call_ms:
+            rec_t, sent, call_ms = float(rec_t), float(sent), float(call_ms)
+            stages["to_recorded"].append((rec_t - created[aid]) * 1000.0)
+            stages["to_sent"].append((sent - rec_t) * 1000.0)
+            stages["call"].append(call_ms)
+            stages["to_persisted"].append((done[aid] - sent) * 1000.0 - call_ms)
     watch.close()
     lat = sorted((done[a] - created[a]) * 1000.0 for a in done if a in created)
     if len(lat) != n:
@@ -598,6 +615,12 @@ def part_latency(ctx, rate, seconds, latency_ms=100):
     rec["latency_ms"] = latency_ms
     rec["e2e_ms"] = {"p50": pct(50), "p95": pct(95), "p99": pct(99), "max": lat[-1],
                      "mean": statistics.mean(lat), "min": lat[0]}
+    rec["stages_ms"] = {}
+    for k, v in stages.items():
+        v.sort()
+        if v:
+            rec["stages_ms"][k] = {"p50": v[len(v) // 2], "p99": v[min(len(v) - 1, int(
+                round(0.99 * (len(v) - 1))))], "mean": statistics.mean(v), "n": len(v)}
     rec["in_flight_at_end"] = metrics.get("charged_provider_calls_in_flight")
     rec["statuses"] = s.check_invariants()
     ctx.done(s)
@@ -746,6 +769,13 @@ def all_runs(res):
     return out
 
 
+def short(name):
+    for long_, abbr in (("payment_attempts", "attempts"), ("attempt_transitions", "transitions"),
+                        ("ledger_entries", "ledger"), ("INSERT ", "INS "), ("UPDATE ", "UPD ")):
+        name = name.replace(long_, abbr)
+    return name
+
+
 def chart(res, path):
     rows = []
     if res.get("pgbench"):
@@ -758,7 +788,7 @@ def chart(res, path):
     panels = [png_chart.Panel("CHARGES PER SECOND (AND PGBENCH TPS), ONE RUN", rows)]
     base = res.get("charged", {}).get("0ms_1w")
     if base and base.get("statements"):
-        st = [(t["name"][:44], t["share"] * 100, "%.0f%% %.2fMS" % (t["share"] * 100, t["mean_ms"]))
+        st = [(short(t["name"])[:52], t["share"] * 100, "%.0f%%" % (t["share"] * 100))
               for t in base["statements"]["top"][:6]]
         panels.append(png_chart.Panel("SHARE OF STATEMENT TIME, 0 MS 1 WORKER", st, 100))
     rss = [("%s IN FLIGHT" % k, r["worker_peak_rss_kib"] / 1024.0,
@@ -892,6 +922,9 @@ def main():
         print("latency at %.0f/s, provider 100 ms: p50 %.0f ms, p95 %.0f ms, p99 %.0f ms, max "
               "%.0f ms (Kafka CreateTime -> outcome persisted)" % (
                   lat["offered_rate"], e["p50"], e["p95"], e["p99"], e["max"]))
+        print("  by stage (p50 / p99 ms): " + ", ".join(
+            "%s %.0f / %.0f" % (k.replace("_", " "), v["p50"], v["p99"])
+            for k, v in lat["stages_ms"].items()))
     base = res.get("charged", {}).get("0ms_1w")
     if base and base.get("statements"):
         print("top statements, 0 ms 1 worker (%.3f statements, %.2f ms of statement time per "
