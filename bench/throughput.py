@@ -83,6 +83,11 @@ class Scenario(e2e.Scenario):
             raise Failure("%s exited %d: %s" % (argv[:3], p.returncode, p.stderr.decode()[-2000:]))
         return p
 
+    def attempts(self):
+        """The harness's attempts, less the rows PREFILL_SQL wrote (no charge of
+        this run: the invariants are about this run's)."""
+        return [a for a in super().attempts() if not a["ppid"].startswith("pi_prefill_")]
+
     def psql(self, url, sql):
         return run_cmd(["psql", "-X", "-q", "-tA", "-v", "ON_ERROR_STOP=1", url, "-c", sql],
                        timeout=e2e.scaled(300)).stdout.decode()
@@ -111,6 +116,14 @@ def proc_kib(pid, key):
     except OSError:
         pass
     return None
+
+
+def machine_cpu():
+    """Busy CPU seconds of the whole machine, every core (/proc/stat: all but
+    idle and iowait)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return (sum(v[:8]) - v[3] - v[4]) / CLK
 
 
 def all_pids():
@@ -303,6 +316,7 @@ class Window:
         self.pg0 = pg.cpu.sample()
         self.kafka0 = proc_stat(self.ctx.kafka_pid)["cpu"]
         self.psp0 = proc_stat(self.psp_pid)["cpu"] if self.psp_pid else None
+        self.machine0 = machine_cpu()
         self.t0 = time.time()
 
     def stop(self, n, dbname, user="charged"):
@@ -312,10 +326,18 @@ class Window:
                "kafka": proc_stat(self.ctx.kafka_pid)["cpu"] - self.kafka0}
         if self.psp_pid:
             cpu["psp_sim"] = proc_stat(self.psp_pid)["cpu"] - self.psp0
+        self.machine = machine_cpu() - self.machine0
         wal = pg.wal_diff(self.lsn0, pg.lsn())
         stm = summarize_statements(pg.statements(dbname, user), n)
         return {"cpu_s": cpu, "wal_bytes": wal, "wal_bytes_per_charge": wal / n,
-                "statements": stm}
+                "statements": stm, "machine_cpu_s": self.machine,
+                "window_s": self.t1 - self.t0}
+
+
+def add_other(rec):
+    """What the machine's cores did besides the processes measured: this
+    bench itself, and whatever else shares the machine."""
+    rec["cpu_s"]["other"] = rec.pop("machine_cpu_s") - sum(rec["cpu_s"].values())
 
 
 def per_1000(cpu, n):
@@ -422,6 +444,7 @@ def finish(s, watch, names, n, win, t_start, t_end, **extra):
            "worker_peak_rss_kib": hwm}
     rec.update(win.stop(n, s.tag.lower()))
     rec["cpu_s"]["worker"] = wcpu
+    add_other(rec)
     rec["cpu_s_per_1000"] = per_1000(rec["cpu_s"], n)
     rec.update(extra)
     return rec
@@ -462,8 +485,6 @@ def charged_run(ctx, label, n, latency_ms, workers=1, in_flight=BIG_IN_FLIGHT, p
     rec = finish(s, watch, names, n, win, t_start, t_end, latency_ms=latency_ms,
                  max_in_flight=in_flight)
     watch.close()
-    if prefill:  # not charges of this run: the invariants are about those
-        s.psql(s.db, "DELETE FROM payment_attempts WHERE provider_payment_id LIKE 'pi_prefill_%'")
     rec["statuses"] = s.check_invariants()
     ctx.done(s)
     log("%s: %d charges in %.2f s: %.0f/s (%.0f/s from the worker's start); peak RSS %.1f MiB"
@@ -496,6 +517,7 @@ def part_pgbench(ctx, seconds, scale):
     txs = int(re.search(r"number of transactions actually processed: (\d+)", out).group(1))
     rec = win.stop(txs, db)
     rec["cpu_s"]["pgbench"] = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
+    add_other(rec)
     rec.update({"tps": tps, "transactions": txs, "seconds": seconds, "scale": scale,
                 "clients": 8, "threads": 2, "cpu_s_per_1000": per_1000(rec["cpu_s"], txs)})
     log("pgbench -N -c 8 -j 2 -T %d: %.0f TPS" % (seconds, tps))
@@ -530,6 +552,7 @@ def part_naive(ctx, n):
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)  # the consumer is the one reaped
     rec = win.stop(n, s.tag.lower())
     rec["cpu_s"]["naive"] = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
+    add_other(rec)
     check_lag = s.lag()["lag"]
     rec.update({"n": n, "handled": own, "seconds": t_end - first, "rate": n / (t_end - first),
                 "seconds_wall": t_end - t_start, "rate_wall": n / (t_end - t_start),
@@ -741,26 +764,28 @@ def goals(res):
 
 def print_table(res):
     lines = []
-    hdr = "%-22s %9s %7s | %6s %6s %6s %6s | %7s | %6s %7s %7s" % (
-        "run", "charges/s", "n", "worker", "pg", "kafka", "psp", "RSS MiB", "stmts", "WAL B",
-        "pss WAL")
-    lines.append("CPU s per 1,000 charges by process; statements and WAL bytes per charge")
+    hdr = "%-24s %9s %6s | %6s %6s %6s %6s %6s | %7s | %6s %6s %7s" % (
+        "run", "charges/s", "n", "worker", "pg", "kafka", "psp", "other", "RSS MiB", "stmts",
+        "WAL B", "pss WAL")
+    lines.append("CPU s per 1,000 charges by process (other: the rest of the machine, this bench"
+                 " included); statements and WAL bytes per charge")
     lines.append(hdr)
     lines.append("-" * len(hdr))
     for label, r in all_runs(res):
         c = r["cpu_s_per_1000"]
         st = r.get("statements")
-        lines.append("%-22s %9.0f %7d | %6.2f %6.2f %6.2f %6.2f | %7.1f | %6s %7.0f %7s" % (
+        lines.append("%-24s %9.0f %6d | %6.2f %6.2f %6.2f %6.2f %6.2f | %7s | %6s %6.0f %7s" % (
             label, r["rate"], r["n"], c.get("worker", c.get("naive", 0)), c["postgres"],
-            c["kafka"], c.get("psp_sim", 0), r.get("worker_peak_rss_kib", 0) / 1024.0,
+            c["kafka"], c.get("psp_sim", 0), c["other"], "%.1f" % (
+                r["worker_peak_rss_kib"] / 1024.0) if "worker_peak_rss_kib" in r else "-",
             "%.3f" % st["per_charge"] if st else "-", r["wal_bytes_per_charge"],
             "%.0f" % st["wal_bytes_per_charge"] if st else "-"))
     pg = res.get("pgbench")
     if pg:
         c = pg["cpu_s_per_1000"]
-        lines.append("%-22s %9.0f %7d | %6s %6.2f %6.2f %6s | %7s | %6s %7.0f %7s" % (
-            "pgbench -N (TPS)", pg["tps"], pg["transactions"], "-", c["postgres"], c["kafka"],
-            "-", "-", "%.1f" % pg["statements"]["per_charge"] if pg.get("statements") else "-",
+        lines.append("%-24s %9.0f %6d | %6.2f %6.2f %6.2f %6s %6.2f | %7s | %6s %6.0f %7s" % (
+            "pgbench -N (TPS; client)", pg["tps"], pg["transactions"], c["pgbench"],
+            c["postgres"], c["kafka"], "-", c["other"], "-", "%.1f" % pg["statements"]["per_charge"] if pg.get("statements") else "-",
             pg["wal_bytes_per_charge"], "%.0f" % pg["statements"]["wal_bytes_per_charge"]
             if pg.get("statements") else "-"))
     return lines
@@ -818,7 +843,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="small runs: a smoke test, ~2 min")
     ap.add_argument("--n", type=int, help="commands per charged run [10000; quick 1500]")
     ap.add_argument("--naive-n", type=int, help="commands of the naive run [2000; quick 300]")
-    ap.add_argument("--breaker-n", type=int, help="commands per breaker run [3000; quick 600]")
+    ap.add_argument("--breaker-n", type=int, help="commands per breaker run [6000; quick 600]")
     ap.add_argument("--pgbench-seconds", type=int, help="pgbench -T [15; quick 5]")
     ap.add_argument("--pgbench-scale", type=int, default=4)
     ap.add_argument("--latency-seconds", type=float, help="steady publishing [18; quick 6]")
@@ -837,7 +862,7 @@ def main():
     q = a.quick
     n = a.n or (1500 if q else 10000)
     naive_n = a.naive_n or (300 if q else 2000)
-    breaker_n = a.breaker_n or (600 if q else 3000)
+    breaker_n = a.breaker_n or (600 if q else 6000)
     pgs = a.pgbench_seconds or (5 if q else 15)
     prefill = a.prefill or (20000 if q else 200000)
     lat_s = a.latency_seconds or (6 if q else 18)
