@@ -10,6 +10,8 @@
  *       {"partitions":[{"partition":p,"committed":c,"end":e}],"lag":n}
  *   kafka_test_tool dump TOPIC
  *       every message from the beginning to the current end, as JSON lines
+ *       (with its timestamp, ms since the epoch, and timestamp_type: create
+ *       for the producer's CreateTime, log_append for the broker's)
  *   kafka_test_tool create-topic TOPIC PARTITIONS
  *       creates a topic (a test's own), succeeding if it exists
  *
@@ -250,10 +252,16 @@ static int dump(const char *topic)
                 json_array_append_new(hs,
                                       json_pack("[s, o]", name, bytes_json(val, sz)));
         }
-        json_t *rec =
-            json_pack("{s:i, s:I, s:o, s:o, s:o}", "partition", m->partition, "offset",
-                      (json_int_t)m->offset, "key", bytes_json(m->key, m->key_len),
-                      "value", bytes_json(m->payload, m->len), "headers", hs);
+        rd_kafka_timestamp_type_t tstype;
+        int64_t ts = rd_kafka_message_timestamp(m, &tstype);
+        json_t *rec = json_pack(
+            "{s:i, s:I, s:o, s:o, s:o, s:I, s:s}", "partition", m->partition, "offset",
+            (json_int_t)m->offset, "key", bytes_json(m->key, m->key_len), "value",
+            bytes_json(m->payload, m->len), "headers", hs, "timestamp", (json_int_t)ts,
+            "timestamp_type",
+            tstype == RD_KAFKA_TIMESTAMP_CREATE_TIME       ? "create"
+            : tstype == RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME ? "log_append"
+                                                           : "none");
         char *s = json_dumps(rec, JSON_COMPACT);
         printf("%s\n", s);
         free(s);
