@@ -414,10 +414,13 @@ static const char *SQL_CLAIM =
     "  SELECT id, old_status, " ATTEMPT_SQL(PROCESSING) ", 'worker', $2,"
     "    CASE WHEN old_status = " ATTEMPT_SQL(PENDING) " THEN 'claimed'"
     "         ELSE 'lease expired; taken over' END, updated_at FROM u)"
-    "SELECT a.id, a.status, a.lease_owner IS NOT NULL, u.lease_epoch, u.attempt_count,"
-    "  u.key_age_ms, u.idempotency_key, u.order_id, u.amount, u.currency,"
-    "  u.payment_method, u.customer_id"
-    " FROM payment_attempts a JOIN q ON a.id = q.id LEFT JOIN u ON u.id = a.id";
+    /* Those claimed, then the others as the statement found them: no join
+     * of u with q (see SQL_LEASES_UNLOCKED on such joins). */
+    "SELECT id, old_status, true, lease_epoch, attempt_count, key_age_ms,"
+    "  idempotency_key, order_id, amount, currency, payment_method, customer_id FROM u"
+    " UNION ALL SELECT a.id, a.status, a.lease_owner IS NOT NULL, NULL, NULL, NULL, NULL,"
+    "  NULL, NULL, NULL, NULL, NULL"
+    " FROM payment_attempts a JOIN q ON a.id = q.id WHERE a.id NOT IN (SELECT id FROM u)";
 /* clang-format on */
 
 /* Item i's result, from the rows of SQL_CLAIM. */
@@ -567,7 +570,7 @@ static const char *SQL_PERSIST =
     "    next_check_at = CASE WHEN v.next_check_ms IS NULL THEN NULL"
     "      ELSE now() + make_interval(secs => v.next_check_ms / 1000.0) END,"
     "    updated_at = " SQL_CHANGED_AT("p")
-    "  FROM v JOIN lk ON lk.id = v.id"
+    "  FROM lk AS v"
     "  WHERE p.id = v.id AND p.lease_owner = $11 AND p.lease_epoch = v.epoch"
     "    AND p.status = " ATTEMPT_SQL(PROCESSING)
     "  RETURNING p.id, p.order_id, p.amount, p.currency, p.status, p.reason,"
@@ -581,9 +584,10 @@ static const char *SQL_PERSIST =
     SQL_OUTBOX_EVENTS("u")
     /* Per item: persisted, or busy (another session holds its row: nothing
      * was written, and nothing else waited for it). */
-    "SELECT v.id, u.id IS NOT NULL, lk.id IS NULL AND a.id IS NOT NULL"
-    " FROM v LEFT JOIN u ON u.id = v.id LEFT JOIN lk ON lk.id = v.id"
-    " LEFT JOIN payment_attempts a ON a.id = v.id";
+    "SELECT v.id, v.id IN (SELECT id FROM u),"
+    "  v.id NOT IN (SELECT id FROM lk) AND EXISTS (SELECT 1 FROM payment_attempts a"
+    "    WHERE a.id = v.id)"
+    " FROM v";
 /* clang-format on */
 
 enum store_rc attempt_store_persist(attempt_store_t *st, struct attempt_outcome *items,

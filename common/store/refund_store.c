@@ -451,7 +451,7 @@ static const char *SQL_PERSIST =
     "    next_check_at = CASE WHEN v.next_check_ms IS NULL THEN NULL"
     "      ELSE now() + make_interval(secs => v.next_check_ms / 1000.0) END,"
     "    updated_at = " SQL_CHANGED_AT("p")
-    "  FROM v JOIN lk ON lk.id = v.id"
+    "  FROM lk AS v"
     "  WHERE p.id = v.id AND p.lease_owner = $11 AND p.lease_epoch = v.epoch"
     "    AND p.status = " ATTEMPT_SQL(PROCESSING)
     "  RETURNING p.id, p.payment_attempt_id, p.order_id, p.amount, p.currency,"
@@ -463,9 +463,10 @@ static const char *SQL_PERSIST =
     "  SELECT id, " ATTEMPT_SQL(PROCESSING) ", status, 'worker', $11, reason, evidence,"
     "    updated_at FROM u),"
     SQL_REFUND_OUTBOX_EVENTS("u")
-    "SELECT v.id, u.id IS NOT NULL, lk.id IS NULL AND a.id IS NOT NULL"
-    " FROM v LEFT JOIN u ON u.id = v.id LEFT JOIN lk ON lk.id = v.id"
-    " LEFT JOIN refund_attempts a ON a.id = v.id";
+    "SELECT v.id, v.id IN (SELECT id FROM u),"
+    "  v.id NOT IN (SELECT id FROM lk) AND EXISTS (SELECT 1 FROM refund_attempts a"
+    "    WHERE a.id = v.id)"
+    " FROM v";
 /* clang-format on */
 
 enum store_rc refund_store_persist(refund_store_t *st, struct refund_outcome *items,
