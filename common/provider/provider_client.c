@@ -13,6 +13,8 @@
 #include "utf8_text.h"
 
 #define MAX_ANSWER (1024 * 1024)
+/* Bytes curl reads from the socket at a time, per transfer. */
+#define PROVIDER_RECEIVE_BUFFER 4096L
 
 /* One request in flight: its handle, what it wrote and what came back. */
 struct provider_xfer {
@@ -232,6 +234,9 @@ static struct provider_xfer *xfer_new(provider_client_t *pc, const char *url,
     curl_easy_setopt(e, CURLOPT_PRIVATE, x);
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(e, CURLOPT_USERAGENT, "charged/1");
+    /* A provider's answer is a few KiB; curl's 16 KiB receive buffer per
+     * transfer was most of a worker's memory with thousands in flight. */
+    curl_easy_setopt(e, CURLOPT_BUFFERSIZE, PROVIDER_RECEIVE_BUFFER);
     if (with_share)
         curl_easy_setopt(e, CURLOPT_SHARE, pc->share);
     if (body) {

@@ -94,7 +94,7 @@ START_TEST(defaults_are_the_contracts)
     ck_assert_str_eq(config_str(cfg, CONFIG_ADMIN_ADDR), "127.0.0.1:9400");
     ck_assert_int_eq(config_int(cfg, CONFIG_HEALTH_STALL_MS), 30000);
     ck_assert_str_eq(config_str(cfg, CONFIG_LOG_LEVEL), "info");
-    ck_assert_int_eq(config_int(cfg, CONFIG_WORKER_MAX_IN_FLIGHT), 64);
+    ck_assert_int_eq(config_int(cfg, CONFIG_WORKER_MAX_IN_FLIGHT), 1000);
     ck_assert_ptr_null(config_str(cfg, CONFIG_WEBHOOK_SIGNING_SECRET));
     ck_assert_uint_eq(config_kafka_count(cfg), 0);
     config_free(cfg);
