@@ -801,6 +801,20 @@ static int claim_locked(engine_t *eng, struct job *j, void *item)
 static const struct stage claim_stage = {sizeof(struct engine_claim), claim_batch,
                                          claim_refused, claim_locked};
 
+/* Does another job of ours hold (or call under) j's record's lease? Then
+ * j waits for it: the claim would take a lease of ours as lost. */
+static int held_by_another_job(const engine_t *eng, const struct job *j)
+{
+    static const enum job_state holding[] = {JOB_CALL, JOB_CALLING, JOB_CALLING_FENCED,
+                                             JOB_PERSIST};
+    for (size_t s = 0; s < sizeof(holding) / sizeof(holding[0]); s++)
+        for (struct job *o = job_list_first(eng->jobs, holding[s]); o;
+             o = job_next_in_state(o))
+            if (o != j && o->kind == j->kind && !strcmp(o->id, j->id))
+                return 1;
+    return 0;
+}
+
 static void claim_attempts(engine_t *eng)
 {
     struct store_error err;
@@ -825,6 +839,11 @@ static void claim_attempts(engine_t *eng)
                 continue;
             if (j->detached) {
                 job_set(eng->jobs, j, JOB_DONE);
+                continue;
+            }
+            if (held_by_another_job(eng, j)) {
+                job_set(eng->jobs, j, JOB_WAIT);
+                j->next_at = now + eng->recheck_ms;
                 continue;
             }
             js[k] = j;

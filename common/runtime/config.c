@@ -92,7 +92,7 @@ static const struct config_row config_table[CONFIG__COUNT] = {
     {CONFIG_LOG_LEVEL, "LOG_LEVEL", CONFIG_T_LEVEL, "info", 0, 0, R_ALL, 0,
      "debug, info, warn or error"},
     {CONFIG_WORKER_ID, "WORKER_ID", CONFIG_T_STR, NULL, 0, 0, R_ALL, 0,
-     "lease owner name (default <hostname>-<pid>-<random>)"},
+     "lease owner name, one process's alone (default <hostname>-<pid>-<random>)"},
     /* 1,000: a real provider's 300-1,000 ms at the rate one worker's
      * database path sustains, in about 40 MiB (docs/performance.md). */
     {CONFIG_WORKER_MAX_IN_FLIGHT, "WORKER_MAX_IN_FLIGHT", CONFIG_T_INT, "1000", 1, 100000,

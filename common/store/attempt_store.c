@@ -391,11 +391,15 @@ out:
 static const char *SQL_CLAIM =
     "WITH q AS (SELECT DISTINCT id FROM unnest($1::uuid[]) AS q(id)),"
     " c AS ("
-    "  SELECT p.id, p.status FROM payment_attempts p JOIN q ON p.id = q.id"
+    "  SELECT p.id, p.status, p.lease_owner FROM payment_attempts p JOIN q ON p.id = q.id"
     "  WHERE p.status = " ATTEMPT_SQL(PENDING)
     "     OR (p.status = " ATTEMPT_SQL(PROCESSING) " AND p.next_check_at IS NULL"
     "         AND p.lease_owner IS NOT NULL"
-    "         AND p.lease_expires_at < now())"
+    /* A lease of ours that no job of ours holds (the engine asks for no
+     * other): a claim whose answer we lost (a record-and-claim given up at
+     * its deadline that committed later, or whose batch failed after it
+     * committed). Taken again at once, under a new epoch. */
+    "         AND (p.lease_expires_at < now() OR p.lease_owner = $2))"
     "  ORDER BY p.id FOR NO KEY UPDATE OF p SKIP LOCKED),"
     " u AS ("
     "  UPDATE payment_attempts p SET status = " ATTEMPT_SQL(PROCESSING) ", lease_owner = $2,"
@@ -404,7 +408,8 @@ static const char *SQL_CLAIM =
     "    first_sent_at = coalesce(p.first_sent_at, now()),"
     "    updated_at = " SQL_CHANGED_AT("p")
     "  FROM c WHERE p.id = c.id"
-    "  RETURNING p.id, c.status AS old_status, p.lease_epoch, p.attempt_count, p.updated_at,"
+    "  RETURNING p.id, c.status AS old_status, c.lease_owner AS old_owner, p.lease_epoch,"
+    "    p.attempt_count, p.updated_at,"
     "    (extract(epoch FROM now() - p.first_sent_at) * 1000)::bigint AS key_age_ms,"
     "    p.idempotency_key, p.order_id, p.amount, p.currency, p.payment_method,"
     "    coalesce(p.customer_id, '') AS customer_id),"
@@ -413,6 +418,7 @@ static const char *SQL_CLAIM =
     "    cause, actor, reason, created_at)"
     "  SELECT id, old_status, " ATTEMPT_SQL(PROCESSING) ", 'worker', $2,"
     "    CASE WHEN old_status = " ATTEMPT_SQL(PENDING) " THEN 'claimed'"
+    "         WHEN old_owner = $2 THEN 'our lost claim taken again'"
     "         ELSE 'lease expired; taken over' END, updated_at FROM u)"
     /* Those claimed, then the others as the statement found them: no join
      * of u with q (see SQL_LEASES_UNLOCKED on such joins). */

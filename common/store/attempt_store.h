@@ -114,6 +114,10 @@ struct attempt_claim_item {
     struct attempt_params params;     /* out, when claimed */
 };
 
+/* A PENDING attempt, one whose lease expired, or one under a lease of this
+ * store's actor: the caller asks only for attempts none of its own work
+ * holds, so such a lease is a claim whose answer it lost (a statement given
+ * up that committed later). The actor must name one process. */
 enum store_rc attempt_store_claim(attempt_store_t *st, struct attempt_claim_item *items,
                                   size_t n, long long lease_ms,
                                   struct store_error *err);

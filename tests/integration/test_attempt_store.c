@@ -242,6 +242,27 @@ START_TEST(record_with_a_lease_claims_what_it_creates_once)
              "SELECT count(*) FROM ledger_entries WHERE payment_attempt_id = '%s'",
              a.payment_attempt_id);
     ck_assert_str_eq(value(q), "1");
+
+    /* A claim whose answer its worker lost (the statement given up, then
+     * committed) is the worker's to take again at once, under a new epoch;
+     * a peer still waits for the lease. */
+    struct charge_command lost = cmd(NULL, 5);
+    struct attempt_record_item rl = {.cmd = &lost};
+    ck_assert_int_eq(attempt_store_record(st, &rl, 1, 60000, &err), STORE_OK);
+    ck_assert_int_eq(rl.result, ATTEMPT_RECORDED_CLAIMED);
+    struct attempt_claim_item by_peer = {.attempt_id = lost.payment_attempt_id};
+    ck_assert_int_eq(attempt_store_claim(peer, &by_peer, 1, 60000, &err), STORE_OK);
+    ck_assert_int_eq(by_peer.result, ATTEMPT_BUSY);
+    struct attempt_claim_item again_ours = {.attempt_id = lost.payment_attempt_id};
+    ck_assert_int_eq(attempt_store_claim(st, &again_ours, 1, 60000, &err), STORE_OK);
+    ck_assert_int_eq(again_ours.result, ATTEMPT_CLAIMED);
+    ck_assert_int_eq(again_ours.lease_epoch, 2);
+    ck_assert_int_eq(again_ours.key_age_ms < 5000, 1);
+    snprintf(q, sizeof(q),
+             "SELECT reason FROM attempt_transitions WHERE payment_attempt_id = '%s'"
+             " ORDER BY id DESC LIMIT 1",
+             lost.payment_attempt_id);
+    ck_assert_str_eq(value(q), "our lost claim taken again");
     attempt_store_free(st);
     attempt_store_free(peer);
 }
