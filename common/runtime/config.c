@@ -95,8 +95,8 @@ static const struct config_row config_table[CONFIG__COUNT] = {
      "lease owner name, one process's alone (default <hostname>-<pid>-<random>)"},
     /* 1,000: a real provider's 300-1,000 ms at the rate one worker's
      * database path sustains, in about 40 MiB (docs/performance.md). */
-    {CONFIG_WORKER_MAX_IN_FLIGHT, "WORKER_MAX_IN_FLIGHT", CONFIG_T_INT, "1000", 1, 100000,
-     R_W, 0, "attempts in flight at once; fetching stops at this many"},
+    {CONFIG_WORKER_MAX_IN_FLIGHT, "WORKER_MAX_IN_FLIGHT", CONFIG_T_INT, "1000", 1,
+     100000, R_W, 0, "attempts in flight at once; fetching stops at this many"},
     {CONFIG_WORKER_LEASE_MS, "WORKER_LEASE_MS", CONFIG_T_INT, "120000", 1000, 86400000,
      R_PROV, 0, "claim lease; must outlast the provider timeout and its retries"},
     {CONFIG_WORKER_UNKNOWN_RETRIES, "WORKER_UNKNOWN_RETRIES", CONFIG_T_INT, "3", 0, 100,

@@ -69,7 +69,8 @@ static void processing_attempt(char id[37])
     attempt_store_t *w = attempt_store_new(url, "w1", &err);
     ck_assert_msg(w != NULL, "%s", err.message);
     struct attempt_record_item it = {.cmd = &c};
-    ck_assert_msg(attempt_store_record(w, &it, 1, 0, &err) == STORE_OK, "%s", err.message);
+    ck_assert_msg(attempt_store_record(w, &it, 1, 0, &err) == STORE_OK, "%s",
+                  err.message);
     struct attempt_claim_item ci = {.attempt_id = c.payment_attempt_id};
     ck_assert_msg(attempt_store_claim(w, &ci, 1, 60000, &err) == STORE_OK, "%s",
                   err.message);
