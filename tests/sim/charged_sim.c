@@ -133,6 +133,7 @@ struct look {
     int64_t key_age_ms, first_sent_ms, age_ms;
     struct provider_result res[8];
     int ncalls;
+    int measure; /* the last call was a look-up: its answer dates the key */
     struct reconcile_evidence e;
 };
 
@@ -876,6 +877,13 @@ static void rec_step(struct world *w, struct reconciler *r)
     }
     if (w->now < l->busy_until)
         return; /* inside a call: the provider has not answered yet */
+    if (l->measure) {
+        /* reconciler.c measures the look's time when the look-up answers,
+         * and decides on it at once. */
+        l->measure = 0;
+        l->e.lookup_after_ms =
+            w->breaks & SIM_BREAK_KEY_WINDOW ? 0 : w->now - l->claimed_at;
+    }
     char id[40], ppid[48] = "", pi[48] = "";
     const struct reconcile_limits lim = {w->set.key_retention_ms,
                                          w->set.provider_timeout_ms,
@@ -907,13 +915,12 @@ static void rec_step(struct world *w, struct reconciler *r)
         case RECONCILE_RETRIEVE:
             *res = sim_provider_retrieve(w->prov, l->intent);
             l->e.lookup = res;
-            l->e.lookup_after_ms = w->now - l->claimed_at;
+            l->measure = 1;
             break;
         case RECONCILE_SEARCH:
             *res = sim_provider_search(w->prov, l->id);
             l->e.lookup = res;
-            l->e.lookup_after_ms =
-                w->breaks & SIM_BREAK_KEY_WINDOW ? 0 : w->now - l->claimed_at;
+            l->measure = 1;
             break;
         case RECONCILE_SEARCH_OTHERS:
             *res = sim_provider_search(w->prov, l->id);
@@ -974,7 +981,7 @@ static void rec_step(struct world *w, struct reconciler *r)
     case RECONCILE_RETRIEVE:
         *res = sim_provider_retrieve_refund(w->prov, l->prefund);
         l->e.lookup = res;
-        l->e.lookup_after_ms = w->now - l->claimed_at;
+        l->measure = 1;
         break;
     case RECONCILE_LIST: {
         struct provider_result walk = {0};
@@ -983,8 +990,7 @@ static void rec_step(struct world *w, struct reconciler *r)
         reconcile_policy_list_fold(&walk, &page, 1);
         *res = walk;
         l->e.list = res;
-        l->e.lookup_after_ms =
-            w->breaks & SIM_BREAK_KEY_WINDOW ? 0 : w->now - l->claimed_at;
+        l->measure = 1;
         break;
     }
     case RECONCILE_CHARGE:
@@ -1008,7 +1014,11 @@ static void webhook_step(struct world *w)
     struct sim_webhook h;
     if (!sim_provider_next_webhook(w->prov, &h))
         return;
-    w->seen_events = grow(w->seen_events, &w->nseen, (size_t)h.event_id + 1, 1);
+    if ((size_t)h.event_id >= w->nseen) {
+        size_t was = w->nseen;
+        w->seen_events = grow(w->seen_events, &w->nseen, (size_t)h.event_id + 1, 1);
+        memset(w->seen_events + was, 0, w->nseen - was); /* never read unset bytes */
+    }
     if (w->seen_events[h.event_id] == 1) {
         note(w, -1, A_WEBHOOK, h.event_id, -2); /* duplicate: already processed */
         return;
