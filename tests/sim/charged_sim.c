@@ -572,8 +572,8 @@ static int call(struct world *w, struct worker *wk)
     }
     w->charges_sent++;
     w->lost += lost;
-    sj(j)->answer_at = w->now + (lost ? w->set.provider_timeout_ms
-                                      : 5 + (int64_t)sim_rng_below(&w->rng, 300));
+    sj(j)->answer_at =
+        w->now + (lost ? w->set.provider_timeout_ms : sj(j)->answer.latency_ms);
     j->calls++;
     move(w, wk, j, JOB_CALLING);
     note(w, wk->id, A_CALL, m->id, j->kind);
@@ -947,7 +947,8 @@ static void rec_step(struct world *w, struct reconciler *r)
         default:
             break;
         }
-        l->busy_until = w->now + (lost ? w->set.provider_timeout_ms : 20);
+        l->busy_until =
+            w->now + (lost ? w->set.provider_timeout_ms : 5 + res->latency_ms);
         note(w, r->id, A_REC_CALL, l->id, dec.next);
         return;
     }
@@ -1001,7 +1002,7 @@ static void rec_step(struct world *w, struct reconciler *r)
     default:
         break;
     }
-    l->busy_until = w->now + (lost ? w->set.provider_timeout_ms : 20);
+    l->busy_until = w->now + (lost ? w->set.provider_timeout_ms : 5 + res->latency_ms);
     note(w, r->id, A_REC_CALL, l->id, 100 + dec.next);
 }
 
@@ -1294,15 +1295,16 @@ int main(int argc, char **argv)
         total += steps;
         printf("seed %llu steps %llu attempts %d refunds %d calls %llu lost %llu "
                "persisted %llu fenced %llu takeovers %llu key_closed %llu "
-               "rec_settled %llu rec_charges %llu never_executed %llu webhooks %llu "
+               "in_use %llu rec_settled %llu rec_charges %llu never_executed %llu "
+               "webhooks %llu "
                "applied %llu jumps %llu crashes %llu rebalances %llu charged %lld "
                "refunded %lld hash %016llx\n",
                (unsigned long long)s, (unsigned long long)steps, w.next_attempt,
                w.next_refund, (unsigned long long)w.charges_sent,
                (unsigned long long)w.lost, (unsigned long long)w.settled,
                (unsigned long long)w.fenced, (unsigned long long)w.takeovers,
-               (unsigned long long)w.key_closed, (unsigned long long)w.rec_settled,
-               (unsigned long long)w.rec_charges,
+               (unsigned long long)w.key_closed, (unsigned long long)w.prov->in_use,
+               (unsigned long long)w.rec_settled, (unsigned long long)w.rec_charges,
                (unsigned long long)w.rec_never_executed, (unsigned long long)w.webhooks,
                (unsigned long long)w.webhook_applied, (unsigned long long)w.jumps,
                (unsigned long long)w.crashes, (unsigned long long)w.rebalances,

@@ -200,16 +200,31 @@ static void check_retention(struct sim_provider *p, struct sim_pkey *k, int key,
         k->first_post = p->now;
 }
 
-/* The answer a caller sees of an executed (or replayed) call. */
-static void transport_after(struct sim_provider *p, struct provider_result *r,
-                            int *lost)
+/* The answer a caller sees of an executed (or replayed) call; the key is
+ * in use while it executes. */
+static void transport_after(struct sim_provider *p, struct sim_pkey *k,
+                            struct provider_result *r, int *lost)
 {
+    long latency = 5 + (long)sim_rng_below(p->rng, 300);
+    k->busy_until = p->now + latency;
     if (sim_rng_chance(p->rng, P_LOST)) {
         *lost = 1;
         failed(r, PROVIDER_UNKNOWN, 0, "timeout: no answer");
     } else if (sim_rng_chance(p->rng, P_ERROR_AFTER)) {
         failed(r, PROVIDER_UNKNOWN, 500, "api_error after executing");
     }
+    r->latency_ms = latency;
+}
+
+/* 409: another request under the key is executing (nothing stored). */
+static int in_use(struct sim_provider *p, struct sim_pkey *k, struct provider_result *r)
+{
+    if (p->now >= k->busy_until)
+        return 0;
+    failed(r, PROVIDER_NOT_EXECUTED, 409, "idempotency key in use");
+    p->in_use++;
+    r->latency_ms = 5;
+    return 1;
 }
 
 struct provider_result sim_provider_charge(struct sim_provider *p, int key, int attempt,
@@ -219,12 +234,16 @@ struct provider_result sim_provider_charge(struct sim_provider *p, int key, int 
     struct sim_pkey *k = key_of(p, key, 0);
     *lost = 0;
     check_retention(p, k, key, 0);
+    if (in_use(p, k, &r))
+        return r;
     if (sim_rng_chance(p->rng, P_TOO_MANY)) {
         failed(&r, PROVIDER_NOT_EXECUTED, 429, "rate_limit");
+        r.latency_ms = 5;
         return r;
     }
     if (sim_rng_chance(p->rng, P_ERROR_BEFORE)) {
         failed(&r, PROVIDER_UNKNOWN, 500, "api_error before executing");
+        r.latency_ms = 50;
         return r;
     }
     if (k->stored && p->now < k->stored_at + p->set->key_retention_ms) {
@@ -233,7 +252,7 @@ struct provider_result sim_provider_charge(struct sim_provider *p, int key, int 
         r.outcome = (enum provider_outcome)k->outcome;
         r.replayed = 1;
         r.sent = 1;
-        transport_after(p, &r, lost);
+        transport_after(p, k, &r, lost);
         return r;
     }
     p->intents = grow(p->intents, &p->capintents, p->nintents + 1, sizeof(*p->intents));
@@ -275,7 +294,7 @@ struct provider_result sim_provider_charge(struct sim_provider *p, int key, int 
     k->stored_at = p->now;
     k->object = i;
     k->outcome = r.outcome;
-    transport_after(p, &r, lost);
+    transport_after(p, k, &r, lost);
     return r;
 }
 
@@ -362,19 +381,23 @@ struct provider_result sim_provider_refund(struct sim_provider *p, int key, int 
     struct sim_pkey *k = key_of(p, key, 1);
     *lost = 0;
     check_retention(p, k, key, 1);
+    if (in_use(p, k, &r))
+        return r;
     if (sim_rng_chance(p->rng, P_TOO_MANY)) {
         failed(&r, PROVIDER_NOT_EXECUTED, 429, "rate_limit");
+        r.latency_ms = 5;
         return r;
     }
     if (sim_rng_chance(p->rng, P_ERROR_BEFORE)) {
         failed(&r, PROVIDER_UNKNOWN, 500, "api_error before executing");
+        r.latency_ms = 50;
         return r;
     }
     if (k->stored && p->now < k->stored_at + p->set->key_retention_ms) {
         fill_refund(p, k->object, &r);
         r.replayed = 1;
         r.sent = 1;
-        transport_after(p, &r, lost);
+        transport_after(p, k, &r, lost);
         return r;
     }
     if (intent < 0 || (size_t)intent >= p->nintents ||
@@ -405,7 +428,7 @@ struct provider_result sim_provider_refund(struct sim_provider *p, int key, int 
     k->stored_at = p->now;
     k->object = f;
     k->outcome = PROVIDER_SUCCEEDED;
-    transport_after(p, &r, lost);
+    transport_after(p, k, &r, lost);
     return r;
 }
 

@@ -45,8 +45,9 @@ struct sim_pkey {
     int64_t first_post; /* -1: never posted */
     int stored;         /* an answer is kept for replay */
     int64_t stored_at;
-    int object;  /* the intent (or refund) the stored answer names */
-    int outcome; /* the stored answer's enum provider_outcome */
+    int object;         /* the intent (or refund) the stored answer names */
+    int outcome;        /* the stored answer's enum provider_outcome */
+    int64_t busy_until; /* a request under the key executes until then: 409 */
 };
 
 enum sim_evidence { SIM_EV_SUCCEEDED, SIM_EV_FAILED, SIM_EV_PROCESSING };
@@ -78,6 +79,7 @@ struct sim_provider {
     int *charges_by_order; /* by order */
     size_t norders;
     long long charged_total, refunded_total;
+    uint64_t in_use; /* 409s answered */
     int *processing; /* intents still processing */
     size_t nprocessing, capprocessing;
 
@@ -97,8 +99,9 @@ void sim_provider_free(struct sim_provider *p);
 /* Intents that settle now, and their webhooks. */
 void sim_provider_tick(struct sim_provider *p);
 
-/* POST /v1/payment_intents under `key`. *lost: the call executed (or not)
- * but its answer never arrives; the caller times out. */
+/* POST /v1/payment_intents under `key`. The answer takes latency_ms;
+ * *lost: it never arrives, the caller times out. A second request while
+ * the first under the key executes is answered 409 (not executed). */
 struct provider_result sim_provider_charge(struct sim_provider *p, int key, int attempt,
                                            int order, long long amount, int *lost);
 /* GET by id; search by metadata[payment_attempt_id]; the list of the
