@@ -803,7 +803,6 @@ static void rec_claim(struct world *w, struct reconciler *r)
 {
     struct look *l = &r->l;
     int64_t epoch;
-    memset(l, 0, sizeof(*l));
     int id = sim_store_claim_due(w->store, r->id, 2 * w->set.lease_ms, w->set.stale_ms,
                                  &epoch);
     int refund = 0;
@@ -816,6 +815,7 @@ static void rec_claim(struct world *w, struct reconciler *r)
         r->next_poll = w->now + 500;
         return;
     }
+    memset(l, 0, sizeof(*l)); /* large: only when a look starts */
     l->active = 1;
     l->refund = refund;
     l->id = id;
@@ -1008,6 +1008,38 @@ static void rec_step(struct world *w, struct reconciler *r)
 
 /* ---- webhooks: the api's path (webhook_store_apply) ---- */
 
+/* A refund's event (apply_refund of webhook_store.c): one refund named. */
+static void refund_webhook(struct world *w, const struct sim_webhook *h)
+{
+    const struct sim_prefund *f = &w->prov->refunds[h->intent];
+    struct sim_refund_row *row = sim_store_refund(w->store, f->refund);
+    w->webhooks++;
+    if (!row) {
+        note(w, -1, A_WEBHOOK, h->event_id, -1);
+        return;
+    }
+    struct webhook_refund r = {.amount = f->amount};
+    snprintf(r.id, sizeof(r.id), "re_%d", h->intent);
+    snprintf(r.status, sizeof(r.status), "succeeded");
+    snprintf(r.currency, sizeof(r.currency), "EUR");
+    snprintf(r.payment_intent, sizeof(r.payment_intent), "pi_%d", f->intent);
+    snprintf(r.refund_id, sizeof(r.refund_id), "r%d", f->refund);
+    struct webhook_refund_row wr = {
+        .status = row->status,
+        .amount = row->amount,
+        .currency = "EUR",
+        .intent_differs = row->intent != SIM_NULL && row->intent != f->intent,
+        .provider_id_differs = row->prefund != SIM_NULL && row->prefund != h->intent,
+        .provider_id_elsewhere = 0,
+    };
+    struct webhook_refund_decision d;
+    webhook_refund_decide(&r, &wr, &d);
+    int ok = d.action == WEBHOOK_REFUND_APPLY &&
+             sim_store_refund_webhook_settle(w->store, row->id, d.status, h->intent);
+    w->webhook_applied += ok;
+    note(w, -1, A_WEBHOOK, 1000000 + row->id, d.action * 10 + ok);
+}
+
 static void webhook_step(struct world *w)
 {
     static struct webhook_event
@@ -1025,6 +1057,10 @@ static void webhook_step(struct world *w)
         return;
     }
     w->seen_events[h.event_id] = 1;
+    if (h.evidence == SIM_EV_REFUND) {
+        refund_webhook(w, &h);
+        return;
+    }
     const struct sim_intent *in = &w->prov->intents[h.intent];
     struct sim_attempt *a = sim_store_attempt(w->store, in->attempt);
     w->webhooks++;

@@ -422,6 +422,7 @@ struct provider_result sim_provider_refund(struct sim_provider *p, int key, int 
     p->refunds[f] = (struct sim_prefund){key, intent, refund, amount, p->now};
     in->refunded += amount;
     p->refunded_total += amount;
+    webhook(p, f, SIM_EV_REFUND);
     fill_refund(p, f, &r);
     r.sent = 1;
     k->stored = 1;

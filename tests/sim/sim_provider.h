@@ -50,7 +50,9 @@ struct sim_pkey {
     int64_t busy_until; /* a request under the key executes until then: 409 */
 };
 
-enum sim_evidence { SIM_EV_SUCCEEDED, SIM_EV_FAILED, SIM_EV_PROCESSING };
+/* SIM_EV_REFUND: a refund succeeded (refund.updated); intent is then the
+ * provider's refund. */
+enum sim_evidence { SIM_EV_SUCCEEDED, SIM_EV_FAILED, SIM_EV_PROCESSING, SIM_EV_REFUND };
 
 struct sim_webhook {
     int event_id, intent;

@@ -446,6 +446,26 @@ int sim_store_refund_persist(struct sim_store *st, int id, int owner, int64_t ep
     return 1;
 }
 
+int sim_store_refund_webhook_settle(struct sim_store *st, int id,
+                                    enum attempt_status to, int prefund)
+{
+    struct sim_refund_row *r = sim_store_refund(st, id);
+    if (!r || refund_set_status(st, r, to) != 0)
+        return 0;
+    if (r->prefund == SIM_NULL)
+        r->prefund = prefund;
+    r->lease_owner = SIM_NO_OWNER;
+    r->lease_expires = SIM_NULL;
+    r->lease_epoch++;
+    if (to == ATTEMPT_STATUS_PROCESSING) {
+        if (r->next_check_at == SIM_NULL)
+            r->next_check_at = st->now;
+    } else {
+        r->next_check_at = SIM_NULL;
+    }
+    return 1;
+}
+
 int sim_store_refund_renew(struct sim_store *st, int id, int owner, int64_t epoch,
                            int64_t lease_ms)
 {

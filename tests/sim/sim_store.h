@@ -126,6 +126,9 @@ enum sim_claim sim_store_refund_claim(struct sim_store *st, int id, int owner,
 int sim_store_refund_persist(struct sim_store *st, int id, int owner, int64_t epoch,
                              enum attempt_status to, int prefund,
                              int64_t next_check_ms);
+/* webhook_store's SQL_SETTLE_REFUND: the trigger's money follows. */
+int sim_store_refund_webhook_settle(struct sim_store *st, int id,
+                                    enum attempt_status to, int prefund);
 int sim_store_refund_renew(struct sim_store *st, int id, int owner, int64_t epoch,
                            int64_t lease_ms);
 void sim_store_refund_release(struct sim_store *st, int id, int owner, int64_t epoch,
