@@ -211,6 +211,32 @@ static void check_failed_charge(struct world *w, int attempt)
                     attempt, a->key);
 }
 
+/* charged's books never say more than the provider's: a SUCCEEDED attempt
+ * was charged, a SUCCEEDED refund was executed. */
+static void check_succeeded_money(struct world *w, int attempt)
+{
+    struct sim_attempt *a = sim_store_attempt(w->store, attempt);
+    if (!a || a->status != ATTEMPT_STATUS_SUCCEEDED)
+        return;
+    if ((size_t)a->key >= w->prov->ncharge_keys || w->prov->charges_by_key[a->key] == 0)
+        sim_violate(&w->viol, "succeeded-without-money",
+                    "attempt a%d is SUCCEEDED but the provider never charged key %d",
+                    attempt, a->key);
+}
+
+static void on_refund_status(void *ctx, int refund)
+{
+    struct world *w = ctx;
+    struct sim_refund_row *r = sim_store_refund(w->store, refund);
+    if (!r || r->status != ATTEMPT_STATUS_SUCCEEDED)
+        return;
+    if ((size_t)refund >= w->prov->nrefund_executed ||
+        !w->prov->refund_executed[refund])
+        sim_violate(&w->viol, "succeeded-without-money",
+                    "refund r%d is SUCCEEDED but the provider never executed it",
+                    refund);
+}
+
 static void on_charge(void *ctx, int attempt)
 {
     check_failed_charge(ctx, attempt);
@@ -219,6 +245,7 @@ static void on_charge(void *ctx, int attempt)
 static void on_status(void *ctx, int attempt)
 {
     check_failed_charge(ctx, attempt);
+    check_succeeded_money(ctx, attempt);
 }
 
 /* A message's outcome is durable when its row no longer needs the message:
@@ -1128,6 +1155,7 @@ static void world_init(struct world *w, uint64_t seed, unsigned breaks, int trac
     if (!w->store || !w->prov)
         exit(2);
     w->store->on_status = on_status;
+    w->store->on_refund_status = on_refund_status;
     w->store->ctx = w;
     w->prov->on_charge = on_charge;
     w->prov->ctx = w;

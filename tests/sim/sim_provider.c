@@ -72,6 +72,7 @@ void sim_provider_free(struct sim_provider *p)
     free(p->first_of_attempt);
     free(p->charges_by_key);
     free(p->charges_by_order);
+    free(p->refund_executed);
     free(p->processing);
     free(p->hooks);
     free(p);
@@ -422,6 +423,9 @@ struct provider_result sim_provider_refund(struct sim_provider *p, int key, int 
     p->refunds[f] = (struct sim_prefund){key, intent, refund, amount, p->now};
     in->refunded += amount;
     p->refunded_total += amount;
+    p->refund_executed =
+        reach(p->refund_executed, &p->nrefund_executed, (size_t)refund, 1, 0);
+    p->refund_executed[refund] = 1;
     webhook(p, f, SIM_EV_REFUND);
     fill_refund(p, f, &r);
     r.sent = 1;

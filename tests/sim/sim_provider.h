@@ -78,6 +78,8 @@ struct sim_provider {
     /* The ledger: what actually moved. */
     int *charges_by_key; /* by charge key */
     size_t ncharge_keys;
+    unsigned char *refund_executed; /* by charged's refund id */
+    size_t nrefund_executed;
     int *charges_by_order; /* by order */
     size_t norders;
     long long charged_total, refunded_total;

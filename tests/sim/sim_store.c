@@ -347,6 +347,8 @@ static int refund_set_status(struct sim_store *st, struct sim_refund_row *r,
     }
     r->status = to;
     st->writes++;
+    if (st->on_refund_status)
+        st->on_refund_status(st->ctx, r->id);
     if ((to == ATTEMPT_STATUS_UNKNOWN || to == ATTEMPT_STATUS_PROCESSING) &&
         !r->in_due) {
         r->in_due = 1;

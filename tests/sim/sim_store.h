@@ -65,8 +65,10 @@ struct sim_store {
     int *due, *rdue; /* the reconciler's queues (ids; lazily pruned) */
     size_t ndue, capdue, nrdue, caprdue;
     uint64_t writes; /* status changes, for the hash */
-    /* Called on every status change of an attempt (the checker's hook). */
+    /* Called on every status change of an attempt, and of a refund (the
+     * checker's hooks). */
     void (*on_status)(void *ctx, int attempt);
+    void (*on_refund_status)(void *ctx, int refund);
     void *ctx;
 };
 
