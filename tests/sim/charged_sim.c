@@ -176,7 +176,7 @@ static void note(struct world *w, int actor, enum act act, long long a, long lon
     *t = (struct trace_entry){w->step, w->now, actor, act, a, b};
     w->trace_hash = sim_hash_mix(
         w->trace_hash, (uint64_t)act << 48 ^ (uint64_t)(actor + 1) << 40 ^ (uint64_t)a);
-    if (w->trace_all)
+    if (w->trace_all && act != A_IDLE)
         printf("step %llu t=%lld actor=%d %s %lld %lld\n", (unsigned long long)w->step,
                (long long)(w->now - START_MS), actor, act_names[act], a, b);
 }
