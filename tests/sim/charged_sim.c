@@ -1,0 +1,1386 @@
+/* charged-sim: a deterministic, single-threaded simulation of charged's
+ * decisions (issue 23). Simulated workers, reconcilers and the webhook
+ * path run the real pure modules (roles/job.c's job state machine,
+ * charge_policy, reconcile_policy, webhook_event, offset_tracker,
+ * attempt_status) in the control flow of roles/engine.c, roles/reconciler.c
+ * and the api's webhook path, against a model of the store (sim_store) and
+ * of the provider (sim_provider), on a simulated clock, interleaved by one
+ * seeded scheduler with crashes, rebalances, clock jumps, lost answers and
+ * late, duplicated, reordered webhooks. After every step the invariants are
+ * checked (those the step could break, counted from the provider's
+ * ledger); a violation prints the seed, the step, the rule and the last
+ * steps, and exits 1. The same seed and steps give the same final hash. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "attempt_status.h"
+#include "charge_policy.h"
+#include "job.h"
+#include "offset_tracker.h"
+#include "reconcile_policy.h"
+#include "sim_provider.h"
+#include "sim_rng.h"
+#include "sim_store.h"
+#include "sim_world.h"
+#include "webhook_event.h"
+
+#define NPARTS           4
+#define NWORKERS         3
+#define NRECONCILERS     2
+#define MAX_JOBS         64 /* a worker's backlog cap (WORKER_MAX_IN_FLIGHT-ish) */
+#define TRACE_N          32
+#define RECONCILER_ID(i) (100 + (i))
+#define START_MS         1700000000000LL
+
+/* ---- the trace: the last steps, formatted only when printed ---- */
+
+enum act {
+    A_IDLE,
+    A_GEN_CHARGE,
+    A_GEN_DUP,
+    A_GEN_SECOND,
+    A_GEN_SAMEKEY,
+    A_GEN_BAD,
+    A_GEN_REFUND,
+    A_FETCH,
+    A_START,
+    A_DEAD_LETTER,
+    A_RECORD,
+    A_CLAIM,
+    A_CALL,
+    A_KEY_CLOSED,
+    A_ANSWER,
+    A_PERSIST,
+    A_RENEW,
+    A_COMMIT,
+    A_CRASH,
+    A_REBALANCE,
+    A_JUMP,
+    A_REC_CLAIM,
+    A_REC_CALL,
+    A_REC_SETTLE,
+    A_WEBHOOK,
+    A__COUNT
+};
+static const char *const act_names[A__COUNT] = {
+    "idle",           "gen charge",
+    "gen redelivery", "gen second attempt",
+    "gen same key",   "gen bad",
+    "gen refund",     "fetch",
+    "start",          "dead letter",
+    "record",         "claim",
+    "call",           "key window closed",
+    "answer",         "persist",
+    "renew",          "commit",
+    "crash",          "rebalance",
+    "clock jump",     "rec claim",
+    "rec call",       "rec settle",
+    "webhook",
+};
+
+struct trace_entry {
+    uint64_t step;
+    int64_t now;
+    int actor; /* worker i, RECONCILER_ID(i), -1 the world */
+    enum act act;
+    long long a, b;
+};
+
+/* ---- the world ---- */
+
+enum msg_kind { MSG_CHARGE, MSG_REFUND, MSG_BAD };
+
+struct msg {
+    enum msg_kind kind;
+    int id; /* attempt id, or refund id */
+    int order, key, charge;
+    long long amount;
+    int dead_lettered;
+};
+
+struct partition {
+    int *msgs; /* indices into world.msgs */
+    size_t n, cap;
+    int64_t committed; /* the group's committed position */
+};
+
+struct sim_job {
+    struct job j; /* first: a struct job * is a struct sim_job * */
+    int msg;
+    int target; /* attempt id or refund id */
+    int intent; /* refunds: the charge's intent, from the claim */
+    int64_t answer_at;
+    struct provider_result answer; /* CALLING: what will arrive */
+};
+
+struct worker {
+    int id, alive;
+    job_list_t *jobs;
+    offset_tracker_t *offsets;
+    unsigned parts; /* assigned partitions, a bit each */
+    int64_t pos[NPARTS];
+    int64_t last_renew, last_commit;
+};
+
+struct look {
+    int active, refund, id;
+    int64_t epoch, claimed_at, busy_until;
+    enum attempt_status status;
+    int intent, prefund;
+    int64_t key_age_ms, first_sent_ms, age_ms;
+    struct provider_result res[8];
+    int ncalls;
+    int measure; /* the last call was a look-up: its answer dates the key */
+    struct reconcile_evidence e;
+};
+
+struct reconciler {
+    int id;
+    int64_t next_poll, renewed_at;
+    struct look l;
+};
+
+struct world {
+    uint64_t seed, step;
+    unsigned breaks;
+    int trace_all;
+    int64_t now;
+    struct sim_rng rng;
+    struct sim_settings set;
+    struct charge_policy policy;
+    struct sim_violation viol;
+    struct sim_store *store;
+    struct sim_provider *prov;
+    struct msg *msgs;
+    size_t nmsgs, capmsgs;
+    struct partition parts[NPARTS];
+    struct worker workers[NWORKERS];
+    struct reconciler recs[NRECONCILERS];
+    int next_attempt, next_order, next_refund;
+    unsigned char *seen_events;
+    size_t nseen;
+    struct trace_entry trace[TRACE_N];
+    uint64_t trace_hash;
+    uint64_t settled, charges_sent, webhooks;
+    /* How often the paths that matter ran (printed per seed). */
+    uint64_t jumps, crashes, rebalances, key_closed, fenced, takeovers, rec_settled,
+        rec_charges, rec_never_executed, webhook_applied, lost;
+};
+
+static void note(struct world *w, int actor, enum act act, long long a, long long b)
+{
+    struct trace_entry *t = &w->trace[w->step % TRACE_N];
+    *t = (struct trace_entry){w->step, w->now, actor, act, a, b};
+    w->trace_hash = sim_hash_mix(
+        w->trace_hash, (uint64_t)act << 48 ^ (uint64_t)(actor + 1) << 40 ^ (uint64_t)a);
+    if (w->trace_all && act != A_IDLE)
+        printf("step %llu t=%lld actor=%d %s %lld %lld\n", (unsigned long long)w->step,
+               (long long)(w->now - START_MS), actor, act_names[act], a, b);
+}
+
+static void *grow(void *arr, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return arr;
+    size_t ncap = *cap ? *cap * 2 : 64;
+    while (ncap < need)
+        ncap *= 2;
+    void *n = realloc(arr, ncap * elem);
+    if (!n) {
+        fprintf(stderr, "charged-sim: out of memory\n");
+        exit(2);
+    }
+    *cap = ncap;
+    return n;
+}
+
+/* ---- invariants the models call into ---- */
+
+/* An attempt whose key the provider charged is never FAILED. */
+static void check_failed_charge(struct world *w, int attempt)
+{
+    struct sim_attempt *a = sim_store_attempt(w->store, attempt);
+    if (!a || a->status != ATTEMPT_STATUS_FAILED)
+        return;
+    if ((size_t)a->key < w->prov->ncharge_keys && w->prov->charges_by_key[a->key] > 0)
+        sim_violate(&w->viol, "failed-with-charge",
+                    "attempt a%d is FAILED but the provider charged its key %d",
+                    attempt, a->key);
+}
+
+/* charged's books never say more than the provider's: a SUCCEEDED attempt
+ * was charged, a SUCCEEDED refund was executed. */
+static void check_succeeded_money(struct world *w, int attempt)
+{
+    struct sim_attempt *a = sim_store_attempt(w->store, attempt);
+    if (!a || a->status != ATTEMPT_STATUS_SUCCEEDED)
+        return;
+    if ((size_t)a->key >= w->prov->ncharge_keys || w->prov->charges_by_key[a->key] == 0)
+        sim_violate(&w->viol, "succeeded-without-money",
+                    "attempt a%d is SUCCEEDED but the provider never charged key %d",
+                    attempt, a->key);
+}
+
+static void on_refund_status(void *ctx, int refund)
+{
+    struct world *w = ctx;
+    struct sim_refund_row *r = sim_store_refund(w->store, refund);
+    if (!r || r->status != ATTEMPT_STATUS_SUCCEEDED)
+        return;
+    if ((size_t)refund >= w->prov->nrefund_executed ||
+        !w->prov->refund_executed[refund])
+        sim_violate(&w->viol, "succeeded-without-money",
+                    "refund r%d is SUCCEEDED but the provider never executed it",
+                    refund);
+}
+
+static void on_charge(void *ctx, int attempt)
+{
+    check_failed_charge(ctx, attempt);
+}
+
+static void on_status(void *ctx, int attempt)
+{
+    check_failed_charge(ctx, attempt);
+    check_succeeded_money(ctx, attempt);
+}
+
+/* A message's outcome is durable when its row no longer needs the message:
+ * recorded and not PENDING, and not a worker's claim in progress. */
+static int msg_durable(struct world *w, const struct msg *m)
+{
+    if (m->kind == MSG_BAD || m->dead_lettered)
+        return m->dead_lettered;
+    enum attempt_status s;
+    int owner;
+    int64_t next_check;
+    if (m->kind == MSG_CHARGE) {
+        struct sim_attempt *a = sim_store_attempt(w->store, m->id);
+        if (!a)
+            return 0;
+        if (a->key != m->key || a->order != m->order || a->amount != m->amount)
+            return m->dead_lettered;
+        s = a->status, owner = a->lease_owner, next_check = a->next_check_at;
+    } else {
+        struct sim_refund_row *r = sim_store_refund(w->store, m->id);
+        if (!r)
+            return 0;
+        s = r->status, owner = r->lease_owner, next_check = r->next_check_at;
+    }
+    if (s == ATTEMPT_STATUS_PENDING)
+        return 0;
+    return !(s == ATTEMPT_STATUS_PROCESSING && next_check == SIM_NULL &&
+             owner != SIM_NO_OWNER);
+}
+
+/* ---- the command generator: the order service and its redeliveries ---- */
+
+static void append(struct world *w, struct msg m)
+{
+    w->msgs = grow(w->msgs, &w->capmsgs, w->nmsgs + 1, sizeof(*w->msgs));
+    int idx = (int)w->nmsgs++;
+    w->msgs[idx] = m;
+    int attempt = m.kind == MSG_REFUND ? m.charge : m.id;
+    struct partition *p = &w->parts[(unsigned)attempt % NPARTS];
+    p->msgs = grow(p->msgs, &p->cap, p->n + 1, sizeof(int));
+    p->msgs[p->n++] = idx;
+}
+
+/* A message of the last 64, of a kind. */
+static const struct msg *recent(struct world *w, enum msg_kind kind)
+{
+    for (int t = 0; t < 4 && w->nmsgs > 0; t++) {
+        size_t back = (size_t)sim_rng_below(&w->rng, w->nmsgs < 64 ? w->nmsgs : 64);
+        const struct msg *m = &w->msgs[w->nmsgs - 1 - back];
+        if (m->kind == kind)
+            return m;
+    }
+    return NULL;
+}
+
+static void generate(struct world *w)
+{
+    unsigned r = (unsigned)sim_rng_below(&w->rng, 100);
+    const struct msg *found;
+    struct msg old_copy, *old = &old_copy; /* append() may move w->msgs */
+    long long amount = 100 + (long long)sim_rng_below(&w->rng, 9900);
+    if (r < 55) {
+        int id = w->next_attempt++;
+        append(w, (struct msg){MSG_CHARGE, id, w->next_order++, id, -1, amount, 0});
+        note(w, -1, A_GEN_CHARGE, id, 0);
+    } else if (r < 70) {
+        if (w->nmsgs == 0)
+            return;
+        struct msg m = w->msgs[w->nmsgs - 1 -
+                               sim_rng_below(&w->rng, w->nmsgs < 64 ? w->nmsgs : 64)];
+        m.dead_lettered = 0;
+        append(w, m); /* the same command again: a redelivery, a resend */
+        note(w, -1, A_GEN_DUP, m.id, m.kind);
+    } else if (r < 76) {
+        if (!(found = recent(w, MSG_CHARGE)))
+            return;
+        old_copy = *found;
+        int id = w->next_attempt++; /* another device pays the same order */
+        append(w, (struct msg){MSG_CHARGE, id, old->order, id, -1, amount, 0});
+        note(w, -1, A_GEN_SECOND, id, old->order);
+    } else if (r < 78) {
+        if (!(found = recent(w, MSG_CHARGE)))
+            return;
+        old_copy = *found;
+        int id = w->next_attempt++; /* a key reused by another attempt */
+        append(w,
+               (struct msg){MSG_CHARGE, id, w->next_order++, old->key, -1, amount, 0});
+        note(w, -1, A_GEN_SAMEKEY, id, old->key);
+    } else if (r < 80) {
+        append(w, (struct msg){MSG_BAD, -1, -1, -1, w->next_attempt, 0, 0});
+        note(w, -1, A_GEN_BAD, 0, 0);
+    } else {
+        if (!(found = recent(w, MSG_CHARGE)))
+            return;
+        old_copy = *found;
+        /* Refunds: in full, in part, and past the charge (alone, or two
+         * that together pass it). */
+        unsigned how = (unsigned)sim_rng_below(&w->rng, 4);
+        long long amt =
+            how == 0   ? old->amount
+            : how == 1 ? 1 + (long long)sim_rng_below(&w->rng, (uint64_t)old->amount)
+            : how == 2 ? old->amount * 6 / 10
+                       : old->amount + 1;
+        int copies = how == 2 ? 2 : 1;
+        for (int c = 0; c < copies; c++) {
+            int id = w->next_refund++;
+            append(w, (struct msg){MSG_REFUND, id, old->order, id, old->id, amt, 0});
+            note(w, -1, A_GEN_REFUND, id, old->id);
+        }
+    }
+}
+
+/* ---- a worker: roles/engine.c's stages, one job at a time ---- */
+
+static struct sim_job *sj(struct job *j)
+{
+    return (struct sim_job *)j;
+}
+
+static void move(struct world *w, struct worker *wk, struct job *j, enum job_state to)
+{
+    if (!job_may_move(j->state, to) && j->state != to) {
+        sim_violate(&w->viol, "job-move", "worker %d: job of offset %lld %s -> %s",
+                    wk->id, (long long)j->offset, job_state_name(j->state),
+                    job_state_name(to));
+        return;
+    }
+    job_set(wk->jobs, j, to);
+}
+
+static const struct msg *job_msg(struct world *w, struct job *j)
+{
+    return &w->msgs[sj(j)->msg];
+}
+
+static int key_still_kept(struct world *w, const struct job *j)
+{
+    if (w->breaks & SIM_BREAK_KEY_WINDOW)
+        return 1;
+    return charge_policy_key_window_open(j->key_age_ms + (w->now - j->claimed_at),
+                                         w->set.key_retention_ms,
+                                         w->set.provider_timeout_ms);
+}
+
+static void claimed(struct world *w, struct worker *wk, struct job *j, int64_t epoch,
+                    int64_t key_age)
+{
+    j->lease_epoch = epoch;
+    j->key_age_ms = key_age;
+    j->claimed_at = w->now;
+    j->calls = 0;
+    j->busy_persists = 0;
+    j->tries.not_executed = j->tries.unknown = 0;
+    move(w, wk, j, JOB_CALL);
+    j->next_at = 0;
+}
+
+static void wait_again(struct world *w, struct worker *wk, struct job *j)
+{
+    move(w, wk, j, j->detached ? JOB_DONE : JOB_WAIT);
+    j->next_at = w->now + w->set.recheck_ms;
+}
+
+static void decide(struct world *w, struct job *j, int tries, int window_open)
+{
+    j->decision = charge_policy_decide(&w->policy, j->res.outcome, tries, window_open,
+                                       job_jitter(j));
+}
+
+static int fetch(struct world *w, struct worker *wk)
+{
+    if (job_list_holding(wk->jobs) >= MAX_JOBS)
+        return 0;
+    int p = (int)sim_rng_below(&w->rng, NPARTS);
+    for (int k = 0; k < NPARTS; k++, p = (p + 1) % NPARTS) {
+        if (!(wk->parts & (1u << p)) || wk->pos[p] >= (int64_t)w->parts[p].n)
+            continue;
+        struct sim_job *s = calloc(1, sizeof(*s));
+        if (!s)
+            exit(2);
+        s->msg = w->parts[p].msgs[wk->pos[p]];
+        s->target = w->msgs[s->msg].id;
+        s->j.partition = p;
+        s->j.offset = wk->pos[p]++;
+        s->j.kind = (int)w->msgs[s->msg].kind;
+        job_list_add(wk->jobs, &s->j);
+        offset_tracker_begin(wk->offsets, p, s->j.offset);
+        if (w->breaks & SIM_BREAK_COMMIT_AFTER_DURABLE)
+            offset_tracker_done(wk->offsets, p, s->j.offset); /* the broken consumer */
+        note(w, wk->id, A_FETCH, p, s->j.offset);
+        return 1;
+    }
+    return 0;
+}
+
+static int start_one(struct world *w, struct worker *wk)
+{
+    struct job *j = job_list_first(wk->jobs, JOB_BACKLOG);
+    if (!j)
+        return 0;
+    move(w, wk, j, job_msg(w, j)->kind == MSG_BAD ? JOB_DEAD_LETTER : JOB_RECORD);
+    note(w, wk->id, A_START, j->partition, j->offset);
+    return 1;
+}
+
+static int dead_letter(struct world *w, struct worker *wk)
+{
+    struct job *j = job_list_first(wk->jobs, JOB_DEAD_LETTER_SENT);
+    if (j) {
+        /* The broker acknowledged it. */
+        w->msgs[sj(j)->msg].dead_lettered = 1;
+        move(w, wk, j, JOB_DONE);
+        note(w, wk->id, A_DEAD_LETTER, j->partition, j->offset);
+        return 1;
+    }
+    if (!(j = job_list_first(wk->jobs, JOB_DEAD_LETTER)))
+        return 0;
+    move(w, wk, j, j->detached ? JOB_DONE : JOB_DEAD_LETTER_SENT);
+    return 1;
+}
+
+static int record(struct world *w, struct worker *wk)
+{
+    struct job *j = job_list_first(wk->jobs, JOB_RECORD);
+    if (!j)
+        return 0;
+    const struct msg *m = job_msg(w, j);
+    int64_t epoch = 0;
+    enum sim_record rc =
+        m->kind == MSG_CHARGE
+            ? sim_store_record(w->store, m->id, m->order, m->key, m->amount, wk->id,
+                               w->set.lease_ms, &epoch)
+            : sim_store_refund_record(w->store, m->id, m->charge, m->key, m->amount);
+    note(w, wk->id, A_RECORD, m->id, rc);
+    switch (rc) {
+    case SIM_RECORDED_CLAIMED:
+        claimed(w, wk, j, epoch, 0);
+        break;
+    case SIM_RECORDED:
+        move(w, wk, j, JOB_CLAIM);
+        break;
+    case SIM_RECORD_CONFLICT:
+        move(w, wk, j, JOB_DEAD_LETTER);
+        break;
+    case SIM_RECORD_REJECTED:
+        move(w, wk, j, JOB_DONE);
+        break;
+    }
+    return 1;
+}
+
+static int held_by_another_job(struct worker *wk, struct job *j)
+{
+    static const enum job_state holding[] = {JOB_CALL, JOB_CALLING, JOB_CALLING_FENCED,
+                                             JOB_PERSIST};
+    for (size_t s = 0; s < sizeof(holding) / sizeof(holding[0]); s++)
+        for (struct job *o = job_list_first(wk->jobs, holding[s]); o;
+             o = job_next_in_state(o))
+            if (o != j && o->kind == j->kind && sj(o)->target == sj(j)->target)
+                return 1;
+    return 0;
+}
+
+static int claim(struct world *w, struct worker *wk)
+{
+    struct job *j = job_list_first(wk->jobs, JOB_CLAIM);
+    if (!j)
+        for (j = job_list_first(wk->jobs, JOB_WAIT); j && j->next_at > w->now;
+             j = job_next_in_state(j))
+            ;
+    if (!j)
+        return 0;
+    if (j->detached) {
+        move(w, wk, j, JOB_DONE);
+        return 1;
+    }
+    if (held_by_another_job(wk, j)) {
+        move(w, wk, j, JOB_WAIT);
+        j->next_at = w->now + w->set.recheck_ms;
+        return 1;
+    }
+    int64_t epoch = 0, key_age = 0;
+    enum sim_claim rc =
+        j->kind == MSG_CHARGE
+            ? sim_store_claim(w->store, sj(j)->target, wk->id, w->set.lease_ms, &epoch,
+                              &key_age)
+            : sim_store_refund_claim(w->store, sj(j)->target, wk->id, w->set.lease_ms,
+                                     &epoch, &key_age, &sj(j)->intent);
+    note(w, wk->id, A_CLAIM, sj(j)->target, rc);
+    switch (rc) {
+    case SIM_CLAIMED:
+        w->takeovers += epoch > 1;
+        claimed(w, wk, j, epoch, key_age);
+        break;
+    case SIM_SETTLED:
+        move(w, wk, j, JOB_DONE);
+        break;
+    case SIM_BUSY:
+        move(w, wk, j, JOB_WAIT);
+        j->next_at = w->now + w->set.recheck_ms;
+        break;
+    }
+    return 1;
+}
+
+static void job_release(struct world *w, struct worker *wk, struct job *j)
+{
+    if (j->kind == MSG_CHARGE)
+        sim_store_release(w->store, sj(j)->target, wk->id, j->lease_epoch, 0);
+    else
+        sim_store_refund_release(w->store, sj(j)->target, wk->id, j->lease_epoch, 0);
+}
+
+static int call(struct world *w, struct worker *wk)
+{
+    struct job *j;
+    for (j = job_list_first(wk->jobs, JOB_CALL); j && j->next_at > w->now;
+         j = job_next_in_state(j))
+        ;
+    if (!j)
+        return 0;
+    if (j->detached) {
+        job_release(w, wk, j);
+        move(w, wk, j, JOB_DONE);
+        return 1;
+    }
+    if (!key_still_kept(w, j)) {
+        memset(&j->res, 0, sizeof(j->res));
+        j->res.outcome = PROVIDER_NOT_EXECUTED;
+        int tries =
+            charge_policy_count_try(&j->tries, PROVIDER_NOT_EXECUTED, 0, 0, NULL);
+        decide(w, j, tries, 0);
+        move(w, wk, j, JOB_PERSIST);
+        j->next_at = 0;
+        note(w, wk->id, A_KEY_CLOSED, sj(j)->target, j->kind);
+        w->key_closed++;
+        return 1;
+    }
+    const struct msg *m = job_msg(w, j);
+    int lost = 0;
+    struct sim_attempt *a =
+        j->kind == MSG_CHARGE ? sim_store_attempt(w->store, m->id) : NULL;
+    /* The claimed record's parameters, never the message's. */
+    if (j->kind == MSG_CHARGE)
+        sj(j)->answer =
+            sim_provider_charge(w->prov, a->key, a->id, a->order, a->amount, &lost);
+    else {
+        struct sim_refund_row *r = sim_store_refund(w->store, m->id);
+        sj(j)->answer = sim_provider_refund(w->prov, r->key, sj(j)->intent, r->id,
+                                            r->amount, &lost);
+    }
+    w->charges_sent++;
+    w->lost += lost;
+    sj(j)->answer_at =
+        w->now + (lost ? w->set.provider_timeout_ms : sj(j)->answer.latency_ms);
+    j->calls++;
+    move(w, wk, j, JOB_CALLING);
+    note(w, wk->id, A_CALL, m->id, j->kind);
+    return 1;
+}
+
+static struct job *answered(struct world *w, struct worker *wk, enum job_state s)
+{
+    for (struct job *j = job_list_first(wk->jobs, s); j; j = job_next_in_state(j))
+        if (sj(j)->answer_at <= w->now)
+            return j;
+    return NULL;
+}
+
+static int collect(struct world *w, struct worker *wk)
+{
+    struct job *j = answered(w, wk, JOB_CALLING);
+    if (!j)
+        j = answered(w, wk, JOB_CALLING_FENCED);
+    if (!j)
+        return 0;
+    j->res = sj(j)->answer;
+    int tries = charge_policy_count_try(&j->tries, j->res.outcome, 0, 0, NULL);
+    note(w, wk->id, A_ANSWER, sj(j)->target, j->res.outcome);
+    if (j->state == JOB_CALLING_FENCED) {
+        wait_again(w, wk, j);
+        return 1;
+    }
+    decide(w, j, tries, key_still_kept(w, j));
+    if (j->decision.next == CHARGE_NEXT_SETTLE) {
+        move(w, wk, j, JOB_PERSIST);
+        j->next_at = 0;
+        return 1;
+    }
+    if (j->detached) {
+        job_release(w, wk, j);
+        move(w, wk, j, JOB_DONE);
+        return 1;
+    }
+    move(w, wk, j, JOB_CALL);
+    j->next_at = w->now + j->decision.retry_in_ms;
+    return 1;
+}
+
+/* "pi_12" -> 12; "" -> SIM_NULL. */
+static int id_of(const char *s)
+{
+    const char *u = strchr(s, '_');
+    return u ? atoi(u + 1) : SIM_NULL;
+}
+
+static int persist(struct world *w, struct worker *wk)
+{
+    struct job *j;
+    for (j = job_list_first(wk->jobs, JOB_PERSIST); j && j->next_at > w->now;
+         j = job_next_in_state(j))
+        ;
+    if (!j)
+        return 0;
+    const struct charge_decision *d = &j->decision;
+    int obj =
+        j->res.provider_payment_id[0] ? id_of(j->res.provider_payment_id) : SIM_NULL;
+    int ok =
+        j->kind == MSG_CHARGE
+            ? sim_store_persist(w->store, sj(j)->target, wk->id, j->lease_epoch,
+                                d->status, obj, d->next_check_ms)
+            : sim_store_refund_persist(w->store, sj(j)->target, wk->id, j->lease_epoch,
+                                       d->status, obj, d->next_check_ms);
+    note(w, wk->id, A_PERSIST, sj(j)->target, ok ? (long long)d->status : -1);
+    if (!ok) {
+        w->fenced++;
+        wait_again(w, wk, j);
+        return 1;
+    }
+    w->settled++;
+    move(w, wk, j, JOB_DONE);
+    return 1;
+}
+
+static int renew(struct world *w, struct worker *wk)
+{
+    static const enum job_state leased[] = {JOB_CALL, JOB_CALLING, JOB_PERSIST};
+    if (w->now - wk->last_renew < w->set.lease_ms / 3)
+        return 0;
+    wk->last_renew = w->now;
+    for (size_t s = 0; s < sizeof(leased) / sizeof(leased[0]); s++)
+        for (struct job *j = job_list_first(wk->jobs, leased[s]), *next; j; j = next) {
+            next = job_next_in_state(j);
+            int ours = j->kind == MSG_CHARGE
+                           ? sim_store_renew(w->store, sj(j)->target, wk->id,
+                                             j->lease_epoch, w->set.lease_ms)
+                           : sim_store_refund_renew(w->store, sj(j)->target, wk->id,
+                                                    j->lease_epoch, w->set.lease_ms);
+            if (ours)
+                continue;
+            if (j->state == JOB_CALLING)
+                move(w, wk, j, JOB_CALLING_FENCED);
+            else
+                wait_again(w, wk, j);
+        }
+    note(w, wk->id, A_RENEW, 0, 0);
+    return 1;
+}
+
+/* Commits what offset_tracker allows; the invariant: every message below
+ * the new position has a durable outcome. */
+static void commit(struct world *w, struct worker *wk, int only)
+{
+    for (int p = 0; p < NPARTS; p++) {
+        if (!(wk->parts & (1u << p)) || (only >= 0 && p != only))
+            continue;
+        int64_t pos = offset_tracker_committable(wk->offsets, p);
+        struct partition *part = &w->parts[p];
+        if (pos <= part->committed)
+            continue;
+        for (int64_t o = part->committed; o < pos; o++)
+            if (!msg_durable(w, &w->msgs[part->msgs[o]]))
+                sim_violate(&w->viol, "commit-after-durable",
+                            "worker %d committed partition %d to %lld, but offset %lld "
+                            "(message %d) has no durable outcome",
+                            wk->id, p, (long long)pos, (long long)o, part->msgs[o]);
+        part->committed = pos;
+        offset_tracker_mark_committed(wk->offsets, p, pos);
+        note(w, wk->id, A_COMMIT, p, pos);
+    }
+}
+
+static int reap_commit(struct world *w, struct worker *wk)
+{
+    int n = 0;
+    for (struct job *j = job_list_first(wk->jobs, JOB_DONE), *next; j; j = next) {
+        next = job_next_in_state(j);
+        if (!j->detached)
+            offset_tracker_done(wk->offsets, j->partition, j->offset);
+        job_list_remove(wk->jobs, j);
+        free(sj(j));
+        n++;
+    }
+    if (w->now - wk->last_commit >= w->set.commit_interval_ms) {
+        wk->last_commit = w->now;
+        commit(w, wk, -1);
+        n++;
+    }
+    return n;
+}
+
+static void worker_step(struct world *w, struct worker *wk)
+{
+    /* One stage, at random: the stages of a turn interleave with the other
+     * actors at the finest grain the engine's own order allows. */
+    int (*const stages[])(struct world *, struct worker *) = {
+        fetch, start_one, dead_letter, record, claim,
+        call,  collect,   persist,     renew,  reap_commit};
+    int n = (int)(sizeof(stages) / sizeof(stages[0]));
+    int s = (int)sim_rng_below(&w->rng, (uint64_t)n);
+    for (int k = 0; k < n; k++)
+        if (stages[(s + k) % n](w, wk))
+            return;
+}
+
+static void worker_reset(struct world *w, struct worker *wk)
+{
+    for (struct job *j = job_list_oldest(wk->jobs), *next; j; j = next) {
+        next = job_younger(j);
+        job_list_remove(wk->jobs, j);
+        free(sj(j));
+    }
+    offset_tracker_free(wk->offsets);
+    wk->offsets = offset_tracker_new();
+    for (int p = 0; p < NPARTS; p++)
+        wk->pos[p] = w->parts[p].committed;
+    wk->last_renew = wk->last_commit = w->now;
+}
+
+/* The worker dies: its jobs and answers in flight are gone (the provider
+ * executed what it executed), its leases stay until they expire; it comes
+ * back with the same id and reads from the committed offsets. */
+static void crash(struct world *w, struct worker *wk)
+{
+    note(w, wk->id, A_CRASH, 0, 0);
+    w->crashes++;
+    worker_reset(w, wk);
+}
+
+/* Partition p moves to another worker: the old one commits what finished,
+ * detaches the rest (engine.c's detach), forgets the partition. */
+static void rebalance(struct world *w)
+{
+    int p = (int)sim_rng_below(&w->rng, NPARTS);
+    struct worker *from = NULL;
+    for (int i = 0; i < NWORKERS; i++)
+        if (w->workers[i].parts & (1u << p))
+            from = &w->workers[i];
+    struct worker *to = &w->workers[sim_rng_below(&w->rng, NWORKERS)];
+    if (!from || from == to)
+        return;
+    reap_commit(w, from);
+    commit(w, from, p);
+    for (struct job *j = job_list_oldest(from->jobs); j; j = job_younger(j)) {
+        if (j->detached || j->partition != p)
+            continue;
+        job_detach(from->jobs, j);
+        if (j->state == JOB_BACKLOG) {
+            move(w, from, j, JOB_DONE);
+            continue;
+        }
+        if (j->state == JOB_CALL)
+            job_release(w, from, j);
+        if (j->state != JOB_CALLING && j->state != JOB_CALLING_FENCED &&
+            j->state != JOB_PERSIST && j->state != JOB_DEAD_LETTER_SENT)
+            move(w, from, j, JOB_DONE);
+    }
+    offset_tracker_forget(from->offsets, p);
+    from->parts &= ~(1u << p);
+    to->parts |= 1u << p;
+    to->pos[p] = w->parts[p].committed;
+    note(w, to->id, A_REBALANCE, p, from->id);
+    w->rebalances++;
+}
+
+/* ---- a reconciler: roles/reconciler.c's look, one provider call a step ---- */
+
+static const long long schedule_ms[] = {1000, 5000, 15000, 30000};
+#define NSCHEDULE ((int)(sizeof(schedule_ms) / sizeof(schedule_ms[0])))
+
+static void rec_claim(struct world *w, struct reconciler *r)
+{
+    struct look *l = &r->l;
+    int64_t epoch;
+    int id = sim_store_claim_due(w->store, r->id, 2 * w->set.lease_ms, w->set.stale_ms,
+                                 &epoch);
+    int refund = 0;
+    if (id < 0) {
+        id = sim_store_refund_claim_due(w->store, r->id, 2 * w->set.lease_ms,
+                                        w->set.stale_ms, &epoch);
+        refund = 1;
+    }
+    if (id < 0) {
+        r->next_poll = w->now + 500;
+        return;
+    }
+    memset(l, 0, sizeof(*l)); /* large: only when a look starts */
+    l->active = 1;
+    l->refund = refund;
+    l->id = id;
+    l->epoch = epoch;
+    l->claimed_at = r->renewed_at = w->now;
+    if (!refund) {
+        struct sim_attempt *a = sim_store_attempt(w->store, id);
+        l->status = a->status;
+        l->intent = a->intent;
+        l->key_age_ms = a->first_sent_at == SIM_NULL ? -1 : w->now - a->first_sent_at;
+        l->first_sent_ms = a->first_sent_at == SIM_NULL ? -1 : a->first_sent_at;
+        l->age_ms = w->now - a->created_at;
+    } else {
+        struct sim_refund_row *f = sim_store_refund(w->store, id);
+        l->status = f->status;
+        l->intent = f->intent;
+        l->prefund = f->prefund;
+        l->key_age_ms = f->first_sent_at == SIM_NULL ? -1 : w->now - f->first_sent_at;
+        l->first_sent_ms = f->first_sent_at == SIM_NULL ? -1 : f->first_sent_at;
+        l->age_ms = w->now - f->created_at;
+    }
+    if (w->breaks & SIM_BREAK_KEY_WINDOW)
+        l->key_age_ms = -1; /* the broken look: every key counts as new */
+    note(w, r->id, A_REC_CLAIM, id, refund);
+}
+
+static void rec_settle(struct world *w, struct reconciler *r,
+                       const struct reconcile_decision *dec)
+{
+    struct look *l = &r->l;
+    int checks;
+    int obj = dec->provider_payment_id[0] ? id_of(dec->provider_payment_id) : SIM_NULL;
+    if (!l->refund)
+        checks = sim_store_attempt(w->store, l->id)->reconcile_checks;
+    else
+        checks = sim_store_refund(w->store, l->id)->reconcile_checks;
+    int stays = dec->status == l->status;
+    int64_t next = stays || dec->status == ATTEMPT_STATUS_PROCESSING ||
+                           dec->status == ATTEMPT_STATUS_UNKNOWN
+                       ? schedule_ms[checks < NSCHEDULE ? checks : NSCHEDULE - 1]
+                       : -1;
+    int ok = l->refund ? sim_store_refund_settle(w->store, l->id, l->status, r->id,
+                                                 l->epoch, dec->status, obj, next)
+                       : sim_store_settle(w->store, l->id, l->status, r->id, l->epoch,
+                                          dec->status, obj, next);
+    note(w, r->id, A_REC_SETTLE, l->id, ok ? (long long)dec->status : -1);
+    w->rec_settled += ok && !stays;
+    w->rec_never_executed += ok && dec->rule == RECONCILE_NEVER_EXECUTED;
+    l->active = 0;
+}
+
+static void rec_step(struct world *w, struct reconciler *r)
+{
+    struct look *l = &r->l;
+    if (!l->active) {
+        if (w->now >= r->next_poll)
+            rec_claim(w, r);
+        return;
+    }
+    if (w->now < l->busy_until)
+        return; /* inside a call: the provider has not answered yet */
+    if (l->measure) {
+        /* reconciler.c measures the look's time when the look-up answers,
+         * and decides on it at once. */
+        l->measure = 0;
+        l->e.lookup_after_ms =
+            w->breaks & SIM_BREAK_KEY_WINDOW ? 0 : w->now - l->claimed_at;
+    }
+    char id[40], ppid[48] = "", pi[48] = "";
+    const struct reconcile_limits lim = {w->set.key_retention_ms,
+                                         w->set.provider_timeout_ms,
+                                         w->set.search_lag_ms, w->set.max_age_ms};
+    if (!l->refund) {
+        struct sim_attempt *a = sim_store_attempt(w->store, l->id);
+        sim_attempt_name(l->id, id, sizeof(id));
+        if (l->intent != SIM_NULL)
+            snprintf(ppid, sizeof(ppid), "pi_%d", l->intent);
+        const struct reconcile_attempt ra = {
+            .id = id,
+            .status = l->status,
+            .provider_payment_id = ppid,
+            .amount = a->amount,
+            .currency = "EUR",
+            .key_age_ms = l->key_age_ms,
+            .first_sent_ms = l->first_sent_ms,
+            .age_ms = l->age_ms,
+        };
+        struct reconcile_decision dec;
+        reconcile_policy_decide(&lim, &ra, &l->e, &dec);
+        if (dec.next == RECONCILE_SETTLE || l->ncalls >= 8) {
+            rec_settle(w, r, &dec);
+            return;
+        }
+        struct provider_result *res = &l->res[l->ncalls++];
+        int lost = 0;
+        switch (dec.next) {
+        case RECONCILE_RETRIEVE:
+            *res = sim_provider_retrieve(w->prov, l->intent);
+            l->e.lookup = res;
+            l->measure = 1;
+            break;
+        case RECONCILE_SEARCH:
+            *res = sim_provider_search(w->prov, l->id);
+            l->e.lookup = res;
+            l->measure = 1;
+            break;
+        case RECONCILE_SEARCH_OTHERS:
+            *res = sim_provider_search(w->prov, l->id);
+            l->e.search = res;
+            break;
+        case RECONCILE_CHARGE:
+            *res =
+                sim_provider_charge(w->prov, a->key, a->id, a->order, a->amount, &lost);
+            l->e.charge = res;
+            w->charges_sent++;
+            w->rec_charges++;
+            break;
+        case RECONCILE_LIST: {
+            long long gte, lt;
+            struct provider_result walk = {0};
+            reconcile_policy_list_window(l->first_sent_ms, w->set.key_retention_ms,
+                                         &gte, &lt);
+            struct provider_result page = sim_provider_list(w->prov, l->id, gte, lt);
+            reconcile_policy_list_fold(&walk, &page, 1);
+            *res = walk;
+            l->e.list = res;
+            break;
+        }
+        default:
+            break;
+        }
+        l->busy_until =
+            w->now + (lost ? w->set.provider_timeout_ms : 5 + res->latency_ms);
+        note(w, r->id, A_REC_CALL, l->id, dec.next);
+        return;
+    }
+    struct sim_refund_row *f = sim_store_refund(w->store, l->id);
+    snprintf(id, sizeof(id), "r%d", l->id);
+    if (l->prefund != SIM_NULL)
+        snprintf(ppid, sizeof(ppid), "re_%d", l->prefund);
+    if (l->intent != SIM_NULL)
+        snprintf(pi, sizeof(pi), "pi_%d", l->intent);
+    const struct reconcile_attempt ra = {
+        .id = id,
+        .status = l->status,
+        .provider_payment_id = ppid,
+        .amount = f->amount,
+        .currency = NULL,
+        .key_age_ms = l->key_age_ms,
+        .first_sent_ms = l->first_sent_ms,
+        .age_ms = l->age_ms,
+        .payment_intent = pi,
+        .object = "refund",
+    };
+    struct reconcile_decision dec;
+    reconcile_policy_decide_refund(&lim, &ra, &l->e, &dec);
+    if (dec.next == RECONCILE_SETTLE || l->ncalls >= 8) {
+        rec_settle(w, r, &dec);
+        return;
+    }
+    struct provider_result *res = &l->res[l->ncalls++];
+    int lost = 0;
+    switch (dec.next) {
+    case RECONCILE_RETRIEVE:
+        *res = sim_provider_retrieve_refund(w->prov, l->prefund);
+        l->e.lookup = res;
+        l->measure = 1;
+        break;
+    case RECONCILE_LIST: {
+        struct provider_result walk = {0};
+        struct provider_result page =
+            sim_provider_list_refunds(w->prov, l->intent, l->id);
+        reconcile_policy_list_fold(&walk, &page, 1);
+        *res = walk;
+        l->e.list = res;
+        l->measure = 1;
+        break;
+    }
+    case RECONCILE_CHARGE:
+        *res = sim_provider_refund(w->prov, f->key, l->intent, f->id, f->amount, &lost);
+        l->e.charge = res;
+        w->charges_sent++;
+        break;
+    default:
+        break;
+    }
+    l->busy_until = w->now + (lost ? w->set.provider_timeout_ms : 5 + res->latency_ms);
+    note(w, r->id, A_REC_CALL, l->id, 100 + dec.next);
+}
+
+/* ---- webhooks: the api's path (webhook_store_apply) ---- */
+
+/* A refund's event (apply_refund of webhook_store.c): one refund named. */
+static void refund_webhook(struct world *w, const struct sim_webhook *h)
+{
+    const struct sim_prefund *f = &w->prov->refunds[h->intent];
+    struct sim_refund_row *row = sim_store_refund(w->store, f->refund);
+    w->webhooks++;
+    if (!row) {
+        note(w, -1, A_WEBHOOK, h->event_id, -1);
+        return;
+    }
+    struct webhook_refund r = {.amount = f->amount};
+    snprintf(r.id, sizeof(r.id), "re_%d", h->intent);
+    snprintf(r.status, sizeof(r.status), "succeeded");
+    snprintf(r.currency, sizeof(r.currency), "EUR");
+    snprintf(r.payment_intent, sizeof(r.payment_intent), "pi_%d", f->intent);
+    snprintf(r.refund_id, sizeof(r.refund_id), "r%d", f->refund);
+    struct webhook_refund_row wr = {
+        .status = row->status,
+        .amount = row->amount,
+        .currency = "EUR",
+        .intent_differs = row->intent != SIM_NULL && row->intent != f->intent,
+        .provider_id_differs = row->prefund != SIM_NULL && row->prefund != h->intent,
+        .provider_id_elsewhere = 0,
+    };
+    struct webhook_refund_decision d;
+    webhook_refund_decide(&r, &wr, &d);
+    int ok = d.action == WEBHOOK_REFUND_APPLY &&
+             sim_store_refund_webhook_settle(w->store, row->id, d.status, h->intent);
+    w->webhook_applied += ok;
+    note(w, -1, A_WEBHOOK, 1000000 + row->id, d.action * 10 + ok);
+}
+
+static void webhook_step(struct world *w)
+{
+    static struct webhook_event
+        ev; /* large (its refunds): kept, not zeroed each time */
+    struct sim_webhook h;
+    if (!sim_provider_next_webhook(w->prov, &h))
+        return;
+    if ((size_t)h.event_id >= w->nseen) {
+        size_t was = w->nseen;
+        w->seen_events = grow(w->seen_events, &w->nseen, (size_t)h.event_id + 1, 1);
+        memset(w->seen_events + was, 0, w->nseen - was); /* never read unset bytes */
+    }
+    if (w->seen_events[h.event_id] == 1) {
+        note(w, -1, A_WEBHOOK, h.event_id, -2); /* duplicate: already processed */
+        return;
+    }
+    w->seen_events[h.event_id] = 1;
+    if (h.evidence == SIM_EV_REFUND) {
+        refund_webhook(w, &h);
+        return;
+    }
+    const struct sim_intent *in = &w->prov->intents[h.intent];
+    struct sim_attempt *a = sim_store_attempt(w->store, in->attempt);
+    w->webhooks++;
+    if (!a) {
+        note(w, -1, A_WEBHOOK, h.event_id, -1); /* unmatched: kept for review */
+        return;
+    }
+    ev.evidence = h.evidence == SIM_EV_SUCCEEDED ? WEBHOOK_EVIDENCE_SUCCEEDED
+                  : h.evidence == SIM_EV_FAILED  ? WEBHOOK_EVIDENCE_FAILED
+                                                 : WEBHOOK_EVIDENCE_PROCESSING;
+    ev.created = h.created / 1000;
+    snprintf(ev.intent_id, sizeof(ev.intent_id), "pi_%d", h.intent);
+    ev.amount = in->amount;
+    snprintf(ev.currency, sizeof(ev.currency), "EUR");
+    sim_attempt_name(in->attempt, ev.attempt_id, sizeof(ev.attempt_id));
+    ev.nrefunds = 0;
+    struct webhook_attempt wa = {
+        .status = a->status,
+        .amount = a->amount,
+        .currency = "EUR",
+        .updated_at = a->updated_at / 1000,
+        .intent_differs = a->intent != SIM_NULL && a->intent != h.intent,
+        .intent_elsewhere = 0,
+        .order_has_other_live = w->store->live_count[a->order] -
+                                    (attempt_status_is_live(a->status) ? 1 : 0) >
+                                0,
+    };
+    struct webhook_decision d;
+    webhook_event_decide(&ev, &wa, &d);
+    int ok = 0;
+    if (d.action == WEBHOOK_APPLY || d.action == WEBHOOK_REVIEW)
+        ok = sim_store_webhook_settle(w->store, a->id, d.status,
+                                      d.action == WEBHOOK_APPLY ? h.intent : SIM_NULL);
+    note(w, -1, A_WEBHOOK, a->id, d.action * 10 + ok);
+    w->webhook_applied += ok;
+}
+
+/* ---- the scheduler ---- */
+
+static void world_init(struct world *w, uint64_t seed, unsigned breaks, int trace_all)
+{
+    memset(w, 0, sizeof(*w));
+    w->seed = seed;
+    w->breaks = breaks;
+    w->trace_all = trace_all;
+    w->now = START_MS;
+    sim_rng_seed(&w->rng, seed);
+    w->set = (struct sim_settings){
+        .key_retention_ms = 60000,
+        .provider_timeout_ms = 2000,
+        .lease_ms = 3000,
+        .recheck_ms = 500,
+        .search_lag_ms = 5000,
+        .provider_search_lag_ms = 3000,
+        .stale_ms = 5000,
+        .max_age_ms = 600000,
+        .commit_interval_ms = 200,
+    };
+    w->policy = (struct charge_policy){.unknown_retries = 2,
+                                       .retry_base_ms = 200,
+                                       .retry_max_ms = 5000,
+                                       .first_look_ms = 2000};
+    w->store = sim_store_new(breaks, &w->viol);
+    w->prov = sim_provider_new(&w->set, &w->rng, &w->viol);
+    if (!w->store || !w->prov)
+        exit(2);
+    w->store->on_status = on_status;
+    w->store->on_refund_status = on_refund_status;
+    w->store->ctx = w;
+    w->prov->on_charge = on_charge;
+    w->prov->ctx = w;
+    for (int i = 0; i < NWORKERS; i++) {
+        struct worker *wk = &w->workers[i];
+        wk->id = i;
+        wk->alive = 1;
+        wk->jobs = job_list_new();
+        wk->offsets = offset_tracker_new();
+        wk->last_renew = wk->last_commit = w->now;
+    }
+    for (int p = 0; p < NPARTS; p++)
+        w->workers[p % NWORKERS].parts |= 1u << p;
+    for (int i = 0; i < NRECONCILERS; i++)
+        w->recs[i].id = RECONCILER_ID(i);
+}
+
+static void world_release(struct world *w)
+{
+    for (int i = 0; i < NWORKERS; i++) {
+        worker_reset(w, &w->workers[i]);
+        job_list_free(w->workers[i].jobs);
+        offset_tracker_free(w->workers[i].offsets);
+    }
+    for (int p = 0; p < NPARTS; p++)
+        free(w->parts[p].msgs);
+    free(w->msgs);
+    free(w->seen_events);
+    sim_store_free(w->store);
+    sim_provider_free(w->prov);
+}
+
+static void step(struct world *w)
+{
+    w->now += (int64_t)sim_rng_below(&w->rng, 8);
+    if (sim_rng_below(&w->rng, 20000) == 0) {
+        int64_t jump = 1000 + (int64_t)sim_rng_below(&w->rng, 90000);
+        w->now += jump; /* a paused VM, a stalled process: everyone's leases age */
+        note(w, -1, A_JUMP, jump, 0);
+        w->jumps++;
+    }
+    w->store->now = w->prov->now = w->now;
+    sim_provider_tick(w->prov);
+    unsigned r = (unsigned)sim_rng_below(&w->rng, 1000);
+    if (r < 60)
+        generate(w);
+    else if (r < 760)
+        worker_step(w, &w->workers[sim_rng_below(&w->rng, NWORKERS)]);
+    else if (r < 880)
+        rec_step(w, &w->recs[sim_rng_below(&w->rng, NRECONCILERS)]);
+    else if (r < 998)
+        webhook_step(w);
+    else if (sim_rng_below(&w->rng, 8) == 0)
+        crash(w, &w->workers[sim_rng_below(&w->rng, NWORKERS)]);
+    else if (sim_rng_below(&w->rng, 4) == 0)
+        rebalance(w);
+}
+
+static uint64_t world_hash(const struct world *w)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    h = sim_hash_mix(h, w->seed);
+    h = sim_hash_mix(h, (uint64_t)w->now);
+    h = sim_hash_mix(h, w->trace_hash);
+    h = sim_store_hash(w->store, h);
+    h = sim_provider_hash(w->prov, h);
+    for (int p = 0; p < NPARTS; p++)
+        h = sim_hash_mix(h, (uint64_t)w->parts[p].committed);
+    return h;
+}
+
+static void print_trace(const struct world *w)
+{
+    uint64_t from = w->step >= TRACE_N ? w->step - TRACE_N + 1 : 0;
+    fprintf(stderr, "last steps:\n");
+    for (uint64_t s = from; s <= w->step; s++) {
+        const struct trace_entry *t = &w->trace[s % TRACE_N];
+        if (t->step != s || (t->act == A_IDLE && s != w->step))
+            continue;
+        fprintf(stderr, "  step %llu t=+%lldms %s%d %s %lld %lld\n",
+                (unsigned long long)t->step, (long long)(t->now - START_MS),
+                t->actor >= 100 ? "reconciler "
+                : t->actor >= 0 ? "worker "
+                                : "world ",
+                t->actor >= 100 ? t->actor - 100 : t->actor, act_names[t->act], t->a,
+                t->b);
+    }
+}
+
+/* ---- the command line ---- */
+
+static const struct {
+    const char *name;
+    unsigned bit;
+    const char *what;
+} break_rules[] = {
+    {"epoch-fence", SIM_BREAK_EPOCH_FENCE, "persist/settle ignore the lease fence"},
+    {"key-window", SIM_BREAK_KEY_WINDOW, "worker/reconciler skip the key-window check"},
+    {"one-live-per-order", SIM_BREAK_ONE_LIVE_PER_ORDER,
+     "the store drops the one-live-attempt-per-order index"},
+    {"commit-after-durable", SIM_BREAK_COMMIT_AFTER_DURABLE,
+     "the consumer commits offsets before persisting"},
+    {"refund-reservation", SIM_BREAK_REFUND_RESERVATION,
+     "refunds are not reserved against the charge"},
+};
+#define NBREAKS ((int)(sizeof(break_rules) / sizeof(break_rules[0])))
+
+static void usage(FILE *out)
+{
+    fprintf(
+        out,
+        "usage: charged-sim --seed N --steps N [--seeds K] [--break RULE] [--trace]\n"
+        "\n"
+        "  option         meaning                                        default\n"
+        "  --seed N       the first seed (one seed names one run exactly) 1\n"
+        "  --steps N      steps per seed                                  1000000\n"
+        "  --seeds K      run K seeds: N, N+1, ... N+K-1                  1\n"
+        "  --break RULE   drop one of charged's rules (test-only models)  none\n"
+        "  --trace        print every step                                off\n"
+        "  --help         this table\n"
+        "\n"
+        "  rule (--break)         what is dropped\n");
+    for (int i = 0; i < NBREAKS; i++)
+        fprintf(out, "  %-22s %s\n", break_rules[i].name, break_rules[i].what);
+    fprintf(out,
+            "\n"
+            "Exit 0: no invariant broken; 1: a violation (seed, step, rule and the\n"
+            "last steps on stderr); 2: bad usage. The last line of each seed is its\n"
+            "final state hash: the same seed and steps print the same hash.\n");
+}
+
+static int parse_u64(const char *s, uint64_t *out)
+{
+    char *end;
+    if (!s || !*s)
+        return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    uint64_t seed = 1, steps = 1000000, seeds = 1;
+    unsigned breaks = 0;
+    const char *broken = NULL;
+    int trace_all = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--trace")) {
+            trace_all = 1;
+        } else if (!strcmp(a, "--seed") && parse_u64(v, &seed) == 0) {
+            i++;
+        } else if (!strcmp(a, "--steps") && parse_u64(v, &steps) == 0) {
+            i++;
+        } else if (!strcmp(a, "--seeds") && parse_u64(v, &seeds) == 0 && seeds > 0) {
+            i++;
+        } else if (!strcmp(a, "--break") && v) {
+            int k;
+            for (k = 0; k < NBREAKS && strcmp(v, break_rules[k].name); k++)
+                ;
+            if (k == NBREAKS) {
+                fprintf(stderr, "charged-sim: unknown rule '%s' (see --help)\n", v);
+                return 2;
+            }
+            breaks |= break_rules[k].bit;
+            broken = v;
+            i++;
+        } else {
+            fprintf(stderr, "charged-sim: bad argument '%s' (see --help)\n", a);
+            return 2;
+        }
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    uint64_t total = 0;
+    static struct world w;
+    for (uint64_t s = seed; s < seed + seeds; s++) {
+        world_init(&w, s, breaks, trace_all);
+        for (w.step = 0; w.step < steps; w.step++) {
+            note(&w, -1, A_IDLE, 0, 0);
+            step(&w);
+            if (w.viol.rule) {
+                fprintf(stderr, "VIOLATION rule=%s seed=%llu step=%llu%s%s\n  %s\n",
+                        w.viol.rule, (unsigned long long)s, (unsigned long long)w.step,
+                        broken ? " break=" : "", broken ? broken : "", w.viol.detail);
+                fflush(stdout);
+                print_trace(&w);
+                printf("seed %llu steps %llu violation %s hash %016llx\n",
+                       (unsigned long long)s, (unsigned long long)(w.step + 1),
+                       w.viol.rule, (unsigned long long)world_hash(&w));
+                world_release(&w);
+                return 1;
+            }
+        }
+        total += steps;
+        printf("seed %llu steps %llu attempts %d refunds %d calls %llu lost %llu "
+               "persisted %llu fenced %llu takeovers %llu key_closed %llu "
+               "in_use %llu rec_settled %llu rec_charges %llu never_executed %llu "
+               "webhooks %llu "
+               "applied %llu jumps %llu crashes %llu rebalances %llu charged %lld "
+               "refunded %lld hash %016llx\n",
+               (unsigned long long)s, (unsigned long long)steps, w.next_attempt,
+               w.next_refund, (unsigned long long)w.charges_sent,
+               (unsigned long long)w.lost, (unsigned long long)w.settled,
+               (unsigned long long)w.fenced, (unsigned long long)w.takeovers,
+               (unsigned long long)w.key_closed, (unsigned long long)w.prov->in_use,
+               (unsigned long long)w.rec_settled, (unsigned long long)w.rec_charges,
+               (unsigned long long)w.rec_never_executed, (unsigned long long)w.webhooks,
+               (unsigned long long)w.webhook_applied, (unsigned long long)w.jumps,
+               (unsigned long long)w.crashes, (unsigned long long)w.rebalances,
+               w.prov->charged_total, w.prov->refunded_total,
+               (unsigned long long)world_hash(&w));
+        world_release(&w);
+    }
+    fflush(stdout);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs =
+        (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    fprintf(stderr, "charged-sim: %llu steps in %.2f s (%.0f steps/s); no violation\n",
+            (unsigned long long)total, secs, secs > 0 ? (double)total / secs : 0.0);
+    return 0;
+}
