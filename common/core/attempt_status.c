@@ -18,7 +18,9 @@ static const struct {
     const char *event_type;        /* published on entering it */
     const char *refund_event_type; /* a refund's, on entering it */
 } statuses[ATTEMPT_STATUS__COUNT] = {
-    [ATTEMPT_STATUS_PENDING] = {ATTEMPT_S_PENDING, 1, PR, NULL, NULL},
+    /* PENDING -> REJECTED: a refund's claim refuses a refund whose charge is
+     * not refundable (a charge is refused at its record instead). */
+    [ATTEMPT_STATUS_PENDING] = {ATTEMPT_S_PENDING, 1, PR | RJ, NULL, NULL},
     /* PROCESSING -> PROCESSING: a takeover, or the provider said processing. */
     [ATTEMPT_STATUS_PROCESSING] = {ATTEMPT_S_PROCESSING, 1, PR | U | S | F | RV, NULL,
                                    NULL},

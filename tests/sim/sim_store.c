@@ -322,12 +322,7 @@ static int refund_set_status(struct sim_store *st, struct sim_refund_row *r,
                              enum attempt_status to)
 {
     enum attempt_status from = r->status;
-    /* The refund claim's own rejection (PENDING -> REJECTED, SQL_CLAIM of
-     * refund_store.c) is a move attempt_status's table does not list: a
-     * refund is rejected at its claim, a charge at its record. */
-    int claim_rejects = from == ATTEMPT_STATUS_PENDING && to == ATTEMPT_STATUS_REJECTED;
-    if (r->recorded && from != to && !claim_rejects &&
-        !attempt_status_transition_allowed((int)from, to))
+    if (r->recorded && from != to && !attempt_status_transition_allowed((int)from, to))
         sim_violate(st->viol, "status-transition", "refund r%d moved %s -> %s", r->id,
                     attempt_status_name(from), attempt_status_name(to));
     if (r->recorded && from == ATTEMPT_STATUS_SUCCEEDED && to != from)

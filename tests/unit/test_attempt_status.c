@@ -38,6 +38,9 @@ START_TEST(transitions)
                                                 ATTEMPT_STATUS_PROCESSING));
     ck_assert(!attempt_status_transition_allowed(ATTEMPT_STATUS_PENDING,
                                                  ATTEMPT_STATUS_SUCCEEDED));
+    /* A refund's claim refuses one whose charge is not refundable. */
+    ck_assert(attempt_status_transition_allowed(ATTEMPT_STATUS_PENDING,
+                                                ATTEMPT_STATUS_REJECTED));
     /* Settled states move only to review, and review only to a decision. */
     for (int to = 0; to < ATTEMPT_STATUS__COUNT; to++) {
         ck_assert_int_eq(
