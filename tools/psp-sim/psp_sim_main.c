@@ -26,6 +26,7 @@
 #include <openssl/sha.h>
 
 #include "psp_faults.h"
+#include "psp_journal.h"
 #include "psp_store.h"
 #include "psp_webhooks.h"
 
@@ -36,6 +37,7 @@ static volatile sig_atomic_t stop_requested;
 static psp_store_t *store;
 static psp_faults_t *faults;
 static psp_webhooks_t *webhooks;
+static psp_journal_t *journal; /* --state-file; NULL: in memory only */
 static char *api_key;
 
 static int parse_long(const char *s, long min, long max, long *out);
@@ -252,6 +254,8 @@ static enum MHD_Result respond(struct MHD_Connection *conn, int status, char *bo
     struct MHD_Response *resp;
     enum MHD_Result rc;
 
+    /* Whatever the answer tells of must be on disk before it is sent. */
+    psp_journal_sync(journal);
     if (!body)
         body = strdup("{}");
     resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
@@ -392,6 +396,13 @@ static enum MHD_Result execute_and_answer(struct req *r)
     return respond(r->conn, ans.status, ans.body, ans.replayed);
 }
 
+static int utf8(const char *s)
+{
+    json_t *probe = json_string(s); /* NULL when it is not UTF-8 */
+    json_decref(probe);
+    return probe != NULL;
+}
+
 /* What every POST checks before its parameters: its size, its form and its
  * Idempotency-Key (kept in r->idem_key). 0, or -1 with *rc the refusal. */
 static int take_form_and_key(struct req *r, enum MHD_Result *rc)
@@ -414,6 +425,10 @@ static int take_form_and_key(struct req *r, enum MHD_Result *rc)
     else if (hk && (!*hk || strlen(hk) > 255))
         *rc = respond_error(r->conn, 400, "invalid_request_error",
                             "Idempotency-Key must be 1..255 characters.");
+    else if (hk && !utf8(hk))
+        /* Kept in the ledger and the state file, which are JSON. */
+        *rc = respond_error(r->conn, 400, "invalid_request_error",
+                            "Idempotency-Key must be UTF-8.");
     else if (hk && !(r->idem_key = strdup(hk)))
         *rc = respond_error(r->conn, 500, "api_error", "out of memory");
     else
@@ -1237,6 +1252,18 @@ static void usage(FILE *out)
         "  --webhook-timeout-ms N   one delivery's limit, connecting included [5000]\n"
         "  --webhook-queue-max N    deliveries waiting or in flight, at most; more\n"
         "                           are dropped and counted [100000]\n"
+        "  --state-file PATH        keep the books in PATH, an append-only journal\n"
+        "                           (one JSON record a line, fsync'd before the\n"
+        "                           answer), replayed at start: intents, keys with\n"
+        "                           their answers and first-use times, refunds,\n"
+        "                           cancels, ledger, counters and settings survive\n"
+        "                           a restart, a SIGKILL too (a torn last line is\n"
+        "                           dropped). Lost: requests in flight (their keys\n"
+        "                           are free again), webhook deliveries and events,\n"
+        "                           faults, charges_in_flight. Restart it with the\n"
+        "                           same flags: they (defaults too) replace the\n"
+        "                           settings replayed (PUT /retention...). Default:\n"
+        "                           none, all in memory\n"
         "  --help                   this text\n"
         "\n"
         "Once both ports listen, psp-sim prints one line on stdout (its only\n"
@@ -1469,8 +1496,8 @@ static void usage(FILE *out)
         "Injections, amendments and deletions (admin API) queue no event; later\n"
         "changes of an injected intent or refund (settle, cancel) do.\n"
         "\n"
-        "Exit status: 0 after SIGTERM/SIGINT, 1 when it cannot listen, 2 on bad "
-        "usage.\n");
+        "Exit status: 0 after SIGTERM/SIGINT, 1 when it cannot listen or use its\n"
+        "--state-file, 2 on bad usage.\n");
 }
 
 static int parse_long(const char *s, long min, long max, long *out)
@@ -1537,6 +1564,16 @@ static const char *flag_name(const struct option *opts, int val)
     return "?";
 }
 
+static int replay_record(void *ctx, json_t *record)
+{
+    return psp_store_replay(ctx, record);
+}
+
+static void journal_record(void *ctx, json_t *record)
+{
+    psp_journal_append(ctx, record);
+}
+
 /* Bound ports as libmicrohttpd reports them: with --port 0 the kernel chose. */
 static unsigned bound_port(struct MHD_Daemon *d)
 {
@@ -1571,6 +1608,7 @@ int main(int argc, char **argv)
         {"webhook-retry-max-ms", required_argument, NULL, 'M'},
         {"webhook-timeout-ms", required_argument, NULL, 'T'},
         {"webhook-queue-max", required_argument, NULL, 'Q'},
+        {"state-file", required_argument, NULL, 'J'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -1581,6 +1619,7 @@ int main(int argc, char **argv)
     long wh_retry = 100, wh_retry_max = 2000, wh_timeout = 5000, wh_queue = 100000;
     double wh_duplicate = 0, wh_reorder = 0;
     const char *wh_url = NULL, *wh_secret = getenv("PSP_SIM_WEBHOOK_SECRET");
+    const char *state_file = NULL;
     int secret_from_flag = 0;
     /* Numeric flags and the values each takes: ports are 0 (the kernel
      * picks) to 65535, counts go to libmicrohttpd as unsigned, and delays
@@ -1623,6 +1662,9 @@ int main(int argc, char **argv)
             continue;
         case 'U':
             wh_url = optarg;
+            continue;
+        case 'J':
+            state_file = optarg;
             continue;
         case 'W':
             wh_secret = optarg;
@@ -1719,6 +1761,19 @@ int main(int argc, char **argv)
     /* Before any thread: curl's global set-up is not thread-safe. */
     curl_global_init(CURL_GLOBAL_DEFAULT);
     store = psp_store_new(retention);
+    if (state_file) {
+        /* The books as they were (no webhook is queued for them: no observer
+         * yet), less what was in flight; then this run's changes follow. */
+        journal = psp_journal_open(state_file, replay_record, store, err, sizeof(err));
+        if (!journal) {
+            fprintf(stderr, "psp-sim: --state-file: '%s': %s\n", state_file, err);
+            goto out;
+        }
+        psp_store_release_reserved(store);
+        psp_store_set_journal(store, journal_record, journal);
+    }
+    /* The flags of this run win over the settings replayed. */
+    psp_store_set_retention(store, retention);
     psp_store_set_search_lag(store, search_lag);
     psp_store_set_processing_settle(store, settle);
     psp_store_set_refund_settle(store, refund_settle);
@@ -1818,6 +1873,7 @@ stop:
 out:
     psp_faults_free(faults);
     psp_store_free(store);
+    psp_journal_free(journal);
     free(api_key);
     curl_global_cleanup();
     return rc;

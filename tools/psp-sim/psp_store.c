@@ -43,6 +43,8 @@ struct psp_store {
     void *observer_ctx;
     psp_store_event_fn event_observer;
     void *event_observer_ctx;
+    psp_store_journal_fn journal; /* NULL: nothing is kept (or replaying) */
+    void *journal_ctx;
     uint64_t next_id;
     long long counters[PSP_C__COUNT];
     long long charges_in_flight, max_charges_in_flight;
@@ -128,10 +130,70 @@ void psp_store_free(psp_store_t *st)
     free(st);
 }
 
+void psp_store_set_journal(psp_store_t *st, psp_store_journal_fn fn, void *ctx)
+{
+    pthread_mutex_lock(&st->lock);
+    st->journal = fn;
+    st->journal_ctx = ctx;
+    pthread_mutex_unlock(&st->lock);
+}
+
+/* Caller holds the lock, so records come in the order of the changes.
+ * Hands record (taken; NULL when it could not be made) to the journal as
+ * operation op at now_ms. Callers test st->journal first, so that nothing
+ * is built without one. */
+static void journal(psp_store_t *st, const char *op, int64_t now_ms, json_t *record)
+{
+    if (record) {
+        json_object_set_new(record, "op", json_string(op));
+        json_object_set_new(record, "now", json_integer(now_ms));
+    }
+    st->journal(st->journal_ctx, record);
+}
+
+/* The requests as records (NULL when a string is no UTF-8), and back: the
+ * strings of a request read from a record point into it. */
+static json_t *charge_record(const struct psp_charge_request *req)
+{
+    return json_pack(
+        "{s:s?, s:s?, s:s?, s:s?, s:s?, s:s?, s:s?, s:s?, s:s?, s:s?, s:s?}",
+        "idempotency_key", req->idempotency_key, "amount", req->amount, "currency",
+        req->currency, "payment_method", req->payment_method, "confirm", req->confirm,
+        "payment_attempt_id", req->payment_attempt_id, "order_id", req->order_id,
+        "customer", req->customer, "apm_enabled", req->apm_enabled,
+        "apm_allow_redirects", req->apm_allow_redirects, "body", req->body);
+}
+
+static json_t *cancel_record(const struct psp_cancel_request *req)
+{
+    return json_pack("{s:s?, s:s?, s:s?, s:s?, s:s?}", "idempotency_key",
+                     req->idempotency_key, "payment_intent_id", req->payment_intent_id,
+                     "cancellation_reason", req->cancellation_reason,
+                     "unknown_parameter", req->unknown_parameter, "body", req->body);
+}
+
+static json_t *refund_record(const struct psp_refund_request *req)
+{
+    return json_pack("{s:s?, s:s?, s:s?, s:s?, s:O?, s:s?, s:s?}", "idempotency_key",
+                     req->idempotency_key, "payment_intent", req->payment_intent,
+                     "amount", req->amount, "reason", req->reason, "metadata",
+                     req->metadata, "unknown_parameter", req->unknown_parameter, "body",
+                     req->body);
+}
+
+static const char *member_str(json_t *record, const char *name)
+{
+    return json_string_value(json_object_get(record, name));
+}
+
 void psp_store_set_retention(psp_store_t *st, int64_t retention_ms)
 {
     pthread_mutex_lock(&st->lock);
     st->retention_ms = retention_ms;
+    if (st->journal)
+        journal(st, "set", 0,
+                json_pack("{s:s, s:I}", "name", "retention_ms", "ms",
+                          (json_int_t)retention_ms));
     pthread_mutex_unlock(&st->lock);
 }
 
@@ -139,6 +201,10 @@ void psp_store_set_search_lag(psp_store_t *st, int64_t search_lag_ms)
 {
     pthread_mutex_lock(&st->lock);
     st->search_lag_ms = search_lag_ms;
+    if (st->journal)
+        journal(st, "set", 0,
+                json_pack("{s:s, s:I}", "name", "search_lag_ms", "ms",
+                          (json_int_t)search_lag_ms));
     pthread_mutex_unlock(&st->lock);
 }
 
@@ -146,6 +212,10 @@ void psp_store_set_processing_settle(psp_store_t *st, int64_t settle_ms)
 {
     pthread_mutex_lock(&st->lock);
     st->processing_settle_ms = settle_ms;
+    if (st->journal)
+        journal(st, "set", 0,
+                json_pack("{s:s, s:I}", "name", "processing_settle_ms", "ms",
+                          (json_int_t)settle_ms));
     pthread_mutex_unlock(&st->lock);
 }
 
@@ -168,6 +238,8 @@ void psp_store_count(psp_store_t *st, enum psp_counter c)
 {
     pthread_mutex_lock(&st->lock);
     st->counters[c]++;
+    if (st->journal)
+        journal(st, "count", 0, json_pack("{s:i}", "counter", (int)c));
     pthread_mutex_unlock(&st->lock);
 }
 
@@ -567,6 +639,8 @@ enum psp_begin psp_store_begin(psp_store_t *st, const struct psp_charge_request 
     reserve_key(st, req->idempotency_key, charge_path, fp, now_ms);
     rc = PSP_BEGIN_EXECUTE;
 out:
+    if (st->journal)
+        journal(st, "charge_begin", now_ms, charge_record(req));
     pthread_mutex_unlock(&st->lock);
     return rc;
 }
@@ -579,6 +653,8 @@ void psp_store_release(psp_store_t *st, const char *idempotency_key)
     json_t *e = json_object_get(st->keys, idempotency_key);
     if (e && !json_integer_value(json_object_get(e, "done")))
         json_object_del(st->keys, idempotency_key);
+    if (st->journal)
+        journal(st, "release", 0, json_pack("{s:s}", "key", idempotency_key));
     pthread_mutex_unlock(&st->lock);
 }
 
@@ -675,6 +751,8 @@ void psp_store_execute(psp_store_t *st, const struct psp_charge_request *req,
     store_answer(st, req->idempotency_key, ans);
     json_decref(pi);
 out:
+    if (st->journal)
+        journal(st, "charge_execute", now_ms, charge_record(req));
     pthread_mutex_unlock(&st->lock);
 }
 
@@ -730,8 +808,14 @@ static void settle_if_due(psp_store_t *st, json_t *rec, int64_t now_ms)
     static const struct psp_settlement succeeded = {"succeeded", NULL};
     int64_t created = json_integer_value(json_object_get(rec, "created_ms"));
     if (st->processing_settle_ms > 0 && is_processing(rec) &&
-        now_ms - created >= st->processing_settle_ms)
+        now_ms - created >= st->processing_settle_ms) {
         apply_settlement(st, rec, &succeeded, created + st->processing_settle_ms);
+        /* A read changed the books: kept, since the setting may change. */
+        if (st->journal)
+            journal(st, "settle_due", now_ms,
+                    json_pack("{s:O}", "id",
+                              json_object_get(json_object_get(rec, "pi"), "id")));
+    }
 }
 
 static void answer_no_such_intent(struct psp_answer *ans, const char *id)
@@ -948,6 +1032,10 @@ void psp_store_settle(psp_store_t *st, const char *id, const struct psp_settleme
                          "payment_intent_unexpected_state", NULL, msg);
         }
     }
+    if (st->journal)
+        journal(st, "settle", now_ms,
+                json_pack("{s:s, s:s, s:s?}", "id", id, "status", set->status,
+                          "decline_code", set->decline_code));
     pthread_mutex_unlock(&st->lock);
 }
 
@@ -1062,6 +1150,8 @@ enum psp_begin psp_store_cancel_begin(psp_store_t *st,
     reserve_key(st, req->idempotency_key, path, fp, now_ms);
     rc = PSP_BEGIN_EXECUTE;
 out:
+    if (st->journal)
+        journal(st, "cancel_begin", now_ms, cancel_record(req));
     pthread_mutex_unlock(&st->lock);
     free(path);
     return rc;
@@ -1116,6 +1206,8 @@ int psp_store_cancel_execute(psp_store_t *st, const struct psp_cancel_request *r
     store_answer(st, req->idempotency_key, ans);
     executed = 1;
 out:
+    if (st->journal)
+        journal(st, "cancel_execute", now_ms, cancel_record(req));
     pthread_mutex_unlock(&st->lock);
     return executed;
 }
@@ -1164,6 +1256,8 @@ void psp_store_reset(psp_store_t *st)
     st->intent_index.n = st->refund_index.n = 0;
     memset(st->counters, 0, sizeof(st->counters));
     st->max_charges_in_flight = st->charges_in_flight;
+    if (st->journal)
+        journal(st, "reset", 0, json_object());
     pthread_mutex_unlock(&st->lock);
 }
 
@@ -1175,6 +1269,10 @@ void psp_store_set_refund_settle(psp_store_t *st, int64_t settle_ms)
 {
     pthread_mutex_lock(&st->lock);
     st->refund_settle_ms = settle_ms;
+    if (st->journal)
+        journal(st, "set", 0,
+                json_pack("{s:s, s:I}", "name", "refund_settle_ms", "ms",
+                          (json_int_t)settle_ms));
     pthread_mutex_unlock(&st->lock);
 }
 
@@ -1308,6 +1406,10 @@ static void settle_refund_if_due(psp_store_t *st, json_t *rec, int64_t now_ms)
         const char *to = json_string_value(json_object_get(rec, "settle_to"));
         apply_refund_settlement(st, rec, to ? to : "succeeded", NULL,
                                 created + st->refund_settle_ms);
+        if (st->journal)
+            journal(st, "refund_settle_due", now_ms,
+                    json_pack("{s:O}", "id",
+                              json_object_get(json_object_get(rec, "refund"), "id")));
     }
 }
 
@@ -1428,6 +1530,8 @@ enum psp_begin psp_store_refund_begin(psp_store_t *st,
     reserve_key(st, req->idempotency_key, refund_path, fp, now_ms);
     rc = PSP_BEGIN_EXECUTE;
 out:
+    if (st->journal)
+        journal(st, "refund_begin", now_ms, refund_record(req));
     pthread_mutex_unlock(&st->lock);
     return rc;
 }
@@ -1529,6 +1633,8 @@ int psp_store_refund_execute(psp_store_t *st, const struct psp_refund_request *r
     store_answer(st, req->idempotency_key, ans);
     executed = 1;
 out:
+    if (st->journal)
+        journal(st, "refund_execute", now_ms, refund_record(req));
     pthread_mutex_unlock(&st->lock);
     return executed;
 }
@@ -1629,6 +1735,10 @@ void psp_store_refund_settle(psp_store_t *st, const char *id, const char *status
                          NULL, msg);
         }
     }
+    if (st->journal)
+        journal(st, "refund_settle", now_ms,
+                json_pack("{s:s, s:s?, s:s?}", "id", id, "status", status,
+                          "failure_reason", failure_reason));
     pthread_mutex_unlock(&st->lock);
 }
 
@@ -1973,6 +2083,8 @@ void psp_store_inject_intents(psp_store_t *st, json_t *body, int64_t now_ms,
     answer_json(ans, 201,
                 json_pack("{s:I, s:O}", "count", (json_int_t)in.count, "ids", ids));
 out:
+    if (st->journal)
+        journal(st, "inject_intents", now_ms, json_pack("{s:O}", "body", body));
     pthread_mutex_unlock(&st->lock);
     json_decref(ids);
 }
@@ -2014,6 +2126,8 @@ void psp_store_amend(psp_store_t *st, const char *id, json_t *body, int64_t now_
     json_object_set_new(row, "amended", json_true());
     answer_json(ans, 200, json_incref(pi));
 out:
+    if (st->journal)
+        journal(st, "amend", now_ms, json_pack("{s:s, s:O}", "id", id, "body", body));
     pthread_mutex_unlock(&st->lock);
 }
 
@@ -2035,6 +2149,8 @@ void psp_store_delete(psp_store_t *st, const char *id, struct psp_answer *ans)
     answer_json(ans, 200, json_pack("{s:b, s:s}", "deleted", 1, "id", id));
     json_object_del(st->intents, id);
 out:
+    if (st->journal)
+        journal(st, "delete", 0, json_pack("{s:s}", "id", id));
     pthread_mutex_unlock(&st->lock);
 }
 
@@ -2113,5 +2229,173 @@ void psp_store_inject_refund(psp_store_t *st, json_t *body, int64_t now_ms,
     count_refund_status(st, status, 1);
     answer_json(ans, 201, json_incref(refund));
 out:
+    if (st->journal)
+        journal(st, "inject_refund", now_ms, json_pack("{s:O}", "body", body));
+    pthread_mutex_unlock(&st->lock);
+}
+
+/* ---- the journal's records, replayed ---- */
+
+static void charge_from_record(json_t *r, struct psp_charge_request *req)
+{
+    *req = (struct psp_charge_request){
+        .idempotency_key = member_str(r, "idempotency_key"),
+        .amount = member_str(r, "amount"),
+        .currency = member_str(r, "currency"),
+        .payment_method = member_str(r, "payment_method"),
+        .confirm = member_str(r, "confirm"),
+        .payment_attempt_id = member_str(r, "payment_attempt_id"),
+        .order_id = member_str(r, "order_id"),
+        .customer = member_str(r, "customer"),
+        .apm_enabled = member_str(r, "apm_enabled"),
+        .apm_allow_redirects = member_str(r, "apm_allow_redirects"),
+        .body = member_str(r, "body"),
+    };
+}
+
+static void cancel_from_record(json_t *r, struct psp_cancel_request *req)
+{
+    *req = (struct psp_cancel_request){
+        .idempotency_key = member_str(r, "idempotency_key"),
+        .payment_intent_id = member_str(r, "payment_intent_id"),
+        .cancellation_reason = member_str(r, "cancellation_reason"),
+        .unknown_parameter = member_str(r, "unknown_parameter"),
+        .body = member_str(r, "body"),
+    };
+}
+
+static void refund_from_record(json_t *r, struct psp_refund_request *req)
+{
+    json_t *md = json_object_get(r, "metadata");
+    *req = (struct psp_refund_request){
+        .idempotency_key = member_str(r, "idempotency_key"),
+        .payment_intent = member_str(r, "payment_intent"),
+        .amount = member_str(r, "amount"),
+        .reason = member_str(r, "reason"),
+        .metadata = json_is_object(md) ? md : NULL,
+        .unknown_parameter = member_str(r, "unknown_parameter"),
+        .body = member_str(r, "body"),
+    };
+}
+
+/* The records a read makes: a settlement that was due, as of its time. */
+static void replay_due(psp_store_t *st, json_t *record, int64_t now_ms, int refund)
+{
+    pthread_mutex_lock(&st->lock);
+    json_t *rec =
+        json_object_get(refund ? st->refunds : st->intents, member_str(record, "id"));
+    if (rec && refund)
+        settle_refund_if_due(st, rec, now_ms);
+    else if (rec)
+        settle_if_due(st, rec, now_ms);
+    pthread_mutex_unlock(&st->lock);
+}
+
+/* A "set" record: the setter it names. 0, or -1 for an unknown name. */
+static int replay_set(psp_store_t *st, json_t *record)
+{
+    static const struct {
+        const char *name;
+        void (*set)(psp_store_t *, int64_t);
+    } setters[] = {
+        {"retention_ms", psp_store_set_retention},
+        {"search_lag_ms", psp_store_set_search_lag},
+        {"processing_settle_ms", psp_store_set_processing_settle},
+        {"refund_settle_ms", psp_store_set_refund_settle},
+    };
+    const char *name = member_str(record, "name");
+    for (size_t i = 0; name && i < sizeof(setters) / sizeof(setters[0]); i++) {
+        if (!strcmp(name, setters[i].name)) {
+            setters[i].set(st, json_integer_value(json_object_get(record, "ms")));
+            return 0;
+        }
+    }
+    return -1;
+}
+
+int psp_store_replay(psp_store_t *st, json_t *record)
+{
+    const char *op = member_str(record, "op");
+    int64_t now = json_integer_value(json_object_get(record, "now"));
+    json_t *body = json_object_get(record, "body");
+    const char *id = member_str(record, "id");
+    struct psp_answer ans = {0};
+    struct psp_charge_request charge;
+    struct psp_cancel_request cancel;
+    struct psp_refund_request refund;
+    int rc = 0;
+
+    if (!op) {
+        rc = -1;
+    } else if (!strcmp(op, "charge_begin") || !strcmp(op, "charge_execute")) {
+        charge_from_record(record, &charge);
+        if (!strcmp(op, "charge_begin"))
+            psp_store_begin(st, &charge, now, &ans);
+        else
+            psp_store_execute(st, &charge, now, &ans);
+    } else if (!strcmp(op, "cancel_begin") || !strcmp(op, "cancel_execute")) {
+        cancel_from_record(record, &cancel);
+        if (!cancel.payment_intent_id)
+            rc = -1;
+        else if (!strcmp(op, "cancel_begin"))
+            psp_store_cancel_begin(st, &cancel, now, &ans);
+        else
+            psp_store_cancel_execute(st, &cancel, now, &ans);
+    } else if (!strcmp(op, "refund_begin") || !strcmp(op, "refund_execute")) {
+        refund_from_record(record, &refund);
+        if (!strcmp(op, "refund_begin"))
+            psp_store_refund_begin(st, &refund, now, &ans);
+        else
+            psp_store_refund_execute(st, &refund, now, &ans);
+    } else if (!strcmp(op, "release")) {
+        psp_store_release(st, member_str(record, "key"));
+    } else if (!strcmp(op, "settle_due") || !strcmp(op, "refund_settle_due")) {
+        replay_due(st, record, now, op[0] == 'r');
+    } else if (!strcmp(op, "settle") && id) {
+        struct psp_settlement set = {member_str(record, "status"),
+                                     member_str(record, "decline_code")};
+        if (!set.status)
+            rc = -1;
+        else
+            psp_store_settle(st, id, &set, now, &ans);
+    } else if (!strcmp(op, "refund_settle") && id) {
+        psp_store_refund_settle(st, id, member_str(record, "status"),
+                                member_str(record, "failure_reason"), now, &ans);
+    } else if (!strcmp(op, "inject_intents")) {
+        psp_store_inject_intents(st, body, now, &ans);
+    } else if (!strcmp(op, "inject_refund")) {
+        psp_store_inject_refund(st, body, now, &ans);
+    } else if (!strcmp(op, "amend") && id) {
+        psp_store_amend(st, id, body, now, &ans);
+    } else if (!strcmp(op, "delete") && id) {
+        psp_store_delete(st, id, &ans);
+    } else if (!strcmp(op, "reset")) {
+        psp_store_reset(st);
+    } else if (!strcmp(op, "set")) {
+        rc = replay_set(st, record);
+    } else if (!strcmp(op, "count")) {
+        json_int_t c = json_integer_value(json_object_get(record, "counter"));
+        if (c >= 0 && c < PSP_C__COUNT)
+            psp_store_count(st, (enum psp_counter)c);
+        else
+            rc = -1;
+    } else {
+        rc = -1;
+    }
+    free(ans.body);
+    return rc;
+}
+
+void psp_store_release_reserved(psp_store_t *st)
+{
+    const char *key;
+    json_t *e, *tmp;
+
+    pthread_mutex_lock(&st->lock);
+    json_object_foreach_safe(st->keys, tmp, key, e)
+    {
+        if (!json_integer_value(json_object_get(e, "done")))
+            json_object_del(st->keys, key);
+    }
     pthread_mutex_unlock(&st->lock);
 }

@@ -331,4 +331,27 @@ json_t *psp_store_ledger_json(psp_store_t *st, int64_t now_ms);
  * once becomes the number in flight now). */
 void psp_store_reset(psp_store_t *st);
 
+/* ---- the state file (psp-sim --state-file) ----
+ *
+ * With a journal set, every call that changes the store (a begin, an
+ * execute, a release, a setting, an admin change, a GET's count, and a
+ * settlement a read found due) hands a record of itself to fn, under the
+ * store's lock, so records come in the order of the changes: fn takes the
+ * record (NULL when one could not be made: a string that is no UTF-8), must
+ * not block for long nor call back into the store. Replaying the records,
+ * in order, through psp_store_replay on a new store (no journal set yet)
+ * makes the same state: ids, counters, keys with their answers and their
+ * first-use times. NULL: none (as before a replay ends). */
+typedef void (*psp_store_journal_fn)(void *ctx, json_t *record);
+void psp_store_set_journal(psp_store_t *st, psp_store_journal_fn fn, void *ctx);
+
+/* Applies one record (borrowed) as its call did. 0, or -1 when it is no
+ * record this store makes. */
+int psp_store_replay(psp_store_t *st, json_t *record);
+
+/* Gives back every key whose request began but never executed nor was given
+ * back: after a replay, those were in flight when psp-sim died, and their
+ * clients got no answer. */
+void psp_store_release_reserved(psp_store_t *st);
+
 #endif
