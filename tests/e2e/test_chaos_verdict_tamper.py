@@ -7,7 +7,8 @@ exit 1 with the row that names the change violated, naming the very
 attempt, refund, event or order, while the rows it flipped before stay
 violated.
 
-1. SQL UPDATE: a SUCCEEDED attempt flipped to FAILED -> "FAILED with a charge".
+1. SQL UPDATE: a SUCCEEDED attempt flipped to FAILED -> "FAILED with a
+   charge" (and "settled without its result event": no charge.failed).
 2. SQL DELETE: a refund command's record (a REJECTED refund) deleted ->
    "commands lost".
 3. Kafka: a copy of the newest result event produced to the results topic
@@ -101,7 +102,8 @@ def tamper(chaos, v, run_dir, s):
                       "ORDER BY id LIMIT 1")[0][0]
     s.psql(s.db, "UPDATE payment_attempts SET status = 'FAILED', reason = 'tampered' "
            "WHERE id = '%s'" % flipped)
-    bad = expect(run_dir, bad, ["FAILED with a charge"], flipped)
+    bad = expect(run_dir, bad, ["FAILED with a charge", "settled without its result event"],
+                 flipped)
 
     # 2. A refund command's record deleted (with its history and events).
     gone = s.query("SELECT id FROM refund_attempts WHERE status = 'REJECTED' AND "
