@@ -9,6 +9,7 @@ reason in the workload. psp-sim's restart is required only when psp-sim
 has --state-file."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -74,6 +75,7 @@ def scenario(new):
              [], "dead-letter reasons the workload never expected")
     e2e.log("chaos short run passed: %d kills %s, stack faults %s, psp faults %s" % (
         len(kills), v["facts"]["SIGKILLs by role"], actions, v["facts"]["psp faults fired"]))
+    shutil.rmtree(run_dir)  # kept only when the test fails
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -79,6 +80,7 @@ def scenario(new):
     v, run_dir, s = chaos.run(2, count=600, chaos_s=45, keep=run_dir, leave_psp=True)
     try:
         tamper(chaos, v, run_dir, s)
+        shutil.rmtree(run_dir)  # kept only when the test fails
     finally:
         if s.psp and s.psp.poll() is None:
             s.psp.kill()
