@@ -11,10 +11,13 @@ violated.
    charge" (and "settled without its result event": no charge.failed).
 2. SQL DELETE: a refund command's record (a REJECTED refund) deleted ->
    "commands lost".
-3. Kafka: a copy of the newest result event produced to the results topic
+3. Kafka: the first dead letter of a DLQ partition deleted (Kafka's
+   DeleteRecords) -> "dead letters <its reason> missing" (and "conflicting
+   resends not dead-lettered" for a conflict).
+4. Kafka: a copy of the newest result event produced to the results topic
    after the last fault (the order service then reads it, and applies
    nothing) -> "events published twice".
-4. HTTP: a second charge at psp-sim for a paid attempt and order, under a
+5. HTTP: a second charge at psp-sim for a paid attempt and order, under a
    new key with the same metadata -> "attempts charged twice", "orders
    charged twice" and the auditor's findings.
 Nothing of charged is changed for this: no flag, no code path."""
@@ -73,6 +76,22 @@ def expect(run_dir, before, new_rows, token):
     return violated(rows)
 
 
+def delete_records(s, topic, partition, before):
+    """Kafka's own DeleteRecordsCommand: the records of topic/partition
+    before offset `before` are gone for every reader."""
+    jars = subprocess.run([os.path.join(HERE, "..", "..", "deploy", "kafka", "fetch-jars.sh")],
+                          capture_output=True, check=True).stdout.decode().strip()
+    spec = os.path.join(tempfile.mkdtemp(), "offsets.json")
+    with open(spec, "w") as f:
+        json.dump({"version": 1, "partitions": [
+            {"topic": topic, "partition": partition, "offset": before}]}, f)
+    p = subprocess.run(["java", "-cp", os.path.join(jars, "*"),
+                        "org.apache.kafka.tools.DeleteRecordsCommand", "--bootstrap-server",
+                        s.kafka, "--offset-json-file", spec], capture_output=True,
+                       timeout=e2e.scaled(120))
+    check_eq(p.returncode, 0, "DeleteRecordsCommand (%s)" % p.stderr.decode()[-500:])
+
+
 def scenario(new):
     e2e.stack_check()
     chaos = load_chaos()
@@ -115,7 +134,29 @@ def tamper(chaos, v, run_dir, s):
            "WHERE id = '%s'; COMMIT" % (gone, gone, gone))
     bad = expect(run_dir, bad, ["commands lost (no attempt or refund recorded)"], gone)
 
-    # 3. An event published twice, long after every fault of the run.
+    # 3. A dead letter deleted from its topic (Kafka's DeleteRecords: the
+    #    first letter of a partition, by moving its log start past it).
+    letters = [json.loads(l) for l in s.tool("dump", s.topics["dlq"]).splitlines() if l.strip()]
+    ids = {}
+    for d in letters:
+        h = dict((x[0], x[1]) for x in d["headers"])
+        ids[h["dlq.id"]] = ids.get(h["dlq.id"], 0) + 1
+    firsts = {}
+    for d in letters:
+        if d["partition"] not in firsts or d["offset"] < firsts[d["partition"]]["offset"]:
+            firsts[d["partition"]] = d
+    victim = [d for _, d in sorted(firsts.items()) if ids[dict(
+        (x[0], x[1]) for x in d["headers"])["dlq.id"]] == 1][0]
+    h = dict((x[0], x[1]) for x in victim["headers"])
+    delete_records(s, s.topics["dlq"], victim["partition"], victim["offset"] + 1)
+    token = victim["key"] if h["dlq.reason"] != "idempotency_key_conflict" else (
+        lambda v: v.get("refund_id") or v["payment_attempt_id"])(json.loads(victim["value"]))
+    rows_named = ["dead letters %s missing" % h["dlq.reason"]]
+    if h["dlq.reason"] == "idempotency_key_conflict":
+        rows_named.append("conflicting resends not dead-lettered")
+    bad = expect(run_dir, bad, rows_named, token)
+
+    # 4. An event published twice, long after every fault of the run.
     out = s.tool("dump", s.topics["results"])
     events = [json.loads(l) for l in out.splitlines() if l.strip()]
     newest = max(events, key=lambda m: int(m["timestamp"]))
@@ -134,7 +175,7 @@ def tamper(chaos, v, run_dir, s):
     check_eq(p.returncode, 0, "order service consume --until-idle (%s)" % p.stderr[-300:])
     bad = expect(run_dir, bad, ["events published twice"], eid)
 
-    # 4. A second charge at the provider for a paid attempt and its order.
+    # 5. A second charge at the provider for a paid attempt and its order.
     attempt, order, amount = s.query(
         "SELECT id, order_id, amount FROM payment_attempts WHERE status = 'SUCCEEDED' "
         "AND idempotency_key LIKE 'chaos:%%' AND id <> '%s' ORDER BY id LIMIT 1" % flipped)[0]
