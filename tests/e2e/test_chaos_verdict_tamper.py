@@ -1,0 +1,203 @@
+#!/usr/bin/env python3
+"""The chaos verdict catches tampered evidence. After a short tools/chaos
+run that passes (psp-sim left running, the stack up), the evidence is
+changed from outside, one thing at a time, the way a defect would leave
+it, and `tools/chaos verdict --run DIR` is run after each change: it must
+exit 1 with the row that names the change violated, naming the very
+attempt, refund, event or order, while the rows it flipped before stay
+violated.
+
+1. SQL UPDATE: a SUCCEEDED attempt flipped to FAILED -> "FAILED with a
+   charge" (and "settled without its result event": no charge.failed).
+2. SQL DELETE: a refund command's record (a REJECTED refund) deleted ->
+   "commands lost".
+3. Kafka: the first dead letter of a DLQ partition deleted (Kafka's
+   DeleteRecords) -> "dead letters <its reason> missing" (and "conflicting
+   resends not dead-lettered" for a conflict).
+4. Kafka: a copy of the newest result event produced to the results topic
+   after the last fault (the order service then reads it, and applies
+   nothing) -> "events published twice".
+5. HTTP: a second charge at psp-sim for a paid attempt and order, under a
+   new key with the same metadata -> "attempts charged twice", "orders
+   charged twice" and the auditor's findings.
+Nothing of charged is changed for this: no flag, no code path."""
+import importlib.machinery
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import urllib.parse
+import urllib.request
+import uuid
+
+import charged_e2e as e2e
+from charged_e2e import check, check_eq
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CHAOS = os.path.join(HERE, "..", "..", "tools", "chaos")
+
+
+def load_chaos():
+    loader = importlib.machinery.SourceFileLoader("chaos_tool", CHAOS)
+    spec = importlib.util.spec_from_loader("chaos_tool", loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def judge(run_dir):
+    """(exit status, {row name: row}) of tools/chaos verdict --run run_dir."""
+    p = subprocess.run([sys.executable, CHAOS, "verdict", "--run", run_dir],
+                       capture_output=True, timeout=e2e.scaled(300))
+    check(p.returncode in (0, 1), lambda: "tools/chaos verdict exited %d: %s" % (
+        p.returncode, p.stderr.decode()[-2000:]))
+    with open(os.path.join(run_dir, "verdict.json")) as f:
+        v = json.load(f)
+    return p.returncode, {r["row"]: r for r in v["rows"]}
+
+
+def violated(rows):
+    return sorted(n for n, r in rows.items() if r["violation"])
+
+
+def expect(run_dir, before, new_rows, token):
+    """The verdict fails; exactly `before` + new_rows are violated, and each
+    new row names token in its examples. Returns the violated rows."""
+    rc, rows = judge(run_dir)
+    check_eq(rc, 1, "verdict exit status after the tampering (%s)" % new_rows)
+    check_eq(violated(rows), sorted(set(before) | set(new_rows)), "rows violated")
+    for n in new_rows:
+        check(any(token in x for x in rows[n]["examples"]),
+              "row %r does not name %s: %s" % (n, token, rows[n]["examples"]))
+    e2e.log("tampering caught by %s, naming %s" % (new_rows, token))
+    return violated(rows)
+
+
+def delete_records(s, topic, partition, before):
+    """Kafka's own DeleteRecordsCommand: the records of topic/partition
+    before offset `before` are gone for every reader."""
+    jars = subprocess.run([os.path.join(HERE, "..", "..", "deploy", "kafka", "fetch-jars.sh")],
+                          capture_output=True, check=True).stdout.decode().strip()
+    spec = os.path.join(tempfile.mkdtemp(), "offsets.json")
+    with open(spec, "w") as f:
+        json.dump({"version": 1, "partitions": [
+            {"topic": topic, "partition": partition, "offset": before}]}, f)
+    p = subprocess.run(["java", "-cp", os.path.join(jars, "*"),
+                        "org.apache.kafka.tools.DeleteRecordsCommand", "--bootstrap-server",
+                        s.kafka, "--offset-json-file", spec], capture_output=True,
+                       timeout=e2e.scaled(120))
+    check_eq(p.returncode, 0, "DeleteRecordsCommand (%s)" % p.stderr.decode()[-500:])
+
+
+def scenario(new):
+    e2e.stack_check()
+    chaos = load_chaos()
+    run_dir = tempfile.mkdtemp(prefix="chaos-tamper-", dir=e2e.BUILD)
+    v, run_dir, s = chaos.run(2, count=600, chaos_s=45, keep=run_dir, leave_psp=True)
+    try:
+        tamper(chaos, v, run_dir, s)
+        shutil.rmtree(run_dir)  # kept only when the test fails
+    finally:
+        if s.psp and s.psp.poll() is None:
+            s.psp.kill()
+            s.psp.wait()
+
+
+def tamper(chaos, v, run_dir, s):
+    check(v["ok"], "the run itself failed its verdict: %s" % [
+        r["row"] for r in v["rows"] if r["violation"]])
+    rc, rows = judge(run_dir)
+    check_eq((rc, violated(rows)), (0, []), "the recomputed verdict of the untouched run")
+    with open(os.path.join(run_dir, "run.json")) as f:
+        meta = json.load(f)
+    bad = []
+
+    # 1. A SUCCEEDED attempt flipped to FAILED.
+    # One of the run's own commands (the order service's orders have rows of
+    # their own that a flip would also contradict), never refunded.
+    flipped = s.query("SELECT id FROM payment_attempts WHERE status = 'SUCCEEDED' AND "
+                      "idempotency_key LIKE 'chaos:%' AND refund_reserved = 0 "
+                      "ORDER BY id LIMIT 1")[0][0]
+    s.psql(s.db, "UPDATE payment_attempts SET status = 'FAILED', reason = 'tampered' "
+           "WHERE id = '%s'" % flipped)
+    bad = expect(run_dir, bad, ["FAILED with a charge", "settled without its result event"],
+                 flipped)
+
+    # 2. A refund command's record deleted (with its history and events).
+    gone = s.query("SELECT id FROM refund_attempts WHERE status = 'REJECTED' AND "
+                   "idempotency_key LIKE 'chaos-refund:%' ORDER BY id LIMIT 1")[0][0]
+    s.psql(s.db, "BEGIN; DELETE FROM refund_transitions WHERE refund_id = '%s'; "
+           "DELETE FROM outbox WHERE refund_id = '%s'; DELETE FROM refund_attempts "
+           "WHERE id = '%s'; COMMIT" % (gone, gone, gone))
+    bad = expect(run_dir, bad, ["commands lost (no attempt or refund recorded)"], gone)
+
+    # 3. A dead letter deleted from its topic (Kafka's DeleteRecords: the
+    #    first letter of a partition, by moving its log start past it).
+    letters = [json.loads(l) for l in s.tool("dump", s.topics["dlq"]).splitlines() if l.strip()]
+    ids = {}
+    for d in letters:
+        h = dict((x[0], x[1]) for x in d["headers"])
+        ids[h["dlq.id"]] = ids.get(h["dlq.id"], 0) + 1
+    firsts = {}
+    for d in letters:
+        if d["partition"] not in firsts or d["offset"] < firsts[d["partition"]]["offset"]:
+            firsts[d["partition"]] = d
+    victim = [d for _, d in sorted(firsts.items()) if ids[dict(
+        (x[0], x[1]) for x in d["headers"])["dlq.id"]] == 1][0]
+    h = dict((x[0], x[1]) for x in victim["headers"])
+    delete_records(s, s.topics["dlq"], victim["partition"], victim["offset"] + 1)
+    token = victim["key"] if h["dlq.reason"] != "idempotency_key_conflict" else (
+        lambda v: v.get("refund_id") or v["payment_attempt_id"])(json.loads(victim["value"]))
+    rows_named = ["dead letters %s missing" % h["dlq.reason"]]
+    if h["dlq.reason"] == "idempotency_key_conflict":
+        rows_named.append("conflicting resends not dead-lettered")
+    bad = expect(run_dir, bad, rows_named, token)
+
+    # 4. An event published twice, long after every fault of the run.
+    out = s.tool("dump", s.topics["results"])
+    events = [json.loads(l) for l in out.splitlines() if l.strip()]
+    newest = max(events, key=lambda m: int(m["timestamp"]))
+    last_fault = max(b for _, a, b in meta["disruptions"])
+    check(int(newest["timestamp"]) > last_fault, "no result event after the run's last fault")
+    s.tool("produce", s.topics["results"], stdin=(json.dumps(
+        {"key": newest["key"], "value": newest["value"], "headers": newest["headers"]})
+        + "\n").encode())
+    eid = json.loads(newest["value"])["event_id"]
+    # The order service reads the copy (and, deduplicating, applies nothing),
+    # so that its position is at the end again.
+    p = subprocess.run([sys.executable, chaos.ORDER_SERVICE, "consume", "--until-idle", "3"],
+                       env=s.env({"ORDERS_DATABASE_URL": meta["orders_db"],
+                                  "CHARGECTL": e2e.CHARGECTL}),
+                       capture_output=True, timeout=e2e.scaled(120))
+    check_eq(p.returncode, 0, "order service consume --until-idle (%s)" % p.stderr[-300:])
+    bad = expect(run_dir, bad, ["events published twice"], eid)
+
+    # 5. A second charge at the provider for a paid attempt and its order.
+    attempt, order, amount = s.query(
+        "SELECT id, order_id, amount FROM payment_attempts WHERE status = 'SUCCEEDED' "
+        "AND idempotency_key LIKE 'chaos:%%' AND id <> '%s' ORDER BY id LIMIT 1" % flipped)[0]
+    body = urllib.parse.urlencode({
+        "amount": amount, "currency": "eur", "payment_method": "pm_card_visa",
+        "confirm": "true", "metadata[payment_attempt_id]": attempt,
+        "metadata[order_id]": order}).encode()
+    req = urllib.request.Request("http://127.0.0.1:%d/v1/payment_intents" % s.psp_port,
+                                 data=body, method="POST", headers={
+                                     "Authorization": "Bearer " + e2e.API_KEY,
+                                     "Idempotency-Key": "tamper-" + str(uuid.uuid4())})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        check_eq(json.load(r)["status"], "succeeded", "the second charge's status")
+    rc, rows = judge(run_dir)
+    check_eq(rc, 1, "verdict exit status after a second charge")
+    for n, token in (("attempts charged twice", attempt), ("orders charged twice", order)):
+        check(rows[n]["violation"] and any(token in x for x in rows[n]["examples"]),
+              "row %r after a second charge of %s: %s" % (n, token, rows[n]))
+    check(rows["auditor findings (scheduled windows + one audit of the run)"]["violation"],
+          "the audit of the run found nothing after a second charge")
+    e2e.log("second charge caught by the ledger rows and the audit: %s" % violated(rows))
+
+
+if __name__ == "__main__":
+    raise SystemExit(e2e.main(scenario))
