@@ -1769,8 +1769,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "psp-sim: --state-file: '%s': %s\n", state_file, err);
             goto out;
         }
-        psp_store_release_reserved(store);
         psp_store_set_journal(store, journal_record, journal);
+        psp_store_release_reserved(store);
     }
     /* The flags of this run win over the settings replayed. */
     psp_store_set_retention(store, retention);

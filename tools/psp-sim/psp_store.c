@@ -2394,8 +2394,13 @@ void psp_store_release_reserved(psp_store_t *st)
     pthread_mutex_lock(&st->lock);
     json_object_foreach_safe(st->keys, tmp, key, e)
     {
-        if (!json_integer_value(json_object_get(e, "done")))
-            json_object_del(st->keys, key);
+        if (json_integer_value(json_object_get(e, "done")))
+            continue;
+        /* Kept as a release: the next replay must see the key free too,
+         * not still held by a request that never ran. */
+        if (st->journal)
+            journal(st, "release", 0, json_pack("{s:s}", "key", key));
+        json_object_del(st->keys, key);
     }
     pthread_mutex_unlock(&st->lock);
 }
