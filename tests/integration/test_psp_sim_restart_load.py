@@ -45,6 +45,9 @@ class Sim:
                 self.state_file, *extra]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, text=True)
+        self.wait_listening()
+
+    def wait_listening(self):
         line = self.proc.stderr.readline()
         while line and "listening on" not in line:
             line = self.proc.stderr.readline()
