@@ -469,6 +469,72 @@ START_TEST(retry_of_a_freed_key_survives_a_second_restart)
 }
 END_TEST
 
+/* An id in the URL that is not UTF-8 cannot go into the state file: it is
+ * refused (404), and psp-sim, which stops rather than answer what it could
+ * not keep, stays up. */
+START_TEST(url_not_utf8_is_refused_and_psp_sim_stays_up)
+{
+    start("86400000");
+    struct http_answer a = post("/v1/payment_intents/pi_%FF/cancel", "k-url", "");
+    ck_assert_int_eq(a.status, 404);
+    ck_assert_int_eq(kill(sim.pid, 0), 0);
+    struct http_answer b = charge("k-after-url", "pm_card_visa");
+    ck_assert_int_eq(b.status, 200);
+    answer_free(&a);
+    answer_free(&b);
+}
+END_TEST
+
+/* POST body to the admin API; the status (the answer is dropped). */
+static long admin_post_status(const char *path, const char *body)
+{
+    char url[256];
+    long status = 0;
+    CURL *e = curl_easy_init();
+    struct http_answer a = {0};
+
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", sim.admin_port, path);
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 5000L);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, &a);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
+    ck_assert_int_eq(curl_easy_perform(e), CURLE_OK);
+    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_cleanup(e);
+    answer_free(&a);
+    return status;
+}
+
+/* An admin body as deep as JSON parsing allows (2048 levels) is kept in a
+ * record one level deeper: the next start must still read it, not refuse
+ * the whole file. Refused here (400) or not, it is journaled. */
+START_TEST(deepest_admin_body_does_not_damage_the_state_file)
+{
+    enum { DEPTH = 2048 };
+    static char body[2 * DEPTH + 64];
+    size_t n = (size_t)snprintf(body, sizeof(body), "{\"count\":1,\"x\":");
+    for (int i = 0; i < DEPTH - 1; i++)
+        body[n++] = '[';
+    for (int i = 0; i < DEPTH - 1; i++)
+        body[n++] = ']';
+    body[n++] = '}';
+    body[n] = '\0';
+    start("86400000");
+    ck_assert_int_eq(admin_post_status("/inject/intents", body), 400);
+    struct http_answer a = charge("k-deep", "pm_card_visa");
+    ck_assert_int_eq(a.status, 200);
+    json_t *before = books();
+    kill_and_restart("86400000");
+    json_t *after = books();
+    ck_assert(json_equal(before, after));
+    answer_free(&a);
+    json_decref(before);
+    json_decref(after);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("psp_sim_restart");
@@ -481,6 +547,8 @@ static Suite *suite(void)
     tcase_add_test(tc, bad_line_before_the_last_refuses_to_start);
     tcase_add_test(tc, key_in_flight_at_the_kill_is_free_after_the_restart);
     tcase_add_test(tc, retry_of_a_freed_key_survives_a_second_restart);
+    tcase_add_test(tc, url_not_utf8_is_refused_and_psp_sim_stays_up);
+    tcase_add_test(tc, deepest_admin_body_does_not_damage_the_state_file);
     suite_add_tcase(s, tc);
     return s;
 }

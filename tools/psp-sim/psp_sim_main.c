@@ -1175,6 +1175,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         *upload_data_size = 0;
         return MHD_YES;
     }
+    /* Ids in a changing request's URL go into the state file, which is
+     * JSON: such a URL that is not UTF-8 names nothing psp-sim could hold.
+     * (A GET keeps nothing of it, and answers 404 for the id as it is.) */
+    if (strcmp(method, "GET") != 0 && !utf8(url))
+        return respond_error(conn, 404, "invalid_request_error",
+                             "Unrecognized request URL: not UTF-8.");
     return admin ? admin_api(r, url, method) : provider_api(r, url, method);
 }
 
