@@ -271,7 +271,7 @@ END_TEST
 /* A charge that never gets its answer: psp-sim holds it in --latency-ms,
  * its key reserved, when it is killed. In a child process, which exits once
  * its connection is gone. */
-static pid_t charge_in_background(const char *key)
+static pid_t charge_in_background_with(const char *key, const char *form)
 {
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
@@ -290,13 +290,36 @@ static pid_t charge_in_background(const char *key)
         curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
         curl_easy_setopt(e, CURLOPT_WRITEDATA, &a);
-        curl_easy_setopt(e, CURLOPT_POSTFIELDS,
-                         "amount=1500&currency=eur&payment_method=pm_card_visa"
-                         "&confirm=true");
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, form);
         curl_easy_perform(e);
         _exit(0);
     }
     return pid;
+}
+
+static const char plain_form[] =
+    "amount=1500&currency=eur&payment_method=pm_card_visa&confirm=true";
+
+static pid_t charge_in_background(const char *key)
+{
+    return charge_in_background_with(key, plain_form);
+}
+
+/* Waits until n charges are held in psp-sim's latency. */
+static void wait_in_flight(json_int_t n)
+{
+    long long deadline = test_env_deadline(10000);
+    for (;;) {
+        json_t *l = psp_sim_admin(&sim, "GET", "/ledger", NULL);
+        json_int_t got = json_integer_value(
+            json_object_get(json_object_get(l, "counters"), "charges_in_flight"));
+        json_decref(l);
+        if (got == n)
+            return;
+        ck_assert_msg(test_env_now_ms() < deadline, "the charges never came");
+        struct timespec ts = {0, 10 * 1000000};
+        nanosleep(&ts, NULL);
+    }
 }
 
 START_TEST(key_in_flight_at_the_kill_is_free_after_the_restart)
@@ -398,6 +421,120 @@ START_TEST(bad_line_before_the_last_refuses_to_start)
 }
 END_TEST
 
+/* A key the first restart freed (its request was in flight at the kill) is
+ * charged by its retry; a second restart must keep that retry's books and
+ * answer: the freeing is part of the history replayed, else the replay sees
+ * the key still reserved by the killed request (a 409 counted, the key's
+ * parameters and first use those of the request that never ran). */
+START_TEST(retry_of_a_freed_key_survives_a_second_restart)
+{
+    const char *args[] = {"--state-file", state_file, "--latency-ms", "20000", NULL};
+    psp_sim_start(&sim, args);
+    pid_t same = charge_in_background("k-same");
+    pid_t other = charge_in_background("k-other");
+    wait_in_flight(2);
+    kill_and_restart("86400000");
+    int st;
+    ck_assert_int_eq(waitpid(same, &st, 0), same);
+    ck_assert_int_eq(waitpid(other, &st, 0), other);
+
+    /* k-same retried as it was sent, k-other with other parameters (it was
+     * never executed, so it is a new request). */
+    struct http_answer a = post("/v1/payment_intents", "k-same", plain_form);
+    struct http_answer b = charge("k-other", "pm_card_visa");
+    ck_assert_int_eq(a.status, 200);
+    ck_assert_int_eq(b.status, 200);
+    ck_assert(!a.replayed && !b.replayed);
+    json_t *before = books();
+
+    kill_and_restart("86400000");
+    json_t *after = books();
+    ck_assert_msg(json_equal(before, after), "ledger before: %s\nafter: %s",
+                  json_dumps(before, JSON_COMPACT), json_dumps(after, JSON_COMPACT));
+    struct http_answer ra = post("/v1/payment_intents", "k-same", plain_form);
+    struct http_answer rb = charge("k-other", "pm_card_visa");
+    ck_assert_int_eq(ra.status, 200);
+    ck_assert_msg(rb.status == 200, "the retry's replay is %ld: %s", rb.status,
+                  rb.body);
+    ck_assert(ra.replayed && rb.replayed);
+    ck_assert_str_eq(ra.body, a.body);
+    ck_assert_str_eq(rb.body, b.body);
+    ck_assert_uint_eq(psp_sim_charges_for_key(&sim, "k-same"), 1);
+    ck_assert_uint_eq(psp_sim_charges_for_key(&sim, "k-other"), 1);
+    struct http_answer *all[] = {&a, &b, &ra, &rb, NULL};
+    for (int i = 0; all[i]; i++)
+        answer_free(all[i]);
+    json_decref(before);
+    json_decref(after);
+}
+END_TEST
+
+/* An id in the URL that is not UTF-8 cannot go into the state file: it is
+ * refused (404), and psp-sim, which stops rather than answer what it could
+ * not keep, stays up. */
+START_TEST(url_not_utf8_is_refused_and_psp_sim_stays_up)
+{
+    start("86400000");
+    struct http_answer a = post("/v1/payment_intents/pi_%FF/cancel", "k-url", "");
+    ck_assert_int_eq(a.status, 404);
+    ck_assert_int_eq(kill(sim.pid, 0), 0);
+    struct http_answer b = charge("k-after-url", "pm_card_visa");
+    ck_assert_int_eq(b.status, 200);
+    answer_free(&a);
+    answer_free(&b);
+}
+END_TEST
+
+/* POST body to the admin API; the status (the answer is dropped). */
+static long admin_post_status(const char *path, const char *body)
+{
+    char url[256];
+    long status = 0;
+    CURL *e = curl_easy_init();
+    struct http_answer a = {0};
+
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", sim.admin_port, path);
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 5000L);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, &a);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
+    ck_assert_int_eq(curl_easy_perform(e), CURLE_OK);
+    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_cleanup(e);
+    answer_free(&a);
+    return status;
+}
+
+/* An admin body as deep as JSON parsing allows (2048 levels) is kept in a
+ * record one level deeper: the next start must still read it, not refuse
+ * the whole file. Refused here (400) or not, it is journaled. */
+START_TEST(deepest_admin_body_does_not_damage_the_state_file)
+{
+    enum { DEPTH = 2048 };
+    static char body[2 * DEPTH + 64];
+    size_t n = (size_t)snprintf(body, sizeof(body), "{\"count\":1,\"x\":");
+    for (int i = 0; i < DEPTH - 1; i++)
+        body[n++] = '[';
+    for (int i = 0; i < DEPTH - 1; i++)
+        body[n++] = ']';
+    body[n++] = '}';
+    body[n] = '\0';
+    start("86400000");
+    ck_assert_int_eq(admin_post_status("/inject/intents", body), 400);
+    struct http_answer a = charge("k-deep", "pm_card_visa");
+    ck_assert_int_eq(a.status, 200);
+    json_t *before = books();
+    kill_and_restart("86400000");
+    json_t *after = books();
+    ck_assert(json_equal(before, after));
+    answer_free(&a);
+    json_decref(before);
+    json_decref(after);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("psp_sim_restart");
@@ -409,6 +546,9 @@ static Suite *suite(void)
     tcase_add_test(tc, torn_last_line_is_dropped_and_appends_go_on);
     tcase_add_test(tc, bad_line_before_the_last_refuses_to_start);
     tcase_add_test(tc, key_in_flight_at_the_kill_is_free_after_the_restart);
+    tcase_add_test(tc, retry_of_a_freed_key_survives_a_second_restart);
+    tcase_add_test(tc, url_not_utf8_is_refused_and_psp_sim_stays_up);
+    tcase_add_test(tc, deepest_admin_body_does_not_damage_the_state_file);
     suite_add_tcase(s, tc);
     return s;
 }

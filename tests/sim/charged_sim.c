@@ -385,6 +385,8 @@ static int key_still_kept(struct world *w, const struct job *j)
 {
     if (w->breaks & SIM_BREAK_KEY_WINDOW)
         return 1;
+    if (w->breaks & SIM_BREAK_KEY_MARGIN) /* charge_policy_key_margin_ms 0 */
+        return j->key_age_ms + (w->now - j->claimed_at) < w->set.key_retention_ms;
     return charge_policy_key_window_open(j->key_age_ms + (w->now - j->claimed_at),
                                          w->set.key_retention_ms,
                                          w->set.provider_timeout_ms);
@@ -915,6 +917,13 @@ static void rec_step(struct world *w, struct reconciler *r)
     const struct reconcile_limits lim = {w->set.key_retention_ms,
                                          w->set.provider_timeout_ms,
                                          w->set.search_lag_ms, w->set.max_age_ms};
+    struct reconcile_limits used = lim;
+    if (w->breaks & SIM_BREAK_KEY_MARGIN) {
+        /* The policy's margin is the timeout plus a tenth of the retention
+         * (at most 60 s): a timeout of minus that tenth makes it 0. */
+        int64_t tenth = w->set.key_retention_ms / 10;
+        used.provider_timeout_ms = -(tenth < 60000 ? tenth : 60000);
+    }
     if (!l->refund) {
         struct sim_attempt *a = sim_store_attempt(w->store, l->id);
         sim_attempt_name(l->id, id, sizeof(id));
@@ -931,7 +940,7 @@ static void rec_step(struct world *w, struct reconciler *r)
             .age_ms = l->age_ms,
         };
         struct reconcile_decision dec;
-        reconcile_policy_decide(&lim, &ra, &l->e, &dec);
+        reconcile_policy_decide(&used, &ra, &l->e, &dec);
         if (dec.next == RECONCILE_SETTLE || l->ncalls >= 8) {
             rec_settle(w, r, &dec);
             return;
@@ -966,6 +975,9 @@ static void rec_step(struct world *w, struct reconciler *r)
             reconcile_policy_list_window(l->first_sent_ms, w->set.key_retention_ms,
                                          &gte, &lt);
             struct provider_result page = sim_provider_list(w->prov, l->id, gte, lt);
+            if (w->breaks & SIM_BREAK_LIST_SKIPPED) /* the list not asked */
+                page = (struct provider_result){.outcome = PROVIDER_NOT_FOUND,
+                                                .http_status = 200};
             reconcile_policy_list_fold(&walk, &page, 1);
             *res = walk;
             l->e.list = res;
@@ -998,7 +1010,7 @@ static void rec_step(struct world *w, struct reconciler *r)
         .object = "refund",
     };
     struct reconcile_decision dec;
-    reconcile_policy_decide_refund(&lim, &ra, &l->e, &dec);
+    reconcile_policy_decide_refund(&used, &ra, &l->e, &dec);
     if (dec.next == RECONCILE_SETTLE || l->ncalls >= 8) {
         rec_settle(w, r, &dec);
         return;
@@ -1260,6 +1272,10 @@ static const struct {
      "the consumer commits offsets before persisting"},
     {"refund-reservation", SIM_BREAK_REFUND_RESERVATION,
      "refunds are not reserved against the charge"},
+    {"key-margin", SIM_BREAK_KEY_MARGIN,
+     "worker/reconciler send until the key's retention, with no margin"},
+    {"list-skipped", SIM_BREAK_LIST_SKIPPED,
+     "the reconciler's list is never asked: not found is never executed"},
 };
 #define NBREAKS ((int)(sizeof(break_rules) / sizeof(break_rules[0])))
 

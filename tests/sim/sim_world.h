@@ -16,6 +16,8 @@ enum sim_break {
     SIM_BREAK_ONE_LIVE_PER_ORDER = 1 << 2,   /* the store drops the partial index */
     SIM_BREAK_COMMIT_AFTER_DURABLE = 1 << 3, /* offsets committed at fetch */
     SIM_BREAK_REFUND_RESERVATION = 1 << 4,   /* refunds not reserved on the charge */
+    SIM_BREAK_KEY_MARGIN = 1 << 5,           /* the key window with no margin */
+    SIM_BREAK_LIST_SKIPPED = 1 << 6,         /* never_executed without the list */
 };
 
 /* The first invariant a run broke: its rule and one line of why. */

@@ -5,7 +5,7 @@ short   1,000,000 steps over each of three seeds: no invariant broken, and
         the faults it is there for (lost answers, takeovers, clock jumps,
         crashes, rebalances, the reconciler's settlements) did happen.
 rules   each --break RULE is caught, by the invariant that rule keeps, within
-        1,000,000 steps, for every seed of a fixed list; the exit is 1 and
+        1,000,000 steps (RULE_BOUNDS: more for a few), for every seed of a fixed list; the exit is 1 and
         the report names the rule. The same seeds without --break break none.
 replay  the same seed and steps print the same final hash (a violation too:
         the same step), alone or after another seed in one process; another
@@ -24,7 +24,20 @@ RULES = {
     "one-live-per-order": "one-charge-per-order",
     "commit-after-durable": "commit-after-durable",
     "refund-reservation": "refund-within-charge",
+    # A request may reach the provider as late as the caller's timeout: a
+    # window with no margin sends what lands after the key is forgotten.
+    "key-margin": "key-after-retention",
+    # A look-up by metadata may lag past any promise: only the consistent
+    # list may say that nothing executed.
+    "list-skipped": "failed-with-charge",
 }
+
+# Rules whose break needs rarer luck. key-margin: a key first sent a
+# retention ago and sent again in the last PROVIDER_TIMEOUT_MS of it
+# (seeds 1-20: 17 within 3,000,000 steps); list-skipped: a look past the
+# key's window at an intent the look-up by metadata never shows (20 within
+# 3,000,000, median about 300,000).
+RULE_BOUNDS = {"key-margin": 5_000_000, "list-skipped": 3_000_000}
 
 
 def run(sim, *args):
@@ -63,7 +76,8 @@ def short(sim):
 def rules(sim):
     for rule, invariant in RULES.items():
         for seed in SEEDS:
-            rc, out, err = run(sim, "--seed", seed, "--steps", BOUND, "--break", rule)
+            bound = RULE_BOUNDS.get(rule, BOUND)
+            rc, out, err = run(sim, "--seed", seed, "--steps", bound, "--break", rule)
             m = re.search(r"VIOLATION rule=(\S+) seed=(\d+) step=(\d+)", err)
             if rc != 1 or not m:
                 fail(f"--break {rule} seed {seed}: exit {rc}, no violation "
@@ -71,7 +85,7 @@ def rules(sim):
             if m.group(1) != invariant:
                 fail(f"--break {rule} seed {seed}: caught as {m.group(1)}, "
                      f"expected {invariant}:\n{err[-2000:]}")
-            if int(m.group(2)) != seed or int(m.group(3)) >= BOUND:
+            if int(m.group(2)) != seed or int(m.group(3)) >= bound:
                 fail(f"--break {rule}: report names seed {m.group(2)} step "
                      f"{m.group(3)}")
             if f"break={rule}" not in err or "last steps:" not in err:

@@ -14,7 +14,6 @@ struct psp_journal {
     pthread_mutex_t lock;
     int fd;
     uint64_t written, synced; /* records appended, and of them made durable */
-    int warned;               /* a lost record has been reported */
 };
 
 /* Replays the file's lines from the start; *good_end gets the offset after
@@ -113,46 +112,40 @@ void psp_journal_free(psp_journal_t *j)
     free(j);
 }
 
-/* Caller holds the lock. Says once that records are being lost. */
-static void warn_lost(psp_journal_t *j, const char *why)
+/* A change the file cannot keep must not be answered: the books would lose
+ * what a client was told. psp-sim stops at once, as a kill would, and the
+ * request in flight gets no answer (a line cut short is dropped at the
+ * next start). */
+static void fail_stop(const char *why)
 {
-    if (!j->warned)
-        fprintf(stderr, "psp-sim: --state-file: a record was lost (%s)\n", why);
-    j->warned = 1;
+    fprintf(stderr, "psp-sim: --state-file: cannot keep a record (%s); exiting\n", why);
+    _exit(1);
 }
 
 int psp_journal_append(psp_journal_t *j, json_t *record)
 {
-    int rc = -1;
     char *text = record ? json_dumps(record, JSON_COMPACT) : NULL;
     size_t len = text ? strlen(text) : 0;
     char *line = text ? realloc(text, len + 2) : NULL;
 
     json_decref(record);
-    pthread_mutex_lock(&j->lock);
-    if (!line) {
-        free(text);
-        warn_lost(j, "not serialisable");
-        goto out;
-    }
+    if (!line)
+        fail_stop("not serialisable");
     line[len++] = '\n';
+    pthread_mutex_lock(&j->lock);
     /* One write(2) for the whole line, under the lock: lines never mix. */
     for (size_t done = 0; done < len;) {
         ssize_t n = write(j->fd, line + done, len - done);
         if (n < 0 && errno == EINTR)
             continue;
-        if (n <= 0) {
-            warn_lost(j, strerror(errno));
-            goto out;
-        }
+        if (n <= 0)
+            fail_stop(strerror(errno));
         done += (size_t)n;
     }
     j->written++;
-    rc = 0;
-out:
     pthread_mutex_unlock(&j->lock);
     free(line);
-    return rc;
+    return 0;
 }
 
 void psp_journal_sync(psp_journal_t *j)
@@ -170,8 +163,8 @@ void psp_journal_sync(psp_journal_t *j)
     int failed = fsync(j->fd) != 0;
     pthread_mutex_lock(&j->lock);
     if (failed)
-        warn_lost(j, "fsync failed");
-    else if (j->synced < target)
+        fail_stop("fsync failed");
+    if (j->synced < target)
         j->synced = target;
     pthread_mutex_unlock(&j->lock);
 }

@@ -27,13 +27,13 @@ psp_journal_t *psp_journal_open(const char *path, psp_journal_replay_fn fn, void
                                 char *errbuf, size_t errbuf_size);
 void psp_journal_free(psp_journal_t *j);
 
-/* Appends record (taken; NULL is ignored) as one line. 0, or -1 when it
- * cannot be serialised (a string that is no UTF-8) or written: said once on
- * stderr, and the record is lost. */
+/* Appends record (taken) as one line; returns 0. When it cannot be
+ * serialised (NULL, a string that is no UTF-8) or written, psp-sim exits 1
+ * at once, as a kill would: no answer may tell of a change the file lost. */
 int psp_journal_append(psp_journal_t *j, json_t *record);
 
-/* Returns once every record appended before the call is on disk. NULL: no
- * journal, nothing to do. */
+/* Returns once every record appended before the call is on disk (fsync
+ * failing: exits 1, as append does). NULL: no journal, nothing to do. */
 void psp_journal_sync(psp_journal_t *j);
 
 #endif

@@ -1175,6 +1175,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         *upload_data_size = 0;
         return MHD_YES;
     }
+    /* Ids in a changing request's URL go into the state file, which is
+     * JSON: such a URL that is not UTF-8 names nothing psp-sim could hold.
+     * (A GET keeps nothing of it, and answers 404 for the id as it is.) */
+    if (strcmp(method, "GET") != 0 && !utf8(url))
+        return respond_error(conn, 404, "invalid_request_error",
+                             "Unrecognized request URL: not UTF-8.");
     return admin ? admin_api(r, url, method) : provider_api(r, url, method);
 }
 
@@ -1769,8 +1775,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "psp-sim: --state-file: '%s': %s\n", state_file, err);
             goto out;
         }
-        psp_store_release_reserved(store);
         psp_store_set_journal(store, journal_record, journal);
+        psp_store_release_reserved(store);
     }
     /* The flags of this run win over the settings replayed. */
     psp_store_set_retention(store, retention);

@@ -351,7 +351,8 @@ int psp_store_replay(psp_store_t *st, json_t *record);
 
 /* Gives back every key whose request began but never executed nor was given
  * back: after a replay, those were in flight when psp-sim died, and their
- * clients got no answer. */
+ * clients got no answer. With a journal set, each is kept as a release, so
+ * that a later replay frees it too. */
 void psp_store_release_reserved(psp_store_t *st);
 
 #endif
