@@ -1,0 +1,87 @@
+/* Fuzz target: the configuration loader (common/runtime/config), over an
+ * environment. The input is NAME=VALUE lines; a NAME ending in _FILE gets
+ * the path of a scratch file holding VALUE (a secret file), never a path of
+ * the input's choosing. The first byte is the mask of roles whose required
+ * settings must be there (enum config_role). Each run starts from an empty environment
+ * and no registered log secrets, so that nothing leaks from one run into the next.
+ *
+ * Properties: a configuration that loads holds each table setting exactly
+ * as given; its librdkafka pass-through properties are lower-case dotted
+ * names with values; a refusal names why in one line. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "fuzz_check.h"
+#include "log.h"
+
+static char scratch[64];
+
+static const char *scratch_file(size_t i, const char *value)
+{
+    static char path[128];
+    if (!scratch[0]) {
+        snprintf(scratch, sizeof(scratch), "/tmp/charged-fuzz-config.XXXXXX");
+        FUZZ_CHECK(mkdtemp(scratch));
+    }
+    snprintf(path, sizeof(path), "%s/%zu", scratch, i);
+    FILE *f = fopen(path, "wb");
+    FUZZ_CHECK(f);
+    fputs(value, f);
+    fclose(f);
+    return path;
+}
+
+static void check_loaded(const config_t *cfg)
+{
+    for (int k = 0; k < CONFIG__COUNT; k++) {
+        const char *given = getenv(config_name((enum config_key)k));
+        if (!given)
+            continue;
+        const char *v = config_str(cfg, (enum config_key)k);
+        FUZZ_CHECK(v && !strcmp(v, given));
+    }
+    for (size_t i = 0; i < config_kafka_count(cfg); i++) {
+        const char *prop, *value;
+        config_kafka_get(cfg, i, &prop, &value);
+        FUZZ_CHECK(prop && prop[0] && value);
+        for (const char *p = prop; *p; p++)
+            FUZZ_CHECK(*p != '_' && !(*p >= 'A' && *p <= 'Z'));
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    clearenv();
+    if (size == 0)
+        return 0;
+    unsigned roles = data[0] & 0x3fu;
+    data++;
+    size--;
+    for (size_t i = 0; size > 0; i++) {
+        size_t len;
+        const uint8_t *line_at = fuzz_next_line(&data, &size, &len);
+        char *line = fuzz_strndup(line_at, len);
+        char *eq = strchr(line, '=');
+        if (eq && eq != line) {
+            *eq = '\0';
+            size_t nlen = strlen(line);
+            const char *value = eq + 1;
+            if (nlen > 5 && !strcmp(line + nlen - 5, "_FILE"))
+                value = scratch_file(i, value);
+            setenv(line, value, 1);
+        }
+        free(line);
+    }
+    char err[512] = "";
+    config_t *cfg = config_new(roles, "worker", err, sizeof(err));
+    if (cfg)
+        check_loaded(cfg);
+    else
+        FUZZ_CHECK(memchr(err, '\0', sizeof(err)) && err[0] && !strchr(err, '\n'));
+    config_free(cfg);
+    log_clear_secrets();
+    clearenv();
+    return 0;
+}
