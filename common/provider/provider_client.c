@@ -515,7 +515,10 @@ static void classify_charge(int http, json_t *doc, struct provider_result *res)
         if (res->outcome == PROVIDER_DECLINED)
             copy_str(res->error, sizeof(res->error), "intent not paid");
         else if (res->outcome == PROVIDER_REQUIRES_REVIEW)
-            snprintf(res->error, sizeof(res->error), "intent status '%s'", st);
+            /* The status as take_intent kept it: the provider's own text may
+             * hold control bytes or be cut mid-character here. */
+            snprintf(res->error, sizeof(res->error), "intent status '%s'",
+                     res->intent_status);
         return;
     }
     if (err) {
