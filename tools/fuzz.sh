@@ -136,16 +136,16 @@ run_target() {
     printf '%-18s %12s %10s  %s\n' "$t" "${execs:--}" "${rate:--}" "$result" >"$dir/result"
 }
 
-pids=()
+running=0
 for t in "${CHOSEN[@]}"; do
-    run_target "$t" &
-    pids+=($!)
-    if [ ${#pids[@]} -ge "$JOBS" ]; then
-        wait "${pids[0]}"
-        pids=("${pids[@]:1}")
+    if [ "$running" -ge "$JOBS" ]; then
+        wait -n || true # whichever ends first frees its core
+        running=$((running - 1))
     fi
+    run_target "$t" &
+    running=$((running + 1))
 done
-for p in "${pids[@]}"; do wait "$p"; done
+wait
 
 printf '%-18s %12s %10s  %s\n' target executions exec/s result
 rc=0
