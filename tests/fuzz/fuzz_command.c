@@ -7,7 +7,8 @@
  * bounded valid UTF-8 text, a positive amount within the limit, metadata an
  * object, a hex fingerprint) and neither key nor value carries a card
  * number; a command refused says why in a line that quotes no card number;
- * a deployment's currency list only ever narrows what is taken. */
+ * of a command taken, a deployment's currency list takes exactly those in
+ * it. */
 #include <jansson.h>
 
 #include "card_data.h"
@@ -75,9 +76,6 @@ static void fuzz_charge(const uint8_t *key, size_t key_len, const uint8_t *value
                                                      &open, &c, err, sizeof(err));
     if (r != DEAD_LETTER_NONE) {
         check_refused(r, err);
-        charge_command_release(&c);
-        FUZZ_CHECK(charge_command_parse(key, key_len, value, value_len, &narrow, &c,
-                                        err, sizeof(err)) != DEAD_LETTER_NONE);
         charge_command_release(&c);
         return;
     }

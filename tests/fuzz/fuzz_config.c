@@ -1,7 +1,8 @@
 /* Fuzz target: the configuration loader (common/runtime/config), over an
  * environment. The input is NAME=VALUE lines; a NAME ending in _FILE gets
  * the path of a scratch file holding VALUE (a secret file), never a path of
- * the input's choosing. The first byte is the mask of roles whose required
+ * the input's choosing; of a NAME given twice the first counts (getenv's
+ * rule). The first byte is the mask of roles whose required
  * settings must be there (enum config_role). Each run starts from an empty environment
  * and no registered log secrets, so that nothing leaks from one run into the next.
  *
@@ -11,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
+
+extern char **environ;
 
 #include "config.h"
 #include "fuzz_check.h"
@@ -53,27 +56,43 @@ static void check_loaded(const config_t *cfg)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    clearenv();
+    /* The environment is this run's array, not setenv()'s: glibc keeps
+     * every string setenv was given, which grows the process and makes
+     * each run look like a leak to libFuzzer. */
+    static char *no_env[] = {NULL};
     if (size == 0)
         return 0;
     unsigned roles = data[0] & 0x3fu;
     data++;
     size--;
+    size_t cap = 1;
+    for (size_t i = 0; i < size; i++)
+        cap += data[i] == '\n';
+    char **env = calloc(cap + 1, sizeof(*env));
+    FUZZ_CHECK(env);
+    size_t n = 0;
     for (size_t i = 0; size > 0; i++) {
         size_t len;
         const uint8_t *line_at = fuzz_next_line(&data, &size, &len);
         char *line = fuzz_strndup(line_at, len);
         char *eq = strchr(line, '=');
-        if (eq && eq != line) {
-            *eq = '\0';
-            size_t nlen = strlen(line);
-            const char *value = eq + 1;
-            if (nlen > 5 && !strcmp(line + nlen - 5, "_FILE"))
-                value = scratch_file(i, value);
-            setenv(line, value, 1);
+        if (!eq || eq == line) {
+            free(line);
+            continue;
         }
-        free(line);
+        size_t nlen = (size_t)(eq - line);
+        if (nlen > 5 && !strncmp(eq - 5, "_FILE", 5)) {
+            const char *path = scratch_file(i, eq + 1);
+            char *var = malloc(nlen + 1 + strlen(path) + 1);
+            FUZZ_CHECK(var);
+            memcpy(var, line, nlen + 1);
+            strcpy(var + nlen + 1, path);
+            free(line);
+            line = var;
+        }
+        env[n++] = line;
     }
+    environ = env;
     char err[512] = "";
     config_t *cfg = config_new(roles, "worker", err, sizeof(err));
     if (cfg)
@@ -82,6 +101,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(memchr(err, '\0', sizeof(err)) && err[0] && !strchr(err, '\n'));
     config_free(cfg);
     log_clear_secrets();
-    clearenv();
+    environ = no_env;
+    for (size_t i = 0; i < n; i++)
+        free(env[i]);
+    free(env);
     return 0;
 }
