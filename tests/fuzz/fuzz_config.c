@@ -20,14 +20,30 @@ extern char **environ;
 #include "log.h"
 
 static char scratch[64];
+static size_t scratch_files; /* 0..scratch_files-1 may exist */
+
+static void remove_scratch(void)
+{
+    char path[128];
+    for (size_t i = 0; i < scratch_files; i++) {
+        snprintf(path, sizeof(path), "%s/%zu", scratch, i);
+        unlink(path);
+    }
+    rmdir(scratch);
+}
 
 static const char *scratch_file(size_t i, const char *value)
 {
     static char path[128];
     if (!scratch[0]) {
-        snprintf(scratch, sizeof(scratch), "/tmp/charged-fuzz-config.XXXXXX");
+        /* In memory: on a disk each run's write and truncate costs more
+         * than the whole load. */
+        snprintf(scratch, sizeof(scratch), "/dev/shm/charged-fuzz-config.XXXXXX");
         FUZZ_CHECK(mkdtemp(scratch));
+        atexit(remove_scratch);
     }
+    if (i >= scratch_files)
+        scratch_files = i + 1;
     snprintf(path, sizeof(path), "%s/%zu", scratch, i);
     FILE *f = fopen(path, "wb");
     FUZZ_CHECK(f);

@@ -4,10 +4,11 @@
  * Properties: a parsed event's text fields are terminated valid UTF-8 of
  * their buffers, its attempt and refund ids empty or canonical UUIDs, its
  * currencies empty or three upper-case letters; a success names amount and
- * currency; the normalized copy is ASCII JSON; a refusal says why; every
- * decision is a known action with a reason, and moves only to a status. */
+ * currency; the normalized copy is ASCII JSON without card numbers; a refusal says why;
+ * every decision is a known action with a reason, and moves only to a status. */
 #include <jansson.h>
 
+#include "card_data.h"
 #include "charge_command.h"
 #include "fuzz_check.h"
 #include "utf8_text.h"
@@ -112,6 +113,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         json_t *again = json_loads(normalized, 0, &jerr);
         FUZZ_CHECK(again);
         json_decref(again);
+        FUZZ_CHECK(!card_data_found(normalized, strlen(normalized)));
     }
     check_decisions(&ev);
     free(normalized);
