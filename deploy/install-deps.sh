@@ -30,6 +30,8 @@ packages=(
   python3-yaml prometheus
   dpkg-dev libzstd-dev liblz4-dev libsasl2-dev
   podman debootstrap
+  # clang and its sanitizer runtimes build the libFuzzer targets (tools/fuzz.sh).
+  clang-14 libclang-rt-14-dev
 )
 
 missing=()

@@ -20,7 +20,9 @@ struct run {
     int ngroups; /* > 8: too many to be a card */
 };
 
-static void scan_run(const char *buf, size_t len, size_t i, struct run *r)
+/* The run at i of at most max_groups groups (0: any number). */
+static void scan_run(const char *buf, size_t len, size_t i, int max_groups,
+                     struct run *r)
 {
     memset(r, 0, sizeof(*r));
     r->start = r->end = i;
@@ -33,7 +35,8 @@ static void scan_run(const char *buf, size_t len, size_t i, struct run *r)
             r->end = ++i;
             continue;
         }
-        if ((buf[i] == ' ' || buf[i] == '-') && i + 1 < len && is_digit(buf[i + 1])) {
+        if ((buf[i] == ' ' || buf[i] == '-') && i + 1 < len && is_digit(buf[i + 1]) &&
+            (max_groups == 0 || r->ngroups < max_groups)) {
             r->ngroups++;
             i++;
             continue;
@@ -99,6 +102,23 @@ static int is_pan(const char *buf, size_t len, const struct run *r)
            luhn_ok(buf, r->start, r->end);
 }
 
+/* Overwrites the digits of r in buf, but the last four, with '*'. */
+static void mask_run(char *buf, const struct run *r)
+{
+    int keep = 4;
+    for (size_t j = r->end; j > r->start; j--) {
+        if (!is_digit(buf[j - 1]))
+            continue;
+        if (keep > 0)
+            keep--;
+        else
+            buf[j - 1] = '*';
+    }
+}
+
+/* A card grouped with 5 groups at most (4-4-4-4-3). */
+#define CARD_MAX_GROUPS 5
+
 /* Counts (and, with buf, masks) the card numbers in cbuf. */
 static size_t each_pan(char *buf, const char *cbuf, size_t len, int mask)
 {
@@ -109,19 +129,35 @@ static size_t each_pan(char *buf, const char *cbuf, size_t len, int mask)
             continue;
         }
         struct run r;
-        scan_run(cbuf, len, i, &r);
+        scan_run(cbuf, len, i, 0, &r);
         if (is_pan(cbuf, len, &r)) {
             n++;
-            if (mask) {
-                int keep = 4;
-                for (size_t j = r.end; j > r.start; j--) {
-                    if (!is_digit(buf[j - 1]))
-                        continue;
-                    if (keep > 0)
-                        keep--;
-                    else
-                        buf[j - 1] = '*';
+            if (mask)
+                mask_run(buf, &r);
+        } else if (r.ngroups > 1) {
+            /* A card next to other digits ("qty 2 4242...", two cards in a
+             * row) is not the whole run: every window of whole groups that
+             * starts at a group is one too. */
+            size_t g = r.start;
+            while (g < r.end) {
+                struct run w;
+                int found = 0;
+                for (int k = 1; k <= CARD_MAX_GROUPS && !found; k++) {
+                    scan_run(cbuf, len, g, k, &w);
+                    if (w.ngroups < k)
+                        break; /* the run ends here */
+                    found = is_pan(cbuf, len, &w);
                 }
+                if (found) {
+                    n++;
+                    if (mask)
+                        mask_run(buf, &w);
+                    g = w.end;
+                } else {
+                    while (g < r.end && is_digit(cbuf[g]))
+                        g++;
+                }
+                g++; /* past the separator, to the next group */
             }
         }
         i = r.end > i ? r.end : i + 1;
@@ -136,5 +172,10 @@ int card_data_found(const char *buf, size_t len)
 
 size_t card_data_mask(char *buf, size_t len)
 {
-    return buf ? each_pan(buf, buf, len, 1) : 0;
+    /* Until nothing is left: the four digits a window keeps can start a
+     * card-shaped run with the groups after it (found by fuzz_card_data). */
+    size_t total = 0, n;
+    while (buf && (n = each_pan(buf, buf, len, 1)) > 0)
+        total += n;
+    return total;
 }

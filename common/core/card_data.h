@@ -16,7 +16,8 @@
 int card_data_found(const char *buf, size_t len);
 
 /* Overwrites every digit of each card number in buf, except the last four,
- * with '*', in place; the length is unchanged. Returns how many it masked. */
+ * with '*', in place, until card_data_found() finds none; the length is
+ * unchanged. Returns how many it masked. */
 size_t card_data_mask(char *buf, size_t len);
 
 #endif

@@ -225,11 +225,60 @@ static int parse_refunds(json_t *obj, struct webhook_event *ev, char *errbuf,
     return 0;
 }
 
+/* A number written with card digits (an "amount" of 19 Luhn-valid digits),
+ * masked in the text, would be no JSON ("amount":****...): *r gets the
+ * string of its masked digits to stand in for it, or NULL when m is no such
+ * number (found by fuzz_webhook_event). 0 / -1. */
+static int masked_number(json_t *m, json_t **r)
+{
+    *r = NULL;
+    if (!json_is_number(m))
+        return 0;
+    char *text = json_dumps(m, JSON_ENCODE_ANY);
+    if (!text)
+        return -1;
+    int rc = 0;
+    if (card_data_mask(text, strlen(text)) > 0 && !(*r = json_string(text)))
+        rc = -1;
+    free(text);
+    return rc;
+}
+
+/* Every such number in the tree replaced; digits in strings stay valid
+ * JSON when masked in the text. 0 / -1. */
+static int mask_card_numbers(json_t *v)
+{
+    const char *key;
+    json_t *m, *r, *tmp;
+    size_t i;
+
+    if (json_is_object(v)) {
+        json_object_foreach_safe(v, tmp, key, m)
+        {
+            if (masked_number(m, &r) != 0 ||
+                (r ? json_object_set_new(v, key, r) : mask_card_numbers(m)) != 0)
+                return -1;
+        }
+    } else if (json_is_array(v)) {
+        json_array_foreach(v, i, m)
+        {
+            if (masked_number(m, &r) != 0 ||
+                (r ? json_array_set_new(v, i, r) : mask_card_numbers(m)) != 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
 /* The event as stored: re-written by jansson, ASCII only. 0 / -1. */
 static int normalize(json_t *root, char **out, char *errbuf, size_t errbuf_size)
 {
     if (!out)
         return 0;
+    if (mask_card_numbers(root) != 0) {
+        snprintf(errbuf, errbuf_size, "out of memory");
+        return -1;
+    }
     *out = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
     if (!*out) {
         snprintf(errbuf, errbuf_size, "out of memory");

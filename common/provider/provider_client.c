@@ -26,14 +26,7 @@ struct provider_xfer {
     size_t bytes_out; /* request bytes curl reported sent */
     int sends;        /* times the request's headers went out */
     void *opaque;
-    int lookup;       /* a GET: classify as a look-up */
-    int operation;    /* a start_post: classify as an operation's answer */
-    int refund;       /* about a refund: classify as a refund's answer */
-    long long amount; /* a charge: what we asked for, to check the answer */
-    char currency[8];
-    char attempt_id[40]; /* a charge's, or the one a list page is searched for
-                            (a refund's: its refund_id) */
-    enum lookup_kind { LOOKUP_RETRIEVE, LOOKUP_SEARCH, LOOKUP_LIST } kind;
+    struct provider_call call;  /* what was asked: how the answer is classified */
     struct provider_xfer *next; /* in the client's list of async transfers */
 };
 
@@ -343,9 +336,9 @@ static struct provider_xfer *charge_xfer(provider_client_t *pc,
     body = NULL; /* owned by x, or freed */
     if (!x)
         goto out;
-    x->amount = ch->amount;
-    snprintf(x->currency, sizeof(x->currency), "%s", currency);
-    snprintf(x->attempt_id, sizeof(x->attempt_id), "%s",
+    x->call.amount = ch->amount;
+    snprintf(x->call.currency, sizeof(x->call.currency), "%s", currency);
+    snprintf(x->call.attempt_id, sizeof(x->call.attempt_id), "%s",
              ch->payment_attempt_id ? ch->payment_attempt_id : "");
     goto out;
 oom:
@@ -522,7 +515,10 @@ static void classify_charge(int http, json_t *doc, struct provider_result *res)
         if (res->outcome == PROVIDER_DECLINED)
             copy_str(res->error, sizeof(res->error), "intent not paid");
         else if (res->outcome == PROVIDER_REQUIRES_REVIEW)
-            snprintf(res->error, sizeof(res->error), "intent status '%s'", st);
+            /* The status as take_intent kept it: the provider's own text may
+             * hold control bytes or be cut mid-character here. */
+            snprintf(res->error, sizeof(res->error), "intent status '%s'",
+                     res->intent_status);
         return;
     }
     if (err) {
@@ -676,7 +672,7 @@ static void refund_outcome(json_t *re, struct provider_result *res)
 
 /* A refund's answer to its POST: a 2xx refund by its status, anything else
  * as an operation's (a 404 resource_missing, no such intent, is final). */
-static void classify_refund(const struct provider_xfer *x, int http, json_t *doc,
+static void classify_refund(const struct provider_call *call, int http, json_t *doc,
                             struct provider_result *res)
 {
     if (http < 200 || http >= 300) {
@@ -699,8 +695,8 @@ static void classify_refund(const struct provider_xfer *x, int http, json_t *doc
     json_t *amount = json_object_get(doc, "amount");
     const char *rid = json_string_value(
         json_object_get(json_object_get(doc, "metadata"), "refund_id"));
-    if ((json_is_integer(amount) && json_integer_value(amount) != x->amount) ||
-        (rid && strcmp(rid, x->attempt_id) != 0)) {
+    if ((json_is_integer(amount) && json_integer_value(amount) != call->amount) ||
+        (rid && strcmp(rid, call->attempt_id) != 0)) {
         res->outcome = PROVIDER_REQUIRES_REVIEW;
         copy_str(res->error, sizeof(res->error),
                  "refund differs from the one we asked for");
@@ -747,7 +743,7 @@ static void take_best_refund(json_t *data, const char *refund_id,
  * currency, and our attempt in its metadata. An answer that says otherwise
  * is not a success we can book: a human looks. Fields the answer does not
  * carry are not judged. */
-static void check_intent_matches(const struct provider_xfer *x, json_t *doc,
+static void check_intent_matches(const struct provider_call *call, json_t *doc,
                                  struct provider_result *res)
 {
     if (res->outcome != PROVIDER_SUCCEEDED && res->outcome != PROVIDER_PROCESSING)
@@ -757,12 +753,12 @@ static void check_intent_matches(const struct provider_xfer *x, json_t *doc,
     const char *attempt = json_string_value(
         json_object_get(json_object_get(doc, "metadata"), "payment_attempt_id"));
     char why[160] = "";
-    if (json_is_integer(amount) && json_integer_value(amount) != x->amount)
+    if (json_is_integer(amount) && json_integer_value(amount) != call->amount)
         snprintf(why, sizeof(why), "intent amount %lld, we asked %lld",
-                 (long long)json_integer_value(amount), x->amount);
-    else if (currency && strcasecmp(currency, x->currency) != 0)
+                 (long long)json_integer_value(amount), call->amount);
+    else if (currency && strcasecmp(currency, call->currency) != 0)
         snprintf(why, sizeof(why), "intent currency differs from the one we asked");
-    else if (attempt && strcmp(attempt, x->attempt_id) != 0)
+    else if (attempt && strcmp(attempt, call->attempt_id) != 0)
         snprintf(why, sizeof(why), "intent belongs to another payment attempt");
     if (!why[0])
         return;
@@ -826,11 +822,13 @@ static int take_cursor(json_t *doc, json_t *data, struct provider_result *res)
     return 0;
 }
 
-static void classify_lookup(int http, json_t *doc, enum lookup_kind kind, int refund,
-                            const char *attempt_id, struct provider_result *res)
+static void classify_lookup(int http, json_t *doc, enum provider_lookup kind,
+                            int refund, const char *attempt_id,
+                            struct provider_result *res)
 {
     static const char *objects[] = {"payment_intent", "search_result", "list"};
-    const char *want = refund && kind == LOOKUP_RETRIEVE ? "refund" : objects[kind];
+    const char *want =
+        refund && kind == PROVIDER_LOOKUP_RETRIEVE ? "refund" : objects[kind];
     if (http == 404) {
         /* Evidence of absence only in the provider's own words: a 404 from a
          * wrong URL or a proxy says nothing about the intent. */
@@ -861,7 +859,7 @@ static void classify_lookup(int http, json_t *doc, enum lookup_kind kind, int re
                  "look-up answered something that is not a %s", want);
         return;
     }
-    if (kind == LOOKUP_RETRIEVE && refund) {
+    if (kind == PROVIDER_LOOKUP_RETRIEVE && refund) {
         if (!usable_id(json_string_value(json_object_get(doc, "id")))) {
             res->outcome = PROVIDER_UNKNOWN;
             copy_str(res->error, sizeof(res->error), "refund without a usable id");
@@ -872,14 +870,15 @@ static void classify_lookup(int http, json_t *doc, enum lookup_kind kind, int re
         refund_outcome(doc, res);
         return;
     }
-    if (kind == LOOKUP_RETRIEVE) {
+    if (kind == PROVIDER_LOOKUP_RETRIEVE) {
         res->matches = 1;
         take_intent(doc, res);
         res->outcome = intent_outcome(res->intent_status);
         return;
     }
     json_t *data = json_object_get(doc, "data");
-    if (!json_is_array(data) || (kind == LOOKUP_LIST && take_cursor(doc, data, res))) {
+    if (!json_is_array(data) ||
+        (kind == PROVIDER_LOOKUP_LIST && take_cursor(doc, data, res))) {
         res->outcome = PROVIDER_UNKNOWN;
         snprintf(res->error, sizeof(res->error), "%s answered without %s",
                  objects[kind],
@@ -891,7 +890,29 @@ static void classify_lookup(int http, json_t *doc, enum lookup_kind kind, int re
     if (refund)
         take_best_refund(data, attempt_id, res);
     else
-        take_best(data, kind == LOOKUP_LIST ? attempt_id : NULL, res);
+        take_best(data, kind == PROVIDER_LOOKUP_LIST ? attempt_id : NULL, res);
+}
+
+void provider_client_classify(const struct provider_call *call, int http_status,
+                              const char *replayed, const char *body, size_t body_len,
+                              struct provider_result *res)
+{
+    res->http_status = http_status;
+    res->replayed = replayed && !strcasecmp(replayed, "true");
+    json_error_t jerr;
+    json_t *doc = body ? json_loadb(body, body_len, 0, &jerr) : NULL;
+    if (call->lookup)
+        classify_lookup(http_status, doc, call->kind, call->refund, call->attempt_id,
+                        res);
+    else if (call->refund)
+        classify_refund(call, http_status, doc, res);
+    else if (call->operation)
+        classify_operation(http_status, doc, res);
+    else {
+        classify_charge(http_status, doc, res);
+        check_intent_matches(call, doc, res);
+    }
+    json_decref(doc);
 }
 
 /* Turns a finished transfer into a result. */
@@ -908,31 +929,20 @@ static void finish(struct provider_xfer *x, CURLcode cc, struct provider_result 
     res->resent = x->sends > 1 ? x->sends - 1 : 0;
     struct curl_header *replayed = NULL;
     if (curl_easy_header(x->easy, "Idempotent-Replayed", 0, CURLH_HEADER, -1,
-                         &replayed) == CURLHE_OK)
-        res->replayed = !strcasecmp(replayed->value, "true");
+                         &replayed) != CURLHE_OK)
+        replayed = NULL;
 
     if (cc != CURLE_OK) {
         res->http_status = 0;
+        res->replayed = replayed && !strcasecmp(replayed->value, "true");
         /* Only the wire decides: nothing sent means nothing executed. */
         res->outcome = res->sent ? PROVIDER_UNKNOWN : PROVIDER_NOT_EXECUTED;
         snprintf(res->error, sizeof(res->error), "%s%s", curl_easy_strerror(cc),
                  res->sent ? " (after the request was sent)" : " (nothing sent)");
         return;
     }
-    res->http_status = (int)http;
-    json_error_t jerr;
-    json_t *doc = x->answer ? json_loadb(x->answer, x->answer_len, 0, &jerr) : NULL;
-    if (x->lookup)
-        classify_lookup((int)http, doc, x->kind, x->refund, x->attempt_id, res);
-    else if (x->refund)
-        classify_refund(x, (int)http, doc, res);
-    else if (x->operation)
-        classify_operation((int)http, doc, res);
-    else {
-        classify_charge((int)http, doc, res);
-        check_intent_matches(x, doc, res);
-    }
-    json_decref(doc);
+    provider_client_classify(&x->call, (int)http, replayed ? replayed->value : NULL,
+                             x->answer, x->answer_len, res);
 }
 
 int provider_client_charge(provider_client_t *pc, const struct provider_charge *ch,
@@ -951,7 +961,7 @@ int provider_client_charge(provider_client_t *pc, const struct provider_charge *
     return 0;
 }
 
-static int lookup(provider_client_t *pc, const char *url, enum lookup_kind kind,
+static int lookup(provider_client_t *pc, const char *url, enum provider_lookup kind,
                   int refund, const char *attempt_id, struct provider_result *res)
 {
     struct provider_xfer *x = xfer_new(pc, url, NULL, 1);
@@ -961,10 +971,11 @@ static int lookup(provider_client_t *pc, const char *url, enum lookup_kind kind,
         copy_str(res->error, sizeof(res->error), "provider client: out of memory");
         return 0;
     }
-    x->lookup = 1;
-    x->kind = kind;
-    x->refund = refund;
-    snprintf(x->attempt_id, sizeof(x->attempt_id), "%s", attempt_id ? attempt_id : "");
+    x->call.lookup = 1;
+    x->call.kind = kind;
+    x->call.refund = refund;
+    snprintf(x->call.attempt_id, sizeof(x->call.attempt_id), "%s",
+             attempt_id ? attempt_id : "");
     curl_easy_setopt(x->easy, CURLOPT_HTTPGET, 1L);
     finish(x, curl_easy_perform(x->easy), res);
     /* A look-up that never got an answer says nothing about the intent. */
@@ -987,7 +998,7 @@ int provider_client_retrieve(provider_client_t *pc, const char *payment_intent_i
 {
     char url[1024];
     retrieve_url(pc, payment_intent_id, url, sizeof(url));
-    return lookup(pc, url, LOOKUP_RETRIEVE, 0, NULL, res);
+    return lookup(pc, url, PROVIDER_LOOKUP_RETRIEVE, 0, NULL, res);
 }
 
 int provider_client_search(provider_client_t *pc, const char *payment_attempt_id,
@@ -999,7 +1010,7 @@ int provider_client_search(provider_client_t *pc, const char *payment_attempt_id
     snprintf(url, sizeof(url), "%s/v1/payment_intents/search?query=%s", pc->base_url,
              eq ? eq : "");
     curl_free(eq);
-    return lookup(pc, url, LOOKUP_SEARCH, 0, NULL, res);
+    return lookup(pc, url, PROVIDER_LOOKUP_SEARCH, 0, NULL, res);
 }
 
 int provider_client_list(provider_client_t *pc, const char *payment_attempt_id,
@@ -1017,7 +1028,7 @@ int provider_client_list(provider_client_t *pc, const char *payment_attempt_id,
              pc->base_url, created_gte, created_lt, after ? "&starting_after=" : "",
              after ? after : "");
     curl_free(after);
-    return lookup(pc, url, LOOKUP_LIST, 0, payment_attempt_id, res);
+    return lookup(pc, url, PROVIDER_LOOKUP_LIST, 0, payment_attempt_id, res);
 }
 
 int provider_client_retrieve_refund(provider_client_t *pc, const char *refund_id,
@@ -1027,7 +1038,7 @@ int provider_client_retrieve_refund(provider_client_t *pc, const char *refund_id
     char *id = curl_easy_escape(NULL, refund_id ? refund_id : "", 0);
     snprintf(url, sizeof(url), "%s/v1/refunds/%s", pc->base_url, id ? id : "");
     curl_free(id);
-    return lookup(pc, url, LOOKUP_RETRIEVE, 1, NULL, res);
+    return lookup(pc, url, PROVIDER_LOOKUP_RETRIEVE, 1, NULL, res);
 }
 
 int provider_client_list_refunds(provider_client_t *pc, const char *payment_intent,
@@ -1044,7 +1055,7 @@ int provider_client_list_refunds(provider_client_t *pc, const char *payment_inte
              after ? after : "");
     curl_free(pi);
     curl_free(after);
-    return lookup(pc, url, LOOKUP_LIST, 1, refund_id ? refund_id : "", res);
+    return lookup(pc, url, PROVIDER_LOOKUP_LIST, 1, refund_id ? refund_id : "", res);
 }
 
 /* Hands x to the multi handle; on failure frees it. 0 / -1. */
@@ -1111,7 +1122,7 @@ static struct provider_xfer *operation_xfer(provider_client_t *pc, const char *p
     struct provider_xfer *x =
         post_xfer(pc, path, body, idempotency_key, 0, errbuf, errbuf_size);
     if (x)
-        x->operation = 1;
+        x->call.operation = 1;
     return x;
 }
 
@@ -1134,7 +1145,7 @@ int provider_client_start_refund(provider_client_t *pc, const struct provider_re
     int rc = -1;
 
     if (!r->payment_intent || !*r->payment_intent || !r->refund_id ||
-        strlen(r->refund_id) >= sizeof(((struct provider_xfer *)0)->attempt_id)) {
+        strlen(r->refund_id) >= sizeof(((struct provider_call *)0)->attempt_id)) {
         snprintf(errbuf, errbuf_size, "refund without a payment intent or refund id");
         return -1;
     }
@@ -1152,9 +1163,9 @@ int provider_client_start_refund(provider_client_t *pc, const struct provider_re
                                              r->idempotency_key, errbuf, errbuf_size);
     if (!x)
         goto out;
-    x->refund = 1;
-    x->amount = r->amount;
-    snprintf(x->attempt_id, sizeof(x->attempt_id), "%s", r->refund_id);
+    x->call.refund = 1;
+    x->call.amount = r->amount;
+    snprintf(x->call.attempt_id, sizeof(x->call.attempt_id), "%s", r->refund_id);
     rc = start_async(pc, x, opaque, errbuf, errbuf_size);
 out:
     free(body);
@@ -1210,7 +1221,7 @@ int provider_client_next_done(provider_client_t *pc, struct provider_result *res
             }
         }
         finish(x, cc, res);
-        if (x->lookup && res->http_status == 0)
+        if (x->call.lookup && res->http_status == 0)
             res->outcome = PROVIDER_UNKNOWN;
         *opaque = x->opaque;
         pc->in_flight--;
@@ -1283,8 +1294,37 @@ static int read_listed(json_t *o, enum provider_list_of what,
     return 0;
 }
 
-/* A GET whose answer is parsed here, not classified: *doc the JSON of a 200
- * (the caller decrefs it), or NULL with res->outcome and res->error set. */
+/* A GET's answer, parsed here, not classified: *doc the JSON of a 200 (the
+ * caller decrefs it), or NULL with res->outcome and res->error set. */
+static json_t *answer_json(int http, const char *body, size_t body_len,
+                           struct provider_result *res)
+{
+    json_error_t jerr;
+    json_t *doc = body ? json_loadb(body, body_len, 0, &jerr) : NULL;
+    res->http_status = http;
+    if (http == 404) {
+        const char *code =
+            json_string_value(json_object_get(json_object_get(doc, "error"), "code"));
+        res->outcome = code && !strcmp(code, "resource_missing") ? PROVIDER_NOT_FOUND
+                                                                 : PROVIDER_UNKNOWN;
+        snprintf(res->error, sizeof(res->error), "answered 404%s",
+                 res->outcome == PROVIDER_NOT_FOUND ? " resource_missing" : "");
+        json_decref(doc);
+        return NULL;
+    }
+    if (http != 200 || !json_is_object(doc)) {
+        res->outcome = http >= 400 && http < 500 && http != 429 ? PROVIDER_INVALID
+                                                                : PROVIDER_UNKNOWN;
+        snprintf(res->error, sizeof(res->error), "answered %d%s", http,
+                 http == 200 ? " without a JSON object" : "");
+        json_decref(doc);
+        return NULL;
+    }
+    res->outcome = PROVIDER_SUCCEEDED;
+    return doc;
+}
+
+/* A GET over the wire, its answer as answer_json's. */
 static json_t *get_json(provider_client_t *pc, const char *url,
                         struct provider_result *res)
 {
@@ -1300,60 +1340,22 @@ static json_t *get_json(provider_client_t *pc, const char *url,
     CURLcode cc = curl_easy_perform(x->easy);
     long http = 0;
     curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &http);
-    res->http_status = cc == CURLE_OK ? (int)http : 0;
     if (cc != CURLE_OK) {
+        res->http_status = 0;
         snprintf(res->error, sizeof(res->error), "%s", curl_easy_strerror(cc));
         goto out;
     }
-    json_error_t jerr;
-    doc = x->answer ? json_loadb(x->answer, x->answer_len, 0, &jerr) : NULL;
-    if (http == 404) {
-        const char *code =
-            json_string_value(json_object_get(json_object_get(doc, "error"), "code"));
-        res->outcome = code && !strcmp(code, "resource_missing") ? PROVIDER_NOT_FOUND
-                                                                 : PROVIDER_UNKNOWN;
-        snprintf(res->error, sizeof(res->error), "answered 404%s",
-                 res->outcome == PROVIDER_NOT_FOUND ? " resource_missing" : "");
-        json_decref(doc);
-        doc = NULL;
-        goto out;
-    }
-    if (http != 200 || !json_is_object(doc)) {
-        res->outcome = http >= 400 && http < 500 && http != 429 ? PROVIDER_INVALID
-                                                                : PROVIDER_UNKNOWN;
-        snprintf(res->error, sizeof(res->error), "answered %ld%s", http,
-                 http == 200 ? " without a JSON object" : "");
-        json_decref(doc);
-        doc = NULL;
-        goto out;
-    }
-    res->outcome = PROVIDER_SUCCEEDED;
+    doc = answer_json((int)http, x->answer, x->answer_len, res);
 out:
     xfer_free(x);
     return doc;
 }
 
-int provider_client_list_page(provider_client_t *pc, enum provider_list_of what,
-                              long long created_gte, long long created_lt,
-                              const char *starting_after, struct provider_page *page,
-                              struct provider_result *res)
+/* A list page's JSON into *page (res->outcome SUCCEEDED), or res->outcome
+ * INVALID and an empty page. */
+static void read_page(json_t *doc, enum provider_list_of what,
+                      struct provider_page *page, struct provider_result *res)
 {
-    char url[1024];
-    char *after = starting_after && *starting_after
-                      ? curl_easy_escape(NULL, starting_after, 0)
-                      : NULL;
-    page->n = 0;
-    page->has_more = 0;
-    snprintf(url, sizeof(url),
-             "%s/v1/%s?created%%5Bgte%%5D=%lld&created%%5Blt%%5D=%lld&limit=%d%s%s",
-             pc->base_url,
-             what == PROVIDER_LIST_REFUNDS ? "refunds" : "payment_intents", created_gte,
-             created_lt, PROVIDER_PAGE_MAX, after ? "&starting_after=" : "",
-             after ? after : "");
-    curl_free(after);
-    json_t *doc = get_json(pc, url, res);
-    if (!doc)
-        return 0;
     json_t *data = json_object_get(doc, "data"), *o;
     size_t i;
     if (strcmp(str_field(doc, "object"), "list") != 0 || !json_is_array(data) ||
@@ -1387,6 +1389,42 @@ out:
         page->n = 0;
         page->has_more = 0;
     }
+}
+
+void provider_client_parse_page(enum provider_list_of what, int http_status,
+                                const char *body, size_t body_len,
+                                struct provider_page *page, struct provider_result *res)
+{
+    memset(res, 0, sizeof(*res));
+    page->n = 0;
+    page->has_more = 0;
+    json_t *doc = answer_json(http_status, body, body_len, res);
+    if (doc)
+        read_page(doc, what, page, res);
+    json_decref(doc);
+}
+
+int provider_client_list_page(provider_client_t *pc, enum provider_list_of what,
+                              long long created_gte, long long created_lt,
+                              const char *starting_after, struct provider_page *page,
+                              struct provider_result *res)
+{
+    char url[1024];
+    char *after = starting_after && *starting_after
+                      ? curl_easy_escape(NULL, starting_after, 0)
+                      : NULL;
+    page->n = 0;
+    page->has_more = 0;
+    snprintf(url, sizeof(url),
+             "%s/v1/%s?created%%5Bgte%%5D=%lld&created%%5Blt%%5D=%lld&limit=%d%s%s",
+             pc->base_url,
+             what == PROVIDER_LIST_REFUNDS ? "refunds" : "payment_intents", created_gte,
+             created_lt, PROVIDER_PAGE_MAX, after ? "&starting_after=" : "",
+             after ? after : "");
+    curl_free(after);
+    json_t *doc = get_json(pc, url, res);
+    if (doc)
+        read_page(doc, what, page, res);
     json_decref(doc);
     return 0;
 }

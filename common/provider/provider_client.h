@@ -71,6 +71,40 @@ int provider_client_list(provider_client_t *pc, const char *payment_attempt_id,
  * logs. Every message the client keeps goes through it. */
 void provider_client_redact(char *dst, size_t size, const char *src);
 
+/* What a request asked, as the classification of its answer needs it. */
+enum provider_lookup {
+    PROVIDER_LOOKUP_RETRIEVE = 0,
+    PROVIDER_LOOKUP_SEARCH,
+    PROVIDER_LOOKUP_LIST
+};
+
+struct provider_call {
+    int lookup; /* a GET: classify as a look-up of `kind` */
+    enum provider_lookup kind;
+    int operation;    /* a start_post: classify as an operation's answer */
+    int refund;       /* about a refund: classify as a refund's answer */
+    long long amount; /* a charge's or refund's: checked in the answer */
+    char currency[8];
+    char attempt_id[40]; /* a charge's, or the one a list page is searched for
+                            (a refund's: its refund_id) */
+};
+
+/* The answer to `call` as a result: its HTTP status, its Idempotent-Replayed
+ * header (NULL when absent) and its body (NULL when none). What the client
+ * does with every answer once the transfer is done; pure, so that tests and
+ * the fuzz targets can feed it any answer. Sets http_status, replayed and
+ * the classification; leaves the wire's fields (sent, latency) alone. */
+void provider_client_classify(const struct provider_call *call, int http_status,
+                              const char *replayed, const char *body, size_t body_len,
+                              struct provider_result *res);
+
+/* A list page's answer as provider_client_list_page reads it (status 200
+ * and a list object, else outcome and error say why, page empty). Pure. */
+void provider_client_parse_page(enum provider_list_of what, int http_status,
+                                const char *body, size_t body_len,
+                                struct provider_page *page,
+                                struct provider_result *res);
+
 /* Asynchronous charges. start() copies what it needs from ch; `opaque` comes
  * back with the result. 0 / -1 with errbuf. A charge is a POST as
  * start_post sends one, classified as a charge. */

@@ -393,7 +393,9 @@ static int is_secret_prop(const char *prop)
 
 static int load_kafka_props(config_t *cfg, char *errbuf, size_t errbuf_size)
 {
-    rd_kafka_conf_t *probe = rd_kafka_conf_new();
+    /* Made for the first pass-through property only: a conf is hundreds of
+     * defaults, and most environments pass none. */
+    rd_kafka_conf_t *probe = NULL;
     int rc = -1;
 
     for (char **e = environ; e && *e; e++) {
@@ -436,6 +438,11 @@ static int load_kafka_props(config_t *cfg, char *errbuf, size_t errbuf_size)
         }
         if (!value)
             continue;
+        if (!probe && !(probe = rd_kafka_conf_new())) {
+            free(value);
+            snprintf(errbuf, errbuf_size, "%s: out of memory", name);
+            goto out;
+        }
         if (rd_kafka_conf_set(probe, prop, value, rderr, sizeof(rderr)) !=
             RD_KAFKA_CONF_OK) {
             /* An old library refuses properties it predates: say why. */
@@ -473,7 +480,8 @@ static int load_kafka_props(config_t *cfg, char *errbuf, size_t errbuf_size)
     }
     rc = 0;
 out:
-    rd_kafka_conf_destroy(probe);
+    if (probe)
+        rd_kafka_conf_destroy(probe);
     return rc;
 }
 

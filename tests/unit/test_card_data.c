@@ -18,6 +18,11 @@ START_TEST(finds_plain_and_grouped_card_numbers)
     ck_assert(found("5555-5555-5555-4444"));
     ck_assert(found("378282246310005"));   /* Amex, 15 digits */
     ck_assert(found("3782 822463 10005")); /* Amex grouping */
+    /* Next to other digits, by a space: found by fuzz_card_data. */
+    ck_assert(found("qty 2 4242424242424242"));
+    ck_assert(found("4242424242424242 1"));
+    ck_assert(found("4111111111111111 5555555555554444"));
+    ck_assert(found("1 4242 4242 4242 4242 1"));
 }
 END_TEST
 
@@ -32,6 +37,7 @@ START_TEST(ignores_what_is_not_a_card)
     ck_assert(found("tok_4242424242424242"));  /* after a separator: still a card */
     ck_assert(!found("42424242424242424242")); /* 20 digits */
     ck_assert(!found("4242-424242424242"));    /* not card grouping */
+    ck_assert(!found("1-4242424242424242"));   /* hyphen-joined: a token */
     ck_assert(!found(""));
 }
 END_TEST
@@ -43,6 +49,14 @@ START_TEST(masks_all_but_the_last_four_in_place)
     ck_assert_uint_eq(n, 2);
     ck_assert_str_eq(buf, "a **** **** **** 4242 b ************4444 c");
     ck_assert(!found(buf));
+    char next[] = "qty 2 4242424242424242 5555555555554444 1";
+    ck_assert_uint_eq(card_data_mask(next, strlen(next)), 2);
+    ck_assert_str_eq(next, "qty 2 ************4242 ************4444 1");
+    /* The four digits kept of the first start a card with the groups after
+     * it (found by fuzz_card_data): masked as well. */
+    char chain[] = "x 224242424242442 1111 1111 1111 111 x";
+    ck_assert_uint_ge(card_data_mask(chain, strlen(chain)), 2);
+    ck_assert(!found(chain));
 }
 END_TEST
 

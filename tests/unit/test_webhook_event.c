@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "test_env.h"
 #include "webhook_event.h"
 
@@ -53,6 +55,32 @@ START_TEST(parses_a_failure_with_its_code)
     ck_assert_str_eq(ev.decline_code, "insufficient_funds");
     ck_assert_str_eq(ev.attempt_id, ""); /* not a uuid: matched by intent */
     ck_assert_int_eq(ev.amount, -1);
+}
+END_TEST
+
+/* Found by fuzz_webhook_event: an amount of card digits, masked in the
+ * stored copy's text, made it no JSON. It is stored as a masked string. */
+START_TEST(a_card_shaped_number_is_stored_masked_as_a_string)
+{
+    struct webhook_event ev;
+    char err[256], *normalized = NULL;
+    const char *body =
+        "{\"id\":\"evt_1\",\"type\":\"refund.failed\",\"created\":1,\"data\":{"
+        "\"object\":{\"id\":\"re_1\",\"object\":\"refund\",\"status\":\"failed\","
+        "\"amount\":58888888888888800,\"currency\":\"eur\",\"x\":[4242424242424242]}}"
+        "}";
+    ck_assert_int_eq(
+        webhook_event_parse(body, strlen(body), &ev, &normalized, err, 256), 0);
+    json_error_t jerr;
+    json_t *again = json_loads(normalized, 0, &jerr);
+    ck_assert_msg(again != NULL, "not JSON: %s", normalized);
+    json_t *o = json_object_get(json_object_get(again, "data"), "object");
+    ck_assert_str_eq(json_string_value(json_object_get(o, "amount")),
+                     "*************8800");
+    ck_assert_str_eq(json_string_value(json_array_get(json_object_get(o, "x"), 0)),
+                     "************4242");
+    json_decref(again);
+    free(normalized);
 }
 END_TEST
 
@@ -270,6 +298,7 @@ int main(void)
     Suite *s = suite_create("webhook_event");
     TCase *tc = tcase_create("webhook_event");
     tcase_add_test(tc, parses_a_success);
+    tcase_add_test(tc, a_card_shaped_number_is_stored_masked_as_a_string);
     tcase_add_test(tc, parses_a_failure_with_its_code);
     tcase_add_test(tc, refuses_bad_shapes);
     tcase_add_test(tc, decision_table);

@@ -1,0 +1,93 @@
+/* Unit tests of provider_client_classify: the answers the fuzz target
+ * (tests/fuzz/fuzz_provider_answer.c) found, and the table's rows it checks,
+ * without a socket. */
+#include <check.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "provider_client.h"
+#include "test_env.h"
+#include "utf8_text.h"
+
+#define ATTEMPT "5d1c2c1e-1a9b-4b1e-8e55-000000000001"
+
+static struct provider_result classify_charge(int http, const char *replayed,
+                                              const char *body)
+{
+    struct provider_call call = {.amount = 1999};
+    snprintf(call.currency, sizeof(call.currency), "eur");
+    snprintf(call.attempt_id, sizeof(call.attempt_id), ATTEMPT);
+    struct provider_result res;
+    memset(&res, 0, sizeof(res));
+    provider_client_classify(&call, http, replayed, body, body ? strlen(body) : 0,
+                             &res);
+    return res;
+}
+
+static void assert_clean(const char *s)
+{
+    ck_assert(utf8_text_valid(s, strlen(s)));
+    for (const char *p = s; *p; p++)
+        ck_assert_msg((unsigned char)*p >= 0x20 && *p != 0x7f, "control byte in '%s'",
+                      s);
+}
+
+/* Found by fuzz_provider_answer (tests/fuzz/regressions/provider_answer/):
+ * a 2xx intent whose status holds a DEL byte put it into the error line
+ * raw, for the log and the database. */
+START_TEST(an_odd_intent_status_is_quoted_clean)
+{
+    struct provider_result r =
+        classify_charge(200, NULL,
+                        "{\"id\":\"pi_1\",\"object\":\"payment_intent\",\"status\":"
+                        "\"pr\\u007fcessing\"}");
+    ck_assert_int_eq(r.outcome, PROVIDER_REQUIRES_REVIEW);
+    assert_clean(r.error);
+    ck_assert(strstr(r.error, "intent status 'pr"));
+}
+END_TEST
+
+/* A long status of multi-byte characters is cut on a character. */
+START_TEST(a_long_intent_status_is_cut_whole)
+{
+    /* "x" first, so that the bound falls inside a character. */
+    char body[2048] = "{\"id\":\"pi_1\",\"status\":\"x";
+    for (int i = 0; i < 200; i++)
+        strcat(body, "\xc3\xa9");
+    strcat(body, "\"}");
+    struct provider_result r = classify_charge(201, NULL, body);
+    ck_assert_int_eq(r.outcome, PROVIDER_REQUIRES_REVIEW);
+    assert_clean(r.error);
+}
+END_TEST
+
+START_TEST(the_table_without_a_socket)
+{
+    const char *intent = "{\"id\":\"pi_1\",\"status\":\"succeeded\",\"amount\":1999,"
+                         "\"currency\":\"eur\"}";
+    struct provider_result r = classify_charge(200, "true", intent);
+    ck_assert_int_eq(r.outcome, PROVIDER_SUCCEEDED);
+    ck_assert_int_eq(r.replayed, 1);
+    ck_assert_str_eq(r.provider_payment_id, "pi_1");
+    ck_assert_int_eq(classify_charge(503, NULL, intent).outcome, PROVIDER_UNKNOWN);
+    ck_assert_int_eq(classify_charge(429, "false", NULL).outcome,
+                     PROVIDER_NOT_EXECUTED);
+    ck_assert_int_eq(classify_charge(429, "false", NULL).replayed, 0);
+    ck_assert_int_eq(
+        classify_charge(200, NULL,
+                        "{\"id\":\"pi_1\",\"status\":\"succeeded\",\"amount\":5}")
+            .outcome,
+        PROVIDER_REQUIRES_REVIEW);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("provider_classify");
+    TCase *tc = tcase_create("provider_classify");
+    tcase_add_test(tc, an_odd_intent_status_is_quoted_clean);
+    tcase_add_test(tc, a_long_intent_status_is_cut_whole);
+    tcase_add_test(tc, the_table_without_a_socket);
+    suite_add_tcase(s, tc);
+    return test_env_run_suite(s);
+}
