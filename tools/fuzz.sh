@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds and runs the libFuzzer targets of tests/fuzz (docs/testing-fuzz.md).
+# Builds and runs the libFuzzer targets of tests/fuzz (docs/testing.md#fuzzing).
 set -euo pipefail
 
 usage() {
@@ -32,7 +32,7 @@ Options:
 Targets: command card_data provider_answer config webhook_signature
 webhook_event traceparent.
 Reproduce one input:  build-fuzz/tests/fuzz/fuzz_<target> <file>
-Long pass (docs/testing-fuzz.md):  tools/fuzz.sh --runs 10000000 --jobs 2
+Long pass (docs/testing.md#fuzzing):  tools/fuzz.sh --runs 10000000 --jobs 2
 USAGE
 }
 
