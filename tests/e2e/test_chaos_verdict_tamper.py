@@ -20,6 +20,9 @@ violated.
 5. HTTP: a second charge at psp-sim for a paid attempt and order, under a
    new key with the same metadata -> "attempts charged twice", "orders
    charged twice" and the auditor's findings.
+6. HTTP: psp-sim made to forget its keys at once (its admin retention),
+   then a second charge under a paid attempt's own key -> "keys charged
+   twice".
 Nothing of charged is changed for this: no flag, no code path."""
 import importlib.machinery
 import importlib.util
@@ -29,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
@@ -197,6 +201,40 @@ def tamper(chaos, v, run_dir, s):
     check(rows["auditor findings (scheduled windows + one audit of the run)"]["violation"],
           "the audit of the run found nothing after a second charge")
     e2e.log("second charge caught by the ledger rows and the audit: %s" % violated(rows))
+
+    # 6. A second charge under one key: psp-sim made to forget keys at once
+    # (its admin retention), then a POST under a paid attempt's own key,
+    # which executes again once the key is forgotten.
+    key, attempt6 = s.query(
+        "SELECT idempotency_key, id FROM payment_attempts WHERE status = 'SUCCEEDED' "
+        "AND idempotency_key LIKE 'chaos:%%' AND id NOT IN ('%s', '%s') ORDER BY id LIMIT 1"
+        % (flipped, attempt))[0]
+    req = urllib.request.Request("http://127.0.0.1:%d/retention" % s.psp_admin,
+                                 data=json.dumps({"key_retention_ms": 1}).encode(),
+                                 method="PUT", headers={"Content-Type": "application/json"})
+    urllib.request.urlopen(req, timeout=30).close()
+    body = urllib.parse.urlencode({
+        "amount": 100, "currency": "eur", "payment_method": "pm_card_visa",
+        "confirm": "true", "metadata[payment_attempt_id]": attempt6}).encode()
+
+    def executed_again():
+        req = urllib.request.Request("http://127.0.0.1:%d/v1/payment_intents" % s.psp_port,
+                                     data=body, method="POST", headers={
+                                         "Authorization": "Bearer " + e2e.API_KEY,
+                                         "Idempotency-Key": key})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.headers.get("Idempotent-Replayed") != "true"
+        except urllib.error.HTTPError:  # the key still held, with other parameters
+            return False
+    e2e.wait_until("psp-sim to execute under the forgotten key %s" % key, executed_again, 30)
+    rc, rows = judge(run_dir)
+    check_eq(rc, 1, "verdict exit status after a second charge under one key")
+    check(rows["keys charged twice"]["violation"] and
+          any(key in x for x in rows["keys charged twice"]["examples"]),
+          "row 'keys charged twice' after a second charge under %s: %s" % (
+              key, rows["keys charged twice"]))
+    e2e.log("second charge under one key caught: %s" % violated(rows))
 
 
 if __name__ == "__main__":
