@@ -102,18 +102,23 @@ static int is_pan(const char *buf, size_t len, const struct run *r)
            luhn_ok(buf, r->start, r->end);
 }
 
-/* Overwrites the digits of r in buf, but the last four, with '*'. */
-static void mask_run(char *buf, const struct run *r)
+/* Overwrites the digits of r in buf, but the last four, with '*'; returns
+ * where the four kept start. */
+static size_t mask_run(char *buf, const struct run *r)
 {
     int keep = 4;
+    size_t kept = r->start;
     for (size_t j = r->end; j > r->start; j--) {
         if (!is_digit(buf[j - 1]))
             continue;
-        if (keep > 0)
+        if (keep > 0) {
             keep--;
-        else
+            kept = j - 1;
+        } else {
             buf[j - 1] = '*';
+        }
     }
+    return kept;
 }
 
 /* A card grouped with 5 groups at most (4-4-4-4-3). */
@@ -130,15 +135,19 @@ static size_t each_pan(char *buf, const char *cbuf, size_t len, int mask)
         }
         struct run r;
         scan_run(cbuf, len, i, 0, &r);
-        if (is_pan(cbuf, len, &r)) {
+        int whole = is_pan(cbuf, len, &r);
+        size_t g = r.start;
+        if (whole) {
             n++;
             if (mask)
-                mask_run(buf, &r);
-        } else if (r.ngroups > 1) {
+                g = mask_run(buf, &r);
+        }
+        if ((whole && mask) || (!whole && r.ngroups > 1)) {
             /* A card next to other digits ("qty 2 4242...", two cards in a
              * row) is not the whole run: every window of whole groups that
-             * starts at a group is one too. */
-            size_t g = r.start;
+             * starts at a group is one too. Once masked, the four digits
+             * kept can start one with the groups after: looked at in this
+             * pass, not one pass per card (quadratic on a chain). */
             while (g < r.end) {
                 struct run w;
                 int found = 0;
@@ -150,8 +159,10 @@ static size_t each_pan(char *buf, const char *cbuf, size_t len, int mask)
                 }
                 if (found) {
                     n++;
-                    if (mask)
-                        mask_run(buf, &w);
+                    if (mask) {
+                        g = mask_run(buf, &w);
+                        continue;
+                    }
                     g = w.end;
                 } else {
                     while (g < r.end && is_digit(cbuf[g]))
