@@ -1,0 +1,125 @@
+/* dlq_reader: reads the dead-letter topic and sends letters back, for
+ * `chargectl dlq` and the console alike.
+ *
+ * Reading assigns partitions directly (no group membership) with automatic
+ * commits off: it never commits an offset of any group and never removes
+ * anything. Replay sends a letter back to its original topic with its key,
+ * value and original headers plus dlq.replayed_from and dlq.replayed_by;
+ * the worker then treats it as any other command, so replaying twice
+ * cannot charge twice. card_data_refused letters are never sent: their
+ * card digits were masked.
+ *
+ *   dlq_reader_t *r = dlq_reader_new(cfg, err, sizeof(err));
+ *   dlq_reader_read_all(r, err, sizeof(err));
+ *   const struct dlq_letter **sel = dlq_reader_select(r, &filters, &n);
+ *   ...
+ *   free(sel);
+ *   dlq_reader_free(r);
+ */
+#ifndef CHARGED_DLQ_READER_H
+#define CHARGED_DLQ_READER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "config.h"
+
+typedef struct dlq_reader dlq_reader_t;
+
+enum dlq_reader_rc {
+    DLQ_READER_OK = 0,
+    DLQ_READER_UNREACHABLE, /* Kafka did not answer, or the topic is missing */
+    DLQ_READER_NOT_FOUND,   /* no letter at that position */
+    DLQ_READER_REFUSED,     /* replay: a letter cannot be sent (no original
+                               topic; card_data_refused named by position) */
+    DLQ_READER_FAILED,      /* out of memory; a send not acknowledged */
+};
+
+/* One dead letter as read; the reader owns it. */
+struct dlq_letter {
+    int32_t partition;
+    int64_t offset;
+    int64_t timestamp_ms;
+    const char *key, *value; /* NULL when absent; NUL after the bytes */
+    size_t key_len, value_len;
+    /* dlq.* headers (NULL when absent) */
+    const char *reason, *error, *failed_at, *orig_topic, *orig_partition,
+        *orig_offset;
+    char attempt[64], order[64]; /* from the value, else the key; "" */
+    int64_t failed_at_ms;        /* dlq.failed_at, else the timestamp */
+};
+
+/* What list and replay select: every given filter must match. */
+struct dlq_filters {
+    const char *reason;       /* a reason code; NULL: any */
+    const char *attempt;      /* payment_attempt_id; NULL: any */
+    const char *order;        /* order_id; NULL: any */
+    int have_since, have_until;
+    int64_t since_ms, until_ms; /* failed at or after / before */
+    int64_t limit;              /* the newest `limit`; 0: all */
+};
+
+/* A reader of CHARGE_DLQ_TOPIC on cfg's Kafka (cfg outlives it). NULL with
+ * err when the client cannot be made (a bad setting). */
+dlq_reader_t *dlq_reader_new(const config_t *cfg, char *err, size_t err_size);
+void dlq_reader_free(dlq_reader_t *r);
+
+/* Reads every letter now in the topic / the one at partition:offset,
+ * adding to what was read. DLQ_READER_OK or another rc with err. */
+enum dlq_reader_rc dlq_reader_read_all(dlq_reader_t *r, char *err, size_t err_size);
+enum dlq_reader_rc dlq_reader_read_one(dlq_reader_t *r, int32_t partition,
+                                       int64_t offset, char *err, size_t err_size);
+
+/* The letters read so far, in the order read. */
+size_t dlq_reader_count(const dlq_reader_t *r);
+const struct dlq_letter *dlq_reader_letter(const dlq_reader_t *r, size_t i);
+
+/* The letters that pass f, oldest first (failed_at, then position), the
+ * newest f->limit; a malloc'd array of *n (the caller frees it, not the
+ * letters), NULL when out of memory. */
+const struct dlq_letter **dlq_reader_select(const dlq_reader_t *r,
+                                            const struct dlq_filters *f, size_t *n);
+
+/* "PARTITION:OFFSET", digits only, each within its type. 0 / -1. */
+int dlq_position_parse(const char *s, int32_t *partition, int64_t *offset);
+
+/* The letter's one-line summary: position, partition, offset, failed_at,
+ * reason, payment_attempt_id, order_id, error, original {topic, partition,
+ * offset}. */
+json_t *dlq_letter_summary_json(const struct dlq_letter *l);
+/* The whole letter: the summary plus timestamp_ms, headers ([name, value]
+ * pairs), key and value (parsed JSON when it is JSON, a string, or
+ * {"hex": ...}). With mask_card_digits, every card number in the key, the
+ * value and the header values is masked (card_data_mask) first. */
+json_t *dlq_letter_json(const dlq_reader_t *r, const struct dlq_letter *l,
+                        int mask_card_digits);
+
+/* One letter's replay: what was (or with dry_run would be) sent. */
+struct dlq_replay_item {
+    const struct dlq_letter *letter;
+    int skipped;         /* card_data_refused: not sent */
+    int sent;            /* acknowledged by Kafka */
+    int32_t to_partition; /* where it landed, when sent */
+    int64_t to_offset;
+    char error[160]; /* why it was not sent, or "" */
+};
+
+/* Sends letters[0..n-1] back (dry_run: sends nothing), with dlq.replayed_by
+ * = actor. items[i] tells each one's fate. A letter without an original
+ * topic refuses the whole call before anything is sent (DLQ_READER_REFUSED
+ * with err); a send not acknowledged within 30 s is DLQ_READER_FAILED with
+ * the items saying which. */
+enum dlq_reader_rc dlq_reader_replay(dlq_reader_t *r, const struct dlq_letter *const *letters,
+                                     size_t n, const char *actor, int dry_run,
+                                     struct dlq_replay_item *items, char *err,
+                                     size_t err_size);
+
+/* The message a replay of l sends: {"topic", "key", "value", "headers"},
+ * card digits masked as in dlq_letter_json when mask_card_digits (for a
+ * preview on screen). */
+json_t *dlq_replay_message_json(const dlq_reader_t *r, const struct dlq_letter *l,
+                                const char *actor, int mask_card_digits);
+
+#endif

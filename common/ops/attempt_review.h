@@ -1,0 +1,94 @@
+/* attempt_review: an operator's decision on an attempt that automation left
+ * in REQUIRES_REVIEW: it was charged (SUCCEEDED, as intent PI) or it was not
+ * (FAILED). The provider is asked first; nothing is written unless it agrees
+ * or the operator overrides it with force, and what it said goes into the
+ * transition's evidence. `chargectl attempt resolve` and the console both
+ * decide through here, so that a review settles the same way wherever an
+ * operator sits.
+ *
+ *   struct attempt_review_request rq = {.attempt_id = id, .intent_id = pi,
+ *                                       .reason = why, .actor = who};
+ *   struct attempt_review_result res;
+ *   attempt_review_resolve(conn, st, pc, lag_ms, &rq, &res);
+ *   ... res.outcome, res.message ...
+ *   attempt_review_result_clear(&res);
+ */
+#ifndef CHARGED_ATTEMPT_REVIEW_H
+#define CHARGED_ATTEMPT_REVIEW_H
+
+#include <stddef.h>
+
+#include <jansson.h>
+#include <libpq-fe.h>
+
+#include "attempt_store.h"
+#include "provider_client.h"
+
+#define ATTEMPT_REVIEW_MAX_ACTOR  128
+#define ATTEMPT_REVIEW_MAX_REASON 1000
+
+enum attempt_review_outcome {
+    ATTEMPT_REVIEW_RESOLVED = 0,
+    ATTEMPT_REVIEW_NOT_FOUND,        /* no such attempt */
+    ATTEMPT_REVIEW_NOT_IN_REVIEW,    /* not REQUIRES_REVIEW: status says what */
+    ATTEMPT_REVIEW_BOOKED_ELSEWHERE, /* the intent pays another attempt:
+                                        other_attempt says which (force
+                                        cannot override it) */
+    ATTEMPT_REVIEW_REFUSED,          /* the provider contradicts, does not
+                                        answer or may not be up to date:
+                                        verdict and provider_says; force
+                                        overrides it */
+    ATTEMPT_REVIEW_BUSY,             /* another session holds the row now:
+                                        nothing written, run again */
+    ATTEMPT_REVIEW_CHANGED,          /* resolved or moved by someone else while
+                                        the provider was asked: status says
+                                        what it is now; nothing written */
+    ATTEMPT_REVIEW_ERROR,            /* database unreachable, out of memory,
+                                        the database refused: message */
+};
+
+struct attempt_review_request {
+    const char *attempt_id; /* a UUID */
+    const char *intent_id;  /* SUCCEEDED as this intent; NULL: FAILED */
+    const char *reason;     /* required for FAILED; NULL: "resolved by operator" */
+    const char *actor;      /* who decides: the transition's actor */
+    int force;              /* resolve although the provider objects */
+};
+
+struct attempt_review_result {
+    enum attempt_review_outcome outcome;
+    const char *verdict;        /* "agrees", "search_may_lag", "no_answer",
+                                   "contradicts" (static) */
+    char provider_says[512];    /* what the provider says when it objects, or "" */
+    int forced;                 /* resolved over the provider's objection */
+    char status[20];            /* resolved: the new status; otherwise the
+                                   attempt's status as last read ("" unknown) */
+    char provider_payment_id[96]; /* the intent of a resolution, or the one
+                                     recorded on the attempt */
+    char other_attempt[40];     /* BOOKED_ELSEWHERE: that attempt */
+    json_t *evidence;           /* resolved: the transition's evidence */
+    char message[768];          /* one line for people, whatever the outcome */
+};
+
+/* Checks a request before anything is asked: a UUID attempt id, an intent id
+ * of letters, digits and '_', a reason for FAILED, reason and actor 1..max
+ * bytes of UTF-8 on one line. 0, or -1 with one line in why. */
+int attempt_review_check(const struct attempt_review_request *rq, char *why,
+                         size_t why_size);
+
+/* Reads the attempt on conn, asks the provider through pc (searches
+ * younger than search_lag_ms are no evidence of absence), and settles
+ * through st (attempt_store_settle: expected REQUIRES_REVIEW, cause
+ * operator, no lease), the look-ups logged as provider calls. No
+ * transaction is open while the provider is asked. Returns 0 with *out
+ * filled (every outcome, ERROR too, has a message); call
+ * attempt_review_result_clear after. */
+int attempt_review_resolve(PGconn *conn, attempt_store_t *st, provider_client_t *pc,
+                           long long search_lag_ms,
+                           const struct attempt_review_request *rq,
+                           struct attempt_review_result *out);
+
+/* Frees what a result holds; a no-op on a cleared one. */
+void attempt_review_result_clear(struct attempt_review_result *r);
+
+#endif

@@ -1,0 +1,41 @@
+/* attempt_history: what happened to a payment attempt, as JSON the database
+ * builds: for `chargectl attempt show|list` and the console alike, so that
+ * the queries are written once.
+ *
+ * Every call takes a connection of the caller's (db_connect) and returns
+ * STORE_OK with a new JSON value (the caller owns it), STORE_NOT_FOUND, or
+ * STORE_RETRY with err. Times are RFC 3339 UTC strings with milliseconds. */
+#ifndef CHARGED_ATTEMPT_HISTORY_H
+#define CHARGED_ATTEMPT_HISTORY_H
+
+#include <jansson.h>
+#include <libpq-fe.h>
+
+#include "store.h"
+
+/* The attempt (its row, with provider_calls counted) and every part of its
+ * story: {"attempt", "transitions", "provider_calls", "ledger_entries",
+ * "result_events", "refunds"}, each list oldest first. */
+enum store_rc attempt_history_read(PGconn *conn, const char *attempt_id, json_t **out,
+                                   struct store_error *err);
+
+struct attempt_history_filter {
+    const char *order_id;      /* NULL: any */
+    const char *status;        /* NULL: any */
+    const char *older_than_ms; /* decimal; NULL: any age */
+    const char *limit;         /* decimal, required */
+};
+
+/* Attempts, most recently updated first: an array of {payment_attempt_id,
+ * order_id, status, amount, currency, provider_payment_id, reason,
+ * updated_at}. */
+enum store_rc attempt_history_list(PGconn *conn, const struct attempt_history_filter *f,
+                                   json_t **out, struct store_error *err);
+
+/* The attempts an id names: an attempt id, an order id or a provider's
+ * intent id (pi_...): an array as attempt_history_list's. STORE_OK with an
+ * empty array when none. */
+enum store_rc attempt_history_find(PGconn *conn, const char *id, json_t **out,
+                                   struct store_error *err);
+
+#endif
