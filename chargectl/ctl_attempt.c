@@ -10,6 +10,7 @@
 #include "charge_command.h"
 #include "chargectl.h"
 #include "config.h"
+#include "clock.h"
 #include "ctl_output.h"
 #include "ctl_query.h"
 #include "db.h"
@@ -285,7 +286,7 @@ int ctl_attempt(int argc, char **argv)
         }
         case 'a': {
             int64_t ms;
-            if (ctl_parse_duration_ms(optarg, &ms) != 0) {
+            if (clock_parse_duration_ms(optarg, &ms) != 0) {
                 fprintf(
                     stderr,
                     "chargectl attempt: --older-than '%s' is not a duration (30s, 15m, "

@@ -16,6 +16,7 @@
 
 #include "charge_command.h"
 #include "chargectl.h"
+#include "clock.h"
 #include "config.h"
 #include "ctl_output.h"
 #include "dead_letter.h"
@@ -127,7 +128,7 @@ static int keep(struct dlq_ctx *c, const rd_kafka_message_t *m)
     l->orig_topic = header(l->headers, "dlq.original.topic");
     l->orig_partition = header(l->headers, "dlq.original.partition");
     l->orig_offset = header(l->headers, "dlq.original.offset");
-    if (!l->failed_at || ctl_parse_time_ms(l->failed_at, &l->failed_at_ms) != 0)
+    if (!l->failed_at || clock_parse_time_ms(l->failed_at, &l->failed_at_ms) != 0)
         l->failed_at_ms = l->timestamp_ms;
     take_ids(l);
     c->n++;
@@ -449,7 +450,7 @@ static int parse_opts(int argc, char **argv, struct filters *f, int *as_json,
         case OPT_SINCE:
         case OPT_UNTIL: {
             int64_t t;
-            if (ctl_parse_time_ms(optarg, &t) != 0) {
+            if (clock_parse_time_ms(optarg, &t) != 0) {
                 fprintf(stderr,
                         "chargectl dlq: %s '%s' is not an RFC 3339 UTC time or a "
                         "duration (30s, 15m, 2h, 7d)\n",

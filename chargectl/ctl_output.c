@@ -82,58 +82,6 @@ void ctl_table_print(const ctl_table_t *t, FILE *out)
     }
 }
 
-int ctl_parse_duration_ms(const char *s, int64_t *ms)
-{
-    char *end;
-    if (!s || !isdigit((unsigned char)*s))
-        return -1;
-    long long v = strtoll(s, &end, 10);
-    int64_t unit;
-    if (!strcmp(end, "s"))
-        unit = 1000;
-    else if (!strcmp(end, "m"))
-        unit = 60 * 1000;
-    else if (!strcmp(end, "h"))
-        unit = 3600 * 1000;
-    else if (!strcmp(end, "d"))
-        unit = 86400 * 1000;
-    else
-        return -1;
-    if (v < 0 || v > 100LL * 365 * 86400)
-        return -1;
-    *ms = v * unit;
-    return 0;
-}
-
-int ctl_parse_time_ms(const char *s, int64_t *epoch_ms)
-{
-    struct tm tm = {0};
-    int64_t d;
-    if (ctl_parse_duration_ms(s, &d) == 0) {
-        *epoch_ms = clock_wall_ms() - d;
-        return 0;
-    }
-    const char *rest = strptime(s ? s : "", "%Y-%m-%dT%H:%M:%S", &tm);
-    if (!rest)
-        return -1;
-    int64_t frac = 0;
-    if (*rest == '.') {
-        int digits = 0;
-        rest++;
-        while (isdigit((unsigned char)*rest)) {
-            if (digits++ < 3)
-                frac = frac * 10 + (*rest - '0');
-            rest++;
-        }
-        while (digits++ < 3)
-            frac *= 10;
-    }
-    if (strcmp(rest, "Z") != 0 && strcmp(rest, "+00:00") != 0)
-        return -1;
-    *epoch_ms = (int64_t)timegm(&tm) * 1000 + frac;
-    return 0;
-}
-
 void ctl_print_json(FILE *out, void *json)
 {
     char *s = json_dumps(json, JSON_INDENT(2) | JSON_PRESERVE_ORDER);

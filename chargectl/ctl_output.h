@@ -1,5 +1,5 @@
-/* ctl_output: how chargectl prints — aligned tables for people, JSON for
- * scripts — and the time filters its commands share. */
+/* ctl_output: how chargectl prints: aligned tables for people, JSON for
+ * scripts. */
 #ifndef CHARGED_CTL_OUTPUT_H
 #define CHARGED_CTL_OUTPUT_H
 
@@ -14,12 +14,6 @@ void ctl_table_free(ctl_table_t *t);
 /* Adds a row of ncols values (copied; NULL prints as "-"). 0 / -1. */
 int ctl_table_add(ctl_table_t *t, const char *const *values);
 void ctl_table_print(const ctl_table_t *t, FILE *out);
-
-/* "15m", "2h", "7d", "30s" -> milliseconds. 0 / -1. */
-int ctl_parse_duration_ms(const char *s, int64_t *ms);
-/* An RFC 3339 UTC time ("2026-11-29T18:00:00Z", fractions allowed) or a
- * duration meaning that long ago -> ms since the epoch. 0 / -1. */
-int ctl_parse_time_ms(const char *s, int64_t *epoch_ms);
 
 /* Prints a JSON value (steals the reference) followed by a newline. */
 void ctl_print_json(FILE *out, void *json);

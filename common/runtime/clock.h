@@ -20,4 +20,10 @@ int64_t clock_wall_ms(void);
 #define CLOCK_RFC3339_SIZE 32
 char *clock_rfc3339(int64_t wall_ms, char *buf, size_t size);
 
+/* "15m", "2h", "7d", "30s" -> milliseconds. 0 / -1. */
+int clock_parse_duration_ms(const char *s, int64_t *ms);
+/* An RFC 3339 UTC time ("2026-11-29T18:00:00Z", fractions allowed) or a
+ * duration meaning that long ago -> ms since the epoch. 0 / -1. */
+int clock_parse_time_ms(const char *s, int64_t *epoch_ms);
+
 #endif
