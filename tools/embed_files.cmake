@@ -1,11 +1,15 @@
-# Writes a C file holding every migrations/*.sql, so that `chargectl migrate`
-# needs no files beside the binary. Run by CMake at build time:
-#   cmake -DSRC_DIR=... -DOUT=... -P embed_migrations.cmake
-file(GLOB files RELATIVE "${SRC_DIR}" "${SRC_DIR}/*.sql")
+# Writes a C file holding every file of a folder that matches a pattern, so
+# that a binary needs no files beside it (chargectl migrate's migrations,
+# the console's page). Run by CMake at build time:
+#   cmake -DSRC_DIR=... -DOUT=... -DPATTERN=*.sql -DHEADER=migrate.h
+#         -DTYPE=migrate_file -DTABLE=migrate_embedded -P embed_files.cmake
+# TYPE is a struct of {const char *name; const char *bytes; size_t len;};
+# TABLE names the array and, with _count, its length.
+file(GLOB files RELATIVE "${SRC_DIR}" "${SRC_DIR}/${PATTERN}")
 list(SORT files)
-set(body "/* generated from migrations/ by tools/embed_migrations.cmake */\n")
-string(APPEND body "#include \"migrate.h\"\n\n")
-set(table "const struct migrate_file migrate_embedded[] = {\n")
+set(body "/* generated from ${PATTERN} by tools/embed_files.cmake */\n")
+string(APPEND body "#include \"${HEADER}\"\n\n")
+set(table "const struct ${TYPE} ${TABLE}[] = {\n")
 set(i 0)
 foreach(f ${files})
   file(READ "${SRC_DIR}/${f}" hex HEX)
@@ -16,7 +20,7 @@ foreach(f ${files})
   string(APPEND table "    {\"${f}\", m${i}, ${len}},\n")
   math(EXPR i "${i} + 1")
 endforeach()
-string(APPEND table "};\nconst size_t migrate_embedded_count = ${i};\n")
+string(APPEND table "};\nconst size_t ${TABLE}_count = ${i};\n")
 file(WRITE "${OUT}.tmp" "${body}\n${table}")
 execute_process(COMMAND ${CMAKE_COMMAND} -E copy_if_different "${OUT}.tmp" "${OUT}")
 file(REMOVE "${OUT}.tmp")

@@ -907,7 +907,7 @@ def image_builds_from_the_sources(ctx):
                   "COPY %s: not in the build context (Dockerfile.dockerignore)" % src)
     # What CMake reads must be in the image's build: every directory the
     # top level adds and every file a CMakeLists.txt names by its source
-    # path (say, tools/embed_migrations.cmake).
+    # path (say, tools/embed_files.cmake).
     copied = [shlex.split(a)[0].rstrip("/") for s, i, a in ctx["dockerfile"]
               if s == 0 and i == "COPY" and not a.startswith("--from")]
     covered = lambda path: any(path == c or path.startswith(c + "/") for c in copied)
@@ -1088,8 +1088,8 @@ IMAGE_MUTANTS = [
      lambda c: c.update(dockerfile=[(s, i, a.replace("libpq5", "")) for s, i, a in c["dockerfile"]])),
     ("no psp-sim", image_ships_binaries_and_migrations,
      lambda c: c.update(dockerfile=[x for x in c["dockerfile"] if "psp-sim/psp-sim" not in x[2]])),
-    ("the migration embedder left out", image_builds_from_the_sources,
-     lambda c: c.update(dockerfile=[x for x in c["dockerfile"] if "embed_migrations" not in x[2]])),
+    ("the file embedder left out", image_builds_from_the_sources,
+     lambda c: c.update(dockerfile=[x for x in c["dockerfile"] if "embed_files" not in x[2]])),
     ("a -dev package missing from the build", image_builds_from_the_sources,
      lambda c: c.update(dockerfile=[(s, i, a.replace("libmicrohttpd-dev", "")) for s, i, a in c["dockerfile"]])),
     ("bookworm's librdkafka-dev instead of build.sh", image_builds_from_the_sources,
