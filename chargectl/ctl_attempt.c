@@ -6,6 +6,7 @@
 
 #include <jansson.h>
 
+#include "attempt_history.h"
 #include "attempt_status.h"
 #include "charge_command.h"
 #include "chargectl.h"
@@ -15,72 +16,6 @@
 #include "ctl_query.h"
 #include "db.h"
 #include "log.h"
-
-#define TS(col)                                                                        \
-    "to_char(" col " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
-
-/* clang-format off */
-/* provider_calls counts the rows the call log lists: attempt_count counts
- * charges only, not the reconciler's or an operator's look-ups. */
-static const char *SQL_ATTEMPT =
-    "SELECT row_to_json(a)::text FROM (SELECT id AS payment_attempt_id, order_id,"
-    " idempotency_key, status, reason, amount, currency, payment_method, customer_id,"
-    " provider_payment_id, refunded_amount, refund_reserved,"
-    " (SELECT count(*) FROM provider_calls c WHERE c.payment_attempt_id = p.id)"
-    "   AS provider_calls,"
-    " last_error, lease_owner, " TS("lease_expires_at") " AS lease_expires_at,"
-    " lease_epoch, " TS("first_sent_at") " AS first_sent_at,"
-    " " TS("next_check_at") " AS next_check_at,"
-    " " TS("created_at") " AS created_at, " TS("updated_at") " AS updated_at"
-    " FROM payment_attempts p WHERE id = $1::uuid) a";
-/* clang-format on */
-
-static const char *SQL_TRANSITIONS =
-    "SELECT coalesce(json_agg(t ORDER BY t.id), '[]')::text FROM (SELECT id,"
-    " " TS("created_at") " AS at, old_status, new_status, cause, actor, reason,"
-                         " evidence FROM attempt_transitions WHERE payment_attempt_id "
-                         "= $1::uuid) t";
-
-static const char *SQL_CALLS =
-    "SELECT coalesce(json_agg(c ORDER BY c.id), '[]')::text FROM (SELECT id,"
-    " " TS("started_at") " AS started_at, operation, outcome, http_status, replayed,"
-                         " latency_ms, provider_payment_id, error, actor FROM "
-                         "provider_calls"
-                         " WHERE payment_attempt_id = $1::uuid) c";
-
-static const char *SQL_LEDGER =
-    "SELECT coalesce(json_agg(l ORDER BY l.id), '[]')::text FROM (SELECT id, kind, "
-    "amount,"
-    " currency, provider_payment_id, " TS(
-        "created_at") " AS created_at"
-                      " FROM ledger_entries WHERE payment_attempt_id = $1::uuid) l";
-
-static const char *SQL_EVENTS =
-    "SELECT coalesce(json_agg(e ORDER BY e.created_at), '[]')::text FROM (SELECT "
-    "event_id,"
-    " event_type, topic, " TS(
-        "created_at") " AS created_at,"
-                      " " TS(
-                          "published_at") " AS published_at, payload, created_at AS c"
-                                          " FROM outbox WHERE payment_attempt_id = "
-                                          "$1::uuid) e";
-
-static const char *SQL_REFUNDS =
-    "SELECT coalesce(json_agg(r ORDER BY r.c, r.refund_id), '[]')::text FROM (SELECT"
-    " id AS refund_id, status, amount, currency, refund_reason, reason,"
-    " provider_refund_id, " TS(
-        "updated_at") " AS updated_at, created_at AS c"
-                      " FROM refund_attempts WHERE payment_attempt_id = $1::uuid) r";
-
-static const char *SQL_LIST =
-    "SELECT coalesce(json_agg(a), '[]')::text FROM (SELECT id AS payment_attempt_id,"
-    " order_id, status, amount, currency, provider_payment_id, reason,"
-    " " TS("updated_at") " AS updated_at FROM payment_attempts"
-                         " WHERE ($1::uuid IS NULL OR order_id = $1::uuid)"
-                         "   AND ($2::text IS NULL OR status = $2)"
-                         "   AND ($3::bigint IS NULL OR updated_at < now() - "
-                         "make_interval(secs => $3 / 1000.0))"
-                         " ORDER BY updated_at DESC LIMIT $4::int) a";
 
 static void usage(FILE *out)
 {
@@ -117,46 +52,32 @@ static void usage(FILE *out)
 
 static int attempt_show(PGconn *conn, const char *id, int as_json)
 {
-    char err[512];
-    const char *p[1] = {id};
-    int missing;
-    json_t *a = ctl_query_json(conn, SQL_ATTEMPT, 1, p, &missing, err, sizeof(err));
-    if (!a) {
-        if (missing)
+    struct store_error err;
+    json_t *story;
+    enum store_rc rc = attempt_history_read(conn, id, &story, &err);
+    if (rc != STORE_OK) {
+        if (rc == STORE_NOT_FOUND)
             fprintf(stderr, "chargectl attempt show: no attempt %s\n", id);
         else
-            fprintf(stderr, "chargectl attempt show: %s\n", err);
+            fprintf(stderr, "chargectl attempt show: %s\n", err.message);
         return CTL_FAILED;
     }
-    json_t *tr =
-        ctl_query_json(conn, SQL_TRANSITIONS, 1, p, &missing, err, sizeof(err));
-    json_t *calls = ctl_query_json(conn, SQL_CALLS, 1, p, &missing, err, sizeof(err));
-    json_t *ledger = ctl_query_json(conn, SQL_LEDGER, 1, p, &missing, err, sizeof(err));
-    json_t *events = ctl_query_json(conn, SQL_EVENTS, 1, p, &missing, err, sizeof(err));
-    json_t *refunds =
-        ctl_query_json(conn, SQL_REFUNDS, 1, p, &missing, err, sizeof(err));
-    if (!tr || !calls || !ledger || !events || !refunds) {
-        fprintf(stderr, "chargectl attempt show: %s\n", err);
-        json_decref(a);
-        json_decref(tr);
-        json_decref(calls);
-        json_decref(ledger);
-        json_decref(events);
-        json_decref(refunds);
-        return CTL_FAILED;
-    }
-    size_t i;
-    json_t *e;
-    json_array_foreach(events, i, e) json_object_del(e, "c");
-    json_array_foreach(refunds, i, e) json_object_del(e, "c");
+    json_t *a = json_object_get(story, "attempt");
+    json_t *tr = json_object_get(story, "transitions");
+    json_t *calls = json_object_get(story, "provider_calls");
+    json_t *ledger = json_object_get(story, "ledger_entries");
+    json_t *events = json_object_get(story, "result_events");
+    json_t *refunds = json_object_get(story, "refunds");
     if (as_json) {
-        /* json_object_set_new steals each reference. */
-        json_object_set_new(a, "transitions", tr);
-        json_object_set_new(a, "provider_call_log", calls);
-        json_object_set_new(a, "ledger_entries", ledger);
-        json_object_set_new(a, "result_events", events);
-        json_object_set_new(a, "refunds", refunds);
-        ctl_print_json(stdout, a);
+        /* The attempt's row with its story inside, as it always was: the
+         * call log beside the row's provider_calls count. */
+        json_object_set(a, "transitions", tr);
+        json_object_set(a, "provider_call_log", calls);
+        json_object_set(a, "ledger_entries", ledger);
+        json_object_set(a, "result_events", events);
+        json_object_set(a, "refunds", refunds);
+        ctl_print_json(stdout, json_incref(a));
+        json_decref(story);
         return CTL_OK;
     }
     const char *k;
@@ -195,24 +116,17 @@ static int attempt_show(PGconn *conn, const char *id, int as_json)
     const char *rk[] = {"refund_id",          "status",     "amount", "refund_reason",
                         "provider_refund_id", "updated_at", "reason", NULL};
     ctl_print_rows(refunds, rh, rk);
-    json_decref(refunds);
-    json_decref(a);
-    json_decref(tr);
-    json_decref(calls);
-    json_decref(ledger);
-    json_decref(events);
+    json_decref(story);
     return CTL_OK;
 }
 
-static int attempt_list(PGconn *conn, const char *order, const char *status,
-                        const char *older, const char *limit, int as_json)
+static int attempt_list(PGconn *conn, const struct attempt_history_filter *f,
+                        int as_json)
 {
-    char err[512];
-    const char *p[4] = {order, status, older, limit};
-    int missing;
-    json_t *rows = ctl_query_json(conn, SQL_LIST, 4, p, &missing, err, sizeof(err));
-    if (!rows) {
-        fprintf(stderr, "chargectl attempt list: %s\n", err);
+    struct store_error err;
+    json_t *rows;
+    if (attempt_history_list(conn, f, &rows, &err) != STORE_OK) {
+        fprintf(stderr, "chargectl attempt list: %s\n", err.message);
         return CTL_FAILED;
     }
     if (as_json) {
@@ -353,7 +267,13 @@ int ctl_attempt(int argc, char **argv)
     if (!strcmp(sub, "show"))
         rc = attempt_show(conn, id, as_json);
     else
-        rc = attempt_list(conn, order, status, have_older ? older : NULL, limit,
+        rc = attempt_list(conn,
+                          &(struct attempt_history_filter){
+                              .order_id = order,
+                              .status = status,
+                              .older_than_ms = have_older ? older : NULL,
+                              .limit = limit,
+                          },
                           as_json);
     PQfinish(conn);
     config_free(cfg);

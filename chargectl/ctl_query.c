@@ -6,28 +6,17 @@
 #include "ctl_output.h"
 #include "db.h"
 
-/* Runs a one-row, one-column JSON query; returns the parsed value, or NULL
- * with *missing set when there is no row (and errbuf filled otherwise). */
+/* db_query_json, in the terms of chargectl's messages. */
 json_t *ctl_query_json(PGconn *conn, const char *sql, int n, const char *const *p,
                        int *missing, char *err, size_t err_size)
 {
     struct store_error e;
-    PGresult *r = db_exec(conn, sql, n, p, &e);
     json_t *j = NULL;
-    *missing = 0;
-    if (!r) {
-        snprintf(err, err_size, "%s", e.message);
-        return NULL;
-    }
-    if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 0)) {
-        j = json_loads(PQgetvalue(r, 0, 0), 0, NULL);
-        if (!j)
-            snprintf(err, err_size, "the database answered something that is not JSON");
-    } else {
-        *missing = 1;
-        snprintf(err, err_size, "not found");
-    }
-    PQclear(r);
+    enum store_rc rc = db_query_json(conn, sql, n, p, &j, &e);
+
+    *missing = rc == STORE_NOT_FOUND;
+    if (rc != STORE_OK)
+        snprintf(err, err_size, "%s", *missing ? "not found" : e.message);
     return j;
 }
 

@@ -1,6 +1,8 @@
 #include "provider_outcome.h"
 
+#include <ctype.h>
 #include <stdio.h>
+#include <string.h>
 
 static const char *outcome_names[] = {
     "succeeded", "processing",      "declined", "not_executed",
@@ -28,4 +30,15 @@ struct provider_result provider_outcome_lost_answer(void)
     snprintf(lost.error, sizeof(lost.error),
              "connection closed without an answer; re-sent with the same key");
     return lost;
+}
+
+int provider_outcome_id_ok(const char *id)
+{
+    size_t n = id ? strlen(id) : 0;
+    if (n == 0 || n >= sizeof(((struct provider_result *)0)->provider_payment_id))
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)id[i]) && id[i] != '_')
+            return 0;
+    return 1;
 }

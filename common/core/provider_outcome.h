@@ -55,6 +55,10 @@ void provider_outcome_detail(const struct provider_result *res, char *buf, size_
  * executed, so it is recorded as a call of its own, outcome unknown. */
 struct provider_result provider_outcome_lost_answer(void);
 
+/* A provider id we can store and look up again (an intent's "pi_3Mtw..."):
+ * letters, digits and '_', and short enough for provider_payment_id. */
+int provider_outcome_id_ok(const char *id);
+
 /* One object of a provider's list, as the auditor reads it. Every string
  * is printable ASCII, bounded ("" when absent): a byte that is not is
  * replaced by '?', so that one odd object never stops a page. */

@@ -45,17 +45,16 @@ struct dlq_letter {
     const char *key, *value; /* NULL when absent; NUL after the bytes */
     size_t key_len, value_len;
     /* dlq.* headers (NULL when absent) */
-    const char *reason, *error, *failed_at, *orig_topic, *orig_partition,
-        *orig_offset;
+    const char *reason, *error, *failed_at, *orig_topic, *orig_partition, *orig_offset;
     char attempt[64], order[64]; /* from the value, else the key; "" */
     int64_t failed_at_ms;        /* dlq.failed_at, else the timestamp */
 };
 
 /* What list and replay select: every given filter must match. */
 struct dlq_filters {
-    const char *reason;       /* a reason code; NULL: any */
-    const char *attempt;      /* payment_attempt_id; NULL: any */
-    const char *order;        /* order_id; NULL: any */
+    const char *reason;  /* a reason code; NULL: any */
+    const char *attempt; /* payment_attempt_id; NULL: any */
+    const char *order;   /* order_id; NULL: any */
     int have_since, have_until;
     int64_t since_ms, until_ms; /* failed at or after / before */
     int64_t limit;              /* the newest `limit`; 0: all */
@@ -99,8 +98,8 @@ json_t *dlq_letter_json(const dlq_reader_t *r, const struct dlq_letter *l,
 /* One letter's replay: what was (or with dry_run would be) sent. */
 struct dlq_replay_item {
     const struct dlq_letter *letter;
-    int skipped;         /* card_data_refused: not sent */
-    int sent;            /* acknowledged by Kafka */
+    int skipped;          /* card_data_refused: not sent */
+    int sent;             /* acknowledged by Kafka */
     int32_t to_partition; /* where it landed, when sent */
     int64_t to_offset;
     char error[160]; /* why it was not sent, or "" */
@@ -111,8 +110,9 @@ struct dlq_replay_item {
  * topic refuses the whole call before anything is sent (DLQ_READER_REFUSED
  * with err); a send not acknowledged within 30 s is DLQ_READER_FAILED with
  * the items saying which. */
-enum dlq_reader_rc dlq_reader_replay(dlq_reader_t *r, const struct dlq_letter *const *letters,
-                                     size_t n, const char *actor, int dry_run,
+enum dlq_reader_rc dlq_reader_replay(dlq_reader_t *r,
+                                     const struct dlq_letter *const *letters, size_t n,
+                                     const char *actor, int dry_run,
                                      struct dlq_replay_item *items, char *err,
                                      size_t err_size);
 

@@ -26,6 +26,8 @@
 
 #define ATTEMPT_REVIEW_MAX_ACTOR  128
 #define ATTEMPT_REVIEW_MAX_REASON 1000
+/* The reason of a SUCCEEDED decision given none. */
+#define ATTEMPT_REVIEW_DEFAULT_REASON "resolved by operator"
 
 enum attempt_review_outcome {
     ATTEMPT_REVIEW_RESOLVED = 0,
@@ -50,39 +52,47 @@ enum attempt_review_outcome {
 struct attempt_review_request {
     const char *attempt_id; /* a UUID */
     const char *intent_id;  /* SUCCEEDED as this intent; NULL: FAILED */
-    const char *reason;     /* required for FAILED; NULL: "resolved by operator" */
+    const char *reason;     /* required for FAILED; NULL: "resolved by operator"
+                               (ATTEMPT_REVIEW_DEFAULT_REASON) */
     const char *actor;      /* who decides: the transition's actor */
     int force;              /* resolve although the provider objects */
 };
 
 struct attempt_review_result {
     enum attempt_review_outcome outcome;
-    const char *verdict;        /* "agrees", "search_may_lag", "no_answer",
-                                   "contradicts" (static) */
-    char provider_says[512];    /* what the provider says when it objects, or "" */
-    int forced;                 /* resolved over the provider's objection */
-    char status[20];            /* resolved: the new status; otherwise the
-                                   attempt's status as last read ("" unknown) */
+    const char *verdict;          /* "agrees", "search_may_lag", "no_answer",
+                                     "contradicts" (static); NULL when the
+                                     provider was not asked */
+    char provider_says[512];      /* what the provider says when it objects, or "" */
+    int forced;                   /* resolved over the provider's objection */
+    char status[20];              /* resolved: the new status; otherwise the
+                                     attempt's status as last read ("" unknown) */
     char provider_payment_id[96]; /* the intent of a resolution, or the one
                                      recorded on the attempt */
-    char other_attempt[40];     /* BOOKED_ELSEWHERE: that attempt */
-    json_t *evidence;           /* resolved: the transition's evidence */
-    char message[768];          /* one line for people, whatever the outcome */
+    char other_attempt[40];       /* BOOKED_ELSEWHERE: that attempt */
+    json_t *evidence;             /* resolved: the transition's evidence */
+    char message[768];            /* one line for people, whatever the outcome
+                                     (REFUSED: "refused: " and what the
+                                     provider says) */
 };
 
 /* Checks a request before anything is asked: a UUID attempt id, an intent id
  * of letters, digits and '_', a reason for FAILED, reason and actor 1..max
- * bytes of UTF-8 on one line. 0, or -1 with one line in why. */
+ * bytes of UTF-8 on one line. 0, or -1 with one line in why, which begins
+ * with the field it faults ("attempt id ", "intent id ", "reason ",
+ * "actor "), so that a caller may name the field in its own terms. */
 int attempt_review_check(const struct attempt_review_request *rq, char *why,
                          size_t why_size);
 
 /* Reads the attempt on conn, asks the provider through pc (searches
  * younger than search_lag_ms are no evidence of absence), and settles
  * through st (attempt_store_settle: expected REQUIRES_REVIEW, cause
- * operator, no lease), the look-ups logged as provider calls. No
- * transaction is open while the provider is asked. Returns 0 with *out
- * filled (every outcome, ERROR too, has a message); call
- * attempt_review_result_clear after. */
+ * operator, no lease), the look-ups logged as provider calls (with the
+ * settlement: a refusal writes nothing). No transaction is open while the
+ * provider is asked: conn must be outside one (else ERROR). The request is
+ * checked as attempt_review_check does (ERROR with its why). Returns 0
+ * with *out filled (every outcome, ERROR too, has a message), -1 only when
+ * out is NULL; call attempt_review_result_clear after. */
 int attempt_review_resolve(PGconn *conn, attempt_store_t *st, provider_client_t *pc,
                            long long search_lag_ms,
                            const struct attempt_review_request *rq,

@@ -426,19 +426,6 @@ void provider_client_redact(char *dst, size_t size, const char *src)
     copy_str(dst, size, tmp);
 }
 
-/* A provider id we can store and look up again: Stripe's are like
- * "pi_3Mtw...", letters, digits and '_'. */
-static int usable_id(const char *id)
-{
-    size_t n = id ? strlen(id) : 0;
-    if (n == 0 || n >= sizeof(((struct provider_result *)0)->provider_payment_id))
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (!isalnum((unsigned char)id[i]) && id[i] != '_')
-            return 0;
-    return 1;
-}
-
 /* An error's code and decline_code, each where it has one. */
 static void take_codes(json_t *err, struct provider_result *res)
 {
@@ -456,7 +443,7 @@ static void take_object(json_t *pi, struct provider_result *res)
 {
     const char *id = json_string_value(json_object_get(pi, "id"));
     copy_str(res->provider_payment_id, sizeof(res->provider_payment_id),
-             usable_id(id) ? id : "");
+             provider_outcome_id_ok(id) ? id : "");
     copy_str(res->intent_status, sizeof(res->intent_status),
              json_string_value(json_object_get(pi, "status")));
     res->amount = json_integer_value(json_object_get(pi, "amount"));
@@ -503,7 +490,7 @@ static void classify_charge(int http, json_t *doc, struct provider_result *res)
             copy_str(res->error, sizeof(res->error), "2xx answer without an intent");
             return;
         }
-        if (!usable_id(json_string_value(json_object_get(doc, "id")))) {
+        if (!provider_outcome_id_ok(json_string_value(json_object_get(doc, "id")))) {
             /* It may have executed, but we could never find it again. */
             res->outcome = PROVIDER_UNKNOWN;
             copy_str(res->error, sizeof(res->error),
@@ -596,7 +583,7 @@ static void classify_operation(int http, json_t *doc, struct provider_result *re
 
     if (http >= 200 && http < 300) {
         if (!json_is_object(doc) ||
-            !usable_id(json_string_value(json_object_get(doc, "id")))) {
+            !provider_outcome_id_ok(json_string_value(json_object_get(doc, "id")))) {
             /* It may have executed, but we could never say on what. */
             res->outcome = PROVIDER_UNKNOWN;
             copy_str(res->error, sizeof(res->error),
@@ -629,7 +616,7 @@ static void take_refund(json_t *re, struct provider_result *res)
 {
     const char *id = json_string_value(json_object_get(re, "id"));
     copy_str(res->provider_payment_id, sizeof(res->provider_payment_id),
-             usable_id(id) ? id : "");
+             provider_outcome_id_ok(id) ? id : "");
     copy_str(res->intent_status, sizeof(res->intent_status),
              json_string_value(json_object_get(re, "status")));
     res->amount = json_integer_value(json_object_get(re, "amount"));
@@ -681,8 +668,8 @@ static void classify_refund(const struct provider_call *call, int http, json_t *
     }
     const char *object = json_string_value(json_object_get(doc, "object"));
     if (!json_is_object(doc) ||
-        !usable_id(json_string_value(json_object_get(doc, "id"))) || !object ||
-        strcmp(object, "refund") != 0) {
+        !provider_outcome_id_ok(json_string_value(json_object_get(doc, "id"))) ||
+        !object || strcmp(object, "refund") != 0) {
         /* It may have executed, but we could never find it again. */
         res->outcome = PROVIDER_UNKNOWN;
         copy_str(res->error, sizeof(res->error), "2xx answer without a usable refund");
@@ -816,7 +803,7 @@ static int take_cursor(json_t *doc, json_t *data, struct provider_result *res)
     const char *last =
         n ? json_string_value(json_object_get(json_array_get(data, n - 1), "id"))
           : NULL;
-    if (!usable_id(last))
+    if (!provider_outcome_id_ok(last))
         return -1;
     copy_str(res->list_last_id, sizeof(res->list_last_id), last);
     return 0;
@@ -860,7 +847,7 @@ static void classify_lookup(int http, json_t *doc, enum provider_lookup kind,
         return;
     }
     if (kind == PROVIDER_LOOKUP_RETRIEVE && refund) {
-        if (!usable_id(json_string_value(json_object_get(doc, "id")))) {
+        if (!provider_outcome_id_ok(json_string_value(json_object_get(doc, "id")))) {
             res->outcome = PROVIDER_UNKNOWN;
             copy_str(res->error, sizeof(res->error), "refund without a usable id");
             return;

@@ -206,6 +206,26 @@ int db_run(PGconn *conn, const char *sql, int nparams, const char *const *params
     return 0;
 }
 
+enum store_rc db_query_json(PGconn *conn, const char *sql, int nparams,
+                            const char *const *params, json_t **out,
+                            struct store_error *err)
+{
+    enum store_rc rc = STORE_NOT_FOUND;
+    PGresult *res = db_exec(conn, sql, nparams, params, err);
+
+    *out = NULL;
+    if (!res)
+        return STORE_RETRY;
+    if (PQntuples(res) == 1 && !PQgetisnull(res, 0, 0)) {
+        *out = json_loads(PQgetvalue(res, 0, 0), 0, NULL);
+        rc = *out ? STORE_OK : STORE_RETRY;
+        if (!*out)
+            store_error_set(err, "the database answered something that is not JSON");
+    }
+    PQclear(res);
+    return rc;
+}
+
 struct db_array {
     char *buf;
     size_t len, cap;

@@ -8,6 +8,8 @@
 #define CHARGED_DB_H
 
 #include <stddef.h>
+
+#include <jansson.h>
 #include <libpq-fe.h>
 
 #include "store.h"
@@ -45,6 +47,15 @@ PGresult *db_exec_within(PGconn *conn, long long timeout_ms, const char *sql,
 /* db_exec for statements whose result is not needed. 0 / -1. */
 int db_run(PGconn *conn, const char *sql, int nparams, const char *const *params,
            struct store_error *err);
+
+/* Runs a parameterized query of one row and one column that the database
+ * builds as JSON (row_to_json, json_agg) and parses it. STORE_OK with the
+ * value in *out (the caller owns it); STORE_NOT_FOUND when there is no row
+ * or it is NULL; STORE_RETRY with err (its SQLSTATE, for store_conn_failed)
+ * when the statement failed or its answer is not JSON. */
+enum store_rc db_query_json(PGconn *conn, const char *sql, int nparams,
+                            const char *const *params, json_t **out,
+                            struct store_error *err);
 
 /* Writes libpq's message as one line: newlines folded, secrets redacted. */
 void db_error_line(const char *msg, char *errbuf, size_t errbuf_size);

@@ -1,0 +1,525 @@
+#include "attempt_review.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "attempt_status.h"
+#include "charge_command.h"
+#include "clock.h"
+#include "db.h"
+#include "provider_outcome.h"
+#include "utf8_text.h"
+
+/* The last column: how long ago the attempt last reached the provider, on
+ * the database's clock (what the provider's search may not list yet). */
+static const char *SQL_READ =
+    "SELECT a.status, a.amount, a.currency, coalesce(a.provider_payment_id, ''),"
+    "  (extract(epoch FROM now() - coalesce((SELECT max(c.started_at) FROM"
+    "    provider_calls c WHERE c.payment_attempt_id = a.id), a.first_sent_at,"
+    "    a.created_at)) * 1000)::bigint"
+    " FROM payment_attempts a WHERE a.id = $1::uuid";
+
+/* An intent is booked for one attempt at most. */
+static const char *SQL_BOOKED_ELSEWHERE =
+    "SELECT payment_attempt_id::text FROM ledger_entries"
+    " WHERE kind = 'charge' AND provider_payment_id = $1"
+    "   AND payment_attempt_id <> $2::uuid LIMIT 1";
+
+struct review_attempt {
+    char status[20];
+    long long amount;
+    char currency[4];
+    char provider_payment_id[96]; /* "" when none is recorded */
+    long long last_call_age_ms;   /* since its last provider call */
+};
+
+/* One look-up at the provider, as asked and as answered. */
+struct lookup {
+    const char *operation; /* "retrieve" or "search" */
+    char query[96];        /* the intent id, or the attempt id searched for */
+    int64_t started_ms;
+    struct provider_result res;
+};
+
+/* What the provider's answers say of the operator's decision. Ordered: a
+ * contradiction outranks a missing answer, which outranks a search that
+ * may not list a recent charge yet. */
+enum verdict { V_AGREES = 0, V_SEARCH_MAY_LAG, V_NO_ANSWER, V_CONTRADICTS };
+
+static const char *verdict_names[] = {"agrees", "search_may_lag", "no_answer",
+                                      "contradicts"};
+
+struct judgement {
+    enum verdict verdict;
+    char says[512]; /* one line: what the provider says, when it objects */
+};
+
+/* The provider's search lags behind its charges (docs/provider.md): what it
+ * does not list is evidence only once the attempt's last call is older than
+ * lag_ms. The time left to wait, or 0. */
+static long long search_wait_ms(const struct review_attempt *a, long long lag_ms)
+{
+    return a->last_call_age_ms < lag_ms ? lag_ms - a->last_call_age_ms : 0;
+}
+
+/* Free text for the database: 1..max bytes of UTF-8, one line. */
+static int good_text(const char *s, size_t max)
+{
+    size_t n = s ? strlen(s) : 0;
+    if (n == 0 || n > max || !utf8_text_valid(s, n))
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+            return 0;
+    return 1;
+}
+
+int attempt_review_check(const struct attempt_review_request *rq, char *why,
+                         size_t why_size)
+{
+    if (!charge_command_is_uuid(rq->attempt_id))
+        snprintf(why, why_size, "attempt id '%s' is not a UUID",
+                 rq->attempt_id ? rq->attempt_id : "");
+    else if (rq->intent_id && !provider_outcome_id_ok(rq->intent_id))
+        snprintf(why, why_size, "intent id '%s' is not a payment intent id (pi_...)",
+                 rq->intent_id);
+    else if (!rq->intent_id && !rq->reason)
+        snprintf(why, why_size,
+                 "reason is required for FAILED: say how you know no money moved");
+    else if (rq->reason && !good_text(rq->reason, ATTEMPT_REVIEW_MAX_REASON))
+        snprintf(why, why_size, "reason must be 1..%d bytes of UTF-8 on one line",
+                 ATTEMPT_REVIEW_MAX_REASON);
+    else if (!good_text(rq->actor, ATTEMPT_REVIEW_MAX_ACTOR))
+        snprintf(why, why_size, "actor must be 1..%d bytes of UTF-8 on one line",
+                 ATTEMPT_REVIEW_MAX_ACTOR);
+    else
+        return 0;
+    return -1;
+}
+
+/* Reads the attempt: 0, 1 when there is none, -1 with err. */
+static int read_attempt(PGconn *conn, const char *id, struct review_attempt *a,
+                        struct store_error *err)
+{
+    const char *p[1] = {id};
+    PGresult *r = db_exec(conn, SQL_READ, 1, p, err);
+    if (!r)
+        return -1;
+    if (PQntuples(r) != 1) {
+        PQclear(r);
+        return 1;
+    }
+    snprintf(a->status, sizeof(a->status), "%s", PQgetvalue(r, 0, 0));
+    a->amount = strtoll(PQgetvalue(r, 0, 1), NULL, 10);
+    snprintf(a->currency, sizeof(a->currency), "%s", PQgetvalue(r, 0, 2));
+    snprintf(a->provider_payment_id, sizeof(a->provider_payment_id), "%s",
+             PQgetvalue(r, 0, 3));
+    a->last_call_age_ms = strtoll(PQgetvalue(r, 0, 4), NULL, 10);
+    PQclear(r);
+    return 0;
+}
+
+/* The attempt an intent is already booked for, in `other` ("" for none).
+ * 0 / -1 with err. */
+static int booked_elsewhere(PGconn *conn, const char *intent, const char *id,
+                            char *other, size_t other_size, struct store_error *err)
+{
+    const char *p[2] = {intent, id};
+    PGresult *r = db_exec(conn, SQL_BOOKED_ELSEWHERE, 2, p, err);
+    if (!r)
+        return -1;
+    snprintf(other, other_size, "%s", PQntuples(r) == 1 ? PQgetvalue(r, 0, 0) : "");
+    PQclear(r);
+    return 0;
+}
+
+static void ask(provider_client_t *pc, struct lookup *l, const char *operation,
+                const char *query)
+{
+    l->operation = operation;
+    snprintf(l->query, sizeof(l->query), "%s", query);
+    l->started_ms = clock_wall_ms();
+    if (!strcmp(operation, "search"))
+        provider_client_search(pc, query, &l->res);
+    else
+        provider_client_retrieve(pc, query, &l->res);
+}
+
+/* Did the provider answer about the intent at all? A 5xx, a lost answer or
+ * a refused request (say, a wrong key) is no evidence either way. */
+static int answered(const struct provider_result *r)
+{
+    return r->outcome != PROVIDER_UNKNOWN && r->outcome != PROVIDER_NOT_EXECUTED &&
+           r->outcome != PROVIDER_INVALID;
+}
+
+static const char *why_unanswered(const struct provider_result *r)
+{
+    return r->error[0] ? r->error : provider_outcome_name(r->outcome);
+}
+
+/* Records an objection; the first one of the highest rank is kept. */
+static void object(struct judgement *j, enum verdict v, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void object(struct judgement *j, enum verdict v, const char *fmt, ...)
+{
+    va_list ap;
+    if (v <= j->verdict)
+        return;
+    j->verdict = v;
+    va_start(ap, fmt);
+    vsnprintf(j->says, sizeof(j->says), fmt, ap);
+    va_end(ap);
+}
+
+/* SUCCEEDED as PI: the provider must hold PI, succeeded, of the attempt's
+ * amount, and list it under this attempt (its metadata payment_attempt_id).
+ * The look-up result carries no currency and no metadata, so the search by
+ * the attempt id stands in for the metadata check. */
+static void judge_succeeded(provider_client_t *pc, const char *id,
+                            const struct review_attempt *a, const char *intent,
+                            long long lag_ms, struct lookup *ls, size_t *n,
+                            struct judgement *j)
+{
+    struct lookup *get = &ls[(*n)++], *find = &ls[(*n)++];
+    const struct provider_result *r = &get->res, *s = &find->res;
+
+    ask(pc, get, "retrieve", intent);
+    ask(pc, find, "search", id);
+    int paid = 0;
+    if (!answered(r))
+        object(j, V_NO_ANSWER, "the provider did not answer the look-up of %s: %s",
+               intent, why_unanswered(r));
+    else if (r->outcome == PROVIDER_NOT_FOUND)
+        object(j, V_CONTRADICTS, "the provider has no payment intent %s", intent);
+    else if (strcmp(r->intent_status, "succeeded") != 0)
+        object(j, V_CONTRADICTS, "the provider says %s is %s, not succeeded", intent,
+               r->intent_status[0] ? r->intent_status : "of no known status");
+    else if (r->amount != 0 && r->amount != a->amount)
+        object(j, V_CONTRADICTS,
+               "the provider says %s is of amount %lld, the attempt's is %lld", intent,
+               r->amount, a->amount);
+    else if (r->currency[0] && strcasecmp(r->currency, a->currency) != 0)
+        object(j, V_CONTRADICTS, "the provider says %s is in %s, the attempt's is %s",
+               intent, r->currency, a->currency);
+    else if (r->intent_attempt_id[0] && strcmp(r->intent_attempt_id, id) != 0)
+        object(j, V_CONTRADICTS, "the provider says %s belongs to another attempt (%s)",
+               intent, r->intent_attempt_id);
+    else
+        paid = 1;
+
+    if (!answered(s))
+        object(j, V_NO_ANSWER,
+               "the provider did not answer the search for this attempt: %s",
+               why_unanswered(s));
+    else if (!strcmp(s->provider_payment_id, intent))
+        return; /* listed under this attempt: its metadata names it */
+    else if (s->outcome == PROVIDER_SUCCEEDED)
+        object(j, V_CONTRADICTS,
+               "the provider's succeeded intent for this attempt is %s, not %s",
+               s->provider_payment_id, intent);
+    else if (paid && search_wait_ms(a, lag_ms) > 0)
+        object(j, V_SEARCH_MAY_LAG,
+               "the provider's search does not list %s under this attempt, but may "
+               "not be up to date yet: try again in %llds",
+               intent, (search_wait_ms(a, lag_ms) + 999) / 1000);
+    else if (paid)
+        /* Search ranks a succeeded intent first: had PI this attempt's id in
+         * its metadata, it would have been the answer. */
+        object(j, V_CONTRADICTS,
+               "the provider does not list %s under this attempt: its metadata "
+               "payment_attempt_id names another attempt or none",
+               intent);
+}
+
+/* FAILED: no intent for the attempt may be succeeded or processing, found
+ * by the search on the attempt id or as the intent recorded on it. */
+static void judge_failed(provider_client_t *pc, const char *id,
+                         const struct review_attempt *a, long long lag_ms,
+                         struct lookup *ls, size_t *n, struct judgement *j)
+{
+    struct lookup *find = &ls[(*n)++];
+    const struct provider_result *s = &find->res;
+
+    ask(pc, find, "search", id);
+    if (!answered(s))
+        object(j, V_NO_ANSWER,
+               "the provider did not answer the search for this attempt: %s",
+               why_unanswered(s));
+    else if (s->outcome == PROVIDER_SUCCEEDED || s->outcome == PROVIDER_PROCESSING)
+        object(j, V_CONTRADICTS, "the provider has a %s intent %s for this attempt",
+               s->intent_status, s->provider_payment_id);
+    else if (search_wait_ms(a, lag_ms) > 0)
+        object(j, V_SEARCH_MAY_LAG,
+               "the provider's search lists no paid intent for this attempt, but may "
+               "not be up to date yet: try again in %llds",
+               (search_wait_ms(a, lag_ms) + 999) / 1000);
+    if (!a->provider_payment_id[0])
+        return;
+    struct lookup *get = &ls[(*n)++];
+    const struct provider_result *r = &get->res;
+    ask(pc, get, "retrieve", a->provider_payment_id);
+    if (!answered(r))
+        object(j, V_NO_ANSWER, "the provider did not answer the look-up of %s: %s",
+               a->provider_payment_id, why_unanswered(r));
+    else if (r->outcome == PROVIDER_SUCCEEDED || r->outcome == PROVIDER_PROCESSING)
+        object(j, V_CONTRADICTS, "the provider says %s, recorded on the attempt, is %s",
+               a->provider_payment_id, r->intent_status);
+}
+
+static json_t *str_or_null(const char *s)
+{
+    return s && *s ? json_string(s) : json_null();
+}
+
+static json_t *lookup_json(const struct lookup *l)
+{
+    const struct provider_result *r = &l->res;
+    json_t *o = json_object();
+    if (!o)
+        return NULL;
+    int search = !strcmp(l->operation, "search");
+    json_object_set_new(o, "operation", json_string(l->operation));
+    json_object_set_new(o, search ? "payment_attempt_id" : "payment_intent_id",
+                        json_string(l->query));
+    json_object_set_new(o, "outcome", json_string(provider_outcome_name(r->outcome)));
+    json_object_set_new(o, "http_status",
+                        r->http_status ? json_integer(r->http_status) : json_null());
+    if (search)
+        json_object_set_new(o, "matches", json_integer(r->matches));
+    json_object_set_new(o, "provider_payment_id", str_or_null(r->provider_payment_id));
+    json_object_set_new(o, "intent_status", str_or_null(r->intent_status));
+    json_object_set_new(o, "amount", r->amount ? json_integer(r->amount) : json_null());
+    json_object_set_new(o, "error", str_or_null(r->error));
+    return o;
+}
+
+/* The transition's evidence: the decision, whether the provider agreed,
+ * whether force overrode it, and every look-up's answer. */
+static json_t *evidence_json(const char *decision, const struct review_attempt *a,
+                             const struct judgement *j, int forced, long long lag_ms,
+                             const struct lookup *ls, size_t n)
+{
+    json_t *o = json_object(), *arr = json_array();
+    if (!o || !arr) {
+        json_decref(o);
+        json_decref(arr);
+        return NULL;
+    }
+    json_object_set_new(o, "decision", json_string(decision));
+    json_object_set_new(o, "provider", json_string(verdict_names[j->verdict]));
+    json_object_set_new(o, "provider_says", str_or_null(j->says));
+    json_object_set_new(o, "forced", json_boolean(forced));
+    json_object_set_new(o, "recorded_provider_payment_id",
+                        str_or_null(a->provider_payment_id));
+    json_object_set_new(o, "last_provider_call_age_ms",
+                        json_integer(a->last_call_age_ms));
+    json_object_set_new(o, "search_lag_ms", json_integer(lag_ms));
+    for (size_t i = 0; i < n; i++) {
+        json_t *l = lookup_json(&ls[i]);
+        if (!l || json_array_append_new(arr, l) != 0) {
+            json_decref(o);
+            json_decref(arr);
+            return NULL;
+        }
+    }
+    json_object_set_new(o, "lookups", arr);
+    return o;
+}
+
+/* Ends a resolution that wrote nothing: outcome and its one line. */
+static void say(struct attempt_review_result *out, enum attempt_review_outcome o,
+                const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void say(struct attempt_review_result *out, enum attempt_review_outcome o,
+                const char *fmt, ...)
+{
+    va_list ap;
+    out->outcome = o;
+    va_start(ap, fmt);
+    vsnprintf(out->message, sizeof(out->message), fmt, ap);
+    va_end(ap);
+}
+
+int attempt_review_resolve(PGconn *conn, attempt_store_t *st, provider_client_t *pc,
+                           long long search_lag_ms,
+                           const struct attempt_review_request *rq,
+                           struct attempt_review_result *out)
+{
+    struct review_attempt a = {0};
+    struct lookup ls[2];
+    struct judgement j = {V_AGREES, ""};
+    struct store_error err;
+    struct attempt_call calls[2];
+    char why[256];
+    char *evidence_text = NULL;
+    json_t *evidence = NULL;
+    size_t n = 0;
+
+    if (!out)
+        return -1;
+    memset(out, 0, sizeof(*out));
+    memset(ls, 0, sizeof(ls));
+    if (!conn || !st || !pc || !rq) {
+        say(out, ATTEMPT_REVIEW_ERROR, "attempt_review_resolve called without %s",
+            !conn ? "a connection"
+            : !st ? "an attempt store"
+            : !pc ? "a provider client"
+                  : "a request");
+        return 0;
+    }
+    if (attempt_review_check(rq, why, sizeof(why)) != 0) {
+        say(out, ATTEMPT_REVIEW_ERROR, "%s", why);
+        return 0;
+    }
+    if (PQtransactionStatus(conn) != PQTRANS_IDLE) {
+        /* Its locks would be held while the provider is asked. */
+        say(out, ATTEMPT_REVIEW_ERROR,
+            "the connection is inside a transaction: a review asks the provider "
+            "outside any");
+        return 0;
+    }
+    const char *id = rq->attempt_id, *intent = rq->intent_id;
+    const char *reason = rq->reason ? rq->reason : ATTEMPT_REVIEW_DEFAULT_REASON;
+    enum attempt_status status =
+        intent ? ATTEMPT_STATUS_SUCCEEDED : ATTEMPT_STATUS_FAILED;
+
+    int found = read_attempt(conn, id, &a, &err);
+    if (found != 0) {
+        if (found < 0)
+            say(out, ATTEMPT_REVIEW_ERROR, "%s", err.message);
+        else
+            say(out, ATTEMPT_REVIEW_NOT_FOUND, "no attempt %s", id);
+        goto out;
+    }
+    snprintf(out->status, sizeof(out->status), "%s", a.status);
+    snprintf(out->provider_payment_id, sizeof(out->provider_payment_id), "%s",
+             a.provider_payment_id);
+    if (strcmp(a.status, ATTEMPT_S_REQUIRES_REVIEW) != 0) {
+        say(out, ATTEMPT_REVIEW_NOT_IN_REVIEW,
+            "attempt %s is %s, not REQUIRES_REVIEW: only attempts in review are "
+            "resolved",
+            id, a.status);
+        goto out;
+    }
+    if (intent) {
+        if (booked_elsewhere(conn, intent, id, out->other_attempt,
+                             sizeof(out->other_attempt), &err) != 0) {
+            say(out, ATTEMPT_REVIEW_ERROR, "%s", err.message);
+            goto out;
+        }
+        if (out->other_attempt[0]) {
+            say(out, ATTEMPT_REVIEW_BOOKED_ELSEWHERE,
+                "%s is already booked for attempt %s: one intent pays one attempt",
+                intent, out->other_attempt);
+            goto out;
+        }
+    }
+
+    if (intent)
+        judge_succeeded(pc, id, &a, intent, search_lag_ms, ls, &n, &j);
+    else
+        judge_failed(pc, id, &a, search_lag_ms, ls, &n, &j);
+    out->verdict = verdict_names[j.verdict];
+    snprintf(out->provider_says, sizeof(out->provider_says), "%s", j.says);
+    if (j.verdict != V_AGREES && !rq->force) {
+        /* The look-ups are not logged: nothing is written for a refusal. */
+        say(out, ATTEMPT_REVIEW_REFUSED, "refused: %s", j.says);
+        goto out;
+    }
+    int forced = j.verdict != V_AGREES;
+    evidence = evidence_json(attempt_status_name(status), &a, &j, forced, search_lag_ms,
+                             ls, n);
+    evidence_text =
+        evidence ? json_dumps(evidence, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    if (!evidence_text) {
+        say(out, ATTEMPT_REVIEW_ERROR, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++)
+        calls[i] = (struct attempt_call){.attempt_id = id,
+                                         .operation = ls[i].operation,
+                                         .started_ms = ls[i].started_ms,
+                                         .res = &ls[i].res};
+    struct attempt_settlement s = {
+        .attempt_id = id,
+        .lease_epoch = -1, /* an operator holds no lease */
+        .expected = ATTEMPT_STATUS_REQUIRES_REVIEW,
+        .status = status,
+        .cause = "operator",
+        .actor = rq->actor,
+        .reason = reason,
+        .provider_payment_id = intent,
+        .evidence_json = evidence_text,
+        .next_check_ms = -1,
+        .calls = calls,
+        .ncalls = n,
+    };
+    enum store_rc src = attempt_store_settle(st, &s, 1, &err);
+    if (src == STORE_DATA && !strcmp(err.sqlstate, "23505")) {
+        /* The one-booking-per-intent index: another attempt got it first. */
+        struct store_error ignore;
+        if (intent)
+            booked_elsewhere(conn, intent, id, out->other_attempt,
+                             sizeof(out->other_attempt), &ignore);
+        say(out, ATTEMPT_REVIEW_BOOKED_ELSEWHERE,
+            "refused: %s is booked for another attempt (even --force cannot book one "
+            "charge twice); nothing written",
+            intent ? intent : "the intent");
+        goto out;
+    }
+    if (src == STORE_LOCKED || (src == STORE_OK && s.busy)) {
+        /* A session holds the attempt's row right now (a webhook being
+         * applied, or one hung in its transaction): nothing waited for it. */
+        say(out, ATTEMPT_REVIEW_BUSY,
+            "attempt %s is locked by another session right now; nothing written, run "
+            "resolve again",
+            id);
+        goto out;
+    }
+    if (src != STORE_OK) {
+        say(out, ATTEMPT_REVIEW_ERROR, "%s%s",
+            src == STORE_DATA ? "the database refused the resolution: " : "",
+            err.message);
+        goto out;
+    }
+    if (!s.settled) {
+        /* Someone else resolved it (or a process holds it) since we read it. */
+        if (read_attempt(conn, id, &a, &err) == 0)
+            snprintf(out->status, sizeof(out->status), "%s", a.status);
+        else
+            out->status[0] = '\0';
+        say(out, ATTEMPT_REVIEW_CHANGED,
+            "attempt %s changed while it was being resolved (now %s); nothing written",
+            id, out->status[0] ? out->status : "unknown");
+        goto out;
+    }
+    out->forced = forced;
+    snprintf(out->status, sizeof(out->status), "%s", attempt_status_name(status));
+    if (intent)
+        snprintf(out->provider_payment_id, sizeof(out->provider_payment_id), "%s",
+                 intent);
+    out->evidence = evidence;
+    evidence = NULL;
+    if (forced)
+        say(out, ATTEMPT_REVIEW_RESOLVED,
+            "attempt %s resolved %s over the provider's objection (%s): %s", id,
+            out->status, out->verdict, out->provider_says);
+    else
+        say(out, ATTEMPT_REVIEW_RESOLVED, "attempt %s resolved %s; the provider agrees",
+            id, out->status);
+out:
+    free(evidence_text);
+    json_decref(evidence);
+    return 0;
+}
+
+void attempt_review_result_clear(struct attempt_review_result *r)
+{
+    if (!r)
+        return;
+    json_decref(r->evidence);
+    r->evidence = NULL;
+}

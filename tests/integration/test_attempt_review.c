@@ -1,0 +1,517 @@
+/* common/ops/attempt_review and common/store/attempt_history against the
+ * stack's PostgreSQL and a real psp-sim: a review resolves when the
+ * provider agrees, is refused when it contradicts (and force overrides
+ * that), writes nothing for an attempt not in review, one that is not
+ * there, one another session holds, one that changed while the provider
+ * was asked, or when two operators race (exactly one operator transition);
+ * an intent pays one attempt. The history reads what a resolution wrote,
+ * and find names attempts by attempt, order and intent id. */
+#include <check.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "attempt_history.h"
+#include "attempt_review.h"
+#include "attempt_store.h"
+#include "db.h"
+#include "provider_client.h"
+#include "psp_sim_process.h"
+#include "test_env.h"
+
+static struct psp_sim_process sim;
+static char url[1024];
+static PGconn *admin;
+
+static void setup(void)
+{
+    static const char *const args[] = {"--search-lag-ms", "0", NULL};
+    test_env_migrated_database(url, sizeof(url));
+    admin = test_env_connect(url);
+    psp_sim_start(&sim, args);
+}
+
+static void teardown(void)
+{
+    PQfinish(admin);
+    kill(sim.pid, SIGCONT); /* a test that failed while it was frozen */
+    psp_sim_stop(&sim);
+}
+
+/* What a session of an operator needs: a connection, a store, a client. */
+struct operator
+{
+    PGconn *conn;
+    attempt_store_t *st;
+    provider_client_t *pc;
+};
+
+static struct operator operator_new(const char *actor)
+{
+    struct store_error err;
+    char why[256];
+    struct operator o = {.conn = test_env_connect(url)};
+    o.st = attempt_store_new(url, actor, &err);
+    ck_assert_msg(o.st != NULL, "%s", err.message);
+    /* 2 s: long enough for an answer, short enough for a frozen psp-sim. */
+    o.pc = provider_client_new(sim.base_url, PSP_SIM_TEST_KEY, "2024-06-20", 2000, why,
+                               sizeof(why));
+    ck_assert_msg(o.pc != NULL, "%s", why);
+    return o;
+}
+
+static void operator_free(struct operator* o)
+{
+    provider_client_free(o->pc);
+    attempt_store_free(o->st);
+    PQfinish(o->conn);
+}
+
+/* An attempt written straight into the database, as the worker leaves it
+ * (its one call an hour ago: the provider's search is up to date on it). */
+static void seed(char id[37], const char *order, const char *status, const char *ppid)
+{
+    char key[64];
+    test_env_uuid(id);
+    snprintf(key, sizeof(key), "key-%s", id);
+    const char *p[5] = {id, order, key, status, ppid};
+    test_env_sql(
+        admin,
+        "INSERT INTO payment_attempts (id, order_id, idempotency_key,"
+        " request_fingerprint, amount, currency, payment_method, status,"
+        " provider_payment_id, first_sent_at, created_at, updated_at)"
+        " VALUES ($1::uuid, $2::uuid, $3, 'fp', 1500, 'EUR', 'pm_card_visa', $4,"
+        " $5, now() - interval '1 hour', now() - interval '1 hour',"
+        " now() - interval '1 hour')",
+        5, p);
+}
+
+static void seed_review(char id[37], char order[37])
+{
+    test_env_uuid(order);
+    seed(id, order, "REQUIRES_REVIEW", NULL);
+}
+
+/* A charge at psp-sim naming attempt `id` in its metadata, as the worker's
+ * lost one would; its intent id in pi. */
+static void provider_charge(const struct operator* o, const char *id, const char *order,
+                            const char *payment_method, enum provider_outcome want,
+                            char pi[96])
+{
+    char key[64];
+    struct provider_result r;
+    snprintf(key, sizeof(key), "elsewhere-%s", id);
+    struct provider_charge c = {.idempotency_key = key,
+                                .amount = 1500,
+                                .currency = "EUR",
+                                .payment_method = payment_method,
+                                .payment_attempt_id = id,
+                                .order_id = order};
+    provider_client_charge(o->pc, &c, &r);
+    ck_assert_msg(r.outcome == want, "set-up charge: %s (%s)",
+                  provider_outcome_name(r.outcome), r.error);
+    snprintf(pi, 96, "%s", r.provider_payment_id);
+}
+
+static struct attempt_review_result resolve(const struct operator* o, const char *id,
+                                            const char *intent, const char *reason,
+                                            int force)
+{
+    struct attempt_review_request rq = {.attempt_id = id,
+                                        .intent_id = intent,
+                                        .reason = reason,
+                                        .actor = "alice",
+                                        .force = force};
+    struct attempt_review_result res;
+    ck_assert_int_eq(attempt_review_resolve(o->conn, o->st, o->pc, 0, &rq, &res), 0);
+    ck_assert_msg(res.message[0] && !strchr(res.message, '\n'), "message '%s'",
+                  res.message);
+    return res;
+}
+
+static const char *count(const char *q, const char *id)
+{
+    const char *p[1] = {id};
+    struct store_error err;
+    static char out[64];
+    PGresult *r = db_exec(admin, q, 1, p, &err);
+    ck_assert_msg(r && PQntuples(r) == 1, "%s", err.message);
+    snprintf(out, sizeof(out), "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return out;
+}
+
+static const char *status_of(const char *id)
+{
+    return count("SELECT status FROM payment_attempts WHERE id = $1::uuid", id);
+}
+
+static const char *operator_transitions(const char *id)
+{
+    return count("SELECT count(*) FROM attempt_transitions WHERE payment_attempt_id ="
+                 " $1::uuid AND cause = 'operator'",
+                 id);
+}
+
+static const char *calls_of(const char *id)
+{
+    return count(
+        "SELECT count(*) FROM provider_calls WHERE payment_attempt_id = $1::uuid", id);
+}
+
+START_TEST(check_names_the_field_it_faults)
+{
+    const char *id = "00000000-0000-4000-8000-000000000001";
+    char why[256];
+    struct {
+        struct attempt_review_request rq;
+        const char *starts;
+    } bad[] = {
+        {{.attempt_id = "nope", .intent_id = "pi_1", .actor = "a"}, "attempt id "},
+        {{.attempt_id = id, .intent_id = "pi 1", .actor = "a"}, "intent id "},
+        {{.attempt_id = id, .actor = "a"}, "reason "},
+        {{.attempt_id = id, .reason = "two\nlines", .actor = "a"}, "reason "},
+        {{.attempt_id = id, .intent_id = "pi_1", .actor = ""}, "actor "},
+        {{.attempt_id = id, .intent_id = "pi_1"}, "actor "},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ck_assert_int_eq(attempt_review_check(&bad[i].rq, why, sizeof(why)), -1);
+        ck_assert_msg(!strncmp(why, bad[i].starts, strlen(bad[i].starts)),
+                      "case %zu: '%s'", i, why);
+    }
+    struct attempt_review_request ok = {
+        .attempt_id = id, .intent_id = "pi_1", .actor = "a"};
+    ck_assert_int_eq(attempt_review_check(&ok, why, sizeof(why)), 0);
+}
+END_TEST
+
+START_TEST(succeeded_when_the_provider_agrees_and_the_history_tells_it)
+{
+    struct operator o = operator_new("chargectl");
+    char id[37], order[37], old[37], pi[96];
+    seed_review(id, order);
+    provider_charge(&o, id, order, "pm_card_mastercard", PROVIDER_SUCCEEDED, pi);
+
+    struct attempt_review_result res = resolve(&o, id, pi, "paid by the other card", 0);
+    ck_assert_msg(res.outcome == ATTEMPT_REVIEW_RESOLVED, "%d: %s", res.outcome,
+                  res.message);
+    ck_assert_str_eq(res.verdict, "agrees");
+    ck_assert_int_eq(res.forced, 0);
+    ck_assert_str_eq(res.status, "SUCCEEDED");
+    ck_assert_str_eq(res.provider_payment_id, pi);
+    ck_assert_str_eq(json_string_value(json_object_get(res.evidence, "decision")),
+                     "SUCCEEDED");
+    ck_assert_uint_eq(json_array_size(json_object_get(res.evidence, "lookups")), 2);
+    attempt_review_result_clear(&res);
+    attempt_review_result_clear(&res); /* a no-op on a cleared one */
+    ck_assert_str_eq(status_of(id), "SUCCEEDED");
+    ck_assert_str_eq(operator_transitions(id), "1");
+    ck_assert_str_eq(calls_of(id), "2"); /* the retrieve and the search */
+
+    /* The history of what it wrote, all in one object. */
+    struct store_error err;
+    json_t *h;
+    ck_assert_int_eq(attempt_history_read(o.conn, id, &h, &err), STORE_OK);
+    json_t *a = json_object_get(h, "attempt");
+    ck_assert_str_eq(json_string_value(json_object_get(a, "payment_attempt_id")), id);
+    ck_assert_str_eq(json_string_value(json_object_get(a, "status")), "SUCCEEDED");
+    ck_assert_int_eq(json_integer_value(json_object_get(a, "provider_calls")), 2);
+    json_t *tr = json_object_get(h, "transitions");
+    json_t *last = json_array_get(tr, json_array_size(tr) - 1);
+    ck_assert_str_eq(json_string_value(json_object_get(last, "cause")), "operator");
+    ck_assert_str_eq(json_string_value(json_object_get(last, "actor")), "alice");
+    ck_assert_str_eq(json_string_value(json_object_get(last, "reason")),
+                     "paid by the other card");
+    ck_assert_uint_eq(json_array_size(json_object_get(h, "provider_calls")), 2);
+    json_t *ledger = json_object_get(h, "ledger_entries");
+    ck_assert_uint_eq(json_array_size(ledger), 1);
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(ledger, 0),
+                                                       "provider_payment_id")),
+                     pi);
+    json_t *events = json_object_get(h, "result_events");
+    ck_assert_uint_eq(json_array_size(events), 1);
+    json_t *ev = json_array_get(events, 0);
+    ck_assert_str_eq(json_string_value(json_object_get(ev, "event_type")),
+                     "charge.succeeded");
+    ck_assert_ptr_null(json_object_get(ev, "c")); /* what it is ordered by only */
+    ck_assert_uint_eq(json_array_size(json_object_get(h, "refunds")), 0);
+    ck_assert_int_eq(PQtransactionStatus(o.conn), PQTRANS_IDLE);
+    json_decref(h);
+
+    /* find: by the order (two attempts, the newer first), the intent, the
+     * attempt; an id of neither kind names nothing. */
+    seed(old, order, "FAILED", NULL);
+    test_env_sql(admin,
+                 "UPDATE payment_attempts SET updated_at = now() - interval '2 hours'"
+                 " WHERE id = $1::uuid",
+                 1, (const char *const[]){old});
+    ck_assert_int_eq(attempt_history_find(o.conn, order, &h, &err), STORE_OK);
+    ck_assert_uint_eq(json_array_size(h), 2);
+    ck_assert_str_eq(
+        json_string_value(json_object_get(json_array_get(h, 0), "payment_attempt_id")),
+        id);
+    ck_assert_str_eq(
+        json_string_value(json_object_get(json_array_get(h, 1), "payment_attempt_id")),
+        old);
+    json_decref(h);
+    const char *one[] = {pi, id};
+    for (size_t i = 0; i < 2; i++) {
+        ck_assert_int_eq(attempt_history_find(o.conn, one[i], &h, &err), STORE_OK);
+        ck_assert_uint_eq(json_array_size(h), 1);
+        ck_assert_str_eq(json_string_value(json_object_get(json_array_get(h, 0),
+                                                           "payment_attempt_id")),
+                         id);
+        json_decref(h);
+    }
+    const char *nothing[] = {"'; DROP TABLE payment_attempts; --", "pi_unknown", "",
+                             id + 1};
+    for (size_t i = 0; i < 4; i++) {
+        ck_assert_int_eq(attempt_history_find(o.conn, nothing[i], &h, &err), STORE_OK);
+        ck_assert_msg(json_is_array(h) && json_array_size(h) == 0, "find '%s'",
+                      nothing[i]);
+        json_decref(h);
+    }
+    ck_assert_int_eq(attempt_history_read(o.conn, "not-a-uuid", &h, &err),
+                     STORE_NOT_FOUND);
+    ck_assert_int_eq(
+        attempt_history_read(o.conn, "00000000-0000-4000-8000-0000000000ff", &h, &err),
+        STORE_NOT_FOUND);
+    struct attempt_history_filter f = {
+        .order_id = order, .status = "FAILED", .limit = "10"};
+    ck_assert_int_eq(attempt_history_list(o.conn, &f, &h, &err), STORE_OK);
+    ck_assert_uint_eq(json_array_size(h), 1);
+    json_decref(h);
+
+    /* That intent pays this attempt: another may not have it, force or not. */
+    char other[37], other_order[37];
+    seed_review(other, other_order);
+    res = resolve(&o, other, pi, NULL, 1);
+    ck_assert_int_eq(res.outcome, ATTEMPT_REVIEW_BOOKED_ELSEWHERE);
+    ck_assert_str_eq(res.other_attempt, id);
+    ck_assert_ptr_null(res.evidence);
+    attempt_review_result_clear(&res);
+    ck_assert_str_eq(status_of(other), "REQUIRES_REVIEW");
+    ck_assert_str_eq(calls_of(other), "0");
+    operator_free(&o);
+}
+END_TEST
+
+START_TEST(refused_when_the_provider_contradicts_and_force_overrides)
+{
+    struct operator o = operator_new("chargectl");
+    char id[37], order[37], pi[96];
+    seed_review(id, order);
+    provider_charge(&o, id, order, "pm_card_processing", PROVIDER_PROCESSING, pi);
+
+    struct attempt_review_result res = resolve(&o, id, pi, NULL, 0);
+    ck_assert_msg(res.outcome == ATTEMPT_REVIEW_REFUSED, "%d: %s", res.outcome,
+                  res.message);
+    ck_assert_str_eq(res.verdict, "contradicts");
+    ck_assert_msg(strstr(res.provider_says, "processing"), "%s", res.provider_says);
+    ck_assert_msg(strstr(res.message, res.provider_says), "%s", res.message);
+    ck_assert_str_eq(res.status, "REQUIRES_REVIEW");
+    attempt_review_result_clear(&res);
+    /* A refusal writes nothing, not even the look-ups. */
+    ck_assert_str_eq(status_of(id), "REQUIRES_REVIEW");
+    ck_assert_str_eq(operator_transitions(id), "0");
+    ck_assert_str_eq(calls_of(id), "0");
+
+    /* FAILED is refused too while an intent for it is processing. */
+    res = resolve(&o, id, NULL, "customer says no", 0);
+    ck_assert_int_eq(res.outcome, ATTEMPT_REVIEW_REFUSED);
+    ck_assert_str_eq(res.verdict, "contradicts");
+    attempt_review_result_clear(&res);
+
+    res = resolve(&o, id, pi, NULL, 1);
+    ck_assert_msg(res.outcome == ATTEMPT_REVIEW_RESOLVED, "%d: %s", res.outcome,
+                  res.message);
+    ck_assert_int_eq(res.forced, 1);
+    ck_assert_str_eq(res.verdict, "contradicts");
+    ck_assert(json_is_true(json_object_get(res.evidence, "forced")));
+    ck_assert_str_eq(json_string_value(json_object_get(res.evidence, "provider")),
+                     "contradicts");
+    attempt_review_result_clear(&res);
+    ck_assert_str_eq(status_of(id), "SUCCEEDED");
+    ck_assert_str_eq(count("SELECT reason FROM attempt_transitions WHERE"
+                           " payment_attempt_id = $1::uuid AND cause = 'operator'",
+                           id),
+                     ATTEMPT_REVIEW_DEFAULT_REASON);
+
+    /* Resolved: not in review any more, and the provider is not asked. */
+    res = resolve(&o, id, NULL, "again", 1);
+    ck_assert_int_eq(res.outcome, ATTEMPT_REVIEW_NOT_IN_REVIEW);
+    ck_assert_str_eq(res.status, "SUCCEEDED");
+    ck_assert_ptr_null(res.verdict);
+    attempt_review_result_clear(&res);
+    ck_assert_str_eq(operator_transitions(id), "1");
+    ck_assert_str_eq(calls_of(id), "2");
+    operator_free(&o);
+}
+END_TEST
+
+START_TEST(nothing_is_written_for_an_attempt_not_there_or_held)
+{
+    struct operator o = operator_new("chargectl");
+    char id[37], order[37];
+    struct attempt_review_result res =
+        resolve(&o, "00000000-0000-4000-8000-0000000000aa", NULL, "x", 1);
+    ck_assert_int_eq(res.outcome, ATTEMPT_REVIEW_NOT_FOUND);
+    ck_assert_str_eq(res.status, "");
+    attempt_review_result_clear(&res);
+
+    /* A bad request is said, never sent. */
+    res = resolve(&o, "not-a-uuid", NULL, "x", 1);
+    ck_assert_int_eq(res.outcome, ATTEMPT_REVIEW_ERROR);
+    ck_assert_msg(strstr(res.message, "UUID"), "%s", res.message);
+    attempt_review_result_clear(&res);
+
+    /* Another session holds the row: BUSY at once, nothing written. */
+    seed_review(id, order);
+    PGconn *holder = test_env_connect(url);
+    test_env_sql(holder, "BEGIN", 0, NULL);
+    test_env_sql(holder,
+                 "SELECT 1 FROM payment_attempts WHERE id = $1::uuid FOR UPDATE", 1,
+                 (const char *const[]){id});
+    res = resolve(&o, id, NULL, "never reached the provider", 0);
+    ck_assert_msg(res.outcome == ATTEMPT_REVIEW_BUSY, "%d: %s", res.outcome,
+                  res.message);
+    attempt_review_result_clear(&res);
+    test_env_sql(holder, "ROLLBACK", 0, NULL);
+    PQfinish(holder);
+    ck_assert_str_eq(status_of(id), "REQUIRES_REVIEW");
+    ck_assert_str_eq(operator_transitions(id), "0");
+
+    /* Inside a transaction of the caller's: refused, before any look-up. */
+    test_env_sql(o.conn, "BEGIN", 0, NULL);
+    res = resolve(&o, id, NULL, "never reached the provider", 0);
+    ck_assert_int_eq(res.outcome, ATTEMPT_REVIEW_ERROR);
+    attempt_review_result_clear(&res);
+    test_env_sql(o.conn, "ROLLBACK", 0, NULL);
+
+    /* Released: it resolves (the provider has nothing for it). */
+    res = resolve(&o, id, NULL, "never reached the provider", 0);
+    ck_assert_msg(res.outcome == ATTEMPT_REVIEW_RESOLVED, "%d: %s", res.outcome,
+                  res.message);
+    ck_assert_str_eq(res.status, "FAILED");
+    attempt_review_result_clear(&res);
+    ck_assert_str_eq(status_of(id), "FAILED");
+    operator_free(&o);
+}
+END_TEST
+
+struct racer {
+    struct operator o;
+    const char *id;
+    int force;
+    pthread_barrier_t *go;
+    struct attempt_review_result res;
+};
+
+static void *race(void *arg)
+{
+    struct racer *r = arg;
+    struct attempt_review_request rq = {.attempt_id = r->id,
+                                        .reason = "never reached the provider",
+                                        .actor = "racer",
+                                        .force = r->force};
+    if (r->go)
+        pthread_barrier_wait(r->go);
+    attempt_review_resolve(r->o.conn, r->o.st, r->o.pc, 0, &rq, &r->res);
+    return NULL;
+}
+
+START_TEST(two_resolutions_at_once_write_one)
+{
+    char id[37], order[37];
+    seed_review(id, order);
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, 2);
+    struct racer r[2] = {{.o = operator_new("op1"), .id = id, .go = &go},
+                         {.o = operator_new("op2"), .id = id, .go = &go}};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(pthread_create(&t[i], NULL, race, &r[i]), 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&go);
+    int won = r[0].res.outcome == ATTEMPT_REVIEW_RESOLVED ? 0 : 1;
+    struct attempt_review_result *winner = &r[won].res, *loser = &r[1 - won].res;
+    ck_assert_msg(winner->outcome == ATTEMPT_REVIEW_RESOLVED, "%d: %s", winner->outcome,
+                  winner->message);
+    ck_assert_msg(loser->outcome == ATTEMPT_REVIEW_CHANGED ||
+                      loser->outcome == ATTEMPT_REVIEW_NOT_IN_REVIEW ||
+                      loser->outcome == ATTEMPT_REVIEW_BUSY,
+                  "the second: %d: %s", loser->outcome, loser->message);
+    ck_assert_ptr_null(loser->evidence);
+    ck_assert_str_eq(status_of(id), "FAILED");
+    ck_assert_str_eq(operator_transitions(id), "1");
+    for (int i = 0; i < 2; i++) {
+        attempt_review_result_clear(&r[i].res);
+        operator_free(&r[i].o);
+    }
+}
+END_TEST
+
+/* The attempt is read, then the provider (frozen) is asked for 2 s while
+ * another operator settles it: the forced settlement finds it moved on. */
+START_TEST(changed_while_the_provider_was_asked)
+{
+    char id[37], order[37];
+    seed_review(id, order);
+    struct racer r = {.o = operator_new("op1"), .id = id, .force = 1};
+    struct operator other = operator_new("op2");
+    pthread_t t;
+    ck_assert_int_eq(kill(sim.pid, SIGSTOP), 0);
+    ck_assert_int_eq(pthread_create(&t, NULL, race, &r), 0);
+    usleep(400 * 1000); /* it has read the attempt; its search hangs */
+    struct attempt_settlement s = {.attempt_id = id,
+                                   .lease_epoch = -1,
+                                   .expected = ATTEMPT_STATUS_REQUIRES_REVIEW,
+                                   .status = ATTEMPT_STATUS_SUCCEEDED,
+                                   .cause = "operator",
+                                   .actor = "bob",
+                                   .reason = "seen at the provider's dashboard",
+                                   .provider_payment_id = "pi_dashboard",
+                                   .next_check_ms = -1};
+    struct store_error err;
+    ck_assert_int_eq(attempt_store_settle(other.st, &s, 1, &err), STORE_OK);
+    ck_assert(s.settled);
+    pthread_join(t, NULL);
+    ck_assert_int_eq(kill(sim.pid, SIGCONT), 0);
+    ck_assert_msg(r.res.outcome == ATTEMPT_REVIEW_CHANGED, "%d: %s", r.res.outcome,
+                  r.res.message);
+    ck_assert_str_eq(r.res.verdict, "no_answer");
+    ck_assert_str_eq(r.res.status, "SUCCEEDED"); /* as it is now */
+    ck_assert_ptr_null(r.res.evidence);
+    attempt_review_result_clear(&r.res);
+    ck_assert_str_eq(status_of(id), "SUCCEEDED");
+    ck_assert_str_eq(operator_transitions(id), "1");
+    ck_assert_str_eq(count("SELECT actor FROM attempt_transitions WHERE"
+                           " payment_attempt_id = $1::uuid AND cause = 'operator'",
+                           id),
+                     "bob");
+    /* The look-up it made is recorded all the same. */
+    ck_assert_str_eq(calls_of(id), "1");
+    operator_free(&r.o);
+    operator_free(&other);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("attempt_review");
+    TCase *tc = tcase_create("review");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, check_names_the_field_it_faults);
+    tcase_add_test(tc, succeeded_when_the_provider_agrees_and_the_history_tells_it);
+    tcase_add_test(tc, refused_when_the_provider_contradicts_and_force_overrides);
+    tcase_add_test(tc, nothing_is_written_for_an_attempt_not_there_or_held);
+    tcase_add_test(tc, two_resolutions_at_once_write_one);
+    tcase_add_test(tc, changed_while_the_provider_was_asked);
+    suite_add_tcase(s, tc);
+    return test_env_run_suite(s);
+}
