@@ -27,6 +27,10 @@ int ctl_unexpected_argument(const char *cmd, const char *arg);
  * "+5" and clamp what overflows. */
 int ctl_parse_number(const char *s, int64_t max, int64_t *out, const char **rest);
 
+/* Who runs chargectl, for the records its changes leave: the OS user,
+ * else $USER; NULL when neither names anyone. */
+const char *ctl_os_user(void);
+
 /* Where a produced message landed, filled by the delivery report. */
 struct ctl_delivery {
     int done;
@@ -49,5 +53,7 @@ int ctl_attempt_resolve(int argc, char **argv);
 int ctl_refund(int argc, char **argv);
 /* chargectl audit list|show|run. */
 int ctl_audit(int argc, char **argv);
+/* chargectl console token add|list|revoke. */
+int ctl_console(int argc, char **argv);
 
 #endif

@@ -1,5 +1,8 @@
 /* What chargectl's commands share: configuration and a producer. */
+#include <pwd.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include "chargectl.h"
 #include "kafka_setup.h"
@@ -49,6 +52,15 @@ int ctl_parse_number(const char *s, int64_t max, int64_t *out, const char **rest
         return -1;
     *out = v;
     return 0;
+}
+
+const char *ctl_os_user(void)
+{
+    struct passwd *pw = getpwuid(geteuid());
+    if (pw && pw->pw_name && *pw->pw_name)
+        return pw->pw_name;
+    const char *u = getenv("USER");
+    return u && *u ? u : NULL;
 }
 
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)

@@ -4,7 +4,6 @@
  * shares; this is its command line: the arguments, the settings, the
  * sessions, and what is printed. */
 #include <getopt.h>
-#include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,16 +82,6 @@ static int failure(const char *fmt, ...)
     va_end(ap);
     fputc('\n', stderr);
     return CTL_FAILED;
-}
-
-/* The OS user, else $USER; NULL when neither names anyone. */
-static const char *os_user(void)
-{
-    struct passwd *pw = getpwuid(geteuid());
-    if (pw && pw->pw_name && *pw->pw_name)
-        return pw->pw_name;
-    const char *u = getenv("USER");
-    return u && *u ? u : NULL;
 }
 
 /* attempt_review_check's why, in the options' terms: it begins with the
@@ -188,7 +177,7 @@ static int parse_args(int argc, char **argv, struct resolve_args *ra)
             "--failed needs --reason TEXT: say how you know no money moved");
     if (!ra->reason)
         ra->reason = ATTEMPT_REVIEW_DEFAULT_REASON;
-    if (!ra->actor && !(ra->actor = os_user()))
+    if (!ra->actor && !(ra->actor = ctl_os_user()))
         return usage_error("cannot tell who you are: give --actor NAME");
     char why[256];
     struct attempt_review_request rq = {.attempt_id = ra->id,

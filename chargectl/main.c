@@ -19,6 +19,7 @@ static const struct ctl_command ctl_commands[] = {
      "show an attempt's history, list attempts, resolve reviews"},
     {"refund", ctl_refund, "show a refund's history, list refunds, resolve reviews"},
     {"audit", ctl_audit, "the auditor's verdicts and findings; audit a window now"},
+    {"console", ctl_console, "the operator console's access tokens"},
 };
 
 static void usage(FILE *out)

@@ -68,7 +68,8 @@ enum store_rc console_store_token_revoke(console_store_t *st, const char *name,
  * secret names no live token (also when it is malformed). Expired sessions
  * are removed on the way. */
 enum store_rc console_store_login(console_store_t *st, const char *secret,
-                                  long long ttl_s, char session_out[CONSOLE_SECRET_SIZE],
+                                  long long ttl_s,
+                                  char session_out[CONSOLE_SECRET_SIZE],
                                   struct console_who *who, struct store_error *err);
 
 /* The session a cookie names: STORE_OK and *who, or STORE_NOT_FOUND when it

@@ -57,7 +57,12 @@ def scenario(_new):
                  "AUDITOR_LAG_MS", "AUDITOR_POLL_MS", "AUDITOR_FROM", "AUDITOR_PENDING_BATCH",
                  "SHUTDOWN_TIMEOUT_MS", "chargectl audit list"] + list(AUDIT_KINDS))
     expect_help([e2e.CHARGECTL, "--help"], ["migrate", "publish", "dlq", "attempt", "refund",
-                                           "audit"])
+                                           "audit", "console"])
+    for argv in (["console", "--help"], ["console", "token", "--help"],
+                 ["console", "token", "add", "--help"], ["console", "token", "list", "--help"]):
+        expect_help([e2e.CHARGECTL] + argv,
+                    ["token add NAME", "token list", "token revoke NAME", "--role", "viewer",
+                     "operator", "--actor", "--json", "shown only", "Exit status"])
     expect_help([e2e.CHARGECTL, "audit", "--help"],
                 ["audit list", "audit show WINDOW", "audit run", "--since", "--until",
                  "--findings", "--limit", "--json", "Exit status"] + list(AUDIT_KINDS))
@@ -122,6 +127,7 @@ def scenario(_new):
                             "RECONCILER_LEASE_MS": "600000"}, mention="HEALTH_STALL_MS")
     chargectl_numbers_and_ids()
     chargectl_audit_arguments()
+    chargectl_console_arguments()
     auditor_settings_documented()
     admin_addr_unusable()
     secret_never_printed()
@@ -259,6 +265,58 @@ def chargectl_audit_arguments():
             p = run(audit + argv, env)
             e2e.check_eq(p.returncode, 1, "exit status of chargectl audit %s with no database (%s)"
                          % (" ".join(argv), p.stderr.decode().strip()))
+
+
+def chargectl_console_arguments():
+    """chargectl console token checks its arguments whole before it reads
+    anything: a missing or unknown subcommand, a missing NAME or --role, a
+    role that is neither, a bad name or actor, an option of another
+    subcommand: exit 2 with one line naming it. The database is a closed
+    port, so what is let through shows as exit 1."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+        env = {"DATABASE_URL": "postgresql://charged@127.0.0.1:%d/charged" % port}
+        token = [e2e.CHARGECTL, "console", "token"]
+        expect_usage_error([e2e.CHARGECTL, "console"], env, mention="missing subcommand")
+        expect_usage_error([e2e.CHARGECTL, "console", "tokens"], env,
+                           mention="unknown subcommand 'tokens'")
+        expect_usage_error(token, env, mention="missing token subcommand")
+        expect_usage_error(token + ["delete", "a"], env, mention="'delete'")
+        expect_usage_error(token + ["add"], env, mention="NAME")
+        expect_usage_error(token + ["add", "alice"], env, mention="--role")
+        expect_usage_error(token + ["add", "alice", "--role"], env, mention="--role")
+        for bad in ("admin", "Operator", ""):
+            expect_usage_error(token + ["add", "alice", "--role", bad], env,
+                               mention="--role '%s'" % bad)
+        for bad in ("", "two\nlines", "tab\there", "n" * 129):
+            expect_usage_error(token + ["add", bad, "--role", "viewer"], env, mention="NAME")
+            expect_usage_error(token + ["revoke", bad], env, mention="NAME")
+            expect_usage_error(token + ["add", "alice", "--role", "viewer", "--actor", bad],
+                               env, mention="--actor")
+        expect_usage_error(token + ["add", "a", "b", "--role", "viewer"], env, mention="'b'")
+        expect_usage_error(token + ["add", "alice", "--role", "viewer", "--bogus"], env,
+                           mention="--bogus")
+        expect_usage_error(token + ["add", "alice", "--role", "viewer", "--actor"], env,
+                           mention="--actor")
+        expect_usage_error(token + ["list", "extra"], env, mention="extra")
+        expect_usage_error(token + ["list", "--role", "viewer"], env, mention="--role")
+        expect_usage_error(token + ["list", "--actor", "me"], env, mention="--actor")
+        expect_usage_error(token + ["revoke"], env, mention="NAME")
+        expect_usage_error(token + ["revoke", "a", "b"], env, mention="'b'")
+        expect_usage_error(token + ["revoke", "alice", "--role", "viewer"], env,
+                           mention="--role")
+        # What parses reaches the database (exit 1 here, nothing listens),
+        # and a secret is printed only for a token made.
+        for argv in (["add", "alice", "--role", "operator"], ["add", "n" * 128, "--role=viewer",
+                                                              "--actor", "ops", "--json"],
+                     ["list"], ["list", "--json"], ["revoke", "alice", "--actor", "ops"]):
+            p = run(token + argv, env)
+            err = p.stderr.decode().strip()
+            e2e.check_eq(p.returncode, 1, "exit status of chargectl console token %s with no "
+                         "database (%s)" % (" ".join(argv[:2]), err))
+            check(err and "\n" not in err, "%s: want one line on stderr, got %r" % (argv, err))
+            check("cct_" not in p.stdout.decode(), "%s printed a secret: %r" % (argv, p.stdout))
 
 
 def auditor_settings_documented():
