@@ -15,6 +15,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "charge_command.h"
+#include "clock.h"
 #include "chargectl.h"
 #include "config.h"
 #include "ctl_output.h"
@@ -127,7 +128,7 @@ static int keep(struct dlq_ctx *c, const rd_kafka_message_t *m)
     l->orig_topic = header(l->headers, "dlq.original.topic");
     l->orig_partition = header(l->headers, "dlq.original.partition");
     l->orig_offset = header(l->headers, "dlq.original.offset");
-    if (!l->failed_at || ctl_parse_time_ms(l->failed_at, &l->failed_at_ms) != 0)
+    if (!l->failed_at || clock_parse_rfc3339(l->failed_at, &l->failed_at_ms) != 0)
         l->failed_at_ms = l->timestamp_ms;
     take_ids(l);
     c->n++;
@@ -703,14 +704,14 @@ static int dlq_replay(struct dlq_ctx *c, int argc, char **argv, const struct fil
         }
     }
     rd_kafka_t *rk = NULL;
-    struct ctl_delivery *sent = calloc(n + 1, sizeof(*sent));
+    struct kafka_setup_delivery *sent = calloc(n + 1, sizeof(*sent));
     if (!sent) {
         fprintf(stderr, "chargectl dlq replay: out of memory\n");
         free(sel);
         return CTL_FAILED;
     }
     if (!dry_run) {
-        rk = ctl_producer_new(c->cfg, err, sizeof(err));
+        rk = kafka_setup_tool_producer(c->cfg, "chargectl", err, sizeof(err));
         if (!rk) {
             fprintf(stderr, "chargectl dlq replay: %s\n", err);
             free(sel);

@@ -3,7 +3,6 @@
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <jansson.h>
 
@@ -107,31 +106,12 @@ int ctl_parse_duration_ms(const char *s, int64_t *ms)
 
 int ctl_parse_time_ms(const char *s, int64_t *epoch_ms)
 {
-    struct tm tm = {0};
     int64_t d;
     if (ctl_parse_duration_ms(s, &d) == 0) {
         *epoch_ms = clock_wall_ms() - d;
         return 0;
     }
-    const char *rest = strptime(s ? s : "", "%Y-%m-%dT%H:%M:%S", &tm);
-    if (!rest)
-        return -1;
-    int64_t frac = 0;
-    if (*rest == '.') {
-        int digits = 0;
-        rest++;
-        while (isdigit((unsigned char)*rest)) {
-            if (digits++ < 3)
-                frac = frac * 10 + (*rest - '0');
-            rest++;
-        }
-        while (digits++ < 3)
-            frac *= 10;
-    }
-    if (strcmp(rest, "Z") != 0 && strcmp(rest, "+00:00") != 0)
-        return -1;
-    *epoch_ms = (int64_t)timegm(&tm) * 1000 + frac;
-    return 0;
+    return clock_parse_rfc3339(s, epoch_ms);
 }
 
 void ctl_print_json(FILE *out, void *json)

@@ -4,7 +4,6 @@
  * the provider agrees or the operator overrides it with --force; what the
  * provider said goes into the transition's evidence. */
 #include <getopt.h>
-#include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -167,15 +166,6 @@ static int good_intent_id(const char *s)
 }
 
 /* The OS user, else $USER; NULL when neither names anyone. */
-static const char *os_user(void)
-{
-    struct passwd *pw = getpwuid(geteuid());
-    if (pw && pw->pw_name && *pw->pw_name)
-        return pw->pw_name;
-    const char *u = getenv("USER");
-    return u && *u ? u : NULL;
-}
-
 /* Reads the attempt: 0, 1 when there is none, -1 with err. */
 static int read_attempt(PGconn *conn, const char *id, struct review_attempt *a,
                         struct store_error *err)
@@ -485,7 +475,7 @@ static int parse_args(int argc, char **argv, struct resolve_args *ra)
     if (!good_text(ra->reason, MAX_REASON))
         return usage_error("--reason must be 1..%d bytes of UTF-8 on one line",
                            MAX_REASON);
-    if (!ra->actor && !(ra->actor = os_user()))
+    if (!ra->actor && !(ra->actor = ctl_os_user()))
         return usage_error("cannot tell who you are: give --actor NAME");
     if (!good_text(ra->actor, MAX_ACTOR))
         return usage_error("--actor must be 1..%d bytes of UTF-8 on one line",

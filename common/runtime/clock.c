@@ -1,6 +1,8 @@
 #include "clock.h"
 
+#include <ctype.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 int64_t clock_now_ms(void)
@@ -27,4 +29,28 @@ char *clock_rfc3339(int64_t wall_ms, char *buf, size_t size)
     strftime(day, sizeof(day), "%Y-%m-%dT%H:%M:%S", &tm);
     snprintf(buf, size, "%s.%03dZ", day, (int)(wall_ms % 1000));
     return buf;
+}
+
+int clock_parse_rfc3339(const char *s, int64_t *wall_ms)
+{
+    struct tm tm = {0};
+    const char *rest = strptime(s ? s : "", "%Y-%m-%dT%H:%M:%S", &tm);
+    if (!rest)
+        return -1;
+    int64_t frac = 0;
+    if (*rest == '.') {
+        int digits = 0;
+        rest++;
+        while (isdigit((unsigned char)*rest)) {
+            if (digits++ < 3)
+                frac = frac * 10 + (*rest - '0');
+            rest++;
+        }
+        while (digits++ < 3)
+            frac *= 10;
+    }
+    if (strcmp(rest, "Z") != 0 && strcmp(rest, "+00:00") != 0)
+        return -1;
+    *wall_ms = (int64_t)timegm(&tm) * 1000 + frac;
+    return 0;
 }

@@ -1,4 +1,5 @@
-/* clock: the one monotonic clock for timers and the one RFC 3339 formatter.
+/* clock: the one monotonic clock for timers and the one RFC 3339 formatter
+ * and parser.
  *
  * Timers, back-offs, leases and deadlines use clock_now_ms(): a step of the
  * wall clock must not move them. Wall time is only for what people and
@@ -19,5 +20,9 @@ int64_t clock_wall_ms(void);
  * "2026-11-30T05:20:37.123Z" (24 bytes and the NUL). Returns buf. */
 #define CLOCK_RFC3339_SIZE 32
 char *clock_rfc3339(int64_t wall_ms, char *buf, size_t size);
+
+/* An RFC 3339 UTC time ("2026-11-30T05:20:37Z", fractions allowed, "Z" or
+ * "+00:00") -> ms since the epoch. 0 / -1. */
+int clock_parse_rfc3339(const char *s, int64_t *wall_ms);
 
 #endif
