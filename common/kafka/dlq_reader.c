@@ -200,6 +200,13 @@ static int dlq_partitions(dlq_reader_t *r, char *err, size_t err_size)
     return n;
 }
 
+static void unassign(dlq_reader_t *r, rd_kafka_topic_partition_list_t *l)
+{
+    rd_kafka_error_t *e = rd_kafka_incremental_unassign(r->consumer, l);
+    if (e)
+        rd_kafka_error_destroy(e);
+}
+
 /* Reads what the partitions hold now (only_partition -1: every one), or
  * the one letter at only_offset. */
 static enum dlq_reader_rc read_range(dlq_reader_t *r, int32_t only_partition,
@@ -211,7 +218,7 @@ static enum dlq_reader_rc read_range(dlq_reader_t *r, int32_t only_partition,
     rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(np);
     int64_t *end = calloc((size_t)np + 1, sizeof(*end));
     char *done = calloc((size_t)np + 1, 1);
-    int open = 0;
+    int open = 0, assigned = 0;
     enum dlq_reader_rc rc = DLQ_READER_UNREACHABLE;
     if (!list || !end || !done) {
         snprintf(err, err_size, "out of memory");
@@ -252,7 +259,16 @@ static enum dlq_reader_rc read_range(dlq_reader_t *r, int32_t only_partition,
             open++;
         }
     }
-    rd_kafka_incremental_assign(r->consumer, list);
+    if (list->cnt > 0) {
+        rd_kafka_error_t *e = rd_kafka_incremental_assign(r->consumer, list);
+        if (e) {
+            snprintf(err, err_size, "cannot read '%s': %s", r->topic,
+                     rd_kafka_error_string(e));
+            rd_kafka_error_destroy(e);
+            goto out;
+        }
+        assigned = 1;
+    }
     while (open > 0) {
         rd_kafka_message_t *m = rd_kafka_consumer_poll(r->consumer, KAFKA_TIMEOUT_MS);
         if (!m) {
@@ -277,7 +293,7 @@ static enum dlq_reader_rc read_range(dlq_reader_t *r, int32_t only_partition,
             done[m->partition] = 1;
             rd_kafka_topic_partition_list_t *one = rd_kafka_topic_partition_list_new(1);
             rd_kafka_topic_partition_list_add(one, r->topic, m->partition);
-            rd_kafka_incremental_unassign(r->consumer, one);
+            unassign(r, one);
             rd_kafka_topic_partition_list_destroy(one);
         }
         rd_kafka_message_destroy(m);
@@ -285,8 +301,17 @@ static enum dlq_reader_rc read_range(dlq_reader_t *r, int32_t only_partition,
     rc = DLQ_READER_OK;
 out:
     /* Nothing stays assigned: the next read starts from its own offsets. */
-    if (rc != DLQ_READER_OK && list && list->cnt > 0)
-        rd_kafka_incremental_unassign(r->consumer, list);
+    if (assigned && open > 0) {
+        rd_kafka_topic_partition_list_t *left = rd_kafka_topic_partition_list_new(np);
+        for (int i = 0; left && i < list->cnt; i++)
+            if (!done[list->elems[i].partition])
+                rd_kafka_topic_partition_list_add(left, r->topic,
+                                                  list->elems[i].partition);
+        if (left) {
+            unassign(r, left);
+            rd_kafka_topic_partition_list_destroy(left);
+        }
+    }
     free(done);
     free(end);
     if (list)
@@ -573,10 +598,12 @@ enum dlq_reader_rc dlq_reader_replay(dlq_reader_t *r,
         snprintf(err, err_size, "a replay needs an actor (dlq.replayed_by)");
         return DLQ_READER_REFUSED;
     }
-    /* Refuse what cannot be replayed before sending anything. */
     for (size_t i = 0; i < n; i++) {
         memset(&items[i], 0, sizeof(items[i]));
         items[i].letter = letters[i];
+    }
+    /* Refuse what cannot be replayed before sending anything. */
+    for (size_t i = 0; i < n; i++) {
         if (!letters[i]->orig_topic) {
             snprintf(err, err_size, "%d:%lld has no dlq.original.topic",
                      (int)letters[i]->partition, (long long)letters[i]->offset);
