@@ -6,8 +6,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <librdkafka/rdkafka.h>
-
 #include "config.h"
 
 enum ctl_exit { CTL_OK = 0, CTL_FAILED = 1, CTL_USAGE = 2 };
@@ -27,21 +25,9 @@ int ctl_unexpected_argument(const char *cmd, const char *arg);
  * "+5" and clamp what overflows. */
 int ctl_parse_number(const char *s, int64_t max, int64_t *out, const char **rest);
 
-/* Who runs chargectl, for the records its changes leave: the OS user,
- * else $USER; NULL when neither names anyone. */
+/* Who runs chargectl, for --actor's default: the effective user's name,
+ * else $USER; NULL when neither is known. */
 const char *ctl_os_user(void);
-
-/* Where a produced message landed, filled by the delivery report. */
-struct ctl_delivery {
-    int done;
-    rd_kafka_resp_err_t err;
-    int32_t partition;
-    int64_t offset;
-};
-
-/* An idempotent producer whose messages carry a struct ctl_delivery as
- * their opaque. NULL and errbuf on failure. */
-rd_kafka_t *ctl_producer_new(const config_t *cfg, char *errbuf, size_t errbuf_size);
 
 int ctl_migrate(int argc, char **argv);
 int ctl_publish(int argc, char **argv);
@@ -53,7 +39,5 @@ int ctl_attempt_resolve(int argc, char **argv);
 int ctl_refund(int argc, char **argv);
 /* chargectl audit list|show|run. */
 int ctl_audit(int argc, char **argv);
-/* chargectl console token add|list|revoke. */
-int ctl_console(int argc, char **argv);
 
 #endif

@@ -1,11 +1,10 @@
-/* What chargectl's commands share: configuration and a producer. */
+/* What chargectl's commands share: configuration, parsing, who runs it. */
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include "chargectl.h"
-#include "kafka_setup.h"
 #include "log.h"
 
 config_t *ctl_config(const char *cmd)
@@ -61,31 +60,4 @@ const char *ctl_os_user(void)
         return pw->pw_name;
     const char *u = getenv("USER");
     return u && *u ? u : NULL;
-}
-
-static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
-{
-    struct ctl_delivery *d = m->_private;
-    (void)rk;
-    (void)opaque;
-    if (!d)
-        return;
-    d->done = 1;
-    d->err = m->err;
-    d->partition = m->partition;
-    d->offset = m->offset;
-}
-
-rd_kafka_t *ctl_producer_new(const config_t *cfg, char *errbuf, size_t errbuf_size)
-{
-    const struct kafka_setup_producer preset = {.pin_message_max_bytes = 1};
-    rd_kafka_conf_t *conf =
-        kafka_setup_producer_conf(cfg, "chargectl", &preset, errbuf, errbuf_size);
-    if (!conf)
-        return NULL;
-    rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
-    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errbuf, errbuf_size);
-    if (!rk)
-        rd_kafka_conf_destroy(conf);
-    return rk;
 }

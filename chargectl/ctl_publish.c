@@ -45,7 +45,7 @@ static void usage(FILE *out)
 
 struct pending {
     char *key, *value;
-    struct ctl_delivery d;
+    struct kafka_setup_delivery d;
 };
 
 /* Builds one command from the flags; returns its JSON (caller frees). */
@@ -270,7 +270,7 @@ int ctl_publish(int argc, char **argv)
         }
     }
 
-    rk = ctl_producer_new(cfg, err, sizeof(err));
+    rk = kafka_setup_tool_producer(cfg, "chargectl", err, sizeof(err));
     if (!rk) {
         fprintf(stderr, "chargectl publish: %s\n", err);
         rc = CTL_USAGE;

@@ -33,11 +33,14 @@ enum dlq_reader_rc {
     DLQ_READER_UNREACHABLE, /* Kafka did not answer, or the topic is missing */
     DLQ_READER_NOT_FOUND,   /* no letter at that position */
     DLQ_READER_REFUSED,     /* replay: a letter cannot be sent (no original
-                               topic; card_data_refused named by position) */
+                               topic), or no actor; card_data_refused letters
+                               named by position the caller refuses itself
+                               (chargectl does), selected ones are skipped */
     DLQ_READER_FAILED,      /* out of memory; a send not acknowledged */
 };
 
-/* One dead letter as read; the reader owns it. */
+/* One dead letter as read; the reader owns it, at the same address until
+ * dlq_reader_free (later reads do not move it). */
 struct dlq_letter {
     int32_t partition;
     int64_t offset;
@@ -66,7 +69,8 @@ dlq_reader_t *dlq_reader_new(const config_t *cfg, char *err, size_t err_size);
 void dlq_reader_free(dlq_reader_t *r);
 
 /* Reads every letter now in the topic / the one at partition:offset,
- * adding to what was read. DLQ_READER_OK or another rc with err. */
+ * adding to what was read (a letter read twice is there twice).
+ * DLQ_READER_OK or another rc with err. */
 enum dlq_reader_rc dlq_reader_read_all(dlq_reader_t *r, char *err, size_t err_size);
 enum dlq_reader_rc dlq_reader_read_one(dlq_reader_t *r, int32_t partition,
                                        int64_t offset, char *err, size_t err_size);
@@ -106,10 +110,11 @@ struct dlq_replay_item {
 };
 
 /* Sends letters[0..n-1] back (dry_run: sends nothing), with dlq.replayed_by
- * = actor. items[i] tells each one's fate. A letter without an original
+ * = actor (NULL or "": DLQ_READER_REFUSED). items[i] (n of them, filled
+ * by the call) tells each one's fate. A letter without an original
  * topic refuses the whole call before anything is sent (DLQ_READER_REFUSED
  * with err); a send not acknowledged within 30 s is DLQ_READER_FAILED with
- * the items saying which. */
+ * the items saying which, as is a send Kafka refused. */
 enum dlq_reader_rc dlq_reader_replay(dlq_reader_t *r,
                                      const struct dlq_letter *const *letters, size_t n,
                                      const char *actor, int dry_run,

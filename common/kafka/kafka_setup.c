@@ -105,6 +105,34 @@ rd_kafka_conf_t *kafka_setup_producer_conf(const config_t *cfg, const char *clie
     return conf;
 }
 
+static void on_tool_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    struct kafka_setup_delivery *d = m->_private;
+    (void)rk;
+    (void)opaque;
+    if (!d)
+        return;
+    d->done = 1;
+    d->err = m->err;
+    d->partition = m->partition;
+    d->offset = m->offset;
+}
+
+rd_kafka_t *kafka_setup_tool_producer(const config_t *cfg, const char *client_id,
+                                      char *errbuf, size_t errbuf_size)
+{
+    const struct kafka_setup_producer preset = {.pin_message_max_bytes = 1};
+    rd_kafka_conf_t *conf =
+        kafka_setup_producer_conf(cfg, client_id, &preset, errbuf, errbuf_size);
+    if (!conf)
+        return NULL;
+    rd_kafka_conf_set_dr_msg_cb(conf, on_tool_delivery);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errbuf, errbuf_size);
+    if (!rk)
+        rd_kafka_conf_destroy(conf);
+    return rk;
+}
+
 void kafka_setup_apply_env(rd_kafka_conf_t *conf, const config_t *cfg)
 {
     char err[256];

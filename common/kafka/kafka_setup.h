@@ -45,6 +45,22 @@ rd_kafka_conf_t *kafka_setup_producer_conf(const config_t *cfg, const char *clie
                                            const struct kafka_setup_producer *p,
                                            char *errbuf, size_t errbuf_size);
 
+/* Where a message of a kafka_setup_tool_producer landed, filled by its
+ * delivery report (served by rd_kafka_poll / rd_kafka_flush). */
+struct kafka_setup_delivery {
+    int done;
+    rd_kafka_resp_err_t err;
+    int32_t partition;
+    int64_t offset;
+};
+
+/* The producer of the operator's tools (chargectl, the console), one for
+ * all of them: the preset above with message.max.bytes pinned, and
+ * messages that carry a struct kafka_setup_delivery as their opaque (or
+ * NULL). NULL and errbuf on failure. */
+rd_kafka_t *kafka_setup_tool_producer(const config_t *cfg, const char *client_id,
+                                      char *errbuf, size_t errbuf_size);
+
 /* Applies the KAFKA_* pass-through properties (validated by config_new). */
 void kafka_setup_apply_env(rd_kafka_conf_t *conf, const config_t *cfg);
 

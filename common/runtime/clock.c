@@ -55,14 +55,9 @@ int clock_parse_duration_ms(const char *s, int64_t *ms)
     return 0;
 }
 
-int clock_parse_time_ms(const char *s, int64_t *epoch_ms)
+int clock_parse_rfc3339(const char *s, int64_t *wall_ms)
 {
     struct tm tm = {0};
-    int64_t d;
-    if (clock_parse_duration_ms(s, &d) == 0) {
-        *epoch_ms = clock_wall_ms() - d;
-        return 0;
-    }
     const char *rest = strptime(s ? s : "", "%Y-%m-%dT%H:%M:%S", &tm);
     if (!rest)
         return -1;
@@ -80,7 +75,16 @@ int clock_parse_time_ms(const char *s, int64_t *epoch_ms)
     }
     if (strcmp(rest, "Z") != 0 && strcmp(rest, "+00:00") != 0)
         return -1;
-    *epoch_ms = (int64_t)timegm(&tm) * 1000 + frac;
+    *wall_ms = (int64_t)timegm(&tm) * 1000 + frac;
     return 0;
 }
 
+int clock_parse_time_ms(const char *s, int64_t *epoch_ms)
+{
+    int64_t d;
+    if (clock_parse_duration_ms(s, &d) == 0) {
+        *epoch_ms = clock_wall_ms() - d;
+        return 0;
+    }
+    return clock_parse_rfc3339(s, epoch_ms);
+}

@@ -218,14 +218,30 @@ def scenario(new):
               p.returncode, p.stderr))
 
     # The refused command, replayed after the setting changed, is charged once.
-    dry = ctl_json(s, "dlq", "replay", pos, "--dry-run")
+    dry = ctl_json(s, "dlq", "replay", pos, "--dry-run", "--actor", "e2e-operator")
     check(dry[0]["sent"] is False, "replay --dry-run says it sent: %s" % dry)
+    # ... and shows the message it would send: the original topic, the
+    # replay's two headers and none of the worker's.
+    msg = dry[0].get("message") or {}
+    names = dict((h[0], h[1]) for h in msg.get("headers", []))
+    check(msg.get("topic") == s.topics["commands"] and msg.get("key") == over["payment_attempt_id"]
+          and names.get("dlq.replayed_by") == "e2e-operator"
+          and names.get("dlq.replayed_from") == dry[0]["replayed_from"]
+          and not [n for n in names if n.startswith("dlq.") and n not in (
+              "dlq.replayed_by", "dlq.replayed_from")],
+          "replay --dry-run --json message: %s" % msg)
     charged = [c for c in s.ledger() if c["idempotency_key"] == over["idempotency_key"]]
     check(not charged, "the refused command was charged before any replay: %s" % charged)
     s.kill_worker(w, e2e.signal.SIGTERM)
     s.start_worker(WORKER_MAX_AMOUNT="100000", WORKER_ALLOWED_CURRENCIES="EUR,USD")
-    sent = ctl_json(s, "dlq", "replay", pos)
+    sent = ctl_json(s, "dlq", "replay", pos, "--actor", "e2e-operator")
     check(sent[0]["sent"] is True, "replay did not send: %s" % sent)
+    landed = [json.loads(l) for l in s.tool("dump", s.topics["commands"]).splitlines()
+              if l.strip()]
+    landed = [m for m in landed if m["partition"] == sent[0]["sent_partition"]
+              and m["offset"] == sent[0]["sent_offset"]]
+    check(len(landed) == 1 and ["dlq.replayed_by", "e2e-operator"] in landed[0]["headers"],
+          "the replayed command lacks dlq.replayed_by e2e-operator: %s" % landed)
     key = over["idempotency_key"]
     e2e.wait_until("the replayed command charged", lambda: [
         c for c in s.ledger() if c["idempotency_key"] == key], 60)
@@ -321,7 +337,7 @@ def scenario(new):
         check(sub in top, "chargectl --help does not mention %r" % sub)
     dlq_help = ctl(s, "dlq", "--help").stdout.decode()
     for flag in ("list", "show", "replay", "--reason", "--since", "--until", "--attempt",
-                 "--order", "--limit", "--json", "--dry-run"):
+                 "--order", "--limit", "--json", "--dry-run", "--actor"):
         check(flag in dlq_help, "chargectl dlq --help does not mention %r" % flag)
     att_help = ctl(s, "attempt", "--help").stdout.decode()
     for flag in ("show", "list", "--order", "--status", "--older-than", "--limit", "--json"):

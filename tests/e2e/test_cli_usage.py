@@ -209,6 +209,13 @@ def chargectl_numbers_and_ids():
         for extra in (["--limit", "5"], ["--reason", "oversized"], ["--order", uuid]):
             expect_usage_error([e2e.CHARGECTL, "dlq", "show", "0:1"] + extra, env,
                                mention=extra[0])
+        for sub in (["list"], ["show", "0:1"]):
+            expect_usage_error([e2e.CHARGECTL, "dlq"] + sub + ["--actor", "x"], env,
+                               mention="--actor")
+        # The actor goes into a header: one line of UTF-8, 1..128 bytes.
+        for bad in ("", "a\nb", "x" * 129, "\x7f"):
+            expect_usage_error([e2e.CHARGECTL, "dlq", "replay", "0:1", "--actor", bad], env,
+                               mention="--actor")
         # The largest values that parse are usage, not refusals: they reach
         # the database (exit 1 here, nothing listens).
         for argv in (["attempt", "list", "--limit", "100000", "--order", uuid.upper()],
