@@ -39,5 +39,7 @@ int ctl_attempt_resolve(int argc, char **argv);
 int ctl_refund(int argc, char **argv);
 /* chargectl audit list|show|run. */
 int ctl_audit(int argc, char **argv);
+/* chargectl console token add|list|revoke. */
+int ctl_console(int argc, char **argv);
 
 #endif
