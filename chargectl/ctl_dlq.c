@@ -11,6 +11,7 @@
 #include "charge_command.h"
 #include "chargectl.h"
 #include "config.h"
+#include "clock.h"
 #include "ctl_output.h"
 #include "dead_letter_reason.h"
 #include "dlq_reader.h"
