@@ -2,8 +2,8 @@
 """Writes the seed corpora of tests/fuzz/corpus/<target>/: the inputs the
 e2e and unit tests use (tests/e2e/charged_e2e.py new_command/new_refund,
 tests/e2e/charged_api.py event/refund_event, the provider answers psp-sim
-gives, tests/unit/test_traceparent.c), in each target's input format
-(tests/fuzz/fuzz_<target>.c says it). Deterministic: ids are fixed, so a
+gives, tests/unit/test_traceparent.c, tests/unit/test_fleet_status.c), in
+each target's input format (tests/fuzz/fuzz_<target>.c says it). Deterministic: ids are fixed, so a
 re-run rewrites the same files. Usage: make_corpus.py [corpus dir]."""
 import hashlib
 import hmac
@@ -230,9 +230,22 @@ def card_data():
     yield b"6011000990139424 and 2223003122003222"
 
 
+def breakers():
+    head = (b"# HELP charged_provider_breaker_state Provider circuit breaker: 0 closed, "
+            b"1 half-open, 2 open.\n# TYPE charged_provider_breaker_state gauge\n")
+    yield head + b"charged_provider_breaker_state 0\ncharged_ready 1\n"
+    yield head + b"charged_provider_breaker_state 2\n"
+    yield b"charged_provider_breaker_state{provider=\"psp\"} 1"
+    yield b'charged_provider_breaker_state{a="x} 0",b="\\"}"} 2 1764748800000\r\n'
+    yield b"charged_provider_breaker_state 2.0\ncharged_provider_breaker_state 1e-400\n"
+    yield b"charged_provider_breaker_state_total 2\ncharged_provider_breaker_states 1\n"
+    yield b"charged_ready 1\ncharged_worker_in_flight 3\n"
+    yield b"charged_provider_breaker_state 99999999999999999999\n"
+
+
 TARGETS = {"command": commands, "webhook_event": events, "provider_answer": answers,
            "config": configs, "webhook_signature": signatures,
-           "traceparent": traceparents, "card_data": card_data}
+           "traceparent": traceparents, "card_data": card_data, "breaker": breakers}
 
 
 def main():
