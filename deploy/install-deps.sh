@@ -32,6 +32,9 @@ packages=(
   podman debootstrap
   # clang and its sanitizer runtimes build the libFuzzer targets (tools/fuzz.sh).
   clang-14 libclang-rt-14-dev
+  # The console's browser tests (tests/browser) drive Debian's chromium with
+  # playwright-core from the npm registry, run by Node.js.
+  chromium nodejs npm
 )
 
 missing=()
@@ -40,9 +43,13 @@ for p in "${packages[@]}"; do
     missing+=("$p")
   fi
 done
-# A JDK from elsewhere (the image's own) will do for default-jdk-headless.
+# A JDK or a Node.js from elsewhere (the image's own) will do for Debian's.
 if command -v java >/dev/null 2>&1; then
   missing=("${missing[@]/default-jdk-headless}")
+fi
+if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+  missing=("${missing[@]/nodejs}")
+  missing=("${missing[@]/npm}")
 fi
 want=()
 for p in "${missing[@]}"; do [ -n "$p" ] && want+=("$p"); done
@@ -90,4 +97,13 @@ if [ "$(cat "$tools/requirements.txt" 2>/dev/null)" != "$want_reqs" ]; then
   python3 -m venv "$tools"
   "$tools/bin/pip" install -q --disable-pip-version-check -r "$here/../tests/deploy/requirements.txt"
   cp "$here/../tests/deploy/requirements.txt" "$tools/requirements.txt"
+fi
+
+# playwright-core for tests/browser, at the version its package-lock.json
+# pins; never a browser of its own (chromium comes from Debian above).
+browser=$here/../tests/browser
+if ! cmp -s "$browser/package-lock.json" "$browser/node_modules/.installed-lock.json" 2>/dev/null; then
+  echo "install-deps: installing playwright-core into tests/browser"
+  (cd "$browser" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+  cp "$browser/package-lock.json" "$browser/node_modules/.installed-lock.json"
 fi

@@ -4,6 +4,7 @@
 
 #include "api.h"
 #include "auditor.h"
+#include "console.h"
 #include "reconciler.h"
 #include "relay.h"
 #include "worker.h"
@@ -23,6 +24,8 @@ static const struct charged_role charged_roles[] = {
     {"api", api_main, "provider webhooks and status queries"},
     {"auditor", auditor_main,
      "match the provider's own books against the ledger; report every mismatch"},
+    {"console", console_main,
+     "the operator console in a browser: reviews, dead letters, attempts"},
 };
 
 #define N_ROLES (sizeof(charged_roles) / sizeof(charged_roles[0]))

@@ -30,7 +30,7 @@ Options:
   -h, --help      this text
 
 Targets: command card_data provider_answer config webhook_signature
-webhook_event traceparent breaker.
+webhook_event traceparent breaker console_input.
 Reproduce one input:  build-fuzz/tests/fuzz/fuzz_<target> <file>
 Long pass (docs/testing.md#fuzzing):  tools/fuzz.sh --runs 10000000 --jobs 2
 USAGE
@@ -39,7 +39,7 @@ USAGE
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$ROOT/build-fuzz
 TARGETS=(command card_data provider_answer config webhook_signature webhook_event
-         traceparent breaker)
+         traceparent breaker console_input)
 RUNS=20000
 SECONDS_EACH=
 JOBS=1

@@ -16,9 +16,9 @@ void http_reply_log(void *cls, const char *fmt, va_list ap)
     log_warn(as->msg, as->field, line, NULL);
 }
 
-enum MHD_Result http_reply(struct MHD_Connection *c, unsigned status, char *body,
-                           size_t len, enum MHD_ResponseMemoryMode mode,
-                           const char *content_type, const char *allow)
+enum MHD_Result http_reply_with(struct MHD_Connection *c, unsigned status, char *body,
+                                size_t len, enum MHD_ResponseMemoryMode mode,
+                                const char *content_type, const char *const *headers)
 {
     struct MHD_Response *r = MHD_create_response_from_buffer(len, body, mode);
     if (!r) {
@@ -28,11 +28,20 @@ enum MHD_Result http_reply(struct MHD_Connection *c, unsigned status, char *body
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
-    if (allow)
-        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
+    for (size_t i = 0; headers && headers[i]; i += 2)
+        if (headers[i + 1])
+            MHD_add_response_header(r, headers[i], headers[i + 1]);
     enum MHD_Result rc = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     return rc;
+}
+
+enum MHD_Result http_reply(struct MHD_Connection *c, unsigned status, char *body,
+                           size_t len, enum MHD_ResponseMemoryMode mode,
+                           const char *content_type, const char *allow)
+{
+    const char *headers[] = {MHD_HTTP_HEADER_ALLOW, allow, NULL};
+    return http_reply_with(c, status, body, len, mode, content_type, headers);
 }
 
 enum MHD_Result http_reply_text(struct MHD_Connection *c, unsigned status,

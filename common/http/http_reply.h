@@ -36,6 +36,12 @@ enum MHD_Result http_reply(struct MHD_Connection *c, unsigned status, char *body
                            size_t len, enum MHD_ResponseMemoryMode mode,
                            const char *content_type, const char *allow);
 
+/* As http_reply, with more headers: name, value pairs ending in a NULL
+ * name; a pair whose value is NULL is left out. */
+enum MHD_Result http_reply_with(struct MHD_Connection *c, unsigned status, char *body,
+                                size_t len, enum MHD_ResponseMemoryMode mode,
+                                const char *content_type, const char *const *headers);
+
 /* Queues a copy of text as text/plain; charset=utf-8. */
 enum MHD_Result http_reply_text(struct MHD_Connection *c, unsigned status,
                                 const char *text, const char *allow);

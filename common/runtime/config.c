@@ -35,17 +35,18 @@ struct config_row {
 
 #define R_ALL                                                                          \
     (CONFIG_ROLE_WORKER | CONFIG_ROLE_RECONCILER | CONFIG_ROLE_RELAY |                 \
-     CONFIG_ROLE_API | CONFIG_ROLE_CTL | CONFIG_ROLE_AUDITOR)
+     CONFIG_ROLE_API | CONFIG_ROLE_CTL | CONFIG_ROLE_AUDITOR | CONFIG_ROLE_CONSOLE)
 #define R_KAFKA (CONFIG_ROLE_WORKER | CONFIG_ROLE_RELAY | CONFIG_ROLE_CTL)
 #define R_PROV  (CONFIG_ROLE_WORKER | CONFIG_ROLE_RECONCILER)
 #define R_A     CONFIG_ROLE_AUDITOR
+#define R_C     CONFIG_ROLE_CONSOLE
 #define R_W     CONFIG_ROLE_WORKER
 #define R_R     CONFIG_ROLE_RECONCILER
 
 /* The one table. Rows are in enum config_key order (checked at load). */
 static const struct config_row config_table[CONFIG__COUNT] = {
     {CONFIG_KAFKA_BOOTSTRAP_SERVERS, "KAFKA_BOOTSTRAP_SERVERS", CONFIG_T_STR,
-     "localhost:9092", 0, 0, R_KAFKA, 0, "Kafka brokers, host:port[,host:port]"},
+     "localhost:9092", 0, 0, R_KAFKA | R_C, 0, "Kafka brokers, host:port[,host:port]"},
     {CONFIG_KAFKA_GROUP_ID, "KAFKA_GROUP_ID", CONFIG_T_STR, NULL, 0, 0, R_KAFKA, 0,
      "consumer group of the role (default charged-<role>)"},
     {CONFIG_DATABASE_URL, "DATABASE_URL", CONFIG_T_SECRET, "postgresql:///charged", 0,
@@ -56,17 +57,18 @@ static const struct config_row config_table[CONFIG__COUNT] = {
      600000, R_ALL & ~CONFIG_ROLE_CTL, 0,
      "limit of one database statement, in ms; given up 1 s later without an answer"},
     {CONFIG_PROVIDER_BASE_URL, "PROVIDER_BASE_URL", CONFIG_T_STR,
-     "http://127.0.0.1:12111", 0, 0, R_PROV | CONFIG_ROLE_CTL | R_A, 0,
+     "http://127.0.0.1:12111", 0, 0, R_PROV | CONFIG_ROLE_CTL | R_A | R_C, 0,
      "payment provider API root"},
     /* chargectl needs the key for `attempt resolve` only, and says so there. */
     {CONFIG_PROVIDER_API_KEY, "PROVIDER_API_KEY", CONFIG_T_SECRET, NULL, 0, 0,
-     R_PROV | CONFIG_ROLE_CTL | R_A, R_PROV | R_A,
+     R_PROV | CONFIG_ROLE_CTL | R_A | R_C, R_PROV | R_A | R_C,
      "provider secret, sent as Authorization: Bearer (required; chargectl: by "
      "resolve and audit run only)"},
     {CONFIG_PROVIDER_TIMEOUT_MS, "PROVIDER_TIMEOUT_MS", CONFIG_T_INT, "10000", 100,
-     600000, R_PROV | CONFIG_ROLE_CTL | R_A, 0, "limit of one provider call, in ms"},
+     600000, R_PROV | CONFIG_ROLE_CTL | R_A | R_C, 0,
+     "limit of one provider call, in ms"},
     {CONFIG_PROVIDER_API_VERSION, "PROVIDER_API_VERSION", CONFIG_T_STR, "2024-06-20", 0,
-     0, R_PROV | CONFIG_ROLE_CTL | R_A, 0,
+     0, R_PROV | CONFIG_ROLE_CTL | R_A | R_C, 0,
      "provider API version pinned with the Stripe-Version header"},
     /* Several secrets, so that a rotation loses no delivery: the provider
      * signs with the new one while the old one is still accepted. */
@@ -75,12 +77,13 @@ static const struct config_row config_table[CONFIG__COUNT] = {
      "secret(s) for provider webhook signatures, comma separated; during a "
      "rotation: new,old (required)"},
     {CONFIG_CHARGE_COMMANDS_TOPIC, "CHARGE_COMMANDS_TOPIC", CONFIG_T_TOPIC,
-     "payments.charge.commands", 0, 0, R_KAFKA, 0, "input topic of charge commands"},
+     "payments.charge.commands", 0, 0, R_KAFKA | R_C, 0,
+     "input topic of charge commands"},
     {CONFIG_CHARGE_RESULTS_TOPIC, "CHARGE_RESULTS_TOPIC", CONFIG_T_TOPIC,
      "payments.charge.results", 0, 0, CONFIG_ROLE_RELAY, 0,
      "topic the relay publishes every result event to"},
     {CONFIG_CHARGE_DLQ_TOPIC, "CHARGE_DLQ_TOPIC", CONFIG_T_TOPIC,
-     "payments.charge.commands.dlq", 0, 0, R_KAFKA, 0,
+     "payments.charge.commands.dlq", 0, 0, R_KAFKA | R_C, 0,
      "dead letters of the input topic"},
     {CONFIG_API_ADDR, "API_ADDR", CONFIG_T_ADDR, "127.0.0.1:8080", 0, 0,
      CONFIG_ROLE_API, 0, "listener of charged api, host:port"},
@@ -163,7 +166,7 @@ static const struct config_row config_table[CONFIG__COUNT] = {
      1000, 31536000000LL, R_R, 0,
      "an attempt still unsettled this long after it was recorded goes to review"},
     {CONFIG_RECONCILER_SEARCH_LAG_MS, "RECONCILER_SEARCH_LAG_MS", CONFIG_T_INT, "60000",
-     0, 86400000, R_R, 0,
+     0, 86400000, R_R | R_C, 0,
      "how far the provider's search may lag; 'not found' counts only after it"},
     {CONFIG_RECONCILER_STALE_LEASE_MS, "RECONCILER_STALE_LEASE_MS", CONFIG_T_INT,
      "300000", 0, 86400000, R_R, 0,
@@ -206,6 +209,22 @@ static const struct config_row config_table[CONFIG__COUNT] = {
      "unix seconds where the first window starts (0: the first attempt recorded)"},
     {CONFIG_AUDITOR_PENDING_BATCH, "AUDITOR_PENDING_BATCH", CONFIG_T_INT, "100", 1,
      10000, R_A, 0, "objects not judged yet looked at again per cycle"},
+    /* Its own listener, apart from the api's: the api faces the provider,
+     * the console only operators, who may keep it internal. */
+    {CONFIG_CONSOLE_ADDR, "CONSOLE_ADDR", CONFIG_T_ADDR, "127.0.0.1:8090", 0, 65535,
+     R_C, 0, "listener of charged console, host:port (port 0: any free one)"},
+    {CONFIG_CONSOLE_THREADS, "CONSOLE_THREADS", CONFIG_T_INT, "4", 1, 64, R_C, 0,
+     "requests answered at once"},
+    {CONFIG_CONSOLE_SESSION_TTL_S, "CONSOLE_SESSION_TTL_S", CONFIG_T_INT, "28800", 60,
+     604800, R_C, 0, "a sign-in lasts this many seconds"},
+    /* 0 only behind nothing but plain HTTP on loopback: a Secure cookie is
+     * never sent over plain HTTP to another host. */
+    {CONFIG_CONSOLE_COOKIE_SECURE, "CONSOLE_COOKIE_SECURE", CONFIG_T_INT, "1", 0, 1,
+     R_C, 0, "1: the session cookie is Secure (HTTPS only); 0: plain HTTP too"},
+    {CONFIG_CONSOLE_WORKER_GROUP, "CONSOLE_WORKER_GROUP", CONFIG_T_STR,
+     "charged-worker", 0, 0, R_C, 0, "the workers' consumer group, for its lag"},
+    {CONFIG_CONSOLE_WORKER_METRICS, "CONSOLE_WORKER_METRICS", CONFIG_T_STR, NULL, 0, 0,
+     R_C, 0, "the workers' /metrics URLs, comma separated, for their breakers"},
 };
 
 struct config_kafka_prop {

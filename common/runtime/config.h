@@ -19,6 +19,7 @@ enum config_role {
     CONFIG_ROLE_API = 1u << 3,
     CONFIG_ROLE_CTL = 1u << 4,
     CONFIG_ROLE_AUDITOR = 1u << 5,
+    CONFIG_ROLE_CONSOLE = 1u << 6,
 };
 
 /* Keys of the table; the order matches the table in config.c. */
@@ -81,6 +82,12 @@ enum config_key {
     CONFIG_AUDITOR_POLL_MS,
     CONFIG_AUDITOR_FROM,
     CONFIG_AUDITOR_PENDING_BATCH,
+    CONFIG_CONSOLE_ADDR,
+    CONFIG_CONSOLE_THREADS,
+    CONFIG_CONSOLE_SESSION_TTL_S,
+    CONFIG_CONSOLE_COOKIE_SECURE,
+    CONFIG_CONSOLE_WORKER_GROUP,
+    CONFIG_CONSOLE_WORKER_METRICS,
     CONFIG__COUNT
 };
 

@@ -243,9 +243,33 @@ def breakers():
     yield b"charged_provider_breaker_state 99999999999999999999\n"
 
 
+def console_inputs():
+    """First byte % 7 picks the parser (tests/fuzz/fuzz_console_input.c)."""
+    for path in ["/console/", "/console/app.js", "/console/api/login",
+                 "/console/api/attempts/" + ATTEMPT, "/console/api/attempts/%s/resolve" % ATTEMPT,
+                 "/console/api/dead-letters/2:41", "/console/api/dead-letters/replay",
+                 "/console/../etc/passwd", "/console/api/attempts/" + ATTEMPT.upper()]:
+        yield b"\x00" + path.encode() + b"\n"
+    yield b"\x01\n" + dumps({"token": "cct_" + "A" * 43})
+    yield b"\x01\n" + dumps({"token": "cct_x", "extra": 1})
+    yield b"\x02" + ATTEMPT.encode() + b"\n" + dumps(
+        {"decision": "succeeded", "payment_intent_id": "pi_3Mtw", "reason": "paid"})
+    yield b"\x02" + ATTEMPT.encode() + b"\n" + dumps(
+        {"decision": "failed", "reason": "no money moved", "force": True, "confirm": ATTEMPT})
+    yield b"\x03\n" + dumps({"positions": ["0:1", "2:41"], "dry_run": True})
+    yield b"\x03\n" + dumps({"positions": ["0:1", "0:1"], "dry_run": False})
+    for param in ["reason=malformed_json", "attempt=" + ATTEMPT, "since=2h",
+                  "until=2026-12-01T10:00:00Z", "limit=1000", "limit=0", "bogus=1"]:
+        yield b"\x04" + param.encode() + b"\n"
+    yield b"\x05a=b; charged_console=" + b"Z" * 43 + b"\n"
+    yield b"\x06pi_3Mtw\n"
+    yield b"\x06" + ORDER.encode() + b"\n"
+
+
 TARGETS = {"command": commands, "webhook_event": events, "provider_answer": answers,
            "config": configs, "webhook_signature": signatures,
-           "traceparent": traceparents, "card_data": card_data, "breaker": breakers}
+           "traceparent": traceparents, "card_data": card_data, "breaker": breakers,
+           "console_input": console_inputs}
 
 
 def main():

@@ -1,0 +1,109 @@
+/* console_input: what a request to the operator console says, checked
+ * before anything acts on it: its route, its JSON body, its query
+ * parameters and its session cookie. Pure (no I/O), so that it is fuzzed
+ * alone: every input either parses into a value the console can act on or
+ * is refused with one line in why, which the console answers with a 4xx.
+ *
+ * JSON bodies are objects of known members only: an unknown member is
+ * refused rather than ignored, so that a misspelt "force" never passes for
+ * a decision without it. */
+#ifndef CHARGED_CONSOLE_INPUT_H
+#define CHARGED_CONSOLE_INPUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CONSOLE_PREFIX        "/console"
+#define CONSOLE_COOKIE        "charged_console"
+#define CONSOLE_MAX_BODY      65536
+#define CONSOLE_MAX_POSITIONS 500
+#define CONSOLE_MAX_REASON    1000
+#define CONSOLE_SECRET_MAX    64 /* a token or session id, NUL included */
+
+enum console_route {
+    CONSOLE_R_NONE = 0, /* 404 */
+    CONSOLE_R_ASSET,    /* GET: a page asset (id: its name) */
+    CONSOLE_R_LOGIN,    /* POST */
+    CONSOLE_R_LOGOUT,   /* POST */
+    CONSOLE_R_SESSION,  /* GET */
+    CONSOLE_R_OVERVIEW, /* GET */
+    CONSOLE_R_REVIEWS,  /* GET */
+    CONSOLE_R_FIND,     /* GET ?id=: attempts an attempt, order or intent id names */
+    CONSOLE_R_ATTEMPT,  /* GET: one attempt's story (id: its UUID) */
+    CONSOLE_R_RESOLVE,  /* POST: settle a review (id: the attempt's UUID) */
+    CONSOLE_R_LETTERS,  /* GET: dead letters, filtered */
+    CONSOLE_R_LETTER,   /* GET: one letter (id: PARTITION:OFFSET) */
+    CONSOLE_R_REPLAY,   /* POST: replay letters, or preview it */
+    CONSOLE_R_ACTIONS,  /* GET: the action log */
+};
+
+struct console_route_match {
+    enum console_route route;
+    const char *method; /* the one method it takes: "GET" or "POST" */
+    char id[64];        /* asset name, attempt UUID (lower case), position */
+};
+
+/* Matches a path (without its query string). Returns the route, with *m
+ * filled; CONSOLE_R_NONE for a path of no route or with a malformed id. */
+enum console_route console_input_route(const char *path, struct console_route_match *m);
+
+/* 1 when a route changes something (POST): it needs an operator... */
+int console_input_route_writes(enum console_route r);
+
+/* {"token": "cct_..."}. 0, or -1 with why. */
+int console_input_login(const char *body, size_t len, char secret[CONSOLE_SECRET_MAX],
+                        char *why, size_t why_size);
+
+struct console_resolve_input {
+    int failed;                          /* "decision": "failed"; else "succeeded" */
+    char intent_id[96];                  /* "payment_intent_id", with succeeded */
+    char reason[CONSOLE_MAX_REASON + 1]; /* "reason": required with failed */
+    int force;                           /* "force": true */
+    char confirm[64];                    /* "confirm": the attempt id, with force */
+};
+
+/* {"decision": "succeeded"|"failed", "payment_intent_id": "pi_...",
+ *  "reason": "...", "force": bool, "confirm": "<attempt id>"}: force needs
+ * confirm to repeat the attempt id the path names (attempt_id). 0 / -1. */
+int console_input_resolve(const char *body, size_t len, const char *attempt_id,
+                          struct console_resolve_input *out, char *why,
+                          size_t why_size);
+
+struct console_replay_input {
+    int dry_run;
+    size_t n;
+    int32_t partition[CONSOLE_MAX_POSITIONS];
+    int64_t offset[CONSOLE_MAX_POSITIONS];
+};
+
+/* {"positions": ["P:O", ...] (1..CONSOLE_MAX_POSITIONS, no repeats),
+ *  "dry_run": bool (required: a replay is always asked for knowingly)}. */
+int console_input_replay(const char *body, size_t len, struct console_replay_input *out,
+                         char *why, size_t why_size);
+
+/* One query parameter of the dead-letter list, checked as chargectl dlq
+ * list checks its options: reason (a reason code), attempt and order
+ * (UUIDs), since and until (an RFC 3339 UTC time or a duration ago: kept as
+ * given, read by the caller), limit (1..1000). Unknown names are refused. */
+struct console_letter_query {
+    char reason[64];
+    char attempt[37], order[37];
+    char since[40], until[40];
+    int64_t limit; /* 0: the default */
+};
+int console_input_letter_param(const char *name, const char *value,
+                               struct console_letter_query *q, char *why,
+                               size_t why_size);
+
+/* ?id= of CONSOLE_R_FIND: a UUID (an attempt or an order) or a provider's
+ * intent id (letters, digits, '_', up to 95). 0 / -1. */
+int console_input_find_id(const char *value, char out[96], char *why, size_t why_size);
+
+/* The session id in a Cookie header (CONSOLE_COOKIE=...), or -1 when there
+ * is none or it is malformed. */
+int console_input_cookie(const char *header, char out[CONSOLE_SECRET_MAX]);
+
+/* "PARTITION:OFFSET", digits only, each within its type. 0 / -1. */
+int console_input_position(const char *s, int32_t *partition, int64_t *offset);
+
+#endif

@@ -1,0 +1,628 @@
+#include "console.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <openssl/crypto.h>
+
+#include "attempt_store.h"
+#include "clock.h"
+#include "config.h"
+#include "console_assets.h"
+#include "console_input.h"
+#include "console_store.h"
+#include "console_views.h"
+#include "daemon.h"
+#include "http_reply.h"
+#include "listen_socket.h"
+#include "log.h"
+
+#define PROBE_INTERVAL_MS 2000
+#define IDLE_TIMEOUT_S    30
+#define MAX_CONNECTIONS   256
+#define CSRF_HEADER       "X-CSRF-Token"
+/* Nothing but the console's own files runs or loads: no inline script, no
+ * inline style, no other origin, no framing. */
+#define CSP                                                                            \
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "        \
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+struct console {
+    config_t *cfg;
+    char id[160];
+    struct MHD_Daemon *http;
+    /* One set of connections per listener thread, lent for one request. */
+    pthread_mutex_t lock;
+    pthread_cond_t returned;
+    console_views_t **views, **free_views;
+    size_t nviews, nfree;
+    atomic_int serving;
+    attempt_store_t *probe; /* the loop's own, for readiness */
+    int64_t next_probe;
+    int db_ok;
+    long long ttl_s;
+    int cookie_secure;
+};
+
+/* One request's state across libmicrohttpd's calls. */
+struct request {
+    struct console_route_match m;
+    char *body;
+    size_t len;
+    int too_large;
+};
+
+static console_views_t *views_take(struct console *cs)
+{
+    pthread_mutex_lock(&cs->lock);
+    while (cs->nfree == 0)
+        pthread_cond_wait(&cs->returned, &cs->lock);
+    console_views_t *v = cs->free_views[--cs->nfree];
+    pthread_mutex_unlock(&cs->lock);
+    return v;
+}
+
+static void views_give(struct console *cs, console_views_t *v)
+{
+    pthread_mutex_lock(&cs->lock);
+    cs->free_views[cs->nfree++] = v;
+    pthread_cond_signal(&cs->returned);
+    pthread_mutex_unlock(&cs->lock);
+}
+
+/* Every answer carries the page's security headers; cookie, when not
+ * NULL, is a Set-Cookie. */
+static enum MHD_Result send_bytes(struct MHD_Connection *c, unsigned status, char *body,
+                                  size_t len, enum MHD_ResponseMemoryMode mode,
+                                  const char *type, const char *cookie,
+                                  const char *allow)
+{
+    const char *headers[] = {"Content-Security-Policy",
+                             CSP,
+                             "X-Content-Type-Options",
+                             "nosniff",
+                             "X-Frame-Options",
+                             "DENY",
+                             "Referrer-Policy",
+                             "no-referrer",
+                             "Cross-Origin-Opener-Policy",
+                             "same-origin",
+                             "Cross-Origin-Resource-Policy",
+                             "same-origin",
+                             MHD_HTTP_HEADER_SET_COOKIE,
+                             cookie,
+                             MHD_HTTP_HEADER_ALLOW,
+                             allow,
+                             NULL};
+    return http_reply_with(c, status, body, len, mode, type, headers);
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status,
+                                 json_t *body, const char *cookie)
+{
+    /* Escaped '/' too: no "</script>" ever appears in an answer. */
+    char *text = body ? json_dumps(body, JSON_COMPACT | JSON_ESCAPE_SLASH) : NULL;
+    json_decref(body);
+    if (!text)
+        return MHD_NO;
+    return send_bytes(c, status, text, strlen(text), MHD_RESPMEM_MUST_FREE,
+                      "application/json", cookie, NULL);
+}
+
+static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status,
+                                  const char *why)
+{
+    return send_json(c, status, json_pack("{s:s}", "error", why), NULL);
+}
+
+static const char *asset_type(const char *name)
+{
+    const char *dot = strrchr(name, '.');
+    if (dot && !strcmp(dot, ".html"))
+        return "text/html; charset=utf-8";
+    if (dot && !strcmp(dot, ".js"))
+        return "text/javascript; charset=utf-8";
+    if (dot && !strcmp(dot, ".css"))
+        return "text/css; charset=utf-8";
+    if (dot && !strcmp(dot, ".svg"))
+        return "image/svg+xml";
+    return "application/octet-stream";
+}
+
+static enum MHD_Result serve_asset(struct MHD_Connection *c, const char *name)
+{
+    for (size_t i = 0; i < console_assets_count; i++)
+        if (!strcmp(console_assets[i].name, name))
+            return send_bytes(c, MHD_HTTP_OK, (char *)console_assets[i].bytes,
+                              console_assets[i].len, MHD_RESPMEM_PERSISTENT,
+                              asset_type(name), NULL, NULL);
+    return send_error(c, MHD_HTTP_NOT_FOUND, "no such file");
+}
+
+/* The session cookie: HttpOnly (no script reads it), SameSite=Strict (no
+ * other site's page sends it), Path=/console, Secure unless configured off
+ * for plain HTTP on loopback. max_age 0 ends it. */
+static void session_cookie(const struct console *cs, const char *sid, long long max_age,
+                           char *out, size_t size)
+{
+    snprintf(out, size, "%s=%s; Path=%s; Max-Age=%lld; HttpOnly; SameSite=Strict%s",
+             CONSOLE_COOKIE, sid, CONSOLE_PREFIX, max_age,
+             cs->cookie_secure ? "; Secure" : "");
+}
+
+static json_t *who_json(const struct console_who *who)
+{
+    return json_pack("{s:s, s:s, s:s}", "name", who->name, "role",
+                     console_role_name(who->role), "csrf_token", who->csrf);
+}
+
+static enum MHD_Result serve_login(struct console *cs, console_views_t *v,
+                                   struct MHD_Connection *c, struct request *rq)
+{
+    char secret[CONSOLE_SECRET_MAX], sid[CONSOLE_SECRET_SIZE], why[256], cookie[256];
+    struct console_who who;
+    struct store_error err;
+
+    if (console_input_login(rq->body, rq->len, secret, why, sizeof(why)) != 0)
+        return send_error(c, MHD_HTTP_BAD_REQUEST, why);
+    enum store_rc rc =
+        console_store_login(console_views_store(v), secret, cs->ttl_s, sid, &who, &err);
+    OPENSSL_cleanse(secret, sizeof(secret));
+    if (rc == STORE_NOT_FOUND) {
+        log_warn("console: sign-in refused", "reason", "unknown or revoked token",
+                 NULL);
+        return send_error(c, MHD_HTTP_UNAUTHORIZED, "unknown or revoked token");
+    }
+    if (rc != STORE_OK) {
+        log_warn("console: sign-in failed", "error", err.message, NULL);
+        return send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "database unavailable");
+    }
+    console_store_record(console_views_store(v), who.name, "login", NULL, "ok", NULL,
+                         &err);
+    log_info("console: signed in", "actor", who.name, "role",
+             console_role_name(who.role), NULL);
+    session_cookie(cs, sid, cs->ttl_s, cookie, sizeof(cookie));
+    OPENSSL_cleanse(sid, sizeof(sid));
+    enum MHD_Result ret = send_json(c, MHD_HTTP_OK, who_json(&who), cookie);
+    OPENSSL_cleanse(cookie, sizeof(cookie));
+    return ret;
+}
+
+/* A state-changing request must come from the console's own page: JSON
+ * (a form of another site cannot send it without a preflight nobody
+ * answers), from this origin when the browser says where from. */
+static const char *foreign_request(struct MHD_Connection *c)
+{
+    const char *type =
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+    if (!type || strncasecmp(type, "application/json", 16) != 0)
+        return "send the body as application/json";
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+    if (origin) {
+        const char *rest = !strncmp(origin, "http://", 7)    ? origin + 7
+                           : !strncmp(origin, "https://", 8) ? origin + 8
+                                                             : NULL;
+        if (!rest || !host || strcmp(rest, host) != 0)
+            return "cross-origin request refused";
+    }
+    return NULL;
+}
+
+static int csrf_matches(struct MHD_Connection *c, const struct console_who *who)
+{
+    const char *got = MHD_lookup_connection_value(c, MHD_HEADER_KIND, CSRF_HEADER);
+    size_t n = strlen(who->csrf);
+    return got && n > 0 && strlen(got) == n && CRYPTO_memcmp(got, who->csrf, n) == 0;
+}
+
+struct letter_args {
+    struct console_letter_query q;
+    char why[256];
+    int bad;
+};
+
+static enum MHD_Result take_letter_arg(void *cls, enum MHD_ValueKind kind,
+                                       const char *key, const char *value)
+{
+    struct letter_args *a = cls;
+    (void)kind;
+    if (!a->bad &&
+        console_input_letter_param(key, value, &a->q, a->why, sizeof(a->why)) != 0)
+        a->bad = 1;
+    return MHD_YES;
+}
+
+/* A signed-in request: who asks decides what may be answered. */
+static enum MHD_Result serve_signed_in(struct console *cs, console_views_t *v,
+                                       struct MHD_Connection *c, struct request *rq,
+                                       const struct console_who *who)
+{
+    char sid[CONSOLE_SECRET_MAX], why[512], cookie[256];
+    struct store_error err;
+    json_t *body = NULL;
+    unsigned status;
+
+    switch (rq->m.route) {
+    case CONSOLE_R_SESSION:
+        return send_json(c, MHD_HTTP_OK, who_json(who), NULL);
+    case CONSOLE_R_LOGOUT:
+        if (console_input_cookie(
+                MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Cookie"), sid) == 0)
+            console_store_logout(console_views_store(v), sid, &err);
+        console_store_record(console_views_store(v), who->name, "logout", NULL, "ok",
+                             NULL, &err);
+        session_cookie(cs, "", 0, cookie, sizeof(cookie));
+        return send_json(c, MHD_HTTP_OK, json_pack("{s:b}", "signed_out", 1), cookie);
+    case CONSOLE_R_OVERVIEW:
+        status = console_views_overview(v, &body);
+        break;
+    case CONSOLE_R_REVIEWS:
+        status = console_views_reviews(v, &body);
+        break;
+    case CONSOLE_R_FIND: {
+        char id[96];
+        const char *raw = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "id");
+        if (console_input_find_id(raw, id, why, sizeof(why)) != 0)
+            return send_error(c, MHD_HTTP_BAD_REQUEST, why);
+        status = console_views_find(v, id, &body);
+        break;
+    }
+    case CONSOLE_R_ATTEMPT:
+        status = console_views_attempt(v, rq->m.id, &body);
+        break;
+    case CONSOLE_R_RESOLVE: {
+        struct console_resolve_input in;
+        if (console_input_resolve(rq->body, rq->len, rq->m.id, &in, why, sizeof(why)) !=
+            0)
+            return send_error(c, MHD_HTTP_BAD_REQUEST, why);
+        status = console_views_resolve(v, who, rq->m.id, &in, &body);
+        break;
+    }
+    case CONSOLE_R_LETTERS: {
+        struct letter_args a;
+        memset(&a, 0, sizeof(a));
+        MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, take_letter_arg, &a);
+        if (a.bad)
+            return send_error(c, MHD_HTTP_BAD_REQUEST, a.why);
+        status = console_views_letters(v, &a.q, &body);
+        break;
+    }
+    case CONSOLE_R_LETTER:
+        status = console_views_letter(v, rq->m.id, &body);
+        break;
+    case CONSOLE_R_REPLAY: {
+        struct console_replay_input *in = malloc(sizeof(*in));
+        if (!in)
+            return MHD_NO;
+        if (console_input_replay(rq->body, rq->len, in, why, sizeof(why)) != 0) {
+            free(in);
+            return send_error(c, MHD_HTTP_BAD_REQUEST, why);
+        }
+        status = console_views_replay(v, who, in, &body);
+        free(in);
+        break;
+    }
+    case CONSOLE_R_ACTIONS:
+        status = console_views_actions(v, &body);
+        break;
+    default:
+        return send_error(c, MHD_HTTP_NOT_FOUND, "no such endpoint");
+    }
+    return send_json(c, status, body, NULL);
+}
+
+static enum MHD_Result serve(struct console *cs, struct MHD_Connection *c,
+                             struct request *rq)
+{
+    char sid[CONSOLE_SECRET_MAX], cookie[256];
+    struct console_who who;
+    struct store_error err;
+    enum MHD_Result ret;
+    const char *foreign;
+
+    if (rq->m.route == CONSOLE_R_ASSET)
+        return serve_asset(c, rq->m.id);
+    if (rq->too_large)
+        return send_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "body too large");
+    int writes = console_input_route_writes(rq->m.route);
+    if (writes && (foreign = foreign_request(c)))
+        return send_error(c, MHD_HTTP_FORBIDDEN, foreign);
+    console_views_t *v = views_take(cs);
+    if (rq->m.route == CONSOLE_R_LOGIN) {
+        ret = serve_login(cs, v, c, rq);
+        goto out;
+    }
+    if (console_input_cookie(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Cookie"),
+                             sid) != 0) {
+        ret = send_error(c, MHD_HTTP_UNAUTHORIZED, "sign in first");
+        goto out;
+    }
+    enum store_rc rc = console_store_session(console_views_store(v), sid, &who, &err);
+    OPENSSL_cleanse(sid, sizeof(sid));
+    if (rc == STORE_NOT_FOUND) {
+        /* Expired, signed out, or its token revoked: the cookie goes too. */
+        session_cookie(cs, "", 0, cookie, sizeof(cookie));
+        ret = send_json(
+            c, MHD_HTTP_UNAUTHORIZED,
+            json_pack("{s:s}", "error", "session expired or revoked: sign in again"),
+            cookie);
+        goto out;
+    }
+    if (rc != STORE_OK) {
+        log_warn("console: session look-up failed", "error", err.message, NULL);
+        ret = send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "database unavailable");
+        goto out;
+    }
+    if (writes && !csrf_matches(c, &who)) {
+        log_warn("console: request without its CSRF token refused", "actor", who.name,
+                 NULL);
+        ret = send_error(c, MHD_HTTP_FORBIDDEN, "missing or wrong CSRF token");
+        goto out;
+    }
+    if (writes && rq->m.route != CONSOLE_R_LOGOUT &&
+        who.role != CONSOLE_ROLE_OPERATOR) {
+        ret = send_error(c, MHD_HTTP_FORBIDDEN,
+                         "a viewer's token cannot change anything: ask an operator");
+        goto out;
+    }
+    ret = serve_signed_in(cs, v, c, rq, &who);
+out:
+    views_give(cs, v);
+    return ret;
+}
+
+static int take_chunk(struct request *rq, const char *data, size_t n)
+{
+    if (rq->too_large || rq->len + n > CONSOLE_MAX_BODY) {
+        rq->too_large = 1;
+        free(rq->body);
+        rq->body = NULL;
+        rq->len = 0;
+        return 0;
+    }
+    char *b = realloc(rq->body, rq->len + n + 1);
+    if (!b)
+        return -1;
+    rq->body = b;
+    memcpy(rq->body + rq->len, data, n);
+    rq->len += n;
+    rq->body[rq->len] = '\0';
+    return 0;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload, size_t *upload_size, void **ctx)
+{
+    static const char not_allowed[] = "{\"error\":\"method not allowed\"}";
+    struct console *cs = cls;
+    struct request *rq = *ctx;
+    enum MHD_Result ret;
+    (void)version;
+
+    if (!rq) {
+        struct console_route_match m;
+        if (!strcmp(url, "/")) {
+            const char *headers[] = {MHD_HTTP_HEADER_LOCATION, CONSOLE_PREFIX "/",
+                                     NULL};
+            return http_reply_with(c, MHD_HTTP_FOUND, (char *)"", 0,
+                                   MHD_RESPMEM_PERSISTENT, "text/plain; charset=utf-8",
+                                   headers);
+        }
+        if (console_input_route(url, &m) == CONSOLE_R_NONE)
+            return send_error(c, MHD_HTTP_NOT_FOUND, "no such endpoint");
+        if (strcmp(method, m.method) != 0)
+            return send_bytes(c, MHD_HTTP_METHOD_NOT_ALLOWED, (char *)not_allowed,
+                              sizeof(not_allowed) - 1, MHD_RESPMEM_PERSISTENT,
+                              "application/json", NULL, m.method);
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > CONSOLE_MAX_BODY)
+            return send_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "body too large");
+        if (!(rq = calloc(1, sizeof(*rq))))
+            return MHD_NO;
+        rq->m = m;
+        *ctx = rq;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        int failed = take_chunk(rq, upload, *upload_size);
+        *upload_size = 0;
+        return failed ? MHD_NO : MHD_YES;
+    }
+    atomic_fetch_add(&cs->serving, 1);
+    ret = serve(cs, c, rq);
+    atomic_fetch_sub(&cs->serving, 1);
+    return ret;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **ctx,
+                         enum MHD_RequestTerminationCode why)
+{
+    struct request *rq = *ctx;
+    (void)cls;
+    (void)c;
+    (void)why;
+    if (rq) {
+        free(rq->body);
+        free(rq);
+        *ctx = NULL;
+    }
+}
+
+static const struct http_reply_log_as http_log_as = {"console listener", "detail"};
+
+static int listen_http(struct console *cs, char *err, size_t err_size)
+{
+    const char *addr = config_str(cs->cfg, CONFIG_CONSOLE_ADDR);
+    int fd = -1, port = 0;
+    int rc = listen_socket_open("CONSOLE_ADDR", addr, &fd, &port, err, err_size);
+    if (rc != LISTEN_SOCKET_OK)
+        return rc == LISTEN_SOCKET_BAD_ADDRESS ? 2 : 1;
+    cs->http = MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG, 0, NULL,
+        NULL, on_request, cs, MHD_OPTION_EXTERNAL_LOGGER, http_reply_log, &http_log_as,
+        MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd, MHD_OPTION_THREAD_POOL_SIZE,
+        (unsigned)cs->nviews, MHD_OPTION_CONNECTION_LIMIT, (unsigned)MAX_CONNECTIONS,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, cs, MHD_OPTION_END);
+    if (!cs->http) {
+        snprintf(err, err_size, "CONSOLE_ADDR: cannot start the listener on %s", addr);
+        return 1;
+    }
+    /* The port actually bound, for CONSOLE_ADDR's port 0 (tests). */
+    char listen[96];
+    snprintf(listen, sizeof(listen), "%d", port);
+    log_info("console listener started", "addr", addr, "port", listen, NULL);
+    return 0;
+}
+
+static int64_t console_step(void *state, int64_t now)
+{
+    struct console *cs = state;
+    struct store_error err;
+    if (now < cs->next_probe)
+        return cs->next_probe;
+    cs->next_probe = now + PROBE_INTERVAL_MS;
+    int ok = attempt_store_ping(cs->probe, &err) == STORE_OK;
+    if (ok != cs->db_ok)
+        ok ? log_info("database reachable", NULL)
+           : log_warn("database unreachable", "error", err.message, NULL);
+    cs->db_ok = ok;
+    return cs->next_probe;
+}
+
+static const char *console_not_ready(void *state)
+{
+    const struct console *cs = state;
+    return cs->db_ok == 1 ? NULL : "database unreachable";
+}
+
+static size_t console_drain(void *state, int64_t deadline)
+{
+    struct console *cs = state;
+    MHD_socket s = MHD_quiesce_daemon(cs->http);
+    if (s != MHD_INVALID_SOCKET)
+        close(s);
+    while (atomic_load(&cs->serving) > 0 && clock_now_ms() < deadline &&
+           daemon_stopping() < 2)
+        usleep(10 * 1000);
+    return (size_t)atomic_load(&cs->serving);
+}
+
+static void teardown(struct console *cs)
+{
+    if (!cs)
+        return;
+    if (cs->http)
+        MHD_stop_daemon(cs->http);
+    for (size_t i = 0; cs->views && i < cs->nviews; i++)
+        console_views_free(cs->views[i]);
+    free(cs->views);
+    free(cs->free_views);
+    attempt_store_free(cs->probe);
+    pthread_cond_destroy(&cs->returned);
+    pthread_mutex_destroy(&cs->lock);
+    config_free(cs->cfg);
+    free(cs);
+}
+
+static void console_finish(void *state, int flush_ms)
+{
+    (void)flush_ms;
+    log_info("console stopped", NULL);
+    teardown(state);
+}
+
+static int setup(struct console *cs, char *err, size_t err_size)
+{
+    struct store_error serr;
+    cs->ttl_s = config_int(cs->cfg, CONFIG_CONSOLE_SESSION_TTL_S);
+    cs->cookie_secure = (int)config_int(cs->cfg, CONFIG_CONSOLE_COOKIE_SECURE);
+    cs->nviews = (size_t)config_int(cs->cfg, CONFIG_CONSOLE_THREADS);
+    cs->views = calloc(cs->nviews, sizeof(*cs->views));
+    cs->free_views = calloc(cs->nviews, sizeof(*cs->free_views));
+    if (!cs->views || !cs->free_views) {
+        snprintf(err, err_size, "out of memory");
+        return 1;
+    }
+    if (!(cs->probe = attempt_store_new(config_str(cs->cfg, CONFIG_DATABASE_URL),
+                                        "charged-console", &serr))) {
+        snprintf(err, err_size, "%s", serr.message);
+        return 2;
+    }
+    for (size_t i = 0; i < cs->nviews; i++) {
+        if (!(cs->views[i] = console_views_new(cs->cfg, err, err_size)))
+            return 2;
+        cs->free_views[cs->nfree++] = cs->views[i];
+    }
+    return listen_http(cs, err, err_size);
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: charged console\n\n"
+            "Serves the operator console on CONSOLE_ADDR, apart from the api's\n"
+            "webhook listener so that it can stay internal:\n"
+            "  GET  " CONSOLE_PREFIX "/                the page (compiled in)\n"
+            "  POST " CONSOLE_PREFIX "/api/login       sign in with a token from\n"
+            "                                 chargectl console token add\n"
+            "  GET  " CONSOLE_PREFIX
+            "/api/...         overview, reviews, attempts, dead\n"
+            "                                 letters, actions (docs/console.md)\n"
+            "  POST " CONSOLE_PREFIX "/api/...         resolve a review, replay dead\n"
+            "                                 letters: operators only, with the\n"
+            "                                 session's " CSRF_HEADER " header\n"
+            "SIGTERM: stop accepting, finish the requests in hand, exit 0.\n\n");
+    config_print_help(out, CONFIG_ROLE_CONSOLE);
+}
+
+static int console_start(config_t *cfg, const char *id, void **state, char *err,
+                         size_t err_size)
+{
+    struct console *cs = calloc(1, sizeof(*cs));
+    if (!cs) {
+        config_free(cfg);
+        snprintf(err, err_size, "out of memory");
+        return 1;
+    }
+    cs->cfg = cfg;
+    snprintf(cs->id, sizeof(cs->id), "%s", id);
+    pthread_mutex_init(&cs->lock, NULL);
+    pthread_cond_init(&cs->returned, NULL);
+    atomic_init(&cs->serving, 0);
+    cs->db_ok = -1;
+    int rc = setup(cs, err, err_size);
+    if (rc != 0) {
+        teardown(cs);
+        return rc;
+    }
+    log_info("console started", "console", cs->id, "listen",
+             config_str(cfg, CONFIG_CONSOLE_ADDR), NULL);
+    *state = cs;
+    return 0;
+}
+
+int console_main(int argc, char **argv)
+{
+    static const struct daemon_role_desc desc = {
+        .name = "console",
+        .config_role = CONFIG_ROLE_CONSOLE,
+        .usage = usage,
+        .start = console_start,
+        .step = console_step,
+        .not_ready = console_not_ready,
+        .drain = console_drain,
+        .finish = console_finish,
+    };
+    return daemon_role_main(argc, argv, &desc);
+}

@@ -1,0 +1,536 @@
+#include "console_views.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libpq-fe.h>
+
+#include "attempt_history.h"
+#include "attempt_review.h"
+#include "attempt_store.h"
+#include "audit_policy.h"
+#include "audit_store.h"
+#include "clock.h"
+#include "db.h"
+#include "dead_letter_reason.h"
+#include "dlq_reader.h"
+#include "fleet_status.h"
+#include "log.h"
+#include "provider_client.h"
+
+/* What an overview waits for one worker's metrics or Kafka's answer: a
+ * worker that does not answer is shown as such, not waited for. */
+#define FLEET_TIMEOUT_MS 2000
+#define REVIEW_LIMIT     "200"
+/* Reviews shown with their evidence on the list itself; the rest show it
+ * when opened. */
+#define REVIEW_EVIDENCE_MAX 50
+#define LETTERS_DEFAULT     100
+#define ACTIONS_LIMIT       200
+
+struct console_views {
+    const config_t *cfg;
+    const char *url;
+    console_store_t *cs;
+    attempt_store_t *attempts;
+    audit_store_t *audit;
+    provider_client_t *pc;
+    PGconn *conn; /* attempt_history's and attempt_review's */
+};
+
+static unsigned answer(json_t **body, unsigned status, const char *fmt, ...)
+{
+    char text[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    *body = json_pack("{s:s}", "error", text);
+    return status;
+}
+
+static unsigned unavailable(json_t **body, const char *what, const char *why)
+{
+    log_warn("console: a read failed", "what", what, "error", why, NULL);
+    return answer(body, 503, "%s unavailable: %s", what, why);
+}
+
+console_views_t *console_views_new(const config_t *cfg, char *err, size_t err_size)
+{
+    struct store_error serr;
+    console_views_t *v = calloc(1, sizeof(*v));
+    if (!v) {
+        snprintf(err, err_size, "out of memory");
+        return NULL;
+    }
+    v->cfg = cfg;
+    v->url = config_str(cfg, CONFIG_DATABASE_URL);
+    const char *actor = config_str(cfg, CONFIG_WORKER_ID);
+    if (!(v->cs = console_store_new(v->url, &serr)) ||
+        !(v->attempts =
+              attempt_store_new(v->url, actor ? actor : "charged-console", &serr)) ||
+        !(v->audit = audit_store_new(v->url, &serr))) {
+        snprintf(err, err_size, "%s", serr.message);
+        goto fail;
+    }
+    v->pc = provider_client_new(config_str(cfg, CONFIG_PROVIDER_BASE_URL),
+                                config_str(cfg, CONFIG_PROVIDER_API_KEY),
+                                config_str(cfg, CONFIG_PROVIDER_API_VERSION),
+                                (long)config_int(cfg, CONFIG_PROVIDER_TIMEOUT_MS), err,
+                                err_size);
+    if (!v->pc)
+        goto fail;
+    return v;
+fail:
+    console_views_free(v);
+    return NULL;
+}
+
+void console_views_free(console_views_t *v)
+{
+    if (!v)
+        return;
+    console_store_free(v->cs);
+    attempt_store_free(v->attempts);
+    audit_store_free(v->audit);
+    provider_client_free(v->pc);
+    if (v->conn)
+        PQfinish(v->conn);
+    free(v);
+}
+
+console_store_t *console_views_store(console_views_t *v)
+{
+    return v->cs;
+}
+
+/* The connection of the history and review calls, opened again after it
+ * broke: the next request after an outage finds the database back. */
+static PGconn *conn_get(console_views_t *v, struct store_error *err)
+{
+    if (v->conn && PQstatus(v->conn) == CONNECTION_OK)
+        return v->conn;
+    if (v->conn)
+        PQfinish(v->conn);
+    v->conn = db_connect(v->url, err);
+    return v->conn;
+}
+
+/* ---- overview ---- */
+
+static json_t *part_error(const char *why)
+{
+    return json_pack("{s:s}", "error", why);
+}
+
+static json_t *unknown_part(console_views_t *v)
+{
+    enum attempt_status st[1] = {ATTEMPT_STATUS_UNKNOWN};
+    long long count = 0, oldest_ms = 0;
+    struct store_error err;
+    if (attempt_store_backlog(v->attempts, st, 1, &count, &oldest_ms, &err) != STORE_OK)
+        return part_error(err.message);
+    return json_pack("{s:I, s:I}", "count", (json_int_t)count, "oldest_age_ms",
+                     (json_int_t)oldest_ms);
+}
+
+static json_t *letters_part(console_views_t *v)
+{
+    char err[512];
+    json_t *by = json_object(), *o = NULL;
+    dlq_reader_t *r = dlq_reader_new(v->cfg, err, sizeof(err));
+    if (!r || dlq_reader_read_all(r, err, sizeof(err)) != DLQ_READER_OK || !by) {
+        o = part_error(err);
+        goto out;
+    }
+    size_t n = dlq_reader_count(r);
+    for (size_t i = 0; i < n; i++) {
+        const char *reason = dlq_reader_letter(r, i)->reason;
+        if (!reason)
+            reason = "(none)";
+        json_t *c = json_object_get(by, reason);
+        json_object_set_new(by, reason,
+                            json_integer(c ? json_integer_value(c) + 1 : 1));
+    }
+    o = json_pack("{s:I, s:O}", "total", (json_int_t)n, "by_reason", by);
+out:
+    json_decref(by);
+    dlq_reader_free(r);
+    return o;
+}
+
+static json_t *audit_part(console_views_t *v)
+{
+    long long counts[AUDIT_KIND__COUNT] = {0}, total = 0;
+    struct store_error err;
+    if (audit_store_findings_by_kind(v->audit, counts, &err) != STORE_OK)
+        return part_error(err.message);
+    json_t *by = json_object();
+    for (int k = 0; by && k < AUDIT_KIND__COUNT; k++) {
+        total += counts[k];
+        json_object_set_new(by, audit_kind_name(k), json_integer(counts[k]));
+    }
+    return json_pack("{s:I, s:o}", "total", (json_int_t)total, "by_kind",
+                     by ? by : json_null());
+}
+
+unsigned console_views_overview(console_views_t *v, json_t **body)
+{
+    struct store_error serr;
+    char err[512];
+    json_t *counts = NULL;
+    json_t *o = json_object();
+    if (!o)
+        return answer(body, 500, "out of memory");
+    if (console_store_status_counts(v->cs, &counts, &serr) == STORE_OK)
+        json_object_set_new(o, "attempts", counts);
+    else
+        json_object_set_new(o, "attempts", part_error(serr.message));
+    json_object_set_new(o, "unknown", unknown_part(v));
+    json_object_set_new(o, "dead_letters", letters_part(v));
+    json_object_set_new(
+        o, "breakers",
+        fleet_status_breakers(config_str(v->cfg, CONFIG_CONSOLE_WORKER_METRICS),
+                              FLEET_TIMEOUT_MS));
+    json_t *lag =
+        fleet_status_lag(v->cfg, config_str(v->cfg, CONFIG_CONSOLE_WORKER_GROUP),
+                         config_str(v->cfg, CONFIG_CHARGE_COMMANDS_TOPIC),
+                         FLEET_TIMEOUT_MS, err, sizeof(err));
+    json_object_set_new(o, "consumer_lag", lag ? lag : part_error(err));
+    json_object_set_new(o, "audit_findings", audit_part(v));
+    *body = o;
+    return 200;
+}
+
+/* ---- attempts ---- */
+
+/* The transition that put a review there: its reason and evidence. */
+static void add_review_evidence(PGconn *conn, json_t *row)
+{
+    struct store_error err;
+    json_t *doc = NULL;
+    const char *id = json_string_value(json_object_get(row, "payment_attempt_id"));
+    if (!id || attempt_history_read(conn, id, &doc, &err) != STORE_OK)
+        return;
+    json_t *tr = json_object_get(doc, "transitions");
+    json_t *last = json_array_get(tr, json_array_size(tr) - 1);
+    if (last)
+        json_object_set(row, "review", last);
+    json_decref(doc);
+}
+
+unsigned console_views_reviews(console_views_t *v, json_t **body)
+{
+    struct store_error err;
+    json_t *rows = NULL;
+    PGconn *conn = conn_get(v, &err);
+    struct attempt_history_filter f = {.status = "REQUIRES_REVIEW",
+                                       .limit = REVIEW_LIMIT};
+    if (!conn || attempt_history_list(conn, &f, &rows, &err) != STORE_OK)
+        return unavailable(body, "the review queue", err.message);
+    for (size_t i = 0; i < json_array_size(rows) && i < REVIEW_EVIDENCE_MAX; i++)
+        add_review_evidence(conn, json_array_get(rows, i));
+    *body = json_pack("{s:o}", "reviews", rows);
+    return 200;
+}
+
+unsigned console_views_find(console_views_t *v, const char *id, json_t **body)
+{
+    struct store_error err;
+    json_t *rows = NULL;
+    PGconn *conn = conn_get(v, &err);
+    if (!conn || attempt_history_find(conn, id, &rows, &err) != STORE_OK)
+        return unavailable(body, "attempts", err.message);
+    *body = json_pack("{s:o}", "attempts", rows);
+    return 200;
+}
+
+unsigned console_views_attempt(console_views_t *v, const char *id, json_t **body)
+{
+    struct store_error err;
+    json_t *doc = NULL;
+    PGconn *conn = conn_get(v, &err);
+    if (!conn)
+        return unavailable(body, "the attempt", err.message);
+    enum store_rc rc = attempt_history_read(conn, id, &doc, &err);
+    if (rc == STORE_NOT_FOUND)
+        return answer(body, 404, "no payment attempt %s", id);
+    if (rc != STORE_OK)
+        return unavailable(body, "the attempt", err.message);
+    *body = doc;
+    return 200;
+}
+
+static const char *outcome_names[] = {
+    [ATTEMPT_REVIEW_RESOLVED] = "resolved",
+    [ATTEMPT_REVIEW_NOT_FOUND] = "not_found",
+    [ATTEMPT_REVIEW_NOT_IN_REVIEW] = "not_in_review",
+    [ATTEMPT_REVIEW_BOOKED_ELSEWHERE] = "booked_elsewhere",
+    [ATTEMPT_REVIEW_REFUSED] = "refused",
+    [ATTEMPT_REVIEW_BUSY] = "busy",
+    [ATTEMPT_REVIEW_CHANGED] = "changed",
+    [ATTEMPT_REVIEW_ERROR] = "error",
+};
+
+/* A conflict is 409, never a 500: someone else resolved it, holds it, or
+ * the intent pays another attempt. The provider's objection is 422: the
+ * request was understood and the evidence says no. */
+static const unsigned outcome_status[] = {
+    [ATTEMPT_REVIEW_RESOLVED] = 200,      [ATTEMPT_REVIEW_NOT_FOUND] = 404,
+    [ATTEMPT_REVIEW_NOT_IN_REVIEW] = 409, [ATTEMPT_REVIEW_BOOKED_ELSEWHERE] = 409,
+    [ATTEMPT_REVIEW_REFUSED] = 422,       [ATTEMPT_REVIEW_BUSY] = 409,
+    [ATTEMPT_REVIEW_CHANGED] = 409,       [ATTEMPT_REVIEW_ERROR] = 503,
+};
+
+static void record(console_views_t *v, const char *actor, const char *action,
+                   const char *target, const char *outcome, json_t *detail)
+{
+    struct store_error err;
+    char *text = detail ? json_dumps(detail, JSON_COMPACT) : NULL;
+    if (console_store_record(v->cs, actor, action, target, outcome, text, &err) !=
+        STORE_OK)
+        log_error("console: an action was not recorded", "actor", actor, "action",
+                  action, "target", target, "outcome", outcome, "error", err.message,
+                  NULL);
+    free(text);
+}
+
+unsigned console_views_resolve(console_views_t *v, const struct console_who *who,
+                               const char *attempt_id,
+                               const struct console_resolve_input *in, json_t **body)
+{
+    struct attempt_review_request rq = {
+        .attempt_id = attempt_id,
+        .intent_id = in->failed ? NULL : in->intent_id,
+        .reason = in->reason[0] ? in->reason : NULL,
+        .actor = who->name,
+        .force = in->force,
+    };
+    struct attempt_review_result res;
+    struct store_error err;
+    char why[512];
+
+    if (attempt_review_check(&rq, why, sizeof(why)) != 0)
+        return answer(body, 400, "%s", why);
+    PGconn *conn = conn_get(v, &err);
+    if (!conn)
+        return unavailable(body, "the database", err.message);
+    attempt_review_resolve(conn, v->attempts, v->pc,
+                           config_int(v->cfg, CONFIG_RECONCILER_SEARCH_LAG_MS), &rq,
+                           &res);
+    const char *outcome = outcome_names[res.outcome];
+    json_t *o = json_pack("{s:s, s:s, s:s, s:s?, s:b, s:s?, s:s?, s:s?, s:s}",
+                          "payment_attempt_id", attempt_id, "outcome", outcome,
+                          "decision", in->failed ? "FAILED" : "SUCCEEDED", "verdict",
+                          res.verdict, "forced", res.forced, "provider_says",
+                          res.provider_says[0] ? res.provider_says : NULL, "status",
+                          res.status[0] ? res.status : NULL, "provider_payment_id",
+                          res.provider_payment_id[0] ? res.provider_payment_id : NULL,
+                          "message", res.message);
+    if (o && res.evidence)
+        json_object_set(o, "evidence", res.evidence);
+    if (o && res.outcome != ATTEMPT_REVIEW_RESOLVED)
+        json_object_set_new(o, "error", json_string(res.message));
+    if (o && res.outcome == ATTEMPT_REVIEW_REFUSED)
+        json_object_set_new(o, "can_force", json_true());
+    json_t *detail = json_pack("{s:s, s:s?, s:s?, s:b, s:s?, s:s?}", "decision",
+                               in->failed ? "FAILED" : "SUCCEEDED", "payment_intent_id",
+                               rq.intent_id, "reason", rq.reason, "force", in->force,
+                               "verdict", res.verdict, "message", res.message);
+    record(v, who->name, "resolve", attempt_id, outcome, detail);
+    json_decref(detail);
+    log_info("console: review resolve", "actor", who->name, "payment_attempt_id",
+             attempt_id, "outcome", outcome, "forced", res.forced ? "true" : "false",
+             NULL);
+    unsigned status = outcome_status[res.outcome];
+    attempt_review_result_clear(&res);
+    *body = o;
+    return status;
+}
+
+/* ---- dead letters ---- */
+
+static unsigned letters_unreachable(json_t **body, enum dlq_reader_rc rc,
+                                    const char *err)
+{
+    if (rc == DLQ_READER_NOT_FOUND)
+        return answer(body, 404, "%s", err);
+    return unavailable(body, "dead letters", err);
+}
+
+unsigned console_views_letters(console_views_t *v, const struct console_letter_query *q,
+                               json_t **body)
+{
+    char err[512];
+    struct dlq_filters f = {
+        .reason = q->reason[0] ? q->reason : NULL,
+        .attempt = q->attempt[0] ? q->attempt : NULL,
+        .order = q->order[0] ? q->order : NULL,
+        .limit = q->limit ? q->limit : LETTERS_DEFAULT,
+    };
+    if (q->since[0] && clock_parse_time_ms(q->since, &f.since_ms) != 0)
+        return answer(body, 400, "since is not an RFC 3339 UTC time or a duration");
+    if (q->until[0] && clock_parse_time_ms(q->until, &f.until_ms) != 0)
+        return answer(body, 400, "until is not an RFC 3339 UTC time or a duration");
+    f.have_since = q->since[0] != '\0';
+    f.have_until = q->until[0] != '\0';
+    dlq_reader_t *r = dlq_reader_new(v->cfg, err, sizeof(err));
+    if (!r)
+        return unavailable(body, "dead letters", err);
+    enum dlq_reader_rc rc = dlq_reader_read_all(r, err, sizeof(err));
+    if (rc != DLQ_READER_OK) {
+        dlq_reader_free(r);
+        return letters_unreachable(body, rc, err);
+    }
+    size_t n = 0;
+    const struct dlq_letter **sel = dlq_reader_select(r, &f, &n);
+    json_t *list = json_array();
+    for (size_t i = 0; sel && list && i < n; i++)
+        json_array_append_new(list, dlq_letter_summary_json(sel[i]));
+    json_t *reasons = json_array();
+    for (int i = 0; reasons && i < DEAD_LETTER__COUNT; i++)
+        if (dead_letter_reason_name(i))
+            json_array_append_new(reasons, json_string(dead_letter_reason_name(i)));
+    *body = json_pack("{s:o, s:I, s:I, s:o}", "letters", list ? list : json_array(),
+                      "read", (json_int_t)dlq_reader_count(r), "limit",
+                      (json_int_t)f.limit, "reasons", reasons ? reasons : json_array());
+    free(sel);
+    dlq_reader_free(r);
+    return 200;
+}
+
+static int replayable(const struct dlq_letter *l)
+{
+    return l->orig_topic && !(l->reason && !strcmp(l->reason, "card_data_refused"));
+}
+
+unsigned console_views_letter(console_views_t *v, const char *position, json_t **body)
+{
+    char err[512];
+    int32_t p;
+    int64_t off;
+    if (console_input_position(position, &p, &off) != 0)
+        return answer(body, 400, "not PARTITION:OFFSET");
+    dlq_reader_t *r = dlq_reader_new(v->cfg, err, sizeof(err));
+    if (!r)
+        return unavailable(body, "dead letters", err);
+    enum dlq_reader_rc rc = dlq_reader_read_one(r, p, off, err, sizeof(err));
+    if (rc != DLQ_READER_OK || dlq_reader_count(r) == 0) {
+        dlq_reader_free(r);
+        return letters_unreachable(body,
+                                   rc == DLQ_READER_OK ? DLQ_READER_NOT_FOUND : rc,
+                                   rc == DLQ_READER_OK ? "no such dead letter" : err);
+    }
+    const struct dlq_letter *l = dlq_reader_letter(r, 0);
+    json_t *o = dlq_letter_json(r, l, 1);
+    if (o)
+        json_object_set_new(o, "replayable", json_boolean(replayable(l)));
+    dlq_reader_free(r);
+    *body = o;
+    return 200;
+}
+
+static json_t *replay_item_json(dlq_reader_t *r, const struct dlq_replay_item *it,
+                                const char *actor, int dry_run)
+{
+    json_t *o = dlq_letter_summary_json(it->letter);
+    if (!o)
+        return NULL;
+    json_object_set_new(o, "skipped", json_boolean(it->skipped));
+    if (it->skipped)
+        json_object_set_new(
+            o, "why_skipped",
+            json_string("card_data_refused: its card digits are masked, "
+                        "so it cannot be sent again; the sender must "
+                        "send a clean command"));
+    if (dry_run && !it->skipped)
+        json_object_set_new(o, "message",
+                            dlq_replay_message_json(r, it->letter, actor, 1));
+    if (!dry_run) {
+        json_object_set_new(o, "sent", json_boolean(it->sent));
+        if (it->sent) {
+            json_object_set_new(o, "sent_partition", json_integer(it->to_partition));
+            json_object_set_new(o, "sent_offset", json_integer(it->to_offset));
+        }
+    }
+    if (it->error[0])
+        json_object_set_new(o, "send_error", json_string(it->error));
+    return o;
+}
+
+unsigned console_views_replay(console_views_t *v, const struct console_who *who,
+                              const struct console_replay_input *in, json_t **body)
+{
+    char err[512], target[96];
+    unsigned status = 200;
+    const struct dlq_letter **sel = calloc(in->n + 1, sizeof(*sel));
+    struct dlq_replay_item *items = calloc(in->n + 1, sizeof(*items));
+    dlq_reader_t *r = NULL;
+    json_t *list = NULL;
+
+    if (!sel || !items) {
+        status = answer(body, 500, "out of memory");
+        goto out;
+    }
+    if (!(r = dlq_reader_new(v->cfg, err, sizeof(err)))) {
+        status = unavailable(body, "dead letters", err);
+        goto out;
+    }
+    for (size_t i = 0; i < in->n; i++) {
+        size_t before = dlq_reader_count(r);
+        enum dlq_reader_rc rc =
+            dlq_reader_read_one(r, in->partition[i], in->offset[i], err, sizeof(err));
+        if (rc == DLQ_READER_OK && dlq_reader_count(r) == before) {
+            rc = DLQ_READER_NOT_FOUND;
+            snprintf(err, sizeof(err), "no dead letter at %d:%lld",
+                     (int)in->partition[i], (long long)in->offset[i]);
+        }
+        if (rc != DLQ_READER_OK) {
+            status = letters_unreachable(body, rc, err);
+            goto out;
+        }
+        sel[i] = dlq_reader_letter(r, before);
+    }
+    enum dlq_reader_rc rc =
+        dlq_reader_replay(r, (const struct dlq_letter *const *)sel, in->n, who->name,
+                          in->dry_run, items, err, sizeof(err));
+    if (rc == DLQ_READER_REFUSED) {
+        status = answer(body, 409, "%s", err);
+        goto out;
+    }
+    list = json_array();
+    for (size_t i = 0; list && i < in->n; i++)
+        json_array_append_new(list,
+                              replay_item_json(r, &items[i], who->name, in->dry_run));
+    if (rc == DLQ_READER_FAILED)
+        status = 502; /* Kafka did not take every letter: the list says which */
+    *body =
+        json_pack("{s:b, s:O, s:s?}", "dry_run", in->dry_run, "letters",
+                  list ? list : json_null(), "error", rc == DLQ_READER_OK ? NULL : err);
+    if (!in->dry_run) {
+        snprintf(target, sizeof(target), "%d:%lld%s", (int)in->partition[0],
+                 (long long)in->offset[0], in->n > 1 ? " and more" : "");
+        record(v, who->name, "replay", target, rc == DLQ_READER_OK ? "ok" : "failed",
+               list);
+        log_info("console: dead letters replayed", "actor", who->name, "first", target,
+                 "result", rc == DLQ_READER_OK ? "ok" : "failed", NULL);
+    }
+out:
+    json_decref(list);
+    dlq_reader_free(r);
+    free(sel);
+    free(items);
+    return status;
+}
+
+unsigned console_views_actions(console_views_t *v, json_t **body)
+{
+    struct store_error err;
+    json_t *rows = NULL;
+    if (console_store_actions(v->cs, ACTIONS_LIMIT, &rows, &err) != STORE_OK)
+        return unavailable(body, "the action log", err.message);
+    *body = json_pack("{s:o}", "actions", rows);
+    return 200;
+}

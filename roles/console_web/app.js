@@ -1,0 +1,438 @@
+// The console's page. Everything shown is built with DOM nodes and
+// textContent, never innerHTML: whatever a dead letter or the provider
+// says renders as text. The session cookie is HttpOnly; the CSRF token
+// lives in this script's memory and goes with every POST.
+"use strict";
+
+const API = "/console/api/";
+const state = { who: null, csrf: null };
+
+// el("td", {class: "x"}, "text", otherNode): children that are not nodes
+// become text nodes.
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else if (k === "class") e.className = v;
+    else e.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined) continue;
+    e.appendChild(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return e;
+}
+
+function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); return node; }
+function pretty(v) { return typeof v === "string" ? v : JSON.stringify(v, null, 2); }
+function pill(text) { return el("span", { class: "pill " + String(text) }, text); }
+function notice(kind, text) { return el("div", { class: "notice " + kind, role: "status" }, text); }
+function isOperator() { return state.who && state.who.role === "operator"; }
+
+function age(ms) {
+  if (ms === null || ms === undefined) return "-";
+  const s = Math.floor(ms / 1000);
+  if (s < 120) return s + " s";
+  if (s < 7200) return Math.floor(s / 60) + " min";
+  if (s < 172800) return Math.floor(s / 3600) + " h";
+  return Math.floor(s / 86400) + " d";
+}
+
+async function call(method, path, body) {
+  const opts = { method, headers: {}, credentials: "same-origin" };
+  if (method === "POST") {
+    opts.headers["Content-Type"] = "application/json";
+    if (state.csrf) opts.headers["X-CSRF-Token"] = state.csrf;
+    opts.body = JSON.stringify(body || {});
+  }
+  const res = await fetch(API + path, opts);
+  let data = null;
+  try { data = await res.json(); } catch (e) { data = { error: "no JSON answer (" + res.status + ")" }; }
+  if (res.status === 401 && path !== "login") { signedOut(data && data.error); }
+  return { status: res.status, data };
+}
+
+// ---- sign-in ----
+
+function signedOut(why) {
+  state.who = null;
+  state.csrf = null;
+  document.getElementById("nav").hidden = true;
+  document.getElementById("who").hidden = true;
+  document.getElementById("page").hidden = true;
+  document.getElementById("login").hidden = false;
+  document.getElementById("login-error").textContent = why || "";
+}
+
+function signedIn(who) {
+  state.who = who;
+  state.csrf = who.csrf_token;
+  document.getElementById("login").hidden = true;
+  document.getElementById("nav").hidden = false;
+  const w = clear(document.getElementById("who"));
+  w.hidden = false;
+  w.appendChild(el("span", { "data-testid": "who" }, who.name + " (" + who.role + ")"));
+  w.appendChild(el("button", { type: "button", onclick: signOut }, "Sign out"));
+  document.getElementById("page").hidden = false;
+  route();
+}
+
+async function signOut() {
+  await call("POST", "logout", {});
+  signedOut("Signed out.");
+}
+
+async function signIn(ev) {
+  ev.preventDefault();
+  const input = document.getElementById("token");
+  const r = await call("POST", "login", { token: input.value.trim() });
+  input.value = "";
+  if (r.status === 200) signedIn(r.data);
+  else document.getElementById("login-error").textContent = r.data.error || "refused";
+}
+
+// ---- pages ----
+
+const pages = { overview: showOverview, reviews: showReviews, letters: showLetters, attempt: showAttempt };
+
+function route() {
+  if (!state.who) return;
+  const parts = location.hash.replace(/^#\/?/, "").split("/");
+  const name = pages[parts[0]] ? parts[0] : "overview";
+  for (const a of document.querySelectorAll("nav a"))
+    a.classList.toggle("active", a.dataset.page === name);
+  const page = clear(document.getElementById("page"));
+  pages[name](page, parts.slice(1).map(decodeURIComponent));
+}
+
+function table(headers, rows, onRow) {
+  const body = el("tbody");
+  for (const r of rows) {
+    const tr = el("tr", { class: onRow ? "clickable" : null }, r.cells.map((c) => el("td", {}, c)));
+    if (onRow) tr.addEventListener("click", () => onRow(r, tr));
+    if (r.testid) tr.setAttribute("data-testid", r.testid);
+    body.appendChild(tr);
+  }
+  return el("table", {}, el("thead", {}, el("tr", {}, headers.map((h) => el("th", {}, h)))), body);
+}
+
+function partError(part) {
+  return part && part.error ? el("p", { class: "error" }, "unavailable: " + part.error) : null;
+}
+
+async function showOverview(page) {
+  page.appendChild(el("h1", {}, "Overview"));
+  const r = await call("GET", "overview");
+  if (r.status !== 200) return page.appendChild(notice("error", r.data.error));
+  const o = r.data;
+  const grid = el("div", { class: "grid", "data-testid": "overview" });
+
+  const byStatus = o.attempts && o.attempts.attempts_by_status;
+  grid.appendChild(el("div", { class: "card" }, el("h2", {}, "Attempts by status"), partError(o.attempts),
+    byStatus ? table(["Status", "Attempts"], Object.entries(byStatus).map(([k, v]) => ({ cells: [pill(k), v] }))) : null));
+
+  grid.appendChild(el("div", { class: "card" }, el("h2", {}, "Oldest UNKNOWN"), partError(o.unknown),
+    o.unknown && !o.unknown.error ? [el("div", { class: "big", "data-testid": "oldest-unknown" },
+      o.unknown.count ? age(o.unknown.oldest_age_ms) : "none"),
+    el("p", { class: "muted" }, o.unknown.count + " attempt(s) UNKNOWN; the reconciler settles them on the provider's evidence")] : null));
+
+  const dl = o.dead_letters;
+  grid.appendChild(el("div", { class: "card" }, el("h2", {}, "Dead letters by reason"), partError(dl),
+    dl && !dl.error ? [el("div", { class: "big" }, dl.total),
+      table(["Reason", "Letters"], Object.entries(dl.by_reason).map(([k, v]) => ({ cells: [el("a", { href: "#/letters/" + encodeURIComponent(k) }, k), v] })))] : null));
+
+  const br = o.breakers || [];
+  grid.appendChild(el("div", { class: "card" }, el("h2", {}, "Provider breaker"),
+    br.length ? table(["Worker", "State"], br.map((b) => ({ cells: [b.url, [pill(b.state), b.error ? " " + b.error : ""]] })))
+      : el("p", { class: "muted" }, "No worker metrics configured (CONSOLE_WORKER_METRICS).")));
+
+  const lag = o.consumer_lag;
+  grid.appendChild(el("div", { class: "card" }, el("h2", {}, "Consumer lag"), partError(lag),
+    lag && !lag.error ? [el("div", { class: "big", "data-testid": "lag-total" }, lag.total),
+      el("p", { class: "muted" }, "group " + lag.group + " on " + lag.topic),
+      table(["Partition", "Committed", "End", "Lag"], (lag.partitions || []).map((p) => ({ cells: [p.partition, p.committed, p.end, p.lag] })))] : null));
+
+  const af = o.audit_findings;
+  grid.appendChild(el("div", { class: "card" }, el("h2", {}, "Auditor findings"), partError(af),
+    af && !af.error ? [el("div", { class: "big" }, af.total),
+      table(["Kind", "Findings"], Object.entries(af.by_kind).map(([k, v]) => ({ cells: [k, v] })))] : null));
+  page.appendChild(grid);
+}
+
+// ---- review queue ----
+
+async function showReviews(page) {
+  page.appendChild(el("h1", {}, "Review queue"));
+  const r = await call("GET", "reviews");
+  if (r.status !== 200) return page.appendChild(notice("error", r.data.error));
+  const rows = r.data.reviews;
+  if (!rows.length) return page.appendChild(el("div", { class: "card" }, el("p", { class: "muted", "data-testid": "reviews-empty" }, "Nothing waits for review.")));
+  const detail = el("div", { class: "card", "data-testid": "review-detail" }, el("p", { class: "muted" }, "Pick an attempt to see its evidence."));
+  const list = table(["Attempt", "Amount", "Updated", "Why in review"],
+    rows.map((a) => ({ a, testid: "review-" + a.payment_attempt_id,
+      cells: [el("span", { class: "mono" }, a.payment_attempt_id), a.amount + " " + a.currency, a.updated_at, a.reason || "-"] })),
+    (row, tr) => {
+      for (const t of list.querySelectorAll("tr.selected")) t.classList.remove("selected");
+      tr.classList.add("selected");
+      reviewDetail(clear(detail), row.a);
+    });
+  page.appendChild(el("div", { class: "split" }, el("div", { class: "card" }, list), detail));
+}
+
+function reviewDetail(box, a) {
+  box.appendChild(el("h2", {}, "Attempt " + a.payment_attempt_id));
+  box.appendChild(el("dl", { class: "kv" },
+    el("dt", {}, "order"), el("dd", { class: "mono" }, a.order_id),
+    el("dt", {}, "amount"), el("dd", {}, a.amount + " " + a.currency),
+    el("dt", {}, "intent recorded"), el("dd", { class: "mono" }, a.provider_payment_id || "none"),
+    el("dt", {}, "reason"), el("dd", {}, a.reason || "-")));
+  if (a.review) {
+    box.appendChild(el("h2", {}, "Evidence of the move to review"));
+    box.appendChild(el("p", {}, (a.review.at || "") + " by " + (a.review.cause || "?") + (a.review.actor ? " (" + a.review.actor + ")" : "")));
+    box.appendChild(el("pre", { "data-testid": "review-evidence" }, pretty(a.review.evidence)));
+  }
+  box.appendChild(el("p", {}, el("a", { href: "#/attempt/" + a.payment_attempt_id }, "Open the whole timeline")));
+  if (!isOperator()) {
+    box.appendChild(el("p", { class: "muted" }, "A viewer cannot resolve reviews."));
+    return;
+  }
+  const intent = el("input", { type: "text", id: "resolve-intent", value: a.provider_payment_id || "", placeholder: "pi_..." });
+  const reason = el("input", { type: "text", id: "resolve-reason", placeholder: "how you know" });
+  const decision = el("select", { id: "resolve-decision" },
+    el("option", { value: "succeeded" }, "SUCCEEDED: the provider charged it"),
+    el("option", { value: "failed" }, "FAILED: no money moved"));
+  const out = el("div", { "data-testid": "resolve-result" });
+  const submit = el("button", { type: "button", "data-testid": "resolve-submit" }, "Ask the provider and resolve");
+  const send = async (force, confirm) => {
+    submit.disabled = true;
+    const body = { decision: decision.value };
+    if (decision.value === "succeeded") body.payment_intent_id = intent.value.trim();
+    if (reason.value.trim()) body.reason = reason.value.trim();
+    if (force) { body.force = true; body.confirm = confirm; }
+    const r = await call("POST", "attempts/" + a.payment_attempt_id + "/resolve", body);
+    submit.disabled = false;
+    clear(out);
+    if (r.status === 200) {
+      out.appendChild(notice("okay", "Resolved " + r.data.status + (r.data.forced ? " over the provider's objection" : "; the provider agrees") + "."));
+      submit.disabled = true;
+      return;
+    }
+    out.appendChild(notice("error", (r.status === 409 ? "Conflict: " : "") + (r.data.error || r.data.message || "refused")));
+    if (r.status === 422 && r.data.can_force) forceBox(out, a, send);
+  };
+  submit.addEventListener("click", () => send(false));
+  box.appendChild(el("h2", {}, "Resolve"));
+  box.appendChild(el("label", { for: "resolve-decision" }, "Decision"));
+  box.appendChild(decision);
+  box.appendChild(el("label", { for: "resolve-intent" }, "Payment intent (for SUCCEEDED)"));
+  box.appendChild(intent);
+  box.appendChild(el("label", { for: "resolve-reason" }, "Reason (required for FAILED)"));
+  box.appendChild(reason);
+  box.appendChild(el("div", { class: "row" }, submit));
+  box.appendChild(out);
+}
+
+function forceBox(out, a, send) {
+  const confirm = el("input", { type: "text", id: "force-confirm", placeholder: a.payment_attempt_id });
+  const go = el("button", { type: "button", class: "danger", "data-testid": "force-submit" }, "Resolve anyway");
+  go.addEventListener("click", () => send(true, confirm.value.trim()));
+  out.appendChild(el("p", {}, "The provider's evidence does not support this decision. To override it, type the attempt id and resolve anyway; the evidence records that you did."));
+  out.appendChild(el("label", { for: "force-confirm" }, "Attempt id"));
+  out.appendChild(confirm);
+  out.appendChild(el("div", { class: "row" }, go));
+}
+
+// ---- dead letters ----
+
+async function showLetters(page, args) {
+  page.appendChild(el("h1", {}, "Dead letters"));
+  const f = {};
+  const field = (name, label, node) => { f[name] = node; return el("div", {}, el("label", { for: "f-" + name }, label), node); };
+  // The reason codes come with the first answer (the server's list).
+  const reason = el("select", { id: "f-reason" }, el("option", { value: "" }, "any"));
+  if (args[0]) reason.appendChild(el("option", { value: args[0], selected: true }, args[0]));
+  const form = el("form", { class: "filters card", "data-testid": "letter-filters" },
+    field("reason", "Reason", reason),
+    field("attempt", "Attempt id", el("input", { type: "text", id: "f-attempt" })),
+    field("order", "Order id", el("input", { type: "text", id: "f-order" })),
+    field("since", "Since", el("input", { type: "text", id: "f-since", placeholder: "2h or RFC 3339" })),
+    field("until", "Until", el("input", { type: "text", id: "f-until" })),
+    el("div", {}, el("label", { for: "f-limit" }, "Newest"), el("div", { class: "row", style: null },
+      f.limit = el("input", { type: "text", id: "f-limit", value: "100" }), el("button", { type: "submit" }, "Filter"))));
+  const results = el("div");
+  form.addEventListener("submit", (ev) => { ev.preventDefault(); loadLetters(results, f); });
+  page.appendChild(form);
+  page.appendChild(results);
+  loadLetters(results, f);
+}
+
+async function loadLetters(box, f) {
+  const q = new URLSearchParams();
+  for (const k of ["reason", "attempt", "order", "since", "until", "limit"]) {
+    const v = f[k].value.trim();
+    if (v) q.set(k, v);
+  }
+  const r = await call("GET", "dead-letters?" + q.toString());
+  clear(box);
+  if (r.status !== 200) return box.appendChild(notice("error", r.data.error));
+  const chosen = f.reason.value;
+  if (f.reason.options.length <= 2 && r.data.reasons) {
+    clear(f.reason).appendChild(el("option", { value: "" }, "any"));
+    for (const code of r.data.reasons) f.reason.appendChild(el("option", { value: code }, code));
+    f.reason.value = chosen;
+  }
+  const letters = r.data.letters;
+  const detail = el("div", { class: "card", "data-testid": "letter-detail" }, el("p", { class: "muted" }, "Pick a letter to see it whole."));
+  const checks = [];
+  const all = el("input", { type: "checkbox", "aria-label": "select all", "data-testid": "select-all" });
+  const preview = el("button", { type: "button", "data-testid": "preview-replay", disabled: true }, "Preview replay");
+  const count = () => checks.filter((c) => c.checked).length;
+  const update = () => { preview.disabled = !isOperator() || count() === 0; preview.textContent = "Preview replay of " + count(); };
+  all.addEventListener("change", () => { for (const c of checks) c.checked = all.checked; update(); });
+  const body = el("tbody");
+  for (const l of letters) {
+    const c = el("input", { type: "checkbox", "aria-label": "select " + l.position, "data-position": l.position });
+    c.addEventListener("change", update);
+    c.addEventListener("click", (ev) => ev.stopPropagation());
+    checks.push(c);
+    const tr = el("tr", { class: "clickable", "data-testid": "letter-" + l.position },
+      el("td", {}, c), el("td", { class: "mono" }, l.position), el("td", {}, l.failed_at || "-"), el("td", {}, l.reason || "-"),
+      el("td", { class: "mono" }, l.payment_attempt_id || "-"), el("td", {}, l.error || "-"));
+    tr.addEventListener("click", () => {
+      for (const t of body.querySelectorAll("tr.selected")) t.classList.remove("selected");
+      tr.classList.add("selected");
+      letterDetail(clear(detail), l.position);
+    });
+    body.appendChild(tr);
+  }
+  const list = el("table", {}, el("thead", {}, el("tr", {}, el("th", {}, all), ["Position", "Failed at", "Reason", "Attempt", "Error"].map((h) => el("th", {}, h)))), body);
+  const panel = el("div", { "data-testid": "replay-panel" });
+  preview.addEventListener("click", () => replayPreview(panel, checks.filter((c) => c.checked).map((c) => c.dataset.position)));
+  update();
+  box.appendChild(el("div", { class: "split" },
+    el("div", { class: "card" }, el("p", { class: "muted" }, letters.length + " shown of " + r.data.read + " read"),
+      list, el("div", { class: "row" }, preview, isOperator() ? null : el("span", { class: "muted" }, "A viewer cannot replay.")), panel),
+    detail));
+}
+
+async function letterDetail(box, position) {
+  const r = await call("GET", "dead-letters/" + position);
+  if (r.status !== 200) return box.appendChild(notice("error", r.data.error));
+  const l = r.data;
+  box.appendChild(el("h2", {}, "Letter " + l.position));
+  box.appendChild(el("dl", { class: "kv" },
+    el("dt", {}, "reason"), el("dd", {}, l.reason || "-"),
+    el("dt", {}, "error"), el("dd", { "data-testid": "letter-error" }, l.error || "-"),
+    el("dt", {}, "failed at"), el("dd", {}, l.failed_at || "-"),
+    el("dt", {}, "from"), el("dd", { class: "mono" }, l.original ? (l.original.topic || "?") + " [" + (l.original.partition || "?") + "] @" + (l.original.offset || "?") : "-"),
+    el("dt", {}, "replayable"), el("dd", {}, l.replayable ? "yes" : "no")));
+  box.appendChild(el("h2", {}, "Headers"));
+  box.appendChild(table(["Name", "Value"], (l.headers || []).map((h) => ({ cells: [el("span", { class: "mono" }, h[0]), el("span", { class: "mono" }, pretty(h[1]))] }))));
+  box.appendChild(el("h2", {}, "Key"));
+  box.appendChild(el("pre", { "data-testid": "letter-key" }, l.key === null ? "(none)" : pretty(l.key)));
+  box.appendChild(el("h2", {}, "Value"));
+  box.appendChild(el("pre", { "data-testid": "letter-value" }, l.value === null ? "(none)" : pretty(l.value)));
+}
+
+async function replayPreview(panel, positions) {
+  clear(panel);
+  const r = await call("POST", "dead-letters/replay", { positions, dry_run: true });
+  if (r.status !== 200) return panel.appendChild(notice("error", r.data.error));
+  const letters = r.data.letters;
+  const sendable = letters.filter((l) => !l.skipped).length;
+  panel.appendChild(el("h2", {}, "Preview: nothing is sent yet"));
+  for (const l of letters) {
+    if (l.skipped) {
+      panel.appendChild(notice("error", l.position + " will be skipped: " + l.why_skipped));
+      continue;
+    }
+    panel.appendChild(el("div", { class: "card", "data-testid": "preview-" + l.position },
+      el("p", {}, el("strong", {}, l.position), " would be sent to ", el("span", { class: "mono" }, l.message.topic)),
+      el("pre", {}, pretty(l.message))));
+  }
+  const send = el("button", { type: "button", class: "danger", "data-testid": "replay-submit", disabled: sendable === 0 }, "Replay " + sendable + " letter(s)");
+  send.addEventListener("click", async () => {
+    send.disabled = true;
+    const s = await call("POST", "dead-letters/replay", { positions, dry_run: false });
+    clear(panel);
+    if (!s.data.letters) return panel.appendChild(notice("error", s.data.error));
+    for (const l of s.data.letters)
+      panel.appendChild(notice(l.sent ? "okay" : "error", l.position + ": " +
+        (l.skipped ? "skipped" : l.sent ? "sent to [" + l.sent_partition + "] at offset " + l.sent_offset : "not sent: " + (l.send_error || s.data.error))));
+  });
+  panel.appendChild(el("div", { class: "row" }, send));
+}
+
+// ---- attempt timeline ----
+
+async function showAttempt(page, args) {
+  page.appendChild(el("h1", {}, "Attempt"));
+  const input = el("input", { type: "text", id: "find-id", placeholder: "attempt id, order id or pi_..." });
+  const form = el("form", { class: "card row" }, el("label", { for: "find-id" }, "Find by attempt, order or intent id"), input, el("button", { type: "submit" }, "Find"));
+  const out = el("div");
+  form.addEventListener("submit", (ev) => { ev.preventDefault(); location.hash = "#/attempt/" + encodeURIComponent(input.value.trim()); });
+  page.appendChild(form);
+  page.appendChild(out);
+  if (!args[0]) return;
+  input.value = args[0];
+  const f = await call("GET", "attempts?id=" + encodeURIComponent(args[0]));
+  if (f.status !== 200) return out.appendChild(notice("error", f.data.error));
+  const found = f.data.attempts;
+  if (found.length === 0) return out.appendChild(notice("error", "No attempt has that id, order or intent."));
+  if (found.length > 1) {
+    out.appendChild(el("div", { class: "card" }, el("h2", {}, found.length + " attempts"),
+      table(["Attempt", "Status", "Amount", "Updated"], found.map((a) => ({ a, cells: [el("span", { class: "mono" }, a.payment_attempt_id), pill(a.status), a.amount + " " + a.currency, a.updated_at] })),
+        (row) => { location.hash = "#/attempt/" + row.a.payment_attempt_id; })));
+    return;
+  }
+  const r = await call("GET", "attempts/" + found[0].payment_attempt_id);
+  if (r.status !== 200) return out.appendChild(notice("error", r.data.error));
+  timeline(out, r.data);
+}
+
+function timeline(out, h) {
+  const a = h.attempt;
+  out.appendChild(el("div", { class: "card", "data-testid": "attempt-summary" },
+    el("h2", {}, "Attempt ", el("span", { class: "mono" }, a.payment_attempt_id), " ", pill(a.status)),
+    el("dl", { class: "kv" },
+      el("dt", {}, "order"), el("dd", { class: "mono" }, a.order_id),
+      el("dt", {}, "amount"), el("dd", {}, a.amount + " " + a.currency),
+      el("dt", {}, "idempotency key"), el("dd", { class: "mono" }, a.idempotency_key),
+      el("dt", {}, "provider intent"), el("dd", { class: "mono" }, a.provider_payment_id || "-"),
+      el("dt", {}, "refunded"), el("dd", {}, String(a.refunded_amount || 0)),
+      el("dt", {}, "reason"), el("dd", {}, a.reason || "-"),
+      el("dt", {}, "created"), el("dd", {}, a.created_at))));
+  const items = [];
+  for (const t of h.transitions || [])
+    items.push({ at: t.at, kind: "transition", title: (t.old_status || "new") + " → " + t.new_status,
+      text: [t.cause, t.actor ? "by " + t.actor : "", t.reason || ""].filter(Boolean).join(" · "), detail: t.evidence });
+  for (const c of h.provider_calls || [])
+    items.push({ at: c.started_at, kind: "provider call", title: c.operation + ": " + c.outcome,
+      text: [c.http_status ? "HTTP " + c.http_status : "", c.provider_payment_id || "", c.latency_ms !== null ? c.latency_ms + " ms" : "", c.error || ""].filter(Boolean).join(" · ") });
+  for (const l of h.ledger_entries || [])
+    items.push({ at: l.created_at, kind: "ledger", title: l.kind + " " + l.amount + " " + l.currency, text: l.provider_payment_id || "" });
+  for (const e of h.result_events || [])
+    items.push({ at: e.created_at, kind: "result event", title: e.event_type, text: e.published_at ? "published " + e.published_at : "not published yet", detail: e.payload });
+  for (const r of h.refunds || [])
+    items.push({ at: r.updated_at, kind: "refund", title: r.status + " " + r.amount + " " + r.currency, text: [r.refund_id, r.refund_reason, r.reason].filter(Boolean).join(" · ") });
+  items.sort((x, y) => (x.at || "").localeCompare(y.at || ""));
+  const list = el("ol", { class: "timeline", "data-testid": "timeline" });
+  for (const i of items)
+    list.appendChild(el("li", { "data-kind": i.kind },
+      el("div", { class: "when" }, i.at || "-"),
+      el("div", {}, el("span", { class: "kind" }, i.kind), i.title),
+      i.text ? el("div", { class: "muted" }, i.text) : null,
+      i.detail && Object.keys(i.detail).length ? el("details", {}, el("summary", {}, "evidence"), el("pre", {}, pretty(i.detail))) : null));
+  out.appendChild(el("div", { class: "card" }, el("h2", {}, "Timeline"), list));
+}
+
+// ---- start ----
+
+document.addEventListener("DOMContentLoaded", async () => {
+  document.getElementById("login-form").addEventListener("submit", signIn);
+  window.addEventListener("hashchange", route);
+  const r = await call("GET", "session");
+  if (r.status === 200) signedIn(r.data);
+  else signedOut("");
+});

@@ -1,0 +1,140 @@
+// One operator's walk through the console in Debian's chromium, driven by
+// playwright-core: sign in, the overview, a review resolved (the provider
+// confirms it), a hostile dead letter read, a dead letter previewed and
+// replayed, an attempt's timeline. A screenshot of each page goes to
+// CONSOLE_FLOW's "shots" folder. Run by tests/e2e/test_console_browser.py,
+// which sets the scene and checks the database afterwards; CONSOLE_FLOW is
+// {base, token, review: {attempt, intent, order}, hostile, replay, shots}.
+// Prints one JSON line of what it saw; exits 1 on the first failed check.
+import { chromium } from "playwright-core";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+const cfg = JSON.parse(process.env.CONSOLE_FLOW);
+const WAIT = { timeout: Number(process.env.CONSOLE_FLOW_TIMEOUT_MS || 30000) };
+const saw = { pages: [] };
+
+function check(cond, what) {
+  if (!cond) throw new Error("check failed: " + what);
+}
+
+async function shot(page, name) {
+  const path = join(cfg.shots, name + ".png");
+  await page.screenshot({ path, fullPage: true });
+  saw.pages.push(name);
+}
+
+const profile = mkdtempSync(join(tmpdir(), "charged-console-chromium-"));
+const context = await chromium.launchPersistentContext(profile, {
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  headless: true,
+  viewport: { width: 1440, height: 900 },
+  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+});
+let failed = null;
+try {
+  const page = context.pages()[0] || await context.newPage();
+  const problems = [];
+  page.on("pageerror", (e) => problems.push("page error: " + e.message));
+  page.on("console", (m) => { if (m.type() === "error") problems.push("console: " + m.text()); });
+  page.on("dialog", (d) => { problems.push("a dialog opened: " + d.message()); d.dismiss(); });
+
+  // ---- sign in ----
+  await page.goto(cfg.base + "/console/");
+  await page.locator("#login-form").waitFor(WAIT);
+  await shot(page, "login");
+  await page.fill("#token", "cct_" + "x".repeat(43));
+  await page.click("#login-form button");
+  await page.locator("#login-error", { hasText: "unknown or revoked token" }).waitFor(WAIT);
+  await page.fill("#token", cfg.token);
+  await page.click("#login-form button");
+  await page.locator("[data-testid=who]", { hasText: "(operator)" }).waitFor(WAIT);
+  const cookies = await context.cookies(cfg.base);
+  const session = cookies.find((c) => c.name === "charged_console");
+  check(session && session.httpOnly && session.sameSite === "Strict", "the session cookie: " + JSON.stringify(session));
+  check(await page.evaluate(() => document.cookie) === "", "a script can read the session cookie");
+
+  // ---- overview ----
+  await page.locator("[data-testid=overview]").waitFor(WAIT);
+  await page.locator("[data-testid=overview] .pill", { hasText: "REQUIRES_REVIEW" }).first().waitFor(WAIT);
+  await page.locator("[data-testid=lag-total]").waitFor(WAIT);
+  await shot(page, "overview");
+
+  // ---- resolve a review ----
+  await page.click("nav a[data-page=reviews]");
+  await page.locator(`[data-testid="review-${cfg.review.attempt}"]`).click(WAIT);
+  await page.locator("[data-testid=review-evidence]").waitFor(WAIT);
+  await page.selectOption("#resolve-decision", "succeeded");
+  await page.fill("#resolve-intent", cfg.review.intent);
+  await page.fill("#resolve-reason", "confirmed with the provider");
+  await page.click("[data-testid=resolve-submit]");
+  await page.locator("[data-testid=resolve-result]", { hasText: "Resolved SUCCEEDED; the provider agrees" }).waitFor(WAIT);
+  await shot(page, "review");
+
+  // ---- a hostile dead letter, whole ----
+  await page.click("nav a[data-page=letters]");
+  await page.locator(`[data-testid="letter-${cfg.hostile}"]`).click(WAIT);
+  await page.locator("[data-testid=letter-value]").waitFor(WAIT);
+  const value = await page.locator("[data-testid=letter-value]").textContent();
+  const key = await page.locator("[data-testid=letter-key]").textContent();
+  const error = await page.locator("[data-testid=letter-error]").textContent();
+  for (const [what, text] of [["value", value], ["key", key], ["error", error]]) {
+    check(text.includes("<script>window.__pwned=1</script>"), what + " does not show the markup as text: " + text);
+    check(text.includes("onerror="), what + " does not show the img markup as text");
+    check(!text.includes(cfg.card), what + " shows the card number");
+    check(text.includes("************4242"), what + " does not show the masked number: " + text);
+  }
+  const inert = await page.evaluate(() => ({
+    pwned: window.__pwned === undefined ? null : window.__pwned,
+    imgs: document.querySelectorAll("img").length,
+    scripts: [...document.querySelectorAll("script")].map((s) => s.getAttribute("src")),
+  }));
+  check(inert.pwned === null, "the letter's script ran: " + JSON.stringify(inert));
+  check(inert.imgs === 0, "the letter made an img element");
+  check(JSON.stringify(inert.scripts) === JSON.stringify(["/console/app.js"]), "scripts on the page: " + inert.scripts);
+  saw.hostile = inert;
+  await shot(page, "dead-letter");
+
+  // ---- preview, then replay one ----
+  await page.check(`input[data-position="${cfg.replay}"]`);
+  await page.click("[data-testid=preview-replay]");
+  const preview = page.locator(`[data-testid="preview-${cfg.replay}"]`);
+  await preview.waitFor(WAIT);
+  const previewText = await preview.textContent();
+  check(previewText.includes("dlq.replayed_from") && previewText.includes(cfg.commands_topic),
+    "the preview does not show what would be sent: " + previewText);
+  await shot(page, "replay-preview");
+  await page.click("[data-testid=replay-submit]");
+  await page.locator("[data-testid=replay-panel]", { hasText: `${cfg.replay}: sent to` }).waitFor(WAIT);
+  await shot(page, "replay-sent");
+
+  // ---- the timeline, found by order id and by intent id ----
+  for (const id of [cfg.review.order, cfg.review.intent]) {
+    await page.goto(cfg.base + "/console/#/attempt/" + encodeURIComponent(id));
+    await page.locator("[data-testid=timeline]").waitFor(WAIT);
+    await page.locator("[data-testid=attempt-summary]", { hasText: cfg.review.attempt }).waitFor(WAIT);
+  }
+  const timeline = page.locator("[data-testid=timeline]");
+  await timeline.locator("li", { hasText: "REQUIRES_REVIEW → SUCCEEDED" }).waitFor(WAIT);
+  await timeline.locator("li[data-kind=ledger]").first().waitFor(WAIT);
+  await timeline.locator("li[data-kind='provider call']").first().waitFor(WAIT);
+  saw.timeline_kinds = await timeline.locator("li").evaluateAll((ls) => ls.map((l) => l.dataset.kind));
+  await shot(page, "attempt");
+
+  // ---- sign out ----
+  await page.click("#who button");
+  await page.locator("#login-error", { hasText: "Signed out." }).waitFor(WAIT);
+  check(problems.length === 0, "the page reported problems: " + problems.join("; "));
+} catch (e) {
+  failed = e;
+} finally {
+  await context.close();
+  rmSync(profile, { recursive: true, force: true });
+}
+if (failed) {
+  console.error(failed.stack || String(failed));
+  process.exit(1);
+}
+console.log(JSON.stringify(saw));

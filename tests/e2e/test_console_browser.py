@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""The console in a real browser: Debian's chromium, driven by
+playwright-core (tests/browser/console_flow.mjs), against real PostgreSQL,
+Kafka, psp-sim, a worker and `charged console`.
+
+This file sets the scene: an attempt in review whose intent the provider
+holds succeeded, a hostile dead letter (markup and a card number in its key,
+value and headers, written as nothing of charged would write it), and a
+dead letter of a valid command. The browser signs in, sees the overview,
+resolves the review, reads the hostile letter (it must render as text,
+number masked, nothing run), previews and replays the other letter and
+opens the attempt's timeline by order and by intent id. Then the database
+and psp-sim's ledger say whether it happened: the review resolved once by
+the token's name, the replayed command charged once, each action in
+console_actions. Screenshots: e2e-logs/<scenario>/screenshots/."""
+
+import json
+import os
+import shutil
+import subprocess
+
+import charged_console as con
+import charged_e2e as e2e
+from charged_e2e import check, check_eq
+from test_chargectl_resolve import into_review, status
+
+BROWSER_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "browser")
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+
+
+def scenario(new):
+    check(os.path.exists(CHROMIUM), "no chromium at %s (deploy/install-deps.sh)" % CHROMIUM)
+    check(os.path.isdir(os.path.join(BROWSER_DIR, "node_modules", "playwright-core")),
+          "playwright-core is not installed in tests/browser (deploy/install-deps.sh)")
+    s = new("console_browser", worker_env={"RECONCILER_SEARCH_LAG_MS": "0"})
+    worker = s.start_worker()
+    name, port = con.start_console(s, CONSOLE_COOKIE_SECURE="1",
+                                   CONSOLE_WORKER_METRICS="http://127.0.0.1:%d/metrics"
+                                   % s.admin_port(worker))
+    secret = con.token(s, "olivia", "operator")
+    op = con.Client(port, secret)
+
+    review, pi = into_review(s, "pm_card_mastercard")
+    con.hostile_letter(s)
+    replay_cmd = e2e.new_command(amount=700)
+    con.replayable_letter(s, replay_cmd)
+    letters = e2e.wait_until("both letters listed", lambda: (
+        lambda ls: ls if len(ls) == 2 else None)(con.letter_positions(op)), 30)
+    by_reason = {r: p for p, r in letters}
+    shots = os.path.join(s.dir, "screenshots")
+    os.makedirs(shots, exist_ok=True)
+    flow = {"base": "http://127.0.0.1:%d" % port, "token": secret,
+            "review": {"attempt": review["payment_attempt_id"], "intent": pi["id"],
+                       "order": review["order_id"]},
+            "hostile": by_reason["schema_violation"], "replay": by_reason["database_refused"],
+            "card": con.CARD,
+            "commands_topic": s.topics["commands"], "shots": shots}
+    env = dict(os.environ, CONSOLE_FLOW=json.dumps(flow), CHROMIUM=CHROMIUM,
+               CONSOLE_FLOW_TIMEOUT_MS=str(int(e2e.scaled(30) * 1000)))
+    p = subprocess.run(["node", os.path.join(BROWSER_DIR, "console_flow.mjs")], env=env,
+                       capture_output=True, timeout=e2e.scaled(300), cwd=BROWSER_DIR)
+    e2e.log("browser:", p.stdout.decode().strip(), p.stderr.decode().strip()[-3000:])
+    check(p.returncode == 0, "the browser's walk failed: %s" % p.stderr.decode()[-3000:])
+    saw = json.loads(p.stdout.decode().strip().splitlines()[-1])
+    check_eq(saw["pages"], ["login", "overview", "review", "dead-letter", "replay-preview",
+                            "replay-sent", "attempt"], "pages the browser saw")
+    for page in saw["pages"]:
+        check(os.path.getsize(os.path.join(shots, page + ".png")) > 10000,
+              "the screenshot of %s is empty" % page)
+
+    # What the clicks did, from the database and the provider's own ledger.
+    check_eq(status(s, review), "SUCCEEDED", "the review resolved in the browser")
+    check_eq(s.query("SELECT actor, reason FROM attempt_transitions WHERE payment_attempt_id"
+                     " = '%s' AND cause = 'operator'" % review["payment_attempt_id"]),
+             [["olivia", "confirmed with the provider"]], "the operator's transition")
+    e2e.wait_until("the replayed command charged", lambda: status(s, replay_cmd) == "SUCCEEDED", 60)
+    charges = [c for c in s.ledger() if c.get("idempotency_key") == replay_cmd["idempotency_key"]]
+    check_eq(len(charges), 1, "psp-sim charges of the replayed command")
+    replayed = [m for m in s.tool("dump", s.topics["commands"]).splitlines()
+                if replay_cmd["payment_attempt_id"] in m]
+    check_eq(len(replayed), 1, "replays on the command topic")
+    headers = dict((h[0], h[1]) for h in json.loads(replayed[0]).get("headers", []))
+    check_eq(headers.get("dlq.replayed_by"), "olivia", "dlq.replayed_by of the replay")
+    actions = [tuple(r) for r in s.query("SELECT actor, action, outcome FROM console_actions"
+                                         " ORDER BY id")]
+    for want in [("olivia", "login", "ok"), ("olivia", "resolve", "resolved"),
+                 ("olivia", "replay", "ok"), ("olivia", "logout", "ok")]:
+        check(want in actions, "%s is not in console_actions: %s" % (want, actions))
+    # The current screenshots, for docs/console.md (tools/console-screenshots.sh).
+    keep = os.environ.get("CHARGED_CONSOLE_SHOTS")
+    if keep:
+        os.makedirs(keep, exist_ok=True)
+        for page in saw["pages"]:
+            shutil.copy(os.path.join(shots, page + ".png"), os.path.join(keep, page + ".png"))
+
+
+if __name__ == "__main__":
+    raise SystemExit(e2e.main(scenario))
