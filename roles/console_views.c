@@ -12,6 +12,7 @@
 #include "attempt_store.h"
 #include "audit_policy.h"
 #include "audit_store.h"
+#include "card_data.h"
 #include "clock.h"
 #include "db.h"
 #include "dead_letter_reason.h"
@@ -118,6 +119,59 @@ static PGconn *conn_get(console_views_t *v, struct store_error *err)
     return v->conn;
 }
 
+/* Masks every card number in every string of v, object keys included
+ * (card_data_mask): what a dead letter carries reaches the screen only
+ * masked, whichever member it hides in. Returns v, or NULL when out of
+ * memory (v is freed then). */
+static json_t *masked(json_t *v)
+{
+    if (json_is_string(v)) {
+        size_t n = json_string_length(v);
+        char *copy = malloc(n + 1);
+        if (!copy) {
+            json_decref(v);
+            return NULL;
+        }
+        memcpy(copy, json_string_value(v), n + 1);
+        if (card_data_mask(copy, n) > 0)
+            json_string_setn_nocheck(v, copy, n);
+        free(copy);
+        return v;
+    }
+    if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            json_t *item = json_incref(json_array_get(v, i));
+            if (!(item = masked(item)) || json_array_set_new(v, i, item) != 0) {
+                json_decref(v);
+                return NULL;
+            }
+        }
+        return v;
+    }
+    if (json_is_object(v)) {
+        json_t *out = json_object();
+        const char *k;
+        json_t *item;
+        json_object_foreach(v, k, item)
+        {
+            json_t *key = masked(json_string(k));
+            json_t *m = masked(json_incref(item));
+            if (!out || !key || !m ||
+                json_object_set_new_nocheck(out, json_string_value(key), m) != 0) {
+                json_decref(key);
+                json_decref(m);
+                json_decref(out);
+                json_decref(v);
+                return NULL;
+            }
+            json_decref(key);
+        }
+        json_decref(v);
+        return out;
+    }
+    return v;
+}
+
 /* ---- overview ---- */
 
 static json_t *part_error(const char *why)
@@ -154,7 +208,7 @@ static json_t *letters_part(console_views_t *v)
         json_object_set_new(by, reason,
                             json_integer(c ? json_integer_value(c) + 1 : 1));
     }
-    o = json_pack("{s:I, s:O}", "total", (json_int_t)n, "by_reason", by);
+    o = json_pack("{s:I, s:o}", "total", (json_int_t)n, "by_reason", masked(json_incref(by)));
 out:
     json_decref(by);
     dlq_reader_free(r);
@@ -388,7 +442,7 @@ unsigned console_views_letters(console_views_t *v, const struct console_letter_q
     const struct dlq_letter **sel = dlq_reader_select(r, &f, &n);
     json_t *list = json_array();
     for (size_t i = 0; sel && list && i < n; i++)
-        json_array_append_new(list, dlq_letter_summary_json(sel[i]));
+        json_array_append_new(list, masked(dlq_letter_summary_json(sel[i])));
     json_t *reasons = json_array();
     for (int i = 0; reasons && i < DEAD_LETTER__COUNT; i++)
         if (dead_letter_reason_name(i))
@@ -424,7 +478,7 @@ unsigned console_views_letter(console_views_t *v, const char *position, json_t *
                                    rc == DLQ_READER_OK ? "no such dead letter" : err);
     }
     const struct dlq_letter *l = dlq_reader_letter(r, 0);
-    json_t *o = dlq_letter_json(r, l, 1);
+    json_t *o = masked(dlq_letter_json(r, l, 1));
     if (o)
         json_object_set_new(o, "replayable", json_boolean(replayable(l)));
     dlq_reader_free(r);
@@ -504,6 +558,7 @@ unsigned console_views_replay(console_views_t *v, const struct console_who *who,
     for (size_t i = 0; list && i < in->n; i++)
         json_array_append_new(list,
                               replay_item_json(r, &items[i], who->name, in->dry_run));
+    list = masked(list);
     if (rc == DLQ_READER_FAILED)
         status = 502; /* Kafka did not take every letter: the list says which */
     *body =
