@@ -208,7 +208,8 @@ static json_t *letters_part(console_views_t *v)
         json_object_set_new(by, reason,
                             json_integer(c ? json_integer_value(c) + 1 : 1));
     }
-    o = json_pack("{s:I, s:o}", "total", (json_int_t)n, "by_reason", masked(json_incref(by)));
+    o = json_pack("{s:I, s:o}", "total", (json_int_t)n, "by_reason",
+                  masked(json_incref(by)));
 out:
     json_decref(by);
     dlq_reader_free(r);
@@ -338,17 +339,22 @@ static const unsigned outcome_status[] = {
     [ATTEMPT_REVIEW_CHANGED] = 409,       [ATTEMPT_REVIEW_ERROR] = 503,
 };
 
-static void record(console_views_t *v, const char *actor, const char *action,
-                   const char *target, const char *outcome, json_t *detail)
+/* Writes one row of console_actions: 0, or -1 (logged) when it could not. */
+static int record(console_views_t *v, const char *actor, const char *action,
+                  const char *target, const char *outcome, json_t *detail)
 {
     struct store_error err;
     char *text = detail ? json_dumps(detail, JSON_COMPACT) : NULL;
+    int rc = 0;
     if (console_store_record(v->cs, actor, action, target, outcome, text, &err) !=
-        STORE_OK)
+        STORE_OK) {
         log_error("console: an action was not recorded", "actor", actor, "action",
                   action, "target", target, "outcome", outcome, "error", err.message,
                   NULL);
+        rc = -1;
+    }
     free(text);
+    return rc;
 }
 
 unsigned console_views_resolve(console_views_t *v, const struct console_who *who,
@@ -547,6 +553,19 @@ unsigned console_views_replay(console_views_t *v, const struct console_who *who,
         }
         sel[i] = dlq_reader_letter(r, before);
     }
+    snprintf(target, sizeof(target), "%d:%lld%s", (int)in->partition[0],
+             (long long)in->offset[0], in->n > 1 ? " and more" : "");
+    if (!in->dry_run) {
+        /* Recorded before anything is sent: no replay without its record. */
+        json_t *asked = json_pack("{s:I}", "letters", (json_int_t)in->n);
+        int unrecorded = record(v, who->name, "replay", target, "requested", asked);
+        json_decref(asked);
+        if (unrecorded) {
+            status =
+                answer(body, 503, "the action could not be recorded; nothing sent");
+            goto out;
+        }
+    }
     enum dlq_reader_rc rc =
         dlq_reader_replay(r, (const struct dlq_letter *const *)sel, in->n, who->name,
                           in->dry_run, items, err, sizeof(err));
@@ -565,10 +584,10 @@ unsigned console_views_replay(console_views_t *v, const struct console_who *who,
         json_pack("{s:b, s:O, s:s?}", "dry_run", in->dry_run, "letters",
                   list ? list : json_null(), "error", rc == DLQ_READER_OK ? NULL : err);
     if (!in->dry_run) {
-        snprintf(target, sizeof(target), "%d:%lld%s", (int)in->partition[0],
-                 (long long)in->offset[0], in->n > 1 ? " and more" : "");
+        json_t *detail = json_pack("{s:O}", "letters", list ? list : json_null());
         record(v, who->name, "replay", target, rc == DLQ_READER_OK ? "ok" : "failed",
-               list);
+               detail);
+        json_decref(detail);
         log_info("console: dead letters replayed", "actor", who->name, "first", target,
                  "result", rc == DLQ_READER_OK ? "ok" : "failed", NULL);
     }

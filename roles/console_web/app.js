@@ -26,6 +26,10 @@ function el(tag, attrs, ...children) {
 
 function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); return node; }
 function pretty(v) { return typeof v === "string" ? v : JSON.stringify(v, null, 2); }
+// "2026-12-01T10:00:00.000Z" -> "2026-12-01 10:00:00" (UTC), for tables.
+function when(t) { return t ? String(t).replace("T", " ").replace(/\.\d+Z$/, "") : "-"; }
+// A UUID's first block, the whole one on hover.
+function shortId(id) { return id ? el("span", { class: "mono", title: id }, String(id).slice(0, 8) + "…") : "-"; }
 function pill(text) { return el("span", { class: "pill " + String(text) }, text); }
 function notice(kind, text) { return el("div", { class: "notice " + kind, role: "status" }, text); }
 function isOperator() { return state.who && state.who.role === "operator"; }
@@ -171,7 +175,7 @@ async function showReviews(page) {
   const detail = el("div", { class: "card", "data-testid": "review-detail" }, el("p", { class: "muted" }, "Pick an attempt to see its evidence."));
   const list = table(["Attempt", "Amount", "Updated", "Why in review"],
     rows.map((a) => ({ a, testid: "review-" + a.payment_attempt_id,
-      cells: [el("span", { class: "mono" }, a.payment_attempt_id), a.amount + " " + a.currency, a.updated_at, a.reason || "-"] })),
+      cells: [el("span", { class: "mono" }, a.payment_attempt_id), a.amount + " " + a.currency, when(a.updated_at), a.reason || "-"] })),
     (row, tr) => {
       for (const t of list.querySelectorAll("tr.selected")) t.classList.remove("selected");
       tr.classList.add("selected");
@@ -258,8 +262,8 @@ async function showLetters(page, args) {
     field("order", "Order id", el("input", { type: "text", id: "f-order" })),
     field("since", "Since", el("input", { type: "text", id: "f-since", placeholder: "2h or RFC 3339" })),
     field("until", "Until", el("input", { type: "text", id: "f-until" })),
-    el("div", {}, el("label", { for: "f-limit" }, "Newest"), el("div", { class: "row", style: null },
-      f.limit = el("input", { type: "text", id: "f-limit", value: "100" }), el("button", { type: "submit" }, "Filter"))));
+    field("limit", "Newest", el("input", { type: "text", id: "f-limit", value: "100" })),
+    el("div", {}, el("button", { type: "submit" }, "Filter")));
   const results = el("div");
   form.addEventListener("submit", (ev) => { ev.preventDefault(); loadLetters(results, f); });
   page.appendChild(form);
@@ -297,8 +301,8 @@ async function loadLetters(box, f) {
     c.addEventListener("click", (ev) => ev.stopPropagation());
     checks.push(c);
     const tr = el("tr", { class: "clickable", "data-testid": "letter-" + l.position },
-      el("td", {}, c), el("td", { class: "mono" }, l.position), el("td", {}, l.failed_at || "-"), el("td", {}, l.reason || "-"),
-      el("td", { class: "mono" }, l.payment_attempt_id || "-"), el("td", {}, l.error || "-"));
+      el("td", {}, c), el("td", { class: "mono nowrap" }, l.position), el("td", { class: "nowrap" }, when(l.failed_at)),
+      el("td", {}, l.reason || "-"), el("td", {}, shortId(l.payment_attempt_id)), el("td", {}, l.error || "-"));
     tr.addEventListener("click", () => {
       for (const t of body.querySelectorAll("tr.selected")) t.classList.remove("selected");
       tr.classList.add("selected");
