@@ -117,7 +117,8 @@ static void letter_param(const char *arg)
     memset(&q, 0, sizeof(q));
     if (eq)
         *eq = '\0';
-    if (console_input_letter_param(arg, eq ? eq + 1 : NULL, &q, why, sizeof(why)) != 0) {
+    if (console_input_letter_param(arg, eq ? eq + 1 : NULL, &q, why, sizeof(why)) !=
+        0) {
         FUZZ_CHECK(why[0]);
         return;
     }
@@ -144,7 +145,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         route(arg);
         break;
     case 1:
-        if (console_input_login((const char *)data, size, secret, why, sizeof(why)) == 0)
+        if (console_input_login((const char *)data, size, secret, why, sizeof(why)) ==
+            0)
             check_secret(secret);
         else
             FUZZ_CHECK(why[0] && secret[0] == '\0');
