@@ -1,0 +1,199 @@
+/* Unit tests of common/core/console_input: what the console takes from a
+ * request before it acts on it. */
+#include <check.h>
+#include <string.h>
+
+#include "console_input.h"
+#include "test_env.h"
+
+#define ATTEMPT "5d1c2c1e-1a9b-4b1e-8e55-000000000001"
+
+static int resolve(const char *body, struct console_resolve_input *in, char *why)
+{
+    return console_input_resolve(body, strlen(body), ATTEMPT, in, why, 256);
+}
+
+START_TEST(routes_name_their_ids)
+{
+    struct console_route_match m;
+    ck_assert_int_eq(console_input_route("/console/", &m), CONSOLE_R_ASSET);
+    ck_assert_str_eq(m.id, "index.html");
+    ck_assert_int_eq(
+        console_input_route(
+            "/console/api/attempts/5D1C2C1E-1A9B-4B1E-8E55-000000000001/resolve", &m),
+        CONSOLE_R_RESOLVE);
+    ck_assert_str_eq(m.id, ATTEMPT); /* canonical: lower case */
+    ck_assert_str_eq(m.method, "POST");
+    ck_assert_int_eq(console_input_route("/console/api/attempts/" ATTEMPT, &m),
+                     CONSOLE_R_ATTEMPT);
+    ck_assert_str_eq(m.method, "GET");
+    ck_assert_int_eq(console_input_route("/console/api/dead-letters/2:41", &m),
+                     CONSOLE_R_LETTER);
+    ck_assert_str_eq(m.id, "2:41");
+    ck_assert_int_eq(console_input_route("/console/api/dead-letters/replay", &m),
+                     CONSOLE_R_REPLAY);
+}
+END_TEST
+
+static const char *const no_route[] = {
+    "/",
+    "/console/api/attempts/not-a-uuid",
+    "/console/api/attempts/" ATTEMPT "/resolvex",
+    "/console/api/dead-letters/-1:0",
+    "/console/api/dead-letters/1:",
+    "/console/../x",
+    "/console/.hidden",
+    "/console/a/b",
+    "/console/api/unknown",
+    "/consolex",
+    "/console/api/dead-letters/2147483648:0",
+};
+
+START_TEST(malformed_paths_have_no_route)
+{
+    struct console_route_match m;
+    ck_assert_int_eq(console_input_route(no_route[_i], &m), CONSOLE_R_NONE);
+}
+END_TEST
+
+START_TEST(a_decision_says_what_it_needs)
+{
+    struct console_resolve_input in;
+    char why[256];
+    ck_assert_int_eq(
+        resolve("{\"decision\":\"succeeded\",\"payment_intent_id\":\"pi_1\"}", &in,
+                why),
+        0);
+    ck_assert(!in.failed && !strcmp(in.intent_id, "pi_1") && !in.force);
+    ck_assert_int_eq(
+        resolve("{\"decision\":\"failed\",\"reason\":\"no money moved\"}", &in, why),
+        0);
+    ck_assert(in.failed && !strcmp(in.reason, "no money moved"));
+    /* a succeeded decision names its intent; a failed one gives a reason */
+    ck_assert_int_eq(resolve("{\"decision\":\"succeeded\"}", &in, why), -1);
+    ck_assert_ptr_nonnull(strstr(why, "payment_intent_id"));
+    ck_assert_int_eq(resolve("{\"decision\":\"failed\"}", &in, why), -1);
+    ck_assert_ptr_nonnull(strstr(why, "reason"));
+    ck_assert_int_eq(
+        resolve(
+            "{\"decision\":\"failed\",\"reason\":\"x\",\"payment_intent_id\":\"pi_1\"}",
+            &in, why),
+        -1);
+}
+END_TEST
+
+START_TEST(force_needs_the_attempt_id_confirmed)
+{
+    struct console_resolve_input in;
+    char why[256];
+    ck_assert_int_eq(
+        resolve("{\"decision\":\"failed\",\"reason\":\"x\",\"force\":true}", &in, why),
+        -1);
+    ck_assert_int_eq(resolve("{\"decision\":\"failed\",\"reason\":\"x\",\"force\":true,"
+                             "\"confirm\":\"5d1c2c1e-1a9b-4b1e-8e55-000000000002\"}",
+                             &in, why),
+                     -1);
+    ck_assert_int_eq(resolve("{\"decision\":\"failed\",\"reason\":\"x\",\"force\":true,"
+                             "\"confirm\":\"" ATTEMPT "\"}",
+                             &in, why),
+                     0);
+    ck_assert(in.force);
+    /* not a boolean, misspelt, or given twice: refused, never ignored */
+    ck_assert_int_eq(
+        resolve("{\"decision\":\"failed\",\"reason\":\"x\",\"force\":\"true\"}", &in,
+                why),
+        -1);
+    ck_assert_int_eq(
+        resolve("{\"decision\":\"failed\",\"reason\":\"x\",\"forse\":true}", &in, why),
+        -1);
+    ck_assert_ptr_nonnull(strstr(why, "forse"));
+    ck_assert_int_eq(resolve("{\"decision\":\"failed\",\"decision\":\"succeeded\","
+                             "\"reason\":\"x\"}",
+                             &in, why),
+                     -1);
+}
+END_TEST
+
+START_TEST(reasons_are_one_line_of_utf8)
+{
+    struct console_resolve_input in;
+    char why[256];
+    ck_assert_int_eq(
+        resolve("{\"decision\":\"failed\",\"reason\":\"a\\nb\"}", &in, why), -1);
+    ck_assert_int_eq(
+        resolve("{\"decision\":\"failed\",\"reason\":\"a\\u0000b\"}", &in, why), -1);
+    ck_assert_int_eq(
+        resolve("{\"decision\":\"failed\",\"reason\":\"caf\\u00e9\"}", &in, why), 0);
+}
+END_TEST
+
+START_TEST(a_replay_lists_distinct_positions_and_says_whether_it_sends)
+{
+    struct console_replay_input in;
+    char why[256];
+    const char *ok = "{\"positions\":[\"0:1\",\"2:41\"],\"dry_run\":true}";
+    ck_assert_int_eq(console_input_replay(ok, strlen(ok), &in, why, sizeof(why)), 0);
+    ck_assert(in.n == 2 && in.dry_run && in.partition[1] == 2 && in.offset[1] == 41);
+    const char *bad[] = {
+        "{\"positions\":[\"0:1\",\"0:1\"],\"dry_run\":true}", /* a repeat */
+        "{\"positions\":[\"0:1\"]}",                          /* dry_run left out */
+        "{\"positions\":[],\"dry_run\":false}",
+        "{\"positions\":[\"0:x\"],\"dry_run\":false}",
+        "{\"positions\":\"0:1\",\"dry_run\":false}",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ck_assert_int_eq(
+            console_input_replay(bad[i], strlen(bad[i]), &in, why, sizeof(why)), -1);
+        ck_assert_uint_eq(in.n, 0);
+    }
+}
+END_TEST
+
+START_TEST(the_cookie_is_found_among_others)
+{
+    char sid[CONSOLE_SECRET_MAX];
+    ck_assert_int_eq(
+        console_input_cookie("a=b; charged_console=abcDEF_123-xyz; c=d", sid), 0);
+    ck_assert_str_eq(sid, "abcDEF_123-xyz");
+    ck_assert_int_eq(console_input_cookie("charged_consolex=abcdefghij", sid), -1);
+    ck_assert_int_eq(console_input_cookie("charged_console=abc def ghij", sid), -1);
+    ck_assert_int_eq(console_input_cookie("charged_console=", sid), -1);
+    ck_assert_int_eq(console_input_cookie(NULL, sid), -1);
+}
+END_TEST
+
+START_TEST(letter_filters_are_checked_as_chargectl_checks_them)
+{
+    struct console_letter_query q;
+    char why[256];
+    memset(&q, 0, sizeof(q));
+    ck_assert_int_eq(
+        console_input_letter_param("reason", "malformed_json", &q, why, 256), 0);
+    ck_assert_int_eq(console_input_letter_param("reason", "no_such", &q, why, 256), -1);
+    ck_assert_int_eq(console_input_letter_param("limit", "1000", &q, why, 256), 0);
+    ck_assert_int_eq(q.limit, 1000);
+    ck_assert_int_eq(console_input_letter_param("limit", "1001", &q, why, 256), -1);
+    ck_assert_int_eq(console_input_letter_param("limit", "0", &q, why, 256), -1);
+    ck_assert_int_eq(console_input_letter_param("attempt", "x", &q, why, 256), -1);
+    ck_assert_int_eq(console_input_letter_param("since", "2h", &q, why, 256), 0);
+    ck_assert_int_eq(console_input_letter_param("since", "<script>", &q, why, 256), -1);
+    ck_assert_int_eq(console_input_letter_param("other", "1", &q, why, 256), -1);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("console_input");
+    TCase *tc = tcase_create("console_input");
+    tcase_add_test(tc, routes_name_their_ids);
+    tcase_add_loop_test(tc, malformed_paths_have_no_route, 0,
+                        sizeof(no_route) / sizeof(no_route[0]));
+    tcase_add_test(tc, a_decision_says_what_it_needs);
+    tcase_add_test(tc, force_needs_the_attempt_id_confirmed);
+    tcase_add_test(tc, reasons_are_one_line_of_utf8);
+    tcase_add_test(tc, a_replay_lists_distinct_positions_and_says_whether_it_sends);
+    tcase_add_test(tc, the_cookie_is_found_among_others);
+    tcase_add_test(tc, letter_filters_are_checked_as_chargectl_checks_them);
+    suite_add_tcase(s, tc);
+    return test_env_run_suite(s);
+}
