@@ -55,18 +55,6 @@ __attribute__((format(printf, 3, 4))) static int say(int rc, const char *sub,
     return rc;
 }
 
-/* A name or an actor: 1..max bytes of UTF-8 on one line. */
-static int good_text(const char *s, size_t max)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > max || !utf8_text_valid(s, n))
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
-            return 0;
-    return 1;
-}
-
 struct token_args {
     const char *sub; /* "add", "list", "revoke" */
     const char *name;
@@ -195,7 +183,7 @@ static int parse(int argc, char **argv, struct token_args *a)
         return ctl_unexpected_argument(cmd, argv[optind + 1]);
     }
     a->name = argv[optind];
-    if (!good_text(a->name, CONSOLE_TOKEN_MAX_NAME))
+    if (!utf8_text_line(a->name, CONSOLE_TOKEN_MAX_NAME))
         return say(CTL_USAGE, a->sub, "NAME must be 1..%d bytes of UTF-8 on one line",
                    CONSOLE_TOKEN_MAX_NAME);
     if (add && a->role < 0)
@@ -204,7 +192,7 @@ static int parse(int argc, char **argv, struct token_args *a)
         return say(CTL_USAGE, a->sub, "--role is for add");
     if (!a->actor && !(a->actor = ctl_os_user()))
         return say(CTL_USAGE, a->sub, "cannot tell who you are: give --actor NAME");
-    if (!good_text(a->actor, CONSOLE_TOKEN_MAX_NAME))
+    if (!utf8_text_line(a->actor, CONSOLE_TOKEN_MAX_NAME))
         return say(CTL_USAGE, a->sub,
                    "--actor must be 1..%d bytes of UTF-8 on one line",
                    CONSOLE_TOKEN_MAX_NAME);

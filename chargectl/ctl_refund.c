@@ -119,18 +119,6 @@ __attribute__((format(printf, 3, 4))) static int say(int rc, const char *sub,
     return rc;
 }
 
-/* Free text for the database: 1..max bytes of UTF-8, one line. */
-static int good_text(const char *s, size_t max)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > max || !utf8_text_valid(s, n))
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
-            return 0;
-    return 1;
-}
-
 /* A provider refund id: re_ and letters, digits, '_'. */
 static int good_refund_id(const char *s)
 {
@@ -550,7 +538,7 @@ int ctl_refund(int argc, char **argv)
             return say(CTL_USAGE, sub, "give --status SUCCEEDED or --status FAILED");
         if (!ra.reason)
             return say(CTL_USAGE, sub, "needs --reason TEXT: say how you know");
-        if (!good_text(ra.reason, MAX_REASON))
+        if (!utf8_text_line(ra.reason, MAX_REASON))
             return say(CTL_USAGE, sub,
                        "--reason must be 1..%d bytes of UTF-8 on one line", MAX_REASON);
         if (ra.provider_refund_id && !good_refund_id(ra.provider_refund_id))
@@ -563,7 +551,7 @@ int ctl_refund(int argc, char **argv)
                        "provider's refund");
         if (!ra.actor && !(ra.actor = os_user()))
             return say(CTL_USAGE, sub, "cannot tell who you are: give --actor NAME");
-        if (!good_text(ra.actor, MAX_ACTOR))
+        if (!utf8_text_line(ra.actor, MAX_ACTOR))
             return say(CTL_USAGE, sub,
                        "--actor must be 1..%d bytes of UTF-8 on one line", MAX_ACTOR);
     }

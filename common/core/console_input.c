@@ -24,17 +24,6 @@ static int refuse(char *why, size_t why_size, const char *fmt, ...)
     return -1;
 }
 
-/* Free text: 1..max bytes of UTF-8 on one line. */
-static int one_line(const char *s, size_t n, size_t max)
-{
-    if (n == 0 || n > max || !utf8_text_valid(s, n))
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
-            return 0;
-    return 1;
-}
-
 static int intent_id_ok(const char *s, size_t n)
 {
     if (n == 0 || n > 95)
@@ -273,8 +262,7 @@ int console_input_resolve(const char *body, size_t len, const char *attempt_id,
         goto out;
     }
     got = member_string(doc, "reason", out->reason, sizeof(out->reason));
-    if (got < 0 ||
-        (got == 1 && !one_line(out->reason, strlen(out->reason), CONSOLE_MAX_REASON))) {
+    if (got < 0 || (got == 1 && !utf8_text_line(out->reason, CONSOLE_MAX_REASON))) {
         refuse(why, why_size, "\"reason\" must be 1..%d bytes of UTF-8 on one line",
                CONSOLE_MAX_REASON);
         goto out;

@@ -106,3 +106,14 @@ size_t utf8_text_copy(char *dst, size_t dst_size, const char *src)
     dst[out] = '\0';
     return out;
 }
+
+int utf8_text_line(const char *s, size_t max)
+{
+    size_t n = s ? strlen(s) : 0;
+    if (n == 0 || n > max || !utf8_text_valid(s, n))
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+            return 0;
+    return 1;
+}

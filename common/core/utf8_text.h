@@ -26,6 +26,11 @@ size_t utf8_text_seq_len(const unsigned char *s, size_t n);
 /* 1 if the n bytes at s are valid UTF-8 without NUL. */
 int utf8_text_valid(const char *s, size_t n);
 
+/* 1 if s (NULL: no) is free text a person typed for a record, as names,
+ * actors and reasons are: 1..max bytes of valid UTF-8 on one line (no
+ * control characters). */
+int utf8_text_line(const char *s, size_t max);
+
 /* Characters (Unicode code points) in the n bytes at s, which must be valid
  * UTF-8: what the contract's and JSON Schema's lengths count. */
 size_t utf8_text_chars(const char *s, size_t n);

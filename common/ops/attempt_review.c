@@ -65,18 +65,6 @@ static long long search_wait_ms(const struct review_attempt *a, long long lag_ms
     return a->last_call_age_ms < lag_ms ? lag_ms - a->last_call_age_ms : 0;
 }
 
-/* Free text for the database: 1..max bytes of UTF-8, one line. */
-static int good_text(const char *s, size_t max)
-{
-    size_t n = s ? strlen(s) : 0;
-    if (n == 0 || n > max || !utf8_text_valid(s, n))
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
-            return 0;
-    return 1;
-}
-
 int attempt_review_check(const struct attempt_review_request *rq, char *why,
                          size_t why_size)
 {
@@ -89,10 +77,10 @@ int attempt_review_check(const struct attempt_review_request *rq, char *why,
     else if (!rq->intent_id && !rq->reason)
         snprintf(why, why_size,
                  "reason is required for FAILED: say how you know no money moved");
-    else if (rq->reason && !good_text(rq->reason, ATTEMPT_REVIEW_MAX_REASON))
+    else if (rq->reason && !utf8_text_line(rq->reason, ATTEMPT_REVIEW_MAX_REASON))
         snprintf(why, why_size, "reason must be 1..%d bytes of UTF-8 on one line",
                  ATTEMPT_REVIEW_MAX_REASON);
-    else if (!good_text(rq->actor, ATTEMPT_REVIEW_MAX_ACTOR))
+    else if (!utf8_text_line(rq->actor, ATTEMPT_REVIEW_MAX_ACTOR))
         snprintf(why, why_size, "actor must be 1..%d bytes of UTF-8 on one line",
                  ATTEMPT_REVIEW_MAX_ACTOR);
     else

@@ -253,18 +253,6 @@ static int sha256_hex(const char *s, char out[65])
     return 0;
 }
 
-/* A name or an actor: 1..max bytes of UTF-8 on one line. */
-static int good_text(const char *s, size_t max)
-{
-    size_t n = s ? strlen(s) : 0;
-    if (n == 0 || n > max || !utf8_text_valid(s, n))
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
-            return 0;
-    return 1;
-}
-
 /* Logs a refused change; its own failure is not the caller's: the refusal
  * is what the caller reports. */
 static void record_refused(console_store_t *st, const char *by, const char *action,
@@ -298,7 +286,7 @@ enum store_rc console_store_token_add(console_store_t *st, const char *name,
 
     store_error_clear(err);
     secret_out[0] = '\0';
-    if (!good_text(name, CONSOLE_TOKEN_MAX_NAME)) {
+    if (!utf8_text_line(name, CONSOLE_TOKEN_MAX_NAME)) {
         store_error_set(err, "a token's name is 1..%d bytes of UTF-8 on one line",
                         CONSOLE_TOKEN_MAX_NAME);
         goto out;
@@ -307,7 +295,7 @@ enum store_rc console_store_token_add(console_store_t *st, const char *name,
         store_error_set(err, "no such role %d", (int)role);
         goto out;
     }
-    if (!good_text(by, CONSOLE_TOKEN_MAX_NAME)) {
+    if (!utf8_text_line(by, CONSOLE_TOKEN_MAX_NAME)) {
         store_error_set(err, "the actor is 1..%d bytes of UTF-8 on one line",
                         CONSOLE_TOKEN_MAX_NAME);
         goto out;
@@ -348,13 +336,13 @@ enum store_rc console_store_token_revoke(console_store_t *st, const char *name,
     enum store_rc rc;
 
     store_error_clear(err);
-    if (!good_text(by, CONSOLE_TOKEN_MAX_NAME)) {
+    if (!utf8_text_line(by, CONSOLE_TOKEN_MAX_NAME)) {
         store_error_set(err, "the actor is 1..%d bytes of UTF-8 on one line",
                         CONSOLE_TOKEN_MAX_NAME);
         return STORE_DATA;
     }
     /* No such name can be live: no statement for it. */
-    if (!good_text(name, CONSOLE_TOKEN_MAX_NAME)) {
+    if (!utf8_text_line(name, CONSOLE_TOKEN_MAX_NAME)) {
         store_error_set(err, "no live token is named so");
         return STORE_NOT_FOUND;
     }

@@ -70,6 +70,12 @@ def stop_api(s, name, timeout=30):
 
 def request(port, method, path, body=None, headers=None, timeout=30):
     """(status, parsed JSON or None, raw bytes)."""
+    st, doc, _, raw = request_with_headers(port, method, path, body, headers, timeout)
+    return st, doc, raw
+
+
+def request_with_headers(port, method, path, body=None, headers=None, timeout=30):
+    """(status, parsed JSON or None, the answer's headers, raw bytes)."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=e2e.scaled(timeout))
     try:
         c.request(method, path, body=body, headers=headers or {})
@@ -79,7 +85,7 @@ def request(port, method, path, body=None, headers=None, timeout=30):
             doc = json.loads(raw) if raw else None
         except ValueError:
             doc = None
-        return r.status, doc, raw
+        return r.status, doc, r.headers, raw
     finally:
         c.close()
 

@@ -3,12 +3,12 @@ with chargectl, and a client that signs in the way the page does (the
 session cookie, the CSRF token from the sign-in answer). Python standard
 library only."""
 
-import http.client
 import json
 import os
 import subprocess
 import uuid
 
+import charged_api as api
 import charged_e2e as e2e
 from charged_e2e import check
 
@@ -56,18 +56,7 @@ def revoke(s, name, actor="e2e-admin"):
 
 def request(port, method, path, body=None, headers=None, timeout=60):
     """(status, parsed JSON or None, headers, raw bytes)."""
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=e2e.scaled(timeout))
-    try:
-        c.request(method, path, body=body, headers=headers or {})
-        r = c.getresponse()
-        raw = r.read()
-        try:
-            doc = json.loads(raw) if raw else None
-        except ValueError:
-            doc = None
-        return r.status, doc, r.headers, raw
-    finally:
-        c.close()
+    return api.request_with_headers(port, method, path, body, headers, timeout)
 
 
 class Client:
