@@ -19,12 +19,6 @@ config_t *ctl_config(const char *cmd);
 int ctl_bad_option(const char *cmd, const char *arg);
 int ctl_unexpected_argument(const char *cmd, const char *arg);
 
-/* A decimal number, digits only (no sign, space or anything after it), in
- * 0..max -> *out; the digits end at *rest when rest is given, else at the
- * end of s. 0 / -1 (also when it would overflow). strtol would take " 5",
- * "+5" and clamp what overflows. */
-int ctl_parse_number(const char *s, int64_t max, int64_t *out, const char **rest);
-
 /* Who runs chargectl, for --actor's default: the effective user's name,
  * else $USER; NULL when neither is known. */
 const char *ctl_os_user(void);

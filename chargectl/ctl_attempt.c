@@ -10,6 +10,7 @@
 #include "attempt_status.h"
 #include "charge_command.h"
 #include "chargectl.h"
+#include "decimal.h"
 #include "config.h"
 #include "clock.h"
 #include "ctl_output.h"
@@ -214,7 +215,7 @@ int ctl_attempt(int argc, char **argv)
         }
         case 'l': {
             int64_t n;
-            if (ctl_parse_number(optarg, 100000, &n, NULL) != 0 || n < 1) {
+            if (decimal_parse(optarg, 100000, &n, NULL) != 0 || n < 1) {
                 fprintf(stderr, "chargectl attempt: --limit '%s' must be 1..100000\n",
                         optarg);
                 return CTL_USAGE;

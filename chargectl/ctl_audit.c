@@ -14,6 +14,7 @@
 #include "audit_run.h"
 #include "audit_store.h"
 #include "chargectl.h"
+#include "decimal.h"
 #include "config.h"
 #include "ctl_output.h"
 #include "ctl_query.h"
@@ -107,8 +108,7 @@ static long long parse_duration(const char *s)
 {
     int64_t n;
     const char *rest;
-    if (ctl_parse_number(s, 315360000, &n, &rest) != 0 || rest == s ||
-        strlen(rest) != 1)
+    if (decimal_parse(s, 315360000, &n, &rest) != 0 || rest == s || strlen(rest) != 1)
         return -1;
     long long unit = *rest == 's'   ? 1
                      : *rest == 'm' ? 60
@@ -350,7 +350,7 @@ int ctl_audit(int argc, char **argv)
             break;
         case 'l': {
             int64_t n;
-            if (ctl_parse_number(optarg, 100000, &n, NULL) != 0 || n < 1)
+            if (decimal_parse(optarg, 100000, &n, NULL) != 0 || n < 1)
                 return say(CTL_USAGE, sub, "--limit '%s' must be 1..100000", optarg);
             snprintf(limit, sizeof(limit), "%lld", (long long)n);
             have_limit = 1;

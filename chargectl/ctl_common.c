@@ -33,26 +33,6 @@ int ctl_unexpected_argument(const char *cmd, const char *arg)
     return CTL_USAGE;
 }
 
-int ctl_parse_number(const char *s, int64_t max, int64_t *out, const char **rest)
-{
-    int64_t v = 0;
-    const char *p = s;
-    if (!s || *s < '0' || *s > '9')
-        return -1;
-    for (; *p >= '0' && *p <= '9'; p++) {
-        int d = *p - '0';
-        if (d > max || v > (max - d) / 10) /* v * 10 + d > max, without overflow */
-            return -1;
-        v = v * 10 + d;
-    }
-    if (rest)
-        *rest = p;
-    else if (*p)
-        return -1;
-    *out = v;
-    return 0;
-}
-
 const char *ctl_os_user(void)
 {
     struct passwd *pw = getpwuid(geteuid());

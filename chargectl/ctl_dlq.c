@@ -10,6 +10,7 @@
 
 #include "charge_command.h"
 #include "chargectl.h"
+#include "decimal.h"
 #include "config.h"
 #include "clock.h"
 #include "ctl_output.h"
@@ -155,7 +156,7 @@ static int parse_opts(int argc, char **argv, struct opts *f, int *as_json, int *
                 f->f.order = optarg;
             break;
         case OPT_LIMIT:
-            if (ctl_parse_number(optarg, INT64_MAX, &f->f.limit, NULL) != 0 ||
+            if (decimal_parse(optarg, INT64_MAX, &f->f.limit, NULL) != 0 ||
                 f->f.limit < 1) {
                 fprintf(stderr,
                         "chargectl dlq: --limit '%s' is not a whole number from 1 up\n",

@@ -13,6 +13,7 @@
 #include "attempt_status.h"
 #include "charge_command.h"
 #include "chargectl.h"
+#include "decimal.h"
 #include "config.h"
 #include "ctl_output.h"
 #include "ctl_query.h"
@@ -477,7 +478,7 @@ int ctl_refund(int argc, char **argv)
             break;
         case 'l': {
             int64_t n;
-            if (ctl_parse_number(optarg, 100000, &n, NULL) != 0 || n < 1)
+            if (decimal_parse(optarg, 100000, &n, NULL) != 0 || n < 1)
                 return say(CTL_USAGE, sub, "--limit '%s' must be 1..100000", optarg);
             snprintf(limit, sizeof(limit), "%lld", (long long)n);
             have_limit = 1;

@@ -11,6 +11,7 @@
 
 #include "charge_command.h"
 #include "dead_letter_reason.h"
+#include "decimal.h"
 #include "utf8_text.h"
 
 #define API "/console/api/"
@@ -439,25 +440,12 @@ int console_input_cookie(const char *header, char out[CONSOLE_SECRET_MAX])
 
 int console_input_position(const char *s, int32_t *partition, int64_t *offset)
 {
-    long long p = 0, o = 0;
-    const char *c = s;
-    if (!s || !isdigit((unsigned char)*c))
-        return -1;
-    for (; isdigit((unsigned char)*c); c++) {
-        if (p > (INT32_MAX - (*c - '0')) / 10)
-            return -1;
-        p = p * 10 + (*c - '0');
-    }
-    if (*c++ != ':' || !isdigit((unsigned char)*c))
-        return -1;
-    for (; isdigit((unsigned char)*c); c++) {
-        if (o > (INT64_MAX - (*c - '0')) / 10)
-            return -1;
-        o = o * 10 + (*c - '0');
-    }
-    if (*c)
+    const char *rest;
+    int64_t p, o;
+    if (decimal_parse(s, INT32_MAX, &p, &rest) != 0 || *rest != ':' ||
+        decimal_parse(rest + 1, INT64_MAX, &o, NULL) != 0)
         return -1;
     *partition = (int32_t)p;
-    *offset = (int64_t)o;
+    *offset = o;
     return 0;
 }

@@ -9,6 +9,7 @@
 
 #include "card_data.h"
 #include "clock.h"
+#include "decimal.h"
 #include "kafka_setup.h"
 
 #define KAFKA_TIMEOUT_MS  10000
@@ -389,36 +390,14 @@ const struct dlq_letter **dlq_reader_select(const dlq_reader_t *r,
     return sel;
 }
 
-/* Digits only, in 0..max; the digits end at *rest when rest is given, else
- * at the end of s. strtol would take " 5", "+5" and clamp what overflows. */
-static int parse_digits(const char *s, int64_t max, int64_t *out, const char **rest)
-{
-    int64_t v = 0;
-    const char *p = s;
-    if (!s || *s < '0' || *s > '9')
-        return -1;
-    for (; *p >= '0' && *p <= '9'; p++) {
-        int d = *p - '0';
-        if (v > (max - d) / 10) /* v * 10 + d > max, without overflow */
-            return -1;
-        v = v * 10 + d;
-    }
-    if (rest)
-        *rest = p;
-    else if (*p)
-        return -1;
-    *out = v;
-    return 0;
-}
-
 /* Anything but the exact form is refused rather than clamped into a
  * position that names another letter. */
 int dlq_position_parse(const char *s, int32_t *partition, int64_t *offset)
 {
     const char *rest;
     int64_t part, off;
-    if (parse_digits(s, INT32_MAX, &part, &rest) != 0 || *rest != ':' ||
-        parse_digits(rest + 1, INT64_MAX, &off, NULL) != 0)
+    if (decimal_parse(s, INT32_MAX, &part, &rest) != 0 || *rest != ':' ||
+        decimal_parse(rest + 1, INT64_MAX, &off, NULL) != 0)
         return -1;
     *partition = (int32_t)part;
     *offset = off;
