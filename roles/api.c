@@ -1,17 +1,15 @@
 #include "api.h"
 
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <unistd.h>
 
 #include <jansson.h>
 #include <microhttpd.h>
 #include <uuid/uuid.h>
 
+#include "http_lender.h"
 #include "http_reply.h"
 #include "webhook_store.h"
 #include "listen_socket.h"
@@ -51,12 +49,9 @@ struct api {
     size_t nsecrets;
     size_t max_body;
     /* One store per listener thread, lent for one request at a time. */
-    pthread_mutex_t lock;
-    pthread_cond_t returned;
     webhook_store_t **stores;
-    size_t nstores, nfree;
-    webhook_store_t **free_stores;
-    atomic_int serving;     /* requests being answered now */
+    size_t nstores;
+    http_lender_t *lender;
     webhook_store_t *probe; /* the loop's own, for readiness */
     int64_t next_probe;
     int db_ok;
@@ -69,24 +64,6 @@ struct request {
     size_t seen; /* bytes of body received, kept or not */
     int too_large;
 };
-
-static webhook_store_t *store_take(struct api *a)
-{
-    pthread_mutex_lock(&a->lock);
-    while (a->nfree == 0)
-        pthread_cond_wait(&a->returned, &a->lock);
-    webhook_store_t *st = a->free_stores[--a->nfree];
-    pthread_mutex_unlock(&a->lock);
-    return st;
-}
-
-static void store_give(struct api *a, webhook_store_t *st)
-{
-    pthread_mutex_lock(&a->lock);
-    a->free_stores[a->nfree++] = st;
-    pthread_cond_signal(&a->returned);
-    pthread_mutex_unlock(&a->lock);
-}
 
 static enum MHD_Result reply_json(struct MHD_Connection *c, unsigned status,
                                   json_t *body)
@@ -167,9 +144,9 @@ static enum MHD_Result serve_status(struct api *a, struct MHD_Connection *c, int
 
     if (uuid_from(raw_id, id_len, id) != 0)
         return reply_error(c, MHD_HTTP_BAD_REQUEST, v->not_uuid);
-    webhook_store_t *st = store_take(a);
+    webhook_store_t *st = http_lender_take(a->lender);
     rc = v->read(st, id, &doc, &err);
-    store_give(a, st);
+    http_lender_give(a->lender, st);
     if (rc != STORE_OK && rc != STORE_NOT_FOUND) {
         log_warn("status query failed", v->id_name, id, "error", err.message, NULL);
         return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "database unavailable");
@@ -212,9 +189,9 @@ static enum MHD_Result serve_webhook(struct api *a, struct MHD_Connection *c,
         return webhook_refused(c, MHD_HTTP_BAD_REQUEST, "bad_request",
                                rq->body ? err : "empty body");
 
-    webhook_store_t *st = store_take(a);
+    webhook_store_t *st = http_lender_take(a->lender);
     int rc = webhook_store_apply(st, WEBHOOK_PROVIDER, &ev, payload, &res, &serr);
-    store_give(a, st);
+    http_lender_give(a->lender, st);
     free(payload);
     if (rc == STORE_DATA) {
         log_error("webhook refused by the database", "event_id", ev.id, "type", ev.type,
@@ -311,9 +288,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                    json_pack("{s:s}", "error", "method not allowed"),
                                    allowed);
         if (route) {
-            atomic_fetch_add(&a->serving, 1);
+            http_lender_enter(a->lender);
             ret = serve_status(a, c, route, id, id_len);
-            atomic_fetch_sub(&a->serving, 1);
+            http_lender_leave(a->lender);
             return ret;
         }
         /* Too large by its Content-Length: answered before the body only
@@ -344,9 +321,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         }
         return MHD_YES;
     }
-    atomic_fetch_add(&a->serving, 1);
+    http_lender_enter(a->lender);
     ret = serve_webhook(a, c, rq);
-    atomic_fetch_sub(&a->serving, 1);
+    http_lender_leave(a->lender);
     return ret;
 }
 
@@ -453,17 +430,16 @@ static const char *api_not_ready(void *state)
     return a->db_ok == 1 ? NULL : "database unreachable";
 }
 
+/* A second SIGTERM: give up the requests in hand. */
+static int second_signal(void)
+{
+    return daemon_stopping() >= 2;
+}
+
 static size_t api_drain(void *state, int64_t deadline)
 {
     struct api *a = state;
-    /* No new connection from now on; requests being answered finish. */
-    MHD_socket s = MHD_quiesce_daemon(a->http);
-    if (s != MHD_INVALID_SOCKET)
-        close(s);
-    while (atomic_load(&a->serving) > 0 && clock_now_ms() < deadline &&
-           daemon_stopping() < 2)
-        usleep(10 * 1000);
-    return (size_t)atomic_load(&a->serving);
+    return http_lender_drain(a->lender, a->http, deadline, second_signal);
 }
 
 static void teardown(struct api *a)
@@ -475,10 +451,8 @@ static void teardown(struct api *a)
     for (size_t i = 0; a->stores && i < a->nstores; i++)
         webhook_store_free(a->stores[i]);
     free(a->stores);
-    free(a->free_stores);
+    http_lender_free(a->lender);
     webhook_store_free(a->probe);
-    pthread_cond_destroy(&a->returned);
-    pthread_mutex_destroy(&a->lock);
     free(a->secret_list);
     config_free(a->cfg);
     free(a);
@@ -499,8 +473,7 @@ static int setup(struct api *a, char *err, size_t err_size)
     a->max_body = (size_t)config_int(a->cfg, CONFIG_API_MAX_BODY_BYTES);
     a->nstores = (size_t)config_int(a->cfg, CONFIG_API_THREADS);
     a->stores = calloc(a->nstores, sizeof(*a->stores));
-    a->free_stores = calloc(a->nstores, sizeof(*a->free_stores));
-    if (!a->stores || !a->free_stores)
+    if (!a->stores)
         goto oom;
     /* Does not connect: started while the database is down, it is not
      * ready until the probe reaches it. */
@@ -510,8 +483,9 @@ static int setup(struct api *a, char *err, size_t err_size)
     for (size_t i = 0; i < a->nstores; i++) {
         if (!(a->stores[i] = webhook_store_new(url, &serr)))
             goto store_failed;
-        a->free_stores[a->nfree++] = a->stores[i];
     }
+    if (!(a->lender = http_lender_new((void *const *)a->stores, a->nstores)))
+        goto oom;
     return listen_http(a, err, err_size);
 store_failed:
     snprintf(err, err_size, "%s", serr.message);
@@ -547,9 +521,6 @@ static int api_start(config_t *cfg, const char *id, void **state, char *err,
     }
     a->cfg = cfg;
     snprintf(a->id, sizeof(a->id), "%s", id);
-    pthread_mutex_init(&a->lock, NULL);
-    pthread_cond_init(&a->returned, NULL);
-    atomic_init(&a->serving, 0);
     a->db_ok = -1;
     int rc = setup(a, err, err_size);
     if (rc != 0) {

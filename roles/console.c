@@ -1,12 +1,9 @@
 #include "console.h"
 
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <unistd.h>
 
 #include <jansson.h>
 #include <microhttpd.h>
@@ -20,6 +17,7 @@
 #include "console_store.h"
 #include "console_views.h"
 #include "daemon.h"
+#include "http_lender.h"
 #include "http_reply.h"
 #include "listen_socket.h"
 #include "log.h"
@@ -39,11 +37,9 @@ struct console {
     char id[160];
     struct MHD_Daemon *http;
     /* One set of connections per listener thread, lent for one request. */
-    pthread_mutex_t lock;
-    pthread_cond_t returned;
-    console_views_t **views, **free_views;
-    size_t nviews, nfree;
-    atomic_int serving;
+    console_views_t **views;
+    size_t nviews;
+    http_lender_t *lender;
     attempt_store_t *probe; /* the loop's own, for readiness */
     int64_t next_probe;
     int db_ok;
@@ -58,24 +54,6 @@ struct request {
     size_t len;
     int too_large;
 };
-
-static console_views_t *views_take(struct console *cs)
-{
-    pthread_mutex_lock(&cs->lock);
-    while (cs->nfree == 0)
-        pthread_cond_wait(&cs->returned, &cs->lock);
-    console_views_t *v = cs->free_views[--cs->nfree];
-    pthread_mutex_unlock(&cs->lock);
-    return v;
-}
-
-static void views_give(struct console *cs, console_views_t *v)
-{
-    pthread_mutex_lock(&cs->lock);
-    cs->free_views[cs->nfree++] = v;
-    pthread_cond_signal(&cs->returned);
-    pthread_mutex_unlock(&cs->lock);
-}
 
 /* Every answer carries the page's security headers; cookie, when not
  * NULL, is a Set-Cookie. */
@@ -335,7 +313,7 @@ static enum MHD_Result serve(struct console *cs, struct MHD_Connection *c,
     int writes = console_input_route_writes(rq->m.route);
     if (writes && (foreign = foreign_request(c)))
         return send_error(c, MHD_HTTP_FORBIDDEN, foreign);
-    console_views_t *v = views_take(cs);
+    console_views_t *v = http_lender_take(cs->lender);
     if (rq->m.route == CONSOLE_R_LOGIN) {
         ret = serve_login(cs, v, c, rq);
         goto out;
@@ -375,7 +353,7 @@ static enum MHD_Result serve(struct console *cs, struct MHD_Connection *c,
     }
     ret = serve_signed_in(cs, v, c, rq, &who);
 out:
-    views_give(cs, v);
+    http_lender_give(cs->lender, v);
     return ret;
 }
 
@@ -438,9 +416,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return failed ? MHD_NO : MHD_YES;
     }
-    atomic_fetch_add(&cs->serving, 1);
+    http_lender_enter(cs->lender);
     ret = serve(cs, c, rq);
-    atomic_fetch_sub(&cs->serving, 1);
+    http_lender_leave(cs->lender);
     return ret;
 }
 
@@ -506,16 +484,16 @@ static const char *console_not_ready(void *state)
     return cs->db_ok == 1 ? NULL : "database unreachable";
 }
 
+/* A second SIGTERM: give up the requests in hand. */
+static int second_signal(void)
+{
+    return daemon_stopping() >= 2;
+}
+
 static size_t console_drain(void *state, int64_t deadline)
 {
     struct console *cs = state;
-    MHD_socket s = MHD_quiesce_daemon(cs->http);
-    if (s != MHD_INVALID_SOCKET)
-        close(s);
-    while (atomic_load(&cs->serving) > 0 && clock_now_ms() < deadline &&
-           daemon_stopping() < 2)
-        usleep(10 * 1000);
-    return (size_t)atomic_load(&cs->serving);
+    return http_lender_drain(cs->lender, cs->http, deadline, second_signal);
 }
 
 static void teardown(struct console *cs)
@@ -527,10 +505,8 @@ static void teardown(struct console *cs)
     for (size_t i = 0; cs->views && i < cs->nviews; i++)
         console_views_free(cs->views[i]);
     free(cs->views);
-    free(cs->free_views);
+    http_lender_free(cs->lender);
     attempt_store_free(cs->probe);
-    pthread_cond_destroy(&cs->returned);
-    pthread_mutex_destroy(&cs->lock);
     config_free(cs->cfg);
     free(cs);
 }
@@ -549,8 +525,7 @@ static int setup(struct console *cs, char *err, size_t err_size)
     cs->cookie_secure = (int)config_int(cs->cfg, CONFIG_CONSOLE_COOKIE_SECURE);
     cs->nviews = (size_t)config_int(cs->cfg, CONFIG_CONSOLE_THREADS);
     cs->views = calloc(cs->nviews, sizeof(*cs->views));
-    cs->free_views = calloc(cs->nviews, sizeof(*cs->free_views));
-    if (!cs->views || !cs->free_views) {
+    if (!cs->views) {
         snprintf(err, err_size, "out of memory");
         return 1;
     }
@@ -562,7 +537,10 @@ static int setup(struct console *cs, char *err, size_t err_size)
     for (size_t i = 0; i < cs->nviews; i++) {
         if (!(cs->views[i] = console_views_new(cs->cfg, err, err_size)))
             return 2;
-        cs->free_views[cs->nfree++] = cs->views[i];
+    }
+    if (!(cs->lender = http_lender_new((void *const *)cs->views, cs->nviews))) {
+        snprintf(err, err_size, "out of memory");
+        return 1;
     }
     return listen_http(cs, err, err_size);
 }
@@ -597,9 +575,6 @@ static int console_start(config_t *cfg, const char *id, void **state, char *err,
     }
     cs->cfg = cfg;
     snprintf(cs->id, sizeof(cs->id), "%s", id);
-    pthread_mutex_init(&cs->lock, NULL);
-    pthread_cond_init(&cs->returned, NULL);
-    atomic_init(&cs->serving, 0);
     cs->db_ok = -1;
     int rc = setup(cs, err, err_size);
     if (rc != 0) {
