@@ -10,7 +10,6 @@
 #include <openssl/crypto.h>
 
 #include "attempt_store.h"
-#include "clock.h"
 #include "config.h"
 #include "console_assets.h"
 #include "console_input.h"
