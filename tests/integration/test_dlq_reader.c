@@ -17,6 +17,7 @@
 #include "dlq_reader.h"
 #include "log.h"
 #include "test_env.h"
+#include "test_kafka.h"
 
 /* Luhn-valid test card numbers, one per place a card can hide. */
 #define KEY_CARD    "4242424242424242"
@@ -26,27 +27,6 @@
 static char dlq[96], cmds[96];
 static char attempt[5][37], order[2][37];
 static config_t *cfg;
-
-static rd_kafka_t *producer(void)
-{
-    char err[512];
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    ck_assert(rd_kafka_conf_set(conf, "bootstrap.servers", test_env_kafka(), err,
-                                sizeof(err)) == RD_KAFKA_CONF_OK);
-    ck_assert(rd_kafka_conf_set(conf, "linger.ms", "0", err, sizeof(err)) ==
-              RD_KAFKA_CONF_OK);
-    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
-    ck_assert_msg(rk != NULL, "%s", err);
-    return rk;
-}
-
-static void create_topic(const char *name, int partitions)
-{
-    char cmd[512];
-    snprintf(cmd, sizeof(cmd), "KAFKA_BOOTSTRAP_SERVERS='%s' '%s' create-topic '%s' %d",
-             test_env_kafka(), KAFKA_TEST_TOOL, name, partitions);
-    ck_assert_msg(system(cmd) == 0, "cannot create topic %s", name);
-}
 
 /* One dead letter; orig_topic NULL leaves dlq.original.topic out. */
 static void letter(rd_kafka_t *p, int32_t partition, const char *reason,
@@ -92,14 +72,14 @@ static void setup(void)
     id[8] = '\0';
     snprintf(dlq, sizeof(dlq), "dlq-reader-%s.dlq", id);
     snprintf(cmds, sizeof(cmds), "dlq-reader-%s.commands", id);
-    create_topic(dlq, 2);
-    create_topic(cmds, 1);
+    test_kafka_create_topic(dlq, 2);
+    test_kafka_create_topic(cmds, 1);
     for (int i = 0; i < 5; i++)
         test_env_uuid(attempt[i]);
     test_env_uuid(order[0]);
     test_env_uuid(order[1]);
 
-    rd_kafka_t *p = producer();
+    rd_kafka_t *p = test_kafka_client(RD_KAFKA_PRODUCER, NULL);
     snprintf(key, sizeof(key), "card %s", KEY_CARD);
     command(v, sizeof(v), attempt[0], order[0], 1);
     letter(p, 0, "amount_over_limit", "2026-01-01T00:00:02.000Z", cmds, key, v);

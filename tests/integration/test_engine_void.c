@@ -32,6 +32,7 @@
 #include "provider_client.h"
 #include "psp_sim_process.h"
 #include "test_env.h"
+#include "test_kafka.h"
 #include "void_op.h"
 
 #define PARTITIONS 3
@@ -41,33 +42,6 @@ static struct psp_sim_process psp;
 static char db[1024], topic[96], dlq[112], group[112];
 static PGconn *pg;
 static int64_t produced[PARTITIONS];
-
-static rd_kafka_t *kafka_client(rd_kafka_type_t type)
-{
-    char errstr[512];
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    const int consumer = type == RD_KAFKA_CONSUMER;
-    const char *set[][2] = {
-        {"bootstrap.servers", test_env_kafka()},
-        {consumer ? "group.id" : "acks", consumer ? group : "all"},
-        {consumer ? "enable.auto.commit" : "linger.ms", consumer ? "false" : "0"},
-    };
-    for (size_t i = 0; i < sizeof(set) / sizeof(set[0]); i++)
-        ck_assert_msg(rd_kafka_conf_set(conf, set[i][0], set[i][1], errstr,
-                                        sizeof(errstr)) == RD_KAFKA_CONF_OK,
-                      "%s: %s", set[i][0], errstr);
-    rd_kafka_t *rk = rd_kafka_new(type, conf, errstr, sizeof(errstr));
-    ck_assert_msg(rk != NULL, "%s", errstr);
-    return rk;
-}
-
-static void create_topic(const char *name, int partitions)
-{
-    char cmd[512];
-    snprintf(cmd, sizeof(cmd), "KAFKA_BOOTSTRAP_SERVERS='%s' '%s' create-topic '%s' %d",
-             test_env_kafka(), KAFKA_TEST_TOOL, name, partitions);
-    ck_assert_msg(system(cmd) == 0, "cannot create topic %s", name);
-}
 
 static void produce(rd_kafka_t *p, int32_t partition, const char *key,
                     const char *value)
@@ -163,7 +137,7 @@ static int all_committed(rd_kafka_t *offsets)
 /* The dead letters so far: how many, and how many carry `reason`. */
 static size_t dead_letters(const char *reason, size_t *with_reason)
 {
-    rd_kafka_t *c = kafka_client(RD_KAFKA_CONSUMER);
+    rd_kafka_t *c = test_kafka_client(RD_KAFKA_CONSUMER, group);
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
     int64_t lo = 0, hi = 0;
     size_t n = 0;
@@ -214,8 +188,8 @@ START_TEST(voids_run_through_the_engine_at_most_once)
              test_env_now_ms());
     snprintf(dlq, sizeof(dlq), "%s.dlq", topic);
     snprintf(group, sizeof(group), "%s-group", topic);
-    create_topic(topic, PARTITIONS);
-    create_topic(dlq, 1);
+    test_kafka_create_topic(topic, PARTITIONS);
+    test_kafka_create_topic(dlq, 1);
 
     provider_client_t *pc = provider_client_new(psp.base_url, PSP_SIM_TEST_KEY, NULL,
                                                 10000, err, sizeof(err));
@@ -241,7 +215,7 @@ START_TEST(voids_run_through_the_engine_at_most_once)
              ok[0].key);
     json_decref(psp_sim_admin(&psp, "PUT", "/faults", faults));
 
-    rd_kafka_t *p = kafka_client(RD_KAFKA_PRODUCER);
+    rd_kafka_t *p = test_kafka_client(RD_KAFKA_PRODUCER, NULL);
     for (int round = 0; round < 2; round++) /* every command delivered twice */
         for (int i = 0; i < VOIDS; i++)
             produce(p, i % PARTITIONS, ok[i].id, ok[i].json);
@@ -273,7 +247,7 @@ START_TEST(voids_run_through_the_engine_at_most_once)
         engine_start(cfg, "engine-void-test", &void_op, &eng, err, sizeof(err)) == 0,
         "%s", err);
 
-    rd_kafka_t *offsets = kafka_client(RD_KAFKA_CONSUMER);
+    rd_kafka_t *offsets = test_kafka_client(RD_KAFKA_CONSUMER, group);
     long long until = test_env_deadline(60000), next_look = 0;
     int done = 0;
     while (!done && test_env_now_ms() < until) {

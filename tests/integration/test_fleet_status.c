@@ -19,42 +19,16 @@
 #include "config.h"
 #include "fleet_status.h"
 #include "test_env.h"
+#include "test_kafka.h"
 
 #define PARTITIONS 3
 
 static char topic[96], group[112];
 
-static rd_kafka_t *kafka_client(rd_kafka_type_t type)
-{
-    char errstr[512];
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    const int consumer = type == RD_KAFKA_CONSUMER;
-    const char *set[][2] = {
-        {"bootstrap.servers", test_env_kafka()},
-        {consumer ? "group.id" : "acks", consumer ? group : "all"},
-        {consumer ? "enable.auto.commit" : "linger.ms", consumer ? "false" : "0"},
-    };
-    for (size_t i = 0; i < sizeof(set) / sizeof(set[0]); i++)
-        ck_assert_msg(rd_kafka_conf_set(conf, set[i][0], set[i][1], errstr,
-                                        sizeof(errstr)) == RD_KAFKA_CONF_OK,
-                      "%s: %s", set[i][0], errstr);
-    rd_kafka_t *rk = rd_kafka_new(type, conf, errstr, sizeof(errstr));
-    ck_assert_msg(rk != NULL, "%s", errstr);
-    return rk;
-}
-
-static void create_topic(const char *name, int partitions)
-{
-    char cmd[512];
-    snprintf(cmd, sizeof(cmd), "KAFKA_BOOTSTRAP_SERVERS='%s' '%s' create-topic '%s' %d",
-             test_env_kafka(), KAFKA_TEST_TOOL, name, partitions);
-    ck_assert_msg(system(cmd) == 0, "cannot create topic %s", name);
-}
-
 /* n messages to each partition p, n[p] of them. */
 static void produce(const int n[PARTITIONS])
 {
-    rd_kafka_t *p = kafka_client(RD_KAFKA_PRODUCER);
+    rd_kafka_t *p = test_kafka_client(RD_KAFKA_PRODUCER, NULL);
     for (int part = 0; part < PARTITIONS; part++)
         for (int i = 0; i < n[part]; i++) {
             char v[32];
@@ -71,7 +45,7 @@ static void produce(const int n[PARTITIONS])
 /* The group's offsets: offsets[p] >= 0 committed, < 0 left uncommitted. */
 static void commit(const int64_t offsets[PARTITIONS])
 {
-    rd_kafka_t *c = kafka_client(RD_KAFKA_CONSUMER);
+    rd_kafka_t *c = test_kafka_client(RD_KAFKA_CONSUMER, group);
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(PARTITIONS);
     for (int p = 0; p < PARTITIONS; p++)
         if (offsets[p] >= 0)
@@ -88,7 +62,7 @@ static void commit(const int64_t offsets[PARTITIONS])
 static void delete_before(int32_t p, int64_t before)
 {
     char err[256];
-    rd_kafka_t *rk = kafka_client(RD_KAFKA_PRODUCER);
+    rd_kafka_t *rk = test_kafka_client(RD_KAFKA_PRODUCER, NULL);
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
     rd_kafka_topic_partition_list_add(l, topic, p)->offset = before;
     rd_kafka_DeleteRecords_t *d = rd_kafka_DeleteRecords_new(l);
@@ -157,7 +131,7 @@ START_TEST(lag_is_the_end_less_the_committed_offset_per_partition)
     const int64_t at[PARTITIONS] = {2, 3, -1};
     char err[512];
     fresh_names("lag");
-    create_topic(topic, PARTITIONS);
+    test_kafka_create_topic(topic, PARTITIONS);
     produce(n);
     commit(at);
     config_t *cfg = config_for(test_env_kafka());
@@ -184,7 +158,7 @@ START_TEST(lag_is_the_end_less_the_committed_offset_per_partition)
     json_decref(lag);
 
     /* Reading committed nothing (two reads above, and no auto commit). */
-    rd_kafka_t *c = kafka_client(RD_KAFKA_CONSUMER);
+    rd_kafka_t *c = test_kafka_client(RD_KAFKA_CONSUMER, group);
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(PARTITIONS);
     for (int p = 0; p < PARTITIONS; p++)
         rd_kafka_topic_partition_list_add(l, topic, p);
@@ -203,7 +177,7 @@ START_TEST(a_group_that_never_committed_lags_by_the_whole_topic)
     const int n[PARTITIONS] = {1, 0, 2};
     char err[512];
     fresh_names("fresh");
-    create_topic(topic, PARTITIONS);
+    test_kafka_create_topic(topic, PARTITIONS);
     produce(n);
     config_t *cfg = config_for(test_env_kafka());
     json_t *lag = fleet_status_lag(cfg, group, topic, 15000, err, sizeof(err));
