@@ -79,7 +79,94 @@ def pan_as_json_number(new):
     check(not leaks, "the card number %s left the server unmasked in: %s" % (CARD, leaks))
 
 
-SCENARIOS = [pan_as_json_number]
+def timed_get(client, path, timeout=15):
+    t0 = time.monotonic()
+    try:
+        st = con.request(client.port, "GET", "/console/api/" + path,
+                         headers=client.headers(csrf=False), timeout=timeout)[0]
+    except OSError as e:
+        st = "no answer (%s)" % e.__class__.__name__
+    return st, time.monotonic() - t0
+
+
+def slow_clients_lock_out(new):
+    """No session needed: 256 connections that send a header byte now and
+    then (never finishing their request) hold every connection the console
+    takes (MAX_CONNECTIONS, no per-address limit; the idle timeout is reset
+    by each byte), and a signed-in operator is answered no more."""
+    s = new("console_adv_slowloris")
+    name, port = con.start_console(s)
+    op = con.Client(port, con.token(s, "olga", "operator"))
+    check_eq(timed_get(op, "session")[0], 200, "the session before")
+    socks, stop = [], threading.Event()
+    for _ in range(300):
+        try:
+            c = socket.create_connection(("127.0.0.1", port), timeout=5)
+            c.sendall(b"GET /console/api/session HTTP/1.1\r\nHost: x\r\n")
+            socks.append(c)
+        except OSError:
+            break
+
+    def drip():
+        while not stop.wait(5):
+            for c in socks:
+                try:
+                    c.sendall(b"X-a: b\r\n")
+                except OSError:
+                    pass
+    threading.Thread(target=drip, daemon=True).start()
+    try:
+        time.sleep(2)
+        results = []
+        for _ in range(3):
+            results.append(timed_get(op, "session"))
+            time.sleep(2)
+        e2e.log("operator's GET session while %d slow connections are open: %s" % (len(socks), results))
+        check(all(st == 200 and dt < 5 for st, dt in results),
+              "an unauthenticated client with %d slow connections locks the operator out: %s"
+              % (len(socks), results))
+    finally:
+        stop.set()
+        for c in socks:
+            c.close()
+
+
+def viewer_freezes_console(new):
+    """A viewer (read-only) while Kafka is down: each dead-letter read holds
+    one of CONSOLE_THREADS listener threads for Kafka's 10 s timeout (and
+    every connection that thread polls), so a few such reads in a loop
+    freeze the review queue (the database's, which is up) for every
+    operator. docs/console.md: "A part that cannot be read says so; the
+    rest still shows." """
+    s = new("console_adv_kafka_down")
+    s.start_worker()
+    name, port = con.start_console(s)
+    op = con.Client(port, con.token(s, "olga", "operator"))
+    viewer = con.Client(port, con.token(s, "vera", "viewer"))
+    check_eq(timed_get(op, "reviews")[0], 200, "the review queue before")
+    e2e.kafka_kill()
+    stop = threading.Event()
+    try:
+        def loop():
+            while not stop.is_set():
+                try:
+                    viewer.get("dead-letters")
+                except OSError:
+                    pass
+        threads = [threading.Thread(target=loop, daemon=True) for _ in range(8)]
+        for t in threads:
+            t.start()
+        time.sleep(1)
+        results = [timed_get(op, "reviews") for _ in range(3)]
+        e2e.log("operator's GET reviews while a viewer reads dead letters, Kafka down: %s" % results)
+        check(all(st == 200 and dt < 3 for st, dt in results),
+              "a viewer's dead-letter reads (Kafka down) freeze the review queue: %s" % results)
+    finally:
+        stop.set()
+        e2e.kafka_start()
+
+
+SCENARIOS = [pan_as_json_number, slow_clients_lock_out, viewer_freezes_console]
 
 if __name__ == "__main__":
     raise SystemExit(e2e.main(e2e.run_scenarios(SCENARIOS)))
