@@ -166,7 +166,78 @@ def viewer_freezes_console(new):
         e2e.kafka_start()
 
 
-SCENARIOS = [pan_as_json_number, slow_clients_lock_out, viewer_freezes_console]
+def replay_races(new):
+    """Holds (kept as a guard): two operators replay one letter of a valid
+    command at once, then once more; psp-sim's ledger has one charge."""
+    s = new("console_adv_replay_race")
+    s.start_worker()
+    name, port = con.start_console(s)
+    a = con.Client(port, con.token(s, "olga", "operator"))
+    b = con.Client(port, con.token(s, "omar", "operator"))
+    cmd = e2e.new_command()
+    con.replayable_letter(s, cmd)
+    pos = e2e.wait_until("the letter listed", lambda: [
+        p for p, r in con.letter_positions(a) if r == "database_refused"], 30)[0]
+    barrier = threading.Barrier(2)
+    out = {}
+
+    def go(n, c):
+        barrier.wait()
+        out[n] = c.post("dead-letters/replay", {"positions": [pos], "dry_run": False})
+    ts = [threading.Thread(target=go, args=(n, c)) for n, c in (("a", a), ("b", b))]
+    for th in ts:
+        th.start()
+    for th in ts:
+        th.join()
+    check_eq(sorted(v[0] for v in out.values()), [200, 200], "two replays at once: %s" % out)
+    check_eq(a.post("dead-letters/replay", {"positions": [pos], "dry_run": False})[0], 200,
+             "a third replay")
+    e2e.wait_until("the attempt settled", lambda: s.query(
+        "SELECT status FROM payment_attempts WHERE id = '%s'" % cmd["payment_attempt_id"])
+        in ([["SUCCEEDED"]],), 60)
+    time.sleep(3)
+    charges = [c for c in s.ledger()
+               if (c.get("metadata") or {}).get("payment_attempt_id") == cmd["payment_attempt_id"]
+               or c.get("idempotency_key") == cmd["idempotency_key"]]
+    e2e.log("psp-sim charges of the replayed attempt: %d" % len(charges))
+    check(len(charges) <= 1, "replays charged twice: %s" % charges)
+    rows = s.query("SELECT actor, outcome FROM console_actions WHERE action = 'replay' ORDER BY id")
+    check_eq(sorted(r[1] for r in rows), ["ok", "ok", "ok", "requested", "requested", "requested"],
+             "replay records")
+
+
+def transactional_letter(new):
+    """A dead letter written by a transactional (exactly-once) producer, as
+    Kafka Connect or Streams write dead letters, committed: the partition's
+    last offset is then the commit marker, which no consumer receives. The
+    reader waits for it (offset end - 1) for its whole timeout, and every
+    dead-letter list and the overview's dead-letter part fail, for every
+    letter of every partition, until a plain letter lands after it."""
+    s = new("console_adv_txn")
+    name, port = con.start_console(s)
+    op = con.Client(port, con.token(s, "olga", "operator"))
+    letter_with(s, json.dumps({"payment_attempt_id": str(uuid.uuid4())}))
+    e2e.wait_until("the plain letter listed", lambda: con.letter_positions(op), 30)
+    tool = e2e.KAFKA_TOOL.replace("kafka_test_tool", "txn_produce")
+    s.run([tool, s.kafka, s.topics["dlq"], "0",
+           json.dumps({"payment_attempt_id": str(uuid.uuid4()), "from": "an exactly-once producer"})])
+    t0 = time.monotonic()
+    st, doc = op.get("dead-letters?limit=1000")
+    dt = time.monotonic() - t0
+    t0 = time.monotonic()
+    st2, ov = op.get("overview")
+    dt2 = time.monotonic() - t0
+    part = (ov or {}).get("dead_letters")
+    e2e.log("dead-letters: %s in %.1fs %s; overview dead_letters in %.1fs: %s" % (st, dt, doc, dt2, part))
+    check(st == 200 and len(doc["letters"]) == 2 and dt < 5,
+          "two letters, one from a transactional producer: GET dead-letters answered %s in %.1fs: %s"
+          % (st, dt, doc))
+    check(part and "error" not in part and dt2 < 5,
+          "the overview's dead letters after a transactional letter (%.1fs): %s" % (dt2, part))
+
+
+SCENARIOS = [pan_as_json_number, slow_clients_lock_out, viewer_freezes_console, replay_races,
+             transactional_letter]
 
 if __name__ == "__main__":
     raise SystemExit(e2e.main(e2e.run_scenarios(SCENARIOS)))
