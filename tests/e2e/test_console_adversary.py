@@ -236,7 +236,44 @@ def transactional_letter(new):
           "the overview's dead letters after a transactional letter (%.1fs): %s" % (dt2, part))
 
 
-SCENARIOS = [pan_as_json_number, slow_clients_lock_out, viewer_freezes_console, replay_races,
+def resolve_without_record(new):
+    """docs/console.md: "Every action is written to console_actions"; a
+    replay is refused (503, nothing sent) when its record cannot be
+    written. A resolution is not: while console_actions cannot take a row
+    (here a session holds a lock on it past the console store's 2 s lock
+    timeout), the resolution is written, the operator is told 200, and
+    console_actions never hears of it."""
+    from test_chargectl_resolve import into_review
+    s = new("console_adv_unrecorded", worker_env={"RECONCILER_SEARCH_LAG_MS": "0"})
+    s.start_worker()
+    name, port = con.start_console(s)
+    op = con.Client(port, con.token(s, "olga", "operator"))
+    cmd, pi = into_review(s, "pm_card_mastercard")
+    con.replayable_letter(s, e2e.new_command())
+    pos = e2e.wait_until("the letter listed", lambda: con.letter_positions(op), 30)[0][0]
+    holder = e2e.Session(s.db)
+    try:
+        holder.run("BEGIN")
+        holder.run("LOCK TABLE console_actions IN EXCLUSIVE MODE")
+        st_replay, doc_replay = op.post("dead-letters/replay", {"positions": [pos], "dry_run": False})
+        st, doc = op.post("attempts/%s/resolve" % cmd["payment_attempt_id"],
+                          {"decision": "succeeded", "payment_intent_id": pi["id"],
+                           "reason": "paid, seen in the dashboard"})
+        holder.run("COMMIT")
+    finally:
+        holder.close()
+    e2e.log("replay while the log is locked: %s %s" % (st_replay, doc_replay))
+    check_eq(st_replay, 503, "the replay without its record (held: nothing sent)")
+    e2e.log("resolve while the log is locked: %s %s" % (st, doc and doc.get("outcome")))
+    settled = s.query("SELECT status FROM payment_attempts WHERE id = '%s'" % cmd["payment_attempt_id"])
+    rows = s.query("SELECT actor, outcome FROM console_actions WHERE action = 'resolve'"
+                   " AND target = '%s'" % cmd["payment_attempt_id"])
+    check(not (settled == [["SUCCEEDED"]] and rows == []),
+          "the resolution was written (%s, answered %s) with no row in console_actions: %s"
+          % (settled, st, rows))
+
+
+SCENARIOS = [resolve_without_record, pan_as_json_number, slow_clients_lock_out, viewer_freezes_console, replay_races,
              transactional_letter]
 
 if __name__ == "__main__":
