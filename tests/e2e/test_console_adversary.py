@@ -273,7 +273,32 @@ def resolve_without_record(new):
           % (settled, st, rows))
 
 
-SCENARIOS = [resolve_without_record, pan_as_json_number, slow_clients_lock_out, viewer_freezes_console, replay_races,
+def lookalike_actors(new):
+    """A token's name is the actor of console_actions and of the operator's
+    transitions, "1..128 bytes of UTF-8 on one line". Refused: C0 controls.
+    Taken: a C1 control (U+0085 NEL, a line break; U+009B, a terminal's
+    CSI), U+2028 LINE SEPARATOR, a right-to-left override and a zero-width
+    space, so a second live token "olga\u200b" signs in, acts and is
+    recorded as an actor no reader tells from "olga"."""
+    s = new("console_adv_actor")
+    name, port = con.start_console(s)
+    con.token(s, "olga", "operator")
+    taken = []
+    for n in ("olga\u200b", "olga\u0085resolved by olga", "olga\u2028x", "\u202eagl\u202co",
+              "o\u009b2Jlga"):
+        p = s.run([e2e.CHARGECTL, "console", "token", "add", n, "--role", "operator",
+                   "--actor", "e2e-admin", "--json"], check=False)
+        if p.returncode == 0:
+            taken.append(n)
+            if n == "olga\u200b":
+                c = con.Client(port, json.loads(p.stdout.decode())["secret"])
+                check_eq(c.who["name"], n, "the look-alike's session")
+    rows = s.query("SELECT actor FROM console_actions WHERE action = 'login'")
+    e2e.log("names taken: %r; login actors: %r" % (taken, rows))
+    check(not taken, "token names that look like another actor or break the line, taken: %r" % taken)
+
+
+SCENARIOS = [lookalike_actors, resolve_without_record, pan_as_json_number, slow_clients_lock_out, viewer_freezes_console, replay_races,
              transactional_letter]
 
 if __name__ == "__main__":
