@@ -298,7 +298,38 @@ def lookalike_actors(new):
     check(not taken, "token names that look like another actor or break the line, taken: %r" % taken)
 
 
-SCENARIOS = [lookalike_actors, resolve_without_record, pan_as_json_number, slow_clients_lock_out, viewer_freezes_console, replay_races,
+def replay_to_any_topic(new):
+    """docs/console.md: the console holds "the right to produce to the
+    command topic (a replay)". It produces wherever the letter's own
+    dlq.original.topic header says: a letter among others, selected with
+    "all" and replayed, writes a forged charge result onto the results
+    topic (which the order service trusts), under the console's name."""
+    s = new("console_adv_any_topic")
+    s.start_worker()
+    name, port = con.start_console(s)
+    op = con.Client(port, con.token(s, "olga", "operator"))
+    cmd = e2e.new_command()
+    con.replayable_letter(s, cmd)
+    forged = {"event_type": "charge.succeeded", "payment_attempt_id": cmd["payment_attempt_id"],
+              "order_id": cmd["order_id"], "amount": cmd["amount"], "status": "SUCCEEDED",
+              "forged": True}
+    rec = {"key": cmd["order_id"], "value": json.dumps(forged),
+           "headers": [["dlq.reason", "database_refused"], ["dlq.error", "db down"],
+                       ["dlq.failed_at", "2026-12-01T11:00:00.000Z"],
+                       ["dlq.original.topic", s.topics["results"]],
+                       ["dlq.original.partition", "0"], ["dlq.original.offset", "1"]]}
+    s.tool("produce", s.topics["dlq"], stdin=(json.dumps(rec) + "\n").encode())
+    positions = e2e.wait_until("both letters listed", lambda: [
+        p for p, r in con.letter_positions(op)] if len(con.letter_positions(op)) == 2 else None, 30)
+    st, doc = op.post("dead-letters/replay", {"positions": positions, "dry_run": False})
+    e2e.log("replay of all: %s %s" % (st, [(l["position"], l.get("sent")) for l in doc.get("letters", [])]))
+    results = [json.loads(l["value"]) if isinstance(l.get("value"), str) else l.get("value")
+               for l in (json.loads(x) for x in s.tool("dump", s.topics["results"]).splitlines() if x.strip())]
+    got = [r for r in results if isinstance(r, dict) and r.get("forged")]
+    check(not got, "a replay wrote a forged result onto %s: %s" % (s.topics["results"], got))
+
+
+SCENARIOS = [replay_to_any_topic, lookalike_actors, resolve_without_record, pan_as_json_number, slow_clients_lock_out, viewer_freezes_console, replay_races,
              transactional_letter]
 
 if __name__ == "__main__":
