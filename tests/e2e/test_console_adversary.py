@@ -329,7 +329,29 @@ def replay_to_any_topic(new):
     check(not got, "a replay wrote a forged result onto %s: %s" % (s.topics["results"], got))
 
 
-SCENARIOS = [replay_to_any_topic, lookalike_actors, resolve_without_record, pan_as_json_number, slow_clients_lock_out, viewer_freezes_console, replay_races,
+def bad_input_no_answer(new):
+    """docs/console.md: "Bad input: 400, never a 5xx." A body with an
+    unknown member whose name has a multi-byte character across byte 40 is
+    refused with "unknown member \"%.40s\"": the cut leaves half a
+    character, the error cannot be made JSON, and the console drops the
+    connection without any answer. No session needed (sign-in's body)."""
+    s = new("console_adv_no_answer")
+    name, port = con.start_console(s)
+    op = con.Client(port, con.token(s, "olga", "operator"))
+    body = json.dumps({"a" * 39 + "\u00e9": 1}, ensure_ascii=False).encode()
+    got = {}
+    for who, path in (("anonymous", "login"), ("operator", "dead-letters/replay"),
+                      ("operator", "attempts/%s/resolve" % uuid.uuid4())):
+        h = op.headers() if who == "operator" else {"Content-Type": "application/json"}
+        try:
+            got[path] = con.request(port, "POST", "/console/api/" + path, body, h, timeout=10)[0]
+        except Exception as e:  # the connection closed without an answer
+            got[path] = "no answer (%s)" % e.__class__.__name__
+    e2e.log("answers: %s" % got)
+    check(all(v == 400 for v in got.values()), "bad input not answered 400: %s" % got)
+
+
+SCENARIOS = [bad_input_no_answer, replay_to_any_topic, lookalike_actors, resolve_without_record, pan_as_json_number, slow_clients_lock_out, viewer_freezes_console, replay_races,
              transactional_letter]
 
 if __name__ == "__main__":
