@@ -351,7 +351,55 @@ def bad_input_no_answer(new):
     check(all(v == 400 for v in got.values()), "bad input not answered 400: %s" % got)
 
 
-SCENARIOS = [bad_input_no_answer, replay_to_any_topic, lookalike_actors, resolve_without_record, pan_as_json_number, slow_clients_lock_out, viewer_freezes_console, replay_races,
+def random_letters(new):
+    """Holds (a guard, for the sanitizer build): dead letters of random
+    bytes (keys, values, header names and values, binary and invalid UTF-8,
+    JSON of every shape) are listed, opened and previewed with 200 and the
+    console lives. FUZZ_SEED reproduces it."""
+    import os
+    import random
+    seed = int(os.environ.get("FUZZ_SEED", str(int(time.time()))))
+    rnd = random.Random(seed)
+    e2e.log("FUZZ_SEED=%d" % seed)
+    s = new("console_adv_random_letters")
+    name, port = con.start_console(s)
+    op = con.Client(port, con.token(s, "olga", "operator"))
+    pieces = [b"\x00", b"\xed\xa0\x80", b"\\u0000", CARD.encode(), CARD.encode() + b"e0",
+              b"4242-4242-4242-4242", b"<x>", b"{", b"[", b"\"", b"null", b"1e999", b"-0",
+              "\u00e9".encode() * 30, b"\x7f", "\u2028".encode(), b"\xff\xfe", b"\xc3"]
+
+    def blob():
+        return b"".join(rnd.choice(pieces + [bytes([rnd.randint(0, 255)])])
+                        for _ in range(rnd.randint(0, 12)))
+
+    def hname():
+        return "".join(rnd.choice(["dlq.", "x-", "\u00e9", CARD, "a", "<", "\u2028"])
+                       for _ in range(rnd.randint(1, 4)))
+    recs = []
+    for i in range(60):
+        value = rnd.choice([blob(), json.dumps({blob().decode("latin-1"): blob().decode("latin-1"),
+                                                "n": rnd.random() * 1e20}).encode(),
+                            b"[" + b",".join([CARD.encode() + b"e0"] * rnd.randint(0, 5)) + b"]"])
+        headers = [[hname(), {"hex": blob().hex()}] for _ in range(rnd.randint(0, 6))]
+        if rnd.random() < 0.7:
+            headers += [["dlq.reason", rnd.choice(["schema_violation", "card_data_refused", "x"])],
+                        ["dlq.original.topic", s.topics["commands"]],
+                        ["dlq.failed_at", {"hex": rnd.choice([b"2026-12-01T10:00:00.000Z", blob()]).hex()}]]
+        recs.append({"key_hex": blob().hex(), "value_hex": value.hex(), "headers": headers})
+    s.tool("produce", s.topics["dlq"], stdin="".join(json.dumps(r) + "\n" for r in recs).encode())
+    e2e.wait_until("letters listed", lambda: len(con.letter_positions(op)) >= 60, 30)
+    positions = [p for p, _ in con.letter_positions(op)]
+    for p in positions:
+        st, doc = op.get("dead-letters/" + p)
+        check_eq(st, 200, "GET letter %s (seed %d)" % (p, seed))
+    for i in range(0, len(positions), 7):
+        st, doc = op.post("dead-letters/replay", {"positions": positions[i:i + 7], "dry_run": True})
+        check(st in (200, 409), "preview %s: %s %s (seed %d)" % (positions[i:i + 7], st, doc, seed))
+    check_eq(op.get("overview")[0], 200, "the overview")
+    check(s.process(name).poll() is None, "the console died (seed %d)" % seed)
+
+
+SCENARIOS = [random_letters, bad_input_no_answer, replay_to_any_topic, lookalike_actors, resolve_without_record, pan_as_json_number, slow_clients_lock_out, viewer_freezes_console, replay_races,
              transactional_letter]
 
 if __name__ == "__main__":
