@@ -399,7 +399,58 @@ def random_letters(new):
     check(s.process(name).poll() is None, "the console died (seed %d)" % seed)
 
 
-SCENARIOS = [random_letters, bad_input_no_answer, replay_to_any_topic, lookalike_actors, resolve_without_record, pan_as_json_number, slow_clients_lock_out, viewer_freezes_console, replay_races,
+def force_booked_elsewhere(new):
+    """Holds (a guard): force cannot book an intent another attempt paid
+    with, not even two operators at once on two reviews; the ledger keeps
+    one charge row per intent."""
+    from test_chargectl_resolve import into_review
+    s = new("console_adv_booked", worker_env={"RECONCILER_SEARCH_LAG_MS": "0"})
+    s.start_worker()
+    name, port = con.start_console(s)
+    a = con.Client(port, con.token(s, "olga", "operator"))
+    b = con.Client(port, con.token(s, "omar", "operator"))
+    paid = e2e.new_command()
+    s.publish([paid])
+    e2e.wait_until("the paid attempt", lambda: s.query(
+        "SELECT provider_payment_id FROM payment_attempts WHERE id = '%s' AND status = 'SUCCEEDED'"
+        % paid["payment_attempt_id"]), 60)
+    pi = s.query("SELECT provider_payment_id FROM payment_attempts WHERE id = '%s'"
+                 % paid["payment_attempt_id"])[0][0]
+    r1, pi1 = into_review(s, "pm_card_mastercard")
+    r2, _ = into_review(s, "pm_card_mastercard")
+    barrier = threading.Barrier(2)
+    out = {}
+
+    def go(c, r, pi=pi):
+        barrier.wait()
+        out[r["payment_attempt_id"]] = c.post(
+            "attempts/%s/resolve" % r["payment_attempt_id"],
+            {"decision": "succeeded", "payment_intent_id": pi, "force": True,
+             "confirm": r["payment_attempt_id"]})
+    ts = [threading.Thread(target=go, args=x) for x in ((a, r1), (b, r2))]
+    for th in ts:
+        th.start()
+    for th in ts:
+        th.join()
+    e2e.log("forced on a paid intent: %s" % {k: v[0] for k, v in out.items()})
+    check_eq(sorted(v[0] for v in out.values()), [409, 409], "force on an intent booked elsewhere")
+    check_eq(s.query("SELECT count(*) FROM ledger_entries WHERE kind = 'charge' AND provider_payment_id = '%s'"
+                     % pi), [["1"]], "charge rows of the intent")
+    # One unbooked intent (r1's own), forced onto both reviews at once.
+    barrier = threading.Barrier(2)
+    out.clear()
+    ts = [threading.Thread(target=go, args=x + (pi1["id"],)) for x in ((a, r1), (b, r2))]
+    for th in ts:
+        th.start()
+    for th in ts:
+        th.join()
+    e2e.log("one free intent forced on two reviews: %s" % {k: (v[0], v[1].get("outcome")) for k, v in out.items()})
+    check_eq(sorted(v[0] for v in out.values()), [200, 409], "one intent forced on two reviews at once")
+    check_eq(s.query("SELECT count(*) FROM ledger_entries WHERE kind = 'charge' AND provider_payment_id = '%s'"
+                     % pi1["id"]), [["1"]], "charge rows of the free intent")
+
+
+SCENARIOS = [force_booked_elsewhere, random_letters, bad_input_no_answer, replay_to_any_topic, lookalike_actors, resolve_without_record, pan_as_json_number, slow_clients_lock_out, viewer_freezes_console, replay_races,
              transactional_letter]
 
 if __name__ == "__main__":
