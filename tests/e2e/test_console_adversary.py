@@ -450,7 +450,43 @@ def force_booked_elsewhere(new):
                      % pi1["id"]), [["1"]], "charge rows of the free intent")
 
 
-SCENARIOS = [force_booked_elsewhere, random_letters, bad_input_no_answer, replay_to_any_topic, lookalike_actors, resolve_without_record, pan_as_json_number, slow_clients_lock_out, viewer_freezes_console, replay_races,
+def rss_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return 0
+
+
+def big_dlq_memory(new):
+    """The overview (the page every sign-in lands on) and every dead-letter
+    list, limit=1 included, read the whole dead-letter topic into the
+    console's memory, every letter whole, once per request: the console's
+    peak memory grows with the topic (here 5,000 letters of 16 KiB, 80 MB,
+    a few of Kafka's 1 MB letters' worth), times the requests in hand."""
+    s = new("console_adv_big_dlq")
+    name, port = con.start_console(s)
+    viewer = con.Client(port, con.token(s, "vera", "viewer"))
+    pid = s.process(name).pid
+    pad = "x" * 16384
+    batch = "".join(json.dumps({"key": str(i), "value": json.dumps({"pad": pad, "i": i}),
+                                "headers": [["dlq.reason", "schema_violation"]]}) + "\n"
+                    for i in range(5000))
+    s.tool("produce", s.topics["dlq"], stdin=batch.encode())
+    before = rss_kb(pid)
+    t0 = time.monotonic()
+    ths = [threading.Thread(target=lambda: viewer.get("dead-letters?limit=1")) for _ in range(4)]
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join()
+    dt = time.monotonic() - t0
+    grown = (rss_kb(pid) - before) // 1024
+    e2e.log("4 x GET dead-letters?limit=1 over 80 MB of letters: %.1fs, peak memory +%d MB" % (dt, grown))
+    check(grown < 64, "four one-letter lists grew the console's peak memory by %d MB (%.1fs)" % (grown, dt))
+
+
+SCENARIOS = [big_dlq_memory, force_booked_elsewhere, random_letters, bad_input_no_answer, replay_to_any_topic, lookalike_actors, resolve_without_record, pan_as_json_number, slow_clients_lock_out, viewer_freezes_console, replay_races,
              transactional_letter]
 
 if __name__ == "__main__":
