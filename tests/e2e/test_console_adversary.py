@@ -486,7 +486,31 @@ def big_dlq_memory(new):
     check(grown < 64, "four one-letter lists grew the console's peak memory by %d MB (%.1fs)" % (grown, dt))
 
 
-SCENARIOS = [big_dlq_memory, force_booked_elsewhere, random_letters, bad_input_no_answer, replay_to_any_topic, lookalike_actors, resolve_without_record, pan_as_json_number, slow_clients_lock_out, viewer_freezes_console, replay_races,
+def links_blank_the_page(new):
+    """The page routes on location.hash: a link with a malformed escape
+    (#/attempt/%E0%A4%A) or a name of Object.prototype (#/__proto__,
+    #/constructor) throws in the router or runs Object's own functions as a
+    page, and the operator who follows it gets a blank page."""
+    import os
+    import subprocess
+    browser_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "browser")
+    s = new("console_adv_links")
+    name, port = con.start_console(s, CONSOLE_COOKIE_SECURE="1")
+    secret = con.token(s, "olga", "operator")
+    hashes = ["#/overview", "#/attempt/%E0%A4%A", "#/__proto__", "#/constructor", "#/reviews/%"]
+    env = dict(os.environ, CONSOLE_LINKS=json.dumps({"base": "http://127.0.0.1:%d" % port,
+                                                     "token": secret, "hashes": hashes}))
+    p = subprocess.run(["node", os.path.join(browser_dir, "console_links.mjs")], env=env,
+                       capture_output=True, timeout=e2e.scaled(180), cwd=browser_dir)
+    check(p.returncode == 0, "the browser failed: %s" % p.stderr.decode()[-2000:])
+    saw = json.loads(p.stdout.decode().strip().splitlines()[-1])
+    e2e.log("links: %s" % saw)
+    check(saw["#/overview"]["h1"], "the overview itself shows nothing: %s" % saw)
+    blank = {h: v for h, v in saw.items() if not v["h1"] or v["errors"]}
+    check(not blank, "links that leave a blank page or a page error: %s" % blank)
+
+
+SCENARIOS = [links_blank_the_page, big_dlq_memory, force_booked_elsewhere, random_letters, bad_input_no_answer, replay_to_any_topic, lookalike_actors, resolve_without_record, pan_as_json_number, slow_clients_lock_out, viewer_freezes_console, replay_races,
              transactional_letter]
 
 if __name__ == "__main__":
