@@ -510,7 +510,41 @@ def links_blank_the_page(new):
     check(not blank, "links that leave a blank page or a page error: %s" % blank)
 
 
-SCENARIOS = [links_blank_the_page, big_dlq_memory, force_booked_elsewhere, random_letters, bad_input_no_answer, replay_to_any_topic, lookalike_actors, resolve_without_record, pan_as_json_number, slow_clients_lock_out, viewer_freezes_console, replay_races,
+def revoked_mid_resolve(new):
+    """A token revoked (say, it leaked) while its resolution waits on the
+    provider: the session was checked once, at the start, so the decision
+    is written after the revocation, under the revoked token's name, and
+    answered 200. Nothing re-checks the session when the write happens."""
+    from test_chargectl_resolve import into_review
+    s = new("console_adv_revoked_mid", worker_env={"RECONCILER_SEARCH_LAG_MS": "0"})
+    s.start_worker()
+    name, port = con.start_console(s, PROVIDER_TIMEOUT_MS="15000")
+    mallory = con.Client(port, con.token(s, "leaked", "operator"))
+    cmd, pi = into_review(s, "pm_card_mastercard")
+    out = {}
+
+    def go():
+        out["r"] = mallory.post("attempts/%s/resolve" % cmd["payment_attempt_id"],
+                                {"decision": "succeeded", "payment_intent_id": pi["id"]})
+    s.psp_freeze()
+    try:
+        th = threading.Thread(target=go)
+        th.start()
+        time.sleep(1.5)
+        con.revoke(s, "leaked")
+        check_eq(mallory.get("session")[0], 401, "the revoked session's next request")
+    finally:
+        s.psp_thaw()
+    th.join()
+    rows = s.query("SELECT t.actor, t.created_at > k.revoked_at FROM attempt_transitions t, console_tokens k"
+                   " WHERE t.payment_attempt_id = '%s' AND t.cause = 'operator' AND k.name = 'leaked'"
+                   % cmd["payment_attempt_id"])
+    e2e.log("resolve by a token revoked mid-request: %s; transitions %s" % (out["r"][0], rows))
+    check(not [r for r in rows if r[1] == "t"],
+          "a decision written after its token was revoked: answered %s, %s" % (out["r"][0], rows))
+
+
+SCENARIOS = [revoked_mid_resolve, links_blank_the_page, big_dlq_memory, force_booked_elsewhere, random_letters, bad_input_no_answer, replay_to_any_topic, lookalike_actors, resolve_without_record, pan_as_json_number, slow_clients_lock_out, viewer_freezes_console, replay_races,
              transactional_letter]
 
 if __name__ == "__main__":
