@@ -544,7 +544,30 @@ def revoked_mid_resolve(new):
           "a decision written after its token was revoked: answered %s, %s" % (out["r"][0], rows))
 
 
-SCENARIOS = [revoked_mid_resolve, links_blank_the_page, big_dlq_memory, force_booked_elsewhere, random_letters, bad_input_no_answer, replay_to_any_topic, lookalike_actors, resolve_without_record, pan_as_json_number, slow_clients_lock_out, viewer_freezes_console, replay_races,
+def refused_resolutions_unrecorded(new):
+    """docs/console.md: "Every action is written to console_actions (actor,
+    action, target, outcome, detail): ... resolutions (refused ones too)".
+    A resolution refused at the door (a viewer's, an operator's without its
+    CSRF token, one from another origin) is answered 403 and written
+    nowhere but the process log: who tried it is not in the record."""
+    from test_chargectl_resolve import into_review
+    s = new("console_adv_refused", worker_env={"RECONCILER_SEARCH_LAG_MS": "0"})
+    s.start_worker()
+    name, port = con.start_console(s)
+    op = con.Client(port, con.token(s, "olga", "operator"))
+    viewer = con.Client(port, con.token(s, "vera", "viewer"))
+    cmd, pi = into_review(s, "pm_card_mastercard")
+    path = "attempts/%s/resolve" % cmd["payment_attempt_id"]
+    body = {"decision": "failed", "reason": "trying"}
+    got = [viewer.post(path, body)[0], op.post(path, body, csrf=False)[0],
+           op.post(path, body, extra={"Origin": "http://evil.example"})[0]]
+    check_eq(got, [403, 403, 403], "the three refusals")
+    rows = s.query("SELECT actor, outcome FROM console_actions WHERE action = 'resolve'")
+    check(len(rows) >= 3, "three refused resolutions (vera; olga without CSRF; olga from"
+          " another origin), recorded: %s" % rows)
+
+
+SCENARIOS = [refused_resolutions_unrecorded, revoked_mid_resolve, links_blank_the_page, big_dlq_memory, force_booked_elsewhere, random_letters, bad_input_no_answer, replay_to_any_topic, lookalike_actors, resolve_without_record, pan_as_json_number, slow_clients_lock_out, viewer_freezes_console, replay_races,
              transactional_letter]
 
 if __name__ == "__main__":
