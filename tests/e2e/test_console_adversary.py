@@ -567,7 +567,35 @@ def refused_resolutions_unrecorded(new):
           " another origin), recorded: %s" % rows)
 
 
-SCENARIOS = [refused_resolutions_unrecorded, revoked_mid_resolve, links_blank_the_page, big_dlq_memory, force_booked_elsewhere, random_letters, bad_input_no_answer, replay_to_any_topic, lookalike_actors, resolve_without_record, pan_as_json_number, slow_clients_lock_out, viewer_freezes_console, replay_races,
+def five_hundred_positions(new):
+    """A replay preview of 500 letters (the most one request may name)
+    reads each letter on its own (metadata, offsets, assign, poll), holding
+    one of the listener threads, and all the connections it polls, that
+    long: about 0.4 s a letter, over three minutes for 500 (the client
+    gives up at 60 s); measured against a bound of 10 s."""
+    s = new("console_adv_500")
+    name, port = con.start_console(s)
+    op = con.Client(port, con.token(s, "olga", "operator"))
+    batch = "".join(json.dumps({"key": str(i), "value": json.dumps({"i": i}),
+                                "headers": [["dlq.reason", "schema_violation"],
+                                            ["dlq.original.topic", s.topics["commands"]]]}) + "\n"
+                    for i in range(500))
+    s.tool("produce", s.topics["dlq"], stdin=batch.encode())
+    positions = e2e.wait_until("500 letters", lambda: (lambda p: p if len(p) == 500 else None)(
+        [p for p, _ in con.letter_positions(op)]), 60)
+    t0 = time.monotonic()
+    try:
+        st = con.request(port, "POST", "/console/api/dead-letters/replay",
+                         json.dumps({"positions": positions, "dry_run": True}),
+                         op.headers(), timeout=60)[0]
+    except OSError as e:
+        st = "no answer (%s)" % e.__class__.__name__
+    dt = time.monotonic() - t0
+    e2e.log("a preview of 500 letters: %s in %.1fs" % (st, dt))
+    check(st == 200 and dt < 10, "a preview of 500 letters took %.1fs (%s)" % (dt, st))
+
+
+SCENARIOS = [five_hundred_positions, refused_resolutions_unrecorded, revoked_mid_resolve, links_blank_the_page, big_dlq_memory, force_booked_elsewhere, random_letters, bad_input_no_answer, replay_to_any_topic, lookalike_actors, resolve_without_record, pan_as_json_number, slow_clients_lock_out, viewer_freezes_console, replay_races,
              transactional_letter]
 
 if __name__ == "__main__":
