@@ -595,7 +595,28 @@ def five_hundred_positions(new):
     check(st == 200 and dt < 10, "a preview of 500 letters took %.1fs (%s)" % (dt, st))
 
 
-SCENARIOS = [five_hundred_positions, refused_resolutions_unrecorded, revoked_mid_resolve, links_blank_the_page, big_dlq_memory, force_booked_elsewhere, random_letters, bad_input_no_answer, replay_to_any_topic, lookalike_actors, resolve_without_record, pan_as_json_number, slow_clients_lock_out, viewer_freezes_console, replay_races,
+def db_frozen(new):
+    """Probe: PostgreSQL frozen (SIGSTOP). Each request is answered within
+    a bound (a 503), and readiness says the database is gone."""
+    s = new("console_adv_db_frozen")
+    name, port = con.start_console(s)
+    op = con.Client(port, con.token(s, "olga", "operator"))
+    check_eq(timed_get(op, "session")[0], 200, "before")
+    e2e.pg_freeze()
+    try:
+        res = [timed_get(op, p, timeout=40) for p in ("session", "reviews", "actions")]
+        time.sleep(3)
+        try:
+            ready = s.admin_get(name, "/readyz")
+        except Exception as e:
+            ready = "no answer: %s" % e
+    finally:
+        e2e.pg_thaw()
+    e2e.log("DB frozen: %s; readyz %s" % (res, ready))
+    check(all(dt < 15 for _, dt in res), "requests with the database frozen: %s" % res)
+
+
+SCENARIOS = [db_frozen, five_hundred_positions, refused_resolutions_unrecorded, revoked_mid_resolve, links_blank_the_page, big_dlq_memory, force_booked_elsewhere, random_letters, bad_input_no_answer, replay_to_any_topic, lookalike_actors, resolve_without_record, pan_as_json_number, slow_clients_lock_out, viewer_freezes_console, replay_races,
              transactional_letter]
 
 if __name__ == "__main__":
