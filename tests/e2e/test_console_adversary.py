@@ -1,14 +1,26 @@
 #!/usr/bin/env python3
-"""charged console broken on purpose: each scenario here proves one place
-where the console does not keep a promise of docs/console.md, against the
-real stack (PostgreSQL, Kafka, psp-sim, a worker). They fail until the
-console is fixed. Run one: python3 ../tests/e2e/test_console_adversary.py NAME.
+"""charged console broken on purpose: each scenario proves one place where
+the console does not keep a promise of docs/console.md (or a bound it
+needs), against the real stack (PostgreSQL, Kafka, psp-sim, a worker).
+They fail until the console is fixed. Run one:
+    cd build && python3 ../tests/e2e/test_console_adversary.py NAME
 
-- pan_as_json_number: "Card numbers in dead letters are masked (last four
-  digits kept) before they leave the server." A dead letter whose value
-  holds the card number as a JSON number with an exponent
-  (4242424242424242e0) leaves the server with every digit, in the letter,
-  in the replay preview and in the action log.
+Breaks (each scenario's docstring says what it proves):
+  pan_as_json_number        a card number as 4242424242424242e0 leaves unmasked
+  replay_to_any_topic       a replay writes wherever dlq.original.topic says
+  resolve_without_record    a resolution is written while its record cannot be
+  refused_resolutions_unrecorded  403 refusals never reach console_actions
+  revoked_mid_resolve       a decision written after its token was revoked
+  bad_input_no_answer       a split UTF-8 character in an unknown member: no answer
+  transactional_letter      one transactional letter breaks every dead-letter list
+  big_dlq_memory            every list reads the whole topic into memory
+  five_hundred_positions    a 500-letter preview holds a thread for minutes
+  slow_clients_lock_out     256 slow connections lock every operator out
+  viewer_freezes_console    a viewer's reads, Kafka down, freeze the review queue
+  links_blank_the_page      #/attempt/%E0%A4%A, #/__proto__: a blank page
+  lookalike_actors          token names with C1 controls, U+2028, bidi, ZWSP
+Guards that hold (kept so that they keep holding):
+  replay_races, force_booked_elsewhere, random_letters, db_frozen
 """
 
 import json
