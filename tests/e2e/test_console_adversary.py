@@ -19,6 +19,7 @@ Breaks (each scenario's docstring says what it proves):
   viewer_freezes_console    a viewer's reads, Kafka down, freeze the review queue
   links_blank_the_page      #/attempt/%E0%A4%A, #/__proto__: a blank page
   lookalike_actors          token names with C1 controls, U+2028, bidi, ZWSP
+  logout_that_does_not      "signed out", recorded ok, and the session lives on
 Guards that hold (kept so that they keep holding):
   replay_races, force_booked_elsewhere, random_letters, db_frozen
 """
@@ -628,7 +629,31 @@ def db_frozen(new):
     check(all(dt < 15 for _, dt in res), "requests with the database frozen: %s" % res)
 
 
-SCENARIOS = [db_frozen, five_hundred_positions, refused_resolutions_unrecorded, revoked_mid_resolve, links_blank_the_page, big_dlq_memory, force_booked_elsewhere, random_letters, bad_input_no_answer, replay_to_any_topic, lookalike_actors, resolve_without_record, pan_as_json_number, slow_clients_lock_out, viewer_freezes_console, replay_races,
+def logout_that_does_not(new):
+    """Signing out when the session's row cannot be deleted (here its table
+    is locked past the console store's 2 s lock timeout): the console
+    answers {"signed_out": true}, clears the cookie, records "logout ok",
+    and the session goes on working for whoever holds its cookie (a shared
+    machine, a copied cookie) until it expires, 8 h by default."""
+    s = new("console_adv_logout")
+    name, port = con.start_console(s)
+    op = con.Client(port, con.token(s, "olga", "operator"))
+    holder = e2e.Session(s.db)
+    try:
+        holder.run("BEGIN")
+        holder.run("LOCK TABLE console_sessions IN EXCLUSIVE MODE")
+        st, doc = op.post("logout", {})
+        holder.run("COMMIT")
+    finally:
+        holder.close()
+    after = op.get("session")[0]
+    rows = s.query("SELECT outcome FROM console_actions WHERE action = 'logout'")
+    e2e.log("logout: %s %s; the session afterwards: %s; recorded %s" % (st, doc, after, rows))
+    check(not (st == 200 and after == 200),
+          "signed out (%s %s, recorded %s) and the session still answers %s" % (st, doc, rows, after))
+
+
+SCENARIOS = [logout_that_does_not, db_frozen, five_hundred_positions, refused_resolutions_unrecorded, revoked_mid_resolve, links_blank_the_page, big_dlq_memory, force_booked_elsewhere, random_letters, bad_input_no_answer, replay_to_any_topic, lookalike_actors, resolve_without_record, pan_as_json_number, slow_clients_lock_out, viewer_freezes_console, replay_races,
              transactional_letter]
 
 if __name__ == "__main__":
