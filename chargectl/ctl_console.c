@@ -25,8 +25,9 @@ static void usage(FILE *out)
         "       chargectl console token list [--json]\n"
         "       chargectl console token revoke NAME [--actor NAME] [--json]\n\n"
         "The access tokens of the operator console (charged console).\n"
-        "  token add NAME   makes a token named NAME (1..%d bytes of UTF-8 on one\n"
-        "                   line, unique among live tokens) and prints its secret,\n"
+        "  token add NAME   makes a token named NAME (1..%d ASCII letters, digits,\n"
+        "                   '.', '_', '-', '@'; unique among live tokens: it is the\n"
+        "                   actor of all done with it) and prints its secret,\n"
         "                   cct_ and 43 characters: it is shown only then; the\n"
         "                   database keeps its SHA-256 alone\n"
         "  token list       every token, newest first, revoked ones too (the\n"
@@ -183,8 +184,9 @@ static int parse(int argc, char **argv, struct token_args *a)
         return ctl_unexpected_argument(cmd, argv[optind + 1]);
     }
     a->name = argv[optind];
-    if (!utf8_text_line(a->name, CONSOLE_TOKEN_MAX_NAME))
-        return say(CTL_USAGE, a->sub, "NAME must be 1..%d bytes of UTF-8 on one line",
+    if (!console_store_name_ok(a->name))
+        return say(CTL_USAGE, a->sub,
+                   "NAME must be 1..%d ASCII letters, digits, '.', '_', '-' or '@'",
                    CONSOLE_TOKEN_MAX_NAME);
     if (add && a->role < 0)
         return say(CTL_USAGE, a->sub, "needs --role viewer or --role operator");

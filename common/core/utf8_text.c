@@ -68,6 +68,26 @@ static int invisible(unsigned cp)
            cp == 0xfeff;
 }
 
+/* What text must not carry as it is: controls (C0, DEL, C1), the line and
+ * paragraph separators (a line break by another name), and invisible
+ * format characters. */
+static int unseen(unsigned cp)
+{
+    return cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp < 0xa0) || cp == 0x2028 ||
+           cp == 0x2029 || invisible(cp);
+}
+
+/* The code point of the valid sequence of l bytes at s (4-byte ones are
+ * never unseen, so they need no decoding here: 0x10000 stands for them). */
+static unsigned code_point(const unsigned char *s, size_t l)
+{
+    if (l == 2)
+        return ((s[0] & 0x1fu) << 6) | (s[1] & 0x3fu);
+    if (l == 3)
+        return ((s[0] & 0x0fu) << 12) | ((s[1] & 0x3fu) << 6) | (s[2] & 0x3fu);
+    return l == 1 ? s[0] : 0x10000;
+}
+
 size_t utf8_text_copy(char *dst, size_t dst_size, const char *src)
 {
     const unsigned char *s = (const unsigned char *)(src ? src : "");
@@ -85,14 +105,9 @@ size_t utf8_text_copy(char *dst, size_t dst_size, const char *src)
             l = 1;
             i++;
         } else {
-            unsigned cp = s[i];
-            if (l == 2)
-                cp = ((s[i] & 0x1fu) << 6) | (s[i + 1] & 0x3fu);
-            else if (l == 3)
-                cp = ((s[i] & 0x0fu) << 12) | ((s[i + 1] & 0x3fu) << 6) |
-                     (s[i + 2] & 0x3fu);
+            unsigned cp = code_point(s + i, l);
             i += l;
-            if (cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp < 0xa0) || invisible(cp)) {
+            if (unseen(cp)) {
                 repl = ' ';
                 from = &repl;
                 l = 1;
@@ -109,11 +124,12 @@ size_t utf8_text_copy(char *dst, size_t dst_size, const char *src)
 
 int utf8_text_line(const char *s, size_t max)
 {
+    const unsigned char *u = (const unsigned char *)s;
     size_t n = s ? strlen(s) : 0;
-    if (n == 0 || n > max || !utf8_text_valid(s, n))
+    if (n == 0 || n > max)
         return 0;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+    for (size_t i = 0, l; i < n; i += l)
+        if (!(l = utf8_text_seq_len(u + i, n - i)) || unseen(code_point(u + i, l)))
             return 0;
     return 1;
 }

@@ -11,10 +11,10 @@
 #include <stddef.h>
 
 /* Copies src (NULL reads as "") into dst of dst_size bytes, NUL-terminated.
- * Invalid sequences become '?', control characters (C0, DEL, C1) and
- * invisible format characters (zero-width, bidirectional overrides and
- * isolates, BOM) become ' ',
- * and the copy stops before a character that would not fit whole. Returns
+ * Invalid sequences become '?'; control characters (C0, DEL, C1), the line
+ * and paragraph separators (U+2028, U+2029) and invisible format characters
+ * (zero-width, bidirectional overrides and isolates, BOM) become ' '; and
+ * the copy stops before a character that would not fit whole. Returns
  * the bytes written, without the NUL. dst_size 0 writes nothing. */
 size_t utf8_text_copy(char *dst, size_t dst_size, const char *src);
 
@@ -27,8 +27,9 @@ size_t utf8_text_seq_len(const unsigned char *s, size_t n);
 int utf8_text_valid(const char *s, size_t n);
 
 /* 1 if s (NULL: no) is free text a person typed for a record, as names,
- * actors and reasons are: 1..max bytes of valid UTF-8 on one line (no
- * control characters). */
+ * actors and reasons are: 1..max bytes of valid UTF-8 on one line, with
+ * nothing utf8_text_copy would replace (no control, no line or paragraph
+ * separator, no invisible format character), so that it reads as it is. */
 int utf8_text_line(const char *s, size_t max);
 
 /* Characters (Unicode code points) in the n bytes at s, which must be valid

@@ -1,5 +1,6 @@
 #include "console_store.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +125,17 @@ int console_role_parse(const char *s)
     if (!strcmp(s, "operator"))
         return CONSOLE_ROLE_OPERATOR;
     return -1;
+}
+
+int console_store_name_ok(const char *name)
+{
+    size_t n = name ? strlen(name) : 0;
+    if (n == 0 || n > CONSOLE_TOKEN_MAX_NAME)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)name[i]) && !strchr("._-@", name[i]))
+            return 0;
+    return 1;
 }
 
 console_store_t *console_store_new(const char *database_url, struct store_error *err)
@@ -286,8 +298,10 @@ enum store_rc console_store_token_add(console_store_t *st, const char *name,
 
     store_error_clear(err);
     secret_out[0] = '\0';
-    if (!utf8_text_line(name, CONSOLE_TOKEN_MAX_NAME)) {
-        store_error_set(err, "a token's name is 1..%d bytes of UTF-8 on one line",
+    if (!console_store_name_ok(name)) {
+        store_error_set(err,
+                        "a token's name is 1..%d ASCII letters, digits, '.', '_', '-' "
+                        "and '@'",
                         CONSOLE_TOKEN_MAX_NAME);
         goto out;
     }

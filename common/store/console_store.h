@@ -37,6 +37,12 @@ struct console_who {
     char csrf[CONSOLE_SECRET_SIZE]; /* the session's CSRF token */
 };
 
+/* 1 if name may name a token: 1..CONSOLE_TOKEN_MAX_NAME of ASCII letters,
+ * digits, '.', '_', '-' and '@'. A token's name is the actor of everything
+ * done with it: no two may look alike, and none may hide a line break or a
+ * terminal's control sequence in the records. */
+int console_store_name_ok(const char *name);
+
 console_store_t *console_store_new(const char *database_url, struct store_error *err);
 void console_store_free(console_store_t *st);
 
