@@ -2,6 +2,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <strings.h>
 
@@ -22,9 +23,13 @@
 #include "log.h"
 
 #define PROBE_INTERVAL_MS 2000
-#define IDLE_TIMEOUT_S    30
-#define MAX_CONNECTIONS   256
-#define CSRF_HEADER       "X-CSRF-Token"
+/* A slow client holds a connection for at most IDLE_TIMEOUT_S between
+ * bytes, and one address holds at most MAX_CONNECTIONS_PER_IP: a few
+ * hosts cannot lock the operators out. */
+#define IDLE_TIMEOUT_S         10
+#define MAX_CONNECTIONS        256
+#define MAX_CONNECTIONS_PER_IP 16
+#define CSRF_HEADER            "X-CSRF-Token"
 /* Nothing but the console's own files runs or loads: no inline script, no
  * inline style, no other origin, no framing. */
 #define CSP                                                                            \
@@ -39,6 +44,8 @@ struct console {
     console_views_t **views;
     size_t nviews;
     http_lender_t *lender;
+    atomic_int kafka_requests; /* answering from Kafka now (reads_kafka) */
+    int kafka_max;
     attempt_store_t *probe; /* the loop's own, for readiness */
     int64_t next_probe;
     int db_ok;
@@ -220,9 +227,9 @@ static enum MHD_Result take_letter_arg(void *cls, enum MHD_ValueKind kind,
 /* A signed-in request: who asks decides what may be answered. */
 static enum MHD_Result serve_signed_in(struct console *cs, console_views_t *v,
                                        struct MHD_Connection *c, struct request *rq,
-                                       const struct console_who *who)
+                                       const struct console_who *who, const char *sid)
 {
-    char sid[CONSOLE_SECRET_MAX], why[512], cookie[256];
+    char why[512], cookie[256];
     struct store_error err;
     json_t *body = NULL;
     unsigned status;
@@ -231,9 +238,13 @@ static enum MHD_Result serve_signed_in(struct console *cs, console_views_t *v,
     case CONSOLE_R_SESSION:
         return send_json(c, MHD_HTTP_OK, who_json(who), NULL);
     case CONSOLE_R_LOGOUT:
-        if (console_input_cookie(
-                MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Cookie"), sid) == 0)
-            console_store_logout(console_views_store(v), sid, &err);
+        /* A session that could not be ended is not called ended. */
+        if (console_store_logout(console_views_store(v), sid, &err) != STORE_OK) {
+            log_warn("console: sign-out failed", "actor", who->name, "error",
+                     err.message, NULL);
+            return send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE,
+                              "could not end the session; try again");
+        }
         console_store_record(console_views_store(v), who->name, "logout", NULL, "ok",
                              NULL, &err);
         session_cookie(cs, "", 0, cookie, sizeof(cookie));
@@ -260,7 +271,7 @@ static enum MHD_Result serve_signed_in(struct console *cs, console_views_t *v,
         if (console_input_resolve(rq->body, rq->len, rq->m.id, &in, why, sizeof(why)) !=
             0)
             return send_error(c, MHD_HTTP_BAD_REQUEST, why);
-        status = console_views_resolve(v, who, rq->m.id, &in, &body);
+        status = console_views_resolve(v, who, sid, rq->m.id, &in, &body);
         break;
     }
     case CONSOLE_R_LETTERS: {
@@ -296,6 +307,51 @@ static enum MHD_Result serve_signed_in(struct console *cs, console_views_t *v,
     return send_json(c, status, body, NULL);
 }
 
+/* What a route is called in the action log. */
+static const char *action_name(enum console_route r)
+{
+    switch (r) {
+    case CONSOLE_R_RESOLVE:
+        return "resolve";
+    case CONSOLE_R_REPLAY:
+        return "replay";
+    case CONSOLE_R_LOGOUT:
+        return "logout";
+    default:
+        return "request";
+    }
+}
+
+/* A signed-in operator's action refused at the door is an action too: it
+ * goes to the log with its actor, then the 403. */
+static enum MHD_Result refuse_action(console_views_t *v, struct MHD_Connection *c,
+                                     const struct request *rq,
+                                     const struct console_who *who, const char *why)
+{
+    struct store_error err;
+    json_t *detail = json_pack("{s:s}", "why", why);
+    char *text = detail ? json_dumps(detail, JSON_COMPACT) : NULL;
+    log_warn("console: action refused", "actor", who->name, "action",
+             action_name(rq->m.route), "reason", why, NULL);
+    if (console_store_record(console_views_store(v), who->name,
+                             action_name(rq->m.route), rq->m.id[0] ? rq->m.id : NULL,
+                             "forbidden", text, &err) != STORE_OK)
+        log_error("console: an action was not recorded", "actor", who->name, "error",
+                  err.message, NULL);
+    free(text);
+    json_decref(detail);
+    return send_error(c, MHD_HTTP_FORBIDDEN, why);
+}
+
+/* Routes that read Kafka, which may take its timeouts to answer while it is
+ * down: at most half the threads serve them at once, so that the review
+ * queue and the attempts, which need only the database, always have one. */
+static int reads_kafka(enum console_route r)
+{
+    return r == CONSOLE_R_OVERVIEW || r == CONSOLE_R_LETTERS || r == CONSOLE_R_LETTER ||
+           r == CONSOLE_R_REPLAY;
+}
+
 static enum MHD_Result serve(struct console *cs, struct MHD_Connection *c,
                              struct request *rq)
 {
@@ -303,16 +359,29 @@ static enum MHD_Result serve(struct console *cs, struct MHD_Connection *c,
     struct console_who who;
     struct store_error err;
     enum MHD_Result ret;
-    const char *foreign;
+    const char *foreign = NULL;
+    int kafka = 0;
 
     if (rq->m.route == CONSOLE_R_ASSET)
         return serve_asset(c, rq->m.id);
     if (rq->too_large)
         return send_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "body too large");
     int writes = console_input_route_writes(rq->m.route);
-    if (writes && (foreign = foreign_request(c)))
+    if (writes)
+        foreign = foreign_request(c);
+    if (rq->m.route == CONSOLE_R_LOGIN && foreign)
         return send_error(c, MHD_HTTP_FORBIDDEN, foreign);
+    if (reads_kafka(rq->m.route)) {
+        if (atomic_fetch_add(&cs->kafka_requests, 1) >= cs->kafka_max) {
+            atomic_fetch_sub(&cs->kafka_requests, 1);
+            return send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE,
+                              "dead letters are being read for others right now; try "
+                              "again in a moment");
+        }
+        kafka = 1;
+    }
     console_views_t *v = http_lender_take(cs->lender);
+    sid[0] = '\0';
     if (rq->m.route == CONSOLE_R_LOGIN) {
         ret = serve_login(cs, v, c, rq);
         goto out;
@@ -323,7 +392,6 @@ static enum MHD_Result serve(struct console *cs, struct MHD_Connection *c,
         goto out;
     }
     enum store_rc rc = console_store_session(console_views_store(v), sid, &who, &err);
-    OPENSSL_cleanse(sid, sizeof(sid));
     if (rc == STORE_NOT_FOUND) {
         /* Expired, signed out, or its token revoked: the cookie goes too. */
         session_cookie(cs, "", 0, cookie, sizeof(cookie));
@@ -338,21 +406,26 @@ static enum MHD_Result serve(struct console *cs, struct MHD_Connection *c,
         ret = send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "database unavailable");
         goto out;
     }
+    if (foreign) {
+        ret = refuse_action(v, c, rq, &who, foreign);
+        goto out;
+    }
     if (writes && !csrf_matches(c, &who)) {
-        log_warn("console: request without its CSRF token refused", "actor", who.name,
-                 NULL);
-        ret = send_error(c, MHD_HTTP_FORBIDDEN, "missing or wrong CSRF token");
+        ret = refuse_action(v, c, rq, &who, "missing or wrong CSRF token");
         goto out;
     }
     if (writes && rq->m.route != CONSOLE_R_LOGOUT &&
         who.role != CONSOLE_ROLE_OPERATOR) {
-        ret = send_error(c, MHD_HTTP_FORBIDDEN,
-                         "a viewer's token cannot change anything: ask an operator");
+        ret = refuse_action(v, c, rq, &who,
+                            "a viewer's token cannot change anything: ask an operator");
         goto out;
     }
-    ret = serve_signed_in(cs, v, c, rq, &who);
+    ret = serve_signed_in(cs, v, c, rq, &who, sid);
 out:
+    OPENSSL_cleanse(sid, sizeof(sid));
     http_lender_give(cs->lender, v);
+    if (kafka)
+        atomic_fetch_sub(&cs->kafka_requests, 1);
     return ret;
 }
 
@@ -444,11 +517,17 @@ static int listen_http(struct console *cs, char *err, size_t err_size)
     int rc = listen_socket_open("CONSOLE_ADDR", addr, &fd, &port, err, err_size);
     if (rc != LISTEN_SOCKET_OK)
         return rc == LISTEN_SOCKET_BAD_ADDRESS ? 2 : 1;
+    /* A thread per connection, not a pool: a request that waits on Kafka's
+     * timeouts holds its own connection only, never the others a pool
+     * thread would poll; CONSOLE_THREADS bounds the requests answered at
+     * once (the lender), MAX_CONNECTIONS the threads. */
     cs->http = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG, 0, NULL,
-        NULL, on_request, cs, MHD_OPTION_EXTERNAL_LOGGER, http_reply_log, &http_log_as,
-        MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd, MHD_OPTION_THREAD_POOL_SIZE,
-        (unsigned)cs->nviews, MHD_OPTION_CONNECTION_LIMIT, (unsigned)MAX_CONNECTIONS,
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC |
+            MHD_USE_ERROR_LOG,
+        0, NULL, NULL, on_request, cs, MHD_OPTION_EXTERNAL_LOGGER, http_reply_log,
+        &http_log_as, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)MAX_CONNECTIONS,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)MAX_CONNECTIONS_PER_IP,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, cs, MHD_OPTION_END);
     if (!cs->http) {
@@ -523,6 +602,7 @@ static int setup(struct console *cs, char *err, size_t err_size)
     cs->ttl_s = config_int(cs->cfg, CONFIG_CONSOLE_SESSION_TTL_S);
     cs->cookie_secure = (int)config_int(cs->cfg, CONFIG_CONSOLE_COOKIE_SECURE);
     cs->nviews = (size_t)config_int(cs->cfg, CONFIG_CONSOLE_THREADS);
+    cs->kafka_max = cs->nviews > 1 ? (int)cs->nviews / 2 : 1;
     cs->views = calloc(cs->nviews, sizeof(*cs->views));
     if (!cs->views) {
         snprintf(err, err_size, "out of memory");
@@ -575,6 +655,7 @@ static int console_start(config_t *cfg, const char *id, void **state, char *err,
     cs->cfg = cfg;
     snprintf(cs->id, sizeof(cs->id), "%s", id);
     cs->db_ok = -1;
+    atomic_init(&cs->kafka_requests, 0);
     int rc = setup(cs, err, err_size);
     if (rc != 0) {
         teardown(cs);

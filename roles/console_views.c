@@ -125,6 +125,32 @@ static PGconn *conn_get(console_views_t *v, struct store_error *err)
  * memory (v is freed then). */
 static json_t *masked(json_t *v)
 {
+    if (json_is_number(v)) {
+        /* A card number written as a JSON number (4242424242424242, or
+         * 4242424242424242e0, which comes back as the real
+         * "4242424242424242.0"): the digits of its mantissa. */
+        char text[64], digits[64];
+        size_t n = 0, len = json_dumpb(v, text, sizeof(text) - 1, JSON_ENCODE_ANY);
+        if (len == 0 || len >= sizeof(text) - 1)
+            return v;
+        text[len] = '\0';
+        if (len > 2 && !strcmp(text + len - 2, ".0"))
+            text[len - 2] = '\0'; /* jansson's mark of a real, not a digit */
+        for (const char *p = text; *p && *p != 'e' && *p != 'E'; p++)
+            if (*p >= '0' && *p <= '9')
+                digits[n++] = *p;
+        digits[n] = '\0';
+        /* A long number as a real has lost its last digits (and with them
+         * the Luhn check): one of a card's length and first digit is
+         * masked all the same. */
+        int card_like = n >= 13 && n <= 19 && digits[0] >= '2' && digits[0] <= '6';
+        if (!card_data_found(digits, n) && !card_like)
+            return v;
+        if (card_data_mask(digits, n) == 0)
+            memset(digits, '*', n - 4);
+        json_decref(v);
+        return json_string(digits);
+    }
     if (json_is_string(v)) {
         size_t n = json_string_length(v);
         char *copy = malloc(n + 1);
@@ -327,6 +353,7 @@ static const char *outcome_names[] = {
     [ATTEMPT_REVIEW_BUSY] = "busy",
     [ATTEMPT_REVIEW_CHANGED] = "changed",
     [ATTEMPT_REVIEW_ERROR] = "error",
+    [ATTEMPT_REVIEW_WITHDRAWN] = "withdrawn",
 };
 
 /* A conflict is 409, never a 500: someone else resolved it, holds it, or
@@ -337,6 +364,7 @@ static const unsigned outcome_status[] = {
     [ATTEMPT_REVIEW_NOT_IN_REVIEW] = 409, [ATTEMPT_REVIEW_BOOKED_ELSEWHERE] = 409,
     [ATTEMPT_REVIEW_REFUSED] = 422,       [ATTEMPT_REVIEW_BUSY] = 409,
     [ATTEMPT_REVIEW_CHANGED] = 409,       [ATTEMPT_REVIEW_ERROR] = 503,
+    [ATTEMPT_REVIEW_WITHDRAWN] = 401,
 };
 
 /* Writes one row of console_actions: 0, or -1 (logged) when it could not. */
@@ -357,16 +385,35 @@ static int record(console_views_t *v, const char *actor, const char *action,
     return rc;
 }
 
+/* The session behind a resolution, asked again before it is written. */
+struct still_signed_in {
+    console_views_t *v;
+    const char *session;
+    const struct console_who *who;
+};
+
+static int still_operator(void *ctx)
+{
+    struct still_signed_in *s = ctx;
+    struct console_who now;
+    struct store_error err;
+    return console_store_session(s->v->cs, s->session, &now, &err) == STORE_OK &&
+           now.role == CONSOLE_ROLE_OPERATOR && !strcmp(now.name, s->who->name);
+}
+
 unsigned console_views_resolve(console_views_t *v, const struct console_who *who,
-                               const char *attempt_id,
+                               const char *session, const char *attempt_id,
                                const struct console_resolve_input *in, json_t **body)
 {
+    struct still_signed_in signed_in = {v, session, who};
     struct attempt_review_request rq = {
         .attempt_id = attempt_id,
         .intent_id = in->failed ? NULL : in->intent_id,
         .reason = in->reason[0] ? in->reason : NULL,
         .actor = who->name,
         .force = in->force,
+        .still_allowed = still_operator,
+        .ctx = &signed_in,
     };
     struct attempt_review_result res;
     struct store_error err;
@@ -377,6 +424,14 @@ unsigned console_views_resolve(console_views_t *v, const struct console_who *who
     PGconn *conn = conn_get(v, &err);
     if (!conn)
         return unavailable(body, "the database", err.message);
+    /* Recorded before the provider is asked: no decision without its record. */
+    json_t *asked =
+        json_pack("{s:s, s:s?, s:b}", "decision", in->failed ? "FAILED" : "SUCCEEDED",
+                  "payment_intent_id", rq.intent_id, "force", in->force);
+    int unrecorded = record(v, who->name, "resolve", attempt_id, "requested", asked);
+    json_decref(asked);
+    if (unrecorded)
+        return answer(body, 503, "the action could not be recorded; nothing decided");
     attempt_review_resolve(conn, v->attempts, v->pc,
                            config_int(v->cfg, CONFIG_RECONCILER_SEARCH_LAG_MS), &rq,
                            &res);

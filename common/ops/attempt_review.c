@@ -417,6 +417,13 @@ int attempt_review_resolve(PGconn *conn, attempt_store_t *st, provider_client_t 
         say(out, ATTEMPT_REVIEW_REFUSED, "refused: %s", j.says);
         goto out;
     }
+    if (rq->still_allowed && !rq->still_allowed(rq->ctx)) {
+        say(out, ATTEMPT_REVIEW_WITHDRAWN,
+            "%s may no longer decide (signed out or revoked while the provider was "
+            "asked); nothing written",
+            rq->actor);
+        goto out;
+    }
     int forced = j.verdict != V_AGREES;
     evidence = evidence_json(attempt_status_name(status), &a, &j, forced, search_lag_ms,
                              ls, n);

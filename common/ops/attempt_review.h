@@ -47,6 +47,8 @@ enum attempt_review_outcome {
                                         what it is now; nothing written */
     ATTEMPT_REVIEW_ERROR,            /* database unreachable, out of memory,
                                         the database refused: message */
+    ATTEMPT_REVIEW_WITHDRAWN,        /* still_allowed said no once the provider
+                                        had answered: nothing written */
 };
 
 struct attempt_review_request {
@@ -56,6 +58,11 @@ struct attempt_review_request {
                                (ATTEMPT_REVIEW_DEFAULT_REASON) */
     const char *actor;      /* who decides: the transition's actor */
     int force;              /* resolve although the provider objects */
+    /* Asked after the provider answered, right before the decision is
+     * written (the provider may take seconds): whether the actor may still
+     * decide, say a console session not revoked meanwhile. NULL: yes. */
+    int (*still_allowed)(void *ctx);
+    void *ctx;
 };
 
 struct attempt_review_result {
