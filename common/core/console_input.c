@@ -162,9 +162,13 @@ static int only_known(json_t *doc, const char *const *known, char *why, size_t w
         size_t i = 0;
         while (known[i] && strcmp(known[i], k) != 0)
             i++;
-        if (!known[i])
-            return refuse(why, why_size, "unknown member \"%.40s\"",
-                          utf8_text_valid(k, strlen(k)) ? k : "?");
+        if (!known[i]) {
+            /* Quoted as text that reads as it is, cut between characters:
+             * a refusal must always be an answer (valid UTF-8). */
+            char name[41];
+            utf8_text_copy(name, sizeof(name), k);
+            return refuse(why, why_size, "unknown member \"%s\"", name);
+        }
     }
     return 0;
 }

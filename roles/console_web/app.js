@@ -100,14 +100,24 @@ async function signIn(ev) {
 
 const pages = { overview: showOverview, reviews: showReviews, letters: showLetters, attempt: showAttempt };
 
+// "#/attempt/<id>" -> ["attempt", "<id>"]; a link that does not decode, or
+// names no page of ours (say "__proto__"), shows the overview and says so.
 function route() {
   if (!state.who) return;
-  const parts = location.hash.replace(/^#\/?/, "").split("/");
-  const name = pages[parts[0]] ? parts[0] : "overview";
+  let parts = null;
+  try {
+    parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+  } catch (e) {
+    parts = null;
+  }
+  const known = parts && Object.prototype.hasOwnProperty.call(pages, parts[0]);
+  const name = known ? parts[0] : "overview";
   for (const a of document.querySelectorAll("nav a"))
     a.classList.toggle("active", a.dataset.page === name);
   const page = clear(document.getElementById("page"));
-  pages[name](page, parts.slice(1).map(decodeURIComponent));
+  if (!known && location.hash.replace(/^#\/?/, ""))
+    page.appendChild(notice("error", "That link names no page of the console; here is the overview."));
+  pages[name](page, known ? parts.slice(1) : []);
 }
 
 function table(headers, rows, onRow) {
