@@ -472,9 +472,12 @@ unsigned console_views_letters(console_views_t *v, const struct console_letter_q
     return 200;
 }
 
-static int replayable(const struct dlq_letter *l)
+static int replayable(const config_t *cfg, const struct dlq_letter *l)
 {
-    return l->orig_topic && !(l->reason && !strcmp(l->reason, "card_data_refused"));
+    /* As dlq_reader_replay decides: the command topic only. */
+    const char *commands = config_str(cfg, CONFIG_CHARGE_COMMANDS_TOPIC);
+    return l->orig_topic && commands && !strcmp(l->orig_topic, commands) &&
+           !(l->reason && !strcmp(l->reason, "card_data_refused"));
 }
 
 unsigned console_views_letter(console_views_t *v, const char *position, json_t **body)
@@ -497,7 +500,7 @@ unsigned console_views_letter(console_views_t *v, const char *position, json_t *
     const struct dlq_letter *l = dlq_reader_letter(r, 0);
     json_t *o = masked(dlq_letter_json(r, l, 1));
     if (o)
-        json_object_set_new(o, "replayable", json_boolean(replayable(l)));
+        json_object_set_new(o, "replayable", json_boolean(replayable(v->cfg, l)));
     dlq_reader_free(r);
     *body = o;
     return 200;

@@ -825,11 +825,22 @@ enum dlq_reader_rc dlq_reader_replay(dlq_reader_t *r,
         memset(&items[i], 0, sizeof(items[i]));
         items[i].letter = letters[i];
     }
-    /* Refuse what cannot be replayed before sending anything. */
+    /* Refuse what cannot be replayed before sending anything. Only the
+     * command topic takes a replay: the header is the letter's word, and
+     * anyone who can write a letter could name the results topic. */
+    const char *commands = config_str(r->cfg, CONFIG_CHARGE_COMMANDS_TOPIC);
     for (size_t i = 0; i < n; i++) {
         if (!letters[i]->orig_topic) {
             snprintf(err, err_size, "%d:%lld has no dlq.original.topic",
                      (int)letters[i]->partition, (long long)letters[i]->offset);
+            return DLQ_READER_REFUSED;
+        }
+        if (!commands || strcmp(letters[i]->orig_topic, commands) != 0) {
+            snprintf(err, err_size,
+                     "%d:%lld names topic '%.*s', not the command topic '%s': "
+                     "a replay only produces to the command topic",
+                     (int)letters[i]->partition, (long long)letters[i]->offset, 120,
+                     letters[i]->orig_topic, commands ? commands : "");
             return DLQ_READER_REFUSED;
         }
         if (slot_of(letters[i])->summary) {

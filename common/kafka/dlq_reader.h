@@ -6,8 +6,9 @@
  * anything. It reads committed letters only (isolation.level
  * read_committed): a letter of an aborted transaction is not one, and a
  * transaction's markers, which take offsets, are skipped. Replay sends a
- * letter back to its original topic with its key, value and original
- * headers plus dlq.replayed_from and dlq.replayed_by;
+ * letter back to the command topic (CHARGE_COMMANDS_TOPIC, the only topic
+ * it produces to) with its key, value and original headers plus
+ * dlq.replayed_from and dlq.replayed_by;
  * the worker then treats it as any other command, so replaying twice
  * cannot charge twice. card_data_refused letters are never sent: their
  * card digits were masked.
@@ -36,10 +37,11 @@ enum dlq_reader_rc {
     DLQ_READER_UNREACHABLE, /* Kafka did not answer, or the topic is missing */
     DLQ_READER_NOT_FOUND,   /* no letter at that position */
     DLQ_READER_REFUSED,     /* replay: a letter cannot be sent (no original
-                               topic, or read by dlq_reader_read_newest), or
-                               no actor; card_data_refused letters named by
-                               position the caller refuses itself (chargectl
-                               does), selected ones are skipped */
+                               topic, one other than the command topic, or
+                               read by dlq_reader_read_newest), or no actor;
+                               card_data_refused letters named by position
+                               the caller refuses itself (chargectl does),
+                               selected ones are skipped */
     DLQ_READER_FAILED,      /* out of memory; a send not acknowledged */
 };
 
@@ -142,10 +144,11 @@ struct dlq_replay_item {
 /* Sends letters[0..n-1] back (dry_run: sends nothing), with dlq.replayed_by
  * = actor (NULL or "": DLQ_READER_REFUSED). items[i] (n of them, filled
  * by the call) tells each one's fate. A letter without an original
- * topic or read as a summary refuses the whole call before anything is
- * sent (DLQ_READER_REFUSED with err); a send not acknowledged within 30 s
- * is DLQ_READER_FAILED with the items saying which, as is a send Kafka
- * refused. */
+ * topic, with one other than CHARGE_COMMANDS_TOPIC, or read as a summary
+ * refuses the whole call before anything is sent (DLQ_READER_REFUSED with
+ * err naming the letter and the topic); a send not acknowledged within
+ * 30 s is DLQ_READER_FAILED with the items saying which, as is a send
+ * Kafka refused. */
 enum dlq_reader_rc dlq_reader_replay(dlq_reader_t *r,
                                      const struct dlq_letter *const *letters, size_t n,
                                      const char *actor, int dry_run,

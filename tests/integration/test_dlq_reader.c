@@ -1,9 +1,9 @@
 /* dlq_reader against the stack's Kafka: letters with dlq.* headers are
  * produced to a fresh DLQ topic of two partitions, then read, selected,
  * shown (card digits masked on request, the letter itself untouched) and
- * replayed to a fresh original topic, whose end offset and messages say
+ * replayed to a fresh command topic, whose end offset and messages say
  * what was sent, never what the reader believes; letters of transactions
- * (committed, aborted) try the edges.
+ * (committed, aborted) and one naming another topic try the edges.
  *
  * Without the stack the test is skipped (exit 77). */
 #include <check.h>
@@ -100,6 +100,7 @@ static void setup(void)
     setenv("KAFKA_BOOTSTRAP_SERVERS", test_env_kafka(), 1);
     setenv("DATABASE_URL", test_env_database_url(), 1);
     setenv("CHARGE_DLQ_TOPIC", dlq, 1);
+    setenv("CHARGE_COMMANDS_TOPIC", cmds, 1);
     cfg = config_new(CONFIG_ROLE_CTL, "ctl", err, sizeof(err));
     ck_assert_msg(cfg != NULL, "%s", err);
 }
@@ -577,6 +578,30 @@ START_TEST(reads_positions_together)
 }
 END_TEST
 
+START_TEST(replays_only_to_the_command_topic)
+{
+    char err[512];
+    struct dlq_replay_item items[2];
+    char results[128];
+    snprintf(results, sizeof(results), "%s.results", dlq);
+    rd_kafka_t *p = test_kafka_client(RD_KAFKA_PRODUCER, NULL);
+    letter(p, 1, "database_refused", "2026-01-01T00:00:06.000Z", results, "k",
+           "{\"event_type\":\"charge.succeeded\"}");
+    ck_assert_int_eq(rd_kafka_flush(p, 30000), 0);
+    rd_kafka_destroy(p);
+    int64_t before = end_offset(cmds);
+    dlq_reader_t *r = read_all();
+    const struct dlq_letter *sel[] = {at(r, 0, 0), at(r, 1, 2)};
+    ck_assert_int_eq(dlq_reader_replay(r, sel, 2, "tester", 0, items, err, sizeof(err)),
+                     DLQ_READER_REFUSED);
+    ck_assert_msg(strstr(err, "1:2") && strstr(err, results), "%s", err);
+    ck_assert_int_eq(dlq_reader_replay(r, sel, 2, "tester", 1, items, err, sizeof(err)),
+                     DLQ_READER_REFUSED);
+    ck_assert_int_eq(end_offset(cmds), before); /* not even the good one */
+    dlq_reader_free(r);
+}
+END_TEST
+
 int main(void)
 {
     const char *kafka = getenv("CHARGED_TEST_KAFKA");
@@ -600,6 +625,7 @@ int main(void)
     tcase_add_test(tc, skips_transaction_markers_and_aborted_letters);
     tcase_add_test(tc, reads_the_newest_as_summaries);
     tcase_add_test(tc, reads_positions_together);
+    tcase_add_test(tc, replays_only_to_the_command_topic);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }
