@@ -288,10 +288,11 @@ static enum dlq_reader_rc read_spans(dlq_reader_t *r, int np, const struct span 
     rd_kafka_topic_partition_list_t *pos = NULL;
     int *idx = malloc(((size_t)np + 1) * sizeof(*idx));
     char *done = calloc(nsp + 1, 1);
+    int64_t *base = calloc(nsp + 1, sizeof(*base));
     size_t open = 0;
     int assigned = 0;
     enum dlq_reader_rc rc = DLQ_READER_UNREACHABLE;
-    if (!list || !idx || !done) {
+    if (!list || !idx || !done || !base) {
         snprintf(err, err_size, "out of memory");
         rc = DLQ_READER_FAILED;
         goto out;
@@ -316,6 +317,11 @@ static enum dlq_reader_rc read_spans(dlq_reader_t *r, int np, const struct span 
         goto out;
     }
     assigned = 1;
+    /* The position as assigned: one left from an earlier read of the
+     * partition says nothing about this one. */
+    rd_kafka_position(r->consumer, list);
+    for (size_t i = 0; i < nsp; i++)
+        base[i] = list->elems[i].err ? RD_KAFKA_OFFSET_INVALID : list->elems[i].offset;
     int64_t deadline = clock_now_ms() + KAFKA_TIMEOUT_MS;
     while (open > 0) {
         rd_kafka_message_t *m = rd_kafka_consumer_poll(r->consumer, POLL_SLICE_MS);
@@ -358,7 +364,8 @@ static enum dlq_reader_rc read_spans(dlq_reader_t *r, int np, const struct span 
         rd_kafka_position(r->consumer, pos);
         for (int k = 0; k < pos->cnt; k++) {
             int i = idx[pos->elems[k].partition];
-            if (pos->elems[k].err || pos->elems[k].offset < sp[i].to)
+            if (pos->elems[k].err || pos->elems[k].offset < sp[i].to ||
+                pos->elems[k].offset == base[i])
                 continue;
             done[i] = 1;
             open--;
@@ -379,6 +386,7 @@ out:
             unassign(r, sp[i].partition);
     if (pos)
         rd_kafka_topic_partition_list_destroy(pos);
+    free(base);
     free(done);
     free(idx);
     if (list)
