@@ -19,10 +19,13 @@ int main(int argc, char **argv)
 {
     char err[512];
     if (argc < 5)
-        return fprintf(stderr, "usage: txn_produce BOOTSTRAP TOPIC PARTITION VALUE [abort]\n"), 2;
+        return fprintf(stderr,
+                       "usage: txn_produce BOOTSTRAP TOPIC PARTITION VALUE [abort]\n"),
+               2;
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     if (rd_kafka_conf_set(conf, "bootstrap.servers", argv[1], err, sizeof(err)) ||
-        rd_kafka_conf_set(conf, "transactional.id", "txn-produce-adversary", err, sizeof(err)))
+        rd_kafka_conf_set(conf, "transactional.id", "txn-produce-adversary", err,
+                          sizeof(err)))
         return fprintf(stderr, "txn_produce: %s\n", err), 1;
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
     if (!rk)
@@ -34,7 +37,8 @@ int main(int argc, char **argv)
         return fail("begin", e);
     rd_kafka_resp_err_t pe = rd_kafka_producev(
         rk, RD_KAFKA_V_TOPIC(argv[2]), RD_KAFKA_V_PARTITION(atoi(argv[3])),
-        RD_KAFKA_V_VALUE(argv[4], strlen(argv[4])), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+        RD_KAFKA_V_VALUE(argv[4], strlen(argv[4])),
+        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
         RD_KAFKA_V_HEADER("dlq.reason", "schema_violation", -1), RD_KAFKA_V_END);
     if (pe)
         return fprintf(stderr, "txn_produce: produce: %s\n", rd_kafka_err2str(pe)), 1;
