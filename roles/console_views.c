@@ -31,6 +31,10 @@
 #define LETTERS_DEFAULT     100
 #define ACTIONS_LIMIT       200
 
+/* The newest offsets of each dead-letter partition a list or the overview
+ * reads (as summaries): a request's memory does not grow with the topic. */
+#define LETTERS_READ_CAP 2000
+
 struct console_views {
     const config_t *cfg;
     const char *url;
@@ -221,7 +225,10 @@ static json_t *letters_part(console_views_t *v)
     char err[512];
     json_t *by = json_object(), *o = NULL;
     dlq_reader_t *r = dlq_reader_new(v->cfg, err, sizeof(err));
-    if (!r || dlq_reader_read_all(r, err, sizeof(err)) != DLQ_READER_OK || !by) {
+    if (!r ||
+        dlq_reader_read_newest(r, LETTERS_READ_CAP, err, sizeof(err)) !=
+            DLQ_READER_OK ||
+        !by) {
         o = part_error(err);
         goto out;
     }
@@ -234,8 +241,9 @@ static json_t *letters_part(console_views_t *v)
         json_object_set_new(by, reason,
                             json_integer(c ? json_integer_value(c) + 1 : 1));
     }
-    o = json_pack("{s:I, s:o}", "total", (json_int_t)n, "by_reason",
-                  masked(json_incref(by)));
+    o = json_pack("{s:I, s:I, s:I, s:o}", "total", (json_int_t)n, "in_topic",
+                  (json_int_t)dlq_reader_total(r), "newest_per_partition",
+                  (json_int_t)LETTERS_READ_CAP, "by_reason", masked(json_incref(by)));
 out:
     json_decref(by);
     dlq_reader_free(r);
@@ -494,7 +502,8 @@ unsigned console_views_letters(console_views_t *v, const struct console_letter_q
     dlq_reader_t *r = dlq_reader_new(v->cfg, err, sizeof(err));
     if (!r)
         return unavailable(body, "dead letters", err);
-    enum dlq_reader_rc rc = dlq_reader_read_all(r, err, sizeof(err));
+    enum dlq_reader_rc rc =
+        dlq_reader_read_newest(r, LETTERS_READ_CAP, err, sizeof(err));
     if (rc != DLQ_READER_OK) {
         dlq_reader_free(r);
         return letters_unreachable(body, rc, err);
@@ -508,17 +517,22 @@ unsigned console_views_letters(console_views_t *v, const struct console_letter_q
     for (int i = 0; reasons && i < DEAD_LETTER__COUNT; i++)
         if (dead_letter_reason_name(i))
             json_array_append_new(reasons, json_string(dead_letter_reason_name(i)));
-    *body = json_pack("{s:o, s:I, s:I, s:o}", "letters", list ? list : json_array(),
-                      "read", (json_int_t)dlq_reader_count(r), "limit",
-                      (json_int_t)f.limit, "reasons", reasons ? reasons : json_array());
+    *body = json_pack(
+        "{s:o, s:I, s:I, s:I, s:I, s:o}", "letters", list ? list : json_array(), "read",
+        (json_int_t)dlq_reader_count(r), "in_topic", (json_int_t)dlq_reader_total(r),
+        "newest_per_partition", (json_int_t)LETTERS_READ_CAP, "limit",
+        (json_int_t)f.limit, "reasons", reasons ? reasons : json_array());
     free(sel);
     dlq_reader_free(r);
     return 200;
 }
 
-static int replayable(const struct dlq_letter *l)
+static int replayable(const config_t *cfg, const struct dlq_letter *l)
 {
-    return l->orig_topic && !(l->reason && !strcmp(l->reason, "card_data_refused"));
+    /* As dlq_reader_replay decides: the command topic only. */
+    const char *commands = config_str(cfg, CONFIG_CHARGE_COMMANDS_TOPIC);
+    return l->orig_topic && commands && !strcmp(l->orig_topic, commands) &&
+           !(l->reason && !strcmp(l->reason, "card_data_refused"));
 }
 
 unsigned console_views_letter(console_views_t *v, const char *position, json_t **body)
@@ -541,7 +555,7 @@ unsigned console_views_letter(console_views_t *v, const char *position, json_t *
     const struct dlq_letter *l = dlq_reader_letter(r, 0);
     json_t *o = masked(dlq_letter_json(r, l, 1));
     if (o)
-        json_object_set_new(o, "replayable", json_boolean(replayable(l)));
+        json_object_set_new(o, "replayable", json_boolean(replayable(v->cfg, l)));
     dlq_reader_free(r);
     *body = o;
     return 200;
@@ -593,20 +607,11 @@ unsigned console_views_replay(console_views_t *v, const struct console_who *who,
         status = unavailable(body, "dead letters", err);
         goto out;
     }
-    for (size_t i = 0; i < in->n; i++) {
-        size_t before = dlq_reader_count(r);
-        enum dlq_reader_rc rc =
-            dlq_reader_read_one(r, in->partition[i], in->offset[i], err, sizeof(err));
-        if (rc == DLQ_READER_OK && dlq_reader_count(r) == before) {
-            rc = DLQ_READER_NOT_FOUND;
-            snprintf(err, sizeof(err), "no dead letter at %d:%lld",
-                     (int)in->partition[i], (long long)in->offset[i]);
-        }
-        if (rc != DLQ_READER_OK) {
-            status = letters_unreachable(body, rc, err);
-            goto out;
-        }
-        sel[i] = dlq_reader_letter(r, before);
+    enum dlq_reader_rc got = dlq_reader_read_positions(r, in->partition, in->offset,
+                                                       in->n, sel, err, sizeof(err));
+    if (got != DLQ_READER_OK) {
+        status = letters_unreachable(body, got, err);
+        goto out;
     }
     snprintf(target, sizeof(target), "%d:%lld%s", (int)in->partition[0],
              (long long)in->offset[0], in->n > 1 ? " and more" : "");

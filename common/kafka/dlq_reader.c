@@ -14,6 +14,10 @@
 
 #define KAFKA_TIMEOUT_MS  10000
 #define REPLAY_TIMEOUT_MS 30000
+/* A read polls this long, then asks where the partitions stand: a
+ * partition can end in offsets no consumer receives (transaction markers,
+ * aborted letters), seen only as the position moving past them. */
+#define POLL_SLICE_MS 100
 /* The client chargectl always was: the console's reads and replays look
  * the same to the brokers. */
 #define CLIENT_ID "chargectl"
@@ -23,6 +27,16 @@
 struct slot {
     struct dlq_letter l; /* first: a letter's address is its slot's */
     rd_kafka_headers_t *headers;
+    int summary; /* read by dlq_reader_read_newest: the value is not kept */
+};
+
+/* One partition's offsets [from, to) to read; want (sorted, nwant of
+ * them), when given, the only ones kept. */
+struct span {
+    int32_t partition;
+    int64_t from, to;
+    const int64_t *want;
+    size_t nwant;
 };
 
 struct dlq_reader {
@@ -31,6 +45,7 @@ struct dlq_reader {
     rd_kafka_t *consumer;
     struct slot **slots;
     size_t n, cap;
+    int64_t total; /* offsets in the partitions at the last whole/newest read */
 };
 
 static void slot_free(struct slot *s)
@@ -80,7 +95,7 @@ static char *copy_bytes(const void *p, size_t n)
     return c;
 }
 
-static int keep(dlq_reader_t *r, const rd_kafka_message_t *m)
+static int keep(dlq_reader_t *r, const rd_kafka_message_t *m, int summary)
 {
     rd_kafka_headers_t *h = NULL;
     struct slot *s;
@@ -121,6 +136,14 @@ static int keep(dlq_reader_t *r, const rd_kafka_message_t *m)
     if (!l->failed_at || clock_parse_rfc3339(l->failed_at, &l->failed_at_ms) != 0)
         l->failed_at_ms = l->timestamp_ms;
     take_ids(l);
+    if (summary) {
+        /* The ids are taken: a summary needs no more of the value, which
+         * can be Kafka's whole message size. */
+        free(value);
+        l->value = NULL;
+        l->value_len = 0;
+        s->summary = 1;
+    }
     r->slots[r->n++] = s;
     return 0;
 }
@@ -142,7 +165,16 @@ dlq_reader_t *dlq_reader_new(const config_t *cfg, char *err, size_t err_size)
      * group never sees us. */
     if (kafka_setup_set(conf, "group.id", "chargectl-dlq-reader", err, err_size) ||
         kafka_setup_set(conf, "enable.auto.commit", "false", err, err_size) ||
-        kafka_setup_set(conf, "enable.auto.offset.store", "false", err, err_size))
+        kafka_setup_set(conf, "enable.auto.offset.store", "false", err, err_size) ||
+        /* Letters of a transaction not committed (or aborted) are not
+         * letters; the end offset is then the last stable one. */
+        kafka_setup_set(conf, "isolation.level", "read_committed", err, err_size) ||
+        /* A read asks for what is there: the broker need not wait for more. */
+        kafka_setup_set(conf, "fetch.wait.max.ms", "10", err, err_size) ||
+        /* What is fetched ahead stays small: a console reads in many
+         * requests at once. */
+        kafka_setup_set(conf, "queued.max.messages.kbytes", "4096", err, err_size) ||
+        kafka_setup_set(conf, "fetch.max.bytes", "4194304", err, err_size))
         goto out;
     if (!(r->consumer = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, err_size)))
         goto out;
@@ -201,148 +233,368 @@ static int dlq_partitions(dlq_reader_t *r, char *err, size_t err_size)
     return n;
 }
 
-static void unassign(dlq_reader_t *r, rd_kafka_topic_partition_list_t *l)
+static void unassign(dlq_reader_t *r, int32_t partition)
 {
-    rd_kafka_error_t *e = rd_kafka_incremental_unassign(r->consumer, l);
-    if (e)
+    rd_kafka_topic_partition_list_t *one = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_error_t *e;
+    if (!one)
+        return;
+    rd_kafka_topic_partition_list_add(one, r->topic, partition);
+    if ((e = rd_kafka_incremental_unassign(r->consumer, one)))
         rd_kafka_error_destroy(e);
+    rd_kafka_topic_partition_list_destroy(one);
 }
 
-/* Reads what the partitions hold now (only_partition -1: every one), or
- * the one letter at only_offset. */
-static enum dlq_reader_rc read_range(dlq_reader_t *r, int32_t only_partition,
-                                     int64_t only_offset, char *err, size_t err_size)
+static int watermarks(dlq_reader_t *r, int32_t p, int64_t *lo, int64_t *hi, char *err,
+                      size_t err_size)
 {
-    int np = dlq_partitions(r, err, err_size);
-    if (np < 0)
-        return DLQ_READER_UNREACHABLE;
-    rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(np);
-    int64_t *end = calloc((size_t)np + 1, sizeof(*end));
-    char *done = calloc((size_t)np + 1, 1);
-    int open = 0, assigned = 0;
+    rd_kafka_resp_err_t e = rd_kafka_query_watermark_offsets(r->consumer, r->topic, p,
+                                                             lo, hi, KAFKA_TIMEOUT_MS);
+    if (e)
+        snprintf(err, err_size, "cannot read offsets of %s [%d]: %s", r->topic, (int)p,
+                 rd_kafka_err2str(e));
+    return e ? -1 : 0;
+}
+
+static int wanted(const struct span *s, int64_t offset)
+{
+    if (offset < s->from || offset >= s->to)
+        return 0;
+    if (!s->want)
+        return 1;
+    size_t lo = 0, hi = s->nwant;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s->want[mid] == offset)
+            return 1;
+        if (s->want[mid] < offset)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return 0;
+}
+
+/* Reads the spans (one per partition at most, each from < to, partitions
+ * below np), keeping what they want. A span is read once a letter at or
+ * past its end arrives or the consumer's position reaches its end (the
+ * offsets before can be markers no one receives); ten seconds without
+ * either is Kafka not answering. */
+static enum dlq_reader_rc read_spans(dlq_reader_t *r, int np, const struct span *sp,
+                                     size_t nsp, int summary, char *err,
+                                     size_t err_size)
+{
+    rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new((int)nsp);
+    rd_kafka_topic_partition_list_t *pos = NULL;
+    int *idx = malloc(((size_t)np + 1) * sizeof(*idx));
+    char *done = calloc(nsp + 1, 1);
+    int64_t *base = calloc(nsp + 1, sizeof(*base));
+    size_t open = 0;
+    int assigned = 0;
     enum dlq_reader_rc rc = DLQ_READER_UNREACHABLE;
-    if (!list || !end || !done) {
+    if (!list || !idx || !done || !base) {
         snprintf(err, err_size, "out of memory");
         rc = DLQ_READER_FAILED;
         goto out;
     }
-    if (only_partition >= np) {
-        snprintf(err, err_size, "no partition %d in '%s' (it has %d)",
-                 (int)only_partition, r->topic, np);
-        rc = DLQ_READER_NOT_FOUND;
+    for (int p = 0; p < np; p++)
+        idx[p] = -1;
+    for (size_t i = 0; i < nsp; i++) {
+        idx[sp[i].partition] = (int)i;
+        rd_kafka_topic_partition_list_add(list, r->topic, sp[i].partition)->offset =
+            sp[i].from;
+        open++;
+    }
+    if (open == 0) {
+        rc = DLQ_READER_OK;
         goto out;
     }
-    for (int p = 0; p < np; p++) {
-        int64_t lo, hi;
-        if (only_partition >= 0 && p != only_partition)
-            continue;
-        rd_kafka_resp_err_t e = rd_kafka_query_watermark_offsets(
-            r->consumer, r->topic, p, &lo, &hi, KAFKA_TIMEOUT_MS);
-        if (e) {
-            snprintf(err, err_size, "cannot read offsets of %s [%d]: %s", r->topic, p,
-                     rd_kafka_err2str(e));
-            goto out;
-        }
-        if (only_offset >= 0) {
-            if (only_offset < lo || only_offset >= hi) {
-                snprintf(err, err_size,
-                         "no dead letter at %d:%lld (partition holds %lld..%lld)", p,
-                         (long long)only_offset, (long long)lo, (long long)hi - 1);
-                rc = DLQ_READER_NOT_FOUND;
-                goto out;
-            }
-            lo = only_offset;
-            hi = only_offset + 1;
-        }
-        end[p] = hi;
-        if (hi > lo) {
-            rd_kafka_topic_partition_list_add(list, r->topic, p)->offset = lo;
-            open++;
-        }
+    rd_kafka_error_t *ae = rd_kafka_incremental_assign(r->consumer, list);
+    if (ae) {
+        snprintf(err, err_size, "cannot read '%s': %s", r->topic,
+                 rd_kafka_error_string(ae));
+        rd_kafka_error_destroy(ae);
+        goto out;
     }
-    if (list->cnt > 0) {
-        rd_kafka_error_t *e = rd_kafka_incremental_assign(r->consumer, list);
-        if (e) {
-            snprintf(err, err_size, "cannot read '%s': %s", r->topic,
-                     rd_kafka_error_string(e));
-            rd_kafka_error_destroy(e);
-            goto out;
-        }
-        assigned = 1;
-    }
+    assigned = 1;
+    /* The position as assigned: one left from an earlier read of the
+     * partition says nothing about this one. */
+    rd_kafka_position(r->consumer, list);
+    for (size_t i = 0; i < nsp; i++)
+        base[i] = list->elems[i].err ? RD_KAFKA_OFFSET_INVALID : list->elems[i].offset;
+    int64_t deadline = clock_now_ms() + KAFKA_TIMEOUT_MS;
     while (open > 0) {
-        rd_kafka_message_t *m = rd_kafka_consumer_poll(r->consumer, KAFKA_TIMEOUT_MS);
-        if (!m) {
-            snprintf(err, err_size, "kafka stopped answering while reading '%s'",
-                     r->topic);
-            goto out;
-        }
-        /* A partition counts as read once, whatever arrives after its end
-         * (letters produced meanwhile, fetched before it was unassigned). */
-        if (m->err || m->partition < 0 || m->partition >= np || done[m->partition]) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(r->consumer, POLL_SLICE_MS);
+        if (m) {
+            int i = m->err || m->partition < 0 || m->partition >= np
+                        ? -1
+                        : idx[m->partition];
+            /* A span counts as read once, whatever arrives after its end
+             * (letters produced meanwhile, fetched before it was
+             * unassigned). */
+            if (i >= 0 && !done[i]) {
+                deadline = clock_now_ms() + KAFKA_TIMEOUT_MS;
+                if (wanted(&sp[i], m->offset) && keep(r, m, summary) != 0) {
+                    rd_kafka_message_destroy(m);
+                    snprintf(err, err_size, "out of memory");
+                    rc = DLQ_READER_FAILED;
+                    goto out;
+                }
+                if (m->offset + 1 >= sp[i].to) {
+                    done[i] = 1;
+                    open--;
+                    unassign(r, sp[i].partition);
+                }
+            }
             rd_kafka_message_destroy(m);
             continue;
         }
-        if (m->offset < end[m->partition] && keep(r, m) != 0) {
-            rd_kafka_message_destroy(m);
+        /* Nothing came: a span whose position is past its last letter
+         * ended in offsets that are not letters. */
+        if (pos)
+            rd_kafka_topic_partition_list_destroy(pos);
+        if (!(pos = rd_kafka_topic_partition_list_new((int)open))) {
             snprintf(err, err_size, "out of memory");
             rc = DLQ_READER_FAILED;
             goto out;
         }
-        if (m->offset + 1 >= end[m->partition]) {
+        for (size_t i = 0; i < nsp; i++)
+            if (!done[i])
+                rd_kafka_topic_partition_list_add(pos, r->topic, sp[i].partition);
+        rd_kafka_position(r->consumer, pos);
+        for (int k = 0; k < pos->cnt; k++) {
+            int i = idx[pos->elems[k].partition];
+            if (pos->elems[k].err || pos->elems[k].offset < sp[i].to ||
+                pos->elems[k].offset == base[i])
+                continue;
+            done[i] = 1;
             open--;
-            done[m->partition] = 1;
-            rd_kafka_topic_partition_list_t *one = rd_kafka_topic_partition_list_new(1);
-            rd_kafka_topic_partition_list_add(one, r->topic, m->partition);
-            unassign(r, one);
-            rd_kafka_topic_partition_list_destroy(one);
+            unassign(r, sp[i].partition);
+            deadline = clock_now_ms() + KAFKA_TIMEOUT_MS;
         }
-        rd_kafka_message_destroy(m);
+        if (open > 0 && clock_now_ms() >= deadline) {
+            snprintf(err, err_size, "kafka stopped answering while reading '%s'",
+                     r->topic);
+            goto out;
+        }
     }
     rc = DLQ_READER_OK;
 out:
     /* Nothing stays assigned: the next read starts from its own offsets. */
-    if (assigned && open > 0) {
-        rd_kafka_topic_partition_list_t *left = rd_kafka_topic_partition_list_new(np);
-        for (int i = 0; left && i < list->cnt; i++)
-            if (!done[list->elems[i].partition])
-                rd_kafka_topic_partition_list_add(left, r->topic,
-                                                  list->elems[i].partition);
-        if (left) {
-            unassign(r, left);
-            rd_kafka_topic_partition_list_destroy(left);
-        }
-    }
+    for (size_t i = 0; assigned && i < nsp; i++)
+        if (!done[i])
+            unassign(r, sp[i].partition);
+    if (pos)
+        rd_kafka_topic_partition_list_destroy(pos);
+    free(base);
     free(done);
-    free(end);
+    free(idx);
     if (list)
         rd_kafka_topic_partition_list_destroy(list);
     return rc;
 }
 
+/* Reads the newest max offsets of every partition (max < 0: all of them),
+ * counting every offset there is in r->total. */
+static enum dlq_reader_rc read_newest(dlq_reader_t *r, int64_t max, int summary,
+                                      char *err, size_t err_size)
+{
+    int np = dlq_partitions(r, err, err_size);
+    if (np < 0)
+        return DLQ_READER_UNREACHABLE;
+    struct span *sp = calloc((size_t)np + 1, sizeof(*sp));
+    size_t nsp = 0;
+    int64_t total = 0;
+    enum dlq_reader_rc rc = DLQ_READER_UNREACHABLE;
+    if (!sp) {
+        snprintf(err, err_size, "out of memory");
+        return DLQ_READER_FAILED;
+    }
+    for (int p = 0; p < np; p++) {
+        int64_t lo, hi;
+        if (watermarks(r, p, &lo, &hi, err, err_size) != 0)
+            goto out;
+        total += hi - lo;
+        if (max >= 0 && hi - lo > max)
+            lo = hi - max;
+        if (hi > lo)
+            sp[nsp++] = (struct span){.partition = p, .from = lo, .to = hi};
+    }
+    rc = read_spans(r, np, sp, nsp, summary, err, err_size);
+    if (rc == DLQ_READER_OK)
+        r->total = total;
+out:
+    free(sp);
+    return rc;
+}
+
 enum dlq_reader_rc dlq_reader_read_all(dlq_reader_t *r, char *err, size_t err_size)
 {
-    return read_range(r, -1, -1, err, err_size);
+    return read_newest(r, -1, 0, err, err_size);
+}
+
+enum dlq_reader_rc dlq_reader_read_newest(dlq_reader_t *r, int64_t max_per_partition,
+                                          char *err, size_t err_size)
+{
+    return read_newest(r, max_per_partition < 0 ? 0 : max_per_partition, 1, err,
+                       err_size);
+}
+
+int64_t dlq_reader_total(const dlq_reader_t *r)
+{
+    return r->total;
+}
+
+/* Wanted offsets closer than this are read as one span (reading a few
+ * offsets too many is cheaper than another assign). */
+#define SPAN_GAP 64
+
+struct want {
+    int32_t partition;
+    int64_t offset;
+};
+
+static int cmp_want(const void *a, const void *b)
+{
+    const struct want *x = a, *y = b;
+    if (x->partition != y->partition)
+        return x->partition < y->partition ? -1 : 1;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+static const struct dlq_letter *found(const dlq_reader_t *r, size_t from, int32_t p,
+                                      int64_t o)
+{
+    for (size_t j = from; j < r->n; j++)
+        if (r->slots[j]->l.partition == p && r->slots[j]->l.offset == o)
+            return &r->slots[j]->l;
+    return NULL;
+}
+
+enum dlq_reader_rc dlq_reader_read_positions(dlq_reader_t *r, const int32_t *partitions,
+                                             const int64_t *offsets, size_t n,
+                                             const struct dlq_letter **letters,
+                                             char *err, size_t err_size)
+{
+    struct want *w = calloc(n + 1, sizeof(*w));
+    int64_t *offs = calloc(n + 1, sizeof(*offs));
+    int64_t *lo = NULL, *hi = NULL;
+    struct span *sp = NULL;
+    size_t *at = NULL, *end = NULL; /* per partition: its next run, its last */
+    size_t before = r->n, nw = 0;
+    enum dlq_reader_rc rc = DLQ_READER_FAILED;
+    int np = 0;
+    if (!w || !offs) {
+        snprintf(err, err_size, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (partitions[i] < 0 || offsets[i] < 0) {
+            snprintf(err, err_size, "no dead letter at %d:%lld", (int)partitions[i],
+                     (long long)offsets[i]);
+            rc = DLQ_READER_NOT_FOUND;
+            goto out;
+        }
+    }
+    if (n == 0) {
+        rc = DLQ_READER_OK;
+        goto out;
+    }
+    rc = DLQ_READER_UNREACHABLE;
+    if ((np = dlq_partitions(r, err, err_size)) < 0)
+        goto out;
+    lo = calloc((size_t)np + 1, sizeof(*lo));
+    hi = calloc((size_t)np + 1, sizeof(*hi));
+    sp = calloc((size_t)np + 1, sizeof(*sp));
+    at = calloc((size_t)np + 1, sizeof(*at));
+    end = calloc((size_t)np + 1, sizeof(*end));
+    if (!lo || !hi || !sp || !at || !end) {
+        snprintf(err, err_size, "out of memory");
+        rc = DLQ_READER_FAILED;
+        goto out;
+    }
+    for (int p = 0; p < np; p++)
+        lo[p] = hi[p] = -1;
+    /* Every position is checked against its partition before any is read. */
+    for (size_t i = 0; i < n; i++) {
+        int32_t p = partitions[i];
+        if (p >= np) {
+            snprintf(err, err_size, "no partition %d in '%s' (it has %d)", (int)p,
+                     r->topic, np);
+            rc = DLQ_READER_NOT_FOUND;
+            goto out;
+        }
+        if (hi[p] < 0 && watermarks(r, p, &lo[p], &hi[p], err, err_size) != 0)
+            goto out;
+        if (offsets[i] < lo[p] || offsets[i] >= hi[p]) {
+            snprintf(err, err_size,
+                     "no dead letter at %d:%lld (partition holds %lld..%lld)", (int)p,
+                     (long long)offsets[i], (long long)lo[p], (long long)hi[p] - 1);
+            rc = DLQ_READER_NOT_FOUND;
+            goto out;
+        }
+        w[nw++] = (struct want){p, offsets[i]};
+    }
+    qsort(w, nw, sizeof(*w), cmp_want);
+    for (size_t i = 0; i < nw; i++)
+        offs[i] = w[i].offset;
+    /* Rounds: each reads the next run of close offsets of every partition
+     * at once, so that 500 neighbouring positions cost one read. */
+    for (size_t i = 0; i < nw; i++) {
+        if (i == 0 || w[i].partition != w[i - 1].partition)
+            at[w[i].partition] = i;
+        end[w[i].partition] = i + 1;
+    }
+    rc = DLQ_READER_OK;
+    for (;;) {
+        size_t nsp = 0;
+        for (int p = 0; p < np; p++) {
+            size_t a = at[p], b = a;
+            if (a >= end[p])
+                continue;
+            while (b + 1 < end[p] && offs[b + 1] - offs[b] <= SPAN_GAP)
+                b++;
+            sp[nsp++] = (struct span){.partition = p,
+                                      .from = offs[a],
+                                      .to = offs[b] + 1,
+                                      .want = offs + a,
+                                      .nwant = b + 1 - a};
+            at[p] = b + 1;
+        }
+        if (nsp == 0 ||
+            (rc = read_spans(r, np, sp, nsp, 0, err, err_size)) != DLQ_READER_OK)
+            break;
+    }
+    if (rc != DLQ_READER_OK)
+        goto out;
+    /* A position inside the partition can still hold no letter (a
+     * transaction marker, an aborted letter). */
+    for (size_t i = 0; i < n; i++) {
+        const struct dlq_letter *l = found(r, before, partitions[i], offsets[i]);
+        if (!l) {
+            snprintf(err, err_size, "no dead letter at %d:%lld", (int)partitions[i],
+                     (long long)offsets[i]);
+            rc = DLQ_READER_NOT_FOUND;
+            goto out;
+        }
+        if (letters)
+            letters[i] = l;
+    }
+out:
+    free(end);
+    free(at);
+    free(sp);
+    free(hi);
+    free(lo);
+    free(offs);
+    free(w);
+    return rc;
 }
 
 enum dlq_reader_rc dlq_reader_read_one(dlq_reader_t *r, int32_t partition,
                                        int64_t offset, char *err, size_t err_size)
 {
-    size_t before = r->n;
-    if (partition < 0 || offset < 0) {
-        snprintf(err, err_size, "no dead letter at %d:%lld", (int)partition,
-                 (long long)offset);
-        return DLQ_READER_NOT_FOUND;
-    }
-    enum dlq_reader_rc rc = read_range(r, partition, offset, err, err_size);
-    /* A position inside the partition can still hold no letter (a
-     * transaction marker). */
-    if (rc == DLQ_READER_OK && r->n == before) {
-        snprintf(err, err_size, "no dead letter at %d:%lld", (int)partition,
-                 (long long)offset);
-        return DLQ_READER_NOT_FOUND;
-    }
-    return rc;
+    return dlq_reader_read_positions(r, &partition, &offset, 1, NULL, err, err_size);
 }
 
 static int matches(const struct dlq_letter *l, const struct dlq_filters *f)
@@ -581,10 +833,26 @@ enum dlq_reader_rc dlq_reader_replay(dlq_reader_t *r,
         memset(&items[i], 0, sizeof(items[i]));
         items[i].letter = letters[i];
     }
-    /* Refuse what cannot be replayed before sending anything. */
+    /* Refuse what cannot be replayed before sending anything. Only the
+     * command topic takes a replay: the header is the letter's word, and
+     * anyone who can write a letter could name the results topic. */
+    const char *commands = config_str(r->cfg, CONFIG_CHARGE_COMMANDS_TOPIC);
     for (size_t i = 0; i < n; i++) {
         if (!letters[i]->orig_topic) {
             snprintf(err, err_size, "%d:%lld has no dlq.original.topic",
+                     (int)letters[i]->partition, (long long)letters[i]->offset);
+            return DLQ_READER_REFUSED;
+        }
+        if (!commands || strcmp(letters[i]->orig_topic, commands) != 0) {
+            snprintf(err, err_size,
+                     "%d:%lld names topic '%.*s', not the command topic '%s': "
+                     "a replay only produces to the command topic",
+                     (int)letters[i]->partition, (long long)letters[i]->offset, 120,
+                     letters[i]->orig_topic, commands ? commands : "");
+            return DLQ_READER_REFUSED;
+        }
+        if (slot_of(letters[i])->summary) {
+            snprintf(err, err_size, "%d:%lld was read without its value",
                      (int)letters[i]->partition, (long long)letters[i]->offset);
             return DLQ_READER_REFUSED;
         }

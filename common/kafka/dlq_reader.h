@@ -3,8 +3,12 @@
  *
  * Reading assigns partitions directly (no group membership) with automatic
  * commits off: it never commits an offset of any group and never removes
- * anything. Replay sends a letter back to its original topic with its key,
- * value and original headers plus dlq.replayed_from and dlq.replayed_by;
+ * anything. It reads committed letters only (isolation.level
+ * read_committed): a letter of an aborted transaction is not one, and a
+ * transaction's markers, which take offsets, are skipped. Replay sends a
+ * letter back to the command topic (CHARGE_COMMANDS_TOPIC, the only topic
+ * it produces to) with its key, value and original headers plus
+ * dlq.replayed_from and dlq.replayed_by;
  * the worker then treats it as any other command, so replaying twice
  * cannot charge twice. card_data_refused letters are never sent: their
  * card digits were masked.
@@ -33,9 +37,11 @@ enum dlq_reader_rc {
     DLQ_READER_UNREACHABLE, /* Kafka did not answer, or the topic is missing */
     DLQ_READER_NOT_FOUND,   /* no letter at that position */
     DLQ_READER_REFUSED,     /* replay: a letter cannot be sent (no original
-                               topic), or no actor; card_data_refused letters
-                               named by position the caller refuses itself
-                               (chargectl does), selected ones are skipped */
+                               topic, one other than the command topic, or
+                               read by dlq_reader_read_newest), or no actor;
+                               card_data_refused letters named by position
+                               the caller refuses itself (chargectl does),
+                               selected ones are skipped */
     DLQ_READER_FAILED,      /* out of memory; a send not acknowledged */
 };
 
@@ -70,10 +76,36 @@ void dlq_reader_free(dlq_reader_t *r);
 
 /* Reads every letter now in the topic / the one at partition:offset,
  * adding to what was read (a letter read twice is there twice).
- * DLQ_READER_OK or another rc with err. */
+ * DLQ_READER_OK or another rc with err; NOT_FOUND names the position. A
+ * read that gets nothing for 10 s is UNREACHABLE. */
 enum dlq_reader_rc dlq_reader_read_all(dlq_reader_t *r, char *err, size_t err_size);
 enum dlq_reader_rc dlq_reader_read_one(dlq_reader_t *r, int32_t partition,
                                        int64_t offset, char *err, size_t err_size);
+
+/* Reads the letters in the newest max_per_partition offsets of each
+ * partition (fewer letters when some are transaction markers), as
+ * summaries: the ids are taken from the value, then the value is dropped
+ * (value NULL, value_len 0), so memory is bounded by the headers and keys.
+ * Such letters cannot be replayed (DLQ_READER_REFUSED); read them by
+ * position for that. */
+enum dlq_reader_rc dlq_reader_read_newest(dlq_reader_t *r, int64_t max_per_partition,
+                                          char *err, size_t err_size);
+
+/* The offsets the partitions held at the last successful read_all or
+ * read_newest (the letters in the topic, plus any transaction markers),
+ * against which dlq_reader_count says how many were read; 0 before. */
+int64_t dlq_reader_total(const dlq_reader_t *r);
+
+/* Reads the letters at partitions[i]:offsets[i] (i < n), each partition's
+ * positions in as few reads as they allow, adding to what was read; a
+ * position named twice is read once. letters (NULL, or n of them) gets
+ * letters[i], the letter at position i. Every position is checked before
+ * any is read; one with no letter is DLQ_READER_NOT_FOUND with err naming
+ * the first such in the order given (and letters not to be used). */
+enum dlq_reader_rc dlq_reader_read_positions(dlq_reader_t *r, const int32_t *partitions,
+                                             const int64_t *offsets, size_t n,
+                                             const struct dlq_letter **letters,
+                                             char *err, size_t err_size);
 
 /* The letters read so far, in the order read. */
 size_t dlq_reader_count(const dlq_reader_t *r);
@@ -112,9 +144,11 @@ struct dlq_replay_item {
 /* Sends letters[0..n-1] back (dry_run: sends nothing), with dlq.replayed_by
  * = actor (NULL or "": DLQ_READER_REFUSED). items[i] (n of them, filled
  * by the call) tells each one's fate. A letter without an original
- * topic refuses the whole call before anything is sent (DLQ_READER_REFUSED
- * with err); a send not acknowledged within 30 s is DLQ_READER_FAILED with
- * the items saying which, as is a send Kafka refused. */
+ * topic, with one other than CHARGE_COMMANDS_TOPIC, or read as a summary
+ * refuses the whole call before anything is sent (DLQ_READER_REFUSED with
+ * err naming the letter and the topic); a send not acknowledged within
+ * 30 s is DLQ_READER_FAILED with the items saying which, as is a send
+ * Kafka refused. */
 enum dlq_reader_rc dlq_reader_replay(dlq_reader_t *r,
                                      const struct dlq_letter *const *letters, size_t n,
                                      const char *actor, int dry_run,

@@ -1,8 +1,9 @@
 /* dlq_reader against the stack's Kafka: letters with dlq.* headers are
  * produced to a fresh DLQ topic of two partitions, then read, selected,
  * shown (card digits masked on request, the letter itself untouched) and
- * replayed to a fresh original topic, whose end offset and messages say
- * what was sent, never what the reader believes.
+ * replayed to a fresh command topic, whose end offset and messages say
+ * what was sent, never what the reader believes; letters of transactions
+ * (committed, aborted) and one naming another topic try the edges.
  *
  * Without the stack the test is skipped (exit 77). */
 #include <check.h>
@@ -99,6 +100,7 @@ static void setup(void)
     setenv("KAFKA_BOOTSTRAP_SERVERS", test_env_kafka(), 1);
     setenv("DATABASE_URL", test_env_database_url(), 1);
     setenv("CHARGE_DLQ_TOPIC", dlq, 1);
+    setenv("CHARGE_COMMANDS_TOPIC", cmds, 1);
     cfg = config_new(CONFIG_ROLE_CTL, "ctl", err, sizeof(err));
     ck_assert_msg(cfg != NULL, "%s", err);
 }
@@ -448,6 +450,158 @@ START_TEST(replays_to_the_original_topic)
 }
 END_TEST
 
+/* One letter written in a transaction of its own, committed or aborted:
+ * the partition then ends in the transaction's marker, an offset no
+ * consumer receives. */
+static void txn_letter(int32_t partition, const char *value, int commit)
+{
+    char err[512], txid[64], id[37];
+    test_env_uuid(id);
+    snprintf(txid, sizeof(txid), "dlq-reader-test-%s", id);
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    ck_assert(!rd_kafka_conf_set(conf, "bootstrap.servers", test_env_kafka(), err,
+                                 sizeof(err)));
+    ck_assert(!rd_kafka_conf_set(conf, "transactional.id", txid, err, sizeof(err)));
+    rd_kafka_t *p = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+    ck_assert_msg(p != NULL, "%s", err);
+    ck_assert(!rd_kafka_init_transactions(p, 30000));
+    ck_assert(!rd_kafka_begin_transaction(p));
+    ck_assert(
+        !rd_kafka_producev(p, RD_KAFKA_V_TOPIC(dlq), RD_KAFKA_V_PARTITION(partition),
+                           RD_KAFKA_V_VALUE((void *)value, strlen(value)),
+                           RD_KAFKA_V_HEADER("dlq.reason", "schema_violation", -1),
+                           RD_KAFKA_V_HEADER("dlq.original.topic", cmds, -1),
+                           RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END));
+    /* Written before the end: an abort drops what is not yet sent. */
+    ck_assert_int_eq(rd_kafka_flush(p, 30000), 0);
+    rd_kafka_error_t *e = commit ? rd_kafka_commit_transaction(p, 30000)
+                                 : rd_kafka_abort_transaction(p, 30000);
+    ck_assert_msg(!e, "%s", e ? rd_kafka_error_string(e) : "");
+    rd_kafka_destroy(p);
+}
+
+START_TEST(skips_transaction_markers_and_aborted_letters)
+{
+    char err[512];
+    /* 1:2 the committed letter, 1:3 its marker, 1:4 aborted, 1:5 marker. */
+    txn_letter(1, "{\"committed\":true}", 1);
+    txn_letter(1, "{\"aborted\":true}", 0);
+    long long t0 = test_env_now_ms();
+    dlq_reader_t *r = read_all();
+    ck_assert_msg(test_env_now_ms() - t0 < 5000, "read in %lld ms",
+                  test_env_now_ms() - t0);
+    ck_assert_uint_eq(dlq_reader_count(r), 6);
+    ck_assert_str_eq(at(r, 1, 2)->value, "{\"committed\":true}");
+    ck_assert_int_eq(dlq_reader_total(r), 3 + 6);
+    for (size_t i = 0; i < dlq_reader_count(r); i++)
+        ck_assert(!strstr(dlq_reader_letter(r, i)->value, "aborted"));
+    /* A marker's position or an aborted letter's holds no letter. */
+    ck_assert_int_eq(dlq_reader_read_one(r, 1, 3, err, sizeof(err)),
+                     DLQ_READER_NOT_FOUND);
+    ck_assert_msg(strstr(err, "1:3"), "%s", err);
+    ck_assert_int_eq(dlq_reader_read_one(r, 1, 4, err, sizeof(err)),
+                     DLQ_READER_NOT_FOUND);
+    ck_assert_int_eq(dlq_reader_read_one(r, 1, 2, err, sizeof(err)), DLQ_READER_OK);
+    dlq_reader_free(r);
+
+    /* The newest two offsets of partition 1 are markers and an aborted
+     * letter: no letter there, and no wait for one. */
+    r = reader();
+    t0 = test_env_now_ms();
+    ck_assert_int_eq(dlq_reader_read_newest(r, 2, err, sizeof(err)), DLQ_READER_OK);
+    ck_assert_msg(test_env_now_ms() - t0 < 5000, "read in %lld ms",
+                  test_env_now_ms() - t0);
+    ck_assert_uint_eq(dlq_reader_count(r), 2); /* 0:1 and 0:2 */
+    dlq_reader_free(r);
+}
+END_TEST
+
+START_TEST(reads_the_newest_as_summaries)
+{
+    char err[512];
+    struct dlq_replay_item items[1];
+    dlq_reader_t *r = reader();
+    ck_assert_int_eq(dlq_reader_total(r), 0);
+    ck_assert_int_eq(dlq_reader_read_newest(r, 1, err, sizeof(err)), DLQ_READER_OK);
+    ck_assert_uint_eq(dlq_reader_count(r), 2);
+    ck_assert_int_eq(dlq_reader_total(r), 5);
+    const struct dlq_letter *l = at(r, 0, 2);
+    ck_assert_str_eq(l->attempt, attempt[2]); /* ids taken before the value went */
+    ck_assert_str_eq(l->order, order[1]);
+    ck_assert(l->value == NULL && l->value_len == 0);
+    ck_assert_str_eq(at(r, 1, 1)->reason, "amount_over_limit");
+    /* Without its value a letter is not sent. */
+    const struct dlq_letter *sel[] = {at(r, 1, 1)};
+    ck_assert_int_eq(dlq_reader_replay(r, sel, 1, "tester", 1, items, err, sizeof(err)),
+                     DLQ_READER_REFUSED);
+    ck_assert_msg(strstr(err, "1:1"), "%s", err);
+    dlq_reader_free(r);
+
+    r = reader();
+    ck_assert_int_eq(dlq_reader_read_newest(r, 1000, err, sizeof(err)), DLQ_READER_OK);
+    ck_assert_uint_eq(dlq_reader_count(r), 5);
+    dlq_reader_free(r);
+}
+END_TEST
+
+START_TEST(reads_positions_together)
+{
+    char err[512];
+    const struct dlq_letter *got[4];
+    dlq_reader_t *r = reader();
+    int32_t p[] = {0, 1, 0, 0};
+    int64_t o[] = {2, 1, 0, 2};
+    ck_assert_msg(dlq_reader_read_positions(r, p, o, 4, got, err, sizeof(err)) ==
+                      DLQ_READER_OK,
+                  "%s", err);
+    ck_assert_uint_eq(dlq_reader_count(r), 3); /* 0:2 named twice, read once */
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(got[i]->partition, p[i]);
+        ck_assert_int_eq(got[i]->offset, o[i]);
+    }
+    ck_assert_ptr_eq(got[0], got[3]);
+    ck_assert_str_eq(got[2]->attempt, attempt[0]);
+    ck_assert(got[1]->value != NULL); /* whole letters: they can be replayed */
+
+    /* One position missing: nothing is read, the first missing named. */
+    int32_t p2[] = {1, 0, 1};
+    int64_t o2[] = {0, 99, 7};
+    ck_assert_int_eq(dlq_reader_read_positions(r, p2, o2, 3, got, err, sizeof(err)),
+                     DLQ_READER_NOT_FOUND);
+    ck_assert_msg(strstr(err, "0:99"), "%s", err);
+    int32_t p3[] = {5};
+    int64_t o3[] = {0};
+    ck_assert_int_eq(dlq_reader_read_positions(r, p3, o3, 1, got, err, sizeof(err)),
+                     DLQ_READER_NOT_FOUND);
+    ck_assert_uint_eq(dlq_reader_count(r), 3);
+    dlq_reader_free(r);
+}
+END_TEST
+
+START_TEST(replays_only_to_the_command_topic)
+{
+    char err[512];
+    struct dlq_replay_item items[2];
+    char results[128];
+    snprintf(results, sizeof(results), "%s.results", dlq);
+    rd_kafka_t *p = test_kafka_client(RD_KAFKA_PRODUCER, NULL);
+    letter(p, 1, "database_refused", "2026-01-01T00:00:06.000Z", results, "k",
+           "{\"event_type\":\"charge.succeeded\"}");
+    ck_assert_int_eq(rd_kafka_flush(p, 30000), 0);
+    rd_kafka_destroy(p);
+    int64_t before = end_offset(cmds);
+    dlq_reader_t *r = read_all();
+    const struct dlq_letter *sel[] = {at(r, 0, 0), at(r, 1, 2)};
+    ck_assert_int_eq(dlq_reader_replay(r, sel, 2, "tester", 0, items, err, sizeof(err)),
+                     DLQ_READER_REFUSED);
+    ck_assert_msg(strstr(err, "1:2") && strstr(err, results), "%s", err);
+    ck_assert_int_eq(dlq_reader_replay(r, sel, 2, "tester", 1, items, err, sizeof(err)),
+                     DLQ_READER_REFUSED);
+    ck_assert_int_eq(end_offset(cmds), before); /* not even the good one */
+    dlq_reader_free(r);
+}
+END_TEST
+
 int main(void)
 {
     const char *kafka = getenv("CHARGED_TEST_KAFKA");
@@ -468,6 +622,10 @@ int main(void)
     tcase_add_test(tc, parses_positions_whole);
     tcase_add_test(tc, masks_card_digits_in_copies_only);
     tcase_add_test(tc, replays_to_the_original_topic);
+    tcase_add_test(tc, skips_transaction_markers_and_aborted_letters);
+    tcase_add_test(tc, reads_the_newest_as_summaries);
+    tcase_add_test(tc, reads_positions_together);
+    tcase_add_test(tc, replays_only_to_the_command_topic);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }
