@@ -16,6 +16,8 @@ Breaks (each scenario's docstring says what it proves):
                             console_actions: its outcome is never written
   slow_clients_many_hosts   16 addresses x 16 slow connections fill the
                             listener: every operator is locked out
+  one_thread_all_kafka      CONSOLE_THREADS=1: Kafka reads take the only
+                            thread; Kafka down freezes the review queue
 """
 
 import json
@@ -216,7 +218,43 @@ def slow_clients_many_hosts(new):
             c.close()
 
 
-SCENARIOS = [pan_in_refused_topic, pan_in_hex_header, pan_after_a_letter,
+def one_thread_all_kafka(new):
+    """docs/console.md: 503 when "half the listener's threads are already
+    reading dead letters from Kafka (those reads may take Kafka's timeouts,
+    so the review queue and attempts, which need only the database, always
+    keep threads of their own)". CONSOLE_THREADS=1 is a valid setting
+    (1..64), and then the Kafka reads may take that one thread: with Kafka
+    down, a viewer reading dead letters in a loop freezes the review queue."""
+    s = new("console_adv2_one_thread")
+    name, port = con.start_console(s, CONSOLE_THREADS=1)
+    op = con.Client(port, con.token(s, "olga", "operator"))
+    viewer = con.Client(port, con.token(s, "vera", "viewer"))
+    check_eq(timed_get(op, "reviews")[0], 200, "the review queue before")
+    e2e.kafka_kill()
+    stop = threading.Event()
+    try:
+        def loop():
+            while not stop.is_set():
+                try:
+                    viewer.get("dead-letters")
+                except OSError:
+                    pass
+        threads = [threading.Thread(target=loop, daemon=True) for _ in range(2)]
+        for t in threads:
+            t.start()
+        time.sleep(1)
+        results = [timed_get(op, "reviews") for _ in range(3)]
+        e2e.log("GET reviews, CONSOLE_THREADS=1, a viewer reading letters, Kafka down: %s"
+                % results)
+        check(all(st == 200 and dt < 3 for st, dt in results),
+              "with CONSOLE_THREADS=1 a viewer's dead-letter reads (Kafka down) freeze "
+              "the review queue: %s" % results)
+    finally:
+        stop.set()
+        e2e.kafka_start()
+
+
+SCENARIOS = [one_thread_all_kafka, pan_in_refused_topic, pan_in_hex_header, pan_after_a_letter,
              refused_replay_unrecorded, slow_clients_many_hosts]
 
 if __name__ == "__main__":
