@@ -16,6 +16,8 @@ Breaks (each scenario's docstring says what it proves):
                             console_actions: its outcome is never written
   slow_clients_many_hosts   16 addresses x 16 slow connections fill the
                             listener: every operator is locked out
+  foreign_login_unrecorded  a sign-in refused from another origin leaves no
+                            row in console_actions
   one_thread_all_kafka      CONSOLE_THREADS=1: Kafka reads take the only
                             thread; Kafka down freezes the review queue
 """
@@ -254,7 +256,29 @@ def one_thread_all_kafka(new):
         e2e.kafka_start()
 
 
-SCENARIOS = [one_thread_all_kafka, pan_in_refused_topic, pan_in_hex_header, pan_after_a_letter,
+def foreign_login_unrecorded(new):
+    """docs/console.md: actions "refused at the door (forbidden: ... one
+    from another origin)" are written to console_actions. A sign-in from
+    another origin carrying a valid operator token (login CSRF, or a
+    stolen token tried from a foreign page) is refused with 403 and leaves
+    no row at all (refused sign-ins are never recorded: token guessing is
+    invisible in the action log)."""
+    s = new("console_adv2_foreign_login")
+    name, port = con.start_console(s)
+    secret = con.token(s, "olga", "operator")
+    st, doc, _, _ = con.request(port, "POST", "/console/api/login",
+                                json.dumps({"token": secret}),
+                                {"Content-Type": "application/json",
+                                 "Origin": "http://evil.invalid"})
+    check_eq(st, 403, "a sign-in from another origin")
+    rows = s.query("SELECT actor, action, outcome FROM console_actions"
+                   " WHERE action NOT IN ('token_add') ORDER BY id")
+    e2e.log("foreign sign-in %s; rows: %s" % (st, rows))
+    check(rows, "a sign-in with olga's token refused from another origin (%s) left no "
+          "row in console_actions: %s" % (st, rows))
+
+
+SCENARIOS = [foreign_login_unrecorded, one_thread_all_kafka, pan_in_refused_topic, pan_in_hex_header, pan_after_a_letter,
              refused_replay_unrecorded, slow_clients_many_hosts]
 
 if __name__ == "__main__":
