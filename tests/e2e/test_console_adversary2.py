@@ -278,8 +278,9 @@ def foreign_login_unrecorded(new):
           "row in console_actions: %s" % (st, rows))
 
 
-SCENARIOS = [foreign_login_unrecorded, one_thread_all_kafka, pan_in_refused_topic, pan_in_hex_header, pan_after_a_letter,
-             refused_replay_unrecorded, slow_clients_many_hosts]
+SCENARIOS = [foreign_login_unrecorded, pan_in_refused_topic, pan_in_hex_header,
+             pan_after_a_letter, refused_replay_unrecorded, slow_clients_many_hosts,
+             one_thread_all_kafka]
 
 if __name__ == "__main__":
     raise SystemExit(e2e.main(e2e.run_scenarios(SCENARIOS)))
