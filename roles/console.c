@@ -11,6 +11,7 @@
 #include <openssl/crypto.h>
 
 #include "attempt_store.h"
+#include "card_data.h"
 #include "config.h"
 #include "console_assets.h"
 #include "console_input.h"
@@ -27,9 +28,12 @@
  * bytes, and one address holds at most MAX_CONNECTIONS_PER_IP: a few
  * hosts cannot lock the operators out. */
 #define IDLE_TIMEOUT_S         10
-#define MAX_CONNECTIONS        256
-#define MAX_CONNECTIONS_PER_IP 16
-#define CSRF_HEADER            "X-CSRF-Token"
+#define MAX_CONNECTIONS        1024
+#define MAX_CONNECTIONS_PER_IP 8
+/* A thread per connection: small stacks, so that MAX_CONNECTIONS of them
+ * fit (no handler keeps much on its stack; the views are on the heap). */
+#define THREAD_STACK_BYTES ((size_t)512 << 10)
+#define CSRF_HEADER        "X-CSRF-Token"
 /* Nothing but the console's own files runs or loads: no inline script, no
  * inline style, no other origin, no framing. */
 #define CSP                                                                            \
@@ -103,7 +107,11 @@ static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status,
 static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status,
                                   const char *why)
 {
-    return send_json(c, status, json_pack("{s:s}", "error", why), NULL);
+    /* A refusal may quote the request: no card number goes back in it. */
+    char text[512];
+    snprintf(text, sizeof(text), "%s", why);
+    card_data_mask_loose(text, strlen(text));
+    return send_json(c, status, json_pack("{s:s}", "error", text), NULL);
 }
 
 static const char *asset_type(const char *name)
@@ -369,16 +377,23 @@ static enum MHD_Result serve(struct console *cs, struct MHD_Connection *c,
     int writes = console_input_route_writes(rq->m.route);
     if (writes)
         foreign = foreign_request(c);
-    if (rq->m.route == CONSOLE_R_LOGIN && foreign)
+    if (rq->m.route == CONSOLE_R_LOGIN && foreign) {
+        /* Nobody is signed in yet: recorded as anonymous, where from. */
+        console_views_t *lv = http_lender_take(cs->lender);
+        const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+        json_t *detail = json_pack("{s:s, s:s?}", "why", foreign, "origin", origin);
+        char *text = detail ? json_dumps(detail, JSON_COMPACT) : NULL;
+        if (text)
+            card_data_mask_loose(text, strlen(text));
+        log_warn("console: sign-in refused", "reason", foreign, NULL);
+        if (console_store_record(console_views_store(lv), "anonymous", "login", NULL,
+                                 "forbidden", text, &err) != STORE_OK)
+            log_error("console: an action was not recorded", "action", "login", "error",
+                      err.message, NULL);
+        free(text);
+        json_decref(detail);
+        http_lender_give(cs->lender, lv);
         return send_error(c, MHD_HTTP_FORBIDDEN, foreign);
-    if (reads_kafka(rq->m.route)) {
-        if (atomic_fetch_add(&cs->kafka_requests, 1) >= cs->kafka_max) {
-            atomic_fetch_sub(&cs->kafka_requests, 1);
-            return send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE,
-                              "dead letters are being read for others right now; try "
-                              "again in a moment");
-        }
-        kafka = 1;
     }
     console_views_t *v = http_lender_take(cs->lender);
     sid[0] = '\0';
@@ -419,6 +434,17 @@ static enum MHD_Result serve(struct console *cs, struct MHD_Connection *c,
         ret = refuse_action(v, c, rq, &who,
                             "a viewer's token cannot change anything: ask an operator");
         goto out;
+    }
+    /* Counted once signed in: no one without a session takes a slot. */
+    if (reads_kafka(rq->m.route)) {
+        if (atomic_fetch_add(&cs->kafka_requests, 1) >= cs->kafka_max) {
+            atomic_fetch_sub(&cs->kafka_requests, 1);
+            ret = send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE,
+                             "dead letters are being read for others right now; try "
+                             "again in a moment");
+            goto out;
+        }
+        kafka = 1;
     }
     ret = serve_signed_in(cs, v, c, rq, &who, sid);
 out:
@@ -528,8 +554,9 @@ static int listen_http(struct console *cs, char *err, size_t err_size)
         &http_log_as, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)MAX_CONNECTIONS,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)MAX_CONNECTIONS_PER_IP,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, cs, MHD_OPTION_END);
+        MHD_OPTION_THREAD_STACK_SIZE, THREAD_STACK_BYTES, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)IDLE_TIMEOUT_S, MHD_OPTION_NOTIFY_COMPLETED, on_completed, cs,
+        MHD_OPTION_END);
     if (!cs->http) {
         snprintf(err, err_size, "CONSOLE_ADDR: cannot start the listener on %s", addr);
         return 1;

@@ -52,6 +52,8 @@ static unsigned answer(json_t **body, unsigned status, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
+    /* An error may quote a letter's header (a refused topic, say). */
+    card_data_mask_loose(text, strlen(text));
     *body = json_pack("{s:s}", "error", text);
     return status;
 }
@@ -163,7 +165,7 @@ static json_t *masked(json_t *v)
             return NULL;
         }
         memcpy(copy, json_string_value(v), n + 1);
-        if (card_data_mask(copy, n) > 0)
+        if (card_data_mask_loose(copy, n) > 0)
             json_string_setn_nocheck(v, copy, n);
         free(copy);
         return v;
@@ -631,6 +633,11 @@ unsigned console_views_replay(console_views_t *v, const struct console_who *who,
                           in->dry_run, items, err, sizeof(err));
     if (rc == DLQ_READER_REFUSED) {
         status = answer(body, 409, "%s", err);
+        if (!in->dry_run) {
+            json_t *why = json_pack("{s:O}", "error", json_object_get(*body, "error"));
+            record(v, who->name, "replay", target, "refused", why);
+            json_decref(why);
+        }
         goto out;
     }
     list = json_array();

@@ -190,3 +190,24 @@ size_t card_data_mask(char *buf, size_t len)
         total += n;
     return total;
 }
+
+size_t card_data_mask_loose(char *buf, size_t len)
+{
+    size_t masked = card_data_mask(buf, len);
+    for (size_t i = 0; i < len;) {
+        if (!is_digit(buf[i])) {
+            i++;
+            continue;
+        }
+        size_t start = i;
+        while (i < len && is_digit(buf[i]))
+            i++;
+        size_t n = i - start;
+        if (n >= 13 && n <= 19 && buf[start] >= '2' && buf[start] <= '6' &&
+            luhn_ok(buf, start, i)) {
+            memset(buf + start, '*', n - 4);
+            masked++;
+        }
+    }
+    return masked;
+}

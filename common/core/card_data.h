@@ -20,4 +20,12 @@ int card_data_found(const char *buf, size_t len);
  * unchanged. Returns how many it masked. */
 size_t card_data_mask(char *buf, size_t len);
 
+/* For what is shown to people: card_data_mask, then every run of 13..19
+ * digits that starts with 2..6 and passes the Luhn check is masked the same
+ * way whatever stands around it (track data puts a letter right before the
+ * number: "%B4242424242424242^"), at the price of masking an id that only
+ * looks like one. Returns how many it masked. Never used to decide whether
+ * a command holds card data. */
+size_t card_data_mask_loose(char *buf, size_t len);
+
 #endif

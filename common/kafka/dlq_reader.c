@@ -664,7 +664,7 @@ static char *masked_copy(const char *p, size_t n, int mask)
 {
     char *c = p ? copy_bytes(p, n) : NULL;
     if (c && mask)
-        card_data_mask(c, n);
+        card_data_mask_loose(c, n);
     return c;
 }
 
@@ -738,9 +738,11 @@ static json_t *summary_json(const struct dlq_letter *l, int mask)
         text_json(l->orig_offset, mask));
 }
 
+/* Masked too: the summary is printed and shown (chargectl dlq list, the
+ * console's list), and an error or header may quote a card number. */
 json_t *dlq_letter_summary_json(const struct dlq_letter *l)
 {
-    return summary_json(l, 0);
+    return summary_json(l, 1);
 }
 
 static const struct slot *slot_of(const struct dlq_letter *l)

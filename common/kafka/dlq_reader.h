@@ -122,7 +122,8 @@ int dlq_position_parse(const char *s, int32_t *partition, int64_t *offset);
 
 /* The letter's one-line summary: position, partition, offset, failed_at,
  * reason, payment_attempt_id, order_id, error, original {topic, partition,
- * offset}. */
+ * offset}; card numbers masked (card_data_mask_loose), as it is printed and
+ * shown. */
 json_t *dlq_letter_summary_json(const struct dlq_letter *l);
 /* The whole letter: the summary plus timestamp_ms, headers ([name, value]
  * pairs), key and value (parsed JSON when it is JSON, a string, or

@@ -213,8 +213,9 @@ static const struct config_row config_table[CONFIG__COUNT] = {
      * the console only operators, who may keep it internal. */
     {CONFIG_CONSOLE_ADDR, "CONSOLE_ADDR", CONFIG_T_ADDR, "127.0.0.1:8090", 0, 65535,
      R_C, 0, "listener of charged console, host:port (port 0: any free one)"},
-    {CONFIG_CONSOLE_THREADS, "CONSOLE_THREADS", CONFIG_T_INT, "4", 1, 64, R_C, 0,
-     "requests answered at once"},
+    /* At least 2: dead-letter reads (Kafka's timeouts) take at most half. */
+    {CONFIG_CONSOLE_THREADS, "CONSOLE_THREADS", CONFIG_T_INT, "4", 2, 64, R_C, 0,
+     "requests answered at once (2 or more: half at most read Kafka)"},
     {CONFIG_CONSOLE_SESSION_TTL_S, "CONSOLE_SESSION_TTL_S", CONFIG_T_INT, "28800", 60,
      604800, R_C, 0, "a sign-in lasts this many seconds"},
     /* 0 only behind nothing but plain HTTP on loopback: a Secure cookie is

@@ -74,9 +74,12 @@ def request(port, method, path, body=None, headers=None, timeout=30):
     return st, doc, raw
 
 
-def request_with_headers(port, method, path, body=None, headers=None, timeout=30):
-    """(status, parsed JSON or None, the answer's headers, raw bytes)."""
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=e2e.scaled(timeout))
+def request_with_headers(port, method, path, body=None, headers=None, timeout=30,
+                         source=None):
+    """(status, parsed JSON or None, the answer's headers, raw bytes);
+    source: the loopback address to send from (another client host)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=e2e.scaled(timeout),
+                                   source_address=(source, 0) if source else None)
     try:
         c.request(method, path, body=body, headers=headers or {})
         r = c.getresponse()

@@ -54,16 +54,18 @@ def revoke(s, name, actor="e2e-admin"):
     s.run([e2e.CHARGECTL, "console", "token", "revoke", name, "--actor", actor])
 
 
-def request(port, method, path, body=None, headers=None, timeout=60):
-    """(status, parsed JSON or None, headers, raw bytes)."""
-    return api.request_with_headers(port, method, path, body, headers, timeout)
+def request(port, method, path, body=None, headers=None, timeout=60, source=None):
+    """(status, parsed JSON or None, headers, raw bytes); source: the
+    loopback address to send from, as another client host would."""
+    return api.request_with_headers(port, method, path, body, headers, timeout, source)
 
 
 class Client:
     """One signed-in operator, as the page is: the cookie and the CSRF token."""
 
-    def __init__(self, port, secret=None):
+    def __init__(self, port, secret=None, source=None):
         self.port = port
+        self.source = source
         self.cookie = None
         self.csrf = None
         self.who = None
@@ -74,7 +76,8 @@ class Client:
     def login(self, secret):
         st, doc, headers, _ = request(self.port, "POST", "/console/api/login",
                                       json.dumps({"token": secret}),
-                                      {"Content-Type": "application/json"})
+                                      {"Content-Type": "application/json"},
+                                      source=self.source)
         if st == 200:
             cookie = headers.get("Set-Cookie", "")
             self.cookie = cookie.split(";", 1)[0]
@@ -93,13 +96,13 @@ class Client:
 
     def get(self, path):
         st, doc, _, _ = request(self.port, "GET", "/console/api/" + path,
-                                headers=self.headers(csrf=False))
+                                headers=self.headers(csrf=False), source=self.source)
         return st, doc
 
     def post(self, path, body, csrf=True, extra=None):
         data = body if isinstance(body, (bytes, str)) else json.dumps(body)
         st, doc, _, _ = request(self.port, "POST", "/console/api/" + path, data,
-                                self.headers(csrf, extra))
+                                self.headers(csrf, extra), source=self.source)
         return st, doc
 
 

@@ -158,7 +158,8 @@ def viewer_freezes_console(new):
     s.start_worker()
     name, port = con.start_console(s)
     op = con.Client(port, con.token(s, "olga", "operator"))
-    viewer = con.Client(port, con.token(s, "vera", "viewer"))
+    # The viewer on a host of its own (its connections are its address's).
+    viewer = con.Client(port, con.token(s, "vera", "viewer"), source="127.0.0.3")
     check_eq(timed_get(op, "reviews")[0], 200, "the review queue before")
     e2e.kafka_kill()
     stop = threading.Event()

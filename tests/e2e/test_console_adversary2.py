@@ -24,6 +24,7 @@ Breaks (each scenario's docstring says what it proves):
 
 import json
 import socket
+import subprocess
 import threading
 import time
 import uuid
@@ -224,11 +225,17 @@ def one_thread_all_kafka(new):
     """docs/console.md: 503 when "half the listener's threads are already
     reading dead letters from Kafka (those reads may take Kafka's timeouts,
     so the review queue and attempts, which need only the database, always
-    keep threads of their own)". CONSOLE_THREADS=1 is a valid setting
-    (1..64), and then the Kafka reads may take that one thread: with Kafka
-    down, a viewer reading dead letters in a loop freezes the review queue."""
+    keep threads of their own)". With one thread there is no half to keep:
+    CONSOLE_THREADS=1 was allowed, and a viewer reading dead letters in a
+    loop with Kafka down froze the review queue. Now it is refused at start
+    (exit 2, one line naming it), and the smallest console, 2 threads,
+    keeps the review queue answering."""
     s = new("console_adv2_one_thread")
-    name, port = con.start_console(s, CONSOLE_THREADS=1)
+    p = subprocess.run([e2e.CHARGED, "console"], capture_output=True, timeout=e2e.scaled(30),
+                       env=s.env({"CONSOLE_ADDR": "127.0.0.1:0", "CONSOLE_THREADS": "1"}))
+    check(p.returncode == 2 and b"CONSOLE_THREADS" in p.stderr,
+          "CONSOLE_THREADS=1: exit %d, %r" % (p.returncode, p.stderr[-300:]))
+    name, port = con.start_console(s, CONSOLE_THREADS=2)
     op = con.Client(port, con.token(s, "olga", "operator"))
     viewer = con.Client(port, con.token(s, "vera", "viewer"))
     check_eq(timed_get(op, "reviews")[0], 200, "the review queue before")
@@ -246,10 +253,10 @@ def one_thread_all_kafka(new):
             t.start()
         time.sleep(1)
         results = [timed_get(op, "reviews") for _ in range(3)]
-        e2e.log("GET reviews, CONSOLE_THREADS=1, a viewer reading letters, Kafka down: %s"
+        e2e.log("GET reviews, CONSOLE_THREADS=2, a viewer reading letters, Kafka down: %s"
                 % results)
         check(all(st == 200 and dt < 3 for st, dt in results),
-              "with CONSOLE_THREADS=1 a viewer's dead-letter reads (Kafka down) freeze "
+              "with CONSOLE_THREADS=2 a viewer's dead-letter reads (Kafka down) freeze "
               "the review queue: %s" % results)
     finally:
         stop.set()
