@@ -55,6 +55,7 @@ struct audit_intent_row {
     char booked_attempt[40];            /* the ledger row's attempt */
     char other_object[PROVIDER_ID_MAX]; /* the other charge: booked for the attempt or
                               order, or the earlier twin */
+    char recorded[PROVIDER_ID_MAX]; /* the named attempt's own intent, as recorded */
 };
 
 /* Copies the page into audit_intents (the provider's word, refreshed) and
@@ -73,6 +74,7 @@ struct audit_refund_row {
                                     provider's intent; -1 when neither is known */
     char payment_attempt_id[40]; /* the charge's, when booked */
     char order_id[40];
+    char booked_intent[PROVIDER_ID_MAX]; /* the booked refund attempt's charge */
 };
 
 enum store_rc audit_store_refunds(audit_store_t *st,

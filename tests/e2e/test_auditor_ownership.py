@@ -10,7 +10,7 @@ psp-sim's ledger and the auditor's findings:
   judging the stray intent final while A was unsettled never does.
 - booked_foreign (break 6): a forced `chargectl attempt resolve` books
   intent X for attempt A although X's metadata names attempt C and C's
-  order: booked_foreign. A declined intent and a succeeded one whose
+  order: booked_foreign (naming A, and C's own charge). A declined intent and a succeeded one whose
   metadata names C (another client used our metadata) are foreign_intent;
   the succeeded one is money and pages (charged_twice) too.
 
@@ -101,7 +101,7 @@ def booked_foreign(new):
     adv.wait_watermark(s, int(adv.db_now(s)) + 1, timeout=e2e.scaled(30))
     got = {o: findings_of(s, o) for o in (x["id"], declined["id"], money["id"], c_pi)}
     e2e.log("findings: %s" % got)
-    check(got[x["id"]].get("booked_foreign") == (a_id, ""),
+    check(got[x["id"]].get("booked_foreign") == (a_id, c_pi),
           "intent %s names attempt %s and order %s, yet is booked for attempt %s:"
           " its findings %s" % (x["id"], c_id, c_order, a_id, got[x["id"]]))
     check_eq(got[declined["id"]], {"foreign_intent": (c_id, c_pi)},
