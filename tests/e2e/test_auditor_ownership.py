@@ -13,6 +13,10 @@ psp-sim's ledger and the auditor's findings:
   order: booked_foreign (naming A, and C's own charge). A declined intent and a succeeded one whose
   metadata names C (another client used our metadata) are foreign_intent;
   the succeeded one is money and pages (charged_twice) too.
+- refund_booked_on_another_charge (break 6, refunds; the audit's half of
+  break 5): refund R of charge A is UNKNOWN; a forced `chargectl refund
+  resolve` books a refund psp-sim made on charge B's intent, whose
+  metadata names R: booked_foreign.
 
 Scenarios can be run alone: test_auditor_ownership.py booked_foreign"""
 import uuid
@@ -114,7 +118,43 @@ def booked_foreign(new):
     check_eq(s.stop_auditor(au), 0, "the auditor's exit after SIGTERM")
 
 
-SCENARIOS = [order_only_after_settle, booked_foreign]
+def refund_booked_on_another_charge(new):
+    s = new("own_refund_foreign")
+    t0 = int(adv.db_now(s)) - 1
+    s.start_worker(WORKER_UNKNOWN_RETRIES=0)
+    a, b = e2e.new_command(amount=2000), e2e.new_command(amount=2000)
+    s.publish([a, b])
+    s.wait_settled(2, timeout=e2e.scaled(60))
+    a_pi, b_pi = (rb.attempt(s, c["payment_attempt_id"])["ppid"] for c in (a, b))
+    refund = e2e.new_refund(a, 1000)
+    rid = refund["refund_id"]
+    s.psp_put("/faults", {"rules": [{"kind": "error_before", "probability": 1,
+                                     "key": refund["idempotency_key"]}]})
+    s.publish([refund])
+    e2e.wait_until("refund %s UNKNOWN" % rid, lambda: s.query(
+        "SELECT status FROM refund_attempts WHERE id = '%s'" % rid) == [["UNKNOWN"]],
+        e2e.scaled(30))
+    s.psp_put("/faults", {"rules": []}, method="DELETE")
+    other = s.psp_put("/inject/refunds", {"payment_intent": b_pi, "amount": 1000,
+                                          "metadata": {"refund_id": rid}}, method="POST")
+    p = s.run([e2e.CHARGECTL, "refund", "resolve", rid, "--status", "SUCCEEDED",
+               "--provider-refund-id", other["id"], "--reason", "seen in the dashboard",
+               "--force"], check=False)
+    check_eq(p.returncode, 0, "the forced resolve (%s)" % p.stderr.decode().strip())
+    refunded = {r["provider_refund_id"]: r["payment_intent_id"]
+                for r in s.psp_get("/ledger")["refunds"]}
+    check_eq(refunded, {other["id"]: b_pi}, "psp-sim's refunds: one, of B's charge")
+    au = s.start_auditor(AUDITOR_FROM=t0, **adv.AUDITOR)
+    adv.wait_watermark(s, int(adv.db_now(s)) + 1, timeout=e2e.scaled(30))
+    got = s.query("SELECT kind, coalesce(refund_id, ''), coalesce(other_object_id, '')"
+                  " FROM audit_findings WHERE object_id = '%s'" % other["id"])
+    check(["booked_foreign", rid, b_pi] in got,
+          "refund %s, of charge %s (B), is booked for refund %s of charge %s (A): its"
+          " findings (kind, refund, intent) %s" % (other["id"], b_pi, rid, a_pi, got))
+    check_eq(s.stop_auditor(au), 0, "the auditor's exit after SIGTERM")
+
+
+SCENARIOS = [order_only_after_settle, booked_foreign, refund_booked_on_another_charge]
 
 
 if __name__ == "__main__":
