@@ -101,6 +101,28 @@ static int record_foreign(struct audit_ctx *c, const struct provider_listed *it,
     return record_intent(c, it, row, &foreign);
 }
 
+/* A booked intent's order paid a second time by an intent that names only
+ * the order, judged before (unknown_intent, say): charged_twice on that
+ * one, recorded under its own second. */
+static int record_order_twin(struct audit_ctx *c, const struct provider_listed *it,
+                             const struct audit_intent_row *row)
+{
+    struct audit_result res = audit_policy_order_twin(&row->facts);
+    if (res.outcome != AUDIT_FINDING)
+        return 0;
+    struct audit_finding f = {
+        .kind = res.kind,
+        .object_id = row->order_twin,
+        .order_id = row->booked_order,
+        .other_object_id = it->id,
+        .provider_amount = row->order_twin_amount,
+        .provider_currency = row->order_twin_currency,
+        .ledger_amount = -1,
+        .detail = res.detail,
+    };
+    return record(c, &f, row->order_twin_created);
+}
+
 static int judge_intents(struct audit_ctx *c, const struct provider_listed *items,
                          size_t n)
 {
@@ -128,6 +150,8 @@ static int judge_intents(struct audit_ctx *c, const struct provider_listed *item
         if (res.outcome == AUDIT_FINDING && record_intent(c, it, row, &res) != 0)
             goto out;
         if (res.also_foreign && record_foreign(c, it, row) != 0)
+            goto out;
+        if (record_order_twin(c, it, row) != 0)
             goto out;
     }
     if (audit_store_pending(c->st, "intent", j.done, j.ndone, j.wait, j.nwait, &err) !=

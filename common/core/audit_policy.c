@@ -143,6 +143,17 @@ static struct audit_result unbooked_money(const struct audit_intent_facts *f,
                        : "succeeded intent for an attempt we never recorded");
 }
 
+struct audit_result audit_policy_order_twin(const struct audit_intent_facts *f)
+{
+    /* The order_charged_twice rule (order_only_intent) seen from the paid
+     * side: an intent judged unknown_intent before this one was booked is
+     * judged again now that its order is paid. */
+    if (f->booked && f->order_only_twin && !strcmp(f->status, "succeeded"))
+        return finding(AUDIT_CHARGED_TWICE,
+                       "second succeeded intent for an order already paid");
+    return matched();
+}
+
 struct audit_result audit_policy_intent(const struct audit_intent_facts *f)
 {
     if (f->booked)

@@ -78,6 +78,9 @@ struct audit_intent_facts {
     /* An attempt of its metadata's order is unsettled: it may still succeed
      * on an intent of its own, which makes this one a second charge. */
     int order_unsettled;
+    /* Booked: an unbooked succeeded intent in the copy names only its order
+     * (made before this charge, or before its attempt, and judged then). */
+    int order_only_twin;
 };
 
 /* One listed refund and what charged has of it. */
@@ -109,6 +112,11 @@ struct audit_ledger_facts {
 
 struct audit_result audit_policy_intent(const struct audit_intent_facts *f);
 struct audit_result audit_policy_refund(const struct audit_refund_facts *f);
+
+/* The order-only intent of a booked one's facts (order_only_twin), judged
+ * from the booked side: a second charge of an order now paid, whichever of
+ * the two was judged first. A finding, or matched when there is none. */
+struct audit_result audit_policy_order_twin(const struct audit_intent_facts *f);
 struct audit_result audit_policy_ledger(const struct audit_ledger_facts *f);
 
 /* The succeeded refunds of one charge add up past the charge (the ledger's

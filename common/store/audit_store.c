@@ -111,7 +111,9 @@ static const char *SQL_COPY_INTENTS =
 /* For each intent: the charge booked on it; the attempt its metadata
  * names, and that attempt's booked charge; another SUCCEEDED attempt of
  * its order; another succeeded intent of the same attempt or order in the
- * copy, the oldest; whose it is (the attempt's recorded intent, another
+ * copy, the oldest; for a booked one, the oldest unbooked succeeded intent
+ * in the copy that names only its order (judged before this one was
+ * booked, perhaps before its attempt existed); whose it is (the attempt's recorded intent, another
  * attempt recording it, metadata naming another attempt or order than the
  * booking's, or than the named attempt's order); an unsettled attempt of
  * its order. Not only an earlier one: the list is newest first, so
@@ -135,7 +137,9 @@ static const char *SQL_INTENT_FACTS =
     "   ELSE a.id IS NOT NULL AND m.order_id IS NOT NULL"
     "     AND " AS_UUID("m.order_id") " IS DISTINCT FROM a.order_id END,"
     "  EXISTS (SELECT 1 FROM payment_attempts u WHERE u.order_id = " AS_UUID("m.order_id")
-    "    AND u.status IN ('PENDING', 'PROCESSING', 'UNKNOWN', 'REQUIRES_REVIEW'))"
+    "    AND u.status IN ('PENDING', 'PROCESSING', 'UNKNOWN', 'REQUIRES_REVIEW')),"
+    "  coalesce(oo.id, ''), coalesce(oo.created, 0), coalesce(oo.amount, 0),"
+    "  coalesce(oo.currency, ''), coalesce(l.order_id::text, '')"
     " FROM unnest($1::text[]) WITH ORDINALITY AS p(id, i)"
     " JOIN audit_intents m ON m.id = p.id"
     " LEFT JOIN ledger_entries l ON l.kind = 'charge' AND l.provider_payment_id = p.id"
@@ -150,6 +154,12 @@ static const char *SQL_INTENT_FACTS =
     " LEFT JOIN LATERAL (SELECT t.id FROM audit_intents t"
     "   WHERE t.status = 'succeeded' AND t.order_id = m.order_id"
     "     AND t.id <> m.id ORDER BY t.created, t.id LIMIT 1) two ON true"
+    " LEFT JOIN LATERAL (SELECT t.id, t.created, t.amount, t.currency FROM audit_intents t"
+    "   WHERE l.payment_attempt_id IS NOT NULL AND t.status = 'succeeded'"
+    "     AND t.order_id = l.order_id::text AND t.payment_attempt_id IS NULL"
+    "     AND t.id <> p.id AND NOT EXISTS (SELECT 1 FROM ledger_entries x"
+    "       WHERE x.kind = 'charge' AND x.provider_payment_id = t.id)"
+    "   ORDER BY t.created, t.id LIMIT 1) oo ON true"
     " ORDER BY p.i";
 
 static const char *SQL_COPY_REFUNDS =
@@ -319,6 +329,12 @@ enum store_rc audit_store_intents(audit_store_t *st,
         stmt_col_copy(r, row, 4, o->booked_attempt, sizeof(o->booked_attempt));
         stmt_col_copy(r, row, 5, o->attempt_status, sizeof(o->attempt_status));
         stmt_col_copy(r, row, 12, o->recorded, sizeof(o->recorded));
+        stmt_col_copy(r, row, 16, o->order_twin, sizeof(o->order_twin));
+        o->order_twin_created = stmt_col_int(r, row, 17);
+        o->order_twin_amount = stmt_col_int(r, row, 18);
+        stmt_col_copy(r, row, 19, o->order_twin_currency,
+                      sizeof(o->order_twin_currency));
+        stmt_col_copy(r, row, 20, o->booked_order, sizeof(o->booked_order));
         int other_attempt = stmt_col_true(r, row, 6);
         int other_order = stmt_col_true(r, row, 8);
         int twin = stmt_col_true(r, row, 10);
@@ -344,6 +360,7 @@ enum store_rc audit_store_intents(audit_store_t *st,
             .recorded_elsewhere = stmt_col_true(r, row, 13),
             .names_another = stmt_col_true(r, row, 14),
             .order_unsettled = stmt_col_true(r, row, 15),
+            .order_only_twin = *o->order_twin != '\0',
         };
     }
     PQclear(r);

@@ -56,6 +56,12 @@ struct audit_intent_row {
     char other_object[PROVIDER_ID_MAX]; /* the other charge: booked for the attempt or
                               order, or the earlier twin */
     char recorded[PROVIDER_ID_MAX]; /* the named attempt's own intent, as recorded */
+    /* Booked: the oldest unbooked succeeded intent naming only its order,
+     * with its creation (unix s), amount and currency. */
+    char order_twin[PROVIDER_ID_MAX];
+    long long order_twin_created, order_twin_amount;
+    char order_twin_currency[8];
+    char booked_order[40]; /* the ledger row's order */
 };
 
 /* Copies the page into audit_intents (the provider's word, refreshed) and

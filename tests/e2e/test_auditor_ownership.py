@@ -8,6 +8,10 @@ psp-sim's ledger and the auditor's findings:
   A under A's key: the order is paid twice at the provider. The scheduled
   auditor must page it (charged_twice, naming A's intent) once A settles;
   judging the stray intent final while A was unsettled never does.
+- order_only_before_its_attempt (break 4, the other order): the stray
+  charge is made, and audited (unknown_intent), before any attempt of its
+  order exists; the order's attempt then succeeds. Whichever of the two
+  intents is judged later must find the other: charged_twice.
 - booked_foreign (break 6): a forced `chargectl attempt resolve` books
   intent X for attempt A although X's metadata names attempt C and C's
   order: booked_foreign (naming A, and C's own charge). A declined intent and a succeeded one whose
@@ -71,6 +75,37 @@ def order_only_after_settle(new):
     check_eq(findings_of(s, stray)["charged_twice"], ("", own),
              "the stray charge's charged_twice (attempt, other object)")
     check_eq(findings_of(s, own), {}, "findings of A's own, booked intent")
+    check_eq(s.stop_auditor(au), 0, "the auditor's exit after SIGTERM")
+
+
+def order_only_before_its_attempt(new):
+    cmd = e2e.new_command()
+    aid, order = cmd["payment_attempt_id"], cmd["order_id"]
+    s = new("own_order_first")
+    t0 = int(adv.db_now(s)) - 1
+    stray = adv.inject(s, amount=cmd["amount"], metadata={"order_id": order})[0]
+    au = s.start_auditor(AUDITOR_FROM=t0, **adv.AUDITOR)
+    e2e.wait_until("the stray charge judged", lambda: findings_of(s, stray), e2e.scaled(20))
+    e2e.log("stray %s audited before any attempt of its order: %s"
+            % (stray, findings_of(s, stray)))
+    s.start_worker()
+    s.publish([cmd])
+    s.wait_settled(1, timeout=e2e.scaled(60))
+    a = rb.attempt(s, aid)
+    check_eq(a["status"], "SUCCEEDED", "the order's attempt")
+    own = a["ppid"]
+    check_eq(succeeded_of_order(s, order), sorted([own, stray]),
+             "psp-sim's succeeded charges of order %s" % order)
+    try:
+        e2e.wait_until("charged_twice of order %s's stray charge" % order,
+                       lambda: "charged_twice" in findings_of(s, stray), e2e.scaled(20))
+    except e2e.Failure:
+        check(False, "order %s is paid twice at the provider (%s, then %s), yet the"
+              " auditor's findings of the stray charge are %s" % (
+                  order, stray, own, findings_of(s, stray)))
+    check_eq(findings_of(s, stray)["charged_twice"], ("", own),
+             "the stray charge's charged_twice (attempt, other object)")
+    check_eq(findings_of(s, own), {}, "findings of the attempt's own, booked intent")
     check_eq(s.stop_auditor(au), 0, "the auditor's exit after SIGTERM")
 
 
@@ -154,7 +189,7 @@ def refund_booked_on_another_charge(new):
     check_eq(s.stop_auditor(au), 0, "the auditor's exit after SIGTERM")
 
 
-SCENARIOS = [order_only_after_settle, booked_foreign, refund_booked_on_another_charge]
+SCENARIOS = [order_only_after_settle, order_only_before_its_attempt, booked_foreign, refund_booked_on_another_charge]
 
 
 if __name__ == "__main__":

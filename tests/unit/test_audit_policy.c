@@ -192,6 +192,23 @@ START_TEST(foreign_money)
 }
 END_TEST
 
+/* An intent naming only an order, judged before the order's charge was
+ * booked, is judged again from the booked side. */
+START_TEST(order_twin_from_the_paid_side)
+{
+    struct audit_intent_facts paid = {"succeeded", 1000, "usd", BOOKED,
+                                      .order_only_twin = 1};
+    struct audit_result r = audit_policy_order_twin(&paid);
+    ck_assert_int_eq(r.outcome, AUDIT_FINDING);
+    ck_assert_int_eq(r.kind, AUDIT_CHARGED_TWICE);
+    paid.order_only_twin = 0;
+    ck_assert_int_eq(audit_policy_order_twin(&paid).outcome, AUDIT_MATCHED);
+    struct audit_intent_facts canceled = {"canceled", 1000, "usd", BOOKED,
+                                          .order_only_twin = 1};
+    ck_assert_int_eq(audit_policy_order_twin(&canceled).outcome, AUDIT_MATCHED);
+}
+END_TEST
+
 START_TEST(each_intent_rule)
 {
     const struct intent_row *r = &intents[_i];
@@ -322,6 +339,7 @@ int main(void)
     tcase_add_loop_test(tc, each_intent_rule, 0, sizeof(intents) / sizeof(intents[0]));
     tcase_add_loop_test(tc, each_refund_rule, 0, sizeof(refunds) / sizeof(refunds[0]));
     tcase_add_test(tc, foreign_money);
+    tcase_add_test(tc, order_twin_from_the_paid_side);
     tcase_add_test(tc, ledger_rows);
     tcase_add_test(tc, refunds_past_the_charge);
     tcase_add_test(tc, kind_names_round_trip);
