@@ -220,8 +220,10 @@ static void usage(FILE *out)
         "ago, and matches every object against the ledger, and every ledger row of\n"
         "the window against the provider: charged_twice, charged_unbooked,\n"
         "booked_not_charged, amount_mismatch, currency_mismatch, unknown_intent,\n"
-        "refund_unbooked and refunded_over_charge are recorded once each, with a\n"
-        "verdict per window (chargectl audit list). Restarts resume at the\n"
+        "refund_unbooked, refunded_over_charge, booked_foreign and foreign_intent\n"
+        "are recorded once each, with a verdict per window\n"
+        "(chargectl audit list). What depends on an unsettled attempt is judged\n"
+        "again once it settles. Restarts resume at the\n"
         "watermark; one auditor leads (a PostgreSQL advisory lock), others stand\n"
         "by. SIGTERM: the window in hand is given up and audited again later.\n\n");
     config_print_help(out, CONFIG_ROLE_AUDITOR);

@@ -69,6 +69,60 @@ struct judged {
     size_t ndone, nwait;
 };
 
+/* The finding res made of a listed intent. */
+static int record_intent(struct audit_ctx *c, const struct provider_listed *it,
+                         const struct audit_intent_row *row,
+                         const struct audit_result *res)
+{
+    int booked = row->facts.booked;
+    struct audit_finding f = {
+        .kind = res->kind,
+        .object_id = it->id,
+        .payment_attempt_id = booked ? row->booked_attempt : it->payment_attempt_id,
+        .order_id = it->order_id,
+        .other_object_id =
+            res->kind == AUDIT_FOREIGN_INTENT ? row->recorded : row->other_object,
+        .provider_amount = it->amount,
+        .provider_currency = it->currency,
+        .ledger_amount = or_none(booked, row->facts.booked_amount),
+        .ledger_currency = booked ? row->booked_currency : "",
+        .detail = res->detail,
+    };
+    return record(c, &f, it->created);
+}
+
+/* Another client used our attempt's metadata: said beside the money
+ * finding (which pages), naming the attempt's own intent. */
+static int record_foreign(struct audit_ctx *c, const struct provider_listed *it,
+                          const struct audit_intent_row *row)
+{
+    struct audit_result foreign = {AUDIT_FINDING, AUDIT_FOREIGN_INTENT,
+                                   "another client's intent names our attempt", 0};
+    return record_intent(c, it, row, &foreign);
+}
+
+/* A booked intent's order paid a second time by an intent that names only
+ * the order, judged before (unknown_intent, say): charged_twice on that
+ * one, recorded under its own second. */
+static int record_order_twin(struct audit_ctx *c, const struct provider_listed *it,
+                             const struct audit_intent_row *row)
+{
+    struct audit_result res = audit_policy_order_twin(&row->facts);
+    if (res.outcome != AUDIT_FINDING)
+        return 0;
+    struct audit_finding f = {
+        .kind = res.kind,
+        .object_id = row->order_twin,
+        .order_id = row->booked_order,
+        .other_object_id = it->id,
+        .provider_amount = row->order_twin_amount,
+        .provider_currency = row->order_twin_currency,
+        .ledger_amount = -1,
+        .detail = res.detail,
+    };
+    return record(c, &f, row->order_twin_created);
+}
+
 static int judge_intents(struct audit_ctx *c, const struct provider_listed *items,
                          size_t n)
 {
@@ -93,22 +147,11 @@ static int judge_intents(struct audit_ctx *c, const struct provider_listed *item
             continue;
         }
         j.done[j.ndone++] = it->id;
-        if (res.outcome != AUDIT_FINDING)
-            continue;
-        int booked = row->facts.booked;
-        struct audit_finding f = {
-            .kind = res.kind,
-            .object_id = it->id,
-            .payment_attempt_id = booked ? row->booked_attempt : it->payment_attempt_id,
-            .order_id = it->order_id,
-            .other_object_id = row->other_object,
-            .provider_amount = it->amount,
-            .provider_currency = it->currency,
-            .ledger_amount = or_none(booked, row->facts.booked_amount),
-            .ledger_currency = booked ? row->booked_currency : "",
-            .detail = res.detail,
-        };
-        if (record(c, &f, it->created) != 0)
+        if (res.outcome == AUDIT_FINDING && record_intent(c, it, row, &res) != 0)
+            goto out;
+        if (res.also_foreign && record_foreign(c, it, row) != 0)
+            goto out;
+        if (record_order_twin(c, it, row) != 0)
             goto out;
     }
     if (audit_store_pending(c->st, "intent", j.done, j.ndone, j.wait, j.nwait, &err) !=

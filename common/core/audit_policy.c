@@ -3,6 +3,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "ownership.h"
+
 static const char *const kind_names[AUDIT_KIND__COUNT] = {
     [AUDIT_CHARGED_TWICE] = "charged_twice",
     [AUDIT_CHARGED_UNBOOKED] = "charged_unbooked",
@@ -12,6 +14,8 @@ static const char *const kind_names[AUDIT_KIND__COUNT] = {
     [AUDIT_UNKNOWN_INTENT] = "unknown_intent",
     [AUDIT_REFUND_UNBOOKED] = "refund_unbooked",
     [AUDIT_REFUNDED_OVER_CHARGE] = "refunded_over_charge",
+    [AUDIT_BOOKED_FOREIGN] = "booked_foreign",
+    [AUDIT_FOREIGN_INTENT] = "foreign_intent",
 };
 
 const char *audit_kind_name(enum audit_kind k)
@@ -29,17 +33,17 @@ int audit_kind_parse(const char *name)
 
 static struct audit_result matched(void)
 {
-    return (struct audit_result){AUDIT_MATCHED, 0, ""};
+    return (struct audit_result){AUDIT_MATCHED, 0, "", 0};
 }
 
 static struct audit_result pending(const char *why)
 {
-    return (struct audit_result){AUDIT_PENDING, 0, why};
+    return (struct audit_result){AUDIT_PENDING, 0, why, 0};
 }
 
 static struct audit_result finding(enum audit_kind k, const char *why)
 {
-    return (struct audit_result){AUDIT_FINDING, k, why};
+    return (struct audit_result){AUDIT_FINDING, k, why, 0};
 }
 
 int audit_policy_same_currency(const char *a, const char *b)
@@ -59,40 +63,68 @@ static int attempt_unsettled(const char *status)
     return 0;
 }
 
-struct audit_result audit_policy_intent(const struct audit_intent_facts *f)
+/* Whose intent it is, for the attempt it is judged for (ownership.h). A
+ * booking is checked against the intent's metadata and against the other
+ * attempts' records, not against the id it recorded itself: that id is the
+ * booking under test (a forced resolve records whatever it was told). */
+static int foreign(const struct audit_intent_facts *f)
+{
+    struct ownership_claim c = {
+        .recorded_id = f->booked ? "" : f->attempt_recorded_id,
+        .object_id = f->object_id,
+        .recorded_elsewhere = f->recorded_elsewhere,
+        .names_another = f->names_another,
+    };
+    return ownership_judge(&c, NULL, 0) == OWNERSHIP_FOREIGN;
+}
+
+static struct audit_result booked_intent(const struct audit_intent_facts *f)
+{
+    if (foreign(f))
+        return finding(AUDIT_BOOKED_FOREIGN,
+                       "booked intent belongs to another attempt or order");
+    if (strcmp(f->status, "succeeded") != 0) {
+        /* Money may still move: the ledger side judges it once it
+         * settles (booked_not_charged when it never does). */
+        if (!strcmp(f->status, "processing"))
+            return pending("booked intent still processing");
+        return finding(AUDIT_BOOKED_NOT_CHARGED,
+                       "booked intent is not succeeded at the provider");
+    }
+    if (f->amount != f->booked_amount)
+        return finding(AUDIT_AMOUNT_MISMATCH,
+                       "provider amount differs from the ledger's");
+    if (!audit_policy_same_currency(f->currency, f->booked_currency))
+        return finding(AUDIT_CURRENCY_MISMATCH,
+                       "provider currency differs from the ledger's");
+    return matched();
+}
+
+/* No attempt named. Nothing judged final may depend on an unsettled row: an
+ * attempt of its order that may still succeed on its own intent, or this
+ * intent still processing. Judged unknown_intent then, it would stay so
+ * when the order is paid twice. */
+static struct audit_result order_only_intent(const struct audit_intent_facts *f)
 {
     int succeeded = !strcmp(f->status, "succeeded");
-    if (!f->has_attempt_metadata && !f->booked) {
-        /* No attempt named, but an order of ours already paid is: a second
-         * charge of it, whoever made it. */
-        if (succeeded && f->order_booked_other)
-            return finding(AUDIT_CHARGED_TWICE,
-                           "second succeeded intent for an order already paid");
-        /* Not ours at all: whatever its status, someone made it outside
-         * charged. */
-        return finding(AUDIT_UNKNOWN_INTENT, "intent without charged metadata");
-    }
-    if (f->booked) {
-        if (!succeeded) {
-            /* Money may still move: the ledger side judges it once it
-             * settles (booked_not_charged when it never does). */
-            if (!strcmp(f->status, "processing"))
-                return pending("booked intent still processing");
-            return finding(AUDIT_BOOKED_NOT_CHARGED,
-                           "booked intent is not succeeded at the provider");
-        }
-        if (f->amount != f->booked_amount)
-            return finding(AUDIT_AMOUNT_MISMATCH,
-                           "provider amount differs from the ledger's");
-        if (!audit_policy_same_currency(f->currency, f->booked_currency))
-            return finding(AUDIT_CURRENCY_MISMATCH,
-                           "provider currency differs from the ledger's");
-        return matched();
-    }
+    /* order_charged_twice: an order of ours already paid is named, a
+     * second charge of it, whoever made it. */
+    if (succeeded && f->order_booked_other)
+        return finding(AUDIT_CHARGED_TWICE,
+                       "second succeeded intent for an order already paid");
     if (!strcmp(f->status, "processing"))
         return pending("intent still processing");
-    if (!succeeded)
-        return matched(); /* declined, canceled, never confirmed: no money */
+    if (succeeded && f->order_unsettled)
+        return pending("an attempt of its order is not settled yet");
+    /* Not ours at all: someone made it outside charged. */
+    return finding(AUDIT_UNKNOWN_INTENT, "intent without charged metadata");
+}
+
+/* A succeeded intent naming an attempt, not booked: a second charge, one
+ * the attempt may still settle on, or money charged never booked. */
+static struct audit_result unbooked_money(const struct audit_intent_facts *f,
+                                          int is_foreign)
+{
     if (f->attempt_booked_other)
         return finding(AUDIT_CHARGED_TWICE,
                        "second succeeded intent for an attempt already booked");
@@ -102,12 +134,55 @@ struct audit_result audit_policy_intent(const struct audit_intent_facts *f)
     if (f->earlier_twin)
         return finding(AUDIT_CHARGED_TWICE,
                        "second succeeded intent for one attempt or order");
-    if (*f->attempt_status && attempt_unsettled(f->attempt_status))
+    /* A foreign intent never settles the attempt: waiting changes nothing. */
+    if (!is_foreign && *f->attempt_status && attempt_unsettled(f->attempt_status))
         return pending("attempt not settled yet");
     return finding(AUDIT_CHARGED_UNBOOKED,
                    *f->attempt_status
                        ? "succeeded intent, attempt not SUCCEEDED on it"
                        : "succeeded intent for an attempt we never recorded");
+}
+
+struct audit_result audit_policy_order_twin(const struct audit_intent_facts *f)
+{
+    /* The order_charged_twice rule (order_only_intent) seen from the paid
+     * side: an intent judged unknown_intent before this one was booked is
+     * judged again now that its order is paid. */
+    if (f->booked && f->order_only_twin && !strcmp(f->status, "succeeded"))
+        return finding(AUDIT_CHARGED_TWICE,
+                       "second succeeded intent for an order already paid");
+    return matched();
+}
+
+struct audit_result audit_policy_intent(const struct audit_intent_facts *f)
+{
+    if (f->booked)
+        return booked_intent(f);
+    if (!f->has_attempt_metadata)
+        return order_only_intent(f);
+    if (!strcmp(f->status, "processing"))
+        return pending("intent still processing");
+    /* Another client's intent naming an attempt of ours (one we have). */
+    int is_foreign = *f->attempt_status && foreign(f);
+    if (strcmp(f->status, "succeeded") != 0)
+        return is_foreign ? finding(AUDIT_FOREIGN_INTENT,
+                                    "another client's intent names our attempt")
+                          : matched(); /* declined, canceled: no money */
+    struct audit_result r = unbooked_money(f, is_foreign);
+    r.also_foreign = is_foreign;
+    return r;
+}
+
+/* A booked refund is the booking's refund only on the booking's charge's
+ * intent, and when its metadata names no other refund (ownership.h). */
+static int refund_foreign(const struct audit_refund_facts *f)
+{
+    struct ownership_claim c = {
+        .parent_id = f->booked_intent,
+        .object_parent_id = f->object_intent,
+        .names_another = f->names_another,
+    };
+    return ownership_judge(&c, NULL, 0) == OWNERSHIP_FOREIGN;
 }
 
 struct audit_result audit_policy_refund(const struct audit_refund_facts *f)
@@ -117,6 +192,9 @@ struct audit_result audit_policy_refund(const struct audit_refund_facts *f)
     if (strcmp(f->status, "succeeded") != 0)
         return matched(); /* failed or canceled: no money moved */
     if (f->booked) {
+        if (refund_foreign(f))
+            return finding(AUDIT_BOOKED_FOREIGN,
+                           "booked refund belongs to another refund or charge");
         if (f->amount != f->booked_amount)
             return finding(AUDIT_AMOUNT_MISMATCH,
                            "provider refund amount differs from the ledger's");

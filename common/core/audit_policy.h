@@ -22,6 +22,8 @@ enum audit_kind {
     AUDIT_UNKNOWN_INTENT,
     AUDIT_REFUND_UNBOOKED,
     AUDIT_REFUNDED_OVER_CHARGE,
+    AUDIT_BOOKED_FOREIGN, /* booked for an attempt or refund it is not (ownership) */
+    AUDIT_FOREIGN_INTENT, /* names an attempt of ours whose intent it is not */
     AUDIT_KIND__COUNT
 };
 
@@ -40,6 +42,10 @@ struct audit_result {
     enum audit_outcome outcome;
     enum audit_kind kind;
     const char *detail; /* a static phrase for the finding's detail */
+    /* A finding (or pending) about the money, on an intent that is also
+     * another client's use of our attempt's metadata: record
+     * AUDIT_FOREIGN_INTENT too. */
+    int also_foreign;
 };
 
 /* One listed intent and what charged has of it. Strings are never NULL
@@ -62,6 +68,19 @@ struct audit_intent_facts {
     /* An earlier succeeded intent of the same attempt or order among the
      * provider's objects already seen (neither booked, say). */
     int earlier_twin;
+    /* Whose intent it is (ownership.h), for the attempt it is judged for:
+     * the booking's when booked, else the one its metadata names. */
+    const char *object_id;           /* the intent's id */
+    const char *attempt_recorded_id; /* the id that attempt recorded from its
+                                        own call's answer (or booked): "" none */
+    int recorded_elsewhere;          /* the intent is recorded for another attempt */
+    int names_another;               /* its metadata names another attempt or order */
+    /* An attempt of its metadata's order is unsettled: it may still succeed
+     * on an intent of its own, which makes this one a second charge. */
+    int order_unsettled;
+    /* Booked: an unbooked succeeded intent in the copy names only its order
+     * (made before this charge, or before its attempt, and judged then). */
+    int order_only_twin;
 };
 
 /* One listed refund and what charged has of it. */
@@ -74,6 +93,11 @@ struct audit_refund_facts {
     long long booked_amount;
     /* The refund attempt its metadata names: "" when we have none. */
     const char *refund_status;
+    /* Booked: the intent the booking's charge is on, the intent the refund
+     * is on, and whether its metadata names another refund. */
+    const char *booked_intent;
+    const char *object_intent;
+    int names_another;
 };
 
 /* One ledger row of a window, and what the provider said of its object
@@ -88,6 +112,11 @@ struct audit_ledger_facts {
 
 struct audit_result audit_policy_intent(const struct audit_intent_facts *f);
 struct audit_result audit_policy_refund(const struct audit_refund_facts *f);
+
+/* The order-only intent of a booked one's facts (order_only_twin), judged
+ * from the booked side: a second charge of an order now paid, whichever of
+ * the two was judged first. A finding, or matched when there is none. */
+struct audit_result audit_policy_order_twin(const struct audit_intent_facts *f);
 struct audit_result audit_policy_ledger(const struct audit_ledger_facts *f);
 
 /* The succeeded refunds of one charge add up past the charge (the ledger's

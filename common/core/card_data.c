@@ -1,6 +1,9 @@
 #include "card_data.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+#include "utf8_text.h"
 
 static int is_digit(char c)
 {
@@ -209,5 +212,24 @@ size_t card_data_mask_loose(char *buf, size_t len)
             masked++;
         }
     }
+    return masked;
+}
+
+size_t card_data_copy_masked(char *dst, size_t size, const char *src)
+{
+    char small[512];
+    size_t len = src ? strlen(src) : 0, masked = 0;
+    char *copy = len < sizeof(small) ? small : malloc(len + 1);
+    if (size == 0)
+        return 0;
+    if (!copy) {
+        dst[0] = '\0'; /* nothing rather than a number unmasked */
+        return 0;
+    }
+    memcpy(copy, src ? src : "", len + 1);
+    masked = card_data_mask_loose(copy, len);
+    utf8_text_copy(dst, size, copy);
+    if (copy != small)
+        free(copy);
     return masked;
 }

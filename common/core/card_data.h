@@ -28,4 +28,13 @@ size_t card_data_mask(char *buf, size_t len);
  * a command holds card data. */
 size_t card_data_mask_loose(char *buf, size_t len);
 
+/* The one way provider text (a code, a decline code, a status, a message,
+ * metadata: anyone's to write) enters charged's records and outputs:
+ * copies src (NULL reads as "") into dst of size bytes as utf8_text_copy
+ * does, its card numbers masked first as card_data_mask_loose masks them,
+ * on the whole text, so that a number the bound cuts is masked all the
+ * same. Provider object ids are not text: they are copied as they are.
+ * Returns how many it masked. */
+size_t card_data_copy_masked(char *dst, size_t size, const char *src);
+
 #endif

@@ -10,6 +10,7 @@
 #include <jansson.h>
 #include <openssl/crypto.h>
 
+#include "card_data.h"
 #include "utf8_text.h"
 
 #define MAX_ANSWER (1024 * 1024)
@@ -349,8 +350,17 @@ out:
 }
 
 /* Provider text is bounded and made valid UTF-8 here, before anything
- * stores or logs it: a message cut mid-character once jammed every batch. */
+ * stores or logs it: a message cut mid-character once jammed every batch.
+ * It is anyone's to write (a decline code, metadata): its card numbers are
+ * masked on the way in, so no reason, event, log or finding carries one. */
 static void copy_str(char *dst, size_t size, const char *src)
+{
+    card_data_copy_masked(dst, size, src);
+}
+
+/* A provider object id is a key we look the object up by, not text: a
+ * masked one would name another object. Bounded and valid UTF-8 only. */
+static void copy_id(char *dst, size_t size, const char *src)
 {
     utf8_text_copy(dst, size, src);
 }
@@ -442,8 +452,8 @@ static void take_codes(json_t *err, struct provider_result *res)
 static void take_object(json_t *pi, struct provider_result *res)
 {
     const char *id = json_string_value(json_object_get(pi, "id"));
-    copy_str(res->provider_payment_id, sizeof(res->provider_payment_id),
-             provider_outcome_id_ok(id) ? id : "");
+    copy_id(res->provider_payment_id, sizeof(res->provider_payment_id),
+            provider_outcome_id_ok(id) ? id : "");
     copy_str(res->intent_status, sizeof(res->intent_status),
              json_string_value(json_object_get(pi, "status")));
     res->amount = json_integer_value(json_object_get(pi, "amount"));
@@ -615,8 +625,8 @@ static void classify_operation(int http, json_t *doc, struct provider_result *re
 static void take_refund(json_t *re, struct provider_result *res)
 {
     const char *id = json_string_value(json_object_get(re, "id"));
-    copy_str(res->provider_payment_id, sizeof(res->provider_payment_id),
-             provider_outcome_id_ok(id) ? id : "");
+    copy_id(res->provider_payment_id, sizeof(res->provider_payment_id),
+            provider_outcome_id_ok(id) ? id : "");
     copy_str(res->intent_status, sizeof(res->intent_status),
              json_string_value(json_object_get(re, "status")));
     res->amount = json_integer_value(json_object_get(re, "amount"));
@@ -805,7 +815,7 @@ static int take_cursor(json_t *doc, json_t *data, struct provider_result *res)
           : NULL;
     if (!provider_outcome_id_ok(last))
         return -1;
-    copy_str(res->list_last_id, sizeof(res->list_last_id), last);
+    copy_id(res->list_last_id, sizeof(res->list_last_id), last);
     return 0;
 }
 
@@ -1236,7 +1246,7 @@ void provider_client_abandon_all(provider_client_t *pc)
 
 /* Printable ASCII only, bounded: what a listed object carries goes into
  * SQL parameters and log lines, and one odd byte must not fail a page. */
-static void copy_ascii(char *dst, size_t size, const char *src)
+static void copy_ascii_id(char *dst, size_t size, const char *src)
 {
     size_t i = 0;
     for (; src && src[i] && i + 1 < size; i++) {
@@ -1244,6 +1254,14 @@ static void copy_ascii(char *dst, size_t size, const char *src)
         dst[i] = c >= 0x20 && c < 0x7f ? (char)c : '?';
     }
     dst[i] = '\0';
+}
+
+/* The same for its text (status, currency, metadata), card numbers masked
+ * as every provider text is (copy_str). */
+static void copy_ascii(char *dst, size_t size, const char *src)
+{
+    copy_str(dst, size, src);
+    copy_ascii_id(dst, size, dst);
 }
 
 static const char *str_field(json_t *o, const char *key)
@@ -1263,7 +1281,7 @@ static int read_listed(json_t *o, enum provider_list_of what,
         !*str_field(o, "id"))
         return -1;
     json_t *md = json_object_get(o, "metadata");
-    copy_ascii(obj->id, sizeof(obj->id), str_field(o, "id"));
+    copy_ascii_id(obj->id, sizeof(obj->id), str_field(o, "id"));
     copy_ascii(obj->status, sizeof(obj->status), str_field(o, "status"));
     copy_ascii(obj->currency, sizeof(obj->currency), str_field(o, "currency"));
     obj->amount = json_integer_value(json_object_get(o, "amount"));
@@ -1276,8 +1294,8 @@ static int read_listed(json_t *o, enum provider_list_of what,
     copy_ascii(obj->refund_id, sizeof(obj->refund_id), str_field(md, "refund_id"));
     /* A refund names its intent as an id, or expanded as an object. */
     json_t *pi = json_object_get(o, "payment_intent");
-    copy_ascii(obj->payment_intent, sizeof(obj->payment_intent),
-               json_is_object(pi) ? str_field(pi, "id") : json_string_value(pi));
+    copy_ascii_id(obj->payment_intent, sizeof(obj->payment_intent),
+                  json_is_object(pi) ? str_field(pi, "id") : json_string_value(pi));
     return 0;
 }
 

@@ -111,7 +111,12 @@ static const char *SQL_COPY_INTENTS =
 /* For each intent: the charge booked on it; the attempt its metadata
  * names, and that attempt's booked charge; another SUCCEEDED attempt of
  * its order; another succeeded intent of the same attempt or order in the
- * copy, the oldest. Not only an earlier one: the list is newest first, so
+ * copy, the oldest; for a booked one, the oldest unbooked succeeded intent
+ * in the copy that names only its order (judged before this one was
+ * booked, perhaps before its attempt existed); whose it is (the attempt's recorded intent, another
+ * attempt recording it, metadata naming another attempt or order than the
+ * booking's, or than the named attempt's order); an unsettled attempt of
+ * its order. Not only an earlier one: the list is newest first, so
  * a twin on a later page of the window is copied after this one is
  * judged, and that twin has only a later one. Each look-up is one index
  * probe (0008's indexes are in the ORDER BY's order). */
@@ -121,7 +126,20 @@ static const char *SQL_INTENT_FACTS =
     "  coalesce(a.status, ''),"
     "  coalesce(la.provider_payment_id <> p.id, false), coalesce(la.provider_payment_id, ''),"
     "  o.provider_payment_id IS NOT NULL, coalesce(o.provider_payment_id, ''),"
-    "  coalesce(tw.id, two.id) IS NOT NULL, coalesce(tw.id, two.id, '')"
+    "  coalesce(tw.id, two.id) IS NOT NULL, coalesce(tw.id, two.id, ''),"
+    "  coalesce(a.provider_payment_id, la.provider_payment_id, ''),"
+    "  EXISTS (SELECT 1 FROM payment_attempts r WHERE r.provider_payment_id = p.id"
+    "    AND r.id <> coalesce(l.payment_attempt_id, a.id)),"
+    "  CASE WHEN l.payment_attempt_id IS NOT NULL"
+    "   THEN (m.payment_attempt_id IS NOT NULL"
+    "         AND " AS_UUID("m.payment_attempt_id") " IS DISTINCT FROM l.payment_attempt_id)"
+    "     OR (m.order_id IS NOT NULL AND " AS_UUID("m.order_id") " IS DISTINCT FROM l.order_id)"
+    "   ELSE a.id IS NOT NULL AND m.order_id IS NOT NULL"
+    "     AND " AS_UUID("m.order_id") " IS DISTINCT FROM a.order_id END,"
+    "  EXISTS (SELECT 1 FROM payment_attempts u WHERE u.order_id = " AS_UUID("m.order_id")
+    "    AND u.status IN ('PENDING', 'PROCESSING', 'UNKNOWN', 'REQUIRES_REVIEW')),"
+    "  coalesce(oo.id, ''), coalesce(oo.created, 0), coalesce(oo.amount, 0),"
+    "  coalesce(oo.currency, ''), coalesce(l.order_id::text, '')"
     " FROM unnest($1::text[]) WITH ORDINALITY AS p(id, i)"
     " JOIN audit_intents m ON m.id = p.id"
     " LEFT JOIN ledger_entries l ON l.kind = 'charge' AND l.provider_payment_id = p.id"
@@ -136,6 +154,12 @@ static const char *SQL_INTENT_FACTS =
     " LEFT JOIN LATERAL (SELECT t.id FROM audit_intents t"
     "   WHERE t.status = 'succeeded' AND t.order_id = m.order_id"
     "     AND t.id <> m.id ORDER BY t.created, t.id LIMIT 1) two ON true"
+    " LEFT JOIN LATERAL (SELECT t.id, t.created, t.amount, t.currency FROM audit_intents t"
+    "   WHERE l.payment_attempt_id IS NOT NULL AND t.status = 'succeeded'"
+    "     AND t.order_id = l.order_id::text AND t.payment_attempt_id IS NULL"
+    "     AND t.id <> p.id AND NOT EXISTS (SELECT 1 FROM ledger_entries x"
+    "       WHERE x.kind = 'charge' AND x.provider_payment_id = t.id)"
+    "   ORDER BY t.created, t.id LIMIT 1) oo ON true"
     " ORDER BY p.i";
 
 static const char *SQL_COPY_REFUNDS =
@@ -150,14 +174,19 @@ static const char *SQL_COPY_REFUNDS =
 
 /* For each refund: the refund attempt booked on it (SUCCEEDED: its ledger
  * row exists, the trigger wrote it); the refund attempt its metadata names;
- * what the copy holds as refunded of its intent, and the charge. */
+ * what the copy holds as refunded of its intent, and the charge; the
+ * intent the booked refund attempt's charge is on, and whether the
+ * metadata names another refund than the booked one. */
 static const char *SQL_REFUND_FACTS =
     "SELECT p.i, coalesce(r.status = 'SUCCEEDED', false), coalesce(r.amount, 0),"
     "  coalesce(rm.status, ''), coalesce(rm.id::text, ''),"
     "  (SELECT coalesce(sum(x.amount), 0) FROM audit_refunds x"
     "    WHERE x.payment_intent = m.payment_intent AND x.status = 'succeeded'),"
     "  coalesce(lc.amount, mi.amount, -1),"
-    "  coalesce(lc.payment_attempt_id::text, ''), coalesce(lc.order_id::text, '')"
+    "  coalesce(lc.payment_attempt_id::text, ''), coalesce(lc.order_id::text, ''),"
+    "  coalesce(r.payment_intent, ''),"
+    "  r.id IS NOT NULL AND m.refund_id IS NOT NULL"
+    "    AND " AS_UUID("m.refund_id") " IS DISTINCT FROM r.id"
     " FROM unnest($1::text[]) WITH ORDINALITY AS p(id, i)"
     " JOIN audit_refunds m ON m.id = p.id"
     " LEFT JOIN refund_attempts r ON r.provider_refund_id = p.id"
@@ -299,6 +328,13 @@ enum store_rc audit_store_intents(audit_store_t *st,
         stmt_col_copy(r, row, 3, o->booked_currency, sizeof(o->booked_currency));
         stmt_col_copy(r, row, 4, o->booked_attempt, sizeof(o->booked_attempt));
         stmt_col_copy(r, row, 5, o->attempt_status, sizeof(o->attempt_status));
+        stmt_col_copy(r, row, 12, o->recorded, sizeof(o->recorded));
+        stmt_col_copy(r, row, 16, o->order_twin, sizeof(o->order_twin));
+        o->order_twin_created = stmt_col_int(r, row, 17);
+        o->order_twin_amount = stmt_col_int(r, row, 18);
+        stmt_col_copy(r, row, 19, o->order_twin_currency,
+                      sizeof(o->order_twin_currency));
+        stmt_col_copy(r, row, 20, o->booked_order, sizeof(o->booked_order));
         int other_attempt = stmt_col_true(r, row, 6);
         int other_order = stmt_col_true(r, row, 8);
         int twin = stmt_col_true(r, row, 10);
@@ -319,6 +355,12 @@ enum store_rc audit_store_intents(audit_store_t *st,
             .attempt_booked_other = other_attempt,
             .order_booked_other = other_order,
             .earlier_twin = twin,
+            .object_id = it->id,
+            .attempt_recorded_id = o->recorded,
+            .recorded_elsewhere = stmt_col_true(r, row, 13),
+            .names_another = stmt_col_true(r, row, 14),
+            .order_unsettled = stmt_col_true(r, row, 15),
+            .order_only_twin = *o->order_twin != '\0',
         };
     }
     PQclear(r);
@@ -373,6 +415,7 @@ enum store_rc audit_store_refunds(audit_store_t *st,
         o->charge_amount = stmt_col_int(r, row, 6);
         stmt_col_copy(r, row, 7, o->payment_attempt_id, sizeof(o->payment_attempt_id));
         stmt_col_copy(r, row, 8, o->order_id, sizeof(o->order_id));
+        stmt_col_copy(r, row, 9, o->booked_intent, sizeof(o->booked_intent));
         o->facts = (struct audit_refund_facts){
             .status = it->status,
             .amount = it->amount,
@@ -380,6 +423,9 @@ enum store_rc audit_store_refunds(audit_store_t *st,
             .booked = stmt_col_true(r, row, 1),
             .booked_amount = stmt_col_int(r, row, 2),
             .refund_status = o->refund_status,
+            .booked_intent = o->booked_intent,
+            .object_intent = it->payment_intent,
+            .names_another = stmt_col_true(r, row, 10),
         };
     }
     PQclear(r);
@@ -547,7 +593,7 @@ enum store_rc audit_store_finish(audit_store_t *st, const struct audit_verdict *
     struct stmt s = {0};
     PGresult *r;
     enum store_rc rc;
-    char findings[512];
+    char findings[1024];
     size_t len = 0;
     *recorded = 0;
     *id = 0;

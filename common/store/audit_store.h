@@ -55,6 +55,13 @@ struct audit_intent_row {
     char booked_attempt[40];            /* the ledger row's attempt */
     char other_object[PROVIDER_ID_MAX]; /* the other charge: booked for the attempt or
                               order, or the earlier twin */
+    char recorded[PROVIDER_ID_MAX]; /* the named attempt's own intent, as recorded */
+    /* Booked: the oldest unbooked succeeded intent naming only its order,
+     * with its creation (unix s), amount and currency. */
+    char order_twin[PROVIDER_ID_MAX];
+    long long order_twin_created, order_twin_amount;
+    char order_twin_currency[8];
+    char booked_order[40]; /* the ledger row's order */
 };
 
 /* Copies the page into audit_intents (the provider's word, refreshed) and
@@ -73,6 +80,7 @@ struct audit_refund_row {
                                     provider's intent; -1 when neither is known */
     char payment_attempt_id[40]; /* the charge's, when booked */
     char order_id[40];
+    char booked_intent[PROVIDER_ID_MAX]; /* the booked refund attempt's charge */
 };
 
 enum store_rc audit_store_refunds(audit_store_t *st,

@@ -36,7 +36,8 @@ from charged_e2e import check, check_eq
 # list (it has none) and our transactions' commit.
 AUDITOR = {"AUDITOR_WINDOW_MS": 2000, "AUDITOR_LAG_MS": 1500, "AUDITOR_POLL_MS": 200}
 KINDS = ("charged_twice", "charged_unbooked", "booked_not_charged", "amount_mismatch",
-         "currency_mismatch", "unknown_intent", "refund_unbooked", "refunded_over_charge")
+         "currency_mismatch", "unknown_intent", "refund_unbooked", "refunded_over_charge",
+         "booked_foreign", "foreign_intent")
 
 
 def db_now(s):
@@ -140,6 +141,10 @@ def clean_then_injected(new):
     want = {
         ("charged_twice", second): {"attempt": a_twice["payment_attempt_id"],
                                     "other": pi[a_twice["payment_attempt_id"]]},
+        # It names an attempt of ours whose own intent it is not: another
+        # client's use of our metadata, said beside the page.
+        ("foreign_intent", second): {"attempt": a_twice["payment_attempt_id"],
+                                     "other": pi[a_twice["payment_attempt_id"]]},
         ("charged_twice", by_order): {"order": a_order["order_id"],
                                       "other": pi[a_order["payment_attempt_id"]]},
         ("unknown_intent", outside): {"provider_amount": "4242"},

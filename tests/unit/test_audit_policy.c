@@ -93,7 +93,121 @@ static const struct intent_row intents[] = {
      {"succeeded", 1000, "usd", OURS("")},
      F,
      AUDIT_CHARGED_UNBOOKED},
+    {"booked, its metadata names another attempt or order",
+     {"succeeded", 1000, "usd", BOOKED, .names_another = 1},
+     F,
+     AUDIT_BOOKED_FOREIGN},
+    {"booked, recorded by another attempt",
+     {"succeeded", 1000, "usd", BOOKED, .recorded_elsewhere = 1},
+     F,
+     AUDIT_BOOKED_FOREIGN},
+    {"booked, the booking's own record proves nothing against its metadata",
+     {"succeeded", 1000, "usd", BOOKED, .object_id = "pi_x",
+      .attempt_recorded_id = "pi_x", .names_another = 1},
+     F,
+     AUDIT_BOOKED_FOREIGN},
+    {"only an order named, its attempt unsettled: not final yet",
+     {"succeeded", 1000, "usd", .booked_currency = "", .attempt_status = "",
+      .order_unsettled = 1},
+     P,
+     0},
+    {"only an order named, still processing",
+     {"processing", 1000, "usd", .booked_currency = "", .attempt_status = ""},
+     P,
+     0},
+    {"only an order named, paid, another attempt unsettled: charged twice now",
+     {"succeeded", 1000, "usd", .booked_currency = "", .attempt_status = "",
+      .order_booked_other = 1, .order_unsettled = 1},
+     F,
+     AUDIT_CHARGED_TWICE},
+    {"only an order named, declined, its attempt unsettled: no money",
+     {"requires_payment_method", 1000, "usd", .booked_currency = "",
+      .attempt_status = "", .order_unsettled = 1},
+     F,
+     AUDIT_UNKNOWN_INTENT},
+    {"names our attempt, declined, the attempt recorded another intent",
+     {"requires_payment_method", 1000, "usd", OURS("SUCCEEDED"), .object_id = "pi_b",
+      .attempt_recorded_id = "pi_a"},
+     F,
+     AUDIT_FOREIGN_INTENT},
+    {"names our attempt, declined, its metadata names another order",
+     {"requires_payment_method", 1000, "usd", OURS("FAILED"), .names_another = 1},
+     F,
+     AUDIT_FOREIGN_INTENT},
+    {"the attempt's own declined intent",
+     {"requires_payment_method", 1000, "usd", OURS("FAILED"), .object_id = "pi_a",
+      .attempt_recorded_id = "pi_a"},
+     M,
+     0},
+    {"names an attempt we never recorded, declined: not ours to judge",
+     {"requires_payment_method", 1000, "usd", OURS(""), .object_id = "pi_b",
+      .names_another = 1},
+     M,
+     0},
 };
+
+/* A succeeded intent that is another client's use of our attempt's
+ * metadata: the money finding (which pages), and foreign_intent beside it. */
+START_TEST(foreign_money)
+{
+    struct audit_intent_facts booked_elsewhere = {"succeeded",
+                                                  1000,
+                                                  "usd",
+                                                  OURS("SUCCEEDED"),
+                                                  .attempt_booked_other = 1,
+                                                  .object_id = "pi_b",
+                                                  .attempt_recorded_id = "pi_a"};
+    struct audit_result r = audit_policy_intent(&booked_elsewhere);
+    ck_assert_int_eq(r.outcome, AUDIT_FINDING);
+    ck_assert_int_eq(r.kind, AUDIT_CHARGED_TWICE);
+    ck_assert_int_eq(r.also_foreign, 1);
+    /* The attempt still processing on its own intent never settles on this
+     * one: money never booked, now, not pending. */
+    struct audit_intent_facts in_flight = {"succeeded",
+                                           1000,
+                                           "usd",
+                                           OURS("PROCESSING"),
+                                           .object_id = "pi_b",
+                                           .attempt_recorded_id = "pi_a"};
+    r = audit_policy_intent(&in_flight);
+    ck_assert_int_eq(r.outcome, AUDIT_FINDING);
+    ck_assert_int_eq(r.kind, AUDIT_CHARGED_UNBOOKED);
+    ck_assert_int_eq(r.also_foreign, 1);
+    /* Unproven (nothing recorded yet): the reconciler may prove it ours. */
+    struct audit_intent_facts unproven = {"succeeded", 1000, "usd", OURS("UNKNOWN"),
+                                          .object_id = "pi_b"};
+    r = audit_policy_intent(&unproven);
+    ck_assert_int_eq(r.outcome, AUDIT_PENDING);
+    ck_assert_int_eq(r.also_foreign, 0);
+    /* Its own: nothing foreign. */
+    struct audit_intent_facts own = {"succeeded",
+                                     1000,
+                                     "usd",
+                                     OURS("FAILED"),
+                                     .object_id = "pi_a",
+                                     .attempt_recorded_id = "pi_a"};
+    r = audit_policy_intent(&own);
+    ck_assert_int_eq(r.kind, AUDIT_CHARGED_UNBOOKED);
+    ck_assert_int_eq(r.also_foreign, 0);
+}
+END_TEST
+
+/* An intent naming only an order, judged before the order's charge was
+ * booked, is judged again from the booked side. */
+START_TEST(order_twin_from_the_paid_side)
+{
+    struct audit_intent_facts paid = {"succeeded", 1000, "usd", BOOKED,
+                                      .order_only_twin = 1};
+    struct audit_result r = audit_policy_order_twin(&paid);
+    ck_assert_int_eq(r.outcome, AUDIT_FINDING);
+    ck_assert_int_eq(r.kind, AUDIT_CHARGED_TWICE);
+    paid.order_only_twin = 0;
+    ck_assert_int_eq(audit_policy_order_twin(&paid).outcome, AUDIT_MATCHED);
+    struct audit_intent_facts canceled = {"canceled", 1000, "usd", BOOKED,
+                                          .order_only_twin = 1};
+    ck_assert_int_eq(audit_policy_order_twin(&canceled).outcome, AUDIT_MATCHED);
+}
+END_TEST
 
 START_TEST(each_intent_rule)
 {
@@ -116,26 +230,41 @@ struct refund_row {
 };
 
 static const struct refund_row refunds[] = {
-    {"booked and equal", {"succeeded", 300, "usd", 1, 300, "SUCCEEDED"}, M, 0},
+    {"booked and equal",
+     {"succeeded", 300, "usd", 1, 300, "SUCCEEDED", NULL, NULL, 0},
+     M,
+     0},
     {"booked, amount changed",
-     {"succeeded", 301, "usd", 1, 300, "SUCCEEDED"},
+     {"succeeded", 301, "usd", 1, 300, "SUCCEEDED", NULL, NULL, 0},
      F,
      AUDIT_AMOUNT_MISMATCH},
-    {"pending", {"pending", 300, "usd", 0, 0, "PROCESSING"}, P, 0},
-    {"requires_action", {"requires_action", 300, "usd", 0, 0, ""}, P, 0},
-    {"failed: no money", {"failed", 300, "usd", 0, 0, "FAILED"}, M, 0},
+    {"pending", {"pending", 300, "usd", 0, 0, "PROCESSING", NULL, NULL, 0}, P, 0},
+    {"requires_action", {"requires_action", 300, "usd", 0, 0, "", NULL, NULL, 0}, P, 0},
+    {"failed: no money", {"failed", 300, "usd", 0, 0, "FAILED", NULL, NULL, 0}, M, 0},
     {"succeeded, refund attempt UNKNOWN",
-     {"succeeded", 300, "usd", 0, 0, "UNKNOWN"},
+     {"succeeded", 300, "usd", 0, 0, "UNKNOWN", NULL, NULL, 0},
      P,
      0},
     {"succeeded, refund attempt FAILED",
-     {"succeeded", 300, "usd", 0, 0, "FAILED"},
+     {"succeeded", 300, "usd", 0, 0, "FAILED", NULL, NULL, 0},
      F,
      AUDIT_REFUND_UNBOOKED},
     {"succeeded, never requested",
-     {"succeeded", 300, "usd", 0, 0, ""},
+     {"succeeded", 300, "usd", 0, 0, "", NULL, NULL, 0},
      F,
      AUDIT_REFUND_UNBOOKED},
+    {"booked, on another charge's intent",
+     {"succeeded", 300, "usd", 1, 300, "SUCCEEDED", "pi_a", "pi_b", 0},
+     F,
+     AUDIT_BOOKED_FOREIGN},
+    {"booked, its metadata names another refund",
+     {"succeeded", 300, "usd", 1, 300, "SUCCEEDED", "pi_a", "pi_a", 1},
+     F,
+     AUDIT_BOOKED_FOREIGN},
+    {"booked on its own charge's intent",
+     {"succeeded", 300, "usd", 1, 300, "SUCCEEDED", "pi_a", "pi_a", 0},
+     M,
+     0},
 };
 
 START_TEST(each_refund_rule)
@@ -189,6 +318,8 @@ START_TEST(kind_names_round_trip)
     ck_assert_str_eq(audit_kind_name(AUDIT_CHARGED_TWICE), "charged_twice");
     ck_assert_str_eq(audit_kind_name(AUDIT_REFUNDED_OVER_CHARGE),
                      "refunded_over_charge");
+    ck_assert_str_eq(audit_kind_name(AUDIT_BOOKED_FOREIGN), "booked_foreign");
+    ck_assert_str_eq(audit_kind_name(AUDIT_FOREIGN_INTENT), "foreign_intent");
 }
 END_TEST
 
@@ -207,6 +338,8 @@ int main(void)
     TCase *tc = tcase_create("audit_policy");
     tcase_add_loop_test(tc, each_intent_rule, 0, sizeof(intents) / sizeof(intents[0]));
     tcase_add_loop_test(tc, each_refund_rule, 0, sizeof(refunds) / sizeof(refunds[0]));
+    tcase_add_test(tc, foreign_money);
+    tcase_add_test(tc, order_twin_from_the_paid_side);
     tcase_add_test(tc, ledger_rows);
     tcase_add_test(tc, refunds_past_the_charge);
     tcase_add_test(tc, kind_names_round_trip);

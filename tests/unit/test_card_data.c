@@ -72,6 +72,38 @@ START_TEST(masking_leaves_other_bytes_alone)
 }
 END_TEST
 
+/* Provider text enters charged through card_data_copy_masked: masked as
+ * shown text is, on the whole text before the bound (a number cut by it
+ * leaves no more than its cut digits unmasked), then bounded whole. */
+START_TEST(provider_text_is_copied_masked)
+{
+    char out[64];
+    ck_assert_uint_eq(card_data_copy_masked(out, sizeof(out), "4242424242424242"), 1);
+    ck_assert_str_eq(out, "************4242");
+    card_data_copy_masked(out, sizeof(out), "declined: 4000 0566 5566 5556");
+    ck_assert_str_eq(out, "declined: **** **** **** 5556");
+    card_data_copy_masked(out, sizeof(out), "x4000056655665556y");
+    ck_assert_str_eq(out, "x************5556y"); /* the loose rule: track data */
+    char small[10];
+    card_data_copy_masked(small, sizeof(small), "4242424242424242");
+    ck_assert_str_eq(small, "*********");
+    card_data_copy_masked(out, sizeof(out), NULL);
+    ck_assert_str_eq(out, "");
+    card_data_copy_masked(out, sizeof(out), "insufficient_funds");
+    ck_assert_str_eq(out, "insufficient_funds");
+    /* Longer than the copy's stack buffer. */
+    char big[2048];
+    memset(big, 'a', sizeof(big));
+    memcpy(big + 1500, " 4242424242424242", 17);
+    big[sizeof(big) - 1] = '\0';
+    char *all = malloc(sizeof(big));
+    ck_assert_ptr_nonnull(all);
+    ck_assert_uint_eq(card_data_copy_masked(all, sizeof(big), big), 1);
+    ck_assert(!card_data_found(all, strlen(all)));
+    free(all);
+}
+END_TEST
+
 /* "4242 1111 0004-4242 1111 0004-...": each card's kept four digits start the
  * next card (the hyphen before it makes it part of a token until the group
  * before is masked), so masking a pass at a time takes one pass per card:
@@ -105,6 +137,7 @@ int main(void)
     tcase_add_test(tc, ignores_what_is_not_a_card);
     tcase_add_test(tc, masks_all_but_the_last_four_in_place);
     tcase_add_test(tc, masking_leaves_other_bytes_alone);
+    tcase_add_test(tc, provider_text_is_copied_masked);
     suite_add_tcase(s, tc);
     TCase *slow = tcase_create("card_data_chain");
     tcase_set_timeout(slow, 120);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "card_data.h"
 #include "provider_client.h"
 #include "test_env.h"
 #include "utf8_text.h"
@@ -61,6 +62,36 @@ START_TEST(a_long_intent_status_is_cut_whole)
 }
 END_TEST
 
+/* Issue 34, break 8: a card number as a decline code (or in any text of
+ * the answer) is masked where the answer is read, whichever path reads it
+ * (the worker's charge, the reconciler's look-up, a resolve). The intent's
+ * id is not text: it stays as given. */
+START_TEST(card_numbers_in_an_answer_are_masked)
+{
+    const char *body =
+        "{\"id\":\"pi_1\",\"object\":\"payment_intent\",\"status\":"
+        "\"requires_payment_method\",\"amount\":1999,\"currency\":\"eur\","
+        "\"metadata\":{\"payment_attempt_id\":\"" ATTEMPT "\"},"
+        "\"last_payment_error\":{\"type\":\"card_error\",\"code\":"
+        "\"card_declined 5555555555554444\",\"decline_code\":\"4242424242424242\","
+        "\"message\":\"card 4000 0566 5566 5556 refused\"}}";
+    struct provider_call call = {
+        .lookup = 1, .kind = PROVIDER_LOOKUP_RETRIEVE, .amount = 1999};
+    snprintf(call.currency, sizeof(call.currency), "eur");
+    snprintf(call.attempt_id, sizeof(call.attempt_id), ATTEMPT);
+    struct provider_result r;
+    memset(&r, 0, sizeof(r));
+    provider_client_classify(&call, 200, NULL, body, strlen(body), &r);
+    ck_assert_str_eq(r.decline_code, "************4242");
+    ck_assert_str_eq(r.code, "card_declined ************4444");
+    ck_assert_str_eq(r.provider_payment_id, "pi_1");
+    char all[1024];
+    snprintf(all, sizeof(all), "%s|%s|%s|%s", r.code, r.decline_code, r.error,
+             r.intent_status);
+    ck_assert_msg(!card_data_found(all, strlen(all)), "card digits in '%s'", all);
+}
+END_TEST
+
 START_TEST(the_table_without_a_socket)
 {
     const char *intent = "{\"id\":\"pi_1\",\"status\":\"succeeded\",\"amount\":1999,"
@@ -87,6 +118,7 @@ int main(void)
     TCase *tc = tcase_create("provider_classify");
     tcase_add_test(tc, an_odd_intent_status_is_quoted_clean);
     tcase_add_test(tc, a_long_intent_status_is_cut_whole);
+    tcase_add_test(tc, card_numbers_in_an_answer_are_masked);
     tcase_add_test(tc, the_table_without_a_socket);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
