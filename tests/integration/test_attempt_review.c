@@ -5,8 +5,9 @@
  * there, one another session holds, one that changed while the provider
  * was asked, or when two operators race (exactly one operator transition);
  * an intent pays one attempt, and one not proven the attempt's (another
- * order's, or recorded for another attempt) is refused without force. The history reads what a resolution wrote,
- * and find names attempts by attempt, order and intent id. */
+ * order's, or recorded for another attempt) is refused without force. The
+ * history reads what a resolution wrote, and find names attempts by
+ * attempt, order and intent id. */
 #include <check.h>
 #include <pthread.h>
 #include <signal.h>
@@ -537,10 +538,11 @@ START_TEST(refused_when_the_intent_is_another_order_s_or_attempt_s)
 
     /* An intent charged recorded from another attempt's own call (that
      * attempt is UNKNOWN: nothing booked yet), although it names this one. */
-    char other[37], mine[37], mine_order[37], pi2[96];
+    char other[37], other_order[37], mine[37], mine_order[37], pi2[96];
     seed_review(mine, mine_order);
     provider_charge(&o, mine, mine_order, "pm_card_visa", PROVIDER_SUCCEEDED, pi2);
-    seed(other, mine_order, "UNKNOWN", pi2);
+    test_env_uuid(other_order);
+    seed(other, other_order, "UNKNOWN", pi2);
     res = resolve(&o, mine, pi2, NULL, 0);
     ck_assert_msg(res.outcome == ATTEMPT_REVIEW_REFUSED, "%d: %s", res.outcome,
                   res.message);
