@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -87,7 +88,10 @@ static void usage(FILE *out)
         "                 reservation is given back to the charge). Recorded with\n"
         "                 cause operator, the actor and the reason; publishes the\n"
         "                 refund's result event. The provider is asked first\n"
-        "                 (PROVIDER_API_KEY): the refund it holds must agree\n"
+        "                 (PROVIDER_API_KEY): the refund it holds must agree,\n"
+        "                 and be this refund's: on its charge's intent, not\n"
+        "                 recorded for another refund, its metadata naming no\n"
+        "                 other refund or payment attempt\n"
         "  --attempt UUID only the refunds of this payment attempt\n"
         "  --status S     one of:");
     for (int i = 0; i < ATTEMPT_STATUS__COUNT; i++)
@@ -98,13 +102,16 @@ static void usage(FILE *out)
             "  --reason TEXT  why (resolve): how you know\n"
             "  --actor NAME   who decides [the OS user]\n"
             "  --force        resolve although the provider contradicts the decision\n"
-            "                 or does not answer, or (FAILED) a call under the\n"
-            "                 refund's key may still execute (recorded as forced)\n"
+            "                 or does not answer, the refund's metadata names\n"
+            "                 another, or (FAILED) a call under the refund's key\n"
+            "                 may still execute (recorded as forced). Never books\n"
+            "                 a refund on another charge's intent or another's\n"
             "  --json         JSON instead of tables\n"
             "  --help         this text\n\n"
             "Exit status: 0 done; 1 database unreachable, no such refund, or\n"
             "(resolve) refused: not in review, changed meanwhile, locked, past the\n"
-            "charge, another provider refund; 2 bad usage.\n");
+            "charge, another provider refund, one not proven this refund's; 2 bad\n"
+            "usage.\n");
 }
 
 /* Says "chargectl refund [sub]: ..." in one line; returns rc. */
@@ -237,40 +244,44 @@ struct resolve_args {
 
 /* What the provider says of the decision: "agrees", or why not in says. A
  * SUCCEEDED decision needs the provider's refund, succeeded, of the
- * refund's amount, made for this refund (its metadata); a FAILED one needs
- * the consistent list of the charge's refunds to hold none for this refund
- * that succeeded or may yet (pending). No answer is no evidence. */
+ * refund's amount, made for this refund (its metadata); what the provider
+ * shows of it goes into *seen (seen->id "" when it showed nothing), for
+ * refund_review to judge whose it is. A FAILED one needs the consistent
+ * list of the charge's refunds to hold none for this refund that succeeded
+ * or may yet (pending). No answer is no evidence. */
 static const char *ask_provider(const struct resolve_args *ra, json_t *refund,
-                                char *says, size_t size)
+                                struct provider_listed *seen, char *says, size_t size)
 {
     struct provider_result res;
     long long amount = json_integer_value(json_object_get(refund, "amount"));
     const char *intent = json_string_value(json_object_get(refund, "payment_intent"));
+    memset(seen, 0, sizeof(*seen));
     if (!strcmp(ra->status, ATTEMPT_S_SUCCEEDED)) {
-        provider_client_retrieve_refund(ra->pc, ra->provider_refund_id, &res);
+        provider_client_fetch(ra->pc, PROVIDER_LIST_REFUNDS, ra->provider_refund_id,
+                              seen, &res);
         if (res.outcome == PROVIDER_NOT_FOUND)
             snprintf(says, size, "the provider has no refund %s",
                      ra->provider_refund_id);
-        else if (res.outcome == PROVIDER_UNKNOWN ||
-                 res.outcome == PROVIDER_NOT_EXECUTED ||
-                 res.outcome == PROVIDER_INVALID)
+        else if (res.outcome != PROVIDER_SUCCEEDED)
             snprintf(says, size, "the provider did not answer the look-up of %s: %s",
                      ra->provider_refund_id,
                      res.error[0] ? res.error : provider_outcome_name(res.outcome));
-        else if (res.outcome != PROVIDER_SUCCEEDED)
+        else if (strcmp(seen->status, "succeeded") != 0)
             snprintf(says, size, "the provider says %s is %s, not succeeded",
-                     ra->provider_refund_id, res.intent_status);
-        else if (res.amount != amount)
+                     ra->provider_refund_id, seen->status);
+        else if (seen->amount != amount)
             snprintf(says, size,
                      "the provider says %s is of %lld, the refund's is %lld",
-                     ra->provider_refund_id, res.amount, amount);
-        else if (strcmp(res.intent_attempt_id, ra->id) != 0)
+                     ra->provider_refund_id, seen->amount, amount);
+        else if (strcasecmp(seen->refund_id, ra->id) != 0)
             snprintf(says, size,
                      "the provider says %s was made for another refund (%s)",
                      ra->provider_refund_id,
-                     res.intent_attempt_id[0] ? res.intent_attempt_id : "none named");
+                     seen->refund_id[0] ? seen->refund_id : "none named");
         else
             return "agrees";
+        if (res.outcome != PROVIDER_SUCCEEDED)
+            memset(seen, 0, sizeof(*seen));
         return "contradicts";
     }
     if (!intent || !*intent)
@@ -321,17 +332,23 @@ static int refund_resolve(PGconn *conn, const struct resolve_args *ra)
             ra->id, cur ? cur : "?");
         goto out;
     }
-    char says[400] = "";
-    const char *provider = ask_provider(ra, r, says, sizeof(says));
+    char says[400] = "", why[400];
+    struct provider_listed seen;
+    const char *provider = ask_provider(ra, r, &seen, says, sizeof(says));
     if (strcmp(provider, "agrees") != 0 && !ra->force) {
         say(CTL_FAILED, "resolve", "refused: %s; nothing written (--force overrides)",
             says);
         goto out;
     }
-    evidence =
-        json_pack("{s:s, s:s, s:s*, s:s*, s:b}", "decision", ra->status, "provider",
-                  provider, "provider_says", says[0] ? says : NULL,
-                  "provider_refund_id", ra->provider_refund_id, "forced", ra->force);
+    /* What the provider showed of its refund: whose it is is judged on it. */
+    evidence = json_pack(
+        "{s:s, s:s, s:s*, s:s*, s:s*, s:s*, s:s*, s:b}", "decision", ra->status,
+        "provider", provider, "provider_says", says[0] ? says : NULL,
+        "provider_refund_id", ra->provider_refund_id, "provider_payment_intent",
+        seen.payment_intent[0] ? seen.payment_intent : NULL, "metadata_refund_id",
+        seen.refund_id[0] ? seen.refund_id : NULL, "metadata_payment_attempt_id",
+        seen.payment_attempt_id[0] ? seen.payment_attempt_id : NULL, "forced",
+        ra->force);
     evidence_text = evidence ? json_dumps(evidence, JSON_COMPACT) : NULL;
     if (!evidence_text) {
         say(CTL_FAILED, "resolve", "out of memory");
@@ -345,11 +362,14 @@ static int refund_resolve(PGconn *conn, const struct resolve_args *ra)
         .reason = ra->reason,
         .provider_refund_id = ra->provider_refund_id,
         .evidence_json = evidence_text,
+        .object_payment_intent = seen.payment_intent,
+        .object_refund_meta = seen.refund_id,
+        .object_attempt_meta = seen.payment_attempt_id,
         .key_kept_ms = ra->key_kept_ms,
         .force = ra->force,
     };
     enum refund_review_outcome o;
-    enum store_rc src = refund_review_resolve(conn, &d, &o, &db_err);
+    enum store_rc src = refund_review_resolve(conn, &d, &o, why, sizeof(why), &db_err);
     if (src == STORE_LOCKED) {
         say(CTL_FAILED, "resolve",
             "refund %s is locked by another session right now; nothing written, run "
@@ -397,6 +417,22 @@ static int refund_resolve(PGconn *conn, const struct resolve_args *ra)
             "(its key is younger than WORKER_KEY_RETENTION_MS allows); the reconciler "
             "settles it on evidence; nothing written (--force overrides)",
             ra->id);
+        goto out;
+    case REFUND_REVIEW_FOREIGN:
+        say(CTL_FAILED, "resolve",
+            "refused: %s is not refund %s's: %s; another charge's money is never "
+            "booked for this one, --force or not; nothing written",
+            ra->provider_refund_id, ra->id, why);
+        goto out;
+    case REFUND_REVIEW_NAMES_ANOTHER:
+        say(CTL_FAILED, "resolve",
+            "refused: %s is not proven refund %s's: %s; nothing written (--force "
+            "overrides)",
+            ra->provider_refund_id, ra->id, why);
+        goto out;
+    case REFUND_REVIEW_UNPROVEN:
+        say(CTL_FAILED, "resolve", "refused: %s; nothing written (--force overrides)",
+            why);
         goto out;
     case REFUND_REVIEW_OTHER_REFUND:
         say(CTL_FAILED, "resolve",

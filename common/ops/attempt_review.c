@@ -10,6 +10,7 @@
 #include "charge_command.h"
 #include "clock.h"
 #include "db.h"
+#include "ownership.h"
 #include "provider_outcome.h"
 #include "utf8_text.h"
 
@@ -19,7 +20,7 @@ static const char *SQL_READ =
     "SELECT a.status, a.amount, a.currency, coalesce(a.provider_payment_id, ''),"
     "  (extract(epoch FROM now() - coalesce((SELECT max(c.started_at) FROM"
     "    provider_calls c WHERE c.payment_attempt_id = a.id), a.first_sent_at,"
-    "    a.created_at)) * 1000)::bigint"
+    "    a.created_at)) * 1000)::bigint, a.order_id::text"
     " FROM payment_attempts a WHERE a.id = $1::uuid";
 
 /* An intent is booked for one attempt at most. */
@@ -28,12 +29,31 @@ static const char *SQL_BOOKED_ELSEWHERE =
     " WHERE kind = 'charge' AND provider_payment_id = $1"
     "   AND payment_attempt_id <> $2::uuid LIMIT 1";
 
+/* What charged itself recorded of an intent: whether another attempt holds
+ * it as the answer to its own call, and whether it answered this attempt's
+ * own charge (under its key). */
+static const char *SQL_RECORDED =
+    "SELECT EXISTS (SELECT 1 FROM payment_attempts o WHERE o.provider_payment_id = $1"
+    "    AND o.id <> $2::uuid),"
+    "  EXISTS (SELECT 1 FROM provider_calls c WHERE c.payment_attempt_id = $2::uuid"
+    "    AND c.operation = 'charge' AND c.provider_payment_id = $1)";
+
 struct review_attempt {
     char status[20];
     long long amount;
     char currency[4];
     char provider_payment_id[96]; /* "" when none is recorded */
     long long last_call_age_ms;   /* since its last provider call */
+    char order_id[40];
+};
+
+/* Whose intent it is (common/core/ownership), as the evidence shows it. */
+struct owner {
+    int asked; /* judged: the provider showed the intent */
+    enum ownership_verdict verdict;
+    char why[160];
+    int recorded_elsewhere, own_answer;
+    char attempt_meta[64], order_meta[64]; /* its metadata, "" for none */
 };
 
 /* One look-up at the provider, as asked and as answered. */
@@ -45,12 +65,13 @@ struct lookup {
 };
 
 /* What the provider's answers say of the operator's decision. Ordered: a
- * contradiction outranks a missing answer, which outranks a search that
- * may not list a recent charge yet. */
-enum verdict { V_AGREES = 0, V_SEARCH_MAY_LAG, V_NO_ANSWER, V_CONTRADICTS };
+ * contradiction outranks an intent not proven the attempt's (foreign),
+ * which outranks a missing answer, which outranks a search that may not
+ * list a recent charge yet. */
+enum verdict { V_AGREES = 0, V_SEARCH_MAY_LAG, V_NO_ANSWER, V_FOREIGN, V_CONTRADICTS };
 
 static const char *verdict_names[] = {"agrees", "search_may_lag", "no_answer",
-                                      "contradicts"};
+                                      "foreign", "contradicts"};
 
 struct judgement {
     enum verdict verdict;
@@ -106,6 +127,7 @@ static int read_attempt(PGconn *conn, const char *id, struct review_attempt *a,
     snprintf(a->provider_payment_id, sizeof(a->provider_payment_id), "%s",
              PQgetvalue(r, 0, 3));
     a->last_call_age_ms = strtoll(PQgetvalue(r, 0, 4), NULL, 10);
+    snprintf(a->order_id, sizeof(a->order_id), "%s", PQgetvalue(r, 0, 5));
     PQclear(r);
     return 0;
 }
@@ -258,6 +280,93 @@ static void judge_failed(provider_client_t *pc, const char *id,
                a->provider_payment_id, r->intent_status);
 }
 
+/* Metadata naming another of ours: a non-empty id that is not ours (a
+ * UUID may be written in either case). */
+static int names_other(const char *named, const char *ours)
+{
+    return named[0] && strcasecmp(named, ours) != 0;
+}
+
+/* The objection to a foreign intent, in the attempt's terms: what showed
+ * it another's, in the order ownership_judge weighs it. */
+static void object_foreign(struct judgement *j, const struct owner *ow, const char *id,
+                           const struct review_attempt *a, const char *intent)
+{
+    if (ow->recorded_elsewhere)
+        object(j, V_FOREIGN,
+               "%s is not this attempt's: charged recorded it for another attempt",
+               intent);
+    else if (a->provider_payment_id[0])
+        object(j, V_FOREIGN, "%s is not this attempt's: %s (%s)", intent, ow->why,
+               a->provider_payment_id);
+    else if (names_other(ow->attempt_meta, id))
+        object(j, V_FOREIGN, "%s is not this attempt's: its metadata names attempt %s",
+               intent, ow->attempt_meta);
+    else
+        object(j, V_FOREIGN,
+               "%s is not this attempt's: its metadata names order %s, the attempt's "
+               "is %s",
+               intent, ow->order_meta, a->order_id);
+}
+
+/* SUCCEEDED as PI books PI for this attempt, so PI must not be proven
+ * another's (common/core/ownership, the rule every path settles by): not
+ * recorded by charged for another attempt, its metadata (as the provider
+ * shows it: the look-up's result carries no order) naming neither another
+ * attempt nor another order. The answer under the attempt's own key, or
+ * the id recorded from it, is ours whatever the metadata says now. got is
+ * the look-up of PI: its metadata is asked for only when PI was there.
+ * 0, or -1 with err when the database cannot say. */
+static int judge_ownership(PGconn *conn, provider_client_t *pc, const char *id,
+                           const struct review_attempt *a, const char *intent,
+                           const struct provider_result *got, struct owner *ow,
+                           struct judgement *j, struct store_error *err)
+{
+    const char *p[2] = {intent, id};
+    PGresult *r = db_exec(conn, SQL_RECORDED, 2, p, err);
+    if (!r)
+        return -1;
+    ow->recorded_elsewhere = PQgetvalue(r, 0, 0)[0] == 't';
+    ow->own_answer = PQgetvalue(r, 0, 1)[0] == 't';
+    PQclear(r);
+    if (answered(got) && got->outcome != PROVIDER_NOT_FOUND) {
+        struct provider_listed obj;
+        struct provider_result res;
+        provider_client_fetch(pc, PROVIDER_LIST_INTENTS, intent, &obj, &res);
+        if (res.outcome == PROVIDER_SUCCEEDED) {
+            ow->asked = 1;
+            snprintf(ow->attempt_meta, sizeof(ow->attempt_meta), "%s",
+                     obj.payment_attempt_id);
+            snprintf(ow->order_meta, sizeof(ow->order_meta), "%s", obj.order_id);
+        } else if (!answered(&res))
+            object(j, V_NO_ANSWER, "the provider did not show %s's metadata: %s",
+                   intent, why_unanswered(&res));
+    }
+    struct ownership_claim c = {
+        .recorded_id = a->provider_payment_id,
+        .object_id = intent,
+        .own_answer = ow->own_answer,
+        .recorded_elsewhere = ow->recorded_elsewhere,
+        .names_another = names_other(ow->attempt_meta, id) ||
+                         names_other(ow->order_meta, a->order_id),
+    };
+    ow->verdict = ownership_judge(&c, ow->why, sizeof(ow->why));
+    if (ow->verdict == OWNERSHIP_FOREIGN)
+        object_foreign(j, ow, id, a, intent);
+    return 0;
+}
+
+static json_t *owner_json(const struct owner *ow)
+{
+    return json_pack(
+        "{s:s, s:s?, s:b, s:b, s:s?, s:s?}", "verdict",
+        ownership_verdict_name(ow->verdict), "why", ow->why[0] ? ow->why : NULL,
+        "recorded_for_another_attempt", ow->recorded_elsewhere,
+        "answer_to_its_own_call", ow->own_answer, "payment_attempt_id",
+        ow->asked && ow->attempt_meta[0] ? ow->attempt_meta : NULL, "order_id",
+        ow->asked && ow->order_meta[0] ? ow->order_meta : NULL);
+}
+
 static json_t *str_or_null(const char *s)
 {
     return s && *s ? json_string(s) : json_null();
@@ -286,10 +395,11 @@ static json_t *lookup_json(const struct lookup *l)
 }
 
 /* The transition's evidence: the decision, whether the provider agreed,
- * whether force overrode it, and every look-up's answer. */
+ * whether force overrode it, every look-up's answer, and (SUCCEEDED) whose
+ * intent it is. */
 static json_t *evidence_json(const char *decision, const struct review_attempt *a,
                              const struct judgement *j, int forced, long long lag_ms,
-                             const struct lookup *ls, size_t n)
+                             const struct lookup *ls, size_t n, const struct owner *ow)
 {
     json_t *o = json_object(), *arr = json_array();
     if (!o || !arr) {
@@ -315,6 +425,10 @@ static json_t *evidence_json(const char *decision, const struct review_attempt *
         }
     }
     json_object_set_new(o, "lookups", arr);
+    if (ow && json_object_set_new(o, "ownership", owner_json(ow)) != 0) {
+        json_decref(o);
+        return NULL;
+    }
     return o;
 }
 
@@ -339,6 +453,7 @@ int attempt_review_resolve(PGconn *conn, attempt_store_t *st, provider_client_t 
     struct review_attempt a = {0};
     struct lookup ls[2];
     struct judgement j = {V_AGREES, ""};
+    struct owner ow = {0};
     struct store_error err;
     struct attempt_call calls[2];
     char why[256];
@@ -406,9 +521,13 @@ int attempt_review_resolve(PGconn *conn, attempt_store_t *st, provider_client_t 
         }
     }
 
-    if (intent)
+    if (intent) {
         judge_succeeded(pc, id, &a, intent, search_lag_ms, ls, &n, &j);
-    else
+        if (judge_ownership(conn, pc, id, &a, intent, &ls[0].res, &ow, &j, &err) != 0) {
+            say(out, ATTEMPT_REVIEW_ERROR, "%s", err.message);
+            goto out;
+        }
+    } else
         judge_failed(pc, id, &a, search_lag_ms, ls, &n, &j);
     out->verdict = verdict_names[j.verdict];
     snprintf(out->provider_says, sizeof(out->provider_says), "%s", j.says);
@@ -426,7 +545,7 @@ int attempt_review_resolve(PGconn *conn, attempt_store_t *st, provider_client_t 
     }
     int forced = j.verdict != V_AGREES;
     evidence = evidence_json(attempt_status_name(status), &a, &j, forced, search_lag_ms,
-                             ls, n);
+                             ls, n, intent ? &ow : NULL);
     evidence_text =
         evidence ? json_dumps(evidence, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     if (!evidence_text) {

@@ -2,7 +2,11 @@
  * in REQUIRES_REVIEW: it was charged (SUCCEEDED, as intent PI) or it was not
  * (FAILED). The provider is asked first; nothing is written unless it agrees
  * or the operator overrides it with force, and what it said goes into the
- * transition's evidence. `chargectl attempt resolve` and the console both
+ * transition's evidence. A SUCCEEDED decision also asks whose intent it is
+ * (common/core/ownership): one charged recorded for another attempt, or
+ * whose metadata names another attempt or another order, is foreign and
+ * refused unless forced; one booked for another attempt is refused even
+ * then. `chargectl attempt resolve` and the console both
  * decide through here, so that a review settles the same way wherever an
  * operator sits.
  *
@@ -37,9 +41,10 @@ enum attempt_review_outcome {
                                         other_attempt says which (force
                                         cannot override it) */
     ATTEMPT_REVIEW_REFUSED,          /* the provider contradicts, does not
-                                        answer or may not be up to date:
-                                        verdict and provider_says; force
-                                        overrides it */
+                                        answer or may not be up to date, or
+                                        the intent is another's (verdict
+                                        "foreign"): verdict and
+                                        provider_says; force overrides it */
     ATTEMPT_REVIEW_BUSY,             /* another session holds the row now:
                                         nothing written, run again */
     ATTEMPT_REVIEW_CHANGED,          /* resolved or moved by someone else while
@@ -68,8 +73,8 @@ struct attempt_review_request {
 struct attempt_review_result {
     enum attempt_review_outcome outcome;
     const char *verdict;          /* "agrees", "search_may_lag", "no_answer",
-                                     "contradicts" (static); NULL when the
-                                     provider was not asked */
+                                     "foreign", "contradicts" (static); NULL
+                                     when the provider was not asked */
     char provider_says[512];      /* what the provider says when it objects, or "" */
     int forced;                   /* resolved over the provider's objection */
     char status[20];              /* resolved: the new status; otherwise the

@@ -1,15 +1,19 @@
 #include "refund_review.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "db.h"
+#include "ownership.h"
 #include "refund_sql.h"
 
 /* clang-format off */
-/* Also: whether a lease on it is live, and the age of its key since the
- * last call under it (database clock; -1 never sent). */
+/* Also: whether a lease on it is live, the age of its key since the last
+ * call under it (database clock; -1 never sent), its charge's intent, and
+ * whether $2 answered its own refund call (under its key). */
 static const char *SQL_LOCK =
     "SELECT status, reserved, amount, payment_attempt_id, coalesce(provider_refund_id, ''),"
     "  EXISTS (SELECT 1 FROM refund_attempts o WHERE o.provider_refund_id = $2"
@@ -17,7 +21,11 @@ static const char *SQL_LOCK =
     "  coalesce(lease_expires_at > now(), false),"
     "  coalesce((extract(epoch FROM now() - greatest(first_sent_at,"
     "    (SELECT max(c.started_at) FROM provider_calls c WHERE c.refund_id = r.id)))"
-    "    * 1000)::bigint, -1)"
+    "    * 1000)::bigint, -1),"
+    "  coalesce(r.payment_intent, (SELECT p.provider_payment_id FROM payment_attempts p"
+    "    WHERE p.id = r.payment_attempt_id), ''),"
+    "  EXISTS (SELECT 1 FROM provider_calls c WHERE c.refund_id = r.id"
+    "    AND c.operation = 'refund' AND c.provider_payment_id = $2)"
     " FROM refund_attempts r WHERE id = $1::uuid FOR NO KEY UPDATE";
 
 /* The reservation a SUCCEEDED decision needs, within the charge. */
@@ -45,6 +53,66 @@ static const char *SQL_SETTLE =
     "SELECT id FROM u";
 /* clang-format on */
 
+static int present(const char *s)
+{
+    return s && s[0];
+}
+
+/* Metadata naming another of ours: a non-empty id that is not ours (a
+ * UUID may be written in either case). */
+static int names_other(const char *named, const char *ours)
+{
+    return present(named) && strcasecmp(named, ours) != 0;
+}
+
+/* Whether the provider's refund of a SUCCEEDED decision is proven this
+ * refund's, from the row SQL_LOCK read: RESOLVED when it may be booked.
+ * Its intent decides first, force or not: a refund on another intent than
+ * the charge's gave back another charge's money. */
+static enum refund_review_outcome
+judge_owner(PGresult *r, const struct refund_review_decision *d, char *why, size_t size)
+{
+    const char *charge_intent = PQgetvalue(r, 0, 8);
+    char because[128];
+    if (!present(d->object_payment_intent)) {
+        if (d->force)
+            return REFUND_REVIEW_RESOLVED; /* the operator vouches: recorded forced */
+        snprintf(why, size, "nothing shows which intent %s is on",
+                 d->provider_refund_id);
+        return REFUND_REVIEW_UNPROVEN;
+    }
+    if (!charge_intent[0]) {
+        snprintf(why, size,
+                 "refund %s's charge has no intent recorded: %s on %s is not "
+                 "proven its",
+                 d->refund_id, d->provider_refund_id, d->object_payment_intent);
+        return REFUND_REVIEW_FOREIGN;
+    }
+    struct ownership_claim c = {
+        .recorded_id = PQgetvalue(r, 0, 4),
+        .object_id = d->provider_refund_id,
+        .own_answer = PQgetvalue(r, 0, 9)[0] == 't',
+        .recorded_elsewhere = PQgetvalue(r, 0, 5)[0] == 't',
+        .parent_id = charge_intent,
+        .object_parent_id = d->object_payment_intent,
+    };
+    if (ownership_judge(&c, because, sizeof(because)) == OWNERSHIP_FOREIGN) {
+        snprintf(why, size, "%s (%s; the charge's is %s)", because,
+                 d->object_payment_intent, charge_intent);
+        return REFUND_REVIEW_FOREIGN;
+    }
+    c.names_another = names_other(d->object_refund_meta, d->refund_id) ||
+                      names_other(d->object_attempt_meta, PQgetvalue(r, 0, 3));
+    if (!d->force &&
+        ownership_judge(&c, because, sizeof(because)) == OWNERSHIP_FOREIGN) {
+        snprintf(why, size, "%s (refund %s, payment attempt %s)", because,
+                 present(d->object_refund_meta) ? d->object_refund_meta : "-",
+                 present(d->object_attempt_meta) ? d->object_attempt_meta : "-");
+        return REFUND_REVIEW_NAMES_ANOTHER;
+    }
+    return REFUND_REVIEW_RESOLVED;
+}
+
 static enum store_rc classify(const struct store_error *err)
 {
     if (!strcmp(err->sqlstate, "55P03"))
@@ -58,8 +126,8 @@ static enum store_rc classify(const struct store_error *err)
 
 enum store_rc refund_review_resolve(PGconn *conn,
                                     const struct refund_review_decision *d,
-                                    enum refund_review_outcome *out,
-                                    struct store_error *err)
+                                    enum refund_review_outcome *out, char *why,
+                                    size_t why_size, struct store_error *err)
 {
     PGresult *r = NULL;
     enum store_rc rc = STORE_RETRY;
@@ -69,7 +137,9 @@ enum store_rc refund_review_resolve(PGconn *conn,
     const char *status = attempt_status_name(d->status);
     char attempt[37], amount[24];
 
+    assert(why && why_size);
     *out = REFUND_REVIEW_RESOLVED;
+    why[0] = '\0';
     if (db_run(conn, "BEGIN", 0, NULL, err) != 0)
         goto failed;
     in_tx = 1;
@@ -94,6 +164,9 @@ enum store_rc refund_review_resolve(PGconn *conn,
         *out = REFUND_REVIEW_OTHER_REFUND;
         goto done;
     }
+    if (d->status == ATTEMPT_STATUS_SUCCEEDED &&
+        (*out = judge_owner(r, d, why, why_size)) != REFUND_REVIEW_RESOLVED)
+        goto done;
     if (d->status == ATTEMPT_STATUS_FAILED && !d->force) {
         long long key_age = strtoll(PQgetvalue(r, 0, 7), NULL, 10);
         if (PQgetvalue(r, 0, 6)[0] == 't') {

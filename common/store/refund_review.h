@@ -7,7 +7,14 @@
  * shared refund SQL); the refund_attempts_money trigger applies the money.
  * A SUCCEEDED decision for a refund whose amount is no longer reserved on
  * its charge (a review after a refusal) reserves it first, in the same
- * transaction, and only while the charge's refunds stay within it. */
+ * transaction, and only while the charge's refunds stay within it.
+ *
+ * A SUCCEEDED decision books the provider's refund for this refund, so it
+ * must be proven this refund's (common/core/ownership, under the row
+ * lock): on this refund's charge's intent, not recorded for another
+ * refund, and (unless forced) its metadata naming no other refund and no
+ * other payment attempt. A refund on another charge's intent is that
+ * charge's money: force never books it. */
 #ifndef CHARGED_REFUND_REVIEW_H
 #define CHARGED_REFUND_REVIEW_H
 
@@ -25,6 +32,13 @@ struct refund_review_decision {
                                        refund's own */
     const char *provider_refund_id; /* re_...: required for SUCCEEDED; NULL */
     const char *evidence_json;      /* the transition's evidence */
+    /* SUCCEEDED: the provider's refund as the provider shows it: the intent
+     * it is on, its metadata[refund_id] and metadata[payment_attempt_id]
+     * (NULL or "": none, or not shown). Without the intent only a forced
+     * decision books it. */
+    const char *object_payment_intent;
+    const char *object_refund_meta;
+    const char *object_attempt_meta;
     /* FAILED says no money went back; it is refused while a call under the
      * refund's key may still execute: while its lease is live (a worker or
      * reconciler may be calling now), or while the last call under the key
@@ -36,22 +50,30 @@ struct refund_review_decision {
 
 enum refund_review_outcome {
     REFUND_REVIEW_RESOLVED = 0,
-    REFUND_REVIEW_NOT_FOUND,    /* no such refund */
-    REFUND_REVIEW_CHANGED,      /* not in `expected` any more: nothing written */
-    REFUND_REVIEW_EXCEEDS,      /* SUCCEEDED would refund past the charge */
-    REFUND_REVIEW_OTHER_REFUND, /* another provider refund id is recorded on
-                                   it, or this one is another refund's */
-    REFUND_REVIEW_LEASED,       /* FAILED, while someone holds its lease */
-    REFUND_REVIEW_MAY_EXECUTE,  /* FAILED, while its key is young */
+    REFUND_REVIEW_NOT_FOUND,     /* no such refund */
+    REFUND_REVIEW_CHANGED,       /* not in `expected` any more: nothing written */
+    REFUND_REVIEW_EXCEEDS,       /* SUCCEEDED would refund past the charge */
+    REFUND_REVIEW_OTHER_REFUND,  /* another provider refund id is recorded on
+                                    it, or this one is another refund's */
+    REFUND_REVIEW_LEASED,        /* FAILED, while someone holds its lease */
+    REFUND_REVIEW_MAY_EXECUTE,   /* FAILED, while its key is young */
+    REFUND_REVIEW_FOREIGN,       /* SUCCEEDED with a refund on another intent
+                                    than the charge's: force cannot book it */
+    REFUND_REVIEW_NAMES_ANOTHER, /* SUCCEEDED with a refund whose metadata
+                                    names another refund or attempt; force
+                                    overrides */
+    REFUND_REVIEW_UNPROVEN,      /* SUCCEEDED, not forced, without the intent
+                                    the provider's refund is on */
 };
 
 /* Applies d in one transaction on conn (which is left outside any
- * transaction). STORE_OK with *out; STORE_LOCKED when another session held
- * the refund or its charge past a 2 s lock_timeout; anything else with err
+ * transaction). STORE_OK with *out (FOREIGN, NAMES_ANOTHER and UNPROVEN
+ * with one line in why, which must hold a byte at least); STORE_LOCKED when another
+ * session held the refund or its charge past a 2 s lock_timeout; anything else with err
  * (nothing written). */
 enum store_rc refund_review_resolve(PGconn *conn,
                                     const struct refund_review_decision *d,
-                                    enum refund_review_outcome *out,
-                                    struct store_error *err);
+                                    enum refund_review_outcome *out, char *why,
+                                    size_t why_size, struct store_error *err);
 
 #endif

@@ -4,8 +4,10 @@
  * that), writes nothing for an attempt not in review, one that is not
  * there, one another session holds, one that changed while the provider
  * was asked, or when two operators race (exactly one operator transition);
- * an intent pays one attempt. The history reads what a resolution wrote,
- * and find names attempts by attempt, order and intent id. */
+ * an intent pays one attempt, and one not proven the attempt's (another
+ * order's, or recorded for another attempt) is refused without force. The
+ * history reads what a resolution wrote, and find names attempts by
+ * attempt, order and intent id. */
 #include <check.h>
 #include <pthread.h>
 #include <signal.h>
@@ -500,6 +502,59 @@ START_TEST(changed_while_the_provider_was_asked)
 }
 END_TEST
 
+/* Issue 34, ownership: an intent's metadata is anyone's to write. One that
+ * names another order, or one charged recorded from another attempt's own
+ * call, is not proven this attempt's: refused without force (the look-ups
+ * not logged), and a forced resolution says so in its evidence. */
+START_TEST(refused_when_the_intent_is_another_order_s_or_attempt_s)
+{
+    struct operator o = operator_new("chargectl");
+    char id[37], order[37], stranger_order[37], pi[96];
+    seed_review(id, order);
+    test_env_uuid(stranger_order);
+    /* Succeeded, of the attempt's amount, naming the attempt: but another
+     * order. */
+    provider_charge(&o, id, stranger_order, "pm_card_visa", PROVIDER_SUCCEEDED, pi);
+    struct attempt_review_result res = resolve(&o, id, pi, NULL, 0);
+    ck_assert_msg(res.outcome == ATTEMPT_REVIEW_REFUSED, "%d: %s", res.outcome,
+                  res.message);
+    ck_assert_str_eq(res.verdict, "foreign");
+    ck_assert_msg(strstr(res.message, "order"), "%s", res.message);
+    attempt_review_result_clear(&res);
+    ck_assert_str_eq(status_of(id), "REQUIRES_REVIEW");
+    ck_assert_str_eq(operator_transitions(id), "0");
+    ck_assert_str_eq(calls_of(id), "0");
+
+    res = resolve(&o, id, pi, NULL, 1);
+    ck_assert_msg(res.outcome == ATTEMPT_REVIEW_RESOLVED, "%d: %s", res.outcome,
+                  res.message);
+    ck_assert_int_eq(res.forced, 1);
+    json_t *own = json_object_get(res.evidence, "ownership");
+    ck_assert_str_eq(json_string_value(json_object_get(own, "verdict")), "foreign");
+    ck_assert_str_eq(json_string_value(json_object_get(own, "order_id")),
+                     stranger_order);
+    attempt_review_result_clear(&res);
+    ck_assert_str_eq(status_of(id), "SUCCEEDED");
+
+    /* An intent charged recorded from another attempt's own call (that
+     * attempt is UNKNOWN: nothing booked yet), although it names this one. */
+    char other[37], other_order[37], mine[37], mine_order[37], pi2[96];
+    seed_review(mine, mine_order);
+    provider_charge(&o, mine, mine_order, "pm_card_visa", PROVIDER_SUCCEEDED, pi2);
+    test_env_uuid(other_order);
+    seed(other, other_order, "UNKNOWN", pi2);
+    res = resolve(&o, mine, pi2, NULL, 0);
+    ck_assert_msg(res.outcome == ATTEMPT_REVIEW_REFUSED, "%d: %s", res.outcome,
+                  res.message);
+    ck_assert_str_eq(res.verdict, "foreign");
+    ck_assert_msg(strstr(res.message, "another"), "%s", res.message);
+    attempt_review_result_clear(&res);
+    ck_assert_str_eq(status_of(mine), "REQUIRES_REVIEW");
+    ck_assert_str_eq(calls_of(mine), "0");
+    operator_free(&o);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("attempt_review");
@@ -512,6 +567,7 @@ int main(void)
     tcase_add_test(tc, nothing_is_written_for_an_attempt_not_there_or_held);
     tcase_add_test(tc, two_resolutions_at_once_write_one);
     tcase_add_test(tc, changed_while_the_provider_was_asked);
+    tcase_add_test(tc, refused_when_the_intent_is_another_order_s_or_attempt_s);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }
