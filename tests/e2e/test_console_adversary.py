@@ -238,6 +238,12 @@ def transactional_letter(new):
     tool = e2e.KAFKA_TOOL.replace("kafka_test_tool", "txn_produce")
     s.run([tool, s.kafka, s.topics["dlq"], "0",
            json.dumps({"payment_attempt_id": str(uuid.uuid4()), "from": "an exactly-once producer"})])
+    # The commit marker reaches the partition when the producer's commit
+    # returns, but the console's reader sees the letter only once the last
+    # stable offset moves past it: wait for it (the defect never shows it).
+    e2e.wait_until("the transactional letter listed beside the plain one",
+                   lambda: len((op.get("dead-letters?limit=1000")[1] or {})
+                               .get("letters") or []) == 2, 30)
     t0 = time.monotonic()
     st, doc = op.get("dead-letters?limit=1000")
     dt = time.monotonic() - t0
