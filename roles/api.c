@@ -377,7 +377,10 @@ static int take_secrets(struct api *a, char *err, size_t err_size)
             snprintf(err, err_size, "%s: at most %d secrets", name, MAX_SECRETS);
             return -1;
         }
-        log_add_secret(s);
+        if (log_add_secret(s) != 0) {
+            snprintf(err, err_size, "%s: out of memory", name);
+            return -1;
+        }
         a->secrets[a->nsecrets++] = s;
     }
     if (a->nsecrets == 0) {
