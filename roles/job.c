@@ -1,8 +1,11 @@
 #include "job.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "log.h"
+#include "utf8_text.h"
 
 struct state_list {
     struct job *head, *tail;
@@ -129,6 +132,16 @@ void job_set(job_list_t *list, struct job *j, enum job_state to)
     state_unlink(list, j);
     j->state = to;
     state_link(list, j);
+}
+
+void job_set_error(struct job *j, const char *fmt, ...)
+{
+    char text[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    utf8_text_copy(j->dl_error, sizeof(j->dl_error), text);
 }
 
 void job_detach(job_list_t *list, struct job *j)

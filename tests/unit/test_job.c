@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "job.h"
+#include "utf8_text.h"
 #include "test_env.h"
 
 /* Every allowed move, as the pipeline runs: anything else is a bug. */
@@ -287,12 +288,30 @@ START_TEST(log_names_and_jitter)
 }
 END_TEST
 
+/* A dead letter's error text (a Kafka header, a log field) too long for
+ * dl_error is cut before a character, never inside one: 254 ASCII bytes
+ * then a 2-byte character leaves no room for the character's second byte. */
+START_TEST(a_long_error_is_cut_between_characters)
+{
+    struct job j = {0};
+    char text[300];
+    memset(text, 'a', 254);
+    snprintf(text + 254, sizeof(text) - 254, "\xc3\xa9 and more");
+    job_set_error(&j, "%s", text);
+    ck_assert_uint_eq(strlen(j.dl_error), 254);
+    ck_assert_int_eq(utf8_text_valid(j.dl_error, strlen(j.dl_error)), 1);
+    job_set_error(&j, "refused the %s (sqlstate %s)", "attempt", "23505");
+    ck_assert_str_eq(j.dl_error, "refused the attempt (sqlstate 23505)");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("job");
     TCase *moves = tcase_create("moves");
     tcase_add_test(moves, moves_are_the_pipelines);
     tcase_add_test(moves, log_names_and_jitter);
+    tcase_add_test(moves, a_long_error_is_cut_between_characters);
     suite_add_tcase(s, moves);
     TCase *lists = tcase_create("lists");
     tcase_add_checked_fixture(lists, setup, teardown);
