@@ -45,9 +45,10 @@ struct webhook_refund {
     char failure_reason[128];
 };
 
-/* A charge.refunded event lists at most this many refunds; one with more is
- * refused (400): no charge is refunded that often. */
-#define WEBHOOK_REFUNDS_MAX 16
+/* A charge.refunded event lists at most this many refunds: the provider
+ * pages a charge's refunds list (10 by default, has_more) and never lists
+ * more than 100 in one page. One with more is refused (400). */
+#define WEBHOOK_REFUNDS_MAX 100
 
 struct webhook_event {
     char id[256]; /* evt_... */
