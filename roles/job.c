@@ -120,12 +120,15 @@ int job_may_move(enum job_state from, enum job_state to)
 
 void job_set(job_list_t *list, struct job *j, enum job_state to)
 {
+    /* A pipeline that makes an impossible move is broken: it stops here,
+     * before reap commits any offset. The supervisor restarts the worker,
+     * the lease fences the attempt, and the message is consumed again.
+     * abort(), not assert(): it stays on in release builds (NDEBUG). */
     if (!job_may_move(j->state, to)) {
-        log_error("bug: job moved where it may not go; ending it", "from",
+        log_error("bug: job moved where it may not go; stopping", "from",
                   job_state_name(j->state), "to", job_state_name(to), JOB_FIELDS(j),
                   NULL);
-        to = JOB_DONE;
-        j->outcome = "error";
+        abort();
     }
     if (to == j->state)
         return;
