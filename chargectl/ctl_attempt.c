@@ -81,14 +81,7 @@ static int attempt_show(PGconn *conn, const char *id, int as_json)
         json_decref(story);
         return CTL_OK;
     }
-    const char *k;
-    json_t *v;
-    json_object_foreach(a, k, v)
-    {
-        char buf[512];
-        const char *s = ctl_cell(a, k, buf, sizeof(buf));
-        printf("%-20s %s\n", k, s ? s : "-");
-    }
+    ctl_print_object(a);
     printf("\ntransitions:\n");
     const char *th[] = {"AT",    "FROM",   "TO",       "CAUSE",
                         "ACTOR", "REASON", "EVIDENCE", NULL};
@@ -103,9 +96,9 @@ static int attempt_show(PGconn *conn, const char *id, int as_json)
                         "provider_payment_id", "error",     NULL};
     ctl_print_rows(calls, ch, ck);
     printf("\nledger entries:\n");
-    const char *lh[] = {"CREATED_AT", "KIND", "AMOUNT", "CURRENCY", "PAYMENT_ID", NULL};
-    const char *lk[] = {"created_at",          "kind", "amount", "currency",
-                        "provider_payment_id", NULL};
+    const char *lh[] = {"CREATED_AT", "KIND", "AMOUNT", "PAYMENT_ID", NULL};
+    const char *lk[] = {"created_at", "kind", "amount@currency", "provider_payment_id",
+                        NULL};
     ctl_print_rows(ledger, lh, lk);
     printf("\nresult events:\n");
     const char *eh[] = {"CREATED_AT", "TYPE", "EVENT_ID", "PUBLISHED_AT", NULL};
@@ -114,8 +107,9 @@ static int attempt_show(PGconn *conn, const char *id, int as_json)
     printf("\nrefunds:\n");
     const char *rh[] = {"REFUND",           "STATUS",     "AMOUNT", "REFUND_REASON",
                         "REFUND_ID_AT_PSP", "UPDATED_AT", "REASON", NULL};
-    const char *rk[] = {"refund_id",          "status",     "amount", "refund_reason",
-                        "provider_refund_id", "updated_at", "reason", NULL};
+    const char *rk[] = {
+        "refund_id",          "status",     "amount@currency", "refund_reason",
+        "provider_refund_id", "updated_at", "reason",          NULL};
     ctl_print_rows(refunds, rh, rk);
     json_decref(story);
     return CTL_OK;
@@ -134,10 +128,10 @@ static int attempt_list(PGconn *conn, const struct attempt_history_filter *f,
         ctl_print_json(stdout, rows);
         return CTL_OK;
     }
-    const char *h[] = {"ATTEMPT",  "ORDER",      "STATUS", "AMOUNT",
-                       "CURRENCY", "UPDATED_AT", "REASON", NULL};
-    const char *k[] = {"payment_attempt_id", "order_id",   "status", "amount",
-                       "currency",           "updated_at", "reason", NULL};
+    const char *h[] = {"ATTEMPT",    "ORDER",  "STATUS", "AMOUNT",
+                       "UPDATED_AT", "REASON", NULL};
+    const char *k[] = {"payment_attempt_id", "order_id", "status", "amount@currency",
+                       "updated_at",         "reason",   NULL};
     ctl_print_rows(rows, h, k);
     json_decref(rows);
     return CTL_OK;

@@ -154,8 +154,8 @@ static void print_findings(json_t *rows)
                        "payment_attempt_id",
                        "order_id",
                        "other_object_id",
-                       "provider_amount",
-                       "ledger_amount",
+                       "provider_amount@provider_currency",
+                       "ledger_amount@ledger_currency",
                        NULL};
     ctl_print_rows(rows, h, k);
 }

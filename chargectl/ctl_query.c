@@ -2,9 +2,11 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ctl_output.h"
 #include "db.h"
+#include "money.h"
 
 /* db_query_json, in the terms of chargectl's messages. */
 json_t *ctl_query_json(PGconn *conn, const char *sql, int n, const char *const *p,
@@ -20,9 +22,28 @@ json_t *ctl_query_json(PGconn *conn, const char *sql, int n, const char *const *
     return j;
 }
 
+/* "amount@currency": the amount member as money in the currency member's
+ * unit ("15.00 EUR"); NULL when the amount is not a whole number. */
+static const char *money_cell(json_t *o, const char *k, const char *at, char *buf,
+                              size_t size)
+{
+    char amount_key[64];
+    snprintf(amount_key, sizeof(amount_key), "%.*s", (int)(at - k), k);
+    json_t *v = json_object_get(o, amount_key);
+    if (!json_is_integer(v))
+        return ctl_cell(o, amount_key, buf, size);
+    const char *cur = json_string_value(json_object_get(o, at + 1));
+    if (money_format(buf, size, (long long)json_integer_value(v), cur) < 0)
+        snprintf(buf, size, "%lld", (long long)json_integer_value(v));
+    return buf;
+}
+
 /* A member as text for a table cell. */
 const char *ctl_cell(json_t *o, const char *k, char *buf, size_t size)
 {
+    const char *at = strchr(k, '@');
+    if (at)
+        return money_cell(o, k, at, buf, size);
     json_t *v = json_object_get(o, k);
     if (!v || json_is_null(v))
         return NULL;
@@ -58,4 +79,22 @@ void ctl_print_rows(json_t *rows, const char *const *headers, const char *const 
     }
     ctl_table_print(t, stdout);
     ctl_table_free(t);
+}
+
+void ctl_print_object(json_t *o)
+{
+    static const char *const money[] = {"amount", "refunded_amount", "refund_reserved",
+                                        NULL};
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v)
+    {
+        char buf[512], key[64];
+        snprintf(key, sizeof(key), "%s", k);
+        for (size_t i = 0; money[i]; i++)
+            if (!strcmp(k, money[i]))
+                snprintf(key, sizeof(key), "%s@currency", k);
+        const char *s = ctl_cell(o, key, buf, sizeof(buf));
+        printf("%-20s %s\n", k, s ? s : "-");
+    }
 }

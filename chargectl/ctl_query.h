@@ -15,11 +15,16 @@ json_t *ctl_query_json(PGconn *conn, const char *sql, int n, const char *const *
                        int *missing, char *err, size_t err_size);
 
 /* A member as text for a table cell (NULL for null or absent); buf holds
- * what is not a string. */
+ * what is not a string. A key "amount@currency" writes the amount member
+ * as money in the currency member's unit ("15.00 EUR", common/core/money). */
 const char *ctl_cell(json_t *o, const char *k, char *buf, size_t size);
 
 /* Prints an array of objects as a table of the given members (at most 8),
  * on stdout. */
 void ctl_print_rows(json_t *rows, const char *const *headers, const char *const *keys);
+
+/* Prints each member of o on a line of its own ("key  value"), its amounts
+ * (amount, refunded_amount, refund_reserved) as money in its currency. */
+void ctl_print_object(json_t *o);
 
 #endif

@@ -179,14 +179,7 @@ static int refund_show(PGconn *conn, const char *id, int as_json)
         ctl_print_json(stdout, r);
         return CTL_OK;
     }
-    const char *k;
-    json_t *v;
-    json_object_foreach(r, k, v)
-    {
-        char buf[512];
-        const char *s = ctl_cell(r, k, buf, sizeof(buf));
-        printf("%-20s %s\n", k, s ? s : "-");
-    }
+    ctl_print_object(r);
     printf("\ntransitions:\n");
     const char *th[] = {"AT",    "FROM",   "TO",       "CAUSE",
                         "ACTOR", "REASON", "EVIDENCE", NULL};
@@ -226,10 +219,12 @@ static int refund_list(PGconn *conn, const char *attempt, const char *status,
         ctl_print_json(stdout, rows);
         return CTL_OK;
     }
-    const char *h[] = {"REFUND",   "ATTEMPT",    "STATUS", "AMOUNT",
-                       "CURRENCY", "UPDATED_AT", "REASON", NULL};
-    const char *k[] = {"refund_id", "payment_attempt_id", "status", "amount",
-                       "currency",  "updated_at",         "reason", NULL};
+    const char *h[] = {"REFUND",     "ATTEMPT", "STATUS", "AMOUNT",
+                       "UPDATED_AT", "REASON",  NULL};
+    const char *k[] = {"refund_id",  "payment_attempt_id",
+                       "status",     "amount@currency",
+                       "updated_at", "reason",
+                       NULL};
     ctl_print_rows(rows, h, k);
     json_decref(rows);
     return CTL_OK;

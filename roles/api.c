@@ -184,10 +184,18 @@ static enum MHD_Result serve_webhook(struct api *a, struct MHD_Connection *c,
         return webhook_refused(c, MHD_HTTP_BAD_REQUEST, "bad_signature",
                                webhook_signature_error(src));
     char *payload = NULL;
-    if (!rq->body ||
-        webhook_event_parse(rq->body, rq->len, &ev, &payload, err, sizeof(err)) != 0)
-        return webhook_refused(c, MHD_HTTP_BAD_REQUEST, "bad_request",
-                               rq->body ? err : "empty body");
+    if (!rq->body)
+        return webhook_refused(c, MHD_HTTP_BAD_REQUEST, "bad_request", "empty body");
+    int prc = webhook_event_parse(rq->body, rq->len, &ev, &payload, err, sizeof(err));
+    if (prc == WEBHOOK_PARSE_NO_MEMORY) {
+        /* Nothing wrong with the body: not stored, so delivered again. */
+        metrics_add(METRIC_WEBHOOKS, 1, "error");
+        log_error("webhook not stored", "error", err, NULL);
+        return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE,
+                           "could not store the event; deliver it again");
+    }
+    if (prc != 0)
+        return webhook_refused(c, MHD_HTTP_BAD_REQUEST, "bad_request", err);
 
     webhook_store_t *st = http_lender_take(a->lender);
     int rc = webhook_store_apply(st, WEBHOOK_PROVIDER, &ev, payload, &res, &serr);
@@ -369,7 +377,10 @@ static int take_secrets(struct api *a, char *err, size_t err_size)
             snprintf(err, err_size, "%s: at most %d secrets", name, MAX_SECRETS);
             return -1;
         }
-        log_add_secret(s);
+        if (log_add_secret(s) != 0) {
+            snprintf(err, err_size, "%s: out of memory", name);
+            return -1;
+        }
         a->secrets[a->nsecrets++] = s;
     }
     if (a->nsecrets == 0) {

@@ -250,7 +250,7 @@ static void start_jobs(engine_t *eng, int take_new)
             j->id_field = eng->op->id_field ? eng->op->id_field(j->kind) : NULL;
             job_set(eng->jobs, j, JOB_RECORD);
         } else {
-            snprintf(j->dl_error, sizeof(j->dl_error), "%s", err);
+            job_set_error(j, "%s", err);
             job_set(eng->jobs, j, JOB_DEAD_LETTER);
         }
     }
@@ -533,8 +533,7 @@ static void db_failed(engine_t *eng, const char *stage, const char *err)
 static void refuse(engine_t *eng, struct job *j, const char *what, const char *sqlstate)
 {
     j->dl_reason = DEAD_LETTER_DATABASE_REFUSED;
-    snprintf(j->dl_error, sizeof(j->dl_error),
-             "the database refused the %s (sqlstate %s)", what, sqlstate);
+    job_set_error(j, "the database refused the %s (sqlstate %s)", what, sqlstate);
     job_set(eng->jobs, j, JOB_DEAD_LETTER);
     j->next_at = 0;
 }
@@ -553,7 +552,7 @@ static void apply_record(engine_t *eng, struct job *j, const struct engine_recor
         break;
     case ENGINE_CONFLICT:
         j->dl_reason = DEAD_LETTER_IDEMPOTENCY_KEY_CONFLICT;
-        snprintf(j->dl_error, sizeof(j->dl_error), "%s", it->reason);
+        job_set_error(j, "%s", it->reason);
         job_set(eng->jobs, j, JOB_DEAD_LETTER);
         j->next_at = 0;
         break;

@@ -1,8 +1,11 @@
 #include "job.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "log.h"
+#include "utf8_text.h"
 
 struct state_list {
     struct job *head, *tail;
@@ -117,18 +120,31 @@ int job_may_move(enum job_state from, enum job_state to)
 
 void job_set(job_list_t *list, struct job *j, enum job_state to)
 {
+    /* A pipeline that makes an impossible move is broken: it stops here,
+     * before reap commits any offset. The supervisor restarts the worker,
+     * the lease fences the attempt, and the message is consumed again.
+     * abort(), not assert(): it stays on in release builds (NDEBUG). */
     if (!job_may_move(j->state, to)) {
-        log_error("bug: job moved where it may not go; ending it", "from",
+        log_error("bug: job moved where it may not go; stopping", "from",
                   job_state_name(j->state), "to", job_state_name(to), JOB_FIELDS(j),
                   NULL);
-        to = JOB_DONE;
-        j->outcome = "error";
+        abort();
     }
     if (to == j->state)
         return;
     state_unlink(list, j);
     j->state = to;
     state_link(list, j);
+}
+
+void job_set_error(struct job *j, const char *fmt, ...)
+{
+    char text[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    utf8_text_copy(j->dl_error, sizeof(j->dl_error), text);
 }
 
 void job_detach(job_list_t *list, struct job *j)

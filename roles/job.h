@@ -93,9 +93,15 @@ void job_list_add(job_list_t *list, struct job *j);
 void job_list_remove(job_list_t *list, struct job *j);
 
 /* Moves j to `to`. A move the table does not allow is a bug of ours: it is
- * logged loudly and the job ends (JOB_DONE, outcome "error") rather than
- * wander. A move to the state it is in keeps its place. */
+ * logged and the process aborts, so that no offset past it is committed. A
+ * move to the state it is in keeps its place. */
 void job_set(job_list_t *list, struct job *j, enum job_state to);
+/* Writes j's dead-letter error text (printf-style) into dl_error: cut to fit
+ * on a character boundary, never inside a UTF-8 sequence, with what
+ * utf8_text_copy replaces replaced (it becomes a Kafka header and a log
+ * field). */
+void job_set_error(struct job *j, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 /* j no longer holds an offset. Idempotent. */
 void job_detach(job_list_t *list, struct job *j);
 

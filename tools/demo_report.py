@@ -21,6 +21,15 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from order_service import REFUND_EVERY  # noqa: E402
 
 
+# The report's labels end at one column, whatever they say.
+LABEL_WIDTH = 23
+
+
+def say(label, text):
+    """One line of the report: its label, then the text, aligned."""
+    print("%-*s%s" % (LABEL_WIDTH, label + ":", text))
+
+
 def psql(sql, url=None):
     out = subprocess.run(["psql", "-X", "-q", "-tA", url or os.environ["DATABASE_URL"], "-c",
                           sql], check=True, capture_output=True).stdout.decode()
@@ -42,7 +51,7 @@ def order_service_report(orders_db, deadline):
     applied (once each), and its paid marks next to charged's statuses."""
     attempts = [r[0] for r in psql("SELECT payment_attempt_id FROM order_attempts", orders_db)]
     if not attempts:
-        print("order service:        no orders placed")
+        say("order service", "no orders placed")
         return
     ids = "','".join(attempts)
     want = int(psql("SELECT count(*) FROM outbox WHERE payment_attempt_id IN ('%s')" % ids)[0][0])
@@ -58,12 +67,12 @@ def order_service_report(orders_db, deadline):
                "payment_attempt_id IN ('%s')" % ids, orders_db)[0]
     paid = psql("SELECT count(*) FILTER (WHERE paid), count(*), sum(refunded_amount) FROM orders",
                 orders_db)[0]
-    print("order service:        %s orders, %s paid (charged: %s); %s result events applied, "
+    say("order service", "%s orders, %s paid (charged: %s); %s result events applied, "
           "each once (%s distinct)" % (paid[1], paid[0], ", ".join(
               "%s %s" % kv for kv in sorted(charged.items())), got[0], got[1]))
     refunds = psql("SELECT coalesce(last_event_type, 'not answered'), count(*) FROM "
                    "order_refunds GROUP BY 1 ORDER BY 2 DESC", orders_db)
-    print("order service refunds: %s; %s refunded in its books" % (
+    say("order service refunds", "%s; %s refunded in its books" % (
         ", ".join("%s %s" % tuple(kv) for kv in refunds) or "none", paid[2]))
 
 
@@ -161,15 +170,59 @@ def refund_report(psp_ledger, rids, charge_ledger):
     counts = dict(by_status)
     others = ", ".join("%s %s" % (st, n) for st, n in by_status
                        if st not in ("SUCCEEDED", "REJECTED"))
-    print("refunds requested:    %d (the burst's and the order service's)" % len(rids))
-    print("refunds by status:    SUCCEEDED %s, REJECTED %s (%s); others: %s" % (
+    say("refunds requested", "%d (the burst's and the order service's)" % len(rids))
+    say("refunds by status", "SUCCEEDED %s, REJECTED %s (%s); others: %s" % (
         counts.get("SUCCEEDED", 0), counts.get("REJECTED", 0),
         ", ".join("%s %s" % tuple(kv) for kv in rejected) or "none", others or "none"))
-    print("refunded:             %s here (ledger %s); %d at the provider, %d of it by refunds "
+    say("refunded", "%s here (ledger %s); %d at the provider, %d of it by refunds "
           "UNKNOWN here" % (total, books, at_psp, at_psp_unknown))
-    print("refunds at provider:  %d executed; keys executed twice: %d; charges refunded "
+    say("refunds at provider", "%d executed; keys executed twice: %d; charges refunded "
           "past their amount: %d" % (len(executions), twice, past))
     return twice + past
+
+
+def webhook_report(demo_start):
+    """What the provider's webhooks did during this run."""
+    rows = psql("SELECT outcome, count(*) FROM processed_webhook_events WHERE received_at >= "
+                "to_timestamp(%d) GROUP BY 1 ORDER BY 1" % demo_start)
+    say("webhooks", ", ".join("%s %s" % tuple(r) for r in rows) or "none")
+
+
+def status_query(api):
+    """The query a client that lost its answer makes instead of charging
+    again: the newest attempt, as the api answers it."""
+    rows = psql("SELECT id FROM payment_attempts ORDER BY updated_at DESC LIMIT 1")
+    if not rows:
+        return
+    path = "/v1/payment-attempts/" + rows[0][0]
+    doc = json.load(urllib.request.urlopen("http://%s%s" % (api, path), timeout=10))
+    say("status query", "GET %s: %s" % (path, ", ".join(
+        "%s %s" % (k, doc[k]) for k in ("status", "amount", "currency", "provider_payment_id")
+        if doc.get(k) is not None)))
+
+
+def audit_report(a):
+    """chargectl audit run over everything psp-sim made since the demo
+    began, against the ledger (docs/auditor.md). 0, or 1 when it found a
+    mismatch or did not see every object psp-sim made."""
+    since = int(time.time()) - a.demo_start + 1
+    path = os.path.join(a.state, "audit.json")
+    with open(path, "w") as f:
+        rc = subprocess.run([a.chargectl, "audit", "run", "--since", "%ds" % since, "--json"],
+                            stdout=f).returncode
+    if rc != 0:
+        print("demo: the audit found a mismatch (see %s)" % path, file=sys.stderr)
+        return 1
+    with open(path) as f:
+        v = json.load(f)
+    psp = json.load(urllib.request.urlopen(a.psp_admin + "/ledger"))["counters"]
+    say("audit", "%d intents and %d refunds of psp-sim's %d and %d, %d ledger rows, "
+        "%d findings" % (v["intents_seen"], v["refunds_seen"], psp["intents"],
+                         psp["refund_objects"], v["ledger_rows_seen"], v["findings_total"]))
+    if (v["intents_seen"], v["refunds_seen"]) != (psp["intents"], psp["refund_objects"]):
+        print("demo: the audit did not see every object psp-sim made", file=sys.stderr)
+        return 1
+    return 0
 
 
 def main():
@@ -179,6 +232,9 @@ def main():
     ap.add_argument("--chargectl", required=True)
     ap.add_argument("--state", required=True)
     ap.add_argument("--orders-db", help="the example order service's database")
+    ap.add_argument("--api", help="the api's address, for a status query")
+    ap.add_argument("--demo-start", type=int, default=int(time.time()),
+                    help="unix time the demo began: webhooks and the audit since then")
     a = ap.parse_args()
 
     for _ in range(100):
@@ -316,25 +372,29 @@ def main():
                 r = part.split("=", 1)[1]
                 reasons[r] = reasons.get(r, 0) + 1
     print()
-    print("after the workers:    " + ", ".join("%s %s" % (s, n) for s, n in workers_done))
-    print("settled by reconciler: " + (", ".join("%s %s" % (s, n) for s, n in by_reconciler)
+    say("after the workers", ", ".join("%s %s" % (s, n) for s, n in workers_done))
+    say("settled by reconciler", (", ".join("%s %s" % (s, n) for s, n in by_reconciler)
                                       or "none"))
-    print("attempts by status:   " + ", ".join("%s %s" % (s, n) for s, n in by_status))
+    say("attempts by status", ", ".join("%s %s" % (s, n) for s, n in by_status))
     unknown = sum(int(n) for s, n in by_status if s in ("UNKNOWN", "PROCESSING"))
-    print("unknown or processing: %d" % unknown)
-    print("charges at provider:  %d executed, %d succeeded" % (len(ledger), len(succeeded)))
-    print("double charges:       %d" % double)
-    print("events published:     " + ", ".join("%s %s" % (t, n) for t, n in events))
-    print("succeeded, unbooked:  %d (charged at the provider, not SUCCEEDED here)" %
+    say("unknown or processing", "%d" % unknown)
+    say("charges at provider", "%d executed, %d succeeded" % (len(ledger), len(succeeded)))
+    say("double charges", "%d" % double)
+    say("events published", ", ".join("%s %s" % (t, n) for t, n in events))
+    say("succeeded, unbooked", "%d (charged at the provider, not SUCCEEDED here)" %
           len(succeeded - recorded))
-    print("dead letters:         %d (%s)" % (sum(reasons.values()),
+    say("dead letters", "%d (%s)" % (sum(reasons.values()),
                                               ", ".join("%s %d" % kv for kv in sorted(reasons.items()))))
     bad_refunds = refund_report(psp_ledger, rids, ledger)
     if a.orders_db:
         order_service_report(a.orders_db, deadline)
-    print("elapsed:              %.1f s for %d messages, %.1f s until nothing was unknown" %
-          (elapsed, len(burst) + len(bad), reconciled))
-    return 0 if double == 0 and bad_refunds == 0 else 1
+    say("elapsed", "%.1f s for %d messages, %.1f s until nothing was unknown" %
+        (elapsed, len(burst) + len(bad), reconciled))
+    webhook_report(a.demo_start)
+    if a.api:
+        status_query(a.api)
+    bad_audit = audit_report(a)
+    return 0 if double == 0 and bad_refunds == 0 and bad_audit == 0 else 1
 
 
 if __name__ == "__main__":

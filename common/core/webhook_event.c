@@ -270,19 +270,20 @@ static int mask_card_numbers(json_t *v)
     return 0;
 }
 
-/* The event as stored: re-written by jansson, ASCII only. 0 / -1. */
+/* The event as stored: re-written by jansson, ASCII only. 0 /
+ * WEBHOOK_PARSE_NO_MEMORY. */
 static int normalize(json_t *root, char **out, char *errbuf, size_t errbuf_size)
 {
     if (!out)
         return 0;
     if (mask_card_numbers(root) != 0) {
         snprintf(errbuf, errbuf_size, "out of memory");
-        return -1;
+        return WEBHOOK_PARSE_NO_MEMORY;
     }
     *out = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
     if (!*out) {
         snprintf(errbuf, errbuf_size, "out of memory");
-        return -1;
+        return WEBHOOK_PARSE_NO_MEMORY;
     }
     /* Card digits are never kept, whoever sent them. */
     card_data_mask(*out, strlen(*out));
@@ -305,7 +306,9 @@ int webhook_event_parse(const char *body, size_t len, struct webhook_event *ev,
      * refuse later: such a body is a bad request, never a stored one. */
     root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
-        snprintf(errbuf, errbuf_size, "body is not valid json");
+        int oom = json_error_code(&jerr) == json_error_out_of_memory;
+        snprintf(errbuf, errbuf_size, oom ? "out of memory" : "body is not valid json");
+        rc = oom ? WEBHOOK_PARSE_NO_MEMORY : -1;
         goto out;
     }
     if (!json_is_object(root)) {

@@ -45,9 +45,10 @@ struct webhook_refund {
     char failure_reason[128];
 };
 
-/* A charge.refunded event lists at most this many refunds; one with more is
- * refused (400): no charge is refunded that often. */
-#define WEBHOOK_REFUNDS_MAX 16
+/* A charge.refunded event lists at most this many refunds: the provider
+ * pages a charge's refunds list (10 by default, has_more) and never lists
+ * more than 100 in one page. One with more is refused (400). */
+#define WEBHOOK_REFUNDS_MAX 100
 
 struct webhook_event {
     char id[256]; /* evt_... */
@@ -65,11 +66,16 @@ struct webhook_event {
     struct webhook_refund refunds[WEBHOOK_REFUNDS_MAX];
 };
 
-/* Parses the raw body. Returns 0, or -1 with one line in errbuf that is safe
+/* webhook_event_parse's answer when memory ran out: nothing is known to be
+ * wrong with the body, so it is not refused (400) but not stored (5xx), and
+ * the provider delivers it again. */
+#define WEBHOOK_PARSE_NO_MEMORY (-2)
+
+/* Parses the raw body. Returns 0, -1 with one line in errbuf that is safe
  * to answer (bad JSON, a missing field, a type that disagrees with the
- * intent's status). Text fields are checked, never truncated: a value too
- * long for its field is refused. A success must name its amount (>= 0) and
- * currency: without them it cannot be told from another charge.
+ * intent's status), or WEBHOOK_PARSE_NO_MEMORY. Text fields are checked, never
+ * truncated: a value too long for its field is refused. A success must name its amount
+ * (>= 0) and currency: without them it cannot be told from another charge.
  *
  * When `normalized` is not NULL it receives (malloc'd, the caller frees)
  * the event as jansson re-writes it, ASCII only: what is stored for review.

@@ -495,8 +495,10 @@ static int load_kafka_props(config_t *cfg, char *errbuf, size_t errbuf_size)
             goto out;
         }
         cfg->kafka_count++;
-        if (is_secret_prop(prop))
-            log_add_secret(value);
+        if (is_secret_prop(prop) && log_add_secret(value) != 0) {
+            snprintf(errbuf, errbuf_size, "%s: out of memory", name);
+            goto out;
+        }
     }
     rc = 0;
 out:
@@ -506,14 +508,17 @@ out:
 }
 
 /* A libpq error can quote the password alone (a bad %-escape in it, say):
- * the whole URL being secret is not enough, so its password is too. */
-static void add_password_secret(const char *database_url)
+ * the whole URL being secret is not enough, so its password is too. 0 / -1
+ * out of memory. */
+static int add_password_secret(const char *database_url)
 {
+    int rc = 0;
     PQconninfoOption *opts = PQconninfoParse(database_url, NULL);
     for (PQconninfoOption *o = opts; o && o->keyword; o++)
         if (!strcmp(o->keyword, "password") && o->val && o->val[0])
-            log_add_secret(o->val);
+            rc = log_add_secret(o->val);
     PQconninfoFree(opts);
+    return rc;
 }
 
 config_t *config_new(unsigned roles, const char *role_name, char *errbuf,
@@ -549,10 +554,12 @@ config_t *config_new(unsigned roles, const char *role_name, char *errbuf,
             continue;
         }
         cfg->values[i] = v;
-        if (row->type == CONFIG_T_SECRET && v[0])
-            log_add_secret(v);
-        if (row->key == CONFIG_DATABASE_URL)
-            add_password_secret(v);
+        /* A secret that could not be registered could be printed. */
+        if ((row->type == CONFIG_T_SECRET && v[0] && log_add_secret(v) != 0) ||
+            (row->key == CONFIG_DATABASE_URL && add_password_secret(v) != 0)) {
+            snprintf(errbuf, errbuf_size, "%s: out of memory", row->name);
+            goto fail;
+        }
         if (validate(row, v, &cfg->ints[i], errbuf, errbuf_size) != 0)
             goto fail;
     }

@@ -11,15 +11,13 @@
 
 #include "clock.h"
 
-#define LOG_MAX_SECRETS 32
-
 static const char *level_names[] = {"debug", "info", "warn", "error"};
 
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static char log_program[64] = "charged";
 static enum log_level log_min = LOG_INFO;
-static char *log_secrets[LOG_MAX_SECRETS];
-static size_t log_secret_count;
+static char **log_secrets; /* grown as needed: none is ever dropped */
+static size_t log_secret_count, log_secret_cap;
 
 int log_level_parse(const char *s)
 {
@@ -37,22 +35,34 @@ void log_init(const char *program, enum log_level level)
     pthread_mutex_unlock(&log_lock);
 }
 
-void log_add_secret(const char *secret)
+int log_add_secret(const char *secret)
 {
+    int rc = 0;
     if (!secret || strlen(secret) < 4)
-        return;
+        return 0;
     pthread_mutex_lock(&log_lock);
     for (size_t i = 0; i < log_secret_count; i++) {
         if (!strcmp(log_secrets[i], secret))
             goto out;
     }
-    if (log_secret_count < LOG_MAX_SECRETS) {
-        char *copy = strdup(secret);
-        if (copy)
-            log_secrets[log_secret_count++] = copy;
+    if (log_secret_count == log_secret_cap) {
+        size_t cap = log_secret_cap ? log_secret_cap * 2 : 16;
+        char **grown = realloc(log_secrets, cap * sizeof(*grown));
+        if (!grown) {
+            rc = -1;
+            goto out;
+        }
+        log_secrets = grown;
+        log_secret_cap = cap;
     }
+    char *copy = strdup(secret);
+    if (!copy)
+        rc = -1;
+    else
+        log_secrets[log_secret_count++] = copy;
 out:
     pthread_mutex_unlock(&log_lock);
+    return rc;
 }
 
 void log_clear_secrets(void)
@@ -60,7 +70,9 @@ void log_clear_secrets(void)
     pthread_mutex_lock(&log_lock);
     for (size_t i = 0; i < log_secret_count; i++)
         free(log_secrets[i]);
-    log_secret_count = 0;
+    free(log_secrets);
+    log_secrets = NULL;
+    log_secret_count = log_secret_cap = 0;
     pthread_mutex_unlock(&log_lock);
 }
 

@@ -19,9 +19,11 @@ int log_level_parse(const char *s);
 /* Program name written with each line, and the lowest level written. */
 void log_init(const char *program, enum log_level level);
 
-/* Registers a value that must never be printed. Copies it. Values shorter
- * than 4 bytes are ignored: redacting them would garble every line. */
-void log_add_secret(const char *secret);
+/* Registers a value that must never be printed. Copies it; as many as are
+ * given are kept. Values shorter than 4 bytes are ignored: redacting them
+ * would garble every line. Returns 0, or -1 when memory ran out: the secret
+ * is not registered, and the caller must not go on to print it. */
+int log_add_secret(const char *secret);
 /* Forgets every registered secret (tests, shutdown). */
 void log_clear_secrets(void);
 

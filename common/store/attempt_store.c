@@ -149,6 +149,8 @@ static const char *SQL_INSERT_REJECTED =
     "    amount, currency, payment_method, customer_id, metadata, status, reason)"
     "  SELECT id, order_id, idempotency_key, fp, amount, currency, payment_method,"
     "    nullif(customer_id, ''), metadata, " ATTEMPT_SQL(REJECTED) ", reason FROM v"
+    "  WHERE NOT EXISTS (SELECT 1 FROM refund_attempts r"
+    "    WHERE r.idempotency_key = v.idempotency_key)"
     "  ORDER BY n ON CONFLICT DO NOTHING"
     "  RETURNING id, order_id, amount, currency, provider_payment_id, status, reason,"
     "    updated_at, $12::text AS event_type),"
@@ -293,7 +295,7 @@ static enum store_rc record_rejected(attempt_store_t *st,
         goto out;
     stmt_text(&rej, st->actor);
     stmt_text(&rej, attempt_status_event_type(ATTEMPT_STATUS_REJECTED));
-    if ((rc = stmt_run(st->db, &rej, SQL_INSERT_REJECTED, &ins, err)) != STORE_OK)
+    if ((rc = stmt_run_keyed(st->db, &rej, SQL_INSERT_REJECTED, &ins, err)) != STORE_OK)
         goto out;
     /* Only the first message of an attempt in this batch is the one
      * stored REJECTED; any other (a copy, or a conflicting resend) is
@@ -364,7 +366,7 @@ enum store_rc attempt_store_record(attempt_store_t *st,
         add_command(&ins, cmds, sorted[i]->cmd);
     stmt_text(&ins, st->actor);
     stmt_int(&ins, lease_ms > 0 ? lease_ms : 0);
-    if ((rc = stmt_run(st->db, &ins, SQL_RECORD, &found, err)) != STORE_OK)
+    if ((rc = stmt_run_keyed(st->db, &ins, SQL_RECORD, &found, err)) != STORE_OK)
         goto out;
     /* Every message is compared with the stored attempt, whatever batch
      * stored it: a conflicting resend in the same batch as its original is

@@ -186,7 +186,7 @@ enum store_rc refund_store_record(refund_store_t *st, struct refund_record_item 
         stmt_add(&ins, a + 6, c->metadata_json ? c->metadata_json : "{}");
     }
     stmt_text(&ins, st->actor);
-    if ((rc = stmt_run(st->db, &ins, SQL_INSERT_PENDING, NULL, err)) != STORE_OK)
+    if ((rc = stmt_run_keyed(st->db, &ins, SQL_INSERT_PENDING, NULL, err)) != STORE_OK)
         goto out;
     stmt_text(&find, ins.p[a]);
     stmt_text(&find, ins.p[a + 2]);

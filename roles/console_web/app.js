@@ -185,7 +185,7 @@ async function showReviews(page) {
   const detail = el("div", { class: "card", "data-testid": "review-detail" }, el("p", { class: "muted" }, "Pick an attempt to see its evidence."));
   const list = table(["Attempt", "Amount", "Updated", "Why in review"],
     rows.map((a) => ({ a, testid: "review-" + a.payment_attempt_id,
-      cells: [el("span", { class: "mono" }, a.payment_attempt_id), a.amount + " " + a.currency, when(a.updated_at), a.reason || "-"] })),
+      cells: [el("span", { class: "mono" }, a.payment_attempt_id), money(a.amount, a.currency), when(a.updated_at), a.reason || "-"] })),
     (row, tr) => {
       for (const t of list.querySelectorAll("tr.selected")) t.classList.remove("selected");
       tr.classList.add("selected");
@@ -198,7 +198,7 @@ function reviewDetail(box, a) {
   box.appendChild(el("h2", {}, "Attempt " + a.payment_attempt_id));
   box.appendChild(el("dl", { class: "kv" },
     el("dt", {}, "order"), el("dd", { class: "mono" }, a.order_id),
-    el("dt", {}, "amount"), el("dd", {}, a.amount + " " + a.currency),
+    el("dt", {}, "amount"), el("dd", {}, money(a.amount, a.currency)),
     el("dt", {}, "intent recorded"), el("dd", { class: "mono" }, a.provider_payment_id || "none"),
     el("dt", {}, "reason"), el("dd", {}, a.reason || "-")));
   if (a.review) {
@@ -396,7 +396,7 @@ async function showAttempt(page, args) {
   if (found.length === 0) return out.appendChild(notice("error", "No attempt has that id, order or intent."));
   if (found.length > 1) {
     out.appendChild(el("div", { class: "card" }, el("h2", {}, found.length + " attempts"),
-      table(["Attempt", "Status", "Amount", "Updated"], found.map((a) => ({ a, cells: [el("span", { class: "mono" }, a.payment_attempt_id), pill(a.status), a.amount + " " + a.currency, a.updated_at] })),
+      table(["Attempt", "Status", "Amount", "Updated"], found.map((a) => ({ a, cells: [el("span", { class: "mono" }, a.payment_attempt_id), pill(a.status), money(a.amount, a.currency), a.updated_at] })),
         (row) => { location.hash = "#/attempt/" + row.a.payment_attempt_id; })));
     return;
   }
@@ -411,10 +411,10 @@ function timeline(out, h) {
     el("h2", {}, "Attempt ", el("span", { class: "mono" }, a.payment_attempt_id), " ", pill(a.status)),
     el("dl", { class: "kv" },
       el("dt", {}, "order"), el("dd", { class: "mono" }, a.order_id),
-      el("dt", {}, "amount"), el("dd", {}, a.amount + " " + a.currency),
+      el("dt", {}, "amount"), el("dd", {}, money(a.amount, a.currency)),
       el("dt", {}, "idempotency key"), el("dd", { class: "mono" }, a.idempotency_key),
       el("dt", {}, "provider intent"), el("dd", { class: "mono" }, a.provider_payment_id || "-"),
-      el("dt", {}, "refunded"), el("dd", {}, String(a.refunded_amount || 0)),
+      el("dt", {}, "refunded"), el("dd", {}, money(a.refunded_amount || 0, a.currency)),
       el("dt", {}, "reason"), el("dd", {}, a.reason || "-"),
       el("dt", {}, "created"), el("dd", {}, a.created_at))));
   const items = [];
@@ -425,11 +425,11 @@ function timeline(out, h) {
     items.push({ at: c.started_at, kind: "provider call", title: c.operation + ": " + c.outcome,
       text: [c.http_status ? "HTTP " + c.http_status : "", c.provider_payment_id || "", c.latency_ms !== null ? c.latency_ms + " ms" : "", c.error || ""].filter(Boolean).join(" · ") });
   for (const l of h.ledger_entries || [])
-    items.push({ at: l.created_at, kind: "ledger", title: l.kind + " " + l.amount + " " + l.currency, text: l.provider_payment_id || "" });
+    items.push({ at: l.created_at, kind: "ledger", title: l.kind + " " + money(l.amount, l.currency), text: l.provider_payment_id || "" });
   for (const e of h.result_events || [])
     items.push({ at: e.created_at, kind: "result event", title: e.event_type, text: e.published_at ? "published " + e.published_at : "not published yet", detail: e.payload });
   for (const r of h.refunds || [])
-    items.push({ at: r.updated_at, kind: "refund", title: r.status + " " + r.amount + " " + r.currency, text: [r.refund_id, r.refund_reason, r.reason].filter(Boolean).join(" · ") });
+    items.push({ at: r.updated_at, kind: "refund", title: r.status + " " + money(r.amount, r.currency), text: [r.refund_id, r.refund_reason, r.reason].filter(Boolean).join(" · ") });
   items.sort((x, y) => (x.at || "").localeCompare(y.at || ""));
   const list = el("ol", { class: "timeline", "data-testid": "timeline" });
   for (const i of items)

@@ -4,7 +4,7 @@
 // replayed, an attempt's timeline. A screenshot of each page goes to
 // CONSOLE_FLOW's "shots" folder. Run by tests/e2e/test_console_browser.py,
 // which sets the scene and checks the database afterwards; CONSOLE_FLOW is
-// {base, token, review: {attempt, intent, order}, hostile, replay, shots}.
+// {base, token, review: {attempt, intent, order, money}, hostile, replay, shots}.
 // Prints one JSON line of what it saw; exits 1 on the first failed check.
 import { chromium } from "playwright-core";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -97,7 +97,7 @@ try {
   }));
   check(inert.pwned === null, "the letter's script ran: " + JSON.stringify(inert));
   check(inert.imgs === 0, "the letter made an img element");
-  check(JSON.stringify(inert.scripts) === JSON.stringify(["/console/app.js"]), "scripts on the page: " + inert.scripts);
+  check(JSON.stringify(inert.scripts) === JSON.stringify(["/console/money.js", "/console/app.js"]), "scripts on the page: " + inert.scripts);
   saw.hostile = inert;
   await shot(page, "dead-letter");
 
@@ -120,6 +120,7 @@ try {
     await page.locator("[data-testid=timeline]").waitFor(WAIT);
     await page.locator("[data-testid=attempt-summary]", { hasText: cfg.review.attempt }).waitFor(WAIT);
   }
+  await page.locator("[data-testid=attempt-summary]", { hasText: cfg.review.money }).waitFor(WAIT);
   const timeline = page.locator("[data-testid=timeline]");
   await timeline.locator("li", { hasText: "REQUIRES_REVIEW → SUCCEEDED" }).waitFor(WAIT);
   await timeline.locator("li[data-kind=ledger]").first().waitFor(WAIT);

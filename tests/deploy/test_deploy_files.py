@@ -39,7 +39,7 @@ ROOT = os.environ.get("CHARGED_SOURCE_DIR") or os.path.normpath(os.path.join(HER
 DEPLOY = os.path.join(ROOT, "deploy")
 K8S = os.path.join(DEPLOY, "kubernetes")
 
-ROLES = ("worker", "reconciler", "relay", "api", "auditor")
+ROLES = ("worker", "reconciler", "relay", "api", "auditor", "console")
 ADMIN_PORT = 9400
 COMMANDS_TOPIC = "payments.charge.commands"
 WORKER_GROUP = "charged-worker"  # KAFKA_GROUP_ID's default for the worker
@@ -51,6 +51,8 @@ SECRETS_READ = {
     "relay": {"DATABASE_URL"},
     "api": {"DATABASE_URL", "WEBHOOK_SIGNING_SECRET"},
     "auditor": {"DATABASE_URL", "PROVIDER_API_KEY"},
+    # A review is checked with the provider before anything is written.
+    "console": {"DATABASE_URL", "PROVIDER_API_KEY"},
     "migrate": {"DATABASE_URL"},
     # The CronJob charged-audit: `chargectl audit run` asks the provider.
     "audit": {"DATABASE_URL", "PROVIDER_API_KEY"},
@@ -494,19 +496,26 @@ def k8s_selectors_and_budgets(ctx):
               "PDB %s covers no workload" % p["metadata"]["name"])
 
 
-def k8s_api_service_reaches_the_api(ctx):
-    svc = one(ctx, "Service", "charged-api")
-    api = one(ctx, "Deployment", "charged-api")
-    t = api["spec"]["template"]
-    check(labels_match(svc["spec"]["selector"], t["metadata"]["labels"]),
-          "Service charged-api does not select the api pods")
-    c = t["spec"]["containers"][0]
-    ports = {p.get("name"): p["containerPort"] for p in c["ports"]}
-    api_addr = env_of(c).get("API_ADDR", {}).get("value", "")
-    for sp in svc["spec"]["ports"]:
-        check(sp["targetPort"] in ports, "Service port %s targets no container port" % sp)
-        check_eq(api_addr, "0.0.0.0:%d" % ports[sp["targetPort"]],
-                 "API_ADDR vs the port the Service targets")
+def k8s_services_reach_their_listeners(ctx):
+    """charged-api and charged-console select their pods and target the
+    port their listener binds; the console's stays inside the cluster (it
+    faces operators, never the provider or the internet)."""
+    for role, addr_var in (("api", "API_ADDR"), ("console", "CONSOLE_ADDR")):
+        svc = one(ctx, "Service", "charged-" + role)
+        w = one(ctx, "Deployment", "charged-" + role)
+        t = w["spec"]["template"]
+        check(labels_match(svc["spec"]["selector"], t["metadata"]["labels"]),
+              "Service charged-%s does not select the %s pods" % (role, role))
+        c = t["spec"]["containers"][0]
+        ports = {p.get("name"): p["containerPort"] for p in c["ports"]}
+        addr = env_of(c).get(addr_var, {}).get("value", "")
+        for sp in svc["spec"]["ports"]:
+            check(sp["targetPort"] in ports, "Service port %s targets no container port" % sp)
+            check_eq(addr, "0.0.0.0:%d" % ports[sp["targetPort"]],
+                     "%s vs the port the Service targets" % addr_var)
+    console = one(ctx, "Service", "charged-console")["spec"]
+    check_eq(console.get("type", "ClusterIP"), "ClusterIP",
+             "Service charged-console type (internal only)")
 
 
 def duration_s(text):
@@ -551,7 +560,7 @@ KUBERNETES_CHECKS = [
     k8s_probes_use_the_admin_port, k8s_grace_outlasts_the_drain, k8s_containers_run_unprivileged,
     k8s_secrets_only_by_reference, k8s_containers_have_resources, k8s_workers_fit_the_partitions,
     k8s_keda_watches_the_workers_group, k8s_workers_have_stable_names, k8s_selectors_and_budgets,
-    k8s_api_service_reaches_the_api, k8s_daily_audit_covers_a_day,
+    k8s_services_reach_their_listeners, k8s_daily_audit_covers_a_day,
 ]
 
 
@@ -616,6 +625,12 @@ KUBERNETES_MUTANTS = [
      lambda c: container(c, "CronJob", "charged-audit").update(args=["audit", "run", "--since", "12h"])),
     ("a daily audit retried on its findings", k8s_daily_audit_covers_a_day,
      lambda c: one(c, "CronJob", "charged-audit")["spec"]["jobTemplate"]["spec"].update(backoffLimit=6)),
+    ("a console without the provider key", k8s_secrets_only_by_reference,
+     lambda c: drop_k8s_env(container(c, "Deployment", "charged-console"), "PROVIDER_API_KEY_FILE")),
+    ("a console open to the outside", k8s_services_reach_their_listeners,
+     lambda c: one(c, "Service", "charged-console")["spec"].update(type="LoadBalancer")),
+    ("a console Service on another port", k8s_services_reach_their_listeners,
+     lambda c: set_env(container(c, "Deployment", "charged-console"), "CONSOLE_ADDR", "0.0.0.0:8080")),
     ("a daily audit without its key", k8s_secrets_only_by_reference,
      lambda c: drop_k8s_env(container(c, "CronJob", "charged-audit"), "PROVIDER_API_KEY_FILE")),
 ]
@@ -1419,7 +1434,7 @@ def to_loopback(name, value):
         return CLOSED
     if name == "PROVIDER_BASE_URL":
         return "http://" + CLOSED
-    if name in ("ADMIN_ADDR", "API_ADDR"):
+    if name in ("ADMIN_ADDR", "API_ADDR", "CONSOLE_ADDR"):
         check(re.fullmatch(r"0\.0\.0\.0:\d+", value), "%s=%r is not 0.0.0.0:PORT" % (name, value))
         # The admin listener takes port 0 (any free one): nothing can take
         # it between the choice and the bind.

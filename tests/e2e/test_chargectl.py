@@ -7,6 +7,7 @@ again, however often or concurrently it is replayed), attempt show tells the
 story of an attempt whose first answer was lost, --json always parses,
 --help documents everything, and reading never commits any offset."""
 import json
+import re
 import subprocess
 import time
 
@@ -306,6 +307,19 @@ def scenario(new):
              "attempts listed with --limit 2")
     check_eq(ctl_json(s, "attempt", "list", "--older-than", "1d"), [],
              "attempts listed --older-than 1d")
+
+    # People read money as money, in the currency's ISO 4217 unit; --json
+    # keeps minor units.
+    for amount, cur, shown in ((1500, "EUR", "15.00 EUR"), (1500, "JPY", "1500 JPY"),
+                               (1500, "KWD", "1.500 KWD")):
+        a = api.insert_attempt(s, "FAILED", amount=amount, currency=cur)
+        out = ctl(s, "attempt", "list", "--order", a["order_id"]).stdout.decode()
+        check(" %s " % shown in out, "attempt list shows %d %s as %r: %s" % (amount, cur, shown, out))
+        out = ctl(s, "attempt", "show", a["id"]).stdout.decode()
+        check(re.search(r"^amount +%s$" % re.escape(shown), out, re.M),
+              "attempt show: %d %s not as %r: %s" % (amount, cur, shown, out))
+        check_eq(ctl_json(s, "attempt", "list", "--order", a["order_id"])[0]["amount"], amount,
+                 "attempt list --json: minor units")
 
     # Reading the DLQ committed nothing for any group.
     lag = json.loads(s.tool("lag", "chargectl-dlq-reader", s.topics["dlq"]))

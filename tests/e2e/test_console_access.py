@@ -172,12 +172,13 @@ def page_policy(port):
     check(not re.search(rb"<script(?![^>]*\bsrc=)", raw), "an inline script in the page")
     check(not re.search(rb"\son[a-z]+=", raw), "an inline event handler in the page")
     check(not re.search(rb"<style|style=", raw), "inline style in the page")
-    for name in ("app.js", "app.css"):
+    for name in ("app.js", "money.js", "app.css"):
         st, _, h, body = con.request(port, "GET", "/console/" + name)
         check(st == 200 and body, "GET /console/%s" % name)
-    script = con.request(port, "GET", "/console/app.js")[3]
-    check(not re.search(rb"\.(inner|outer)HTML\s*=|insertAdjacentHTML|document\.write|eval\(",
-                        script), "the script writes markup")
+    for name in ("app.js", "money.js"):
+        script = con.request(port, "GET", "/console/" + name)[3]
+        check(not re.search(rb"\.(inner|outer)HTML\s*=|insertAdjacentHTML|document\.write|eval\(",
+                            script), "%s writes markup" % name)
     check_eq(con.request(port, "GET", "/console/../etc/passwd")[0], 404, "a path outside the page")
 
 

@@ -51,7 +51,10 @@ def scenario(new):
     os.makedirs(shots, exist_ok=True)
     flow = {"base": "http://127.0.0.1:%d" % port, "token": secret,
             "review": {"attempt": review["payment_attempt_id"], "intent": pi["id"],
-                       "order": review["order_id"]},
+                       "order": review["order_id"],
+                       # Shown as money: 1500 EUR is 15.00 EUR.
+                       "money": "%d.%02d %s" % (review["amount"] // 100, review["amount"] % 100,
+                                                review["currency"])},
             "hostile": by_reason["schema_violation"], "replay": by_reason["database_refused"],
             "card": con.CARD,
             "commands_topic": s.topics["commands"], "shots": shots}

@@ -178,6 +178,104 @@ START_TEST(a_charge_with_a_refunds_key_is_a_conflict)
 }
 END_TEST
 
+/* The statements that take a key, as the stores write them: each checks
+ * the other table first, which sees only what its snapshot holds. */
+static const char *const TAKE_AS_REFUND =
+    "INSERT INTO refund_attempts (id, payment_attempt_id, idempotency_key,"
+    " request_fingerprint, amount, refund_reason, status)"
+    " SELECT $1, $2, $3, 'fp', 100, 'requested_by_customer', 'PENDING'"
+    " WHERE NOT EXISTS (SELECT 1 FROM payment_attempts WHERE idempotency_key = $3)"
+    " ON CONFLICT DO NOTHING";
+static const char *const TAKE_AS_CHARGE =
+    "INSERT INTO payment_attempts (id, order_id, idempotency_key,"
+    " request_fingerprint, amount, currency, payment_method, status)"
+    " SELECT $1, $2, $3, 'fp', 100, 'EUR', 'pm_card_visa', 'PENDING'"
+    " WHERE NOT EXISTS (SELECT 1 FROM refund_attempts WHERE idempotency_key = $3)"
+    " ON CONFLICT DO NOTHING";
+
+/* Session `first` takes key as one kind and holds its transaction open;
+ * session `second` takes it as the other kind meanwhile. The second
+ * waits on the key (its backend is seen waiting on a lock) and, once the
+ * first commits, is refused: only one row ever holds the key. */
+static void race_for_key(const char *first_sql, const char *second_sql, const char *key)
+{
+    char attempt[37], a_id[37], b_id[37], order[37];
+    charge("SUCCEEDED", 1000, attempt);
+    test_env_uuid(a_id);
+    test_env_uuid(b_id);
+    test_env_uuid(order);
+    PGconn *first = test_env_connect(url), *second = test_env_connect(url);
+    const char *pf[] = {a_id, first_sql == TAKE_AS_REFUND ? attempt : order, key};
+    const char *ps[] = {b_id, second_sql == TAKE_AS_REFUND ? attempt : order, key};
+    test_env_sql(first, "BEGIN", 0, NULL);
+    test_env_sql(first, first_sql, 3, pf);
+    ck_assert_int_eq(PQsendQueryParams(second, second_sql, 3, NULL, ps, NULL, NULL, 0),
+                     1);
+    /* Until the second is blocked on the first's key, or done. */
+    char pid[16], wq[256];
+    snprintf(pid, sizeof(pid), "%d", PQbackendPID(second));
+    snprintf(wq, sizeof(wq),
+             "SELECT count(*) FROM pg_stat_activity WHERE pid = %s"
+             " AND wait_event_type = 'Lock'",
+             pid);
+    long long deadline = test_env_deadline(10000);
+    int waiting = 0;
+    while (!waiting && test_env_now_ms() < deadline) {
+        ck_assert_int_eq(PQconsumeInput(second), 1);
+        if (!PQisBusy(second))
+            break;
+        waiting = number(wq) == 1;
+    }
+    ck_assert_msg(waiting, "the second session took the key without waiting");
+    test_env_sql(first, "COMMIT", 0, NULL);
+    PGresult *r = PQgetResult(second);
+    ck_assert_msg(PQresultStatus(r) == PGRES_FATAL_ERROR, "the second took it too");
+    ck_assert_str_eq(PQresultErrorField(r, PG_DIAG_SQLSTATE), "23505");
+    PQclear(r);
+    while ((r = PQgetResult(second)))
+        PQclear(r);
+    const char *pk[] = {key};
+    PGresult *n = PQexecParams(
+        admin,
+        "SELECT (SELECT count(*) FROM payment_attempts WHERE idempotency_key = $1) +"
+        " (SELECT count(*) FROM refund_attempts WHERE idempotency_key = $1)",
+        1, NULL, pk, NULL, NULL, 0);
+    ck_assert_str_eq(PQgetvalue(n, 0, 0), "1");
+    PQclear(n);
+    PQfinish(first);
+    PQfinish(second);
+}
+
+START_TEST(a_charge_and_a_refund_never_both_take_one_key)
+{
+    char key[64], uuid[37];
+    test_env_uuid(uuid);
+    snprintf(key, sizeof(key), "race:%s", uuid);
+    race_for_key(TAKE_AS_REFUND, TAKE_AS_CHARGE, key);
+    /* The worker's record of the losing charge ends as any reused key. */
+    struct store_error e;
+    attempt_store_t *charges = attempt_store_new(url, "w1", &e);
+    ck_assert_msg(charges != NULL, "%s", e.message);
+    struct charge_command c = {0};
+    test_env_uuid(c.payment_attempt_id);
+    test_env_uuid(c.order_id);
+    snprintf(c.idempotency_key, sizeof(c.idempotency_key), "%s", key);
+    c.amount = 100;
+    snprintf(c.currency, sizeof(c.currency), "EUR");
+    snprintf(c.payment_method, sizeof(c.payment_method), "pm_card_visa");
+    snprintf(c.fingerprint, sizeof(c.fingerprint), "fp");
+    struct attempt_record_item it = {.cmd = &c};
+    ck_assert_msg(attempt_store_record(charges, &it, 1, 0, &e) == STORE_OK, "%s",
+                  e.message);
+    ck_assert_int_eq(it.result, ATTEMPT_CONFLICT);
+    attempt_store_free(charges);
+
+    test_env_uuid(uuid);
+    snprintf(key, sizeof(key), "race:%s", uuid);
+    race_for_key(TAKE_AS_CHARGE, TAKE_AS_REFUND, key);
+}
+END_TEST
+
 START_TEST(claim_reserves_within_the_charge_and_rejects_the_rest)
 {
     refund_store_t *st = store("w1");
@@ -481,6 +579,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, record_is_idempotent_and_refuses_reused_ids_and_keys);
     tcase_add_test(tc, a_charge_with_a_refunds_key_is_a_conflict);
+    tcase_add_test(tc, a_charge_and_a_refund_never_both_take_one_key);
     tcase_add_test(tc, claim_reserves_within_the_charge_and_rejects_the_rest);
     tcase_add_test(tc, one_refund_of_a_charge_per_claim_statement);
     tcase_add_test(tc, refunds_of_a_charge_reserve_in_the_order_recorded);

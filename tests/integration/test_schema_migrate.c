@@ -108,6 +108,85 @@ START_TEST(concurrent_migrates_apply_each_file_once)
 }
 END_TEST
 
+/* Writes the embedded migrations before `stop` (a name) into dir. */
+static void write_migrations_before(const char *dir, const char *stop)
+{
+    char path[512];
+    for (size_t i = 0; i < migrate_embedded_count; i++) {
+        if (strcmp(migrate_embedded[i].name, stop) >= 0)
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, migrate_embedded[i].name);
+        FILE *f = fopen(path, "w");
+        ck_assert_ptr_nonnull(f);
+        fwrite(migrate_embedded[i].sql, 1, migrate_embedded[i].len, f);
+        fclose(f);
+    }
+}
+
+/* 0011 over a database where a charge and a refund already share a key
+ * (the race it closes): it applies, the key stays with the one recorded
+ * first, both rows stay, and from then on the key is refused to anyone. */
+START_TEST(keys_shared_before_0011_migrate_to_the_first)
+{
+    char url[1024], dir[] = "/tmp/charged-mig-XXXXXX";
+    int applied;
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    write_migrations_before(dir, "0011");
+    test_env_fresh_database(url, sizeof(url));
+    PGconn *c = test_env_connect(url);
+    migrate_set_t *set = migrate_set_new(dir, err, sizeof(err));
+    ck_assert_msg(set != NULL, "%s", err);
+    ck_assert_msg(migrate_run(c, set, NULL, &applied, err, sizeof(err)) == 0, "%s",
+                  err);
+    migrate_set_free(set);
+    test_env_sql(c,
+                 "INSERT INTO payment_attempts (id, order_id, idempotency_key,"
+                 " request_fingerprint, amount, currency, payment_method, status,"
+                 " created_at) VALUES ('00000000-0000-4000-8000-000000000001',"
+                 " '00000000-0000-4000-8000-000000000002', 'shared', 'fp', 100, 'EUR',"
+                 " 'pm_card_visa', 'PENDING', now() - interval '1 minute'),"
+                 " ('00000000-0000-4000-8000-000000000003',"
+                 " '00000000-0000-4000-8000-000000000004', 'charge-only', 'fp', 100,"
+                 " 'EUR', 'pm_card_visa', 'PENDING', now())",
+                 0, NULL);
+    test_env_sql(c,
+                 "INSERT INTO refund_attempts (id, payment_attempt_id, idempotency_key,"
+                 " request_fingerprint, amount, refund_reason, status) VALUES"
+                 " ('00000000-0000-4000-8000-000000000005',"
+                 " '00000000-0000-4000-8000-000000000001', 'shared', 'fp', 10,"
+                 " 'requested_by_customer', 'PENDING')",
+                 0, NULL);
+    set = migrate_set_new(NULL, err, sizeof(err));
+    ck_assert_msg(set != NULL, "%s", err);
+    ck_assert_msg(migrate_run(c, set, NULL, &applied, err, sizeof(err)) == 0, "%s",
+                  err);
+    migrate_set_free(set);
+    ck_assert_int_ge(applied, 1);
+    ck_assert_int_eq(count_rows(c, "SELECT count(*) FROM idempotency_keys"), 2);
+    ck_assert_int_eq(
+        count_rows(c, "SELECT count(*) FROM idempotency_keys"
+                      " WHERE idempotency_key = 'shared' AND kind = 'charge'"
+                      " AND owner_id = '00000000-0000-4000-8000-000000000001'"),
+        1);
+    ck_assert_int_eq(count_rows(c, "SELECT count(*) FROM refund_attempts"), 1);
+    PGresult *r = PQexec(c, "INSERT INTO refund_attempts (id, payment_attempt_id,"
+                            " idempotency_key, request_fingerprint, amount,"
+                            " refund_reason, status) VALUES"
+                            " ('00000000-0000-4000-8000-000000000006',"
+                            " '00000000-0000-4000-8000-000000000001', 'charge-only',"
+                            " 'fp', 10, 'requested_by_customer', 'PENDING')");
+    ck_assert_str_eq(PQresultErrorField(r, PG_DIAG_SQLSTATE), "23505");
+    PQclear(r);
+    PQfinish(c);
+    for (size_t i = 0; i < migrate_embedded_count; i++) {
+        char path[512];
+        snprintf(path, sizeof(path), "%s/%s", dir, migrate_embedded[i].name);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+END_TEST
+
 START_TEST(changed_applied_file_is_refused)
 {
     char url[1024], dir[] = "/tmp/charged-mig-XXXXXX", path[512];
@@ -365,6 +444,7 @@ static Suite *suite(void)
     tcase_add_test(tc, second_migrate_is_a_noop);
     tcase_add_test(tc, concurrent_migrates_apply_each_file_once);
     tcase_add_test(tc, changed_applied_file_is_refused);
+    tcase_add_test(tc, keys_shared_before_0011_migrate_to_the_first);
     tcase_add_test(tc, failed_migration_leaves_nothing_behind);
     tcase_add_test(tc, two_live_attempts_of_one_order_fail);
     tcase_add_test(tc, succeeded_and_live_attempt_of_one_order_fail);

@@ -192,8 +192,10 @@ static enum outcome parse_webhook(void)
         free(normalized);
         return o;
     }
-    if (rc != -1)
-        return broken_because("neither 0 nor -1");
+    /* The body is valid: only memory can have failed it, and that must
+     * not read as a bad body (400, never delivered again). */
+    if (rc != WEBHOOK_PARSE_NO_MEMORY)
+        return broken_because("a valid body refused as bad, not as out of memory");
     if (normalized)
         return broken_because("a refused event handed out its normalized text");
     if (!err[0])

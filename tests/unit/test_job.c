@@ -3,11 +3,14 @@
  * the per-state lists and their order, and the offset accounting through
  * every step a job can take: started, detached in each state, reaped. */
 #include <check.h>
+#include <signal.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "job.h"
+#include "utf8_text.h"
 #include "test_env.h"
 
 /* Every allowed move, as the pipeline runs: anything else is a bug. */
@@ -153,15 +156,26 @@ START_TEST(a_state_lists_its_jobs_in_the_order_they_came)
 }
 END_TEST
 
-START_TEST(a_move_not_allowed_ends_the_job)
+/* When the process aborts: nothing may have become reapable (DONE, whose
+ * offset reap commits), nor any offset be given up. Else it exits without
+ * the signal, and the test fails. */
+static void nothing_committed_at_abort(int sig)
+{
+    (void)sig;
+    if (job_list_count(list, JOB_DONE) != 0 || job_list_holding(list) != 4 ||
+        jobs[1].state != JOB_BACKLOG)
+        _exit(3);
+}
+
+/* A move the table does not allow stops the process (SIGABRT, in release
+ * builds too) before the job could end and its offset be committed. */
+START_TEST(a_move_not_allowed_aborts_before_any_commit)
 {
     jobs[1].outcome = "charged";
+    signal(SIGABRT, nothing_committed_at_abort);
     job_set(list, &jobs[1], JOB_PERSIST);
-    ck_assert_int_eq(jobs[1].state, JOB_DONE);
-    ck_assert_str_eq(jobs[1].outcome, "error");
-    ck_assert_str_eq(in_state(JOB_DONE), "1");
-    ck_assert_str_eq(in_state(JOB_PERSIST), "");
-    ck_assert_uint_eq(job_list_holding(list), 4);
+    /* Not reached. */
+    signal(SIGABRT, SIG_DFL);
 }
 END_TEST
 
@@ -287,18 +301,37 @@ START_TEST(log_names_and_jitter)
 }
 END_TEST
 
+/* A dead letter's error text (a Kafka header, a log field) too long for
+ * dl_error is cut before a character, never inside one: 254 ASCII bytes
+ * then a 2-byte character leaves no room for the character's second byte. */
+START_TEST(a_long_error_is_cut_between_characters)
+{
+    struct job j = {0};
+    char text[300];
+    memset(text, 'a', 254);
+    snprintf(text + 254, sizeof(text) - 254, "\xc3\xa9 and more");
+    job_set_error(&j, "%s", text);
+    ck_assert_uint_eq(strlen(j.dl_error), 254);
+    ck_assert_int_eq(utf8_text_valid(j.dl_error, strlen(j.dl_error)), 1);
+    job_set_error(&j, "refused the %s (sqlstate %s)", "attempt", "23505");
+    ck_assert_str_eq(j.dl_error, "refused the attempt (sqlstate 23505)");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("job");
     TCase *moves = tcase_create("moves");
     tcase_add_test(moves, moves_are_the_pipelines);
     tcase_add_test(moves, log_names_and_jitter);
+    tcase_add_test(moves, a_long_error_is_cut_between_characters);
     suite_add_tcase(s, moves);
     TCase *lists = tcase_create("lists");
     tcase_add_checked_fixture(lists, setup, teardown);
     tcase_add_test(lists, new_jobs_wait_in_the_backlog_in_order);
     tcase_add_test(lists, a_state_lists_its_jobs_in_the_order_they_came);
-    tcase_add_test(lists, a_move_not_allowed_ends_the_job);
+    tcase_add_test_raise_signal(lists, a_move_not_allowed_aborts_before_any_commit,
+                                SIGABRT);
     tcase_add_test(lists, offsets_are_counted_through_every_step);
     tcase_add_test(lists, due_and_next_at_look_at_one_state);
     suite_add_tcase(s, lists);

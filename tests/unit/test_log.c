@@ -194,6 +194,24 @@ START_TEST(short_values_are_not_secrets_and_secrets_can_be_forgotten)
 }
 END_TEST
 
+/* A fleet can hold many keys (Kafka, database, provider, several signing
+ * secrets): every one registered is redacted, none dropped past a count. */
+START_TEST(every_secret_is_kept_however_many)
+{
+    char secret[32], line[64], out[64];
+    for (int i = 0; i < 200; i++) {
+        snprintf(secret, sizeof(secret), "secret-%03d-value", i);
+        ck_assert_int_eq(log_add_secret(secret), 0);
+    }
+    for (int i = 0; i < 200; i++) {
+        snprintf(line, sizeof(line), "<secret-%03d-value>", i);
+        log_redact(line, out, sizeof(out));
+        ck_assert_msg(!strcmp(out, "<[redacted]>"), "secret %d shown: %s", i, out);
+    }
+    log_clear_secrets();
+}
+END_TEST
+
 /* One secret that begins with another, or two that overlap: no byte of
  * either reaches the line, whichever was registered first. */
 START_TEST(overlapping_secrets_leave_nothing_of_either)
@@ -298,6 +316,7 @@ int main(void)
     tcase_add_test(tc, levels_below_the_chosen_one_are_not_written);
     tcase_add_test(tc, a_secret_is_redacted_in_message_and_values);
     tcase_add_test(tc, short_values_are_not_secrets_and_secrets_can_be_forgotten);
+    tcase_add_test(tc, every_secret_is_kept_however_many);
     tcase_add_test(tc, overlapping_secrets_leave_nothing_of_either);
     tcase_add_test(tc, line_breaks_and_quotes_stay_inside_the_value);
     tcase_add_test(tc, invalid_utf8_never_breaks_a_line);

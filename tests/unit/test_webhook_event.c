@@ -293,6 +293,48 @@ START_TEST(a_success_names_its_amount)
 }
 END_TEST
 
+/* A charge.refunded body listing n refunds of 1 EUR each. */
+static char *refunded_body(int n)
+{
+    size_t size = 256 + (size_t)n * 128, len;
+    char *b = malloc(size);
+    ck_assert_ptr_nonnull(b);
+    len = (size_t)snprintf(
+        b, size,
+        "{\"id\":\"evt_r\",\"type\":\"charge.refunded\",\"created\":1,"
+        "\"data\":{\"object\":{\"object\":\"charge\",\"payment_"
+        "intent\":\"pi_r\",\"refunds\":{\"has_more\":false,\"data\":[");
+    for (int i = 0; i < n; i++)
+        len +=
+            (size_t)snprintf(b + len, size - len,
+                             "%s{\"id\":\"re_%03d\",\"object\":\"refund\",\"status\":"
+                             "\"succeeded\",\"amount\":100,\"currency\":\"eur\"}",
+                             i ? "," : "", i);
+    snprintf(b + len, size - len, "]}}}}");
+    return b;
+}
+
+/* A charge refunded more often than 16 times is a valid event: the
+ * provider lists up to a page of 100; only more is refused. */
+START_TEST(a_charge_refunded_many_times_is_accepted)
+{
+    struct webhook_event ev;
+    char err[256];
+    char *body = refunded_body(40);
+    ck_assert_msg(parse(body, &ev, err) == 0, "%s", err);
+    ck_assert_uint_eq(ev.nrefunds, 40);
+    ck_assert_str_eq(ev.refunds[39].id, "re_039");
+    free(body);
+    body = refunded_body(100);
+    ck_assert_msg(parse(body, &ev, err) == 0, "%s", err);
+    ck_assert_uint_eq(ev.nrefunds, 100);
+    free(body);
+    body = refunded_body(101);
+    ck_assert_int_eq(parse(body, &ev, err), -1);
+    free(body);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("webhook_event");
@@ -306,6 +348,7 @@ int main(void)
     tcase_add_test(tc, a_failed_attempt_whose_order_moved_on_is_flagged);
     tcase_add_test(tc, normalized_payload_is_storable_and_masked);
     tcase_add_test(tc, a_success_names_its_amount);
+    tcase_add_test(tc, a_charge_refunded_many_times_is_accepted);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }

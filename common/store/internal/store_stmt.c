@@ -86,6 +86,15 @@ enum store_rc stmt_run(store_conn_t *db, struct stmt *s, const char *sql,
     return store_conn_exec(db, sql, s->n, s->p, res, err);
 }
 
+enum store_rc stmt_run_keyed(store_conn_t *db, struct stmt *s, const char *sql,
+                             PGresult **res, struct store_error *err)
+{
+    enum store_rc rc = stmt_run(db, s, sql, res, err);
+    if (rc == STORE_DATA && !strcmp(err->sqlstate, "23505"))
+        rc = stmt_run(db, s, sql, res, err);
+    return rc;
+}
+
 void stmt_release(struct stmt *s)
 {
     for (int i = 0; i < s->n; i++)

@@ -43,6 +43,12 @@ void stmt_add_int(struct stmt *s, int param, long long value);
  * classified (store_conn_exec), and err. */
 enum store_rc stmt_run(store_conn_t *db, struct stmt *s, const char *sql,
                        PGresult **res, struct store_error *err);
+/* stmt_run for a statement that inserts charges or refunds: a key another
+ * session took in the same instant is refused (unique_violation on
+ * idempotency_keys, migration 0011) once that session commits; run again,
+ * the statement sees the winner, and the key reads as the conflict it is. */
+enum store_rc stmt_run_keyed(store_conn_t *db, struct stmt *s, const char *sql,
+                             PGresult **res, struct store_error *err);
 void stmt_release(struct stmt *s);
 
 /* Column c of a row: copied as text into out (cut to its size), as a
