@@ -1,4 +1,4 @@
--- 0011: two finding kinds of ownership (an object is an attempt's only on
+-- 0012: two finding kinds of ownership (an object is an attempt's only on
 -- evidence, never because its metadata names it): booked_foreign, a booked
 -- intent or refund that belongs to another attempt, order, refund or charge
 -- than its booking's; foreign_intent, an intent whose metadata names an
