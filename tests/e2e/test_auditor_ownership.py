@@ -175,7 +175,13 @@ def refund_booked_on_another_charge(new):
     p = s.run([e2e.CHARGECTL, "refund", "resolve", rid, "--status", "SUCCEEDED",
                "--provider-refund-id", other["id"], "--reason", "seen in the dashboard",
                "--force"], check=False)
-    check_eq(p.returncode, 0, "the forced resolve (%s)" % p.stderr.decode().strip())
+    # The review refuses it now, --force or not (test_refund_resolve_foreign);
+    # books written so by an older charged, or by hand, are what the auditor
+    # must still catch: the row as that forced resolve wrote it.
+    check_eq(p.returncode, 1, "the forced resolve of another charge's refund (%s)"
+             % p.stderr.decode().strip())
+    s.psql(s.db, "UPDATE refund_attempts SET status = 'SUCCEEDED', reason = NULL,"
+           " provider_refund_id = '%s', reserved = true WHERE id = '%s'" % (other["id"], rid))
     refunded = {r["provider_refund_id"]: r["payment_intent_id"]
                 for r in s.psp_get("/ledger")["refunds"]}
     check_eq(refunded, {other["id"]: b_pi}, "psp-sim's refunds: one, of B's charge")
