@@ -10,6 +10,7 @@
 
 #include "attempt_status.h"
 #include "attempt_store.h"
+#include "card_data.h"
 #include "charge_op.h"
 #include "charge_policy.h"
 #include "clock.h"
@@ -291,6 +292,21 @@ static void call_refund(struct reconciler *r, struct look *l, const char *op)
     note(l, op, &l->res[i], 0);
 }
 
+/* Objects that name the attempt but are not its own (ownership.h): never
+ * settled on, kept in the look's evidence and said loudly; the auditor
+ * raises them as foreign_intent. */
+static void note_foreign(struct look *l, const struct reconcile_decision *dec)
+{
+    char note[sizeof(dec->note)];
+    if (!dec->note[0])
+        return;
+    card_data_copy_masked(note, sizeof(note), dec->note);
+    /* json_object_set_new steals the new string's reference. */
+    json_object_set_new(l->evidence, "foreign", json_string(note));
+    log_warn("objects name the attempt that are not its own", "payment_attempt_id",
+             l->d->id, "order_id", l->d->params.order_id, "detail", note, NULL);
+}
+
 /* One look: reconcile_policy names each call in turn and, once the
  * evidence suffices, the decision; this makes the calls. */
 static void look(struct reconciler *r, struct look *l)
@@ -316,18 +332,19 @@ static void look(struct reconciler *r, struct look *l)
     struct reconcile_decision dec;
 
     for (;;) {
+        /* The key ages while the look goes on: each decision, a charge
+         * again above all, is taken on its age now. */
+        e.lookup_after_ms = clock_now_ms() - l->claimed_at;
         reconcile_policy_decide(&lim, &a, &e, &dec);
         const struct provider_result *last = &l->res[l->ncalls];
         switch (dec.next) {
         case RECONCILE_RETRIEVE:
             call(r, l, "retrieve");
             e.lookup = last;
-            e.lookup_after_ms = clock_now_ms() - l->claimed_at;
             break;
         case RECONCILE_SEARCH:
             call(r, l, "search");
             e.lookup = last;
-            e.lookup_after_ms = clock_now_ms() - l->claimed_at;
             break;
         case RECONCILE_SEARCH_OTHERS:
             call(r, l, "search");
@@ -345,6 +362,7 @@ static void look(struct reconciler *r, struct look *l)
             l->status = dec.status;
             snprintf(l->reason, sizeof(l->reason), "%s", dec.reason);
             snprintf(l->ppid, sizeof(l->ppid), "%s", dec.provider_payment_id);
+            note_foreign(l, &dec);
             return;
         }
     }
@@ -376,6 +394,7 @@ static void look_refund(struct reconciler *r, struct look *l)
     struct reconcile_decision dec;
 
     for (;;) {
+        e.lookup_after_ms = clock_now_ms() - l->claimed_at;
         reconcile_policy_decide_refund(&lim, &a, &e, &dec);
         const struct provider_result *last = &l->res[l->ncalls];
         switch (dec.next) {
@@ -386,7 +405,6 @@ static void look_refund(struct reconciler *r, struct look *l)
         case RECONCILE_LIST:
             list_walk(r, l, "list_refunds", refunds_page);
             e.list = last;
-            e.lookup_after_ms = clock_now_ms() - l->claimed_at;
             break;
         case RECONCILE_CHARGE:
             call_refund(r, l, "refund");

@@ -133,7 +133,6 @@ struct look {
     int64_t key_age_ms, first_sent_ms, age_ms;
     struct provider_result res[8];
     int ncalls;
-    int measure; /* the last call was a look-up: its answer dates the key */
     struct reconcile_evidence e;
 };
 
@@ -906,13 +905,10 @@ static void rec_step(struct world *w, struct reconciler *r)
     }
     if (w->now < l->busy_until)
         return; /* inside a call: the provider has not answered yet */
-    if (l->measure) {
-        /* reconciler.c measures the look's time when the look-up answers,
-         * and decides on it at once. */
-        l->measure = 0;
-        l->e.lookup_after_ms =
-            w->breaks & SIM_BREAK_KEY_WINDOW ? 0 : w->now - l->claimed_at;
-    }
+    /* reconciler.c measures the look's time before each decision, and
+     * makes the call it names at once. */
+    l->e.lookup_after_ms =
+        w->breaks & SIM_BREAK_KEY_WINDOW ? 0 : w->now - l->claimed_at;
     char id[40], ppid[48] = "", pi[48] = "";
     const struct reconcile_limits lim = {w->set.key_retention_ms,
                                          w->set.provider_timeout_ms,
@@ -951,12 +947,10 @@ static void rec_step(struct world *w, struct reconciler *r)
         case RECONCILE_RETRIEVE:
             *res = sim_provider_retrieve(w->prov, l->intent);
             l->e.lookup = res;
-            l->measure = 1;
             break;
         case RECONCILE_SEARCH:
             *res = sim_provider_search(w->prov, l->id);
             l->e.lookup = res;
-            l->measure = 1;
             break;
         case RECONCILE_SEARCH_OTHERS:
             *res = sim_provider_search(w->prov, l->id);
@@ -1021,7 +1015,6 @@ static void rec_step(struct world *w, struct reconciler *r)
     case RECONCILE_RETRIEVE:
         *res = sim_provider_retrieve_refund(w->prov, l->prefund);
         l->e.lookup = res;
-        l->measure = 1;
         break;
     case RECONCILE_LIST: {
         struct provider_result walk = {0};
@@ -1030,7 +1023,6 @@ static void rec_step(struct world *w, struct reconciler *r)
         reconcile_policy_list_fold(&walk, &page, 1);
         *res = walk;
         l->e.list = res;
-        l->measure = 1;
         break;
     }
     case RECONCILE_CHARGE:
@@ -1068,6 +1060,7 @@ static void refund_webhook(struct world *w, const struct sim_webhook *h)
         .amount = row->amount,
         .currency = "EUR",
         .intent_differs = row->intent != SIM_NULL && row->intent != f->intent,
+        .provider_id_recorded = row->prefund != SIM_NULL,
         .provider_id_differs = row->prefund != SIM_NULL && row->prefund != h->intent,
         .provider_id_elsewhere = 0,
     };
@@ -1121,6 +1114,7 @@ static void webhook_step(struct world *w)
         .amount = a->amount,
         .currency = "EUR",
         .updated_at = a->updated_at / 1000,
+        .intent_recorded = a->intent != SIM_NULL,
         .intent_differs = a->intent != SIM_NULL && a->intent != h.intent,
         .intent_elsewhere = 0,
         .order_has_other_live = w->store->live_count[a->order] -

@@ -64,12 +64,19 @@ def short(sim):
     if [int(l["seed"]) for l in lines] != SEEDS:
         fail(f"expected one line per seed {SEEDS}, got:\n{out}")
     for l in lines:
-        for what in ("lost", "takeovers", "fenced", "key_closed", "rec_settled",
+        for what in ("lost", "takeovers", "key_closed", "rec_settled",
                      "rec_charges", "never_executed", "applied", "jumps",
                      "crashes", "rebalances"):
             if int(l[what]) == 0:
                 fail(f"seed {l['seed']}: no {what} in {BOUND} steps: the run "
                      f"did not exercise what it is for")
+    # A worker fenced out by a settlement made while its call was in
+    # flight. Only the reconciler's takeover of an expired lease does that
+    # now (a webhook about an intent that only names the attempt no longer
+    # settles it, issue 34): rarer, so counted over the seeds together.
+    if sum(int(l["fenced"]) for l in lines) == 0:
+        fail(f"no fenced in {len(lines)} seeds x {BOUND} steps: the run did not "
+             f"exercise what it is for")
     print(f"short: {len(lines)} seeds x {BOUND} steps, no violation; {err.strip()}")
 
 
