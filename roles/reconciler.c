@@ -992,17 +992,19 @@ static void usage(FILE *out)
     fprintf(
         out,
         "usage: charged reconciler\n\n"
-        "Settles attempts whose outcome is unknown on the provider's evidence:\n"
-        "looks each up (by intent id, else by search), charges again with the\n"
-        "same key only while the provider keeps it, and calls it FAILED only when\n"
-        "it was never found after the key's retention and the search's lag, and\n"
-        "the provider's (consistent) list of the key's window holds no intent of it.\n"
+        "Settles attempts whose outcome is unknown on the provider's evidence,\n"
+        "and only on an intent proven the attempt's own: its recorded intent id\n"
+        "(looked up), or, with none recorded, the answer to the charge again\n"
+        "under the attempt's key while the provider keeps it (409: still\n"
+        "executing, look again). An intent found by search or list only names\n"
+        "the attempt: past the key's window it goes to REQUIRES_REVIEW; FAILED\n"
+        "only when the provider's (consistent) list of the key's window holds\n"
+        "none at all, after the key's retention and the search's lag.\n"
         "Looks again on RECONCILER_SCHEDULE_MS; past RECONCILER_MAX_AGE_MS, or on\n"
         "contradictory evidence, the attempt goes to REQUIRES_REVIEW.\n"
-        "Refunds left UNKNOWN or PROCESSING alike: by refund id, else the\n"
-        "intent's (consistent) list of refunds; the refund again with its key\n"
-        "only while the provider keeps it; FAILED only on the list's \"none\"\n"
-        "after that.\n"
+        "Refunds left UNKNOWN or PROCESSING alike: by refund id, else the refund\n"
+        "again with its key while the provider keeps it; past that, a refund in\n"
+        "the intent's list naming it goes to REQUIRES_REVIEW, none is FAILED.\n"
         "SIGTERM: finish the look in hand, hand the rest back, exit 0.\n\n");
     config_print_help(out, CONFIG_ROLE_RECONCILER);
 }
