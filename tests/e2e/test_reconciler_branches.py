@@ -34,8 +34,9 @@ with cause 'reconciler', provider_calls, ledger_entries, outbox):
    by the reconcilers, at most one ledger row and one event of each type
    per attempt.
 8. a 404 from a wrong URL (no resource_missing) is no evidence: past the
-   key's retention and the lag, a charged attempt stays UNKNOWN, nothing
-   POSTed; the right URL then settles it SUCCEEDED.
+   key's retention and the lag, a charged attempt stays UNKNOWN; the right
+   URL then finds its intent by search, which past the window only names
+   it: REQUIRES_REVIEW (unproven), nothing booked.
 9. the provider no longer knows the intent id it gave us ->
    REQUIRES_REVIEW (contradictory).
 10. unsettled RECONCILER_MAX_AGE_MS after it was recorded ->
@@ -451,12 +452,16 @@ def wrong_url(new):
     check(wc and all(c[0] in ("charge", "search") and c[2] == "404" for c in wc),
           "want only calls answered 404 from the wrong URL: %s" % wc)
     check_eq(attempt(s, aid)["status"], "UNKNOWN", "status after the wrong-URL looks")
+    # The right URL: past the key's window the search finds the intent,
+    # which only names the attempt (issue 34): a person decides.
     s.start_reconciler(**env)
-    wait_status(s, aid, ["SUCCEEDED"], 30, stays=OPEN)
+    a = wait_status(s, aid, ["REQUIRES_REVIEW"], 30, stays=OPEN)
     charges = charges_of_key(s, key)
     check_eq(len(charges), 1, "psp-sim charges of key %s" % key)
-    check_succeeded_on(s, aid, key, charges[0])
-    check_one_reconciler_transition(s, aid, "UNKNOWN", "SUCCEEDED")
+    check("unproven" in a["reason"] and charges[0]["payment_intent_id"] in a["reason"],
+          "reason %r" % a["reason"])
+    check_eq(ledger_entries(s, aid), [], "ledger_entries of %s" % aid)
+    check_one_reconciler_transition(s, aid, "UNKNOWN", "REQUIRES_REVIEW")
     e2e.log("wrong URL: %d looks answered 404, the attempt stayed UNKNOWN" % len(wc))
     s.check_invariants()
 
