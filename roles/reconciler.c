@@ -10,6 +10,7 @@
 
 #include "attempt_status.h"
 #include "attempt_store.h"
+#include "card_data.h"
 #include "charge_op.h"
 #include "charge_policy.h"
 #include "clock.h"
@@ -291,6 +292,21 @@ static void call_refund(struct reconciler *r, struct look *l, const char *op)
     note(l, op, &l->res[i], 0);
 }
 
+/* Objects that name the attempt but are not its own (ownership.h): never
+ * settled on, kept in the look's evidence and said loudly; the auditor
+ * raises them as foreign_intent. */
+static void note_foreign(struct look *l, const struct reconcile_decision *dec)
+{
+    char note[sizeof(dec->note)];
+    if (!dec->note[0])
+        return;
+    card_data_copy_masked(note, sizeof(note), dec->note);
+    /* json_object_set_new steals the new string's reference. */
+    json_object_set_new(l->evidence, "foreign", json_string(note));
+    log_warn("objects name the attempt that are not its own", "payment_attempt_id",
+             l->d->id, "order_id", l->d->params.order_id, "detail", note, NULL);
+}
+
 /* One look: reconcile_policy names each call in turn and, once the
  * evidence suffices, the decision; this makes the calls. */
 static void look(struct reconciler *r, struct look *l)
@@ -316,18 +332,19 @@ static void look(struct reconciler *r, struct look *l)
     struct reconcile_decision dec;
 
     for (;;) {
+        /* The key ages while the look goes on: each decision, a charge
+         * again above all, is taken on its age now. */
+        e.lookup_after_ms = clock_now_ms() - l->claimed_at;
         reconcile_policy_decide(&lim, &a, &e, &dec);
         const struct provider_result *last = &l->res[l->ncalls];
         switch (dec.next) {
         case RECONCILE_RETRIEVE:
             call(r, l, "retrieve");
             e.lookup = last;
-            e.lookup_after_ms = clock_now_ms() - l->claimed_at;
             break;
         case RECONCILE_SEARCH:
             call(r, l, "search");
             e.lookup = last;
-            e.lookup_after_ms = clock_now_ms() - l->claimed_at;
             break;
         case RECONCILE_SEARCH_OTHERS:
             call(r, l, "search");
@@ -345,6 +362,7 @@ static void look(struct reconciler *r, struct look *l)
             l->status = dec.status;
             snprintf(l->reason, sizeof(l->reason), "%s", dec.reason);
             snprintf(l->ppid, sizeof(l->ppid), "%s", dec.provider_payment_id);
+            note_foreign(l, &dec);
             return;
         }
     }
@@ -376,6 +394,7 @@ static void look_refund(struct reconciler *r, struct look *l)
     struct reconcile_decision dec;
 
     for (;;) {
+        e.lookup_after_ms = clock_now_ms() - l->claimed_at;
         reconcile_policy_decide_refund(&lim, &a, &e, &dec);
         const struct provider_result *last = &l->res[l->ncalls];
         switch (dec.next) {
@@ -386,7 +405,6 @@ static void look_refund(struct reconciler *r, struct look *l)
         case RECONCILE_LIST:
             list_walk(r, l, "list_refunds", refunds_page);
             e.list = last;
-            e.lookup_after_ms = clock_now_ms() - l->claimed_at;
             break;
         case RECONCILE_CHARGE:
             call_refund(r, l, "refund");
@@ -974,17 +992,19 @@ static void usage(FILE *out)
     fprintf(
         out,
         "usage: charged reconciler\n\n"
-        "Settles attempts whose outcome is unknown on the provider's evidence:\n"
-        "looks each up (by intent id, else by search), charges again with the\n"
-        "same key only while the provider keeps it, and calls it FAILED only when\n"
-        "it was never found after the key's retention and the search's lag, and\n"
-        "the provider's (consistent) list of the key's window holds no intent of it.\n"
+        "Settles attempts whose outcome is unknown on the provider's evidence,\n"
+        "and only on an intent proven the attempt's own: its recorded intent id\n"
+        "(looked up), or, with none recorded, the answer to the charge again\n"
+        "under the attempt's key while the provider keeps it (409: still\n"
+        "executing, look again). An intent found by search or list only names\n"
+        "the attempt: past the key's window it goes to REQUIRES_REVIEW; FAILED\n"
+        "only when the provider's (consistent) list of the key's window holds\n"
+        "none at all, after the key's retention and the search's lag.\n"
         "Looks again on RECONCILER_SCHEDULE_MS; past RECONCILER_MAX_AGE_MS, or on\n"
         "contradictory evidence, the attempt goes to REQUIRES_REVIEW.\n"
-        "Refunds left UNKNOWN or PROCESSING alike: by refund id, else the\n"
-        "intent's (consistent) list of refunds; the refund again with its key\n"
-        "only while the provider keeps it; FAILED only on the list's \"none\"\n"
-        "after that.\n"
+        "Refunds left UNKNOWN or PROCESSING alike: by refund id, else the refund\n"
+        "again with its key while the provider keeps it; past that, a refund in\n"
+        "the intent's list naming it goes to REQUIRES_REVIEW, none is FAILED.\n"
         "SIGTERM: finish the look in hand, hand the rest back, exit 0.\n\n");
     config_print_help(out, CONFIG_ROLE_RECONCILER);
 }

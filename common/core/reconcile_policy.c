@@ -5,6 +5,7 @@
 #include <strings.h>
 
 #include "charge_policy.h"
+#include "ownership.h"
 #include "utf8_text.h"
 
 /* How a row sets the status. */
@@ -40,17 +41,18 @@ static const struct {
     [RECONCILE_FOUND_OTHER_STATUS] = {"found_other_status", SETS,
                                       ATTEMPT_STATUS_REQUIRES_REVIEW, BOOKS_INTENT,
                                       "requires_review: "},
-    /* Contradictory evidence. */
+    /* Contradictory evidence. Only a search or a list finds several, and
+     * neither proves one ours: none is booked. */
     [RECONCILE_FOUND_SEVERAL] = {"found_several", SETS, ATTEMPT_STATUS_REQUIRES_REVIEW,
-                                 BOOKS_INTENT, "requires_review: contradictory: "},
+                                 BOOKS_NONE, "requires_review: contradictory: "},
     /* Not the attempt's: never booked on it. */
     [RECONCILE_FOUND_NOT_OURS] = {"found_not_ours", SETS,
                                   ATTEMPT_STATUS_REQUIRES_REVIEW, BOOKS_NONE,
                                   "requires_review: contradictory: "},
-    /* A second paid intent for the attempt would be a second charge. */
+    /* Ours succeeded; others naming the attempt are foreign (anyone may
+     * write metadata): ours settles, the others go to the look's note. */
     [RECONCILE_SEARCH_FOUND_OTHERS] = {"search_found_others", SETS,
-                                       ATTEMPT_STATUS_REQUIRES_REVIEW, BOOKS_NONE,
-                                       "requires_review: contradictory: "},
+                                       ATTEMPT_STATUS_SUCCEEDED, BOOKS_INTENT, NULL},
     /* No answer, 5xx, 429, a 404 that is not the provider's: no evidence. */
     [RECONCILE_LOOKUP_FAILED] = {"lookup_failed", KEEPS, 0, BOOKS_NONE,
                                  "look-up failed: "},
@@ -89,6 +91,15 @@ static const struct {
                                     ATTEMPT_STATUS_REQUIRES_REVIEW, BOOKS_NONE,
                                     "requires_review: no charge intent to look the "
                                     "refund up on"},
+    /* Found only by what names it, past the key's window: never ours
+     * without proof, so a person decides on the evidence. */
+    [RECONCILE_FOUND_UNPROVEN] = {"found_unproven", SETS,
+                                  ATTEMPT_STATUS_REQUIRES_REVIEW, BOOKS_NONE,
+                                  "requires_review: unproven: "},
+    /* 409: our first call under the key still executes; 429: refused
+     * before executing. Either way: look again. */
+    [RECONCILE_CHARGE_NOT_EXECUTED] = {"charge_not_executed", KEEPS, 0, BOOKS_NONE,
+                                       "sent again, not executed: "},
 };
 _Static_assert(sizeof(rules) / sizeof(rules[0]) == RECONCILE_RULE__COUNT,
                "one row per rule");
@@ -140,14 +151,30 @@ static int intent_is_ours(const struct reconcile_attempt *a,
     return 0;
 }
 
-/* What a found intent says; own_answer: it answered our charge. */
+/* What a found intent says; own_answer: it answered our charge under our
+ * key. Only one proven ours (ownership.h) settles the attempt. */
 static enum reconcile_rule from_intent(const struct reconcile_attempt *a,
                                        const struct provider_result *res,
                                        int own_answer, char *detail, size_t size)
 {
+    const struct ownership_claim claim = {
+        .recorded_id = a->provider_payment_id,
+        .object_id = res->provider_payment_id,
+        .own_answer = own_answer,
+    };
+    char why[128];
+
     if (res->matches > 1) {
         snprintf(detail, size, "%d %ss for one attempt", res->matches, object_of(a));
         return RECONCILE_FOUND_SEVERAL;
+    }
+    enum ownership_verdict v = ownership_judge(&claim, why, sizeof(why));
+    if (v != OWNERSHIP_OURS) {
+        snprintf(detail, size, "%s %s (%s): %s", object_of(a),
+                 res->provider_payment_id[0] ? res->provider_payment_id : "without id",
+                 res->intent_status[0] ? res->intent_status : "no status", why);
+        return v == OWNERSHIP_UNPROVEN ? RECONCILE_FOUND_UNPROVEN
+                                       : RECONCILE_FOUND_NOT_OURS;
     }
     if (!intent_is_ours(a, res, own_answer, detail, size))
         return RECONCILE_FOUND_NOT_OURS;
@@ -167,38 +194,99 @@ static enum reconcile_rule from_intent(const struct reconcile_attempt *a,
     }
 }
 
-/* The order of evidence: look it up; found, settle on the provider's own
- * status; not found inside the key's window, charge again with the same
- * key (it replays the first execution or is the first); not found after
- * the window and the search's lag, ask the consistent list; anything else,
- * look again later. Sets *next to a call still to make, or fills detail
- * and *intent (the answer settled on) and returns the row. */
+/* The answer to our call again under the attempt's own key (a charge, or
+ * a refund): the first execution or its replay, ours either way.
+ * `unanswered`: the row when no answer came. */
 static enum reconcile_rule
-classify(const struct reconcile_limits *lim, const struct reconcile_attempt *a,
-         const struct reconcile_evidence *e, enum reconcile_next *next,
-         const struct provider_result **intent, char *detail, size_t size)
+replay(const struct reconcile_attempt *a, const struct reconcile_evidence *e,
+       enum reconcile_rule unanswered, enum reconcile_next *next,
+       const struct provider_result **intent, char *detail, size_t size)
 {
-    int have_id = a->provider_payment_id && a->provider_payment_id[0];
-    const struct provider_result *res = e->lookup;
+    const struct provider_result *c = e->charge;
+    if (!c) {
+        *next = RECONCILE_CHARGE;
+        return RECONCILE_RULE_NONE;
+    }
+    if (is_intent(c->outcome)) {
+        *intent = c;
+        return from_intent(a, c, 1, detail, size);
+    }
+    if (c->outcome == PROVIDER_INVALID) {
+        provider_outcome_detail(c, detail, size);
+        return RECONCILE_CHARGE_REFUSED;
+    }
+    snprintf(detail, size, "%s", c->error);
+    if (c->outcome == PROVIDER_NOT_EXECUTED)
+        return RECONCILE_CHARGE_NOT_EXECUTED;
+    return a->status == ATTEMPT_STATUS_PROCESSING
+               ? RECONCILE_CHARGE_UNANSWERED_PROCESSING
+               : unanswered;
+}
 
-    *next = RECONCILE_SETTLE;
-    *intent = NULL;
+/* The attempt's recorded intent, retrieved by its id: ours. Succeeded, the
+ * search tells whether others name the attempt: they are foreign (noted,
+ * never settled on), ours settles. */
+static enum reconcile_rule by_id(const struct reconcile_attempt *a,
+                                 const struct reconcile_evidence *e,
+                                 enum reconcile_next *next,
+                                 const struct provider_result **intent, char *detail,
+                                 size_t size)
+{
+    const struct provider_result *res = e->lookup;
     if (!res) {
-        *next = have_id ? RECONCILE_RETRIEVE : RECONCILE_SEARCH;
+        *next = RECONCILE_RETRIEVE;
         return RECONCILE_RULE_NONE;
     }
     if (is_intent(res->outcome)) {
-        if (have_id && res->outcome == PROVIDER_SUCCEEDED) {
-            if (!e->search) {
-                *next = RECONCILE_SEARCH_OTHERS;
-                return RECONCILE_RULE_NONE;
-            }
-            if (e->search->http_status == 200 && e->search->matches > 1) {
-                snprintf(detail, size, "%d intents for one attempt",
-                         e->search->matches);
-                return RECONCILE_SEARCH_FOUND_OTHERS;
-            }
+        enum reconcile_rule rule = from_intent(a, res, 0, detail, size);
+        *intent = res;
+        if (rule != RECONCILE_FOUND_SUCCEEDED)
+            return rule;
+        if (!e->search) {
+            *next = RECONCILE_SEARCH_OTHERS;
+            return RECONCILE_RULE_NONE;
         }
+        if (e->search->http_status == 200 && e->search->matches > 1) {
+            snprintf(detail, size,
+                     "%d intents name the attempt; ours is %s, the other %d are "
+                     "foreign%s%s",
+                     e->search->matches, a->provider_payment_id, e->search->matches - 1,
+                     strcmp(e->search->provider_payment_id, a->provider_payment_id)
+                         ? ", one of them "
+                         : "",
+                     strcmp(e->search->provider_payment_id, a->provider_payment_id)
+                         ? e->search->provider_payment_id
+                         : "");
+            return RECONCILE_SEARCH_FOUND_OTHERS;
+        }
+        return rule;
+    }
+    if (res->outcome != PROVIDER_NOT_FOUND) {
+        snprintf(detail, size, "%s", res->error);
+        return RECONCILE_LOOKUP_FAILED;
+    }
+    snprintf(detail, size, "the provider does not know %s %s", object_of(a),
+             a->provider_payment_id);
+    return RECONCILE_ID_UNKNOWN;
+}
+
+/* Past the key's window no call of ours can still execute, and the replay
+ * proves nothing more. The search (which lags) and then the consistent
+ * list say whether any intent names the attempt: none at all is
+ * never_executed; one is unproven, for a person. */
+static enum reconcile_rule past_window(const struct reconcile_limits *lim,
+                                       const struct reconcile_attempt *a,
+                                       const struct reconcile_evidence *e,
+                                       long long age, enum reconcile_next *next,
+                                       const struct provider_result **intent,
+                                       char *detail, size_t size)
+{
+    const struct provider_result *res = e->lookup, *li = e->list;
+    if (!res) {
+        *next = RECONCILE_SEARCH;
+        return RECONCILE_RULE_NONE;
+    }
+    if (is_intent(res->outcome)) {
         *intent = res;
         return from_intent(a, res, 0, detail, size);
     }
@@ -206,39 +294,10 @@ classify(const struct reconcile_limits *lim, const struct reconcile_attempt *a,
         snprintf(detail, size, "%s", res->error);
         return RECONCILE_LOOKUP_FAILED;
     }
-    if (have_id) {
-        snprintf(detail, size, "the provider does not know intent %s",
-                 a->provider_payment_id);
-        return RECONCILE_ID_UNKNOWN;
-    }
-    /* The key's age on the database's clock at the claim, plus the time the
-     * look has taken since; never sent counts as new. */
-    long long age = (a->key_age_ms < 0 ? 0 : a->key_age_ms) + e->lookup_after_ms;
-    if (charge_policy_key_window_open(age, lim->key_retention_ms,
-                                      lim->provider_timeout_ms)) {
-        const struct provider_result *c = e->charge;
-        if (!c) {
-            *next = RECONCILE_CHARGE;
-            return RECONCILE_RULE_NONE;
-        }
-        if (is_intent(c->outcome)) {
-            *intent = c;
-            return from_intent(a, c, 1, detail, size);
-        }
-        if (c->outcome == PROVIDER_INVALID) {
-            provider_outcome_detail(c, detail, size);
-            return RECONCILE_CHARGE_REFUSED;
-        }
-        snprintf(detail, size, "%s", c->error);
-        return a->status == ATTEMPT_STATUS_PROCESSING
-                   ? RECONCILE_CHARGE_UNANSWERED_PROCESSING
-                   : RECONCILE_CHARGE_UNANSWERED;
-    }
     if (age < lim->key_retention_ms + lim->search_lag_ms || a->first_sent_ms < 0)
         return RECONCILE_SEARCH_MAY_LAG;
     /* Search lags, by more than anyone can promise: only the consistent
      * list says that nothing executed. */
-    const struct provider_result *li = e->list;
     if (!li) {
         *next = RECONCILE_LIST;
         return RECONCILE_RULE_NONE;
@@ -257,6 +316,37 @@ classify(const struct reconcile_limits *lim, const struct reconcile_attempt *a,
     }
     snprintf(detail, size, "%s", li->error);
     return RECONCILE_LIST_FAILED;
+}
+
+/* The key's age on the database's clock at the claim, plus the time the
+ * look has taken since; never sent counts as new. */
+static long long key_age(const struct reconcile_attempt *a,
+                         const struct reconcile_evidence *e)
+{
+    return (a->key_age_ms < 0 ? 0 : a->key_age_ms) + e->lookup_after_ms;
+}
+
+/* The order of evidence: by the recorded id when there is one; else,
+ * while the provider keeps the key, the charge again under it (its answer
+ * or replay is ours; a 409 says our first call still executes); past the
+ * window, what names the attempt (past_window). Sets *next to a call
+ * still to make, or fills detail and *intent (the answer settled on) and
+ * returns the row. */
+static enum reconcile_rule
+classify(const struct reconcile_limits *lim, const struct reconcile_attempt *a,
+         const struct reconcile_evidence *e, enum reconcile_next *next,
+         const struct provider_result **intent, char *detail, size_t size)
+{
+    long long age = key_age(a, e);
+
+    *next = RECONCILE_SETTLE;
+    *intent = NULL;
+    if (a->provider_payment_id && a->provider_payment_id[0])
+        return by_id(a, e, next, intent, detail, size);
+    if (charge_policy_key_window_open(age, lim->key_retention_ms,
+                                      lim->provider_timeout_ms))
+        return replay(a, e, RECONCILE_CHARGE_UNANSWERED, next, intent, detail, size);
+    return past_window(lim, a, e, age, next, intent, detail, size);
 }
 
 /* Reasons quote the provider: cut on a character boundary, never inside. */
@@ -282,6 +372,9 @@ static void finish(const struct reconcile_limits *lim,
     out->rule = rule;
     out->status = rules[rule].how == KEEPS ? a->status : rules[rule].status;
     set_reason(out, rules[rule].reason, detail);
+    if (!rules[rule].reason)
+        /* A row with no reason (a success) keeps what else it saw. */
+        utf8_text_copy(out->note, sizeof(out->note), detail);
     if (rules[rule].books == BOOKS_INTENT && intent)
         snprintf(out->provider_payment_id, sizeof(out->provider_payment_id), "%s",
                  intent->provider_payment_id);
@@ -317,6 +410,7 @@ classify_refund(const struct reconcile_limits *lim, const struct reconcile_attem
                 const struct provider_result **found, char *detail, size_t size)
 {
     const struct provider_result *res;
+    long long age = key_age(a, e);
 
     *next = RECONCILE_SETTLE;
     *found = NULL;
@@ -339,6 +433,11 @@ classify_refund(const struct reconcile_limits *lim, const struct reconcile_attem
     }
     if (!a->payment_intent || !a->payment_intent[0])
         return RECONCILE_REFUND_NO_INTENT;
+    if (charge_policy_key_window_open(age, lim->key_retention_ms,
+                                      lim->provider_timeout_ms))
+        return replay(a, e, RECONCILE_REFUND_UNANSWERED, next, found, detail, size);
+    /* Past the window: the list is consistent, so none naming the refund
+     * means none executed; one naming it is unproven. */
     if (!(res = e->list)) {
         *next = RECONCILE_LIST;
         return RECONCILE_RULE_NONE;
@@ -350,28 +449,6 @@ classify_refund(const struct reconcile_limits *lim, const struct reconcile_attem
     if (res->outcome != PROVIDER_NOT_FOUND) {
         snprintf(detail, size, "%s", res->error);
         return RECONCILE_REFUND_LIST_FAILED;
-    }
-    /* The list is consistent: nothing executed under the key so far. */
-    long long age = (a->key_age_ms < 0 ? 0 : a->key_age_ms) + e->lookup_after_ms;
-    if (charge_policy_key_window_open(age, lim->key_retention_ms,
-                                      lim->provider_timeout_ms)) {
-        const struct provider_result *c = e->charge;
-        if (!c) {
-            *next = RECONCILE_CHARGE;
-            return RECONCILE_RULE_NONE;
-        }
-        if (is_intent(c->outcome)) {
-            *found = c;
-            return from_intent(a, c, 1, detail, size);
-        }
-        if (c->outcome == PROVIDER_INVALID) {
-            provider_outcome_detail(c, detail, size);
-            return RECONCILE_CHARGE_REFUSED;
-        }
-        snprintf(detail, size, "%s", c->error);
-        return a->status == ATTEMPT_STATUS_PROCESSING
-                   ? RECONCILE_CHARGE_UNANSWERED_PROCESSING
-                   : RECONCILE_REFUND_UNANSWERED;
     }
     snprintf(detail, size,
              "not in the provider's list of the intent's refunds, at the key's age "

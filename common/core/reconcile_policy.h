@@ -8,6 +8,12 @@
  * reconciler makes the calls, passes the times and writes the result;
  * docs/reconciler.md is the same table in prose.
  *
+ * Only an object proven the attempt's own settles it (ownership.h): the
+ * intent by its recorded id, or the answer to the charge again under the
+ * attempt's own key. A search or a list only finds objects that name the
+ * attempt in their metadata, which anyone may write: they never settle
+ * it (past the key's window, a person decides).
+ *
  * A refund has its own order of evidence (reconcile_policy_decide_refund)
  * on the same table: the key's window, the rows that settle on what the
  * provider's object says, and the give-up to REQUIRES_REVIEW are one code
@@ -52,8 +58,8 @@ struct reconcile_attempt {
  * Not kept: the caller's results, read during the call only. */
 struct reconcile_evidence {
     const struct provider_result *lookup; /* the retrieve, or the search */
-    /* Between the claim and the look-up's answer, on the caller's
-     * monotonic clock: the key has aged by this since key_age_ms. */
+    /* Between the claim and this decision, on the caller's monotonic
+     * clock: the key has aged by this since key_age_ms. */
     long long lookup_after_ms;
     const struct provider_result *search; /* RECONCILE_SEARCH_OTHERS' answer */
     const struct provider_result *charge;
@@ -97,6 +103,10 @@ enum reconcile_rule {
     RECONCILE_REFUND_UNANSWERED,            /* our refund again: no answer */
     RECONCILE_REFUND_LIST_FAILED,           /* a page of the refunds failed */
     RECONCILE_REFUND_NO_INTENT,             /* no charge's intent to list on */
+    RECONCILE_FOUND_UNPROVEN,               /* only a search or a list names it:
+                                               never ours without proof */
+    RECONCILE_CHARGE_NOT_EXECUTED,          /* our call again was not executed
+                                               (409: our first still runs; 429) */
     RECONCILE_RULE__COUNT
 };
 
@@ -106,6 +116,9 @@ struct reconcile_decision {
     enum attempt_status status;   /* SETTLE; the attempt's own: look again */
     char reason[512];             /* SETTLE: valid UTF-8; "" for none */
     char provider_payment_id[96]; /* SETTLE: the intent booked; "" for none */
+    char note[512];               /* SETTLE: what the look saw beside what
+                                     settled it (foreign objects naming the
+                                     attempt), for its evidence and log; "" */
 };
 
 /* The next step of a look, from the evidence so far. Call it again with
@@ -116,15 +129,16 @@ void reconcile_policy_decide(const struct reconcile_limits *lim,
                              struct reconcile_decision *out);
 
 /* The next step of a look at a refund (a->payment_intent the charge's
- * intent, currency NULL): by its id when known (RETRIEVE); else every page
- * of the intent's refunds, matched on metadata[refund_id] (LIST, folded by
- * reconcile_policy_list_fold; e->list), which is consistent: its "none"
- * means nothing executed so far. Then, while the provider keeps the key
- * (the charge's rule; the key's age counted to e->lookup_after_ms, set
- * when the list answered), the refund again with the same key (CHARGE;
- * e->charge); past it, FAILED never_executed. Found, it settles on the
- * refund's status (succeeded, failed or canceled, pending or
- * requires_action: PROCESSING). */
+ * intent, currency NULL). Only a refund proven ours settles it
+ * (ownership.h): by its recorded id (RETRIEVE); else, while the provider
+ * keeps the key (the charge's rule), the refund again with the same key
+ * (CHARGE; e->charge), whose answer or replay is ours. Past the window,
+ * every page of the intent's refunds (LIST, folded by
+ * reconcile_policy_list_fold; e->list, e->lookup_after_ms set when it
+ * answered): none naming it means nothing executed (FAILED
+ * never_executed); one naming it is unproven (REQUIRES_REVIEW). Ours
+ * settles on the refund's status (succeeded, failed or canceled, pending
+ * or requires_action: PROCESSING). */
 void reconcile_policy_decide_refund(const struct reconcile_limits *lim,
                                     const struct reconcile_attempt *a,
                                     const struct reconcile_evidence *e,

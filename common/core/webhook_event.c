@@ -9,6 +9,7 @@
 #include <uuid/uuid.h>
 
 #include "card_data.h"
+#include "ownership.h"
 #include "utf8_text.h"
 
 /* An identifier from the provider (event id, intent id, event type): we
@@ -422,17 +423,58 @@ const char *webhook_action_name(enum webhook_action a)
 static void set(struct webhook_decision *d, enum webhook_action action,
                 enum attempt_status status, const char *reason)
 {
+    d->check_now = 0;
     d->action = action;
     d->status = status;
     d->reason = reason;
 }
 
-/* Is the event about another charge than the attempt's own? */
+/* A recorded id the database found different from the event's: never a
+ * plain token, so never equal to one the event carries. */
+static const char ANOTHER_ID[] = "(another)";
+
+/* Whose intent the event is about (ownership.h). The database compared the
+ * ids, whatever their length: the recorded one stands as the event's when
+ * they are equal, as another otherwise. */
+static enum ownership_verdict intent_owner(const struct webhook_event *ev,
+                                           const struct webhook_attempt *a)
+{
+    const struct ownership_claim c = {
+        .recorded_id = !a->intent_recorded ? NULL
+                       : a->intent_differs ? ANOTHER_ID
+                                           : ev->intent_id,
+        .object_id = ev->intent_id,
+        .recorded_elsewhere = a->intent_elsewhere,
+    };
+    return ownership_judge(&c, NULL, 0);
+}
+
+/* Our own intent, yet another charge: its amount or currency differ. */
 static int other_charge(const struct webhook_event *ev, const struct webhook_attempt *a)
 {
-    return a->intent_differs || a->intent_elsewhere ||
-           (ev->amount >= 0 && ev->amount != a->amount) ||
+    return (ev->amount >= 0 && ev->amount != a->amount) ||
            (ev->currency[0] && strcmp(ev->currency, a->currency));
+}
+
+/* An intent not proven ours never moves the attempt. Its success could be
+ * money taken in our name: flagged loudly for a person, our attempt left
+ * as it is. An UNKNOWN attempt is looked at now: the charge again under
+ * its own key is the proof the event is not. */
+static void decide_not_ours(const struct webhook_event *ev,
+                            const struct webhook_attempt *a, enum ownership_verdict v,
+                            struct webhook_decision *d)
+{
+    int foreign = v == OWNERSHIP_FOREIGN;
+    if (ev->evidence == WEBHOOK_EVIDENCE_SUCCEEDED)
+        set(d, WEBHOOK_FLAG, a->status,
+            foreign ? "the provider reported success of another's intent"
+                    : "the provider reported success of an intent that only names "
+                      "the attempt");
+    else
+        set(d, WEBHOOK_IGNORE, a->status,
+            foreign ? "about another's intent"
+                    : "about an intent that only names the attempt");
+    d->check_now = a->status == ATTEMPT_STATUS_UNKNOWN;
 }
 
 static void decide_success(const struct webhook_event *ev,
@@ -507,11 +549,21 @@ void webhook_event_decide(const struct webhook_event *ev,
 static void decide(const struct webhook_event *ev, const struct webhook_attempt *a,
                    struct webhook_decision *d)
 {
-    switch (ev->evidence) {
-    case WEBHOOK_EVIDENCE_NONE:
-    case WEBHOOK_EVIDENCE_REFUND: /* about a refund, not the attempt */
+    /* A refund's event is about a refund, not the attempt. */
+    if (ev->evidence == WEBHOOK_EVIDENCE_NONE ||
+        ev->evidence == WEBHOOK_EVIDENCE_REFUND) {
         set(d, WEBHOOK_IGNORE, a->status, "event type not acted on");
         return;
+    }
+    enum ownership_verdict v = intent_owner(ev, a);
+    if (v != OWNERSHIP_OURS) {
+        decide_not_ours(ev, a, v, d);
+        return;
+    }
+    switch (ev->evidence) {
+    case WEBHOOK_EVIDENCE_NONE:
+    case WEBHOOK_EVIDENCE_REFUND:
+        break;
     case WEBHOOK_EVIDENCE_SUCCEEDED:
         decide_success(ev, a, d);
         return;
@@ -562,18 +614,56 @@ static void refund_set(struct webhook_refund_decision *d,
                        enum webhook_refund_action action, enum attempt_status status,
                        const char *reason)
 {
+    d->check_now = 0;
     d->action = action;
     d->status = status;
     d->reason = reason;
 }
 
-/* Is the evidence about another refund than the row's? */
+/* Whose refund the event's is (ownership.h), from what the database
+ * compared: the ids recorded, and the intent our refund is on. */
+static enum ownership_verdict refund_owner(const struct webhook_refund *r,
+                                           const struct webhook_refund_row *row)
+{
+    const struct ownership_claim c = {
+        .recorded_id = !row->provider_id_recorded ? NULL
+                       : row->provider_id_differs ? ANOTHER_ID
+                                                  : r->id,
+        .object_id = r->id,
+        .recorded_elsewhere = row->provider_id_elsewhere,
+        .parent_id = row->intent_differs ? ANOTHER_ID : r->payment_intent,
+        .object_parent_id = r->payment_intent,
+    };
+    return ownership_judge(&c, NULL, 0);
+}
+
+/* Our own refund, yet another amount or currency than we asked. */
 static int other_refund(const struct webhook_refund *r,
                         const struct webhook_refund_row *row)
 {
-    return row->intent_differs || row->provider_id_differs ||
-           row->provider_id_elsewhere || (r->amount >= 0 && r->amount != row->amount) ||
+    return (r->amount >= 0 && r->amount != row->amount) ||
            (r->currency[0] && row->currency[0] && strcmp(r->currency, row->currency));
+}
+
+/* A refund not proven ours never moves the row, and never gives a
+ * reservation back: its success is recorded for a person, anything else
+ * ignored; an UNKNOWN refund is looked at now (its refund again under its
+ * own key is the proof). */
+static void refund_not_ours(const struct webhook_refund *r,
+                            const struct webhook_refund_row *row,
+                            enum ownership_verdict v, struct webhook_refund_decision *d)
+{
+    int foreign = v == OWNERSHIP_FOREIGN;
+    if (webhook_refund_status(r->status) == ATTEMPT_STATUS_SUCCEEDED)
+        refund_set(d, WEBHOOK_REFUND_NEEDS_REVIEW, row->status,
+                   foreign ? "the provider reported success of another's refund"
+                           : "the provider reported success of a refund that only "
+                             "names ours");
+    else
+        refund_set(d, WEBHOOK_REFUND_IGNORE, row->status,
+                   foreign ? "about another's refund"
+                           : "about a refund that only names ours");
+    d->check_now = row->status == ATTEMPT_STATUS_UNKNOWN;
 }
 
 void webhook_refund_decide(const struct webhook_refund *r,
@@ -582,6 +672,12 @@ void webhook_refund_decide(const struct webhook_refund *r,
 {
     const enum attempt_status cur = row->status;
     int open = cur == ATTEMPT_STATUS_PROCESSING || cur == ATTEMPT_STATUS_UNKNOWN;
+    enum ownership_verdict v = refund_owner(r, row);
+
+    if (v != OWNERSHIP_OURS && webhook_refund_status(r->status) >= 0) {
+        refund_not_ours(r, row, v, d);
+        return;
+    }
 
     switch (webhook_refund_status(r->status)) {
     case ATTEMPT_STATUS_SUCCEEDED:

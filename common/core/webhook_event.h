@@ -4,9 +4,14 @@
  * Parsing checks the event's shape (a Stripe-shaped event whose
  * data.object is a PaymentIntent) and keeps what the decision needs. The
  * decision is a pure table: evidence (succeeded, failed, processing) x the
- * attempt's status x whether the event is about this attempt's charge
- * (same intent, amount and currency) -> apply a new status, flag for
- * review, or record and ignore. The rules:
+ * attempt's status x whether the event's intent is the attempt's own
+ * (ownership.h: the intent we recorded from our own call's answer; an
+ * intent that merely names the attempt in its metadata is not) -> apply a
+ * new status, flag for review, or record and ignore. The rules:
+ *   - an intent not proven ours never moves the attempt: its success (it
+ *     could be money) is flagged loudly, its failure or processing is
+ *     recorded and ignored; an UNKNOWN attempt is made due for the
+ *     reconciler at once, whose charge again under our key proves it;
  *   - success evidence settles PROCESSING or UNKNOWN as SUCCEEDED;
  *   - failure evidence settles PROCESSING or UNKNOWN as FAILED;
  *   - processing evidence moves UNKNOWN to PROCESSING (it was received);
@@ -91,6 +96,7 @@ struct webhook_attempt {
     long long amount;
     char currency[4];
     int64_t updated_at;       /* unix seconds of the last change, floored */
+    int intent_recorded;      /* we recorded an intent from our own call */
     int intent_differs;       /* it has an intent, and not the event's */
     int intent_elsewhere;     /* the event's intent is another attempt's,
                                  or booked for one */
@@ -110,6 +116,8 @@ struct webhook_decision {
     enum webhook_action action;
     enum attempt_status status; /* the new one, for APPLY and REVIEW */
     const char *reason;         /* static text: why */
+    int check_now;              /* an UNKNOWN attempt named by an object not
+                                   proven ours: due for the reconciler now */
 };
 
 void webhook_event_decide(const struct webhook_event *ev,
@@ -125,6 +133,7 @@ struct webhook_refund_row {
     long long amount;
     char currency[4];          /* "" when unknown */
     int intent_differs;        /* it names the charge's intent, not the event's */
+    int provider_id_recorded;  /* we recorded a provider refund id from our call */
     int provider_id_differs;   /* it has a provider refund id, not the event's */
     int provider_id_elsewhere; /* the event's re_ id is another refund's */
 };
@@ -140,6 +149,8 @@ struct webhook_refund_decision {
     enum webhook_refund_action action;
     enum attempt_status status; /* the new one, for APPLY */
     const char *reason;         /* static text: why */
+    int check_now;              /* an UNKNOWN refund named by a refund not
+                                   proven ours: due for the reconciler now */
 };
 
 /* The provider's refund status as ours: succeeded SUCCEEDED, failed and
@@ -147,15 +158,18 @@ struct webhook_refund_decision {
  * other. */
 int webhook_refund_status(const char *provider_status);
 
-/* What one refund of an event does to the refund row it names. The rules:
- * success settles PROCESSING or UNKNOWN as SUCCEEDED; failure settles them
- * as FAILED; pending moves UNKNOWN to PROCESSING; what SUCCEEDED already
- * says, or anything older than a settled state (pending after succeeded),
- * is ignored; failure of a SUCCEEDED refund, success of a FAILED or
- * REJECTED one, or a success for another intent, amount, currency or
- * provider refund is needs_review: what is refunded only grows, and only
- * on evidence that is about this refund. A PENDING refund was not sent
- * yet: its own call will see the answer. */
+/* What one refund of an event does to the refund row it names. Only a
+ * refund proven ours (ownership.h: its id is the one we recorded from our
+ * own call's answer, on our charge's intent) moves the row; one that merely
+ * names it is recorded (a success as needs_review), never applied, and no
+ * reservation is given back on it. The rules for ours: success settles PROCESSING or
+ * UNKNOWN as SUCCEEDED; failure settles them as FAILED; pending moves UNKNOWN to
+ * PROCESSING; what SUCCEEDED already says, or anything older than a settled state
+ * (pending after succeeded), is ignored; failure of a SUCCEEDED refund, success of a
+ * FAILED or REJECTED one, or a success for another intent, amount, currency or provider
+ * refund is needs_review: what is refunded only grows, and only on evidence that is
+ * about this refund. A PENDING refund was not sent yet: its own call will see the
+ * answer. */
 void webhook_refund_decide(const struct webhook_refund *r,
                            const struct webhook_refund_row *row,
                            struct webhook_refund_decision *d);

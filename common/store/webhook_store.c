@@ -43,7 +43,8 @@ static const char *SQL_RECORD_EVENT =
     "  OR EXISTS (SELECT 1 FROM ledger_entries l WHERE l.kind = 'charge'" \
     "    AND l.provider_payment_id = $2 AND l.payment_attempt_id <> p.id)," \
     "  EXISTS (SELECT 1 FROM payment_attempts o WHERE o.order_id = p.order_id" \
-    "    AND o.id <> p.id AND o.status = ANY ($3::text[]))" \
+    "    AND o.id <> p.id AND o.status = ANY ($3::text[]))," \
+    "  p.provider_payment_id IS NOT NULL" \
     " FROM payment_attempts p WHERE " where " ORDER BY p.id LIMIT 1 FOR NO KEY UPDATE OF p"
 
 static const char *SQL_LOCK_BY_ID = SQL_LOCK_ATTEMPT("p.id = $1::uuid");
@@ -72,8 +73,18 @@ static const char *SQL_SETTLE =
     SQL_OUTBOX_EVENTS("u")
     "SELECT id FROM u";
 
+/* An UNKNOWN attempt or refund named by an object not proven its own: due
+ * for the reconciler at once, whose call again under its own key proves
+ * what the event cannot. */
+static const char *SQL_CHECK_NOW =
+    "UPDATE payment_attempts SET next_check_at = least(next_check_at, now())"
+    " WHERE id = $1::uuid AND status = " ATTEMPT_SQL(UNKNOWN);
+static const char *SQL_REFUND_CHECK_NOW =
+    "UPDATE refund_attempts SET next_check_at = least(next_check_at, now())"
+    " WHERE id = $1::uuid AND status = " ATTEMPT_SQL(UNKNOWN);
+
 static const char *SQL_EVENT_OUTCOME =
-    "UPDATE processed_webhook_events SET outcome = $3,"
+    "UPDATE processed_webhook_events SET outcome = $3, reason = nullif($5, ''),"
     "  payment_attempt_id = coalesce(nullif($4, '')::uuid, payment_attempt_id)"
     " WHERE provider = $1 AND event_id = $2";
 
@@ -99,7 +110,8 @@ static const char *SQL_VIEW_REFUND =
     "  coalesce(r.payment_intent <> nullif($3, ''), false)," \
     "  coalesce(r.provider_refund_id <> $2, false)," \
     "  EXISTS (SELECT 1 FROM refund_attempts o WHERE o.provider_refund_id = $2" \
-    "    AND o.id <> r.id)" \
+    "    AND o.id <> r.id)," \
+    "  r.provider_refund_id IS NOT NULL" \
     " FROM refund_attempts r WHERE " where " FOR NO KEY UPDATE OF r"
 
 static const char *SQL_LOCK_REFUND_BY_ID =
@@ -313,9 +325,18 @@ static enum store_rc apply_refund(webhook_store_t *st, const struct webhook_even
     row.intent_differs = PQgetvalue(r, 0, 6)[0] == 't';
     row.provider_id_differs = PQgetvalue(r, 0, 7)[0] == 't';
     row.provider_id_elsewhere = PQgetvalue(r, 0, 8)[0] == 't';
+    row.provider_id_recorded = PQgetvalue(r, 0, 9)[0] == 't';
     PQclear(r);
     r = NULL;
     webhook_refund_decide(rf, &row, &d);
+    if (d.check_now) {
+        const char *id[1] = {refund_id};
+        if ((x = store_conn_exec(st->db, SQL_REFUND_CHECK_NOW, 1, id, NULL, err)) !=
+            STORE_OK) {
+            rc = later_failed(x);
+            goto out;
+        }
+    }
     if (d.action != WEBHOOK_REFUND_APPLY) {
         refund_outcome(
             out, d.action == WEBHOOK_REFUND_NEEDS_REVIEW ? "needs_review" : "ignored",
@@ -366,7 +387,7 @@ static enum store_rc apply_once(webhook_store_t *st, const char *provider,
     char reason[256], actor[300];
     enum store_rc rc = STORE_RETRY, x;
     int in_tx = 0;
-    struct webhook_decision d = {WEBHOOK_IGNORE, ATTEMPT_STATUS_PENDING, ""};
+    struct webhook_decision d = {WEBHOOK_IGNORE, ATTEMPT_STATUS_PENDING, "", 0};
     struct webhook_attempt a;
 
     store_error_clear(err);
@@ -430,6 +451,7 @@ static enum store_rc apply_once(webhook_store_t *st, const char *provider,
         a.intent_differs = PQgetvalue(r, 0, 6)[0] == 't';
         a.intent_elsewhere = PQgetvalue(r, 0, 7)[0] == 't';
         a.order_has_other_live = PQgetvalue(r, 0, 8)[0] == 't';
+        a.intent_recorded = PQgetvalue(r, 0, 9)[0] == 't';
         webhook_event_decide(ev, &a, &d);
         out->outcome = webhook_action_name(d.action);
         out->reason = d.reason;
@@ -437,6 +459,14 @@ static enum store_rc apply_once(webhook_store_t *st, const char *provider,
     PQclear(r);
     r = NULL;
 
+    if (d.check_now) {
+        const char *id[1] = {out->attempt_id};
+        if ((x = store_conn_exec(st->db, SQL_CHECK_NOW, 1, id, NULL, err)) !=
+            STORE_OK) {
+            rc = later_failed(x);
+            goto out;
+        }
+    }
     if (d.action == WEBHOOK_APPLY || d.action == WEBHOOK_REVIEW) {
         if (!(evidence = evidence_json(ev))) {
             store_error_set(err, "out of memory");
@@ -467,8 +497,9 @@ static enum store_rc apply_once(webhook_store_t *st, const char *provider,
         r = NULL;
     }
 record:;
-    const char *o[4] = {provider, ev->id, out->outcome, out->attempt_id};
-    if ((x = store_conn_exec(st->db, SQL_EVENT_OUTCOME, 4, o, NULL, err)) != STORE_OK ||
+    const char *o[5] = {provider, ev->id, out->outcome, out->attempt_id,
+                        out->reason ? out->reason : ""};
+    if ((x = store_conn_exec(st->db, SQL_EVENT_OUTCOME, 5, o, NULL, err)) != STORE_OK ||
         (x = store_conn_exec(st->db, "COMMIT", 0, NULL, NULL, err)) != STORE_OK) {
         rc = later_failed(x);
         goto out;

@@ -776,7 +776,13 @@ class Scenario:
         twice = {k: v for k, v in by_key.items() if len(v) > 1}
         if twice:
             raise Failure("keys charged more than once at the provider: %s" % list(twice)[:5])
-        succeeded_charges = {c["payment_attempt_id"]: c for c in ledger if c["outcome"] == "succeeded"}
+        # A charge is an attempt's own when it is under the attempt's key;
+        # another client's intent whose metadata names the attempt is not
+        # (issue 34): it is foreign, never the attempt's money.
+        own_key = {a["key"]: a["id"] for a in attempts}
+        succeeded_charges = {c["payment_attempt_id"]: c for c in ledger
+                             if c["outcome"] == "succeeded" and
+                             own_key.get(c["idempotency_key"]) == c["payment_attempt_id"]}
         orders = {}
         for a in attempts:
             if a["status"] == "SUCCEEDED":

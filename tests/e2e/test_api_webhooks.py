@@ -197,8 +197,29 @@ def rules(s, port):
     def status(a):
         return api.counts(s, a["id"])["status"]
 
-    # Success settles PROCESSING held by a worker's lease: the worker is fenced.
-    p = api.insert_attempt(s, "PROCESSING", lease_owner="some-worker")
+    # An intent that only names the attempt (none recorded: the worker's
+    # answer is not in) never moves it (issue 34): a success is flagged, a
+    # failure ignored, and an UNKNOWN attempt is due for the reconciler now.
+    n = api.insert_attempt(s, "PROCESSING", lease_owner="some-worker")
+    send(api.event("succeeded", n, intent="pi_names_0001"), "flagged", "success naming a PROCESSING")
+    send(api.event("payment_failed", n, intent="pi_names_0002"), "ignored",
+         "failure naming a PROCESSING")
+    check_eq(status(n), "PROCESSING", "PROCESSING after events that only name it")
+    un = api.insert_attempt(s, "UNKNOWN")
+    s.query("UPDATE payment_attempts SET next_check_at = now() + interval '1 hour'"
+            " WHERE id = '%s'" % un["id"])
+    send(api.event("payment_failed", un, intent="pi_names_0003"), "ignored",
+         "failure naming an UNKNOWN")
+    check_eq(s.query("SELECT status, next_check_at <= now() FROM payment_attempts"
+                     " WHERE id = '%s'" % un["id"]), [["UNKNOWN", "t"]],
+             "UNKNOWN after a failure that only names it: due for the reconciler")
+    check_eq(s.query("SELECT reason FROM processed_webhook_events WHERE"
+                     " payload->'data'->'object'->>'id' = 'pi_names_0003'"),
+             [["about an intent that only names the attempt"]], "the event's recorded reason")
+
+    # Success settles PROCESSING held by a worker's lease (its intent
+    # recorded, the provider said processing): the worker is fenced.
+    p = api.insert_attempt(s, "PROCESSING", lease_owner="some-worker", ppid="pi_leased_0001")
     send(api.event("succeeded", p, intent="pi_leased_0001"), "applied", "success for a leased PROCESSING")
     row = s.query("SELECT status, provider_payment_id, coalesce(lease_owner, '') FROM payment_attempts "
                   "WHERE id = '%s'" % p["id"])[0]
@@ -239,8 +260,10 @@ def rules(s, port):
     check_eq(s.query("SELECT event_type FROM outbox WHERE payment_attempt_id = '%s'" % failed["id"]),
              [["charge.requires_review"]], "result event of the contradiction")
     other = api.insert_attempt(s, "SUCCEEDED")
-    send(api.event("succeeded", other, intent="pi_another_charge"), "review", "success of another intent")
-    check_eq(status(other), "REQUIRES_REVIEW", "SUCCEEDED after another intent's success")
+    # Another intent than the one recorded is another's: flagged, never our
+    # attempt's review (issue 34).
+    send(api.event("succeeded", other, intent="pi_another_charge"), "flagged", "success of another intent")
+    check_eq(status(other), "SUCCEEDED", "SUCCEEDED after another intent's success")
     amount = api.insert_attempt(s, "UNKNOWN", ppid="pi_amount_0001")
     send(api.event("succeeded", amount, amount=amount["amount"] + 100), "review", "success for another amount")
     check_eq(status(amount), "REQUIRES_REVIEW", "UNKNOWN after a success for another amount")
@@ -273,7 +296,9 @@ def refunds(s, port):
         check_eq((st, doc and doc.get("result")), (200, want), what)
 
     charge = api.insert_attempt(s, "SUCCEEDED", amount=1000)
-    r1 = api.insert_refund(s, charge, "PROCESSING", 300)
+    # Each refund holds the re_ id its own call's answer gave: only a refund
+    # with that id moves it (issue 34).
+    r1 = api.insert_refund(s, charge, "PROCESSING", 300, ppid="re_webhook_0001")
     ok = api.refund_event("refund.updated", api.refund_object(r1, "re_webhook_0001", "succeeded"))
     body = json.dumps(ok).encode()
     header = api.sign(body)
@@ -313,7 +338,7 @@ def refunds(s, port):
              "SUCCEEDED refund after a failure event")
     check_eq(api.refund_money(s, charge["id"]), (300, 300, 1), "money after a failure event")
     # charge.refunded lists the succeeded one and an UNKNOWN one that failed.
-    r2 = api.insert_refund(s, charge, "UNKNOWN", 200)
+    r2 = api.insert_refund(s, charge, "UNKNOWN", 200, ppid="re_webhook_0002")
     check_eq(api.refund_money(s, charge["id"]), (500, 300, 1), "money with r2 reserved")
     send(api.refund_event("charge.refunded", [
         api.refund_object(r1, "re_webhook_0001", "succeeded"),
@@ -326,11 +351,26 @@ def refunds(s, port):
     check_eq(api.refund_money(s, charge["id"]), (300, 300, 1), "money after r2 failed")
     check_eq(api.refund_counts(s, r1["id"])[2:], (1, 1), "r1 untouched by charge.refunded")
     # An UNKNOWN refund told pending goes PROCESSING (no event for that).
-    r3 = api.insert_refund(s, charge, "UNKNOWN", 100)
+    r3 = api.insert_refund(s, charge, "UNKNOWN", 100, ppid="re_webhook_0003")
     send(api.refund_event("refund.updated", api.refund_object(r3, "re_webhook_0003", "pending")),
          "applied", "pending for an UNKNOWN refund")
     check_eq(api.refund_counts(s, r3["id"]), ("PROCESSING", "re_webhook_0003", 1, 0),
              "UNKNOWN refund after pending")
+    # A refund that only names ours (its answer lost: no re_ id recorded):
+    # never moved, its reservation kept, due for the reconciler now.
+    r4 = api.insert_refund(s, charge, "UNKNOWN", 50)
+    s.query("UPDATE refund_attempts SET next_check_at = now() + interval '1 hour'"
+            " WHERE id = '%s'" % r4["id"])
+    send(api.refund_event("refund.failed", api.refund_object(
+        r4, "re_names_0004", "failed", failure_reason="lost_or_stolen_card")),
+         "ignored", "failure of a refund that only names an UNKNOWN refund")
+    send(api.refund_event("refund.updated", api.refund_object(r4, "re_names_0005", "succeeded")),
+         "needs_review", "success of a refund that only names an UNKNOWN refund")
+    check_eq(s.query("SELECT status, coalesce(provider_refund_id, ''), next_check_at <= now()"
+                     " FROM refund_attempts WHERE id = '%s'" % r4["id"]),
+             [["UNKNOWN", "", "t"]], "the UNKNOWN refund after refunds naming it")
+    check_eq(api.refund_money(s, charge["id"])[:2], (450, 300),
+             "money: r4's reservation kept")
     # A refund we do not know: stored for review.
     ghost = dict(r1, id="0b5e8d0e-4c1f-4e57-9d0c-6f1b1e2a3c4e")
     ev = api.refund_event("refund.updated", api.refund_object(ghost, "re_webhook_ghost", "succeeded"))
@@ -376,9 +416,9 @@ def regressions(s, port):
     # Metadata names attempt A, the intent is B's: not A's money.
     owner = api.insert_attempt(s, "PROCESSING", ppid="pi_belongs_to_b", reason="provider_processing")
     named = api.insert_attempt(s, "UNKNOWN")
-    send(api.event("succeeded", named, intent="pi_belongs_to_b"), "review",
+    send(api.event("succeeded", named, intent="pi_belongs_to_b"), "flagged",
          "success naming A with B's intent")
-    check_eq(status(named), "REQUIRES_REVIEW", "A after B's intent's success")
+    check_eq(status(named), "UNKNOWN", "A after B's intent's success")
     check_eq(api.counts(s, named["id"])["ledger"], 0, "ledger rows of A")
     send(api.event("succeeded", owner), "applied", "B's own success")
     check_eq(api.counts(s, owner["id"])["ledger"], 1, "ledger rows of B")

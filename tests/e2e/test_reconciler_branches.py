@@ -4,10 +4,11 @@
 ledger) and what the database holds (payment_attempts, attempt_transitions
 with cause 'reconciler', provider_calls, ledger_entries, outbox):
 
-1. found by search: the worker's charge executed, then psp-sim answered 500
-   (error_after on the attempt's key); the worker left it UNKNOWN; the
-   reconciler finds the intent by search and settles SUCCEEDED on it,
-   without a charge call: psp-sim charged the key exactly once.
+1. found by the replay: the worker's charge executed, then psp-sim answered
+   500 (error_after on the attempt's key); the worker left it UNKNOWN; the
+   reconciler charges again under the key (no search: a search only finds
+   what names the attempt, issue 34), psp-sim replays the first execution
+   and it settles SUCCEEDED on it: psp-sim charged the key exactly once.
 2. charged again inside the key's window: the answer was dropped after
    executing and search lags (psp-sim --search-lag-ms 600000); the
    reconciler POSTs again with the same key, psp-sim replays the first
@@ -23,17 +24,19 @@ with cause 'reconciler', provider_calls, ledger_entries, outbox):
 5. provider down: a reconciler pointed at a closed port keeps the attempt
    UNKNOWN (never FAILED) while looking again, stops on SIGTERM with 0 and
    hands its lease back; one pointed at psp-sim settles it.
-6. contradictory evidence: two intents for one attempt at psp-sim ->
-   REQUIRES_REVIEW (reason 'contradictory'), charge.requires_review, no
-   ledger row.
+6. another intent naming the attempt (another client's charge under its
+   own key): it is foreign, never contradictory evidence (issue 34); the
+   reconciler's charge again under the attempt's key replays its own and
+   settles SUCCEEDED on it, the foreign intent never booked.
 7. two reconcilers and a worker on one faulty backlog of 300 commands:
    every attempt settled, once: no UNKNOWN or PROCESSING left, every
    charged attempt SUCCEEDED, no key charged twice, no status entered twice
    by the reconcilers, at most one ledger row and one event of each type
    per attempt.
 8. a 404 from a wrong URL (no resource_missing) is no evidence: past the
-   key's retention and the lag, a charged attempt stays UNKNOWN, nothing
-   POSTed; the right URL then settles it SUCCEEDED.
+   key's retention and the lag, a charged attempt stays UNKNOWN; the right
+   URL then finds its intent by search, which past the window only names
+   it: REQUIRES_REVIEW (unproven), nothing booked.
 9. the provider no longer knows the intent id it gave us ->
    REQUIRES_REVIEW (contradictory).
 10. unsettled RECONCILER_MAX_AGE_MS after it was recorded ->
@@ -197,8 +200,9 @@ def found_by_search(new):
     check_succeeded_on(s, aid, key, charges[0])
     check_one_reconciler_transition(s, aid, "UNKNOWN", "SUCCEEDED")
     ops = [c[0] for c in calls(s, aid, s.worker_ids[r])]
-    check_eq(ops, ["search"], "the reconciler's provider calls (found by search, no charge)")
-    check_eq(s.psp_get("/ledger")["counters"]["replayed"], 0, "psp-sim replays")
+    check_eq(ops, ["charge"], "the reconciler's provider calls (the replay, no search)")
+    check_eq(calls(s, aid, s.worker_ids[r])[0][3], "true", "the reconciler's charge replayed")
+    check_eq(s.psp_get("/ledger")["counters"]["replayed"], 1, "psp-sim replays (the reconciler's)")
     s.check_invariants()
 
 
@@ -216,9 +220,9 @@ def charged_again(new):
     check_succeeded_on(s, aid, key, charges[0])
     check_one_reconciler_transition(s, aid, "UNKNOWN", "SUCCEEDED")
     rc = calls(s, aid, s.worker_ids[r])
-    check_eq([(c[0], c[1]) for c in rc], [("search", "not_found"), ("charge", "succeeded")],
+    check_eq([(c[0], c[1]) for c in rc], [("charge", "succeeded")],
              "the reconciler's calls (operation, outcome)")
-    check_eq(rc[1][3], "true", "the reconciler's charge was a replay (replayed)")
+    check_eq(rc[0][3], "true", "the reconciler's charge was a replay (replayed)")
     s.check_invariants()
 
 
@@ -324,8 +328,8 @@ def provider_down(new):
     check_eq(a["lease_owner"], "", "lease owner after the reconciler stopped")
     check_eq(transitions(s, aid, "reconciler"), [], "reconciler transitions while down")
     dc = calls(s, aid, s.worker_ids[down])
-    check(len(dc) >= 2 and all(c[0] == "search" and c[2] == "" for c in dc),
-          "want only unanswered searches while the provider is down: %s" % dc)
+    check(len(dc) >= 2 and all(c[0] == "charge" and c[2] == "" for c in dc),
+          "want only unanswered charges again while the provider is down: %s" % dc)
     up = s.start_reconciler(**RECONCILER)
     wait_status(s, aid, ["SUCCEEDED"], 30, stays=OPEN)
     charges = charges_of_key(s, key)
@@ -349,17 +353,18 @@ def contradictory(new):
     check_eq(status, 200, "direct charge at psp-sim (%s)" % body)
     intents = [c for c in s.ledger() if c["payment_attempt_id"] == aid]
     check_eq(len(intents), 2, "intents at psp-sim for attempt %s" % aid)
+    foreign = [c["payment_intent_id"] for c in intents if c["idempotency_key"] != key][0]
     r = s.start_reconciler(**RECONCILER)
-    a = wait_status(s, aid, ["REQUIRES_REVIEW"], 30, stays=["UNKNOWN"])
-    check("contradictory" in a["reason"], "reason %r does not say contradictory" % a["reason"])
-    check_one_reconciler_transition(s, aid, "UNKNOWN", "REQUIRES_REVIEW")
-    check_eq(events(s, aid), ["charge.unknown", "charge.requires_review"], "events of %s" % aid)
-    check_eq(ledger_entries(s, aid), [], "ledger_entries of %s" % aid)
-    check_eq([c[0] for c in calls(s, aid, s.worker_ids[r])], ["search"],
-             "the reconciler's calls (no charge on contradictory evidence)")
-    check_eq(len([c for c in s.ledger() if c["payment_attempt_id"] == aid]), 2,
-             "intents at psp-sim for attempt %s afterwards" % aid)
-    e2e.log("contradictory:", repr(a["reason"]))
+    a = wait_status(s, aid, ["SUCCEEDED"], 30, stays=["UNKNOWN"])
+    charges = charges_of_key(s, key)
+    check_eq(len(charges), 1, "psp-sim charges of key %s" % key)
+    check_succeeded_on(s, aid, key, charges[0])
+    check_one_reconciler_transition(s, aid, "UNKNOWN", "SUCCEEDED")
+    check_eq([c[0] for c in calls(s, aid, s.worker_ids[r])], ["charge"],
+             "the reconciler's calls (the replay under the key, no search)")
+    check(foreign not in [l[2] for l in ledger_entries(s, aid)],
+          "the foreign intent %s is booked" % foreign)
+    e2e.log("foreign intent %s left alone; settled on the replay" % foreign)
     s.check_invariants()
 
 
@@ -444,15 +449,19 @@ def wrong_url(new):
     e2e.wait_until("looks past the retention and the lag", past_window, 30, 0.1)
     check_eq(s.stop_reconciler(wrong), 0, "exit status of the reconciler after SIGTERM")
     wc = calls(s, aid, s.worker_ids[wrong])
-    check(wc and all(c[0] == "search" and c[2] == "404" for c in wc),
-          "want only searches answered 404 from the wrong URL: %s" % wc)
+    check(wc and all(c[0] in ("charge", "search") and c[2] == "404" for c in wc),
+          "want only calls answered 404 from the wrong URL: %s" % wc)
     check_eq(attempt(s, aid)["status"], "UNKNOWN", "status after the wrong-URL looks")
+    # The right URL: past the key's window the search finds the intent,
+    # which only names the attempt (issue 34): a person decides.
     s.start_reconciler(**env)
-    wait_status(s, aid, ["SUCCEEDED"], 30, stays=OPEN)
+    a = wait_status(s, aid, ["REQUIRES_REVIEW"], 30, stays=OPEN)
     charges = charges_of_key(s, key)
     check_eq(len(charges), 1, "psp-sim charges of key %s" % key)
-    check_succeeded_on(s, aid, key, charges[0])
-    check_one_reconciler_transition(s, aid, "UNKNOWN", "SUCCEEDED")
+    check("unproven" in a["reason"] and charges[0]["payment_intent_id"] in a["reason"],
+          "reason %r" % a["reason"])
+    check_eq(ledger_entries(s, aid), [], "ledger_entries of %s" % aid)
+    check_one_reconciler_transition(s, aid, "UNKNOWN", "REQUIRES_REVIEW")
     e2e.log("wrong URL: %d looks answered 404, the attempt stayed UNKNOWN" % len(wc))
     s.check_invariants()
 
@@ -526,7 +535,7 @@ def lost_decline(new):
     check_one_reconciler_transition(s, aid, "UNKNOWN", "FAILED")
     rc = calls(s, aid, s.worker_ids[r])
     check_eq([(c[0], c[1], c[2], c[3]) for c in rc],
-             [("search", "not_found", "200", "false"), ("charge", "declined", "402", "true")],
+             [("charge", "declined", "402", "true")],
              "the reconciler's calls (operation, outcome, status, replayed)")
     check_eq(events(s, aid), ["charge.unknown", "charge.failed"], "events of %s" % aid)
     check_eq(ledger_entries(s, aid), [], "ledger_entries of %s" % aid)

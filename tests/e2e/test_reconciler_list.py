@@ -14,19 +14,28 @@ the reconciler's search lag is 1 s, psp-sim's search lags 10 minutes, and
 the reconciler starts once the key's window is closed, so it never charges
 again: only search and the list can settle it.
 
-1. lost_charge_in_list: drop_after on the attempt's key -> SUCCEEDED on the
-   intent the list holds, no charge call, psp-sim charged the key once and
-   the order once (before the fix: FAILED never_executed).
+Since issue 34 an intent the list (or the search) holds only names the
+attempt (metadata is anyone's to write): past the key's window it is never
+settled on. The attempt goes to REQUIRES_REVIEW (unproven) with the intent
+in its reason, nothing booked: a person decides. What stays: never FAILED
+while the provider holds an intent naming it.
+
+1. lost_charge_in_list: drop_after on the attempt's key -> REQUIRES_REVIEW
+   on the intent the list holds (unproven), no charge call, psp-sim charged
+   the key once and the order once (before issue 17: FAILED
+   never_executed).
 2. none_in_list: every POST answered 500 before executing -> FAILED
    never_executed, after a list walk that found nothing; nothing charged.
 3. list_fails: a proxy answers 503 to the list -> the charged attempt stays
-   UNKNOWN (never FAILED) past the window; psp-sim's list then settles it.
+   UNKNOWN (never FAILED) past the window; psp-sim's list then sends it to
+   review.
 4. list_pages: 250 declined intents of other attempts created after the
-   attempt's own -> its intent is on the list's third page: SUCCEEDED, the
-   walk took 3 pages.
+   attempt's own -> its intent is on the list's third page: REQUIRES_REVIEW
+   on it, the walk took 3 pages.
 5. endless_list: a proxy answers every list page with has_more and one
    foreign intent -> the walk stops at its bound (100 pages) and the
-   attempt stays UNKNOWN, never FAILED; psp-sim's list then settles it.
+   attempt stays UNKNOWN, never FAILED; psp-sim's list then sends it to
+   review.
 
 Scenarios can be run alone: test_reconciler_list.py list_fails"""
 import json
@@ -112,19 +121,22 @@ def worker_leaves_unknown(s, cmd):
 
 
 def check_succeeded_from_list(s, cmd, r, pages=None):
-    """SUCCEEDED on the one charge psp-sim made, found by the list; no
-    charge sent by the reconciler; one charge for the order."""
+    """REQUIRES_REVIEW (unproven) on the one charge psp-sim made, found by
+    the list, nothing booked; no charge sent by the reconciler; one charge
+    for the order."""
     aid, key = cmd["payment_attempt_id"], cmd["idempotency_key"]
     a = attempt(s, aid)
     charges = charges_of(s, "idempotency_key", key)
     check_eq(len(charges), 1, "psp-sim charges of key %s" % key)
     check_eq(charges[0]["outcome"], "succeeded", "psp-sim's outcome")
-    check_eq(a["ppid"], charges[0]["payment_intent_id"], "provider_payment_id")
+    check_eq(a["status"], "REQUIRES_REVIEW", "status")
+    check("unproven" in a["reason"] and charges[0]["payment_intent_id"] in a["reason"],
+          "reason %r" % a["reason"])
+    check_eq(a["ppid"], "", "provider_payment_id (an unproven intent is never recorded)")
     check_eq(len([c for c in charges_of(s, "order_id", cmd["order_id"])
                   if c["outcome"] == "succeeded"]), 1, "psp-sim charges of the order")
     check_eq(s.query("SELECT kind, provider_payment_id FROM ledger_entries "
-                     "WHERE payment_attempt_id = '%s'" % aid),
-             [["charge", a["ppid"]]], "ledger_entries")
+                     "WHERE payment_attempt_id = '%s'" % aid), [], "ledger_entries")
     rc = calls(s, aid, s.worker_ids[r])
     check("charge" not in [c[0] for c in rc], "the reconciler charged again: %s" % rc)
     check_eq(rc[-1][:2], ("list", "succeeded"), "the reconciler's last call")
@@ -143,7 +155,7 @@ def lost_charge_in_list(new):
     s = new("list_lost", psp_args=PSP + ["--fault", "drop_after=1@%s#1" % key])
     worker_leaves_unknown(s, cmd)
     r = s.start_reconciler(**RECONCILER)
-    wait_status(s, aid, ["SUCCEEDED"], 30, stays=["UNKNOWN"])
+    wait_status(s, aid, ["REQUIRES_REVIEW"], 30, stays=["UNKNOWN"])
     rc = check_succeeded_from_list(s, cmd, r)
     check(all(c[0] in ("search", "list") for c in rc) and rc[0][:2] == ("search", "not_found"),
           "want searches that found nothing, then the list: %s" % rc)
@@ -202,7 +214,7 @@ def list_fails(new):
           "want only lists answered 503: %s" % listed)
     e2e.log("list failing: %d walks, the attempt stayed UNKNOWN" % len(listed))
     r = s.start_reconciler(**RECONCILER)
-    wait_status(s, aid, ["SUCCEEDED"], 30, stays=["UNKNOWN"])
+    wait_status(s, aid, ["REQUIRES_REVIEW"], 30, stays=["UNKNOWN"])
     check_succeeded_from_list(s, cmd, r)
     s.check_invariants()
 
@@ -217,7 +229,7 @@ def list_pages(new):
         check_eq(psp_charge(s, other, payment_method="pm_card_chargeDeclined")["status"],
                  "requires_payment_method", "a foreign intent's status")
     r = s.start_reconciler(**RECONCILER)
-    wait_status(s, aid, ["SUCCEEDED"], 60, stays=["UNKNOWN"])
+    wait_status(s, aid, ["REQUIRES_REVIEW"], 60, stays=["UNKNOWN"])
     check_succeeded_from_list(s, cmd, r, pages=3)
     s.check_invariants()
 
@@ -248,7 +260,7 @@ def endless_list(new):
     e2e.log("endless list: %d walks, %d pages, the attempt stayed UNKNOWN: %r"
             % (len(listed), served[0], listed[0][3]))
     r = s.start_reconciler(**RECONCILER)
-    wait_status(s, aid, ["SUCCEEDED"], 30, stays=["UNKNOWN"])
+    wait_status(s, aid, ["REQUIRES_REVIEW"], 30, stays=["UNKNOWN"])
     check_succeeded_from_list(s, cmd, r)
     s.check_invariants()
 

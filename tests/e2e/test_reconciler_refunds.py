@@ -10,13 +10,20 @@ pm_card_refundPending / pm_card_refundPendingFail (PROCESSING, settled by
 psp-sim later). The worker may not retry an unknown outcome
 (WORKER_UNKNOWN_RETRIES 0), so the reconciler must settle them.
 
-1. key_kept: the provider keeps the keys (its default retention) -> the
-   executed ones SUCCEEDED by the list of the intent's refunds, the
-   never-executed one refunded again under its key and SUCCEEDED, the
-   pending ones SUCCEEDED / FAILED when psp-sim settles them.
+A refund with no provider id recorded is settled only on the answer to its
+own key (issue 34): a refund in the intent's list that names it proves
+nothing, since metadata is anyone's to write.
+
+1. key_kept: the provider keeps the keys (its default retention) -> every
+   refund without a recorded id refunded again under its key: the executed
+   ones SUCCEEDED on psp-sim's replay, the never-executed one executed and
+   SUCCEEDED; the pending ones (their id recorded) SUCCEEDED / FAILED when
+   psp-sim settles them.
 2. key_forgotten: a retention of 3 s, passed before the reconciler looks ->
-   no refund is sent again; the executed ones SUCCEEDED, the never-executed
-   one FAILED never_executed on the list's consistent "none".
+   no refund is sent again; the executed ones, which only the list's
+   metadata names, REQUIRES_REVIEW (unproven, their reservation kept), the
+   never-executed one FAILED never_executed on the list's consistent
+   "none".
 
 Each ends with: no refund UNKNOWN or PROCESSING, none FAILED that psp-sim
 executed (and did not fail), each refund key executed at most once, a
@@ -180,7 +187,8 @@ def run(new, name, retention_ms):
                   % (x["id"], row))
             check_eq(x["prid"], row["provider_refund_id"], "provider_refund_id of %s" % x["id"])
     got = {c["refund_id"]: final[c["refund_id"]]["status"] for c in cmds}
-    want = {cmds[0]["refund_id"]: "SUCCEEDED", cmds[1]["refund_id"]: "SUCCEEDED",
+    executed = "REQUIRES_REVIEW" if retention_ms else "SUCCEEDED"
+    want = {cmds[0]["refund_id"]: executed, cmds[1]["refund_id"]: executed,
             cmds[2]["refund_id"]: "FAILED" if retention_ms else "SUCCEEDED",
             cmds[3]["refund_id"]: "SUCCEEDED", cmds[4]["refund_id"]: "FAILED"}
     check_eq(got, want, "the refunds' statuses")
@@ -188,16 +196,18 @@ def run(new, name, retention_ms):
         check("never_executed" in final[cmds[2]["refund_id"]]["reason"],
               "reason of the never-executed refund: %r" % final[cmds[2]["refund_id"]]["reason"])
 
-    # Money: refunded_amount is the sum of SUCCEEDED refunds, and a FAILED
-    # one gave its reservation back.
+    # Money: refunded_amount is the sum of SUCCEEDED refunds, a FAILED one
+    # gave its reservation back, one under review keeps it.
     rows = s.query("SELECT p.id, p.refunded_amount, p.refund_reserved, "
                    "coalesce((SELECT sum(amount) FROM refund_attempts r WHERE "
-                   "r.payment_attempt_id = p.id AND r.status = 'SUCCEEDED'), 0) "
+                   "r.payment_attempt_id = p.id AND r.status = 'SUCCEEDED'), 0), "
+                   "coalesce((SELECT sum(amount) FROM refund_attempts r WHERE "
+                   "r.payment_attempt_id = p.id AND r.status = 'REQUIRES_REVIEW'), 0) "
                    "FROM payment_attempts p")
-    for aid, refunded, reserved, succeeded in rows:
-        check_eq((int(refunded), int(reserved)), (int(succeeded), int(succeeded)),
+    for aid, refunded, reserved, succeeded, review in rows:
+        check_eq((int(refunded), int(reserved)), (int(succeeded), int(succeeded) + int(review)),
                  "charge %s: refunded_amount and refund_reserved against its "
-                 "SUCCEEDED refunds" % aid)
+                 "SUCCEEDED refunds (and those under review)" % aid)
 
     # The reconciler's calls, under the refund: sent again only while kept.
     rid = s.worker_ids[r]
@@ -209,8 +219,8 @@ def run(new, name, retention_ms):
     if retention_ms:
         check_eq(sent, [], "refunds sent again past the key's retention")
     else:
-        check_eq(sent, [[cmds[2]["refund_id"], "refund"]],
-                 "refunds sent again (only the never-executed one)")
+        check_eq(sorted(c[0] for c in sent), sorted(c["refund_id"] for c in cmds[:3]),
+                 "refunds sent again (each one without a recorded id)")
     trans = s.query("SELECT count(*) FROM refund_transitions WHERE cause = 'reconciler' "
                     "AND actor = '%s'" % rid)
     check(int(trans[0][0]) >= len(cmds), "reconciler transitions: %s" % trans)

@@ -133,7 +133,6 @@ struct look {
     int64_t key_age_ms, first_sent_ms, age_ms;
     struct provider_result res[8];
     int ncalls;
-    int measure; /* the last call was a look-up: its answer dates the key */
     struct reconcile_evidence e;
 };
 
@@ -167,7 +166,7 @@ struct world {
     uint64_t settled, charges_sent, webhooks;
     /* How often the paths that matter ran (printed per seed). */
     uint64_t jumps, crashes, rebalances, key_closed, fenced, takeovers, rec_settled,
-        rec_charges, rec_never_executed, webhook_applied, lost;
+        rec_charges, rec_never_executed, webhook_applied, lost, foreign;
 };
 
 static void note(struct world *w, int actor, enum act act, long long a, long long b)
@@ -906,13 +905,10 @@ static void rec_step(struct world *w, struct reconciler *r)
     }
     if (w->now < l->busy_until)
         return; /* inside a call: the provider has not answered yet */
-    if (l->measure) {
-        /* reconciler.c measures the look's time when the look-up answers,
-         * and decides on it at once. */
-        l->measure = 0;
-        l->e.lookup_after_ms =
-            w->breaks & SIM_BREAK_KEY_WINDOW ? 0 : w->now - l->claimed_at;
-    }
+    /* reconciler.c measures the look's time before each decision, and
+     * makes the call it names at once. */
+    l->e.lookup_after_ms =
+        w->breaks & SIM_BREAK_KEY_WINDOW ? 0 : w->now - l->claimed_at;
     char id[40], ppid[48] = "", pi[48] = "";
     const struct reconcile_limits lim = {w->set.key_retention_ms,
                                          w->set.provider_timeout_ms,
@@ -951,12 +947,10 @@ static void rec_step(struct world *w, struct reconciler *r)
         case RECONCILE_RETRIEVE:
             *res = sim_provider_retrieve(w->prov, l->intent);
             l->e.lookup = res;
-            l->measure = 1;
             break;
         case RECONCILE_SEARCH:
             *res = sim_provider_search(w->prov, l->id);
             l->e.lookup = res;
-            l->measure = 1;
             break;
         case RECONCILE_SEARCH_OTHERS:
             *res = sim_provider_search(w->prov, l->id);
@@ -1021,7 +1015,6 @@ static void rec_step(struct world *w, struct reconciler *r)
     case RECONCILE_RETRIEVE:
         *res = sim_provider_retrieve_refund(w->prov, l->prefund);
         l->e.lookup = res;
-        l->measure = 1;
         break;
     case RECONCILE_LIST: {
         struct provider_result walk = {0};
@@ -1030,7 +1023,6 @@ static void rec_step(struct world *w, struct reconciler *r)
         reconcile_policy_list_fold(&walk, &page, 1);
         *res = walk;
         l->e.list = res;
-        l->measure = 1;
         break;
     }
     case RECONCILE_CHARGE:
@@ -1068,6 +1060,7 @@ static void refund_webhook(struct world *w, const struct sim_webhook *h)
         .amount = row->amount,
         .currency = "EUR",
         .intent_differs = row->intent != SIM_NULL && row->intent != f->intent,
+        .provider_id_recorded = row->prefund != SIM_NULL,
         .provider_id_differs = row->prefund != SIM_NULL && row->prefund != h->intent,
         .provider_id_elsewhere = 0,
     };
@@ -1121,6 +1114,7 @@ static void webhook_step(struct world *w)
         .amount = a->amount,
         .currency = "EUR",
         .updated_at = a->updated_at / 1000,
+        .intent_recorded = a->intent != SIM_NULL,
         .intent_differs = a->intent != SIM_NULL && a->intent != h.intent,
         .intent_elsewhere = 0,
         .order_has_other_live = w->store->live_count[a->order] -
@@ -1135,6 +1129,53 @@ static void webhook_step(struct world *w)
                                       d.action == WEBHOOK_APPLY ? h.intent : SIM_NULL);
     note(w, -1, A_WEBHOOK, a->id, d.action * 10 + ok);
     w->webhook_applied += ok;
+}
+
+/* Another client of the provider account charges with metadata naming an
+ * attempt of ours (issue 34): its event only names the attempt, whatever
+ * the attempt's state, and must never move it. Its intent is not one the
+ * model's provider made for us (no id of ours is that large). */
+#define SIM_FOREIGN_INTENT (1 << 30)
+
+static void foreign_webhook(struct world *w)
+{
+    static struct webhook_event ev; /* large: kept, not zeroed each time */
+    if (w->next_attempt == 0)
+        return;
+    int id = (int)sim_rng_below(&w->rng, (uint64_t)w->next_attempt);
+    struct sim_attempt *a = sim_store_attempt(w->store, id);
+    if (!a)
+        return;
+    ev.evidence = sim_rng_below(&w->rng, 2) ? WEBHOOK_EVIDENCE_SUCCEEDED
+                                            : WEBHOOK_EVIDENCE_FAILED;
+    ev.created = w->now / 1000;
+    snprintf(ev.intent_id, sizeof(ev.intent_id), "pi_%d", SIM_FOREIGN_INTENT + id);
+    ev.amount = a->amount;
+    snprintf(ev.currency, sizeof(ev.currency), "EUR");
+    sim_attempt_name(id, ev.attempt_id, sizeof(ev.attempt_id));
+    ev.nrefunds = 0;
+    struct webhook_attempt wa = {
+        .status = a->status,
+        .amount = a->amount,
+        .currency = "EUR",
+        .updated_at = a->updated_at / 1000,
+        .intent_recorded = a->intent != SIM_NULL,
+        .intent_differs = a->intent != SIM_NULL,
+    };
+    if (w->breaks & SIM_BREAK_OWNERSHIP) {
+        /* The rule dropped: metadata naming the attempt taken as ours. */
+        wa.intent_recorded = 1;
+        wa.intent_differs = 0;
+    }
+    struct webhook_decision d;
+    webhook_event_decide(&ev, &wa, &d);
+    w->foreign++;
+    note(w, -1, A_WEBHOOK, id, 100 + d.action);
+    if (d.action == WEBHOOK_APPLY || d.action == WEBHOOK_REVIEW)
+        sim_violate(&w->viol, "settled-by-foreign",
+                    "attempt a%d (%s) moved to %s by intent %s that only names it", id,
+                    attempt_status_name(a->status), attempt_status_name(d.status),
+                    ev.intent_id);
 }
 
 /* ---- the scheduler ---- */
@@ -1218,9 +1259,12 @@ static void step(struct world *w)
         worker_step(w, &w->workers[sim_rng_below(&w->rng, NWORKERS)]);
     else if (r < 880)
         rec_step(w, &w->recs[sim_rng_below(&w->rng, NRECONCILERS)]);
-    else if (r < 998)
-        webhook_step(w);
-    else if (sim_rng_below(&w->rng, 8) == 0)
+    else if (r < 998) {
+        if (sim_rng_below(&w->rng, 50) == 0)
+            foreign_webhook(w);
+        else
+            webhook_step(w);
+    } else if (sim_rng_below(&w->rng, 8) == 0)
         crash(w, &w->workers[sim_rng_below(&w->rng, NWORKERS)]);
     else if (sim_rng_below(&w->rng, 4) == 0)
         rebalance(w);
@@ -1276,6 +1320,8 @@ static const struct {
      "worker/reconciler send until the key's retention, with no margin"},
     {"list-skipped", SIM_BREAK_LIST_SKIPPED,
      "the reconciler's list is never asked: not found is never executed"},
+    {"ownership", SIM_BREAK_OWNERSHIP,
+     "a webhook's intent naming an attempt is taken as the attempt's own"},
 };
 #define NBREAKS ((int)(sizeof(break_rules) / sizeof(break_rules[0])))
 
@@ -1377,7 +1423,8 @@ int main(int argc, char **argv)
                "persisted %llu fenced %llu takeovers %llu key_closed %llu "
                "in_use %llu rec_settled %llu rec_charges %llu never_executed %llu "
                "webhooks %llu "
-               "applied %llu jumps %llu crashes %llu rebalances %llu charged %lld "
+               "applied %llu foreign %llu jumps %llu crashes %llu rebalances %llu "
+               "charged %lld "
                "refunded %lld hash %016llx\n",
                (unsigned long long)s, (unsigned long long)steps, w.next_attempt,
                w.next_refund, (unsigned long long)w.charges_sent,
@@ -1386,10 +1433,10 @@ int main(int argc, char **argv)
                (unsigned long long)w.key_closed, (unsigned long long)w.prov->in_use,
                (unsigned long long)w.rec_settled, (unsigned long long)w.rec_charges,
                (unsigned long long)w.rec_never_executed, (unsigned long long)w.webhooks,
-               (unsigned long long)w.webhook_applied, (unsigned long long)w.jumps,
-               (unsigned long long)w.crashes, (unsigned long long)w.rebalances,
-               w.prov->charged_total, w.prov->refunded_total,
-               (unsigned long long)world_hash(&w));
+               (unsigned long long)w.webhook_applied, (unsigned long long)w.foreign,
+               (unsigned long long)w.jumps, (unsigned long long)w.crashes,
+               (unsigned long long)w.rebalances, w.prov->charged_total,
+               w.prov->refunded_total, (unsigned long long)world_hash(&w));
         world_release(&w);
     }
     fflush(stdout);

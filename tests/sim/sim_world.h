@@ -18,6 +18,7 @@ enum sim_break {
     SIM_BREAK_REFUND_RESERVATION = 1 << 4,   /* refunds not reserved on the charge */
     SIM_BREAK_KEY_MARGIN = 1 << 5,           /* the key window with no margin */
     SIM_BREAK_LIST_SKIPPED = 1 << 6,         /* never_executed without the list */
+    SIM_BREAK_OWNERSHIP = 1 << 7,            /* metadata naming an attempt is proof */
 };
 
 /* The first invariant a run broke: its rule and one line of why. */

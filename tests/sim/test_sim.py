@@ -30,6 +30,9 @@ RULES = {
     # A look-up by metadata may lag past any promise: only the consistent
     # list may say that nothing executed.
     "list-skipped": "failed-with-charge",
+    # An intent another client made, its metadata naming a live attempt
+    # (issue 34): only the attempt's own intent may move it.
+    "ownership": "settled-by-foreign",
 }
 
 # Rules whose break needs rarer luck. key-margin: a key first sent a
@@ -37,7 +40,12 @@ RULES = {
 # (seeds 1-20: 17 within 3,000,000 steps); list-skipped: a look past the
 # key's window at an intent the look-up by metadata never shows (20 within
 # 3,000,000, median about 300,000).
-RULE_BOUNDS = {"key-margin": 5_000_000, "list-skipped": 3_000_000}
+# epoch-fence: a settlement while a worker's call is in flight comes only
+# from the reconciler's takeover of an expired lease since webhooks that
+# only name an attempt no longer settle it (issue 34): seeds 1-3 within
+# 1,250,000 steps.
+RULE_BOUNDS = {"key-margin": 5_000_000, "list-skipped": 3_000_000,
+               "epoch-fence": 3_000_000}
 
 
 def run(sim, *args):
@@ -64,12 +72,19 @@ def short(sim):
     if [int(l["seed"]) for l in lines] != SEEDS:
         fail(f"expected one line per seed {SEEDS}, got:\n{out}")
     for l in lines:
-        for what in ("lost", "takeovers", "fenced", "key_closed", "rec_settled",
-                     "rec_charges", "never_executed", "applied", "jumps",
+        for what in ("lost", "takeovers", "key_closed", "rec_settled",
+                     "rec_charges", "never_executed", "applied", "foreign", "jumps",
                      "crashes", "rebalances"):
             if int(l[what]) == 0:
                 fail(f"seed {l['seed']}: no {what} in {BOUND} steps: the run "
                      f"did not exercise what it is for")
+    # A worker fenced out by a settlement made while its call was in
+    # flight. Only the reconciler's takeover of an expired lease does that
+    # now (a webhook about an intent that only names the attempt no longer
+    # settles it, issue 34): rarer, so counted over the seeds together.
+    if sum(int(l["fenced"]) for l in lines) == 0:
+        fail(f"no fenced in {len(lines)} seeds x {BOUND} steps: the run did not "
+             f"exercise what it is for")
     print(f"short: {len(lines)} seeds x {BOUND} steps, no violation; {err.strip()}")
 
 

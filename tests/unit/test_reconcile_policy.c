@@ -61,27 +61,63 @@ static const struct {
     {"found by id, PAID: SUCCEEDED (the search knows no other)", ATTEMPT_STATUS_UNKNOWN,
      "pi_1", 1000, 5, 1, 2000, PAID, PAID, NULL, NULL, "retrieve search",
      RECONCILE_FOUND_SUCCEEDED, ATTEMPT_STATUS_SUCCEEDED, "", "pi_1"},
-    {"found by search, PAID: SUCCEEDED", ATTEMPT_STATUS_UNKNOWN, "", 1000, 5, 1, 2000,
-     PAID, NULL, NULL, NULL, "search", RECONCILE_FOUND_SUCCEEDED,
-     ATTEMPT_STATUS_SUCCEEDED, "", "pi_1"},
+    /* Issue 34: a search only finds what names the attempt (anyone may
+     * write metadata): it never settles it. Before, this row settled the
+     * attempt SUCCEEDED on whatever the search found. */
+    {"found by search past the window, PAID: unproven, a person decides",
+     ATTEMPT_STATUS_UNKNOWN, "", WINDOW, 5, 1, 2000, PAID, NULL, NULL, NULL, "search",
+     RECONCILE_FOUND_UNPROVEN, ATTEMPT_STATUS_REQUIRES_REVIEW,
+     "requires_review: unproven: intent pi_1 (succeeded): it only names us: neither "
+     "our recorded id nor the answer under our key",
+     ""},
+    {"found by search past the window, declined: unproven, never FAILED on it",
+     ATTEMPT_STATUS_UNKNOWN, "", WINDOW, 5, 1, 2000,
+     A(INTENT(PROVIDER_DECLINED, "requires_payment_method", "pi_x"), OURS, ONE,
+       .code = "card_declined"),
+     NULL, NULL, NULL, "search", RECONCILE_FOUND_UNPROVEN,
+     ATTEMPT_STATUS_REQUIRES_REVIEW,
+     "requires_review: unproven: intent pi_x (requires_payment_method): it only names "
+     "us: neither our recorded id nor the answer under our key",
+     ""},
+    /* Issue 34, break 2: inside the key's window a foreign declined intent
+     * naming the attempt settled it FAILED while its own call executed.
+     * Now the proof is the charge again under our key; nothing is searched. */
+    {"no id inside the window: the charge again under our key, never a search",
+     ATTEMPT_STATUS_UNKNOWN, "", 1000, 5, 1, 2000,
+     A(INTENT(PROVIDER_DECLINED, "requires_payment_method", "pi_x"), OURS, ONE,
+       .code = "card_declined"),
+     NULL, A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_2"), OURS), NULL, "charge",
+     RECONCILE_FOUND_SUCCEEDED, ATTEMPT_STATUS_SUCCEEDED, "", "pi_2"},
+    {"our charge again answered 409 (our first call still executes): look again",
+     ATTEMPT_STATUS_UNKNOWN, "", 1000, 5, 1, 2000, NULL, NULL,
+     A(.outcome = PROVIDER_NOT_EXECUTED, .http_status = 409,
+       .error = "idempotency_key_in_use"),
+     NULL, "charge", RECONCILE_CHARGE_NOT_EXECUTED, ATTEMPT_STATUS_UNKNOWN,
+     "sent again, not executed: idempotency_key_in_use", ""},
+    {"a PROCESSING attempt's charge again answered 409: stays PROCESSING",
+     ATTEMPT_STATUS_PROCESSING, "", 1000, 5, 1, 2000, NULL, NULL,
+     A(.outcome = PROVIDER_NOT_EXECUTED, .http_status = 409,
+       .error = "idempotency_key_in_use"),
+     NULL, "charge", RECONCILE_CHARGE_NOT_EXECUTED, ATTEMPT_STATUS_PROCESSING,
+     "sent again, not executed: idempotency_key_in_use", ""},
     {"found by id, PAID, and the search says nothing today: SUCCEEDED",
      ATTEMPT_STATUS_PROCESSING, "pi_1", 1000, 5, 1, 2000, PAID, NO_ANSWER, NULL, NULL,
      "retrieve search", RECONCILE_FOUND_SUCCEEDED, ATTEMPT_STATUS_SUCCEEDED, "",
      "pi_1"},
     {"found, requires_payment_method: FAILED with its decline code",
-     ATTEMPT_STATUS_UNKNOWN, "", 1000, 5, 1, 2000,
+     ATTEMPT_STATUS_UNKNOWN, "pi_1", 1000, 5, 1, 2000,
      A(INTENT(PROVIDER_DECLINED, "requires_payment_method", "pi_1"), OURS, ONE,
        .code = "card_declined", .decline_code = "insufficient_funds"),
-     NULL, NULL, NULL, "search", RECONCILE_FOUND_DECLINED, ATTEMPT_STATUS_FAILED,
+     NULL, NULL, NULL, "retrieve", RECONCILE_FOUND_DECLINED, ATTEMPT_STATUS_FAILED,
      "declined: card_declined: insufficient_funds", "pi_1"},
     {"found, canceled without a code: FAILED, declined", ATTEMPT_STATUS_UNKNOWN, "pi_1",
      1000, 5, 1, 2000, A(INTENT(PROVIDER_DECLINED, "canceled", "pi_1"), OURS, ONE),
      NULL, NULL, NULL, "retrieve", RECONCILE_FOUND_DECLINED, ATTEMPT_STATUS_FAILED,
      "declined: declined", "pi_1"},
     {"found processing, an UNKNOWN attempt: PROCESSING, looked at again",
-     ATTEMPT_STATUS_UNKNOWN, "", 1000, 5, 1, 2000,
+     ATTEMPT_STATUS_UNKNOWN, "pi_1", 1000, 5, 1, 2000,
      A(INTENT(PROVIDER_PROCESSING, "processing", "pi_1"), OURS, ONE), NULL, NULL, NULL,
-     "search", RECONCILE_FOUND_PROCESSING, ATTEMPT_STATUS_PROCESSING,
+     "retrieve", RECONCILE_FOUND_PROCESSING, ATTEMPT_STATUS_PROCESSING,
      "provider_processing", "pi_1"},
     {"found processing, a PROCESSING attempt: stays, looked at again",
      ATTEMPT_STATUS_PROCESSING, "pi_1", 1000, 5, 1, 2000,
@@ -94,21 +130,21 @@ static const struct {
      NULL, NULL, "retrieve", RECONCILE_FOUND_OTHER_STATUS,
      ATTEMPT_STATUS_REQUIRES_REVIEW, "requires_review: intent status 'requires_action'",
      "pi_1"},
-    {"look-up: no answer: no evidence, look again", ATTEMPT_STATUS_UNKNOWN, "", 1000, 5,
-     1, 2000, NO_ANSWER, NULL, NULL, NULL, "search", RECONCILE_LOOKUP_FAILED,
+    {"look-up: no answer: no evidence, look again", ATTEMPT_STATUS_UNKNOWN, "pi_1",
+     1000, 5, 1, 2000, NO_ANSWER, NULL, NULL, NULL, "retrieve", RECONCILE_LOOKUP_FAILED,
      ATTEMPT_STATUS_UNKNOWN, "look-up failed: timeout after 10000 ms", ""},
     {"look-up: 5xx: no evidence, look again (a PROCESSING attempt stays)",
      ATTEMPT_STATUS_PROCESSING, "pi_1", 1000, 5, 1, 2000,
      A(.outcome = PROVIDER_UNKNOWN, .http_status = 503, .error = "http 503"), NULL,
      NULL, NULL, "retrieve", RECONCILE_LOOKUP_FAILED, ATTEMPT_STATUS_PROCESSING,
      "look-up failed: http 503", ""},
-    {"look-up: 429: no evidence, look again", ATTEMPT_STATUS_UNKNOWN, "", 1000, 5, 1,
-     2000,
+    {"look-up: 429: no evidence, look again", ATTEMPT_STATUS_UNKNOWN, "pi_1", 1000, 5,
+     1, 2000,
      A(.outcome = PROVIDER_NOT_EXECUTED, .http_status = 429, .error = "rate limited"),
-     NULL, NULL, NULL, "search", RECONCILE_LOOKUP_FAILED, ATTEMPT_STATUS_UNKNOWN,
+     NULL, NULL, NULL, "retrieve", RECONCILE_LOOKUP_FAILED, ATTEMPT_STATUS_UNKNOWN,
      "look-up failed: rate limited", ""},
     {"a 404 that is not resource_missing is no evidence: never charged again on it",
-     ATTEMPT_STATUS_UNKNOWN, "", 1000, 5, 1, 2000,
+     ATTEMPT_STATUS_UNKNOWN, "", WINDOW, 5, 1, 2000,
      A(.outcome = PROVIDER_UNKNOWN, .http_status = 404, .error = "http 404"), NULL,
      NULL, NULL, "search", RECONCILE_LOOKUP_FAILED, ATTEMPT_STATUS_UNKNOWN,
      "look-up failed: http 404", ""},
@@ -118,21 +154,25 @@ static const struct {
      "pi_1", 1000, 5, 1, 2000, A(.outcome = PROVIDER_NOT_FOUND, .http_status = 404),
      NULL, NULL, NULL, "retrieve", RECONCILE_ID_UNKNOWN, ATTEMPT_STATUS_REQUIRES_REVIEW,
      "requires_review: contradictory: the provider does not know intent pi_1", ""},
-    {"two intents for one attempt, found by search", ATTEMPT_STATUS_UNKNOWN, "", 1000,
-     5, 1, 2000, A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_1"), OURS, .matches = 2),
-     NULL, NULL, NULL, "search", RECONCILE_FOUND_SEVERAL,
-     ATTEMPT_STATUS_REQUIRES_REVIEW,
-     "requires_review: contradictory: 2 intents for one attempt", "pi_1"},
-    {"found by id PAID, and the search knows two: a second charge",
+    /* Neither intent is proven ours: none is booked on the attempt. */
+    {"two intents for one attempt, found by search past the window",
+     ATTEMPT_STATUS_UNKNOWN, "", WINDOW, 5, 1, 2000,
+     A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_1"), OURS, .matches = 2), NULL, NULL,
+     NULL, "search", RECONCILE_FOUND_SEVERAL, ATTEMPT_STATUS_REQUIRES_REVIEW,
+     "requires_review: contradictory: 2 intents for one attempt", ""},
+    /* Ours is proven by its recorded id; the others only name the attempt:
+     * foreign, noted, never our attempt's review (before issue 34 this was
+     * REQUIRES_REVIEW, so anyone could stall a paid attempt). */
+    {"found by id PAID, and the search knows two: ours settles, the other is foreign",
      ATTEMPT_STATUS_UNKNOWN, "pi_1", 1000, 5, 1, 2000, PAID,
      A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_9"), OURS, .matches = 2), NULL, NULL,
-     "retrieve search", RECONCILE_SEARCH_FOUND_OTHERS, ATTEMPT_STATUS_REQUIRES_REVIEW,
-     "requires_review: contradictory: 2 intents for one attempt", ""},
+     "retrieve search", RECONCILE_SEARCH_FOUND_OTHERS, ATTEMPT_STATUS_SUCCEEDED, "",
+     "pi_1"},
     {"a look-up's intent for another amount: never booked on the attempt",
-     ATTEMPT_STATUS_UNKNOWN, "", 1000, 5, 1, 2000,
+     ATTEMPT_STATUS_UNKNOWN, "pi_1", 1000, 5, 1, 2000,
      A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_1"), ONE, .amount = 999,
        .currency = "usd", .attempt_id = ATT),
-     NULL, NULL, NULL, "search", RECONCILE_FOUND_NOT_OURS,
+     NULL, NULL, NULL, "retrieve", RECONCILE_FOUND_NOT_OURS,
      ATTEMPT_STATUS_REQUIRES_REVIEW,
      "requires_review: contradictory: intent amount 999, the attempt's 1000", ""},
     {"a look-up's intent in another currency", ATTEMPT_STATUS_UNKNOWN, "pi_1", 1000, 5,
@@ -142,11 +182,11 @@ static const struct {
      NULL, NULL, NULL, "retrieve", RECONCILE_FOUND_NOT_OURS,
      ATTEMPT_STATUS_REQUIRES_REVIEW,
      "requires_review: contradictory: intent currency eur, the attempt's usd", ""},
-    {"a look-up's intent naming another attempt", ATTEMPT_STATUS_UNKNOWN, "", 1000, 5,
-     1, 2000,
+    {"a look-up's intent naming another attempt", ATTEMPT_STATUS_UNKNOWN, "pi_1", 1000,
+     5, 1, 2000,
      A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_1"), ONE, .amount = 1000,
        .currency = "usd", .attempt_id = "00000000-0000-4000-8000-000000000002"),
-     NULL, NULL, NULL, "search", RECONCILE_FOUND_NOT_OURS,
+     NULL, NULL, NULL, "retrieve", RECONCILE_FOUND_NOT_OURS,
      ATTEMPT_STATUS_REQUIRES_REVIEW,
      "requires_review: contradictory: intent of another attempt "
      "(00000000-0000-4000-8000-000000000002)",
@@ -155,73 +195,73 @@ static const struct {
      "pi_1", 1000, 5, 1, 2000,
      A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_1"), ONE, .attempt_id = ATT),
      A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_1"), ONE, .attempt_id = ATT), NULL,
-     NULL, "retrieve search", RECONCILE_FOUND_NOT_OURS, ATTEMPT_STATUS_REQUIRES_REVIEW,
+     NULL, "retrieve", RECONCILE_FOUND_NOT_OURS, ATTEMPT_STATUS_REQUIRES_REVIEW,
      "requires_review: contradictory: intent pi_1 without amount or currency", ""},
-    {"the currency is the same in either case", ATTEMPT_STATUS_UNKNOWN, "", 1000, 5, 1,
-     2000,
+    {"the currency is the same in either case", ATTEMPT_STATUS_UNKNOWN, "pi_1", 1000, 5,
+     1, 2000,
      A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_1"), ONE, .amount = 1000,
        .currency = "USD", .attempt_id = ATT),
-     NULL, NULL, NULL, "search", RECONCILE_FOUND_SUCCEEDED, ATTEMPT_STATUS_SUCCEEDED,
-     "", "pi_1"},
+     NOT_FOUND, NULL, NULL, "retrieve search", RECONCILE_FOUND_SUCCEEDED,
+     ATTEMPT_STATUS_SUCCEEDED, "", "pi_1"},
 
-    /* 2. Not found, the key inside its retention less the margin: charge
-     * again with the same key. */
-    {"not found inside the key's window: charged again, it succeeded",
+    /* 2. No id, the key inside its retention less the margin: charge again
+     * with the same key; its answer (or replay) is ours. */
+    {"no id inside the key's window: charged again, it succeeded",
      ATTEMPT_STATUS_UNKNOWN, "", 1000, 5, 1, 2000, NOT_FOUND, NULL,
-     A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_2"), OURS), NULL, "search charge",
+     A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_2"), OURS), NULL, "charge",
      RECONCILE_FOUND_SUCCEEDED, ATTEMPT_STATUS_SUCCEEDED, "", "pi_2"},
     {"never sent at all (no first_sent_at): the key is new, charged",
      ATTEMPT_STATUS_PROCESSING, "", -1, 5, -1, 2000, NOT_FOUND, NULL,
-     A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_2"), OURS), NULL, "search charge",
+     A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_2"), OURS), NULL, "charge",
      RECONCILE_FOUND_SUCCEEDED, ATTEMPT_STATUS_SUCCEEDED, "", "pi_2"},
     {"a replayed 402 carries the intent: judged on its fields, FAILED",
      ATTEMPT_STATUS_UNKNOWN, "", 1000, 5, 1, 2000, NOT_FOUND, NULL,
      A(INTENT_HTTP(PROVIDER_DECLINED, "requires_payment_method", "pi_2", 402), OURS,
        .code = "card_declined", .decline_code = "expired_card"),
-     NULL, "search charge", RECONCILE_FOUND_DECLINED, ATTEMPT_STATUS_FAILED,
+     NULL, "charge", RECONCILE_FOUND_DECLINED, ATTEMPT_STATUS_FAILED,
      "declined: card_declined: expired_card", "pi_2"},
     {"our charge's card error carrying no intent fields: FAILED",
      ATTEMPT_STATUS_UNKNOWN, "", 1000, 5, 1, 2000, NOT_FOUND, NULL,
      A(.outcome = PROVIDER_DECLINED, .http_status = 402, .code = "card_declined"), NULL,
-     "search charge", RECONCILE_FOUND_DECLINED, ATTEMPT_STATUS_FAILED,
+     "charge", RECONCILE_FOUND_DECLINED, ATTEMPT_STATUS_FAILED,
      "declined: card_declined", ""},
     {"our charge answered for another amount: still contradictory",
      ATTEMPT_STATUS_UNKNOWN, "", 1000, 5, 1, 2000, NOT_FOUND, NULL,
      A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_2"), .amount = 999,
        .currency = "usd"),
-     NULL, "search charge", RECONCILE_FOUND_NOT_OURS, ATTEMPT_STATUS_REQUIRES_REVIEW,
+     NULL, "charge", RECONCILE_FOUND_NOT_OURS, ATTEMPT_STATUS_REQUIRES_REVIEW,
      "requires_review: contradictory: intent amount 999, the attempt's 1000", ""},
     {"a replayed 402 whose intent is in another currency: contradictory",
      ATTEMPT_STATUS_UNKNOWN, "", 1000, 5, 1, 2000, NOT_FOUND, NULL,
      A(INTENT_HTTP(PROVIDER_DECLINED, "requires_payment_method", "pi_2", 402),
        .amount = 1000, .currency = "gbp", .code = "card_declined"),
-     NULL, "search charge", RECONCILE_FOUND_NOT_OURS, ATTEMPT_STATUS_REQUIRES_REVIEW,
+     NULL, "charge", RECONCILE_FOUND_NOT_OURS, ATTEMPT_STATUS_REQUIRES_REVIEW,
      "requires_review: contradictory: intent currency gbp, the attempt's usd", ""},
     {"our charge refused: FAILED invalid_request: <code> (<param>): <message>",
      ATTEMPT_STATUS_UNKNOWN, "", 1000, 5, 1, 2000, NOT_FOUND, NULL,
      A(.outcome = PROVIDER_INVALID, .http_status = 400,
        .code = "parameter_invalid_integer", .param = "amount",
        .error = "Invalid integer: ***"),
-     NULL, "search charge", RECONCILE_CHARGE_REFUSED, ATTEMPT_STATUS_FAILED,
+     NULL, "charge", RECONCILE_CHARGE_REFUSED, ATTEMPT_STATUS_FAILED,
      "invalid_request: parameter_invalid_integer (amount): Invalid integer: ***", ""},
     {"our charge unanswered: never FAILED, the attempt stays UNKNOWN",
      ATTEMPT_STATUS_UNKNOWN, "", 1000, 5, 1, 2000, NOT_FOUND, NULL, NO_ANSWER, NULL,
-     "search charge", RECONCILE_CHARGE_UNANSWERED, ATTEMPT_STATUS_UNKNOWN,
+     "charge", RECONCILE_CHARGE_UNANSWERED, ATTEMPT_STATUS_UNKNOWN,
      "charged again, unknown: timeout after 10000 ms", ""},
     {"our charge unanswered for a PROCESSING attempt: UNKNOWN",
      ATTEMPT_STATUS_PROCESSING, "", 1000, 5, 1, 2000, NOT_FOUND, NULL, NO_ANSWER, NULL,
-     "search charge", RECONCILE_CHARGE_UNANSWERED_PROCESSING, ATTEMPT_STATUS_UNKNOWN,
+     "charge", RECONCILE_CHARGE_UNANSWERED_PROCESSING, ATTEMPT_STATUS_UNKNOWN,
      "outcome_unknown: timeout after 10000 ms", ""},
 
     /* Whose clock: the key's age is the database's at the claim, plus the
      * time the look has taken since; nothing is sent once it has passed. */
     {"key a millisecond inside the window: charged", ATTEMPT_STATUS_UNKNOWN, "",
-     WINDOW - 1001, 1000, 1, 2000, NOT_FOUND, NULL, NO_ANSWER, NULL, "search charge",
+     WINDOW - 1001, 1000, 1, 2000, NOT_FOUND, NULL, NO_ANSWER, NULL, "charge",
      RECONCILE_CHARGE_UNANSWERED, ATTEMPT_STATUS_UNKNOWN,
      "charged again, unknown: timeout after 10000 ms", ""},
-    {"key inside the window at the claim, past it once the look-up answered",
-     ATTEMPT_STATUS_UNKNOWN, "", WINDOW - 1000, 1000, 1, 2000, NOT_FOUND, NULL, NULL,
-     NULL, "search", RECONCILE_SEARCH_MAY_LAG, ATTEMPT_STATUS_UNKNOWN,
+    {"key past the window at the claim: never charged, searched",
+     ATTEMPT_STATUS_UNKNOWN, "", WINDOW, 1000, 1, 2000, NOT_FOUND, NULL, NULL, NULL,
+     "search", RECONCILE_SEARCH_MAY_LAG, ATTEMPT_STATUS_UNKNOWN,
      "not found; the search may still lag: looking again", ""},
 
     /* 3. Not found after the retention: search's "none" is never enough. */
@@ -249,20 +289,19 @@ static const struct {
      "the "
      "search's lag (3600000 ms)",
      ""},
-    {"the search lagged: the list holds the intent, succeeded", ATTEMPT_STATUS_UNKNOWN,
-     "", PAST_LAG, 0, 1, 2000, NOT_FOUND, NULL, NULL, PAID, "search list",
-     RECONCILE_FOUND_SUCCEEDED, ATTEMPT_STATUS_SUCCEEDED, "", "pi_1"},
+    /* The list, like the search, only finds what names the attempt: never
+     * settled on (it was SUCCEEDED before issue 34). */
+    {"the search lagged: the list holds an intent naming it: unproven, review",
+     ATTEMPT_STATUS_UNKNOWN, "", PAST_LAG, 0, 1, 2000, NOT_FOUND, NULL, NULL, PAID,
+     "search list", RECONCILE_FOUND_UNPROVEN, ATTEMPT_STATUS_REQUIRES_REVIEW,
+     "requires_review: unproven: intent pi_1 (succeeded): it only names us: neither "
+     "our recorded id nor the answer under our key",
+     ""},
     {"the list holds two intents of the attempt: review", ATTEMPT_STATUS_UNKNOWN, "",
      PAST_LAG, 0, 1, 2000, NOT_FOUND, NULL, NULL,
      A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_1"), OURS, .matches = 2),
      "search list", RECONCILE_FOUND_SEVERAL, ATTEMPT_STATUS_REQUIRES_REVIEW,
-     "requires_review: contradictory: 2 intents for one attempt", "pi_1"},
-    {"the list's intent for another amount: review", ATTEMPT_STATUS_UNKNOWN, "",
-     PAST_LAG, 0, 1, 2000, NOT_FOUND, NULL, NULL,
-     A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_1"), ONE, .amount = 5,
-       .currency = "usd", .attempt_id = ATT),
-     "search list", RECONCILE_FOUND_NOT_OURS, ATTEMPT_STATUS_REQUIRES_REVIEW,
-     "requires_review: contradictory: intent amount 5, the attempt's 1000", ""},
+     "requires_review: contradictory: 2 intents for one attempt", ""},
     {"a page of the list failed: no evidence, never FAILED", ATTEMPT_STATUS_UNKNOWN, "",
      PAST_LAG, 0, 1, 2000, NOT_FOUND, NULL, NULL,
      A(.outcome = PROVIDER_UNKNOWN, .http_status = 502, .error = "http 502"),
@@ -279,9 +318,9 @@ static const struct {
      "not found by search; the list failed: timeout after 10000 ms", ""},
 
     /* Unsettled RECONCILER_MAX_AGE_MS after it was recorded: review. */
-    {"still unsettled past the maximum age: review", ATTEMPT_STATUS_UNKNOWN, "", 1000,
-     5, 1, MAX_AGE + 1, NO_ANSWER, NULL, NULL, NULL, "search", RECONCILE_TOO_OLD,
-     ATTEMPT_STATUS_REQUIRES_REVIEW,
+    {"still unsettled past the maximum age: review", ATTEMPT_STATUS_UNKNOWN, "pi_1",
+     1000, 5, 1, MAX_AGE + 1, NO_ANSWER, NULL, NULL, NULL, "retrieve",
+     RECONCILE_TOO_OLD, ATTEMPT_STATUS_REQUIRES_REVIEW,
      "requires_review: still unsettled after 604800001 ms; last: look-up failed: "
      "timeout after 10000 ms",
      ""},
@@ -291,8 +330,8 @@ static const struct {
      "retrieve", RECONCILE_TOO_OLD, ATTEMPT_STATUS_REQUIRES_REVIEW,
      "requires_review: still unsettled after 604800001 ms; last: provider_processing",
      "pi_1"},
-    {"at exactly the maximum age: not yet", ATTEMPT_STATUS_UNKNOWN, "", 1000, 5, 1,
-     MAX_AGE, NO_ANSWER, NULL, NULL, NULL, "search", RECONCILE_LOOKUP_FAILED,
+    {"at exactly the maximum age: not yet", ATTEMPT_STATUS_UNKNOWN, "pi_1", 1000, 5, 1,
+     MAX_AGE, NO_ANSWER, NULL, NULL, NULL, "retrieve", RECONCILE_LOOKUP_FAILED,
      ATTEMPT_STATUS_UNKNOWN, "look-up failed: timeout after 10000 ms", ""},
     {"settled by this look past the maximum age: the evidence wins",
      ATTEMPT_STATUS_UNKNOWN, "pi_1", 1000, 5, 1, MAX_AGE + 1, PAID, NOT_FOUND, NULL,
@@ -301,11 +340,11 @@ static const struct {
 
     /* Reasons quote the provider: stored as valid UTF-8. */
     {"a provider's control characters and invalid bytes never reach the reason",
-     ATTEMPT_STATUS_UNKNOWN, "", 1000, 5, 1, 2000,
+     ATTEMPT_STATUS_UNKNOWN, "pi_1", 1000, 5, 1, 2000,
      A(.outcome = PROVIDER_UNKNOWN, .http_status = 500,
        .error = "bad\x01\xff"
                 "end"),
-     NULL, NULL, NULL, "search", RECONCILE_LOOKUP_FAILED, ATTEMPT_STATUS_UNKNOWN,
+     NULL, NULL, NULL, "retrieve", RECONCILE_LOOKUP_FAILED, ATTEMPT_STATUS_UNKNOWN,
      "look-up failed: bad ?end", ""},
 };
 
@@ -527,6 +566,120 @@ START_TEST(list_of_too_many_pages_is_no_evidence)
 }
 END_TEST
 
+/* Ours settled, the others named in the look's note: never in the reason
+ * of a SUCCEEDED attempt, never lost. */
+START_TEST(foreign_intents_beside_ours_are_noted)
+{
+    const struct reconcile_attempt a = {.id = ATT,
+                                        .status = ATTEMPT_STATUS_UNKNOWN,
+                                        .provider_payment_id = "pi_1",
+                                        .amount = 1000,
+                                        .currency = "usd",
+                                        .key_age_ms = 1000,
+                                        .first_sent_ms = 1764590000000LL,
+                                        .age_ms = 2000};
+    struct provider_result ours, search;
+    struct reconcile_evidence e = {.lookup = &ours, .search = &search};
+    struct reconcile_decision d;
+    fill(&ours, PAID);
+    fill(&search,
+         A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_9"), OURS, .matches = 2));
+    reconcile_policy_decide(&lim, &a, &e, &d);
+    ck_assert_int_eq(d.rule, RECONCILE_SEARCH_FOUND_OTHERS);
+    ck_assert_int_eq(d.status, ATTEMPT_STATUS_SUCCEEDED);
+    ck_assert_str_eq(d.reason, "");
+    ck_assert_msg(strstr(d.note, "pi_9") && strstr(d.note, "foreign"), "%s", d.note);
+}
+END_TEST
+
+/* One look at refund R (its charge's intent pi_c), as the reconciler plays
+ * it: the calls made, in order, and the decision. */
+static void refund_look(const char *recorded, long long key_age,
+                        const struct answer *retrieve, const struct answer *again,
+                        const struct answer *list, struct reconcile_decision *d,
+                        char *calls, size_t calls_size)
+{
+    const struct reconcile_attempt a = {.id = ATT,
+                                        .status = ATTEMPT_STATUS_UNKNOWN,
+                                        .provider_payment_id = recorded,
+                                        .amount = 500,
+                                        .key_age_ms = key_age,
+                                        .first_sent_ms = -1,
+                                        .age_ms = 2000,
+                                        .payment_intent = "pi_c",
+                                        .object = "refund"};
+    struct reconcile_evidence e = {0};
+    struct provider_result res[3];
+    int n = 0;
+    calls[0] = '\0';
+    for (;;) {
+        reconcile_policy_decide_refund(&lim, &a, &e, d);
+        if (d->next == RECONCILE_SETTLE)
+            return;
+        ck_assert_int_lt(n, 3);
+        const struct answer *given = d->next == RECONCILE_RETRIEVE ? retrieve
+                                     : d->next == RECONCILE_CHARGE ? again
+                                     : d->next == RECONCILE_LIST   ? list
+                                                                   : NULL;
+        ck_assert_msg(given != NULL, "unexpected %s", call_name(d->next));
+        fill(&res[n], given);
+        snprintf(calls + strlen(calls), calls_size - strlen(calls), "%s%s",
+                 n ? " " : "", call_name(d->next));
+        if (d->next == RECONCILE_RETRIEVE)
+            e.lookup = &res[n];
+        else if (d->next == RECONCILE_CHARGE)
+            e.charge = &res[n];
+        else
+            e.list = &res[n];
+        n++;
+    }
+}
+
+#define REFUND(o, st, re)                                                              \
+    .outcome = o, .http_status = 200, .intent_status = st, .ppid = re, .amount = 500,  \
+    .attempt_id = ATT, .matches = 1
+
+/* Issue 34, break 3: a refund that only names R (its metadata) never
+ * settles R; inside the key's window the refund again under R's key is the
+ * proof, past it the list's refund naming R is for a person. */
+START_TEST(a_refund_settles_only_on_its_own)
+{
+    struct reconcile_decision d;
+    char calls[64];
+    const struct answer *named_failed = A(REFUND(PROVIDER_DECLINED, "failed", "re_x"));
+    const struct answer *ours_ok = A(REFUND(PROVIDER_SUCCEEDED, "succeeded", "re_r"));
+
+    /* Inside the window: the list is never asked, the replay settles. */
+    refund_look("", 1000, NULL, ours_ok, named_failed, &d, calls, sizeof(calls));
+    ck_assert_str_eq(calls, "charge");
+    ck_assert_int_eq(d.status, ATTEMPT_STATUS_SUCCEEDED);
+    ck_assert_str_eq(d.provider_payment_id, "re_r");
+    /* ... 409: our first refund still executes: look again. */
+    refund_look("", 1000, NULL,
+                A(.outcome = PROVIDER_NOT_EXECUTED, .http_status = 409,
+                  .error = "idempotency_key_in_use"),
+                NULL, &d, calls, sizeof(calls));
+    ck_assert_int_eq(d.rule, RECONCILE_CHARGE_NOT_EXECUTED);
+    ck_assert_int_eq(d.status, ATTEMPT_STATUS_UNKNOWN);
+    /* Past the window: a refund naming R is unproven, never FAILED on. */
+    refund_look("", WINDOW, NULL, NULL, named_failed, &d, calls, sizeof(calls));
+    ck_assert_str_eq(calls, "list");
+    ck_assert_int_eq(d.rule, RECONCILE_FOUND_UNPROVEN);
+    ck_assert_int_eq(d.status, ATTEMPT_STATUS_REQUIRES_REVIEW);
+    ck_assert_str_eq(d.provider_payment_id, "");
+    /* ... a consistent list with none naming R: never executed. */
+    refund_look("", WINDOW, NULL, NULL, NOT_FOUND, &d, calls, sizeof(calls));
+    ck_assert_int_eq(d.rule, RECONCILE_NEVER_EXECUTED);
+    ck_assert_int_eq(d.status, ATTEMPT_STATUS_FAILED);
+    /* By its recorded id: ours. */
+    refund_look("re_r", WINDOW, A(REFUND(PROVIDER_DECLINED, "failed", "re_r")), NULL,
+                NULL, &d, calls, sizeof(calls));
+    ck_assert_str_eq(calls, "retrieve");
+    ck_assert_int_eq(d.rule, RECONCILE_FOUND_REFUND_FAILED);
+    ck_assert_int_eq(d.status, ATTEMPT_STATUS_FAILED);
+}
+END_TEST
+
 START_TEST(every_rule_has_a_name)
 {
     for (int r = 0; r < RECONCILE_RULE__COUNT; r++)
@@ -548,6 +701,8 @@ int main(void)
     tcase_add_test(tc, list_keeps_the_first_page_holding_the_intent_and_counts_all);
     tcase_add_test(tc, list_a_failed_page_is_no_evidence_whatever_came_before);
     tcase_add_test(tc, list_of_too_many_pages_is_no_evidence);
+    tcase_add_test(tc, foreign_intents_beside_ours_are_noted);
+    tcase_add_test(tc, a_refund_settles_only_on_its_own);
     tcase_add_test(tc, every_rule_has_a_name);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);

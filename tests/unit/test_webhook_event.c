@@ -129,14 +129,25 @@ START_TEST(refuses_bad_shapes)
 }
 END_TEST
 
-/* One row of the table: evidence x status x (another charge?) x (event
- * newer than the attempt's last change?) -> action and new status. */
+/* Whose the event's intent is, as the database tells it. */
+enum owner {
+    OURS,     /* we recorded it from our own call's answer */
+    UNPROVEN, /* we recorded none: it only names the attempt */
+    OTHER,    /* we recorded another one */
+    ELSE,     /* it is recorded for another attempt (we recorded none) */
+};
+
+/* One row of the table: evidence x status x whose intent x (event newer
+ * than the attempt's last change?) -> action, new status, and whether the
+ * attempt is made due for the reconciler now. */
 struct row {
     enum webhook_evidence e;
     enum attempt_status from;
-    int other, newer;
+    enum owner owner;
+    int newer;
     enum webhook_action action;
     enum attempt_status to;
+    int check_now;
 };
 
 #define S_(x)  ATTEMPT_STATUS_##x
@@ -144,33 +155,64 @@ struct row {
 #define ACT(x) WEBHOOK_##x
 
 static const struct row table[] = {
-    {EV(SUCCEEDED), S_(PROCESSING), 0, 1, ACT(APPLY), S_(SUCCEEDED)},
-    {EV(SUCCEEDED), S_(UNKNOWN), 0, 1, ACT(APPLY), S_(SUCCEEDED)},
-    {EV(SUCCEEDED), S_(SUCCEEDED), 0, 1, ACT(IGNORE), S_(SUCCEEDED)},
-    {EV(SUCCEEDED), S_(FAILED), 0, 0, ACT(REVIEW), S_(REQUIRES_REVIEW)},
-    {EV(SUCCEEDED), S_(FAILED), 0, 1, ACT(REVIEW), S_(REQUIRES_REVIEW)},
-    {EV(SUCCEEDED), S_(REQUIRES_REVIEW), 0, 1, ACT(IGNORE), S_(REQUIRES_REVIEW)},
-    {EV(SUCCEEDED), S_(PENDING), 0, 1, ACT(IGNORE), S_(PENDING)},
-    {EV(SUCCEEDED), S_(REJECTED), 0, 1, ACT(FLAG), S_(REJECTED)},
-    {EV(SUCCEEDED), S_(PROCESSING), 1, 1, ACT(REVIEW), S_(REQUIRES_REVIEW)},
-    {EV(SUCCEEDED), S_(UNKNOWN), 1, 1, ACT(REVIEW), S_(REQUIRES_REVIEW)},
-    {EV(SUCCEEDED), S_(SUCCEEDED), 1, 1, ACT(REVIEW), S_(REQUIRES_REVIEW)},
-    {EV(SUCCEEDED), S_(REQUIRES_REVIEW), 1, 1, ACT(IGNORE), S_(REQUIRES_REVIEW)},
-    {EV(SUCCEEDED), S_(PENDING), 1, 1, ACT(FLAG), S_(PENDING)},
-    {EV(FAILED), S_(PROCESSING), 0, 1, ACT(APPLY), S_(FAILED)},
-    {EV(FAILED), S_(UNKNOWN), 0, 1, ACT(APPLY), S_(FAILED)},
-    {EV(FAILED), S_(SUCCEEDED), 0, 1, ACT(REVIEW), S_(REQUIRES_REVIEW)},
-    {EV(FAILED), S_(SUCCEEDED), 0, 0, ACT(IGNORE), S_(SUCCEEDED)},
-    {EV(FAILED), S_(FAILED), 0, 1, ACT(IGNORE), S_(FAILED)},
-    {EV(FAILED), S_(UNKNOWN), 1, 1, ACT(IGNORE), S_(UNKNOWN)},
-    {EV(FAILED), S_(PENDING), 0, 1, ACT(IGNORE), S_(PENDING)},
-    {EV(PROCESSING), S_(UNKNOWN), 0, 1, ACT(APPLY), S_(PROCESSING)},
-    {EV(PROCESSING), S_(PROCESSING), 0, 1, ACT(IGNORE), S_(PROCESSING)},
-    {EV(PROCESSING), S_(SUCCEEDED), 0, 0, ACT(IGNORE), S_(SUCCEEDED)},
-    {EV(PROCESSING), S_(FAILED), 0, 0, ACT(IGNORE), S_(FAILED)},
-    {EV(PROCESSING), S_(UNKNOWN), 1, 1, ACT(IGNORE), S_(UNKNOWN)},
-    {EV(NONE), S_(UNKNOWN), 0, 1, ACT(IGNORE), S_(UNKNOWN)},
+    /* Our own intent: settles or moves the attempt. */
+    {EV(SUCCEEDED), S_(PROCESSING), OURS, 1, ACT(APPLY), S_(SUCCEEDED), 0},
+    {EV(SUCCEEDED), S_(UNKNOWN), OURS, 1, ACT(APPLY), S_(SUCCEEDED), 0},
+    {EV(SUCCEEDED), S_(SUCCEEDED), OURS, 1, ACT(IGNORE), S_(SUCCEEDED), 0},
+    {EV(SUCCEEDED), S_(FAILED), OURS, 0, ACT(REVIEW), S_(REQUIRES_REVIEW), 0},
+    {EV(SUCCEEDED), S_(FAILED), OURS, 1, ACT(REVIEW), S_(REQUIRES_REVIEW), 0},
+    {EV(SUCCEEDED), S_(REQUIRES_REVIEW), OURS, 1, ACT(IGNORE), S_(REQUIRES_REVIEW), 0},
+    {EV(FAILED), S_(PROCESSING), OURS, 1, ACT(APPLY), S_(FAILED), 0},
+    {EV(FAILED), S_(UNKNOWN), OURS, 1, ACT(APPLY), S_(FAILED), 0},
+    {EV(FAILED), S_(SUCCEEDED), OURS, 1, ACT(REVIEW), S_(REQUIRES_REVIEW), 0},
+    {EV(FAILED), S_(SUCCEEDED), OURS, 0, ACT(IGNORE), S_(SUCCEEDED), 0},
+    {EV(FAILED), S_(FAILED), OURS, 1, ACT(IGNORE), S_(FAILED), 0},
+    {EV(PROCESSING), S_(UNKNOWN), OURS, 1, ACT(APPLY), S_(PROCESSING), 0},
+    {EV(PROCESSING), S_(PROCESSING), OURS, 1, ACT(IGNORE), S_(PROCESSING), 0},
+    {EV(PROCESSING), S_(SUCCEEDED), OURS, 0, ACT(IGNORE), S_(SUCCEEDED), 0},
+    {EV(PROCESSING), S_(FAILED), OURS, 0, ACT(IGNORE), S_(FAILED), 0},
+    /* An intent that only names the attempt (no answer of ours recorded
+     * yet): never moves it. A success could be money: flagged loudly; an
+     * UNKNOWN attempt is due for the reconciler's replay at once. Before
+     * this rule a failure here settled the attempt FAILED while its own
+     * call still executed (issue 34, break 1). */
+    {EV(SUCCEEDED), S_(PROCESSING), UNPROVEN, 1, ACT(FLAG), S_(PROCESSING), 0},
+    {EV(SUCCEEDED), S_(UNKNOWN), UNPROVEN, 1, ACT(FLAG), S_(UNKNOWN), 1},
+    {EV(SUCCEEDED), S_(PENDING), UNPROVEN, 1, ACT(FLAG), S_(PENDING), 0},
+    {EV(SUCCEEDED), S_(REJECTED), UNPROVEN, 1, ACT(FLAG), S_(REJECTED), 0},
+    {EV(SUCCEEDED), S_(REQUIRES_REVIEW), UNPROVEN, 1, ACT(FLAG), S_(REQUIRES_REVIEW),
+     0},
+    {EV(FAILED), S_(PROCESSING), UNPROVEN, 1, ACT(IGNORE), S_(PROCESSING), 0},
+    {EV(FAILED), S_(UNKNOWN), UNPROVEN, 1, ACT(IGNORE), S_(UNKNOWN), 1},
+    {EV(FAILED), S_(PENDING), UNPROVEN, 1, ACT(IGNORE), S_(PENDING), 0},
+    {EV(PROCESSING), S_(UNKNOWN), UNPROVEN, 1, ACT(IGNORE), S_(UNKNOWN), 1},
+    /* Another's intent: we recorded another, or it is another attempt's.
+     * Never our attempt's review: flagged (a success) or ignored. */
+    {EV(SUCCEEDED), S_(PROCESSING), OTHER, 1, ACT(FLAG), S_(PROCESSING), 0},
+    {EV(SUCCEEDED), S_(UNKNOWN), OTHER, 1, ACT(FLAG), S_(UNKNOWN), 1},
+    {EV(SUCCEEDED), S_(SUCCEEDED), OTHER, 1, ACT(FLAG), S_(SUCCEEDED), 0},
+    {EV(SUCCEEDED), S_(FAILED), OTHER, 1, ACT(FLAG), S_(FAILED), 0},
+    {EV(SUCCEEDED), S_(REQUIRES_REVIEW), OTHER, 1, ACT(FLAG), S_(REQUIRES_REVIEW), 0},
+    {EV(SUCCEEDED), S_(PENDING), ELSE, 1, ACT(FLAG), S_(PENDING), 0},
+    {EV(SUCCEEDED), S_(UNKNOWN), ELSE, 1, ACT(FLAG), S_(UNKNOWN), 1},
+    {EV(FAILED), S_(UNKNOWN), OTHER, 1, ACT(IGNORE), S_(UNKNOWN), 1},
+    {EV(FAILED), S_(UNKNOWN), ELSE, 1, ACT(IGNORE), S_(UNKNOWN), 1},
+    {EV(FAILED), S_(SUCCEEDED), OTHER, 1, ACT(IGNORE), S_(SUCCEEDED), 0},
+    {EV(PROCESSING), S_(UNKNOWN), OTHER, 1, ACT(IGNORE), S_(UNKNOWN), 1},
+    {EV(NONE), S_(UNKNOWN), OURS, 1, ACT(IGNORE), S_(UNKNOWN), 0},
+    {EV(NONE), S_(UNKNOWN), UNPROVEN, 1, ACT(IGNORE), S_(UNKNOWN), 0},
 };
+
+/* The attempt as the database would hold it for `owner`. */
+static struct webhook_attempt attempt_for(enum attempt_status st, enum owner owner)
+{
+    struct webhook_attempt a = {
+        .status = st, .amount = 1999, .currency = "EUR", .updated_at = 1500};
+    a.intent_recorded = owner == OURS || owner == OTHER;
+    a.intent_differs = owner == OTHER;
+    a.intent_elsewhere = owner == ELSE;
+    return a;
+}
 
 START_TEST(decision_table)
 {
@@ -180,15 +222,8 @@ START_TEST(decision_table)
                                    .amount = 1999,
                                    .currency = "EUR",
                                    .created = r->newer ? 2000 : 1000};
-        strcpy(ev.intent_id, r->other ? "pi_other" : "pi_ours");
-        struct webhook_attempt a = {
-            .status = r->from, .amount = 1999, .currency = "EUR", .updated_at = 1500};
-        /* A PENDING attempt has no intent yet: "another charge" is then an
-         * intent that is another attempt's. */
-        if (r->other && r->from == S_(PENDING))
-            a.intent_elsewhere = 1;
-        else if (r->other)
-            a.intent_differs = 1;
+        strcpy(ev.intent_id, "pi_event");
+        struct webhook_attempt a = attempt_for(r->from, r->owner);
         struct webhook_decision d;
         webhook_event_decide(&ev, &a, &d);
         ck_assert_msg(d.action == r->action, "row %zu: action %s, want %s", i,
@@ -199,6 +234,8 @@ START_TEST(decision_table)
             ck_assert_msg(attempt_status_transition_allowed((int)r->from, d.status),
                           "row %zu: the decision is not an allowed transition", i);
         }
+        ck_assert_msg(d.check_now == r->check_now, "row %zu: check_now %d, want %d", i,
+                      d.check_now, r->check_now);
         ck_assert_msg(d.reason && *d.reason, "row %zu: no reason", i);
     }
 }
@@ -209,8 +246,7 @@ START_TEST(another_amount_or_currency_is_another_charge)
     struct webhook_event ev = {
         .evidence = WEBHOOK_EVIDENCE_SUCCEEDED, .amount = 2000, .currency = "EUR"};
     strcpy(ev.intent_id, "pi_ours");
-    struct webhook_attempt a = {
-        .status = ATTEMPT_STATUS_UNKNOWN, .amount = 1999, .currency = "EUR"};
+    struct webhook_attempt a = attempt_for(ATTEMPT_STATUS_UNKNOWN, OURS);
     struct webhook_decision d;
     webhook_event_decide(&ev, &a, &d);
     ck_assert_int_eq(d.action, WEBHOOK_REVIEW);
@@ -222,10 +258,11 @@ START_TEST(another_amount_or_currency_is_another_charge)
     strcpy(ev.currency, "EUR");
     webhook_event_decide(&ev, &a, &d);
     ck_assert_int_eq(d.action, WEBHOOK_APPLY);
-    /* Another attempt's intent, or booked for one: never booked twice. */
-    a.intent_elsewhere = 1;
+    /* The same, but we recorded no intent yet: it only names us. */
+    a = attempt_for(ATTEMPT_STATUS_UNKNOWN, UNPROVEN);
     webhook_event_decide(&ev, &a, &d);
-    ck_assert_int_eq(d.action, WEBHOOK_REVIEW);
+    ck_assert_int_eq(d.action, WEBHOOK_FLAG);
+    ck_assert_int_eq(d.status, ATTEMPT_STATUS_UNKNOWN);
     /* ... and a failure of it says nothing about this attempt. */
     ev.evidence = WEBHOOK_EVIDENCE_FAILED;
     webhook_event_decide(&ev, &a, &d);
@@ -237,8 +274,8 @@ START_TEST(a_failed_attempt_whose_order_moved_on_is_flagged)
 {
     struct webhook_event ev = {
         .evidence = WEBHOOK_EVIDENCE_SUCCEEDED, .amount = 1999, .currency = "EUR"};
-    struct webhook_attempt a = {
-        .status = ATTEMPT_STATUS_FAILED, .amount = 1999, .currency = "EUR"};
+    strcpy(ev.intent_id, "pi_ours");
+    struct webhook_attempt a = attempt_for(ATTEMPT_STATUS_FAILED, OURS);
     struct webhook_decision d;
     webhook_event_decide(&ev, &a, &d);
     ck_assert_int_eq(d.action, WEBHOOK_REVIEW);
@@ -250,9 +287,73 @@ START_TEST(a_failed_attempt_whose_order_moved_on_is_flagged)
     ck_assert_int_eq(d.status, ATTEMPT_STATUS_FAILED);
     /* A live attempt becomes REQUIRES_REVIEW whatever its order holds. */
     a.status = ATTEMPT_STATUS_UNKNOWN;
-    a.intent_differs = 1;
+    ev.amount = 2000;
     webhook_event_decide(&ev, &a, &d);
     ck_assert_int_eq(d.action, WEBHOOK_REVIEW);
+}
+END_TEST
+
+/* Whose refund, as the database tells it: recorded for R, recorded none,
+ * recorded another, on another intent than R's charge's. */
+enum refund_owner { R_OURS, R_UNPROVEN, R_OTHER, R_ELSEWHERE, R_OTHER_INTENT };
+
+struct refund_row_case {
+    const char *status; /* the provider's */
+    enum attempt_status from;
+    enum refund_owner owner;
+    enum webhook_refund_action action;
+    enum attempt_status to;
+    int check_now;
+};
+
+#define RA(x) WEBHOOK_REFUND_##x
+
+static const struct refund_row_case refund_table[] = {
+    {"succeeded", S_(UNKNOWN), R_OURS, RA(APPLY), S_(SUCCEEDED), 0},
+    {"failed", S_(UNKNOWN), R_OURS, RA(APPLY), S_(FAILED), 0},
+    {"pending", S_(UNKNOWN), R_OURS, RA(APPLY), S_(PROCESSING), 0},
+    {"failed", S_(SUCCEEDED), R_OURS, RA(NEEDS_REVIEW), S_(SUCCEEDED), 0},
+    /* Issue 34, break 3: a failure of a refund that only names R gave R's
+     * reservation back while R's own refund executed. Never again. */
+    {"failed", S_(UNKNOWN), R_UNPROVEN, RA(IGNORE), S_(UNKNOWN), 1},
+    {"failed", S_(PROCESSING), R_UNPROVEN, RA(IGNORE), S_(PROCESSING), 0},
+    {"canceled", S_(UNKNOWN), R_OTHER, RA(IGNORE), S_(UNKNOWN), 1},
+    {"failed", S_(UNKNOWN), R_ELSEWHERE, RA(IGNORE), S_(UNKNOWN), 1},
+    {"failed", S_(UNKNOWN), R_OTHER_INTENT, RA(IGNORE), S_(UNKNOWN), 1},
+    {"pending", S_(UNKNOWN), R_UNPROVEN, RA(IGNORE), S_(UNKNOWN), 1},
+    {"succeeded", S_(UNKNOWN), R_UNPROVEN, RA(NEEDS_REVIEW), S_(UNKNOWN), 1},
+    {"succeeded", S_(PENDING), R_UNPROVEN, RA(NEEDS_REVIEW), S_(PENDING), 0},
+    {"succeeded", S_(FAILED), R_OTHER, RA(NEEDS_REVIEW), S_(FAILED), 0},
+    {"succeeded", S_(UNKNOWN), R_OTHER_INTENT, RA(NEEDS_REVIEW), S_(UNKNOWN), 1},
+};
+
+START_TEST(refund_decision_table)
+{
+    for (size_t i = 0; i < sizeof(refund_table) / sizeof(refund_table[0]); i++) {
+        const struct refund_row_case *c = &refund_table[i];
+        struct webhook_refund r = {.amount = 500, .currency = "EUR"};
+        struct webhook_refund_row row = {
+            .status = c->from, .amount = 500, .currency = "EUR"};
+        struct webhook_refund_decision d;
+        strcpy(r.id, "re_event");
+        strcpy(r.status, c->status);
+        strcpy(r.payment_intent, "pi_charge");
+        row.provider_id_recorded = c->owner == R_OURS || c->owner == R_OTHER;
+        row.provider_id_differs = c->owner == R_OTHER;
+        row.provider_id_elsewhere = c->owner == R_ELSEWHERE;
+        row.intent_differs = c->owner == R_OTHER_INTENT;
+        if (c->owner == R_OTHER_INTENT)
+            row.provider_id_recorded = 1; /* even our own re_ id on another intent */
+        webhook_refund_decide(&r, &row, &d);
+        ck_assert_msg(d.action == c->action, "row %zu: action %d, want %d", i, d.action,
+                      c->action);
+        if (d.action == WEBHOOK_REFUND_APPLY)
+            ck_assert_msg(d.status == c->to, "row %zu: status %s, want %s", i,
+                          attempt_status_name(d.status), attempt_status_name(c->to));
+        ck_assert_msg(d.check_now == c->check_now, "row %zu: check_now %d, want %d", i,
+                      d.check_now, c->check_now);
+        ck_assert_msg(d.reason && *d.reason, "row %zu: no reason", i);
+    }
 }
 END_TEST
 
@@ -344,6 +445,7 @@ int main(void)
     tcase_add_test(tc, parses_a_failure_with_its_code);
     tcase_add_test(tc, refuses_bad_shapes);
     tcase_add_test(tc, decision_table);
+    tcase_add_test(tc, refund_decision_table);
     tcase_add_test(tc, another_amount_or_currency_is_another_charge);
     tcase_add_test(tc, a_failed_attempt_whose_order_moved_on_is_flagged);
     tcase_add_test(tc, normalized_payload_is_storable_and_masked);
