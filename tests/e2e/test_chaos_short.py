@@ -5,8 +5,11 @@ the run's evidence must show that what the verdict judged did happen: the
 kills (every role among them), the broker kill, PostgreSQL's immediate
 stop, the backends terminated, every psp-sim fault kind fired, webhooks
 duplicated and reordered, every kind of command and every dead-letter
-reason in the workload. psp-sim's restart is required only when psp-sim
-has --state-file."""
+reason in the workload, and the other client's objects naming ours:
+declined and succeeded charges, refunds on our charges' intents and on
+its own, failed ones among them, some aimed at attempts in flight or with
+their answer lost. psp-sim's restart is required only when psp-sim has
+--state-file."""
 import json
 import os
 import shutil
@@ -73,8 +76,24 @@ def scenario(new):
                if r["row"].startswith("dead letters ") and r["row"].endswith(" missing")}
     check_eq(sorted(x for x in REASONS if reasons.get(x, "of 0 expected") == "of 0 expected"),
              [], "dead-letter reasons the workload never expected")
-    e2e.log("chaos short run passed: %d kills %s, stack faults %s, psp faults %s" % (
-        len(kills), v["facts"]["SIGKILLs by role"], actions, v["facts"]["psp faults fired"]))
+    facts = v["facts"]
+    charges = facts["other client: charges by outcome"]
+    check(charges.get("declined") and charges.get("succeeded"),
+          "the other client's charges: %s" % charges)
+    check(facts["other client: refunds by status"].get("failed"),
+          "the other client's refunds: %s" % facts["other client: refunds by status"])
+    with open(os.path.join(run_dir, "foreign.jsonl")) as f:
+        made = [d for d in map(json.loads, f) if "object" in d]
+    on = {d["on"] for d in made if d["object"] == "refund"}
+    check_eq(sorted(on), ["its own", "ours"], "intents the other client's refunds were on")
+    aims = facts["other client: aimed at"]
+    check(aims.get("held") and aims.get("published")
+          and (aims.get("processing") or aims.get("unknown")),
+          "the other client aimed at: %s" % aims)
+    e2e.log("chaos short run passed: %d kills %s, stack faults %s, psp faults %s, other "
+            "client %s %s" % (len(kills), facts["SIGKILLs by role"], actions,
+                              facts["psp faults fired"], charges,
+                              facts["other client: refunds by status"]))
     shutil.rmtree(run_dir)  # kept only when the test fails
 
 

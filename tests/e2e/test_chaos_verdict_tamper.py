@@ -1,14 +1,23 @@
 #!/usr/bin/env python3
 """The chaos verdict catches tampered evidence. After a short tools/chaos
-run that passes (psp-sim left running, the stack up), the evidence is
+run that passes (psp-sim left running, the stack up; without its other
+client, whose race with charged is test_chaos_short's), the evidence is
 changed from outside, one thing at a time, the way a defect would leave
 it, and `tools/chaos verdict --run DIR` is run after each change: it must
 exit 1 with the row that names the change violated, naming the very
 attempt, refund, event or order, while the rows it flipped before stay
 violated.
 
+0. First the run's other client (tools/chaos's own) makes, after the fact,
+   a declined charge naming a paid attempt and its order, and a refund
+   naming a paid refund, on its charge's intent, failed at once: the
+   verdict still passes (another client's objects are no violation; a
+   finding of the audit about them is expected only as foreign_intent).
+
 1. SQL UPDATE: a SUCCEEDED attempt flipped to FAILED -> "FAILED with a
-   charge" (and "settled without its result event": no charge.failed).
+   charge" (and "settled without its result event": no charge.failed;
+   "attempts settled by a foreign object": FAILED while its own charge
+   succeeded).
 2. SQL DELETE: a refund command's record (a REJECTED refund) deleted ->
    "commands lost".
 3. Kafka: the first dead letter of a DLQ partition deleted (Kafka's
@@ -23,6 +32,11 @@ violated.
 6. HTTP: psp-sim made to forget its keys at once (its admin retention),
    then a second charge under a paid attempt's own key -> "keys charged
    twice".
+7. SQL UPDATE: a SUCCEEDED attempt's provider_payment_id set to a declined
+   intent of the run's other client (foreign.jsonl) -> "attempts settled by
+   a foreign object" (and "SUCCEEDED without its charge").
+8. SQL UPDATE: a SUCCEEDED refund's provider_refund_id set to a refund of
+   the other client -> "refunds settled by a foreign object".
 Nothing of charged is changed for this: no flag, no code path."""
 import importlib.machinery
 import importlib.util
@@ -100,7 +114,8 @@ def scenario(new):
     e2e.stack_check()
     chaos = load_chaos()
     run_dir = tempfile.mkdtemp(prefix="chaos-tamper-", dir=e2e.BUILD)
-    v, run_dir, s = chaos.run(2, count=600, chaos_s=45, keep=run_dir, leave_psp=True)
+    v, run_dir, s = chaos.run(2, count=600, chaos_s=45, keep=run_dir, leave_psp=True,
+                              other_client=False)
     try:
         tamper(chaos, v, run_dir, s)
         shutil.rmtree(run_dir)  # kept only when the test fails
@@ -119,6 +134,30 @@ def tamper(chaos, v, run_dir, s):
         meta = json.load(f)
     bad = []
 
+    # 0. The other client's objects, named in foreign.jsonl as in a run with it.
+    oc = chaos.OtherClient(s, 2, run_dir, 100, 10)
+    aid, order, amount = s.query(
+        "SELECT id, order_id, amount FROM payment_attempts WHERE status = 'SUCCEEDED' AND "
+        "idempotency_key LIKE 'chaos:%' ORDER BY id DESC LIMIT 1")[0]
+    _, st = oc.charge({"attempt": aid, "order": order, "amount": int(amount),
+                       "currency": "EUR"}, "tamper", method="pm_card_chargeDeclined")
+    check_eq(st, "requires_payment_method", "the other client's charge")
+    rid, raid, ramount = s.query(
+        "SELECT x.id, x.payment_attempt_id, x.amount FROM refund_attempts x JOIN"
+        " payment_attempts p ON p.id = x.payment_attempt_id WHERE x.status = 'SUCCEEDED' AND"
+        " x.idempotency_key LIKE 'chaos-refund:%' AND p.refunded_amount + x.amount <= p.amount"
+        " ORDER BY x.id DESC LIMIT 1")[0]
+    oc.refund({"refund": rid, "attempt": raid, "amount": int(ramount)}, "tamper")
+    oc.out.close()
+    with open(os.path.join(run_dir, "foreign.jsonl")) as f:
+        made = [json.loads(l) for l in f]
+    check_eq([(d.get("object"), d.get("on"), d.get("status")) for d in made],
+             [("charge", None, None), (None, None, "requires_payment_method"),
+              ("refund", "ours", None), (None, None, "succeeded"), (None, None, "failed")],
+             "what the other client made")
+    rc, rows = judge(run_dir)
+    check_eq((rc, violated(rows)), (0, []), "the verdict with the other client's objects")
+
     # 1. A SUCCEEDED attempt flipped to FAILED.
     # One of the run's own commands (the order service's orders have rows of
     # their own that a flip would also contradict), never refunded.
@@ -127,8 +166,8 @@ def tamper(chaos, v, run_dir, s):
                       "ORDER BY id LIMIT 1")[0][0]
     s.psql(s.db, "UPDATE payment_attempts SET status = 'FAILED', reason = 'tampered' "
            "WHERE id = '%s'" % flipped)
-    bad = expect(run_dir, bad, ["FAILED with a charge", "settled without its result event"],
-                 flipped)
+    bad = expect(run_dir, bad, ["FAILED with a charge", "settled without its result event",
+                                "attempts settled by a foreign object"], flipped)
 
     # 2. A refund command's record deleted (with its history and events).
     gone = s.query("SELECT id FROM refund_attempts WHERE status = 'REJECTED' AND "
@@ -235,6 +274,38 @@ def tamper(chaos, v, run_dir, s):
           "row 'keys charged twice' after a second charge under %s: %s" % (
               key, rows["keys charged twice"]))
     e2e.log("second charge under one key caught: %s" % violated(rows))
+    bad = violated(rows)
+
+    # 7. An attempt booked on the other client's declined intent that names it.
+    other = chaos.other_client_record(run_dir)
+    ledger = s.psp_get("/ledger")
+    declined = {c["payment_intent_id"]: c["payment_attempt_id"] for c in ledger["charges"]
+                if c["idempotency_key"] in other and c["outcome"] == "declined"}
+    check(declined, "the run's other client made no declined charge")
+    taken = (flipped, attempt, attempt6)
+    paid = {x[0] for x in s.query("SELECT id FROM payment_attempts WHERE status = 'SUCCEEDED'"
+                                  " AND idempotency_key LIKE 'chaos:%'") if x[0] not in taken}
+    check(paid, "no SUCCEEDED attempt left to tamper with")
+    # The attempt it names when that one is paid, else any paid attempt.
+    named = sorted((a, pi) for pi, a in declined.items() if a in paid)
+    victim, intent = (named or [(sorted(paid)[0], sorted(declined)[0])])[0]
+    s.psql(s.db, "UPDATE payment_attempts SET provider_payment_id = '%s' WHERE id = '%s'"
+           % (intent, victim))
+    bad = expect(run_dir, bad, ["attempts settled by a foreign object",
+                                "SUCCEEDED without its charge"], victim)
+
+    # 8. A refund booked on a refund of the other client.
+    recorded = {x[0] for x in s.query("SELECT provider_refund_id FROM refund_attempts WHERE"
+                                      " provider_refund_id IS NOT NULL")}
+    foreign_refunds = sorted(x["provider_refund_id"] for x in ledger["refunds"]
+                             if x["idempotency_key"] in other
+                             and x["provider_refund_id"] not in recorded)
+    check(foreign_refunds, "the run's other client made no refund (none recorded by ours)")
+    refund = s.query("SELECT id FROM refund_attempts WHERE status = 'SUCCEEDED' AND "
+                     "idempotency_key LIKE 'chaos-refund:%' ORDER BY id LIMIT 1")[0][0]
+    s.psql(s.db, "UPDATE refund_attempts SET provider_refund_id = '%s' WHERE id = '%s'"
+           % (foreign_refunds[0], refund))
+    expect(run_dir, bad, ["refunds settled by a foreign object"], refund)
 
 
 if __name__ == "__main__":
