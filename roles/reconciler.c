@@ -989,23 +989,22 @@ static int setup(struct reconciler *r, char *err, size_t err_size)
 
 static void usage(FILE *out)
 {
-    fprintf(
-        out,
-        "usage: charged reconciler\n\n"
-        "Settles attempts whose outcome is unknown on the provider's evidence,\n"
-        "and only on an intent proven the attempt's own: its recorded intent id\n"
-        "(looked up), or, with none recorded, the answer to the charge again\n"
-        "under the attempt's key while the provider keeps it (409: still\n"
-        "executing, look again). An intent found by search or list only names\n"
-        "the attempt: past the key's window it goes to REQUIRES_REVIEW; FAILED\n"
-        "only when the provider's (consistent) list of the key's window holds\n"
-        "none at all, after the key's retention and the search's lag.\n"
-        "Looks again on RECONCILER_SCHEDULE_MS; past RECONCILER_MAX_AGE_MS, or on\n"
-        "contradictory evidence, the attempt goes to REQUIRES_REVIEW.\n"
-        "Refunds left UNKNOWN or PROCESSING alike: by refund id, else the refund\n"
-        "again with its key while the provider keeps it; past that, a refund in\n"
-        "the intent's list naming it goes to REQUIRES_REVIEW, none is FAILED.\n"
-        "SIGTERM: finish the look in hand, hand the rest back, exit 0.\n\n");
+    fprintf(out,
+            "usage: charged reconciler\n\n"
+            "Settles attempts whose outcome is unknown on the provider's evidence,\n"
+            "and only on an intent proven the attempt's own: its recorded intent id\n"
+            "(looked up), or, with none recorded, the answer to the charge again\n"
+            "under the attempt's key while the provider keeps it (409: still\n"
+            "executing, look again). An intent found by search or list only names\n"
+            "the attempt: past the key's window it goes to REQUIRES_REVIEW; FAILED\n"
+            "only when the provider's (consistent) list of the key's window holds\n"
+            "none at all, after the key's retention and the search's lag.\n"
+            "Looks again on RECONCILER_SCHEDULE_MS; past RECONCILER_MAX_AGE_MS, or on\n"
+            "contradictory evidence, the attempt goes to REQUIRES_REVIEW.\n"
+            "Refunds left UNKNOWN or PROCESSING alike: by refund id, else the refund\n"
+            "again with its key while the provider keeps it; past that, a refund in\n"
+            "the intent's list naming it goes to REQUIRES_REVIEW, none is FAILED.\n"
+            "SIGTERM: finish the look in hand, hand the rest back, exit 0.\n\n");
     config_print_help(out, CONFIG_ROLE_RECONCILER);
 }
 

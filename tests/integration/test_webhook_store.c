@@ -79,6 +79,17 @@ static void processing_attempt(char id[37])
     snprintf(id, 37, "%s", c.payment_attempt_id);
 }
 
+/* The intent our own call's answer recorded on the attempt: only events
+ * about it move the attempt (an event that only names it never does). */
+static void own_intent(const char *attempt, const char *intent)
+{
+    char q[256];
+    snprintf(q, sizeof(q),
+             "UPDATE payment_attempts SET provider_payment_id = '%s' WHERE id = '%s'",
+             intent, attempt);
+    sql(q);
+}
+
 /* A success (or, with WEBHOOK_EVIDENCE_NONE, an event we do not act on)
  * of 1000 EUR for `attempt_id` under intent `intent`. */
 static struct webhook_event event(const char *event_id, enum webhook_evidence evidence,
@@ -138,6 +149,7 @@ START_TEST(an_event_settles_its_attempt_once)
     processing_attempt(id);
     webhook_store_t *st = store();
     struct webhook_store_result res;
+    own_intent(id, "pi_ok");
     struct webhook_event ev = event("evt_ok", WEBHOOK_EVIDENCE_SUCCEEDED, id, "pi_ok");
 
     ck_assert_msg(webhook_store_apply(st, PROVIDER, &ev, "{}", &res, &err) == STORE_OK,
@@ -242,6 +254,7 @@ START_TEST(a_session_ended_by_the_server_is_replaced)
     json_decref(doc);
     end_store_session();
     struct webhook_store_result res;
+    own_intent(id, "pi_1");
     struct webhook_event ev =
         event("evt_again", WEBHOOK_EVIDENCE_SUCCEEDED, id, "pi_1");
     ck_assert_msg(webhook_store_apply(st, PROVIDER, &ev, "{}", &res, &err) == STORE_OK,
@@ -269,6 +282,7 @@ START_TEST(refusals_are_classified_with_their_sqlstate)
     /* Refused once the event was taken (here by a trigger standing for a
      * constraint the decision missed): not the event's fault, so RETRY,
      * and the whole transaction is undone. */
+    own_intent(id, "pi_1");
     sql("CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS"
         " $$BEGIN RAISE EXCEPTION 'refused' USING ERRCODE = 'check_violation'; END$$");
     sql("CREATE TRIGGER refuse BEFORE UPDATE ON payment_attempts"
@@ -279,7 +293,7 @@ START_TEST(refusals_are_classified_with_their_sqlstate)
                      STORE_RETRY);
     ck_assert_str_eq(err.sqlstate, "23514");
     ck_assert_str_eq(recorded("evt_later"), "none");
-    ck_assert_str_eq(attempt_row(id), "PROCESSING - false 0 0");
+    ck_assert_str_eq(attempt_row(id), "PROCESSING pi_1 false 0 0");
     sql("DROP TRIGGER refuse ON payment_attempts");
     ck_assert_int_eq(webhook_store_apply(st, PROVIDER, &ok, "{}", &res, &err),
                      STORE_OK);
@@ -296,6 +310,7 @@ START_TEST(an_attempt_held_by_another_session_is_locked)
 {
     char id[37];
     processing_attempt(id);
+    own_intent(id, "pi_1");
     webhook_store_t *st = store();
     struct webhook_store_result res;
     PGconn *peer = test_env_connect(url);
@@ -377,6 +392,16 @@ static void refund_row(const char *attempt, const char *refund, long long amount
     sql(q);
 }
 
+/* The refund id our own call's answer recorded on the refund. */
+static void own_refund(const char *refund, const char *re)
+{
+    char q[256];
+    snprintf(q, sizeof(q),
+             "UPDATE refund_attempts SET provider_refund_id = '%s' WHERE id = '%s'", re,
+             refund);
+    sql(q);
+}
+
 /* A refund's event: `status` of refund `re` (metadata refund_id `refund`
  * unless NULL) of 300 EUR under pi_ok. */
 static struct webhook_event refund_event(const char *event_id, const char *type,
@@ -441,16 +466,18 @@ START_TEST(refund_events_move_a_refund_once)
     const char *r2 = "20000000-0000-4000-8000-000000000002";
     processing_attempt(id);
     webhook_store_t *st = store();
+    own_intent(id, "pi_ok");
     struct webhook_event paid =
         event("evt_paid", WEBHOOK_EVIDENCE_SUCCEEDED, id, "pi_ok");
     ck_assert_str_eq(apply_refund(st, &paid), "applied");
     refund_row(id, r1, 300, "PROCESSING");
+    own_refund(r1, "re_1");
 
     /* Pending for a PROCESSING refund: nothing to change. */
     struct webhook_event ev =
         refund_event("evt_r_pending", "refund.created", r1, "re_1", "pending");
     ck_assert_str_eq(apply_refund(st, &ev), "ignored");
-    ck_assert_str_eq(refund_state(r1), "PROCESSING - 0 0");
+    ck_assert_str_eq(refund_state(r1), "PROCESSING re_1 0 0");
 
     ev = refund_event("evt_r_ok", "refund.updated", r1, "re_1", "succeeded");
     ck_assert_str_eq(apply_refund(st, &ev), "applied");
@@ -482,6 +509,7 @@ START_TEST(refund_events_move_a_refund_once)
     /* charge.refunded lists both: the UNKNOWN one fails (its reservation
      * comes back), the succeeded one is already so. */
     refund_row(id, r2, 200, "UNKNOWN");
+    own_refund(r2, "re_2");
     ck_assert_str_eq(charge_money(id), "500 300 1");
     ev = refund_event("evt_ch_refunded", "charge.refunded", r1, "re_1", "succeeded");
     ev.nrefunds = 2;
