@@ -101,8 +101,9 @@ def reconcilers(s, w1):
     age = gauge(s, r1, 'charged_reconciler_oldest_attempt_age_seconds{status="UNKNOWN"}')
     check(age is not None and age > 0, "age of the oldest UNKNOWN attempt: %r" % age)
 
-    # First look after RECONCILER_FIRST_LOOK_MS (the worker wrote it): the
-    # search finds the intent the provider executed.
+    # First look after RECONCILER_FIRST_LOOK_MS (the worker wrote it): inside
+    # the key's window the reconciler charges again under the attempt's key,
+    # and the provider's replay of the executed intent settles it.
     e2e.wait_until("the reconciler to settle it", lambda: s.query(
         "SELECT status FROM payment_attempts WHERE id = '%s'" % cmd["payment_attempt_id"])
         == [["SUCCEEDED"]], 90)
@@ -110,8 +111,8 @@ def reconcilers(s, w1):
         gauge(s, r1, 'charged_reconciler_settlements_total{status="SUCCEEDED"}') == 1
         and gauge(s, r1, unknown) == 0), 30)
     m = s.admin_metrics(r1)
-    check(m.get('charged_provider_responses_total{operation="search",class="succeeded"}', 0) >= 1,
-          "the reconciler's search is not counted: %s" % m)
+    check(m.get('charged_provider_responses_total{operation="charge",class="succeeded"}', 0) >= 1,
+          "the reconciler's charge again (the replay) is not counted: %s" % m)
 
     r2 = s.start_reconciler(DATABASE_URL=NOWHERE)
     wait_probes(s, r2, (200, "ok"), (503, "not ready: database unreachable"))

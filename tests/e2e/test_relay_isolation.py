@@ -63,7 +63,8 @@ def mistyped_topic(new):
     s.publish(cmds)
     s.wait_settled(len(cmds), 60)
     # A webhook applied by an api with the same typo.
-    a = api.insert_attempt(s, "UNKNOWN")
+    # Its intent recorded from its own call's answer: only that moves it.
+    a = api.insert_attempt(s, "UNKNOWN", ppid="pi_relay_typo_0001")
     st, doc = api.post_webhook(port, api.event("succeeded", a))
     check_eq((st, doc.get("result")), (200, "applied"), "webhook")
     old = add_event(s, a["id"], "jsonb_build_object('event_id', EID, 'type', 'charge.unknown')",
