@@ -1,90 +1,185 @@
 #!/usr/bin/env bash
 # Runs every test of charged on this machine, from nothing: installs what is
-# missing, builds (warnings are errors), starts a private test stack
-# (PostgreSQL + Kafka on their own ports), runs all tests, then builds with
-# ASan+UBSan and runs the tests again, and stops the stack whatever happened.
-# Exits non-zero when any test fails.
+# missing, builds twice (plain, and ASan+UBSan; warnings are errors), starts
+# three private test stacks (PostgreSQL + Kafka on their own ports), runs
+# every test of both builds, and stops the stacks whatever happened. Exits
+# non-zero when any test fails. docs/testing.md says what runs beside what
+# and why that is safe, with the stage times on this 2-core machine.
+#
+#   tools/run-all-tests.sh             every test (what CI runs, via .ci/run)
+#   tools/run-all-tests.sh --changed [REF]
+#                                      a developer's inner loop, not what CI
+#                                      runs: the plain build, the unit tests
+#                                      when C changed, and the tests whose
+#                                      own files changed since REF (HEAD)
+#
+# CHARGED_TEST_JOBS (3): scenarios at a time on the plain build's stack;
+# CHARGED_TEST_ASAN_JOBS (2): the same for the sanitizer build's stack.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 jobs=${CHARGED_BUILD_JOBS:-2}
+plain_jobs=${CHARGED_TEST_JOBS:-3}
+asan_jobs=${CHARGED_TEST_ASAN_JOBS:-2}
+changed_ref=
+case "${1:-}" in
+  --changed) changed_ref=${2:-HEAD} ;;
+  "") ;;
+  -h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) echo "run-all-tests: unknown argument '$1' (try --help)" >&2; exit 2 ;;
+esac
+
+t_start=$SECONDS
+stage_times=()
+stage_done() { # name start-seconds
+  stage_times+=("$(printf '%-44s %5ds' "$1" $((SECONDS - $2)))")
+}
 
 deploy/install-deps.sh
 
+t=$SECONDS
 cmake -S . -B build -DCHARGED_WERROR=ON -DCHARGED_FAILPOINTS=ON >/dev/null
 cmake --build build -j"$jobs"
-cmake -S . -B build-asan -DCHARGED_SANITIZE=ON -DCHARGED_WERROR=ON -DCHARGED_FAILPOINTS=ON \
-  -DCMAKE_BUILD_TYPE=Debug >/dev/null
-cmake --build build-asan -j"$jobs"
+if [ -z "$changed_ref" ]; then
+  cmake -S . -B build-asan -DCHARGED_SANITIZE=ON -DCHARGED_WERROR=ON -DCHARGED_FAILPOINTS=ON \
+    -DCMAKE_BUILD_TYPE=Debug >/dev/null
+  cmake --build build-asan -j"$jobs"
+fi
+stage_done "installs and builds" "$((t_start))"
 
-# The test stacks live apart from the demo's, so all can be up at once: one
-# for the plain build's tests, one for the sanitizer build's, so that the two
-# sets of scenarios (which share their stack and wait on its timers) run side
-# by side instead of one after the other.
-stack_env() { # build-dir pg-port kafka-port controller-port
-  export CHARGED_STACK_DIR=$repo/$1/test-stack
+# Three stacks apart from the demo's: the plain build's tests share one and
+# the sanitizer build's another, several at a time (each scenario has its
+# own database, topics and group); the tests that stop, freeze or kill a
+# server (label `exclusive`) run one at a time on the third, so that they
+# take nothing away from a test beside them.
+stack_env() { # dir pg-port kafka-port controller-port
+  export CHARGED_STACK_DIR=$repo/$1
   export CHARGED_PG_PORT=$2 CHARGED_KAFKA_PORT=$3 CHARGED_KAFKA_CONTROLLER_PORT=$4
   export CHARGED_TEST_DATABASE_URL="postgresql://charged@127.0.0.1:$2/charged"
   export CHARGED_TEST_KAFKA="127.0.0.1:$3"
+  # A broker restart on a loaded machine takes longer than at a desk.
+  export CHARGED_STACK_TIMEOUT=${CHARGED_STACK_TIMEOUT:-240}
 }
-plain_stack=(build "${CHARGED_TEST_PG_PORT:-55433}" "${CHARGED_TEST_KAFKA_PORT:-19092}"
+plain_stack=(build/test-stack "${CHARGED_TEST_PG_PORT:-55433}" "${CHARGED_TEST_KAFKA_PORT:-19092}"
   "${CHARGED_TEST_KAFKA_CONTROLLER_PORT:-19093}")
-asan_stack=(build-asan "${CHARGED_TEST_ASAN_PG_PORT:-55434}" "${CHARGED_TEST_ASAN_KAFKA_PORT:-19094}"
-  "${CHARGED_TEST_ASAN_KAFKA_CONTROLLER_PORT:-19095}")
+asan_stack=(build-asan/test-stack "${CHARGED_TEST_ASAN_PG_PORT:-55434}"
+  "${CHARGED_TEST_ASAN_KAFKA_PORT:-19094}" "${CHARGED_TEST_ASAN_KAFKA_CONTROLLER_PORT:-19095}")
+excl_stack=(build/test-stack-exclusive "${CHARGED_TEST_EXCL_PG_PORT:-55435}"
+  "${CHARGED_TEST_EXCL_KAFKA_PORT:-19096}" "${CHARGED_TEST_EXCL_KAFKA_CONTROLLER_PORT:-19097}")
+stacks=(plain_stack)
+[ -n "$changed_ref" ] || stacks+=(asan_stack excl_stack)
 stacks_down() {
-  (stack_env "${plain_stack[@]}" && deploy/stack.sh down) || true
-  (stack_env "${asan_stack[@]}" && deploy/stack.sh down) || true
+  local s
+  for s in "${stacks[@]}"; do
+    eval "(stack_env \"\${${s}[@]}\" && deploy/stack.sh down) || true"
+  done
 }
 trap stacks_down EXIT
-(stack_env "${plain_stack[@]}" && deploy/stack.sh up)
-(stack_env "${asan_stack[@]}" && deploy/stack.sh up)
+t=$SECONDS
+pids=()
+for s in "${stacks[@]}"; do
+  eval "(stack_env \"\${${s}[@]}\" && deploy/stack.sh up) &"
+  pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p"; done
+stage_done "stacks up" "$t"
 export CHARGED_SOURCE_DIR=$repo
+export CTEST_OUTPUT_ON_FAILURE=1
 
-# Tests that race nothing (unit, valgrind, build, format, cli, deploy, fuzz:
-# of these only the image test uses the stack) run $jobs at a time, first and
-# alone; the rest, which share their stack and wait on its timers, one at a
-# time per build, the two builds at once.
-alone='^(unit|valgrind|build|format|cli|deploy|fuzz)$'
-echo "== tests that race nothing (build/)"
-status=0
-(stack_env "${plain_stack[@]}" && cd build &&
-  ctest --output-on-failure --timeout 900 -j"$jobs" -L "$alone") || status=1
+if [ -n "$changed_ref" ]; then
+  # The tests named after a changed file, plus the unit tests if C changed.
+  names=$({ git diff --name-only "$changed_ref"; git ls-files --others --exclude-standard; } |
+    sed -n 's#^tests/.*/\(test_[A-Za-z0-9_]*\)\.[a-z]*$#\1#p' | sort -u | paste -sd'|')
+  args=()
+  if { git diff --name-only "$changed_ref"; git ls-files --others --exclude-standard; } |
+    grep -qE '\.(c|h)$'; then
+    args+=(-L unit)
+  fi
+  [ -z "$names" ] || args+=(-R "^(${names})(_.*)?\$")
+  if [ ${#args[@]} -eq 0 ]; then
+    echo "run-all-tests --changed: nothing changed since $changed_ref that a test names"
+    exit 0
+  fi
+  if [ ${#args[@]} -gt 2 ]; then
+    # -L and -R together select their intersection: run them one after the other.
+    (stack_env "${plain_stack[@]}" && cd build && ctest -j"$plain_jobs" -LE exclusive -L unit &&
+      ctest -j"$plain_jobs" -R "^(${names})(_.*)?\$")
+  else
+    (stack_env "${plain_stack[@]}" && cd build && ctest -j"$plain_jobs" "${args[@]}")
+  fi
+  exit $?
+fi
 
-plain_scenarios() {
+# Three sets at once, each on its stack, each with its own log (printed whole
+# at the end, so that they do not interleave line by line):
+#  - plain: every test of build/ but the exclusive and quiet ones,
+#    $plain_jobs at a time;
+#  - exclusive: build/'s exclusive tests, one at a time, on the third stack;
+#  - asan: every test of build-asan/ but the quiet ones, $asan_jobs at a
+#    time, then its exclusive ones one at a time on its own stack.
+# Several scenarios at once stretch every deadline they wait on (a deadline
+# bounds a wait, it never decides what passes): CHARGED_TEST_TIMEOUT_SCALE
+# for the harness (tests/e2e/charged_e2e.py), CK_TIMEOUT_MULTIPLIER for Check.
+plain_set() {
   stack_env "${plain_stack[@]}"
-  # The sanitizer build's tests run beside these: every deadline is
-  # stretched (a deadline bounds a wait, it never decides what passes).
-  export CHARGED_TEST_TIMEOUT_SCALE=2 CK_TIMEOUT_MULTIPLIER=2
-  cd build && ctest --output-on-failure --timeout 900 -LE "$alone"
+  export CHARGED_TEST_TIMEOUT_SCALE=3 CK_TIMEOUT_MULTIPLIER=3
+  cd build && ctest --timeout 900 -j"$plain_jobs" -LE 'exclusive|quiet'
 }
-asan_tests() {
+exclusive_set() {
+  stack_env "${excl_stack[@]}"
+  export CHARGED_TEST_TIMEOUT_SCALE=3 CK_TIMEOUT_MULTIPLIER=3
+  cd build && ctest --timeout 1200 -L exclusive -LE quiet
+}
+asan_set() {
   stack_env "${asan_stack[@]}"
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-  # Sanitized binaries run 2-5x slower, beside the plain build's scenarios:
-  # every deadline the tests wait for is stretched (tests/e2e/charged_e2e.py;
-  # Check reads CK_TIMEOUT_MULTIPLIER).
-  export CHARGED_TEST_TIMEOUT_SCALE=4 CK_TIMEOUT_MULTIPLIER=4
+  # Sanitized binaries run 2-5x slower, beside everything else.
+  export CHARGED_TEST_TIMEOUT_SCALE=5 CK_TIMEOUT_MULTIPLIER=5
   cd build-asan
   local rc=0
-  ctest --output-on-failure --timeout 900 -L "$alone" || rc=1
-  ctest --output-on-failure --timeout 1800 -LE "$alone" || rc=1
+  ctest --timeout 1800 -j"$asan_jobs" -LE 'exclusive|quiet' || rc=1
+  ctest --timeout 1800 -L exclusive -LE quiet || rc=1
   return $rc
 }
-# Each set's output goes to its own log, printed whole when both are done,
-# so that the two do not interleave line by line.
+# Then, alone on an idle machine, the tests that bound a wait by the clock
+# (label `quiet`): the load of the others would decide them otherwise.
+quiet_set() {
+  stack_env "${plain_stack[@]}"
+  (cd build && ctest --timeout 900 -L quiet) || return 1
+  stack_env "${asan_stack[@]}"
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  export CHARGED_TEST_TIMEOUT_SCALE=2 CK_TIMEOUT_MULTIPLIER=2
+  (cd build-asan && ctest --timeout 900 -L quiet)
+}
+
 logs=$(mktemp -d)
-echo "== scenarios (build/) beside all tests under ASan+UBSan (build-asan/)"
-(plain_scenarios) > "$logs/plain.log" 2>&1 &
-plain_pid=$!
-(asan_tests) > "$logs/asan.log" 2>&1 &
-asan_pid=$!
-wait "$plain_pid" || status=1
-wait "$asan_pid" || status=1
-echo "== scenarios (build/)"
-cat "$logs/plain.log"
-echo "== tests under ASan+UBSan (build-asan/)"
-cat "$logs/asan.log"
+status=0
+echo "== tests: plain build ($plain_jobs at a time), its exclusive tests, and the" \
+  "sanitizer build ($asan_jobs at a time), side by side"
+t=$SECONDS
+for set in plain exclusive asan; do
+  ( t0=$SECONDS; rc=0; "${set}_set" || rc=$?; echo "$set: $((SECONDS - t0))s" >"$logs/$set.time"
+    exit $rc ) >"$logs/$set.log" 2>&1 &
+  eval "${set}_pid=$!"
+done
+# shellcheck disable=SC2154
+for set in plain exclusive asan; do
+  eval "wait \$${set}_pid" || status=1
+  echo "== $set"
+  cat "$logs/$set.log"
+  stage_times+=("$(printf '%-44s %5ss' "  $set set" "$(cut -d' ' -f2 "$logs/$set.time" | tr -d s)")")
+done
+stage_done "the three sets side by side" "$t"
+t=$SECONDS
+echo "== tests that bound a wait by the clock, alone"
+quiet_set || status=1
+stage_done "the quiet tests, alone" "$t"
 rm -rf "$logs"
+
+echo "== stage times"
+printf '%s\n' "${stage_times[@]}"
+printf '%-44s %5ds\n' "total" $((SECONDS - t_start))
 exit $status
