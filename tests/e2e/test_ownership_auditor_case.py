@@ -12,7 +12,9 @@ the two intents is judged later must find the other"): charged_twice,
 which pages. Everything else in the auditor reads metadata ids as UUIDs
 (either case); the look-up of the order-only twin from the paid side
 compares the text, so an upper-case order id is never found and the double
-charge stays an unknown_intent ticket.
+charge stays an unknown_intent ticket in the scheduled audit (the daily
+`chargectl audit run` lists the stray again and does page it: up to a day
+late).
 
 The same with the order id in lower case is test_auditor_ownership's
 order_only_before_its_attempt, which passes."""
