@@ -65,8 +65,10 @@ plain_stack=(build/test-stack "${CHARGED_TEST_PG_PORT:-55433}" "${CHARGED_TEST_K
   "${CHARGED_TEST_KAFKA_CONTROLLER_PORT:-19093}")
 asan_stack=(build-asan/test-stack "${CHARGED_TEST_ASAN_PG_PORT:-55434}"
   "${CHARGED_TEST_ASAN_KAFKA_PORT:-19094}" "${CHARGED_TEST_ASAN_KAFKA_CONTROLLER_PORT:-19095}")
+# (test_kafka_compat starts a broker of its own on the plain stack's Kafka
+# port + 5 and + 6: 19097 and 19098 by default.)
 excl_stack=(build/test-stack-exclusive "${CHARGED_TEST_EXCL_PG_PORT:-55435}"
-  "${CHARGED_TEST_EXCL_KAFKA_PORT:-19096}" "${CHARGED_TEST_EXCL_KAFKA_CONTROLLER_PORT:-19097}")
+  "${CHARGED_TEST_EXCL_KAFKA_PORT:-19102}" "${CHARGED_TEST_EXCL_KAFKA_CONTROLLER_PORT:-19103}")
 stacks=(plain_stack)
 [ -n "$changed_ref" ] || stacks+=(asan_stack excl_stack)
 stacks_down() {

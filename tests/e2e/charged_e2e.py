@@ -105,6 +105,32 @@ def wait_until(what, cond, timeout, interval=0.2):
         time.sleep(interval)
 
 
+def _stopped(pid):
+    """True when every thread of pid is stopped ('T' in /proc), or it is gone."""
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except FileNotFoundError:
+        return True
+    for tid in tids:
+        try:
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, IndexError):
+            continue
+        if state not in ("T", "t"):
+            return False
+    return True
+
+
+def freeze(pid):
+    """SIGSTOP pid and return once every one of its threads has stopped: kill()
+    only marks the signal pending, and a thread running on the other core
+    goes on until it next leaves the kernel, which on a loaded machine is
+    long enough for the step a scenario means to freeze it before."""
+    os.kill(pid, signal.SIGSTOP)
+    wait_until("pid %d stopped by SIGSTOP" % pid, lambda: _stopped(pid), 10, 0.005)
+
+
 # ---- the stack itself: faults for the scenarios that take it away ----
 #
 # deploy/stack.sh runs with the inherited environment (CHARGED_STACK_DIR and
@@ -362,7 +388,7 @@ class Scenario:
         connections, but nothing is answered (calls time out after sending).
         Its admin API is frozen too. psp_thaw() lets it go on, with what it
         had received meanwhile."""
-        self.psp.send_signal(signal.SIGSTOP)
+        freeze(self.psp.pid)
         log("psp-sim frozen (SIGSTOP)")
 
     def psp_thaw(self):

@@ -51,7 +51,7 @@ def scenario(new):
     given_up = lambda: [l for l in s.worker_log(w, "database step failed")
                         if "did not answer within" in l.get("error", "")]
     try:
-        os.kill(pid, signal.SIGSTOP)
+        e2e.freeze(pid)
         e2e.log("stopped backend %d of the worker's session" % pid)
         e2e.wait_until("a statement given up at its deadline", given_up, 30)
         e2e.log("given up: %s" % given_up()[0])

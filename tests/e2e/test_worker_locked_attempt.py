@@ -135,7 +135,7 @@ def frozen_api(new):
                 " AND query LIKE '%%FOR NO KEY UPDATE OF p'" % hold.pid)], 30, 0.05)
         check_eq(len(api_pid), 1, "sessions waiting for the row lock: %s" % api_pid)
         api_pid = int(api_pid[0])
-        apiproc.send_signal(signal.SIGSTOP)
+        e2e.freeze(apiproc.pid)
         stopped = True
         hold.run("ROLLBACK")
         # The api's session now holds the lock, idle in its transaction,

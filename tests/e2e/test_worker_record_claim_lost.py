@@ -49,7 +49,7 @@ def scenario(new):
         hold.run("LOCK TABLE outbox IN EXCLUSIVE MODE")
         # Both commands in one record batch: the worker is stopped while
         # they are published, and polls them together.
-        proc.send_signal(signal.SIGSTOP)
+        e2e.freeze(proc.pid)
         try:
             s.publish([fresh, second])
         finally:

@@ -52,7 +52,7 @@ def scenario(new):
     stopped = []
     try:
         for pid in pids:
-            os.kill(pid, signal.SIGSTOP)
+            e2e.freeze(pid)
             stopped.append(pid)
         s.publish([fresh])
         e2e.wait_until("a statement given up at its deadline", given_up, 30)
