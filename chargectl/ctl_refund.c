@@ -89,9 +89,13 @@ static void usage(FILE *out)
         "                 cause operator, the actor and the reason; publishes the\n"
         "                 refund's result event. The provider is asked first\n"
         "                 (PROVIDER_API_KEY): the refund it holds must agree,\n"
-        "                 and be this refund's: on its charge's intent, not\n"
-        "                 recorded for another refund, its metadata naming no\n"
-        "                 other refund or payment attempt\n"
+        "                 and be proven this refund's: on its charge's intent,\n"
+        "                 not recorded for another refund, its metadata naming\n"
+        "                 no other refund or payment attempt, and the id\n"
+        "                 recorded from the refund's own call or the answer\n"
+        "                 under its key (one that only names it is not). No\n"
+        "                 decision while a call under the refund's key may\n"
+        "                 still execute (its lease live, its key young)\n"
         "  --attempt UUID only the refunds of this payment attempt\n"
         "  --status S     one of:");
     for (int i = 0; i < ATTEMPT_STATUS__COUNT; i++)
@@ -102,10 +106,11 @@ static void usage(FILE *out)
             "  --reason TEXT  why (resolve): how you know\n"
             "  --actor NAME   who decides [the OS user]\n"
             "  --force        resolve although the provider contradicts the decision\n"
-            "                 or does not answer, the refund's metadata names\n"
-            "                 another, or (FAILED) a call under the refund's key\n"
-            "                 may still execute (recorded as forced). Never books\n"
-            "                 a refund on another charge's intent or another's\n"
+            "                 or does not answer, the provider's refund is not\n"
+            "                 proven this refund's or its metadata names another,\n"
+            "                 or a call under the refund's key may still execute:\n"
+            "                 on your word (recorded as forced). Never books a\n"
+            "                 refund on another charge's intent or another's\n"
             "  --json         JSON instead of tables\n"
             "  --help         this text\n\n"
             "Exit status: 0 done; 1 database unreachable, no such refund, or\n"
@@ -402,8 +407,8 @@ static int refund_resolve(PGconn *conn, const struct resolve_args *ra)
     case REFUND_REVIEW_LEASED:
         say(CTL_FAILED, "resolve",
             "refused: refund %s is leased by a worker or reconciler that may be "
-            "calling "
-            "the provider now; nothing written (--force overrides)",
+            "calling the provider under its key now; nothing written (--force "
+            "overrides)",
             ra->id);
         goto out;
     case REFUND_REVIEW_MAY_EXECUTE:
@@ -426,7 +431,10 @@ static int refund_resolve(PGconn *conn, const struct resolve_args *ra)
             ra->provider_refund_id, ra->id, why);
         goto out;
     case REFUND_REVIEW_UNPROVEN:
-        say(CTL_FAILED, "resolve", "refused: %s; nothing written (--force overrides)",
+        say(CTL_FAILED, "resolve",
+            "refused: %s; nothing written. --force books it on your word that it is "
+            "this refund's (say, the provider's request log shows it made under the "
+            "refund's idempotency key), recorded as forced",
             why);
         goto out;
     case REFUND_REVIEW_OTHER_REFUND:

@@ -44,8 +44,9 @@ static void usage(FILE *out)
         "                   charge (ledger entry) and publishes charge.succeeded\n"
         "  --failed         no money moved: the provider must have no succeeded or\n"
         "                   processing intent for this attempt (searched by its id,\n"
-        "                   and its recorded intent looked up). Publishes\n"
-        "                   charge.failed\n"
+        "                   found on the provider's list of the intents created\n"
+        "                   while its key could be used, every page, and its\n"
+        "                   recorded intent looked up). Publishes charge.failed\n"
         "  --reason TEXT    why; required with --failed [resolved by operator]\n"
         "  --actor NAME     who decides [the OS user]\n"
         "  --force          resolve although the provider contradicts the decision,\n"
@@ -59,7 +60,9 @@ static void usage(FILE *out)
         "the provider's answers as evidence; the look-ups as provider calls.\n"
         "The provider's search lags behind its charges: until the attempt's last\n"
         "provider call is RECONCILER_SEARCH_LAG_MS old [60000], what it does not\n"
-        "list is no evidence, and resolve asks to be run again later.\n"
+        "list is no evidence, and resolve asks to be run again later; the list\n"
+        "(consistent) covers WORKER_KEY_RETENTION_MS [86400000] from the\n"
+        "attempt's first call.\n"
         "Needs PROVIDER_API_KEY (and PROVIDER_BASE_URL, PROVIDER_TIMEOUT_MS,\n"
         "PROVIDER_API_VERSION) besides DATABASE_URL.\n\n"
         "Exit status: 0 resolved; 1 refused (not in review, the provider contradicts,\n"
@@ -277,7 +280,8 @@ int ctl_attempt_resolve(int argc, char **argv)
                                         .actor = ra.actor,
                                         .force = ra.force};
     attempt_review_resolve(conn, st, pc,
-                           config_int(cfg, CONFIG_RECONCILER_SEARCH_LAG_MS), &rq, &res);
+                           config_int(cfg, CONFIG_RECONCILER_SEARCH_LAG_MS),
+                           config_int(cfg, CONFIG_WORKER_KEY_RETENTION_MS), &rq, &res);
     if (res.outcome == ATTEMPT_REVIEW_RESOLVED) {
         print_result(&ra, &res);
         rc = CTL_OK;

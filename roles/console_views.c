@@ -442,9 +442,9 @@ unsigned console_views_resolve(console_views_t *v, const struct console_who *who
     json_decref(asked);
     if (unrecorded)
         return answer(body, 503, "the action could not be recorded; nothing decided");
-    attempt_review_resolve(conn, v->attempts, v->pc,
-                           config_int(v->cfg, CONFIG_RECONCILER_SEARCH_LAG_MS), &rq,
-                           &res);
+    attempt_review_resolve(
+        conn, v->attempts, v->pc, config_int(v->cfg, CONFIG_RECONCILER_SEARCH_LAG_MS),
+        config_int(v->cfg, CONFIG_WORKER_KEY_RETENTION_MS), &rq, &res);
     const char *outcome = outcome_names[res.outcome];
     json_t *o = json_pack("{s:s, s:s, s:s, s:s?, s:b, s:s?, s:s?, s:s?, s:s}",
                           "payment_attempt_id", attempt_id, "outcome", outcome,

@@ -229,6 +229,23 @@ static void refunds_page(struct reconciler *r, const struct look *l, const char 
                                  after, page);
 }
 
+/* A walk's page as reconcile_policy_list_walk asks for it: each one a call
+ * of the loop's (liveness, metrics). */
+struct walk_page {
+    struct reconciler *r;
+    const struct look *l;
+    const char *op;
+    list_page_fn page_of;
+};
+
+static void walk_page(void *ctx, const char *after, struct provider_result *page)
+{
+    const struct walk_page *w = ctx;
+    call_begin(w->r);
+    w->page_of(w->r, w->l, after, page);
+    call_end(w->op, page);
+}
+
 /* Asks the consistent source whether any call under the key executed: a
  * list of the provider's, every page walked, matched on the metadata
  * (reconcile_policy says what the pages add up to). One call row for the
@@ -236,26 +253,13 @@ static void refunds_page(struct reconciler *r, const struct look *l, const char 
 static void list_walk(struct reconciler *r, struct look *l, const char *op,
                       list_page_fn page_of)
 {
-    int i = l->ncalls++, pages = 0;
-    struct provider_result *out = &l->res[i], page;
-    long latency = 0;
-    char after[96] = "";
+    int i = l->ncalls++;
+    struct walk_page w = {.r = r, .l = l, .op = op, .page_of = page_of};
 
     l->ops[i] = op;
     l->started[i] = clock_wall_ms();
-    memset(out, 0, sizeof(*out));
-    for (;;) {
-        call_begin(r);
-        page_of(r, l, after, &page);
-        call_end(op, &page);
-        pages++;
-        latency += page.latency_ms;
-        if (!reconcile_policy_list_fold(out, &page, pages))
-            break;
-        snprintf(after, sizeof(after), "%s", page.list_last_id);
-    }
-    out->latency_ms = latency;
-    note(l, op, out, pages);
+    int pages = reconcile_policy_list_walk(walk_page, &w, &l->res[i]);
+    note(l, op, &l->res[i], pages);
 }
 
 /* The refund again, under its key and with its stored parameters

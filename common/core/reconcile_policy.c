@@ -480,6 +480,15 @@ void reconcile_policy_list_window(long long first_sent_ms, long long key_retenti
         (first_sent_ms + key_retention_ms + RECONCILE_LIST_CLOCK_MARGIN_MS) / 1000 + 1;
 }
 
+/* How settled a match is, as the client ranks a page's: 0 the most. */
+static int settled_rank(enum provider_outcome o)
+{
+    return o == PROVIDER_SUCCEEDED    ? 0
+           : o == PROVIDER_PROCESSING ? 1
+           : o == PROVIDER_DECLINED   ? 3
+                                      : 2;
+}
+
 int reconcile_policy_list_fold(struct provider_result *walk,
                                const struct provider_result *page, int pages)
 {
@@ -489,8 +498,12 @@ int reconcile_policy_list_fold(struct provider_result *walk,
         return 0;
     }
     int matches = walk->matches + page->matches;
-    if (walk->matches == 0)
-        *walk = *page; /* the first page holding the attempt's intent, or the last */
+    /* The most settled match of every page: a declined intent on one page
+     * must not hide a succeeded one on a later page from a review asking
+     * whether money moved. */
+    if (walk->matches == 0 || (page->matches > 0 && settled_rank(page->outcome) <
+                                                        settled_rank(walk->outcome)))
+        *walk = *page;
     walk->matches = matches;
     if (!page->has_more)
         return 0;
@@ -503,4 +516,26 @@ int reconcile_policy_list_fold(struct provider_result *walk,
         return 0;
     }
     return 1;
+}
+
+int reconcile_policy_list_walk(reconcile_list_page_fn page_of, void *ctx,
+                               struct provider_result *walk)
+{
+    struct provider_result page;
+    char after[sizeof(page.list_last_id)] = "";
+    long latency = 0;
+    int pages = 0;
+
+    memset(walk, 0, sizeof(*walk));
+    for (;;) {
+        memset(&page, 0, sizeof(page));
+        page_of(ctx, after, &page);
+        pages++;
+        latency += page.latency_ms;
+        if (!reconcile_policy_list_fold(walk, &page, pages))
+            break;
+        snprintf(after, sizeof(after), "%s", page.list_last_id);
+    }
+    walk->latency_ms = latency;
+    return pages;
 }

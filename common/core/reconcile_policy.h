@@ -6,7 +6,9 @@
  * the provider's list) or how the look ends: the status (the attempt's own
  * means "look again later"), the reason, and the intent booked on it. The
  * reconciler makes the calls, passes the times and writes the result;
- * docs/reconciler.md is the same table in prose.
+ * docs/reconciler.md is the same table in prose. The list's walk asks the
+ * caller's function for each page, so that every walk of a list (the
+ * reconciler's, an operator's review) adds the pages up the same way.
  *
  * Only an object proven the attempt's own settles it (ownership.h): the
  * intent by its recorded id, or the answer to the charge again under the
@@ -158,11 +160,24 @@ void reconcile_policy_list_window(long long first_sent_ms, long long key_retenti
  * page); pages: walked so far, this one included. 1: walk on after
  * page->list_last_id. 0: over, and *walk is the walk's evidence: NOT_FOUND
  * only when every page answered and none held the attempt's intent; the
- * first page that did (matches summed over the pages) otherwise; UNKNOWN
- * (or the failed page itself) when a page failed or more than
- * RECONCILE_LIST_MAX_PAGES would be needed. Leaves latency_ms to the
- * caller. */
+ * page whose match is the most settled (succeeded > processing > any other
+ * > declined; the first of equals), matches summed over the pages,
+ * otherwise; UNKNOWN (or the failed page itself) when a page failed or
+ * more than RECONCILE_LIST_MAX_PAGES would be needed. Leaves latency_ms to
+ * the caller. */
 int reconcile_policy_list_fold(struct provider_result *walk,
                                const struct provider_result *page, int pages);
+
+/* Asks for one page of a list, after the object `after` ("" for the
+ * first), into *page: a provider_client_list or _list_refunds call. */
+typedef void (*reconcile_list_page_fn)(void *ctx, const char *after,
+                                       struct provider_result *page);
+
+/* The walk of a whole list: page_of asked page after page, each folded by
+ * reconcile_policy_list_fold into *walk, latency_ms the pages' sum. Every
+ * caller that takes a list for evidence (the reconciler, an operator's
+ * review) walks it so. Returns the pages asked for. */
+int reconcile_policy_list_walk(reconcile_list_page_fn page_of, void *ctx,
+                               struct provider_result *walk);
 
 #endif

@@ -12,15 +12,22 @@
 #include "db.h"
 #include "ownership.h"
 #include "provider_outcome.h"
+#include "reconcile_policy.h"
 #include "utf8_text.h"
 
-/* The last column: how long ago the attempt last reached the provider, on
- * the database's clock (what the provider's search may not list yet). */
+/* Also: how long ago the attempt last reached the provider (what the
+ * provider's search may not list yet), and when it was first sent (where
+ * the list's window starts), both on the database's clock: a call's
+ * started_at is its host's clock, so a call counts from when the database
+ * recorded it (recorded_at, after the call; rows older than migration 0014
+ * have only started_at). */
 static const char *SQL_READ =
     "SELECT a.status, a.amount, a.currency, coalesce(a.provider_payment_id, ''),"
-    "  (extract(epoch FROM now() - coalesce((SELECT max(c.started_at) FROM"
-    "    provider_calls c WHERE c.payment_attempt_id = a.id), a.first_sent_at,"
-    "    a.created_at)) * 1000)::bigint, a.order_id::text"
+    "  greatest(0, (extract(epoch FROM now() - coalesce(greatest((SELECT"
+    "    max(coalesce(c.recorded_at, c.started_at)) FROM provider_calls c"
+    "    WHERE c.payment_attempt_id = a.id), a.first_sent_at), a.created_at))"
+    "    * 1000)::bigint), a.order_id::text,"
+    "  (extract(epoch FROM coalesce(a.first_sent_at, a.created_at)) * 1000)::bigint"
     " FROM payment_attempts a WHERE a.id = $1::uuid";
 
 /* An intent is booked for one attempt at most. */
@@ -45,6 +52,7 @@ struct review_attempt {
     char provider_payment_id[96]; /* "" when none is recorded */
     long long last_call_age_ms;   /* since its last provider call */
     char order_id[40];
+    long long first_sent_ms; /* since the epoch (its creation if never sent) */
 };
 
 /* Whose intent it is (common/core/ownership), as the evidence shows it. */
@@ -58,11 +66,15 @@ struct owner {
 
 /* One look-up at the provider, as asked and as answered. */
 struct lookup {
-    const char *operation; /* "retrieve" or "search" */
+    const char *operation; /* "retrieve", "search" or "list" */
     char query[96];        /* the intent id, or the attempt id searched for */
     int64_t started_ms;
+    int pages; /* a list's: pages walked */
     struct provider_result res;
 };
+
+/* The most look-ups one review makes: FAILED's search, list and retrieve. */
+#define MAX_LOOKUPS 3
 
 /* What the provider's answers say of the operator's decision. Ordered: a
  * contradiction outranks an intent not proven the attempt's (foreign),
@@ -128,6 +140,7 @@ static int read_attempt(PGconn *conn, const char *id, struct review_attempt *a,
              PQgetvalue(r, 0, 3));
     a->last_call_age_ms = strtoll(PQgetvalue(r, 0, 4), NULL, 10);
     snprintf(a->order_id, sizeof(a->order_id), "%s", PQgetvalue(r, 0, 5));
+    a->first_sent_ms = strtoll(PQgetvalue(r, 0, 6), NULL, 10);
     PQclear(r);
     return 0;
 }
@@ -245,11 +258,44 @@ static void judge_succeeded(provider_client_t *pc, const char *id,
                intent);
 }
 
+/* One page of the provider's list of intents, in the window of the calls
+ * the attempt's key could have made. */
+struct list_ask {
+    provider_client_t *pc;
+    const char *id;
+    long long gte, lt;
+};
+
+static void intents_page(void *ctx, const char *after, struct provider_result *page)
+{
+    const struct list_ask *q = ctx;
+    provider_client_list(q->pc, q->id, q->gte, q->lt, after, page);
+}
+
+/* The provider's list, every page, as the reconciler walks it before it
+ * calls an attempt never executed (reconcile_policy): unlike the search it
+ * is consistent, so what it does not hold was never charged. */
+static void ask_list(provider_client_t *pc, struct lookup *l, const char *id,
+                     const struct review_attempt *a, long long key_retention_ms)
+{
+    struct list_ask q = {.pc = pc, .id = id};
+    reconcile_policy_list_window(a->first_sent_ms, key_retention_ms, &q.gte, &q.lt);
+    l->operation = "list";
+    snprintf(l->query, sizeof(l->query), "%s", id);
+    l->started_ms = clock_wall_ms();
+    l->pages = reconcile_policy_list_walk(intents_page, &q, &l->res);
+}
+
 /* FAILED: no intent for the attempt may be succeeded or processing, found
- * by the search on the attempt id or as the intent recorded on it. */
+ * by the search on the attempt id, on the provider's list of the key's
+ * window, or as the intent recorded on it. The search lags (by more than
+ * anyone can promise, docs/reconciler.md), so its "none" is not enough:
+ * the list is asked as well, unless the search already found money or
+ * the provider did not answer it. */
 static void judge_failed(provider_client_t *pc, const char *id,
                          const struct review_attempt *a, long long lag_ms,
-                         struct lookup *ls, size_t *n, struct judgement *j)
+                         long long key_retention_ms, struct lookup *ls, size_t *n,
+                         struct judgement *j)
 {
     struct lookup *find = &ls[(*n)++];
     const struct provider_result *s = &find->res;
@@ -262,11 +308,24 @@ static void judge_failed(provider_client_t *pc, const char *id,
     else if (s->outcome == PROVIDER_SUCCEEDED || s->outcome == PROVIDER_PROCESSING)
         object(j, V_CONTRADICTS, "the provider has a %s intent %s for this attempt",
                s->intent_status, s->provider_payment_id);
-    else if (search_wait_ms(a, lag_ms) > 0)
-        object(j, V_SEARCH_MAY_LAG,
-               "the provider's search lists no paid intent for this attempt, but may "
-               "not be up to date yet: try again in %llds",
-               (search_wait_ms(a, lag_ms) + 999) / 1000);
+    else {
+        if (search_wait_ms(a, lag_ms) > 0)
+            object(j, V_SEARCH_MAY_LAG,
+                   "the provider's search lists no paid intent for this attempt, but "
+                   "may not be up to date yet: try again in %llds",
+                   (search_wait_ms(a, lag_ms) + 999) / 1000);
+        struct lookup *walk = &ls[(*n)++];
+        const struct provider_result *w = &walk->res;
+        ask_list(pc, walk, id, a, key_retention_ms);
+        if (w->outcome == PROVIDER_SUCCEEDED || w->outcome == PROVIDER_PROCESSING)
+            object(j, V_CONTRADICTS,
+                   "the provider's list holds a %s intent %s for this attempt, which "
+                   "its search did not show",
+                   w->intent_status, w->provider_payment_id);
+        else if (!answered(w)) /* a page failed, or too many: no evidence */
+            object(j, V_NO_ANSWER, "the provider's list of intents is no evidence: %s",
+                   why_unanswered(w));
+    }
     if (!a->provider_payment_id[0])
         return;
     struct lookup *get = &ls[(*n)++];
@@ -378,7 +437,8 @@ static json_t *lookup_json(const struct lookup *l)
     json_t *o = json_object();
     if (!o)
         return NULL;
-    int search = !strcmp(l->operation, "search");
+    int list = !strcmp(l->operation, "list");
+    int search = list || !strcmp(l->operation, "search");
     json_object_set_new(o, "operation", json_string(l->operation));
     json_object_set_new(o, search ? "payment_attempt_id" : "payment_intent_id",
                         json_string(l->query));
@@ -387,6 +447,8 @@ static json_t *lookup_json(const struct lookup *l)
                         r->http_status ? json_integer(r->http_status) : json_null());
     if (search)
         json_object_set_new(o, "matches", json_integer(r->matches));
+    if (list)
+        json_object_set_new(o, "pages", json_integer(l->pages));
     json_object_set_new(o, "provider_payment_id", str_or_null(r->provider_payment_id));
     json_object_set_new(o, "intent_status", str_or_null(r->intent_status));
     json_object_set_new(o, "amount", r->amount ? json_integer(r->amount) : json_null());
@@ -446,16 +508,16 @@ static void say(struct attempt_review_result *out, enum attempt_review_outcome o
 }
 
 int attempt_review_resolve(PGconn *conn, attempt_store_t *st, provider_client_t *pc,
-                           long long search_lag_ms,
+                           long long search_lag_ms, long long key_retention_ms,
                            const struct attempt_review_request *rq,
                            struct attempt_review_result *out)
 {
     struct review_attempt a = {0};
-    struct lookup ls[2];
+    struct lookup ls[MAX_LOOKUPS];
     struct judgement j = {V_AGREES, ""};
     struct owner ow = {0};
     struct store_error err;
-    struct attempt_call calls[2];
+    struct attempt_call calls[MAX_LOOKUPS];
     char why[256];
     char *evidence_text = NULL;
     json_t *evidence = NULL;
@@ -528,7 +590,7 @@ int attempt_review_resolve(PGconn *conn, attempt_store_t *st, provider_client_t 
             goto out;
         }
     } else
-        judge_failed(pc, id, &a, search_lag_ms, ls, &n, &j);
+        judge_failed(pc, id, &a, search_lag_ms, key_retention_ms, ls, &n, &j);
     out->verdict = verdict_names[j.verdict];
     snprintf(out->provider_says, sizeof(out->provider_says), "%s", j.says);
     if (j.verdict != V_AGREES && !rq->force) {

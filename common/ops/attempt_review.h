@@ -13,7 +13,7 @@
  *   struct attempt_review_request rq = {.attempt_id = id, .intent_id = pi,
  *                                       .reason = why, .actor = who};
  *   struct attempt_review_result res;
- *   attempt_review_resolve(conn, st, pc, lag_ms, &rq, &res);
+ *   attempt_review_resolve(conn, st, pc, lag_ms, retention_ms, &rq, &res);
  *   ... res.outcome, res.message ...
  *   attempt_review_result_clear(&res);
  */
@@ -96,17 +96,22 @@ struct attempt_review_result {
 int attempt_review_check(const struct attempt_review_request *rq, char *why,
                          size_t why_size);
 
-/* Reads the attempt on conn, asks the provider through pc (searches
- * younger than search_lag_ms are no evidence of absence), and settles
+/* Reads the attempt on conn, asks the provider through pc, and settles
  * through st (attempt_store_settle: expected REQUIRES_REVIEW, cause
  * operator, no lease), the look-ups logged as provider calls (with the
- * settlement: a refusal writes nothing). No transaction is open while the
- * provider is asked: conn must be outside one (else ERROR). The request is
- * checked as attempt_review_check does (ERROR with its why). Returns 0
- * with *out filled (every outcome, ERROR too, has a message), -1 only when
- * out is NULL; call attempt_review_result_clear after. */
+ * settlement: a refusal writes nothing). A search is no evidence of
+ * absence until the attempt's last call is search_lag_ms old
+ * (RECONCILER_SEARCH_LAG_MS; on the database's clock), and not alone even
+ * then: FAILED also walks the provider's consistent list of intents over
+ * the window the attempt's key could have been used in (key_retention_ms,
+ * WORKER_KEY_RETENTION_MS), as the reconciler does before it calls an
+ * attempt never executed. No transaction is open while the provider is
+ * asked: conn must be outside one (else ERROR). The request is checked as
+ * attempt_review_check does (ERROR with its why). Returns 0 with *out
+ * filled (every outcome, ERROR too, has a message), -1 only when out is
+ * NULL; call attempt_review_result_clear after. */
 int attempt_review_resolve(PGconn *conn, attempt_store_t *st, provider_client_t *pc,
-                           long long search_lag_ms,
+                           long long search_lag_ms, long long key_retention_ms,
                            const struct attempt_review_request *rq,
                            struct attempt_review_result *out);
 

@@ -109,7 +109,7 @@ static const struct config_row config_table[CONFIG__COUNT] = {
     {CONFIG_WORKER_RETRY_MAX_MS, "WORKER_RETRY_MAX_MS", CONFIG_T_INT, "10000", 1,
      3600000, R_PROV, 0, "back-off cap"},
     {CONFIG_WORKER_KEY_RETENTION_MS, "WORKER_KEY_RETENTION_MS", CONFIG_T_INT,
-     "86400000", 1000, 31536000000LL, R_PROV, 0,
+     "86400000", 1000, 31536000000LL, R_PROV | CONFIG_ROLE_CTL | R_C, 0,
      "how long the provider keeps an idempotency key; no re-POST after it"},
     {CONFIG_WORKER_COMMIT_INTERVAL_MS, "WORKER_COMMIT_INTERVAL_MS", CONFIG_T_INT,
      "1000", 10, 60000, R_W, 0, "how often finished offsets are committed"},

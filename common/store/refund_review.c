@@ -12,16 +12,19 @@
 
 /* clang-format off */
 /* Also: whether a lease on it is live, the age of its key since the last
- * call under it (database clock; -1 never sent), its charge's intent, and
- * whether $2 answered its own refund call (under its key). */
+ * call under it (NULL: never sent), its charge's intent, and whether $2
+ * answered its own refund call (under its key). Both times are the
+ * database's: a call's started_at is its host's clock, so the call counts
+ * from when the database recorded it (recorded_at, after the call; rows
+ * older than migration 0014 have only started_at). */
 static const char *SQL_LOCK =
     "SELECT status, reserved, amount, payment_attempt_id, coalesce(provider_refund_id, ''),"
     "  EXISTS (SELECT 1 FROM refund_attempts o WHERE o.provider_refund_id = $2"
     "    AND o.id <> r.id),"
     "  coalesce(lease_expires_at > now(), false),"
-    "  coalesce((extract(epoch FROM now() - greatest(first_sent_at,"
-    "    (SELECT max(c.started_at) FROM provider_calls c WHERE c.refund_id = r.id)))"
-    "    * 1000)::bigint, -1),"
+    "  (extract(epoch FROM now() - greatest(first_sent_at,"
+    "    (SELECT max(coalesce(c.recorded_at, c.started_at)) FROM provider_calls c"
+    "     WHERE c.refund_id = r.id))) * 1000)::bigint,"
     "  coalesce(r.payment_intent, (SELECT p.provider_payment_id FROM payment_attempts p"
     "    WHERE p.id = r.payment_attempt_id), ''),"
     "  EXISTS (SELECT 1 FROM provider_calls c WHERE c.refund_id = r.id"
@@ -77,8 +80,9 @@ judge_owner(PGresult *r, const struct refund_review_decision *d, char *why, size
     if (!present(d->object_payment_intent)) {
         if (d->force)
             return REFUND_REVIEW_RESOLVED; /* the operator vouches: recorded forced */
-        snprintf(why, size, "nothing shows which intent %s is on",
-                 d->provider_refund_id);
+        snprintf(why, size,
+                 "nothing shows which intent %s is on, so it is not proven refund %s's",
+                 d->provider_refund_id, d->refund_id);
         return REFUND_REVIEW_UNPROVEN;
     }
     if (!charge_intent[0]) {
@@ -103,13 +107,42 @@ judge_owner(PGresult *r, const struct refund_review_decision *d, char *why, size
     }
     c.names_another = names_other(d->object_refund_meta, d->refund_id) ||
                       names_other(d->object_attempt_meta, PQgetvalue(r, 0, 3));
-    if (!d->force &&
-        ownership_judge(&c, because, sizeof(because)) == OWNERSHIP_FOREIGN) {
+    if (d->force)
+        return REFUND_REVIEW_RESOLVED; /* the operator vouches: recorded forced */
+    switch (ownership_judge(&c, because, sizeof(because))) {
+    case OWNERSHIP_OURS:
+        return REFUND_REVIEW_RESOLVED;
+    case OWNERSHIP_FOREIGN:
         snprintf(why, size, "%s (refund %s, payment attempt %s)", because,
                  present(d->object_refund_meta) ? d->object_refund_meta : "-",
                  present(d->object_attempt_meta) ? d->object_attempt_meta : "-");
         return REFUND_REVIEW_NAMES_ANOTHER;
+    case OWNERSHIP_UNPROVEN:
+        break;
     }
+    /* Only names it: anyone may have made it, and the refund's own call
+     * under its key may have refunded the charge as well. */
+    snprintf(why, size,
+             "%s is not proven refund %s's: it only names it (metadata is anyone's "
+             "to write), neither recorded from its own call nor the answer under its "
+             "key",
+             d->provider_refund_id, d->refund_id);
+    return REFUND_REVIEW_UNPROVEN;
+}
+
+/* Whether a call under the refund's key may still execute, from the row
+ * SQL_LOCK read: its lease is live (a worker or the reconciler may be
+ * calling now), or its last call is younger than key_kept_ms (the provider
+ * may still execute a request it holds). A negative age (a call recorded
+ * after this transaction began) is young. RESOLVED when neither. */
+static enum refund_review_outcome in_flight(PGresult *r,
+                                            const struct refund_review_decision *d)
+{
+    if (PQgetvalue(r, 0, 6)[0] == 't')
+        return REFUND_REVIEW_LEASED;
+    if (!PQgetisnull(r, 0, 7) &&
+        strtoll(PQgetvalue(r, 0, 7), NULL, 10) < d->key_kept_ms)
+        return REFUND_REVIEW_MAY_EXECUTE;
     return REFUND_REVIEW_RESOLVED;
 }
 
@@ -167,17 +200,11 @@ enum store_rc refund_review_resolve(PGconn *conn,
     if (d->status == ATTEMPT_STATUS_SUCCEEDED &&
         (*out = judge_owner(r, d, why, why_size)) != REFUND_REVIEW_RESOLVED)
         goto done;
-    if (d->status == ATTEMPT_STATUS_FAILED && !d->force) {
-        long long key_age = strtoll(PQgetvalue(r, 0, 7), NULL, 10);
-        if (PQgetvalue(r, 0, 6)[0] == 't') {
-            *out = REFUND_REVIEW_LEASED;
-            goto done;
-        }
-        if (key_age >= 0 && key_age < d->key_kept_ms) {
-            *out = REFUND_REVIEW_MAY_EXECUTE;
-            goto done;
-        }
-    }
+    /* Either decision waits while a call under the refund's key may still
+     * execute: the refund's own answer (or the reconciler's replay under
+     * its key) is still to come, and settles it on evidence. */
+    if (!d->force && (*out = in_flight(r, d)) != REFUND_REVIEW_RESOLVED)
+        goto done;
     int reserve =
         d->status == ATTEMPT_STATUS_SUCCEEDED && PQgetvalue(r, 0, 1)[0] != 't';
     snprintf(amount, sizeof(amount), "%s", PQgetvalue(r, 0, 2));

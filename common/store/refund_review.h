@@ -12,9 +12,19 @@
  * A SUCCEEDED decision books the provider's refund for this refund, so it
  * must be proven this refund's (common/core/ownership, under the row
  * lock): on this refund's charge's intent, not recorded for another
- * refund, and (unless forced) its metadata naming no other refund and no
- * other payment attempt. A refund on another charge's intent is that
- * charge's money: force never books it. */
+ * refund, and (unless forced) the id recorded from the refund's own call
+ * or the answer to it under its key. One that only names this refund in
+ * its metadata is unproven: anyone may have made it, and the refund's own
+ * call may have refunded the charge too; only force books it, on the
+ * operator's word. A refund on another charge's intent is that charge's
+ * money: force never books it.
+ *
+ * Either decision is refused (unless forced) while a call under the
+ * refund's key may still execute: while its lease is live (a worker or
+ * reconciler may be calling now), or while the last call under the key is
+ * younger than key_kept_ms (the provider may still execute a request it
+ * holds; the reconciler settles those on evidence). Both on the database's
+ * clock. */
 #ifndef CHARGED_REFUND_REVIEW_H
 #define CHARGED_REFUND_REVIEW_H
 
@@ -39,11 +49,9 @@ struct refund_review_decision {
     const char *object_payment_intent;
     const char *object_refund_meta;
     const char *object_attempt_meta;
-    /* FAILED says no money went back; it is refused while a call under the
-     * refund's key may still execute: while its lease is live (a worker or
-     * reconciler may be calling now), or while the last call under the key
-     * is younger than key_kept_ms (the provider may still execute a request
-     * it holds; the reconciler settles those on evidence). force skips both. */
+    /* How long after the last call under a key the provider may still
+     * execute it (WORKER_KEY_RETENTION_MS): no decision is taken before,
+     * unless forced. */
     long long key_kept_ms;
     int force;
 };
@@ -55,15 +63,16 @@ enum refund_review_outcome {
     REFUND_REVIEW_EXCEEDS,       /* SUCCEEDED would refund past the charge */
     REFUND_REVIEW_OTHER_REFUND,  /* another provider refund id is recorded on
                                     it, or this one is another refund's */
-    REFUND_REVIEW_LEASED,        /* FAILED, while someone holds its lease */
-    REFUND_REVIEW_MAY_EXECUTE,   /* FAILED, while its key is young */
+    REFUND_REVIEW_LEASED,        /* while someone holds its lease */
+    REFUND_REVIEW_MAY_EXECUTE,   /* while its key is young */
     REFUND_REVIEW_FOREIGN,       /* SUCCEEDED with a refund on another intent
                                     than the charge's: force cannot book it */
     REFUND_REVIEW_NAMES_ANOTHER, /* SUCCEEDED with a refund whose metadata
                                     names another refund or attempt; force
                                     overrides */
-    REFUND_REVIEW_UNPROVEN,      /* SUCCEEDED, not forced, without the intent
-                                    the provider's refund is on */
+    REFUND_REVIEW_UNPROVEN,      /* SUCCEEDED, not forced, with a refund not
+                                    proven this refund's: it only names it, or
+                                    nothing shows the intent it is on */
 };
 
 /* Applies d in one transaction on conn (which is left outside any

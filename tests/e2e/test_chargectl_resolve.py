@@ -276,10 +276,12 @@ def scenario(new):
     check_eq((t["actor"], t["evidence"]["forced"], t["evidence"]["provider"],
               t["evidence"]["search_lag_ms"]),
              (user, False, "agrees", 0), "actor (the OS user) and evidence of a --failed")
-    # Both operators asked the provider; every call made is recorded, the
-    # loser's too (only its decision was refused).
+    # Both operators asked the provider (the search, then its consistent
+    # list: the search's "none" is not enough); every call made is
+    # recorded, the loser's too (only its decision was refused).
     check_eq([c["operation"] for c in st["provider_call_log"]],
-             ["charge", "search", "search"], "provider calls of two resolutions")
+             ["charge", "search", "list", "search", "list"],
+             "provider calls of two resolutions")
     check_eq([e["event_type"] for e in st["result_events"]],
              ["charge.requires_review", "charge.failed"], "result events of a --failed")
 

@@ -24,6 +24,10 @@
 #include "psp_sim_process.h"
 #include "test_env.h"
 
+/* WORKER_KEY_RETENTION_MS's default: the list's window of a seeded attempt
+ * (first sent an hour ago) holds the charges a test makes now. */
+#define KEY_RETENTION_MS 86400000LL
+
 static struct psp_sim_process sim;
 static char url[1024];
 static PGconn *admin;
@@ -128,7 +132,9 @@ static struct attempt_review_result resolve(const struct operator* o, const char
                                         .actor = "alice",
                                         .force = force};
     struct attempt_review_result res;
-    ck_assert_int_eq(attempt_review_resolve(o->conn, o->st, o->pc, 0, &rq, &res), 0);
+    ck_assert_int_eq(
+        attempt_review_resolve(o->conn, o->st, o->pc, 0, KEY_RETENTION_MS, &rq, &res),
+        0);
     ck_assert_msg(res.message[0] && !strchr(res.message, '\n'), "message '%s'",
                   res.message);
     return res;
@@ -421,7 +427,8 @@ static void *race(void *arg)
                                         .force = r->force};
     if (r->go)
         pthread_barrier_wait(r->go);
-    attempt_review_resolve(r->o.conn, r->o.st, r->o.pc, 0, &rq, &r->res);
+    attempt_review_resolve(r->o.conn, r->o.st, r->o.pc, 0, KEY_RETENTION_MS, &rq,
+                           &r->res);
     return NULL;
 }
 
@@ -555,6 +562,56 @@ START_TEST(refused_when_the_intent_is_another_order_s_or_attempt_s)
 }
 END_TEST
 
+/* The search's lag counts from when the database recorded the attempt's
+ * last call, not from the started_at its host wrote: a charge recorded
+ * just now by a host whose clock runs an hour behind may not be listed by
+ * the search yet, and FAILED waits; once the database recorded it an hour
+ * ago, and neither the search nor the list holds an intent, it resolves. */
+START_TEST(the_search_s_lag_is_on_the_database_s_clock)
+{
+    struct operator o = operator_new("chargectl");
+    char id[37], order[37];
+    seed_review(id, order);
+    test_env_sql(
+        admin,
+        "INSERT INTO provider_calls (payment_attempt_id, operation, started_at,"
+        " latency_ms, outcome) VALUES ($1::uuid, 'charge', now() - interval"
+        " '1 hour', 100, 'unknown')",
+        1, (const char *const[]){id});
+    struct attempt_review_request rq = {
+        .attempt_id = id, .reason = "the provider has nothing", .actor = "alice"};
+    struct attempt_review_result res;
+    ck_assert_int_eq(
+        attempt_review_resolve(o.conn, o.st, o.pc, 60000, KEY_RETENTION_MS, &rq, &res),
+        0);
+    ck_assert_msg(res.outcome == ATTEMPT_REVIEW_REFUSED, "%d: %s", res.outcome,
+                  res.message);
+    ck_assert_str_eq(res.verdict, "search_may_lag");
+    attempt_review_result_clear(&res);
+    ck_assert_str_eq(status_of(id), "REQUIRES_REVIEW");
+
+    test_env_sql(admin,
+                 "UPDATE provider_calls SET recorded_at = now() - interval '1 hour'"
+                 " WHERE payment_attempt_id = $1::uuid",
+                 1, (const char *const[]){id});
+    ck_assert_int_eq(
+        attempt_review_resolve(o.conn, o.st, o.pc, 60000, KEY_RETENTION_MS, &rq, &res),
+        0);
+    ck_assert_msg(res.outcome == ATTEMPT_REVIEW_RESOLVED, "%d: %s", res.outcome,
+                  res.message);
+    /* The search, and the list of the key's window, every page of it. */
+    json_t *looked = json_object_get(res.evidence, "lookups");
+    ck_assert_uint_eq(json_array_size(looked), 2);
+    json_t *walk = json_array_get(looked, 1);
+    ck_assert_str_eq(json_string_value(json_object_get(walk, "operation")), "list");
+    ck_assert_str_eq(json_string_value(json_object_get(walk, "outcome")), "not_found");
+    ck_assert_int_ge(json_integer_value(json_object_get(walk, "pages")), 1);
+    attempt_review_result_clear(&res);
+    ck_assert_str_eq(status_of(id), "FAILED");
+    operator_free(&o);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("attempt_review");
@@ -568,6 +625,7 @@ int main(void)
     tcase_add_test(tc, two_resolutions_at_once_write_one);
     tcase_add_test(tc, changed_while_the_provider_was_asked);
     tcase_add_test(tc, refused_when_the_intent_is_another_order_s_or_attempt_s);
+    tcase_add_test(tc, the_search_s_lag_is_on_the_database_s_clock);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }

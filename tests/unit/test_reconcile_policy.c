@@ -566,6 +566,71 @@ START_TEST(list_of_too_many_pages_is_no_evidence)
 }
 END_TEST
 
+/* A review asks whether money moved: a declined intent on an early page
+ * must not hide a succeeded one on a later page. */
+START_TEST(list_keeps_the_most_settled_intent_of_every_page)
+{
+    struct provider_result walk = {0};
+    struct provider_result p1 = page(PROVIDER_DECLINED, 1, 1, "pi_a");
+    struct provider_result p2 = page(PROVIDER_NOT_FOUND, 0, 1, "");
+    struct provider_result p3 = page(PROVIDER_SUCCEEDED, 1, 1, "pi_b");
+    struct provider_result p4 = page(PROVIDER_PROCESSING, 1, 0, "pi_c");
+    ck_assert_int_eq(reconcile_policy_list_fold(&walk, &p1, 1), 1);
+    ck_assert_int_eq(reconcile_policy_list_fold(&walk, &p2, 2), 1);
+    ck_assert_str_eq(walk.provider_payment_id, "pi_a");
+    ck_assert_int_eq(reconcile_policy_list_fold(&walk, &p3, 3), 1);
+    ck_assert_int_eq(reconcile_policy_list_fold(&walk, &p4, 4), 0);
+    ck_assert_int_eq(walk.outcome, PROVIDER_SUCCEEDED);
+    ck_assert_str_eq(walk.provider_payment_id, "pi_b");
+    ck_assert_int_eq(walk.matches, 3);
+}
+END_TEST
+
+/* Pages served from a script: each asked after the one before it. */
+struct script {
+    int n, asked;
+    struct provider_result pages[4];
+    char after[4][16];
+};
+
+static void scripted_page(void *ctx, const char *after, struct provider_result *page)
+{
+    struct script *sc = ctx;
+    ck_assert_int_lt(sc->asked, sc->n);
+    snprintf(sc->after[sc->asked], sizeof(sc->after[0]), "%s", after);
+    *page = sc->pages[sc->asked++];
+}
+
+START_TEST(list_walk_asks_each_page_after_the_last_and_sums_the_latency)
+{
+    struct script sc = {.n = 3};
+    sc.pages[0] = page(PROVIDER_NOT_FOUND, 0, 1, "");
+    sc.pages[1] = page(PROVIDER_SUCCEEDED, 1, 1, "pi_b");
+    sc.pages[2] = page(PROVIDER_NOT_FOUND, 0, 0, "");
+    for (int i = 0; i < 3; i++) {
+        sc.pages[i].latency_ms = 10 * (i + 1);
+        snprintf(sc.pages[i].list_last_id, sizeof(sc.pages[i].list_last_id), "pi_p%d",
+                 i + 1);
+    }
+    struct provider_result walk;
+    ck_assert_int_eq(reconcile_policy_list_walk(scripted_page, &sc, &walk), 3);
+    ck_assert_str_eq(sc.after[0], "");
+    ck_assert_str_eq(sc.after[1], "pi_p1");
+    ck_assert_str_eq(sc.after[2], "pi_p2");
+    ck_assert_int_eq(walk.outcome, PROVIDER_SUCCEEDED);
+    ck_assert_str_eq(walk.provider_payment_id, "pi_b");
+    ck_assert_int_eq(walk.matches, 1);
+    ck_assert_int_eq(walk.latency_ms, 60);
+
+    /* A failed page ends the walk: no evidence. */
+    struct script failing = {.n = 2};
+    failing.pages[0] = page(PROVIDER_NOT_FOUND, 0, 1, "");
+    failing.pages[1] = page(PROVIDER_UNKNOWN, 0, 0, "");
+    ck_assert_int_eq(reconcile_policy_list_walk(scripted_page, &failing, &walk), 2);
+    ck_assert_int_eq(walk.outcome, PROVIDER_UNKNOWN);
+}
+END_TEST
+
 /* Ours settled, the others named in the look's note: never in the reason
  * of a SUCCEEDED attempt, never lost. */
 START_TEST(foreign_intents_beside_ours_are_noted)
@@ -701,6 +766,8 @@ int main(void)
     tcase_add_test(tc, list_keeps_the_first_page_holding_the_intent_and_counts_all);
     tcase_add_test(tc, list_a_failed_page_is_no_evidence_whatever_came_before);
     tcase_add_test(tc, list_of_too_many_pages_is_no_evidence);
+    tcase_add_test(tc, list_keeps_the_most_settled_intent_of_every_page);
+    tcase_add_test(tc, list_walk_asks_each_page_after_the_last_and_sums_the_latency);
     tcase_add_test(tc, foreign_intents_beside_ours_are_noted);
     tcase_add_test(tc, a_refund_settles_only_on_its_own);
     tcase_add_test(tc, every_rule_has_a_name);
