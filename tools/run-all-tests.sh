@@ -117,44 +117,49 @@ fi
 # at the end, so that they do not interleave line by line):
 #  - plain: every test of build/ but the exclusive and quiet ones,
 #    $plain_jobs at a time;
-#  - exclusive: build/'s exclusive tests, one at a time, on the third stack;
-#  - asan: every test of build-asan/ but the quiet ones, $asan_jobs at a
-#    time, then its exclusive ones one at a time on its own stack.
+#  - exclusive: the exclusive tests of build/, then those of build-asan/,
+#    one at a time, on the third stack;
+#  - asan: every test of build-asan/ but the exclusive and quiet ones,
+#    $asan_jobs at a time.
 # Several scenarios at once stretch every deadline they wait on (a deadline
 # bounds a wait, it never decides what passes): CHARGED_TEST_TIMEOUT_SCALE
 # for the harness (tests/e2e/charged_e2e.py), CK_TIMEOUT_MULTIPLIER for Check.
-plain_set() {
-  stack_env "${plain_stack[@]}"
+plain_env() {
   export CHARGED_TEST_TIMEOUT_SCALE=3 CK_TIMEOUT_MULTIPLIER=3
-  cd build && ctest --timeout 900 -j"$plain_jobs" -LE 'exclusive|quiet'
 }
-exclusive_set() {
-  stack_env "${excl_stack[@]}"
-  export CHARGED_TEST_TIMEOUT_SCALE=3 CK_TIMEOUT_MULTIPLIER=3
-  cd build && ctest --timeout 1200 -L exclusive -LE quiet
-}
-asan_set() {
-  stack_env "${asan_stack[@]}"
+asan_env() {
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   # Sanitized binaries run 2-5x slower, beside everything else.
   export CHARGED_TEST_TIMEOUT_SCALE=5 CK_TIMEOUT_MULTIPLIER=5
-  cd build-asan
+}
+plain_set() {
+  stack_env "${plain_stack[@]}"
+  plain_env
+  cd build && ctest --timeout 900 -j"$plain_jobs" -LE 'exclusive|quiet'
+}
+exclusive_set() {
   local rc=0
-  ctest --timeout 1800 -j"$asan_jobs" -LE 'exclusive|quiet' || rc=1
-  ctest --timeout 1800 -L exclusive -LE quiet || rc=1
+  stack_env "${excl_stack[@]}"
+  (plain_env && cd build && ctest --timeout 1200 -L exclusive -LE quiet) || rc=1
+  (asan_env && cd build-asan && ctest --timeout 1800 -L exclusive -LE quiet) || rc=1
   return $rc
+}
+asan_set() {
+  stack_env "${asan_stack[@]}"
+  asan_env
+  cd build-asan && ctest --timeout 1800 -j"$asan_jobs" -LE 'exclusive|quiet'
 }
 # Then, alone on an idle machine, the tests that bound a wait by the clock
 # (label `quiet`): the load of the others would decide them otherwise.
 quiet_set() {
+  local rc=0
   stack_env "${plain_stack[@]}"
-  (cd build && ctest --timeout 900 -L quiet) || return 1
+  (cd build && ctest --timeout 900 -L quiet) || rc=1
   stack_env "${asan_stack[@]}"
-  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
-  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-  export CHARGED_TEST_TIMEOUT_SCALE=2 CK_TIMEOUT_MULTIPLIER=2
-  (cd build-asan && ctest --timeout 900 -L quiet)
+  (asan_env && export CHARGED_TEST_TIMEOUT_SCALE=2 CK_TIMEOUT_MULTIPLIER=2 &&
+    cd build-asan && ctest --timeout 900 -L quiet) || rc=1
+  return $rc
 }
 
 logs=$(mktemp -d)
