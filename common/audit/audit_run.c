@@ -1,5 +1,6 @@
 #include "audit_run.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,9 @@
 
 /* Ledger rows not confirmed by the copy, looked up per statement. */
 #define LEDGER_BATCH 200
+
+/* Strays of one paid order (intents naming only it), read per statement. */
+#define ORDER_STRAYS_BATCH 100
 
 /* One audit in progress: where findings are recorded and counted. */
 struct audit_ctx {
@@ -101,26 +105,56 @@ static int record_foreign(struct audit_ctx *c, const struct provider_listed *it,
     return record_intent(c, it, row, &foreign);
 }
 
-/* A booked intent's order paid a second time by an intent that names only
- * the order, judged before (unknown_intent, say): charged_twice on that
- * one, recorded under its own second. */
-static int record_order_twin(struct audit_ctx *c, const struct provider_listed *it,
-                             const struct audit_intent_row *row)
+/* A booked intent's order paid a second time by intents that name only
+ * the order, judged before (unknown_intent, say): charged_twice on every
+ * one of them, not the oldest only (the booked intent is judged once a
+ * window), each recorded under its own second. */
+static int record_order_twins(struct audit_ctx *c, const struct provider_listed *it,
+                              const struct audit_intent_row *row)
 {
     struct audit_result res = audit_policy_order_twin(&row->facts);
+    struct audit_order_stray *strays;
+    struct store_error err;
+    char after[PROVIDER_ID_MAX] = "";
+    long long after_created = LLONG_MIN;
+    size_t n = 0;
+    int rc = -1;
     if (res.outcome != AUDIT_FINDING)
         return 0;
-    struct audit_finding f = {
-        .kind = res.kind,
-        .object_id = row->order_twin,
-        .order_id = row->booked_order,
-        .other_object_id = it->id,
-        .provider_amount = row->order_twin_amount,
-        .provider_currency = row->order_twin_currency,
-        .ledger_amount = -1,
-        .detail = res.detail,
-    };
-    return record(c, &f, row->order_twin_created);
+    if (!(strays = calloc(ORDER_STRAYS_BATCH, sizeof(*strays)))) {
+        snprintf(c->errbuf, c->errbuf_size, "out of memory");
+        return -1;
+    }
+    do {
+        if (audit_store_order_strays(c->st, row->booked_order, it->id, after_created,
+                                     after, strays, ORDER_STRAYS_BATCH, &n,
+                                     &err) != STORE_OK) {
+            store_failed(c, "order strays", &err);
+            goto out;
+        }
+        for (size_t i = 0; i < n; i++) {
+            struct audit_finding f = {
+                .kind = res.kind,
+                .object_id = strays[i].id,
+                .order_id = row->booked_order,
+                .other_object_id = it->id,
+                .provider_amount = strays[i].amount,
+                .provider_currency = strays[i].currency,
+                .ledger_amount = -1,
+                .detail = res.detail,
+            };
+            if (record(c, &f, strays[i].created) != 0)
+                goto out;
+        }
+        if (n > 0) {
+            snprintf(after, sizeof(after), "%s", strays[n - 1].id);
+            after_created = strays[n - 1].created;
+        }
+    } while (n == ORDER_STRAYS_BATCH);
+    rc = 0;
+out:
+    free(strays);
+    return rc;
 }
 
 static int judge_intents(struct audit_ctx *c, const struct provider_listed *items,
@@ -151,7 +185,7 @@ static int judge_intents(struct audit_ctx *c, const struct provider_listed *item
             goto out;
         if (res.also_foreign && record_foreign(c, it, row) != 0)
             goto out;
-        if (record_order_twin(c, it, row) != 0)
+        if (record_order_twins(c, it, row) != 0)
             goto out;
     }
     if (audit_store_pending(c->st, "intent", j.done, j.ndone, j.wait, j.nwait, &err) !=
