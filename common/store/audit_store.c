@@ -218,12 +218,25 @@ static const char *SQL_LEDGER_COUNT =
     "SELECT count(*) FROM ledger_entries"
     " WHERE created_at >= to_timestamp($1::bigint) AND created_at < to_timestamp($2::bigint)";
 
-static const char *SQL_LEDGER_UNMATCHED =
-    "SELECT l.id, l.kind = 'refund',"
-    "  CASE l.kind WHEN 'refund' THEN l.provider_refund_id ELSE l.provider_payment_id END,"
-    "  l.amount, l.currency, l.payment_attempt_id::text, l.order_id::text,"
-    "  coalesce(l.refund_id::text, ''), floor(extract(epoch FROM l.created_at))::bigint"
+/* A ledger row as struct audit_ledger_row holds it (read_ledger_row). */
+#define LEDGER_ROW \
+    "SELECT l.id, l.kind = 'refund'," \
+    "  CASE l.kind WHEN 'refund' THEN l.provider_refund_id" \
+    "   ELSE l.provider_payment_id END," \
+    "  l.amount, l.currency, l.payment_attempt_id::text, l.order_id::text," \
+    "  coalesce(l.refund_id::text, ''), floor(extract(epoch FROM l.created_at))::bigint" \
     " FROM ledger_entries l"
+
+/* The row booked on one provider object, by the unique indexes: a charge's
+ * on its intent, a refund's through the refund attempt that holds it. */
+static const char *SQL_LEDGER_OF_INTENT =
+    LEDGER_ROW " WHERE l.kind = 'charge' AND l.provider_payment_id = $1";
+static const char *SQL_LEDGER_OF_REFUND =
+    LEDGER_ROW " JOIN refund_attempts r ON r.provider_refund_id = $1 AND l.refund_id = r.id"
+    " WHERE l.kind = 'refund' AND l.provider_refund_id = $1";
+
+static const char *SQL_LEDGER_UNMATCHED =
+    LEDGER_ROW
     " LEFT JOIN audit_intents m ON l.kind = 'charge' AND m.id = l.provider_payment_id"
     " LEFT JOIN audit_refunds mr ON l.kind = 'refund' AND mr.id = l.provider_refund_id"
     " WHERE l.created_at >= to_timestamp($1::bigint) AND l.created_at < to_timestamp($2::bigint)"
@@ -502,6 +515,20 @@ enum store_rc audit_store_ledger_count(audit_store_t *st, long long start,
     return one_number(st, &s, SQL_LEDGER_COUNT, count, err);
 }
 
+static void read_ledger_row(PGresult *r, int row, struct audit_ledger_row *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->id = stmt_col_int(r, row, 0);
+    o->refund = stmt_col_true(r, row, 1);
+    stmt_col_copy(r, row, 2, o->object_id, sizeof(o->object_id));
+    o->amount = stmt_col_int(r, row, 3);
+    stmt_col_copy(r, row, 4, o->currency, sizeof(o->currency));
+    stmt_col_copy(r, row, 5, o->payment_attempt_id, sizeof(o->payment_attempt_id));
+    stmt_col_copy(r, row, 6, o->order_id, sizeof(o->order_id));
+    stmt_col_copy(r, row, 7, o->refund_id, sizeof(o->refund_id));
+    o->created = stmt_col_int(r, row, 8);
+}
+
 enum store_rc audit_store_ledger_unmatched(audit_store_t *st, long long start,
                                            long long end, long long after_id,
                                            struct audit_ledger_row *rows, size_t max,
@@ -518,18 +545,28 @@ enum store_rc audit_store_ledger_unmatched(audit_store_t *st, long long start,
     if ((rc = run(st, &s, SQL_LEDGER_UNMATCHED, &r, err)) != STORE_OK)
         return rc;
     for (int row = 0; row < PQntuples(r) && (size_t)row < max; row++) {
-        struct audit_ledger_row *o = &rows[row];
-        memset(o, 0, sizeof(*o));
-        o->id = stmt_col_int(r, row, 0);
-        o->refund = stmt_col_true(r, row, 1);
-        stmt_col_copy(r, row, 2, o->object_id, sizeof(o->object_id));
-        o->amount = stmt_col_int(r, row, 3);
-        stmt_col_copy(r, row, 4, o->currency, sizeof(o->currency));
-        stmt_col_copy(r, row, 5, o->payment_attempt_id, sizeof(o->payment_attempt_id));
-        stmt_col_copy(r, row, 6, o->order_id, sizeof(o->order_id));
-        stmt_col_copy(r, row, 7, o->refund_id, sizeof(o->refund_id));
-        o->created = stmt_col_int(r, row, 8);
+        read_ledger_row(r, row, &rows[row]);
         (*n)++;
+    }
+    PQclear(r);
+    return STORE_OK;
+}
+
+enum store_rc audit_store_ledger_of(audit_store_t *st, const char *object_id,
+                                    int refund, struct audit_ledger_row *row,
+                                    int *found, struct store_error *err)
+{
+    struct stmt s = {0};
+    PGresult *r;
+    enum store_rc rc;
+    *found = 0;
+    stmt_text(&s, object_id);
+    if ((rc = run(st, &s, refund ? SQL_LEDGER_OF_REFUND : SQL_LEDGER_OF_INTENT, &r,
+                  err)) != STORE_OK)
+        return rc;
+    if (PQntuples(r) > 0) {
+        read_ledger_row(r, 0, row);
+        *found = 1;
     }
     PQclear(r);
     return STORE_OK;

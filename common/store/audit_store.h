@@ -125,6 +125,12 @@ enum store_rc audit_store_ledger_unmatched(audit_store_t *st, long long start,
                                            struct audit_ledger_row *rows, size_t max,
                                            size_t *n, struct store_error *err);
 
+/* The ledger row booked on the provider object object_id (a refund's when
+ * refund, else a charge's): *found 0 when there is none. */
+enum store_rc audit_store_ledger_of(audit_store_t *st, const char *object_id,
+                                    int refund, struct audit_ledger_row *row,
+                                    int *found, struct store_error *err);
+
 /* One finding. object_id is the unique key with kind; the rest may be "". */
 struct audit_finding {
     enum audit_kind kind;
