@@ -15,6 +15,7 @@
 #include <openssl/evp.h>
 
 #include "attempt_status.h"
+#include "card_data.h"
 #include "charge_policy.h"
 #include "clock.h"
 #include "config.h"
@@ -1242,6 +1243,9 @@ static void outcome_of(const struct job *j, struct engine_outcome *o, char *reas
         snprintf(reason, reason_size, "%s: %s", d->reason_code, r->error);
     else
         snprintf(reason, reason_size, "%s", d->reason_code);
+    /* Each text was masked as it came in; side by side ("code:
+     * decline_code") two of them must not make one card number. */
+    card_data_mask_loose(reason, strlen(reason));
 }
 
 static char *evidence_of(const struct job *j)

@@ -1,5 +1,6 @@
 #include "audit_run.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,9 @@
 
 /* Ledger rows not confirmed by the copy, looked up per statement. */
 #define LEDGER_BATCH 200
+
+/* Strays of one paid order (intents naming only it), read per statement. */
+#define ORDER_STRAYS_BATCH 100
 
 /* One audit in progress: where findings are recorded and counted. */
 struct audit_ctx {
@@ -101,26 +105,56 @@ static int record_foreign(struct audit_ctx *c, const struct provider_listed *it,
     return record_intent(c, it, row, &foreign);
 }
 
-/* A booked intent's order paid a second time by an intent that names only
- * the order, judged before (unknown_intent, say): charged_twice on that
- * one, recorded under its own second. */
-static int record_order_twin(struct audit_ctx *c, const struct provider_listed *it,
-                             const struct audit_intent_row *row)
+/* A booked intent's order paid a second time by intents that name only
+ * the order, judged before (unknown_intent, say): charged_twice on every
+ * one of them, not the oldest only (the booked intent is judged once a
+ * window), each recorded under its own second. */
+static int record_order_twins(struct audit_ctx *c, const struct provider_listed *it,
+                              const struct audit_intent_row *row)
 {
     struct audit_result res = audit_policy_order_twin(&row->facts);
+    struct audit_order_stray *strays;
+    struct store_error err;
+    char after[PROVIDER_ID_MAX] = "";
+    long long after_created = LLONG_MIN;
+    size_t n = 0;
+    int rc = -1;
     if (res.outcome != AUDIT_FINDING)
         return 0;
-    struct audit_finding f = {
-        .kind = res.kind,
-        .object_id = row->order_twin,
-        .order_id = row->booked_order,
-        .other_object_id = it->id,
-        .provider_amount = row->order_twin_amount,
-        .provider_currency = row->order_twin_currency,
-        .ledger_amount = -1,
-        .detail = res.detail,
-    };
-    return record(c, &f, row->order_twin_created);
+    if (!(strays = calloc(ORDER_STRAYS_BATCH, sizeof(*strays)))) {
+        snprintf(c->errbuf, c->errbuf_size, "out of memory");
+        return -1;
+    }
+    do {
+        if (audit_store_order_strays(c->st, row->booked_order, it->id, after_created,
+                                     after, strays, ORDER_STRAYS_BATCH, &n,
+                                     &err) != STORE_OK) {
+            store_failed(c, "order strays", &err);
+            goto out;
+        }
+        for (size_t i = 0; i < n; i++) {
+            struct audit_finding f = {
+                .kind = res.kind,
+                .object_id = strays[i].id,
+                .order_id = row->booked_order,
+                .other_object_id = it->id,
+                .provider_amount = strays[i].amount,
+                .provider_currency = strays[i].currency,
+                .ledger_amount = -1,
+                .detail = res.detail,
+            };
+            if (record(c, &f, strays[i].created) != 0)
+                goto out;
+        }
+        if (n > 0) {
+            snprintf(after, sizeof(after), "%s", strays[n - 1].id);
+            after_created = strays[n - 1].created;
+        }
+    } while (n == ORDER_STRAYS_BATCH);
+    rc = 0;
+out:
+    free(strays);
+    return rc;
 }
 
 static int judge_intents(struct audit_ctx *c, const struct provider_listed *items,
@@ -151,7 +185,7 @@ static int judge_intents(struct audit_ctx *c, const struct provider_listed *item
             goto out;
         if (res.also_foreign && record_foreign(c, it, row) != 0)
             goto out;
-        if (record_order_twin(c, it, row) != 0)
+        if (record_order_twins(c, it, row) != 0)
             goto out;
     }
     if (audit_store_pending(c->st, "intent", j.done, j.ndone, j.wait, j.nwait, &err) !=
@@ -298,6 +332,46 @@ out:
     return rc;
 }
 
+/* One ledger row on the provider's word: obj as the provider has it, or
+ * (found 0) the provider does not have it. */
+static int judge_ledger_facts(struct audit_ctx *c, const struct audit_ledger_row *l,
+                              int found, const struct provider_listed *obj)
+{
+    struct store_error err;
+    struct audit_ledger_facts facts = {
+        .provider_status = found ? obj->status : NULL,
+        .provider_amount = found ? obj->amount : 0,
+        .provider_currency = found ? obj->currency : "",
+        .amount = l->amount,
+        .currency = l->currency,
+    };
+    struct audit_result r = audit_policy_ledger(&facts);
+    if (r.outcome == AUDIT_PENDING) {
+        /* Booked while the provider still settles it: looked at again
+         * until it succeeds (matched) or does not (booked_not_charged). */
+        const char *wait[1] = {l->object_id};
+        if (audit_store_pending(c->st, l->refund ? "refund" : "intent", NULL, 0, wait,
+                                1, &err) != STORE_OK)
+            return store_failed(c, "pending ledger object", &err);
+        return 0;
+    }
+    if (r.outcome != AUDIT_FINDING)
+        return 0;
+    struct audit_finding f = {
+        .kind = r.kind,
+        .object_id = l->object_id,
+        .payment_attempt_id = l->payment_attempt_id,
+        .order_id = l->order_id,
+        .refund_id = l->refund_id,
+        .provider_amount = found ? obj->amount : -1,
+        .provider_currency = found ? obj->currency : "",
+        .ledger_amount = l->amount,
+        .ledger_currency = l->currency,
+        .detail = r.detail,
+    };
+    return record(c, &f, l->created);
+}
+
 /* One ledger row the copy did not confirm, on the provider's word. */
 static int judge_ledger_row(struct audit_ctx *c, const struct audit_ledger_row *l)
 {
@@ -323,38 +397,7 @@ static int judge_ledger_row(struct audit_ctx *c, const struct audit_ledger_row *
                 return store_failed(c, "copy intent", &err);
         }
     }
-    struct audit_ledger_facts facts = {
-        .provider_status = found ? obj.status : NULL,
-        .provider_amount = obj.amount,
-        .provider_currency = obj.currency,
-        .amount = l->amount,
-        .currency = l->currency,
-    };
-    struct audit_result r = audit_policy_ledger(&facts);
-    if (r.outcome == AUDIT_PENDING) {
-        /* Booked while the provider still settles it: looked at again
-         * until it succeeds (matched) or does not (booked_not_charged). */
-        const char *wait[1] = {l->object_id};
-        if (audit_store_pending(c->st, l->refund ? "refund" : "intent", NULL, 0, wait,
-                                1, &err) != STORE_OK)
-            return store_failed(c, "pending ledger object", &err);
-        return 0;
-    }
-    if (r.outcome != AUDIT_FINDING)
-        return 0;
-    struct audit_finding f = {
-        .kind = r.kind,
-        .object_id = l->object_id,
-        .payment_attempt_id = l->payment_attempt_id,
-        .order_id = l->order_id,
-        .refund_id = l->refund_id,
-        .provider_amount = or_none(found, obj.amount),
-        .provider_currency = found ? obj.currency : "",
-        .ledger_amount = l->amount,
-        .ledger_currency = l->currency,
-        .detail = r.detail,
-    };
-    return record(c, &f, l->created);
+    return judge_ledger_facts(c, l, found, &obj);
 }
 
 static int ledger_side(struct audit_ctx *c, const struct audit_run_hooks *hooks)
@@ -459,9 +502,23 @@ int audit_run_pending(provider_client_t *pc, audit_store_t *st, size_t max,
             is_refund[i] ? PROVIDER_LIST_REFUNDS : PROVIDER_LIST_INTENTS;
         provider_client_fetch(pc, what, ids[i], &obj, &res);
         if (res.outcome == PROVIDER_NOT_FOUND) {
-            /* Gone from the provider: nothing left to judge of it here;
-             * a ledger row booked on it is found by the ledger side. */
+            /* Gone from the provider: nothing of it is left to judge but
+             * the ledger row booked on it, if any. The ledger side may have
+             * judged that row already (it put the object here, pending):
+             * it is judged now, as the ledger side judges a booked object
+             * the provider does not have, under the second it was booked. */
             const char *done[1] = {ids[i]};
+            struct audit_ledger_row l;
+            int booked = 0;
+            if (audit_store_ledger_of(st, ids[i], is_refund[i], &l, &booked, &err) !=
+                STORE_OK) {
+                store_failed(&c, "ledger row of a pending object", &err);
+                goto out;
+            }
+            c.start = booked ? l.created : 0;
+            c.end = booked ? l.created + 1 : 0;
+            if (booked && judge_ledger_facts(&c, &l, 0, NULL) != 0)
+                goto out;
             if (audit_store_pending(st, is_refund[i] ? "refund" : "intent", done, 1,
                                     NULL, 0, &err) != STORE_OK) {
                 store_failed(&c, "pending objects", &err);

@@ -185,21 +185,39 @@ static int refund_foreign(const struct audit_refund_facts *f)
     return ownership_judge(&c, NULL, 0) == OWNERSHIP_FOREIGN;
 }
 
+static int refund_unsettled(const char *status)
+{
+    return !strcmp(status, "pending") || !strcmp(status, "requires_action");
+}
+
+/* A booked refund is judged as a booked intent is: the ledger says money
+ * went back, so a refund the provider failed or canceled is a finding,
+ * not "no money moved" (a forced resolve books what it is told, and a
+ * refund may fail after it looked done). */
+static struct audit_result booked_refund(const struct audit_refund_facts *f)
+{
+    if (refund_foreign(f))
+        return finding(AUDIT_BOOKED_FOREIGN,
+                       "booked refund belongs to another refund or charge");
+    if (refund_unsettled(f->status))
+        return pending("booked refund still pending");
+    if (strcmp(f->status, "succeeded") != 0)
+        return finding(AUDIT_BOOKED_NOT_CHARGED,
+                       "booked refund is not succeeded at the provider");
+    if (f->amount != f->booked_amount)
+        return finding(AUDIT_AMOUNT_MISMATCH,
+                       "provider refund amount differs from the ledger's");
+    return matched();
+}
+
 struct audit_result audit_policy_refund(const struct audit_refund_facts *f)
 {
-    if (!strcmp(f->status, "pending") || !strcmp(f->status, "requires_action"))
+    if (f->booked)
+        return booked_refund(f);
+    if (refund_unsettled(f->status))
         return pending("refund still pending");
     if (strcmp(f->status, "succeeded") != 0)
         return matched(); /* failed or canceled: no money moved */
-    if (f->booked) {
-        if (refund_foreign(f))
-            return finding(AUDIT_BOOKED_FOREIGN,
-                           "booked refund belongs to another refund or charge");
-        if (f->amount != f->booked_amount)
-            return finding(AUDIT_AMOUNT_MISMATCH,
-                           "provider refund amount differs from the ledger's");
-        return matched();
-    }
     if (*f->refund_status && attempt_unsettled(f->refund_status))
         return pending("refund attempt not settled yet");
     return finding(AUDIT_REFUND_UNBOOKED,

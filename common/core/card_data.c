@@ -194,25 +194,100 @@ size_t card_data_mask(char *buf, size_t len)
     return total;
 }
 
-size_t card_data_mask_loose(char *buf, size_t len)
+/* ---- shown text: any grouping, any separators ---- */
+
+/* What may stand between the digit groups of a number someone means to
+ * show: anything but a letter or a digit (spaces, tabs, punctuation, '*',
+ * the bytes of NBSP, of a zero-width space, of a letter of another
+ * script). */
+static int separator(char c)
 {
-    size_t masked = card_data_mask(buf, len);
+    return !is_alnum(c);
+}
+
+static int is_hex(char c)
+{
+    return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+/* A UUID (8-4-4-4-12 hex digits) starts at i: an id, not text. Its groups
+ * of digits are never read as a card's (two of them would make one now
+ * and then, and a masked order or attempt id would match nothing). */
+static int uuid_at(const char *buf, size_t len, size_t i)
+{
+    static const char shape[] = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx";
+    if (len - i < sizeof(shape) - 1 || (i > 0 && is_hex(buf[i - 1])))
+        return 0;
+    for (size_t k = 0; k < sizeof(shape) - 1; k++)
+        if (shape[k] == '-' ? buf[i + k] != '-' : !is_hex(buf[i + k]))
+            return 0;
+    return 1;
+}
+
+/* The longest card number of whole digit groups that starts with the
+ * group at i, the groups joined by runs of separators: *r, or 0. */
+static int separated_pan(const char *buf, size_t len, size_t i, struct run *r)
+{
+    int digits = 0, found = 0;
+    size_t at = i;
+    if (buf[i] < '2' || buf[i] > '6')
+        return 0;
+    for (;;) {
+        size_t end = at;
+        while (end < len && is_digit(buf[end]))
+            end++;
+        digits += (int)(end - at);
+        if (digits > 19)
+            break;
+        if (digits >= 13 && luhn_ok(buf, i, end)) {
+            *r = (struct run){.start = i, .end = end, .ndigits = digits};
+            found = 1;
+        }
+        while (end < len && separator(buf[end]))
+            end++;
+        if (end >= len || !is_digit(buf[end]) || uuid_at(buf, len, end))
+            break;
+        at = end;
+    }
+    return found;
+}
+
+/* Masks every card number of whole digit groups joined by separators, in
+ * one pass from the left: a number masked, the four digits kept are
+ * looked at again as a group of their own with the groups after them.
+ * Each group starts at most one look of 19 digits ahead: linear. (The
+ * digits before a masked number, the four kept and those after can make
+ * one more number through the mask's '*': none anyone wrote, not looked
+ * for.) */
+static size_t mask_separated(char *buf, size_t len)
+{
+    size_t masked = 0;
     for (size_t i = 0; i < len;) {
-        if (!is_digit(buf[i])) {
+        if (uuid_at(buf, len, i)) {
+            i += 36;
+            continue;
+        }
+        if (!is_digit(buf[i]) || (i > 0 && is_digit(buf[i - 1]))) {
             i++;
             continue;
         }
-        size_t start = i;
+        struct run r;
+        if (separated_pan(buf, len, i, &r)) {
+            masked++;
+            i = mask_run(buf, &r);
+            continue;
+        }
         while (i < len && is_digit(buf[i]))
             i++;
-        size_t n = i - start;
-        if (n >= 13 && n <= 19 && buf[start] >= '2' && buf[start] <= '6' &&
-            luhn_ok(buf, start, i)) {
-            memset(buf + start, '*', n - 4);
-            masked++;
-        }
     }
     return masked;
+}
+
+size_t card_data_mask_loose(char *buf, size_t len)
+{
+    if (!buf)
+        return 0;
+    return card_data_mask(buf, len) + mask_separated(buf, len);
 }
 
 size_t card_data_copy_masked(char *dst, size_t size, const char *src)
@@ -226,8 +301,12 @@ size_t card_data_copy_masked(char *dst, size_t size, const char *src)
         dst[0] = '\0'; /* nothing rather than a number unmasked */
         return 0;
     }
-    memcpy(copy, src ? src : "", len + 1);
-    masked = card_data_mask_loose(copy, len);
+    /* Made text first, then masked: the copy turns a TAB or a zero-width
+     * space between groups into a space (never longer: one character for
+     * one), and the mask must see what is shown. Masked on the whole text,
+     * then bounded: a number the bound cuts is masked all the same. */
+    utf8_text_copy(copy, len + 1, src);
+    masked = card_data_mask_loose(copy, strlen(copy));
     utf8_text_copy(dst, size, copy);
     if (copy != small)
         free(copy);

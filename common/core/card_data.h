@@ -20,21 +20,28 @@ int card_data_found(const char *buf, size_t len);
  * unchanged. Returns how many it masked. */
 size_t card_data_mask(char *buf, size_t len);
 
-/* For what is shown to people: card_data_mask, then every run of 13..19
+/* For what is shown to people: card_data_mask, then every number of 13..19
  * digits that starts with 2..6 and passes the Luhn check is masked the same
- * way whatever stands around it (track data puts a letter right before the
- * number: "%B4242424242424242^"), at the price of masking an id that only
- * looks like one. Returns how many it masked. Never used to decide whether
- * a command holds card data. */
+ * way, whatever stands around it (track data puts a letter right before
+ * the number: "%B4242424242424242^") and however its digits are grouped:
+ * whole groups of digits joined by runs of anything but letters, digits
+ * and '*' (a space, two, a TAB, '-', '.', '/', '_', the bytes of NBSP or
+ * of a zero-width space) count as one number, "4242\t4242\t4242\t4242" as
+ * "4242 4242 4242 4242". Only a UUID's groups are never read as one (an id,
+ * and charged matches ids). The price: masking an id or a date that only
+ * looks like a card. Returns how many it masked. Never used to decide
+ * whether a command holds card data. */
 size_t card_data_mask_loose(char *buf, size_t len);
 
 /* The one way provider text (a code, a decline code, a status, a message,
  * metadata: anyone's to write) enters charged's records and outputs:
  * copies src (NULL reads as "") into dst of size bytes as utf8_text_copy
- * does, its card numbers masked first as card_data_mask_loose masks them,
- * on the whole text, so that a number the bound cuts is masked all the
- * same. Provider object ids are not text: they are copied as they are.
- * Returns how many it masked. */
+ * does, its card numbers masked as card_data_mask_loose masks them: in the
+ * text as utf8_text_copy makes it (a control or invisible character
+ * between groups becomes the space of a printed card), on the whole text,
+ * so that a number the bound cuts is masked all the same. Provider object
+ * ids are not text: they are copied as they are. Returns how many it
+ * masked. */
 size_t card_data_copy_masked(char *dst, size_t size, const char *src);
 
 #endif

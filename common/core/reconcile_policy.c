@@ -4,9 +4,9 @@
 #include <string.h>
 #include <strings.h>
 
+#include "card_data.h"
 #include "charge_policy.h"
 #include "ownership.h"
-#include "utf8_text.h"
 
 /* How a row sets the status. */
 enum rule_status {
@@ -349,7 +349,10 @@ classify(const struct reconcile_limits *lim, const struct reconcile_attempt *a,
     return past_window(lim, a, e, age, next, intent, detail, size);
 }
 
-/* Reasons quote the provider: cut on a character boundary, never inside. */
+/* Reasons quote the provider: cut on a character boundary, never inside,
+ * and masked again as a whole (card_data_copy_masked): two of the
+ * provider's texts side by side ("code: decline_code") must not make the
+ * groups of one card number between them. */
 static void set_reason(struct reconcile_decision *d, const char *prefix,
                        const char *detail)
 {
@@ -359,7 +362,7 @@ static void set_reason(struct reconcile_decision *d, const char *prefix,
         return;
     }
     snprintf(tmp, sizeof(tmp), "%s%s", prefix, detail);
-    utf8_text_copy(d->reason, sizeof(d->reason), tmp);
+    card_data_copy_masked(d->reason, sizeof(d->reason), tmp);
 }
 
 /* The decision from the row that ended the look, for a charge and a refund
@@ -374,7 +377,7 @@ static void finish(const struct reconcile_limits *lim,
     set_reason(out, rules[rule].reason, detail);
     if (!rules[rule].reason)
         /* A row with no reason (a success) keeps what else it saw. */
-        utf8_text_copy(out->note, sizeof(out->note), detail);
+        card_data_copy_masked(out->note, sizeof(out->note), detail);
     if (rules[rule].books == BOOKS_INTENT && intent)
         snprintf(out->provider_payment_id, sizeof(out->provider_payment_id), "%s",
                  intent->provider_payment_id);

@@ -10,7 +10,6 @@
 
 #include "card_data.h"
 #include "ownership.h"
-#include "utf8_text.h"
 
 /* An identifier from the provider (event id, intent id, event type): we
  * store, log and compare these, so only a plain alphabet is accepted. */
@@ -167,8 +166,7 @@ static int parse_refund(json_t *obj, const char *type, const char *intent,
     metadata_uuid(obj, "refund_id", r->refund_id);
     metadata_uuid(obj, "payment_attempt_id", r->attempt_id);
     if ((s = str_at(obj, "failure_reason"))) {
-        utf8_text_copy(r->failure_reason, sizeof(r->failure_reason), s);
-        card_data_mask(r->failure_reason, strlen(r->failure_reason));
+        card_data_copy_masked(r->failure_reason, sizeof(r->failure_reason), s);
     }
     return 0;
 }
@@ -245,14 +243,32 @@ static int masked_number(json_t *m, json_t **r)
     return rc;
 }
 
-/* Every such number in the tree replaced; digits in strings stay valid
- * JSON when masked in the text. 0 / -1. */
+/* A string is anyone's text (metadata, a description): masked as shown
+ * text is, a TAB or NBSP between groups included, which the dump would
+ * write as escapes the text's mask cannot read through. 0 / -1. */
+static int masked_string(json_t *v)
+{
+    size_t n = json_string_length(v);
+    char *copy = malloc(n + 1);
+    if (!copy)
+        return -1;
+    memcpy(copy, json_string_value(v), n + 1);
+    int rc =
+        card_data_mask_loose(copy, n) > 0 ? json_string_setn_nocheck(v, copy, n) : 0;
+    free(copy);
+    return rc;
+}
+
+/* Every such number in the tree replaced, every string masked; digits in
+ * strings stay valid JSON when masked. 0 / -1. */
 static int mask_card_numbers(json_t *v)
 {
     const char *key;
     json_t *m, *r, *tmp;
     size_t i;
 
+    if (json_is_string(v))
+        return masked_string(v);
     if (json_is_object(v)) {
         json_object_foreach_safe(v, tmp, key, m)
         {
@@ -396,8 +412,7 @@ int webhook_event_parse(const char *body, size_t len, struct webhook_event *ev,
         uuid_unparse_lower(u, ev->attempt_id);
     v = json_object_get(obj, "last_payment_error");
     if ((s = str_at(v, "decline_code")) || (s = str_at(v, "code"))) {
-        utf8_text_copy(ev->decline_code, sizeof(ev->decline_code), s);
-        card_data_mask(ev->decline_code, strlen(ev->decline_code));
+        card_data_copy_masked(ev->decline_code, sizeof(ev->decline_code), s);
     }
     rc = normalize(root, normalized, errbuf, errbuf_size);
 out:

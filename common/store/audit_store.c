@@ -84,6 +84,10 @@ enum store_rc audit_store_lead(audit_store_t *st, struct store_error *err)
 #define UUID_RE "'^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$'"
 /* Metadata is the provider's text, anything at all: cast only what is a uuid. */
 #define AS_UUID(col) "(CASE WHEN " col " ~ " UUID_RE " THEN " col "::uuid END)"
+/* Metadata ids of the copy compared with each other or with the ledger's:
+ * a UUID in either case as its lower case, anything else as given, never
+ * an error (0015; the twin indexes are on it). */
+#define META_ID(col) "audit_meta_id(" col ")"
 
 /* The first scheduled window starts where the audit was told to, or where
  * charged began (the first attempt: nothing of ours is older), or now. */
@@ -111,15 +115,17 @@ static const char *SQL_COPY_INTENTS =
 /* For each intent: the charge booked on it; the attempt its metadata
  * names, and that attempt's booked charge; another SUCCEEDED attempt of
  * its order; another succeeded intent of the same attempt or order in the
- * copy, the oldest; for a booked one, the oldest unbooked succeeded intent
- * in the copy that names only its order (judged before this one was
- * booked, perhaps before its attempt existed); whose it is (the attempt's recorded intent, another
- * attempt recording it, metadata naming another attempt or order than the
- * booking's, or than the named attempt's order); an unsettled attempt of
- * its order. Not only an earlier one: the list is newest first, so
- * a twin on a later page of the window is copied after this one is
- * judged, and that twin has only a later one. Each look-up is one index
- * probe (0008's indexes are in the ORDER BY's order). */
+ * copy, the oldest; for a booked one, whether an unbooked succeeded intent
+ * in the copy names only its order (judged before this one was booked,
+ * perhaps before its attempt existed: SQL_ORDER_STRAYS lists them all);
+ * whose it is (the attempt's recorded intent, another attempt recording
+ * it, metadata naming another attempt or order than the booking's, or
+ * than the named attempt's order); an unsettled attempt of its order. Not
+ * only an earlier one: the list is newest first, so a twin on a later
+ * page of the window is copied after this one is judged, and that twin
+ * has only a later one. Metadata ids are compared as ids, in either case
+ * (META_ID). Each look-up is one index probe (0015's indexes are on
+ * META_ID, in the ORDER BY's order). */
 static const char *SQL_INTENT_FACTS =
     "SELECT p.i, l.payment_attempt_id IS NOT NULL, coalesce(l.amount, 0),"
     "  coalesce(l.currency, ''), coalesce(l.payment_attempt_id::text, ''),"
@@ -138,8 +144,12 @@ static const char *SQL_INTENT_FACTS =
     "     AND " AS_UUID("m.order_id") " IS DISTINCT FROM a.order_id END,"
     "  EXISTS (SELECT 1 FROM payment_attempts u WHERE u.order_id = " AS_UUID("m.order_id")
     "    AND u.status IN ('PENDING', 'PROCESSING', 'UNKNOWN', 'REQUIRES_REVIEW')),"
-    "  coalesce(oo.id, ''), coalesce(oo.created, 0), coalesce(oo.amount, 0),"
-    "  coalesce(oo.currency, ''), coalesce(l.order_id::text, '')"
+    "  l.payment_attempt_id IS NOT NULL AND EXISTS (SELECT 1 FROM audit_intents t"
+    "    WHERE t.status = 'succeeded' AND " META_ID("t.order_id") " = l.order_id::text"
+    "      AND t.payment_attempt_id IS NULL AND t.id <> p.id"
+    "      AND NOT EXISTS (SELECT 1 FROM ledger_entries x"
+    "        WHERE x.kind = 'charge' AND x.provider_payment_id = t.id)),"
+    "  coalesce(l.order_id::text, '')"
     " FROM unnest($1::text[]) WITH ORDINALITY AS p(id, i)"
     " JOIN audit_intents m ON m.id = p.id"
     " LEFT JOIN ledger_entries l ON l.kind = 'charge' AND l.provider_payment_id = p.id"
@@ -149,18 +159,27 @@ static const char *SQL_INTENT_FACTS =
     "   WHERE a2.order_id = " AS_UUID("m.order_id")
     "     AND a2.status = 'SUCCEEDED' AND a2.provider_payment_id <> p.id LIMIT 1) o ON true"
     " LEFT JOIN LATERAL (SELECT t.id FROM audit_intents t"
-    "   WHERE t.status = 'succeeded' AND t.payment_attempt_id = m.payment_attempt_id"
-    "     AND t.id <> m.id ORDER BY t.created, t.id LIMIT 1) tw ON true"
+    "   WHERE t.status = 'succeeded'"
+    "     AND " META_ID("t.payment_attempt_id") " = " META_ID("m.payment_attempt_id")
+    "     AND t.id <> m.id ORDER BY t.created, t.id"
+    "   LIMIT 1) tw ON true"
     " LEFT JOIN LATERAL (SELECT t.id FROM audit_intents t"
-    "   WHERE t.status = 'succeeded' AND t.order_id = m.order_id"
-    "     AND t.id <> m.id ORDER BY t.created, t.id LIMIT 1) two ON true"
-    " LEFT JOIN LATERAL (SELECT t.id, t.created, t.amount, t.currency FROM audit_intents t"
-    "   WHERE l.payment_attempt_id IS NOT NULL AND t.status = 'succeeded'"
-    "     AND t.order_id = l.order_id::text AND t.payment_attempt_id IS NULL"
-    "     AND t.id <> p.id AND NOT EXISTS (SELECT 1 FROM ledger_entries x"
-    "       WHERE x.kind = 'charge' AND x.provider_payment_id = t.id)"
-    "   ORDER BY t.created, t.id LIMIT 1) oo ON true"
+    "   WHERE t.status = 'succeeded' AND " META_ID("t.order_id") " = " META_ID("m.order_id")
+    "     AND t.id <> m.id ORDER BY t.created, t.id"
+    "   LIMIT 1) two ON true"
     " ORDER BY p.i";
+
+/* The unbooked succeeded intents in the copy that name only the order $1
+ * (the ledger's: lower case), but $2, after ($3, $4) in (created, id)
+ * order: every one is a second charge of a paid order, not the oldest
+ * only. One index probe a page (0015). */
+static const char *SQL_ORDER_STRAYS =
+    "SELECT t.id, t.created, t.amount, t.currency FROM audit_intents t"
+    " WHERE t.status = 'succeeded' AND " META_ID("t.order_id") " = $1"
+    "   AND (t.created, t.id) > ($3::bigint, $4) AND t.payment_attempt_id IS NULL"
+    "   AND t.id <> $2 AND NOT EXISTS (SELECT 1 FROM ledger_entries x"
+    "     WHERE x.kind = 'charge' AND x.provider_payment_id = t.id)"
+    " ORDER BY t.created, t.id LIMIT $5::int";
 
 static const char *SQL_COPY_REFUNDS =
     "INSERT INTO audit_refunds AS t (id, payment_intent, status, amount, currency, created,"
@@ -199,12 +218,25 @@ static const char *SQL_LEDGER_COUNT =
     "SELECT count(*) FROM ledger_entries"
     " WHERE created_at >= to_timestamp($1::bigint) AND created_at < to_timestamp($2::bigint)";
 
-static const char *SQL_LEDGER_UNMATCHED =
-    "SELECT l.id, l.kind = 'refund',"
-    "  CASE l.kind WHEN 'refund' THEN l.provider_refund_id ELSE l.provider_payment_id END,"
-    "  l.amount, l.currency, l.payment_attempt_id::text, l.order_id::text,"
-    "  coalesce(l.refund_id::text, ''), floor(extract(epoch FROM l.created_at))::bigint"
+/* A ledger row as struct audit_ledger_row holds it (read_ledger_row). */
+#define LEDGER_ROW \
+    "SELECT l.id, l.kind = 'refund'," \
+    "  CASE l.kind WHEN 'refund' THEN l.provider_refund_id" \
+    "   ELSE l.provider_payment_id END," \
+    "  l.amount, l.currency, l.payment_attempt_id::text, l.order_id::text," \
+    "  coalesce(l.refund_id::text, ''), floor(extract(epoch FROM l.created_at))::bigint" \
     " FROM ledger_entries l"
+
+/* The row booked on one provider object, by the unique indexes: a charge's
+ * on its intent, a refund's through the refund attempt that holds it. */
+static const char *SQL_LEDGER_OF_INTENT =
+    LEDGER_ROW " WHERE l.kind = 'charge' AND l.provider_payment_id = $1";
+static const char *SQL_LEDGER_OF_REFUND =
+    LEDGER_ROW " JOIN refund_attempts r ON r.provider_refund_id = $1 AND l.refund_id = r.id"
+    " WHERE l.kind = 'refund' AND l.provider_refund_id = $1";
+
+static const char *SQL_LEDGER_UNMATCHED =
+    LEDGER_ROW
     " LEFT JOIN audit_intents m ON l.kind = 'charge' AND m.id = l.provider_payment_id"
     " LEFT JOIN audit_refunds mr ON l.kind = 'refund' AND mr.id = l.provider_refund_id"
     " WHERE l.created_at >= to_timestamp($1::bigint) AND l.created_at < to_timestamp($2::bigint)"
@@ -329,12 +361,7 @@ enum store_rc audit_store_intents(audit_store_t *st,
         stmt_col_copy(r, row, 4, o->booked_attempt, sizeof(o->booked_attempt));
         stmt_col_copy(r, row, 5, o->attempt_status, sizeof(o->attempt_status));
         stmt_col_copy(r, row, 12, o->recorded, sizeof(o->recorded));
-        stmt_col_copy(r, row, 16, o->order_twin, sizeof(o->order_twin));
-        o->order_twin_created = stmt_col_int(r, row, 17);
-        o->order_twin_amount = stmt_col_int(r, row, 18);
-        stmt_col_copy(r, row, 19, o->order_twin_currency,
-                      sizeof(o->order_twin_currency));
-        stmt_col_copy(r, row, 20, o->booked_order, sizeof(o->booked_order));
+        stmt_col_copy(r, row, 17, o->booked_order, sizeof(o->booked_order));
         int other_attempt = stmt_col_true(r, row, 6);
         int other_order = stmt_col_true(r, row, 8);
         int twin = stmt_col_true(r, row, 10);
@@ -360,7 +387,7 @@ enum store_rc audit_store_intents(audit_store_t *st,
             .recorded_elsewhere = stmt_col_true(r, row, 13),
             .names_another = stmt_col_true(r, row, 14),
             .order_unsettled = stmt_col_true(r, row, 15),
-            .order_only_twin = *o->order_twin != '\0',
+            .order_only_twin = stmt_col_true(r, row, 16),
         };
     }
     PQclear(r);
@@ -371,6 +398,35 @@ enum store_rc audit_store_intents(audit_store_t *st,
             store_error_set(err, "audit: no facts for intent %zu of the page", i);
             return STORE_RETRY;
         }
+    return STORE_OK;
+}
+
+enum store_rc audit_store_order_strays(audit_store_t *st, const char *order,
+                                       const char *booked, long long after_created,
+                                       const char *after_id,
+                                       struct audit_order_stray *out, size_t max,
+                                       size_t *n, struct store_error *err)
+{
+    struct stmt s = {0};
+    PGresult *r;
+    enum store_rc rc;
+    *n = 0;
+    stmt_text(&s, order);
+    stmt_text(&s, booked);
+    stmt_int(&s, after_created);
+    stmt_text(&s, after_id);
+    stmt_int(&s, (long long)max);
+    if ((rc = run(st, &s, SQL_ORDER_STRAYS, &r, err)) != STORE_OK)
+        return rc;
+    for (int row = 0; row < PQntuples(r) && (size_t)row < max; row++) {
+        struct audit_order_stray *o = &out[row];
+        stmt_col_copy(r, row, 0, o->id, sizeof(o->id));
+        o->created = stmt_col_int(r, row, 1);
+        o->amount = stmt_col_int(r, row, 2);
+        stmt_col_copy(r, row, 3, o->currency, sizeof(o->currency));
+        (*n)++;
+    }
+    PQclear(r);
     return STORE_OK;
 }
 
@@ -459,6 +515,20 @@ enum store_rc audit_store_ledger_count(audit_store_t *st, long long start,
     return one_number(st, &s, SQL_LEDGER_COUNT, count, err);
 }
 
+static void read_ledger_row(PGresult *r, int row, struct audit_ledger_row *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->id = stmt_col_int(r, row, 0);
+    o->refund = stmt_col_true(r, row, 1);
+    stmt_col_copy(r, row, 2, o->object_id, sizeof(o->object_id));
+    o->amount = stmt_col_int(r, row, 3);
+    stmt_col_copy(r, row, 4, o->currency, sizeof(o->currency));
+    stmt_col_copy(r, row, 5, o->payment_attempt_id, sizeof(o->payment_attempt_id));
+    stmt_col_copy(r, row, 6, o->order_id, sizeof(o->order_id));
+    stmt_col_copy(r, row, 7, o->refund_id, sizeof(o->refund_id));
+    o->created = stmt_col_int(r, row, 8);
+}
+
 enum store_rc audit_store_ledger_unmatched(audit_store_t *st, long long start,
                                            long long end, long long after_id,
                                            struct audit_ledger_row *rows, size_t max,
@@ -475,18 +545,28 @@ enum store_rc audit_store_ledger_unmatched(audit_store_t *st, long long start,
     if ((rc = run(st, &s, SQL_LEDGER_UNMATCHED, &r, err)) != STORE_OK)
         return rc;
     for (int row = 0; row < PQntuples(r) && (size_t)row < max; row++) {
-        struct audit_ledger_row *o = &rows[row];
-        memset(o, 0, sizeof(*o));
-        o->id = stmt_col_int(r, row, 0);
-        o->refund = stmt_col_true(r, row, 1);
-        stmt_col_copy(r, row, 2, o->object_id, sizeof(o->object_id));
-        o->amount = stmt_col_int(r, row, 3);
-        stmt_col_copy(r, row, 4, o->currency, sizeof(o->currency));
-        stmt_col_copy(r, row, 5, o->payment_attempt_id, sizeof(o->payment_attempt_id));
-        stmt_col_copy(r, row, 6, o->order_id, sizeof(o->order_id));
-        stmt_col_copy(r, row, 7, o->refund_id, sizeof(o->refund_id));
-        o->created = stmt_col_int(r, row, 8);
+        read_ledger_row(r, row, &rows[row]);
         (*n)++;
+    }
+    PQclear(r);
+    return STORE_OK;
+}
+
+enum store_rc audit_store_ledger_of(audit_store_t *st, const char *object_id,
+                                    int refund, struct audit_ledger_row *row,
+                                    int *found, struct store_error *err)
+{
+    struct stmt s = {0};
+    PGresult *r;
+    enum store_rc rc;
+    *found = 0;
+    stmt_text(&s, object_id);
+    if ((rc = run(st, &s, refund ? SQL_LEDGER_OF_REFUND : SQL_LEDGER_OF_INTENT, &r,
+                  err)) != STORE_OK)
+        return rc;
+    if (PQntuples(r) > 0) {
+        read_ledger_row(r, 0, row);
+        *found = 1;
     }
     PQclear(r);
     return STORE_OK;

@@ -56,12 +56,7 @@ struct audit_intent_row {
     char other_object[PROVIDER_ID_MAX]; /* the other charge: booked for the attempt or
                               order, or the earlier twin */
     char recorded[PROVIDER_ID_MAX]; /* the named attempt's own intent, as recorded */
-    /* Booked: the oldest unbooked succeeded intent naming only its order,
-     * with its creation (unix s), amount and currency. */
-    char order_twin[PROVIDER_ID_MAX];
-    long long order_twin_created, order_twin_amount;
-    char order_twin_currency[8];
-    char booked_order[40]; /* the ledger row's order */
+    char booked_order[40];          /* the ledger row's order */
 };
 
 /* Copies the page into audit_intents (the provider's word, refreshed) and
@@ -70,6 +65,23 @@ enum store_rc audit_store_intents(audit_store_t *st,
                                   const struct provider_listed *items, size_t n,
                                   struct audit_intent_row *rows,
                                   struct store_error *err);
+
+/* An unbooked succeeded intent in the copy that names only an order (no
+ * attempt): its creation (unix s), amount and currency. */
+struct audit_order_stray {
+    char id[PROVIDER_ID_MAX];
+    long long created, amount;
+    char currency[8];
+};
+/* Up to max of them naming order (a UUID, as the ledger keeps it, in any
+ * case in the copy), other than booked, after (after_created, after_id) in
+ * (created, id) order: *n says how many. A page shorter than max is the
+ * last. */
+enum store_rc audit_store_order_strays(audit_store_t *st, const char *order,
+                                       const char *booked, long long after_created,
+                                       const char *after_id,
+                                       struct audit_order_stray *out, size_t max,
+                                       size_t *n, struct store_error *err);
 
 struct audit_refund_row {
     struct audit_refund_facts facts;
@@ -112,6 +124,12 @@ enum store_rc audit_store_ledger_unmatched(audit_store_t *st, long long start,
                                            long long end, long long after_id,
                                            struct audit_ledger_row *rows, size_t max,
                                            size_t *n, struct store_error *err);
+
+/* The ledger row booked on the provider object object_id (a refund's when
+ * refund, else a charge's): *found 0 when there is none. */
+enum store_rc audit_store_ledger_of(audit_store_t *st, const char *object_id,
+                                    int refund, struct audit_ledger_row *row,
+                                    int *found, struct store_error *err);
 
 /* One finding. object_id is the unique key with kind; the rest may be "". */
 struct audit_finding {

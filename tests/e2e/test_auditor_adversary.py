@@ -235,6 +235,106 @@ def stuck_cursor(new):
         srv.shutdown()
 
 
+def booked_refund_fails(new):
+    """A refund booked SUCCEEDED while the provider still has it pending (a
+    forced `chargectl refund resolve`: the operator saw it in the dashboard),
+    which the provider then fails: the ledger holds money given back that
+    never went back. The window's audit finds it pending and looks again;
+    the look that finds it failed must say booked_not_charged, as it does
+    of a booked intent that is not succeeded, not take "failed, no money
+    moved" for a match and drop it from the pending list."""
+    s = new("adv_refund_fails")
+    t0 = int(db_now(s)) - 1
+    s.start_worker(WORKER_UNKNOWN_RETRIES=0)
+    charge = e2e.new_command(amount=2000)
+    s.publish([charge])
+    s.wait_settled(1, timeout=e2e.scaled(60))
+    pi = s.query("SELECT provider_payment_id FROM payment_attempts WHERE id = '%s'"
+                 % charge["payment_attempt_id"])[0][0]
+    refund = e2e.new_refund(charge, 1000)
+    rid = refund["refund_id"]
+    s.psp_put("/faults", {"rules": [{"kind": "error_before", "probability": 1,
+                                     "key": refund["idempotency_key"]}]})
+    s.publish([refund])
+    e2e.wait_until("refund %s UNKNOWN" % rid, lambda: s.query(
+        "SELECT status FROM refund_attempts WHERE id = '%s'" % rid) == [["UNKNOWN"]],
+        e2e.scaled(30))
+    s.psp_put("/faults", {"rules": []}, method="DELETE")
+    re_id = s.psp_put("/inject/refunds", {"payment_intent": pi, "amount": 1000,
+                                          "status": "pending",
+                                          "metadata": {"refund_id": rid}},
+                      method="POST")["id"]
+    p = s.run([e2e.CHARGECTL, "refund", "resolve", rid, "--status", "SUCCEEDED",
+               "--provider-refund-id", re_id, "--reason", "seen in the dashboard",
+               "--force"], check=False)
+    check_eq(p.returncode, 0, "the forced resolve (%s)" % p.stderr.decode().strip())
+    check_eq(s.query("SELECT count(*) FROM ledger_entries WHERE kind = 'refund'"
+                     " AND provider_refund_id = '%s'" % re_id), [["1"]],
+             "ledger rows of refund %s" % re_id)
+    au = s.start_auditor(AUDITOR_FROM=t0, **AUDITOR)
+    wait_watermark(s, int(db_now(s)) + 1, timeout=e2e.scaled(30))
+    check_eq(s.query("SELECT object_kind FROM audit_pending WHERE object_id = '%s'"
+                     % re_id), [["refund"]], "refund %s pending at the provider" % re_id)
+    s.psp_put("/refunds/%s/settle" % re_id, {"status": "failed"}, method="POST")
+
+    def kinds():
+        return [r[0] for r in s.query("SELECT kind FROM audit_findings"
+                                      " WHERE object_id = '%s'" % re_id)]
+    try:
+        e2e.wait_until("booked_not_charged of refund %s" % re_id,
+                       lambda: "booked_not_charged" in kinds(), e2e.scaled(10))
+    except e2e.Failure:
+        check(False, "refund %s is booked SUCCEEDED for refund %s, and failed at the"
+              " provider: findings %s, still pending: %s" % (
+                  re_id, rid, kinds(), s.query("SELECT count(*) FROM audit_pending"
+                                               " WHERE object_id = '%s'" % re_id)))
+    check_eq(s.stop_auditor(au), 0, "the auditor's exit after SIGTERM")
+
+
+def booked_intent_gone(new):
+    """A charge booked on an intent the provider still has processing (a
+    forced resolve, or a row written by hand) is looked at again until it
+    settles. When the provider then no longer has the intent at all, the
+    look that finds it gone must say booked_not_charged, as the ledger side
+    says of a booked object the provider does not have: the ledger side
+    already judged the row (pending) and does not look again."""
+    s = new("adv_booked_gone")
+    at = int(db_now(s)) - 20
+    attempt, order = str(uuid.uuid4()), str(uuid.uuid4())
+    pi = inject(s, created=at, amount=800, status="processing",
+                metadata={"payment_attempt_id": attempt, "order_id": order})[0]
+    s.psql(s.db, """
+        INSERT INTO payment_attempts (id, order_id, idempotency_key, request_fingerprint,
+            amount, currency, payment_method, status, provider_payment_id, created_at)
+        VALUES ('%s', '%s', 'adv-%s', 'fp', 800, 'USD', 'pm_card_visa', 'SUCCEEDED', '%s',
+            to_timestamp(%d));
+        INSERT INTO ledger_entries (payment_attempt_id, order_id, kind, amount, currency,
+            provider_payment_id, created_at)
+        VALUES ('%s', '%s', 'charge', 800, 'USD', '%s', to_timestamp(%d));
+        """ % (attempt, order, attempt, pi, at, attempt, order, pi, at))
+    au = s.start_auditor(AUDITOR_FROM=at, **AUDITOR)
+    wait_watermark(s, at + 1)
+    check_eq(s.query("SELECT object_kind FROM audit_pending WHERE object_id = '%s'" % pi),
+             [["intent"]], "booked intent %s pending at the provider" % pi)
+    s.psp_put("/intents/%s" % pi, {}, method="DELETE")
+
+    def kinds():
+        return [r[0] for r in s.query("SELECT kind FROM audit_findings"
+                                      " WHERE object_id = '%s'" % pi)]
+    try:
+        e2e.wait_until("booked_not_charged of intent %s" % pi,
+                       lambda: "booked_not_charged" in kinds(), e2e.scaled(10))
+    except e2e.Failure:
+        check(False, "intent %s is booked for attempt %s and the provider no longer has"
+              " it: findings %s, still pending: %s" % (
+                  pi, attempt, kinds(), s.query("SELECT count(*) FROM audit_pending"
+                                                " WHERE object_id = '%s'" % pi)))
+    got = s.query("SELECT payment_attempt_id, window_start = to_timestamp(%d)"
+                  " FROM audit_findings WHERE object_id = '%s'" % (at, pi))
+    check_eq(got, [[attempt, "t"]], "the finding's attempt, under the booking's second")
+    check_eq(s.stop_auditor(au), 0, "the auditor's exit after SIGTERM")
+
+
 def legit_flows(new):
     """What charged does on its own must audit clean: a charge that stays
     processing until the reconciler settles it, an order declined and then
@@ -282,7 +382,7 @@ def legit_flows(new):
     check_eq(s.stop_auditor(au), 0, "the auditor's exit after SIGTERM")
 
 
-SCENARIOS = [legit_flows, stuck_cursor, second_charge_by_order_only, on_demand_first, long_provider_ids, twins_across_pages, runaway_order]
+SCENARIOS = [legit_flows, booked_refund_fails, booked_intent_gone, stuck_cursor, second_charge_by_order_only, on_demand_first, long_provider_ids, twins_across_pages, runaway_order]
 
 
 if __name__ == "__main__":

@@ -2,7 +2,10 @@
  * Properties: found and mask agree; masking keeps the length, turns digits
  * into '*' and nothing else, keeps four digits of each number, and leaves
  * nothing the scanner would report again; a number found stays found with
- * other digits next to it ("1 " before, " 1" after). */
+ * other digits next to it ("1 " before, " 1" after). Shown text's mask
+ * (card_data_mask_loose, any separators) keeps the length, turns digits
+ * into '*' and nothing else, masks at least what the scanner's mask does,
+ * and leaves nothing the scanner would report. */
 #include "card_data.h"
 #include "fuzz_check.h"
 
@@ -25,6 +28,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(changed >= masked * 9 && changed <= masked * 15);
     FUZZ_CHECK(!card_data_found(buf, size));
     FUZZ_CHECK(card_data_mask(buf, size) == 0);
+    char *loose = fuzz_strndup(data, size);
+    size_t lmasked = card_data_mask_loose(loose, size);
+    FUZZ_CHECK(lmasked >= masked);
+    for (size_t i = 0; i < size; i++)
+        FUZZ_CHECK(loose[i] == (char)data[i] ||
+                   (data[i] >= '0' && data[i] <= '9' && loose[i] == '*'));
+    FUZZ_CHECK(loose[size] == '\0');
+    FUZZ_CHECK(!card_data_found(loose, size));
+    free(loose);
     if (found) {
         char *wrapped = malloc(size + 4);
         FUZZ_CHECK(wrapped);

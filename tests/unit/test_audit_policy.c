@@ -265,6 +265,25 @@ static const struct refund_row refunds[] = {
      {"succeeded", 300, "usd", 1, 300, "SUCCEEDED", "pi_a", "pi_a", 0},
      M,
      0},
+    /* The ledger says money went back: a booked refund the provider shows
+     * failed or canceled is no "no money moved" (a forced resolve, or a
+     * refund failed after it looked done). */
+    {"booked, pending",
+     {"pending", 300, "usd", 1, 300, "SUCCEEDED", NULL, NULL, 0},
+     P,
+     0},
+    {"booked, failed",
+     {"failed", 300, "usd", 1, 300, "SUCCEEDED", NULL, NULL, 0},
+     F,
+     AUDIT_BOOKED_NOT_CHARGED},
+    {"booked, canceled",
+     {"canceled", 300, "usd", 1, 300, "SUCCEEDED", "pi_a", "pi_a", 0},
+     F,
+     AUDIT_BOOKED_NOT_CHARGED},
+    {"booked on another charge's intent, failed",
+     {"failed", 300, "usd", 1, 300, "SUCCEEDED", "pi_a", "pi_b", 0},
+     F,
+     AUDIT_BOOKED_FOREIGN},
 };
 
 START_TEST(each_refund_rule)

@@ -377,6 +377,39 @@ START_TEST(normalized_payload_is_storable_and_masked)
 }
 END_TEST
 
+/* Provider text split by a TAB, NBSP or zero-width space (issue 34): the
+ * decline code, the refund's failure reason and the stored copy show the
+ * last four digits only, not "4242 4242 4242 4242" nor an escape-split
+ * "4242\\t4242\\t4242\\t4242" the text's mask cannot read through. */
+START_TEST(card_split_by_control_characters_is_masked)
+{
+    struct webhook_event ev;
+    char err[256], *norm = NULL;
+    const char *body =
+        "{\"id\":\"evt_s\",\"type\":\"payment_intent.payment_failed\",\"created\":1,"
+        "\"data\":{\"object\":{\"id\":\"pi_s\",\"status\":\"requires_payment_method\","
+        "\"last_payment_error\":{\"code\":\"card_declined\",\"decline_code\":"
+        "\"4242\\t4242\\t4242\\t4242\"},"
+        "\"metadata\":{\"order_id\":\"4242\\u00a04242\\u200b4242\\u200b4242\"}}}}";
+    ck_assert_int_eq(
+        webhook_event_parse(body, strlen(body), &ev, &norm, err, sizeof(err)), 0);
+    ck_assert_str_eq(ev.decline_code, "**** **** **** 4242");
+    ck_assert_ptr_nonnull(norm);
+    ck_assert_msg(strstr(norm, "\"****\\t****\\t****\\t4242\"") != NULL, "%s", norm);
+    ck_assert_msg(strcasestr(norm, "\"****\\u00a0****\\u200b****\\u200b4242\"") != NULL,
+                  "%s", norm);
+    free(norm);
+    const char *refund =
+        "{\"id\":\"evt_r\",\"type\":\"refund.failed\",\"created\":1,"
+        "\"data\":{\"object\":{\"id\":\"re_s\",\"object\":\"refund\","
+        "\"status\":\"failed\",\"payment_intent\":\"pi_s\",\"amount\":5,"
+        "\"currency\":\"eur\",\"failure_reason\":\"4242/4242/4242/4242\"}}}";
+    ck_assert_int_eq(parse(refund, &ev, err), 0);
+    ck_assert_uint_eq(ev.nrefunds, 1);
+    ck_assert_str_eq(ev.refunds[0].failure_reason, "****/****/****/4242");
+}
+END_TEST
+
 START_TEST(a_success_names_its_amount)
 {
     struct webhook_event ev;
@@ -442,6 +475,7 @@ int main(void)
     TCase *tc = tcase_create("webhook_event");
     tcase_add_test(tc, parses_a_success);
     tcase_add_test(tc, a_card_shaped_number_is_stored_masked_as_a_string);
+    tcase_add_test(tc, card_split_by_control_characters_is_masked);
     tcase_add_test(tc, parses_a_failure_with_its_code);
     tcase_add_test(tc, refuses_bad_shapes);
     tcase_add_test(tc, decision_table);
