@@ -17,8 +17,16 @@ while psp-sim's ledger shows A's own key charged and succeeded on
 another intent, which stays unbooked. The provider's search holding
 another succeeded intent for the attempt is exactly what the review
 otherwise refuses ("the provider's succeeded intent for this attempt is
-X, not Y"): the resolve must be refused without --force."""
+X, not Y"): the resolve must be refused without --force.
+
+resolve_foreign_search_lags: the same, but when the resolve asks,
+psp-sim's search lags (PUT /search-lag) past A's own charge and not past
+the older foreign one: the search answers pi_F alone (one match), the
+review never walks the provider's consistent list for --succeeded, and
+pi_F is booked for A just the same. Counting the search's matches is not
+enough: the list (as --failed walks it) holds A's own succeeded intent."""
 import json
+import time
 
 import charged_e2e as e2e
 from charged_e2e import check, check_eq
@@ -27,7 +35,7 @@ import test_chargectl_resolve as res
 import test_reconciler_branches as rb
 
 
-def resolve_foreign_among_several(new):
+def resolve_foreign_among_several(new, search_lags=False):
     retention, lag = 3000, 1000
     cmd = e2e.new_command()
     aid, key = cmd["payment_attempt_id"], cmd["idempotency_key"]
@@ -36,6 +44,10 @@ def resolve_foreign_among_several(new):
         "--fault", "error_after=1@%s#1" % key])
     foreign = other.charge_naming(s, cmd, "pm_card_visa")
     check_eq(foreign["status"], "succeeded", "the other client's charge naming A")
+    if search_lags:
+        # pi_F made well before A's own charge: a lag can fall between them.
+        made = time.time()
+        e2e.wait_until("pi_F 4 s old", lambda: time.time() - made > 4, 10)
     env = dict(rb.RECONCILER, WORKER_KEY_RETENTION_MS=retention,
                RECONCILER_SEARCH_LAG_MS=lag)
     s.start_worker(**dict(rb.WORKER, RECONCILER_FIRST_LOOK_MS=600000,
@@ -56,11 +68,21 @@ def resolve_foreign_among_several(new):
     check_eq(s.stop_reconciler(r), 0, "the reconciler's exit after SIGTERM")
     e2e.log("A in review:", a["reason"])
 
+    if search_lags:
+        own_at = [c["at_ms"] for c in charges][0]
+        behind = int(time.time() * 1000) - own_at + 1500
+        check(int(time.time() * 1000) - foreign_at(s, foreign["id"]) > behind + 1000,
+              "pi_F older than the lag")
+        s.psp_put("/search-lag", {"search_lag_ms": behind})
+        e2e.log("psp-sim's search lags %d ms: it shows pi_F, not A's own" % behind)
     p = res.ctl(s, "attempt", "resolve", aid, "--succeeded", foreign["id"], "--json",
                 "--actor", "erin", env={"RECONCILER_SEARCH_LAG_MS": str(lag)})
     e2e.log("resolve --succeeded %s: exit %d %s %s" % (
         foreign["id"], p.returncode, p.stderr.decode().strip(),
         p.stdout.decode().strip()[:600]))
+    searched = [l for l in (json.loads(p.stdout.decode() or "{}").get("evidence") or {})
+                .get("lookups", []) if l.get("operation") == "search"]
+    e2e.log("the review's search:", searched)
     after = rb.attempt(s, aid)
     booked = rb.ledger_entries(s, aid)
     ledger = {c["payment_intent_id"]: c for c in s.ledger()}
@@ -69,12 +91,20 @@ def resolve_foreign_among_several(new):
     check(not (after["status"] == "SUCCEEDED" and after["ppid"] == foreign["id"]),
           "A resolved SUCCEEDED on the other client's %s without --force (ledger rows"
           " %s) although psp-sim charged A's own key as %s (succeeded, unbooked) and"
-          " the search for A answered both: %s"
-          % (foreign["id"], booked, own, rb.describe(s, aid)))
+          " the review's search answered %s: %s"
+          % (foreign["id"], booked, own, searched, rb.describe(s, aid)))
     check_eq(p.returncode, 1, "exit status of resolve --succeeded")
 
 
-SCENARIOS = [resolve_foreign_among_several]
+def foreign_at(s, intent):
+    return [c["at_ms"] for c in s.ledger() if c["payment_intent_id"] == intent][0]
+
+
+def resolve_foreign_search_lags(new):
+    resolve_foreign_among_several(new, search_lags=True)
+
+
+SCENARIOS = [resolve_foreign_among_several, resolve_foreign_search_lags]
 
 
 if __name__ == "__main__":
