@@ -828,10 +828,19 @@ static void classify_lookup(int http, json_t *doc, enum provider_lookup kind,
         refund && kind == PROVIDER_LOOKUP_RETRIEVE ? "refund" : objects[kind];
     if (http == 404) {
         /* Evidence of absence only in the provider's own words: a 404 from a
-         * wrong URL or a proxy says nothing about the intent. */
+         * wrong URL or a proxy says nothing about the intent. And only of
+         * the object asked for by id: a search or list answered 404 (say,
+         * the refunds of an intent the provider no longer has) did not
+         * look, so it says nothing of what there is. */
         const char *code =
             json_string_value(json_object_get(json_object_get(doc, "error"), "code"));
-        if (code && !strcmp(code, "resource_missing")) {
+        if (kind != PROVIDER_LOOKUP_RETRIEVE) {
+            res->outcome = PROVIDER_UNKNOWN;
+            snprintf(res->error, sizeof(res->error),
+                     "%s answered 404%s: no evidence of what it holds", objects[kind],
+                     code && !strcmp(code, "resource_missing") ? " resource_missing"
+                                                               : "");
+        } else if (code && !strcmp(code, "resource_missing")) {
             res->outcome = PROVIDER_NOT_FOUND;
             copy_str(res->error, sizeof(res->error),
                      refund ? "no such refund" : "no such payment intent");
