@@ -701,7 +701,9 @@ static void classify_refund(const struct provider_call *call, int http, json_t *
 }
 
 /* The most settled of a page's refunds of `refund_id` (succeeded > pending
- * > any other > failed): res->matches counts them, none is NOT_FOUND. */
+ * > any other > failed): res->matches counts them, none is NOT_FOUND. Its
+ * metadata names the refund in either case: a UUID is one id however it is
+ * written, and one naming ours in upper case must not hide from a review. */
 static void take_best_refund(json_t *data, const char *refund_id,
                              struct provider_result *res)
 {
@@ -713,7 +715,7 @@ static void take_best_refund(json_t *data, const char *refund_id,
     {
         const char *a = json_string_value(
             json_object_get(json_object_get(re, "metadata"), "refund_id"));
-        if (!a || strcmp(a, refund_id) != 0)
+        if (!a || strcasecmp(a, refund_id) != 0)
             continue;
         res->matches++;
         struct provider_result probe = {0};
@@ -764,8 +766,9 @@ static void check_intent_matches(const struct provider_call *call, json_t *doc,
 }
 
 /* The most settled of a look-up's intents (succeeded > processing >
- * anything else > declined), only those of `attempt_id` when it is given:
- * res->matches counts them, none is NOT_FOUND. */
+ * anything else > declined), only those of `attempt_id` when it is given
+ * (named in either case, as take_best_refund): res->matches counts them,
+ * none is NOT_FOUND. */
 static void take_best(json_t *data, const char *attempt_id, struct provider_result *res)
 {
     json_t *pi, *best = NULL;
@@ -776,7 +779,7 @@ static void take_best(json_t *data, const char *attempt_id, struct provider_resu
     {
         const char *a = json_string_value(
             json_object_get(json_object_get(pi, "metadata"), "payment_attempt_id"));
-        if (attempt_id && (!a || strcmp(a, attempt_id) != 0))
+        if (attempt_id && (!a || strcasecmp(a, attempt_id) != 0))
             continue;
         res->matches++;
         const char *st = json_string_value(json_object_get(pi, "status"));
