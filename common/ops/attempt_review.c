@@ -216,7 +216,9 @@ int attempt_review_intent_pays(const struct provider_result *r, const char *inte
     else if (strcmp(r->intent_status, "succeeded") != 0)
         snprintf(says, says_size, "the provider says %s is %s, not succeeded", intent,
                  r->intent_status[0] ? r->intent_status : "of no known status");
-    else if (r->amount != 0 && r->amount != amount)
+    else if (r->amount != amount)
+        /* 0 too (or none given): a charge of the attempt's amount is what
+         * would be booked, and nothing shows one. */
         snprintf(says, says_size,
                  "the provider says %s is of amount %lld, the attempt's is %lld",
                  intent, r->amount, amount);

@@ -105,8 +105,8 @@ int attempt_review_check(const struct attempt_review_request *rq, char *why,
 
 /* Whether the provider's look-up r of intent PI (answered: not UNKNOWN,
  * NOT_EXECUTED or INVALID) shows PI paying an attempt of amount and
- * currency: succeeded, of that amount (when the look-up carries one), in
- * that currency (when the look-up carries one), its metadata
+ * currency: succeeded, of exactly that amount (0, or none given, is not
+ * it), in that currency (when the look-up carries one), its metadata
  * naming no other attempt than attempt_id (in either case). 0, or -1 with
  * what the provider says in says. Pure. */
 int attempt_review_intent_pays(const struct provider_result *r, const char *intent,
