@@ -1,5 +1,6 @@
 /* chargectl refund: what happened to a refund, the refunds to look at, and
  * an operator's decision on one automation could not settle. */
+#include <ctype.h>
 #include <getopt.h>
 #include <pwd.h>
 #include <stdarg.h>
@@ -571,8 +572,14 @@ int ctl_refund(int argc, char **argv)
                        "--reason, --provider-refund-id and --actor are "
                        "for resolve");
     }
+    char canonical[37];
     if (resolve) {
-        ra.id = id;
+        /* A UUID in lower case: the provider's metadata is text, listed and
+         * compared as such, and charged writes it so. */
+        snprintf(canonical, sizeof(canonical), "%s", id);
+        for (char *p = canonical; *p; p++)
+            *p = (char)tolower((unsigned char)*p);
+        ra.id = canonical;
         if (!ra.status || (strcmp(ra.status, ATTEMPT_S_SUCCEEDED) &&
                            strcmp(ra.status, ATTEMPT_S_FAILED)))
             return say(CTL_USAGE, sub, "give --status SUCCEEDED or --status FAILED");

@@ -3,6 +3,7 @@
  * The decision itself is attempt_review's (common/ops), which the console
  * shares; this is its command line: the arguments, the settings, the
  * sessions, and what is printed. */
+#include <ctype.h>
 #include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -37,11 +38,13 @@ static void usage(FILE *out)
         "--status REQUIRES_REVIEW). The provider is asked first:\n"
         "  --succeeded PI   the provider charged it, as intent PI: PI must exist, be\n"
         "                   succeeded, have the attempt's amount and be the intent\n"
-        "                   the provider lists for this attempt, and not be\n"
-        "                   another's: recorded by charged for another attempt,\n"
-        "                   or its metadata naming another attempt or another\n"
-        "                   order (metadata is anyone's to write). Books the\n"
-        "                   charge (ledger entry) and publishes charge.succeeded\n"
+        "                   the provider lists for this attempt, and be proven\n"
+        "                   this attempt's: recorded from its own call, or the\n"
+        "                   answer to that call under its key. One that only\n"
+        "                   names the attempt (metadata is anyone's to write) is\n"
+        "                   not proven; one recorded for another attempt, or\n"
+        "                   naming another attempt or order, is another's. Books\n"
+        "                   the charge (ledger entry) and publishes charge.succeeded\n"
         "  --failed         no money moved: the provider must have no succeeded or\n"
         "                   processing intent for this attempt (searched by its id,\n"
         "                   found on the provider's list of the intents created\n"
@@ -66,9 +69,9 @@ static void usage(FILE *out)
         "Needs PROVIDER_API_KEY (and PROVIDER_BASE_URL, PROVIDER_TIMEOUT_MS,\n"
         "PROVIDER_API_VERSION) besides DATABASE_URL.\n\n"
         "Exit status: 0 resolved; 1 refused (not in review, the provider contradicts,\n"
-        "does not answer or may not be up to date, the intent is another's), no\n"
-        "such attempt, database\n"
-        "unreachable; 2 bad usage.\n");
+        "does not answer or may not be up to date, the intent is another's or not\n"
+        "proven this attempt's), no such attempt, database unreachable; 2 bad\n"
+        "usage.\n");
 }
 
 static int usage_error(const char *fmt, ...)
@@ -114,7 +117,7 @@ static int check_error(const char *why)
 }
 
 struct resolve_args {
-    const char *id;
+    char id[37];        /* in lower case, as it is stored and printed */
     const char *intent; /* --succeeded, else NULL */
     int failed;
     const char *reason;
@@ -178,7 +181,7 @@ static int parse_args(int argc, char **argv, struct resolve_args *ra)
         return argc - optind == 0
                    ? usage_error("give one PAYMENT_ATTEMPT_ID (see --help)")
                    : ctl_unexpected_argument(CMD, argv[optind + 1]);
-    ra->id = argv[optind];
+    const char *id = argv[optind];
     if (!!ra->intent == ra->failed)
         return usage_error("give one of --succeeded PAYMENT_INTENT_ID or --failed");
     if (ra->failed && !ra->reason)
@@ -189,12 +192,16 @@ static int parse_args(int argc, char **argv, struct resolve_args *ra)
     if (!ra->actor && !(ra->actor = ctl_os_user()))
         return usage_error("cannot tell who you are: give --actor NAME");
     char why[256];
-    struct attempt_review_request rq = {.attempt_id = ra->id,
+    struct attempt_review_request rq = {.attempt_id = id,
                                         .intent_id = ra->intent,
                                         .reason = ra->reason,
                                         .actor = ra->actor};
     if (attempt_review_check(&rq, why, sizeof(why)) != 0)
         return check_error(why);
+    /* A UUID: 36 characters, in either case. */
+    snprintf(ra->id, sizeof(ra->id), "%s", id);
+    for (char *p = ra->id; *p; p++)
+        *p = (char)tolower((unsigned char)*p);
     return 0;
 }
 
@@ -285,6 +292,9 @@ int ctl_attempt_resolve(int argc, char **argv)
     if (res.outcome == ATTEMPT_REVIEW_RESOLVED) {
         print_result(&ra, &res);
         rc = CTL_OK;
+    } else if (res.outcome == ATTEMPT_REVIEW_REFUSED && res.verdict &&
+               !strcmp(res.verdict, "unproven")) {
+        rc = failure("%s", res.message); /* it says what force means */
     } else if (res.outcome == ATTEMPT_REVIEW_REFUSED) {
         rc = failure("%s (--force resolves anyway)", res.message);
     } else {

@@ -123,10 +123,10 @@ static const char *object_of(const struct reconcile_attempt *a)
 
 /* Is this intent (or refund) the attempt's own? Its amount and currency
  * (when the attempt has one: a refund's is its charge's) must be the
- * attempt's, and its metadata must not name another attempt. A look-up's
- * object must carry them; the answer to our own call, under our key, is
- * judged on the fields it carries (a card error may carry none). Writes
- * why not. */
+ * attempt's, and its metadata must not name another attempt (ours named
+ * in upper case is still ours). A look-up's object must carry them; the
+ * answer to our own call, under our key, is judged on the fields it
+ * carries (a card error may carry none). Writes why not. */
 static int intent_is_ours(const struct reconcile_attempt *a,
                           const struct provider_result *res, int own_answer, char *why,
                           size_t why_size)
@@ -143,7 +143,8 @@ static int intent_is_ours(const struct reconcile_attempt *a,
              strcasecmp(res->currency, a->currency) != 0)
         snprintf(why, why_size, "%s currency %s, the attempt's %s", obj, res->currency,
                  a->currency);
-    else if (res->intent_attempt_id[0] && strcmp(res->intent_attempt_id, a->id) != 0)
+    else if (res->intent_attempt_id[0] &&
+             strcasecmp(res->intent_attempt_id, a->id) != 0)
         snprintf(why, why_size, "%s of another attempt (%s)", obj,
                  res->intent_attempt_id);
     else

@@ -1,5 +1,6 @@
 #include "attempt_review.h"
 
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,13 +78,21 @@ struct lookup {
 #define MAX_LOOKUPS 3
 
 /* What the provider's answers say of the operator's decision. Ordered: a
- * contradiction outranks an intent not proven the attempt's (foreign),
- * which outranks a missing answer, which outranks a search that may not
- * list a recent charge yet. */
-enum verdict { V_AGREES = 0, V_SEARCH_MAY_LAG, V_NO_ANSWER, V_FOREIGN, V_CONTRADICTS };
+ * contradiction outranks an intent proven another's (foreign), which
+ * outranks one not proven the attempt's (unproven: asking again will not
+ * prove it), which outranks a missing answer, which outranks a search that
+ * may not list a recent charge yet. */
+enum verdict {
+    V_AGREES = 0,
+    V_SEARCH_MAY_LAG,
+    V_NO_ANSWER,
+    V_UNPROVEN,
+    V_FOREIGN,
+    V_CONTRADICTS
+};
 
-static const char *verdict_names[] = {"agrees", "search_may_lag", "no_answer",
-                                      "foreign", "contradicts"};
+static const char *verdict_names[] = {"agrees",   "search_may_lag", "no_answer",
+                                      "unproven", "foreign",        "contradicts"};
 
 struct judgement {
     enum verdict verdict;
@@ -198,17 +207,49 @@ static void object(struct judgement *j, enum verdict v, const char *fmt, ...)
     va_end(ap);
 }
 
+int attempt_review_intent_pays(const struct provider_result *r, const char *intent,
+                               const char *attempt_id, long long amount,
+                               const char *currency, char *says, size_t says_size)
+{
+    if (r->outcome == PROVIDER_NOT_FOUND)
+        snprintf(says, says_size, "the provider has no payment intent %s", intent);
+    else if (strcmp(r->intent_status, "succeeded") != 0)
+        snprintf(says, says_size, "the provider says %s is %s, not succeeded", intent,
+                 r->intent_status[0] ? r->intent_status : "of no known status");
+    else if (r->amount != amount)
+        /* 0 too (or none given): a charge of the attempt's amount is what
+         * would be booked, and nothing shows one. */
+        snprintf(says, says_size,
+                 "the provider says %s is of amount %lld, the attempt's is %lld",
+                 intent, r->amount, amount);
+    else if (r->currency[0] && strcasecmp(r->currency, currency) != 0)
+        snprintf(says, says_size, "the provider says %s is in %s, the attempt's is %s",
+                 intent, r->currency, currency);
+    else if (r->intent_attempt_id[0] &&
+             strcasecmp(r->intent_attempt_id, attempt_id) != 0)
+        snprintf(says, says_size,
+                 "the provider says %s belongs to another attempt (%s)", intent,
+                 r->intent_attempt_id);
+    else
+        return 0;
+    return -1;
+}
+
 /* SUCCEEDED as PI: the provider must hold PI, succeeded, of the attempt's
- * amount, and list it under this attempt (its metadata payment_attempt_id).
- * The look-up result carries no currency and no metadata, so the search by
- * the attempt id stands in for the metadata check. */
-static void judge_succeeded(provider_client_t *pc, const char *id,
-                            const struct review_attempt *a, const char *intent,
-                            long long lag_ms, struct lookup *ls, size_t *n,
-                            struct judgement *j)
+ * amount (attempt_review_intent_pays), and list it under this attempt (its
+ * metadata payment_attempt_id): the search by the attempt id. The search
+ * describes one intent of those it holds (the most settled): when it holds
+ * several and describes another succeeded one, PI may be among them, and
+ * PI's own metadata must name the attempt (judge_ownership reads it):
+ * returns 1 then, else 0. Whose intent it is, judge_ownership says. */
+static int judge_succeeded(provider_client_t *pc, const char *id,
+                           const struct review_attempt *a, const char *intent,
+                           long long lag_ms, struct lookup *ls, size_t *n,
+                           struct judgement *j)
 {
     struct lookup *get = &ls[(*n)++], *find = &ls[(*n)++];
     const struct provider_result *r = &get->res, *s = &find->res;
+    char says[sizeof(j->says)];
 
     ask(pc, get, "retrieve", intent);
     ask(pc, find, "search", id);
@@ -216,21 +257,9 @@ static void judge_succeeded(provider_client_t *pc, const char *id,
     if (!answered(r))
         object(j, V_NO_ANSWER, "the provider did not answer the look-up of %s: %s",
                intent, why_unanswered(r));
-    else if (r->outcome == PROVIDER_NOT_FOUND)
-        object(j, V_CONTRADICTS, "the provider has no payment intent %s", intent);
-    else if (strcmp(r->intent_status, "succeeded") != 0)
-        object(j, V_CONTRADICTS, "the provider says %s is %s, not succeeded", intent,
-               r->intent_status[0] ? r->intent_status : "of no known status");
-    else if (r->amount != 0 && r->amount != a->amount)
-        object(j, V_CONTRADICTS,
-               "the provider says %s is of amount %lld, the attempt's is %lld", intent,
-               r->amount, a->amount);
-    else if (r->currency[0] && strcasecmp(r->currency, a->currency) != 0)
-        object(j, V_CONTRADICTS, "the provider says %s is in %s, the attempt's is %s",
-               intent, r->currency, a->currency);
-    else if (r->intent_attempt_id[0] && strcmp(r->intent_attempt_id, id) != 0)
-        object(j, V_CONTRADICTS, "the provider says %s belongs to another attempt (%s)",
-               intent, r->intent_attempt_id);
+    else if (attempt_review_intent_pays(r, intent, id, a->amount, a->currency, says,
+                                        sizeof(says)) != 0)
+        object(j, V_CONTRADICTS, "%s", says);
     else
         paid = 1;
 
@@ -239,7 +268,9 @@ static void judge_succeeded(provider_client_t *pc, const char *id,
                "the provider did not answer the search for this attempt: %s",
                why_unanswered(s));
     else if (!strcmp(s->provider_payment_id, intent))
-        return; /* listed under this attempt: its metadata names it */
+        return 0; /* listed under this attempt: its metadata names it */
+    else if (s->outcome == PROVIDER_SUCCEEDED && s->matches > 1 && paid)
+        return 1;
     else if (s->outcome == PROVIDER_SUCCEEDED)
         object(j, V_CONTRADICTS,
                "the provider's succeeded intent for this attempt is %s, not %s",
@@ -256,6 +287,7 @@ static void judge_succeeded(provider_client_t *pc, const char *id,
                "the provider does not list %s under this attempt: its metadata "
                "payment_attempt_id names another attempt or none",
                intent);
+    return 0;
 }
 
 /* One page of the provider's list of intents, in the window of the calls
@@ -368,18 +400,24 @@ static void object_foreign(struct judgement *j, const struct owner *ow, const ch
                intent, ow->order_meta, a->order_id);
 }
 
-/* SUCCEEDED as PI books PI for this attempt, so PI must not be proven
- * another's (common/core/ownership, the rule every path settles by): not
- * recorded by charged for another attempt, its metadata (as the provider
- * shows it: the look-up's result carries no order) naming neither another
- * attempt nor another order. The answer under the attempt's own key, or
- * the id recorded from it, is ours whatever the metadata says now. got is
- * the look-up of PI: its metadata is asked for only when PI was there.
- * 0, or -1 with err when the database cannot say. */
+/* SUCCEEDED as PI books PI for this attempt, so PI must be proven the
+ * attempt's (common/core/ownership, the rule every path settles by): the
+ * id recorded from the attempt's own call, or the answer to that call
+ * under its key, whatever the metadata says now. Otherwise it is foreign
+ * when charged recorded it for another attempt or its metadata (as the
+ * provider shows it: the look-up's result carries no order) names another
+ * attempt or another order, and unproven when it only names this one:
+ * both refused unless forced. got is the look-up of PI: its metadata is
+ * asked for only when PI was there; found is the search for the attempt,
+ * and several says it held other intents and did not show PI's (then
+ * PI's metadata must name the attempt). 0, or -1 with err when the
+ * database cannot say. */
 static int judge_ownership(PGconn *conn, provider_client_t *pc, const char *id,
                            const struct review_attempt *a, const char *intent,
-                           const struct provider_result *got, struct owner *ow,
-                           struct judgement *j, struct store_error *err)
+                           const struct provider_result *got,
+                           const struct provider_result *found, int several,
+                           struct owner *ow, struct judgement *j,
+                           struct store_error *err)
 {
     const char *p[2] = {intent, id};
     PGresult *r = db_exec(conn, SQL_RECORDED, 2, p, err);
@@ -410,8 +448,26 @@ static int judge_ownership(PGconn *conn, provider_client_t *pc, const char *id,
                          names_other(ow->order_meta, a->order_id),
     };
     ow->verdict = ownership_judge(&c, ow->why, sizeof(ow->why));
+    int names_it = ow->asked && !strcasecmp(ow->attempt_meta, id);
+    if (several && ow->asked && !ow->attempt_meta[0])
+        object(j, V_CONTRADICTS,
+               "the provider does not list %s under this attempt: its metadata "
+               "payment_attempt_id names none",
+               intent);
     if (ow->verdict == OWNERSHIP_FOREIGN)
         object_foreign(j, ow, id, a, intent);
+    else if (ow->verdict == OWNERSHIP_UNPROVEN)
+        /* Only names it: anyone may have made it, and the attempt's own
+         * call under its key may have charged as well (then one of the two
+         * charges would be booked nowhere). */
+        object(j, V_UNPROVEN,
+               "%s is not proven this attempt's: %sneither recorded from the "
+               "attempt's own call nor the answer under its key%s",
+               intent,
+               names_it ? "it only names it (metadata is anyone's to write), " : "",
+               found->matches > 1 ? "; the provider's search holds several intents "
+                                    "naming it"
+                                  : "");
     return 0;
 }
 
@@ -546,7 +602,13 @@ int attempt_review_resolve(PGconn *conn, attempt_store_t *st, provider_client_t 
             "outside any");
         return 0;
     }
-    const char *id = rq->attempt_id, *intent = rq->intent_id;
+    /* One id however it is written: the database reads either case, but
+     * the provider's metadata is text, searched and listed as such. */
+    char id[37];
+    snprintf(id, sizeof(id), "%s", rq->attempt_id);
+    for (char *p = id; *p; p++)
+        *p = (char)tolower((unsigned char)*p);
+    const char *intent = rq->intent_id;
     const char *reason = rq->reason ? rq->reason : ATTEMPT_REVIEW_DEFAULT_REASON;
     enum attempt_status status =
         intent ? ATTEMPT_STATUS_SUCCEEDED : ATTEMPT_STATUS_FAILED;
@@ -584,8 +646,9 @@ int attempt_review_resolve(PGconn *conn, attempt_store_t *st, provider_client_t 
     }
 
     if (intent) {
-        judge_succeeded(pc, id, &a, intent, search_lag_ms, ls, &n, &j);
-        if (judge_ownership(conn, pc, id, &a, intent, &ls[0].res, &ow, &j, &err) != 0) {
+        int several = judge_succeeded(pc, id, &a, intent, search_lag_ms, ls, &n, &j);
+        if (judge_ownership(conn, pc, id, &a, intent, &ls[0].res, &ls[1].res, several,
+                            &ow, &j, &err) != 0) {
             say(out, ATTEMPT_REVIEW_ERROR, "%s", err.message);
             goto out;
         }
@@ -595,7 +658,14 @@ int attempt_review_resolve(PGconn *conn, attempt_store_t *st, provider_client_t 
     snprintf(out->provider_says, sizeof(out->provider_says), "%s", j.says);
     if (j.verdict != V_AGREES && !rq->force) {
         /* The look-ups are not logged: nothing is written for a refusal. */
-        say(out, ATTEMPT_REVIEW_REFUSED, "refused: %s", j.says);
+        if (j.verdict == V_UNPROVEN)
+            say(out, ATTEMPT_REVIEW_REFUSED,
+                "refused: %s. Only force books it: on the operator's word that it is "
+                "this attempt's (say, the provider's request log shows it made under "
+                "the attempt's idempotency key), recorded as forced",
+                j.says);
+        else
+            say(out, ATTEMPT_REVIEW_REFUSED, "refused: %s", j.says);
         goto out;
     }
     if (rq->still_allowed && !rq->still_allowed(rq->ctx)) {

@@ -3,12 +3,17 @@
  * (FAILED). The provider is asked first; nothing is written unless it agrees
  * or the operator overrides it with force, and what it said goes into the
  * transition's evidence. A SUCCEEDED decision also asks whose intent it is
- * (common/core/ownership): one charged recorded for another attempt, or
- * whose metadata names another attempt or another order, is foreign and
- * refused unless forced; one booked for another attempt is refused even
- * then. `chargectl attempt resolve` and the console both
- * decide through here, so that a review settles the same way wherever an
- * operator sits.
+ * (common/core/ownership): it books unforced only an intent proven the
+ * attempt's (the id recorded from its own call, or the answer to that call
+ * under its key). One charged recorded for another attempt, or whose
+ * metadata names another attempt or another order, is foreign; one that
+ * only names the attempt is unproven (anyone may have made it, and the
+ * attempt's own call may have charged too): both refused unless forced.
+ * One booked for another attempt is refused even then. The attempt id is
+ * taken in either case and used in lower case, as charged writes it into
+ * the provider's metadata. `chargectl attempt resolve` and the console
+ * both decide through here, so that a review settles the same way wherever
+ * an operator sits.
  *
  *   struct attempt_review_request rq = {.attempt_id = id, .intent_id = pi,
  *                                       .reason = why, .actor = who};
@@ -43,7 +48,8 @@ enum attempt_review_outcome {
     ATTEMPT_REVIEW_REFUSED,          /* the provider contradicts, does not
                                         answer or may not be up to date, or
                                         the intent is another's (verdict
-                                        "foreign"): verdict and
+                                        "foreign") or not proven the
+                                        attempt's ("unproven"): verdict and
                                         provider_says; force overrides it */
     ATTEMPT_REVIEW_BUSY,             /* another session holds the row now:
                                         nothing written, run again */
@@ -57,7 +63,7 @@ enum attempt_review_outcome {
 };
 
 struct attempt_review_request {
-    const char *attempt_id; /* a UUID */
+    const char *attempt_id; /* a UUID, in either case */
     const char *intent_id;  /* SUCCEEDED as this intent; NULL: FAILED */
     const char *reason;     /* required for FAILED; NULL: "resolved by operator"
                                (ATTEMPT_REVIEW_DEFAULT_REASON) */
@@ -73,8 +79,9 @@ struct attempt_review_request {
 struct attempt_review_result {
     enum attempt_review_outcome outcome;
     const char *verdict;          /* "agrees", "search_may_lag", "no_answer",
-                                     "foreign", "contradicts" (static); NULL
-                                     when the provider was not asked */
+                                     "unproven", "foreign", "contradicts"
+                                     (static); NULL when the provider was not
+                                     asked */
     char provider_says[512];      /* what the provider says when it objects, or "" */
     int forced;                   /* resolved over the provider's objection */
     char status[20];              /* resolved: the new status; otherwise the
@@ -95,6 +102,16 @@ struct attempt_review_result {
  * "actor "), so that a caller may name the field in its own terms. */
 int attempt_review_check(const struct attempt_review_request *rq, char *why,
                          size_t why_size);
+
+/* Whether the provider's look-up r of intent PI (answered: not UNKNOWN,
+ * NOT_EXECUTED or INVALID) shows PI paying an attempt of amount and
+ * currency: succeeded, of exactly that amount (0, or none given, is not
+ * it), in that currency (when the look-up carries one), its metadata
+ * naming no other attempt than attempt_id (in either case). 0, or -1 with
+ * what the provider says in says. Pure. */
+int attempt_review_intent_pays(const struct provider_result *r, const char *intent,
+                               const char *attempt_id, long long amount,
+                               const char *currency, char *says, size_t says_size);
 
 /* Reads the attempt on conn, asks the provider through pc, and settles
  * through st (attempt_store_settle: expected REQUIRES_REVIEW, cause

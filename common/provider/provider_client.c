@@ -701,7 +701,9 @@ static void classify_refund(const struct provider_call *call, int http, json_t *
 }
 
 /* The most settled of a page's refunds of `refund_id` (succeeded > pending
- * > any other > failed): res->matches counts them, none is NOT_FOUND. */
+ * > any other > failed): res->matches counts them, none is NOT_FOUND. Its
+ * metadata names the refund in either case: a UUID is one id however it is
+ * written, and one naming ours in upper case must not hide from a review. */
 static void take_best_refund(json_t *data, const char *refund_id,
                              struct provider_result *res)
 {
@@ -713,7 +715,7 @@ static void take_best_refund(json_t *data, const char *refund_id,
     {
         const char *a = json_string_value(
             json_object_get(json_object_get(re, "metadata"), "refund_id"));
-        if (!a || strcmp(a, refund_id) != 0)
+        if (!a || strcasecmp(a, refund_id) != 0)
             continue;
         res->matches++;
         struct provider_result probe = {0};
@@ -764,8 +766,9 @@ static void check_intent_matches(const struct provider_call *call, json_t *doc,
 }
 
 /* The most settled of a look-up's intents (succeeded > processing >
- * anything else > declined), only those of `attempt_id` when it is given:
- * res->matches counts them, none is NOT_FOUND. */
+ * anything else > declined), only those of `attempt_id` when it is given
+ * (named in either case, as take_best_refund): res->matches counts them,
+ * none is NOT_FOUND. */
 static void take_best(json_t *data, const char *attempt_id, struct provider_result *res)
 {
     json_t *pi, *best = NULL;
@@ -776,7 +779,7 @@ static void take_best(json_t *data, const char *attempt_id, struct provider_resu
     {
         const char *a = json_string_value(
             json_object_get(json_object_get(pi, "metadata"), "payment_attempt_id"));
-        if (attempt_id && (!a || strcmp(a, attempt_id) != 0))
+        if (attempt_id && (!a || strcasecmp(a, attempt_id) != 0))
             continue;
         res->matches++;
         const char *st = json_string_value(json_object_get(pi, "status"));
@@ -828,10 +831,19 @@ static void classify_lookup(int http, json_t *doc, enum provider_lookup kind,
         refund && kind == PROVIDER_LOOKUP_RETRIEVE ? "refund" : objects[kind];
     if (http == 404) {
         /* Evidence of absence only in the provider's own words: a 404 from a
-         * wrong URL or a proxy says nothing about the intent. */
+         * wrong URL or a proxy says nothing about the intent. And only of
+         * the object asked for by id: a search or list answered 404 (say,
+         * the refunds of an intent the provider no longer has) did not
+         * look, so it says nothing of what there is. */
         const char *code =
             json_string_value(json_object_get(json_object_get(doc, "error"), "code"));
-        if (code && !strcmp(code, "resource_missing")) {
+        if (kind != PROVIDER_LOOKUP_RETRIEVE) {
+            res->outcome = PROVIDER_UNKNOWN;
+            snprintf(res->error, sizeof(res->error),
+                     "%s answered 404%s: no evidence of what it holds", objects[kind],
+                     code && !strcmp(code, "resource_missing") ? " resource_missing"
+                                                               : "");
+        } else if (code && !strcmp(code, "resource_missing")) {
             res->outcome = PROVIDER_NOT_FOUND;
             copy_str(res->error, sizeof(res->error),
                      refund ? "no such refund" : "no such payment intent");

@@ -58,8 +58,8 @@ int provider_client_search(provider_client_t *pc, const char *payment_attempt_id
  * metadata[payment_attempt_id] is the attempt's count: `matches` says how
  * many, and the result describes the most settled one (as search); none is
  * NOT_FOUND. has_more and list_last_id say where the next page starts. Any
- * other answer (no answer, 5xx, not a list) is UNKNOWN or INVALID: no
- * evidence. created_* are unix seconds. */
+ * other answer (no answer, 5xx, a 404 whatever its code, not a list) is
+ * UNKNOWN or INVALID: no evidence. created_* are unix seconds. */
 int provider_client_list(provider_client_t *pc, const char *payment_attempt_id,
                          long long created_gte, long long created_lt,
                          const char *starting_after, struct provider_result *res);
@@ -167,7 +167,8 @@ int provider_client_retrieve_refund(provider_client_t *pc, const char *refund_id
  * one page; only refunds whose metadata[refund_id] is `refund_id` count
  * (matches), the result describing the most settled one (succeeded >
  * pending > any other > failed); none NOT_FOUND; has_more/list_last_id as
- * provider_client_list. */
+ * provider_client_list. A 404 (say, resource_missing: the provider does not
+ * have the intent, or no longer) is UNKNOWN: the list looked at nothing. */
 int provider_client_list_refunds(provider_client_t *pc, const char *payment_intent,
                                  const char *refund_id, const char *starting_after,
                                  struct provider_result *res);

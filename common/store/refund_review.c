@@ -1,6 +1,7 @@
 #include "refund_review.h"
 
 #include <assert.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,6 +174,19 @@ enum store_rc refund_review_resolve(PGconn *conn,
     assert(why && why_size);
     *out = REFUND_REVIEW_RESOLVED;
     why[0] = '\0';
+    /* One id however it is written (a UUID: the database reads either
+     * case), said in lower case as it is stored. */
+    char rid[37];
+    struct refund_review_decision canonical = *d;
+    if (!d->refund_id || strlen(d->refund_id) >= sizeof(rid)) {
+        *out = REFUND_REVIEW_NOT_FOUND; /* no UUID: never cut into one */
+        return STORE_OK;
+    }
+    snprintf(rid, sizeof(rid), "%s", d->refund_id);
+    for (char *p = rid; *p; p++)
+        *p = (char)tolower((unsigned char)*p);
+    canonical.refund_id = rid;
+    d = &canonical;
     if (db_run(conn, "BEGIN", 0, NULL, err) != 0)
         goto failed;
     in_tx = 1;

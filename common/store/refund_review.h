@@ -34,7 +34,7 @@
 #include "store.h"
 
 struct refund_review_decision {
-    const char *refund_id;
+    const char *refund_id;        /* a UUID, in either case */
     enum attempt_status expected; /* the status it was read in */
     enum attempt_status status;   /* SUCCEEDED or FAILED */
     const char *actor;

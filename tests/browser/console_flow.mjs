@@ -1,6 +1,7 @@
 // One operator's walk through the console in Debian's chromium, driven by
 // playwright-core: sign in, the overview, a review resolved (the provider
-// confirms it), a hostile dead letter read, a dead letter previewed and
+// holds the intent succeeded, but it only names the attempt: refused, then
+// forced on the operator's word), a hostile dead letter read, a dead letter previewed and
 // replayed, an attempt's timeline. A screenshot of each page goes to
 // CONSOLE_FLOW's "shots" folder. Run by tests/e2e/test_console_browser.py,
 // which sets the scene and checks the database afterwards; CONSOLE_FLOW is
@@ -38,10 +39,15 @@ try {
   const page = context.pages()[0] || await context.newPage();
   const problems = [];
   page.on("pageerror", (e) => problems.push("page error: " + e.message));
-  // A 401 is the page asking whether it is signed in, or a refused token:
-  // expected. Anything else the browser calls an error is a problem.
+  // A 401 is the page asking whether it is signed in, or a refused token;
+  // one 422 is the provider's objection to the review's first, unforced
+  // decision: expected. Anything else the browser calls an error is a
+  // problem.
+  let objections = 0;
   page.on("console", (m) => {
-    if (m.type() === "error" && !/status of 401/.test(m.text())) problems.push("console: " + m.text());
+    if (m.type() !== "error" || /status of 401/.test(m.text())) return;
+    if (/status of 422/.test(m.text()) && objections++ === 0) return;
+    problems.push("console: " + m.text());
   });
   page.on("dialog", (d) => { problems.push("a dialog opened: " + d.message()); d.dismiss(); });
 
@@ -74,7 +80,12 @@ try {
   await page.fill("#resolve-intent", cfg.review.intent);
   await page.fill("#resolve-reason", "confirmed with the provider");
   await page.click("[data-testid=resolve-submit]");
-  await page.locator("[data-testid=resolve-result]", { hasText: "Resolved SUCCEEDED; the provider agrees" }).waitFor(WAIT);
+  // Not proven the attempt's (its own call under its key was refused):
+  // refused, and only the operator's confirmed word books it.
+  await page.locator("[data-testid=resolve-result]", { hasText: "is not proven this attempt's" }).waitFor(WAIT);
+  await page.fill("#force-confirm", cfg.review.attempt);
+  await page.click("[data-testid=force-submit]");
+  await page.locator("[data-testid=resolve-result]", { hasText: "Resolved SUCCEEDED over the provider's objection" }).waitFor(WAIT);
   await shot(page, "review");
 
   // ---- a hostile dead letter, whole ----

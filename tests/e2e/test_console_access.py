@@ -98,8 +98,16 @@ def revoked_at_once(s, port):
 
 
 def race(s, port, alice, bob):
-    """Two operators resolve one review at the same moment."""
+    """Two operators resolve one review at the same moment. The intent was
+    made under the attempt's key by a request the worker's own call was
+    refused for: it only names the attempt, so each books it on their word
+    (force, confirmed)."""
     cmd, pi = into_review(s, "pm_card_mastercard")
+    st, doc = alice.post("attempts/%s/resolve" % cmd["payment_attempt_id"],
+                         {"decision": "succeeded", "payment_intent_id": pi["id"]})
+    check_eq((st, doc.get("verdict"), doc.get("can_force")), (422, "unproven", True),
+             "an unforced resolve with an intent that only names the attempt: %s" % doc)
+    check("not proven" in doc.get("error", ""), "the refusal says why: %s" % doc)
     barrier = threading.Barrier(2)
     results = {}
 
@@ -107,7 +115,8 @@ def race(s, port, alice, bob):
         barrier.wait()
         results[name] = client.post("attempts/%s/resolve" % cmd["payment_attempt_id"],
                                     {"decision": "succeeded", "payment_intent_id": pi["id"],
-                                     "reason": "paid by " + name})
+                                     "reason": "paid by " + name, "force": True,
+                                     "confirm": cmd["payment_attempt_id"]})
     threads = [threading.Thread(target=go, args=(n, c)) for n, c in (("olivia", alice), ("oscar", bob))]
     for t in threads:
         t.start()

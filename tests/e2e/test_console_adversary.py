@@ -279,9 +279,12 @@ def resolve_without_record(new):
         holder.run("BEGIN")
         holder.run("LOCK TABLE console_actions IN EXCLUSIVE MODE")
         st_replay, doc_replay = op.post("dead-letters/replay", {"positions": [pos], "dry_run": False})
+        # Forced: the intent only names the attempt (its own call under
+        # its key was refused), so only the operator's word books it.
         st, doc = op.post("attempts/%s/resolve" % cmd["payment_attempt_id"],
                           {"decision": "succeeded", "payment_intent_id": pi["id"],
-                           "reason": "paid, seen in the dashboard"})
+                           "reason": "paid, seen in the dashboard", "force": True,
+                           "confirm": cmd["payment_attempt_id"]})
         holder.run("COMMIT")
     finally:
         holder.close()
@@ -547,8 +550,11 @@ def revoked_mid_resolve(new):
     out = {}
 
     def go():
+        # Forced: unforced, the intent (it only names the attempt) is
+        # refused before anything is written, revoked or not.
         out["r"] = mallory.post("attempts/%s/resolve" % cmd["payment_attempt_id"],
-                                {"decision": "succeeded", "payment_intent_id": pi["id"]})
+                                {"decision": "succeeded", "payment_intent_id": pi["id"],
+                                 "force": True, "confirm": cmd["payment_attempt_id"]})
     s.psp_freeze()
     try:
         th = threading.Thread(target=go)

@@ -4,7 +4,9 @@ playwright-core (tests/browser/console_flow.mjs), against real PostgreSQL,
 Kafka, psp-sim, a worker and `charged console`.
 
 This file sets the scene: an attempt in review whose intent the provider
-holds succeeded, a hostile dead letter (markup and a card number in its key,
+holds succeeded (made under the attempt's key by a request the worker's
+own call was refused for: it only names the attempt, so the browser books
+it forced, confirmed by the attempt id), a hostile dead letter (markup and a card number in its key,
 value and headers, written as nothing of charged would write it), and a
 dead letter of a valid command. The browser signs in, sees the overview,
 resolves the review, reads the hostile letter (it must render as text,

@@ -36,7 +36,8 @@ it charges again under the attempt's key, and settles only on that answer.
    attempt -> ours settles SUCCEEDED, the foreign one is noted in the
    look's evidence, never booked.
 5. resolve_race: two operators resolve two attempts with one intent at once
-   (one with --force), look-ups held 1.5 s -> one ledger row for the intent
+   (both with --force: it only names one of them), look-ups held 1.5 s ->
+   one ledger row for the intent
    (the unique index), the other resolve exits non-zero and writes nothing.
 6. schedule_overflow: RECONCILER_SCHEDULE_MS 10000000000000000,
    99999999999999999999, " 5" and "5," -> the reconciler refuses to start:
@@ -453,12 +454,14 @@ def resolve_race(new):
                        60)
     pi = intents["pm_card_visa"]["id"]  # A's, succeeded
     # Look-ups held 1.5 s: both operators read "not booked elsewhere" before
-    # either writes.
+    # either writes. Both force: the intent only names A (A's own call
+    # under its key was refused), so unforced it is refused before any
+    # write, and nothing would race.
     px = ProviderProxy(s.psp_port, hold_gets=1.5)
     env = s.env({"PROVIDER_BASE_URL": px.url, "PROVIDER_TIMEOUT_MS": "5000"})
     procs = {
         "alice": subprocess.Popen([e2e.CHARGECTL, "attempt", "resolve", a_cmd["payment_attempt_id"],
-                                   "--succeeded", pi, "--actor", "alice"], env=env,
+                                   "--succeeded", pi, "--force", "--actor", "alice"], env=env,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE),
         "bob": subprocess.Popen([e2e.CHARGECTL, "attempt", "resolve", b_cmd["payment_attempt_id"],
                                  "--succeeded", pi, "--force", "--actor", "bob"], env=env,

@@ -5,7 +5,8 @@
  * there, one another session holds, one that changed while the provider
  * was asked, or when two operators race (exactly one operator transition);
  * an intent pays one attempt, and one not proven the attempt's (another
- * order's, or recorded for another attempt) is refused without force. The
+ * order's, recorded for another attempt, or one that only names it) is
+ * refused without force. The attempt id is one id in either case. The
  * history reads what a resolution wrote, and find names attempts by
  * attempt, order and intent id. */
 #include <check.h>
@@ -101,15 +102,18 @@ static void seed_review(char id[37], char order[37])
     seed(id, order, "REQUIRES_REVIEW", NULL);
 }
 
-/* A charge at psp-sim naming attempt `id` in its metadata, as the worker's
- * lost one would; its intent id in pi. */
-static void provider_charge(const struct operator* o, const char *id, const char *order,
-                            const char *payment_method, enum provider_outcome want,
-                            char pi[96])
+/* A charge at psp-sim naming attempt `id` in its metadata, under the key
+ * `key` (NULL: another client's, "elsewhere-<id>"); its intent id in pi. */
+static void charge_under(const struct operator* o, const char *key_given,
+                         const char *id, const char *order, const char *payment_method,
+                         enum provider_outcome want, char pi[96])
 {
     char key[64];
     struct provider_result r;
-    snprintf(key, sizeof(key), "elsewhere-%s", id);
+    if (key_given)
+        snprintf(key, sizeof(key), "%s", key_given);
+    else
+        snprintf(key, sizeof(key), "elsewhere-%s", id);
     struct provider_charge c = {.idempotency_key = key,
                                 .amount = 1500,
                                 .currency = "EUR",
@@ -120,6 +124,35 @@ static void provider_charge(const struct operator* o, const char *id, const char
     ck_assert_msg(r.outcome == want, "set-up charge: %s (%s)",
                   provider_outcome_name(r.outcome), r.error);
     snprintf(pi, 96, "%s", r.provider_payment_id);
+}
+
+/* Another client's charge naming attempt `id` (metadata is anyone's to
+ * write): it only names the attempt. */
+static void provider_charge(const struct operator* o, const char *id, const char *order,
+                            const char *payment_method, enum provider_outcome want,
+                            char pi[96])
+{
+    charge_under(o, NULL, id, order, payment_method, want, pi);
+}
+
+/* The attempt's own charge, under its own key (seed's "key-<id>"), and the
+ * call as the worker records it: answered with pi (recorded "" when its
+ * answer was lost, as an error_after leaves it). */
+static void own_charge(const struct operator* o, const char *id, const char *order,
+                       int answered_with_it, char pi[96])
+{
+    char key[64];
+    snprintf(key, sizeof(key), "key-%s", id);
+    charge_under(o, key, id, order, "pm_card_visa", PROVIDER_SUCCEEDED, pi);
+    const char *p[2] = {id, answered_with_it ? pi : NULL};
+    test_env_sql(
+        admin,
+        "INSERT INTO provider_calls (payment_attempt_id, operation, started_at,"
+        " latency_ms, outcome, provider_payment_id, recorded_at) VALUES"
+        " ($1::uuid, 'charge', now() - interval '1 hour', 100,"
+        " CASE WHEN $2::text IS NULL THEN 'unknown' ELSE 'succeeded' END, $2,"
+        " now() - interval '1 hour')",
+        2, p);
 }
 
 static struct attempt_review_result resolve(const struct operator* o, const char *id,
@@ -201,7 +234,9 @@ START_TEST(succeeded_when_the_provider_agrees_and_the_history_tells_it)
     struct operator o = operator_new("chargectl");
     char id[37], order[37], old[37], pi[96];
     seed_review(id, order);
-    provider_charge(&o, id, order, "pm_card_mastercard", PROVIDER_SUCCEEDED, pi);
+    /* Its own charge, answered with pi (say, put in review by the answer's
+     * webhook): proven its own. */
+    own_charge(&o, id, order, 1, pi);
 
     struct attempt_review_result res = resolve(&o, id, pi, "paid by the other card", 0);
     ck_assert_msg(res.outcome == ATTEMPT_REVIEW_RESOLVED, "%d: %s", res.outcome,
@@ -217,7 +252,7 @@ START_TEST(succeeded_when_the_provider_agrees_and_the_history_tells_it)
     attempt_review_result_clear(&res); /* a no-op on a cleared one */
     ck_assert_str_eq(status_of(id), "SUCCEEDED");
     ck_assert_str_eq(operator_transitions(id), "1");
-    ck_assert_str_eq(calls_of(id), "2"); /* the retrieve and the search */
+    ck_assert_str_eq(calls_of(id), "3"); /* its charge, the retrieve and the search */
 
     /* The history of what it wrote, all in one object. */
     struct store_error err;
@@ -226,14 +261,14 @@ START_TEST(succeeded_when_the_provider_agrees_and_the_history_tells_it)
     json_t *a = json_object_get(h, "attempt");
     ck_assert_str_eq(json_string_value(json_object_get(a, "payment_attempt_id")), id);
     ck_assert_str_eq(json_string_value(json_object_get(a, "status")), "SUCCEEDED");
-    ck_assert_int_eq(json_integer_value(json_object_get(a, "provider_calls")), 2);
+    ck_assert_int_eq(json_integer_value(json_object_get(a, "provider_calls")), 3);
     json_t *tr = json_object_get(h, "transitions");
     json_t *last = json_array_get(tr, json_array_size(tr) - 1);
     ck_assert_str_eq(json_string_value(json_object_get(last, "cause")), "operator");
     ck_assert_str_eq(json_string_value(json_object_get(last, "actor")), "alice");
     ck_assert_str_eq(json_string_value(json_object_get(last, "reason")),
                      "paid by the other card");
-    ck_assert_uint_eq(json_array_size(json_object_get(h, "provider_calls")), 2);
+    ck_assert_uint_eq(json_array_size(json_object_get(h, "provider_calls")), 3);
     json_t *ledger = json_object_get(h, "ledger_entries");
     ck_assert_uint_eq(json_array_size(ledger), 1);
     ck_assert_str_eq(json_string_value(json_object_get(json_array_get(ledger, 0),
@@ -562,6 +597,133 @@ START_TEST(refused_when_the_intent_is_another_order_s_or_attempt_s)
 }
 END_TEST
 
+static void to_upper(char *dst, const char *src, size_t size)
+{
+    snprintf(dst, size, "%s", src);
+    for (char *p = dst; *p; p++)
+        if (*p >= 'a' && *p <= 'z')
+            *p = (char)(*p - 'a' + 'A');
+}
+
+/* Issue 34, adversary round 2: another client's intent that only names the
+ * attempt (its metadata, anyone's to write) while the attempt's own charge
+ * under its key also executed (its answer lost): SUCCEEDED as the other
+ * client's was booked without force, the search's first hit taken for the
+ * attempt's and an unproven verdict never objecting. Now it is refused,
+ * saying why and what force means; forced, the evidence says unproven.
+ * The attempt's own intent, unrecorded, is no more proven: refused too. */
+START_TEST(refused_when_the_intent_only_names_the_attempt)
+{
+    struct operator o = operator_new("chargectl");
+    char id[37], order[37], foreign[96], own[96];
+    seed_review(id, order);
+    provider_charge(&o, id, order, "pm_card_visa", PROVIDER_SUCCEEDED, foreign);
+    own_charge(&o, id, order, 0, own);
+    ck_assert_str_ne(foreign, own);
+
+    const char *both[] = {foreign, own};
+    for (size_t i = 0; i < 2; i++) {
+        struct attempt_review_result res = resolve(&o, id, both[i], NULL, 0);
+        ck_assert_msg(res.outcome == ATTEMPT_REVIEW_REFUSED, "%s: %d: %s", both[i],
+                      res.outcome, res.message);
+        ck_assert_str_eq(res.verdict, "unproven");
+        ck_assert_msg(strstr(res.message, "not proven this attempt's") &&
+                          strstr(res.message, "only names it") &&
+                          strstr(res.message, "several intents") &&
+                          strstr(res.message, "force") &&
+                          strstr(res.message, "recorded as forced"),
+                      "%s", res.message);
+        attempt_review_result_clear(&res);
+    }
+    ck_assert_str_eq(status_of(id), "REQUIRES_REVIEW");
+    ck_assert_str_eq(operator_transitions(id), "0");
+    ck_assert_str_eq(calls_of(id), "1"); /* its own charge only */
+
+    /* Forced: the operator's word, said so in the evidence. */
+    struct attempt_review_result res = resolve(&o, id, own, "the provider's log", 1);
+    ck_assert_msg(res.outcome == ATTEMPT_REVIEW_RESOLVED, "%d: %s", res.outcome,
+                  res.message);
+    ck_assert_int_eq(res.forced, 1);
+    ck_assert_str_eq(res.verdict, "unproven");
+    ck_assert(json_is_true(json_object_get(res.evidence, "forced")));
+    ck_assert_str_eq(json_string_value(json_object_get(res.evidence, "provider")),
+                     "unproven");
+    json_t *ownership = json_object_get(res.evidence, "ownership");
+    ck_assert_str_eq(json_string_value(json_object_get(ownership, "verdict")),
+                     "unproven");
+    attempt_review_result_clear(&res);
+    ck_assert_str_eq(status_of(id), "SUCCEEDED");
+
+    /* The attempt's own intent, answered to its own call, agrees whichever
+     * of the two the search describes (the other client's, made first and
+     * as settled, may be it). */
+    char mine[37], mine_order[37], theirs[96], ours[96];
+    seed_review(mine, mine_order);
+    provider_charge(&o, mine, mine_order, "pm_card_visa", PROVIDER_SUCCEEDED, theirs);
+    own_charge(&o, mine, mine_order, 1, ours);
+    res = resolve(&o, mine, ours, NULL, 0);
+    ck_assert_msg(res.outcome == ATTEMPT_REVIEW_RESOLVED, "%d: %s", res.outcome,
+                  res.message);
+    ck_assert_str_eq(res.verdict, "agrees");
+    ck_assert_int_eq(res.forced, 0);
+    attempt_review_result_clear(&res);
+    res = resolve(&o, mine, theirs, NULL, 1);
+    ck_assert_int_eq(res.outcome, ATTEMPT_REVIEW_NOT_IN_REVIEW);
+    attempt_review_result_clear(&res);
+    operator_free(&o);
+}
+END_TEST
+
+/* Issue 34, adversary round 2: a UUID is one id in either case. Given in
+ * upper case, FAILED searched and listed the provider for the upper-case
+ * text and agreed while the attempt's own key had charged; and another
+ * client's intent naming the attempt in upper case is money that names
+ * it too (the search, asked in lower case as charged writes it, misses
+ * it; the list, which FAILED always walks, does not). */
+START_TEST(the_attempt_id_in_either_case)
+{
+    struct operator o = operator_new("chargectl");
+    char id[37], order[37], upper[37], pi[96];
+    seed_review(id, order);
+    own_charge(&o, id, order, 0, pi);
+    to_upper(upper, id, sizeof(upper));
+    struct attempt_review_result res = resolve(&o, upper, NULL, "nothing there", 0);
+    ck_assert_msg(res.outcome == ATTEMPT_REVIEW_REFUSED, "%d: %s", res.outcome,
+                  res.message);
+    ck_assert_str_eq(res.verdict, "contradicts");
+    ck_assert_msg(strstr(res.message, pi), "%s", res.message);
+    attempt_review_result_clear(&res);
+    ck_assert_str_eq(status_of(id), "REQUIRES_REVIEW");
+
+    char other[37], other_order[37], foreign[96];
+    seed_review(other, other_order);
+    char other_upper[37];
+    to_upper(other_upper, other, sizeof(other_upper));
+    provider_charge(&o, other_upper, other_order, "pm_card_visa", PROVIDER_SUCCEEDED,
+                    foreign);
+    const char *given[] = {other, other_upper};
+    for (size_t i = 0; i < 2; i++) {
+        res = resolve(&o, given[i], NULL, "nothing there", 0);
+        ck_assert_msg(res.outcome == ATTEMPT_REVIEW_REFUSED, "%s: %d: %s", given[i],
+                      res.outcome, res.message);
+        ck_assert_str_eq(res.verdict, "contradicts");
+        ck_assert_msg(strstr(res.message, foreign) && strstr(res.message, "list"), "%s",
+                      res.message);
+        attempt_review_result_clear(&res);
+    }
+    ck_assert_str_eq(status_of(other), "REQUIRES_REVIEW");
+
+    /* Forced in upper case: resolved as the one attempt, in its own case. */
+    res = resolve(&o, upper, NULL, "nothing there", 1);
+    ck_assert_msg(res.outcome == ATTEMPT_REVIEW_RESOLVED, "%d: %s", res.outcome,
+                  res.message);
+    ck_assert_msg(strstr(res.message, id), "%s", res.message);
+    attempt_review_result_clear(&res);
+    ck_assert_str_eq(status_of(id), "FAILED");
+    operator_free(&o);
+}
+END_TEST
+
 /* The search's lag counts from when the database recorded the attempt's
  * last call, not from the started_at its host wrote: a charge recorded
  * just now by a host whose clock runs an hour behind may not be listed by
@@ -626,6 +788,8 @@ int main(void)
     tcase_add_test(tc, changed_while_the_provider_was_asked);
     tcase_add_test(tc, refused_when_the_intent_is_another_order_s_or_attempt_s);
     tcase_add_test(tc, the_search_s_lag_is_on_the_database_s_clock);
+    tcase_add_test(tc, refused_when_the_intent_only_names_the_attempt);
+    tcase_add_test(tc, the_attempt_id_in_either_case);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }

@@ -2200,6 +2200,16 @@ START_TEST(deleted_intent_is_gone_but_its_cursor_keeps_its_place)
     r = refund_req("k-del-rf", "pi_del000000000003", 10, "del");
     ck_assert_int_eq(r.status, 404);
     answer_free(&r);
+    /* Its refunds' list is no list at all, as a never-made intent's. */
+    const char *gone[] = {"pi_del000000000003", "pi_nosuch"};
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(path, sizeof(path), "/v1/refunds?payment_intent=%s&limit=10", gone[i]);
+        r = request("GET", path, NULL, NULL, NULL, 5000);
+        ck_assert_int_eq(r.status, 404);
+        ck_assert_str_eq(err_field(r.json, "code"), "resource_missing");
+        ck_assert_str_eq(err_field(r.json, "param"), "payment_intent");
+        answer_free(&r);
+    }
     expect_refusal(inject_refund("{\"payment_intent\":\"pi_del000000000003\"}"), 404,
                    "payment_intent");
     expect_refusal(amend("pi_del000000000003", "{\"amount\":1}"), 404, NULL);

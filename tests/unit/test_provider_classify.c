@@ -112,6 +112,99 @@ START_TEST(the_table_without_a_socket)
 }
 END_TEST
 
+static struct provider_result classify_lookup(enum provider_lookup kind, int refund,
+                                              const char *attempt, int http,
+                                              const char *body)
+{
+    struct provider_call call = {.lookup = 1, .kind = kind, .refund = refund};
+    snprintf(call.attempt_id, sizeof(call.attempt_id), "%s", attempt ? attempt : "");
+    struct provider_result res;
+    memset(&res, 0, sizeof(res));
+    provider_client_classify(&call, http, NULL, body, body ? strlen(body) : 0, &res);
+    return res;
+}
+
+/* Issue 34, adversary round 2: the refunds of an intent the provider no
+ * longer has answered 404 resource_missing, and a review read that as an
+ * empty list, "no refund executed". Only a look-up of one object by its
+ * id is absent on a 404; a search or a list answered 404 looked at
+ * nothing: no evidence. */
+START_TEST(a_list_or_search_answered_404_is_no_evidence)
+{
+    const char *missing = "{\"error\":{\"type\":\"invalid_request_error\","
+                          "\"code\":\"resource_missing\",\"param\":\"payment_intent\","
+                          "\"message\":\"No such payment_intent: 'pi_gone'\"}}";
+    struct provider_result r =
+        classify_lookup(PROVIDER_LOOKUP_LIST, 1, ATTEMPT, 404, missing);
+    ck_assert_int_eq(r.outcome, PROVIDER_UNKNOWN);
+    ck_assert_msg(strstr(r.error, "404"), "%s", r.error);
+    ck_assert_int_eq(
+        classify_lookup(PROVIDER_LOOKUP_LIST, 0, ATTEMPT, 404, missing).outcome,
+        PROVIDER_UNKNOWN);
+    ck_assert_int_eq(
+        classify_lookup(PROVIDER_LOOKUP_SEARCH, 0, NULL, 404, missing).outcome,
+        PROVIDER_UNKNOWN);
+    /* One object by its id: the provider's own word that it has none. */
+    ck_assert_int_eq(
+        classify_lookup(PROVIDER_LOOKUP_RETRIEVE, 0, NULL, 404, missing).outcome,
+        PROVIDER_NOT_FOUND);
+    ck_assert_int_eq(
+        classify_lookup(PROVIDER_LOOKUP_RETRIEVE, 1, NULL, 404, missing).outcome,
+        PROVIDER_NOT_FOUND);
+    /* An empty page that answered is evidence of none. */
+    ck_assert_int_eq(
+        classify_lookup(PROVIDER_LOOKUP_LIST, 1, ATTEMPT, 200,
+                        "{\"object\":\"list\",\"data\":[],\"has_more\":false}")
+            .outcome,
+        PROVIDER_NOT_FOUND);
+}
+END_TEST
+
+/* Issue 34, adversary round 2: a UUID is one id in either case. An object
+ * whose metadata names ours in upper case is listed as naming it, whether
+ * the id asked for is written in lower or upper case. */
+START_TEST(a_list_matches_metadata_ids_in_either_case)
+{
+    char upper[64], body[1024];
+    snprintf(upper, sizeof(upper), "%s", ATTEMPT);
+    for (char *p = upper; *p; p++)
+        if (*p >= 'a' && *p <= 'z')
+            *p = (char)(*p - 'a' + 'A');
+    snprintf(body, sizeof(body),
+             "{\"object\":\"list\",\"has_more\":false,\"data\":["
+             "{\"id\":\"pi_2\",\"object\":\"payment_intent\",\"status\":"
+             "\"succeeded\",\"amount\":1999,\"currency\":\"eur\","
+             "\"metadata\":{\"payment_attempt_id\":\"%s\"}}]}",
+             upper);
+    const char *asked[] = {ATTEMPT, upper};
+    for (size_t i = 0; i < 2; i++) {
+        struct provider_result r =
+            classify_lookup(PROVIDER_LOOKUP_LIST, 0, asked[i], 200, body);
+        ck_assert_int_eq(r.outcome, PROVIDER_SUCCEEDED);
+        ck_assert_int_eq(r.matches, 1);
+        ck_assert_str_eq(r.provider_payment_id, "pi_2");
+    }
+    snprintf(body, sizeof(body),
+             "{\"object\":\"list\",\"has_more\":false,\"data\":["
+             "{\"id\":\"re_2\",\"object\":\"refund\",\"status\":\"succeeded\","
+             "\"amount\":500,\"currency\":\"eur\",\"payment_intent\":\"pi_1\","
+             "\"metadata\":{\"refund_id\":\"%s\"}}]}",
+             upper);
+    for (size_t i = 0; i < 2; i++) {
+        struct provider_result r =
+            classify_lookup(PROVIDER_LOOKUP_LIST, 1, asked[i], 200, body);
+        ck_assert_int_eq(r.outcome, PROVIDER_SUCCEEDED);
+        ck_assert_int_eq(r.matches, 1);
+        ck_assert_str_eq(r.provider_payment_id, "re_2");
+    }
+    /* Another id still names another. */
+    struct provider_result r = classify_lookup(
+        PROVIDER_LOOKUP_LIST, 1, "5d1c2c1e-1a9b-4b1e-8e55-000000000002", 200, body);
+    ck_assert_int_eq(r.outcome, PROVIDER_NOT_FOUND);
+    ck_assert_int_eq(r.matches, 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("provider_classify");
@@ -120,6 +213,8 @@ int main(void)
     tcase_add_test(tc, a_long_intent_status_is_cut_whole);
     tcase_add_test(tc, card_numbers_in_an_answer_are_masked);
     tcase_add_test(tc, the_table_without_a_socket);
+    tcase_add_test(tc, a_list_or_search_answered_404_is_no_evidence);
+    tcase_add_test(tc, a_list_matches_metadata_ids_in_either_case);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }

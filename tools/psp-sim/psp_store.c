@@ -1700,6 +1700,15 @@ void psp_store_refund_list(psp_store_t *st, const struct psp_refund_list_query *
     json_t *data = json_array();
 
     pthread_mutex_lock(&st->lock);
+    if (q->payment_intent && !json_object_get(st->intents, q->payment_intent)) {
+        /* As Stripe: the intent filtered on must exist (a deleted one does
+         * not), or there is no list at all. */
+        char msg[128];
+        no_such("payment_intent", q->payment_intent, msg, sizeof(msg));
+        answer_error(ans, 404, "invalid_request_error", "resource_missing",
+                     "payment_intent", msg);
+        goto out;
+    }
     if (q->starting_after) {
         json_t *cursor = json_object_get(st->refunds, q->starting_after);
         if (!cursor) {

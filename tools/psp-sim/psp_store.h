@@ -216,7 +216,9 @@ void psp_store_refund_retrieve(psp_store_t *st, const char *id, int64_t now_ms,
                                struct psp_answer *ans);
 
 /* GET /v1/refunds: as psp_store_list, of one intent's refunds when
- * payment_intent is set (else of all); starting_after is a refund id. */
+ * payment_intent is set (else of all); starting_after is a refund id. 404
+ * resource_missing (param payment_intent) when the store has no such
+ * intent, or no longer (deleted). */
 struct psp_refund_list_query {
     int64_t created_gte, created_lt; /* INT64_MIN / INT64_MAX: unbounded */
     int limit;                       /* 1..100 */
