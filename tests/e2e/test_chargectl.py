@@ -97,8 +97,16 @@ def refunds(s, ctl_json):
                                                                 "erin"), "resolve's answer")
     check_eq(api.refund_counts(s, review["id"]), ("SUCCEEDED", "re_ctl_0001", 1, 1),
              "the resolved refund")
+    # The charge's intent was never made at psp-sim (the rows are inserted):
+    # its list of refunds answers 404, which is no evidence that nothing was
+    # refunded, so FAILED is refused unless forced.
+    p = ctl(s, "refund", "resolve", unknown["id"], "--status", "FAILED", "--reason",
+            "no refund at the provider", "--actor", "erin", check=False)
+    check_eq(p.returncode, 1, "resolve FAILED when the provider cannot list the refunds")
+    check("404" in p.stderr.decode() and "--force" in p.stderr.decode(), p.stderr.decode())
+    check_eq(api.refund_counts(s, unknown["id"])[0], "UNKNOWN", "a refused FAILED")
     ctl(s, "refund", "resolve", unknown["id"], "--status", "FAILED", "--reason",
-        "no refund at the provider", "--actor", "erin")
+        "no refund at the provider", "--actor", "erin", "--force")
     check_eq(api.refund_counts(s, unknown["id"])[0], "FAILED", "the UNKNOWN refund resolved")
     check_eq(api.refund_money(s, paid["id"]), (400, 300, 1), "the charge's refund money")
     shown = ctl_json(s, "refund", "show", review["id"])
