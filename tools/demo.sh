@@ -57,14 +57,14 @@ pids+=($!)
 # /metrics) takes a free port, named in its log's "admin listener started".
 export ADMIN_ADDR=127.0.0.1:0
 for i in 1 2; do
-  WORKER_ID="demo-worker-$i" build/roles/charged worker 2>"$run/worker-$i.log" &
+  WORKER_ID="demo-worker-$i" build/worker/charged worker 2>"$run/worker-$i.log" &
   pids+=($!)
 done
-WORKER_ID=demo-reconciler build/roles/charged reconciler 2>"$run/reconciler.log" &
+WORKER_ID=demo-reconciler build/worker/charged reconciler 2>"$run/reconciler.log" &
 pids+=($!)
-WORKER_ID=demo-relay build/roles/charged relay 2>"$run/relay.log" &
+WORKER_ID=demo-relay build/worker/charged relay 2>"$run/relay.log" &
 pids+=($!)
-build/roles/charged api 2>"$run/api.log" &
+build/worker/charged api 2>"$run/api.log" &
 pids+=($!)
 
 # The example order service, with a database of its own (new each run): it

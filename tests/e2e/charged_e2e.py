@@ -19,7 +19,7 @@ import urllib.request
 import uuid
 
 BUILD = os.environ.get("CHARGED_BUILD_DIR", "build")
-CHARGED = os.path.join(BUILD, "roles", "charged")
+CHARGED = os.path.join(BUILD, "worker", "charged")
 CHARGECTL = os.path.join(BUILD, "chargectl", "chargectl")
 PSP_SIM = os.path.join(BUILD, "tools", "psp-sim", "psp-sim")
 # CHARGED_KAFKA_TOOL: another kafka_test_tool than the build's (say, a newer
