@@ -23,7 +23,7 @@ cmake --build build -j2 >/dev/null
 deploy/stack.sh up
 demo_start=$(date +%s)
 eval "$(deploy/stack.sh env)"
-build/chargectl/chargectl migrate
+build/worker/chargectl/chargectl migrate
 
 run=.stack/demo
 mkdir -p "$run"
@@ -57,21 +57,21 @@ pids+=($!)
 # /metrics) takes a free port, named in its log's "admin listener started".
 export ADMIN_ADDR=127.0.0.1:0
 for i in 1 2; do
-  WORKER_ID="demo-worker-$i" build/roles/charged worker 2>"$run/worker-$i.log" &
+  WORKER_ID="demo-worker-$i" build/worker/charged worker 2>"$run/worker-$i.log" &
   pids+=($!)
 done
-WORKER_ID=demo-reconciler build/roles/charged reconciler 2>"$run/reconciler.log" &
+WORKER_ID=demo-reconciler build/worker/charged reconciler 2>"$run/reconciler.log" &
 pids+=($!)
-WORKER_ID=demo-relay build/roles/charged relay 2>"$run/relay.log" &
+WORKER_ID=demo-relay build/worker/charged relay 2>"$run/relay.log" &
 pids+=($!)
-build/roles/charged api 2>"$run/api.log" &
+build/worker/charged api 2>"$run/api.log" &
 pids+=($!)
 
 # The example order service, with a database of its own (new each run): it
 # places 100 orders through charged, refunds every fifth paid one, and
 # applies their result events once.
 orders=examples/order_service/order_service.py
-export ORDERS_DATABASE_URL="${DATABASE_URL%/*}/orders" CHARGECTL=build/chargectl/chargectl
+export ORDERS_DATABASE_URL="${DATABASE_URL%/*}/orders" CHARGECTL=build/worker/chargectl/chargectl
 psql -X -q "$DATABASE_URL" -c 'DROP DATABASE IF EXISTS orders' -c 'CREATE DATABASE orders'
 python3 "$orders" init
 python3 "$orders" consume 2>"$run/order-service.log" &
@@ -85,6 +85,6 @@ python3 "$orders" place-orders --count 100 >"$run/order-service-orders.log" 2>&1
 # ledger (docs/auditor.md). A double charge, a refund past its charge or an
 # audit finding fails the demo.
 python3 tools/demo_report.py --commands "$n" --psp-admin http://127.0.0.1:12112 \
-  --chargectl build/chargectl/chargectl --state "$run" --orders-db "$ORDERS_DATABASE_URL" \
+  --chargectl build/worker/chargectl/chargectl --state "$run" --orders-db "$ORDERS_DATABASE_URL" \
   --api "$API_ADDR" --demo-start "$demo_start"
 echo "demo: logs in $run; the stack stays up (deploy/stack.sh down stops it)"

@@ -1,8 +1,8 @@
-/* daemon_policy: the arithmetic of a role's loop (roles/daemon), apart so
- * that it is decided in one place and tested without a process: how long
- * the loop may sleep before its step is due, how long a role backs off
- * after a failed database step, and how the shutdown's time is shared
- * between the drain and finish(). Times are clock_now_ms() values. */
+/* daemon_policy: the arithmetic of a role's loop (worker/roles/daemon),
+ * apart so that it is decided in one place and tested without a process:
+ * how long the loop may sleep before its step is due, how long a role
+ * backs off after a failed database step, and how the shutdown's time is
+ * shared between the drain and finish(). Times are clock_now_ms() values. */
 #ifndef CHARGED_DAEMON_POLICY_H
 #define CHARGED_DAEMON_POLICY_H
 

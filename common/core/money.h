@@ -3,8 +3,9 @@
  *
  * The number of digits after the point is the currency's ISO 4217 minor
  * unit (its exponent); a currency the table does not name has 2, as most
- * do. The console's page formats the same way (roles/console_web/money.js);
- * tests/unit/money_cases.txt holds the cases both are tested with. */
+ * do. The console's page formats the same way
+ * (worker/roles/console_web/money.js); tests/unit/money_cases.txt holds the
+ * cases both are tested with. */
 #ifndef CHARGED_MONEY_H
 #define CHARGED_MONEY_H
 

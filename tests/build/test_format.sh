@@ -17,7 +17,7 @@ cd "$src"
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   mapfile -d '' files < <(git ls-files -z -- '*.c' '*.h')
 else
-  mapfile -d '' files < <(find bench chargectl common examples roles tests tools \
+  mapfile -d '' files < <(find bench common examples tests tools worker \
     -path '*/build*' -prune -o \( -name '*.c' -o -name '*.h' \) -print0 2>/dev/null)
 fi
 if [ ${#files[@]} -eq 0 ]; then

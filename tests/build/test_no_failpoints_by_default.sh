@@ -14,13 +14,13 @@ names='after_claim|after_%s|after_persist|CHARGED_FAILPOINT'
 cmake -S "$src" -B "$tree" -DCHARGED_WERROR=ON >/dev/null
 cmake --build "$tree" --target charged -j2 >/dev/null
 
-found=$(strings "$tree/roles/charged" | grep -E "$names" || true)
+found=$(strings "$tree/worker/charged" | grep -E "$names" || true)
 if [ -n "$found" ]; then
   echo "default build holds failpoint code:"; echo "$found"
   echo "0 passed, 1 failed"; exit 1
 fi
 if grep -q '^CHARGED_FAILPOINTS:BOOL=ON' "$build/CMakeCache.txt"; then
-  n=$(strings "$build/roles/charged" | grep -cE "$names" || true)
+  n=$(strings "$build/worker/charged" | grep -cE "$names" || true)
   if [ "$n" -lt 4 ]; then
     echo "the test build should hold the failpoints, found $n names"
     echo "0 passed, 1 failed"; exit 1

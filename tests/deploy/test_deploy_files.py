@@ -967,7 +967,7 @@ def image_ships_binaries_and_migrations(ctx):
     last = len(stages(ctx)) - 1
     instrs = stage_of(ctx, last)
     copies = [a for i, a in instrs if i == "COPY"]
-    for path, binary in (("roles/charged", "charged"), ("chargectl/chargectl", "chargectl"),
+    for path, binary in (("worker/charged", "charged"), ("worker/chargectl/chargectl", "chargectl"),
                          ("tools/psp-sim/psp-sim", "psp-sim")):
         check(any(a.startswith("--from=build") and "/build/%s " % path in a + " " and
                   a.endswith("/usr/local/bin/" + binary) for a in copies),
@@ -1044,7 +1044,8 @@ def image_has_every_runtime_library(ctx):
     runtime = apt_packages(stage_of(ctx, last))
     base = {"libc6", "libgcc-s1", "zlib1g"}  # in debian:bookworm-slim already
     check(not runtime & NOT_IN_IMAGE, "the runtime stage installs %s" % sorted(runtime & NOT_IN_IMAGE))
-    todo = [os.path.join(build, b) for b in ("roles/charged", "chargectl/chargectl", "tools/psp-sim/psp-sim")]
+    todo = [os.path.join(build, b)
+            for b in ("worker/charged", "worker/chargectl/chargectl", "tools/psp-sim/psp-sim")]
     seen = set()
     while todo:
         path = todo.pop()
@@ -1536,7 +1537,7 @@ def expect_started(argv, env, marker, what):
 
 
 def charged_bin():
-    return os.path.join(BUILD, "roles", "charged")
+    return os.path.join(BUILD, "worker", "charged")
 
 
 def settings_kubernetes_roles_start(ctx):
@@ -1551,7 +1552,7 @@ def settings_kubernetes_roles_start(ctx):
 def settings_kubernetes_migration_reads_its_url(ctx):
     with tempfile.TemporaryDirectory() as tmp:
         env, c = pod_env(ctx["k8s"], "Job", "charged-migrate", tmp)
-        argv = [os.path.join(BUILD, "chargectl", c["command"][0])] + c["args"]
+        argv = [os.path.join(BUILD, "worker", "chargectl", c["command"][0])] + c["args"]
         r = subprocess.run(argv, env=dict(env, PATH="/usr/bin:/bin"), capture_output=True,
                            text=True, timeout=60)
     # The database is a closed port: 1 (unreachable), never 2 (bad settings).
@@ -1564,7 +1565,7 @@ def settings_kubernetes_daily_audit_reads_its_settings(ctx):
     refused). Whether it gets the provider key is k8s_secrets_only_by_reference's."""
     with tempfile.TemporaryDirectory() as tmp:
         env, c = pod_env(ctx["k8s"], "CronJob", "charged-audit", tmp)
-        argv = [os.path.join(BUILD, "chargectl", c["command"][0])] + c["args"]
+        argv = [os.path.join(BUILD, "worker", "chargectl", c["command"][0])] + c["args"]
         check(os.path.isfile(argv[0]), "%s is not built" % argv[0])
         r = subprocess.run(argv, env=dict(env, PATH="/usr/bin:/bin"), capture_output=True,
                            text=True, timeout=60)

@@ -19,8 +19,8 @@ import urllib.request
 import uuid
 
 BUILD = os.environ.get("CHARGED_BUILD_DIR", "build")
-CHARGED = os.path.join(BUILD, "roles", "charged")
-CHARGECTL = os.path.join(BUILD, "chargectl", "chargectl")
+CHARGED = os.path.join(BUILD, "worker", "charged")
+CHARGECTL = os.path.join(BUILD, "worker", "chargectl", "chargectl")
 PSP_SIM = os.path.join(BUILD, "tools", "psp-sim", "psp-sim")
 # CHARGED_KAFKA_TOOL: another kafka_test_tool than the build's (say, a newer
 # one, to run new scenarios against an older build).

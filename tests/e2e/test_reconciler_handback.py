@@ -2,7 +2,7 @@
 """Regression scenario (fails against the reconciler as of this writing):
 a reconciler stopped with SIGTERM hands the rest of its batch back, so a
 peer may look at once (docs/reconciler.md, "Stopping"; release_rest in
-roles/reconciler.c). That must hold for provider-processing attempts as
+worker/roles/reconciler.c). That must hold for provider-processing attempts as
 for UNKNOWN ones, and a handed-back processing attempt is still one "the
 provider reported as processing": a re-sent command must not make a worker
 call the provider for it again (docs/worker.md, step 4).

@@ -35,8 +35,8 @@ DB_TIMEOUT_MS = 1000
 # statement_timeout (DATABASE_TIMEOUT_MS) would have ended it.
 DEADLINE_GRACE_MS = 1000
 # The longest either role goes without a statement while PostgreSQL
-# answers: the worker's idle ping (DB_PING_MS, roles/worker.c), the api's
-# probe every 2 s (PROBE_INTERVAL_MS, roles/api.c).
+# answers: the worker's idle ping (DB_PING_MS, worker/roles/worker.c), the api's
+# probe every 2 s (PROBE_INTERVAL_MS, worker/roles/api.c).
 QUIET_S = 5.0
 # A role that must open a new session first waits up to connect_timeout.
 CONNECT_S = 3.0

@@ -1,6 +1,7 @@
 /* The engine runs a second operation, unchanged: the test-only void of
- * tests/support/void_op.c, through the real engine (roles/engine.c, in this
- * process), the stack's Kafka and PostgreSQL, and a real psp-sim.
+ * tests/support/void_op.c, through the real engine
+ * (worker/pipeline/engine.c, in this process), the stack's Kafka and
+ * PostgreSQL, and a real psp-sim.
  *
  * What passes is judged from psp-sim's ledger (how many cancels it
  * executed under each key), the void's own tables, the dead-letter topic

@@ -1,15 +1,16 @@
 /* charged-sim: a deterministic, single-threaded simulation of charged's
  * decisions (issue 23). Simulated workers, reconcilers and the webhook
- * path run the real pure modules (roles/job.c's job state machine,
- * charge_policy, reconcile_policy, webhook_event, offset_tracker,
- * attempt_status) in the control flow of roles/engine.c, roles/reconciler.c
- * and the api's webhook path, against a model of the store (sim_store) and
- * of the provider (sim_provider), on a simulated clock, interleaved by one
- * seeded scheduler with crashes, rebalances, clock jumps, lost answers and
- * late, duplicated, reordered webhooks. After every step the invariants are
- * checked (those the step could break, counted from the provider's
- * ledger); a violation prints the seed, the step, the rule and the last
- * steps, and exits 1. The same seed and steps give the same final hash. */
+ * path run the real pure modules (worker/pipeline/job.c's job state
+ * machine, charge_policy, reconcile_policy, webhook_event, offset_tracker,
+ * attempt_status) in the control flow of worker/pipeline/engine.c,
+ * worker/roles/reconciler.c and the api's webhook path, against a model of
+ * the store (sim_store) and of the provider (sim_provider), on a simulated
+ * clock, interleaved by one seeded scheduler with crashes, rebalances,
+ * clock jumps, lost answers and late, duplicated, reordered webhooks. After
+ * every step the invariants are checked (those the step could break,
+ * counted from the provider's ledger); a violation prints the seed, the
+ * step, the rule and the last steps, and exits 1. The same seed and steps
+ * give the same final hash. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -357,7 +358,7 @@ static void generate(struct world *w)
     }
 }
 
-/* ---- a worker: roles/engine.c's stages, one job at a time ---- */
+/* ---- a worker: worker/pipeline/engine.c's stages, one job at a time ---- */
 
 static struct sim_job *sj(struct job *j)
 {
@@ -822,7 +823,7 @@ static void rebalance(struct world *w)
     w->rebalances++;
 }
 
-/* ---- a reconciler: roles/reconciler.c's look, one provider call a step ---- */
+/* ---- a reconciler: worker/roles/reconciler.c's look, one provider call a step ---- */
 
 static const long long schedule_ms[] = {1000, 5000, 15000, 30000};
 #define NSCHEDULE ((int)(sizeof(schedule_ms) / sizeof(schedule_ms[0])))

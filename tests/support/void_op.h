@@ -3,9 +3,10 @@
  * idempotency key, recorded in tables of its own.
  *
  * It exists to show that an operation is a descriptor and nothing more:
- * the engine (roles/engine.c) runs it unchanged, with its batches, leases,
- * fencing, hand-back, key window, breaker and dead letters. It is what the
- * refund's descriptor will look like, over a store written for the test.
+ * the engine (worker/pipeline/engine.c) runs it unchanged, with its
+ * batches, leases, fencing, hand-back, key window, breaker and dead
+ * letters. It is what the refund's descriptor will look like, over a store
+ * written for the test.
  *
  * A void command is a JSON object keyed by its void_id:
  *   {"void_id": uuid, "payment_intent_id": "pi_...", "idempotency_key": str}

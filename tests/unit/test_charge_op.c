@@ -1,6 +1,6 @@
-/* Unit tests of roles/charge_op: a charge sends the stored attempt's
- * parameters, each in its own field, and a lost first try is recorded as a
- * call of unknown outcome that reached the wire. */
+/* Unit tests of worker/operations/charge/charge_op: a charge sends the
+ * stored attempt's parameters, each in its own field, and a lost first try
+ * is recorded as a call of unknown outcome that reached the wire. */
 #include <check.h>
 #include <stdio.h>
 

@@ -1,4 +1,4 @@
-// The console page's money() (roles/console_web/money.js) against the
+// The console page's money() (worker/roles/console_web/money.js) against the
 // cases chargectl's formatter is tested with (money_cases.txt): the page and
 // the CLI write money the same way.
 "use strict";
@@ -6,7 +6,7 @@ const fs = require("fs");
 const path = require("path");
 
 const root = process.env.CHARGED_SOURCE_DIR || path.join(__dirname, "..", "..");
-const { money } = require(path.join(root, "roles", "console_web", "money.js"));
+const { money } = require(path.join(root, "worker", "roles", "console_web", "money.js"));
 const lines = fs.readFileSync(path.join(__dirname, "money_cases.txt"), "utf8").split("\n");
 let cases = 0, failed = 0;
 for (const line of lines) {

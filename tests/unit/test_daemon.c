@@ -1,6 +1,6 @@
-/* Unit tests of roles/daemon's loop, with a role of the test's own: a step
- * never runs before the time it said it is next due, a loop asleep until a
- * far step wakes for a stop signal taken by another thread and for
+/* Unit tests of worker/roles/daemon's loop, with a role of the test's own:
+ * a step never runs before the time it said it is next due, a loop asleep
+ * until a far step wakes for a stop signal taken by another thread and for
  * daemon_wake(), the exit status says what the drain left, and a step due
  * now is called again at once, and a wake-up that lands while the loop
  * empties its pipe is not the last one it ever sees.

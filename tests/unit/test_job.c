@@ -1,5 +1,5 @@
-/* Unit tests of roles/job: the moves a job may make (written out here
- * from the worker's pipeline in docs/worker.md, not read from the module),
+/* Unit tests of worker/pipeline/job: the moves a job may make (written out
+ * here from the worker's pipeline in docs/worker.md, not read from the module),
  * the per-state lists and their order, and the offset accounting through
  * every step a job can take: started, detached in each state, reaped. */
 #include <check.h>

@@ -1,6 +1,6 @@
-/* console_assets: the console's page (roles/console_web/), compiled into
- * the binary by tools/embed_files.cmake: nothing to install beside it, and
- * nothing on disk for anyone to change under a running console. */
+/* console_assets: the console's page (worker/roles/console_web/), compiled
+ * into the binary by tools/embed_files.cmake: nothing to install beside it,
+ * and nothing on disk for anyone to change under a running console. */
 #ifndef CHARGED_CONSOLE_ASSETS_H
 #define CHARGED_CONSOLE_ASSETS_H
 
