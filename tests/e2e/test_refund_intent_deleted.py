@@ -29,8 +29,11 @@ ENV = {"WORKER_UNKNOWN_RETRIES": "0", "RECONCILER_FIRST_LOOK_MS": "600000"}
 
 
 def refund_row(s, rid):
-    return s.query("SELECT status, coalesce(provider_refund_id, ''), coalesce(reason, '')"
-                   " FROM refund_attempts WHERE id = '%s'" % rid)[0]
+    # No row yet (the worker has not recorded the command): a row of
+    # Nones, so that a wait on its status goes on waiting.
+    rows = s.query("SELECT status, coalesce(provider_refund_id, ''), coalesce(reason, '')"
+                   " FROM refund_attempts WHERE id = '%s'" % rid)
+    return rows[0] if rows else [None, None, None]
 
 
 def reserved(s, aid):
