@@ -1367,6 +1367,17 @@ static int persist_locked(engine_t *eng, struct job *j, void *item)
 static const struct stage persist_stage = {sizeof(struct engine_outcome), persist_batch,
                                            persist_refused, persist_locked};
 
+/* True while a provider call of j waits to be written (another session's
+ * lock holds its row): its outcome waits with it, so that no attempt is
+ * seen settled without its calls. */
+static int calls_pending(const engine_t *eng, const struct job *j)
+{
+    for (size_t i = 0; i < eng->call_log_len; i++)
+        if (eng->call_log[i].kind == j->kind && strcmp(eng->call_log[i].id, j->id) == 0)
+            return 1;
+    return 0;
+}
+
 static void persist_outcomes(engine_t *eng)
 {
     struct store_error err;
@@ -1386,7 +1397,7 @@ static void persist_outcomes(engine_t *eng)
         goto out;
     for (struct job *j = job_list_first(eng->jobs, JOB_PERSIST); j && k < n;
          j = job_next_in_state(j)) {
-        if (j->next_at > now)
+        if (j->next_at > now || calls_pending(eng, j))
             continue;
         struct engine_outcome *o = &items[k];
         js[k] = j;
