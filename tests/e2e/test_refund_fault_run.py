@@ -45,6 +45,7 @@ class Fleet:
         self.kills = 0
         self.next_kill = time.monotonic() + KILL_EVERY_S
         self.own_exits = []
+        self.progress_kills = 0
 
     def tick(self):
         for name, rc in self.s.exited_workers():
@@ -53,11 +54,27 @@ class Fleet:
             self.s.start_worker()
         if not any(p.poll() is None for p in self.s.reconcilers.values()):
             self.s.start_reconciler(**RECONCILER_ENV)
-        if self.killing and time.monotonic() >= self.next_kill and self.s.workers:
+        if self.killing and time.monotonic() >= self.next_kill:
+            self.kill_one()
+
+    def kill_one(self):
+        if self.s.workers:
             victim = self.rnd.choice(sorted(self.s.workers))
             self.s.kill_worker(victim, signal.SIGKILL)
             self.kills += 1
-            self.next_kill = time.monotonic() + KILL_EVERY_S
+        self.next_kill = time.monotonic() + KILL_EVERY_S
+
+    def at_progress(self, done, total):
+        """Kills one worker each time another fifth of the work is settled:
+        on a fast machine the work outruns KILL_EVERY_S, and kills by the
+        clock alone landed after it (3 of 5 once)."""
+        while self.killing and total and done * 5 >= (self.progress_kills + 1) * total \
+                and self.progress_kills < 4:
+            self.progress_kills += 1
+            self.kill_one()
+
+    def new_phase(self):
+        self.progress_kills = 0
 
     def hold(self, seconds):
         end = time.monotonic() + seconds
@@ -66,10 +83,12 @@ class Fleet:
             time.sleep(0.2)
 
 
-def charges_settled(s):
+def charges_settled(s, fleet=None):
     """Every charge recorded, and none PENDING, PROCESSING or UNKNOWN."""
     total, open_ = s.query("SELECT count(*), count(*) FILTER (WHERE status IN"
                            " ('PENDING', 'PROCESSING', 'UNKNOWN')) FROM payment_attempts")[0]
+    if fleet:
+        fleet.at_progress(int(total) - int(open_), CHARGES)
     return int(total) == CHARGES and int(open_) == 0
 
 
@@ -121,7 +140,7 @@ def scenario(new):
         # 1. The charges, with kills, until every one is settled.
         s.publish(charges + declined)
         fleet.killing = True
-        e2e.wait_until("every charge settled", lambda: fleet.tick() or charges_settled(s),
+        e2e.wait_until("every charge settled", lambda: fleet.tick() or charges_settled(s, fleet),
                        240, 0.5)
         status = dict((r[0], r[1]) for r in s.query("SELECT id, status FROM payment_attempts"))
         paid = [c for c in charges if status.get(c["payment_attempt_id"]) == "SUCCEEDED"]
@@ -139,8 +158,14 @@ def scenario(new):
         e2e.kafka_start()
         e2e.log("broker back; kills so far", fleet.kills)
         s.publish(refunds[400:] + dups[30:] + conflicts)
-        e2e.wait_until("every refund recorded", lambda: fleet.tick() or int(
-            s.query("SELECT count(*) FROM refund_attempts")[0][0]) >= len(refunds), 240, 0.5)
+        fleet.new_phase()
+
+        def refunds_recorded():
+            n = int(s.query("SELECT count(*) FROM refund_attempts")[0][0])
+            fleet.at_progress(n, len(refunds))
+            return n >= len(refunds)
+        e2e.wait_until("every refund recorded", lambda: fleet.tick() or refunds_recorded(),
+                       240, 0.2)
         fleet.killing = False
         e2e.wait_until("every refund settled", lambda: fleet.tick() or open_refunds(s) == 0,
                        240, 0.5)
