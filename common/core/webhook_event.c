@@ -259,9 +259,30 @@ static int masked_string(json_t *v)
     return rc;
 }
 
-/* Every such number in the tree replaced, every string masked; digits in
- * strings stay valid JSON when masked. 0 / -1. */
-static int mask_card_numbers(json_t *v)
+/* The keys under which the provider writes ids of its own objects. Ids are
+ * not text: psp-sim's "pi_18ee99fce2095510000001" holds a Luhn-valid run
+ * the shown-text mask would take for a card, and a stored copy must name
+ * the intent the event is about. */
+static const char *const PROVIDER_ID_KEYS[] = {
+    "id",       "payment_intent", "charge",   "latest_charge", "payment_method",
+    "customer", "refund",         "balance_transaction",
+};
+
+static int provider_id(const char *key, json_t *v)
+{
+    if (!json_is_string(v) || !plain_token(json_string_value(v), 256))
+        return 0;
+    for (size_t i = 0; i < sizeof(PROVIDER_ID_KEYS) / sizeof(PROVIDER_ID_KEYS[0]); i++)
+        if (!strcmp(key, PROVIDER_ID_KEYS[i]))
+            return 1;
+    return 0;
+}
+
+/* Every such number in the tree replaced, every string masked but the
+ * provider's ids; under "metadata" (anyone's to write) every string is
+ * text, whatever its key. Digits in strings stay valid JSON when masked.
+ * 0 / -1. */
+static int mask_card_numbers(json_t *v, int anyones)
 {
     const char *key;
     json_t *m, *r, *tmp;
@@ -272,15 +293,18 @@ static int mask_card_numbers(json_t *v)
     if (json_is_object(v)) {
         json_object_foreach_safe(v, tmp, key, m)
         {
+            if (!anyones && provider_id(key, m))
+                continue;
             if (masked_number(m, &r) != 0 ||
-                (r ? json_object_set_new(v, key, r) : mask_card_numbers(m)) != 0)
+                (r ? json_object_set_new(v, key, r)
+                   : mask_card_numbers(m, anyones || !strcmp(key, "metadata"))) != 0)
                 return -1;
         }
     } else if (json_is_array(v)) {
         json_array_foreach(v, i, m)
         {
             if (masked_number(m, &r) != 0 ||
-                (r ? json_array_set_new(v, i, r) : mask_card_numbers(m)) != 0)
+                (r ? json_array_set_new(v, i, r) : mask_card_numbers(m, anyones)) != 0)
                 return -1;
         }
     }
@@ -293,7 +317,7 @@ static int normalize(json_t *root, char **out, char *errbuf, size_t errbuf_size)
 {
     if (!out)
         return 0;
-    if (mask_card_numbers(root) != 0) {
+    if (mask_card_numbers(root, 0) != 0) {
         snprintf(errbuf, errbuf_size, "out of memory");
         return WEBHOOK_PARSE_NO_MEMORY;
     }
@@ -431,6 +455,8 @@ const char *webhook_action_name(enum webhook_action a)
         return "review";
     case WEBHOOK_FLAG:
         return "flagged";
+    case WEBHOOK_UNPROVEN:
+        return "unproven";
     }
     return "ignored";
 }
@@ -473,14 +499,26 @@ static int other_charge(const struct webhook_event *ev, const struct webhook_att
 
 /* An intent not proven ours never moves the attempt. Its success could be
  * money taken in our name: flagged loudly for a person, our attempt left
- * as it is. An UNKNOWN attempt is looked at now: the charge again under
- * its own key is the proof the event is not. */
+ * as it is. Not while the attempt's own call is in flight or unknown and
+ * nothing of ours is recorded: the provider's webhook often outruns our
+ * own answer, and paging on every such race would teach people to ignore
+ * the page. Then it is unproven: the attempt's own call, or the
+ * reconciler's replay under its key, settles it, and the auditor pages on
+ * an intent that stays no attempt's own (foreign_intent, charged_twice).
+ * An UNKNOWN attempt is looked at now: the charge again under its own key
+ * is the proof the event is not. */
 static void decide_not_ours(const struct webhook_event *ev,
                             const struct webhook_attempt *a, enum ownership_verdict v,
                             struct webhook_decision *d)
 {
     int foreign = v == OWNERSHIP_FOREIGN;
-    if (ev->evidence == WEBHOOK_EVIDENCE_SUCCEEDED)
+    int in_flight = a->status == ATTEMPT_STATUS_PROCESSING ||
+                    a->status == ATTEMPT_STATUS_UNKNOWN;
+    if (ev->evidence == WEBHOOK_EVIDENCE_SUCCEEDED && !foreign && in_flight)
+        set(d, WEBHOOK_UNPROVEN, a->status,
+            "the provider reported success of an intent that only names the attempt; "
+            "its own call settles it");
+    else if (ev->evidence == WEBHOOK_EVIDENCE_SUCCEEDED)
         set(d, WEBHOOK_FLAG, a->status,
             foreign ? "the provider reported success of another's intent"
                     : "the provider reported success of an intent that only names "

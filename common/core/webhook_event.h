@@ -110,6 +110,10 @@ enum webhook_action {
     WEBHOOK_FLAG,       /* contradiction that cannot move the attempt (it is
                            REJECTED or PENDING, or FAILED while its order has
                            another live attempt): record for review, loudly */
+    WEBHOOK_UNPROVEN,   /* a success that only names an attempt whose own
+                           call is in flight or unknown: recorded, never
+                           applied; its own call or the reconciler's replay
+                           settles it, the auditor judges the intent */
 };
 
 struct webhook_decision {
@@ -123,7 +127,7 @@ struct webhook_decision {
 void webhook_event_decide(const struct webhook_event *ev,
                           const struct webhook_attempt *a, struct webhook_decision *d);
 
-/* "applied", "review", "ignored", "flagged": the outcome recorded for the
+/* "applied", "review", "ignored", "flagged", "unproven": the outcome recorded for the
  * event and counted in metrics. */
 const char *webhook_action_name(enum webhook_action a);
 

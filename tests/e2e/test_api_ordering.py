@@ -4,9 +4,11 @@ delivers its own signed events:
 1. webhook first: psp-sim charges, then holds the worker's answer longer
    than the worker waits; its webhook arrives while charged holds no
    intent of the attempt's own yet. The event only names the attempt
-   (metadata is anyone's to write, issue 34): it is flagged, never
-   applied; the attempt is settled on the answer under its own key (the
-   worker's retry or the reconciler's replay).
+   (metadata is anyone's to write, issue 34): it is unproven, never
+   applied, and pages no one (ChargedWebhookFlagged is for evidence that
+   contradicts an attempt, not for a webhook that outran our answer); the
+   attempt is settled on the answer under its own key (the worker's retry
+   or the reconciler's replay).
 2. worker first: the api is down while the worker settles; psp-sim keeps
    redelivering until the api is up, and the event changes nothing.
 3. both at once, many times: duplicated and reordered deliveries while
@@ -54,7 +56,7 @@ def webhook_first(make):
     s.publish([cmd])
     aid = cmd["payment_attempt_id"]
     e2e.wait_until("the webhook recorded", lambda: api.webhook_rows(s), 30)
-    check_eq(set(api.webhook_rows(s).values()), {"flagged"},
+    check_eq(set(api.webhook_rows(s).values()), {"unproven"},
              "outcome of the event that arrived before the attempt's own answer")
     e2e.wait_until("the attempt settled",
                    lambda: settled_by(s, aid) and settled_by(s, aid)[-1][1] == "SUCCEEDED", 60)
@@ -126,10 +128,11 @@ def both_at_once(make):
     for o in api.webhook_rows(s).values():
         outcomes[o] = outcomes.get(o, 0) + 1
     e2e.log("webhook outcomes:", outcomes, "attempts:", counts)
-    # flagged: psp-sim's success arrived before the attempt's own answer was
-    # in; it only named the attempt and was never applied (issue 34).
-    check_eq({k for k in outcomes if k not in ("applied", "ignored", "flagged")}, set(),
-             "outcomes other than applied, ignored or flagged")
+    # unproven: psp-sim's success arrived before the attempt's own answer was
+    # in; it only named the attempt and was never applied (issue 34). Never
+    # flagged: that pages, and nothing here contradicts an attempt.
+    check_eq({k for k in outcomes if k not in ("applied", "ignored", "unproven")}, set(),
+             "outcomes other than applied, ignored or unproven")
 
 
 def scenario(make):

@@ -198,10 +198,12 @@ def rules(s, port):
         return api.counts(s, a["id"])["status"]
 
     # An intent that only names the attempt (none recorded: the worker's
-    # answer is not in) never moves it (issue 34): a success is flagged, a
-    # failure ignored, and an UNKNOWN attempt is due for the reconciler now.
+    # answer is not in) never moves it (issue 34): a success is unproven (no
+    # page: the provider's webhook often outruns our own answer), a failure
+    # ignored, and an UNKNOWN attempt is due for the reconciler now.
     n = api.insert_attempt(s, "PROCESSING", lease_owner="some-worker")
-    send(api.event("succeeded", n, intent="pi_names_0001"), "flagged", "success naming a PROCESSING")
+    send(api.event("succeeded", n, intent="pi_names_0001"), "unproven",
+         "success naming a PROCESSING")
     send(api.event("payment_failed", n, intent="pi_names_0002"), "ignored",
          "failure naming a PROCESSING")
     check_eq(status(n), "PROCESSING", "PROCESSING after events that only name it")

@@ -9,8 +9,8 @@ there before it locks the attempt (a session of the test holds the
 processed_webhook_events row of that event id); meanwhile the worker's call
 times out and it commits UNKNOWN. Then the test lets the api go. The event's
 intent only names the attempt (charged recorded none of its own: the
-answer was lost), so since issue 34 the api never applies it: it flags it
-and, in the same transaction, makes the UNKNOWN attempt due for the
+answer was lost), so since issue 34 the api never applies it: it records it
+unproven and, in the same transaction, makes the UNKNOWN attempt due for the
 reconciler at once (RECONCILER_FIRST_LOOK_MS is 10 minutes here). A
 reconciler then settles SUCCEEDED on the replay under the attempt's key.
 Only then does a relay start, so that its order alone decides.
@@ -95,7 +95,7 @@ def scenario(new):
         t.join(e2e.scaled(60))
     check(not t.is_alive(), "the webhook was never answered")
     check_eq(answer["r"][0], 200, "webhook status")
-    check_eq(answer["r"][1].get("result"), "flagged", "webhook result (%s)" % answer["r"][1])
+    check_eq(answer["r"][1].get("result"), "unproven", "webhook result (%s)" % answer["r"][1])
     check_eq(s.query("SELECT status, next_check_at <= now() FROM payment_attempts"
                      " WHERE id = '%s'" % aid), [["UNKNOWN", "t"]],
              "the attempt after the event that only names it: due for the reconciler")

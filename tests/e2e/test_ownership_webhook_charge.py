@@ -77,6 +77,13 @@ def scenario(new):
     check_eq(ppid, own[0]["payment_intent_id"], "A's intent (its own call's answer)")
     check_eq([e[1] for e in events], ["ignored"], "the foreign decline's outcome")
     check("only names" in events[0][2], "the foreign decline's reason: %r" % events[0][2])
+    # psp-sim's webhook of A's own success races A's answer: applied,
+    # ignored or (it came first) unproven, never flagged: that pages.
+    own_events = e2e.wait_until("the api to record A's own success", lambda: [
+        e for e in other.webhook_events(s, own[0]["payment_intent_id"])
+        if e[0] == "payment_intent.succeeded"], 30)
+    check(own_events[0][1] in ("applied", "ignored", "unproven"),
+          "A's own success recorded as %r (%s)" % (own_events[0][1], own_events[0][2]))
     check(not s.worker_log(w, "lease lost before persisting; result dropped"),
           "the worker dropped A's own answer")
     s.check_invariants()
