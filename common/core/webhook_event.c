@@ -264,8 +264,14 @@ static int masked_string(json_t *v)
  * the shown-text mask would take for a card, and a stored copy must name
  * the intent the event is about. */
 static const char *const PROVIDER_ID_KEYS[] = {
-    "id",       "payment_intent", "charge",   "latest_charge", "payment_method",
-    "customer", "refund",         "balance_transaction",
+    "id",
+    "payment_intent",
+    "charge",
+    "latest_charge",
+    "payment_method",
+    "customer",
+    "refund",
+    "balance_transaction",
 };
 
 static int provider_id(const char *key, json_t *v)
@@ -512,8 +518,8 @@ static void decide_not_ours(const struct webhook_event *ev,
                             struct webhook_decision *d)
 {
     int foreign = v == OWNERSHIP_FOREIGN;
-    int in_flight = a->status == ATTEMPT_STATUS_PROCESSING ||
-                    a->status == ATTEMPT_STATUS_UNKNOWN;
+    int in_flight =
+        a->status == ATTEMPT_STATUS_PROCESSING || a->status == ATTEMPT_STATUS_UNKNOWN;
     if (ev->evidence == WEBHOOK_EVIDENCE_SUCCEEDED && !foreign && in_flight)
         set(d, WEBHOOK_UNPROVEN, a->status,
             "the provider reported success of an intent that only names the attempt; "
