@@ -463,6 +463,8 @@ const char *webhook_action_name(enum webhook_action a)
         return "flagged";
     case WEBHOOK_UNPROVEN:
         return "unproven";
+    case WEBHOOK_ACTION__COUNT:
+        break;
     }
     return "ignored";
 }

@@ -114,6 +114,7 @@ enum webhook_action {
                            call is in flight or unknown: recorded, never
                            applied; its own call or the reconciler's replay
                            settles it, the auditor judges the intent */
+    WEBHOOK_ACTION__COUNT
 };
 
 struct webhook_decision {

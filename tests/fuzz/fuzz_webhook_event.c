@@ -50,7 +50,7 @@ static void check_decisions(const struct webhook_event *ev)
         struct webhook_decision d;
         webhook_event_decide(ev, &a, &d);
         FUZZ_CHECK(d.reason && d.reason[0]);
-        FUZZ_CHECK(d.action >= WEBHOOK_IGNORE && d.action <= WEBHOOK_FLAG);
+        FUZZ_CHECK(d.action >= WEBHOOK_IGNORE && d.action < WEBHOOK_ACTION__COUNT);
         if (d.action == WEBHOOK_APPLY || d.action == WEBHOOK_REVIEW)
             FUZZ_CHECK(d.status >= 0 && d.status < ATTEMPT_STATUS__COUNT);
         if (d.action == WEBHOOK_REVIEW)
