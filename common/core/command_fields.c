@@ -2,9 +2,11 @@
 
 #include <ctype.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <openssl/evp.h>
+#include <uuid/uuid.h>
 
 #include "card_data.h"
 #include "utf8_text.h"
@@ -167,4 +169,103 @@ int command_fields_fingerprint(const char *const *fields, size_t n, char out[65]
 out:
     EVP_MD_CTX_free(ctx);
     return rc;
+}
+
+int command_fields_header(json_t *doc, const char *type, char *errbuf,
+                          size_t errbuf_size)
+{
+    json_t *v = json_object_get(doc, "type");
+    if (!json_is_string(v) || strcmp(json_string_value(v), type) != 0) {
+        snprintf(errbuf, errbuf_size, "'type' must be \"%s\"", type);
+        return -1;
+    }
+    v = json_object_get(doc, "version");
+    if (!json_is_integer(v) || json_integer_value(v) != 1) {
+        snprintf(errbuf, errbuf_size, "'version' must be the integer 1");
+        return -1;
+    }
+    return 0;
+}
+
+int command_fields_is_uuid(const char *s)
+{
+    uuid_t u;
+    /* uuid_parse reads the 36-character form and nothing else. */
+    return s && strlen(s) == 36 && uuid_parse(s, u) == 0;
+}
+
+int command_fields_uuids(json_t *doc, const char *name_a, char a[37],
+                         const char *name_b, char b[37], char *errbuf,
+                         size_t errbuf_size)
+{
+    if (command_fields_string(doc, name_a, 1, 36, 36, a, 37, errbuf, errbuf_size) ||
+        command_fields_string(doc, name_b, 1, 36, 36, b, 37, errbuf, errbuf_size))
+        return -1;
+    const char *bad = !command_fields_is_uuid(a)   ? name_a
+                      : !command_fields_is_uuid(b) ? name_b
+                                                   : NULL;
+    if (bad) {
+        snprintf(errbuf, errbuf_size, "'%s' must be a UUID", bad);
+        return -1;
+    }
+    return 0;
+}
+
+int command_fields_idempotency_key(json_t *doc, char key[129], char *errbuf,
+                                   size_t errbuf_size)
+{
+    if (command_fields_string(doc, "idempotency_key", 1, 1, 128, key, 129, errbuf,
+                              errbuf_size))
+        return -1;
+    if (!command_fields_key_ok(key)) {
+        snprintf(errbuf, errbuf_size,
+                 "'idempotency_key' must be 1..128 characters of [A-Za-z0-9._:-]");
+        return -1;
+    }
+    return 0;
+}
+
+int command_fields_amount(json_t *doc, long long *amount, char *errbuf,
+                          size_t errbuf_size)
+{
+    json_t *v = json_object_get(doc, "amount");
+    if (!json_is_integer(v)) {
+        snprintf(errbuf, errbuf_size, "'amount' must be an integer (minor units)");
+        return -1;
+    }
+    *amount = json_integer_value(v);
+    if (*amount < 1 || *amount > 100000000000LL) {
+        snprintf(errbuf, errbuf_size, "'amount' %lld is outside 1..100000000000",
+                 *amount);
+        return -1;
+    }
+    return 0;
+}
+
+enum dead_letter_reason command_fields_key_is(const void *key, size_t key_len,
+                                              const char *payment_attempt_id,
+                                              char *errbuf, size_t errbuf_size)
+{
+    if (!key) {
+        snprintf(errbuf, errbuf_size,
+                 "the message has no key; it must be the payment_attempt_id");
+        return DEAD_LETTER_KEY_MISMATCH;
+    }
+    if (key_len != 36 || memcmp(key, payment_attempt_id, 36) != 0) {
+        snprintf(errbuf, errbuf_size, "the message key is not the payment_attempt_id");
+        return DEAD_LETTER_KEY_MISMATCH;
+    }
+    return DEAD_LETTER_NONE;
+}
+
+void command_fields_lower(char *s)
+{
+    for (; *s; s++)
+        *s = (char)tolower((unsigned char)*s);
+}
+
+char *command_fields_metadata_json(json_t *md)
+{
+    return json_is_object(md) ? json_dumps(md, JSON_COMPACT | JSON_SORT_KEYS)
+                              : strdup("{}");
 }
