@@ -28,6 +28,7 @@ int charge_command_is_uuid(const char *s)
 
 static int currency_allowed(const char *cur, const char *list)
 {
+    CHARGED_ASSERT(cur);
     size_t n = strlen(cur);
     if (!list || !*list)
         return 1;
@@ -50,6 +51,8 @@ static int fingerprint(struct charge_command *c)
     char amount[32];
     const char *fields[] = {c->payment_attempt_id, c->order_id,       amount,
                             c->currency,           c->payment_method, c->customer_id};
+    /* Only a valid command is fingerprinted: what it charges is positive. */
+    CHARGED_ASSERT(c->amount >= 1);
     snprintf(amount, sizeof(amount), "%lld", c->amount);
     return command_fields_fingerprint(fields, sizeof(fields) / sizeof(fields[0]),
                                       c->fingerprint);

@@ -8,11 +8,13 @@
 #include <openssl/evp.h>
 #include <uuid/uuid.h>
 
+#include "charged_assert.h"
 #include "card_data.h"
 #include "utf8_text.h"
 
 int command_fields_key_ok(const char *s)
 {
+    CHARGED_ASSERT(s);
     size_t n = strlen(s);
     if (n < 1 || n > 128)
         return 0;
@@ -32,6 +34,7 @@ int command_fields_string(json_t *obj, const char *name, int required, size_t mi
                           size_t max, char *dst, size_t dst_size, char *errbuf,
                           size_t errbuf_size)
 {
+    CHARGED_ASSERT(name && dst && dst_size > 0 && min <= max);
     json_t *v = json_object_get(obj, name);
     if (!v || json_is_null(v)) {
         if (required) {
@@ -61,6 +64,7 @@ int command_fields_metadata(json_t *md, char *errbuf, size_t errbuf_size)
 {
     const char *k;
     json_t *v;
+    CHARGED_ASSERT(errbuf && errbuf_size > 0);
     if (!md || json_is_null(md))
         return 0;
     if (!json_is_object(md)) {
@@ -94,6 +98,7 @@ enum dead_letter_reason command_fields_open(const void *key, size_t key_len,
                                             char *errbuf, size_t errbuf_size)
 {
     json_error_t jerr;
+    CHARGED_ASSERT(doc && errbuf && errbuf_size > 0);
     *doc = NULL;
     if (!value || value_len == 0) {
         snprintf(errbuf, errbuf_size, "the message has no value");
@@ -135,6 +140,7 @@ enum dead_letter_reason command_fields_open(const void *key, size_t key_len,
 
 int command_fields_type_is(const void *value, size_t value_len, const char *type)
 {
+    CHARGED_ASSERT(type);
     json_t *d =
         value ? json_loadb(value, value_len, JSON_REJECT_DUPLICATES, NULL) : NULL;
     json_t *t = json_object_get(d, "type");
@@ -150,6 +156,7 @@ int command_fields_fingerprint(const char *const *fields, size_t n, char out[65]
     int rc = -1;
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
 
+    CHARGED_ASSERT(fields && n > 0 && out);
     out[0] = '\0';
     if (!ctx || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) ||
         !EVP_DigestUpdate(ctx, "v2", 2))
@@ -165,6 +172,7 @@ int command_fields_fingerprint(const char *const *fields, size_t n, char out[65]
         goto out;
     for (unsigned i = 0; i < mdlen; i++)
         snprintf(out + 2 * i, 3, "%02x", md[i]);
+    CHARGED_ASSERT(strlen(out) == 64); /* never an empty or a cut fingerprint */
     rc = 0;
 out:
     EVP_MD_CTX_free(ctx);
@@ -174,6 +182,7 @@ out:
 int command_fields_header(json_t *doc, const char *type, char *errbuf,
                           size_t errbuf_size)
 {
+    CHARGED_ASSERT(doc && type);
     json_t *v = json_object_get(doc, "type");
     if (!json_is_string(v) || strcmp(json_string_value(v), type) != 0) {
         snprintf(errbuf, errbuf_size, "'type' must be \"%s\"", type);
@@ -198,6 +207,7 @@ int command_fields_uuids(json_t *doc, const char *name_a, char a[37],
                          const char *name_b, char b[37], char *errbuf,
                          size_t errbuf_size)
 {
+    CHARGED_ASSERT(name_a && name_b && a && b);
     if (command_fields_string(doc, name_a, 1, 36, 36, a, 37, errbuf, errbuf_size) ||
         command_fields_string(doc, name_b, 1, 36, 36, b, 37, errbuf, errbuf_size))
         return -1;
@@ -228,6 +238,7 @@ int command_fields_idempotency_key(json_t *doc, char key[129], char *errbuf,
 int command_fields_amount(json_t *doc, long long *amount, char *errbuf,
                           size_t errbuf_size)
 {
+    CHARGED_ASSERT(amount);
     json_t *v = json_object_get(doc, "amount");
     if (!json_is_integer(v)) {
         snprintf(errbuf, errbuf_size, "'amount' must be an integer (minor units)");
@@ -246,6 +257,7 @@ enum dead_letter_reason command_fields_key_is(const void *key, size_t key_len,
                                               const char *payment_attempt_id,
                                               char *errbuf, size_t errbuf_size)
 {
+    CHARGED_ASSERT(payment_attempt_id && errbuf && errbuf_size > 0);
     if (!key) {
         snprintf(errbuf, errbuf_size,
                  "the message has no key; it must be the payment_attempt_id");
@@ -260,6 +272,7 @@ enum dead_letter_reason command_fields_key_is(const void *key, size_t key_len,
 
 void command_fields_lower(char *s)
 {
+    CHARGED_ASSERT(s);
     for (; *s; s++)
         *s = (char)tolower((unsigned char)*s);
 }

@@ -15,6 +15,7 @@ static const char *const reasons[] = {"requested_by_customer", "duplicate",
 
 static int reason_ok(const char *s)
 {
+    CHARGED_ASSERT(s);
     for (size_t i = 0; i < sizeof(reasons) / sizeof(reasons[0]); i++)
         if (!strcmp(s, reasons[i]))
             return 1;
@@ -28,6 +29,7 @@ static int fingerprint(struct refund_command *c)
     char amount[32];
     const char *fields[] = {"refund", c->refund_id, c->payment_attempt_id, amount,
                             c->reason};
+    CHARGED_ASSERT(c->amount >= 1); /* only a valid refund is fingerprinted */
     snprintf(amount, sizeof(amount), "%lld", c->amount);
     return command_fields_fingerprint(fields, sizeof(fields) / sizeof(fields[0]),
                                       c->fingerprint);
