@@ -9,6 +9,7 @@
 
 #include "attempt_status.h"
 #include "charge_command.h"
+#include "charged_assert.h"
 #include "clock.h"
 #include "db.h"
 #include "ownership.h"
@@ -694,6 +695,10 @@ static enum store_rc settle(attempt_store_t *st, const struct review *rv,
                             struct store_error *err)
 {
     struct attempt_call calls[MAX_LOOKUPS];
+    /* An operator settles a review, and only as SUCCEEDED or FAILED. */
+    CHARGED_ASSERT(
+        attempt_status_transition_allowed(ATTEMPT_STATUS_REQUIRES_REVIEW, rv->status));
+    CHARGED_ASSERT(rv->n <= MAX_LOOKUPS);
     for (size_t i = 0; i < rv->n; i++)
         calls[i] = (struct attempt_call){.attempt_id = rv->id,
                                          .operation = rv->ls[i].operation,
