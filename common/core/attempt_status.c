@@ -3,6 +3,8 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "charged_assert.h"
+
 #define P  (1u << ATTEMPT_STATUS_PENDING)
 #define PR (1u << ATTEMPT_STATUS_PROCESSING)
 #define U  (1u << ATTEMPT_STATUS_UNKNOWN)
@@ -85,11 +87,14 @@ static void build_live_array(void)
         if (!statuses[i].live)
             continue;
         size_t l = strlen(statuses[i].name);
+        /* The names, commas and braces fit: the table is ours. */
+        CHARGED_ASSERT(n + 1 + l + 2 <= sizeof(live_array));
         if (n > 1)
             live_array[n++] = ',';
         memcpy(live_array + n, statuses[i].name, l);
         n += l;
     }
+    CHARGED_ASSERT(n > 1); /* a live status exists: the array is never "{}" */
     live_array[n++] = '}';
     live_array[n] = '\0';
 }
@@ -105,5 +110,8 @@ int attempt_status_transition_allowed(int from, enum attempt_status to)
     if ((unsigned)to >= ATTEMPT_STATUS__COUNT || from >= ATTEMPT_STATUS__COUNT)
         return 0;
     unsigned next = from < 0 ? new_attempt : statuses[from].next;
+    /* The table names statuses only, and REJECTED is the end of the road. */
+    CHARGED_ASSERT((next >> ATTEMPT_STATUS__COUNT) == 0);
+    CHARGED_ASSERT(from != ATTEMPT_STATUS_REJECTED || next == 0);
     return (next >> to) & 1u;
 }

@@ -3,6 +3,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "charged_assert.h"
 #include "ownership.h"
 
 static const char *const kind_names[AUDIT_KIND__COUNT] = {
@@ -20,6 +21,8 @@ static const char *const kind_names[AUDIT_KIND__COUNT] = {
 
 const char *audit_kind_name(enum audit_kind k)
 {
+    /* Every kind has its name: the table is ours. */
+    CHARGED_ASSERT((unsigned)k >= AUDIT_KIND__COUNT || kind_names[k] != NULL);
     return (unsigned)k < AUDIT_KIND__COUNT ? kind_names[k] : NULL;
 }
 
@@ -38,11 +41,13 @@ static struct audit_result matched(void)
 
 static struct audit_result pending(const char *why)
 {
+    CHARGED_ASSERT(why && *why); /* a verdict not taken says why */
     return (struct audit_result){AUDIT_PENDING, 0, why, 0};
 }
 
 static struct audit_result finding(enum audit_kind k, const char *why)
 {
+    CHARGED_ASSERT((unsigned)k < AUDIT_KIND__COUNT && why && *why);
     return (struct audit_result){AUDIT_FINDING, k, why, 0};
 }
 
@@ -55,6 +60,7 @@ int audit_policy_same_currency(const char *a, const char *b)
  * reconciler, a webhook or an operator settles these. */
 static int attempt_unsettled(const char *status)
 {
+    CHARGED_ASSERT(status);
     static const char *const open[] = {"PENDING", "PROCESSING", "UNKNOWN",
                                        "REQUIRES_REVIEW"};
     for (size_t i = 0; i < sizeof(open) / sizeof(open[0]); i++)
@@ -145,6 +151,7 @@ static struct audit_result unbooked_money(const struct audit_intent_facts *f,
 
 struct audit_result audit_policy_order_twin(const struct audit_intent_facts *f)
 {
+    CHARGED_ASSERT(f);
     /* The order_charged_twice rule (order_only_intent) seen from the paid
      * side: an intent judged unknown_intent before this one was booked is
      * judged again now that its order is paid. */
@@ -156,6 +163,7 @@ struct audit_result audit_policy_order_twin(const struct audit_intent_facts *f)
 
 struct audit_result audit_policy_intent(const struct audit_intent_facts *f)
 {
+    CHARGED_ASSERT(f);
     if (f->booked)
         return booked_intent(f);
     if (!f->has_attempt_metadata)
@@ -212,6 +220,7 @@ static struct audit_result booked_refund(const struct audit_refund_facts *f)
 
 struct audit_result audit_policy_refund(const struct audit_refund_facts *f)
 {
+    CHARGED_ASSERT(f);
     if (f->booked)
         return booked_refund(f);
     if (refund_unsettled(f->status))
@@ -227,6 +236,7 @@ struct audit_result audit_policy_refund(const struct audit_refund_facts *f)
 
 struct audit_result audit_policy_ledger(const struct audit_ledger_facts *f)
 {
+    CHARGED_ASSERT(f);
     if (!f->provider_status)
         return finding(AUDIT_BOOKED_NOT_CHARGED,
                        "provider does not have the booked object");

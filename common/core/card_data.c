@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "charged_assert.h"
 #include "utf8_text.h"
 
 static int is_digit(char c)
@@ -27,6 +28,7 @@ struct run {
 static void scan_run(const char *buf, size_t len, size_t i, int max_groups,
                      struct run *r)
 {
+    CHARGED_ASSERT(buf && r && i <= len);
     memset(r, 0, sizeof(*r));
     r->start = r->end = i;
     r->ngroups = 1;
@@ -46,6 +48,7 @@ static void scan_run(const char *buf, size_t len, size_t i, int max_groups,
         }
         break;
     }
+    CHARGED_ASSERT(r->start <= r->end && r->end <= len);
 }
 
 /* Grouped the way cards are printed: 4-4-4-4(-3), 4-6-5 or 4-6-4. */
@@ -82,6 +85,7 @@ static int inside_token(const char *buf, size_t len, const struct run *r)
 static int luhn_ok(const char *buf, size_t start, size_t end)
 {
     int sum = 0, dbl = 0;
+    CHARGED_ASSERT(buf && start < end);
     for (size_t i = end; i > start; i--) {
         char c = buf[i - 1];
         if (!is_digit(c))
@@ -111,6 +115,8 @@ static size_t mask_run(char *buf, const struct run *r)
 {
     int keep = 4;
     size_t kept = r->start;
+    /* Only a card's number is masked: 13 to 19 digits. */
+    CHARGED_ASSERT(r->ndigits >= 13 && r->ndigits <= 19);
     for (size_t j = r->end; j > r->start; j--) {
         if (!is_digit(buf[j - 1]))
             continue;
@@ -121,6 +127,8 @@ static size_t mask_run(char *buf, const struct run *r)
             buf[j - 1] = '*';
         }
     }
+    /* Its last four digits kept, the rest masked. */
+    CHARGED_ASSERT(kept > r->start && kept < r->end);
     return kept;
 }
 
@@ -131,6 +139,7 @@ static size_t mask_run(char *buf, const struct run *r)
 static size_t each_pan(char *buf, const char *cbuf, size_t len, int mask)
 {
     size_t n = 0, i = 0;
+    CHARGED_ASSERT(cbuf && (buf || !mask));
     while (i < len) {
         if (!is_digit(cbuf[i]) || (i > 0 && is_digit(cbuf[i - 1]))) {
             i++;
@@ -216,6 +225,7 @@ static int is_hex(char c)
 static int uuid_at(const char *buf, size_t len, size_t i)
 {
     static const char shape[] = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx";
+    CHARGED_ASSERT(i <= len);
     if (len - i < sizeof(shape) - 1 || (i > 0 && is_hex(buf[i - 1])))
         return 0;
     for (size_t k = 0; k < sizeof(shape) - 1; k++)
@@ -230,6 +240,7 @@ static int separated_pan(const char *buf, size_t len, size_t i, struct run *r)
 {
     int digits = 0, found = 0;
     size_t at = i;
+    CHARGED_ASSERT(i < len && r);
     if (buf[i] < '2' || buf[i] > '6')
         return 0;
     for (;;) {
@@ -297,6 +308,7 @@ size_t card_data_copy_masked(char *dst, size_t size, const char *src)
     char *copy = len < sizeof(small) ? small : malloc(len + 1);
     if (size == 0)
         return 0;
+    CHARGED_ASSERT(dst);
     if (!copy) {
         dst[0] = '\0'; /* nothing rather than a number unmasked */
         return 0;

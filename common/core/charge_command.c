@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include <jansson.h>
-#include <uuid/uuid.h>
 
+#include "charged_assert.h"
 #include "command_fields.h"
 
 /* Active ISO 4217 codes. */
@@ -23,13 +23,12 @@ static const char iso4217[] =
 
 int charge_command_is_uuid(const char *s)
 {
-    uuid_t u;
-    /* uuid_parse reads the 36-character form and nothing else. */
-    return s && strlen(s) == 36 && uuid_parse(s, u) == 0;
+    return command_fields_is_uuid(s);
 }
 
 static int currency_allowed(const char *cur, const char *list)
 {
+    CHARGED_ASSERT(cur);
     size_t n = strlen(cur);
     if (!list || !*list)
         return 1;
@@ -52,9 +51,68 @@ static int fingerprint(struct charge_command *c)
     char amount[32];
     const char *fields[] = {c->payment_attempt_id, c->order_id,       amount,
                             c->currency,           c->payment_method, c->customer_id};
+    /* Only a valid command is fingerprinted: what it charges is positive. */
+    CHARGED_ASSERT(c->amount >= 1);
     snprintf(amount, sizeof(amount), "%lld", c->amount);
     return command_fields_fingerprint(fields, sizeof(fields) / sizeof(fields[0]),
                                       c->fingerprint);
+}
+
+/* The currency: an active ISO 4217 code in upper case. 0, or -1. */
+static int currency_read(json_t *doc, char cur[4], char *errbuf, size_t errbuf_size)
+{
+    if (command_fields_string(doc, "currency", 1, 3, 3, cur, 4, errbuf, errbuf_size))
+        return -1;
+    if (!isupper((unsigned char)cur[0]) || !isupper((unsigned char)cur[1]) ||
+        !isupper((unsigned char)cur[2]) || !strstr(iso4217, cur)) {
+        snprintf(errbuf, errbuf_size,
+                 "'currency' must be an ISO 4217 code in upper case, not '%s'", cur);
+        return -1;
+    }
+    return 0;
+}
+
+/* The contract's members, in the order their faults are said. 0, or -1. */
+static int fields_read(json_t *doc, struct charge_command *out, char *errbuf,
+                       size_t errbuf_size)
+{
+    if (command_fields_header(doc, "charge.requested", errbuf, errbuf_size) ||
+        command_fields_uuids(doc, "payment_attempt_id", out->payment_attempt_id,
+                             "order_id", out->order_id, errbuf, errbuf_size) ||
+        command_fields_idempotency_key(doc, out->idempotency_key, errbuf,
+                                       errbuf_size) ||
+        command_fields_amount(doc, &out->amount, errbuf, errbuf_size) ||
+        currency_read(doc, out->currency, errbuf, errbuf_size))
+        return -1;
+    if (command_fields_string(doc, "payment_method", 1, 1, CHARGE_COMMAND_TEXT_CHARS,
+                              out->payment_method, sizeof(out->payment_method), errbuf,
+                              errbuf_size) ||
+        command_fields_string(doc, "customer_id", 0, 1, CHARGE_COMMAND_TEXT_CHARS,
+                              out->customer_id, sizeof(out->customer_id), errbuf,
+                              errbuf_size))
+        return -1;
+    return command_fields_metadata(json_object_get(doc, "metadata"), errbuf,
+                                   errbuf_size);
+}
+
+/* This deployment's own limits on a valid command: DEAD_LETTER_NONE, or
+ * why it is refused. */
+static enum dead_letter_reason deployment_allows(const struct charge_command *c,
+                                                 const struct charge_command_limits *l,
+                                                 char *errbuf, size_t errbuf_size)
+{
+    if (c->amount > l->max_amount) {
+        snprintf(errbuf, errbuf_size,
+                 "'amount' %lld is above this deployment's limit %lld", c->amount,
+                 l->max_amount);
+        return DEAD_LETTER_AMOUNT_OVER_LIMIT;
+    }
+    if (!currency_allowed(c->currency, l->allowed_currencies)) {
+        snprintf(errbuf, errbuf_size, "'currency' %s is not allowed by this deployment",
+                 c->currency);
+        return DEAD_LETTER_CURRENCY_NOT_ALLOWED;
+    }
+    return DEAD_LETTER_NONE;
 }
 
 enum dead_letter_reason charge_command_parse(const void *key, size_t key_len,
@@ -64,117 +122,32 @@ enum dead_letter_reason charge_command_parse(const void *key, size_t key_len,
                                              size_t errbuf_size)
 {
     enum dead_letter_reason r;
-    json_t *doc = NULL, *v;
+    json_t *doc = NULL;
 
+    CHARGED_ASSERT(limits && out && errbuf && errbuf_size > 0);
     memset(out, 0, sizeof(*out));
     if ((r = command_fields_open(key, key_len, value, value_len, limits->max_bytes,
                                  &doc, errbuf, errbuf_size)) != DEAD_LETTER_NONE)
         return r;
     r = DEAD_LETTER_SCHEMA_VIOLATION;
-    v = json_object_get(doc, "type");
-    if (!json_is_string(v) || strcmp(json_string_value(v), "charge.requested") != 0) {
-        snprintf(errbuf, errbuf_size, "'type' must be \"charge.requested\"");
+    if (fields_read(doc, out, errbuf, errbuf_size))
         goto out;
-    }
-    v = json_object_get(doc, "version");
-    if (!json_is_integer(v) || json_integer_value(v) != 1) {
-        snprintf(errbuf, errbuf_size, "'version' must be the integer 1");
+    if ((r = command_fields_key_is(key, key_len, out->payment_attempt_id, errbuf,
+                                   errbuf_size)) != DEAD_LETTER_NONE)
         goto out;
-    }
-    if (command_fields_string(doc, "payment_attempt_id", 1, 36, 36,
-                              out->payment_attempt_id, sizeof(out->payment_attempt_id),
-                              errbuf, errbuf_size) ||
-        command_fields_string(doc, "order_id", 1, 36, 36, out->order_id,
-                              sizeof(out->order_id), errbuf, errbuf_size))
+    command_fields_lower(out->payment_attempt_id);
+    command_fields_lower(out->order_id);
+    if ((r = deployment_allows(out, limits, errbuf, errbuf_size)) != DEAD_LETTER_NONE)
         goto out;
-    if (!charge_command_is_uuid(out->payment_attempt_id)) {
-        snprintf(errbuf, errbuf_size, "'payment_attempt_id' must be a UUID");
-        goto out;
-    }
-    if (!charge_command_is_uuid(out->order_id)) {
-        snprintf(errbuf, errbuf_size, "'order_id' must be a UUID");
-        goto out;
-    }
-    if (command_fields_string(doc, "idempotency_key", 1, 1, 128, out->idempotency_key,
-                              sizeof(out->idempotency_key), errbuf, errbuf_size))
-        goto out;
-    if (!command_fields_key_ok(out->idempotency_key)) {
-        snprintf(errbuf, errbuf_size,
-                 "'idempotency_key' must be 1..128 characters of [A-Za-z0-9._:-]");
-        goto out;
-    }
-    v = json_object_get(doc, "amount");
-    if (!json_is_integer(v)) {
-        snprintf(errbuf, errbuf_size, "'amount' must be an integer (minor units)");
-        goto out;
-    }
-    out->amount = json_integer_value(v);
-    if (out->amount < 1 || out->amount > 100000000000LL) {
-        snprintf(errbuf, errbuf_size, "'amount' %lld is outside 1..100000000000",
-                 out->amount);
-        goto out;
-    }
-    if (command_fields_string(doc, "currency", 1, 3, 3, out->currency,
-                              sizeof(out->currency), errbuf, errbuf_size))
-        goto out;
-    if (!isupper((unsigned char)out->currency[0]) ||
-        !isupper((unsigned char)out->currency[1]) ||
-        !isupper((unsigned char)out->currency[2]) || !strstr(iso4217, out->currency)) {
-        snprintf(errbuf, errbuf_size,
-                 "'currency' must be an ISO 4217 code in upper case, not '%s'",
-                 out->currency);
-        goto out;
-    }
-    if (command_fields_string(doc, "payment_method", 1, 1, CHARGE_COMMAND_TEXT_CHARS,
-                              out->payment_method, sizeof(out->payment_method), errbuf,
-                              errbuf_size) ||
-        command_fields_string(doc, "customer_id", 0, 1, CHARGE_COMMAND_TEXT_CHARS,
-                              out->customer_id, sizeof(out->customer_id), errbuf,
-                              errbuf_size))
-        goto out;
-    v = json_object_get(doc, "metadata");
-    if (command_fields_metadata(v, errbuf, errbuf_size))
-        goto out;
-    if (!key) {
-        r = DEAD_LETTER_KEY_MISMATCH;
-        snprintf(errbuf, errbuf_size,
-                 "the message has no key; it must be the "
-                 "payment_attempt_id");
-        goto out;
-    }
-    if (key_len != 36 || memcmp(key, out->payment_attempt_id, 36) != 0) {
-        r = DEAD_LETTER_KEY_MISMATCH;
-        snprintf(errbuf, errbuf_size, "the message key is not the payment_attempt_id");
-        goto out;
-    }
-    for (char *p = out->payment_attempt_id; *p; p++)
-        *p = (char)tolower((unsigned char)*p);
-    for (char *p = out->order_id; *p; p++)
-        *p = (char)tolower((unsigned char)*p);
-    if (out->amount > limits->max_amount) {
-        r = DEAD_LETTER_AMOUNT_OVER_LIMIT;
-        snprintf(errbuf, errbuf_size,
-                 "'amount' %lld is above this deployment's limit %lld", out->amount,
-                 limits->max_amount);
-        goto out;
-    }
-    if (!currency_allowed(out->currency, limits->allowed_currencies)) {
-        r = DEAD_LETTER_CURRENCY_NOT_ALLOWED;
-        snprintf(errbuf, errbuf_size, "'currency' %s is not allowed by this deployment",
-                 out->currency);
-        goto out;
-    }
-    out->metadata_json =
-        json_is_object(v) ? json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS) : strdup("{}");
-    if (!out->metadata_json) {
-        snprintf(errbuf, errbuf_size, "out of memory");
-        goto out;
-    }
-    if (fingerprint(out)) {
+    out->metadata_json = command_fields_metadata_json(json_object_get(doc, "metadata"));
+    if (!out->metadata_json || fingerprint(out)) {
+        r = DEAD_LETTER_SCHEMA_VIOLATION;
         snprintf(errbuf, errbuf_size, "out of memory");
         charge_command_release(out);
         goto out;
     }
+    /* A valid command is whole: the amount in the contract's range. */
+    CHARGED_ASSERT(out->amount >= 1 && out->amount <= limits->max_amount);
     r = DEAD_LETTER_NONE;
 out:
     json_decref(doc);

@@ -1,5 +1,7 @@
 #include "charge_policy.h"
 
+#include "charged_assert.h"
+
 /* When an outcome may be sent again with the same key. */
 enum retry_rule {
     NEVER,                      /* settle now */
@@ -52,13 +54,17 @@ int charge_policy_key_window_open(long long key_age_ms, long long key_retention_
 long long charge_policy_backoff_ms(const struct charge_policy *p, int tries,
                                    unsigned jitter)
 {
+    CHARGED_ASSERT(p && p->retry_base_ms > 0 && p->retry_max_ms > 0);
     long long d = p->retry_base_ms;
     for (int i = 1; i < tries && d < p->retry_max_ms; i++)
         d *= 2;
     if (d > p->retry_max_ms)
         d = p->retry_max_ms;
     unsigned h = (jitter * 2654435761u) ^ (unsigned)tries;
-    return d / 2 + (long long)(h % (unsigned long long)(d / 2 + 1));
+    long long wait = d / 2 + (long long)(h % (unsigned long long)(d / 2 + 1));
+    /* Jittered within the capped step: never past retry_max_ms. */
+    CHARGED_ASSERT(wait >= d / 2 && wait <= d && wait <= p->retry_max_ms);
+    return wait;
 }
 
 struct charge_decision charge_policy_decide(const struct charge_policy *p,
@@ -66,6 +72,7 @@ struct charge_decision charge_policy_decide(const struct charge_policy *p,
                                             int key_window_open, unsigned jitter)
 {
     struct charge_decision d = {0};
+    CHARGED_ASSERT(p && tries >= 0);
     if ((unsigned)outcome >= sizeof(rows) / sizeof(rows[0]))
         outcome = PROVIDER_REQUIRES_REVIEW; /* an answer we cannot place */
     int again = 0;
@@ -89,12 +96,17 @@ struct charge_decision charge_policy_decide(const struct charge_policy *p,
     d.event_type = attempt_status_event_type(d.status);
     d.next_check_ms = rows[outcome].looked_at ? p->first_look_ms : -1;
     d.reason_code = rows[outcome].reason_code;
+    /* The worker settles from PROCESSING: every row is a move it may make. */
+    CHARGED_ASSERT(
+        attempt_status_transition_allowed(ATTEMPT_STATUS_PROCESSING, d.status));
+    CHARGED_ASSERT(d.next_check_ms == -1 || d.next_check_ms >= 0);
     return d;
 }
 
 int charge_policy_count_try(struct charge_tries *t, enum provider_outcome outcome,
                             int failure, int opened_breaker, int *outage)
 {
+    CHARGED_ASSERT(t && t->not_executed >= 0 && t->unknown >= 0);
     int spared = failure && opened_breaker && !t->rode_outage;
     if (spared)
         t->rode_outage = 1;

@@ -2,15 +2,19 @@
 
 #include <ctype.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <openssl/evp.h>
+#include <uuid/uuid.h>
 
+#include "charged_assert.h"
 #include "card_data.h"
 #include "utf8_text.h"
 
 int command_fields_key_ok(const char *s)
 {
+    CHARGED_ASSERT(s);
     size_t n = strlen(s);
     if (n < 1 || n > 128)
         return 0;
@@ -30,6 +34,7 @@ int command_fields_string(json_t *obj, const char *name, int required, size_t mi
                           size_t max, char *dst, size_t dst_size, char *errbuf,
                           size_t errbuf_size)
 {
+    CHARGED_ASSERT(name && dst && dst_size > 0 && min <= max);
     json_t *v = json_object_get(obj, name);
     if (!v || json_is_null(v)) {
         if (required) {
@@ -59,6 +64,7 @@ int command_fields_metadata(json_t *md, char *errbuf, size_t errbuf_size)
 {
     const char *k;
     json_t *v;
+    CHARGED_ASSERT(errbuf && errbuf_size > 0);
     if (!md || json_is_null(md))
         return 0;
     if (!json_is_object(md)) {
@@ -92,6 +98,7 @@ enum dead_letter_reason command_fields_open(const void *key, size_t key_len,
                                             char *errbuf, size_t errbuf_size)
 {
     json_error_t jerr;
+    CHARGED_ASSERT(doc && errbuf && errbuf_size > 0);
     *doc = NULL;
     if (!value || value_len == 0) {
         snprintf(errbuf, errbuf_size, "the message has no value");
@@ -133,6 +140,7 @@ enum dead_letter_reason command_fields_open(const void *key, size_t key_len,
 
 int command_fields_type_is(const void *value, size_t value_len, const char *type)
 {
+    CHARGED_ASSERT(type);
     json_t *d =
         value ? json_loadb(value, value_len, JSON_REJECT_DUPLICATES, NULL) : NULL;
     json_t *t = json_object_get(d, "type");
@@ -148,6 +156,7 @@ int command_fields_fingerprint(const char *const *fields, size_t n, char out[65]
     int rc = -1;
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
 
+    CHARGED_ASSERT(fields && n > 0 && out);
     out[0] = '\0';
     if (!ctx || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) ||
         !EVP_DigestUpdate(ctx, "v2", 2))
@@ -163,8 +172,113 @@ int command_fields_fingerprint(const char *const *fields, size_t n, char out[65]
         goto out;
     for (unsigned i = 0; i < mdlen; i++)
         snprintf(out + 2 * i, 3, "%02x", md[i]);
+    CHARGED_ASSERT(strlen(out) == 64); /* never an empty or a cut fingerprint */
     rc = 0;
 out:
     EVP_MD_CTX_free(ctx);
     return rc;
+}
+
+int command_fields_header(json_t *doc, const char *type, char *errbuf,
+                          size_t errbuf_size)
+{
+    CHARGED_ASSERT(doc && type);
+    json_t *v = json_object_get(doc, "type");
+    if (!json_is_string(v) || strcmp(json_string_value(v), type) != 0) {
+        snprintf(errbuf, errbuf_size, "'type' must be \"%s\"", type);
+        return -1;
+    }
+    v = json_object_get(doc, "version");
+    if (!json_is_integer(v) || json_integer_value(v) != 1) {
+        snprintf(errbuf, errbuf_size, "'version' must be the integer 1");
+        return -1;
+    }
+    return 0;
+}
+
+int command_fields_is_uuid(const char *s)
+{
+    uuid_t u;
+    /* uuid_parse reads the 36-character form and nothing else. */
+    return s && strlen(s) == 36 && uuid_parse(s, u) == 0;
+}
+
+int command_fields_uuids(json_t *doc, const char *name_a, char a[37],
+                         const char *name_b, char b[37], char *errbuf,
+                         size_t errbuf_size)
+{
+    CHARGED_ASSERT(name_a && name_b && a && b);
+    if (command_fields_string(doc, name_a, 1, 36, 36, a, 37, errbuf, errbuf_size) ||
+        command_fields_string(doc, name_b, 1, 36, 36, b, 37, errbuf, errbuf_size))
+        return -1;
+    const char *bad = !command_fields_is_uuid(a)   ? name_a
+                      : !command_fields_is_uuid(b) ? name_b
+                                                   : NULL;
+    if (bad) {
+        snprintf(errbuf, errbuf_size, "'%s' must be a UUID", bad);
+        return -1;
+    }
+    return 0;
+}
+
+int command_fields_idempotency_key(json_t *doc, char key[129], char *errbuf,
+                                   size_t errbuf_size)
+{
+    if (command_fields_string(doc, "idempotency_key", 1, 1, 128, key, 129, errbuf,
+                              errbuf_size))
+        return -1;
+    if (!command_fields_key_ok(key)) {
+        snprintf(errbuf, errbuf_size,
+                 "'idempotency_key' must be 1..128 characters of [A-Za-z0-9._:-]");
+        return -1;
+    }
+    return 0;
+}
+
+int command_fields_amount(json_t *doc, long long *amount, char *errbuf,
+                          size_t errbuf_size)
+{
+    CHARGED_ASSERT(amount);
+    json_t *v = json_object_get(doc, "amount");
+    if (!json_is_integer(v)) {
+        snprintf(errbuf, errbuf_size, "'amount' must be an integer (minor units)");
+        return -1;
+    }
+    *amount = json_integer_value(v);
+    if (*amount < 1 || *amount > 100000000000LL) {
+        snprintf(errbuf, errbuf_size, "'amount' %lld is outside 1..100000000000",
+                 *amount);
+        return -1;
+    }
+    return 0;
+}
+
+enum dead_letter_reason command_fields_key_is(const void *key, size_t key_len,
+                                              const char *payment_attempt_id,
+                                              char *errbuf, size_t errbuf_size)
+{
+    CHARGED_ASSERT(payment_attempt_id && errbuf && errbuf_size > 0);
+    if (!key) {
+        snprintf(errbuf, errbuf_size,
+                 "the message has no key; it must be the payment_attempt_id");
+        return DEAD_LETTER_KEY_MISMATCH;
+    }
+    if (key_len != 36 || memcmp(key, payment_attempt_id, 36) != 0) {
+        snprintf(errbuf, errbuf_size, "the message key is not the payment_attempt_id");
+        return DEAD_LETTER_KEY_MISMATCH;
+    }
+    return DEAD_LETTER_NONE;
+}
+
+void command_fields_lower(char *s)
+{
+    CHARGED_ASSERT(s);
+    for (; *s; s++)
+        *s = (char)tolower((unsigned char)*s);
+}
+
+char *command_fields_metadata_json(json_t *md)
+{
+    return json_is_object(md) ? json_dumps(md, JSON_COMPACT | JSON_SORT_KEYS)
+                              : strdup("{}");
 }

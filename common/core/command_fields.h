@@ -33,6 +33,36 @@ int command_fields_key_ok(const char *s);
 /* An optional metadata object: at most 20 string pairs, keys 1..40 and
  * values at most 500 characters. 0, or -1. */
 int command_fields_metadata(json_t *md, char *errbuf, size_t errbuf_size);
+/* The members every command opens with: "type" is `type` and "version"
+ * the integer 1. 0, or -1. */
+int command_fields_header(json_t *doc, const char *type, char *errbuf,
+                          size_t errbuf_size);
+/* 1 if s is a UUID in its 36-character form. */
+int command_fields_is_uuid(const char *s);
+/* Two required UUID members, name_a into a and name_b into b: both are read
+ * before either is checked, so that the first fault said is the same for
+ * every command. 0, or -1. */
+int command_fields_uuids(json_t *doc, const char *name_a, char a[37],
+                         const char *name_b, char b[37], char *errbuf,
+                         size_t errbuf_size);
+/* The required "idempotency_key" (command_fields_key_ok) into key. 0, or -1. */
+int command_fields_idempotency_key(json_t *doc, char key[129], char *errbuf,
+                                   size_t errbuf_size);
+/* The required "amount": an integer of minor units, 1..100000000000, into
+ * *amount. 0, or -1. */
+int command_fields_amount(json_t *doc, long long *amount, char *errbuf,
+                          size_t errbuf_size);
+/* The message's key is the command's payment_attempt_id (36 bytes, as the
+ * command writes it): DEAD_LETTER_NONE, or DEAD_LETTER_KEY_MISMATCH. */
+enum dead_letter_reason command_fields_key_is(const void *key, size_t key_len,
+                                              const char *payment_attempt_id,
+                                              char *errbuf, size_t errbuf_size);
+/* A UUID made canonical: lower case, in place. */
+void command_fields_lower(char *s);
+/* The metadata (checked by command_fields_metadata) as the compact JSON
+ * recorded, keys sorted; "{}" when there is none. NULL when out of
+ * memory; the caller frees it. */
+char *command_fields_metadata_json(json_t *md);
 /* SHA-256 hex over the fields, each prefixed with its length, so that no
  * two different commands share one ("a|b" + "" against "a" + "b|" could
  * under a separator). 0, or -1 when OpenSSL could not (out of memory): an

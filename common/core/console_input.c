@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 
+#include "charged_assert.h"
 #include "charge_command.h"
 #include "dead_letter_reason.h"
 #include "decimal.h"
@@ -19,6 +20,7 @@
 static int refuse(char *why, size_t why_size, const char *fmt, ...)
 {
     va_list ap;
+    CHARGED_ASSERT(why && why_size > 0 && fmt);
     va_start(ap, fmt);
     vsnprintf(why, why_size, fmt, ap);
     va_end(ap);
@@ -38,6 +40,7 @@ static int intent_id_ok(const char *s, size_t n)
 static int lower_uuid(const char *s, size_t n, char out[37])
 {
     char tmp[37];
+    CHARGED_ASSERT(out);
     if (n != 36)
         return -1;
     memcpy(tmp, s, 36);
@@ -85,6 +88,7 @@ int console_input_route_writes(enum console_route r)
 
 static enum console_route found(struct console_route_match *m, enum console_route r)
 {
+    CHARGED_ASSERT(m && r != CONSOLE_R_NONE);
     m->route = r;
     m->method = console_input_route_writes(r) ? "POST" : "GET";
     return r;
@@ -94,6 +98,7 @@ enum console_route console_input_route(const char *path, struct console_route_ma
 {
     static const char attempts[] = API "attempts/", letters[] = API "dead-letters/",
                       resolve[] = "/resolve";
+    CHARGED_ASSERT(m);
     memset(m, 0, sizeof(*m));
     m->route = CONSOLE_R_NONE;
     if (!path)
@@ -178,6 +183,7 @@ static int only_known(json_t *doc, const char *const *known, char *why, size_t w
 static int member_string(json_t *doc, const char *name, char *out, size_t size)
 {
     json_t *v = json_object_get(doc, name);
+    CHARGED_ASSERT(out && size > 0);
     if (!v)
         return 0;
     if (!json_is_string(v) || json_string_length(v) >= size)
@@ -215,6 +221,7 @@ int console_input_login(const char *body, size_t len, char secret[CONSOLE_SECRET
 {
     static const char *const known[] = {"token", NULL};
     int rc = -1;
+    CHARGED_ASSERT(secret);
     json_t *doc = object_body(body, len, why, why_size);
     if (!doc || only_known(doc, known, why, why_size) != 0)
         goto out;
@@ -238,6 +245,7 @@ int console_input_resolve(const char *body, size_t len, const char *attempt_id,
                                         "force",    "confirm",           NULL};
     char decision[16];
     int rc = -1, got;
+    CHARGED_ASSERT(out);
     memset(out, 0, sizeof(*out));
     json_t *doc = object_body(body, len, why, why_size);
     if (!doc || only_known(doc, known, why, why_size) != 0)
@@ -305,6 +313,7 @@ int console_input_replay(const char *body, size_t len, struct console_replay_inp
 {
     static const char *const known[] = {"positions", "dry_run", NULL};
     int rc = -1;
+    CHARGED_ASSERT(out);
     memset(out, 0, sizeof(*out));
     json_t *doc = object_body(body, len, why, why_size);
     if (!doc || only_known(doc, known, why, why_size) != 0)
@@ -337,6 +346,7 @@ int console_input_replay(const char *body, size_t len, struct console_replay_inp
             }
     }
     out->n = n;
+    CHARGED_ASSERT(out->n >= 1 && out->n <= CONSOLE_MAX_POSITIONS);
     rc = 0;
 out:
     json_decref(doc);
@@ -363,6 +373,7 @@ int console_input_letter_param(const char *name, const char *value,
                                struct console_letter_query *q, char *why,
                                size_t why_size)
 {
+    CHARGED_ASSERT(q);
     if (!name)
         return refuse(why, why_size, "a parameter without a name");
     if (!value)
@@ -409,6 +420,7 @@ int console_input_letter_param(const char *name, const char *value,
 int console_input_find_id(const char *value, char out[96], char *why, size_t why_size)
 {
     size_t n = value ? strlen(value) : 0;
+    CHARGED_ASSERT(out);
     if (n == 36 && lower_uuid(value, n, out) == 0)
         return 0;
     if (value && intent_id_ok(value, n)) {
@@ -423,6 +435,7 @@ int console_input_cookie(const char *header, char out[CONSOLE_SECRET_MAX])
 {
     const size_t name_len = sizeof(CONSOLE_COOKIE) - 1;
     const char *p = header;
+    CHARGED_ASSERT(out);
     while (p && *p) {
         while (*p == ' ' || *p == ';')
             p++;
@@ -446,6 +459,7 @@ int console_input_position(const char *s, int32_t *partition, int64_t *offset)
 {
     const char *rest;
     int64_t p, o;
+    CHARGED_ASSERT(partition && offset);
     if (decimal_parse(s, INT32_MAX, &p, &rest) != 0 || *rest != ':' ||
         decimal_parse(rest + 1, INT64_MAX, &o, NULL) != 0)
         return -1;

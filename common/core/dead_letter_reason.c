@@ -2,6 +2,8 @@
 
 #include <string.h>
 
+#include "charged_assert.h"
+
 static const char *reason_names[DEAD_LETTER__COUNT] = {
     NULL,
     "empty_value",
@@ -19,7 +21,10 @@ static const char *reason_names[DEAD_LETTER__COUNT] = {
 
 const char *dead_letter_reason_name(enum dead_letter_reason r)
 {
-    return r > DEAD_LETTER_NONE && r < DEAD_LETTER__COUNT ? reason_names[r] : NULL;
+    if (r <= DEAD_LETTER_NONE || r >= DEAD_LETTER__COUNT)
+        return NULL;
+    CHARGED_ASSERT(reason_names[r] != NULL); /* every reason has its name */
+    return reason_names[r];
 }
 
 int dead_letter_reason_parse(const char *s)

@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "charged_assert.h"
+
 /* One partition: its unfinished-or-not-yet-popped offsets in arrival order,
  * as a ring buffer, with a done flag each. */
 struct part {
@@ -42,8 +44,16 @@ void offset_tracker_free(offset_tracker_t *t)
     free(t);
 }
 
+/* A partition's ring holds its offsets: what is pending is among them. */
+static void part_check(const struct part *p)
+{
+    CHARGED_ASSERT(p->len <= p->cap && (p->cap == 0 || p->head < p->cap));
+    CHARGED_ASSERT(p->pending <= p->len);
+}
+
 static struct part *find(const offset_tracker_t *t, int32_t partition)
 {
+    CHARGED_ASSERT(t);
     for (size_t i = 0; i < t->nparts; i++)
         if (t->parts[i].partition == partition)
             return &t->parts[i];
@@ -69,6 +79,7 @@ static struct part *find_or_add(offset_tracker_t *t, int32_t partition)
 
 static int grow(struct part *p)
 {
+    CHARGED_ASSERT(p->len == p->cap); /* grown only when full */
     size_t ncap = p->cap ? p->cap * 2 : 64;
     int64_t *o = malloc(ncap * sizeof(*o));
     unsigned char *d = malloc(ncap);
@@ -87,6 +98,7 @@ static int grow(struct part *p)
     p->done = d;
     p->head = 0;
     p->cap = ncap;
+    CHARGED_ASSERT(p->len < p->cap);
     return 0;
 }
 
@@ -103,6 +115,8 @@ int offset_tracker_begin(offset_tracker_t *t, int32_t partition, int64_t offset)
     t->pending_total++;
     if (offset + 1 > p->next)
         p->next = offset + 1;
+    part_check(p);
+    CHARGED_ASSERT(t->pending_total >= p->pending);
     return 0;
 }
 
@@ -124,6 +138,8 @@ void offset_tracker_done(offset_tracker_t *t, int32_t partition, int64_t offset)
     size_t at = (p->head + lo) % p->cap;
     if (lo == p->len || p->offsets[at] != offset || p->done[at])
         return;
+    /* Not done yet: it is counted pending, here and in the total. */
+    CHARGED_ASSERT(p->pending > 0 && t->pending_total > 0);
     p->done[at] = 1;
     p->pending--;
     t->pending_total--;
@@ -131,6 +147,7 @@ void offset_tracker_done(offset_tracker_t *t, int32_t partition, int64_t offset)
         p->head = (p->head + 1) % p->cap;
         p->len--;
     }
+    part_check(p);
 }
 
 int64_t offset_tracker_committable(const offset_tracker_t *t, int32_t partition)
@@ -138,7 +155,10 @@ int64_t offset_tracker_committable(const offset_tracker_t *t, int32_t partition)
     const struct part *p = find(t, partition);
     if (!p || p->next < 0)
         return -1;
-    return p->len > 0 ? p->offsets[p->head] : p->next;
+    int64_t pos = p->len > 0 ? p->offsets[p->head] : p->next;
+    /* Never past what was seen: a commit covers only offsets taken. */
+    CHARGED_ASSERT(pos <= p->next);
+    return pos;
 }
 
 size_t offset_tracker_pending(const offset_tracker_t *t, int32_t partition)
@@ -155,6 +175,7 @@ size_t offset_tracker_pending_total(const offset_tracker_t *t)
 size_t offset_tracker_dirty(const offset_tracker_t *t, int32_t *partitions, size_t max)
 {
     size_t n = 0;
+    CHARGED_ASSERT(t && (partitions || max == 0));
     for (size_t i = 0; i < t->nparts && n < max; i++) {
         int64_t pos = offset_tracker_committable(t, t->parts[i].partition);
         if (pos >= 0 && pos != t->parts[i].committed)
@@ -176,6 +197,7 @@ void offset_tracker_forget(offset_tracker_t *t, int32_t partition)
     for (size_t i = 0; i < t->nparts; i++) {
         if (t->parts[i].partition != partition)
             continue;
+        CHARGED_ASSERT(t->pending_total >= t->parts[i].pending);
         t->pending_total -= t->parts[i].pending;
         part_release(&t->parts[i]);
         t->parts[i] = t->parts[--t->nparts];

@@ -1,8 +1,9 @@
 #include "ownership.h"
 
-#include <assert.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "charged_assert.h"
 
 static int present(const char *s)
 {
@@ -12,6 +13,8 @@ static int present(const char *s)
 static enum ownership_verdict say(enum ownership_verdict v, char *why, size_t size,
                                   const char *text)
 {
+    /* Only a verdict against the claim says why. */
+    CHARGED_ASSERT(v == OWNERSHIP_FOREIGN || v == OWNERSHIP_UNPROVEN);
     if (why && size)
         snprintf(why, size, "%s", text);
     return v;
@@ -20,7 +23,8 @@ static enum ownership_verdict say(enum ownership_verdict v, char *why, size_t si
 enum ownership_verdict ownership_judge(const struct ownership_claim *c, char *why,
                                        size_t why_size)
 {
-    assert(c);
+    CHARGED_ASSERT(c);
+    CHARGED_ASSERT(why || why_size == 0);
     if (why && why_size)
         why[0] = '\0';
     if (c->recorded_elsewhere)

@@ -2,6 +2,8 @@
 
 #include <stdlib.h>
 
+#include "charged_assert.h"
+
 struct bucket {
     int64_t start; /* of its slice of time; a bucket older than the window is empty */
     int calls, failures;
@@ -32,6 +34,7 @@ static void clear_window(provider_breaker_t *b)
 
 provider_breaker_t *provider_breaker_new(const struct provider_breaker_config *cfg)
 {
+    CHARGED_ASSERT(cfg);
     provider_breaker_t *b = calloc(1, sizeof(*b));
     if (!b)
         return NULL;
@@ -47,6 +50,7 @@ provider_breaker_t *provider_breaker_new(const struct provider_breaker_config *c
     if (b->cfg.window_ms < BREAKER_BUCKETS)
         b->cfg.window_ms = BREAKER_BUCKETS;
     b->bucket_ms = b->cfg.window_ms / BREAKER_BUCKETS;
+    CHARGED_ASSERT(b->bucket_ms > 0);
     b->state = PROVIDER_BREAKER_CLOSED;
     clear_window(b);
     return b;
@@ -59,6 +63,9 @@ void provider_breaker_free(provider_breaker_t *b)
 
 static void move_to(provider_breaker_t *b, enum provider_breaker_state s, int64_t now)
 {
+    /* Every move is to another state (closed -> open -> half open -> open
+     * or closed): one that stays put is a bug in the table of moves. */
+    CHARGED_ASSERT((unsigned)s <= PROVIDER_BREAKER_OPEN && s != b->state);
     b->state = s;
     b->generation++;
     b->streak = 0;
@@ -76,6 +83,7 @@ static void move_to(provider_breaker_t *b, enum provider_breaker_state s, int64_
 /* The bucket for now's slice of time, emptied if it last held an older one. */
 static struct bucket *bucket_at(provider_breaker_t *b, int64_t now)
 {
+    CHARGED_ASSERT(b->bucket_ms > 0);
     int64_t slice = now >= 0 ? now / b->bucket_ms : -((-now - 1) / b->bucket_ms) - 1;
     struct bucket *k = &b->window[(size_t)(slice % BREAKER_BUCKETS + BREAKER_BUCKETS) %
                                   BREAKER_BUCKETS];
@@ -88,6 +96,7 @@ static struct bucket *bucket_at(provider_breaker_t *b, int64_t now)
 void provider_breaker_window(provider_breaker_t *b, int64_t now_ms, int *calls,
                              int *failures)
 {
+    CHARGED_ASSERT(calls && failures);
     *calls = *failures = 0;
     if (b->state != PROVIDER_BREAKER_CLOSED)
         return;
@@ -101,6 +110,7 @@ void provider_breaker_window(provider_breaker_t *b, int64_t now_ms, int *calls,
             *failures += k->failures;
         }
     }
+    CHARGED_ASSERT(*failures <= *calls);
 }
 
 enum provider_breaker_state provider_breaker_state(provider_breaker_t *b,
@@ -139,6 +149,9 @@ int provider_breaker_allow(provider_breaker_t *b, int64_t now_ms,
     *t = (struct provider_breaker_ticket){b->generation, 0, b->probation};
     b->probation_out += b->probation;
     b->in_flight++;
+    /* A probation lets through its calls and no more. */
+    CHARGED_ASSERT(!b->probation ||
+                   b->probation_out + b->probation_done <= b->cfg.probes);
     return 1;
 }
 
@@ -147,6 +160,7 @@ int provider_breaker_allow_probe(provider_breaker_t *b, int64_t now_ms,
 {
     if (provider_breaker_state(b, now_ms) != PROVIDER_BREAKER_HALF_OPEN || b->probe_out)
         return 0;
+    CHARGED_ASSERT(t);
     b->probe_out = 1;
     *t = (struct provider_breaker_ticket){b->generation, 1, 0};
     b->in_flight++;
@@ -178,6 +192,8 @@ void provider_breaker_record(provider_breaker_t *b,
                              enum provider_breaker_answer a, int64_t now_ms)
 {
     int calls, failures;
+    CHARGED_ASSERT(t &&
+                   (a == PROVIDER_BREAKER_SUCCESS || a == PROVIDER_BREAKER_FAILURE));
     if (!end_ticket(b, t))
         return;
     switch (b->state) {

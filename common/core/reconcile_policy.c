@@ -4,6 +4,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "charged_assert.h"
 #include "card_data.h"
 #include "charge_policy.h"
 #include "ownership.h"
@@ -118,6 +119,7 @@ static int is_intent(enum provider_outcome o)
 
 static const char *object_of(const struct reconcile_attempt *a)
 {
+    CHARGED_ASSERT(a);
     return a->object ? a->object : "intent";
 }
 
@@ -133,6 +135,7 @@ static int intent_is_ours(const struct reconcile_attempt *a,
 {
     const char *obj = object_of(a);
     int has_currency = a->currency != NULL;
+    CHARGED_ASSERT(res && why && why_size > 0);
     if (!own_answer && (!res->amount || (has_currency && !res->currency[0])))
         snprintf(why, why_size, "%s %s without amount%s", obj, res->provider_payment_id,
                  has_currency ? " or currency" : "");
@@ -358,6 +361,7 @@ static void set_reason(struct reconcile_decision *d, const char *prefix,
                        const char *detail)
 {
     char tmp[1024];
+    CHARGED_ASSERT(d);
     if (!prefix) {
         d->reason[0] = '\0';
         return;
@@ -373,6 +377,7 @@ static void finish(const struct reconcile_limits *lim,
                    const struct provider_result *intent, char *detail,
                    size_t detail_size, struct reconcile_decision *out)
 {
+    CHARGED_ASSERT(lim && (unsigned)rule < RECONCILE_RULE__COUNT);
     out->rule = rule;
     out->status = rules[rule].how == KEEPS ? a->status : rules[rule].status;
     set_reason(out, rules[rule].reason, detail);
@@ -390,6 +395,9 @@ static void finish(const struct reconcile_limits *lim,
         out->status = rules[RECONCILE_TOO_OLD].status;
         set_reason(out, rules[RECONCILE_TOO_OLD].reason, detail);
     }
+    /* What settles is a move the status may make; what keeps it, stays. */
+    CHARGED_ASSERT(out->status == a->status ||
+                   attempt_status_transition_allowed((int)a->status, out->status));
 }
 
 void reconcile_policy_decide(const struct reconcile_limits *lim,
@@ -400,6 +408,7 @@ void reconcile_policy_decide(const struct reconcile_limits *lim,
     char detail[768] = "";
     const struct provider_result *intent;
 
+    CHARGED_ASSERT(lim && a && e && out);
     memset(out, 0, sizeof(*out));
     enum reconcile_rule rule =
         classify(lim, a, e, &out->next, &intent, detail, sizeof(detail));
@@ -469,6 +478,7 @@ void reconcile_policy_decide_refund(const struct reconcile_limits *lim,
     char detail[768] = "";
     const struct provider_result *found;
 
+    CHARGED_ASSERT(lim && a && e && out);
     memset(out, 0, sizeof(*out));
     enum reconcile_rule rule =
         classify_refund(lim, a, e, &out->next, &found, detail, sizeof(detail));
@@ -479,9 +489,11 @@ void reconcile_policy_decide_refund(const struct reconcile_limits *lim,
 void reconcile_policy_list_window(long long first_sent_ms, long long key_retention_ms,
                                   long long *gte, long long *lt)
 {
+    CHARGED_ASSERT(gte && lt && key_retention_ms >= 0);
     *gte = (first_sent_ms - RECONCILE_LIST_CLOCK_MARGIN_MS) / 1000;
     *lt =
         (first_sent_ms + key_retention_ms + RECONCILE_LIST_CLOCK_MARGIN_MS) / 1000 + 1;
+    CHARGED_ASSERT(*gte < *lt); /* the window holds the first send */
 }
 
 /* How settled a match is, as the client ranks a page's: 0 the most. */
@@ -496,6 +508,7 @@ static int settled_rank(enum provider_outcome o)
 int reconcile_policy_list_fold(struct provider_result *walk,
                                const struct provider_result *page, int pages)
 {
+    CHARGED_ASSERT(walk && page && pages >= 1);
     if (page->outcome == PROVIDER_UNKNOWN || page->outcome == PROVIDER_INVALID ||
         page->outcome == PROVIDER_NOT_EXECUTED) {
         *walk = *page; /* no evidence, whatever earlier pages held */
@@ -509,6 +522,7 @@ int reconcile_policy_list_fold(struct provider_result *walk,
                                                         settled_rank(walk->outcome)))
         *walk = *page;
     walk->matches = matches;
+    CHARGED_ASSERT(walk->matches >= page->matches);
     if (!page->has_more)
         return 0;
     if (pages >= RECONCILE_LIST_MAX_PAGES) {
@@ -530,6 +544,7 @@ int reconcile_policy_list_walk(reconcile_list_page_fn page_of, void *ctx,
     long latency = 0;
     int pages = 0;
 
+    CHARGED_ASSERT(page_of && walk);
     memset(walk, 0, sizeof(*walk));
     for (;;) {
         memset(&page, 0, sizeof(page));
@@ -541,5 +556,6 @@ int reconcile_policy_list_walk(reconcile_list_page_fn page_of, void *ctx,
         snprintf(after, sizeof(after), "%s", page.list_last_id);
     }
     walk->latency_ms = latency;
+    CHARGED_ASSERT(pages >= 1 && pages <= RECONCILE_LIST_MAX_PAGES);
     return pages;
 }

@@ -1,6 +1,5 @@
 #include "refund_command.h"
 
-#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +7,7 @@
 #include <jansson.h>
 
 #include "charge_command.h"
+#include "charged_assert.h"
 #include "command_fields.h"
 
 static const char *const reasons[] = {"requested_by_customer", "duplicate",
@@ -15,16 +15,11 @@ static const char *const reasons[] = {"requested_by_customer", "duplicate",
 
 static int reason_ok(const char *s)
 {
+    CHARGED_ASSERT(s);
     for (size_t i = 0; i < sizeof(reasons) / sizeof(reasons[0]); i++)
         if (!strcmp(s, reasons[i]))
             return 1;
     return 0;
-}
-
-static void lower(char *s)
-{
-    for (; *s; s++)
-        *s = (char)tolower((unsigned char)*s);
 }
 
 /* Everything that decides what is refunded: the same refund id or key
@@ -34,9 +29,32 @@ static int fingerprint(struct refund_command *c)
     char amount[32];
     const char *fields[] = {"refund", c->refund_id, c->payment_attempt_id, amount,
                             c->reason};
+    CHARGED_ASSERT(c->amount >= 1); /* only a valid refund is fingerprinted */
     snprintf(amount, sizeof(amount), "%lld", c->amount);
     return command_fields_fingerprint(fields, sizeof(fields) / sizeof(fields[0]),
                                       c->fingerprint);
+}
+
+/* The contract's members, in the order their faults are said. 0, or -1. */
+static int fields_read(json_t *doc, struct refund_command *out, char *errbuf,
+                       size_t errbuf_size)
+{
+    if (command_fields_header(doc, REFUND_COMMAND_TYPE, errbuf, errbuf_size) ||
+        command_fields_uuids(doc, "refund_id", out->refund_id, "payment_attempt_id",
+                             out->payment_attempt_id, errbuf, errbuf_size) ||
+        command_fields_idempotency_key(doc, out->idempotency_key, errbuf,
+                                       errbuf_size) ||
+        command_fields_amount(doc, &out->amount, errbuf, errbuf_size))
+        return -1;
+    if (command_fields_string(doc, "reason", 1, 1, 23, out->reason, sizeof(out->reason),
+                              errbuf, errbuf_size) ||
+        !reason_ok(out->reason)) {
+        snprintf(errbuf, errbuf_size,
+                 "'reason' must be requested_by_customer, duplicate or fraudulent");
+        return -1;
+    }
+    return command_fields_metadata(json_object_get(doc, "metadata"), errbuf,
+                                   errbuf_size);
 }
 
 enum dead_letter_reason refund_command_parse(const void *key, size_t key_len,
@@ -46,87 +64,31 @@ enum dead_letter_reason refund_command_parse(const void *key, size_t key_len,
                                              size_t errbuf_size)
 {
     enum dead_letter_reason r;
-    json_t *doc = NULL, *v, *md;
+    json_t *doc = NULL;
 
+    CHARGED_ASSERT(out && errbuf && errbuf_size > 0);
     memset(out, 0, sizeof(*out));
     if ((r = command_fields_open(key, key_len, value, value_len, max_bytes, &doc,
                                  errbuf, errbuf_size)) != DEAD_LETTER_NONE)
         return r;
     r = DEAD_LETTER_SCHEMA_VIOLATION;
-    v = json_object_get(doc, "type");
-    if (!json_is_string(v) || strcmp(json_string_value(v), REFUND_COMMAND_TYPE) != 0) {
-        snprintf(errbuf, errbuf_size, "'type' must be \"" REFUND_COMMAND_TYPE "\"");
+    if (fields_read(doc, out, errbuf, errbuf_size))
         goto out;
-    }
-    v = json_object_get(doc, "version");
-    if (!json_is_integer(v) || json_integer_value(v) != 1) {
-        snprintf(errbuf, errbuf_size, "'version' must be the integer 1");
+    if ((r = command_fields_key_is(key, key_len, out->payment_attempt_id, errbuf,
+                                   errbuf_size)) != DEAD_LETTER_NONE)
         goto out;
-    }
-    if (command_fields_string(doc, "refund_id", 1, 36, 36, out->refund_id,
-                              sizeof(out->refund_id), errbuf, errbuf_size) ||
-        command_fields_string(doc, "payment_attempt_id", 1, 36, 36,
-                              out->payment_attempt_id, sizeof(out->payment_attempt_id),
-                              errbuf, errbuf_size))
-        goto out;
-    if (!charge_command_is_uuid(out->refund_id)) {
-        snprintf(errbuf, errbuf_size, "'refund_id' must be a UUID");
-        goto out;
-    }
-    if (!charge_command_is_uuid(out->payment_attempt_id)) {
-        snprintf(errbuf, errbuf_size, "'payment_attempt_id' must be a UUID");
-        goto out;
-    }
-    if (command_fields_string(doc, "idempotency_key", 1, 1, 128, out->idempotency_key,
-                              sizeof(out->idempotency_key), errbuf, errbuf_size))
-        goto out;
-    if (!command_fields_key_ok(out->idempotency_key)) {
-        snprintf(errbuf, errbuf_size,
-                 "'idempotency_key' must be 1..128 characters of [A-Za-z0-9._:-]");
-        goto out;
-    }
-    v = json_object_get(doc, "amount");
-    if (!json_is_integer(v)) {
-        snprintf(errbuf, errbuf_size, "'amount' must be an integer (minor units)");
-        goto out;
-    }
-    out->amount = json_integer_value(v);
-    if (out->amount < 1 || out->amount > 100000000000LL) {
-        snprintf(errbuf, errbuf_size, "'amount' %lld is outside 1..100000000000",
-                 out->amount);
-        goto out;
-    }
-    if (command_fields_string(doc, "reason", 1, 1, 23, out->reason, sizeof(out->reason),
-                              errbuf, errbuf_size) ||
-        !reason_ok(out->reason)) {
-        snprintf(errbuf, errbuf_size,
-                 "'reason' must be requested_by_customer, duplicate or fraudulent");
-        goto out;
-    }
-    md = json_object_get(doc, "metadata");
-    if (command_fields_metadata(md, errbuf, errbuf_size))
-        goto out;
-    if (!key) {
-        r = DEAD_LETTER_KEY_MISMATCH;
-        snprintf(errbuf, errbuf_size,
-                 "the message has no key; it must be the payment_attempt_id");
-        goto out;
-    }
-    if (key_len != 36 || memcmp(key, out->payment_attempt_id, 36) != 0) {
-        r = DEAD_LETTER_KEY_MISMATCH;
-        snprintf(errbuf, errbuf_size, "the message key is not the payment_attempt_id");
-        goto out;
-    }
-    lower(out->refund_id);
-    lower(out->payment_attempt_id);
-    out->metadata_json = json_is_object(md)
-                             ? json_dumps(md, JSON_COMPACT | JSON_SORT_KEYS)
-                             : strdup("{}");
+    command_fields_lower(out->refund_id);
+    command_fields_lower(out->payment_attempt_id);
+    out->metadata_json = command_fields_metadata_json(json_object_get(doc, "metadata"));
     if (!out->metadata_json || fingerprint(out)) {
+        r = DEAD_LETTER_SCHEMA_VIOLATION;
         snprintf(errbuf, errbuf_size, "out of memory");
         refund_command_release(out);
         goto out;
     }
+    /* A valid refund is of a positive amount: the charge's money is never
+     * added to by one. */
+    CHARGED_ASSERT(out->amount >= 1);
     r = DEAD_LETTER_NONE;
 out:
     json_decref(doc);

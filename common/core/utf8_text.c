@@ -2,8 +2,11 @@
 
 #include <string.h>
 
+#include "charged_assert.h"
+
 size_t utf8_text_seq_len(const unsigned char *s, size_t n)
 {
+    CHARGED_ASSERT(s || n == 0);
     if (n == 0)
         return 0;
     unsigned c = s[0];
@@ -33,12 +36,14 @@ size_t utf8_text_seq_len(const unsigned char *s, size_t n)
     }
     if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
         return 0;
+    CHARGED_ASSERT(len >= 2 && len <= 4 && len <= n);
     return len;
 }
 
 int utf8_text_valid(const char *s, size_t n)
 {
     const unsigned char *p = (const unsigned char *)s;
+    CHARGED_ASSERT(s || n == 0);
     for (size_t i = 0; i < n;) {
         size_t l = utf8_text_seq_len(p + i, n - i);
         if (l == 0 || p[i] == 0)
@@ -51,6 +56,7 @@ int utf8_text_valid(const char *s, size_t n)
 size_t utf8_text_chars(const char *s, size_t n)
 {
     size_t chars = 0;
+    CHARGED_ASSERT(s || n == 0);
     /* In valid UTF-8 every character has exactly one byte that is not a
      * continuation byte (10xxxxxx). */
     for (size_t i = 0; i < n; i++)
@@ -81,6 +87,7 @@ static int unseen(unsigned cp)
  * never unseen, so they need no decoding here: 0x10000 stands for them). */
 static unsigned code_point(const unsigned char *s, size_t l)
 {
+    CHARGED_ASSERT(s && l >= 1 && l <= 4);
     if (l == 2)
         return ((s[0] & 0x1fu) << 6) | (s[1] & 0x3fu);
     if (l == 3)
@@ -95,6 +102,7 @@ size_t utf8_text_copy(char *dst, size_t dst_size, const char *src)
 
     if (dst_size == 0)
         return 0;
+    CHARGED_ASSERT(dst);
     for (size_t i = 0; i < n;) {
         size_t l = utf8_text_seq_len(s + i, n - i);
         const unsigned char *from = s + i;
@@ -118,6 +126,7 @@ size_t utf8_text_copy(char *dst, size_t dst_size, const char *src)
         memcpy(dst + out, from, l);
         out += l;
     }
+    CHARGED_ASSERT(out < dst_size); /* room for the NUL, always */
     dst[out] = '\0';
     return out;
 }

@@ -7,28 +7,16 @@
 
 #include <librdkafka/rdkafka.h>
 
-#include "card_data.h"
 #include "clock.h"
 #include "decimal.h"
+#include "dlq_reader_int.h"
 #include "kafka_setup.h"
 
-#define KAFKA_TIMEOUT_MS  10000
-#define REPLAY_TIMEOUT_MS 30000
+#define KAFKA_TIMEOUT_MS 10000
 /* A read polls this long, then asks where the partitions stand: a
  * partition can end in offsets no consumer receives (transaction markers,
  * aborted letters), seen only as the position moving past them. */
 #define POLL_SLICE_MS 100
-/* The client chargectl always was: the console's reads and replays look
- * the same to the brokers. */
-#define CLIENT_ID "chargectl"
-
-/* A letter and what it points into; each one allocated on its own, so
- * that a letter's address outlives later reads. */
-struct slot {
-    struct dlq_letter l; /* first: a letter's address is its slot's */
-    rd_kafka_headers_t *headers;
-    int summary; /* read by dlq_reader_read_newest: the value is not kept */
-};
 
 /* One partition's offsets [from, to) to read; want (sorted, nwant of
  * them), when given, the only ones kept. */
@@ -37,15 +25,6 @@ struct span {
     int64_t from, to;
     const int64_t *want;
     size_t nwant;
-};
-
-struct dlq_reader {
-    const config_t *cfg;
-    const char *topic;
-    rd_kafka_t *consumer;
-    struct slot **slots;
-    size_t n, cap;
-    int64_t total; /* offsets in the partitions at the last whole/newest read */
 };
 
 static void slot_free(struct slot *s)
@@ -85,7 +64,7 @@ static void take_ids(struct dlq_letter *l)
     json_decref(doc);
 }
 
-static char *copy_bytes(const void *p, size_t n)
+char *dlq_copy_bytes(const void *p, size_t n)
 {
     char *c = malloc(n + 1);
     if (!c)
@@ -110,8 +89,8 @@ static int keep(dlq_reader_t *r, const rd_kafka_message_t *m, int summary)
     }
     if (!(s = calloc(1, sizeof(*s))))
         return -1;
-    if ((m->key && !(key = copy_bytes(m->key, m->key_len))) ||
-        (m->payload && !(value = copy_bytes(m->payload, m->len)))) {
+    if ((m->key && !(key = dlq_copy_bytes(m->key, m->key_len))) ||
+        (m->payload && !(value = dlq_copy_bytes(m->payload, m->len)))) {
         free(key);
         free(value);
         free(s);
@@ -275,6 +254,133 @@ static int wanted(const struct span *s, int64_t offset)
     return 0;
 }
 
+/* One read of spans under way: which span each partition is, which are
+ * read, and where each stood when assigned. */
+struct reading {
+    dlq_reader_t *r;
+    int np;
+    const struct span *sp;
+    size_t nsp, open; /* spans; those not read yet */
+    int summary;
+    int *idx;      /* partition -> its span, or -1 */
+    char *done;    /* per span: read */
+    int64_t *base; /* per span: its position as assigned */
+    rd_kafka_topic_partition_list_t *list, *pos;
+    int assigned;
+    int64_t deadline; /* Kafka not answering by then is unreachable */
+};
+
+/* Span i is read: nothing more of its partition is wanted. */
+static void span_done(struct reading *rd, size_t i)
+{
+    rd->done[i] = 1;
+    rd->open--;
+    unassign(rd->r, rd->sp[i].partition);
+}
+
+/* Assigns every span's partition at its first offset and notes where each
+ * stands: DLQ_READER_OK, or why not (err). */
+static enum dlq_reader_rc reading_assign(struct reading *rd, char *err, size_t err_size)
+{
+    dlq_reader_t *r = rd->r;
+    for (int p = 0; p < rd->np; p++)
+        rd->idx[p] = -1;
+    for (size_t i = 0; i < rd->nsp; i++) {
+        rd->idx[rd->sp[i].partition] = (int)i;
+        rd_kafka_topic_partition_list_add(rd->list, r->topic, rd->sp[i].partition)
+            ->offset = rd->sp[i].from;
+        rd->open++;
+    }
+    if (rd->open == 0)
+        return DLQ_READER_OK;
+    rd_kafka_error_t *ae = rd_kafka_incremental_assign(r->consumer, rd->list);
+    if (ae) {
+        snprintf(err, err_size, "cannot read '%s': %s", r->topic,
+                 rd_kafka_error_string(ae));
+        rd_kafka_error_destroy(ae);
+        return DLQ_READER_UNREACHABLE;
+    }
+    rd->assigned = 1;
+    /* The position as assigned: one left from an earlier read of the
+     * partition says nothing about this one. */
+    rd_kafka_position(r->consumer, rd->list);
+    for (size_t i = 0; i < rd->nsp; i++)
+        rd->base[i] = rd->list->elems[i].err ? RD_KAFKA_OFFSET_INVALID
+                                             : rd->list->elems[i].offset;
+    return DLQ_READER_OK;
+}
+
+/* A message polled: kept when its span wants it. 0, or -1 when out of
+ * memory. */
+static int reading_take(struct reading *rd, const rd_kafka_message_t *m)
+{
+    int i = m->err || m->partition < 0 || m->partition >= rd->np
+                ? -1
+                : rd->idx[m->partition];
+    /* A span counts as read once, whatever arrives after its end (letters
+     * produced meanwhile, fetched before it was unassigned). */
+    if (i < 0 || rd->done[i])
+        return 0;
+    rd->deadline = clock_now_ms() + KAFKA_TIMEOUT_MS;
+    if (wanted(&rd->sp[i], m->offset) && keep(rd->r, m, rd->summary) != 0)
+        return -1;
+    if (m->offset + 1 >= rd->sp[i].to)
+        span_done(rd, (size_t)i);
+    return 0;
+}
+
+/* Nothing came: a span whose position is past its last letter ended in
+ * offsets that are not letters. 0, or -1 when out of memory. */
+static int reading_positions(struct reading *rd)
+{
+    if (rd->pos)
+        rd_kafka_topic_partition_list_destroy(rd->pos);
+    if (!(rd->pos = rd_kafka_topic_partition_list_new((int)rd->open)))
+        return -1;
+    for (size_t i = 0; i < rd->nsp; i++)
+        if (!rd->done[i])
+            rd_kafka_topic_partition_list_add(rd->pos, rd->r->topic,
+                                              rd->sp[i].partition);
+    rd_kafka_position(rd->r->consumer, rd->pos);
+    for (int k = 0; k < rd->pos->cnt; k++) {
+        const rd_kafka_topic_partition_t *e = &rd->pos->elems[k];
+        int i = rd->idx[e->partition];
+        if (e->err || e->offset < rd->sp[i].to || e->offset == rd->base[i])
+            continue;
+        span_done(rd, (size_t)i);
+        rd->deadline = clock_now_ms() + KAFKA_TIMEOUT_MS;
+    }
+    return 0;
+}
+
+/* Polls until every span is read: DLQ_READER_OK, or why not (err). */
+static enum dlq_reader_rc reading_poll(struct reading *rd, char *err, size_t err_size)
+{
+    rd->deadline = clock_now_ms() + KAFKA_TIMEOUT_MS;
+    while (rd->open > 0) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rd->r->consumer, POLL_SLICE_MS);
+        if (m) {
+            int bad = reading_take(rd, m);
+            rd_kafka_message_destroy(m);
+            if (bad) {
+                snprintf(err, err_size, "out of memory");
+                return DLQ_READER_FAILED;
+            }
+            continue;
+        }
+        if (reading_positions(rd) != 0) {
+            snprintf(err, err_size, "out of memory");
+            return DLQ_READER_FAILED;
+        }
+        if (rd->open > 0 && clock_now_ms() >= rd->deadline) {
+            snprintf(err, err_size, "kafka stopped answering while reading '%s'",
+                     rd->r->topic);
+            return DLQ_READER_UNREACHABLE;
+        }
+    }
+    return DLQ_READER_OK;
+}
+
 /* Reads the spans (one per partition at most, each from < to, partitions
  * below np), keeping what they want. A span is read once a letter at or
  * past its end arrives or the consumer's position reaches its end (the
@@ -284,113 +390,34 @@ static enum dlq_reader_rc read_spans(dlq_reader_t *r, int np, const struct span 
                                      size_t nsp, int summary, char *err,
                                      size_t err_size)
 {
-    rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new((int)nsp);
-    rd_kafka_topic_partition_list_t *pos = NULL;
-    int *idx = malloc(((size_t)np + 1) * sizeof(*idx));
-    char *done = calloc(nsp + 1, 1);
-    int64_t *base = calloc(nsp + 1, sizeof(*base));
-    size_t open = 0;
-    int assigned = 0;
-    enum dlq_reader_rc rc = DLQ_READER_UNREACHABLE;
-    if (!list || !idx || !done || !base) {
+    struct reading rd = {
+        .r = r,
+        .np = np,
+        .sp = sp,
+        .nsp = nsp,
+        .summary = summary,
+        .idx = malloc(((size_t)np + 1) * sizeof(*rd.idx)),
+        .done = calloc(nsp + 1, 1),
+        .base = calloc(nsp + 1, sizeof(*rd.base)),
+        .list = rd_kafka_topic_partition_list_new((int)nsp),
+    };
+    enum dlq_reader_rc rc;
+    if (!rd.list || !rd.idx || !rd.done || !rd.base) {
         snprintf(err, err_size, "out of memory");
         rc = DLQ_READER_FAILED;
-        goto out;
-    }
-    for (int p = 0; p < np; p++)
-        idx[p] = -1;
-    for (size_t i = 0; i < nsp; i++) {
-        idx[sp[i].partition] = (int)i;
-        rd_kafka_topic_partition_list_add(list, r->topic, sp[i].partition)->offset =
-            sp[i].from;
-        open++;
-    }
-    if (open == 0) {
-        rc = DLQ_READER_OK;
-        goto out;
-    }
-    rd_kafka_error_t *ae = rd_kafka_incremental_assign(r->consumer, list);
-    if (ae) {
-        snprintf(err, err_size, "cannot read '%s': %s", r->topic,
-                 rd_kafka_error_string(ae));
-        rd_kafka_error_destroy(ae);
-        goto out;
-    }
-    assigned = 1;
-    /* The position as assigned: one left from an earlier read of the
-     * partition says nothing about this one. */
-    rd_kafka_position(r->consumer, list);
-    for (size_t i = 0; i < nsp; i++)
-        base[i] = list->elems[i].err ? RD_KAFKA_OFFSET_INVALID : list->elems[i].offset;
-    int64_t deadline = clock_now_ms() + KAFKA_TIMEOUT_MS;
-    while (open > 0) {
-        rd_kafka_message_t *m = rd_kafka_consumer_poll(r->consumer, POLL_SLICE_MS);
-        if (m) {
-            int i = m->err || m->partition < 0 || m->partition >= np
-                        ? -1
-                        : idx[m->partition];
-            /* A span counts as read once, whatever arrives after its end
-             * (letters produced meanwhile, fetched before it was
-             * unassigned). */
-            if (i >= 0 && !done[i]) {
-                deadline = clock_now_ms() + KAFKA_TIMEOUT_MS;
-                if (wanted(&sp[i], m->offset) && keep(r, m, summary) != 0) {
-                    rd_kafka_message_destroy(m);
-                    snprintf(err, err_size, "out of memory");
-                    rc = DLQ_READER_FAILED;
-                    goto out;
-                }
-                if (m->offset + 1 >= sp[i].to) {
-                    done[i] = 1;
-                    open--;
-                    unassign(r, sp[i].partition);
-                }
-            }
-            rd_kafka_message_destroy(m);
-            continue;
-        }
-        /* Nothing came: a span whose position is past its last letter
-         * ended in offsets that are not letters. */
-        if (pos)
-            rd_kafka_topic_partition_list_destroy(pos);
-        if (!(pos = rd_kafka_topic_partition_list_new((int)open))) {
-            snprintf(err, err_size, "out of memory");
-            rc = DLQ_READER_FAILED;
-            goto out;
-        }
-        for (size_t i = 0; i < nsp; i++)
-            if (!done[i])
-                rd_kafka_topic_partition_list_add(pos, r->topic, sp[i].partition);
-        rd_kafka_position(r->consumer, pos);
-        for (int k = 0; k < pos->cnt; k++) {
-            int i = idx[pos->elems[k].partition];
-            if (pos->elems[k].err || pos->elems[k].offset < sp[i].to ||
-                pos->elems[k].offset == base[i])
-                continue;
-            done[i] = 1;
-            open--;
-            unassign(r, sp[i].partition);
-            deadline = clock_now_ms() + KAFKA_TIMEOUT_MS;
-        }
-        if (open > 0 && clock_now_ms() >= deadline) {
-            snprintf(err, err_size, "kafka stopped answering while reading '%s'",
-                     r->topic);
-            goto out;
-        }
-    }
-    rc = DLQ_READER_OK;
-out:
+    } else if ((rc = reading_assign(&rd, err, err_size)) == DLQ_READER_OK)
+        rc = reading_poll(&rd, err, err_size);
     /* Nothing stays assigned: the next read starts from its own offsets. */
-    for (size_t i = 0; assigned && i < nsp; i++)
-        if (!done[i])
+    for (size_t i = 0; rd.assigned && i < nsp; i++)
+        if (!rd.done[i])
             unassign(r, sp[i].partition);
-    if (pos)
-        rd_kafka_topic_partition_list_destroy(pos);
-    free(base);
-    free(done);
-    free(idx);
-    if (list)
-        rd_kafka_topic_partition_list_destroy(list);
+    if (rd.pos)
+        rd_kafka_topic_partition_list_destroy(rd.pos);
+    free(rd.base);
+    free(rd.done);
+    free(rd.idx);
+    if (rd.list)
+        rd_kafka_topic_partition_list_destroy(rd.list);
     return rc;
 }
 
@@ -471,20 +498,142 @@ static const struct dlq_letter *found(const dlq_reader_t *r, size_t from, int32_
     return NULL;
 }
 
+/* The positions asked for, sorted by partition and offset (w, and their
+ * offsets alone in offs), with what each partition holds (lo..hi) and,
+ * per partition, its next run of offsets to read (at) and its last (end). */
+struct positions {
+    int np;
+    struct want *w;
+    int64_t *offs, *lo, *hi;
+    struct span *sp;
+    size_t *at, *end;
+    size_t nw;
+};
+
+static void positions_free(struct positions *ps)
+{
+    free(ps->end);
+    free(ps->at);
+    free(ps->sp);
+    free(ps->hi);
+    free(ps->lo);
+    free(ps->offs);
+    free(ps->w);
+}
+
+/* The per-partition arrays, once the partitions are known: 0, or -1 when
+ * out of memory. */
+static int positions_alloc(struct positions *ps)
+{
+    size_t np = (size_t)ps->np + 1;
+    ps->lo = calloc(np, sizeof(*ps->lo));
+    ps->hi = calloc(np, sizeof(*ps->hi));
+    ps->sp = calloc(np, sizeof(*ps->sp));
+    ps->at = calloc(np, sizeof(*ps->at));
+    ps->end = calloc(np, sizeof(*ps->end));
+    if (!ps->lo || !ps->hi || !ps->sp || !ps->at || !ps->end)
+        return -1;
+    for (int p = 0; p < ps->np; p++)
+        ps->lo[p] = ps->hi[p] = -1;
+    return 0;
+}
+
+/* Checks every position against its partition before any is read, and
+ * sorts them: DLQ_READER_OK, or why not (err). */
+static enum dlq_reader_rc positions_check(dlq_reader_t *r, struct positions *ps,
+                                          const int32_t *partitions,
+                                          const int64_t *offsets, size_t n, char *err,
+                                          size_t err_size)
+{
+    for (size_t i = 0; i < n; i++) {
+        int32_t p = partitions[i];
+        if (p >= ps->np) {
+            snprintf(err, err_size, "no partition %d in '%s' (it has %d)", (int)p,
+                     r->topic, ps->np);
+            return DLQ_READER_NOT_FOUND;
+        }
+        if (ps->hi[p] < 0 &&
+            watermarks(r, p, &ps->lo[p], &ps->hi[p], err, err_size) != 0)
+            return DLQ_READER_UNREACHABLE;
+        if (offsets[i] < ps->lo[p] || offsets[i] >= ps->hi[p]) {
+            snprintf(err, err_size,
+                     "no dead letter at %d:%lld (partition holds %lld..%lld)", (int)p,
+                     (long long)offsets[i], (long long)ps->lo[p],
+                     (long long)ps->hi[p] - 1);
+            return DLQ_READER_NOT_FOUND;
+        }
+        ps->w[ps->nw++] = (struct want){p, offsets[i]};
+    }
+    qsort(ps->w, ps->nw, sizeof(*ps->w), cmp_want);
+    for (size_t i = 0; i < ps->nw; i++) {
+        ps->offs[i] = ps->w[i].offset;
+        if (i == 0 || ps->w[i].partition != ps->w[i - 1].partition)
+            ps->at[ps->w[i].partition] = i;
+        ps->end[ps->w[i].partition] = i + 1;
+    }
+    return DLQ_READER_OK;
+}
+
+/* Rounds: each reads the next run of close offsets of every partition at
+ * once, so that 500 neighbouring positions cost one read. */
+static enum dlq_reader_rc positions_read(dlq_reader_t *r, struct positions *ps,
+                                         char *err, size_t err_size)
+{
+    for (;;) {
+        size_t nsp = 0;
+        for (int p = 0; p < ps->np; p++) {
+            size_t a = ps->at[p], b = a;
+            if (a >= ps->end[p])
+                continue;
+            while (b + 1 < ps->end[p] && ps->offs[b + 1] - ps->offs[b] <= SPAN_GAP)
+                b++;
+            ps->sp[nsp++] = (struct span){.partition = p,
+                                          .from = ps->offs[a],
+                                          .to = ps->offs[b] + 1,
+                                          .want = ps->offs + a,
+                                          .nwant = b + 1 - a};
+            ps->at[p] = b + 1;
+        }
+        if (nsp == 0)
+            return DLQ_READER_OK;
+        enum dlq_reader_rc rc = read_spans(r, ps->np, ps->sp, nsp, 0, err, err_size);
+        if (rc != DLQ_READER_OK)
+            return rc;
+    }
+}
+
+/* The letters read since slot `before`, one a position: a position inside
+ * its partition can still hold no letter (a transaction marker, an
+ * aborted letter). */
+static enum dlq_reader_rc positions_found(const dlq_reader_t *r, size_t before,
+                                          const int32_t *partitions,
+                                          const int64_t *offsets, size_t n,
+                                          const struct dlq_letter **letters, char *err,
+                                          size_t err_size)
+{
+    for (size_t i = 0; i < n; i++) {
+        const struct dlq_letter *l = found(r, before, partitions[i], offsets[i]);
+        if (!l) {
+            snprintf(err, err_size, "no dead letter at %d:%lld", (int)partitions[i],
+                     (long long)offsets[i]);
+            return DLQ_READER_NOT_FOUND;
+        }
+        if (letters)
+            letters[i] = l;
+    }
+    return DLQ_READER_OK;
+}
+
 enum dlq_reader_rc dlq_reader_read_positions(dlq_reader_t *r, const int32_t *partitions,
                                              const int64_t *offsets, size_t n,
                                              const struct dlq_letter **letters,
                                              char *err, size_t err_size)
 {
-    struct want *w = calloc(n + 1, sizeof(*w));
-    int64_t *offs = calloc(n + 1, sizeof(*offs));
-    int64_t *lo = NULL, *hi = NULL;
-    struct span *sp = NULL;
-    size_t *at = NULL, *end = NULL; /* per partition: its next run, its last */
-    size_t before = r->n, nw = 0;
+    struct positions ps = {.w = calloc(n + 1, sizeof(*ps.w)),
+                           .offs = calloc(n + 1, sizeof(*ps.offs))};
+    size_t before = r->n;
     enum dlq_reader_rc rc = DLQ_READER_FAILED;
-    int np = 0;
-    if (!w || !offs) {
+    if (!ps.w || !ps.offs) {
         snprintf(err, err_size, "out of memory");
         goto out;
     }
@@ -501,93 +650,19 @@ enum dlq_reader_rc dlq_reader_read_positions(dlq_reader_t *r, const int32_t *par
         goto out;
     }
     rc = DLQ_READER_UNREACHABLE;
-    if ((np = dlq_partitions(r, err, err_size)) < 0)
+    if ((ps.np = dlq_partitions(r, err, err_size)) < 0)
         goto out;
-    lo = calloc((size_t)np + 1, sizeof(*lo));
-    hi = calloc((size_t)np + 1, sizeof(*hi));
-    sp = calloc((size_t)np + 1, sizeof(*sp));
-    at = calloc((size_t)np + 1, sizeof(*at));
-    end = calloc((size_t)np + 1, sizeof(*end));
-    if (!lo || !hi || !sp || !at || !end) {
+    if (positions_alloc(&ps) != 0) {
         snprintf(err, err_size, "out of memory");
         rc = DLQ_READER_FAILED;
         goto out;
     }
-    for (int p = 0; p < np; p++)
-        lo[p] = hi[p] = -1;
-    /* Every position is checked against its partition before any is read. */
-    for (size_t i = 0; i < n; i++) {
-        int32_t p = partitions[i];
-        if (p >= np) {
-            snprintf(err, err_size, "no partition %d in '%s' (it has %d)", (int)p,
-                     r->topic, np);
-            rc = DLQ_READER_NOT_FOUND;
-            goto out;
-        }
-        if (hi[p] < 0 && watermarks(r, p, &lo[p], &hi[p], err, err_size) != 0)
-            goto out;
-        if (offsets[i] < lo[p] || offsets[i] >= hi[p]) {
-            snprintf(err, err_size,
-                     "no dead letter at %d:%lld (partition holds %lld..%lld)", (int)p,
-                     (long long)offsets[i], (long long)lo[p], (long long)hi[p] - 1);
-            rc = DLQ_READER_NOT_FOUND;
-            goto out;
-        }
-        w[nw++] = (struct want){p, offsets[i]};
-    }
-    qsort(w, nw, sizeof(*w), cmp_want);
-    for (size_t i = 0; i < nw; i++)
-        offs[i] = w[i].offset;
-    /* Rounds: each reads the next run of close offsets of every partition
-     * at once, so that 500 neighbouring positions cost one read. */
-    for (size_t i = 0; i < nw; i++) {
-        if (i == 0 || w[i].partition != w[i - 1].partition)
-            at[w[i].partition] = i;
-        end[w[i].partition] = i + 1;
-    }
-    rc = DLQ_READER_OK;
-    for (;;) {
-        size_t nsp = 0;
-        for (int p = 0; p < np; p++) {
-            size_t a = at[p], b = a;
-            if (a >= end[p])
-                continue;
-            while (b + 1 < end[p] && offs[b + 1] - offs[b] <= SPAN_GAP)
-                b++;
-            sp[nsp++] = (struct span){.partition = p,
-                                      .from = offs[a],
-                                      .to = offs[b] + 1,
-                                      .want = offs + a,
-                                      .nwant = b + 1 - a};
-            at[p] = b + 1;
-        }
-        if (nsp == 0 ||
-            (rc = read_spans(r, np, sp, nsp, 0, err, err_size)) != DLQ_READER_OK)
-            break;
-    }
-    if (rc != DLQ_READER_OK)
-        goto out;
-    /* A position inside the partition can still hold no letter (a
-     * transaction marker, an aborted letter). */
-    for (size_t i = 0; i < n; i++) {
-        const struct dlq_letter *l = found(r, before, partitions[i], offsets[i]);
-        if (!l) {
-            snprintf(err, err_size, "no dead letter at %d:%lld", (int)partitions[i],
-                     (long long)offsets[i]);
-            rc = DLQ_READER_NOT_FOUND;
-            goto out;
-        }
-        if (letters)
-            letters[i] = l;
-    }
+    if ((rc = positions_check(r, &ps, partitions, offsets, n, err, err_size)) ==
+            DLQ_READER_OK &&
+        (rc = positions_read(r, &ps, err, err_size)) == DLQ_READER_OK)
+        rc = positions_found(r, before, partitions, offsets, n, letters, err, err_size);
 out:
-    free(end);
-    free(at);
-    free(sp);
-    free(hi);
-    free(lo);
-    free(offs);
-    free(w);
+    positions_free(&ps);
     return rc;
 }
 
@@ -654,279 +729,4 @@ int dlq_position_parse(const char *s, int32_t *partition, int64_t *offset)
     *partition = (int32_t)part;
     *offset = off;
     return 0;
-}
-
-/* ---- JSON ---- */
-
-/* A copy of n bytes at p, card numbers masked when mask (NULL for NULL or
- * out of memory: the caller shows null rather than the digits). */
-static char *masked_copy(const char *p, size_t n, int mask)
-{
-    char *c = p ? copy_bytes(p, n) : NULL;
-    if (c && mask)
-        card_data_mask_loose(c, n);
-    return c;
-}
-
-/* Bytes as a JSON value: the parsed JSON, a string, or {"hex": ...}. */
-static json_t *bytes_json(const char *p, size_t n, int parse)
-{
-    if (!p)
-        return json_null();
-    if (parse) {
-        json_t *doc = json_loadb(p, n, 0, NULL);
-        if (doc)
-            return doc;
-    }
-    json_t *s = json_stringn(p, n);
-    if (s)
-        return s;
-    char *h = malloc(2 * n + 1);
-    for (size_t i = 0; h && i < n; i++)
-        sprintf(h + 2 * i, "%02x", (unsigned char)p[i]);
-    s = json_pack("{s:s}", "hex", h ? h : "");
-    free(h);
-    return s;
-}
-
-/* bytes_json of a copy, masked when mask. */
-static json_t *shown_json(const char *p, size_t n, int parse, int mask)
-{
-    if (!p)
-        return json_null();
-    if (!mask)
-        return bytes_json(p, n, parse);
-    char *c = masked_copy(p, n, 1);
-    json_t *j = c ? bytes_json(c, n, parse) : json_null();
-    free(c);
-    return j;
-}
-
-static json_t *headers_json(rd_kafka_headers_t *h, int mask)
-{
-    json_t *arr = json_array();
-    const char *name;
-    const void *val;
-    size_t sz;
-    for (size_t i = 0; h && !rd_kafka_header_get_all(h, i, &name, &val, &sz); i++) {
-        json_t *n = shown_json(name, strlen(name), 0, mask);
-        json_array_append_new(arr,
-                              json_pack("[o, o]", n, shown_json(val, sz, 0, mask)));
-    }
-    return arr;
-}
-
-/* A string member's value, masked when mask; NULL when s is. */
-static json_t *text_json(const char *s, int mask)
-{
-    return s ? shown_json(s, strlen(s), 0, mask) : NULL;
-}
-
-static json_t *summary_json(const struct dlq_letter *l, int mask)
-{
-    char pos[48];
-    snprintf(pos, sizeof(pos), "%d:%lld", (int)l->partition, (long long)l->offset);
-    return json_pack(
-        "{s:s, s:i, s:I, s:o?, s:o?, s:o?, s:o?, s:o?, s:{s:o?, s:o?, s:o?}}",
-        "position", pos, "partition", (int)l->partition, "offset",
-        (json_int_t)l->offset, "failed_at", text_json(l->failed_at, mask), "reason",
-        text_json(l->reason, mask), "payment_attempt_id",
-        text_json(l->attempt[0] ? l->attempt : NULL, mask), "order_id",
-        text_json(l->order[0] ? l->order : NULL, mask), "error",
-        text_json(l->error, mask), "original", "topic", text_json(l->orig_topic, mask),
-        "partition", text_json(l->orig_partition, mask), "offset",
-        text_json(l->orig_offset, mask));
-}
-
-/* Masked too: the summary is printed and shown (chargectl dlq list, the
- * console's list), and an error or header may quote a card number. */
-json_t *dlq_letter_summary_json(const struct dlq_letter *l)
-{
-    return summary_json(l, 1);
-}
-
-static const struct slot *slot_of(const struct dlq_letter *l)
-{
-    return (const struct slot *)l;
-}
-
-json_t *dlq_letter_json(const dlq_reader_t *r, const struct dlq_letter *l,
-                        int mask_card_digits)
-{
-    (void)r;
-    json_t *j = summary_json(l, mask_card_digits);
-    if (!j)
-        return NULL;
-    json_object_set_new(j, "timestamp_ms", json_integer(l->timestamp_ms));
-    json_object_set_new(j, "headers",
-                        headers_json(slot_of(l)->headers, mask_card_digits));
-    json_object_set_new(j, "key", shown_json(l->key, l->key_len, 0, mask_card_digits));
-    json_object_set_new(j, "value",
-                        shown_json(l->value, l->value_len, 1, mask_card_digits));
-    return j;
-}
-
-/* ---- replay ---- */
-
-static int is_card_letter(const struct dlq_letter *l)
-{
-    return l->reason && !strcmp(l->reason, "card_data_refused");
-}
-
-/* The headers a replay of l carries: the original ones (without the dlq.*
- * ones the worker added) plus where it comes from and who sent it. NULL
- * when out of memory. */
-static rd_kafka_headers_t *replay_headers(const dlq_reader_t *r,
-                                          const struct dlq_letter *l, const char *actor)
-{
-    rd_kafka_headers_t *src = slot_of(l)->headers;
-    rd_kafka_headers_t *h = rd_kafka_headers_new(8);
-    const char *name;
-    const void *val;
-    size_t sz;
-    char from[320];
-    if (!h)
-        return NULL;
-    for (size_t k = 0; src && !rd_kafka_header_get_all(src, k, &name, &val, &sz); k++)
-        if (strncmp(name, "dlq.", 4) != 0)
-            rd_kafka_header_add(h, name, -1, val, val ? (ssize_t)sz : 0);
-    snprintf(from, sizeof(from), "%s:%d:%lld", r->topic, (int)l->partition,
-             (long long)l->offset);
-    if (rd_kafka_header_add(h, "dlq.replayed_from", -1, from, -1) ||
-        rd_kafka_header_add(h, "dlq.replayed_by", -1, actor ? actor : "", -1)) {
-        rd_kafka_headers_destroy(h);
-        return NULL;
-    }
-    return h;
-}
-
-json_t *dlq_replay_message_json(const dlq_reader_t *r, const struct dlq_letter *l,
-                                const char *actor, int mask_card_digits)
-{
-    rd_kafka_headers_t *h = replay_headers(r, l, actor);
-    json_t *j = NULL;
-    if (!h)
-        return NULL;
-    j = json_pack("{s:o?, s:o, s:o, s:o}", "topic",
-                  text_json(l->orig_topic, mask_card_digits), "key",
-                  shown_json(l->key, l->key_len, 0, mask_card_digits), "value",
-                  shown_json(l->value, l->value_len, 1, mask_card_digits), "headers",
-                  headers_json(h, mask_card_digits));
-    rd_kafka_headers_destroy(h);
-    return j;
-}
-
-enum dlq_reader_rc dlq_reader_replay(dlq_reader_t *r,
-                                     const struct dlq_letter *const *letters, size_t n,
-                                     const char *actor, int dry_run,
-                                     struct dlq_replay_item *items, char *err,
-                                     size_t err_size)
-{
-    struct kafka_setup_delivery *sent = NULL;
-    rd_kafka_t *rk = NULL;
-    enum dlq_reader_rc rc = DLQ_READER_FAILED;
-    size_t failed = 0;
-
-    if (!actor || !*actor) {
-        snprintf(err, err_size, "a replay needs an actor (dlq.replayed_by)");
-        return DLQ_READER_REFUSED;
-    }
-    for (size_t i = 0; i < n; i++) {
-        memset(&items[i], 0, sizeof(items[i]));
-        items[i].letter = letters[i];
-    }
-    /* Refuse what cannot be replayed before sending anything. Only the
-     * command topic takes a replay: the header is the letter's word, and
-     * anyone who can write a letter could name the results topic. */
-    const char *commands = config_str(r->cfg, CONFIG_CHARGE_COMMANDS_TOPIC);
-    for (size_t i = 0; i < n; i++) {
-        if (!letters[i]->orig_topic) {
-            snprintf(err, err_size, "%d:%lld has no dlq.original.topic",
-                     (int)letters[i]->partition, (long long)letters[i]->offset);
-            return DLQ_READER_REFUSED;
-        }
-        if (!commands || strcmp(letters[i]->orig_topic, commands) != 0) {
-            snprintf(err, err_size,
-                     "%d:%lld names topic '%.*s', not the command topic '%s': "
-                     "a replay only produces to the command topic",
-                     (int)letters[i]->partition, (long long)letters[i]->offset, 120,
-                     letters[i]->orig_topic, commands ? commands : "");
-            return DLQ_READER_REFUSED;
-        }
-        if (slot_of(letters[i])->summary) {
-            snprintf(err, err_size, "%d:%lld was read without its value",
-                     (int)letters[i]->partition, (long long)letters[i]->offset);
-            return DLQ_READER_REFUSED;
-        }
-        if (is_card_letter(letters[i])) {
-            items[i].skipped = 1;
-            snprintf(items[i].error, sizeof(items[i].error), "card digits masked");
-        }
-    }
-    if (dry_run)
-        return DLQ_READER_OK;
-    if (!(sent = calloc(n + 1, sizeof(*sent)))) {
-        snprintf(err, err_size, "out of memory");
-        goto out;
-    }
-    if (!(rk = kafka_setup_tool_producer(r->cfg, CLIENT_ID, err, err_size)))
-        goto out;
-    for (size_t i = 0; i < n; i++) {
-        const struct dlq_letter *l = letters[i];
-        if (items[i].skipped)
-            continue;
-        rd_kafka_headers_t *h = replay_headers(r, l, actor);
-        rd_kafka_resp_err_t e =
-            h ? rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(l->orig_topic),
-                                  RD_KAFKA_V_KEY(l->key, l->key_len),
-                                  RD_KAFKA_V_VALUE((void *)l->value, l->value_len),
-                                  RD_KAFKA_V_HEADERS(h),
-                                  RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                                  RD_KAFKA_V_OPAQUE(&sent[i]), RD_KAFKA_V_END)
-              : RD_KAFKA_RESP_ERR__FAIL;
-        if (e) {
-            if (h)
-                rd_kafka_headers_destroy(h);
-            sent[i].done = 1;
-            sent[i].err = e;
-        }
-    }
-    rc = DLQ_READER_OK;
-    if (rd_kafka_flush(rk, REPLAY_TIMEOUT_MS) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        snprintf(err, err_size, "kafka did not acknowledge within %d s",
-                 REPLAY_TIMEOUT_MS / 1000);
-        rc = DLQ_READER_FAILED;
-        /* No report may arrive after `sent` is gone: what is left is
-         * purged (its reports served now); it may still have landed. */
-        rd_kafka_purge(rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-        rd_kafka_poll(rk, 0);
-    }
-    rd_kafka_destroy(rk);
-    rk = NULL;
-    for (size_t i = 0; i < n; i++) {
-        struct dlq_replay_item *it = &items[i];
-        if (it->skipped)
-            continue;
-        if (!sent[i].done || sent[i].err) {
-            snprintf(it->error, sizeof(it->error), "%s",
-                     sent[i].done && sent[i].err != RD_KAFKA_RESP_ERR__PURGE_QUEUE &&
-                             sent[i].err != RD_KAFKA_RESP_ERR__PURGE_INFLIGHT
-                         ? rd_kafka_err2str(sent[i].err)
-                         : "not acknowledged");
-            failed++;
-        } else {
-            it->sent = 1;
-            it->to_partition = sent[i].partition;
-            it->to_offset = sent[i].offset;
-        }
-    }
-    if (failed && rc == DLQ_READER_OK) {
-        snprintf(err, err_size, "%zu of %zu letters not sent", failed, n);
-        rc = DLQ_READER_FAILED;
-    }
-out:
-    if (rk)
-        rd_kafka_destroy(rk);
-    free(sent);
-    return rc;
 }

@@ -9,6 +9,7 @@
 
 #include "attempt_status.h"
 #include "charge_command.h"
+#include "charged_assert.h"
 #include "clock.h"
 #include "db.h"
 #include "ownership.h"
@@ -563,199 +564,271 @@ static void say(struct attempt_review_result *out, enum attempt_review_outcome o
     va_end(ap);
 }
 
-int attempt_review_resolve(PGconn *conn, attempt_store_t *st, provider_client_t *pc,
-                           long long search_lag_ms, long long key_retention_ms,
-                           const struct attempt_review_request *rq,
-                           struct attempt_review_result *out)
-{
-    struct review_attempt a = {0};
+/* One resolution under way: the decision, the attempt as read, and what
+ * the provider said of it. */
+struct review {
+    const struct attempt_review_request *rq;
+    char id[37];
+    const char *intent; /* SUCCEEDED with this intent; NULL: FAILED */
+    enum attempt_status status;
+    struct review_attempt a;
     struct lookup ls[MAX_LOOKUPS];
-    struct judgement j = {V_AGREES, ""};
-    struct owner ow = {0};
-    struct store_error err;
-    struct attempt_call calls[MAX_LOOKUPS];
-    char why[256];
-    char *evidence_text = NULL;
-    json_t *evidence = NULL;
-    size_t n = 0;
+    size_t n; /* look-ups made */
+    struct judgement j;
+    struct owner ow;
+};
 
-    if (!out)
-        return -1;
-    memset(out, 0, sizeof(*out));
-    memset(ls, 0, sizeof(ls));
+/* A call the contract refuses before anything is read: 1 (said), or 0. */
+static int refuse_call(PGconn *conn, attempt_store_t *st, provider_client_t *pc,
+                       const struct attempt_review_request *rq,
+                       struct attempt_review_result *out)
+{
+    char why[256];
     if (!conn || !st || !pc || !rq) {
         say(out, ATTEMPT_REVIEW_ERROR, "attempt_review_resolve called without %s",
             !conn ? "a connection"
             : !st ? "an attempt store"
             : !pc ? "a provider client"
                   : "a request");
-        return 0;
+        return 1;
     }
     if (attempt_review_check(rq, why, sizeof(why)) != 0) {
         say(out, ATTEMPT_REVIEW_ERROR, "%s", why);
-        return 0;
+        return 1;
     }
     if (PQtransactionStatus(conn) != PQTRANS_IDLE) {
         /* Its locks would be held while the provider is asked. */
         say(out, ATTEMPT_REVIEW_ERROR,
             "the connection is inside a transaction: a review asks the provider "
             "outside any");
-        return 0;
+        return 1;
     }
-    /* One id however it is written: the database reads either case, but
-     * the provider's metadata is text, searched and listed as such. */
-    char id[37];
-    snprintf(id, sizeof(id), "%s", rq->attempt_id);
-    for (char *p = id; *p; p++)
-        *p = (char)tolower((unsigned char)*p);
-    const char *intent = rq->intent_id;
-    const char *reason = rq->reason ? rq->reason : ATTEMPT_REVIEW_DEFAULT_REASON;
-    enum attempt_status status =
-        intent ? ATTEMPT_STATUS_SUCCEEDED : ATTEMPT_STATUS_FAILED;
+    return 0;
+}
 
-    int found = read_attempt(conn, id, &a, &err);
+/* Reads the attempt: 0 when it is in review and its intent (SUCCEEDED) is
+ * booked for no other; else -1 (said). */
+static int load(PGconn *conn, struct review *rv, struct attempt_review_result *out)
+{
+    struct store_error err;
+    int found = read_attempt(conn, rv->id, &rv->a, &err);
     if (found != 0) {
         if (found < 0)
             say(out, ATTEMPT_REVIEW_ERROR, "%s", err.message);
         else
-            say(out, ATTEMPT_REVIEW_NOT_FOUND, "no attempt %s", id);
-        goto out;
+            say(out, ATTEMPT_REVIEW_NOT_FOUND, "no attempt %s", rv->id);
+        return -1;
     }
-    snprintf(out->status, sizeof(out->status), "%s", a.status);
+    snprintf(out->status, sizeof(out->status), "%s", rv->a.status);
     snprintf(out->provider_payment_id, sizeof(out->provider_payment_id), "%s",
-             a.provider_payment_id);
-    if (strcmp(a.status, ATTEMPT_S_REQUIRES_REVIEW) != 0) {
+             rv->a.provider_payment_id);
+    if (strcmp(rv->a.status, ATTEMPT_S_REQUIRES_REVIEW) != 0) {
         say(out, ATTEMPT_REVIEW_NOT_IN_REVIEW,
             "attempt %s is %s, not REQUIRES_REVIEW: only attempts in review are "
             "resolved",
-            id, a.status);
-        goto out;
+            rv->id, rv->a.status);
+        return -1;
     }
-    if (intent) {
-        if (booked_elsewhere(conn, intent, id, out->other_attempt,
-                             sizeof(out->other_attempt), &err) != 0) {
-            say(out, ATTEMPT_REVIEW_ERROR, "%s", err.message);
-            goto out;
-        }
-        if (out->other_attempt[0]) {
-            say(out, ATTEMPT_REVIEW_BOOKED_ELSEWHERE,
-                "%s is already booked for attempt %s: one intent pays one attempt",
-                intent, out->other_attempt);
-            goto out;
-        }
+    if (!rv->intent)
+        return 0;
+    if (booked_elsewhere(conn, rv->intent, rv->id, out->other_attempt,
+                         sizeof(out->other_attempt), &err) != 0) {
+        say(out, ATTEMPT_REVIEW_ERROR, "%s", err.message);
+        return -1;
     }
+    if (out->other_attempt[0]) {
+        say(out, ATTEMPT_REVIEW_BOOKED_ELSEWHERE,
+            "%s is already booked for attempt %s: one intent pays one attempt",
+            rv->intent, out->other_attempt);
+        return -1;
+    }
+    return 0;
+}
 
-    if (intent) {
-        int several = judge_succeeded(pc, id, &a, intent, search_lag_ms, ls, &n, &j);
-        if (judge_ownership(conn, pc, id, &a, intent, &ls[0].res, &ls[1].res, several,
-                            &ow, &j, &err) != 0) {
+/* Asks the provider and judges its answers: 0 when the decision may be
+ * written (the provider agrees, or force overrides it), else -1 (said). */
+static int judge(PGconn *conn, provider_client_t *pc, struct review *rv,
+                 long long search_lag_ms, long long key_retention_ms,
+                 struct attempt_review_result *out)
+{
+    struct store_error err;
+    const struct attempt_review_request *rq = rv->rq;
+    if (rv->intent) {
+        int several = judge_succeeded(pc, rv->id, &rv->a, rv->intent, search_lag_ms,
+                                      rv->ls, &rv->n, &rv->j);
+        if (judge_ownership(conn, pc, rv->id, &rv->a, rv->intent, &rv->ls[0].res,
+                            &rv->ls[1].res, several, &rv->ow, &rv->j, &err) != 0) {
             say(out, ATTEMPT_REVIEW_ERROR, "%s", err.message);
-            goto out;
+            return -1;
         }
     } else
-        judge_failed(pc, id, &a, search_lag_ms, key_retention_ms, ls, &n, &j);
-    out->verdict = verdict_names[j.verdict];
-    snprintf(out->provider_says, sizeof(out->provider_says), "%s", j.says);
-    if (j.verdict != V_AGREES && !rq->force) {
+        judge_failed(pc, rv->id, &rv->a, search_lag_ms, key_retention_ms, rv->ls,
+                     &rv->n, &rv->j);
+    out->verdict = verdict_names[rv->j.verdict];
+    snprintf(out->provider_says, sizeof(out->provider_says), "%s", rv->j.says);
+    if (rv->j.verdict != V_AGREES && !rq->force) {
         /* The look-ups are not logged: nothing is written for a refusal. */
-        if (j.verdict == V_UNPROVEN)
+        if (rv->j.verdict == V_UNPROVEN)
             say(out, ATTEMPT_REVIEW_REFUSED,
                 "refused: %s. Only force books it: on the operator's word that it is "
                 "this attempt's (say, the provider's request log shows it made under "
                 "the attempt's idempotency key), recorded as forced",
-                j.says);
+                rv->j.says);
         else
-            say(out, ATTEMPT_REVIEW_REFUSED, "refused: %s", j.says);
-        goto out;
+            say(out, ATTEMPT_REVIEW_REFUSED, "refused: %s", rv->j.says);
+        return -1;
     }
     if (rq->still_allowed && !rq->still_allowed(rq->ctx)) {
         say(out, ATTEMPT_REVIEW_WITHDRAWN,
             "%s may no longer decide (signed out or revoked while the provider was "
             "asked); nothing written",
             rq->actor);
-        goto out;
+        return -1;
     }
-    int forced = j.verdict != V_AGREES;
-    evidence = evidence_json(attempt_status_name(status), &a, &j, forced, search_lag_ms,
-                             ls, n, intent ? &ow : NULL);
+    return 0;
+}
+
+/* Settles the attempt from REQUIRES_REVIEW with the look-ups logged, as
+ * the operator (no lease): attempt_store_settle's result, *s's flags. */
+static enum store_rc settle(attempt_store_t *st, const struct review *rv,
+                            const char *evidence_text, struct attempt_settlement *s,
+                            struct store_error *err)
+{
+    struct attempt_call calls[MAX_LOOKUPS];
+    /* An operator settles a review, and only as SUCCEEDED or FAILED. */
+    CHARGED_ASSERT(
+        attempt_status_transition_allowed(ATTEMPT_STATUS_REQUIRES_REVIEW, rv->status));
+    CHARGED_ASSERT(rv->n <= MAX_LOOKUPS);
+    for (size_t i = 0; i < rv->n; i++)
+        calls[i] = (struct attempt_call){.attempt_id = rv->id,
+                                         .operation = rv->ls[i].operation,
+                                         .started_ms = rv->ls[i].started_ms,
+                                         .res = &rv->ls[i].res};
+    *s = (struct attempt_settlement){
+        .attempt_id = rv->id,
+        .lease_epoch = -1, /* an operator holds no lease */
+        .expected = ATTEMPT_STATUS_REQUIRES_REVIEW,
+        .status = rv->status,
+        .cause = "operator",
+        .actor = rv->rq->actor,
+        .reason = rv->rq->reason ? rv->rq->reason : ATTEMPT_REVIEW_DEFAULT_REASON,
+        .provider_payment_id = rv->intent,
+        .evidence_json = evidence_text,
+        .next_check_ms = -1,
+        .calls = calls,
+        .ncalls = rv->n,
+    };
+    enum store_rc rc = attempt_store_settle(st, s, 1, err);
+    s->calls = NULL; /* they lived on this frame */
+    s->ncalls = 0;
+    return rc;
+}
+
+/* What a settlement that wrote nothing means: 0 when it settled, else -1
+ * (said). */
+static int say_unsettled(PGconn *conn, struct review *rv, enum store_rc src,
+                         const struct attempt_settlement *s, struct store_error *err,
+                         struct attempt_review_result *out)
+{
+    if (src == STORE_DATA && !strcmp(err->sqlstate, "23505")) {
+        /* The one-booking-per-intent index: another attempt got it first. */
+        struct store_error ignore;
+        if (rv->intent)
+            booked_elsewhere(conn, rv->intent, rv->id, out->other_attempt,
+                             sizeof(out->other_attempt), &ignore);
+        say(out, ATTEMPT_REVIEW_BOOKED_ELSEWHERE,
+            "refused: %s is booked for another attempt (even --force cannot book one "
+            "charge twice); nothing written",
+            rv->intent ? rv->intent : "the intent");
+        return -1;
+    }
+    if (src == STORE_LOCKED || (src == STORE_OK && s->busy)) {
+        /* A session holds the attempt's row right now (a webhook being
+         * applied, or one hung in its transaction): nothing waited for it. */
+        say(out, ATTEMPT_REVIEW_BUSY,
+            "attempt %s is locked by another session right now; nothing written, run "
+            "resolve again",
+            rv->id);
+        return -1;
+    }
+    if (src != STORE_OK) {
+        say(out, ATTEMPT_REVIEW_ERROR, "%s%s",
+            src == STORE_DATA ? "the database refused the resolution: " : "",
+            err->message);
+        return -1;
+    }
+    if (s->settled)
+        return 0;
+    /* Someone else resolved it (or a process holds it) since we read it. */
+    if (read_attempt(conn, rv->id, &rv->a, err) == 0)
+        snprintf(out->status, sizeof(out->status), "%s", rv->a.status);
+    else
+        out->status[0] = '\0';
+    say(out, ATTEMPT_REVIEW_CHANGED,
+        "attempt %s changed while it was being resolved (now %s); nothing written",
+        rv->id, out->status[0] ? out->status : "unknown");
+    return -1;
+}
+
+/* The decision written: the result says so, and takes the evidence. */
+static void say_resolved(const struct review *rv, int forced, json_t *evidence,
+                         struct attempt_review_result *out)
+{
+    out->forced = forced;
+    snprintf(out->status, sizeof(out->status), "%s", attempt_status_name(rv->status));
+    if (rv->intent)
+        snprintf(out->provider_payment_id, sizeof(out->provider_payment_id), "%s",
+                 rv->intent);
+    out->evidence = evidence;
+    if (forced)
+        say(out, ATTEMPT_REVIEW_RESOLVED,
+            "attempt %s resolved %s over the provider's objection (%s): %s", rv->id,
+            out->status, out->verdict, out->provider_says);
+    else
+        say(out, ATTEMPT_REVIEW_RESOLVED, "attempt %s resolved %s; the provider agrees",
+            rv->id, out->status);
+}
+
+int attempt_review_resolve(PGconn *conn, attempt_store_t *st, provider_client_t *pc,
+                           long long search_lag_ms, long long key_retention_ms,
+                           const struct attempt_review_request *rq,
+                           struct attempt_review_result *out)
+{
+    struct review rv = {.rq = rq, .j = {V_AGREES, ""}};
+    struct store_error err;
+    struct attempt_settlement s;
+    char *evidence_text = NULL;
+    json_t *evidence = NULL;
+
+    if (!out)
+        return -1;
+    memset(out, 0, sizeof(*out));
+    if (refuse_call(conn, st, pc, rq, out))
+        return 0;
+    /* One id however it is written: the database reads either case, but
+     * the provider's metadata is text, searched and listed as such. */
+    snprintf(rv.id, sizeof(rv.id), "%s", rq->attempt_id);
+    for (char *p = rv.id; *p; p++)
+        *p = (char)tolower((unsigned char)*p);
+    rv.intent = rq->intent_id;
+    rv.status = rv.intent ? ATTEMPT_STATUS_SUCCEEDED : ATTEMPT_STATUS_FAILED;
+    if (load(conn, &rv, out) != 0 ||
+        judge(conn, pc, &rv, search_lag_ms, key_retention_ms, out) != 0)
+        goto out;
+    int forced = rv.j.verdict != V_AGREES;
+    evidence = evidence_json(attempt_status_name(rv.status), &rv.a, &rv.j, forced,
+                             search_lag_ms, rv.ls, rv.n, rv.intent ? &rv.ow : NULL);
     evidence_text =
         evidence ? json_dumps(evidence, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     if (!evidence_text) {
         say(out, ATTEMPT_REVIEW_ERROR, "out of memory");
         goto out;
     }
-    for (size_t i = 0; i < n; i++)
-        calls[i] = (struct attempt_call){.attempt_id = id,
-                                         .operation = ls[i].operation,
-                                         .started_ms = ls[i].started_ms,
-                                         .res = &ls[i].res};
-    struct attempt_settlement s = {
-        .attempt_id = id,
-        .lease_epoch = -1, /* an operator holds no lease */
-        .expected = ATTEMPT_STATUS_REQUIRES_REVIEW,
-        .status = status,
-        .cause = "operator",
-        .actor = rq->actor,
-        .reason = reason,
-        .provider_payment_id = intent,
-        .evidence_json = evidence_text,
-        .next_check_ms = -1,
-        .calls = calls,
-        .ncalls = n,
-    };
-    enum store_rc src = attempt_store_settle(st, &s, 1, &err);
-    if (src == STORE_DATA && !strcmp(err.sqlstate, "23505")) {
-        /* The one-booking-per-intent index: another attempt got it first. */
-        struct store_error ignore;
-        if (intent)
-            booked_elsewhere(conn, intent, id, out->other_attempt,
-                             sizeof(out->other_attempt), &ignore);
-        say(out, ATTEMPT_REVIEW_BOOKED_ELSEWHERE,
-            "refused: %s is booked for another attempt (even --force cannot book one "
-            "charge twice); nothing written",
-            intent ? intent : "the intent");
+    enum store_rc src = settle(st, &rv, evidence_text, &s, &err);
+    if (say_unsettled(conn, &rv, src, &s, &err, out) != 0)
         goto out;
-    }
-    if (src == STORE_LOCKED || (src == STORE_OK && s.busy)) {
-        /* A session holds the attempt's row right now (a webhook being
-         * applied, or one hung in its transaction): nothing waited for it. */
-        say(out, ATTEMPT_REVIEW_BUSY,
-            "attempt %s is locked by another session right now; nothing written, run "
-            "resolve again",
-            id);
-        goto out;
-    }
-    if (src != STORE_OK) {
-        say(out, ATTEMPT_REVIEW_ERROR, "%s%s",
-            src == STORE_DATA ? "the database refused the resolution: " : "",
-            err.message);
-        goto out;
-    }
-    if (!s.settled) {
-        /* Someone else resolved it (or a process holds it) since we read it. */
-        if (read_attempt(conn, id, &a, &err) == 0)
-            snprintf(out->status, sizeof(out->status), "%s", a.status);
-        else
-            out->status[0] = '\0';
-        say(out, ATTEMPT_REVIEW_CHANGED,
-            "attempt %s changed while it was being resolved (now %s); nothing written",
-            id, out->status[0] ? out->status : "unknown");
-        goto out;
-    }
-    out->forced = forced;
-    snprintf(out->status, sizeof(out->status), "%s", attempt_status_name(status));
-    if (intent)
-        snprintf(out->provider_payment_id, sizeof(out->provider_payment_id), "%s",
-                 intent);
-    out->evidence = evidence;
-    evidence = NULL;
-    if (forced)
-        say(out, ATTEMPT_REVIEW_RESOLVED,
-            "attempt %s resolved %s over the provider's objection (%s): %s", id,
-            out->status, out->verdict, out->provider_says);
-    else
-        say(out, ATTEMPT_REVIEW_RESOLVED, "attempt %s resolved %s; the provider agrees",
-            id, out->status);
+    say_resolved(&rv, forced, evidence, out);
+    evidence = NULL; /* the result's now */
 out:
     free(evidence_text);
     json_decref(evidence);

@@ -1,12 +1,12 @@
 #include "refund_review.h"
 
-#include <assert.h>
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "charged_assert.h"
 #include "db.h"
 #include "ownership.h"
 #include "refund_sql.h"
@@ -171,7 +171,7 @@ enum store_rc refund_review_resolve(PGconn *conn,
     const char *status = attempt_status_name(d->status);
     char attempt[37], amount[24];
 
-    assert(why && why_size);
+    CHARGED_ASSERT(out && why && why_size > 0);
     *out = REFUND_REVIEW_RESOLVED;
     why[0] = '\0';
     /* One id however it is written (a UUID: the database reads either

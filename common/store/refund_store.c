@@ -29,13 +29,13 @@ refund_store_t *refund_store_new(const char *database_url, const char *actor,
                                  struct store_error *err)
 {
     refund_store_t *st = calloc(1, sizeof(*st));
-    if (!st || !(st->actor = strdup(actor))) {
-        free(st);
+    if (!st) {
         store_error_set(err, "out of memory");
         return NULL;
     }
-    if (!(st->db = store_conn_new(database_url, REFUND_LOCK_TIMEOUT, err))) {
-        refund_store_free(st);
+    if (stmt_session_new(database_url, REFUND_LOCK_TIMEOUT, actor, &st->db, &st->actor,
+                         err) != 0) {
+        free(st);
         return NULL;
     }
     return st;
@@ -45,18 +45,13 @@ void refund_store_free(refund_store_t *st)
 {
     if (!st)
         return;
-    store_conn_free(st->db);
-    free(st->actor);
+    stmt_session_free(st->db, st->actor);
     free(st);
 }
 
 enum store_rc refund_store_ping(refund_store_t *st, struct store_error *err)
 {
-    store_error_clear(err);
-    if (store_conn_open(st->db, NULL, err) != STORE_OK ||
-        store_conn_exec(st->db, "SELECT 1", 0, NULL, NULL, err) != STORE_OK)
-        return STORE_RETRY;
-    return STORE_OK;
+    return stmt_ping(st->db, err);
 }
 
 static const char *or_null(const char *s)
@@ -463,61 +458,24 @@ static const char *SQL_PERSIST =
     "  SELECT id, " ATTEMPT_SQL(PROCESSING) ", status, 'worker', $11, reason, evidence,"
     "    updated_at FROM u),"
     SQL_REFUND_OUTBOX_EVENTS("u")
-    "SELECT v.id, v.id IN (SELECT id FROM u),"
-    "  v.id NOT IN (SELECT id FROM lk) AND EXISTS (SELECT 1 FROM refund_attempts a"
-    "    WHERE a.id = v.id)"
-    " FROM v";
+    SQL_PERSIST_RESULT("refund_attempts");
 /* clang-format on */
+
+/* Item i of a batch of struct refund_outcome, for stmt_persist. */
+static void outcome_of(void *items, size_t i, struct stmt_outcome *o)
+{
+    struct refund_outcome *it = &((struct refund_outcome *)items)[i];
+    /* In struct stmt_outcome's order. */
+    *o = (struct stmt_outcome){
+        it->refund_id,          it->lease_epoch,   it->status,        it->reason,
+        it->provider_refund_id, it->event_type,    it->evidence_json, it->calls,
+        it->last_error,         it->next_check_ms, &it->persisted,    &it->busy};
+}
 
 enum store_rc refund_store_persist(refund_store_t *st, struct refund_outcome *items,
                                    size_t n, struct store_error *err)
 {
-    struct stmt s = {0};
-    PGresult *r = NULL;
-    enum store_rc rc;
-
-    store_error_clear(err);
-    if (n == 0)
-        return STORE_OK;
-    if (store_conn_open(st->db, NULL, err) != STORE_OK)
-        return STORE_RETRY;
-    int a = stmt_arrays(&s, 10);
-    for (size_t i = 0; i < n; i++) {
-        struct refund_outcome *o = &items[i];
-        int to = attempt_status_parse(o->status);
-        if (to < 0 ||
-            !attempt_status_transition_allowed(ATTEMPT_STATUS_PROCESSING, to)) {
-            store_error_set(err, "status '%s' may not follow PROCESSING",
-                            o->status ? o->status : "(null)");
-            rc = STORE_DATA;
-            goto out;
-        }
-        stmt_add(&s, a, o->refund_id);
-        stmt_add_int(&s, a + 1, o->lease_epoch);
-        stmt_add(&s, a + 2, o->status);
-        stmt_add(&s, a + 3, o->reason);
-        stmt_add(&s, a + 4, or_null(o->provider_refund_id));
-        stmt_add(&s, a + 5, o->event_type);
-        stmt_add(&s, a + 6, o->evidence_json ? o->evidence_json : "{}");
-        stmt_add_int(&s, a + 7, o->calls);
-        stmt_add(&s, a + 8, o->last_error);
-        if (o->next_check_ms < 0)
-            stmt_add(&s, a + 9, NULL);
-        else
-            stmt_add_int(&s, a + 9, o->next_check_ms);
-    }
-    stmt_text(&s, st->actor);
-    if ((rc = stmt_run(st->db, &s, SQL_PERSIST, &r, err)) != STORE_OK)
-        goto out;
-    for (size_t i = 0; i < n; i++) {
-        int row = stmt_row_of(r, 0, items[i].refund_id);
-        items[i].persisted = row >= 0 && stmt_col_true(r, row, 1);
-        items[i].busy = row >= 0 && stmt_col_true(r, row, 2);
-    }
-out:
-    PQclear(r);
-    stmt_release(&s);
-    return rc;
+    return stmt_persist(st->db, st->actor, SQL_PERSIST, items, n, outcome_of, err);
 }
 
 /* ---- leases ---- */
@@ -725,27 +683,5 @@ enum store_rc refund_store_backlog(refund_store_t *st,
                                    long long *counts, long long *oldest_ms,
                                    struct store_error *err)
 {
-    struct stmt s = {0};
-    PGresult *r = NULL;
-    enum store_rc rc;
-
-    store_error_clear(err);
-    for (size_t i = 0; i < n; i++)
-        counts[i] = oldest_ms[i] = 0;
-    if (store_conn_open(st->db, NULL, err) != STORE_OK)
-        return STORE_RETRY;
-    int names = stmt_arrays(&s, 1);
-    for (size_t i = 0; i < n; i++)
-        stmt_add(&s, names, attempt_status_name(statuses[i]));
-    if ((rc = stmt_run(st->db, &s, SQL_BACKLOG, &r, err)) == STORE_OK)
-        for (size_t i = 0; i < n; i++) {
-            int row = stmt_row_of(r, 0, attempt_status_name(statuses[i]));
-            if (row >= 0) {
-                counts[i] = stmt_col_int(r, row, 1);
-                oldest_ms[i] = stmt_col_int(r, row, 2);
-            }
-        }
-    PQclear(r);
-    stmt_release(&s);
-    return rc;
+    return stmt_backlog(st->db, SQL_BACKLOG, statuses, n, counts, oldest_ms, err);
 }

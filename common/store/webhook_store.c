@@ -280,6 +280,16 @@ static void refund_outcome(struct webhook_store_result *out, const char *outcome
     }
 }
 
+/* Makes the UNKNOWN attempt or refund `id` due for the reconciler now (sql:
+ * SQL_CHECK_NOW or SQL_REFUND_CHECK_NOW). */
+static enum store_rc check_now(webhook_store_t *st, const char *sql, const char *id,
+                               struct store_error *err)
+{
+    const char *p[1] = {id};
+    enum store_rc x = store_conn_exec(st->db, sql, 1, p, NULL, err);
+    return x == STORE_OK ? STORE_OK : later_failed(x);
+}
+
 /* One refund of the event, inside its transaction: locked, decided and,
  * when it moves, moved with its transition and event. */
 static enum store_rc apply_refund(webhook_store_t *st, const struct webhook_event *ev,
@@ -329,13 +339,10 @@ static enum store_rc apply_refund(webhook_store_t *st, const struct webhook_even
     PQclear(r);
     r = NULL;
     webhook_refund_decide(rf, &row, &d);
-    if (d.check_now) {
-        const char *id[1] = {refund_id};
-        if ((x = store_conn_exec(st->db, SQL_REFUND_CHECK_NOW, 1, id, NULL, err)) !=
-            STORE_OK) {
-            rc = later_failed(x);
-            goto out;
-        }
+    if (d.check_now &&
+        (x = check_now(st, SQL_REFUND_CHECK_NOW, refund_id, err)) != STORE_OK) {
+        rc = x;
+        goto out;
     }
     if (d.action != WEBHOOK_REFUND_APPLY) {
         refund_outcome(
@@ -377,18 +384,172 @@ out:
     return rc;
 }
 
+/* Records the event as received, inside the open transaction: STORE_OK
+ * and *fresh when it is new; STORE_OK alone when it was seen before and
+ * committed (its effect is already there); else the failure. */
+static enum store_rc record_event(webhook_store_t *st, const char *provider,
+                                  const struct webhook_event *ev, const char *payload,
+                                  struct webhook_store_result *out, int *fresh,
+                                  struct store_error *err)
+{
+    PGresult *r = NULL;
+    enum store_rc x;
+    const char *rec[5] = {provider, ev->id, ev->type, ev->attempt_id, payload};
+    *fresh = 0;
+    /* The event itself refused (STORE_DATA): no delivery of it will ever do. */
+    if ((x = store_conn_exec(st->db, SQL_RECORD_EVENT, 5, rec, &r, err)) != STORE_OK)
+        return x;
+    if (PQntuples(r) == 0) {
+        out->outcome = "duplicate";
+        out->reason = "event already processed";
+    } else
+        *fresh = 1;
+    PQclear(r);
+    return STORE_OK;
+}
+
+/* The attempt's locked row (SQL_LOCK_ATTEMPT) into out and *a. */
+static void read_attempt_row(PGresult *r, struct webhook_store_result *out,
+                             struct webhook_attempt *a)
+{
+    memset(a, 0, sizeof(*a));
+    snprintf(out->attempt_id, sizeof(out->attempt_id), "%s", PQgetvalue(r, 0, 0));
+    snprintf(out->order_id, sizeof(out->order_id), "%s", PQgetvalue(r, 0, 1));
+    snprintf(out->old_status, sizeof(out->old_status), "%s", PQgetvalue(r, 0, 2));
+    snprintf(out->new_status, sizeof(out->new_status), "%s", out->old_status);
+    a->status = (enum attempt_status)attempt_status_parse(PQgetvalue(r, 0, 2));
+    a->amount = strtoll(PQgetvalue(r, 0, 3), NULL, 10);
+    snprintf(a->currency, sizeof(a->currency), "%s", PQgetvalue(r, 0, 4));
+    a->updated_at = strtoll(PQgetvalue(r, 0, 5), NULL, 10);
+    a->intent_differs = PQgetvalue(r, 0, 6)[0] == 't';
+    a->intent_elsewhere = PQgetvalue(r, 0, 7)[0] == 't';
+    a->order_has_other_live = PQgetvalue(r, 0, 8)[0] == 't';
+    a->intent_recorded = PQgetvalue(r, 0, 9)[0] == 't';
+}
+
+/* Locks the attempt the event is about (by its metadata's id, else by its
+ * intent) and decides what the event does to it, into *d and out. */
+static enum store_rc lock_and_decide(webhook_store_t *st,
+                                     const struct webhook_event *ev,
+                                     struct webhook_store_result *out,
+                                     struct webhook_decision *d,
+                                     struct store_error *err)
+{
+    PGresult *r = NULL;
+    enum store_rc x;
+    struct webhook_attempt a;
+    const char *lock[3] = {ev->attempt_id[0] ? ev->attempt_id : NULL, ev->intent_id,
+                           attempt_status_live_array()};
+    if ((x = store_conn_exec(st->db,
+                             ev->attempt_id[0] ? SQL_LOCK_BY_ID : SQL_LOCK_BY_INTENT, 3,
+                             lock, &r, err)) != STORE_OK)
+        return later_failed(x);
+    if (ev->evidence == WEBHOOK_EVIDENCE_NONE) {
+        out->outcome = "ignored";
+        out->reason = "event type not acted on";
+    } else if (PQntuples(r) == 1) {
+        read_attempt_row(r, out, &a);
+        webhook_event_decide(ev, &a, d);
+        out->outcome = webhook_action_name(d->action);
+        out->reason = d->reason;
+    }
+    PQclear(r);
+    return STORE_OK;
+}
+
+/* Moves the locked attempt as decided, with its transition, ledger entry
+ * and event. */
+static enum store_rc settle_attempt(webhook_store_t *st, const struct webhook_event *ev,
+                                    const struct webhook_decision *d,
+                                    struct webhook_store_result *out,
+                                    struct store_error *err)
+{
+    PGresult *r = NULL;
+    char reason[256], actor[300];
+    enum store_rc rc = STORE_RETRY, x;
+    char *evidence = evidence_json(ev);
+    if (!evidence) {
+        store_error_set(err, "out of memory");
+        return STORE_RETRY;
+    }
+    reason_for(ev, d, reason, sizeof(reason));
+    snprintf(actor, sizeof(actor), "webhook %s", ev->id);
+    const char *p[8] = {out->attempt_id,
+                        attempt_status_name(d->status),
+                        reason[0] ? reason : NULL,
+                        d->action == WEBHOOK_APPLY ? ev->intent_id : NULL,
+                        attempt_status_event_type(d->status),
+                        evidence,
+                        out->old_status,
+                        actor};
+    if ((x = store_conn_exec(st->db, SQL_SETTLE, 8, p, &r, err)) != STORE_OK) {
+        rc = later_failed(x);
+    } else if (PQntuples(r) != 1) {
+        /* Impossible under the row lock; never commit half a decision. */
+        store_error_set(err, "attempt %s changed under its lock", out->attempt_id);
+    } else {
+        snprintf(out->new_status, sizeof(out->new_status), "%s",
+                 attempt_status_name(d->status));
+        rc = STORE_OK;
+    }
+    PQclear(r);
+    free(evidence);
+    return rc;
+}
+
+/* An event about a charge: the attempt locked, decided and, when the
+ * decision moves it, moved. */
+static enum store_rc apply_attempt(webhook_store_t *st, const struct webhook_event *ev,
+                                   struct webhook_store_result *out,
+                                   struct store_error *err)
+{
+    struct webhook_decision d = {WEBHOOK_IGNORE, ATTEMPT_STATUS_PENDING, "", 0};
+    enum store_rc rc = lock_and_decide(st, ev, out, &d, err);
+    if (rc == STORE_OK && d.check_now)
+        rc = check_now(st, SQL_CHECK_NOW, out->attempt_id, err);
+    if (rc == STORE_OK && (d.action == WEBHOOK_APPLY || d.action == WEBHOOK_REVIEW))
+        rc = settle_attempt(st, ev, &d, out, err);
+    return rc;
+}
+
+/* An event about refunds: each of them, the worst outcome recorded. */
+static enum store_rc apply_refunds(webhook_store_t *st, const struct webhook_event *ev,
+                                   struct webhook_store_result *out,
+                                   struct store_error *err)
+{
+    enum store_rc rc = STORE_OK;
+    out->outcome = "ignored";
+    out->reason = "the charge lists no refund";
+    for (size_t i = 0; i < ev->nrefunds && rc == STORE_OK; i++)
+        rc = apply_refund(st, ev, &ev->refunds[i], out, err);
+    return rc;
+}
+
+/* Records the event's outcome and commits. */
+static enum store_rc finish(webhook_store_t *st, const char *provider,
+                            const struct webhook_event *ev,
+                            const struct webhook_store_result *out,
+                            struct store_error *err)
+{
+    enum store_rc x;
+    const char *o[5] = {provider, ev->id, out->outcome, out->attempt_id,
+                        out->reason ? out->reason : ""};
+    if ((x = store_conn_exec(st->db, SQL_EVENT_OUTCOME, 5, o, NULL, err)) != STORE_OK ||
+        (x = store_conn_exec(st->db, "COMMIT", 0, NULL, NULL, err)) != STORE_OK)
+        return later_failed(x);
+    return STORE_OK;
+}
+
+/* One delivery in one transaction: the event recorded, applied to its
+ * attempt or its refunds, its outcome recorded, committed; rolled back on
+ * any failure, and for a duplicate. */
 static enum store_rc apply_once(webhook_store_t *st, const char *provider,
                                 const struct webhook_event *ev, const char *payload,
                                 struct webhook_store_result *out,
                                 struct store_error *err)
 {
-    PGresult *r = NULL;
-    char *evidence = NULL;
-    char reason[256], actor[300];
-    enum store_rc rc = STORE_RETRY, x;
-    int in_tx = 0;
-    struct webhook_decision d = {WEBHOOK_IGNORE, ATTEMPT_STATUS_PENDING, "", 0};
-    struct webhook_attempt a;
+    enum store_rc rc;
+    int fresh = 0, committed = 0;
 
     store_error_clear(err);
     memset(out, 0, sizeof(*out));
@@ -396,120 +557,15 @@ static enum store_rc apply_once(webhook_store_t *st, const char *provider,
     out->reason = "no such attempt";
     if (store_conn_open(st->db, NULL, err) != STORE_OK)
         return STORE_RETRY;
-    if ((x = store_conn_exec(st->db, "BEGIN", 0, NULL, NULL, err)) != STORE_OK) {
-        rc = later_failed(x);
-        goto out;
-    }
-    in_tx = 1;
-    const char *rec[5] = {provider, ev->id, ev->type, ev->attempt_id, payload};
-    if ((x = store_conn_exec(st->db, SQL_RECORD_EVENT, 5, rec, &r, err)) != STORE_OK) {
-        /* The event itself is refused (STORE_DATA): no delivery of it will
-         * ever do. */
-        rc = x;
-        goto out;
-    }
-    if (PQntuples(r) == 0) {
-        /* Seen before, and committed: its effect is already there. */
-        out->outcome = "duplicate";
-        out->reason = "event already processed";
-        rc = STORE_OK;
-        goto out;
-    }
-    PQclear(r);
-    r = NULL;
-
-    if (ev->evidence == WEBHOOK_EVIDENCE_REFUND) {
-        out->outcome = "ignored";
-        out->reason = "the charge lists no refund";
-        for (size_t i = 0; i < ev->nrefunds; i++)
-            if ((rc = apply_refund(st, ev, &ev->refunds[i], out, err)) != STORE_OK)
-                goto out;
-        rc = STORE_RETRY;
-        goto record;
-    }
-    const char *lock[3] = {ev->attempt_id[0] ? ev->attempt_id : NULL, ev->intent_id,
-                           attempt_status_live_array()};
-    if ((x = store_conn_exec(st->db,
-                             ev->attempt_id[0] ? SQL_LOCK_BY_ID : SQL_LOCK_BY_INTENT, 3,
-                             lock, &r, err)) != STORE_OK) {
-        rc = later_failed(x);
-        goto out;
-    }
-    if (ev->evidence == WEBHOOK_EVIDENCE_NONE) {
-        out->outcome = "ignored";
-        out->reason = "event type not acted on";
-    } else if (PQntuples(r) == 1) {
-        memset(&a, 0, sizeof(a));
-        snprintf(out->attempt_id, sizeof(out->attempt_id), "%s", PQgetvalue(r, 0, 0));
-        snprintf(out->order_id, sizeof(out->order_id), "%s", PQgetvalue(r, 0, 1));
-        snprintf(out->old_status, sizeof(out->old_status), "%s", PQgetvalue(r, 0, 2));
-        snprintf(out->new_status, sizeof(out->new_status), "%s", out->old_status);
-        a.status = (enum attempt_status)attempt_status_parse(PQgetvalue(r, 0, 2));
-        a.amount = strtoll(PQgetvalue(r, 0, 3), NULL, 10);
-        snprintf(a.currency, sizeof(a.currency), "%s", PQgetvalue(r, 0, 4));
-        a.updated_at = strtoll(PQgetvalue(r, 0, 5), NULL, 10);
-        a.intent_differs = PQgetvalue(r, 0, 6)[0] == 't';
-        a.intent_elsewhere = PQgetvalue(r, 0, 7)[0] == 't';
-        a.order_has_other_live = PQgetvalue(r, 0, 8)[0] == 't';
-        a.intent_recorded = PQgetvalue(r, 0, 9)[0] == 't';
-        webhook_event_decide(ev, &a, &d);
-        out->outcome = webhook_action_name(d.action);
-        out->reason = d.reason;
-    }
-    PQclear(r);
-    r = NULL;
-
-    if (d.check_now) {
-        const char *id[1] = {out->attempt_id};
-        if ((x = store_conn_exec(st->db, SQL_CHECK_NOW, 1, id, NULL, err)) !=
-            STORE_OK) {
-            rc = later_failed(x);
-            goto out;
-        }
-    }
-    if (d.action == WEBHOOK_APPLY || d.action == WEBHOOK_REVIEW) {
-        if (!(evidence = evidence_json(ev))) {
-            store_error_set(err, "out of memory");
-            goto out;
-        }
-        reason_for(ev, &d, reason, sizeof(reason));
-        snprintf(actor, sizeof(actor), "webhook %s", ev->id);
-        const char *p[8] = {out->attempt_id,
-                            attempt_status_name(d.status),
-                            reason[0] ? reason : NULL,
-                            d.action == WEBHOOK_APPLY ? ev->intent_id : NULL,
-                            attempt_status_event_type(d.status),
-                            evidence,
-                            out->old_status,
-                            actor};
-        if ((x = store_conn_exec(st->db, SQL_SETTLE, 8, p, &r, err)) != STORE_OK) {
-            rc = later_failed(x);
-            goto out;
-        }
-        if (PQntuples(r) != 1) {
-            /* Impossible under the row lock; never commit half a decision. */
-            store_error_set(err, "attempt %s changed under its lock", out->attempt_id);
-            goto out;
-        }
-        snprintf(out->new_status, sizeof(out->new_status), "%s",
-                 attempt_status_name(d.status));
-        PQclear(r);
-        r = NULL;
-    }
-record:;
-    const char *o[5] = {provider, ev->id, out->outcome, out->attempt_id,
-                        out->reason ? out->reason : ""};
-    if ((x = store_conn_exec(st->db, SQL_EVENT_OUTCOME, 5, o, NULL, err)) != STORE_OK ||
-        (x = store_conn_exec(st->db, "COMMIT", 0, NULL, NULL, err)) != STORE_OK) {
-        rc = later_failed(x);
-        goto out;
-    }
-    in_tx = 0;
-    rc = STORE_OK;
-out:
-    PQclear(r);
-    free(evidence);
-    if (in_tx)
+    if ((rc = store_conn_exec(st->db, "BEGIN", 0, NULL, NULL, err)) != STORE_OK)
+        return later_failed(rc);
+    rc = record_event(st, provider, ev, payload, out, &fresh, err);
+    if (rc == STORE_OK && fresh)
+        rc = ev->evidence == WEBHOOK_EVIDENCE_REFUND ? apply_refunds(st, ev, out, err)
+                                                     : apply_attempt(st, ev, out, err);
+    if (rc == STORE_OK && fresh)
+        committed = (rc = finish(st, provider, ev, out, err)) == STORE_OK;
+    if (!committed)
         rollback(st);
     return rc;
 }

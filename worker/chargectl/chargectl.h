@@ -19,6 +19,11 @@ config_t *ctl_config(const char *cmd);
 int ctl_bad_option(const char *cmd, const char *arg);
 int ctl_unexpected_argument(const char *cmd, const char *arg);
 
+/* Says "chargectl <cmd>[ <sub>]: ..." in one line on stderr (sub NULL:
+ * none); returns rc, so that a refusal is one statement. */
+__attribute__((format(printf, 4, 5))) int
+ctl_say(int rc, const char *cmd, const char *sub, const char *fmt, ...);
+
 /* Who runs chargectl, for --actor's default: the effective user's name,
  * else $USER; NULL when neither is known. */
 const char *ctl_os_user(void);

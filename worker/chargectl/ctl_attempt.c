@@ -137,7 +137,64 @@ static int attempt_list(PGconn *conn, const struct attempt_history_filter *f,
     return CTL_OK;
 }
 
-int ctl_attempt(int argc, char **argv)
+/* What `attempt show|list` was asked: the filter's texts live here. */
+struct attempt_args {
+    const char *order, *status;
+    char older[32], limit[32];
+    int have_older, have_limit, as_json;
+};
+
+/* One option of show|list into a; -1 to go on, else the exit status
+ * (--help, or a bad value already said). */
+static int take_option(int c, const char *arg, struct attempt_args *a)
+{
+    int64_t v;
+    switch (c) {
+    case 'o':
+        if (!charge_command_is_uuid(arg)) {
+            fprintf(stderr, "chargectl attempt: --order '%s' is not a UUID\n", arg);
+            return CTL_USAGE;
+        }
+        a->order = arg;
+        return -1;
+    case 's':
+        if (attempt_status_parse(arg) < 0) {
+            fprintf(stderr, "chargectl attempt: --status '%s' is not a status\n", arg);
+            return CTL_USAGE;
+        }
+        a->status = arg;
+        return -1;
+    case 'a':
+        if (clock_parse_duration_ms(arg, &v) != 0) {
+            fprintf(stderr,
+                    "chargectl attempt: --older-than '%s' is not a duration (30s, 15m, "
+                    "2h, 7d)\n",
+                    arg);
+            return CTL_USAGE;
+        }
+        snprintf(a->older, sizeof(a->older), "%lld", (long long)v);
+        a->have_older = 1;
+        return -1;
+    case 'l':
+        if (decimal_parse(arg, 100000, &v, NULL) != 0 || v < 1) {
+            fprintf(stderr, "chargectl attempt: --limit '%s' must be 1..100000\n", arg);
+            return CTL_USAGE;
+        }
+        snprintf(a->limit, sizeof(a->limit), "%lld", (long long)v);
+        a->have_limit = 1;
+        return -1;
+    case 'j':
+        a->as_json = 1;
+        return -1;
+    default: /* 'h' */
+        usage(stdout);
+        return CTL_OK;
+    }
+}
+
+/* The options of show|list (argv[0] is the subcommand); -1 to go on, else
+ * the exit status. */
+static int parse_options(int argc, char **argv, struct attempt_args *a)
 {
     static const struct option opts[] = {
         {"order", required_argument, NULL, 'o'},
@@ -148,10 +205,81 @@ int ctl_attempt(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *order = NULL, *status = NULL;
-    char older[32], limit[32] = "50";
+    int c, rc;
+    optind = 1;
+    opterr = 0; /* we say it ourselves, in one line */
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        /* argv[0] is the subcommand: the option just read is argv[optind - 1]. */
+        if (c == '?')
+            return ctl_bad_option("attempt", argv[optind - 1]);
+        if ((rc = take_option(c, optarg, a)) >= 0)
+            return rc;
+    }
+    return -1;
+}
+
+/* The positional arguments fit the subcommand: -1, or CTL_USAGE (said). */
+static int check_args(const char *sub, int nargs, const char *id,
+                      const struct attempt_args *a)
+{
+    if (strcmp(sub, "show") != 0) {
+        if (nargs == 0)
+            return -1;
+        fprintf(stderr, "chargectl attempt list: takes no positional argument\n");
+        return CTL_USAGE;
+    }
+    if (nargs != 1 || a->order || a->status || a->have_older || a->have_limit) {
+        fprintf(stderr,
+                "chargectl attempt show: give one PAYMENT_ATTEMPT_ID (and "
+                "optionally --json)%s\n",
+                a->order        ? "; --order is for list"
+                : a->status     ? "; --status is for list"
+                : a->have_older ? "; --older-than is for list"
+                : a->have_limit ? "; --limit is for list"
+                                : "");
+        return CTL_USAGE;
+    }
+    if (!charge_command_is_uuid(id)) {
+        fprintf(stderr, "chargectl attempt show: '%s' is not a UUID\n", id);
+        return CTL_USAGE;
+    }
+    return -1;
+}
+
+/* Connects and runs show or list. */
+static int attempt_run(const char *sub, const char *id, const struct attempt_args *a)
+{
     struct store_error err;
-    int have_older = 0, have_limit = 0, as_json = 0, c, rc;
+    int rc;
+    config_t *cfg = ctl_config("attempt");
+    if (!cfg)
+        return CTL_USAGE;
+    PGconn *conn = db_connect(config_str(cfg, CONFIG_DATABASE_URL), &err);
+    if (!conn) {
+        fprintf(stderr, "chargectl attempt: %s\n", err.message);
+        config_free(cfg);
+        return CTL_FAILED;
+    }
+    if (!strcmp(sub, "show"))
+        rc = attempt_show(conn, id, a->as_json);
+    else
+        rc = attempt_list(conn,
+                          &(struct attempt_history_filter){
+                              .order_id = a->order,
+                              .status = a->status,
+                              .older_than_ms = a->have_older ? a->older : NULL,
+                              .limit = a->limit,
+                          },
+                          a->as_json);
+    PQfinish(conn);
+    config_free(cfg);
+    return rc;
+}
+
+int ctl_attempt(int argc, char **argv)
+{
+    struct attempt_args a = {.limit = "50"};
+    int rc;
 
     if (argc < 2) {
         fprintf(stderr,
@@ -172,105 +300,11 @@ int ctl_attempt(int argc, char **argv)
                 sub);
         return CTL_USAGE;
     }
-    optind = 1;
-    opterr = 0; /* we say it ourselves, in one line */
-    while ((c = getopt_long(argc - 1, argv + 1, "", opts, NULL)) != -1) {
-        switch (c) {
-        case 'o':
-            if (!charge_command_is_uuid(optarg)) {
-                fprintf(stderr, "chargectl attempt: --order '%s' is not a UUID\n",
-                        optarg);
-                return CTL_USAGE;
-            }
-            order = optarg;
-            break;
-        case 's': {
-            if (attempt_status_parse(optarg) < 0) {
-                fprintf(stderr, "chargectl attempt: --status '%s' is not a status\n",
-                        optarg);
-                return CTL_USAGE;
-            }
-            status = optarg;
-            break;
-        }
-        case 'a': {
-            int64_t ms;
-            if (clock_parse_duration_ms(optarg, &ms) != 0) {
-                fprintf(
-                    stderr,
-                    "chargectl attempt: --older-than '%s' is not a duration (30s, 15m, "
-                    "2h, 7d)\n",
-                    optarg);
-                return CTL_USAGE;
-            }
-            snprintf(older, sizeof(older), "%lld", (long long)ms);
-            have_older = 1;
-            break;
-        }
-        case 'l': {
-            int64_t n;
-            if (decimal_parse(optarg, 100000, &n, NULL) != 0 || n < 1) {
-                fprintf(stderr, "chargectl attempt: --limit '%s' must be 1..100000\n",
-                        optarg);
-                return CTL_USAGE;
-            }
-            snprintf(limit, sizeof(limit), "%lld", (long long)n);
-            have_limit = 1;
-            break;
-        }
-        case 'j':
-            as_json = 1;
-            break;
-        case 'h':
-            usage(stdout);
-            return CTL_OK;
-        default:
-            return ctl_bad_option("attempt", argv[optind]);
-        }
-    }
+    if ((rc = parse_options(argc - 1, argv + 1, &a)) >= 0)
+        return rc;
     int nargs = argc - 1 - optind;
     const char *id = nargs == 1 ? argv[1 + optind] : NULL;
-    if (!strcmp(sub, "show")) {
-        if (nargs != 1 || order || status || have_older || have_limit) {
-            fprintf(stderr,
-                    "chargectl attempt show: give one PAYMENT_ATTEMPT_ID (and "
-                    "optionally --json)%s\n",
-                    order        ? "; --order is for list"
-                    : status     ? "; --status is for list"
-                    : have_older ? "; --older-than is for list"
-                    : have_limit ? "; --limit is for list"
-                                 : "");
-            return CTL_USAGE;
-        }
-        if (!charge_command_is_uuid(id)) {
-            fprintf(stderr, "chargectl attempt show: '%s' is not a UUID\n", id);
-            return CTL_USAGE;
-        }
-    } else if (nargs != 0) {
-        fprintf(stderr, "chargectl attempt list: takes no positional argument\n");
-        return CTL_USAGE;
-    }
-    config_t *cfg = ctl_config("attempt");
-    if (!cfg)
-        return CTL_USAGE;
-    PGconn *conn = db_connect(config_str(cfg, CONFIG_DATABASE_URL), &err);
-    if (!conn) {
-        fprintf(stderr, "chargectl attempt: %s\n", err.message);
-        config_free(cfg);
-        return CTL_FAILED;
-    }
-    if (!strcmp(sub, "show"))
-        rc = attempt_show(conn, id, as_json);
-    else
-        rc = attempt_list(conn,
-                          &(struct attempt_history_filter){
-                              .order_id = order,
-                              .status = status,
-                              .older_than_ms = have_older ? older : NULL,
-                              .limit = limit,
-                          },
-                          as_json);
-    PQfinish(conn);
-    config_free(cfg);
-    return rc;
+    if ((rc = check_args(sub, nargs, id, &a)) >= 0)
+        return rc;
+    return attempt_run(sub, id, &a);
 }

@@ -3,7 +3,6 @@
 #include <ctype.h>
 #include <getopt.h>
 #include <pwd.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,17 +90,8 @@ static void usage(FILE *out)
         "unreachable, no such window, or (run) a finding; 2 bad usage.\n");
 }
 
-__attribute__((format(printf, 3, 4))) static int say(int rc, const char *sub,
-                                                     const char *fmt, ...)
-{
-    va_list ap;
-    fprintf(stderr, "chargectl audit%s%s: ", sub ? " " : "", sub ? sub : "");
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    return rc;
-}
+/* Says "chargectl audit [sub]: ..." in one line; returns rc. */
+#define say(rc, sub, ...) ctl_say((rc), "audit", (sub), __VA_ARGS__)
 
 /* "90s", "30m", "24h", "7d" -> seconds; -1 when it is not one (at most
  * ten years). */
@@ -305,7 +295,51 @@ out:
     return rc;
 }
 
-int ctl_audit(int argc, char **argv)
+/* What `audit list|show|run` was asked. */
+struct audit_cli {
+    const char *sub, *window;
+    long long since, until;
+    char limit[32];
+    int as_json, only_findings, have_until, list, show, run;
+};
+
+/* One option into cli; -1 to go on, else the exit status (--help, or a
+ * bad value, said). */
+static int take_option(int c, const char *arg, struct audit_cli *cli)
+{
+    int64_t n;
+    switch (c) {
+    case 's':
+        if ((cli->since = parse_duration(arg)) <= 0)
+            return say(CTL_USAGE, cli->sub,
+                       "--since '%s' is not a duration (90s, 30m, 24h, 7d)", arg);
+        return -1;
+    case 'u':
+        if ((cli->until = parse_duration(arg)) < 0)
+            return say(CTL_USAGE, cli->sub,
+                       "--until '%s' is not a duration (90s, 30m, 24h, 7d)", arg);
+        cli->have_until = 1;
+        return -1;
+    case 'l':
+        if (decimal_parse(arg, 100000, &n, NULL) != 0 || n < 1)
+            return say(CTL_USAGE, cli->sub, "--limit '%s' must be 1..100000", arg);
+        snprintf(cli->limit, sizeof(cli->limit), "%lld", (long long)n);
+        return -1;
+    case 'f':
+        cli->only_findings = 1;
+        return -1;
+    case 'j':
+        cli->as_json = 1;
+        return -1;
+    default: /* 'h' */
+        usage(stdout);
+        return CTL_OK;
+    }
+}
+
+/* The options (argv[0] is the subcommand); -1 to go on, else the exit
+ * status. */
+static int parse_options(int argc, char **argv, struct audit_cli *cli)
 {
     static const struct option opts[] = {
         {"since", required_argument, NULL, 's'},
@@ -316,70 +350,33 @@ int ctl_audit(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    long long since = -1, until = 0;
-    char limit[32] = "50";
-    int as_json = 0, only_findings = 0, have_limit = 0, have_until = 0, c, rc;
-    struct store_error err;
-
-    if (argc < 2)
-        return say(CTL_USAGE, NULL, "missing subcommand (list, show, run; see --help)");
-    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        usage(stdout);
-        return CTL_OK;
-    }
-    const char *sub = argv[1];
-    int list = !strcmp(sub, "list"), show = !strcmp(sub, "show"),
-        run = !strcmp(sub, "run");
-    if (!list && !show && !run)
-        return say(CTL_USAGE, NULL, "unknown subcommand '%s' (list, show, run)", sub);
+    int c, rc;
     optind = 1;
     opterr = 0;
-    while ((c = getopt_long(argc - 1, argv + 1, "", opts, NULL)) != -1) {
-        switch (c) {
-        case 's':
-            if ((since = parse_duration(optarg)) <= 0)
-                return say(CTL_USAGE, sub,
-                           "--since '%s' is not a duration (90s, 30m, 24h, 7d)",
-                           optarg);
-            break;
-        case 'u':
-            if ((until = parse_duration(optarg)) < 0)
-                return say(CTL_USAGE, sub,
-                           "--until '%s' is not a duration (90s, 30m, 24h, 7d)",
-                           optarg);
-            have_until = 1;
-            break;
-        case 'l': {
-            int64_t n;
-            if (decimal_parse(optarg, 100000, &n, NULL) != 0 || n < 1)
-                return say(CTL_USAGE, sub, "--limit '%s' must be 1..100000", optarg);
-            snprintf(limit, sizeof(limit), "%lld", (long long)n);
-            have_limit = 1;
-            break;
-        }
-        case 'f':
-            only_findings = 1;
-            break;
-        case 'j':
-            as_json = 1;
-            break;
-        case 'h':
-            usage(stdout);
-            return CTL_OK;
-        default: {
-            const char *bad = argv[optind];
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == '?') {
+            /* argv[0] is the subcommand: the option just read is
+             * argv[optind - 1]. */
+            const char *bad = argv[optind - 1];
             if (optopt && strchr("sul", optopt) && !strchr(bad, '='))
-                return say(CTL_USAGE, sub, "%s needs a value", bad);
+                return say(CTL_USAGE, cli->sub, "%s needs a value", bad);
             return ctl_bad_option("audit", bad);
         }
-        }
+        if ((rc = take_option(c, optarg, cli)) >= 0)
+            return rc;
     }
-    int nargs = argc - 1 - optind;
-    const char *window = nargs >= 1 ? argv[1 + optind] : NULL;
-    if (show) {
+    return -1;
+}
+
+/* The positional arguments and options fit the subcommand: -1, or
+ * CTL_USAGE (said). extra is the argument after the window. */
+static int check_args(const struct audit_cli *cli, int nargs, const char *extra)
+{
+    const char *sub = cli->sub, *window = cli->window;
+    if (cli->show) {
         if (nargs != 1)
             return nargs == 0 ? say(CTL_USAGE, sub, "give one WINDOW (see --help)")
-                              : ctl_unexpected_argument("audit show", argv[2 + optind]);
+                              : ctl_unexpected_argument("audit show", extra);
         int by_id = *window && window[strspn(window, "0123456789")] == '\0' &&
                     strlen(window) <= 18;
         if (!by_id && !good_timestamp(window))
@@ -388,41 +385,71 @@ int ctl_audit(int argc, char **argv)
                        "(2026-12-01T10:00:00Z)",
                        window);
     } else if (nargs != 0) {
-        return ctl_unexpected_argument(list ? "audit list" : "audit run", window);
+        return ctl_unexpected_argument(cli->list ? "audit list" : "audit run", window);
     }
-    if (!run && (since >= 0 || have_until))
+    if (!cli->run && (cli->since >= 0 || cli->have_until))
         return say(CTL_USAGE, sub, "--since and --until are for run");
-    if (!list && only_findings)
+    if (!cli->list && cli->only_findings)
         return say(CTL_USAGE, sub, "--findings is for list");
-    if (run) {
-        if (since < 0)
+    if (cli->run) {
+        if (cli->since < 0)
             return say(CTL_USAGE, sub, "needs --since DURATION (24h, say)");
-        if (until >= since)
+        if (cli->until >= cli->since)
             return say(CTL_USAGE, sub, "--until must be less far back than --since");
     }
-    (void)have_limit;
+    return -1;
+}
+
+/* Connects and runs the subcommand (run needs the provider's key). */
+static int audit_dispatch(const config_t *cfg, const struct audit_cli *cli)
+{
+    struct store_error err;
+    int rc;
+    const char *key = config_str(cfg, CONFIG_PROVIDER_API_KEY);
+    if (cli->run && (!key || !*key))
+        return say(CTL_USAGE, "run",
+                   "PROVIDER_API_KEY is not set: run asks the provider");
+    PGconn *conn = db_connect(config_str(cfg, CONFIG_DATABASE_URL), &err);
+    if (!conn)
+        return say(CTL_FAILED, NULL, "%s", err.message);
+    if (cli->list)
+        rc = audit_list(conn, cli->only_findings, cli->limit, cli->as_json);
+    else if (cli->show)
+        rc = audit_show(conn, cli->window, cli->limit, cli->as_json);
+    else
+        rc = audit_run(conn, cfg, cli->since, cli->until, cli->limit, cli->as_json);
+    PQfinish(conn);
+    return rc;
+}
+
+int ctl_audit(int argc, char **argv)
+{
+    struct audit_cli cli = {.since = -1, .until = 0, .limit = "50"};
+    int rc;
+
+    if (argc < 2)
+        return say(CTL_USAGE, NULL, "missing subcommand (list, show, run; see --help)");
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(stdout);
+        return CTL_OK;
+    }
+    cli.sub = argv[1];
+    cli.list = !strcmp(cli.sub, "list");
+    cli.show = !strcmp(cli.sub, "show");
+    cli.run = !strcmp(cli.sub, "run");
+    if (!cli.list && !cli.show && !cli.run)
+        return say(CTL_USAGE, NULL, "unknown subcommand '%s' (list, show, run)",
+                   cli.sub);
+    if ((rc = parse_options(argc - 1, argv + 1, &cli)) >= 0)
+        return rc;
+    int nargs = argc - 1 - optind;
+    cli.window = nargs >= 1 ? argv[1 + optind] : NULL;
+    if ((rc = check_args(&cli, nargs, nargs > 1 ? argv[2 + optind] : NULL)) >= 0)
+        return rc;
     config_t *cfg = ctl_config("audit");
     if (!cfg)
         return CTL_USAGE;
-    const char *key = config_str(cfg, CONFIG_PROVIDER_API_KEY);
-    if (run && (!key || !*key)) {
-        config_free(cfg);
-        return say(CTL_USAGE, "run",
-                   "PROVIDER_API_KEY is not set: run asks the provider");
-    }
-    PGconn *conn = db_connect(config_str(cfg, CONFIG_DATABASE_URL), &err);
-    if (!conn) {
-        rc = say(CTL_FAILED, NULL, "%s", err.message);
-        config_free(cfg);
-        return rc;
-    }
-    if (list)
-        rc = audit_list(conn, only_findings, limit, as_json);
-    else if (show)
-        rc = audit_show(conn, window, limit, as_json);
-    else
-        rc = audit_run(conn, cfg, since, until, limit, as_json);
-    PQfinish(conn);
+    rc = audit_dispatch(cfg, &cli);
     config_free(cfg);
     return rc;
 }

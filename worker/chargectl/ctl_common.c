@@ -1,5 +1,6 @@
 /* What chargectl's commands share: configuration, parsing, who runs it. */
 #include <pwd.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -31,6 +32,17 @@ int ctl_unexpected_argument(const char *cmd, const char *arg)
 {
     fprintf(stderr, "chargectl %s: unexpected argument '%s'\n", cmd, arg);
     return CTL_USAGE;
+}
+
+int ctl_say(int rc, const char *cmd, const char *sub, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "chargectl %s%s%s: ", cmd, sub ? " " : "", sub ? sub : "");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return rc;
 }
 
 const char *ctl_os_user(void)

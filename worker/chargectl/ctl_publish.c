@@ -101,7 +101,22 @@ static char *from_flags(const char *attempt, const char *order, const char *key,
     return s;
 }
 
-int ctl_publish(int argc, char **argv)
+/* What the command line asks for. */
+struct publish_args {
+    const char *attempt, *order, *key, *amount, *currency, *pm, *customer, *file;
+    char *metadata[32];
+    int nmeta, as_json;
+};
+
+/* The commands to publish, in the order given. */
+struct batch {
+    struct pending *msgs;
+    size_t n, cap;
+};
+
+/* Reads the options into a; -1 to go on, else the exit status (--help,
+ * or a usage error already said). */
+static int parse_args(int argc, char **argv, struct publish_args *a)
 {
     static const struct option opts[] = {
         {"attempt-id", required_argument, NULL, 'a'},
@@ -117,54 +132,44 @@ int ctl_publish(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *attempt = NULL, *order = NULL, *key = NULL, *amount = NULL;
-    const char *currency = NULL, *pm = NULL, *customer = NULL, *file = NULL;
-    char *metadata[32];
-    int nmeta = 0, as_json = 0, c, rc = CTL_FAILED;
-    struct pending *msgs = NULL;
-    size_t n = 0, cap = 0;
-    int oom = 0;
-    config_t *cfg = NULL;
-    rd_kafka_t *rk = NULL;
-    char err[512];
-
+    int c;
     optind = 1;
     opterr = 0; /* we say it ourselves, in one line */
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'a':
-            attempt = optarg;
+            a->attempt = optarg;
             break;
         case 'o':
-            order = optarg;
+            a->order = optarg;
             break;
         case 'k':
-            key = optarg;
+            a->key = optarg;
             break;
         case 'n':
-            amount = optarg;
+            a->amount = optarg;
             break;
         case 'c':
-            currency = optarg;
+            a->currency = optarg;
             break;
         case 'p':
-            pm = optarg;
+            a->pm = optarg;
             break;
         case 'u':
-            customer = optarg;
+            a->customer = optarg;
             break;
         case 'f':
-            file = optarg;
+            a->file = optarg;
             break;
         case 'j':
-            as_json = 1;
+            a->as_json = 1;
             break;
         case 'm':
-            if (nmeta == 32) {
+            if (a->nmeta == 32) {
                 fprintf(stderr, "chargectl publish: too many --metadata\n");
                 return CTL_USAGE;
             }
-            metadata[nmeta++] = optarg;
+            a->metadata[a->nmeta++] = optarg;
             break;
         case 'h':
             usage(stdout);
@@ -175,154 +180,216 @@ int ctl_publish(int argc, char **argv)
     }
     if (optind != argc)
         return ctl_unexpected_argument("publish", argv[optind]);
-    cfg = ctl_config("publish");
-    if (!cfg)
-        return CTL_USAGE;
+    return -1;
+}
 
-    /* Read and validate everything before sending anything. */
-    const struct charge_command_limits limits = {.max_bytes = 1024 * 1024,
-                                                 .max_amount = 100000000000LL,
-                                                 .allowed_currencies = NULL};
-    if (file) {
-        FILE *f = strcmp(file, "-") ? fopen(file, "r") : stdin;
-        char *line = NULL;
-        size_t lcap = 0;
-        ssize_t len;
-        int lineno = 0;
-        if (!f) {
-            fprintf(stderr, "chargectl publish: cannot open '%s'\n", file);
-            rc = CTL_USAGE;
-            goto out;
-        }
-        while ((len = getline(&line, &lcap, f)) >= 0) {
-            lineno++;
-            while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
-                line[--len] = '\0';
-            if (len == 0)
-                continue;
-            if (n == cap) {
-                size_t ncap = cap ? cap * 2 : 256;
-                struct pending *m = realloc(msgs, ncap * sizeof(*msgs));
-                if (!m) {
-                    oom = 1;
-                    break;
-                }
-                msgs = m;
-                cap = ncap;
-            }
-            msgs[n] = (struct pending){.value = strdup(line)};
-            if (!msgs[n].value) {
-                oom = 1;
-                break;
-            }
-            n++;
-        }
-        free(line);
-        if (f != stdin)
-            fclose(f);
-        (void)lineno;
+/* Appends a copy of line; -1 when out of memory. */
+static int batch_add(struct batch *b, const char *line)
+{
+    if (b->n == b->cap) {
+        size_t ncap = b->cap ? b->cap * 2 : 256;
+        struct pending *m = realloc(b->msgs, ncap * sizeof(*b->msgs));
+        if (!m)
+            return -1;
+        b->msgs = m;
+        b->cap = ncap;
+    }
+    b->msgs[b->n] = (struct pending){.value = strdup(line)};
+    if (!b->msgs[b->n].value)
+        return -1;
+    b->n++;
+    return 0;
+}
+
+/* Every non-empty line of the file ('-': standard input); 0, -1 when out
+ * of memory, or CTL_USAGE (said) when the file cannot be opened. */
+static int read_file(const char *file, struct batch *b)
+{
+    FILE *f = strcmp(file, "-") ? fopen(file, "r") : stdin;
+    char *line = NULL;
+    size_t lcap = 0;
+    ssize_t len;
+    int rc = 0;
+    if (!f) {
+        fprintf(stderr, "chargectl publish: cannot open '%s'\n", file);
+        return CTL_USAGE;
+    }
+    while (rc == 0 && (len = getline(&line, &lcap, f)) >= 0) {
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+            line[--len] = '\0';
+        if (len > 0)
+            rc = batch_add(b, line);
+    }
+    free(line);
+    if (f != stdin)
+        fclose(f);
+    return rc;
+}
+
+/* The commands, from the file or from the flags: CTL_OK, or the exit
+ * status (said). */
+static int read_commands(struct publish_args *a, struct batch *b)
+{
+    int oom;
+    if (a->file) {
+        int rc = read_file(a->file, b);
+        if (rc == CTL_USAGE)
+            return rc;
+        oom = rc != 0;
     } else {
-        msgs = calloc(1, sizeof(*msgs));
-        if (msgs) {
-            n = 1;
-            msgs[0].value = from_flags(attempt, order, key, amount, currency, pm,
-                                       customer, metadata, nmeta);
+        b->msgs = calloc(1, sizeof(*b->msgs));
+        if (b->msgs) {
+            b->n = 1;
+            b->msgs[0].value =
+                from_flags(a->attempt, a->order, a->key, a->amount, a->currency, a->pm,
+                           a->customer, a->metadata, a->nmeta);
         }
-        oom = !msgs || !msgs[0].value;
+        oom = !b->msgs || !b->msgs[0].value;
     }
     if (oom) {
         fprintf(stderr, "chargectl publish: out of memory\n");
-        rc = CTL_FAILED;
-        goto out;
+        return CTL_FAILED;
     }
-    if (n == 0) {
+    if (b->n == 0) {
         fprintf(stderr, "chargectl publish: no command to publish\n");
-        rc = CTL_USAGE;
-        goto out;
+        return CTL_USAGE;
     }
-    for (size_t i = 0; i < n; i++) {
-        struct charge_command cmd;
-        const char *v = msgs[i].value;
-        json_t *doc = v ? json_loads(v, 0, NULL) : NULL;
-        const char *id = json_string_value(json_object_get(doc, "payment_attempt_id"));
-        size_t idlen = id ? strlen(id) : 0;
-        enum dead_letter_reason r;
-        if (v && command_fields_type_is(v, strlen(v), REFUND_COMMAND_TYPE)) {
-            struct refund_command refund;
-            r = refund_command_parse(id, idlen, v, strlen(v), limits.max_bytes, &refund,
-                                     err, sizeof(err));
-            refund_command_release(&refund);
-        } else {
-            r = charge_command_parse(id, idlen, v, v ? strlen(v) : 0, &limits, &cmd,
-                                     err, sizeof(err));
-            charge_command_release(&cmd);
-        }
-        /* The key is the id exactly as the command writes it: the worker
-         * compares them byte for byte (cmd's copy is lower-cased). */
-        if (r == DEAD_LETTER_NONE)
-            msgs[i].key = strdup(id);
-        json_decref(doc);
+    return CTL_OK;
+}
+
+/* Checks one command against the contract (a refund's or a charge's) and,
+ * when valid, keys it: DEAD_LETTER_NONE, or why not and err. */
+static enum dead_letter_reason validate_one(struct pending *m, char *err, size_t size)
+{
+    const struct charge_command_limits limits = {.max_bytes = 1024 * 1024,
+                                                 .max_amount = 100000000000LL,
+                                                 .allowed_currencies = NULL};
+    struct charge_command cmd;
+    const char *v = m->value;
+    json_t *doc = v ? json_loads(v, 0, NULL) : NULL;
+    const char *id = json_string_value(json_object_get(doc, "payment_attempt_id"));
+    size_t idlen = id ? strlen(id) : 0;
+    enum dead_letter_reason r;
+    if (v && command_fields_type_is(v, strlen(v), REFUND_COMMAND_TYPE)) {
+        struct refund_command refund;
+        r = refund_command_parse(id, idlen, v, strlen(v), limits.max_bytes, &refund,
+                                 err, size);
+        refund_command_release(&refund);
+    } else {
+        r = charge_command_parse(id, idlen, v, v ? strlen(v) : 0, &limits, &cmd, err,
+                                 size);
+        charge_command_release(&cmd);
+    }
+    /* The key is the id exactly as the command writes it: the worker
+     * compares them byte for byte (cmd's copy is lower-cased). */
+    if (r == DEAD_LETTER_NONE)
+        m->key = strdup(id);
+    json_decref(doc);
+    return r;
+}
+
+/* Every command valid before anything is sent: CTL_OK or CTL_USAGE (said). */
+static int validate_all(struct batch *b)
+{
+    char err[512];
+    for (size_t i = 0; i < b->n; i++) {
+        enum dead_letter_reason r = validate_one(&b->msgs[i], err, sizeof(err));
         if (r != DEAD_LETTER_NONE) {
             fprintf(stderr, "chargectl publish: command %zu is invalid (%s): %s\n",
                     i + 1, dead_letter_reason_name(r), err);
-            rc = CTL_USAGE;
-            goto out;
+            return CTL_USAGE;
         }
     }
+    return CTL_OK;
+}
 
-    rk = kafka_setup_tool_producer(cfg, "chargectl", err, sizeof(err));
-    if (!rk) {
-        fprintf(stderr, "chargectl publish: %s\n", err);
-        rc = CTL_USAGE;
-        goto out;
-    }
-    const char *topic = config_str(cfg, CONFIG_CHARGE_COMMANDS_TOPIC);
-    for (size_t i = 0; i < n; i++) {
+/* Queues every command and waits for the broker's acknowledgements:
+ * CTL_OK, or CTL_FAILED (said). */
+static int produce_all(rd_kafka_t *rk, const char *topic, struct batch *b)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        struct pending *m = &b->msgs[i];
         rd_kafka_resp_err_t e;
         for (;;) {
-            e = rd_kafka_producev(
-                rk, RD_KAFKA_V_TOPIC(topic),
-                RD_KAFKA_V_KEY(msgs[i].key, strlen(msgs[i].key)),
-                RD_KAFKA_V_VALUE(msgs[i].value, strlen(msgs[i].value)),
-                RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_OPAQUE(&msgs[i].d),
-                RD_KAFKA_V_END);
+            e = rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(topic),
+                                  RD_KAFKA_V_KEY(m->key, strlen(m->key)),
+                                  RD_KAFKA_V_VALUE(m->value, strlen(m->value)),
+                                  RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                  RD_KAFKA_V_OPAQUE(&m->d), RD_KAFKA_V_END);
             if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL)
                 break;
             rd_kafka_poll(rk, 100);
         }
         if (e) {
             fprintf(stderr, "chargectl publish: %s\n", rd_kafka_err2str(e));
-            goto out;
+            return CTL_FAILED;
         }
         rd_kafka_poll(rk, 0);
     }
     if (rd_kafka_flush(rk, 30000) != RD_KAFKA_RESP_ERR_NO_ERROR) {
         fprintf(stderr, "chargectl publish: broker did not acknowledge within 30 s "
                         "(is Kafka at KAFKA_BOOTSTRAP_SERVERS reachable?)\n");
-        goto out;
+        return CTL_FAILED;
     }
-    for (size_t i = 0; i < n; i++) {
-        if (msgs[i].d.err) {
+    return CTL_OK;
+}
+
+/* One line a command published, in order, up to the first the broker
+ * refused: CTL_OK, or CTL_FAILED (said). */
+static int report(const struct batch *b, const char *topic, int as_json)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        const struct pending *m = &b->msgs[i];
+        if (m->d.err) {
             fprintf(stderr, "chargectl publish: command %zu not published: %s\n", i + 1,
-                    rd_kafka_err2str(msgs[i].d.err));
-            goto out;
+                    rd_kafka_err2str(m->d.err));
+            return CTL_FAILED;
         }
         if (as_json)
             printf("{\"payment_attempt_id\":\"%s\",\"partition\":%d,\"offset\":%lld}\n",
-                   msgs[i].key, (int)msgs[i].d.partition, (long long)msgs[i].d.offset);
+                   m->key, (int)m->d.partition, (long long)m->d.offset);
         else
-            printf("published %s to %s [%d] at offset %lld\n", msgs[i].key, topic,
-                   (int)msgs[i].d.partition, (long long)msgs[i].d.offset);
+            printf("published %s to %s [%d] at offset %lld\n", m->key, topic,
+                   (int)m->d.partition, (long long)m->d.offset);
     }
-    rc = CTL_OK;
-out:
-    if (rk)
-        rd_kafka_destroy(rk);
-    for (size_t i = 0; i < n; i++) {
-        free(msgs[i].key);
-        free(msgs[i].value);
+    return CTL_OK;
+}
+
+/* Sends the batch, all valid, to the commands topic. */
+static int publish(config_t *cfg, struct batch *b, int as_json)
+{
+    char err[512];
+    rd_kafka_t *rk = kafka_setup_tool_producer(cfg, "chargectl", err, sizeof(err));
+    if (!rk) {
+        fprintf(stderr, "chargectl publish: %s\n", err);
+        return CTL_USAGE;
     }
-    free(msgs);
+    const char *topic = config_str(cfg, CONFIG_CHARGE_COMMANDS_TOPIC);
+    int rc = produce_all(rk, topic, b);
+    if (rc == CTL_OK)
+        rc = report(b, topic, as_json);
+    rd_kafka_destroy(rk);
+    return rc;
+}
+
+int ctl_publish(int argc, char **argv)
+{
+    struct publish_args a = {0};
+    struct batch b = {0};
+    int rc = parse_args(argc, argv, &a);
+    if (rc >= 0)
+        return rc;
+    config_t *cfg = ctl_config("publish");
+    if (!cfg)
+        return CTL_USAGE;
+    /* Read and validate everything before sending anything. */
+    if ((rc = read_commands(&a, &b)) == CTL_OK && (rc = validate_all(&b)) == CTL_OK)
+        rc = publish(cfg, &b, a.as_json);
+    for (size_t i = 0; i < b.n; i++) {
+        free(b.msgs[i].key);
+        free(b.msgs[i].value);
+    }
+    free(b.msgs);
     config_free(cfg);
     return rc;
 }

@@ -2,13 +2,10 @@
  * an operator's decision on one automation could not settle. */
 #include <ctype.h>
 #include <getopt.h>
-#include <pwd.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <unistd.h>
 
 #include <jansson.h>
 
@@ -121,17 +118,7 @@ static void usage(FILE *out)
 }
 
 /* Says "chargectl refund [sub]: ..." in one line; returns rc. */
-__attribute__((format(printf, 3, 4))) static int say(int rc, const char *sub,
-                                                     const char *fmt, ...)
-{
-    va_list ap;
-    fprintf(stderr, "chargectl refund%s%s: ", sub ? " " : "", sub ? sub : "");
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    return rc;
-}
+#define say(rc, sub, ...) ctl_say((rc), "refund", (sub), __VA_ARGS__)
 
 /* A provider refund id: re_ and letters, digits, '_'. */
 static int good_refund_id(const char *s)
@@ -144,15 +131,6 @@ static int good_refund_id(const char *s)
               (s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z')))
             return 0;
     return 1;
-}
-
-static const char *os_user(void)
-{
-    struct passwd *pw = getpwuid(geteuid());
-    if (pw && pw->pw_name && *pw->pw_name)
-        return pw->pw_name;
-    const char *u = getenv("USER");
-    return u && *u ? u : NULL;
 }
 
 static int refund_show(PGconn *conn, const char *id, int as_json)
@@ -313,48 +291,108 @@ static const char *ask_provider(const struct resolve_args *ra, json_t *refund,
     return "contradicts";
 }
 
-static int refund_resolve(PGconn *conn, const struct resolve_args *ra)
+/* The refund, when it is one an operator may resolve: its row in *r and
+ * its status in *from; else CTL_FAILED (said). */
+static int load_reviewable(PGconn *conn, const struct resolve_args *ra, json_t **r,
+                           int *from)
 {
     char err[512];
     const char *p[1] = {ra->id};
-    int missing, rc = CTL_FAILED;
-    struct store_error db_err;
-    char *evidence_text = NULL;
-    json_t *evidence = NULL;
-    json_t *r = ctl_query_json(conn, SQL_REFUND, 1, p, &missing, err, sizeof(err));
-    if (!r)
+    int missing;
+    *r = ctl_query_json(conn, SQL_REFUND, 1, p, &missing, err, sizeof(err));
+    if (!*r)
         return missing ? say(CTL_FAILED, "resolve", "no refund %s", ra->id)
                        : say(CTL_FAILED, "resolve", "%s", err);
-    const char *cur = json_string_value(json_object_get(r, "status"));
-    int from = cur ? attempt_status_parse(cur) : -1;
-    if (from != ATTEMPT_STATUS_REQUIRES_REVIEW && from != ATTEMPT_STATUS_UNKNOWN) {
-        say(CTL_FAILED, "resolve",
+    const char *cur = json_string_value(json_object_get(*r, "status"));
+    *from = cur ? attempt_status_parse(cur) : -1;
+    if (*from != ATTEMPT_STATUS_REQUIRES_REVIEW && *from != ATTEMPT_STATUS_UNKNOWN)
+        return say(
+            CTL_FAILED, "resolve",
             "refund %s is %s, not REQUIRES_REVIEW or UNKNOWN: only those are resolved",
             ra->id, cur ? cur : "?");
-        goto out;
-    }
-    char says[400] = "", why[400];
-    struct provider_listed seen;
-    const char *provider = ask_provider(ra, r, &seen, says, sizeof(says));
-    if (strcmp(provider, "agrees") != 0 && !ra->force) {
-        say(CTL_FAILED, "resolve", "refused: %s; nothing written (--force overrides)",
-            says);
-        goto out;
-    }
-    /* What the provider showed of its refund: whose it is is judged on it. */
-    evidence = json_pack(
+    return CTL_OK;
+}
+
+/* The decision's evidence: what the provider showed of its refund (whose it
+ * is is judged on it). NULL when out of memory. */
+static json_t *decision_evidence(const struct resolve_args *ra, const char *provider,
+                                 const char *says, const struct provider_listed *seen)
+{
+    return json_pack(
         "{s:s, s:s, s:s*, s:s*, s:s*, s:s*, s:s*, s:b}", "decision", ra->status,
         "provider", provider, "provider_says", says[0] ? says : NULL,
         "provider_refund_id", ra->provider_refund_id, "provider_payment_intent",
-        seen.payment_intent[0] ? seen.payment_intent : NULL, "metadata_refund_id",
-        seen.refund_id[0] ? seen.refund_id : NULL, "metadata_payment_attempt_id",
-        seen.payment_attempt_id[0] ? seen.payment_attempt_id : NULL, "forced",
+        seen->payment_intent[0] ? seen->payment_intent : NULL, "metadata_refund_id",
+        seen->refund_id[0] ? seen->refund_id : NULL, "metadata_payment_attempt_id",
+        seen->payment_attempt_id[0] ? seen->payment_attempt_id : NULL, "forced",
         ra->force);
-    evidence_text = evidence ? json_dumps(evidence, JSON_COMPACT) : NULL;
-    if (!evidence_text) {
-        say(CTL_FAILED, "resolve", "out of memory");
-        goto out;
+}
+
+/* What refund_review_resolve refused, in the operator's terms: CTL_OK when
+ * it resolved, else CTL_FAILED (said). */
+static int say_outcome(enum refund_review_outcome o, const struct resolve_args *ra,
+                       const char *why)
+{
+    switch (o) {
+    case REFUND_REVIEW_RESOLVED:
+        return CTL_OK;
+    case REFUND_REVIEW_NOT_FOUND:
+        return say(CTL_FAILED, "resolve", "no refund %s", ra->id);
+    case REFUND_REVIEW_CHANGED:
+        return say(CTL_FAILED, "resolve",
+                   "refund %s changed while it was being resolved; nothing written",
+                   ra->id);
+    case REFUND_REVIEW_EXCEEDS:
+        return say(CTL_FAILED, "resolve",
+                   "refused: refund %s would take the charge's refunds past its "
+                   "amount; nothing written",
+                   ra->id);
+    case REFUND_REVIEW_LEASED:
+        return say(CTL_FAILED, "resolve",
+                   "refused: refund %s is leased by a worker or reconciler that may be "
+                   "calling the provider under its key now; nothing written (--force "
+                   "overrides)",
+                   ra->id);
+    case REFUND_REVIEW_MAY_EXECUTE:
+        return say(CTL_FAILED, "resolve",
+                   "refused: a call under refund %s's key may still execute at the "
+                   "provider (its key is younger than WORKER_KEY_RETENTION_MS "
+                   "allows); the reconciler settles it on evidence; nothing written "
+                   "(--force overrides)",
+                   ra->id);
+    case REFUND_REVIEW_FOREIGN:
+        return say(CTL_FAILED, "resolve",
+                   "refused: %s is not refund %s's: %s; another charge's money is "
+                   "never booked for this one, --force or not; nothing written",
+                   ra->provider_refund_id, ra->id, why);
+    case REFUND_REVIEW_NAMES_ANOTHER:
+        return say(CTL_FAILED, "resolve",
+                   "refused: %s is not proven refund %s's: %s; nothing written "
+                   "(--force overrides)",
+                   ra->provider_refund_id, ra->id, why);
+    case REFUND_REVIEW_UNPROVEN:
+        return say(CTL_FAILED, "resolve",
+                   "refused: %s; nothing written. --force books it on your word that "
+                   "it is this refund's (say, the provider's request log shows it made "
+                   "under the refund's idempotency key), recorded as forced",
+                   why);
+    case REFUND_REVIEW_OTHER_REFUND:
+        return say(CTL_FAILED, "resolve",
+                   "refused: refund %s has another provider refund id recorded, or %s "
+                   "is another refund's; nothing written",
+                   ra->id, ra->provider_refund_id ? ra->provider_refund_id : "-");
     }
+    return CTL_FAILED;
+}
+
+/* Records the decision (refund_review_resolve): CTL_OK, or CTL_FAILED
+ * (said). */
+static int record_decision(PGconn *conn, const struct resolve_args *ra, int from,
+                           const char *evidence_text,
+                           const struct provider_listed *seen)
+{
+    char why[400];
+    struct store_error db_err;
     struct refund_review_decision d = {
         .refund_id = ra->id,
         .expected = (enum attempt_status)from,
@@ -363,88 +401,34 @@ static int refund_resolve(PGconn *conn, const struct resolve_args *ra)
         .reason = ra->reason,
         .provider_refund_id = ra->provider_refund_id,
         .evidence_json = evidence_text,
-        .object_payment_intent = seen.payment_intent,
-        .object_refund_meta = seen.refund_id,
-        .object_attempt_meta = seen.payment_attempt_id,
+        .object_payment_intent = seen->payment_intent,
+        .object_refund_meta = seen->refund_id,
+        .object_attempt_meta = seen->payment_attempt_id,
         .key_kept_ms = ra->key_kept_ms,
         .force = ra->force,
     };
     enum refund_review_outcome o;
     enum store_rc src = refund_review_resolve(conn, &d, &o, why, sizeof(why), &db_err);
-    if (src == STORE_LOCKED) {
-        say(CTL_FAILED, "resolve",
-            "refund %s is locked by another session right now; nothing written, run "
-            "resolve again",
-            ra->id);
-        goto out;
-    }
-    if (src == STORE_DATA && !strcmp(db_err.sqlstate, "23505")) {
-        say(CTL_FAILED, "resolve", "refused: %s is another refund's; nothing written",
+    if (src == STORE_LOCKED)
+        return say(CTL_FAILED, "resolve",
+                   "refund %s is locked by another session right now; nothing "
+                   "written, run resolve again",
+                   ra->id);
+    if (src == STORE_DATA && !strcmp(db_err.sqlstate, "23505"))
+        return say(
+            CTL_FAILED, "resolve", "refused: %s is another refund's; nothing written",
             ra->provider_refund_id ? ra->provider_refund_id : "the provider refund id");
-        goto out;
-    }
-    if (src != STORE_OK) {
-        say(CTL_FAILED, "resolve", "%s%s",
-            src == STORE_DATA ? "the database refused the resolution: " : "",
-            db_err.message);
-        goto out;
-    }
-    switch (o) {
-    case REFUND_REVIEW_RESOLVED:
-        break;
-    case REFUND_REVIEW_NOT_FOUND:
-        say(CTL_FAILED, "resolve", "no refund %s", ra->id);
-        goto out;
-    case REFUND_REVIEW_CHANGED:
-        say(CTL_FAILED, "resolve",
-            "refund %s changed while it was being resolved; nothing written", ra->id);
-        goto out;
-    case REFUND_REVIEW_EXCEEDS:
-        say(CTL_FAILED, "resolve",
-            "refused: refund %s would take the charge's refunds past its amount; "
-            "nothing written",
-            ra->id);
-        goto out;
-    case REFUND_REVIEW_LEASED:
-        say(CTL_FAILED, "resolve",
-            "refused: refund %s is leased by a worker or reconciler that may be "
-            "calling the provider under its key now; nothing written (--force "
-            "overrides)",
-            ra->id);
-        goto out;
-    case REFUND_REVIEW_MAY_EXECUTE:
-        say(CTL_FAILED, "resolve",
-            "refused: a call under refund %s's key may still execute at the provider "
-            "(its key is younger than WORKER_KEY_RETENTION_MS allows); the reconciler "
-            "settles it on evidence; nothing written (--force overrides)",
-            ra->id);
-        goto out;
-    case REFUND_REVIEW_FOREIGN:
-        say(CTL_FAILED, "resolve",
-            "refused: %s is not refund %s's: %s; another charge's money is never "
-            "booked for this one, --force or not; nothing written",
-            ra->provider_refund_id, ra->id, why);
-        goto out;
-    case REFUND_REVIEW_NAMES_ANOTHER:
-        say(CTL_FAILED, "resolve",
-            "refused: %s is not proven refund %s's: %s; nothing written (--force "
-            "overrides)",
-            ra->provider_refund_id, ra->id, why);
-        goto out;
-    case REFUND_REVIEW_UNPROVEN:
-        say(CTL_FAILED, "resolve",
-            "refused: %s; nothing written. --force books it on your word that it is "
-            "this refund's (say, the provider's request log shows it made under the "
-            "refund's idempotency key), recorded as forced",
-            why);
-        goto out;
-    case REFUND_REVIEW_OTHER_REFUND:
-        say(CTL_FAILED, "resolve",
-            "refused: refund %s has another provider refund id recorded, or %s is "
-            "another refund's; nothing written",
-            ra->id, ra->provider_refund_id ? ra->provider_refund_id : "-");
-        goto out;
-    }
+    if (src != STORE_OK)
+        return say(CTL_FAILED, "resolve", "%s%s",
+                   src == STORE_DATA ? "the database refused the resolution: " : "",
+                   db_err.message);
+    return say_outcome(o, ra, why);
+}
+
+/* What was resolved, as JSON or as lines. */
+static void print_resolved(const struct resolve_args *ra, const char *cur,
+                           json_t *evidence)
+{
     if (ra->as_json) {
         json_t *j =
             json_pack("{s:s, s:s, s:s, s:s*, s:s, s:s, s:s, s:O}", "refund_id", ra->id,
@@ -453,15 +437,40 @@ static int refund_resolve(PGconn *conn, const struct resolve_args *ra)
                       "reason", ra->reason, "evidence", evidence);
         if (j)
             ctl_print_json(stdout, j);
-    } else {
-        printf("%-20s %s\n", "refund_id", ra->id);
-        printf("%-20s %s -> %s\n", "status", cur, ra->status);
-        printf("%-20s %s\n", "provider_refund_id",
-               ra->provider_refund_id ? ra->provider_refund_id : "-");
-        printf("%-20s %s\n", "actor", ra->actor);
-        printf("%-20s %s\n", "reason", ra->reason);
+        return;
     }
-    rc = CTL_OK;
+    printf("%-20s %s\n", "refund_id", ra->id);
+    printf("%-20s %s -> %s\n", "status", cur, ra->status);
+    printf("%-20s %s\n", "provider_refund_id",
+           ra->provider_refund_id ? ra->provider_refund_id : "-");
+    printf("%-20s %s\n", "actor", ra->actor);
+    printf("%-20s %s\n", "reason", ra->reason);
+}
+
+static int refund_resolve(PGconn *conn, const struct resolve_args *ra)
+{
+    int from = -1, rc;
+    char *evidence_text = NULL;
+    json_t *evidence = NULL, *r = NULL;
+    if ((rc = load_reviewable(conn, ra, &r, &from)) != CTL_OK)
+        goto out;
+    rc = CTL_FAILED;
+    char says[400] = "";
+    struct provider_listed seen;
+    const char *provider = ask_provider(ra, r, &seen, says, sizeof(says));
+    if (strcmp(provider, "agrees") != 0 && !ra->force) {
+        say(CTL_FAILED, "resolve", "refused: %s; nothing written (--force overrides)",
+            says);
+        goto out;
+    }
+    evidence = decision_evidence(ra, provider, says, &seen);
+    evidence_text = evidence ? json_dumps(evidence, JSON_COMPACT) : NULL;
+    if (!evidence_text) {
+        say(CTL_FAILED, "resolve", "out of memory");
+        goto out;
+    }
+    if ((rc = record_decision(conn, ra, from, evidence_text, &seen)) == CTL_OK)
+        print_resolved(ra, json_string_value(json_object_get(r, "status")), evidence);
 out:
     free(evidence_text);
     json_decref(evidence);
@@ -469,7 +478,61 @@ out:
     return rc;
 }
 
-int ctl_refund(int argc, char **argv)
+/* What `refund show|list|resolve` was asked. */
+struct refund_cli {
+    struct resolve_args ra;
+    const char *sub, *attempt, *id;
+    char limit[32], canonical[37];
+    int have_limit, show, list, resolve;
+};
+
+/* One option into cli; -1 to go on, else the exit status (--help, or a
+ * bad value, said). */
+static int take_option(int c, const char *arg, struct refund_cli *cli)
+{
+    struct resolve_args *ra = &cli->ra;
+    int64_t n;
+    switch (c) {
+    case 'A':
+        if (!charge_command_is_uuid(arg))
+            return say(CTL_USAGE, cli->sub, "--attempt '%s' is not a UUID", arg);
+        cli->attempt = arg;
+        return -1;
+    case 's':
+        if (attempt_status_parse(arg) < 0)
+            return say(CTL_USAGE, cli->sub, "--status '%s' is not a status", arg);
+        ra->status = arg;
+        return -1;
+    case 'l':
+        if (decimal_parse(arg, 100000, &n, NULL) != 0 || n < 1)
+            return say(CTL_USAGE, cli->sub, "--limit '%s' must be 1..100000", arg);
+        snprintf(cli->limit, sizeof(cli->limit), "%lld", (long long)n);
+        cli->have_limit = 1;
+        return -1;
+    case 'r':
+        ra->reason = arg;
+        return -1;
+    case 'p':
+        ra->provider_refund_id = arg;
+        return -1;
+    case 'a':
+        ra->actor = arg;
+        return -1;
+    case 'j':
+        ra->as_json = 1;
+        return -1;
+    case 'F':
+        ra->force = 1;
+        return -1;
+    default: /* 'h' */
+        usage(stdout);
+        return CTL_OK;
+    }
+}
+
+/* The options (argv[0] is the subcommand); -1 to go on, else the exit
+ * status. */
+static int parse_options(int argc, char **argv, struct refund_cli *cli)
 {
     static const struct option opts[] = {
         {"attempt", required_argument, NULL, 'A'},
@@ -483,11 +546,130 @@ int ctl_refund(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    struct resolve_args ra = {0};
-    const char *attempt = NULL;
-    char limit[32] = "50";
+    int c, rc;
+    optind = 1;
+    opterr = 0; /* we say it ourselves, in one line */
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == '?') {
+            /* argv[0] is the subcommand: the option just read is
+             * argv[optind - 1]. */
+            const char *bad = argv[optind - 1];
+            if (optopt && strchr("Aslrpa", optopt) && !strchr(bad, '='))
+                return say(CTL_USAGE, cli->sub, "%s needs a value", bad);
+            return ctl_bad_option("refund", bad);
+        }
+        if ((rc = take_option(c, optarg, cli)) >= 0)
+            return rc;
+    }
+    return -1;
+}
+
+/* The positional arguments and options fit the subcommand: -1, or
+ * CTL_USAGE (said). extra is the argument after the id. */
+static int check_args(const struct refund_cli *cli, int nargs, const char *extra)
+{
+    const struct resolve_args *ra = &cli->ra;
+    const char *sub = cli->sub;
+    if (cli->list) {
+        if (nargs != 0)
+            return ctl_unexpected_argument("refund list", cli->id);
+        if (ra->reason || ra->provider_refund_id || ra->actor)
+            return say(CTL_USAGE, sub,
+                       "--reason, --provider-refund-id and --actor are "
+                       "for resolve");
+        return -1;
+    }
+    if (nargs != 1)
+        return nargs == 0 ? say(CTL_USAGE, sub, "give one REFUND_ID (see --help)")
+                          : ctl_unexpected_argument("refund", extra);
+    if (!charge_command_is_uuid(cli->id))
+        return say(CTL_USAGE, sub, "'%s' is not a UUID", cli->id);
+    if (cli->attempt || cli->have_limit || (cli->show && ra->status))
+        return say(CTL_USAGE, sub, "--attempt, --limit and --status are for list");
+    if (cli->show && (ra->reason || ra->provider_refund_id || ra->actor))
+        return say(CTL_USAGE, sub,
+                   "--reason, --provider-refund-id and --actor are "
+                   "for resolve");
+    return -1;
+}
+
+/* resolve's own arguments, the id made canonical: -1, or CTL_USAGE (said). */
+static int check_resolve(struct refund_cli *cli)
+{
+    struct resolve_args *ra = &cli->ra;
+    const char *sub = cli->sub;
+    /* A UUID in lower case: the provider's metadata is text, listed and
+     * compared as such, and charged writes it so. */
+    snprintf(cli->canonical, sizeof(cli->canonical), "%s", cli->id);
+    for (char *p = cli->canonical; *p; p++)
+        *p = (char)tolower((unsigned char)*p);
+    ra->id = cli->canonical;
+    if (!ra->status || (strcmp(ra->status, ATTEMPT_S_SUCCEEDED) &&
+                        strcmp(ra->status, ATTEMPT_S_FAILED)))
+        return say(CTL_USAGE, sub, "give --status SUCCEEDED or --status FAILED");
+    if (!ra->reason)
+        return say(CTL_USAGE, sub, "needs --reason TEXT: say how you know");
+    if (!utf8_text_line(ra->reason, MAX_REASON))
+        return say(CTL_USAGE, sub, "--reason must be 1..%d bytes of UTF-8 on one line",
+                   MAX_REASON);
+    if (ra->provider_refund_id && !good_refund_id(ra->provider_refund_id))
+        return say(CTL_USAGE, sub,
+                   "--provider-refund-id '%s' is not a provider refund id (re_...)",
+                   ra->provider_refund_id);
+    if (!strcmp(ra->status, ATTEMPT_S_SUCCEEDED) && !ra->provider_refund_id)
+        return say(CTL_USAGE, sub,
+                   "--status SUCCEEDED needs --provider-refund-id re_...: the "
+                   "provider's refund");
+    if (!ra->actor && !(ra->actor = ctl_os_user()))
+        return say(CTL_USAGE, sub, "cannot tell who you are: give --actor NAME");
+    if (!utf8_text_line(ra->actor, MAX_ACTOR))
+        return say(CTL_USAGE, sub, "--actor must be 1..%d bytes of UTF-8 on one line",
+                   MAX_ACTOR);
+    return -1;
+}
+
+/* resolve asks the provider first: its client in ra->pc; -1, or CTL_USAGE
+ * (said). */
+static int open_provider(const config_t *cfg, struct refund_cli *cli)
+{
+    char perr[256];
+    const char *key = config_str(cfg, CONFIG_PROVIDER_API_KEY);
+    if (!key || !*key)
+        return say(CTL_USAGE, cli->sub,
+                   "PROVIDER_API_KEY is not set: resolve asks the provider first");
+    cli->ra.pc = provider_client_new(config_str(cfg, CONFIG_PROVIDER_BASE_URL), key,
+                                     config_str(cfg, CONFIG_PROVIDER_API_VERSION),
+                                     (long)config_int(cfg, CONFIG_PROVIDER_TIMEOUT_MS),
+                                     perr, sizeof(perr));
+    if (!cli->ra.pc)
+        return say(CTL_USAGE, cli->sub, "%s", perr);
+    return -1;
+}
+
+/* Connects and runs the subcommand. */
+static int refund_run(config_t *cfg, struct refund_cli *cli)
+{
     struct store_error err;
-    int have_limit = 0, c, rc;
+    int rc;
+    cli->ra.key_kept_ms = config_int(cfg, CONFIG_WORKER_KEY_RETENTION_MS);
+    PGconn *conn = db_connect(config_str(cfg, CONFIG_DATABASE_URL), &err);
+    if (!conn)
+        return say(CTL_FAILED, NULL, "%s", err.message);
+    if (cli->show)
+        rc = refund_show(conn, cli->id, cli->ra.as_json);
+    else if (cli->list)
+        rc = refund_list(conn, cli->attempt, cli->ra.status, cli->limit,
+                         cli->ra.as_json);
+    else
+        rc = refund_resolve(conn, &cli->ra);
+    PQfinish(conn);
+    return rc;
+}
+
+int ctl_refund(int argc, char **argv)
+{
+    struct refund_cli cli = {.limit = "50"};
+    int rc;
 
     if (argc < 2)
         return say(CTL_USAGE, NULL, "missing subcommand (show, list, resolve; see %s)",
@@ -496,148 +678,27 @@ int ctl_refund(int argc, char **argv)
         usage(stdout);
         return CTL_OK;
     }
-    const char *sub = argv[1];
-    int show = !strcmp(sub, "show"), list = !strcmp(sub, "list"),
-        resolve = !strcmp(sub, "resolve");
-    if (!show && !list && !resolve)
+    cli.sub = argv[1];
+    cli.show = !strcmp(cli.sub, "show");
+    cli.list = !strcmp(cli.sub, "list");
+    cli.resolve = !strcmp(cli.sub, "resolve");
+    if (!cli.show && !cli.list && !cli.resolve)
         return say(CTL_USAGE, NULL, "unknown subcommand '%s' (show, list, resolve)",
-                   sub);
-    optind = 1;
-    opterr = 0; /* we say it ourselves, in one line */
-    while ((c = getopt_long(argc - 1, argv + 1, "", opts, NULL)) != -1) {
-        switch (c) {
-        case 'A':
-            if (!charge_command_is_uuid(optarg))
-                return say(CTL_USAGE, sub, "--attempt '%s' is not a UUID", optarg);
-            attempt = optarg;
-            break;
-        case 's':
-            if (attempt_status_parse(optarg) < 0)
-                return say(CTL_USAGE, sub, "--status '%s' is not a status", optarg);
-            ra.status = optarg;
-            break;
-        case 'l': {
-            int64_t n;
-            if (decimal_parse(optarg, 100000, &n, NULL) != 0 || n < 1)
-                return say(CTL_USAGE, sub, "--limit '%s' must be 1..100000", optarg);
-            snprintf(limit, sizeof(limit), "%lld", (long long)n);
-            have_limit = 1;
-            break;
-        }
-        case 'r':
-            ra.reason = optarg;
-            break;
-        case 'p':
-            ra.provider_refund_id = optarg;
-            break;
-        case 'a':
-            ra.actor = optarg;
-            break;
-        case 'j':
-            ra.as_json = 1;
-            break;
-        case 'F':
-            ra.force = 1;
-            break;
-        case 'h':
-            usage(stdout);
-            return CTL_OK;
-        default: {
-            const char *bad = argv[optind];
-            if (optopt && strchr("Aslrpa", optopt) && !strchr(bad, '='))
-                return say(CTL_USAGE, sub, "%s needs a value", bad);
-            return ctl_bad_option("refund", bad);
-        }
-        }
-    }
+                   cli.sub);
+    if ((rc = parse_options(argc - 1, argv + 1, &cli)) >= 0)
+        return rc;
     int nargs = argc - 1 - optind;
-    const char *id = nargs >= 1 ? argv[1 + optind] : NULL;
-    if (list) {
-        if (nargs != 0)
-            return ctl_unexpected_argument("refund list", id);
-        if (ra.reason || ra.provider_refund_id || ra.actor)
-            return say(CTL_USAGE, sub,
-                       "--reason, --provider-refund-id and --actor are "
-                       "for resolve");
-    } else {
-        if (nargs != 1)
-            return nargs == 0 ? say(CTL_USAGE, sub, "give one REFUND_ID (see --help)")
-                              : ctl_unexpected_argument("refund", argv[2 + optind]);
-        if (!charge_command_is_uuid(id))
-            return say(CTL_USAGE, sub, "'%s' is not a UUID", id);
-        if (attempt || have_limit || (show && ra.status))
-            return say(CTL_USAGE, sub, "--attempt, --limit and --status are for list");
-        if (show && (ra.reason || ra.provider_refund_id || ra.actor))
-            return say(CTL_USAGE, sub,
-                       "--reason, --provider-refund-id and --actor are "
-                       "for resolve");
-    }
-    char canonical[37];
-    if (resolve) {
-        /* A UUID in lower case: the provider's metadata is text, listed and
-         * compared as such, and charged writes it so. */
-        snprintf(canonical, sizeof(canonical), "%s", id);
-        for (char *p = canonical; *p; p++)
-            *p = (char)tolower((unsigned char)*p);
-        ra.id = canonical;
-        if (!ra.status || (strcmp(ra.status, ATTEMPT_S_SUCCEEDED) &&
-                           strcmp(ra.status, ATTEMPT_S_FAILED)))
-            return say(CTL_USAGE, sub, "give --status SUCCEEDED or --status FAILED");
-        if (!ra.reason)
-            return say(CTL_USAGE, sub, "needs --reason TEXT: say how you know");
-        if (!utf8_text_line(ra.reason, MAX_REASON))
-            return say(CTL_USAGE, sub,
-                       "--reason must be 1..%d bytes of UTF-8 on one line", MAX_REASON);
-        if (ra.provider_refund_id && !good_refund_id(ra.provider_refund_id))
-            return say(CTL_USAGE, sub,
-                       "--provider-refund-id '%s' is not a provider refund id (re_...)",
-                       ra.provider_refund_id);
-        if (!strcmp(ra.status, ATTEMPT_S_SUCCEEDED) && !ra.provider_refund_id)
-            return say(CTL_USAGE, sub,
-                       "--status SUCCEEDED needs --provider-refund-id re_...: the "
-                       "provider's refund");
-        if (!ra.actor && !(ra.actor = os_user()))
-            return say(CTL_USAGE, sub, "cannot tell who you are: give --actor NAME");
-        if (!utf8_text_line(ra.actor, MAX_ACTOR))
-            return say(CTL_USAGE, sub,
-                       "--actor must be 1..%d bytes of UTF-8 on one line", MAX_ACTOR);
-    }
+    cli.id = nargs >= 1 ? argv[1 + optind] : NULL;
+    if ((rc = check_args(&cli, nargs, nargs > 1 ? argv[2 + optind] : NULL)) >= 0)
+        return rc;
+    if (cli.resolve && (rc = check_resolve(&cli)) >= 0)
+        return rc;
     config_t *cfg = ctl_config("refund");
     if (!cfg)
         return CTL_USAGE;
-    if (resolve) {
-        char perr[256];
-        const char *key = config_str(cfg, CONFIG_PROVIDER_API_KEY);
-        if (!key || !*key) {
-            config_free(cfg);
-            return say(CTL_USAGE, sub,
-                       "PROVIDER_API_KEY is not set: resolve asks the provider first");
-        }
-        ra.pc = provider_client_new(config_str(cfg, CONFIG_PROVIDER_BASE_URL), key,
-                                    config_str(cfg, CONFIG_PROVIDER_API_VERSION),
-                                    (long)config_int(cfg, CONFIG_PROVIDER_TIMEOUT_MS),
-                                    perr, sizeof(perr));
-        if (!ra.pc) {
-            config_free(cfg);
-            return say(CTL_USAGE, sub, "%s", perr);
-        }
-    }
-    ra.key_kept_ms = config_int(cfg, CONFIG_WORKER_KEY_RETENTION_MS);
-    PGconn *conn = db_connect(config_str(cfg, CONFIG_DATABASE_URL), &err);
-    if (!conn) {
-        rc = say(CTL_FAILED, NULL, "%s", err.message);
-        provider_client_free(ra.pc);
-        config_free(cfg);
-        return rc;
-    }
-    if (show)
-        rc = refund_show(conn, id, ra.as_json);
-    else if (list)
-        rc = refund_list(conn, attempt, ra.status, limit, ra.as_json);
-    else
-        rc = refund_resolve(conn, &ra);
-    PQfinish(conn);
-    provider_client_free(ra.pc);
+    if (!cli.resolve || (rc = open_provider(cfg, &cli)) < 0)
+        rc = refund_run(cfg, &cli);
+    provider_client_free(cli.ra.pc);
     config_free(cfg);
     return rc;
 }

@@ -129,6 +129,109 @@ static int behind(const outbox_batch_t *b, size_t i)
     return 0;
 }
 
+/* A batch's verdicts: the events published (ids), those that failed (with
+ * why), how many failed of their own error, and how many wait behind an
+ * earlier event of their attempt. */
+struct verdicts {
+    enum verdict *v;
+    const char **ids, **failed, **why;
+    size_t ok, nfailed, nown, nbehind;
+};
+
+/* Produces the first event of each attempt in the batch; the others wait
+ * behind it. */
+static void produce_batch(struct relay *r, const outbox_batch_t *b, size_t n,
+                          struct verdicts *vs)
+{
+    for (size_t i = 0; i < n; i++) {
+        const struct outbox_event *e = outbox_batch_get(b, i);
+        r->acked[i] = r->produced[i] = 0;
+        r->acks[i] = RD_KAFKA_RESP_ERR_NO_ERROR;
+        if (behind(b, i)) {
+            vs->v[i] = BEHIND;
+            vs->nbehind++;
+            continue;
+        }
+        r->acks[i] =
+            rd_kafka_producev(r->producer, RD_KAFKA_V_TOPIC(r->topic),
+                              RD_KAFKA_V_KEY(e->key, strlen(e->key)),
+                              RD_KAFKA_V_VALUE((void *)e->payload, strlen(e->payload)),
+                              RD_KAFKA_V_HEADER("event_id", e->event_id, -1),
+                              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                              RD_KAFKA_V_OPAQUE(OPAQUE(r->gen, i)), RD_KAFKA_V_END);
+        r->produced[i] = r->acks[i] == RD_KAFKA_RESP_ERR_NO_ERROR;
+    }
+}
+
+/* Serves delivery reports until every produced event is acknowledged, the
+ * acknowledgement time is up, or the daemon stops hard. */
+static void wait_acks(struct relay *r, size_t n)
+{
+    int64_t deadline = clock_now_ms() + r->ack_timeout_ms;
+    while (clock_now_ms() < deadline && daemon_stopping() < 2) {
+        /* Waiting for the broker is work, not a stuck loop. */
+        daemon_heartbeat();
+        rd_kafka_poll(r->producer, 50);
+        size_t waiting = 0;
+        for (size_t i = 0; i < n; i++)
+            waiting += r->produced[i] && !r->acked[i];
+        if (waiting == 0)
+            break;
+    }
+}
+
+/* Now that the broker answered: published when it acknowledged the event;
+ * each failure is recorded with its error. */
+static void judge_acks(const struct relay *r, const outbox_batch_t *b, size_t n,
+                       struct verdicts *vs)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (vs->v[i] == BEHIND)
+            continue;
+        const char *event_id = outbox_batch_get(b, i)->event_id;
+        if (r->produced[i] && r->acked[i] && !r->acks[i]) {
+            vs->v[i] = PUBLISHED;
+            vs->ids[vs->ok++] = event_id;
+            continue;
+        }
+        vs->v[i] = FAILED;
+        vs->nown += own_error(r->acks[i]);
+        vs->failed[vs->nfailed] = event_id;
+        vs->why[vs->nfailed++] = r->produced[i] && !r->acked[i]
+                                     ? "no acknowledgement in time"
+                                     : rd_kafka_err2str(r->acks[i]);
+    }
+}
+
+/* Marks the batch's events published or failed: 0, or -1 when the
+ * database failed (said). */
+static int record_verdicts(struct relay *r, const struct verdicts *vs)
+{
+    struct store_error err;
+    if (vs->nfailed > 0)
+        log_warn("result events not acknowledged; publishing them again", "event_id",
+                 vs->failed[0], "error", vs->why[0], "topic", r->topic, NULL);
+    /* Nothing acknowledged at all, for no fault of the events: the broker
+     * (or our topic) refuses us, and the whole batch is tried again soon.
+     * Some acknowledged, or an event's own error: what failed is that
+     * event's trouble, and it waits alone. */
+    r->broker_refusing = vs->ok == 0 && vs->nfailed > vs->nown;
+    if (vs->ok > 0 &&
+        outbox_store_mark_published(r->store, vs->ids, vs->ok, &err) != STORE_OK) {
+        db_failed(r, "mark published", err.message);
+        return -1;
+    }
+    if (vs->nfailed > 0 && !r->broker_refusing) {
+        metrics_add(METRIC_OUTBOX_FAILURES, (double)vs->nfailed);
+        if (outbox_store_mark_failed(r->store, vs->failed, vs->why, vs->nfailed,
+                                     &err) != STORE_OK) {
+            db_failed(r, "mark failed", err.message);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* Publishes one batch, in seq order, to the relay's own topic, and marks
  * published what the broker acknowledged. Of each attempt only the first
  * event of the batch is produced: the broker may refuse one (its size, say)
@@ -145,98 +248,37 @@ static void publish_batch(struct relay *r)
         db_failed(r, "fetch", err.message);
         return;
     }
-    size_t n = outbox_batch_count(b), ok = 0, nfailed = 0, nown = 0, nbehind = 0;
+    size_t n = outbox_batch_count(b);
     if (n == 0) {
         r->next_poll = clock_now_ms() + r->poll_ms;
         outbox_batch_free(b);
         return;
     }
-    const char **ids = calloc(n, sizeof(*ids));
-    const char **failed = calloc(n, sizeof(*failed));
-    const char **why = calloc(n, sizeof(*why));
-    enum verdict *v = calloc(n, sizeof(*v));
-    if (!ids || !failed || !why || !v)
+    struct verdicts vs = {.ids = calloc(n, sizeof(*vs.ids)),
+                          .failed = calloc(n, sizeof(*vs.failed)),
+                          .why = calloc(n, sizeof(*vs.why)),
+                          .v = calloc(n, sizeof(*vs.v))};
+    if (!vs.ids || !vs.failed || !vs.why || !vs.v)
         goto out;
     r->gen++;
-    for (size_t i = 0; i < n; i++) {
-        const struct outbox_event *e = outbox_batch_get(b, i);
-        r->acked[i] = r->produced[i] = 0;
-        r->acks[i] = RD_KAFKA_RESP_ERR_NO_ERROR;
-        if (behind(b, i)) {
-            v[i] = BEHIND;
-            nbehind++;
-            continue;
-        }
-        r->acks[i] =
-            rd_kafka_producev(r->producer, RD_KAFKA_V_TOPIC(r->topic),
-                              RD_KAFKA_V_KEY(e->key, strlen(e->key)),
-                              RD_KAFKA_V_VALUE((void *)e->payload, strlen(e->payload)),
-                              RD_KAFKA_V_HEADER("event_id", e->event_id, -1),
-                              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                              RD_KAFKA_V_OPAQUE(OPAQUE(r->gen, i)), RD_KAFKA_V_END);
-        r->produced[i] = r->acks[i] == RD_KAFKA_RESP_ERR_NO_ERROR;
-    }
-    int64_t deadline = clock_now_ms() + r->ack_timeout_ms;
-    while (clock_now_ms() < deadline && daemon_stopping() < 2) {
-        /* Waiting for the broker is work, not a stuck loop. */
-        daemon_heartbeat();
-        rd_kafka_poll(r->producer, 50);
-        size_t waiting = 0;
-        for (size_t i = 0; i < n; i++)
-            waiting += r->produced[i] && !r->acked[i];
-        if (waiting == 0)
-            break;
-    }
-    /* Now that the broker answered: published when it acknowledged the
-     * event; each failure is recorded with its error. */
-    for (size_t i = 0; i < n; i++) {
-        if (v[i] == BEHIND)
-            continue;
-        const char *event_id = outbox_batch_get(b, i)->event_id;
-        if (r->produced[i] && r->acked[i] && !r->acks[i]) {
-            v[i] = PUBLISHED;
-            ids[ok++] = event_id;
-            continue;
-        }
-        v[i] = FAILED;
-        nown += own_error(r->acks[i]);
-        failed[nfailed] = event_id;
-        why[nfailed++] = r->produced[i] && !r->acked[i] ? "no acknowledgement in time"
-                                                        : rd_kafka_err2str(r->acks[i]);
-    }
+    produce_batch(r, b, n, &vs);
+    wait_acks(r, n);
+    judge_acks(r, b, n, &vs);
     /* From here on, a late report of this batch changes nothing. */
     r->gen++;
-    if (nfailed > 0)
-        log_warn("result events not acknowledged; publishing them again", "event_id",
-                 failed[0], "error", why[0], "topic", r->topic, NULL);
-    /* Nothing acknowledged at all, for no fault of the events: the broker
-     * (or our topic) refuses us, and the whole batch is tried again soon.
-     * Some acknowledged, or an event's own error: what failed is that
-     * event's trouble, and it waits alone. */
-    r->broker_refusing = ok == 0 && nfailed > nown;
-    if (ok > 0 && outbox_store_mark_published(r->store, ids, ok, &err) != STORE_OK) {
-        db_failed(r, "mark published", err.message);
+    if (record_verdicts(r, &vs) != 0)
         goto out;
-    }
-    if (nfailed > 0 && !r->broker_refusing) {
-        metrics_add(METRIC_OUTBOX_FAILURES, (double)nfailed);
-        if (outbox_store_mark_failed(r->store, failed, why, nfailed, &err) !=
-            STORE_OK) {
-            db_failed(r, "mark failed", err.message);
-            goto out;
-        }
-    }
     daemon_db_ok(&r->db);
-    metrics_add(METRIC_OUTBOX_PUBLISHED, (double)ok);
+    metrics_add(METRIC_OUTBOX_PUBLISHED, (double)vs.ok);
     if (r->broker_refusing)
         r->next_poll = clock_now_ms() + 1000;
-    else if (n < (size_t)r->batch && nbehind == 0)
+    else if (n < (size_t)r->batch && vs.nbehind == 0)
         r->next_poll = clock_now_ms() + r->poll_ms;
 out:
-    free(ids);
-    free(failed);
-    free(why);
-    free(v);
+    free(vs.ids);
+    free(vs.failed);
+    free(vs.why);
+    free(vs.v);
     outbox_batch_free(b);
 }
 

@@ -20,6 +20,15 @@
     " lk AS (SELECT v.* FROM " table " p JOIN v ON p.id = v.id" \
     "  ORDER BY p.id FOR NO KEY UPDATE OF p SKIP LOCKED)"
 
+/* What a persist statement (a worker's outcomes, from `v`, written in `u`)
+ * answers per item: persisted, or busy (another session holds its row:
+ * nothing was written, and nothing else waited for it). */
+#define SQL_PERSIST_RESULT(table) \
+    "SELECT v.id, v.id IN (SELECT id FROM u)," \
+    "  v.id NOT IN (SELECT id FROM lk) AND EXISTS (SELECT 1 FROM " table " a" \
+    "    WHERE a.id = v.id)" \
+    " FROM v"
+
 /* The rows of a lease statement: $1 their ids, $2 their epochs. */
 #define SQL_LEASES_V \
     "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::bigint[]) AS v(id, epoch)),"

@@ -148,3 +148,127 @@ int stmt_row_of(const PGresult *r, int c, const char *value)
             return row;
     return -1;
 }
+
+/* Appends one outcome to the ten arrays from `first`, in the column order
+ * of the persist statements: 0, or -1 (err) when its status may not
+ * follow PROCESSING. */
+static int add_outcome(struct stmt *s, int first, const struct stmt_outcome *o,
+                       struct store_error *err)
+{
+    int to = attempt_status_parse(o->status);
+    if (to < 0 || !attempt_status_transition_allowed(ATTEMPT_STATUS_PROCESSING, to)) {
+        store_error_set(err, "status '%s' may not follow PROCESSING",
+                        o->status ? o->status : "(null)");
+        return -1;
+    }
+    stmt_add(s, first, o->id);
+    stmt_add_int(s, first + 1, o->lease_epoch);
+    stmt_add(s, first + 2, o->status);
+    stmt_add(s, first + 3, o->reason);
+    stmt_add(s, first + 4, o->provider_id && *o->provider_id ? o->provider_id : NULL);
+    stmt_add(s, first + 5, o->event_type);
+    stmt_add(s, first + 6, o->evidence_json ? o->evidence_json : "{}");
+    stmt_add_int(s, first + 7, o->calls);
+    stmt_add(s, first + 8, o->last_error);
+    if (o->next_check_ms < 0)
+        stmt_add(s, first + 9, NULL);
+    else
+        stmt_add_int(s, first + 9, o->next_check_ms);
+    return 0;
+}
+
+enum store_rc stmt_persist(store_conn_t *db, const char *actor, const char *sql,
+                           void *items, size_t n, stmt_outcome_fn get,
+                           struct store_error *err)
+{
+    struct stmt s = {0};
+    struct stmt_outcome o;
+    PGresult *r = NULL;
+    enum store_rc rc = STORE_DATA;
+
+    store_error_clear(err);
+    if (n == 0)
+        return STORE_OK;
+    if (store_conn_open(db, NULL, err) != STORE_OK)
+        return STORE_RETRY;
+    int a = stmt_arrays(&s, 10);
+    for (size_t i = 0; i < n; i++) {
+        get(items, i, &o);
+        if (add_outcome(&s, a, &o, err) != 0)
+            goto out;
+    }
+    stmt_text(&s, actor);
+    if ((rc = stmt_run(db, &s, sql, &r, err)) != STORE_OK)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        get(items, i, &o);
+        int row = stmt_row_of(r, 0, o.id);
+        *o.persisted = row >= 0 && stmt_col_true(r, row, 1);
+        *o.busy = row >= 0 && stmt_col_true(r, row, 2);
+    }
+out:
+    PQclear(r);
+    stmt_release(&s);
+    return rc;
+}
+
+enum store_rc stmt_backlog(store_conn_t *db, const char *sql,
+                           const enum attempt_status *statuses, size_t n,
+                           long long *counts, long long *oldest_ms,
+                           struct store_error *err)
+{
+    struct stmt s = {0};
+    PGresult *r = NULL;
+    enum store_rc rc;
+
+    store_error_clear(err);
+    for (size_t i = 0; i < n; i++)
+        counts[i] = oldest_ms[i] = 0;
+    if (store_conn_open(db, NULL, err) != STORE_OK)
+        return STORE_RETRY;
+    int names = stmt_arrays(&s, 1);
+    for (size_t i = 0; i < n; i++)
+        stmt_add(&s, names, attempt_status_name(statuses[i]));
+    if ((rc = stmt_run(db, &s, sql, &r, err)) == STORE_OK)
+        for (size_t i = 0; i < n; i++) {
+            int row = stmt_row_of(r, 0, attempt_status_name(statuses[i]));
+            if (row >= 0) {
+                counts[i] = stmt_col_int(r, row, 1);
+                oldest_ms[i] = stmt_col_int(r, row, 2);
+            }
+        }
+    PQclear(r);
+    stmt_release(&s);
+    return rc;
+}
+
+int stmt_session_new(const char *database_url, const char *lock_timeout,
+                     const char *actor, store_conn_t **db, char **actor_copy,
+                     struct store_error *err)
+{
+    if (!(*actor_copy = strdup(actor))) {
+        store_error_set(err, "out of memory");
+        return -1;
+    }
+    if (!(*db = store_conn_new(database_url, lock_timeout, err))) {
+        free(*actor_copy);
+        *actor_copy = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+void stmt_session_free(store_conn_t *db, char *actor_copy)
+{
+    store_conn_free(db);
+    free(actor_copy);
+}
+
+enum store_rc stmt_ping(store_conn_t *db, struct store_error *err)
+{
+    store_error_clear(err);
+    if (store_conn_open(db, NULL, err) != STORE_OK ||
+        store_conn_exec(db, "SELECT 1", 0, NULL, NULL, err) != STORE_OK)
+        return STORE_RETRY;
+    return STORE_OK;
+}

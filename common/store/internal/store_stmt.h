@@ -9,6 +9,7 @@
 
 #include <libpq-fe.h>
 
+#include "attempt_status.h"
 #include "db.h"
 #include "store_conn.h"
 
@@ -67,5 +68,49 @@ enum store_rc stmt_lease(store_conn_t *db, const char *actor, const char *sql,
                          const char *const *ids, const int64_t *epochs, size_t n,
                          const long long *lease_ms, PGresult **res,
                          struct store_error *err);
+
+/* The session and the actor a leased store (attempt_store, refund_store)
+ * holds: *db made with lock_timeout (only the URL's syntax is checked now;
+ * the server may come up later) and *actor_copy a copy of actor. 0, or -1
+ * and err (out of memory, or the URL); nothing is held then. */
+int stmt_session_new(const char *database_url, const char *lock_timeout,
+                     const char *actor, store_conn_t **db, char **actor_copy,
+                     struct store_error *err);
+void stmt_session_free(store_conn_t *db, char *actor_copy);
+/* The session opened and answering: STORE_OK, or STORE_RETRY and err. */
+enum store_rc stmt_ping(store_conn_t *db, struct store_error *err);
+
+/* One outcome of the worker's batch as a persist statement takes it (the
+ * SQL_PERSIST of attempt_store and of refund_store: ten arrays, $11 the
+ * actor), and where its result goes. */
+struct stmt_outcome {
+    const char *id;
+    int64_t lease_epoch;
+    const char *status, *reason, *provider_id, *event_type, *evidence_json;
+    int calls;
+    const char *last_error;
+    long long next_check_ms; /* < 0: none */
+    int *persisted, *busy;   /* out */
+};
+
+/* Item i of the caller's batch, as an outcome. */
+typedef void (*stmt_outcome_fn)(void *items, size_t i, struct stmt_outcome *o);
+
+/* Persists the n outcomes `get` gives of items by sql, each under the
+ * claim it names, and sets each one's persisted and busy. An outcome whose
+ * status may not follow PROCESSING is a bug of ours: the batch is refused
+ * whole (STORE_DATA), and the caller isolates it like a refused value.
+ * Connects first if needed. */
+enum store_rc stmt_persist(store_conn_t *db, const char *actor, const char *sql,
+                           void *items, size_t n, stmt_outcome_fn get,
+                           struct store_error *err);
+
+/* Counts the rows in each of the statuses and the age in ms of each one's
+ * oldest, by sql ($1 the statuses' names; rows of status, count, age), 0
+ * for none. Connects first if needed. */
+enum store_rc stmt_backlog(store_conn_t *db, const char *sql,
+                           const enum attempt_status *statuses, size_t n,
+                           long long *counts, long long *oldest_ms,
+                           struct store_error *err);
 
 #endif
