@@ -6,6 +6,7 @@
 
 #include "card_data.h"
 #include "charge_policy.h"
+#include "charged_assert.h"
 #include "ownership.h"
 
 /* How a row sets the status. */
@@ -131,6 +132,7 @@ static int intent_is_ours(const struct reconcile_attempt *a,
                           const struct provider_result *res, int own_answer, char *why,
                           size_t why_size)
 {
+    CHARGED_ASSERT(a && res && why && why_size > 0);
     const char *obj = object_of(a);
     int has_currency = a->currency != NULL;
     if (!own_answer && (!res->amount || (has_currency && !res->currency[0])))
@@ -165,6 +167,7 @@ static enum reconcile_rule from_intent(const struct reconcile_attempt *a,
     };
     char why[128];
 
+    CHARGED_ASSERT(a->id && detail && size > 0);
     if (res->matches > 1) {
         snprintf(detail, size, "%d %ss for one attempt", res->matches, object_of(a));
         return RECONCILE_FOUND_SEVERAL;
@@ -203,6 +206,8 @@ replay(const struct reconcile_attempt *a, const struct reconcile_evidence *e,
        enum reconcile_rule unanswered, enum reconcile_next *next,
        const struct provider_result **intent, char *detail, size_t size)
 {
+    CHARGED_ASSERT(unanswered == RECONCILE_CHARGE_UNANSWERED ||
+                   unanswered == RECONCILE_REFUND_UNANSWERED);
     const struct provider_result *c = e->charge;
     if (!c) {
         *next = RECONCILE_CHARGE;
@@ -233,6 +238,7 @@ static enum reconcile_rule by_id(const struct reconcile_attempt *a,
                                  const struct provider_result **intent, char *detail,
                                  size_t size)
 {
+    CHARGED_ASSERT(a->provider_payment_id && a->provider_payment_id[0]);
     const struct provider_result *res = e->lookup;
     if (!res) {
         *next = RECONCILE_RETRIEVE;
@@ -282,6 +288,7 @@ static enum reconcile_rule past_window(const struct reconcile_limits *lim,
                                        const struct provider_result **intent,
                                        char *detail, size_t size)
 {
+    CHARGED_ASSERT(age >= 0);
     const struct provider_result *res = e->lookup, *li = e->list;
     if (!res) {
         *next = RECONCILE_SEARCH;
@@ -300,6 +307,8 @@ static enum reconcile_rule past_window(const struct reconcile_limits *lim,
     /* Search lags, by more than anyone can promise: only the consistent
      * list says that nothing executed. */
     if (!li) {
+        /* The list's window is the first call's: there was one. */
+        CHARGED_ASSERT(a->first_sent_ms >= 0);
         *next = RECONCILE_LIST;
         return RECONCILE_RULE_NONE;
     }
@@ -324,6 +333,8 @@ static enum reconcile_rule past_window(const struct reconcile_limits *lim,
 static long long key_age(const struct reconcile_attempt *a,
                          const struct reconcile_evidence *e)
 {
+    /* Measured on the caller's monotonic clock since the claim. */
+    CHARGED_ASSERT(e->lookup_after_ms >= 0);
     return (a->key_age_ms < 0 ? 0 : a->key_age_ms) + e->lookup_after_ms;
 }
 
@@ -338,6 +349,10 @@ classify(const struct reconcile_limits *lim, const struct reconcile_attempt *a,
          const struct reconcile_evidence *e, enum reconcile_next *next,
          const struct provider_result **intent, char *detail, size_t size)
 {
+    CHARGED_ASSERT(lim && a && e && a->id);
+    /* Only an unsettled attempt is looked at (reconcile_attempt). */
+    CHARGED_ASSERT(a->status == ATTEMPT_STATUS_UNKNOWN ||
+                   a->status == ATTEMPT_STATUS_PROCESSING);
     long long age = key_age(a, e);
 
     *next = RECONCILE_SETTLE;
@@ -358,6 +373,7 @@ static void set_reason(struct reconcile_decision *d, const char *prefix,
                        const char *detail)
 {
     char tmp[1024];
+    CHARGED_ASSERT(d && detail);
     if (!prefix) {
         d->reason[0] = '\0';
         return;
@@ -373,6 +389,8 @@ static void finish(const struct reconcile_limits *lim,
                    const struct provider_result *intent, char *detail,
                    size_t detail_size, struct reconcile_decision *out)
 {
+    /* A row ended the look: never "none", always one of the table's. */
+    CHARGED_ASSERT(rule > RECONCILE_RULE_NONE && rule < RECONCILE_RULE__COUNT);
     out->rule = rule;
     out->status = rules[rule].how == KEEPS ? a->status : rules[rule].status;
     set_reason(out, rules[rule].reason, detail);
@@ -390,6 +408,7 @@ static void finish(const struct reconcile_limits *lim,
         out->status = rules[RECONCILE_TOO_OLD].status;
         set_reason(out, rules[RECONCILE_TOO_OLD].reason, detail);
     }
+    CHARGED_ASSERT((unsigned)out->status < ATTEMPT_STATUS__COUNT);
 }
 
 void reconcile_policy_decide(const struct reconcile_limits *lim,
@@ -403,6 +422,8 @@ void reconcile_policy_decide(const struct reconcile_limits *lim,
     memset(out, 0, sizeof(*out));
     enum reconcile_rule rule =
         classify(lim, a, e, &out->next, &intent, detail, sizeof(detail));
+    /* Either a call is next, or a row decided: never both, never neither. */
+    CHARGED_ASSERT((out->next == RECONCILE_SETTLE) == (rule != RECONCILE_RULE_NONE));
     if (out->next == RECONCILE_SETTLE)
         finish(lim, a, rule, intent, detail, sizeof(detail), out);
 }
@@ -414,6 +435,9 @@ classify_refund(const struct reconcile_limits *lim, const struct reconcile_attem
                 const struct provider_result **found, char *detail, size_t size)
 {
     const struct provider_result *res;
+    CHARGED_ASSERT(lim && a && e && a->id);
+    CHARGED_ASSERT(a->status == ATTEMPT_STATUS_UNKNOWN ||
+                   a->status == ATTEMPT_STATUS_PROCESSING);
     long long age = key_age(a, e);
 
     *next = RECONCILE_SETTLE;
@@ -472,6 +496,10 @@ void reconcile_policy_decide_refund(const struct reconcile_limits *lim,
     memset(out, 0, sizeof(*out));
     enum reconcile_rule rule =
         classify_refund(lim, a, e, &out->next, &found, detail, sizeof(detail));
+    CHARGED_ASSERT((out->next == RECONCILE_SETTLE) == (rule != RECONCILE_RULE_NONE));
+    /* A refund is never searched for: no search of refunds exists. */
+    CHARGED_ASSERT(out->next != RECONCILE_SEARCH &&
+                   out->next != RECONCILE_SEARCH_OTHERS);
     if (out->next == RECONCILE_SETTLE)
         finish(lim, a, rule, found, detail, sizeof(detail), out);
 }
@@ -479,9 +507,11 @@ void reconcile_policy_decide_refund(const struct reconcile_limits *lim,
 void reconcile_policy_list_window(long long first_sent_ms, long long key_retention_ms,
                                   long long *gte, long long *lt)
 {
+    CHARGED_ASSERT(gte && lt && key_retention_ms >= 0);
     *gte = (first_sent_ms - RECONCILE_LIST_CLOCK_MARGIN_MS) / 1000;
     *lt =
         (first_sent_ms + key_retention_ms + RECONCILE_LIST_CLOCK_MARGIN_MS) / 1000 + 1;
+    CHARGED_ASSERT(*gte < *lt); /* never an empty window */
 }
 
 /* How settled a match is, as the client ranks a page's: 0 the most. */
@@ -496,6 +526,7 @@ static int settled_rank(enum provider_outcome o)
 int reconcile_policy_list_fold(struct provider_result *walk,
                                const struct provider_result *page, int pages)
 {
+    CHARGED_ASSERT(walk && page && pages >= 1);
     if (page->outcome == PROVIDER_UNKNOWN || page->outcome == PROVIDER_INVALID ||
         page->outcome == PROVIDER_NOT_EXECUTED) {
         *walk = *page; /* no evidence, whatever earlier pages held */
@@ -530,6 +561,7 @@ int reconcile_policy_list_walk(reconcile_list_page_fn page_of, void *ctx,
     long latency = 0;
     int pages = 0;
 
+    CHARGED_ASSERT(page_of && walk);
     memset(walk, 0, sizeof(*walk));
     for (;;) {
         memset(&page, 0, sizeof(page));
@@ -541,5 +573,7 @@ int reconcile_policy_list_walk(reconcile_list_page_fn page_of, void *ctx,
         snprintf(after, sizeof(after), "%s", page.list_last_id);
     }
     walk->latency_ms = latency;
+    /* The fold ends every walk by RECONCILE_LIST_MAX_PAGES. */
+    CHARGED_ASSERT(pages >= 1 && pages <= RECONCILE_LIST_MAX_PAGES);
     return pages;
 }
