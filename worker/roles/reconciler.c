@@ -21,6 +21,28 @@
 /* How often the backlog gauges are counted in the database. */
 #define BACKLOG_EVERY_MS 5000
 
+/* What the role does, for --help. */
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: charged reconciler\n\n"
+            "Settles attempts whose outcome is unknown on the provider's evidence,\n"
+            "and only on an intent proven the attempt's own: its recorded intent id\n"
+            "(looked up), or, with none recorded, the answer to the charge again\n"
+            "under the attempt's key while the provider keeps it (409: still\n"
+            "executing, look again). An intent found by search or list only names\n"
+            "the attempt: past the key's window it goes to REQUIRES_REVIEW; FAILED\n"
+            "only when the provider's (consistent) list of the key's window holds\n"
+            "none at all, after the key's retention and the search's lag.\n"
+            "Looks again on RECONCILER_SCHEDULE_MS; past RECONCILER_MAX_AGE_MS, or on\n"
+            "contradictory evidence, the attempt goes to REQUIRES_REVIEW.\n"
+            "Refunds left UNKNOWN or PROCESSING alike: by refund id, else the refund\n"
+            "again with its key while the provider keeps it; past that, a refund in\n"
+            "the intent's list naming it goes to REQUIRES_REVIEW, none is FAILED.\n"
+            "SIGTERM: finish the look in hand, hand the rest back, exit 0.\n\n");
+    config_print_help(out, CONFIG_ROLE_RECONCILER);
+}
+
 /* ---- the schedule ---- */
 
 static int parse_schedule(struct reconciler *r, const char *s, char *err,
@@ -350,8 +372,11 @@ static void reconciler_finish(void *state, int flush_ms)
     teardown(state);
 }
 
-static int setup(struct reconciler *r, char *err, size_t err_size)
+static int setup(void *state, config_t *cfg, const char *id, char *err, size_t err_size)
 {
+    struct reconciler *r = state;
+    r->cfg = cfg;
+    snprintf(r->id, sizeof(r->id), "%s", id);
     r->batch = config_int(r->cfg, CONFIG_RECONCILER_BATCH);
     r->lease_ms = config_int(r->cfg, CONFIG_RECONCILER_LEASE_MS);
     r->poll_ms = config_int(r->cfg, CONFIG_RECONCILER_POLL_MS);
@@ -418,59 +443,14 @@ static int setup(struct reconciler *r, char *err, size_t err_size)
     return 0;
 }
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: charged reconciler\n\n"
-            "Settles attempts whose outcome is unknown on the provider's evidence,\n"
-            "and only on an intent proven the attempt's own: its recorded intent id\n"
-            "(looked up), or, with none recorded, the answer to the charge again\n"
-            "under the attempt's key while the provider keeps it (409: still\n"
-            "executing, look again). An intent found by search or list only names\n"
-            "the attempt: past the key's window it goes to REQUIRES_REVIEW; FAILED\n"
-            "only when the provider's (consistent) list of the key's window holds\n"
-            "none at all, after the key's retention and the search's lag.\n"
-            "Looks again on RECONCILER_SCHEDULE_MS; past RECONCILER_MAX_AGE_MS, or on\n"
-            "contradictory evidence, the attempt goes to REQUIRES_REVIEW.\n"
-            "Refunds left UNKNOWN or PROCESSING alike: by refund id, else the refund\n"
-            "again with its key while the provider keeps it; past that, a refund in\n"
-            "the intent's list naming it goes to REQUIRES_REVIEW, none is FAILED.\n"
-            "SIGTERM: finish the look in hand, hand the rest back, exit 0.\n\n");
-    config_print_help(out, CONFIG_ROLE_RECONCILER);
-}
-
-static int reconciler_start(config_t *cfg, const char *id, void **state, char *err,
-                            size_t err_size)
-{
-    struct reconciler *r = calloc(1, sizeof(*r));
-    if (!r) {
-        config_free(cfg);
-        snprintf(err, err_size, "out of memory");
-        return 1;
-    }
-    r->cfg = cfg;
-    snprintf(r->id, sizeof(r->id), "%s", id);
-    int rc = setup(r, err, err_size);
-    if (rc != 0) {
-        teardown(r);
-        return rc;
-    }
-    log_info("reconciler started", "reconciler", r->id, NULL);
-    *state = r;
-    return 0;
-}
-
-int reconciler_main(int argc, char **argv)
-{
-    static const struct daemon_role_desc desc = {
-        .name = "reconciler",
-        .config_role = CONFIG_ROLE_RECONCILER,
-        .usage = usage,
-        .start = reconciler_start,
-        .step = reconciler_step,
-        .not_ready = reconciler_not_ready,
-        .drain = reconciler_drain,
-        .finish = reconciler_finish,
-    };
-    return daemon_role_main(argc, argv, &desc);
-}
+const struct daemon_role_desc reconciler_role = {
+    .name = "reconciler",
+    .config_role = CONFIG_ROLE_RECONCILER,
+    .usage = usage,
+    .state_size = sizeof(struct reconciler),
+    .setup = setup,
+    .step = reconciler_step,
+    .not_ready = reconciler_not_ready,
+    .drain = reconciler_drain,
+    .finish = reconciler_finish,
+};
