@@ -83,6 +83,7 @@ static void renew_rest(struct reconciler *r, size_t from, size_t n)
     int64_t epochs[1024];
     int ours[1024];
     size_t k = 0;
+    CHARGED_ASSERT(from <= n && n <= r->ndue);
     for (size_t i = from; i < n && k < 1024; i++, k++) {
         ids[k] = r->on_refunds ? r->rdue[i].id : r->due[i].id;
         epochs[k] = r->on_refunds ? r->rdue[i].lease_epoch : r->due[i].lease_epoch;
@@ -148,6 +149,7 @@ static enum store_rc log_pending(struct reconciler *r, const struct pending_call
     struct attempt_call calls[PENDING_MAX];
     struct refund_call rcalls[PENDING_MAX];
     size_t nc = 0, nr = 0;
+    CHARGED_ASSERT(n <= PENDING_MAX);
     for (size_t i = 0; i < n; i++) {
         if (p[i].refund)
             rcalls[nr++] = (struct refund_call){.refund_id = p[i].attempt_id,
@@ -228,6 +230,7 @@ static int flush_pending(struct reconciler *r)
 static void release_rest(struct reconciler *r, size_t from, size_t n)
 {
     struct store_error err;
+    CHARGED_ASSERT(from <= n && n <= r->ndue);
     for (size_t i = from; i < n; i++) {
         const char *id = r->on_refunds ? r->rdue[i].id : r->due[i].id;
         const int64_t *epoch =
@@ -256,6 +259,8 @@ static int look_at_batch(struct reconciler *r, int refunds, size_t *n)
         reconciler_db_failed(r, refunds ? "claim refunds" : "claim", err.message);
         return -1;
     }
+    /* The batch's rows are r->batch long: a store claims no more. */
+    CHARGED_ASSERT(*n <= (size_t)r->batch);
     reconciler_db_ok(r);
     int64_t claimed_at = clock_now_ms();
     r->on_refunds = refunds;

@@ -59,7 +59,6 @@ struct settlement {
 
 /* What differs between a look at a charge and at a refund. */
 struct look_kind {
-    enum reconcile_kind core;
     int refund; /* its kept calls go to the refund store */
     /* Words of the log lines, db_failed's stage, the settlement counter. */
     const char *noun, *id_key, *about_key, *object_key, *refused, *settle_stage;
@@ -284,7 +283,6 @@ static enum store_rc charge_settle(struct reconciler *r, struct settlement *s,
 }
 
 static const struct look_kind charge_kind = {
-    .core = RECONCILE_KIND_CHARGE,
     .noun = "attempt",
     .id_key = "payment_attempt_id",
     .about_key = "order_id",
@@ -394,7 +392,6 @@ static enum store_rc refund_settle(struct reconciler *r, struct settlement *s,
 }
 
 static const struct look_kind refund_kind = {
-    .core = RECONCILE_KIND_REFUND,
     .refund = 1,
     .noun = "refund",
     .id_key = "refund_id",
