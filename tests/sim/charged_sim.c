@@ -823,7 +823,8 @@ static void rebalance(struct world *w)
     w->rebalances++;
 }
 
-/* ---- a reconciler: worker/roles/reconciler.c's look, one provider call a step ---- */
+/* ---- a reconciler: reconcile_look's look, as worker/roles/reconciler_look.c
+ * runs it, one provider call a step ---- */
 
 static const long long schedule_ms[] = {1000, 5000, 15000, 30000};
 #define NSCHEDULE ((int)(sizeof(schedule_ms) / sizeof(schedule_ms[0])))
@@ -842,7 +843,7 @@ static struct reconcile_limits rec_limits(const struct world *w)
     return lim;
 }
 
-/* The claimed record as reconcile_look reads it (reconciler.c's
+/* The claimed record as reconcile_look reads it (reconciler_look.c's
  * charge_begin and refund_begin). */
 static void rec_begin(struct world *w, struct look *l)
 {
@@ -952,7 +953,7 @@ static struct provider_result rec_walk(const struct provider_result *page)
     return walk;
 }
 
-/* A charge's call, as reconciler.c's charge_call and charge_page make it;
+/* A charge's call, as reconciler_look.c's charge_call and charge_page make it;
  * 1 when its answer is lost. */
 static int rec_call(struct world *w, struct look *l, const struct reconcile_step *st)
 {
@@ -989,7 +990,7 @@ static int rec_call(struct world *w, struct look *l, const struct reconcile_step
     return lost;
 }
 
-/* A refund's call, as reconciler.c's refund_call and refund_page. */
+/* A refund's call, as reconciler_look.c's refund_call and refund_page. */
 static int rec_call_refund(struct world *w, struct look *l,
                            const struct reconcile_step *st)
 {
@@ -1020,7 +1021,7 @@ static void rec_step(struct world *w, struct reconciler *r)
     }
     if (w->now < l->busy_until)
         return; /* inside a call: the provider has not answered yet */
-    /* reconciler.c measures the look's time before each decision, and
+    /* reconciler_look.c measures the look's time before each decision, and
      * makes the call it names at once; the broken look: no time passed. */
     reconcile_look_step(&l->core,
                         w->breaks & SIM_BREAK_KEY_WINDOW ? l->claimed_at : w->now, &st);
