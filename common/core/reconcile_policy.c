@@ -7,6 +7,7 @@
 #include "charged_assert.h"
 #include "card_data.h"
 #include "charge_policy.h"
+#include "charged_assert.h"
 #include "ownership.h"
 
 /* How a row sets the status. */
@@ -133,6 +134,7 @@ static int intent_is_ours(const struct reconcile_attempt *a,
                           const struct provider_result *res, int own_answer, char *why,
                           size_t why_size)
 {
+    CHARGED_ASSERT(a && res && why && why_size > 0);
     const char *obj = object_of(a);
     int has_currency = a->currency != NULL;
     CHARGED_ASSERT(res && why && why_size > 0);
@@ -168,6 +170,7 @@ static enum reconcile_rule from_intent(const struct reconcile_attempt *a,
     };
     char why[128];
 
+    CHARGED_ASSERT(a->id && detail && size > 0);
     if (res->matches > 1) {
         snprintf(detail, size, "%d %ss for one attempt", res->matches, object_of(a));
         return RECONCILE_FOUND_SEVERAL;
@@ -206,6 +209,8 @@ replay(const struct reconcile_attempt *a, const struct reconcile_evidence *e,
        enum reconcile_rule unanswered, enum reconcile_next *next,
        const struct provider_result **intent, char *detail, size_t size)
 {
+    CHARGED_ASSERT(unanswered == RECONCILE_CHARGE_UNANSWERED ||
+                   unanswered == RECONCILE_REFUND_UNANSWERED);
     const struct provider_result *c = e->charge;
     if (!c) {
         *next = RECONCILE_CHARGE;
@@ -236,6 +241,7 @@ static enum reconcile_rule by_id(const struct reconcile_attempt *a,
                                  const struct provider_result **intent, char *detail,
                                  size_t size)
 {
+    CHARGED_ASSERT(a->provider_payment_id && a->provider_payment_id[0]);
     const struct provider_result *res = e->lookup;
     if (!res) {
         *next = RECONCILE_RETRIEVE;
@@ -285,6 +291,7 @@ static enum reconcile_rule past_window(const struct reconcile_limits *lim,
                                        const struct provider_result **intent,
                                        char *detail, size_t size)
 {
+    CHARGED_ASSERT(age >= 0);
     const struct provider_result *res = e->lookup, *li = e->list;
     if (!res) {
         *next = RECONCILE_SEARCH;
@@ -303,6 +310,8 @@ static enum reconcile_rule past_window(const struct reconcile_limits *lim,
     /* Search lags, by more than anyone can promise: only the consistent
      * list says that nothing executed. */
     if (!li) {
+        /* The list's window is the first call's: there was one. */
+        CHARGED_ASSERT(a->first_sent_ms >= 0);
         *next = RECONCILE_LIST;
         return RECONCILE_RULE_NONE;
     }
@@ -327,6 +336,8 @@ static enum reconcile_rule past_window(const struct reconcile_limits *lim,
 static long long key_age(const struct reconcile_attempt *a,
                          const struct reconcile_evidence *e)
 {
+    /* Measured on the caller's monotonic clock since the claim. */
+    CHARGED_ASSERT(e->lookup_after_ms >= 0);
     return (a->key_age_ms < 0 ? 0 : a->key_age_ms) + e->lookup_after_ms;
 }
 
@@ -341,6 +352,10 @@ classify(const struct reconcile_limits *lim, const struct reconcile_attempt *a,
          const struct reconcile_evidence *e, enum reconcile_next *next,
          const struct provider_result **intent, char *detail, size_t size)
 {
+    CHARGED_ASSERT(lim && a && e && a->id);
+    /* Only an unsettled attempt is looked at (reconcile_attempt). */
+    CHARGED_ASSERT(a->status == ATTEMPT_STATUS_UNKNOWN ||
+                   a->status == ATTEMPT_STATUS_PROCESSING);
     long long age = key_age(a, e);
 
     *next = RECONCILE_SETTLE;
@@ -361,7 +376,7 @@ static void set_reason(struct reconcile_decision *d, const char *prefix,
                        const char *detail)
 {
     char tmp[1024];
-    CHARGED_ASSERT(d);
+    CHARGED_ASSERT(d && detail);
     if (!prefix) {
         d->reason[0] = '\0';
         return;
@@ -377,7 +392,8 @@ static void finish(const struct reconcile_limits *lim,
                    const struct provider_result *intent, char *detail,
                    size_t detail_size, struct reconcile_decision *out)
 {
-    CHARGED_ASSERT(lim && (unsigned)rule < RECONCILE_RULE__COUNT);
+    /* A row ended the look: never "none", always one of the table's. */
+    CHARGED_ASSERT(lim && rule > RECONCILE_RULE_NONE && rule < RECONCILE_RULE__COUNT);
     out->rule = rule;
     out->status = rules[rule].how == KEEPS ? a->status : rules[rule].status;
     set_reason(out, rules[rule].reason, detail);
@@ -396,6 +412,7 @@ static void finish(const struct reconcile_limits *lim,
         set_reason(out, rules[RECONCILE_TOO_OLD].reason, detail);
     }
     /* What settles is a move the status may make; what keeps it, stays. */
+    CHARGED_ASSERT((unsigned)out->status < ATTEMPT_STATUS__COUNT);
     CHARGED_ASSERT(out->status == a->status ||
                    attempt_status_transition_allowed((int)a->status, out->status));
 }
@@ -412,6 +429,8 @@ void reconcile_policy_decide(const struct reconcile_limits *lim,
     memset(out, 0, sizeof(*out));
     enum reconcile_rule rule =
         classify(lim, a, e, &out->next, &intent, detail, sizeof(detail));
+    /* Either a call is next, or a row decided: never both, never neither. */
+    CHARGED_ASSERT((out->next == RECONCILE_SETTLE) == (rule != RECONCILE_RULE_NONE));
     if (out->next == RECONCILE_SETTLE)
         finish(lim, a, rule, intent, detail, sizeof(detail), out);
 }
@@ -423,6 +442,9 @@ classify_refund(const struct reconcile_limits *lim, const struct reconcile_attem
                 const struct provider_result **found, char *detail, size_t size)
 {
     const struct provider_result *res;
+    CHARGED_ASSERT(lim && a && e && a->id);
+    CHARGED_ASSERT(a->status == ATTEMPT_STATUS_UNKNOWN ||
+                   a->status == ATTEMPT_STATUS_PROCESSING);
     long long age = key_age(a, e);
 
     *next = RECONCILE_SETTLE;
@@ -482,6 +504,10 @@ void reconcile_policy_decide_refund(const struct reconcile_limits *lim,
     memset(out, 0, sizeof(*out));
     enum reconcile_rule rule =
         classify_refund(lim, a, e, &out->next, &found, detail, sizeof(detail));
+    CHARGED_ASSERT((out->next == RECONCILE_SETTLE) == (rule != RECONCILE_RULE_NONE));
+    /* A refund is never searched for: no search of refunds exists. */
+    CHARGED_ASSERT(out->next != RECONCILE_SEARCH &&
+                   out->next != RECONCILE_SEARCH_OTHERS);
     if (out->next == RECONCILE_SETTLE)
         finish(lim, a, rule, found, detail, sizeof(detail), out);
 }
@@ -493,7 +519,7 @@ void reconcile_policy_list_window(long long first_sent_ms, long long key_retenti
     *gte = (first_sent_ms - RECONCILE_LIST_CLOCK_MARGIN_MS) / 1000;
     *lt =
         (first_sent_ms + key_retention_ms + RECONCILE_LIST_CLOCK_MARGIN_MS) / 1000 + 1;
-    CHARGED_ASSERT(*gte < *lt); /* the window holds the first send */
+    CHARGED_ASSERT(*gte < *lt); /* the window holds the first send: never empty */
 }
 
 /* How settled a match is, as the client ranks a page's: 0 the most. */
@@ -556,6 +582,7 @@ int reconcile_policy_list_walk(reconcile_list_page_fn page_of, void *ctx,
         snprintf(after, sizeof(after), "%s", page.list_last_id);
     }
     walk->latency_ms = latency;
+    /* The fold ends every walk by RECONCILE_LIST_MAX_PAGES. */
     CHARGED_ASSERT(pages >= 1 && pages <= RECONCILE_LIST_MAX_PAGES);
     return pages;
 }

@@ -21,6 +21,7 @@
 #include "charge_policy.h"
 #include "job.h"
 #include "offset_tracker.h"
+#include "reconcile_look.h"
 #include "reconcile_policy.h"
 #include "sim_provider.h"
 #include "sim_rng.h"
@@ -132,9 +133,8 @@ struct look {
     enum attempt_status status;
     int intent, prefund;
     int64_t key_age_ms, first_sent_ms, age_ms;
-    struct provider_result res[8];
-    int ncalls;
-    struct reconcile_evidence e;
+    char name[40], object[48], intent_name[48]; /* the strings core's look reads */
+    struct reconcile_look core;
 };
 
 struct reconciler {
@@ -823,10 +823,59 @@ static void rebalance(struct world *w)
     w->rebalances++;
 }
 
-/* ---- a reconciler: worker/roles/reconciler.c's look, one provider call a step ---- */
+/* ---- a reconciler: reconcile_look's look, as worker/roles/reconciler_look.c
+ * runs it, one provider call a step ---- */
 
 static const long long schedule_ms[] = {1000, 5000, 15000, 30000};
 #define NSCHEDULE ((int)(sizeof(schedule_ms) / sizeof(schedule_ms[0])))
+
+/* The limits the look decides on; the broken key margin: the policy's
+ * margin is the timeout plus a tenth of the retention (at most 60 s), and a
+ * timeout of minus that tenth makes it 0. */
+static struct reconcile_limits rec_limits(const struct world *w)
+{
+    struct reconcile_limits lim = {w->set.key_retention_ms, w->set.provider_timeout_ms,
+                                   w->set.search_lag_ms, w->set.max_age_ms};
+    if (w->breaks & SIM_BREAK_KEY_MARGIN) {
+        int64_t tenth = w->set.key_retention_ms / 10;
+        lim.provider_timeout_ms = -(tenth < 60000 ? tenth : 60000);
+    }
+    return lim;
+}
+
+/* The claimed record as reconcile_look reads it (reconciler_look.c's
+ * charge_begin and refund_begin). */
+static void rec_begin(struct world *w, struct look *l)
+{
+    const struct reconcile_limits lim = rec_limits(w);
+    struct reconcile_attempt ra = {
+        .id = l->name,
+        .status = l->status,
+        .provider_payment_id = l->object,
+        .key_age_ms = l->key_age_ms,
+        .first_sent_ms = l->first_sent_ms,
+        .age_ms = l->age_ms,
+    };
+    if (!l->refund) {
+        sim_attempt_name(l->id, l->name, sizeof(l->name));
+        if (l->intent != SIM_NULL)
+            snprintf(l->object, sizeof(l->object), "pi_%d", l->intent);
+        ra.amount = sim_store_attempt(w->store, l->id)->amount;
+        ra.currency = "EUR";
+    } else {
+        snprintf(l->name, sizeof(l->name), "r%d", l->id);
+        if (l->prefund != SIM_NULL)
+            snprintf(l->object, sizeof(l->object), "re_%d", l->prefund);
+        if (l->intent != SIM_NULL)
+            snprintf(l->intent_name, sizeof(l->intent_name), "pi_%d", l->intent);
+        ra.amount = sim_store_refund(w->store, l->id)->amount;
+        ra.payment_intent = l->intent_name;
+        ra.object = "refund";
+    }
+    reconcile_look_begin(&l->core,
+                         l->refund ? RECONCILE_KIND_REFUND : RECONCILE_KIND_CHARGE,
+                         &lim, &ra, l->claimed_at);
+}
 
 static void rec_claim(struct world *w, struct reconciler *r)
 {
@@ -868,6 +917,7 @@ static void rec_claim(struct world *w, struct reconciler *r)
     }
     if (w->breaks & SIM_BREAK_KEY_WINDOW)
         l->key_age_ms = -1; /* the broken look: every key counts as new */
+    rec_begin(w, l);
     note(w, r->id, A_REC_CLAIM, id, refund);
 }
 
@@ -882,10 +932,8 @@ static void rec_settle(struct world *w, struct reconciler *r,
     else
         checks = sim_store_refund(w->store, l->id)->reconcile_checks;
     int stays = dec->status == l->status;
-    int64_t next = stays || dec->status == ATTEMPT_STATUS_PROCESSING ||
-                           dec->status == ATTEMPT_STATUS_UNKNOWN
-                       ? schedule_ms[checks < NSCHEDULE ? checks : NSCHEDULE - 1]
-                       : -1;
+    int64_t next = reconcile_look_next_check_ms(l->status, dec->status, schedule_ms,
+                                                NSCHEDULE, checks);
     int ok = l->refund ? sim_store_refund_settle(w->store, l->id, l->status, r->id,
                                                  l->epoch, dec->status, obj, next)
                        : sim_store_settle(w->store, l->id, l->status, r->id, l->epoch,
@@ -896,9 +944,76 @@ static void rec_settle(struct world *w, struct reconciler *r,
     l->active = 0;
 }
 
+/* One page of the list is the whole walk here (the models' lists are
+ * short), folded as reconcile_policy_list_walk folds each. */
+static struct provider_result rec_walk(const struct provider_result *page)
+{
+    struct provider_result walk = {0};
+    reconcile_policy_list_fold(&walk, page, 1);
+    return walk;
+}
+
+/* A charge's call, as reconciler_look.c's charge_call and charge_page make it;
+ * 1 when its answer is lost. */
+static int rec_call(struct world *w, struct look *l, const struct reconcile_step *st)
+{
+    struct sim_attempt *a = sim_store_attempt(w->store, l->id);
+    int lost = 0;
+    switch (st->next) {
+    case RECONCILE_RETRIEVE:
+        *st->answer = sim_provider_retrieve(w->prov, l->intent);
+        break;
+    case RECONCILE_SEARCH:
+    case RECONCILE_SEARCH_OTHERS:
+        *st->answer = sim_provider_search(w->prov, l->id);
+        break;
+    case RECONCILE_CHARGE:
+        *st->answer =
+            sim_provider_charge(w->prov, a->key, a->id, a->order, a->amount, &lost);
+        w->charges_sent++;
+        w->rec_charges++;
+        break;
+    case RECONCILE_LIST: {
+        long long gte, lt;
+        reconcile_policy_list_window(l->first_sent_ms, w->set.key_retention_ms, &gte,
+                                     &lt);
+        struct provider_result page = sim_provider_list(w->prov, l->id, gte, lt);
+        if (w->breaks & SIM_BREAK_LIST_SKIPPED) /* the list not asked */
+            page = (struct provider_result){.outcome = PROVIDER_NOT_FOUND,
+                                            .http_status = 200};
+        *st->answer = rec_walk(&page);
+        break;
+    }
+    case RECONCILE_SETTLE:
+        break;
+    }
+    return lost;
+}
+
+/* A refund's call, as reconciler_look.c's refund_call and refund_page. */
+static int rec_call_refund(struct world *w, struct look *l,
+                           const struct reconcile_step *st)
+{
+    struct sim_refund_row *f = sim_store_refund(w->store, l->id);
+    int lost = 0;
+    if (st->next == RECONCILE_RETRIEVE) {
+        *st->answer = sim_provider_retrieve_refund(w->prov, l->prefund);
+    } else if (st->next == RECONCILE_LIST) {
+        struct provider_result page =
+            sim_provider_list_refunds(w->prov, l->intent, l->id);
+        *st->answer = rec_walk(&page);
+    } else {
+        *st->answer =
+            sim_provider_refund(w->prov, f->key, l->intent, f->id, f->amount, &lost);
+        w->charges_sent++;
+    }
+    return lost;
+}
+
 static void rec_step(struct world *w, struct reconciler *r)
 {
     struct look *l = &r->l;
+    struct reconcile_step st;
     if (!l->active) {
         if (w->now >= r->next_poll)
             rec_claim(w, r);
@@ -906,136 +1021,18 @@ static void rec_step(struct world *w, struct reconciler *r)
     }
     if (w->now < l->busy_until)
         return; /* inside a call: the provider has not answered yet */
-    /* reconciler.c measures the look's time before each decision, and
-     * makes the call it names at once. */
-    l->e.lookup_after_ms =
-        w->breaks & SIM_BREAK_KEY_WINDOW ? 0 : w->now - l->claimed_at;
-    char id[40], ppid[48] = "", pi[48] = "";
-    const struct reconcile_limits lim = {w->set.key_retention_ms,
-                                         w->set.provider_timeout_ms,
-                                         w->set.search_lag_ms, w->set.max_age_ms};
-    struct reconcile_limits used = lim;
-    if (w->breaks & SIM_BREAK_KEY_MARGIN) {
-        /* The policy's margin is the timeout plus a tenth of the retention
-         * (at most 60 s): a timeout of minus that tenth makes it 0. */
-        int64_t tenth = w->set.key_retention_ms / 10;
-        used.provider_timeout_ms = -(tenth < 60000 ? tenth : 60000);
-    }
-    if (!l->refund) {
-        struct sim_attempt *a = sim_store_attempt(w->store, l->id);
-        sim_attempt_name(l->id, id, sizeof(id));
-        if (l->intent != SIM_NULL)
-            snprintf(ppid, sizeof(ppid), "pi_%d", l->intent);
-        const struct reconcile_attempt ra = {
-            .id = id,
-            .status = l->status,
-            .provider_payment_id = ppid,
-            .amount = a->amount,
-            .currency = "EUR",
-            .key_age_ms = l->key_age_ms,
-            .first_sent_ms = l->first_sent_ms,
-            .age_ms = l->age_ms,
-        };
-        struct reconcile_decision dec;
-        reconcile_policy_decide(&used, &ra, &l->e, &dec);
-        if (dec.next == RECONCILE_SETTLE || l->ncalls >= 8) {
-            rec_settle(w, r, &dec);
-            return;
-        }
-        struct provider_result *res = &l->res[l->ncalls++];
-        int lost = 0;
-        switch (dec.next) {
-        case RECONCILE_RETRIEVE:
-            *res = sim_provider_retrieve(w->prov, l->intent);
-            l->e.lookup = res;
-            break;
-        case RECONCILE_SEARCH:
-            *res = sim_provider_search(w->prov, l->id);
-            l->e.lookup = res;
-            break;
-        case RECONCILE_SEARCH_OTHERS:
-            *res = sim_provider_search(w->prov, l->id);
-            l->e.search = res;
-            break;
-        case RECONCILE_CHARGE:
-            *res =
-                sim_provider_charge(w->prov, a->key, a->id, a->order, a->amount, &lost);
-            l->e.charge = res;
-            w->charges_sent++;
-            w->rec_charges++;
-            break;
-        case RECONCILE_LIST: {
-            long long gte, lt;
-            struct provider_result walk = {0};
-            reconcile_policy_list_window(l->first_sent_ms, w->set.key_retention_ms,
-                                         &gte, &lt);
-            struct provider_result page = sim_provider_list(w->prov, l->id, gte, lt);
-            if (w->breaks & SIM_BREAK_LIST_SKIPPED) /* the list not asked */
-                page = (struct provider_result){.outcome = PROVIDER_NOT_FOUND,
-                                                .http_status = 200};
-            reconcile_policy_list_fold(&walk, &page, 1);
-            *res = walk;
-            l->e.list = res;
-            break;
-        }
-        default:
-            break;
-        }
-        l->busy_until =
-            w->now + (lost ? w->set.provider_timeout_ms : 5 + res->latency_ms);
-        note(w, r->id, A_REC_CALL, l->id, dec.next);
+    /* reconciler_look.c measures the look's time before each decision, and
+     * makes the call it names at once; the broken look: no time passed. */
+    reconcile_look_step(&l->core,
+                        w->breaks & SIM_BREAK_KEY_WINDOW ? l->claimed_at : w->now, &st);
+    if (st.next == RECONCILE_SETTLE) {
+        rec_settle(w, r, &st.dec);
         return;
     }
-    struct sim_refund_row *f = sim_store_refund(w->store, l->id);
-    snprintf(id, sizeof(id), "r%d", l->id);
-    if (l->prefund != SIM_NULL)
-        snprintf(ppid, sizeof(ppid), "re_%d", l->prefund);
-    if (l->intent != SIM_NULL)
-        snprintf(pi, sizeof(pi), "pi_%d", l->intent);
-    const struct reconcile_attempt ra = {
-        .id = id,
-        .status = l->status,
-        .provider_payment_id = ppid,
-        .amount = f->amount,
-        .currency = NULL,
-        .key_age_ms = l->key_age_ms,
-        .first_sent_ms = l->first_sent_ms,
-        .age_ms = l->age_ms,
-        .payment_intent = pi,
-        .object = "refund",
-    };
-    struct reconcile_decision dec;
-    reconcile_policy_decide_refund(&used, &ra, &l->e, &dec);
-    if (dec.next == RECONCILE_SETTLE || l->ncalls >= 8) {
-        rec_settle(w, r, &dec);
-        return;
-    }
-    struct provider_result *res = &l->res[l->ncalls++];
-    int lost = 0;
-    switch (dec.next) {
-    case RECONCILE_RETRIEVE:
-        *res = sim_provider_retrieve_refund(w->prov, l->prefund);
-        l->e.lookup = res;
-        break;
-    case RECONCILE_LIST: {
-        struct provider_result walk = {0};
-        struct provider_result page =
-            sim_provider_list_refunds(w->prov, l->intent, l->id);
-        reconcile_policy_list_fold(&walk, &page, 1);
-        *res = walk;
-        l->e.list = res;
-        break;
-    }
-    case RECONCILE_CHARGE:
-        *res = sim_provider_refund(w->prov, f->key, l->intent, f->id, f->amount, &lost);
-        l->e.charge = res;
-        w->charges_sent++;
-        break;
-    default:
-        break;
-    }
-    l->busy_until = w->now + (lost ? w->set.provider_timeout_ms : 5 + res->latency_ms);
-    note(w, r->id, A_REC_CALL, l->id, 100 + dec.next);
+    int lost = l->refund ? rec_call_refund(w, l, &st) : rec_call(w, l, &st);
+    l->busy_until =
+        w->now + (lost ? w->set.provider_timeout_ms : 5 + st.answer->latency_ms);
+    note(w, r->id, A_REC_CALL, l->id, (l->refund ? 100 : 0) + st.next);
 }
 
 /* ---- webhooks: the api's path (webhook_store_apply) ---- */

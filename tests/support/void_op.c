@@ -8,6 +8,7 @@
 #include <libpq-fe.h>
 
 #include "charge_command.h"
+#include "op_shared.h"
 
 struct void_command {
     char void_id[37];
@@ -415,23 +416,9 @@ static const char *void_event_type(int kind, enum attempt_status status)
 
 const struct engine_op void_op = {
     .name = "void",
-    .commands_topic_key = CONFIG_CHARGE_COMMANDS_TOPIC,
-    .dlq_topic_key = CONFIG_CHARGE_DLQ_TOPIC,
+    OP_PAYMENT_TOPICS,
     .command_size = sizeof(struct void_command),
     .params_size = sizeof(struct void_params),
-    .open = void_open,
-    .close = void_close,
-    .parse = void_parse,
-    .release = void_release,
-    .id_of = void_id_of,
-    .order_of = void_order_of,
-    .ping = void_ping,
-    .record = void_record,
-    .claim = void_claim,
-    .log_calls = void_log_calls,
-    .persist = void_persist,
-    .renew = void_renew,
-    .release_leases = void_release_leases,
-    .start_call = void_start_call,
-    .event_type = void_event_type,
+    OP_CALLBACKS(void),
+    OP_STORE_CALLBACKS(void),
 };

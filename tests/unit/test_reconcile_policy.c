@@ -3,11 +3,13 @@
  * row plays one look the way the reconciler does (the policy names a call,
  * the row's answer to that call is added, until it settles) and asserts the
  * calls made, in order, and the decision. The expectations are written out
- * here from the documentation, not computed from the module. */
+ * here from the documentation, not computed from the module. The last tests
+ * step reconcile_look, the look itself as the reconciler runs it. */
 #include <check.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "reconcile_look.h"
 #include "reconcile_policy.h"
 #include "test_env.h"
 
@@ -745,6 +747,105 @@ START_TEST(a_refund_settles_only_on_its_own)
 }
 END_TEST
 
+/* reconcile_look: one look as steps, as the reconciler and the simulation
+ * run it. A charge whose intent is recorded: the look-up, then the search
+ * for others, then the decision; each call named, in its own slot. */
+START_TEST(a_look_names_each_call_then_decides)
+{
+    const struct reconcile_attempt a = {.id = ATT,
+                                        .status = ATTEMPT_STATUS_UNKNOWN,
+                                        .provider_payment_id = "pi_1",
+                                        .amount = 1000,
+                                        .currency = "usd",
+                                        .key_age_ms = 1000,
+                                        .first_sent_ms = 1764590000000LL,
+                                        .age_ms = 2000};
+    struct reconcile_look l;
+    struct reconcile_step st;
+    reconcile_look_begin(&l, RECONCILE_KIND_CHARGE, &lim, &a, 5000);
+    reconcile_look_step(&l, 5000, &st);
+    ck_assert_int_eq(st.next, RECONCILE_RETRIEVE);
+    ck_assert_str_eq(st.operation, "retrieve");
+    ck_assert_int_eq(st.call, 0);
+    ck_assert_ptr_eq(st.answer, &l.res[0]);
+    fill(st.answer, PAID);
+    reconcile_look_step(&l, 5010, &st);
+    ck_assert_int_eq(st.next, RECONCILE_SEARCH_OTHERS);
+    ck_assert_str_eq(st.operation, "search");
+    ck_assert_int_eq(st.call, 1);
+    fill(st.answer, PAID);
+    reconcile_look_step(&l, 5020, &st);
+    ck_assert_int_eq(st.next, RECONCILE_SETTLE);
+    ck_assert_int_eq(st.dec.rule, RECONCILE_FOUND_SUCCEEDED);
+    ck_assert_int_eq(st.dec.status, ATTEMPT_STATUS_SUCCEEDED);
+    ck_assert_str_eq(st.dec.provider_payment_id, "pi_1");
+    ck_assert_int_eq(l.ncalls, 2);
+    ck_assert_int_eq(l.e.lookup_after_ms, 20);
+}
+END_TEST
+
+/* The key ages while a look goes on: the look's time since the claim
+ * counts, so a key just inside its window at the claim is past it later,
+ * and the charge is not sent again. A refund's calls have its own names. */
+START_TEST(a_look_decides_on_the_key_age_now)
+{
+    const struct reconcile_attempt a = {.id = ATT,
+                                        .status = ATTEMPT_STATUS_UNKNOWN,
+                                        .amount = 1000,
+                                        .currency = "usd",
+                                        .key_age_ms = WINDOW - 100,
+                                        .first_sent_ms = 1764590000000LL,
+                                        .age_ms = RET_MS};
+    const struct reconcile_attempt r = {.id = ATT,
+                                        .status = ATTEMPT_STATUS_UNKNOWN,
+                                        .amount = 500,
+                                        .key_age_ms = 1000,
+                                        .first_sent_ms = -1,
+                                        .age_ms = 2000,
+                                        .payment_intent = "pi_c",
+                                        .object = "refund"};
+    struct reconcile_look l;
+    struct reconcile_step st;
+    reconcile_look_begin(&l, RECONCILE_KIND_CHARGE, &lim, &a, 0);
+    reconcile_look_step(&l, 0, &st);
+    ck_assert_str_eq(st.operation, "charge");
+    reconcile_look_begin(&l, RECONCILE_KIND_CHARGE, &lim, &a, 0);
+    reconcile_look_step(&l, 100, &st);
+    ck_assert_int_eq(st.next, RECONCILE_SEARCH);
+    ck_assert_str_eq(st.operation, "search");
+    reconcile_look_begin(&l, RECONCILE_KIND_REFUND, &lim, &r, 0);
+    reconcile_look_step(&l, 0, &st);
+    ck_assert_int_eq(st.next, RECONCILE_CHARGE);
+    ck_assert_str_eq(st.operation, "refund");
+    fill(st.answer, A(REFUND(PROVIDER_SUCCEEDED, "succeeded", "re_r")));
+    reconcile_look_step(&l, 10, &st);
+    ck_assert_int_eq(st.dec.rule, RECONCILE_FOUND_SUCCEEDED);
+    ck_assert_str_eq(st.dec.provider_payment_id, "re_r");
+}
+END_TEST
+
+/* The next look: a record that kept its status, or is left PROCESSING or
+ * UNKNOWN, on the schedule (its last entry past its end); a settled one
+ * never. */
+START_TEST(next_look_on_the_schedule_only_when_unsettled)
+{
+    static const long long schedule[] = {1000, 5000, 15000};
+    const enum attempt_status U = ATTEMPT_STATUS_UNKNOWN, P = ATTEMPT_STATUS_PROCESSING;
+    ck_assert_int_eq(reconcile_look_next_check_ms(U, U, schedule, 3, 0), 1000);
+    ck_assert_int_eq(reconcile_look_next_check_ms(P, P, schedule, 3, 2), 15000);
+    ck_assert_int_eq(reconcile_look_next_check_ms(U, U, schedule, 3, 9), 15000);
+    ck_assert_int_eq(reconcile_look_next_check_ms(U, P, schedule, 3, 1), 5000);
+    ck_assert_int_eq(reconcile_look_next_check_ms(P, U, schedule, 3, 1), 5000);
+    ck_assert_int_eq(
+        reconcile_look_next_check_ms(U, ATTEMPT_STATUS_SUCCEEDED, schedule, 3, 0), -1);
+    ck_assert_int_eq(
+        reconcile_look_next_check_ms(U, ATTEMPT_STATUS_FAILED, schedule, 3, 0), -1);
+    ck_assert_int_eq(
+        reconcile_look_next_check_ms(P, ATTEMPT_STATUS_REQUIRES_REVIEW, schedule, 3, 0),
+        -1);
+}
+END_TEST
+
 START_TEST(every_rule_has_a_name)
 {
     for (int r = 0; r < RECONCILE_RULE__COUNT; r++)
@@ -771,6 +872,9 @@ int main(void)
     tcase_add_test(tc, foreign_intents_beside_ours_are_noted);
     tcase_add_test(tc, a_refund_settles_only_on_its_own);
     tcase_add_test(tc, every_rule_has_a_name);
+    tcase_add_test(tc, a_look_names_each_call_then_decides);
+    tcase_add_test(tc, a_look_decides_on_the_key_age_now);
+    tcase_add_test(tc, next_look_on_the_schedule_only_when_unsettled);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }

@@ -6,8 +6,10 @@
 
 #include "charge_command.h"
 #include "charge_op.h"
+#include "charged_assert.h"
 #include "command_fields.h"
 #include "metrics.h"
+#include "op_shared.h"
 #include "refund_command.h"
 #include "refund_op.h"
 
@@ -16,6 +18,7 @@
 static const struct engine_op *const ops[] = {&charge_op, &refund_op};
 static const char *const types[] = {"charge.requested", REFUND_COMMAND_TYPE};
 #define NOPS (sizeof(ops) / sizeof(ops[0]))
+_Static_assert(sizeof(types) / sizeof(types[0]) == NOPS, "one type per operation");
 
 struct routed_command {
     int kind;
@@ -41,7 +44,16 @@ static const void *inner(const void *command)
 
 static int kind_of(const void *command)
 {
-    return ((const struct routed_command *)command)->kind;
+    int k = ((const struct routed_command *)command)->kind;
+    CHARGED_ASSERT(k >= 0 && (size_t)k < NOPS); /* set by routed_parse */
+    return k;
+}
+
+/* The descriptor of a kind the engine handed back. */
+static const struct engine_op *op_of(int kind)
+{
+    CHARGED_ASSERT(kind >= 0 && (size_t)kind < NOPS);
+    return ops[kind];
 }
 
 static void routed_close(void *op)
@@ -67,11 +79,15 @@ static void *routed_open(config_t *cfg, const char *actor, char *err, size_t err
             routed_close(r);
             return NULL;
         }
+    /* Every kind routed to has its state: state_of never hands out NULL. */
+    for (size_t k = 0; k < NOPS; k++)
+        CHARGED_ASSERT(r->states[k]);
     return r;
 }
 
 static void *state_of(void *op, int kind)
 {
+    CHARGED_ASSERT(op && kind >= 0 && (size_t)kind < NOPS);
     return ((struct routed_state *)op)->states[kind];
 }
 
@@ -134,6 +150,7 @@ static enum store_rc routed_record(void *op, struct engine_record *items, size_t
         rc = STORE_RETRY;
         goto out;
     }
+    size_t routed = 0;
     for (size_t k = 0; k < NOPS && rc == STORE_OK; k++) {
         size_t m = 0;
         for (size_t i = 0; i < n; i++)
@@ -148,7 +165,10 @@ static enum store_rc routed_record(void *op, struct engine_record *items, size_t
                 sub[i].command = items[at[i]].command;
                 items[at[i]] = sub[i];
             }
+        routed += m;
     }
+    /* Every item went to one operation, once. */
+    CHARGED_ASSERT(rc != STORE_OK || routed == n);
 out:
     free(sub);
     free(at);
@@ -166,6 +186,7 @@ static enum store_rc routed_claim(void *op, struct engine_claim *items, size_t n
         rc = STORE_RETRY;
         goto out;
     }
+    size_t routed = 0;
     for (size_t k = 0; k < NOPS && rc == STORE_OK; k++) {
         size_t m = 0;
         for (size_t i = 0; i < n; i++)
@@ -177,7 +198,9 @@ static enum store_rc routed_claim(void *op, struct engine_claim *items, size_t n
                      STORE_OK)
             for (size_t i = 0; i < m; i++)
                 items[at[i]] = sub[i];
+        routed += m;
     }
+    CHARGED_ASSERT(rc != STORE_OK || routed == n); /* each item once */
 out:
     free(sub);
     free(at);
@@ -193,6 +216,7 @@ static enum store_rc routed_log_calls(void *op, const struct engine_call *calls,
         store_error_set(err, "out of memory");
         return STORE_RETRY;
     }
+    size_t routed = 0;
     for (size_t k = 0; k < NOPS && rc == STORE_OK; k++) {
         size_t m = 0;
         for (size_t i = 0; i < n; i++)
@@ -200,7 +224,10 @@ static enum store_rc routed_log_calls(void *op, const struct engine_call *calls,
                 sub[m++] = calls[i];
         if (m)
             rc = ops[k]->log_calls(state_of(op, (int)k), sub, m, err);
+        routed += m;
     }
+    /* No call of an unknown kind is dropped unwritten. */
+    CHARGED_ASSERT(rc != STORE_OK || routed == n);
     free(sub);
     return rc;
 }
@@ -209,6 +236,7 @@ static enum store_rc routed_persist(void *op, struct engine_outcome *items, size
                                     struct store_error *err)
 {
     enum store_rc rc = STORE_OK;
+    size_t routed = 0;
     struct engine_outcome *sub = calloc(n ? n : 1, sizeof(*sub));
     size_t *at = calloc(n ? n : 1, sizeof(*at));
     if (!sub || !at) {
@@ -228,7 +256,10 @@ static enum store_rc routed_persist(void *op, struct engine_outcome *items, size
                 items[at[i]].persisted = sub[i].persisted;
                 items[at[i]].busy = sub[i].busy;
             }
+        routed += m;
     }
+    /* No outcome of an unknown kind is left unwritten as if written. */
+    CHARGED_ASSERT(rc != STORE_OK || routed == n);
 out:
     free(sub);
     free(at);
@@ -240,6 +271,7 @@ static enum store_rc routed_leases(void *op, const char *const *ids, const int *
                                    const int64_t *epochs, size_t n, long long lease_ms,
                                    int *still_ours, struct store_error *err)
 {
+    CHARGED_ASSERT(n == 0 || (ids && kinds && epochs));
     enum store_rc rc = STORE_OK;
     const char **sid = calloc(n ? n : 1, sizeof(*sid));
     int64_t *sep = calloc(n ? n : 1, sizeof(*sep));
@@ -250,6 +282,7 @@ static enum store_rc routed_leases(void *op, const char *const *ids, const int *
         rc = STORE_RETRY;
         goto out;
     }
+    size_t routed = 0;
     for (size_t k = 0; k < NOPS && rc == STORE_OK; k++) {
         size_t m = 0;
         for (size_t i = 0; i < n; i++)
@@ -258,6 +291,7 @@ static enum store_rc routed_leases(void *op, const char *const *ids, const int *
                 sep[m] = epochs[i];
                 at[m++] = i;
             }
+        routed += m;
         if (m == 0)
             continue;
         if (still_ours) {
@@ -269,6 +303,8 @@ static enum store_rc routed_leases(void *op, const char *const *ids, const int *
             rc = ops[k]->release_leases(state_of(op, (int)k), sid, NULL, sep, m, err);
         }
     }
+    /* Every lease went to its operation's store: none kept by mistake. */
+    CHARGED_ASSERT(rc != STORE_OK || routed == n);
 out:
     free(sid);
     free(sep);
@@ -295,51 +331,41 @@ static int routed_start_call(void *op, provider_client_t *pc, const void *params
                              const void *command, void *tag, char *err, size_t err_size)
 {
     int k = kind_of(command);
+    /* The claim's params, never the message's: a claim gave them. */
+    CHARGED_ASSERT(pc && params);
     return ops[k]->start_call(state_of(op, k), pc, params, inner(command), tag, err,
                               err_size);
 }
 
 static const char *routed_event_type(int kind, enum attempt_status status)
 {
-    return ops[kind]->event_type(0, status);
+    return op_of(kind)->event_type(0, status);
 }
 
 static const char *routed_kind_name(int kind)
 {
-    return ops[kind]->name;
+    return op_of(kind)->name;
 }
 
 static const char *routed_id_field(int kind)
 {
-    return ops[kind]->id_field ? ops[kind]->id_field(0) : NULL;
+    const struct engine_op *o = op_of(kind);
+    return o->id_field ? o->id_field(0) : NULL;
 }
 
 static unsigned routed_outcomes_metric(int kind)
 {
-    return ops[kind]->outcomes_metric ? ops[kind]->outcomes_metric(0) : METRIC_ATTEMPTS;
+    const struct engine_op *o = op_of(kind);
+    return o->outcomes_metric ? o->outcomes_metric(0) : METRIC_ATTEMPTS;
 }
 
 const struct engine_op payment_ops = {
     .name = "charge",
-    .commands_topic_key = CONFIG_CHARGE_COMMANDS_TOPIC,
-    .dlq_topic_key = CONFIG_CHARGE_DLQ_TOPIC,
+    OP_PAYMENT_TOPICS,
     .command_size = sizeof(struct routed_command),
     .params_size = sizeof(union routed_params),
-    .open = routed_open,
-    .close = routed_close,
-    .parse = routed_parse,
-    .release = routed_release,
-    .id_of = routed_id_of,
-    .order_of = routed_order_of,
-    .ping = routed_ping,
-    .record = routed_record,
-    .claim = routed_claim,
-    .log_calls = routed_log_calls,
-    .persist = routed_persist,
-    .renew = routed_renew,
-    .release_leases = routed_release_leases,
-    .start_call = routed_start_call,
-    .event_type = routed_event_type,
+    OP_CALLBACKS(routed),
+    OP_STORE_CALLBACKS(routed),
     .kind_of = kind_of,
     .kind_name = routed_kind_name,
     .id_field = routed_id_field,

@@ -544,17 +544,13 @@ static int api_start(config_t *cfg, const char *id, void **state, char *err,
     return 0;
 }
 
-int api_main(int argc, char **argv)
-{
-    static const struct daemon_role_desc desc = {
-        .name = "api",
-        .config_role = CONFIG_ROLE_API,
-        .usage = usage,
-        .start = api_start,
-        .step = api_step,
-        .not_ready = api_not_ready,
-        .drain = api_drain,
-        .finish = api_finish,
-    };
-    return daemon_role_main(argc, argv, &desc);
-}
+const struct daemon_role_desc api_role = {
+    .name = "api",
+    .config_role = CONFIG_ROLE_API,
+    .usage = usage,
+    .start = api_start,
+    .step = api_step,
+    .not_ready = api_not_ready,
+    .drain = api_drain,
+    .finish = api_finish,
+};

@@ -24,6 +24,27 @@ struct auditor {
     int leading;
 };
 
+/* What the role does, for --help. */
+static void usage(FILE *out)
+{
+    fprintf(
+        out,
+        "usage: charged auditor\n\n"
+        "Proves from the provider's own books that nothing was charged twice.\n"
+        "Walks the provider's list of payment intents and refunds window by window\n"
+        "of creation time (AUDITOR_WINDOW_MS), each once it ended AUDITOR_LAG_MS\n"
+        "ago, and matches every object against the ledger, and every ledger row of\n"
+        "the window against the provider: charged_twice, charged_unbooked,\n"
+        "booked_not_charged, amount_mismatch, currency_mismatch, unknown_intent,\n"
+        "refund_unbooked, refunded_over_charge, booked_foreign and foreign_intent\n"
+        "are recorded once each, with a verdict per window\n"
+        "(chargectl audit list). What depends on an unsettled attempt is judged\n"
+        "again once it settles. Restarts resume at the\n"
+        "watermark; one auditor leads (a PostgreSQL advisory lock), others stand\n"
+        "by. SIGTERM: the window in hand is given up and audited again later.\n\n");
+    config_print_help(out, CONFIG_ROLE_AUDITOR);
+}
+
 static void forget_watermark(void)
 {
     metrics_forget(METRIC_AUDIT_WATERMARK_AGE);
@@ -177,8 +198,11 @@ static void auditor_finish(void *state, int flush_ms)
     teardown(state);
 }
 
-static int setup(struct auditor *a, char *err, size_t err_size)
+static int setup(void *state, config_t *cfg, const char *id, char *err, size_t err_size)
 {
+    struct auditor *a = state;
+    a->cfg = cfg;
+    snprintf(a->id, sizeof(a->id), "%s", id);
     long long window_ms = config_int(a->cfg, CONFIG_AUDITOR_WINDOW_MS);
     if (window_ms % 1000 != 0) {
         snprintf(
@@ -209,58 +233,14 @@ static int setup(struct auditor *a, char *err, size_t err_size)
     return 0;
 }
 
-static void usage(FILE *out)
-{
-    fprintf(
-        out,
-        "usage: charged auditor\n\n"
-        "Proves from the provider's own books that nothing was charged twice.\n"
-        "Walks the provider's list of payment intents and refunds window by window\n"
-        "of creation time (AUDITOR_WINDOW_MS), each once it ended AUDITOR_LAG_MS\n"
-        "ago, and matches every object against the ledger, and every ledger row of\n"
-        "the window against the provider: charged_twice, charged_unbooked,\n"
-        "booked_not_charged, amount_mismatch, currency_mismatch, unknown_intent,\n"
-        "refund_unbooked, refunded_over_charge, booked_foreign and foreign_intent\n"
-        "are recorded once each, with a verdict per window\n"
-        "(chargectl audit list). What depends on an unsettled attempt is judged\n"
-        "again once it settles. Restarts resume at the\n"
-        "watermark; one auditor leads (a PostgreSQL advisory lock), others stand\n"
-        "by. SIGTERM: the window in hand is given up and audited again later.\n\n");
-    config_print_help(out, CONFIG_ROLE_AUDITOR);
-}
-
-static int auditor_start(config_t *cfg, const char *id, void **state, char *err,
-                         size_t err_size)
-{
-    struct auditor *a = calloc(1, sizeof(*a));
-    if (!a) {
-        config_free(cfg);
-        snprintf(err, err_size, "out of memory");
-        return 1;
-    }
-    a->cfg = cfg;
-    snprintf(a->id, sizeof(a->id), "%s", id);
-    int rc = setup(a, err, err_size);
-    if (rc != 0) {
-        teardown(a);
-        return rc;
-    }
-    log_info("auditor started", "auditor", a->id, NULL);
-    *state = a;
-    return 0;
-}
-
-int auditor_main(int argc, char **argv)
-{
-    static const struct daemon_role_desc desc = {
-        .name = "auditor",
-        .config_role = CONFIG_ROLE_AUDITOR,
-        .usage = usage,
-        .start = auditor_start,
-        .step = auditor_step,
-        .not_ready = auditor_not_ready,
-        .drain = auditor_drain,
-        .finish = auditor_finish,
-    };
-    return daemon_role_main(argc, argv, &desc);
-}
+const struct daemon_role_desc auditor_role = {
+    .name = "auditor",
+    .config_role = CONFIG_ROLE_AUDITOR,
+    .usage = usage,
+    .state_size = sizeof(struct auditor),
+    .setup = setup,
+    .step = auditor_step,
+    .not_ready = auditor_not_ready,
+    .drain = auditor_drain,
+    .finish = auditor_finish,
+};

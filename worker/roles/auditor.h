@@ -4,8 +4,9 @@
 #ifndef CHARGED_AUDITOR_H
 #define CHARGED_AUDITOR_H
 
-/* The role's main: parses nothing but --help, reads the environment, runs
- * until SIGTERM. Returns the process's exit status. */
-int auditor_main(int argc, char **argv);
+#include "daemon.h"
+
+/* The role, as daemon_role_main runs it (main.c's table). */
+extern const struct daemon_role_desc auditor_role;
 
 #endif

@@ -694,17 +694,13 @@ static int console_start(config_t *cfg, const char *id, void **state, char *err,
     return 0;
 }
 
-int console_main(int argc, char **argv)
-{
-    static const struct daemon_role_desc desc = {
-        .name = "console",
-        .config_role = CONFIG_ROLE_CONSOLE,
-        .usage = usage,
-        .start = console_start,
-        .step = console_step,
-        .not_ready = console_not_ready,
-        .drain = console_drain,
-        .finish = console_finish,
-    };
-    return daemon_role_main(argc, argv, &desc);
-}
+const struct daemon_role_desc console_role = {
+    .name = "console",
+    .config_role = CONFIG_ROLE_CONSOLE,
+    .usage = usage,
+    .start = console_start,
+    .step = console_step,
+    .not_ready = console_not_ready,
+    .drain = console_drain,
+    .finish = console_finish,
+};

@@ -5,8 +5,9 @@
 #ifndef CHARGED_CONSOLE_H
 #define CHARGED_CONSOLE_H
 
-/* The role's main: reads the environment, runs until SIGTERM. Returns the
- * process's exit status. */
-int console_main(int argc, char **argv);
+#include "daemon.h"
+
+/* The role, as daemon_role_main runs it (main.c's table). */
+extern const struct daemon_role_desc console_role;
 
 #endif

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -417,6 +418,28 @@ static int run_role(const struct daemon_role_desc *d, void *state,
     return left || failing ? 1 : 0;
 }
 
+/* A role built from state_size and setup (daemon_role_desc). */
+static int build(const struct daemon_role_desc *d, config_t *cfg, const char *id,
+                 void **state, char *err, size_t err_size)
+{
+    char msg[80];
+    void *s = calloc(1, d->state_size);
+    if (!s) {
+        config_free(cfg);
+        snprintf(err, err_size, "out of memory");
+        return 1;
+    }
+    int rc = d->setup(s, cfg, id, err, err_size);
+    if (rc != 0) {
+        d->finish(s, 0);
+        return rc;
+    }
+    snprintf(msg, sizeof(msg), "%s started", d->name);
+    log_info(msg, d->name, id, NULL);
+    *state = s;
+    return 0;
+}
+
 int daemon_role_main(int argc, char **argv, const struct daemon_role_desc *desc)
 {
     struct launch l = {0};
@@ -426,7 +449,8 @@ int daemon_role_main(int argc, char **argv, const struct daemon_role_desc *desc)
     int rc = launch(argc, argv, desc->name, desc->config_role, desc->usage, &l);
     if (rc >= 0)
         return rc;
-    rc = desc->start(l.cfg, l.id, &state, err, sizeof(err));
+    rc = desc->start ? desc->start(l.cfg, l.id, &state, err, sizeof(err))
+                     : build(desc, l.cfg, l.id, &state, err, sizeof(err));
     rc = launched(desc->name, &l, rc, err);
     if (rc >= 0)
         return rc;

@@ -44,8 +44,17 @@ struct daemon_role_desc {
     void (*usage)(FILE *out);
     /* Builds the role from cfg, taking ownership of cfg (also on failure),
      * and sets *state (finish() frees it). Returns 0, or an exit status
-     * (1 runtime, 2 configuration) with errbuf. */
+     * (1 runtime, 2 configuration) with errbuf. NULL: the daemon builds it
+     * from the two below. */
     int (*start)(config_t *cfg, const char *id, void **state, char *errbuf,
+                 size_t errbuf_size);
+    /* The build most roles share (start NULL): state_size bytes, zeroed;
+     * setup keeps cfg in the state first thing (finish() frees it) and
+     * builds the rest, returning 0 or an exit status with errbuf; a state
+     * setup left half-built is freed by finish(state, 0). Then "<name>
+     * started" is logged with the id. */
+    size_t state_size;
+    int (*setup)(void *state, config_t *cfg, const char *id, char *errbuf,
                  size_t errbuf_size);
     /* One turn: does what is due at `now` (clock_now_ms) and returns when
      * it is next due (a clock_now_ms, or DAEMON_NOW). A step that waits

@@ -5,26 +5,27 @@
 #include "api.h"
 #include "auditor.h"
 #include "console.h"
+#include "daemon.h"
 #include "reconciler.h"
 #include "relay.h"
 #include "worker.h"
 
 struct charged_role {
     const char *name;
-    int (*run)(int argc, char **argv);
+    const struct daemon_role_desc *desc;
     const char *summary;
 };
 
 static const struct charged_role charged_roles[] = {
-    {"worker", worker_main,
+    {"worker", &worker_role,
      "consume charge commands; charge each payment attempt at most once"},
-    {"reconciler", reconciler_main,
+    {"reconciler", &reconciler_role,
      "settle attempts whose outcome is unknown by asking the provider"},
-    {"relay", relay_main, "publish result events from the outbox"},
-    {"api", api_main, "provider webhooks and status queries"},
-    {"auditor", auditor_main,
+    {"relay", &relay_role, "publish result events from the outbox"},
+    {"api", &api_role, "provider webhooks and status queries"},
+    {"auditor", &auditor_role,
      "match the provider's own books against the ledger; report every mismatch"},
-    {"console", console_main,
+    {"console", &console_role,
      "the operator console in a browser: reviews, dead letters, attempts"},
 };
 
@@ -53,7 +54,7 @@ int main(int argc, char **argv)
         const struct charged_role *r = &charged_roles[i];
         if (strcmp(argv[1], r->name) != 0)
             continue;
-        return r->run(argc - 1, argv + 1);
+        return daemon_role_main(argc - 1, argv + 1, r->desc);
     }
     fprintf(stderr, "charged: unknown role '%s' (see charged --help)\n", argv[1]);
     return 2;

@@ -5,8 +5,9 @@
 #ifndef CHARGED_RECONCILER_H
 #define CHARGED_RECONCILER_H
 
-/* The role's main: parses nothing but --help, reads the environment, runs
- * until SIGTERM. Returns the process's exit status. */
-int reconciler_main(int argc, char **argv);
+#include "daemon.h"
+
+/* The role, as daemon_role_main runs it (main.c's table). */
+extern const struct daemon_role_desc reconciler_role;
 
 #endif

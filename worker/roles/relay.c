@@ -38,6 +38,22 @@ struct relay {
 #define BATCH_INDEX_BITS 20 /* RELAY_BATCH is at most 100,000 */
 #define OPAQUE(gen, i)   ((void *)(uintptr_t)(((gen) << BATCH_INDEX_BITS) | (i)))
 
+/* What the role does, for --help. */
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: charged relay\n\n"
+            "Publishes the result events of the outbox table to CHARGE_RESULTS_TOPIC,\n"
+            "keyed by payment_attempt_id, each attempt's in the order they were\n"
+            "written, with an idempotent producer; marks an event published only once\n"
+            "the broker acknowledged it; one the broker refuses waits (back-off up to\n"
+            "a minute) with the later events of its attempt only. One relay leads\n"
+            "(a PostgreSQL advisory lock); others stand by and take over within\n"
+            "RELAY_POLL_MS when it goes. Published rows are deleted after\n"
+            "RELAY_RETENTION_MS. SIGTERM: finish the batch in hand, exit 0.\n\n");
+    config_print_help(out, CONFIG_ROLE_RELAY);
+}
+
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
     struct relay *r = opaque;
@@ -371,8 +387,11 @@ static void relay_finish(void *state, int flush_ms)
     teardown(state, flush_ms);
 }
 
-static int setup(struct relay *r, char *err, size_t err_size)
+static int setup(void *state, config_t *cfg, const char *id, char *err, size_t err_size)
 {
+    struct relay *r = state;
+    r->cfg = cfg;
+    snprintf(r->id, sizeof(r->id), "%s", id);
     r->batch = config_int(r->cfg, CONFIG_RELAY_BATCH);
     r->poll_ms = config_int(r->cfg, CONFIG_RELAY_POLL_MS);
     r->retention_ms = config_int(r->cfg, CONFIG_RELAY_RETENTION_MS);
@@ -414,53 +433,14 @@ static int setup(struct relay *r, char *err, size_t err_size)
     return 0;
 }
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: charged relay\n\n"
-            "Publishes the result events of the outbox table to CHARGE_RESULTS_TOPIC,\n"
-            "keyed by payment_attempt_id, each attempt's in the order they were\n"
-            "written, with an idempotent producer; marks an event published only once\n"
-            "the broker acknowledged it; one the broker refuses waits (back-off up to\n"
-            "a minute) with the later events of its attempt only. One relay leads\n"
-            "(a PostgreSQL advisory lock); others stand by and take over within\n"
-            "RELAY_POLL_MS when it goes. Published rows are deleted after\n"
-            "RELAY_RETENTION_MS. SIGTERM: finish the batch in hand, exit 0.\n\n");
-    config_print_help(out, CONFIG_ROLE_RELAY);
-}
-
-static int relay_start(config_t *cfg, const char *id, void **state, char *err,
-                       size_t err_size)
-{
-    struct relay *r = calloc(1, sizeof(*r));
-    if (!r) {
-        config_free(cfg);
-        snprintf(err, err_size, "out of memory");
-        return 1;
-    }
-    r->cfg = cfg;
-    snprintf(r->id, sizeof(r->id), "%s", id);
-    int rc = setup(r, err, err_size);
-    if (rc != 0) {
-        teardown(r, 0);
-        return rc;
-    }
-    log_info("relay started", "relay", r->id, NULL);
-    *state = r;
-    return 0;
-}
-
-int relay_main(int argc, char **argv)
-{
-    static const struct daemon_role_desc desc = {
-        .name = "relay",
-        .config_role = CONFIG_ROLE_RELAY,
-        .usage = usage,
-        .start = relay_start,
-        .step = relay_step,
-        .not_ready = relay_not_ready,
-        .drain = relay_drain,
-        .finish = relay_finish,
-    };
-    return daemon_role_main(argc, argv, &desc);
-}
+const struct daemon_role_desc relay_role = {
+    .name = "relay",
+    .config_role = CONFIG_ROLE_RELAY,
+    .usage = usage,
+    .state_size = sizeof(struct relay),
+    .setup = setup,
+    .step = relay_step,
+    .not_ready = relay_not_ready,
+    .drain = relay_drain,
+    .finish = relay_finish,
+};

@@ -4,8 +4,9 @@
 #ifndef CHARGED_RELAY_H
 #define CHARGED_RELAY_H
 
-/* The role's main: reads the environment, runs until SIGTERM. Returns the
- * process's exit status. */
-int relay_main(int argc, char **argv);
+#include "daemon.h"
+
+/* The role, as daemon_role_main runs it (main.c's table). */
+extern const struct daemon_role_desc relay_role;
 
 #endif

@@ -49,17 +49,13 @@ static void worker_finish(void *state, int flush_ms)
     engine_finish(state, flush_ms);
 }
 
-int worker_main(int argc, char **argv)
-{
-    static const struct daemon_role_desc desc = {
-        .name = "worker",
-        .config_role = CONFIG_ROLE_WORKER,
-        .usage = usage,
-        .start = worker_start,
-        .step = worker_step,
-        .not_ready = worker_not_ready,
-        .drain = worker_drain,
-        .finish = worker_finish,
-    };
-    return daemon_role_main(argc, argv, &desc);
-}
+const struct daemon_role_desc worker_role = {
+    .name = "worker",
+    .config_role = CONFIG_ROLE_WORKER,
+    .usage = usage,
+    .start = worker_start,
+    .step = worker_step,
+    .not_ready = worker_not_ready,
+    .drain = worker_drain,
+    .finish = worker_finish,
+};

@@ -8,7 +8,10 @@
 #ifndef CHARGED_WORKER_H
 #define CHARGED_WORKER_H
 
+#include "daemon.h"
+
 /* Runs the worker until SIGTERM/SIGINT; returns the exit status. */
-int worker_main(int argc, char **argv);
+/* The role, as daemon_role_main runs it (main.c's table). */
+extern const struct daemon_role_desc worker_role;
 
 #endif

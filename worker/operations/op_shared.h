@@ -1,0 +1,84 @@
+/* op_shared: what every operation's descriptor (struct engine_op,
+ * engine.h) does the same way, written once.
+ *
+ * OP_CALLBACKS and OP_STORE_CALLBACKS list an operation's callbacks in its
+ * descriptor, each named after a prefix (<prefix>_open, ...): one list, so
+ * that a callback every operation must have is added to all of them at
+ * once, and an operation that lacks it does not build.
+ *
+ * The payment operations keep their records in a payment store
+ * (attempt_store.h, refund_store.h: one face, each store with items of its
+ * own). Their state begins with a struct op_store, and the stages that do
+ * no more than hand a batch to the store are op_store's, for both:
+ * OP_STORE_CALLBACKS(op_store). op_batch_new and op_batch_claimed are what
+ * their own stages (record, claim) share. */
+#ifndef CHARGED_OP_SHARED_H
+#define CHARGED_OP_SHARED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attempt_store.h"
+#include "config.h"
+#include "engine.h"
+#include "refund_store.h"
+
+/* The callbacks of an operation whose functions are prefix_open, ... */
+#define OP_CALLBACKS(prefix)                                                           \
+    .open = prefix##_open, .close = prefix##_close, .parse = prefix##_parse,           \
+    .release = prefix##_release, .id_of = prefix##_id_of,                              \
+    .order_of = prefix##_order_of, .record = prefix##_record, .claim = prefix##_claim, \
+    .start_call = prefix##_start_call, .event_type = prefix##_event_type
+
+/* Its store's callbacks: prefix_ping, prefix_log_calls, ... */
+#define OP_STORE_CALLBACKS(prefix)                                                     \
+    .ping = prefix##_ping, .log_calls = prefix##_log_calls,                            \
+    .persist = prefix##_persist, .renew = prefix##_renew,                              \
+    .release_leases = prefix##_release_leases
+
+/* The payment commands' topics: a charge and its refunds share one, keyed
+ * by the payment attempt, so that a refund follows its charge in one
+ * partition. */
+#define OP_PAYMENT_TOPICS                                                              \
+    .commands_topic_key = CONFIG_CHARGE_COMMANDS_TOPIC,                                \
+    .dlq_topic_key = CONFIG_CHARGE_DLQ_TOPIC
+
+/* A payment operation's store: the first member of its state, one of the
+ * two set. */
+struct op_store {
+    attempt_store_t *attempts;
+    refund_store_t *refunds;
+};
+
+/* Makes the store of the role's DATABASE_URL (refunds: the refund store)
+ * for actor; does not connect. 0, or -1 and err. */
+int op_store_open(struct op_store *s, int refunds, config_t *cfg, const char *actor,
+                  char *err, size_t err_size);
+void op_store_close(struct op_store *s);
+
+/* The stages, for a state that begins with a struct op_store. */
+enum store_rc op_store_ping(void *op, struct store_error *err);
+enum store_rc op_store_log_calls(void *op, const struct engine_call *calls, size_t n,
+                                 struct store_error *err);
+enum store_rc op_store_persist(void *op, struct engine_outcome *items, size_t n,
+                               struct store_error *err);
+enum store_rc op_store_renew(void *op, const char *const *ids, const int *kinds,
+                             const int64_t *epochs, size_t n, long long lease_ms,
+                             int *still_ours, struct store_error *err);
+enum store_rc op_store_release_leases(void *op, const char *const *ids,
+                                      const int *kinds, const int64_t *epochs, size_t n,
+                                      struct store_error *err);
+
+/* A store's items for a batch of n of the engine's: n (at least one) of
+ * size bytes, zeroed, freed with free(); NULL with err set when memory ran
+ * out (the stage is tried again: return STORE_RETRY). */
+void *op_batch_new(size_t n, size_t size, struct store_error *err);
+
+/* A store's claim answered `result` for it: its lease (claimed: its
+ * epoch, at least 1), the key's age, the status before the claim, and,
+ * claimed, the params_size bytes of what to send. */
+void op_batch_claimed(struct engine_claim *it, enum engine_claim_result result,
+                      int64_t lease_epoch, int64_t key_age_ms, const char *status,
+                      const void *params, size_t params_size);
+
+#endif
