@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "charged_assert.h"
 #include "clock.h"
 #include "config.h"
 #include "kafka_setup.h"
@@ -26,6 +27,8 @@ void engine_failpoint(const char *name)
 
 void engine_job_free(engine_t *eng, struct job *j)
 {
+    /* Freed only once out of every list. */
+    CHARGED_ASSERT(!j->prev && !j->next && !j->state_prev && !j->state_next);
     if (j->have_cmd)
         eng->op->release(j->command);
     if (j->msg)
@@ -40,6 +43,7 @@ void engine_reap(engine_t *eng)
         metrics_add(METRIC_MESSAGES, 1, engine_core_reap(eng->jobs, eng->offsets, j));
         engine_job_free(eng, j);
     }
+    CHARGED_ASSERT(job_list_count(eng->jobs, JOB_DONE) == 0);
 }
 
 /* Milliseconds until something is due, capped. */
@@ -53,7 +57,9 @@ static int idle_ms(engine_t *eng, int cap, int take_new)
         .calls_at = provider_breaker_next_allow_ms(eng->breaker, now),
         .db_at = eng->db.retry_at,
     };
-    return engine_core_idle_ms(&eng->core, eng->jobs, &w, now);
+    int ms = engine_core_idle_ms(&eng->core, eng->jobs, &w, now);
+    CHARGED_ASSERT(ms >= 0 && ms <= cap);
+    return ms;
 }
 
 /* One turn of the loop. take_new: start new messages (not while draining
@@ -67,6 +73,9 @@ static void turn(engine_t *eng, int take_new)
         wait = 0;
     }
     engine_fetch(eng, wait, take_new);
+    /* What we hold stays bounded, however long the jobs are stuck. */
+    CHARGED_ASSERT((long long)job_list_holding(eng->jobs) <=
+                   HELD_FACTOR * eng->core.max_in_flight);
     engine_start_jobs(eng, take_new);
     engine_send_dead_letters(eng);
     rd_kafka_poll(eng->producer, 0);
@@ -151,6 +160,7 @@ const char *engine_not_ready(engine_t *eng)
  * result or a provider answer comes, so the step is due again at once. */
 int64_t engine_step(engine_t *eng, int64_t now)
 {
+    CHARGED_ASSERT(eng->jobs != NULL && !eng->closing);
     (void)now;
     turn(eng, 1);
     check_readiness(eng);
@@ -171,6 +181,7 @@ static int held_by_breaker(engine_t *eng)
  * finished or the deadline passes; what is left is given up. */
 size_t engine_drain(engine_t *eng, int64_t deadline)
 {
+    CHARGED_ASSERT(eng->jobs != NULL && !eng->closing);
     while (engine_jobs_of(eng, NULL) > 0 && clock_now_ms() < deadline &&
            daemon_stopping() < 2) {
         if (held_by_breaker(eng)) {
@@ -184,7 +195,9 @@ size_t engine_drain(engine_t *eng, int64_t deadline)
     /* Messages of the backlog were taken and are left unfinished too. */
     size_t unstarted = job_list_holding_in(eng->jobs, JOB_BACKLOG);
     engine_finish_revocations(eng, 1);
-    return engine_detach(eng, NULL) + unstarted;
+    size_t left = engine_detach(eng, NULL) + unstarted;
+    CHARGED_ASSERT(job_list_holding(eng->jobs) == 0); /* all finished or given up */
+    return left;
 }
 
 /* ---- start-up ---- */
@@ -258,6 +271,7 @@ static int setup_limits(engine_t *eng, char *err, size_t err_size)
 
 static int setup(engine_t *eng, char *err, size_t err_size)
 {
+    CHARGED_ASSERT(eng->cfg != NULL && eng->op != NULL);
     int rc = setup_limits(eng, err, err_size);
     if (rc == 0)
         rc = engine_kafka_setup(eng, err, err_size);
@@ -323,6 +337,7 @@ static void teardown(engine_t *eng, int flush_ms)
 /* After the drain: commit what finished, leave the group, let go. */
 void engine_finish(engine_t *eng, int flush_ms)
 {
+    CHARGED_ASSERT(!eng->closing); /* finished once */
     engine_commit_offsets(eng, 1, NULL);
     eng->closing = 1;
     rd_kafka_consumer_close(eng->consumer);
@@ -333,6 +348,12 @@ void engine_finish(engine_t *eng, int flush_ms)
 int engine_start(config_t *cfg, const char *id, const struct engine_op *op,
                  engine_t **out, char *err, size_t err_size)
 {
+    /* What the engine calls of every operation: the descriptor's contract. */
+    CHARGED_ASSERT(cfg != NULL && op != NULL && out != NULL && op->command_size > 0);
+    CHARGED_ASSERT(op->open && op->close && op->parse && op->release && op->id_of &&
+                   op->order_of && op->ping && op->record && op->claim &&
+                   op->log_calls && op->persist && op->renew && op->release_leases &&
+                   op->start_call && op->event_type);
     engine_t *eng = calloc(1, sizeof(*eng));
     if (!eng) {
         config_free(cfg);

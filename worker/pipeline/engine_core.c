@@ -3,6 +3,15 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "charged_assert.h"
+
+/* The states in which a job holds its record's lease. */
+static int leased(enum job_state s)
+{
+    return s == JOB_CALL || s == JOB_CALLING || s == JOB_CALLING_FENCED ||
+           s == JOB_PERSIST;
+}
+
 /* ---- starting ---- */
 
 size_t engine_core_started(const job_list_t *jobs)
@@ -11,11 +20,16 @@ size_t engine_core_started(const job_list_t *jobs)
     for (int s = 0; s < JOB__COUNT; s++)
         if (s != JOB_BACKLOG)
             n += job_list_count(jobs, (enum job_state)s);
+    /* Every started job that holds an offset is counted. */
+    CHARGED_ASSERT(n >= job_list_started(jobs));
     return n;
 }
 
 void engine_core_parsed(job_list_t *jobs, struct job *j, int ok)
 {
+    CHARGED_ASSERT(j->state == JOB_BACKLOG);
+    CHARGED_ASSERT(!ok || (j->have_cmd && j->id != NULL));
+
     job_set(jobs, j, ok ? JOB_RECORD : JOB_DEAD_LETTER);
 }
 
@@ -24,6 +38,10 @@ void engine_core_parsed(job_list_t *jobs, struct job *j, int ok)
 void engine_core_dead_letter(job_list_t *jobs, struct job *j,
                              enum dead_letter_reason reason)
 {
+    CHARGED_ASSERT(reason != DEAD_LETTER_NONE);
+    /* Only before any call: a job that may have called never dead-letters. */
+    CHARGED_ASSERT(!leased(j->state));
+
     j->dl_reason = reason;
     job_set(jobs, j, JOB_DEAD_LETTER);
     j->next_at = 0;
@@ -32,18 +50,22 @@ void engine_core_dead_letter(job_list_t *jobs, struct job *j,
 enum engine_next engine_core_dead_letter_gate(job_list_t *jobs, struct job *j,
                                               int64_t now)
 {
+    CHARGED_ASSERT(j->state == JOB_DEAD_LETTER);
     if (j->next_at > now)
         return ENGINE_NEXT_SKIP;
     if (j->detached) {
         job_set(jobs, j, JOB_DONE);
         return ENGINE_NEXT_DONE;
     }
+    /* A message not given up still holds its payload: it is what we send. */
+    CHARGED_ASSERT(j->dl_reason != DEAD_LETTER_NONE);
     return ENGINE_NEXT_SEND;
 }
 
 enum engine_next engine_core_dead_letter_produced(job_list_t *jobs, struct job *j,
                                                   int err, int too_large, int64_t now)
 {
+    CHARGED_ASSERT(j->state == JOB_DEAD_LETTER && !j->detached);
     if (err && too_large && !j->dl_cut) {
         j->dl_cut = 1;
         j->next_at = 0;
@@ -60,6 +82,8 @@ enum engine_next engine_core_dead_letter_produced(job_list_t *jobs, struct job *
 void engine_core_dead_letter_acked(job_list_t *jobs, struct job *j, int err,
                                    int too_large, int64_t now)
 {
+    /* Only a letter handed to the producer is acknowledged. */
+    CHARGED_ASSERT(j->state == JOB_DEAD_LETTER_SENT);
     if (!err) {
         j->outcome = "dead_lettered";
         job_set(jobs, j, JOB_DONE);
@@ -79,6 +103,11 @@ void engine_core_dead_letter_acked(job_list_t *jobs, struct job *j, int err,
 void engine_core_claimed(job_list_t *jobs, struct job *j, int64_t lease_epoch,
                          int64_t key_age_ms, int64_t now)
 {
+    CHARGED_ASSERT(j->state == JOB_RECORD || j->state == JOB_CLAIM ||
+                   j->state == JOB_WAIT);
+    /* Every claim takes the lease at a new epoch: one that went back would
+     * let an older claim's outcome through the fence. */
+    CHARGED_ASSERT(lease_epoch > 0 && lease_epoch > j->lease_epoch);
     j->lease_epoch = lease_epoch;
     j->key_age_ms = key_age_ms;
     j->claimed_at = now;
@@ -94,6 +123,8 @@ enum engine_next engine_core_recorded(job_list_t *jobs, struct job *j,
                                       enum engine_record_result result,
                                       int64_t lease_epoch, int64_t now)
 {
+    CHARGED_ASSERT(j->state == JOB_RECORD);
+    CHARGED_ASSERT(result >= ENGINE_RECORDED && result <= ENGINE_RECORDED_CLAIMED);
     switch (result) {
     case ENGINE_RECORDED_CLAIMED:
         engine_core_claimed(jobs, j, lease_epoch, 0, now);
@@ -117,6 +148,8 @@ enum engine_next engine_core_recorded(job_list_t *jobs, struct job *j,
 int engine_core_lock_wait(const struct engine_core *c, job_list_t *jobs, struct job *j,
                           int64_t now)
 {
+    CHARGED_ASSERT(j->state == JOB_RECORD || j->state == JOB_CLAIM ||
+                   j->state == JOB_WAIT);
     if (j->state == JOB_CLAIM)
         job_set(jobs, j, JOB_WAIT); /* a record stays where it is */
     int first = j->lock_waits++ == 0;
@@ -129,6 +162,8 @@ int engine_core_lock_wait(const struct engine_core *c, job_list_t *jobs, struct 
  * j waits for it: the claim would take a lease of ours as lost. */
 static int held_by_another_job(job_list_t *jobs, const struct job *j)
 {
+    CHARGED_ASSERT(j->id != NULL);
+
     static const enum job_state holding[] = {JOB_CALL, JOB_CALLING, JOB_CALLING_FENCED,
                                              JOB_PERSIST};
     for (size_t s = 0; s < sizeof(holding) / sizeof(holding[0]); s++)
@@ -142,6 +177,7 @@ static int held_by_another_job(job_list_t *jobs, const struct job *j)
 enum engine_next engine_core_claim_gate(const struct engine_core *c, job_list_t *jobs,
                                         struct job *j, int64_t now)
 {
+    CHARGED_ASSERT(j->state == JOB_CLAIM || j->state == JOB_WAIT);
     if (j->next_at > now && j->state == JOB_WAIT)
         return ENGINE_NEXT_SKIP;
     if (j->detached) {
@@ -162,6 +198,8 @@ enum engine_next engine_core_claim_answered(const struct engine_core *c,
                                             int64_t lease_epoch, int64_t key_age_ms,
                                             int rejected, int64_t now)
 {
+    CHARGED_ASSERT(j->state == JOB_CLAIM || j->state == JOB_WAIT);
+    CHARGED_ASSERT(result >= ENGINE_CLAIMED && result <= ENGINE_BUSY);
     switch (result) {
     case ENGINE_CLAIMED:
         engine_core_claimed(jobs, j, lease_epoch, key_age_ms, now);
@@ -179,9 +217,15 @@ enum engine_next engine_core_claim_answered(const struct engine_core *c,
 }
 
 enum engine_next engine_core_persisted(const struct engine_core *c, job_list_t *jobs,
-                                       struct job *j, int persisted, int busy,
-                                       int *first_busy, int64_t now)
+                                       struct job *j, int64_t lease_epoch,
+                                       int persisted, int busy, int *first_busy,
+                                       int64_t now)
 {
+    CHARGED_ASSERT(j->state == JOB_PERSIST);
+    /* The outcome written is the one of this job's claim, fenced on its
+     * epoch: never another claim's. */
+    CHARGED_ASSERT(lease_epoch > 0 && lease_epoch == j->lease_epoch);
+    CHARGED_ASSERT(!(persisted && busy));
     *first_busy = 0;
     if (busy) {
         /* Another session holds the row (a webhook being applied, or a
@@ -205,6 +249,8 @@ enum engine_next engine_core_persisted(const struct engine_core *c, job_list_t *
 
 void engine_core_abandoned(job_list_t *jobs, struct job *j)
 {
+    CHARGED_ASSERT(j->state == JOB_PERSIST);
+
     j->outcome = "abandoned";
     job_set(jobs, j, JOB_DONE);
 }
@@ -212,6 +258,8 @@ void engine_core_abandoned(job_list_t *jobs, struct job *j)
 void engine_core_lease_lost(const struct engine_core *c, job_list_t *jobs,
                             struct job *j, int64_t now)
 {
+    /* Only a lease we hold can be lost (a fenced call has lost it already). */
+    CHARGED_ASSERT(leased(j->state) && j->state != JOB_CALLING_FENCED);
     if (j->state == JOB_CALLING) {
         job_set(jobs, j, JOB_CALLING_FENCED);
         return;
@@ -225,6 +273,10 @@ void engine_core_lease_lost(const struct engine_core *c, job_list_t *jobs,
 
 int engine_core_key_kept(const struct engine_core *c, const struct job *j, int64_t now)
 {
+    /* The key's age grows from the claim on a monotonic clock: a margin or
+     * an elapsed time below 0 would send under a forgotten key. */
+    CHARGED_ASSERT(c->key_margin_ms >= 0 && now >= j->claimed_at);
+
     return j->key_age_ms + (now - j->claimed_at) + c->key_margin_ms <
            c->key_retention_ms;
 }
@@ -233,15 +285,22 @@ int engine_core_key_kept(const struct engine_core *c, const struct job *j, int64
 static void decide(const struct engine_core *c, struct job *j, int tries,
                    int key_window_open, unsigned jitter)
 {
+    CHARGED_ASSERT(tries >= 0);
     j->decision = charge_policy_decide(&c->policy, j->res.outcome, tries,
                                        key_window_open, jitter);
     j->decision.event_type =
         c->event_type ? c->event_type(j->kind, j->decision.status) : NULL;
+    /* A retry waits; a settlement names a status past PENDING. */
+    CHARGED_ASSERT(j->decision.next == CHARGE_NEXT_SETTLE
+                       ? j->decision.status != ATTEMPT_STATUS_PENDING
+                       : j->decision.retry_in_ms >= 0);
 }
 
 enum engine_next engine_core_call_gate(const struct engine_core *c, job_list_t *jobs,
                                        struct job *j, int64_t now)
 {
+    /* A call is sent only under a lease of ours. */
+    CHARGED_ASSERT(j->state == JOB_CALL && j->lease_epoch > 0);
     if (j->next_at > now)
         return ENGINE_NEXT_SKIP;
     if (j->detached) {
@@ -266,6 +325,7 @@ enum engine_next engine_core_call_gate(const struct engine_core *c, job_list_t *
 
 void engine_core_call_started(job_list_t *jobs, struct job *j)
 {
+    CHARGED_ASSERT(j->state == JOB_CALL && !j->detached && j->lease_epoch > 0);
     j->calls++;
     job_set(jobs, j, JOB_CALLING);
 }
@@ -273,6 +333,7 @@ void engine_core_call_started(job_list_t *jobs, struct job *j)
 void engine_core_call_not_started(const struct engine_core *c, struct job *j,
                                   int64_t now)
 {
+    CHARGED_ASSERT(j->state == JOB_CALL);
     int tries = charge_policy_count_try(&j->tries, PROVIDER_NOT_EXECUTED, 0, 0, NULL);
     j->next_at = now + charge_policy_backoff_ms(&c->policy, tries, job_jitter(j));
 }
@@ -281,6 +342,9 @@ enum engine_next engine_core_answered(const struct engine_core *c, job_list_t *j
                                       struct job *j, int failure, int opened,
                                       int *outage, int64_t now)
 {
+    /* Only a call sent under this claim is answered. */
+    CHARGED_ASSERT(j->state == JOB_CALLING || j->state == JOB_CALLING_FENCED);
+    CHARGED_ASSERT(j->calls > 0 && j->lease_epoch > 0);
     /* The try this answer counts (the one that opened the breaker counts
      * none): charge_policy_count_try says why. */
     int tries =
@@ -312,6 +376,7 @@ enum engine_next engine_core_answered(const struct engine_core *c, job_list_t *j
 enum engine_next engine_core_detach(job_list_t *jobs, struct job *j)
 {
     job_detach(jobs, j);
+    CHARGED_ASSERT(j->detached);
     switch (j->state) {
     case JOB_BACKLOG:
         job_set(jobs, j, JOB_DONE);
@@ -335,6 +400,7 @@ enum engine_next engine_core_detach(job_list_t *jobs, struct job *j)
 
 const char *engine_core_reap(job_list_t *jobs, offset_tracker_t *offsets, struct job *j)
 {
+    CHARGED_ASSERT(j->state == JOB_DONE);
     const char *what = j->outcome ? j->outcome : j->detached ? "released" : "error";
     if (!j->detached)
         offset_tracker_done(offsets, j->partition, j->offset);
@@ -344,6 +410,8 @@ const char *engine_core_reap(job_list_t *jobs, offset_tracker_t *offsets, struct
 
 int engine_core_commit_ok(const job_list_t *jobs, int32_t partition, int64_t offset)
 {
+    CHARGED_ASSERT(partition >= 0);
+
     for (struct job *j = job_list_oldest(jobs); j; j = job_younger(j))
         if (!j->detached && j->partition == partition && j->offset < offset)
             return 0;
@@ -353,6 +421,7 @@ int engine_core_commit_ok(const job_list_t *jobs, int32_t partition, int64_t off
 int engine_core_idle_ms(const struct engine_core *c, const job_list_t *jobs,
                         const struct engine_core_wake *w, int64_t now)
 {
+    CHARGED_ASSERT(w->cap >= 0);
     int cap = w->revoking && w->cap > 10 ? 10 : w->cap; /* draining: look often */
     int64_t next = now + cap, db_at = w->db_at;
     if (job_list_count(jobs, JOB_DONE))
@@ -384,6 +453,7 @@ int engine_core_idle_ms(const struct engine_core *c, const job_list_t *jobs,
     }
     if (db_at > now && db_at < next)
         next = db_at;
+    CHARGED_ASSERT(next <= now + cap); /* never past the cap */
     return next <= now ? 0 : (int)(next - now);
 }
 
@@ -391,6 +461,8 @@ int engine_core_only_calls_left(const job_list_t *jobs)
 {
     /* Messages in the backlog are not started while draining: they wait
      * like the calls do. */
-    return job_list_holding(jobs) ==
-           job_list_holding_in(jobs, JOB_CALL) + job_list_holding_in(jobs, JOB_BACKLOG);
+    size_t waiting =
+        job_list_holding_in(jobs, JOB_CALL) + job_list_holding_in(jobs, JOB_BACKLOG);
+    CHARGED_ASSERT(waiting <= job_list_holding(jobs));
+    return job_list_holding(jobs) == waiting;
 }

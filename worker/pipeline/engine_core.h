@@ -124,12 +124,13 @@ enum engine_next engine_core_claim_answered(const struct engine_core *c,
                                             enum engine_claim_result result,
                                             int64_t lease_epoch, int64_t key_age_ms,
                                             int rejected, int64_t now);
-/* A persist statement's answer for j: DONE (settled), BUSY (held by
- * another session: again after a back-off; *first_busy says to log it),
- * FENCED (the lease was lost: look again). */
+/* A persist statement's answer for j's outcome, written under
+ * lease_epoch: DONE (settled), BUSY (held by another session: again after
+ * a back-off; *first_busy says to log it), FENCED (the lease was lost:
+ * look again). */
 enum engine_next engine_core_persisted(const struct engine_core *c, job_list_t *jobs,
-                                       struct job *j, int persisted, int busy,
-                                       int *first_busy, int64_t now);
+                                       struct job *j, int64_t lease_epoch, int persisted,
+                                       int busy, int *first_busy, int64_t now);
 /* Even the review outcome was refused: the job ends, the lease expires. */
 void engine_core_abandoned(job_list_t *jobs, struct job *j);
 /* The lease renewal found j's lease lost. */

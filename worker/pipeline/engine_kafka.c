@@ -7,6 +7,7 @@
 
 #include <jansson.h>
 
+#include "charged_assert.h"
 #include "clock.h"
 #include "config.h"
 #include "dead_letter.h"
@@ -41,12 +42,18 @@ static void read_traceparent(const rd_kafka_message_t *msg, char *out)
 /* A size rounded up so that what follows it is aligned for any type. */
 static size_t job_round(size_t n)
 {
+    CHARGED_ASSERT(n > 0);
     const size_t a = _Alignof(max_align_t);
     return (n + a - 1) / a * a;
 }
 
 static void take_message(engine_t *eng, rd_kafka_message_t *msg)
 {
+    /* Only a message, never an error event, becomes a job; and only while
+     * the memory held stays bounded (engine_fetch). */
+    CHARGED_ASSERT(msg->err == RD_KAFKA_RESP_ERR_NO_ERROR && msg->offset >= 0);
+    CHARGED_ASSERT((long long)job_list_holding(eng->jobs) <
+                   HELD_FACTOR * eng->core.max_in_flight);
     /* The operation's command and params live with the job, aligned. */
     size_t head = job_round(sizeof(struct job)), cmd = job_round(eng->op->command_size);
     struct job *j = calloc(1, head + cmd + eng->op->params_size);
@@ -67,6 +74,7 @@ static void take_message(engine_t *eng, rd_kafka_message_t *msg)
     j->offset = msg->offset;
     read_traceparent(msg, j->traceparent);
     job_list_add(eng->jobs, j);
+    CHARGED_ASSERT(j->state == JOB_BACKLOG && !j->detached);
 }
 
 /* Starts backlog jobs, oldest first, while fewer than max_in_flight run;
@@ -83,6 +91,8 @@ void engine_start_jobs(engine_t *eng, int take_new)
         if (revoking(eng, j->partition))
             continue;
         rd_kafka_message_t *msg = j->msg;
+        /* A job not given up keeps its message until it is reaped. */
+        CHARGED_ASSERT(msg != NULL && !j->have_cmd && !j->detached);
         j->dl_reason =
             eng->op->parse(eng->op_state, msg->key, msg->key_len, msg->payload,
                            msg->len, j->command, err, sizeof(err));
@@ -120,6 +130,8 @@ static void hand_back(engine_t *eng, const rd_kafka_message_t *m)
 
 static void forget_handback(engine_t *eng, int32_t partition)
 {
+    CHARGED_ASSERT(eng->nhandbacks <=
+                   sizeof(eng->handbacks) / sizeof(eng->handbacks[0]));
     for (size_t i = 0; i < eng->nhandbacks; i++)
         if (eng->handbacks[i].partition == partition) {
             eng->handbacks[i] = eng->handbacks[--eng->nhandbacks];
@@ -131,6 +143,7 @@ static void forget_handback(engine_t *eng, int32_t partition)
  * have not seen again: it must not be taken before that one. */
 static int behind_handback(engine_t *eng, const rd_kafka_message_t *m)
 {
+    CHARGED_ASSERT(m->partition >= 0);
     for (size_t i = 0; i < eng->nhandbacks; i++)
         if (eng->handbacks[i].partition == m->partition) {
             if (m->offset > eng->handbacks[i].offset)
@@ -166,6 +179,7 @@ static int revoking(const struct engine *eng, int32_t partition)
  * the jobs are stuck (partitions are never paused: see docs/worker.md). */
 void engine_fetch(engine_t *eng, int wait_ms, int allow_new)
 {
+    CHARGED_ASSERT(eng->core.max_in_flight > 0 && wait_ms >= 0);
     int64_t now = clock_now_ms();
     if ((long long)job_list_holding_in(eng->jobs, JOB_BACKLOG) >=
             eng->core.max_in_flight &&
@@ -268,10 +282,12 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
         eng->deliveries_cap = ncap;
     }
     eng->deliveries[eng->ndeliveries++] = (struct delivery){m->_private, m->err};
+    CHARGED_ASSERT(eng->ndeliveries <= eng->deliveries_cap);
 }
 
 void engine_apply_deliveries(engine_t *eng)
 {
+    CHARGED_ASSERT(eng->ndeliveries <= eng->deliveries_cap);
     for (size_t i = 0; i < eng->ndeliveries; i++) {
         struct job *j = eng->deliveries[i].job;
         rd_kafka_resp_err_t err = eng->deliveries[i].err;
@@ -296,6 +312,7 @@ void engine_send_dead_letters(engine_t *eng)
         next = job_next_in_state(j);
         if (engine_core_dead_letter_gate(eng->jobs, j, now) != ENGINE_NEXT_SEND)
             continue;
+        CHARGED_ASSERT(j->msg != NULL); /* not given up: the message is ours */
         const struct dead_letter_origin origin = {
             .topic = eng->commands_topic,
             .partition = j->partition,
@@ -348,6 +365,7 @@ void engine_commit_offsets(engine_t *eng, int sync,
 {
     int32_t parts[1024];
     size_t n = offset_tracker_dirty(eng->offsets, parts, 1024);
+    CHARGED_ASSERT(n <= 1024);
     rd_kafka_topic_partition_list_t *list =
         rd_kafka_topic_partition_list_new((int)n + 1);
 
@@ -357,6 +375,10 @@ void engine_commit_offsets(engine_t *eng, int sync,
             continue;
         rd_kafka_topic_partition_list_add(list, eng->commands_topic, parts[i])->offset =
             offset_tracker_committable(eng->offsets, parts[i]);
+        /* Only durable work is committed: no job below the offset still
+         * works on its message. A commit over one would lose it. */
+        CHARGED_ASSERT(engine_core_commit_ok(
+            eng->jobs, parts[i], offset_tracker_committable(eng->offsets, parts[i])));
     }
     if (list->cnt > 0) {
         rd_kafka_resp_err_t err = rd_kafka_commit(eng->consumer, list, !sync);
@@ -406,6 +428,7 @@ static const char *parts_str(const rd_kafka_topic_partition_list_t *parts, char 
  * at the position of a later seek). */
 void engine_set_paused(engine_t *eng, int pause)
 {
+    CHARGED_ASSERT(pause == 0 || pause == 1);
     char list[1024];
     rd_kafka_topic_partition_list_t *parts = NULL;
     rd_kafka_resp_err_t err = rd_kafka_assignment(eng->consumer, &parts);
@@ -463,6 +486,7 @@ out:
  * drain waits for (it starts nothing from the backlog). */
 size_t engine_jobs_of(engine_t *eng, const rd_kafka_topic_partition_list_t *parts)
 {
+    CHARGED_ASSERT(eng->jobs != NULL);
     size_t n = 0;
     if (!parts)
         return job_list_started(eng->jobs);
@@ -492,6 +516,7 @@ size_t engine_detach(engine_t *eng, const rd_kafka_topic_partition_list_t *parts
             j->msg = NULL;
         }
         enum engine_next next = engine_core_detach(eng->jobs, j);
+        CHARGED_ASSERT(j->detached && j->msg == NULL);
         left += next != ENGINE_NEXT_NONE;
         if (next == ENGINE_NEXT_RELEASE)
             engine_release_lease(eng, j);
@@ -503,6 +528,8 @@ size_t engine_detach(engine_t *eng, const rd_kafka_topic_partition_list_t *parts
                  n, NULL);
     }
     engine_reap(eng);
+    /* Given up for good (shutdown): not one job still holds an offset. */
+    CHARGED_ASSERT(parts != NULL || job_list_holding(eng->jobs) == 0);
     return left;
 }
 
@@ -512,6 +539,9 @@ size_t engine_detach(engine_t *eng, const rd_kafka_topic_partition_list_t *parts
 static void give_up(engine_t *eng, struct revocation *r)
 {
     engine_detach(eng, r->parts);
+    /* Nothing of the partitions given up holds an offset any more: what
+     * is committed below is what finished. */
+    CHARGED_ASSERT(engine_jobs_of(eng, r->parts) == 0);
     if (!r->lost)
         engine_commit_offsets(eng, 1, r->parts);
     for (int i = 0; i < r->parts->cnt; i++) {
@@ -537,6 +567,7 @@ static void give_up(engine_t *eng, struct revocation *r)
 
 static void finish_revocation(engine_t *eng, struct revocation *r)
 {
+    CHARGED_ASSERT(r != NULL && r->parts != NULL);
     give_up(eng, r);
     rd_kafka_topic_partition_list_destroy(r->parts);
     free(r);
@@ -595,6 +626,7 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 {
     engine_t *eng = opaque;
     char count[16], list[1024];
+    CHARGED_ASSERT(parts != NULL);
 
     snprintf(count, sizeof(count), "%d", parts->cnt);
     eng->assignment_changed = 1;
@@ -672,6 +704,7 @@ static int consumer_settings(engine_t *eng, rd_kafka_conf_t *cc, char *err,
 
 int engine_kafka_setup(engine_t *eng, char *err, size_t err_size)
 {
+    CHARGED_ASSERT(eng->consumer == NULL && eng->producer == NULL);
     rd_kafka_conf_t *cc = NULL, *pc = NULL;
 
     cc = kafka_setup_conf(eng->cfg, eng->id, err, err_size);
@@ -709,6 +742,7 @@ usage:
 
 int engine_kafka_subscribe(engine_t *eng, char *err, size_t err_size)
 {
+    CHARGED_ASSERT(eng->consumer != NULL && eng->commands_topic != NULL);
     rd_kafka_topic_partition_list_t *topics = rd_kafka_topic_partition_list_new(1);
     rd_kafka_topic_partition_list_add(topics, eng->commands_topic,
                                       RD_KAFKA_PARTITION_UA);

@@ -7,6 +7,7 @@
 
 #include "attempt_status.h"
 #include "card_data.h"
+#include "charged_assert.h"
 #include "clock.h"
 #include "config.h"
 #include "log.h"
@@ -42,11 +43,16 @@ void engine_start_calls(engine_t *eng)
             continue;
         }
         engine_core_call_started(eng->jobs, j);
+        /* The call is out: its answer comes back through the client. */
+        CHARGED_ASSERT(provider_client_in_flight(eng->provider) > 0);
     }
 }
 
 static void on_call_done(engine_t *eng, struct job *j)
 {
+    /* Only a job with a call out is answered. */
+    CHARGED_ASSERT(j->state == JOB_CALLING || j->state == JOB_CALLING_FENCED);
+    CHARGED_ASSERT(j->res.resent >= 0);
     char status[8];
     int64_t now = clock_now_ms();
 
@@ -114,6 +120,7 @@ static void on_call_done(engine_t *eng, struct job *j)
  * request is the expected one) shows a charge endpoint that answers. */
 static void probe_done(engine_t *eng, const struct provider_result *res)
 {
+    CHARGED_ASSERT(eng->probe_out); /* one probe at a time, and it was out */
     char status[16];
     int64_t now = clock_now_ms();
     enum provider_breaker_answer a = provider_breaker_classify(res->http_status);
@@ -143,6 +150,7 @@ void engine_collect_calls(engine_t *eng, int wait_ms)
             continue;
         }
         struct job *j = op;
+        CHARGED_ASSERT(j != NULL);
         j->res = res;
         on_call_done(eng, j);
     }
@@ -157,6 +165,11 @@ void engine_outcome_of(const struct job *j, struct engine_outcome *o, char *reas
 {
     const struct provider_result *r = &j->res;
     const struct charge_decision *d = &j->decision;
+    /* Only a settlement is persisted; one of a call that may have executed
+     * is never FAILED. */
+    CHARGED_ASSERT(d->next == CHARGE_NEXT_SETTLE && reason_size > 0);
+    CHARGED_ASSERT(d->status != ATTEMPT_STATUS_FAILED ||
+                   r->outcome == PROVIDER_DECLINED || r->outcome == PROVIDER_INVALID);
     o->status = attempt_status_name(d->status);
     o->event_type = d->event_type;
     o->next_check_ms = d->next_check_ms;
@@ -184,6 +197,7 @@ void engine_outcome_of(const struct job *j, struct engine_outcome *o, char *reas
 
 char *engine_evidence_of(const struct job *j)
 {
+    CHARGED_ASSERT(j->state == JOB_PERSIST);
     const struct provider_result *r = &j->res;
     json_t *e = json_pack("{s:s, s:i, s:b, s:i, s:I}", "outcome",
                           provider_outcome_name(r->outcome), "http_status",
@@ -232,6 +246,7 @@ void engine_breaker_sync(engine_t *eng)
     int64_t now = clock_now_ms();
     enum provider_breaker_state st = provider_breaker_state(eng->breaker, now);
     uint64_t opens = provider_breaker_opens(eng->breaker);
+    CHARGED_ASSERT(opens >= eng->breaker_opens); /* opens are counted, never undone */
 
     if (opens != eng->breaker_opens) {
         int first = eng->breaker_seen == PROVIDER_BREAKER_CLOSED;

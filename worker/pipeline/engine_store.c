@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "attempt_status.h"
+#include "charged_assert.h"
 #include "clock.h"
 #include "log.h"
 #include "metrics.h"
@@ -49,6 +50,7 @@ struct stage {
 static int stage_alone(engine_t *eng, const struct stage *st, struct job **j,
                        void *item, struct store_error *err)
 {
+    CHARGED_ASSERT(st->item_size > 0 && *j != NULL);
     int rc = st->batch(eng, j, item, 1, err);
     if (rc == STORE_DATA)
         rc = st->refused(eng, *j, item, err);
@@ -64,6 +66,7 @@ static int stage_run_kind(engine_t *eng, const struct stage *st, struct job **js
                           void *items, size_t n, struct store_error *err)
 {
     int rc = n ? st->batch(eng, js, items, n, err) : STORE_OK;
+    CHARGED_ASSERT(st->item_size > 0);
     if (rc != STORE_DATA && rc != STORE_LOCKED)
         return rc;
     for (size_t i = 0; i < n; i++) {
@@ -78,9 +81,11 @@ static int stage_run_kind(engine_t *eng, const struct stage *st, struct job **js
 static int max_kind(struct job *const *js, size_t n)
 {
     int k = 0;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        CHARGED_ASSERT(js[i]->kind >= 0); /* a kind is an index of the op's table */
         if (js[i]->kind > k)
             k = js[i]->kind;
+    }
     return k;
 }
 
@@ -100,6 +105,7 @@ static int stage_run(engine_t *eng, const struct stage *st, struct job **js,
         store_error_set(err, "out of memory");
         rc = STORE_RETRY;
     }
+    size_t ran = 0;
     for (int k = 0; k < kinds && rc == STORE_OK; k++) {
         size_t m = 0;
         for (size_t i = 0; i < n; i++)
@@ -109,7 +115,10 @@ static int stage_run(engine_t *eng, const struct stage *st, struct job **js,
                        st->item_size);
             }
         rc = stage_run_kind(eng, st, sjs, sitems, m, err);
+        ran += m;
     }
+    /* Each item ran in its kind's statement, once. */
+    CHARGED_ASSERT(rc != STORE_OK || ran == n);
     free(sjs);
     free(sitems);
     return rc;
@@ -119,6 +128,7 @@ static int stage_run(engine_t *eng, const struct stage *st, struct job **js,
  * hit lock_timeout): it alone waits, with a back-off, and tries again. */
 static int lock_wait(engine_t *eng, struct job *j, const char *stage)
 {
+    CHARGED_ASSERT(stage != NULL);
     if (engine_core_lock_wait(&eng->core, eng->jobs, j, clock_now_ms()))
         log_warn("attempt held by another session's transaction; trying again shortly",
                  JOB_FIELDS(j), "stage", stage, NULL);
@@ -139,6 +149,7 @@ static void refuse(engine_t *eng, struct job *j, const char *what, const char *s
  * provider. */
 static void claimed(struct job *j, const char *previous_status)
 {
+    CHARGED_ASSERT(j->state == JOB_CALL && j->lease_epoch > 0);
     log_debug("attempt claimed", JOB_FIELDS(j), "previous_status", previous_status,
               NULL);
     FAILPOINT("after_claim");
@@ -168,6 +179,7 @@ static int record_batch(engine_t *eng, struct job **js, void *batch, size_t n,
                         struct store_error *err)
 {
     struct engine_record *items = batch;
+    CHARGED_ASSERT(n > 0);
     int rc = eng->op->record(eng->op_state, items, n, eng->lease_ms, err);
     for (size_t i = 0; rc == STORE_OK && i < n; i++)
         apply_record(eng, js[i], &items[i]);
@@ -220,6 +232,7 @@ void engine_record_attempts(engine_t *eng)
             held++;
         }
     }
+    CHARGED_ASSERT(k + held <= n && held <= HELD_PER_TURN);
     int rc = stage_run(eng, &record_stage, js, items, k, &err);
     for (size_t h = 0; rc == STORE_OK && h < held; h++)
         rc = stage_alone(eng, &record_stage, &js[n - 1 - h], &items[n - 1 - h], &err);
@@ -256,6 +269,7 @@ static int claim_batch(engine_t *eng, struct job **js, void *batch, size_t n,
                        struct store_error *err)
 {
     struct engine_claim *items = batch;
+    CHARGED_ASSERT(n > 0);
     int rc = eng->op->claim(eng->op_state, items, n, eng->lease_ms, err);
     for (size_t i = 0; rc == STORE_OK && i < n; i++)
         apply_claim(eng, js[i], &items[i]);
@@ -308,6 +322,7 @@ void engine_claim_attempts(engine_t *eng)
             items[k++].params = j->params;
         }
     }
+    CHARGED_ASSERT(k <= n); /* the batch never outgrows what was counted */
     int rc = stage_run(eng, &claim_stage, js, items, k, &err);
     if (rc == STORE_RETRY)
         engine_db_failed(eng, "claim", err.message);
@@ -320,6 +335,8 @@ out:
 
 void engine_release_lease(engine_t *eng, struct job *j)
 {
+    /* Only a lease we took is released, under its epoch. */
+    CHARGED_ASSERT(j->have_cmd && j->lease_epoch > 0);
     struct store_error err;
     if (eng->op->release_leases(eng->op_state, &j->id, &j->kind, &j->lease_epoch, 1,
                                 &err) != STORE_OK)
@@ -333,6 +350,7 @@ void engine_release_lease(engine_t *eng, struct job *j)
  * ones are kept in the log line only, and counted. */
 void engine_log_call(engine_t *eng, struct job *j, const struct provider_result *res)
 {
+    CHARGED_ASSERT(j->have_cmd && j->calls > 0);
     if (eng->call_log_len >= CALL_LOG_MAX) {
         if (eng->call_log_dropped++ % 1000 == 0)
             log_warn("provider call log full; calls kept in log lines only",
@@ -359,11 +377,13 @@ void engine_log_call(engine_t *eng, struct job *j, const struct provider_result 
     e->written_maybe = 0;
     e->next_at = 0;
     eng->call_log_len++;
+    CHARGED_ASSERT(eng->call_log_len <= eng->call_log_cap);
 }
 
 static int log_calls_batch(engine_t *eng, struct call_entry *const *e, size_t n,
                            struct store_error *err)
 {
+    CHARGED_ASSERT(n > 0);
     struct engine_call *calls = calloc(n, sizeof(*calls));
     if (!calls) {
         store_error_set(err, "out of memory");
@@ -473,6 +493,7 @@ out:
         if (!done[i])
             eng->call_log[kept++] = eng->call_log[i];
     eng->call_log_len = kept;
+    CHARGED_ASSERT(kept <= n);
     free(fresh);
     free(done);
     if (rc < 0)
@@ -485,8 +506,8 @@ out:
 static void apply_persist(engine_t *eng, struct job *j, const struct engine_outcome *o)
 {
     int first_busy;
-    switch (engine_core_persisted(&eng->core, eng->jobs, j, o->persisted, o->busy,
-                                  &first_busy, clock_now_ms())) {
+    switch (engine_core_persisted(&eng->core, eng->jobs, j, o->lease_epoch,
+                                  o->persisted, o->busy, &first_busy, clock_now_ms())) {
     case ENGINE_NEXT_BUSY:
         /* Another session holds the row: this job waits, its lease
          * renewed, and no other outcome waits with it. */
@@ -514,6 +535,7 @@ static int persist_batch(engine_t *eng, struct job **js, void *batch, size_t n,
                          struct store_error *err)
 {
     struct engine_outcome *items = batch;
+    CHARGED_ASSERT(n > 0);
     int rc = eng->op->persist(eng->op_state, items, n, err);
     for (size_t i = 0; rc == STORE_OK && i < n; i++)
         apply_persist(eng, js[i], &items[i]);
@@ -527,6 +549,7 @@ static int persist_batch(engine_t *eng, struct job **js, void *batch, size_t n,
  * later owner or the reconciler takes the attempt from there. */
 static int persist_for_review(engine_t *eng, struct job *j, struct store_error *err)
 {
+    CHARGED_ASSERT(j->state == JOB_PERSIST && j->lease_epoch > 0);
     char reason[256], evidence[160];
     snprintf(reason, sizeof(reason),
              "requires_review: the database refused the outcome '%s' (sqlstate %s)",
@@ -608,6 +631,7 @@ void engine_persist_outcomes(engine_t *eng)
          j = job_next_in_state(j)) {
         if (j->next_at > now || calls_pending(eng, j))
             continue;
+        CHARGED_ASSERT(j->lease_epoch > 0); /* an outcome only under our claim */
         struct engine_outcome *o = &items[k];
         js[k] = j;
         engine_outcome_of(j, o, reasons[k], sizeof(reasons[k]));
@@ -622,6 +646,7 @@ void engine_persist_outcomes(engine_t *eng)
         o->last_error = j->res.error[0] ? j->res.error : NULL;
         k++;
     }
+    CHARGED_ASSERT(k <= n); /* the batch never outgrows what was counted */
     int rc = stage_run(eng, &persist_stage, js, items, k, &err);
     if (rc == STORE_RETRY) {
         engine_db_failed(eng, "persist", err.message);
@@ -664,11 +689,13 @@ void engine_renew_leases(engine_t *eng)
     for (size_t i = 0; i < sizeof(leased) / sizeof(leased[0]); i++)
         for (struct job *j = job_list_first(eng->jobs, leased[i]); j && k < n;
              j = job_next_in_state(j)) {
+            CHARGED_ASSERT(j->lease_epoch > 0);
             js[k] = j;
             ids[k] = j->id;
             kinds[k] = j->kind;
             epochs[k++] = j->lease_epoch;
         }
+    CHARGED_ASSERT(k == n); /* every leased job renews: none is left to expire */
     if (eng->op->renew(eng->op_state, ids, kinds, epochs, k, eng->lease_ms, ours,
                        &err) != STORE_OK) {
         engine_db_failed(eng, "renew leases", err.message);
