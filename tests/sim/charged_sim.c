@@ -19,8 +19,10 @@
 
 #include "attempt_status.h"
 #include "charge_policy.h"
+#include "engine_core.h"
 #include "job.h"
 #include "offset_tracker.h"
+#include "payment_answer.h"
 #include "reconcile_policy.h"
 #include "sim_provider.h"
 #include "sim_rng.h"
@@ -150,7 +152,7 @@ struct world {
     int64_t now;
     struct sim_rng rng;
     struct sim_settings set;
-    struct charge_policy policy;
+    struct engine_policy policy;
     struct sim_violation viol;
     struct sim_store *store;
     struct sim_provider *prov;
@@ -413,8 +415,8 @@ static void wait_again(struct world *w, struct worker *wk, struct job *j)
 
 static void decide(struct world *w, struct job *j, int tries, int window_open)
 {
-    j->decision = charge_policy_decide(&w->policy, j->res.outcome, tries, window_open,
-                                       job_jitter(j));
+    j->decision = payment_answer_decide(j->kind, &w->policy, j->res.outcome, tries,
+                                        window_open, job_jitter(j));
 }
 
 static int fetch(struct world *w, struct worker *wk)
@@ -577,8 +579,7 @@ static int call(struct world *w, struct worker *wk)
     if (!key_still_kept(w, j)) {
         memset(&j->res, 0, sizeof(j->res));
         j->res.outcome = PROVIDER_NOT_EXECUTED;
-        int tries =
-            charge_policy_count_try(&j->tries, PROVIDER_NOT_EXECUTED, 0, 0, NULL);
+        int tries = engine_core_count_try(&j->tries, PROVIDER_NOT_EXECUTED, 0, 0, NULL);
         decide(w, j, tries, 0);
         move(w, wk, j, JOB_PERSIST);
         j->next_at = 0;
@@ -625,14 +626,14 @@ static int collect(struct world *w, struct worker *wk)
     if (!j)
         return 0;
     j->res = sj(j)->answer;
-    int tries = charge_policy_count_try(&j->tries, j->res.outcome, 0, 0, NULL);
+    int tries = engine_core_count_try(&j->tries, j->res.outcome, 0, 0, NULL);
     note(w, wk->id, A_ANSWER, sj(j)->target, j->res.outcome);
     if (j->state == JOB_CALLING_FENCED) {
         wait_again(w, wk, j);
         return 1;
     }
     decide(w, j, tries, key_still_kept(w, j));
-    if (j->decision.next == CHARGE_NEXT_SETTLE) {
+    if (j->decision.next == JOB_NEXT_SETTLE) {
         move(w, wk, j, JOB_PERSIST);
         j->next_at = 0;
         return 1;
@@ -662,7 +663,7 @@ static int persist(struct world *w, struct worker *wk)
         ;
     if (!j)
         return 0;
-    const struct charge_decision *d = &j->decision;
+    const struct job_decision *d = &j->decision;
     int obj =
         j->res.provider_payment_id[0] ? id_of(j->res.provider_payment_id) : SIM_NULL;
     int ok =
@@ -1200,7 +1201,7 @@ static void world_init(struct world *w, uint64_t seed, unsigned breaks, int trac
         .max_age_ms = 600000,
         .commit_interval_ms = 200,
     };
-    w->policy = (struct charge_policy){.unknown_retries = 2,
+    w->policy = (struct engine_policy){.unknown_retries = 2,
                                        .retry_base_ms = 200,
                                        .retry_max_ms = 5000,
                                        .first_look_ms = 2000};

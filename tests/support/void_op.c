@@ -8,6 +8,7 @@
 #include <libpq-fe.h>
 
 #include "charge_command.h"
+#include "payment_answer.h"
 
 struct void_command {
     char void_id[37];
@@ -434,4 +435,7 @@ const struct engine_op void_op = {
     .release_leases = void_release_leases,
     .start_call = void_start_call,
     .event_type = void_event_type,
+    /* Decided by the charge's table, as a void's answer means the same. */
+    .decide = payment_answer_decide,
+    .outcome = payment_answer_outcome,
 };

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "charge_policy.h"
 #include "charged_assert.h"
 #include "clock.h"
 #include "config.h"
@@ -225,6 +226,7 @@ static int setup_limits(engine_t *eng, char *err, size_t err_size)
     eng->drain_ms = config_int(eng->cfg, CONFIG_REBALANCE_DRAIN_MS);
     eng->provider_timeout_ms = config_int(eng->cfg, CONFIG_PROVIDER_TIMEOUT_MS);
     c->event_type = eng->op->event_type;
+    c->decide = eng->op->decide;
 
     /* The lease must outlast one claim's worth of calls and back-offs, or a
      * peer could take over an attempt whose call is still in flight. */
@@ -353,7 +355,7 @@ int engine_start(config_t *cfg, const char *id, const struct engine_op *op,
     CHARGED_ASSERT(op->open && op->close && op->parse && op->release && op->id_of &&
                    op->order_of && op->ping && op->record && op->claim &&
                    op->log_calls && op->persist && op->renew && op->release_leases &&
-                   op->start_call && op->event_type);
+                   op->start_call && op->event_type && op->decide && op->outcome);
     engine_t *eng = calloc(1, sizeof(*eng));
     if (!eng) {
         config_free(cfg);

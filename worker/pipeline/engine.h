@@ -136,6 +136,18 @@ struct engine_op {
     /* The event a record of `kind` entering `status` publishes, or NULL
      * for none. */
     const char *(*event_type)(int kind, enum attempt_status status);
+    /* What follows a provider's answer to a record of `kind`: settle it
+     * (status, first look, reason code) or send again
+     * (engine_decide_fn). The engine counts the tries, keeps the key
+     * window and applies the decision. */
+    engine_decide_fn decide;
+    /* What a settled answer's outcome says: its reason into reason ("" for
+     * none), *provider_id (the provider's object, "" for none), and its
+     * evidence as compact JSON, which the engine frees (NULL: out of
+     * memory). calls: provider calls under the claim. */
+    char *(*outcome)(int kind, const struct provider_result *res,
+                     const struct job_decision *d, int calls, char *reason,
+                     size_t reason_size, const char **provider_id);
 
     /* Operations that share one command topic (a charge and its refunds)
      * are one descriptor that routes each item by its kind: which

@@ -12,6 +12,38 @@ static int leased(enum job_state s)
            s == JOB_PERSIST;
 }
 
+/* ---- tries and back-off ---- */
+
+long long engine_core_backoff_ms(const struct engine_policy *p, int tries,
+                                 unsigned jitter)
+{
+    CHARGED_ASSERT(p->retry_base_ms >= 0 && p->retry_base_ms <= p->retry_max_ms);
+    long long d = p->retry_base_ms;
+    for (int i = 1; i < tries && d < p->retry_max_ms; i++)
+        d *= 2;
+    if (d > p->retry_max_ms)
+        d = p->retry_max_ms;
+    unsigned h = (jitter * 2654435761u) ^ (unsigned)tries;
+    long long ms = d / 2 + (long long)(h % (unsigned long long)(d / 2 + 1));
+    CHARGED_ASSERT(ms >= 0 && ms <= p->retry_max_ms);
+    return ms;
+}
+
+int engine_core_count_try(struct job_tries *t, enum provider_outcome outcome,
+                          int failure, int opened_breaker, int *outage)
+{
+    int spared = failure && opened_breaker && !t->rode_outage;
+    if (spared)
+        t->rode_outage = 1;
+    if (outage)
+        *outage = spared;
+    if (outcome == PROVIDER_NOT_EXECUTED)
+        return spared ? t->not_executed : ++t->not_executed;
+    if (outcome == PROVIDER_UNKNOWN)
+        return spared ? t->unknown : ++t->unknown;
+    return 1;
+}
+
 /* ---- starting ---- */
 
 size_t engine_core_started(const job_list_t *jobs)
@@ -153,8 +185,7 @@ int engine_core_lock_wait(const struct engine_core *c, job_list_t *jobs, struct 
     if (j->state == JOB_CLAIM)
         job_set(jobs, j, JOB_WAIT); /* a record stays where it is */
     int first = j->lock_waits++ == 0;
-    j->next_at =
-        now + charge_policy_backoff_ms(&c->policy, j->lock_waits, job_jitter(j));
+    j->next_at = now + engine_core_backoff_ms(&c->policy, j->lock_waits, job_jitter(j));
     return first;
 }
 
@@ -233,7 +264,7 @@ enum engine_next engine_core_persisted(const struct engine_core *c, job_list_t *
          * renewed, and no other outcome waits with it. */
         *first_busy = j->busy_persists++ == 0;
         j->next_at =
-            now + charge_policy_backoff_ms(&c->policy, j->busy_persists, job_jitter(j));
+            now + engine_core_backoff_ms(&c->policy, j->busy_persists, job_jitter(j));
         return ENGINE_NEXT_BUSY;
     }
     if (!persisted) {
@@ -281,19 +312,25 @@ int engine_core_key_kept(const struct engine_core *c, const struct job *j, int64
            c->key_retention_ms;
 }
 
-/* The policy's decision on the job's answer, with the operation's event. */
+/* The operation's decision on the job's answer, with its event. */
 static void decide(const struct engine_core *c, struct job *j, int tries,
                    int key_window_open, unsigned jitter)
 {
-    CHARGED_ASSERT(tries >= 0);
-    j->decision = charge_policy_decide(&c->policy, j->res.outcome, tries,
-                                       key_window_open, jitter);
-    j->decision.event_type =
-        c->event_type ? c->event_type(j->kind, j->decision.status) : NULL;
-    /* A retry waits; a settlement names a status past PENDING. */
-    CHARGED_ASSERT(j->decision.next == CHARGE_NEXT_SETTLE
+    CHARGED_ASSERT(tries >= 0 && c->decide != NULL);
+    j->decision =
+        c->decide(j->kind, &c->policy, j->res.outcome, tries, key_window_open, jitter);
+    if (c->event_type)
+        j->decision.event_type = c->event_type(j->kind, j->decision.status);
+    /* A retry waits, only while the key is kept; a settlement names a status
+     * past PENDING, and one of a call that may have executed is never
+     * FAILED. */
+    CHARGED_ASSERT(j->decision.next == JOB_NEXT_SETTLE
                        ? j->decision.status != ATTEMPT_STATUS_PENDING
-                       : j->decision.retry_in_ms >= 0);
+                       : j->decision.retry_in_ms >= 0 && key_window_open);
+    CHARGED_ASSERT(j->decision.next == JOB_NEXT_RETRY ||
+                   j->decision.status != ATTEMPT_STATUS_FAILED ||
+                   j->res.outcome == PROVIDER_DECLINED ||
+                   j->res.outcome == PROVIDER_INVALID);
 }
 
 enum engine_next engine_core_call_gate(const struct engine_core *c, job_list_t *jobs,
@@ -316,7 +353,7 @@ enum engine_next engine_core_call_gate(const struct engine_core *c, job_list_t *
     snprintf(j->res.error, sizeof(j->res.error),
              "key_retention_passed: not sent again, the provider may have "
              "forgotten the key");
-    int tries = charge_policy_count_try(&j->tries, PROVIDER_NOT_EXECUTED, 0, 0, NULL);
+    int tries = engine_core_count_try(&j->tries, PROVIDER_NOT_EXECUTED, 0, 0, NULL);
     decide(c, j, tries, 0, 0);
     job_set(jobs, j, JOB_PERSIST);
     j->next_at = 0;
@@ -334,8 +371,8 @@ void engine_core_call_not_started(const struct engine_core *c, struct job *j,
                                   int64_t now)
 {
     CHARGED_ASSERT(j->state == JOB_CALL);
-    int tries = charge_policy_count_try(&j->tries, PROVIDER_NOT_EXECUTED, 0, 0, NULL);
-    j->next_at = now + charge_policy_backoff_ms(&c->policy, tries, job_jitter(j));
+    int tries = engine_core_count_try(&j->tries, PROVIDER_NOT_EXECUTED, 0, 0, NULL);
+    j->next_at = now + engine_core_backoff_ms(&c->policy, tries, job_jitter(j));
 }
 
 enum engine_next engine_core_answered(const struct engine_core *c, job_list_t *jobs,
@@ -346,16 +383,16 @@ enum engine_next engine_core_answered(const struct engine_core *c, job_list_t *j
     CHARGED_ASSERT(j->state == JOB_CALLING || j->state == JOB_CALLING_FENCED);
     CHARGED_ASSERT(j->calls > 0 && j->lease_epoch > 0);
     /* The try this answer counts (the one that opened the breaker counts
-     * none): charge_policy_count_try says why. */
+     * none): engine_core_count_try says why. */
     int tries =
-        charge_policy_count_try(&j->tries, j->res.outcome, failure, opened, outage);
+        engine_core_count_try(&j->tries, j->res.outcome, failure, opened, outage);
     if (j->state == JOB_CALLING_FENCED) {
         job_set(jobs, j, j->detached ? JOB_DONE : JOB_WAIT);
         j->next_at = now + c->recheck_ms;
         return ENGINE_NEXT_FENCED;
     }
     decide(c, j, tries, engine_core_key_kept(c, j, now), job_jitter(j));
-    if (j->decision.next == CHARGE_NEXT_SETTLE) {
+    if (j->decision.next == JOB_NEXT_SETTLE) {
         job_set(jobs, j, JOB_PERSIST);
         j->next_at = 0;
         return ENGINE_NEXT_SETTLE;

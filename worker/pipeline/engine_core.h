@@ -19,9 +19,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "charge_policy.h"
+#include "attempt_status.h"
 #include "job.h"
 #include "offset_tracker.h"
+#include "provider_outcome.h"
 
 /* ---- what an operation's store answers (engine.h's items carry them) ---- */
 
@@ -39,17 +40,38 @@ enum engine_claim_result {
     ENGINE_BUSY,        /* leased or locked by someone else: wait */
 };
 
+/* What the engine's back-off and every operation's decision take. */
+struct engine_policy {
+    int unknown_retries;     /* sends again after an unknown outcome */
+    long long retry_base_ms; /* first back-off */
+    long long retry_max_ms;  /* back-off cap */
+    long long first_look_ms; /* an unknown or processing outcome waits this long
+                                for the reconciler's first look */
+};
+
+/* An operation's decision on a provider's answer to a record of `kind`
+ * (engine_op's decide): settle, with what, or send again. tries: sends so
+ * far that got this kind of answer under the claim (engine_core_count_try),
+ * this one included; key_window_open: another send would still reach the
+ * provider while it keeps the key; jitter spreads retries apart. */
+typedef struct job_decision (*engine_decide_fn)(int kind, const struct engine_policy *p,
+                                                enum provider_outcome outcome,
+                                                int tries, int key_window_open,
+                                                unsigned jitter);
+
 /* The engine's limits, from the role's configuration (or the simulation's
  * settings). */
 struct engine_core {
-    struct charge_policy policy; /* tries and back-off */
+    struct engine_policy policy; /* tries and back-off */
     long long max_in_flight;     /* jobs started at once */
     long long recheck_ms;        /* a record leased by someone else: look again */
     /* No call is sent once the key's age plus the margin reaches the
-     * provider's retention (charge_policy_key_margin_ms). */
+     * provider's retention (the margin: one call's time on the wire and
+     * clock differences, charge_policy_key_margin_ms). */
     long long key_retention_ms, key_margin_ms;
+    engine_decide_fn decide; /* the operation's */
     /* The event a record of `kind` entering `status` publishes (NULL: the
-     * decision carries none). */
+     * decision's own). */
     const char *(*event_type)(int kind, enum attempt_status status);
 };
 
@@ -71,6 +93,23 @@ enum engine_next {
     ENGINE_NEXT_CUT,         /* a dead letter too large: again at once, cut */
     ENGINE_NEXT_SENT,        /* a dead letter queued: its acknowledgement next */
 };
+
+/* ---- tries and back-off ---- */
+
+/* The back-off before try number `tries` + 1: base * 2^(tries-1), capped,
+ * then jittered into [d/2, d]. */
+long long engine_core_backoff_ms(const struct engine_policy *p, int tries,
+                                 unsigned jitter);
+/* Counts one answer against t and returns the tries to decide it with.
+ * failure: the breaker counts the answer as a failure of the provider;
+ * opened_breaker: recording it opened the breaker. The failure that opens
+ * the breaker counts no try, once per t: a lone record whose failures
+ * opened it in an outage would otherwise be settled by the outage itself.
+ * Every other failure counts, as it would without a breaker, so that a
+ * record the provider refuses every time still uses up its tries. *outage
+ * (may be NULL): this answer was spared as the outage's. */
+int engine_core_count_try(struct job_tries *t, enum provider_outcome outcome,
+                          int failure, int opened_breaker, int *outage);
 
 /* ---- starting ---- */
 
@@ -129,8 +168,9 @@ enum engine_next engine_core_claim_answered(const struct engine_core *c,
  * a back-off; *first_busy says to log it), FENCED (the lease was lost:
  * look again). */
 enum engine_next engine_core_persisted(const struct engine_core *c, job_list_t *jobs,
-                                       struct job *j, int64_t lease_epoch, int persisted,
-                                       int busy, int *first_busy, int64_t now);
+                                       struct job *j, int64_t lease_epoch,
+                                       int persisted, int busy, int *first_busy,
+                                       int64_t now);
 /* Even the review outcome was refused: the job ends, the lease expires. */
 void engine_core_abandoned(job_list_t *jobs, struct job *j);
 /* The lease renewal found j's lease lost. */

@@ -198,9 +198,5 @@ void engine_start_calls(engine_t *eng);
 void engine_collect_calls(engine_t *eng, int wait_ms);
 /* Acts on the breaker: logs, probes, pauses. */
 void engine_breaker_sync(engine_t *eng);
-/* The attempt's outcome as persisted: reason and evidence. */
-void engine_outcome_of(const struct job *j, struct engine_outcome *o, char *reason,
-                       size_t reason_size);
-char *engine_evidence_of(const struct job *j);
 
 #endif

@@ -3,10 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <jansson.h>
-
 #include "attempt_status.h"
-#include "card_data.h"
 #include "charged_assert.h"
 #include "clock.h"
 #include "config.h"
@@ -154,67 +151,6 @@ void engine_collect_calls(engine_t *eng, int wait_ms)
         j->res = res;
         on_call_done(eng, j);
     }
-}
-
-/* ---- what an outcome says ---- */
-
-/* The attempt's outcome as persisted: the policy's decision, and a reason
- * with the provider's own words. */
-void engine_outcome_of(const struct job *j, struct engine_outcome *o, char *reason,
-                       size_t reason_size)
-{
-    const struct provider_result *r = &j->res;
-    const struct charge_decision *d = &j->decision;
-    /* Only a settlement is persisted; one of a call that may have executed
-     * is never FAILED. */
-    CHARGED_ASSERT(d->next == CHARGE_NEXT_SETTLE && reason_size > 0);
-    CHARGED_ASSERT(d->status != ATTEMPT_STATUS_FAILED ||
-                   r->outcome == PROVIDER_DECLINED || r->outcome == PROVIDER_INVALID);
-    o->status = attempt_status_name(d->status);
-    o->event_type = d->event_type;
-    o->next_check_ms = d->next_check_ms;
-    reason[0] = '\0';
-    if (!d->reason_code)
-        return;
-    if (r->outcome == PROVIDER_DECLINED)
-        snprintf(reason, reason_size, "%s: %s%s%s", d->reason_code,
-                 r->code[0] ? r->code : "declined", r->decline_code[0] ? ": " : "",
-                 r->decline_code);
-    else if (r->outcome == PROVIDER_INVALID) {
-        /* The provider's code and param, and its message as the client
-         * masked it: never what it echoes of the request. */
-        char detail[400];
-        provider_outcome_detail(r, detail, sizeof(detail));
-        snprintf(reason, reason_size, "%s: %s", d->reason_code, detail);
-    } else if (r->error[0])
-        snprintf(reason, reason_size, "%s: %s", d->reason_code, r->error);
-    else
-        snprintf(reason, reason_size, "%s", d->reason_code);
-    /* Each text was masked as it came in; side by side ("code:
-     * decline_code") two of them must not make one card number. */
-    card_data_mask_loose(reason, strlen(reason));
-}
-
-char *engine_evidence_of(const struct job *j)
-{
-    CHARGED_ASSERT(j->state == JOB_PERSIST);
-    const struct provider_result *r = &j->res;
-    json_t *e = json_pack("{s:s, s:i, s:b, s:i, s:I}", "outcome",
-                          provider_outcome_name(r->outcome), "http_status",
-                          r->http_status, "replayed", r->replayed, "calls", j->calls,
-                          "latency_ms", (json_int_t)r->latency_ms);
-    if (!e)
-        return NULL;
-    if (r->provider_payment_id[0])
-        json_object_set_new(e, "provider_payment_id",
-                            json_string(r->provider_payment_id));
-    if (r->code[0])
-        json_object_set_new(e, "code", json_string(r->code));
-    if (r->decline_code[0])
-        json_object_set_new(e, "decline_code", json_string(r->decline_code));
-    char *s = json_dumps(e, JSON_COMPACT);
-    json_decref(e);
-    return s;
 }
 
 /* ---- the breaker ---- */

@@ -414,7 +414,7 @@ static int log_call_alone(engine_t *eng, struct call_entry *e, struct store_erro
     if (rc == STORE_LOCKED) {
         e->lock_waits++;
         e->next_at = clock_now_ms() +
-                     charge_policy_backoff_ms(&eng->core.policy, e->lock_waits, 0);
+                     engine_core_backoff_ms(&eng->core.policy, e->lock_waits, 0);
         return 0;
     }
     if (rc == STORE_DATA)
@@ -633,14 +633,18 @@ void engine_persist_outcomes(engine_t *eng)
             continue;
         CHARGED_ASSERT(j->lease_epoch > 0); /* an outcome only under our claim */
         struct engine_outcome *o = &items[k];
+        const struct job_decision *d = &j->decision;
         js[k] = j;
-        engine_outcome_of(j, o, reasons[k], sizeof(reasons[k]));
-        evidence[k] = engine_evidence_of(j);
+        /* The operation's decision, and what it says of the answer. */
+        evidence[k] = eng->op->outcome(j->kind, &j->res, d, j->calls, reasons[k],
+                                       sizeof(reasons[k]), &o->provider_id);
+        o->status = attempt_status_name(d->status);
+        o->event_type = d->event_type;
+        o->next_check_ms = d->next_check_ms;
         o->id = j->id;
         o->kind = j->kind;
         o->lease_epoch = j->lease_epoch;
         o->reason = reasons[k][0] ? reasons[k] : NULL;
-        o->provider_id = j->res.provider_payment_id;
         o->evidence_json = evidence[k];
         o->calls = j->calls;
         o->last_error = j->res.error[0] ? j->res.error : NULL;

@@ -6,6 +6,7 @@
 
 #include "charge_command.h"
 #include "config.h"
+#include "payment_answer.h"
 
 struct charge_state {
     attempt_store_t *store;
@@ -252,4 +253,6 @@ const struct engine_op charge_op = {
     .release_leases = charge_release_leases,
     .start_call = charge_start_call,
     .event_type = charge_event_type,
+    .decide = payment_answer_decide,
+    .outcome = payment_answer_outcome,
 };

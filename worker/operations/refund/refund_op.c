@@ -6,6 +6,7 @@
 
 #include "config.h"
 #include "metrics.h"
+#include "payment_answer.h"
 #include "refund_command.h"
 
 struct refund_state {
@@ -256,6 +257,8 @@ const struct engine_op refund_op = {
     .release_leases = refund_release_leases,
     .start_call = refund_start_call,
     .event_type = refund_event_type,
+    .decide = payment_answer_decide,
+    .outcome = payment_answer_outcome,
     .id_field = refund_id_field,
     .outcomes_metric = refund_outcomes_metric,
 };
