@@ -89,7 +89,7 @@ enum engine_next engine_core_dead_letter_gate(job_list_t *jobs, struct job *j,
         job_set(jobs, j, JOB_DONE);
         return ENGINE_NEXT_DONE;
     }
-    /* A message not given up still holds its payload: it is what we send. */
+    /* A letter always says why (its reason is a header of it). */
     CHARGED_ASSERT(j->dl_reason != DEAD_LETTER_NONE);
     return ENGINE_NEXT_SEND;
 }

@@ -5,9 +5,12 @@
  * value: the I/O files around it (engine_kafka.c, engine_store.c,
  * engine_provider.c, engine.c) talk to librdkafka, the store and the
  * provider, log, count, and act on that value. No clock (`now` is passed
- * in), no librdkafka, no libpq, no log: the simulation (tests/sim) runs
- * these very functions against its models of the store, the provider and
- * Kafka, as TigerBeetle's VOPR runs its real replica.
+ * in), no librdkafka, no libpq, no log of its own (job_set's line before
+ * an impossible move aborts is the job list's): the simulation (tests/sim)
+ * runs these very functions against its models of the store, the provider
+ * and Kafka, as TigerBeetle's VOPR runs its real replica. What must hold
+ * whatever the input is asserted (CHARGED_ASSERT): a broken state stops
+ * the process before anything past it is written or committed.
  *
  * What differs between operations (how an answer is decided, what an
  * outcome says) comes in through the job's engine_op; the core keeps only
