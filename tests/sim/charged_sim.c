@@ -1,8 +1,11 @@
 /* charged-sim: a deterministic, single-threaded simulation of charged's
- * decisions (issue 23). Simulated workers, reconcilers and the webhook
- * path run the real pure modules (worker/pipeline/job.c's job state
- * machine, charge_policy, reconcile_policy, webhook_event, offset_tracker,
- * attempt_status) in the control flow of worker/pipeline/engine.c,
+ * decisions (issue 23). Simulated workers run the engine's own core
+ * (worker/pipeline/engine_core.c: every job move, the key window, tries
+ * and back-off, the commit check) and the operations' decisions
+ * (worker/operations/payment_answer.c) over models of the store, the
+ * provider and Kafka, as the engine's I/O files do; reconcilers and the
+ * webhook path run the real pure modules (reconcile_policy, webhook_event,
+ * offset_tracker, attempt_status) in the control flow of
  * worker/roles/reconciler.c and the api's webhook path, against a model of
  * the store (sim_store) and of the provider (sim_provider), on a simulated
  * clock, interleaved by one seeded scheduler with crashes, rebalances,
@@ -11,6 +14,7 @@
  * counted from the provider's ledger); a violation prints the seed, the
  * step, the rule and the last steps, and exits 1. The same seed and steps
  * give the same final hash. */
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,8 +23,10 @@
 
 #include "attempt_status.h"
 #include "charge_policy.h"
+#include "engine_core.h"
 #include "job.h"
 #include "offset_tracker.h"
+#include "payment_answer.h"
 #include "reconcile_look.h"
 #include "reconcile_policy.h"
 #include "sim_provider.h"
@@ -112,8 +118,9 @@ struct partition {
 struct sim_job {
     struct job j; /* first: a struct job * is a struct sim_job * */
     int msg;
-    int target; /* attempt id or refund id */
-    int intent; /* refunds: the charge's intent, from the claim */
+    int target;    /* attempt id or refund id */
+    char name[16]; /* the record's id, "a12" or "r12": the job's id */
+    int intent;    /* refunds: the charge's intent, from the claim */
     int64_t answer_at;
     struct provider_result answer; /* CALLING: what will arrive */
 };
@@ -150,7 +157,7 @@ struct world {
     int64_t now;
     struct sim_rng rng;
     struct sim_settings set;
-    struct charge_policy policy;
+    struct engine_core core; /* the workers' limits, for the engine's core */
     struct sim_violation viol;
     struct sim_store *store;
     struct sim_provider *prov;
@@ -358,63 +365,22 @@ static void generate(struct world *w)
     }
 }
 
-/* ---- a worker: worker/pipeline/engine.c's stages, one job at a time ---- */
+/* ---- a worker: worker/pipeline/engine.c's stages, one job at a time ----
+ *
+ * Each stage is the engine's I/O side over the models: it picks a job, asks
+ * the model of the store, the provider or Kafka, and hands the answer to
+ * the engine's own core (engine_core.c), which moves the job and says what
+ * to do next; the decision on a provider's answer and what its outcome
+ * says are the operations' own (payment_answer.c). Nothing here decides. */
 
 static struct sim_job *sj(struct job *j)
 {
     return (struct sim_job *)j;
 }
 
-static void move(struct world *w, struct worker *wk, struct job *j, enum job_state to)
-{
-    if (!job_may_move(j->state, to) && j->state != to) {
-        sim_violate(&w->viol, "job-move", "worker %d: job of offset %lld %s -> %s",
-                    wk->id, (long long)j->offset, job_state_name(j->state),
-                    job_state_name(to));
-        return;
-    }
-    job_set(wk->jobs, j, to);
-}
-
 static const struct msg *job_msg(struct world *w, struct job *j)
 {
     return &w->msgs[sj(j)->msg];
-}
-
-static int key_still_kept(struct world *w, const struct job *j)
-{
-    if (w->breaks & SIM_BREAK_KEY_WINDOW)
-        return 1;
-    if (w->breaks & SIM_BREAK_KEY_MARGIN) /* charge_policy_key_margin_ms 0 */
-        return j->key_age_ms + (w->now - j->claimed_at) < w->set.key_retention_ms;
-    return charge_policy_key_window_open(j->key_age_ms + (w->now - j->claimed_at),
-                                         w->set.key_retention_ms,
-                                         w->set.provider_timeout_ms);
-}
-
-static void claimed(struct world *w, struct worker *wk, struct job *j, int64_t epoch,
-                    int64_t key_age)
-{
-    j->lease_epoch = epoch;
-    j->key_age_ms = key_age;
-    j->claimed_at = w->now;
-    j->calls = 0;
-    j->busy_persists = 0;
-    j->tries.not_executed = j->tries.unknown = 0;
-    move(w, wk, j, JOB_CALL);
-    j->next_at = 0;
-}
-
-static void wait_again(struct world *w, struct worker *wk, struct job *j)
-{
-    move(w, wk, j, j->detached ? JOB_DONE : JOB_WAIT);
-    j->next_at = w->now + w->set.recheck_ms;
-}
-
-static void decide(struct world *w, struct job *j, int tries, int window_open)
-{
-    j->decision = charge_policy_decide(&w->policy, j->res.outcome, tries, window_open,
-                                       job_jitter(j));
 }
 
 static int fetch(struct world *w, struct worker *wk)
@@ -443,34 +409,54 @@ static int fetch(struct world *w, struct worker *wk)
     return 0;
 }
 
+/* The command "parsed": a charge or a refund names its record; a bad
+ * message is a schema violation. */
 static int start_one(struct world *w, struct worker *wk)
 {
     struct job *j = job_list_first(wk->jobs, JOB_BACKLOG);
-    if (!j)
+    if (!j || (long long)engine_core_started(wk->jobs) >= w->core.max_in_flight)
         return 0;
-    move(w, wk, j, job_msg(w, j)->kind == MSG_BAD ? JOB_DEAD_LETTER : JOB_RECORD);
+    const struct msg *m = job_msg(w, j);
+    if (m->kind == MSG_BAD) {
+        j->dl_reason = DEAD_LETTER_SCHEMA_VIOLATION;
+    } else {
+        snprintf(sj(j)->name, sizeof(sj(j)->name), "%c%d",
+                 m->kind == MSG_CHARGE ? 'a' : 'r', m->id);
+        j->have_cmd = 1;
+        j->id = sj(j)->name;
+    }
+    engine_core_parsed(wk->jobs, j, m->kind != MSG_BAD);
     note(w, wk->id, A_START, j->partition, j->offset);
     return 1;
 }
 
+/* Kafka's model: a dead letter is produced at once, and acknowledged at
+ * the stage's next turn. */
 static int dead_letter(struct world *w, struct worker *wk)
 {
     struct job *j = job_list_first(wk->jobs, JOB_DEAD_LETTER_SENT);
     if (j) {
-        /* The broker acknowledged it. */
         w->msgs[sj(j)->msg].dead_lettered = 1;
-        move(w, wk, j, JOB_DONE);
+        engine_core_dead_letter_acked(wk->jobs, j, 0, 0, w->now);
         note(w, wk->id, A_DEAD_LETTER, j->partition, j->offset);
         return 1;
     }
     if (!(j = job_list_first(wk->jobs, JOB_DEAD_LETTER)))
         return 0;
-    move(w, wk, j, j->detached ? JOB_DONE : JOB_DEAD_LETTER_SENT);
+    j->next_at = 0; /* the model never fails to produce: no back-off to wait */
+    if (engine_core_dead_letter_gate(wk->jobs, j, w->now) == ENGINE_NEXT_SEND)
+        engine_core_dead_letter_produced(wk->jobs, j, 0, 0, w->now);
     return 1;
 }
 
 static int record(struct world *w, struct worker *wk)
 {
+    static const enum engine_record_result results[] = {
+        [SIM_RECORDED_CLAIMED] = ENGINE_RECORDED_CLAIMED,
+        [SIM_RECORDED] = ENGINE_RECORDED,
+        [SIM_RECORD_CONFLICT] = ENGINE_CONFLICT,
+        [SIM_RECORD_REJECTED] = ENGINE_REJECTED,
+    };
     struct job *j = job_list_first(wk->jobs, JOB_RECORD);
     if (!j)
         return 0;
@@ -482,37 +468,17 @@ static int record(struct world *w, struct worker *wk)
                                w->set.lease_ms, &epoch)
             : sim_store_refund_record(w->store, m->id, m->charge, m->key, m->amount);
     note(w, wk->id, A_RECORD, m->id, rc);
-    switch (rc) {
-    case SIM_RECORDED_CLAIMED:
-        claimed(w, wk, j, epoch, 0);
-        break;
-    case SIM_RECORDED:
-        move(w, wk, j, JOB_CLAIM);
-        break;
-    case SIM_RECORD_CONFLICT:
-        move(w, wk, j, JOB_DEAD_LETTER);
-        break;
-    case SIM_RECORD_REJECTED:
-        move(w, wk, j, JOB_DONE);
-        break;
-    }
+    engine_core_recorded(wk->jobs, j, results[rc], epoch, w->now);
     return 1;
-}
-
-static int held_by_another_job(struct worker *wk, struct job *j)
-{
-    static const enum job_state holding[] = {JOB_CALL, JOB_CALLING, JOB_CALLING_FENCED,
-                                             JOB_PERSIST};
-    for (size_t s = 0; s < sizeof(holding) / sizeof(holding[0]); s++)
-        for (struct job *o = job_list_first(wk->jobs, holding[s]); o;
-             o = job_next_in_state(o))
-            if (o != j && o->kind == j->kind && sj(o)->target == sj(j)->target)
-                return 1;
-    return 0;
 }
 
 static int claim(struct world *w, struct worker *wk)
 {
+    static const enum engine_claim_result results[] = {
+        [SIM_CLAIMED] = ENGINE_CLAIMED,
+        [SIM_SETTLED] = ENGINE_SETTLED,
+        [SIM_BUSY] = ENGINE_BUSY,
+    };
     struct job *j = job_list_first(wk->jobs, JOB_CLAIM);
     if (!j)
         for (j = job_list_first(wk->jobs, JOB_WAIT); j && j->next_at > w->now;
@@ -520,15 +486,8 @@ static int claim(struct world *w, struct worker *wk)
             ;
     if (!j)
         return 0;
-    if (j->detached) {
-        move(w, wk, j, JOB_DONE);
-        return 1;
-    }
-    if (held_by_another_job(wk, j)) {
-        move(w, wk, j, JOB_WAIT);
-        j->next_at = w->now + w->set.recheck_ms;
-        return 1;
-    }
+    if (engine_core_claim_gate(&w->core, wk->jobs, j, w->now) != ENGINE_NEXT_SEND)
+        return 1; /* done (detached), or another job of ours holds its record */
     int64_t epoch = 0, key_age = 0;
     enum sim_claim rc =
         j->kind == MSG_CHARGE
@@ -537,19 +496,9 @@ static int claim(struct world *w, struct worker *wk)
             : sim_store_refund_claim(w->store, sj(j)->target, wk->id, w->set.lease_ms,
                                      &epoch, &key_age, &sj(j)->intent);
     note(w, wk->id, A_CLAIM, sj(j)->target, rc);
-    switch (rc) {
-    case SIM_CLAIMED:
-        w->takeovers += epoch > 1;
-        claimed(w, wk, j, epoch, key_age);
-        break;
-    case SIM_SETTLED:
-        move(w, wk, j, JOB_DONE);
-        break;
-    case SIM_BUSY:
-        move(w, wk, j, JOB_WAIT);
-        j->next_at = w->now + w->set.recheck_ms;
-        break;
-    }
+    w->takeovers += rc == SIM_CLAIMED && epoch > 1;
+    engine_core_claim_answered(&w->core, wk->jobs, j, results[rc], epoch, key_age, 0,
+                               w->now);
     return 1;
 }
 
@@ -561,40 +510,17 @@ static void job_release(struct world *w, struct worker *wk, struct job *j)
         sim_store_refund_release(w->store, sj(j)->target, wk->id, j->lease_epoch, 0);
 }
 
-static int call(struct world *w, struct worker *wk)
+/* The provider's model: the claimed record's parameters, never the
+ * message's; the answer arrives after its latency, or is lost. */
+static void send_call(struct world *w, struct job *j)
 {
-    struct job *j;
-    for (j = job_list_first(wk->jobs, JOB_CALL); j && j->next_at > w->now;
-         j = job_next_in_state(j))
-        ;
-    if (!j)
-        return 0;
-    if (j->detached) {
-        job_release(w, wk, j);
-        move(w, wk, j, JOB_DONE);
-        return 1;
-    }
-    if (!key_still_kept(w, j)) {
-        memset(&j->res, 0, sizeof(j->res));
-        j->res.outcome = PROVIDER_NOT_EXECUTED;
-        int tries =
-            charge_policy_count_try(&j->tries, PROVIDER_NOT_EXECUTED, 0, 0, NULL);
-        decide(w, j, tries, 0);
-        move(w, wk, j, JOB_PERSIST);
-        j->next_at = 0;
-        note(w, wk->id, A_KEY_CLOSED, sj(j)->target, j->kind);
-        w->key_closed++;
-        return 1;
-    }
     const struct msg *m = job_msg(w, j);
     int lost = 0;
-    struct sim_attempt *a =
-        j->kind == MSG_CHARGE ? sim_store_attempt(w->store, m->id) : NULL;
-    /* The claimed record's parameters, never the message's. */
-    if (j->kind == MSG_CHARGE)
+    if (j->kind == MSG_CHARGE) {
+        struct sim_attempt *a = sim_store_attempt(w->store, m->id);
         sj(j)->answer =
             sim_provider_charge(w->prov, a->key, a->id, a->order, a->amount, &lost);
-    else {
+    } else {
         struct sim_refund_row *r = sim_store_refund(w->store, m->id);
         sj(j)->answer = sim_provider_refund(w->prov, r->key, sj(j)->intent, r->id,
                                             r->amount, &lost);
@@ -603,9 +529,30 @@ static int call(struct world *w, struct worker *wk)
     w->lost += lost;
     sj(j)->answer_at =
         w->now + (lost ? w->set.provider_timeout_ms : sj(j)->answer.latency_ms);
-    j->calls++;
-    move(w, wk, j, JOB_CALLING);
-    note(w, wk->id, A_CALL, m->id, j->kind);
+}
+
+static int call(struct world *w, struct worker *wk)
+{
+    struct job *j;
+    for (j = job_list_first(wk->jobs, JOB_CALL); j && j->next_at > w->now;
+         j = job_next_in_state(j))
+        ;
+    if (!j)
+        return 0;
+    switch (engine_core_call_gate(&w->core, wk->jobs, j, w->now)) {
+    case ENGINE_NEXT_RELEASE:
+        job_release(w, wk, j);
+        break;
+    case ENGINE_NEXT_KEY_CLOSED:
+        note(w, wk->id, A_KEY_CLOSED, sj(j)->target, j->kind);
+        w->key_closed++;
+        break;
+    default:
+        send_call(w, j);
+        engine_core_call_started(wk->jobs, j);
+        note(w, wk->id, A_CALL, job_msg(w, j)->id, j->kind);
+        break;
+    }
     return 1;
 }
 
@@ -625,25 +572,11 @@ static int collect(struct world *w, struct worker *wk)
     if (!j)
         return 0;
     j->res = sj(j)->answer;
-    int tries = charge_policy_count_try(&j->tries, j->res.outcome, 0, 0, NULL);
     note(w, wk->id, A_ANSWER, sj(j)->target, j->res.outcome);
-    if (j->state == JOB_CALLING_FENCED) {
-        wait_again(w, wk, j);
-        return 1;
-    }
-    decide(w, j, tries, key_still_kept(w, j));
-    if (j->decision.next == CHARGE_NEXT_SETTLE) {
-        move(w, wk, j, JOB_PERSIST);
-        j->next_at = 0;
-        return 1;
-    }
-    if (j->detached) {
+    /* No breaker in the model: no answer is a failure that opened it. */
+    if (engine_core_answered(&w->core, wk->jobs, j, 0, 0, NULL, w->now) ==
+        ENGINE_NEXT_RELEASE)
         job_release(w, wk, j);
-        move(w, wk, j, JOB_DONE);
-        return 1;
-    }
-    move(w, wk, j, JOB_CALL);
-    j->next_at = w->now + j->decision.retry_in_ms;
     return 1;
 }
 
@@ -657,14 +590,18 @@ static int id_of(const char *s)
 static int persist(struct world *w, struct worker *wk)
 {
     struct job *j;
+    char reason[512];
+    const char *provider_id = "";
     for (j = job_list_first(wk->jobs, JOB_PERSIST); j && j->next_at > w->now;
          j = job_next_in_state(j))
         ;
     if (!j)
         return 0;
-    const struct charge_decision *d = &j->decision;
-    int obj =
-        j->res.provider_payment_id[0] ? id_of(j->res.provider_payment_id) : SIM_NULL;
+    const struct job_decision *d = &j->decision;
+    /* What the outcome says (its reason and evidence) is the operation's. */
+    free(payment_answer_outcome(j->kind, &j->res, d, j->calls, reason, sizeof(reason),
+                                &provider_id));
+    int obj = provider_id[0] ? id_of(provider_id) : SIM_NULL;
     int ok =
         j->kind == MSG_CHARGE
             ? sim_store_persist(w->store, sj(j)->target, wk->id, j->lease_epoch,
@@ -672,13 +609,12 @@ static int persist(struct world *w, struct worker *wk)
             : sim_store_refund_persist(w->store, sj(j)->target, wk->id, j->lease_epoch,
                                        d->status, obj, d->next_check_ms);
     note(w, wk->id, A_PERSIST, sj(j)->target, ok ? (long long)d->status : -1);
-    if (!ok) {
+    int first_busy;
+    if (engine_core_persisted(&w->core, wk->jobs, j, j->lease_epoch, ok, 0, &first_busy,
+                              w->now) == ENGINE_NEXT_FENCED)
         w->fenced++;
-        wait_again(w, wk, j);
-        return 1;
-    }
-    w->settled++;
-    move(w, wk, j, JOB_DONE);
+    else
+        w->settled++;
     return 1;
 }
 
@@ -696,19 +632,16 @@ static int renew(struct world *w, struct worker *wk)
                                              j->lease_epoch, w->set.lease_ms)
                            : sim_store_refund_renew(w->store, sj(j)->target, wk->id,
                                                     j->lease_epoch, w->set.lease_ms);
-            if (ours)
-                continue;
-            if (j->state == JOB_CALLING)
-                move(w, wk, j, JOB_CALLING_FENCED);
-            else
-                wait_again(w, wk, j);
+            if (!ours)
+                engine_core_lease_lost(&w->core, wk->jobs, j, w->now);
         }
     note(w, wk->id, A_RENEW, 0, 0);
     return 1;
 }
 
 /* Commits what offset_tracker allows; the invariant: every message below
- * the new position has a durable outcome. */
+ * the new position has a durable outcome, by the store's model and by the
+ * engine's own check (engine_core_commit_ok). */
 static void commit(struct world *w, struct worker *wk, int only)
 {
     for (int p = 0; p < NPARTS; p++) {
@@ -724,6 +657,12 @@ static void commit(struct world *w, struct worker *wk, int only)
                             "worker %d committed partition %d to %lld, but offset %lld "
                             "(message %d) has no durable outcome",
                             wk->id, p, (long long)pos, (long long)o, part->msgs[o]);
+        if (!engine_core_commit_ok(wk->jobs, p, pos))
+            sim_violate(
+                &w->viol, "commit-after-durable",
+                "worker %d committed partition %d to %lld over a job that still "
+                "holds its offset",
+                wk->id, p, (long long)pos);
         part->committed = pos;
         offset_tracker_mark_committed(wk->offsets, p, pos);
         note(w, wk->id, A_COMMIT, p, pos);
@@ -735,9 +674,7 @@ static int reap_commit(struct world *w, struct worker *wk)
     int n = 0;
     for (struct job *j = job_list_first(wk->jobs, JOB_DONE), *next; j; j = next) {
         next = job_next_in_state(j);
-        if (!j->detached)
-            offset_tracker_done(wk->offsets, j->partition, j->offset);
-        job_list_remove(wk->jobs, j);
+        engine_core_reap(wk->jobs, wk->offsets, j);
         free(sj(j));
         n++;
     }
@@ -788,7 +725,8 @@ static void crash(struct world *w, struct worker *wk)
 }
 
 /* Partition p moves to another worker: the old one commits what finished,
- * detaches the rest (engine.c's detach), forgets the partition. */
+ * gives the rest up (engine_kafka.c's engine_detach, by the core's
+ * engine_core_detach), forgets the partition. */
 static void rebalance(struct world *w)
 {
     int p = (int)sim_rng_below(&w->rng, NPARTS);
@@ -801,20 +739,10 @@ static void rebalance(struct world *w)
         return;
     reap_commit(w, from);
     commit(w, from, p);
-    for (struct job *j = job_list_oldest(from->jobs); j; j = job_younger(j)) {
-        if (j->detached || j->partition != p)
-            continue;
-        job_detach(from->jobs, j);
-        if (j->state == JOB_BACKLOG) {
-            move(w, from, j, JOB_DONE);
-            continue;
-        }
-        if (j->state == JOB_CALL)
+    for (struct job *j = job_list_oldest(from->jobs); j; j = job_younger(j))
+        if (!j->detached && j->partition == p &&
+            engine_core_detach(from->jobs, j) == ENGINE_NEXT_RELEASE)
             job_release(w, from, j);
-        if (j->state != JOB_CALLING && j->state != JOB_CALLING_FENCED &&
-            j->state != JOB_PERSIST && j->state != JOB_DEAD_LETTER_SENT)
-            move(w, from, j, JOB_DONE);
-    }
     offset_tracker_forget(from->offsets, p);
     from->parts &= ~(1u << p);
     to->parts |= 1u << p;
@@ -1197,10 +1125,23 @@ static void world_init(struct world *w, uint64_t seed, unsigned breaks, int trac
         .max_age_ms = 600000,
         .commit_interval_ms = 200,
     };
-    w->policy = (struct charge_policy){.unknown_retries = 2,
-                                       .retry_base_ms = 200,
-                                       .retry_max_ms = 5000,
-                                       .first_look_ms = 2000};
+    w->core = (struct engine_core){
+        .policy = {.unknown_retries = 2,
+                   .retry_base_ms = 200,
+                   .retry_max_ms = 5000,
+                   .first_look_ms = 2000},
+        .max_in_flight = MAX_JOBS,
+        .recheck_ms = w->set.recheck_ms,
+        .key_retention_ms = w->set.key_retention_ms,
+        .key_margin_ms = charge_policy_key_margin_ms(w->set.key_retention_ms,
+                                                     w->set.provider_timeout_ms),
+        .decide = payment_answer_decide,
+    };
+    /* The worker's key-window rules dropped, through the core's limits. */
+    if (breaks & SIM_BREAK_KEY_WINDOW)
+        w->core.key_retention_ms = INT64_MAX / 4; /* never closes */
+    if (breaks & SIM_BREAK_KEY_MARGIN)
+        w->core.key_margin_ms = 0; /* sends until the retention itself */
     w->store = sim_store_new(breaks, &w->viol);
     w->prov = sim_provider_new(&w->set, &w->rng, &w->viol);
     if (!w->store || !w->prov)
@@ -1296,6 +1237,20 @@ static void print_trace(const struct world *w)
                                 : "world ",
                 t->actor >= 100 ? t->actor - 100 : t->actor, act_names[t->act], t->a,
                 t->b);
+    }
+}
+
+/* An assertion of the real code failed (CHARGED_ASSERT aborts): the run
+ * is named as a violation is, with its trace, before the process dies. */
+static const struct world *aborting;
+
+static void on_abort(int sig)
+{
+    (void)sig;
+    if (aborting) {
+        fprintf(stderr, "VIOLATION rule=assertion seed=%llu step=%llu\n",
+                (unsigned long long)aborting->seed, (unsigned long long)aborting->step);
+        print_trace(aborting);
     }
 }
 
@@ -1398,6 +1353,8 @@ int main(int argc, char **argv)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     uint64_t total = 0;
     static struct world w;
+    aborting = &w;
+    signal(SIGABRT, on_abort);
     for (uint64_t s = seed; s < seed + seeds; s++) {
         world_init(&w, s, breaks, trace_all);
         for (w.step = 0; w.step < steps; w.step++) {

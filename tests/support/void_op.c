@@ -9,6 +9,7 @@
 
 #include "charge_command.h"
 #include "op_shared.h"
+#include "payment_answer.h"
 
 struct void_command {
     char void_id[37];
@@ -421,4 +422,7 @@ const struct engine_op void_op = {
     .params_size = sizeof(struct void_params),
     OP_CALLBACKS(void),
     OP_STORE_CALLBACKS(void),
+    /* Decided by the charge's table, as a void's answer means the same. */
+    .decide = payment_answer_decide,
+    .outcome = payment_answer_outcome,
 };

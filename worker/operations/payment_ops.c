@@ -342,6 +342,21 @@ static const char *routed_event_type(int kind, enum attempt_status status)
     return op_of(kind)->event_type(0, status);
 }
 
+/* Each kind is decided, and its outcome told, by its own operation. */
+static struct job_decision routed_decide(int kind, const struct engine_policy *p,
+                                         enum provider_outcome outcome, int tries,
+                                         int key_window_open, unsigned jitter)
+{
+    return ops[kind]->decide(0, p, outcome, tries, key_window_open, jitter);
+}
+
+static char *routed_outcome(int kind, const struct provider_result *res,
+                            const struct job_decision *d, int calls, char *reason,
+                            size_t reason_size, const char **provider_id)
+{
+    return ops[kind]->outcome(0, res, d, calls, reason, reason_size, provider_id);
+}
+
 static const char *routed_kind_name(int kind)
 {
     return op_of(kind)->name;
@@ -366,6 +381,8 @@ const struct engine_op payment_ops = {
     .params_size = sizeof(union routed_params),
     OP_CALLBACKS(routed),
     OP_STORE_CALLBACKS(routed),
+    .decide = routed_decide,
+    .outcome = routed_outcome,
     .kind_of = kind_of,
     .kind_name = routed_kind_name,
     .id_field = routed_id_field,

@@ -24,18 +24,11 @@
 #include "config.h"
 #include "daemon.h"
 #include "dead_letter_reason.h"
+#include "engine_core.h"
 #include "provider_client.h"
 #include "store.h"
 
-/* ---- what an operation's store answers ---- */
-
-enum engine_record_result {
-    ENGINE_RECORDED = 0,     /* new or the same command again: claim it */
-    ENGINE_CONFLICT,         /* key or id reused with other parameters: dead letter */
-    ENGINE_REJECTED,         /* recorded REJECTED before any call: done */
-    ENGINE_RECORD_AGAIN,     /* a race moved under us: record again later */
-    ENGINE_RECORDED_CLAIMED, /* new, and claimed in the same statement: call */
-};
+/* ---- what an operation's store answers (its results: engine_core.h) ---- */
 
 struct engine_record {
     const void *command;              /* in: the op's parsed command */
@@ -44,12 +37,6 @@ struct engine_record {
     char reason[160];                 /* out: conflict or rejection */
     int64_t lease_epoch;              /* out, when claimed (the key's age is 0:
                                          never sent) */
-};
-
-enum engine_claim_result {
-    ENGINE_CLAIMED = 0, /* ours: call the provider under lease_epoch */
-    ENGINE_SETTLED,     /* nothing to call: the outcome is durable */
-    ENGINE_BUSY,        /* leased or locked by someone else: wait */
 };
 
 struct engine_claim {
@@ -149,6 +136,18 @@ struct engine_op {
     /* The event a record of `kind` entering `status` publishes, or NULL
      * for none. */
     const char *(*event_type)(int kind, enum attempt_status status);
+    /* What follows a provider's answer to a record of `kind`: settle it
+     * (status, first look, reason code) or send again
+     * (engine_decide_fn). The engine counts the tries, keeps the key
+     * window and applies the decision. */
+    engine_decide_fn decide;
+    /* What a settled answer's outcome says: its reason into reason ("" for
+     * none), *provider_id (the provider's object, "" for none), and its
+     * evidence as compact JSON, which the engine frees (NULL: out of
+     * memory). calls: provider calls under the claim. */
+    char *(*outcome)(int kind, const struct provider_result *res,
+                     const struct job_decision *d, int calls, char *reason,
+                     size_t reason_size, const char **provider_id);
 
     /* Operations that share one command topic (a charge and its refunds)
      * are one descriptor that routes each item by its kind: which

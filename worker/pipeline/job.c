@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "charged_assert.h"
 #include "log.h"
 #include "utf8_text.h"
 
@@ -53,6 +54,7 @@ void job_list_free(job_list_t *list)
 static void state_link(job_list_t *list, struct job *j)
 {
     struct state_list *s = &list->states[j->state];
+    CHARGED_ASSERT(j->state < JOB__COUNT);
     j->state_next = NULL;
     j->state_prev = s->tail;
     if (s->tail)
@@ -68,6 +70,8 @@ static void state_link(job_list_t *list, struct job *j)
 static void state_unlink(job_list_t *list, struct job *j)
 {
     struct state_list *s = &list->states[j->state];
+    /* The counts the offsets rest on never go below 0. */
+    CHARGED_ASSERT(s->count > 0 && (j->detached || s->holding > 0));
     if (j->state_prev)
         j->state_prev->state_next = j->state_next;
     else
@@ -84,6 +88,8 @@ static void state_unlink(job_list_t *list, struct job *j)
 
 void job_list_add(job_list_t *list, struct job *j)
 {
+    /* A job is on one list at a time. */
+    CHARGED_ASSERT(!j->prev && !j->next && !j->state_prev && !j->state_next);
     j->state = JOB_BACKLOG;
     j->detached = 0;
     j->next = NULL;
@@ -100,6 +106,7 @@ void job_list_add(job_list_t *list, struct job *j)
 void job_list_remove(job_list_t *list, struct job *j)
 {
     state_unlink(list, j);
+    CHARGED_ASSERT(j->detached || list->holding > 0);
     if (!j->detached)
         list->holding--;
     if (j->prev)
@@ -123,13 +130,12 @@ void job_set(job_list_t *list, struct job *j, enum job_state to)
     /* A pipeline that makes an impossible move is broken: it stops here,
      * before reap commits any offset. The supervisor restarts the worker,
      * the lease fences the attempt, and the message is consumed again.
-     * abort(), not assert(): it stays on in release builds (NDEBUG). */
-    if (!job_may_move(j->state, to)) {
+     * CHARGED_ASSERT, not assert(): it stays on in release builds (NDEBUG). */
+    if (!job_may_move(j->state, to))
         log_error("bug: job moved where it may not go; stopping", "from",
                   job_state_name(j->state), "to", job_state_name(to), JOB_FIELDS(j),
                   NULL);
-        abort();
-    }
+    CHARGED_ASSERT(job_may_move(j->state, to));
     if (to == j->state)
         return;
     state_unlink(list, j);
@@ -151,6 +157,7 @@ void job_detach(job_list_t *list, struct job *j)
 {
     if (j->detached)
         return;
+    CHARGED_ASSERT(list->holding > 0 && list->states[j->state].holding > 0);
     j->detached = 1;
     list->holding--;
     list->states[j->state].holding--;
@@ -168,6 +175,7 @@ struct job *job_younger(const struct job *j)
 
 struct job *job_list_first(const job_list_t *list, enum job_state state)
 {
+    CHARGED_ASSERT(state < JOB__COUNT);
     return list->states[state].head;
 }
 
@@ -210,6 +218,7 @@ size_t job_list_holding(const job_list_t *list)
 
 size_t job_list_started(const job_list_t *list)
 {
+    CHARGED_ASSERT(list->holding >= list->states[JOB_BACKLOG].holding);
     return list->holding - list->states[JOB_BACKLOG].holding;
 }
 

@@ -16,11 +16,35 @@
 
 #include <librdkafka/rdkafka.h>
 
-#include "charge_policy.h"
+#include "attempt_status.h"
 #include "dead_letter.h"
 #include "provider_breaker.h"
 #include "provider_client.h"
 #include "traceparent.h"
+
+/* The answers counted against a job's claim (engine_core_count_try). */
+struct job_tries {
+    int not_executed; /* answers that were not executed (and sends never made) */
+    int unknown;      /* answers of unknown outcome */
+    int rode_outage;  /* one of its failures opened the breaker: that one counted
+                         no try, and no later one is spared (per message) */
+};
+
+/* What follows a provider's answer: the operation's decision (its
+ * engine_op's decide), which the engine applies. */
+enum job_next {
+    JOB_NEXT_SETTLE = 0, /* persist status (and event) */
+    JOB_NEXT_RETRY,      /* send again with the same key after retry_in_ms */
+};
+
+struct job_decision {
+    enum job_next next;
+    long long retry_in_ms;      /* RETRY: capped exponential back-off, jittered */
+    enum attempt_status status; /* SETTLE */
+    const char *event_type;     /* SETTLE: the operation's event; NULL: none */
+    long long next_check_ms;    /* SETTLE: reconciler's first look; -1: none */
+    const char *reason_code;    /* SETTLE: why, for the reason; NULL when succeeded */
+};
 
 /* The life of one consumed message. Every change goes through job_set(),
  * which checks it against the table of allowed moves (job_may_move). */
@@ -69,10 +93,10 @@ struct job {
     int64_t key_age_ms;  /* the key's age at claimed_at (database clock) */
     int calls;           /* provider calls under this claim */
     struct provider_breaker_ticket ticket; /* CALLING: what the breaker allowed */
-    struct charge_tries tries;             /* answers counted under this claim */
+    struct job_tries tries;                /* answers counted under this claim */
     int64_t call_started_ms;               /* wall clock, for provider_calls */
     struct provider_result res;            /* the last answer */
-    struct charge_decision decision;       /* PERSIST: what to write */
+    struct job_decision decision;          /* PERSIST: what to write */
     int busy_persists; /* PERSIST: tries that found the row held by a peer */
     int lock_waits;    /* RECORD, CLAIM: statements another session's lock held */
     /* What became of the message, for charged_messages_total once the job

@@ -8,6 +8,7 @@
 #include "charged_assert.h"
 #include "config.h"
 #include "op_shared.h"
+#include "payment_answer.h"
 
 struct charge_state {
     struct op_store store; /* first: op_shared.h's stages take the state */
@@ -163,4 +164,6 @@ const struct engine_op charge_op = {
     .params_size = sizeof(struct attempt_params),
     OP_CALLBACKS(charge),
     OP_STORE_CALLBACKS(op_store),
+    .decide = payment_answer_decide,
+    .outcome = payment_answer_outcome,
 };

@@ -8,6 +8,7 @@
 #include "config.h"
 #include "metrics.h"
 #include "op_shared.h"
+#include "payment_answer.h"
 #include "refund_command.h"
 
 struct refund_state {
@@ -173,6 +174,8 @@ const struct engine_op refund_op = {
     .params_size = sizeof(struct refund_params),
     OP_CALLBACKS(refund),
     OP_STORE_CALLBACKS(op_store),
+    .decide = payment_answer_decide,
+    .outcome = payment_answer_outcome,
     .id_field = refund_id_field,
     .outcomes_metric = refund_outcomes_metric,
 };

@@ -1,0 +1,300 @@
+/* Unit tests of worker/pipeline/engine_core: the engine's decisions without
+ * I/O. A job moves on each answer as docs/worker.md says (a claim opens the
+ * call, a lost lease waits, a closed key window settles without a call),
+ * the operation's decide is the one asked, an offset is committed only over
+ * jobs that no longer hold theirs, and an epoch that goes back stops the
+ * process. */
+#include <check.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_core.h"
+#include "test_env.h"
+
+#define NJOBS 3
+
+static struct job jobs[NJOBS];
+static job_list_t *list;
+static int decided_kind;
+static enum job_next next_decided;
+
+/* An operation's decide of the test's own: settles UNKNOWN or retries in
+ * 250 ms, as next_decided says, and remembers the kind it was asked for. */
+static struct job_decision test_decide(int kind, const struct engine_policy *p,
+                                       enum provider_outcome outcome, int tries,
+                                       int key_window_open, unsigned jitter)
+{
+    (void)p, (void)outcome, (void)tries, (void)jitter;
+    decided_kind = kind;
+    if (next_decided == JOB_NEXT_RETRY && key_window_open)
+        return (struct job_decision){.next = JOB_NEXT_RETRY, .retry_in_ms = 250};
+    return (struct job_decision){.next = JOB_NEXT_SETTLE,
+                                 .status = ATTEMPT_STATUS_UNKNOWN,
+                                 .next_check_ms = 2000,
+                                 .reason_code = "outcome_unknown"};
+}
+
+static const struct engine_core core = {
+    .policy = {.unknown_retries = 2,
+               .retry_base_ms = 200,
+               .retry_max_ms = 5000,
+               .first_look_ms = 2000},
+    .max_in_flight = 2,
+    .recheck_ms = 500,
+    .key_retention_ms = 60000,
+    .key_margin_ms = 8000,
+    .decide = test_decide,
+};
+
+static void setup(void)
+{
+    memset(jobs, 0, sizeof(jobs));
+    list = job_list_new();
+    ck_assert_ptr_nonnull(list);
+    for (int i = 0; i < NJOBS; i++) {
+        jobs[i].partition = 0;
+        jobs[i].offset = 10 + i;
+        jobs[i].kind = 1;
+        jobs[i].have_cmd = 1;
+        jobs[i].id = i == 0 ? "a0" : "a1"; /* jobs 1 and 2: one record */
+        job_list_add(list, &jobs[i]);
+    }
+    decided_kind = -1;
+    next_decided = JOB_NEXT_SETTLE;
+}
+
+/* j parsed, recorded, and claimed at lease_epoch at `now`. */
+static void claim(struct job *j, int64_t lease_epoch, int64_t key_age_ms, int64_t now)
+{
+    engine_core_parsed(list, j, 1);
+    ck_assert_int_eq(engine_core_recorded(list, j, ENGINE_RECORDED, 0, now),
+                     ENGINE_NEXT_NONE);
+    ck_assert_int_eq(engine_core_claim_answered(&core, list, j, ENGINE_CLAIMED,
+                                                lease_epoch, key_age_ms, 0, now),
+                     ENGINE_NEXT_CLAIMED);
+}
+
+static void teardown(void)
+{
+    for (struct job *j; (j = job_list_oldest(list));)
+        job_list_remove(list, j);
+    job_list_free(list);
+    list = NULL;
+}
+
+/* A job recorded and claimed at once is on to its call at once; a lost
+ * lease makes it look again after recheck, and the next claim takes a
+ * newer epoch with the key's age the database read. */
+START_TEST(a_claim_opens_the_call_and_a_lost_lease_waits)
+{
+    struct job *j = &jobs[0];
+    engine_core_parsed(list, j, 1);
+    ck_assert_int_eq(engine_core_recorded(list, j, ENGINE_RECORDED_CLAIMED, 1, 1000),
+                     ENGINE_NEXT_CLAIMED);
+    ck_assert_int_eq(j->state, JOB_CALL);
+    ck_assert_int_eq(j->lease_epoch, 1);
+    ck_assert_int_eq(j->next_at, 0);
+    ck_assert_int_eq(j->claimed_at, 1000);
+    engine_core_lease_lost(&core, list, j, 1200);
+    ck_assert_int_eq(j->state, JOB_WAIT);
+    ck_assert_int_eq(j->next_at, 1700);
+    ck_assert_int_eq(engine_core_claim_gate(&core, list, j, 1600), ENGINE_NEXT_SKIP);
+    ck_assert_int_eq(engine_core_claim_gate(&core, list, j, 1700), ENGINE_NEXT_SEND);
+    ck_assert_int_eq(
+        engine_core_claim_answered(&core, list, j, ENGINE_CLAIMED, 3, 4000, 0, 1700),
+        ENGINE_NEXT_CLAIMED);
+    ck_assert_int_eq(j->state, JOB_CALL);
+    ck_assert_int_eq(j->lease_epoch, 3);
+    ck_assert_int_eq(j->key_age_ms, 4000);
+}
+END_TEST
+
+/* Another job of ours holds the record's lease: the claim waits for it. */
+START_TEST(a_record_held_by_another_job_of_ours_waits)
+{
+    engine_core_parsed(list, &jobs[1], 1);
+    engine_core_recorded(list, &jobs[1], ENGINE_RECORDED_CLAIMED, 1, 0);
+    engine_core_parsed(list, &jobs[2], 1);
+    engine_core_recorded(list, &jobs[2], ENGINE_RECORDED, 0, 0);
+    ck_assert_int_eq(jobs[2].state, JOB_CLAIM);
+    ck_assert_int_eq(engine_core_claim_gate(&core, list, &jobs[2], 100),
+                     ENGINE_NEXT_SKIP);
+    ck_assert_int_eq(jobs[2].state, JOB_WAIT);
+    ck_assert_int_eq(jobs[2].next_at, 600);
+}
+END_TEST
+
+/* The key window closes the margin before the retention: past it, the
+ * call is never sent and the record is settled by the operation's
+ * decision on "not executed". */
+START_TEST(past_the_key_window_nothing_is_sent)
+{
+    struct job *j = &jobs[0];
+    claim(j, 1, 50000, 0);
+    ck_assert_int_eq(engine_core_key_kept(&core, j, 1999), 1);
+    ck_assert_int_eq(engine_core_key_kept(&core, j, 2000), 0); /* 50 + 2 + 8 s */
+    ck_assert_int_eq(engine_core_call_gate(&core, list, j, 1999), ENGINE_NEXT_SEND);
+    ck_assert_int_eq(engine_core_call_gate(&core, list, j, 2000),
+                     ENGINE_NEXT_KEY_CLOSED);
+    ck_assert_int_eq(j->state, JOB_PERSIST);
+    ck_assert_int_eq(j->res.outcome, PROVIDER_NOT_EXECUTED);
+    ck_assert_int_eq(j->decision.status, ATTEMPT_STATUS_UNKNOWN);
+    ck_assert_int_eq(decided_kind, 1);
+    ck_assert_int_eq(j->calls, 0);
+}
+END_TEST
+
+/* An answer is decided by the operation: a retry waits its back-off in
+ * CALL; a settlement goes to PERSIST; the answer to a fenced call is
+ * dropped and the job looks again. */
+START_TEST(an_answer_is_the_operations_to_decide)
+{
+    struct job *j = &jobs[0];
+    claim(j, 1, 0, 0);
+    engine_core_call_started(list, j);
+    ck_assert_int_eq(j->state, JOB_CALLING);
+    ck_assert_int_eq(j->calls, 1);
+    j->res.outcome = PROVIDER_UNKNOWN;
+    next_decided = JOB_NEXT_RETRY;
+    ck_assert_int_eq(engine_core_answered(&core, list, j, 0, 0, NULL, 100),
+                     ENGINE_NEXT_RETRY);
+    ck_assert_int_eq(j->state, JOB_CALL);
+    ck_assert_int_eq(j->next_at, 350);
+    ck_assert_int_eq(j->tries.unknown, 1);
+    engine_core_call_started(list, j);
+    next_decided = JOB_NEXT_SETTLE;
+    ck_assert_int_eq(engine_core_answered(&core, list, j, 0, 0, NULL, 400),
+                     ENGINE_NEXT_SETTLE);
+    ck_assert_int_eq(j->state, JOB_PERSIST);
+    ck_assert_int_eq(j->tries.unknown, 2);
+
+    struct job *f = &jobs[1];
+    claim(f, 1, 0, 0);
+    engine_core_call_started(list, f);
+    engine_core_lease_lost(&core, list, f, 10);
+    ck_assert_int_eq(f->state, JOB_CALLING_FENCED);
+    ck_assert_int_eq(engine_core_answered(&core, list, f, 0, 0, NULL, 20),
+                     ENGINE_NEXT_FENCED);
+    ck_assert_int_eq(f->state, JOB_WAIT);
+    ck_assert_int_eq(f->next_at, 520);
+}
+END_TEST
+
+/* The failure that opens the breaker counts no try, once a message. */
+START_TEST(the_outage_spares_one_failure)
+{
+    struct job_tries t = {0};
+    int outage = 0;
+    ck_assert_int_eq(engine_core_count_try(&t, PROVIDER_UNKNOWN, 1, 1, &outage), 0);
+    ck_assert_int_eq(outage, 1);
+    ck_assert_int_eq(engine_core_count_try(&t, PROVIDER_UNKNOWN, 1, 1, &outage), 1);
+    ck_assert_int_eq(outage, 0);
+    ck_assert_int_eq(engine_core_count_try(&t, PROVIDER_SUCCEEDED, 0, 0, NULL), 1);
+    long long b = engine_core_backoff_ms(&core.policy, 3, 7);
+    ck_assert(b >= 400 && b <= 800); /* 200 * 2^2, jittered into [d/2, d] */
+    ck_assert_int_eq(engine_core_backoff_ms(&core.policy, 40, 7) <= 5000, 1);
+}
+END_TEST
+
+/* An offset is committed only over jobs that no longer hold theirs: a job
+ * still working holds every offset from its own; reaped or given up, it
+ * holds none. */
+START_TEST(a_commit_never_passes_a_held_job)
+{
+    offset_tracker_t *t = offset_tracker_new();
+    for (int i = 0; i < NJOBS; i++)
+        offset_tracker_begin(t, 0, jobs[i].offset);
+    ck_assert_int_eq(engine_core_commit_ok(list, 0, 10), 1);
+    ck_assert_int_eq(engine_core_commit_ok(list, 0, 11), 0);
+    ck_assert_int_eq(engine_core_commit_ok(list, 1, 11), 1);
+    /* Taken and never started: given up, it is done and holds nothing. */
+    ck_assert_int_eq(engine_core_detach(list, &jobs[0]), ENGINE_NEXT_NONE);
+    ck_assert_int_eq(jobs[0].state, JOB_DONE);
+    ck_assert_int_eq(engine_core_commit_ok(list, 0, 11), 1);
+    ck_assert_int_eq(engine_core_commit_ok(list, 0, 12), 0);
+    ck_assert_str_eq(engine_core_reap(list, t, &jobs[0]), "released");
+    /* A given-up offset is not done: the tracker still stops before it. */
+    ck_assert_int_eq(offset_tracker_committable(t, 0), 10);
+    /* A job that settled is reaped and its offset done. */
+    engine_core_parsed(list, &jobs[1], 1);
+    engine_core_recorded(list, &jobs[1], ENGINE_REJECTED, 0, 0);
+    ck_assert_str_eq(engine_core_reap(list, t, &jobs[1]), "rejected");
+    ck_assert_int_eq(engine_core_commit_ok(list, 0, 12), 1);
+    offset_tracker_free(t);
+}
+END_TEST
+
+/* A call out keeps its lease when its message is given up; a call not yet
+ * sent lets it go. */
+START_TEST(a_given_up_call_keeps_its_lease_only_while_it_is_out)
+{
+    for (int i = 0; i < 2; i++) {
+        engine_core_parsed(list, &jobs[i], 1);
+        engine_core_recorded(list, &jobs[i], ENGINE_RECORDED_CLAIMED, 1, 0);
+    }
+    engine_core_call_started(list, &jobs[1]);
+    ck_assert_int_eq(engine_core_detach(list, &jobs[0]), ENGINE_NEXT_RELEASE);
+    ck_assert_int_eq(jobs[0].state, JOB_DONE);
+    ck_assert_int_eq(engine_core_detach(list, &jobs[1]), ENGINE_NEXT_SKIP);
+    ck_assert_int_eq(jobs[1].state, JOB_CALLING);
+    ck_assert_int_eq(job_list_holding(list), 1); /* jobs[2], in the backlog */
+}
+END_TEST
+
+/* The loop wakes at once for a job to reap or to start, otherwise when the
+ * earliest due job is, never later than the cap (10 ms while draining). */
+START_TEST(the_loop_sleeps_until_something_is_due)
+{
+    struct engine_core_wake w = {.cap = 100, .take_new = 1, .calls_at = 0, .db_at = 0};
+    ck_assert_int_eq(engine_core_idle_ms(&core, list, &w, 1000), 0); /* a backlog */
+    w.take_new = 0;
+    ck_assert_int_eq(engine_core_idle_ms(&core, list, &w, 1000), 100);
+    w.revoking = 1;
+    ck_assert_int_eq(engine_core_idle_ms(&core, list, &w, 1000), 10);
+    w.revoking = 0;
+    engine_core_parsed(list, &jobs[0], 1);
+    engine_core_recorded(list, &jobs[0], ENGINE_RECORDED, 0, 1000);
+    engine_core_claim_answered(&core, list, &jobs[0], ENGINE_BUSY, 0, 0, 0, 1000);
+    ck_assert_int_eq(engine_core_idle_ms(&core, list, &w, 1000), 100); /* at 1500 */
+    ck_assert_int_eq(engine_core_idle_ms(&core, list, &w, 1460), 40);
+    engine_core_parsed(list, &jobs[1], 1);
+    engine_core_recorded(list, &jobs[1], ENGINE_REJECTED, 0, 0);
+    ck_assert_int_eq(engine_core_idle_ms(&core, list, &w, 1460), 0); /* to reap */
+}
+END_TEST
+
+/* A claim whose epoch is not above the job's last one would let an older
+ * claim's outcome through the fence: the process stops. */
+START_TEST(an_epoch_that_goes_back_aborts)
+{
+    struct job *j = &jobs[0];
+    claim(j, 5, 0, 0);
+    engine_core_lease_lost(&core, list, j, 0);
+    engine_core_claim_answered(&core, list, j, ENGINE_CLAIMED, 5, 0, 0, 600);
+    ck_abort_msg("still running after an epoch went back");
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("engine_core");
+    TCase *tc = tcase_create("core");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, a_claim_opens_the_call_and_a_lost_lease_waits);
+    tcase_add_test(tc, a_record_held_by_another_job_of_ours_waits);
+    tcase_add_test(tc, past_the_key_window_nothing_is_sent);
+    tcase_add_test(tc, an_answer_is_the_operations_to_decide);
+    tcase_add_test(tc, the_outage_spares_one_failure);
+    tcase_add_test(tc, a_commit_never_passes_a_held_job);
+    tcase_add_test(tc, a_given_up_call_keeps_its_lease_only_while_it_is_out);
+    tcase_add_test(tc, the_loop_sleeps_until_something_is_due);
+    /* The abort ends the process it runs in: only where each test has a
+     * process of its own (not the valgrind run's CK_FORK=no). */
+    const char *fork_mode = getenv("CK_FORK");
+    if (!fork_mode || strcmp(fork_mode, "no") != 0)
+        tcase_add_test_raise_signal(tc, an_epoch_that_goes_back_aborts, SIGABRT);
+    suite_add_tcase(s, tc);
+    return test_env_run_suite(s);
+}

@@ -1,0 +1,202 @@
+/* engine_int: what the engine's own files share, and nothing else does.
+ *
+ * The engine is one object in five files, by layer:
+ *   engine_core.c      the decisions, pure (engine_core.h): the simulation
+ *                      runs it too;
+ *   engine_kafka.c     librdkafka: fetch, hand-back, dead letters and their
+ *                      deliveries, rebalances and their drain, commits, the
+ *                      pause the breaker holds, lag;
+ *   engine_store.c     the operation's store: record, claim, persist, renew,
+ *                      the call log, each batch with its one-at-a-time
+ *                      fallback;
+ *   engine_provider.c  the provider: calls, their answers, the breaker and
+ *                      its probe;
+ *   engine.c           the loop: start, step, drain, finish.
+ * Each I/O file acts on what the core decides. */
+#ifndef CHARGED_ENGINE_INT_H
+#define CHARGED_ENGINE_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <librdkafka/rdkafka.h>
+
+#include "daemon.h"
+#include "engine.h"
+#include "engine_core.h"
+#include "job.h"
+#include "offset_tracker.h"
+#include "provider_breaker.h"
+#include "provider_client.h"
+#include "traceparent.h"
+
+/* Messages held at most, as a multiple of WORKER_MAX_IN_FLIGHT: past it a
+ * message polled only to stay in the group is handed back (seek). */
+#define HELD_FACTOR 2
+/* Provider calls waiting to be written to provider_calls, at most. */
+#define CALL_LOG_MAX 4096
+/* Items another session's lock held, tried again alone each turn at most:
+ * each may wait a lock_timeout (100 ms), and the loop must go on. */
+#define HELD_PER_TURN 4
+/* Readiness must not rest on a database step long past: after this long
+ * without one, a ping asks whether the database still answers. */
+#define DB_PING_MS 5000
+/* A worker without partitions this long says so, once, with what it looks
+ * like under each group protocol: readiness alone says nothing of why. */
+#define UNASSIGNED_WARN_MS 30000
+/* The lag while paused: how often it is asked of the broker, and the most
+ * the loop spends on it each time. */
+#define PAUSED_LAG_MS        5000
+#define PAUSED_LAG_BUDGET_MS 1000
+
+/* A delivery report of a dead letter, recorded by the callback and applied
+ * by the loop. */
+struct delivery {
+    struct job *job;
+    rd_kafka_resp_err_t err;
+};
+
+/* Partitions taken away by the group, recorded by the rebalance callback;
+ * the loop drains their jobs until the deadline, then gives them up. */
+struct revocation {
+    struct revocation *next;
+    rd_kafka_topic_partition_list_t *parts;
+    int64_t deadline;
+    int lost; /* no drain, no commit: someone else may own them already */
+};
+
+/* A provider call not yet written to provider_calls. */
+struct call_entry {
+    char id[64];
+    int kind;
+    const char *id_field; /* the job's */
+    char order_id[64];
+    char traceparent[TRACEPARENT_LEN + 1];
+    int64_t started_ms; /* wall clock */
+    struct provider_result res;
+    int lock_waits;    /* held by another session's lock so far */
+    int written_maybe; /* a write of it failed, and may yet commit */
+    int64_t next_at;
+};
+
+struct engine {
+    config_t *cfg;
+    char id[160];
+    char instance[256]; /* group.instance.id; "" for dynamic membership */
+    const char *group, *commands_topic, *dlq_topic;
+    struct engine_core core; /* the limits its decisions take */
+    long long lease_ms;
+    long long commit_interval_ms, shutdown_ms, drain_ms, provider_timeout_ms;
+    rd_kafka_t *consumer, *producer;
+    const struct engine_op *op;
+    void *op_state; /* op->open's */
+    provider_client_t *provider;
+    provider_breaker_t *breaker;
+    enum provider_breaker_state breaker_seen; /* as last acted upon */
+    uint64_t breaker_opens;                   /* opens acted upon */
+    char breaker_error[256]; /* the failure that last opened it, for its log line */
+    int breaker_opened_calls, breaker_opened_failures; /* the window that opened it */
+    int paused; /* the assigned partitions are paused (breaker) */
+    /* The half-open breaker's probe: a refused charge request, so
+     * that no attempt (a poisoned one least of all) decides for the others
+     * whether the provider is back. */
+    struct provider_breaker_ticket probe_ticket;
+    int probe_out;
+    char probe_tag;          /* its address marks the probe's answer */
+    int64_t next_paused_lag; /* engine_paused_lag() */
+    offset_tracker_t *offsets;
+    job_list_t *jobs;
+    int64_t last_full_poll_ms;
+    int64_t last_commit_ms, last_renew_ms;
+    struct daemon_db db;
+    int assigned;                /* partitions the group gave us */
+    int assignment_changed;      /* a rebalance since they were counted */
+    int64_t unassigned_since_ms; /* 0 while partitions are assigned */
+    int unassigned_warned;
+    size_t call_log_dropped;
+    struct handback {
+        int32_t partition;
+        int64_t offset;
+    } handbacks[64]; /* messages handed back (seek) and not yet seen again */
+    size_t nhandbacks;
+    struct call_entry *call_log; /* provider calls not yet written */
+    size_t call_log_len, call_log_cap;
+    struct delivery *deliveries; /* recorded by on_delivery */
+    size_t ndeliveries, deliveries_cap;
+    struct revocation *revocations; /* recorded by on_rebalance, oldest first */
+    int closing;                    /* consumer_close runs: give up at once */
+    int fatal;                      /* the consumer failed for good */
+};
+
+/* Test builds only (CHARGED_FAILPOINTS): dies on the spot at a named point
+ * when asked to by CHARGED_FAILPOINT, to prove that a crash there loses and
+ * repeats nothing. Other builds hold neither the code nor the names. */
+#ifdef CHARGED_FAILPOINTS
+void engine_failpoint(const char *name);
+#define FAILPOINT(name) engine_failpoint(name)
+#else
+#define FAILPOINT(name) ((void)0)
+#endif
+
+/* ---- engine.c ---- */
+
+/* Reaps the jobs that are DONE: their offsets become committable. */
+void engine_reap(engine_t *eng);
+void engine_job_free(engine_t *eng, struct job *j);
+
+/* ---- engine_kafka.c ---- */
+
+/* Polls the consumer (which also serves rebalances and commit results) and
+ * takes messages while the backlog has room. */
+void engine_fetch(engine_t *eng, int wait_ms, int allow_new);
+/* Starts backlog jobs while fewer than max_in_flight run. */
+void engine_start_jobs(engine_t *eng, int take_new);
+void engine_send_dead_letters(engine_t *eng);
+void engine_apply_deliveries(engine_t *eng);
+/* Commits what offset_tracker allows, of `only` (all when NULL). */
+void engine_commit_offsets(engine_t *eng, int sync,
+                           const rd_kafka_topic_partition_list_t *only);
+void engine_set_paused(engine_t *eng, int pause);
+void engine_paused_lag(engine_t *eng, int64_t now);
+/* Ends revocations drained or past their deadline (all: every one). */
+void engine_finish_revocations(engine_t *eng, int all);
+/* Started jobs of `parts` (all when NULL) that still hold an offset. */
+size_t engine_jobs_of(engine_t *eng, const rd_kafka_topic_partition_list_t *parts);
+/* Gives up the unfinished jobs of `parts` (all when NULL); how many. */
+size_t engine_detach(engine_t *eng, const rd_kafka_topic_partition_list_t *parts);
+/* The consumer and the dead-letter producer, configured and subscribed
+ * later: 0, or 2 and err. */
+int engine_kafka_setup(engine_t *eng, char *err, size_t err_size);
+int engine_kafka_subscribe(engine_t *eng, char *err, size_t err_size);
+/* Serves the dead letters' delivery reports, flush_ms at most: before the
+ * jobs they point at are freed. */
+void engine_kafka_flush(engine_t *eng, int flush_ms);
+/* The consumer, the producer and the revocations, after the jobs. */
+void engine_kafka_teardown(engine_t *eng);
+
+/* ---- engine_store.c ---- */
+
+int engine_db_ready(engine_t *eng);
+void engine_db_ok(engine_t *eng);
+void engine_db_failed(engine_t *eng, const char *stage, const char *err);
+void engine_record_attempts(engine_t *eng);
+void engine_claim_attempts(engine_t *eng);
+void engine_persist_outcomes(engine_t *eng);
+/* Writes the waiting provider calls: 0, or -1 when the database could not
+ * take them now. */
+int engine_flush_call_log(engine_t *eng);
+void engine_renew_leases(engine_t *eng);
+/* Lets go of the lease of a job we will not finish. */
+void engine_release_lease(engine_t *eng, struct job *j);
+/* Remembers a provider call for the provider_calls table. */
+void engine_log_call(engine_t *eng, struct job *j, const struct provider_result *res);
+
+/* ---- engine_provider.c ---- */
+
+void engine_start_calls(engine_t *eng);
+/* Serves curl for up to wait_ms and acts on every answer that came. */
+void engine_collect_calls(engine_t *eng, int wait_ms);
+/* Acts on the breaker: logs, probes, pauses. */
+void engine_breaker_sync(engine_t *eng);
+
+#endif

@@ -1,0 +1,227 @@
+#include "engine_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "attempt_status.h"
+#include "charged_assert.h"
+#include "clock.h"
+#include "config.h"
+#include "log.h"
+#include "metrics.h"
+
+/* ---- calls ---- */
+
+void engine_start_calls(engine_t *eng)
+{
+    char err[256];
+    int64_t now = clock_now_ms();
+    for (struct job *j = job_list_first(eng->jobs, JOB_CALL), *next; j; j = next) {
+        next = job_next_in_state(j);
+        enum engine_next gate = engine_core_call_gate(&eng->core, eng->jobs, j, now);
+        if (gate == ENGINE_NEXT_RELEASE)
+            engine_release_lease(eng, j);
+        if (gate == ENGINE_NEXT_KEY_CLOSED)
+            log_warn("idempotency key may be forgotten by the provider; not sending",
+                     JOB_FIELDS(j), NULL);
+        if (gate != ENGINE_NEXT_SEND)
+            continue;
+        /* Not closed: the job waits as it is, its lease renewed, no try
+         * counted, until the breaker's own probes close it. */
+        if (!provider_breaker_allow(eng->breaker, now, &j->ticket))
+            continue;
+        /* The claimed record's parameters, never the message's. */
+        j->call_started_ms = clock_wall_ms();
+        if (eng->op->start_call(eng->op_state, eng->provider, j->params, j->command, j,
+                                err, sizeof(err)) != 0) {
+            provider_breaker_cancel(eng->breaker, &j->ticket);
+            log_error("cannot start provider call", JOB_FIELDS(j), "error", err, NULL);
+            engine_core_call_not_started(&eng->core, j, now);
+            continue;
+        }
+        engine_core_call_started(eng->jobs, j);
+        /* The call is out: its answer comes back through the client. */
+        CHARGED_ASSERT(provider_client_in_flight(eng->provider) > 0);
+    }
+}
+
+static void on_call_done(engine_t *eng, struct job *j)
+{
+    /* Only a job with a call out is answered. */
+    CHARGED_ASSERT(j->state == JOB_CALLING || j->state == JOB_CALLING_FENCED);
+    CHARGED_ASSERT(j->res.resent >= 0);
+    char status[8];
+    int64_t now = clock_now_ms();
+
+    snprintf(status, sizeof(status), "%d", j->res.http_status);
+    const char *op = eng->op->kind_name ? eng->op->kind_name(j->kind) : eng->op->name;
+    metrics_observe(METRIC_PROVIDER_DURATION, j->res.latency_ms / 1000.0, op);
+    metrics_add(METRIC_PROVIDER_RESPONSES, 1, op,
+                provider_outcome_name(j->res.outcome));
+    for (int i = 0; i < j->res.resent; i++) {
+        /* curl re-sent the request itself after a pooled connection closed
+         * unanswered: record that lost answer as a call of its own. */
+        struct provider_result lost = provider_outcome_lost_answer();
+        engine_log_call(eng, j, &lost);
+        j->calls++;
+    }
+    engine_log_call(eng, j, &j->res);
+    enum provider_breaker_answer answer = provider_breaker_classify(j->res.http_status);
+    uint64_t opens = provider_breaker_opens(eng->breaker);
+    int calls = 0, failures = 0;
+    provider_breaker_window(eng->breaker, now, &calls, &failures);
+    provider_breaker_record(eng->breaker, &j->ticket, answer, now);
+    if (provider_breaker_opens(eng->breaker) != opens) {
+        /* The window that opened it, this call included, for its log line. */
+        eng->breaker_opened_calls = calls + 1;
+        eng->breaker_opened_failures = failures + (answer == PROVIDER_BREAKER_FAILURE);
+    }
+    if (answer == PROVIDER_BREAKER_FAILURE)
+        snprintf(eng->breaker_error, sizeof(eng->breaker_error), "%s",
+                 j->res.error[0] ? j->res.error : status);
+    int outage = 0;
+    enum engine_next next = engine_core_answered(
+        &eng->core, eng->jobs, j, answer == PROVIDER_BREAKER_FAILURE,
+        provider_breaker_opens(eng->breaker) != opens, &outage, now);
+    log_info("provider answered", JOB_FIELDS(j), "outcome",
+             provider_outcome_name(j->res.outcome), "http_status", status, "replayed",
+             j->res.replayed ? "true" : "false", "error",
+             j->res.error[0] ? j->res.error : NULL, "outage", outage ? "true" : NULL,
+             NULL);
+#ifdef CHARGED_FAILPOINTS
+    if (j->res.outcome == PROVIDER_SUCCEEDED) {
+        /* after_charge, after_refund: the operation executed, nothing
+         * persisted yet. */
+        char point[48];
+        snprintf(point, sizeof(point), "after_%s", op);
+        FAILPOINT(point);
+    }
+#endif
+    if (next == ENGINE_NEXT_FENCED) {
+        log_warn("lease lost during the call; result left to the new owner",
+                 JOB_FIELDS(j), NULL);
+        return;
+    }
+    if (j->res.outcome == PROVIDER_NOT_EXECUTED &&
+        (j->res.http_status == 401 || j->res.http_status == 403 ||
+         j->res.http_status == 404))
+        log_error("the provider refused our credentials or URL; retrying",
+                  JOB_FIELDS(j), "http_status", status, NULL);
+    /* Detached, a retry is not ours: the next owner of the partition sends
+     * again with the same key once our lease is gone. */
+    if (next == ENGINE_NEXT_RELEASE)
+        engine_release_lease(eng, j);
+}
+
+/* The probe's answer: any answer but 429 or 5xx (a 400 for the refused
+ * request is the expected one) shows a charge endpoint that answers. */
+static void probe_done(engine_t *eng, const struct provider_result *res)
+{
+    CHARGED_ASSERT(eng->probe_out); /* one probe at a time, and it was out */
+    char status[16];
+    int64_t now = clock_now_ms();
+    enum provider_breaker_answer a = provider_breaker_classify(res->http_status);
+    snprintf(status, sizeof(status), "%d", res->http_status);
+    eng->probe_out = 0;
+    provider_breaker_record(eng->breaker, &eng->probe_ticket, a, now);
+    if (a == PROVIDER_BREAKER_FAILURE)
+        snprintf(eng->breaker_error, sizeof(eng->breaker_error), "%s",
+                 res->error[0] ? res->error : status);
+    metrics_observe(METRIC_PROVIDER_DURATION, (double)res->latency_ms / 1000.0,
+                    "probe");
+    metrics_add(METRIC_PROVIDER_RESPONSES, 1, "probe",
+                a == PROVIDER_BREAKER_FAILURE ? "failure" : "answered");
+    log_info("provider breaker probe answered", "http_status", status, "answer",
+             a == PROVIDER_BREAKER_FAILURE ? "failure" : "answered", "error",
+             a == PROVIDER_BREAKER_FAILURE && res->error[0] ? res->error : NULL, NULL);
+}
+
+void engine_collect_calls(engine_t *eng, int wait_ms)
+{
+    struct provider_result res;
+    void *op;
+    provider_client_perform(eng->provider, wait_ms);
+    while (provider_client_next_done(eng->provider, &res, &op)) {
+        if (op == &eng->probe_tag) {
+            probe_done(eng, &res);
+            continue;
+        }
+        struct job *j = op;
+        CHARGED_ASSERT(j != NULL);
+        j->res = res;
+        on_call_done(eng, j);
+    }
+}
+
+/* ---- the breaker ---- */
+
+/* Half-open and no probe out: asks the charge endpoint, with a request the
+ * provider refuses before executing it, one probe at a time. It must test
+ * what the worker needs: a probe that looked an intent up kept the breaker
+ * open while charges worked and look-ups failed. */
+static void start_probe(engine_t *eng, int64_t now)
+{
+    char err[256];
+    if (eng->probe_out ||
+        !provider_breaker_allow_probe(eng->breaker, now, &eng->probe_ticket))
+        return;
+    if (provider_client_start_probe(eng->provider, &eng->probe_tag, err, sizeof(err)) !=
+        0) {
+        provider_breaker_cancel(eng->breaker, &eng->probe_ticket);
+        log_error("cannot start the provider breaker's probe", "error", err, NULL);
+        return;
+    }
+    eng->probe_out = 1;
+}
+
+/* Acts on the breaker: logs each change of state, probes while half-open,
+ * and keeps the assigned partitions paused while it is not closed. */
+void engine_breaker_sync(engine_t *eng)
+{
+    char n[32], calls[32], ms[32], flying[32];
+    int64_t now = clock_now_ms();
+    enum provider_breaker_state st = provider_breaker_state(eng->breaker, now);
+    uint64_t opens = provider_breaker_opens(eng->breaker);
+    CHARGED_ASSERT(opens >= eng->breaker_opens); /* opens are counted, never undone */
+
+    if (opens != eng->breaker_opens) {
+        int first = eng->breaker_seen == PROVIDER_BREAKER_CLOSED;
+        snprintf(n, sizeof(n), "%d", first ? eng->breaker_opened_failures : 1);
+        snprintf(calls, sizeof(calls), "%d", first ? eng->breaker_opened_calls : 1);
+        snprintf(ms, sizeof(ms), "%lld",
+                 config_int(eng->cfg, CONFIG_PROVIDER_BREAKER_OPEN_MS));
+        snprintf(flying, sizeof(flying), "%zu",
+                 provider_client_in_flight(eng->provider));
+        log_warn(first ? "provider breaker opened: no new provider calls"
+                       : "provider breaker opened again: a probe failed",
+                 "breaker_state", "open", "failures", n, "calls", calls, "error",
+                 eng->breaker_error, "open_ms", ms, "calls_in_flight", flying, NULL);
+        /* Counted once an outage: a failed probe opening it again is the
+         * same outage, not a new one (flapping is closed -> open again). */
+        if (first)
+            metrics_add(METRIC_BREAKER_OPENS, 1);
+        eng->breaker_opens = opens;
+        eng->breaker_seen = PROVIDER_BREAKER_OPEN;
+    }
+    if (st != eng->breaker_seen) {
+        if (st == PROVIDER_BREAKER_HALF_OPEN) {
+            snprintf(n, sizeof(n), "%lld",
+                     config_int(eng->cfg, CONFIG_PROVIDER_BREAKER_PROBES));
+            log_info("provider breaker half-open: probing the charge endpoint, one at "
+                     "a time",
+                     "breaker_state", "half_open", "probes", n, NULL);
+        } else if (st == PROVIDER_BREAKER_CLOSED) {
+            log_info("provider breaker closed: the provider answers again",
+                     "breaker_state", "closed", NULL);
+        }
+        eng->breaker_seen = st;
+    }
+    /* The gauge is the state as of this turn. */
+    metrics_set(METRIC_BREAKER_STATE, (double)st);
+    if (st == PROVIDER_BREAKER_HALF_OPEN)
+        start_probe(eng, now);
+    engine_paused_lag(eng, now);
+    int pause = st != PROVIDER_BREAKER_CLOSED;
+    if (pause != eng->paused)
+        engine_set_paused(eng, pause);
+}
