@@ -1,6 +1,7 @@
 #include "charge_policy.h"
 
 #include "charged_assert.h"
+#include "retry_tries.h"
 
 /* When an outcome may be sent again with the same key. */
 enum retry_rule {
@@ -51,22 +52,6 @@ int charge_policy_key_window_open(long long key_age_ms, long long key_retention_
            key_retention_ms;
 }
 
-long long charge_policy_backoff_ms(const struct charge_policy *p, int tries,
-                                   unsigned jitter)
-{
-    CHARGED_ASSERT(p && p->retry_base_ms > 0 && p->retry_max_ms > 0);
-    long long d = p->retry_base_ms;
-    for (int i = 1; i < tries && d < p->retry_max_ms; i++)
-        d *= 2;
-    if (d > p->retry_max_ms)
-        d = p->retry_max_ms;
-    unsigned h = (jitter * 2654435761u) ^ (unsigned)tries;
-    long long wait = d / 2 + (long long)(h % (unsigned long long)(d / 2 + 1));
-    /* Jittered within the capped step: never past retry_max_ms. */
-    CHARGED_ASSERT(wait >= d / 2 && wait <= d && wait <= p->retry_max_ms);
-    return wait;
-}
-
 struct charge_decision charge_policy_decide(const struct charge_policy *p,
                                             enum provider_outcome outcome, int tries,
                                             int key_window_open, unsigned jitter)
@@ -88,7 +73,8 @@ struct charge_decision charge_policy_decide(const struct charge_policy *p,
     }
     if (again) {
         d.next = CHARGE_NEXT_RETRY;
-        d.retry_in_ms = charge_policy_backoff_ms(p, tries, jitter);
+        d.retry_in_ms =
+            retry_backoff_ms(p->retry_base_ms, p->retry_max_ms, tries, jitter);
         return d;
     }
     d.next = CHARGE_NEXT_SETTLE;
@@ -101,20 +87,4 @@ struct charge_decision charge_policy_decide(const struct charge_policy *p,
         attempt_status_transition_allowed(ATTEMPT_STATUS_PROCESSING, d.status));
     CHARGED_ASSERT(d.next_check_ms == -1 || d.next_check_ms >= 0);
     return d;
-}
-
-int charge_policy_count_try(struct charge_tries *t, enum provider_outcome outcome,
-                            int failure, int opened_breaker, int *outage)
-{
-    CHARGED_ASSERT(t && t->not_executed >= 0 && t->unknown >= 0);
-    int spared = failure && opened_breaker && !t->rode_outage;
-    if (spared)
-        t->rode_outage = 1;
-    if (outage)
-        *outage = spared;
-    if (outcome == PROVIDER_NOT_EXECUTED)
-        return spared ? t->not_executed : ++t->not_executed;
-    if (outcome == PROVIDER_UNKNOWN)
-        return spared ? t->unknown : ++t->unknown;
-    return 1;
 }

@@ -47,29 +47,6 @@ struct charge_decision charge_policy_decide(const struct charge_policy *p,
                                             enum provider_outcome outcome, int tries,
                                             int key_window_open, unsigned jitter);
 
-/* The answers counted against an attempt (the worker counts tries per
- * claim, and keeps rode_outage for as long as it holds the message). */
-struct charge_tries {
-    int not_executed; /* answers that were not executed (and sends never made) */
-    int unknown;      /* answers of unknown outcome */
-    int rode_outage;  /* one of its failures opened the breaker: that one counted
-                         no try, and no later one is spared */
-};
-
-/* Counts one answer against t and returns the tries to decide it with
- * (charge_policy_decide's `tries`). failure: the breaker counts the answer
- * as a failure of the provider; opened_breaker: recording it opened the
- * breaker. The failure that opens the breaker counts no try, once per
- * t: a lone attempt whose failures opened it in an outage would
- * otherwise be settled UNKNOWN by the outage itself. Every other failure
- * counts, as it would without a breaker (calls in flight when it opened
- * too): an attempt the provider refuses every time (a poisoned one, one of
- * many failing at once after a close) still uses up its tries instead of
- * being sent again and again. *outage (may be NULL) says whether this
- * answer was spared as the outage's. */
-int charge_policy_count_try(struct charge_tries *t, enum provider_outcome outcome,
-                            int failure, int opened_breaker, int *outage);
-
 /* The margin kept before the provider's key retention: one call's time on
  * the wire, and clock differences between the database and the provider (a
  * tenth of the retention, at most 60 s). */
@@ -81,10 +58,5 @@ long long charge_policy_key_margin_ms(long long key_retention_ms,
  * then charge a second time. */
 int charge_policy_key_window_open(long long key_age_ms, long long key_retention_ms,
                                   long long provider_timeout_ms);
-
-/* The back-off before try number `tries` + 1: base * 2^(tries-1), capped,
- * then jittered into [d/2, d]. */
-long long charge_policy_backoff_ms(const struct charge_policy *p, int tries,
-                                   unsigned jitter);
 
 #endif

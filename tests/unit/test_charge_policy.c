@@ -6,6 +6,7 @@
 #include <check.h>
 
 #include "charge_policy.h"
+#include "retry_tries.h"
 #include "test_env.h"
 
 static const struct charge_policy policy = {.unknown_retries = 2,
@@ -139,16 +140,22 @@ END_TEST
 START_TEST(backoff_doubles_to_the_cap_with_jitter)
 {
     for (unsigned j = 0; j < 50; j++) {
-        ck_assert_int_ge(charge_policy_backoff_ms(&policy, 1, j), 50);
-        ck_assert_int_le(charge_policy_backoff_ms(&policy, 1, j), 100);
-        ck_assert_int_ge(charge_policy_backoff_ms(&policy, 3, j), 200);
-        ck_assert_int_le(charge_policy_backoff_ms(&policy, 3, j), 400);
-        ck_assert_int_ge(charge_policy_backoff_ms(&policy, 30, j), 500);
-        ck_assert_int_le(charge_policy_backoff_ms(&policy, 30, j), 1000);
+        ck_assert_int_ge(
+            retry_backoff_ms(policy.retry_base_ms, policy.retry_max_ms, 1, j), 50);
+        ck_assert_int_le(
+            retry_backoff_ms(policy.retry_base_ms, policy.retry_max_ms, 1, j), 100);
+        ck_assert_int_ge(
+            retry_backoff_ms(policy.retry_base_ms, policy.retry_max_ms, 3, j), 200);
+        ck_assert_int_le(
+            retry_backoff_ms(policy.retry_base_ms, policy.retry_max_ms, 3, j), 400);
+        ck_assert_int_ge(
+            retry_backoff_ms(policy.retry_base_ms, policy.retry_max_ms, 30, j), 500);
+        ck_assert_int_le(
+            retry_backoff_ms(policy.retry_base_ms, policy.retry_max_ms, 30, j), 1000);
     }
     /* Jitter spreads attempts apart. */
-    ck_assert_int_ne(charge_policy_backoff_ms(&policy, 5, 1),
-                     charge_policy_backoff_ms(&policy, 5, 2));
+    ck_assert_int_ne(retry_backoff_ms(policy.retry_base_ms, policy.retry_max_ms, 5, 1),
+                     retry_backoff_ms(policy.retry_base_ms, policy.retry_max_ms, 5, 2));
 }
 END_TEST
 
@@ -157,11 +164,11 @@ END_TEST
  * row: the counts before, the answer, the tries it returns, whether it was
  * spared, and the counts after. */
 static const struct {
-    struct charge_tries before;
+    struct retry_tries before;
     enum provider_outcome outcome;
     int failure, opened_breaker; /* as the breaker saw the answer */
     int tries, outage;
-    struct charge_tries after;
+    struct retry_tries after;
 } count_cases[] = {
     /* Answers that settle count one try, and touch no count. */
     {{0, 0, 0}, PROVIDER_SUCCEEDED, 0, 0, 1, 0, {0, 0, 0}},
@@ -190,11 +197,10 @@ static const struct {
 
 START_TEST(each_answer_counts_its_try)
 {
-    struct charge_tries t = count_cases[_i].before;
+    struct retry_tries t = count_cases[_i].before;
     int outage = -1;
-    int tries =
-        charge_policy_count_try(&t, count_cases[_i].outcome, count_cases[_i].failure,
-                                count_cases[_i].opened_breaker, &outage);
+    int tries = retry_tries_count(&t, count_cases[_i].outcome, count_cases[_i].failure,
+                                  count_cases[_i].opened_breaker, &outage);
     ck_assert_int_eq(tries, count_cases[_i].tries);
     ck_assert_int_eq(outage, count_cases[_i].outage);
     ck_assert_int_eq(t.not_executed, count_cases[_i].after.not_executed);
@@ -208,15 +214,15 @@ END_TEST
  * attempt still settles UNKNOWN once its retries are used up. */
 START_TEST(an_outage_spares_one_failure_only)
 {
-    struct charge_tries t = {0, 0, 0};
+    struct retry_tries t = {0, 0, 0};
     int outage;
-    ck_assert_int_eq(charge_policy_count_try(&t, PROVIDER_UNKNOWN, 1, 1, &outage), 0);
+    ck_assert_int_eq(retry_tries_count(&t, PROVIDER_UNKNOWN, 1, 1, &outage), 0);
     ck_assert_int_eq(outage, 1);
     struct charge_decision d = charge_policy_decide(&policy, PROVIDER_UNKNOWN, 0, 1, 7);
     ck_assert_int_eq(d.next, CHARGE_NEXT_RETRY);
     int tries = 0;
     for (int i = 0; i < policy.unknown_retries + 1; i++) {
-        tries = charge_policy_count_try(&t, PROVIDER_UNKNOWN, 1, 1, &outage);
+        tries = retry_tries_count(&t, PROVIDER_UNKNOWN, 1, 1, &outage);
         ck_assert_int_eq(outage, 0);
     }
     ck_assert_int_eq(tries, policy.unknown_retries + 1);
@@ -224,7 +230,7 @@ START_TEST(an_outage_spares_one_failure_only)
     ck_assert_int_eq(d.next, CHARGE_NEXT_SETTLE);
     ck_assert_int_eq(d.status, ATTEMPT_STATUS_UNKNOWN);
     /* NULL for outage is allowed. */
-    ck_assert_int_eq(charge_policy_count_try(&t, PROVIDER_SUCCEEDED, 0, 0, NULL), 1);
+    ck_assert_int_eq(retry_tries_count(&t, PROVIDER_SUCCEEDED, 0, 0, NULL), 1);
 }
 END_TEST
 

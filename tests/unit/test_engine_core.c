@@ -185,16 +185,19 @@ END_TEST
 /* The failure that opens the breaker counts no try, once a message. */
 START_TEST(the_outage_spares_one_failure)
 {
-    struct job_tries t = {0};
+    struct retry_tries t = {0};
     int outage = 0;
-    ck_assert_int_eq(engine_core_count_try(&t, PROVIDER_UNKNOWN, 1, 1, &outage), 0);
+    ck_assert_int_eq(retry_tries_count(&t, PROVIDER_UNKNOWN, 1, 1, &outage), 0);
     ck_assert_int_eq(outage, 1);
-    ck_assert_int_eq(engine_core_count_try(&t, PROVIDER_UNKNOWN, 1, 1, &outage), 1);
+    ck_assert_int_eq(retry_tries_count(&t, PROVIDER_UNKNOWN, 1, 1, &outage), 1);
     ck_assert_int_eq(outage, 0);
-    ck_assert_int_eq(engine_core_count_try(&t, PROVIDER_SUCCEEDED, 0, 0, NULL), 1);
-    long long b = engine_core_backoff_ms(&core.policy, 3, 7);
+    ck_assert_int_eq(retry_tries_count(&t, PROVIDER_SUCCEEDED, 0, 0, NULL), 1);
+    long long b =
+        retry_backoff_ms(core.policy.retry_base_ms, core.policy.retry_max_ms, 3, 7);
     ck_assert(b >= 400 && b <= 800); /* 200 * 2^2, jittered into [d/2, d] */
-    ck_assert_int_eq(engine_core_backoff_ms(&core.policy, 40, 7) <= 5000, 1);
+    ck_assert_int_eq(retry_backoff_ms(core.policy.retry_base_ms,
+                                      core.policy.retry_max_ms, 40, 7) <= 5000,
+                     1);
 }
 END_TEST
 

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "charged_assert.h"
+#include "retry_tries.h"
 
 /* The states in which a job holds its record's lease. */
 static int leased(enum job_state s)
@@ -14,34 +15,10 @@ static int leased(enum job_state s)
 
 /* ---- tries and back-off ---- */
 
-long long engine_core_backoff_ms(const struct engine_policy *p, int tries,
-                                 unsigned jitter)
+/* The policy's back-off before try number `tries` + 1 (retry_tries.h). */
+static long long backoff_ms(const struct engine_policy *p, int tries, unsigned jitter)
 {
-    CHARGED_ASSERT(p->retry_base_ms >= 0 && p->retry_base_ms <= p->retry_max_ms);
-    long long d = p->retry_base_ms;
-    for (int i = 1; i < tries && d < p->retry_max_ms; i++)
-        d *= 2;
-    if (d > p->retry_max_ms)
-        d = p->retry_max_ms;
-    unsigned h = (jitter * 2654435761u) ^ (unsigned)tries;
-    long long ms = d / 2 + (long long)(h % (unsigned long long)(d / 2 + 1));
-    CHARGED_ASSERT(ms >= 0 && ms <= p->retry_max_ms);
-    return ms;
-}
-
-int engine_core_count_try(struct job_tries *t, enum provider_outcome outcome,
-                          int failure, int opened_breaker, int *outage)
-{
-    int spared = failure && opened_breaker && !t->rode_outage;
-    if (spared)
-        t->rode_outage = 1;
-    if (outage)
-        *outage = spared;
-    if (outcome == PROVIDER_NOT_EXECUTED)
-        return spared ? t->not_executed : ++t->not_executed;
-    if (outcome == PROVIDER_UNKNOWN)
-        return spared ? t->unknown : ++t->unknown;
-    return 1;
+    return retry_backoff_ms(p->retry_base_ms, p->retry_max_ms, tries, jitter);
 }
 
 /* ---- starting ---- */
@@ -185,7 +162,7 @@ int engine_core_lock_wait(const struct engine_core *c, job_list_t *jobs, struct 
     if (j->state == JOB_CLAIM)
         job_set(jobs, j, JOB_WAIT); /* a record stays where it is */
     int first = j->lock_waits++ == 0;
-    j->next_at = now + engine_core_backoff_ms(&c->policy, j->lock_waits, job_jitter(j));
+    j->next_at = now + backoff_ms(&c->policy, j->lock_waits, job_jitter(j));
     return first;
 }
 
@@ -263,8 +240,7 @@ enum engine_next engine_core_persisted(const struct engine_core *c, job_list_t *
          * session hung in its transaction): this job waits, its lease
          * renewed, and no other outcome waits with it. */
         *first_busy = j->busy_persists++ == 0;
-        j->next_at =
-            now + engine_core_backoff_ms(&c->policy, j->busy_persists, job_jitter(j));
+        j->next_at = now + backoff_ms(&c->policy, j->busy_persists, job_jitter(j));
         return ENGINE_NEXT_BUSY;
     }
     if (!persisted) {
@@ -353,7 +329,7 @@ enum engine_next engine_core_call_gate(const struct engine_core *c, job_list_t *
     snprintf(j->res.error, sizeof(j->res.error),
              "key_retention_passed: not sent again, the provider may have "
              "forgotten the key");
-    int tries = engine_core_count_try(&j->tries, PROVIDER_NOT_EXECUTED, 0, 0, NULL);
+    int tries = retry_tries_count(&j->tries, PROVIDER_NOT_EXECUTED, 0, 0, NULL);
     decide(c, j, tries, 0, 0);
     job_set(jobs, j, JOB_PERSIST);
     j->next_at = 0;
@@ -371,8 +347,8 @@ void engine_core_call_not_started(const struct engine_core *c, struct job *j,
                                   int64_t now)
 {
     CHARGED_ASSERT(j->state == JOB_CALL);
-    int tries = engine_core_count_try(&j->tries, PROVIDER_NOT_EXECUTED, 0, 0, NULL);
-    j->next_at = now + engine_core_backoff_ms(&c->policy, tries, job_jitter(j));
+    int tries = retry_tries_count(&j->tries, PROVIDER_NOT_EXECUTED, 0, 0, NULL);
+    j->next_at = now + backoff_ms(&c->policy, tries, job_jitter(j));
 }
 
 enum engine_next engine_core_answered(const struct engine_core *c, job_list_t *jobs,
@@ -383,9 +359,8 @@ enum engine_next engine_core_answered(const struct engine_core *c, job_list_t *j
     CHARGED_ASSERT(j->state == JOB_CALLING || j->state == JOB_CALLING_FENCED);
     CHARGED_ASSERT(j->calls > 0 && j->lease_epoch > 0);
     /* The try this answer counts (the one that opened the breaker counts
-     * none): engine_core_count_try says why. */
-    int tries =
-        engine_core_count_try(&j->tries, j->res.outcome, failure, opened, outage);
+     * none): retry_tries_count says why. */
+    int tries = retry_tries_count(&j->tries, j->res.outcome, failure, opened, outage);
     if (j->state == JOB_CALLING_FENCED) {
         job_set(jobs, j, j->detached ? JOB_DONE : JOB_WAIT);
         j->next_at = now + c->recheck_ms;

@@ -54,7 +54,7 @@ struct engine_policy {
 
 /* An operation's decision on a provider's answer to a record of `kind`
  * (engine_op's decide): settle, with what, or send again. tries: sends so
- * far that got this kind of answer under the claim (engine_core_count_try),
+ * far that got this kind of answer under the claim (retry_tries_count),
  * this one included; key_window_open: another send would still reach the
  * provider while it keeps the key; jitter spreads retries apart. */
 typedef struct job_decision (*engine_decide_fn)(int kind, const struct engine_policy *p,
@@ -96,23 +96,6 @@ enum engine_next {
     ENGINE_NEXT_CUT,         /* a dead letter too large: again at once, cut */
     ENGINE_NEXT_SENT,        /* a dead letter queued: its acknowledgement next */
 };
-
-/* ---- tries and back-off ---- */
-
-/* The back-off before try number `tries` + 1: base * 2^(tries-1), capped,
- * then jittered into [d/2, d]. */
-long long engine_core_backoff_ms(const struct engine_policy *p, int tries,
-                                 unsigned jitter);
-/* Counts one answer against t and returns the tries to decide it with.
- * failure: the breaker counts the answer as a failure of the provider;
- * opened_breaker: recording it opened the breaker. The failure that opens
- * the breaker counts no try, once per t: a lone record whose failures
- * opened it in an outage would otherwise be settled by the outage itself.
- * Every other failure counts, as it would without a breaker, so that a
- * record the provider refuses every time still uses up its tries. *outage
- * (may be NULL): this answer was spared as the outage's. */
-int engine_core_count_try(struct job_tries *t, enum provider_outcome outcome,
-                          int failure, int opened_breaker, int *outage);
 
 /* ---- starting ---- */
 

@@ -413,8 +413,9 @@ static int log_call_alone(engine_t *eng, struct call_entry *e, struct store_erro
         return -1;
     if (rc == STORE_LOCKED) {
         e->lock_waits++;
-        e->next_at = clock_now_ms() +
-                     engine_core_backoff_ms(&eng->core.policy, e->lock_waits, 0);
+        e->next_at = clock_now_ms() + retry_backoff_ms(eng->core.policy.retry_base_ms,
+                                                       eng->core.policy.retry_max_ms,
+                                                       e->lock_waits, 0);
         return 0;
     }
     if (rc == STORE_DATA)

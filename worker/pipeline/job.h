@@ -20,15 +20,8 @@
 #include "dead_letter.h"
 #include "provider_breaker.h"
 #include "provider_client.h"
+#include "retry_tries.h"
 #include "traceparent.h"
-
-/* The answers counted against a job's claim (engine_core_count_try). */
-struct job_tries {
-    int not_executed; /* answers that were not executed (and sends never made) */
-    int unknown;      /* answers of unknown outcome */
-    int rode_outage;  /* one of its failures opened the breaker: that one counted
-                         no try, and no later one is spared (per message) */
-};
 
 /* What follows a provider's answer: the operation's decision (its
  * engine_op's decide), which the engine applies. */
@@ -93,7 +86,7 @@ struct job {
     int64_t key_age_ms;  /* the key's age at claimed_at (database clock) */
     int calls;           /* provider calls under this claim */
     struct provider_breaker_ticket ticket; /* CALLING: what the breaker allowed */
-    struct job_tries tries;                /* answers counted under this claim */
+    struct retry_tries tries;              /* answers counted under this claim */
     int64_t call_started_ms;               /* wall clock, for provider_calls */
     struct provider_result res;            /* the last answer */
     struct job_decision decision;          /* PERSIST: what to write */
