@@ -13,6 +13,7 @@
 #include "charge_command.h"
 #include "dead_letter_reason.h"
 #include "decimal.h"
+#include "provider_outcome.h"
 #include "utf8_text.h"
 
 #define API "/console/api/"
@@ -29,7 +30,7 @@ static int refuse(char *why, size_t why_size, const char *fmt, ...)
 
 static int intent_id_ok(const char *s, size_t n)
 {
-    if (n == 0 || n > 95)
+    if (n == 0 || n >= PROVIDER_ID_MAX)
         return 0;
     for (size_t i = 0; i < n; i++)
         if (!(s[i] == '_' || isalnum((unsigned char)s[i])))
@@ -261,7 +262,8 @@ int console_input_resolve(const char *body, size_t len, const char *attempt_id,
     if (got < 0 ||
         (got == 1 && !intent_id_ok(out->intent_id, strlen(out->intent_id)))) {
         refuse(why, why_size,
-               "\"payment_intent_id\" must be a payment intent id (pi_...)");
+               "\"payment_intent_id\" must be a provider payment id "
+               "(letters, digits and _)");
         goto out;
     }
     if (out->failed && got == 1) {
@@ -417,7 +419,8 @@ int console_input_letter_param(const char *name, const char *value,
     return refuse(why, why_size, "unknown parameter");
 }
 
-int console_input_find_id(const char *value, char out[96], char *why, size_t why_size)
+int console_input_find_id(const char *value, char out[PROVIDER_ID_MAX], char *why,
+                          size_t why_size)
 {
     size_t n = value ? strlen(value) : 0;
     CHARGED_ASSERT(out);

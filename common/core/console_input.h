@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "provider_outcome.h"
+
 #define CONSOLE_PREFIX        "/console"
 #define CONSOLE_COOKIE        "charged_console"
 #define CONSOLE_MAX_BODY      65536
@@ -56,13 +58,13 @@ int console_input_login(const char *body, size_t len, char secret[CONSOLE_SECRET
 
 struct console_resolve_input {
     int failed;                          /* "decision": "failed"; else "succeeded" */
-    char intent_id[96];                  /* "payment_intent_id", with succeeded */
+    char intent_id[PROVIDER_ID_MAX];     /* "payment_intent_id", with succeeded */
     char reason[CONSOLE_MAX_REASON + 1]; /* "reason": required with failed */
     int force;                           /* "force": true */
     char confirm[64];                    /* "confirm": the attempt id, with force */
 };
 
-/* {"decision": "succeeded"|"failed", "payment_intent_id": "pi_...",
+/* {"decision": "succeeded"|"failed", "payment_intent_id": "<provider id>",
  *  "reason": "...", "force": bool, "confirm": "<attempt id>"}: force needs
  * confirm to repeat the attempt id the path names (attempt_id). 0 / -1. */
 int console_input_resolve(const char *body, size_t len, const char *attempt_id,
@@ -96,8 +98,9 @@ int console_input_letter_param(const char *name, const char *value,
                                size_t why_size);
 
 /* ?id= of CONSOLE_R_FIND: a UUID (an attempt or an order) or a provider's
- * intent id (letters, digits, '_', up to 95). 0 / -1. */
-int console_input_find_id(const char *value, char out[96], char *why, size_t why_size);
+ * payment id (letters, digits, '_', shorter than PROVIDER_ID_MAX). 0 / -1. */
+int console_input_find_id(const char *value, char out[PROVIDER_ID_MAX], char *why,
+                          size_t why_size);
 
 /* The session id in a Cookie header (CONSOLE_COOKIE=...), or -1 when there
  * is none or it is malformed. */

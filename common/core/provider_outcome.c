@@ -4,6 +4,14 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "charged_assert.h"
+
+/* Whatever provider_outcome_id_ok passes fits every id buffer, the
+ * result's included. */
+_Static_assert(sizeof(((struct provider_result *)0)->provider_payment_id) ==
+                   PROVIDER_ID_MAX,
+               "one size for provider ids");
+
 static const char *outcome_names[] = {
     "succeeded", "processing",      "declined", "not_executed",
     "unknown",   "requires_review", "invalid",  "not_found",
@@ -11,11 +19,14 @@ static const char *outcome_names[] = {
 
 const char *provider_outcome_name(enum provider_outcome o)
 {
+    /* Every outcome has a name: a value outside the enum is a broken result. */
+    CHARGED_ASSERT((size_t)o < sizeof(outcome_names) / sizeof(outcome_names[0]));
     return outcome_names[o];
 }
 
 void provider_outcome_detail(const struct provider_result *res, char *buf, size_t size)
 {
+    CHARGED_ASSERT(res != NULL && buf != NULL && size > 0);
     if (!res->code[0])
         snprintf(buf, size, "%s", res->error);
     else if (res->param[0])
@@ -35,7 +46,7 @@ struct provider_result provider_outcome_lost_answer(void)
 int provider_outcome_id_ok(const char *id)
 {
     size_t n = id ? strlen(id) : 0;
-    if (n == 0 || n >= sizeof(((struct provider_result *)0)->provider_payment_id))
+    if (n == 0 || n >= PROVIDER_ID_MAX)
         return 0;
     for (size_t i = 0; i < n; i++)
         if (!isalnum((unsigned char)id[i]) && id[i] != '_')

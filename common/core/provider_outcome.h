@@ -1,21 +1,28 @@
 /* provider_outcome: what a payment provider answered, as data: the outcome
  * of a call (what the caller must do next, per the contract's table), the
- * answer's details, and the objects of a list page. Pure: the policies and
- * the stores take them without the client that fills them in
- * (provider_client). */
+ * answer's details, and the objects of a list page. Provider-neutral and
+ * pure: the policies and the stores take them without the client that
+ * fills them in (common/provider, whose backend knows the provider). */
 #ifndef CHARGED_PROVIDER_OUTCOME_H
 #define CHARGED_PROVIDER_OUTCOME_H
 
 #include <stddef.h>
 
+/* The size of every buffer that holds a provider object's id, here and
+ * wherever one is copied: a provider's ids are up to 255 characters (the
+ * Stripe backend's are), and one cut short names another object, or none
+ * (a list cursor the provider refuses). */
+#define PROVIDER_ID_MAX 256
+
 enum provider_outcome {
     PROVIDER_SUCCEEDED = 0,   /* charge confirmed; provider_payment_id set */
     PROVIDER_PROCESSING,      /* accepted, settles later (webhook, lookup) */
-    PROVIDER_DECLINED,        /* 402 card_error: code, decline_code set */
+    PROVIDER_DECLINED,        /* the card was declined: code, decline_code set */
     PROVIDER_NOT_EXECUTED,    /* 409, 429, refused before sending: retry same key */
     PROVIDER_UNKNOWN,         /* 5xx, timeout, lost after sending: reconcile */
-    PROVIDER_REQUIRES_REVIEW, /* 400 idempotency_error, or an answer we cannot place */
-    PROVIDER_INVALID,         /* 400 invalid_request_error: not executed, final */
+    PROVIDER_REQUIRES_REVIEW, /* the key reused for another request, or an answer we
+                                 cannot place */
+    PROVIDER_INVALID,         /* a refused request (400): not executed, final */
     PROVIDER_NOT_FOUND,       /* look-ups only: no such payment intent */
 };
 
@@ -25,7 +32,7 @@ const char *provider_outcome_name(enum provider_outcome o);
 struct provider_result {
     enum provider_outcome outcome;
     int http_status; /* 0: no answer */
-    int replayed;    /* Idempotent-Replayed: true */
+    int replayed;    /* the provider answered from its idempotency store */
     int sent;        /* request bytes reached the wire */
     int resent;      /* times curl itself sent it again with the same key: a
                         pooled connection closed without an answer (the
@@ -35,15 +42,16 @@ struct provider_result {
     char currency[8];           /* of the intent, lower case as sent; "" when absent */
     char intent_attempt_id[40]; /* the intent's metadata[payment_attempt_id] */
     int matches;                /* look-ups: how many intents were found */
-    char provider_payment_id[96];
+    char provider_payment_id[PROVIDER_ID_MAX];
     char intent_status[32];
     char code[64];
     char decline_code[64];
-    char param[64];        /* error.param: the request parameter the provider faults */
-    char error[256];       /* one line: why, when not succeeded; the provider's own
-                              message has its ids and quoted values masked */
-    int has_more;          /* list: another page follows */
-    char list_last_id[96]; /* list: the page's last intent (starting_after) */
+    char param[64];  /* error.param: the request parameter the provider faults */
+    char error[256]; /* one line: why, when not succeeded; the provider's own
+                        message has its ids and quoted values masked */
+    int has_more;    /* list: another page follows */
+    char list_last_id[PROVIDER_ID_MAX]; /* list: the page's last object
+                                           (starting_after) */
 };
 
 /* "<code>[ (<param>)]: <error>", or the error alone when the provider gave
@@ -55,16 +63,13 @@ void provider_outcome_detail(const struct provider_result *res, char *buf, size_
  * executed, so it is recorded as a call of its own, outcome unknown. */
 struct provider_result provider_outcome_lost_answer(void);
 
-/* A provider id we can store and look up again (an intent's "pi_3Mtw..."):
- * letters, digits and '_', and short enough for provider_payment_id. */
+/* A provider id we can store and look up again: letters, digits and '_',
+ * and shorter than PROVIDER_ID_MAX. */
 int provider_outcome_id_ok(const char *id);
 
 /* One object of a provider's list, as the auditor reads it. Every string
  * is printable ASCII, bounded ("" when absent): a byte that is not is
  * replaced by '?', so that one odd object never stops a page. */
-/* Stripe's object ids are up to 255 characters: one cut short names
- * another object, or none (a list cursor the provider refuses). */
-#define PROVIDER_ID_MAX 256
 
 struct provider_listed {
     char id[PROVIDER_ID_MAX];

@@ -114,13 +114,14 @@ enum reconcile_rule {
 
 struct reconcile_decision {
     enum reconcile_next next;
-    enum reconcile_rule rule;     /* SETTLE: the row that decided */
-    enum attempt_status status;   /* SETTLE; the attempt's own: look again */
-    char reason[512];             /* SETTLE: valid UTF-8; "" for none */
-    char provider_payment_id[96]; /* SETTLE: the intent booked; "" for none */
-    char note[512];               /* SETTLE: what the look saw beside what
-                                     settled it (foreign objects naming the
-                                     attempt), for its evidence and log; "" */
+    enum reconcile_rule rule;   /* SETTLE: the row that decided */
+    enum attempt_status status; /* SETTLE; the attempt's own: look again */
+    char reason[512];           /* SETTLE: valid UTF-8; "" for none */
+    /* SETTLE: the intent booked; "" for none */
+    char provider_payment_id[PROVIDER_ID_MAX];
+    char note[512]; /* SETTLE: what the look saw beside what
+                       settled it (foreign objects naming the
+                       attempt), for its evidence and log; "" */
 };
 
 /* The next step of a look, from the evidence so far. Call it again with

@@ -1,454 +1,9 @@
 #include "webhook_event.h"
 
-#include <ctype.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include <jansson.h>
-#include <uuid/uuid.h>
-
-#include "card_data.h"
+#include "charged_assert.h"
 #include "ownership.h"
-
-/* An identifier from the provider (event id, intent id, event type): we
- * store, log and compare these, so only a plain alphabet is accepted. */
-static int plain_token(const char *s, size_t max)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n >= max)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (!isalnum((unsigned char)s[i]) && !strchr("_.:-", s[i]))
-            return 0;
-    return 1;
-}
-
-static const char *str_at(json_t *o, const char *key)
-{
-    return json_string_value(json_object_get(o, key));
-}
-
-static enum webhook_evidence evidence_of(const char *type)
-{
-    if (!strcmp(type, "payment_intent.succeeded"))
-        return WEBHOOK_EVIDENCE_SUCCEEDED;
-    if (!strcmp(type, "payment_intent.payment_failed") ||
-        !strcmp(type, "payment_intent.canceled"))
-        return WEBHOOK_EVIDENCE_FAILED;
-    if (!strcmp(type, "payment_intent.processing"))
-        return WEBHOOK_EVIDENCE_PROCESSING;
-    if (!strcmp(type, "refund.created") || !strcmp(type, "refund.updated") ||
-        !strcmp(type, "refund.failed") || !strcmp(type, "charge.refunded"))
-        return WEBHOOK_EVIDENCE_REFUND;
-    return WEBHOOK_EVIDENCE_NONE;
-}
-
-/* Does the intent's status say what the event's type says? */
-static int status_agrees(enum webhook_evidence e, const char *status)
-{
-    switch (e) {
-    case WEBHOOK_EVIDENCE_SUCCEEDED:
-        return !strcmp(status, "succeeded");
-    case WEBHOOK_EVIDENCE_FAILED:
-        return !strcmp(status, "requires_payment_method") ||
-               !strcmp(status, "canceled");
-    case WEBHOOK_EVIDENCE_PROCESSING:
-        return !strcmp(status, "processing");
-    case WEBHOOK_EVIDENCE_NONE:
-    case WEBHOOK_EVIDENCE_REFUND:
-        break;
-    }
-    return 1;
-}
-
-/* A canonical uuid from metadata[key] into out[37], or "". */
-static void metadata_uuid(json_t *obj, const char *key, char out[37])
-{
-    const char *s = str_at(json_object_get(obj, "metadata"), key);
-    uuid_t u;
-    out[0] = '\0';
-    if (s && strlen(s) == 36 && uuid_parse(s, u) == 0)
-        uuid_unparse_lower(u, out);
-}
-
-/* An upper-cased ISO currency into out, "" when absent. 0 / -1. */
-static int currency_at(json_t *obj, char out[8])
-{
-    const char *s = str_at(obj, "currency");
-    out[0] = '\0';
-    if (!s)
-        return 0;
-    if (strlen(s) != 3 || !isalpha((unsigned char)s[0]) ||
-        !isalpha((unsigned char)s[1]) || !isalpha((unsigned char)s[2]))
-        return -1;
-    for (int i = 0; i < 3; i++)
-        out[i] = (char)toupper((unsigned char)s[i]);
-    out[3] = '\0';
-    return 0;
-}
-
-/* An id given as a string or as an expanded object's id: 0, 1 absent, -1
- * malformed. */
-static int id_at(json_t *obj, const char *key, char *out, size_t size)
-{
-    json_t *v = json_object_get(obj, key);
-    const char *s = json_is_object(v) ? str_at(v, "id") : json_string_value(v);
-    if (!v || json_is_null(v))
-        return 1;
-    if (!s || !plain_token(s, size))
-        return -1;
-    snprintf(out, size, "%s", s);
-    return 0;
-}
-
-/* One refund object into r; `intent` is the charge's when the refund is
- * one of its refunds.data[] ("" otherwise). 0 / -1 with errbuf. */
-static int by_refund(const void *a, const void *b)
-{
-    const struct webhook_refund *x = a, *y = b;
-    int c = strcmp(x->refund_id, y->refund_id);
-    return c ? c : strcmp(x->id, y->id);
-}
-
-static int parse_refund(json_t *obj, const char *type, const char *intent,
-                        struct webhook_refund *r, char *errbuf, size_t errbuf_size)
-{
-    const char *s;
-    json_t *v;
-
-    memset(r, 0, sizeof(*r));
-    r->amount = -1;
-    if (!json_is_object(obj) ||
-        ((s = str_at(obj, "object")) && strcmp(s, "refund") != 0)) {
-        snprintf(errbuf, errbuf_size, "refund is not a refund object");
-        return -1;
-    }
-    if (!(s = str_at(obj, "id")) || !plain_token(s, sizeof(r->id))) {
-        snprintf(errbuf, errbuf_size, "refund id missing or malformed");
-        return -1;
-    }
-    snprintf(r->id, sizeof(r->id), "%s", s);
-    if (!(s = str_at(obj, "status")) || !plain_token(s, sizeof(r->status))) {
-        snprintf(errbuf, errbuf_size, "refund status missing or malformed");
-        return -1;
-    }
-    snprintf(r->status, sizeof(r->status), "%s", s);
-    if (!strcmp(type, "refund.failed") &&
-        webhook_refund_status(s) != ATTEMPT_STATUS_FAILED) {
-        snprintf(errbuf, errbuf_size, "event type %s disagrees with refund status %s",
-                 type, s);
-        return -1;
-    }
-    v = json_object_get(obj, "amount");
-    if (v && (!json_is_integer(v) || json_integer_value(v) < 0)) {
-        snprintf(errbuf, errbuf_size, "refund amount is not a whole number >= 0");
-        return -1;
-    }
-    r->amount = v ? (long long)json_integer_value(v) : -1;
-    if (currency_at(obj, r->currency) != 0) {
-        snprintf(errbuf, errbuf_size, "refund currency malformed");
-        return -1;
-    }
-    if (webhook_refund_status(r->status) == ATTEMPT_STATUS_SUCCEEDED &&
-        (r->amount < 0 || !r->currency[0])) {
-        snprintf(errbuf, errbuf_size, "refund amount or currency missing");
-        return -1;
-    }
-    int got =
-        id_at(obj, "payment_intent", r->payment_intent, sizeof(r->payment_intent));
-    if (got < 0) {
-        snprintf(errbuf, errbuf_size, "refund payment_intent malformed");
-        return -1;
-    }
-    if (got > 0)
-        snprintf(r->payment_intent, sizeof(r->payment_intent), "%s", intent);
-    metadata_uuid(obj, "refund_id", r->refund_id);
-    metadata_uuid(obj, "payment_attempt_id", r->attempt_id);
-    if ((s = str_at(obj, "failure_reason"))) {
-        card_data_copy_masked(r->failure_reason, sizeof(r->failure_reason), s);
-    }
-    return 0;
-}
-
-/* data.object of a refund event: a refund, or (charge.refunded) a charge
- * whose refunds.data[] are each applied. 0 / -1 with errbuf. */
-static int parse_refunds(json_t *obj, struct webhook_event *ev, char *errbuf,
-                         size_t errbuf_size)
-{
-    if (strcmp(ev->type, "charge.refunded") != 0) {
-        ev->nrefunds = 1;
-        if (parse_refund(obj, ev->type, "", &ev->refunds[0], errbuf, errbuf_size) != 0)
-            return -1;
-    } else {
-        const char *s = str_at(obj, "object");
-        if (s && strcmp(s, "charge") != 0) {
-            snprintf(errbuf, errbuf_size, "event data.object is not a charge");
-            return -1;
-        }
-        if (id_at(obj, "payment_intent", ev->intent_id, sizeof(ev->intent_id)) < 0) {
-            snprintf(errbuf, errbuf_size, "charge payment_intent malformed");
-            return -1;
-        }
-        json_t *list = json_object_get(json_object_get(obj, "refunds"), "data"), *r;
-        size_t i;
-        if (list && !json_is_array(list)) {
-            snprintf(errbuf, errbuf_size, "charge refunds.data is not a list");
-            return -1;
-        }
-        if (json_array_size(list) > WEBHOOK_REFUNDS_MAX) {
-            snprintf(errbuf, errbuf_size, "charge lists more than %d refunds",
-                     WEBHOOK_REFUNDS_MAX);
-            return -1;
-        }
-        json_array_foreach(list, i, r)
-        {
-            if (parse_refund(r, ev->type, ev->intent_id, &ev->refunds[i], errbuf,
-                             errbuf_size) != 0)
-                return -1;
-            ev->nrefunds++;
-        }
-        metadata_uuid(obj, "payment_attempt_id", ev->attempt_id);
-    }
-    /* Locked in one order by every delivery: two events naming the same
-     * refunds in other orders never deadlock. */
-    qsort(ev->refunds, ev->nrefunds, sizeof(ev->refunds[0]), by_refund);
-    if (ev->nrefunds > 0) {
-        if (!ev->intent_id[0])
-            snprintf(ev->intent_id, sizeof(ev->intent_id), "%s",
-                     ev->refunds[0].payment_intent);
-        if (!ev->attempt_id[0])
-            snprintf(ev->attempt_id, sizeof(ev->attempt_id), "%s",
-                     ev->refunds[0].attempt_id);
-    }
-    return 0;
-}
-
-/* A number written with card digits (an "amount" of 19 Luhn-valid digits),
- * masked in the text, would be no JSON ("amount":****...): *r gets the
- * string of its masked digits to stand in for it, or NULL when m is no such
- * number (found by fuzz_webhook_event). 0 / -1. */
-static int masked_number(json_t *m, json_t **r)
-{
-    *r = NULL;
-    if (!json_is_number(m))
-        return 0;
-    char *text = json_dumps(m, JSON_ENCODE_ANY);
-    if (!text)
-        return -1;
-    int rc = 0;
-    if (card_data_mask(text, strlen(text)) > 0 && !(*r = json_string(text)))
-        rc = -1;
-    free(text);
-    return rc;
-}
-
-/* A string is anyone's text (metadata, a description): masked as shown
- * text is, a TAB or NBSP between groups included, which the dump would
- * write as escapes the text's mask cannot read through. 0 / -1. */
-static int masked_string(json_t *v)
-{
-    size_t n = json_string_length(v);
-    char *copy = malloc(n + 1);
-    if (!copy)
-        return -1;
-    memcpy(copy, json_string_value(v), n + 1);
-    int rc =
-        card_data_mask_loose(copy, n) > 0 ? json_string_setn_nocheck(v, copy, n) : 0;
-    free(copy);
-    return rc;
-}
-
-/* The keys under which the provider writes ids of its own objects. Ids are
- * not text: psp-sim's "pi_18ee99fce2095510000001" holds a Luhn-valid run
- * the shown-text mask would take for a card, and a stored copy must name
- * the intent the event is about. */
-static const char *const PROVIDER_ID_KEYS[] = {
-    "id",
-    "payment_intent",
-    "charge",
-    "latest_charge",
-    "payment_method",
-    "customer",
-    "refund",
-    "balance_transaction",
-};
-
-static int provider_id(const char *key, json_t *v)
-{
-    if (!json_is_string(v) || !plain_token(json_string_value(v), 256))
-        return 0;
-    for (size_t i = 0; i < sizeof(PROVIDER_ID_KEYS) / sizeof(PROVIDER_ID_KEYS[0]); i++)
-        if (!strcmp(key, PROVIDER_ID_KEYS[i]))
-            return 1;
-    return 0;
-}
-
-/* Every such number in the tree replaced, every string masked but the
- * provider's ids; under "metadata" (anyone's to write) every string is
- * text, whatever its key. Digits in strings stay valid JSON when masked.
- * 0 / -1. */
-static int mask_card_numbers(json_t *v, int anyones)
-{
-    const char *key;
-    json_t *m, *r, *tmp;
-    size_t i;
-
-    if (json_is_string(v))
-        return masked_string(v);
-    if (json_is_object(v)) {
-        json_object_foreach_safe(v, tmp, key, m)
-        {
-            if (!anyones && provider_id(key, m))
-                continue;
-            if (masked_number(m, &r) != 0 ||
-                (r ? json_object_set_new(v, key, r)
-                   : mask_card_numbers(m, anyones || !strcmp(key, "metadata"))) != 0)
-                return -1;
-        }
-    } else if (json_is_array(v)) {
-        json_array_foreach(v, i, m)
-        {
-            if (masked_number(m, &r) != 0 ||
-                (r ? json_array_set_new(v, i, r) : mask_card_numbers(m, anyones)) != 0)
-                return -1;
-        }
-    }
-    return 0;
-}
-
-/* The event as stored: re-written by jansson, ASCII only. 0 /
- * WEBHOOK_PARSE_NO_MEMORY. */
-static int normalize(json_t *root, char **out, char *errbuf, size_t errbuf_size)
-{
-    if (!out)
-        return 0;
-    if (mask_card_numbers(root, 0) != 0) {
-        snprintf(errbuf, errbuf_size, "out of memory");
-        return WEBHOOK_PARSE_NO_MEMORY;
-    }
-    *out = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
-    if (!*out) {
-        snprintf(errbuf, errbuf_size, "out of memory");
-        return WEBHOOK_PARSE_NO_MEMORY;
-    }
-    /* Card digits are never kept, whoever sent them. */
-    card_data_mask(*out, strlen(*out));
-    return 0;
-}
-
-int webhook_event_parse(const char *body, size_t len, struct webhook_event *ev,
-                        char **normalized, char *errbuf, size_t errbuf_size)
-{
-    json_error_t jerr;
-    json_t *root = NULL, *obj, *v;
-    const char *s;
-    int rc = -1;
-
-    memset(ev, 0, sizeof(*ev));
-    ev->amount = -1;
-    if (normalized)
-        *normalized = NULL;
-    /* jansson refuses invalid UTF-8 and \u0000, which the database would
-     * refuse later: such a body is a bad request, never a stored one. */
-    root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root) {
-        int oom = json_error_code(&jerr) == json_error_out_of_memory;
-        snprintf(errbuf, errbuf_size, oom ? "out of memory" : "body is not valid json");
-        rc = oom ? WEBHOOK_PARSE_NO_MEMORY : -1;
-        goto out;
-    }
-    if (!json_is_object(root)) {
-        snprintf(errbuf, errbuf_size, "event is not a json object");
-        goto out;
-    }
-    if (!(s = str_at(root, "id")) || !plain_token(s, sizeof(ev->id))) {
-        snprintf(errbuf, errbuf_size, "event id missing or malformed");
-        goto out;
-    }
-    snprintf(ev->id, sizeof(ev->id), "%s", s);
-    if (!(s = str_at(root, "type")) || !plain_token(s, sizeof(ev->type))) {
-        snprintf(errbuf, errbuf_size, "event type missing or malformed");
-        goto out;
-    }
-    snprintf(ev->type, sizeof(ev->type), "%s", s);
-    ev->evidence = evidence_of(ev->type);
-    v = json_object_get(root, "created");
-    if (!json_is_integer(v) || json_integer_value(v) < 0) {
-        snprintf(errbuf, errbuf_size, "event created missing or not a unix time");
-        goto out;
-    }
-    ev->created = (int64_t)json_integer_value(v);
-    obj = json_object_get(json_object_get(root, "data"), "object");
-    if (!json_is_object(obj)) {
-        snprintf(errbuf, errbuf_size, "event data.object missing");
-        goto out;
-    }
-    if (ev->evidence == WEBHOOK_EVIDENCE_REFUND) {
-        if (parse_refunds(obj, ev, errbuf, errbuf_size) == 0)
-            rc = normalize(root, normalized, errbuf, errbuf_size);
-        goto out;
-    }
-    /* Events about other objects are recorded, not acted on. */
-    if (ev->evidence == WEBHOOK_EVIDENCE_NONE) {
-        if ((s = str_at(obj, "id")) && plain_token(s, sizeof(ev->intent_id)))
-            snprintf(ev->intent_id, sizeof(ev->intent_id), "%s", s);
-        rc = normalize(root, normalized, errbuf, errbuf_size);
-        goto out;
-    }
-    if ((s = str_at(obj, "object")) && strcmp(s, "payment_intent") != 0) {
-        snprintf(errbuf, errbuf_size, "event data.object is not a payment_intent");
-        goto out;
-    }
-    if (!(s = str_at(obj, "id")) || !plain_token(s, sizeof(ev->intent_id))) {
-        snprintf(errbuf, errbuf_size, "payment_intent id missing or malformed");
-        goto out;
-    }
-    snprintf(ev->intent_id, sizeof(ev->intent_id), "%s", s);
-    if (!(s = str_at(obj, "status")) || !plain_token(s, sizeof(ev->intent_status))) {
-        snprintf(errbuf, errbuf_size, "payment_intent status missing or malformed");
-        goto out;
-    }
-    snprintf(ev->intent_status, sizeof(ev->intent_status), "%s", s);
-    if (!status_agrees(ev->evidence, ev->intent_status)) {
-        snprintf(errbuf, errbuf_size, "event type %s disagrees with intent status %s",
-                 ev->type, ev->intent_status);
-        goto out;
-    }
-    v = json_object_get(obj, "amount");
-    if (v && (!json_is_integer(v) || json_integer_value(v) < 0)) {
-        snprintf(errbuf, errbuf_size,
-                 "payment_intent amount is not a whole number >= 0");
-        goto out;
-    }
-    ev->amount = v ? (long long)json_integer_value(v) : -1;
-    if ((s = str_at(obj, "currency"))) {
-        if (strlen(s) != 3 || !isalpha((unsigned char)s[0]) ||
-            !isalpha((unsigned char)s[1]) || !isalpha((unsigned char)s[2])) {
-            snprintf(errbuf, errbuf_size, "payment_intent currency malformed");
-            goto out;
-        }
-        for (int i = 0; i < 3; i++)
-            ev->currency[i] = (char)toupper((unsigned char)s[i]);
-    }
-    if (ev->evidence == WEBHOOK_EVIDENCE_SUCCEEDED &&
-        (ev->amount < 0 || !ev->currency[0])) {
-        snprintf(errbuf, errbuf_size, "payment_intent amount or currency missing");
-        goto out;
-    }
-    s = str_at(json_object_get(obj, "metadata"), "payment_attempt_id");
-    uuid_t u;
-    if (s && strlen(s) == 36 && uuid_parse(s, u) == 0)
-        uuid_unparse_lower(u, ev->attempt_id);
-    v = json_object_get(obj, "last_payment_error");
-    if ((s = str_at(v, "decline_code")) || (s = str_at(v, "code"))) {
-        card_data_copy_masked(ev->decline_code, sizeof(ev->decline_code), s);
-    }
-    rc = normalize(root, normalized, errbuf, errbuf_size);
-out:
-    json_decref(root);
-    return rc;
-}
 
 const char *webhook_action_name(enum webhook_action a)
 {
@@ -472,6 +27,8 @@ const char *webhook_action_name(enum webhook_action a)
 static void set(struct webhook_decision *d, enum webhook_action action,
                 enum attempt_status status, const char *reason)
 {
+    CHARGED_ASSERT((unsigned)action <= WEBHOOK_UNPROVEN);
+    CHARGED_ASSERT((unsigned)status < ATTEMPT_STATUS__COUNT && reason != NULL);
     d->check_now = 0;
     d->action = action;
     d->status = status;
@@ -519,6 +76,7 @@ static void decide_not_ours(const struct webhook_event *ev,
                             const struct webhook_attempt *a, enum ownership_verdict v,
                             struct webhook_decision *d)
 {
+    CHARGED_ASSERT(v == OWNERSHIP_UNPROVEN || v == OWNERSHIP_FOREIGN);
     int foreign = v == OWNERSHIP_FOREIGN;
     int in_flight =
         a->status == ATTEMPT_STATUS_PROCESSING || a->status == ATTEMPT_STATUS_UNKNOWN;
@@ -536,12 +94,15 @@ static void decide_not_ours(const struct webhook_event *ev,
             foreign ? "about another's intent"
                     : "about an intent that only names the attempt");
     d->check_now = a->status == ATTEMPT_STATUS_UNKNOWN;
+    /* Not proven ours: the attempt stays as it is, whatever the event. */
+    CHARGED_ASSERT(d->status == a->status);
 }
 
 static void decide_success(const struct webhook_event *ev,
                            const struct webhook_attempt *a, struct webhook_decision *d)
 {
     const enum attempt_status RV = ATTEMPT_STATUS_REQUIRES_REVIEW;
+    CHARGED_ASSERT(ev->evidence == WEBHOOK_EVIDENCE_SUCCEEDED);
     if (other_charge(ev, a)) {
         switch (a->status) {
         case ATTEMPT_STATUS_PROCESSING:
@@ -594,6 +155,8 @@ static void decide(const struct webhook_event *ev, const struct webhook_attempt 
 void webhook_event_decide(const struct webhook_event *ev,
                           const struct webhook_attempt *a, struct webhook_decision *d)
 {
+    CHARGED_ASSERT(ev != NULL && a != NULL && d != NULL);
+    CHARGED_ASSERT((unsigned)a->status < ATTEMPT_STATUS__COUNT);
     decide(ev, a, d);
     /* A FAILED attempt may have been followed by another attempt of its
      * order: it cannot become live (REQUIRES_REVIEW) again beside it. The
@@ -605,11 +168,16 @@ void webhook_event_decide(const struct webhook_event *ev,
         d->reason = "contradicts a failed attempt whose order has another live attempt";
         d->status = a->status;
     }
+    /* Only APPLY and REVIEW move the attempt, and each to another state. */
+    CHARGED_ASSERT((d->action == WEBHOOK_APPLY || d->action == WEBHOOK_REVIEW) ==
+                   (d->status != a->status));
+    CHARGED_ASSERT(!d->check_now || a->status == ATTEMPT_STATUS_UNKNOWN);
 }
 
 static void decide(const struct webhook_event *ev, const struct webhook_attempt *a,
                    struct webhook_decision *d)
 {
+    CHARGED_ASSERT((unsigned)ev->evidence <= WEBHOOK_EVIDENCE_REFUND);
     /* A refund's event is about a refund, not the attempt. */
     if (ev->evidence == WEBHOOK_EVIDENCE_NONE ||
         ev->evidence == WEBHOOK_EVIDENCE_REFUND) {
@@ -675,11 +243,17 @@ static void refund_set(struct webhook_refund_decision *d,
                        enum webhook_refund_action action, enum attempt_status status,
                        const char *reason)
 {
+    CHARGED_ASSERT((unsigned)action <= WEBHOOK_REFUND_NEEDS_REVIEW);
+    CHARGED_ASSERT((unsigned)status < ATTEMPT_STATUS__COUNT && reason != NULL);
     d->check_now = 0;
     d->action = action;
     d->status = status;
     d->reason = reason;
 }
+
+static void refund_decide(const struct webhook_refund *r,
+                          const struct webhook_refund_row *row,
+                          struct webhook_refund_decision *d);
 
 /* Whose refund the event's is (ownership.h), from what the database
  * compared: the ids recorded, and the intent our refund is on. */
@@ -714,6 +288,7 @@ static void refund_not_ours(const struct webhook_refund *r,
                             const struct webhook_refund_row *row,
                             enum ownership_verdict v, struct webhook_refund_decision *d)
 {
+    CHARGED_ASSERT(v == OWNERSHIP_UNPROVEN || v == OWNERSHIP_FOREIGN);
     int foreign = v == OWNERSHIP_FOREIGN;
     if (webhook_refund_status(r->status) == ATTEMPT_STATUS_SUCCEEDED)
         refund_set(d, WEBHOOK_REFUND_NEEDS_REVIEW, row->status,
@@ -730,6 +305,19 @@ static void refund_not_ours(const struct webhook_refund *r,
 void webhook_refund_decide(const struct webhook_refund *r,
                            const struct webhook_refund_row *row,
                            struct webhook_refund_decision *d)
+{
+    CHARGED_ASSERT(r != NULL && row != NULL && d != NULL);
+    CHARGED_ASSERT((unsigned)row->status < ATTEMPT_STATUS__COUNT);
+    refund_decide(r, row, d);
+    /* Only APPLY moves the refund, and to another state: what is refunded
+     * only grows on evidence about this refund. */
+    CHARGED_ASSERT((d->action == WEBHOOK_REFUND_APPLY) == (d->status != row->status));
+    CHARGED_ASSERT(!d->check_now || row->status == ATTEMPT_STATUS_UNKNOWN);
+}
+
+static void refund_decide(const struct webhook_refund *r,
+                          const struct webhook_refund_row *row,
+                          struct webhook_refund_decision *d)
 {
     const enum attempt_status cur = row->status;
     int open = cur == ATTEMPT_STATUS_PROCESSING || cur == ATTEMPT_STATUS_UNKNOWN;

@@ -1,9 +1,10 @@
 /* webhook_event: what a provider webhook says, and what it does to an
- * attempt.
+ * attempt or a refund.
  *
- * Parsing checks the event's shape (a Stripe-shaped event whose
- * data.object is a PaymentIntent) and keeps what the decision needs. The
- * decision is a pure table: evidence (succeeded, failed, processing) x the
+ * The event is provider-neutral: the provider's backend parses its own
+ * shape into it (provider.h, parse_event; the Stripe backend's is
+ * stripe_webhook_parse), keeping what the decisions need. The decision is
+ * a pure table: evidence (succeeded, failed, processing) x the
  * attempt's status x whether the event's intent is the attempt's own
  * (ownership.h: the intent we recorded from our own call's answer; an
  * intent that merely names the attempt in its metadata is not) -> apply a
@@ -27,67 +28,55 @@
 #include <stdint.h>
 
 #include "attempt_status.h"
+#include "provider_outcome.h"
 
 enum webhook_evidence {
     WEBHOOK_EVIDENCE_NONE = 0,   /* an event type we do not act on */
-    WEBHOOK_EVIDENCE_SUCCEEDED,  /* payment_intent.succeeded */
-    WEBHOOK_EVIDENCE_FAILED,     /* payment_intent.payment_failed */
-    WEBHOOK_EVIDENCE_PROCESSING, /* payment_intent.processing */
-    WEBHOOK_EVIDENCE_REFUND      /* refund.created|updated|failed,
-                                    charge.refunded: see refunds[] */
+    WEBHOOK_EVIDENCE_SUCCEEDED,  /* a charge succeeded */
+    WEBHOOK_EVIDENCE_FAILED,     /* a charge failed or was canceled */
+    WEBHOOK_EVIDENCE_PROCESSING, /* a charge is processing */
+    WEBHOOK_EVIDENCE_REFUND      /* about refunds: see refunds[] */
 };
 
-/* A refund the provider's event describes (a refund object, or one of a
- * charge's refunds.data[]). */
+/* A refund the provider's event describes (a refund object, or one of the
+ * refunds of a charge the event lists). */
 struct webhook_refund {
-    char id[256]; /* re_... */
+    char id[PROVIDER_ID_MAX]; /* the provider's refund id */
     char status[64];
-    long long amount;         /* -1 when absent */
-    char currency[8];         /* upper case; "" when absent */
-    char payment_intent[256]; /* "" when absent */
-    char refund_id[37];       /* metadata.refund_id; "" when absent or not a uuid */
-    char attempt_id[37];      /* metadata.payment_attempt_id; likewise */
+    long long amount;                     /* -1 when absent */
+    char currency[8];                     /* upper case; "" when absent */
+    char payment_intent[PROVIDER_ID_MAX]; /* the charge's; "" when absent */
+    char refund_id[37];  /* our refund id, from its metadata; "" when absent
+                            or not a uuid */
+    char attempt_id[37]; /* our payment attempt id, likewise */
     char failure_reason[128];
 };
 
-/* A charge.refunded event lists at most this many refunds: the provider
- * pages a charge's refunds list (10 by default, has_more) and never lists
- * more than 100 in one page. One with more is refused (400). */
+/* An event about a charge's refunds lists at most this many: the provider
+ * pages a charge's refunds list and never lists more than 100 in one page.
+ * One with more is refused (400). */
 #define WEBHOOK_REFUNDS_MAX 100
 
 struct webhook_event {
-    char id[256]; /* evt_... */
-    char type[128];
-    int64_t created; /* unix seconds */
+    char id[PROVIDER_ID_MAX]; /* the provider's event id */
+    char type[128];           /* the provider's event type, as it names it */
+    int64_t created;          /* unix seconds */
     enum webhook_evidence evidence;
-    char intent_id[256]; /* data.object.id */
-    char intent_status[64];
-    long long amount;       /* -1 when absent */
-    char currency[8];       /* upper case; "" when absent */
-    char attempt_id[37];    /* metadata.payment_attempt_id; "" when
-                               absent or not a uuid */
-    char decline_code[128]; /* last_payment_error's, when failed */
-    size_t nrefunds;        /* WEBHOOK_EVIDENCE_REFUND: the refunds named */
+    char intent_id[PROVIDER_ID_MAX]; /* the charge's provider id */
+    char intent_status[64];          /* the charge's status, the provider's word */
+    long long amount;                /* -1 when absent */
+    char currency[8];                /* upper case; "" when absent */
+    char attempt_id[37];             /* our payment attempt id, from the charge's
+                                        metadata; "" when absent or not a uuid */
+    char decline_code[128];          /* the charge's last decline, when failed */
+    size_t nrefunds;                 /* WEBHOOK_EVIDENCE_REFUND: the refunds named */
     struct webhook_refund refunds[WEBHOOK_REFUNDS_MAX];
 };
 
-/* webhook_event_parse's answer when memory ran out: nothing is known to be
- * wrong with the body, so it is not refused (400) but not stored (5xx), and
- * the provider delivers it again. */
+/* A backend's parse_event answer when memory ran out: nothing is known to
+ * be wrong with the body, so it is not refused (400) but not stored (5xx),
+ * and the provider delivers it again. */
 #define WEBHOOK_PARSE_NO_MEMORY (-2)
-
-/* Parses the raw body. Returns 0, -1 with one line in errbuf that is safe
- * to answer (bad JSON, a missing field, a type that disagrees with the
- * intent's status), or WEBHOOK_PARSE_NO_MEMORY. Text fields are checked, never
- * truncated: a value too long for its field is refused. A success must name its amount
- * (>= 0) and currency: without them it cannot be told from another charge.
- *
- * When `normalized` is not NULL it receives (malloc'd, the caller frees)
- * the event as jansson re-writes it, ASCII only: what is stored for review.
- * The raw body may hold numbers PostgreSQL refuses (1e-20000); this never
- * does. */
-int webhook_event_parse(const char *body, size_t len, struct webhook_event *ev,
-                        char **normalized, char *errbuf, size_t errbuf_size);
 
 /* The attempt as the database holds it, locked, and what the database
  * knows about the event's intent (compared there, whatever their length). */

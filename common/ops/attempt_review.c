@@ -51,8 +51,8 @@ struct review_attempt {
     char status[20];
     long long amount;
     char currency[4];
-    char provider_payment_id[96]; /* "" when none is recorded */
-    long long last_call_age_ms;   /* since its last provider call */
+    char provider_payment_id[PROVIDER_ID_MAX]; /* "" when none is recorded */
+    long long last_call_age_ms;                /* since its last provider call */
     char order_id[40];
     long long first_sent_ms; /* since the epoch (its creation if never sent) */
 };
@@ -68,8 +68,8 @@ struct owner {
 
 /* One look-up at the provider, as asked and as answered. */
 struct lookup {
-    const char *operation; /* "retrieve", "search" or "list" */
-    char query[96];        /* the intent id, or the attempt id searched for */
+    const char *operation;       /* "retrieve", "search" or "list" */
+    char query[PROVIDER_ID_MAX]; /* the intent id, or the attempt id searched for */
     int64_t started_ms;
     int pages; /* a list's: pages walked */
     struct provider_result res;

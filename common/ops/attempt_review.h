@@ -78,21 +78,21 @@ struct attempt_review_request {
 
 struct attempt_review_result {
     enum attempt_review_outcome outcome;
-    const char *verdict;          /* "agrees", "search_may_lag", "no_answer",
-                                     "unproven", "foreign", "contradicts"
-                                     (static); NULL when the provider was not
-                                     asked */
-    char provider_says[512];      /* what the provider says when it objects, or "" */
-    int forced;                   /* resolved over the provider's objection */
-    char status[20];              /* resolved: the new status; otherwise the
-                                     attempt's status as last read ("" unknown) */
-    char provider_payment_id[96]; /* the intent of a resolution, or the one
-                                     recorded on the attempt */
-    char other_attempt[40];       /* BOOKED_ELSEWHERE: that attempt */
-    json_t *evidence;             /* resolved: the transition's evidence */
-    char message[768];            /* one line for people, whatever the outcome
-                                     (REFUSED: "refused: " and what the
-                                     provider says) */
+    const char *verdict;     /* "agrees", "search_may_lag", "no_answer",
+                                "unproven", "foreign", "contradicts"
+                                (static); NULL when the provider was not
+                                asked */
+    char provider_says[512]; /* what the provider says when it objects, or "" */
+    int forced;              /* resolved over the provider's objection */
+    char status[20];         /* resolved: the new status; otherwise the
+                                attempt's status as last read ("" unknown) */
+    /* The intent of a resolution, or the one recorded on the attempt. */
+    char provider_payment_id[PROVIDER_ID_MAX];
+    char other_attempt[40]; /* BOOKED_ELSEWHERE: that attempt */
+    json_t *evidence;       /* resolved: the transition's evidence */
+    char message[768];      /* one line for people, whatever the outcome
+                               (REFUSED: "refused: " and what the
+                               provider says) */
 };
 
 /* Checks a request before anything is asked: a UUID attempt id, an intent id

@@ -1,5 +1,8 @@
-/* provider_client: the payment provider's PaymentIntents and Refunds API
- * over libcurl.
+/* provider_client: the payment provider's API, as every caller uses it:
+ * charges (payments), refunds, other posts, and look-ups. A face over the
+ * provider seam (provider.h): each call goes to the backend the client was
+ * opened with (provider_client_new: the default, "stripe"; the paths,
+ * headers and shapes below are that backend's, in common/provider/stripe/).
  *
  * Every answer is classified into what the caller must do next, per the
  * contract's table. Whether a request reached the wire is observed, not
@@ -31,9 +34,11 @@ struct provider_charge {
 
 typedef struct provider_client provider_client_t;
 
-/* base_url e.g. "http://127.0.0.1:12111"; api_version is pinned with a
- * Stripe-Version header on every request (NULL or "" sends none). Copies
- * all three; the key is wiped from memory by provider_client_free. NULL and
+/* A client of the default backend (PROVIDER_BACKEND_DEFAULT; another is
+ * provider_client_open's, provider.h). base_url e.g.
+ * "http://127.0.0.1:12111"; api_version is pinned with the backend's
+ * version header on every request (NULL or "" sends none). Copies all
+ * three; the key is wiped from memory by provider_client_free. NULL and
  * errbuf on failure. */
 provider_client_t *provider_client_new(const char *base_url, const char *api_key,
                                        const char *api_version, long timeout_ms,
@@ -43,16 +48,17 @@ void provider_client_free(provider_client_t *pc);
 /* Blocking. Always fill *res; return 0 (the outcome says what happened). */
 int provider_client_charge(provider_client_t *pc, const struct provider_charge *ch,
                            struct provider_result *res);
-/* GET /v1/payment_intents/<id>. */
+/* One payment by the provider's id. */
 int provider_client_retrieve(provider_client_t *pc, const char *payment_intent_id,
                              struct provider_result *res);
-/* GET /v1/payment_intents/search by metadata['payment_attempt_id']; the
- * result describes the most settled intent found (succeeded first). */
+/* The provider's search for the payments whose metadata names the
+ * attempt; the result describes the most settled one found (succeeded
+ * first). */
 int provider_client_search(provider_client_t *pc, const char *payment_attempt_id,
                            struct provider_result *res);
 
-/* GET /v1/payment_intents?created[gte]=..&created[lt]=..&limit=100
- * [&starting_after=..]: one page of the provider's list, newest first.
+/* One page (100 at most) of the provider's list of payments created in
+ * [created_gte, created_lt), newest first, after starting_after.
  * Unlike search the list is consistent, so a walk of every page that finds
  * no intent is evidence of absence. Of the page's intents only those whose
  * metadata[payment_attempt_id] is the attempt's count: `matches` says how
@@ -64,9 +70,9 @@ int provider_client_list(provider_client_t *pc, const char *payment_attempt_id,
                          long long created_gte, long long created_lt,
                          const char *starting_after, struct provider_result *res);
 
-/* Copies provider text bounded, valid UTF-8, with anything shaped like a
- * provider object id (cus_..., pi_..., pm_..., sk_..., ...) and every
- * quoted value masked: a provider message echoes what it was sent (a
+/* Copies provider text bounded, valid UTF-8, with anything shaped like one
+ * of the provider's object ids (a customer's, a payment's, a key...) and
+ * every quoted value masked: a provider message echoes what it was sent (a
  * customer, a card token) and must not carry it into reasons, events or
  * logs. Every message the client keeps goes through it. */
 void provider_client_redact(char *dst, size_t size, const char *src);
@@ -89,8 +95,9 @@ struct provider_call {
                             (a refund's: its refund_id) */
 };
 
-/* The answer to `call` as a result: its HTTP status, its Idempotent-Replayed
- * header (NULL when absent) and its body (NULL when none). What the client
+/* The answer to `call` as a result: its HTTP status, the backend's
+ * replayed header (the provider answered from its idempotency store; NULL
+ * when absent) and its body (NULL when none). What the client
  * does with every answer once the transfer is done; pure, so that tests and
  * the fuzz targets can feed it any answer. Sets http_status, replayed and
  * the classification; leaves the wire's fields (sent, latency) alone. */
@@ -112,20 +119,20 @@ int provider_client_start_charge(provider_client_t *pc,
                                  const struct provider_charge *ch, void *opaque,
                                  char *errbuf, size_t errbuf_size);
 /* Asynchronous POST of any other operation with a stable idempotency key
- * (e.g. a cancel: path "/v1/payment_intents/pi_123/cancel", form_body
+ * (e.g. a cancel: the backend's path of a payment's cancel, form_body
  * "cancellation_reason=abandoned"), done through perform/next_done like a
  * charge: the same headers, timeouts, wire rule (nothing sent:
  * NOT_EXECUTED; sent, no answer: UNKNOWN) and redaction. path is appended
  * to the base url as given: '/' then printable ASCII, ids escaped by the
  * caller. form_body is sent as given, already form-encoded (NULL or "":
  * an empty body). Copies all three. The answer is classified as a
- * charge's (400 invalid_request_error, payment_intent_unexpected_state
- * included: INVALID; 400 idempotency_error: REQUIRES_REVIEW; 409, 429,
+ * charge's (a refused request, one refused in the object's state included:
+ * INVALID; the key reused for another request: REQUIRES_REVIEW; 409, 429,
  * 401, 403: NOT_EXECUTED; 5xx: UNKNOWN), except that a 2xx object with a
  * usable id is SUCCEEDED whatever its own status (provider_payment_id its
  * id, intent_status its status: "canceled" for a cancel; no intent check,
- * no codes), and a 404 resource_missing is INVALID (a 404 without it stays
- * NOT_EXECUTED). A 4xx that carries the object (error.payment_intent) fills
+ * no codes), and a 404 saying the object is missing is INVALID (another
+ * 404 stays NOT_EXECUTED). A 4xx that carries the object fills
  * provider_payment_id and intent_status from it. 0 / -1 with errbuf (an
  * unusable path or key, out of memory): nothing started. */
 int provider_client_start_post(provider_client_t *pc, const char *path,
@@ -134,7 +141,7 @@ int provider_client_start_post(provider_client_t *pc, const char *path,
 /* A refund of part or all of one succeeded charge. */
 struct provider_refund {
     const char *idempotency_key;
-    const char *payment_intent;     /* the charge's pi_... */
+    const char *payment_intent;     /* the charge's provider id */
     long long amount;               /* minor units */
     const char *reason;             /* requested_by_customer|duplicate|fraudulent */
     const char *refund_id;          /* sent as metadata[refund_id] */
@@ -143,32 +150,33 @@ struct provider_refund {
 
 /* Refund answers fill struct provider_result so: outcome from the refund's
  * status (succeeded: SUCCEEDED; pending, requires_action: PROCESSING;
- * failed, canceled: DECLINED with code the failure_reason, else
+ * failed, canceled: DECLINED with code the provider's reason, else
  * "refund_failed" / "refund_canceled"; any other: REQUIRES_REVIEW),
- * provider_payment_id the refund's id (re_...), intent_status its status,
- * intent_attempt_id its metadata[refund_id], amount and currency its own.
- * Other answers are classified as a charge's (400 invalid_request_error:
- * INVALID; 400 idempotency_error: REQUIRES_REVIEW; 409, 429: NOT_EXECUTED;
- * 5xx, lost after sending: UNKNOWN); a 404 resource_missing is INVALID on
- * the POST (no such intent), NOT_FOUND on a retrieve. */
+ * provider_payment_id the refund's provider id, intent_status its status,
+ * intent_attempt_id the refund_id its metadata names, amount and currency
+ * its own. Other answers are classified as a charge's (a refused request:
+ * INVALID; the key reused for another request: REQUIRES_REVIEW; 409, 429:
+ * NOT_EXECUTED; 5xx, lost after sending: UNKNOWN); a 404 saying the object
+ * is missing is INVALID on the POST (no such payment), NOT_FOUND on a
+ * retrieve. */
 
-/* Asynchronous POST /v1/refunds through perform/next_done like a charge:
- * a POST as start_post sends one (headers, key, wire rule, redaction),
- * with payment_intent, amount, reason, metadata[refund_id] and
- * metadata[payment_attempt_id]. A 2xx refund whose amount or
- * metadata[refund_id] is not the one asked for is REQUIRES_REVIEW. Copies
- * what it needs. 0 / -1 with errbuf: nothing started. */
+/* An asynchronous refund through perform/next_done like a charge: a POST
+ * as start_post sends one (headers, key, wire rule, redaction), naming the
+ * payment, amount, reason, and refund_id and payment_attempt_id in its
+ * metadata. A 2xx refund whose amount or refund_id is not the one asked
+ * for is REQUIRES_REVIEW. Copies what it needs. 0 / -1 with errbuf:
+ * nothing started. */
 int provider_client_start_refund(provider_client_t *pc, const struct provider_refund *r,
                                  void *opaque, char *errbuf, size_t errbuf_size);
-/* Blocking: GET /v1/refunds/<id>. */
+/* Blocking: one refund by the provider's id. */
 int provider_client_retrieve_refund(provider_client_t *pc, const char *refund_id,
                                     struct provider_result *res);
-/* Blocking: GET /v1/refunds?payment_intent=<pi>&limit=100[&starting_after=]:
- * one page; only refunds whose metadata[refund_id] is `refund_id` count
+/* Blocking: one page (100 at most) of a payment's refunds, after
+ * starting_after; only refunds whose metadata names `refund_id` count
  * (matches), the result describing the most settled one (succeeded >
  * pending > any other > failed); none NOT_FOUND; has_more/list_last_id as
- * provider_client_list. A 404 (say, resource_missing: the provider does not
- * have the intent, or no longer) is UNKNOWN: the list looked at nothing. */
+ * provider_client_list. A 404 (say, the provider does not have the
+ * payment, or no longer) is UNKNOWN: the list looked at nothing. */
 int provider_client_list_refunds(provider_client_t *pc, const char *payment_intent,
                                  const char *refund_id, const char *starting_after,
                                  struct provider_result *res);
@@ -184,16 +192,15 @@ int provider_client_list_page(provider_client_t *pc, enum provider_list_of what,
                               const char *starting_after, struct provider_page *page,
                               struct provider_result *res);
 
-/* Blocking: one object by id (GET /v1/payment_intents/<id> or
- * /v1/refunds/<id>) into *obj. res->outcome SUCCEEDED: *obj holds it;
- * NOT_FOUND: the provider answered 404 resource_missing (it does not have
- * it); anything else: no evidence. */
+/* Blocking: one object (a payment or a refund) by id into *obj.
+ * res->outcome SUCCEEDED: *obj holds it; NOT_FOUND: the provider answered
+ * that it does not have it; anything else: no evidence. */
 int provider_client_fetch(provider_client_t *pc, enum provider_list_of what,
                           const char *id, struct provider_listed *obj,
                           struct provider_result *res);
 
-/* Asynchronous POST /v1/payment_intents that the provider must refuse
- * before executing it (amount 0, no payment method, not confirmed), done
+/* An asynchronous POST to the charge endpoint that the provider must
+ * refuse before executing it (amount 0, no payment method, not confirmed), done
  * through next_done like a charge. It charges nothing: the worker's provider
  * breaker asks with it whether the endpoint charges go to answers (any
  * answer but 429 or 5xx; a 400 is the expected one). */

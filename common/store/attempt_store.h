@@ -167,14 +167,15 @@ enum store_rc attempt_store_persist(attempt_store_t *st, struct attempt_outcome 
 struct attempt_due {
     char id[37];
     int64_t lease_epoch;
-    enum attempt_status status;   /* UNKNOWN or PROCESSING */
-    char provider_payment_id[96]; /* "" when none is known */
-    int64_t key_age_ms;           /* now - first_sent_at, database clock; -1:
-                                     never sent */
-    int64_t first_sent_ms;        /* first_sent_at, ms since the epoch on the
-                                     database clock; -1: never sent */
-    int64_t age_ms;               /* now - created_at */
-    int checks;                   /* looks so far */
+    enum attempt_status status; /* UNKNOWN or PROCESSING */
+    /* "" when none is known */
+    char provider_payment_id[PROVIDER_ID_MAX];
+    int64_t key_age_ms;    /* now - first_sent_at, database clock; -1:
+                              never sent */
+    int64_t first_sent_ms; /* first_sent_at, ms since the epoch on the
+                              database clock; -1: never sent */
+    int64_t age_ms;        /* now - created_at */
+    int checks;            /* looks so far */
     struct attempt_params params;
 };
 

@@ -65,7 +65,7 @@ enum refund_claim_result {
 /* What the provider is called with: the stored refund's own parameters. */
 struct refund_params {
     char idempotency_key[129];
-    char payment_intent[96]; /* the charge's provider id */
+    char payment_intent[PROVIDER_ID_MAX]; /* the charge's provider id */
     char payment_attempt_id[37];
     long long amount;
     char reason[24];
@@ -140,10 +140,11 @@ enum store_rc refund_store_hand_back(refund_store_t *st, const char *const *refu
 struct refund_due {
     char id[37];
     int64_t lease_epoch;
-    enum attempt_status status;  /* UNKNOWN or PROCESSING */
-    char provider_refund_id[96]; /* "" when none is known */
-    int64_t key_age_ms;          /* -1: never sent */
-    int64_t age_ms;              /* now - created_at */
+    enum attempt_status status; /* UNKNOWN or PROCESSING */
+    /* "" when none is known */
+    char provider_refund_id[PROVIDER_ID_MAX];
+    int64_t key_age_ms; /* -1: never sent */
+    int64_t age_ms;     /* now - created_at */
     int checks;
     struct refund_params params;
 };

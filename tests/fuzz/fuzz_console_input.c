@@ -139,7 +139,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size--;
     const uint8_t *line = fuzz_next_line(&data, &size, &n);
     char *arg = text(line, n), why[256] = "";
-    char secret[CONSOLE_SECRET_MAX], id[96];
+    char secret[CONSOLE_SECRET_MAX], id[PROVIDER_ID_MAX];
     switch (which) {
     case 0:
         route(arg);
@@ -166,7 +166,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         break;
     case 6:
         if (console_input_find_id(arg, id, why, sizeof(why)) == 0)
-            FUZZ_CHECK(id[0] && (charge_command_is_uuid(id) || strlen(id) < 96));
+            FUZZ_CHECK(id[0] &&
+                       (charge_command_is_uuid(id) || strlen(id) < PROVIDER_ID_MAX));
         else
             FUZZ_CHECK(why[0]);
         break;

@@ -12,6 +12,7 @@
 #include "charge_command.h"
 #include "fuzz_check.h"
 #include "utf8_text.h"
+#include "stripe.h"
 #include "webhook_event.h"
 
 #define CHECK_TEXT(field)                                                              \
@@ -79,7 +80,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char *body = fuzz_memdup(data, size);
     struct webhook_event ev;
     char err[256], *normalized = NULL;
-    int rc = webhook_event_parse(body, size, &ev, &normalized, err, sizeof(err));
+    int rc = stripe_webhook_parse(body, size, &ev, &normalized, err, sizeof(err));
     if (rc != 0) {
         FUZZ_CHECK(rc == -1 && memchr(err, '\0', sizeof(err)) && err[0]);
         free(normalized);

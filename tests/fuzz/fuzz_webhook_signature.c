@@ -11,7 +11,7 @@
 #include <openssl/hmac.h>
 
 #include "fuzz_check.h"
-#include "webhook_signature.h"
+#include "stripe.h"
 
 #define NOW 1700000000LL
 
@@ -108,8 +108,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(header);
         header = malloc(128);
         FUZZ_CHECK(header);
-        FUZZ_CHECK(webhook_signature_sign((const char *)body, size, secret,
-                                          NOW + offset, header, 128) == 0);
+        FUZZ_CHECK(stripe_signature_sign((const char *)body, size, secret, NOW + offset,
+                                         header, 128) == 0);
         signed_fresh = offset >= -WEBHOOK_SIGNATURE_TOLERANCE_S &&
                        offset <= WEBHOOK_SIGNATURE_TOLERANCE_S;
         if (mode & 2) {
@@ -119,7 +119,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
     }
     enum webhook_signature_rc rc =
-        webhook_signature_verify(header, (const char *)body, size, secrets, 2, NOW);
+        stripe_signature_verify(header, (const char *)body, size, secrets, 2, NOW);
     FUZZ_CHECK(webhook_signature_error(rc)[0]);
     if (rc == WEBHOOK_SIGNATURE_OK)
         check_accepted(header, secrets, body, size);

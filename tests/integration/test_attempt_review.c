@@ -106,7 +106,7 @@ static void seed_review(char id[37], char order[37])
  * `key` (NULL: another client's, "elsewhere-<id>"); its intent id in pi. */
 static void charge_under(const struct operator* o, const char *key_given,
                          const char *id, const char *order, const char *payment_method,
-                         enum provider_outcome want, char pi[96])
+                         enum provider_outcome want, char pi[PROVIDER_ID_MAX])
 {
     char key[64];
     struct provider_result r;
@@ -123,14 +123,14 @@ static void charge_under(const struct operator* o, const char *key_given,
     provider_client_charge(o->pc, &c, &r);
     ck_assert_msg(r.outcome == want, "set-up charge: %s (%s)",
                   provider_outcome_name(r.outcome), r.error);
-    snprintf(pi, 96, "%s", r.provider_payment_id);
+    snprintf(pi, PROVIDER_ID_MAX, "%s", r.provider_payment_id);
 }
 
 /* Another client's charge naming attempt `id` (metadata is anyone's to
  * write): it only names the attempt. */
 static void provider_charge(const struct operator* o, const char *id, const char *order,
                             const char *payment_method, enum provider_outcome want,
-                            char pi[96])
+                            char pi[PROVIDER_ID_MAX])
 {
     charge_under(o, NULL, id, order, payment_method, want, pi);
 }
@@ -139,7 +139,7 @@ static void provider_charge(const struct operator* o, const char *id, const char
  * call as the worker records it: answered with pi (recorded "" when its
  * answer was lost, as an error_after leaves it). */
 static void own_charge(const struct operator* o, const char *id, const char *order,
-                       int answered_with_it, char pi[96])
+                       int answered_with_it, char pi[PROVIDER_ID_MAX])
 {
     char key[64];
     snprintf(key, sizeof(key), "key-%s", id);
@@ -232,7 +232,7 @@ END_TEST
 START_TEST(succeeded_when_the_provider_agrees_and_the_history_tells_it)
 {
     struct operator o = operator_new("chargectl");
-    char id[37], order[37], old[37], pi[96];
+    char id[37], order[37], old[37], pi[PROVIDER_ID_MAX];
     seed_review(id, order);
     /* Its own charge, answered with pi (say, put in review by the answer's
      * webhook): proven its own. */
@@ -345,7 +345,7 @@ END_TEST
 START_TEST(refused_when_the_provider_contradicts_and_force_overrides)
 {
     struct operator o = operator_new("chargectl");
-    char id[37], order[37], pi[96];
+    char id[37], order[37], pi[PROVIDER_ID_MAX];
     seed_review(id, order);
     provider_charge(&o, id, order, "pm_card_processing", PROVIDER_PROCESSING, pi);
 
@@ -551,7 +551,7 @@ END_TEST
 START_TEST(refused_when_the_intent_is_another_order_s_or_attempt_s)
 {
     struct operator o = operator_new("chargectl");
-    char id[37], order[37], stranger_order[37], pi[96];
+    char id[37], order[37], stranger_order[37], pi[PROVIDER_ID_MAX];
     seed_review(id, order);
     test_env_uuid(stranger_order);
     /* Succeeded, of the attempt's amount, naming the attempt: but another
@@ -580,7 +580,7 @@ START_TEST(refused_when_the_intent_is_another_order_s_or_attempt_s)
 
     /* An intent charged recorded from another attempt's own call (that
      * attempt is UNKNOWN: nothing booked yet), although it names this one. */
-    char other[37], other_order[37], mine[37], mine_order[37], pi2[96];
+    char other[37], other_order[37], mine[37], mine_order[37], pi2[PROVIDER_ID_MAX];
     seed_review(mine, mine_order);
     provider_charge(&o, mine, mine_order, "pm_card_visa", PROVIDER_SUCCEEDED, pi2);
     test_env_uuid(other_order);
@@ -615,7 +615,7 @@ static void to_upper(char *dst, const char *src, size_t size)
 START_TEST(refused_when_the_intent_only_names_the_attempt)
 {
     struct operator o = operator_new("chargectl");
-    char id[37], order[37], foreign[96], own[96];
+    char id[37], order[37], foreign[PROVIDER_ID_MAX], own[PROVIDER_ID_MAX];
     seed_review(id, order);
     provider_charge(&o, id, order, "pm_card_visa", PROVIDER_SUCCEEDED, foreign);
     own_charge(&o, id, order, 0, own);
@@ -657,7 +657,7 @@ START_TEST(refused_when_the_intent_only_names_the_attempt)
     /* The attempt's own intent, answered to its own call, agrees whichever
      * of the two the search describes (the other client's, made first and
      * as settled, may be it). */
-    char mine[37], mine_order[37], theirs[96], ours[96];
+    char mine[37], mine_order[37], theirs[PROVIDER_ID_MAX], ours[PROVIDER_ID_MAX];
     seed_review(mine, mine_order);
     provider_charge(&o, mine, mine_order, "pm_card_visa", PROVIDER_SUCCEEDED, theirs);
     own_charge(&o, mine, mine_order, 1, ours);
@@ -683,7 +683,7 @@ END_TEST
 START_TEST(the_attempt_id_in_either_case)
 {
     struct operator o = operator_new("chargectl");
-    char id[37], order[37], upper[37], pi[96];
+    char id[37], order[37], upper[37], pi[PROVIDER_ID_MAX];
     seed_review(id, order);
     own_charge(&o, id, order, 0, pi);
     to_upper(upper, id, sizeof(upper));
@@ -695,7 +695,7 @@ START_TEST(the_attempt_id_in_either_case)
     attempt_review_result_clear(&res);
     ck_assert_str_eq(status_of(id), "REQUIRES_REVIEW");
 
-    char other[37], other_order[37], foreign[96];
+    char other[37], other_order[37], foreign[PROVIDER_ID_MAX];
     seed_review(other, other_order);
     char other_upper[37];
     to_upper(other_upper, other, sizeof(other_upper));

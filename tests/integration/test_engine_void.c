@@ -176,7 +176,7 @@ static void setenv_or_fail(const char *name, const char *value)
 
 START_TEST(voids_run_through_the_engine_at_most_once)
 {
-    char err[512], id[128];
+    char err[512], id[PROVIDER_ID_MAX];
     struct void_cmd ok[VOIDS], refused, malformed_key, reused;
 
     /* The world: the void's tables, psp-sim, the topics. */

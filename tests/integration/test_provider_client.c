@@ -428,7 +428,7 @@ static struct provider_result post_on(provider_client_t *c, const char *path,
 
 static struct provider_result cancel(const char *id, const char *body, const char *key)
 {
-    char path[160];
+    char path[PROVIDER_ID_MAX + 64];
     snprintf(path, sizeof(path), "/v1/payment_intents/%s/cancel", id);
     return post_on(pc, path, body, key);
 }
@@ -498,7 +498,7 @@ START_TEST(start_post_cancels_an_intent_with_a_charges_classification)
     provider_client_t *fresh = provider_client_new(sim.base_url, PSP_SIM_TEST_KEY, NULL,
                                                    1000, err, sizeof(err));
     ck_assert_ptr_nonnull(fresh);
-    char path[160];
+    char path[PROVIDER_ID_MAX + 64];
     snprintf(path, sizeof(path), "/v1/payment_intents/%s/cancel",
              open.provider_payment_id);
     set_faults(
@@ -652,7 +652,7 @@ START_TEST(refund_pending_is_processing_and_failed_is_declined)
     struct provider_result r = refund("pc-rf-p", p.provider_payment_id, 500, "rf-p");
     ck_assert_int_eq(r.outcome, PROVIDER_PROCESSING);
     ck_assert_str_eq(r.intent_status, "pending");
-    char path[160];
+    char path[PROVIDER_ID_MAX + 64];
     snprintf(path, sizeof(path), "/refunds/%s/settle", r.provider_payment_id);
     json_decref(psp_sim_admin(&sim, "POST", path, "{\"status\":\"failed\"}"));
     struct provider_result got;

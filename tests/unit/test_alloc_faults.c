@@ -25,6 +25,7 @@
 #include "test_message.h"
 #include "traceparent.h"
 #include "utf8_text.h"
+#include "stripe.h"
 #include "webhook_event.h"
 
 #define ATTEMPT "5d1c2c1e-1a9b-4b1e-8e55-000000000001"
@@ -179,8 +180,8 @@ static enum outcome parse_webhook(void)
     struct webhook_event ev;
     char *normalized = (char *)"untouched";
     char err[256] = "";
-    int rc = webhook_event_parse(webhook_body, strlen(webhook_body), &ev, &normalized,
-                                 err, sizeof(err));
+    int rc = stripe_webhook_parse(webhook_body, strlen(webhook_body), &ev, &normalized,
+                                  err, sizeof(err));
     enum outcome o = OUTCOME_OK;
     if (rc == 0) {
         if (!normalized || strcmp(normalized, reference_normalized) ||
@@ -207,8 +208,8 @@ START_TEST(webhook_event_survives_every_allocation_failure)
 {
     struct webhook_event ev;
     char err[256];
-    ck_assert_int_eq(webhook_event_parse(webhook_body, strlen(webhook_body), &ev,
-                                         &reference_normalized, err, sizeof(err)),
+    ck_assert_int_eq(stripe_webhook_parse(webhook_body, strlen(webhook_body), &ev,
+                                          &reference_normalized, err, sizeof(err)),
                      0);
     ck_assert_ptr_null(strstr(reference_normalized, "4242 4242 4242 4242"));
     ck_assert_int_gt(fail_each_allocation("webhook event", parse_webhook), 0);

@@ -8,13 +8,14 @@
 #include <jansson.h>
 
 #include "test_env.h"
+#include "stripe.h"
 #include "webhook_event.h"
 
 #define ATT "6960b56e-87d0-4fdf-8c2c-5b56b0e1f2cf"
 
 static int parse(const char *body, struct webhook_event *ev, char *err)
 {
-    return webhook_event_parse(body, strlen(body), ev, NULL, err, 256);
+    return stripe_webhook_parse(body, strlen(body), ev, NULL, err, 256);
 }
 
 START_TEST(parses_a_success)
@@ -70,7 +71,7 @@ START_TEST(a_card_shaped_number_is_stored_masked_as_a_string)
         "\"amount\":58888888888888800,\"currency\":\"eur\",\"x\":[4242424242424242]}}"
         "}";
     ck_assert_int_eq(
-        webhook_event_parse(body, strlen(body), &ev, &normalized, err, 256), 0);
+        stripe_webhook_parse(body, strlen(body), &ev, &normalized, err, 256), 0);
     json_error_t jerr;
     json_t *again = json_loads(normalized, 0, &jerr);
     ck_assert_msg(again != NULL, "not JSON: %s", normalized);
@@ -369,7 +370,7 @@ START_TEST(normalized_payload_is_storable_and_masked)
         "\"data\":{\"object\":{\"id\":\"pi_n\",\"status\":\"succeeded\","
         "\"amount\":5,\"currency\":\"eur\"}}}";
     ck_assert_int_eq(
-        webhook_event_parse(body, strlen(body), &ev, &norm, err, sizeof(err)), 0);
+        stripe_webhook_parse(body, strlen(body), &ev, &norm, err, sizeof(err)), 0);
     ck_assert_ptr_nonnull(norm);
     ck_assert_msg(strstr(norm, "1e-20000") == NULL, "%s", norm);
     ck_assert_msg(strstr(norm, "4242424242424242") == NULL, "%s", norm);
@@ -402,7 +403,7 @@ START_TEST(provider_ids_are_stored_as_they_are)
         "\"payment_intent\":\"pi_18ee99fce2095510000001\"}]},"
         "\"metadata\":{\"id\":\"pi_4242424242424242\"}}}}";
     ck_assert_int_eq(
-        webhook_event_parse(body, strlen(body), &ev, &norm, err, sizeof(err)), 0);
+        stripe_webhook_parse(body, strlen(body), &ev, &norm, err, sizeof(err)), 0);
     ck_assert_str_eq(ev.intent_id, "pi_18ee99fce2095510000001");
     ck_assert_ptr_nonnull(norm);
     ck_assert_msg(strstr(norm, "\"id\":\"evt_52cedde2095510000001\"") != NULL, "%s",
@@ -440,7 +441,7 @@ START_TEST(card_split_by_control_characters_is_masked)
         "\"4242\\t4242\\t4242\\t4242\"},"
         "\"metadata\":{\"order_id\":\"4242\\u00a04242\\u200b4242\\u200b4242\"}}}}";
     ck_assert_int_eq(
-        webhook_event_parse(body, strlen(body), &ev, &norm, err, sizeof(err)), 0);
+        stripe_webhook_parse(body, strlen(body), &ev, &norm, err, sizeof(err)), 0);
     ck_assert_str_eq(ev.decline_code, "**** **** **** 4242");
     ck_assert_ptr_nonnull(norm);
     ck_assert_msg(strstr(norm, "\"****\\t****\\t****\\t4242\"") != NULL, "%s", norm);

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "test_env.h"
-#include "webhook_signature.h"
+#include "stripe.h"
 
 #define T0 1700000000LL
 static const char BODY[] = "{\"id\":\"evt_1\"}";
@@ -18,7 +18,7 @@ static const char *const ONE[] = {"whsec_test_secret"};
 
 static enum webhook_signature_rc verify(const char *header, int64_t now)
 {
-    return webhook_signature_verify(header, BODY, strlen(BODY), ONE, 1, now);
+    return stripe_signature_verify(header, BODY, strlen(BODY), ONE, 1, now);
 }
 
 START_TEST(known_answer)
@@ -27,7 +27,7 @@ START_TEST(known_answer)
     snprintf(h, sizeof(h), "t=%lld,v1=%s", T0, KNOWN);
     ck_assert_int_eq(verify(h, T0), WEBHOOK_SIGNATURE_OK);
     ck_assert_int_eq(
-        webhook_signature_sign(BODY, strlen(BODY), ONE[0], T0, mine, sizeof(mine)), 0);
+        stripe_signature_sign(BODY, strlen(BODY), ONE[0], T0, mine, sizeof(mine)), 0);
     ck_assert_str_eq(mine, h);
     /* Upper-case hex is the same value. */
     char upper[200];
@@ -44,7 +44,7 @@ END_TEST
 START_TEST(tolerance_both_ways)
 {
     char h[200];
-    webhook_signature_sign(BODY, strlen(BODY), ONE[0], T0, h, sizeof(h));
+    stripe_signature_sign(BODY, strlen(BODY), ONE[0], T0, h, sizeof(h));
     ck_assert_int_eq(verify(h, T0 + WEBHOOK_SIGNATURE_TOLERANCE_S),
                      WEBHOOK_SIGNATURE_OK);
     ck_assert_int_eq(verify(h, T0 - WEBHOOK_SIGNATURE_TOLERANCE_S),
@@ -59,20 +59,19 @@ END_TEST
 START_TEST(forged_and_tampered)
 {
     char h[200];
-    webhook_signature_sign(BODY, strlen(BODY), "whsec_someone_else", T0, h, sizeof(h));
+    stripe_signature_sign(BODY, strlen(BODY), "whsec_someone_else", T0, h, sizeof(h));
     ck_assert_int_eq(verify(h, T0), WEBHOOK_SIGNATURE_MISMATCH);
-    webhook_signature_sign(BODY, strlen(BODY), ONE[0], T0, h, sizeof(h));
+    stripe_signature_sign(BODY, strlen(BODY), ONE[0], T0, h, sizeof(h));
     const char tampered[] = "{\"id\":\"evt_2\"}";
-    ck_assert_int_eq(
-        webhook_signature_verify(h, tampered, strlen(tampered), ONE, 1, T0),
-        WEBHOOK_SIGNATURE_MISMATCH);
+    ck_assert_int_eq(stripe_signature_verify(h, tampered, strlen(tampered), ONE, 1, T0),
+                     WEBHOOK_SIGNATURE_MISMATCH);
     /* The timestamp is signed too: moving it breaks the signature. */
     char moved[200];
     snprintf(moved, sizeof(moved), "t=%lld,%s", T0 + 1, strchr(h, ',') + 1);
     ck_assert_int_eq(verify(moved, T0), WEBHOOK_SIGNATURE_MISMATCH);
     /* A body with a NUL inside is compared over all its bytes. */
     const char nul[] = "{\"id\":\"evt_1\"}\0x";
-    ck_assert_int_eq(webhook_signature_verify(h, nul, sizeof(nul) - 1, ONE, 1, T0),
+    ck_assert_int_eq(stripe_signature_verify(h, nul, sizeof(nul) - 1, ONE, 1, T0),
                      WEBHOOK_SIGNATURE_MISMATCH);
 }
 END_TEST
@@ -81,20 +80,20 @@ START_TEST(rotation)
 {
     static const char *const both[] = {"whsec_new_secret", "whsec_old_secret"};
     char old[200], fresh[200], two[300], other[200];
-    webhook_signature_sign(BODY, strlen(BODY), both[1], T0, old, sizeof(old));
-    webhook_signature_sign(BODY, strlen(BODY), both[0], T0, fresh, sizeof(fresh));
-    ck_assert_int_eq(webhook_signature_verify(old, BODY, strlen(BODY), both, 2, T0),
+    stripe_signature_sign(BODY, strlen(BODY), both[1], T0, old, sizeof(old));
+    stripe_signature_sign(BODY, strlen(BODY), both[0], T0, fresh, sizeof(fresh));
+    ck_assert_int_eq(stripe_signature_verify(old, BODY, strlen(BODY), both, 2, T0),
                      WEBHOOK_SIGNATURE_OK);
-    ck_assert_int_eq(webhook_signature_verify(fresh, BODY, strlen(BODY), both, 2, T0),
+    ck_assert_int_eq(stripe_signature_verify(fresh, BODY, strlen(BODY), both, 2, T0),
                      WEBHOOK_SIGNATURE_OK);
     /* Only the new one configured: the old signature no longer passes. */
-    ck_assert_int_eq(webhook_signature_verify(old, BODY, strlen(BODY), both, 1, T0),
+    ck_assert_int_eq(stripe_signature_verify(old, BODY, strlen(BODY), both, 1, T0),
                      WEBHOOK_SIGNATURE_MISMATCH);
     /* Two v1 values, the matching one second; and a v0 to skip. */
-    webhook_signature_sign(BODY, strlen(BODY), "whsec_unrelated", T0, other,
-                           sizeof(other));
+    stripe_signature_sign(BODY, strlen(BODY), "whsec_unrelated", T0, other,
+                          sizeof(other));
     snprintf(two, sizeof(two), "%s,v0=abc,v1=%s", other, strstr(fresh, "v1=") + 3);
-    ck_assert_int_eq(webhook_signature_verify(two, BODY, strlen(BODY), both, 1, T0),
+    ck_assert_int_eq(stripe_signature_verify(two, BODY, strlen(BODY), both, 1, T0),
                      WEBHOOK_SIGNATURE_OK);
 }
 END_TEST
@@ -102,7 +101,7 @@ END_TEST
 START_TEST(malformed_headers)
 {
     char h[200];
-    webhook_signature_sign(BODY, strlen(BODY), ONE[0], T0, h, sizeof(h));
+    stripe_signature_sign(BODY, strlen(BODY), ONE[0], T0, h, sizeof(h));
     const char *v1 = strstr(h, "v1=");
     char buf[2200];
     ck_assert_int_eq(verify(NULL, T0), WEBHOOK_SIGNATURE_MISSING);
@@ -129,7 +128,7 @@ START_TEST(malformed_headers)
     buf[2000] = '\0';
     ck_assert_int_eq(verify(buf, T0), WEBHOOK_SIGNATURE_MALFORMED);
     /* No secret configured: nothing matches. */
-    ck_assert_int_eq(webhook_signature_verify(h, BODY, strlen(BODY), ONE, 0, T0),
+    ck_assert_int_eq(stripe_signature_verify(h, BODY, strlen(BODY), ONE, 0, T0),
                      WEBHOOK_SIGNATURE_MISMATCH);
 }
 END_TEST

@@ -265,7 +265,7 @@ static const char *ask_provider(const struct resolve_args *ra, json_t *refund,
     }
     if (!intent || !*intent)
         return "agrees"; /* never reserved, never sent: nothing to look for */
-    char after[96] = "";
+    char after[PROVIDER_ID_MAX] = "";
     for (int page = 0; page < 100; page++) {
         provider_client_list_refunds(ra->pc, intent, ra->id, after[0] ? after : NULL,
                                      &res);

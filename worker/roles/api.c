@@ -18,8 +18,8 @@
 #include "daemon.h"
 #include "log.h"
 #include "metrics.h"
+#include "provider.h"
 #include "webhook_event.h"
-#include "webhook_signature.h"
 
 #define WEBHOOK_PATH   "/v1/webhooks/provider"
 #define ATTEMPT_PREFIX "/v1/payment-attempts/"
@@ -175,18 +175,20 @@ static enum MHD_Result serve_webhook(struct api *a, struct MHD_Connection *c,
     if (rq->too_large)
         return webhook_refused(c, MHD_HTTP_CONTENT_TOO_LARGE, "too_large",
                                "body too large");
+    const struct provider_backend *be = provider_backend_default();
     const char *sig =
-        MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Stripe-Signature");
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, be->signature_header);
     enum webhook_signature_rc src =
-        webhook_signature_verify(sig, rq->body ? rq->body : "", rq->len, a->secrets,
-                                 a->nsecrets, clock_wall_ms() / 1000);
+        provider_webhook_verify(be, sig, rq->body ? rq->body : "", rq->len, a->secrets,
+                                a->nsecrets, clock_wall_ms() / 1000);
     if (src != WEBHOOK_SIGNATURE_OK)
         return webhook_refused(c, MHD_HTTP_BAD_REQUEST, "bad_signature",
                                webhook_signature_error(src));
     char *payload = NULL;
     if (!rq->body)
         return webhook_refused(c, MHD_HTTP_BAD_REQUEST, "bad_request", "empty body");
-    int prc = webhook_event_parse(rq->body, rq->len, &ev, &payload, err, sizeof(err));
+    int prc =
+        provider_webhook_parse(be, rq->body, rq->len, &ev, &payload, err, sizeof(err));
     if (prc == WEBHOOK_PARSE_NO_MEMORY) {
         /* Nothing wrong with the body: not stored, so delivered again. */
         metrics_add(METRIC_WEBHOOKS, 1, "error");

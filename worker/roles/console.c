@@ -264,7 +264,7 @@ static enum MHD_Result serve_signed_in(struct console *cs, console_views_t *v,
         status = console_views_reviews(v, &body);
         break;
     case CONSOLE_R_FIND: {
-        char id[96];
+        char id[PROVIDER_ID_MAX];
         const char *raw = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "id");
         if (console_input_find_id(raw, id, why, sizeof(why)) != 0)
             return send_error(c, MHD_HTTP_BAD_REQUEST, why);

@@ -41,7 +41,7 @@ struct look {
     struct provider_result lost; /* what a re-sent call's first try left */
     enum attempt_status status;  /* == from: look again later */
     char reason[512];
-    char ppid[96];
+    char ppid[PROVIDER_ID_MAX];
     json_t *evidence; /* what the provider said; owned */
 };
 

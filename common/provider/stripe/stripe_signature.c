@@ -1,4 +1,4 @@
-#include "webhook_signature.h"
+#include "stripe.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,30 +8,13 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include "charged_assert.h"
+
 /* A header never needs more v1 values than this; more is refused, so that
  * a hostile header cannot make us compute thousands of comparisons. */
 #define MAX_V1      8
 #define MAX_HEADER  1024
 #define DIGEST_SIZE 32
-
-const char *webhook_signature_error(enum webhook_signature_rc rc)
-{
-    switch (rc) {
-    case WEBHOOK_SIGNATURE_OK:
-        return "ok";
-    case WEBHOOK_SIGNATURE_MISSING:
-        return "missing signature";
-    case WEBHOOK_SIGNATURE_MALFORMED:
-        return "malformed signature header";
-    case WEBHOOK_SIGNATURE_STALE:
-        return "signature timestamp too old";
-    case WEBHOOK_SIGNATURE_FUTURE:
-        return "signature timestamp in the future";
-    case WEBHOOK_SIGNATURE_MISMATCH:
-        return "signature does not match";
-    }
-    return "bad signature";
-}
 
 static int hex_value(char c)
 {
@@ -50,6 +33,9 @@ static int digest(const char *secret, const char *t, size_t t_len, const char *b
 {
     unsigned int len = 0;
     size_t n = t_len + 1 + body_len;
+    /* Only asked with a secret to sign under and the t it read or wrote. */
+    CHARGED_ASSERT(secret != NULL && t != NULL && t_len > 0);
+    CHARGED_ASSERT(body != NULL || body_len == 0);
     unsigned char *msg = malloc(n ? n : 1);
     if (!msg)
         return -1;
@@ -64,16 +50,18 @@ static int digest(const char *secret, const char *t, size_t t_len, const char *b
     return ok ? 0 : -1;
 }
 
-enum webhook_signature_rc webhook_signature_verify(const char *header, const char *body,
-                                                   size_t body_len,
-                                                   const char *const *secrets,
-                                                   size_t nsecrets, int64_t now_s)
+enum webhook_signature_rc stripe_signature_verify(const char *header, const char *body,
+                                                  size_t body_len,
+                                                  const char *const *secrets,
+                                                  size_t nsecrets, int64_t now_s)
 {
     unsigned char v1[MAX_V1][DIGEST_SIZE], want[DIGEST_SIZE];
     const char *t = NULL;
     size_t t_len = 0, nv1 = 0;
     int64_t ts = 0;
 
+    CHARGED_ASSERT(body != NULL || body_len == 0);
+    CHARGED_ASSERT(secrets != NULL || nsecrets == 0);
     if (!header || !*header)
         return WEBHOOK_SIGNATURE_MISSING;
     if (strlen(header) > MAX_HEADER)
@@ -114,6 +102,7 @@ enum webhook_signature_rc webhook_signature_verify(const char *header, const cha
     }
     if (!t || nv1 == 0)
         return WEBHOOK_SIGNATURE_MALFORMED;
+    CHARGED_ASSERT(t_len > 0 && nv1 <= MAX_V1);
     if (ts < now_s - WEBHOOK_SIGNATURE_TOLERANCE_S)
         return WEBHOOK_SIGNATURE_STALE;
     if (ts > now_s + WEBHOOK_SIGNATURE_TOLERANCE_S)
@@ -132,9 +121,10 @@ enum webhook_signature_rc webhook_signature_verify(const char *header, const cha
     return match ? WEBHOOK_SIGNATURE_OK : WEBHOOK_SIGNATURE_MISMATCH;
 }
 
-int webhook_signature_sign(const char *body, size_t body_len, const char *secret,
-                           int64_t t, char *out, size_t out_size)
+int stripe_signature_sign(const char *body, size_t body_len, const char *secret,
+                          int64_t t, char *out, size_t out_size)
 {
+    CHARGED_ASSERT(secret != NULL && out != NULL);
     unsigned char d[DIGEST_SIZE];
     char ts[24];
     int n = snprintf(ts, sizeof(ts), "%lld", (long long)t);

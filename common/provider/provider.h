@@ -1,0 +1,135 @@
+/* provider: the seam between charged and a payment provider's API.
+ *
+ * A backend is one table of functions, `struct provider_backend`, the way
+ * curl's TLS backends (`struct Curl_ssl`) and git's ref stores (`struct
+ * ref_storage_be`) are: everything that knows a provider's paths, headers,
+ * error shapes, object ids and event names lives behind it, in its own
+ * folder (stripe/ is the only one). Callers never see it: they call
+ * provider_client_* (provider_client.h), which dispatches to the backend
+ * the client was opened with, and the api verifies and parses webhooks
+ * through provider_webhook_* below. What a backend hands back is core's,
+ * provider-neutral: struct provider_result and the list objects
+ * (provider_outcome.h), struct webhook_event (webhook_event.h).
+ *
+ * Each entry has the contract of the provider_client_* function of the
+ * same name (provider_client.h), with the backend's own client (`impl`,
+ * from open) in place of the client. Every entry is set: a backend that
+ * could not do one would answer it as an unknown outcome, never crash. */
+#ifndef CHARGED_PROVIDER_H
+#define CHARGED_PROVIDER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "provider_client.h"
+#include "webhook_event.h"
+
+/* The backend provider_client_new opens: the only one there is. */
+#define PROVIDER_BACKEND_DEFAULT "stripe"
+
+/* How far a webhook's signed timestamp may be from now, either way. */
+#define WEBHOOK_SIGNATURE_TOLERANCE_S 300
+
+/* Why a webhook delivery was refused; 0 is success. */
+enum webhook_signature_rc {
+    WEBHOOK_SIGNATURE_OK = 0,
+    WEBHOOK_SIGNATURE_MISSING,   /* no header, or empty */
+    WEBHOOK_SIGNATURE_MALFORMED, /* not the backend's signature shape */
+    WEBHOOK_SIGNATURE_STALE,     /* signed more than the tolerance in the past */
+    WEBHOOK_SIGNATURE_FUTURE,    /* signed more than the tolerance ahead */
+    WEBHOOK_SIGNATURE_MISMATCH,  /* no signature matches any secret */
+};
+
+/* A short lowercase phrase for rc, safe to answer to anyone. */
+const char *webhook_signature_error(enum webhook_signature_rc rc);
+
+struct provider_backend {
+    const char *name; /* "stripe" */
+
+    /* The client: base_url, api_key, api_version and timeout_ms as
+     * provider_client_new takes them. NULL with errbuf on failure. */
+    void *(*open)(const char *base_url, const char *api_key, const char *api_version,
+                  long timeout_ms, char *errbuf, size_t errbuf_size);
+    void (*close)(void *impl);
+
+    /* Sending: a blocking charge, and the asynchronous starts. */
+    int (*charge)(void *impl, const struct provider_charge *ch,
+                  struct provider_result *res);
+    int (*start_charge)(void *impl, const struct provider_charge *ch, void *opaque,
+                        char *errbuf, size_t errbuf_size);
+    int (*start_refund)(void *impl, const struct provider_refund *r, void *opaque,
+                        char *errbuf, size_t errbuf_size);
+    int (*start_post)(void *impl, const char *path, const char *form_body,
+                      const char *idempotency_key, void *opaque, char *errbuf,
+                      size_t errbuf_size);
+    int (*start_probe)(void *impl, void *opaque, char *errbuf, size_t errbuf_size);
+
+    /* The asynchronous transfers' loop. */
+    void (*perform)(void *impl, int timeout_ms);
+    int (*next_done)(void *impl, struct provider_result *res, void **opaque);
+    size_t (*in_flight)(const void *impl);
+    void (*abandon_all)(void *impl);
+
+    /* Look-ups, blocking. */
+    int (*retrieve)(void *impl, const char *payment_id, struct provider_result *res);
+    int (*search)(void *impl, const char *payment_attempt_id,
+                  struct provider_result *res);
+    int (*list)(void *impl, const char *payment_attempt_id, long long created_gte,
+                long long created_lt, const char *starting_after,
+                struct provider_result *res);
+    int (*list_refunds)(void *impl, const char *payment_id, const char *refund_id,
+                        const char *starting_after, struct provider_result *res);
+    int (*retrieve_refund)(void *impl, const char *refund_id,
+                           struct provider_result *res);
+    int (*list_page)(void *impl, enum provider_list_of what, long long created_gte,
+                     long long created_lt, const char *starting_after,
+                     struct provider_page *page, struct provider_result *res);
+    int (*fetch)(void *impl, enum provider_list_of what, const char *id,
+                 struct provider_listed *obj, struct provider_result *res);
+
+    /* Pure: an answer as a result, a list page, provider text made safe. */
+    void (*classify)(const struct provider_call *call, int http_status,
+                     const char *replayed, const char *body, size_t body_len,
+                     struct provider_result *res);
+    void (*parse_page)(enum provider_list_of what, int http_status, const char *body,
+                       size_t body_len, struct provider_page *page,
+                       struct provider_result *res);
+    void (*redact)(char *dst, size_t size, const char *src);
+
+    /* Webhooks: the HTTP header that carries the signature, its check (at
+     * unix time now_s, against any of nsecrets secrets), and an event's
+     * body into core's struct webhook_event (webhook_event.h has the
+     * contract: 0, -1 with a line safe to answer, WEBHOOK_PARSE_NO_MEMORY;
+     * `normalized` the event as stored, malloc'd, or NULL not wanted). */
+    const char *signature_header;
+    enum webhook_signature_rc (*verify)(const char *header, const char *body,
+                                        size_t body_len, const char *const *secrets,
+                                        size_t nsecrets, int64_t now_s);
+    int (*parse_event)(const char *body, size_t len, struct webhook_event *ev,
+                       char **normalized, char *errbuf, size_t errbuf_size);
+};
+
+/* The backend named `name`, or NULL when there is none of that name. */
+const struct provider_backend *provider_backend_find(const char *name);
+/* The backend of PROVIDER_BACKEND_DEFAULT. */
+const struct provider_backend *provider_backend_default(void);
+
+/* A client on the backend `be` (provider_client_new opens the default). */
+provider_client_t *provider_client_open(const struct provider_backend *be,
+                                        const char *base_url, const char *api_key,
+                                        const char *api_version, long timeout_ms,
+                                        char *errbuf, size_t errbuf_size);
+
+/* Is the webhook delivery whose `be->signature_header` is `header` (NULL
+ * when absent) authentic and fresh? */
+enum webhook_signature_rc provider_webhook_verify(const struct provider_backend *be,
+                                                  const char *header, const char *body,
+                                                  size_t body_len,
+                                                  const char *const *secrets,
+                                                  size_t nsecrets, int64_t now_s);
+/* The event the delivery carries, as be->parse_event. */
+int provider_webhook_parse(const struct provider_backend *be, const char *body,
+                           size_t len, struct webhook_event *ev, char **normalized,
+                           char *errbuf, size_t errbuf_size);
+
+#endif

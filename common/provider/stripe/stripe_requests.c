@@ -1,0 +1,372 @@
+/* stripe_requests: what each of the backend's calls sends, as Stripe's API
+ * takes it:
+ *   charge, probe      POST /v1/payment_intents (confirmed, off session)
+ *   refund             POST /v1/refunds
+ *   retrieve           GET  /v1/payment_intents/<id>
+ *   search             GET  /v1/payment_intents/search?query=metadata[...]
+ *   list, list_page    GET  /v1/payment_intents?created[gte]=..&created[lt]=..
+ *   retrieve_refund    GET  /v1/refunds/<id>
+ *   list_refunds       GET  /v1/refunds?payment_intent=<pi>
+ *   fetch              GET  /v1/payment_intents/<id> or /v1/refunds/<id>
+ * and the backend's table (struct provider_backend, provider.h). */
+#include "stripe.h"
+#include "stripe_wire.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "charged_assert.h"
+
+static struct stripe_xfer *charge_xfer(struct stripe_client *pc,
+                                       const struct provider_charge *ch, int with_share,
+                                       char *errbuf, size_t errbuf_size)
+{
+    char amount[32], currency[8], *body = NULL;
+    size_t len = 0;
+    struct stripe_xfer *x = NULL;
+
+    CHARGED_ASSERT(pc != NULL && ch != NULL);
+    CHARGED_ASSERT(errbuf != NULL && errbuf_size > 0);
+    if (!ch->idempotency_key || !*ch->idempotency_key ||
+        strpbrk(ch->idempotency_key, "\r\n")) {
+        snprintf(errbuf, errbuf_size, "charge without a usable idempotency key");
+        goto out;
+    }
+    snprintf(amount, sizeof(amount), "%lld", ch->amount);
+    snprintf(currency, sizeof(currency), "%s", ch->currency ? ch->currency : "");
+    for (char *p = currency; *p; p++)
+        *p = (char)tolower((unsigned char)*p);
+    /* automatic_payment_methods without redirects: recent API versions
+     * refuse a server-side confirm without a return_url otherwise. A saved
+     * card belongs to its customer, so the customer goes along. */
+    if (stripe_form_add(&body, &len, "amount", amount) ||
+        stripe_form_add(&body, &len, "currency", currency) ||
+        stripe_form_add(&body, &len, "payment_method", ch->payment_method) ||
+        stripe_form_add(&body, &len, "confirm", "true") ||
+        stripe_form_add(&body, &len, "off_session", "true") ||
+        stripe_form_add(&body, &len, "automatic_payment_methods[enabled]", "true") ||
+        stripe_form_add(&body, &len, "automatic_payment_methods[allow_redirects]",
+                        "never") ||
+        (ch->customer_id && *ch->customer_id &&
+         stripe_form_add(&body, &len, "customer", ch->customer_id)) ||
+        stripe_form_add(&body, &len, "metadata[payment_attempt_id]",
+                        ch->payment_attempt_id) ||
+        stripe_form_add(&body, &len, "metadata[order_id]", ch->order_id))
+        goto oom;
+    x = stripe_post_xfer(pc, "/v1/payment_intents", body, ch->idempotency_key,
+                         with_share, errbuf, errbuf_size);
+    body = NULL; /* owned by x, or freed */
+    if (!x)
+        goto out;
+    x->call.amount = ch->amount;
+    snprintf(x->call.currency, sizeof(x->call.currency), "%s", currency);
+    snprintf(x->call.attempt_id, sizeof(x->call.attempt_id), "%s",
+             ch->payment_attempt_id ? ch->payment_attempt_id : "");
+    goto out;
+oom:
+    snprintf(errbuf, errbuf_size, "provider client: out of memory");
+out:
+    free(body);
+    return x;
+}
+
+int stripe_charge(void *impl, const struct provider_charge *ch,
+                  struct provider_result *res)
+{
+    struct stripe_client *pc = impl;
+    char err[256];
+    struct stripe_xfer *x = charge_xfer(pc, ch, 1, err, sizeof(err));
+    if (!x) {
+        memset(res, 0, sizeof(*res));
+        res->outcome = PROVIDER_NOT_EXECUTED;
+        stripe_copy_str(res->error, sizeof(res->error), err);
+        return 0;
+    }
+    stripe_finish(x, curl_easy_perform(x->easy), res);
+    stripe_xfer_free(x);
+    CHARGED_ASSERT((unsigned)res->outcome <= PROVIDER_NOT_FOUND);
+    return 0;
+}
+
+static void retrieve_url(struct stripe_client *pc, const char *payment_intent_id,
+                         char *url, size_t size)
+{
+    CHARGED_ASSERT(url != NULL && size > 0);
+    char *id = curl_easy_escape(NULL, payment_intent_id ? payment_intent_id : "", 0);
+    snprintf(url, size, "%s/v1/payment_intents/%s", pc->base_url, id ? id : "");
+    curl_free(id);
+}
+
+int stripe_retrieve(void *impl, const char *payment_intent_id,
+                    struct provider_result *res)
+{
+    struct stripe_client *pc = impl;
+    char url[1024];
+    retrieve_url(pc, payment_intent_id, url, sizeof(url));
+    return stripe_lookup(pc, url, PROVIDER_LOOKUP_RETRIEVE, 0, NULL, res);
+}
+
+int stripe_search(void *impl, const char *payment_attempt_id,
+                  struct provider_result *res)
+{
+    struct stripe_client *pc = impl;
+    char url[1024], q[256];
+    snprintf(q, sizeof(q), "metadata['payment_attempt_id']:'%s'", payment_attempt_id);
+    char *eq = curl_easy_escape(NULL, q, 0);
+    snprintf(url, sizeof(url), "%s/v1/payment_intents/search?query=%s", pc->base_url,
+             eq ? eq : "");
+    curl_free(eq);
+    return stripe_lookup(pc, url, PROVIDER_LOOKUP_SEARCH, 0, NULL, res);
+}
+
+int stripe_list(void *impl, const char *payment_attempt_id, long long created_gte,
+                long long created_lt, const char *starting_after,
+                struct provider_result *res)
+{
+    struct stripe_client *pc = impl;
+    char url[1024];
+    char *after = starting_after && *starting_after
+                      ? curl_easy_escape(NULL, starting_after, 0)
+                      : NULL;
+    /* Brackets percent-encoded, as a form encoder sends them. */
+    snprintf(url, sizeof(url),
+             "%s/v1/payment_intents?created%%5Bgte%%5D=%lld&created%%5Blt%%5D=%lld"
+             "&limit=100%s%s",
+             pc->base_url, created_gte, created_lt, after ? "&starting_after=" : "",
+             after ? after : "");
+    curl_free(after);
+    return stripe_lookup(pc, url, PROVIDER_LOOKUP_LIST, 0, payment_attempt_id, res);
+}
+
+int stripe_retrieve_refund(void *impl, const char *refund_id,
+                           struct provider_result *res)
+{
+    struct stripe_client *pc = impl;
+    char url[1024];
+    char *id = curl_easy_escape(NULL, refund_id ? refund_id : "", 0);
+    snprintf(url, sizeof(url), "%s/v1/refunds/%s", pc->base_url, id ? id : "");
+    curl_free(id);
+    return stripe_lookup(pc, url, PROVIDER_LOOKUP_RETRIEVE, 1, NULL, res);
+}
+
+int stripe_list_refunds(void *impl, const char *payment_intent, const char *refund_id,
+                        const char *starting_after, struct provider_result *res)
+{
+    struct stripe_client *pc = impl;
+    char url[1024];
+    char *pi = curl_easy_escape(NULL, payment_intent ? payment_intent : "", 0);
+    char *after = starting_after && *starting_after
+                      ? curl_easy_escape(NULL, starting_after, 0)
+                      : NULL;
+    snprintf(url, sizeof(url), "%s/v1/refunds?payment_intent=%s&limit=100%s%s",
+             pc->base_url, pi ? pi : "", after ? "&starting_after=" : "",
+             after ? after : "");
+    curl_free(pi);
+    curl_free(after);
+    return stripe_lookup(pc, url, PROVIDER_LOOKUP_LIST, 1, refund_id ? refund_id : "",
+                         res);
+}
+
+int stripe_start_charge(void *impl, const struct provider_charge *ch, void *opaque,
+                        char *errbuf, size_t errbuf_size)
+{
+    struct stripe_client *pc = impl;
+    /* The multi handle keeps its own connection cache. */
+    struct stripe_xfer *x = charge_xfer(pc, ch, 0, errbuf, errbuf_size);
+    if (!x)
+        return -1;
+    return stripe_start_async(pc, x, opaque, errbuf, errbuf_size);
+}
+
+/* A path we can append to the base url as it is: '/', then printable ASCII
+ * without spaces (the caller escapes ids). */
+static int usable_path(const char *path)
+{
+    if (!path || path[0] != '/')
+        return 0;
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++)
+        if (*p <= 0x20 || *p >= 0x7f)
+            return 0;
+    return 1;
+}
+
+/* start_post's work, handing the transfer back (NULL with errbuf) so that
+ * a caller can say how its answer is classified before it starts. */
+static struct stripe_xfer *operation_xfer(struct stripe_client *pc, const char *path,
+                                          const char *form_body,
+                                          const char *idempotency_key, char *errbuf,
+                                          size_t errbuf_size)
+{
+    CHARGED_ASSERT(pc != NULL && errbuf != NULL && errbuf_size > 0);
+    if (!usable_path(path)) {
+        snprintf(errbuf, errbuf_size, "post to an unusable path");
+        return NULL;
+    }
+    if (!idempotency_key || !*idempotency_key || strpbrk(idempotency_key, "\r\n")) {
+        snprintf(errbuf, errbuf_size, "post without a usable idempotency key");
+        return NULL;
+    }
+    /* Always a body, if empty: that makes it a POST. */
+    char *body = strdup(form_body ? form_body : "");
+    if (!body) {
+        snprintf(errbuf, errbuf_size, "provider client: out of memory");
+        return NULL;
+    }
+    /* The multi handle keeps its own connection cache, as for charges. */
+    struct stripe_xfer *x =
+        stripe_post_xfer(pc, path, body, idempotency_key, 0, errbuf, errbuf_size);
+    if (x)
+        x->call.operation = 1;
+    CHARGED_ASSERT(!x || (x->body && x->call.operation)); /* a POST, classified so */
+    return x;
+}
+
+int stripe_start_post(void *impl, const char *path, const char *form_body,
+                      const char *idempotency_key, void *opaque, char *errbuf,
+                      size_t errbuf_size)
+{
+    struct stripe_client *pc = impl;
+    struct stripe_xfer *x =
+        operation_xfer(pc, path, form_body, idempotency_key, errbuf, errbuf_size);
+    if (!x)
+        return -1;
+    return stripe_start_async(pc, x, opaque, errbuf, errbuf_size);
+}
+
+int stripe_start_refund(void *impl, const struct provider_refund *r, void *opaque,
+                        char *errbuf, size_t errbuf_size)
+{
+    struct stripe_client *pc = impl;
+    char amount[32], *body = NULL;
+    size_t len = 0;
+    int rc = -1;
+
+    CHARGED_ASSERT(pc != NULL && r != NULL);
+    if (!r->payment_intent || !*r->payment_intent || !r->refund_id ||
+        strlen(r->refund_id) >= sizeof(((struct provider_call *)0)->attempt_id)) {
+        snprintf(errbuf, errbuf_size, "refund without a payment intent or refund id");
+        return -1;
+    }
+    snprintf(amount, sizeof(amount), "%lld", r->amount);
+    if (stripe_form_add(&body, &len, "payment_intent", r->payment_intent) ||
+        stripe_form_add(&body, &len, "amount", amount) ||
+        (r->reason && *r->reason &&
+         stripe_form_add(&body, &len, "reason", r->reason)) ||
+        stripe_form_add(&body, &len, "metadata[refund_id]", r->refund_id) ||
+        stripe_form_add(&body, &len, "metadata[payment_attempt_id]",
+                        r->payment_attempt_id ? r->payment_attempt_id : "")) {
+        snprintf(errbuf, errbuf_size, "provider client: out of memory");
+        goto out;
+    }
+    struct stripe_xfer *x = operation_xfer(pc, "/v1/refunds", body, r->idempotency_key,
+                                           errbuf, errbuf_size);
+    if (!x)
+        goto out;
+    x->call.refund = 1;
+    x->call.amount = r->amount;
+    snprintf(x->call.attempt_id, sizeof(x->call.attempt_id), "%s", r->refund_id);
+    rc = stripe_start_async(pc, x, opaque, errbuf, errbuf_size);
+out:
+    free(body);
+    return rc;
+}
+
+int stripe_start_probe(void *impl, void *opaque, char *errbuf, size_t errbuf_size)
+{
+    struct stripe_client *pc = impl;
+    char url[1024];
+    CHARGED_ASSERT(pc != NULL && errbuf != NULL && errbuf_size > 0);
+    /* The charge endpoint, as charges use it, with a body the provider
+     * refuses before it executes anything: an amount of 0, no payment
+     * method, no confirm. Even a provider that took it would only create an
+     * unconfirmed intent, which charges nobody. */
+    char *body = strdup("amount=0&currency=usd&metadata%5Bcharged_probe%5D=breaker");
+    snprintf(url, sizeof(url), "%s/v1/payment_intents", pc->base_url);
+    struct stripe_xfer *x = body ? stripe_xfer_new(pc, url, body, 0) : NULL;
+    if (!x) {
+        snprintf(errbuf, errbuf_size, "provider client: out of memory");
+        return -1;
+    }
+    return stripe_start_async(pc, x, opaque, errbuf, errbuf_size);
+}
+
+int stripe_list_page(void *impl, enum provider_list_of what, long long created_gte,
+                     long long created_lt, const char *starting_after,
+                     struct provider_page *page, struct provider_result *res)
+{
+    struct stripe_client *pc = impl;
+    char url[1024];
+    char *after = starting_after && *starting_after
+                      ? curl_easy_escape(NULL, starting_after, 0)
+                      : NULL;
+    CHARGED_ASSERT((unsigned)what <= PROVIDER_LIST_REFUNDS);
+    page->n = 0;
+    page->has_more = 0;
+    snprintf(url, sizeof(url),
+             "%s/v1/%s?created%%5Bgte%%5D=%lld&created%%5Blt%%5D=%lld&limit=%d%s%s",
+             pc->base_url,
+             what == PROVIDER_LIST_REFUNDS ? "refunds" : "payment_intents", created_gte,
+             created_lt, PROVIDER_PAGE_MAX, after ? "&starting_after=" : "",
+             after ? after : "");
+    curl_free(after);
+    json_t *doc = stripe_get_json(pc, url, res);
+    if (doc)
+        stripe_read_page(doc, what, page, res);
+    json_decref(doc);
+    CHARGED_ASSERT(res->outcome == PROVIDER_SUCCEEDED || page->n == 0);
+    return 0;
+}
+
+int stripe_fetch(void *impl, enum provider_list_of what, const char *id,
+                 struct provider_listed *obj, struct provider_result *res)
+{
+    struct stripe_client *pc = impl;
+    char url[1024];
+    char *eid = curl_easy_escape(NULL, id ? id : "", 0);
+    CHARGED_ASSERT((unsigned)what <= PROVIDER_LIST_REFUNDS && obj != NULL);
+    memset(obj, 0, sizeof(*obj));
+    snprintf(url, sizeof(url), "%s/v1/%s/%s", pc->base_url,
+             what == PROVIDER_LIST_REFUNDS ? "refunds" : "payment_intents",
+             eid ? eid : "");
+    curl_free(eid);
+    json_t *doc = stripe_get_json(pc, url, res);
+    if (!doc)
+        return 0;
+    if (stripe_read_listed(doc, what, obj) != 0 || strcmp(obj->id, id) != 0) {
+        res->outcome = PROVIDER_INVALID;
+        snprintf(res->error, sizeof(res->error), "answer is not the object asked for");
+    }
+    json_decref(doc);
+    return 0;
+}
+
+/* The Stripe backend as the seam sees it: every entry set (provider.h). */
+const struct provider_backend provider_stripe = {
+    .name = "stripe",
+    .open = stripe_open,
+    .close = stripe_close,
+    .charge = stripe_charge,
+    .start_charge = stripe_start_charge,
+    .start_refund = stripe_start_refund,
+    .start_post = stripe_start_post,
+    .start_probe = stripe_start_probe,
+    .perform = stripe_perform,
+    .next_done = stripe_next_done,
+    .in_flight = stripe_in_flight,
+    .abandon_all = stripe_abandon_all,
+    .retrieve = stripe_retrieve,
+    .search = stripe_search,
+    .list = stripe_list,
+    .list_refunds = stripe_list_refunds,
+    .retrieve_refund = stripe_retrieve_refund,
+    .list_page = stripe_list_page,
+    .fetch = stripe_fetch,
+    .classify = stripe_classify,
+    .parse_page = stripe_parse_page,
+    .redact = stripe_redact,
+    .signature_header = STRIPE_SIGNATURE_HEADER,
+    .verify = stripe_signature_verify,
+    .parse_event = stripe_webhook_parse,
+};
