@@ -305,10 +305,10 @@ size_t card_data_copy_masked(char *dst, size_t size, const char *src)
 {
     char small[512];
     size_t len = src ? strlen(src) : 0, masked = 0;
-    char *copy = len < sizeof(small) ? small : malloc(len + 1);
     if (size == 0)
-        return 0;
+        return 0; /* before the copy is taken: nothing to free */
     CHARGED_ASSERT(dst);
+    char *copy = len < sizeof(small) ? small : malloc(len + 1);
     if (!copy) {
         dst[0] = '\0'; /* nothing rather than a number unmasked */
         return 0;
