@@ -21,6 +21,7 @@
 /* Rows recorded for one look at most: the calls, and the answers lost when
  * the HTTP client re-sent a call itself on a closed pooled connection. */
 #define MAX_ROWS 8
+_Static_assert(MAX_ROWS >= RECONCILE_LOOK_MAX_CALLS, "a row for every answer");
 
 struct look_kind;
 
@@ -415,8 +416,10 @@ static size_t rows_of(const struct look *l, struct look_row *rows)
     for (int i = 0; i < l->core.ncalls; i++) {
         /* The HTTP client re-sent the call itself after a pooled
          * connection closed unanswered: that lost answer is a call of its
-         * own. */
-        for (int k = 0; k < l->core.res[i].resent && n < MAX_ROWS - 1; k++)
+         * own. Room is kept for every answer still to come: lost sends past it
+         * are not recorded, the answers always are. */
+        size_t keep = (size_t)(l->core.ncalls - i);
+        for (int k = 0; k < l->core.res[i].resent && n + keep < MAX_ROWS; k++)
             rows[n++] = (struct look_row){l->ops[i], l->started[i], &l->lost};
         CHARGED_ASSERT(n < MAX_ROWS);
         rows[n++] = (struct look_row){l->ops[i], l->started[i], &l->core.res[i]};
