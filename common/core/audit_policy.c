@@ -140,11 +140,18 @@ static struct audit_result unbooked_money(const struct audit_intent_facts *f,
     if (f->earlier_twin)
         return finding(AUDIT_CHARGED_TWICE,
                        "second succeeded intent for one attempt or order");
-    /* A foreign intent never settles the attempt: waiting changes nothing. */
-    if (!is_foreign && *f->attempt_status && attempt_unsettled(f->attempt_status))
+    /* A foreign intent never settles the attempt: waiting changes nothing.
+     * Nor is it waited for while the attempt sits in REQUIRES_REVIEW: only a
+     * person moves it, and until one does this money is taken and unbooked
+     * with no page at all (an intent that only names the attempt is
+     * `unproven` at the api). It is judged now; a booking later matches. */
+    if (!is_foreign && *f->attempt_status && attempt_unsettled(f->attempt_status) &&
+        strcmp(f->attempt_status, "REQUIRES_REVIEW") != 0)
         return pending("attempt not settled yet");
     return finding(AUDIT_CHARGED_UNBOOKED,
-                   *f->attempt_status
+                   !strcmp(f->attempt_status, "REQUIRES_REVIEW")
+                       ? "succeeded intent, unbooked while its attempt waits in review"
+                   : *f->attempt_status
                        ? "succeeded intent, attempt not SUCCEEDED on it"
                        : "succeeded intent for an attempt we never recorded");
 }

@@ -81,10 +81,12 @@ static const struct intent_row intents[] = {
      {"succeeded", 1000, "usd", OURS("UNKNOWN")},
      P,
      0},
+    /* Only a person moves it: money unbooked meanwhile pages (adversary 3:
+     * another client's success, unproven at the api, sat pending for good). */
     {"succeeded, attempt in review",
      {"succeeded", 1000, "usd", OURS("REQUIRES_REVIEW")},
-     P,
-     0},
+     F,
+     AUDIT_CHARGED_UNBOOKED},
     {"succeeded, attempt FAILED",
      {"succeeded", 1000, "usd", OURS("FAILED")},
      F,

@@ -294,8 +294,41 @@ static int provider_id(const char *key, json_t *v)
     return 0;
 }
 
-/* Every such number in the tree replaced, every string masked but the
- * provider's ids; under "metadata" (anyone's to write) every string is
+/* A key is anyone's text too (metadata keys are the writer's choice, and
+ * the provider keeps any): one holding a card number, however grouped or
+ * surrounded, is stored under its masked copy instead. 0 / -1. */
+static int mask_keys(json_t *obj)
+{
+    const char *key;
+    json_t *m, *tmp;
+    json_t *renamed = json_object();
+    if (!renamed)
+        return -1;
+    json_object_foreach_safe(obj, tmp, key, m)
+    {
+        char *copy = strdup(key);
+        if (!copy)
+            goto fail;
+        if (card_data_mask_loose(copy, strlen(copy)) > 0) {
+            if (json_object_set(renamed, copy, m) != 0) {
+                free(copy);
+                goto fail;
+            }
+            json_object_del(obj, key);
+        }
+        free(copy);
+    }
+    if (json_object_update(obj, renamed) != 0)
+        goto fail;
+    json_decref(renamed);
+    return 0;
+fail:
+    json_decref(renamed);
+    return -1;
+}
+
+/* Every such number in the tree replaced, every key and string masked but
+ * the provider's ids; under "metadata" (anyone's to write) every string is
  * text, whatever its key. Digits in strings stay valid JSON when masked.
  * 0 / -1. */
 static int mask_card_numbers(json_t *v, int anyones)
@@ -307,6 +340,8 @@ static int mask_card_numbers(json_t *v, int anyones)
     if (json_is_string(v))
         return masked_string(v);
     if (json_is_object(v)) {
+        if (mask_keys(v) != 0)
+            return -1;
         json_object_foreach_safe(v, tmp, key, m)
         {
             if (!anyones && provider_id(key, m))
