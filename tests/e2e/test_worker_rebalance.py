@@ -204,11 +204,24 @@ def scenario_with_traffic(s, partition_of, first, second):
     e2e.wait_until("the third worker claiming attempts", lambda: s.query(
         "SELECT 1 FROM attempt_transitions WHERE actor = '%s' LIMIT 1" % ids[third]), 120)
 
-    # The leave: SIGTERM while the worker holds claimed attempts.
-    held = e2e.wait_until("half settled and %s holding claimed attempts" % first,
-                          lambda: settled(s) >= N // 2 and held_by(s, ids[first]), 300, 0.05)
-    term_ms = time.time() * 1000
-    rc = s.kill_worker(first, e2e.signal.SIGTERM)
+    # The leave: SIGTERM while the worker holds claimed attempts. psp-sim is
+    # frozen from the snapshot of what it holds until its shutdown drain
+    # began, so those calls are still out when the drain starts. (Left to
+    # chance, the calls of a fresh-clone run all ended in the moment between
+    # the snapshot and the drain's start: nothing for the drain to show.)
+    e2e.wait_until("half settled and %s holding claimed attempts" % first,
+                   lambda: settled(s) >= N // 2 and held_by(s, ids[first]), 300, 0.05)
+    s.psp_freeze()
+    try:
+        held = e2e.wait_until("%s holding claimed attempts, psp-sim frozen" % first,
+                              lambda: held_by(s, ids[first]), 30, 0.05)
+        term_ms = time.time() * 1000
+        s.workers[first].send_signal(e2e.signal.SIGTERM)
+        e2e.wait_until("%s to begin its shutdown drain" % first, lambda: s.worker_log(
+            first, "stopping: draining in-flight"), 30, 0.02)
+    finally:
+        s.psp_thaw()
+    rc = s.kill_worker(first, 0)  # signalled above: only wait for its exit
     check(rc == 0, "worker left by SIGTERM with status %s" % rc)
     s.wait_settled(N, timeout=600)
     s.check_invariants()
