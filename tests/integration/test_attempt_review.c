@@ -499,6 +499,26 @@ START_TEST(two_resolutions_at_once_write_one)
 }
 END_TEST
 
+/* Bytes of a request waiting, unread, in a socket psp-sim listens on (its
+ * process stopped: nobody reads them), from /proc/net/tcp: the racer has
+ * read the attempt and its look-up is out. */
+static int request_waiting_at(int port)
+{
+    FILE *f = fopen("/proc/net/tcp", "r");
+    char line[512];
+    int found = 0;
+    if (!f)
+        return 0;
+    while (!found && fgets(line, sizeof(line), f)) {
+        unsigned local_port, st, rx;
+        if (sscanf(line, " %*d: %*8x:%x %*8x:%*x %x %*8x:%x", &local_port, &st, &rx) ==
+            3)
+            found = (int)local_port == port && st == 1 /* ESTABLISHED */ && rx > 0;
+    }
+    fclose(f);
+    return found;
+}
+
 /* The attempt is read, then the provider (frozen) is asked for 2 s while
  * another operator settles it: the forced settlement finds it moved on. */
 START_TEST(changed_while_the_provider_was_asked)
@@ -510,7 +530,13 @@ START_TEST(changed_while_the_provider_was_asked)
     pthread_t t;
     ck_assert_int_eq(kill(sim.pid, SIGSTOP), 0);
     ck_assert_int_eq(pthread_create(&t, NULL, race, &r), 0);
-    usleep(400 * 1000); /* it has read the attempt; its search hangs */
+    /* It has read the attempt once its search waits at psp-sim (a wait on
+     * the condition: a fixed sleep lost the race under ASan on a loaded
+     * machine, the racer settling first). */
+    for (int i = 0; i < 1000 && !request_waiting_at(sim.port); i++)
+        usleep(5 * 1000);
+    ck_assert_msg(request_waiting_at(sim.port),
+                  "the racer's look-up never reached psp-sim");
     struct attempt_settlement s = {.attempt_id = id,
                                    .lease_epoch = -1,
                                    .expected = ATTEMPT_STATUS_REQUIRES_REVIEW,
