@@ -26,7 +26,7 @@ struct audit_ctx {
 };
 
 static int store_failed(struct audit_ctx *c, const char *what,
-                        const struct store_error *err)
+                        const struct charged_error *err)
 {
     snprintf(c->errbuf, c->errbuf_size, "%s: %s", what, err->message);
     return -1;
@@ -44,12 +44,12 @@ static long long or_none(int known, long long v)
  * the object must still show it. */
 static int record(struct audit_ctx *c, struct audit_finding *f, long long at)
 {
-    struct store_error err;
+    struct charged_error err;
     int fresh = 0;
     int inside = at >= c->start && at < c->end;
     f->window_start = inside ? at : c->start;
     f->window_end = inside ? at + 1 : c->end;
-    if (audit_store_add_finding(c->st, f, &fresh, &err) != STORE_OK)
+    if (audit_store_add_finding(c->st, f, &fresh, &err) != CHARGED_OK)
         return store_failed(c, "record finding", &err);
     c->out->verdict.findings[f->kind]++;
     if (!fresh)
@@ -114,7 +114,7 @@ static int record_order_twins(struct audit_ctx *c, const struct provider_listed 
 {
     struct audit_result res = audit_policy_order_twin(&row->facts);
     struct audit_order_stray *strays;
-    struct store_error err;
+    struct charged_error err;
     char after[PROVIDER_ID_MAX] = "";
     long long after_created = LLONG_MIN;
     size_t n = 0;
@@ -128,7 +128,7 @@ static int record_order_twins(struct audit_ctx *c, const struct provider_listed 
     do {
         if (audit_store_order_strays(c->st, row->booked_order, it->id, after_created,
                                      after, strays, ORDER_STRAYS_BATCH, &n,
-                                     &err) != STORE_OK) {
+                                     &err) != CHARGED_OK) {
             store_failed(c, "order strays", &err);
             goto out;
         }
@@ -161,14 +161,14 @@ static int judge_intents(struct audit_ctx *c, const struct provider_listed *item
                          size_t n)
 {
     struct audit_intent_row *rows = calloc(n ? n : 1, sizeof(*rows));
-    struct store_error err;
+    struct charged_error err;
     struct judged j = {0};
     int rc = -1;
     if (!rows) {
         snprintf(c->errbuf, c->errbuf_size, "out of memory");
         return -1;
     }
-    if (audit_store_intents(c->st, items, n, rows, &err) != STORE_OK) {
+    if (audit_store_intents(c->st, items, n, rows, &err) != CHARGED_OK) {
         store_failed(c, "match intents", &err);
         goto out;
     }
@@ -189,7 +189,7 @@ static int judge_intents(struct audit_ctx *c, const struct provider_listed *item
             goto out;
     }
     if (audit_store_pending(c->st, "intent", j.done, j.ndone, j.wait, j.nwait, &err) !=
-        STORE_OK) {
+        CHARGED_OK) {
         store_failed(c, "pending intents", &err);
         goto out;
     }
@@ -203,14 +203,14 @@ static int judge_refunds(struct audit_ctx *c, const struct provider_listed *item
                          size_t n)
 {
     struct audit_refund_row *rows = calloc(n ? n : 1, sizeof(*rows));
-    struct store_error err;
+    struct charged_error err;
     struct judged j = {0};
     int rc = -1;
     if (!rows) {
         snprintf(c->errbuf, c->errbuf_size, "out of memory");
         return -1;
     }
-    if (audit_store_refunds(c->st, items, n, rows, &err) != STORE_OK) {
+    if (audit_store_refunds(c->st, items, n, rows, &err) != CHARGED_OK) {
         store_failed(c, "match refunds", &err);
         goto out;
     }
@@ -259,7 +259,7 @@ static int judge_refunds(struct audit_ctx *c, const struct provider_listed *item
         }
     }
     if (audit_store_pending(c->st, "refund", j.done, j.ndone, j.wait, j.nwait, &err) !=
-        STORE_OK) {
+        CHARGED_OK) {
         store_failed(c, "pending refunds", &err);
         goto out;
     }
@@ -337,7 +337,7 @@ out:
 static int judge_ledger_facts(struct audit_ctx *c, const struct audit_ledger_row *l,
                               int found, const struct provider_listed *obj)
 {
-    struct store_error err;
+    struct charged_error err;
     struct audit_ledger_facts facts = {
         .provider_status = found ? obj->status : NULL,
         .provider_amount = found ? obj->amount : 0,
@@ -351,7 +351,7 @@ static int judge_ledger_facts(struct audit_ctx *c, const struct audit_ledger_row
          * until it succeeds (matched) or does not (booked_not_charged). */
         const char *wait[1] = {l->object_id};
         if (audit_store_pending(c->st, l->refund ? "refund" : "intent", NULL, 0, wait,
-                                1, &err) != STORE_OK)
+                                1, &err) != CHARGED_OK)
             return store_failed(c, "pending ledger object", &err);
         return 0;
     }
@@ -377,7 +377,7 @@ static int judge_ledger_row(struct audit_ctx *c, const struct audit_ledger_row *
 {
     struct provider_listed obj;
     struct provider_result res;
-    struct store_error err;
+    struct charged_error err;
     enum provider_list_of what =
         l->refund ? PROVIDER_LIST_REFUNDS : PROVIDER_LIST_INTENTS;
     provider_client_fetch(c->pc, what, l->object_id, &obj, &res);
@@ -389,11 +389,11 @@ static int judge_ledger_row(struct audit_ctx *c, const struct audit_ledger_row *
          * this one, need not ask again. */
         if (what == PROVIDER_LIST_REFUNDS) {
             struct audit_refund_row row;
-            if (audit_store_refunds(c->st, &obj, 1, &row, &err) != STORE_OK)
+            if (audit_store_refunds(c->st, &obj, 1, &row, &err) != CHARGED_OK)
                 return store_failed(c, "copy refund", &err);
         } else {
             struct audit_intent_row row;
-            if (audit_store_intents(c->st, &obj, 1, &row, &err) != STORE_OK)
+            if (audit_store_intents(c->st, &obj, 1, &row, &err) != CHARGED_OK)
                 return store_failed(c, "copy intent", &err);
         }
     }
@@ -403,7 +403,7 @@ static int judge_ledger_row(struct audit_ctx *c, const struct audit_ledger_row *
 static int ledger_side(struct audit_ctx *c, const struct audit_run_hooks *hooks)
 {
     struct audit_ledger_row *rows = calloc(LEDGER_BATCH, sizeof(*rows));
-    struct store_error err;
+    struct charged_error err;
     long long after = 0;
     size_t n = 0;
     int rc = -1;
@@ -412,7 +412,7 @@ static int ledger_side(struct audit_ctx *c, const struct audit_run_hooks *hooks)
         return -1;
     }
     if (audit_store_ledger_count(c->st, c->start, c->end, &c->out->verdict.ledger_rows,
-                                 &err) != STORE_OK) {
+                                 &err) != CHARGED_OK) {
         store_failed(c, "count ledger rows", &err);
         goto out;
     }
@@ -420,7 +420,7 @@ static int ledger_side(struct audit_ctx *c, const struct audit_run_hooks *hooks)
                 "ledger_row");
     do {
         if (audit_store_ledger_unmatched(c->st, c->start, c->end, after, rows,
-                                         LEDGER_BATCH, &n, &err) != STORE_OK) {
+                                         LEDGER_BATCH, &n, &err) != CHARGED_OK) {
             store_failed(c, "unmatched ledger rows", &err);
             goto out;
         }
@@ -451,7 +451,7 @@ int audit_run_window(provider_client_t *pc, audit_store_t *st, long long start,
                      int *recorded, char *errbuf, size_t errbuf_size)
 {
     struct audit_ctx c = {pc, st, start, end, out, errbuf, errbuf_size};
-    struct store_error err;
+    struct charged_error err;
     long long id = 0, pending = 0;
     memset(out, 0, sizeof(*out));
     *recorded = 0;
@@ -464,10 +464,10 @@ int audit_run_window(provider_client_t *pc, audit_store_t *st, long long start,
         walk(&c, PROVIDER_LIST_REFUNDS, hooks, &out->verdict.refunds) != 0 ||
         ledger_side(&c, hooks) != 0)
         return -1;
-    if (audit_store_pending_count(st, &pending, &err) != STORE_OK)
+    if (audit_store_pending_count(st, &pending, &err) != CHARGED_OK)
         return store_failed(&c, "count pending", &err);
     out->verdict.pending += pending;
-    if (audit_store_finish(st, &out->verdict, recorded, &id, &err) != STORE_OK)
+    if (audit_store_finish(st, &out->verdict, recorded, &id, &err) != CHARGED_OK)
         return store_failed(&c, "record verdict", &err);
     out->verdict_id = id;
     return 0;
@@ -480,14 +480,14 @@ int audit_run_pending(provider_client_t *pc, audit_store_t *st, size_t max,
     char(*ids)[PROVIDER_ID_MAX] = calloc(max ? max : 1, sizeof(*ids));
     int *is_refund = calloc(max ? max : 1, sizeof(*is_refund));
     struct audit_ctx c = {pc, st, 0, 0, out, errbuf, errbuf_size};
-    struct store_error err;
+    struct charged_error err;
     size_t n = 0;
     int rc = -1;
     if (!ids || !is_refund) {
         snprintf(errbuf, errbuf_size, "out of memory");
         goto out;
     }
-    if (audit_store_pending_due(st, max, ids, is_refund, &n, &err) != STORE_OK) {
+    if (audit_store_pending_due(st, max, ids, is_refund, &n, &err) != CHARGED_OK) {
         store_failed(&c, "pending objects", &err);
         goto out;
     }
@@ -511,7 +511,7 @@ int audit_run_pending(provider_client_t *pc, audit_store_t *st, size_t max,
             struct audit_ledger_row l;
             int booked = 0;
             if (audit_store_ledger_of(st, ids[i], is_refund[i], &l, &booked, &err) !=
-                STORE_OK) {
+                CHARGED_OK) {
                 store_failed(&c, "ledger row of a pending object", &err);
                 goto out;
             }
@@ -520,7 +520,7 @@ int audit_run_pending(provider_client_t *pc, audit_store_t *st, size_t max,
             if (booked && judge_ledger_facts(&c, &l, 0, NULL) != 0)
                 goto out;
             if (audit_store_pending(st, is_refund[i] ? "refund" : "intent", done, 1,
-                                    NULL, 0, &err) != STORE_OK) {
+                                    NULL, 0, &err) != CHARGED_OK) {
                 store_failed(&c, "pending objects", &err);
                 goto out;
             }

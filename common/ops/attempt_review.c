@@ -133,7 +133,7 @@ int attempt_review_check(const struct attempt_review_request *rq, char *why,
 
 /* Reads the attempt: 0, 1 when there is none, -1 with err. */
 static int read_attempt(PGconn *conn, const char *id, struct review_attempt *a,
-                        struct store_error *err)
+                        struct charged_error *err)
 {
     const char *p[1] = {id};
     PGresult *r = db_exec(conn, SQL_READ, 1, p, err);
@@ -158,7 +158,7 @@ static int read_attempt(PGconn *conn, const char *id, struct review_attempt *a,
 /* The attempt an intent is already booked for, in `other` ("" for none).
  * 0 / -1 with err. */
 static int booked_elsewhere(PGconn *conn, const char *intent, const char *id,
-                            char *other, size_t other_size, struct store_error *err)
+                            char *other, size_t other_size, struct charged_error *err)
 {
     const char *p[2] = {intent, id};
     PGresult *r = db_exec(conn, SQL_BOOKED_ELSEWHERE, 2, p, err);
@@ -418,7 +418,7 @@ static int judge_ownership(PGconn *conn, provider_client_t *pc, const char *id,
                            const struct provider_result *got,
                            const struct provider_result *found, int several,
                            struct owner *ow, struct judgement *j,
-                           struct store_error *err)
+                           struct charged_error *err)
 {
     const char *p[2] = {intent, id};
     PGresult *r = db_exec(conn, SQL_RECORDED, 2, p, err);
@@ -610,7 +610,7 @@ static int refuse_call(PGconn *conn, attempt_store_t *st, provider_client_t *pc,
  * booked for no other; else -1 (said). */
 static int load(PGconn *conn, struct review *rv, struct attempt_review_result *out)
 {
-    struct store_error err;
+    struct charged_error err;
     int found = read_attempt(conn, rv->id, &rv->a, &err);
     if (found != 0) {
         if (found < 0)
@@ -651,7 +651,7 @@ static int judge(PGconn *conn, provider_client_t *pc, struct review *rv,
                  long long search_lag_ms, long long key_retention_ms,
                  struct attempt_review_result *out)
 {
-    struct store_error err;
+    struct charged_error err;
     const struct attempt_review_request *rq = rv->rq;
     if (rv->intent) {
         int several = judge_succeeded(pc, rv->id, &rv->a, rv->intent, search_lag_ms,
@@ -690,9 +690,9 @@ static int judge(PGconn *conn, provider_client_t *pc, struct review *rv,
 
 /* Settles the attempt from REQUIRES_REVIEW with the look-ups logged, as
  * the operator (no lease): attempt_store_settle's result, *s's flags. */
-static enum store_rc settle(attempt_store_t *st, const struct review *rv,
-                            const char *evidence_text, struct attempt_settlement *s,
-                            struct store_error *err)
+static enum charged_rc settle(attempt_store_t *st, const struct review *rv,
+                              const char *evidence_text, struct attempt_settlement *s,
+                              struct charged_error *err)
 {
     struct attempt_call calls[MAX_LOOKUPS];
     /* An operator settles a review, and only as SUCCEEDED or FAILED. */
@@ -718,7 +718,7 @@ static enum store_rc settle(attempt_store_t *st, const struct review *rv,
         .calls = calls,
         .ncalls = rv->n,
     };
-    enum store_rc rc = attempt_store_settle(st, s, 1, err);
+    enum charged_rc rc = attempt_store_settle(st, s, 1, err);
     s->calls = NULL; /* they lived on this frame */
     s->ncalls = 0;
     return rc;
@@ -726,13 +726,13 @@ static enum store_rc settle(attempt_store_t *st, const struct review *rv,
 
 /* What a settlement that wrote nothing means: 0 when it settled, else -1
  * (said). */
-static int say_unsettled(PGconn *conn, struct review *rv, enum store_rc src,
-                         const struct attempt_settlement *s, struct store_error *err,
+static int say_unsettled(PGconn *conn, struct review *rv, enum charged_rc src,
+                         const struct attempt_settlement *s, struct charged_error *err,
                          struct attempt_review_result *out)
 {
-    if (src == STORE_DATA && !strcmp(err->sqlstate, "23505")) {
+    if (src == CHARGED_BAD_ITEM && !strcmp(err->code, "23505")) {
         /* The one-booking-per-intent index: another attempt got it first. */
-        struct store_error ignore;
+        struct charged_error ignore;
         if (rv->intent)
             booked_elsewhere(conn, rv->intent, rv->id, out->other_attempt,
                              sizeof(out->other_attempt), &ignore);
@@ -742,7 +742,7 @@ static int say_unsettled(PGconn *conn, struct review *rv, enum store_rc src,
             rv->intent ? rv->intent : "the intent");
         return -1;
     }
-    if (src == STORE_LOCKED || (src == STORE_OK && s->busy)) {
+    if (src == CHARGED_WAIT || (src == CHARGED_OK && s->busy)) {
         /* A session holds the attempt's row right now (a webhook being
          * applied, or one hung in its transaction): nothing waited for it. */
         say(out, ATTEMPT_REVIEW_BUSY,
@@ -751,9 +751,9 @@ static int say_unsettled(PGconn *conn, struct review *rv, enum store_rc src,
             rv->id);
         return -1;
     }
-    if (src != STORE_OK) {
+    if (src != CHARGED_OK) {
         say(out, ATTEMPT_REVIEW_ERROR, "%s%s",
-            src == STORE_DATA ? "the database refused the resolution: " : "",
+            src == CHARGED_BAD_ITEM ? "the database refused the resolution: " : "",
             err->message);
         return -1;
     }
@@ -795,7 +795,7 @@ int attempt_review_resolve(PGconn *conn, attempt_store_t *st, provider_client_t 
                            struct attempt_review_result *out)
 {
     struct review rv = {.rq = rq, .j = {V_AGREES, ""}};
-    struct store_error err;
+    struct charged_error err;
     struct attempt_settlement s;
     char *evidence_text = NULL;
     json_t *evidence = NULL;
@@ -824,7 +824,7 @@ int attempt_review_resolve(PGconn *conn, attempt_store_t *st, provider_client_t 
         say(out, ATTEMPT_REVIEW_ERROR, "out of memory");
         goto out;
     }
-    enum store_rc src = settle(st, &rv, evidence_text, &s, &err);
+    enum charged_rc src = settle(st, &rv, evidence_text, &s, &err);
     if (say_unsettled(conn, &rv, src, &s, &err, out) != 0)
         goto out;
     say_resolved(&rv, forced, evidence, out);

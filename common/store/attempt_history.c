@@ -85,15 +85,15 @@ static const char *SQL_FIND_INTENT =
 /* clang-format on */
 
 /* db_query_json, its failure as the stores say it. */
-static enum store_rc query(PGconn *conn, const char *sql, int n, const char *const *p,
-                           json_t **out, struct store_error *err)
+static enum charged_rc query(PGconn *conn, const char *sql, int n, const char *const *p,
+                             json_t **out, struct charged_error *err)
 {
-    enum store_rc rc = db_query_json(conn, sql, n, p, out, err);
-    return rc == STORE_RETRY ? store_conn_failed(err) : rc;
+    enum charged_rc rc = db_query_json(conn, sql, n, p, out, err);
+    return rc == CHARGED_RETRY ? store_conn_failed(err) : rc;
 }
 
-enum store_rc attempt_history_read(PGconn *conn, const char *attempt_id, json_t **out,
-                                   struct store_error *err)
+enum charged_rc attempt_history_read(PGconn *conn, const char *attempt_id, json_t **out,
+                                     struct charged_error *err)
 {
     /* Each a list that always has its row ("[]" when empty); strip: a
      * member the SQL orders by and the answer does without. */
@@ -106,13 +106,13 @@ enum store_rc attempt_history_read(PGconn *conn, const char *attempt_id, json_t 
     };
     const char *p[1] = {attempt_id};
     json_t *story = NULL, *v = NULL;
-    enum store_rc rc;
+    enum charged_rc rc;
     int in_tx = 0;
 
     *out = NULL;
-    store_error_clear(err);
+    charged_error_clear(err);
     if (!charge_command_is_uuid(attempt_id))
-        return STORE_NOT_FOUND; /* names no attempt: nothing to ask */
+        return CHARGED_NOT_FOUND; /* names no attempt: nothing to ask */
     /* One snapshot, so that the parts agree: a settlement committed
      * between two reads would show a SUCCEEDED attempt without its ledger
      * row. Inside the caller's transaction, that one's. */
@@ -122,20 +122,20 @@ enum store_rc attempt_history_read(PGconn *conn, const char *attempt_id, json_t 
             return store_conn_failed(err);
         in_tx = 1;
     }
-    if ((rc = query(conn, SQL_ATTEMPT, 1, p, &v, err)) != STORE_OK)
+    if ((rc = query(conn, SQL_ATTEMPT, 1, p, &v, err)) != CHARGED_OK)
         goto out;
-    rc = STORE_RETRY;
+    rc = CHARGED_RETRY;
     if (!(story = json_object()) || json_object_set_new(story, "attempt", v) != 0) {
         if (!story)
             json_decref(v); /* set_new frees it itself when it fails */
-        store_error_set(err, "out of memory");
+        charged_error_set(err, "out of memory");
         goto out;
     }
     for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
-        if ((rc = query(conn, parts[i].sql, 1, p, &v, err)) != STORE_OK) {
-            if (rc == STORE_NOT_FOUND) {
-                rc = STORE_RETRY;
-                store_error_set(err, "the database gave no %s", parts[i].key);
+        if ((rc = query(conn, parts[i].sql, 1, p, &v, err)) != CHARGED_OK) {
+            if (rc == CHARGED_NOT_FOUND) {
+                rc = CHARGED_RETRY;
+                charged_error_set(err, "the database gave no %s", parts[i].key);
             }
             goto out;
         }
@@ -145,8 +145,8 @@ enum store_rc attempt_history_read(PGconn *conn, const char *attempt_id, json_t 
             json_array_foreach(v, j, e) json_object_del(e, parts[i].strip);
         }
         if (json_object_set_new(story, parts[i].key, v) != 0) {
-            rc = STORE_RETRY;
-            store_error_set(err, "out of memory");
+            rc = CHARGED_RETRY;
+            charged_error_set(err, "out of memory");
             goto out;
         }
     }
@@ -157,43 +157,44 @@ enum store_rc attempt_history_read(PGconn *conn, const char *attempt_id, json_t 
             goto out;
         }
     }
-    rc = STORE_OK;
+    rc = CHARGED_OK;
 out:
     if (in_tx) {
-        struct store_error ignore;
+        struct charged_error ignore;
         db_run(conn, "ROLLBACK", 0, NULL, &ignore);
     }
-    if (rc == STORE_OK)
+    if (rc == CHARGED_OK)
         *out = story;
     else
         json_decref(story);
     return rc;
 }
 
-enum store_rc attempt_history_list(PGconn *conn, const struct attempt_history_filter *f,
-                                   json_t **out, struct store_error *err)
+enum charged_rc attempt_history_list(PGconn *conn,
+                                     const struct attempt_history_filter *f,
+                                     json_t **out, struct charged_error *err)
 {
     const char *p[4] = {f->order_id, f->status, f->older_than_ms, f->limit};
-    store_error_clear(err);
+    charged_error_clear(err);
     return query(conn, SQL_LIST, 4, p, out, err);
 }
 
-enum store_rc attempt_history_find(PGconn *conn, const char *id, json_t **out,
-                                   struct store_error *err)
+enum charged_rc attempt_history_find(PGconn *conn, const char *id, json_t **out,
+                                     struct charged_error *err)
 {
     const char *p[1] = {id};
     const char *sql = charge_command_is_uuid(id)   ? SQL_FIND_UUID
                       : provider_outcome_id_ok(id) ? SQL_FIND_INTENT
                                                    : NULL;
     *out = NULL;
-    store_error_clear(err);
+    charged_error_clear(err);
     if (sql)
         return query(conn, sql, 1, p, out, err);
     /* Neither kind of id: it names nothing, and no statement could say
      * more (a cast of it would only fail). */
     if (!(*out = json_array())) {
-        store_error_set(err, "out of memory");
-        return STORE_RETRY;
+        charged_error_set(err, "out of memory");
+        return CHARGED_RETRY;
     }
-    return STORE_OK;
+    return CHARGED_OK;
 }

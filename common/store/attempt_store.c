@@ -24,11 +24,11 @@ struct attempt_store {
 #define ATTEMPT_LOCK_TIMEOUT "100ms"
 
 attempt_store_t *attempt_store_new(const char *database_url, const char *actor,
-                                   struct store_error *err)
+                                   struct charged_error *err)
 {
     attempt_store_t *st = calloc(1, sizeof(*st));
     if (!st) {
-        store_error_set(err, "out of memory");
+        charged_error_set(err, "out of memory");
         return NULL;
     }
     if (stmt_session_new(database_url, ATTEMPT_LOCK_TIMEOUT, actor, &st->db, &st->actor,
@@ -47,7 +47,7 @@ void attempt_store_free(attempt_store_t *st)
     free(st);
 }
 
-enum store_rc attempt_store_ping(attempt_store_t *st, struct store_error *err)
+enum charged_rc attempt_store_ping(attempt_store_t *st, struct charged_error *err)
 {
     return stmt_ping(st->db, err);
 }
@@ -245,21 +245,21 @@ static int live_row(const PGresult *live, const struct charge_command *c)
  * order index refused: recorded REJECTED, with the live attempt as the
  * reason, or ATTEMPT_RETRY (the live attempt settled meanwhile, or the
  * message is not the first of its attempt in this batch). */
-static enum store_rc record_rejected(attempt_store_t *st,
-                                     struct attempt_record_item *items, size_t n,
-                                     struct store_error *err)
+static enum charged_rc record_rejected(attempt_store_t *st,
+                                       struct attempt_record_item *items, size_t n,
+                                       struct charged_error *err)
 {
     struct stmt find = {0}, rej = {0};
     PGresult *live = NULL, *ins = NULL;
     size_t nrej = 0;
-    enum store_rc rc;
+    enum charged_rc rc;
 
     int orders = stmt_arrays(&find, 1);
     for (size_t i = 0; i < n; i++)
         if (items[i].result == ATTEMPT_REJECTED)
             stmt_add(&find, orders, items[i].cmd->order_id);
     stmt_text(&find, attempt_status_live_array());
-    if ((rc = stmt_run(st->db, &find, SQL_FIND_LIVE, &live, err)) != STORE_OK)
+    if ((rc = stmt_run(st->db, &find, SQL_FIND_LIVE, &live, err)) != CHARGED_OK)
         goto out;
     int cmds = stmt_arrays(&rej, 10);
     for (size_t i = 0; i < n; i++) {
@@ -289,7 +289,8 @@ static enum store_rc record_rejected(attempt_store_t *st,
         goto out;
     stmt_text(&rej, st->actor);
     stmt_text(&rej, attempt_status_event_type(ATTEMPT_STATUS_REJECTED));
-    if ((rc = stmt_run_keyed(st->db, &rej, SQL_INSERT_REJECTED, &ins, err)) != STORE_OK)
+    if ((rc = stmt_run_keyed(st->db, &rej, SQL_INSERT_REJECTED, &ins, err)) !=
+        CHARGED_OK)
         goto out;
     /* Only the first message of an attempt in this batch is the one
      * stored REJECTED; any other (a copy, or a conflicting resend) is
@@ -334,22 +335,22 @@ static void take_claims(struct attempt_record_item *items, size_t n, const PGres
     }
 }
 
-enum store_rc attempt_store_record(attempt_store_t *st,
-                                   struct attempt_record_item *items, size_t n,
-                                   long long lease_ms, struct store_error *err)
+enum charged_rc attempt_store_record(attempt_store_t *st,
+                                     struct attempt_record_item *items, size_t n,
+                                     long long lease_ms, struct charged_error *err)
 {
     struct stmt ins = {0};
     PGresult *found = NULL;
     struct attempt_record_item **sorted = NULL;
-    enum store_rc rc = STORE_RETRY;
+    enum charged_rc rc = CHARGED_RETRY;
 
-    store_error_clear(err);
+    charged_error_clear(err);
     if (n == 0)
-        return STORE_OK;
-    if (store_conn_open(st->db, NULL, err) != STORE_OK)
-        return STORE_RETRY;
+        return CHARGED_OK;
+    if (store_conn_open(st->db, NULL, err) != CHARGED_OK)
+        return CHARGED_RETRY;
     if (!(sorted = calloc(n, sizeof(*sorted)))) {
-        store_error_set(err, "out of memory");
+        charged_error_set(err, "out of memory");
         goto out;
     }
     for (size_t i = 0; i < n; i++)
@@ -360,7 +361,7 @@ enum store_rc attempt_store_record(attempt_store_t *st,
         add_command(&ins, cmds, sorted[i]->cmd);
     stmt_text(&ins, st->actor);
     stmt_int(&ins, lease_ms > 0 ? lease_ms : 0);
-    if ((rc = stmt_run_keyed(st->db, &ins, SQL_RECORD, &found, err)) != STORE_OK)
+    if ((rc = stmt_run_keyed(st->db, &ins, SQL_RECORD, &found, err)) != CHARGED_OK)
         goto out;
     /* Every message is compared with the stored attempt, whatever batch
      * stored it: a conflicting resend in the same batch as its original is
@@ -454,24 +455,25 @@ static void read_claim(struct attempt_claim_item *items, size_t i, const PGresul
     }
 }
 
-enum store_rc attempt_store_claim(attempt_store_t *st, struct attempt_claim_item *items,
-                                  size_t n, long long lease_ms, struct store_error *err)
+enum charged_rc attempt_store_claim(attempt_store_t *st,
+                                    struct attempt_claim_item *items, size_t n,
+                                    long long lease_ms, struct charged_error *err)
 {
     struct stmt s = {0};
     PGresult *r = NULL;
-    enum store_rc rc;
+    enum charged_rc rc;
 
-    store_error_clear(err);
+    charged_error_clear(err);
     if (n == 0)
-        return STORE_OK;
-    if (store_conn_open(st->db, NULL, err) != STORE_OK)
-        return STORE_RETRY;
+        return CHARGED_OK;
+    if (store_conn_open(st->db, NULL, err) != CHARGED_OK)
+        return CHARGED_RETRY;
     int ids = stmt_arrays(&s, 1);
     for (size_t i = 0; i < n; i++)
         stmt_add(&s, ids, items[i].attempt_id);
     stmt_text(&s, st->actor);
     stmt_int(&s, lease_ms);
-    if ((rc = stmt_run(st->db, &s, SQL_CLAIM, &r, err)) == STORE_OK)
+    if ((rc = stmt_run(st->db, &s, SQL_CLAIM, &r, err)) == CHARGED_OK)
         for (size_t i = 0; i < n; i++)
             read_claim(items, i, r);
     PQclear(r);
@@ -532,18 +534,18 @@ static void add_calls(struct stmt *s, int first, const struct attempt_call *call
     }
 }
 
-enum store_rc attempt_store_log_calls(attempt_store_t *st,
-                                      const struct attempt_call *calls, size_t n,
-                                      struct store_error *err)
+enum charged_rc attempt_store_log_calls(attempt_store_t *st,
+                                        const struct attempt_call *calls, size_t n,
+                                        struct charged_error *err)
 {
     struct stmt s = {0};
-    enum store_rc rc;
+    enum charged_rc rc;
 
-    store_error_clear(err);
+    charged_error_clear(err);
     if (n == 0)
-        return STORE_OK;
-    if (store_conn_open(st->db, NULL, err) != STORE_OK)
-        return STORE_RETRY;
+        return CHARGED_OK;
+    if (store_conn_open(st->db, NULL, err) != CHARGED_OK)
+        return CHARGED_RETRY;
     add_calls(&s, stmt_arrays(&s, 9), calls, n);
     stmt_text(&s, st->actor);
     int again = stmt_arrays(&s, 1);
@@ -598,8 +600,9 @@ static void outcome_of(void *items, size_t i, struct stmt_outcome *o)
         it->last_error,          it->next_check_ms, &it->persisted,    &it->busy};
 }
 
-enum store_rc attempt_store_persist(attempt_store_t *st, struct attempt_outcome *items,
-                                    size_t n, struct store_error *err)
+enum charged_rc attempt_store_persist(attempt_store_t *st,
+                                      struct attempt_outcome *items, size_t n,
+                                      struct charged_error *err)
 {
     return stmt_persist(st->db, st->actor, SQL_PERSIST, items, n, outcome_of, err);
 }
@@ -690,25 +693,25 @@ static void read_due(const PGresult *r, int row, struct attempt_due *d)
     d->first_sent_ms = stmt_col_int(r, row, 13);
 }
 
-enum store_rc attempt_store_claim_due(attempt_store_t *st, struct attempt_due *out,
-                                      size_t max, size_t *n, long long lease_ms,
-                                      long long stale_ms, struct store_error *err)
+enum charged_rc attempt_store_claim_due(attempt_store_t *st, struct attempt_due *out,
+                                        size_t max, size_t *n, long long lease_ms,
+                                        long long stale_ms, struct charged_error *err)
 {
     struct stmt s = {0};
     PGresult *r = NULL;
-    enum store_rc rc;
+    enum charged_rc rc;
 
-    store_error_clear(err);
+    charged_error_clear(err);
     *n = 0;
     if (max == 0)
-        return STORE_OK;
-    if (store_conn_open(st->db, NULL, err) != STORE_OK)
-        return STORE_RETRY;
+        return CHARGED_OK;
+    if (store_conn_open(st->db, NULL, err) != CHARGED_OK)
+        return CHARGED_RETRY;
     stmt_text(&s, st->actor);
     stmt_int(&s, lease_ms);
     stmt_int(&s, (long long)max);
     stmt_int(&s, stale_ms);
-    if ((rc = stmt_run(st->db, &s, SQL_CLAIM_DUE, &r, err)) == STORE_OK)
+    if ((rc = stmt_run(st->db, &s, SQL_CLAIM_DUE, &r, err)) == CHARGED_OK)
         for (int i = 0; i < PQntuples(r) && *n < max; i++)
             read_due(r, i, &out[(*n)++]);
     PQclear(r);
@@ -716,20 +719,20 @@ enum store_rc attempt_store_claim_due(attempt_store_t *st, struct attempt_due *o
     return rc;
 }
 
-static enum store_rc settle_one(attempt_store_t *st, struct attempt_settlement *it,
-                                struct store_error *err)
+static enum charged_rc settle_one(attempt_store_t *st, struct attempt_settlement *it,
+                                  struct charged_error *err)
 {
     struct stmt s = {0};
     PGresult *r = NULL;
-    enum store_rc rc;
+    enum charged_rc rc;
     int ncharges = 0;
 
     if (it->status != it->expected &&
         !attempt_status_transition_allowed((int)it->expected, it->status)) {
-        store_error_set(err, "status %s may not follow %s",
-                        attempt_status_name(it->status),
-                        attempt_status_name(it->expected));
-        return STORE_DATA;
+        charged_error_set(err, "status %s may not follow %s",
+                          attempt_status_name(it->status),
+                          attempt_status_name(it->expected));
+        return CHARGED_BAD_ITEM;
     }
     for (size_t i = 0; i < it->ncalls; i++)
         if (!it->calls[i].operation || !strcmp(it->calls[i].operation, "charge"))
@@ -748,7 +751,7 @@ static enum store_rc settle_one(attempt_store_t *st, struct attempt_settlement *
     stmt_text(&s, attempt_status_event_type(it->status));
     stmt_text(&s, it->cause ? it->cause : "reconciler");
     add_calls(&s, stmt_arrays(&s, 9), it->calls, it->ncalls);
-    if ((rc = stmt_run(st->db, &s, SQL_SETTLE, &r, err)) == STORE_OK) {
+    if ((rc = stmt_run(st->db, &s, SQL_SETTLE, &r, err)) == CHARGED_OK) {
         it->settled = stmt_col_int(r, 0, 0) == 1;
         it->busy = stmt_col_true(r, 0, 1);
     }
@@ -757,22 +760,22 @@ static enum store_rc settle_one(attempt_store_t *st, struct attempt_settlement *
     return rc;
 }
 
-enum store_rc attempt_store_settle(attempt_store_t *st,
-                                   struct attempt_settlement *items, size_t n,
-                                   struct store_error *err)
+enum charged_rc attempt_store_settle(attempt_store_t *st,
+                                     struct attempt_settlement *items, size_t n,
+                                     struct charged_error *err)
 {
-    enum store_rc rc;
-    store_error_clear(err);
+    enum charged_rc rc;
+    charged_error_clear(err);
     if (n == 0)
-        return STORE_OK;
-    if (store_conn_open(st->db, NULL, err) != STORE_OK)
-        return STORE_RETRY;
+        return CHARGED_OK;
+    if (store_conn_open(st->db, NULL, err) != CHARGED_OK)
+        return CHARGED_RETRY;
     for (size_t i = 0; i < n; i++) {
         items[i].settled = items[i].busy = 0;
-        if ((rc = settle_one(st, &items[i], err)) != STORE_OK)
+        if ((rc = settle_one(st, &items[i], err)) != CHARGED_OK)
             return rc;
     }
-    return STORE_OK;
+    return CHARGED_OK;
 }
 
 /* clang-format off */
@@ -782,10 +785,10 @@ static const char *SQL_BACKLOG =
     " FROM payment_attempts WHERE status = ANY($1::text[]) GROUP BY status";
 /* clang-format on */
 
-enum store_rc attempt_store_backlog(attempt_store_t *st,
-                                    const enum attempt_status *statuses, size_t n,
-                                    long long *counts, long long *oldest_ms,
-                                    struct store_error *err)
+enum charged_rc attempt_store_backlog(attempt_store_t *st,
+                                      const enum attempt_status *statuses, size_t n,
+                                      long long *counts, long long *oldest_ms,
+                                      struct charged_error *err)
 {
     return stmt_backlog(st->db, SQL_BACKLOG, statuses, n, counts, oldest_ms, err);
 }
@@ -799,47 +802,48 @@ static const char *SQL_HAND_BACK =
     SQL_LEASE_END("payment_attempts", "lease_owner = NULL, lease_expires_at = NULL");
 /* clang-format on */
 
-enum store_rc attempt_store_renew(attempt_store_t *st, const char *const *attempt_ids,
-                                  const int64_t *epochs, size_t n, long long lease_ms,
-                                  int *still_ours, struct store_error *err)
+enum charged_rc attempt_store_renew(attempt_store_t *st, const char *const *attempt_ids,
+                                    const int64_t *epochs, size_t n, long long lease_ms,
+                                    int *still_ours, struct charged_error *err)
 {
     PGresult *r;
-    enum store_rc rc;
-    store_error_clear(err);
+    enum charged_rc rc;
+    charged_error_clear(err);
     if (n == 0)
-        return STORE_OK;
+        return CHARGED_OK;
     if ((rc = stmt_lease(st->db, st->actor, SQL_RENEW, attempt_ids, epochs, n,
-                         &lease_ms, &r, err)) != STORE_OK)
+                         &lease_ms, &r, err)) != CHARGED_OK)
         return rc;
     for (size_t i = 0; i < n; i++)
         still_ours[i] = stmt_row_of(r, 0, attempt_ids[i]) >= 0;
     PQclear(r);
-    return STORE_OK;
+    return CHARGED_OK;
 }
 
 /* Ends leases of ours by `sql` (release or hand back); the result is not
  * needed: a lease no longer ours is simply not touched. */
-static enum store_rc lease_end(attempt_store_t *st, const char *sql,
-                               const char *const *attempt_ids, const int64_t *epochs,
-                               size_t n, struct store_error *err)
+static enum charged_rc lease_end(attempt_store_t *st, const char *sql,
+                                 const char *const *attempt_ids, const int64_t *epochs,
+                                 size_t n, struct charged_error *err)
 {
-    store_error_clear(err);
+    charged_error_clear(err);
     if (n == 0)
-        return STORE_OK;
+        return CHARGED_OK;
     return stmt_lease(st->db, st->actor, sql, attempt_ids, epochs, n, NULL, NULL, err);
 }
 
-enum store_rc attempt_store_hand_back(attempt_store_t *st,
-                                      const char *const *attempt_ids,
-                                      const int64_t *epochs, size_t n,
-                                      struct store_error *err)
+enum charged_rc attempt_store_hand_back(attempt_store_t *st,
+                                        const char *const *attempt_ids,
+                                        const int64_t *epochs, size_t n,
+                                        struct charged_error *err)
 {
     return lease_end(st, SQL_HAND_BACK, attempt_ids, epochs, n, err);
 }
 
-enum store_rc attempt_store_release(attempt_store_t *st, const char *const *attempt_ids,
-                                    const int64_t *epochs, size_t n,
-                                    struct store_error *err)
+enum charged_rc attempt_store_release(attempt_store_t *st,
+                                      const char *const *attempt_ids,
+                                      const int64_t *epochs, size_t n,
+                                      struct charged_error *err)
 {
     return lease_end(st, SQL_RELEASE, attempt_ids, epochs, n, err);
 }

@@ -8,13 +8,13 @@
  *
  * The connection is opened lazily and re-opened on the next call after it
  * breaks, so a daemon started while the database is down keeps running. A
- * failed call returns an enum store_rc (store.h) other than STORE_OK, with
+ * failed call returns an enum charged_rc (store.h) other than CHARGED_OK, with
  * err filled, and changes nothing the caller has to undo, because every
  * step is safe to repeat.
  *
  * Multi-row statements take their rows in attempt-id order, so that two
  * workers with overlapping batches do not deadlock (and a deadlock that
- * happens anyway is STORE_RETRY). No statement waits for a row
+ * happens anyway is CHARGED_RETRY). No statement waits for a row
  * another session holds locked (SKIP LOCKED): a session hung inside a
  * transaction (a frozen api pod, a partition) costs the attempts it holds,
  * which come out `busy`, never the rest of the batch. Rows are locked FOR
@@ -34,9 +34,9 @@
 
 typedef struct attempt_store attempt_store_t;
 
-/* Every fallible call returns STORE_OK, STORE_RETRY (transient: repeat the
- * same batch after a back-off), STORE_DATA (the database refused a value of
- * the batch: repeat item by item to find the bad one) or STORE_LOCKED
+/* Every fallible call returns CHARGED_OK, CHARGED_RETRY (transient: repeat the
+ * same batch after a back-off), CHARGED_BAD_ITEM (the database refused a value of
+ * the batch: repeat item by item to find the bad one) or CHARGED_WAIT
  * (another session's uncommitted change held the statement past its
  * lock_timeout of 100 ms, which a unique index waits for and SKIP LOCKED
  * cannot skip: nothing was written; repeat item by item, and the item that
@@ -46,13 +46,13 @@ typedef struct attempt_store attempt_store_t;
  * Copies both. Does not connect: NULL and err only when database_url
  * cannot be parsed (or out of memory). */
 attempt_store_t *attempt_store_new(const char *database_url, const char *actor,
-                                   struct store_error *err);
+                                   struct charged_error *err);
 void attempt_store_free(attempt_store_t *st);
 
 /* Connects if needed and runs an empty statement: whether the database
- * answers now, for readiness while no other step runs. STORE_OK, or
- * STORE_RETRY and err. */
-enum store_rc attempt_store_ping(attempt_store_t *st, struct store_error *err);
+ * answers now, for readiness while no other step runs. CHARGED_OK, or
+ * CHARGED_RETRY and err. */
+enum charged_rc attempt_store_ping(attempt_store_t *st, struct charged_error *err);
 
 /* ---- record: insert or read, never check-then-insert ---- */
 
@@ -91,9 +91,9 @@ struct attempt_record_item {
  * claim; a copy, or an attempt recorded before, is ATTEMPT_RECORDED and
  * goes through the claim like any redelivery. With lease_ms 0 a new attempt
  * is recorded PENDING, for a claim later. */
-enum store_rc attempt_store_record(attempt_store_t *st,
-                                   struct attempt_record_item *items, size_t n,
-                                   long long lease_ms, struct store_error *err);
+enum charged_rc attempt_store_record(attempt_store_t *st,
+                                     struct attempt_record_item *items, size_t n,
+                                     long long lease_ms, struct charged_error *err);
 
 /* ---- claim: SELECT ... FOR UPDATE SKIP LOCKED, then lease ---- */
 
@@ -118,9 +118,9 @@ struct attempt_claim_item {
  * store's actor: the caller asks only for attempts none of its own work
  * holds, so such a lease is a claim whose answer it lost (a statement given
  * up that committed later). The actor must name one process. */
-enum store_rc attempt_store_claim(attempt_store_t *st, struct attempt_claim_item *items,
-                                  size_t n, long long lease_ms,
-                                  struct store_error *err);
+enum charged_rc attempt_store_claim(attempt_store_t *st,
+                                    struct attempt_claim_item *items, size_t n,
+                                    long long lease_ms, struct charged_error *err);
 
 /* ---- provider calls, for support ---- */
 
@@ -135,9 +135,9 @@ struct attempt_call {
     int written_maybe;
 };
 
-enum store_rc attempt_store_log_calls(attempt_store_t *st,
-                                      const struct attempt_call *calls, size_t n,
-                                      struct store_error *err);
+enum charged_rc attempt_store_log_calls(attempt_store_t *st,
+                                        const struct attempt_call *calls, size_t n,
+                                        struct charged_error *err);
 
 /* ---- persist an outcome, fenced on the lease ---- */
 
@@ -156,8 +156,9 @@ struct attempt_outcome {
     int busy; /* out: another session holds the row: nothing written, try again */
 };
 
-enum store_rc attempt_store_persist(attempt_store_t *st, struct attempt_outcome *items,
-                                    size_t n, struct store_error *err);
+enum charged_rc attempt_store_persist(attempt_store_t *st,
+                                      struct attempt_outcome *items, size_t n,
+                                      struct charged_error *err);
 
 /* ---- leases ---- */
 
@@ -185,18 +186,18 @@ struct attempt_due {
  * stale_ms ago (no worker came back). FOR UPDATE SKIP LOCKED and a fenced
  * lease, as the worker's claim, so reconcilers and workers run side by
  * side. The status is not changed. *n says how many were claimed. */
-enum store_rc attempt_store_claim_due(attempt_store_t *st, struct attempt_due *out,
-                                      size_t max, size_t *n, long long lease_ms,
-                                      long long stale_ms, struct store_error *err);
+enum charged_rc attempt_store_claim_due(attempt_store_t *st, struct attempt_due *out,
+                                        size_t max, size_t *n, long long lease_ms,
+                                        long long stale_ms, struct charged_error *err);
 
 /* How many attempts are in each of statuses[0..n-1] (say UNKNOWN and
  * PROCESSING, which payment_attempts_to_check indexes), and the age of the
  * oldest of each since it was recorded (now - created_at, database clock;
  * 0 when none): counts[i], oldest_ms[i]. One statement. */
-enum store_rc attempt_store_backlog(attempt_store_t *st,
-                                    const enum attempt_status *statuses, size_t n,
-                                    long long *counts, long long *oldest_ms,
-                                    struct store_error *err);
+enum charged_rc attempt_store_backlog(attempt_store_t *st,
+                                      const enum attempt_status *statuses, size_t n,
+                                      long long *counts, long long *oldest_ms,
+                                      struct charged_error *err);
 
 /* One decision on evidence: a status change, or (status == expected) a
  * look again later. Written in one statement: the status, a transition with
@@ -219,26 +220,27 @@ struct attempt_settlement {
     int busy;    /* out: another session holds the row: nothing written */
 };
 
-enum store_rc attempt_store_settle(attempt_store_t *st,
-                                   struct attempt_settlement *items, size_t n,
-                                   struct store_error *err);
+enum charged_rc attempt_store_settle(attempt_store_t *st,
+                                     struct attempt_settlement *items, size_t n,
+                                     struct charged_error *err);
 
 /* Extends the leases still ours; still_ours[i] says which (one another
  * session holds locked is not extended now, and is still ours if its last
  * committed lease is). */
-enum store_rc attempt_store_renew(attempt_store_t *st, const char *const *attempt_ids,
-                                  const int64_t *epochs, size_t n, long long lease_ms,
-                                  int *still_ours, struct store_error *err);
+enum charged_rc attempt_store_renew(attempt_store_t *st, const char *const *attempt_ids,
+                                    const int64_t *epochs, size_t n, long long lease_ms,
+                                    int *still_ours, struct charged_error *err);
 /* Gives claims of the reconciler back as they were before it claimed them:
  * no lease at all, so that a peer reconciler looks at once (and a worker,
  * which takes over only a worker's expired lease, does not). */
-enum store_rc attempt_store_hand_back(attempt_store_t *st,
+enum charged_rc attempt_store_hand_back(attempt_store_t *st,
+                                        const char *const *attempt_ids,
+                                        const int64_t *epochs, size_t n,
+                                        struct charged_error *err);
+/* Lets the leases expire now, so that a peer may take over at once. */
+enum charged_rc attempt_store_release(attempt_store_t *st,
                                       const char *const *attempt_ids,
                                       const int64_t *epochs, size_t n,
-                                      struct store_error *err);
-/* Lets the leases expire now, so that a peer may take over at once. */
-enum store_rc attempt_store_release(attempt_store_t *st, const char *const *attempt_ids,
-                                    const int64_t *epochs, size_t n,
-                                    struct store_error *err);
+                                      struct charged_error *err);
 
 #endif

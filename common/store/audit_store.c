@@ -19,11 +19,11 @@ struct audit_store {
     int leading;
 };
 
-audit_store_t *audit_store_new(const char *database_url, struct store_error *err)
+audit_store_t *audit_store_new(const char *database_url, struct charged_error *err)
 {
     audit_store_t *st = calloc(1, sizeof(*st));
     if (!st) {
-        store_error_set(err, "out of memory");
+        charged_error_set(err, "out of memory");
         return NULL;
     }
     if (!(st->db = store_conn_new(database_url, AUDIT_LOCK_TIMEOUT, err))) {
@@ -41,43 +41,43 @@ void audit_store_free(audit_store_t *st)
     free(st);
 }
 
-static enum store_rc session(audit_store_t *st, struct store_error *err)
+static enum charged_rc session(audit_store_t *st, struct charged_error *err)
 {
     int fresh = 0;
-    enum store_rc rc = store_conn_open(st->db, &fresh, err);
+    enum charged_rc rc = store_conn_open(st->db, &fresh, err);
     /* A new session holds no lock: the lead was lost with the old one. */
-    if (rc != STORE_OK || fresh)
+    if (rc != CHARGED_OK || fresh)
         st->leading = 0;
     return rc;
 }
 
-static enum store_rc run(audit_store_t *st, struct stmt *s, const char *sql,
-                         PGresult **res, struct store_error *err)
+static enum charged_rc run(audit_store_t *st, struct stmt *s, const char *sql,
+                           PGresult **res, struct charged_error *err)
 {
-    enum store_rc rc;
-    store_error_clear(err);
-    if ((rc = session(st, err)) == STORE_OK)
+    enum charged_rc rc;
+    charged_error_clear(err);
+    if ((rc = session(st, err)) == CHARGED_OK)
         rc = stmt_run(st->db, s, sql, res, err);
     stmt_release(s);
     return rc;
 }
 
-enum store_rc audit_store_lead(audit_store_t *st, struct store_error *err)
+enum charged_rc audit_store_lead(audit_store_t *st, struct charged_error *err)
 {
     PGresult *r;
     struct stmt s = {0};
-    enum store_rc rc;
-    store_error_clear(err);
-    if ((rc = session(st, err)) != STORE_OK)
+    enum charged_rc rc;
+    charged_error_clear(err);
+    if ((rc = session(st, err)) != CHARGED_OK)
         return rc;
     if (st->leading)
-        return STORE_OK;
+        return CHARGED_OK;
     if ((rc = run(st, &s, "SELECT pg_try_advisory_lock(" AUDIT_LOCK_KEY ")", &r,
-                  err)) != STORE_OK)
+                  err)) != CHARGED_OK)
         return rc;
     st->leading = stmt_col_true(r, 0, 0);
     PQclear(r);
-    return st->leading ? STORE_OK : STORE_NOT_LEADER;
+    return st->leading ? CHARGED_OK : CHARGED_NOT_LEADER;
 }
 
 /* clang-format off */
@@ -282,31 +282,32 @@ static const char *SQL_FINISH =
     " ON CONFLICT (window_start) WHERE scheduled DO NOTHING RETURNING id";
 /* clang-format on */
 
-enum store_rc audit_store_now(audit_store_t *st, long long *now_ms,
-                              struct store_error *err)
+enum charged_rc audit_store_now(audit_store_t *st, long long *now_ms,
+                                struct charged_error *err)
 {
     struct stmt s = {0};
     PGresult *r;
-    enum store_rc rc =
+    enum charged_rc rc =
         run(st, &s, "SELECT (extract(epoch FROM now()) * 1000)::bigint", &r, err);
-    if (rc != STORE_OK)
+    if (rc != CHARGED_OK)
         return rc;
     *now_ms = stmt_col_int(r, 0, 0);
     PQclear(r);
-    return STORE_OK;
+    return CHARGED_OK;
 }
 
-enum store_rc audit_store_next_window(audit_store_t *st, long long from_unix,
-                                      long long window_s, long long lag_ms,
-                                      struct audit_window *w, struct store_error *err)
+enum charged_rc audit_store_next_window(audit_store_t *st, long long from_unix,
+                                        long long window_s, long long lag_ms,
+                                        struct audit_window *w,
+                                        struct charged_error *err)
 {
     struct stmt s = {0};
     PGresult *r;
-    enum store_rc rc;
+    enum charged_rc rc;
     memset(w, 0, sizeof(*w));
     stmt_int(&s, from_unix);
     stmt_int(&s, lag_ms);
-    if ((rc = run(st, &s, SQL_NEXT, &r, err)) != STORE_OK)
+    if ((rc = run(st, &s, SQL_NEXT, &r, err)) != CHARGED_OK)
         return rc;
     w->now_ms = stmt_col_int(r, 0, 0);
     w->start = PQgetisnull(r, 0, 1) ? stmt_col_int(r, 0, 2) : stmt_col_int(r, 0, 1);
@@ -314,7 +315,7 @@ enum store_rc audit_store_next_window(audit_store_t *st, long long from_unix,
     w->end = w->start + window_s;
     w->due = w->end * 1000 + lag_ms <= w->now_ms;
     w->watermark_age_ms = w->now_ms - w->start * 1000;
-    return STORE_OK;
+    return CHARGED_OK;
 }
 
 static const char *or_null(int present, const char *s)
@@ -322,16 +323,16 @@ static const char *or_null(int present, const char *s)
     return present ? s : NULL;
 }
 
-enum store_rc audit_store_intents(audit_store_t *st,
-                                  const struct provider_listed *items, size_t n,
-                                  struct audit_intent_row *rows,
-                                  struct store_error *err)
+enum charged_rc audit_store_intents(audit_store_t *st,
+                                    const struct provider_listed *items, size_t n,
+                                    struct audit_intent_row *rows,
+                                    struct charged_error *err)
 {
     struct stmt c = {0}, q = {0};
     PGresult *r = NULL;
-    enum store_rc rc;
+    enum charged_rc rc;
     if (n == 0)
-        return STORE_OK;
+        return CHARGED_OK;
     int a = stmt_arrays(&c, 7), ids = stmt_arrays(&q, 1);
     for (size_t i = 0; i < n; i++) {
         const struct provider_listed *it = &items[i];
@@ -344,11 +345,11 @@ enum store_rc audit_store_intents(audit_store_t *st,
         stmt_add(&c, a + 6, or_null(*it->order_id != '\0', it->order_id));
         stmt_add(&q, ids, it->id);
     }
-    if ((rc = run(st, &c, SQL_COPY_INTENTS, NULL, err)) != STORE_OK) {
+    if ((rc = run(st, &c, SQL_COPY_INTENTS, NULL, err)) != CHARGED_OK) {
         stmt_release(&q);
         return rc;
     }
-    if ((rc = run(st, &q, SQL_INTENT_FACTS, &r, err)) != STORE_OK)
+    if ((rc = run(st, &q, SQL_INTENT_FACTS, &r, err)) != CHARGED_OK)
         return rc;
     memset(rows, 0, n * sizeof(*rows));
     for (int row = 0; row < PQntuples(r); row++) {
@@ -395,28 +396,28 @@ enum store_rc audit_store_intents(audit_store_t *st,
      * would be judged on no facts at all. */
     for (size_t i = 0; i < n; i++)
         if (!rows[i].facts.status) {
-            store_error_set(err, "audit: no facts for intent %zu of the page", i);
-            return STORE_RETRY;
+            charged_error_set(err, "audit: no facts for intent %zu of the page", i);
+            return CHARGED_RETRY;
         }
-    return STORE_OK;
+    return CHARGED_OK;
 }
 
-enum store_rc audit_store_order_strays(audit_store_t *st, const char *order,
-                                       const char *booked, long long after_created,
-                                       const char *after_id,
-                                       struct audit_order_stray *out, size_t max,
-                                       size_t *n, struct store_error *err)
+enum charged_rc audit_store_order_strays(audit_store_t *st, const char *order,
+                                         const char *booked, long long after_created,
+                                         const char *after_id,
+                                         struct audit_order_stray *out, size_t max,
+                                         size_t *n, struct charged_error *err)
 {
     struct stmt s = {0};
     PGresult *r;
-    enum store_rc rc;
+    enum charged_rc rc;
     *n = 0;
     stmt_text(&s, order);
     stmt_text(&s, booked);
     stmt_int(&s, after_created);
     stmt_text(&s, after_id);
     stmt_int(&s, (long long)max);
-    if ((rc = run(st, &s, SQL_ORDER_STRAYS, &r, err)) != STORE_OK)
+    if ((rc = run(st, &s, SQL_ORDER_STRAYS, &r, err)) != CHARGED_OK)
         return rc;
     for (int row = 0; row < PQntuples(r) && (size_t)row < max; row++) {
         struct audit_order_stray *o = &out[row];
@@ -427,19 +428,19 @@ enum store_rc audit_store_order_strays(audit_store_t *st, const char *order,
         (*n)++;
     }
     PQclear(r);
-    return STORE_OK;
+    return CHARGED_OK;
 }
 
-enum store_rc audit_store_refunds(audit_store_t *st,
-                                  const struct provider_listed *items, size_t n,
-                                  struct audit_refund_row *rows,
-                                  struct store_error *err)
+enum charged_rc audit_store_refunds(audit_store_t *st,
+                                    const struct provider_listed *items, size_t n,
+                                    struct audit_refund_row *rows,
+                                    struct charged_error *err)
 {
     struct stmt c = {0}, q = {0};
     PGresult *r = NULL;
-    enum store_rc rc;
+    enum charged_rc rc;
     if (n == 0)
-        return STORE_OK;
+        return CHARGED_OK;
     int a = stmt_arrays(&c, 7), ids = stmt_arrays(&q, 1);
     for (size_t i = 0; i < n; i++) {
         const struct provider_listed *it = &items[i];
@@ -452,11 +453,11 @@ enum store_rc audit_store_refunds(audit_store_t *st,
         stmt_add(&c, a + 6, or_null(*it->refund_id != '\0', it->refund_id));
         stmt_add(&q, ids, it->id);
     }
-    if ((rc = run(st, &c, SQL_COPY_REFUNDS, NULL, err)) != STORE_OK) {
+    if ((rc = run(st, &c, SQL_COPY_REFUNDS, NULL, err)) != CHARGED_OK) {
         stmt_release(&q);
         return rc;
     }
-    if ((rc = run(st, &q, SQL_REFUND_FACTS, &r, err)) != STORE_OK)
+    if ((rc = run(st, &q, SQL_REFUND_FACTS, &r, err)) != CHARGED_OK)
         return rc;
     memset(rows, 0, n * sizeof(*rows));
     for (int row = 0; row < PQntuples(r); row++) {
@@ -487,27 +488,27 @@ enum store_rc audit_store_refunds(audit_store_t *st,
     PQclear(r);
     for (size_t i = 0; i < n; i++)
         if (!rows[i].facts.status) {
-            store_error_set(err, "audit: no facts for refund %zu of the page", i);
-            return STORE_RETRY;
+            charged_error_set(err, "audit: no facts for refund %zu of the page", i);
+            return CHARGED_RETRY;
         }
-    return STORE_OK;
+    return CHARGED_OK;
 }
 
-static enum store_rc one_number(audit_store_t *st, struct stmt *s, const char *sql,
-                                long long *out, struct store_error *err)
+static enum charged_rc one_number(audit_store_t *st, struct stmt *s, const char *sql,
+                                  long long *out, struct charged_error *err)
 {
     PGresult *r;
-    enum store_rc rc = run(st, s, sql, &r, err);
-    if (rc != STORE_OK)
+    enum charged_rc rc = run(st, s, sql, &r, err);
+    if (rc != CHARGED_OK)
         return rc;
     *out = stmt_col_int(r, 0, 0);
     PQclear(r);
-    return STORE_OK;
+    return CHARGED_OK;
 }
 
-enum store_rc audit_store_ledger_count(audit_store_t *st, long long start,
-                                       long long end, long long *count,
-                                       struct store_error *err)
+enum charged_rc audit_store_ledger_count(audit_store_t *st, long long start,
+                                         long long end, long long *count,
+                                         struct charged_error *err)
 {
     struct stmt s = {0};
     stmt_int(&s, start);
@@ -529,47 +530,47 @@ static void read_ledger_row(PGresult *r, int row, struct audit_ledger_row *o)
     o->created = stmt_col_int(r, row, 8);
 }
 
-enum store_rc audit_store_ledger_unmatched(audit_store_t *st, long long start,
-                                           long long end, long long after_id,
-                                           struct audit_ledger_row *rows, size_t max,
-                                           size_t *n, struct store_error *err)
+enum charged_rc audit_store_ledger_unmatched(audit_store_t *st, long long start,
+                                             long long end, long long after_id,
+                                             struct audit_ledger_row *rows, size_t max,
+                                             size_t *n, struct charged_error *err)
 {
     struct stmt s = {0};
     PGresult *r;
-    enum store_rc rc;
+    enum charged_rc rc;
     *n = 0;
     stmt_int(&s, start);
     stmt_int(&s, end);
     stmt_int(&s, after_id);
     stmt_int(&s, (long long)max);
-    if ((rc = run(st, &s, SQL_LEDGER_UNMATCHED, &r, err)) != STORE_OK)
+    if ((rc = run(st, &s, SQL_LEDGER_UNMATCHED, &r, err)) != CHARGED_OK)
         return rc;
     for (int row = 0; row < PQntuples(r) && (size_t)row < max; row++) {
         read_ledger_row(r, row, &rows[row]);
         (*n)++;
     }
     PQclear(r);
-    return STORE_OK;
+    return CHARGED_OK;
 }
 
-enum store_rc audit_store_ledger_of(audit_store_t *st, const char *object_id,
-                                    int refund, struct audit_ledger_row *row,
-                                    int *found, struct store_error *err)
+enum charged_rc audit_store_ledger_of(audit_store_t *st, const char *object_id,
+                                      int refund, struct audit_ledger_row *row,
+                                      int *found, struct charged_error *err)
 {
     struct stmt s = {0};
     PGresult *r;
-    enum store_rc rc;
+    enum charged_rc rc;
     *found = 0;
     stmt_text(&s, object_id);
     if ((rc = run(st, &s, refund ? SQL_LEDGER_OF_REFUND : SQL_LEDGER_OF_INTENT, &r,
-                  err)) != STORE_OK)
+                  err)) != CHARGED_OK)
         return rc;
     if (PQntuples(r) > 0) {
         read_ledger_row(r, 0, row);
         *found = 1;
     }
     PQclear(r);
-    return STORE_OK;
+    return CHARGED_OK;
 }
 
 static const char *str(const char *s)
@@ -577,12 +578,13 @@ static const char *str(const char *s)
     return s ? s : "";
 }
 
-enum store_rc audit_store_add_finding(audit_store_t *st, const struct audit_finding *f,
-                                      int *fresh, struct store_error *err)
+enum charged_rc audit_store_add_finding(audit_store_t *st,
+                                        const struct audit_finding *f, int *fresh,
+                                        struct charged_error *err)
 {
     struct stmt s = {0};
     PGresult *r;
-    enum store_rc rc;
+    enum charged_rc rc;
     *fresh = 0;
     stmt_text(&s, audit_kind_name(f->kind));
     stmt_text(&s, f->object_id);
@@ -597,21 +599,21 @@ enum store_rc audit_store_add_finding(audit_store_t *st, const struct audit_find
     stmt_text(&s, str(f->detail));
     stmt_int(&s, f->window_start);
     stmt_int(&s, f->window_end);
-    if ((rc = run(st, &s, SQL_FINDING, &r, err)) != STORE_OK)
+    if ((rc = run(st, &s, SQL_FINDING, &r, err)) != CHARGED_OK)
         return rc;
     *fresh = PQntuples(r) == 1;
     PQclear(r);
-    return STORE_OK;
+    return CHARGED_OK;
 }
 
-enum store_rc audit_store_pending(audit_store_t *st, const char *kind,
-                                  const char *const *done, size_t ndone,
-                                  const char *const *wait, size_t nwait,
-                                  struct store_error *err)
+enum charged_rc audit_store_pending(audit_store_t *st, const char *kind,
+                                    const char *const *done, size_t ndone,
+                                    const char *const *wait, size_t nwait,
+                                    struct charged_error *err)
 {
     struct stmt s = {0};
     if (ndone == 0 && nwait == 0)
-        return STORE_OK;
+        return CHARGED_OK;
     int a = stmt_arrays(&s, 2);
     for (size_t i = 0; i < ndone; i++)
         stmt_add(&s, a, done[i]);
@@ -621,16 +623,16 @@ enum store_rc audit_store_pending(audit_store_t *st, const char *kind,
     return run(st, &s, SQL_PENDING, NULL, err);
 }
 
-enum store_rc audit_store_pending_due(audit_store_t *st, size_t max,
-                                      char (*ids)[PROVIDER_ID_MAX], int *is_refund,
-                                      size_t *n, struct store_error *err)
+enum charged_rc audit_store_pending_due(audit_store_t *st, size_t max,
+                                        char (*ids)[PROVIDER_ID_MAX], int *is_refund,
+                                        size_t *n, struct charged_error *err)
 {
     struct stmt s = {0};
     PGresult *r;
-    enum store_rc rc;
+    enum charged_rc rc;
     *n = 0;
     stmt_int(&s, (long long)max);
-    if ((rc = run(st, &s, SQL_PENDING_DUE, &r, err)) != STORE_OK)
+    if ((rc = run(st, &s, SQL_PENDING_DUE, &r, err)) != CHARGED_OK)
         return rc;
     for (int row = 0; row < PQntuples(r) && (size_t)row < max; row++) {
         stmt_col_copy(r, row, 0, ids[row], sizeof(ids[row]));
@@ -638,24 +640,24 @@ enum store_rc audit_store_pending_due(audit_store_t *st, size_t max,
         (*n)++;
     }
     PQclear(r);
-    return STORE_OK;
+    return CHARGED_OK;
 }
 
-enum store_rc audit_store_pending_count(audit_store_t *st, long long *count,
-                                        struct store_error *err)
+enum charged_rc audit_store_pending_count(audit_store_t *st, long long *count,
+                                          struct charged_error *err)
 {
     struct stmt s = {0};
     return one_number(st, &s, SQL_PENDING_COUNT, count, err);
 }
 
-enum store_rc audit_store_findings_by_kind(audit_store_t *st,
-                                           long long counts[AUDIT_KIND__COUNT],
-                                           struct store_error *err)
+enum charged_rc audit_store_findings_by_kind(audit_store_t *st,
+                                             long long counts[AUDIT_KIND__COUNT],
+                                             struct charged_error *err)
 {
     struct stmt s = {0};
     PGresult *r;
-    enum store_rc rc = run(st, &s, SQL_FINDINGS_BY_KIND, &r, err);
-    if (rc != STORE_OK)
+    enum charged_rc rc = run(st, &s, SQL_FINDINGS_BY_KIND, &r, err);
+    if (rc != CHARGED_OK)
         return rc;
     memset(counts, 0, AUDIT_KIND__COUNT * sizeof(*counts));
     for (int row = 0; row < PQntuples(r); row++) {
@@ -664,15 +666,16 @@ enum store_rc audit_store_findings_by_kind(audit_store_t *st,
             counts[k] = stmt_col_int(r, row, 1);
     }
     PQclear(r);
-    return STORE_OK;
+    return CHARGED_OK;
 }
 
-enum store_rc audit_store_finish(audit_store_t *st, const struct audit_verdict *v,
-                                 int *recorded, long long *id, struct store_error *err)
+enum charged_rc audit_store_finish(audit_store_t *st, const struct audit_verdict *v,
+                                   int *recorded, long long *id,
+                                   struct charged_error *err)
 {
     struct stmt s = {0};
     PGresult *r;
-    enum store_rc rc;
+    enum charged_rc rc;
     char findings[1024];
     size_t len = 0;
     *recorded = 0;
@@ -693,12 +696,12 @@ enum store_rc audit_store_finish(audit_store_t *st, const struct audit_verdict *
     stmt_int(&s, v->pending);
     stmt_text(&s, findings);
     stmt_int(&s, v->started_ms);
-    if ((rc = run(st, &s, SQL_FINISH, &r, err)) != STORE_OK)
+    if ((rc = run(st, &s, SQL_FINISH, &r, err)) != CHARGED_OK)
         return rc;
     if (PQntuples(r) == 1) {
         *recorded = 1;
         *id = stmt_col_int(r, 0, 0);
     }
     PQclear(r);
-    return STORE_OK;
+    return CHARGED_OK;
 }

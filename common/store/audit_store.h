@@ -19,15 +19,15 @@
 
 typedef struct audit_store audit_store_t;
 
-/* Every fallible call returns an enum store_rc (store.h) and fills err. */
+/* Every fallible call returns an enum charged_rc (store.h) and fills err. */
 
 /* Does not connect. NULL and err when database_url cannot be parsed. */
-audit_store_t *audit_store_new(const char *database_url, struct store_error *err);
+audit_store_t *audit_store_new(const char *database_url, struct charged_error *err);
 void audit_store_free(audit_store_t *st);
 
-/* STORE_OK when this process leads the scheduled windows, STORE_NOT_LEADER
+/* CHARGED_OK when this process leads the scheduled windows, CHARGED_NOT_LEADER
  * when another does. */
-enum store_rc audit_store_lead(audit_store_t *st, struct store_error *err);
+enum charged_rc audit_store_lead(audit_store_t *st, struct charged_error *err);
 
 /* The next scheduled window, on the database's clock: it starts at the
  * watermark (the end of the last scheduled window recorded; before the
@@ -39,12 +39,13 @@ struct audit_window {
     long long watermark_age_ms; /* now - start: how far the audit is behind */
     long long now_ms;           /* the database's clock */
 };
-enum store_rc audit_store_next_window(audit_store_t *st, long long from_unix,
-                                      long long window_s, long long lag_ms,
-                                      struct audit_window *w, struct store_error *err);
+enum charged_rc audit_store_next_window(audit_store_t *st, long long from_unix,
+                                        long long window_s, long long lag_ms,
+                                        struct audit_window *w,
+                                        struct charged_error *err);
 /* The database's clock, unix ms. */
-enum store_rc audit_store_now(audit_store_t *st, long long *now_ms,
-                              struct store_error *err);
+enum charged_rc audit_store_now(audit_store_t *st, long long *now_ms,
+                                struct charged_error *err);
 
 /* A listed intent and what charged has of it: facts for audit_policy, and
  * the ids an operator needs. */
@@ -61,10 +62,10 @@ struct audit_intent_row {
 
 /* Copies the page into audit_intents (the provider's word, refreshed) and
  * fills rows[i] for items[i]. */
-enum store_rc audit_store_intents(audit_store_t *st,
-                                  const struct provider_listed *items, size_t n,
-                                  struct audit_intent_row *rows,
-                                  struct store_error *err);
+enum charged_rc audit_store_intents(audit_store_t *st,
+                                    const struct provider_listed *items, size_t n,
+                                    struct audit_intent_row *rows,
+                                    struct charged_error *err);
 
 /* An unbooked succeeded intent in the copy that names only an order (no
  * attempt): its creation (unix s), amount and currency. */
@@ -77,11 +78,11 @@ struct audit_order_stray {
  * case in the copy), other than booked, after (after_created, after_id) in
  * (created, id) order: *n says how many. A page shorter than max is the
  * last. */
-enum store_rc audit_store_order_strays(audit_store_t *st, const char *order,
-                                       const char *booked, long long after_created,
-                                       const char *after_id,
-                                       struct audit_order_stray *out, size_t max,
-                                       size_t *n, struct store_error *err);
+enum charged_rc audit_store_order_strays(audit_store_t *st, const char *order,
+                                         const char *booked, long long after_created,
+                                         const char *after_id,
+                                         struct audit_order_stray *out, size_t max,
+                                         size_t *n, struct charged_error *err);
 
 struct audit_refund_row {
     struct audit_refund_facts facts;
@@ -95,15 +96,15 @@ struct audit_refund_row {
     char booked_intent[PROVIDER_ID_MAX]; /* the booked refund attempt's charge */
 };
 
-enum store_rc audit_store_refunds(audit_store_t *st,
-                                  const struct provider_listed *items, size_t n,
-                                  struct audit_refund_row *rows,
-                                  struct store_error *err);
+enum charged_rc audit_store_refunds(audit_store_t *st,
+                                    const struct provider_listed *items, size_t n,
+                                    struct audit_refund_row *rows,
+                                    struct charged_error *err);
 
 /* Ledger rows booked in [start, end) (charges and refunds). */
-enum store_rc audit_store_ledger_count(audit_store_t *st, long long start,
-                                       long long end, long long *count,
-                                       struct store_error *err);
+enum charged_rc audit_store_ledger_count(audit_store_t *st, long long start,
+                                         long long end, long long *count,
+                                         struct charged_error *err);
 
 /* A ledger row the provider's books, as copied so far, do not confirm. */
 struct audit_ledger_row {
@@ -120,16 +121,16 @@ struct audit_ledger_row {
 /* Up to max rows booked in [start, end) with id > after_id, in id order,
  * whose object is not in the copy as succeeded with the same amount and
  * currency. *n says how many. */
-enum store_rc audit_store_ledger_unmatched(audit_store_t *st, long long start,
-                                           long long end, long long after_id,
-                                           struct audit_ledger_row *rows, size_t max,
-                                           size_t *n, struct store_error *err);
+enum charged_rc audit_store_ledger_unmatched(audit_store_t *st, long long start,
+                                             long long end, long long after_id,
+                                             struct audit_ledger_row *rows, size_t max,
+                                             size_t *n, struct charged_error *err);
 
 /* The ledger row booked on the provider object object_id (a refund's when
  * refund, else a charge's): *found 0 when there is none. */
-enum store_rc audit_store_ledger_of(audit_store_t *st, const char *object_id,
-                                    int refund, struct audit_ledger_row *row,
-                                    int *found, struct store_error *err);
+enum charged_rc audit_store_ledger_of(audit_store_t *st, const char *object_id,
+                                      int refund, struct audit_ledger_row *row,
+                                      int *found, struct charged_error *err);
 
 /* One finding. object_id is the unique key with kind; the rest may be "". */
 struct audit_finding {
@@ -145,28 +146,29 @@ struct audit_finding {
     long long window_start, window_end;
 };
 /* Records it unless already recorded: *fresh says which. */
-enum store_rc audit_store_add_finding(audit_store_t *st, const struct audit_finding *f,
-                                      int *fresh, struct store_error *err);
+enum charged_rc audit_store_add_finding(audit_store_t *st,
+                                        const struct audit_finding *f, int *fresh,
+                                        struct charged_error *err);
 
 /* Objects judged: those in done[] leave the pending list, those in
  * wait[] are on it (refreshed); kind "intent" or "refund". */
-enum store_rc audit_store_pending(audit_store_t *st, const char *kind,
-                                  const char *const *done, size_t ndone,
-                                  const char *const *wait, size_t nwait,
-                                  struct store_error *err);
+enum charged_rc audit_store_pending(audit_store_t *st, const char *kind,
+                                    const char *const *done, size_t ndone,
+                                    const char *const *wait, size_t nwait,
+                                    struct charged_error *err);
 /* Up to max pending objects, the longest unchecked first, marked checked:
  * ids[i] and kinds[i] ("intent" / "refund"), *n how many. */
-enum store_rc audit_store_pending_due(audit_store_t *st, size_t max,
-                                      char (*ids)[PROVIDER_ID_MAX], int *is_refund,
-                                      size_t *n, struct store_error *err);
-enum store_rc audit_store_pending_count(audit_store_t *st, long long *count,
-                                        struct store_error *err);
+enum charged_rc audit_store_pending_due(audit_store_t *st, size_t max,
+                                        char (*ids)[PROVIDER_ID_MAX], int *is_refund,
+                                        size_t *n, struct charged_error *err);
+enum charged_rc audit_store_pending_count(audit_store_t *st, long long *count,
+                                          struct charged_error *err);
 
 /* The findings recorded so far, by whichever audit, by kind. The table
  * only grows: the counts only grow too. */
-enum store_rc audit_store_findings_by_kind(audit_store_t *st,
-                                           long long counts[AUDIT_KIND__COUNT],
-                                           struct store_error *err);
+enum charged_rc audit_store_findings_by_kind(audit_store_t *st,
+                                             long long counts[AUDIT_KIND__COUNT],
+                                             struct charged_error *err);
 
 /* A finished audit. */
 struct audit_verdict {
@@ -179,7 +181,8 @@ struct audit_verdict {
 };
 /* Records it. A scheduled window another auditor recorded first is not
  * recorded again: *recorded 0. *id: the verdict's row (0 when not). */
-enum store_rc audit_store_finish(audit_store_t *st, const struct audit_verdict *v,
-                                 int *recorded, long long *id, struct store_error *err);
+enum charged_rc audit_store_finish(audit_store_t *st, const struct audit_verdict *v,
+                                   int *recorded, long long *id,
+                                   struct charged_error *err);
 
 #endif

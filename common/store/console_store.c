@@ -138,11 +138,11 @@ int console_store_name_ok(const char *name)
     return 1;
 }
 
-console_store_t *console_store_new(const char *database_url, struct store_error *err)
+console_store_t *console_store_new(const char *database_url, struct charged_error *err)
 {
     console_store_t *st = calloc(1, sizeof(*st));
     if (!st) {
-        store_error_set(err, "out of memory");
+        charged_error_set(err, "out of memory");
         return NULL;
     }
     if (!(st->db = store_conn_new(database_url, CONSOLE_LOCK_TIMEOUT, err))) {
@@ -163,37 +163,38 @@ void console_store_free(console_store_t *st)
 /* One statement of a call, on a session opened if need be; a session the
  * server closed while idle is replaced and the statement asked once more,
  * as every store's. */
-static enum store_rc run(console_store_t *st, const char *sql, int n,
-                         const char *const *p, PGresult **res, struct store_error *err)
+static enum charged_rc run(console_store_t *st, const char *sql, int n,
+                           const char *const *p, PGresult **res,
+                           struct charged_error *err)
 {
-    enum store_rc rc;
+    enum charged_rc rc;
     if (res)
         *res = NULL;
-    if ((rc = store_conn_open(st->db, NULL, err)) != STORE_OK)
+    if ((rc = store_conn_open(st->db, NULL, err)) != CHARGED_OK)
         return rc;
     rc = store_conn_exec(st->db, sql, n, p, res, err);
-    if (rc != STORE_OK && store_conn_broken(st->db) &&
-        store_conn_open(st->db, NULL, err) == STORE_OK)
+    if (rc != CHARGED_OK && store_conn_broken(st->db) &&
+        store_conn_open(st->db, NULL, err) == CHARGED_OK)
         rc = store_conn_exec(st->db, sql, n, p, res, err);
     return rc;
 }
 
 /* A one-row, one-column JSON answer as a new reference in *out. */
-static enum store_rc run_json(console_store_t *st, const char *sql, int n,
-                              const char *const *p, json_t **out,
-                              struct store_error *err)
+static enum charged_rc run_json(console_store_t *st, const char *sql, int n,
+                                const char *const *p, json_t **out,
+                                struct charged_error *err)
 {
     PGresult *r = NULL;
-    enum store_rc rc;
+    enum charged_rc rc;
     *out = NULL;
-    store_error_clear(err);
-    if ((rc = run(st, sql, n, p, &r, err)) != STORE_OK)
+    charged_error_clear(err);
+    if ((rc = run(st, sql, n, p, &r, err)) != CHARGED_OK)
         goto out;
     if (PQntuples(r) != 1 || PQgetisnull(r, 0, 0) ||
         !(*out = json_loads(PQgetvalue(r, 0, 0), 0, NULL))) {
         /* Built by our own SQL: only memory can be missing. */
-        store_error_set(err, "console store: unreadable answer (out of memory?)");
-        rc = STORE_RETRY;
+        charged_error_set(err, "console store: unreadable answer (out of memory?)");
+        rc = CHARGED_RETRY;
     }
 out:
     PQclear(r);
@@ -270,7 +271,7 @@ static int sha256_hex(const char *s, char out[65])
 static void record_refused(console_store_t *st, const char *by, const char *action,
                            const char *target, const char *outcome, const char *why)
 {
-    struct store_error ignore;
+    struct charged_error ignore;
     const char *p[5] = {by, action, target, outcome, why};
     run(st, SQL_REFUSED, 5, p, NULL, &ignore);
 }
@@ -287,47 +288,48 @@ static void fill_who(PGresult *r, int csrf_col, struct console_who *who)
         snprintf(who->csrf, sizeof(who->csrf), "%s", PQgetvalue(r, 0, csrf_col));
 }
 
-enum store_rc console_store_token_add(console_store_t *st, const char *name,
-                                      enum console_role role, const char *by,
-                                      char secret_out[CONSOLE_SECRET_SIZE],
-                                      struct store_error *err)
+enum charged_rc console_store_token_add(console_store_t *st, const char *name,
+                                        enum console_role role, const char *by,
+                                        char secret_out[CONSOLE_SECRET_SIZE],
+                                        struct charged_error *err)
 {
     char hash[65];
     const char *role_name = console_role_name(role);
-    enum store_rc rc = STORE_DATA;
+    enum charged_rc rc = CHARGED_BAD_ITEM;
 
-    store_error_clear(err);
+    charged_error_clear(err);
     secret_out[0] = '\0';
     if (!console_store_name_ok(name)) {
-        store_error_set(err,
-                        "a token's name is 1..%d ASCII letters, digits, '.', '_', '-' "
-                        "and '@'",
-                        CONSOLE_TOKEN_MAX_NAME);
+        charged_error_set(
+            err,
+            "a token's name is 1..%d ASCII letters, digits, '.', '_', '-' "
+            "and '@'",
+            CONSOLE_TOKEN_MAX_NAME);
         goto out;
     }
     if (!role_name) {
-        store_error_set(err, "no such role %d", (int)role);
+        charged_error_set(err, "no such role %d", (int)role);
         goto out;
     }
     if (!utf8_text_line(by, CONSOLE_TOKEN_MAX_NAME)) {
-        store_error_set(err, "the actor is 1..%d bytes of UTF-8 on one line",
-                        CONSOLE_TOKEN_MAX_NAME);
+        charged_error_set(err, "the actor is 1..%d bytes of UTF-8 on one line",
+                          CONSOLE_TOKEN_MAX_NAME);
         goto out;
     }
     if (new_secret(TOKEN_PREFIX, secret_out) != 0 ||
         sha256_hex(secret_out, hash) != 0) {
-        store_error_set(err, "no random bytes for a token's secret");
-        rc = STORE_RETRY;
+        charged_error_set(err, "no random bytes for a token's secret");
+        rc = CHARGED_RETRY;
         goto out;
     }
     const char *p[4] = {name, role_name, hash, by};
-    if ((rc = run(st, SQL_TOKEN_ADD, 4, p, NULL, err)) == STORE_OK)
-        return STORE_OK;
+    if ((rc = run(st, SQL_TOKEN_ADD, 4, p, NULL, err)) == CHARGED_OK)
+        return CHARGED_OK;
     /* 23505: the live name's index (the hash's, of 256 random bits, never). */
-    if (!strcmp(err->sqlstate, "23505")) {
-        store_error_set(err, "a live token is named '%s' already (revoke it first)",
-                        name);
-        snprintf(err->sqlstate, sizeof(err->sqlstate), "23505");
+    if (!strcmp(err->code, "23505")) {
+        charged_error_set(err, "a live token is named '%s' already (revoke it first)",
+                          name);
+        snprintf(err->code, sizeof(err->code), "23505");
         record_refused(st, by, "token_add", name, "refused", "name taken");
     }
 out:
@@ -337,78 +339,78 @@ out:
     return rc;
 }
 
-enum store_rc console_store_token_list(console_store_t *st, json_t **out,
-                                       struct store_error *err)
+enum charged_rc console_store_token_list(console_store_t *st, json_t **out,
+                                         struct charged_error *err)
 {
     return run_json(st, SQL_TOKEN_LIST, 0, NULL, out, err);
 }
 
-enum store_rc console_store_token_revoke(console_store_t *st, const char *name,
-                                         const char *by, struct store_error *err)
+enum charged_rc console_store_token_revoke(console_store_t *st, const char *name,
+                                           const char *by, struct charged_error *err)
 {
     PGresult *r = NULL;
-    enum store_rc rc;
+    enum charged_rc rc;
 
-    store_error_clear(err);
+    charged_error_clear(err);
     if (!utf8_text_line(by, CONSOLE_TOKEN_MAX_NAME)) {
-        store_error_set(err, "the actor is 1..%d bytes of UTF-8 on one line",
-                        CONSOLE_TOKEN_MAX_NAME);
-        return STORE_DATA;
+        charged_error_set(err, "the actor is 1..%d bytes of UTF-8 on one line",
+                          CONSOLE_TOKEN_MAX_NAME);
+        return CHARGED_BAD_ITEM;
     }
     /* No such name can be live: no statement for it. */
     if (!utf8_text_line(name, CONSOLE_TOKEN_MAX_NAME)) {
-        store_error_set(err, "no live token is named so");
-        return STORE_NOT_FOUND;
+        charged_error_set(err, "no live token is named so");
+        return CHARGED_NOT_FOUND;
     }
     const char *p[2] = {name, by};
-    if ((rc = run(st, SQL_TOKEN_REVOKE, 2, p, &r, err)) != STORE_OK)
+    if ((rc = run(st, SQL_TOKEN_REVOKE, 2, p, &r, err)) != CHARGED_OK)
         goto out;
     if (strcmp(PQgetvalue(r, 0, 0), "1") != 0) {
-        store_error_set(err, "no live token is named '%s'", name);
+        charged_error_set(err, "no live token is named '%s'", name);
         record_refused(st, by, "token_revoke", name, "not_found", "no live token");
-        rc = STORE_NOT_FOUND;
+        rc = CHARGED_NOT_FOUND;
     }
 out:
     PQclear(r);
     return rc;
 }
 
-enum store_rc console_store_login(console_store_t *st, const char *secret,
-                                  long long ttl_s,
-                                  char session_out[CONSOLE_SECRET_SIZE],
-                                  struct console_who *who, struct store_error *err)
+enum charged_rc console_store_login(console_store_t *st, const char *secret,
+                                    long long ttl_s,
+                                    char session_out[CONSOLE_SECRET_SIZE],
+                                    struct console_who *who, struct charged_error *err)
 {
     char token_hash[65], session_hash[65], csrf[CONSOLE_SECRET_SIZE], ttl[32];
     PGresult *r = NULL;
-    enum store_rc rc = STORE_NOT_FOUND;
+    enum charged_rc rc = CHARGED_NOT_FOUND;
 
-    store_error_clear(err);
+    charged_error_clear(err);
     session_out[0] = '\0';
     csrf[0] = '\0';
     memset(who, 0, sizeof(*who));
     if (ttl_s < 1 || ttl_s > 366LL * 86400) {
-        store_error_set(err, "a session lives 1 s .. 366 days, not %lld s", ttl_s);
-        rc = STORE_DATA;
+        charged_error_set(err, "a session lives 1 s .. 366 days, not %lld s", ttl_s);
+        rc = CHARGED_BAD_ITEM;
         goto out;
     }
     if (!good_secret(secret, TOKEN_PREFIX)) {
-        store_error_set(err, "no such token");
+        charged_error_set(err, "no such token");
         goto out;
     }
     if (sha256_hex(secret, token_hash) != 0 ||
         new_secret(SESSION_PREFIX, session_out) != 0 ||
         sha256_hex(session_out, session_hash) != 0 || new_secret("", csrf) != 0) {
-        store_error_set(err, "no random bytes for a session");
-        rc = STORE_RETRY;
+        charged_error_set(err, "no random bytes for a session");
+        rc = CHARGED_RETRY;
         goto out;
     }
     snprintf(ttl, sizeof(ttl), "%lld", ttl_s);
     const char *p[4] = {token_hash, session_hash, csrf, ttl};
-    if ((rc = run(st, SQL_LOGIN, 4, p, &r, err)) != STORE_OK)
+    if ((rc = run(st, SQL_LOGIN, 4, p, &r, err)) != CHARGED_OK)
         goto out;
     if (PQntuples(r) != 1) {
-        store_error_set(err, "no such token");
-        rc = STORE_NOT_FOUND;
+        charged_error_set(err, "no such token");
+        rc = CHARGED_NOT_FOUND;
         goto out;
     }
     fill_who(r, -1, who);
@@ -416,7 +418,7 @@ enum store_rc console_store_login(console_store_t *st, const char *secret,
 out:
     PQclear(r);
     OPENSSL_cleanse(csrf, sizeof(csrf));
-    if (rc != STORE_OK) {
+    if (rc != CHARGED_OK) {
         /* A session that was not made has no id. */
         OPENSSL_cleanse(session_out, CONSOLE_SECRET_SIZE);
         session_out[0] = '\0';
@@ -424,25 +426,26 @@ out:
     return rc;
 }
 
-enum store_rc console_store_session(console_store_t *st, const char *session,
-                                    struct console_who *who, struct store_error *err)
+enum charged_rc console_store_session(console_store_t *st, const char *session,
+                                      struct console_who *who,
+                                      struct charged_error *err)
 {
     char hash[65];
     PGresult *r = NULL;
-    enum store_rc rc;
+    enum charged_rc rc;
 
-    store_error_clear(err);
+    charged_error_clear(err);
     memset(who, 0, sizeof(*who));
     if (!good_secret(session, SESSION_PREFIX) || sha256_hex(session, hash) != 0) {
-        store_error_set(err, "no such session");
-        return STORE_NOT_FOUND;
+        charged_error_set(err, "no such session");
+        return CHARGED_NOT_FOUND;
     }
     const char *p[1] = {hash};
-    if ((rc = run(st, SQL_SESSION, 1, p, &r, err)) != STORE_OK)
+    if ((rc = run(st, SQL_SESSION, 1, p, &r, err)) != CHARGED_OK)
         goto out;
     if (PQntuples(r) != 1) {
-        store_error_set(err, "no such session");
-        rc = STORE_NOT_FOUND;
+        charged_error_set(err, "no such session");
+        rc = CHARGED_NOT_FOUND;
         goto out;
     }
     fill_who(r, 2, who);
@@ -451,51 +454,51 @@ out:
     return rc;
 }
 
-enum store_rc console_store_logout(console_store_t *st, const char *session,
-                                   struct store_error *err)
+enum charged_rc console_store_logout(console_store_t *st, const char *session,
+                                     struct charged_error *err)
 {
     char hash[65];
-    store_error_clear(err);
+    charged_error_clear(err);
     /* Malformed: no such session, so none to end. */
     if (!good_secret(session, SESSION_PREFIX) || sha256_hex(session, hash) != 0)
-        return STORE_OK;
+        return CHARGED_OK;
     const char *p[1] = {hash};
     return run(st, SQL_LOGOUT, 1, p, NULL, err);
 }
 
-enum store_rc console_store_record(console_store_t *st, const char *actor,
-                                   const char *action, const char *target,
-                                   const char *outcome, const char *detail_json,
-                                   struct store_error *err)
+enum charged_rc console_store_record(console_store_t *st, const char *actor,
+                                     const char *action, const char *target,
+                                     const char *outcome, const char *detail_json,
+                                     struct charged_error *err)
 {
-    store_error_clear(err);
+    charged_error_clear(err);
     if (!actor || !*actor || !action || !*action || !outcome || !*outcome) {
-        store_error_set(err, "an action needs an actor, a name and an outcome");
-        return STORE_DATA;
+        charged_error_set(err, "an action needs an actor, a name and an outcome");
+        return CHARGED_BAD_ITEM;
     }
     /* Invalid UTF-8 or JSON, or a detail that is no object, is refused by
-     * the database: STORE_DATA. */
+     * the database: CHARGED_BAD_ITEM. */
     const char *p[5] = {actor, action, target, outcome, detail_json};
     return run(st, SQL_RECORD, 5, p, NULL, err);
 }
 
-enum store_rc console_store_actions(console_store_t *st, long long limit, json_t **out,
-                                    struct store_error *err)
+enum charged_rc console_store_actions(console_store_t *st, long long limit,
+                                      json_t **out, struct charged_error *err)
 {
     char n[32];
     *out = NULL;
-    store_error_clear(err);
+    charged_error_clear(err);
     if (limit < 1 || limit > ACTIONS_MAX) {
-        store_error_set(err, "list 1..%d actions, not %lld", ACTIONS_MAX, limit);
-        return STORE_DATA;
+        charged_error_set(err, "list 1..%d actions, not %lld", ACTIONS_MAX, limit);
+        return CHARGED_BAD_ITEM;
     }
     snprintf(n, sizeof(n), "%lld", limit);
     const char *p[1] = {n};
     return run_json(st, SQL_ACTIONS, 1, p, out, err);
 }
 
-enum store_rc console_store_status_counts(console_store_t *st, json_t **out,
-                                          struct store_error *err)
+enum charged_rc console_store_status_counts(console_store_t *st, json_t **out,
+                                            struct charged_error *err)
 {
     return run_json(st, SQL_STATUS_COUNTS, 0, NULL, out, err);
 }

@@ -7,7 +7,7 @@
  * process, so that any replica answers it and a revoked token is refused by
  * the very next request: every look-up joins the token and checks that it
  * is not revoked and that the session has not expired. Every call returns
- * an enum store_rc (store.h) with err; the connection is opened lazily and
+ * an enum charged_rc (store.h) with err; the connection is opened lazily and
  * again after it broke, as every store's. */
 #ifndef CHARGED_CONSOLE_STORE_H
 #define CHARGED_CONSOLE_STORE_H
@@ -43,49 +43,50 @@ struct console_who {
  * terminal's control sequence in the records. */
 int console_store_name_ok(const char *name);
 
-console_store_t *console_store_new(const char *database_url, struct store_error *err);
+console_store_t *console_store_new(const char *database_url, struct charged_error *err);
 void console_store_free(console_store_t *st);
 
 /* ---- tokens (chargectl console token add|list|revoke) ---- */
 
 /* Makes a token named `name` (1..CONSOLE_TOKEN_MAX_NAME bytes of UTF-8 on
  * one line, unique among tokens not revoked) with `role`; its secret, in
- * secret_out, exists nowhere else afterwards. STORE_DATA when the name is
+ * secret_out, exists nowhere else afterwards. CHARGED_BAD_ITEM when the name is
  * taken or bad (err says which). The action is logged with actor `by`. */
-enum store_rc console_store_token_add(console_store_t *st, const char *name,
-                                      enum console_role role, const char *by,
-                                      char secret_out[CONSOLE_SECRET_SIZE],
-                                      struct store_error *err);
+enum charged_rc console_store_token_add(console_store_t *st, const char *name,
+                                        enum console_role role, const char *by,
+                                        char secret_out[CONSOLE_SECRET_SIZE],
+                                        struct charged_error *err);
 
 /* Every token, newest first: [{name, role, created_by, created_at,
  * last_used_at, revoked_at}] (times RFC 3339 UTC; null when not). */
-enum store_rc console_store_token_list(console_store_t *st, json_t **out,
-                                       struct store_error *err);
+enum charged_rc console_store_token_list(console_store_t *st, json_t **out,
+                                         struct charged_error *err);
 
 /* Revokes the live token `name` and ends its sessions, in one statement.
- * STORE_NOT_FOUND when no live token has that name. Logged with actor `by`. */
-enum store_rc console_store_token_revoke(console_store_t *st, const char *name,
-                                         const char *by, struct store_error *err);
+ * CHARGED_NOT_FOUND when no live token has that name. Logged with actor `by`. */
+enum charged_rc console_store_token_revoke(console_store_t *st, const char *name,
+                                           const char *by, struct charged_error *err);
 
 /* ---- sessions ---- */
 
 /* Signs in with a token's secret: a new session of ttl_s seconds, its id in
- * session_out (for the cookie) and *who filled. STORE_NOT_FOUND when the
+ * session_out (for the cookie) and *who filled. CHARGED_NOT_FOUND when the
  * secret names no live token (also when it is malformed). Expired sessions
  * are removed on the way. */
-enum store_rc console_store_login(console_store_t *st, const char *secret,
-                                  long long ttl_s,
-                                  char session_out[CONSOLE_SECRET_SIZE],
-                                  struct console_who *who, struct store_error *err);
+enum charged_rc console_store_login(console_store_t *st, const char *secret,
+                                    long long ttl_s,
+                                    char session_out[CONSOLE_SECRET_SIZE],
+                                    struct console_who *who, struct charged_error *err);
 
-/* The session a cookie names: STORE_OK and *who, or STORE_NOT_FOUND when it
+/* The session a cookie names: CHARGED_OK and *who, or CHARGED_NOT_FOUND when it
  * is unknown, expired, or its token was revoked. */
-enum store_rc console_store_session(console_store_t *st, const char *session,
-                                    struct console_who *who, struct store_error *err);
+enum charged_rc console_store_session(console_store_t *st, const char *session,
+                                      struct console_who *who,
+                                      struct charged_error *err);
 
-/* Ends a session (signing out). STORE_OK also when there was none. */
-enum store_rc console_store_logout(console_store_t *st, const char *session,
-                                   struct store_error *err);
+/* Ends a session (signing out). CHARGED_OK also when there was none. */
+enum charged_rc console_store_logout(console_store_t *st, const char *session,
+                                     struct charged_error *err);
 
 /* ---- the action log ---- */
 
@@ -93,21 +94,21 @@ enum store_rc console_store_logout(console_store_t *st, const char *session,
  * what ("login", "resolve", "replay", "token_add", ...), on what (an attempt
  * id, a letter's position; NULL), how it ended ("ok", "refused",
  * "conflict", ...) and detail_json (an object; NULL: {}). */
-enum store_rc console_store_record(console_store_t *st, const char *actor,
-                                   const char *action, const char *target,
-                                   const char *outcome, const char *detail_json,
-                                   struct store_error *err);
+enum charged_rc console_store_record(console_store_t *st, const char *actor,
+                                     const char *action, const char *target,
+                                     const char *outcome, const char *detail_json,
+                                     struct charged_error *err);
 
 /* The newest `limit` actions, newest first: [{at, actor, action, target,
  * outcome, detail}]. */
-enum store_rc console_store_actions(console_store_t *st, long long limit, json_t **out,
-                                    struct store_error *err);
+enum charged_rc console_store_actions(console_store_t *st, long long limit,
+                                      json_t **out, struct charged_error *err);
 
 /* ---- the overview's counts ---- */
 
 /* {"attempts_by_status": {STATUS: n, ...}} for every status with attempts.
  * One statement. */
-enum store_rc console_store_status_counts(console_store_t *st, json_t **out,
-                                          struct store_error *err);
+enum charged_rc console_store_status_counts(console_store_t *st, json_t **out,
+                                            struct charged_error *err);
 
 #endif

@@ -35,7 +35,7 @@ static void notice_to_log(void *arg, const char *message)
     log_debug("database notice", "notice", line, NULL);
 }
 
-PGconn *db_connect(const char *url, struct store_error *err)
+PGconn *db_connect(const char *url, struct charged_error *err)
 {
     /* Defaults come before dbname, so that a value in the URL overrides them.
      * Without them, connecting to an unreachable host, or a query on a
@@ -53,12 +53,12 @@ PGconn *db_connect(const char *url, struct store_error *err)
     char line[512];
 
     if (!conn) {
-        store_error_set(err, "database: out of memory");
+        charged_error_set(err, "database: out of memory");
         return NULL;
     }
     if (PQstatus(conn) != CONNECTION_OK) {
         db_error_line(PQerrorMessage(conn), line, sizeof(line));
-        store_error_set(err, "database unreachable: %s", line);
+        charged_error_set(err, "database unreachable: %s", line);
         PQfinish(conn);
         return NULL;
     }
@@ -79,7 +79,7 @@ PGconn *db_connect(const char *url, struct store_error *err)
         0, NULL, &abandoned, err);
     if (!r) {
         snprintf(line, sizeof(line), "%s", err->message);
-        store_error_set(err, "database unreachable: %s", line);
+        charged_error_set(err, "database unreachable: %s", line);
         PQfinish(conn);
         return NULL;
     }
@@ -95,15 +95,15 @@ static int succeeded(const PGresult *res)
 
 /* res when it succeeded; otherwise NULL, res cleared, and err filled from
  * it (or from the connection, when there is no result). */
-static PGresult *checked(PGconn *conn, PGresult *res, struct store_error *err)
+static PGresult *checked(PGconn *conn, PGresult *res, struct charged_error *err)
 {
     if (succeeded(res))
         return res;
-    err->sqlstate[0] = '\0';
+    err->code[0] = '\0';
     if (res) {
         const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
         if (state)
-            snprintf(err->sqlstate, sizeof(err->sqlstate), "%s", state);
+            snprintf(err->code, sizeof(err->code), "%s", state);
         db_error_line(PQresultErrorMessage(res), err->message, sizeof(err->message));
         PQclear(res);
     } else {
@@ -113,7 +113,7 @@ static PGresult *checked(PGconn *conn, PGresult *res, struct store_error *err)
 }
 
 PGresult *db_exec(PGconn *conn, const char *sql, int nparams, const char *const *params,
-                  struct store_error *err)
+                  struct charged_error *err)
 {
     return checked(conn, PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0),
                    err);
@@ -140,7 +140,7 @@ static int wait_socket(PGconn *conn, int writing, int64_t deadline)
 
 PGresult *db_exec_within(PGconn *conn, long long timeout_ms, const char *sql,
                          int nparams, const char *const *params, int *abandoned,
-                         struct store_error *err)
+                         struct charged_error *err)
 {
     int64_t deadline = clock_now_ms() + timeout_ms;
     PGresult *res = NULL, *next;
@@ -185,19 +185,19 @@ PGresult *db_exec_within(PGconn *conn, long long timeout_ms, const char *sql,
     return checked(conn, res, err);
 abandon:
     if (ready < 0)
-        store_error_set(err, "database: waiting for an answer failed: %s",
-                        strerror(errno));
+        charged_error_set(err, "database: waiting for an answer failed: %s",
+                          strerror(errno));
     else
-        store_error_set(err,
-                        "database did not answer within %lld ms: statement given up",
-                        timeout_ms);
+        charged_error_set(err,
+                          "database did not answer within %lld ms: statement given up",
+                          timeout_ms);
     PQclear(res);
     *abandoned = 1;
     return NULL;
 }
 
 int db_run(PGconn *conn, const char *sql, int nparams, const char *const *params,
-           struct store_error *err)
+           struct charged_error *err)
 {
     PGresult *res = db_exec(conn, sql, nparams, params, err);
     if (!res)
@@ -206,21 +206,21 @@ int db_run(PGconn *conn, const char *sql, int nparams, const char *const *params
     return 0;
 }
 
-enum store_rc db_query_json(PGconn *conn, const char *sql, int nparams,
-                            const char *const *params, json_t **out,
-                            struct store_error *err)
+enum charged_rc db_query_json(PGconn *conn, const char *sql, int nparams,
+                              const char *const *params, json_t **out,
+                              struct charged_error *err)
 {
-    enum store_rc rc = STORE_NOT_FOUND;
+    enum charged_rc rc = CHARGED_NOT_FOUND;
     PGresult *res = db_exec(conn, sql, nparams, params, err);
 
     *out = NULL;
     if (!res)
-        return STORE_RETRY;
+        return CHARGED_RETRY;
     if (PQntuples(res) == 1 && !PQgetisnull(res, 0, 0)) {
         *out = json_loads(PQgetvalue(res, 0, 0), 0, NULL);
-        rc = *out ? STORE_OK : STORE_RETRY;
+        rc = *out ? CHARGED_OK : CHARGED_RETRY;
         if (!*out)
-            store_error_set(err, "the database answered something that is not JSON");
+            charged_error_set(err, "the database answered something that is not JSON");
     }
     PQclear(res);
     return rc;

@@ -2,7 +2,7 @@
  *
  * Every statement is sent with parameters (PQexecParams, PQsendQueryParams);
  * values never enter SQL text.
- * Failures are reported in a struct store_error (store.h): the stores'
+ * Failures are reported in a struct charged_error (store.h): the stores'
  * vocabulary, which the stores pass on to their callers as it is. */
 #ifndef CHARGED_DB_H
 #define CHARGED_DB_H
@@ -23,14 +23,14 @@
  * its session settings under the store's deadline (store.h). Returns NULL
  * and one line (without the password) in err on failure. Close with
  * PQfinish. */
-PGconn *db_connect(const char *url, struct store_error *err);
+PGconn *db_connect(const char *url, struct charged_error *err);
 
 /* Runs a parameterized statement (text parameters). Returns the result when
  * its status is COMMAND_OK or TUPLES_OK; otherwise clears it, writes one line
  * and the SQLSTATE to err and returns NULL (err is not touched on success).
  * The caller PQclear()s the result. */
 PGresult *db_exec(PGconn *conn, const char *sql, int nparams, const char *const *params,
-                  struct store_error *err);
+                  struct charged_error *err);
 
 /* db_exec that gives up timeout_ms after it began: the statement is sent
  * without blocking and its answer awaited with poll() on the session's
@@ -42,20 +42,20 @@ PGresult *db_exec(PGconn *conn, const char *sql, int nparams, const char *const 
  * db_exec, and *abandoned = 0. */
 PGresult *db_exec_within(PGconn *conn, long long timeout_ms, const char *sql,
                          int nparams, const char *const *params, int *abandoned,
-                         struct store_error *err);
+                         struct charged_error *err);
 
 /* db_exec for statements whose result is not needed. 0 / -1. */
 int db_run(PGconn *conn, const char *sql, int nparams, const char *const *params,
-           struct store_error *err);
+           struct charged_error *err);
 
 /* Runs a parameterized query of one row and one column that the database
- * builds as JSON (row_to_json, json_agg) and parses it. STORE_OK with the
- * value in *out (the caller owns it); STORE_NOT_FOUND when there is no row
- * or it is NULL; STORE_RETRY with err (its SQLSTATE, for store_conn_failed)
+ * builds as JSON (row_to_json, json_agg) and parses it. CHARGED_OK with the
+ * value in *out (the caller owns it); CHARGED_NOT_FOUND when there is no row
+ * or it is NULL; CHARGED_RETRY with err (its SQLSTATE, for store_conn_failed)
  * when the statement failed or its answer is not JSON. */
-enum store_rc db_query_json(PGconn *conn, const char *sql, int nparams,
-                            const char *const *params, json_t **out,
-                            struct store_error *err);
+enum charged_rc db_query_json(PGconn *conn, const char *sql, int nparams,
+                              const char *const *params, json_t **out,
+                              struct charged_error *err);
 
 /* Writes libpq's message as one line: newlines folded, secrets redacted. */
 void db_error_line(const char *msg, char *errbuf, size_t errbuf_size);

@@ -191,7 +191,7 @@ void migrate_set_free(migrate_set_t *set)
 static int run(PGconn *conn, const char *sql, int nparams, const char *const *params,
                char *errbuf, size_t errbuf_size)
 {
-    struct store_error err;
+    struct charged_error err;
     if (db_run(conn, sql, nparams, params, &err) == 0)
         return 0;
     snprintf(errbuf, errbuf_size, "%s", err.message);
@@ -200,7 +200,7 @@ static int run(PGconn *conn, const char *sql, int nparams, const char *const *pa
 
 static PGresult *query(PGconn *conn, const char *sql, char *errbuf, size_t errbuf_size)
 {
-    struct store_error err;
+    struct charged_error err;
     PGresult *res = db_exec(conn, sql, 0, NULL, &err);
     if (!res)
         snprintf(errbuf, errbuf_size, "%s", err.message);
@@ -293,7 +293,7 @@ int migrate_run(PGconn *conn, const migrate_set_t *set, FILE *report, int *appli
 out:
     PQclear(res);
     if (locked) {
-        struct store_error ignore;
+        struct charged_error ignore;
         db_run(conn, "SELECT pg_advisory_unlock($1::bigint)", 1, lock, &ignore);
     }
     return rc;

@@ -26,11 +26,11 @@ struct outbox_batch {
     size_t n;
 };
 
-outbox_store_t *outbox_store_new(const char *database_url, struct store_error *err)
+outbox_store_t *outbox_store_new(const char *database_url, struct charged_error *err)
 {
     outbox_store_t *st = calloc(1, sizeof(*st));
     if (!st) {
-        store_error_set(err, "out of memory");
+        charged_error_set(err, "out of memory");
         return NULL;
     }
     if (!(st->db = store_conn_new(database_url, OUTBOX_LOCK_TIMEOUT, err))) {
@@ -48,34 +48,34 @@ void outbox_store_free(outbox_store_t *st)
     free(st);
 }
 
-/* The session for one call: STORE_OK, or STORE_RETRY (err filled) when
+/* The session for one call: CHARGED_OK, or CHARGED_RETRY (err filled) when
  * the database cannot be reached. */
-static enum store_rc session(outbox_store_t *st, struct store_error *err)
+static enum charged_rc session(outbox_store_t *st, struct charged_error *err)
 {
     int fresh = 0;
-    enum store_rc rc = store_conn_open(st->db, &fresh, err);
+    enum charged_rc rc = store_conn_open(st->db, &fresh, err);
     /* A new session holds no lock: leadership was lost with the old one. */
-    if (rc != STORE_OK || fresh)
+    if (rc != CHARGED_OK || fresh)
         st->leading = 0;
     return rc;
 }
 
-enum store_rc outbox_store_lead(outbox_store_t *st, struct store_error *err)
+enum charged_rc outbox_store_lead(outbox_store_t *st, struct charged_error *err)
 {
     PGresult *r;
-    enum store_rc rc;
-    store_error_clear(err);
-    if ((rc = session(st, err)) != STORE_OK)
+    enum charged_rc rc;
+    charged_error_clear(err);
+    if ((rc = session(st, err)) != CHARGED_OK)
         return rc;
     if (st->leading)
-        return STORE_OK;
+        return CHARGED_OK;
     rc = store_conn_exec(st->db, "SELECT pg_try_advisory_lock(" RELAY_LOCK_KEY ")", 0,
                          NULL, &r, err);
-    if (rc != STORE_OK)
+    if (rc != CHARGED_OK)
         return rc;
     st->leading = PQgetvalue(r, 0, 0)[0] == 't';
     PQclear(r);
-    return st->leading ? STORE_OK : STORE_NOT_LEADER;
+    return st->leading ? CHARGED_OK : CHARGED_NOT_LEADER;
 }
 
 /* clang-format off */
@@ -110,26 +110,26 @@ static const char *SQL_BACKLOG =
     " FROM outbox WHERE published_at IS NULL";
 /* clang-format on */
 
-enum store_rc outbox_store_fetch(outbox_store_t *st, size_t max, outbox_batch_t **out,
-                                 struct store_error *err)
+enum charged_rc outbox_store_fetch(outbox_store_t *st, size_t max, outbox_batch_t **out,
+                                   struct charged_error *err)
 {
     char limit[32];
     const char *p[1] = {limit};
     PGresult *r;
-    enum store_rc rc;
-    store_error_clear(err);
+    enum charged_rc rc;
+    charged_error_clear(err);
     *out = NULL;
     snprintf(limit, sizeof(limit), "%zu", max);
-    if ((rc = session(st, err)) != STORE_OK ||
-        (rc = store_conn_exec(st->db, SQL_FETCH, 1, p, &r, err)) != STORE_OK)
+    if ((rc = session(st, err)) != CHARGED_OK ||
+        (rc = store_conn_exec(st->db, SQL_FETCH, 1, p, &r, err)) != CHARGED_OK)
         return rc;
     outbox_batch_t *b = calloc(1, sizeof(*b));
     size_t n = (size_t)PQntuples(r);
     if (!b || !(b->events = calloc(n + 1, sizeof(*b->events)))) {
         free(b);
         PQclear(r);
-        store_error_set(err, "out of memory");
-        return STORE_RETRY;
+        charged_error_set(err, "out of memory");
+        return CHARGED_RETRY;
     }
     b->res = r;
     b->n = n;
@@ -139,7 +139,7 @@ enum store_rc outbox_store_fetch(outbox_store_t *st, size_t max, outbox_batch_t 
         b->events[i].payload = PQgetvalue(r, (int)i, 2);
     }
     *out = b;
-    return STORE_OK;
+    return CHARGED_OK;
 }
 
 size_t outbox_batch_count(const outbox_batch_t *b)
@@ -163,28 +163,28 @@ void outbox_batch_free(outbox_batch_t *b)
 
 /* Runs an UPDATE or DELETE of ours; *affected (when not NULL) says how many
  * rows it changed. */
-static enum store_rc change(outbox_store_t *st, const char *sql, int nparams,
-                            const char *const *params, long long *affected,
-                            struct store_error *err)
+static enum charged_rc change(outbox_store_t *st, const char *sql, int nparams,
+                              const char *const *params, long long *affected,
+                              struct charged_error *err)
 {
     PGresult *r;
-    enum store_rc rc;
-    if ((rc = session(st, err)) != STORE_OK ||
-        (rc = store_conn_exec(st->db, sql, nparams, params, &r, err)) != STORE_OK)
+    enum charged_rc rc;
+    if ((rc = session(st, err)) != CHARGED_OK ||
+        (rc = store_conn_exec(st->db, sql, nparams, params, &r, err)) != CHARGED_OK)
         return rc;
     if (affected)
         *affected = strtoll(PQcmdTuples(r), NULL, 10);
     PQclear(r);
-    return STORE_OK;
+    return CHARGED_OK;
 }
 
-enum store_rc outbox_store_mark_published(outbox_store_t *st,
-                                          const char *const *event_ids, size_t n,
-                                          struct store_error *err)
+enum charged_rc outbox_store_mark_published(outbox_store_t *st,
+                                            const char *const *event_ids, size_t n,
+                                            struct charged_error *err)
 {
-    enum store_rc rc = STORE_RETRY;
+    enum charged_rc rc = CHARGED_RETRY;
     db_array_t *ids = db_array_new();
-    store_error_clear(err);
+    charged_error_clear(err);
     if (!ids)
         goto oom;
     for (size_t i = 0; i < n; i++)
@@ -194,19 +194,20 @@ enum store_rc outbox_store_mark_published(outbox_store_t *st,
     rc = change(st, SQL_MARK, 1, p, NULL, err);
     goto out;
 oom:
-    store_error_set(err, "out of memory");
+    charged_error_set(err, "out of memory");
 out:
     db_array_free(ids);
     return rc;
 }
 
-enum store_rc outbox_store_mark_failed(outbox_store_t *st, const char *const *event_ids,
-                                       const char *const *errors, size_t n,
-                                       struct store_error *err)
+enum charged_rc outbox_store_mark_failed(outbox_store_t *st,
+                                         const char *const *event_ids,
+                                         const char *const *errors, size_t n,
+                                         struct charged_error *err)
 {
-    enum store_rc rc = STORE_RETRY;
+    enum charged_rc rc = CHARGED_RETRY;
     db_array_t *ids = db_array_new(), *errs = db_array_new();
-    store_error_clear(err);
+    charged_error_clear(err);
     if (!ids || !errs)
         goto oom;
     for (size_t i = 0; i < n; i++)
@@ -216,35 +217,35 @@ enum store_rc outbox_store_mark_failed(outbox_store_t *st, const char *const *ev
     rc = change(st, SQL_FAILED, 2, p, NULL, err);
     goto out;
 oom:
-    store_error_set(err, "out of memory");
+    charged_error_set(err, "out of memory");
 out:
     db_array_free(ids);
     db_array_free(errs);
     return rc;
 }
 
-enum store_rc outbox_store_purge(outbox_store_t *st, long long retention_ms,
-                                 long long *deleted, struct store_error *err)
+enum charged_rc outbox_store_purge(outbox_store_t *st, long long retention_ms,
+                                   long long *deleted, struct charged_error *err)
 {
     char ms[32];
     const char *p[1] = {ms};
-    store_error_clear(err);
+    charged_error_clear(err);
     *deleted = 0;
     snprintf(ms, sizeof(ms), "%lld", retention_ms);
     return change(st, SQL_PURGE, 1, p, deleted, err);
 }
 
-enum store_rc outbox_store_backlog(outbox_store_t *st, long long *count,
-                                   long long *oldest_ms, struct store_error *err)
+enum charged_rc outbox_store_backlog(outbox_store_t *st, long long *count,
+                                     long long *oldest_ms, struct charged_error *err)
 {
     PGresult *r;
-    enum store_rc rc;
-    store_error_clear(err);
-    if ((rc = session(st, err)) != STORE_OK ||
-        (rc = store_conn_exec(st->db, SQL_BACKLOG, 0, NULL, &r, err)) != STORE_OK)
+    enum charged_rc rc;
+    charged_error_clear(err);
+    if ((rc = session(st, err)) != CHARGED_OK ||
+        (rc = store_conn_exec(st->db, SQL_BACKLOG, 0, NULL, &r, err)) != CHARGED_OK)
         return rc;
     *count = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
     *oldest_ms = strtoll(PQgetvalue(r, 0, 1), NULL, 10);
     PQclear(r);
-    return STORE_OK;
+    return CHARGED_OK;
 }

@@ -18,17 +18,17 @@
 
 typedef struct outbox_store outbox_store_t;
 
-/* Every fallible call returns an enum store_rc (store.h) and fills err. */
+/* Every fallible call returns an enum charged_rc (store.h) and fills err. */
 
 /* Does not connect. NULL and err when database_url cannot be parsed. */
-outbox_store_t *outbox_store_new(const char *database_url, struct store_error *err);
+outbox_store_t *outbox_store_new(const char *database_url, struct charged_error *err);
 void outbox_store_free(outbox_store_t *st);
 
-/* STORE_OK when this process leads (it holds the lock, taking it if free),
- * STORE_NOT_LEADER when another does, anything else (with err) when the
+/* CHARGED_OK when this process leads (it holds the lock, taking it if free),
+ * CHARGED_NOT_LEADER when another does, anything else (with err) when the
  * database cannot be reached: the lock, if held, is gone with the
  * connection. */
-enum store_rc outbox_store_lead(outbox_store_t *st, struct store_error *err);
+enum charged_rc outbox_store_lead(outbox_store_t *st, struct charged_error *err);
 
 /* One unpublished event. Strings are owned by the batch. There is no topic:
  * the relay publishes every event to its own. */
@@ -45,31 +45,32 @@ typedef struct outbox_batch outbox_batch_t;
  * order of its changes), leaving out every event of an attempt from its
  * first one that waits out a failure (mark_failed) on, in *out (NULL when
  * the call fails; an empty batch is not a failure). */
-enum store_rc outbox_store_fetch(outbox_store_t *st, size_t max, outbox_batch_t **out,
-                                 struct store_error *err);
+enum charged_rc outbox_store_fetch(outbox_store_t *st, size_t max, outbox_batch_t **out,
+                                   struct charged_error *err);
 size_t outbox_batch_count(const outbox_batch_t *b);
 const struct outbox_event *outbox_batch_get(const outbox_batch_t *b, size_t i);
 void outbox_batch_free(outbox_batch_t *b);
 
 /* Marks the events published. */
-enum store_rc outbox_store_mark_published(outbox_store_t *st,
-                                          const char *const *event_ids, size_t n,
-                                          struct store_error *err);
+enum charged_rc outbox_store_mark_published(outbox_store_t *st,
+                                            const char *const *event_ids, size_t n,
+                                            struct charged_error *err);
 
 /* The broker refused these events, or did not acknowledge them, while it
  * took others: each is tried again after a back-off (1 s, doubling, at most
  * a minute), and the later events of its attempt wait with it. errors[i]
  * is stored as its last_error. */
-enum store_rc outbox_store_mark_failed(outbox_store_t *st, const char *const *event_ids,
-                                       const char *const *errors, size_t n,
-                                       struct store_error *err);
+enum charged_rc outbox_store_mark_failed(outbox_store_t *st,
+                                         const char *const *event_ids,
+                                         const char *const *errors, size_t n,
+                                         struct charged_error *err);
 
 /* Deletes rows published more than retention_ms ago; *deleted says how many. */
-enum store_rc outbox_store_purge(outbox_store_t *st, long long retention_ms,
-                                 long long *deleted, struct store_error *err);
+enum charged_rc outbox_store_purge(outbox_store_t *st, long long retention_ms,
+                                   long long *deleted, struct charged_error *err);
 
 /* How many rows wait, and the age in ms of the oldest (0 when none). */
-enum store_rc outbox_store_backlog(outbox_store_t *st, long long *count,
-                                   long long *oldest_ms, struct store_error *err);
+enum charged_rc outbox_store_backlog(outbox_store_t *st, long long *count,
+                                     long long *oldest_ms, struct charged_error *err);
 
 #endif

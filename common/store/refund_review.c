@@ -147,26 +147,26 @@ static enum refund_review_outcome in_flight(PGresult *r,
     return REFUND_REVIEW_RESOLVED;
 }
 
-static enum store_rc classify(const struct store_error *err)
+static enum charged_rc classify(const struct charged_error *err)
 {
-    if (!strcmp(err->sqlstate, "55P03"))
-        return STORE_LOCKED;
-    if (err->sqlstate[0] == '2' && err->sqlstate[1] == '2')
-        return STORE_DATA;
-    if (err->sqlstate[0] == '2' && err->sqlstate[1] == '3')
-        return STORE_DATA;
-    return STORE_RETRY;
+    if (!strcmp(err->code, "55P03"))
+        return CHARGED_WAIT;
+    if (err->code[0] == '2' && err->code[1] == '2')
+        return CHARGED_BAD_ITEM;
+    if (err->code[0] == '2' && err->code[1] == '3')
+        return CHARGED_BAD_ITEM;
+    return CHARGED_RETRY;
 }
 
-enum store_rc refund_review_resolve(PGconn *conn,
-                                    const struct refund_review_decision *d,
-                                    enum refund_review_outcome *out, char *why,
-                                    size_t why_size, struct store_error *err)
+enum charged_rc refund_review_resolve(PGconn *conn,
+                                      const struct refund_review_decision *d,
+                                      enum refund_review_outcome *out, char *why,
+                                      size_t why_size, struct charged_error *err)
 {
     PGresult *r = NULL;
-    enum store_rc rc = STORE_RETRY;
+    enum charged_rc rc = CHARGED_RETRY;
     int in_tx = 0;
-    struct store_error ignore;
+    struct charged_error ignore;
     const char *expected = attempt_status_name(d->expected);
     const char *status = attempt_status_name(d->status);
     char attempt[37], amount[24];
@@ -180,7 +180,7 @@ enum store_rc refund_review_resolve(PGconn *conn,
     struct refund_review_decision canonical = *d;
     if (!d->refund_id || strlen(d->refund_id) >= sizeof(rid)) {
         *out = REFUND_REVIEW_NOT_FOUND; /* no UUID: never cut into one */
-        return STORE_OK;
+        return CHARGED_OK;
     }
     snprintf(rid, sizeof(rid), "%s", d->refund_id);
     for (char *p = rid; *p; p++)
@@ -242,16 +242,16 @@ enum store_rc refund_review_resolve(PGconn *conn,
         goto failed;
     if (PQntuples(r) != 1) {
         /* Impossible under the row lock; never commit half a decision. */
-        store_error_set(err, "refund %s changed under its lock", d->refund_id);
+        charged_error_set(err, "refund %s changed under its lock", d->refund_id);
         goto out;
     }
     if (db_run(conn, "COMMIT", 0, NULL, err) != 0)
         goto failed;
     in_tx = 0;
-    rc = STORE_OK;
+    rc = CHARGED_OK;
     goto out;
 done:
-    rc = STORE_OK;
+    rc = CHARGED_OK;
     goto out;
 failed:
     rc = classify(err);

@@ -76,13 +76,13 @@ enum refund_review_outcome {
 };
 
 /* Applies d in one transaction on conn (which is left outside any
- * transaction). STORE_OK with *out (FOREIGN, NAMES_ANOTHER and UNPROVEN
- * with one line in why, which must hold a byte at least); STORE_LOCKED when another
+ * transaction). CHARGED_OK with *out (FOREIGN, NAMES_ANOTHER and UNPROVEN
+ * with one line in why, which must hold a byte at least); CHARGED_WAIT when another
  * session held the refund or its charge past a 2 s lock_timeout; anything else with err
  * (nothing written). */
-enum store_rc refund_review_resolve(PGconn *conn,
-                                    const struct refund_review_decision *d,
-                                    enum refund_review_outcome *out, char *why,
-                                    size_t why_size, struct store_error *err);
+enum charged_rc refund_review_resolve(PGconn *conn,
+                                      const struct refund_review_decision *d,
+                                      enum refund_review_outcome *out, char *why,
+                                      size_t why_size, struct charged_error *err);
 
 #endif

@@ -26,11 +26,11 @@ struct refund_store {
 #define REFUND_ORDER_WINDOW "5 minutes"
 
 refund_store_t *refund_store_new(const char *database_url, const char *actor,
-                                 struct store_error *err)
+                                 struct charged_error *err)
 {
     refund_store_t *st = calloc(1, sizeof(*st));
     if (!st) {
-        store_error_set(err, "out of memory");
+        charged_error_set(err, "out of memory");
         return NULL;
     }
     if (stmt_session_new(database_url, REFUND_LOCK_TIMEOUT, actor, &st->db, &st->actor,
@@ -49,7 +49,7 @@ void refund_store_free(refund_store_t *st)
     free(st);
 }
 
-enum store_rc refund_store_ping(refund_store_t *st, struct store_error *err)
+enum charged_rc refund_store_ping(refund_store_t *st, struct charged_error *err)
 {
     return stmt_ping(st->db, err);
 }
@@ -149,21 +149,22 @@ static void compare_with_stored(struct refund_record_item *it, const PGresult *f
     }
 }
 
-enum store_rc refund_store_record(refund_store_t *st, struct refund_record_item *items,
-                                  size_t n, struct store_error *err)
+enum charged_rc refund_store_record(refund_store_t *st,
+                                    struct refund_record_item *items, size_t n,
+                                    struct charged_error *err)
 {
     struct stmt ins = {0}, find = {0};
     PGresult *found = NULL;
     struct refund_record_item **sorted = NULL;
-    enum store_rc rc = STORE_RETRY;
+    enum charged_rc rc = CHARGED_RETRY;
 
-    store_error_clear(err);
+    charged_error_clear(err);
     if (n == 0)
-        return STORE_OK;
-    if (store_conn_open(st->db, NULL, err) != STORE_OK)
-        return STORE_RETRY;
+        return CHARGED_OK;
+    if (store_conn_open(st->db, NULL, err) != CHARGED_OK)
+        return CHARGED_RETRY;
     if (!(sorted = calloc(n, sizeof(*sorted)))) {
-        store_error_set(err, "out of memory");
+        charged_error_set(err, "out of memory");
         goto out;
     }
     for (size_t i = 0; i < n; i++)
@@ -181,11 +182,12 @@ enum store_rc refund_store_record(refund_store_t *st, struct refund_record_item 
         stmt_add(&ins, a + 6, c->metadata_json ? c->metadata_json : "{}");
     }
     stmt_text(&ins, st->actor);
-    if ((rc = stmt_run_keyed(st->db, &ins, SQL_INSERT_PENDING, NULL, err)) != STORE_OK)
+    if ((rc = stmt_run_keyed(st->db, &ins, SQL_INSERT_PENDING, NULL, err)) !=
+        CHARGED_OK)
         goto out;
     stmt_text(&find, ins.p[a]);
     stmt_text(&find, ins.p[a + 2]);
-    if ((rc = stmt_run(st->db, &find, SQL_FIND_EXISTING, &found, err)) != STORE_OK)
+    if ((rc = stmt_run(st->db, &find, SQL_FIND_EXISTING, &found, err)) != CHARGED_OK)
         goto out;
     for (size_t i = 0; i < n; i++)
         compare_with_stored(&items[i], found);
@@ -325,25 +327,26 @@ static void read_claim(struct refund_claim_item *items, size_t i, const PGresult
     }
 }
 
-enum store_rc refund_store_claim(refund_store_t *st, struct refund_claim_item *items,
-                                 size_t n, long long lease_ms, struct store_error *err)
+enum charged_rc refund_store_claim(refund_store_t *st, struct refund_claim_item *items,
+                                   size_t n, long long lease_ms,
+                                   struct charged_error *err)
 {
     struct stmt s = {0};
     PGresult *r = NULL;
-    enum store_rc rc;
+    enum charged_rc rc;
 
-    store_error_clear(err);
+    charged_error_clear(err);
     if (n == 0)
-        return STORE_OK;
-    if (store_conn_open(st->db, NULL, err) != STORE_OK)
-        return STORE_RETRY;
+        return CHARGED_OK;
+    if (store_conn_open(st->db, NULL, err) != CHARGED_OK)
+        return CHARGED_RETRY;
     int ids = stmt_arrays(&s, 1);
     for (size_t i = 0; i < n; i++)
         stmt_add(&s, ids, items[i].refund_id);
     stmt_text(&s, st->actor);
     stmt_int(&s, lease_ms);
     stmt_text(&s, attempt_status_refund_event_type(ATTEMPT_STATUS_REJECTED));
-    if ((rc = stmt_run(st->db, &s, SQL_CLAIM, &r, err)) == STORE_OK)
+    if ((rc = stmt_run(st->db, &s, SQL_CLAIM, &r, err)) == CHARGED_OK)
         for (size_t i = 0; i < n; i++)
             read_claim(items, i, r);
     PQclear(r);
@@ -400,17 +403,17 @@ static void add_calls(struct stmt *s, int first, const struct refund_call *calls
 
 /* One statement per kind of write: the calls written maybe (written only
  * if absent) and the others. */
-enum store_rc refund_store_log_calls(refund_store_t *st,
-                                     const struct refund_call *calls, size_t n,
-                                     struct store_error *err)
+enum charged_rc refund_store_log_calls(refund_store_t *st,
+                                       const struct refund_call *calls, size_t n,
+                                       struct charged_error *err)
 {
-    enum store_rc rc = STORE_OK;
-    store_error_clear(err);
+    enum charged_rc rc = CHARGED_OK;
+    charged_error_clear(err);
     if (n == 0)
-        return STORE_OK;
-    if (store_conn_open(st->db, NULL, err) != STORE_OK)
-        return STORE_RETRY;
-    for (int maybe = 0; maybe < 2 && rc == STORE_OK; maybe++) {
+        return CHARGED_OK;
+    if (store_conn_open(st->db, NULL, err) != CHARGED_OK)
+        return CHARGED_RETRY;
+    for (int maybe = 0; maybe < 2 && rc == CHARGED_OK; maybe++) {
         struct stmt s = {0};
         size_t k = 0;
         int a = stmt_arrays(&s, 9);
@@ -472,8 +475,8 @@ static void outcome_of(void *items, size_t i, struct stmt_outcome *o)
         it->last_error,         it->next_check_ms, &it->persisted,    &it->busy};
 }
 
-enum store_rc refund_store_persist(refund_store_t *st, struct refund_outcome *items,
-                                   size_t n, struct store_error *err)
+enum charged_rc refund_store_persist(refund_store_t *st, struct refund_outcome *items,
+                                     size_t n, struct charged_error *err)
 {
     return stmt_persist(st->db, st->actor, SQL_PERSIST, items, n, outcome_of, err);
 }
@@ -486,42 +489,43 @@ static const char *SQL_RELEASE =
 static const char *SQL_HAND_BACK =
     SQL_LEASE_END("refund_attempts", "lease_owner = NULL, lease_expires_at = NULL");
 
-enum store_rc refund_store_renew(refund_store_t *st, const char *const *refund_ids,
-                                 const int64_t *epochs, size_t n, long long lease_ms,
-                                 int *still_ours, struct store_error *err)
+enum charged_rc refund_store_renew(refund_store_t *st, const char *const *refund_ids,
+                                   const int64_t *epochs, size_t n, long long lease_ms,
+                                   int *still_ours, struct charged_error *err)
 {
     PGresult *r;
-    enum store_rc rc;
-    store_error_clear(err);
+    enum charged_rc rc;
+    charged_error_clear(err);
     if (n == 0)
-        return STORE_OK;
+        return CHARGED_OK;
     if ((rc = stmt_lease(st->db, st->actor, SQL_RENEW, refund_ids, epochs, n, &lease_ms,
-                         &r, err)) != STORE_OK)
+                         &r, err)) != CHARGED_OK)
         return rc;
     for (size_t i = 0; i < n; i++)
         still_ours[i] = stmt_row_of(r, 0, refund_ids[i]) >= 0;
     PQclear(r);
-    return STORE_OK;
+    return CHARGED_OK;
 }
 
-enum store_rc refund_store_release(refund_store_t *st, const char *const *refund_ids,
-                                   const int64_t *epochs, size_t n,
-                                   struct store_error *err)
+enum charged_rc refund_store_release(refund_store_t *st, const char *const *refund_ids,
+                                     const int64_t *epochs, size_t n,
+                                     struct charged_error *err)
 {
-    store_error_clear(err);
+    charged_error_clear(err);
     if (n == 0)
-        return STORE_OK;
+        return CHARGED_OK;
     return stmt_lease(st->db, st->actor, SQL_RELEASE, refund_ids, epochs, n, NULL, NULL,
                       err);
 }
 
-enum store_rc refund_store_hand_back(refund_store_t *st, const char *const *refund_ids,
-                                     const int64_t *epochs, size_t n,
-                                     struct store_error *err)
+enum charged_rc refund_store_hand_back(refund_store_t *st,
+                                       const char *const *refund_ids,
+                                       const int64_t *epochs, size_t n,
+                                       struct charged_error *err)
 {
-    store_error_clear(err);
+    charged_error_clear(err);
     if (n == 0)
-        return STORE_OK;
+        return CHARGED_OK;
     return stmt_lease(st->db, st->actor, SQL_HAND_BACK, refund_ids, epochs, n, NULL,
                       NULL, err);
 }
@@ -591,25 +595,25 @@ static const char *SQL_SETTLE =
     "    AND lease_epoch = $3::bigint)";
 /* clang-format on */
 
-enum store_rc refund_store_claim_due(refund_store_t *st, struct refund_due *out,
-                                     size_t max, size_t *n, long long lease_ms,
-                                     long long stale_ms, struct store_error *err)
+enum charged_rc refund_store_claim_due(refund_store_t *st, struct refund_due *out,
+                                       size_t max, size_t *n, long long lease_ms,
+                                       long long stale_ms, struct charged_error *err)
 {
     struct stmt s = {0};
     PGresult *r = NULL;
-    enum store_rc rc;
+    enum charged_rc rc;
 
-    store_error_clear(err);
+    charged_error_clear(err);
     *n = 0;
     if (max == 0)
-        return STORE_OK;
-    if (store_conn_open(st->db, NULL, err) != STORE_OK)
-        return STORE_RETRY;
+        return CHARGED_OK;
+    if (store_conn_open(st->db, NULL, err) != CHARGED_OK)
+        return CHARGED_RETRY;
     stmt_text(&s, st->actor);
     stmt_int(&s, lease_ms);
     stmt_int(&s, (long long)max);
     stmt_int(&s, stale_ms);
-    if ((rc = stmt_run(st->db, &s, SQL_CLAIM_DUE, &r, err)) == STORE_OK)
+    if ((rc = stmt_run(st->db, &s, SQL_CLAIM_DUE, &r, err)) == CHARGED_OK)
         for (int i = 0; i < PQntuples(r) && *n < max; i++) {
             struct refund_due *d = &out[(*n)++];
             memset(d, 0, sizeof(*d));
@@ -628,25 +632,25 @@ enum store_rc refund_store_claim_due(refund_store_t *st, struct refund_due *out,
     return rc;
 }
 
-enum store_rc refund_store_settle(refund_store_t *st, struct refund_settlement *it,
-                                  struct store_error *err)
+enum charged_rc refund_store_settle(refund_store_t *st, struct refund_settlement *it,
+                                    struct charged_error *err)
 {
     struct stmt s = {0};
     PGresult *r = NULL;
-    enum store_rc rc;
+    enum charged_rc rc;
     int nrefunds = 0;
 
-    store_error_clear(err);
+    charged_error_clear(err);
     it->settled = it->busy = 0;
     if (it->status != it->expected &&
         !attempt_status_transition_allowed((int)it->expected, it->status)) {
-        store_error_set(err, "status %s may not follow %s",
-                        attempt_status_name(it->status),
-                        attempt_status_name(it->expected));
-        return STORE_DATA;
+        charged_error_set(err, "status %s may not follow %s",
+                          attempt_status_name(it->status),
+                          attempt_status_name(it->expected));
+        return CHARGED_BAD_ITEM;
     }
-    if (store_conn_open(st->db, NULL, err) != STORE_OK)
-        return STORE_RETRY;
+    if (store_conn_open(st->db, NULL, err) != CHARGED_OK)
+        return CHARGED_RETRY;
     for (size_t i = 0; i < it->ncalls; i++)
         if (!it->calls[i].operation || !strcmp(it->calls[i].operation, "refund"))
             nrefunds++;
@@ -662,7 +666,7 @@ enum store_rc refund_store_settle(refund_store_t *st, struct refund_settlement *
     stmt_int_or_null(&s, it->next_check_ms);
     stmt_text(&s, attempt_status_refund_event_type(it->status));
     add_calls(&s, stmt_arrays(&s, 9), it->calls, it->ncalls);
-    if ((rc = stmt_run(st->db, &s, SQL_SETTLE, &r, err)) == STORE_OK) {
+    if ((rc = stmt_run(st->db, &s, SQL_SETTLE, &r, err)) == CHARGED_OK) {
         it->settled = stmt_col_int(r, 0, 0) == 1;
         it->busy = stmt_col_true(r, 0, 1);
     }
@@ -678,10 +682,10 @@ static const char *SQL_BACKLOG =
     " FROM refund_attempts WHERE status = ANY($1::text[]) GROUP BY status";
 /* clang-format on */
 
-enum store_rc refund_store_backlog(refund_store_t *st,
-                                   const enum attempt_status *statuses, size_t n,
-                                   long long *counts, long long *oldest_ms,
-                                   struct store_error *err)
+enum charged_rc refund_store_backlog(refund_store_t *st,
+                                     const enum attempt_status *statuses, size_t n,
+                                     long long *counts, long long *oldest_ms,
+                                     struct charged_error *err)
 {
     return stmt_backlog(st->db, SQL_BACKLOG, statuses, n, counts, oldest_ms, err);
 }

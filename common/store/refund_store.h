@@ -32,10 +32,10 @@ typedef struct refund_store refund_store_t;
 /* `actor` names this process in leases and transitions. Copies both. Does
  * not connect. */
 refund_store_t *refund_store_new(const char *database_url, const char *actor,
-                                 struct store_error *err);
+                                 struct charged_error *err);
 void refund_store_free(refund_store_t *st);
 
-enum store_rc refund_store_ping(refund_store_t *st, struct store_error *err);
+enum charged_rc refund_store_ping(refund_store_t *st, struct charged_error *err);
 
 /* ---- record: insert or read ---- */
 
@@ -51,8 +51,9 @@ struct refund_record_item {
     char reason[160];                 /* out: the conflict */
 };
 
-enum store_rc refund_store_record(refund_store_t *st, struct refund_record_item *items,
-                                  size_t n, struct store_error *err);
+enum charged_rc refund_store_record(refund_store_t *st,
+                                    struct refund_record_item *items, size_t n,
+                                    struct charged_error *err);
 
 /* ---- claim: lease, and reserve on the charge ---- */
 
@@ -82,8 +83,9 @@ struct refund_claim_item {
     struct refund_params params;     /* out, when claimed */
 };
 
-enum store_rc refund_store_claim(refund_store_t *st, struct refund_claim_item *items,
-                                 size_t n, long long lease_ms, struct store_error *err);
+enum charged_rc refund_store_claim(refund_store_t *st, struct refund_claim_item *items,
+                                   size_t n, long long lease_ms,
+                                   struct charged_error *err);
 
 /* ---- provider calls (written with the charge's, marked with the refund) ---- */
 
@@ -95,9 +97,9 @@ struct refund_call {
     int written_maybe; /* as attempt_call's */
 };
 
-enum store_rc refund_store_log_calls(refund_store_t *st,
-                                     const struct refund_call *calls, size_t n,
-                                     struct store_error *err);
+enum charged_rc refund_store_log_calls(refund_store_t *st,
+                                       const struct refund_call *calls, size_t n,
+                                       struct charged_error *err);
 
 /* ---- persist an outcome, fenced on the lease ---- */
 
@@ -116,23 +118,24 @@ struct refund_outcome {
     int busy;                       /* out */
 };
 
-enum store_rc refund_store_persist(refund_store_t *st, struct refund_outcome *items,
-                                   size_t n, struct store_error *err);
+enum charged_rc refund_store_persist(refund_store_t *st, struct refund_outcome *items,
+                                     size_t n, struct charged_error *err);
 
 /* ---- leases ---- */
 
-enum store_rc refund_store_renew(refund_store_t *st, const char *const *refund_ids,
-                                 const int64_t *epochs, size_t n, long long lease_ms,
-                                 int *still_ours, struct store_error *err);
-enum store_rc refund_store_release(refund_store_t *st, const char *const *refund_ids,
-                                   const int64_t *epochs, size_t n,
-                                   struct store_error *err);
+enum charged_rc refund_store_renew(refund_store_t *st, const char *const *refund_ids,
+                                   const int64_t *epochs, size_t n, long long lease_ms,
+                                   int *still_ours, struct charged_error *err);
+enum charged_rc refund_store_release(refund_store_t *st, const char *const *refund_ids,
+                                     const int64_t *epochs, size_t n,
+                                     struct charged_error *err);
 
 /* Ends our leases at once (the reconciler's batch cut short): the refunds
  * are due to any reconciler again, PROCESSING ones too. */
-enum store_rc refund_store_hand_back(refund_store_t *st, const char *const *refund_ids,
-                                     const int64_t *epochs, size_t n,
-                                     struct store_error *err);
+enum charged_rc refund_store_hand_back(refund_store_t *st,
+                                       const char *const *refund_ids,
+                                       const int64_t *epochs, size_t n,
+                                       struct charged_error *err);
 
 /* ---- reconciliation ---- */
 
@@ -151,9 +154,9 @@ struct refund_due {
 
 /* Claims up to `max` refunds whose next look is due, as
  * attempt_store_claim_due does for attempts. */
-enum store_rc refund_store_claim_due(refund_store_t *st, struct refund_due *out,
-                                     size_t max, size_t *n, long long lease_ms,
-                                     long long stale_ms, struct store_error *err);
+enum charged_rc refund_store_claim_due(refund_store_t *st, struct refund_due *out,
+                                       size_t max, size_t *n, long long lease_ms,
+                                       long long stale_ms, struct charged_error *err);
 
 /* One decision on evidence, fenced on the reconciler's lease: a status
  * change (with its transition, event and calls), or (status == expected)
@@ -174,14 +177,14 @@ struct refund_settlement {
                     written, nothing waited) */
 };
 
-enum store_rc refund_store_settle(refund_store_t *st, struct refund_settlement *it,
-                                  struct store_error *err);
+enum charged_rc refund_store_settle(refund_store_t *st, struct refund_settlement *it,
+                                    struct charged_error *err);
 
 /* How many refunds are in each of statuses, and how old (ms since
  * created) the oldest is; 0 and 0 for none. */
-enum store_rc refund_store_backlog(refund_store_t *st,
-                                   const enum attempt_status *statuses, size_t n,
-                                   long long *counts, long long *oldest_ms,
-                                   struct store_error *err);
+enum charged_rc refund_store_backlog(refund_store_t *st,
+                                     const enum attempt_status *statuses, size_t n,
+                                     long long *counts, long long *oldest_ms,
+                                     struct charged_error *err);
 
 #endif

@@ -13,14 +13,14 @@ struct store_conn {
 };
 
 store_conn_t *store_conn_new(const char *database_url, const char *lock_timeout,
-                             struct store_error *err)
+                             struct charged_error *err)
 {
     char *perr = NULL;
     PQconninfoOption *opts = PQconninfoParse(database_url, &perr);
     if (!opts) {
         /* libpq's line may quote a piece of the password: not shown. */
-        store_error_set(err, "bad database url: libpq cannot parse it (not shown: it "
-                             "may hold a password)");
+        charged_error_set(err, "bad database url: libpq cannot parse it (not shown: it "
+                               "may hold a password)");
         PQfreemem(perr);
         return NULL;
     }
@@ -29,7 +29,7 @@ store_conn_t *store_conn_new(const char *database_url, const char *lock_timeout,
     if (!c || !(c->url = strdup(database_url)) ||
         !(c->lock_timeout = strdup(lock_timeout))) {
         store_conn_free(c);
-        store_error_set(err, "out of memory");
+        charged_error_set(err, "out of memory");
         return NULL;
     }
     return c;
@@ -45,16 +45,16 @@ void store_conn_free(store_conn_t *c)
     free(c);
 }
 
-enum store_rc store_conn_open(store_conn_t *c, int *fresh, struct store_error *err)
+enum charged_rc store_conn_open(store_conn_t *c, int *fresh, struct charged_error *err)
 {
     char statement_timeout[32];
     if (fresh)
         *fresh = 0;
     if (c->conn && PQstatus(c->conn) == CONNECTION_OK)
-        return STORE_OK;
+        return CHARGED_OK;
     PQfinish(c->conn);
     if (!(c->conn = db_connect(c->url, err)))
-        return STORE_RETRY;
+        return CHARGED_RETRY;
     /* No statement of a daemon waits long: the server ends one after
      * store_timeout_ms(), and the few that may wait for a lock at all give
      * up after the store's lock_timeout. */
@@ -64,27 +64,27 @@ enum store_rc store_conn_open(store_conn_t *c, int *fresh, struct store_error *e
     if (store_conn_exec(c,
                         "SELECT set_config('statement_timeout', $1, false),"
                         " set_config('lock_timeout', $2, false)",
-                        2, p, NULL, err) != STORE_OK) {
+                        2, p, NULL, err) != CHARGED_OK) {
         PQfinish(c->conn);
         c->conn = NULL;
-        return STORE_RETRY;
+        return CHARGED_RETRY;
     }
     if (fresh)
         *fresh = 1;
-    return STORE_OK;
+    return CHARGED_OK;
 }
 
-enum store_rc store_conn_exec(store_conn_t *c, const char *sql, int nparams,
-                              const char *const *params, PGresult **res,
-                              struct store_error *err)
+enum charged_rc store_conn_exec(store_conn_t *c, const char *sql, int nparams,
+                                const char *const *params, PGresult **res,
+                                struct charged_error *err)
 {
     int abandoned;
     if (res)
         *res = NULL;
     if (!c->conn) {
-        store_error_set(err, "no database session: an earlier statement of this call "
-                             "was given up");
-        return STORE_RETRY;
+        charged_error_set(err, "no database session: an earlier statement of this call "
+                               "was given up");
+        return CHARGED_RETRY;
     }
     PGresult *r = db_exec_within(c->conn, store_timeout_ms() + STORE_DEADLINE_GRACE_MS,
                                  sql, nparams, params, &abandoned, err);
@@ -105,7 +105,7 @@ enum store_rc store_conn_exec(store_conn_t *c, const char *sql, int nparams,
         *res = r;
     else
         PQclear(r);
-    return STORE_OK;
+    return CHARGED_OK;
 }
 
 int store_conn_broken(const store_conn_t *c)
@@ -113,13 +113,13 @@ int store_conn_broken(const store_conn_t *c)
     return c->conn && PQstatus(c->conn) != CONNECTION_OK;
 }
 
-enum store_rc store_conn_failed(const struct store_error *err)
+enum charged_rc store_conn_failed(const struct charged_error *err)
 {
-    const char *s = err->sqlstate;
+    const char *s = err->code;
     if (!strcmp(s, "55P03")) /* lock_not_available */
-        return STORE_LOCKED;
+        return CHARGED_WAIT;
     if (!strncmp(s, "22", 2) || /* data exception: bad encoding, too long */
         !strncmp(s, "23", 2))   /* integrity constraint violation */
-        return STORE_DATA;
-    return STORE_RETRY;
+        return CHARGED_BAD_ITEM;
+    return CHARGED_RETRY;
 }

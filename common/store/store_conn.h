@@ -22,25 +22,25 @@ typedef struct store_conn store_conn_t;
  * (the message never quotes it: it may hold a password) or on out of
  * memory. */
 store_conn_t *store_conn_new(const char *database_url, const char *lock_timeout,
-                             struct store_error *err);
+                             struct charged_error *err);
 void store_conn_free(store_conn_t *c);
 
 /* Opens the session when there is none or it broke; a call of a store
  * begins here. *fresh (when not NULL) says whether it is a new one: session
- * state, such as an advisory lock, did not survive. STORE_OK, or
- * STORE_RETRY and err when the database cannot be reached. */
-enum store_rc store_conn_open(store_conn_t *c, int *fresh, struct store_error *err);
+ * state, such as an advisory lock, did not survive. CHARGED_OK, or
+ * CHARGED_RETRY and err when the database cannot be reached. */
+enum charged_rc store_conn_open(store_conn_t *c, int *fresh, struct charged_error *err);
 
 /* Runs one statement on the session store_conn_open opened, giving it up
- * store_timeout_ms() + STORE_DEADLINE_GRACE_MS after it began. STORE_OK and,
+ * store_timeout_ms() + STORE_DEADLINE_GRACE_MS after it began. CHARGED_OK and,
  * when res is not NULL, the result in *res (the caller PQclear()s it);
  * otherwise what store_conn_failed() makes of err, and *res NULL. After a
  * statement given up the session is closed: every later statement of the
- * call fails at once (STORE_RETRY; a transaction cannot go on in a new
+ * call fails at once (CHARGED_RETRY; a transaction cannot go on in a new
  * session) until the next store_conn_open. */
-enum store_rc store_conn_exec(store_conn_t *c, const char *sql, int nparams,
-                              const char *const *params, PGresult **res,
-                              struct store_error *err);
+enum charged_rc store_conn_exec(store_conn_t *c, const char *sql, int nparams,
+                                const char *const *params, PGresult **res,
+                                struct charged_error *err);
 
 /* Whether the session broke under the last statement (the server closed
  * it while idle: a restart, a pooler): that statement may be repeated once
@@ -48,11 +48,11 @@ enum store_rc store_conn_exec(store_conn_t *c, const char *sql, int nparams,
  * that does not answer would only cost a second one. */
 int store_conn_broken(const store_conn_t *c);
 
-/* What a caller does about a statement that failed with err: STORE_LOCKED
- * when a lock another session held outlasted lock_timeout, STORE_DATA when
+/* What a caller does about a statement that failed with err: CHARGED_WAIT
+ * when a lock another session held outlasted lock_timeout, CHARGED_BAD_ITEM when
  * a value was refused (a data exception, an integrity constraint), and
- * STORE_RETRY for anything else: an outage, and a bug of ours too, which
+ * CHARGED_RETRY for anything else: an outage, and a bug of ours too, which
  * is retried whole, loudly, rather than isolated item by item. */
-enum store_rc store_conn_failed(const struct store_error *err);
+enum charged_rc store_conn_failed(const struct charged_error *err);
 
 #endif

@@ -143,11 +143,11 @@ static const char *SQL_VIEW_ORDER =
     SQL_VIEW "WHERE order_id = $1::uuid ORDER BY created_at, id LIMIT " ORDER_ATTEMPTS_MAX;
 /* clang-format on */
 
-webhook_store_t *webhook_store_new(const char *database_url, struct store_error *err)
+webhook_store_t *webhook_store_new(const char *database_url, struct charged_error *err)
 {
     webhook_store_t *st = calloc(1, sizeof(*st));
     if (!st) {
-        store_error_set(err, "out of memory");
+        charged_error_set(err, "out of memory");
         return NULL;
     }
     if (!(st->db = store_conn_new(database_url, WEBHOOK_LOCK_TIMEOUT, err))) {
@@ -247,7 +247,7 @@ static void reason_for(const struct webhook_event *ev, const struct webhook_deci
 
 static void rollback(webhook_store_t *st)
 {
-    struct store_error ignore;
+    struct charged_error ignore;
     store_conn_exec(st->db, "ROLLBACK", 0, NULL, NULL, &ignore);
 }
 
@@ -255,9 +255,9 @@ static void rollback(webhook_store_t *st)
  * was taken, so a refused value is not the event's (a bug, or a constraint
  * the decision missed) and the delivery is answered "again", as for an
  * outage. */
-static enum store_rc later_failed(enum store_rc rc)
+static enum charged_rc later_failed(enum charged_rc rc)
 {
-    return rc == STORE_DATA ? STORE_RETRY : rc;
+    return rc == CHARGED_BAD_ITEM ? CHARGED_RETRY : rc;
 }
 
 /* How bad an outcome is: an event of several refunds records its worst. */
@@ -282,25 +282,25 @@ static void refund_outcome(struct webhook_store_result *out, const char *outcome
 
 /* Makes the UNKNOWN attempt or refund `id` due for the reconciler now (sql:
  * SQL_CHECK_NOW or SQL_REFUND_CHECK_NOW). */
-static enum store_rc check_now(webhook_store_t *st, const char *sql, const char *id,
-                               struct store_error *err)
+static enum charged_rc check_now(webhook_store_t *st, const char *sql, const char *id,
+                                 struct charged_error *err)
 {
     const char *p[1] = {id};
-    enum store_rc x = store_conn_exec(st->db, sql, 1, p, NULL, err);
-    return x == STORE_OK ? STORE_OK : later_failed(x);
+    enum charged_rc x = store_conn_exec(st->db, sql, 1, p, NULL, err);
+    return x == CHARGED_OK ? CHARGED_OK : later_failed(x);
 }
 
 /* One refund of the event, inside its transaction: locked, decided and,
  * when it moves, moved with its transition and event. */
-static enum store_rc apply_refund(webhook_store_t *st, const struct webhook_event *ev,
-                                  const struct webhook_refund *rf,
-                                  struct webhook_store_result *out,
-                                  struct store_error *err)
+static enum charged_rc apply_refund(webhook_store_t *st, const struct webhook_event *ev,
+                                    const struct webhook_refund *rf,
+                                    struct webhook_store_result *out,
+                                    struct charged_error *err)
 {
     PGresult *r = NULL;
     char *evidence = NULL;
     char reason[256], actor[300];
-    enum store_rc rc = STORE_RETRY, x;
+    enum charged_rc rc = CHARGED_RETRY, x;
     struct webhook_refund_row row;
     struct webhook_refund_decision d;
     const char *lock[3] = {rf->refund_id[0] ? rf->refund_id : NULL, rf->id,
@@ -309,13 +309,13 @@ static enum store_rc apply_refund(webhook_store_t *st, const struct webhook_even
     if ((x = store_conn_exec(st->db,
                              rf->refund_id[0] ? SQL_LOCK_REFUND_BY_ID
                                               : SQL_LOCK_REFUND_BY_PROVIDER_ID,
-                             3, lock, &r, err)) != STORE_OK) {
+                             3, lock, &r, err)) != CHARGED_OK) {
         rc = later_failed(x);
         goto out;
     }
     if (PQntuples(r) != 1) {
         refund_outcome(out, "unmatched", "no such refund");
-        rc = STORE_OK;
+        rc = CHARGED_OK;
         goto out;
     }
     memset(&row, 0, sizeof(row));
@@ -340,7 +340,7 @@ static enum store_rc apply_refund(webhook_store_t *st, const struct webhook_even
     r = NULL;
     webhook_refund_decide(rf, &row, &d);
     if (d.check_now &&
-        (x = check_now(st, SQL_REFUND_CHECK_NOW, refund_id, err)) != STORE_OK) {
+        (x = check_now(st, SQL_REFUND_CHECK_NOW, refund_id, err)) != CHARGED_OK) {
         rc = x;
         goto out;
     }
@@ -348,11 +348,11 @@ static enum store_rc apply_refund(webhook_store_t *st, const struct webhook_even
         refund_outcome(
             out, d.action == WEBHOOK_REFUND_NEEDS_REVIEW ? "needs_review" : "ignored",
             d.reason);
-        rc = STORE_OK;
+        rc = CHARGED_OK;
         goto out;
     }
     if (!(evidence = refund_evidence_json(ev, rf))) {
-        store_error_set(err, "out of memory");
+        charged_error_set(err, "out of memory");
         goto out;
     }
     refund_reason_for(rf, d.status, reason, sizeof(reason));
@@ -364,40 +364,40 @@ static enum store_rc apply_refund(webhook_store_t *st, const struct webhook_even
                         old_status,
                         actor,
                         evidence};
-    if ((x = store_conn_exec(st->db, SQL_SETTLE_REFUND, 7, p, &r, err)) != STORE_OK) {
+    if ((x = store_conn_exec(st->db, SQL_SETTLE_REFUND, 7, p, &r, err)) != CHARGED_OK) {
         rc = later_failed(x);
         goto out;
     }
     if (PQntuples(r) != 1) {
         /* Impossible under the row lock; never commit half a decision. */
-        store_error_set(err, "refund %s changed under its lock", refund_id);
+        charged_error_set(err, "refund %s changed under its lock", refund_id);
         goto out;
     }
     if (!strcmp(out->refund_id, refund_id))
         snprintf(out->new_status, sizeof(out->new_status), "%s",
                  attempt_status_name(d.status));
     refund_outcome(out, "applied", d.reason);
-    rc = STORE_OK;
+    rc = CHARGED_OK;
 out:
     PQclear(r);
     free(evidence);
     return rc;
 }
 
-/* Records the event as received, inside the open transaction: STORE_OK
- * and *fresh when it is new; STORE_OK alone when it was seen before and
+/* Records the event as received, inside the open transaction: CHARGED_OK
+ * and *fresh when it is new; CHARGED_OK alone when it was seen before and
  * committed (its effect is already there); else the failure. */
-static enum store_rc record_event(webhook_store_t *st, const char *provider,
-                                  const struct webhook_event *ev, const char *payload,
-                                  struct webhook_store_result *out, int *fresh,
-                                  struct store_error *err)
+static enum charged_rc record_event(webhook_store_t *st, const char *provider,
+                                    const struct webhook_event *ev, const char *payload,
+                                    struct webhook_store_result *out, int *fresh,
+                                    struct charged_error *err)
 {
     PGresult *r = NULL;
-    enum store_rc x;
+    enum charged_rc x;
     const char *rec[5] = {provider, ev->id, ev->type, ev->attempt_id, payload};
     *fresh = 0;
-    /* The event itself refused (STORE_DATA): no delivery of it will ever do. */
-    if ((x = store_conn_exec(st->db, SQL_RECORD_EVENT, 5, rec, &r, err)) != STORE_OK)
+    /* The event itself refused (CHARGED_BAD_ITEM): no delivery of it will ever do. */
+    if ((x = store_conn_exec(st->db, SQL_RECORD_EVENT, 5, rec, &r, err)) != CHARGED_OK)
         return x;
     if (PQntuples(r) == 0) {
         out->outcome = "duplicate";
@@ -405,7 +405,7 @@ static enum store_rc record_event(webhook_store_t *st, const char *provider,
     } else
         *fresh = 1;
     PQclear(r);
-    return STORE_OK;
+    return CHARGED_OK;
 }
 
 /* The attempt's locked row (SQL_LOCK_ATTEMPT) into out and *a. */
@@ -429,20 +429,20 @@ static void read_attempt_row(PGresult *r, struct webhook_store_result *out,
 
 /* Locks the attempt the event is about (by its metadata's id, else by its
  * intent) and decides what the event does to it, into *d and out. */
-static enum store_rc lock_and_decide(webhook_store_t *st,
-                                     const struct webhook_event *ev,
-                                     struct webhook_store_result *out,
-                                     struct webhook_decision *d,
-                                     struct store_error *err)
+static enum charged_rc lock_and_decide(webhook_store_t *st,
+                                       const struct webhook_event *ev,
+                                       struct webhook_store_result *out,
+                                       struct webhook_decision *d,
+                                       struct charged_error *err)
 {
     PGresult *r = NULL;
-    enum store_rc x;
+    enum charged_rc x;
     struct webhook_attempt a;
     const char *lock[3] = {ev->attempt_id[0] ? ev->attempt_id : NULL, ev->intent_id,
                            attempt_status_live_array()};
     if ((x = store_conn_exec(st->db,
                              ev->attempt_id[0] ? SQL_LOCK_BY_ID : SQL_LOCK_BY_INTENT, 3,
-                             lock, &r, err)) != STORE_OK)
+                             lock, &r, err)) != CHARGED_OK)
         return later_failed(x);
     if (ev->evidence == WEBHOOK_EVIDENCE_NONE) {
         out->outcome = "ignored";
@@ -454,23 +454,24 @@ static enum store_rc lock_and_decide(webhook_store_t *st,
         out->reason = d->reason;
     }
     PQclear(r);
-    return STORE_OK;
+    return CHARGED_OK;
 }
 
 /* Moves the locked attempt as decided, with its transition, ledger entry
  * and event. */
-static enum store_rc settle_attempt(webhook_store_t *st, const struct webhook_event *ev,
-                                    const struct webhook_decision *d,
-                                    struct webhook_store_result *out,
-                                    struct store_error *err)
+static enum charged_rc settle_attempt(webhook_store_t *st,
+                                      const struct webhook_event *ev,
+                                      const struct webhook_decision *d,
+                                      struct webhook_store_result *out,
+                                      struct charged_error *err)
 {
     PGresult *r = NULL;
     char reason[256], actor[300];
-    enum store_rc rc = STORE_RETRY, x;
+    enum charged_rc rc = CHARGED_RETRY, x;
     char *evidence = evidence_json(ev);
     if (!evidence) {
-        store_error_set(err, "out of memory");
-        return STORE_RETRY;
+        charged_error_set(err, "out of memory");
+        return CHARGED_RETRY;
     }
     reason_for(ev, d, reason, sizeof(reason));
     snprintf(actor, sizeof(actor), "webhook %s", ev->id);
@@ -482,15 +483,15 @@ static enum store_rc settle_attempt(webhook_store_t *st, const struct webhook_ev
                         evidence,
                         out->old_status,
                         actor};
-    if ((x = store_conn_exec(st->db, SQL_SETTLE, 8, p, &r, err)) != STORE_OK) {
+    if ((x = store_conn_exec(st->db, SQL_SETTLE, 8, p, &r, err)) != CHARGED_OK) {
         rc = later_failed(x);
     } else if (PQntuples(r) != 1) {
         /* Impossible under the row lock; never commit half a decision. */
-        store_error_set(err, "attempt %s changed under its lock", out->attempt_id);
+        charged_error_set(err, "attempt %s changed under its lock", out->attempt_id);
     } else {
         snprintf(out->new_status, sizeof(out->new_status), "%s",
                  attempt_status_name(d->status));
-        rc = STORE_OK;
+        rc = CHARGED_OK;
     }
     PQclear(r);
     free(evidence);
@@ -499,72 +500,75 @@ static enum store_rc settle_attempt(webhook_store_t *st, const struct webhook_ev
 
 /* An event about a charge: the attempt locked, decided and, when the
  * decision moves it, moved. */
-static enum store_rc apply_attempt(webhook_store_t *st, const struct webhook_event *ev,
-                                   struct webhook_store_result *out,
-                                   struct store_error *err)
+static enum charged_rc apply_attempt(webhook_store_t *st,
+                                     const struct webhook_event *ev,
+                                     struct webhook_store_result *out,
+                                     struct charged_error *err)
 {
     struct webhook_decision d = {WEBHOOK_IGNORE, ATTEMPT_STATUS_PENDING, "", 0};
-    enum store_rc rc = lock_and_decide(st, ev, out, &d, err);
-    if (rc == STORE_OK && d.check_now)
+    enum charged_rc rc = lock_and_decide(st, ev, out, &d, err);
+    if (rc == CHARGED_OK && d.check_now)
         rc = check_now(st, SQL_CHECK_NOW, out->attempt_id, err);
-    if (rc == STORE_OK && (d.action == WEBHOOK_APPLY || d.action == WEBHOOK_REVIEW))
+    if (rc == CHARGED_OK && (d.action == WEBHOOK_APPLY || d.action == WEBHOOK_REVIEW))
         rc = settle_attempt(st, ev, &d, out, err);
     return rc;
 }
 
 /* An event about refunds: each of them, the worst outcome recorded. */
-static enum store_rc apply_refunds(webhook_store_t *st, const struct webhook_event *ev,
-                                   struct webhook_store_result *out,
-                                   struct store_error *err)
+static enum charged_rc apply_refunds(webhook_store_t *st,
+                                     const struct webhook_event *ev,
+                                     struct webhook_store_result *out,
+                                     struct charged_error *err)
 {
-    enum store_rc rc = STORE_OK;
+    enum charged_rc rc = CHARGED_OK;
     out->outcome = "ignored";
     out->reason = "the charge lists no refund";
-    for (size_t i = 0; i < ev->nrefunds && rc == STORE_OK; i++)
+    for (size_t i = 0; i < ev->nrefunds && rc == CHARGED_OK; i++)
         rc = apply_refund(st, ev, &ev->refunds[i], out, err);
     return rc;
 }
 
 /* Records the event's outcome and commits. */
-static enum store_rc finish(webhook_store_t *st, const char *provider,
-                            const struct webhook_event *ev,
-                            const struct webhook_store_result *out,
-                            struct store_error *err)
+static enum charged_rc finish(webhook_store_t *st, const char *provider,
+                              const struct webhook_event *ev,
+                              const struct webhook_store_result *out,
+                              struct charged_error *err)
 {
-    enum store_rc x;
+    enum charged_rc x;
     const char *o[5] = {provider, ev->id, out->outcome, out->attempt_id,
                         out->reason ? out->reason : ""};
-    if ((x = store_conn_exec(st->db, SQL_EVENT_OUTCOME, 5, o, NULL, err)) != STORE_OK ||
-        (x = store_conn_exec(st->db, "COMMIT", 0, NULL, NULL, err)) != STORE_OK)
+    if ((x = store_conn_exec(st->db, SQL_EVENT_OUTCOME, 5, o, NULL, err)) !=
+            CHARGED_OK ||
+        (x = store_conn_exec(st->db, "COMMIT", 0, NULL, NULL, err)) != CHARGED_OK)
         return later_failed(x);
-    return STORE_OK;
+    return CHARGED_OK;
 }
 
 /* One delivery in one transaction: the event recorded, applied to its
  * attempt or its refunds, its outcome recorded, committed; rolled back on
  * any failure, and for a duplicate. */
-static enum store_rc apply_once(webhook_store_t *st, const char *provider,
-                                const struct webhook_event *ev, const char *payload,
-                                struct webhook_store_result *out,
-                                struct store_error *err)
+static enum charged_rc apply_once(webhook_store_t *st, const char *provider,
+                                  const struct webhook_event *ev, const char *payload,
+                                  struct webhook_store_result *out,
+                                  struct charged_error *err)
 {
-    enum store_rc rc;
+    enum charged_rc rc;
     int fresh = 0, committed = 0;
 
-    store_error_clear(err);
+    charged_error_clear(err);
     memset(out, 0, sizeof(*out));
     out->outcome = "unmatched";
     out->reason = "no such attempt";
-    if (store_conn_open(st->db, NULL, err) != STORE_OK)
-        return STORE_RETRY;
-    if ((rc = store_conn_exec(st->db, "BEGIN", 0, NULL, NULL, err)) != STORE_OK)
+    if (store_conn_open(st->db, NULL, err) != CHARGED_OK)
+        return CHARGED_RETRY;
+    if ((rc = store_conn_exec(st->db, "BEGIN", 0, NULL, NULL, err)) != CHARGED_OK)
         return later_failed(rc);
     rc = record_event(st, provider, ev, payload, out, &fresh, err);
-    if (rc == STORE_OK && fresh)
+    if (rc == CHARGED_OK && fresh)
         rc = ev->evidence == WEBHOOK_EVIDENCE_REFUND ? apply_refunds(st, ev, out, err)
                                                      : apply_attempt(st, ev, out, err);
-    if (rc == STORE_OK && fresh)
-        committed = (rc = finish(st, provider, ev, out, err)) == STORE_OK;
+    if (rc == CHARGED_OK && fresh)
+        committed = (rc = finish(st, provider, ev, out, err)) == CHARGED_OK;
     if (!committed)
         rollback(st);
     return rc;
@@ -574,13 +578,13 @@ static enum store_rc apply_once(webhook_store_t *st, const char *provider,
  * administrator) is only found broken by the next statement: that
  * statement is repeated once on a new connection, so that a healthy
  * database never costs a client a 503. */
-enum store_rc webhook_store_apply(webhook_store_t *st, const char *provider,
-                                  const struct webhook_event *ev, const char *payload,
-                                  struct webhook_store_result *out,
-                                  struct store_error *err)
+enum charged_rc webhook_store_apply(webhook_store_t *st, const char *provider,
+                                    const struct webhook_event *ev, const char *payload,
+                                    struct webhook_store_result *out,
+                                    struct charged_error *err)
 {
-    enum store_rc rc = apply_once(st, provider, ev, payload, out, err);
-    if (rc == STORE_RETRY && store_conn_broken(st->db))
+    enum charged_rc rc = apply_once(st, provider, ev, payload, out, err);
+    if (rc == CHARGED_RETRY && store_conn_broken(st->db))
         rc = apply_once(st, provider, ev, payload, out, err);
     return rc;
 }
@@ -638,61 +642,61 @@ static json_t *refund_row(PGresult *r)
 
 /* Reads the rows of one id; a broken connection is replaced and the query
  * asked once more, as a webhook's transaction is. */
-static enum store_rc view(webhook_store_t *st, const char *sql, const char *id,
-                          PGresult **res, struct store_error *err)
+static enum charged_rc view(webhook_store_t *st, const char *sql, const char *id,
+                            PGresult **res, struct charged_error *err)
 {
-    enum store_rc rc;
-    store_error_clear(err);
+    enum charged_rc rc;
+    charged_error_clear(err);
     *res = NULL;
-    if ((rc = store_conn_open(st->db, NULL, err)) != STORE_OK)
+    if ((rc = store_conn_open(st->db, NULL, err)) != CHARGED_OK)
         return rc;
     rc = store_conn_exec(st->db, sql, 1, &id, res, err);
-    if (rc != STORE_OK && store_conn_broken(st->db) &&
-        store_conn_open(st->db, NULL, err) == STORE_OK)
+    if (rc != CHARGED_OK && store_conn_broken(st->db) &&
+        store_conn_open(st->db, NULL, err) == CHARGED_OK)
         rc = store_conn_exec(st->db, sql, 1, &id, res, err);
-    if (rc != STORE_OK)
+    if (rc != CHARGED_OK)
         return rc;
-    return PQntuples(*res) == 0 ? STORE_NOT_FOUND : STORE_OK;
+    return PQntuples(*res) == 0 ? CHARGED_NOT_FOUND : CHARGED_OK;
 }
 
-enum store_rc webhook_store_attempt(webhook_store_t *st, const char *attempt_id,
-                                    json_t **out, struct store_error *err)
+enum charged_rc webhook_store_attempt(webhook_store_t *st, const char *attempt_id,
+                                      json_t **out, struct charged_error *err)
 {
     PGresult *r = NULL;
-    enum store_rc rc = view(st, SQL_VIEW_ATTEMPT, attempt_id, &r, err);
+    enum charged_rc rc = view(st, SQL_VIEW_ATTEMPT, attempt_id, &r, err);
     *out = NULL;
-    if (rc == STORE_OK && !(*out = view_row(r, 0))) {
-        store_error_set(err, "out of memory");
-        rc = STORE_RETRY;
+    if (rc == CHARGED_OK && !(*out = view_row(r, 0))) {
+        charged_error_set(err, "out of memory");
+        rc = CHARGED_RETRY;
     }
     PQclear(r);
     return rc;
 }
 
-enum store_rc webhook_store_refund(webhook_store_t *st, const char *refund_id,
-                                   json_t **out, struct store_error *err)
+enum charged_rc webhook_store_refund(webhook_store_t *st, const char *refund_id,
+                                     json_t **out, struct charged_error *err)
 {
     PGresult *r = NULL;
-    enum store_rc rc = view(st, SQL_VIEW_REFUND, refund_id, &r, err);
+    enum charged_rc rc = view(st, SQL_VIEW_REFUND, refund_id, &r, err);
     *out = NULL;
-    if (rc == STORE_OK && !(*out = refund_row(r))) {
-        store_error_set(err, "out of memory");
-        rc = STORE_RETRY;
+    if (rc == CHARGED_OK && !(*out = refund_row(r))) {
+        charged_error_set(err, "out of memory");
+        rc = CHARGED_RETRY;
     }
     PQclear(r);
     return rc;
 }
 
-enum store_rc webhook_store_order(webhook_store_t *st, const char *order_id,
-                                  json_t **out, struct store_error *err)
+enum charged_rc webhook_store_order(webhook_store_t *st, const char *order_id,
+                                    json_t **out, struct charged_error *err)
 {
     PGresult *r = NULL;
     json_t *list = NULL;
-    enum store_rc rc = view(st, SQL_VIEW_ORDER, order_id, &r, err);
+    enum charged_rc rc = view(st, SQL_VIEW_ORDER, order_id, &r, err);
     *out = NULL;
-    if (rc != STORE_OK)
+    if (rc != CHARGED_OK)
         goto out;
-    rc = STORE_RETRY;
+    rc = CHARGED_RETRY;
     if (!(list = json_array()))
         goto oom;
     for (int i = 0; i < PQntuples(r); i++)
@@ -702,22 +706,22 @@ enum store_rc webhook_store_order(webhook_store_t *st, const char *order_id,
     if (!(*out =
               json_pack("{s:s, s:o}", "order_id", order_id, "payment_attempts", list)))
         goto oom_stolen;
-    rc = STORE_OK;
+    rc = CHARGED_OK;
     goto out;
 oom:
     json_decref(list);
 oom_stolen:
-    store_error_set(err, "out of memory");
+    charged_error_set(err, "out of memory");
 out:
     PQclear(r);
     return rc;
 }
 
-enum store_rc webhook_store_ping(webhook_store_t *st, struct store_error *err)
+enum charged_rc webhook_store_ping(webhook_store_t *st, struct charged_error *err)
 {
-    store_error_clear(err);
-    if (store_conn_open(st->db, NULL, err) != STORE_OK ||
-        store_conn_exec(st->db, "SELECT 1", 0, NULL, NULL, err) != STORE_OK)
-        return STORE_RETRY;
-    return STORE_OK;
+    charged_error_clear(err);
+    if (store_conn_open(st->db, NULL, err) != CHARGED_OK ||
+        store_conn_exec(st->db, "SELECT 1", 0, NULL, NULL, err) != CHARGED_OK)
+        return CHARGED_RETRY;
+    return CHARGED_OK;
 }

@@ -38,11 +38,11 @@
 
 typedef struct webhook_store webhook_store_t;
 
-/* Every fallible call returns an enum store_rc (store.h) and fills err. */
+/* Every fallible call returns an enum charged_rc (store.h) and fills err. */
 
 /* Copies database_url. Does not connect: NULL and err only when it cannot
  * be parsed, or on out of memory. */
-webhook_store_t *webhook_store_new(const char *database_url, struct store_error *err);
+webhook_store_t *webhook_store_new(const char *database_url, struct charged_error *err);
 void webhook_store_free(webhook_store_t *st);
 
 /* What became of a webhook event. */
@@ -61,34 +61,34 @@ struct webhook_store_result {
 
 /* Applies ev; `payload` is the event as stored for review (the JSON ev was
  * parsed from). `provider` names the provider in the deduplication key.
- * Returns STORE_OK; STORE_DATA when the database refuses the event itself
+ * Returns CHARGED_OK; CHARGED_BAD_ITEM when the database refuses the event itself
  * (no delivery of it will ever be stored); anything else when the database
- * failed: nothing was changed and the delivery may be repeated (STORE_LOCKED:
+ * failed: nothing was changed and the delivery may be repeated (CHARGED_WAIT:
  * another session held the attempt past the 5 s lock_timeout; a value the
- * database refuses later in the transaction is STORE_RETRY, as the event
+ * database refuses later in the transaction is CHARGED_RETRY, as the event
  * was fine). A connection found broken is replaced and the transaction
  * tried once more. */
-enum store_rc webhook_store_apply(webhook_store_t *st, const char *provider,
-                                  const struct webhook_event *ev, const char *payload,
-                                  struct webhook_store_result *out,
-                                  struct store_error *err);
+enum charged_rc webhook_store_apply(webhook_store_t *st, const char *provider,
+                                    const struct webhook_event *ev, const char *payload,
+                                    struct webhook_store_result *out,
+                                    struct charged_error *err);
 
 /* Status queries. On success *out is a new reference the caller owns: one
  * attempt object, or {"order_id", "payment_attempts": [...]} oldest first.
- * Returns STORE_OK, STORE_NOT_FOUND when there is no such attempt or order
+ * Returns CHARGED_OK, CHARGED_NOT_FOUND when there is no such attempt or order
  * (*out NULL), anything else when the database failed. Ids must be
  * canonical lower-case uuids (the caller checks). */
-enum store_rc webhook_store_attempt(webhook_store_t *st, const char *attempt_id,
-                                    json_t **out, struct store_error *err);
+enum charged_rc webhook_store_attempt(webhook_store_t *st, const char *attempt_id,
+                                      json_t **out, struct charged_error *err);
 /* One refund: {"refund_id", "payment_attempt_id", "order_id", "status",
  * "amount", "currency", "refund_reason" (as requested), "reason" (why, when
  * not SUCCEEDED), "provider_refund_id", "updated_at"}. As _attempt. */
-enum store_rc webhook_store_refund(webhook_store_t *st, const char *refund_id,
-                                   json_t **out, struct store_error *err);
-enum store_rc webhook_store_order(webhook_store_t *st, const char *order_id,
-                                  json_t **out, struct store_error *err);
+enum charged_rc webhook_store_refund(webhook_store_t *st, const char *refund_id,
+                                     json_t **out, struct charged_error *err);
+enum charged_rc webhook_store_order(webhook_store_t *st, const char *order_id,
+                                    json_t **out, struct charged_error *err);
 
-/* Is the database reachable? STORE_OK, or STORE_RETRY and err. */
-enum store_rc webhook_store_ping(webhook_store_t *st, struct store_error *err);
+/* Is the database reachable? CHARGED_OK, or CHARGED_RETRY and err. */
+enum charged_rc webhook_store_ping(webhook_store_t *st, struct charged_error *err);
 
 #endif

@@ -58,7 +58,7 @@ struct operator
 
 static struct operator operator_new(const char *actor)
 {
-    struct store_error err;
+    struct charged_error err;
     char why[256];
     struct operator o = {.conn = test_env_connect(url)};
     o.st = attempt_store_new(url, actor, &err);
@@ -176,7 +176,7 @@ static struct attempt_review_result resolve(const struct operator* o, const char
 static const char *count(const char *q, const char *id)
 {
     const char *p[1] = {id};
-    struct store_error err;
+    struct charged_error err;
     static char out[64];
     PGresult *r = db_exec(admin, q, 1, p, &err);
     ck_assert_msg(r && PQntuples(r) == 1, "%s", err.message);
@@ -255,9 +255,9 @@ START_TEST(succeeded_when_the_provider_agrees_and_the_history_tells_it)
     ck_assert_str_eq(calls_of(id), "3"); /* its charge, the retrieve and the search */
 
     /* The history of what it wrote, all in one object. */
-    struct store_error err;
+    struct charged_error err;
     json_t *h;
-    ck_assert_int_eq(attempt_history_read(o.conn, id, &h, &err), STORE_OK);
+    ck_assert_int_eq(attempt_history_read(o.conn, id, &h, &err), CHARGED_OK);
     json_t *a = json_object_get(h, "attempt");
     ck_assert_str_eq(json_string_value(json_object_get(a, "payment_attempt_id")), id);
     ck_assert_str_eq(json_string_value(json_object_get(a, "status")), "SUCCEEDED");
@@ -291,7 +291,7 @@ START_TEST(succeeded_when_the_provider_agrees_and_the_history_tells_it)
                  "UPDATE payment_attempts SET updated_at = now() - interval '2 hours'"
                  " WHERE id = $1::uuid",
                  1, (const char *const[]){old});
-    ck_assert_int_eq(attempt_history_find(o.conn, order, &h, &err), STORE_OK);
+    ck_assert_int_eq(attempt_history_find(o.conn, order, &h, &err), CHARGED_OK);
     ck_assert_uint_eq(json_array_size(h), 2);
     ck_assert_str_eq(
         json_string_value(json_object_get(json_array_get(h, 0), "payment_attempt_id")),
@@ -302,7 +302,7 @@ START_TEST(succeeded_when_the_provider_agrees_and_the_history_tells_it)
     json_decref(h);
     const char *one[] = {pi, id};
     for (size_t i = 0; i < 2; i++) {
-        ck_assert_int_eq(attempt_history_find(o.conn, one[i], &h, &err), STORE_OK);
+        ck_assert_int_eq(attempt_history_find(o.conn, one[i], &h, &err), CHARGED_OK);
         ck_assert_uint_eq(json_array_size(h), 1);
         ck_assert_str_eq(json_string_value(json_object_get(json_array_get(h, 0),
                                                            "payment_attempt_id")),
@@ -312,19 +312,20 @@ START_TEST(succeeded_when_the_provider_agrees_and_the_history_tells_it)
     const char *nothing[] = {"'; DROP TABLE payment_attempts; --", "pi_unknown", "",
                              id + 1};
     for (size_t i = 0; i < 4; i++) {
-        ck_assert_int_eq(attempt_history_find(o.conn, nothing[i], &h, &err), STORE_OK);
+        ck_assert_int_eq(attempt_history_find(o.conn, nothing[i], &h, &err),
+                         CHARGED_OK);
         ck_assert_msg(json_is_array(h) && json_array_size(h) == 0, "find '%s'",
                       nothing[i]);
         json_decref(h);
     }
     ck_assert_int_eq(attempt_history_read(o.conn, "not-a-uuid", &h, &err),
-                     STORE_NOT_FOUND);
+                     CHARGED_NOT_FOUND);
     ck_assert_int_eq(
         attempt_history_read(o.conn, "00000000-0000-4000-8000-0000000000ff", &h, &err),
-        STORE_NOT_FOUND);
+        CHARGED_NOT_FOUND);
     struct attempt_history_filter f = {
         .order_id = order, .status = "FAILED", .limit = "10"};
-    ck_assert_int_eq(attempt_history_list(o.conn, &f, &h, &err), STORE_OK);
+    ck_assert_int_eq(attempt_history_list(o.conn, &f, &h, &err), CHARGED_OK);
     ck_assert_uint_eq(json_array_size(h), 1);
     json_decref(h);
 
@@ -546,8 +547,8 @@ START_TEST(changed_while_the_provider_was_asked)
                                    .reason = "seen at the provider's dashboard",
                                    .provider_payment_id = "pi_dashboard",
                                    .next_check_ms = -1};
-    struct store_error err;
-    ck_assert_int_eq(attempt_store_settle(other.st, &s, 1, &err), STORE_OK);
+    struct charged_error err;
+    ck_assert_int_eq(attempt_store_settle(other.st, &s, 1, &err), CHARGED_OK);
     ck_assert(s.settled);
     pthread_join(t, NULL);
     ck_assert_int_eq(kill(sim.pid, SIGCONT), 0);

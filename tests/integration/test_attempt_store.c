@@ -13,7 +13,7 @@
 #include "db.h"
 #include "test_env.h"
 
-static struct store_error err;
+static struct charged_error err;
 static char url[1024];
 static PGconn *admin;
 static int seq;
@@ -186,7 +186,7 @@ START_TEST(record_with_a_lease_claims_what_it_creates_once)
     struct charge_command *batch[] = {&a, &copy, &resend, &b, &same_order};
     for (size_t i = 0; i < 5; i++)
         it[i].cmd = batch[i];
-    ck_assert_msg(attempt_store_record(st, it, 5, 60000, &err) == STORE_OK, "%s",
+    ck_assert_msg(attempt_store_record(st, it, 5, 60000, &err) == CHARGED_OK, "%s",
                   err.message);
     /* The first message of a new attempt takes the claim, with the stored
      * parameters; its copy is recorded like a redelivery (and is busy at its
@@ -222,10 +222,10 @@ START_TEST(record_with_a_lease_claims_what_it_creates_once)
     /* A redelivery, here or at a peer, is recorded and never claimed while
      * the lease holds. */
     struct attempt_record_item again = {.cmd = &a};
-    ck_assert_int_eq(attempt_store_record(peer, &again, 1, 60000, &err), STORE_OK);
+    ck_assert_int_eq(attempt_store_record(peer, &again, 1, 60000, &err), CHARGED_OK);
     ck_assert_int_eq(again.result, ATTEMPT_RECORDED);
     struct attempt_claim_item ci = {.attempt_id = a.payment_attempt_id};
-    ck_assert_int_eq(attempt_store_claim(peer, &ci, 1, 60000, &err), STORE_OK);
+    ck_assert_int_eq(attempt_store_claim(peer, &ci, 1, 60000, &err), CHARGED_OK);
     ck_assert_int_eq(ci.result, ATTEMPT_BUSY);
 
     /* The claim is a claim like any: its outcome is persisted under it. */
@@ -236,7 +236,7 @@ START_TEST(record_with_a_lease_claims_what_it_creates_once)
                                 .event_type = "charge.succeeded",
                                 .calls = 1,
                                 .next_check_ms = -1};
-    ck_assert_int_eq(attempt_store_persist(st, &o, 1, &err), STORE_OK);
+    ck_assert_int_eq(attempt_store_persist(st, &o, 1, &err), CHARGED_OK);
     ck_assert(o.persisted);
     snprintf(q, sizeof(q),
              "SELECT count(*) FROM ledger_entries WHERE payment_attempt_id = '%s'",
@@ -248,13 +248,13 @@ START_TEST(record_with_a_lease_claims_what_it_creates_once)
      * a peer still waits for the lease. */
     struct charge_command lost = cmd(NULL, 5);
     struct attempt_record_item rl = {.cmd = &lost};
-    ck_assert_int_eq(attempt_store_record(st, &rl, 1, 60000, &err), STORE_OK);
+    ck_assert_int_eq(attempt_store_record(st, &rl, 1, 60000, &err), CHARGED_OK);
     ck_assert_int_eq(rl.result, ATTEMPT_RECORDED_CLAIMED);
     struct attempt_claim_item by_peer = {.attempt_id = lost.payment_attempt_id};
-    ck_assert_int_eq(attempt_store_claim(peer, &by_peer, 1, 60000, &err), STORE_OK);
+    ck_assert_int_eq(attempt_store_claim(peer, &by_peer, 1, 60000, &err), CHARGED_OK);
     ck_assert_int_eq(by_peer.result, ATTEMPT_BUSY);
     struct attempt_claim_item again_ours = {.attempt_id = lost.payment_attempt_id};
-    ck_assert_int_eq(attempt_store_claim(st, &again_ours, 1, 60000, &err), STORE_OK);
+    ck_assert_int_eq(attempt_store_claim(st, &again_ours, 1, 60000, &err), CHARGED_OK);
     ck_assert_int_eq(again_ours.result, ATTEMPT_CLAIMED);
     ck_assert_int_eq(again_ours.lease_epoch, 2);
     ck_assert_int_eq(again_ours.key_age_ms < 5000, 1);
@@ -374,13 +374,13 @@ START_TEST(failures_are_classified)
                                 .reason = "cut mid-character \xc3",
                                 .event_type = "charge.failed",
                                 .next_check_ms = -1};
-    ck_assert_int_eq(attempt_store_persist(st, &o, 1, &err), STORE_DATA);
+    ck_assert_int_eq(attempt_store_persist(st, &o, 1, &err), CHARGED_BAD_ITEM);
     o.reason = "declined";
     o.status = "SUCCEEDED"; /* without a provider id: the CHECK refuses it */
-    ck_assert_int_eq(attempt_store_persist(st, &o, 1, &err), STORE_DATA);
+    ck_assert_int_eq(attempt_store_persist(st, &o, 1, &err), CHARGED_BAD_ITEM);
     /* A move the status vocabulary forbids never reaches the database. */
     o.status = "PENDING";
-    ck_assert_int_eq(attempt_store_persist(st, &o, 1, &err), STORE_DATA);
+    ck_assert_int_eq(attempt_store_persist(st, &o, 1, &err), CHARGED_BAD_ITEM);
     ck_assert_msg(strstr(err.message, "may not follow") != NULL, "%s", err.message);
     attempt_store_free(st);
 
@@ -389,7 +389,7 @@ START_TEST(failures_are_classified)
         attempt_store_new("postgresql://charged@127.0.0.1:1/charged", "w", &err);
     ck_assert_msg(down != NULL, "a store is made without connecting: %s", err.message);
     long long t0 = test_env_now_ms();
-    ck_assert_int_eq(attempt_store_record(down, it, 1, 0, &err), STORE_RETRY);
+    ck_assert_int_eq(attempt_store_record(down, it, 1, 0, &err), CHARGED_RETRY);
     ck_assert_int_lt(test_env_now_ms() - t0, 10000);
     attempt_store_free(down);
     attempt_store_free(NULL);
@@ -545,7 +545,7 @@ START_TEST(operator_settles_review_without_a_lease)
     /* A move the vocabulary forbids never reaches the database. */
     s.expected = ATTEMPT_STATUS_FAILED;
     s.status = ATTEMPT_STATUS_PENDING;
-    ck_assert_int_eq(attempt_store_settle(op, &s, 1, &err), STORE_DATA);
+    ck_assert_int_eq(attempt_store_settle(op, &s, 1, &err), CHARGED_BAD_ITEM);
     attempt_store_free(w);
     attempt_store_free(op);
 }
@@ -575,14 +575,14 @@ START_TEST(a_call_written_again_after_a_failure_is_one_row)
     snprintf(q, sizeof(q),
              "SELECT count(*) FROM provider_calls WHERE payment_attempt_id = '%s'",
              a.payment_attempt_id);
-    ck_assert_int_eq(attempt_store_log_calls(st, lost, 2, &err), STORE_OK);
+    ck_assert_int_eq(attempt_store_log_calls(st, lost, 2, &err), CHARGED_OK);
     ck_assert_str_eq(test_env_value(admin, q), "2");
     lost[0].written_maybe = lost[1].written_maybe = 1;
-    ck_assert_int_eq(attempt_store_log_calls(st, lost, 2, &err), STORE_OK);
+    ck_assert_int_eq(attempt_store_log_calls(st, lost, 2, &err), CHARGED_OK);
     ck_assert_str_eq(test_env_value(admin, q), "2");
     /* Not there yet: written, both of the batch. */
     lost[0].started_ms = lost[1].started_ms = 2000;
-    ck_assert_int_eq(attempt_store_log_calls(st, lost, 2, &err), STORE_OK);
+    ck_assert_int_eq(attempt_store_log_calls(st, lost, 2, &err), CHARGED_OK);
     ck_assert_str_eq(test_env_value(admin, q), "4");
     attempt_store_free(st);
 }

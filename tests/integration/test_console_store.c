@@ -14,7 +14,7 @@
 #include "db.h"
 #include "test_env.h"
 
-static struct store_error err;
+static struct charged_error err;
 static char url[1024];
 static PGconn *admin;
 static console_store_t *st;
@@ -47,14 +47,15 @@ static void add(const char *name, enum console_role role,
                 char secret[CONSOLE_SECRET_SIZE])
 {
     ck_assert_msg(console_store_token_add(st, name, role, "tester", secret, &err) ==
-                      STORE_OK,
+                      CHARGED_OK,
                   "%s", err.message);
 }
 
 static void login(const char *secret, char session[CONSOLE_SECRET_SIZE],
                   struct console_who *who)
 {
-    ck_assert_msg(console_store_login(st, secret, 3600, session, who, &err) == STORE_OK,
+    ck_assert_msg(console_store_login(st, secret, 3600, session, who, &err) ==
+                      CHARGED_OK,
                   "%s", err.message);
 }
 
@@ -82,7 +83,7 @@ START_TEST(token_signs_in_and_its_session_is_found)
         count("SELECT count(*) FROM console_tokens WHERE last_used_at IS NULL", NULL),
         0);
 
-    ck_assert_msg(console_store_session(st, session, &again, &err) == STORE_OK, "%s",
+    ck_assert_msg(console_store_session(st, session, &again, &err) == CHARGED_OK, "%s",
                   err.message);
     ck_assert_str_eq(again.name, "alice");
     ck_assert_int_eq(again.role, CONSOLE_ROLE_OPERATOR);
@@ -96,11 +97,12 @@ START_TEST(token_signs_in_and_its_session_is_found)
     ck_assert_str_ne(who2.csrf, who.csrf);
 
     /* Signing out ends that session only; twice is fine. */
-    ck_assert_int_eq(console_store_logout(st, session, &err), STORE_OK);
-    ck_assert_int_eq(console_store_logout(st, session, &err), STORE_OK);
-    ck_assert_int_eq(console_store_session(st, session, &again, &err), STORE_NOT_FOUND);
-    ck_assert_int_eq(console_store_session(st, second, &again, &err), STORE_OK);
-    ck_assert_int_eq(console_store_logout(st, "junk", &err), STORE_OK);
+    ck_assert_int_eq(console_store_logout(st, session, &err), CHARGED_OK);
+    ck_assert_int_eq(console_store_logout(st, session, &err), CHARGED_OK);
+    ck_assert_int_eq(console_store_session(st, session, &again, &err),
+                     CHARGED_NOT_FOUND);
+    ck_assert_int_eq(console_store_session(st, second, &again, &err), CHARGED_OK);
+    ck_assert_int_eq(console_store_logout(st, "junk", &err), CHARGED_OK);
 
     char viewer[CONSOLE_SECRET_SIZE];
     add("bob", CONSOLE_ROLE_VIEWER, viewer);
@@ -131,21 +133,21 @@ START_TEST(wrong_or_malformed_secrets_are_not_found)
                            "' OR 1=1 --"};
     for (size_t i = 0; i < sizeof(wrong) / sizeof(wrong[0]); i++) {
         ck_assert_msg(console_store_login(st, wrong[i], 60, session, &who, &err) ==
-                          STORE_NOT_FOUND,
+                          CHARGED_NOT_FOUND,
                       "login with case %zu: %s", i, err.message);
-        ck_assert_str_eq(err.sqlstate, "");
+        ck_assert_str_eq(err.code, "");
         ck_assert_str_eq(session, "");
     }
     ck_assert_int_eq(console_store_login(st, NULL, 60, session, &who, &err),
-                     STORE_NOT_FOUND);
-    ck_assert_int_eq(console_store_session(st, NULL, &who, &err), STORE_NOT_FOUND);
-    ck_assert_int_eq(console_store_session(st, "", &who, &err), STORE_NOT_FOUND);
+                     CHARGED_NOT_FOUND);
+    ck_assert_int_eq(console_store_session(st, NULL, &who, &err), CHARGED_NOT_FOUND);
+    ck_assert_int_eq(console_store_session(st, "", &who, &err), CHARGED_NOT_FOUND);
     /* A token's secret is no session id. */
-    ck_assert_int_eq(console_store_session(st, secret, &who, &err), STORE_NOT_FOUND);
+    ck_assert_int_eq(console_store_session(st, secret, &who, &err), CHARGED_NOT_FOUND);
     ck_assert_int_eq(
         console_store_session(st, "ccs_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
                               &who, &err),
-        STORE_NOT_FOUND);
+        CHARGED_NOT_FOUND);
     ck_assert_int_eq(count("SELECT count(*) FROM console_sessions", NULL), 0);
 }
 END_TEST
@@ -160,25 +162,25 @@ START_TEST(revocation_ends_sessions_at_once)
     login(secret, session, &who);
     login(other, other_session, &who);
 
-    ck_assert_msg(console_store_token_revoke(st, "alice", "admin", &err) == STORE_OK,
+    ck_assert_msg(console_store_token_revoke(st, "alice", "admin", &err) == CHARGED_OK,
                   "%s", err.message);
-    ck_assert_int_eq(console_store_session(st, session, &who, &err), STORE_NOT_FOUND);
+    ck_assert_int_eq(console_store_session(st, session, &who, &err), CHARGED_NOT_FOUND);
     ck_assert_int_eq(console_store_login(st, secret, 60, session, &who, &err),
-                     STORE_NOT_FOUND);
+                     CHARGED_NOT_FOUND);
     ck_assert_int_eq(
         count("SELECT count(*) FROM console_sessions s JOIN console_tokens t"
               " ON t.id = s.token_id WHERE t.name = 'alice'",
               NULL),
         0);
     /* The other token's session stays. */
-    ck_assert_int_eq(console_store_session(st, other_session, &who, &err), STORE_OK);
+    ck_assert_int_eq(console_store_session(st, other_session, &who, &err), CHARGED_OK);
     ck_assert_str_eq(who.name, "bob");
 
     /* Revoked already, and never made: nothing live by that name. */
     ck_assert_int_eq(console_store_token_revoke(st, "alice", "admin", &err),
-                     STORE_NOT_FOUND);
+                     CHARGED_NOT_FOUND);
     ck_assert_int_eq(console_store_token_revoke(st, "nobody", "admin", &err),
-                     STORE_NOT_FOUND);
+                     CHARGED_NOT_FOUND);
     ck_assert_int_eq(count("SELECT count(*) FROM console_actions WHERE action ="
                            " 'token_revoke' AND actor = 'admin' AND target = 'alice'"
                            " AND outcome = 'ok' AND detail->>'sessions_ended' = '1'",
@@ -199,16 +201,17 @@ START_TEST(expired_session_is_not_found)
     struct console_who who;
     add("alice", CONSOLE_ROLE_VIEWER, secret);
     ck_assert_int_eq(console_store_login(st, secret, 0, session, &who, &err),
-                     STORE_DATA);
-    ck_assert_int_eq(console_store_login(st, secret, 1, session, &who, &err), STORE_OK);
+                     CHARGED_BAD_ITEM);
+    ck_assert_int_eq(console_store_login(st, secret, 1, session, &who, &err),
+                     CHARGED_OK);
 
     /* ttl 1 s: wait for the database's clock to pass it. */
     long long deadline = test_env_deadline(10000);
-    enum store_rc rc;
-    while ((rc = console_store_session(st, session, &who, &err)) == STORE_OK &&
+    enum charged_rc rc;
+    while ((rc = console_store_session(st, session, &who, &err)) == CHARGED_OK &&
            test_env_now_ms() < deadline)
         test_env_sql(admin, "SELECT pg_sleep(0.1)", 0, NULL);
-    ck_assert_int_eq(rc, STORE_NOT_FOUND);
+    ck_assert_int_eq(rc, CHARGED_NOT_FOUND);
 
     /* The next sign-in removed it; one expired by hand goes likewise. */
     login(secret, fresh, &who);
@@ -216,13 +219,13 @@ START_TEST(expired_session_is_not_found)
     test_env_sql(admin,
                  "UPDATE console_sessions SET expires_at = now() - interval '1 s'", 0,
                  NULL);
-    ck_assert_int_eq(console_store_session(st, fresh, &who, &err), STORE_NOT_FOUND);
+    ck_assert_int_eq(console_store_session(st, fresh, &who, &err), CHARGED_NOT_FOUND);
     login(secret, session, &who);
     ck_assert_int_eq(count("SELECT count(*) FROM console_sessions", NULL), 1);
     ck_assert_int_eq(
         count("SELECT count(*) FROM console_sessions WHERE expires_at <= now()", NULL),
         0);
-    ck_assert_int_eq(console_store_session(st, session, &who, &err), STORE_OK);
+    ck_assert_int_eq(console_store_session(st, session, &who, &err), CHARGED_OK);
 }
 END_TEST
 
@@ -233,7 +236,7 @@ START_TEST(name_is_unique_among_live_tokens)
     add("alice", CONSOLE_ROLE_VIEWER, a);
     ck_assert_int_eq(
         console_store_token_add(st, "alice", CONSOLE_ROLE_OPERATOR, "tester", b, &err),
-        STORE_DATA);
+        CHARGED_BAD_ITEM);
     ck_assert_msg(strstr(err.message, "alice") != NULL, "%s", err.message);
     ck_assert_str_eq(b, "");
     ck_assert_int_eq(count("SELECT count(*) FROM console_tokens", NULL), 1);
@@ -242,10 +245,11 @@ START_TEST(name_is_unique_among_live_tokens)
                            NULL),
                      1);
 
-    ck_assert_int_eq(console_store_token_revoke(st, "alice", "tester", &err), STORE_OK);
+    ck_assert_int_eq(console_store_token_revoke(st, "alice", "tester", &err),
+                     CHARGED_OK);
     add("alice", CONSOLE_ROLE_OPERATOR, b);
     ck_assert_int_eq(console_store_login(st, a, 60, session, &who, &err),
-                     STORE_NOT_FOUND);
+                     CHARGED_NOT_FOUND);
     login(b, session, &who);
     ck_assert_int_eq(who.role, CONSOLE_ROLE_OPERATOR);
 
@@ -257,19 +261,19 @@ START_TEST(name_is_unique_among_live_tokens)
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         ck_assert_int_eq(
             console_store_token_add(st, bad[i], CONSOLE_ROLE_VIEWER, "tester", b, &err),
-            STORE_DATA);
+            CHARGED_BAD_ITEM);
     ck_assert_int_eq(
         console_store_token_add(st, NULL, CONSOLE_ROLE_VIEWER, "tester", b, &err),
-        STORE_DATA);
+        CHARGED_BAD_ITEM);
     ck_assert_int_eq(
         console_store_token_add(st, "carol", (enum console_role)7, "tester", b, &err),
-        STORE_DATA);
+        CHARGED_BAD_ITEM);
     long_name[CONSOLE_TOKEN_MAX_NAME] = '\0';
     add(long_name, CONSOLE_ROLE_VIEWER, b);
     ck_assert_int_eq(count("SELECT count(*) FROM console_tokens", NULL), 3);
 
     json_t *list = NULL;
-    ck_assert_int_eq(console_store_token_list(st, &list, &err), STORE_OK);
+    ck_assert_int_eq(console_store_token_list(st, &list, &err), CHARGED_OK);
     ck_assert_int_eq(json_array_size(list), 3);
     /* Newest first; the revoked one last, with its time. */
     json_t *old = json_array_get(list, 2);
@@ -298,7 +302,7 @@ START_TEST(no_table_holds_a_secret)
     add("alice", CONSOLE_ROLE_OPERATOR, secret);
     login(secret, session, &who);
     ck_assert_int_eq(console_store_record(st, "alice", "login", NULL, "ok", NULL, &err),
-                     STORE_OK);
+                     CHARGED_OK);
     const char *tables[] = {"console_tokens", "console_sessions", "console_actions"};
     char q[256];
     for (size_t i = 0; i < 3; i++) {
@@ -324,30 +328,31 @@ END_TEST
 START_TEST(actions_round_trip_newest_first)
 {
     json_t *list = NULL;
-    ck_assert_int_eq(console_store_actions(st, 10, &list, &err), STORE_OK);
+    ck_assert_int_eq(console_store_actions(st, 10, &list, &err), CHARGED_OK);
     ck_assert_int_eq(json_array_size(list), 0);
     json_decref(list);
 
     ck_assert_msg(console_store_record(st, "alice", "resolve", "attempt-1", "ok",
-                                       "{\"status\": \"SUCCEEDED\"}", &err) == STORE_OK,
+                                       "{\"status\": \"SUCCEEDED\"}",
+                                       &err) == CHARGED_OK,
                   "%s", err.message);
     ck_assert_int_eq(
         console_store_record(st, "bob", "replay", NULL, "refused", NULL, &err),
-        STORE_OK);
+        CHARGED_OK);
     ck_assert_int_eq(console_store_record(st, "carol", "login", NULL, "ok", "{}", &err),
-                     STORE_OK);
+                     CHARGED_OK);
     /* Not JSON, not an object, and missing what every action has. */
     ck_assert_int_eq(console_store_record(st, "x", "y", NULL, "ok", "{nope", &err),
-                     STORE_DATA);
+                     CHARGED_BAD_ITEM);
     ck_assert_int_eq(console_store_record(st, "x", "y", NULL, "ok", "[1]", &err),
-                     STORE_DATA);
+                     CHARGED_BAD_ITEM);
     ck_assert_int_eq(console_store_record(st, NULL, "y", NULL, "ok", NULL, &err),
-                     STORE_DATA);
+                     CHARGED_BAD_ITEM);
     ck_assert_int_eq(console_store_record(st, "x", "y", NULL, NULL, NULL, &err),
-                     STORE_DATA);
+                     CHARGED_BAD_ITEM);
 
-    ck_assert_int_eq(console_store_actions(st, 0, &list, &err), STORE_DATA);
-    ck_assert_int_eq(console_store_actions(st, 2, &list, &err), STORE_OK);
+    ck_assert_int_eq(console_store_actions(st, 0, &list, &err), CHARGED_BAD_ITEM);
+    ck_assert_int_eq(console_store_actions(st, 2, &list, &err), CHARGED_OK);
     ck_assert_int_eq(json_array_size(list), 2);
     json_t *a = json_array_get(list, 0), *b = json_array_get(list, 1);
     ck_assert_str_eq(json_string_value(json_object_get(a, "actor")), "carol");
@@ -360,7 +365,7 @@ START_TEST(actions_round_trip_newest_first)
     ck_assert(json_is_string(json_object_get(b, "at")));
     json_decref(list);
 
-    ck_assert_int_eq(console_store_actions(st, 100, &list, &err), STORE_OK);
+    ck_assert_int_eq(console_store_actions(st, 100, &list, &err), CHARGED_OK);
     ck_assert_int_eq(json_array_size(list), 3);
     json_t *c = json_array_get(list, 2);
     ck_assert_str_eq(json_string_value(json_object_get(c, "target")), "attempt-1");
@@ -372,7 +377,7 @@ START_TEST(actions_round_trip_newest_first)
     /* A token's making is logged with who made it, and its role. */
     char secret[CONSOLE_SECRET_SIZE];
     add("dave", CONSOLE_ROLE_VIEWER, secret);
-    ck_assert_int_eq(console_store_actions(st, 1, &list, &err), STORE_OK);
+    ck_assert_int_eq(console_store_actions(st, 1, &list, &err), CHARGED_OK);
     a = json_array_get(list, 0);
     ck_assert_str_eq(json_string_value(json_object_get(a, "action")), "token_add");
     ck_assert_str_eq(json_string_value(json_object_get(a, "actor")), "tester");
@@ -387,7 +392,7 @@ END_TEST
 START_TEST(status_counts_by_status)
 {
     json_t *o = NULL;
-    ck_assert_int_eq(console_store_status_counts(st, &o, &err), STORE_OK);
+    ck_assert_int_eq(console_store_status_counts(st, &o, &err), CHARGED_OK);
     ck_assert(json_is_object(json_object_get(o, "attempts_by_status")));
     ck_assert_int_eq(json_object_size(json_object_get(o, "attempts_by_status")), 0);
     json_decref(o);
@@ -405,7 +410,7 @@ START_TEST(status_counts_by_status)
     for (size_t i = 0; i < 3; i++)
         test_env_sql(admin, insert, 1, &statuses[i]);
 
-    ck_assert_msg(console_store_status_counts(st, &o, &err) == STORE_OK, "%s",
+    ck_assert_msg(console_store_status_counts(st, &o, &err) == CHARGED_OK, "%s",
                   err.message);
     json_t *by = json_object_get(o, "attempts_by_status");
     ck_assert_int_eq(json_object_size(by), 3);
@@ -430,7 +435,7 @@ START_TEST(roles_by_name)
 }
 END_TEST
 
-/* An unreachable database is STORE_RETRY, and its url is not quoted. */
+/* An unreachable database is CHARGED_RETRY, and its url is not quoted. */
 START_TEST(unreachable_database_is_retry)
 {
     char secret[CONSOLE_SECRET_SIZE];
@@ -439,11 +444,11 @@ START_TEST(unreachable_database_is_retry)
     ck_assert_ptr_nonnull(down);
     ck_assert_int_eq(console_store_token_add(down, "alice", CONSOLE_ROLE_VIEWER,
                                              "tester", secret, &err),
-                     STORE_RETRY);
+                     CHARGED_RETRY);
     ck_assert_str_eq(secret, "");
     ck_assert(strstr(err.message, "pw") == NULL);
     json_t *o = NULL;
-    ck_assert_int_eq(console_store_status_counts(down, &o, &err), STORE_RETRY);
+    ck_assert_int_eq(console_store_status_counts(down, &o, &err), CHARGED_RETRY);
     ck_assert_ptr_null(o);
     console_store_free(down);
 }

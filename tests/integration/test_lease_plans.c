@@ -39,7 +39,7 @@ static double cte_rows(json_t *plan)
  * the caller). */
 static void array_of(PGconn *conn, const char *q, char **out)
 {
-    struct store_error err;
+    struct charged_error err;
     PGresult *r = db_exec(conn, q, 0, NULL, &err);
     ck_assert_msg(r != NULL, "%s", err.message);
     size_t cap = 2 + (size_t)PQntuples(r) * 40, len = 0;
@@ -60,7 +60,7 @@ static double cte_rows_of(const char *sql, int with_lease_ms)
 {
     char *explain = NULL;
     ck_assert_int_ge(asprintf(&explain, "EXPLAIN (ANALYZE, FORMAT JSON) %s", sql), 0);
-    struct store_error err;
+    struct charged_error err;
     char *sorted = NULL, *epochs = NULL;
     array_of(c, "SELECT id FROM payment_attempts WHERE lease_owner = 'w1' ORDER BY id",
              &sorted);

@@ -3,9 +3,9 @@
  * session, taken again on a new one), fetch in seq order with an attempt's
  * later events held behind a failed one, mark published / failed, purge
  * and backlog; and how every failure is classified, with the SQLSTATE in
- * the struct store_error: a refused value is STORE_DATA, a row another
- * session holds past the lock_timeout STORE_LOCKED, an unreachable
- * database STORE_RETRY. */
+ * the struct charged_error: a refused value is CHARGED_BAD_ITEM, a row another
+ * session holds past the lock_timeout CHARGED_WAIT, an unreachable
+ * database CHARGED_RETRY. */
 #include <check.h>
 #include <limits.h>
 #include <pthread.h>
@@ -25,7 +25,7 @@
 #define EVENT_2   "e0000000-0000-4000-8000-000000000002"
 #define EVENT_3   "e0000000-0000-4000-8000-000000000003"
 
-static struct store_error err;
+static struct charged_error err;
 static char url[1024];
 static PGconn *admin;
 
@@ -88,7 +88,8 @@ static outbox_store_t *store(void)
 static outbox_batch_t *fetch(outbox_store_t *st, size_t max)
 {
     outbox_batch_t *b = NULL;
-    ck_assert_msg(outbox_store_fetch(st, max, &b, &err) == STORE_OK, "%s", err.message);
+    ck_assert_msg(outbox_store_fetch(st, max, &b, &err) == CHARGED_OK, "%s",
+                  err.message);
     ck_assert_ptr_nonnull(b);
     return b;
 }
@@ -112,7 +113,7 @@ START_TEST(fetch_mark_purge_and_backlog)
 
     /* A1 failed: it waits, and A2 with it; B does not. */
     const char *first[1] = {EVENT_1}, *why[1] = {"broker said no"};
-    ck_assert_int_eq(outbox_store_mark_failed(st, first, why, 1, &err), STORE_OK);
+    ck_assert_int_eq(outbox_store_mark_failed(st, first, why, 1, &err), CHARGED_OK);
     ck_assert_str_eq(value("SELECT publish_failures || ' ' || last_error ||"
                            " (retry_at > now()) FROM outbox WHERE event_id = '" EVENT_1
                            "'"),
@@ -123,23 +124,23 @@ START_TEST(fetch_mark_purge_and_backlog)
     outbox_batch_free(b);
 
     const char *second[1] = {EVENT_2};
-    ck_assert_int_eq(outbox_store_mark_published(st, second, 1, &err), STORE_OK);
+    ck_assert_int_eq(outbox_store_mark_published(st, second, 1, &err), CHARGED_OK);
     b = fetch(st, 10);
     ck_assert_uint_eq(outbox_batch_count(b), 0); /* empty, not a failure */
     outbox_batch_free(b);
 
     long long count = -1, oldest = -1, deleted = -1;
-    ck_assert_int_eq(outbox_store_backlog(st, &count, &oldest, &err), STORE_OK);
+    ck_assert_int_eq(outbox_store_backlog(st, &count, &oldest, &err), CHARGED_OK);
     ck_assert_int_eq(count, 2);
     ck_assert_int_ge(oldest, 0);
 
     /* Only rows published longer ago than the retention go. */
-    ck_assert_int_eq(outbox_store_purge(st, 60000, &deleted, &err), STORE_OK);
+    ck_assert_int_eq(outbox_store_purge(st, 60000, &deleted, &err), CHARGED_OK);
     ck_assert_int_eq(deleted, 0);
     sql("UPDATE outbox SET published_at = now() - interval '2 minutes'"
         " WHERE event_id = '" EVENT_2 "'",
         0, NULL);
-    ck_assert_int_eq(outbox_store_purge(st, 60000, &deleted, &err), STORE_OK);
+    ck_assert_int_eq(outbox_store_purge(st, 60000, &deleted, &err), CHARGED_OK);
     ck_assert_int_eq(deleted, 1);
     ck_assert_str_eq(value("SELECT count(*) FROM outbox"), "2");
     outbox_store_free(st);
@@ -167,11 +168,11 @@ static const char *lock_holder(void)
 /* Asks for the lead until `want` comes back, for at most 10 s: the server
  * lets a session's lock go when the session has ended, a moment after the
  * client's side is closed. */
-static void lead_becomes(outbox_store_t *st, enum store_rc want)
+static void lead_becomes(outbox_store_t *st, enum charged_rc want)
 {
     long long deadline = test_env_now_ms() + 10000;
     struct timespec pause = {0, 10 * 1000000L};
-    enum store_rc rc;
+    enum charged_rc rc;
     while ((rc = outbox_store_lead(st, &err)) != want && test_env_now_ms() < deadline)
         nanosleep(&pause, NULL);
     ck_assert_msg(rc == want, "lead: %d, wanted %d (%s)", rc, want, err.message);
@@ -180,9 +181,9 @@ static void lead_becomes(outbox_store_t *st, enum store_rc want)
 START_TEST(one_leader_until_its_session_ends)
 {
     outbox_store_t *a = store(), *b = store();
-    ck_assert_int_eq(outbox_store_lead(a, &err), STORE_OK);
-    ck_assert_int_eq(outbox_store_lead(b, &err), STORE_NOT_LEADER);
-    ck_assert_int_eq(outbox_store_lead(a, &err), STORE_OK);
+    ck_assert_int_eq(outbox_store_lead(a, &err), CHARGED_OK);
+    ck_assert_int_eq(outbox_store_lead(b, &err), CHARGED_NOT_LEADER);
+    ck_assert_int_eq(outbox_store_lead(a, &err), CHARGED_OK);
 
     /* The leader's session ends (a restart, a partition): its lock goes
      * with it, and the standby takes the lead. */
@@ -191,15 +192,15 @@ START_TEST(one_leader_until_its_session_ends)
     ck_assert_str_ne(pid, "");
     const char *p[1] = {pid};
     sql("SELECT pg_terminate_backend($1::int)", 1, p);
-    lead_becomes(b, STORE_OK);
+    lead_becomes(b, CHARGED_OK);
     /* The old leader finds its session gone, then leads no more on the
      * new one it opens. */
     outbox_batch_t *none = NULL;
-    ck_assert_int_eq(outbox_store_fetch(a, 10, &none, &err), STORE_RETRY);
+    ck_assert_int_eq(outbox_store_fetch(a, 10, &none, &err), CHARGED_RETRY);
     ck_assert_ptr_null(none);
-    ck_assert_int_eq(outbox_store_lead(a, &err), STORE_NOT_LEADER);
+    ck_assert_int_eq(outbox_store_lead(a, &err), CHARGED_NOT_LEADER);
     outbox_store_free(b);
-    lead_becomes(a, STORE_OK);
+    lead_becomes(a, CHARGED_OK);
     outbox_store_free(a);
 }
 END_TEST
@@ -209,24 +210,26 @@ START_TEST(refused_values_are_data_with_their_sqlstate)
     outbox_store_t *st = store();
     outbox_batch_t *b = (outbox_batch_t *)&b; /* anything: a failure sets NULL */
     const char *bad[1] = {"not-a-uuid"}, *why[1] = {"x"};
-    ck_assert_int_eq(outbox_store_mark_published(st, bad, 1, &err), STORE_DATA);
-    ck_assert_str_eq(err.sqlstate, "22P02");
+    ck_assert_int_eq(outbox_store_mark_published(st, bad, 1, &err), CHARGED_BAD_ITEM);
+    ck_assert_str_eq(err.code, "22P02");
     ck_assert_msg(strstr(err.message, "uuid") != NULL, "%s", err.message);
-    ck_assert_int_eq(outbox_store_mark_failed(st, bad, why, 1, &err), STORE_DATA);
-    ck_assert_str_eq(err.sqlstate, "22P02");
-    ck_assert_int_eq(outbox_store_fetch(st, (size_t)INT_MAX + 1, &b, &err), STORE_DATA);
-    ck_assert_str_eq(err.sqlstate, "22003");
+    ck_assert_int_eq(outbox_store_mark_failed(st, bad, why, 1, &err), CHARGED_BAD_ITEM);
+    ck_assert_str_eq(err.code, "22P02");
+    ck_assert_int_eq(outbox_store_fetch(st, (size_t)INT_MAX + 1, &b, &err),
+                     CHARGED_BAD_ITEM);
+    ck_assert_str_eq(err.code, "22003");
     ck_assert_ptr_null(b);
     long long deleted = -1;
     sql("UPDATE outbox SET published_at = now() WHERE event_id = '" EVENT_2 "'", 0,
         NULL);
-    ck_assert_int_eq(outbox_store_purge(st, LLONG_MAX, &deleted, &err), STORE_DATA);
-    ck_assert_str_eq(err.sqlstate, "22008");
+    ck_assert_int_eq(outbox_store_purge(st, LLONG_MAX, &deleted, &err),
+                     CHARGED_BAD_ITEM);
+    ck_assert_str_eq(err.code, "22008");
     ck_assert_int_eq(deleted, 0);
     /* The store goes on: a refusal is the call's, not the session's. */
     long long count = 0, oldest = 0;
-    ck_assert_int_eq(outbox_store_backlog(st, &count, &oldest, &err), STORE_OK);
-    ck_assert_str_eq(err.sqlstate, "");
+    ck_assert_int_eq(outbox_store_backlog(st, &count, &oldest, &err), CHARGED_OK);
+    ck_assert_str_eq(err.code, "");
     ck_assert_int_eq(count, 2);
     outbox_store_free(st);
 }
@@ -239,8 +242,8 @@ END_TEST
 struct held_call {
     pthread_t thread;
     int what; /* 0 mark A1 published, 1 mark A2 failed, 2 purge (B) */
-    enum store_rc rc;
-    struct store_error err;
+    enum charged_rc rc;
+    struct charged_error err;
 };
 
 static void *call_held(void *arg)
@@ -278,15 +281,15 @@ START_TEST(a_row_held_by_another_session_is_locked)
     memset(calls, 0, sizeof(calls));
     for (int i = 0; i < 3; i++) {
         calls[i].what = i;
-        calls[i].rc = STORE_OK;
+        calls[i].rc = CHARGED_OK;
         ck_assert_int_eq(pthread_create(&calls[i].thread, NULL, call_held, &calls[i]),
                          0);
     }
     for (int i = 0; i < 3; i++) {
         pthread_join(calls[i].thread, NULL);
-        ck_assert_msg(calls[i].rc == STORE_LOCKED, "call %d: %d (%s)", i, calls[i].rc,
+        ck_assert_msg(calls[i].rc == CHARGED_WAIT, "call %d: %d (%s)", i, calls[i].rc,
                       calls[i].err.message);
-        ck_assert_str_eq(calls[i].err.sqlstate, "55P03");
+        ck_assert_str_eq(calls[i].err.code, "55P03");
     }
     ck_assert_int_eq(db_run(peer, "ROLLBACK", 0, NULL, &err), 0);
     PQfinish(peer);
@@ -309,17 +312,17 @@ START_TEST(an_unreachable_database_is_retry)
     long long n, oldest;
     outbox_batch_t *b = (outbox_batch_t *)&b;
     long long t0 = test_env_now_ms();
-    ck_assert_int_eq(outbox_store_lead(down, &err), STORE_RETRY);
-    ck_assert_str_eq(err.sqlstate, "");
+    ck_assert_int_eq(outbox_store_lead(down, &err), CHARGED_RETRY);
+    ck_assert_str_eq(err.code, "");
     ck_assert_msg(strstr(err.message, "database unreachable") != NULL, "%s",
                   err.message);
-    ck_assert_int_eq(outbox_store_fetch(down, 10, &b, &err), STORE_RETRY);
+    ck_assert_int_eq(outbox_store_fetch(down, 10, &b, &err), CHARGED_RETRY);
     ck_assert_ptr_null(b);
-    ck_assert_int_eq(outbox_store_mark_published(down, ids, 1, &err), STORE_RETRY);
-    ck_assert_int_eq(outbox_store_mark_failed(down, ids, why, 1, &err), STORE_RETRY);
-    ck_assert_int_eq(outbox_store_purge(down, 0, &n, &err), STORE_RETRY);
-    ck_assert_int_eq(outbox_store_backlog(down, &n, &oldest, &err), STORE_RETRY);
-    ck_assert_str_eq(err.sqlstate, "");
+    ck_assert_int_eq(outbox_store_mark_published(down, ids, 1, &err), CHARGED_RETRY);
+    ck_assert_int_eq(outbox_store_mark_failed(down, ids, why, 1, &err), CHARGED_RETRY);
+    ck_assert_int_eq(outbox_store_purge(down, 0, &n, &err), CHARGED_RETRY);
+    ck_assert_int_eq(outbox_store_backlog(down, &n, &oldest, &err), CHARGED_RETRY);
+    ck_assert_str_eq(err.code, "");
     ck_assert_int_lt(test_env_now_ms() - t0, 20000);
     outbox_store_free(down);
 }

@@ -130,8 +130,9 @@ static enum refund_review_outcome decide(const char *id, enum attempt_status exp
         .force = force,
     };
     enum refund_review_outcome o;
-    struct store_error err;
-    ck_assert_msg(refund_review_resolve(conn, &d, &o, why, why_size, &err) == STORE_OK,
+    struct charged_error err;
+    ck_assert_msg(refund_review_resolve(conn, &d, &o, why, why_size, &err) ==
+                      CHARGED_OK,
                   "%s", err.message);
     ck_assert_int_eq(PQtransactionStatus(conn), PQTRANS_IDLE);
     PQfinish(conn);

@@ -16,7 +16,7 @@
 #include "refund_store.h"
 #include "test_env.h"
 
-static struct store_error err;
+static struct charged_error err;
 static char url[1024];
 static PGconn *admin;
 
@@ -82,7 +82,8 @@ static enum refund_record_result
 record1(refund_store_t *st, const struct refund_command *c, char *reason, size_t size)
 {
     struct refund_record_item it = {.cmd = c};
-    ck_assert_msg(refund_store_record(st, &it, 1, &err) == STORE_OK, "%s", err.message);
+    ck_assert_msg(refund_store_record(st, &it, 1, &err) == CHARGED_OK, "%s",
+                  err.message);
     if (reason)
         snprintf(reason, size, "%s", it.reason);
     return it.result;
@@ -91,7 +92,7 @@ record1(refund_store_t *st, const struct refund_command *c, char *reason, size_t
 static struct refund_claim_item claim1(refund_store_t *st, const char *refund_id)
 {
     struct refund_claim_item it = {.refund_id = refund_id};
-    ck_assert_msg(refund_store_claim(st, &it, 1, 30000, &err) == STORE_OK, "%s",
+    ck_assert_msg(refund_store_claim(st, &it, 1, 30000, &err) == CHARGED_OK, "%s",
                   err.message);
     return it;
 }
@@ -150,7 +151,7 @@ END_TEST
 START_TEST(a_charge_with_a_refunds_key_is_a_conflict)
 {
     refund_store_t *st = store("w1");
-    struct store_error e;
+    struct charged_error e;
     attempt_store_t *charges = attempt_store_new(url, "w1", &e);
     ck_assert_msg(charges != NULL, "%s", e.message);
     char attempt[37];
@@ -166,7 +167,7 @@ START_TEST(a_charge_with_a_refunds_key_is_a_conflict)
     snprintf(c.payment_method, sizeof(c.payment_method), "pm_card_visa");
     snprintf(c.fingerprint, sizeof(c.fingerprint), "fp");
     struct attempt_record_item it = {.cmd = &c};
-    ck_assert_msg(attempt_store_record(charges, &it, 1, 0, &e) == STORE_OK, "%s",
+    ck_assert_msg(attempt_store_record(charges, &it, 1, 0, &e) == CHARGED_OK, "%s",
                   e.message);
     ck_assert_int_eq(it.result, ATTEMPT_CONFLICT);
     ck_assert_msg(strstr(it.reason, "belongs to refund"), "%s", it.reason);
@@ -253,7 +254,7 @@ START_TEST(a_charge_and_a_refund_never_both_take_one_key)
     snprintf(key, sizeof(key), "race:%s", uuid);
     race_for_key(TAKE_AS_REFUND, TAKE_AS_CHARGE, key);
     /* The worker's record of the losing charge ends as any reused key. */
-    struct store_error e;
+    struct charged_error e;
     attempt_store_t *charges = attempt_store_new(url, "w1", &e);
     ck_assert_msg(charges != NULL, "%s", e.message);
     struct charge_command c = {0};
@@ -265,7 +266,7 @@ START_TEST(a_charge_and_a_refund_never_both_take_one_key)
     snprintf(c.payment_method, sizeof(c.payment_method), "pm_card_visa");
     snprintf(c.fingerprint, sizeof(c.fingerprint), "fp");
     struct attempt_record_item it = {.cmd = &c};
-    ck_assert_msg(attempt_store_record(charges, &it, 1, 0, &e) == STORE_OK, "%s",
+    ck_assert_msg(attempt_store_record(charges, &it, 1, 0, &e) == CHARGED_OK, "%s",
                   e.message);
     ck_assert_int_eq(it.result, ATTEMPT_CONFLICT);
     attempt_store_free(charges);
@@ -344,7 +345,7 @@ START_TEST(one_refund_of_a_charge_per_claim_statement)
     ck_assert_int_eq(record1(st, &b, NULL, 0), REFUND_RECORDED);
     struct refund_claim_item items[2] = {{.refund_id = a.refund_id},
                                          {.refund_id = b.refund_id}};
-    ck_assert(refund_store_claim(st, items, 2, 30000, &err) == STORE_OK);
+    ck_assert(refund_store_claim(st, items, 2, 30000, &err) == CHARGED_OK);
     int claimed =
         (items[0].result == REFUND_CLAIMED) + (items[1].result == REFUND_CLAIMED);
     int busy = (items[0].result == REFUND_BUSY) + (items[1].result == REFUND_BUSY);
@@ -366,7 +367,7 @@ START_TEST(refunds_of_a_charge_reserve_in_the_order_recorded)
     charge("SUCCEEDED", 1000, attempt);
     struct refund_command first = refund(attempt, 600), second = refund(attempt, 600);
     struct refund_record_item rec[2] = {{.cmd = &first}, {.cmd = &second}};
-    ck_assert(refund_store_record(st, rec, 2, &err) == STORE_OK);
+    ck_assert(refund_store_record(st, rec, 2, &err) == CHARGED_OK);
     /* The later one asks first: it waits for the earlier one. */
     ck_assert_int_eq(claim1(st, second.refund_id).result, REFUND_BUSY);
     ck_assert_int_eq(claim1(st, first.refund_id).result, REFUND_CLAIMED);
@@ -392,7 +393,7 @@ START_TEST(batch_order_not_id_order_decides_which_refund_reserves)
     snprintf(second.idempotency_key, sizeof(second.idempotency_key), "refund:%s",
              second.refund_id);
     struct refund_record_item rec[2] = {{.cmd = &first}, {.cmd = &second}};
-    ck_assert(refund_store_record(st, rec, 2, &err) == STORE_OK);
+    ck_assert(refund_store_record(st, rec, 2, &err) == CHARGED_OK);
     ck_assert_int_eq(claim1(st, second.refund_id).result, REFUND_BUSY);
     ck_assert_int_eq(claim1(st, first.refund_id).result, REFUND_CLAIMED);
     ck_assert_int_eq(claim1(st, second.refund_id).result, REFUND_SETTLED);
@@ -413,7 +414,8 @@ static void persist1(refund_store_t *st, const char *id, int64_t epoch,
         .next_check_ms = -1,
         .calls = 1,
     };
-    ck_assert_msg(refund_store_persist(st, &o, 1, &err) == STORE_OK, "%s", err.message);
+    ck_assert_msg(refund_store_persist(st, &o, 1, &err) == CHARGED_OK, "%s",
+                  err.message);
     ck_assert_int_eq(o.persisted, expect_persisted);
 }
 
@@ -474,21 +476,21 @@ struct racer {
     const char *refund_id;
     pthread_barrier_t *start;
     struct refund_claim_item item;
-    enum store_rc rc;
+    enum charged_rc rc;
 };
 
 static void *race(void *arg)
 {
     struct racer *r = arg;
-    struct store_error e;
+    struct charged_error e;
     r->item = (struct refund_claim_item){.refund_id = r->refund_id};
     pthread_barrier_wait(r->start);
     r->rc = refund_store_claim(r->st, &r->item, 1, 30000, &e);
     long long deadline = test_env_deadline(10000);
     /* Locked by the other's reservation for past lock_timeout: the engine
      * waits and claims again, as here. */
-    while ((r->rc == STORE_LOCKED ||
-            (r->rc == STORE_OK && r->item.result == REFUND_BUSY)) &&
+    while ((r->rc == CHARGED_WAIT ||
+            (r->rc == CHARGED_OK && r->item.result == REFUND_BUSY)) &&
            test_env_now_ms() < deadline) {
         r->item = (struct refund_claim_item){.refund_id = r->refund_id};
         r->rc = refund_store_claim(r->st, &r->item, 1, 30000, &e);
@@ -549,8 +551,8 @@ START_TEST(two_sessions_racing_never_refund_past_the_charge)
         pthread_join(tx, NULL);
         pthread_join(ty, NULL);
         pthread_barrier_destroy(&start);
-        ck_assert_int_eq(rx.rc, STORE_OK);
-        ck_assert_int_eq(ry.rc, STORE_OK);
+        ck_assert_int_eq(rx.rc, CHARGED_OK);
+        ck_assert_int_eq(ry.rc, CHARGED_OK);
         int claimed =
             (rx.item.result == REFUND_CLAIMED) + (ry.item.result == REFUND_CLAIMED);
         ck_assert_msg(claimed == 1, "round %d: %d of the two refunds claimed", round,

@@ -14,7 +14,7 @@
 #include "test_env.h"
 
 static char err[512];
-static struct store_error db_err;
+static struct charged_error db_err;
 
 static int count_rows(PGconn *c, const char *sql)
 {
@@ -59,7 +59,7 @@ struct runner {
 static void *run_migrate(void *arg)
 {
     struct runner *r = arg;
-    struct store_error e;
+    struct charged_error e;
     PGconn *c = db_connect(r->url, &e);
     migrate_set_t *set = migrate_set_new(NULL, r->err, sizeof(r->err));
     r->rc = -1;
@@ -250,7 +250,7 @@ static const char *insert_attempt(PGconn *c, const char *id, const char *order,
                                   const char *key, const char *status)
 {
     const char *p[4] = {id, order, key, status};
-    static char state[8];
+    static char state[sizeof(db_err.code)];
     int rc = db_run(c,
                     "INSERT INTO payment_attempts (id, order_id, idempotency_key, "
                     " request_fingerprint, amount, currency, payment_method, status, "
@@ -258,7 +258,7 @@ static const char *insert_attempt(PGconn *c, const char *id, const char *order,
                     "VALUES ($1, $2, $3, 'fp', 1000, 'EUR', 'pm_card_visa', $4, "
                     " CASE WHEN $4 = 'SUCCEEDED' THEN 'pi_1' END)",
                     4, p, &db_err);
-    snprintf(state, sizeof(state), "%s", rc == 0 ? "" : db_err.sqlstate);
+    snprintf(state, sizeof(state), "%s", rc == 0 ? "" : db_err.code);
     return state;
 }
 
@@ -385,7 +385,7 @@ START_TEST(ledger_books_an_attempt_once)
                       "VALUES ($1, $2, 'charge', 1000, 'EUR', 'pi_1')";
     ck_assert_msg(db_run(c, sql, 2, p, &db_err) == 0, "%s", db_err.message);
     ck_assert_int_eq(db_run(c, sql, 2, p, &db_err), -1);
-    ck_assert_str_eq(db_err.sqlstate, "23505");
+    ck_assert_str_eq(db_err.code, "23505");
     PQfinish(c);
 }
 END_TEST
@@ -412,7 +412,7 @@ START_TEST(refund_of_no_attempt_is_never_booked)
                " provider_refund_id = 're_1' WHERE payment_attempt_id = $1",
                1, p, &db_err),
         -1);
-    ck_assert_str_eq(db_err.sqlstate, "23503");
+    ck_assert_str_eq(db_err.code, "23503");
     PGresult *r = db_exec(c, "SELECT count(*) FROM ledger_entries", 0, NULL, &db_err);
     ck_assert_msg(r != NULL, "%s", db_err.message);
     ck_assert_str_eq(PQgetvalue(r, 0, 0), "0");
@@ -431,7 +431,7 @@ START_TEST(webhook_event_is_processed_once)
                       "'payment_intent.succeeded', 'applied', '{}')";
     ck_assert_msg(db_run(c, sql, 0, NULL, &db_err) == 0, "%s", db_err.message);
     ck_assert_int_eq(db_run(c, sql, 0, NULL, &db_err), -1);
-    ck_assert_str_eq(db_err.sqlstate, "23505");
+    ck_assert_str_eq(db_err.code, "23505");
     PQfinish(c);
 }
 END_TEST

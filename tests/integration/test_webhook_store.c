@@ -4,10 +4,10 @@
  * duplicate, an event for no attempt is unmatched, one we do not act on is
  * ignored; the status views; a session the server ended is replaced and
  * the call asked once more; and how every failure is classified, with the
- * SQLSTATE in the struct store_error: an event the database refuses is
- * STORE_DATA, a refusal after the event was taken STORE_RETRY (the
+ * SQLSTATE in the struct charged_error: an event the database refuses is
+ * CHARGED_BAD_ITEM, a refusal after the event was taken CHARGED_RETRY (the
  * delivery is asked again), the attempt held by another session past the
- * lock_timeout STORE_LOCKED, an unreachable database STORE_RETRY. A
+ * lock_timeout CHARGED_WAIT, an unreachable database CHARGED_RETRY. A
  * refund's events, duplicated and reordered, move it once each way (one
  * transition, one result event, the money by the trigger), a failure of a
  * SUCCEEDED refund is needs_review and never applied, one for no refund we
@@ -25,7 +25,7 @@
 
 #define PROVIDER "psp"
 
-static struct store_error err;
+static struct charged_error err;
 static char url[1024];
 static PGconn *admin;
 static int seq;
@@ -69,10 +69,10 @@ static void processing_attempt(char id[37])
     attempt_store_t *w = attempt_store_new(url, "w1", &err);
     ck_assert_msg(w != NULL, "%s", err.message);
     struct attempt_record_item it = {.cmd = &c};
-    ck_assert_msg(attempt_store_record(w, &it, 1, 0, &err) == STORE_OK, "%s",
+    ck_assert_msg(attempt_store_record(w, &it, 1, 0, &err) == CHARGED_OK, "%s",
                   err.message);
     struct attempt_claim_item ci = {.attempt_id = c.payment_attempt_id};
-    ck_assert_msg(attempt_store_claim(w, &ci, 1, 60000, &err) == STORE_OK, "%s",
+    ck_assert_msg(attempt_store_claim(w, &ci, 1, 60000, &err) == CHARGED_OK, "%s",
                   err.message);
     ck_assert_int_eq(ci.result, ATTEMPT_CLAIMED);
     attempt_store_free(w);
@@ -152,7 +152,8 @@ START_TEST(an_event_settles_its_attempt_once)
     own_intent(id, "pi_ok");
     struct webhook_event ev = event("evt_ok", WEBHOOK_EVIDENCE_SUCCEEDED, id, "pi_ok");
 
-    ck_assert_msg(webhook_store_apply(st, PROVIDER, &ev, "{}", &res, &err) == STORE_OK,
+    ck_assert_msg(webhook_store_apply(st, PROVIDER, &ev, "{}", &res, &err) ==
+                      CHARGED_OK,
                   "%s", err.message);
     ck_assert_str_eq(res.outcome, "applied");
     ck_assert_str_eq(res.attempt_id, id);
@@ -163,7 +164,7 @@ START_TEST(an_event_settles_its_attempt_once)
 
     /* Delivered again: nothing changes. */
     ck_assert_int_eq(webhook_store_apply(st, PROVIDER, &ev, "{}", &res, &err),
-                     STORE_OK);
+                     CHARGED_OK);
     ck_assert_str_eq(res.outcome, "duplicate");
     ck_assert_str_eq(attempt_row(id), "SUCCEEDED pi_ok true 1 1");
 
@@ -171,12 +172,12 @@ START_TEST(an_event_settles_its_attempt_once)
     struct webhook_event stray = event("evt_stray", WEBHOOK_EVIDENCE_SUCCEEDED,
                                        "00000000-0000-4000-8000-999999999999", "pi_x");
     ck_assert_int_eq(webhook_store_apply(st, PROVIDER, &stray, "{}", &res, &err),
-                     STORE_OK);
+                     CHARGED_OK);
     ck_assert_str_eq(res.outcome, "unmatched");
     ck_assert_str_eq(recorded("evt_stray"), "unmatched");
     struct webhook_event created = event("evt_new", WEBHOOK_EVIDENCE_NONE, id, "pi_ok");
     ck_assert_int_eq(webhook_store_apply(st, PROVIDER, &created, "{}", &res, &err),
-                     STORE_OK);
+                     CHARGED_OK);
     ck_assert_str_eq(res.outcome, "ignored");
     ck_assert_str_eq(recorded("evt_new"), "ignored");
     webhook_store_free(st);
@@ -194,8 +195,8 @@ START_TEST(status_views)
     webhook_store_t *st = store();
     json_t *doc = NULL;
 
-    ck_assert_int_eq(webhook_store_ping(st, &err), STORE_OK);
-    ck_assert_msg(webhook_store_attempt(st, id, &doc, &err) == STORE_OK, "%s",
+    ck_assert_int_eq(webhook_store_ping(st, &err), CHARGED_OK);
+    ck_assert_msg(webhook_store_attempt(st, id, &doc, &err) == CHARGED_OK, "%s",
                   err.message);
     ck_assert_str_eq(json_string_value(json_object_get(doc, "payment_attempt_id")), id);
     ck_assert_str_eq(json_string_value(json_object_get(doc, "status")), "PROCESSING");
@@ -203,16 +204,16 @@ START_TEST(status_views)
     ck_assert(json_is_null(json_object_get(doc, "provider_payment_id")));
     ck_assert_ptr_null(json_object_get(doc, "payment_method"));
     json_decref(doc);
-    ck_assert_int_eq(webhook_store_order(st, order, &doc, &err), STORE_OK);
+    ck_assert_int_eq(webhook_store_order(st, order, &doc, &err), CHARGED_OK);
     ck_assert_str_eq(json_string_value(json_object_get(doc, "order_id")), order);
     ck_assert_uint_eq(json_array_size(json_object_get(doc, "payment_attempts")), 1);
     json_decref(doc);
 
     const char *none = "00000000-0000-4000-8000-999999999999";
     doc = (json_t *)&doc; /* anything: the call sets it */
-    ck_assert_int_eq(webhook_store_attempt(st, none, &doc, &err), STORE_NOT_FOUND);
+    ck_assert_int_eq(webhook_store_attempt(st, none, &doc, &err), CHARGED_NOT_FOUND);
     ck_assert_ptr_null(doc);
-    ck_assert_int_eq(webhook_store_order(st, none, &doc, &err), STORE_NOT_FOUND);
+    ck_assert_int_eq(webhook_store_order(st, none, &doc, &err), CHARGED_NOT_FOUND);
     ck_assert_ptr_null(doc);
     webhook_store_free(st);
 }
@@ -247,9 +248,9 @@ START_TEST(a_session_ended_by_the_server_is_replaced)
     processing_attempt(id);
     webhook_store_t *st = store();
     json_t *doc = NULL;
-    ck_assert_int_eq(webhook_store_ping(st, &err), STORE_OK);
+    ck_assert_int_eq(webhook_store_ping(st, &err), CHARGED_OK);
     end_store_session();
-    ck_assert_msg(webhook_store_attempt(st, id, &doc, &err) == STORE_OK, "%s",
+    ck_assert_msg(webhook_store_attempt(st, id, &doc, &err) == CHARGED_OK, "%s",
                   err.message);
     json_decref(doc);
     end_store_session();
@@ -257,7 +258,8 @@ START_TEST(a_session_ended_by_the_server_is_replaced)
     own_intent(id, "pi_1");
     struct webhook_event ev =
         event("evt_again", WEBHOOK_EVIDENCE_SUCCEEDED, id, "pi_1");
-    ck_assert_msg(webhook_store_apply(st, PROVIDER, &ev, "{}", &res, &err) == STORE_OK,
+    ck_assert_msg(webhook_store_apply(st, PROVIDER, &ev, "{}", &res, &err) ==
+                      CHARGED_OK,
                   "%s", err.message);
     ck_assert_str_eq(res.outcome, "applied");
     webhook_store_free(st);
@@ -274,8 +276,8 @@ START_TEST(refusals_are_classified_with_their_sqlstate)
     /* The event itself refused: DATA, and no delivery of it will do. */
     struct webhook_event ev = event("evt_bad", WEBHOOK_EVIDENCE_SUCCEEDED, id, "pi_1");
     ck_assert_int_eq(webhook_store_apply(st, PROVIDER, &ev, "{not json", &res, &err),
-                     STORE_DATA);
-    ck_assert_str_eq(err.sqlstate, "22P02");
+                     CHARGED_BAD_ITEM);
+    ck_assert_str_eq(err.code, "22P02");
     ck_assert_msg(strstr(err.message, "json") != NULL, "%s", err.message);
     ck_assert_str_eq(recorded("evt_bad"), "none");
 
@@ -290,15 +292,15 @@ START_TEST(refusals_are_classified_with_their_sqlstate)
     struct webhook_event ok =
         event("evt_later", WEBHOOK_EVIDENCE_SUCCEEDED, id, "pi_1");
     ck_assert_int_eq(webhook_store_apply(st, PROVIDER, &ok, "{}", &res, &err),
-                     STORE_RETRY);
-    ck_assert_str_eq(err.sqlstate, "23514");
+                     CHARGED_RETRY);
+    ck_assert_str_eq(err.code, "23514");
     ck_assert_str_eq(recorded("evt_later"), "none");
     ck_assert_str_eq(attempt_row(id), "PROCESSING pi_1 false 0 0");
     sql("DROP TRIGGER refuse ON payment_attempts");
     ck_assert_int_eq(webhook_store_apply(st, PROVIDER, &ok, "{}", &res, &err),
-                     STORE_OK);
+                     CHARGED_OK);
     ck_assert_str_eq(res.outcome, "applied");
-    ck_assert_str_eq(err.sqlstate, "");
+    ck_assert_str_eq(err.code, "");
     webhook_store_free(st);
 }
 END_TEST
@@ -326,17 +328,17 @@ START_TEST(an_attempt_held_by_another_session_is_locked)
                   "%s", err.message);
     struct webhook_event ev = event("evt_held", WEBHOOK_EVIDENCE_SUCCEEDED, id, "pi_1");
     ck_assert_int_eq(webhook_store_apply(st, PROVIDER, &ev, "{}", &res, &err),
-                     STORE_LOCKED);
-    ck_assert_str_eq(err.sqlstate, "55P03");
+                     CHARGED_WAIT);
+    ck_assert_str_eq(err.code, "55P03");
     ck_assert_str_eq(recorded("evt_held"), "none");
     /* The status views read without waiting for it. */
     json_t *doc = NULL;
-    ck_assert_int_eq(webhook_store_attempt(st, id, &doc, &err), STORE_OK);
+    ck_assert_int_eq(webhook_store_attempt(st, id, &doc, &err), CHARGED_OK);
     json_decref(doc);
     ck_assert_int_eq(db_run(peer, "ROLLBACK", 0, NULL, &err), 0);
     PQfinish(peer);
     ck_assert_int_eq(webhook_store_apply(st, PROVIDER, &ev, "{}", &res, &err),
-                     STORE_OK);
+                     CHARGED_OK);
     ck_assert_str_eq(res.outcome, "applied");
     webhook_store_free(st);
 }
@@ -355,16 +357,17 @@ START_TEST(an_unreachable_database_is_retry)
     json_t *doc = NULL;
     long long t0 = test_env_now_ms();
     ck_assert_int_eq(webhook_store_apply(down, PROVIDER, &ev, "{}", &res, &err),
-                     STORE_RETRY);
-    ck_assert_str_eq(err.sqlstate, "");
+                     CHARGED_RETRY);
+    ck_assert_str_eq(err.code, "");
     ck_assert_msg(strstr(err.message, "database unreachable") != NULL, "%s",
                   err.message);
     ck_assert_int_eq(webhook_store_attempt(down, ev.attempt_id, &doc, &err),
-                     STORE_RETRY);
-    ck_assert_int_eq(webhook_store_order(down, ev.attempt_id, &doc, &err), STORE_RETRY);
+                     CHARGED_RETRY);
+    ck_assert_int_eq(webhook_store_order(down, ev.attempt_id, &doc, &err),
+                     CHARGED_RETRY);
     ck_assert_ptr_null(doc);
-    ck_assert_int_eq(webhook_store_ping(down, &err), STORE_RETRY);
-    ck_assert_str_eq(err.sqlstate, "");
+    ck_assert_int_eq(webhook_store_ping(down, &err), CHARGED_RETRY);
+    ck_assert_str_eq(err.code, "");
     ck_assert_int_lt(test_env_now_ms() - t0, 20000);
     webhook_store_free(down);
 }
@@ -454,7 +457,7 @@ static char *charge_money(const char *attempt)
 static const char *apply_refund(webhook_store_t *st, struct webhook_event *ev)
 {
     static struct webhook_store_result res;
-    ck_assert_msg(webhook_store_apply(st, PROVIDER, ev, "{}", &res, &err) == STORE_OK,
+    ck_assert_msg(webhook_store_apply(st, PROVIDER, ev, "{}", &res, &err) == CHARGED_OK,
                   "%s", err.message);
     return res.outcome;
 }
@@ -528,7 +531,7 @@ START_TEST(refund_events_move_a_refund_once)
     ck_assert_str_eq(value(q), "refund failed: lost_or_stolen_card");
 
     json_t *doc = NULL;
-    ck_assert_int_eq(webhook_store_refund(st, r1, &doc, &err), STORE_OK);
+    ck_assert_int_eq(webhook_store_refund(st, r1, &doc, &err), CHARGED_OK);
     ck_assert_str_eq(json_string_value(json_object_get(doc, "status")), "SUCCEEDED");
     ck_assert_str_eq(json_string_value(json_object_get(doc, "provider_refund_id")),
                      "re_1");
@@ -538,12 +541,12 @@ START_TEST(refund_events_move_a_refund_once)
     ck_assert(json_is_null(json_object_get(doc, "reason")));
     ck_assert_int_eq(json_integer_value(json_object_get(doc, "amount")), 300);
     json_decref(doc);
-    ck_assert_int_eq(webhook_store_attempt(st, id, &doc, &err), STORE_OK);
+    ck_assert_int_eq(webhook_store_attempt(st, id, &doc, &err), CHARGED_OK);
     ck_assert_int_eq(json_integer_value(json_object_get(doc, "refunded_amount")), 300);
     json_decref(doc);
     ck_assert_int_eq(
         webhook_store_refund(st, "00000000-0000-4000-8000-999999999999", &doc, &err),
-        STORE_NOT_FOUND);
+        CHARGED_NOT_FOUND);
     ck_assert_ptr_null(doc);
     webhook_store_free(st);
 }

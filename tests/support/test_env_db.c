@@ -14,7 +14,7 @@
 
 PGconn *test_env_connect(const char *url)
 {
-    struct store_error err;
+    struct charged_error err;
     PGconn *c = db_connect(url, &err);
     ck_assert_msg(c != NULL, "%s", err.message);
     return c;
@@ -45,7 +45,7 @@ int test_env_fresh_database(char *out, size_t out_size)
 {
     static unsigned counter;
     char name[64];
-    struct store_error err;
+    struct charged_error err;
     const char *params[1];
     PGconn *admin = test_env_connect(test_env_database_url());
 
@@ -80,14 +80,14 @@ int test_env_migrated_database(char *out, size_t out_size)
 
 void test_env_sql(PGconn *conn, const char *q, int n, const char *const *p)
 {
-    struct store_error err;
+    struct charged_error err;
     ck_assert_msg(db_run(conn, q, n, p, &err) == 0, "%s", err.message);
 }
 
 char *test_env_value(PGconn *conn, const char *q)
 {
     static char out[512];
-    struct store_error err;
+    struct charged_error err;
     PGresult *r = db_exec(conn, q, 0, NULL, &err);
     ck_assert_msg(r && PQntuples(r) == 1, "%s", err.message);
     snprintf(out, sizeof(out), "%s", PQgetvalue(r, 0, 0));

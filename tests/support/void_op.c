@@ -132,29 +132,30 @@ static const char *void_order_of(const void *command)
 
 /* ---- the store: one parameterized statement per item ---- */
 
-static enum store_rc classify(struct void_state *v, PGresult *r,
-                              struct store_error *err)
+static enum charged_rc classify(struct void_state *v, PGresult *r,
+                                struct charged_error *err)
 {
     const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
-    store_error_set(err, "void store: %s", PQerrorMessage(v->conn));
-    snprintf(err->sqlstate, sizeof(err->sqlstate), "%s", state ? state : "");
+    charged_error_set(err, "void store: %s", PQerrorMessage(v->conn));
+    snprintf(err->code, sizeof(err->code), "%s", state ? state : "");
     if (PQstatus(v->conn) != CONNECTION_OK) {
         PQfinish(v->conn);
         v->conn = NULL;
-        return STORE_RETRY;
+        return CHARGED_RETRY;
     }
     if (state && !strcmp(state, "55P03"))
-        return STORE_LOCKED;
+        return CHARGED_WAIT;
     if (state && (!strncmp(state, "22", 2) || !strncmp(state, "23", 2)))
-        return STORE_DATA;
-    return STORE_RETRY;
+        return CHARGED_BAD_ITEM;
+    return CHARGED_RETRY;
 }
 
-/* Runs q; *out holds its result (PQclear it) when STORE_OK. */
-static enum store_rc run(struct void_state *v, const char *q, int n,
-                         const char *const *p, PGresult **out, struct store_error *err)
+/* Runs q; *out holds its result (PQclear it) when CHARGED_OK. */
+static enum charged_rc run(struct void_state *v, const char *q, int n,
+                           const char *const *p, PGresult **out,
+                           struct charged_error *err)
 {
-    store_error_clear(err);
+    charged_error_clear(err);
     *out = NULL;
     if (!v->conn) {
         v->conn = PQconnectdb(v->url);
@@ -165,28 +166,28 @@ static enum store_rc run(struct void_state *v, const char *q, int n,
     PGresult *r = PQexecParams(v->conn, q, n, NULL, p, NULL, NULL, 0);
     ExecStatusType st = PQresultStatus(r);
     if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
-        enum store_rc rc = classify(v, r, err);
+        enum charged_rc rc = classify(v, r, err);
         PQclear(r);
         return rc;
     }
     *out = r;
-    return STORE_OK;
+    return CHARGED_OK;
 }
 
-static enum store_rc void_ping(void *op, struct store_error *err)
+static enum charged_rc void_ping(void *op, struct charged_error *err)
 {
     PGresult *r;
-    enum store_rc rc = run(op, "SELECT 1", 0, NULL, &r, err);
+    enum charged_rc rc = run(op, "SELECT 1", 0, NULL, &r, err);
     PQclear(r);
     return rc;
 }
 
-static enum store_rc void_record(void *op, struct engine_record *items, size_t n,
-                                 long long lease_ms, struct store_error *err)
+static enum charged_rc void_record(void *op, struct engine_record *items, size_t n,
+                                   long long lease_ms, struct charged_error *err)
 {
     (void)lease_ms;
-    enum store_rc rc = STORE_OK;
-    for (size_t i = 0; rc == STORE_OK && i < n; i++) {
+    enum charged_rc rc = CHARGED_OK;
+    for (size_t i = 0; rc == CHARGED_OK && i < n; i++) {
         const struct void_command *c = items[i].command;
         const char *p[] = {c->void_id, c->idempotency_key, c->payment_intent_id};
         PGresult *r;
@@ -199,14 +200,14 @@ static enum store_rc void_record(void *op, struct engine_record *items, size_t n
             " SELECT count(*) FROM ins",
             3, p, &r, err);
         PQclear(r);
-        if (rc != STORE_OK)
+        if (rc != CHARGED_OK)
             break;
         rc = run(op,
                  "SELECT count(*) FILTER (WHERE id <> $1 OR idempotency_key <> $2"
                  " OR payment_intent_id <> $3), count(*)"
                  " FROM voids WHERE id = $1 OR idempotency_key = $2",
                  3, p, &r, err);
-        if (rc != STORE_OK)
+        if (rc != CHARGED_OK)
             break;
         int others = atoi(PQgetvalue(r, 0, 0)), rows = atoi(PQgetvalue(r, 0, 1));
         PQclear(r);
@@ -222,14 +223,14 @@ static enum store_rc void_record(void *op, struct engine_record *items, size_t n
     return rc;
 }
 
-static enum store_rc void_claim(void *op, struct engine_claim *items, size_t n,
-                                long long lease_ms, struct store_error *err)
+static enum charged_rc void_claim(void *op, struct engine_claim *items, size_t n,
+                                  long long lease_ms, struct charged_error *err)
 {
     struct void_state *v = op;
-    enum store_rc rc = STORE_OK;
+    enum charged_rc rc = CHARGED_OK;
     char lease[32];
     snprintf(lease, sizeof(lease), "%lld", lease_ms);
-    for (size_t i = 0; rc == STORE_OK && i < n; i++) {
+    for (size_t i = 0; rc == CHARGED_OK && i < n; i++) {
         struct engine_claim *it = &items[i];
         const char *p[] = {it->id, v->actor, lease};
         PGresult *r;
@@ -246,7 +247,7 @@ static enum store_rc void_claim(void *op, struct engine_claim *items, size_t n,
                 " (extract(epoch FROM now() - first_sent_at) * 1000)::bigint,"
                 " idempotency_key, payment_intent_id",
                 3, p, &r, err);
-        if (rc != STORE_OK)
+        if (rc != CHARGED_OK)
             break;
         if (PQntuples(r) == 1) {
             struct void_params *vp = it->params;
@@ -262,7 +263,7 @@ static enum store_rc void_claim(void *op, struct engine_claim *items, size_t n,
         }
         PQclear(r);
         rc = run(op, "SELECT status FROM voids WHERE id = $1", 1, p, &r, err);
-        if (rc != STORE_OK)
+        if (rc != CHARGED_OK)
             break;
         const char *status = PQntuples(r) ? PQgetvalue(r, 0, 0) : "PENDING";
         snprintf(it->status, sizeof(it->status), "%s", status);
@@ -274,11 +275,11 @@ static enum store_rc void_claim(void *op, struct engine_claim *items, size_t n,
     return rc;
 }
 
-static enum store_rc void_log_calls(void *op, const struct engine_call *calls, size_t n,
-                                    struct store_error *err)
+static enum charged_rc void_log_calls(void *op, const struct engine_call *calls,
+                                      size_t n, struct charged_error *err)
 {
-    enum store_rc rc = STORE_OK;
-    for (size_t i = 0; rc == STORE_OK && i < n; i++) {
+    enum charged_rc rc = CHARGED_OK;
+    for (size_t i = 0; rc == CHARGED_OK && i < n; i++) {
         char started[32], status[16];
         snprintf(started, sizeof(started), "%lld", (long long)calls[i].started_ms);
         snprintf(status, sizeof(status), "%d", calls[i].res->http_status);
@@ -298,11 +299,11 @@ static enum store_rc void_log_calls(void *op, const struct engine_call *calls, s
     return rc;
 }
 
-static enum store_rc void_persist(void *op, struct engine_outcome *items, size_t n,
-                                  struct store_error *err)
+static enum charged_rc void_persist(void *op, struct engine_outcome *items, size_t n,
+                                    struct charged_error *err)
 {
-    enum store_rc rc = STORE_OK;
-    for (size_t i = 0; rc == STORE_OK && i < n; i++) {
+    enum charged_rc rc = CHARGED_OK;
+    for (size_t i = 0; rc == CHARGED_OK && i < n; i++) {
         struct engine_outcome *o = &items[i];
         char epoch[32], calls[16];
         snprintf(epoch, sizeof(epoch), "%lld", (long long)o->lease_epoch);
@@ -330,7 +331,7 @@ static enum store_rc void_persist(void *op, struct engine_outcome *items, size_t
                 "  ON CONFLICT DO NOTHING)"
                 " SELECT count(*) FROM u",
                 8, p, &r, err);
-        if (rc != STORE_OK)
+        if (rc != CHARGED_OK)
             break;
         o->persisted = atoi(PQgetvalue(r, 0, 0)) == 1;
         o->busy = 0;
@@ -339,15 +340,15 @@ static enum store_rc void_persist(void *op, struct engine_outcome *items, size_t
     return rc;
 }
 
-static enum store_rc void_renew(void *op, const char *const *ids, const int *kinds,
-                                const int64_t *epochs, size_t n, long long lease_ms,
-                                int *still_ours, struct store_error *err)
+static enum charged_rc void_renew(void *op, const char *const *ids, const int *kinds,
+                                  const int64_t *epochs, size_t n, long long lease_ms,
+                                  int *still_ours, struct charged_error *err)
 {
     (void)kinds;
-    enum store_rc rc = STORE_OK;
+    enum charged_rc rc = CHARGED_OK;
     char lease[32];
     snprintf(lease, sizeof(lease), "%lld", lease_ms);
-    for (size_t i = 0; rc == STORE_OK && i < n; i++) {
+    for (size_t i = 0; rc == CHARGED_OK && i < n; i++) {
         char epoch[32];
         snprintf(epoch, sizeof(epoch), "%lld", (long long)epochs[i]);
         const char *p[] = {ids[i], epoch, lease};
@@ -357,20 +358,20 @@ static enum store_rc void_renew(void *op, const char *const *ids, const int *kin
                  "'1 millisecond' WHERE id = $1 AND lease_epoch = $2::bigint"
                  " AND status = 'PROCESSING' RETURNING 1",
                  3, p, &r, err);
-        if (rc == STORE_OK)
+        if (rc == CHARGED_OK)
             still_ours[i] = PQntuples(r) == 1;
         PQclear(r);
     }
     return rc;
 }
 
-static enum store_rc void_release_leases(void *op, const char *const *ids,
-                                         const int *kinds, const int64_t *epochs,
-                                         size_t n, struct store_error *err)
+static enum charged_rc void_release_leases(void *op, const char *const *ids,
+                                           const int *kinds, const int64_t *epochs,
+                                           size_t n, struct charged_error *err)
 {
     (void)kinds;
-    enum store_rc rc = STORE_OK;
-    for (size_t i = 0; rc == STORE_OK && i < n; i++) {
+    enum charged_rc rc = CHARGED_OK;
+    for (size_t i = 0; rc == CHARGED_OK && i < n; i++) {
         char epoch[32];
         snprintf(epoch, sizeof(epoch), "%lld", (long long)epochs[i]);
         const char *p[] = {ids[i], epoch};

@@ -44,7 +44,7 @@ struct fake_pg {
 
 static struct fake_pg pg;
 static char url[256];
-static struct store_error err;
+static struct charged_error err;
 
 static void send_all(int fd, const void *p, size_t n)
 {
@@ -198,14 +198,14 @@ static attempt_store_t *attempt_store(void)
 }
 
 /* The deadline's message: the store's timeout and the grace. */
-static void assert_given_up(const struct store_error *e)
+static void assert_given_up(const struct charged_error *e)
 {
     char want[96];
     snprintf(want, sizeof(want), "did not answer within %d ms",
              TIMEOUT_MS + STORE_DEADLINE_GRACE_MS);
     ck_assert_msg(strstr(e->message, want) != NULL, "error '%s' does not say '%s'",
                   e->message, want);
-    ck_assert_str_eq(e->sqlstate, "");
+    ck_assert_str_eq(e->code, "");
 }
 
 /* The fake is a server the stores can work with, so that what the other
@@ -214,8 +214,8 @@ START_TEST(a_server_that_answers_is_reached)
 {
     start(1000);
     attempt_store_t *st = attempt_store();
-    ck_assert_msg(attempt_store_ping(st, &err) == STORE_OK, "%s", err.message);
-    ck_assert_msg(attempt_store_ping(st, &err) == STORE_OK, "%s", err.message);
+    ck_assert_msg(attempt_store_ping(st, &err) == CHARGED_OK, "%s", err.message);
+    ck_assert_msg(attempt_store_ping(st, &err) == CHARGED_OK, "%s", err.message);
     ck_assert_int_eq(atomic_load(&pg.sessions), 1);
     attempt_store_free(st);
     stop();
@@ -223,17 +223,17 @@ START_TEST(a_server_that_answers_is_reached)
 END_TEST
 
 /* The session is opened (two statements answered), then the ping meets
- * silence: STORE_RETRY at the deadline, the session closed; the next call
+ * silence: CHARGED_RETRY at the deadline, the session closed; the next call
  * opens a new one and meets the same. */
 START_TEST(a_silent_server_costs_one_deadline_and_the_session)
 {
     start(2);
     attempt_store_t *st = attempt_store();
-    ck_assert_int_eq(attempt_store_ping(st, &err), STORE_RETRY);
+    ck_assert_int_eq(attempt_store_ping(st, &err), CHARGED_RETRY);
     assert_given_up(&err);
     ck_assert_msg(closed_within(1), "the session given up was not closed");
     ck_assert_int_eq(atomic_load(&pg.sessions), 1);
-    ck_assert_int_eq(attempt_store_ping(st, &err), STORE_RETRY);
+    ck_assert_int_eq(attempt_store_ping(st, &err), CHARGED_RETRY);
     assert_given_up(&err);
     ck_assert_int_eq(atomic_load(&pg.sessions), 2);
     attempt_store_free(st);
@@ -255,7 +255,7 @@ START_TEST(a_call_given_up_sends_nothing_more)
 
     start(2);
     attempt_store_t *st = attempt_store();
-    ck_assert_int_eq(attempt_store_record(st, &item, 1, 0, &err), STORE_RETRY);
+    ck_assert_int_eq(attempt_store_record(st, &item, 1, 0, &err), CHARGED_RETRY);
     assert_given_up(&err);
     ck_assert_msg(closed_within(1), "the session given up was not closed");
     ck_assert_int_eq(atomic_load(&pg.sessions), 1);
@@ -276,7 +276,7 @@ START_TEST(a_status_query_given_up_is_not_repeated)
     json_t *doc = NULL;
     ck_assert_int_eq(
         webhook_store_attempt(st, "00000000-0000-4000-8000-000000000001", &doc, &err),
-        STORE_RETRY);
+        CHARGED_RETRY);
     assert_given_up(&err);
     ck_assert_ptr_null(doc);
     ck_assert_msg(closed_within(1), "the session given up was not closed");
@@ -294,7 +294,7 @@ START_TEST(a_server_silent_while_the_session_opens_costs_one_deadline)
     for (int answers = 0; answers < 2; answers++) {
         start(answers);
         attempt_store_t *st = attempt_store();
-        ck_assert_int_eq(attempt_store_ping(st, &err), STORE_RETRY);
+        ck_assert_int_eq(attempt_store_ping(st, &err), CHARGED_RETRY);
         assert_given_up(&err);
         ck_assert_msg(closed_within(1), "the session given up was not closed");
         attempt_store_free(st);

@@ -53,11 +53,11 @@ static void usage(FILE *out)
 
 static int attempt_show(PGconn *conn, const char *id, int as_json)
 {
-    struct store_error err;
+    struct charged_error err;
     json_t *story;
-    enum store_rc rc = attempt_history_read(conn, id, &story, &err);
-    if (rc != STORE_OK) {
-        if (rc == STORE_NOT_FOUND)
+    enum charged_rc rc = attempt_history_read(conn, id, &story, &err);
+    if (rc != CHARGED_OK) {
+        if (rc == CHARGED_NOT_FOUND)
             fprintf(stderr, "chargectl attempt show: no attempt %s\n", id);
         else
             fprintf(stderr, "chargectl attempt show: %s\n", err.message);
@@ -118,9 +118,9 @@ static int attempt_show(PGconn *conn, const char *id, int as_json)
 static int attempt_list(PGconn *conn, const struct attempt_history_filter *f,
                         int as_json)
 {
-    struct store_error err;
+    struct charged_error err;
     json_t *rows;
-    if (attempt_history_list(conn, f, &rows, &err) != STORE_OK) {
+    if (attempt_history_list(conn, f, &rows, &err) != CHARGED_OK) {
         fprintf(stderr, "chargectl attempt list: %s\n", err.message);
         return CTL_FAILED;
     }
@@ -249,7 +249,7 @@ static int check_args(const char *sub, int nargs, const char *id,
 /* Connects and runs show or list. */
 static int attempt_run(const char *sub, const char *id, const struct attempt_args *a)
 {
-    struct store_error err;
+    struct charged_error err;
     int rc;
     config_t *cfg = ctl_config("attempt");
     if (!cfg)

@@ -224,7 +224,7 @@ static int audit_run(PGconn *conn, const config_t *cfg, long long since,
                      long long until, const char *limit, int as_json)
 {
     char perr[256], why[512], actor[160], sid[32];
-    struct store_error serr;
+    struct charged_error serr;
     struct audit_run_result res;
     long long now_ms = 0;
     int recorded = 0, rc = CTL_FAILED;
@@ -242,7 +242,7 @@ static int audit_run(PGconn *conn, const config_t *cfg, long long since,
         goto out;
     }
     /* The database's clock, as the scheduled windows and the ledger use. */
-    if (audit_store_now(st, &now_ms, &serr) != STORE_OK) {
+    if (audit_store_now(st, &now_ms, &serr) != CHARGED_OK) {
         say(CTL_FAILED, "run", "%s", serr.message);
         goto out;
     }
@@ -403,7 +403,7 @@ static int check_args(const struct audit_cli *cli, int nargs, const char *extra)
 /* Connects and runs the subcommand (run needs the provider's key). */
 static int audit_dispatch(const config_t *cfg, const struct audit_cli *cli)
 {
-    struct store_error err;
+    struct charged_error err;
     int rc;
     const char *key = config_str(cfg, CONFIG_PROVIDER_API_KEY);
     if (cli->run && (!key || !*key))

@@ -67,10 +67,10 @@ struct token_args {
 static int token_add(console_store_t *st, const struct token_args *a)
 {
     char secret[CONSOLE_SECRET_SIZE];
-    struct store_error err;
-    enum store_rc rc = console_store_token_add(st, a->name, (enum console_role)a->role,
-                                               a->actor, secret, &err);
-    if (rc != STORE_OK)
+    struct charged_error err;
+    enum charged_rc rc = console_store_token_add(
+        st, a->name, (enum console_role)a->role, a->actor, secret, &err);
+    if (rc != CHARGED_OK)
         return say(CTL_FAILED, a->sub, "%s", err.message);
     const char *role = console_role_name((enum console_role)a->role);
     if (a->as_json) {
@@ -95,8 +95,8 @@ static int token_add(console_store_t *st, const struct token_args *a)
 static int token_list(console_store_t *st, const struct token_args *a)
 {
     json_t *rows = NULL;
-    struct store_error err;
-    if (console_store_token_list(st, &rows, &err) != STORE_OK)
+    struct charged_error err;
+    if (console_store_token_list(st, &rows, &err) != CHARGED_OK)
         return say(CTL_FAILED, a->sub, "%s", err.message);
     if (a->as_json) {
         ctl_print_json(stdout, rows);
@@ -113,9 +113,9 @@ static int token_list(console_store_t *st, const struct token_args *a)
 
 static int token_revoke(console_store_t *st, const struct token_args *a)
 {
-    struct store_error err;
-    enum store_rc rc = console_store_token_revoke(st, a->name, a->actor, &err);
-    if (rc != STORE_OK)
+    struct charged_error err;
+    enum charged_rc rc = console_store_token_revoke(st, a->name, a->actor, &err);
+    if (rc != CHARGED_OK)
         return say(CTL_FAILED, a->sub, "%s", err.message);
     if (a->as_json) {
         json_t *o = json_pack("{s:s, s:b, s:s}", "name", a->name, "revoked", 1,
@@ -204,7 +204,7 @@ static int parse(int argc, char **argv, struct token_args *a)
 int ctl_console(int argc, char **argv)
 {
     struct token_args a = {.role = -1};
-    struct store_error err;
+    struct charged_error err;
     int rc;
 
     if (argc < 2)

@@ -28,7 +28,7 @@ int ctl_migrate(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     char err[512];
-    struct store_error db_err;
+    struct charged_error db_err;
     const char *dir = NULL;
     config_t *cfg = NULL;
     migrate_set_t *set = NULL;

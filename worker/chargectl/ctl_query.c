@@ -12,12 +12,12 @@
 json_t *ctl_query_json(PGconn *conn, const char *sql, int n, const char *const *p,
                        int *missing, char *err, size_t err_size)
 {
-    struct store_error e;
+    struct charged_error e;
     json_t *j = NULL;
-    enum store_rc rc = db_query_json(conn, sql, n, p, &j, &e);
+    enum charged_rc rc = db_query_json(conn, sql, n, p, &j, &e);
 
-    *missing = rc == STORE_NOT_FOUND;
-    if (rc != STORE_OK)
+    *missing = rc == CHARGED_NOT_FOUND;
+    if (rc != CHARGED_OK)
         snprintf(err, err_size, "%s", *missing ? "not found" : e.message);
     return j;
 }

@@ -392,7 +392,7 @@ static int record_decision(PGconn *conn, const struct resolve_args *ra, int from
                            const struct provider_listed *seen)
 {
     char why[400];
-    struct store_error db_err;
+    struct charged_error db_err;
     struct refund_review_decision d = {
         .refund_id = ra->id,
         .expected = (enum attempt_status)from,
@@ -408,19 +408,21 @@ static int record_decision(PGconn *conn, const struct resolve_args *ra, int from
         .force = ra->force,
     };
     enum refund_review_outcome o;
-    enum store_rc src = refund_review_resolve(conn, &d, &o, why, sizeof(why), &db_err);
-    if (src == STORE_LOCKED)
+    enum charged_rc src =
+        refund_review_resolve(conn, &d, &o, why, sizeof(why), &db_err);
+    if (src == CHARGED_WAIT)
         return say(CTL_FAILED, "resolve",
                    "refund %s is locked by another session right now; nothing "
                    "written, run resolve again",
                    ra->id);
-    if (src == STORE_DATA && !strcmp(db_err.sqlstate, "23505"))
+    if (src == CHARGED_BAD_ITEM && !strcmp(db_err.code, "23505"))
         return say(
             CTL_FAILED, "resolve", "refused: %s is another refund's; nothing written",
             ra->provider_refund_id ? ra->provider_refund_id : "the provider refund id");
-    if (src != STORE_OK)
+    if (src != CHARGED_OK)
         return say(CTL_FAILED, "resolve", "%s%s",
-                   src == STORE_DATA ? "the database refused the resolution: " : "",
+                   src == CHARGED_BAD_ITEM ? "the database refused the resolution: "
+                                           : "",
                    db_err.message);
     return say_outcome(o, ra, why);
 }
@@ -649,7 +651,7 @@ static int open_provider(const config_t *cfg, struct refund_cli *cli)
 /* Connects and runs the subcommand. */
 static int refund_run(config_t *cfg, struct refund_cli *cli)
 {
-    struct store_error err;
+    struct charged_error err;
     int rc;
     cli->ra.key_kept_ms = config_int(cfg, CONFIG_WORKER_KEY_RETENTION_MS);
     PGconn *conn = db_connect(config_str(cfg, CONFIG_DATABASE_URL), &err);

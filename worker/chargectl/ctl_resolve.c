@@ -246,7 +246,7 @@ int ctl_attempt_resolve(int argc, char **argv)
 {
     struct resolve_args ra;
     struct attempt_review_result res = {0};
-    struct store_error db_err;
+    struct charged_error db_err;
     char err[512];
     int rc;
     PGconn *conn = NULL;

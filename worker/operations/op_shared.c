@@ -9,7 +9,7 @@
 int op_store_open(struct op_store *s, int refunds, config_t *cfg, const char *actor,
                   char *err, size_t err_size)
 {
-    struct store_error serr;
+    struct charged_error serr;
     const char *url = config_str(cfg, CONFIG_DATABASE_URL);
     CHARGED_ASSERT(s && !s->attempts && !s->refunds && actor);
     /* Does not connect: a worker started while the database is down keeps
@@ -38,49 +38,49 @@ static const struct op_store *store_of(void *op)
     return s;
 }
 
-enum store_rc op_store_ping(void *op, struct store_error *err)
+enum charged_rc op_store_ping(void *op, struct charged_error *err)
 {
     const struct op_store *s = store_of(op);
     return s->attempts ? attempt_store_ping(s->attempts, err)
                        : refund_store_ping(s->refunds, err);
 }
 
-static enum store_rc log_attempt_calls(attempt_store_t *st,
-                                       const struct engine_call *calls, size_t n,
-                                       struct store_error *err)
+static enum charged_rc log_attempt_calls(attempt_store_t *st,
+                                         const struct engine_call *calls, size_t n,
+                                         struct charged_error *err)
 {
     struct attempt_call *a = op_batch_new(n, sizeof(*a), err);
     if (!a)
-        return STORE_RETRY;
+        return CHARGED_RETRY;
     for (size_t i = 0; i < n; i++)
         a[i] = (struct attempt_call){.attempt_id = calls[i].id,
                                      .started_ms = calls[i].started_ms,
                                      .res = calls[i].res,
                                      .written_maybe = calls[i].written_maybe};
-    enum store_rc rc = attempt_store_log_calls(st, a, n, err);
+    enum charged_rc rc = attempt_store_log_calls(st, a, n, err);
     free(a);
     return rc;
 }
 
-static enum store_rc log_refund_calls(refund_store_t *st,
-                                      const struct engine_call *calls, size_t n,
-                                      struct store_error *err)
+static enum charged_rc log_refund_calls(refund_store_t *st,
+                                        const struct engine_call *calls, size_t n,
+                                        struct charged_error *err)
 {
     struct refund_call *r = op_batch_new(n, sizeof(*r), err);
     if (!r)
-        return STORE_RETRY;
+        return CHARGED_RETRY;
     for (size_t i = 0; i < n; i++)
         r[i] = (struct refund_call){.refund_id = calls[i].id,
                                     .started_ms = calls[i].started_ms,
                                     .res = calls[i].res,
                                     .written_maybe = calls[i].written_maybe};
-    enum store_rc rc = refund_store_log_calls(st, r, n, err);
+    enum charged_rc rc = refund_store_log_calls(st, r, n, err);
     free(r);
     return rc;
 }
 
-enum store_rc op_store_log_calls(void *op, const struct engine_call *calls, size_t n,
-                                 struct store_error *err)
+enum charged_rc op_store_log_calls(void *op, const struct engine_call *calls, size_t n,
+                                   struct charged_error *err)
 {
     const struct op_store *s = store_of(op);
     /* A call is recorded only with its record's id and its answer. */
@@ -90,12 +90,13 @@ enum store_rc op_store_log_calls(void *op, const struct engine_call *calls, size
                        : log_refund_calls(s->refunds, calls, n, err);
 }
 
-static enum store_rc persist_attempts(attempt_store_t *st, struct engine_outcome *items,
-                                      size_t n, struct store_error *err)
+static enum charged_rc persist_attempts(attempt_store_t *st,
+                                        struct engine_outcome *items, size_t n,
+                                        struct charged_error *err)
 {
     struct attempt_outcome *a = op_batch_new(n, sizeof(*a), err);
     if (!a)
-        return STORE_RETRY;
+        return CHARGED_RETRY;
     for (size_t i = 0; i < n; i++) {
         const struct engine_outcome *o = &items[i];
         a[i] = (struct attempt_outcome){
@@ -111,8 +112,8 @@ static enum store_rc persist_attempts(attempt_store_t *st, struct engine_outcome
             .next_check_ms = o->next_check_ms,
         };
     }
-    enum store_rc rc = attempt_store_persist(st, a, n, err);
-    for (size_t i = 0; rc == STORE_OK && i < n; i++) {
+    enum charged_rc rc = attempt_store_persist(st, a, n, err);
+    for (size_t i = 0; rc == CHARGED_OK && i < n; i++) {
         items[i].persisted = a[i].persisted;
         items[i].busy = a[i].busy;
     }
@@ -120,12 +121,12 @@ static enum store_rc persist_attempts(attempt_store_t *st, struct engine_outcome
     return rc;
 }
 
-static enum store_rc persist_refunds(refund_store_t *st, struct engine_outcome *items,
-                                     size_t n, struct store_error *err)
+static enum charged_rc persist_refunds(refund_store_t *st, struct engine_outcome *items,
+                                       size_t n, struct charged_error *err)
 {
     struct refund_outcome *r = op_batch_new(n, sizeof(*r), err);
     if (!r)
-        return STORE_RETRY;
+        return CHARGED_RETRY;
     for (size_t i = 0; i < n; i++) {
         const struct engine_outcome *o = &items[i];
         /* A refund's outcome settles a refund: its events are refund.*. */
@@ -143,8 +144,8 @@ static enum store_rc persist_refunds(refund_store_t *st, struct engine_outcome *
             .next_check_ms = o->next_check_ms,
         };
     }
-    enum store_rc rc = refund_store_persist(st, r, n, err);
-    for (size_t i = 0; rc == STORE_OK && i < n; i++) {
+    enum charged_rc rc = refund_store_persist(st, r, n, err);
+    for (size_t i = 0; rc == CHARGED_OK && i < n; i++) {
         items[i].persisted = r[i].persisted;
         items[i].busy = r[i].busy;
     }
@@ -152,8 +153,8 @@ static enum store_rc persist_refunds(refund_store_t *st, struct engine_outcome *
     return rc;
 }
 
-enum store_rc op_store_persist(void *op, struct engine_outcome *items, size_t n,
-                               struct store_error *err)
+enum charged_rc op_store_persist(void *op, struct engine_outcome *items, size_t n,
+                                 struct charged_error *err)
 {
     const struct op_store *s = store_of(op);
     for (size_t i = 0; i < n; i++)
@@ -165,9 +166,9 @@ enum store_rc op_store_persist(void *op, struct engine_outcome *items, size_t n,
                        : persist_refunds(s->refunds, items, n, err);
 }
 
-enum store_rc op_store_renew(void *op, const char *const *ids, const int *kinds,
-                             const int64_t *epochs, size_t n, long long lease_ms,
-                             int *still_ours, struct store_error *err)
+enum charged_rc op_store_renew(void *op, const char *const *ids, const int *kinds,
+                               const int64_t *epochs, size_t n, long long lease_ms,
+                               int *still_ours, struct charged_error *err)
 {
     const struct op_store *s = store_of(op);
     (void)kinds;
@@ -179,9 +180,9 @@ enum store_rc op_store_renew(void *op, const char *const *ids, const int *kinds,
                                             still_ours, err);
 }
 
-enum store_rc op_store_release_leases(void *op, const char *const *ids,
-                                      const int *kinds, const int64_t *epochs, size_t n,
-                                      struct store_error *err)
+enum charged_rc op_store_release_leases(void *op, const char *const *ids,
+                                        const int *kinds, const int64_t *epochs,
+                                        size_t n, struct charged_error *err)
 {
     const struct op_store *s = store_of(op);
     (void)kinds;
@@ -190,12 +191,12 @@ enum store_rc op_store_release_leases(void *op, const char *const *ids,
                        : refund_store_release(s->refunds, ids, epochs, n, err);
 }
 
-void *op_batch_new(size_t n, size_t size, struct store_error *err)
+void *op_batch_new(size_t n, size_t size, struct charged_error *err)
 {
     CHARGED_ASSERT(size > 0 && err);
     void *items = calloc(n ? n : 1, size);
     if (!items)
-        store_error_set(err, "out of memory");
+        charged_error_set(err, "out of memory");
     return items;
 }
 

@@ -57,22 +57,22 @@ int op_store_open(struct op_store *s, int refunds, config_t *cfg, const char *ac
 void op_store_close(struct op_store *s);
 
 /* The stages, for a state that begins with a struct op_store. */
-enum store_rc op_store_ping(void *op, struct store_error *err);
-enum store_rc op_store_log_calls(void *op, const struct engine_call *calls, size_t n,
-                                 struct store_error *err);
-enum store_rc op_store_persist(void *op, struct engine_outcome *items, size_t n,
-                               struct store_error *err);
-enum store_rc op_store_renew(void *op, const char *const *ids, const int *kinds,
-                             const int64_t *epochs, size_t n, long long lease_ms,
-                             int *still_ours, struct store_error *err);
-enum store_rc op_store_release_leases(void *op, const char *const *ids,
-                                      const int *kinds, const int64_t *epochs, size_t n,
-                                      struct store_error *err);
+enum charged_rc op_store_ping(void *op, struct charged_error *err);
+enum charged_rc op_store_log_calls(void *op, const struct engine_call *calls, size_t n,
+                                   struct charged_error *err);
+enum charged_rc op_store_persist(void *op, struct engine_outcome *items, size_t n,
+                                 struct charged_error *err);
+enum charged_rc op_store_renew(void *op, const char *const *ids, const int *kinds,
+                               const int64_t *epochs, size_t n, long long lease_ms,
+                               int *still_ours, struct charged_error *err);
+enum charged_rc op_store_release_leases(void *op, const char *const *ids,
+                                        const int *kinds, const int64_t *epochs,
+                                        size_t n, struct charged_error *err);
 
 /* A store's items for a batch of n of the engine's: n (at least one) of
  * size bytes, zeroed, freed with free(); NULL with err set when memory ran
- * out (the stage is tried again: return STORE_RETRY). */
-void *op_batch_new(size_t n, size_t size, struct store_error *err);
+ * out (the stage is tried again: return CHARGED_RETRY). */
+void *op_batch_new(size_t n, size_t size, struct charged_error *err);
 
 /* A store's claim answered `result` for it: its lease (claimed: its
  * epoch, at least 1), the key's age, the status before the claim, and,

@@ -130,7 +130,7 @@ static const char *routed_order_of(const void *command)
     return ops[kind_of(command)]->order_of(inner(command));
 }
 
-static enum store_rc routed_ping(void *op, struct store_error *err)
+static enum charged_rc routed_ping(void *op, struct charged_error *err)
 {
     return ops[0]->ping(state_of(op, 0), err);
 }
@@ -139,19 +139,19 @@ static enum store_rc routed_ping(void *op, struct store_error *err)
  * them, in batch order, through that kind's descriptor, and the results
  * back. The first failure ends the stage (every stage is safe to repeat). */
 
-static enum store_rc routed_record(void *op, struct engine_record *items, size_t n,
-                                   long long lease_ms, struct store_error *err)
+static enum charged_rc routed_record(void *op, struct engine_record *items, size_t n,
+                                     long long lease_ms, struct charged_error *err)
 {
-    enum store_rc rc = STORE_OK;
+    enum charged_rc rc = CHARGED_OK;
     struct engine_record *sub = calloc(n ? n : 1, sizeof(*sub));
     size_t *at = calloc(n ? n : 1, sizeof(*at));
     if (!sub || !at) {
-        store_error_set(err, "out of memory");
-        rc = STORE_RETRY;
+        charged_error_set(err, "out of memory");
+        rc = CHARGED_RETRY;
         goto out;
     }
     size_t routed = 0;
-    for (size_t k = 0; k < NOPS && rc == STORE_OK; k++) {
+    for (size_t k = 0; k < NOPS && rc == CHARGED_OK; k++) {
         size_t m = 0;
         for (size_t i = 0; i < n; i++)
             if (kind_of(items[i].command) == (int)k) {
@@ -160,7 +160,7 @@ static enum store_rc routed_record(void *op, struct engine_record *items, size_t
                 at[m++] = i;
             }
         if (m && (rc = ops[k]->record(state_of(op, (int)k), sub, m, lease_ms, err)) ==
-                     STORE_OK)
+                     CHARGED_OK)
             for (size_t i = 0; i < m; i++) {
                 sub[i].command = items[at[i]].command;
                 items[at[i]] = sub[i];
@@ -168,26 +168,26 @@ static enum store_rc routed_record(void *op, struct engine_record *items, size_t
         routed += m;
     }
     /* Every item went to one operation, once. */
-    CHARGED_ASSERT(rc != STORE_OK || routed == n);
+    CHARGED_ASSERT(rc != CHARGED_OK || routed == n);
 out:
     free(sub);
     free(at);
     return rc;
 }
 
-static enum store_rc routed_claim(void *op, struct engine_claim *items, size_t n,
-                                  long long lease_ms, struct store_error *err)
+static enum charged_rc routed_claim(void *op, struct engine_claim *items, size_t n,
+                                    long long lease_ms, struct charged_error *err)
 {
-    enum store_rc rc = STORE_OK;
+    enum charged_rc rc = CHARGED_OK;
     struct engine_claim *sub = calloc(n ? n : 1, sizeof(*sub));
     size_t *at = calloc(n ? n : 1, sizeof(*at));
     if (!sub || !at) {
-        store_error_set(err, "out of memory");
-        rc = STORE_RETRY;
+        charged_error_set(err, "out of memory");
+        rc = CHARGED_RETRY;
         goto out;
     }
     size_t routed = 0;
-    for (size_t k = 0; k < NOPS && rc == STORE_OK; k++) {
+    for (size_t k = 0; k < NOPS && rc == CHARGED_OK; k++) {
         size_t m = 0;
         for (size_t i = 0; i < n; i++)
             if (items[i].kind == (int)k) {
@@ -195,29 +195,29 @@ static enum store_rc routed_claim(void *op, struct engine_claim *items, size_t n
                 at[m++] = i;
             }
         if (m && (rc = ops[k]->claim(state_of(op, (int)k), sub, m, lease_ms, err)) ==
-                     STORE_OK)
+                     CHARGED_OK)
             for (size_t i = 0; i < m; i++)
                 items[at[i]] = sub[i];
         routed += m;
     }
-    CHARGED_ASSERT(rc != STORE_OK || routed == n); /* each item once */
+    CHARGED_ASSERT(rc != CHARGED_OK || routed == n); /* each item once */
 out:
     free(sub);
     free(at);
     return rc;
 }
 
-static enum store_rc routed_log_calls(void *op, const struct engine_call *calls,
-                                      size_t n, struct store_error *err)
+static enum charged_rc routed_log_calls(void *op, const struct engine_call *calls,
+                                        size_t n, struct charged_error *err)
 {
-    enum store_rc rc = STORE_OK;
+    enum charged_rc rc = CHARGED_OK;
     struct engine_call *sub = calloc(n ? n : 1, sizeof(*sub));
     if (!sub) {
-        store_error_set(err, "out of memory");
-        return STORE_RETRY;
+        charged_error_set(err, "out of memory");
+        return CHARGED_RETRY;
     }
     size_t routed = 0;
-    for (size_t k = 0; k < NOPS && rc == STORE_OK; k++) {
+    for (size_t k = 0; k < NOPS && rc == CHARGED_OK; k++) {
         size_t m = 0;
         for (size_t i = 0; i < n; i++)
             if (calls[i].kind == (int)k)
@@ -227,31 +227,32 @@ static enum store_rc routed_log_calls(void *op, const struct engine_call *calls,
         routed += m;
     }
     /* No call of an unknown kind is dropped unwritten. */
-    CHARGED_ASSERT(rc != STORE_OK || routed == n);
+    CHARGED_ASSERT(rc != CHARGED_OK || routed == n);
     free(sub);
     return rc;
 }
 
-static enum store_rc routed_persist(void *op, struct engine_outcome *items, size_t n,
-                                    struct store_error *err)
+static enum charged_rc routed_persist(void *op, struct engine_outcome *items, size_t n,
+                                      struct charged_error *err)
 {
-    enum store_rc rc = STORE_OK;
+    enum charged_rc rc = CHARGED_OK;
     size_t routed = 0;
     struct engine_outcome *sub = calloc(n ? n : 1, sizeof(*sub));
     size_t *at = calloc(n ? n : 1, sizeof(*at));
     if (!sub || !at) {
-        store_error_set(err, "out of memory");
-        rc = STORE_RETRY;
+        charged_error_set(err, "out of memory");
+        rc = CHARGED_RETRY;
         goto out;
     }
-    for (size_t k = 0; k < NOPS && rc == STORE_OK; k++) {
+    for (size_t k = 0; k < NOPS && rc == CHARGED_OK; k++) {
         size_t m = 0;
         for (size_t i = 0; i < n; i++)
             if (items[i].kind == (int)k) {
                 sub[m] = items[i];
                 at[m++] = i;
             }
-        if (m && (rc = ops[k]->persist(state_of(op, (int)k), sub, m, err)) == STORE_OK)
+        if (m &&
+            (rc = ops[k]->persist(state_of(op, (int)k), sub, m, err)) == CHARGED_OK)
             for (size_t i = 0; i < m; i++) {
                 items[at[i]].persisted = sub[i].persisted;
                 items[at[i]].busy = sub[i].busy;
@@ -259,7 +260,7 @@ static enum store_rc routed_persist(void *op, struct engine_outcome *items, size
         routed += m;
     }
     /* No outcome of an unknown kind is left unwritten as if written. */
-    CHARGED_ASSERT(rc != STORE_OK || routed == n);
+    CHARGED_ASSERT(rc != CHARGED_OK || routed == n);
 out:
     free(sub);
     free(at);
@@ -267,23 +268,24 @@ out:
 }
 
 /* renew (still_ours not NULL) or release, routed by kind. */
-static enum store_rc routed_leases(void *op, const char *const *ids, const int *kinds,
-                                   const int64_t *epochs, size_t n, long long lease_ms,
-                                   int *still_ours, struct store_error *err)
+static enum charged_rc routed_leases(void *op, const char *const *ids, const int *kinds,
+                                     const int64_t *epochs, size_t n,
+                                     long long lease_ms, int *still_ours,
+                                     struct charged_error *err)
 {
     CHARGED_ASSERT(n == 0 || (ids && kinds && epochs));
-    enum store_rc rc = STORE_OK;
+    enum charged_rc rc = CHARGED_OK;
     const char **sid = calloc(n ? n : 1, sizeof(*sid));
     int64_t *sep = calloc(n ? n : 1, sizeof(*sep));
     int *sours = calloc(n ? n : 1, sizeof(*sours));
     size_t *at = calloc(n ? n : 1, sizeof(*at));
     if (!sid || !sep || !sours || !at) {
-        store_error_set(err, "out of memory");
-        rc = STORE_RETRY;
+        charged_error_set(err, "out of memory");
+        rc = CHARGED_RETRY;
         goto out;
     }
     size_t routed = 0;
-    for (size_t k = 0; k < NOPS && rc == STORE_OK; k++) {
+    for (size_t k = 0; k < NOPS && rc == CHARGED_OK; k++) {
         size_t m = 0;
         for (size_t i = 0; i < n; i++)
             if (kinds[i] == (int)k) {
@@ -297,14 +299,14 @@ static enum store_rc routed_leases(void *op, const char *const *ids, const int *
         if (still_ours) {
             rc = ops[k]->renew(state_of(op, (int)k), sid, NULL, sep, m, lease_ms, sours,
                                err);
-            for (size_t i = 0; rc == STORE_OK && i < m; i++)
+            for (size_t i = 0; rc == CHARGED_OK && i < m; i++)
                 still_ours[at[i]] = sours[i];
         } else {
             rc = ops[k]->release_leases(state_of(op, (int)k), sid, NULL, sep, m, err);
         }
     }
     /* Every lease went to its operation's store: none kept by mistake. */
-    CHARGED_ASSERT(rc != STORE_OK || routed == n);
+    CHARGED_ASSERT(rc != CHARGED_OK || routed == n);
 out:
     free(sid);
     free(sep);
@@ -313,16 +315,16 @@ out:
     return rc;
 }
 
-static enum store_rc routed_renew(void *op, const char *const *ids, const int *kinds,
-                                  const int64_t *epochs, size_t n, long long lease_ms,
-                                  int *still_ours, struct store_error *err)
+static enum charged_rc routed_renew(void *op, const char *const *ids, const int *kinds,
+                                    const int64_t *epochs, size_t n, long long lease_ms,
+                                    int *still_ours, struct charged_error *err)
 {
     return routed_leases(op, ids, kinds, epochs, n, lease_ms, still_ours, err);
 }
 
-static enum store_rc routed_release_leases(void *op, const char *const *ids,
-                                           const int *kinds, const int64_t *epochs,
-                                           size_t n, struct store_error *err)
+static enum charged_rc routed_release_leases(void *op, const char *const *ids,
+                                             const int *kinds, const int64_t *epochs,
+                                             size_t n, struct charged_error *err)
 {
     return routed_leases(op, ids, kinds, epochs, n, 0, NULL, err);
 }

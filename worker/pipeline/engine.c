@@ -125,9 +125,9 @@ static void warn_if_unassigned(engine_t *eng)
 
 static void check_readiness(engine_t *eng)
 {
-    struct store_error err;
+    struct charged_error err;
     if (engine_db_ready(eng) && clock_now_ms() - eng->db.last_ok_ms >= DB_PING_MS) {
-        if (eng->op->ping(eng->op_state, &err) == STORE_OK)
+        if (eng->op->ping(eng->op_state, &err) == CHARGED_OK)
             engine_db_ok(eng);
         else
             engine_db_failed(eng, "ping", err.message);

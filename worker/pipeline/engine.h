@@ -86,8 +86,8 @@ struct engine_outcome {
 /* ---- the descriptor ---- */
 
 /* Every store function takes a batch in one round trip, returns an enum
- * store_rc and fills err, and is safe to repeat (store.h): STORE_DATA and
- * STORE_LOCKED make the engine try the items one at a time. */
+ * charged_rc and fills err, and is safe to repeat (store.h): CHARGED_BAD_ITEM and
+ * CHARGED_WAIT make the engine try the items one at a time. */
 struct engine_op {
     const char *name; /* "charge": metrics' operation label, log lines */
     /* The command topic and its dead-letter topic (enum config_key). */
@@ -110,23 +110,23 @@ struct engine_op {
     const char *(*id_of)(const void *command);
     const char *(*order_of)(const void *command);
 
-    enum store_rc (*ping)(void *op, struct store_error *err);
+    enum charged_rc (*ping)(void *op, struct charged_error *err);
     /* An operation may claim the records it creates, under a lease of
      * lease_ms (ENGINE_RECORDED_CLAIMED), saving their claim statement. */
-    enum store_rc (*record)(void *op, struct engine_record *items, size_t n,
-                            long long lease_ms, struct store_error *err);
-    enum store_rc (*claim)(void *op, struct engine_claim *items, size_t n,
-                           long long lease_ms, struct store_error *err);
-    enum store_rc (*log_calls)(void *op, const struct engine_call *calls, size_t n,
-                               struct store_error *err);
-    enum store_rc (*persist)(void *op, struct engine_outcome *items, size_t n,
-                             struct store_error *err);
-    enum store_rc (*renew)(void *op, const char *const *ids, const int *kinds,
-                           const int64_t *epochs, size_t n, long long lease_ms,
-                           int *still_ours, struct store_error *err);
-    enum store_rc (*release_leases)(void *op, const char *const *ids, const int *kinds,
-                                    const int64_t *epochs, size_t n,
-                                    struct store_error *err);
+    enum charged_rc (*record)(void *op, struct engine_record *items, size_t n,
+                              long long lease_ms, struct charged_error *err);
+    enum charged_rc (*claim)(void *op, struct engine_claim *items, size_t n,
+                             long long lease_ms, struct charged_error *err);
+    enum charged_rc (*log_calls)(void *op, const struct engine_call *calls, size_t n,
+                                 struct charged_error *err);
+    enum charged_rc (*persist)(void *op, struct engine_outcome *items, size_t n,
+                               struct charged_error *err);
+    enum charged_rc (*renew)(void *op, const char *const *ids, const int *kinds,
+                             const int64_t *epochs, size_t n, long long lease_ms,
+                             int *still_ours, struct charged_error *err);
+    enum charged_rc (*release_leases)(void *op, const char *const *ids,
+                                      const int *kinds, const int64_t *epochs, size_t n,
+                                      struct charged_error *err);
 
     /* Starts the provider call for the claimed params (never the message's
      * copy) under their idempotency key; `tag` comes back with its answer

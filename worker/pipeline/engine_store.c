@@ -37,24 +37,24 @@ void engine_db_failed(engine_t *eng, const char *stage, const char *err)
 
 /* A database stage over a batch of jobs: its statement, which applies each
  * item's result to its job, and what becomes of an item alone that the
- * database refuses (STORE_DATA) or another session's lock holds
- * (STORE_LOCKED). Each returns the store_rc the stage goes on with. */
+ * database refuses (CHARGED_BAD_ITEM) or another session's lock holds
+ * (CHARGED_WAIT). Each returns the charged_rc the stage goes on with. */
 struct stage {
     size_t item_size;
     int (*batch)(engine_t *eng, struct job **js, void *items, size_t n,
-                 struct store_error *err);
-    int (*refused)(engine_t *eng, struct job *j, void *item, struct store_error *err);
+                 struct charged_error *err);
+    int (*refused)(engine_t *eng, struct job *j, void *item, struct charged_error *err);
     int (*locked)(engine_t *eng, struct job *j, void *item);
 };
 
 static int stage_alone(engine_t *eng, const struct stage *st, struct job **j,
-                       void *item, struct store_error *err)
+                       void *item, struct charged_error *err)
 {
     CHARGED_ASSERT(st->item_size > 0 && *j != NULL);
     int rc = st->batch(eng, j, item, 1, err);
-    if (rc == STORE_DATA)
+    if (rc == CHARGED_BAD_ITEM)
         rc = st->refused(eng, *j, item, err);
-    if (rc == STORE_LOCKED)
+    if (rc == CHARGED_WAIT)
         rc = st->locked(eng, *j, item);
     return rc;
 }
@@ -63,15 +63,15 @@ static int stage_alone(engine_t *eng, const struct stage *st, struct job **j,
  * or another session's lock holds one of its rows, each item alone, so that
  * one bad or held item never holds the others. */
 static int stage_run_kind(engine_t *eng, const struct stage *st, struct job **js,
-                          void *items, size_t n, struct store_error *err)
+                          void *items, size_t n, struct charged_error *err)
 {
-    int rc = n ? st->batch(eng, js, items, n, err) : STORE_OK;
+    int rc = n ? st->batch(eng, js, items, n, err) : CHARGED_OK;
     CHARGED_ASSERT(st->item_size > 0);
-    if (rc != STORE_DATA && rc != STORE_LOCKED)
+    if (rc != CHARGED_BAD_ITEM && rc != CHARGED_WAIT)
         return rc;
     for (size_t i = 0; i < n; i++) {
         rc = stage_alone(eng, st, &js[i], (char *)items + i * st->item_size, err);
-        if (rc != STORE_OK)
+        if (rc != CHARGED_OK)
             break;
     }
     return rc;
@@ -94,19 +94,19 @@ static int max_kind(struct job *const *js, size_t n)
  * statement after another kind's committed would have the committed ones
  * run again alone (a claim just taken then reads as someone's lease). */
 static int stage_run(engine_t *eng, const struct stage *st, struct job **js,
-                     void *items, size_t n, struct store_error *err)
+                     void *items, size_t n, struct charged_error *err)
 {
-    int kinds = max_kind(js, n) + 1, rc = STORE_OK;
+    int kinds = max_kind(js, n) + 1, rc = CHARGED_OK;
     if (kinds == 1)
         return stage_run_kind(eng, st, js, items, n, err);
     struct job **sjs = calloc(n, sizeof(*sjs));
     char *sitems = calloc(n, st->item_size);
     if (!sjs || !sitems) {
-        store_error_set(err, "out of memory");
-        rc = STORE_RETRY;
+        charged_error_set(err, "out of memory");
+        rc = CHARGED_RETRY;
     }
     size_t ran = 0;
-    for (int k = 0; k < kinds && rc == STORE_OK; k++) {
+    for (int k = 0; k < kinds && rc == CHARGED_OK; k++) {
         size_t m = 0;
         for (size_t i = 0; i < n; i++)
             if (js[i]->kind == k) {
@@ -118,7 +118,7 @@ static int stage_run(engine_t *eng, const struct stage *st, struct job **js,
         ran += m;
     }
     /* Each item ran in its kind's statement, once. */
-    CHARGED_ASSERT(rc != STORE_OK || ran == n);
+    CHARGED_ASSERT(rc != CHARGED_OK || ran == n);
     free(sjs);
     free(sitems);
     return rc;
@@ -132,7 +132,7 @@ static int lock_wait(engine_t *eng, struct job *j, const char *stage)
     if (engine_core_lock_wait(&eng->core, eng->jobs, j, clock_now_ms()))
         log_warn("attempt held by another session's transaction; trying again shortly",
                  JOB_FIELDS(j), "stage", stage, NULL);
-    return STORE_OK;
+    return CHARGED_OK;
 }
 
 /* A message the database refuses even on its own: a dead letter, so that
@@ -176,22 +176,22 @@ static void apply_record(engine_t *eng, struct job *j, const struct engine_recor
 }
 
 static int record_batch(engine_t *eng, struct job **js, void *batch, size_t n,
-                        struct store_error *err)
+                        struct charged_error *err)
 {
     struct engine_record *items = batch;
     CHARGED_ASSERT(n > 0);
     int rc = eng->op->record(eng->op_state, items, n, eng->lease_ms, err);
-    for (size_t i = 0; rc == STORE_OK && i < n; i++)
+    for (size_t i = 0; rc == CHARGED_OK && i < n; i++)
         apply_record(eng, js[i], &items[i]);
     return rc;
 }
 
 static int record_refused(engine_t *eng, struct job *j, void *item,
-                          struct store_error *err)
+                          struct charged_error *err)
 {
     (void)item;
-    refuse(eng, j, "command", err->sqlstate);
-    return STORE_OK;
+    refuse(eng, j, "command", err->code);
+    return CHARGED_OK;
 }
 
 static int record_locked(engine_t *eng, struct job *j, void *item)
@@ -205,7 +205,7 @@ static const struct stage record_stage = {sizeof(struct engine_record), record_b
 
 void engine_record_attempts(engine_t *eng)
 {
-    struct store_error err;
+    struct charged_error err;
     int64_t now = clock_now_ms();
     size_t n = job_list_due(eng->jobs, JOB_RECORD, now), k = 0;
     if (n == 0 || !engine_db_ready(eng))
@@ -234,9 +234,9 @@ void engine_record_attempts(engine_t *eng)
     }
     CHARGED_ASSERT(k + held <= n && held <= HELD_PER_TURN);
     int rc = stage_run(eng, &record_stage, js, items, k, &err);
-    for (size_t h = 0; rc == STORE_OK && h < held; h++)
+    for (size_t h = 0; rc == CHARGED_OK && h < held; h++)
         rc = stage_alone(eng, &record_stage, &js[n - 1 - h], &items[n - 1 - h], &err);
-    if (rc == STORE_RETRY)
+    if (rc == CHARGED_RETRY)
         engine_db_failed(eng, "record", err.message);
     else
         engine_db_ok(eng);
@@ -266,22 +266,22 @@ static void apply_claim(engine_t *eng, struct job *j, const struct engine_claim 
 }
 
 static int claim_batch(engine_t *eng, struct job **js, void *batch, size_t n,
-                       struct store_error *err)
+                       struct charged_error *err)
 {
     struct engine_claim *items = batch;
     CHARGED_ASSERT(n > 0);
     int rc = eng->op->claim(eng->op_state, items, n, eng->lease_ms, err);
-    for (size_t i = 0; rc == STORE_OK && i < n; i++)
+    for (size_t i = 0; rc == CHARGED_OK && i < n; i++)
         apply_claim(eng, js[i], &items[i]);
     return rc;
 }
 
 static int claim_refused(engine_t *eng, struct job *j, void *item,
-                         struct store_error *err)
+                         struct charged_error *err)
 {
     (void)item;
-    refuse(eng, j, "claim", err->sqlstate);
-    return STORE_OK;
+    refuse(eng, j, "claim", err->code);
+    return CHARGED_OK;
 }
 
 static int claim_locked(engine_t *eng, struct job *j, void *item)
@@ -295,7 +295,7 @@ static const struct stage claim_stage = {sizeof(struct engine_claim), claim_batc
 
 void engine_claim_attempts(engine_t *eng)
 {
-    struct store_error err;
+    struct charged_error err;
     int64_t now = clock_now_ms();
     size_t n = 0, k = 0;
     if (!engine_db_ready(eng))
@@ -324,7 +324,7 @@ void engine_claim_attempts(engine_t *eng)
     }
     CHARGED_ASSERT(k <= n); /* the batch never outgrows what was counted */
     int rc = stage_run(eng, &claim_stage, js, items, k, &err);
-    if (rc == STORE_RETRY)
+    if (rc == CHARGED_RETRY)
         engine_db_failed(eng, "claim", err.message);
     else
         engine_db_ok(eng);
@@ -337,9 +337,9 @@ void engine_release_lease(engine_t *eng, struct job *j)
 {
     /* Only a lease we took is released, under its epoch. */
     CHARGED_ASSERT(j->have_cmd && j->lease_epoch > 0);
-    struct store_error err;
+    struct charged_error err;
     if (eng->op->release_leases(eng->op_state, &j->id, &j->kind, &j->lease_epoch, 1,
-                                &err) != STORE_OK)
+                                &err) != CHARGED_OK)
         log_warn("could not release lease; it will expire", JOB_FIELDS(j), "error",
                  err.message, NULL);
 }
@@ -381,13 +381,13 @@ void engine_log_call(engine_t *eng, struct job *j, const struct provider_result 
 }
 
 static int log_calls_batch(engine_t *eng, struct call_entry *const *e, size_t n,
-                           struct store_error *err)
+                           struct charged_error *err)
 {
     CHARGED_ASSERT(n > 0);
     struct engine_call *calls = calloc(n, sizeof(*calls));
     if (!calls) {
-        store_error_set(err, "out of memory");
-        return STORE_RETRY;
+        charged_error_set(err, "out of memory");
+        return CHARGED_RETRY;
     }
     for (size_t i = 0; i < n; i++) {
         calls[i].id = e[i]->id;
@@ -397,7 +397,7 @@ static int log_calls_batch(engine_t *eng, struct call_entry *const *e, size_t n,
         calls[i].written_maybe = e[i]->written_maybe;
     }
     int rc = eng->op->log_calls(eng->op_state, calls, n, err);
-    for (size_t i = 0; rc == STORE_RETRY && i < n; i++)
+    for (size_t i = 0; rc == CHARGED_RETRY && i < n; i++)
         e[i]->written_maybe = 1;
     free(calls);
     return rc;
@@ -406,22 +406,23 @@ static int log_calls_batch(engine_t *eng, struct call_entry *const *e, size_t n,
 /* One call entry alone: written (or refused, and dropped with a log line:
  * 1), held by another session's lock (kept, with a back-off: 0), or the
  * database failed (-1). */
-static int log_call_alone(engine_t *eng, struct call_entry *e, struct store_error *err)
+static int log_call_alone(engine_t *eng, struct call_entry *e,
+                          struct charged_error *err)
 {
     int rc = log_calls_batch(eng, &e, 1, err);
-    if (rc == STORE_RETRY)
+    if (rc == CHARGED_RETRY)
         return -1;
-    if (rc == STORE_LOCKED) {
+    if (rc == CHARGED_WAIT) {
         e->lock_waits++;
         e->next_at = clock_now_ms() + retry_backoff_ms(eng->core.policy.retry_base_ms,
                                                        eng->core.policy.retry_max_ms,
                                                        e->lock_waits, 0);
         return 0;
     }
-    if (rc == STORE_DATA)
+    if (rc == CHARGED_BAD_ITEM)
         log_error("provider call not recorded: the database refused it", e->id_field,
                   e->id, "order_id", e->order_id, "traceparent",
-                  e->traceparent[0] ? e->traceparent : NULL, "sqlstate", err->sqlstate,
+                  e->traceparent[0] ? e->traceparent : NULL, "sqlstate", err->code,
                   NULL);
     return 1;
 }
@@ -435,7 +436,7 @@ static int log_call_alone(engine_t *eng, struct call_entry *e, struct store_erro
  * the database refuses on its own is dropped with a log line. */
 int engine_flush_call_log(engine_t *eng)
 {
-    struct store_error err;
+    struct charged_error err;
     size_t n = eng->call_log_len, nfresh = 0, held_tries = 0, kept = 0;
     int64_t now = clock_now_ms();
     int rc = 0;
@@ -459,7 +460,7 @@ int engine_flush_call_log(engine_t *eng)
             kinds = eng->call_log[i].kind + 1;
     if (kinds > (int)(sizeof(brc) / sizeof(brc[0]))) {
         rc = -1;
-        store_error_set(&err, "provider calls of %d kinds", kinds);
+        charged_error_set(&err, "provider calls of %d kinds", kinds);
         goto out;
     }
     for (int k = 0; k < kinds; k++)
@@ -469,13 +470,13 @@ int engine_flush_call_log(engine_t *eng)
         for (size_t i = 0; i < n; i++)
             if (eng->call_log[i].lock_waits == 0 && eng->call_log[i].kind == k)
                 fresh[nfresh++] = &eng->call_log[i];
-        brc[k] = nfresh ? log_calls_batch(eng, fresh, nfresh, &err) : STORE_OK;
-        if (brc[k] == STORE_RETRY)
+        brc[k] = nfresh ? log_calls_batch(eng, fresh, nfresh, &err) : CHARGED_OK;
+        if (brc[k] == CHARGED_RETRY)
             rc = -1;
     }
     for (size_t i = 0; i < n; i++)
-        done[i] =
-            eng->call_log[i].lock_waits == 0 && brc[eng->call_log[i].kind] == STORE_OK;
+        done[i] = eng->call_log[i].lock_waits == 0 &&
+                  brc[eng->call_log[i].kind] == CHARGED_OK;
     for (size_t i = 0; i < n && rc == 0; i++) {
         struct call_entry *e = &eng->call_log[i];
         int alone;
@@ -533,12 +534,12 @@ static void apply_persist(engine_t *eng, struct job *j, const struct engine_outc
 }
 
 static int persist_batch(engine_t *eng, struct job **js, void *batch, size_t n,
-                         struct store_error *err)
+                         struct charged_error *err)
 {
     struct engine_outcome *items = batch;
     CHARGED_ASSERT(n > 0);
     int rc = eng->op->persist(eng->op_state, items, n, err);
-    for (size_t i = 0; rc == STORE_OK && i < n; i++)
+    for (size_t i = 0; rc == CHARGED_OK && i < n; i++)
         apply_persist(eng, js[i], &items[i]);
     return rc;
 }
@@ -548,13 +549,13 @@ static int persist_batch(engine_t *eng, struct job **js, void *batch, size_t n,
  * FAILED: REQUIRES_REVIEW, with nothing from outside but the outcome's name.
  * If even that is refused, the job ends and the lease is left to expire; a
  * later owner or the reconciler takes the attempt from there. */
-static int persist_for_review(engine_t *eng, struct job *j, struct store_error *err)
+static int persist_for_review(engine_t *eng, struct job *j, struct charged_error *err)
 {
     CHARGED_ASSERT(j->state == JOB_PERSIST && j->lease_epoch > 0);
     char reason[256], evidence[160];
     snprintf(reason, sizeof(reason),
              "requires_review: the database refused the outcome '%s' (sqlstate %s)",
-             provider_outcome_name(j->res.outcome), err->sqlstate);
+             provider_outcome_name(j->res.outcome), err->code);
     snprintf(evidence, sizeof(evidence), "{\"outcome\":\"%s\",\"http_status\":%d}",
              provider_outcome_name(j->res.outcome), j->res.http_status);
     struct engine_outcome o = {
@@ -569,20 +570,20 @@ static int persist_for_review(engine_t *eng, struct job *j, struct store_error *
         .next_check_ms = -1,
     };
     log_error("the database refused an outcome; settling it for review", JOB_FIELDS(j),
-              "outcome", provider_outcome_name(j->res.outcome), "sqlstate",
-              err->sqlstate, NULL);
+              "outcome", provider_outcome_name(j->res.outcome), "sqlstate", err->code,
+              NULL);
     int rc = persist_batch(eng, &j, &o, 1, err);
-    if (rc == STORE_DATA) {
+    if (rc == CHARGED_BAD_ITEM) {
         log_error("the database refused the review outcome too; lease left to expire",
-                  JOB_FIELDS(j), "sqlstate", err->sqlstate, NULL);
+                  JOB_FIELDS(j), "sqlstate", err->code, NULL);
         engine_core_abandoned(eng->jobs, j);
-        return STORE_OK;
+        return CHARGED_OK;
     }
     return rc;
 }
 
 static int persist_refused(engine_t *eng, struct job *j, void *item,
-                           struct store_error *err)
+                           struct charged_error *err)
 {
     (void)item;
     return persist_for_review(eng, j, err);
@@ -594,7 +595,7 @@ static int persist_locked(engine_t *eng, struct job *j, void *item)
     struct engine_outcome *o = item;
     o->busy = 1;
     apply_persist(eng, j, o);
-    return STORE_OK;
+    return CHARGED_OK;
 }
 
 static const struct stage persist_stage = {sizeof(struct engine_outcome), persist_batch,
@@ -613,7 +614,7 @@ static int calls_pending(const engine_t *eng, const struct job *j)
 
 void engine_persist_outcomes(engine_t *eng)
 {
-    struct store_error err;
+    struct charged_error err;
     int64_t now = clock_now_ms();
     size_t n = job_list_due(eng->jobs, JOB_PERSIST, now), k = 0;
     if (n == 0 || !engine_db_ready(eng))
@@ -653,7 +654,7 @@ void engine_persist_outcomes(engine_t *eng)
     }
     CHARGED_ASSERT(k <= n); /* the batch never outgrows what was counted */
     int rc = stage_run(eng, &persist_stage, js, items, k, &err);
-    if (rc == STORE_RETRY) {
+    if (rc == CHARGED_RETRY) {
         engine_db_failed(eng, "persist", err.message);
         goto out;
     }
@@ -674,7 +675,7 @@ out:
 /* Extends the leases of claims we still work on. */
 void engine_renew_leases(engine_t *eng)
 {
-    struct store_error err;
+    struct charged_error err;
     int64_t now = clock_now_ms();
     size_t n = 0, k = 0;
     if (now - eng->last_renew_ms < eng->lease_ms / 3 || !engine_db_ready(eng))
@@ -702,7 +703,7 @@ void engine_renew_leases(engine_t *eng)
         }
     CHARGED_ASSERT(k == n); /* every leased job renews: none is left to expire */
     if (eng->op->renew(eng->op_state, ids, kinds, epochs, k, eng->lease_ms, ours,
-                       &err) != STORE_OK) {
+                       &err) != CHARGED_OK) {
         engine_db_failed(eng, "renew leases", err.message);
         goto out;
     }

@@ -122,8 +122,8 @@ static const struct status_view {
     const char *id_name;   /* in logs */
     const char *not_uuid;  /* 400 */
     const char *not_found; /* 404 */
-    enum store_rc (*read)(webhook_store_t *, const char *, json_t **,
-                          struct store_error *);
+    enum charged_rc (*read)(webhook_store_t *, const char *, json_t **,
+                            struct charged_error *);
 } status_views[] = {
     [1] = {"payment_attempt_id", "payment attempt id is not a uuid",
            "no such payment attempt", webhook_store_attempt},
@@ -137,7 +137,7 @@ static enum MHD_Result serve_status(struct api *a, struct MHD_Connection *c, int
                                     const char *raw_id, size_t id_len)
 {
     char id[37];
-    struct store_error err;
+    struct charged_error err;
     json_t *doc = NULL;
     const struct status_view *v = &status_views[route];
     int rc;
@@ -147,11 +147,11 @@ static enum MHD_Result serve_status(struct api *a, struct MHD_Connection *c, int
     webhook_store_t *st = http_lender_take(a->lender);
     rc = v->read(st, id, &doc, &err);
     http_lender_give(a->lender, st);
-    if (rc != STORE_OK && rc != STORE_NOT_FOUND) {
+    if (rc != CHARGED_OK && rc != CHARGED_NOT_FOUND) {
         log_warn("status query failed", v->id_name, id, "error", err.message, NULL);
         return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "database unavailable");
     }
-    if (rc == STORE_NOT_FOUND)
+    if (rc == CHARGED_NOT_FOUND)
         return reply_error(c, MHD_HTTP_NOT_FOUND, v->not_found);
     return reply_json(c, MHD_HTTP_OK, doc);
 }
@@ -169,7 +169,7 @@ static enum MHD_Result serve_webhook(struct api *a, struct MHD_Connection *c,
 {
     struct webhook_event ev;
     struct webhook_store_result res;
-    struct store_error serr;
+    struct charged_error serr;
     char err[512];
 
     if (rq->too_large)
@@ -203,13 +203,13 @@ static enum MHD_Result serve_webhook(struct api *a, struct MHD_Connection *c,
     int rc = webhook_store_apply(st, WEBHOOK_PROVIDER, &ev, payload, &res, &serr);
     http_lender_give(a->lender, st);
     free(payload);
-    if (rc == STORE_DATA) {
+    if (rc == CHARGED_BAD_ITEM) {
         log_error("webhook refused by the database", "event_id", ev.id, "type", ev.type,
                   "error", serr.message, NULL);
         return webhook_refused(c, MHD_HTTP_BAD_REQUEST, "bad_request",
                                "event refused by the database");
     }
-    if (rc != STORE_OK) {
+    if (rc != CHARGED_OK) {
         /* Not stored: a 5xx makes the provider deliver it again. */
         metrics_add(METRIC_WEBHOOKS, 1, "error");
         log_error("webhook not stored", "event_id", ev.id, "type", ev.type,
@@ -424,11 +424,11 @@ static int listen_http(struct api *a, char *err, size_t err_size)
 static int64_t api_step(void *state, int64_t now)
 {
     struct api *a = state;
-    struct store_error err;
+    struct charged_error err;
     if (now < a->next_probe)
         return a->next_probe;
     a->next_probe = now + PROBE_INTERVAL_MS;
-    int ok = webhook_store_ping(a->probe, &err) == STORE_OK;
+    int ok = webhook_store_ping(a->probe, &err) == CHARGED_OK;
     if (ok != a->db_ok)
         ok ? log_info("database reachable", NULL)
            : log_warn("database unreachable", "error", err.message, NULL);
@@ -490,7 +490,7 @@ static int setup(struct api *a, char *err, size_t err_size)
         goto oom;
     /* Does not connect: started while the database is down, it is not
      * ready until the probe reaches it. */
-    struct store_error serr;
+    struct charged_error serr;
     if (!(a->probe = webhook_store_new(url, &serr)))
         goto store_failed;
     for (size_t i = 0; i < a->nstores; i++) {

@@ -55,10 +55,10 @@ static void forget_watermark(void)
 /* The findings as the table holds them, every kind (0 included), whoever
  * recorded them (chargectl audit run too): a restart neither loses nor
  * repeats one, and an alert sees each kind from its first finding. */
-static int report_findings(struct auditor *a, struct store_error *err)
+static int report_findings(struct auditor *a, struct charged_error *err)
 {
     long long counts[AUDIT_KIND__COUNT];
-    if (audit_store_findings_by_kind(a->store, counts, err) != STORE_OK)
+    if (audit_store_findings_by_kind(a->store, counts, err) != CHARGED_OK)
         return -1;
     for (int k = 0; k < AUDIT_KIND__COUNT; k++)
         metrics_set(METRIC_AUDIT_FINDINGS, (double)counts[k],
@@ -106,7 +106,7 @@ static int stopping(void)
 static int64_t auditor_step(void *state, int64_t now)
 {
     struct auditor *a = state;
-    struct store_error err;
+    struct charged_error err;
     struct audit_window w;
     struct audit_run_result res;
     const struct audit_run_hooks hooks = {daemon_heartbeat, stopping};
@@ -116,10 +116,10 @@ static int64_t auditor_step(void *state, int64_t now)
     if (now < a->next_poll || !daemon_db_due(&a->db))
         return a->next_poll;
     int rc = audit_store_lead(a->store, &err);
-    if (rc != STORE_OK && rc != STORE_NOT_LEADER)
+    if (rc != CHARGED_OK && rc != CHARGED_NOT_LEADER)
         return store_failed(a, "lead", err.message);
     daemon_db_reached(&a->db);
-    int lead = rc == STORE_OK;
+    int lead = rc == CHARGED_OK;
     if (lead != a->leading)
         log_info(lead ? "leading: auditing the provider's books"
                       : "standing by: another auditor audits",
@@ -132,7 +132,7 @@ static int64_t auditor_step(void *state, int64_t now)
         return a->next_poll = now + a->poll_ms;
     }
     if (audit_store_next_window(a->store, a->from_unix, a->window_s, a->lag_ms, &w,
-                                &err) != STORE_OK)
+                                &err) != CHARGED_OK)
         return store_failed(a, "next window", err.message);
     metrics_set(METRIC_AUDIT_WATERMARK_AGE, w.watermark_age_ms / 1000.0);
     if (w.due) {
@@ -156,7 +156,7 @@ static int64_t auditor_step(void *state, int64_t now)
     if (audit_run_pending(a->provider, a->store, (size_t)a->pending_batch, &hooks, &res,
                           why, sizeof(why)) != 0)
         log_warn("pending objects not looked at", "error", why, NULL);
-    if (audit_store_pending_count(a->store, &pending, &err) != STORE_OK)
+    if (audit_store_pending_count(a->store, &pending, &err) != CHARGED_OK)
         return store_failed(a, "pending count", err.message);
     if (report_findings(a, &err) != 0)
         return store_failed(a, "findings", err.message);
@@ -224,7 +224,7 @@ static int setup(void *state, config_t *cfg, const char *id, char *err, size_t e
                                       err, err_size);
     if (!a->provider)
         return 2;
-    struct store_error serr;
+    struct charged_error serr;
     a->store = audit_store_new(config_str(a->cfg, CONFIG_DATABASE_URL), &serr);
     if (!a->store) {
         snprintf(err, err_size, "%s", serr.message);

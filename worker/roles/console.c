@@ -160,19 +160,19 @@ static enum MHD_Result serve_login(struct console *cs, console_views_t *v,
 {
     char secret[CONSOLE_SECRET_MAX], sid[CONSOLE_SECRET_SIZE], why[256], cookie[256];
     struct console_who who;
-    struct store_error err;
+    struct charged_error err;
 
     if (console_input_login(rq->body, rq->len, secret, why, sizeof(why)) != 0)
         return send_error(c, MHD_HTTP_BAD_REQUEST, why);
-    enum store_rc rc =
+    enum charged_rc rc =
         console_store_login(console_views_store(v), secret, cs->ttl_s, sid, &who, &err);
     OPENSSL_cleanse(secret, sizeof(secret));
-    if (rc == STORE_NOT_FOUND) {
+    if (rc == CHARGED_NOT_FOUND) {
         log_warn("console: sign-in refused", "reason", "unknown or revoked token",
                  NULL);
         return send_error(c, MHD_HTTP_UNAUTHORIZED, "unknown or revoked token");
     }
-    if (rc != STORE_OK) {
+    if (rc != CHARGED_OK) {
         log_warn("console: sign-in failed", "error", err.message, NULL);
         return send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "database unavailable");
     }
@@ -238,7 +238,7 @@ static enum MHD_Result serve_signed_in(struct console *cs, console_views_t *v,
                                        const struct console_who *who, const char *sid)
 {
     char why[512], cookie[256];
-    struct store_error err;
+    struct charged_error err;
     json_t *body = NULL;
     unsigned status;
 
@@ -247,7 +247,7 @@ static enum MHD_Result serve_signed_in(struct console *cs, console_views_t *v,
         return send_json(c, MHD_HTTP_OK, who_json(who), NULL);
     case CONSOLE_R_LOGOUT:
         /* A session that could not be ended is not called ended. */
-        if (console_store_logout(console_views_store(v), sid, &err) != STORE_OK) {
+        if (console_store_logout(console_views_store(v), sid, &err) != CHARGED_OK) {
             log_warn("console: sign-out failed", "actor", who->name, "error",
                      err.message, NULL);
             return send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE,
@@ -336,14 +336,14 @@ static enum MHD_Result refuse_action(console_views_t *v, struct MHD_Connection *
                                      const struct request *rq,
                                      const struct console_who *who, const char *why)
 {
-    struct store_error err;
+    struct charged_error err;
     json_t *detail = json_pack("{s:s}", "why", why);
     char *text = detail ? json_dumps(detail, JSON_COMPACT) : NULL;
     log_warn("console: action refused", "actor", who->name, "action",
              action_name(rq->m.route), "reason", why, NULL);
     if (console_store_record(console_views_store(v), who->name,
                              action_name(rq->m.route), rq->m.id[0] ? rq->m.id : NULL,
-                             "forbidden", text, &err) != STORE_OK)
+                             "forbidden", text, &err) != CHARGED_OK)
         log_error("console: an action was not recorded", "actor", who->name, "error",
                   err.message, NULL);
     free(text);
@@ -365,7 +365,7 @@ static enum MHD_Result serve(struct console *cs, struct MHD_Connection *c,
 {
     char sid[CONSOLE_SECRET_MAX], cookie[256];
     struct console_who who;
-    struct store_error err;
+    struct charged_error err;
     enum MHD_Result ret;
     const char *foreign = NULL;
     int kafka = 0;
@@ -387,7 +387,7 @@ static enum MHD_Result serve(struct console *cs, struct MHD_Connection *c,
             card_data_mask_loose(text, strlen(text));
         log_warn("console: sign-in refused", "reason", foreign, NULL);
         if (console_store_record(console_views_store(lv), "anonymous", "login", NULL,
-                                 "forbidden", text, &err) != STORE_OK)
+                                 "forbidden", text, &err) != CHARGED_OK)
             log_error("console: an action was not recorded", "action", "login", "error",
                       err.message, NULL);
         free(text);
@@ -406,8 +406,8 @@ static enum MHD_Result serve(struct console *cs, struct MHD_Connection *c,
         ret = send_error(c, MHD_HTTP_UNAUTHORIZED, "sign in first");
         goto out;
     }
-    enum store_rc rc = console_store_session(console_views_store(v), sid, &who, &err);
-    if (rc == STORE_NOT_FOUND) {
+    enum charged_rc rc = console_store_session(console_views_store(v), sid, &who, &err);
+    if (rc == CHARGED_NOT_FOUND) {
         /* Expired, signed out, or its token revoked: the cookie goes too. */
         session_cookie(cs, "", 0, cookie, sizeof(cookie));
         ret = send_json(
@@ -416,7 +416,7 @@ static enum MHD_Result serve(struct console *cs, struct MHD_Connection *c,
             cookie);
         goto out;
     }
-    if (rc != STORE_OK) {
+    if (rc != CHARGED_OK) {
         log_warn("console: session look-up failed", "error", err.message, NULL);
         ret = send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "database unavailable");
         goto out;
@@ -571,11 +571,11 @@ static int listen_http(struct console *cs, char *err, size_t err_size)
 static int64_t console_step(void *state, int64_t now)
 {
     struct console *cs = state;
-    struct store_error err;
+    struct charged_error err;
     if (now < cs->next_probe)
         return cs->next_probe;
     cs->next_probe = now + PROBE_INTERVAL_MS;
-    int ok = attempt_store_ping(cs->probe, &err) == STORE_OK;
+    int ok = attempt_store_ping(cs->probe, &err) == CHARGED_OK;
     if (ok != cs->db_ok)
         ok ? log_info("database reachable", NULL)
            : log_warn("database unreachable", "error", err.message, NULL);
@@ -625,7 +625,7 @@ static void console_finish(void *state, int flush_ms)
 
 static int setup(struct console *cs, char *err, size_t err_size)
 {
-    struct store_error serr;
+    struct charged_error serr;
     cs->ttl_s = config_int(cs->cfg, CONFIG_CONSOLE_SESSION_TTL_S);
     cs->cookie_secure = (int)config_int(cs->cfg, CONFIG_CONSOLE_COOKIE_SECURE);
     cs->nviews = (size_t)config_int(cs->cfg, CONFIG_CONSOLE_THREADS);

@@ -66,7 +66,7 @@ static unsigned unavailable(json_t **body, const char *what, const char *why)
 
 console_views_t *console_views_new(const config_t *cfg, char *err, size_t err_size)
 {
-    struct store_error serr;
+    struct charged_error serr;
     console_views_t *v = calloc(1, sizeof(*v));
     if (!v) {
         snprintf(err, err_size, "out of memory");
@@ -115,7 +115,7 @@ console_store_t *console_views_store(console_views_t *v)
 
 /* The connection of the history and review calls, opened again after it
  * broke: the next request after an outage finds the database back. */
-static PGconn *conn_get(console_views_t *v, struct store_error *err)
+static PGconn *conn_get(console_views_t *v, struct charged_error *err)
 {
     if (v->conn && PQstatus(v->conn) == CONNECTION_OK)
         return v->conn;
@@ -215,8 +215,9 @@ static json_t *unknown_part(console_views_t *v)
 {
     enum attempt_status st[1] = {ATTEMPT_STATUS_UNKNOWN};
     long long count = 0, oldest_ms = 0;
-    struct store_error err;
-    if (attempt_store_backlog(v->attempts, st, 1, &count, &oldest_ms, &err) != STORE_OK)
+    struct charged_error err;
+    if (attempt_store_backlog(v->attempts, st, 1, &count, &oldest_ms, &err) !=
+        CHARGED_OK)
         return part_error(err.message);
     return json_pack("{s:I, s:I}", "count", (json_int_t)count, "oldest_age_ms",
                      (json_int_t)oldest_ms);
@@ -255,8 +256,8 @@ out:
 static json_t *audit_part(console_views_t *v)
 {
     long long counts[AUDIT_KIND__COUNT] = {0}, total = 0;
-    struct store_error err;
-    if (audit_store_findings_by_kind(v->audit, counts, &err) != STORE_OK)
+    struct charged_error err;
+    if (audit_store_findings_by_kind(v->audit, counts, &err) != CHARGED_OK)
         return part_error(err.message);
     json_t *by = json_object();
     for (int k = 0; by && k < AUDIT_KIND__COUNT; k++) {
@@ -269,13 +270,13 @@ static json_t *audit_part(console_views_t *v)
 
 unsigned console_views_overview(console_views_t *v, json_t **body)
 {
-    struct store_error serr;
+    struct charged_error serr;
     char err[512];
     json_t *counts = NULL;
     json_t *o = json_object();
     if (!o)
         return answer(body, 500, "out of memory");
-    if (console_store_status_counts(v->cs, &counts, &serr) == STORE_OK)
+    if (console_store_status_counts(v->cs, &counts, &serr) == CHARGED_OK)
         json_object_set_new(o, "attempts", counts);
     else
         json_object_set_new(o, "attempts", part_error(serr.message));
@@ -300,10 +301,10 @@ unsigned console_views_overview(console_views_t *v, json_t **body)
 /* The transition that put a review there: its reason and evidence. */
 static void add_review_evidence(PGconn *conn, json_t *row)
 {
-    struct store_error err;
+    struct charged_error err;
     json_t *doc = NULL;
     const char *id = json_string_value(json_object_get(row, "payment_attempt_id"));
-    if (!id || attempt_history_read(conn, id, &doc, &err) != STORE_OK)
+    if (!id || attempt_history_read(conn, id, &doc, &err) != CHARGED_OK)
         return;
     json_t *tr = json_object_get(doc, "transitions");
     json_t *last = json_array_get(tr, json_array_size(tr) - 1);
@@ -314,12 +315,12 @@ static void add_review_evidence(PGconn *conn, json_t *row)
 
 unsigned console_views_reviews(console_views_t *v, json_t **body)
 {
-    struct store_error err;
+    struct charged_error err;
     json_t *rows = NULL;
     PGconn *conn = conn_get(v, &err);
     struct attempt_history_filter f = {.status = "REQUIRES_REVIEW",
                                        .limit = REVIEW_LIMIT};
-    if (!conn || attempt_history_list(conn, &f, &rows, &err) != STORE_OK)
+    if (!conn || attempt_history_list(conn, &f, &rows, &err) != CHARGED_OK)
         return unavailable(body, "the review queue", err.message);
     for (size_t i = 0; i < json_array_size(rows) && i < REVIEW_EVIDENCE_MAX; i++)
         add_review_evidence(conn, json_array_get(rows, i));
@@ -329,10 +330,10 @@ unsigned console_views_reviews(console_views_t *v, json_t **body)
 
 unsigned console_views_find(console_views_t *v, const char *id, json_t **body)
 {
-    struct store_error err;
+    struct charged_error err;
     json_t *rows = NULL;
     PGconn *conn = conn_get(v, &err);
-    if (!conn || attempt_history_find(conn, id, &rows, &err) != STORE_OK)
+    if (!conn || attempt_history_find(conn, id, &rows, &err) != CHARGED_OK)
         return unavailable(body, "attempts", err.message);
     *body = json_pack("{s:o}", "attempts", rows);
     return 200;
@@ -340,15 +341,15 @@ unsigned console_views_find(console_views_t *v, const char *id, json_t **body)
 
 unsigned console_views_attempt(console_views_t *v, const char *id, json_t **body)
 {
-    struct store_error err;
+    struct charged_error err;
     json_t *doc = NULL;
     PGconn *conn = conn_get(v, &err);
     if (!conn)
         return unavailable(body, "the attempt", err.message);
-    enum store_rc rc = attempt_history_read(conn, id, &doc, &err);
-    if (rc == STORE_NOT_FOUND)
+    enum charged_rc rc = attempt_history_read(conn, id, &doc, &err);
+    if (rc == CHARGED_NOT_FOUND)
         return answer(body, 404, "no payment attempt %s", id);
-    if (rc != STORE_OK)
+    if (rc != CHARGED_OK)
         return unavailable(body, "the attempt", err.message);
     *body = doc;
     return 200;
@@ -381,11 +382,11 @@ static const unsigned outcome_status[] = {
 static int record(console_views_t *v, const char *actor, const char *action,
                   const char *target, const char *outcome, json_t *detail)
 {
-    struct store_error err;
+    struct charged_error err;
     char *text = detail ? json_dumps(detail, JSON_COMPACT) : NULL;
     int rc = 0;
     if (console_store_record(v->cs, actor, action, target, outcome, text, &err) !=
-        STORE_OK) {
+        CHARGED_OK) {
         log_error("console: an action was not recorded", "actor", actor, "action",
                   action, "target", target, "outcome", outcome, "error", err.message,
                   NULL);
@@ -406,8 +407,8 @@ static int still_operator(void *ctx)
 {
     struct still_signed_in *s = ctx;
     struct console_who now;
-    struct store_error err;
-    return console_store_session(s->v->cs, s->session, &now, &err) == STORE_OK &&
+    struct charged_error err;
+    return console_store_session(s->v->cs, s->session, &now, &err) == CHARGED_OK &&
            now.role == CONSOLE_ROLE_OPERATOR && !strcmp(now.name, s->who->name);
 }
 
@@ -426,7 +427,7 @@ unsigned console_views_resolve(console_views_t *v, const struct console_who *who
         .ctx = &signed_in,
     };
     struct attempt_review_result res;
-    struct store_error err;
+    struct charged_error err;
     char why[512];
 
     if (attempt_review_check(&rq, why, sizeof(why)) != 0)
@@ -668,9 +669,9 @@ out:
 
 unsigned console_views_actions(console_views_t *v, json_t **body)
 {
-    struct store_error err;
+    struct charged_error err;
     json_t *rows = NULL;
-    if (console_store_actions(v->cs, ACTIONS_LIMIT, &rows, &err) != STORE_OK)
+    if (console_store_actions(v->cs, ACTIONS_LIMIT, &rows, &err) != CHARGED_OK)
         return unavailable(body, "the action log", err.message);
     *body = json_pack("{s:o}", "actions", rows);
     return 200;

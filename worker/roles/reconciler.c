@@ -78,7 +78,7 @@ static int parse_schedule(struct reconciler *r, const char *s, char *err,
 /* Extends the leases of the batch's attempts from `from` on. */
 static void renew_rest(struct reconciler *r, size_t from, size_t n)
 {
-    struct store_error err;
+    struct charged_error err;
     const char *ids[1024];
     int64_t epochs[1024];
     int ours[1024];
@@ -143,8 +143,8 @@ void reconciler_keep_calls(struct reconciler *r, int refund, const char *id,
 
 /* Writes n kept calls, an attempt's with the attempt store and a refund's
  * with the refund store: the worse of the two answers. */
-static enum store_rc log_pending(struct reconciler *r, const struct pending_call *p,
-                                 size_t n, struct store_error *err)
+static enum charged_rc log_pending(struct reconciler *r, const struct pending_call *p,
+                                   size_t n, struct charged_error *err)
 {
     struct attempt_call calls[PENDING_MAX];
     struct refund_call rcalls[PENDING_MAX];
@@ -164,9 +164,9 @@ static enum store_rc log_pending(struct reconciler *r, const struct pending_call
                                                 .res = &p[i].res,
                                                 .written_maybe = p[i].written_maybe};
     }
-    enum store_rc rc =
-        nc ? attempt_store_log_calls(r->store, calls, nc, err) : STORE_OK;
-    if (rc != STORE_OK || nr == 0)
+    enum charged_rc rc =
+        nc ? attempt_store_log_calls(r->store, calls, nc, err) : CHARGED_OK;
+    if (rc != CHARGED_OK || nr == 0)
         return rc;
     return refund_store_log_calls(r->refunds, rcalls, nr, err);
 }
@@ -174,18 +174,18 @@ static enum store_rc log_pending(struct reconciler *r, const struct pending_call
 /* 0 when nothing waits any more. */
 static int flush_pending(struct reconciler *r)
 {
-    struct store_error err;
+    struct charged_error err;
     if (r->npending == 0)
         return 0;
     int rc = log_pending(r, r->pending, r->npending, &err);
-    if (rc == STORE_RETRY) {
+    if (rc == CHARGED_RETRY) {
         /* Given up at its deadline, the write may still commit. */
         for (size_t i = 0; i < r->npending; i++)
             r->pending[i].written_maybe = 1;
         reconciler_db_failed(r, "log provider calls", err.message);
         return -1;
     }
-    if (rc == STORE_OK) {
+    if (rc == CHARGED_OK) {
         r->npending = 0;
         return 0;
     }
@@ -201,12 +201,12 @@ static int flush_pending(struct reconciler *r)
     for (size_t i = 0; i < r->npending; i++) {
         r->pending[i].written_maybe |= mixed && !r->pending[i].refund;
         rc = log_pending(r, &r->pending[i], 1, &err);
-        if (rc == STORE_DATA)
+        if (rc == CHARGED_BAD_ITEM)
             log_error("provider call not recorded: the database refused it",
                       "payment_attempt_id", r->pending[i].attempt_id, "error",
                       err.message, NULL);
-        else if (rc != STORE_OK) {
-            r->pending[i].written_maybe |= rc == STORE_RETRY;
+        else if (rc != CHARGED_OK) {
+            r->pending[i].written_maybe |= rc == CHARGED_RETRY;
             r->pending[kept++] = r->pending[i];
         }
     }
@@ -217,7 +217,7 @@ static int flush_pending(struct reconciler *r)
                  "calls", n, NULL);
     }
     r->npending = kept;
-    if (rc == STORE_RETRY) {
+    if (rc == CHARGED_RETRY) {
         reconciler_db_failed(r, "log provider calls", err.message);
         return -1;
     }
@@ -229,7 +229,7 @@ static int flush_pending(struct reconciler *r)
 /* Hands back the claims of a batch cut short (stopping): a peer may look. */
 static void release_rest(struct reconciler *r, size_t from, size_t n)
 {
-    struct store_error err;
+    struct charged_error err;
     CHARGED_ASSERT(from <= n && n <= r->ndue);
     for (size_t i = from; i < n; i++) {
         const char *id = r->on_refunds ? r->rdue[i].id : r->due[i].id;
@@ -248,14 +248,14 @@ static void release_rest(struct reconciler *r, size_t from, size_t n)
  * (the database failed, or stopping). */
 static int look_at_batch(struct reconciler *r, int refunds, size_t *n)
 {
-    struct store_error err;
+    struct charged_error err;
 
     *n = 0;
     int rc = refunds ? refund_store_claim_due(r->refunds, r->rdue, (size_t)r->batch, n,
                                               r->lease_ms, r->stale_ms, &err)
                      : attempt_store_claim_due(r->store, r->due, (size_t)r->batch, n,
                                                r->lease_ms, r->stale_ms, &err);
-    if (rc != STORE_OK) {
+    if (rc != CHARGED_OK) {
         reconciler_db_failed(r, refunds ? "claim refunds" : "claim", err.message);
         return -1;
     }
@@ -305,12 +305,12 @@ static void count_backlog(struct reconciler *r, int64_t now)
     static const enum attempt_status statuses[] = {ATTEMPT_STATUS_UNKNOWN,
                                                    ATTEMPT_STATUS_PROCESSING};
     long long counts[2], oldest[2];
-    struct store_error err;
+    struct charged_error err;
     if (now < r->next_backlog || (r->db.backoff_ms && now < r->next_poll))
         return; /* not due, or the database is being waited for */
     r->next_backlog = now + BACKLOG_EVERY_MS;
     if (attempt_store_backlog(r->store, statuses, 2, counts, oldest, &err) !=
-        STORE_OK) {
+        CHARGED_OK) {
         reconciler_db_failed(r, "count backlog", err.message);
         return;
     }
@@ -320,7 +320,7 @@ static void count_backlog(struct reconciler *r, int64_t now)
         metrics_set(METRIC_RECONCILER_OLDEST, oldest[i] / 1000.0, name);
     }
     if (refund_store_backlog(r->refunds, statuses, 2, counts, oldest, &err) !=
-        STORE_OK) {
+        CHARGED_OK) {
         reconciler_db_failed(r, "count refund backlog", err.message);
         return;
     }
@@ -433,7 +433,7 @@ static int setup(void *state, config_t *cfg, const char *id, char *err, size_t e
     if (!r->provider)
         return 2;
     /* Does not connect: started while the database is down, it waits. */
-    struct store_error serr;
+    struct charged_error serr;
     r->store = attempt_store_new(config_str(r->cfg, CONFIG_DATABASE_URL), r->id, &serr);
     if (!r->store) {
         snprintf(err, err_size, "%s", serr.message);

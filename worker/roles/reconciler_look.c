@@ -72,8 +72,8 @@ struct look_kind {
     /* One page of its list, after the object `after` ("" first). */
     void (*page)(struct reconciler *r, const struct look *l, const char *after,
                  struct provider_result *page);
-    enum store_rc (*settle)(struct reconciler *r, struct settlement *s,
-                            struct store_error *err);
+    enum charged_rc (*settle)(struct reconciler *r, struct settlement *s,
+                              struct charged_error *err);
 };
 
 /* ---- the calls ---- */
@@ -254,8 +254,8 @@ static void charge_page(struct reconciler *r, const struct look *l, const char *
     provider_client_list(r->provider, d->id, gte, lt, after, page);
 }
 
-static enum store_rc charge_settle(struct reconciler *r, struct settlement *s,
-                                   struct store_error *err)
+static enum charged_rc charge_settle(struct reconciler *r, struct settlement *s,
+                                     struct charged_error *err)
 {
     struct attempt_call calls[MAX_ROWS];
     CHARGED_ASSERT(s->nrows <= MAX_ROWS);
@@ -277,7 +277,7 @@ static enum store_rc charge_settle(struct reconciler *r, struct settlement *s,
         .calls = calls,
         .ncalls = s->nrows,
     };
-    enum store_rc rc = attempt_store_settle(r->store, &a, 1, err);
+    enum charged_rc rc = attempt_store_settle(r->store, &a, 1, err);
     s->settled = a.settled;
     s->busy = a.busy;
     return rc;
@@ -366,8 +366,8 @@ static void refund_page(struct reconciler *r, const struct look *l, const char *
                                  page);
 }
 
-static enum store_rc refund_settle(struct reconciler *r, struct settlement *s,
-                                   struct store_error *err)
+static enum charged_rc refund_settle(struct reconciler *r, struct settlement *s,
+                                     struct charged_error *err)
 {
     struct refund_call calls[MAX_ROWS];
     CHARGED_ASSERT(s->nrows <= MAX_ROWS);
@@ -386,7 +386,7 @@ static enum store_rc refund_settle(struct reconciler *r, struct settlement *s,
                                   .next_check_ms = s->next_check_ms,
                                   .calls = calls,
                                   .ncalls = s->nrows};
-    enum store_rc rc = refund_store_settle(r->refunds, &f, err);
+    enum charged_rc rc = refund_store_settle(r->refunds, &f, err);
     s->settled = f.settled;
     s->busy = f.busy;
     return rc;
@@ -429,8 +429,9 @@ static size_t rows_of(const struct look *l, struct look_row *rows)
 
 /* A value the database refuses (an intent booked for another attempt,
  * say): a human decides, with nothing from outside but the refusal. */
-static enum store_rc settle_for_review(struct reconciler *r, const struct look *l,
-                                       struct settlement *s, struct store_error *err)
+static enum charged_rc settle_for_review(struct reconciler *r, const struct look *l,
+                                         struct settlement *s,
+                                         struct charged_error *err)
 {
     char msg[128], why[256];
     snprintf(msg, sizeof(msg), "the database refused %s; settling it for review",
@@ -438,7 +439,7 @@ static enum store_rc settle_for_review(struct reconciler *r, const struct look *
     log_error(msg, l->k->id_key, l->id, "order_id", l->order_id, "error", err->message,
               NULL);
     snprintf(why, sizeof(why), "requires_review: the database refused %s (sqlstate %s)",
-             attempt_status_name(s->status), err->sqlstate);
+             attempt_status_name(s->status), err->code);
     s->status = ATTEMPT_STATUS_REQUIRES_REVIEW;
     s->reason = why;
     s->object_id = NULL;
@@ -449,13 +450,13 @@ static enum store_rc settle_for_review(struct reconciler *r, const struct look *
 /* The settlement not written: the look's calls are kept to be written
  * later (a call made, a charge perhaps, must never vanish). -1 when the
  * database is away. */
-static int not_settled(struct reconciler *r, const struct look *l, enum store_rc rc,
+static int not_settled(struct reconciler *r, const struct look *l, enum charged_rc rc,
                        const struct look_row *rows, size_t n,
-                       const struct store_error *err)
+                       const struct charged_error *err)
 {
     char msg[128];
     reconciler_keep_calls(r, l->k->refund, l->id, l->k->id_key, rows, n);
-    if (rc == STORE_LOCKED) {
+    if (rc == CHARGED_WAIT) {
         /* Another session's uncommitted change held the statement: nothing
          * written; our lease expires and the next look decides again. */
         snprintf(msg, sizeof(msg),
@@ -464,7 +465,7 @@ static int not_settled(struct reconciler *r, const struct look *l, enum store_rc
         log_warn(msg, l->k->id_key, l->id, "order_id", l->order_id, NULL);
         return 0;
     }
-    if (rc == STORE_RETRY) {
+    if (rc == CHARGED_RETRY) {
         /* Outage: the decision is taken again at the next look. */
         reconciler_db_failed(r, l->k->settle_stage, err->message);
         return -1;
@@ -512,7 +513,7 @@ static void log_settlement(const struct look *l, const struct settlement *s, int
 /* Settles one look, whatever it found: a status change, or the next look. */
 static int settle(struct reconciler *r, struct look *l)
 {
-    struct store_error err;
+    struct charged_error err;
     struct look_row rows[MAX_ROWS];
     size_t n = rows_of(l, rows);
     /* The look's status, past RECONCILER_MAX_AGE_MS too, is the policy's. */
@@ -531,11 +532,11 @@ static int settle(struct reconciler *r, struct look *l)
         .rows = rows,
         .nrows = n,
     };
-    enum store_rc rc = l->k->settle(r, &s, &err);
-    if (rc == STORE_DATA && s.status != ATTEMPT_STATUS_REQUIRES_REVIEW)
+    enum charged_rc rc = l->k->settle(r, &s, &err);
+    if (rc == CHARGED_BAD_ITEM && s.status != ATTEMPT_STATUS_REQUIRES_REVIEW)
         rc = settle_for_review(r, l, &s, &err);
     free(evidence);
-    if (rc != STORE_OK)
+    if (rc != CHARGED_OK)
         return not_settled(r, l, rc, rows, n, &err);
     reconciler_db_ok(r);
     log_settlement(l, &s, stays);

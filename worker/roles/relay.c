@@ -102,15 +102,15 @@ static void db_failed(struct relay *r, const char *stage, const char *err)
  * past their retention deleted. */
 static void housekeeping(struct relay *r)
 {
-    struct store_error err;
+    struct charged_error err;
     char count[32], age[32], gone[32];
     long long n = 0, oldest = 0, deleted = 0;
     int64_t now = clock_now_ms();
     if (now < r->next_housekeeping)
         return;
     r->next_housekeeping = now + r->backlog_log_ms;
-    if (outbox_store_backlog(r->store, &n, &oldest, &err) != STORE_OK ||
-        outbox_store_purge(r->store, r->retention_ms, &deleted, &err) != STORE_OK) {
+    if (outbox_store_backlog(r->store, &n, &oldest, &err) != CHARGED_OK ||
+        outbox_store_purge(r->store, r->retention_ms, &deleted, &err) != CHARGED_OK) {
         db_failed(r, "housekeeping", err.message);
         return;
     }
@@ -223,7 +223,7 @@ static void judge_acks(const struct relay *r, const outbox_batch_t *b, size_t n,
  * database failed (said). */
 static int record_verdicts(struct relay *r, const struct verdicts *vs)
 {
-    struct store_error err;
+    struct charged_error err;
     if (vs->nfailed > 0)
         log_warn("result events not acknowledged; publishing them again", "event_id",
                  vs->failed[0], "error", vs->why[0], "topic", r->topic, NULL);
@@ -233,14 +233,14 @@ static int record_verdicts(struct relay *r, const struct verdicts *vs)
      * event's trouble, and it waits alone. */
     r->broker_refusing = vs->ok == 0 && vs->nfailed > vs->nown;
     if (vs->ok > 0 &&
-        outbox_store_mark_published(r->store, vs->ids, vs->ok, &err) != STORE_OK) {
+        outbox_store_mark_published(r->store, vs->ids, vs->ok, &err) != CHARGED_OK) {
         db_failed(r, "mark published", err.message);
         return -1;
     }
     if (vs->nfailed > 0 && !r->broker_refusing) {
         metrics_add(METRIC_OUTBOX_FAILURES, (double)vs->nfailed);
         if (outbox_store_mark_failed(r->store, vs->failed, vs->why, vs->nfailed,
-                                     &err) != STORE_OK) {
+                                     &err) != CHARGED_OK) {
             db_failed(r, "mark failed", err.message);
             return -1;
         }
@@ -258,9 +258,9 @@ static int record_verdicts(struct relay *r, const struct verdicts *vs)
  * event_id: consumers deduplicate on it. */
 static void publish_batch(struct relay *r)
 {
-    struct store_error err;
+    struct charged_error err;
     outbox_batch_t *b;
-    if (outbox_store_fetch(r->store, (size_t)r->batch, &b, &err) != STORE_OK) {
+    if (outbox_store_fetch(r->store, (size_t)r->batch, &b, &err) != CHARGED_OK) {
         db_failed(r, "fetch", err.message);
         return;
     }
@@ -300,16 +300,16 @@ out:
 
 static void publish_step(struct relay *r, int64_t now)
 {
-    struct store_error err;
+    struct charged_error err;
 
     if (now < r->next_poll)
         return;
     int rc = outbox_store_lead(r->store, &err);
-    if (rc != STORE_OK && rc != STORE_NOT_LEADER) {
+    if (rc != CHARGED_OK && rc != CHARGED_NOT_LEADER) {
         db_failed(r, "lead", err.message);
         return;
     }
-    int lead = rc == STORE_OK;
+    int lead = rc == CHARGED_OK;
     daemon_db_reached(&r->db);
     if (lead != r->leading)
         log_info(lead ? "leading: publishing the outbox"
@@ -424,7 +424,7 @@ static int setup(void *state, config_t *cfg, const char *id, char *err, size_t e
     r->queue = rd_kafka_queue_get_main(r->producer);
     rd_kafka_queue_cb_event_enable(r->queue, on_queue_event, NULL);
     /* Does not connect: started while the database is down, it waits. */
-    struct store_error serr;
+    struct charged_error serr;
     r->store = outbox_store_new(config_str(r->cfg, CONFIG_DATABASE_URL), &serr);
     if (!r->store) {
         snprintf(err, err_size, "%s", serr.message);

@@ -68,11 +68,11 @@ void stmt_add_int(struct stmt *s, int param, long long value)
     stmt_add(s, param, num);
 }
 
-/* Runs sql with s's parameters on the call's session: STORE_OK and, when
+/* Runs sql with s's parameters on the call's session: CHARGED_OK and, when
  * res is not NULL, the rows in *res (the caller PQclear()s them); or the
  * failure, classified (store_conn_exec), and err. */
-enum store_rc stmt_run(store_conn_t *db, struct stmt *s, const char *sql,
-                       PGresult **res, struct store_error *err)
+enum charged_rc stmt_run(store_conn_t *db, struct stmt *s, const char *sql,
+                         PGresult **res, struct charged_error *err)
 {
     if (res)
         *res = NULL;
@@ -80,17 +80,17 @@ enum store_rc stmt_run(store_conn_t *db, struct stmt *s, const char *sql,
         if (s->arrays[i] && !(s->p[i] = db_array_text(s->arrays[i])))
             s->failed = 1;
     if (s->failed) {
-        store_error_set(err, "out of memory");
-        return STORE_RETRY;
+        charged_error_set(err, "out of memory");
+        return CHARGED_RETRY;
     }
     return store_conn_exec(db, sql, s->n, s->p, res, err);
 }
 
-enum store_rc stmt_run_keyed(store_conn_t *db, struct stmt *s, const char *sql,
-                             PGresult **res, struct store_error *err)
+enum charged_rc stmt_run_keyed(store_conn_t *db, struct stmt *s, const char *sql,
+                               PGresult **res, struct charged_error *err)
 {
-    enum store_rc rc = stmt_run(db, s, sql, res, err);
-    if (rc == STORE_DATA && !strcmp(err->sqlstate, "23505"))
+    enum charged_rc rc = stmt_run(db, s, sql, res, err);
+    if (rc == CHARGED_BAD_ITEM && !strcmp(err->code, "23505"))
         rc = stmt_run(db, s, sql, res, err);
     return rc;
 }
@@ -118,16 +118,16 @@ int stmt_col_true(const PGresult *r, int row, int c)
     return PQgetvalue(r, row, c)[0] == 't';
 }
 
-enum store_rc stmt_lease(store_conn_t *db, const char *actor, const char *sql,
-                         const char *const *ids, const int64_t *epochs, size_t n,
-                         const long long *lease_ms, PGresult **res,
-                         struct store_error *err)
+enum charged_rc stmt_lease(store_conn_t *db, const char *actor, const char *sql,
+                           const char *const *ids, const int64_t *epochs, size_t n,
+                           const long long *lease_ms, PGresult **res,
+                           struct charged_error *err)
 {
     struct stmt s = {0};
-    enum store_rc rc;
+    enum charged_rc rc;
 
-    if (store_conn_open(db, NULL, err) != STORE_OK)
-        return STORE_RETRY;
+    if (store_conn_open(db, NULL, err) != CHARGED_OK)
+        return CHARGED_RETRY;
     int a = stmt_arrays(&s, 2);
     for (size_t i = 0; i < n; i++) {
         stmt_add(&s, a, ids[i]);
@@ -153,12 +153,12 @@ int stmt_row_of(const PGresult *r, int c, const char *value)
  * of the persist statements: 0, or -1 (err) when its status may not
  * follow PROCESSING. */
 static int add_outcome(struct stmt *s, int first, const struct stmt_outcome *o,
-                       struct store_error *err)
+                       struct charged_error *err)
 {
     int to = attempt_status_parse(o->status);
     if (to < 0 || !attempt_status_transition_allowed(ATTEMPT_STATUS_PROCESSING, to)) {
-        store_error_set(err, "status '%s' may not follow PROCESSING",
-                        o->status ? o->status : "(null)");
+        charged_error_set(err, "status '%s' may not follow PROCESSING",
+                          o->status ? o->status : "(null)");
         return -1;
     }
     stmt_add(s, first, o->id);
@@ -177,20 +177,20 @@ static int add_outcome(struct stmt *s, int first, const struct stmt_outcome *o,
     return 0;
 }
 
-enum store_rc stmt_persist(store_conn_t *db, const char *actor, const char *sql,
-                           void *items, size_t n, stmt_outcome_fn get,
-                           struct store_error *err)
+enum charged_rc stmt_persist(store_conn_t *db, const char *actor, const char *sql,
+                             void *items, size_t n, stmt_outcome_fn get,
+                             struct charged_error *err)
 {
     struct stmt s = {0};
     struct stmt_outcome o;
     PGresult *r = NULL;
-    enum store_rc rc = STORE_DATA;
+    enum charged_rc rc = CHARGED_BAD_ITEM;
 
-    store_error_clear(err);
+    charged_error_clear(err);
     if (n == 0)
-        return STORE_OK;
-    if (store_conn_open(db, NULL, err) != STORE_OK)
-        return STORE_RETRY;
+        return CHARGED_OK;
+    if (store_conn_open(db, NULL, err) != CHARGED_OK)
+        return CHARGED_RETRY;
     int a = stmt_arrays(&s, 10);
     for (size_t i = 0; i < n; i++) {
         get(items, i, &o);
@@ -198,7 +198,7 @@ enum store_rc stmt_persist(store_conn_t *db, const char *actor, const char *sql,
             goto out;
     }
     stmt_text(&s, actor);
-    if ((rc = stmt_run(db, &s, sql, &r, err)) != STORE_OK)
+    if ((rc = stmt_run(db, &s, sql, &r, err)) != CHARGED_OK)
         goto out;
     for (size_t i = 0; i < n; i++) {
         get(items, i, &o);
@@ -212,24 +212,24 @@ out:
     return rc;
 }
 
-enum store_rc stmt_backlog(store_conn_t *db, const char *sql,
-                           const enum attempt_status *statuses, size_t n,
-                           long long *counts, long long *oldest_ms,
-                           struct store_error *err)
+enum charged_rc stmt_backlog(store_conn_t *db, const char *sql,
+                             const enum attempt_status *statuses, size_t n,
+                             long long *counts, long long *oldest_ms,
+                             struct charged_error *err)
 {
     struct stmt s = {0};
     PGresult *r = NULL;
-    enum store_rc rc;
+    enum charged_rc rc;
 
-    store_error_clear(err);
+    charged_error_clear(err);
     for (size_t i = 0; i < n; i++)
         counts[i] = oldest_ms[i] = 0;
-    if (store_conn_open(db, NULL, err) != STORE_OK)
-        return STORE_RETRY;
+    if (store_conn_open(db, NULL, err) != CHARGED_OK)
+        return CHARGED_RETRY;
     int names = stmt_arrays(&s, 1);
     for (size_t i = 0; i < n; i++)
         stmt_add(&s, names, attempt_status_name(statuses[i]));
-    if ((rc = stmt_run(db, &s, sql, &r, err)) == STORE_OK)
+    if ((rc = stmt_run(db, &s, sql, &r, err)) == CHARGED_OK)
         for (size_t i = 0; i < n; i++) {
             int row = stmt_row_of(r, 0, attempt_status_name(statuses[i]));
             if (row >= 0) {
@@ -244,10 +244,10 @@ enum store_rc stmt_backlog(store_conn_t *db, const char *sql,
 
 int stmt_session_new(const char *database_url, const char *lock_timeout,
                      const char *actor, store_conn_t **db, char **actor_copy,
-                     struct store_error *err)
+                     struct charged_error *err)
 {
     if (!(*actor_copy = strdup(actor))) {
-        store_error_set(err, "out of memory");
+        charged_error_set(err, "out of memory");
         return -1;
     }
     if (!(*db = store_conn_new(database_url, lock_timeout, err))) {
@@ -264,11 +264,11 @@ void stmt_session_free(store_conn_t *db, char *actor_copy)
     free(actor_copy);
 }
 
-enum store_rc stmt_ping(store_conn_t *db, struct store_error *err)
+enum charged_rc stmt_ping(store_conn_t *db, struct charged_error *err)
 {
-    store_error_clear(err);
-    if (store_conn_open(db, NULL, err) != STORE_OK ||
-        store_conn_exec(db, "SELECT 1", 0, NULL, NULL, err) != STORE_OK)
-        return STORE_RETRY;
-    return STORE_OK;
+    charged_error_clear(err);
+    if (store_conn_open(db, NULL, err) != CHARGED_OK ||
+        store_conn_exec(db, "SELECT 1", 0, NULL, NULL, err) != CHARGED_OK)
+        return CHARGED_RETRY;
+    return CHARGED_OK;
 }

@@ -39,17 +39,17 @@ int stmt_arrays(struct stmt *s, int count);
 /* Appends one element to array parameter `param`; NULL appends SQL NULL. */
 void stmt_add(struct stmt *s, int param, const char *value);
 void stmt_add_int(struct stmt *s, int param, long long value);
-/* Runs sql with s's parameters on db's session: STORE_OK and, when res is
+/* Runs sql with s's parameters on db's session: CHARGED_OK and, when res is
  * not NULL, the rows in *res (the caller PQclear()s them); or the failure,
  * classified (store_conn_exec), and err. */
-enum store_rc stmt_run(store_conn_t *db, struct stmt *s, const char *sql,
-                       PGresult **res, struct store_error *err);
+enum charged_rc stmt_run(store_conn_t *db, struct stmt *s, const char *sql,
+                         PGresult **res, struct charged_error *err);
 /* stmt_run for a statement that inserts charges or refunds: a key another
  * session took in the same instant is refused (unique_violation on
  * idempotency_keys, migration 0011) once that session commits; run again,
  * the statement sees the winner, and the key reads as the conflict it is. */
-enum store_rc stmt_run_keyed(store_conn_t *db, struct stmt *s, const char *sql,
-                             PGresult **res, struct store_error *err);
+enum charged_rc stmt_run_keyed(store_conn_t *db, struct stmt *s, const char *sql,
+                               PGresult **res, struct charged_error *err);
 void stmt_release(struct stmt *s);
 
 /* Column c of a row: copied as text into out (cut to its size), as a
@@ -64,10 +64,10 @@ int stmt_row_of(const PGresult *r, int c, const char *value);
 /* Runs a lease statement (lease_sql.h) of ours on ids[i] at epochs[i]: its
  * parameters are the ids, the epochs, *lease_ms (when not NULL) and the
  * actor. Connects first if needed. */
-enum store_rc stmt_lease(store_conn_t *db, const char *actor, const char *sql,
-                         const char *const *ids, const int64_t *epochs, size_t n,
-                         const long long *lease_ms, PGresult **res,
-                         struct store_error *err);
+enum charged_rc stmt_lease(store_conn_t *db, const char *actor, const char *sql,
+                           const char *const *ids, const int64_t *epochs, size_t n,
+                           const long long *lease_ms, PGresult **res,
+                           struct charged_error *err);
 
 /* The session and the actor a leased store (attempt_store, refund_store)
  * holds: *db made with lock_timeout (only the URL's syntax is checked now;
@@ -75,10 +75,10 @@ enum store_rc stmt_lease(store_conn_t *db, const char *actor, const char *sql,
  * and err (out of memory, or the URL); nothing is held then. */
 int stmt_session_new(const char *database_url, const char *lock_timeout,
                      const char *actor, store_conn_t **db, char **actor_copy,
-                     struct store_error *err);
+                     struct charged_error *err);
 void stmt_session_free(store_conn_t *db, char *actor_copy);
-/* The session opened and answering: STORE_OK, or STORE_RETRY and err. */
-enum store_rc stmt_ping(store_conn_t *db, struct store_error *err);
+/* The session opened and answering: CHARGED_OK, or CHARGED_RETRY and err. */
+enum charged_rc stmt_ping(store_conn_t *db, struct charged_error *err);
 
 /* One outcome of the worker's batch as a persist statement takes it (the
  * SQL_PERSIST of attempt_store and of refund_store: ten arrays, $11 the
@@ -99,18 +99,18 @@ typedef void (*stmt_outcome_fn)(void *items, size_t i, struct stmt_outcome *o);
 /* Persists the n outcomes `get` gives of items by sql, each under the
  * claim it names, and sets each one's persisted and busy. An outcome whose
  * status may not follow PROCESSING is a bug of ours: the batch is refused
- * whole (STORE_DATA), and the caller isolates it like a refused value.
+ * whole (CHARGED_BAD_ITEM), and the caller isolates it like a refused value.
  * Connects first if needed. */
-enum store_rc stmt_persist(store_conn_t *db, const char *actor, const char *sql,
-                           void *items, size_t n, stmt_outcome_fn get,
-                           struct store_error *err);
+enum charged_rc stmt_persist(store_conn_t *db, const char *actor, const char *sql,
+                             void *items, size_t n, stmt_outcome_fn get,
+                             struct charged_error *err);
 
 /* Counts the rows in each of the statuses and the age in ms of each one's
  * oldest, by sql ($1 the statuses' names; rows of status, count, age), 0
  * for none. Connects first if needed. */
-enum store_rc stmt_backlog(store_conn_t *db, const char *sql,
-                           const enum attempt_status *statuses, size_t n,
-                           long long *counts, long long *oldest_ms,
-                           struct store_error *err);
+enum charged_rc stmt_backlog(store_conn_t *db, const char *sql,
+                             const enum attempt_status *statuses, size_t n,
+                             long long *counts, long long *oldest_ms,
+                             struct charged_error *err);
 
 #endif

@@ -89,8 +89,8 @@ static const char *charge_order_of(const void *command)
     return ((const struct charge_command *)command)->order_id;
 }
 
-static enum store_rc charge_record(void *op, struct engine_record *items, size_t n,
-                                   long long lease_ms, struct store_error *err)
+static enum charged_rc charge_record(void *op, struct engine_record *items, size_t n,
+                                     long long lease_ms, struct charged_error *err)
 {
     static const enum engine_record_result results[] = {
         [ATTEMPT_RECORDED] = ENGINE_RECORDED,
@@ -101,11 +101,11 @@ static enum store_rc charge_record(void *op, struct engine_record *items, size_t
     };
     struct attempt_record_item *a = op_batch_new(n, sizeof(*a), err);
     if (!a)
-        return STORE_RETRY;
+        return CHARGED_RETRY;
     for (size_t i = 0; i < n; i++)
         a[i].cmd = items[i].command;
-    enum store_rc rc = attempt_store_record(store_of(op), a, n, lease_ms, err);
-    for (size_t i = 0; rc == STORE_OK && i < n; i++) {
+    enum charged_rc rc = attempt_store_record(store_of(op), a, n, lease_ms, err);
+    for (size_t i = 0; rc == CHARGED_OK && i < n; i++) {
         CHARGED_ASSERT((unsigned)a[i].result < sizeof(results) / sizeof(results[0]));
         items[i].result = results[a[i].result];
         snprintf(items[i].reason, sizeof(items[i].reason), "%s", a[i].reason);
@@ -119,8 +119,8 @@ static enum store_rc charge_record(void *op, struct engine_record *items, size_t
     return rc;
 }
 
-static enum store_rc charge_claim(void *op, struct engine_claim *items, size_t n,
-                                  long long lease_ms, struct store_error *err)
+static enum charged_rc charge_claim(void *op, struct engine_claim *items, size_t n,
+                                    long long lease_ms, struct charged_error *err)
 {
     static const enum engine_claim_result results[] = {
         [ATTEMPT_CLAIMED] = ENGINE_CLAIMED,
@@ -129,11 +129,11 @@ static enum store_rc charge_claim(void *op, struct engine_claim *items, size_t n
     };
     struct attempt_claim_item *a = op_batch_new(n, sizeof(*a), err);
     if (!a)
-        return STORE_RETRY;
+        return CHARGED_RETRY;
     for (size_t i = 0; i < n; i++)
         a[i].attempt_id = items[i].id;
-    enum store_rc rc = attempt_store_claim(store_of(op), a, n, lease_ms, err);
-    for (size_t i = 0; rc == STORE_OK && i < n; i++) {
+    enum charged_rc rc = attempt_store_claim(store_of(op), a, n, lease_ms, err);
+    for (size_t i = 0; rc == CHARGED_OK && i < n; i++) {
         CHARGED_ASSERT((unsigned)a[i].result < sizeof(results) / sizeof(results[0]));
         op_batch_claimed(&items[i], results[a[i].result], a[i].lease_epoch,
                          a[i].key_age_ms, a[i].status, &a[i].params,

@@ -93,17 +93,17 @@ static const char *refund_order_of(const void *command)
 
 /* A refund is recorded, then claimed on its own: its claim checks the
  * charge it refunds. */
-static enum store_rc refund_record(void *op, struct engine_record *items, size_t n,
-                                   long long lease_ms, struct store_error *err)
+static enum charged_rc refund_record(void *op, struct engine_record *items, size_t n,
+                                     long long lease_ms, struct charged_error *err)
 {
     (void)lease_ms;
     struct refund_record_item *a = op_batch_new(n, sizeof(*a), err);
     if (!a)
-        return STORE_RETRY;
+        return CHARGED_RETRY;
     for (size_t i = 0; i < n; i++)
         a[i].cmd = items[i].command;
-    enum store_rc rc = refund_store_record(store_of(op), a, n, err);
-    for (size_t i = 0; rc == STORE_OK && i < n; i++) {
+    enum charged_rc rc = refund_store_record(store_of(op), a, n, err);
+    for (size_t i = 0; rc == CHARGED_OK && i < n; i++) {
         CHARGED_ASSERT(a[i].result == REFUND_RECORDED ||
                        a[i].result == REFUND_CONFLICT);
         items[i].result =
@@ -114,8 +114,8 @@ static enum store_rc refund_record(void *op, struct engine_record *items, size_t
     return rc;
 }
 
-static enum store_rc refund_claim(void *op, struct engine_claim *items, size_t n,
-                                  long long lease_ms, struct store_error *err)
+static enum charged_rc refund_claim(void *op, struct engine_claim *items, size_t n,
+                                    long long lease_ms, struct charged_error *err)
 {
     static const enum engine_claim_result results[] = {
         [REFUND_CLAIMED] = ENGINE_CLAIMED,
@@ -124,11 +124,11 @@ static enum store_rc refund_claim(void *op, struct engine_claim *items, size_t n
     };
     struct refund_claim_item *a = op_batch_new(n, sizeof(*a), err);
     if (!a)
-        return STORE_RETRY;
+        return CHARGED_RETRY;
     for (size_t i = 0; i < n; i++)
         a[i].refund_id = items[i].id;
-    enum store_rc rc = refund_store_claim(store_of(op), a, n, lease_ms, err);
-    for (size_t i = 0; rc == STORE_OK && i < n; i++) {
+    enum charged_rc rc = refund_store_claim(store_of(op), a, n, lease_ms, err);
+    for (size_t i = 0; rc == CHARGED_OK && i < n; i++) {
         CHARGED_ASSERT((unsigned)a[i].result < sizeof(results) / sizeof(results[0]));
         /* Claimed, it is reserved on its charge: never for nothing. */
         CHARGED_ASSERT(a[i].result != REFUND_CLAIMED || a[i].params.amount > 0);
