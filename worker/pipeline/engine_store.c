@@ -635,7 +635,7 @@ void engine_persist_outcomes(engine_t *eng)
             continue;
         CHARGED_ASSERT(j->lease_epoch > 0); /* an outcome only under our claim */
         struct engine_outcome *o = &items[k];
-        const struct job_decision *d = &j->decision;
+        const struct answer_decision *d = &j->decision;
         js[k] = j;
         /* The operation's decision, and what it says of the answer. */
         evidence[k] = eng->op->outcome(j->kind, &j->res, d, j->calls, reasons[k],
