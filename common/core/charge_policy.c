@@ -52,11 +52,11 @@ int charge_policy_key_window_open(long long key_age_ms, long long key_retention_
            key_retention_ms;
 }
 
-struct charge_decision charge_policy_decide(const struct charge_policy *p,
+struct answer_decision charge_policy_decide(const struct charge_policy *p,
                                             enum provider_outcome outcome, int tries,
                                             int key_window_open, unsigned jitter)
 {
-    struct charge_decision d = {0};
+    struct answer_decision d = {0};
     CHARGED_ASSERT(p && tries >= 0);
     if ((unsigned)outcome >= sizeof(rows) / sizeof(rows[0]))
         outcome = PROVIDER_REQUIRES_REVIEW; /* an answer we cannot place */
@@ -72,12 +72,12 @@ struct charge_decision charge_policy_decide(const struct charge_policy *p,
         break;
     }
     if (again) {
-        d.next = CHARGE_NEXT_RETRY;
+        d.next = ANSWER_NEXT_RETRY;
         d.retry_in_ms =
             retry_backoff_ms(p->retry_base_ms, p->retry_max_ms, tries, jitter);
         return d;
     }
-    d.next = CHARGE_NEXT_SETTLE;
+    d.next = ANSWER_NEXT_SETTLE;
     d.status = rows[outcome].status;
     d.event_type = attempt_status_event_type(d.status);
     d.next_check_ms = rows[outcome].looked_at ? p->first_look_ms : -1;

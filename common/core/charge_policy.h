@@ -11,6 +11,7 @@
 #ifndef CHARGED_CHARGE_POLICY_H
 #define CHARGED_CHARGE_POLICY_H
 
+#include "answer_decision.h"
 #include "attempt_status.h"
 #include "provider_outcome.h"
 
@@ -23,27 +24,11 @@ struct charge_policy {
                                 settle it before) */
 };
 
-enum charge_next {
-    CHARGE_NEXT_SETTLE = 0, /* persist status (and event) */
-    CHARGE_NEXT_RETRY,      /* send again with the same key after retry_in_ms */
-};
-
-struct charge_decision {
-    enum charge_next next;
-    long long retry_in_ms;      /* RETRY: capped exponential back-off, jittered */
-    enum attempt_status status; /* SETTLE */
-    const char *event_type;     /* SETTLE: "charge.succeeded", ...; NULL: none */
-    long long next_check_ms;    /* SETTLE: reconciler's first look; -1: none */
-    const char *reason_code;    /* SETTLE: "declined", "invalid_request",
-                                   "outcome_unknown", "provider_processing",
-                                   "requires_review"; NULL when succeeded */
-};
-
 /* tries: sends of this kind so far (not executed, or unknown), including
  * the one just answered. key_window_open: another send would still reach
  * the provider while it remembers the key. jitter: any number that differs
  * between attempts (spreads their retries). */
-struct charge_decision charge_policy_decide(const struct charge_policy *p,
+struct answer_decision charge_policy_decide(const struct charge_policy *p,
                                             enum provider_outcome outcome, int tries,
                                             int key_window_open, unsigned jitter);
 

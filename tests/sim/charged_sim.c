@@ -597,7 +597,7 @@ static int persist(struct world *w, struct worker *wk)
         ;
     if (!j)
         return 0;
-    const struct job_decision *d = &j->decision;
+    const struct answer_decision *d = &j->decision;
     /* What the outcome says (its reason and evidence) is the operation's. */
     free(payment_answer_outcome(j->kind, &j->res, d, j->calls, reason, sizeof(reason),
                                 &provider_id));

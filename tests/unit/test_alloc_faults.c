@@ -360,7 +360,7 @@ static enum outcome pure_calls(void)
 {
     char text[64], tp[TRACEPARENT_LEN + 1], card[] = "pay 4242-4242-4242-4242 now";
     const struct charge_policy policy = {3, 200, 5000, 60000};
-    struct charge_decision d;
+    struct answer_decision d;
 
     utf8_text_copy(text, sizeof(text), "caf\xc3\xa9\x01\xff");
     if (!utf8_text_valid(text, strlen(text)))
@@ -371,7 +371,7 @@ static enum outcome pure_calls(void)
     if (!card_data_found(card, strlen(card)) || card_data_mask(card, strlen(card)) != 1)
         return broken_because("card number not found");
     d = charge_policy_decide(&policy, PROVIDER_UNKNOWN, 1, 1, 7);
-    if (d.next != CHARGE_NEXT_RETRY)
+    if (d.next != ANSWER_NEXT_RETRY)
         return broken_because("an unknown outcome was not retried");
     return OUTCOME_OK;
 }

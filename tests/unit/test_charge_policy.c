@@ -97,10 +97,10 @@ START_TEST(each_outcome_retries_left_and_key_window)
 {
     const int i = _i;
     int tries = cases[i].retries_left ? 1 : policy.unknown_retries + 1;
-    struct charge_decision d = charge_policy_decide(&policy, cases[i].outcome, tries,
+    struct answer_decision d = charge_policy_decide(&policy, cases[i].outcome, tries,
                                                     cases[i].window_open, 7u);
     const char *what = provider_outcome_name(cases[i].outcome);
-    ck_assert_msg(d.next == (cases[i].retry ? CHARGE_NEXT_RETRY : CHARGE_NEXT_SETTLE),
+    ck_assert_msg(d.next == (cases[i].retry ? ANSWER_NEXT_RETRY : ANSWER_NEXT_SETTLE),
                   "%s retries_left=%d window=%d: wrong next", what,
                   cases[i].retries_left, cases[i].window_open);
     if (cases[i].retry) {
@@ -129,9 +129,9 @@ START_TEST(unknown_is_never_failed)
 {
     for (int tries = 1; tries <= 10; tries++)
         for (int w = 0; w <= 1; w++) {
-            struct charge_decision d = charge_policy_decide(&policy, PROVIDER_UNKNOWN,
+            struct answer_decision d = charge_policy_decide(&policy, PROVIDER_UNKNOWN,
                                                             tries, w, (unsigned)tries);
-            ck_assert(d.next == CHARGE_NEXT_RETRY ||
+            ck_assert(d.next == ANSWER_NEXT_RETRY ||
                       d.status == ATTEMPT_STATUS_UNKNOWN);
         }
 }
@@ -218,8 +218,8 @@ START_TEST(an_outage_spares_one_failure_only)
     int outage;
     ck_assert_int_eq(retry_tries_count(&t, PROVIDER_UNKNOWN, 1, 1, &outage), 0);
     ck_assert_int_eq(outage, 1);
-    struct charge_decision d = charge_policy_decide(&policy, PROVIDER_UNKNOWN, 0, 1, 7);
-    ck_assert_int_eq(d.next, CHARGE_NEXT_RETRY);
+    struct answer_decision d = charge_policy_decide(&policy, PROVIDER_UNKNOWN, 0, 1, 7);
+    ck_assert_int_eq(d.next, ANSWER_NEXT_RETRY);
     int tries = 0;
     for (int i = 0; i < policy.unknown_retries + 1; i++) {
         tries = retry_tries_count(&t, PROVIDER_UNKNOWN, 1, 1, &outage);
@@ -227,7 +227,7 @@ START_TEST(an_outage_spares_one_failure_only)
     }
     ck_assert_int_eq(tries, policy.unknown_retries + 1);
     d = charge_policy_decide(&policy, PROVIDER_UNKNOWN, tries, 1, 7);
-    ck_assert_int_eq(d.next, CHARGE_NEXT_SETTLE);
+    ck_assert_int_eq(d.next, ANSWER_NEXT_SETTLE);
     ck_assert_int_eq(d.status, ATTEMPT_STATUS_UNKNOWN);
     /* NULL for outage is allowed. */
     ck_assert_int_eq(retry_tries_count(&t, PROVIDER_SUCCEEDED, 0, 0, NULL), 1);

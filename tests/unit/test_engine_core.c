@@ -18,22 +18,22 @@
 static struct job jobs[NJOBS];
 static job_list_t *list;
 static int decided_kind;
-static enum job_next next_decided;
+static enum answer_next next_decided;
 
 /* An operation's decide of the test's own: settles UNKNOWN or retries in
  * 250 ms, as next_decided says, and remembers the kind it was asked for. */
-static struct job_decision test_decide(int kind, const struct engine_policy *p,
-                                       enum provider_outcome outcome, int tries,
-                                       int key_window_open, unsigned jitter)
+static struct answer_decision test_decide(int kind, const struct engine_policy *p,
+                                          enum provider_outcome outcome, int tries,
+                                          int key_window_open, unsigned jitter)
 {
     (void)p, (void)outcome, (void)tries, (void)jitter;
     decided_kind = kind;
-    if (next_decided == JOB_NEXT_RETRY && key_window_open)
-        return (struct job_decision){.next = JOB_NEXT_RETRY, .retry_in_ms = 250};
-    return (struct job_decision){.next = JOB_NEXT_SETTLE,
-                                 .status = ATTEMPT_STATUS_UNKNOWN,
-                                 .next_check_ms = 2000,
-                                 .reason_code = "outcome_unknown"};
+    if (next_decided == ANSWER_NEXT_RETRY && key_window_open)
+        return (struct answer_decision){.next = ANSWER_NEXT_RETRY, .retry_in_ms = 250};
+    return (struct answer_decision){.next = ANSWER_NEXT_SETTLE,
+                                    .status = ATTEMPT_STATUS_UNKNOWN,
+                                    .next_check_ms = 2000,
+                                    .reason_code = "outcome_unknown"};
 }
 
 static const struct engine_core core = {
@@ -62,7 +62,7 @@ static void setup(void)
         job_list_add(list, &jobs[i]);
     }
     decided_kind = -1;
-    next_decided = JOB_NEXT_SETTLE;
+    next_decided = ANSWER_NEXT_SETTLE;
 }
 
 /* j parsed, recorded, and claimed at lease_epoch at `now`. */
@@ -157,14 +157,14 @@ START_TEST(an_answer_is_the_operations_to_decide)
     ck_assert_int_eq(j->state, JOB_CALLING);
     ck_assert_int_eq(j->calls, 1);
     j->res.outcome = PROVIDER_UNKNOWN;
-    next_decided = JOB_NEXT_RETRY;
+    next_decided = ANSWER_NEXT_RETRY;
     ck_assert_int_eq(engine_core_answered(&core, list, j, 0, 0, NULL, 100),
                      ENGINE_NEXT_RETRY);
     ck_assert_int_eq(j->state, JOB_CALL);
     ck_assert_int_eq(j->next_at, 350);
     ck_assert_int_eq(j->tries.unknown, 1);
     engine_core_call_started(list, j);
-    next_decided = JOB_NEXT_SETTLE;
+    next_decided = ANSWER_NEXT_SETTLE;
     ck_assert_int_eq(engine_core_answered(&core, list, j, 0, 0, NULL, 400),
                      ENGINE_NEXT_SETTLE);
     ck_assert_int_eq(j->state, JOB_PERSIST);

@@ -9,9 +9,9 @@
 #include "charge_policy.h"
 #include "charged_assert.h"
 
-struct job_decision payment_answer_decide(int kind, const struct engine_policy *p,
-                                          enum provider_outcome outcome, int tries,
-                                          int key_window_open, unsigned jitter)
+struct answer_decision payment_answer_decide(int kind, const struct engine_policy *p,
+                                             enum provider_outcome outcome, int tries,
+                                             int key_window_open, unsigned jitter)
 {
     CHARGED_ASSERT(kind >= 0 && tries >= 0);
     const struct charge_policy cp = {
@@ -20,22 +20,15 @@ struct job_decision payment_answer_decide(int kind, const struct engine_policy *
         .retry_max_ms = p->retry_max_ms,
         .first_look_ms = p->first_look_ms,
     };
-    struct charge_decision d =
+    struct answer_decision d =
         charge_policy_decide(&cp, outcome, tries, key_window_open, jitter);
     /* The table sends again only while the key is kept. */
-    CHARGED_ASSERT(d.next == CHARGE_NEXT_SETTLE || key_window_open);
-    return (struct job_decision){
-        .next = d.next == CHARGE_NEXT_RETRY ? JOB_NEXT_RETRY : JOB_NEXT_SETTLE,
-        .retry_in_ms = d.retry_in_ms,
-        .status = d.status,
-        .event_type = d.event_type,
-        .next_check_ms = d.next_check_ms,
-        .reason_code = d.reason_code,
-    };
+    CHARGED_ASSERT(d.next == ANSWER_NEXT_SETTLE || key_window_open);
+    return d;
 }
 
 /* The decision's reason code with the provider's own words. */
-static void reason_of(const struct provider_result *r, const struct job_decision *d,
+static void reason_of(const struct provider_result *r, const struct answer_decision *d,
                       char *reason, size_t reason_size)
 {
     reason[0] = '\0';
@@ -81,12 +74,12 @@ static char *evidence_of(const struct provider_result *r, int calls)
 }
 
 char *payment_answer_outcome(int kind, const struct provider_result *res,
-                             const struct job_decision *d, int calls, char *reason,
+                             const struct answer_decision *d, int calls, char *reason,
                              size_t reason_size, const char **provider_id)
 {
     /* Only a settlement has an outcome; one of a call that may have
      * executed is never FAILED. */
-    CHARGED_ASSERT(kind >= 0 && d->next == JOB_NEXT_SETTLE && reason_size > 0);
+    CHARGED_ASSERT(kind >= 0 && d->next == ANSWER_NEXT_SETTLE && reason_size > 0);
     CHARGED_ASSERT(d->status != ATTEMPT_STATUS_FAILED ||
                    res->outcome == PROVIDER_DECLINED ||
                    res->outcome == PROVIDER_INVALID);

@@ -18,9 +18,9 @@
 #include "provider_outcome.h"
 
 /* engine_decide_fn: charge_policy's table. */
-struct job_decision payment_answer_decide(int kind, const struct engine_policy *p,
-                                          enum provider_outcome outcome, int tries,
-                                          int key_window_open, unsigned jitter);
+struct answer_decision payment_answer_decide(int kind, const struct engine_policy *p,
+                                             enum provider_outcome outcome, int tries,
+                                             int key_window_open, unsigned jitter);
 
 /* The outcome of a settled answer: its reason into reason ("" for none:
  * the decision's reason code with the provider's words, card digits
@@ -28,7 +28,7 @@ struct job_decision payment_answer_decide(int kind, const struct engine_policy *
  * evidence, a compact JSON object the caller frees (NULL: out of memory).
  * calls: provider calls under the claim. */
 char *payment_answer_outcome(int kind, const struct provider_result *res,
-                             const struct job_decision *d, int calls, char *reason,
+                             const struct answer_decision *d, int calls, char *reason,
                              size_t reason_size, const char **provider_id);
 
 #endif

@@ -345,15 +345,15 @@ static const char *routed_event_type(int kind, enum attempt_status status)
 }
 
 /* Each kind is decided, and its outcome told, by its own operation. */
-static struct job_decision routed_decide(int kind, const struct engine_policy *p,
-                                         enum provider_outcome outcome, int tries,
-                                         int key_window_open, unsigned jitter)
+static struct answer_decision routed_decide(int kind, const struct engine_policy *p,
+                                            enum provider_outcome outcome, int tries,
+                                            int key_window_open, unsigned jitter)
 {
     return ops[kind]->decide(0, p, outcome, tries, key_window_open, jitter);
 }
 
 static char *routed_outcome(int kind, const struct provider_result *res,
-                            const struct job_decision *d, int calls, char *reason,
+                            const struct answer_decision *d, int calls, char *reason,
                             size_t reason_size, const char **provider_id)
 {
     return ops[kind]->outcome(0, res, d, calls, reason, reason_size, provider_id);

@@ -146,7 +146,7 @@ struct engine_op {
      * evidence as compact JSON, which the engine frees (NULL: out of
      * memory). calls: provider calls under the claim. */
     char *(*outcome)(int kind, const struct provider_result *res,
-                     const struct job_decision *d, int calls, char *reason,
+                     const struct answer_decision *d, int calls, char *reason,
                      size_t reason_size, const char **provider_id);
 
     /* Operations that share one command topic (a charge and its refunds)

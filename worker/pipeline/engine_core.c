@@ -300,10 +300,10 @@ static void decide(const struct engine_core *c, struct job *j, int tries,
     /* A retry waits, only while the key is kept; a settlement names a status
      * past PENDING, and one of a call that may have executed is never
      * FAILED. */
-    CHARGED_ASSERT(j->decision.next == JOB_NEXT_SETTLE
+    CHARGED_ASSERT(j->decision.next == ANSWER_NEXT_SETTLE
                        ? j->decision.status != ATTEMPT_STATUS_PENDING
                        : j->decision.retry_in_ms >= 0 && key_window_open);
-    CHARGED_ASSERT(j->decision.next == JOB_NEXT_RETRY ||
+    CHARGED_ASSERT(j->decision.next == ANSWER_NEXT_RETRY ||
                    j->decision.status != ATTEMPT_STATUS_FAILED ||
                    j->res.outcome == PROVIDER_DECLINED ||
                    j->res.outcome == PROVIDER_INVALID);
@@ -367,7 +367,7 @@ enum engine_next engine_core_answered(const struct engine_core *c, job_list_t *j
         return ENGINE_NEXT_FENCED;
     }
     decide(c, j, tries, engine_core_key_kept(c, j, now), job_jitter(j));
-    if (j->decision.next == JOB_NEXT_SETTLE) {
+    if (j->decision.next == ANSWER_NEXT_SETTLE) {
         job_set(jobs, j, JOB_PERSIST);
         j->next_at = 0;
         return ENGINE_NEXT_SETTLE;

@@ -57,10 +57,11 @@ struct engine_policy {
  * far that got this kind of answer under the claim (retry_tries_count),
  * this one included; key_window_open: another send would still reach the
  * provider while it keeps the key; jitter spreads retries apart. */
-typedef struct job_decision (*engine_decide_fn)(int kind, const struct engine_policy *p,
-                                                enum provider_outcome outcome,
-                                                int tries, int key_window_open,
-                                                unsigned jitter);
+typedef struct answer_decision (*engine_decide_fn)(int kind,
+                                                   const struct engine_policy *p,
+                                                   enum provider_outcome outcome,
+                                                   int tries, int key_window_open,
+                                                   unsigned jitter);
 
 /* The engine's limits, from the role's configuration (or the simulation's
  * settings). */

@@ -35,27 +35,46 @@ void engine_db_failed(engine_t *eng, const char *stage, const char *err)
 
 /* ---- a stage: a batch, and each item alone when one holds the rest ---- */
 
-/* A database stage over a batch of jobs: its statement, which applies each
- * item's result to its job, and what becomes of an item alone that the
- * database refuses (CHARGED_BAD_ITEM) or another session's lock holds
- * (CHARGED_WAIT). Each returns the charged_rc the stage goes on with. */
+/* A database stage over a batch of jobs: its statement over the batch,
+ * apply, which applies one item's result to its job, and what becomes of
+ * an item alone that the database refuses (CHARGED_BAD_ITEM) or another
+ * session's lock holds (CHARGED_WAIT). Each returns the charged_rc the
+ * stage goes on with. The record and the claim share their refused
+ * (stage_dead_letter) and locked (stage_lock_wait), told apart by name and
+ * refused_what. */
 struct stage {
+    const char *name;         /* log lines ("stage"), engine_db_failed */
+    const char *refused_what; /* stage_dead_letter's "the database refused the %s" */
     size_t item_size;
-    int (*batch)(engine_t *eng, struct job **js, void *items, size_t n,
-                 struct charged_error *err);
-    int (*refused)(engine_t *eng, struct job *j, void *item, struct charged_error *err);
-    int (*locked)(engine_t *eng, struct job *j, void *item);
+    int (*statement)(engine_t *eng, void *items, size_t n, struct charged_error *err);
+    void (*apply)(engine_t *eng, struct job *j, const void *item);
+    int (*refused)(engine_t *eng, const struct stage *st, struct job *j, void *item,
+                   struct charged_error *err);
+    int (*locked)(engine_t *eng, const struct stage *st, struct job *j, void *item);
 };
+
+/* The statement over the batch, then, when it succeeded, each item's
+ * result on its job. */
+static int stage_batch(engine_t *eng, const struct stage *st, struct job **js,
+                       void *items, size_t n, struct charged_error *err)
+{
+    CHARGED_ASSERT(n > 0 && st->item_size > 0);
+    CHARGED_ASSERT(st->statement != NULL && st->apply != NULL);
+    int rc = st->statement(eng, items, n, err);
+    for (size_t i = 0; rc == CHARGED_OK && i < n; i++)
+        st->apply(eng, js[i], (const char *)items + i * st->item_size);
+    return rc;
+}
 
 static int stage_alone(engine_t *eng, const struct stage *st, struct job **j,
                        void *item, struct charged_error *err)
 {
     CHARGED_ASSERT(st->item_size > 0 && *j != NULL);
-    int rc = st->batch(eng, j, item, 1, err);
+    int rc = stage_batch(eng, st, j, item, 1, err);
     if (rc == CHARGED_BAD_ITEM)
-        rc = st->refused(eng, *j, item, err);
+        rc = st->refused(eng, st, *j, item, err);
     if (rc == CHARGED_WAIT)
-        rc = st->locked(eng, *j, item);
+        rc = st->locked(eng, st, *j, item);
     return rc;
 }
 
@@ -65,7 +84,7 @@ static int stage_alone(engine_t *eng, const struct stage *st, struct job **j,
 static int stage_run_kind(engine_t *eng, const struct stage *st, struct job **js,
                           void *items, size_t n, struct charged_error *err)
 {
-    int rc = n ? st->batch(eng, js, items, n, err) : CHARGED_OK;
+    int rc = n ? stage_batch(eng, st, js, items, n, err) : CHARGED_OK;
     CHARGED_ASSERT(st->item_size > 0);
     if (rc != CHARGED_BAD_ITEM && rc != CHARGED_WAIT)
         return rc;
@@ -124,23 +143,44 @@ static int stage_run(engine_t *eng, const struct stage *st, struct job **js,
     return rc;
 }
 
-/* The job's item met another session's uncommitted change (its statement
- * hit lock_timeout): it alone waits, with a back-off, and tries again. */
-static int lock_wait(engine_t *eng, struct job *j, const char *stage)
+/* A stage's locked: the job's item met another session's uncommitted
+ * change (its statement hit lock_timeout): it alone waits, with a back-off,
+ * and tries again. */
+static int stage_lock_wait(engine_t *eng, const struct stage *st, struct job *j,
+                           void *item)
 {
-    CHARGED_ASSERT(stage != NULL);
+    (void)item;
+    CHARGED_ASSERT(st->name != NULL);
     if (engine_core_lock_wait(&eng->core, eng->jobs, j, clock_now_ms()))
         log_warn("attempt held by another session's transaction; trying again shortly",
-                 JOB_FIELDS(j), "stage", stage, NULL);
+                 JOB_FIELDS(j), "stage", st->name, NULL);
     return CHARGED_OK;
 }
 
-/* A message the database refuses even on its own: a dead letter, so that
- * its partition moves on. The line names the SQLSTATE, never a value. */
-static void refuse(engine_t *eng, struct job *j, const char *what, const char *sqlstate)
+/* A stage's refused: a message the database refuses even on its own is a
+ * dead letter, so that its partition moves on. The line names the
+ * SQLSTATE, never a value. */
+static int stage_dead_letter(engine_t *eng, const struct stage *st, struct job *j,
+                             void *item, struct charged_error *err)
 {
-    job_set_error(j, "the database refused the %s (sqlstate %s)", what, sqlstate);
+    (void)item;
+    CHARGED_ASSERT(st->refused_what != NULL);
+    job_set_error(j, "the database refused the %s (sqlstate %s)", st->refused_what,
+                  err->code);
     engine_core_dead_letter(eng->jobs, j, DEAD_LETTER_DATABASE_REFUSED);
+    return CHARGED_OK;
+}
+
+/* The database's state after a stage's turn: a failure that may pass
+ * (CHARGED_RETRY) holds the stages back; anything else is an answer. */
+static void stage_reported(engine_t *eng, const struct stage *st, int rc,
+                           const struct charged_error *err)
+{
+    CHARGED_ASSERT(st->name != NULL && err != NULL);
+    if (rc == CHARGED_RETRY)
+        engine_db_failed(eng, st->name, err->message);
+    else
+        engine_db_ok(eng);
 }
 
 /* ---- record ---- */
@@ -155,8 +195,9 @@ static void claimed(struct job *j, const char *previous_status)
     FAILPOINT("after_claim");
 }
 
-static void apply_record(engine_t *eng, struct job *j, const struct engine_record *it)
+static void apply_record(engine_t *eng, struct job *j, const void *item)
 {
+    const struct engine_record *it = item;
     switch (engine_core_recorded(eng->jobs, j, it->result, it->lease_epoch,
                                  clock_now_ms())) {
     case ENGINE_NEXT_CLAIMED:
@@ -175,33 +216,23 @@ static void apply_record(engine_t *eng, struct job *j, const struct engine_recor
     }
 }
 
-static int record_batch(engine_t *eng, struct job **js, void *batch, size_t n,
-                        struct charged_error *err)
+/* The operation's record: each command's record created or read back (a
+ * new one claimed with it, under lease_ms). */
+static int record_statement(engine_t *eng, void *items, size_t n,
+                            struct charged_error *err)
 {
-    struct engine_record *items = batch;
-    CHARGED_ASSERT(n > 0);
-    int rc = eng->op->record(eng->op_state, items, n, eng->lease_ms, err);
-    for (size_t i = 0; rc == CHARGED_OK && i < n; i++)
-        apply_record(eng, js[i], &items[i]);
-    return rc;
+    return eng->op->record(eng->op_state, items, n, eng->lease_ms, err);
 }
 
-static int record_refused(engine_t *eng, struct job *j, void *item,
-                          struct charged_error *err)
-{
-    (void)item;
-    refuse(eng, j, "command", err->code);
-    return CHARGED_OK;
-}
-
-static int record_locked(engine_t *eng, struct job *j, void *item)
-{
-    (void)item;
-    return lock_wait(eng, j, "record");
-}
-
-static const struct stage record_stage = {sizeof(struct engine_record), record_batch,
-                                          record_refused, record_locked};
+static const struct stage record_stage = {
+    .name = "record",
+    .refused_what = "command",
+    .item_size = sizeof(struct engine_record),
+    .statement = record_statement,
+    .apply = apply_record,
+    .refused = stage_dead_letter,
+    .locked = stage_lock_wait,
+};
 
 void engine_record_attempts(engine_t *eng)
 {
@@ -236,10 +267,7 @@ void engine_record_attempts(engine_t *eng)
     int rc = stage_run(eng, &record_stage, js, items, k, &err);
     for (size_t h = 0; rc == CHARGED_OK && h < held; h++)
         rc = stage_alone(eng, &record_stage, &js[n - 1 - h], &items[n - 1 - h], &err);
-    if (rc == CHARGED_RETRY)
-        engine_db_failed(eng, "record", err.message);
-    else
-        engine_db_ok(eng);
+    stage_reported(eng, &record_stage, rc, &err);
 out:
     free(items);
     free(js);
@@ -247,8 +275,9 @@ out:
 
 /* ---- claim ---- */
 
-static void apply_claim(engine_t *eng, struct job *j, const struct engine_claim *it)
+static void apply_claim(engine_t *eng, struct job *j, const void *item)
 {
+    const struct engine_claim *it = item;
     switch (engine_core_claim_answered(&eng->core, eng->jobs, j, it->result,
                                        it->lease_epoch, it->key_age_ms,
                                        it->rejected[0] != '\0', clock_now_ms())) {
@@ -265,33 +294,23 @@ static void apply_claim(engine_t *eng, struct job *j, const struct engine_claim 
     }
 }
 
-static int claim_batch(engine_t *eng, struct job **js, void *batch, size_t n,
-                       struct charged_error *err)
+/* The operation's claim: each record's lease taken for lease_ms, or what
+ * holds it. */
+static int claim_statement(engine_t *eng, void *items, size_t n,
+                           struct charged_error *err)
 {
-    struct engine_claim *items = batch;
-    CHARGED_ASSERT(n > 0);
-    int rc = eng->op->claim(eng->op_state, items, n, eng->lease_ms, err);
-    for (size_t i = 0; rc == CHARGED_OK && i < n; i++)
-        apply_claim(eng, js[i], &items[i]);
-    return rc;
+    return eng->op->claim(eng->op_state, items, n, eng->lease_ms, err);
 }
 
-static int claim_refused(engine_t *eng, struct job *j, void *item,
-                         struct charged_error *err)
-{
-    (void)item;
-    refuse(eng, j, "claim", err->code);
-    return CHARGED_OK;
-}
-
-static int claim_locked(engine_t *eng, struct job *j, void *item)
-{
-    (void)item;
-    return lock_wait(eng, j, "claim");
-}
-
-static const struct stage claim_stage = {sizeof(struct engine_claim), claim_batch,
-                                         claim_refused, claim_locked};
+static const struct stage claim_stage = {
+    .name = "claim",
+    .refused_what = "claim",
+    .item_size = sizeof(struct engine_claim),
+    .statement = claim_statement,
+    .apply = apply_claim,
+    .refused = stage_dead_letter,
+    .locked = stage_lock_wait,
+};
 
 void engine_claim_attempts(engine_t *eng)
 {
@@ -324,10 +343,7 @@ void engine_claim_attempts(engine_t *eng)
     }
     CHARGED_ASSERT(k <= n); /* the batch never outgrows what was counted */
     int rc = stage_run(eng, &claim_stage, js, items, k, &err);
-    if (rc == CHARGED_RETRY)
-        engine_db_failed(eng, "claim", err.message);
-    else
-        engine_db_ok(eng);
+    stage_reported(eng, &claim_stage, rc, &err);
 out:
     free(items);
     free(js);
@@ -505,8 +521,9 @@ out:
 
 /* ---- persist ---- */
 
-static void apply_persist(engine_t *eng, struct job *j, const struct engine_outcome *o)
+static void apply_persist(engine_t *eng, struct job *j, const void *item)
 {
+    const struct engine_outcome *o = item;
     int first_busy;
     switch (engine_core_persisted(&eng->core, eng->jobs, j, o->lease_epoch,
                                   o->persisted, o->busy, &first_busy, clock_now_ms())) {
@@ -533,15 +550,11 @@ static void apply_persist(engine_t *eng, struct job *j, const struct engine_outc
     }
 }
 
-static int persist_batch(engine_t *eng, struct job **js, void *batch, size_t n,
-                         struct charged_error *err)
+/* The operation's persist: each outcome written under its claim's epoch. */
+static int persist_statement(engine_t *eng, void *items, size_t n,
+                             struct charged_error *err)
 {
-    struct engine_outcome *items = batch;
-    CHARGED_ASSERT(n > 0);
-    int rc = eng->op->persist(eng->op_state, items, n, err);
-    for (size_t i = 0; rc == CHARGED_OK && i < n; i++)
-        apply_persist(eng, js[i], &items[i]);
-    return rc;
+    return eng->op->persist(eng->op_state, items, n, err);
 }
 
 /* The database refused this outcome even alone (a value from the provider
@@ -549,7 +562,8 @@ static int persist_batch(engine_t *eng, struct job **js, void *batch, size_t n,
  * FAILED: REQUIRES_REVIEW, with nothing from outside but the outcome's name.
  * If even that is refused, the job ends and the lease is left to expire; a
  * later owner or the reconciler takes the attempt from there. */
-static int persist_for_review(engine_t *eng, struct job *j, struct charged_error *err)
+static int persist_for_review(engine_t *eng, const struct stage *st, struct job *j,
+                              struct charged_error *err)
 {
     CHARGED_ASSERT(j->state == JOB_PERSIST && j->lease_epoch > 0);
     char reason[256], evidence[160];
@@ -572,7 +586,7 @@ static int persist_for_review(engine_t *eng, struct job *j, struct charged_error
     log_error("the database refused an outcome; settling it for review", JOB_FIELDS(j),
               "outcome", provider_outcome_name(j->res.outcome), "sqlstate", err->code,
               NULL);
-    int rc = persist_batch(eng, &j, &o, 1, err);
+    int rc = stage_batch(eng, st, &j, &o, 1, err);
     if (rc == CHARGED_BAD_ITEM) {
         log_error("the database refused the review outcome too; lease left to expire",
                   JOB_FIELDS(j), "sqlstate", err->code, NULL);
@@ -582,24 +596,34 @@ static int persist_for_review(engine_t *eng, struct job *j, struct charged_error
     return rc;
 }
 
-static int persist_refused(engine_t *eng, struct job *j, void *item,
-                           struct charged_error *err)
+static int persist_refused(engine_t *eng, const struct stage *st, struct job *j,
+                           void *item, struct charged_error *err)
 {
     (void)item;
-    return persist_for_review(eng, j, err);
+    return persist_for_review(eng, st, j, err);
 }
 
 /* Held, as a locked row is: it waits, the rest goes on. */
-static int persist_locked(engine_t *eng, struct job *j, void *item)
+static int persist_locked(engine_t *eng, const struct stage *st, struct job *j,
+                          void *item)
 {
+    (void)st;
     struct engine_outcome *o = item;
     o->busy = 1;
     apply_persist(eng, j, o);
     return CHARGED_OK;
 }
 
-static const struct stage persist_stage = {sizeof(struct engine_outcome), persist_batch,
-                                           persist_refused, persist_locked};
+/* A refused outcome is settled for review, never dead-lettered: the
+ * attempt may have been charged. */
+static const struct stage persist_stage = {
+    .name = "persist",
+    .item_size = sizeof(struct engine_outcome),
+    .statement = persist_statement,
+    .apply = apply_persist,
+    .refused = persist_refused,
+    .locked = persist_locked,
+};
 
 /* True while a provider call of j waits to be written (another session's
  * lock holds its row): its outcome waits with it, so that no attempt is
@@ -635,7 +659,7 @@ void engine_persist_outcomes(engine_t *eng)
             continue;
         CHARGED_ASSERT(j->lease_epoch > 0); /* an outcome only under our claim */
         struct engine_outcome *o = &items[k];
-        const struct job_decision *d = &j->decision;
+        const struct answer_decision *d = &j->decision;
         js[k] = j;
         /* The operation's decision, and what it says of the answer. */
         evidence[k] = eng->op->outcome(j->kind, &j->res, d, j->calls, reasons[k],
@@ -654,12 +678,8 @@ void engine_persist_outcomes(engine_t *eng)
     }
     CHARGED_ASSERT(k <= n); /* the batch never outgrows what was counted */
     int rc = stage_run(eng, &persist_stage, js, items, k, &err);
-    if (rc == CHARGED_RETRY) {
-        engine_db_failed(eng, "persist", err.message);
-        goto out;
-    }
-    engine_db_ok(eng);
-    if (k > 0)
+    stage_reported(eng, &persist_stage, rc, &err);
+    if (rc != CHARGED_RETRY && k > 0)
         FAILPOINT("after_persist");
 out:
     for (size_t i = 0; evidence && i < n; i++)

@@ -16,28 +16,13 @@
 
 #include <librdkafka/rdkafka.h>
 
+#include "answer_decision.h"
 #include "attempt_status.h"
 #include "dead_letter.h"
 #include "provider_breaker.h"
 #include "provider_client.h"
 #include "retry_tries.h"
 #include "traceparent.h"
-
-/* What follows a provider's answer: the operation's decision (its
- * engine_op's decide), which the engine applies. */
-enum job_next {
-    JOB_NEXT_SETTLE = 0, /* persist status (and event) */
-    JOB_NEXT_RETRY,      /* send again with the same key after retry_in_ms */
-};
-
-struct job_decision {
-    enum job_next next;
-    long long retry_in_ms;      /* RETRY: capped exponential back-off, jittered */
-    enum attempt_status status; /* SETTLE */
-    const char *event_type;     /* SETTLE: the operation's event; NULL: none */
-    long long next_check_ms;    /* SETTLE: reconciler's first look; -1: none */
-    const char *reason_code;    /* SETTLE: why, for the reason; NULL when succeeded */
-};
 
 /* The life of one consumed message. Every change goes through job_set(),
  * which checks it against the table of allowed moves (job_may_move). */
@@ -89,7 +74,8 @@ struct job {
     struct retry_tries tries;              /* answers counted under this claim */
     int64_t call_started_ms;               /* wall clock, for provider_calls */
     struct provider_result res;            /* the last answer */
-    struct job_decision decision;          /* PERSIST: what to write */
+    struct answer_decision decision;       /* PERSIST: what to write (the
+                                              operation's decide) */
     int busy_persists; /* PERSIST: tries that found the row held by a peer */
     int lock_waits;    /* RECORD, CLAIM: statements another session's lock held */
     /* What became of the message, for charged_messages_total once the job
