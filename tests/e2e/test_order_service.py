@@ -10,7 +10,8 @@ service polls the api for them meanwhile. One order in nine is declined at
 first, and the service tries it once more with another card. Every fifth
 paid order is refunded, in full or half. While orders arrive in waves the
 service (run with deploy/.tools' python: confluent-kafka and psycopg) is
-SIGKILLed three times, the broker is killed and started again, PostgreSQL
+SIGKILLed three times, a second instance joins its consumer group and
+leaves it (SIGTERM) again, the broker is killed and started again, PostgreSQL
 is stopped as if it crashed and started again, every command is marked
 unsent (what a crash between send and mark leaves) and sent again, and
 result events are produced a second time, as a relay killed between
@@ -26,7 +27,7 @@ At the end, from charged's tables, psp-sim's ledger and the topics:
   each order whose first was FAILED, none for the others;
 - the status polls saw what charged says;
 - the service's exits: only the ones this test caused (counted), and a
-  SIGTERM at the end exits 0."""
+  SIGTERM exits 0 (the second instance's, and the first's at the end)."""
 import json
 import os
 import random
@@ -47,23 +48,34 @@ PYTHON = os.environ.get("ORDER_SERVICE_PYTHON",
                         os.path.join(SOURCE, "deploy", ".tools", "bin", "python"))
 sys.path.insert(0, os.path.dirname(SERVICE))
 from refund_policy import refund_for  # noqa: E402
-WAVES = (50, 40, 30)
+WAVES = (50, 30, 30, 30)
 TERMINAL = ("SUCCEEDED", "FAILED", "REJECTED", "REQUIRES_REVIEW")
 
 
 class Service:
-    """The order service, kept running; counts the exits it was not asked for."""
+    """One instance of the order service, kept running; counts the exits it
+    was not asked for."""
 
-    def __init__(self, s, env):
-        self.s, self.env, self.p, self.n = s, env, None, 0
+    def __init__(self, s, env, name="order_service"):
+        self.s, self.env, self.name, self.p, self.n = s, env, name, None, 0
         self.own_exits = []
+
+    def log_path(self):
+        return os.path.join(self.s.dir, "%s_%d.log" % (self.name, self.n))
 
     def start(self):
         self.n += 1
-        out = open(os.path.join(self.s.dir, "order_service_%d.log" % self.n), "ab")
+        out = open(self.log_path(), "ab")
         self.p = subprocess.Popen([PYTHON, SERVICE, "run"], env=self.env, stdout=out,
                                   stderr=out, start_new_session=True)
-        e2e.log("started the order service", self.n, "pid", self.p.pid)
+        e2e.log("started", self.name, self.n, "pid", self.p.pid)
+
+    def terminate(self):
+        """SIGTERM: it finishes its batch and exits 0."""
+        self.watch()
+        self.p.send_signal(signal.SIGTERM)
+        check_eq(self.p.wait(timeout=30), 0, "%s's exit status on SIGTERM" % self.name)
+        self.p = None
 
     def watch(self):
         """Notes an exit nobody caused, and starts it again."""
@@ -89,7 +101,7 @@ def scenario(new):
         "--latency-ms", "2", "--latency-jitter-ms", "8", "--fault", "drop_after=0.08",
         "--fault", "error_after=0.05", "--seed", str(random.randrange(1 << 30))])
     check(os.access(PYTHON, os.X_OK), "%s missing: run deploy/install-deps.sh" % PYTHON)
-    svc = None
+    svc = other = None
     try:
         orders_db_name = s.tag.lower() + "_orders"
         s.psql(s.admin_db, 'CREATE DATABASE "%s"' % orders_db_name)
@@ -104,14 +116,17 @@ def scenario(new):
                      "ORDERS_INSTANCE_ID": "orders-1", "ORDERS_SESSION_TIMEOUT_MS": "6000",
                      "CHARGED_API_URL": "http://127.0.0.1:%d" % api_port})
         svc = Service(s, env)
-        run(s, svc, env, orders_db)
+        # A second instance joins the group for a while: two rebalances.
+        other = Service(s, dict(env, ORDERS_INSTANCE_ID="orders-2"), "order_service_b")
+        run(s, svc, other, env, orders_db)
     finally:
         e2e.stack_restore()
-        if svc:
-            svc.close()
+        for x in (svc, other):
+            if x:
+                x.close()
 
 
-def run(s, svc, env, orders_db):
+def run(s, svc, other, env, orders_db):
     def cli(*args):
         p = subprocess.run([PYTHON, SERVICE] + list(args), env=env, capture_output=True,
                            timeout=60)
@@ -120,17 +135,24 @@ def run(s, svc, env, orders_db):
     def q(sql):
         return [l.split("|") for l in s.psql(orders_db, sql).split()]
 
-    def processed():
+    def watch():
         svc.watch()
+        other.watch()
+
+    def processed():
+        watch()
         return int(q("SELECT count(*) FROM processed_events")[0][0])
 
     cli("init")
     cli("place-orders", "--count", str(WAVES[0]))
     svc.start()
 
-    # SIGKILL while it applies (once it has moved on), then orders again.
+    # SIGKILL while it applies (once it has moved on), each time after a
+    # new wave of orders, so that there is always more to apply.
     kills = 0
     for k in range(3):
+        if k:
+            cli("place-orders", "--count", str(WAVES[k]))
         floor = processed() + random.randint(5, 20)
         e2e.wait_until("the service applying past %d events" % floor,
                        lambda: processed() >= floor, 60, 0.05)
@@ -138,17 +160,22 @@ def run(s, svc, env, orders_db):
         kills += 1
         e2e.log("SIGKILLed the order service at %d events" % processed())
         if k == 0:
-            cli("place-orders", "--count", str(WAVES[1]))
+            other.start()
+            e2e.wait_until("the second instance given partitions", lambda: b"partitions assigned"
+                           in open(other.log_path(), "rb").read(), 60, 0.2)
 
     # The broker away while orders are placed: the outbox keeps them; the
     # service waits the outage out. The outage is the fault, not a wait.
     e2e.kafka_kill()
-    cli("place-orders", "--count", str(WAVES[2]))
+    cli("place-orders", "--count", str(WAVES[3]))
     time.sleep(3)
-    svc.watch()
+    watch()
     e2e.kafka_start()
-    e2e.wait_until("every command of the service sent", lambda: svc.watch() or q(
+    e2e.wait_until("every command of the service sent", lambda: watch() or q(
         "SELECT count(*) FROM outbox WHERE sent_at IS NULL") == [["0"]], 60, 0.2)
+
+    # The second instance leaves: its partitions go back to the first.
+    other.terminate()
 
     # PostgreSQL crashes and comes back: the service reconnects by itself.
     e2e.pg_stop_immediate()
@@ -162,10 +189,10 @@ def run(s, svc, env, orders_db):
     # A crash between send and mark, for every command: all sent again.
     resent = set(a for a, in q("SELECT command_id FROM outbox WHERE sent_at IS NOT NULL"))
     cli("resend")
-    e2e.wait_until("every command sent again", lambda: svc.watch() or q(
+    e2e.wait_until("every command sent again", lambda: watch() or q(
         "SELECT count(*) FROM outbox WHERE sent_at IS NULL") == [["0"]], 60, 0.2)
 
-    e2e.wait_until("charged and the service settled", lambda: svc.watch() or settled(s, q),
+    e2e.wait_until("charged and the service settled", lambda: watch() or settled(s, q),
                    90, 0.3)
     # A relay's duplicates: some events again, succeeded ones among them.
     msgs = dump(s, "results")
@@ -180,15 +207,11 @@ def run(s, svc, env, orders_db):
         {"key": m["key"], "value": m["value"], "headers": m["headers"]}) + "\n"
         for m in again).encode())
     e2e.wait_until("the service at the end of the results topic",
-                   lambda: svc.watch() or settled(s, q), 60, 0.3)
+                   lambda: watch() or settled(s, q), 60, 0.3)
 
-    # SIGTERM: it finishes its batch and exits 0.
-    svc.watch()
-    svc.p.send_signal(signal.SIGTERM)
-    check_eq(svc.p.wait(timeout=30), 0, "the order service's exit status on SIGTERM")
-    svc.p = None
+    svc.terminate()
     check_all(s, q, kills, resent)
-    check_eq(svc.own_exits, [], "exits of the order service nobody caused")
+    check_eq(svc.own_exits + other.own_exits, [], "exits of the order service nobody caused")
 
 
 def dump(s, topic):
@@ -299,8 +322,8 @@ def check_all(s, q, kills, resent):
 
     refunds = check_refunds(s, q, events)
     e2e.log("order service: %d messages, %d distinct events, each applied once; %d of %d orders "
-            "paid, each once; %d second attempts; %d polls answered; %d refunds; %d SIGKILLs, a "
-            "broker kill, a PostgreSQL restart" % (len(msgs), len(events), len(paid), n_orders,
+            "paid, each once; %d second attempts; %d polls answered; %d refunds; %d SIGKILLs, two "
+            "rebalances, a broker kill, a PostgreSQL restart" % (len(msgs), len(events), len(paid), n_orders,
                                                   seconds, len(polled), refunds, kills))
 
 
