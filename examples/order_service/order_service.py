@@ -279,7 +279,7 @@ class Publisher(threading.Thread):
         self.stop = stop
         self.db = Database(env("ORDERS_DATABASE_URL"), "publisher", autocommit=True)
         self.producer = None
-        self.listening = False
+        self.listening_on = None  # the connection that holds our LISTEN
 
     def new_producer(self):
         return Producer({
@@ -303,7 +303,6 @@ class Publisher(threading.Thread):
             except (psycopg.Error, KafkaException, BufferError) as e:
                 say(logging.WARNING, "publisher: waiting out a failure", error=str(e)[:300])
                 self.db.close()
-                self.listening = False
                 backoff.wait()
             except Exception:  # a bug: logged, waited out, never a crash
                 log.exception("publisher: unexpected error")
@@ -315,9 +314,9 @@ class Publisher(threading.Thread):
         """Waits for a NOTIFY from a transaction that wrote the outbox, at
         most 1 s (a NOTIFY lost with a connection is caught up then)."""
         conn = self.db.connect()
-        if not self.listening:
+        if self.listening_on is not conn:  # a new connection listens to nothing yet
             conn.execute("LISTEN " + OUTBOX_CHANNEL)
-            self.listening = True
+            self.listening_on = conn
             return  # rows written before LISTEN: look once more first
         for _ in conn.notifies(timeout=1.0, stop_after=1):
             pass
@@ -539,9 +538,12 @@ class Inbox:
                     # reconnects by itself; we wait a little, not spin.
                     say(logging.WARNING, "inbox: consumer error", error=str(m.error())[:300])
                     poll_backoff.wait()
-            if batch:
+            # A batch being applied is finished when a stop arrives; one
+            # fetched after it is left for the next reader (its positions
+            # did not move).
+            if batch and not self.stop.is_set():
                 poll_backoff.reset()
-                self.apply(batch)  # the batch is finished even when a stop arrives
+                self.apply(batch)
 
     def apply(self, batch):
         """Applies one batch, retrying it whole after a database failure.
