@@ -86,17 +86,26 @@ $sudo "$here/librdkafka/build.sh"
 "$here/kafka/fetch-jars.sh" >/dev/null
 "$here/kafka/fetch-jars.sh" compat >/dev/null
 
-# PyPI tools for the checks of deploy/, pinned in tests/deploy/requirements.txt,
-# in a virtual environment of their own (tests/CMakeLists.txt looks there):
-# kubernetes-validate (the Kubernetes JSON schemas, offline) and hadolint.
+# PyPI packages, pinned, in the project's own virtual environment
+# (deploy/.tools; tests/CMakeLists.txt, the demo and tools/chaos look there):
+# the tools of the checks of deploy/ (tests/deploy/requirements.txt:
+# kubernetes-validate, the Kubernetes JSON schemas offline, and hadolint),
+# and the example order service's Kafka client and PostgreSQL driver
+# (examples/order_service/requirements.txt: confluent-kafka, librdkafka
+# inside its wheel, and psycopg 3). A copy of each list it was made from
+# is kept in it (tests/deploy/test_manifest_schemas.py reads the first):
+# the same lists again do nothing, another list makes it anew.
 tools=$here/.tools
-want_reqs=$(cat "$here/../tests/deploy/requirements.txt")
-if [ "$(cat "$tools/requirements.txt" 2>/dev/null)" != "$want_reqs" ]; then
-  echo "install-deps: installing the PyPI tools of tests/deploy into $tools"
+deploy_reqs=$here/../tests/deploy/requirements.txt
+orders_reqs=$here/../examples/order_service/requirements.txt
+if ! cmp -s "$deploy_reqs" "$tools/requirements.txt" ||
+   ! cmp -s "$orders_reqs" "$tools/order_service-requirements.txt"; then
+  echo "install-deps: installing the project's PyPI packages into $tools"
   rm -rf "$tools"
   python3 -m venv "$tools"
-  "$tools/bin/pip" install -q --disable-pip-version-check -r "$here/../tests/deploy/requirements.txt"
-  cp "$here/../tests/deploy/requirements.txt" "$tools/requirements.txt"
+  "$tools/bin/pip" install -q --disable-pip-version-check -r "$deploy_reqs" -r "$orders_reqs"
+  cp "$deploy_reqs" "$tools/requirements.txt"
+  cp "$orders_reqs" "$tools/order_service-requirements.txt"
 fi
 
 # playwright-core for tests/browser, at the version its package-lock.json

@@ -67,16 +67,19 @@ pids+=($!)
 build/worker/charged api 2>"$run/api.log" &
 pids+=($!)
 
-# The example order service, with a database of its own (new each run): it
-# places 100 orders through charged, refunds every fifth paid one, and
-# applies their result events once.
+# The example order service, with a database of its own (new each run), run
+# by the python of deploy/.tools (confluent-kafka, psycopg; install-deps.sh
+# put them there): it places 100 orders through its outbox, tries a declined
+# one once more with another card, refunds every fifth paid one, polls the
+# api for an outcome not yet known, and applies the result events once.
 orders=examples/order_service/order_service.py
-export ORDERS_DATABASE_URL="${DATABASE_URL%/*}/orders" CHARGECTL=build/worker/chargectl/chargectl
+py=deploy/.tools/bin/python
+export ORDERS_DATABASE_URL="${DATABASE_URL%/*}/orders" ORDERS_GROUP_ID=demo-orders-$demo_start
 psql -X -q "$DATABASE_URL" -c 'DROP DATABASE IF EXISTS orders' -c 'CREATE DATABASE orders'
-python3 "$orders" init
-python3 "$orders" consume 2>"$run/order-service.log" &
+"$py" "$orders" init
+CHARGED_API_URL="http://$API_ADDR" "$py" "$orders" run 2>"$run/order-service.log" &
 pids+=($!)
-python3 "$orders" place-orders --count 100 >"$run/order-service-orders.log" 2>&1
+"$py" "$orders" place-orders --count 100 >"$run/order-service-orders.log" 2>&1
 
 # The report, one aligned line each: the burst, the refunds, the order
 # service, what the provider's webhooks did, the status query a client that

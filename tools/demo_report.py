@@ -18,7 +18,7 @@ import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples",
                                 "order_service"))
-from order_service import REFUND_EVERY  # noqa: E402
+from refund_policy import REFUND_EVERY  # noqa: E402
 
 
 # The report's labels end at one column, whatever they say.
@@ -334,8 +334,9 @@ def main():
         want = int(psql("SELECT count(*) FROM orders WHERE paid AND seq %% %d = 0" %
                         REFUND_EVERY, a.orders_db)[0][0])
         while True:
-            ours = [r[0] for r in psql("SELECT refund_id FROM order_refunds WHERE published",
-                                       a.orders_db)]
+            ours = [r[0] for r in psql("SELECT r.refund_id FROM order_refunds r JOIN outbox o "
+                                       "ON o.command_id = r.refund_id WHERE o.sent_at IS NOT "
+                                       "NULL", a.orders_db)]
             if len(ours) >= want or time.monotonic() > deadline:
                 break
             time.sleep(0.5)

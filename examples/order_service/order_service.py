@@ -1,65 +1,94 @@
 #!/usr/bin/env python3
-"""A small order service in front of charged: it asks for charges, refunds
-some of its paid orders, and applies the outcomes of both exactly once.
-Python standard library, plus the `psql`, `kcat` and `chargectl` programs.
+"""An order service in front of charged, as a payments team writes one:
+confluent-kafka and psycopg 3, a transactional outbox for the commands it
+sends, an inbox for the result events it applies, and no crash when the
+broker or the database blinks.
 
     order_service.py init                      # create its tables
-    order_service.py place-orders --count 10   # orders + one attempt each, published
-    order_service.py publish                   # (re)publish attempts and refunds not yet sent
-    order_service.py consume [--until-idle S]  # apply result events, forever
+    order_service.py place-orders --count 10   # orders + attempts + commands, one transaction
+    order_service.py run                       # the service: publisher, inbox, status poller
+    order_service.py resend                    # mark every command unsent (sent again, same bytes)
     order_service.py report                    # orders, payments and refunds, as JSON
 
 Environment: ORDERS_DATABASE_URL (its own database), KAFKA_BOOTSTRAP_SERVERS,
-CHARGE_COMMANDS_TOPIC, CHARGE_RESULTS_TOPIC, CHARGECTL (path of chargectl,
-default `chargectl`). See README.md beside this file for why it works the
-way it does.
+CHARGE_COMMANDS_TOPIC, CHARGE_RESULTS_TOPIC (charged's defaults), ORDERS_GROUP_ID (its consumer
+group, default order-service), ORDERS_INSTANCE_ID (static group membership,
+default the host name), CHARGED_API_URL (charged api, for status polls; none:
+no polls). README.md beside this file maps each guarantee to the code.
 """
 import argparse
 import json
+import logging
 import os
 import random
-import re
-import subprocess
+import signal
+import socket
 import sys
+import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
+
+import psycopg
+from confluent_kafka import (OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer,
+                             TopicPartition)
+
+from refund_policy import refund_for
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS orders (
-    order_id       uuid PRIMARY KEY,
-    seq            bigint GENERATED ALWAYS AS IDENTITY, -- placing order: picks the refunds
-    amount         bigint NOT NULL,
-    currency       text NOT NULL,
-    paid           boolean NOT NULL DEFAULT false,
-    paid_event_id  uuid,                -- the charge.succeeded event that paid it
+    order_id        uuid PRIMARY KEY,
+    seq             bigint GENERATED ALWAYS AS IDENTITY, -- placing order: picks the refunds
+    amount          bigint NOT NULL CHECK (amount > 0),
+    currency        text NOT NULL,
+    paid            boolean NOT NULL DEFAULT false,
+    paid_event_id   uuid,                -- the charge.succeeded event that paid it
     paid_attempt_id uuid,
-    refunded_amount bigint NOT NULL DEFAULT 0  -- the sum of its refund.succeeded events
+    refunded_amount bigint NOT NULL DEFAULT 0,  -- the sum of its refund.succeeded events
+    created_at      timestamptz NOT NULL DEFAULT now()
 );
--- One row per payment attempt, with its own idempotency key, written before
--- the command is published: a re-publish sends the very same command.
+-- One row per payment attempt, its id and key fixed before anything is
+-- sent. A second try after a decline is a new row: new id, new key.
 CREATE TABLE IF NOT EXISTS order_attempts (
     payment_attempt_id uuid PRIMARY KEY,
     order_id        uuid NOT NULL REFERENCES orders,
+    attempt_no      int NOT NULL,
     idempotency_key text NOT NULL UNIQUE,
     payment_method  text NOT NULL,
-    published       boolean NOT NULL DEFAULT false,
-    last_event_type text
+    last_event_type text,                -- the last result event applied
+    confirmed_status text,               -- what GET /v1/payment-attempts/<id> said
+    confirmed_at    timestamptz,
+    next_poll_at    timestamptz,         -- when the status poller asks again
+    poll_every_ms   int NOT NULL DEFAULT 500,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    UNIQUE (order_id, attempt_no)
 );
--- One row per refund, with its own id and idempotency key, written in the
--- transaction that marks the order paid, before the command is published:
--- like an attempt, a re-publish sends the very same refund.
+-- One row per refund, its id and key fixed once, in the transaction that
+-- applies the payment of its order.
 CREATE TABLE IF NOT EXISTS order_refunds (
     refund_id          uuid PRIMARY KEY,
     order_id           uuid NOT NULL REFERENCES orders,
-    payment_attempt_id uuid NOT NULL,
+    payment_attempt_id uuid NOT NULL REFERENCES order_attempts,
     idempotency_key    text NOT NULL UNIQUE,
     amount             bigint NOT NULL CHECK (amount > 0),
     reason             text NOT NULL,
-    published          boolean NOT NULL DEFAULT false,
     last_event_type    text,            -- refund.succeeded, refund.rejected, ...
     succeeded_event_id uuid             -- the refund.succeeded event that counted it
 );
--- Every result event applied, once: the dedupe of at-least-once delivery.
+-- The transactional outbox: every command, byte for byte, written in the
+-- transaction that decided it; sent_at set once the broker acknowledged it.
+CREATE TABLE IF NOT EXISTS outbox (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    command_id  uuid NOT NULL UNIQUE,    -- payment_attempt_id or refund_id
+    topic       text NOT NULL,
+    message_key text NOT NULL,
+    payload     text NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    sent_at     timestamptz
+);
+CREATE INDEX IF NOT EXISTS outbox_unsent ON outbox (id) WHERE sent_at IS NULL;
+-- The inbox: every result event applied, once.
 CREATE TABLE IF NOT EXISTS processed_events (
     event_id           uuid PRIMARY KEY,
     type               text NOT NULL,
@@ -71,8 +100,8 @@ CREATE TABLE IF NOT EXISTS processed_events (
     kafka_offset       bigint NOT NULL,
     processed_at       timestamptz NOT NULL DEFAULT now()
 );
--- Where to read next, per partition: moved in the same transaction as the
--- effect of the message before it.
+-- Where to read next, per partition, moved in the transaction that applies
+-- the messages before it. The consumer seeks here on every assignment.
 CREATE TABLE IF NOT EXISTS consumer_positions (
     topic           text NOT NULL,
     kafka_partition int NOT NULL,
@@ -81,193 +110,249 @@ CREATE TABLE IF NOT EXISTS consumer_positions (
 );
 """
 
-UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 CHARGE_TYPES = {"charge.succeeded", "charge.failed", "charge.unknown", "charge.rejected",
                 "charge.requires_review"}
 REFUND_TYPES = {"refund.succeeded", "refund.failed", "refund.unknown", "refund.rejected",
                 "refund.requires_review"}
-# Which paid orders are refunded, by their placing order (orders.seq): every
-# REFUND_EVERY-th, and of those every other one in full, the rest half.
-REFUND_EVERY = 5
+TERMINAL = {"SUCCEEDED", "FAILED", "REJECTED", "REQUIRES_REVIEW"}
+MAX_ATTEMPTS = 2  # a declined order is tried once more, with another card
+SECOND_CARD = "pm_card_visa"
+OUTBOX_CHANNEL = "order_outbox"  # NOTIFY on commit: the publisher wakes at once
+POLL_AFTER_S = 30  # a command without any outcome this long: ask charged's api
+BATCH = 200
+MAX_AMOUNT = 100000000000  # the contract's bound on an amount, in minor units
 
-
-def log(msg, **fields):
-    fields.update(ts=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), msg=msg)
-    print(json.dumps(fields), file=sys.stderr, flush=True)
+log = logging.getLogger("order_service")
 
 
 def env(name, default=None):
     v = os.environ.get(name, default)
     if v is None:
-        sys.exit("order_service: %s is not set" % name)
+        print("order_service: %s is not set" % name, file=sys.stderr)
+        sys.exit(2)
     return v
 
 
-def psql(sql, single_transaction=False):
-    """Runs SQL in the service's database; stops at the first error. Output:
-    rows, fields separated by '|'."""
-    argv = ["psql", "-X", "-q", "-tA", "-v", "ON_ERROR_STOP=1", env("ORDERS_DATABASE_URL")]
-    if single_transaction:
-        argv.append("--single-transaction")
-    p = subprocess.run(argv, input=sql.encode(), capture_output=True)
-    if p.returncode != 0:
-        raise RuntimeError("psql exited %d: %s" % (p.returncode, p.stderr.decode()[-1000:]))
-    return [l.split("|") for l in p.stdout.decode().splitlines() if l]
+class JsonLines(logging.Formatter):
+    def format(self, record):
+        doc = {"ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.created)),
+               "level": record.levelname.lower(), "thread": record.threadName,
+               "msg": record.getMessage()}
+        doc.update(getattr(record, "fields", {}))
+        if record.exc_info:
+            doc["error"] = self.formatException(record.exc_info).splitlines()[-1]
+        return json.dumps(doc)
 
 
-def lit(s):
-    """A SQL string literal. Values are checked before they get here; this
-    only keeps quoting right."""
-    return "'" + str(s).replace("'", "''") + "'"
+class Quieter(logging.Filter):
+    """librdkafka says the same thing many times a second while a broker is
+    away: one line per kind of message every 10 s is enough."""
+
+    def __init__(self):
+        logging.Filter.__init__(self)
+        self.last = {}
+
+    def filter(self, record):
+        kind = record.getMessage()[:48]
+        now = time.monotonic()
+        if now - self.last.get(kind, -1e9) < 10:
+            return False
+        self.last[kind] = now
+        return True
 
 
-# ---- asking for charges ----
+def kafka_logger(name):
+    """The logger librdkafka's lines go to (served by poll, consume, flush)."""
+    lg = logging.getLogger("order_service.kafka." + name)
+    lg.addFilter(Quieter())
+    return lg
+
+
+def say(level, msg, **fields):
+    log.log(level, msg, extra={"fields": fields})
+
+
+# ---- waiting: back-off, never a busy loop, never a deadline ----
+
+class Backoff:
+    """Exponential back-off with full jitter, reset by a success. wait()
+    returns early when the service is asked to stop."""
+
+    def __init__(self, stop, base=0.1, cap=5.0):
+        self.stop, self.base, self.cap, self.n = stop, base, cap, 0
+
+    def wait(self):
+        delay = random.uniform(0, min(self.cap, self.base * (2 ** self.n)))
+        self.n = min(self.n + 1, 16)
+        self.stop.wait(delay)
+
+    def reset(self):
+        self.n = 0
+
+
+class Database:
+    """One connection, opened again after any failure. Callers run each
+    transaction whole or retry it whole (psycopg rolls back on an error
+    inside `with conn.transaction()`)."""
+
+    def __init__(self, url, role, autocommit=False):
+        self.url, self.role, self.autocommit, self.conn = url, role, autocommit, None
+
+    def connect(self):
+        if self.conn is None or self.conn.closed or self.conn.broken:
+            self.close()
+            self.conn = psycopg.connect(self.url, connect_timeout=5, autocommit=self.autocommit,
+                                        application_name="order-service-" + self.role)
+        return self.conn
+
+    def close(self):
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except psycopg.Error:
+                pass
+        self.conn = None
+
+
+# ---- the outbox: commands written in the transaction that decides them ----
+
+def outbox_add(cur, command_id, key, command):
+    """Queues one command; the caller's transaction commits it with the rows
+    that decided it, or neither. The payload is stored as the bytes to send,
+    so that every send of it is the same message."""
+    cur.execute("INSERT INTO outbox (command_id, topic, message_key, payload) "
+                "VALUES (%s, %s, %s, %s)",
+                (command_id, env("CHARGE_COMMANDS_TOPIC", "payments.charge.commands"), key,
+                 json.dumps(command, separators=(",", ":"), sort_keys=True)))
+    cur.execute("SELECT pg_notify(%s, '')", (OUTBOX_CHANNEL,))
+
+
+def add_attempt(cur, order_id, attempt_no, amount, currency, payment_method):
+    """A payment attempt with its own id and key, and its charge command,
+    in the caller's transaction: written before anything is sent."""
+    attempt = str(uuid.uuid4())
+    key = "order-svc:" + attempt
+    cur.execute("INSERT INTO order_attempts (payment_attempt_id, order_id, attempt_no, "
+                "idempotency_key, payment_method) VALUES (%s, %s, %s, %s, %s)",
+                (attempt, order_id, attempt_no, key, payment_method))
+    outbox_add(cur, attempt, attempt, {
+        "type": "charge.requested", "version": 1, "payment_attempt_id": attempt,
+        "order_id": str(order_id), "idempotency_key": key, "amount": amount,
+        "currency": currency, "payment_method": payment_method})
+    return attempt
+
+
+def add_refund(cur, order_id, attempt, amount, reason):
+    """A refund with its own id and key, and its command (keyed by the
+    attempt it refunds, so that it follows its charge in one partition)."""
+    refund = str(uuid.uuid4())
+    key = "order-svc-refund:" + refund
+    cur.execute("INSERT INTO order_refunds (refund_id, order_id, payment_attempt_id, "
+                "idempotency_key, amount, reason) VALUES (%s, %s, %s, %s, %s, %s)",
+                (refund, order_id, attempt, key, amount, reason))
+    outbox_add(cur, refund, str(attempt), {
+        "type": "refund.requested", "version": 1, "refund_id": refund,
+        "payment_attempt_id": str(attempt), "idempotency_key": key, "amount": amount,
+        "reason": reason})
+
 
 def place_orders(count, currency="EUR"):
+    """Orders, their first attempts and charge commands: one transaction."""
     methods = ["pm_card_visa"] * 8 + ["pm_card_chargeDeclined"]
-    rows = []
-    for _ in range(count):
-        order, attempt = str(uuid.uuid4()), str(uuid.uuid4())
-        rows.append("INSERT INTO orders (order_id, amount, currency) VALUES (%s, %d, %s);"
-                    % (lit(order), random.randint(100, 100000), lit(currency)))
-        # One idempotency key per payment attempt, fixed before anything is sent.
-        rows.append("INSERT INTO order_attempts (payment_attempt_id, order_id, "
-                    "idempotency_key, payment_method) VALUES (%s, %s, %s, %s);"
-                    % (lit(attempt), lit(order), lit("order-svc:" + attempt),
-                       lit(random.choice(methods))))
-    psql("\n".join(rows), single_transaction=True)
-    publish()
+    with psycopg.connect(env("ORDERS_DATABASE_URL"), connect_timeout=10) as conn:
+        with conn.transaction(), conn.cursor() as cur:
+            for _ in range(count):
+                order, amount = str(uuid.uuid4()), random.randint(100, 100000)
+                cur.execute("INSERT INTO orders (order_id, amount, currency) VALUES (%s, %s, %s)",
+                            (order, amount, currency))
+                add_attempt(cur, order, 1, amount, currency, random.choice(methods))
+    say(logging.INFO, "orders placed", count=count)
 
 
-def chargectl_publish(commands):
-    lines = "".join(json.dumps(c) + "\n" for c in commands)
-    p = subprocess.run([env("CHARGECTL", "chargectl"), "publish", "--file", "-"],
-                       input=lines.encode(), capture_output=True)
-    if p.returncode != 0:
-        raise RuntimeError("chargectl publish exited %d: %s" % (p.returncode, p.stderr.decode()))
+class Publisher(threading.Thread):
+    """Sends what the outbox holds unsent, in id order, with an idempotent
+    producer, and marks it sent once the broker acknowledged it. A crash
+    between the two sends the same row again: same command, same key."""
+
+    def __init__(self, stop):
+        threading.Thread.__init__(self, name="publisher", daemon=True)
+        self.stop = stop
+        self.db = Database(env("ORDERS_DATABASE_URL"), "publisher", autocommit=True)
+        self.producer = None
+        self.listening_on = None  # the connection that holds our LISTEN
+
+    def new_producer(self):
+        return Producer({
+            "bootstrap.servers": env("KAFKA_BOOTSTRAP_SERVERS", "localhost:9092"),
+            "client.id": "order-service-publisher",
+            "acks": "all",                  # acknowledged by every in-sync replica
+            "enable.idempotence": True,     # a retried send is not a second message
+            "message.timeout.ms": 30000,    # a send fails within 30 s; the row stays unsent
+            "linger.ms": 5,
+            "logger": kafka_logger("producer"),
+        })
+
+    def run(self):
+        backoff = Backoff(self.stop)
+        while not self.stop.is_set():
+            try:
+                sent = self.publish_once()
+                backoff.reset()
+                if not sent:
+                    self.idle()
+            except (psycopg.Error, KafkaException, BufferError) as e:
+                say(logging.WARNING, "publisher: waiting out a failure", error=str(e)[:300])
+                self.db.close()
+                backoff.wait()
+            except Exception:  # a bug: logged, waited out, never a crash
+                log.exception("publisher: unexpected error")
+                self.db.close()
+                backoff.wait()
+        self.db.close()
+
+    def idle(self):
+        """Waits for a NOTIFY from a transaction that wrote the outbox, at
+        most 1 s (a NOTIFY lost with a connection is caught up then)."""
+        conn = self.db.connect()
+        if self.listening_on is not conn:  # a new connection listens to nothing yet
+            conn.execute("LISTEN " + OUTBOX_CHANNEL)
+            self.listening_on = conn
+            return  # rows written before LISTEN: look once more first
+        for _ in conn.notifies(timeout=1.0, stop_after=1):
+            pass
+
+    def publish_once(self):
+        conn = self.db.connect()
+        rows = conn.execute("SELECT id, topic, message_key, payload FROM outbox "
+                            "WHERE sent_at IS NULL ORDER BY id LIMIT %s", (BATCH,)).fetchall()
+        if not rows:
+            return 0
+        if self.producer is None:
+            self.producer = self.new_producer()
+        acked, failed = [], []
+
+        def report(err, msg, row_id):
+            if err is None:
+                acked.append(row_id)
+            else:
+                failed.append(err)
+        for row_id, topic, key, payload in rows:
+            self.producer.produce(topic, key=key.encode(), value=payload.encode(),
+                                  on_delivery=lambda e, m, i=row_id: report(e, m, i))
+        # No transaction is open while we wait for the broker.
+        while len(self.producer) > 0:
+            self.producer.flush(1.0)
+        if any(e.fatal() for e in failed):
+            self.producer = None  # an idempotent producer's fatal error: start a new one
+        if acked:
+            conn.execute("UPDATE outbox SET sent_at = now() WHERE id = ANY(%s)", (acked,))
+            say(logging.INFO, "commands sent", count=len(acked))
+        if failed:
+            raise KafkaException(failed[0])
+        return len(acked)
 
 
-def publish(again=False):
-    """Publishes every attempt and every refund not yet marked published (all
-    with again): the same ids and keys each time, so a re-publish never
-    charges or refunds twice."""
-    return publish_attempts(again) + publish_refunds(again)
-
-
-def publish_attempts(again=False):
-    rows = psql("SELECT a.payment_attempt_id, a.order_id, a.idempotency_key, o.amount, "
-                "o.currency, a.payment_method FROM order_attempts a JOIN orders o "
-                "USING (order_id)" + ("" if again else " WHERE NOT a.published"))
-    if not rows:
-        return 0
-    chargectl_publish({
-        "type": "charge.requested", "version": 1, "payment_attempt_id": a,
-        "order_id": o, "idempotency_key": k, "amount": int(amt), "currency": cur,
-        "payment_method": pm} for a, o, k, amt, cur, pm in rows)
-    # Marked only after the broker took them; a crash in between publishes again.
-    psql("UPDATE order_attempts SET published = true WHERE payment_attempt_id IN (%s)"
-         % ",".join(lit(r[0]) for r in rows))
-    log("published", commands=len(rows))
-    return len(rows)
-
-
-# ---- asking for refunds ----
-
-def publish_refunds(again=False):
-    """Publishes the refunds the consumer recorded when it marked their
-    orders paid (see apply_sql), keyed by the attempt they refund (chargectl
-    keys a refund so), so that each follows its charge in one partition."""
-    rows = psql("SELECT refund_id, payment_attempt_id, idempotency_key, amount, reason "
-                "FROM order_refunds" + ("" if again else " WHERE NOT published"))
-    if not rows:
-        return 0
-    chargectl_publish({
-        "type": "refund.requested", "version": 1, "refund_id": r,
-        "payment_attempt_id": a, "idempotency_key": k, "amount": int(amt),
-        "reason": why} for r, a, k, amt, why in rows)
-    psql("UPDATE order_refunds SET published = true WHERE refund_id IN (%s)"
-         % ",".join(lit(r[0]) for r in rows))
-    log("published refunds", commands=len(rows))
-    return len(rows)
-
-
-# ---- applying outcomes ----
-
-CHARGE_EFFECT = """
-WITH new AS (
-  INSERT INTO processed_events (event_id, type, payment_attempt_id, order_id, topic,
-                                kafka_partition, kafka_offset)
-  VALUES ({eid}, {type}, {attempt}, {order}, {topic}, {p}, {o})
-  ON CONFLICT (event_id) DO NOTHING
-  RETURNING event_id, type, payment_attempt_id, order_id
-), attempt AS (
-  UPDATE order_attempts a SET last_event_type = new.type FROM new
-   WHERE a.payment_attempt_id = new.payment_attempt_id
-), paid AS (
-  UPDATE orders SET paid = true, paid_event_id = new.event_id,
-                    paid_attempt_id = new.payment_attempt_id
-    FROM new
-   WHERE new.type = 'charge.succeeded' AND orders.order_id = new.order_id AND NOT orders.paid
-  RETURNING orders.order_id, orders.seq, orders.amount, orders.paid_attempt_id
-)
-INSERT INTO order_refunds (refund_id, order_id, payment_attempt_id, idempotency_key,
-                           amount, reason)
-SELECT r.id, paid.order_id, paid.paid_attempt_id, 'order-svc-refund:' || r.id,
-       CASE WHEN paid.seq % {full} = 0 THEN paid.amount ELSE paid.amount / 2 END,
-       CASE WHEN paid.seq % {full} = 0 THEN 'requested_by_customer' ELSE 'duplicate' END
-  FROM paid, LATERAL (SELECT gen_random_uuid() AS id) r
- WHERE paid.seq % {every} = 0;
-"""
-
-REFUND_EFFECT = """
-WITH new AS (
-  INSERT INTO processed_events (event_id, type, payment_attempt_id, order_id, refund_id,
-                                topic, kafka_partition, kafka_offset)
-  VALUES ({eid}, {type}, {attempt}, {order}, {refund}, {topic}, {p}, {o})
-  ON CONFLICT (event_id) DO NOTHING
-  RETURNING event_id, type, refund_id
-), refund AS (
-  UPDATE order_refunds r SET last_event_type = new.type,
-         succeeded_event_id = CASE WHEN new.type = 'refund.succeeded' THEN new.event_id END
-    FROM new
-   WHERE r.refund_id = new.refund_id AND r.succeeded_event_id IS NULL
-  RETURNING r.order_id, new.type
-)
-UPDATE orders SET refunded_amount = orders.refunded_amount + {amount}
-  FROM refund
- WHERE refund.type = 'refund.succeeded' AND orders.order_id = refund.order_id;
-"""
-
-
-def apply_sql(topic, partition, offset, ev):
-    """One transaction: the event is recorded once (a duplicate inserts
-    nothing and so changes nothing), its effect follows only from that
-    insert, and the position moves past the message.
-
-    charge.succeeded marks the order paid and, for every REFUND_EVERY-th
-    order, records the refund it will ask for (a new refund id and key,
-    fixed here once: the event that pays an order is applied once).
-    refund.succeeded adds its amount to the order's refunded total, once
-    per refund (a refund that SUCCEEDED takes no later outcome)."""
-    if ev is None:  # not an event we can read: skip it, but move on for good
-        effect = ""
-    elif ev["type"] in CHARGE_TYPES:
-        effect = CHARGE_EFFECT.format(
-            eid=lit(ev["event_id"]), type=lit(ev["type"]), attempt=lit(ev["payment_attempt_id"]),
-            order=lit(ev["order_id"]), topic=lit(topic), p=partition, o=offset,
-            every=REFUND_EVERY, full=2 * REFUND_EVERY)
-    else:
-        effect = REFUND_EFFECT.format(
-            eid=lit(ev["event_id"]), type=lit(ev["type"]), attempt=lit(ev["payment_attempt_id"]),
-            order=lit(ev["order_id"]), refund=lit(ev["refund_id"]), topic=lit(topic),
-            p=partition, o=offset, amount=ev["amount"])
-    return """BEGIN;{effect}
-INSERT INTO consumer_positions (topic, kafka_partition, next_offset)
-VALUES ({topic}, {p}, {next})
-ON CONFLICT (topic, kafka_partition) DO UPDATE SET next_offset = EXCLUDED.next_offset;
-COMMIT;
-""".format(effect=effect, topic=lit(topic), p=partition, next=offset + 1)
-
+# ---- the inbox: apply each event, and the position, in one transaction ----
 
 def parse_event(payload):
     """The fields this service needs, checked; None when the message is not
@@ -278,112 +363,368 @@ def parse_event(payload):
         return None
     if not isinstance(ev, dict):
         return None
-    if ev.get("type") in CHARGE_TYPES:
-        ids = ("event_id", "payment_attempt_id", "order_id")
-    elif ev.get("type") in REFUND_TYPES:
-        ids = ("event_id", "payment_attempt_id", "order_id", "refund_id")
-        amount = ev.get("amount")
-        if not (type(amount) is int and amount > 0):
+    ids = ["event_id", "payment_attempt_id", "order_id"]
+    if ev.get("type") in REFUND_TYPES:
+        ids.append("refund_id")
+        if not (type(ev.get("amount")) is int and 0 < ev["amount"] <= MAX_AMOUNT):
             return None
-    else:
+    elif ev.get("type") not in CHARGE_TYPES:
         return None
-    if not all(isinstance(ev.get(k), str) and UUID.match(ev[k]) for k in ids):
+    try:
+        for k in ids:
+            ev[k] = str(uuid.UUID(ev[k]))
+    except (KeyError, TypeError, ValueError, AttributeError):
         return None
     return ev
 
 
-def partitions(topic):
-    p = subprocess.run(["kcat", "-b", env("KAFKA_BOOTSTRAP_SERVERS"), "-L", "-J", "-t", topic],
-                       capture_output=True, timeout=60)
-    if p.returncode != 0:
-        raise RuntimeError("kcat -L: " + p.stderr.decode())
-    md = json.loads(p.stdout)
-    return sorted(part["partition"] for t in md["topics"] if t["topic"] == topic
-                  for part in t["partitions"])
+def apply_charge_event(cur, ev):
+    """charge.succeeded pays the order and records the refund it will ask
+    for; charge.failed of the order's latest attempt makes a second attempt
+    (new id and key, another card); every event sets the attempt's last
+    event."""
+    cur.execute("UPDATE order_attempts SET last_event_type = %s WHERE payment_attempt_id = %s "
+                "RETURNING attempt_no", (ev["type"], ev["payment_attempt_id"]))
+    row = cur.fetchone()
+    if row is None:
+        return  # not one of ours (the results topic is shared)
+    attempt_no = row[0]
+    if ev["type"] == "charge.succeeded":
+        cur.execute("UPDATE orders SET paid = true, paid_event_id = %s, paid_attempt_id = %s "
+                    "WHERE order_id = %s AND NOT paid RETURNING seq, amount",
+                    (ev["event_id"], ev["payment_attempt_id"], ev["order_id"]))
+        paid = cur.fetchone()
+        refund = paid and refund_for(paid[0], paid[1])
+        if refund:
+            add_refund(cur, ev["order_id"], ev["payment_attempt_id"], *refund)
+    elif ev["type"] == "charge.failed" and attempt_no < MAX_ATTEMPTS:
+        # FAILED is the provider's word that no money moved: a new attempt
+        # is safe. Never after charge.unknown: that one is polled instead.
+        cur.execute("SELECT o.amount, o.currency FROM orders o WHERE o.order_id = %s AND "
+                    "NOT o.paid AND NOT EXISTS (SELECT 1 FROM order_attempts a WHERE "
+                    "a.order_id = o.order_id AND a.attempt_no > %s) FOR UPDATE",
+                    (ev["order_id"], attempt_no))
+        order = cur.fetchone()
+        if order:
+            add_attempt(cur, ev["order_id"], attempt_no + 1, order[0], order[1], SECOND_CARD)
 
 
-def consume_once(topic, parts):
-    """Reads each partition from its stored position to its current end and
-    applies what it read; returns how many messages it applied."""
-    stored = dict((int(p), int(o)) for p, o in psql(
-        "SELECT kafka_partition, next_offset FROM consumer_positions WHERE topic = %s"
-        % lit(topic)))
-    n = 0
-    for part in parts:
-        start = stored.get(part, 0)
-        p = subprocess.run(
-            ["kcat", "-C", "-b", env("KAFKA_BOOTSTRAP_SERVERS"), "-t", topic, "-p", str(part),
-             "-o", str(start), "-e", "-q", "-J", "-c", "500",
-             "-X", "auto.offset.reset=earliest"],
-            capture_output=True, timeout=120)
-        if p.returncode != 0:
-            raise RuntimeError("kcat -C: " + p.stderr.decode()[-1000:])
-        script = []
-        for line in p.stdout.decode().splitlines():
-            m = json.loads(line)
-            ev = parse_event(m.get("payload"))
+def apply_refund_event(cur, ev):
+    """refund.succeeded adds its amount to the order's refunded total once
+    per refund (a SUCCEEDED refund takes no later outcome)."""
+    cur.execute("UPDATE order_refunds SET last_event_type = %s, succeeded_event_id = "
+                "CASE WHEN %s = 'refund.succeeded' THEN %s::uuid END "
+                "WHERE refund_id = %s AND succeeded_event_id IS NULL RETURNING order_id",
+                (ev["type"], ev["type"], ev["event_id"], ev["refund_id"]))
+    row = cur.fetchone()
+    if row and ev["type"] == "refund.succeeded":
+        cur.execute("UPDATE orders SET refunded_amount = refunded_amount + %s "
+                    "WHERE order_id = %s", (ev["amount"], row[0]))
+
+
+def apply_batch(conn, messages):
+    """One transaction for the batch: each event recorded once by event_id
+    (a duplicate inserts nothing and so changes nothing), its effect only
+    when it was new, and every partition's position past its last message.
+    All of it commits, or none of it (then the batch is read again)."""
+    ends = {}
+    with conn.transaction(), conn.cursor() as cur:
+        for m in messages:
+            ends[(m.topic(), m.partition())] = m.offset() + 1
+            ev = parse_event(m.value())
             if ev is None:
-                log("skipping a message that is not a result event",
-                    partition=part, offset=m["offset"])
-            script.append(apply_sql(topic, part, m["offset"], ev))
-        if script:
-            psql("".join(script))  # one transaction per message, in order
-            n += len(script)
-    return n
+                say(logging.WARNING, "skipping a message that is not a result event",
+                    partition=m.partition(), offset=m.offset())
+                continue
+            cur.execute("INSERT INTO processed_events (event_id, type, payment_attempt_id, "
+                        "order_id, refund_id, topic, kafka_partition, kafka_offset) "
+                        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+                        "ON CONFLICT (event_id) DO NOTHING RETURNING event_id",
+                        (ev["event_id"], ev["type"], ev["payment_attempt_id"], ev["order_id"],
+                         ev.get("refund_id"), m.topic(), m.partition(), m.offset()))
+            if cur.fetchone() is None:
+                continue  # applied before: at-least-once delivery's duplicate
+            if ev["type"] in CHARGE_TYPES:
+                apply_charge_event(cur, ev)
+            else:
+                apply_refund_event(cur, ev)
+        for (topic, part), nxt in ends.items():
+            # GREATEST: a stale batch (a member that lost the partition
+            # meanwhile) never moves a position back.
+            cur.execute("INSERT INTO consumer_positions (topic, kafka_partition, next_offset) "
+                        "VALUES (%s, %s, %s) ON CONFLICT (topic, kafka_partition) DO UPDATE "
+                        "SET next_offset = GREATEST(consumer_positions.next_offset, "
+                        "EXCLUDED.next_offset)", (topic, part, nxt))
+    return ends
 
 
-def consume(until_idle=None):
-    topic = env("CHARGE_RESULTS_TOPIC")
-    parts = partitions(topic)
-    log("consuming", topic=topic, partitions=len(parts))
-    publish_refunds()  # those a crash left recorded but unsent
-    idle_since = time.monotonic()
-    while True:
-        n = consume_once(topic, parts)
-        if n:
-            log("applied", messages=n)
-            publish_refunds()
-            idle_since = time.monotonic()
-        elif until_idle is not None and time.monotonic() - idle_since >= until_idle:
+class Inbox:
+    """The result events' consumer. Kafka's group assigns partitions; the
+    positions are the database's, read on every assignment."""
+
+    def __init__(self, stop):
+        self.stop = stop
+        self.db = Database(env("ORDERS_DATABASE_URL"), "inbox")
+        self.topic = env("CHARGE_RESULTS_TOPIC", "payments.charge.results")
+        self.consumer = Consumer({
+            "bootstrap.servers": env("KAFKA_BOOTSTRAP_SERVERS", "localhost:9092"),
+            "group.id": env("ORDERS_GROUP_ID", "order-service"),
+            # Static membership: a restarted instance takes its partitions
+            # back at once, without a rebalance of the group.
+            "group.instance.id": env("ORDERS_INSTANCE_ID", socket.gethostname()),
+            "session.timeout.ms": int(env("ORDERS_SESSION_TIMEOUT_MS", "10000")),
+            "auto.offset.reset": "earliest",
+            # Kafka's committed offsets only show lag to operators: they are
+            # stored after the database committed, and never read back.
+            "enable.auto.commit": True,
+            "enable.auto.offset.store": False,
+            "logger": kafka_logger("consumer"),
+        })
+
+    def on_assign(self, consumer, partitions):
+        """Seek every assigned partition to the position stored in the
+        database (the beginning when none), waiting out a database outage."""
+        backoff = Backoff(self.stop)
+        while True:
+            try:
+                rows = self.db.connect().execute(
+                    "SELECT kafka_partition, next_offset FROM consumer_positions "
+                    "WHERE topic = %s", (self.topic,)).fetchall()
+                self.db.conn.rollback()
+                break
+            except psycopg.Error as e:
+                say(logging.WARNING, "inbox: positions unreadable, waiting", error=str(e)[:300])
+                self.db.close()
+                if self.stop.is_set():
+                    rows = []  # nothing is applied after a stop: any start will do
+                    break
+                backoff.wait()
+        stored = dict(rows)
+        for p in partitions:
+            p.offset = stored.get(p.partition, OFFSET_BEGINNING)
+        consumer.assign(partitions)
+        say(logging.INFO, "partitions assigned",
+            positions={p.partition: stored.get(p.partition, 0) for p in partitions})
+
+    def on_revoke(self, consumer, partitions):
+        # Nothing to commit: every applied batch moved its positions in its
+        # own transaction. A batch is applied between polls, never during one.
+        consumer.unassign()
+        say(logging.INFO, "partitions revoked", partitions=[p.partition for p in partitions])
+
+    def run(self):
+        try:
+            self.consume()
+        finally:
+            self.consumer.close()
+            self.db.close()
+
+    def consume(self):
+        self.consumer.subscribe([self.topic], on_assign=self.on_assign, on_revoke=self.on_revoke)
+        poll_backoff = Backoff(self.stop)
+        while not self.stop.is_set():
+            try:
+                msgs = self.consumer.consume(num_messages=BATCH, timeout=1.0)
+            except KafkaException as e:
+                say(logging.WARNING, "inbox: consume failed, waiting", error=str(e)[:300])
+                poll_backoff.wait()
+                continue
+            batch = []
+            for m in msgs:
+                if m.error() is None:
+                    batch.append(m)
+                elif m.error().code() != KafkaError._PARTITION_EOF:
+                    # Broker away, topic not yet there...: librdkafka
+                    # reconnects by itself; we wait a little, not spin.
+                    say(logging.WARNING, "inbox: consumer error", error=str(m.error())[:300])
+                    poll_backoff.wait()
+            # A batch being applied is finished when a stop arrives; one
+            # fetched after it is left for the next reader (its positions
+            # did not move).
+            if batch and not self.stop.is_set():
+                poll_backoff.reset()
+                self.apply(batch)
+
+    def apply(self, batch):
+        """Applies one batch, retrying it whole after a database failure.
+        On a stop the batch is dropped unapplied: its positions did not move,
+        so whoever reads next reads it again."""
+        backoff = Backoff(self.stop)
+        while True:
+            try:
+                ends = apply_batch(self.db.connect(), batch)
+                break
+            except psycopg.Error as e:
+                say(logging.WARNING, "inbox: batch not applied, retrying",
+                    error=str(e)[:300], messages=len(batch))
+                self.db.close()
+                if self.stop.is_set():
+                    return
+                backoff.wait()
+        say(logging.INFO, "applied", messages=len(batch))
+        try:
+            self.consumer.store_offsets(offsets=[TopicPartition(t, p, o)
+                                                 for (t, p), o in ends.items()])
+        except KafkaException:
+            pass  # a partition revoked meanwhile: Kafka's copy is advisory only
+
+
+# ---- after a timeout: ask charged, never charge again ----
+
+class StatusPoller(threading.Thread):
+    """An attempt whose outcome is not known (charge.unknown applied, or no
+    outcome POLL_AFTER_S after it was sent) is a "payment result being
+    confirmed, do not pay again": the shop asks charged's api for it, with
+    a growing interval, and shows what it says. It never makes a new
+    attempt; only a charge.failed event does (apply_charge_event)."""
+
+    def __init__(self, stop):
+        threading.Thread.__init__(self, name="status-poller", daemon=True)
+        self.stop = stop
+        self.api = os.environ.get("CHARGED_API_URL", "").rstrip("/")
+        self.db = Database(env("ORDERS_DATABASE_URL"), "poller", autocommit=True)
+
+    def run(self):
+        if not self.api:
+            say(logging.INFO, "no CHARGED_API_URL: status polls off")
             return
-        else:
-            time.sleep(0.2)
+        backoff = Backoff(self.stop, base=0.5, cap=10.0)
+        while not self.stop.is_set():
+            try:
+                n = self.poll_due()
+                backoff.reset()
+                if not n:
+                    self.stop.wait(0.5)
+            except (psycopg.Error, OSError, ValueError) as e:
+                say(logging.WARNING, "status poller: waiting out a failure", error=str(e)[:300])
+                self.db.close()
+                backoff.wait()
+            except Exception:  # a bug: logged, waited out, never a crash
+                log.exception("status poller: unexpected error")
+                backoff.wait()
+        self.db.close()
+
+    def poll_due(self):
+        conn = self.db.connect()
+        rows = conn.execute(
+            "SELECT a.payment_attempt_id, a.poll_every_ms, a.confirmed_status "
+            "FROM order_attempts a "
+            "JOIN outbox o ON o.command_id = a.payment_attempt_id "
+            "WHERE (a.confirmed_status IS NULL OR a.confirmed_status NOT IN "
+            "('SUCCEEDED','FAILED','REJECTED','REQUIRES_REVIEW')) "
+            "AND (a.last_event_type = 'charge.unknown' OR (a.last_event_type IS NULL AND "
+            "o.sent_at < now() - make_interval(secs => %s))) "
+            "AND coalesce(a.next_poll_at, '-infinity') <= now() "
+            "ORDER BY a.next_poll_at NULLS FIRST LIMIT 50", (POLL_AFTER_S,)).fetchall()
+        for attempt, every, before in rows:
+            status = self.status_of(attempt)  # no transaction open during the call
+            conn.execute("UPDATE order_attempts SET confirmed_status = coalesce(%s, "
+                         "confirmed_status), confirmed_at = now(), next_poll_at = now() + "
+                         "make_interval(secs => %s), poll_every_ms = least(%s * 2, 30000) "
+                         "WHERE payment_attempt_id = %s",
+                         (status, every / 1000.0, every, attempt))
+            if status and status != before:
+                say(logging.INFO, "payment being confirmed: charged says",
+                    payment_attempt_id=str(attempt), status=status)
+        return len(rows)
+
+    def status_of(self, attempt):
+        """charged's status of the attempt, or None while it has no record."""
+        try:
+            with urllib.request.urlopen("%s/v1/payment-attempts/%s" % (self.api, attempt),
+                                        timeout=5) as r:
+                return json.loads(r.read())["status"]
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                return None  # the command is not consumed yet
+            raise
+
+
+# ---- the service ----
+
+def run():
+    """Publisher, status poller and inbox until SIGTERM or SIGINT: then the
+    inbox finishes its batch, the publisher its send, and it exits 0."""
+    stop = threading.Event()
+
+    def on_signal(signum, frame):
+        say(logging.INFO, "stopping", signal=signum)
+        stop.set()
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    say(logging.INFO, "order service starting", results=env("CHARGE_RESULTS_TOPIC", "payments.charge.results"),
+        commands=env("CHARGE_COMMANDS_TOPIC", "payments.charge.commands"))
+    threads = [Publisher(stop), StatusPoller(stop)]
+    for t in threads:
+        t.start()
+    backoff = Backoff(stop)
+    while not stop.is_set():
+        try:
+            Inbox(stop).run()
+        except Exception:  # the consumer could not even be made: again, later
+            log.exception("inbox: unexpected error")
+            backoff.wait()
+    for t in threads:
+        t.join()
+    say(logging.INFO, "order service stopped")
+    return 0
+
+
+def resend():
+    """Marks every command unsent: what a crash between send and mark leaves
+    behind, for all of them. The running publisher sends them again."""
+    with psycopg.connect(env("ORDERS_DATABASE_URL"), connect_timeout=10) as conn:
+        n = conn.execute("UPDATE outbox SET sent_at = NULL WHERE sent_at IS NOT NULL").rowcount
+        conn.execute("SELECT pg_notify(%s, '')", (OUTBOX_CHANNEL,))
+    say(logging.INFO, "commands marked unsent", count=n)
 
 
 def report():
-    """What the service knows, from its own tables: orders paid, refunds by
-    the last outcome it applied ("requested" while none), the refunded total."""
-    orders, paid, refunded = psql("SELECT count(*), count(*) FILTER (WHERE paid), "
-                                  "coalesce(sum(refunded_amount), 0) FROM orders")[0]
-    refunds = dict((t, int(n)) for t, n in psql(
-        "SELECT coalesce(last_event_type, 'requested'), count(*) FROM order_refunds GROUP BY 1"))
-    return {"orders": int(orders), "paid": int(paid), "refunds": refunds,
-            "refunded_amount": int(refunded)}
+    """What the service knows, from its own tables: orders paid, attempts,
+    refunds by the last outcome applied ("requested" while none)."""
+    with psycopg.connect(env("ORDERS_DATABASE_URL"), connect_timeout=10) as conn:
+        orders, paid, refunded = conn.execute(
+            "SELECT count(*), count(*) FILTER (WHERE paid), coalesce(sum(refunded_amount), 0) "
+            "FROM orders").fetchone()
+        attempts = dict(conn.execute("SELECT coalesce(last_event_type, 'sent'), count(*) "
+                                     "FROM order_attempts GROUP BY 1").fetchall())
+        refunds = dict(conn.execute("SELECT coalesce(last_event_type, 'requested'), count(*) "
+                                    "FROM order_refunds GROUP BY 1").fetchall())
+        unsent = conn.execute("SELECT count(*) FROM outbox WHERE sent_at IS NULL").fetchone()[0]
+    return {"orders": orders, "paid": paid, "attempts": attempts, "refunds": refunds,
+            "refunded_amount": int(refunded), "commands_unsent": unsent}
 
 
 def main():
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonLines())
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("init")
     po = sub.add_parser("place-orders")
     po.add_argument("--count", type=int, default=10)
-    pb = sub.add_parser("publish")
-    pb.add_argument("--again", action="store_true", help="re-publish every attempt")
-    c = sub.add_parser("consume")
-    c.add_argument("--until-idle", type=float, help="stop after this many seconds without news")
+    sub.add_parser("run")
+    sub.add_parser("resend")
     sub.add_parser("report")
     a = ap.parse_args()
-    if a.cmd == "init":
-        psql(SCHEMA, single_transaction=True)
-    elif a.cmd == "place-orders":
-        place_orders(a.count)
-    elif a.cmd == "publish":
-        publish(again=a.again)
-    elif a.cmd == "report":
-        print(json.dumps(report(), sort_keys=True))
-    else:
-        consume(a.until_idle)
+    try:
+        if a.cmd == "init":
+            with psycopg.connect(env("ORDERS_DATABASE_URL"), connect_timeout=10) as conn:
+                conn.execute(SCHEMA)
+        elif a.cmd == "place-orders":
+            place_orders(a.count)
+        elif a.cmd == "resend":
+            resend()
+        elif a.cmd == "report":
+            print(json.dumps(report(), sort_keys=True))
+        else:
+            return run()
+    except psycopg.Error as e:  # the one-shot commands: say why in one line
+        print("order_service %s: %s" % (a.cmd, str(e).strip().splitlines()[0]), file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
