@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "charged_assert.h"
 #include "attempt_sql.h"
 #include "attempt_status.h"
+#include "charged_assert.h"
 #include "db.h"
 #include "store_conn.h"
 #include "lease_sql.h"
@@ -24,38 +24,8 @@ struct attempt_store {
  * locks for milliseconds. */
 #define ATTEMPT_LOCK_TIMEOUT "100ms"
 
-attempt_store_t *attempt_store_new(const char *database_url, const char *actor,
-                                   struct charged_error *err)
-{
-    CHARGED_ASSERT(database_url && actor);
-    attempt_store_t *st = calloc(1, sizeof(*st));
-    if (!st) {
-        charged_error_set(err, "out of memory");
-        return NULL;
-    }
-    if (stmt_session_new(database_url, ATTEMPT_LOCK_TIMEOUT, actor, &st->db, &st->actor,
-                         err) != 0) {
-        free(st);
-        return NULL;
-    }
-    /* A store always has its session and its actor. */
-    CHARGED_ASSERT(st->db && st->actor);
-    return st;
-}
-
-void attempt_store_free(attempt_store_t *st)
-{
-    if (!st)
-        return;
-    stmt_session_free(st->db, st->actor);
-    free(st);
-}
-
-enum charged_rc attempt_store_ping(attempt_store_t *st, struct charged_error *err)
-{
-    CHARGED_ASSERT(st);
-    return stmt_ping(st->db, err);
-}
+/* attempt_store_new, _free and _ping. */
+STMT_STORE_SESSION(attempt_store, ATTEMPT_LOCK_TIMEOUT)
 
 /* ---- one statement: its parameters, then its rows ---- */
 

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "charged_assert.h"
 #include "attempt_status.h"
+#include "charged_assert.h"
 #include "lease_sql.h"
 #include "refund_sql.h"
 #include "store_conn.h"
@@ -26,38 +26,8 @@ struct refund_store {
  * the charge's later refunds for good. */
 #define REFUND_ORDER_WINDOW "5 minutes"
 
-refund_store_t *refund_store_new(const char *database_url, const char *actor,
-                                 struct charged_error *err)
-{
-    CHARGED_ASSERT(database_url && actor);
-    refund_store_t *st = calloc(1, sizeof(*st));
-    if (!st) {
-        charged_error_set(err, "out of memory");
-        return NULL;
-    }
-    if (stmt_session_new(database_url, REFUND_LOCK_TIMEOUT, actor, &st->db, &st->actor,
-                         err) != 0) {
-        free(st);
-        return NULL;
-    }
-    /* A store always has its session and its actor. */
-    CHARGED_ASSERT(st->db && st->actor);
-    return st;
-}
-
-void refund_store_free(refund_store_t *st)
-{
-    if (!st)
-        return;
-    stmt_session_free(st->db, st->actor);
-    free(st);
-}
-
-enum charged_rc refund_store_ping(refund_store_t *st, struct charged_error *err)
-{
-    CHARGED_ASSERT(st);
-    return stmt_ping(st->db, err);
-}
+/* refund_store_new, _free and _ping. */
+STMT_STORE_SESSION(refund_store, REFUND_LOCK_TIMEOUT)
 
 static const char *or_null(const char *s)
 {
