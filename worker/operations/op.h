@@ -24,6 +24,9 @@
 #include "engine.h"
 #include "provider_client.h"
 #include "reconcile_look.h"
+#include "store_conn.h"
+#include "webhook_event.h"
+#include "webhook_store.h"
 
 /* Bytes of any operation's parsed command and of what any claim says to
  * send: the worker's descriptor keeps one of each per job, whatever its
@@ -219,6 +222,23 @@ struct op_reconcile {
     .renew = prefix##_look_renew, .hand_back = prefix##_look_hand_back,                \
     .log_calls = prefix##_look_log_calls, .backlog = prefix##_look_backlog
 
+/* ---- the api's webhook (worker/operations/webhook_store.c) ---- */
+
+/* An operation's half of applying a provider's event: webhook_store
+ * records the event once, in one transaction, and hands it to the first
+ * operation of the table that takes it (webhook_apply.h: what the half
+ * may use). */
+struct op_webhook {
+    /* Whether ev is about this operation's records. */
+    int (*takes)(const struct webhook_event *ev);
+    /* Applies ev on db, inside the open transaction: out's outcome,
+     * reason, ids and statuses. CHARGED_OK, or the failure: the store
+     * rolls back and the delivery is answered again. */
+    enum charged_rc (*apply)(store_conn_t *db, const struct webhook_event *ev,
+                             struct webhook_store_result *out,
+                             struct charged_error *err);
+};
+
 /* ---- the operation ---- */
 
 struct payment_op {
@@ -231,6 +251,9 @@ struct payment_op {
     /* The reconciler's look. NULL: the reconciler claims none of its
      * records (none is left in doubt by a call). */
     const struct op_reconcile *reconcile;
+    /* The api's provider events about its records. NULL: no event is its;
+     * one that no operation takes is recorded, unmatched. */
+    const struct op_webhook *webhook;
 };
 
 /* The table, in the order the roles walk it (the first is the worker's

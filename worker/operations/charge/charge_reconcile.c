@@ -1,14 +1,13 @@
-/* The charge in every role but the worker's (op.h): the reconciler's look
- * at an attempt left in doubt, its store's hooks, and the charge's line of
- * the table. */
+/* The charge's face for the reconciler (op.h's struct op_reconcile): the
+ * look at an attempt left in doubt, and its store's hooks. */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "attempt_store.h"
-#include "charge_command.h"
 #include "charge_op.h"
 #include "charged_assert.h"
 #include "metrics.h"
+#include "charge.h"
 #include "op.h"
 #include "op_shared.h"
 #include "reconcile_policy.h"
@@ -105,7 +104,7 @@ static enum charged_rc charge_settle(void *store, struct op_settlement *s,
     return rc;
 }
 
-static const struct op_reconcile charge_reconcile = {
+const struct op_reconcile charge_reconcile = {
     .words = {.noun = "attempt",
               .id_key = "payment_attempt_id",
               .about_key = "order_id",
@@ -121,16 +120,4 @@ static const struct op_reconcile charge_reconcile = {
     .call = charge_call,
     .page = charge_page,
     .settle = charge_settle,
-};
-
-_Static_assert(sizeof(struct charge_command) <= PAYMENT_OP_COMMAND_MAX,
-               "a charge command fits the worker's command buffer");
-_Static_assert(sizeof(struct attempt_params) <= PAYMENT_OP_PARAMS_MAX,
-               "an attempt's params fit the worker's params buffer");
-
-const struct payment_op charge_payment_op = {
-    .name = "charge",
-    .command_type = "charge.requested",
-    .engine = &charge_op,
-    .reconcile = &charge_reconcile,
 };

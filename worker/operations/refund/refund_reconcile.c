@@ -1,16 +1,15 @@
-/* The refund in every role but the worker's (op.h): the reconciler's look
- * at a refund left in doubt (reconcile_policy's refund order of evidence,
- * with the charge's limits), its store's hooks, and the refund's line of
- * the table. */
+/* The refund's face for the reconciler (op.h's struct op_reconcile): the
+ * look at a refund left in doubt (reconcile_policy's refund order of
+ * evidence, with the charge's limits), and its store's hooks. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "charged_assert.h"
 #include "metrics.h"
+#include "refund.h"
 #include "op.h"
 #include "op_shared.h"
-#include "refund_command.h"
 #include "refund_op.h"
 #include "refund_store.h"
 
@@ -118,7 +117,7 @@ static enum charged_rc refund_settle(void *store, struct op_settlement *s,
     return rc;
 }
 
-static const struct op_reconcile refund_reconcile = {
+const struct op_reconcile refund_reconcile = {
     .words = {.noun = "refund",
               .id_key = "refund_id",
               .about_key = "payment_attempt_id",
@@ -136,16 +135,4 @@ static const struct op_reconcile refund_reconcile = {
     .call = refund_call,
     .page = refund_page,
     .settle = refund_settle,
-};
-
-_Static_assert(sizeof(struct refund_command) <= PAYMENT_OP_COMMAND_MAX,
-               "a refund command fits the worker's command buffer");
-_Static_assert(sizeof(struct refund_params) <= PAYMENT_OP_PARAMS_MAX,
-               "a refund's params fit the worker's params buffer");
-
-const struct payment_op refund_payment_op = {
-    .name = "refund",
-    .command_type = REFUND_COMMAND_TYPE,
-    .engine = &refund_op,
-    .reconcile = &refund_reconcile,
 };
