@@ -1,4 +1,4 @@
-/* common/ops/attempt_review and common/store/attempt_history against the
+/* worker/operations/charge/attempt_review and common/store/attempt_history against the
  * stack's PostgreSQL and a real psp-sim: a review resolves when the
  * provider agrees, is refused when it contradicts (and force overrides
  * that), writes nothing for an attempt not in review, one that is not

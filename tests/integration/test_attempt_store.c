@@ -1,9 +1,8 @@
-/* common/store/attempt_store against the real PostgreSQL of the local stack:
- * record (conflicts whatever batch they arrive in, the same-order guard, a
- * new attempt claimed by its record),
- * claim (stored parameters, the key's age on the database clock), takeover
- * and fencing, release, how failures are classified, and a row another
- * session holds. */
+/* worker/operations/charge/attempt_store against the real PostgreSQL of the local
+ * stack: record (conflicts whatever batch they arrive in, the same-order guard, a new
+ * attempt claimed by its record), claim (stored parameters, the key's age on the
+ * database clock), takeover and fencing, release, how failures are classified, and a
+ * row another session holds. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* common/store/refund_review against the stack's PostgreSQL: an operator's
+/* worker/operations/refund/refund_review against the stack's PostgreSQL: an operator's
  * decision on a refund, as `chargectl refund resolve` takes it once the
  * provider has answered (the decision carries the provider's refund as the
  * provider showed it). A SUCCEEDED decision books only a refund proven the

@@ -1,4 +1,4 @@
-/* common/store/refund_store against the real PostgreSQL of the local stack:
+/* worker/operations/refund/refund_store against the real PostgreSQL of the local stack:
  * record (conflicts, a charge's key), the claim's atomic reservation
  * (exceeds_charge, not_refundable, one refund of a charge per statement),
  * the money of each outcome (a failure gives back, a success books once),

@@ -1,6 +1,6 @@
 /* chargectl attempt resolve: a person decides whether an attempt that
  * automation left in REQUIRES_REVIEW was charged (SUCCEEDED) or not (FAILED).
- * The decision itself is attempt_review's (common/ops), which the console
+ * The decision itself is attempt_review's (worker/operations/charge), which the console
  * shares; this is its command line: the arguments, the settings, the
  * sessions, and what is printed. */
 #include <ctype.h>

@@ -4,38 +4,33 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "charge_command.h"
-#include "charge_op.h"
 #include "charged_assert.h"
 #include "command_fields.h"
 #include "metrics.h"
+#include "op.h"
 #include "op_shared.h"
-#include "refund_command.h"
-#include "refund_op.h"
 
-/* Kinds, by their index here; the first is also the one whose error a
- * message of no known type gets. */
-static const struct engine_op *const ops[] = {&charge_op, &refund_op};
-static const char *const types[] = {"charge.requested", REFUND_COMMAND_TYPE};
-#define NOPS (sizeof(ops) / sizeof(ops[0]))
-_Static_assert(sizeof(types) / sizeof(types[0]) == NOPS, "one type per operation");
+/* Kinds are the indexes of the table of operations (op.h); the first is
+ * also the one whose error a message of no known type gets. */
+#define NOPS payment_operations_count
 
 struct routed_command {
     int kind;
     union {
-        struct charge_command charge;
-        struct refund_command refund;
+        max_align_t align;
+        unsigned char bytes[PAYMENT_OP_COMMAND_MAX];
     } u;
 };
 
-union routed_params {
-    struct attempt_params charge;
-    struct refund_params refund;
+struct routed_state {
+    void *states[PAYMENT_OPS_MAX];
 };
 
-struct routed_state {
-    void *states[NOPS];
-};
+/* The worker's stages of kind k (NULL: the worker runs none of its). */
+static const struct engine_op *engine_of(size_t k)
+{
+    return payment_op_of(k)->engine;
+}
 
 static const void *inner(const void *command)
 {
@@ -53,7 +48,9 @@ static int kind_of(const void *command)
 static const struct engine_op *op_of(int kind)
 {
     CHARGED_ASSERT(kind >= 0 && (size_t)kind < NOPS);
-    return ops[kind];
+    const struct engine_op *o = engine_of((size_t)kind);
+    CHARGED_ASSERT(o); /* only an operation with stages is given a kind */
+    return o;
 }
 
 static void routed_close(void *op)
@@ -63,7 +60,7 @@ static void routed_close(void *op)
         return;
     for (size_t k = 0; k < NOPS; k++)
         if (r->states[k])
-            ops[k]->close(r->states[k]);
+            engine_of(k)->close(r->states[k]);
     free(r);
 }
 
@@ -74,14 +71,21 @@ static void *routed_open(config_t *cfg, const char *actor, char *err, size_t err
         snprintf(err, err_size, "out of memory");
         return NULL;
     }
-    for (size_t k = 0; k < NOPS; k++)
-        if (!(r->states[k] = ops[k]->open(cfg, actor, err, err_size))) {
+    for (size_t k = 0; k < NOPS; k++) {
+        const struct engine_op *o = engine_of(k);
+        if (!o)
+            continue;
+        /* The job's buffers hold any kind's command and params. */
+        CHARGED_ASSERT(o->command_size <= PAYMENT_OP_COMMAND_MAX &&
+                       o->params_size <= PAYMENT_OP_PARAMS_MAX);
+        if (!(r->states[k] = o->open(cfg, actor, err, err_size))) {
             routed_close(r);
             return NULL;
         }
+    }
     /* Every kind routed to has its state: state_of never hands out NULL. */
     for (size_t k = 0; k < NOPS; k++)
-        CHARGED_ASSERT(r->states[k]);
+        CHARGED_ASSERT(r->states[k] || !engine_of(k));
     return r;
 }
 
@@ -89,6 +93,23 @@ static void *state_of(void *op, int kind)
 {
     CHARGED_ASSERT(op && kind >= 0 && (size_t)kind < NOPS);
     return ((struct routed_state *)op)->states[kind];
+}
+
+/* The error of a message of no known type: the types routed to. */
+static void say_types(char *err, size_t err_size)
+{
+    size_t at = (size_t)snprintf(err, err_size, "'type' must be ");
+    size_t n = 0, left = 0;
+    for (size_t k = 0; k < NOPS; k++)
+        left += engine_of(k) != NULL;
+    for (size_t k = 0; k < NOPS && at < err_size; k++) {
+        if (!engine_of(k))
+            continue;
+        const char *sep = n == 0 ? "" : n + 1 == left ? " or " : ", ";
+        at += (size_t)snprintf(err + at, err_size - at, "%s\"%s\"", sep,
+                               payment_op_of(k)->command_type);
+        n++;
+    }
 }
 
 /* A charge first (the common case, parsed once); a message its parser
@@ -100,39 +121,40 @@ static enum dead_letter_reason routed_parse(void *op, const void *key, size_t ke
 {
     struct routed_command *c = command;
     c->kind = 0;
-    enum dead_letter_reason r = ops[0]->parse(state_of(op, 0), key, key_len, value,
-                                              value_len, &c->u, err, err_size);
+    enum dead_letter_reason r = op_of(0)->parse(state_of(op, 0), key, key_len, value,
+                                                value_len, &c->u, err, err_size);
     if (r != DEAD_LETTER_SCHEMA_VIOLATION)
         return r;
     for (size_t k = 1; k < NOPS; k++)
-        if (command_fields_type_is(value, value_len, types[k])) {
+        if (engine_of(k) &&
+            command_fields_type_is(value, value_len, payment_op_of(k)->command_type)) {
             c->kind = (int)k;
-            return ops[k]->parse(state_of(op, (int)k), key, key_len, value, value_len,
-                                 &c->u, err, err_size);
+            return engine_of(k)->parse(state_of(op, (int)k), key, key_len, value,
+                                       value_len, &c->u, err, err_size);
         }
     if (!strncmp(err, "'type'", 6))
-        snprintf(err, err_size, "'type' must be \"%s\" or \"%s\"", types[0], types[1]);
+        say_types(err, err_size);
     return r;
 }
 
 static void routed_release(void *command)
 {
-    ops[kind_of(command)]->release(&((struct routed_command *)command)->u);
+    op_of(kind_of(command))->release(&((struct routed_command *)command)->u);
 }
 
 static const char *routed_id_of(const void *command)
 {
-    return ops[kind_of(command)]->id_of(inner(command));
+    return op_of(kind_of(command))->id_of(inner(command));
 }
 
 static const char *routed_order_of(const void *command)
 {
-    return ops[kind_of(command)]->order_of(inner(command));
+    return op_of(kind_of(command))->order_of(inner(command));
 }
 
 static enum charged_rc routed_ping(void *op, struct charged_error *err)
 {
-    return ops[0]->ping(state_of(op, 0), err);
+    return op_of(0)->ping(state_of(op, 0), err);
 }
 
 /* Each stage below runs the items of one kind after the other: a copy of
@@ -159,8 +181,8 @@ static enum charged_rc routed_record(void *op, struct engine_record *items, size
                 sub[m].command = inner(items[i].command);
                 at[m++] = i;
             }
-        if (m && (rc = ops[k]->record(state_of(op, (int)k), sub, m, lease_ms, err)) ==
-                     CHARGED_OK)
+        if (m && (rc = engine_of(k)->record(state_of(op, (int)k), sub, m, lease_ms,
+                                            err)) == CHARGED_OK)
             for (size_t i = 0; i < m; i++) {
                 sub[i].command = items[at[i]].command;
                 items[at[i]] = sub[i];
@@ -194,8 +216,8 @@ static enum charged_rc routed_claim(void *op, struct engine_claim *items, size_t
                 sub[m] = items[i];
                 at[m++] = i;
             }
-        if (m && (rc = ops[k]->claim(state_of(op, (int)k), sub, m, lease_ms, err)) ==
-                     CHARGED_OK)
+        if (m && (rc = engine_of(k)->claim(state_of(op, (int)k), sub, m, lease_ms,
+                                           err)) == CHARGED_OK)
             for (size_t i = 0; i < m; i++)
                 items[at[i]] = sub[i];
         routed += m;
@@ -223,7 +245,7 @@ static enum charged_rc routed_log_calls(void *op, const struct engine_call *call
             if (calls[i].kind == (int)k)
                 sub[m++] = calls[i];
         if (m)
-            rc = ops[k]->log_calls(state_of(op, (int)k), sub, m, err);
+            rc = engine_of(k)->log_calls(state_of(op, (int)k), sub, m, err);
         routed += m;
     }
     /* No call of an unknown kind is dropped unwritten. */
@@ -251,8 +273,8 @@ static enum charged_rc routed_persist(void *op, struct engine_outcome *items, si
                 sub[m] = items[i];
                 at[m++] = i;
             }
-        if (m &&
-            (rc = ops[k]->persist(state_of(op, (int)k), sub, m, err)) == CHARGED_OK)
+        if (m && (rc = engine_of(k)->persist(state_of(op, (int)k), sub, m, err)) ==
+                     CHARGED_OK)
             for (size_t i = 0; i < m; i++) {
                 items[at[i]].persisted = sub[i].persisted;
                 items[at[i]].busy = sub[i].busy;
@@ -297,12 +319,13 @@ static enum charged_rc routed_leases(void *op, const char *const *ids, const int
         if (m == 0)
             continue;
         if (still_ours) {
-            rc = ops[k]->renew(state_of(op, (int)k), sid, NULL, sep, m, lease_ms, sours,
-                               err);
+            rc = engine_of(k)->renew(state_of(op, (int)k), sid, NULL, sep, m, lease_ms,
+                                     sours, err);
             for (size_t i = 0; rc == CHARGED_OK && i < m; i++)
                 still_ours[at[i]] = sours[i];
         } else {
-            rc = ops[k]->release_leases(state_of(op, (int)k), sid, NULL, sep, m, err);
+            rc = engine_of(k)->release_leases(state_of(op, (int)k), sid, NULL, sep, m,
+                                              err);
         }
     }
     /* Every lease went to its operation's store: none kept by mistake. */
@@ -335,8 +358,8 @@ static int routed_start_call(void *op, provider_client_t *pc, const void *params
     int k = kind_of(command);
     /* The claim's params, never the message's: a claim gave them. */
     CHARGED_ASSERT(pc && params);
-    return ops[k]->start_call(state_of(op, k), pc, params, inner(command), tag, err,
-                              err_size);
+    return op_of(k)->start_call(state_of(op, k), pc, params, inner(command), tag, err,
+                                err_size);
 }
 
 static const char *routed_event_type(int kind, enum attempt_status status)
@@ -349,14 +372,14 @@ static struct answer_decision routed_decide(int kind, const struct engine_policy
                                             enum provider_outcome outcome, int tries,
                                             int key_window_open, unsigned jitter)
 {
-    return ops[kind]->decide(0, p, outcome, tries, key_window_open, jitter);
+    return op_of(kind)->decide(0, p, outcome, tries, key_window_open, jitter);
 }
 
 static char *routed_outcome(int kind, const struct provider_result *res,
                             const struct answer_decision *d, int calls, char *reason,
                             size_t reason_size, const char **provider_id)
 {
-    return ops[kind]->outcome(0, res, d, calls, reason, reason_size, provider_id);
+    return op_of(kind)->outcome(0, res, d, calls, reason, reason_size, provider_id);
 }
 
 static const char *routed_kind_name(int kind)
@@ -380,7 +403,7 @@ const struct engine_op payment_ops = {
     .name = "charge",
     OP_PAYMENT_TOPICS,
     .command_size = sizeof(struct routed_command),
-    .params_size = sizeof(union routed_params),
+    .params_size = PAYMENT_OP_PARAMS_MAX,
     OP_CALLBACKS(routed),
     OP_STORE_CALLBACKS(routed),
     .decide = routed_decide,

@@ -3,7 +3,8 @@
  * the payment attempt, so that a refund follows its charge in one
  * partition; each message is parsed by the operation its `type` names,
  * and every batch the engine hands over is routed, item by item, to that
- * operation's own descriptor (charge_op.h, refund_op.h). */
+ * operation's own descriptor. The operations are the table's (op.h,
+ * operations.c): no kind is named here. */
 #ifndef CHARGED_PAYMENT_OPS_H
 #define CHARGED_PAYMENT_OPS_H
 

@@ -73,6 +73,21 @@ static int parse_schedule(struct reconciler *r, const char *s, char *err,
     return 0;
 }
 
+/* ---- the operations ---- */
+
+const struct op_reconcile *reconciler_face(size_t k)
+{
+    const struct op_reconcile *f = payment_op_of(k)->reconcile;
+    CHARGED_ASSERT(f);
+    return f;
+}
+
+const void *reconciler_row(const struct reconciler *r, size_t i)
+{
+    CHARGED_ASSERT(i < r->ndue && r->due[r->on]);
+    return (const char *)r->due[r->on] + i * reconciler_face(r->on)->due_size;
+}
+
 /* ---- leases ---- */
 
 /* Extends the leases of the batch's attempts from `from` on. */
@@ -83,15 +98,14 @@ static void renew_rest(struct reconciler *r, size_t from, size_t n)
     int64_t epochs[1024];
     int ours[1024];
     size_t k = 0;
+    const struct op_reconcile *f = reconciler_face(r->on);
     CHARGED_ASSERT(from <= n && n <= r->ndue);
     for (size_t i = from; i < n && k < 1024; i++, k++) {
-        ids[k] = r->on_refunds ? r->rdue[i].id : r->due[i].id;
-        epochs[k] = r->on_refunds ? r->rdue[i].lease_epoch : r->due[i].lease_epoch;
+        const int64_t *epoch;
+        f->due_lease(reconciler_row(r, i), &ids[k], &epoch);
+        epochs[k] = *epoch;
     }
-    if ((r->on_refunds
-             ? refund_store_renew(r->refunds, ids, epochs, k, r->lease_ms, ours, &err)
-             : attempt_store_renew(r->store, ids, epochs, k, r->lease_ms, ours,
-                                   &err)) != 0)
+    if (f->renew(r->stores[r->on], ids, epochs, k, r->lease_ms, ours, &err) != 0)
         log_warn("could not renew leases; they may expire", "error", err.message, NULL);
 }
 
@@ -120,8 +134,8 @@ void reconciler_db_ok(struct reconciler *r)
 
 /* Calls whose look could not be written, kept (bounded) until the database
  * takes them: a charge made must never vanish from provider_calls. */
-void reconciler_keep_calls(struct reconciler *r, int refund, const char *id,
-                           const char *id_key, const struct look_row *rows, size_t n)
+void reconciler_keep_calls(struct reconciler *r, size_t kind, const char *id,
+                           const char *id_key, const struct op_call_row *rows, size_t n)
 {
     CHARGED_ASSERT(id && id_key && (rows || n == 0));
     for (size_t i = 0; i < n; i++) {
@@ -132,7 +146,7 @@ void reconciler_keep_calls(struct reconciler *r, int refund, const char *id,
         }
         struct pending_call *p = &r->pending[r->npending++];
         snprintf(p->attempt_id, sizeof(p->attempt_id), "%s", id);
-        p->refund = refund;
+        p->kind = kind;
         p->operation = rows[i].operation;
         p->started_ms = rows[i].started_ms;
         p->res = *rows[i].res;
@@ -141,34 +155,27 @@ void reconciler_keep_calls(struct reconciler *r, int refund, const char *id,
     CHARGED_ASSERT(r->npending <= PENDING_MAX);
 }
 
-/* Writes n kept calls, an attempt's with the attempt store and a refund's
- * with the refund store: the worse of the two answers. */
+/* Writes n kept calls, each kind's with its operation's store, in the
+ * table's order: the first failure's answer. */
 static enum charged_rc log_pending(struct reconciler *r, const struct pending_call *p,
                                    size_t n, struct charged_error *err)
 {
-    struct attempt_call calls[PENDING_MAX];
-    struct refund_call rcalls[PENDING_MAX];
-    size_t nc = 0, nr = 0;
+    struct op_kept_call calls[PENDING_MAX];
+    enum charged_rc rc = CHARGED_OK;
     CHARGED_ASSERT(n <= PENDING_MAX);
-    for (size_t i = 0; i < n; i++) {
-        if (p[i].refund)
-            rcalls[nr++] = (struct refund_call){.refund_id = p[i].attempt_id,
-                                                .operation = p[i].operation,
-                                                .started_ms = p[i].started_ms,
-                                                .res = &p[i].res,
-                                                .written_maybe = p[i].written_maybe};
-        else
-            calls[nc++] = (struct attempt_call){.attempt_id = p[i].attempt_id,
-                                                .operation = p[i].operation,
-                                                .started_ms = p[i].started_ms,
-                                                .res = &p[i].res,
-                                                .written_maybe = p[i].written_maybe};
+    for (size_t k = 0; k < payment_operations_count && rc == CHARGED_OK; k++) {
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++)
+            if (p[i].kind == k)
+                calls[m++] = (struct op_kept_call){.id = p[i].attempt_id,
+                                                   .operation = p[i].operation,
+                                                   .started_ms = p[i].started_ms,
+                                                   .res = &p[i].res,
+                                                   .written_maybe = p[i].written_maybe};
+        if (m)
+            rc = reconciler_face(k)->log_calls(r->stores[k], calls, m, err);
     }
-    enum charged_rc rc =
-        nc ? attempt_store_log_calls(r->store, calls, nc, err) : CHARGED_OK;
-    if (rc != CHARGED_OK || nr == 0)
-        return rc;
-    return refund_store_log_calls(r->refunds, rcalls, nr, err);
+    return rc;
 }
 
 /* 0 when nothing waits any more. */
@@ -191,15 +198,16 @@ static int flush_pending(struct reconciler *r)
     }
     /* One call refused, or held by another session's lock: one by one, so
      * that a refused row alone is dropped and a held one kept for later
-     * (a charge made must never vanish from provider_calls). With refunds
-     * among them the attempts' statement may have committed before the
-     * refunds' failed: those are written again only if absent. */
-    int mixed = 0;
+     * (a charge made must never vanish from provider_calls). With several
+     * kinds among them the statements of the kinds before the last may
+     * have committed before a later one failed: those are written again
+     * only if absent. */
+    size_t last = 0;
     for (size_t i = 0; i < r->npending; i++)
-        mixed |= r->pending[i].refund;
+        last = r->pending[i].kind > last ? r->pending[i].kind : last;
     size_t kept = 0;
     for (size_t i = 0; i < r->npending; i++) {
-        r->pending[i].written_maybe |= mixed && !r->pending[i].refund;
+        r->pending[i].written_maybe |= r->pending[i].kind < last;
         rc = log_pending(r, &r->pending[i], 1, &err);
         if (rc == CHARGED_BAD_ITEM)
             log_error("provider call not recorded: the database refused it",
@@ -230,40 +238,38 @@ static int flush_pending(struct reconciler *r)
 static void release_rest(struct reconciler *r, size_t from, size_t n)
 {
     struct charged_error err;
+    const struct op_reconcile *f = reconciler_face(r->on);
     CHARGED_ASSERT(from <= n && n <= r->ndue);
     for (size_t i = from; i < n; i++) {
-        const char *id = r->on_refunds ? r->rdue[i].id : r->due[i].id;
-        const int64_t *epoch =
-            r->on_refunds ? &r->rdue[i].lease_epoch : &r->due[i].lease_epoch;
-        if (r->on_refunds ? refund_store_hand_back(r->refunds, &id, epoch, 1, &err)
-                          : attempt_store_hand_back(r->store, &id, epoch, 1, &err))
-            log_warn("could not release lease; it will expire",
-                     r->on_refunds ? "refund_id" : "payment_attempt_id", id, "error",
-                     err.message, NULL);
+        const char *id;
+        const int64_t *epoch;
+        f->due_lease(reconciler_row(r, i), &id, &epoch);
+        if (f->hand_back(r->stores[r->on], &id, epoch, 1, &err))
+            log_warn("could not release lease; it will expire", f->words.id_key, id,
+                     "error", err.message, NULL);
     }
 }
 
-/* Claims a batch of attempts (refunds: of refunds) due for a look and
- * settles each. *n: how many were claimed. -1 when the round stops here
- * (the database failed, or stopping). */
-static int look_at_batch(struct reconciler *r, int refunds, size_t *n)
+/* Claims a batch of the records of kind k due for a look and settles
+ * each. *n: how many were claimed. -1 when the round stops here (the
+ * database failed, or stopping). */
+static int look_at_batch(struct reconciler *r, size_t k, size_t *n)
 {
     struct charged_error err;
+    const struct op_reconcile *f = reconciler_face(k);
 
     *n = 0;
-    int rc = refunds ? refund_store_claim_due(r->refunds, r->rdue, (size_t)r->batch, n,
-                                              r->lease_ms, r->stale_ms, &err)
-                     : attempt_store_claim_due(r->store, r->due, (size_t)r->batch, n,
-                                               r->lease_ms, r->stale_ms, &err);
+    int rc = f->claim_due(r->stores[k], r->due[k], (size_t)r->batch, n, r->lease_ms,
+                          r->stale_ms, &err);
     if (rc != CHARGED_OK) {
-        reconciler_db_failed(r, refunds ? "claim refunds" : "claim", err.message);
+        reconciler_db_failed(r, f->stages.claim, err.message);
         return -1;
     }
     /* The batch's rows are r->batch long: a store claims no more. */
     CHARGED_ASSERT(*n <= (size_t)r->batch);
     reconciler_db_ok(r);
     int64_t claimed_at = clock_now_ms();
-    r->on_refunds = refunds;
+    r->on = k;
     r->ndue = *n;
     r->renewed_at = claimed_at;
     for (size_t i = 0; i < *n; i++) {
@@ -281,20 +287,25 @@ static int look_at_batch(struct reconciler *r, int refunds, size_t *n)
     return 0;
 }
 
+/* A batch of each operation's, in the table's order. */
 static void look_at_due(struct reconciler *r, int64_t now)
 {
-    size_t n = 0, nr = 0;
+    int full = 0;
 
     if (now < r->next_poll)
         return;
     if (flush_pending(r) != 0)
         return;
-    if (look_at_batch(r, 0, &n) != 0 || look_at_batch(r, 1, &nr) != 0)
-        return;
+    for (size_t k = 0; k < payment_operations_count; k++) {
+        size_t n = 0;
+        if (!payment_op_of(k)->reconcile)
+            continue;
+        if (look_at_batch(r, k, &n) != 0)
+            return;
+        full |= (long long)n >= r->batch;
+    }
     /* A full batch: more may be due at once. */
-    r->next_poll = (long long)n < r->batch && (long long)nr < r->batch
-                       ? clock_now_ms() + r->poll_ms
-                       : 0;
+    r->next_poll = !full ? clock_now_ms() + r->poll_ms : 0;
 }
 
 /* Every BACKLOG_EVERY_MS: how many attempts wait for a look, and how old
@@ -309,25 +320,19 @@ static void count_backlog(struct reconciler *r, int64_t now)
     if (now < r->next_backlog || (r->db.backoff_ms && now < r->next_poll))
         return; /* not due, or the database is being waited for */
     r->next_backlog = now + BACKLOG_EVERY_MS;
-    if (attempt_store_backlog(r->store, statuses, 2, counts, oldest, &err) !=
-        CHARGED_OK) {
-        reconciler_db_failed(r, "count backlog", err.message);
-        return;
-    }
-    for (int i = 0; i < 2; i++) {
-        const char *name = attempt_status_name(statuses[i]);
-        metrics_set(METRIC_RECONCILER_BACKLOG, (double)counts[i], name);
-        metrics_set(METRIC_RECONCILER_OLDEST, oldest[i] / 1000.0, name);
-    }
-    if (refund_store_backlog(r->refunds, statuses, 2, counts, oldest, &err) !=
-        CHARGED_OK) {
-        reconciler_db_failed(r, "count refund backlog", err.message);
-        return;
-    }
-    for (int i = 0; i < 2; i++) {
-        const char *name = attempt_status_name(statuses[i]);
-        metrics_set(METRIC_RECONCILER_REFUND_BACKLOG, (double)counts[i], name);
-        metrics_set(METRIC_RECONCILER_REFUND_OLDEST, oldest[i] / 1000.0, name);
+    for (size_t k = 0; k < payment_operations_count; k++) {
+        const struct op_reconcile *f = payment_op_of(k)->reconcile;
+        if (!f)
+            continue;
+        if (f->backlog(r->stores[k], statuses, 2, counts, oldest, &err) != CHARGED_OK) {
+            reconciler_db_failed(r, f->stages.backlog, err.message);
+            return;
+        }
+        for (int i = 0; i < 2; i++) {
+            const char *name = attempt_status_name(statuses[i]);
+            metrics_set(f->metrics.backlog, (double)counts[i], name);
+            metrics_set(f->metrics.oldest, oldest[i] / 1000.0, name);
+        }
     }
 }
 
@@ -363,10 +368,11 @@ static size_t reconciler_drain(void *state, int64_t deadline)
 static void teardown(struct reconciler *r)
 {
     provider_client_free(r->provider);
-    attempt_store_free(r->store);
-    refund_store_free(r->refunds);
-    free(r->due);
-    free(r->rdue);
+    for (size_t k = 0; k < payment_operations_count; k++) {
+        if (r->stores[k])
+            reconciler_face(k)->store_free(r->stores[k]);
+        free(r->due[k]);
+    }
     config_free(r->cfg);
     free(r);
 }
@@ -420,12 +426,12 @@ static int setup(void *state, config_t *cfg, const char *id, char *err, size_t e
                  r->key_retention_ms);
         return 2;
     }
-    r->due = calloc((size_t)r->batch, sizeof(*r->due));
-    r->rdue = calloc((size_t)r->batch, sizeof(*r->rdue));
-    if (!r->due || !r->rdue) {
-        snprintf(err, err_size, "out of memory");
-        return 1;
-    }
+    for (size_t k = 0; k < payment_operations_count; k++)
+        if (payment_op_of(k)->reconcile &&
+            !(r->due[k] = calloc((size_t)r->batch, reconciler_face(k)->due_size))) {
+            snprintf(err, err_size, "out of memory");
+            return 1;
+        }
     r->provider = provider_client_new(config_str(r->cfg, CONFIG_PROVIDER_BASE_URL),
                                       config_str(r->cfg, CONFIG_PROVIDER_API_KEY),
                                       config_str(r->cfg, CONFIG_PROVIDER_API_VERSION),
@@ -434,17 +440,13 @@ static int setup(void *state, config_t *cfg, const char *id, char *err, size_t e
         return 2;
     /* Does not connect: started while the database is down, it waits. */
     struct charged_error serr;
-    r->store = attempt_store_new(config_str(r->cfg, CONFIG_DATABASE_URL), r->id, &serr);
-    if (!r->store) {
-        snprintf(err, err_size, "%s", serr.message);
-        return 2;
-    }
-    r->refunds =
-        refund_store_new(config_str(r->cfg, CONFIG_DATABASE_URL), r->id, &serr);
-    if (!r->refunds) {
-        snprintf(err, err_size, "%s", serr.message);
-        return 2;
-    }
+    for (size_t k = 0; k < payment_operations_count; k++)
+        if (payment_op_of(k)->reconcile &&
+            !(r->stores[k] = reconciler_face(k)->store_new(
+                  config_str(r->cfg, CONFIG_DATABASE_URL), r->id, &serr))) {
+            snprintf(err, err_size, "%s", serr.message);
+            return 2;
+        }
     return 0;
 }
 

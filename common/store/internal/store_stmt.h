@@ -80,6 +80,43 @@ void stmt_session_free(store_conn_t *db, char *actor_copy);
 /* The session opened and answering: CHARGED_OK, or CHARGED_RETRY and err. */
 enum charged_rc stmt_ping(store_conn_t *db, struct charged_error *err);
 
+/* A store that is a session and its actor (a struct <prefix> of
+ * `store_conn_t *db; char *actor;`, typedef'd <prefix>_t): its
+ * <prefix>_new (does not connect: NULL and err on out of memory or a bad
+ * URL), <prefix>_free and <prefix>_ping, written once for every such
+ * store. Its file includes <stdlib.h> and charged_assert.h. */
+#define STMT_STORE_SESSION(prefix, lock_timeout)                                       \
+    prefix##_t *prefix##_new(const char *database_url, const char *actor,              \
+                             struct charged_error *err)                                \
+    {                                                                                  \
+        CHARGED_ASSERT(database_url &&actor);                                          \
+        prefix##_t *st = calloc(1, sizeof(*st));                                       \
+        if (!st) {                                                                     \
+            charged_error_set(err, "out of memory");                                   \
+            return NULL;                                                               \
+        }                                                                              \
+        if (stmt_session_new(database_url, lock_timeout, actor, &st->db, &st->actor,   \
+                             err) != 0) {                                              \
+            free(st);                                                                  \
+            return NULL;                                                               \
+        }                                                                              \
+        /* A store always has its session and its actor. */                            \
+        CHARGED_ASSERT(st->db && st->actor);                                           \
+        return st;                                                                     \
+    }                                                                                  \
+    void prefix##_free(prefix##_t *st)                                                 \
+    {                                                                                  \
+        if (!st)                                                                       \
+            return;                                                                    \
+        stmt_session_free(st->db, st->actor);                                          \
+        free(st);                                                                      \
+    }                                                                                  \
+    enum charged_rc prefix##_ping(prefix##_t *st, struct charged_error *err)           \
+    {                                                                                  \
+        CHARGED_ASSERT(st);                                                            \
+        return stmt_ping(st->db, err);                                                 \
+    }
+
 /* One outcome of the worker's batch as a persist statement takes it (the
  * SQL_PERSIST of attempt_store and of refund_store: ten arrays, $11 the
  * actor), and where its result goes. */

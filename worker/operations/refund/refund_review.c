@@ -76,6 +76,7 @@ static int names_other(const char *named, const char *ours)
 static enum refund_review_outcome
 judge_owner(PGresult *r, const struct refund_review_decision *d, char *why, size_t size)
 {
+    CHARGED_ASSERT(r && d && why && size > 0);
     const char *charge_intent = PQgetvalue(r, 0, 8);
     char because[128];
     if (!present(d->object_payment_intent)) {
@@ -139,6 +140,7 @@ judge_owner(PGresult *r, const struct refund_review_decision *d, char *why, size
 static enum refund_review_outcome in_flight(PGresult *r,
                                             const struct refund_review_decision *d)
 {
+    CHARGED_ASSERT(r && d);
     if (PQgetvalue(r, 0, 6)[0] == 't')
         return REFUND_REVIEW_LEASED;
     if (!PQgetisnull(r, 0, 7) &&
@@ -149,6 +151,7 @@ static enum refund_review_outcome in_flight(PGresult *r,
 
 static enum charged_rc classify(const struct charged_error *err)
 {
+    CHARGED_ASSERT(err);
     if (!strcmp(err->code, "55P03"))
         return CHARGED_WAIT;
     if (err->code[0] == '2' && err->code[1] == '2')

@@ -5,7 +5,10 @@
  * Webhook events are applied one transaction each: the event is recorded
  * in processed_webhook_events (PRIMARY KEY (provider, event_id)) first, so
  * that a concurrent or later delivery of the same event waits for, then
- * conflicts with, this one and changes nothing; then the attempt is locked
+ * conflicts with, this one and changes nothing; then the first operation
+ * of the table that takes the event applies it (op.h's struct op_webhook:
+ * charge/charge_webhook.c, refund/refund_webhook.c). For a charge the
+ * attempt is locked
  * (FOR NO KEY UPDATE: a worker's provider-call rows for it are not held up),
  * the decision of webhook_event_decide() is taken on what is locked, and
  * the status change, its transition, its ledger row and its result event

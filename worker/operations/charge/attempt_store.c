@@ -6,6 +6,7 @@
 
 #include "attempt_sql.h"
 #include "attempt_status.h"
+#include "charged_assert.h"
 #include "db.h"
 #include "store_conn.h"
 #include "lease_sql.h"
@@ -23,34 +24,8 @@ struct attempt_store {
  * locks for milliseconds. */
 #define ATTEMPT_LOCK_TIMEOUT "100ms"
 
-attempt_store_t *attempt_store_new(const char *database_url, const char *actor,
-                                   struct charged_error *err)
-{
-    attempt_store_t *st = calloc(1, sizeof(*st));
-    if (!st) {
-        charged_error_set(err, "out of memory");
-        return NULL;
-    }
-    if (stmt_session_new(database_url, ATTEMPT_LOCK_TIMEOUT, actor, &st->db, &st->actor,
-                         err) != 0) {
-        free(st);
-        return NULL;
-    }
-    return st;
-}
-
-void attempt_store_free(attempt_store_t *st)
-{
-    if (!st)
-        return;
-    stmt_session_free(st->db, st->actor);
-    free(st);
-}
-
-enum charged_rc attempt_store_ping(attempt_store_t *st, struct charged_error *err)
-{
-    return stmt_ping(st->db, err);
-}
+/* attempt_store_new, _free and _ping. */
+STMT_STORE_SESSION(attempt_store, ATTEMPT_LOCK_TIMEOUT)
 
 /* ---- one statement: its parameters, then its rows ---- */
 
@@ -58,6 +33,7 @@ enum charged_rc attempt_store_ping(attempt_store_t *st, struct charged_error *er
  * idempotency_key, order_id, amount, currency, payment_method, customer_id. */
 static void col_params(const PGresult *r, int row, int first, struct attempt_params *pa)
 {
+    CHARGED_ASSERT(r && pa && row >= 0 && first >= 0);
     stmt_col_copy(r, row, first, pa->idempotency_key, sizeof(pa->idempotency_key));
     stmt_col_copy(r, row, first + 1, pa->order_id, sizeof(pa->order_id));
     pa->amount = stmt_col_int(r, row, first + 2);
@@ -160,6 +136,7 @@ static const char *SQL_INSERT_REJECTED =
  * column order of SQL_INSERT_PENDING and SQL_INSERT_REJECTED. */
 static void add_command(struct stmt *s, int first, const struct charge_command *c)
 {
+    CHARGED_ASSERT(s && c && first >= 0);
     stmt_add(s, first, c->payment_attempt_id);
     stmt_add(s, first + 1, c->order_id);
     stmt_add(s, first + 2, c->idempotency_key);
@@ -187,6 +164,8 @@ static int by_attempt_id(const void *a, const void *b)
 static size_t compare_with_stored(struct attempt_record_item *items, size_t n,
                                   const PGresult *found)
 {
+    CHARGED_ASSERT(items || n == 0);
+    CHARGED_ASSERT(found);
     size_t nblocked = 0;
     for (size_t i = 0; i < n; i++) {
         const struct charge_command *c = items[i].cmd;
@@ -226,6 +205,7 @@ static size_t compare_with_stored(struct attempt_record_item *items, size_t n,
             nblocked++;
         }
     }
+    CHARGED_ASSERT(nblocked <= n);
     return nblocked;
 }
 
@@ -233,6 +213,7 @@ static size_t compare_with_stored(struct attempt_record_item *items, size_t n,
  * the live attempt settled meanwhile. */
 static int live_row(const PGresult *live, const struct charge_command *c)
 {
+    CHARGED_ASSERT(live && c);
     int row = -1;
     for (int r = 0; r < PQntuples(live); r++)
         if (!strcmp(PQgetvalue(live, r, 0), c->order_id) &&
@@ -320,6 +301,7 @@ out:
  * SQL_RECORD): ATTEMPT_RECORDED_CLAIMED, with the claim. */
 static void take_claims(struct attempt_record_item *items, size_t n, const PGresult *r)
 {
+    CHARGED_ASSERT(items && r);
     for (int row = 0; row < PQntuples(r); row++) {
         if (!stmt_col_true(r, row, 4))
             continue;
@@ -329,6 +311,8 @@ static void take_claims(struct attempt_record_item *items, size_t n, const PGres
                 continue;
             items[i].result = ATTEMPT_RECORDED_CLAIMED;
             items[i].lease_epoch = stmt_col_int(r, row, 5);
+            /* Claimed by this statement: a lease's first epoch is 1. */
+            CHARGED_ASSERT(items[i].lease_epoch > 0);
             col_params(r, row, 6, &items[i].params);
             break;
         }
@@ -339,6 +323,8 @@ enum charged_rc attempt_store_record(attempt_store_t *st,
                                      struct attempt_record_item *items, size_t n,
                                      long long lease_ms, struct charged_error *err)
 {
+    CHARGED_ASSERT(st);
+    CHARGED_ASSERT(items || n == 0);
     struct stmt ins = {0};
     PGresult *found = NULL;
     struct attempt_record_item **sorted = NULL;
@@ -429,6 +415,7 @@ static const char *SQL_CLAIM =
 /* Item i's result, from the rows of SQL_CLAIM. */
 static void read_claim(struct attempt_claim_item *items, size_t i, const PGresult *r)
 {
+    CHARGED_ASSERT(items && r);
     struct attempt_claim_item *it = &items[i];
     int row = stmt_row_of(r, 0, it->attempt_id);
     it->result = ATTEMPT_BUSY;
@@ -446,6 +433,7 @@ static void read_claim(struct attempt_claim_item *items, size_t i, const PGresul
                 return;
         it->result = ATTEMPT_CLAIMED;
         it->lease_epoch = stmt_col_int(r, row, 3);
+        CHARGED_ASSERT(it->lease_epoch > 0);
         it->attempt_count = (int)stmt_col_int(r, row, 4);
         it->key_age_ms = stmt_col_int(r, row, 5);
         col_params(r, row, 6, &it->params);
@@ -459,6 +447,8 @@ enum charged_rc attempt_store_claim(attempt_store_t *st,
                                     struct attempt_claim_item *items, size_t n,
                                     long long lease_ms, struct charged_error *err)
 {
+    CHARGED_ASSERT(st);
+    CHARGED_ASSERT(items || n == 0);
     struct stmt s = {0};
     PGresult *r = NULL;
     enum charged_rc rc;
@@ -476,6 +466,10 @@ enum charged_rc attempt_store_claim(attempt_store_t *st,
     if ((rc = stmt_run(st->db, &s, SQL_CLAIM, &r, err)) == CHARGED_OK)
         for (size_t i = 0; i < n; i++)
             read_claim(items, i, r);
+    /* Claimed, the params to send are the stored attempt's. */
+    for (size_t i = 0; rc == CHARGED_OK && i < n; i++)
+        CHARGED_ASSERT(items[i].result != ATTEMPT_CLAIMED ||
+                       items[i].params.amount > 0);
     PQclear(r);
     stmt_release(&s);
     return rc;
@@ -520,9 +514,11 @@ static const char *SQL_LOG_CALLS =
 static void add_calls(struct stmt *s, int first, const struct attempt_call *calls,
                       size_t n)
 {
+    CHARGED_ASSERT(s && (calls || n == 0));
     for (size_t i = 0; i < n; i++) {
         const struct provider_result *r = calls[i].res;
         stmt_add(s, first, calls[i].attempt_id);
+        CHARGED_ASSERT(r && calls[i].attempt_id);
         stmt_add(s, first + 1, calls[i].operation ? calls[i].operation : "charge");
         stmt_add_int(s, first + 2, calls[i].started_ms);
         stmt_add_int(s, first + 3, r->latency_ms);
@@ -538,6 +534,8 @@ enum charged_rc attempt_store_log_calls(attempt_store_t *st,
                                         const struct attempt_call *calls, size_t n,
                                         struct charged_error *err)
 {
+    CHARGED_ASSERT(st);
+    CHARGED_ASSERT(calls || n == 0);
     struct stmt s = {0};
     enum charged_rc rc;
 
@@ -592,6 +590,7 @@ static const char *SQL_PERSIST =
 /* Item i of a batch of struct attempt_outcome, for stmt_persist. */
 static void outcome_of(void *items, size_t i, struct stmt_outcome *o)
 {
+    CHARGED_ASSERT(items);
     struct attempt_outcome *it = &((struct attempt_outcome *)items)[i];
     /* In struct stmt_outcome's order. */
     *o = (struct stmt_outcome){
@@ -604,6 +603,8 @@ enum charged_rc attempt_store_persist(attempt_store_t *st,
                                       struct attempt_outcome *items, size_t n,
                                       struct charged_error *err)
 {
+    CHARGED_ASSERT(st);
+    CHARGED_ASSERT(items || n == 0);
     return stmt_persist(st->db, st->actor, SQL_PERSIST, items, n, outcome_of, err);
 }
 
@@ -681,6 +682,7 @@ static const char *SQL_SETTLE =
 /* A row of SQL_CLAIM_DUE. */
 static void read_due(const PGresult *r, int row, struct attempt_due *d)
 {
+    CHARGED_ASSERT(r && d && row >= 0);
     memset(d, 0, sizeof(*d));
     stmt_col_copy(r, row, 0, d->id, sizeof(d->id));
     d->lease_epoch = stmt_col_int(r, row, 1);
@@ -691,12 +693,16 @@ static void read_due(const PGresult *r, int row, struct attempt_due *d)
     d->checks = (int)stmt_col_int(r, row, 6);
     col_params(r, row, 7, &d->params);
     d->first_sent_ms = stmt_col_int(r, row, 13);
+    /* Claimed by SQL_CLAIM_DUE: under a lease, in a status a look settles. */
+    CHARGED_ASSERT(d->lease_epoch > 0);
 }
 
 enum charged_rc attempt_store_claim_due(attempt_store_t *st, struct attempt_due *out,
                                         size_t max, size_t *n, long long lease_ms,
                                         long long stale_ms, struct charged_error *err)
 {
+    CHARGED_ASSERT(st && n);
+    CHARGED_ASSERT(out || max == 0);
     struct stmt s = {0};
     PGresult *r = NULL;
     enum charged_rc rc;
@@ -714,6 +720,7 @@ enum charged_rc attempt_store_claim_due(attempt_store_t *st, struct attempt_due 
     if ((rc = stmt_run(st->db, &s, SQL_CLAIM_DUE, &r, err)) == CHARGED_OK)
         for (int i = 0; i < PQntuples(r) && *n < max; i++)
             read_due(r, i, &out[(*n)++]);
+    CHARGED_ASSERT(*n <= max);
     PQclear(r);
     stmt_release(&s);
     return rc;
@@ -722,6 +729,8 @@ enum charged_rc attempt_store_claim_due(attempt_store_t *st, struct attempt_due 
 static enum charged_rc settle_one(attempt_store_t *st, struct attempt_settlement *it,
                                   struct charged_error *err)
 {
+    CHARGED_ASSERT(st && it && it->attempt_id);
+    CHARGED_ASSERT(it->calls || it->ncalls == 0);
     struct stmt s = {0};
     PGresult *r = NULL;
     enum charged_rc rc;
@@ -764,6 +773,8 @@ enum charged_rc attempt_store_settle(attempt_store_t *st,
                                      struct attempt_settlement *items, size_t n,
                                      struct charged_error *err)
 {
+    CHARGED_ASSERT(st);
+    CHARGED_ASSERT(items || n == 0);
     enum charged_rc rc;
     charged_error_clear(err);
     if (n == 0)
@@ -790,6 +801,7 @@ enum charged_rc attempt_store_backlog(attempt_store_t *st,
                                       long long *counts, long long *oldest_ms,
                                       struct charged_error *err)
 {
+    CHARGED_ASSERT(st && statuses && counts && oldest_ms);
     return stmt_backlog(st->db, SQL_BACKLOG, statuses, n, counts, oldest_ms, err);
 }
 
@@ -806,6 +818,8 @@ enum charged_rc attempt_store_renew(attempt_store_t *st, const char *const *atte
                                     const int64_t *epochs, size_t n, long long lease_ms,
                                     int *still_ours, struct charged_error *err)
 {
+    CHARGED_ASSERT(st);
+    CHARGED_ASSERT(n == 0 || (attempt_ids && epochs && still_ours));
     PGresult *r;
     enum charged_rc rc;
     charged_error_clear(err);
@@ -826,6 +840,8 @@ static enum charged_rc lease_end(attempt_store_t *st, const char *sql,
                                  const char *const *attempt_ids, const int64_t *epochs,
                                  size_t n, struct charged_error *err)
 {
+    CHARGED_ASSERT(st && sql);
+    CHARGED_ASSERT(n == 0 || (attempt_ids && epochs));
     charged_error_clear(err);
     if (n == 0)
         return CHARGED_OK;

@@ -135,6 +135,7 @@ int attempt_review_check(const struct attempt_review_request *rq, char *why,
 static int read_attempt(PGconn *conn, const char *id, struct review_attempt *a,
                         struct charged_error *err)
 {
+    CHARGED_ASSERT(conn && id && a);
     const char *p[1] = {id};
     PGresult *r = db_exec(conn, SQL_READ, 1, p, err);
     if (!r)
@@ -160,6 +161,7 @@ static int read_attempt(PGconn *conn, const char *id, struct review_attempt *a,
 static int booked_elsewhere(PGconn *conn, const char *intent, const char *id,
                             char *other, size_t other_size, struct charged_error *err)
 {
+    CHARGED_ASSERT(conn && intent && id && other && other_size > 0);
     const char *p[2] = {intent, id};
     PGresult *r = db_exec(conn, SQL_BOOKED_ELSEWHERE, 2, p, err);
     if (!r)
@@ -172,6 +174,7 @@ static int booked_elsewhere(PGconn *conn, const char *intent, const char *id,
 static void ask(provider_client_t *pc, struct lookup *l, const char *operation,
                 const char *query)
 {
+    CHARGED_ASSERT(pc && l && operation && query);
     l->operation = operation;
     snprintf(l->query, sizeof(l->query), "%s", query);
     l->started_ms = clock_wall_ms();
@@ -248,6 +251,7 @@ static int judge_succeeded(provider_client_t *pc, const char *id,
                            long long lag_ms, struct lookup *ls, size_t *n,
                            struct judgement *j)
 {
+    CHARGED_ASSERT(pc && id && a && intent && ls && n && j);
     struct lookup *get = &ls[(*n)++], *find = &ls[(*n)++];
     const struct provider_result *r = &get->res, *s = &find->res;
     char says[sizeof(j->says)];
@@ -311,6 +315,7 @@ static void intents_page(void *ctx, const char *after, struct provider_result *p
 static void ask_list(provider_client_t *pc, struct lookup *l, const char *id,
                      const struct review_attempt *a, long long key_retention_ms)
 {
+    CHARGED_ASSERT(pc && l && id && a);
     struct list_ask q = {.pc = pc, .id = id};
     reconcile_policy_list_window(a->first_sent_ms, key_retention_ms, &q.gte, &q.lt);
     l->operation = "list";
@@ -330,6 +335,7 @@ static void judge_failed(provider_client_t *pc, const char *id,
                          long long key_retention_ms, struct lookup *ls, size_t *n,
                          struct judgement *j)
 {
+    CHARGED_ASSERT(pc && id && a && ls && n && j);
     struct lookup *find = &ls[(*n)++];
     const struct provider_result *s = &find->res;
 
@@ -420,6 +426,7 @@ static int judge_ownership(PGconn *conn, provider_client_t *pc, const char *id,
                            struct owner *ow, struct judgement *j,
                            struct charged_error *err)
 {
+    CHARGED_ASSERT(conn && pc && id && a && ow && j);
     const char *p[2] = {intent, id};
     PGresult *r = db_exec(conn, SQL_RECORDED, 2, p, err);
     if (!r)
@@ -520,6 +527,7 @@ static json_t *evidence_json(const char *decision, const struct review_attempt *
                              const struct judgement *j, int forced, long long lag_ms,
                              const struct lookup *ls, size_t n, const struct owner *ow)
 {
+    CHARGED_ASSERT(decision && a && j && (ls || n == 0));
     json_t *o = json_object(), *arr = json_array();
     if (!o || !arr) {
         json_decref(o);
@@ -583,6 +591,7 @@ static int refuse_call(PGconn *conn, attempt_store_t *st, provider_client_t *pc,
                        const struct attempt_review_request *rq,
                        struct attempt_review_result *out)
 {
+    CHARGED_ASSERT(conn && st && pc && rq && out);
     char why[256];
     if (!conn || !st || !pc || !rq) {
         say(out, ATTEMPT_REVIEW_ERROR, "attempt_review_resolve called without %s",
@@ -610,6 +619,7 @@ static int refuse_call(PGconn *conn, attempt_store_t *st, provider_client_t *pc,
  * booked for no other; else -1 (said). */
 static int load(PGconn *conn, struct review *rv, struct attempt_review_result *out)
 {
+    CHARGED_ASSERT(conn && rv && out);
     struct charged_error err;
     int found = read_attempt(conn, rv->id, &rv->a, &err);
     if (found != 0) {
@@ -651,6 +661,7 @@ static int judge(PGconn *conn, provider_client_t *pc, struct review *rv,
                  long long search_lag_ms, long long key_retention_ms,
                  struct attempt_review_result *out)
 {
+    CHARGED_ASSERT(conn && pc && rv && out);
     struct charged_error err;
     const struct attempt_review_request *rq = rv->rq;
     if (rv->intent) {
@@ -694,6 +705,7 @@ static enum charged_rc settle(attempt_store_t *st, const struct review *rv,
                               const char *evidence_text, struct attempt_settlement *s,
                               struct charged_error *err)
 {
+    CHARGED_ASSERT(st && rv && s);
     struct attempt_call calls[MAX_LOOKUPS];
     /* An operator settles a review, and only as SUCCEEDED or FAILED. */
     CHARGED_ASSERT(
@@ -730,6 +742,7 @@ static int say_unsettled(PGconn *conn, struct review *rv, enum charged_rc src,
                          const struct attempt_settlement *s, struct charged_error *err,
                          struct attempt_review_result *out)
 {
+    CHARGED_ASSERT(conn && rv && s && err && out);
     if (src == CHARGED_BAD_ITEM && !strcmp(err->code, "23505")) {
         /* The one-booking-per-intent index: another attempt got it first. */
         struct charged_error ignore;
@@ -794,6 +807,7 @@ int attempt_review_resolve(PGconn *conn, attempt_store_t *st, provider_client_t 
                            const struct attempt_review_request *rq,
                            struct attempt_review_result *out)
 {
+    CHARGED_ASSERT(conn && st && pc && rq && out);
     struct review rv = {.rq = rq, .j = {V_AGREES, ""}};
     struct charged_error err;
     struct attempt_settlement s;

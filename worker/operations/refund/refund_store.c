@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "attempt_status.h"
+#include "charged_assert.h"
 #include "lease_sql.h"
 #include "refund_sql.h"
 #include "store_conn.h"
@@ -25,34 +26,8 @@ struct refund_store {
  * the charge's later refunds for good. */
 #define REFUND_ORDER_WINDOW "5 minutes"
 
-refund_store_t *refund_store_new(const char *database_url, const char *actor,
-                                 struct charged_error *err)
-{
-    refund_store_t *st = calloc(1, sizeof(*st));
-    if (!st) {
-        charged_error_set(err, "out of memory");
-        return NULL;
-    }
-    if (stmt_session_new(database_url, REFUND_LOCK_TIMEOUT, actor, &st->db, &st->actor,
-                         err) != 0) {
-        free(st);
-        return NULL;
-    }
-    return st;
-}
-
-void refund_store_free(refund_store_t *st)
-{
-    if (!st)
-        return;
-    stmt_session_free(st->db, st->actor);
-    free(st);
-}
-
-enum charged_rc refund_store_ping(refund_store_t *st, struct charged_error *err)
-{
-    return stmt_ping(st->db, err);
-}
+/* refund_store_new, _free and _ping. */
+STMT_STORE_SESSION(refund_store, REFUND_LOCK_TIMEOUT)
 
 static const char *or_null(const char *s)
 {
@@ -63,6 +38,7 @@ static const char *or_null(const char *s)
  * idempotency_key, payment_intent, payment_attempt_id, amount, reason. */
 static void col_params(const PGresult *r, int row, int first, struct refund_params *pa)
 {
+    CHARGED_ASSERT(r && pa && row >= 0 && first >= 0);
     stmt_col_copy(r, row, first, pa->idempotency_key, sizeof(pa->idempotency_key));
     stmt_col_copy(r, row, first + 1, pa->payment_intent, sizeof(pa->payment_intent));
     stmt_col_copy(r, row, first + 2, pa->payment_attempt_id,
@@ -120,6 +96,7 @@ static int by_charge_then_batch(const void *a, const void *b)
 
 static void compare_with_stored(struct refund_record_item *it, const PGresult *found)
 {
+    CHARGED_ASSERT(it && it->cmd && found);
     const struct refund_command *c = it->cmd;
     it->result = REFUND_RECORDED;
     it->reason[0] = '\0';
@@ -153,6 +130,8 @@ enum charged_rc refund_store_record(refund_store_t *st,
                                     struct refund_record_item *items, size_t n,
                                     struct charged_error *err)
 {
+    CHARGED_ASSERT(st);
+    CHARGED_ASSERT(items || n == 0);
     struct stmt ins = {0}, find = {0};
     PGresult *found = NULL;
     struct refund_record_item **sorted = NULL;
@@ -299,6 +278,7 @@ static const char *SQL_CLAIM =
 
 static void read_claim(struct refund_claim_item *items, size_t i, const PGresult *r)
 {
+    CHARGED_ASSERT(items && r);
     struct refund_claim_item *it = &items[i];
     int row = stmt_row_of(r, 0, it->refund_id);
     it->result = REFUND_BUSY;
@@ -319,6 +299,8 @@ static void read_claim(struct refund_claim_item *items, size_t i, const PGresult
         }
         it->result = REFUND_CLAIMED;
         it->lease_epoch = stmt_col_int(r, row, 5);
+        /* Claimed by this statement: a lease's first epoch is 1. */
+        CHARGED_ASSERT(it->lease_epoch > 0);
         it->key_age_ms = stmt_col_int(r, row, 6);
         col_params(r, row, 7, &it->params);
     } else if (strcmp(it->status, ATTEMPT_S_PENDING) != 0 &&
@@ -331,6 +313,8 @@ enum charged_rc refund_store_claim(refund_store_t *st, struct refund_claim_item 
                                    size_t n, long long lease_ms,
                                    struct charged_error *err)
 {
+    CHARGED_ASSERT(st);
+    CHARGED_ASSERT(items || n == 0);
     struct stmt s = {0};
     PGresult *r = NULL;
     enum charged_rc rc;
@@ -349,6 +333,9 @@ enum charged_rc refund_store_claim(refund_store_t *st, struct refund_claim_item 
     if ((rc = stmt_run(st->db, &s, SQL_CLAIM, &r, err)) == CHARGED_OK)
         for (size_t i = 0; i < n; i++)
             read_claim(items, i, r);
+    /* Claimed, the params to send are the stored refund's, reserved. */
+    for (size_t i = 0; rc == CHARGED_OK && i < n; i++)
+        CHARGED_ASSERT(items[i].result != REFUND_CLAIMED || items[i].params.amount > 0);
     PQclear(r);
     stmt_release(&s);
     return rc;
@@ -387,9 +374,11 @@ static const char *SQL_LOG_CALLS =
 static void add_calls(struct stmt *s, int first, const struct refund_call *calls,
                       size_t n)
 {
+    CHARGED_ASSERT(s && (calls || n == 0));
     for (size_t i = 0; i < n; i++) {
         const struct provider_result *r = calls[i].res;
         stmt_add(s, first, calls[i].refund_id);
+        CHARGED_ASSERT(r && calls[i].refund_id);
         stmt_add(s, first + 1, calls[i].operation ? calls[i].operation : "refund");
         stmt_add_int(s, first + 2, calls[i].started_ms);
         stmt_add_int(s, first + 3, r->latency_ms);
@@ -407,6 +396,8 @@ enum charged_rc refund_store_log_calls(refund_store_t *st,
                                        const struct refund_call *calls, size_t n,
                                        struct charged_error *err)
 {
+    CHARGED_ASSERT(st);
+    CHARGED_ASSERT(calls || n == 0);
     enum charged_rc rc = CHARGED_OK;
     charged_error_clear(err);
     if (n == 0)
@@ -467,6 +458,7 @@ static const char *SQL_PERSIST =
 /* Item i of a batch of struct refund_outcome, for stmt_persist. */
 static void outcome_of(void *items, size_t i, struct stmt_outcome *o)
 {
+    CHARGED_ASSERT(items);
     struct refund_outcome *it = &((struct refund_outcome *)items)[i];
     /* In struct stmt_outcome's order. */
     *o = (struct stmt_outcome){
@@ -478,6 +470,8 @@ static void outcome_of(void *items, size_t i, struct stmt_outcome *o)
 enum charged_rc refund_store_persist(refund_store_t *st, struct refund_outcome *items,
                                      size_t n, struct charged_error *err)
 {
+    CHARGED_ASSERT(st);
+    CHARGED_ASSERT(items || n == 0);
     return stmt_persist(st->db, st->actor, SQL_PERSIST, items, n, outcome_of, err);
 }
 
@@ -493,6 +487,8 @@ enum charged_rc refund_store_renew(refund_store_t *st, const char *const *refund
                                    const int64_t *epochs, size_t n, long long lease_ms,
                                    int *still_ours, struct charged_error *err)
 {
+    CHARGED_ASSERT(st);
+    CHARGED_ASSERT(n == 0 || (refund_ids && epochs && still_ours));
     PGresult *r;
     enum charged_rc rc;
     charged_error_clear(err);
@@ -511,6 +507,8 @@ enum charged_rc refund_store_release(refund_store_t *st, const char *const *refu
                                      const int64_t *epochs, size_t n,
                                      struct charged_error *err)
 {
+    CHARGED_ASSERT(st);
+    CHARGED_ASSERT(n == 0 || (refund_ids && epochs));
     charged_error_clear(err);
     if (n == 0)
         return CHARGED_OK;
@@ -523,6 +521,8 @@ enum charged_rc refund_store_hand_back(refund_store_t *st,
                                        const int64_t *epochs, size_t n,
                                        struct charged_error *err)
 {
+    CHARGED_ASSERT(st);
+    CHARGED_ASSERT(n == 0 || (refund_ids && epochs));
     charged_error_clear(err);
     if (n == 0)
         return CHARGED_OK;
@@ -599,6 +599,8 @@ enum charged_rc refund_store_claim_due(refund_store_t *st, struct refund_due *ou
                                        size_t max, size_t *n, long long lease_ms,
                                        long long stale_ms, struct charged_error *err)
 {
+    CHARGED_ASSERT(st && n);
+    CHARGED_ASSERT(out || max == 0);
     struct stmt s = {0};
     PGresult *r = NULL;
     enum charged_rc rc;
@@ -627,6 +629,10 @@ enum charged_rc refund_store_claim_due(refund_store_t *st, struct refund_due *ou
             d->checks = (int)stmt_col_int(r, i, 6);
             col_params(r, i, 7, &d->params);
         }
+    /* Claimed by SQL_CLAIM_DUE, under a lease; never more than asked. */
+    for (size_t i = 0; i < *n; i++)
+        CHARGED_ASSERT(out[i].lease_epoch > 0);
+    CHARGED_ASSERT(*n <= max);
     PQclear(r);
     stmt_release(&s);
     return rc;
@@ -635,6 +641,8 @@ enum charged_rc refund_store_claim_due(refund_store_t *st, struct refund_due *ou
 enum charged_rc refund_store_settle(refund_store_t *st, struct refund_settlement *it,
                                     struct charged_error *err)
 {
+    CHARGED_ASSERT(st && it && it->refund_id);
+    CHARGED_ASSERT(it->calls || it->ncalls == 0);
     struct stmt s = {0};
     PGresult *r = NULL;
     enum charged_rc rc;
@@ -687,5 +695,6 @@ enum charged_rc refund_store_backlog(refund_store_t *st,
                                      long long *counts, long long *oldest_ms,
                                      struct charged_error *err)
 {
+    CHARGED_ASSERT(st && statuses && counts && oldest_ms);
     return stmt_backlog(st->db, SQL_BACKLOG, statuses, n, counts, oldest_ms, err);
 }

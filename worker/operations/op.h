@@ -1,0 +1,267 @@
+/* op: the face of a payment operation in every role, and the table of
+ * them (operations.c).
+ *
+ * An operation (a charge, a refund) is one folder under worker/operations/
+ * and one struct payment_op: its name and command type, its worker stages
+ * (a struct engine_op, engine.h) and the hooks each other role calls for
+ * its records. The roles walk the table and never name an operation: a
+ * new one is a folder and one line of the table. Like git's struct
+ * ref_storage_be behind refs.h, one face and a backend per kind; unlike
+ * it, a hook an operation does not need is NULL, and the comment at each
+ * says what a role does then.
+ *
+ * An operation's index in the table is its kind: what the engine's items
+ * (engine_op.kind_of) and the reconciler's batches carry. */
+#ifndef CHARGED_OP_H
+#define CHARGED_OP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attempt_status.h"
+#include "charged_assert.h"
+#include "charged_error.h"
+#include "engine.h"
+#include "provider_client.h"
+#include "reconcile_look.h"
+#include "store_conn.h"
+#include "webhook_event.h"
+#include "webhook_store.h"
+
+/* Bytes of any operation's parsed command and of what any claim says to
+ * send: the worker's descriptor keeps one of each per job, whatever its
+ * kind. Each operation static-asserts that its own fit. */
+#define PAYMENT_OP_COMMAND_MAX 3072
+#define PAYMENT_OP_PARAMS_MAX  3072
+/* Operations in the table, at most (arrays indexed by kind). */
+#define PAYMENT_OPS_MAX 8
+/* Call rows one look's settlement writes at most: its calls, and the
+ * answers lost when the HTTP client re-sent a call itself. */
+#define OP_LOOK_ROWS_MAX 8
+_Static_assert(OP_LOOK_ROWS_MAX >= RECONCILE_LOOK_MAX_CALLS, "a row for every answer");
+
+/* ---- the reconciler's look (worker/roles/reconciler*.c) ---- */
+
+/* What a look needs of the reconciler, the same for every operation. */
+struct op_look_env {
+    provider_client_t *provider;
+    struct reconcile_limits lim;
+};
+
+/* Where a look at a claimed record starts (begin fills it). */
+struct op_look_start {
+    const char *id;
+    int64_t lease_epoch;
+    enum attempt_status from; /* as claimed */
+    int checks;               /* looks so far */
+    /* Log fields: the charge's order (NULL: left out), and the value of
+     * the operation's about_key. */
+    const char *order_id, *about;
+};
+
+/* One call as provider_calls records it. */
+struct op_call_row {
+    const char *operation; /* a string literal */
+    int64_t started_ms;    /* epoch ms */
+    const struct provider_result *res;
+};
+
+/* A call kept while the database was away, written later. */
+struct op_kept_call {
+    const char *id; /* the record's */
+    const char *operation;
+    int64_t started_ms;
+    const struct provider_result *res;
+    int written_maybe; /* a write of it failed, and may yet commit */
+};
+
+/* A look's settlement, written fenced on the lease with its calls. */
+struct op_settlement {
+    const char *id;
+    int64_t lease_epoch;
+    enum attempt_status expected, status;
+    const char *reason, *object_id, *evidence_json; /* may be NULL */
+    long long next_check_ms;                        /* < 0: none */
+    const struct op_call_row *rows;
+    size_t nrows;      /* at most OP_LOOK_ROWS_MAX */
+    int settled, busy; /* out */
+};
+
+/* The reconciler's face of an operation: its store (claim records due for
+ * a look, keep their leases, write the calls and the settlement), the
+ * calls a look makes (reconcile_look.h names which), and the words of its
+ * log lines. Every store hook answers an enum charged_rc and fills err. */
+struct op_reconcile {
+    /* Log words: "attempt"; the id's field; the field of what the record
+     * is about, and of the provider's object; what a refusal refused. */
+    struct op_look_words {
+        const char *noun, *id_key, *about_key, *object_key, *refused;
+    } words;
+    /* db_failed's stages. */
+    struct op_look_stages {
+        const char *claim, *settle, *backlog;
+    } stages;
+    /* enum metric_key: settlements by status; backlog and oldest gauges. */
+    struct op_look_metrics {
+        unsigned settlements, backlog, oldest;
+    } metrics;
+    size_t due_size; /* bytes of one claimed row */
+
+    /* The store of database_url for actor; does not connect. NULL and err
+     * when it cannot be built. */
+    void *(*store_new)(const char *database_url, const char *actor,
+                       struct charged_error *err);
+    void (*store_free)(void *store);
+    /* Up to max rows due for a look into the array due (max * due_size
+     * bytes), each claimed under a lease of lease_ms; *n of them. */
+    enum charged_rc (*claim_due)(void *store, void *due, size_t max, size_t *n,
+                                 long long lease_ms, long long stale_ms,
+                                 struct charged_error *err);
+    /* A claimed row's id and lease epoch (pointers into the row). */
+    void (*due_lease)(const void *row, const char **id, const int64_t **epoch);
+    enum charged_rc (*renew)(void *store, const char *const *ids, const int64_t *epochs,
+                             size_t n, long long lease_ms, int *still_ours,
+                             struct charged_error *err);
+    /* Gives claims back as they were before the reconciler claimed them. */
+    enum charged_rc (*hand_back)(void *store, const char *const *ids,
+                                 const int64_t *epochs, size_t n,
+                                 struct charged_error *err);
+    enum charged_rc (*log_calls)(void *store, const struct op_kept_call *calls,
+                                 size_t n, struct charged_error *err);
+    /* How many records wait in each of statuses, and the oldest's age. */
+    enum charged_rc (*backlog)(void *store, const enum attempt_status *statuses,
+                               size_t n, long long *counts, long long *oldest_ms,
+                               struct charged_error *err);
+
+    /* The claimed row into *start, and the look's core begun. */
+    void (*begin)(const struct op_look_env *env, const void *row,
+                  struct op_look_start *start, struct reconcile_look *core,
+                  int64_t claimed_at);
+    /* A call other than the list (next), into *res. */
+    void (*call)(const struct op_look_env *env, const void *row,
+                 enum reconcile_next next, struct provider_result *res);
+    /* One page of its list, after the object `after` ("" first). */
+    void (*page)(const struct op_look_env *env, const void *row, const char *after,
+                 struct provider_result *page);
+    enum charged_rc (*settle)(void *store, struct op_settlement *s,
+                              struct charged_error *err);
+};
+
+/* The store hooks of an operation whose store has the reconciler's calls
+ * under its own names and types (<store>_new, _free, _claim_due, _renew,
+ * _hand_back, _log_calls, _backlog; rows of `row`, with an id and a
+ * lease_epoch; call rows of `call`, whose id is `call_id`): typed
+ * wrappers, written once (in a file that includes op_shared.h).
+ * OP_RECONCILE_STORE(prefix) lists them in its struct op_reconcile. */
+#define OP_RECONCILE_STORE_HOOKS(prefix, store, row, call, call_id)                    \
+    static void *prefix##_look_store_new(const char *url, const char *actor,           \
+                                         struct charged_error *err)                    \
+    {                                                                                  \
+        CHARGED_ASSERT(url &&actor);                                                   \
+        return store##_new(url, actor, err);                                           \
+    }                                                                                  \
+    static void prefix##_look_store_free(void *st)                                     \
+    {                                                                                  \
+        store##_free(st);                                                              \
+    }                                                                                  \
+    static enum charged_rc prefix##_look_claim(                                        \
+        void *st, void *due, size_t max, size_t *n, long long lease_ms,                \
+        long long stale_ms, struct charged_error *err)                                 \
+    {                                                                                  \
+        CHARGED_ASSERT(st &&due &&n);                                                  \
+        return store##_claim_due(st, due, max, n, lease_ms, stale_ms, err);            \
+    }                                                                                  \
+    static void prefix##_look_lease(const void *r, const char **id,                    \
+                                    const int64_t **epoch)                             \
+    {                                                                                  \
+        const row *d = r;                                                              \
+        CHARGED_ASSERT(d &&id &&epoch);                                                \
+        *id = d->id;                                                                   \
+        *epoch = &d->lease_epoch;                                                      \
+    }                                                                                  \
+    static enum charged_rc prefix##_look_renew(                                        \
+        void *st, const char *const *ids, const int64_t *epochs, size_t n,             \
+        long long lease_ms, int *still_ours, struct charged_error *err)                \
+    {                                                                                  \
+        return store##_renew(st, ids, epochs, n, lease_ms, still_ours, err);           \
+    }                                                                                  \
+    static enum charged_rc prefix##_look_hand_back(void *st, const char *const *ids,   \
+                                                   const int64_t *epochs, size_t n,    \
+                                                   struct charged_error *err)          \
+    {                                                                                  \
+        return store##_hand_back(st, ids, epochs, n, err);                             \
+    }                                                                                  \
+    static enum charged_rc prefix##_look_log_calls(                                    \
+        void *st, const struct op_kept_call *calls, size_t n,                          \
+        struct charged_error *err)                                                     \
+    {                                                                                  \
+        call *c = op_batch_new(n, sizeof(*c), err);                                    \
+        if (!c)                                                                        \
+            return CHARGED_RETRY;                                                      \
+        CHARGED_ASSERT(calls || n == 0);                                               \
+        for (size_t i = 0; i < n; i++)                                                 \
+            c[i] = (call){.call_id = calls[i].id,                                      \
+                          .operation = calls[i].operation,                             \
+                          .started_ms = calls[i].started_ms,                           \
+                          .res = calls[i].res,                                         \
+                          .written_maybe = calls[i].written_maybe};                    \
+        enum charged_rc rc = store##_log_calls(st, c, n, err);                         \
+        free(c);                                                                       \
+        return rc;                                                                     \
+    }                                                                                  \
+    static enum charged_rc prefix##_look_backlog(                                      \
+        void *st, const enum attempt_status *statuses, size_t n, long long *counts,    \
+        long long *oldest_ms, struct charged_error *err)                               \
+    {                                                                                  \
+        return store##_backlog(st, statuses, n, counts, oldest_ms, err);               \
+    }
+
+#define OP_RECONCILE_STORE(prefix)                                                     \
+    .store_new = prefix##_look_store_new, .store_free = prefix##_look_store_free,      \
+    .claim_due = prefix##_look_claim, .due_lease = prefix##_look_lease,                \
+    .renew = prefix##_look_renew, .hand_back = prefix##_look_hand_back,                \
+    .log_calls = prefix##_look_log_calls, .backlog = prefix##_look_backlog
+
+/* ---- the api's webhook (worker/operations/webhook_store.c) ---- */
+
+/* An operation's half of applying a provider's event: webhook_store
+ * records the event once, in one transaction, and hands it to the first
+ * operation of the table that takes it (webhook_apply.h: what the half
+ * may use). */
+struct op_webhook {
+    /* Whether ev is about this operation's records. */
+    int (*takes)(const struct webhook_event *ev);
+    /* Applies ev on db, inside the open transaction: out's outcome,
+     * reason, ids and statuses. CHARGED_OK, or the failure: the store
+     * rolls back and the delivery is answered again. */
+    enum charged_rc (*apply)(store_conn_t *db, const struct webhook_event *ev,
+                             struct webhook_store_result *out,
+                             struct charged_error *err);
+};
+
+/* ---- the operation ---- */
+
+struct payment_op {
+    const char *name;         /* "charge": metrics' operation label, log lines */
+    const char *command_type; /* the `type` its commands carry */
+    /* The worker's stages (worker/operations/payment_ops.c routes the
+     * commands topic to them). NULL: the worker routes none of its
+     * commands; a message of its type is refused as of no known type. */
+    const struct engine_op *engine;
+    /* The reconciler's look. NULL: the reconciler claims none of its
+     * records (none is left in doubt by a call). */
+    const struct op_reconcile *reconcile;
+    /* The api's provider events about its records. NULL: no event is its;
+     * one that no operation takes is recorded, unmatched. */
+    const struct op_webhook *webhook;
+};
+
+/* The table, in the order the roles walk it (the first is the worker's
+ * first guess at a message: the charge). */
+extern const struct payment_op *const payment_operations[];
+extern const size_t payment_operations_count;
+
+/* The operation of kind k (an index in the table). */
+const struct payment_op *payment_op_of(size_t kind);
+
+#endif

@@ -1,0 +1,29 @@
+/* The table of operations (op.h): one line an operation. */
+#include "op.h"
+
+#include "charged_assert.h"
+
+/* Each line names an operation's struct payment_op, defined in its folder. */
+#define PAYMENT_OPERATIONS(X)                                                          \
+    X(charge_payment_op)                                                               \
+    X(refund_payment_op)
+
+#define DECLARE(op) extern const struct payment_op op;
+#define ENTRY(op)   &op,
+PAYMENT_OPERATIONS(DECLARE)
+
+const struct payment_op *const payment_operations[] = {PAYMENT_OPERATIONS(ENTRY)};
+const size_t payment_operations_count =
+    sizeof(payment_operations) / sizeof(payment_operations[0]);
+_Static_assert(sizeof(payment_operations) / sizeof(payment_operations[0]) <=
+                   PAYMENT_OPS_MAX,
+               "PAYMENT_OPS_MAX holds the table");
+
+const struct payment_op *payment_op_of(size_t kind)
+{
+    CHARGED_ASSERT(kind < payment_operations_count);
+    const struct payment_op *op = payment_operations[kind];
+    /* Every line of the table names an operation with a name and a type. */
+    CHARGED_ASSERT(op && op->name && op->command_type);
+    return op;
+}
