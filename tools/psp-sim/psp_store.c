@@ -502,17 +502,33 @@ static void store_answer(psp_store_t *st, const char *key, const struct psp_answ
     json_object_set_new(e, "body", json_string(ans->body));
 }
 
+/* n characters of v in base 62, most significant first; letters first,
+ * so that a small number's padding is letters too. */
+static void base62(char *out, unsigned long long v, int n)
+{
+    static const char digits[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    for (int i = n - 1; i >= 0; i--, v /= 62)
+        out[i] = digits[v % 62];
+}
+
 /* Caller holds the lock. A new object id, unpredictable enough for a
  * simulator; an injected intent may have taken any name, so a taken one
- * (in `taken`, or `taken2` when not NULL) is skipped. */
+ * (in `taken`, or `taken2` when not NULL) is skipped. Base 62, like the
+ * provider's own: a hexadecimal id with a zero-padded counter held runs
+ * of 13 and more decimal digits, some of which pass the Luhn check, and
+ * charged masks those as card numbers wherever it shows provider text. */
 static void fresh_id(psp_store_t *st, const char *prefix, json_t *taken, json_t *taken2,
                      int64_t now_ms, char *out, size_t outlen)
 {
+    char tail[11 + 6 + 1];
     do {
-        snprintf(
-            out, outlen, "%s_%016llx%06llx", prefix,
-            (unsigned long long)(now_ms * 1000003ULL ^ (st->next_id * 2654435761ULL)),
-            (unsigned long long)(st->next_id & 0xffffff));
+        base62(tail,
+               (unsigned long long)now_ms * 1000003ULL ^ (st->next_id * 2654435761ULL),
+               11);
+        base62(tail + 11, st->next_id, 6);
+        tail[17] = '\0';
+        snprintf(out, outlen, "%s_%s", prefix, tail);
         st->next_id++;
     } while (json_object_get(taken, out) || (taken2 && json_object_get(taken2, out)));
 }
