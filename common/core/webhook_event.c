@@ -243,7 +243,7 @@ static void refund_set(struct webhook_refund_decision *d,
                        enum webhook_refund_action action, enum attempt_status status,
                        const char *reason)
 {
-    CHARGED_ASSERT((unsigned)action <= WEBHOOK_REFUND_NEEDS_REVIEW);
+    CHARGED_ASSERT((unsigned)action <= WEBHOOK_REFUND_UNPROVEN);
     CHARGED_ASSERT((unsigned)status < ATTEMPT_STATUS__COUNT && reason != NULL);
     d->check_now = 0;
     d->action = action;
@@ -283,14 +283,27 @@ static int other_refund(const struct webhook_refund *r,
 /* A refund not proven ours never moves the row, and never gives a
  * reservation back: its success is recorded for a person, anything else
  * ignored; an UNKNOWN refund is looked at now (its refund again under its
- * own key is the proof). */
+ * own key is the proof). Not while the refund's own call is in flight or
+ * unknown and no provider id of ours is recorded: as for an attempt
+ * (decide_not_ours), the provider's webhook often outruns our answer, and
+ * a ticket for every such race would teach people to ignore it. Then it is
+ * unproven: the refund's own call or the reconciler's replay settles it,
+ * and the auditor reports a refund that stays no refund's own
+ * (refund_unbooked). */
 static void refund_not_ours(const struct webhook_refund *r,
                             const struct webhook_refund_row *row,
                             enum ownership_verdict v, struct webhook_refund_decision *d)
 {
     CHARGED_ASSERT(v == OWNERSHIP_UNPROVEN || v == OWNERSHIP_FOREIGN);
     int foreign = v == OWNERSHIP_FOREIGN;
-    if (webhook_refund_status(r->status) == ATTEMPT_STATUS_SUCCEEDED)
+    int in_flight = row->status == ATTEMPT_STATUS_PROCESSING ||
+                    row->status == ATTEMPT_STATUS_UNKNOWN;
+    int succeeded = webhook_refund_status(r->status) == ATTEMPT_STATUS_SUCCEEDED;
+    if (succeeded && !foreign && in_flight && !row->provider_id_recorded)
+        refund_set(d, WEBHOOK_REFUND_UNPROVEN, row->status,
+                   "the provider reported success of a refund that only names ours; "
+                   "its own call settles it");
+    else if (succeeded)
         refund_set(d, WEBHOOK_REFUND_NEEDS_REVIEW, row->status,
                    foreign ? "the provider reported success of another's refund"
                            : "the provider reported success of a refund that only "

@@ -367,7 +367,7 @@ def refunds(s, port):
         r4, "re_names_0004", "failed", failure_reason="lost_or_stolen_card")),
          "ignored", "failure of a refund that only names an UNKNOWN refund")
     send(api.refund_event("refund.updated", api.refund_object(r4, "re_names_0005", "succeeded")),
-         "needs_review", "success of a refund that only names an UNKNOWN refund")
+         "unproven", "success of a refund that only names an UNKNOWN refund")
     check_eq(s.query("SELECT status, coalesce(provider_refund_id, ''), next_check_at <= now()"
                      " FROM refund_attempts WHERE id = '%s'" % r4["id"]),
              [["UNKNOWN", "", "t"]], "the UNKNOWN refund after refunds naming it")

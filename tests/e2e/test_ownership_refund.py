@@ -77,7 +77,7 @@ def scenario(new):
                        % charge["payment_attempt_id"])[0][0]
     check_eq(int(reserved), 500, "C's reservation while R is unsettled")
     for etype, outcome, why in other.webhook_events(s, foreign["id"]):
-        check(outcome in ("ignored", "needs_review", "unmatched"),
+        check(outcome in ("ignored", "needs_review", "unmatched", "unproven"),
               "the foreign refund's %s was %s" % (etype, outcome))
         check(outcome != "ignored" or "only names" in why,
               "the foreign refund's %s: reason %r" % (etype, why))

@@ -68,7 +68,7 @@ static void check_decisions(const struct webhook_event *ev)
             webhook_refund_decide(&ev->refunds[i], &row, &d);
             FUZZ_CHECK(d.reason && d.reason[0]);
             FUZZ_CHECK(d.action >= WEBHOOK_REFUND_IGNORE &&
-                       d.action <= WEBHOOK_REFUND_NEEDS_REVIEW);
+                       d.action <= WEBHOOK_REFUND_UNPROVEN);
             if (d.action == WEBHOOK_REFUND_APPLY)
                 FUZZ_CHECK(d.status >= 0 && d.status < ATTEMPT_STATUS__COUNT);
         }

@@ -109,8 +109,9 @@ static void refund_reason_for(const struct webhook_refund *r, enum attempt_statu
 static int outcome_rank(const char *o)
 {
     CHARGED_ASSERT(o);
-    static const char *order[] = {"ignored", "applied", "unmatched", "needs_review"};
-    for (int i = 3; i >= 0; i--)
+    static const char *order[] = {"ignored", "applied", "unproven", "unmatched",
+                                  "needs_review"};
+    for (int i = (int)(sizeof(order) / sizeof(order[0])) - 1; i >= 0; i--)
         if (!strcmp(o, order[i]))
             return i;
     return 0;
@@ -183,9 +184,11 @@ static enum charged_rc apply_refund(store_conn_t *db, const struct webhook_event
         goto out;
     }
     if (d.action != WEBHOOK_REFUND_APPLY) {
-        refund_outcome(
-            out, d.action == WEBHOOK_REFUND_NEEDS_REVIEW ? "needs_review" : "ignored",
-            d.reason);
+        refund_outcome(out,
+                       d.action == WEBHOOK_REFUND_NEEDS_REVIEW ? "needs_review"
+                       : d.action == WEBHOOK_REFUND_UNPROVEN   ? "unproven"
+                                                               : "ignored",
+                       d.reason);
         rc = CHARGED_OK;
         goto out;
     }
