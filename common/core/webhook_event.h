@@ -133,8 +133,8 @@ struct webhook_refund_row {
 };
 
 enum webhook_refund_action {
-    WEBHOOK_REFUND_IGNORE = 0,  /* record the event; the refund stays */
-    WEBHOOK_REFUND_APPLY,       /* move the refund to `status` */
+    WEBHOOK_REFUND_IGNORE = 0,   /* record the event; the refund stays */
+    WEBHOOK_REFUND_APPLY,        /* move the refund to `status` */
     WEBHOOK_REFUND_NEEDS_REVIEW, /* contradicts what we hold: never applied,
                                     recorded as needs_review for a person */
     WEBHOOK_REFUND_UNPROVEN      /* a success that only names a refund whose own
