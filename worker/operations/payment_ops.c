@@ -67,15 +67,15 @@ static void routed_close(void *op)
     free(r);
 }
 
-static void *routed_open(config_t *cfg, const char *actor, char *err, size_t err_size)
+static void *routed_open(config_t *cfg, const char *actor, struct charged_error *err)
 {
     struct routed_state *r = calloc(1, sizeof(*r));
     if (!r) {
-        snprintf(err, err_size, "out of memory");
+        charged_error_set(err, "out of memory");
         return NULL;
     }
     for (size_t k = 0; k < NOPS; k++)
-        if (!(r->states[k] = ops[k]->open(cfg, actor, err, err_size))) {
+        if (!(r->states[k] = ops[k]->open(cfg, actor, err))) {
             routed_close(r);
             return NULL;
         }
@@ -96,22 +96,22 @@ static void *state_of(void *op, int kind)
  * operation's. */
 static enum dead_letter_reason routed_parse(void *op, const void *key, size_t key_len,
                                             const void *value, size_t value_len,
-                                            void *command, char *err, size_t err_size)
+                                            void *command, struct charged_error *err)
 {
     struct routed_command *c = command;
     c->kind = 0;
-    enum dead_letter_reason r = ops[0]->parse(state_of(op, 0), key, key_len, value,
-                                              value_len, &c->u, err, err_size);
+    enum dead_letter_reason r =
+        ops[0]->parse(state_of(op, 0), key, key_len, value, value_len, &c->u, err);
     if (r != DEAD_LETTER_SCHEMA_VIOLATION)
         return r;
     for (size_t k = 1; k < NOPS; k++)
         if (command_fields_type_is(value, value_len, types[k])) {
             c->kind = (int)k;
             return ops[k]->parse(state_of(op, (int)k), key, key_len, value, value_len,
-                                 &c->u, err, err_size);
+                                 &c->u, err);
         }
-    if (!strncmp(err, "'type'", 6))
-        snprintf(err, err_size, "'type' must be \"%s\" or \"%s\"", types[0], types[1]);
+    if (!strncmp(err->message, "'type'", 6))
+        charged_error_set(err, "'type' must be \"%s\" or \"%s\"", types[0], types[1]);
     return r;
 }
 
@@ -329,14 +329,14 @@ static enum charged_rc routed_release_leases(void *op, const char *const *ids,
     return routed_leases(op, ids, kinds, epochs, n, 0, NULL, err);
 }
 
-static int routed_start_call(void *op, provider_client_t *pc, const void *params,
-                             const void *command, void *tag, char *err, size_t err_size)
+static enum charged_rc routed_start_call(void *op, provider_client_t *pc,
+                                         const void *params, const void *command,
+                                         void *tag, struct charged_error *err)
 {
     int k = kind_of(command);
     /* The claim's params, never the message's: a claim gave them. */
     CHARGED_ASSERT(pc && params);
-    return ops[k]->start_call(state_of(op, k), pc, params, inner(command), tag, err,
-                              err_size);
+    return ops[k]->start_call(state_of(op, k), pc, params, inner(command), tag, err);
 }
 
 static const char *routed_event_type(int kind, enum attempt_status status)
