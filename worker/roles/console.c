@@ -158,12 +158,12 @@ static json_t *who_json(const struct console_who *who)
 static enum MHD_Result serve_login(struct console *cs, console_views_t *v,
                                    struct MHD_Connection *c, struct request *rq)
 {
-    char secret[CONSOLE_SECRET_MAX], sid[CONSOLE_SECRET_SIZE], why[256], cookie[256];
+    char secret[CONSOLE_SECRET_MAX], sid[CONSOLE_SECRET_SIZE], cookie[256];
     struct console_who who;
     struct charged_error err;
 
-    if (console_input_login(rq->body, rq->len, secret, why, sizeof(why)) != 0)
-        return send_error(c, MHD_HTTP_BAD_REQUEST, why);
+    if (console_input_login(rq->body, rq->len, secret, &err) != CHARGED_OK)
+        return send_error(c, MHD_HTTP_BAD_REQUEST, err.message);
     enum charged_rc rc =
         console_store_login(console_views_store(v), secret, cs->ttl_s, sid, &who, &err);
     OPENSSL_cleanse(secret, sizeof(secret));
@@ -217,7 +217,7 @@ static int csrf_matches(struct MHD_Connection *c, const struct console_who *who)
 
 struct letter_args {
     struct console_letter_query q;
-    char why[256];
+    struct charged_error why;
     int bad;
 };
 
@@ -226,8 +226,7 @@ static enum MHD_Result take_letter_arg(void *cls, enum MHD_ValueKind kind,
 {
     struct letter_args *a = cls;
     (void)kind;
-    if (!a->bad &&
-        console_input_letter_param(key, value, &a->q, a->why, sizeof(a->why)) != 0)
+    if (!a->bad && console_input_letter_param(key, value, &a->q, &a->why) != CHARGED_OK)
         a->bad = 1;
     return MHD_YES;
 }
@@ -237,7 +236,7 @@ static enum MHD_Result serve_signed_in(struct console *cs, console_views_t *v,
                                        struct MHD_Connection *c, struct request *rq,
                                        const struct console_who *who, const char *sid)
 {
-    char why[512], cookie[256];
+    char cookie[256];
     struct charged_error err;
     json_t *body = NULL;
     unsigned status;
@@ -266,8 +265,8 @@ static enum MHD_Result serve_signed_in(struct console *cs, console_views_t *v,
     case CONSOLE_R_FIND: {
         char id[PROVIDER_ID_MAX];
         const char *raw = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "id");
-        if (console_input_find_id(raw, id, why, sizeof(why)) != 0)
-            return send_error(c, MHD_HTTP_BAD_REQUEST, why);
+        if (console_input_find_id(raw, id, &err) != CHARGED_OK)
+            return send_error(c, MHD_HTTP_BAD_REQUEST, err.message);
         status = console_views_find(v, id, &body);
         break;
     }
@@ -276,9 +275,8 @@ static enum MHD_Result serve_signed_in(struct console *cs, console_views_t *v,
         break;
     case CONSOLE_R_RESOLVE: {
         struct console_resolve_input in;
-        if (console_input_resolve(rq->body, rq->len, rq->m.id, &in, why, sizeof(why)) !=
-            0)
-            return send_error(c, MHD_HTTP_BAD_REQUEST, why);
+        if (console_input_resolve(rq->body, rq->len, rq->m.id, &in, &err) != CHARGED_OK)
+            return send_error(c, MHD_HTTP_BAD_REQUEST, err.message);
         status = console_views_resolve(v, who, sid, rq->m.id, &in, &body);
         break;
     }
@@ -287,7 +285,7 @@ static enum MHD_Result serve_signed_in(struct console *cs, console_views_t *v,
         memset(&a, 0, sizeof(a));
         MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, take_letter_arg, &a);
         if (a.bad)
-            return send_error(c, MHD_HTTP_BAD_REQUEST, a.why);
+            return send_error(c, MHD_HTTP_BAD_REQUEST, a.why.message);
         status = console_views_letters(v, &a.q, &body);
         break;
     }
@@ -298,9 +296,9 @@ static enum MHD_Result serve_signed_in(struct console *cs, console_views_t *v,
         struct console_replay_input *in = malloc(sizeof(*in));
         if (!in)
             return MHD_NO;
-        if (console_input_replay(rq->body, rq->len, in, why, sizeof(why)) != 0) {
+        if (console_input_replay(rq->body, rq->len, in, &err) != CHARGED_OK) {
             free(in);
-            return send_error(c, MHD_HTTP_BAD_REQUEST, why);
+            return send_error(c, MHD_HTTP_BAD_REQUEST, err.message);
         }
         status = console_views_replay(v, who, in, &body);
         free(in);
