@@ -41,19 +41,17 @@ void engine_db_failed(engine_t *eng, const char *stage, const char *err)
  * (CHARGED_WAIT). Each returns the charged_rc the stage goes on with. */
 struct stage {
     size_t item_size;
-    enum charged_rc (*batch)(engine_t *eng, struct job **js, void *items, size_t n,
-                             struct charged_error *err);
-    enum charged_rc (*refused)(engine_t *eng, struct job *j, void *item,
-                               struct charged_error *err);
-    enum charged_rc (*locked)(engine_t *eng, struct job *j, void *item);
+    int (*batch)(engine_t *eng, struct job **js, void *items, size_t n,
+                 struct charged_error *err);
+    int (*refused)(engine_t *eng, struct job *j, void *item, struct charged_error *err);
+    int (*locked)(engine_t *eng, struct job *j, void *item);
 };
 
-static enum charged_rc stage_alone(engine_t *eng, const struct stage *st,
-                                   struct job **j, void *item,
-                                   struct charged_error *err)
+static int stage_alone(engine_t *eng, const struct stage *st, struct job **j,
+                       void *item, struct charged_error *err)
 {
     CHARGED_ASSERT(st->item_size > 0 && *j != NULL);
-    enum charged_rc rc = st->batch(eng, j, item, 1, err);
+    int rc = st->batch(eng, j, item, 1, err);
     if (rc == CHARGED_BAD_ITEM)
         rc = st->refused(eng, *j, item, err);
     if (rc == CHARGED_WAIT)
@@ -64,11 +62,10 @@ static enum charged_rc stage_alone(engine_t *eng, const struct stage *st,
 /* The batch in one statement; when the database refuses one of its values
  * or another session's lock holds one of its rows, each item alone, so that
  * one bad or held item never holds the others. */
-static enum charged_rc stage_run_kind(engine_t *eng, const struct stage *st,
-                                      struct job **js, void *items, size_t n,
-                                      struct charged_error *err)
+static int stage_run_kind(engine_t *eng, const struct stage *st, struct job **js,
+                          void *items, size_t n, struct charged_error *err)
 {
-    enum charged_rc rc = n ? st->batch(eng, js, items, n, err) : CHARGED_OK;
+    int rc = n ? st->batch(eng, js, items, n, err) : CHARGED_OK;
     CHARGED_ASSERT(st->item_size > 0);
     if (rc != CHARGED_BAD_ITEM && rc != CHARGED_WAIT)
         return rc;
@@ -96,11 +93,10 @@ static int max_kind(struct job *const *js, size_t n)
  * writes its own tables in its own statements, so a failure of one kind's
  * statement after another kind's committed would have the committed ones
  * run again alone (a claim just taken then reads as someone's lease). */
-static enum charged_rc stage_run(engine_t *eng, const struct stage *st, struct job **js,
-                                 void *items, size_t n, struct charged_error *err)
+static int stage_run(engine_t *eng, const struct stage *st, struct job **js,
+                     void *items, size_t n, struct charged_error *err)
 {
-    int kinds = max_kind(js, n) + 1;
-    enum charged_rc rc = CHARGED_OK;
+    int kinds = max_kind(js, n) + 1, rc = CHARGED_OK;
     if (kinds == 1)
         return stage_run_kind(eng, st, js, items, n, err);
     struct job **sjs = calloc(n, sizeof(*sjs));
@@ -130,7 +126,7 @@ static enum charged_rc stage_run(engine_t *eng, const struct stage *st, struct j
 
 /* The job's item met another session's uncommitted change (its statement
  * hit lock_timeout): it alone waits, with a back-off, and tries again. */
-static enum charged_rc lock_wait(engine_t *eng, struct job *j, const char *stage)
+static int lock_wait(engine_t *eng, struct job *j, const char *stage)
 {
     CHARGED_ASSERT(stage != NULL);
     if (engine_core_lock_wait(&eng->core, eng->jobs, j, clock_now_ms()))
@@ -179,26 +175,26 @@ static void apply_record(engine_t *eng, struct job *j, const struct engine_recor
     }
 }
 
-static enum charged_rc record_batch(engine_t *eng, struct job **js, void *batch,
-                                    size_t n, struct charged_error *err)
+static int record_batch(engine_t *eng, struct job **js, void *batch, size_t n,
+                        struct charged_error *err)
 {
     struct engine_record *items = batch;
     CHARGED_ASSERT(n > 0);
-    enum charged_rc rc = eng->op->record(eng->op_state, items, n, eng->lease_ms, err);
+    int rc = eng->op->record(eng->op_state, items, n, eng->lease_ms, err);
     for (size_t i = 0; rc == CHARGED_OK && i < n; i++)
         apply_record(eng, js[i], &items[i]);
     return rc;
 }
 
-static enum charged_rc record_refused(engine_t *eng, struct job *j, void *item,
-                                      struct charged_error *err)
+static int record_refused(engine_t *eng, struct job *j, void *item,
+                          struct charged_error *err)
 {
     (void)item;
     refuse(eng, j, "command", err->code);
     return CHARGED_OK;
 }
 
-static enum charged_rc record_locked(engine_t *eng, struct job *j, void *item)
+static int record_locked(engine_t *eng, struct job *j, void *item)
 {
     (void)item;
     return lock_wait(eng, j, "record");
@@ -237,7 +233,7 @@ void engine_record_attempts(engine_t *eng)
         }
     }
     CHARGED_ASSERT(k + held <= n && held <= HELD_PER_TURN);
-    enum charged_rc rc = stage_run(eng, &record_stage, js, items, k, &err);
+    int rc = stage_run(eng, &record_stage, js, items, k, &err);
     for (size_t h = 0; rc == CHARGED_OK && h < held; h++)
         rc = stage_alone(eng, &record_stage, &js[n - 1 - h], &items[n - 1 - h], &err);
     if (rc == CHARGED_RETRY)
@@ -269,26 +265,26 @@ static void apply_claim(engine_t *eng, struct job *j, const struct engine_claim 
     }
 }
 
-static enum charged_rc claim_batch(engine_t *eng, struct job **js, void *batch,
-                                   size_t n, struct charged_error *err)
+static int claim_batch(engine_t *eng, struct job **js, void *batch, size_t n,
+                       struct charged_error *err)
 {
     struct engine_claim *items = batch;
     CHARGED_ASSERT(n > 0);
-    enum charged_rc rc = eng->op->claim(eng->op_state, items, n, eng->lease_ms, err);
+    int rc = eng->op->claim(eng->op_state, items, n, eng->lease_ms, err);
     for (size_t i = 0; rc == CHARGED_OK && i < n; i++)
         apply_claim(eng, js[i], &items[i]);
     return rc;
 }
 
-static enum charged_rc claim_refused(engine_t *eng, struct job *j, void *item,
-                                     struct charged_error *err)
+static int claim_refused(engine_t *eng, struct job *j, void *item,
+                         struct charged_error *err)
 {
     (void)item;
     refuse(eng, j, "claim", err->code);
     return CHARGED_OK;
 }
 
-static enum charged_rc claim_locked(engine_t *eng, struct job *j, void *item)
+static int claim_locked(engine_t *eng, struct job *j, void *item)
 {
     (void)item;
     return lock_wait(eng, j, "claim");
@@ -327,7 +323,7 @@ void engine_claim_attempts(engine_t *eng)
         }
     }
     CHARGED_ASSERT(k <= n); /* the batch never outgrows what was counted */
-    enum charged_rc rc = stage_run(eng, &claim_stage, js, items, k, &err);
+    int rc = stage_run(eng, &claim_stage, js, items, k, &err);
     if (rc == CHARGED_RETRY)
         engine_db_failed(eng, "claim", err.message);
     else
@@ -384,8 +380,8 @@ void engine_log_call(engine_t *eng, struct job *j, const struct provider_result 
     CHARGED_ASSERT(eng->call_log_len <= eng->call_log_cap);
 }
 
-static enum charged_rc log_calls_batch(engine_t *eng, struct call_entry *const *e,
-                                       size_t n, struct charged_error *err)
+static int log_calls_batch(engine_t *eng, struct call_entry *const *e, size_t n,
+                           struct charged_error *err)
 {
     CHARGED_ASSERT(n > 0);
     struct engine_call *calls = calloc(n, sizeof(*calls));
@@ -400,7 +396,7 @@ static enum charged_rc log_calls_batch(engine_t *eng, struct call_entry *const *
         calls[i].res = &e[i]->res;
         calls[i].written_maybe = e[i]->written_maybe;
     }
-    enum charged_rc rc = eng->op->log_calls(eng->op_state, calls, n, err);
+    int rc = eng->op->log_calls(eng->op_state, calls, n, err);
     for (size_t i = 0; rc == CHARGED_RETRY && i < n; i++)
         e[i]->written_maybe = 1;
     free(calls);
@@ -413,7 +409,7 @@ static enum charged_rc log_calls_batch(engine_t *eng, struct call_entry *const *
 static int log_call_alone(engine_t *eng, struct call_entry *e,
                           struct charged_error *err)
 {
-    enum charged_rc rc = log_calls_batch(eng, &e, 1, err);
+    int rc = log_calls_batch(eng, &e, 1, err);
     if (rc == CHARGED_RETRY)
         return -1;
     if (rc == CHARGED_WAIT) {
@@ -537,12 +533,12 @@ static void apply_persist(engine_t *eng, struct job *j, const struct engine_outc
     }
 }
 
-static enum charged_rc persist_batch(engine_t *eng, struct job **js, void *batch,
-                                     size_t n, struct charged_error *err)
+static int persist_batch(engine_t *eng, struct job **js, void *batch, size_t n,
+                         struct charged_error *err)
 {
     struct engine_outcome *items = batch;
     CHARGED_ASSERT(n > 0);
-    enum charged_rc rc = eng->op->persist(eng->op_state, items, n, err);
+    int rc = eng->op->persist(eng->op_state, items, n, err);
     for (size_t i = 0; rc == CHARGED_OK && i < n; i++)
         apply_persist(eng, js[i], &items[i]);
     return rc;
@@ -553,8 +549,7 @@ static enum charged_rc persist_batch(engine_t *eng, struct job **js, void *batch
  * FAILED: REQUIRES_REVIEW, with nothing from outside but the outcome's name.
  * If even that is refused, the job ends and the lease is left to expire; a
  * later owner or the reconciler takes the attempt from there. */
-static enum charged_rc persist_for_review(engine_t *eng, struct job *j,
-                                          struct charged_error *err)
+static int persist_for_review(engine_t *eng, struct job *j, struct charged_error *err)
 {
     CHARGED_ASSERT(j->state == JOB_PERSIST && j->lease_epoch > 0);
     char reason[256], evidence[160];
@@ -577,7 +572,7 @@ static enum charged_rc persist_for_review(engine_t *eng, struct job *j,
     log_error("the database refused an outcome; settling it for review", JOB_FIELDS(j),
               "outcome", provider_outcome_name(j->res.outcome), "sqlstate", err->code,
               NULL);
-    enum charged_rc rc = persist_batch(eng, &j, &o, 1, err);
+    int rc = persist_batch(eng, &j, &o, 1, err);
     if (rc == CHARGED_BAD_ITEM) {
         log_error("the database refused the review outcome too; lease left to expire",
                   JOB_FIELDS(j), "sqlstate", err->code, NULL);
@@ -587,15 +582,15 @@ static enum charged_rc persist_for_review(engine_t *eng, struct job *j,
     return rc;
 }
 
-static enum charged_rc persist_refused(engine_t *eng, struct job *j, void *item,
-                                       struct charged_error *err)
+static int persist_refused(engine_t *eng, struct job *j, void *item,
+                           struct charged_error *err)
 {
     (void)item;
     return persist_for_review(eng, j, err);
 }
 
 /* Held, as a locked row is: it waits, the rest goes on. */
-static enum charged_rc persist_locked(engine_t *eng, struct job *j, void *item)
+static int persist_locked(engine_t *eng, struct job *j, void *item)
 {
     struct engine_outcome *o = item;
     o->busy = 1;
@@ -658,7 +653,7 @@ void engine_persist_outcomes(engine_t *eng)
         k++;
     }
     CHARGED_ASSERT(k <= n); /* the batch never outgrows what was counted */
-    enum charged_rc rc = stage_run(eng, &persist_stage, js, items, k, &err);
+    int rc = stage_run(eng, &persist_stage, js, items, k, &err);
     if (rc == CHARGED_RETRY) {
         engine_db_failed(eng, "persist", err.message);
         goto out;
