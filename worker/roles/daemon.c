@@ -439,10 +439,8 @@ int daemon_role_main(int argc, char **argv, const struct daemon_role_desc *desc)
         goto failed;
     rc = desc->start ? desc->start(l.cfg, l.id, &state, &err)
                      : build(desc, l.cfg, l.id, &state, &err);
-    if (rc != CHARGED_OK) {
-        admin_http_free(l.admin);
+    if (rc != CHARGED_OK)
         goto failed;
-    }
     snprintf(port, sizeof(port), "%d", admin_http_port(l.admin));
     log_info("admin listener started", "role", desc->name, "addr", l.bound, "port",
              port, NULL);
@@ -451,5 +449,6 @@ int daemon_role_main(int argc, char **argv, const struct daemon_role_desc *desc)
     return status;
 failed:
     fprintf(stderr, "charged %s: %s\n", desc->name, err.message);
+    admin_http_free(l.admin); /* NULL unless the role failed to start */
     return exit_status(rc);
 }
