@@ -109,7 +109,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         env[n++] = line;
     }
     environ = env;
-    struct charged_error err;
+    struct charged_error err = {0};
     config_t *cfg = config_new(roles, "worker", &err);
     if (cfg)
         check_loaded(cfg);

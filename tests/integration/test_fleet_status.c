@@ -193,7 +193,7 @@ END_TEST
 
 START_TEST(a_missing_topic_is_null_with_the_reason)
 {
-    struct charged_error err;
+    struct charged_error err = {0};
     fresh_names("missing");
     config_t *cfg = config_for(test_env_kafka());
     json_t *lag = fleet_status_lag(cfg, group, topic, 10000, &err);

@@ -422,7 +422,7 @@ static enum charged_rc build(const struct daemon_role_desc *d, config_t *cfg,
 int daemon_role_main(int argc, char **argv, const struct daemon_role_desc *desc)
 {
     struct launch l = {0};
-    struct charged_error err;
+    struct charged_error err = {0};
     void *state = NULL;
     enum charged_rc rc = CHARGED_GIVE_UP;
     char port[16];
