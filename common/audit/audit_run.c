@@ -21,15 +21,14 @@ struct audit_ctx {
     audit_store_t *st;
     long long start, end; /* the window findings are recorded under */
     struct audit_run_result *out;
-    char *errbuf;
-    size_t errbuf_size;
+    struct charged_error *err;
 };
 
-static int store_failed(struct audit_ctx *c, const char *what,
-                        const struct charged_error *err)
+static enum charged_rc store_failed(struct audit_ctx *c, const char *what,
+                                    const struct charged_error *err)
 {
-    snprintf(c->errbuf, c->errbuf_size, "%s: %s", what, err->message);
-    return -1;
+    charged_error_set(c->err, "%s: %s", what, err->message);
+    return CHARGED_RETRY;
 }
 
 static long long or_none(int known, long long v)
@@ -42,7 +41,8 @@ static long long or_none(int known, long long v)
  * that second, not under this audit's window: the first audit to find it
  * may be an on-demand one over a day, and the scheduled window that holds
  * the object must still show it. */
-static int record(struct audit_ctx *c, struct audit_finding *f, long long at)
+static enum charged_rc record(struct audit_ctx *c, struct audit_finding *f,
+                              long long at)
 {
     struct charged_error err;
     int fresh = 0;
@@ -53,7 +53,7 @@ static int record(struct audit_ctx *c, struct audit_finding *f, long long at)
         return store_failed(c, "record finding", &err);
     c->out->verdict.findings[f->kind]++;
     if (!fresh)
-        return 0;
+        return CHARGED_OK;
     c->out->fresh[f->kind]++;
     log_write(f->kind == AUDIT_CHARGED_TWICE || f->kind == AUDIT_CHARGED_UNBOOKED
                   ? LOG_ERROR
@@ -62,7 +62,7 @@ static int record(struct audit_ctx *c, struct audit_finding *f, long long at)
               "payment_attempt_id", f->payment_attempt_id ? f->payment_attempt_id : "",
               "order_id", f->order_id ? f->order_id : "", "other_object",
               f->other_object_id ? f->other_object_id : "", "detail", f->detail, NULL);
-    return 0;
+    return CHARGED_OK;
 }
 
 /* Whether an object is settled for the audit's sake, by id, in the lists
@@ -74,9 +74,10 @@ struct judged {
 };
 
 /* The finding res made of a listed intent. */
-static int record_intent(struct audit_ctx *c, const struct provider_listed *it,
-                         const struct audit_intent_row *row,
-                         const struct audit_result *res)
+static enum charged_rc record_intent(struct audit_ctx *c,
+                                     const struct provider_listed *it,
+                                     const struct audit_intent_row *row,
+                                     const struct audit_result *res)
 {
     int booked = row->facts.booked;
     struct audit_finding f = {
@@ -97,8 +98,9 @@ static int record_intent(struct audit_ctx *c, const struct provider_listed *it,
 
 /* Another client used our attempt's metadata: said beside the money
  * finding (which pages), naming the attempt's own intent. */
-static int record_foreign(struct audit_ctx *c, const struct provider_listed *it,
-                          const struct audit_intent_row *row)
+static enum charged_rc record_foreign(struct audit_ctx *c,
+                                      const struct provider_listed *it,
+                                      const struct audit_intent_row *row)
 {
     struct audit_result foreign = {AUDIT_FINDING, AUDIT_FOREIGN_INTENT,
                                    "another client's intent names our attempt", 0};
@@ -109,8 +111,9 @@ static int record_foreign(struct audit_ctx *c, const struct provider_listed *it,
  * the order, judged before (unknown_intent, say): charged_twice on every
  * one of them, not the oldest only (the booked intent is judged once a
  * window), each recorded under its own second. */
-static int record_order_twins(struct audit_ctx *c, const struct provider_listed *it,
-                              const struct audit_intent_row *row)
+static enum charged_rc record_order_twins(struct audit_ctx *c,
+                                          const struct provider_listed *it,
+                                          const struct audit_intent_row *row)
 {
     struct audit_result res = audit_policy_order_twin(&row->facts);
     struct audit_order_stray *strays;
@@ -118,12 +121,12 @@ static int record_order_twins(struct audit_ctx *c, const struct provider_listed 
     char after[PROVIDER_ID_MAX] = "";
     long long after_created = LLONG_MIN;
     size_t n = 0;
-    int rc = -1;
+    enum charged_rc rc = CHARGED_RETRY;
     if (res.outcome != AUDIT_FINDING)
-        return 0;
+        return CHARGED_OK;
     if (!(strays = calloc(ORDER_STRAYS_BATCH, sizeof(*strays)))) {
-        snprintf(c->errbuf, c->errbuf_size, "out of memory");
-        return -1;
+        charged_error_set(c->err, "out of memory");
+        return CHARGED_RETRY;
     }
     do {
         if (audit_store_order_strays(c->st, row->booked_order, it->id, after_created,
@@ -143,7 +146,7 @@ static int record_order_twins(struct audit_ctx *c, const struct provider_listed 
                 .ledger_amount = -1,
                 .detail = res.detail,
             };
-            if (record(c, &f, strays[i].created) != 0)
+            if (record(c, &f, strays[i].created) != CHARGED_OK)
                 goto out;
         }
         if (n > 0) {
@@ -151,22 +154,22 @@ static int record_order_twins(struct audit_ctx *c, const struct provider_listed 
             after_created = strays[n - 1].created;
         }
     } while (n == ORDER_STRAYS_BATCH);
-    rc = 0;
+    rc = CHARGED_OK;
 out:
     free(strays);
     return rc;
 }
 
-static int judge_intents(struct audit_ctx *c, const struct provider_listed *items,
-                         size_t n)
+static enum charged_rc judge_intents(struct audit_ctx *c,
+                                     const struct provider_listed *items, size_t n)
 {
     struct audit_intent_row *rows = calloc(n ? n : 1, sizeof(*rows));
     struct charged_error err;
     struct judged j = {0};
-    int rc = -1;
+    enum charged_rc rc = CHARGED_RETRY;
     if (!rows) {
-        snprintf(c->errbuf, c->errbuf_size, "out of memory");
-        return -1;
+        charged_error_set(c->err, "out of memory");
+        return CHARGED_RETRY;
     }
     if (audit_store_intents(c->st, items, n, rows, &err) != CHARGED_OK) {
         store_failed(c, "match intents", &err);
@@ -181,11 +184,12 @@ static int judge_intents(struct audit_ctx *c, const struct provider_listed *item
             continue;
         }
         j.done[j.ndone++] = it->id;
-        if (res.outcome == AUDIT_FINDING && record_intent(c, it, row, &res) != 0)
+        if (res.outcome == AUDIT_FINDING &&
+            record_intent(c, it, row, &res) != CHARGED_OK)
             goto out;
-        if (res.also_foreign && record_foreign(c, it, row) != 0)
+        if (res.also_foreign && record_foreign(c, it, row) != CHARGED_OK)
             goto out;
-        if (record_order_twins(c, it, row) != 0)
+        if (record_order_twins(c, it, row) != CHARGED_OK)
             goto out;
     }
     if (audit_store_pending(c->st, "intent", j.done, j.ndone, j.wait, j.nwait, &err) !=
@@ -193,22 +197,22 @@ static int judge_intents(struct audit_ctx *c, const struct provider_listed *item
         store_failed(c, "pending intents", &err);
         goto out;
     }
-    rc = 0;
+    rc = CHARGED_OK;
 out:
     free(rows);
     return rc;
 }
 
-static int judge_refunds(struct audit_ctx *c, const struct provider_listed *items,
-                         size_t n)
+static enum charged_rc judge_refunds(struct audit_ctx *c,
+                                     const struct provider_listed *items, size_t n)
 {
     struct audit_refund_row *rows = calloc(n ? n : 1, sizeof(*rows));
     struct charged_error err;
     struct judged j = {0};
-    int rc = -1;
+    enum charged_rc rc = CHARGED_RETRY;
     if (!rows) {
-        snprintf(c->errbuf, c->errbuf_size, "out of memory");
-        return -1;
+        charged_error_set(c->err, "out of memory");
+        return CHARGED_RETRY;
     }
     if (audit_store_refunds(c->st, items, n, rows, &err) != CHARGED_OK) {
         store_failed(c, "match refunds", &err);
@@ -235,7 +239,7 @@ static int judge_refunds(struct audit_ctx *c, const struct provider_listed *item
                 .ledger_amount = or_none(row->facts.booked, row->facts.booked_amount),
                 .detail = res.detail,
             };
-            if (record(c, &f, it->created) != 0)
+            if (record(c, &f, it->created) != CHARGED_OK)
                 goto out;
         }
         /* Whatever this refund is, the charge's refunds must fit in it:
@@ -254,7 +258,7 @@ static int judge_refunds(struct audit_ctx *c, const struct provider_listed *item
                 .ledger_amount = row->charge_amount,
                 .detail = "succeeded refunds add up past the charge",
             };
-            if (record(c, &f, it->created) != 0)
+            if (record(c, &f, it->created) != CHARGED_OK)
                 goto out;
         }
     }
@@ -263,36 +267,36 @@ static int judge_refunds(struct audit_ctx *c, const struct provider_listed *item
         store_failed(c, "pending refunds", &err);
         goto out;
     }
-    rc = 0;
+    rc = CHARGED_OK;
 out:
     free(rows);
     return rc;
 }
 
-static int provider_failed(struct audit_ctx *c, const char *what,
-                           const struct provider_result *res)
+static enum charged_rc provider_failed(struct audit_ctx *c, const char *what,
+                                       const struct provider_result *res)
 {
-    snprintf(c->errbuf, c->errbuf_size, "%s: no evidence (%s)", what, res->error);
-    return -1;
+    charged_error_set(c->err, "%s: no evidence (%s)", what, res->error);
+    return CHARGED_RETRY;
 }
 
 /* Every object of one kind created in the window, page by page. */
-static int walk(struct audit_ctx *c, enum provider_list_of what,
-                const struct audit_run_hooks *hooks, long long *seen)
+static enum charged_rc walk(struct audit_ctx *c, enum provider_list_of what,
+                            const struct audit_run_hooks *hooks, long long *seen)
 {
     struct provider_page *page = malloc(sizeof(*page));
     struct provider_result res;
     char after[PROVIDER_ID_MAX] = "";
     long long after_created = 0;
-    int rc = -1;
+    enum charged_rc rc = CHARGED_RETRY;
     const char *noun = what == PROVIDER_LIST_REFUNDS ? "refund" : "intent";
     if (!page) {
-        snprintf(c->errbuf, c->errbuf_size, "out of memory");
-        return -1;
+        charged_error_set(c->err, "out of memory");
+        return CHARGED_RETRY;
     }
     for (;;) {
         if (hooks && hooks->stopping && hooks->stopping()) {
-            snprintf(c->errbuf, c->errbuf_size, "stopping");
+            charged_error_set(c->err, "stopping");
             goto out;
         }
         provider_client_list_page(c->pc, what, c->start, c->end, after, page, &res);
@@ -308,14 +312,14 @@ static int walk(struct audit_ctx *c, enum provider_list_of what,
         for (size_t i = 0; *after && i < page->n; i++)
             if (!strcmp(page->items[i].id, after) ||
                 page->items[i].created > after_created) {
-                snprintf(
-                    c->errbuf, c->errbuf_size,
+                charged_error_set(
+                    c->err,
                     "%s list: no evidence (the page after %s is not older than it)",
                     noun, after);
                 goto out;
             }
         if ((what == PROVIDER_LIST_REFUNDS ? judge_refunds : judge_intents)(
-                c, page->items, page->n) != 0)
+                c, page->items, page->n) != CHARGED_OK)
             goto out;
         *seen += (long long)page->n;
         metrics_add(METRIC_AUDIT_OBJECTS, (double)page->n, noun);
@@ -326,7 +330,7 @@ static int walk(struct audit_ctx *c, enum provider_list_of what,
         snprintf(after, sizeof(after), "%s", page->items[page->n - 1].id);
         after_created = page->items[page->n - 1].created;
     }
-    rc = 0;
+    rc = CHARGED_OK;
 out:
     free(page);
     return rc;
@@ -334,8 +338,9 @@ out:
 
 /* One ledger row on the provider's word: obj as the provider has it, or
  * (found 0) the provider does not have it. */
-static int judge_ledger_facts(struct audit_ctx *c, const struct audit_ledger_row *l,
-                              int found, const struct provider_listed *obj)
+static enum charged_rc judge_ledger_facts(struct audit_ctx *c,
+                                          const struct audit_ledger_row *l, int found,
+                                          const struct provider_listed *obj)
 {
     struct charged_error err;
     struct audit_ledger_facts facts = {
@@ -353,10 +358,10 @@ static int judge_ledger_facts(struct audit_ctx *c, const struct audit_ledger_row
         if (audit_store_pending(c->st, l->refund ? "refund" : "intent", NULL, 0, wait,
                                 1, &err) != CHARGED_OK)
             return store_failed(c, "pending ledger object", &err);
-        return 0;
+        return CHARGED_OK;
     }
     if (r.outcome != AUDIT_FINDING)
-        return 0;
+        return CHARGED_OK;
     struct audit_finding f = {
         .kind = r.kind,
         .object_id = l->object_id,
@@ -373,7 +378,8 @@ static int judge_ledger_facts(struct audit_ctx *c, const struct audit_ledger_row
 }
 
 /* One ledger row the copy did not confirm, on the provider's word. */
-static int judge_ledger_row(struct audit_ctx *c, const struct audit_ledger_row *l)
+static enum charged_rc judge_ledger_row(struct audit_ctx *c,
+                                        const struct audit_ledger_row *l)
 {
     struct provider_listed obj;
     struct provider_result res;
@@ -400,16 +406,17 @@ static int judge_ledger_row(struct audit_ctx *c, const struct audit_ledger_row *
     return judge_ledger_facts(c, l, found, &obj);
 }
 
-static int ledger_side(struct audit_ctx *c, const struct audit_run_hooks *hooks)
+static enum charged_rc ledger_side(struct audit_ctx *c,
+                                   const struct audit_run_hooks *hooks)
 {
     struct audit_ledger_row *rows = calloc(LEDGER_BATCH, sizeof(*rows));
     struct charged_error err;
     long long after = 0;
     size_t n = 0;
-    int rc = -1;
+    enum charged_rc rc = CHARGED_RETRY;
     if (!rows) {
-        snprintf(c->errbuf, c->errbuf_size, "out of memory");
-        return -1;
+        charged_error_set(c->err, "out of memory");
+        return CHARGED_RETRY;
     }
     if (audit_store_ledger_count(c->st, c->start, c->end, &c->out->verdict.ledger_rows,
                                  &err) != CHARGED_OK) {
@@ -426,10 +433,10 @@ static int ledger_side(struct audit_ctx *c, const struct audit_run_hooks *hooks)
         }
         for (size_t i = 0; i < n; i++) {
             if (hooks && hooks->stopping && hooks->stopping()) {
-                snprintf(c->errbuf, c->errbuf_size, "stopping");
+                charged_error_set(c->err, "stopping");
                 goto out;
             }
-            if (judge_ledger_row(c, &rows[i]) != 0)
+            if (judge_ledger_row(c, &rows[i]) != CHARGED_OK)
                 goto out;
             after = rows[i].id;
             /* Each row may be a provider call: the loop is alive. */
@@ -439,19 +446,21 @@ static int ledger_side(struct audit_ctx *c, const struct audit_run_hooks *hooks)
         if (hooks && hooks->heartbeat)
             hooks->heartbeat();
     } while (n == LEDGER_BATCH);
-    rc = 0;
+    rc = CHARGED_OK;
 out:
     free(rows);
     return rc;
 }
 
-int audit_run_window(provider_client_t *pc, audit_store_t *st, long long start,
-                     long long end, int scheduled, const char *auditor,
-                     const struct audit_run_hooks *hooks, struct audit_run_result *out,
-                     int *recorded, char *errbuf, size_t errbuf_size)
+enum charged_rc audit_run_window(provider_client_t *pc, audit_store_t *st,
+                                 long long start, long long end, int scheduled,
+                                 const char *auditor,
+                                 const struct audit_run_hooks *hooks,
+                                 struct audit_run_result *out, int *recorded,
+                                 struct charged_error *err)
 {
-    struct audit_ctx c = {pc, st, start, end, out, errbuf, errbuf_size};
-    struct charged_error err;
+    struct audit_ctx c = {pc, st, start, end, out, err};
+    struct charged_error serr;
     long long id = 0, pending = 0;
     memset(out, 0, sizeof(*out));
     *recorded = 0;
@@ -460,35 +469,36 @@ int audit_run_window(provider_client_t *pc, audit_store_t *st, long long start,
     out->verdict.scheduled = scheduled;
     out->verdict.auditor = auditor;
     out->verdict.started_ms = clock_wall_ms();
-    if (walk(&c, PROVIDER_LIST_INTENTS, hooks, &out->verdict.intents) != 0 ||
-        walk(&c, PROVIDER_LIST_REFUNDS, hooks, &out->verdict.refunds) != 0 ||
-        ledger_side(&c, hooks) != 0)
-        return -1;
-    if (audit_store_pending_count(st, &pending, &err) != CHARGED_OK)
-        return store_failed(&c, "count pending", &err);
+    if (walk(&c, PROVIDER_LIST_INTENTS, hooks, &out->verdict.intents) != CHARGED_OK ||
+        walk(&c, PROVIDER_LIST_REFUNDS, hooks, &out->verdict.refunds) != CHARGED_OK ||
+        ledger_side(&c, hooks) != CHARGED_OK)
+        return CHARGED_RETRY;
+    if (audit_store_pending_count(st, &pending, &serr) != CHARGED_OK)
+        return store_failed(&c, "count pending", &serr);
     out->verdict.pending += pending;
-    if (audit_store_finish(st, &out->verdict, recorded, &id, &err) != CHARGED_OK)
-        return store_failed(&c, "record verdict", &err);
+    if (audit_store_finish(st, &out->verdict, recorded, &id, &serr) != CHARGED_OK)
+        return store_failed(&c, "record verdict", &serr);
     out->verdict_id = id;
-    return 0;
+    return CHARGED_OK;
 }
 
-int audit_run_pending(provider_client_t *pc, audit_store_t *st, size_t max,
-                      const struct audit_run_hooks *hooks, struct audit_run_result *out,
-                      char *errbuf, size_t errbuf_size)
+enum charged_rc audit_run_pending(provider_client_t *pc, audit_store_t *st, size_t max,
+                                  const struct audit_run_hooks *hooks,
+                                  struct audit_run_result *out,
+                                  struct charged_error *err)
 {
     char(*ids)[PROVIDER_ID_MAX] = calloc(max ? max : 1, sizeof(*ids));
     int *is_refund = calloc(max ? max : 1, sizeof(*is_refund));
-    struct audit_ctx c = {pc, st, 0, 0, out, errbuf, errbuf_size};
-    struct charged_error err;
+    struct audit_ctx c = {pc, st, 0, 0, out, err};
+    struct charged_error serr;
     size_t n = 0;
-    int rc = -1;
+    enum charged_rc rc = CHARGED_RETRY;
     if (!ids || !is_refund) {
-        snprintf(errbuf, errbuf_size, "out of memory");
+        charged_error_set(err, "out of memory");
         goto out;
     }
-    if (audit_store_pending_due(st, max, ids, is_refund, &n, &err) != CHARGED_OK) {
-        store_failed(&c, "pending objects", &err);
+    if (audit_store_pending_due(st, max, ids, is_refund, &n, &serr) != CHARGED_OK) {
+        store_failed(&c, "pending objects", &serr);
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
@@ -510,18 +520,18 @@ int audit_run_pending(provider_client_t *pc, audit_store_t *st, size_t max,
             const char *done[1] = {ids[i]};
             struct audit_ledger_row l;
             int booked = 0;
-            if (audit_store_ledger_of(st, ids[i], is_refund[i], &l, &booked, &err) !=
+            if (audit_store_ledger_of(st, ids[i], is_refund[i], &l, &booked, &serr) !=
                 CHARGED_OK) {
-                store_failed(&c, "ledger row of a pending object", &err);
+                store_failed(&c, "ledger row of a pending object", &serr);
                 goto out;
             }
             c.start = booked ? l.created : 0;
             c.end = booked ? l.created + 1 : 0;
-            if (booked && judge_ledger_facts(&c, &l, 0, NULL) != 0)
+            if (booked && judge_ledger_facts(&c, &l, 0, NULL) != CHARGED_OK)
                 goto out;
             if (audit_store_pending(st, is_refund[i] ? "refund" : "intent", done, 1,
-                                    NULL, 0, &err) != CHARGED_OK) {
-                store_failed(&c, "pending objects", &err);
+                                    NULL, 0, &serr) != CHARGED_OK) {
+                store_failed(&c, "pending objects", &serr);
                 goto out;
             }
             continue;
@@ -533,10 +543,10 @@ int audit_run_pending(provider_client_t *pc, audit_store_t *st, size_t max,
         /* Found on a later look: recorded under the second it was made. */
         c.start = obj.created;
         c.end = obj.created + 1;
-        if ((is_refund[i] ? judge_refunds : judge_intents)(&c, &obj, 1) != 0)
+        if ((is_refund[i] ? judge_refunds : judge_intents)(&c, &obj, 1) != CHARGED_OK)
             goto out;
     }
-    rc = 0;
+    rc = CHARGED_OK;
 out:
     free(ids);
     free(is_refund);

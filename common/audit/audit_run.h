@@ -34,18 +34,24 @@ struct audit_run_result {
 
 /* Audits [start, end) (unix s) and, when it completed, records its verdict
  * (scheduled: as the watermark's next window; *recorded 0 when another
- * auditor recorded it first). 0, or -1 with errbuf: nothing concluded of
- * the objects not yet judged, no verdict. */
-int audit_run_window(provider_client_t *pc, audit_store_t *st, long long start,
-                     long long end, int scheduled, const char *auditor,
-                     const struct audit_run_hooks *hooks, struct audit_run_result *out,
-                     int *recorded, char *errbuf, size_t errbuf_size);
+ * auditor recorded it first). CHARGED_OK, or CHARGED_RETRY with err (the
+ * store or the provider failed, or the role is stopping): nothing
+ * concluded of the objects not yet judged, no verdict; the window is
+ * audited again later. */
+enum charged_rc audit_run_window(provider_client_t *pc, audit_store_t *st,
+                                 long long start, long long end, int scheduled,
+                                 const char *auditor,
+                                 const struct audit_run_hooks *hooks,
+                                 struct audit_run_result *out, int *recorded,
+                                 struct charged_error *err);
 
 /* Looks again, on the provider's word, at up to max objects that could not
  * be judged before; adds what it finds to out->fresh and out->verdict's
- * findings. 0 / -1 with errbuf. */
-int audit_run_pending(provider_client_t *pc, audit_store_t *st, size_t max,
-                      const struct audit_run_hooks *hooks, struct audit_run_result *out,
-                      char *errbuf, size_t errbuf_size);
+ * findings. CHARGED_OK, or CHARGED_RETRY with err: the rest is looked at
+ * next time. */
+enum charged_rc audit_run_pending(provider_client_t *pc, audit_store_t *st, size_t max,
+                                  const struct audit_run_hooks *hooks,
+                                  struct audit_run_result *out,
+                                  struct charged_error *err);
 
 #endif

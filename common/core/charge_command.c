@@ -58,58 +58,56 @@ static int fingerprint(struct charge_command *c)
                                       c->fingerprint);
 }
 
-/* The currency: an active ISO 4217 code in upper case. 0, or -1. */
-static int currency_read(json_t *doc, char cur[4], char *errbuf, size_t errbuf_size)
+/* The currency: an active ISO 4217 code in upper case. CHARGED_OK, or
+ * CHARGED_BAD_ITEM. */
+static enum charged_rc currency_read(json_t *doc, char cur[4],
+                                     struct charged_error *err)
 {
-    if (command_fields_string(doc, "currency", 1, 3, 3, cur, 4, errbuf, errbuf_size))
-        return -1;
+    if (command_fields_string(doc, "currency", 1, 3, 3, cur, 4, err))
+        return CHARGED_BAD_ITEM;
     if (!isupper((unsigned char)cur[0]) || !isupper((unsigned char)cur[1]) ||
         !isupper((unsigned char)cur[2]) || !strstr(iso4217, cur)) {
-        snprintf(errbuf, errbuf_size,
-                 "'currency' must be an ISO 4217 code in upper case, not '%s'", cur);
-        return -1;
+        charged_error_set(
+            err, "'currency' must be an ISO 4217 code in upper case, not '%s'", cur);
+        return CHARGED_BAD_ITEM;
     }
-    return 0;
+    return CHARGED_OK;
 }
 
-/* The contract's members, in the order their faults are said. 0, or -1. */
-static int fields_read(json_t *doc, struct charge_command *out, char *errbuf,
-                       size_t errbuf_size)
+/* The contract's members, in the order their faults are said. CHARGED_OK, or
+ * CHARGED_BAD_ITEM. */
+static enum charged_rc fields_read(json_t *doc, struct charge_command *out,
+                                   struct charged_error *err)
 {
-    if (command_fields_header(doc, "charge.requested", errbuf, errbuf_size) ||
+    if (command_fields_header(doc, "charge.requested", err) ||
         command_fields_uuids(doc, "payment_attempt_id", out->payment_attempt_id,
-                             "order_id", out->order_id, errbuf, errbuf_size) ||
-        command_fields_idempotency_key(doc, out->idempotency_key, errbuf,
-                                       errbuf_size) ||
-        command_fields_amount(doc, &out->amount, errbuf, errbuf_size) ||
-        currency_read(doc, out->currency, errbuf, errbuf_size))
-        return -1;
+                             "order_id", out->order_id, err) ||
+        command_fields_idempotency_key(doc, out->idempotency_key, err) ||
+        command_fields_amount(doc, &out->amount, err) ||
+        currency_read(doc, out->currency, err))
+        return CHARGED_BAD_ITEM;
     if (command_fields_string(doc, "payment_method", 1, 1, CHARGE_COMMAND_TEXT_CHARS,
-                              out->payment_method, sizeof(out->payment_method), errbuf,
-                              errbuf_size) ||
+                              out->payment_method, sizeof(out->payment_method), err) ||
         command_fields_string(doc, "customer_id", 0, 1, CHARGE_COMMAND_TEXT_CHARS,
-                              out->customer_id, sizeof(out->customer_id), errbuf,
-                              errbuf_size))
-        return -1;
-    return command_fields_metadata(json_object_get(doc, "metadata"), errbuf,
-                                   errbuf_size);
+                              out->customer_id, sizeof(out->customer_id), err))
+        return CHARGED_BAD_ITEM;
+    return command_fields_metadata(json_object_get(doc, "metadata"), err);
 }
 
 /* This deployment's own limits on a valid command: DEAD_LETTER_NONE, or
  * why it is refused. */
 static enum dead_letter_reason deployment_allows(const struct charge_command *c,
                                                  const struct charge_command_limits *l,
-                                                 char *errbuf, size_t errbuf_size)
+                                                 struct charged_error *err)
 {
     if (c->amount > l->max_amount) {
-        snprintf(errbuf, errbuf_size,
-                 "'amount' %lld is above this deployment's limit %lld", c->amount,
-                 l->max_amount);
+        charged_error_set(err, "'amount' %lld is above this deployment's limit %lld",
+                          c->amount, l->max_amount);
         return DEAD_LETTER_AMOUNT_OVER_LIMIT;
     }
     if (!currency_allowed(c->currency, l->allowed_currencies)) {
-        snprintf(errbuf, errbuf_size, "'currency' %s is not allowed by this deployment",
-                 c->currency);
+        charged_error_set(err, "'currency' %s is not allowed by this deployment",
+                          c->currency);
         return DEAD_LETTER_CURRENCY_NOT_ALLOWED;
     }
     return DEAD_LETTER_NONE;
@@ -118,31 +116,31 @@ static enum dead_letter_reason deployment_allows(const struct charge_command *c,
 enum dead_letter_reason charge_command_parse(const void *key, size_t key_len,
                                              const void *value, size_t value_len,
                                              const struct charge_command_limits *limits,
-                                             struct charge_command *out, char *errbuf,
-                                             size_t errbuf_size)
+                                             struct charge_command *out,
+                                             struct charged_error *err)
 {
     enum dead_letter_reason r;
     json_t *doc = NULL;
 
-    CHARGED_ASSERT(limits && out && errbuf && errbuf_size > 0);
+    CHARGED_ASSERT(limits && out && err);
     memset(out, 0, sizeof(*out));
     if ((r = command_fields_open(key, key_len, value, value_len, limits->max_bytes,
-                                 &doc, errbuf, errbuf_size)) != DEAD_LETTER_NONE)
+                                 &doc, err)) != DEAD_LETTER_NONE)
         return r;
     r = DEAD_LETTER_SCHEMA_VIOLATION;
-    if (fields_read(doc, out, errbuf, errbuf_size))
+    if (fields_read(doc, out, err))
         goto out;
-    if ((r = command_fields_key_is(key, key_len, out->payment_attempt_id, errbuf,
-                                   errbuf_size)) != DEAD_LETTER_NONE)
+    if ((r = command_fields_key_is(key, key_len, out->payment_attempt_id, err)) !=
+        DEAD_LETTER_NONE)
         goto out;
     command_fields_lower(out->payment_attempt_id);
     command_fields_lower(out->order_id);
-    if ((r = deployment_allows(out, limits, errbuf, errbuf_size)) != DEAD_LETTER_NONE)
+    if ((r = deployment_allows(out, limits, err)) != DEAD_LETTER_NONE)
         goto out;
     out->metadata_json = command_fields_metadata_json(json_object_get(doc, "metadata"));
     if (!out->metadata_json || fingerprint(out)) {
         r = DEAD_LETTER_SCHEMA_VIOLATION;
-        snprintf(errbuf, errbuf_size, "out of memory");
+        charged_error_set(err, "out of memory");
         charge_command_release(out);
         goto out;
     }

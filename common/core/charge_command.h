@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 
+#include "charged_error.h"
 #include "dead_letter_reason.h"
 
 /* The contract bounds text in characters; a character of UTF-8 is at most
@@ -35,12 +36,12 @@ struct charge_command_limits {
 };
 
 /* Validates key and value. Returns DEAD_LETTER_NONE and fills *out (release
- * with charge_command_release), or a reason and one line in errbuf. */
+ * with charge_command_release), or a reason and one line in err. */
 enum dead_letter_reason charge_command_parse(const void *key, size_t key_len,
                                              const void *value, size_t value_len,
                                              const struct charge_command_limits *limits,
-                                             struct charge_command *out, char *errbuf,
-                                             size_t errbuf_size);
+                                             struct charge_command *out,
+                                             struct charged_error *err);
 
 void charge_command_release(struct charge_command *cmd);
 

@@ -30,89 +30,87 @@ int command_fields_key_ok(const char *s)
  * min..max characters long: code points, as JSON Schema counts them, so
  * that what the published schema accepts the worker accepts too. jansson
  * has checked the text is valid UTF-8. */
-int command_fields_string(json_t *obj, const char *name, int required, size_t min,
-                          size_t max, char *dst, size_t dst_size, char *errbuf,
-                          size_t errbuf_size)
+enum charged_rc command_fields_string(json_t *obj, const char *name, int required,
+                                      size_t min, size_t max, char *dst,
+                                      size_t dst_size, struct charged_error *err)
 {
     CHARGED_ASSERT(name && dst && dst_size > 0 && min <= max);
     json_t *v = json_object_get(obj, name);
     if (!v || json_is_null(v)) {
         if (required) {
-            snprintf(errbuf, errbuf_size, "'%s' is missing", name);
-            return -1;
+            charged_error_set(err, "'%s' is missing", name);
+            return CHARGED_BAD_ITEM;
         }
         dst[0] = '\0';
-        return 0;
+        return CHARGED_OK;
     }
     if (!json_is_string(v)) {
-        snprintf(errbuf, errbuf_size, "'%s' must be a string", name);
-        return -1;
+        charged_error_set(err, "'%s' must be a string", name);
+        return CHARGED_BAD_ITEM;
     }
     size_t n = json_string_length(v);
     size_t chars = utf8_text_chars(json_string_value(v), n);
     if (chars < min || chars > max || n >= dst_size ||
         memchr(json_string_value(v), 0, n)) {
-        snprintf(errbuf, errbuf_size, "'%s' must be %zu..%zu characters", name, min,
-                 max);
-        return -1;
+        charged_error_set(err, "'%s' must be %zu..%zu characters", name, min, max);
+        return CHARGED_BAD_ITEM;
     }
     memcpy(dst, json_string_value(v), n + 1);
-    return 0;
+    return CHARGED_OK;
 }
 
-int command_fields_metadata(json_t *md, char *errbuf, size_t errbuf_size)
+enum charged_rc command_fields_metadata(json_t *md, struct charged_error *err)
 {
     const char *k;
     json_t *v;
-    CHARGED_ASSERT(errbuf && errbuf_size > 0);
+    CHARGED_ASSERT(err);
     if (!md || json_is_null(md))
-        return 0;
+        return CHARGED_OK;
     if (!json_is_object(md)) {
-        snprintf(errbuf, errbuf_size, "'metadata' must be an object");
-        return -1;
+        charged_error_set(err, "'metadata' must be an object");
+        return CHARGED_BAD_ITEM;
     }
     if (json_object_size(md) > 20) {
-        snprintf(errbuf, errbuf_size, "'metadata' has more than 20 pairs");
-        return -1;
+        charged_error_set(err, "'metadata' has more than 20 pairs");
+        return CHARGED_BAD_ITEM;
     }
     json_object_foreach(md, k, v)
     {
         if (!json_is_string(v)) {
-            snprintf(errbuf, errbuf_size, "'metadata' values must be strings");
-            return -1;
+            charged_error_set(err, "'metadata' values must be strings");
+            return CHARGED_BAD_ITEM;
         }
         size_t kc = utf8_text_chars(k, strlen(k));
         if (kc < 1 || kc > 40 ||
             utf8_text_chars(json_string_value(v), json_string_length(v)) > 500) {
-            snprintf(errbuf, errbuf_size,
-                     "'metadata' keys must be 1..40 and values at most 500 characters");
-            return -1;
+            charged_error_set(
+                err, "'metadata' keys must be 1..40 and values at most 500 characters");
+            return CHARGED_BAD_ITEM;
         }
     }
-    return 0;
+    return CHARGED_OK;
 }
 
 enum dead_letter_reason command_fields_open(const void *key, size_t key_len,
                                             const void *value, size_t value_len,
                                             size_t max_bytes, json_t **doc,
-                                            char *errbuf, size_t errbuf_size)
+                                            struct charged_error *err)
 {
     json_error_t jerr;
-    CHARGED_ASSERT(doc && errbuf && errbuf_size > 0);
+    CHARGED_ASSERT(doc && err);
     *doc = NULL;
     if (!value || value_len == 0) {
-        snprintf(errbuf, errbuf_size, "the message has no value");
+        charged_error_set(err, "the message has no value");
         return DEAD_LETTER_EMPTY_VALUE;
     }
     if (max_bytes && value_len > max_bytes) {
-        snprintf(errbuf, errbuf_size,
-                 "the value is %zu bytes, more than the %zu allowed", value_len,
-                 max_bytes);
+        charged_error_set(err, "the value is %zu bytes, more than the %zu allowed",
+                          value_len, max_bytes);
         return DEAD_LETTER_OVERSIZED;
     }
     if (card_data_found(value, value_len) || card_data_found(key, key ? key_len : 0)) {
-        snprintf(errbuf, errbuf_size,
-                 "the command holds what looks like a card number; commands carry "
+        charged_error_set(
+            err, "the command holds what looks like a card number; commands carry "
                  "provider tokens only");
         return DEAD_LETTER_CARD_DATA;
     }
@@ -120,18 +118,18 @@ enum dead_letter_reason command_fields_open(const void *key, size_t key_len,
     if (!d && json_error_code(&jerr) == json_error_invalid_utf8) {
         /* jansson reads the whole value strictly: no overlongs, no
          * surrogates, nothing above U+10FFFF. */
-        snprintf(errbuf, errbuf_size, "the value is not valid UTF-8");
+        charged_error_set(err, "the value is not valid UTF-8");
         return DEAD_LETTER_INVALID_UTF8;
     }
     if (!d) {
-        snprintf(errbuf, errbuf_size, "not JSON: %s at line %d column %d", jerr.text,
-                 jerr.line, jerr.column);
-        card_data_mask(errbuf, strlen(errbuf));
+        charged_error_set(err, "not JSON: %s at line %d column %d", jerr.text,
+                          jerr.line, jerr.column);
+        card_data_mask(err->message, strlen(err->message));
         return DEAD_LETTER_MALFORMED_JSON;
     }
     if (!json_is_object(d)) {
         json_decref(d);
-        snprintf(errbuf, errbuf_size, "the value must be a JSON object");
+        charged_error_set(err, "the value must be a JSON object");
         return DEAD_LETTER_SCHEMA_VIOLATION;
     }
     *doc = d;
@@ -179,21 +177,21 @@ out:
     return rc;
 }
 
-int command_fields_header(json_t *doc, const char *type, char *errbuf,
-                          size_t errbuf_size)
+enum charged_rc command_fields_header(json_t *doc, const char *type,
+                                      struct charged_error *err)
 {
     CHARGED_ASSERT(doc && type);
     json_t *v = json_object_get(doc, "type");
     if (!json_is_string(v) || strcmp(json_string_value(v), type) != 0) {
-        snprintf(errbuf, errbuf_size, "'type' must be \"%s\"", type);
-        return -1;
+        charged_error_set(err, "'type' must be \"%s\"", type);
+        return CHARGED_BAD_ITEM;
     }
     v = json_object_get(doc, "version");
     if (!json_is_integer(v) || json_integer_value(v) != 1) {
-        snprintf(errbuf, errbuf_size, "'version' must be the integer 1");
-        return -1;
+        charged_error_set(err, "'version' must be the integer 1");
+        return CHARGED_BAD_ITEM;
     }
-    return 0;
+    return CHARGED_OK;
 }
 
 int command_fields_is_uuid(const char *s)
@@ -203,68 +201,66 @@ int command_fields_is_uuid(const char *s)
     return s && strlen(s) == 36 && uuid_parse(s, u) == 0;
 }
 
-int command_fields_uuids(json_t *doc, const char *name_a, char a[37],
-                         const char *name_b, char b[37], char *errbuf,
-                         size_t errbuf_size)
+enum charged_rc command_fields_uuids(json_t *doc, const char *name_a, char a[37],
+                                     const char *name_b, char b[37],
+                                     struct charged_error *err)
 {
     CHARGED_ASSERT(name_a && name_b && a && b);
-    if (command_fields_string(doc, name_a, 1, 36, 36, a, 37, errbuf, errbuf_size) ||
-        command_fields_string(doc, name_b, 1, 36, 36, b, 37, errbuf, errbuf_size))
-        return -1;
+    if (command_fields_string(doc, name_a, 1, 36, 36, a, 37, err) ||
+        command_fields_string(doc, name_b, 1, 36, 36, b, 37, err))
+        return CHARGED_BAD_ITEM;
     const char *bad = !command_fields_is_uuid(a)   ? name_a
                       : !command_fields_is_uuid(b) ? name_b
                                                    : NULL;
     if (bad) {
-        snprintf(errbuf, errbuf_size, "'%s' must be a UUID", bad);
-        return -1;
+        charged_error_set(err, "'%s' must be a UUID", bad);
+        return CHARGED_BAD_ITEM;
     }
-    return 0;
+    return CHARGED_OK;
 }
 
-int command_fields_idempotency_key(json_t *doc, char key[129], char *errbuf,
-                                   size_t errbuf_size)
+enum charged_rc command_fields_idempotency_key(json_t *doc, char key[129],
+                                               struct charged_error *err)
 {
-    if (command_fields_string(doc, "idempotency_key", 1, 1, 128, key, 129, errbuf,
-                              errbuf_size))
-        return -1;
+    if (command_fields_string(doc, "idempotency_key", 1, 1, 128, key, 129, err))
+        return CHARGED_BAD_ITEM;
     if (!command_fields_key_ok(key)) {
-        snprintf(errbuf, errbuf_size,
-                 "'idempotency_key' must be 1..128 characters of [A-Za-z0-9._:-]");
-        return -1;
+        charged_error_set(
+            err, "'idempotency_key' must be 1..128 characters of [A-Za-z0-9._:-]");
+        return CHARGED_BAD_ITEM;
     }
-    return 0;
+    return CHARGED_OK;
 }
 
-int command_fields_amount(json_t *doc, long long *amount, char *errbuf,
-                          size_t errbuf_size)
+enum charged_rc command_fields_amount(json_t *doc, long long *amount,
+                                      struct charged_error *err)
 {
     CHARGED_ASSERT(amount);
     json_t *v = json_object_get(doc, "amount");
     if (!json_is_integer(v)) {
-        snprintf(errbuf, errbuf_size, "'amount' must be an integer (minor units)");
-        return -1;
+        charged_error_set(err, "'amount' must be an integer (minor units)");
+        return CHARGED_BAD_ITEM;
     }
     *amount = json_integer_value(v);
     if (*amount < 1 || *amount > 100000000000LL) {
-        snprintf(errbuf, errbuf_size, "'amount' %lld is outside 1..100000000000",
-                 *amount);
-        return -1;
+        charged_error_set(err, "'amount' %lld is outside 1..100000000000", *amount);
+        return CHARGED_BAD_ITEM;
     }
-    return 0;
+    return CHARGED_OK;
 }
 
 enum dead_letter_reason command_fields_key_is(const void *key, size_t key_len,
                                               const char *payment_attempt_id,
-                                              char *errbuf, size_t errbuf_size)
+                                              struct charged_error *err)
 {
-    CHARGED_ASSERT(payment_attempt_id && errbuf && errbuf_size > 0);
+    CHARGED_ASSERT(payment_attempt_id && err);
     if (!key) {
-        snprintf(errbuf, errbuf_size,
-                 "the message has no key; it must be the payment_attempt_id");
+        charged_error_set(err,
+                          "the message has no key; it must be the payment_attempt_id");
         return DEAD_LETTER_KEY_MISMATCH;
     }
     if (key_len != 36 || memcmp(key, payment_attempt_id, 36) != 0) {
-        snprintf(errbuf, errbuf_size, "the message key is not the payment_attempt_id");
+        charged_error_set(err, "the message key is not the payment_attempt_id");
         return DEAD_LETTER_KEY_MISMATCH;
     }
     return DEAD_LETTER_NONE;

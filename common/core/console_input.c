@@ -18,14 +18,17 @@
 
 #define API "/console/api/"
 
-static int refuse(char *why, size_t why_size, const char *fmt, ...)
+/* The request is refused for good: CHARGED_BAD_ITEM, why in err (an
+ * answer's text, so never a value of the request's but a name). */
+static enum charged_rc refuse(struct charged_error *err, const char *fmt, ...)
 {
     va_list ap;
-    CHARGED_ASSERT(why && why_size > 0 && fmt);
+    CHARGED_ASSERT(err && fmt);
     va_start(ap, fmt);
-    vsnprintf(why, why_size, fmt, ap);
+    vsnprintf(err->message, sizeof(err->message), fmt, ap);
     va_end(ap);
-    return -1;
+    err->code[0] = '\0';
+    return CHARGED_BAD_ITEM;
 }
 
 static int intent_id_ok(const char *s, size_t n)
@@ -137,29 +140,31 @@ enum console_route console_input_route(const char *path, struct console_route_ma
     return CONSOLE_R_NONE;
 }
 
-/* Parses a JSON object body; NULL with why when it is not one. */
-static json_t *object_body(const char *body, size_t len, char *why, size_t why_size)
+/* Parses a JSON object body; NULL with err when it is not one. */
+static json_t *object_body(const char *body, size_t len, struct charged_error *err)
 {
     json_error_t e;
     if (!body || len == 0) {
-        refuse(why, why_size, "the body must be a JSON object");
+        refuse(err, "the body must be a JSON object");
         return NULL;
     }
     if (len > CONSOLE_MAX_BODY) {
-        refuse(why, why_size, "the body is over %d bytes", CONSOLE_MAX_BODY);
+        refuse(err, "the body is over %d bytes", CONSOLE_MAX_BODY);
         return NULL;
     }
     json_t *doc = json_loadb(body, len, JSON_REJECT_DUPLICATES, &e);
     if (!doc || !json_is_object(doc)) {
-        refuse(why, why_size, "the body must be a JSON object");
+        refuse(err, "the body must be a JSON object");
         json_decref(doc);
         return NULL;
     }
     return doc;
 }
 
-/* -1 with why when doc has a member not in the NULL-terminated known. */
-static int only_known(json_t *doc, const char *const *known, char *why, size_t why_size)
+/* CHARGED_BAD_ITEM with err when doc has a member not in the
+ * NULL-terminated known. */
+static enum charged_rc only_known(json_t *doc, const char *const *known,
+                                  struct charged_error *err)
 {
     const char *k;
     json_t *v;
@@ -173,10 +178,10 @@ static int only_known(json_t *doc, const char *const *known, char *why, size_t w
              * a refusal must always be an answer (valid UTF-8). */
             char name[41];
             utf8_text_copy(name, sizeof(name), k);
-            return refuse(why, why_size, "unknown member \"%s\"", name);
+            return refuse(err, "unknown member \"%s\"", name);
         }
     }
-    return 0;
+    return CHARGED_OK;
 }
 
 /* A string member copied into out (size bytes with its NUL): 1 copied, 0
@@ -217,43 +222,47 @@ static int secret_ok(const char *s)
     return 1;
 }
 
-int console_input_login(const char *body, size_t len, char secret[CONSOLE_SECRET_MAX],
-                        char *why, size_t why_size)
+enum charged_rc console_input_login(const char *body, size_t len,
+                                    char secret[CONSOLE_SECRET_MAX],
+                                    struct charged_error *err)
 {
     static const char *const known[] = {"token", NULL};
-    int rc = -1;
+    enum charged_rc rc = CHARGED_BAD_ITEM;
     CHARGED_ASSERT(secret);
-    json_t *doc = object_body(body, len, why, why_size);
-    if (!doc || only_known(doc, known, why, why_size) != 0)
+    json_t *doc = object_body(body, len, err);
+    if (!doc || only_known(doc, known, err) != CHARGED_OK)
         goto out;
     if (member_string(doc, "token", secret, CONSOLE_SECRET_MAX) != 1 ||
         !secret_ok(secret)) {
-        refuse(why, why_size, "\"token\" must be a console token (cct_...)");
+        refuse(err, "\"token\" must be a console token (cct_...)");
         goto out;
     }
-    rc = 0;
+    rc = CHARGED_OK;
 out:
     json_decref(doc);
-    if (rc != 0)
+    if (rc != CHARGED_OK)
         memset(secret, 0, CONSOLE_SECRET_MAX);
     return rc;
 }
 
-int console_input_resolve(const char *body, size_t len, const char *attempt_id,
-                          struct console_resolve_input *out, char *why, size_t why_size)
+enum charged_rc console_input_resolve(const char *body, size_t len,
+                                      const char *attempt_id,
+                                      struct console_resolve_input *out,
+                                      struct charged_error *err)
 {
     static const char *const known[] = {"decision", "payment_intent_id", "reason",
                                         "force",    "confirm",           NULL};
     char decision[16];
-    int rc = -1, got;
+    enum charged_rc rc = CHARGED_BAD_ITEM;
+    int got;
     CHARGED_ASSERT(out);
     memset(out, 0, sizeof(*out));
-    json_t *doc = object_body(body, len, why, why_size);
-    if (!doc || only_known(doc, known, why, why_size) != 0)
+    json_t *doc = object_body(body, len, err);
+    if (!doc || only_known(doc, known, err) != CHARGED_OK)
         goto out;
     if (member_string(doc, "decision", decision, sizeof(decision)) != 1 ||
         (strcmp(decision, "succeeded") != 0 && strcmp(decision, "failed") != 0)) {
-        refuse(why, why_size, "\"decision\" must be \"succeeded\" or \"failed\"");
+        refuse(err, "\"decision\" must be \"succeeded\" or \"failed\"");
         goto out;
     }
     out->failed = !strcmp(decision, "failed");
@@ -261,98 +270,96 @@ int console_input_resolve(const char *body, size_t len, const char *attempt_id,
         member_string(doc, "payment_intent_id", out->intent_id, sizeof(out->intent_id));
     if (got < 0 ||
         (got == 1 && !intent_id_ok(out->intent_id, strlen(out->intent_id)))) {
-        refuse(why, why_size,
-               "\"payment_intent_id\" must be a provider payment id "
-               "(letters, digits and _)");
+        refuse(err, "\"payment_intent_id\" must be a provider payment id "
+                    "(letters, digits and _)");
         goto out;
     }
     if (out->failed && got == 1) {
-        refuse(why, why_size, "\"payment_intent_id\" is for a succeeded decision only");
+        refuse(err, "\"payment_intent_id\" is for a succeeded decision only");
         goto out;
     }
     if (!out->failed && got != 1) {
         refuse(
-            why, why_size,
+            err,
             "a succeeded decision names the intent that paid: \"payment_intent_id\"");
         goto out;
     }
     got = member_string(doc, "reason", out->reason, sizeof(out->reason));
     if (got < 0 || (got == 1 && !utf8_text_line(out->reason, CONSOLE_MAX_REASON))) {
-        refuse(why, why_size, "\"reason\" must be 1..%d bytes of UTF-8 on one line",
+        refuse(err, "\"reason\" must be 1..%d bytes of UTF-8 on one line",
                CONSOLE_MAX_REASON);
         goto out;
     }
     if (out->failed && got != 1) {
-        refuse(why, why_size,
-               "a failed decision needs a \"reason\": how you know no "
-               "money moved");
+        refuse(err, "a failed decision needs a \"reason\": how you know no "
+                    "money moved");
         goto out;
     }
     if ((out->force = member_bool(doc, "force", 0)) < 0) {
-        refuse(why, why_size, "\"force\" must be true or false");
+        refuse(err, "\"force\" must be true or false");
         goto out;
     }
     got = member_string(doc, "confirm", out->confirm, sizeof(out->confirm));
     if (got < 0) {
-        refuse(why, why_size, "\"confirm\" must be the attempt id");
+        refuse(err, "\"confirm\" must be the attempt id");
         goto out;
     }
     if (out->force &&
         (got != 1 || !attempt_id || strcasecmp(out->confirm, attempt_id))) {
-        refuse(why, why_size,
-               "\"force\" resolves over the provider's objection: "
-               "confirm it by giving the attempt id as \"confirm\"");
+        refuse(err, "\"force\" resolves over the provider's objection: "
+                    "confirm it by giving the attempt id as \"confirm\"");
         goto out;
     }
-    rc = 0;
+    rc = CHARGED_OK;
 out:
     json_decref(doc);
     return rc;
 }
 
-int console_input_replay(const char *body, size_t len, struct console_replay_input *out,
-                         char *why, size_t why_size)
+enum charged_rc console_input_replay(const char *body, size_t len,
+                                     struct console_replay_input *out,
+                                     struct charged_error *err)
 {
     static const char *const known[] = {"positions", "dry_run", NULL};
-    int rc = -1;
+    enum charged_rc rc = CHARGED_BAD_ITEM;
     CHARGED_ASSERT(out);
     memset(out, 0, sizeof(*out));
-    json_t *doc = object_body(body, len, why, why_size);
-    if (!doc || only_known(doc, known, why, why_size) != 0)
+    json_t *doc = object_body(body, len, err);
+    if (!doc || only_known(doc, known, err) != CHARGED_OK)
         goto out;
     json_t *dry = json_object_get(doc, "dry_run");
     if (!json_is_boolean(dry)) {
-        refuse(why, why_size, "\"dry_run\" must be true (preview) or false (send)");
+        refuse(err, "\"dry_run\" must be true (preview) or false (send)");
         goto out;
     }
     out->dry_run = json_is_true(dry);
     json_t *list = json_object_get(doc, "positions");
     size_t n = json_array_size(list);
     if (!json_is_array(list) || n == 0 || n > CONSOLE_MAX_POSITIONS) {
-        refuse(why, why_size, "\"positions\" must list 1..%d letters as \"P:O\"",
+        refuse(err, "\"positions\" must list 1..%d letters as \"P:O\"",
                CONSOLE_MAX_POSITIONS);
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
         const char *s = json_string_value(json_array_get(list, i));
         if (!s || console_input_position(s, &out->partition[i], &out->offset[i]) != 0) {
-            refuse(why, why_size, "positions[%zu] is not PARTITION:OFFSET", i);
+            refuse(err, "positions[%zu] is not PARTITION:OFFSET", i);
             goto out;
         }
         for (size_t k = 0; k < i; k++)
             if (out->partition[k] == out->partition[i] &&
                 out->offset[k] == out->offset[i]) {
-                refuse(why, why_size, "positions[%zu] repeats %d:%lld", i,
-                       (int)out->partition[i], (long long)out->offset[i]);
+                refuse(err, "positions[%zu] repeats %d:%lld", i, (int)out->partition[i],
+                       (long long)out->offset[i]);
                 goto out;
             }
     }
     out->n = n;
     CHARGED_ASSERT(out->n >= 1 && out->n <= CONSOLE_MAX_POSITIONS);
-    rc = 0;
+    rc = CHARGED_OK;
 out:
     json_decref(doc);
-    if (rc != 0)
+    if (rc != CHARGED_OK)
         out->n = 0;
     return rc;
 }
@@ -371,66 +378,66 @@ static int time_text_ok(const char *s)
     return 1;
 }
 
-int console_input_letter_param(const char *name, const char *value,
-                               struct console_letter_query *q, char *why,
-                               size_t why_size)
+enum charged_rc console_input_letter_param(const char *name, const char *value,
+                                           struct console_letter_query *q,
+                                           struct charged_error *err)
 {
     CHARGED_ASSERT(q);
     if (!name)
-        return refuse(why, why_size, "a parameter without a name");
+        return refuse(err, "a parameter without a name");
     if (!value)
         value = "";
     if (!strcmp(name, "reason")) {
         if (dead_letter_reason_parse(value) < 0)
-            return refuse(why, why_size, "unknown reason code");
+            return refuse(err, "unknown reason code");
         snprintf(q->reason, sizeof(q->reason), "%s", value);
-        return 0;
+        return CHARGED_OK;
     }
     if (!strcmp(name, "attempt") || !strcmp(name, "order")) {
         char *to = name[0] == 'a' ? q->attempt : q->order;
         if (lower_uuid(value, strlen(value), to) != 0)
-            return refuse(why, why_size, "%s must be a UUID", name);
-        return 0;
+            return refuse(err, "%s must be a UUID", name);
+        return CHARGED_OK;
     }
     if (!strcmp(name, "since") || !strcmp(name, "until")) {
         if (!time_text_ok(value))
-            return refuse(why, why_size,
+            return refuse(err,
                           "%s must be an RFC 3339 UTC time or a duration (30s, 15m, "
                           "2h, 7d)",
                           name);
         snprintf(name[0] == 's' ? q->since : q->until, sizeof(q->since), "%s", value);
-        return 0;
+        return CHARGED_OK;
     }
     if (!strcmp(name, "limit")) {
         size_t n = strlen(value);
         long long v = 0;
         if (n == 0 || n > 4)
-            return refuse(why, why_size, "limit must be a whole number 1..1000");
+            return refuse(err, "limit must be a whole number 1..1000");
         for (size_t i = 0; i < n; i++) {
             if (!isdigit((unsigned char)value[i]))
-                return refuse(why, why_size, "limit must be a whole number 1..1000");
+                return refuse(err, "limit must be a whole number 1..1000");
             v = v * 10 + (value[i] - '0');
         }
         if (v < 1 || v > 1000)
-            return refuse(why, why_size, "limit must be a whole number 1..1000");
+            return refuse(err, "limit must be a whole number 1..1000");
         q->limit = v;
-        return 0;
+        return CHARGED_OK;
     }
-    return refuse(why, why_size, "unknown parameter");
+    return refuse(err, "unknown parameter");
 }
 
-int console_input_find_id(const char *value, char out[PROVIDER_ID_MAX], char *why,
-                          size_t why_size)
+enum charged_rc console_input_find_id(const char *value, char out[PROVIDER_ID_MAX],
+                                      struct charged_error *err)
 {
     size_t n = value ? strlen(value) : 0;
     CHARGED_ASSERT(out);
     if (n == 36 && lower_uuid(value, n, out) == 0)
-        return 0;
+        return CHARGED_OK;
     if (value && intent_id_ok(value, n)) {
         memcpy(out, value, n + 1);
-        return 0;
+        return CHARGED_OK;
     }
-    return refuse(why, why_size,
+    return refuse(err,
                   "give an attempt id, an order id (UUIDs) or a payment intent id");
 }
 

@@ -1,8 +1,9 @@
 /* console_input: what a request to the operator console says, checked
  * before anything acts on it: its route, its JSON body, its query
  * parameters and its session cookie. Pure (no I/O), so that it is fuzzed
- * alone: every input either parses into a value the console can act on or
- * is refused with one line in why, which the console answers with a 4xx.
+ * alone: every input either parses into a value the console can act on
+ * (CHARGED_OK) or is refused for good, CHARGED_BAD_ITEM with one line in
+ * err, which the console answers with a 4xx.
  *
  * JSON bodies are objects of known members only: an unknown member is
  * refused rather than ignored, so that a misspelt "force" never passes for
@@ -13,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "charged_error.h"
 #include "provider_outcome.h"
 
 #define CONSOLE_PREFIX        "/console"
@@ -52,9 +54,10 @@ enum console_route console_input_route(const char *path, struct console_route_ma
 /* 1 when a route changes something (POST): it needs an operator... */
 int console_input_route_writes(enum console_route r);
 
-/* {"token": "cct_..."}. 0, or -1 with why. */
-int console_input_login(const char *body, size_t len, char secret[CONSOLE_SECRET_MAX],
-                        char *why, size_t why_size);
+/* {"token": "cct_..."}. */
+enum charged_rc console_input_login(const char *body, size_t len,
+                                    char secret[CONSOLE_SECRET_MAX],
+                                    struct charged_error *err);
 
 struct console_resolve_input {
     int failed;                          /* "decision": "failed"; else "succeeded" */
@@ -66,10 +69,11 @@ struct console_resolve_input {
 
 /* {"decision": "succeeded"|"failed", "payment_intent_id": "<provider id>",
  *  "reason": "...", "force": bool, "confirm": "<attempt id>"}: force needs
- * confirm to repeat the attempt id the path names (attempt_id). 0 / -1. */
-int console_input_resolve(const char *body, size_t len, const char *attempt_id,
-                          struct console_resolve_input *out, char *why,
-                          size_t why_size);
+ * confirm to repeat the attempt id the path names (attempt_id). */
+enum charged_rc console_input_resolve(const char *body, size_t len,
+                                      const char *attempt_id,
+                                      struct console_resolve_input *out,
+                                      struct charged_error *err);
 
 struct console_replay_input {
     int dry_run;
@@ -80,8 +84,9 @@ struct console_replay_input {
 
 /* {"positions": ["P:O", ...] (1..CONSOLE_MAX_POSITIONS, no repeats),
  *  "dry_run": bool (required: a replay is always asked for knowingly)}. */
-int console_input_replay(const char *body, size_t len, struct console_replay_input *out,
-                         char *why, size_t why_size);
+enum charged_rc console_input_replay(const char *body, size_t len,
+                                     struct console_replay_input *out,
+                                     struct charged_error *err);
 
 /* One query parameter of the dead-letter list, checked as chargectl dlq
  * list checks its options: reason (a reason code), attempt and order
@@ -93,14 +98,14 @@ struct console_letter_query {
     char since[40], until[40];
     int64_t limit; /* 0: the default */
 };
-int console_input_letter_param(const char *name, const char *value,
-                               struct console_letter_query *q, char *why,
-                               size_t why_size);
+enum charged_rc console_input_letter_param(const char *name, const char *value,
+                                           struct console_letter_query *q,
+                                           struct charged_error *err);
 
 /* ?id= of CONSOLE_R_FIND: a UUID (an attempt or an order) or a provider's
- * payment id (letters, digits, '_', shorter than PROVIDER_ID_MAX). 0 / -1. */
-int console_input_find_id(const char *value, char out[PROVIDER_ID_MAX], char *why,
-                          size_t why_size);
+ * payment id (letters, digits, '_', shorter than PROVIDER_ID_MAX). */
+enum charged_rc console_input_find_id(const char *value, char out[PROVIDER_ID_MAX],
+                                      struct charged_error *err);
 
 /* The session id in a Cookie header (CONSOLE_COOKIE=...), or -1 when there
  * is none or it is malformed. */

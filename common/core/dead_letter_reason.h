@@ -1,7 +1,12 @@
 /* dead_letter_reason: the reasons a command is refused.
  *
  * The reason codes are part of the contract with operators (docs/dead-letters.md
- * lists them); add codes, never rename them. */
+ * lists them); add codes, never rename them.
+ *
+ * A verdict, not an error code: what a parse says of a message, which the
+ * letter carries (dlq.reason). Every reason but DEAD_LETTER_NONE means the
+ * same thing to the caller, CHARGED_BAD_ITEM of charged_error.h (the item
+ * is dead-lettered), so it stays an enum of its own beside the contract. */
 #ifndef CHARGED_DEAD_LETTER_REASON_H
 #define CHARGED_DEAD_LETTER_REASON_H
 

@@ -35,54 +35,53 @@ static int fingerprint(struct refund_command *c)
                                       c->fingerprint);
 }
 
-/* The contract's members, in the order their faults are said. 0, or -1. */
-static int fields_read(json_t *doc, struct refund_command *out, char *errbuf,
-                       size_t errbuf_size)
+/* The contract's members, in the order their faults are said. CHARGED_OK, or
+ * CHARGED_BAD_ITEM. */
+static enum charged_rc fields_read(json_t *doc, struct refund_command *out,
+                                   struct charged_error *err)
 {
-    if (command_fields_header(doc, REFUND_COMMAND_TYPE, errbuf, errbuf_size) ||
+    if (command_fields_header(doc, REFUND_COMMAND_TYPE, err) ||
         command_fields_uuids(doc, "refund_id", out->refund_id, "payment_attempt_id",
-                             out->payment_attempt_id, errbuf, errbuf_size) ||
-        command_fields_idempotency_key(doc, out->idempotency_key, errbuf,
-                                       errbuf_size) ||
-        command_fields_amount(doc, &out->amount, errbuf, errbuf_size))
-        return -1;
+                             out->payment_attempt_id, err) ||
+        command_fields_idempotency_key(doc, out->idempotency_key, err) ||
+        command_fields_amount(doc, &out->amount, err))
+        return CHARGED_BAD_ITEM;
     if (command_fields_string(doc, "reason", 1, 1, 23, out->reason, sizeof(out->reason),
-                              errbuf, errbuf_size) ||
+                              err) ||
         !reason_ok(out->reason)) {
-        snprintf(errbuf, errbuf_size,
-                 "'reason' must be requested_by_customer, duplicate or fraudulent");
-        return -1;
+        charged_error_set(
+            err, "'reason' must be requested_by_customer, duplicate or fraudulent");
+        return CHARGED_BAD_ITEM;
     }
-    return command_fields_metadata(json_object_get(doc, "metadata"), errbuf,
-                                   errbuf_size);
+    return command_fields_metadata(json_object_get(doc, "metadata"), err);
 }
 
 enum dead_letter_reason refund_command_parse(const void *key, size_t key_len,
                                              const void *value, size_t value_len,
                                              size_t max_bytes,
-                                             struct refund_command *out, char *errbuf,
-                                             size_t errbuf_size)
+                                             struct refund_command *out,
+                                             struct charged_error *err)
 {
     enum dead_letter_reason r;
     json_t *doc = NULL;
 
-    CHARGED_ASSERT(out && errbuf && errbuf_size > 0);
+    CHARGED_ASSERT(out && err);
     memset(out, 0, sizeof(*out));
     if ((r = command_fields_open(key, key_len, value, value_len, max_bytes, &doc,
-                                 errbuf, errbuf_size)) != DEAD_LETTER_NONE)
+                                 err)) != DEAD_LETTER_NONE)
         return r;
     r = DEAD_LETTER_SCHEMA_VIOLATION;
-    if (fields_read(doc, out, errbuf, errbuf_size))
+    if (fields_read(doc, out, err))
         goto out;
-    if ((r = command_fields_key_is(key, key_len, out->payment_attempt_id, errbuf,
-                                   errbuf_size)) != DEAD_LETTER_NONE)
+    if ((r = command_fields_key_is(key, key_len, out->payment_attempt_id, err)) !=
+        DEAD_LETTER_NONE)
         goto out;
     command_fields_lower(out->refund_id);
     command_fields_lower(out->payment_attempt_id);
     out->metadata_json = command_fields_metadata_json(json_object_get(doc, "metadata"));
     if (!out->metadata_json || fingerprint(out)) {
         r = DEAD_LETTER_SCHEMA_VIOLATION;
-        snprintf(errbuf, errbuf_size, "out of memory");
+        charged_error_set(err, "out of memory");
         refund_command_release(out);
         goto out;
     }

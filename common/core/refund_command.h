@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 
+#include "charged_error.h"
 #include "dead_letter_reason.h"
 
 #define REFUND_COMMAND_TYPE "refund.requested"
@@ -26,12 +27,12 @@ struct refund_command {
 
 /* Validates key and value (max_bytes as a charge command's; 0 no limit).
  * Returns DEAD_LETTER_NONE and fills *out (release with
- * refund_command_release), or a reason and one line in errbuf. */
+ * refund_command_release), or a reason and one line in err. */
 enum dead_letter_reason refund_command_parse(const void *key, size_t key_len,
                                              const void *value, size_t value_len,
                                              size_t max_bytes,
-                                             struct refund_command *out, char *errbuf,
-                                             size_t errbuf_size);
+                                             struct refund_command *out,
+                                             struct charged_error *err);
 
 void refund_command_release(struct refund_command *cmd);
 

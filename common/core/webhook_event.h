@@ -73,10 +73,11 @@ struct webhook_event {
     struct webhook_refund refunds[WEBHOOK_REFUNDS_MAX];
 };
 
-/* A backend's parse_event answer when memory ran out: nothing is known to
- * be wrong with the body, so it is not refused (400) but not stored (5xx),
- * and the provider delivers it again. */
-#define WEBHOOK_PARSE_NO_MEMORY (-2)
+/* A backend's parse_event answers in charged_error.h's codes: CHARGED_OK;
+ * CHARGED_BAD_ITEM, the body is refused (400, never delivered again);
+ * CHARGED_RETRY when memory ran out: nothing is known to be wrong with the
+ * body, so it is not refused but not stored (5xx), and the provider
+ * delivers it again. */
 
 /* The attempt as the database holds it, locked, and what the database
  * knows about the event's intent (compared there, whatever their length). */

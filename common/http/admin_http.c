@@ -77,24 +77,22 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                       "text/plain; version=0.0.4; charset=utf-8", NULL);
 }
 
-int admin_http_start(const char *addr, const struct admin_http_handlers *h,
-                     admin_http_t **out, char *errbuf, size_t errbuf_size)
+enum charged_rc admin_http_start(const char *addr, const struct admin_http_handlers *h,
+                                 admin_http_t **out, struct charged_error *err)
 {
-    int fd = -1, rc;
+    int fd = -1;
+    enum charged_rc rc;
     admin_http_t *a = calloc(1, sizeof(*a));
 
     *out = NULL;
     if (!a) {
-        snprintf(errbuf, errbuf_size, "out of memory");
-        return ADMIN_HTTP_CANNOT_LISTEN;
+        charged_error_set(err, "out of memory");
+        return CHARGED_RETRY;
     }
     a->h = *h;
-    rc = listen_socket_open("ADMIN_ADDR", addr, &fd, &a->port, errbuf, errbuf_size);
-    if (rc != LISTEN_SOCKET_OK) {
-        rc = rc == LISTEN_SOCKET_BAD_ADDRESS ? ADMIN_HTTP_BAD_ADDRESS
-                                             : ADMIN_HTTP_CANNOT_LISTEN;
+    rc = listen_socket_open("ADMIN_ADDR", addr, &fd, &a->port, err);
+    if (rc != CHARGED_OK)
         goto fail;
-    }
     /* MHD owns fd from here: it closes it when it stops, or on failure. */
     a->mhd = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO, 0, NULL, NULL, on_request, a,
@@ -105,13 +103,12 @@ int admin_http_start(const char *addr, const struct admin_http_handlers *h,
         (unsigned)IDLE_TIMEOUT_S, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
         (size_t)CONNECTION_MEMORY, MHD_OPTION_END);
     if (!a->mhd) {
-        snprintf(errbuf, errbuf_size, "ADMIN_ADDR: cannot start the listener on %s",
-                 addr);
-        rc = ADMIN_HTTP_CANNOT_LISTEN;
+        charged_error_set(err, "ADMIN_ADDR: cannot start the listener on %s", addr);
+        rc = CHARGED_RETRY;
         goto fail;
     }
     *out = a;
-    return ADMIN_HTTP_OK;
+    return CHARGED_OK;
 fail:
     free(a);
     return rc;

@@ -16,6 +16,8 @@
 
 #include <stddef.h>
 
+#include "charged_error.h"
+
 typedef struct admin_http admin_http_t;
 
 /* A probe: 1 when healthy (or ready), 0 when not, with a short plain-text
@@ -29,19 +31,14 @@ struct admin_http_handlers {
     void *arg;
 };
 
-enum admin_http_rc {
-    ADMIN_HTTP_OK = 0,
-    ADMIN_HTTP_BAD_ADDRESS,   /* addr is not host:port, or the host resolves to
-                                 nothing: a configuration error */
-    ADMIN_HTTP_CANNOT_LISTEN, /* bind or listen refused (port taken, no
-                                 permission), or the thread cannot start */
-};
-
 /* Listens on addr ("host:port"; "[v6]:port"; port 0: one the kernel picks)
  * and serves from its own thread until admin_http_free. Copies h. Fills
- * *out, or returns an admin_http_rc with one line in errbuf. */
-int admin_http_start(const char *addr, const struct admin_http_handlers *h,
-                     admin_http_t **out, char *errbuf, size_t errbuf_size);
+ * *out, or returns with one line in err: CHARGED_GIVE_UP when addr is not
+ * host:port or the host resolves to nothing (a configuration error),
+ * CHARGED_RETRY when bind or listen is refused (port taken, no permission)
+ * or the thread cannot start. */
+enum charged_rc admin_http_start(const char *addr, const struct admin_http_handlers *h,
+                                 admin_http_t **out, struct charged_error *err);
 
 /* The port it listens on (the kernel's pick for port 0). */
 int admin_http_port(const admin_http_t *a);

@@ -34,16 +34,16 @@ static int split_addr(const char *addr, char *host, size_t host_size, char *port
     return 0;
 }
 
-int listen_socket_open(const char *name, const char *addr, int *fd, int *port,
-                       char *errbuf, size_t errbuf_size)
+enum charged_rc listen_socket_open(const char *name, const char *addr, int *fd,
+                                   int *port, struct charged_error *err)
 {
     char host[256], service[16];
     struct addrinfo hints, *res = NULL;
-    int err = 0, s = -1;
+    int errnum = 0, s = -1;
 
     if (split_addr(addr, host, sizeof(host), service, sizeof(service)) != 0) {
-        snprintf(errbuf, errbuf_size, "%s: '%s' is not host:port", name, addr);
-        return LISTEN_SOCKET_BAD_ADDRESS;
+        charged_error_set(err, "%s: '%s' is not host:port", name, addr);
+        return CHARGED_GIVE_UP;
     }
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_UNSPEC;
@@ -51,29 +51,29 @@ int listen_socket_open(const char *name, const char *addr, int *fd, int *port,
     hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
     int gai = getaddrinfo(host, service, &hints, &res);
     if (gai != 0) {
-        snprintf(errbuf, errbuf_size, "%s: cannot resolve '%s': %s", name, host,
-                 gai_strerror(gai));
-        return LISTEN_SOCKET_BAD_ADDRESS;
+        charged_error_set(err, "%s: cannot resolve '%s': %s", name, host,
+                          gai_strerror(gai));
+        return CHARGED_GIVE_UP;
     }
     for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
         int one = 1;
         s = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
         if (s < 0) {
-            err = errno;
+            errnum = errno;
             continue;
         }
         setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
         if (bind(s, ai->ai_addr, ai->ai_addrlen) == 0 && listen(s, 64) == 0)
             break;
-        err = errno;
+        errnum = errno;
         close(s);
         s = -1;
     }
     freeaddrinfo(res);
     if (s < 0) {
-        snprintf(errbuf, errbuf_size, "%s: cannot listen on %s: %s", name, addr,
-                 strerror(err ? err : EADDRNOTAVAIL));
-        return LISTEN_SOCKET_CANNOT_LISTEN;
+        charged_error_set(err, "%s: cannot listen on %s: %s", name, addr,
+                          strerror(errnum ? errnum : EADDRNOTAVAIL));
+        return CHARGED_RETRY;
     }
     struct sockaddr_storage ss;
     socklen_t sl = sizeof(ss);
@@ -82,5 +82,5 @@ int listen_socket_open(const char *name, const char *addr, int *fd, int *port,
         *port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                                : ((struct sockaddr_in *)&ss)->sin_port);
     *fd = s;
-    return LISTEN_SOCKET_OK;
+    return CHARGED_OK;
 }

@@ -9,17 +9,14 @@
 
 #include <stddef.h>
 
-enum listen_socket_rc {
-    LISTEN_SOCKET_OK = 0,
-    LISTEN_SOCKET_BAD_ADDRESS,  /* not host:port, or the host does not resolve:
-                                   a configuration error */
-    LISTEN_SOCKET_CANNOT_LISTEN /* bind or listen refused: port taken, no right */
-};
+#include "charged_error.h"
 
 /* Opens, binds and listens (close-on-exec). `name` names the setting in
- * errbuf ("ADMIN_ADDR"). Returns LISTEN_SOCKET_OK with *fd (the caller owns
- * it) and *port, or another rc with errbuf. */
-int listen_socket_open(const char *name, const char *addr, int *fd, int *port,
-                       char *errbuf, size_t errbuf_size);
+ * err ("ADMIN_ADDR"). Returns CHARGED_OK with *fd (the caller owns it) and
+ * *port; CHARGED_GIVE_UP with err when addr is not host:port or the host
+ * does not resolve (a configuration error); CHARGED_RETRY with err when
+ * bind or listen is refused (port taken, no right: the host's state). */
+enum charged_rc listen_socket_open(const char *name, const char *addr, int *fd,
+                                   int *port, struct charged_error *err);
 
 #endif

@@ -169,42 +169,42 @@ json_t *dlq_replay_message_json(const dlq_reader_t *r, const struct dlq_letter *
 }
 
 /* Refuses what cannot be replayed before anything is sent, and marks the
- * letters skipped (card digits masked): DLQ_READER_OK, or
- * DLQ_READER_REFUSED (err). Only the command topic takes a replay: the
+ * letters skipped (card digits masked): CHARGED_OK, or
+ * CHARGED_BAD_ITEM (err). Only the command topic takes a replay: the
  * header is the letter's word, and anyone who can write a letter could
  * name the results topic. */
-static enum dlq_reader_rc replay_check(const dlq_reader_t *r,
-                                       const struct dlq_letter *const *letters,
-                                       size_t n, struct dlq_replay_item *items,
-                                       char *err, size_t err_size)
+static enum charged_rc replay_check(const dlq_reader_t *r,
+                                    const struct dlq_letter *const *letters, size_t n,
+                                    struct dlq_replay_item *items,
+                                    struct charged_error *err)
 {
     const char *commands = config_str(r->cfg, CONFIG_CHARGE_COMMANDS_TOPIC);
     for (size_t i = 0; i < n; i++) {
         const struct dlq_letter *l = letters[i];
         if (!l->orig_topic) {
-            snprintf(err, err_size, "%d:%lld has no dlq.original.topic",
-                     (int)l->partition, (long long)l->offset);
-            return DLQ_READER_REFUSED;
+            charged_error_set(err, "%d:%lld has no dlq.original.topic",
+                              (int)l->partition, (long long)l->offset);
+            return CHARGED_BAD_ITEM;
         }
         if (!commands || strcmp(l->orig_topic, commands) != 0) {
-            snprintf(err, err_size,
-                     "%d:%lld names topic '%.*s', not the command topic '%s': "
-                     "a replay only produces to the command topic",
-                     (int)l->partition, (long long)l->offset, 120, l->orig_topic,
-                     commands ? commands : "");
-            return DLQ_READER_REFUSED;
+            charged_error_set(err,
+                              "%d:%lld names topic '%.*s', not the command topic '%s': "
+                              "a replay only produces to the command topic",
+                              (int)l->partition, (long long)l->offset, 120,
+                              l->orig_topic, commands ? commands : "");
+            return CHARGED_BAD_ITEM;
         }
         if (slot_of(l)->summary) {
-            snprintf(err, err_size, "%d:%lld was read without its value",
-                     (int)l->partition, (long long)l->offset);
-            return DLQ_READER_REFUSED;
+            charged_error_set(err, "%d:%lld was read without its value",
+                              (int)l->partition, (long long)l->offset);
+            return CHARGED_BAD_ITEM;
         }
         if (is_card_letter(l)) {
             items[i].skipped = 1;
             snprintf(items[i].error, sizeof(items[i].error), "card digits masked");
         }
     }
-    return DLQ_READER_OK;
+    return CHARGED_OK;
 }
 
 /* Queues every letter not skipped; one Kafka refuses is reported done
@@ -236,15 +236,15 @@ static void replay_produce(const dlq_reader_t *r, rd_kafka_t *rk,
     }
 }
 
-/* Waits for the acknowledgements, then closes the producer: DLQ_READER_OK,
- * or DLQ_READER_FAILED (err) when they did not all come in time. */
-static enum dlq_reader_rc replay_flush(rd_kafka_t *rk, char *err, size_t err_size)
+/* Waits for the acknowledgements, then closes the producer: CHARGED_OK,
+ * or CHARGED_RETRY (err) when they did not all come in time. */
+static enum charged_rc replay_flush(rd_kafka_t *rk, struct charged_error *err)
 {
-    enum dlq_reader_rc rc = DLQ_READER_OK;
+    enum charged_rc rc = CHARGED_OK;
     if (rd_kafka_flush(rk, REPLAY_TIMEOUT_MS) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        snprintf(err, err_size, "kafka did not acknowledge within %d s",
-                 REPLAY_TIMEOUT_MS / 1000);
-        rc = DLQ_READER_FAILED;
+        charged_error_set(err, "kafka did not acknowledge within %d s",
+                          REPLAY_TIMEOUT_MS / 1000);
+        rc = CHARGED_RETRY;
         /* No report may arrive after `sent` is gone: what is left is
          * purged (its reports served now); it may still have landed. */
         rd_kafka_purge(rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
@@ -279,41 +279,40 @@ static size_t replay_report(const struct kafka_setup_delivery *sent, size_t n,
     return failed;
 }
 
-enum dlq_reader_rc dlq_reader_replay(dlq_reader_t *r,
-                                     const struct dlq_letter *const *letters, size_t n,
-                                     const char *actor, int dry_run,
-                                     struct dlq_replay_item *items, char *err,
-                                     size_t err_size)
+enum charged_rc dlq_reader_replay(dlq_reader_t *r,
+                                  const struct dlq_letter *const *letters, size_t n,
+                                  const char *actor, int dry_run,
+                                  struct dlq_replay_item *items,
+                                  struct charged_error *err)
 {
     struct kafka_setup_delivery *sent = NULL;
     rd_kafka_t *rk = NULL;
-    enum dlq_reader_rc rc;
+    enum charged_rc rc;
 
     if (!actor || !*actor) {
-        snprintf(err, err_size, "a replay needs an actor (dlq.replayed_by)");
-        return DLQ_READER_REFUSED;
+        charged_error_set(err, "a replay needs an actor (dlq.replayed_by)");
+        return CHARGED_BAD_ITEM;
     }
     for (size_t i = 0; i < n; i++) {
         memset(&items[i], 0, sizeof(items[i]));
         items[i].letter = letters[i];
     }
-    if ((rc = replay_check(r, letters, n, items, err, err_size)) != DLQ_READER_OK ||
-        dry_run)
+    if ((rc = replay_check(r, letters, n, items, err)) != CHARGED_OK || dry_run)
         return rc;
     if (!(sent = calloc(n + 1, sizeof(*sent)))) {
-        snprintf(err, err_size, "out of memory");
-        return DLQ_READER_FAILED;
+        charged_error_set(err, "out of memory");
+        return CHARGED_RETRY;
     }
-    if (!(rk = kafka_setup_tool_producer(r->cfg, CLIENT_ID, err, err_size))) {
+    if (!(rk = kafka_setup_tool_producer(r->cfg, CLIENT_ID, err))) {
         free(sent);
-        return DLQ_READER_FAILED;
+        return CHARGED_RETRY;
     }
     replay_produce(r, rk, letters, n, actor, items, sent);
-    rc = replay_flush(rk, err, err_size);
+    rc = replay_flush(rk, err);
     size_t failed = replay_report(sent, n, items);
-    if (failed && rc == DLQ_READER_OK) {
-        snprintf(err, err_size, "%zu of %zu letters not sent", failed, n);
-        rc = DLQ_READER_FAILED;
+    if (failed && rc == CHARGED_OK) {
+        charged_error_set(err, "%zu of %zu letters not sent", failed, n);
+        rc = CHARGED_RETRY;
     }
     free(sent);
     return rc;

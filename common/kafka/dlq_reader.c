@@ -127,36 +127,39 @@ static int keep(dlq_reader_t *r, const rd_kafka_message_t *m, int summary)
     return 0;
 }
 
-dlq_reader_t *dlq_reader_new(const config_t *cfg, char *err, size_t err_size)
+dlq_reader_t *dlq_reader_new(const config_t *cfg, struct charged_error *err)
 {
     dlq_reader_t *r = calloc(1, sizeof(*r));
     rd_kafka_conf_t *conf = NULL;
     if (!r) {
-        snprintf(err, err_size, "out of memory");
+        charged_error_set(err, "out of memory");
         return NULL;
     }
     r->cfg = cfg;
     r->topic = config_str(cfg, CONFIG_CHARGE_DLQ_TOPIC);
-    if (!(conf = kafka_setup_conf(cfg, CLIENT_ID, err, err_size)))
+    if (!(conf = kafka_setup_conf(cfg, CLIENT_ID, err)))
         goto out;
     kafka_setup_apply_env(conf, cfg);
     /* A group id is required by the API; with assign() and no commits the
      * group never sees us. */
-    if (kafka_setup_set(conf, "group.id", "chargectl-dlq-reader", err, err_size) ||
-        kafka_setup_set(conf, "enable.auto.commit", "false", err, err_size) ||
-        kafka_setup_set(conf, "enable.auto.offset.store", "false", err, err_size) ||
+    if (kafka_setup_set(conf, "group.id", "chargectl-dlq-reader", err) ||
+        kafka_setup_set(conf, "enable.auto.commit", "false", err) ||
+        kafka_setup_set(conf, "enable.auto.offset.store", "false", err) ||
         /* Letters of a transaction not committed (or aborted) are not
          * letters; the end offset is then the last stable one. */
-        kafka_setup_set(conf, "isolation.level", "read_committed", err, err_size) ||
+        kafka_setup_set(conf, "isolation.level", "read_committed", err) ||
         /* A read asks for what is there: the broker need not wait for more. */
-        kafka_setup_set(conf, "fetch.wait.max.ms", "10", err, err_size) ||
+        kafka_setup_set(conf, "fetch.wait.max.ms", "10", err) ||
         /* What is fetched ahead stays small: a console reads in many
          * requests at once. */
-        kafka_setup_set(conf, "queued.max.messages.kbytes", "4096", err, err_size) ||
-        kafka_setup_set(conf, "fetch.max.bytes", "4194304", err, err_size))
+        kafka_setup_set(conf, "queued.max.messages.kbytes", "4096", err) ||
+        kafka_setup_set(conf, "fetch.max.bytes", "4194304", err))
         goto out;
-    if (!(r->consumer = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, err_size)))
+    char rderr[sizeof(err->message)];
+    if (!(r->consumer = rd_kafka_new(RD_KAFKA_CONSUMER, conf, rderr, sizeof(rderr)))) {
+        charged_error_set(err, "%s", rderr);
         goto out;
+    }
     return r;
 out:
     if (conf)
@@ -190,18 +193,18 @@ const struct dlq_letter *dlq_reader_letter(const dlq_reader_t *r, size_t i)
 }
 
 /* Partition count of the DLQ topic, or -1 when Kafka does not answer. */
-static int dlq_partitions(dlq_reader_t *r, char *err, size_t err_size)
+static int dlq_partitions(dlq_reader_t *r, struct charged_error *err)
 {
     const struct rd_kafka_metadata *md = NULL;
     rd_kafka_topic_t *t = rd_kafka_topic_new(r->consumer, r->topic, NULL);
     rd_kafka_resp_err_t e = rd_kafka_metadata(r->consumer, 0, t, &md, KAFKA_TIMEOUT_MS);
     int n = -1;
     if (e) {
-        snprintf(err, err_size, "kafka unreachable at %s: %s",
-                 config_str(r->cfg, CONFIG_KAFKA_BOOTSTRAP_SERVERS),
-                 rd_kafka_err2str(e));
+        charged_error_set(err, "kafka unreachable at %s: %s",
+                          config_str(r->cfg, CONFIG_KAFKA_BOOTSTRAP_SERVERS),
+                          rd_kafka_err2str(e));
     } else if (md->topic_cnt < 1 || md->topics[0].err) {
-        snprintf(err, err_size, "dead-letter topic '%s' does not exist", r->topic);
+        charged_error_set(err, "dead-letter topic '%s' does not exist", r->topic);
     } else {
         n = md->topics[0].partition_cnt;
     }
@@ -224,15 +227,15 @@ static void unassign(dlq_reader_t *r, int32_t partition)
     rd_kafka_topic_partition_list_destroy(one);
 }
 
-static int watermarks(dlq_reader_t *r, int32_t p, int64_t *lo, int64_t *hi, char *err,
-                      size_t err_size)
+static enum charged_rc watermarks(dlq_reader_t *r, int32_t p, int64_t *lo, int64_t *hi,
+                                  struct charged_error *err)
 {
     rd_kafka_resp_err_t e = rd_kafka_query_watermark_offsets(r->consumer, r->topic, p,
                                                              lo, hi, KAFKA_TIMEOUT_MS);
     if (e)
-        snprintf(err, err_size, "cannot read offsets of %s [%d]: %s", r->topic, (int)p,
-                 rd_kafka_err2str(e));
-    return e ? -1 : 0;
+        charged_error_set(err, "cannot read offsets of %s [%d]: %s", r->topic, (int)p,
+                          rd_kafka_err2str(e));
+    return e ? CHARGED_RETRY : CHARGED_OK;
 }
 
 static int wanted(const struct span *s, int64_t offset)
@@ -279,8 +282,8 @@ static void span_done(struct reading *rd, size_t i)
 }
 
 /* Assigns every span's partition at its first offset and notes where each
- * stands: DLQ_READER_OK, or why not (err). */
-static enum dlq_reader_rc reading_assign(struct reading *rd, char *err, size_t err_size)
+ * stands: CHARGED_OK, or why not (err). */
+static enum charged_rc reading_assign(struct reading *rd, struct charged_error *err)
 {
     dlq_reader_t *r = rd->r;
     for (int p = 0; p < rd->np; p++)
@@ -292,13 +295,13 @@ static enum dlq_reader_rc reading_assign(struct reading *rd, char *err, size_t e
         rd->open++;
     }
     if (rd->open == 0)
-        return DLQ_READER_OK;
+        return CHARGED_OK;
     rd_kafka_error_t *ae = rd_kafka_incremental_assign(r->consumer, rd->list);
     if (ae) {
-        snprintf(err, err_size, "cannot read '%s': %s", r->topic,
-                 rd_kafka_error_string(ae));
+        charged_error_set(err, "cannot read '%s': %s", r->topic,
+                          rd_kafka_error_string(ae));
         rd_kafka_error_destroy(ae);
-        return DLQ_READER_UNREACHABLE;
+        return CHARGED_RETRY;
     }
     rd->assigned = 1;
     /* The position as assigned: one left from an earlier read of the
@@ -307,7 +310,7 @@ static enum dlq_reader_rc reading_assign(struct reading *rd, char *err, size_t e
     for (size_t i = 0; i < rd->nsp; i++)
         rd->base[i] = rd->list->elems[i].err ? RD_KAFKA_OFFSET_INVALID
                                              : rd->list->elems[i].offset;
-    return DLQ_READER_OK;
+    return CHARGED_OK;
 }
 
 /* A message polled: kept when its span wants it. 0, or -1 when out of
@@ -353,8 +356,8 @@ static int reading_positions(struct reading *rd)
     return 0;
 }
 
-/* Polls until every span is read: DLQ_READER_OK, or why not (err). */
-static enum dlq_reader_rc reading_poll(struct reading *rd, char *err, size_t err_size)
+/* Polls until every span is read: CHARGED_OK, or why not (err). */
+static enum charged_rc reading_poll(struct reading *rd, struct charged_error *err)
 {
     rd->deadline = clock_now_ms() + KAFKA_TIMEOUT_MS;
     while (rd->open > 0) {
@@ -363,22 +366,22 @@ static enum dlq_reader_rc reading_poll(struct reading *rd, char *err, size_t err
             int bad = reading_take(rd, m);
             rd_kafka_message_destroy(m);
             if (bad) {
-                snprintf(err, err_size, "out of memory");
-                return DLQ_READER_FAILED;
+                charged_error_set(err, "out of memory");
+                return CHARGED_RETRY;
             }
             continue;
         }
         if (reading_positions(rd) != 0) {
-            snprintf(err, err_size, "out of memory");
-            return DLQ_READER_FAILED;
+            charged_error_set(err, "out of memory");
+            return CHARGED_RETRY;
         }
         if (rd->open > 0 && clock_now_ms() >= rd->deadline) {
-            snprintf(err, err_size, "kafka stopped answering while reading '%s'",
-                     rd->r->topic);
-            return DLQ_READER_UNREACHABLE;
+            charged_error_set(err, "kafka stopped answering while reading '%s'",
+                              rd->r->topic);
+            return CHARGED_RETRY;
         }
     }
-    return DLQ_READER_OK;
+    return CHARGED_OK;
 }
 
 /* Reads the spans (one per partition at most, each from < to, partitions
@@ -386,9 +389,8 @@ static enum dlq_reader_rc reading_poll(struct reading *rd, char *err, size_t err
  * past its end arrives or the consumer's position reaches its end (the
  * offsets before can be markers no one receives); ten seconds without
  * either is Kafka not answering. */
-static enum dlq_reader_rc read_spans(dlq_reader_t *r, int np, const struct span *sp,
-                                     size_t nsp, int summary, char *err,
-                                     size_t err_size)
+static enum charged_rc read_spans(dlq_reader_t *r, int np, const struct span *sp,
+                                  size_t nsp, int summary, struct charged_error *err)
 {
     struct reading rd = {
         .r = r,
@@ -401,12 +403,12 @@ static enum dlq_reader_rc read_spans(dlq_reader_t *r, int np, const struct span 
         .base = calloc(nsp + 1, sizeof(*rd.base)),
         .list = rd_kafka_topic_partition_list_new((int)nsp),
     };
-    enum dlq_reader_rc rc;
+    enum charged_rc rc;
     if (!rd.list || !rd.idx || !rd.done || !rd.base) {
-        snprintf(err, err_size, "out of memory");
-        rc = DLQ_READER_FAILED;
-    } else if ((rc = reading_assign(&rd, err, err_size)) == DLQ_READER_OK)
-        rc = reading_poll(&rd, err, err_size);
+        charged_error_set(err, "out of memory");
+        rc = CHARGED_RETRY;
+    } else if ((rc = reading_assign(&rd, err)) == CHARGED_OK)
+        rc = reading_poll(&rd, err);
     /* Nothing stays assigned: the next read starts from its own offsets. */
     for (size_t i = 0; rd.assigned && i < nsp; i++)
         if (!rd.done[i])
@@ -423,23 +425,23 @@ static enum dlq_reader_rc read_spans(dlq_reader_t *r, int np, const struct span 
 
 /* Reads the newest max offsets of every partition (max < 0: all of them),
  * counting every offset there is in r->total. */
-static enum dlq_reader_rc read_newest(dlq_reader_t *r, int64_t max, int summary,
-                                      char *err, size_t err_size)
+static enum charged_rc read_newest(dlq_reader_t *r, int64_t max, int summary,
+                                   struct charged_error *err)
 {
-    int np = dlq_partitions(r, err, err_size);
+    int np = dlq_partitions(r, err);
     if (np < 0)
-        return DLQ_READER_UNREACHABLE;
+        return CHARGED_RETRY;
     struct span *sp = calloc((size_t)np + 1, sizeof(*sp));
     size_t nsp = 0;
     int64_t total = 0;
-    enum dlq_reader_rc rc = DLQ_READER_UNREACHABLE;
+    enum charged_rc rc = CHARGED_RETRY;
     if (!sp) {
-        snprintf(err, err_size, "out of memory");
-        return DLQ_READER_FAILED;
+        charged_error_set(err, "out of memory");
+        return CHARGED_RETRY;
     }
     for (int p = 0; p < np; p++) {
         int64_t lo, hi;
-        if (watermarks(r, p, &lo, &hi, err, err_size) != 0)
+        if (watermarks(r, p, &lo, &hi, err) != 0)
             goto out;
         total += hi - lo;
         if (max >= 0 && hi - lo > max)
@@ -447,24 +449,23 @@ static enum dlq_reader_rc read_newest(dlq_reader_t *r, int64_t max, int summary,
         if (hi > lo)
             sp[nsp++] = (struct span){.partition = p, .from = lo, .to = hi};
     }
-    rc = read_spans(r, np, sp, nsp, summary, err, err_size);
-    if (rc == DLQ_READER_OK)
+    rc = read_spans(r, np, sp, nsp, summary, err);
+    if (rc == CHARGED_OK)
         r->total = total;
 out:
     free(sp);
     return rc;
 }
 
-enum dlq_reader_rc dlq_reader_read_all(dlq_reader_t *r, char *err, size_t err_size)
+enum charged_rc dlq_reader_read_all(dlq_reader_t *r, struct charged_error *err)
 {
-    return read_newest(r, -1, 0, err, err_size);
+    return read_newest(r, -1, 0, err);
 }
 
-enum dlq_reader_rc dlq_reader_read_newest(dlq_reader_t *r, int64_t max_per_partition,
-                                          char *err, size_t err_size)
+enum charged_rc dlq_reader_read_newest(dlq_reader_t *r, int64_t max_per_partition,
+                                       struct charged_error *err)
 {
-    return read_newest(r, max_per_partition < 0 ? 0 : max_per_partition, 1, err,
-                       err_size);
+    return read_newest(r, max_per_partition < 0 ? 0 : max_per_partition, 1, err);
 }
 
 int64_t dlq_reader_total(const dlq_reader_t *r)
@@ -539,28 +540,26 @@ static int positions_alloc(struct positions *ps)
 }
 
 /* Checks every position against its partition before any is read, and
- * sorts them: DLQ_READER_OK, or why not (err). */
-static enum dlq_reader_rc positions_check(dlq_reader_t *r, struct positions *ps,
-                                          const int32_t *partitions,
-                                          const int64_t *offsets, size_t n, char *err,
-                                          size_t err_size)
+ * sorts them: CHARGED_OK, or why not (err). */
+static enum charged_rc positions_check(dlq_reader_t *r, struct positions *ps,
+                                       const int32_t *partitions,
+                                       const int64_t *offsets, size_t n,
+                                       struct charged_error *err)
 {
     for (size_t i = 0; i < n; i++) {
         int32_t p = partitions[i];
         if (p >= ps->np) {
-            snprintf(err, err_size, "no partition %d in '%s' (it has %d)", (int)p,
-                     r->topic, ps->np);
-            return DLQ_READER_NOT_FOUND;
+            charged_error_set(err, "no partition %d in '%s' (it has %d)", (int)p,
+                              r->topic, ps->np);
+            return CHARGED_NOT_FOUND;
         }
-        if (ps->hi[p] < 0 &&
-            watermarks(r, p, &ps->lo[p], &ps->hi[p], err, err_size) != 0)
-            return DLQ_READER_UNREACHABLE;
+        if (ps->hi[p] < 0 && watermarks(r, p, &ps->lo[p], &ps->hi[p], err) != 0)
+            return CHARGED_RETRY;
         if (offsets[i] < ps->lo[p] || offsets[i] >= ps->hi[p]) {
-            snprintf(err, err_size,
-                     "no dead letter at %d:%lld (partition holds %lld..%lld)", (int)p,
-                     (long long)offsets[i], (long long)ps->lo[p],
-                     (long long)ps->hi[p] - 1);
-            return DLQ_READER_NOT_FOUND;
+            charged_error_set(
+                err, "no dead letter at %d:%lld (partition holds %lld..%lld)", (int)p,
+                (long long)offsets[i], (long long)ps->lo[p], (long long)ps->hi[p] - 1);
+            return CHARGED_NOT_FOUND;
         }
         ps->w[ps->nw++] = (struct want){p, offsets[i]};
     }
@@ -571,13 +570,13 @@ static enum dlq_reader_rc positions_check(dlq_reader_t *r, struct positions *ps,
             ps->at[ps->w[i].partition] = i;
         ps->end[ps->w[i].partition] = i + 1;
     }
-    return DLQ_READER_OK;
+    return CHARGED_OK;
 }
 
 /* Rounds: each reads the next run of close offsets of every partition at
  * once, so that 500 neighbouring positions cost one read. */
-static enum dlq_reader_rc positions_read(dlq_reader_t *r, struct positions *ps,
-                                         char *err, size_t err_size)
+static enum charged_rc positions_read(dlq_reader_t *r, struct positions *ps,
+                                      struct charged_error *err)
 {
     for (;;) {
         size_t nsp = 0;
@@ -595,9 +594,9 @@ static enum dlq_reader_rc positions_read(dlq_reader_t *r, struct positions *ps,
             ps->at[p] = b + 1;
         }
         if (nsp == 0)
-            return DLQ_READER_OK;
-        enum dlq_reader_rc rc = read_spans(r, ps->np, ps->sp, nsp, 0, err, err_size);
-        if (rc != DLQ_READER_OK)
+            return CHARGED_OK;
+        enum charged_rc rc = read_spans(r, ps->np, ps->sp, nsp, 0, err);
+        if (rc != CHARGED_OK)
             return rc;
     }
 }
@@ -605,71 +604,70 @@ static enum dlq_reader_rc positions_read(dlq_reader_t *r, struct positions *ps,
 /* The letters read since slot `before`, one a position: a position inside
  * its partition can still hold no letter (a transaction marker, an
  * aborted letter). */
-static enum dlq_reader_rc positions_found(const dlq_reader_t *r, size_t before,
-                                          const int32_t *partitions,
-                                          const int64_t *offsets, size_t n,
-                                          const struct dlq_letter **letters, char *err,
-                                          size_t err_size)
+static enum charged_rc positions_found(const dlq_reader_t *r, size_t before,
+                                       const int32_t *partitions,
+                                       const int64_t *offsets, size_t n,
+                                       const struct dlq_letter **letters,
+                                       struct charged_error *err)
 {
     for (size_t i = 0; i < n; i++) {
         const struct dlq_letter *l = found(r, before, partitions[i], offsets[i]);
         if (!l) {
-            snprintf(err, err_size, "no dead letter at %d:%lld", (int)partitions[i],
-                     (long long)offsets[i]);
-            return DLQ_READER_NOT_FOUND;
+            charged_error_set(err, "no dead letter at %d:%lld", (int)partitions[i],
+                              (long long)offsets[i]);
+            return CHARGED_NOT_FOUND;
         }
         if (letters)
             letters[i] = l;
     }
-    return DLQ_READER_OK;
+    return CHARGED_OK;
 }
 
-enum dlq_reader_rc dlq_reader_read_positions(dlq_reader_t *r, const int32_t *partitions,
-                                             const int64_t *offsets, size_t n,
-                                             const struct dlq_letter **letters,
-                                             char *err, size_t err_size)
+enum charged_rc dlq_reader_read_positions(dlq_reader_t *r, const int32_t *partitions,
+                                          const int64_t *offsets, size_t n,
+                                          const struct dlq_letter **letters,
+                                          struct charged_error *err)
 {
     struct positions ps = {.w = calloc(n + 1, sizeof(*ps.w)),
                            .offs = calloc(n + 1, sizeof(*ps.offs))};
     size_t before = r->n;
-    enum dlq_reader_rc rc = DLQ_READER_FAILED;
+    enum charged_rc rc = CHARGED_RETRY;
     if (!ps.w || !ps.offs) {
-        snprintf(err, err_size, "out of memory");
+        charged_error_set(err, "out of memory");
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
         if (partitions[i] < 0 || offsets[i] < 0) {
-            snprintf(err, err_size, "no dead letter at %d:%lld", (int)partitions[i],
-                     (long long)offsets[i]);
-            rc = DLQ_READER_NOT_FOUND;
+            charged_error_set(err, "no dead letter at %d:%lld", (int)partitions[i],
+                              (long long)offsets[i]);
+            rc = CHARGED_NOT_FOUND;
             goto out;
         }
     }
     if (n == 0) {
-        rc = DLQ_READER_OK;
+        rc = CHARGED_OK;
         goto out;
     }
-    rc = DLQ_READER_UNREACHABLE;
-    if ((ps.np = dlq_partitions(r, err, err_size)) < 0)
+    rc = CHARGED_RETRY;
+    if ((ps.np = dlq_partitions(r, err)) < 0)
         goto out;
     if (positions_alloc(&ps) != 0) {
-        snprintf(err, err_size, "out of memory");
-        rc = DLQ_READER_FAILED;
+        charged_error_set(err, "out of memory");
+        rc = CHARGED_RETRY;
         goto out;
     }
-    if ((rc = positions_check(r, &ps, partitions, offsets, n, err, err_size)) ==
-            DLQ_READER_OK &&
-        (rc = positions_read(r, &ps, err, err_size)) == DLQ_READER_OK)
-        rc = positions_found(r, before, partitions, offsets, n, letters, err, err_size);
+    if ((rc = positions_check(r, &ps, partitions, offsets, n, err)) == CHARGED_OK &&
+        (rc = positions_read(r, &ps, err)) == CHARGED_OK)
+        rc = positions_found(r, before, partitions, offsets, n, letters, err);
 out:
     positions_free(&ps);
     return rc;
 }
 
-enum dlq_reader_rc dlq_reader_read_one(dlq_reader_t *r, int32_t partition,
-                                       int64_t offset, char *err, size_t err_size)
+enum charged_rc dlq_reader_read_one(dlq_reader_t *r, int32_t partition, int64_t offset,
+                                    struct charged_error *err)
 {
-    return dlq_reader_read_positions(r, &partition, &offset, 1, NULL, err, err_size);
+    return dlq_reader_read_positions(r, &partition, &offset, 1, NULL, err);
 }
 
 static int matches(const struct dlq_letter *l, const struct dlq_filters *f)

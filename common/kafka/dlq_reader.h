@@ -13,8 +13,8 @@
  * cannot charge twice. card_data_refused letters are never sent: their
  * card digits were masked.
  *
- *   dlq_reader_t *r = dlq_reader_new(cfg, err, sizeof(err));
- *   dlq_reader_read_all(r, err, sizeof(err));
+ *   dlq_reader_t *r = dlq_reader_new(cfg, &err);
+ *   dlq_reader_read_all(r, &err);
  *   const struct dlq_letter **sel = dlq_reader_select(r, &filters, &n);
  *   ...
  *   free(sel);
@@ -28,22 +28,20 @@
 
 #include <jansson.h>
 
+#include "charged_error.h"
 #include "config.h"
 
 typedef struct dlq_reader dlq_reader_t;
 
-enum dlq_reader_rc {
-    DLQ_READER_OK = 0,
-    DLQ_READER_UNREACHABLE, /* Kafka did not answer, or the topic is missing */
-    DLQ_READER_NOT_FOUND,   /* no letter at that position */
-    DLQ_READER_REFUSED,     /* replay: a letter cannot be sent (no original
-                               topic, one other than the command topic, or
-                               read by dlq_reader_read_newest), or no actor;
-                               card_data_refused letters named by position
-                               the caller refuses itself (chargectl does),
-                               selected ones are skipped */
-    DLQ_READER_FAILED,      /* out of memory; a send not acknowledged */
-};
+/* Its calls answer in charged_error.h's codes:
+ *   CHARGED_RETRY      Kafka did not answer, or the topic is missing; out of
+ *                      memory; a send not acknowledged
+ *   CHARGED_NOT_FOUND  no letter at that position
+ *   CHARGED_BAD_ITEM   replay: a letter cannot be sent (no original topic,
+ *                      one other than the command topic, or read by
+ *                      dlq_reader_read_newest), or no actor; card_data_refused
+ *                      letters named by position the caller refuses itself
+ *                      (chargectl does), selected ones are skipped */
 
 /* One dead letter as read; the reader owns it, at the same address until
  * dlq_reader_free (later reads do not move it). */
@@ -71,25 +69,25 @@ struct dlq_filters {
 
 /* A reader of CHARGE_DLQ_TOPIC on cfg's Kafka (cfg outlives it). NULL with
  * err when the client cannot be made (a bad setting). */
-dlq_reader_t *dlq_reader_new(const config_t *cfg, char *err, size_t err_size);
+dlq_reader_t *dlq_reader_new(const config_t *cfg, struct charged_error *err);
 void dlq_reader_free(dlq_reader_t *r);
 
 /* Reads every letter now in the topic / the one at partition:offset,
  * adding to what was read (a letter read twice is there twice).
- * DLQ_READER_OK or another rc with err; NOT_FOUND names the position. A
+ * CHARGED_OK or another rc with err; NOT_FOUND names the position. A
  * read that gets nothing for 10 s is UNREACHABLE. */
-enum dlq_reader_rc dlq_reader_read_all(dlq_reader_t *r, char *err, size_t err_size);
-enum dlq_reader_rc dlq_reader_read_one(dlq_reader_t *r, int32_t partition,
-                                       int64_t offset, char *err, size_t err_size);
+enum charged_rc dlq_reader_read_all(dlq_reader_t *r, struct charged_error *err);
+enum charged_rc dlq_reader_read_one(dlq_reader_t *r, int32_t partition, int64_t offset,
+                                    struct charged_error *err);
 
 /* Reads the letters in the newest max_per_partition offsets of each
  * partition (fewer letters when some are transaction markers), as
  * summaries: the ids are taken from the value, then the value is dropped
  * (value NULL, value_len 0), so memory is bounded by the headers and keys.
- * Such letters cannot be replayed (DLQ_READER_REFUSED); read them by
+ * Such letters cannot be replayed (CHARGED_BAD_ITEM); read them by
  * position for that. */
-enum dlq_reader_rc dlq_reader_read_newest(dlq_reader_t *r, int64_t max_per_partition,
-                                          char *err, size_t err_size);
+enum charged_rc dlq_reader_read_newest(dlq_reader_t *r, int64_t max_per_partition,
+                                       struct charged_error *err);
 
 /* The offsets the partitions held at the last successful read_all or
  * read_newest (the letters in the topic, plus any transaction markers),
@@ -100,12 +98,12 @@ int64_t dlq_reader_total(const dlq_reader_t *r);
  * positions in as few reads as they allow, adding to what was read; a
  * position named twice is read once. letters (NULL, or n of them) gets
  * letters[i], the letter at position i. Every position is checked before
- * any is read; one with no letter is DLQ_READER_NOT_FOUND with err naming
+ * any is read; one with no letter is CHARGED_NOT_FOUND with err naming
  * the first such in the order given (and letters not to be used). */
-enum dlq_reader_rc dlq_reader_read_positions(dlq_reader_t *r, const int32_t *partitions,
-                                             const int64_t *offsets, size_t n,
-                                             const struct dlq_letter **letters,
-                                             char *err, size_t err_size);
+enum charged_rc dlq_reader_read_positions(dlq_reader_t *r, const int32_t *partitions,
+                                          const int64_t *offsets, size_t n,
+                                          const struct dlq_letter **letters,
+                                          struct charged_error *err);
 
 /* The letters read so far, in the order read. */
 size_t dlq_reader_count(const dlq_reader_t *r);
@@ -143,18 +141,18 @@ struct dlq_replay_item {
 };
 
 /* Sends letters[0..n-1] back (dry_run: sends nothing), with dlq.replayed_by
- * = actor (NULL or "": DLQ_READER_REFUSED). items[i] (n of them, filled
+ * = actor (NULL or "": CHARGED_BAD_ITEM). items[i] (n of them, filled
  * by the call) tells each one's fate. A letter without an original
  * topic, with one other than CHARGE_COMMANDS_TOPIC, or read as a summary
- * refuses the whole call before anything is sent (DLQ_READER_REFUSED with
+ * refuses the whole call before anything is sent (CHARGED_BAD_ITEM with
  * err naming the letter and the topic); a send not acknowledged within
- * 30 s is DLQ_READER_FAILED with the items saying which, as is a send
+ * 30 s is CHARGED_RETRY with the items saying which, as is a send
  * Kafka refused. */
-enum dlq_reader_rc dlq_reader_replay(dlq_reader_t *r,
-                                     const struct dlq_letter *const *letters, size_t n,
-                                     const char *actor, int dry_run,
-                                     struct dlq_replay_item *items, char *err,
-                                     size_t err_size);
+enum charged_rc dlq_reader_replay(dlq_reader_t *r,
+                                  const struct dlq_letter *const *letters, size_t n,
+                                  const char *actor, int dry_run,
+                                  struct dlq_replay_item *items,
+                                  struct charged_error *err);
 
 /* The message a replay of l sends: {"topic", "key", "value", "headers"},
  * card digits masked as in dlq_letter_json when mask_card_digits (for a

@@ -48,53 +48,56 @@ static void on_error(rd_kafka_t *rk, int code, const char *reason, void *opaque)
     (void)opaque;
 }
 
-static rd_kafka_t *lag_consumer(const config_t *cfg, const char *group, char *err,
-                                size_t err_size)
+static rd_kafka_t *lag_consumer(const config_t *cfg, const char *group,
+                                struct charged_error *err)
 {
-    rd_kafka_conf_t *conf =
-        kafka_setup_conf(cfg, "charged-fleet-status", err, err_size);
+    rd_kafka_conf_t *conf = kafka_setup_conf(cfg, "charged-fleet-status", err);
     if (!conf)
         return NULL;
     kafka_setup_apply_env(conf, cfg);
     /* The group's id is what rd_kafka_committed asks the coordinator for;
      * after the pass-through, so that no KAFKA_* turns commits back on. */
-    if (kafka_setup_set(conf, "group.id", group, err, err_size) ||
-        kafka_setup_set(conf, "enable.auto.commit", "false", err, err_size) ||
-        kafka_setup_set(conf, "enable.auto.offset.store", "false", err, err_size)) {
+    if (kafka_setup_set(conf, "group.id", group, err) ||
+        kafka_setup_set(conf, "enable.auto.commit", "false", err) ||
+        kafka_setup_set(conf, "enable.auto.offset.store", "false", err)) {
         rd_kafka_conf_destroy(conf);
         return NULL;
     }
     rd_kafka_conf_set_error_cb(conf, on_error);
-    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, err_size);
-    if (!rk)
+    char rderr[sizeof(err->message)];
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, rderr, sizeof(rderr));
+    if (!rk) {
+        charged_error_set(err, "%s", rderr);
         rd_kafka_conf_destroy(conf);
+    }
     return rk;
 }
 
 /* The topic's partition count, or -1 with err. */
 static int topic_partitions(rd_kafka_t *rk, const config_t *cfg, const char *topic,
-                            int64_t deadline, char *err, size_t err_size)
+                            int64_t deadline, struct charged_error *err)
 {
     const struct rd_kafka_metadata *md = NULL;
     rd_kafka_topic_t *t = rd_kafka_topic_new(rk, topic, NULL);
     int n = -1;
     if (!t) {
-        snprintf(err, err_size, "topic '%s': %s", topic,
-                 rd_kafka_err2str(rd_kafka_last_error()));
+        charged_error_set(err, "topic '%s': %s", topic,
+                          rd_kafka_err2str(rd_kafka_last_error()));
         return -1;
     }
     rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 0, t, &md, left_ms(deadline));
     if (e) {
-        snprintf(err, err_size, "kafka unreachable at %s: %s",
-                 config_str(cfg, CONFIG_KAFKA_BOOTSTRAP_SERVERS), rd_kafka_err2str(e));
+        charged_error_set(err, "kafka unreachable at %s: %s",
+                          config_str(cfg, CONFIG_KAFKA_BOOTSTRAP_SERVERS),
+                          rd_kafka_err2str(e));
     } else if (md->topic_cnt < 1 ||
                md->topics[0].err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART) {
-        snprintf(err, err_size, "topic '%s' does not exist", topic);
+        charged_error_set(err, "topic '%s' does not exist", topic);
     } else if (md->topics[0].err) {
-        snprintf(err, err_size, "topic '%s': %s", topic,
-                 rd_kafka_err2str(md->topics[0].err));
+        charged_error_set(err, "topic '%s': %s", topic,
+                          rd_kafka_err2str(md->topics[0].err));
     } else if (md->topics[0].partition_cnt < 1) {
-        snprintf(err, err_size, "topic '%s' does not exist", topic);
+        charged_error_set(err, "topic '%s' does not exist", topic);
     } else {
         n = md->topics[0].partition_cnt;
     }
@@ -108,12 +111,12 @@ static int topic_partitions(rd_kafka_t *rk, const config_t *cfg, const char *top
  * the group has none there (the lag then counts from the low watermark). */
 static json_t *partition_lag(rd_kafka_t *rk, const char *topic,
                              const rd_kafka_topic_partition_t *c, int64_t deadline,
-                             json_int_t *lag, char *err, size_t err_size)
+                             json_int_t *lag, struct charged_error *err)
 {
     int64_t lo = 0, hi = 0;
     if (c->err) {
-        snprintf(err, err_size, "committed offset of %s [%d]: %s", topic,
-                 (int)c->partition, rd_kafka_err2str(c->err));
+        charged_error_set(err, "committed offset of %s [%d]: %s", topic,
+                          (int)c->partition, rd_kafka_err2str(c->err));
         return NULL;
     }
     int ms = left_ms(deadline);
@@ -121,8 +124,8 @@ static json_t *partition_lag(rd_kafka_t *rk, const char *topic,
         ms ? rd_kafka_query_watermark_offsets(rk, topic, c->partition, &lo, &hi, ms)
            : RD_KAFKA_RESP_ERR__TIMED_OUT;
     if (e) {
-        snprintf(err, err_size, "end offset of %s [%d]: %s", topic, (int)c->partition,
-                 rd_kafka_err2str(e));
+        charged_error_set(err, "end offset of %s [%d]: %s", topic, (int)c->partition,
+                          rd_kafka_err2str(e));
         return NULL;
     }
     int64_t from = c->offset >= 0 ? c->offset : lo;
@@ -135,21 +138,21 @@ static json_t *partition_lag(rd_kafka_t *rk, const char *topic,
 }
 
 json_t *fleet_status_lag(const config_t *cfg, const char *group, const char *topic,
-                         int timeout_ms, char *err, size_t err_size)
+                         int timeout_ms, struct charged_error *err)
 {
     int64_t deadline = clock_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
     rd_kafka_topic_partition_list_t *list = NULL;
     json_t *out = NULL, *parts = NULL;
     json_int_t total = 0;
-    snprintf(err, err_size, "%s", "");
+    charged_error_clear(err);
     if (!group || !*group || !topic || !*topic) {
-        snprintf(err, err_size, "a consumer group and a topic are needed");
+        charged_error_set(err, "a consumer group and a topic are needed");
         return NULL;
     }
-    rd_kafka_t *rk = lag_consumer(cfg, group, err, err_size);
+    rd_kafka_t *rk = lag_consumer(cfg, group, err);
     if (!rk)
         return NULL;
-    int n = topic_partitions(rk, cfg, topic, deadline, err, err_size);
+    int n = topic_partitions(rk, cfg, topic, deadline, err);
     if (n < 0)
         goto out;
     list = rd_kafka_topic_partition_list_new(n);
@@ -159,21 +162,20 @@ json_t *fleet_status_lag(const config_t *cfg, const char *group, const char *top
     rd_kafka_resp_err_t e =
         ms ? rd_kafka_committed(rk, list, ms) : RD_KAFKA_RESP_ERR__TIMED_OUT;
     if (e) {
-        snprintf(err, err_size, "committed offsets of group '%s': %s", group,
-                 rd_kafka_err2str(e));
+        charged_error_set(err, "committed offsets of group '%s': %s", group,
+                          rd_kafka_err2str(e));
         goto out;
     }
     if (!(parts = json_array())) {
-        snprintf(err, err_size, "out of memory");
+        charged_error_set(err, "out of memory");
         goto out;
     }
     for (int i = 0; i < list->cnt; i++) {
         json_int_t lag = 0;
-        json_t *p =
-            partition_lag(rk, topic, &list->elems[i], deadline, &lag, err, err_size);
+        json_t *p = partition_lag(rk, topic, &list->elems[i], deadline, &lag, err);
         if (!p || json_array_append_new(parts, p)) {
-            if (!err[0])
-                snprintf(err, err_size, "out of memory");
+            if (!err->message[0])
+                charged_error_set(err, "out of memory");
             goto out;
         }
         total += lag;
@@ -181,7 +183,7 @@ json_t *fleet_status_lag(const config_t *cfg, const char *group, const char *top
     out = json_pack("{s:s, s:s, s:I, s:O}", "group", group, "topic", topic, "total",
                     total, "partitions", parts);
     if (!out)
-        snprintf(err, err_size, "out of memory");
+        charged_error_set(err, "out of memory");
 out:
     json_decref(parts);
     if (list)

@@ -21,7 +21,7 @@
  * the group and never commits. NULL with err when Kafka does not answer
  * within timeout_ms or the topic is missing. */
 json_t *fleet_status_lag(const config_t *cfg, const char *group, const char *topic,
-                         int timeout_ms, char *err, size_t err_size);
+                         int timeout_ms, struct charged_error *err);
 
 /* The breaker of each worker whose metrics URL is in `urls` (comma
  * separated http://host:port/metrics; NULL or "": none): [{"url", "state":

@@ -25,27 +25,31 @@ static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char 
     log_write(l, "librdkafka", "facility", fac, "detail", buf, NULL);
 }
 
-int kafka_setup_set(rd_kafka_conf_t *conf, const char *name, const char *value,
-                    char *errbuf, size_t errbuf_size)
+enum charged_rc kafka_setup_set(rd_kafka_conf_t *conf, const char *name,
+                                const char *value, struct charged_error *err)
 {
-    if (rd_kafka_conf_set(conf, name, value, errbuf, errbuf_size) != RD_KAFKA_CONF_OK)
-        return -1;
-    return 0;
+    char rderr[sizeof(err->message)];
+    if (rd_kafka_conf_set(conf, name, value, rderr, sizeof(rderr)) !=
+        RD_KAFKA_CONF_OK) {
+        charged_error_set(err, "%s", rderr);
+        return CHARGED_GIVE_UP;
+    }
+    charged_error_clear(err);
+    return CHARGED_OK;
 }
 
 rd_kafka_conf_t *kafka_setup_conf(const config_t *cfg, const char *client_id,
-                                  char *errbuf, size_t errbuf_size)
+                                  struct charged_error *err)
 {
     /* The library loaded, not the one built against: a LD_LIBRARY_PATH or
      * an image that carries the distribution's librdkafka1 would bring
      * back the old rebalance bugs without a word. */
-    if (config_librdkafka_too_old(errbuf, errbuf_size))
+    if (config_librdkafka_too_old(err))
         return NULL;
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     if (kafka_setup_set(conf, "bootstrap.servers",
-                        config_str(cfg, CONFIG_KAFKA_BOOTSTRAP_SERVERS), errbuf,
-                        errbuf_size) ||
-        kafka_setup_set(conf, "client.id", client_id, errbuf, errbuf_size)) {
+                        config_str(cfg, CONFIG_KAFKA_BOOTSTRAP_SERVERS), err) ||
+        kafka_setup_set(conf, "client.id", client_id, err)) {
         rd_kafka_conf_destroy(conf);
         return NULL;
     }
@@ -56,49 +60,47 @@ rd_kafka_conf_t *kafka_setup_conf(const config_t *cfg, const char *client_id,
 #define PRODUCER_MESSAGE_MAX_BYTES "4194304"
 
 /* Before the pass-through: KAFKA_* may override these. */
-static int set_producer_defaults(rd_kafka_conf_t *conf,
-                                 const struct kafka_setup_producer *p, char *errbuf,
-                                 size_t errbuf_size)
+static enum charged_rc set_producer_defaults(rd_kafka_conf_t *conf,
+                                             const struct kafka_setup_producer *p,
+                                             struct charged_error *err)
 {
     char timeout_ms[32];
     snprintf(timeout_ms, sizeof(timeout_ms), "%lld", p->message_timeout_ms);
-    if (kafka_setup_set(conf, "linger.ms", "5", errbuf, errbuf_size) ||
+    if (kafka_setup_set(conf, "linger.ms", "5", err) ||
         (!p->pin_message_max_bytes &&
-         kafka_setup_set(conf, "message.max.bytes", PRODUCER_MESSAGE_MAX_BYTES, errbuf,
-                         errbuf_size)) ||
+         kafka_setup_set(conf, "message.max.bytes", PRODUCER_MESSAGE_MAX_BYTES, err)) ||
         (p->message_timeout_ms > 0 &&
-         kafka_setup_set(conf, "message.timeout.ms", timeout_ms, errbuf, errbuf_size)))
-        return -1;
-    return 0;
+         kafka_setup_set(conf, "message.timeout.ms", timeout_ms, err)))
+        return CHARGED_GIVE_UP;
+    return CHARGED_OK;
 }
 
 /* After the pass-through: no KAFKA_* may change these. */
-static int set_producer_guarantees(rd_kafka_conf_t *conf,
-                                   const struct kafka_setup_producer *p, char *errbuf,
-                                   size_t errbuf_size)
+static enum charged_rc set_producer_guarantees(rd_kafka_conf_t *conf,
+                                               const struct kafka_setup_producer *p,
+                                               struct charged_error *err)
 {
-    if (kafka_setup_set(conf, "enable.idempotence", "true", errbuf, errbuf_size) ||
-        kafka_setup_set(conf, "acks", "all", errbuf, errbuf_size) ||
+    if (kafka_setup_set(conf, "enable.idempotence", "true", err) ||
+        kafka_setup_set(conf, "acks", "all", err) ||
         (p->pin_message_max_bytes &&
-         kafka_setup_set(conf, "message.max.bytes", PRODUCER_MESSAGE_MAX_BYTES, errbuf,
-                         errbuf_size)))
-        return -1;
-    return 0;
+         kafka_setup_set(conf, "message.max.bytes", PRODUCER_MESSAGE_MAX_BYTES, err)))
+        return CHARGED_GIVE_UP;
+    return CHARGED_OK;
 }
 
 rd_kafka_conf_t *kafka_setup_producer_conf(const config_t *cfg, const char *client_id,
                                            const struct kafka_setup_producer *p,
-                                           char *errbuf, size_t errbuf_size)
+                                           struct charged_error *err)
 {
-    rd_kafka_conf_t *conf = kafka_setup_conf(cfg, client_id, errbuf, errbuf_size);
+    rd_kafka_conf_t *conf = kafka_setup_conf(cfg, client_id, err);
     if (!conf)
         return NULL;
-    if (set_producer_defaults(conf, p, errbuf, errbuf_size) != 0) {
+    if (set_producer_defaults(conf, p, err) != 0) {
         rd_kafka_conf_destroy(conf);
         return NULL;
     }
     kafka_setup_apply_env(conf, cfg);
-    if (set_producer_guarantees(conf, p, errbuf, errbuf_size) != 0) {
+    if (set_producer_guarantees(conf, p, err) != 0) {
         rd_kafka_conf_destroy(conf);
         return NULL;
     }
@@ -119,17 +121,19 @@ static void on_tool_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *
 }
 
 rd_kafka_t *kafka_setup_tool_producer(const config_t *cfg, const char *client_id,
-                                      char *errbuf, size_t errbuf_size)
+                                      struct charged_error *err)
 {
     const struct kafka_setup_producer preset = {.pin_message_max_bytes = 1};
-    rd_kafka_conf_t *conf =
-        kafka_setup_producer_conf(cfg, client_id, &preset, errbuf, errbuf_size);
+    rd_kafka_conf_t *conf = kafka_setup_producer_conf(cfg, client_id, &preset, err);
     if (!conf)
         return NULL;
     rd_kafka_conf_set_dr_msg_cb(conf, on_tool_delivery);
-    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errbuf, errbuf_size);
-    if (!rk)
+    char rderr[sizeof(err->message)];
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, rderr, sizeof(rderr));
+    if (!rk) {
+        charged_error_set(err, "%s", rderr);
         rd_kafka_conf_destroy(conf);
+    }
     return rk;
 }
 
@@ -177,8 +181,9 @@ static int valid_instance_id(const char *s)
     return 1;
 }
 
-int kafka_setup_group_instance(rd_kafka_conf_t *conf, const config_t *cfg, char *out,
-                               size_t out_size, char *errbuf, size_t errbuf_size)
+enum charged_rc kafka_setup_group_instance(rd_kafka_conf_t *conf, const config_t *cfg,
+                                           char *out, size_t out_size,
+                                           struct charged_error *err)
 {
     const char *id = kafka_setup_pass_through(cfg, "group.instance.id");
     const char *var = "KAFKA_GROUP_INSTANCE_ID";
@@ -187,20 +192,21 @@ int kafka_setup_group_instance(rd_kafka_conf_t *conf, const config_t *cfg, char 
         var = "POD_NAME";
         if (!id || !*id) {
             snprintf(out, out_size, "%s", "");
-            return 0;
+            return CHARGED_OK;
         }
     }
     if (!valid_instance_id(id)) {
-        snprintf(errbuf, errbuf_size,
-                 "%s: '%s' is not a valid group instance id (1 to 249 characters of "
-                 "[A-Za-z0-9._-])",
-                 var, id);
-        return -1;
+        charged_error_set(
+            err,
+            "%s: '%s' is not a valid group instance id (1 to 249 characters of "
+            "[A-Za-z0-9._-])",
+            var, id);
+        return CHARGED_GIVE_UP;
     }
-    if (kafka_setup_set(conf, "group.instance.id", id, errbuf, errbuf_size) != 0)
-        return -1;
+    if (kafka_setup_set(conf, "group.instance.id", id, err) != 0)
+        return CHARGED_GIVE_UP;
     snprintf(out, out_size, "%s", id);
-    return 0;
+    return CHARGED_OK;
 }
 
 void kafka_setup_worker_id(const config_t *cfg, char *out, size_t out_size)

@@ -13,14 +13,15 @@
 #include "config.h"
 
 /* A conf with bootstrap.servers, client.id and librdkafka's logs routed to
- * our JSON logger. NULL and errbuf on a bad value, or when the librdkafka
+ * our JSON logger. NULL and err on a bad value, or when the librdkafka
  * loaded at run time is older than charged needs (config_librdkafka_too_old). */
 rd_kafka_conf_t *kafka_setup_conf(const config_t *cfg, const char *client_id,
-                                  char *errbuf, size_t errbuf_size);
+                                  struct charged_error *err);
 
-/* Sets one property. 0 / -1 with errbuf. */
-int kafka_setup_set(rd_kafka_conf_t *conf, const char *name, const char *value,
-                    char *errbuf, size_t errbuf_size);
+/* Sets one property. CHARGED_GIVE_UP with err when librdkafka refuses it (a
+ * configuration error). */
+enum charged_rc kafka_setup_set(rd_kafka_conf_t *conf, const char *name,
+                                const char *value, struct charged_error *err);
 
 /* What one charged producer's preset differs in from the others'. */
 struct kafka_setup_producer {
@@ -39,11 +40,11 @@ struct kafka_setup_producer {
  * the order above: the defaults linger.ms 5, message.max.bytes 4194304 (the
  * topics' max.message.bytes) and p's; the KAFKA_* pass-through; then
  * enable.idempotence=true and acks=all, which nobody may override: a retry
- * never duplicates or reorders within a partition. NULL and errbuf on a
+ * never duplicates or reorders within a partition. NULL and err on a
  * bad value (see kafka_setup_conf). */
 rd_kafka_conf_t *kafka_setup_producer_conf(const config_t *cfg, const char *client_id,
                                            const struct kafka_setup_producer *p,
-                                           char *errbuf, size_t errbuf_size);
+                                           struct charged_error *err);
 
 /* Where a message of a kafka_setup_tool_producer landed, filled by its
  * delivery report (served by rd_kafka_poll / rd_kafka_flush). */
@@ -57,9 +58,9 @@ struct kafka_setup_delivery {
 /* The producer of the operator's tools (chargectl, the console), one for
  * all of them: the preset above with message.max.bytes pinned, and
  * messages that carry a struct kafka_setup_delivery as their opaque (or
- * NULL). NULL and errbuf on failure. */
+ * NULL). NULL and err on failure. */
 rd_kafka_t *kafka_setup_tool_producer(const config_t *cfg, const char *client_id,
-                                      char *errbuf, size_t errbuf_size);
+                                      struct charged_error *err);
 
 /* Applies the KAFKA_* pass-through properties (validated by config_new). */
 void kafka_setup_apply_env(rd_kafka_conf_t *conf, const config_t *cfg);
@@ -74,10 +75,11 @@ int kafka_setup_uses_consumer_protocol(const config_t *cfg);
 /* Static group membership: the consumer's group.instance.id is
  * KAFKA_GROUP_INSTANCE_ID (a pass-through property, already in conf) or,
  * when that is not set, POD_NAME. Writes the id used into out ("" for
- * none, dynamic membership). -1 with errbuf, naming the variable, when the
+ * none, dynamic membership). CHARGED_GIVE_UP with err, naming the variable, when the
  * id is not one Kafka accepts (1 to 249 characters of [A-Za-z0-9._-]). */
-int kafka_setup_group_instance(rd_kafka_conf_t *conf, const config_t *cfg, char *out,
-                               size_t out_size, char *errbuf, size_t errbuf_size);
+enum charged_rc kafka_setup_group_instance(rd_kafka_conf_t *conf, const config_t *cfg,
+                                           char *out, size_t out_size,
+                                           struct charged_error *err);
 
 /* WORKER_ID, or <hostname>-<pid>-<random>: unique per process, so that a
  * restarted worker never mistakes a dead predecessor's lease for its own. */

@@ -30,7 +30,10 @@
 /* How far a webhook's signed timestamp may be from now, either way. */
 #define WEBHOOK_SIGNATURE_TOLERANCE_S 300
 
-/* Why a webhook delivery was refused; 0 is success. */
+/* Why a webhook delivery was refused; 0 is success. A verdict on the
+ * delivery, not an error of a call: the api answers each with its own 400
+ * line, and nothing is retried, so it stays an enum of its own rather than
+ * a charged_rc (one that would only ever be CHARGED_BAD_ITEM). */
 enum webhook_signature_rc {
     WEBHOOK_SIGNATURE_OK = 0,
     WEBHOOK_SIGNATURE_MISSING,   /* no header, or empty */
@@ -47,22 +50,22 @@ struct provider_backend {
     const char *name; /* "stripe" */
 
     /* The client: base_url, api_key, api_version and timeout_ms as
-     * provider_client_new takes them. NULL with errbuf on failure. */
+     * provider_client_new takes them. NULL with err on failure. */
     void *(*open)(const char *base_url, const char *api_key, const char *api_version,
-                  long timeout_ms, char *errbuf, size_t errbuf_size);
+                  long timeout_ms, struct charged_error *err);
     void (*close)(void *impl);
 
     /* Sending: a blocking charge, and the asynchronous starts. */
-    int (*charge)(void *impl, const struct provider_charge *ch,
-                  struct provider_result *res);
-    int (*start_charge)(void *impl, const struct provider_charge *ch, void *opaque,
-                        char *errbuf, size_t errbuf_size);
-    int (*start_refund)(void *impl, const struct provider_refund *r, void *opaque,
-                        char *errbuf, size_t errbuf_size);
-    int (*start_post)(void *impl, const char *path, const char *form_body,
-                      const char *idempotency_key, void *opaque, char *errbuf,
-                      size_t errbuf_size);
-    int (*start_probe)(void *impl, void *opaque, char *errbuf, size_t errbuf_size);
+    void (*charge)(void *impl, const struct provider_charge *ch,
+                   struct provider_result *res);
+    enum charged_rc (*start_charge)(void *impl, const struct provider_charge *ch,
+                                    void *opaque, struct charged_error *err);
+    enum charged_rc (*start_refund)(void *impl, const struct provider_refund *r,
+                                    void *opaque, struct charged_error *err);
+    enum charged_rc (*start_post)(void *impl, const char *path, const char *form_body,
+                                  const char *idempotency_key, void *opaque,
+                                  struct charged_error *err);
+    enum charged_rc (*start_probe)(void *impl, void *opaque, struct charged_error *err);
 
     /* The asynchronous transfers' loop. */
     void (*perform)(void *impl, int timeout_ms);
@@ -71,21 +74,21 @@ struct provider_backend {
     void (*abandon_all)(void *impl);
 
     /* Look-ups, blocking. */
-    int (*retrieve)(void *impl, const char *payment_id, struct provider_result *res);
-    int (*search)(void *impl, const char *payment_attempt_id,
-                  struct provider_result *res);
-    int (*list)(void *impl, const char *payment_attempt_id, long long created_gte,
-                long long created_lt, const char *starting_after,
-                struct provider_result *res);
-    int (*list_refunds)(void *impl, const char *payment_id, const char *refund_id,
-                        const char *starting_after, struct provider_result *res);
-    int (*retrieve_refund)(void *impl, const char *refund_id,
-                           struct provider_result *res);
-    int (*list_page)(void *impl, enum provider_list_of what, long long created_gte,
-                     long long created_lt, const char *starting_after,
-                     struct provider_page *page, struct provider_result *res);
-    int (*fetch)(void *impl, enum provider_list_of what, const char *id,
-                 struct provider_listed *obj, struct provider_result *res);
+    void (*retrieve)(void *impl, const char *payment_id, struct provider_result *res);
+    void (*search)(void *impl, const char *payment_attempt_id,
+                   struct provider_result *res);
+    void (*list)(void *impl, const char *payment_attempt_id, long long created_gte,
+                 long long created_lt, const char *starting_after,
+                 struct provider_result *res);
+    void (*list_refunds)(void *impl, const char *payment_id, const char *refund_id,
+                         const char *starting_after, struct provider_result *res);
+    void (*retrieve_refund)(void *impl, const char *refund_id,
+                            struct provider_result *res);
+    void (*list_page)(void *impl, enum provider_list_of what, long long created_gte,
+                      long long created_lt, const char *starting_after,
+                      struct provider_page *page, struct provider_result *res);
+    void (*fetch)(void *impl, enum provider_list_of what, const char *id,
+                  struct provider_listed *obj, struct provider_result *res);
 
     /* Pure: an answer as a result, a list page, provider text made safe. */
     void (*classify)(const struct provider_call *call, int http_status,
@@ -99,14 +102,16 @@ struct provider_backend {
     /* Webhooks: the HTTP header that carries the signature, its check (at
      * unix time now_s, against any of nsecrets secrets), and an event's
      * body into core's struct webhook_event (webhook_event.h has the
-     * contract: 0, -1 with a line safe to answer, WEBHOOK_PARSE_NO_MEMORY;
+     * contract: CHARGED_OK; CHARGED_BAD_ITEM with a line safe to answer
+     * (the body is refused); CHARGED_RETRY when memory ran out;
      * `normalized` the event as stored, malloc'd, or NULL not wanted). */
     const char *signature_header;
     enum webhook_signature_rc (*verify)(const char *header, const char *body,
                                         size_t body_len, const char *const *secrets,
                                         size_t nsecrets, int64_t now_s);
-    int (*parse_event)(const char *body, size_t len, struct webhook_event *ev,
-                       char **normalized, char *errbuf, size_t errbuf_size);
+    enum charged_rc (*parse_event)(const char *body, size_t len,
+                                   struct webhook_event *ev, char **normalized,
+                                   struct charged_error *err);
 };
 
 /* The backend named `name`, or NULL when there is none of that name. */
@@ -118,7 +123,7 @@ const struct provider_backend *provider_backend_default(void);
 provider_client_t *provider_client_open(const struct provider_backend *be,
                                         const char *base_url, const char *api_key,
                                         const char *api_version, long timeout_ms,
-                                        char *errbuf, size_t errbuf_size);
+                                        struct charged_error *err);
 
 /* Is the webhook delivery whose `be->signature_header` is `header` (NULL
  * when absent) authentic and fresh? */
@@ -128,8 +133,9 @@ enum webhook_signature_rc provider_webhook_verify(const struct provider_backend 
                                                   const char *const *secrets,
                                                   size_t nsecrets, int64_t now_s);
 /* The event the delivery carries, as be->parse_event. */
-int provider_webhook_parse(const struct provider_backend *be, const char *body,
-                           size_t len, struct webhook_event *ev, char **normalized,
-                           char *errbuf, size_t errbuf_size);
+enum charged_rc provider_webhook_parse(const struct provider_backend *be,
+                                       const char *body, size_t len,
+                                       struct webhook_event *ev, char **normalized,
+                                       struct charged_error *err);
 
 #endif

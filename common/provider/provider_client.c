@@ -38,18 +38,17 @@ const struct provider_backend *provider_backend_default(void)
 provider_client_t *provider_client_open(const struct provider_backend *be,
                                         const char *base_url, const char *api_key,
                                         const char *api_version, long timeout_ms,
-                                        char *errbuf, size_t errbuf_size)
+                                        struct charged_error *err)
 {
     CHARGED_ASSERT(be != NULL && be->open != NULL);
-    CHARGED_ASSERT(errbuf != NULL && errbuf_size > 0);
+    CHARGED_ASSERT(err != NULL);
     provider_client_t *pc = calloc(1, sizeof(*pc));
     if (!pc) {
-        snprintf(errbuf, errbuf_size, "provider client: out of memory");
+        charged_error_set(err, "provider client: out of memory");
         return NULL;
     }
     pc->be = be;
-    pc->impl =
-        be->open(base_url, api_key, api_version, timeout_ms, errbuf, errbuf_size);
+    pc->impl = be->open(base_url, api_key, api_version, timeout_ms, err);
     if (!pc->impl) {
         free(pc);
         return NULL;
@@ -59,10 +58,10 @@ provider_client_t *provider_client_open(const struct provider_backend *be,
 
 provider_client_t *provider_client_new(const char *base_url, const char *api_key,
                                        const char *api_version, long timeout_ms,
-                                       char *errbuf, size_t errbuf_size)
+                                       struct charged_error *err)
 {
     return provider_client_open(provider_backend_default(), base_url, api_key,
-                                api_version, timeout_ms, errbuf, errbuf_size);
+                                api_version, timeout_ms, err);
 }
 
 void provider_client_free(provider_client_t *pc)
@@ -74,34 +73,34 @@ void provider_client_free(provider_client_t *pc)
     free(pc);
 }
 
-int provider_client_charge(provider_client_t *pc, const struct provider_charge *ch,
-                           struct provider_result *res)
+void provider_client_charge(provider_client_t *pc, const struct provider_charge *ch,
+                            struct provider_result *res)
 {
     CHARGED_ASSERT(pc != NULL && ch != NULL && res != NULL);
-    return pc->be->charge(pc->impl, ch, res);
+    pc->be->charge(pc->impl, ch, res);
 }
 
-int provider_client_retrieve(provider_client_t *pc, const char *payment_intent_id,
-                             struct provider_result *res)
+void provider_client_retrieve(provider_client_t *pc, const char *payment_intent_id,
+                              struct provider_result *res)
 {
     CHARGED_ASSERT(pc != NULL && res != NULL);
-    return pc->be->retrieve(pc->impl, payment_intent_id, res);
+    pc->be->retrieve(pc->impl, payment_intent_id, res);
 }
 
-int provider_client_search(provider_client_t *pc, const char *payment_attempt_id,
-                           struct provider_result *res)
+void provider_client_search(provider_client_t *pc, const char *payment_attempt_id,
+                            struct provider_result *res)
 {
     CHARGED_ASSERT(pc != NULL && res != NULL);
-    return pc->be->search(pc->impl, payment_attempt_id, res);
+    pc->be->search(pc->impl, payment_attempt_id, res);
 }
 
-int provider_client_list(provider_client_t *pc, const char *payment_attempt_id,
-                         long long created_gte, long long created_lt,
-                         const char *starting_after, struct provider_result *res)
+void provider_client_list(provider_client_t *pc, const char *payment_attempt_id,
+                          long long created_gte, long long created_lt,
+                          const char *starting_after, struct provider_result *res)
 {
     CHARGED_ASSERT(pc != NULL && res != NULL);
-    return pc->be->list(pc->impl, payment_attempt_id, created_gte, created_lt,
-                        starting_after, res);
+    pc->be->list(pc->impl, payment_attempt_id, created_gte, created_lt, starting_after,
+                 res);
 }
 
 void provider_client_redact(char *dst, size_t size, const char *src)
@@ -131,75 +130,74 @@ void provider_client_parse_page(enum provider_list_of what, int http_status,
     CHARGED_ASSERT(page->n <= PROVIDER_PAGE_MAX);
 }
 
-int provider_client_start_charge(provider_client_t *pc,
-                                 const struct provider_charge *ch, void *opaque,
-                                 char *errbuf, size_t errbuf_size)
+enum charged_rc provider_client_start_charge(provider_client_t *pc,
+                                             const struct provider_charge *ch,
+                                             void *opaque, struct charged_error *err)
 {
     CHARGED_ASSERT(pc != NULL && ch != NULL);
-    CHARGED_ASSERT(errbuf != NULL && errbuf_size > 0);
-    return pc->be->start_charge(pc->impl, ch, opaque, errbuf, errbuf_size);
+    CHARGED_ASSERT(err != NULL);
+    return pc->be->start_charge(pc->impl, ch, opaque, err);
 }
 
-int provider_client_start_post(provider_client_t *pc, const char *path,
-                               const char *form_body, const char *idempotency_key,
-                               void *opaque, char *errbuf, size_t errbuf_size)
+enum charged_rc provider_client_start_post(provider_client_t *pc, const char *path,
+                                           const char *form_body,
+                                           const char *idempotency_key, void *opaque,
+                                           struct charged_error *err)
 {
     CHARGED_ASSERT(pc != NULL);
-    CHARGED_ASSERT(errbuf != NULL && errbuf_size > 0);
-    return pc->be->start_post(pc->impl, path, form_body, idempotency_key, opaque,
-                              errbuf, errbuf_size);
+    CHARGED_ASSERT(err != NULL);
+    return pc->be->start_post(pc->impl, path, form_body, idempotency_key, opaque, err);
 }
 
-int provider_client_start_refund(provider_client_t *pc, const struct provider_refund *r,
-                                 void *opaque, char *errbuf, size_t errbuf_size)
+enum charged_rc provider_client_start_refund(provider_client_t *pc,
+                                             const struct provider_refund *r,
+                                             void *opaque, struct charged_error *err)
 {
     CHARGED_ASSERT(pc != NULL && r != NULL);
-    CHARGED_ASSERT(errbuf != NULL && errbuf_size > 0);
-    return pc->be->start_refund(pc->impl, r, opaque, errbuf, errbuf_size);
+    CHARGED_ASSERT(err != NULL);
+    return pc->be->start_refund(pc->impl, r, opaque, err);
 }
 
-int provider_client_retrieve_refund(provider_client_t *pc, const char *refund_id,
-                                    struct provider_result *res)
+void provider_client_retrieve_refund(provider_client_t *pc, const char *refund_id,
+                                     struct provider_result *res)
 {
     CHARGED_ASSERT(pc != NULL && res != NULL);
-    return pc->be->retrieve_refund(pc->impl, refund_id, res);
+    pc->be->retrieve_refund(pc->impl, refund_id, res);
 }
 
-int provider_client_list_refunds(provider_client_t *pc, const char *payment_intent,
-                                 const char *refund_id, const char *starting_after,
-                                 struct provider_result *res)
+void provider_client_list_refunds(provider_client_t *pc, const char *payment_intent,
+                                  const char *refund_id, const char *starting_after,
+                                  struct provider_result *res)
 {
     CHARGED_ASSERT(pc != NULL && res != NULL);
-    return pc->be->list_refunds(pc->impl, payment_intent, refund_id, starting_after,
-                                res);
+    pc->be->list_refunds(pc->impl, payment_intent, refund_id, starting_after, res);
 }
 
-int provider_client_list_page(provider_client_t *pc, enum provider_list_of what,
-                              long long created_gte, long long created_lt,
-                              const char *starting_after, struct provider_page *page,
-                              struct provider_result *res)
+void provider_client_list_page(provider_client_t *pc, enum provider_list_of what,
+                               long long created_gte, long long created_lt,
+                               const char *starting_after, struct provider_page *page,
+                               struct provider_result *res)
 {
     CHARGED_ASSERT(pc != NULL && page != NULL && res != NULL);
-    int rc = pc->be->list_page(pc->impl, what, created_gte, created_lt, starting_after,
-                               page, res);
+    pc->be->list_page(pc->impl, what, created_gte, created_lt, starting_after, page,
+                      res);
     CHARGED_ASSERT(page->n <= PROVIDER_PAGE_MAX);
-    return rc;
 }
 
-int provider_client_fetch(provider_client_t *pc, enum provider_list_of what,
-                          const char *id, struct provider_listed *obj,
-                          struct provider_result *res)
+void provider_client_fetch(provider_client_t *pc, enum provider_list_of what,
+                           const char *id, struct provider_listed *obj,
+                           struct provider_result *res)
 {
     CHARGED_ASSERT(pc != NULL && obj != NULL && res != NULL);
-    return pc->be->fetch(pc->impl, what, id, obj, res);
+    pc->be->fetch(pc->impl, what, id, obj, res);
 }
 
-int provider_client_start_probe(provider_client_t *pc, void *opaque, char *errbuf,
-                                size_t errbuf_size)
+enum charged_rc provider_client_start_probe(provider_client_t *pc, void *opaque,
+                                            struct charged_error *err)
 {
     CHARGED_ASSERT(pc != NULL);
-    CHARGED_ASSERT(errbuf != NULL && errbuf_size > 0);
-    return pc->be->start_probe(pc->impl, opaque, errbuf, errbuf_size);
+    CHARGED_ASSERT(err != NULL);
+    return pc->be->start_probe(pc->impl, opaque, err);
 }
 
 void provider_client_perform(provider_client_t *pc, int timeout_ms)

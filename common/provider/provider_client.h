@@ -20,6 +20,7 @@
 
 #include <stddef.h>
 
+#include "charged_error.h"
 #include "provider_outcome.h"
 
 struct provider_charge {
@@ -39,23 +40,25 @@ typedef struct provider_client provider_client_t;
  * "http://127.0.0.1:12111"; api_version is pinned with the backend's
  * version header on every request (NULL or "" sends none). Copies all
  * three; the key is wiped from memory by provider_client_free. NULL and
- * errbuf on failure. */
+ * err on failure (a configuration error: a bad url, key or version). */
 provider_client_t *provider_client_new(const char *base_url, const char *api_key,
                                        const char *api_version, long timeout_ms,
-                                       char *errbuf, size_t errbuf_size);
+                                       struct charged_error *err);
 void provider_client_free(provider_client_t *pc);
 
-/* Blocking. Always fill *res; return 0 (the outcome says what happened). */
-int provider_client_charge(provider_client_t *pc, const struct provider_charge *ch,
-                           struct provider_result *res);
+/* Blocking. Each of the look-ups below and the charge fills *res, whose
+ * outcome is the answer: a verdict on the call (provider_outcome.h), not a
+ * charged_rc. They return nothing else. */
+void provider_client_charge(provider_client_t *pc, const struct provider_charge *ch,
+                            struct provider_result *res);
 /* One payment by the provider's id. */
-int provider_client_retrieve(provider_client_t *pc, const char *payment_intent_id,
-                             struct provider_result *res);
+void provider_client_retrieve(provider_client_t *pc, const char *payment_intent_id,
+                              struct provider_result *res);
 /* The provider's search for the payments whose metadata names the
  * attempt; the result describes the most settled one found (succeeded
  * first). */
-int provider_client_search(provider_client_t *pc, const char *payment_attempt_id,
-                           struct provider_result *res);
+void provider_client_search(provider_client_t *pc, const char *payment_attempt_id,
+                            struct provider_result *res);
 
 /* One page (100 at most) of the provider's list of payments created in
  * [created_gte, created_lt), newest first, after starting_after.
@@ -66,9 +69,9 @@ int provider_client_search(provider_client_t *pc, const char *payment_attempt_id
  * NOT_FOUND. has_more and list_last_id say where the next page starts. Any
  * other answer (no answer, 5xx, a 404 whatever its code, not a list) is
  * UNKNOWN or INVALID: no evidence. created_* are unix seconds. */
-int provider_client_list(provider_client_t *pc, const char *payment_attempt_id,
-                         long long created_gte, long long created_lt,
-                         const char *starting_after, struct provider_result *res);
+void provider_client_list(provider_client_t *pc, const char *payment_attempt_id,
+                          long long created_gte, long long created_lt,
+                          const char *starting_after, struct provider_result *res);
 
 /* Copies provider text bounded, valid UTF-8, with anything shaped like one
  * of the provider's object ids (a customer's, a payment's, a key...) and
@@ -113,11 +116,14 @@ void provider_client_parse_page(enum provider_list_of what, int http_status,
                                 struct provider_result *res);
 
 /* Asynchronous charges. start() copies what it needs from ch; `opaque` comes
- * back with the result. 0 / -1 with errbuf. A charge is a POST as
- * start_post sends one, classified as a charge. */
-int provider_client_start_charge(provider_client_t *pc,
-                                 const struct provider_charge *ch, void *opaque,
-                                 char *errbuf, size_t errbuf_size);
+ * back with the result. CHARGED_OK, or with err and nothing started:
+ * CHARGED_BAD_ITEM when the request cannot be sent (no usable idempotency
+ * key, path or id: sending it again fails again), CHARGED_RETRY when memory
+ * ran out or the transfer cannot start. A charge is a POST as start_post
+ * sends one, classified as a charge. */
+enum charged_rc provider_client_start_charge(provider_client_t *pc,
+                                             const struct provider_charge *ch,
+                                             void *opaque, struct charged_error *err);
 /* Asynchronous POST of any other operation with a stable idempotency key
  * (e.g. a cancel: the backend's path of a payment's cancel, form_body
  * "cancellation_reason=abandoned"), done through perform/next_done like a
@@ -133,11 +139,13 @@ int provider_client_start_charge(provider_client_t *pc,
  * id, intent_status its status: "canceled" for a cancel; no intent check,
  * no codes), and a 404 saying the object is missing is INVALID (another
  * 404 stays NOT_EXECUTED). A 4xx that carries the object fills
- * provider_payment_id and intent_status from it. 0 / -1 with errbuf (an
- * unusable path or key, out of memory): nothing started. */
-int provider_client_start_post(provider_client_t *pc, const char *path,
-                               const char *form_body, const char *idempotency_key,
-                               void *opaque, char *errbuf, size_t errbuf_size);
+ * provider_payment_id and intent_status from it. CHARGED_OK, or
+ * CHARGED_BAD_ITEM / CHARGED_RETRY with err as start_charge's (an unusable
+ * path or key, out of memory): nothing started. */
+enum charged_rc provider_client_start_post(provider_client_t *pc, const char *path,
+                                           const char *form_body,
+                                           const char *idempotency_key, void *opaque,
+                                           struct charged_error *err);
 /* A refund of part or all of one succeeded charge. */
 struct provider_refund {
     const char *idempotency_key;
@@ -164,22 +172,24 @@ struct provider_refund {
  * as start_post sends one (headers, key, wire rule, redaction), naming the
  * payment, amount, reason, and refund_id and payment_attempt_id in its
  * metadata. A 2xx refund whose amount or refund_id is not the one asked
- * for is REQUIRES_REVIEW. Copies what it needs. 0 / -1 with errbuf:
- * nothing started. */
-int provider_client_start_refund(provider_client_t *pc, const struct provider_refund *r,
-                                 void *opaque, char *errbuf, size_t errbuf_size);
+ * for is REQUIRES_REVIEW. Copies what it needs. CHARGED_OK, or
+ * CHARGED_BAD_ITEM / CHARGED_RETRY with err as start_charge's: nothing
+ * started. */
+enum charged_rc provider_client_start_refund(provider_client_t *pc,
+                                             const struct provider_refund *r,
+                                             void *opaque, struct charged_error *err);
 /* Blocking: one refund by the provider's id. */
-int provider_client_retrieve_refund(provider_client_t *pc, const char *refund_id,
-                                    struct provider_result *res);
+void provider_client_retrieve_refund(provider_client_t *pc, const char *refund_id,
+                                     struct provider_result *res);
 /* Blocking: one page (100 at most) of a payment's refunds, after
  * starting_after; only refunds whose metadata names `refund_id` count
  * (matches), the result describing the most settled one (succeeded >
  * pending > any other > failed); none NOT_FOUND; has_more/list_last_id as
  * provider_client_list. A 404 (say, the provider does not have the
  * payment, or no longer) is UNKNOWN: the list looked at nothing. */
-int provider_client_list_refunds(provider_client_t *pc, const char *payment_intent,
-                                 const char *refund_id, const char *starting_after,
-                                 struct provider_result *res);
+void provider_client_list_refunds(provider_client_t *pc, const char *payment_intent,
+                                  const char *refund_id, const char *starting_after,
+                                  struct provider_result *res);
 
 /* Blocking: one page of every intent (or refund) created in [created_gte,
  * created_lt) (unix s), newest first, 100 at most, after starting_after
@@ -187,25 +197,26 @@ int provider_client_list_refunds(provider_client_t *pc, const char *payment_inte
  * the page; anything else (no answer, 4xx, 5xx, not a list, an object
  * without id or of another type) is UNKNOWN or INVALID with res->error,
  * and page->n is 0: no evidence of anything. */
-int provider_client_list_page(provider_client_t *pc, enum provider_list_of what,
-                              long long created_gte, long long created_lt,
-                              const char *starting_after, struct provider_page *page,
-                              struct provider_result *res);
+void provider_client_list_page(provider_client_t *pc, enum provider_list_of what,
+                               long long created_gte, long long created_lt,
+                               const char *starting_after, struct provider_page *page,
+                               struct provider_result *res);
 
 /* Blocking: one object (a payment or a refund) by id into *obj.
  * res->outcome SUCCEEDED: *obj holds it; NOT_FOUND: the provider answered
  * that it does not have it; anything else: no evidence. */
-int provider_client_fetch(provider_client_t *pc, enum provider_list_of what,
-                          const char *id, struct provider_listed *obj,
-                          struct provider_result *res);
+void provider_client_fetch(provider_client_t *pc, enum provider_list_of what,
+                           const char *id, struct provider_listed *obj,
+                           struct provider_result *res);
 
 /* An asynchronous POST to the charge endpoint that the provider must
  * refuse before executing it (amount 0, no payment method, not confirmed), done
  * through next_done like a charge. It charges nothing: the worker's provider
  * breaker asks with it whether the endpoint charges go to answers (any
- * answer but 429 or 5xx; a 400 is the expected one). */
-int provider_client_start_probe(provider_client_t *pc, void *opaque, char *errbuf,
-                                size_t errbuf_size);
+ * answer but 429 or 5xx; a 400 is the expected one). CHARGED_OK, or
+ * CHARGED_RETRY with err: nothing started. */
+enum charged_rc provider_client_start_probe(provider_client_t *pc, void *opaque,
+                                            struct charged_error *err);
 /* Moves transfers forward, waiting at most timeout_ms for activity. */
 void provider_client_perform(provider_client_t *pc, int timeout_ms);
 /* Takes one finished transfer: returns 1 and fills *res / *opaque, or 0. */

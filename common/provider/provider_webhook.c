@@ -38,14 +38,15 @@ enum webhook_signature_rc provider_webhook_verify(const struct provider_backend 
     return be->verify(header, body, body_len, secrets, nsecrets, now_s);
 }
 
-int provider_webhook_parse(const struct provider_backend *be, const char *body,
-                           size_t len, struct webhook_event *ev, char **normalized,
-                           char *errbuf, size_t errbuf_size)
+enum charged_rc provider_webhook_parse(const struct provider_backend *be,
+                                       const char *body, size_t len,
+                                       struct webhook_event *ev, char **normalized,
+                                       struct charged_error *err)
 {
     CHARGED_ASSERT(be != NULL && be->parse_event != NULL);
     CHARGED_ASSERT(body != NULL && ev != NULL);
-    CHARGED_ASSERT(errbuf != NULL && errbuf_size > 0);
-    int rc = be->parse_event(body, len, ev, normalized, errbuf, errbuf_size);
-    CHARGED_ASSERT(rc == 0 || rc == -1 || rc == WEBHOOK_PARSE_NO_MEMORY);
+    CHARGED_ASSERT(err != NULL);
+    enum charged_rc rc = be->parse_event(body, len, ev, normalized, err);
+    CHARGED_ASSERT(rc == CHARGED_OK || rc == CHARGED_BAD_ITEM || rc == CHARGED_RETRY);
     return rc;
 }

@@ -240,7 +240,7 @@ struct config {
     size_t kafka_count;
 };
 
-static char *read_secret_file(const char *path, char *errbuf, size_t errbuf_size,
+static char *read_secret_file(const char *path, struct charged_error *err,
                               const char *var)
 {
     FILE *f = fopen(path, "rb");
@@ -248,8 +248,7 @@ static char *read_secret_file(const char *path, char *errbuf, size_t errbuf_size
     size_t len = 0, cap = 0;
 
     if (!f) {
-        snprintf(errbuf, errbuf_size, "%s: cannot open '%s': %s", var, path,
-                 strerror(errno));
+        charged_error_set(err, "%s: cannot open '%s': %s", var, path, strerror(errno));
         return NULL;
     }
     for (;;) {
@@ -266,7 +265,7 @@ static char *read_secret_file(const char *path, char *errbuf, size_t errbuf_size
         if (got < 4096)
             break;
         if (len > 1024 * 1024) {
-            snprintf(errbuf, errbuf_size, "%s: '%s' is larger than 1 MiB", var, path);
+            charged_error_set(err, "%s: '%s' is larger than 1 MiB", var, path);
             goto fail_quiet;
         }
     }
@@ -279,7 +278,7 @@ static char *read_secret_file(const char *path, char *errbuf, size_t errbuf_size
     buf[len] = '\0';
     return buf;
 fail:
-    snprintf(errbuf, errbuf_size, "%s: cannot read '%s'", var, path);
+    charged_error_set(err, "%s: cannot read '%s'", var, path);
 fail_quiet:
     free(buf);
     fclose(f);
@@ -287,8 +286,8 @@ fail_quiet:
 }
 
 /* Value of `name`, or of the file named by `name`_FILE. *out is NULL when
- * neither is set. Returns -1 on error. */
-static int lookup(const char *name, char **out, char *errbuf, size_t errbuf_size)
+ * neither is set. CHARGED_GIVE_UP with err on a bad setting. */
+static enum charged_rc lookup(const char *name, char **out, struct charged_error *err)
 {
     char file_var[128];
     const char *direct = getenv(name);
@@ -298,22 +297,22 @@ static int lookup(const char *name, char **out, char *errbuf, size_t errbuf_size
     snprintf(file_var, sizeof(file_var), "%s_FILE", name);
     file = getenv(file_var);
     if (direct && file) {
-        snprintf(errbuf, errbuf_size, "%s: set either %s or %s, not both", name, name,
-                 file_var);
-        return -1;
+        charged_error_set(err, "%s: set either %s or %s, not both", name, name,
+                          file_var);
+        return CHARGED_GIVE_UP;
     }
     if (file) {
-        *out = read_secret_file(file, errbuf, errbuf_size, file_var);
-        return *out ? 0 : -1;
+        *out = read_secret_file(file, err, file_var);
+        return *out ? CHARGED_OK : CHARGED_GIVE_UP;
     }
     if (direct) {
         *out = strdup(direct);
         if (!*out) {
-            snprintf(errbuf, errbuf_size, "%s: out of memory", name);
-            return -1;
+            charged_error_set(err, "%s: out of memory", name);
+            return CHARGED_GIVE_UP;
         }
     }
-    return 0;
+    return CHARGED_OK;
 }
 
 static int parse_int(const char *s, long long *out)
@@ -352,47 +351,46 @@ static int valid_topic(const char *s)
     return 1;
 }
 
-static int validate(const struct config_row *row, const char *v, long long *iv,
-                    char *errbuf, size_t errbuf_size)
+static enum charged_rc validate(const struct config_row *row, const char *v,
+                                long long *iv, struct charged_error *err)
 {
     switch (row->type) {
     case CONFIG_T_STR:
     case CONFIG_T_SECRET:
-        return 0;
+        return CHARGED_OK;
     case CONFIG_T_INT:
         if (parse_int(v, iv) != 0) {
-            snprintf(errbuf, errbuf_size, "%s: '%s' is not an integer", row->name, v);
-            return -1;
+            charged_error_set(err, "%s: '%s' is not an integer", row->name, v);
+            return CHARGED_GIVE_UP;
         }
         if (*iv < row->min || *iv > row->max) {
-            snprintf(errbuf, errbuf_size, "%s: %lld is outside %lld..%lld", row->name,
-                     *iv, row->min, row->max);
-            return -1;
+            charged_error_set(err, "%s: %lld is outside %lld..%lld", row->name, *iv,
+                              row->min, row->max);
+            return CHARGED_GIVE_UP;
         }
-        return 0;
+        return CHARGED_OK;
     case CONFIG_T_ADDR:
         /* An address row's max says whether port 0 is allowed (min 0). */
         if (!valid_addr(v, row->max ? row->min : 1)) {
-            snprintf(errbuf, errbuf_size, "%s: '%s' is not host:port", row->name, v);
-            return -1;
+            charged_error_set(err, "%s: '%s' is not host:port", row->name, v);
+            return CHARGED_GIVE_UP;
         }
-        return 0;
+        return CHARGED_OK;
     case CONFIG_T_LEVEL:
         if (log_level_parse(v) < 0) {
-            snprintf(errbuf, errbuf_size,
-                     "%s: '%s' is not one of debug, info, warn, error", row->name, v);
-            return -1;
+            charged_error_set(err, "%s: '%s' is not one of debug, info, warn, error",
+                              row->name, v);
+            return CHARGED_GIVE_UP;
         }
-        return 0;
+        return CHARGED_OK;
     case CONFIG_T_TOPIC:
         if (!valid_topic(v)) {
-            snprintf(errbuf, errbuf_size, "%s: '%s' is not a valid topic name",
-                     row->name, v);
-            return -1;
+            charged_error_set(err, "%s: '%s' is not a valid topic name", row->name, v);
+            return CHARGED_GIVE_UP;
         }
-        return 0;
+        return CHARGED_OK;
     }
-    return -1;
+    return CHARGED_GIVE_UP;
 }
 
 /* Settings the table owns are not passed through as librdkafka properties. */
@@ -411,12 +409,12 @@ static int is_secret_prop(const char *prop)
            strstr(prop, "ssl.key.pem") || strstr(prop, "oauthbearer.config");
 }
 
-static int load_kafka_props(config_t *cfg, char *errbuf, size_t errbuf_size)
+static enum charged_rc load_kafka_props(config_t *cfg, struct charged_error *err)
 {
     /* Made for the first pass-through property only: a conf is hundreds of
      * defaults, and most environments pass none. */
     rd_kafka_conf_t *probe = NULL;
-    int rc = -1;
+    enum charged_rc rc = CHARGED_GIVE_UP;
 
     for (char **e = environ; e && *e; e++) {
         const char *eq = strchr(*e, '=');
@@ -445,7 +443,7 @@ static int load_kafka_props(config_t *cfg, char *errbuf, size_t errbuf_size)
             if (!c)
                 break;
         }
-        if (lookup(name, &value, errbuf, errbuf_size) != 0)
+        if (lookup(name, &value, err) != 0)
             goto out;
         if (!value) /* duplicate of a _FILE we already took */
             continue;
@@ -460,22 +458,22 @@ static int load_kafka_props(config_t *cfg, char *errbuf, size_t errbuf_size)
             continue;
         if (!probe && !(probe = rd_kafka_conf_new())) {
             free(value);
-            snprintf(errbuf, errbuf_size, "%s: out of memory", name);
+            charged_error_set(err, "%s: out of memory", name);
             goto out;
         }
         if (rd_kafka_conf_set(probe, prop, value, rderr, sizeof(rderr)) !=
             RD_KAFKA_CONF_OK) {
             /* An old library refuses properties it predates: say why. */
-            if (config_librdkafka_too_old(errbuf, errbuf_size)) {
+            if (config_librdkafka_too_old(err)) {
                 free(value);
                 goto out;
             }
             /* librdkafka's message may quote the value; never echo a secret. */
             if (is_secret_prop(prop))
-                snprintf(errbuf, errbuf_size, "%s: librdkafka refused property '%s'",
-                         name, prop);
+                charged_error_set(err, "%s: librdkafka refused property '%s'", name,
+                                  prop);
             else
-                snprintf(errbuf, errbuf_size, "%s: %s", name, rderr);
+                charged_error_set(err, "%s: %s", name, rderr);
             free(value);
             goto out;
         }
@@ -483,7 +481,7 @@ static int load_kafka_props(config_t *cfg, char *errbuf, size_t errbuf_size)
             realloc(cfg->kafka, (cfg->kafka_count + 1) * sizeof(*n));
         if (!n) {
             free(value);
-            snprintf(errbuf, errbuf_size, "%s: out of memory", name);
+            charged_error_set(err, "%s: out of memory", name);
             goto out;
         }
         cfg->kafka = n;
@@ -491,16 +489,16 @@ static int load_kafka_props(config_t *cfg, char *errbuf, size_t errbuf_size)
         n[cfg->kafka_count].value = value;
         if (!n[cfg->kafka_count].prop) {
             free(value);
-            snprintf(errbuf, errbuf_size, "%s: out of memory", name);
+            charged_error_set(err, "%s: out of memory", name);
             goto out;
         }
         cfg->kafka_count++;
         if (is_secret_prop(prop) && log_add_secret(value) != 0) {
-            snprintf(errbuf, errbuf_size, "%s: out of memory", name);
+            charged_error_set(err, "%s: out of memory", name);
             goto out;
         }
     }
-    rc = 0;
+    rc = CHARGED_OK;
 out:
     if (probe)
         rd_kafka_conf_destroy(probe);
@@ -521,12 +519,11 @@ static int add_password_secret(const char *database_url)
     return rc;
 }
 
-config_t *config_new(unsigned roles, const char *role_name, char *errbuf,
-                     size_t errbuf_size)
+config_t *config_new(unsigned roles, const char *role_name, struct charged_error *err)
 {
     config_t *cfg = calloc(1, sizeof(*cfg));
     if (!cfg) {
-        snprintf(errbuf, errbuf_size, "out of memory");
+        charged_error_set(err, "out of memory");
         return NULL;
     }
     for (size_t i = 0; i < CONFIG__COUNT; i++) {
@@ -534,10 +531,10 @@ config_t *config_new(unsigned roles, const char *role_name, char *errbuf,
         char *v = NULL;
 
         if (row->key != (enum config_key)i) {
-            snprintf(errbuf, errbuf_size, "config table out of order at %s", row->name);
+            charged_error_set(err, "config table out of order at %s", row->name);
             goto fail;
         }
-        if (lookup(row->name, &v, errbuf, errbuf_size) != 0)
+        if (lookup(row->name, &v, err) != 0)
             goto fail;
         if (!v && row->def)
             v = strdup(row->def);
@@ -548,7 +545,7 @@ config_t *config_new(unsigned roles, const char *role_name, char *errbuf,
         }
         if (!v) {
             if (row->required & roles) {
-                snprintf(errbuf, errbuf_size, "%s: required but not set", row->name);
+                charged_error_set(err, "%s: required but not set", row->name);
                 goto fail;
             }
             continue;
@@ -557,13 +554,13 @@ config_t *config_new(unsigned roles, const char *role_name, char *errbuf,
         /* A secret that could not be registered could be printed. */
         if ((row->type == CONFIG_T_SECRET && v[0] && log_add_secret(v) != 0) ||
             (row->key == CONFIG_DATABASE_URL && add_password_secret(v) != 0)) {
-            snprintf(errbuf, errbuf_size, "%s: out of memory", row->name);
+            charged_error_set(err, "%s: out of memory", row->name);
             goto fail;
         }
-        if (validate(row, v, &cfg->ints[i], errbuf, errbuf_size) != 0)
+        if (validate(row, v, &cfg->ints[i], err) != 0)
             goto fail;
     }
-    if (load_kafka_props(cfg, errbuf, errbuf_size) != 0)
+    if (load_kafka_props(cfg, err) != 0)
         goto fail;
     return cfg;
 fail:
@@ -627,13 +624,14 @@ void config_print_help(FILE *out, unsigned roles)
     }
 }
 
-int config_librdkafka_too_old(char *errbuf, size_t errbuf_size)
+int config_librdkafka_too_old(struct charged_error *err)
 {
     if (rd_kafka_version() >= 0x020a00ff) /* 2.10.0, released */
         return 0;
-    snprintf(errbuf, errbuf_size,
-             "librdkafka %s is loaded; charged needs 2.10 or newer (Kafka 4.x, "
-             "cooperative rebalance fixes): see deploy/librdkafka/build.sh",
-             rd_kafka_version_str());
+    charged_error_set(
+        err,
+        "librdkafka %s is loaded; charged needs 2.10 or newer (Kafka 4.x, "
+        "cooperative rebalance fixes): see deploy/librdkafka/build.sh",
+        rd_kafka_version_str());
     return 1;
 }

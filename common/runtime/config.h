@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stddef.h>
 
+#include "charged_error.h"
+
 /* Which programs read a setting; --help of a role lists only its rows. */
 enum config_role {
     CONFIG_ROLE_WORKER = 1u << 0,
@@ -95,10 +97,10 @@ typedef struct config config_t;
 
 /* Reads the table's settings for `roles` (a mask of enum config_role) from
  * the environment. `role_name` names the program's role, for the default
- * consumer group "charged-<role_name>". Returns NULL and one line in errbuf
- * that names the variable on a bad value. */
-config_t *config_new(unsigned roles, const char *role_name, char *errbuf,
-                     size_t errbuf_size);
+ * consumer group "charged-<role_name>". Returns NULL and one line in err
+ * that names the variable on a bad value (a configuration error: the
+ * caller gives up). */
+config_t *config_new(unsigned roles, const char *role_name, struct charged_error *err);
 void config_free(config_t *cfg);
 
 /* Values; the key must be of the matching type. Strings are owned by cfg
@@ -118,10 +120,10 @@ void config_kafka_get(const config_t *cfg, size_t i, const char **prop,
 /* Prints the settings of `roles` as a table for --help. */
 void config_print_help(FILE *out, unsigned roles);
 
-/* 1 and errbuf, naming the version, when the librdkafka loaded at run time
+/* 1 and err, naming the version, when the librdkafka loaded at run time
  * (not the one built against: LD_LIBRARY_PATH comes first) is older than
  * 2.10, which fixed the lost assignment of a commit during a cooperative
  * rebalance; 0 otherwise. Checked wherever a librdkafka conf is first made. */
-int config_librdkafka_too_old(char *errbuf, size_t errbuf_size);
+int config_librdkafka_too_old(struct charged_error *err);
 
 #endif

@@ -11,7 +11,7 @@
 #include "clock.h"
 #include "log.h"
 
-void db_error_line(const char *msg, char *errbuf, size_t errbuf_size)
+void db_error_line(const char *msg, char *line, size_t line_size)
 {
     char tmp[1024];
     size_t n;
@@ -23,7 +23,7 @@ void db_error_line(const char *msg, char *errbuf, size_t errbuf_size)
     n = strlen(tmp);
     while (n > 0 && tmp[n - 1] == ' ')
         tmp[--n] = '\0';
-    log_redact(tmp, errbuf, errbuf_size);
+    log_redact(tmp, line, line_size);
 }
 
 /* Server notices ("relation already exists, skipping") are not errors. */
@@ -196,14 +196,14 @@ abandon:
     return NULL;
 }
 
-int db_run(PGconn *conn, const char *sql, int nparams, const char *const *params,
-           struct charged_error *err)
+enum charged_rc db_run(PGconn *conn, const char *sql, int nparams,
+                       const char *const *params, struct charged_error *err)
 {
     PGresult *res = db_exec(conn, sql, nparams, params, err);
     if (!res)
-        return -1;
+        return CHARGED_RETRY;
     PQclear(res);
-    return 0;
+    return CHARGED_OK;
 }
 
 enum charged_rc db_query_json(PGconn *conn, const char *sql, int nparams,
@@ -260,12 +260,12 @@ static int reserve(db_array_t *a, size_t more)
     return 0;
 }
 
-int db_array_add(db_array_t *a, const char *value)
+enum charged_rc db_array_add(db_array_t *a, const char *value)
 {
     size_t n = value ? strlen(value) : 0;
     /* Worst case every byte is escaped, plus quotes and a comma. */
     if (reserve(a, 2 * n + 8) != 0)
-        return -1;
+        return CHARGED_RETRY;
     if (a->len == 0)
         a->buf[a->len++] = '{';
     if (a->count++ > 0)
@@ -273,7 +273,7 @@ int db_array_add(db_array_t *a, const char *value)
     if (!value) {
         memcpy(a->buf + a->len, "NULL", 4);
         a->len += 4;
-        return 0;
+        return CHARGED_OK;
     }
     a->buf[a->len++] = '"';
     for (size_t i = 0; i < n; i++) {
@@ -282,10 +282,10 @@ int db_array_add(db_array_t *a, const char *value)
         a->buf[a->len++] = value[i];
     }
     a->buf[a->len++] = '"';
-    return 0;
+    return CHARGED_OK;
 }
 
-int db_array_add_int(db_array_t *a, long long value)
+enum charged_rc db_array_add_int(db_array_t *a, long long value)
 {
     char num[32];
     snprintf(num, sizeof(num), "%lld", value);

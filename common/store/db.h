@@ -44,9 +44,11 @@ PGresult *db_exec_within(PGconn *conn, long long timeout_ms, const char *sql,
                          int nparams, const char *const *params, int *abandoned,
                          struct charged_error *err);
 
-/* db_exec for statements whose result is not needed. 0 / -1. */
-int db_run(PGconn *conn, const char *sql, int nparams, const char *const *params,
-           struct charged_error *err);
+/* db_exec for statements whose result is not needed. CHARGED_OK, or
+ * CHARGED_RETRY with err (its SQLSTATE: store_conn_failed classifies it
+ * further where the store decides). */
+enum charged_rc db_run(PGconn *conn, const char *sql, int nparams,
+                       const char *const *params, struct charged_error *err);
 
 /* Runs a parameterized query of one row and one column that the database
  * builds as JSON (row_to_json, json_agg) and parses it. CHARGED_OK with the
@@ -57,8 +59,9 @@ enum charged_rc db_query_json(PGconn *conn, const char *sql, int nparams,
                               const char *const *params, json_t **out,
                               struct charged_error *err);
 
-/* Writes libpq's message as one line: newlines folded, secrets redacted. */
-void db_error_line(const char *msg, char *errbuf, size_t errbuf_size);
+/* Writes libpq's message into line as one line: newlines folded, secrets
+ * redacted. A formatter, not a fallible call. */
+void db_error_line(const char *msg, char *line, size_t line_size);
 
 /* db_array: builds the text form of a PostgreSQL array ("{...}") so that a
  * whole batch travels as one parameter (unnest($1::uuid[]) and friends). */
@@ -66,9 +69,10 @@ typedef struct db_array db_array_t;
 
 db_array_t *db_array_new(void);
 void db_array_free(db_array_t *a);
-/* Appends one element; NULL appends SQL NULL. 0 / -1 on out of memory. */
-int db_array_add(db_array_t *a, const char *value);
-int db_array_add_int(db_array_t *a, long long value);
+/* Appends one element; NULL appends SQL NULL. CHARGED_OK, or CHARGED_RETRY
+ * when memory ran out. */
+enum charged_rc db_array_add(db_array_t *a, const char *value);
+enum charged_rc db_array_add_int(db_array_t *a, long long value);
 /* The literal, valid until the next add or free. */
 const char *db_array_text(db_array_t *a);
 void db_array_clear(db_array_t *a);

@@ -53,20 +53,19 @@ static int cmp_entry(const void *a, const void *b)
 }
 
 static int add_entry(migrate_set_t *set, const char *name, const char *sql, size_t len,
-                     char *errbuf, size_t errbuf_size)
+                     struct charged_error *err)
 {
     int version = parse_version(name);
     struct migrate_entry *n;
 
     if (version < 0) {
-        snprintf(errbuf, errbuf_size, "migration '%s' is not named NNNN_name.sql",
-                 name);
+        charged_error_set(err, "migration '%s' is not named NNNN_name.sql", name);
         return -1;
     }
     for (size_t i = 0; i < set->n; i++) {
         if (set->v[i].version == version) {
-            snprintf(errbuf, errbuf_size, "migrations '%s' and '%s' share version %d",
-                     set->v[i].name, name, version);
+            charged_error_set(err, "migrations '%s' and '%s' share version %d",
+                              set->v[i].name, name, version);
             return -1;
         }
     }
@@ -90,19 +89,18 @@ static int add_entry(migrate_set_t *set, const char *name, const char *sql, size
     set->n++;
     return 0;
 oom:
-    snprintf(errbuf, errbuf_size, "out of memory");
+    charged_error_set(err, "out of memory");
     return -1;
 }
 
-static int load_dir(migrate_set_t *set, const char *dir, char *errbuf,
-                    size_t errbuf_size)
+static int load_dir(migrate_set_t *set, const char *dir, struct charged_error *err)
 {
     DIR *d = opendir(dir);
     struct dirent *de;
     int rc = -1;
 
     if (!d) {
-        snprintf(errbuf, errbuf_size, "cannot open '%s': %s", dir, strerror(errno));
+        charged_error_set(err, "cannot open '%s': %s", dir, strerror(errno));
         return -1;
     }
     while ((de = readdir(d))) {
@@ -117,25 +115,24 @@ static int load_dir(migrate_set_t *set, const char *dir, char *errbuf,
         snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
         f = fopen(path, "rb");
         if (!f) {
-            snprintf(errbuf, errbuf_size, "cannot open '%s': %s", path,
-                     strerror(errno));
+            charged_error_set(err, "cannot open '%s': %s", path, strerror(errno));
             goto out;
         }
         if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 ||
             fseek(f, 0, SEEK_SET) != 0) {
             fclose(f);
-            snprintf(errbuf, errbuf_size, "cannot read '%s'", path);
+            charged_error_set(err, "cannot read '%s'", path);
             goto out;
         }
         buf = malloc((size_t)size + 1);
         if (!buf || fread(buf, 1, (size_t)size, f) != (size_t)size) {
             free(buf);
             fclose(f);
-            snprintf(errbuf, errbuf_size, "cannot read '%s'", path);
+            charged_error_set(err, "cannot read '%s'", path);
             goto out;
         }
         fclose(f);
-        int r = add_entry(set, de->d_name, buf, (size_t)size, errbuf, errbuf_size);
+        int r = add_entry(set, de->d_name, buf, (size_t)size, err);
         free(buf);
         if (r != 0)
             goto out;
@@ -146,26 +143,26 @@ out:
     return rc;
 }
 
-migrate_set_t *migrate_set_new(const char *dir, char *errbuf, size_t errbuf_size)
+migrate_set_t *migrate_set_new(const char *dir, struct charged_error *err)
 {
     migrate_set_t *set = calloc(1, sizeof(*set));
     if (!set) {
-        snprintf(errbuf, errbuf_size, "out of memory");
+        charged_error_set(err, "out of memory");
         return NULL;
     }
     if (dir) {
-        if (load_dir(set, dir, errbuf, errbuf_size) != 0)
+        if (load_dir(set, dir, err) != 0)
             goto fail;
     } else {
         for (size_t i = 0; i < migrate_embedded_count; i++) {
             const struct migrate_file *f = &migrate_embedded[i];
-            if (add_entry(set, f->name, f->sql, f->len, errbuf, errbuf_size) != 0)
+            if (add_entry(set, f->name, f->sql, f->len, err) != 0)
                 goto fail;
         }
     }
     if (set->n == 0) {
-        snprintf(errbuf, errbuf_size, "no migrations found%s%s", dir ? " in " : "",
-                 dir ? dir : "");
+        charged_error_set(err, "no migrations found%s%s", dir ? " in " : "",
+                          dir ? dir : "");
         goto fail;
     }
     qsort(set->v, set->n, sizeof(set->v[0]), cmp_entry);
@@ -187,84 +184,71 @@ void migrate_set_free(migrate_set_t *set)
     free(set);
 }
 
-/* db_run and db_exec with their failure as one line in errbuf. */
-static int run(PGconn *conn, const char *sql, int nparams, const char *const *params,
-               char *errbuf, size_t errbuf_size)
-{
-    struct charged_error err;
-    if (db_run(conn, sql, nparams, params, &err) == 0)
-        return 0;
-    snprintf(errbuf, errbuf_size, "%s", err.message);
-    return -1;
-}
-
-static PGresult *query(PGconn *conn, const char *sql, char *errbuf, size_t errbuf_size)
-{
-    struct charged_error err;
-    PGresult *res = db_exec(conn, sql, 0, NULL, &err);
-    if (!res)
-        snprintf(errbuf, errbuf_size, "%s", err.message);
-    return res;
-}
-
-/* Applies one file and records it, in one transaction. */
-static int apply_one(PGconn *conn, const struct migrate_entry *e, char *errbuf,
-                     size_t errbuf_size)
+/* Applies one file and records it, in one transaction. CHARGED_GIVE_UP
+ * when the database refuses the file (repeating cannot help), else as
+ * db_run. */
+static enum charged_rc apply_one(PGconn *conn, const struct migrate_entry *e,
+                                 struct charged_error *err)
 {
     char version[16], line[512];
     const char *params[3] = {version, e->name, e->sha256};
     PGresult *res;
+    enum charged_rc rc;
 
     snprintf(version, sizeof(version), "%d", e->version);
-    if (run(conn, "BEGIN", 0, NULL, errbuf, errbuf_size) != 0)
-        return -1;
+    if ((rc = db_run(conn, "BEGIN", 0, NULL, err)) != CHARGED_OK)
+        return rc;
     /* A migration file is trusted, static DDL: it is the one text we run
      * unparameterized, and it may hold several statements. */
     res = PQexec(conn, e->sql);
     if (!res || PQresultStatus(res) != PGRES_COMMAND_OK) {
         db_error_line(res ? PQresultErrorMessage(res) : PQerrorMessage(conn), line,
                       sizeof(line));
-        snprintf(errbuf, errbuf_size, "migration '%s' failed: %s", e->name, line);
+        charged_error_set(err, "migration '%s' failed: %s", e->name, line);
         PQclear(res);
+        rc = CHARGED_GIVE_UP;
         goto rollback;
     }
     PQclear(res);
-    if (run(conn,
-            "INSERT INTO schema_migrations (version, name, checksum) "
-            "VALUES ($1::int, $2, $3)",
-            3, params, errbuf, errbuf_size) != 0)
+    if ((rc = db_run(conn,
+                     "INSERT INTO schema_migrations (version, name, checksum) "
+                     "VALUES ($1::int, $2, $3)",
+                     3, params, err)) != CHARGED_OK)
         goto rollback;
-    return run(conn, "COMMIT", 0, NULL, errbuf, errbuf_size);
+    return db_run(conn, "COMMIT", 0, NULL, err);
 rollback:
     PQclear(PQexec(conn, "ROLLBACK"));
-    return -1;
+    return rc;
 }
 
-int migrate_run(PGconn *conn, const migrate_set_t *set, FILE *report, int *applied,
-                char *errbuf, size_t errbuf_size)
+enum charged_rc migrate_run(PGconn *conn, const migrate_set_t *set, FILE *report,
+                            int *applied, struct charged_error *err)
 {
     const char *lock[1] = {MIGRATE_LOCK_KEY};
     PGresult *res = NULL;
-    int rc = -1, locked = 0;
+    enum charged_rc rc;
+    int locked = 0;
 
     *applied = 0;
     /* Session lock: held across the per-file transactions below. */
-    if (run(conn, "SELECT pg_advisory_lock($1::bigint)", 1, lock, errbuf,
-            errbuf_size) != 0)
+    if ((rc = db_run(conn, "SELECT pg_advisory_lock($1::bigint)", 1, lock, err)) !=
+        CHARGED_OK)
         goto out;
     locked = 1;
-    if (run(conn,
-            "CREATE TABLE IF NOT EXISTS schema_migrations ("
-            " version int PRIMARY KEY,"
-            " name text NOT NULL,"
-            " checksum text NOT NULL,"
-            " applied_at timestamptz NOT NULL DEFAULT now())",
-            0, NULL, errbuf, errbuf_size) != 0)
+    if ((rc = db_run(conn,
+                     "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                     " version int PRIMARY KEY,"
+                     " name text NOT NULL,"
+                     " checksum text NOT NULL,"
+                     " applied_at timestamptz NOT NULL DEFAULT now())",
+                     0, NULL, err)) != CHARGED_OK)
         goto out;
-    res = query(conn, "SELECT version, name, checksum FROM schema_migrations", errbuf,
-                errbuf_size);
-    if (!res)
+    res = db_exec(conn, "SELECT version, name, checksum FROM schema_migrations", 0,
+                  NULL, err);
+    if (!res) {
+        rc = CHARGED_RETRY;
         goto out;
+    }
     for (size_t i = 0; i < set->n; i++) {
         const struct migrate_entry *e = &set->v[i];
         int found = 0;
@@ -273,23 +257,24 @@ int migrate_run(PGconn *conn, const migrate_set_t *set, FILE *report, int *appli
                 continue;
             found = 1;
             if (strcmp(PQgetvalue(res, r, 2), e->sha256) != 0) {
-                snprintf(errbuf, errbuf_size,
-                         "migration '%s' was changed after it was applied as '%s' "
-                         "(checksum %.12s, applied %.12s); add a new migration instead",
-                         e->name, PQgetvalue(res, r, 1), e->sha256,
-                         PQgetvalue(res, r, 2));
+                charged_error_set(
+                    err,
+                    "migration '%s' was changed after it was applied as '%s' "
+                    "(checksum %.12s, applied %.12s); add a new migration instead",
+                    e->name, PQgetvalue(res, r, 1), e->sha256, PQgetvalue(res, r, 2));
+                rc = CHARGED_GIVE_UP;
                 goto out;
             }
         }
         if (found)
             continue;
-        if (apply_one(conn, e, errbuf, errbuf_size) != 0)
+        if ((rc = apply_one(conn, e, err)) != CHARGED_OK)
             goto out;
         (*applied)++;
         if (report)
             fprintf(report, "applied %s\n", e->name);
     }
-    rc = 0;
+    rc = CHARGED_OK;
 out:
     PQclear(res);
     if (locked) {

@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <libpq-fe.h>
 
+#include "charged_error.h"
+
 struct migrate_file {
     const char *name; /* e.g. "0001_initial.sql" */
     const char *sql;
@@ -25,12 +27,14 @@ extern const size_t migrate_embedded_count;
 typedef struct migrate_set migrate_set_t;
 
 /* The embedded files, or those in `dir` when dir is not NULL. */
-migrate_set_t *migrate_set_new(const char *dir, char *errbuf, size_t errbuf_size);
+migrate_set_t *migrate_set_new(const char *dir, struct charged_error *err);
 void migrate_set_free(migrate_set_t *set);
 
 /* Applies what is pending. Writes one line per applied file to `report`
- * (may be NULL) and the count to *applied. 0 / -1 with errbuf. */
-int migrate_run(PGconn *conn, const migrate_set_t *set, FILE *report, int *applied,
-                char *errbuf, size_t errbuf_size);
+ * (may be NULL) and the count to *applied. CHARGED_OK; CHARGED_GIVE_UP
+ * with err when a file is refused or was changed after it was applied
+ * (repeating cannot help); else the database's failure (db_run's codes). */
+enum charged_rc migrate_run(PGconn *conn, const migrate_set_t *set, FILE *report,
+                            int *applied, struct charged_error *err);
 
 #endif

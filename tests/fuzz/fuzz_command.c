@@ -70,12 +70,12 @@ static void fuzz_charge(const uint8_t *key, size_t key_len, const uint8_t *value
     struct charge_command_limits open = {65536, MAX_AMOUNT, NULL};
     struct charge_command_limits narrow = {65536, MAX_AMOUNT, "EUR,USD"};
     struct charge_command c;
-    char err[512];
+    struct charged_error err;
 
-    enum dead_letter_reason r = charge_command_parse(key, key_len, value, value_len,
-                                                     &open, &c, err, sizeof(err));
+    enum dead_letter_reason r =
+        charge_command_parse(key, key_len, value, value_len, &open, &c, &err);
     if (r != DEAD_LETTER_NONE) {
-        check_refused(r, err);
+        check_refused(r, err.message);
         charge_command_release(&c);
         return;
     }
@@ -98,8 +98,7 @@ static void fuzz_charge(const uint8_t *key, size_t key_len, const uint8_t *value
     memcpy(currency, c.currency, sizeof(currency));
     charge_command_release(&c);
 
-    r = charge_command_parse(key, key_len, value, value_len, &narrow, &c, err,
-                             sizeof(err));
+    r = charge_command_parse(key, key_len, value, value_len, &narrow, &c, &err);
     int allowed = !strcmp(currency, "EUR") || !strcmp(currency, "USD");
     FUZZ_CHECK(allowed ? r == DEAD_LETTER_NONE : r != DEAD_LETTER_NONE);
     charge_command_release(&c);
@@ -109,11 +108,11 @@ static void fuzz_refund(const uint8_t *key, size_t key_len, const uint8_t *value
                         size_t value_len)
 {
     struct refund_command rc;
-    char err[512];
-    enum dead_letter_reason r = refund_command_parse(key, key_len, value, value_len,
-                                                     65536, &rc, err, sizeof(err));
+    struct charged_error err;
+    enum dead_letter_reason r =
+        refund_command_parse(key, key_len, value, value_len, 65536, &rc, &err);
     if (r != DEAD_LETTER_NONE) {
-        check_refused(r, err);
+        check_refused(r, err.message);
         refund_command_release(&rc);
         return;
     }

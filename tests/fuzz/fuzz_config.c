@@ -109,12 +109,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         env[n++] = line;
     }
     environ = env;
-    char err[512] = "";
-    config_t *cfg = config_new(roles, "worker", err, sizeof(err));
+    struct charged_error err = {0};
+    config_t *cfg = config_new(roles, "worker", &err);
     if (cfg)
         check_loaded(cfg);
     else
-        FUZZ_CHECK(memchr(err, '\0', sizeof(err)) && err[0] && !strchr(err, '\n'));
+        FUZZ_CHECK(memchr(err.message, '\0', sizeof(err.message)) && err.message[0] &&
+                   !strchr(err.message, '\n'));
     config_free(cfg);
     log_clear_secrets();
     environ = no_env;

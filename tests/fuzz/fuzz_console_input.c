@@ -68,10 +68,9 @@ static void route(const char *path)
 static void resolve(const char *attempt, const uint8_t *body, size_t n)
 {
     struct console_resolve_input in;
-    char why[256] = "";
-    if (console_input_resolve((const char *)body, n, attempt, &in, why, sizeof(why)) !=
-        0) {
-        FUZZ_CHECK(why[0]);
+    struct charged_error why = {0};
+    if (console_input_resolve((const char *)body, n, attempt, &in, &why) != 0) {
+        FUZZ_CHECK(why.message[0]);
         return;
     }
     FUZZ_CHECK(memchr(in.reason, '\0', sizeof(in.reason)));
@@ -91,11 +90,11 @@ static void resolve(const char *attempt, const uint8_t *body, size_t n)
 static void replay(const uint8_t *body, size_t n)
 {
     struct console_replay_input *in = malloc(sizeof(*in));
-    char why[256] = "";
+    struct charged_error why = {0};
     if (!in)
         abort();
-    if (console_input_replay((const char *)body, n, in, why, sizeof(why)) != 0) {
-        FUZZ_CHECK(why[0] && in->n == 0);
+    if (console_input_replay((const char *)body, n, in, &why) != 0) {
+        FUZZ_CHECK(why.message[0] && in->n == 0);
     } else {
         FUZZ_CHECK(in->n >= 1 && in->n <= CONSOLE_MAX_POSITIONS);
         FUZZ_CHECK(in->dry_run == 0 || in->dry_run == 1);
@@ -112,14 +111,13 @@ static void replay(const uint8_t *body, size_t n)
 static void letter_param(const char *arg)
 {
     struct console_letter_query q;
-    char why[256] = "";
+    struct charged_error why = {0};
     char *eq = strchr(arg, '=');
     memset(&q, 0, sizeof(q));
     if (eq)
         *eq = '\0';
-    if (console_input_letter_param(arg, eq ? eq + 1 : NULL, &q, why, sizeof(why)) !=
-        0) {
-        FUZZ_CHECK(why[0]);
+    if (console_input_letter_param(arg, eq ? eq + 1 : NULL, &q, &why) != 0) {
+        FUZZ_CHECK(why.message[0]);
         return;
     }
     FUZZ_CHECK(q.limit >= 0 && q.limit <= 1000);
@@ -138,18 +136,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     data++;
     size--;
     const uint8_t *line = fuzz_next_line(&data, &size, &n);
-    char *arg = text(line, n), why[256] = "";
+    char *arg = text(line, n);
+    struct charged_error why = {0};
     char secret[CONSOLE_SECRET_MAX], id[PROVIDER_ID_MAX];
     switch (which) {
     case 0:
         route(arg);
         break;
     case 1:
-        if (console_input_login((const char *)data, size, secret, why, sizeof(why)) ==
-            0)
+        if (console_input_login((const char *)data, size, secret, &why) == 0)
             check_secret(secret);
         else
-            FUZZ_CHECK(why[0] && secret[0] == '\0');
+            FUZZ_CHECK(why.message[0] && secret[0] == '\0');
         break;
     case 2:
         resolve(arg, data, size);
@@ -165,11 +163,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             check_secret(secret);
         break;
     case 6:
-        if (console_input_find_id(arg, id, why, sizeof(why)) == 0)
+        if (console_input_find_id(arg, id, &why) == 0)
             FUZZ_CHECK(id[0] &&
                        (charge_command_is_uuid(id) || strlen(id) < PROVIDER_ID_MAX));
         else
-            FUZZ_CHECK(why[0]);
+            FUZZ_CHECK(why.message[0]);
         break;
     }
     free(arg);

@@ -79,10 +79,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char *body = fuzz_memdup(data, size);
     struct webhook_event ev;
-    char err[256], *normalized = NULL;
-    int rc = stripe_webhook_parse(body, size, &ev, &normalized, err, sizeof(err));
-    if (rc != 0) {
-        FUZZ_CHECK(rc == -1 && memchr(err, '\0', sizeof(err)) && err[0]);
+    struct charged_error err;
+    char *normalized = NULL;
+    enum charged_rc rc = stripe_webhook_parse(body, size, &ev, &normalized, &err);
+    if (rc != CHARGED_OK) {
+        FUZZ_CHECK(rc == CHARGED_BAD_ITEM &&
+                   memchr(err.message, '\0', sizeof(err.message)) && err.message[0]);
         free(normalized);
         free(body);
         return 0;

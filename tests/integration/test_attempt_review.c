@@ -59,14 +59,13 @@ struct operator
 static struct operator operator_new(const char *actor)
 {
     struct charged_error err;
-    char why[256];
     struct operator o = {.conn = test_env_connect(url)};
     o.st = attempt_store_new(url, actor, &err);
     ck_assert_msg(o.st != NULL, "%s", err.message);
     /* 2 s: long enough for an answer, short enough for a frozen psp-sim. */
-    o.pc = provider_client_new(sim.base_url, PSP_SIM_TEST_KEY, "2024-06-20", 2000, why,
-                               sizeof(why));
-    ck_assert_msg(o.pc != NULL, "%s", why);
+    o.pc =
+        provider_client_new(sim.base_url, PSP_SIM_TEST_KEY, "2024-06-20", 2000, &err);
+    ck_assert_msg(o.pc != NULL, "%s", err.message);
     return o;
 }
 

@@ -96,13 +96,13 @@ static void setup(void)
     ck_assert_int_eq(rd_kafka_flush(p, 30000), 0);
     rd_kafka_destroy(p);
 
-    char err[512];
+    struct charged_error err;
     setenv("KAFKA_BOOTSTRAP_SERVERS", test_env_kafka(), 1);
     setenv("DATABASE_URL", test_env_database_url(), 1);
     setenv("CHARGE_DLQ_TOPIC", dlq, 1);
     setenv("CHARGE_COMMANDS_TOPIC", cmds, 1);
-    cfg = config_new(CONFIG_ROLE_CTL, "ctl", err, sizeof(err));
-    ck_assert_msg(cfg != NULL, "%s", err);
+    cfg = config_new(CONFIG_ROLE_CTL, "ctl", &err);
+    ck_assert_msg(cfg != NULL, "%s", err.message);
 }
 
 static void teardown(void)
@@ -113,17 +113,17 @@ static void teardown(void)
 
 static dlq_reader_t *reader(void)
 {
-    char err[512];
-    dlq_reader_t *r = dlq_reader_new(cfg, err, sizeof(err));
-    ck_assert_msg(r != NULL, "%s", err);
+    struct charged_error err;
+    dlq_reader_t *r = dlq_reader_new(cfg, &err);
+    ck_assert_msg(r != NULL, "%s", err.message);
     return r;
 }
 
 static dlq_reader_t *read_all(void)
 {
-    char err[512];
+    struct charged_error err;
     dlq_reader_t *r = reader();
-    ck_assert_msg(dlq_reader_read_all(r, err, sizeof(err)) == DLQ_READER_OK, "%s", err);
+    ck_assert_msg(dlq_reader_read_all(r, &err) == CHARGED_OK, "%s", err.message);
     return r;
 }
 
@@ -140,11 +140,14 @@ static const struct dlq_letter *at(const dlq_reader_t *r, int32_t p, int64_t o)
 
 static int64_t end_offset(const char *topic)
 {
-    char err[512];
+    struct charged_error err;
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    rd_kafka_conf_set(conf, "bootstrap.servers", test_env_kafka(), err, sizeof(err));
-    rd_kafka_conf_set(conf, "group.id", "dlq-reader-test", err, sizeof(err));
-    rd_kafka_t *c = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
+    rd_kafka_conf_set(conf, "bootstrap.servers", test_env_kafka(), err.message,
+                      sizeof(err.message));
+    rd_kafka_conf_set(conf, "group.id", "dlq-reader-test", err.message,
+                      sizeof(err.message));
+    rd_kafka_t *c =
+        rd_kafka_new(RD_KAFKA_CONSUMER, conf, err.message, sizeof(err.message));
     int64_t lo = -1, hi = -1;
     ck_assert(c != NULL);
     ck_assert(!rd_kafka_query_watermark_offsets(c, topic, 0, &lo, &hi, 10000));
@@ -230,31 +233,29 @@ END_TEST
 
 START_TEST(reads_one_position_or_says_not_found)
 {
-    char err[512];
+    struct charged_error err;
     dlq_reader_t *r = reader();
-    ck_assert_int_eq(dlq_reader_read_one(r, 1, 0, err, sizeof(err)), DLQ_READER_OK);
+    ck_assert_int_eq(dlq_reader_read_one(r, 1, 0, &err), CHARGED_OK);
     ck_assert_uint_eq(dlq_reader_count(r), 1);
     const struct dlq_letter *first = dlq_reader_letter(r, 0);
     ck_assert_str_eq(first->reason, "card_data_refused");
-    ck_assert_int_eq(dlq_reader_read_one(r, 0, 1, err, sizeof(err)), DLQ_READER_OK);
+    ck_assert_int_eq(dlq_reader_read_one(r, 0, 1, &err), CHARGED_OK);
     ck_assert_uint_eq(dlq_reader_count(r), 2);
     ck_assert_ptr_eq(dlq_reader_letter(r, 0), first); /* letters do not move */
     ck_assert_str_eq(dlq_reader_letter(r, 1)->attempt, attempt[1]);
-    ck_assert_int_eq(dlq_reader_read_one(r, 0, 99, err, sizeof(err)),
-                     DLQ_READER_NOT_FOUND);
-    ck_assert_int_eq(dlq_reader_read_one(r, 2, 0, err, sizeof(err)),
-                     DLQ_READER_NOT_FOUND);
+    ck_assert_int_eq(dlq_reader_read_one(r, 0, 99, &err), CHARGED_NOT_FOUND);
+    ck_assert_int_eq(dlq_reader_read_one(r, 2, 0, &err), CHARGED_NOT_FOUND);
     ck_assert_uint_eq(dlq_reader_count(r), 2);
     dlq_reader_free(r);
 
     /* A DLQ topic that does not exist: Kafka has nothing to read. */
     setenv("CHARGE_DLQ_TOPIC", "dlq-reader-no-such-topic", 1);
-    config_t *other = config_new(CONFIG_ROLE_CTL, "ctl", err, sizeof(err));
+    config_t *other = config_new(CONFIG_ROLE_CTL, "ctl", &err);
     ck_assert(other != NULL);
-    r = dlq_reader_new(other, err, sizeof(err));
+    r = dlq_reader_new(other, &err);
     ck_assert(r != NULL);
-    ck_assert_int_eq(dlq_reader_read_all(r, err, sizeof(err)), DLQ_READER_UNREACHABLE);
-    ck_assert_msg(strstr(err, "does not exist"), "%s", err);
+    ck_assert_int_eq(dlq_reader_read_all(r, &err), CHARGED_RETRY);
+    ck_assert_msg(strstr(err.message, "does not exist"), "%s", err.message);
     dlq_reader_free(r);
     config_free(other);
 }
@@ -352,12 +353,16 @@ END_TEST
 static rd_kafka_t *consume(int64_t from, rd_kafka_message_t **out, size_t max,
                            size_t *n)
 {
-    char err[512];
+    struct charged_error err;
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    rd_kafka_conf_set(conf, "bootstrap.servers", test_env_kafka(), err, sizeof(err));
-    rd_kafka_conf_set(conf, "group.id", "dlq-reader-test", err, sizeof(err));
-    rd_kafka_conf_set(conf, "enable.auto.commit", "false", err, sizeof(err));
-    rd_kafka_t *c = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
+    rd_kafka_conf_set(conf, "bootstrap.servers", test_env_kafka(), err.message,
+                      sizeof(err.message));
+    rd_kafka_conf_set(conf, "group.id", "dlq-reader-test", err.message,
+                      sizeof(err.message));
+    rd_kafka_conf_set(conf, "enable.auto.commit", "false", err.message,
+                      sizeof(err.message));
+    rd_kafka_t *c =
+        rd_kafka_new(RD_KAFKA_CONSUMER, conf, err.message, sizeof(err.message));
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
     rd_kafka_topic_partition_list_add(l, cmds, 0)->offset = from;
     ck_assert(!rd_kafka_assign(c, l));
@@ -387,32 +392,31 @@ static const char *msg_header(rd_kafka_message_t *m, const char *name)
 
 START_TEST(replays_to_the_original_topic)
 {
-    char err[512];
+    struct charged_error err;
     dlq_reader_t *r = read_all();
     const struct dlq_letter *sel[] = {at(r, 0, 0), at(r, 1, 0), at(r, 0, 1)};
     struct dlq_replay_item items[3];
     int64_t before = end_offset(cmds);
 
     /* A dry run sends nothing. */
-    ck_assert_int_eq(dlq_reader_replay(r, sel, 3, "tester", 1, items, err, sizeof(err)),
-                     DLQ_READER_OK);
+    ck_assert_int_eq(dlq_reader_replay(r, sel, 3, "tester", 1, items, &err),
+                     CHARGED_OK);
     ck_assert(!items[0].sent && !items[1].sent && !items[2].sent);
     ck_assert(items[1].skipped && !items[0].skipped);
     ck_assert_int_eq(end_offset(cmds), before);
 
     /* A letter without its original topic refuses the whole call. */
     const struct dlq_letter *bad[] = {at(r, 0, 0), at(r, 0, 2)};
-    ck_assert_int_eq(dlq_reader_replay(r, bad, 2, "tester", 0, items, err, sizeof(err)),
-                     DLQ_READER_REFUSED);
-    ck_assert_msg(strstr(err, "0:2"), "%s", err);
-    ck_assert_int_eq(dlq_reader_replay(r, sel, 1, "", 0, items, err, sizeof(err)),
-                     DLQ_READER_REFUSED);
+    ck_assert_int_eq(dlq_reader_replay(r, bad, 2, "tester", 0, items, &err),
+                     CHARGED_BAD_ITEM);
+    ck_assert_msg(strstr(err.message, "0:2"), "%s", err.message);
+    ck_assert_int_eq(dlq_reader_replay(r, sel, 1, "", 0, items, &err),
+                     CHARGED_BAD_ITEM);
     ck_assert_int_eq(end_offset(cmds), before);
 
     /* A replay: the card letter skipped, the others on the original topic. */
-    ck_assert_msg(dlq_reader_replay(r, sel, 3, "tester", 0, items, err, sizeof(err)) ==
-                      DLQ_READER_OK,
-                  "%s", err);
+    ck_assert_msg(dlq_reader_replay(r, sel, 3, "tester", 0, items, &err) == CHARGED_OK,
+                  "%s", err.message);
     ck_assert(items[0].sent && !items[1].sent && items[2].sent);
     ck_assert(items[1].skipped);
     ck_assert_int_eq(items[0].to_partition, 0);
@@ -455,15 +459,18 @@ END_TEST
  * consumer receives. */
 static void txn_letter(int32_t partition, const char *value, int commit)
 {
-    char err[512], txid[64], id[37];
+    struct charged_error err;
+    char txid[64], id[37];
     test_env_uuid(id);
     snprintf(txid, sizeof(txid), "dlq-reader-test-%s", id);
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    ck_assert(!rd_kafka_conf_set(conf, "bootstrap.servers", test_env_kafka(), err,
-                                 sizeof(err)));
-    ck_assert(!rd_kafka_conf_set(conf, "transactional.id", txid, err, sizeof(err)));
-    rd_kafka_t *p = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
-    ck_assert_msg(p != NULL, "%s", err);
+    ck_assert(!rd_kafka_conf_set(conf, "bootstrap.servers", test_env_kafka(),
+                                 err.message, sizeof(err.message)));
+    ck_assert(!rd_kafka_conf_set(conf, "transactional.id", txid, err.message,
+                                 sizeof(err.message)));
+    rd_kafka_t *p =
+        rd_kafka_new(RD_KAFKA_PRODUCER, conf, err.message, sizeof(err.message));
+    ck_assert_msg(p != NULL, "%s", err.message);
     ck_assert(!rd_kafka_init_transactions(p, 30000));
     ck_assert(!rd_kafka_begin_transaction(p));
     ck_assert(
@@ -482,7 +489,7 @@ static void txn_letter(int32_t partition, const char *value, int commit)
 
 START_TEST(skips_transaction_markers_and_aborted_letters)
 {
-    char err[512];
+    struct charged_error err;
     /* 1:2 the committed letter, 1:3 its marker, 1:4 aborted, 1:5 marker. */
     txn_letter(1, "{\"committed\":true}", 1);
     txn_letter(1, "{\"aborted\":true}", 0);
@@ -496,19 +503,17 @@ START_TEST(skips_transaction_markers_and_aborted_letters)
     for (size_t i = 0; i < dlq_reader_count(r); i++)
         ck_assert(!strstr(dlq_reader_letter(r, i)->value, "aborted"));
     /* A marker's position or an aborted letter's holds no letter. */
-    ck_assert_int_eq(dlq_reader_read_one(r, 1, 3, err, sizeof(err)),
-                     DLQ_READER_NOT_FOUND);
-    ck_assert_msg(strstr(err, "1:3"), "%s", err);
-    ck_assert_int_eq(dlq_reader_read_one(r, 1, 4, err, sizeof(err)),
-                     DLQ_READER_NOT_FOUND);
-    ck_assert_int_eq(dlq_reader_read_one(r, 1, 2, err, sizeof(err)), DLQ_READER_OK);
+    ck_assert_int_eq(dlq_reader_read_one(r, 1, 3, &err), CHARGED_NOT_FOUND);
+    ck_assert_msg(strstr(err.message, "1:3"), "%s", err.message);
+    ck_assert_int_eq(dlq_reader_read_one(r, 1, 4, &err), CHARGED_NOT_FOUND);
+    ck_assert_int_eq(dlq_reader_read_one(r, 1, 2, &err), CHARGED_OK);
     dlq_reader_free(r);
 
     /* The newest two offsets of partition 1 are markers and an aborted
      * letter: no letter there, and no wait for one. */
     r = reader();
     t0 = test_env_now_ms();
-    ck_assert_int_eq(dlq_reader_read_newest(r, 2, err, sizeof(err)), DLQ_READER_OK);
+    ck_assert_int_eq(dlq_reader_read_newest(r, 2, &err), CHARGED_OK);
     ck_assert_msg(test_env_now_ms() - t0 < 5000, "read in %lld ms",
                   test_env_now_ms() - t0);
     ck_assert_uint_eq(dlq_reader_count(r), 2); /* 0:1 and 0:2 */
@@ -518,11 +523,11 @@ END_TEST
 
 START_TEST(reads_the_newest_as_summaries)
 {
-    char err[512];
+    struct charged_error err;
     struct dlq_replay_item items[1];
     dlq_reader_t *r = reader();
     ck_assert_int_eq(dlq_reader_total(r), 0);
-    ck_assert_int_eq(dlq_reader_read_newest(r, 1, err, sizeof(err)), DLQ_READER_OK);
+    ck_assert_int_eq(dlq_reader_read_newest(r, 1, &err), CHARGED_OK);
     ck_assert_uint_eq(dlq_reader_count(r), 2);
     ck_assert_int_eq(dlq_reader_total(r), 5);
     const struct dlq_letter *l = at(r, 0, 2);
@@ -532,13 +537,13 @@ START_TEST(reads_the_newest_as_summaries)
     ck_assert_str_eq(at(r, 1, 1)->reason, "amount_over_limit");
     /* Without its value a letter is not sent. */
     const struct dlq_letter *sel[] = {at(r, 1, 1)};
-    ck_assert_int_eq(dlq_reader_replay(r, sel, 1, "tester", 1, items, err, sizeof(err)),
-                     DLQ_READER_REFUSED);
-    ck_assert_msg(strstr(err, "1:1"), "%s", err);
+    ck_assert_int_eq(dlq_reader_replay(r, sel, 1, "tester", 1, items, &err),
+                     CHARGED_BAD_ITEM);
+    ck_assert_msg(strstr(err.message, "1:1"), "%s", err.message);
     dlq_reader_free(r);
 
     r = reader();
-    ck_assert_int_eq(dlq_reader_read_newest(r, 1000, err, sizeof(err)), DLQ_READER_OK);
+    ck_assert_int_eq(dlq_reader_read_newest(r, 1000, &err), CHARGED_OK);
     ck_assert_uint_eq(dlq_reader_count(r), 5);
     dlq_reader_free(r);
 }
@@ -546,14 +551,13 @@ END_TEST
 
 START_TEST(reads_positions_together)
 {
-    char err[512];
+    struct charged_error err;
     const struct dlq_letter *got[4];
     dlq_reader_t *r = reader();
     int32_t p[] = {0, 1, 0, 0};
     int64_t o[] = {2, 1, 0, 2};
-    ck_assert_msg(dlq_reader_read_positions(r, p, o, 4, got, err, sizeof(err)) ==
-                      DLQ_READER_OK,
-                  "%s", err);
+    ck_assert_msg(dlq_reader_read_positions(r, p, o, 4, got, &err) == CHARGED_OK, "%s",
+                  err.message);
     ck_assert_uint_eq(dlq_reader_count(r), 3); /* 0:2 named twice, read once */
     for (int i = 0; i < 4; i++) {
         ck_assert_int_eq(got[i]->partition, p[i]);
@@ -566,13 +570,13 @@ START_TEST(reads_positions_together)
     /* One position missing: nothing is read, the first missing named. */
     int32_t p2[] = {1, 0, 1};
     int64_t o2[] = {0, 99, 7};
-    ck_assert_int_eq(dlq_reader_read_positions(r, p2, o2, 3, got, err, sizeof(err)),
-                     DLQ_READER_NOT_FOUND);
-    ck_assert_msg(strstr(err, "0:99"), "%s", err);
+    ck_assert_int_eq(dlq_reader_read_positions(r, p2, o2, 3, got, &err),
+                     CHARGED_NOT_FOUND);
+    ck_assert_msg(strstr(err.message, "0:99"), "%s", err.message);
     int32_t p3[] = {5};
     int64_t o3[] = {0};
-    ck_assert_int_eq(dlq_reader_read_positions(r, p3, o3, 1, got, err, sizeof(err)),
-                     DLQ_READER_NOT_FOUND);
+    ck_assert_int_eq(dlq_reader_read_positions(r, p3, o3, 1, got, &err),
+                     CHARGED_NOT_FOUND);
     ck_assert_uint_eq(dlq_reader_count(r), 3);
     dlq_reader_free(r);
 }
@@ -580,7 +584,7 @@ END_TEST
 
 START_TEST(replays_only_to_the_command_topic)
 {
-    char err[512];
+    struct charged_error err;
     struct dlq_replay_item items[2];
     char results[128];
     snprintf(results, sizeof(results), "%s.results", dlq);
@@ -592,11 +596,12 @@ START_TEST(replays_only_to_the_command_topic)
     int64_t before = end_offset(cmds);
     dlq_reader_t *r = read_all();
     const struct dlq_letter *sel[] = {at(r, 0, 0), at(r, 1, 2)};
-    ck_assert_int_eq(dlq_reader_replay(r, sel, 2, "tester", 0, items, err, sizeof(err)),
-                     DLQ_READER_REFUSED);
-    ck_assert_msg(strstr(err, "1:2") && strstr(err, results), "%s", err);
-    ck_assert_int_eq(dlq_reader_replay(r, sel, 2, "tester", 1, items, err, sizeof(err)),
-                     DLQ_READER_REFUSED);
+    ck_assert_int_eq(dlq_reader_replay(r, sel, 2, "tester", 0, items, &err),
+                     CHARGED_BAD_ITEM);
+    ck_assert_msg(strstr(err.message, "1:2") && strstr(err.message, results), "%s",
+                  err.message);
+    ck_assert_int_eq(dlq_reader_replay(r, sel, 2, "tester", 1, items, &err),
+                     CHARGED_BAD_ITEM);
     ck_assert_int_eq(end_offset(cmds), before); /* not even the good one */
     dlq_reader_free(r);
 }

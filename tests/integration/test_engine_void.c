@@ -73,7 +73,7 @@ static void intent(provider_client_t *pc, const char *method, char *id, size_t s
         .order_id = attempt,
     };
     struct provider_result res;
-    ck_assert_int_eq(provider_client_charge(pc, &ch, &res), 0);
+    provider_client_charge(pc, &ch, &res);
     ck_assert_msg(res.provider_payment_id[0], "no intent for %s", method);
     snprintf(id, size, "%s", res.provider_payment_id);
 }
@@ -176,7 +176,8 @@ static void setenv_or_fail(const char *name, const char *value)
 
 START_TEST(voids_run_through_the_engine_at_most_once)
 {
-    char err[512], id[PROVIDER_ID_MAX];
+    char id[PROVIDER_ID_MAX];
+    struct charged_error cerr;
     struct void_cmd ok[VOIDS], refused, malformed_key, reused;
 
     /* The world: the void's tables, psp-sim, the topics. */
@@ -192,9 +193,9 @@ START_TEST(voids_run_through_the_engine_at_most_once)
     test_kafka_create_topic(topic, PARTITIONS);
     test_kafka_create_topic(dlq, 1);
 
-    provider_client_t *pc = provider_client_new(psp.base_url, PSP_SIM_TEST_KEY, NULL,
-                                                10000, err, sizeof(err));
-    ck_assert_msg(pc != NULL, "%s", err);
+    provider_client_t *pc =
+        provider_client_new(psp.base_url, PSP_SIM_TEST_KEY, NULL, 10000, &cerr);
+    ck_assert_msg(pc != NULL, "%s", cerr.message);
     for (int i = 0; i < VOIDS; i++) {
         intent(pc, "pm_card_processing", id, sizeof(id));
         void_command(&ok[i], id, NULL);
@@ -241,12 +242,12 @@ START_TEST(voids_run_through_the_engine_at_most_once)
     setenv_or_fail("WORKER_RETRY_BASE_MS", "100");
     setenv_or_fail("WORKER_RETRY_MAX_MS", "1000");
     setenv_or_fail("WORKER_COMMIT_INTERVAL_MS", "100");
-    config_t *cfg = config_new(CONFIG_ROLE_WORKER, "worker", err, sizeof(err));
-    ck_assert_msg(cfg != NULL, "%s", err);
+    config_t *cfg = config_new(CONFIG_ROLE_WORKER, "worker", &cerr);
+    ck_assert_msg(cfg != NULL, "%s", cerr.message);
     engine_t *eng = NULL;
-    ck_assert_msg(
-        engine_start(cfg, "engine-void-test", &void_op, &eng, err, sizeof(err)) == 0,
-        "%s", err);
+    ck_assert_msg(engine_start(cfg, "engine-void-test", &void_op, &eng, &cerr) ==
+                      CHARGED_OK,
+                  "%s", cerr.message);
 
     rd_kafka_t *offsets = test_kafka_client(RD_KAFKA_CONSUMER, group);
     long long until = test_env_deadline(60000), next_look = 0;

@@ -61,7 +61,7 @@ static void commit(const int64_t offsets[PARTITIONS])
 /* Deletes the records of partition p before `before`: its start moves. */
 static void delete_before(int32_t p, int64_t before)
 {
-    char err[256];
+    char err[512];
     rd_kafka_t *rk = test_kafka_client(RD_KAFKA_PRODUCER, NULL);
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
     rd_kafka_topic_partition_list_add(l, topic, p)->offset = before;
@@ -89,10 +89,10 @@ static void delete_before(int32_t p, int64_t before)
 
 static config_t *config_for(const char *brokers)
 {
-    char err[256];
+    struct charged_error err;
     ck_assert_int_eq(setenv("KAFKA_BOOTSTRAP_SERVERS", brokers, 1), 0);
-    config_t *cfg = config_new(CONFIG_ROLE_CTL, "console", err, sizeof(err));
-    ck_assert_msg(cfg != NULL, "%s", err);
+    config_t *cfg = config_new(CONFIG_ROLE_CTL, "console", &err);
+    ck_assert_msg(cfg != NULL, "%s", err.message);
     return cfg;
 }
 
@@ -129,14 +129,14 @@ START_TEST(lag_is_the_end_less_the_committed_offset_per_partition)
 {
     const int n[PARTITIONS] = {5, 3, 4};
     const int64_t at[PARTITIONS] = {2, 3, -1};
-    char err[512];
+    struct charged_error err;
     fresh_names("lag");
     test_kafka_create_topic(topic, PARTITIONS);
     produce(n);
     commit(at);
     config_t *cfg = config_for(test_env_kafka());
-    json_t *lag = fleet_status_lag(cfg, group, topic, 15000, err, sizeof(err));
-    ck_assert_msg(lag != NULL, "%s", err);
+    json_t *lag = fleet_status_lag(cfg, group, topic, 15000, &err);
+    ck_assert_msg(lag != NULL, "%s", err.message);
     ck_assert_str_eq(json_string_value(json_object_get(lag, "group")), group);
     ck_assert_str_eq(json_string_value(json_object_get(lag, "topic")), topic);
     ck_assert_int_eq(json_array_size(json_object_get(lag, "partitions")), PARTITIONS);
@@ -149,8 +149,8 @@ START_TEST(lag_is_the_end_less_the_committed_offset_per_partition)
     /* Without a committed offset the lag counts from the partition's start,
      * not from 0: */
     delete_before(2, 1);
-    lag = fleet_status_lag(cfg, group, topic, 15000, err, sizeof(err));
-    ck_assert_msg(lag != NULL, "%s", err);
+    lag = fleet_status_lag(cfg, group, topic, 15000, &err);
+    ck_assert_msg(lag != NULL, "%s", err.message);
     partition_is(lag, 0, 2, 5, 3);
     partition_is(lag, 1, 3, 3, 0);
     partition_is(lag, 2, -1, 4, 3);
@@ -175,13 +175,13 @@ END_TEST
 START_TEST(a_group_that_never_committed_lags_by_the_whole_topic)
 {
     const int n[PARTITIONS] = {1, 0, 2};
-    char err[512];
+    struct charged_error err;
     fresh_names("fresh");
     test_kafka_create_topic(topic, PARTITIONS);
     produce(n);
     config_t *cfg = config_for(test_env_kafka());
-    json_t *lag = fleet_status_lag(cfg, group, topic, 15000, err, sizeof(err));
-    ck_assert_msg(lag != NULL, "%s", err);
+    json_t *lag = fleet_status_lag(cfg, group, topic, 15000, &err);
+    ck_assert_msg(lag != NULL, "%s", err.message);
     partition_is(lag, 0, -1, 1, 1);
     partition_is(lag, 1, -1, 0, 0);
     partition_is(lag, 2, -1, 2, 2);
@@ -193,17 +193,18 @@ END_TEST
 
 START_TEST(a_missing_topic_is_null_with_the_reason)
 {
-    char err[512] = "";
+    struct charged_error err = {0};
     fresh_names("missing");
     config_t *cfg = config_for(test_env_kafka());
-    json_t *lag = fleet_status_lag(cfg, group, topic, 10000, err, sizeof(err));
+    json_t *lag = fleet_status_lag(cfg, group, topic, 10000, &err);
     ck_assert_ptr_null(lag);
-    ck_assert_msg(strstr(err, "does not exist") && strstr(err, topic), "err: %s", err);
+    ck_assert_msg(strstr(err.message, "does not exist") && strstr(err.message, topic),
+                  "err.message: %s", err.message);
     /* And the broker did not make it for asking. */
-    lag = fleet_status_lag(cfg, group, topic, 10000, err, sizeof(err));
+    lag = fleet_status_lag(cfg, group, topic, 10000, &err);
     ck_assert_ptr_null(lag);
-    ck_assert_ptr_null(fleet_status_lag(cfg, "", topic, 1000, err, sizeof(err)));
-    ck_assert_ptr_null(fleet_status_lag(cfg, group, NULL, 1000, err, sizeof(err)));
+    ck_assert_ptr_null(fleet_status_lag(cfg, "", topic, 1000, &err));
+    ck_assert_ptr_null(fleet_status_lag(cfg, group, NULL, 1000, &err));
     config_free(cfg);
 }
 END_TEST
@@ -240,16 +241,17 @@ static int silent_listener(unsigned *port)
 
 START_TEST(kafka_that_does_not_answer_is_null_within_the_timeout)
 {
-    char brokers[64], err[512] = "";
+    char brokers[64];
+    struct charged_error err = {0};
     snprintf(brokers, sizeof(brokers), "127.0.0.1:%u", closed_port());
     config_t *cfg = config_for(brokers);
     /* The timeout, and the handle's end (stretched for slow builds): never
      * the library's own minutes. */
     long long t0 = test_env_now_ms(), until = test_env_deadline(2000) + 1500;
-    json_t *lag = fleet_status_lag(cfg, "g", "t", 1500, err, sizeof(err));
+    json_t *lag = fleet_status_lag(cfg, "g", "t", 1500, &err);
     long long took = test_env_now_ms() - t0;
     ck_assert_ptr_null(lag);
-    ck_assert_msg(err[0], "no reason given");
+    ck_assert_msg(err.message[0], "no reason given");
     ck_assert_msg(t0 + took < until, "took %lld ms", took);
     config_free(cfg);
     unsigned silent;
@@ -258,7 +260,7 @@ START_TEST(kafka_that_does_not_answer_is_null_within_the_timeout)
     cfg = config_for(brokers);
     t0 = test_env_now_ms();
     until = test_env_deadline(2000) + 1500;
-    lag = fleet_status_lag(cfg, "g", "t", 1500, err, sizeof(err));
+    lag = fleet_status_lag(cfg, "g", "t", 1500, &err);
     took = test_env_now_ms() - t0;
     ck_assert_ptr_null(lag);
     ck_assert_msg(t0 + took < until, "silent broker: took %lld ms", took);

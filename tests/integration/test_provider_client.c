@@ -15,14 +15,13 @@
 
 static struct psp_sim_process sim;
 static provider_client_t *pc;
-static char err[256];
+static struct charged_error err;
 
 static void setup(void)
 {
     psp_sim_start(&sim, NULL);
-    pc = provider_client_new(sim.base_url, PSP_SIM_TEST_KEY, "2024-06-20", 1000, err,
-                             sizeof(err));
-    ck_assert_msg(pc != NULL, "%s", err);
+    pc = provider_client_new(sim.base_url, PSP_SIM_TEST_KEY, "2024-06-20", 1000, &err);
+    ck_assert_msg(pc != NULL, "%s", err.message);
 }
 
 static void teardown(void)
@@ -164,7 +163,7 @@ START_TEST(refused_connection_is_not_executed)
     char url[64];
     snprintf(url, sizeof(url), "http://127.0.0.1:%d", psp_sim_free_port());
     provider_client_t *dead =
-        provider_client_new(url, PSP_SIM_TEST_KEY, NULL, 1000, err, sizeof(err));
+        provider_client_new(url, PSP_SIM_TEST_KEY, NULL, 1000, &err);
     struct provider_result r;
     struct provider_charge c = ch("pc-refused", 100, "pm_card_visa");
     provider_client_charge(dead, &c, &r);
@@ -321,7 +320,7 @@ START_TEST(list_pages_match_the_attempt)
     char url[64];
     snprintf(url, sizeof(url), "http://127.0.0.1:%d", psp_sim_free_port());
     provider_client_t *down =
-        provider_client_new(url, PSP_SIM_TEST_KEY, NULL, 500, err, sizeof(err));
+        provider_client_new(url, PSP_SIM_TEST_KEY, NULL, 500, &err);
     ck_assert_ptr_nonnull(down);
     provider_client_list(down, "pc-list-first", now - 60, now + 60, NULL, &r);
     ck_assert_int_eq(r.outcome, PROVIDER_UNKNOWN); /* no answer: no evidence */
@@ -379,8 +378,7 @@ START_TEST(async_charges_complete_with_their_opaque)
     for (int i = 0; i < N; i++) {
         snprintf(keys[i], sizeof(keys[i]), "pc-async-%d", i);
         struct provider_charge c = ch(keys[i], 100 + i, "pm_card_visa");
-        ck_assert_int_eq(
-            provider_client_start_charge(pc, &c, &seen[i], err, sizeof(err)), 0);
+        ck_assert_int_eq(provider_client_start_charge(pc, &c, &seen[i], &err), 0);
     }
     ck_assert_uint_eq(provider_client_in_flight(pc), N);
     long long deadline = test_env_now_ms() + 20000;
@@ -412,8 +410,7 @@ static struct provider_result post_on(provider_client_t *c, const char *path,
     int marker = 0;
     struct provider_result r;
     void *op = NULL;
-    ck_assert_int_eq(
-        provider_client_start_post(c, path, body, key, &marker, err, sizeof(err)), 0);
+    ck_assert_int_eq(provider_client_start_post(c, path, body, key, &marker, &err), 0);
     ck_assert_uint_eq(provider_client_in_flight(c), 1);
     long long deadline = test_env_now_ms() + 10000;
     while (!provider_client_next_done(c, &r, &op)) {
@@ -495,8 +492,8 @@ START_TEST(start_post_cancels_an_intent_with_a_charges_classification)
     /* The answer lost after the cancel executed: UNKNOWN, and the retry with
      * the key answers what the cancel did. On a client of its own: over a
      * pooled connection curl would itself send it again (resent). */
-    provider_client_t *fresh = provider_client_new(sim.base_url, PSP_SIM_TEST_KEY, NULL,
-                                                   1000, err, sizeof(err));
+    provider_client_t *fresh =
+        provider_client_new(sim.base_url, PSP_SIM_TEST_KEY, NULL, 1000, &err);
     ck_assert_ptr_nonnull(fresh);
     char path[PROVIDER_ID_MAX + 64];
     snprintf(path, sizeof(path), "/v1/payment_intents/%s/cancel",
@@ -520,7 +517,7 @@ START_TEST(start_post_cancels_an_intent_with_a_charges_classification)
     char url[64];
     snprintf(url, sizeof(url), "http://127.0.0.1:%d", psp_sim_free_port());
     provider_client_t *dead =
-        provider_client_new(url, PSP_SIM_TEST_KEY, NULL, 1000, err, sizeof(err));
+        provider_client_new(url, PSP_SIM_TEST_KEY, NULL, 1000, &err);
     struct provider_result refused =
         post_on(dead, "/v1/payment_intents/pi_x/cancel", "", "pc-void-refused");
     ck_assert_int_eq(refused.outcome, PROVIDER_NOT_EXECUTED);
@@ -528,15 +525,15 @@ START_TEST(start_post_cancels_an_intent_with_a_charges_classification)
     provider_client_free(dead);
 
     /* What cannot be sent is not started. */
+    ck_assert_int_eq(provider_client_start_post(pc, "v1/x", "", "k", NULL, &err),
+                     CHARGED_BAD_ITEM);
+    ck_assert_int_eq(provider_client_start_post(pc, "/v1/a b", "", "k", NULL, &err),
+                     CHARGED_BAD_ITEM);
+    ck_assert_int_eq(provider_client_start_post(pc, "/v1/x", "", NULL, NULL, &err),
+                     CHARGED_BAD_ITEM);
     ck_assert_int_eq(
-        provider_client_start_post(pc, "v1/x", "", "k", NULL, err, sizeof(err)), -1);
-    ck_assert_int_eq(
-        provider_client_start_post(pc, "/v1/a b", "", "k", NULL, err, sizeof(err)), -1);
-    ck_assert_int_eq(
-        provider_client_start_post(pc, "/v1/x", "", NULL, NULL, err, sizeof(err)), -1);
-    ck_assert_int_eq(provider_client_start_post(pc, "/v1/x", "", "k\r\nX: y", NULL, err,
-                                                sizeof(err)),
-                     -1);
+        provider_client_start_post(pc, "/v1/x", "", "k\r\nX: y", NULL, &err),
+        CHARGED_BAD_ITEM);
     ck_assert_uint_eq(provider_client_in_flight(pc), 0);
 }
 END_TEST
@@ -585,8 +582,7 @@ static struct provider_result refund(const char *key, const char *pi, long long 
         .refund_id = refund_id,
         .payment_attempt_id = "0b6f1a52-8f5e-4c36-9a39-0f4a7f5a0002",
     };
-    ck_assert_int_eq(provider_client_start_refund(pc, &rf, &marker, err, sizeof(err)),
-                     0);
+    ck_assert_int_eq(provider_client_start_refund(pc, &rf, &marker, &err), 0);
     long long deadline = test_env_now_ms() + 10000;
     while (!provider_client_next_done(pc, &r, &op)) {
         ck_assert_msg(test_env_now_ms() < deadline, "the refund never finished");
@@ -697,8 +693,7 @@ START_TEST(refund_refusals_and_faults_are_classified_as_a_charges)
     /* On a new connection: curl sends a request again by itself only on a
      * reused one that closed (that is `resent`, tested with charges). */
     provider_client_free(pc);
-    pc = provider_client_new(sim.base_url, PSP_SIM_TEST_KEY, "2024-06-20", 1000, err,
-                             sizeof(err));
+    pc = provider_client_new(sim.base_url, PSP_SIM_TEST_KEY, "2024-06-20", 1000, &err);
     r = refund("pc-rf-drop", pi, 10, "rf-drop");
     ck_assert_int_eq(r.resent, 0);
     ck_assert_int_eq(r.outcome, PROVIDER_UNKNOWN);

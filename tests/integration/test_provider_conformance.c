@@ -31,11 +31,11 @@ static provider_client_t *pc;
 
 static void setup(void)
 {
-    char err[256];
+    struct charged_error err;
     stripe_mock_start(&mock);
     pc = provider_client_new(mock.base_url, STRIPE_MOCK_TEST_KEY, API_VERSION, 5000,
-                             err, sizeof(err));
-    ck_assert_msg(pc != NULL, "%s", err);
+                             &err);
+    ck_assert_msg(pc != NULL, "%s", err.message);
 }
 
 static void teardown(void)
@@ -268,7 +268,7 @@ END_TEST
  * every field present. */
 static struct provider_result run_refund(void)
 {
-    char err[256];
+    struct charged_error err;
     struct provider_refund rf = {
         .idempotency_key = "conformance-refund-" REFUND_ID,
         .payment_intent = "pi_conformance",
@@ -279,7 +279,7 @@ static struct provider_result run_refund(void)
     };
     struct provider_result r;
     void *op = NULL;
-    ck_assert_int_eq(provider_client_start_refund(pc, &rf, NULL, err, sizeof(err)), 0);
+    ck_assert_int_eq(provider_client_start_refund(pc, &rf, NULL, &err), 0);
     long long deadline = test_env_now_ms() + 10000;
     while (!provider_client_next_done(pc, &r, &op)) {
         ck_assert_msg(test_env_now_ms() < deadline, "the refund never finished");

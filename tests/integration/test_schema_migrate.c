@@ -13,7 +13,7 @@
 #include "migrate.h"
 #include "test_env.h"
 
-static char err[512];
+static struct charged_error err;
 static struct charged_error db_err;
 
 static int count_rows(PGconn *c, const char *sql)
@@ -31,17 +31,15 @@ START_TEST(second_migrate_is_a_noop)
     int applied = -1;
     test_env_fresh_database(url, sizeof(url));
     PGconn *c = test_env_connect(url);
-    migrate_set_t *set = migrate_set_new(NULL, err, sizeof(err));
-    ck_assert_msg(set != NULL, "%s", err);
+    migrate_set_t *set = migrate_set_new(NULL, &err);
+    ck_assert_msg(set != NULL, "%s", err.message);
 
-    ck_assert_msg(migrate_run(c, set, NULL, &applied, err, sizeof(err)) == 0, "%s",
-                  err);
+    ck_assert_msg(migrate_run(c, set, NULL, &applied, &err) == 0, "%s", err.message);
     ck_assert_int_eq(applied, (int)migrate_embedded_count);
     int rows = count_rows(c, "SELECT count(*) FROM schema_migrations");
     ck_assert_int_eq(rows, (int)migrate_embedded_count);
 
-    ck_assert_msg(migrate_run(c, set, NULL, &applied, err, sizeof(err)) == 0, "%s",
-                  err);
+    ck_assert_msg(migrate_run(c, set, NULL, &applied, &err) == 0, "%s", err.message);
     ck_assert_int_eq(applied, 0);
     ck_assert_int_eq(count_rows(c, "SELECT count(*) FROM schema_migrations"), rows);
     migrate_set_free(set);
@@ -52,8 +50,9 @@ END_TEST
 struct runner {
     const char *url;
     pthread_barrier_t *start;
-    int rc, applied;
-    char err[512];
+    enum charged_rc rc;
+    int applied;
+    struct charged_error err;
 };
 
 static void *run_migrate(void *arg)
@@ -61,15 +60,15 @@ static void *run_migrate(void *arg)
     struct runner *r = arg;
     struct charged_error e;
     PGconn *c = db_connect(r->url, &e);
-    migrate_set_t *set = migrate_set_new(NULL, r->err, sizeof(r->err));
-    r->rc = -1;
+    migrate_set_t *set = migrate_set_new(NULL, &r->err);
+    r->rc = CHARGED_RETRY;
     if (!c || !set) {
         if (!c)
-            snprintf(r->err, sizeof(r->err), "%s", e.message);
+            r->err = e;
         goto out;
     }
     pthread_barrier_wait(r->start);
-    r->rc = migrate_run(c, set, NULL, &r->applied, r->err, sizeof(r->err));
+    r->rc = migrate_run(c, set, NULL, &r->applied, &r->err);
 out:
     migrate_set_free(set);
     PQfinish(c);
@@ -93,7 +92,7 @@ START_TEST(concurrent_migrates_apply_each_file_once)
     }
     for (int i = 0; i < N; i++) {
         pthread_join(t[i], NULL);
-        ck_assert_msg(r[i].rc == 0, "runner %d: %s", i, r[i].err);
+        ck_assert_msg(r[i].rc == CHARGED_OK, "runner %d: %s", i, r[i].err.message);
         total += r[i].applied;
     }
     pthread_barrier_destroy(&start);
@@ -134,10 +133,9 @@ START_TEST(keys_shared_before_0011_migrate_to_the_first)
     write_migrations_before(dir, "0011");
     test_env_fresh_database(url, sizeof(url));
     PGconn *c = test_env_connect(url);
-    migrate_set_t *set = migrate_set_new(dir, err, sizeof(err));
-    ck_assert_msg(set != NULL, "%s", err);
-    ck_assert_msg(migrate_run(c, set, NULL, &applied, err, sizeof(err)) == 0, "%s",
-                  err);
+    migrate_set_t *set = migrate_set_new(dir, &err);
+    ck_assert_msg(set != NULL, "%s", err.message);
+    ck_assert_msg(migrate_run(c, set, NULL, &applied, &err) == 0, "%s", err.message);
     migrate_set_free(set);
     test_env_sql(c,
                  "INSERT INTO payment_attempts (id, order_id, idempotency_key,"
@@ -156,10 +154,9 @@ START_TEST(keys_shared_before_0011_migrate_to_the_first)
                  " '00000000-0000-4000-8000-000000000001', 'shared', 'fp', 10,"
                  " 'requested_by_customer', 'PENDING')",
                  0, NULL);
-    set = migrate_set_new(NULL, err, sizeof(err));
-    ck_assert_msg(set != NULL, "%s", err);
-    ck_assert_msg(migrate_run(c, set, NULL, &applied, err, sizeof(err)) == 0, "%s",
-                  err);
+    set = migrate_set_new(NULL, &err);
+    ck_assert_msg(set != NULL, "%s", err.message);
+    ck_assert_msg(migrate_run(c, set, NULL, &applied, &err) == 0, "%s", err.message);
     migrate_set_free(set);
     ck_assert_int_ge(applied, 1);
     ck_assert_int_eq(count_rows(c, "SELECT count(*) FROM idempotency_keys"), 2);
@@ -199,20 +196,20 @@ START_TEST(changed_applied_file_is_refused)
 
     test_env_fresh_database(url, sizeof(url));
     PGconn *c = test_env_connect(url);
-    migrate_set_t *set = migrate_set_new(dir, err, sizeof(err));
-    ck_assert_msg(set != NULL, "%s", err);
-    ck_assert_msg(migrate_run(c, set, NULL, &applied, err, sizeof(err)) == 0, "%s",
-                  err);
+    migrate_set_t *set = migrate_set_new(dir, &err);
+    ck_assert_msg(set != NULL, "%s", err.message);
+    ck_assert_msg(migrate_run(c, set, NULL, &applied, &err) == 0, "%s", err.message);
     migrate_set_free(set);
 
     f = fopen(path, "w");
     fputs("CREATE TABLE first (id bigint);\n", f);
     fclose(f);
-    set = migrate_set_new(dir, err, sizeof(err));
-    ck_assert_msg(set != NULL, "%s", err);
-    ck_assert_int_eq(migrate_run(c, set, NULL, &applied, err, sizeof(err)), -1);
-    ck_assert_msg(strstr(err, "'0001_first.sql' was changed after it was applied"),
-                  "%s", err);
+    set = migrate_set_new(dir, &err);
+    ck_assert_msg(set != NULL, "%s", err.message);
+    ck_assert_int_eq(migrate_run(c, set, NULL, &applied, &err), CHARGED_GIVE_UP);
+    ck_assert_msg(
+        strstr(err.message, "'0001_first.sql' was changed after it was applied"), "%s",
+        err.message);
     migrate_set_free(set);
     PQfinish(c);
     unlink(path);
@@ -231,9 +228,10 @@ START_TEST(failed_migration_leaves_nothing_behind)
     fclose(f);
     test_env_fresh_database(url, sizeof(url));
     PGconn *c = test_env_connect(url);
-    migrate_set_t *set = migrate_set_new(dir, err, sizeof(err));
-    ck_assert_int_eq(migrate_run(c, set, NULL, &applied, err, sizeof(err)), -1);
-    ck_assert_msg(strstr(err, "migration '0001_broken.sql' failed"), "%s", err);
+    migrate_set_t *set = migrate_set_new(dir, &err);
+    ck_assert_int_eq(migrate_run(c, set, NULL, &applied, &err), CHARGED_GIVE_UP);
+    ck_assert_msg(strstr(err.message, "migration '0001_broken.sql' failed"), "%s",
+                  err.message);
     ck_assert_int_eq(count_rows(c, "SELECT count(*) FROM pg_tables WHERE tablename = "
                                    "'half'"),
                      0);
@@ -384,7 +382,7 @@ START_TEST(ledger_books_an_attempt_once)
                       "amount, currency, provider_payment_id) "
                       "VALUES ($1, $2, 'charge', 1000, 'EUR', 'pi_1')";
     ck_assert_msg(db_run(c, sql, 2, p, &db_err) == 0, "%s", db_err.message);
-    ck_assert_int_eq(db_run(c, sql, 2, p, &db_err), -1);
+    ck_assert_int_eq(db_run(c, sql, 2, p, &db_err), CHARGED_RETRY);
     ck_assert_str_eq(db_err.code, "23505");
     PQfinish(c);
 }
@@ -411,7 +409,7 @@ START_TEST(refund_of_no_attempt_is_never_booked)
                "UPDATE refund_attempts SET status = 'SUCCEEDED',"
                " provider_refund_id = 're_1' WHERE payment_attempt_id = $1",
                1, p, &db_err),
-        -1);
+        CHARGED_RETRY);
     ck_assert_str_eq(db_err.code, "23503");
     PGresult *r = db_exec(c, "SELECT count(*) FROM ledger_entries", 0, NULL, &db_err);
     ck_assert_msg(r != NULL, "%s", db_err.message);
@@ -430,7 +428,7 @@ START_TEST(webhook_event_is_processed_once)
                       "event_type, outcome, payload) VALUES ('psp', 'evt_1', "
                       "'payment_intent.succeeded', 'applied', '{}')";
     ck_assert_msg(db_run(c, sql, 0, NULL, &db_err) == 0, "%s", db_err.message);
-    ck_assert_int_eq(db_run(c, sql, 0, NULL, &db_err), -1);
+    ck_assert_int_eq(db_run(c, sql, 0, NULL, &db_err), CHARGED_RETRY);
     ck_assert_str_eq(db_err.code, "23505");
     PQfinish(c);
 }

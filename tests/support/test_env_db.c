@@ -65,14 +65,13 @@ int test_env_fresh_database(char *out, size_t out_size)
 
 int test_env_migrated_database(char *out, size_t out_size)
 {
-    char err[512];
+    struct charged_error err;
     int applied;
     test_env_fresh_database(out, out_size);
     PGconn *c = test_env_connect(out);
-    migrate_set_t *set = migrate_set_new(NULL, err, sizeof(err));
-    ck_assert_msg(set != NULL, "%s", err);
-    ck_assert_msg(migrate_run(c, set, NULL, &applied, err, sizeof(err)) == 0, "%s",
-                  err);
+    migrate_set_t *set = migrate_set_new(NULL, &err);
+    ck_assert_msg(set != NULL, "%s", err.message);
+    ck_assert_msg(migrate_run(c, set, NULL, &applied, &err) == 0, "%s", err.message);
     migrate_set_free(set);
     PQfinish(c);
     return 0;

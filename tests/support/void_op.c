@@ -44,7 +44,7 @@ const char *const void_op_schema[] = {
     NULL,
 };
 
-static void *void_open(config_t *cfg, const char *actor, char *err, size_t err_size)
+static void *void_open(config_t *cfg, const char *actor, struct charged_error *err)
 {
     struct void_state *v = calloc(1, sizeof(*v));
     if (v) {
@@ -52,7 +52,7 @@ static void *void_open(config_t *cfg, const char *actor, char *err, size_t err_s
         v->actor = strdup(actor);
     }
     if (!v || !v->url || !v->actor) {
-        snprintf(err, err_size, "out of memory");
+        charged_error_set(err, "out of memory");
         if (v) {
             free(v->url);
             free(v->actor);
@@ -77,19 +77,19 @@ static void void_close(void *op)
 
 static enum dead_letter_reason void_parse(void *op, const void *key, size_t key_len,
                                           const void *value, size_t value_len,
-                                          void *command, char *err, size_t err_size)
+                                          void *command, struct charged_error *err)
 {
     struct void_command *c = command;
     json_error_t jerr;
     enum dead_letter_reason why = DEAD_LETTER_NONE;
     (void)op;
     if (!value || value_len == 0) {
-        snprintf(err, err_size, "empty value");
+        charged_error_set(err, "empty value");
         return DEAD_LETTER_EMPTY_VALUE;
     }
     json_t *o = json_loadb(value, value_len, JSON_REJECT_DUPLICATES, &jerr);
     if (!o || !json_is_object(o)) {
-        snprintf(err, err_size, "not a JSON object");
+        charged_error_set(err, "not a JSON object");
         json_decref(o);
         return DEAD_LETTER_MALFORMED_JSON;
     }
@@ -99,11 +99,10 @@ static enum dead_letter_reason void_parse(void *op, const void *key, size_t key_
     if (!id || !charge_command_is_uuid(id) || !pi || !*pi ||
         strlen(pi) >= sizeof(c->payment_intent_id) || !ik || !*ik ||
         strlen(ik) >= sizeof(c->idempotency_key)) {
-        snprintf(err, err_size,
-                 "void_id, payment_intent_id or idempotency_key invalid");
+        charged_error_set(err, "void_id, payment_intent_id or idempotency_key invalid");
         why = DEAD_LETTER_SCHEMA_VIOLATION;
     } else if (!key || key_len != strlen(id) || memcmp(key, id, key_len) != 0) {
-        snprintf(err, err_size, "the message key is not the void_id");
+        charged_error_set(err, "the message key is not the void_id");
         why = DEAD_LETTER_KEY_MISMATCH;
     } else {
         snprintf(c->void_id, sizeof(c->void_id), "%s", id);
@@ -385,8 +384,9 @@ static enum charged_rc void_release_leases(void *op, const char *const *ids,
     return rc;
 }
 
-static int void_start_call(void *op, provider_client_t *pc, const void *params,
-                           const void *command, void *tag, char *err, size_t err_size)
+static enum charged_rc void_start_call(void *op, provider_client_t *pc,
+                                       const void *params, const void *command,
+                                       void *tag, struct charged_error *err)
 {
     const struct void_params *vp = params;
     char path[160];
@@ -396,7 +396,7 @@ static int void_start_call(void *op, provider_client_t *pc, const void *params,
              vp->payment_intent_id);
     return provider_client_start_post(pc, path,
                                       "cancellation_reason=requested_by_customer",
-                                      vp->idempotency_key, tag, err, err_size);
+                                      vp->idempotency_key, tag, err);
 }
 
 static const char *void_event_type(int kind, enum attempt_status status)

@@ -49,11 +49,11 @@ static void on_scrape(void *arg)
 
 static admin_http_t *start(struct probes *p)
 {
-    char err[256];
+    struct charged_error err;
     admin_http_t *a = NULL;
     const struct admin_http_handlers h = {healthz, readyz, on_scrape, p};
-    int rc = admin_http_start("127.0.0.1:0", &h, &a, err, sizeof(err));
-    ck_assert_msg(rc == ADMIN_HTTP_OK, "start: %s", err);
+    int rc = admin_http_start("127.0.0.1:0", &h, &a, &err);
+    ck_assert_msg(rc == CHARGED_OK, "start: %s", err.message);
     ck_assert_int_gt(admin_http_port(a), 0);
     return a;
 }
@@ -167,40 +167,37 @@ END_TEST
 
 START_TEST(bad_and_taken_addresses_are_told_apart)
 {
-    char err[256];
+    struct charged_error err;
     struct probes p = {1, 1, 0};
     const struct admin_http_handlers h = {healthz, readyz, NULL, &p};
     admin_http_t *a = NULL, *b = NULL;
 
-    ck_assert_int_eq(admin_http_start("9400", &h, &a, err, sizeof(err)),
-                     ADMIN_HTTP_BAD_ADDRESS);
+    ck_assert_int_eq(admin_http_start("9400", &h, &a, &err), CHARGED_GIVE_UP);
     ck_assert_ptr_null(a);
-    ck_assert_str_eq(err, "ADMIN_ADDR: '9400' is not host:port");
-    ck_assert_int_eq(
-        admin_http_start("no-such-host.invalid:9400", &h, &a, err, sizeof(err)),
-        ADMIN_HTTP_BAD_ADDRESS);
-    ck_assert_ptr_nonnull(strstr(err, "cannot resolve 'no-such-host.invalid'"));
+    ck_assert_str_eq(err.message, "ADMIN_ADDR: '9400' is not host:port");
+    ck_assert_int_eq(admin_http_start("no-such-host.invalid:9400", &h, &a, &err),
+                     CHARGED_GIVE_UP);
+    ck_assert_ptr_nonnull(strstr(err.message, "cannot resolve 'no-such-host.invalid'"));
 
     a = start(&p);
     char taken[64];
     snprintf(taken, sizeof(taken), "127.0.0.1:%d", admin_http_port(a));
-    ck_assert_int_eq(admin_http_start(taken, &h, &b, err, sizeof(err)),
-                     ADMIN_HTTP_CANNOT_LISTEN);
+    ck_assert_int_eq(admin_http_start(taken, &h, &b, &err), CHARGED_RETRY);
     ck_assert_ptr_null(b);
     char want[128];
     snprintf(want, sizeof(want), "ADMIN_ADDR: cannot listen on %s: %s", taken,
              strerror(EADDRINUSE));
-    ck_assert_str_eq(err, want);
+    ck_assert_str_eq(err.message, want);
     admin_http_free(a);
     admin_http_free(NULL);
 
     /* IPv6 loopback, in brackets, when the machine has it. */
-    int rc = admin_http_start("[::1]:0", &h, &a, err, sizeof(err));
-    if (rc == ADMIN_HTTP_OK) {
+    int rc = admin_http_start("[::1]:0", &h, &a, &err);
+    if (rc == CHARGED_OK) {
         ck_assert_int_gt(admin_http_port(a), 0);
         admin_http_free(a);
     } else {
-        ck_assert_int_eq(rc, ADMIN_HTTP_CANNOT_LISTEN);
+        ck_assert_int_eq(rc, CHARGED_RETRY);
     }
 }
 END_TEST

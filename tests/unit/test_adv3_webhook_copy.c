@@ -50,9 +50,10 @@ static int digits_hold(const char *s, const char *pan)
 static char *stored(const char *body)
 {
     struct webhook_event ev;
-    char err[256], *norm = NULL;
-    int rc = stripe_webhook_parse(body, strlen(body), &ev, &norm, err, sizeof(err));
-    ck_assert_msg(rc == 0, "parse: %s", err);
+    struct charged_error err;
+    char *norm = NULL;
+    int rc = stripe_webhook_parse(body, strlen(body), &ev, &norm, &err);
+    ck_assert_msg(rc == 0, "parse: %s", err.message);
     ck_assert_ptr_nonnull(norm);
     return norm;
 }

@@ -99,10 +99,9 @@ static struct charge_command reference_command;
 static enum outcome parse_valid_command(void)
 {
     struct charge_command c;
-    char err[512] = "";
-    enum dead_letter_reason r =
-        charge_command_parse(ATTEMPT, 36, valid_command, strlen(valid_command), &limits,
-                             &c, err, sizeof(err));
+    struct charged_error err = {0};
+    enum dead_letter_reason r = charge_command_parse(
+        ATTEMPT, 36, valid_command, strlen(valid_command), &limits, &c, &err);
     enum outcome o = OUTCOME_OK;
     if (r == DEAD_LETTER_NONE) {
         /* Whole, or not at all: the same command the unfaulted run read. */
@@ -117,7 +116,7 @@ static enum outcome parse_valid_command(void)
     }
     if (c.metadata_json)
         return broken_because("a refused command kept its metadata");
-    if (!err[0])
+    if (!err.message[0])
         return broken_because("a refused command without a line of why");
     return OUTCOME_ERROR;
 }
@@ -131,29 +130,30 @@ static enum outcome parse_invalid_command(void)
         "\"idempotency_key\":\"k\",\"amount\":0,\"currency\":\"EUR\","
         "\"payment_method\":\"pm_card_visa\",\"metadata\":{\"a\":\"b\"}}";
     struct charge_command c;
-    char err[512] = "";
-    enum dead_letter_reason r = charge_command_parse(
-        ATTEMPT, 36, invalid, strlen(invalid), &limits, &c, err, sizeof(err));
+    struct charged_error err = {0};
+    enum dead_letter_reason r =
+        charge_command_parse(ATTEMPT, 36, invalid, strlen(invalid), &limits, &c, &err);
     if (r == DEAD_LETTER_NONE) {
         charge_command_release(&c);
         return broken_because("an invalid command was accepted");
     }
     if (c.metadata_json)
         return broken_because("a refused command kept its metadata");
-    if (!err[0])
+    if (!err.message[0])
         return broken_because("a refused command without a line of why");
     /* An allocation failure may turn up as another reason; only the
      * unfaulted run must name the rule. */
-    return r == DEAD_LETTER_SCHEMA_VIOLATION && strstr(err, "'amount'") ? OUTCOME_OK
-                                                                        : OUTCOME_ERROR;
+    return r == DEAD_LETTER_SCHEMA_VIOLATION && strstr(err.message, "'amount'")
+               ? OUTCOME_OK
+               : OUTCOME_ERROR;
 }
 
 START_TEST(charge_command_survives_every_allocation_failure)
 {
-    char err[512];
+    struct charged_error err;
     ck_assert_int_eq(charge_command_parse(ATTEMPT, 36, valid_command,
                                           strlen(valid_command), &limits,
-                                          &reference_command, err, sizeof(err)),
+                                          &reference_command, &err),
                      DEAD_LETTER_NONE);
     ck_assert_uint_eq(strlen(reference_command.fingerprint), 64);
     ck_assert_int_gt(fail_each_allocation("valid command", parse_valid_command), 0);
@@ -179,9 +179,9 @@ static enum outcome parse_webhook(void)
 {
     struct webhook_event ev;
     char *normalized = (char *)"untouched";
-    char err[256] = "";
-    int rc = stripe_webhook_parse(webhook_body, strlen(webhook_body), &ev, &normalized,
-                                  err, sizeof(err));
+    struct charged_error err = {0};
+    enum charged_rc rc = stripe_webhook_parse(webhook_body, strlen(webhook_body), &ev,
+                                              &normalized, &err);
     enum outcome o = OUTCOME_OK;
     if (rc == 0) {
         if (!normalized || strcmp(normalized, reference_normalized) ||
@@ -195,11 +195,11 @@ static enum outcome parse_webhook(void)
     }
     /* The body is valid: only memory can have failed it, and that must
      * not read as a bad body (400, never delivered again). */
-    if (rc != WEBHOOK_PARSE_NO_MEMORY)
+    if (rc != CHARGED_RETRY)
         return broken_because("a valid body refused as bad, not as out of memory");
     if (normalized)
         return broken_because("a refused event handed out its normalized text");
-    if (!err[0])
+    if (!err.message[0])
         return broken_because("a refused event without a line of why");
     return OUTCOME_ERROR;
 }
@@ -207,9 +207,9 @@ static enum outcome parse_webhook(void)
 START_TEST(webhook_event_survives_every_allocation_failure)
 {
     struct webhook_event ev;
-    char err[256];
+    struct charged_error err;
     ck_assert_int_eq(stripe_webhook_parse(webhook_body, strlen(webhook_body), &ev,
-                                          &reference_normalized, err, sizeof(err)),
+                                          &reference_normalized, &err),
                      0);
     ck_assert_ptr_null(strstr(reference_normalized, "4242 4242 4242 4242"));
     ck_assert_int_gt(fail_each_allocation("webhook event", parse_webhook), 0);

@@ -14,7 +14,7 @@
 static const struct charge_command_limits limits = {
     .max_bytes = 65536, .max_amount = 100000000000LL, .allowed_currencies = NULL};
 
-static char err[512];
+static struct charged_error err;
 
 /* A valid command with one member replaced ("" = as is; NULL value = removed). */
 static char *command(const char *member, const char *value)
@@ -50,7 +50,7 @@ static enum dead_letter_reason parse_with(const char *key, const char *value,
                                           struct charge_command *c)
 {
     return charge_command_parse(key, key ? strlen(key) : 0, value,
-                                value ? strlen(value) : 0, lim, c, err, sizeof(err));
+                                value ? strlen(value) : 0, lim, c, &err);
 }
 
 static enum dead_letter_reason parse(const char *member, const char *value)
@@ -123,8 +123,9 @@ START_TEST(each_rule_has_its_reason)
     enum dead_letter_reason r = parse(rules[_i].member, rules[_i].value);
     ck_assert_msg(r == rules[_i].reason, "%s=%s: got %s (%s)", rules[_i].member,
                   rules[_i].value ? rules[_i].value : "(removed)",
-                  dead_letter_reason_name(r), err);
-    ck_assert_msg(!strstr(err, "4242424242424242"), "card digits in error: %s", err);
+                  dead_letter_reason_name(r), err.message);
+    ck_assert_msg(!strstr(err.message, "4242424242424242"), "card digits in error: %s",
+                  err.message);
 }
 END_TEST
 
@@ -170,7 +171,8 @@ START_TEST(text_of_255_multibyte_characters_is_fine_256_is_not)
         char *v = command(fields[f], ok);
         enum dead_letter_reason r = parse_with(ATTEMPT, v, &limits, &c);
         ck_assert_msg(r == DEAD_LETTER_NONE, "%s of 255 x %zu-byte characters: %s (%s)",
-                      fields[f], strlen(wide[_i]), dead_letter_reason_name(r), err);
+                      fields[f], strlen(wide[_i]), dead_letter_reason_name(r),
+                      err.message);
         /* Kept whole, byte for byte: it is what the provider is sent. */
         const char *got = f ? c.customer_id : c.payment_method;
         ck_assert_uint_eq(strlen(got), 255 * strlen(wide[_i]));
@@ -180,7 +182,9 @@ START_TEST(text_of_255_multibyte_characters_is_fine_256_is_not)
         v = command(fields[f], over);
         ck_assert_int_eq(parse_with(ATTEMPT, v, &limits, &c),
                          DEAD_LETTER_SCHEMA_VIOLATION);
-        ck_assert_msg(strstr(err, fields[f]) && strstr(err, "characters"), "%s", err);
+        ck_assert_msg(strstr(err.message, fields[f]) &&
+                          strstr(err.message, "characters"),
+                      "%s", err.message);
         free(v);
         free(ok);
         free(over);
@@ -195,7 +199,7 @@ START_TEST(metadata_is_bounded_in_characters)
     char *v500 = repeated(wide[_i], 500), *v501 = repeated(wide[_i], 501);
     snprintf(md, sizeof(md), "{%s:%s}", k40, v500);
     ck_assert_msg(parse("metadata", md) == DEAD_LETTER_NONE, "40/500 x %zu bytes: %s",
-                  strlen(wide[_i]), err);
+                  strlen(wide[_i]), err.message);
     snprintf(md, sizeof(md), "{%s:\"v\"}", k41);
     ck_assert_int_eq(parse("metadata", md), DEAD_LETTER_SCHEMA_VIOLATION);
     snprintf(md, sizeof(md), "{\"k\":%s}", v501);

@@ -13,7 +13,7 @@
 
 extern char **environ;
 
-static char err[512];
+static struct charged_error err;
 
 /* Each test starts from an environment without any charged setting. */
 static void clean_env(void)
@@ -65,8 +65,8 @@ START_TEST(consumer_protocol_in_any_case)
         clean_env();
         if (cases[i][0])
             setenv("KAFKA_GROUP_PROTOCOL", cases[i][0], 1);
-        config_t *cfg = config_new(CONFIG_ROLE_WORKER, "worker", err, sizeof(err));
-        ck_assert_msg(cfg != NULL, "%s", err);
+        config_t *cfg = config_new(CONFIG_ROLE_WORKER, "worker", &err);
+        ck_assert_msg(cfg != NULL, "%s", err.message);
         ck_assert_msg(kafka_setup_uses_consumer_protocol(cfg) == atoi(cases[i][1]),
                       "KAFKA_GROUP_PROTOCOL=%s", cases[i][0] ? cases[i][0] : "(unset)");
         config_free(cfg);
@@ -76,8 +76,8 @@ END_TEST
 
 START_TEST(defaults_are_the_contracts)
 {
-    config_t *cfg = config_new(CONFIG_ROLE_WORKER, "worker", err, sizeof(err));
-    ck_assert_msg(cfg != NULL, "%s", err);
+    config_t *cfg = config_new(CONFIG_ROLE_WORKER, "worker", &err);
+    ck_assert_msg(cfg != NULL, "%s", err.message);
     ck_assert_str_eq(config_str(cfg, CONFIG_KAFKA_BOOTSTRAP_SERVERS), "localhost:9092");
     ck_assert_str_eq(config_str(cfg, CONFIG_KAFKA_GROUP_ID), "charged-worker");
     ck_assert_str_eq(config_str(cfg, CONFIG_DATABASE_URL), "postgresql:///charged");
@@ -104,8 +104,8 @@ END_TEST
 START_TEST(admin_addr_takes_port_zero)
 {
     setenv("ADMIN_ADDR", "127.0.0.1:0", 1);
-    config_t *cfg = config_new(CONFIG_ROLE_WORKER, "worker", err, sizeof(err));
-    ck_assert_msg(cfg != NULL, "%s", err);
+    config_t *cfg = config_new(CONFIG_ROLE_WORKER, "worker", &err);
+    ck_assert_msg(cfg != NULL, "%s", err.message);
     ck_assert_str_eq(config_str(cfg, CONFIG_ADMIN_ADDR), "127.0.0.1:0");
     config_free(cfg);
 }
@@ -113,8 +113,8 @@ END_TEST
 
 START_TEST(group_default_names_the_role)
 {
-    config_t *cfg = config_new(CONFIG_ROLE_RELAY, "relay", err, sizeof(err));
-    ck_assert_msg(cfg != NULL, "%s", err);
+    config_t *cfg = config_new(CONFIG_ROLE_RELAY, "relay", &err);
+    ck_assert_msg(cfg != NULL, "%s", err.message);
     ck_assert_str_eq(config_str(cfg, CONFIG_KAFKA_GROUP_ID), "charged-relay");
     config_free(cfg);
 }
@@ -127,8 +127,8 @@ START_TEST(environment_overrides_defaults)
     setenv("PROVIDER_TIMEOUT_MS", "2500", 1);
     setenv("LOG_LEVEL", "debug", 1);
     setenv("CHARGE_DLQ_TOPIC", "dead.letters", 1);
-    config_t *cfg = config_new(CONFIG_ROLE_WORKER, "worker", err, sizeof(err));
-    ck_assert_msg(cfg != NULL, "%s", err);
+    config_t *cfg = config_new(CONFIG_ROLE_WORKER, "worker", &err);
+    ck_assert_msg(cfg != NULL, "%s", err.message);
     ck_assert_str_eq(config_str(cfg, CONFIG_KAFKA_BOOTSTRAP_SERVERS),
                      "10.0.0.1:9092,10.0.0.2:9092");
     ck_assert_str_eq(config_str(cfg, CONFIG_KAFKA_GROUP_ID), "payments-eu");
@@ -150,8 +150,8 @@ START_TEST(file_variant_reads_a_secret)
     write_file(path, "sk_live_from_file\n");
     unsetenv("PROVIDER_API_KEY");
     setenv("PROVIDER_API_KEY_FILE", path, 1);
-    config_t *cfg = config_new(CONFIG_ROLE_WORKER, "worker", err, sizeof(err));
-    ck_assert_msg(cfg != NULL, "%s", err);
+    config_t *cfg = config_new(CONFIG_ROLE_WORKER, "worker", &err);
+    ck_assert_msg(cfg != NULL, "%s", err.message);
     /* The trailing newline of the file is not part of the secret. */
     ck_assert_str_eq(config_str(cfg, CONFIG_PROVIDER_API_KEY), "sk_live_from_file");
     config_free(cfg);
@@ -163,30 +163,31 @@ START_TEST(file_variant_missing_file_is_an_error)
 {
     unsetenv("PROVIDER_API_KEY");
     setenv("PROVIDER_API_KEY_FILE", "/nonexistent/key", 1);
-    ck_assert_ptr_null(config_new(CONFIG_ROLE_WORKER, "worker", err, sizeof(err)));
-    ck_assert_msg(strstr(err, "PROVIDER_API_KEY_FILE") &&
-                      strstr(err, "/nonexistent/key"),
-                  "%s", err);
+    ck_assert_ptr_null(config_new(CONFIG_ROLE_WORKER, "worker", &err));
+    ck_assert_msg(strstr(err.message, "PROVIDER_API_KEY_FILE") &&
+                      strstr(err.message, "/nonexistent/key"),
+                  "%s", err.message);
 }
 END_TEST
 
 START_TEST(both_variants_is_an_error)
 {
     setenv("PROVIDER_API_KEY_FILE", "/etc/hostname", 1);
-    ck_assert_ptr_null(config_new(CONFIG_ROLE_WORKER, "worker", err, sizeof(err)));
-    ck_assert_msg(strstr(err, "PROVIDER_API_KEY") && strstr(err, "not both"), "%s",
-                  err);
+    ck_assert_ptr_null(config_new(CONFIG_ROLE_WORKER, "worker", &err));
+    ck_assert_msg(strstr(err.message, "PROVIDER_API_KEY") &&
+                      strstr(err.message, "not both"),
+                  "%s", err.message);
 }
 END_TEST
 
 START_TEST(required_secret_missing_names_it)
 {
     unsetenv("PROVIDER_API_KEY");
-    ck_assert_ptr_null(config_new(CONFIG_ROLE_WORKER, "worker", err, sizeof(err)));
-    ck_assert_str_eq(err, "PROVIDER_API_KEY: required but not set");
+    ck_assert_ptr_null(config_new(CONFIG_ROLE_WORKER, "worker", &err));
+    ck_assert_str_eq(err.message, "PROVIDER_API_KEY: required but not set");
     /* ...but a role that does not call the provider does not need it. */
-    config_t *cfg = config_new(CONFIG_ROLE_CTL, "ctl", err, sizeof(err));
-    ck_assert_msg(cfg != NULL, "%s", err);
+    config_t *cfg = config_new(CONFIG_ROLE_CTL, "ctl", &err);
+    ck_assert_msg(cfg != NULL, "%s", err.message);
     config_free(cfg);
 }
 END_TEST
@@ -197,8 +198,8 @@ START_TEST(kafka_properties_pass_through)
     setenv("KAFKA_SASL_MECHANISM", "PLAIN", 1);
     setenv("KAFKA_SASL_PASSWORD", "hunter2-kafka", 1);
     setenv("KAFKA_STATISTICS_INTERVAL_MS", "5000", 1);
-    config_t *cfg = config_new(CONFIG_ROLE_WORKER, "worker", err, sizeof(err));
-    ck_assert_msg(cfg != NULL, "%s", err);
+    config_t *cfg = config_new(CONFIG_ROLE_WORKER, "worker", &err);
+    ck_assert_msg(cfg != NULL, "%s", err.message);
     ck_assert_uint_eq(config_kafka_count(cfg), 4);
     int seen = 0;
     for (size_t i = 0; i < config_kafka_count(cfg); i++) {
@@ -232,8 +233,8 @@ START_TEST(kafka_property_from_file)
     close(fd);
     write_file(path, "pw-from-file");
     setenv("KAFKA_SASL_PASSWORD_FILE", path, 1);
-    config_t *cfg = config_new(CONFIG_ROLE_WORKER, "worker", err, sizeof(err));
-    ck_assert_msg(cfg != NULL, "%s", err);
+    config_t *cfg = config_new(CONFIG_ROLE_WORKER, "worker", &err);
+    ck_assert_msg(cfg != NULL, "%s", err.message);
     ck_assert_uint_eq(config_kafka_count(cfg), 1);
     const char *p, *v;
     config_kafka_get(cfg, 0, &p, &v);
@@ -247,8 +248,9 @@ END_TEST
 START_TEST(unknown_kafka_property_is_refused)
 {
     setenv("KAFKA_NO_SUCH_THING", "1", 1);
-    ck_assert_ptr_null(config_new(CONFIG_ROLE_WORKER, "worker", err, sizeof(err)));
-    ck_assert_msg(!strncmp(err, "KAFKA_NO_SUCH_THING: ", 21), "%s", err);
+    ck_assert_ptr_null(config_new(CONFIG_ROLE_WORKER, "worker", &err));
+    ck_assert_msg(!strncmp(err.message, "KAFKA_NO_SUCH_THING: ", 21), "%s",
+                  err.message);
 }
 END_TEST
 
@@ -281,18 +283,18 @@ START_TEST(bad_value_names_variable_and_reason)
     setenv("WEBHOOK_SIGNING_SECRET", "whsec_unit_test", 1); /* required by api */
     setenv(bad_values[_i].var, bad_values[_i].value, 1);
     ck_assert_ptr_null(
-        config_new(CONFIG_ROLE_WORKER | CONFIG_ROLE_API, "worker", err, sizeof(err)));
-    ck_assert_str_eq(err, bad_values[_i].expect);
+        config_new(CONFIG_ROLE_WORKER | CONFIG_ROLE_API, "worker", &err));
+    ck_assert_str_eq(err.message, bad_values[_i].expect);
 }
 END_TEST
 
 START_TEST(api_requires_a_signing_secret)
 {
-    ck_assert_ptr_null(config_new(CONFIG_ROLE_API, "api", err, sizeof(err)));
-    ck_assert_str_eq(err, "WEBHOOK_SIGNING_SECRET: required but not set");
+    ck_assert_ptr_null(config_new(CONFIG_ROLE_API, "api", &err));
+    ck_assert_str_eq(err.message, "WEBHOOK_SIGNING_SECRET: required but not set");
     setenv("WEBHOOK_SIGNING_SECRET", "whsec_unit_test", 1);
-    config_t *cfg = config_new(CONFIG_ROLE_API, "api", err, sizeof(err));
-    ck_assert_msg(cfg != NULL, "%s", err);
+    config_t *cfg = config_new(CONFIG_ROLE_API, "api", &err);
+    ck_assert_msg(cfg != NULL, "%s", err.message);
     ck_assert_int_eq(config_int(cfg, CONFIG_API_THREADS), 4);
     ck_assert_int_eq(config_int(cfg, CONFIG_API_MAX_BODY_BYTES), 65536);
     config_free(cfg);
@@ -318,8 +320,8 @@ END_TEST
 START_TEST(secrets_never_reach_a_log_line)
 {
     setenv("PROVIDER_API_KEY", "sk_live_topsecret", 1);
-    config_t *cfg = config_new(CONFIG_ROLE_WORKER, "worker", err, sizeof(err));
-    ck_assert_msg(cfg != NULL, "%s", err);
+    config_t *cfg = config_new(CONFIG_ROLE_WORKER, "worker", &err);
+    ck_assert_msg(cfg != NULL, "%s", err.message);
     char out[256];
     log_redact("calling with sk_live_topsecret now", out, sizeof(out));
     ck_assert_str_eq(out, "calling with [redacted] now");

@@ -8,9 +8,10 @@
 
 #define ATTEMPT "5d1c2c1e-1a9b-4b1e-8e55-000000000001"
 
-static int resolve(const char *body, struct console_resolve_input *in, char *why)
+static enum charged_rc resolve(const char *body, struct console_resolve_input *in,
+                               struct charged_error *why)
 {
-    return console_input_resolve(body, strlen(body), ATTEMPT, in, why, 256);
+    return console_input_resolve(body, strlen(body), ATTEMPT, in, why);
 }
 
 START_TEST(routes_name_their_ids)
@@ -59,80 +60,83 @@ END_TEST
 START_TEST(a_decision_says_what_it_needs)
 {
     struct console_resolve_input in;
-    char why[256];
+    struct charged_error why;
     ck_assert_int_eq(
         resolve("{\"decision\":\"succeeded\",\"payment_intent_id\":\"pi_1\"}", &in,
-                why),
+                &why),
         0);
     ck_assert(!in.failed && !strcmp(in.intent_id, "pi_1") && !in.force);
     ck_assert_int_eq(
-        resolve("{\"decision\":\"failed\",\"reason\":\"no money moved\"}", &in, why),
+        resolve("{\"decision\":\"failed\",\"reason\":\"no money moved\"}", &in, &why),
         0);
     ck_assert(in.failed && !strcmp(in.reason, "no money moved"));
     /* a succeeded decision names its intent; a failed one gives a reason */
-    ck_assert_int_eq(resolve("{\"decision\":\"succeeded\"}", &in, why), -1);
-    ck_assert_ptr_nonnull(strstr(why, "payment_intent_id"));
-    ck_assert_int_eq(resolve("{\"decision\":\"failed\"}", &in, why), -1);
-    ck_assert_ptr_nonnull(strstr(why, "reason"));
+    ck_assert_int_eq(resolve("{\"decision\":\"succeeded\"}", &in, &why),
+                     CHARGED_BAD_ITEM);
+    ck_assert_ptr_nonnull(strstr(why.message, "payment_intent_id"));
+    ck_assert_int_eq(resolve("{\"decision\":\"failed\"}", &in, &why), CHARGED_BAD_ITEM);
+    ck_assert_ptr_nonnull(strstr(why.message, "reason"));
     ck_assert_int_eq(
         resolve(
             "{\"decision\":\"failed\",\"reason\":\"x\",\"payment_intent_id\":\"pi_1\"}",
-            &in, why),
-        -1);
+            &in, &why),
+        CHARGED_BAD_ITEM);
 }
 END_TEST
 
 START_TEST(force_needs_the_attempt_id_confirmed)
 {
     struct console_resolve_input in;
-    char why[256];
+    struct charged_error why;
     ck_assert_int_eq(
-        resolve("{\"decision\":\"failed\",\"reason\":\"x\",\"force\":true}", &in, why),
-        -1);
+        resolve("{\"decision\":\"failed\",\"reason\":\"x\",\"force\":true}", &in, &why),
+        CHARGED_BAD_ITEM);
     ck_assert_int_eq(resolve("{\"decision\":\"failed\",\"reason\":\"x\",\"force\":true,"
                              "\"confirm\":\"5d1c2c1e-1a9b-4b1e-8e55-000000000002\"}",
-                             &in, why),
-                     -1);
+                             &in, &why),
+                     CHARGED_BAD_ITEM);
     ck_assert_int_eq(resolve("{\"decision\":\"failed\",\"reason\":\"x\",\"force\":true,"
                              "\"confirm\":\"" ATTEMPT "\"}",
-                             &in, why),
+                             &in, &why),
                      0);
     ck_assert(in.force);
     /* not a boolean, misspelt, or given twice: refused, never ignored */
     ck_assert_int_eq(
         resolve("{\"decision\":\"failed\",\"reason\":\"x\",\"force\":\"true\"}", &in,
-                why),
-        -1);
+                &why),
+        CHARGED_BAD_ITEM);
     ck_assert_int_eq(
-        resolve("{\"decision\":\"failed\",\"reason\":\"x\",\"forse\":true}", &in, why),
-        -1);
-    ck_assert_ptr_nonnull(strstr(why, "forse"));
+        resolve("{\"decision\":\"failed\",\"reason\":\"x\",\"forse\":true}", &in, &why),
+        CHARGED_BAD_ITEM);
+    ck_assert_ptr_nonnull(strstr(why.message, "forse"));
     ck_assert_int_eq(resolve("{\"decision\":\"failed\",\"decision\":\"succeeded\","
                              "\"reason\":\"x\"}",
-                             &in, why),
-                     -1);
+                             &in, &why),
+                     CHARGED_BAD_ITEM);
 }
 END_TEST
 
 START_TEST(reasons_are_one_line_of_utf8)
 {
     struct console_resolve_input in;
-    char why[256];
+    struct charged_error why;
     ck_assert_int_eq(
-        resolve("{\"decision\":\"failed\",\"reason\":\"a\\nb\"}", &in, why), -1);
+        resolve("{\"decision\":\"failed\",\"reason\":\"a\\nb\"}", &in, &why),
+        CHARGED_BAD_ITEM);
     ck_assert_int_eq(
-        resolve("{\"decision\":\"failed\",\"reason\":\"a\\u0000b\"}", &in, why), -1);
+        resolve("{\"decision\":\"failed\",\"reason\":\"a\\u0000b\"}", &in, &why),
+        CHARGED_BAD_ITEM);
     ck_assert_int_eq(
-        resolve("{\"decision\":\"failed\",\"reason\":\"caf\\u00e9\"}", &in, why), 0);
+        resolve("{\"decision\":\"failed\",\"reason\":\"caf\\u00e9\"}", &in, &why), 0);
 }
 END_TEST
 
 START_TEST(a_replay_lists_distinct_positions_and_says_whether_it_sends)
 {
     struct console_replay_input in;
-    char why[256];
+    struct charged_error why;
     const char *ok = "{\"positions\":[\"0:1\",\"2:41\"],\"dry_run\":true}";
-    ck_assert_int_eq(console_input_replay(ok, strlen(ok), &in, why, sizeof(why)), 0);
+    ck_assert_int_eq(console_input_replay(ok, strlen(ok), &in, &why), 0);
     ck_assert(in.n == 2 && in.dry_run && in.partition[1] == 2 && in.offset[1] == 41);
     const char *bad[] = {
         "{\"positions\":[\"0:1\",\"0:1\"],\"dry_run\":true}", /* a repeat */
@@ -142,8 +146,8 @@ START_TEST(a_replay_lists_distinct_positions_and_says_whether_it_sends)
         "{\"positions\":\"0:1\",\"dry_run\":false}",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        ck_assert_int_eq(
-            console_input_replay(bad[i], strlen(bad[i]), &in, why, sizeof(why)), -1);
+        ck_assert_int_eq(console_input_replay(bad[i], strlen(bad[i]), &in, &why),
+                         CHARGED_BAD_ITEM);
         ck_assert_uint_eq(in.n, 0);
     }
 }
@@ -165,19 +169,25 @@ END_TEST
 START_TEST(letter_filters_are_checked_as_chargectl_checks_them)
 {
     struct console_letter_query q;
-    char why[256];
+    struct charged_error why;
     memset(&q, 0, sizeof(q));
-    ck_assert_int_eq(
-        console_input_letter_param("reason", "malformed_json", &q, why, 256), 0);
-    ck_assert_int_eq(console_input_letter_param("reason", "no_such", &q, why, 256), -1);
-    ck_assert_int_eq(console_input_letter_param("limit", "1000", &q, why, 256), 0);
+    ck_assert_int_eq(console_input_letter_param("reason", "malformed_json", &q, &why),
+                     0);
+    ck_assert_int_eq(console_input_letter_param("reason", "no_such", &q, &why),
+                     CHARGED_BAD_ITEM);
+    ck_assert_int_eq(console_input_letter_param("limit", "1000", &q, &why), 0);
     ck_assert_int_eq(q.limit, 1000);
-    ck_assert_int_eq(console_input_letter_param("limit", "1001", &q, why, 256), -1);
-    ck_assert_int_eq(console_input_letter_param("limit", "0", &q, why, 256), -1);
-    ck_assert_int_eq(console_input_letter_param("attempt", "x", &q, why, 256), -1);
-    ck_assert_int_eq(console_input_letter_param("since", "2h", &q, why, 256), 0);
-    ck_assert_int_eq(console_input_letter_param("since", "<script>", &q, why, 256), -1);
-    ck_assert_int_eq(console_input_letter_param("other", "1", &q, why, 256), -1);
+    ck_assert_int_eq(console_input_letter_param("limit", "1001", &q, &why),
+                     CHARGED_BAD_ITEM);
+    ck_assert_int_eq(console_input_letter_param("limit", "0", &q, &why),
+                     CHARGED_BAD_ITEM);
+    ck_assert_int_eq(console_input_letter_param("attempt", "x", &q, &why),
+                     CHARGED_BAD_ITEM);
+    ck_assert_int_eq(console_input_letter_param("since", "2h", &q, &why), 0);
+    ck_assert_int_eq(console_input_letter_param("since", "<script>", &q, &why),
+                     CHARGED_BAD_ITEM);
+    ck_assert_int_eq(console_input_letter_param("other", "1", &q, &why),
+                     CHARGED_BAD_ITEM);
 }
 END_TEST
 

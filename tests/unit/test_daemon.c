@@ -52,19 +52,19 @@ struct fake {
     config_t *cfg;
 };
 
-static int fake_start(config_t *cfg, const char *id, void **state, char *err,
-                      size_t err_size)
+static enum charged_rc fake_start(config_t *cfg, const char *id, void **state,
+                                  struct charged_error *err)
 {
     (void)id;
     struct fake *f = calloc(1, sizeof(*f));
     if (!f) {
         config_free(cfg);
-        snprintf(err, err_size, "out of memory");
-        return 1;
+        charged_error_set(err, "out of memory");
+        return CHARGED_RETRY;
     }
     f->cfg = cfg;
     *state = f;
-    return 0;
+    return CHARGED_OK;
 }
 
 static int64_t fake_step(void *state, int64_t now)

@@ -11,7 +11,7 @@
 #include "log.h"
 #include "test_env.h"
 
-static char err[512];
+static struct charged_error err;
 
 /* The producer conf for this environment ("NAME=value" pairs, NULL-ended). */
 static rd_kafka_conf_t *preset(const struct kafka_setup_producer *p, const char **env)
@@ -24,10 +24,10 @@ static rd_kafka_conf_t *preset(const struct kafka_setup_producer *p, const char 
     setenv("PROVIDER_API_KEY", "sk_test_unit", 1);
     for (; env && *env; env += 2)
         setenv(env[0], env[1], 1);
-    config_t *cfg = config_new(CONFIG_ROLE_WORKER, "worker", err, sizeof(err));
-    ck_assert_msg(cfg != NULL, "%s", err);
-    rd_kafka_conf_t *conf = kafka_setup_producer_conf(cfg, "test", p, err, sizeof(err));
-    ck_assert_msg(conf != NULL, "%s", err);
+    config_t *cfg = config_new(CONFIG_ROLE_WORKER, "worker", &err);
+    ck_assert_msg(cfg != NULL, "%s", err.message);
+    rd_kafka_conf_t *conf = kafka_setup_producer_conf(cfg, "test", p, &err);
+    ck_assert_msg(conf != NULL, "%s", err.message);
     config_free(cfg);
     return conf;
 }

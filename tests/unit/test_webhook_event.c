@@ -13,15 +13,16 @@
 
 #define ATT "6960b56e-87d0-4fdf-8c2c-5b56b0e1f2cf"
 
-static int parse(const char *body, struct webhook_event *ev, char *err)
+static enum charged_rc parse(const char *body, struct webhook_event *ev,
+                             struct charged_error *err)
 {
-    return stripe_webhook_parse(body, strlen(body), ev, NULL, err, 256);
+    return stripe_webhook_parse(body, strlen(body), ev, NULL, err);
 }
 
 START_TEST(parses_a_success)
 {
     struct webhook_event ev;
-    char err[256];
+    struct charged_error err;
     const char *body =
         "{\"id\":\"evt_123\",\"object\":\"event\",\"type\":\"payment_intent."
         "succeeded\","
@@ -30,7 +31,7 @@ START_TEST(parses_a_success)
         "\"eur\","
         "\"metadata\":{\"payment_attempt_id\":\"6960B56E-87D0-4FDF-8C2C-5B56B0E1F2CF\"}"
         "}}}";
-    ck_assert_int_eq(parse(body, &ev, err), 0);
+    ck_assert_int_eq(parse(body, &ev, &err), 0);
     ck_assert_str_eq(ev.id, "evt_123");
     ck_assert_int_eq(ev.evidence, WEBHOOK_EVIDENCE_SUCCEEDED);
     ck_assert_int_eq(ev.created, 1700000000);
@@ -44,14 +45,14 @@ END_TEST
 START_TEST(parses_a_failure_with_its_code)
 {
     struct webhook_event ev;
-    char err[256];
+    struct charged_error err;
     const char *body =
         "{\"id\":\"evt_f\",\"type\":\"payment_intent.payment_failed\",\"created\":1,"
         "\"data\":{\"object\":{\"id\":\"pi_f\",\"status\":\"requires_payment_method\","
         "\"last_payment_error\":{\"code\":\"card_declined\",\"decline_code\":"
         "\"insufficient_funds\"},\"metadata\":{\"payment_attempt_id\":\"not-a-uuid\"}}}"
         "}";
-    ck_assert_int_eq(parse(body, &ev, err), 0);
+    ck_assert_int_eq(parse(body, &ev, &err), 0);
     ck_assert_int_eq(ev.evidence, WEBHOOK_EVIDENCE_FAILED);
     ck_assert_str_eq(ev.decline_code, "insufficient_funds");
     ck_assert_str_eq(ev.attempt_id, ""); /* not a uuid: matched by intent */
@@ -64,14 +65,15 @@ END_TEST
 START_TEST(a_card_shaped_number_is_stored_masked_as_a_string)
 {
     struct webhook_event ev;
-    char err[256], *normalized = NULL;
+    struct charged_error err;
+    char *normalized = NULL;
     const char *body =
         "{\"id\":\"evt_1\",\"type\":\"refund.failed\",\"created\":1,\"data\":{"
         "\"object\":{\"id\":\"re_1\",\"object\":\"refund\",\"status\":\"failed\","
         "\"amount\":58888888888888800,\"currency\":\"eur\",\"x\":[4242424242424242]}}"
         "}";
-    ck_assert_int_eq(
-        stripe_webhook_parse(body, strlen(body), &ev, &normalized, err, 256), 0);
+    ck_assert_int_eq(stripe_webhook_parse(body, strlen(body), &ev, &normalized, &err),
+                     0);
     json_error_t jerr;
     json_t *again = json_loads(normalized, 0, &jerr);
     ck_assert_msg(again != NULL, "not JSON: %s", normalized);
@@ -88,7 +90,7 @@ END_TEST
 START_TEST(refuses_bad_shapes)
 {
     struct webhook_event ev;
-    char err[256];
+    struct charged_error err;
     const char *bad[] = {
         "",
         "null",
@@ -117,16 +119,17 @@ START_TEST(refuses_bad_shapes)
         "{\"id\":\"evt_\xc3\",\"type\":\"x\",\"created\":1,\"data\":{\"object\":{}}}",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        err[0] = '\0';
-        ck_assert_msg(parse(bad[i], &ev, err) == -1, "accepted bad body %zu", i);
-        ck_assert_msg(err[0] != '\0', "no reason for bad body %zu", i);
+        err.message[0] = '\0';
+        ck_assert_msg(parse(bad[i], &ev, &err) == CHARGED_BAD_ITEM,
+                      "accepted bad body %zu", i);
+        ck_assert_msg(err.message[0] != '\0', "no reason for bad body %zu", i);
     }
     /* An id longer than we keep is refused, never cut. */
     char body[1200] = "{\"id\":\"evt_";
     memset(body + strlen(body), 'a', 600);
     strcpy(body + 11 + 600,
            "\",\"type\":\"x\",\"created\":1,\"data\":{\"object\":{}}}");
-    ck_assert_int_eq(parse(body, &ev, err), -1);
+    ck_assert_int_eq(parse(body, &ev, &err), CHARGED_BAD_ITEM);
 }
 END_TEST
 
@@ -369,14 +372,14 @@ END_TEST
 START_TEST(normalized_payload_is_storable_and_masked)
 {
     struct webhook_event ev;
-    char err[256], *norm = NULL;
+    struct charged_error err;
+    char *norm = NULL;
     const char *body =
         "{\"id\":\"evt_n\",\"type\":\"payment_intent.succeeded\",\"created\":1,"
         "\"risk\":1e-20000,\"note\":\"card 4242424242424242 \\u00e9\","
         "\"data\":{\"object\":{\"id\":\"pi_n\",\"status\":\"succeeded\","
         "\"amount\":5,\"currency\":\"eur\"}}}";
-    ck_assert_int_eq(
-        stripe_webhook_parse(body, strlen(body), &ev, &norm, err, sizeof(err)), 0);
+    ck_assert_int_eq(stripe_webhook_parse(body, strlen(body), &ev, &norm, &err), 0);
     ck_assert_ptr_nonnull(norm);
     ck_assert_msg(strstr(norm, "1e-20000") == NULL, "%s", norm);
     ck_assert_msg(strstr(norm, "4242424242424242") == NULL, "%s", norm);
@@ -396,7 +399,8 @@ END_TEST
 START_TEST(provider_ids_are_stored_as_they_are)
 {
     struct webhook_event ev;
-    char err[256], *norm = NULL;
+    struct charged_error err;
+    char *norm = NULL;
     const char *body =
         "{\"id\":\"evt_52cedde2095510000001\",\"type\":\"payment_intent.payment_"
         "failed\","
@@ -408,8 +412,7 @@ START_TEST(provider_ids_are_stored_as_they_are)
         "\"charges\":{\"data\":[{\"id\":\"ch_3ee99fce2095510000001\","
         "\"payment_intent\":\"pi_18ee99fce2095510000001\"}]},"
         "\"metadata\":{\"id\":\"pi_4242424242424242\"}}}}";
-    ck_assert_int_eq(
-        stripe_webhook_parse(body, strlen(body), &ev, &norm, err, sizeof(err)), 0);
+    ck_assert_int_eq(stripe_webhook_parse(body, strlen(body), &ev, &norm, &err), 0);
     ck_assert_str_eq(ev.intent_id, "pi_18ee99fce2095510000001");
     ck_assert_ptr_nonnull(norm);
     ck_assert_msg(strstr(norm, "\"id\":\"evt_52cedde2095510000001\"") != NULL, "%s",
@@ -439,15 +442,15 @@ END_TEST
 START_TEST(card_split_by_control_characters_is_masked)
 {
     struct webhook_event ev;
-    char err[256], *norm = NULL;
+    struct charged_error err;
+    char *norm = NULL;
     const char *body =
         "{\"id\":\"evt_s\",\"type\":\"payment_intent.payment_failed\",\"created\":1,"
         "\"data\":{\"object\":{\"id\":\"pi_s\",\"status\":\"requires_payment_method\","
         "\"last_payment_error\":{\"code\":\"card_declined\",\"decline_code\":"
         "\"4242\\t4242\\t4242\\t4242\"},"
         "\"metadata\":{\"order_id\":\"4242\\u00a04242\\u200b4242\\u200b4242\"}}}}";
-    ck_assert_int_eq(
-        stripe_webhook_parse(body, strlen(body), &ev, &norm, err, sizeof(err)), 0);
+    ck_assert_int_eq(stripe_webhook_parse(body, strlen(body), &ev, &norm, &err), 0);
     ck_assert_str_eq(ev.decline_code, "**** **** **** 4242");
     ck_assert_ptr_nonnull(norm);
     ck_assert_msg(strstr(norm, "\"****\\t****\\t****\\t4242\"") != NULL, "%s", norm);
@@ -459,7 +462,7 @@ START_TEST(card_split_by_control_characters_is_masked)
         "\"data\":{\"object\":{\"id\":\"re_s\",\"object\":\"refund\","
         "\"status\":\"failed\",\"payment_intent\":\"pi_s\",\"amount\":5,"
         "\"currency\":\"eur\",\"failure_reason\":\"4242/4242/4242/4242\"}}}";
-    ck_assert_int_eq(parse(refund, &ev, err), 0);
+    ck_assert_int_eq(parse(refund, &ev, &err), 0);
     ck_assert_uint_eq(ev.nrefunds, 1);
     ck_assert_str_eq(ev.refunds[0].failure_reason, "****/****/****/4242");
 }
@@ -468,7 +471,7 @@ END_TEST
 START_TEST(a_success_names_its_amount)
 {
     struct webhook_event ev;
-    char err[256];
+    struct charged_error err;
     const char *neg =
         "{\"id\":\"evt_1\",\"type\":\"payment_intent.succeeded\",\"created\":1,"
         "\"data\":{\"object\":{\"id\":\"pi_1\",\"status\":\"succeeded\","
@@ -477,8 +480,8 @@ START_TEST(a_success_names_its_amount)
         "{\"id\":\"evt_1\",\"type\":\"payment_intent.succeeded\",\"created\":1,"
         "\"data\":{\"object\":{\"id\":\"pi_1\",\"status\":\"succeeded\","
         "\"currency\":\"eur\"}}}";
-    ck_assert_int_eq(parse(neg, &ev, err), -1);
-    ck_assert_int_eq(parse(none, &ev, err), -1);
+    ck_assert_int_eq(parse(neg, &ev, &err), CHARGED_BAD_ITEM);
+    ck_assert_int_eq(parse(none, &ev, &err), CHARGED_BAD_ITEM);
 }
 END_TEST
 
@@ -508,18 +511,18 @@ static char *refunded_body(int n)
 START_TEST(a_charge_refunded_many_times_is_accepted)
 {
     struct webhook_event ev;
-    char err[256];
+    struct charged_error err;
     char *body = refunded_body(40);
-    ck_assert_msg(parse(body, &ev, err) == 0, "%s", err);
+    ck_assert_msg(parse(body, &ev, &err) == 0, "%s", err.message);
     ck_assert_uint_eq(ev.nrefunds, 40);
     ck_assert_str_eq(ev.refunds[39].id, "re_039");
     free(body);
     body = refunded_body(100);
-    ck_assert_msg(parse(body, &ev, err) == 0, "%s", err);
+    ck_assert_msg(parse(body, &ev, &err) == 0, "%s", err.message);
     ck_assert_uint_eq(ev.nrefunds, 100);
     free(body);
     body = refunded_body(101);
-    ck_assert_int_eq(parse(body, &ev, err), -1);
+    ck_assert_int_eq(parse(body, &ev, &err), CHARGED_BAD_ITEM);
     free(body);
 }
 END_TEST

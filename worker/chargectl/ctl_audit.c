@@ -152,12 +152,12 @@ static void print_findings(json_t *rows)
 
 static int audit_list(PGconn *conn, int only_findings, const char *limit, int as_json)
 {
-    char err[512];
+    struct charged_error err;
     const char *p[2] = {limit, only_findings ? "true" : "false"};
     int missing;
-    json_t *rows = ctl_query_json(conn, SQL_LIST, 2, p, &missing, err, sizeof(err));
+    json_t *rows = ctl_query_json(conn, SQL_LIST, 2, p, &missing, &err);
     if (!rows)
-        return say(CTL_FAILED, "list", "%s", err);
+        return say(CTL_FAILED, "list", "%s", err.message);
     if (as_json) {
         ctl_print_json(stdout, rows);
         return CTL_OK;
@@ -177,29 +177,29 @@ static int audit_list(PGconn *conn, int only_findings, const char *limit, int as
 }
 
 /* The window's findings, by the verdict's own bounds. */
-static json_t *window_findings(PGconn *conn, json_t *w, const char *limit, char *err,
-                               size_t err_size)
+static json_t *window_findings(PGconn *conn, json_t *w, const char *limit,
+                               struct charged_error *err)
 {
     int missing;
     const char *p[3] = {json_string_value(json_object_get(w, "window_start")),
                         json_string_value(json_object_get(w, "window_end")), limit};
-    return ctl_query_json(conn, SQL_FINDINGS, 3, p, &missing, err, err_size);
+    return ctl_query_json(conn, SQL_FINDINGS, 3, p, &missing, err);
 }
 
 static int audit_show(PGconn *conn, const char *window, const char *limit, int as_json)
 {
-    char err[512];
+    struct charged_error err;
     int missing;
     int by_id = window[strspn(window, "0123456789")] == '\0';
     const char *p[2] = {by_id ? window : NULL, by_id ? NULL : window};
-    json_t *w = ctl_query_json(conn, SQL_SHOW, 2, p, &missing, err, sizeof(err));
+    json_t *w = ctl_query_json(conn, SQL_SHOW, 2, p, &missing, &err);
     if (!w)
         return missing ? say(CTL_FAILED, "show", "no audited window %s", window)
-                       : say(CTL_FAILED, "show", "%s", err);
-    json_t *rows = window_findings(conn, w, limit, err, sizeof(err));
+                       : say(CTL_FAILED, "show", "%s", err.message);
+    json_t *rows = window_findings(conn, w, limit, &err);
     if (!rows) {
         json_decref(w);
-        return say(CTL_FAILED, "show", "%s", err);
+        return say(CTL_FAILED, "show", "%s", err.message);
     }
     if (as_json) {
         json_object_set_new(w, "finding_rows", rows);
@@ -223,18 +223,18 @@ static const char *os_user(void)
 static int audit_run(PGconn *conn, const config_t *cfg, long long since,
                      long long until, const char *limit, int as_json)
 {
-    char perr[256], why[512], actor[160], sid[32];
-    struct charged_error serr;
+    char actor[160], sid[32];
+    struct charged_error perr, why, serr;
     struct audit_run_result res;
     long long now_ms = 0;
     int recorded = 0, rc = CTL_FAILED;
     const char *key = config_str(cfg, CONFIG_PROVIDER_API_KEY);
-    provider_client_t *pc = provider_client_new(
-        config_str(cfg, CONFIG_PROVIDER_BASE_URL), key,
-        config_str(cfg, CONFIG_PROVIDER_API_VERSION),
-        (long)config_int(cfg, CONFIG_PROVIDER_TIMEOUT_MS), perr, sizeof(perr));
+    provider_client_t *pc =
+        provider_client_new(config_str(cfg, CONFIG_PROVIDER_BASE_URL), key,
+                            config_str(cfg, CONFIG_PROVIDER_API_VERSION),
+                            (long)config_int(cfg, CONFIG_PROVIDER_TIMEOUT_MS), &perr);
     if (!pc)
-        return say(CTL_USAGE, "run", "%s", perr);
+        return say(CTL_USAGE, "run", "%s", perr.message);
     audit_store_t *st = audit_store_new(config_str(cfg, CONFIG_DATABASE_URL), &serr);
     json_t *w = NULL, *rows = NULL;
     if (!st) {
@@ -251,23 +251,23 @@ static int audit_run(PGconn *conn, const config_t *cfg, long long since,
     long long now_s = (now_ms + 999) / 1000;
     long long end = now_s - until, start = now_s - since;
     snprintf(actor, sizeof(actor), "chargectl:%s", os_user());
-    if (audit_run_window(pc, st, start, end, 0, actor, NULL, &res, &recorded, why,
-                         sizeof(why)) != 0) {
-        say(CTL_FAILED, "run", "window not audited: %s", why);
+    if (audit_run_window(pc, st, start, end, 0, actor, NULL, &res, &recorded, &why) !=
+        CHARGED_OK) {
+        say(CTL_FAILED, "run", "window not audited: %s", why.message);
         goto out;
     }
     long long total = 0;
     for (int k = 0; k < AUDIT_KIND__COUNT; k++)
         total += res.verdict.findings[k];
     /* The verdict as recorded, then the findings of its window. */
-    char err[512];
+    struct charged_error err;
     int missing;
     snprintf(sid, sizeof(sid), "%lld", res.verdict_id);
     const char *p[2] = {sid, NULL};
-    w = ctl_query_json(conn, SQL_SHOW, 2, p, &missing, err, sizeof(err));
-    rows = w ? window_findings(conn, w, limit, err, sizeof(err)) : NULL;
+    w = ctl_query_json(conn, SQL_SHOW, 2, p, &missing, &err);
+    rows = w ? window_findings(conn, w, limit, &err) : NULL;
     if (!w || !rows) {
-        say(CTL_FAILED, "run", "%s", err);
+        say(CTL_FAILED, "run", "%s", err.message);
         goto out;
     }
     if (as_json) {

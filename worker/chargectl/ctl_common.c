@@ -10,10 +10,10 @@
 
 config_t *ctl_config(const char *cmd)
 {
-    char err[512];
-    config_t *cfg = config_new(CONFIG_ROLE_CTL, "ctl", err, sizeof(err));
+    struct charged_error err;
+    config_t *cfg = config_new(CONFIG_ROLE_CTL, "ctl", &err);
     if (!cfg) {
-        fprintf(stderr, "chargectl %s: %s\n", cmd, err);
+        fprintf(stderr, "chargectl %s: %s\n", cmd, err.message);
         return NULL;
     }
     /* Errors are ours, one line each: librdkafka's chatter stays quiet. */

@@ -242,10 +242,10 @@ static void position(const struct dlq_letter *l, char *out, size_t size)
 
 static int dlq_list(dlq_reader_t *r, const struct opts *o, int as_json)
 {
-    char err[512];
+    struct charged_error err;
     size_t n = 0;
-    if (dlq_reader_read_all(r, err, sizeof(err)) != DLQ_READER_OK) {
-        fprintf(stderr, "chargectl dlq list: %s\n", err);
+    if (dlq_reader_read_all(r, &err) != CHARGED_OK) {
+        fprintf(stderr, "chargectl dlq list: %s\n", err.message);
         return CTL_FAILED;
     }
     struct dlq_filters lf = o->f;
@@ -282,15 +282,15 @@ static int dlq_list(dlq_reader_t *r, const struct opts *o, int as_json)
 
 static int dlq_show(dlq_reader_t *r, const config_t *cfg, const char *pos, int as_json)
 {
-    char err[512];
+    struct charged_error err;
     int32_t p;
     int64_t o;
     if (dlq_position_parse(pos, &p, &o) != 0) {
         fprintf(stderr, "chargectl dlq show: '%s' is not PARTITION:OFFSET\n", pos);
         return CTL_USAGE;
     }
-    if (dlq_reader_read_one(r, p, o, err, sizeof(err)) != DLQ_READER_OK) {
-        fprintf(stderr, "chargectl dlq show: %s\n", err);
+    if (dlq_reader_read_one(r, p, o, &err) != CHARGED_OK) {
+        fprintf(stderr, "chargectl dlq show: %s\n", err.message);
         return CTL_FAILED;
     }
     const struct dlq_letter *l = dlq_reader_letter(r, 0);
@@ -342,7 +342,7 @@ static const struct dlq_letter **replay_selection(dlq_reader_t *r, int argc,
                                                   char **argv, const struct opts *o,
                                                   size_t *n, int *rc)
 {
-    char err[512];
+    struct charged_error err;
     const struct dlq_letter **sel;
     *rc = CTL_FAILED;
     if (optind < argc) {
@@ -355,8 +355,8 @@ static const struct dlq_letter **replay_selection(dlq_reader_t *r, int argc,
                 *rc = CTL_USAGE;
                 return NULL;
             }
-            if (dlq_reader_read_one(r, p, off, err, sizeof(err)) != DLQ_READER_OK) {
-                fprintf(stderr, "chargectl dlq replay: %s\n", err);
+            if (dlq_reader_read_one(r, p, off, &err) != CHARGED_OK) {
+                fprintf(stderr, "chargectl dlq replay: %s\n", err.message);
                 return NULL;
             }
         }
@@ -379,8 +379,8 @@ static const struct dlq_letter **replay_selection(dlq_reader_t *r, int argc,
         }
         return sel;
     }
-    if (dlq_reader_read_all(r, err, sizeof(err)) != DLQ_READER_OK) {
-        fprintf(stderr, "chargectl dlq replay: %s\n", err);
+    if (dlq_reader_read_all(r, &err) != CHARGED_OK) {
+        fprintf(stderr, "chargectl dlq replay: %s\n", err.message);
         return NULL;
     }
     if ((sel = dlq_reader_select(r, &o->f, n)))
@@ -393,7 +393,7 @@ oom:
 static int dlq_replay(dlq_reader_t *r, const config_t *cfg, int argc, char **argv,
                       const struct opts *o, int as_json, int dry_run)
 {
-    char err[512];
+    struct charged_error err;
     const char *topic = config_str(cfg, CONFIG_CHARGE_DLQ_TOPIC);
     size_t n = 0;
     int rc;
@@ -406,17 +406,16 @@ static int dlq_replay(dlq_reader_t *r, const config_t *cfg, int argc, char **arg
         free(sel);
         return CTL_FAILED;
     }
-    enum dlq_reader_rc rrc =
-        dlq_reader_replay(r, sel, n, o->actor, dry_run, items, err, sizeof(err));
-    if (rrc == DLQ_READER_REFUSED) {
-        fprintf(stderr, "chargectl dlq replay: %s\n", err);
+    enum charged_rc rrc = dlq_reader_replay(r, sel, n, o->actor, dry_run, items, &err);
+    if (rrc == CHARGED_BAD_ITEM) {
+        fprintf(stderr, "chargectl dlq replay: %s\n", err.message);
         free(items);
         free(sel);
         return CTL_FAILED;
     }
-    rc = rrc == DLQ_READER_OK ? CTL_OK : CTL_FAILED;
-    if (rrc != DLQ_READER_OK)
-        fprintf(stderr, "chargectl dlq replay: %s\n", err);
+    rc = rrc == CHARGED_OK ? CTL_OK : CTL_FAILED;
+    if (rrc != CHARGED_OK)
+        fprintf(stderr, "chargectl dlq replay: %s\n", err.message);
     json_t *out = json_array();
     const char *hdr[] = {"POSITION", "REASON", "ATTEMPT", "TO", "RESULT", NULL};
     ctl_table_t *t = ctl_table_new(hdr);
@@ -483,7 +482,7 @@ static int dlq_replay(dlq_reader_t *r, const config_t *cfg, int argc, char **arg
 int ctl_dlq(int argc, char **argv)
 {
     struct opts o = {0};
-    char err[512];
+    struct charged_error err;
     int as_json = 0, dry_run = 0, rc;
 
     if (argc < 2) {
@@ -561,9 +560,9 @@ int ctl_dlq(int argc, char **argv)
     config_t *cfg = ctl_config("dlq");
     if (!cfg)
         return CTL_USAGE;
-    dlq_reader_t *r = dlq_reader_new(cfg, err, sizeof(err));
+    dlq_reader_t *r = dlq_reader_new(cfg, &err);
     if (!r) {
-        fprintf(stderr, "chargectl dlq: %s\n", err);
+        fprintf(stderr, "chargectl dlq: %s\n", err.message);
         config_free(cfg);
         return CTL_USAGE;
     }

@@ -27,8 +27,7 @@ int ctl_migrate(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    char err[512];
-    struct charged_error db_err;
+    struct charged_error err, db_err;
     const char *dir = NULL;
     config_t *cfg = NULL;
     migrate_set_t *set = NULL;
@@ -54,9 +53,9 @@ int ctl_migrate(int argc, char **argv)
     cfg = ctl_config("migrate");
     if (!cfg)
         return CTL_USAGE;
-    set = migrate_set_new(dir, err, sizeof(err));
+    set = migrate_set_new(dir, &err);
     if (!set) {
-        fprintf(stderr, "chargectl migrate: %s\n", err);
+        fprintf(stderr, "chargectl migrate: %s\n", err.message);
         rc = dir ? CTL_USAGE : CTL_FAILED;
         goto out;
     }
@@ -65,8 +64,8 @@ int ctl_migrate(int argc, char **argv)
         fprintf(stderr, "chargectl migrate: %s\n", db_err.message);
         goto out;
     }
-    if (migrate_run(conn, set, stdout, &applied, err, sizeof(err)) != 0) {
-        fprintf(stderr, "chargectl migrate: %s\n", err);
+    if (migrate_run(conn, set, stdout, &applied, &err) != CHARGED_OK) {
+        fprintf(stderr, "chargectl migrate: %s\n", err.message);
         goto out;
     }
     if (applied == 0)

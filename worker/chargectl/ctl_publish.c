@@ -259,7 +259,8 @@ static int read_commands(struct publish_args *a, struct batch *b)
 
 /* Checks one command against the contract (a refund's or a charge's) and,
  * when valid, keys it: DEAD_LETTER_NONE, or why not and err. */
-static enum dead_letter_reason validate_one(struct pending *m, char *err, size_t size)
+static enum dead_letter_reason validate_one(struct pending *m,
+                                            struct charged_error *err)
 {
     const struct charge_command_limits limits = {.max_bytes = 1024 * 1024,
                                                  .max_amount = 100000000000LL,
@@ -273,11 +274,10 @@ static enum dead_letter_reason validate_one(struct pending *m, char *err, size_t
     if (v && command_fields_type_is(v, strlen(v), REFUND_COMMAND_TYPE)) {
         struct refund_command refund;
         r = refund_command_parse(id, idlen, v, strlen(v), limits.max_bytes, &refund,
-                                 err, size);
+                                 err);
         refund_command_release(&refund);
     } else {
-        r = charge_command_parse(id, idlen, v, v ? strlen(v) : 0, &limits, &cmd, err,
-                                 size);
+        r = charge_command_parse(id, idlen, v, v ? strlen(v) : 0, &limits, &cmd, err);
         charge_command_release(&cmd);
     }
     /* The key is the id exactly as the command writes it: the worker
@@ -291,12 +291,12 @@ static enum dead_letter_reason validate_one(struct pending *m, char *err, size_t
 /* Every command valid before anything is sent: CTL_OK or CTL_USAGE (said). */
 static int validate_all(struct batch *b)
 {
-    char err[512];
+    struct charged_error err;
     for (size_t i = 0; i < b->n; i++) {
-        enum dead_letter_reason r = validate_one(&b->msgs[i], err, sizeof(err));
+        enum dead_letter_reason r = validate_one(&b->msgs[i], &err);
         if (r != DEAD_LETTER_NONE) {
             fprintf(stderr, "chargectl publish: command %zu is invalid (%s): %s\n",
-                    i + 1, dead_letter_reason_name(r), err);
+                    i + 1, dead_letter_reason_name(r), err.message);
             return CTL_USAGE;
         }
     }
@@ -358,10 +358,10 @@ static int report(const struct batch *b, const char *topic, int as_json)
 /* Sends the batch, all valid, to the commands topic. */
 static int publish(config_t *cfg, struct batch *b, int as_json)
 {
-    char err[512];
-    rd_kafka_t *rk = kafka_setup_tool_producer(cfg, "chargectl", err, sizeof(err));
+    struct charged_error err;
+    rd_kafka_t *rk = kafka_setup_tool_producer(cfg, "chargectl", &err);
     if (!rk) {
-        fprintf(stderr, "chargectl publish: %s\n", err);
+        fprintf(stderr, "chargectl publish: %s\n", err.message);
         return CTL_USAGE;
     }
     const char *topic = config_str(cfg, CONFIG_CHARGE_COMMANDS_TOPIC);

@@ -10,15 +10,14 @@
 
 /* db_query_json, in the terms of chargectl's messages. */
 json_t *ctl_query_json(PGconn *conn, const char *sql, int n, const char *const *p,
-                       int *missing, char *err, size_t err_size)
+                       int *missing, struct charged_error *err)
 {
-    struct charged_error e;
     json_t *j = NULL;
-    enum charged_rc rc = db_query_json(conn, sql, n, p, &j, &e);
+    enum charged_rc rc = db_query_json(conn, sql, n, p, &j, err);
 
     *missing = rc == CHARGED_NOT_FOUND;
-    if (rc != CHARGED_OK)
-        snprintf(err, err_size, "%s", *missing ? "not found" : e.message);
+    if (*missing)
+        charged_error_set(err, "not found");
     return j;
 }
 

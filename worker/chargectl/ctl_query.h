@@ -8,11 +8,13 @@
 #include <jansson.h>
 #include <libpq-fe.h>
 
+#include "charged_error.h"
+
 /* Runs a one-row, one-column JSON query; returns the parsed value (the
- * caller owns it), or NULL with *missing set when there is no row (and
- * err filled otherwise). */
+ * caller owns it), or NULL with err ("not found" and *missing set when there
+ * is no row). */
 json_t *ctl_query_json(PGconn *conn, const char *sql, int n, const char *const *p,
-                       int *missing, char *err, size_t err_size);
+                       int *missing, struct charged_error *err);
 
 /* A member as text for a table cell (NULL for null or absent); buf holds
  * what is not a string. A key "amount@currency" writes the amount member

@@ -135,21 +135,21 @@ static int good_refund_id(const char *s)
 
 static int refund_show(PGconn *conn, const char *id, int as_json)
 {
-    char err[512];
+    struct charged_error err;
     const char *p[1] = {id};
     int missing, rc = CTL_FAILED;
-    json_t *r = ctl_query_json(conn, SQL_REFUND, 1, p, &missing, err, sizeof(err));
+    json_t *r = ctl_query_json(conn, SQL_REFUND, 1, p, &missing, &err);
     json_t *tr = NULL, *calls = NULL, *events = NULL;
     if (!r) {
         if (missing)
             return say(CTL_FAILED, "show", "no refund %s", id);
-        return say(CTL_FAILED, "show", "%s", err);
+        return say(CTL_FAILED, "show", "%s", err.message);
     }
-    tr = ctl_query_json(conn, SQL_TRANSITIONS, 1, p, &missing, err, sizeof(err));
-    calls = ctl_query_json(conn, SQL_CALLS, 1, p, &missing, err, sizeof(err));
-    events = ctl_query_json(conn, SQL_EVENTS, 1, p, &missing, err, sizeof(err));
+    tr = ctl_query_json(conn, SQL_TRANSITIONS, 1, p, &missing, &err);
+    calls = ctl_query_json(conn, SQL_CALLS, 1, p, &missing, &err);
+    events = ctl_query_json(conn, SQL_EVENTS, 1, p, &missing, &err);
     if (!tr || !calls || !events) {
-        say(CTL_FAILED, "show", "%s", err);
+        say(CTL_FAILED, "show", "%s", err.message);
         goto out;
     }
     size_t i;
@@ -193,12 +193,12 @@ out:
 static int refund_list(PGconn *conn, const char *attempt, const char *status,
                        const char *limit, int as_json)
 {
-    char err[512];
+    struct charged_error err;
     const char *p[3] = {attempt, status, limit};
     int missing;
-    json_t *rows = ctl_query_json(conn, SQL_LIST, 3, p, &missing, err, sizeof(err));
+    json_t *rows = ctl_query_json(conn, SQL_LIST, 3, p, &missing, &err);
     if (!rows)
-        return say(CTL_FAILED, "list", "%s", err);
+        return say(CTL_FAILED, "list", "%s", err.message);
     if (as_json) {
         ctl_print_json(stdout, rows);
         return CTL_OK;
@@ -296,13 +296,13 @@ static const char *ask_provider(const struct resolve_args *ra, json_t *refund,
 static int load_reviewable(PGconn *conn, const struct resolve_args *ra, json_t **r,
                            int *from)
 {
-    char err[512];
+    struct charged_error err;
     const char *p[1] = {ra->id};
     int missing;
-    *r = ctl_query_json(conn, SQL_REFUND, 1, p, &missing, err, sizeof(err));
+    *r = ctl_query_json(conn, SQL_REFUND, 1, p, &missing, &err);
     if (!*r)
         return missing ? say(CTL_FAILED, "resolve", "no refund %s", ra->id)
-                       : say(CTL_FAILED, "resolve", "%s", err);
+                       : say(CTL_FAILED, "resolve", "%s", err.message);
     const char *cur = json_string_value(json_object_get(*r, "status"));
     *from = cur ? attempt_status_parse(cur) : -1;
     if (*from != ATTEMPT_STATUS_REQUIRES_REVIEW && *from != ATTEMPT_STATUS_UNKNOWN)
@@ -634,17 +634,17 @@ static int check_resolve(struct refund_cli *cli)
  * (said). */
 static int open_provider(const config_t *cfg, struct refund_cli *cli)
 {
-    char perr[256];
+    struct charged_error perr;
     const char *key = config_str(cfg, CONFIG_PROVIDER_API_KEY);
     if (!key || !*key)
         return say(CTL_USAGE, cli->sub,
                    "PROVIDER_API_KEY is not set: resolve asks the provider first");
-    cli->ra.pc = provider_client_new(config_str(cfg, CONFIG_PROVIDER_BASE_URL), key,
-                                     config_str(cfg, CONFIG_PROVIDER_API_VERSION),
-                                     (long)config_int(cfg, CONFIG_PROVIDER_TIMEOUT_MS),
-                                     perr, sizeof(perr));
+    cli->ra.pc =
+        provider_client_new(config_str(cfg, CONFIG_PROVIDER_BASE_URL), key,
+                            config_str(cfg, CONFIG_PROVIDER_API_VERSION),
+                            (long)config_int(cfg, CONFIG_PROVIDER_TIMEOUT_MS), &perr);
     if (!cli->ra.pc)
-        return say(CTL_USAGE, cli->sub, "%s", perr);
+        return say(CTL_USAGE, cli->sub, "%s", perr.message);
     return -1;
 }
 

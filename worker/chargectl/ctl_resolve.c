@@ -246,8 +246,7 @@ int ctl_attempt_resolve(int argc, char **argv)
 {
     struct resolve_args ra;
     struct attempt_review_result res = {0};
-    struct charged_error db_err;
-    char err[512];
+    struct charged_error db_err, err;
     int rc;
     PGconn *conn = NULL;
     provider_client_t *pc = NULL;
@@ -267,10 +266,9 @@ int ctl_attempt_resolve(int argc, char **argv)
     /* Settings first: a bad one is bad usage, whatever the database says. */
     pc = provider_client_new(config_str(cfg, CONFIG_PROVIDER_BASE_URL), key,
                              config_str(cfg, CONFIG_PROVIDER_API_VERSION),
-                             (long)config_int(cfg, CONFIG_PROVIDER_TIMEOUT_MS), err,
-                             sizeof(err));
+                             (long)config_int(cfg, CONFIG_PROVIDER_TIMEOUT_MS), &err);
     if (!pc) {
-        rc = usage_error("%s", err);
+        rc = usage_error("%s", err.message);
         goto out;
     }
     conn = db_connect(config_str(cfg, CONFIG_DATABASE_URL), &db_err);

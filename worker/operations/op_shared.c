@@ -6,22 +6,18 @@
 
 #include "charged_assert.h"
 
-int op_store_open(struct op_store *s, int refunds, config_t *cfg, const char *actor,
-                  char *err, size_t err_size)
+enum charged_rc op_store_open(struct op_store *s, int refunds, config_t *cfg,
+                              const char *actor, struct charged_error *err)
 {
-    struct charged_error serr;
     const char *url = config_str(cfg, CONFIG_DATABASE_URL);
     CHARGED_ASSERT(s && !s->attempts && !s->refunds && actor);
     /* Does not connect: a worker started while the database is down keeps
      * running, and its database steps retry with back-off. */
     if (refunds)
-        s->refunds = refund_store_new(url, actor, &serr);
+        s->refunds = refund_store_new(url, actor, err);
     else
-        s->attempts = attempt_store_new(url, actor, &serr);
-    if (s->attempts || s->refunds)
-        return 0;
-    snprintf(err, err_size, "%s", serr.message);
-    return -1;
+        s->attempts = attempt_store_new(url, actor, err);
+    return s->attempts || s->refunds ? CHARGED_OK : CHARGED_GIVE_UP;
 }
 
 void op_store_close(struct op_store *s)

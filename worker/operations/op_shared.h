@@ -51,9 +51,10 @@ struct op_store {
 };
 
 /* Makes the store of the role's DATABASE_URL (refunds: the refund store)
- * for actor; does not connect. 0, or -1 and err. */
-int op_store_open(struct op_store *s, int refunds, config_t *cfg, const char *actor,
-                  char *err, size_t err_size);
+ * for actor; does not connect. CHARGED_OK, or CHARGED_GIVE_UP and err (a
+ * setting refused, out of memory). */
+enum charged_rc op_store_open(struct op_store *s, int refunds, config_t *cfg,
+                              const char *actor, struct charged_error *err);
 void op_store_close(struct op_store *s);
 
 /* The stages, for a state that begins with a struct op_store. */

@@ -64,11 +64,11 @@ static void routed_close(void *op)
     free(r);
 }
 
-static void *routed_open(config_t *cfg, const char *actor, char *err, size_t err_size)
+static void *routed_open(config_t *cfg, const char *actor, struct charged_error *err)
 {
     struct routed_state *r = calloc(1, sizeof(*r));
     if (!r) {
-        snprintf(err, err_size, "out of memory");
+        charged_error_set(err, "out of memory");
         return NULL;
     }
     for (size_t k = 0; k < NOPS; k++) {
@@ -78,7 +78,7 @@ static void *routed_open(config_t *cfg, const char *actor, char *err, size_t err
         /* The job's buffers hold any kind's command and params. */
         CHARGED_ASSERT(o->command_size <= PAYMENT_OP_COMMAND_MAX &&
                        o->params_size <= PAYMENT_OP_PARAMS_MAX);
-        if (!(r->states[k] = o->open(cfg, actor, err, err_size))) {
+        if (!(r->states[k] = o->open(cfg, actor, err))) {
             routed_close(r);
             return NULL;
         }
@@ -96,9 +96,10 @@ static void *state_of(void *op, int kind)
 }
 
 /* The error of a message of no known type: the types routed to. */
-static void say_types(char *err, size_t err_size)
+static void say_types(struct charged_error *err)
 {
-    size_t at = (size_t)snprintf(err, err_size, "'type' must be ");
+    const size_t err_size = sizeof(err->message);
+    size_t at = (size_t)snprintf(err->message, err_size, "'type' must be ");
     size_t n = 0, left = 0;
     for (size_t k = 0; k < NOPS; k++)
         left += engine_of(k) != NULL;
@@ -106,7 +107,7 @@ static void say_types(char *err, size_t err_size)
         if (!engine_of(k))
             continue;
         const char *sep = n == 0 ? "" : n + 1 == left ? " or " : ", ";
-        at += (size_t)snprintf(err + at, err_size - at, "%s\"%s\"", sep,
+        at += (size_t)snprintf(err->message + at, err_size - at, "%s\"%s\"", sep,
                                payment_op_of(k)->command_type);
         n++;
     }
@@ -117,12 +118,12 @@ static void say_types(char *err, size_t err_size)
  * operation's. */
 static enum dead_letter_reason routed_parse(void *op, const void *key, size_t key_len,
                                             const void *value, size_t value_len,
-                                            void *command, char *err, size_t err_size)
+                                            void *command, struct charged_error *err)
 {
     struct routed_command *c = command;
     c->kind = 0;
-    enum dead_letter_reason r = op_of(0)->parse(state_of(op, 0), key, key_len, value,
-                                                value_len, &c->u, err, err_size);
+    enum dead_letter_reason r =
+        op_of(0)->parse(state_of(op, 0), key, key_len, value, value_len, &c->u, err);
     if (r != DEAD_LETTER_SCHEMA_VIOLATION)
         return r;
     for (size_t k = 1; k < NOPS; k++)
@@ -130,10 +131,10 @@ static enum dead_letter_reason routed_parse(void *op, const void *key, size_t ke
             command_fields_type_is(value, value_len, payment_op_of(k)->command_type)) {
             c->kind = (int)k;
             return engine_of(k)->parse(state_of(op, (int)k), key, key_len, value,
-                                       value_len, &c->u, err, err_size);
+                                       value_len, &c->u, err);
         }
-    if (!strncmp(err, "'type'", 6))
-        say_types(err, err_size);
+    if (!strncmp(err->message, "'type'", 6))
+        say_types(err);
     return r;
 }
 
@@ -352,14 +353,14 @@ static enum charged_rc routed_release_leases(void *op, const char *const *ids,
     return routed_leases(op, ids, kinds, epochs, n, 0, NULL, err);
 }
 
-static int routed_start_call(void *op, provider_client_t *pc, const void *params,
-                             const void *command, void *tag, char *err, size_t err_size)
+static enum charged_rc routed_start_call(void *op, provider_client_t *pc,
+                                         const void *params, const void *command,
+                                         void *tag, struct charged_error *err)
 {
     int k = kind_of(command);
     /* The claim's params, never the message's: a claim gave them. */
     CHARGED_ASSERT(pc && params);
-    return op_of(k)->start_call(state_of(op, k), pc, params, inner(command), tag, err,
-                                err_size);
+    return op_of(k)->start_call(state_of(op, k), pc, params, inner(command), tag, err);
 }
 
 static const char *routed_event_type(int kind, enum attempt_status status)

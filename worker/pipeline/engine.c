@@ -204,8 +204,8 @@ size_t engine_drain(engine_t *eng, int64_t deadline)
 /* ---- start-up ---- */
 
 /* The engine's limits from the configuration, checked against each other:
- * 0, or 2 and err. */
-static int setup_limits(engine_t *eng, char *err, size_t err_size)
+ * CHARGED_OK, or CHARGED_GIVE_UP and err. */
+static enum charged_rc setup_limits(engine_t *eng, struct charged_error *err)
 {
     struct engine_core *c = &eng->core;
     eng->group = config_str(eng->cfg, CONFIG_KAFKA_GROUP_ID);
@@ -233,12 +233,13 @@ static int setup_limits(engine_t *eng, char *err, size_t err_size)
     long long needed = eng->provider_timeout_ms * (c->policy.unknown_retries + 1) +
                        c->policy.retry_max_ms * c->policy.unknown_retries;
     if (eng->lease_ms <= needed) {
-        snprintf(err, err_size,
-                 "WORKER_LEASE_MS: %lld does not outlast the provider timeout and its "
-                 "retries (%lld ms); raise it or lower PROVIDER_TIMEOUT_MS, "
-                 "WORKER_UNKNOWN_RETRIES or WORKER_RETRY_MAX_MS",
-                 eng->lease_ms, needed);
-        return 2;
+        charged_error_set(
+            err,
+            "WORKER_LEASE_MS: %lld does not outlast the provider timeout and its "
+            "retries (%lld ms); raise it or lower PROVIDER_TIMEOUT_MS, "
+            "WORKER_UNKNOWN_RETRIES or WORKER_RETRY_MAX_MS",
+            eng->lease_ms, needed);
+        return CHARGED_GIVE_UP;
     }
     /* No call is sent once the key's age plus this margin reaches the
      * provider's retention: one call's time on the wire, and clock
@@ -246,38 +247,41 @@ static int setup_limits(engine_t *eng, char *err, size_t err_size)
     c->key_margin_ms =
         charge_policy_key_margin_ms(c->key_retention_ms, eng->provider_timeout_ms);
     if (c->key_retention_ms <= c->key_margin_ms) {
-        snprintf(err, err_size,
-                 "WORKER_KEY_RETENTION_MS: %lld leaves no time to call the provider "
-                 "(PROVIDER_TIMEOUT_MS plus a margin of a tenth, at most 60 s, is "
-                 "%lld ms)",
-                 c->key_retention_ms, c->key_margin_ms);
-        return 2;
+        charged_error_set(
+            err,
+            "WORKER_KEY_RETENTION_MS: %lld leaves no time to call the provider "
+            "(PROVIDER_TIMEOUT_MS plus a margin of a tenth, at most 60 s, is "
+            "%lld ms)",
+            c->key_retention_ms, c->key_margin_ms);
+        return CHARGED_GIVE_UP;
     }
     /* Read no more: set, it would be silently ignored, and the breaker an
      * operator tuned would act otherwise than they think. */
     if (getenv("PROVIDER_BREAKER_FAILURES")) {
-        snprintf(
-            err, err_size,
+        charged_error_set(
+            err,
             "PROVIDER_BREAKER_FAILURES: no longer read: the breaker opens on a "
             "failure rate (PROVIDER_BREAKER_FAILURE_RATE, PROVIDER_BREAKER_MIN_CALLS, "
             "PROVIDER_BREAKER_WINDOW_MS); unset it");
-        return 2;
+        return CHARGED_GIVE_UP;
     }
     if (c->policy.retry_base_ms > c->policy.retry_max_ms) {
-        snprintf(err, err_size,
-                 "WORKER_RETRY_BASE_MS: larger than WORKER_RETRY_MAX_MS");
-        return 2;
+        charged_error_set(err, "WORKER_RETRY_BASE_MS: larger than WORKER_RETRY_MAX_MS");
+        return CHARGED_GIVE_UP;
     }
-    return 0;
+    return CHARGED_OK;
 }
 
-static int setup(engine_t *eng, char *err, size_t err_size)
+/* The engine's clients and tables: CHARGED_OK, or CHARGED_GIVE_UP (a
+ * setting refused) or CHARGED_RETRY (out of memory, Kafka refused the
+ * subscription) and err. */
+static enum charged_rc setup(engine_t *eng, struct charged_error *err)
 {
     CHARGED_ASSERT(eng->cfg != NULL && eng->op != NULL);
-    int rc = setup_limits(eng, err, err_size);
-    if (rc == 0)
-        rc = engine_kafka_setup(eng, err, err_size);
-    if (rc != 0)
+    enum charged_rc rc = setup_limits(eng, err);
+    if (rc == CHARGED_OK)
+        rc = engine_kafka_setup(eng, err);
+    if (rc != CHARGED_OK)
         return rc;
     const struct provider_breaker_config bc = {
         .failure_rate = (int)config_int(eng->cfg, CONFIG_PROVIDER_BREAKER_FAILURE_RATE),
@@ -288,26 +292,26 @@ static int setup(engine_t *eng, char *err, size_t err_size)
     };
     eng->breaker = provider_breaker_new(&bc);
     if (!eng->breaker) {
-        snprintf(err, err_size, "out of memory");
-        return 1;
+        charged_error_set(err, "out of memory");
+        return CHARGED_RETRY;
     }
     eng->provider =
         provider_client_new(config_str(eng->cfg, CONFIG_PROVIDER_BASE_URL),
                             config_str(eng->cfg, CONFIG_PROVIDER_API_KEY),
                             config_str(eng->cfg, CONFIG_PROVIDER_API_VERSION),
-                            eng->provider_timeout_ms, err, err_size);
+                            eng->provider_timeout_ms, err);
     if (!eng->provider)
-        return 2;
-    eng->op_state = eng->op->open(eng->cfg, eng->id, err, err_size);
+        return CHARGED_GIVE_UP;
+    eng->op_state = eng->op->open(eng->cfg, eng->id, err);
     if (!eng->op_state)
-        return 2;
+        return CHARGED_GIVE_UP;
     eng->offsets = offset_tracker_new();
     eng->jobs = job_list_new();
     if (!eng->offsets || !eng->jobs) {
-        snprintf(err, err_size, "out of memory");
-        return 1;
+        charged_error_set(err, "out of memory");
+        return CHARGED_RETRY;
     }
-    return engine_kafka_subscribe(eng, err, err_size);
+    return engine_kafka_subscribe(eng, err);
 }
 
 /* Every step is bounded: flush_ms for dead letters still unacknowledged;
@@ -347,8 +351,8 @@ void engine_finish(engine_t *eng, int flush_ms)
     free(eng);
 }
 
-int engine_start(config_t *cfg, const char *id, const struct engine_op *op,
-                 engine_t **out, char *err, size_t err_size)
+enum charged_rc engine_start(config_t *cfg, const char *id, const struct engine_op *op,
+                             engine_t **out, struct charged_error *err)
 {
     /* What the engine calls of every operation: the descriptor's contract. */
     CHARGED_ASSERT(cfg != NULL && op != NULL && out != NULL && op->command_size > 0);
@@ -359,14 +363,14 @@ int engine_start(config_t *cfg, const char *id, const struct engine_op *op,
     engine_t *eng = calloc(1, sizeof(*eng));
     if (!eng) {
         config_free(cfg);
-        snprintf(err, err_size, "out of memory");
-        return 1;
+        charged_error_set(err, "out of memory");
+        return CHARGED_RETRY;
     }
     eng->cfg = cfg;
     eng->op = op;
     snprintf(eng->id, sizeof(eng->id), "%s", id);
-    int rc = setup(eng, err, err_size);
-    if (rc != 0) {
+    enum charged_rc rc = setup(eng, err);
+    if (rc != CHARGED_OK) {
         teardown(eng, 0);
         free(eng);
         return rc;
@@ -381,5 +385,5 @@ int engine_start(config_t *cfg, const char *id, const struct engine_op *op,
              kafka_setup_uses_consumer_protocol(eng->cfg) ? "consumer" : "classic",
              NULL);
     *out = eng;
-    return 0;
+    return CHARGED_OK;
 }

@@ -97,14 +97,14 @@ struct engine_op {
 
     /* The operation's own state (its store, its limits), from the role's
      * configuration; NULL and err when it cannot be built. */
-    void *(*open)(config_t *cfg, const char *actor, char *err, size_t err_size);
+    void *(*open)(config_t *cfg, const char *actor, struct charged_error *err);
     void (*close)(void *op);
 
     /* A message's key and value: DEAD_LETTER_NONE and *command filled (its
      * resources freed by release), or a reason and one line in err. */
     enum dead_letter_reason (*parse)(void *op, const void *key, size_t key_len,
                                      const void *value, size_t value_len, void *command,
-                                     char *err, size_t err_size);
+                                     struct charged_error *err);
     void (*release)(void *command);
     /* The record's id (the lease's name) and the order it is for. */
     const char *(*id_of)(const void *command);
@@ -130,9 +130,12 @@ struct engine_op {
 
     /* Starts the provider call for the claimed params (never the message's
      * copy) under their idempotency key; `tag` comes back with its answer
-     * from provider_client_next_done. 0, or -1 and err. */
-    int (*start_call)(void *op, provider_client_t *pc, const void *params,
-                      const void *command, void *tag, char *err, size_t err_size);
+     * from provider_client_next_done. CHARGED_OK, or the provider
+     * client's code (CHARGED_BAD_ITEM, CHARGED_RETRY) and err: nothing
+     * started. */
+    enum charged_rc (*start_call)(void *op, provider_client_t *pc, const void *params,
+                                  const void *command, void *tag,
+                                  struct charged_error *err);
     /* The event a record of `kind` entering `status` publishes, or NULL
      * for none. */
     const char *(*event_type)(int kind, enum attempt_status status);
@@ -166,11 +169,12 @@ struct engine_op {
 typedef struct engine engine_t;
 
 /* Builds the engine for `op` from cfg (taking ownership of cfg, also on
- * failure) and sets *out. 0, or an exit status (1 runtime, 2
- * configuration) with err. The rest is a role of the daemon's
+ * failure) and sets *out. CHARGED_OK, or with err CHARGED_GIVE_UP (a bad
+ * configuration) or CHARGED_RETRY (a runtime failure: out of memory, Kafka
+ * refused the subscription). The rest is a role of the daemon's
  * (daemon.h): */
-int engine_start(config_t *cfg, const char *id, const struct engine_op *op,
-                 engine_t **out, char *err, size_t err_size);
+enum charged_rc engine_start(config_t *cfg, const char *id, const struct engine_op *op,
+                             engine_t **out, struct charged_error *err);
 /* One turn of the pipeline; DAEMON_NOW (it waits inside, in the polls
  * that its events wake). */
 int64_t engine_step(engine_t *eng, int64_t now);

@@ -164,10 +164,11 @@ void engine_finish_revocations(engine_t *eng, int all);
 size_t engine_jobs_of(engine_t *eng, const rd_kafka_topic_partition_list_t *parts);
 /* Gives up the unfinished jobs of `parts` (all when NULL); how many. */
 size_t engine_detach(engine_t *eng, const rd_kafka_topic_partition_list_t *parts);
-/* The consumer and the dead-letter producer, configured and subscribed
- * later: 0, or 2 and err. */
-int engine_kafka_setup(engine_t *eng, char *err, size_t err_size);
-int engine_kafka_subscribe(engine_t *eng, char *err, size_t err_size);
+/* The consumer and the dead-letter producer, configured (CHARGED_GIVE_UP
+ * and err on a setting refused), and subscribed later (CHARGED_RETRY and
+ * err when Kafka refuses). */
+enum charged_rc engine_kafka_setup(engine_t *eng, struct charged_error *err);
+enum charged_rc engine_kafka_subscribe(engine_t *eng, struct charged_error *err);
 /* Serves the dead letters' delivery reports, flush_ms at most: before the
  * jobs they point at are freed. */
 void engine_kafka_flush(engine_t *eng, int flush_ms);

@@ -82,7 +82,7 @@ static void take_message(engine_t *eng, rd_kafka_message_t *msg)
  * being revoked: they are left to the next owner. */
 void engine_start_jobs(engine_t *eng, int take_new)
 {
-    char err[256];
+    struct charged_error err;
     for (struct job *j = job_list_first(eng->jobs, JOB_BACKLOG), *next; take_new && j;
          j = next) {
         next = job_next_in_state(j);
@@ -93,9 +93,8 @@ void engine_start_jobs(engine_t *eng, int take_new)
         rd_kafka_message_t *msg = j->msg;
         /* A job not given up keeps its message until it is reaped. */
         CHARGED_ASSERT(msg != NULL && !j->have_cmd && !j->detached);
-        j->dl_reason =
-            eng->op->parse(eng->op_state, msg->key, msg->key_len, msg->payload,
-                           msg->len, j->command, err, sizeof(err));
+        j->dl_reason = eng->op->parse(eng->op_state, msg->key, msg->key_len,
+                                      msg->payload, msg->len, j->command, &err);
         if (j->dl_reason == DEAD_LETTER_NONE) {
             j->have_cmd = 1;
             j->id = eng->op->id_of(j->command);
@@ -103,7 +102,7 @@ void engine_start_jobs(engine_t *eng, int take_new)
             j->kind = eng->op->kind_of ? eng->op->kind_of(j->command) : 0;
             j->id_field = eng->op->id_field ? eng->op->id_field(j->kind) : NULL;
         } else {
-            job_set_error(j, "%s", err);
+            job_set_error(j, "%s", err.message);
         }
         engine_core_parsed(eng->jobs, j, j->dl_reason == DEAD_LETTER_NONE);
     }
@@ -677,43 +676,44 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 /* ---- start-up and teardown ---- */
 
 /* The consumer's settings: defaults an operator may override with KAFKA_*,
- * then what exactly-once charging depends on, which nobody may. 0, or -1
- * and err. */
-static int consumer_settings(engine_t *eng, rd_kafka_conf_t *cc, char *err,
-                             size_t err_size)
+ * then what exactly-once charging depends on, which nobody may. CHARGED_OK,
+ * or CHARGED_GIVE_UP and err (a setting librdkafka or Kafka refuses). */
+static enum charged_rc consumer_settings(engine_t *eng, rd_kafka_conf_t *cc,
+                                         struct charged_error *err)
 {
     /* The consumer protocol (KIP-848) has the broker assign,
      * incrementally; the classic one gets the client-side cooperative
      * assignor. */
-    if (kafka_setup_set(cc, "auto.offset.reset", "earliest", err, err_size) ||
+    if (kafka_setup_set(cc, "auto.offset.reset", "earliest", err) ||
         (!kafka_setup_uses_consumer_protocol(eng->cfg) &&
-         kafka_setup_set(cc, "partition.assignment.strategy", "cooperative-sticky", err,
-                         err_size)) ||
-        kafka_setup_set(cc, "statistics.interval.ms", "5000", err, err_size))
-        return -1;
+         kafka_setup_set(cc, "partition.assignment.strategy", "cooperative-sticky",
+                         err)) ||
+        kafka_setup_set(cc, "statistics.interval.ms", "5000", err))
+        return CHARGED_GIVE_UP;
     kafka_setup_apply_env(cc, eng->cfg);
     if (kafka_setup_group_instance(cc, eng->cfg, eng->instance, sizeof(eng->instance),
-                                   err, err_size) != 0)
-        return -1;
-    if (kafka_setup_set(cc, "group.id", eng->group, err, err_size) ||
-        kafka_setup_set(cc, "enable.auto.commit", "false", err, err_size) ||
-        kafka_setup_set(cc, "enable.auto.offset.store", "false", err, err_size))
-        return -1;
-    return 0;
+                                   err) != CHARGED_OK)
+        return CHARGED_GIVE_UP;
+    if (kafka_setup_set(cc, "group.id", eng->group, err) ||
+        kafka_setup_set(cc, "enable.auto.commit", "false", err) ||
+        kafka_setup_set(cc, "enable.auto.offset.store", "false", err))
+        return CHARGED_GIVE_UP;
+    return CHARGED_OK;
 }
 
-int engine_kafka_setup(engine_t *eng, char *err, size_t err_size)
+enum charged_rc engine_kafka_setup(engine_t *eng, struct charged_error *err)
 {
     CHARGED_ASSERT(eng->consumer == NULL && eng->producer == NULL);
     rd_kafka_conf_t *cc = NULL, *pc = NULL;
+    char rderr[sizeof(err->message)];
 
-    cc = kafka_setup_conf(eng->cfg, eng->id, err, err_size);
+    cc = kafka_setup_conf(eng->cfg, eng->id, err);
     if (!cc)
         goto usage;
     /* The dead-letter producer: the preset, idempotent, acks=all. */
     pc = kafka_setup_producer_conf(eng->cfg, eng->id, &(struct kafka_setup_producer){0},
-                                   err, err_size);
-    if (!pc || consumer_settings(eng, cc, err, err_size) != 0)
+                                   err);
+    if (!pc || consumer_settings(eng, cc, err) != CHARGED_OK)
         goto usage;
     rd_kafka_conf_set_opaque(cc, eng);
     rd_kafka_conf_set_opaque(pc, eng);
@@ -722,25 +722,27 @@ int engine_kafka_setup(engine_t *eng, char *err, size_t err_size)
     rd_kafka_conf_set_offset_commit_cb(cc, on_commit);
     rd_kafka_conf_set_dr_msg_cb(pc, on_delivery);
 
-    eng->consumer = rd_kafka_new(RD_KAFKA_CONSUMER, cc, err, err_size);
+    eng->consumer = rd_kafka_new(RD_KAFKA_CONSUMER, cc, rderr, sizeof(rderr));
     if (!eng->consumer)
-        goto usage;
+        goto refused;
     cc = NULL; /* owned by the consumer */
-    eng->producer = rd_kafka_new(RD_KAFKA_PRODUCER, pc, err, err_size);
+    eng->producer = rd_kafka_new(RD_KAFKA_PRODUCER, pc, rderr, sizeof(rderr));
     if (!eng->producer)
-        goto usage;
+        goto refused;
     pc = NULL;
     rd_kafka_poll_set_consumer(eng->consumer);
-    return 0;
+    return CHARGED_OK;
+refused:
+    charged_error_set(err, "%s", rderr);
 usage:
     if (cc)
         rd_kafka_conf_destroy(cc);
     if (pc)
         rd_kafka_conf_destroy(pc);
-    return 2;
+    return CHARGED_GIVE_UP;
 }
 
-int engine_kafka_subscribe(engine_t *eng, char *err, size_t err_size)
+enum charged_rc engine_kafka_subscribe(engine_t *eng, struct charged_error *err)
 {
     CHARGED_ASSERT(eng->consumer != NULL && eng->commands_topic != NULL);
     rd_kafka_topic_partition_list_t *topics = rd_kafka_topic_partition_list_new(1);
@@ -749,11 +751,11 @@ int engine_kafka_subscribe(engine_t *eng, char *err, size_t err_size)
     rd_kafka_resp_err_t kerr = rd_kafka_subscribe(eng->consumer, topics);
     rd_kafka_topic_partition_list_destroy(topics);
     if (kerr) {
-        snprintf(err, err_size, "cannot subscribe to '%s': %s", eng->commands_topic,
-                 rd_kafka_err2str(kerr));
-        return 1;
+        charged_error_set(err, "cannot subscribe to '%s': %s", eng->commands_topic,
+                          rd_kafka_err2str(kerr));
+        return CHARGED_RETRY;
     }
-    return 0;
+    return CHARGED_OK;
 }
 
 /* Delivery reports point at jobs: they are served, purging what the broker

@@ -14,7 +14,7 @@
 
 void engine_start_calls(engine_t *eng)
 {
-    char err[256];
+    struct charged_error err;
     int64_t now = clock_now_ms();
     for (struct job *j = job_list_first(eng->jobs, JOB_CALL), *next; j; j = next) {
         next = job_next_in_state(j);
@@ -33,9 +33,10 @@ void engine_start_calls(engine_t *eng)
         /* The claimed record's parameters, never the message's. */
         j->call_started_ms = clock_wall_ms();
         if (eng->op->start_call(eng->op_state, eng->provider, j->params, j->command, j,
-                                err, sizeof(err)) != 0) {
+                                &err) != CHARGED_OK) {
             provider_breaker_cancel(eng->breaker, &j->ticket);
-            log_error("cannot start provider call", JOB_FIELDS(j), "error", err, NULL);
+            log_error("cannot start provider call", JOB_FIELDS(j), "error", err.message,
+                      NULL);
             engine_core_call_not_started(&eng->core, j, now);
             continue;
         }
@@ -161,14 +162,15 @@ void engine_collect_calls(engine_t *eng, int wait_ms)
  * open while charges worked and look-ups failed. */
 static void start_probe(engine_t *eng, int64_t now)
 {
-    char err[256];
+    struct charged_error err;
     if (eng->probe_out ||
         !provider_breaker_allow_probe(eng->breaker, now, &eng->probe_ticket))
         return;
-    if (provider_client_start_probe(eng->provider, &eng->probe_tag, err, sizeof(err)) !=
-        0) {
+    if (provider_client_start_probe(eng->provider, &eng->probe_tag, &err) !=
+        CHARGED_OK) {
         provider_breaker_cancel(eng->breaker, &eng->probe_ticket);
-        log_error("cannot start the provider breaker's probe", "error", err, NULL);
+        log_error("cannot start the provider breaker's probe", "error", err.message,
+                  NULL);
         return;
     }
     eng->probe_out = 1;

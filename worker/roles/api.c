@@ -169,8 +169,7 @@ static enum MHD_Result serve_webhook(struct api *a, struct MHD_Connection *c,
 {
     struct webhook_event ev;
     struct webhook_store_result res;
-    struct charged_error serr;
-    char err[512];
+    struct charged_error serr, err;
 
     if (rq->too_large)
         return webhook_refused(c, MHD_HTTP_CONTENT_TOO_LARGE, "too_large",
@@ -187,17 +186,17 @@ static enum MHD_Result serve_webhook(struct api *a, struct MHD_Connection *c,
     char *payload = NULL;
     if (!rq->body)
         return webhook_refused(c, MHD_HTTP_BAD_REQUEST, "bad_request", "empty body");
-    int prc =
-        provider_webhook_parse(be, rq->body, rq->len, &ev, &payload, err, sizeof(err));
-    if (prc == WEBHOOK_PARSE_NO_MEMORY) {
+    enum charged_rc prc =
+        provider_webhook_parse(be, rq->body, rq->len, &ev, &payload, &err);
+    if (prc == CHARGED_RETRY) {
         /* Nothing wrong with the body: not stored, so delivered again. */
         metrics_add(METRIC_WEBHOOKS, 1, "error");
-        log_error("webhook not stored", "error", err, NULL);
+        log_error("webhook not stored", "error", err.message, NULL);
         return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE,
                            "could not store the event; deliver it again");
     }
-    if (prc != 0)
-        return webhook_refused(c, MHD_HTTP_BAD_REQUEST, "bad_request", err);
+    if (prc != CHARGED_OK)
+        return webhook_refused(c, MHD_HTTP_BAD_REQUEST, "bad_request", err.message);
 
     webhook_store_t *st = http_lender_take(a->lender);
     int rc = webhook_store_apply(st, WEBHOOK_PROVIDER, &ev, payload, &res, &serr);
@@ -353,15 +352,16 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **ctx,
 
 static const struct http_reply_log_as http_log_as = {"http listener", "detail"};
 
-/* Cuts the comma-separated secrets in place. 0 / -1 with errbuf. */
-static int take_secrets(struct api *a, char *err, size_t err_size)
+/* Cuts the comma-separated secrets in place. CHARGED_OK, or CHARGED_GIVE_UP
+ * with err. */
+static enum charged_rc take_secrets(struct api *a, struct charged_error *err)
 {
     const char *name = config_name(CONFIG_WEBHOOK_SIGNING_SECRET);
     char *save = NULL;
     a->secret_list = strdup(config_str(a->cfg, CONFIG_WEBHOOK_SIGNING_SECRET));
     if (!a->secret_list) {
-        snprintf(err, err_size, "out of memory");
-        return -1;
+        charged_error_set(err, "out of memory");
+        return CHARGED_GIVE_UP;
     }
     for (char *s = strtok_r(a->secret_list, ",", &save); s;
          s = strtok_r(NULL, ",", &save)) {
@@ -371,35 +371,36 @@ static int take_secrets(struct api *a, char *err, size_t err_size)
         while (n && s[n - 1] == ' ')
             s[--n] = '\0';
         if (n < 8) {
-            snprintf(err, err_size, "%s: every secret needs at least 8 characters",
-                     name);
-            return -1;
+            charged_error_set(err, "%s: every secret needs at least 8 characters",
+                              name);
+            return CHARGED_GIVE_UP;
         }
         if (a->nsecrets == MAX_SECRETS) {
-            snprintf(err, err_size, "%s: at most %d secrets", name, MAX_SECRETS);
-            return -1;
+            charged_error_set(err, "%s: at most %d secrets", name, MAX_SECRETS);
+            return CHARGED_GIVE_UP;
         }
         if (log_add_secret(s) != 0) {
-            snprintf(err, err_size, "%s: out of memory", name);
-            return -1;
+            charged_error_set(err, "%s: out of memory", name);
+            return CHARGED_GIVE_UP;
         }
         a->secrets[a->nsecrets++] = s;
     }
     if (a->nsecrets == 0) {
-        snprintf(err, err_size, "%s: no secret given", name);
-        return -1;
+        charged_error_set(err, "%s: no secret given", name);
+        return CHARGED_GIVE_UP;
     }
-    return 0;
+    return CHARGED_OK;
 }
 
-/* Listens on API_ADDR. Returns 0, or an exit status with errbuf. */
-static int listen_http(struct api *a, char *err, size_t err_size)
+/* Listens on API_ADDR: CHARGED_OK, or listen_socket_open's code with err
+ * (CHARGED_RETRY when the listener cannot start). */
+static enum charged_rc listen_http(struct api *a, struct charged_error *err)
 {
     const char *addr = config_str(a->cfg, CONFIG_API_ADDR);
     int fd = -1, port = 0;
-    int rc = listen_socket_open("API_ADDR", addr, &fd, &port, err, err_size);
-    if (rc != LISTEN_SOCKET_OK)
-        return rc == LISTEN_SOCKET_BAD_ADDRESS ? 2 : 1;
+    enum charged_rc rc = listen_socket_open("API_ADDR", addr, &fd, &port, err);
+    if (rc != CHARGED_OK)
+        return rc;
     /* The logger comes first: libmicrohttpd logs to stderr, not JSON, until
      * it has seen it. It owns fd from here, also on failure. */
     a->http = MHD_start_daemon(
@@ -413,10 +414,10 @@ static int listen_http(struct api *a, char *err, size_t err_size)
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, a, MHD_OPTION_END);
     if (!a->http) {
-        snprintf(err, err_size, "API_ADDR: cannot start the listener on %s", addr);
-        return 1;
+        charged_error_set(err, "API_ADDR: cannot start the listener on %s", addr);
+        return CHARGED_RETRY;
     }
-    return 0;
+    return CHARGED_OK;
 }
 
 /* The listener's threads answer the requests; the loop only probes the
@@ -478,11 +479,11 @@ static void api_finish(void *state, int flush_ms)
     teardown(state);
 }
 
-static int setup(struct api *a, char *err, size_t err_size)
+static enum charged_rc setup(struct api *a, struct charged_error *err)
 {
     const char *url = config_str(a->cfg, CONFIG_DATABASE_URL);
-    if (take_secrets(a, err, err_size) != 0)
-        return 2;
+    if (take_secrets(a, err) != CHARGED_OK)
+        return CHARGED_GIVE_UP;
     a->max_body = (size_t)config_int(a->cfg, CONFIG_API_MAX_BODY_BYTES);
     a->nstores = (size_t)config_int(a->cfg, CONFIG_API_THREADS);
     a->stores = calloc(a->nstores, sizeof(*a->stores));
@@ -490,22 +491,18 @@ static int setup(struct api *a, char *err, size_t err_size)
         goto oom;
     /* Does not connect: started while the database is down, it is not
      * ready until the probe reaches it. */
-    struct charged_error serr;
-    if (!(a->probe = webhook_store_new(url, &serr)))
-        goto store_failed;
+    if (!(a->probe = webhook_store_new(url, err)))
+        return CHARGED_GIVE_UP;
     for (size_t i = 0; i < a->nstores; i++) {
-        if (!(a->stores[i] = webhook_store_new(url, &serr)))
-            goto store_failed;
+        if (!(a->stores[i] = webhook_store_new(url, err)))
+            return CHARGED_GIVE_UP;
     }
     if (!(a->lender = http_lender_new((void *const *)a->stores, a->nstores)))
         goto oom;
-    return listen_http(a, err, err_size);
-store_failed:
-    snprintf(err, err_size, "%s", serr.message);
-    return 2;
+    return listen_http(a, err);
 oom:
-    snprintf(err, err_size, "out of memory");
-    return 1;
+    charged_error_set(err, "out of memory");
+    return CHARGED_RETRY;
 }
 
 static void usage(FILE *out)
@@ -523,27 +520,27 @@ static void usage(FILE *out)
     config_print_help(out, CONFIG_ROLE_API);
 }
 
-static int api_start(config_t *cfg, const char *id, void **state, char *err,
-                     size_t err_size)
+static enum charged_rc api_start(config_t *cfg, const char *id, void **state,
+                                 struct charged_error *err)
 {
     struct api *a = calloc(1, sizeof(*a));
     if (!a) {
         config_free(cfg);
-        snprintf(err, err_size, "out of memory");
-        return 1;
+        charged_error_set(err, "out of memory");
+        return CHARGED_RETRY;
     }
     a->cfg = cfg;
     snprintf(a->id, sizeof(a->id), "%s", id);
     a->db_ok = -1;
-    int rc = setup(a, err, err_size);
-    if (rc != 0) {
+    enum charged_rc rc = setup(a, err);
+    if (rc != CHARGED_OK) {
         teardown(a);
         return rc;
     }
     log_info("api started", "api", a->id, "listen", config_str(cfg, CONFIG_API_ADDR),
              NULL);
     *state = a;
-    return 0;
+    return CHARGED_OK;
 }
 
 const struct daemon_role_desc api_role = {

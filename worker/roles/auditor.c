@@ -110,7 +110,7 @@ static int64_t auditor_step(void *state, int64_t now)
     struct audit_window w;
     struct audit_run_result res;
     const struct audit_run_hooks hooks = {daemon_heartbeat, stopping};
-    char why[512];
+    struct charged_error why;
     int recorded = 0;
 
     if (now < a->next_poll || !daemon_db_due(&a->db))
@@ -137,10 +137,11 @@ static int64_t auditor_step(void *state, int64_t now)
     metrics_set(METRIC_AUDIT_WATERMARK_AGE, w.watermark_age_ms / 1000.0);
     if (w.due) {
         if (audit_run_window(a->provider, a->store, w.start, w.end, 1, a->id, &hooks,
-                             &res, &recorded, why, sizeof(why)) != 0) {
+                             &res, &recorded, &why) != CHARGED_OK) {
             /* Done again whole: what was recorded stays recorded once. */
             if (!stopping())
-                log_warn("window not audited; auditing it again", "error", why, NULL);
+                log_warn("window not audited; auditing it again", "error", why.message,
+                         NULL);
             return a->next_poll = clock_now_ms() + a->poll_ms;
         }
         log_verdict(&res, recorded);
@@ -154,8 +155,8 @@ static int64_t auditor_step(void *state, int64_t now)
     }
     long long pending = 0;
     if (audit_run_pending(a->provider, a->store, (size_t)a->pending_batch, &hooks, &res,
-                          why, sizeof(why)) != 0)
-        log_warn("pending objects not looked at", "error", why, NULL);
+                          &why) != CHARGED_OK)
+        log_warn("pending objects not looked at", "error", why.message, NULL);
     if (audit_store_pending_count(a->store, &pending, &err) != CHARGED_OK)
         return store_failed(a, "pending count", err.message);
     if (report_findings(a, &err) != 0)
@@ -198,39 +199,37 @@ static void auditor_finish(void *state, int flush_ms)
     teardown(state);
 }
 
-static int setup(void *state, config_t *cfg, const char *id, char *err, size_t err_size)
+static enum charged_rc setup(void *state, config_t *cfg, const char *id,
+                             struct charged_error *err)
 {
     struct auditor *a = state;
     a->cfg = cfg;
     snprintf(a->id, sizeof(a->id), "%s", id);
     long long window_ms = config_int(a->cfg, CONFIG_AUDITOR_WINDOW_MS);
     if (window_ms % 1000 != 0) {
-        snprintf(
-            err, err_size,
+        charged_error_set(
+            err,
             "AUDITOR_WINDOW_MS must be whole seconds (the provider's creation times "
             "are): %lld",
             window_ms);
-        return 2;
+        return CHARGED_GIVE_UP;
     }
     a->window_s = window_ms / 1000;
     a->lag_ms = config_int(a->cfg, CONFIG_AUDITOR_LAG_MS);
     a->poll_ms = config_int(a->cfg, CONFIG_AUDITOR_POLL_MS);
     a->from_unix = config_int(a->cfg, CONFIG_AUDITOR_FROM);
     a->pending_batch = config_int(a->cfg, CONFIG_AUDITOR_PENDING_BATCH);
-    a->provider = provider_client_new(config_str(a->cfg, CONFIG_PROVIDER_BASE_URL),
-                                      config_str(a->cfg, CONFIG_PROVIDER_API_KEY),
-                                      config_str(a->cfg, CONFIG_PROVIDER_API_VERSION),
-                                      config_int(a->cfg, CONFIG_PROVIDER_TIMEOUT_MS),
-                                      err, err_size);
+    a->provider =
+        provider_client_new(config_str(a->cfg, CONFIG_PROVIDER_BASE_URL),
+                            config_str(a->cfg, CONFIG_PROVIDER_API_KEY),
+                            config_str(a->cfg, CONFIG_PROVIDER_API_VERSION),
+                            config_int(a->cfg, CONFIG_PROVIDER_TIMEOUT_MS), err);
     if (!a->provider)
-        return 2;
-    struct charged_error serr;
-    a->store = audit_store_new(config_str(a->cfg, CONFIG_DATABASE_URL), &serr);
-    if (!a->store) {
-        snprintf(err, err_size, "%s", serr.message);
-        return 2;
-    }
-    return 0;
+        return CHARGED_GIVE_UP;
+    a->store = audit_store_new(config_str(a->cfg, CONFIG_DATABASE_URL), err);
+    if (!a->store)
+        return CHARGED_GIVE_UP;
+    return CHARGED_OK;
 }
 
 const struct daemon_role_desc auditor_role = {

@@ -158,12 +158,12 @@ static json_t *who_json(const struct console_who *who)
 static enum MHD_Result serve_login(struct console *cs, console_views_t *v,
                                    struct MHD_Connection *c, struct request *rq)
 {
-    char secret[CONSOLE_SECRET_MAX], sid[CONSOLE_SECRET_SIZE], why[256], cookie[256];
+    char secret[CONSOLE_SECRET_MAX], sid[CONSOLE_SECRET_SIZE], cookie[256];
     struct console_who who;
     struct charged_error err;
 
-    if (console_input_login(rq->body, rq->len, secret, why, sizeof(why)) != 0)
-        return send_error(c, MHD_HTTP_BAD_REQUEST, why);
+    if (console_input_login(rq->body, rq->len, secret, &err) != CHARGED_OK)
+        return send_error(c, MHD_HTTP_BAD_REQUEST, err.message);
     enum charged_rc rc =
         console_store_login(console_views_store(v), secret, cs->ttl_s, sid, &who, &err);
     OPENSSL_cleanse(secret, sizeof(secret));
@@ -217,7 +217,7 @@ static int csrf_matches(struct MHD_Connection *c, const struct console_who *who)
 
 struct letter_args {
     struct console_letter_query q;
-    char why[256];
+    struct charged_error why;
     int bad;
 };
 
@@ -226,8 +226,7 @@ static enum MHD_Result take_letter_arg(void *cls, enum MHD_ValueKind kind,
 {
     struct letter_args *a = cls;
     (void)kind;
-    if (!a->bad &&
-        console_input_letter_param(key, value, &a->q, a->why, sizeof(a->why)) != 0)
+    if (!a->bad && console_input_letter_param(key, value, &a->q, &a->why) != CHARGED_OK)
         a->bad = 1;
     return MHD_YES;
 }
@@ -237,7 +236,7 @@ static enum MHD_Result serve_signed_in(struct console *cs, console_views_t *v,
                                        struct MHD_Connection *c, struct request *rq,
                                        const struct console_who *who, const char *sid)
 {
-    char why[512], cookie[256];
+    char cookie[256];
     struct charged_error err;
     json_t *body = NULL;
     unsigned status;
@@ -266,8 +265,8 @@ static enum MHD_Result serve_signed_in(struct console *cs, console_views_t *v,
     case CONSOLE_R_FIND: {
         char id[PROVIDER_ID_MAX];
         const char *raw = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "id");
-        if (console_input_find_id(raw, id, why, sizeof(why)) != 0)
-            return send_error(c, MHD_HTTP_BAD_REQUEST, why);
+        if (console_input_find_id(raw, id, &err) != CHARGED_OK)
+            return send_error(c, MHD_HTTP_BAD_REQUEST, err.message);
         status = console_views_find(v, id, &body);
         break;
     }
@@ -276,9 +275,8 @@ static enum MHD_Result serve_signed_in(struct console *cs, console_views_t *v,
         break;
     case CONSOLE_R_RESOLVE: {
         struct console_resolve_input in;
-        if (console_input_resolve(rq->body, rq->len, rq->m.id, &in, why, sizeof(why)) !=
-            0)
-            return send_error(c, MHD_HTTP_BAD_REQUEST, why);
+        if (console_input_resolve(rq->body, rq->len, rq->m.id, &in, &err) != CHARGED_OK)
+            return send_error(c, MHD_HTTP_BAD_REQUEST, err.message);
         status = console_views_resolve(v, who, sid, rq->m.id, &in, &body);
         break;
     }
@@ -287,7 +285,7 @@ static enum MHD_Result serve_signed_in(struct console *cs, console_views_t *v,
         memset(&a, 0, sizeof(a));
         MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, take_letter_arg, &a);
         if (a.bad)
-            return send_error(c, MHD_HTTP_BAD_REQUEST, a.why);
+            return send_error(c, MHD_HTTP_BAD_REQUEST, a.why.message);
         status = console_views_letters(v, &a.q, &body);
         break;
     }
@@ -298,9 +296,9 @@ static enum MHD_Result serve_signed_in(struct console *cs, console_views_t *v,
         struct console_replay_input *in = malloc(sizeof(*in));
         if (!in)
             return MHD_NO;
-        if (console_input_replay(rq->body, rq->len, in, why, sizeof(why)) != 0) {
+        if (console_input_replay(rq->body, rq->len, in, &err) != CHARGED_OK) {
             free(in);
-            return send_error(c, MHD_HTTP_BAD_REQUEST, why);
+            return send_error(c, MHD_HTTP_BAD_REQUEST, err.message);
         }
         status = console_views_replay(v, who, in, &body);
         free(in);
@@ -536,13 +534,13 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **ctx,
 
 static const struct http_reply_log_as http_log_as = {"console listener", "detail"};
 
-static int listen_http(struct console *cs, char *err, size_t err_size)
+static enum charged_rc listen_http(struct console *cs, struct charged_error *err)
 {
     const char *addr = config_str(cs->cfg, CONFIG_CONSOLE_ADDR);
     int fd = -1, port = 0;
-    int rc = listen_socket_open("CONSOLE_ADDR", addr, &fd, &port, err, err_size);
-    if (rc != LISTEN_SOCKET_OK)
-        return rc == LISTEN_SOCKET_BAD_ADDRESS ? 2 : 1;
+    enum charged_rc rc = listen_socket_open("CONSOLE_ADDR", addr, &fd, &port, err);
+    if (rc != CHARGED_OK)
+        return rc;
     /* A thread per connection, not a pool: a request that waits on Kafka's
      * timeouts holds its own connection only, never the others a pool
      * thread would poll; CONSOLE_THREADS bounds the requests answered at
@@ -558,14 +556,14 @@ static int listen_http(struct console *cs, char *err, size_t err_size)
         (unsigned)IDLE_TIMEOUT_S, MHD_OPTION_NOTIFY_COMPLETED, on_completed, cs,
         MHD_OPTION_END);
     if (!cs->http) {
-        snprintf(err, err_size, "CONSOLE_ADDR: cannot start the listener on %s", addr);
-        return 1;
+        charged_error_set(err, "CONSOLE_ADDR: cannot start the listener on %s", addr);
+        return CHARGED_RETRY;
     }
     /* The port actually bound, for CONSOLE_ADDR's port 0 (tests). */
     char listen[96];
     snprintf(listen, sizeof(listen), "%d", port);
     log_info("console listener started", "addr", addr, "port", listen, NULL);
-    return 0;
+    return CHARGED_OK;
 }
 
 static int64_t console_step(void *state, int64_t now)
@@ -623,32 +621,29 @@ static void console_finish(void *state, int flush_ms)
     teardown(state);
 }
 
-static int setup(struct console *cs, char *err, size_t err_size)
+static enum charged_rc setup(struct console *cs, struct charged_error *err)
 {
-    struct charged_error serr;
     cs->ttl_s = config_int(cs->cfg, CONFIG_CONSOLE_SESSION_TTL_S);
     cs->cookie_secure = (int)config_int(cs->cfg, CONFIG_CONSOLE_COOKIE_SECURE);
     cs->nviews = (size_t)config_int(cs->cfg, CONFIG_CONSOLE_THREADS);
     cs->kafka_max = cs->nviews > 1 ? (int)cs->nviews / 2 : 1;
     cs->views = calloc(cs->nviews, sizeof(*cs->views));
     if (!cs->views) {
-        snprintf(err, err_size, "out of memory");
-        return 1;
+        charged_error_set(err, "out of memory");
+        return CHARGED_RETRY;
     }
     if (!(cs->probe = attempt_store_new(config_str(cs->cfg, CONFIG_DATABASE_URL),
-                                        "charged-console", &serr))) {
-        snprintf(err, err_size, "%s", serr.message);
-        return 2;
-    }
+                                        "charged-console", err)))
+        return CHARGED_GIVE_UP;
     for (size_t i = 0; i < cs->nviews; i++) {
-        if (!(cs->views[i] = console_views_new(cs->cfg, err, err_size)))
-            return 2;
+        if (!(cs->views[i] = console_views_new(cs->cfg, err)))
+            return CHARGED_GIVE_UP;
     }
     if (!(cs->lender = http_lender_new((void *const *)cs->views, cs->nviews))) {
-        snprintf(err, err_size, "out of memory");
-        return 1;
+        charged_error_set(err, "out of memory");
+        return CHARGED_RETRY;
     }
-    return listen_http(cs, err, err_size);
+    return listen_http(cs, err);
 }
 
 static void usage(FILE *out)
@@ -670,28 +665,28 @@ static void usage(FILE *out)
     config_print_help(out, CONFIG_ROLE_CONSOLE);
 }
 
-static int console_start(config_t *cfg, const char *id, void **state, char *err,
-                         size_t err_size)
+static enum charged_rc console_start(config_t *cfg, const char *id, void **state,
+                                     struct charged_error *err)
 {
     struct console *cs = calloc(1, sizeof(*cs));
     if (!cs) {
         config_free(cfg);
-        snprintf(err, err_size, "out of memory");
-        return 1;
+        charged_error_set(err, "out of memory");
+        return CHARGED_RETRY;
     }
     cs->cfg = cfg;
     snprintf(cs->id, sizeof(cs->id), "%s", id);
     cs->db_ok = -1;
     atomic_init(&cs->kafka_requests, 0);
-    int rc = setup(cs, err, err_size);
-    if (rc != 0) {
+    enum charged_rc rc = setup(cs, err);
+    if (rc != CHARGED_OK) {
         teardown(cs);
         return rc;
     }
     log_info("console started", "console", cs->id, "listen",
              config_str(cfg, CONFIG_CONSOLE_ADDR), NULL);
     *state = cs;
-    return 0;
+    return CHARGED_OK;
 }
 
 const struct daemon_role_desc console_role = {

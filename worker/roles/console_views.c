@@ -64,29 +64,25 @@ static unsigned unavailable(json_t **body, const char *what, const char *why)
     return answer(body, 503, "%s unavailable: %s", what, why);
 }
 
-console_views_t *console_views_new(const config_t *cfg, char *err, size_t err_size)
+console_views_t *console_views_new(const config_t *cfg, struct charged_error *err)
 {
-    struct charged_error serr;
     console_views_t *v = calloc(1, sizeof(*v));
     if (!v) {
-        snprintf(err, err_size, "out of memory");
+        charged_error_set(err, "out of memory");
         return NULL;
     }
     v->cfg = cfg;
     v->url = config_str(cfg, CONFIG_DATABASE_URL);
     const char *actor = config_str(cfg, CONFIG_WORKER_ID);
-    if (!(v->cs = console_store_new(v->url, &serr)) ||
+    if (!(v->cs = console_store_new(v->url, err)) ||
         !(v->attempts =
-              attempt_store_new(v->url, actor ? actor : "charged-console", &serr)) ||
-        !(v->audit = audit_store_new(v->url, &serr))) {
-        snprintf(err, err_size, "%s", serr.message);
+              attempt_store_new(v->url, actor ? actor : "charged-console", err)) ||
+        !(v->audit = audit_store_new(v->url, err)))
         goto fail;
-    }
     v->pc = provider_client_new(config_str(cfg, CONFIG_PROVIDER_BASE_URL),
                                 config_str(cfg, CONFIG_PROVIDER_API_KEY),
                                 config_str(cfg, CONFIG_PROVIDER_API_VERSION),
-                                (long)config_int(cfg, CONFIG_PROVIDER_TIMEOUT_MS), err,
-                                err_size);
+                                (long)config_int(cfg, CONFIG_PROVIDER_TIMEOUT_MS), err);
     if (!v->pc)
         goto fail;
     return v;
@@ -225,14 +221,11 @@ static json_t *unknown_part(console_views_t *v)
 
 static json_t *letters_part(console_views_t *v)
 {
-    char err[512];
+    struct charged_error err;
     json_t *by = json_object(), *o = NULL;
-    dlq_reader_t *r = dlq_reader_new(v->cfg, err, sizeof(err));
-    if (!r ||
-        dlq_reader_read_newest(r, LETTERS_READ_CAP, err, sizeof(err)) !=
-            DLQ_READER_OK ||
-        !by) {
-        o = part_error(err);
+    dlq_reader_t *r = dlq_reader_new(v->cfg, &err);
+    if (!r || dlq_reader_read_newest(r, LETTERS_READ_CAP, &err) != CHARGED_OK || !by) {
+        o = part_error(err.message);
         goto out;
     }
     size_t n = dlq_reader_count(r);
@@ -271,7 +264,7 @@ static json_t *audit_part(console_views_t *v)
 unsigned console_views_overview(console_views_t *v, json_t **body)
 {
     struct charged_error serr;
-    char err[512];
+    struct charged_error err;
     json_t *counts = NULL;
     json_t *o = json_object();
     if (!o)
@@ -286,11 +279,10 @@ unsigned console_views_overview(console_views_t *v, json_t **body)
         o, "breakers",
         fleet_status_breakers(config_str(v->cfg, CONFIG_CONSOLE_WORKER_METRICS),
                               FLEET_TIMEOUT_MS));
-    json_t *lag =
-        fleet_status_lag(v->cfg, config_str(v->cfg, CONFIG_CONSOLE_WORKER_GROUP),
-                         config_str(v->cfg, CONFIG_CHARGE_COMMANDS_TOPIC),
-                         FLEET_TIMEOUT_MS, err, sizeof(err));
-    json_object_set_new(o, "consumer_lag", lag ? lag : part_error(err));
+    json_t *lag = fleet_status_lag(
+        v->cfg, config_str(v->cfg, CONFIG_CONSOLE_WORKER_GROUP),
+        config_str(v->cfg, CONFIG_CHARGE_COMMANDS_TOPIC), FLEET_TIMEOUT_MS, &err);
+    json_object_set_new(o, "consumer_lag", lag ? lag : part_error(err.message));
     json_object_set_new(o, "audit_findings", audit_part(v));
     *body = o;
     return 200;
@@ -478,10 +470,9 @@ unsigned console_views_resolve(console_views_t *v, const struct console_who *who
 
 /* ---- dead letters ---- */
 
-static unsigned letters_unreachable(json_t **body, enum dlq_reader_rc rc,
-                                    const char *err)
+static unsigned letters_unreachable(json_t **body, enum charged_rc rc, const char *err)
 {
-    if (rc == DLQ_READER_NOT_FOUND)
+    if (rc == CHARGED_NOT_FOUND)
         return answer(body, 404, "%s", err);
     return unavailable(body, "dead letters", err);
 }
@@ -489,7 +480,7 @@ static unsigned letters_unreachable(json_t **body, enum dlq_reader_rc rc,
 unsigned console_views_letters(console_views_t *v, const struct console_letter_query *q,
                                json_t **body)
 {
-    char err[512];
+    struct charged_error err;
     struct dlq_filters f = {
         .reason = q->reason[0] ? q->reason : NULL,
         .attempt = q->attempt[0] ? q->attempt : NULL,
@@ -502,14 +493,13 @@ unsigned console_views_letters(console_views_t *v, const struct console_letter_q
         return answer(body, 400, "until is not an RFC 3339 UTC time or a duration");
     f.have_since = q->since[0] != '\0';
     f.have_until = q->until[0] != '\0';
-    dlq_reader_t *r = dlq_reader_new(v->cfg, err, sizeof(err));
+    dlq_reader_t *r = dlq_reader_new(v->cfg, &err);
     if (!r)
-        return unavailable(body, "dead letters", err);
-    enum dlq_reader_rc rc =
-        dlq_reader_read_newest(r, LETTERS_READ_CAP, err, sizeof(err));
-    if (rc != DLQ_READER_OK) {
+        return unavailable(body, "dead letters", err.message);
+    enum charged_rc rc = dlq_reader_read_newest(r, LETTERS_READ_CAP, &err);
+    if (rc != CHARGED_OK) {
         dlq_reader_free(r);
-        return letters_unreachable(body, rc, err);
+        return letters_unreachable(body, rc, err.message);
     }
     size_t n = 0;
     const struct dlq_letter **sel = dlq_reader_select(r, &f, &n);
@@ -540,20 +530,20 @@ static int replayable(const config_t *cfg, const struct dlq_letter *l)
 
 unsigned console_views_letter(console_views_t *v, const char *position, json_t **body)
 {
-    char err[512];
+    struct charged_error err;
     int32_t p;
     int64_t off;
     if (console_input_position(position, &p, &off) != 0)
         return answer(body, 400, "not PARTITION:OFFSET");
-    dlq_reader_t *r = dlq_reader_new(v->cfg, err, sizeof(err));
+    dlq_reader_t *r = dlq_reader_new(v->cfg, &err);
     if (!r)
-        return unavailable(body, "dead letters", err);
-    enum dlq_reader_rc rc = dlq_reader_read_one(r, p, off, err, sizeof(err));
-    if (rc != DLQ_READER_OK || dlq_reader_count(r) == 0) {
+        return unavailable(body, "dead letters", err.message);
+    enum charged_rc rc = dlq_reader_read_one(r, p, off, &err);
+    if (rc != CHARGED_OK || dlq_reader_count(r) == 0) {
         dlq_reader_free(r);
-        return letters_unreachable(body,
-                                   rc == DLQ_READER_OK ? DLQ_READER_NOT_FOUND : rc,
-                                   rc == DLQ_READER_OK ? "no such dead letter" : err);
+        return letters_unreachable(body, rc == CHARGED_OK ? CHARGED_NOT_FOUND : rc,
+                                   rc == CHARGED_OK ? "no such dead letter"
+                                                    : err.message);
     }
     const struct dlq_letter *l = dlq_reader_letter(r, 0);
     json_t *o = masked(dlq_letter_json(r, l, 1));
@@ -595,7 +585,8 @@ static json_t *replay_item_json(dlq_reader_t *r, const struct dlq_replay_item *i
 unsigned console_views_replay(console_views_t *v, const struct console_who *who,
                               const struct console_replay_input *in, json_t **body)
 {
-    char err[512], target[96];
+    struct charged_error err;
+    char target[96];
     unsigned status = 200;
     const struct dlq_letter **sel = calloc(in->n + 1, sizeof(*sel));
     struct dlq_replay_item *items = calloc(in->n + 1, sizeof(*items));
@@ -606,14 +597,14 @@ unsigned console_views_replay(console_views_t *v, const struct console_who *who,
         status = answer(body, 500, "out of memory");
         goto out;
     }
-    if (!(r = dlq_reader_new(v->cfg, err, sizeof(err)))) {
-        status = unavailable(body, "dead letters", err);
+    if (!(r = dlq_reader_new(v->cfg, &err))) {
+        status = unavailable(body, "dead letters", err.message);
         goto out;
     }
-    enum dlq_reader_rc got = dlq_reader_read_positions(r, in->partition, in->offset,
-                                                       in->n, sel, err, sizeof(err));
-    if (got != DLQ_READER_OK) {
-        status = letters_unreachable(body, got, err);
+    enum charged_rc got =
+        dlq_reader_read_positions(r, in->partition, in->offset, in->n, sel, &err);
+    if (got != CHARGED_OK) {
+        status = letters_unreachable(body, got, err.message);
         goto out;
     }
     snprintf(target, sizeof(target), "%d:%lld%s", (int)in->partition[0],
@@ -629,11 +620,10 @@ unsigned console_views_replay(console_views_t *v, const struct console_who *who,
             goto out;
         }
     }
-    enum dlq_reader_rc rc =
-        dlq_reader_replay(r, (const struct dlq_letter *const *)sel, in->n, who->name,
-                          in->dry_run, items, err, sizeof(err));
-    if (rc == DLQ_READER_REFUSED) {
-        status = answer(body, 409, "%s", err);
+    enum charged_rc rc = dlq_reader_replay(r, (const struct dlq_letter *const *)sel,
+                                           in->n, who->name, in->dry_run, items, &err);
+    if (rc == CHARGED_BAD_ITEM) {
+        status = answer(body, 409, "%s", err.message);
         if (!in->dry_run) {
             json_t *why = json_pack("{s:O}", "error", json_object_get(*body, "error"));
             record(v, who->name, "replay", target, "refused", why);
@@ -646,18 +636,18 @@ unsigned console_views_replay(console_views_t *v, const struct console_who *who,
         json_array_append_new(list,
                               replay_item_json(r, &items[i], who->name, in->dry_run));
     list = masked(list);
-    if (rc == DLQ_READER_FAILED)
+    if (rc == CHARGED_RETRY)
         status = 502; /* Kafka did not take every letter: the list says which */
-    *body =
-        json_pack("{s:b, s:O, s:s?}", "dry_run", in->dry_run, "letters",
-                  list ? list : json_null(), "error", rc == DLQ_READER_OK ? NULL : err);
+    *body = json_pack("{s:b, s:O, s:s?}", "dry_run", in->dry_run, "letters",
+                      list ? list : json_null(), "error",
+                      rc == CHARGED_OK ? NULL : err.message);
     if (!in->dry_run) {
         json_t *detail = json_pack("{s:O}", "letters", list ? list : json_null());
-        record(v, who->name, "replay", target, rc == DLQ_READER_OK ? "ok" : "failed",
+        record(v, who->name, "replay", target, rc == CHARGED_OK ? "ok" : "failed",
                detail);
         json_decref(detail);
         log_info("console: dead letters replayed", "actor", who->name, "first", target,
-                 "result", rc == DLQ_READER_OK ? "ok" : "failed", NULL);
+                 "result", rc == CHARGED_OK ? "ok" : "failed", NULL);
     }
 out:
     json_decref(list);

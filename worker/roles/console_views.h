@@ -19,7 +19,7 @@
 typedef struct console_views console_views_t;
 
 /* Connects nothing yet; NULL with err on a bad setting. cfg outlives it. */
-console_views_t *console_views_new(const config_t *cfg, char *err, size_t err_size);
+console_views_t *console_views_new(const config_t *cfg, struct charged_error *err);
 void console_views_free(console_views_t *v);
 
 /* The console store, for sign-in and sessions. */

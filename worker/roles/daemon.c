@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "admin_http.h"
+#include "charged_assert.h"
 #include "clock.h"
 #include "daemon_policy.h"
 #include "kafka_setup.h"
@@ -57,13 +58,13 @@ static void on_signal(int sig)
     daemon_wake();
 }
 
-int daemon_init(char *errbuf, size_t errbuf_size)
+enum charged_rc daemon_init(struct charged_error *err)
 {
     struct sigaction act;
     if (wake_fds[0] < 0 && pipe2(wake_fds, O_NONBLOCK | O_CLOEXEC) != 0) {
-        snprintf(errbuf, errbuf_size, "cannot make the loop's wake-up pipe: %s",
-                 strerror(errno));
-        return -1;
+        charged_error_set(err, "cannot make the loop's wake-up pipe: %s",
+                          strerror(errno));
+        return CHARGED_RETRY;
     }
     memset(&act, 0, sizeof(act));
     act.sa_handler = on_signal;
@@ -71,7 +72,7 @@ int daemon_init(char *errbuf, size_t errbuf_size)
     sigaction(SIGTERM, &act, NULL);
     sigaction(SIGINT, &act, NULL);
     signal(SIGPIPE, SIG_IGN);
-    return 0;
+    return CHARGED_OK;
 }
 
 int daemon_stopping(void)
@@ -253,28 +254,29 @@ const char *daemon_db_not_ready(const struct daemon_db *db)
     return db->backoff_ms ? "database unreachable" : "database not reached yet";
 }
 
-static int start_watchdog(long long shutdown_ms, char *errbuf, size_t errbuf_size)
+static enum charged_rc start_watchdog(long long shutdown_ms, struct charged_error *err)
 {
     static int started;
     pthread_t t;
     if (started)
-        return 0;
+        return CHARGED_OK;
     watchdog_limit_ms = shutdown_ms;
     if (pthread_create(&t, NULL, watchdog, NULL) != 0) {
-        snprintf(errbuf, errbuf_size, "cannot start the shutdown watchdog");
-        return -1;
+        charged_error_set(err, "cannot start the shutdown watchdog");
+        return CHARGED_RETRY;
     }
     pthread_detach(t);
     started = 1;
-    return 0;
+    return CHARGED_OK;
 }
 
 /* The admin listener on ADMIN_ADDR. Its address, with the kernel's port
  * for port 0, goes to `bound`, for the log line that names it (written once
  * the role started, so that a bad setting found by start() stays the one
- * line on stderr). Returns an admin_http_rc. */
-static int start_admin(const config_t *cfg, admin_http_t **admin, char *bound,
-                       size_t bound_size, char *err, size_t err_size)
+ * line on stderr). Returns admin_http_start's code. */
+static enum charged_rc start_admin(const config_t *cfg, admin_http_t **admin,
+                                   char *bound, size_t bound_size,
+                                   struct charged_error *err)
 {
     static const struct admin_http_handlers handlers = {probe_health, probe_ready,
                                                         on_scrape, NULL};
@@ -282,12 +284,12 @@ static int start_admin(const config_t *cfg, admin_http_t **admin, char *bound,
 
     health_stall_ms = config_int(cfg, CONFIG_HEALTH_STALL_MS);
     daemon_heartbeat();
-    int rc = admin_http_start(addr, &handlers, admin, err, err_size);
-    if (rc != ADMIN_HTTP_OK)
+    enum charged_rc rc = admin_http_start(addr, &handlers, admin, err);
+    if (rc != CHARGED_OK)
         return rc;
     snprintf(bound, bound_size, "%.*s:%d", (int)(strrchr(addr, ':') - addr), addr,
              admin_http_port(*admin));
-    return ADMIN_HTTP_OK;
+    return CHARGED_OK;
 }
 
 /* What daemon_role_main and daemon_main share, up to building the role. */
@@ -299,27 +301,19 @@ struct launch {
     char bound[300];
 };
 
-/* --help, the environment, logging, the process's name, signals, the
- * watchdog and the admin listener. Returns -1 when the role is to be built
- * next, else the process's exit status. */
-static int launch(int argc, char **argv, const char *name, unsigned config_role,
-                  void (*usage)(FILE *), struct launch *l)
+/* The environment, logging, signals, the watchdog and the admin listener,
+ * up to building the role. CHARGED_OK, or with err: CHARGED_GIVE_UP for a
+ * bad setting or address, CHARGED_RETRY when the process cannot run (no
+ * wake-up pipe, no watchdog, the address taken); what was built is freed. */
+static enum charged_rc launch(const char *name, unsigned config_role, struct launch *l,
+                              struct charged_error *err)
 {
-    char err[512] = "", logname[64];
+    char logname[64];
+    enum charged_rc rc;
 
-    if (argc > 1) {
-        if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-            usage(stdout);
-            return 0;
-        }
-        fprintf(stderr, "charged %s: unexpected argument '%s'\n", name, argv[1]);
-        return 2;
-    }
-    l->cfg = config_new(config_role, name, err, sizeof(err));
-    if (!l->cfg) {
-        fprintf(stderr, "charged %s: %s\n", name, err);
-        return 2;
-    }
+    l->cfg = config_new(config_role, name, err);
+    if (!l->cfg)
+        return CHARGED_GIVE_UP;
     snprintf(logname, sizeof(logname), "charged-%s", name);
     log_init(logname,
              (enum log_level)log_level_parse(config_str(l->cfg, CONFIG_LOG_LEVEL)));
@@ -330,36 +324,21 @@ static int launch(int argc, char **argv, const char *name, unsigned config_role,
     store_set_timeout_ms(config_int(l->cfg, CONFIG_DATABASE_TIMEOUT_MS));
     /* Before anything can block (connecting, librdkafka's first log lines
      * on a full stderr): a signal during start-up is bounded too. */
-    if (daemon_init(err, sizeof(err)) != 0 ||
-        start_watchdog(l->shutdown_ms, err, sizeof(err)) != 0) {
-        fprintf(stderr, "charged %s: %s\n", name, err);
+    if ((rc = daemon_init(err)) != CHARGED_OK ||
+        (rc = start_watchdog(l->shutdown_ms, err)) != CHARGED_OK ||
+        (rc = start_admin(l->cfg, &l->admin, l->bound, sizeof(l->bound), err)) !=
+            CHARGED_OK)
         config_free(l->cfg);
-        return 1;
-    }
-    int arc =
-        start_admin(l->cfg, &l->admin, l->bound, sizeof(l->bound), err, sizeof(err));
-    if (arc != ADMIN_HTTP_OK) {
-        fprintf(stderr, "charged %s: %s\n", name, err);
-        config_free(l->cfg);
-        return arc == ADMIN_HTTP_BAD_ADDRESS ? 2 : 1;
-    }
-    return -1;
+    return rc;
 }
 
-/* After start(), which returned rc (and err): the process's exit status when
- * the role could not be built, else -1 (the loop comes next). */
-static int launched(const char *name, struct launch *l, int rc, const char *err)
+/* The process's exit status for a role that could not start: the one place
+ * a code becomes one. 2 for what only a change of configuration or usage
+ * mends, 1 for anything else (a runtime failure). */
+static int exit_status(enum charged_rc rc)
 {
-    char port[16];
-    if (rc != 0) {
-        fprintf(stderr, "charged %s: %s\n", name, err);
-        admin_http_free(l->admin);
-        return rc;
-    }
-    snprintf(port, sizeof(port), "%d", admin_http_port(l->admin));
-    log_info("admin listener started", "role", name, "addr", l->bound, "port", port,
-             NULL);
-    return -1;
+    CHARGED_ASSERT(rc != CHARGED_OK);
+    return rc == CHARGED_GIVE_UP ? 2 : 1;
 }
 
 /* Sleeps until `due` (clock_now_ms, after now) or a wake-up, whichever
@@ -419,42 +398,57 @@ static int run_role(const struct daemon_role_desc *d, void *state,
 }
 
 /* A role built from state_size and setup (daemon_role_desc). */
-static int build(const struct daemon_role_desc *d, config_t *cfg, const char *id,
-                 void **state, char *err, size_t err_size)
+static enum charged_rc build(const struct daemon_role_desc *d, config_t *cfg,
+                             const char *id, void **state, struct charged_error *err)
 {
     char msg[80];
     void *s = calloc(1, d->state_size);
     if (!s) {
         config_free(cfg);
-        snprintf(err, err_size, "out of memory");
-        return 1;
+        charged_error_set(err, "out of memory");
+        return CHARGED_RETRY;
     }
-    int rc = d->setup(s, cfg, id, err, err_size);
-    if (rc != 0) {
+    enum charged_rc rc = d->setup(s, cfg, id, err);
+    if (rc != CHARGED_OK) {
         d->finish(s, 0);
         return rc;
     }
     snprintf(msg, sizeof(msg), "%s started", d->name);
     log_info(msg, d->name, id, NULL);
     *state = s;
-    return 0;
+    return CHARGED_OK;
 }
 
 int daemon_role_main(int argc, char **argv, const struct daemon_role_desc *desc)
 {
     struct launch l = {0};
-    char err[512] = "";
+    struct charged_error err = {0};
     void *state = NULL;
+    enum charged_rc rc = CHARGED_GIVE_UP;
+    char port[16];
 
-    int rc = launch(argc, argv, desc->name, desc->config_role, desc->usage, &l);
-    if (rc >= 0)
-        return rc;
-    rc = desc->start ? desc->start(l.cfg, l.id, &state, err, sizeof(err))
-                     : build(desc, l.cfg, l.id, &state, err, sizeof(err));
-    rc = launched(desc->name, &l, rc, err);
-    if (rc >= 0)
-        return rc;
-    rc = run_role(desc, state, l.shutdown_ms);
+    if (argc > 1) {
+        if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+            desc->usage(stdout);
+            return 0;
+        }
+        charged_error_set(&err, "unexpected argument '%s'", argv[1]);
+        goto failed;
+    }
+    if ((rc = launch(desc->name, desc->config_role, &l, &err)) != CHARGED_OK)
+        goto failed;
+    rc = desc->start ? desc->start(l.cfg, l.id, &state, &err)
+                     : build(desc, l.cfg, l.id, &state, &err);
+    if (rc != CHARGED_OK)
+        goto failed;
+    snprintf(port, sizeof(port), "%d", admin_http_port(l.admin));
+    log_info("admin listener started", "role", desc->name, "addr", l.bound, "port",
+             port, NULL);
+    int status = run_role(desc, state, l.shutdown_ms);
     admin_http_free(l.admin);
-    return rc;
+    return status;
+failed:
+    fprintf(stderr, "charged %s: %s\n", desc->name, err.message);
+    admin_http_free(l.admin); /* NULL unless the role failed to start */
+    return exit_status(rc);
 }

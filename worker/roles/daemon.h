@@ -43,19 +43,20 @@ struct daemon_role_desc {
     unsigned config_role; /* enum config_role: the settings it reads */
     void (*usage)(FILE *out);
     /* Builds the role from cfg, taking ownership of cfg (also on failure),
-     * and sets *state (finish() frees it). Returns 0, or an exit status
-     * (1 runtime, 2 configuration) with errbuf. NULL: the daemon builds it
-     * from the two below. */
-    int (*start)(config_t *cfg, const char *id, void **state, char *errbuf,
-                 size_t errbuf_size);
+     * and sets *state (finish() frees it). Returns CHARGED_OK, or with err
+     * CHARGED_GIVE_UP (a bad configuration: exit 2) or CHARGED_RETRY (a
+     * runtime failure: exit 1). NULL: the daemon builds it from the two
+     * below. */
+    enum charged_rc (*start)(config_t *cfg, const char *id, void **state,
+                             struct charged_error *err);
     /* The build most roles share (start NULL): state_size bytes, zeroed;
      * setup keeps cfg in the state first thing (finish() frees it) and
-     * builds the rest, returning 0 or an exit status with errbuf; a state
-     * setup left half-built is freed by finish(state, 0). Then "<name>
-     * started" is logged with the id. */
+     * builds the rest, returning as start() does; a state setup left
+     * half-built is freed by finish(state, 0). Then "<name> started" is
+     * logged with the id. */
     size_t state_size;
-    int (*setup)(void *state, config_t *cfg, const char *id, char *errbuf,
-                 size_t errbuf_size);
+    enum charged_rc (*setup)(void *state, config_t *cfg, const char *id,
+                             struct charged_error *err);
     /* One turn: does what is due at `now` (clock_now_ms) and returns when
      * it is next due (a clock_now_ms, or DAEMON_NOW). A step that waits
      * long by design calls daemon_heartbeat() as it goes. */
@@ -118,9 +119,9 @@ const char *daemon_db_not_ready(const struct daemon_db *db);
 void daemon_heartbeat(void);
 
 /* Installs the handlers (SIGTERM, SIGINT counted and waking the loop;
- * SIGPIPE ignored). Returns 0, or -1 with errbuf when the loop's wake-up
- * pipe cannot be made. */
-int daemon_init(char *errbuf, size_t errbuf_size);
+ * SIGPIPE ignored). Returns CHARGED_OK, or CHARGED_RETRY with err when the
+ * loop's wake-up pipe cannot be made. */
+enum charged_rc daemon_init(struct charged_error *err);
 
 /* How many stop signals have arrived: 0 runs on, 1 drains, 2 exits now. */
 int daemon_stopping(void);

@@ -45,8 +45,8 @@ static void usage(FILE *out)
 
 /* ---- the schedule ---- */
 
-static int parse_schedule(struct reconciler *r, const char *s, char *err,
-                          size_t err_size)
+static enum charged_rc parse_schedule(struct reconciler *r, const char *s,
+                                      struct charged_error *err)
 {
     r->nschedule = 0;
     while (s && *s) {
@@ -57,20 +57,21 @@ static int parse_schedule(struct reconciler *r, const char *s, char *err,
          * it to now(). */
         if (!isdigit((unsigned char)*s) || end == s || errno || v > 31536000000LL ||
             (*end && (*end != ',' || !end[1])) || r->nschedule == MAX_SCHEDULE) {
-            snprintf(err, err_size,
-                     "RECONCILER_SCHEDULE_MS: expected up to %d comma-separated "
-                     "durations in ms, each at most a year",
-                     MAX_SCHEDULE);
-            return -1;
+            charged_error_set(
+                err,
+                "RECONCILER_SCHEDULE_MS: expected up to %d comma-separated "
+                "durations in ms, each at most a year",
+                MAX_SCHEDULE);
+            return CHARGED_GIVE_UP;
         }
         r->schedule[r->nschedule++] = v;
         s = *end ? end + 1 : end;
     }
     if (r->nschedule == 0) {
-        snprintf(err, err_size, "RECONCILER_SCHEDULE_MS: empty");
-        return -1;
+        charged_error_set(err, "RECONCILER_SCHEDULE_MS: empty");
+        return CHARGED_GIVE_UP;
     }
-    return 0;
+    return CHARGED_OK;
 }
 
 /* ---- the operations ---- */
@@ -383,7 +384,8 @@ static void reconciler_finish(void *state, int flush_ms)
     teardown(state);
 }
 
-static int setup(void *state, config_t *cfg, const char *id, char *err, size_t err_size)
+static enum charged_rc setup(void *state, config_t *cfg, const char *id,
+                             struct charged_error *err)
 {
     struct reconciler *r = state;
     r->cfg = cfg;
@@ -399,55 +401,54 @@ static int setup(void *state, config_t *cfg, const char *id, char *err, size_t e
     /* A provider call is the longest a step waits between heartbeats. */
     long long stall_ms = config_int(r->cfg, CONFIG_HEALTH_STALL_MS);
     if (stall_ms <= r->provider_timeout_ms) {
-        snprintf(err, err_size,
-                 "HEALTH_STALL_MS: %lld does not outlast one provider call "
-                 "(PROVIDER_TIMEOUT_MS %lld): a slow provider would look like a "
-                 "stuck reconciler",
-                 stall_ms, r->provider_timeout_ms);
-        return 2;
+        charged_error_set(
+            err,
+            "HEALTH_STALL_MS: %lld does not outlast one provider call "
+            "(PROVIDER_TIMEOUT_MS %lld): a slow provider would look like a "
+            "stuck reconciler",
+            stall_ms, r->provider_timeout_ms);
+        return CHARGED_GIVE_UP;
     }
-    if (parse_schedule(r, config_str(r->cfg, CONFIG_RECONCILER_SCHEDULE_MS), err,
-                       err_size) != 0)
-        return 2;
+    if (parse_schedule(r, config_str(r->cfg, CONFIG_RECONCILER_SCHEDULE_MS), err) !=
+        CHARGED_OK)
+        return CHARGED_GIVE_UP;
     /* One look makes two calls at most, a walk of the list apart (which
      * renews the lease as it goes); the lease must outlast them, or a peer
      * could look at the same attempt meanwhile. */
     if (r->lease_ms <= 2 * MAX_CALLS * r->provider_timeout_ms) {
-        snprintf(err, err_size,
-                 "RECONCILER_LEASE_MS: %lld does not outlast a look's calls (%lld ms); "
-                 "raise it or lower PROVIDER_TIMEOUT_MS",
-                 r->lease_ms, 2 * MAX_CALLS * r->provider_timeout_ms);
-        return 2;
+        charged_error_set(
+            err,
+            "RECONCILER_LEASE_MS: %lld does not outlast a look's calls (%lld ms); "
+            "raise it or lower PROVIDER_TIMEOUT_MS",
+            r->lease_ms, 2 * MAX_CALLS * r->provider_timeout_ms);
+        return CHARGED_GIVE_UP;
     }
     if (r->key_retention_ms <=
         charge_policy_key_margin_ms(r->key_retention_ms, r->provider_timeout_ms)) {
-        snprintf(err, err_size,
-                 "WORKER_KEY_RETENTION_MS: %lld leaves no time to call the provider",
-                 r->key_retention_ms);
-        return 2;
+        charged_error_set(
+            err, "WORKER_KEY_RETENTION_MS: %lld leaves no time to call the provider",
+            r->key_retention_ms);
+        return CHARGED_GIVE_UP;
     }
     for (size_t k = 0; k < payment_operations_count; k++)
         if (payment_op_of(k)->reconcile &&
             !(r->due[k] = calloc((size_t)r->batch, reconciler_face(k)->due_size))) {
-            snprintf(err, err_size, "out of memory");
-            return 1;
+            charged_error_set(err, "out of memory");
+            return CHARGED_RETRY;
         }
     r->provider = provider_client_new(config_str(r->cfg, CONFIG_PROVIDER_BASE_URL),
                                       config_str(r->cfg, CONFIG_PROVIDER_API_KEY),
                                       config_str(r->cfg, CONFIG_PROVIDER_API_VERSION),
-                                      r->provider_timeout_ms, err, err_size);
+                                      r->provider_timeout_ms, err);
     if (!r->provider)
-        return 2;
+        return CHARGED_GIVE_UP;
     /* Does not connect: started while the database is down, it waits. */
-    struct charged_error serr;
     for (size_t k = 0; k < payment_operations_count; k++)
         if (payment_op_of(k)->reconcile &&
             !(r->stores[k] = reconciler_face(k)->store_new(
-                  config_str(r->cfg, CONFIG_DATABASE_URL), r->id, &serr))) {
-            snprintf(err, err_size, "%s", serr.message);
-            return 2;
-        }
-    return 0;
+                  config_str(r->cfg, CONFIG_DATABASE_URL), r->id, err)))
+            return CHARGED_GIVE_UP;
+    return CHARGED_OK;
 }
 
 const struct daemon_role_desc reconciler_role = {

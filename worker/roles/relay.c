@@ -387,7 +387,8 @@ static void relay_finish(void *state, int flush_ms)
     teardown(state, flush_ms);
 }
 
-static int setup(void *state, config_t *cfg, const char *id, char *err, size_t err_size)
+static enum charged_rc setup(void *state, config_t *cfg, const char *id,
+                             struct charged_error *err)
 {
     struct relay *r = state;
     r->cfg = cfg;
@@ -402,35 +403,33 @@ static int setup(void *state, config_t *cfg, const char *id, char *err, size_t e
     r->acked = calloc((size_t)r->batch, sizeof(*r->acked));
     r->produced = calloc((size_t)r->batch, sizeof(*r->produced));
     if (!r->acks || !r->acked || !r->produced) {
-        snprintf(err, err_size, "out of memory");
-        return 1;
+        charged_error_set(err, "out of memory");
+        return CHARGED_RETRY;
     }
     /* The preset's idempotent producer keeps each attempt's events in
      * order: a retry never duplicates or reorders within a partition. */
     const struct kafka_setup_producer preset = {.message_timeout_ms =
                                                     r->ack_timeout_ms};
-    rd_kafka_conf_t *pc =
-        kafka_setup_producer_conf(r->cfg, r->id, &preset, err, err_size);
+    rd_kafka_conf_t *pc = kafka_setup_producer_conf(r->cfg, r->id, &preset, err);
     if (!pc)
-        return 2;
+        return CHARGED_GIVE_UP;
     rd_kafka_conf_set_opaque(pc, r);
     rd_kafka_conf_set_dr_msg_cb(pc, on_delivery);
-    r->producer = rd_kafka_new(RD_KAFKA_PRODUCER, pc, err, err_size);
+    char rderr[sizeof(err->message)];
+    r->producer = rd_kafka_new(RD_KAFKA_PRODUCER, pc, rderr, sizeof(rderr));
     if (!r->producer) {
+        charged_error_set(err, "%s", rderr);
         /* rd_kafka_new takes pc only on success. */
         rd_kafka_conf_destroy(pc);
-        return 2;
+        return CHARGED_GIVE_UP;
     }
     r->queue = rd_kafka_queue_get_main(r->producer);
     rd_kafka_queue_cb_event_enable(r->queue, on_queue_event, NULL);
     /* Does not connect: started while the database is down, it waits. */
-    struct charged_error serr;
-    r->store = outbox_store_new(config_str(r->cfg, CONFIG_DATABASE_URL), &serr);
-    if (!r->store) {
-        snprintf(err, err_size, "%s", serr.message);
-        return 2;
-    }
-    return 0;
+    r->store = outbox_store_new(config_str(r->cfg, CONFIG_DATABASE_URL), err);
+    if (!r->store)
+        return CHARGED_GIVE_UP;
+    return CHARGED_OK;
 }
 
 const struct daemon_role_desc relay_role = {

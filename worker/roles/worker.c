@@ -20,11 +20,11 @@ static void usage(FILE *out)
 }
 
 /* The worker is the engine running the charge. */
-static int worker_start(config_t *cfg, const char *id, void **state, char *err,
-                        size_t err_size)
+static enum charged_rc worker_start(config_t *cfg, const char *id, void **state,
+                                    struct charged_error *err)
 {
     engine_t *eng = NULL;
-    int rc = engine_start(cfg, id, &payment_ops, &eng, err, err_size);
+    enum charged_rc rc = engine_start(cfg, id, &payment_ops, &eng, err);
     *state = eng;
     return rc;
 }

@@ -21,8 +21,9 @@ extern const struct provider_backend provider_stripe;
  * its field is refused. A success must name its amount (>= 0) and
  * currency. `normalized` (malloc'd, the caller frees) receives the event as
  * jansson re-writes it, ASCII only, card numbers masked: what is stored. */
-int stripe_webhook_parse(const char *body, size_t len, struct webhook_event *ev,
-                         char **normalized, char *errbuf, size_t errbuf_size);
+enum charged_rc stripe_webhook_parse(const char *body, size_t len,
+                                     struct webhook_event *ev, char **normalized,
+                                     struct charged_error *err);
 
 /* The header Stripe signs its deliveries with. */
 #define STRIPE_SIGNATURE_HEADER "Stripe-Signature"

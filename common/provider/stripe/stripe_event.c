@@ -109,7 +109,8 @@ static int id_at(json_t *obj, const char *key, char *out, size_t size)
 }
 
 /* One refund object into r; `intent` is the charge's when the refund is
- * one of its refunds.data[] ("" otherwise). 0 / -1 with errbuf. */
+ * one of its refunds.data[] ("" otherwise). CHARGED_OK, or CHARGED_BAD_ITEM
+ * with err. */
 static int by_refund(const void *a, const void *b)
 {
     const struct webhook_refund *x = a, *y = b;
@@ -117,8 +118,8 @@ static int by_refund(const void *a, const void *b)
     return c ? c : strcmp(x->id, y->id);
 }
 
-static int parse_refund(json_t *obj, const char *type, const char *intent,
-                        struct webhook_refund *r, char *errbuf, size_t errbuf_size)
+static enum charged_rc parse_refund(json_t *obj, const char *type, const char *intent,
+                                    struct webhook_refund *r, struct charged_error *err)
 {
     const char *s;
     json_t *v;
@@ -128,45 +129,45 @@ static int parse_refund(json_t *obj, const char *type, const char *intent,
     r->amount = -1;
     if (!json_is_object(obj) ||
         ((s = str_at(obj, "object")) && strcmp(s, "refund") != 0)) {
-        snprintf(errbuf, errbuf_size, "refund is not a refund object");
-        return -1;
+        charged_error_set(err, "refund is not a refund object");
+        return CHARGED_BAD_ITEM;
     }
     if (!(s = str_at(obj, "id")) || !plain_token(s, sizeof(r->id))) {
-        snprintf(errbuf, errbuf_size, "refund id missing or malformed");
-        return -1;
+        charged_error_set(err, "refund id missing or malformed");
+        return CHARGED_BAD_ITEM;
     }
     snprintf(r->id, sizeof(r->id), "%s", s);
     if (!(s = str_at(obj, "status")) || !plain_token(s, sizeof(r->status))) {
-        snprintf(errbuf, errbuf_size, "refund status missing or malformed");
-        return -1;
+        charged_error_set(err, "refund status missing or malformed");
+        return CHARGED_BAD_ITEM;
     }
     snprintf(r->status, sizeof(r->status), "%s", s);
     if (!strcmp(type, "refund.failed") &&
         webhook_refund_status(s) != ATTEMPT_STATUS_FAILED) {
-        snprintf(errbuf, errbuf_size, "event type %s disagrees with refund status %s",
-                 type, s);
-        return -1;
+        charged_error_set(err, "event type %s disagrees with refund status %s", type,
+                          s);
+        return CHARGED_BAD_ITEM;
     }
     v = json_object_get(obj, "amount");
     if (v && (!json_is_integer(v) || json_integer_value(v) < 0)) {
-        snprintf(errbuf, errbuf_size, "refund amount is not a whole number >= 0");
-        return -1;
+        charged_error_set(err, "refund amount is not a whole number >= 0");
+        return CHARGED_BAD_ITEM;
     }
     r->amount = v ? (long long)json_integer_value(v) : -1;
     if (currency_at(obj, r->currency) != 0) {
-        snprintf(errbuf, errbuf_size, "refund currency malformed");
-        return -1;
+        charged_error_set(err, "refund currency malformed");
+        return CHARGED_BAD_ITEM;
     }
     if (webhook_refund_status(r->status) == ATTEMPT_STATUS_SUCCEEDED &&
         (r->amount < 0 || !r->currency[0])) {
-        snprintf(errbuf, errbuf_size, "refund amount or currency missing");
-        return -1;
+        charged_error_set(err, "refund amount or currency missing");
+        return CHARGED_BAD_ITEM;
     }
     int got =
         id_at(obj, "payment_intent", r->payment_intent, sizeof(r->payment_intent));
     if (got < 0) {
-        snprintf(errbuf, errbuf_size, "refund payment_intent malformed");
-        return -1;
+        charged_error_set(err, "refund payment_intent malformed");
+        return CHARGED_BAD_ITEM;
     }
     if (got > 0)
         snprintf(r->payment_intent, sizeof(r->payment_intent), "%s", intent);
@@ -176,44 +177,45 @@ static int parse_refund(json_t *obj, const char *type, const char *intent,
         card_data_copy_masked(r->failure_reason, sizeof(r->failure_reason), s);
     }
     CHARGED_ASSERT(r->id[0] && r->status[0] && r->amount >= -1);
-    return 0;
+    return CHARGED_OK;
 }
 
 /* data.object of a refund event: a refund, or (charge.refunded) a charge
- * whose refunds.data[] are each applied. 0 / -1 with errbuf. */
-static int parse_refunds(json_t *obj, struct webhook_event *ev, char *errbuf,
-                         size_t errbuf_size)
+ * whose refunds.data[] are each applied. CHARGED_OK, or CHARGED_BAD_ITEM
+ * with err. */
+static enum charged_rc parse_refunds(json_t *obj, struct webhook_event *ev,
+                                     struct charged_error *err)
 {
     if (strcmp(ev->type, "charge.refunded") != 0) {
         ev->nrefunds = 1;
-        if (parse_refund(obj, ev->type, "", &ev->refunds[0], errbuf, errbuf_size) != 0)
-            return -1;
+        if (parse_refund(obj, ev->type, "", &ev->refunds[0], err) != CHARGED_OK)
+            return CHARGED_BAD_ITEM;
     } else {
         const char *s = str_at(obj, "object");
         if (s && strcmp(s, "charge") != 0) {
-            snprintf(errbuf, errbuf_size, "event data.object is not a charge");
-            return -1;
+            charged_error_set(err, "event data.object is not a charge");
+            return CHARGED_BAD_ITEM;
         }
         if (id_at(obj, "payment_intent", ev->intent_id, sizeof(ev->intent_id)) < 0) {
-            snprintf(errbuf, errbuf_size, "charge payment_intent malformed");
-            return -1;
+            charged_error_set(err, "charge payment_intent malformed");
+            return CHARGED_BAD_ITEM;
         }
         json_t *list = json_object_get(json_object_get(obj, "refunds"), "data"), *r;
         size_t i;
         if (list && !json_is_array(list)) {
-            snprintf(errbuf, errbuf_size, "charge refunds.data is not a list");
-            return -1;
+            charged_error_set(err, "charge refunds.data is not a list");
+            return CHARGED_BAD_ITEM;
         }
         if (json_array_size(list) > WEBHOOK_REFUNDS_MAX) {
-            snprintf(errbuf, errbuf_size, "charge lists more than %d refunds",
-                     WEBHOOK_REFUNDS_MAX);
-            return -1;
+            charged_error_set(err, "charge lists more than %d refunds",
+                              WEBHOOK_REFUNDS_MAX);
+            return CHARGED_BAD_ITEM;
         }
         json_array_foreach(list, i, r)
         {
-            if (parse_refund(r, ev->type, ev->intent_id, &ev->refunds[i], errbuf,
-                             errbuf_size) != 0)
-                return -1;
+            if (parse_refund(r, ev->type, ev->intent_id, &ev->refunds[i], err) !=
+                CHARGED_OK)
+                return CHARGED_BAD_ITEM;
             ev->nrefunds++;
         }
         metadata_uuid(obj, "payment_attempt_id", ev->attempt_id);
@@ -230,7 +232,7 @@ static int parse_refunds(json_t *obj, struct webhook_event *ev, char *errbuf,
             snprintf(ev->attempt_id, sizeof(ev->attempt_id), "%s",
                      ev->refunds[0].attempt_id);
     }
-    return 0;
+    return CHARGED_OK;
 }
 
 /* A number written with card digits (an "amount" of 19 Luhn-valid digits),
@@ -362,69 +364,69 @@ static int mask_card_numbers(json_t *v, int anyones)
     return 0;
 }
 
-/* The event as stored: re-written by jansson, ASCII only. 0 /
- * WEBHOOK_PARSE_NO_MEMORY. */
-static int normalize(json_t *root, char **out, char *errbuf, size_t errbuf_size)
+/* The event as stored: re-written by jansson, ASCII only. CHARGED_OK, or
+ * CHARGED_RETRY when memory ran out. */
+static enum charged_rc normalize(json_t *root, char **out, struct charged_error *err)
 {
     CHARGED_ASSERT(root != NULL);
     if (!out)
-        return 0;
+        return CHARGED_OK;
     if (mask_card_numbers(root, 0) != 0) {
-        snprintf(errbuf, errbuf_size, "out of memory");
-        return WEBHOOK_PARSE_NO_MEMORY;
+        charged_error_set(err, "out of memory");
+        return CHARGED_RETRY;
     }
     *out = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
     if (!*out) {
-        snprintf(errbuf, errbuf_size, "out of memory");
-        return WEBHOOK_PARSE_NO_MEMORY;
+        charged_error_set(err, "out of memory");
+        return CHARGED_RETRY;
     }
     /* Card digits are never kept, whoever sent them. */
     card_data_mask(*out, strlen(*out));
-    return 0;
+    return CHARGED_OK;
 }
 
 /* The event's own fields (id, type, created) into *ev and its
- * data.object into *obj. 0 / -1 with errbuf. */
-static int parse_envelope(json_t *root, struct webhook_event *ev, json_t **obj,
-                          char *errbuf, size_t errbuf_size)
+ * data.object into *obj. CHARGED_OK, or CHARGED_BAD_ITEM with err. */
+static enum charged_rc parse_envelope(json_t *root, struct webhook_event *ev,
+                                      json_t **obj, struct charged_error *err)
 {
     const char *s;
     json_t *v;
 
     if (!json_is_object(root)) {
-        snprintf(errbuf, errbuf_size, "event is not a json object");
-        return -1;
+        charged_error_set(err, "event is not a json object");
+        return CHARGED_BAD_ITEM;
     }
     if (!(s = str_at(root, "id")) || !plain_token(s, sizeof(ev->id))) {
-        snprintf(errbuf, errbuf_size, "event id missing or malformed");
-        return -1;
+        charged_error_set(err, "event id missing or malformed");
+        return CHARGED_BAD_ITEM;
     }
     snprintf(ev->id, sizeof(ev->id), "%s", s);
     if (!(s = str_at(root, "type")) || !plain_token(s, sizeof(ev->type))) {
-        snprintf(errbuf, errbuf_size, "event type missing or malformed");
-        return -1;
+        charged_error_set(err, "event type missing or malformed");
+        return CHARGED_BAD_ITEM;
     }
     snprintf(ev->type, sizeof(ev->type), "%s", s);
     ev->evidence = evidence_of(ev->type);
     v = json_object_get(root, "created");
     if (!json_is_integer(v) || json_integer_value(v) < 0) {
-        snprintf(errbuf, errbuf_size, "event created missing or not a unix time");
-        return -1;
+        charged_error_set(err, "event created missing or not a unix time");
+        return CHARGED_BAD_ITEM;
     }
     ev->created = (int64_t)json_integer_value(v);
     *obj = json_object_get(json_object_get(root, "data"), "object");
     if (!json_is_object(*obj)) {
-        snprintf(errbuf, errbuf_size, "event data.object missing");
-        return -1;
+        charged_error_set(err, "event data.object missing");
+        return CHARGED_BAD_ITEM;
     }
     CHARGED_ASSERT(ev->id[0] && ev->type[0] && ev->created >= 0);
-    return 0;
+    return CHARGED_OK;
 }
 
 /* data.object of a payment_intent.* event: the intent, whose status must
- * say what the event's type says. 0 / -1 with errbuf. */
-static int parse_intent(json_t *obj, struct webhook_event *ev, char *errbuf,
-                        size_t errbuf_size)
+ * say what the event's type says. CHARGED_OK, or CHARGED_BAD_ITEM with err. */
+static enum charged_rc parse_intent(json_t *obj, struct webhook_event *ev,
+                                    struct charged_error *err)
 {
     const char *s;
     json_t *v;
@@ -433,57 +435,57 @@ static int parse_intent(json_t *obj, struct webhook_event *ev, char *errbuf,
                    ev->evidence == WEBHOOK_EVIDENCE_FAILED ||
                    ev->evidence == WEBHOOK_EVIDENCE_PROCESSING);
     if ((s = str_at(obj, "object")) && strcmp(s, "payment_intent") != 0) {
-        snprintf(errbuf, errbuf_size, "event data.object is not a payment_intent");
-        return -1;
+        charged_error_set(err, "event data.object is not a payment_intent");
+        return CHARGED_BAD_ITEM;
     }
     if (!(s = str_at(obj, "id")) || !plain_token(s, sizeof(ev->intent_id))) {
-        snprintf(errbuf, errbuf_size, "payment_intent id missing or malformed");
-        return -1;
+        charged_error_set(err, "payment_intent id missing or malformed");
+        return CHARGED_BAD_ITEM;
     }
     snprintf(ev->intent_id, sizeof(ev->intent_id), "%s", s);
     if (!(s = str_at(obj, "status")) || !plain_token(s, sizeof(ev->intent_status))) {
-        snprintf(errbuf, errbuf_size, "payment_intent status missing or malformed");
-        return -1;
+        charged_error_set(err, "payment_intent status missing or malformed");
+        return CHARGED_BAD_ITEM;
     }
     snprintf(ev->intent_status, sizeof(ev->intent_status), "%s", s);
     if (!status_agrees(ev->evidence, ev->intent_status)) {
-        snprintf(errbuf, errbuf_size, "event type %s disagrees with intent status %s",
-                 ev->type, ev->intent_status);
-        return -1;
+        charged_error_set(err, "event type %s disagrees with intent status %s",
+                          ev->type, ev->intent_status);
+        return CHARGED_BAD_ITEM;
     }
     v = json_object_get(obj, "amount");
     if (v && (!json_is_integer(v) || json_integer_value(v) < 0)) {
-        snprintf(errbuf, errbuf_size,
-                 "payment_intent amount is not a whole number >= 0");
-        return -1;
+        charged_error_set(err, "payment_intent amount is not a whole number >= 0");
+        return CHARGED_BAD_ITEM;
     }
     ev->amount = v ? (long long)json_integer_value(v) : -1;
     if (currency_at(obj, ev->currency) != 0) {
-        snprintf(errbuf, errbuf_size, "payment_intent currency malformed");
-        return -1;
+        charged_error_set(err, "payment_intent currency malformed");
+        return CHARGED_BAD_ITEM;
     }
     if (ev->evidence == WEBHOOK_EVIDENCE_SUCCEEDED &&
         (ev->amount < 0 || !ev->currency[0])) {
-        snprintf(errbuf, errbuf_size, "payment_intent amount or currency missing");
-        return -1;
+        charged_error_set(err, "payment_intent amount or currency missing");
+        return CHARGED_BAD_ITEM;
     }
     metadata_uuid(obj, "payment_attempt_id", ev->attempt_id);
     v = json_object_get(obj, "last_payment_error");
     if ((s = str_at(v, "decline_code")) || (s = str_at(v, "code")))
         card_data_copy_masked(ev->decline_code, sizeof(ev->decline_code), s);
-    return 0;
+    return CHARGED_OK;
 }
 
-int stripe_webhook_parse(const char *body, size_t len, struct webhook_event *ev,
-                         char **normalized, char *errbuf, size_t errbuf_size)
+enum charged_rc stripe_webhook_parse(const char *body, size_t len,
+                                     struct webhook_event *ev, char **normalized,
+                                     struct charged_error *err)
 {
     json_error_t jerr;
     json_t *root = NULL, *obj = NULL;
     const char *s;
-    int rc = -1;
+    enum charged_rc rc = CHARGED_BAD_ITEM;
 
     CHARGED_ASSERT(body != NULL && ev != NULL);
-    CHARGED_ASSERT(errbuf != NULL && errbuf_size > 0);
+    CHARGED_ASSERT(err != NULL);
     memset(ev, 0, sizeof(*ev));
     ev->amount = -1;
     if (normalized)
@@ -493,28 +495,29 @@ int stripe_webhook_parse(const char *body, size_t len, struct webhook_event *ev,
     root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
         int oom = json_error_code(&jerr) == json_error_out_of_memory;
-        snprintf(errbuf, errbuf_size, oom ? "out of memory" : "body is not valid json");
-        rc = oom ? WEBHOOK_PARSE_NO_MEMORY : -1;
+        charged_error_set(err, oom ? "out of memory" : "body is not valid json");
+        rc = oom ? CHARGED_RETRY : CHARGED_BAD_ITEM;
         goto out;
     }
-    if (parse_envelope(root, ev, &obj, errbuf, errbuf_size) != 0)
+    if (parse_envelope(root, ev, &obj, err) != CHARGED_OK)
         goto out;
     if (ev->evidence == WEBHOOK_EVIDENCE_REFUND) {
-        if (parse_refunds(obj, ev, errbuf, errbuf_size) == 0)
-            rc = normalize(root, normalized, errbuf, errbuf_size);
+        if (parse_refunds(obj, ev, err) == CHARGED_OK)
+            rc = normalize(root, normalized, err);
         goto out;
     }
     /* Events about other objects are recorded, not acted on. */
     if (ev->evidence == WEBHOOK_EVIDENCE_NONE) {
         if ((s = str_at(obj, "id")) && plain_token(s, sizeof(ev->intent_id)))
             snprintf(ev->intent_id, sizeof(ev->intent_id), "%s", s);
-        rc = normalize(root, normalized, errbuf, errbuf_size);
+        rc = normalize(root, normalized, err);
         goto out;
     }
-    if (parse_intent(obj, ev, errbuf, errbuf_size) == 0)
-        rc = normalize(root, normalized, errbuf, errbuf_size);
+    if (parse_intent(obj, ev, err) == CHARGED_OK)
+        rc = normalize(root, normalized, err);
 out:
     json_decref(root);
-    CHARGED_ASSERT(rc != 0 || (ev->id[0] && ev->nrefunds <= WEBHOOK_REFUNDS_MAX));
+    CHARGED_ASSERT(rc != CHARGED_OK ||
+                   (ev->id[0] && ev->nrefunds <= WEBHOOK_REFUNDS_MAX));
     return rc;
 }

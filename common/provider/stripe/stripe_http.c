@@ -37,18 +37,18 @@ static void share_unlock(CURL *h, curl_lock_data data, void *u)
 }
 
 void *stripe_open(const char *base_url, const char *api_key, const char *api_version,
-                  long timeout_ms, char *errbuf, size_t errbuf_size)
+                  long timeout_ms, struct charged_error *err)
 {
     struct stripe_client *pc;
     size_t n;
 
-    CHARGED_ASSERT(errbuf != NULL && errbuf_size > 0);
+    CHARGED_ASSERT(err != NULL);
     if (!base_url || strncmp(base_url, "http", 4) != 0) {
-        snprintf(errbuf, errbuf_size, "provider base url must be http(s)://...");
+        charged_error_set(err, "provider base url must be http(s)://...");
         return NULL;
     }
     if (!api_key || !*api_key || strpbrk(api_key, "\r\n")) {
-        snprintf(errbuf, errbuf_size, "provider api key is empty or malformed");
+        charged_error_set(err, "provider api key is empty or malformed");
         return NULL;
     }
     pthread_once(&curl_once, curl_init_once);
@@ -65,7 +65,7 @@ void *stripe_open(const char *base_url, const char *api_key, const char *api_ver
     snprintf(pc->auth_header, n, "Authorization: Bearer %s", api_key);
     if (api_version && *api_version) {
         if (strpbrk(api_version, "\r\n")) {
-            snprintf(errbuf, errbuf_size, "provider api version is malformed");
+            charged_error_set(err, "provider api version is malformed");
             stripe_close(pc);
             return NULL;
         }
@@ -91,7 +91,7 @@ void *stripe_open(const char *base_url, const char *api_key, const char *api_ver
     curl_multi_setopt(pc->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
     return pc;
 oom:
-    snprintf(errbuf, errbuf_size, "provider client: out of memory");
+    charged_error_set(err, "provider client: out of memory");
     stripe_close(pc);
     return NULL;
 }
@@ -241,11 +241,11 @@ out:
 }
 
 /* A POST of body (taken: owned by the transfer, or freed) to the base url
- * and path, with an Idempotency-Key the caller has checked. NULL with errbuf
+ * and path, with an Idempotency-Key the caller has checked. NULL with err
  * on failure. */
 struct stripe_xfer *stripe_post_xfer(struct stripe_client *pc, const char *path,
                                      char *body, const char *idempotency_key,
-                                     int with_share, char *errbuf, size_t errbuf_size)
+                                     int with_share, struct charged_error *err)
 {
     /* The caller checked the key: one line, never empty. */
     CHARGED_ASSERT(idempotency_key != NULL && *idempotency_key);
@@ -253,7 +253,7 @@ struct stripe_xfer *stripe_post_xfer(struct stripe_client *pc, const char *path,
     struct stripe_xfer *x = NULL;
 
     if ((size_t)snprintf(url, sizeof(url), "%s%s", pc->base_url, path) >= sizeof(url)) {
-        snprintf(errbuf, errbuf_size, "provider url too long");
+        charged_error_set(err, "provider url too long");
         free(body);
         return NULL;
     }
@@ -270,7 +270,7 @@ struct stripe_xfer *stripe_post_xfer(struct stripe_client *pc, const char *path,
     curl_easy_setopt(x->easy, CURLOPT_HTTPHEADER, x->headers);
     goto out;
 oom:
-    snprintf(errbuf, errbuf_size, "provider client: out of memory");
+    charged_error_set(err, "provider client: out of memory");
     stripe_xfer_free(x);
     x = NULL;
 out:
@@ -309,8 +309,8 @@ void stripe_finish(struct stripe_xfer *x, CURLcode cc, struct provider_result *r
                     x->answer_len, res);
 }
 
-int stripe_lookup(struct stripe_client *pc, const char *url, enum provider_lookup kind,
-                  int refund, const char *attempt_id, struct provider_result *res)
+void stripe_lookup(struct stripe_client *pc, const char *url, enum provider_lookup kind,
+                   int refund, const char *attempt_id, struct provider_result *res)
 {
     struct stripe_xfer *x = stripe_xfer_new(pc, url, NULL, 1);
     if (!x) {
@@ -318,7 +318,7 @@ int stripe_lookup(struct stripe_client *pc, const char *url, enum provider_looku
         res->outcome = PROVIDER_UNKNOWN;
         stripe_copy_str(res->error, sizeof(res->error),
                         "provider client: out of memory");
-        return 0;
+        return;
     }
     x->call.lookup = 1;
     x->call.kind = kind;
@@ -332,24 +332,23 @@ int stripe_lookup(struct stripe_client *pc, const char *url, enum provider_looku
         res->outcome = PROVIDER_UNKNOWN;
     CHARGED_ASSERT(res->http_status != 0 || res->outcome == PROVIDER_UNKNOWN);
     stripe_xfer_free(x);
-    return 0;
 }
 
-/* Hands x to the multi handle; on failure frees it. 0 / -1. */
-int stripe_start_async(struct stripe_client *pc, struct stripe_xfer *x, void *opaque,
-                       char *errbuf, size_t errbuf_size)
+/* Hands x to the multi handle; on failure frees it: CHARGED_RETRY. */
+enum charged_rc stripe_start_async(struct stripe_client *pc, struct stripe_xfer *x,
+                                   void *opaque, struct charged_error *err)
 {
     CHARGED_ASSERT(pc != NULL && x != NULL && x->easy != NULL);
     x->opaque = opaque;
     if (curl_multi_add_handle(pc->multi, x->easy) != CURLM_OK) {
-        snprintf(errbuf, errbuf_size, "provider client: cannot start transfer");
+        charged_error_set(err, "provider client: cannot start transfer");
         stripe_xfer_free(x);
-        return -1;
+        return CHARGED_RETRY;
     }
     x->next = pc->async;
     pc->async = x;
     pc->in_flight++;
-    return 0;
+    return CHARGED_OK;
 }
 
 void stripe_perform(void *impl, int timeout_ms)

@@ -25,32 +25,32 @@
 
 /* ---- stripe_requests.c ---- */
 
-int stripe_charge(void *impl, const struct provider_charge *ch,
-                  struct provider_result *res);
-int stripe_start_charge(void *impl, const struct provider_charge *ch, void *opaque,
-                        char *errbuf, size_t errbuf_size);
-int stripe_start_refund(void *impl, const struct provider_refund *r, void *opaque,
-                        char *errbuf, size_t errbuf_size);
-int stripe_start_post(void *impl, const char *path, const char *form_body,
-                      const char *idempotency_key, void *opaque, char *errbuf,
-                      size_t errbuf_size);
-int stripe_start_probe(void *impl, void *opaque, char *errbuf, size_t errbuf_size);
-int stripe_retrieve(void *impl, const char *payment_intent_id,
-                    struct provider_result *res);
-int stripe_search(void *impl, const char *payment_attempt_id,
-                  struct provider_result *res);
-int stripe_list(void *impl, const char *payment_attempt_id, long long created_gte,
-                long long created_lt, const char *starting_after,
-                struct provider_result *res);
-int stripe_list_refunds(void *impl, const char *payment_intent, const char *refund_id,
-                        const char *starting_after, struct provider_result *res);
-int stripe_retrieve_refund(void *impl, const char *refund_id,
-                           struct provider_result *res);
-int stripe_list_page(void *impl, enum provider_list_of what, long long created_gte,
-                     long long created_lt, const char *starting_after,
-                     struct provider_page *page, struct provider_result *res);
-int stripe_fetch(void *impl, enum provider_list_of what, const char *id,
-                 struct provider_listed *obj, struct provider_result *res);
+void stripe_charge(void *impl, const struct provider_charge *ch,
+                   struct provider_result *res);
+enum charged_rc stripe_start_charge(void *impl, const struct provider_charge *ch,
+                                    void *opaque, struct charged_error *err);
+enum charged_rc stripe_start_refund(void *impl, const struct provider_refund *r,
+                                    void *opaque, struct charged_error *err);
+enum charged_rc stripe_start_post(void *impl, const char *path, const char *form_body,
+                                  const char *idempotency_key, void *opaque,
+                                  struct charged_error *err);
+enum charged_rc stripe_start_probe(void *impl, void *opaque, struct charged_error *err);
+void stripe_retrieve(void *impl, const char *payment_intent_id,
+                     struct provider_result *res);
+void stripe_search(void *impl, const char *payment_attempt_id,
+                   struct provider_result *res);
+void stripe_list(void *impl, const char *payment_attempt_id, long long created_gte,
+                 long long created_lt, const char *starting_after,
+                 struct provider_result *res);
+void stripe_list_refunds(void *impl, const char *payment_intent, const char *refund_id,
+                         const char *starting_after, struct provider_result *res);
+void stripe_retrieve_refund(void *impl, const char *refund_id,
+                            struct provider_result *res);
+void stripe_list_page(void *impl, enum provider_list_of what, long long created_gte,
+                      long long created_lt, const char *starting_after,
+                      struct provider_page *page, struct provider_result *res);
+void stripe_fetch(void *impl, enum provider_list_of what, const char *id,
+                  struct provider_listed *obj, struct provider_result *res);
 
 /* ---- stripe_classify.c ---- */
 

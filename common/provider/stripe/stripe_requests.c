@@ -19,21 +19,25 @@
 
 #include "charged_assert.h"
 
+/* The charge's transfer, or NULL with err and *why: CHARGED_BAD_ITEM when
+ * ch cannot be sent (no usable key), CHARGED_RETRY when memory ran out. */
 static struct stripe_xfer *charge_xfer(struct stripe_client *pc,
                                        const struct provider_charge *ch, int with_share,
-                                       char *errbuf, size_t errbuf_size)
+                                       enum charged_rc *why, struct charged_error *err)
 {
     char amount[32], currency[8], *body = NULL;
     size_t len = 0;
     struct stripe_xfer *x = NULL;
 
     CHARGED_ASSERT(pc != NULL && ch != NULL);
-    CHARGED_ASSERT(errbuf != NULL && errbuf_size > 0);
+    CHARGED_ASSERT(err != NULL && why != NULL);
+    *why = CHARGED_BAD_ITEM;
     if (!ch->idempotency_key || !*ch->idempotency_key ||
         strpbrk(ch->idempotency_key, "\r\n")) {
-        snprintf(errbuf, errbuf_size, "charge without a usable idempotency key");
+        charged_error_set(err, "charge without a usable idempotency key");
         goto out;
     }
+    *why = CHARGED_RETRY;
     snprintf(amount, sizeof(amount), "%lld", ch->amount);
     snprintf(currency, sizeof(currency), "%s", ch->currency ? ch->currency : "");
     for (char *p = currency; *p; p++)
@@ -56,7 +60,7 @@ static struct stripe_xfer *charge_xfer(struct stripe_client *pc,
         stripe_form_add(&body, &len, "metadata[order_id]", ch->order_id))
         goto oom;
     x = stripe_post_xfer(pc, "/v1/payment_intents", body, ch->idempotency_key,
-                         with_share, errbuf, errbuf_size);
+                         with_share, err);
     body = NULL; /* owned by x, or freed */
     if (!x)
         goto out;
@@ -66,28 +70,28 @@ static struct stripe_xfer *charge_xfer(struct stripe_client *pc,
              ch->payment_attempt_id ? ch->payment_attempt_id : "");
     goto out;
 oom:
-    snprintf(errbuf, errbuf_size, "provider client: out of memory");
+    charged_error_set(err, "provider client: out of memory");
 out:
     free(body);
     return x;
 }
 
-int stripe_charge(void *impl, const struct provider_charge *ch,
-                  struct provider_result *res)
+void stripe_charge(void *impl, const struct provider_charge *ch,
+                   struct provider_result *res)
 {
     struct stripe_client *pc = impl;
-    char err[256];
-    struct stripe_xfer *x = charge_xfer(pc, ch, 1, err, sizeof(err));
+    struct charged_error err;
+    enum charged_rc why;
+    struct stripe_xfer *x = charge_xfer(pc, ch, 1, &why, &err);
     if (!x) {
         memset(res, 0, sizeof(*res));
         res->outcome = PROVIDER_NOT_EXECUTED;
-        stripe_copy_str(res->error, sizeof(res->error), err);
-        return 0;
+        stripe_copy_str(res->error, sizeof(res->error), err.message);
+        return;
     }
     stripe_finish(x, curl_easy_perform(x->easy), res);
     stripe_xfer_free(x);
     CHARGED_ASSERT((unsigned)res->outcome <= PROVIDER_NOT_FOUND);
-    return 0;
 }
 
 static void retrieve_url(struct stripe_client *pc, const char *payment_intent_id,
@@ -99,17 +103,17 @@ static void retrieve_url(struct stripe_client *pc, const char *payment_intent_id
     curl_free(id);
 }
 
-int stripe_retrieve(void *impl, const char *payment_intent_id,
-                    struct provider_result *res)
+void stripe_retrieve(void *impl, const char *payment_intent_id,
+                     struct provider_result *res)
 {
     struct stripe_client *pc = impl;
     char url[1024];
     retrieve_url(pc, payment_intent_id, url, sizeof(url));
-    return stripe_lookup(pc, url, PROVIDER_LOOKUP_RETRIEVE, 0, NULL, res);
+    stripe_lookup(pc, url, PROVIDER_LOOKUP_RETRIEVE, 0, NULL, res);
 }
 
-int stripe_search(void *impl, const char *payment_attempt_id,
-                  struct provider_result *res)
+void stripe_search(void *impl, const char *payment_attempt_id,
+                   struct provider_result *res)
 {
     struct stripe_client *pc = impl;
     char url[1024], q[256];
@@ -118,12 +122,12 @@ int stripe_search(void *impl, const char *payment_attempt_id,
     snprintf(url, sizeof(url), "%s/v1/payment_intents/search?query=%s", pc->base_url,
              eq ? eq : "");
     curl_free(eq);
-    return stripe_lookup(pc, url, PROVIDER_LOOKUP_SEARCH, 0, NULL, res);
+    stripe_lookup(pc, url, PROVIDER_LOOKUP_SEARCH, 0, NULL, res);
 }
 
-int stripe_list(void *impl, const char *payment_attempt_id, long long created_gte,
-                long long created_lt, const char *starting_after,
-                struct provider_result *res)
+void stripe_list(void *impl, const char *payment_attempt_id, long long created_gte,
+                 long long created_lt, const char *starting_after,
+                 struct provider_result *res)
 {
     struct stripe_client *pc = impl;
     char url[1024];
@@ -137,22 +141,22 @@ int stripe_list(void *impl, const char *payment_attempt_id, long long created_gt
              pc->base_url, created_gte, created_lt, after ? "&starting_after=" : "",
              after ? after : "");
     curl_free(after);
-    return stripe_lookup(pc, url, PROVIDER_LOOKUP_LIST, 0, payment_attempt_id, res);
+    stripe_lookup(pc, url, PROVIDER_LOOKUP_LIST, 0, payment_attempt_id, res);
 }
 
-int stripe_retrieve_refund(void *impl, const char *refund_id,
-                           struct provider_result *res)
+void stripe_retrieve_refund(void *impl, const char *refund_id,
+                            struct provider_result *res)
 {
     struct stripe_client *pc = impl;
     char url[1024];
     char *id = curl_easy_escape(NULL, refund_id ? refund_id : "", 0);
     snprintf(url, sizeof(url), "%s/v1/refunds/%s", pc->base_url, id ? id : "");
     curl_free(id);
-    return stripe_lookup(pc, url, PROVIDER_LOOKUP_RETRIEVE, 1, NULL, res);
+    stripe_lookup(pc, url, PROVIDER_LOOKUP_RETRIEVE, 1, NULL, res);
 }
 
-int stripe_list_refunds(void *impl, const char *payment_intent, const char *refund_id,
-                        const char *starting_after, struct provider_result *res)
+void stripe_list_refunds(void *impl, const char *payment_intent, const char *refund_id,
+                         const char *starting_after, struct provider_result *res)
 {
     struct stripe_client *pc = impl;
     char url[1024];
@@ -165,19 +169,19 @@ int stripe_list_refunds(void *impl, const char *payment_intent, const char *refu
              after ? after : "");
     curl_free(pi);
     curl_free(after);
-    return stripe_lookup(pc, url, PROVIDER_LOOKUP_LIST, 1, refund_id ? refund_id : "",
-                         res);
+    stripe_lookup(pc, url, PROVIDER_LOOKUP_LIST, 1, refund_id ? refund_id : "", res);
 }
 
-int stripe_start_charge(void *impl, const struct provider_charge *ch, void *opaque,
-                        char *errbuf, size_t errbuf_size)
+enum charged_rc stripe_start_charge(void *impl, const struct provider_charge *ch,
+                                    void *opaque, struct charged_error *err)
 {
     struct stripe_client *pc = impl;
+    enum charged_rc why;
     /* The multi handle keeps its own connection cache. */
-    struct stripe_xfer *x = charge_xfer(pc, ch, 0, errbuf, errbuf_size);
+    struct stripe_xfer *x = charge_xfer(pc, ch, 0, &why, err);
     if (!x)
-        return -1;
-    return stripe_start_async(pc, x, opaque, errbuf, errbuf_size);
+        return why;
+    return stripe_start_async(pc, x, opaque, err);
 }
 
 /* A path we can append to the base url as it is: '/', then printable ASCII
@@ -192,62 +196,66 @@ static int usable_path(const char *path)
     return 1;
 }
 
-/* start_post's work, handing the transfer back (NULL with errbuf) so that
- * a caller can say how its answer is classified before it starts. */
+/* start_post's work, handing the transfer back (NULL with err and *why, as
+ * charge_xfer's) so that a caller can say how its answer is classified
+ * before it starts. */
 static struct stripe_xfer *operation_xfer(struct stripe_client *pc, const char *path,
                                           const char *form_body,
-                                          const char *idempotency_key, char *errbuf,
-                                          size_t errbuf_size)
+                                          const char *idempotency_key,
+                                          enum charged_rc *why,
+                                          struct charged_error *err)
 {
-    CHARGED_ASSERT(pc != NULL && errbuf != NULL && errbuf_size > 0);
+    CHARGED_ASSERT(pc != NULL && err != NULL && why != NULL);
+    *why = CHARGED_BAD_ITEM;
     if (!usable_path(path)) {
-        snprintf(errbuf, errbuf_size, "post to an unusable path");
+        charged_error_set(err, "post to an unusable path");
         return NULL;
     }
     if (!idempotency_key || !*idempotency_key || strpbrk(idempotency_key, "\r\n")) {
-        snprintf(errbuf, errbuf_size, "post without a usable idempotency key");
+        charged_error_set(err, "post without a usable idempotency key");
         return NULL;
     }
+    *why = CHARGED_RETRY;
     /* Always a body, if empty: that makes it a POST. */
     char *body = strdup(form_body ? form_body : "");
     if (!body) {
-        snprintf(errbuf, errbuf_size, "provider client: out of memory");
+        charged_error_set(err, "provider client: out of memory");
         return NULL;
     }
     /* The multi handle keeps its own connection cache, as for charges. */
-    struct stripe_xfer *x =
-        stripe_post_xfer(pc, path, body, idempotency_key, 0, errbuf, errbuf_size);
+    struct stripe_xfer *x = stripe_post_xfer(pc, path, body, idempotency_key, 0, err);
     if (x)
         x->call.operation = 1;
     CHARGED_ASSERT(!x || (x->body && x->call.operation)); /* a POST, classified so */
     return x;
 }
 
-int stripe_start_post(void *impl, const char *path, const char *form_body,
-                      const char *idempotency_key, void *opaque, char *errbuf,
-                      size_t errbuf_size)
+enum charged_rc stripe_start_post(void *impl, const char *path, const char *form_body,
+                                  const char *idempotency_key, void *opaque,
+                                  struct charged_error *err)
 {
     struct stripe_client *pc = impl;
+    enum charged_rc why;
     struct stripe_xfer *x =
-        operation_xfer(pc, path, form_body, idempotency_key, errbuf, errbuf_size);
+        operation_xfer(pc, path, form_body, idempotency_key, &why, err);
     if (!x)
-        return -1;
-    return stripe_start_async(pc, x, opaque, errbuf, errbuf_size);
+        return why;
+    return stripe_start_async(pc, x, opaque, err);
 }
 
-int stripe_start_refund(void *impl, const struct provider_refund *r, void *opaque,
-                        char *errbuf, size_t errbuf_size)
+enum charged_rc stripe_start_refund(void *impl, const struct provider_refund *r,
+                                    void *opaque, struct charged_error *err)
 {
     struct stripe_client *pc = impl;
     char amount[32], *body = NULL;
     size_t len = 0;
-    int rc = -1;
+    enum charged_rc rc = CHARGED_RETRY;
 
     CHARGED_ASSERT(pc != NULL && r != NULL);
     if (!r->payment_intent || !*r->payment_intent || !r->refund_id ||
         strlen(r->refund_id) >= sizeof(((struct provider_call *)0)->attempt_id)) {
-        snprintf(errbuf, errbuf_size, "refund without a payment intent or refund id");
-        return -1;
+        charged_error_set(err, "refund without a payment intent or refund id");
+        return CHARGED_BAD_ITEM;
     }
     snprintf(amount, sizeof(amount), "%lld", r->amount);
     if (stripe_form_add(&body, &len, "payment_intent", r->payment_intent) ||
@@ -257,27 +265,27 @@ int stripe_start_refund(void *impl, const struct provider_refund *r, void *opaqu
         stripe_form_add(&body, &len, "metadata[refund_id]", r->refund_id) ||
         stripe_form_add(&body, &len, "metadata[payment_attempt_id]",
                         r->payment_attempt_id ? r->payment_attempt_id : "")) {
-        snprintf(errbuf, errbuf_size, "provider client: out of memory");
+        charged_error_set(err, "provider client: out of memory");
         goto out;
     }
-    struct stripe_xfer *x = operation_xfer(pc, "/v1/refunds", body, r->idempotency_key,
-                                           errbuf, errbuf_size);
+    struct stripe_xfer *x =
+        operation_xfer(pc, "/v1/refunds", body, r->idempotency_key, &rc, err);
     if (!x)
         goto out;
     x->call.refund = 1;
     x->call.amount = r->amount;
     snprintf(x->call.attempt_id, sizeof(x->call.attempt_id), "%s", r->refund_id);
-    rc = stripe_start_async(pc, x, opaque, errbuf, errbuf_size);
+    rc = stripe_start_async(pc, x, opaque, err);
 out:
     free(body);
     return rc;
 }
 
-int stripe_start_probe(void *impl, void *opaque, char *errbuf, size_t errbuf_size)
+enum charged_rc stripe_start_probe(void *impl, void *opaque, struct charged_error *err)
 {
     struct stripe_client *pc = impl;
     char url[1024];
-    CHARGED_ASSERT(pc != NULL && errbuf != NULL && errbuf_size > 0);
+    CHARGED_ASSERT(pc != NULL && err != NULL);
     /* The charge endpoint, as charges use it, with a body the provider
      * refuses before it executes anything: an amount of 0, no payment
      * method, no confirm. Even a provider that took it would only create an
@@ -286,15 +294,15 @@ int stripe_start_probe(void *impl, void *opaque, char *errbuf, size_t errbuf_siz
     snprintf(url, sizeof(url), "%s/v1/payment_intents", pc->base_url);
     struct stripe_xfer *x = body ? stripe_xfer_new(pc, url, body, 0) : NULL;
     if (!x) {
-        snprintf(errbuf, errbuf_size, "provider client: out of memory");
-        return -1;
+        charged_error_set(err, "provider client: out of memory");
+        return CHARGED_RETRY;
     }
-    return stripe_start_async(pc, x, opaque, errbuf, errbuf_size);
+    return stripe_start_async(pc, x, opaque, err);
 }
 
-int stripe_list_page(void *impl, enum provider_list_of what, long long created_gte,
-                     long long created_lt, const char *starting_after,
-                     struct provider_page *page, struct provider_result *res)
+void stripe_list_page(void *impl, enum provider_list_of what, long long created_gte,
+                      long long created_lt, const char *starting_after,
+                      struct provider_page *page, struct provider_result *res)
 {
     struct stripe_client *pc = impl;
     char url[1024];
@@ -316,11 +324,10 @@ int stripe_list_page(void *impl, enum provider_list_of what, long long created_g
         stripe_read_page(doc, what, page, res);
     json_decref(doc);
     CHARGED_ASSERT(res->outcome == PROVIDER_SUCCEEDED || page->n == 0);
-    return 0;
 }
 
-int stripe_fetch(void *impl, enum provider_list_of what, const char *id,
-                 struct provider_listed *obj, struct provider_result *res)
+void stripe_fetch(void *impl, enum provider_list_of what, const char *id,
+                  struct provider_listed *obj, struct provider_result *res)
 {
     struct stripe_client *pc = impl;
     char url[1024];
@@ -333,13 +340,12 @@ int stripe_fetch(void *impl, enum provider_list_of what, const char *id,
     curl_free(eid);
     json_t *doc = stripe_get_json(pc, url, res);
     if (!doc)
-        return 0;
+        return;
     if (stripe_read_listed(doc, what, obj) != 0 || strcmp(obj->id, id) != 0) {
         res->outcome = PROVIDER_INVALID;
         snprintf(res->error, sizeof(res->error), "answer is not the object asked for");
     }
     json_decref(doc);
-    return 0;
 }
 
 /* The Stripe backend as the seam sees it: every entry set (provider.h). */

@@ -41,7 +41,7 @@ struct stripe_client {
 /* ---- stripe_http.c ---- */
 
 void *stripe_open(const char *base_url, const char *api_key, const char *api_version,
-                  long timeout_ms, char *errbuf, size_t errbuf_size);
+                  long timeout_ms, struct charged_error *err);
 void stripe_close(void *impl);
 /* A transfer to url, with the client's headers; body (taken: owned by the
  * transfer, or freed) makes it a POST. with_share: the blocking calls'
@@ -52,21 +52,22 @@ void stripe_xfer_free(struct stripe_xfer *x);
 /* Appends "&name=escaped(value)" to a growing form body. 0 / -1. */
 int stripe_form_add(char **body, size_t *len, const char *name, const char *value);
 /* A POST of body (taken) to the base url and path, with an Idempotency-Key
- * the caller has checked. NULL with errbuf on failure. */
+ * the caller has checked. NULL with err on failure. */
 struct stripe_xfer *stripe_post_xfer(struct stripe_client *pc, const char *path,
                                      char *body, const char *idempotency_key,
-                                     int with_share, char *errbuf, size_t errbuf_size);
+                                     int with_share, struct charged_error *err);
 /* Turns a finished transfer into a result. */
 void stripe_finish(struct stripe_xfer *x, CURLcode cc, struct provider_result *res);
-/* A blocking GET of url classified as a look-up of `kind`. Always 0. */
-int stripe_lookup(struct stripe_client *pc, const char *url, enum provider_lookup kind,
-                  int refund, const char *attempt_id, struct provider_result *res);
+/* A blocking GET of url classified as a look-up of `kind`: *res says. */
+void stripe_lookup(struct stripe_client *pc, const char *url, enum provider_lookup kind,
+                   int refund, const char *attempt_id, struct provider_result *res);
 /* A blocking GET's JSON object (stripe_answer_json), or NULL with res set. */
 json_t *stripe_get_json(struct stripe_client *pc, const char *url,
                         struct provider_result *res);
-/* Hands x to the multi handle; on failure frees it. 0 / -1. */
-int stripe_start_async(struct stripe_client *pc, struct stripe_xfer *x, void *opaque,
-                       char *errbuf, size_t errbuf_size);
+/* Hands x to the multi handle: CHARGED_OK, or CHARGED_RETRY with err (x is
+ * freed). */
+enum charged_rc stripe_start_async(struct stripe_client *pc, struct stripe_xfer *x,
+                                   void *opaque, struct charged_error *err);
 void stripe_perform(void *impl, int timeout_ms);
 int stripe_next_done(void *impl, struct provider_result *res, void **opaque);
 size_t stripe_in_flight(const void *impl);

@@ -32,17 +32,17 @@ struct provider_charge charge_op_request(const struct attempt_params *p,
     };
 }
 
-static void *charge_open(config_t *cfg, const char *actor, char *err, size_t err_size)
+static void *charge_open(config_t *cfg, const char *actor, struct charged_error *err)
 {
     struct charge_state *c = calloc(1, sizeof(*c));
     if (!c) {
-        snprintf(err, err_size, "out of memory");
+        charged_error_set(err, "out of memory");
         return NULL;
     }
     c->limits.max_bytes = (size_t)config_int(cfg, CONFIG_WORKER_MAX_COMMAND_BYTES);
     c->limits.max_amount = config_int(cfg, CONFIG_WORKER_MAX_AMOUNT);
     c->limits.allowed_currencies = config_str(cfg, CONFIG_WORKER_ALLOWED_CURRENCIES);
-    if (op_store_open(&c->store, 0, cfg, actor, err, err_size) != 0) {
+    if (op_store_open(&c->store, 0, cfg, actor, err) != 0) {
         free(c);
         return NULL;
     }
@@ -67,11 +67,11 @@ static attempt_store_t *store_of(void *op)
 
 static enum dead_letter_reason charge_parse(void *op, const void *key, size_t key_len,
                                             const void *value, size_t value_len,
-                                            void *command, char *err, size_t err_size)
+                                            void *command, struct charged_error *err)
 {
     struct charge_state *c = op;
     return charge_command_parse(key, key_len, value, value_len, &c->limits, command,
-                                err, err_size);
+                                err);
 }
 
 static void charge_release(void *command)
@@ -149,12 +149,13 @@ static const char *charge_event_type(int kind, enum attempt_status status)
     return attempt_status_event_type(status);
 }
 
-static int charge_start_call(void *op, provider_client_t *pc, const void *params,
-                             const void *command, void *tag, char *err, size_t err_size)
+static enum charged_rc charge_start_call(void *op, provider_client_t *pc,
+                                         const void *params, const void *command,
+                                         void *tag, struct charged_error *err)
 {
     (void)op;
     const struct provider_charge ch = charge_op_request(params, charge_id_of(command));
-    return provider_client_start_charge(pc, &ch, tag, err, err_size);
+    return provider_client_start_charge(pc, &ch, tag, err);
 }
 
 const struct engine_op charge_op = {

@@ -33,15 +33,15 @@ struct provider_refund refund_op_request(const struct refund_params *p,
     };
 }
 
-static void *refund_open(config_t *cfg, const char *actor, char *err, size_t err_size)
+static void *refund_open(config_t *cfg, const char *actor, struct charged_error *err)
 {
     struct refund_state *r = calloc(1, sizeof(*r));
     if (!r) {
-        snprintf(err, err_size, "out of memory");
+        charged_error_set(err, "out of memory");
         return NULL;
     }
     r->max_bytes = (size_t)config_int(cfg, CONFIG_WORKER_MAX_COMMAND_BYTES);
-    if (op_store_open(&r->store, 1, cfg, actor, err, err_size) != 0) {
+    if (op_store_open(&r->store, 1, cfg, actor, err) != 0) {
         free(r);
         return NULL;
     }
@@ -66,11 +66,10 @@ static refund_store_t *store_of(void *op)
 
 static enum dead_letter_reason refund_parse(void *op, const void *key, size_t key_len,
                                             const void *value, size_t value_len,
-                                            void *command, char *err, size_t err_size)
+                                            void *command, struct charged_error *err)
 {
     return refund_command_parse(key, key_len, value, value_len,
-                                ((struct refund_state *)op)->max_bytes, command, err,
-                                err_size);
+                                ((struct refund_state *)op)->max_bytes, command, err);
 }
 
 static void refund_release(void *command)
@@ -141,12 +140,13 @@ static enum charged_rc refund_claim(void *op, struct engine_claim *items, size_t
     return rc;
 }
 
-static int refund_start_call(void *op, provider_client_t *pc, const void *params,
-                             const void *command, void *tag, char *err, size_t err_size)
+static enum charged_rc refund_start_call(void *op, provider_client_t *pc,
+                                         const void *params, const void *command,
+                                         void *tag, struct charged_error *err)
 {
     (void)op;
     const struct provider_refund r = refund_op_request(params, refund_id_of(command));
-    return provider_client_start_refund(pc, &r, tag, err, err_size);
+    return provider_client_start_refund(pc, &r, tag, err);
 }
 
 static const char *refund_event_type(int kind, enum attempt_status status)

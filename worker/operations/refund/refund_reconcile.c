@@ -55,13 +55,14 @@ static void refund_again(provider_client_t *pc, const struct refund_due *rd,
                          struct provider_result *res)
 {
     const struct provider_refund req = refund_op_request(&rd->params, rd->id);
-    char err[256];
+    struct charged_error err = {0};
     void *tag;
     CHARGED_ASSERT(pc && res);
-    if (provider_client_start_refund(pc, &req, NULL, err, sizeof(err)) != 0) {
+    if (provider_client_start_refund(pc, &req, NULL, &err) != CHARGED_OK) {
         memset(res, 0, sizeof(*res));
         res->outcome = PROVIDER_NOT_EXECUTED; /* nothing was started */
-        snprintf(res->error, sizeof(res->error), "%s", err);
+        snprintf(res->error, sizeof(res->error), "%.*s", (int)sizeof(res->error) - 1,
+                 err.message);
         return;
     }
     while (!provider_client_next_done(pc, res, &tag))
