@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Adversary 41: two instances of the example order service on one host, as
+its README allows ("more instances in one group share the results topic's
+partitions with the same guarantees"), with the default settings.
+
+ORDERS_INSTANCE_ID defaults to the host name, so both instances claim the
+same static membership (group.instance.id). The broker fences the older one:
+librdkafka raises a fatal error on its consumer. Inbox.consume() logs
+"inbox: consumer error" / "consume failed" and waits, for ever, on that dead
+consumer: it never makes a new one (run() only remakes the Inbox when an
+exception leaves it). When the second instance leaves (SIGTERM, as in
+test_order_service), the first, still running and never exiting, applies no
+result event again: orders charged at psp-sim are never marked paid.
+
+The test: instance A runs alone and pays the first orders; instance B starts
+on the same host (same default ORDERS_INSTANCE_ID) and is SIGTERMed; more
+orders; charged settles them; A should pay them within a minute."""
+import os
+import subprocess
+import time
+
+import charged_e2e as e2e
+from charged_e2e import check, check_eq
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.environ.get("CHARGED_SOURCE_DIR") or os.path.join(HERE, "..", "..")
+SERVICE = os.path.join(SOURCE, "examples", "order_service", "order_service.py")
+PYTHON = os.environ.get("ORDER_SERVICE_PYTHON",
+                        os.path.join(SOURCE, "deploy", ".tools", "bin", "python"))
+
+
+def scenario(new):
+    s = new("adv41_same_host")
+    check(os.access(PYTHON, os.X_OK), "%s missing: run deploy/install-deps.sh" % PYTHON)
+    procs = []
+    try:
+        orders_db_name = s.tag.lower() + "_orders"
+        s.psql(s.admin_db, 'CREATE DATABASE "%s"' % orders_db_name)
+        orders_db = s.db.rsplit("/", 1)[0] + "/" + orders_db_name
+        s.start_worker()
+        s.start_reconciler(RECONCILER_SCHEDULE_MS=200, RECONCILER_POLL_MS=100)
+        s.start_relay(RELAY_POLL_MS=100)
+        # The defaults: no ORDERS_INSTANCE_ID (the host name), one group.
+        env = s.env({"ORDERS_DATABASE_URL": orders_db, "ORDERS_GROUP_ID": "orders-" + s.tag,
+                     "ORDERS_SESSION_TIMEOUT_MS": "6000"})
+        env.pop("ORDERS_INSTANCE_ID", None)
+
+        def cli(*args):
+            r = subprocess.run([PYTHON, SERVICE] + list(args), env=env, capture_output=True,
+                               timeout=60)
+            check_eq(r.returncode, 0, "order_service %s exit (%s)" % (args[0], r.stderr[-500:]))
+
+        def q(sql):
+            return [l.split("|") for l in s.psql(orders_db, sql).split()]
+
+        def start(name):
+            path = os.path.join(s.dir, name + ".log")
+            p = subprocess.Popen([PYTHON, SERVICE, "run"], env=env, stdout=open(path, "ab"),
+                                 stderr=subprocess.STDOUT, start_new_session=True)
+            procs.append(p)
+            e2e.log("started", name, "pid", p.pid)
+            return p, path
+
+        def paid_vs_psp():
+            ours = dict(q("SELECT payment_attempt_id, order_id FROM order_attempts"))
+            at_psp = set(ours[c["payment_attempt_id"]] for c in s.ledger()
+                         if c["outcome"] == "succeeded" and c["payment_attempt_id"] in ours)
+            paid = set(o for o, in q("SELECT order_id FROM orders WHERE paid"))
+            return at_psp, paid
+
+        def charged_settled():
+            r = s.query("SELECT (SELECT count(*) FROM payment_attempts WHERE status NOT IN "
+                        "('SUCCEEDED','FAILED','REJECTED','REQUIRES_REVIEW')), (SELECT "
+                        "count(*) FROM outbox WHERE published_at IS NULL)")[0]
+            return r == ["0", "0"] and q("SELECT count(*) FROM outbox WHERE sent_at IS NULL") \
+                == [["0"]]
+
+        cli("init")
+        a, a_log = start("order_service_a")
+        cli("place-orders", "--count", "10")
+        e2e.wait_until("the first orders paid", lambda: charged_settled() and
+                       (lambda x, y: x and x == y)(*paid_vs_psp()), 90, 0.3)
+
+        # A second instance on the same host joins, then leaves.
+        b, b_log = start("order_service_b")
+        e2e.wait_until("the second instance given partitions", lambda: b"partitions assigned"
+                       in open(b_log, "rb").read(), 60, 0.2)
+        time.sleep(5)
+        b.send_signal(15)
+        check_eq(b.wait(timeout=30), 0, "the second instance's exit status on SIGTERM")
+
+        cli("place-orders", "--count", "30")
+        e2e.wait_until("charged settled the new orders", lambda: charged_settled() and len(
+            q("SELECT order_id FROM order_attempts")) >= 40, 120, 0.3)
+        deadline = time.time() + e2e.scaled(60)
+        while time.time() < deadline:
+            at_psp, paid = paid_vs_psp()
+            if at_psp == paid and charged_settled():
+                break
+            time.sleep(0.5)
+        at_psp, paid = paid_vs_psp()
+        e2e.log("orders charged at psp-sim %d, paid in the service %d" % (len(at_psp), len(paid)))
+        check(a.poll() is None, "instance A exited on its own: %r" % a.poll())
+        check_eq(sorted(at_psp - paid), [], "orders charged at psp-sim never paid in the service")
+        a.send_signal(15)
+        check_eq(a.wait(timeout=30), 0, "instance A's exit status on SIGTERM")
+    finally:
+        e2e.stack_restore()
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, 9)
+                p.wait()
+
+
+if __name__ == "__main__":
+    raise SystemExit(e2e.main(scenario))

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Adversary 41: SIGTERM does not stop the example order service while its
+PostgreSQL hangs (a hung host: connections open, nothing answers).
+
+README: "SIGTERM finishes the batch and exits 0"; test_order_service allows
+it 30 s. The handler only sets `stop`; the main thread leaves its consume
+loop, but run() then joins the publisher, which is blocked in a query on its
+open connection (publish_once()'s SELECT after idle()'s 1 s wait): psycopg
+has no statement timeout, no TCP keepalive or user timeout is set, and
+nothing cancels it. The process stays until PostgreSQL answers again: a
+supervisor's grace period runs out and it is SIGKILLed instead. (Money is
+safe: the outbox and inbox survive a SIGKILL; this is the SIGTERM claim.)
+
+The test: the service runs and has paid its first orders; PostgreSQL is
+frozen (deploy/stack.sh pg-freeze); SIGTERM; it must exit 0 within 30 s."""
+import os
+import subprocess
+import time
+
+import charged_e2e as e2e
+from charged_e2e import check, check_eq
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.environ.get("CHARGED_SOURCE_DIR") or os.path.join(HERE, "..", "..")
+SERVICE = os.path.join(SOURCE, "examples", "order_service", "order_service.py")
+PYTHON = os.environ.get("ORDER_SERVICE_PYTHON",
+                        os.path.join(SOURCE, "deploy", ".tools", "bin", "python"))
+
+
+def scenario(new):
+    s = new("adv41_sigterm_pg_hang")
+    check(os.access(PYTHON, os.X_OK), "%s missing: run deploy/install-deps.sh" % PYTHON)
+    p = None
+    frozen = False
+    try:
+        orders_db_name = s.tag.lower() + "_orders"
+        s.psql(s.admin_db, 'CREATE DATABASE "%s"' % orders_db_name)
+        orders_db = s.db.rsplit("/", 1)[0] + "/" + orders_db_name
+        s.start_worker()
+        s.start_relay(RELAY_POLL_MS=100)
+        env = s.env({"ORDERS_DATABASE_URL": orders_db, "ORDERS_GROUP_ID": "orders-" + s.tag,
+                     "ORDERS_INSTANCE_ID": "orders-1", "ORDERS_SESSION_TIMEOUT_MS": "6000"})
+        for args in (["init"], ["place-orders", "--count", "10"]):
+            r = subprocess.run([PYTHON, SERVICE] + args, env=env, capture_output=True, timeout=60)
+            check_eq(r.returncode, 0, "order_service %s exit" % args[0])
+        log_path = os.path.join(s.dir, "order_service.log")
+        p = subprocess.Popen([PYTHON, SERVICE, "run"], env=env, stdout=open(log_path, "ab"),
+                             stderr=subprocess.STDOUT, start_new_session=True)
+        e2e.wait_until("the service applying results", lambda: int(s.psql(
+            orders_db, "SELECT count(*) FROM processed_events").split()[0]) >= 10, 90, 0.3)
+        time.sleep(2)
+
+        e2e.pg_freeze()
+        frozen = True
+        time.sleep(3)
+        t0 = time.time()
+        p.send_signal(15)
+        try:
+            rc = p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            rc = None
+        e2e.log("SIGTERM with PostgreSQL hung: exit %r after %.1f s" % (rc, time.time() - t0))
+        check(rc is not None, "the order service still running 30 s after SIGTERM "
+              "(PostgreSQL hung)")
+        check_eq(rc, 0, "the order service's exit status on SIGTERM")
+        p = None
+    finally:
+        if frozen:
+            e2e.pg_thaw()
+        e2e.stack_restore()
+        if p is not None and p.poll() is None:
+            os.killpg(p.pid, 9)
+            p.wait()
+
+
+if __name__ == "__main__":
+    raise SystemExit(e2e.main(scenario))
