@@ -13,7 +13,7 @@ broker or the database blinks.
 Environment: ORDERS_DATABASE_URL (its own database), KAFKA_BOOTSTRAP_SERVERS,
 CHARGE_COMMANDS_TOPIC, CHARGE_RESULTS_TOPIC (charged's defaults), ORDERS_GROUP_ID (its consumer
 group, default order-service), ORDERS_INSTANCE_ID (static group membership,
-default the host name), CHARGED_API_URL (charged api, for status polls; none:
+unique per instance, e.g. the pod's name; none by default), CHARGED_API_URL (charged api, for status polls; none:
 no polls). README.md beside this file maps each guarantee to the code.
 """
 import argparse
@@ -22,7 +22,6 @@ import logging
 import os
 import random
 import signal
-import socket
 import sys
 import threading
 import time
@@ -100,6 +99,25 @@ CREATE TABLE IF NOT EXISTS processed_events (
     kafka_offset       bigint NOT NULL,
     processed_at       timestamptz NOT NULL DEFAULT now()
 );
+-- A message on the results topic that is not a result event it can read:
+-- kept, in the transaction that moves its position past it, for a person.
+CREATE TABLE IF NOT EXISTS inbox_rejects (
+    topic           text NOT NULL,
+    kafka_partition int NOT NULL,
+    kafka_offset    bigint NOT NULL,
+    payload_head    text NOT NULL,      -- its first 200 characters
+    rejected_at     timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (topic, kafka_partition, kafka_offset)
+);
+-- What a person must look at: an order paid by two attempts (refund one),
+-- a payment or refund that charged reversed after a person's review.
+CREATE TABLE IF NOT EXISTS order_alarms (
+    event_id           uuid PRIMARY KEY,  -- the event that raised it
+    kind               text NOT NULL,     -- paid_twice, payment_reversed, refund_reversed
+    order_id           uuid NOT NULL REFERENCES orders,
+    payment_attempt_id uuid NOT NULL,
+    raised_at          timestamptz NOT NULL DEFAULT now()
+);
 -- Where to read next, per partition, moved in the transaction that applies
 -- the messages before it. The consumer seeks here on every assignment.
 CREATE TABLE IF NOT EXISTS consumer_positions (
@@ -120,6 +138,7 @@ SECOND_CARD = "pm_card_visa"
 OUTBOX_CHANNEL = "order_outbox"  # NOTIFY on commit: the publisher wakes at once
 POLL_AFTER_S = 30  # a command without any outcome this long: ask charged's api
 BATCH = 200
+STOP_GRACE_S = 20  # after SIGTERM: what has not finished by then is left, safe to repeat
 MAX_AMOUNT = 100000000000  # the contract's bound on an amount, in minor units
 
 log = logging.getLogger("order_service")
@@ -342,7 +361,7 @@ class Publisher(threading.Thread):
         # No transaction is open while we wait for the broker.
         while len(self.producer) > 0:
             self.producer.flush(1.0)
-        if any(e.fatal() for e in failed):
+        if any(fatal(e) for e in failed):
             self.producer = None  # an idempotent producer's fatal error: start a new one
         if acked:
             conn.execute("UPDATE outbox SET sent_at = now() WHERE id = ANY(%s)", (acked,))
@@ -356,19 +375,28 @@ class Publisher(threading.Thread):
 
 def parse_event(payload):
     """The fields this service needs, checked; None when the message is not
-    a result event it can read (logged and skipped)."""
+    a result event it can read (kept in inbox_rejects and skipped). Anyone
+    can write to the topic: no message may raise here, or the inbox would
+    read it again for ever and apply nothing behind it."""
+    try:
+        return read_event(payload)
+    except Exception:  # RecursionError of a deep nest, a type we did not foresee
+        return None
+
+
+def read_event(payload):
     try:
         ev = json.loads(payload)
     except (TypeError, ValueError):
         return None
-    if not isinstance(ev, dict):
+    if not isinstance(ev, dict) or not isinstance(ev.get("type"), str):
         return None
     ids = ["event_id", "payment_attempt_id", "order_id"]
-    if ev.get("type") in REFUND_TYPES:
+    if ev["type"] in REFUND_TYPES:
         ids.append("refund_id")
         if not (type(ev.get("amount")) is int and 0 < ev["amount"] <= MAX_AMOUNT):
             return None
-    elif ev.get("type") not in CHARGE_TYPES:
+    elif ev["type"] not in CHARGE_TYPES:
         return None
     try:
         for k in ids:
@@ -378,48 +406,95 @@ def parse_event(payload):
     return ev
 
 
+def raise_alarm(cur, kind, ev, order_id):
+    cur.execute("INSERT INTO order_alarms (event_id, kind, order_id, payment_attempt_id) "
+                "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                (ev["event_id"], kind, order_id, ev["payment_attempt_id"]))
+    say(logging.ERROR, "order needs a person", kind=kind, order_id=str(order_id),
+        payment_attempt_id=ev["payment_attempt_id"], event_id=ev["event_id"])
+
+
 def apply_charge_event(cur, ev):
     """charge.succeeded pays the order and records the refund it will ask
     for; charge.failed of the order's latest attempt makes a second attempt
     (new id and key, another card); every event sets the attempt's last
-    event."""
+    event. The order is the one our own attempt row names, never the
+    event's order_id: anyone can write to the topic, and what proves an
+    event is about our order is our own recorded attempt id."""
     cur.execute("UPDATE order_attempts SET last_event_type = %s WHERE payment_attempt_id = %s "
-                "RETURNING attempt_no", (ev["type"], ev["payment_attempt_id"]))
+                "RETURNING attempt_no, order_id", (ev["type"], ev["payment_attempt_id"]))
     row = cur.fetchone()
     if row is None:
         return  # not one of ours (the results topic is shared)
-    attempt_no = row[0]
+    attempt_no, order_id = row
+    if str(order_id) != ev["order_id"]:
+        say(logging.WARNING, "event names another order than its attempt's; the attempt's "
+            "is used", event_id=ev["event_id"], order_id=str(order_id))
     if ev["type"] == "charge.succeeded":
         cur.execute("UPDATE orders SET paid = true, paid_event_id = %s, paid_attempt_id = %s "
                     "WHERE order_id = %s AND NOT paid RETURNING seq, amount",
-                    (ev["event_id"], ev["payment_attempt_id"], ev["order_id"]))
+                    (ev["event_id"], ev["payment_attempt_id"], order_id))
         paid = cur.fetchone()
-        refund = paid and refund_for(paid[0], paid[1])
+        if paid is None:
+            # Paid already: by this attempt (nothing new), or by another,
+            # and then two attempts took money (one was FAILED, then a
+            # person's review found it succeeded): refund one.
+            cur.execute("SELECT 1 FROM orders WHERE order_id = %s AND paid_attempt_id <> %s",
+                        (order_id, ev["payment_attempt_id"]))
+            if cur.fetchone():
+                raise_alarm(cur, "paid_twice", ev, order_id)
+            return
+        refund = refund_for(paid[0], paid[1])
         if refund:
-            add_refund(cur, ev["order_id"], ev["payment_attempt_id"], *refund)
-    elif ev["type"] == "charge.failed" and attempt_no < MAX_ATTEMPTS:
+            add_refund(cur, order_id, ev["payment_attempt_id"], *refund)
+        return
+    if ev["type"] == "charge.failed":
+        # The attempt that paid the order FAILED after all (a person's
+        # review reversed it): the order is not paid.
+        cur.execute("UPDATE orders SET paid = false, paid_event_id = NULL, paid_attempt_id = "
+                    "NULL WHERE order_id = %s AND paid_attempt_id = %s RETURNING 1",
+                    (order_id, ev["payment_attempt_id"]))
+        if cur.fetchone():
+            raise_alarm(cur, "payment_reversed", ev, order_id)
+            return
+    if ev["type"] == "charge.failed" and attempt_no < MAX_ATTEMPTS:
         # FAILED is the provider's word that no money moved: a new attempt
         # is safe. Never after charge.unknown: that one is polled instead.
         cur.execute("SELECT o.amount, o.currency FROM orders o WHERE o.order_id = %s AND "
                     "NOT o.paid AND NOT EXISTS (SELECT 1 FROM order_attempts a WHERE "
                     "a.order_id = o.order_id AND a.attempt_no > %s) FOR UPDATE",
-                    (ev["order_id"], attempt_no))
+                    (order_id, attempt_no))
         order = cur.fetchone()
         if order:
-            add_attempt(cur, ev["order_id"], attempt_no + 1, order[0], order[1], SECOND_CARD)
+            add_attempt(cur, order_id, attempt_no + 1, order[0], order[1], SECOND_CARD)
 
 
 def apply_refund_event(cur, ev):
-    """refund.succeeded adds its amount to the order's refunded total once
-    per refund (a SUCCEEDED refund takes no later outcome)."""
-    cur.execute("UPDATE order_refunds SET last_event_type = %s, succeeded_event_id = "
-                "CASE WHEN %s = 'refund.succeeded' THEN %s::uuid END "
-                "WHERE refund_id = %s AND succeeded_event_id IS NULL RETURNING order_id",
-                (ev["type"], ev["type"], ev["event_id"], ev["refund_id"]))
+    """refund.succeeded adds the refund's own amount to the order's refunded
+    total once per refund; a refund.failed of a refund counted (a person's
+    review reversed it) takes it back out. The amount and the order are our
+    own refund row's, never the event's."""
+    cur.execute("SELECT order_id, amount, succeeded_event_id IS NOT NULL FROM order_refunds "
+                "WHERE refund_id = %s AND payment_attempt_id = %s FOR UPDATE",
+                (ev["refund_id"], ev["payment_attempt_id"]))
     row = cur.fetchone()
-    if row and ev["type"] == "refund.succeeded":
+    if row is None:
+        return  # not one of ours
+    order_id, amount, counted = row
+    if ev["type"] == "refund.succeeded" and not counted:
+        cur.execute("UPDATE order_refunds SET last_event_type = %s, succeeded_event_id = %s "
+                    "WHERE refund_id = %s", (ev["type"], ev["event_id"], ev["refund_id"]))
         cur.execute("UPDATE orders SET refunded_amount = refunded_amount + %s "
-                    "WHERE order_id = %s", (ev["amount"], row[0]))
+                    "WHERE order_id = %s", (amount, order_id))
+    elif ev["type"] == "refund.failed" and counted:
+        cur.execute("UPDATE order_refunds SET last_event_type = %s, succeeded_event_id = NULL "
+                    "WHERE refund_id = %s", (ev["type"], ev["refund_id"]))
+        cur.execute("UPDATE orders SET refunded_amount = refunded_amount - %s "
+                    "WHERE order_id = %s", (amount, order_id))
+        raise_alarm(cur, "refund_reversed", ev, order_id)
+    elif not counted:
+        cur.execute("UPDATE order_refunds SET last_event_type = %s WHERE refund_id = %s",
+                    (ev["type"], ev["refund_id"]))
 
 
 def apply_batch(conn, messages):
@@ -435,6 +510,10 @@ def apply_batch(conn, messages):
             if ev is None:
                 say(logging.WARNING, "skipping a message that is not a result event",
                     partition=m.partition(), offset=m.offset())
+                head = (m.value() or b"")[:200].decode("utf-8", "replace").replace("\x00", "")
+                cur.execute("INSERT INTO inbox_rejects (topic, kafka_partition, kafka_offset, "
+                            "payload_head) VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                            (m.topic(), m.partition(), m.offset(), head))
                 continue
             cur.execute("INSERT INTO processed_events (event_id, type, payment_attempt_id, "
                         "order_id, refund_id, topic, kafka_partition, kafka_offset) "
@@ -458,6 +537,12 @@ def apply_batch(conn, messages):
     return ends
 
 
+def fatal(err):
+    """A consumer error it never recovers from (librdkafka reports the
+    fatal error itself as _FATAL, not always with fatal() set)."""
+    return err.fatal() or err.code() == KafkaError._FATAL
+
+
 class Inbox:
     """The result events' consumer. Kafka's group assigns partitions; the
     positions are the database's, read on every assignment."""
@@ -466,12 +551,9 @@ class Inbox:
         self.stop = stop
         self.db = Database(env("ORDERS_DATABASE_URL"), "inbox")
         self.topic = env("CHARGE_RESULTS_TOPIC", "payments.charge.results")
-        self.consumer = Consumer({
+        conf = {
             "bootstrap.servers": env("KAFKA_BOOTSTRAP_SERVERS", "localhost:9092"),
             "group.id": env("ORDERS_GROUP_ID", "order-service"),
-            # Static membership: a restarted instance takes its partitions
-            # back at once, without a rebalance of the group.
-            "group.instance.id": env("ORDERS_INSTANCE_ID", socket.gethostname()),
             "session.timeout.ms": int(env("ORDERS_SESSION_TIMEOUT_MS", "10000")),
             "auto.offset.reset": "earliest",
             # Kafka's committed offsets only show lag to operators: they are
@@ -479,7 +561,14 @@ class Inbox:
             "enable.auto.commit": True,
             "enable.auto.offset.store": False,
             "logger": kafka_logger("consumer"),
-        })
+        }
+        # Static membership: a restarted instance takes its partitions back
+        # at once, without a rebalance. Only with an id unique to the
+        # instance (a StatefulSet pod's name): two instances with one id
+        # fence each other out of the group.
+        if os.environ.get("ORDERS_INSTANCE_ID"):
+            conf["group.instance.id"] = os.environ["ORDERS_INSTANCE_ID"]
+        self.consumer = Consumer(conf)
 
     def on_assign(self, consumer, partitions):
         """Seek every assigned partition to the position stored in the
@@ -526,6 +615,8 @@ class Inbox:
             try:
                 msgs = self.consumer.consume(num_messages=BATCH, timeout=1.0)
             except KafkaException as e:
+                if e.args and fatal(e.args[0]):
+                    raise  # this consumer is done for: InboxLoop makes a new one
                 say(logging.WARNING, "inbox: consume failed, waiting", error=str(e)[:300])
                 poll_backoff.wait()
                 continue
@@ -533,6 +624,10 @@ class Inbox:
             for m in msgs:
                 if m.error() is None:
                     batch.append(m)
+                elif fatal(m.error()):
+                    # Fenced (another instance with our ORDERS_INSTANCE_ID),
+                    # or the group gone: this consumer never reads again.
+                    raise KafkaException(m.error())
                 elif m.error().code() != KafkaError._PARTITION_EOF:
                     # Broker away, topic not yet there...: librdkafka
                     # reconnects by itself; we wait a little, not spin.
@@ -567,6 +662,24 @@ class Inbox:
                                                  for (t, p), o in ends.items()])
         except KafkaException:
             pass  # a partition revoked meanwhile: Kafka's copy is advisory only
+
+
+class InboxLoop(threading.Thread):
+    """The inbox, made anew whenever its consumer is done for (fenced,
+    could not be made), until the service stops."""
+
+    def __init__(self, stop):
+        threading.Thread.__init__(self, name="inbox", daemon=True)
+        self.stop = stop
+
+    def run(self):
+        backoff = Backoff(self.stop)
+        while not self.stop.is_set():
+            try:
+                Inbox(self.stop).run()
+            except Exception:  # a consumer done for, or not made: a new one, later
+                log.exception("inbox: unexpected error")
+                backoff.wait()
 
 
 # ---- after a timeout: ask charged, never charge again ----
@@ -617,7 +730,14 @@ class StatusPoller(threading.Thread):
             "AND coalesce(a.next_poll_at, '-infinity') <= now() "
             "ORDER BY a.next_poll_at NULLS FIRST LIMIT 50", (POLL_AFTER_S,)).fetchall()
         for attempt, every, before in rows:
-            status = self.status_of(attempt)  # no transaction open during the call
+            try:
+                status = self.status_of(attempt)  # no transaction open during the call
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                # This attempt's answer failed: asked again later, like the
+                # others, never holding up those behind it.
+                say(logging.WARNING, "status poll failed", payment_attempt_id=str(attempt),
+                    error=str(e)[:200])
+                status = None
             conn.execute("UPDATE order_attempts SET confirmed_status = coalesce(%s, "
                          "confirmed_status), confirmed_at = now(), next_poll_at = now() + "
                          "make_interval(secs => %s), poll_every_ms = least(%s * 2, 30000) "
@@ -654,18 +774,23 @@ def run():
     signal.signal(signal.SIGINT, on_signal)
     say(logging.INFO, "order service starting", results=env("CHARGE_RESULTS_TOPIC", "payments.charge.results"),
         commands=env("CHARGE_COMMANDS_TOPIC", "payments.charge.commands"))
-    threads = [Publisher(stop), StatusPoller(stop)]
+    threads = [Publisher(stop), StatusPoller(stop), InboxLoop(stop)]
     for t in threads:
         t.start()
-    backoff = Backoff(stop)
-    while not stop.is_set():
-        try:
-            Inbox(stop).run()
-        except Exception:  # the consumer could not even be made: again, later
-            log.exception("inbox: unexpected error")
-            backoff.wait()
+    while not stop.wait(1.0):
+        pass
+    # Each loop finishes what it holds; one stuck on a database that does
+    # not answer is left after STOP_GRACE_S. Leaving is safe: an unmarked
+    # send is sent again (same bytes), an uncommitted batch read again.
+    deadline = time.monotonic() + STOP_GRACE_S
     for t in threads:
-        t.join()
+        t.join(max(0.0, deadline - time.monotonic()))
+    stuck = [t.name for t in threads if t.is_alive()]
+    if stuck:
+        say(logging.WARNING, "order service stopped; left unfinished, safe to repeat",
+            threads=stuck)
+        logging.shutdown()
+        os._exit(0)  # a thread blocked in a socket read would hold up the interpreter's exit
     say(logging.INFO, "order service stopped")
     return 0
 

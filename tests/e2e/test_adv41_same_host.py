@@ -12,9 +12,12 @@ exception leaves it). When the second instance leaves (SIGTERM, as in
 test_order_service), the first, still running and never exiting, applies no
 result event again: orders charged at psp-sim are never marked paid.
 
-The test: instance A runs alone and pays the first orders; instance B starts
-on the same host (same default ORDERS_INSTANCE_ID) and is SIGTERMed; more
-orders; charged settles them; A should pay them within a minute."""
+Fixed: no static membership unless ORDERS_INSTANCE_ID is set (two instances
+on one host with the defaults are two dynamic members), and a consumer
+fenced or otherwise done for is made anew. The test gives both instances
+the same ORDERS_INSTANCE_ID, the harder case (a misconfigured pair): A is
+fenced while B runs; B is SIGTERMed; more orders; charged settles them; A
+must pay them all within a minute, never having exited."""
 import os
 import subprocess
 import time
@@ -40,10 +43,9 @@ def scenario(new):
         s.start_worker()
         s.start_reconciler(RECONCILER_SCHEDULE_MS=200, RECONCILER_POLL_MS=100)
         s.start_relay(RELAY_POLL_MS=100)
-        # The defaults: no ORDERS_INSTANCE_ID (the host name), one group.
+        # One ORDERS_INSTANCE_ID for both: each fences the other out.
         env = s.env({"ORDERS_DATABASE_URL": orders_db, "ORDERS_GROUP_ID": "orders-" + s.tag,
-                     "ORDERS_SESSION_TIMEOUT_MS": "6000"})
-        env.pop("ORDERS_INSTANCE_ID", None)
+                     "ORDERS_SESSION_TIMEOUT_MS": "6000", "ORDERS_INSTANCE_ID": "orders-same"})
 
         def cli(*args):
             r = subprocess.run([PYTHON, SERVICE] + list(args), env=env, capture_output=True,
@@ -85,7 +87,8 @@ def scenario(new):
         b, b_log = start("order_service_b")
         e2e.wait_until("the second instance given partitions", lambda: b"partitions assigned"
                        in open(b_log, "rb").read(), 60, 0.2)
-        time.sleep(5)
+        e2e.wait_until("A fenced out by B", lambda: b"inbox: unexpected error"
+                       in open(a_log, "rb").read(), 60, 0.2)
         b.send_signal(15)
         check_eq(b.wait(timeout=30), 0, "the second instance's exit status on SIGTERM")
 

@@ -48,10 +48,12 @@ def scenario(new):
                              stderr=subprocess.STDOUT, start_new_session=True)
         e2e.wait_until("the service applying results", lambda: int(s.psql(
             orders_db, "SELECT count(*) FROM processed_events").split()[0]) >= 10, 90, 0.3)
-        time.sleep(2)
 
         e2e.pg_freeze()
         frozen = True
+        # Not a wait for a condition: long enough that the publisher (one
+        # query a second at the most) is inside a query the frozen server
+        # never answers, the case under test.
         time.sleep(3)
         t0 = time.time()
         p.send_signal(15)
