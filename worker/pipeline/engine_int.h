@@ -183,9 +183,9 @@ void engine_db_failed(engine_t *eng, const char *stage, const char *err);
 void engine_record_attempts(engine_t *eng);
 void engine_claim_attempts(engine_t *eng);
 void engine_persist_outcomes(engine_t *eng);
-/* Writes the waiting provider calls: 0, or -1 when the database could not
- * take them now. */
-int engine_flush_call_log(engine_t *eng);
+/* Writes the waiting provider calls: CHARGED_OK, or CHARGED_RETRY when the
+ * database could not take them now. */
+enum charged_rc engine_flush_call_log(engine_t *eng);
 void engine_renew_leases(engine_t *eng);
 /* Lets go of the lease of a job we will not finish. */
 void engine_release_lease(engine_t *eng, struct job *j);

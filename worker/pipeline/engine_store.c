@@ -46,31 +46,35 @@ struct stage {
     const char *name;         /* log lines ("stage"), engine_db_failed */
     const char *refused_what; /* stage_dead_letter's "the database refused the %s" */
     size_t item_size;
-    int (*statement)(engine_t *eng, void *items, size_t n, struct charged_error *err);
+    enum charged_rc (*statement)(engine_t *eng, void *items, size_t n,
+                                 struct charged_error *err);
     void (*apply)(engine_t *eng, struct job *j, const void *item);
-    int (*refused)(engine_t *eng, const struct stage *st, struct job *j, void *item,
-                   struct charged_error *err);
-    int (*locked)(engine_t *eng, const struct stage *st, struct job *j, void *item);
+    enum charged_rc (*refused)(engine_t *eng, const struct stage *st, struct job *j,
+                               void *item, struct charged_error *err);
+    enum charged_rc (*locked)(engine_t *eng, const struct stage *st, struct job *j,
+                              void *item);
 };
 
 /* The statement over the batch, then, when it succeeded, each item's
  * result on its job. */
-static int stage_batch(engine_t *eng, const struct stage *st, struct job **js,
-                       void *items, size_t n, struct charged_error *err)
+static enum charged_rc stage_batch(engine_t *eng, const struct stage *st,
+                                   struct job **js, void *items, size_t n,
+                                   struct charged_error *err)
 {
     CHARGED_ASSERT(n > 0 && st->item_size > 0);
     CHARGED_ASSERT(st->statement != NULL && st->apply != NULL);
-    int rc = st->statement(eng, items, n, err);
+    enum charged_rc rc = st->statement(eng, items, n, err);
     for (size_t i = 0; rc == CHARGED_OK && i < n; i++)
         st->apply(eng, js[i], (const char *)items + i * st->item_size);
     return rc;
 }
 
-static int stage_alone(engine_t *eng, const struct stage *st, struct job **j,
-                       void *item, struct charged_error *err)
+static enum charged_rc stage_alone(engine_t *eng, const struct stage *st,
+                                   struct job **j, void *item,
+                                   struct charged_error *err)
 {
     CHARGED_ASSERT(st->item_size > 0 && *j != NULL);
-    int rc = stage_batch(eng, st, j, item, 1, err);
+    enum charged_rc rc = stage_batch(eng, st, j, item, 1, err);
     if (rc == CHARGED_BAD_ITEM)
         rc = st->refused(eng, st, *j, item, err);
     if (rc == CHARGED_WAIT)
@@ -81,10 +85,11 @@ static int stage_alone(engine_t *eng, const struct stage *st, struct job **j,
 /* The batch in one statement; when the database refuses one of its values
  * or another session's lock holds one of its rows, each item alone, so that
  * one bad or held item never holds the others. */
-static int stage_run_kind(engine_t *eng, const struct stage *st, struct job **js,
-                          void *items, size_t n, struct charged_error *err)
+static enum charged_rc stage_run_kind(engine_t *eng, const struct stage *st,
+                                      struct job **js, void *items, size_t n,
+                                      struct charged_error *err)
 {
-    int rc = n ? stage_batch(eng, st, js, items, n, err) : CHARGED_OK;
+    enum charged_rc rc = n ? stage_batch(eng, st, js, items, n, err) : CHARGED_OK;
     CHARGED_ASSERT(st->item_size > 0);
     if (rc != CHARGED_BAD_ITEM && rc != CHARGED_WAIT)
         return rc;
@@ -112,10 +117,11 @@ static int max_kind(struct job *const *js, size_t n)
  * writes its own tables in its own statements, so a failure of one kind's
  * statement after another kind's committed would have the committed ones
  * run again alone (a claim just taken then reads as someone's lease). */
-static int stage_run(engine_t *eng, const struct stage *st, struct job **js,
-                     void *items, size_t n, struct charged_error *err)
+static enum charged_rc stage_run(engine_t *eng, const struct stage *st, struct job **js,
+                                 void *items, size_t n, struct charged_error *err)
 {
-    int kinds = max_kind(js, n) + 1, rc = CHARGED_OK;
+    int kinds = max_kind(js, n) + 1;
+    enum charged_rc rc = CHARGED_OK;
     if (kinds == 1)
         return stage_run_kind(eng, st, js, items, n, err);
     struct job **sjs = calloc(n, sizeof(*sjs));
@@ -146,8 +152,8 @@ static int stage_run(engine_t *eng, const struct stage *st, struct job **js,
 /* A stage's locked: the job's item met another session's uncommitted
  * change (its statement hit lock_timeout): it alone waits, with a back-off,
  * and tries again. */
-static int stage_lock_wait(engine_t *eng, const struct stage *st, struct job *j,
-                           void *item)
+static enum charged_rc stage_lock_wait(engine_t *eng, const struct stage *st,
+                                       struct job *j, void *item)
 {
     (void)item;
     CHARGED_ASSERT(st->name != NULL);
@@ -160,8 +166,9 @@ static int stage_lock_wait(engine_t *eng, const struct stage *st, struct job *j,
 /* A stage's refused: a message the database refuses even on its own is a
  * dead letter, so that its partition moves on. The line names the
  * SQLSTATE, never a value. */
-static int stage_dead_letter(engine_t *eng, const struct stage *st, struct job *j,
-                             void *item, struct charged_error *err)
+static enum charged_rc stage_dead_letter(engine_t *eng, const struct stage *st,
+                                         struct job *j, void *item,
+                                         struct charged_error *err)
 {
     (void)item;
     CHARGED_ASSERT(st->refused_what != NULL);
@@ -173,7 +180,7 @@ static int stage_dead_letter(engine_t *eng, const struct stage *st, struct job *
 
 /* The database's state after a stage's turn: a failure that may pass
  * (CHARGED_RETRY) holds the stages back; anything else is an answer. */
-static void stage_reported(engine_t *eng, const struct stage *st, int rc,
+static void stage_reported(engine_t *eng, const struct stage *st, enum charged_rc rc,
                            const struct charged_error *err)
 {
     CHARGED_ASSERT(st->name != NULL && err != NULL);
@@ -218,8 +225,8 @@ static void apply_record(engine_t *eng, struct job *j, const void *item)
 
 /* The operation's record: each command's record created or read back (a
  * new one claimed with it, under lease_ms). */
-static int record_statement(engine_t *eng, void *items, size_t n,
-                            struct charged_error *err)
+static enum charged_rc record_statement(engine_t *eng, void *items, size_t n,
+                                        struct charged_error *err)
 {
     return eng->op->record(eng->op_state, items, n, eng->lease_ms, err);
 }
@@ -264,7 +271,7 @@ void engine_record_attempts(engine_t *eng)
         }
     }
     CHARGED_ASSERT(k + held <= n && held <= HELD_PER_TURN);
-    int rc = stage_run(eng, &record_stage, js, items, k, &err);
+    enum charged_rc rc = stage_run(eng, &record_stage, js, items, k, &err);
     for (size_t h = 0; rc == CHARGED_OK && h < held; h++)
         rc = stage_alone(eng, &record_stage, &js[n - 1 - h], &items[n - 1 - h], &err);
     stage_reported(eng, &record_stage, rc, &err);
@@ -296,8 +303,8 @@ static void apply_claim(engine_t *eng, struct job *j, const void *item)
 
 /* The operation's claim: each record's lease taken for lease_ms, or what
  * holds it. */
-static int claim_statement(engine_t *eng, void *items, size_t n,
-                           struct charged_error *err)
+static enum charged_rc claim_statement(engine_t *eng, void *items, size_t n,
+                                       struct charged_error *err)
 {
     return eng->op->claim(eng->op_state, items, n, eng->lease_ms, err);
 }
@@ -342,7 +349,7 @@ void engine_claim_attempts(engine_t *eng)
         }
     }
     CHARGED_ASSERT(k <= n); /* the batch never outgrows what was counted */
-    int rc = stage_run(eng, &claim_stage, js, items, k, &err);
+    enum charged_rc rc = stage_run(eng, &claim_stage, js, items, k, &err);
     stage_reported(eng, &claim_stage, rc, &err);
 out:
     free(items);
@@ -396,8 +403,8 @@ void engine_log_call(engine_t *eng, struct job *j, const struct provider_result 
     CHARGED_ASSERT(eng->call_log_len <= eng->call_log_cap);
 }
 
-static int log_calls_batch(engine_t *eng, struct call_entry *const *e, size_t n,
-                           struct charged_error *err)
+static enum charged_rc log_calls_batch(engine_t *eng, struct call_entry *const *e,
+                                       size_t n, struct charged_error *err)
 {
     CHARGED_ASSERT(n > 0);
     struct engine_call *calls = calloc(n, sizeof(*calls));
@@ -412,7 +419,7 @@ static int log_calls_batch(engine_t *eng, struct call_entry *const *e, size_t n,
         calls[i].res = &e[i]->res;
         calls[i].written_maybe = e[i]->written_maybe;
     }
-    int rc = eng->op->log_calls(eng->op_state, calls, n, err);
+    enum charged_rc rc = eng->op->log_calls(eng->op_state, calls, n, err);
     for (size_t i = 0; rc == CHARGED_RETRY && i < n; i++)
         e[i]->written_maybe = 1;
     free(calls);
@@ -420,91 +427,92 @@ static int log_calls_batch(engine_t *eng, struct call_entry *const *e, size_t n,
 }
 
 /* One call entry alone: written (or refused, and dropped with a log line:
- * 1), held by another session's lock (kept, with a back-off: 0), or the
- * database failed (-1). */
-static int log_call_alone(engine_t *eng, struct call_entry *e,
-                          struct charged_error *err)
+ * CHARGED_OK), held by another session's lock (kept, with a back-off:
+ * CHARGED_WAIT), or the database failed (CHARGED_RETRY). */
+static enum charged_rc log_call_alone(engine_t *eng, struct call_entry *e,
+                                      struct charged_error *err)
 {
-    int rc = log_calls_batch(eng, &e, 1, err);
+    enum charged_rc rc = log_calls_batch(eng, &e, 1, err);
     if (rc == CHARGED_RETRY)
-        return -1;
+        return CHARGED_RETRY;
     if (rc == CHARGED_WAIT) {
         e->lock_waits++;
         e->next_at = clock_now_ms() + retry_backoff_ms(eng->core.policy.retry_base_ms,
                                                        eng->core.policy.retry_max_ms,
                                                        e->lock_waits, 0);
-        return 0;
+        return CHARGED_WAIT;
     }
     if (rc == CHARGED_BAD_ITEM)
         log_error("provider call not recorded: the database refused it", e->id_field,
                   e->id, "order_id", e->order_id, "traceparent",
                   e->traceparent[0] ? e->traceparent : NULL, "sqlstate", err->code,
                   NULL);
-    return 1;
+    return CHARGED_OK;
 }
 
-/* Writes the waiting provider calls. 0 when nothing is left waiting but
+/* Writes the waiting provider calls. CHARGED_OK when nothing is left waiting but
  * calls another session's lock holds (a foreign-key check waits on a row
  * locked FOR UPDATE): those are tried again alone, HELD_PER_TURN at most a
  * turn, after a back-off, and hold nothing else up (their attempts' own
- * outcomes wait on the same lock). -1 when the database could not take them
+ * outcomes wait on the same lock). CHARGED_RETRY when the database could not take them
  * now (then nothing else is written either: the outage is the same). A row
  * the database refuses on its own is dropped with a log line. */
-int engine_flush_call_log(engine_t *eng)
+enum charged_rc engine_flush_call_log(engine_t *eng)
 {
     struct charged_error err;
     size_t n = eng->call_log_len, nfresh = 0, held_tries = 0, kept = 0;
     int64_t now = clock_now_ms();
-    int rc = 0;
+    enum charged_rc rc = CHARGED_OK;
     if (n == 0)
-        return 0;
+        return CHARGED_OK;
     if (!engine_db_ready(eng))
-        return -1;
+        return CHARGED_RETRY;
     struct call_entry **fresh = calloc(n, sizeof(*fresh));
     char *done = calloc(n, 1);
     if (!fresh || !done) {
         free(fresh);
         free(done);
-        return -1;
+        return CHARGED_RETRY;
     }
     /* One batch per kind: a kind's statement that fails after another
      * kind's committed must not have those written again. A kind's batch
-     * not run (-1) leaves its entries for the next flush. */
-    int kinds = 1, brc[8];
+     * not run (CHARGED_RETRY) leaves its entries for the next flush. */
+    int kinds = 1;
+    enum charged_rc brc[8];
     for (size_t i = 0; i < n; i++)
         if (eng->call_log[i].kind >= kinds)
             kinds = eng->call_log[i].kind + 1;
     if (kinds > (int)(sizeof(brc) / sizeof(brc[0]))) {
-        rc = -1;
+        rc = CHARGED_RETRY;
         charged_error_set(&err, "provider calls of %d kinds", kinds);
         goto out;
     }
     for (int k = 0; k < kinds; k++)
-        brc[k] = -1;
-    for (int k = 0; k < kinds && rc == 0; k++) {
+        brc[k] = CHARGED_RETRY;
+    for (int k = 0; k < kinds && rc == CHARGED_OK; k++) {
         nfresh = 0;
         for (size_t i = 0; i < n; i++)
             if (eng->call_log[i].lock_waits == 0 && eng->call_log[i].kind == k)
                 fresh[nfresh++] = &eng->call_log[i];
         brc[k] = nfresh ? log_calls_batch(eng, fresh, nfresh, &err) : CHARGED_OK;
         if (brc[k] == CHARGED_RETRY)
-            rc = -1;
+            rc = CHARGED_RETRY;
     }
     for (size_t i = 0; i < n; i++)
         done[i] = eng->call_log[i].lock_waits == 0 &&
                   brc[eng->call_log[i].kind] == CHARGED_OK;
-    for (size_t i = 0; i < n && rc == 0; i++) {
+    for (size_t i = 0; i < n && rc == CHARGED_OK; i++) {
         struct call_entry *e = &eng->call_log[i];
-        int alone;
+        enum charged_rc alone;
         if (done[i])
             continue;
         if (e->lock_waits > 0 && (e->next_at > now || held_tries++ >= HELD_PER_TURN))
             continue;
-        if ((alone = log_call_alone(eng, e, &err)) < 0) {
-            rc = -1;
+        if ((alone = log_call_alone(eng, e, &err)) == CHARGED_RETRY) {
+            rc = CHARGED_RETRY;
             break;
         }
-        done[i] = alone == 1;
+        done[i] = alone == CHARGED_OK;
     }
 out:
     for (size_t i = 0; i < n; i++)
@@ -514,7 +522,7 @@ out:
     CHARGED_ASSERT(kept <= n);
     free(fresh);
     free(done);
-    if (rc < 0)
+    if (rc != CHARGED_OK)
         engine_db_failed(eng, "log provider calls", err.message);
     return rc;
 }
@@ -551,8 +559,8 @@ static void apply_persist(engine_t *eng, struct job *j, const void *item)
 }
 
 /* The operation's persist: each outcome written under its claim's epoch. */
-static int persist_statement(engine_t *eng, void *items, size_t n,
-                             struct charged_error *err)
+static enum charged_rc persist_statement(engine_t *eng, void *items, size_t n,
+                                         struct charged_error *err)
 {
     return eng->op->persist(eng->op_state, items, n, err);
 }
@@ -562,8 +570,8 @@ static int persist_statement(engine_t *eng, void *items, size_t n,
  * FAILED: REQUIRES_REVIEW, with nothing from outside but the outcome's name.
  * If even that is refused, the job ends and the lease is left to expire; a
  * later owner or the reconciler takes the attempt from there. */
-static int persist_for_review(engine_t *eng, const struct stage *st, struct job *j,
-                              struct charged_error *err)
+static enum charged_rc persist_for_review(engine_t *eng, const struct stage *st,
+                                          struct job *j, struct charged_error *err)
 {
     CHARGED_ASSERT(j->state == JOB_PERSIST && j->lease_epoch > 0);
     char reason[256], evidence[160];
@@ -586,7 +594,7 @@ static int persist_for_review(engine_t *eng, const struct stage *st, struct job 
     log_error("the database refused an outcome; settling it for review", JOB_FIELDS(j),
               "outcome", provider_outcome_name(j->res.outcome), "sqlstate", err->code,
               NULL);
-    int rc = stage_batch(eng, st, &j, &o, 1, err);
+    enum charged_rc rc = stage_batch(eng, st, &j, &o, 1, err);
     if (rc == CHARGED_BAD_ITEM) {
         log_error("the database refused the review outcome too; lease left to expire",
                   JOB_FIELDS(j), "sqlstate", err->code, NULL);
@@ -596,16 +604,17 @@ static int persist_for_review(engine_t *eng, const struct stage *st, struct job 
     return rc;
 }
 
-static int persist_refused(engine_t *eng, const struct stage *st, struct job *j,
-                           void *item, struct charged_error *err)
+static enum charged_rc persist_refused(engine_t *eng, const struct stage *st,
+                                       struct job *j, void *item,
+                                       struct charged_error *err)
 {
     (void)item;
     return persist_for_review(eng, st, j, err);
 }
 
 /* Held, as a locked row is: it waits, the rest goes on. */
-static int persist_locked(engine_t *eng, const struct stage *st, struct job *j,
-                          void *item)
+static enum charged_rc persist_locked(engine_t *eng, const struct stage *st,
+                                      struct job *j, void *item)
 {
     (void)st;
     struct engine_outcome *o = item;
@@ -645,7 +654,7 @@ void engine_persist_outcomes(engine_t *eng)
         return;
     /* The calls first: support must see every call of a settled attempt,
      * and if the database cannot take them it cannot take outcomes now. */
-    if (engine_flush_call_log(eng) != 0)
+    if (engine_flush_call_log(eng) != CHARGED_OK)
         return;
     struct engine_outcome *items = calloc(n, sizeof(*items));
     struct job **js = calloc(n, sizeof(*js));
@@ -677,7 +686,7 @@ void engine_persist_outcomes(engine_t *eng)
         k++;
     }
     CHARGED_ASSERT(k <= n); /* the batch never outgrows what was counted */
-    int rc = stage_run(eng, &persist_stage, js, items, k, &err);
+    enum charged_rc rc = stage_run(eng, &persist_stage, js, items, k, &err);
     stage_reported(eng, &persist_stage, rc, &err);
     if (rc != CHARGED_RETRY && k > 0)
         FAILPOINT("after_persist");
