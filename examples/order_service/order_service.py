@@ -444,7 +444,11 @@ def apply_charge_event(cur, ev):
             if cur.fetchone():
                 raise_alarm(cur, "paid_twice", ev, order_id)
             return
-        refund = refund_for(paid[0], paid[1])
+        # The refund is decided once per order: a payment reversed and then
+        # restored by charged's reviews pays the order again, never refunds
+        # it again.
+        cur.execute("SELECT 1 FROM order_refunds WHERE order_id = %s", (order_id,))
+        refund = None if cur.fetchone() else refund_for(paid[0], paid[1])
         if refund:
             add_refund(cur, order_id, ev["payment_attempt_id"], *refund)
         return
@@ -643,12 +647,25 @@ class Inbox:
     def apply(self, batch):
         """Applies one batch, retrying it whole after a database failure.
         On a stop the batch is dropped unapplied: its positions did not move,
-        so whoever reads next reads it again."""
+        so whoever reads next reads it again. A value the database refuses
+        (a constraint, a bad value) fails the same way every time: then each
+        message is applied alone, and the one refused alone is kept in
+        inbox_rejects, raised as an alarm line and passed, so that it never
+        holds up the events behind it."""
         backoff = Backoff(self.stop)
         while True:
             try:
                 ends = apply_batch(self.db.connect(), batch)
                 break
+            except (psycopg.errors.IntegrityError, psycopg.errors.DataError):
+                ends = self.apply_alone(batch)
+                if ends is not None:
+                    break
+                # The database failed meanwhile: all of it again (what
+                # committed alone is deduplicated by its event_id).
+                if self.stop.is_set():
+                    return
+                backoff.wait()
             except psycopg.Error as e:
                 say(logging.WARNING, "inbox: batch not applied, retrying",
                     error=str(e)[:300], messages=len(batch))
@@ -662,6 +679,24 @@ class Inbox:
                                                  for (t, p), o in ends.items()])
         except KafkaException:
             pass  # a partition revoked meanwhile: Kafka's copy is advisory only
+
+    def apply_alone(self, batch):
+        """Each message of a batch the database refused, alone; None when the
+        database failed otherwise meanwhile (the caller tries the batch again)."""
+        ends = {}
+        for m in batch:
+            conn = self.db.connect()
+            try:
+                ends.update(apply_batch(conn, [m]))
+            except (psycopg.errors.IntegrityError, psycopg.errors.DataError) as e:
+                reject_message(conn, m, str(e))
+                ends[(m.topic(), m.partition())] = m.offset() + 1
+            except psycopg.Error as e:
+                say(logging.WARNING, "inbox: batch not applied, reading it again",
+                    error=str(e)[:300])
+                self.db.close()
+                return None
+        return ends
 
 
 class InboxLoop(threading.Thread):
@@ -680,6 +715,22 @@ class InboxLoop(threading.Thread):
             except Exception:  # a consumer done for, or not made: a new one, later
                 log.exception("inbox: unexpected error")
                 backoff.wait()
+
+
+def reject_message(conn, m, why):
+    """Keeps a message the database refused to apply, and moves its
+    partition's position past it, in one transaction."""
+    head = (m.value() or b"")[:200].decode("utf-8", "replace").replace("\x00", "")
+    with conn.transaction():
+        conn.execute("INSERT INTO inbox_rejects (topic, kafka_partition, kafka_offset, "
+                     "payload_head) VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                     (m.topic(), m.partition(), m.offset(), head))
+        conn.execute("INSERT INTO consumer_positions (topic, kafka_partition, next_offset) "
+                     "VALUES (%s, %s, %s) ON CONFLICT (topic, kafka_partition) DO UPDATE "
+                     "SET next_offset = GREATEST(consumer_positions.next_offset, "
+                     "EXCLUDED.next_offset)", (m.topic(), m.partition(), m.offset() + 1))
+    say(logging.ERROR, "result event refused by the database, kept in inbox_rejects",
+        partition=m.partition(), offset=m.offset(), error=why[:300])
 
 
 # ---- after a timeout: ask charged, never charge again ----

@@ -14,4 +14,6 @@ def refund_for(seq, amount):
         return None
     if seq % (2 * REFUND_EVERY) == 0:
         return amount, "requested_by_customer"
+    if amount // 2 == 0:
+        return None  # half of 1 minor unit is nothing to refund
     return amount // 2, "duplicate"

@@ -18,6 +18,9 @@ are what a consumer hands over).
 - Unreadable messages (a type that is not a string, a nest too deep for
   the JSON parser) are kept in inbox_rejects and passed, never raised.
 - Events of attempts and refunds that are not ours change nothing.
+- An event whose effect the database refuses fails its batch every time:
+  the inbox applies each message alone, keeps the refused one in
+  inbox_rejects and passes it, and applies the rest.
 
 Runs with deploy/.tools' python (psycopg); started by another python it
 runs itself again with that one."""
@@ -182,6 +185,38 @@ def scenario(conn):
     check_eq(q("SELECT count(*) FROM inbox_rejects"), [(3,)], "unreadable messages kept")
     check_eq(q("SELECT next_offset FROM consumer_positions"), [(feed.offset,)],
              "the position past every message")
+
+    # An event whose effect the database refuses (here: a refund policy
+    # that asks for 0, past order_refunds' CHECK) fails its batch every
+    # time: each message goes alone, the refused one is kept and passed,
+    # the others applied (adversary 41b: a 1-cent order's half refund).
+    class Consumer:
+        def store_offsets(self, offsets):
+            pass
+    inbox = svc.Inbox.__new__(svc.Inbox)
+    inbox.stop, inbox.consumer = svc.threading.Event(), Consumer()
+    inbox.db = svc.Database(os.environ["ORDERS_DATABASE_URL"], "test")
+    svc.place_orders(2)
+    (o4, a4), (o5, a5) = q("SELECT o.order_id, a.payment_attempt_id FROM orders o JOIN "
+                           "order_attempts a USING (order_id) ORDER BY o.seq DESC LIMIT 2")
+    conn.commit()
+    policy = svc.refund_for
+    svc.refund_for = lambda seq, amount: (0, "duplicate") if seq % 2 else None
+    try:
+        batch = [Message(json.dumps(event("charge.succeeded", a, o)).encode(), feed.offset + i)
+                 for i, (a, o) in enumerate([(a4, o4), (a5, o5)])]
+        feed.offset += len(batch)
+        inbox.apply(batch)
+    finally:
+        svc.refund_for = policy
+        inbox.db.close()
+    paid_now = set(o for o, in q("SELECT order_id FROM orders WHERE order_id IN (%s, %s) "
+                                 "AND paid", o4, o5))
+    check_eq(len(paid_now), 1, "orders paid of the two (one refused alone)")
+    check_eq(q("SELECT count(*) FROM inbox_rejects"), [(4,)],
+             "messages kept: the unreadable ones and the refused one")
+    check_eq(q("SELECT next_offset FROM consumer_positions"), [(feed.offset,)],
+             "the position past the refused message too")
 
 
 if __name__ == "__main__":
