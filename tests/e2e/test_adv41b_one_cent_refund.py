@@ -104,7 +104,13 @@ def scenario(new):
         deadline = time.time() + e2e.scaled(60)
         while time.time() < deadline:
             at_psp, paid = paid_vs_psp()
-            if at_psp == paid and charged_settled():
+            # Settled on both sides: every attempt the service made has its
+            # outcome applied (a second attempt after a decline is made, sent
+            # and charged after the first's event), so nothing more can be
+            # charged while we compare.
+            if at_psp == paid and charged_settled() and q(
+                    "SELECT count(*) FROM order_attempts WHERE last_event_type IS NULL "
+                    "OR last_event_type = 'charge.unknown'") == [["0"]]:
                 break
             time.sleep(0.5)
         at_psp, paid = paid_vs_psp()

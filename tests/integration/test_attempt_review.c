@@ -11,6 +11,7 @@
  * attempt, order and intent id. */
 #include <check.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -451,6 +452,7 @@ struct racer {
     int force;
     pthread_barrier_t *go;
     struct attempt_review_result res;
+    atomic_int done; /* set when its resolution returned */
 };
 
 static void *race(void *arg)
@@ -464,6 +466,7 @@ static void *race(void *arg)
         pthread_barrier_wait(r->go);
     attempt_review_resolve(r->o.conn, r->o.st, r->o.pc, 0, KEY_RETENTION_MS, &rq,
                            &r->res);
+    atomic_store(&r->done, 1);
     return NULL;
 }
 
@@ -532,11 +535,15 @@ START_TEST(changed_while_the_provider_was_asked)
     ck_assert_int_eq(pthread_create(&t, NULL, race, &r), 0);
     /* It has read the attempt once its search waits at psp-sim (a wait on
      * the condition: a fixed sleep lost the race under ASan on a loaded
-     * machine, the racer settling first). */
-    for (int i = 0; i < 1000 && !request_waiting_at(sim.port); i++)
+     * machine, the racer settling first). 30 s at most: 5 s ran out once
+     * with three test sets on two cores. */
+    for (int i = 0; i < 6000 && !request_waiting_at(sim.port) && !atomic_load(&r.done);
+         i++)
         usleep(5 * 1000);
     ck_assert_msg(request_waiting_at(sim.port),
-                  "the racer's look-up never reached psp-sim");
+                  "the racer's look-up never reached psp-sim (racer %s: %s)",
+                  atomic_load(&r.done) ? "done" : "still running",
+                  atomic_load(&r.done) ? r.res.message : "");
     struct attempt_settlement s = {.attempt_id = id,
                                    .lease_epoch = -1,
                                    .expected = ATTEMPT_STATUS_REQUIRES_REVIEW,
