@@ -25,10 +25,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 import uuid
 
 import charged_e2e as e2e
+import order_service_e2e as oe
 from charged_e2e import check, check_eq
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -67,18 +67,10 @@ def scenario(new):
                              stderr=subprocess.STDOUT, start_new_session=True)
 
         def paid_vs_psp():
-            ours = dict(q("SELECT payment_attempt_id, order_id FROM order_attempts"))
-            at_psp = set(ours[c["payment_attempt_id"]] for c in s.ledger()
-                         if c["outcome"] == "succeeded" and c["payment_attempt_id"] in ours)
-            paid = set(o for o, in q("SELECT order_id FROM orders WHERE paid"))
-            return at_psp, paid
+            return oe.paid_vs_psp(s, orders_db)
 
         def charged_settled():
-            r = s.query("SELECT (SELECT count(*) FROM payment_attempts WHERE status NOT IN "
-                        "('SUCCEEDED','FAILED','REJECTED','REQUIRES_REVIEW')), (SELECT "
-                        "count(*) FROM outbox WHERE published_at IS NULL)")[0]
-            return r == ["0", "0"] and q("SELECT count(*) FROM outbox WHERE sent_at IS NULL") \
-                == [["0"]]
+            return oe.charged_settled(s, orders_db)
 
         # 1. Before the poison: the service pays what psp-sim charged.
         cli("place-orders", "--count", "10")
@@ -100,21 +92,8 @@ def scenario(new):
         e2e.wait_until("charged settled the new orders", lambda: charged_settled() and len(
             q("SELECT order_id FROM order_attempts")) >= 40, 120, 0.3)
 
-
         # 4. The service should apply every result event behind the poison.
-        deadline = time.time() + e2e.scaled(60)
-        while time.time() < deadline:
-            at_psp, paid = paid_vs_psp()
-            # Settled on both sides: every attempt the service made has its
-            # outcome applied (a second attempt after a decline is made, sent
-            # and charged after the first's event), so nothing more can be
-            # charged while we compare.
-            if at_psp == paid and charged_settled() and q(
-                    "SELECT count(*) FROM order_attempts WHERE last_event_type IS NULL "
-                    "OR last_event_type = 'charge.unknown'") == [["0"]]:
-                break
-            time.sleep(0.5)
-        at_psp, paid = paid_vs_psp()
+        at_psp, paid = oe.wait_paid_as_charged(s, orders_db)
         loops = open(log_path, "rb").read().count(b"inbox: unexpected error")
         e2e.log("orders charged at psp-sim %d, paid in the service %d, inbox restarts %d" % (
             len(at_psp), len(paid), loops))

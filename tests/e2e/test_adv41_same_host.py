@@ -20,9 +20,9 @@ fenced while B runs; B is SIGTERMed; more orders; charged settles them; A
 must pay them all within a minute, never having exited."""
 import os
 import subprocess
-import time
 
 import charged_e2e as e2e
+import order_service_e2e as oe
 from charged_e2e import check, check_eq
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -64,18 +64,10 @@ def scenario(new):
             return p, path
 
         def paid_vs_psp():
-            ours = dict(q("SELECT payment_attempt_id, order_id FROM order_attempts"))
-            at_psp = set(ours[c["payment_attempt_id"]] for c in s.ledger()
-                         if c["outcome"] == "succeeded" and c["payment_attempt_id"] in ours)
-            paid = set(o for o, in q("SELECT order_id FROM orders WHERE paid"))
-            return at_psp, paid
+            return oe.paid_vs_psp(s, orders_db)
 
         def charged_settled():
-            r = s.query("SELECT (SELECT count(*) FROM payment_attempts WHERE status NOT IN "
-                        "('SUCCEEDED','FAILED','REJECTED','REQUIRES_REVIEW')), (SELECT "
-                        "count(*) FROM outbox WHERE published_at IS NULL)")[0]
-            return r == ["0", "0"] and q("SELECT count(*) FROM outbox WHERE sent_at IS NULL") \
-                == [["0"]]
+            return oe.charged_settled(s, orders_db)
 
         cli("init")
         a, a_log = start("order_service_a")
@@ -95,19 +87,7 @@ def scenario(new):
         cli("place-orders", "--count", "30")
         e2e.wait_until("charged settled the new orders", lambda: charged_settled() and len(
             q("SELECT order_id FROM order_attempts")) >= 40, 120, 0.3)
-        deadline = time.time() + e2e.scaled(60)
-        while time.time() < deadline:
-            at_psp, paid = paid_vs_psp()
-            # Settled on both sides: every attempt the service made has its
-            # outcome applied (a second attempt after a decline is made, sent
-            # and charged after the first's event), so nothing more can be
-            # charged while we compare.
-            if at_psp == paid and charged_settled() and q(
-                    "SELECT count(*) FROM order_attempts WHERE last_event_type IS NULL "
-                    "OR last_event_type = 'charge.unknown'") == [["0"]]:
-                break
-            time.sleep(0.5)
-        at_psp, paid = paid_vs_psp()
+        at_psp, paid = oe.wait_paid_as_charged(s, orders_db)
         e2e.log("orders charged at psp-sim %d, paid in the service %d" % (len(at_psp), len(paid)))
         check(a.poll() is None, "instance A exited on its own: %r" % a.poll())
         check_eq(sorted(at_psp - paid), [], "orders charged at psp-sim never paid in the service")

@@ -20,9 +20,9 @@ order psp-sim charged as paid within a minute. It does not."""
 import json
 import os
 import subprocess
-import time
 
 import charged_e2e as e2e
+import order_service_e2e as oe
 from charged_e2e import check, check_eq
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -77,18 +77,10 @@ def scenario(new):
                              stderr=subprocess.STDOUT, start_new_session=True)
 
         def paid_vs_psp():
-            ours = dict(q("SELECT payment_attempt_id, order_id FROM order_attempts"))
-            at_psp = set(ours[c["payment_attempt_id"]] for c in s.ledger()
-                         if c["outcome"] == "succeeded" and c["payment_attempt_id"] in ours)
-            paid = set(o for o, in q("SELECT order_id FROM orders WHERE paid"))
-            return at_psp, paid
+            return oe.paid_vs_psp(s, orders_db)
 
         def charged_settled():
-            r = s.query("SELECT (SELECT count(*) FROM payment_attempts WHERE status NOT IN "
-                        "('SUCCEEDED','FAILED','REJECTED','REQUIRES_REVIEW')), (SELECT "
-                        "count(*) FROM outbox WHERE published_at IS NULL)")[0]
-            return r == ["0", "0"] and q("SELECT count(*) FROM outbox WHERE sent_at IS NULL") \
-                == [["0"]]
+            return oe.charged_settled(s, orders_db)
 
         # 1. Ten orders of one cent (valid amounts), then thirty ordinary ones.
         r = subprocess.run([PYTHON, "-c", PLACE_CENT_ORDERS, SERVICE_DIR, "10"], env=env,
@@ -101,19 +93,7 @@ def scenario(new):
             q("SELECT order_id FROM order_attempts")) >= 40, 150, 0.3)
 
         # 3. The service should mark every order psp-sim charged as paid.
-        deadline = time.time() + e2e.scaled(60)
-        while time.time() < deadline:
-            at_psp, paid = paid_vs_psp()
-            # Settled on both sides: every attempt the service made has its
-            # outcome applied (a second attempt after a decline is made, sent
-            # and charged after the first's event), so nothing more can be
-            # charged while we compare.
-            if at_psp == paid and charged_settled() and q(
-                    "SELECT count(*) FROM order_attempts WHERE last_event_type IS NULL "
-                    "OR last_event_type = 'charge.unknown'") == [["0"]]:
-                break
-            time.sleep(0.5)
-        at_psp, paid = paid_vs_psp()
+        at_psp, paid = oe.wait_paid_as_charged(s, orders_db)
         retries = open(log_path, "rb").read().count(b"inbox: batch not applied, retrying")
         e2e.log("orders charged at psp-sim %d, paid in the service %d, batch retries %d" % (
             len(at_psp), len(paid), retries))

@@ -1,0 +1,44 @@
+"""What the order service's e2e tests share: its database's rows against
+charged's and psp-sim's (tests/e2e/test_adv41*.py)."""
+import time
+
+import charged_e2e as e2e
+
+
+def rows(s, orders_db, sql):
+    return [l.split("|") for l in s.psql(orders_db, sql).split()]
+
+
+def paid_vs_psp(s, orders_db):
+    """(orders psp-sim charged, orders the service marks paid), as sets."""
+    ours = dict(rows(s, orders_db, "SELECT payment_attempt_id, order_id FROM order_attempts"))
+    at_psp = set(ours[c["payment_attempt_id"]] for c in s.ledger()
+                 if c["outcome"] == "succeeded" and c["payment_attempt_id"] in ours)
+    paid = set(o for o, in rows(s, orders_db, "SELECT order_id FROM orders WHERE paid"))
+    return at_psp, paid
+
+
+def charged_settled(s, orders_db):
+    """Every attempt of charged's settled, every result published, every
+    command of the service sent."""
+    r = s.query("SELECT (SELECT count(*) FROM payment_attempts WHERE status NOT IN "
+                "('SUCCEEDED','FAILED','REJECTED','REQUIRES_REVIEW')), (SELECT "
+                "count(*) FROM outbox WHERE published_at IS NULL)")[0]
+    return r == ["0", "0"] and rows(
+        s, orders_db, "SELECT count(*) FROM outbox WHERE sent_at IS NULL") == [["0"]]
+
+
+def wait_paid_as_charged(s, orders_db, seconds=60):
+    """Waits, at most `seconds` (scaled), until both sides settled and every
+    attempt the service made has its outcome applied (a second attempt after
+    a decline is made, sent and charged after the first's event, so nothing
+    more can be charged while we compare); returns paid_vs_psp then."""
+    deadline = time.time() + e2e.scaled(seconds)
+    while time.time() < deadline:
+        at_psp, paid = paid_vs_psp(s, orders_db)
+        if at_psp == paid and charged_settled(s, orders_db) and rows(
+                s, orders_db, "SELECT count(*) FROM order_attempts WHERE last_event_type IS "
+                "NULL OR last_event_type = 'charge.unknown'") == [["0"]]:
+            return at_psp, paid
+        time.sleep(0.5)
+    return paid_vs_psp(s, orders_db)
