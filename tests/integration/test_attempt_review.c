@@ -570,8 +570,11 @@ START_TEST(changed_while_the_provider_was_asked)
                            " payment_attempt_id = $1::uuid AND cause = 'operator'",
                            id),
                      "bob");
-    /* The look-up it made is recorded all the same. */
-    ck_assert_str_eq(calls_of(id), "1");
+    /* The look-ups it made are recorded all the same: at least the one
+     * that was waiting. More when its first timed out before bob settled
+     * (a loaded machine) and it asked again; the count is the racer's
+     * timing, the record is the behaviour. */
+    ck_assert_int_ge(atoi(calls_of(id)), 1);
     operator_free(&r.o);
     operator_free(&other);
 }
