@@ -70,8 +70,8 @@ pids+=($!)
 # The example order service, with a database of its own (new each run), run
 # by the python of deploy/.tools (confluent-kafka, psycopg; install-deps.sh
 # put them there): it places 100 orders through its outbox, tries a declined
-# one once more with another card, refunds every fifth paid one, polls the
-# api for an outcome not yet known, and applies the result events once.
+# one once more with another card, refunds every fifth paid one, and takes
+# each result event once as a reason to ask the api, whose answer pays.
 orders=examples/order_service/order_service.py
 py=deploy/.tools/bin/python
 export ORDERS_DATABASE_URL="${DATABASE_URL%/*}/orders" ORDERS_GROUP_ID=demo-orders-$demo_start

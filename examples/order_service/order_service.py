@@ -6,15 +6,16 @@ broker or the database blinks.
 
     order_service.py init                      # create its tables
     order_service.py place-orders --count 10   # orders + attempts + commands, one transaction
-    order_service.py run                       # the service: publisher, inbox, status poller
+    order_service.py run                       # the service: publisher, inbox, confirmer
     order_service.py resend                    # mark every command unsent (sent again, same bytes)
     order_service.py report                    # orders, payments and refunds, as JSON
 
 Environment: ORDERS_DATABASE_URL (its own database), KAFKA_BOOTSTRAP_SERVERS,
 CHARGE_COMMANDS_TOPIC, CHARGE_RESULTS_TOPIC (charged's defaults), ORDERS_GROUP_ID (its consumer
 group, default order-service), ORDERS_INSTANCE_ID (static group membership,
-unique per instance, e.g. the pod's name; none by default), CHARGED_API_URL (charged api, for status polls; none:
-no polls). README.md beside this file maps each guarantee to the code.
+unique per instance, e.g. the pod's name; none by default), CHARGED_API_URL (charged's api:
+what it says pays an order, never an event alone; required by `run`). README.md beside this file
+maps each guarantee to the code.
 """
 import argparse
 import json
@@ -41,10 +42,9 @@ CREATE TABLE IF NOT EXISTS orders (
     seq             bigint GENERATED ALWAYS AS IDENTITY, -- placing order: picks the refunds
     amount          bigint NOT NULL CHECK (amount > 0),
     currency        text NOT NULL,
-    paid            boolean NOT NULL DEFAULT false,
-    paid_event_id   uuid,                -- the charge.succeeded event that paid it
-    paid_attempt_id uuid,
-    refunded_amount bigint NOT NULL DEFAULT 0,  -- the sum of its refund.succeeded events
+    paid            boolean NOT NULL DEFAULT false,  -- charged's api said SUCCEEDED
+    paid_attempt_id uuid,                -- the attempt it said it of
+    refunded_amount bigint NOT NULL DEFAULT 0,  -- the sum of its refunds counted
     created_at      timestamptz NOT NULL DEFAULT now()
 );
 -- One row per payment attempt, its id and key fixed before anything is
@@ -55,10 +55,15 @@ CREATE TABLE IF NOT EXISTS order_attempts (
     attempt_no      int NOT NULL,
     idempotency_key text NOT NULL UNIQUE,
     payment_method  text NOT NULL,
-    last_event_type text,                -- the last result event applied
+    last_event_type text,                -- the last result event about it
+    last_event_id   uuid,
+    -- An event only asks: due until charged's api answers a settled status.
+    confirm_due     boolean NOT NULL DEFAULT false,
+    wakes           bigint NOT NULL DEFAULT 0,  -- events that asked, so far
     confirmed_status text,               -- what GET /v1/payment-attempts/<id> said
     confirmed_at    timestamptz,
-    next_poll_at    timestamptz,         -- when the status poller asks again
+    applied_status  text,                -- the settled status whose effect is applied
+    next_poll_at    timestamptz,         -- when the confirmer asks again
     poll_every_ms   int NOT NULL DEFAULT 500,
     created_at      timestamptz NOT NULL DEFAULT now(),
     UNIQUE (order_id, attempt_no)
@@ -73,7 +78,13 @@ CREATE TABLE IF NOT EXISTS order_refunds (
     amount             bigint NOT NULL CHECK (amount > 0),
     reason             text NOT NULL,
     last_event_type    text,            -- refund.succeeded, refund.rejected, ...
-    succeeded_event_id uuid             -- the refund.succeeded event that counted it
+    counted            boolean NOT NULL DEFAULT false,  -- in orders.refunded_amount
+    confirm_due        boolean NOT NULL DEFAULT false,  -- as for attempts
+    wakes              bigint NOT NULL DEFAULT 0,
+    confirmed_status   text,            -- what GET /v1/refunds/<id> said
+    confirmed_at       timestamptz,
+    next_poll_at       timestamptz,
+    poll_every_ms      int NOT NULL DEFAULT 500
 );
 -- The transactional outbox: every command, byte for byte, written in the
 -- transaction that decided it; sent_at set once the broker acknowledged it.
@@ -92,7 +103,7 @@ CREATE TABLE IF NOT EXISTS processed_events (
     event_id           uuid PRIMARY KEY,
     type               text NOT NULL,
     payment_attempt_id uuid NOT NULL,
-    order_id           uuid NOT NULL,
+    order_id           uuid,            -- as the event says (a refund's may have none)
     refund_id          uuid,            -- refund events only
     topic              text NOT NULL,
     kafka_partition    int NOT NULL,
@@ -110,12 +121,16 @@ CREATE TABLE IF NOT EXISTS inbox_rejects (
     PRIMARY KEY (topic, kafka_partition, kafka_offset)
 );
 -- What a person must look at: an order paid by two attempts (refund one),
--- a payment or refund that charged reversed after a person's review.
+-- a payment or refund that charged reversed after a person's review, an
+-- answer of charged's about our id that is not what we asked for.
 CREATE TABLE IF NOT EXISTS order_alarms (
-    event_id           uuid PRIMARY KEY,  -- the event that raised it
-    kind               text NOT NULL,     -- paid_twice, payment_reversed, refund_reversed
+    alarm_id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    kind               text NOT NULL,     -- paid_twice, payment_reversed, refund_reversed,
+                                          -- answer_mismatch, effect_refused
     order_id           uuid NOT NULL REFERENCES orders,
     payment_attempt_id uuid NOT NULL,
+    refund_id          uuid,              -- a refund's alarm
+    detail             text,
     raised_at          timestamptz NOT NULL DEFAULT now()
 );
 -- Where to read next, per partition, moved in the transaction that applies
@@ -136,10 +151,11 @@ TERMINAL = {"SUCCEEDED", "FAILED", "REJECTED", "REQUIRES_REVIEW"}
 MAX_ATTEMPTS = 2  # a declined order is tried once more, with another card
 SECOND_CARD = "pm_card_visa"
 OUTBOX_CHANNEL = "order_outbox"  # NOTIFY on commit: the publisher wakes at once
+CONFIRM_CHANNEL = "order_confirm"  # NOTIFY on commit: the confirmer wakes at once
 POLL_AFTER_S = 30  # a command without any outcome this long: ask charged's api
+POLL_MAX_MS = 30000  # the confirmer's longest interval between two questions
 BATCH = 200
 STOP_GRACE_S = 20  # after SIGTERM: what has not finished by then is left, safe to repeat
-MAX_AMOUNT = 100000000000  # the contract's bound on an amount, in minor units
 
 log = logging.getLogger("order_service")
 
@@ -391,122 +407,57 @@ def read_event(payload):
         return None
     if not isinstance(ev, dict) or not isinstance(ev.get("type"), str):
         return None
-    ids = ["event_id", "payment_attempt_id", "order_id"]
+    ids, optional = ["event_id", "payment_attempt_id"], ["order_id"]
     if ev["type"] in REFUND_TYPES:
-        ids.append("refund_id")
-        if not (type(ev.get("amount")) is int and 0 < ev["amount"] <= MAX_AMOUNT):
-            return None
-    elif ev["type"] not in CHARGE_TYPES:
+        ids.append("refund_id")  # order_id may be absent: a refund never recorded
+    elif ev["type"] in CHARGE_TYPES:
+        ids, optional = ids + optional, []
+    else:
         return None
     try:
         for k in ids:
             ev[k] = str(uuid.UUID(ev[k]))
+        for k in optional:
+            ev[k] = None if ev.get(k) is None else str(uuid.UUID(ev[k]))
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
     return ev
 
 
-def raise_alarm(cur, kind, ev, order_id):
-    cur.execute("INSERT INTO order_alarms (event_id, kind, order_id, payment_attempt_id) "
-                "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                (ev["event_id"], kind, order_id, ev["payment_attempt_id"]))
-    say(logging.ERROR, "order needs a person", kind=kind, order_id=str(order_id),
-        payment_attempt_id=ev["payment_attempt_id"], event_id=ev["event_id"])
-
-
-def apply_charge_event(cur, ev):
-    """charge.succeeded pays the order and records the refund it will ask
-    for; charge.failed of the order's latest attempt makes a second attempt
-    (new id and key, another card); every event sets the attempt's last
-    event. The order is the one our own attempt row names, never the
-    event's order_id: anyone can write to the topic, and what proves an
-    event is about our order is our own recorded attempt id."""
-    cur.execute("UPDATE order_attempts SET last_event_type = %s WHERE payment_attempt_id = %s "
-                "RETURNING attempt_no, order_id", (ev["type"], ev["payment_attempt_id"]))
+def note_event(cur, ev):
+    """An event only says "ask charged about this attempt (or refund) now":
+    it makes our own row due for the confirmer and moves nothing else. The
+    results topic is shared and anyone can write to it, and the ids an
+    event names are no secret (each attempt's id is its command's key on
+    the commands topic), so what pays an order, makes a new attempt or
+    counts a refund is charged's own answer (Confirmer), never an event.
+    True when the event is about one of our rows."""
+    if ev["type"] in CHARGE_TYPES:
+        cur.execute("UPDATE order_attempts SET last_event_type = %s, last_event_id = %s, "
+                    "confirm_due = true, wakes = wakes + 1, next_poll_at = now(), "
+                    "poll_every_ms = 500 WHERE payment_attempt_id = %s RETURNING order_id",
+                    (ev["type"], ev["event_id"], ev["payment_attempt_id"]))
+    else:
+        cur.execute("UPDATE order_refunds SET last_event_type = %s, confirm_due = true, "
+                    "wakes = wakes + 1, next_poll_at = now(), poll_every_ms = 500 "
+                    "WHERE refund_id = %s AND payment_attempt_id = %s RETURNING order_id",
+                    (ev["type"], ev["refund_id"], ev["payment_attempt_id"]))
     row = cur.fetchone()
     if row is None:
-        return  # not one of ours (the results topic is shared)
-    attempt_no, order_id = row
-    if str(order_id) != ev["order_id"]:
-        say(logging.WARNING, "event names another order than its attempt's; the attempt's "
-            "is used", event_id=ev["event_id"], order_id=str(order_id))
-    if ev["type"] == "charge.succeeded":
-        cur.execute("UPDATE orders SET paid = true, paid_event_id = %s, paid_attempt_id = %s "
-                    "WHERE order_id = %s AND NOT paid RETURNING seq, amount",
-                    (ev["event_id"], ev["payment_attempt_id"], order_id))
-        paid = cur.fetchone()
-        if paid is None:
-            # Paid already: by this attempt (nothing new), or by another,
-            # and then two attempts took money (one was FAILED, then a
-            # person's review found it succeeded): refund one.
-            cur.execute("SELECT 1 FROM orders WHERE order_id = %s AND paid_attempt_id <> %s",
-                        (order_id, ev["payment_attempt_id"]))
-            if cur.fetchone():
-                raise_alarm(cur, "paid_twice", ev, order_id)
-            return
-        # The refund is decided once per order: a payment reversed and then
-        # restored by charged's reviews pays the order again, never refunds
-        # it again.
-        cur.execute("SELECT 1 FROM order_refunds WHERE order_id = %s", (order_id,))
-        refund = None if cur.fetchone() else refund_for(paid[0], paid[1])
-        if refund:
-            add_refund(cur, order_id, ev["payment_attempt_id"], *refund)
-        return
-    if ev["type"] == "charge.failed":
-        # The attempt that paid the order FAILED after all (a person's
-        # review reversed it): the order is not paid.
-        cur.execute("UPDATE orders SET paid = false, paid_event_id = NULL, paid_attempt_id = "
-                    "NULL WHERE order_id = %s AND paid_attempt_id = %s RETURNING 1",
-                    (order_id, ev["payment_attempt_id"]))
-        if cur.fetchone():
-            raise_alarm(cur, "payment_reversed", ev, order_id)
-            return
-    if ev["type"] == "charge.failed" and attempt_no < MAX_ATTEMPTS:
-        # FAILED is the provider's word that no money moved: a new attempt
-        # is safe. Never after charge.unknown: that one is polled instead.
-        cur.execute("SELECT o.amount, o.currency FROM orders o WHERE o.order_id = %s AND "
-                    "NOT o.paid AND NOT EXISTS (SELECT 1 FROM order_attempts a WHERE "
-                    "a.order_id = o.order_id AND a.attempt_no > %s) FOR UPDATE",
-                    (order_id, attempt_no))
-        order = cur.fetchone()
-        if order:
-            add_attempt(cur, order_id, attempt_no + 1, order[0], order[1], SECOND_CARD)
-
-
-def apply_refund_event(cur, ev):
-    """refund.succeeded adds the refund's own amount to the order's refunded
-    total once per refund; a refund.failed of a refund counted (a person's
-    review reversed it) takes it back out. The amount and the order are our
-    own refund row's, never the event's."""
-    cur.execute("SELECT order_id, amount, succeeded_event_id IS NOT NULL FROM order_refunds "
-                "WHERE refund_id = %s AND payment_attempt_id = %s FOR UPDATE",
-                (ev["refund_id"], ev["payment_attempt_id"]))
-    row = cur.fetchone()
-    if row is None:
-        return  # not one of ours
-    order_id, amount, counted = row
-    if ev["type"] == "refund.succeeded" and not counted:
-        cur.execute("UPDATE order_refunds SET last_event_type = %s, succeeded_event_id = %s "
-                    "WHERE refund_id = %s", (ev["type"], ev["event_id"], ev["refund_id"]))
-        cur.execute("UPDATE orders SET refunded_amount = refunded_amount + %s "
-                    "WHERE order_id = %s", (amount, order_id))
-    elif ev["type"] == "refund.failed" and counted:
-        cur.execute("UPDATE order_refunds SET last_event_type = %s, succeeded_event_id = NULL "
-                    "WHERE refund_id = %s", (ev["type"], ev["refund_id"]))
-        cur.execute("UPDATE orders SET refunded_amount = refunded_amount - %s "
-                    "WHERE order_id = %s", (amount, order_id))
-        raise_alarm(cur, "refund_reversed", ev, order_id)
-    elif not counted:
-        cur.execute("UPDATE order_refunds SET last_event_type = %s WHERE refund_id = %s",
-                    (ev["type"], ev["refund_id"]))
+        return False  # not one of ours (the results topic is shared)
+    if ev["order_id"] is not None and str(row[0]) != ev["order_id"]:
+        say(logging.WARNING, "event names another order than our row's; ours is asked about",
+            event_id=ev["event_id"], order_id=str(row[0]))
+    return True
 
 
 def apply_batch(conn, messages):
     """One transaction for the batch: each event recorded once by event_id
-    (a duplicate inserts nothing and so changes nothing), its effect only
-    when it was new, and every partition's position past its last message.
-    All of it commits, or none of it (then the batch is read again)."""
-    ends = {}
+    (a duplicate inserts nothing and so changes nothing), its row made due
+    for the confirmer only when it was new, and every partition's position
+    past its last message. All of it commits, or none of it (then the
+    batch is read again)."""
+    ends, ours = {}, False
     with conn.transaction(), conn.cursor() as cur:
         for m in messages:
             ends[(m.topic(), m.partition())] = m.offset() + 1
@@ -527,10 +478,7 @@ def apply_batch(conn, messages):
                          ev.get("refund_id"), m.topic(), m.partition(), m.offset()))
             if cur.fetchone() is None:
                 continue  # applied before: at-least-once delivery's duplicate
-            if ev["type"] in CHARGE_TYPES:
-                apply_charge_event(cur, ev)
-            else:
-                apply_refund_event(cur, ev)
+            ours = note_event(cur, ev) or ours
         for (topic, part), nxt in ends.items():
             # GREATEST: a stale batch (a member that lost the partition
             # meanwhile) never moves a position back.
@@ -538,6 +486,8 @@ def apply_batch(conn, messages):
                         "VALUES (%s, %s, %s) ON CONFLICT (topic, kafka_partition) DO UPDATE "
                         "SET next_offset = GREATEST(consumer_positions.next_offset, "
                         "EXCLUDED.next_offset)", (topic, part, nxt))
+        if ours:
+            cur.execute("SELECT pg_notify(%s, '')", (CONFIRM_CHANNEL,))
     return ends
 
 
@@ -733,89 +683,268 @@ def reject_message(conn, m, why):
         partition=m.partition(), offset=m.offset(), error=why[:300])
 
 
-# ---- after a timeout: ask charged, never charge again ----
+# ---- charged's word: what pays an order, makes a new attempt, counts a refund ----
 
-class StatusPoller(threading.Thread):
-    """An attempt whose outcome is not known (charge.unknown applied, or no
-    outcome POLL_AFTER_S after it was sent) is a "payment result being
-    confirmed, do not pay again": the shop asks charged's api for it, with
-    a growing interval, and shows what it says. It never makes a new
-    attempt; only a charge.failed event does (apply_charge_event)."""
+def raise_alarm(cur, kind, order_id, attempt, refund=None, detail=None):
+    cur.execute("INSERT INTO order_alarms (kind, order_id, payment_attempt_id, refund_id, "
+                "detail) VALUES (%s, %s, %s, %s, %s)", (kind, order_id, attempt, refund, detail))
+    say(logging.ERROR, "order needs a person", kind=kind, order_id=str(order_id),
+        payment_attempt_id=str(attempt), refund_id=refund and str(refund), detail=detail)
 
-    def __init__(self, stop):
-        threading.Thread.__init__(self, name="status-poller", daemon=True)
-        self.stop = stop
-        self.api = os.environ.get("CHARGED_API_URL", "").rstrip("/")
-        self.db = Database(env("ORDERS_DATABASE_URL"), "poller", autocommit=True)
+
+def mismatch(answer, want):
+    """The first field of charged's answer that is not what our own row
+    says, or None. Our ids are ours, so an answer about them that differs
+    (a command under our attempt id that we never sent) is never acted on."""
+    for k, v in want.items():
+        if str(answer.get(k)).lower() != str(v).lower():
+            return k
+    return None
+
+
+def attempt_succeeded(cur, attempt, order_id):
+    """Pays the order: the first SUCCEEDED attempt of it. One of a second
+    attempt that charged too (the first was FAILED, then a person's review
+    found it charged) raises paid_twice: refund one. The refund is decided
+    once per order: a payment reversed and restored by charged's reviews
+    pays the order again, never refunds it again."""
+    cur.execute("UPDATE orders SET paid = true, paid_attempt_id = %s "
+                "WHERE order_id = %s AND NOT paid RETURNING seq, amount", (attempt, order_id))
+    paid = cur.fetchone()
+    if paid is None:
+        cur.execute("SELECT 1 FROM orders WHERE order_id = %s AND paid_attempt_id <> %s",
+                    (order_id, attempt))
+        if cur.fetchone():
+            raise_alarm(cur, "paid_twice", order_id, attempt)
+        return
+    cur.execute("SELECT 1 FROM order_refunds WHERE order_id = %s", (order_id,))
+    refund = None if cur.fetchone() else refund_for(paid[0], paid[1])
+    if refund:
+        add_refund(cur, order_id, attempt, *refund)
+
+
+def attempt_failed(cur, attempt, order_id, attempt_no):
+    """FAILED is the provider's word, through charged, that no money moved.
+    The attempt that paid the order FAILED after all (a person's review
+    reversed it): the order is unpaid, for a person. Otherwise the order's
+    latest attempt FAILED: a new one (new id and key, another card), once."""
+    cur.execute("UPDATE orders SET paid = false, paid_attempt_id = NULL "
+                "WHERE order_id = %s AND paid_attempt_id = %s RETURNING 1", (order_id, attempt))
+    if cur.fetchone():
+        raise_alarm(cur, "payment_reversed", order_id, attempt)
+        return
+    if attempt_no >= MAX_ATTEMPTS:
+        return
+    cur.execute("SELECT o.amount, o.currency FROM orders o WHERE o.order_id = %s AND "
+                "NOT o.paid AND NOT EXISTS (SELECT 1 FROM order_attempts a WHERE "
+                "a.order_id = o.order_id AND a.attempt_no > %s) FOR UPDATE",
+                (order_id, attempt_no))
+    order = cur.fetchone()
+    if order:
+        add_attempt(cur, order_id, attempt_no + 1, order[0], order[1], SECOND_CARD)
+
+
+def confirm_attempt(cur, attempt, wakes, answer):
+    """Applies what charged's api answered about our attempt (None: it has
+    no record yet), in the caller's transaction. Each settled status is
+    applied once: SUCCEEDED pays, FAILED unpays or tries again; the others
+    change no order. The row stays due until the answer is settled and no
+    event asked again meanwhile (wakes)."""
+    cur.execute("SELECT a.order_id, a.attempt_no, a.applied_status, a.poll_every_ms, o.amount, "
+                "o.currency FROM order_attempts a JOIN orders o USING (order_id) "
+                "WHERE a.payment_attempt_id = %s FOR UPDATE OF a", (attempt,))
+    order_id, attempt_no, applied, every, amount, currency = cur.fetchone()
+    status = answer and answer.get("status")
+    wrong = answer and mismatch(answer, {"payment_attempt_id": attempt, "order_id": order_id,
+                                         "amount": amount, "currency": currency})
+    if wrong:
+        if applied != "MISMATCH":
+            raise_alarm(cur, "answer_mismatch", order_id, attempt, detail=wrong)
+        status, applied_now = None, "MISMATCH"
+    elif status in TERMINAL and status != applied:
+        if status == "SUCCEEDED":
+            attempt_succeeded(cur, attempt, order_id)
+        elif status == "FAILED":
+            attempt_failed(cur, attempt, order_id, attempt_no)
+        applied_now = status
+    else:
+        applied_now = applied
+    settled = wrong or status in TERMINAL
+    cur.execute("UPDATE order_attempts SET confirmed_status = coalesce(%s, confirmed_status), "
+                "confirmed_at = now(), applied_status = %s, "
+                "confirm_due = confirm_due AND NOT (%s AND wakes = %s), "
+                "next_poll_at = now() + make_interval(secs => %s), poll_every_ms = least(%s, %s) "
+                "WHERE payment_attempt_id = %s",
+                (status, applied_now, bool(settled), wakes, every / 1000.0, every * 2,
+                 POLL_MAX_MS, attempt))
+    return status
+
+
+def confirm_refund(cur, refund, wakes, answer):
+    """As confirm_attempt, for our refund: SUCCEEDED counts its own
+    recorded amount in the order's refunded total once; FAILED after it
+    was counted (a person's review reversed it) takes it back out."""
+    cur.execute("SELECT order_id, payment_attempt_id, amount, counted, poll_every_ms, "
+                "confirmed_status FROM order_refunds WHERE refund_id = %s FOR UPDATE", (refund,))
+    order_id, attempt, amount, counted, every, before = cur.fetchone()
+    status = answer and answer.get("status")
+    wrong = answer and mismatch(answer, {"refund_id": refund, "payment_attempt_id": attempt,
+                                         "amount": amount})
+    if wrong:
+        if before != "MISMATCH":
+            raise_alarm(cur, "answer_mismatch", order_id, attempt, refund, wrong)
+        status = "MISMATCH"
+    elif status == "SUCCEEDED" and not counted:
+        cur.execute("UPDATE orders SET refunded_amount = refunded_amount + %s "
+                    "WHERE order_id = %s", (amount, order_id))
+        counted = True
+    elif status == "FAILED" and counted:
+        cur.execute("UPDATE orders SET refunded_amount = refunded_amount - %s "
+                    "WHERE order_id = %s", (amount, order_id))
+        raise_alarm(cur, "refund_reversed", order_id, attempt, refund)
+        counted = False
+    settled = status in TERMINAL or status == "MISMATCH"
+    cur.execute("UPDATE order_refunds SET confirmed_status = coalesce(%s, confirmed_status), "
+                "confirmed_at = now(), counted = %s, "
+                "confirm_due = confirm_due AND NOT (%s AND wakes = %s), "
+                "next_poll_at = now() + make_interval(secs => %s), poll_every_ms = least(%s, %s) "
+                "WHERE refund_id = %s",
+                (status, counted, settled, wakes, every / 1000.0, every * 2, POLL_MAX_MS,
+                 refund))
+    return status
+
+
+class ChargedApi:
+    """charged's status queries. get() answers the JSON, or None for 404
+    (not recorded: a command still in Kafka, or one charged never got)."""
+
+    def __init__(self, base):
+        self.base = base.rstrip("/")
+
+    def get(self, path):
+        try:
+            with urllib.request.urlopen(self.base + path, timeout=5) as r:
+                doc = json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                return None
+            raise
+        if not isinstance(doc, dict) or not isinstance(doc.get("status"), str):
+            raise ValueError("charged's api answered no status")
+        return doc
+
+
+class Confirmer(threading.Thread):
+    """Asks charged's api about every row that is due, and applies its
+    answer. Due: an event named the row (note_event), or an attempt whose
+    outcome is not known, after charge.unknown or POLL_AFTER_S without any
+    outcome: the seed's "payment result being confirmed, do not pay again".
+    Each row is asked with a doubling interval until charged answers a
+    settled status; no transaction is open during a question, and one row's
+    failure never holds up those behind it."""
+
+    def __init__(self, stop, api):
+        threading.Thread.__init__(self, name="confirmer", daemon=True)
+        self.stop, self.api = stop, api
+        self.db = Database(env("ORDERS_DATABASE_URL"), "confirmer", autocommit=True)
+        self.listening_on = None
 
     def run(self):
-        if not self.api:
-            say(logging.INFO, "no CHARGED_API_URL: status polls off")
-            return
         backoff = Backoff(self.stop, base=0.5, cap=10.0)
         while not self.stop.is_set():
             try:
-                n = self.poll_due()
+                n = self.confirm_due()
                 backoff.reset()
                 if not n:
-                    self.stop.wait(0.5)
-            except (psycopg.Error, OSError, ValueError) as e:
-                say(logging.WARNING, "status poller: waiting out a failure", error=str(e)[:300])
+                    self.idle()
+            except (psycopg.Error, OSError) as e:
+                say(logging.WARNING, "confirmer: waiting out a failure", error=str(e)[:300])
                 self.db.close()
                 backoff.wait()
             except Exception:  # a bug: logged, waited out, never a crash
-                log.exception("status poller: unexpected error")
+                log.exception("confirmer: unexpected error")
+                self.db.close()
                 backoff.wait()
         self.db.close()
 
-    def poll_due(self):
+    def idle(self):
+        """Waits for a NOTIFY from the inbox, at most 0.5 s (rows due by
+        time, or a NOTIFY lost with a connection, are seen then)."""
         conn = self.db.connect()
-        rows = conn.execute(
-            "SELECT a.payment_attempt_id, a.poll_every_ms, a.confirmed_status "
-            "FROM order_attempts a "
-            "JOIN outbox o ON o.command_id = a.payment_attempt_id "
-            "WHERE (a.confirmed_status IS NULL OR a.confirmed_status NOT IN "
-            "('SUCCEEDED','FAILED','REJECTED','REQUIRES_REVIEW')) "
-            "AND (a.last_event_type = 'charge.unknown' OR (a.last_event_type IS NULL AND "
-            "o.sent_at < now() - make_interval(secs => %s))) "
-            "AND coalesce(a.next_poll_at, '-infinity') <= now() "
-            "ORDER BY a.next_poll_at NULLS FIRST LIMIT 50", (POLL_AFTER_S,)).fetchall()
-        for attempt, every, before in rows:
-            try:
-                status = self.status_of(attempt)  # no transaction open during the call
-            except (OSError, ValueError, KeyError, TypeError) as e:
-                # This attempt's answer failed: asked again later, like the
-                # others, never holding up those behind it.
-                say(logging.WARNING, "status poll failed", payment_attempt_id=str(attempt),
-                    error=str(e)[:200])
-                status = None
-            conn.execute("UPDATE order_attempts SET confirmed_status = coalesce(%s, "
-                         "confirmed_status), confirmed_at = now(), next_poll_at = now() + "
-                         "make_interval(secs => %s), poll_every_ms = least(%s * 2, 30000) "
-                         "WHERE payment_attempt_id = %s",
-                         (status, every / 1000.0, every, attempt))
-            if status and status != before:
-                say(logging.INFO, "payment being confirmed: charged says",
-                    payment_attempt_id=str(attempt), status=status)
-        return len(rows)
+        if self.listening_on is not conn:
+            conn.execute("LISTEN " + CONFIRM_CHANNEL)
+            self.listening_on = conn
+            return
+        for _ in conn.notifies(timeout=0.5, stop_after=1):
+            pass
 
-    def status_of(self, attempt):
-        """charged's status of the attempt, or None while it has no record."""
+    def confirm_due(self):
+        conn = self.db.connect()
+        attempts = conn.execute(
+            "SELECT a.payment_attempt_id, a.wakes FROM order_attempts a "
+            "JOIN outbox o ON o.command_id = a.payment_attempt_id "
+            "WHERE coalesce(a.next_poll_at, '-infinity') <= now() AND (a.confirm_due OR "
+            "((a.confirmed_status IS NULL OR a.confirmed_status NOT IN "
+            "('SUCCEEDED','FAILED','REJECTED','REQUIRES_REVIEW')) AND a.applied_status IS "
+            "DISTINCT FROM 'MISMATCH' AND (a.last_event_type = 'charge.unknown' OR "
+            "(a.last_event_type IS NULL AND o.sent_at < now() - make_interval(secs => %s))))) "
+            "ORDER BY a.next_poll_at NULLS FIRST LIMIT 50", (POLL_AFTER_S,)).fetchall()
+        for attempt, wakes in attempts:
+            self.confirm(conn, confirm_attempt, "/v1/payment-attempts/%s", attempt, wakes)
+        refunds = conn.execute(
+            "SELECT refund_id, wakes FROM order_refunds WHERE confirm_due AND "
+            "coalesce(next_poll_at, '-infinity') <= now() ORDER BY next_poll_at LIMIT 50"
+        ).fetchall()
+        for refund, wakes in refunds:
+            self.confirm(conn, confirm_refund, "/v1/refunds/%s", refund, wakes)
+        return len(attempts) + len(refunds)
+
+    def confirm(self, conn, apply, path, row_id, wakes):
         try:
-            with urllib.request.urlopen("%s/v1/payment-attempts/%s" % (self.api, attempt),
-                                        timeout=5) as r:
-                return json.loads(r.read())["status"]
-        except urllib.error.HTTPError as e:
-            if e.code == 404:
-                return None  # the command is not consumed yet
-            raise
+            answer = self.api.get(path % row_id)  # no transaction open during the call
+        except (OSError, ValueError) as e:
+            say(logging.WARNING, "charged's api did not answer; asked again later",
+                id=str(row_id), error=str(e)[:200])
+            answer = None
+        try:
+            with conn.transaction(), conn.cursor() as cur:
+                status = apply(cur, row_id, wakes, answer)
+        except (psycopg.errors.IntegrityError, psycopg.errors.DataError) as e:
+            # The effect of this answer is refused by the database, every
+            # time: kept for a person, and asked again later, never holding
+            # up the others.
+            self.refused(conn, row_id, path, str(e))
+            return
+        if status:
+            say(logging.DEBUG, "charged says", id=str(row_id), status=status)
+
+    # An effect refused: the row is asked again later, on its own interval.
+    LATER = {
+        "order_attempts": "UPDATE order_attempts SET next_poll_at = now() + make_interval("
+        "secs => poll_every_ms / 1000.0), poll_every_ms = least(poll_every_ms * 2, %s) "
+        "WHERE payment_attempt_id = %s RETURNING order_id, payment_attempt_id, NULL::uuid",
+        "order_refunds": "UPDATE order_refunds SET next_poll_at = now() + make_interval("
+        "secs => poll_every_ms / 1000.0), poll_every_ms = least(poll_every_ms * 2, %s) "
+        "WHERE refund_id = %s RETURNING order_id, payment_attempt_id, refund_id",
+    }
+
+    def refused(self, conn, row_id, path, why):
+        table = "order_attempts" if path.startswith("/v1/payment-attempts/") else "order_refunds"
+        with conn.transaction(), conn.cursor() as cur:
+            cur.execute(self.LATER[table], (POLL_MAX_MS, row_id))
+            order_id, attempt, refund = cur.fetchone()
+            cur.execute("SELECT 1 FROM order_alarms WHERE kind = 'effect_refused' AND "
+                        "coalesce(refund_id, payment_attempt_id) = %s", (row_id,))
+            if cur.fetchone() is None:
+                raise_alarm(cur, "effect_refused", order_id, attempt, refund, why[:300])
 
 
 # ---- the service ----
 
 def run():
-    """Publisher, status poller and inbox until SIGTERM or SIGINT: then the
+    """Publisher, confirmer and inbox until SIGTERM or SIGINT: then the
     inbox finishes its batch, the publisher its send, and it exits 0."""
+    api = ChargedApi(env("CHARGED_API_URL"))  # exits 2 before anything starts
     stop = threading.Event()
 
     def on_signal(signum, frame):
@@ -825,7 +954,8 @@ def run():
     signal.signal(signal.SIGINT, on_signal)
     say(logging.INFO, "order service starting", results=env("CHARGE_RESULTS_TOPIC", "payments.charge.results"),
         commands=env("CHARGE_COMMANDS_TOPIC", "payments.charge.commands"))
-    threads = [Publisher(stop), StatusPoller(stop), InboxLoop(stop)]
+    threads = [Publisher(stop), Confirmer(stop, api),
+               InboxLoop(stop)]
     for t in threads:
         t.start()
     while not stop.wait(1.0):
@@ -856,8 +986,9 @@ def resend():
 
 
 def report():
-    """What the service knows, from its own tables: orders paid, attempts,
-    refunds by the last outcome applied ("requested" while none)."""
+    """What the service knows, from its own tables: orders paid, attempts
+    and refunds by the last event about them ("sent", "requested" while
+    none), rows still waiting on charged's answer."""
     with psycopg.connect(env("ORDERS_DATABASE_URL"), connect_timeout=10) as conn:
         orders, paid, refunded = conn.execute(
             "SELECT count(*), count(*) FILTER (WHERE paid), coalesce(sum(refunded_amount), 0) "
@@ -867,8 +998,11 @@ def report():
         refunds = dict(conn.execute("SELECT coalesce(last_event_type, 'requested'), count(*) "
                                     "FROM order_refunds GROUP BY 1").fetchall())
         unsent = conn.execute("SELECT count(*) FROM outbox WHERE sent_at IS NULL").fetchone()[0]
+        asking = conn.execute("SELECT (SELECT count(*) FROM order_attempts WHERE confirm_due) + "
+                              "(SELECT count(*) FROM order_refunds WHERE confirm_due)").fetchone()[0]
     return {"orders": orders, "paid": paid, "attempts": attempts, "refunds": refunds,
-            "refunded_amount": int(refunded), "commands_unsent": unsent}
+            "refunded_amount": int(refunded), "commands_unsent": unsent,
+            "asking_charged": asking}
 
 
 def main():

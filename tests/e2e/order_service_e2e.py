@@ -1,8 +1,20 @@
-"""What the order service's e2e tests share: its database's rows against
-charged's and psp-sim's (tests/e2e/test_adv41*.py)."""
+"""What the order service's e2e tests share: its environment, with charged's
+api, and its database's rows against charged's and psp-sim's
+(tests/e2e/test_adv41*.py)."""
 import time
 
+import charged_api
 import charged_e2e as e2e
+
+
+def service_env(s, orders_db, **more):
+    """The order service's environment for scenario s, with charged's api
+    started for it (what pays an order is the api's answer)."""
+    _, port = charged_api.start_api(s)
+    env = {"ORDERS_DATABASE_URL": orders_db, "ORDERS_GROUP_ID": "orders-" + s.tag,
+           "ORDERS_SESSION_TIMEOUT_MS": "6000", "CHARGED_API_URL": "http://127.0.0.1:%d" % port}
+    env.update(more)
+    return s.env(env)
 
 
 def rows(s, orders_db, sql):
@@ -30,7 +42,7 @@ def charged_settled(s, orders_db):
 
 def wait_paid_as_charged(s, orders_db, seconds=60):
     """Waits, at most `seconds` (scaled), until both sides settled and every
-    attempt the service made has its outcome applied (a second attempt after
+    attempt the service made has its outcome confirmed (a second attempt after
     a decline is made, sent and charged after the first's event, so nothing
     more can be charged while we compare); returns paid_vs_psp then."""
     deadline = time.time() + e2e.scaled(seconds)
@@ -38,7 +50,7 @@ def wait_paid_as_charged(s, orders_db, seconds=60):
         at_psp, paid = paid_vs_psp(s, orders_db)
         if at_psp == paid and charged_settled(s, orders_db) and rows(
                 s, orders_db, "SELECT count(*) FROM order_attempts WHERE last_event_type IS "
-                "NULL OR last_event_type = 'charge.unknown'") == [["0"]]:
+                "NULL OR last_event_type = 'charge.unknown' OR confirm_due") == [["0"]]:
             return at_psp, paid
         time.sleep(0.5)
     return paid_vs_psp(s, orders_db)

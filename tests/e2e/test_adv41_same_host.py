@@ -44,8 +44,7 @@ def scenario(new):
         s.start_reconciler(RECONCILER_SCHEDULE_MS=200, RECONCILER_POLL_MS=100)
         s.start_relay(RELAY_POLL_MS=100)
         # One ORDERS_INSTANCE_ID for both: each fences the other out.
-        env = s.env({"ORDERS_DATABASE_URL": orders_db, "ORDERS_GROUP_ID": "orders-" + s.tag,
-                     "ORDERS_SESSION_TIMEOUT_MS": "6000", "ORDERS_INSTANCE_ID": "orders-same"})
+        env = oe.service_env(s, orders_db, ORDERS_INSTANCE_ID="orders-same")
 
         def cli(*args):
             r = subprocess.run([PYTHON, SERVICE] + list(args), env=env, capture_output=True,

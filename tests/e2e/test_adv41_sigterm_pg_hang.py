@@ -18,6 +18,7 @@ import subprocess
 import time
 
 import charged_e2e as e2e
+import order_service_e2e as oe
 from charged_e2e import check, check_eq
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -38,8 +39,7 @@ def scenario(new):
         orders_db = s.db.rsplit("/", 1)[0] + "/" + orders_db_name
         s.start_worker()
         s.start_relay(RELAY_POLL_MS=100)
-        env = s.env({"ORDERS_DATABASE_URL": orders_db, "ORDERS_GROUP_ID": "orders-" + s.tag,
-                     "ORDERS_INSTANCE_ID": "orders-1", "ORDERS_SESSION_TIMEOUT_MS": "6000"})
+        env = oe.service_env(s, orders_db, ORDERS_INSTANCE_ID="orders-1")
         for args in (["init"], ["place-orders", "--count", "10"]):
             r = subprocess.run([PYTHON, SERVICE] + args, env=env, capture_output=True, timeout=60)
             check_eq(r.returncode, 0, "order_service %s exit" % args[0])

@@ -60,8 +60,7 @@ def scenario(new):
         s.start_worker()
         s.start_reconciler(RECONCILER_SCHEDULE_MS=200, RECONCILER_POLL_MS=100)
         s.start_relay(RELAY_POLL_MS=100)
-        env = s.env({"ORDERS_DATABASE_URL": orders_db, "ORDERS_GROUP_ID": "orders-" + s.tag,
-                     "ORDERS_SESSION_TIMEOUT_MS": "6000"})
+        env = oe.service_env(s, orders_db)
 
         def cli(*args):
             r = subprocess.run([PYTHON, SERVICE] + list(args), env=env, capture_output=True,

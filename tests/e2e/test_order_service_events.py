@@ -1,26 +1,30 @@
 #!/usr/bin/env python3
-"""examples/order_service's inbox against result events anyone could write
-to the shared results topic, and against charged's own reversals, applied
-through apply_batch() on a real PostgreSQL (no Kafka needed: the messages
-are what a consumer hands over).
+"""examples/order_service's inbox and confirmer against result events anyone
+could write to the shared results topic, and against charged's own
+reversals, on a real PostgreSQL (no Kafka: the messages are what a consumer
+hands over; charged's api is a table of answers, as the confirmer reads it).
 
-- An event is about the order our own attempt row names, never the order
-  its order_id claims: a charge.succeeded of our attempt naming another
-  order pays the attempt's order, not that one.
-- A second attempt's charge.succeeded for an order already paid (FAILED,
-  then a person's review found it charged) raises paid_twice for a person.
-- A charge.failed of the attempt that paid the order (reversed by a
-  review) makes the order unpaid and raises payment_reversed; no new
-  attempt is made for it.
-- A refund counts its own recorded amount, never the event's; a
-  refund.failed after its refund.succeeded takes it back out and raises
-  refund_reversed.
-- Unreadable messages (a type that is not a string, a nest too deep for
-  the JSON parser) are kept in inbox_rejects and passed, never raised.
-- Events of attempts and refunds that are not ours change nothing.
-- An event whose effect the database refuses fails its batch every time:
-  the inbox applies each message alone, keeps the refused one in
-  inbox_rejects and passes it, and applies the rest.
+- An event moves no money and pays nothing: it only makes our own row due
+  for the confirmer. Forged events (adversary 41b: an attempt's id is its
+  command's key, public on the commands topic) of attempts charged has no
+  record of, or still processes, pay no order and make no new attempt.
+- charged's answer decides, about our own row only: SUCCEEDED pays the
+  attempt's own order (not the order an event named); an answer whose
+  order, amount or currency is not our row's pays nothing and raises
+  answer_mismatch.
+- A second attempt that SUCCEEDED for an order already paid raises
+  paid_twice. The paying attempt FAILED (a review reversed it): the order
+  is unpaid, payment_reversed, no new attempt. SUCCEEDED again (the
+  reversal reversed): paid again, and no second refund is decided.
+- A refund counts its own recorded amount once on SUCCEEDED; FAILED after
+  that takes it back out and raises refund_reversed. Events of refunds not
+  ours change nothing; a refund.rejected without order_id is read.
+- Unreadable messages are kept in inbox_rejects and passed, never raised.
+- An answer whose effect the database refuses (a refund of 0 past
+  order_refunds' CHECK) is kept as effect_refused and asked again later;
+  the rows behind it are confirmed.
+- One event asking again while the confirmer's question is on its way
+  keeps the row due (its answer may predate what the event reports).
 
 Runs with deploy/.tools' python (psycopg); started by another python it
 runs itself again with that one."""
@@ -93,6 +97,38 @@ def event(etype, attempt, order, **more):
     return ev
 
 
+class Charged:
+    """What charged's api answers, path by path (absent: 404)."""
+
+    def __init__(self):
+        self.answers, self.asked = {}, []
+
+    def get(self, path):
+        self.asked.append(path)
+        return self.answers.get(path)
+
+    def attempt(self, q, attempt, status, **over):
+        order, amount, currency = q("SELECT order_id, amount, currency FROM orders JOIN "
+                                    "order_attempts USING (order_id) WHERE "
+                                    "payment_attempt_id = %s", attempt)[0]
+        doc = {"payment_attempt_id": str(attempt), "order_id": str(order), "status": status,
+               "amount": amount, "currency": currency}
+        doc.update(over)
+        self.answers["/v1/payment-attempts/%s" % attempt] = doc
+
+    def refund(self, refund, attempt, amount, status):
+        self.answers["/v1/refunds/%s" % refund] = {
+            "refund_id": str(refund), "payment_attempt_id": str(attempt), "amount": amount,
+            "status": status}
+
+
+def confirmer(charged):
+    c = svc.Confirmer.__new__(svc.Confirmer)
+    c.stop, c.api, c.listening_on = svc.threading.Event(), charged, None
+    c.db = svc.Database(os.environ["ORDERS_DATABASE_URL"], "test", autocommit=True)
+    return c
+
+
 def main():
     base = os.environ["CHARGED_TEST_DATABASE_URL"]
     name = "order_events_%d" % os.getpid()
@@ -101,9 +137,8 @@ def main():
     url = base.rsplit("/", 1)[0] + "/" + name
     os.environ["ORDERS_DATABASE_URL"] = url
     try:
-        with psycopg.connect(url) as conn:
+        with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(svc.SCHEMA)
-            conn.commit()
             scenario(conn)
     finally:
         with psycopg.connect(base, autocommit=True) as admin:
@@ -117,106 +152,181 @@ def main():
 
 def scenario(conn):
     q = lambda sql, *a: conn.execute(sql, a).fetchall()  # noqa: E731
+    charged = Charged()
+    c = confirmer(charged)
+    feed = Feed(conn)
+
+    def confirm():
+        """The confirmer's round once every row's interval has passed."""
+        conn.execute("UPDATE order_attempts SET next_poll_at = NULL")
+        conn.execute("UPDATE order_refunds SET next_poll_at = NULL")
+        c.confirm_due()
+
+    def paid():
+        return q("SELECT order_id, paid_attempt_id FROM orders WHERE paid ORDER BY seq")
+
+    def attempts_of(o):
+        return q("SELECT count(*) FROM order_attempts WHERE order_id = %s", o)[0][0]
+
+    def due(a):
+        return q("SELECT confirm_due FROM order_attempts WHERE payment_attempt_id = %s", a)[0][0]
+
+    def alarms(subject):
+        return [k for k, in q("SELECT kind FROM order_alarms WHERE coalesce(refund_id, "
+                              "payment_attempt_id) = %s ORDER BY alarm_id", subject)]
+
+    # The first order refunds in full; no other.
+    svc.refund_for = lambda seq, amount: (amount, "requested_by_customer") if seq == 1 else None
     svc.place_orders(3)
     (o1, a1), (o2, a2), (o3, a3) = q(
         "SELECT o.order_id, a.payment_attempt_id FROM orders o JOIN order_attempts a "
         "USING (order_id) ORDER BY o.seq")
-    conn.commit()
-    feed = Feed(conn)
 
-    # Our attempt a1's success, naming order o2: pays o1 (a1's own order).
-    feed.send(event("charge.succeeded", a1, o2))
-    check_eq(q("SELECT order_id, paid, paid_attempt_id FROM orders WHERE paid"),
-             [(o1, True, a1)], "orders paid after a1's success naming o2")
+    # 1. Forged: a1's success (charged has no record of a1), a3's failure
+    #    (charged still processes a3). Nothing paid, no new attempt; both
+    #    asked about until charged settles them.
+    charged.attempt(q, a3, "PROCESSING")
+    feed.send(event("charge.succeeded", a1, o2), event("charge.failed", a3, o3))
+    check_eq(paid(), [], "orders paid by the events alone")
+    confirm()
+    check_eq(sorted(charged.asked), sorted("/v1/payment-attempts/%s" % a for a in (a1, a3)),
+             "questions to charged after two events")
+    check_eq(paid(), [], "orders paid after charged answered 404 and PROCESSING")
+    check_eq((attempts_of(o1), attempts_of(o3)), (1, 1), "attempts after a forged failure")
+    check_eq((due(a1), due(a3)), (True, True), "a1 and a3 still asked about")
 
-    # A second attempt of o1 that charged too: paid_twice, o1 still a1's.
-    a1b = uuid.uuid4()
-    conn.execute("INSERT INTO order_attempts (payment_attempt_id, order_id, attempt_no, "
-                 "idempotency_key, payment_method) VALUES (%s, %s, 2, %s, 'pm_card_visa')",
-                 (a1b, o1, "order-svc:%s" % a1b))
-    conn.commit()
+    # 2. charged says a1 SUCCEEDED: a1's own order pays (the event named o2),
+    #    and its refund is decided; a1 is no longer asked about.
+    charged.attempt(q, a1, "SUCCEEDED")
+    confirm()
+    check_eq(paid(), [(o1, a1)], "orders paid once charged said a1 SUCCEEDED")
+    check_eq(due(a1), False, "a1 due after a settled answer")
+    check_eq(q("SELECT count(*) FROM order_refunds WHERE order_id = %s", o1), [(1,)],
+             "refunds of o1")
+
+    # 3. An answer about a3 that is not our row's (another amount): pays
+    #    nothing, raises answer_mismatch once, asked no more.
+    charged.attempt(q, a3, "SUCCEEDED", amount=1)
+    confirm()
+    confirm()
+    check_eq(paid(), [(o1, a1)], "orders paid after a mismatched answer")
+    check_eq(alarms(a3), ["answer_mismatch"], "alarms of a3")
+    check_eq(due(a3), False, "a3 due after a mismatched answer")
+
+    # 4. A second attempt of o1 that charged too: paid_twice, o1 still a1's.
+    with conn.transaction(), conn.cursor() as cur:
+        amount, currency = q("SELECT amount, currency FROM orders WHERE order_id = %s", o1)[0]
+        a1b = svc.add_attempt(cur, o1, 2, amount, currency, "pm_card_visa")
+    charged.attempt(q, a1b, "SUCCEEDED")
     feed.send(event("charge.succeeded", a1b, o1))
-    check_eq(q("SELECT paid_attempt_id FROM orders WHERE order_id = %s", o1), [(a1,)],
-             "o1's paying attempt after a second success")
-    check_eq(q("SELECT kind, payment_attempt_id FROM order_alarms"), [("paid_twice", a1b)],
-             "alarms after a second attempt's success")
+    confirm()
+    check_eq(paid(), [(o1, a1)], "o1's paying attempt after a second success")
+    check_eq(alarms(a1b), ["paid_twice"], "alarms of the second attempt")
 
-    # a1 reversed to FAILED by a person's review: o1 unpaid, an alarm, no
-    # third attempt.
+    # 5. a1 reversed (FAILED by a person's review): o1 unpaid, an alarm, no
+    #    third attempt. Reversed again (SUCCEEDED): o1 paid again, and no
+    #    second refund (adversary 41b).
+    charged.attempt(q, a1, "FAILED")
     feed.send(event("charge.failed", a1, o1))
-    check_eq(q("SELECT paid, paid_attempt_id FROM orders WHERE order_id = %s", o1),
-             [(False, None)], "o1 after its paying attempt failed")
-    check_eq(q("SELECT kind FROM order_alarms WHERE payment_attempt_id = %s", a1),
-             [("payment_reversed",)], "alarm of the reversed payment")
-    check_eq(q("SELECT count(*) FROM order_attempts WHERE order_id = %s", o1), [(2,)],
-             "o1's attempts after the reversal")
+    confirm()
+    check_eq(paid(), [], "orders paid after o1's paying attempt failed")
+    check_eq(alarms(a1), ["payment_reversed"], "alarms of a1")
+    check_eq(attempts_of(o1), 2, "o1's attempts after the reversal")
+    charged.attempt(q, a1, "SUCCEEDED")
+    feed.send(event("charge.succeeded", a1, o1))
+    confirm()
+    check_eq(paid(), [(o1, a1)], "o1 after its reversal was reversed")
+    check_eq(q("SELECT count(*) FROM order_refunds WHERE order_id = %s", o1), [(1,)],
+             "refunds of o1 after it was paid again")
 
-    # A refund of o2 (paid first): its own amount counts, not the event's;
-    # a refund.failed after its success takes it back out.
+    # 6. A refund of o2 counts its own amount once on SUCCEEDED, whatever
+    #    the events say; FAILED after that takes it out (refund_reversed).
+    charged.attempt(q, a2, "SUCCEEDED")
     feed.send(event("charge.succeeded", a2, o2))
-    r = uuid.uuid4()
-    conn.execute("INSERT INTO order_refunds (refund_id, order_id, payment_attempt_id, "
-                 "idempotency_key, amount, reason) VALUES (%s, %s, %s, %s, 300, 'duplicate')",
-                 (r, o2, a2, "order-svc-refund:%s" % r))
-    conn.commit()
-    before = q("SELECT refunded_amount FROM orders WHERE order_id = %s", o2)[0][0]
-    feed.send(event("refund.succeeded", a2, o2, refund_id=str(r), amount=999999))
-    feed.send(event("refund.succeeded", a2, o2, refund_id=str(r), amount=300))
-    check_eq(q("SELECT refunded_amount FROM orders WHERE order_id = %s", o2),
-             [(before + 300,)], "o2's refunded total after its refund's successes")
-    feed.send(event("refund.failed", a2, o2, refund_id=str(r), amount=300))
-    check_eq(q("SELECT refunded_amount FROM orders WHERE order_id = %s", o2), [(before,)],
-             "o2's refunded total after its refund reversed")
-    check_eq(q("SELECT kind FROM order_alarms WHERE order_id = %s", o2),
-             [("refund_reversed",)], "alarm of the reversed refund")
-    # Another refund id, or ours under another attempt: not ours.
-    feed.send(event("refund.succeeded", a2, o2, refund_id=str(uuid.uuid4()), amount=50),
-              event("refund.succeeded", a3, o3, refund_id=str(r), amount=50))
-    check_eq(q("SELECT refunded_amount FROM orders WHERE order_id = %s", o2), [(before,)],
-             "o2's refunded total after refunds not ours")
+    confirm()
+    with conn.transaction(), conn.cursor() as cur:
+        svc.add_refund(cur, o2, a2, 300, "duplicate")
+    (r,), = q("SELECT refund_id FROM order_refunds WHERE order_id = %s", o2)
+    refunded = lambda: q("SELECT refunded_amount FROM orders WHERE order_id = %s", o2)[0][0]  # noqa: E731
+    charged.refund(r, a2, 300, "PROCESSING")
+    succeeded = event("refund.succeeded", a2, o2, refund_id=str(r), amount=999999)
+    feed.send(succeeded)
+    confirm()
+    check_eq(refunded(), 0, "o2's refunded total while charged says PROCESSING")
+    charged.refund(r, a2, 300, "SUCCEEDED")
+    confirm()
+    feed.send(succeeded, event("refund.succeeded", a2, o2, refund_id=str(r), amount=300))
+    confirm()
+    check_eq(refunded(), 300, "o2's refunded total after its refund succeeded (asked twice)")
+    charged.refund(r, a2, 300, "FAILED")
+    feed.send(event("refund.failed", a2, o2, refund_id=str(r)))
+    confirm()
+    check_eq(refunded(), 0, "o2's refunded total after its refund reversed")
+    check_eq(alarms(r), ["refund_reversed"], "alarms of the reversed refund")
+    # Another refund id, or ours under another attempt: not ours. A
+    # refund.rejected without order_id (the contract allows it) is read.
+    asked = len(charged.asked)
+    rejected = event("refund.rejected", a2, o2, refund_id=str(r))
+    del rejected["order_id"]
+    feed.send(event("refund.succeeded", a2, o2, refund_id=str(uuid.uuid4())),
+              event("refund.succeeded", a3, o3, refund_id=str(r)), rejected)
+    check_eq(q("SELECT type FROM processed_events WHERE order_id IS NULL"),
+             [("refund.rejected",)], "a refund event without order_id")
+    confirm()
+    check_eq(len(charged.asked) - asked, 1, "questions after two events not ours and one ours")
+    check_eq(refunded(), 0, "o2's refunded total after refunds not ours")
 
-    # Not ours, and unreadable: nothing changes but the rejects and the
-    # position, and nothing raises.
-    paid = q("SELECT order_id FROM orders WHERE paid ORDER BY order_id")
+    # 7. Unreadable: kept, passed, nothing raised.
+    before = paid()
     feed.send(event("charge.succeeded", uuid.uuid4(), o3), b'{"type":[1]}', b"[" * 50000,
               b"\xff\xfe not json")
-    check_eq(q("SELECT order_id FROM orders WHERE paid ORDER BY order_id"), paid,
-             "orders paid after events not ours")
+    confirm()
+    check_eq(paid(), before, "orders paid after events not ours")
     check_eq(q("SELECT count(*) FROM inbox_rejects"), [(3,)], "unreadable messages kept")
     check_eq(q("SELECT next_offset FROM consumer_positions"), [(feed.offset,)],
              "the position past every message")
 
-    # An event whose effect the database refuses (here: a refund policy
-    # that asks for 0, past order_refunds' CHECK) fails its batch every
-    # time: each message goes alone, the refused one is kept and passed,
-    # the others applied (adversary 41b: a 1-cent order's half refund).
-    class Consumer:
-        def store_offsets(self, offsets):
-            pass
-    inbox = svc.Inbox.__new__(svc.Inbox)
-    inbox.stop, inbox.consumer = svc.threading.Event(), Consumer()
-    inbox.db = svc.Database(os.environ["ORDERS_DATABASE_URL"], "test")
-    svc.place_orders(2)
-    (o4, a4), (o5, a5) = q("SELECT o.order_id, a.payment_attempt_id FROM orders o JOIN "
-                           "order_attempts a USING (order_id) ORDER BY o.seq DESC LIMIT 2")
-    conn.commit()
-    policy = svc.refund_for
+    # 8. An event that asks again while the question is on its way: the
+    #    answer, settled though it is, may be older than what the event
+    #    reports, so the row stays due.
+    svc.place_orders(1)
+    (o4, a4), = q("SELECT o.order_id, a.payment_attempt_id FROM orders o JOIN order_attempts "
+                  "a USING (order_id) ORDER BY o.seq DESC LIMIT 1")
+    charged.attempt(q, a4, "REQUIRES_REVIEW")
+    feed.send(event("charge.requires_review", a4, o4))
+    get = charged.get
+
+    def racing(path):
+        answer = get(path)
+        if path.endswith(str(a4)):
+            charged.get = get
+            feed.send(event("charge.succeeded", a4, o4))  # a person resolved it meanwhile
+        return answer
+    charged.get = racing
+    confirm()
+    check_eq(due(a4), True, "a4 due after an event came during its question")
+    charged.attempt(q, a4, "SUCCEEDED")
+    confirm()
+    check_eq((due(a4), (o4, a4) in paid()), (False, True), "a4 after charged's next answer")
+
+    # 9. An answer whose effect the database refuses (a refund of 0, past
+    #    order_refunds' CHECK): kept as effect_refused, asked again later;
+    #    the row behind it is confirmed.
     svc.refund_for = lambda seq, amount: (0, "duplicate") if seq % 2 else None
-    try:
-        batch = [Message(json.dumps(event("charge.succeeded", a, o)).encode(), feed.offset + i)
-                 for i, (a, o) in enumerate([(a4, o4), (a5, o5)])]
-        feed.offset += len(batch)
-        inbox.apply(batch)
-    finally:
-        svc.refund_for = policy
-        inbox.db.close()
-    paid_now = set(o for o, in q("SELECT order_id FROM orders WHERE order_id IN (%s, %s) "
-                                 "AND paid", o4, o5))
-    check_eq(len(paid_now), 1, "orders paid of the two (one refused alone)")
-    check_eq(q("SELECT count(*) FROM inbox_rejects"), [(4,)],
-             "messages kept: the unreadable ones and the refused one")
-    check_eq(q("SELECT next_offset FROM consumer_positions"), [(feed.offset,)],
-             "the position past the refused message too")
+    svc.place_orders(2)
+    last = q("SELECT o.order_id, o.seq, a.payment_attempt_id FROM orders o JOIN "
+             "order_attempts a USING (order_id) ORDER BY o.seq DESC LIMIT 2")
+    for o, seq, a in last:
+        charged.attempt(q, a, "SUCCEEDED")
+        feed.send(event("charge.succeeded", a, o))
+    confirm()
+    for o, seq, a in last:
+        check_eq(((o, a) in paid(), alarms(a), due(a)),
+                 (False, ["effect_refused"], True) if seq % 2 else (True, [], False),
+                 "order of seq %d after its answer's effect was refused or not" % seq)
+    confirm()
+    check_eq(sum(alarms(a) == ["effect_refused"] for _, _, a in last), 1,
+             "effect_refused raised once though asked again")
 
 
 if __name__ == "__main__":
