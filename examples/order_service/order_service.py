@@ -374,8 +374,10 @@ class Publisher(threading.Thread):
         for row_id, topic, key, payload in rows:
             self.producer.produce(topic, key=key.encode(), value=payload.encode(),
                                   on_delivery=lambda e, m, i=row_id: report(e, m, i))
-        # No transaction is open while we wait for the broker.
-        while len(self.producer) > 0:
+        # No transaction is open while we wait for the broker. A stop ends
+        # the wait: what is not acknowledged yet stays unsent, and is sent
+        # again (same bytes) by whoever publishes next.
+        while len(self.producer) > 0 and not self.stop.is_set():
             self.producer.flush(1.0)
         if any(fatal(e) for e in failed):
             self.producer = None  # an idempotent producer's fatal error: start a new one

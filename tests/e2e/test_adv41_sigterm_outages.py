@@ -12,7 +12,14 @@ supervisor's grace period runs out and it is SIGKILLed instead. (Money is
 safe: the outbox and inbox survive a SIGKILL; this is the SIGTERM claim.)
 
 The test: the service runs and has paid its first orders; PostgreSQL is
-frozen (deploy/stack.sh pg-freeze); SIGTERM; it must exit 0 within 30 s."""
+frozen (deploy/stack.sh pg-freeze); SIGTERM; it must exit 0 within 30 s.
+
+Then the broker away: orders placed meanwhile leave the publisher waiting
+for acknowledgements that cannot come (message.timeout.ms is 30 s). A
+SIGTERM ends that wait: the service stops cleanly ("order service
+stopped"), not by leaving a stuck thread after STOP_GRACE_S, and the
+commands it could not send are sent by the next instance once the broker
+is back (same rows, same bytes)."""
 import os
 import subprocess
 import time
@@ -65,6 +72,41 @@ def scenario(new):
         check(rc is not None, "the order service still running 30 s after SIGTERM "
               "(PostgreSQL hung)")
         check_eq(rc, 0, "the order service's exit status on SIGTERM")
+        p = None
+        e2e.pg_thaw()
+        frozen = False
+
+        # The broker away, commands waiting in the publisher: SIGTERM.
+        log_path = os.path.join(s.dir, "order_service_2.log")
+        p = subprocess.Popen([PYTHON, SERVICE, "run"], env=env, stdout=open(log_path, "ab"),
+                             stderr=subprocess.STDOUT, start_new_session=True)
+        e2e.wait_until("the second instance consuming", lambda: b"partitions assigned" in
+                       open(log_path, "rb").read(), 60, 0.2)
+        e2e.kafka_kill()
+        r = subprocess.run([PYTHON, SERVICE, "place-orders", "--count", "5"], env=env,
+                           capture_output=True, timeout=60)
+        check_eq(r.returncode, 0, "order_service place-orders exit")
+        # The outage is the fault, not a wait: the publisher has tried to send.
+        time.sleep(3)
+        p.send_signal(15)
+        try:
+            rc = p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            rc = None
+        check_eq(rc, 0, "the order service's exit status on SIGTERM (broker away)")
+        p = None
+        out = open(log_path, "rb").read()
+        check(b"order service stopped\"" in out and b"left unfinished" not in out,
+              "the stop with the broker away was not clean: %s" % out[-600:].decode("utf-8",
+                                                                                  "replace"))
+        e2e.kafka_start()
+        p = subprocess.Popen([PYTHON, SERVICE, "run"], env=env, stdout=open(log_path, "ab"),
+                             stderr=subprocess.STDOUT, start_new_session=True)
+        e2e.wait_until("the commands of the outage sent by the next instance", lambda: s.psql(
+            orders_db, "SELECT count(*) FROM outbox WHERE sent_at IS NULL").split() == ["0"],
+            60, 0.3)
+        p.send_signal(15)
+        check_eq(p.wait(timeout=30), 0, "the order service's exit status on SIGTERM")
         p = None
     finally:
         if frozen:
