@@ -6,7 +6,8 @@
 /* Each line names an operation's struct payment_op, defined in its folder. */
 #define PAYMENT_OPERATIONS(X)                                                          \
     X(charge_payment_op)                                                               \
-    X(refund_payment_op)
+    X(refund_payment_op)                                                               \
+    /* (the end of the table: a new operation is one more line above) */
 
 #define DECLARE(op) extern const struct payment_op op;
 #define ENTRY(op)   &op,
