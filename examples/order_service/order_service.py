@@ -63,6 +63,7 @@ CREATE TABLE IF NOT EXISTS order_attempts (
     confirmed_status text,               -- what GET /v1/payment-attempts/<id> said
     confirmed_at    timestamptz,
     applied_status  text,                -- the settled status whose effect is applied
+    answer_updated_at timestamptz,       -- the newest answer's updated_at: an older one is stale
     next_poll_at    timestamptz,         -- when the confirmer asks again
     poll_every_ms   int NOT NULL DEFAULT 500,
     created_at      timestamptz NOT NULL DEFAULT now(),
@@ -83,6 +84,7 @@ CREATE TABLE IF NOT EXISTS order_refunds (
     wakes              bigint NOT NULL DEFAULT 0,
     confirmed_status   text,            -- what GET /v1/refunds/<id> said
     confirmed_at       timestamptz,
+    answer_updated_at  timestamptz,     -- as for attempts
     next_poll_at       timestamptz,
     poll_every_ms      int NOT NULL DEFAULT 500
 );
@@ -98,9 +100,12 @@ CREATE TABLE IF NOT EXISTS outbox (
     sent_at     timestamptz
 );
 CREATE INDEX IF NOT EXISTS outbox_unsent ON outbox (id) WHERE sent_at IS NULL;
--- The inbox: every result event applied, once.
+-- The inbox: every result event taken, once per row it names. Not once
+-- per event_id alone: ids are on the topic for anyone to copy, and a copy
+-- naming another row, read first, would silence the real event.
 CREATE TABLE IF NOT EXISTS processed_events (
-    event_id           uuid PRIMARY KEY,
+    event_id           uuid NOT NULL,
+    subject_id         uuid NOT NULL,   -- the refund_id, else the payment_attempt_id
     type               text NOT NULL,
     payment_attempt_id uuid NOT NULL,
     order_id           uuid,            -- as the event says (a refund's may have none)
@@ -108,7 +113,8 @@ CREATE TABLE IF NOT EXISTS processed_events (
     topic              text NOT NULL,
     kafka_partition    int NOT NULL,
     kafka_offset       bigint NOT NULL,
-    processed_at       timestamptz NOT NULL DEFAULT now()
+    processed_at       timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (event_id, subject_id)
 );
 -- A message on the results topic that is not a result event it can read:
 -- kept, in the transaction that moves its position past it, for a person.
@@ -147,7 +153,8 @@ CHARGE_TYPES = {"charge.succeeded", "charge.failed", "charge.unknown", "charge.r
                 "charge.requires_review"}
 REFUND_TYPES = {"refund.succeeded", "refund.failed", "refund.unknown", "refund.rejected",
                 "refund.requires_review"}
-TERMINAL = {"SUCCEEDED", "FAILED", "REJECTED", "REQUIRES_REVIEW"}
+TERMINAL = {"SUCCEEDED", "FAILED", "REJECTED", "REQUIRES_REVIEW"}  # an event's question answered
+FINAL = ("SUCCEEDED", "FAILED", "REJECTED")  # asked no more until an event asks (a review may move)
 MAX_ATTEMPTS = 2  # a declined order is tried once more, with another card
 SECOND_CARD = "pm_card_visa"
 OUTBOX_CHANNEL = "order_outbox"  # NOTIFY on commit: the publisher wakes at once
@@ -472,11 +479,12 @@ def apply_batch(conn, messages):
                             "payload_head) VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
                             (m.topic(), m.partition(), m.offset(), head))
                 continue
-            cur.execute("INSERT INTO processed_events (event_id, type, payment_attempt_id, "
-                        "order_id, refund_id, topic, kafka_partition, kafka_offset) "
-                        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
-                        "ON CONFLICT (event_id) DO NOTHING RETURNING event_id",
-                        (ev["event_id"], ev["type"], ev["payment_attempt_id"], ev["order_id"],
+            cur.execute("INSERT INTO processed_events (event_id, subject_id, type, "
+                        "payment_attempt_id, order_id, refund_id, topic, kafka_partition, "
+                        "kafka_offset) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
+                        "ON CONFLICT (event_id, subject_id) DO NOTHING RETURNING event_id",
+                        (ev["event_id"], ev.get("refund_id") or ev["payment_attempt_id"],
+                         ev["type"], ev["payment_attempt_id"], ev["order_id"],
                          ev.get("refund_id"), m.topic(), m.partition(), m.offset()))
             if cur.fetchone() is None:
                 continue  # applied before: at-least-once delivery's duplicate
@@ -746,16 +754,27 @@ def attempt_failed(cur, attempt, order_id, attempt_no):
         add_attempt(cur, order_id, attempt_no + 1, order[0], order[1], SECOND_CARD)
 
 
+def answer_time(answer):
+    """The answer's updated_at, when it has one (charged's clock)."""
+    t = answer.get("updated_at") if answer else None
+    return t if isinstance(t, str) else None
+
+
 def confirm_attempt(cur, attempt, wakes, answer):
     """Applies what charged's api answered about our attempt (None: it has
     no record yet), in the caller's transaction. Each settled status is
     applied once: SUCCEEDED pays, FAILED unpays or tries again; the others
-    change no order. The row stays due until the answer is settled and no
-    event asked again meanwhile (wakes)."""
+    change no order. An answer older (charged's updated_at) than one
+    applied already is stale: another instance asked later. The row stays
+    due until the answer is settled and no event asked again meanwhile
+    (wakes)."""
     cur.execute("SELECT a.order_id, a.attempt_no, a.applied_status, a.poll_every_ms, o.amount, "
-                "o.currency FROM order_attempts a JOIN orders o USING (order_id) "
-                "WHERE a.payment_attempt_id = %s FOR UPDATE OF a", (attempt,))
-    order_id, attempt_no, applied, every, amount, currency = cur.fetchone()
+                "o.currency, coalesce(%s::timestamptz < a.answer_updated_at, false) "
+                "FROM order_attempts a JOIN orders o USING (order_id) "
+                "WHERE a.payment_attempt_id = %s FOR UPDATE OF a", (answer_time(answer), attempt))
+    order_id, attempt_no, applied, every, amount, currency, stale = cur.fetchone()
+    if stale:
+        answer = None
     status = answer and answer.get("status")
     wrong = answer and mismatch(answer, {"payment_attempt_id": attempt, "order_id": order_id,
                                          "amount": amount, "currency": currency})
@@ -774,21 +793,28 @@ def confirm_attempt(cur, attempt, wakes, answer):
     settled = wrong or status in TERMINAL
     cur.execute("UPDATE order_attempts SET confirmed_status = coalesce(%s, confirmed_status), "
                 "confirmed_at = now(), applied_status = %s, "
+                "answer_updated_at = greatest(answer_updated_at, %s::timestamptz), "
                 "confirm_due = confirm_due AND NOT (%s AND wakes = %s), "
                 "next_poll_at = now() + make_interval(secs => %s), poll_every_ms = least(%s, %s) "
                 "WHERE payment_attempt_id = %s",
-                (status, applied_now, bool(settled), wakes, every / 1000.0, every * 2,
-                 POLL_MAX_MS, attempt))
+                (status, applied_now, answer_time(answer), bool(settled), wakes, every / 1000.0,
+                 every * 2, POLL_MAX_MS, attempt))
     return status
 
 
 def confirm_refund(cur, refund, wakes, answer):
     """As confirm_attempt, for our refund: SUCCEEDED counts its own
     recorded amount in the order's refunded total once; FAILED after it
-    was counted (a person's review reversed it) takes it back out."""
+    was counted (a person's review reversed it) takes it back out
+    (refund_reversed); FAILED or REJECTED before that means the customer
+    is not refunded: refund_not_made, for a person."""
     cur.execute("SELECT order_id, payment_attempt_id, amount, counted, poll_every_ms, "
-                "confirmed_status FROM order_refunds WHERE refund_id = %s FOR UPDATE", (refund,))
-    order_id, attempt, amount, counted, every, before = cur.fetchone()
+                "confirmed_status, coalesce(%s::timestamptz < answer_updated_at, false) "
+                "FROM order_refunds WHERE refund_id = %s FOR UPDATE",
+                (answer_time(answer), refund))
+    order_id, attempt, amount, counted, every, before, stale = cur.fetchone()
+    if stale:
+        answer = None
     status = answer and answer.get("status")
     wrong = answer and mismatch(answer, {"refund_id": refund, "payment_attempt_id": attempt,
                                          "amount": amount})
@@ -805,14 +831,17 @@ def confirm_refund(cur, refund, wakes, answer):
                     "WHERE order_id = %s", (amount, order_id))
         raise_alarm(cur, "refund_reversed", order_id, attempt, refund)
         counted = False
+    elif status in ("FAILED", "REJECTED") and before != status:
+        raise_alarm(cur, "refund_not_made", order_id, attempt, refund, status)
     settled = status in TERMINAL or status == "MISMATCH"
     cur.execute("UPDATE order_refunds SET confirmed_status = coalesce(%s, confirmed_status), "
                 "confirmed_at = now(), counted = %s, "
+                "answer_updated_at = greatest(answer_updated_at, %s::timestamptz), "
                 "confirm_due = confirm_due AND NOT (%s AND wakes = %s), "
                 "next_poll_at = now() + make_interval(secs => %s), poll_every_ms = least(%s, %s) "
                 "WHERE refund_id = %s",
-                (status, counted, settled, wakes, every / 1000.0, every * 2, POLL_MAX_MS,
-                 refund))
+                (status, counted, answer_time(answer), settled, wakes, every / 1000.0,
+                 every * 2, POLL_MAX_MS, refund))
     return status
 
 
@@ -882,21 +911,25 @@ class Confirmer(threading.Thread):
 
     def confirm_due(self):
         conn = self.db.connect()
+        # Due: an event asked; or no final answer yet POLL_AFTER_S after the
+        # command was sent (an outcome unknown, an event lost or silenced,
+        # a review pending): asked on the row's own doubling interval.
         attempts = conn.execute(
             "SELECT a.payment_attempt_id, a.wakes FROM order_attempts a "
             "JOIN outbox o ON o.command_id = a.payment_attempt_id "
             "WHERE coalesce(a.next_poll_at, '-infinity') <= now() AND (a.confirm_due OR "
-            "((a.confirmed_status IS NULL OR a.confirmed_status NOT IN "
-            "('SUCCEEDED','FAILED','REJECTED','REQUIRES_REVIEW')) AND a.applied_status IS "
-            "DISTINCT FROM 'MISMATCH' AND (a.last_event_type = 'charge.unknown' OR "
-            "(a.last_event_type IS NULL AND o.sent_at < now() - make_interval(secs => %s))))) "
-            "ORDER BY a.next_poll_at NULLS FIRST LIMIT 50", (POLL_AFTER_S,)).fetchall()
+            "(coalesce(a.confirmed_status, '') NOT IN (%s, %s, %s) AND a.applied_status IS "
+            "DISTINCT FROM 'MISMATCH' AND o.sent_at < now() - make_interval(secs => %s))) "
+            "ORDER BY a.next_poll_at NULLS FIRST LIMIT 50", FINAL + (POLL_AFTER_S,)).fetchall()
         for attempt, wakes in attempts:
             self.confirm(conn, confirm_attempt, "/v1/payment-attempts/%s", attempt, wakes)
         refunds = conn.execute(
-            "SELECT refund_id, wakes FROM order_refunds WHERE confirm_due AND "
-            "coalesce(next_poll_at, '-infinity') <= now() ORDER BY next_poll_at LIMIT 50"
-        ).fetchall()
+            "SELECT r.refund_id, r.wakes FROM order_refunds r "
+            "JOIN outbox o ON o.command_id = r.refund_id "
+            "WHERE coalesce(r.next_poll_at, '-infinity') <= now() AND (r.confirm_due OR "
+            "(coalesce(r.confirmed_status, '') NOT IN (%s, %s, %s, 'MISMATCH') AND "
+            "o.sent_at < now() - make_interval(secs => %s))) "
+            "ORDER BY r.next_poll_at NULLS FIRST LIMIT 50", FINAL + (POLL_AFTER_S,)).fetchall()
         for refund, wakes in refunds:
             self.confirm(conn, confirm_refund, "/v1/refunds/%s", refund, wakes)
         return len(attempts) + len(refunds)
@@ -904,7 +937,7 @@ class Confirmer(threading.Thread):
     def confirm(self, conn, apply, path, row_id, wakes):
         try:
             answer = self.api.get(path % row_id)  # no transaction open during the call
-        except (OSError, ValueError) as e:
+        except Exception as e:  # any failed question (cut short, garbled): this row, later
             say(logging.WARNING, "charged's api did not answer; asked again later",
                 id=str(row_id), error=str(e)[:200])
             answer = None

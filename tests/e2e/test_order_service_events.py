@@ -24,7 +24,11 @@ hands over; charged's api is a table of answers, as the confirmer reads it).
   order_refunds' CHECK) is kept as effect_refused and asked again later;
   the rows behind it are confirmed.
 - One event asking again while the confirmer's question is on its way
-  keeps the row due (its answer may predate what the event reports).
+  keeps the row due (its answer may predate what the event reports); an
+  answer older than one applied (charged's updated_at) is stale.
+- A refund charged says FAILED before it was counted raises
+  refund_not_made once; one whose events never come is asked about once
+  its command is POLL_AFTER_S old.
 
 Runs with deploy/.tools' python (psycopg); started by another python it
 runs itself again with that one."""
@@ -327,6 +331,45 @@ def scenario(conn):
     confirm()
     check_eq(sum(alarms(a) == ["effect_refused"] for _, _, a in last), 1,
              "effect_refused raised once though asked again")
+
+    # 10. An answer older (charged's updated_at) than one applied already
+    #     is stale, as another instance's late question would be: a2 paid
+    #     at 12:00:02 is not unpaid by a FAILED of 12:00:01.
+    charged.attempt(q, a2, "SUCCEEDED", updated_at="2026-01-01T12:00:02.000Z")
+    feed.send(event("charge.succeeded", a2, o2))
+    confirm()
+    charged.attempt(q, a2, "FAILED", updated_at="2026-01-01T12:00:01.000Z")
+    feed.send(event("charge.failed", a2, o2))
+    confirm()
+    check_eq((o2, a2) in paid(), True, "o2 after a stale FAILED answer")
+    check_eq(alarms(a2), [], "alarms of a2 after a stale answer")
+    check_eq(due(a2), True, "a2 due after a stale answer (asked again)")
+
+    # 11. A refund charged says FAILED before it was ever counted: the
+    #     customer is not refunded, a person is told once. And a refund
+    #     whose events never come (lost, or silenced by a forger) is asked
+    #     about once its command is POLL_AFTER_S old.
+    svc.refund_for = lambda seq, amount: None
+    with conn.transaction(), conn.cursor() as cur:
+        svc.add_refund(cur, o2, a2, 100, "duplicate")
+        svc.add_refund(cur, o2, a2, 50, "duplicate")
+    (r2, r3) = [r for r, in q("SELECT refund_id FROM order_refunds WHERE order_id = %s AND "
+                               "amount IN (100, 50) ORDER BY amount DESC", o2)]
+    charged.refund(r2, a2, 100, "FAILED")
+    feed.send(event("refund.failed", a2, o2, refund_id=str(r2)))
+    confirm()
+    feed.send(event("refund.failed", a2, o2, refund_id=str(r2)))
+    confirm()
+    check_eq(alarms(r2), ["refund_not_made"], "alarms of a refund that failed")
+    charged.refund(r3, a2, 50, "SUCCEEDED")
+    confirm()
+    check_eq(charged.asked.count("/v1/refunds/%s" % r3), 0,
+             "questions about a refund sent just now, no event")
+    conn.execute("UPDATE outbox SET sent_at = now() - interval '1 minute' WHERE "
+                 "command_id = %s", (r3,))
+    confirm()
+    check_eq(q("SELECT counted FROM order_refunds WHERE refund_id = %s", r3), [(True,)],
+             "a refund without events, counted once its command was a minute old")
 
 
 if __name__ == "__main__":
