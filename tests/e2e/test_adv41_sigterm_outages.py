@@ -36,7 +36,7 @@ PYTHON = os.environ.get("ORDER_SERVICE_PYTHON",
 
 
 def scenario(new):
-    s = new("adv41_sigterm_pg_hang")
+    s = new("adv41_sigterm_outages")
     check(os.access(PYTHON, os.X_OK), "%s missing: run deploy/install-deps.sh" % PYTHON)
     p = None
     frozen = False
