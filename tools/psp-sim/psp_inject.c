@@ -302,6 +302,8 @@ static void inject_intent(psp_store_t *st, const struct intent_injection *in,
         (json_int_t)in->amount, "currency", in->currency, "outcome", outcome,
         "http_status", http, "at_ms", (json_int_t)now_ms, "settled_at_ms", "injected",
         1, "amended", 0, "deleted", 0);
+    json_object_set_new(pi, "capture_method", json_string("automatic"));
+    pst_money_fields(pi, row);
     /* Its creation (created) is when search finds it and when it settles
      * by itself. */
     pst_add_intent(st, id, pi, row,
@@ -384,6 +386,10 @@ void psp_store_amend(psp_store_t *st, const char *id, json_t *body, int64_t now_
     if (amount) {
         json_object_set_new(pi, "amount", json_integer(amount));
         json_object_set_new(row, "amount", json_integer(amount));
+        /* What an automatic intent received follows its amount. */
+        const char *how = json_string_value(json_object_get(pi, "capture_method"));
+        if (!how || !strcmp(how, "automatic"))
+            pst_money_fields(pi, NULL);
     }
     if (cur) {
         json_object_set_new(pi, "currency", json_string(json_string_value(cur)));

@@ -71,6 +71,15 @@ static long long refunded_sum(psp_store_t *st, json_t *intent_rec, const char *s
     return sum;
 }
 
+/* What the intent's charge took: all of its amount, or for a manual one
+ * what was captured (Stripe bounds refunds by amount_received). */
+static long long captured_of(json_t *pi)
+{
+    const char *how = json_string_value(json_object_get(pi, "capture_method"));
+    return json_integer_value(json_object_get(
+        pi, how && !strcmp(how, "manual") ? "amount_received" : "amount"));
+}
+
 /* Caller holds the lock. The charge.refunded object of an intent: a
  * Stripe charge with amount_refunded and its refunds, newest first. */
 static json_t *charge_object(psp_store_t *st, json_t *intent_rec)
@@ -78,6 +87,7 @@ static json_t *charge_object(psp_store_t *st, json_t *intent_rec)
     json_t *pi = json_object_get(intent_rec, "pi"), *data = json_array(), *id;
     const char *pi_id = json_string_value(json_object_get(pi, "id"));
     json_int_t amount = json_integer_value(json_object_get(pi, "amount"));
+    long long captured = captured_of(pi);
     long long refunded = refunded_sum(st, intent_rec, "succeeded");
     json_t *ids = json_object_get(intent_rec, "refunds");
     char ch[300], url[340];
@@ -90,15 +100,15 @@ static json_t *charge_object(psp_store_t *st, json_t *intent_rec)
     }
     pst_charge_id_of(pi_id, ch, sizeof(ch));
     snprintf(url, sizeof(url), "/v1/charges/%s/refunds", ch);
-    return json_pack("{s:s, s:s, s:I, s:I, s:O, s:s, s:b, s:s, s:O, s:I, s:{s:s, s:o, "
-                     "s:b, s:s}}",
-                     "id", ch, "object", "charge", "amount", amount, "amount_refunded",
-                     (json_int_t)refunded, "currency", json_object_get(pi, "currency"),
-                     "payment_intent", pi_id, "refunded", refunded >= amount, "status",
-                     "succeeded", "metadata", json_object_get(pi, "metadata"),
-                     "created", json_integer_value(json_object_get(pi, "created")),
-                     "refunds", "object", "list", "data", data, "has_more", 0, "url",
-                     url);
+    return json_pack("{s:s, s:s, s:I, s:I, s:I, s:O, s:s, s:b, s:s, s:O, s:I, s:{s:s, "
+                     "s:o, s:b, s:s}}",
+                     "id", ch, "object", "charge", "amount", amount, "amount_captured",
+                     (json_int_t)captured, "amount_refunded", (json_int_t)refunded,
+                     "currency", json_object_get(pi, "currency"), "payment_intent",
+                     pi_id, "refunded", refunded >= captured, "status", "succeeded",
+                     "metadata", json_object_get(pi, "metadata"), "created",
+                     json_integer_value(json_object_get(pi, "created")), "refunds",
+                     "object", "list", "data", data, "has_more", 0, "url", url);
 }
 
 /* Caller holds the lock. Counts a refund once more by its current status. */
@@ -230,7 +240,7 @@ static json_t *refundable_intent(psp_store_t *st, const char *pi_id, long long *
     pst_settle_if_due(st, rec, now_ms);
     json_t *pi = json_object_get(rec, "pi");
     const char *status = json_string_value(json_object_get(pi, "status"));
-    long long total = json_integer_value(json_object_get(pi, "amount"));
+    long long total = captured_of(pi);
     long long left = total - refunded_sum(st, rec, NULL);
     if (!status || strcmp(status, "succeeded") != 0) {
         snprintf(msg, sizeof(msg),

@@ -13,12 +13,13 @@
 json_t *pst_charge_record(const struct psp_charge_request *req)
 {
     return json_pack(
-        "{s:s?, s:s?, s:s?, s:s?, s:s?, s:s?, s:s?, s:s?, s:s?, s:s?, s:s?}",
+        "{s:s?, s:s?, s:s?, s:s?, s:s?, s:s?, s:s?, s:s?, s:s?, s:s?, s:s?, s:s?}",
         "idempotency_key", req->idempotency_key, "amount", req->amount, "currency",
         req->currency, "payment_method", req->payment_method, "confirm", req->confirm,
         "payment_attempt_id", req->payment_attempt_id, "order_id", req->order_id,
         "customer", req->customer, "apm_enabled", req->apm_enabled,
-        "apm_allow_redirects", req->apm_allow_redirects, "body", req->body);
+        "apm_allow_redirects", req->apm_allow_redirects, "body", req->body,
+        "capture_method", req->capture_method);
 }
 
 json_t *pst_cancel_record(const struct psp_cancel_request *req)
@@ -27,6 +28,14 @@ json_t *pst_cancel_record(const struct psp_cancel_request *req)
                      req->idempotency_key, "payment_intent_id", req->payment_intent_id,
                      "cancellation_reason", req->cancellation_reason,
                      "unknown_parameter", req->unknown_parameter, "body", req->body);
+}
+
+json_t *pst_capture_record(const struct psp_capture_request *req)
+{
+    return json_pack("{s:s?, s:s?, s:s?, s:s?, s:s?}", "idempotency_key",
+                     req->idempotency_key, "payment_intent_id", req->payment_intent_id,
+                     "amount_to_capture", req->amount_to_capture, "unknown_parameter",
+                     req->unknown_parameter, "body", req->body);
 }
 
 json_t *pst_refund_record(const struct psp_refund_request *req)
@@ -72,6 +81,7 @@ static void charge_from_record(json_t *r, struct psp_charge_request *req)
         .currency = member_str(r, "currency"),
         .payment_method = member_str(r, "payment_method"),
         .confirm = member_str(r, "confirm"),
+        .capture_method = member_str(r, "capture_method"),
         .payment_attempt_id = member_str(r, "payment_attempt_id"),
         .order_id = member_str(r, "order_id"),
         .customer = member_str(r, "customer"),
@@ -87,6 +97,17 @@ static void cancel_from_record(json_t *r, struct psp_cancel_request *req)
         .idempotency_key = member_str(r, "idempotency_key"),
         .payment_intent_id = member_str(r, "payment_intent_id"),
         .cancellation_reason = member_str(r, "cancellation_reason"),
+        .unknown_parameter = member_str(r, "unknown_parameter"),
+        .body = member_str(r, "body"),
+    };
+}
+
+static void capture_from_record(json_t *r, struct psp_capture_request *req)
+{
+    *req = (struct psp_capture_request){
+        .idempotency_key = member_str(r, "idempotency_key"),
+        .payment_intent_id = member_str(r, "payment_intent_id"),
+        .amount_to_capture = member_str(r, "amount_to_capture"),
         .unknown_parameter = member_str(r, "unknown_parameter"),
         .body = member_str(r, "body"),
     };
@@ -130,6 +151,7 @@ static int replay_set(psp_store_t *st, json_t *record)
         {"search_lag_ms", psp_store_set_search_lag},
         {"processing_settle_ms", psp_store_set_processing_settle},
         {"refund_settle_ms", psp_store_set_refund_settle},
+        {"authorization_expiry_ms", psp_store_set_authorization_expiry},
     };
     const char *name = member_str(record, "name");
     for (size_t i = 0; name && i < sizeof(setters) / sizeof(setters[0]); i++) {
@@ -139,6 +161,23 @@ static int replay_set(psp_store_t *st, json_t *record)
         }
     }
     return -1;
+}
+
+/* A capture's begin or execute record. 0, or -1 without an intent id. */
+static int replay_capture(psp_store_t *st, json_t *record, int begin, int64_t now_ms)
+{
+    struct psp_capture_request capture;
+    struct psp_answer ans = {0};
+
+    capture_from_record(record, &capture);
+    if (!capture.payment_intent_id)
+        return -1;
+    if (begin)
+        psp_store_capture_begin(st, &capture, now_ms, &ans);
+    else
+        psp_store_capture_execute(st, &capture, now_ms, &ans);
+    free(ans.body);
+    return 0;
 }
 
 int psp_store_replay(psp_store_t *st, json_t *record)
@@ -172,6 +211,8 @@ int psp_store_replay(psp_store_t *st, json_t *record)
             psp_store_cancel_begin(st, &cancel, now, &ans);
         else
             psp_store_cancel_execute(st, &cancel, now, &ans);
+    } else if (!strcmp(op, "capture_begin") || !strcmp(op, "capture_execute")) {
+        rc = replay_capture(st, record, !strcmp(op, "capture_begin"), now);
     } else if (!strcmp(op, "refund_begin") || !strcmp(op, "refund_execute")) {
         refund_from_record(record, &refund);
         if (!strcmp(op, "refund_begin"))
@@ -180,7 +221,8 @@ int psp_store_replay(psp_store_t *st, json_t *record)
             psp_store_refund_execute(st, &refund, now, &ans);
     } else if (!strcmp(op, "release")) {
         psp_store_release(st, member_str(record, "key"));
-    } else if (!strcmp(op, "settle_due") || !strcmp(op, "refund_settle_due")) {
+    } else if (!strcmp(op, "settle_due") || !strcmp(op, "expire_due") ||
+               !strcmp(op, "refund_settle_due")) {
         replay_due(st, record, now, op[0] == 'r');
     } else if (!strcmp(op, "settle") && id) {
         struct psp_settlement set = {member_str(record, "status"),

@@ -31,6 +31,8 @@
 #include "psp_webhooks.h"
 
 #define MAX_BODY 65536
+/* A year: longer than any card network holds an authorization. */
+#define AUTHORIZATION_EXPIRY_MAX 31536000000LL
 
 static volatile sig_atomic_t stop_requested;
 
@@ -58,12 +60,13 @@ struct req {
     size_t nform;
     int form_bad; /* a name or value decoded to a NUL byte or non-UTF-8 */
     char *idem_key;
-    enum req_op { OP_CHARGE, OP_CANCEL, OP_REFUND } op;
+    enum req_op { OP_CHARGE, OP_CANCEL, OP_REFUND, OP_CAPTURE } op;
     struct psp_charge_request charge;
     struct psp_cancel_request cancel;
+    struct psp_capture_request capture;
     struct psp_refund_request refund;
     json_t *metadata; /* a refund's metadata[...] */
-    char *intent_id;  /* a cancel's, from the URL */
+    char *intent_id;  /* a cancel's or a capture's, from the URL */
     uint64_t seq;
     int executing; /* the key is reserved: execute or release */
     int charging;  /* a charge request, counted in flight until freed */
@@ -355,28 +358,38 @@ static int authorized(struct MHD_Connection *conn)
 
 /* ---- the provider API ---- */
 
-/* Executes the reserved charge or cancel, then applies the after-execute
- * faults. */
+/* Executes the reserved request: 1, or 0 when the store refused it after
+ * all (the key given back: no fault to add). */
+static int execute_op(struct req *r, struct psp_answer *ans)
+{
+    switch (r->op) {
+    case OP_CANCEL:
+        return psp_store_cancel_execute(store, &r->cancel, now_ms(), ans);
+    case OP_REFUND:
+        return psp_store_refund_execute(store, &r->refund, now_ms(), ans);
+    case OP_CAPTURE:
+        return psp_store_capture_execute(store, &r->capture, now_ms(), ans);
+    case OP_CHARGE:
+        break;
+    }
+    psp_store_execute(store, &r->charge, now_ms(), ans);
+    return 1;
+}
+
+/* Executes the reserved charge, cancel, capture or refund, then applies
+ * the after-execute faults. */
 static enum MHD_Result execute_and_answer(struct req *r)
 {
     struct psp_answer ans = {0};
     const char *key = r->idem_key;
-    /* A rule for a payment method is about charges: a cancel or a refund
-     * names none. */
+    /* A rule for a payment method is about charges: a cancel, a capture or
+     * a refund names none. */
     const char *pm = r->op == OP_CHARGE ? r->charge.payment_method : NULL;
 
-    if (r->op == OP_CANCEL || r->op == OP_REFUND) {
-        int executed =
-            r->op == OP_CANCEL
-                ? psp_store_cancel_execute(store, &r->cancel, now_ms(), &ans)
-                : psp_store_refund_execute(store, &r->refund, now_ms(), &ans);
-        r->executing = 0;
-        if (!executed) /* refused, the key given back: no fault to add */
-            return respond(r->conn, ans.status, ans.body, 0);
-    } else {
-        psp_store_execute(store, &r->charge, now_ms(), &ans);
-        r->executing = 0;
-    }
+    int executed = execute_op(r, &ans);
+    r->executing = 0;
+    if (!executed) /* refused, the key given back: no fault to add */
+        return respond(r->conn, ans.status, ans.body, 0);
     if (psp_faults_hit(faults, PSP_FAULT_DROP_AFTER, key, pm, r->seq)) {
         free(ans.body);
         return MHD_NO; /* closes the connection without an answer */
@@ -455,7 +468,9 @@ static enum MHD_Result begin_and_execute(struct req *r)
     begun =
         r->op == OP_CANCEL   ? psp_store_cancel_begin(store, &r->cancel, now_ms(), &ans)
         : r->op == OP_REFUND ? psp_store_refund_begin(store, &r->refund, now_ms(), &ans)
-                             : psp_store_begin(store, &r->charge, now_ms(), &ans);
+        : r->op == OP_CAPTURE
+            ? psp_store_capture_begin(store, &r->capture, now_ms(), &ans)
+            : psp_store_begin(store, &r->charge, now_ms(), &ans);
     if (begun == PSP_BEGIN_ANSWERED)
         return respond(r->conn, ans.status, ans.body, ans.replayed);
     r->executing = 1;
@@ -481,6 +496,7 @@ static enum MHD_Result create_intent(struct req *r)
         .currency = form_get(r, "currency"),
         .payment_method = form_get(r, "payment_method"),
         .confirm = form_get(r, "confirm"),
+        .capture_method = form_get(r, "capture_method"),
         .payment_attempt_id = form_get(r, "metadata[payment_attempt_id]"),
         .order_id = form_get(r, "metadata[order_id]"),
         .customer = form_get(r, "customer"),
@@ -508,6 +524,29 @@ static enum MHD_Result cancel_intent(struct req *r)
         .idempotency_key = r->idem_key,
         .payment_intent_id = r->intent_id,
         .cancellation_reason = form_get(r, "cancellation_reason"),
+        .unknown_parameter = unknown,
+        .body = r->body ? r->body : "",
+    };
+    return begin_and_execute(r);
+}
+
+/* POST /v1/payment_intents/<id>/capture: takes r->intent_id;
+ * amount_to_capture, any other parameter is refused by the store. */
+static enum MHD_Result capture_intent(struct req *r)
+{
+    enum MHD_Result rc;
+    const char *unknown = NULL;
+
+    if (take_form_and_key(r, &rc) != 0)
+        return rc;
+    for (size_t i = 0; i < r->nform && !unknown; i++)
+        if (strcmp(r->form[i].k, "amount_to_capture") != 0)
+            unknown = r->form[i].k;
+    r->op = OP_CAPTURE;
+    r->capture = (struct psp_capture_request){
+        .idempotency_key = r->idem_key,
+        .payment_intent_id = r->intent_id,
+        .amount_to_capture = form_get(r, "amount_to_capture"),
         .unknown_parameter = unknown,
         .body = r->body ? r->body : "",
     };
@@ -551,10 +590,9 @@ static enum MHD_Result create_refund(struct req *r)
     return begin_and_execute(r);
 }
 
-/* "/<id>/cancel" -> <id> (a copy), else NULL. */
-static char *cancel_target(const char *rest)
+/* "/<id><suffix>" -> <id> (a copy), else NULL. */
+static char *intent_target(const char *rest, const char *suffix)
 {
-    const char *suffix = "/cancel";
     size_t sl = strlen(suffix), n = strlen(rest);
     if (n <= 1 + sl || rest[0] != '/' || strcmp(rest + n - sl, suffix) != 0)
         return NULL;
@@ -714,8 +752,12 @@ static enum MHD_Result provider_api(struct req *r, const char *url, const char *
                              "Invalid API Key provided.");
     if (!strcmp(method, "POST") && url[bl] == '\0')
         return create_intent(r);
-    if (!strcmp(method, "POST") && (r->intent_id = cancel_target(url + bl)) != NULL)
+    if (!strcmp(method, "POST") &&
+        (r->intent_id = intent_target(url + bl, "/cancel")) != NULL)
         return cancel_intent(r);
+    if (!strcmp(method, "POST") &&
+        (r->intent_id = intent_target(url + bl, "/capture")) != NULL)
+        return capture_intent(r);
     if (!strcmp(method, "GET") && url[bl] == '\0')
         return list_intents(r);
     if (!strcmp(method, "GET") && !strcmp(url + bl, "/search")) {
@@ -845,24 +887,31 @@ static enum MHD_Result with_json_body(struct req *r, enum store_call call,
     return respond(r->conn, ans.status, ans.body, 0);
 }
 
-/* PUT /<name> {"<member>": <integer in 0..86400000>}: one delay setting. */
-static enum MHD_Result put_delay(struct req *r, const char *member,
-                                 void (*set)(psp_store_t *, int64_t))
+/* PUT /<name> {"<member>": <integer in min..max>}: one delay setting. */
+static enum MHD_Result put_ms(struct req *r, const char *member, json_int_t min,
+                              json_int_t max, void (*set)(psp_store_t *, int64_t))
 {
     json_error_t jerr;
     json_t *cfg = json_loadb(r->body ? r->body : "", r->len, 0, &jerr);
     json_t *ms = json_object_get(cfg, member);
-    if (!json_is_integer(ms) || json_integer_value(ms) < 0 ||
-        json_integer_value(ms) > 86400000) {
-        char err[128];
-        snprintf(err, sizeof(err), "body must be {\"%s\": <integer 0..86400000>}",
-                 member);
+    if (!json_is_integer(ms) || json_integer_value(ms) < min ||
+        json_integer_value(ms) > max) {
+        char err[160];
+        snprintf(err, sizeof(err), "body must be {\"%s\": <integer %lld..%lld>}",
+                 member, (long long)min, (long long)max);
         json_decref(cfg);
         return respond_error(r->conn, 400, "invalid_request_error", err);
     }
     set(store, json_integer_value(ms));
     json_decref(cfg);
     return respond_json(r->conn, 200, json_pack("{s:b}", "ok", 1));
+}
+
+/* A delay in 0..86400000 ms. */
+static enum MHD_Result put_delay(struct req *r, const char *member,
+                                 void (*set)(psp_store_t *, int64_t))
+{
+    return put_ms(r, member, 0, 86400000, set);
 }
 
 /* As the intent would be had it entered `status`: crafted events may
@@ -908,7 +957,7 @@ static enum MHD_Result emit_event(struct req *r)
     const char *k, *type = json_string_value(json_object_get(body, "type"));
     const char *status = psp_webhooks_status_for_type(type), *id = NULL;
     json_int_t created = now_ms() / 1000;
-    char err[160] = "", evt[300];
+    char err[200] = "", evt[300];
     int http = 400;
     enum MHD_Result rc;
 
@@ -927,7 +976,8 @@ static enum MHD_Result emit_event(struct req *r)
     if (!status) {
         snprintf(err, sizeof(err),
                  "type must be payment_intent.succeeded, payment_intent.processing, "
-                 "payment_intent.payment_failed or payment_intent.canceled");
+                 "payment_intent.payment_failed, payment_intent.canceled or "
+                 "payment_intent.amount_capturable_updated");
         goto out;
     }
     if ((v = json_object_get(body, "created")) != NULL) {
@@ -1101,6 +1151,9 @@ static enum MHD_Result admin_api(struct req *r, const char *url, const char *met
         return emit_event(r);
     if (!strcmp(url, "/webhook-secret") && !strcmp(method, "POST"))
         return rotate_secret(r);
+    if (!strcmp(url, "/authorization-expiry") && !strcmp(method, "PUT"))
+        return put_ms(r, "authorization_expiry_ms", 1, AUTHORIZATION_EXPIRY_MAX,
+                      psp_store_set_authorization_expiry);
     if (!strcmp(url, "/refund-settle") && !strcmp(method, "PUT"))
         return put_delay(r, "refund_settle_ms", psp_store_set_refund_settle);
     if (!strcmp(url, "/inject/intents") && !strcmp(method, "POST"))
@@ -1226,6 +1279,11 @@ static void usage(FILE *out)
         "                           creation; 0: only when settled by the admin\n"
         "                           API [0]\n"
         "                           (the delays: at most 86400000)\n"
+        "  --authorization-expiry-ms N\n"
+        "                           a requires_capture intent (capture_method=manual)\n"
+        "                           is canceled, cancellation_reason automatic, N ms\n"
+        "                           after its authorization; 1..31536000000\n"
+        "                           [604800000, 7 days]\n"
         "  --fault KIND=P[@TARGET][#TIMES]\n"
         "                           inject KIND with probability P (0..1), optionally\n"
         "                           only for idempotency key TARGET (or payment "
@@ -1239,7 +1297,8 @@ static void usage(FILE *out)
         "                             stall_after   execute, then hold the answer for\n"
         "                                           --stall-ms and hang up\n"
         "                             drop_after    execute, then close unanswered\n"
-        "                           Cancels and refunds get them too, but for a\n"
+        "                           Cancels, captures and refunds get them too, but "
+        "for a\n"
         "                           payment method TARGET: only charges name one.\n"
         "  --webhook-url URL        POST an event to URL (http:// or https://) on "
         "every\n"
@@ -1284,6 +1343,10 @@ static void usage(FILE *out)
         "                                     metadata[...], customer=cus_<letters "
         "or\n"
         "                                     digits> (else 400 resource_missing),\n"
+        "                                     capture_method=automatic|manual "
+        "(manual:\n"
+        "                                     200 requires_capture, amount_capturable\n"
+        "                                     the amount, amount_received 0),\n"
         "                                     automatic_payment_methods[enabled]=true|"
         "false,\n"
         "                                     "
@@ -1307,6 +1370,22 @@ static void usage(FILE *out)
         "                                     payment_intent_unexpected_state when it\n"
         "                                     is succeeded or canceled; 404\n"
         "                                     resource_missing for an unknown id;\n"
+        "                                     refusals are not stored under the key\n"
+        "  POST /v1/payment_intents/<id>/capture\n"
+        "                                     form body: amount_to_capture (optional;\n"
+        "                                     default all of amount_capturable; any\n"
+        "                                     other parameter is 400); "
+        "Idempotency-Key\n"
+        "                                     as for a charge. 200: the intent,\n"
+        "                                     succeeded, amount_received the amount\n"
+        "                                     captured, amount_capturable 0 (the rest\n"
+        "                                     released); 400 amount_too_large beyond\n"
+        "                                     amount_capturable; 400\n"
+        "                                     payment_intent_unexpected_state when it\n"
+        "                                     is not requires_capture (captured,\n"
+        "                                     voided, expired); both with the intent\n"
+        "                                     in error.payment_intent; 404 unknown "
+        "id;\n"
         "                                     refusals are not stored under the key\n"
         "  GET  /v1/payment_intents?created[gte]=<unix>&created[lt]=<unix>&limit=N\n"
         "       &starting_after=<id>   the list (also created, created[gt],\n"
@@ -1353,7 +1432,8 @@ static void usage(FILE *out)
         "  POST /refunds/<id>/settle. pm_card_refundFail: failed at once\n"
         "  (lost_or_stolen_card). Any other succeeded intent: succeeded. The three\n"
         "  charge as pm_card_visa does.\n"
-        "  Intents to cancel: a declined one (requires_payment_method) or a\n"
+        "  Intents to cancel: an authorization (requires_capture: a void), a\n"
+        "  declined one (requires_payment_method) or a\n"
         "  pm_card_processing one (processing until it settles; never with\n"
         "  --processing-settle-ms 0).\n"
         "\n"
@@ -1383,7 +1463,20 @@ static void usage(FILE *out)
         "                     has injected, amended and deleted (true or false),\n"
         "                     each refund row injected; counters intents (those\n"
         "                     psp-sim holds now, deleted ones excluded) and\n"
-        "                     refund_objects (refunds it holds)\n"
+        "                     refund_objects (refunds it holds). Manual capture:\n"
+        "                     every charge row has kind (charge, or\n"
+        "                     authorization: outcome requires_capture until\n"
+        "                     captured, then succeeded with amount the amount\n"
+        "                     captured, or canceled; amount_authorized,\n"
+        "                     amount_capturable, amount_received); every cancel\n"
+        "                     row kind (cancel, or void with amount_released);\n"
+        "                     \"captures\" (kind capture: idempotency_key,\n"
+        "                     payment_intent_id, payment_attempt_id, amount,\n"
+        "                     amount_to_capture, amount_released, at_ms) and\n"
+        "                     \"expiries\" (kind expiry, cancellation_reason\n"
+        "                     automatic, amount_released, at_ms); counters\n"
+        "                     requires_capture, captures, voids,\n"
+        "                     authorizations_expired\n"
         "  POST   /reset      forget keys, intents (injected, amended and deleted\n"
         "                     ones too), refunds, ledger and counters\n"
         "  GET    /faults     fault configuration, how often each rule fired, and\n"
@@ -1396,6 +1489,8 @@ static void usage(FILE *out)
         "  DELETE /faults     no faults, no latency\n"
         "  PUT    /retention  {\"key_retention_ms\":N}\n"
         "  PUT    /search-lag {\"search_lag_ms\":N}  (as --search-lag-ms)\n"
+        "  PUT    /authorization-expiry {\"authorization_expiry_ms\":N}\n"
+        "                     (as --authorization-expiry-ms)\n"
         "  PUT    /processing-settle {\"processing_settle_ms\":N}\n"
         "                     (as --processing-settle-ms)\n"
         "  POST   /intents/<id>/settle\n"
@@ -1487,11 +1582,13 @@ static void usage(FILE *out)
         "\n"
         "Webhooks: each change of an intent's status (created succeeded, processing\n"
         "or declined; settled by the admin API or by --processing-settle-ms;\n"
-        "canceled by POST /v1/payment_intents/<id>/cancel) is an\n"
+        "canceled by POST /v1/payment_intents/<id>/cancel or by its authorization's\n"
+        "expiry; authorized; captured) is an\n"
         "event {\"id\":\"evt_...\",\"object\":\"event\",\"type\",\"created\",\n"
         "\"livemode\":false,\"data\":{\"object\":<the PaymentIntent as retrieve shows\n"
         "it>}}; type: payment_intent.succeeded, payment_intent.processing,\n"
-        "payment_intent.payment_failed or payment_intent.canceled. Each is POSTed\n"
+        "payment_intent.payment_failed, payment_intent.canceled or\n"
+        "payment_intent.amount_capturable_updated (requires_capture). Each is POSTed\n"
         "with Content-Type: application/json and Stripe-Signature: t=<unix>,\n"
         "v1=<hex HMAC-SHA256(secret, \"<t>.<body>\")>, signed at each send, and\n"
         "sent again until the receiver answers 2xx.\n"
@@ -1608,6 +1705,7 @@ int main(int argc, char **argv)
         {"search-lag-ms", required_argument, NULL, 'L'},
         {"processing-settle-ms", required_argument, NULL, 'P'},
         {"refund-settle-ms", required_argument, NULL, 'R'},
+        {"authorization-expiry-ms", required_argument, NULL, 'X'},
         {"webhook-url", required_argument, NULL, 'U'},
         {"webhook-secret", required_argument, NULL, 'W'},
         {"webhook-duplicate-rate", required_argument, NULL, 'D'},
@@ -1624,6 +1722,7 @@ int main(int argc, char **argv)
     long port = 12111, admin_port = 12112, retention = 86400000L, threads = 2;
     long max_conn = 8192, seed = 1, latency = 0, jitter = 0, stall = 30000;
     long search_lag = 0, settle = 0, refund_settle = 0;
+    long auth_expiry = PSP_AUTHORIZATION_EXPIRY_MS;
     long wh_retry = 100, wh_retry_max = 2000, wh_timeout = 5000, wh_queue = 100000;
     double wh_duplicate = 0, wh_reorder = 0;
     const char *wh_url = NULL, *wh_secret = getenv("PSP_SIM_WEBHOOK_SECRET");
@@ -1636,14 +1735,23 @@ int main(int argc, char **argv)
         int val;
         long *target, min, max;
     } nums[] = {
-        {'p', &port, 0, 65535},          {'a', &admin_port, 0, 65535},
-        {'r', &retention, 0, LONG_MAX},  {'t', &threads, 1, 1024},
-        {'c', &max_conn, 1, 1000000},    {'s', &seed, 0, LONG_MAX},
-        {'l', &latency, 0, 86400000},    {'j', &jitter, 0, 86400000},
-        {'S', &stall, 0, 86400000},      {'L', &search_lag, 0, 86400000},
-        {'P', &settle, 0, 86400000},     {'R', &refund_settle, 0, 86400000},
-        {'B', &wh_retry, 1, 86400000},   {'M', &wh_retry_max, 1, 86400000},
-        {'T', &wh_timeout, 1, 86400000}, {'Q', &wh_queue, 1, 10000000},
+        {'p', &port, 0, 65535},
+        {'a', &admin_port, 0, 65535},
+        {'r', &retention, 0, LONG_MAX},
+        {'t', &threads, 1, 1024},
+        {'c', &max_conn, 1, 1000000},
+        {'s', &seed, 0, LONG_MAX},
+        {'l', &latency, 0, 86400000},
+        {'j', &jitter, 0, 86400000},
+        {'S', &stall, 0, 86400000},
+        {'L', &search_lag, 0, 86400000},
+        {'P', &settle, 0, 86400000},
+        {'R', &refund_settle, 0, 86400000},
+        {'B', &wh_retry, 1, 86400000},
+        {'M', &wh_retry_max, 1, 86400000},
+        {'T', &wh_timeout, 1, 86400000},
+        {'Q', &wh_queue, 1, 10000000},
+        {'X', &auth_expiry, 1, AUTHORIZATION_EXPIRY_MAX},
     };
     const char *fault_specs[64];
     int nfaults = 0, c, rc = 1, key_from_flag = 0;
@@ -1785,6 +1893,7 @@ int main(int argc, char **argv)
     psp_store_set_search_lag(store, search_lag);
     psp_store_set_processing_settle(store, settle);
     psp_store_set_refund_settle(store, refund_settle);
+    psp_store_set_authorization_expiry(store, auth_expiry);
     faults = psp_faults_new((uint64_t)seed);
     psp_faults_set_latency(faults, latency, jitter);
     psp_faults_set_stall(faults, stall);

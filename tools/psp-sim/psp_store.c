@@ -8,11 +8,28 @@
 #include <string.h>
 
 static const char *counter_names[PSP_C__COUNT] = {
-    "requests",        "executed",        "succeeded",         "declined",
-    "processing",      "replayed",        "in_use_409",        "idempotency_error",
-    "invalid_request", "expired_keys",    "canceled",          "settled",
-    "cancels",         "refunds",         "refunds_succeeded", "refunds_pending",
-    "refunds_failed",  "refunds_settled",
+    "requests",
+    "executed",
+    "succeeded",
+    "declined",
+    "processing",
+    "replayed",
+    "in_use_409",
+    "idempotency_error",
+    "invalid_request",
+    "expired_keys",
+    "canceled",
+    "settled",
+    "cancels",
+    "refunds",
+    "refunds_succeeded",
+    "refunds_pending",
+    "refunds_failed",
+    "refunds_settled",
+    "requires_capture",
+    "captures",
+    "voids",
+    "authorizations_expired",
 };
 
 static const struct psp_method methods[] = {
@@ -45,10 +62,15 @@ psp_store_t *psp_store_new(int64_t retention_ms)
     st->refunds_pending = json_object();
     st->refund_executions = json_object();
     st->deleted = json_object();
+    st->authorized = json_object();
+    st->captures = json_array();
+    st->expiries = json_array();
+    st->authorization_expiry_ms = PSP_AUTHORIZATION_EXPIRY_MS;
     st->next_id = 1;
     if (!st->keys || !st->intents || !st->ledger || !st->cancels || !st->processing ||
         !st->refunds || !st->refund_rows || !st->refunds_pending ||
-        !st->refund_executions || !st->deleted) {
+        !st->refund_executions || !st->deleted || !st->authorized || !st->captures ||
+        !st->expiries) {
         psp_store_free(st);
         return NULL;
     }
@@ -69,6 +91,9 @@ void psp_store_free(psp_store_t *st)
     json_decref(st->refunds_pending);
     json_decref(st->refund_executions);
     json_decref(st->deleted);
+    json_decref(st->authorized);
+    json_decref(st->captures);
+    json_decref(st->expiries);
     free(st->intent_index.v);
     free(st->refund_index.v);
     pthread_mutex_destroy(&st->lock);
@@ -286,6 +311,13 @@ static int validate(const struct psp_charge_request *req, struct psp_answer *ans
                          "confirm", "This simulator only creates confirmed intents.");
         return -1;
     }
+    if (req->capture_method && strcmp(req->capture_method, "automatic") != 0 &&
+        strcmp(req->capture_method, "manual") != 0) {
+        pst_answer_error(ans, 400, "invalid_request_error", "parameter_invalid",
+                         "capture_method",
+                         "Invalid capture_method: must be one of automatic or manual.");
+        return -1;
+    }
     if (req->apm_allow_redirects && !req->apm_enabled) {
         pst_answer_error(ans, 400, "invalid_request_error", "parameter_missing",
                          "automatic_payment_methods[enabled]",
@@ -492,7 +524,11 @@ void psp_store_execute(psp_store_t *st, const struct psp_charge_request *req,
     const struct psp_method *m = pst_find_method(req->payment_method);
     char id[40];
     json_t *pi, *metadata, *body, *row, *apm = NULL;
-    int status;
+    int status, manual = req->capture_method && !strcmp(req->capture_method, "manual");
+    /* A manual intent's success is an authorization: nothing captured yet. */
+    const char *to = m->status && manual && !strcmp(m->status, "succeeded")
+                         ? "requires_capture"
+                         : m->status;
 
     pthread_mutex_lock(&st->lock);
     if (pst_index_reserve(&st->intent_index, 1) != 0) {
@@ -519,19 +555,21 @@ void psp_store_execute(psp_store_t *st, const struct psp_charge_request *req,
     }
     /* As Stripe does, customer and automatic_payment_methods are null when
      * the request had none. */
-    pi = json_pack("{s:s, s:s, s:I, s:s, s:s, s:s?, s:o?, s:I, s:o}", "id", id,
+    pi = json_pack("{s:s, s:s, s:I, s:s, s:s, s:s?, s:o?, s:I, s:o, s:s}", "id", id,
                    "object", "payment_intent", "amount",
                    (json_int_t)strtoll(req->amount, NULL, 10), "currency",
                    req->currency, "payment_method", req->payment_method, "customer",
                    req->customer, "automatic_payment_methods", apm, "created",
-                   (json_int_t)(now_ms / 1000), "metadata", metadata);
-    if (m->status) {
-        json_object_set_new(pi, "status", json_string(m->status));
+                   (json_int_t)(now_ms / 1000), "metadata", metadata, "capture_method",
+                   manual ? "manual" : "automatic");
+    if (to) {
+        json_object_set_new(pi, "status", json_string(to));
         json_object_set_new(pi, "last_payment_error", json_null());
         status = 200;
         body = json_incref(pi);
-        st->counters[!strcmp(m->status, "succeeded") ? PSP_C_SUCCEEDED
-                                                     : PSP_C_PROCESSING]++;
+        st->counters[!strcmp(to, "succeeded")    ? PSP_C_SUCCEEDED
+                     : !strcmp(to, "processing") ? PSP_C_PROCESSING
+                                                 : PSP_C_REQUIRES_CAPTURE]++;
     } else {
         json_t *lpe = json_pack("{s:s, s:s, s:s, s:s}", "type", "card_error", "code",
                                 "card_declined", "decline_code", m->decline_code,
@@ -549,10 +587,13 @@ void psp_store_execute(psp_store_t *st, const struct psp_charge_request *req,
         "idempotency_key", req->idempotency_key, "payment_intent_id", id,
         "payment_attempt_id", req->payment_attempt_id, "order_id", req->order_id,
         "customer", req->customer, "amount", (json_int_t)strtoll(req->amount, NULL, 10),
-        "currency", req->currency, "outcome", m->status ? m->status : "declined",
-        "http_status", status, "at_ms", (json_int_t)now_ms, "settled_at_ms", "injected",
-        0, "amended", 0, "deleted", 0);
-    pst_add_intent(st, id, pi, row, now_ms);
+        "currency", req->currency, "outcome", to ? to : "declined", "http_status",
+        status, "at_ms", (json_int_t)now_ms, "settled_at_ms", "injected", 0, "amended",
+        0, "deleted", 0);
+    pst_money_fields(pi, row);
+    json_t *rec = pst_add_intent(st, id, pi, row, now_ms);
+    if (to && !strcmp(to, "requires_capture"))
+        pst_authorize(st, rec, now_ms);
     pst_observe(st, pi, now_ms);
     pst_answer_json(ans, status, body);
     pst_store_answer(st, req->idempotency_key, ans);
@@ -561,6 +602,12 @@ out:
     if (st->journal)
         pst_journal(st, "charge_execute", now_ms, pst_charge_record(req));
     pthread_mutex_unlock(&st->lock);
+}
+
+static const char *member(json_t *o, const char *name)
+{
+    const char *s = json_string_value(json_object_get(o, name));
+    return s ? s : "";
 }
 
 /* Caller holds the lock. Settles a processing intent as `set` says, at
@@ -589,7 +636,14 @@ static void apply_settlement(psp_store_t *st, json_t *rec,
     } else if (!strcmp(set->status, "canceled")) {
         json_object_set_new(pi, "canceled_at", json_integer(at_ms / 1000));
         c = PSP_C_CANCELED;
+    } else if (!strcmp(member(pi, "capture_method"), "manual")) {
+        /* A manual intent's payment succeeded: it is authorized. */
+        json_object_set_new(pi, "status", json_string("requires_capture"));
+        outcome = "requires_capture";
+        c = PSP_C_REQUIRES_CAPTURE;
+        pst_authorize(st, rec, at_ms);
     }
+    pst_money_fields(pi, row);
     json_object_set_new(row, "outcome", json_string(outcome));
     json_object_set_new(row, "settled_at_ms", json_integer(at_ms));
     json_object_del(st->processing, json_string_value(json_object_get(pi, "id")));
@@ -623,6 +677,7 @@ void pst_settle_if_due(psp_store_t *st, json_t *rec, int64_t now_ms)
                         json_pack("{s:O}", "id",
                                   json_object_get(json_object_get(rec, "pi"), "id")));
     }
+    pst_expire_if_due(st, rec, now_ms);
 }
 
 void pst_answer_no_such_intent(struct psp_answer *ans, const char *id)
@@ -649,6 +704,13 @@ int64_t psp_store_settle_due(psp_store_t *st, int64_t now_ms)
             if (next < 0 || left < next)
                 next = left;
         }
+    }
+    json_object_foreach_safe(st->authorized, tmp, id, rec)
+    {
+        pst_expire_if_due(st, rec, now_ms); /* may delete it from authorized */
+        int64_t left = pst_expiry_left(st, rec, now_ms);
+        if (left >= 0 && (next < 0 || left < next))
+            next = left;
     }
     json_object_foreach_safe(st->refunds_pending, tmp, id, rec)
     {
@@ -804,11 +866,12 @@ json_t *psp_store_ledger_json(psp_store_t *st, int64_t now_ms)
                         json_integer((json_int_t)json_object_size(st->intents)));
     json_object_set_new(counters, "refund_objects",
                         json_integer((json_int_t)json_object_size(st->refunds)));
-    json_t *out =
-        json_pack("{s:o, s:o, s:o, s:o, s:o}", "charges", json_deep_copy(st->ledger),
-                  "cancels", json_deep_copy(st->cancels), "refunds",
-                  json_deep_copy(st->refund_rows), "refund_executions",
-                  json_deep_copy(st->refund_executions), "counters", counters);
+    json_t *out = json_pack(
+        "{s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "charges", json_deep_copy(st->ledger),
+        "cancels", json_deep_copy(st->cancels), "captures",
+        json_deep_copy(st->captures), "expiries", json_deep_copy(st->expiries),
+        "refunds", json_deep_copy(st->refund_rows), "refund_executions",
+        json_deep_copy(st->refund_executions), "counters", counters);
     pthread_mutex_unlock(&st->lock);
     return out;
 }
@@ -826,6 +889,9 @@ void psp_store_reset(psp_store_t *st)
     json_object_clear(st->refunds_pending);
     json_object_clear(st->refund_executions);
     json_object_clear(st->deleted);
+    json_object_clear(st->authorized);
+    json_array_clear(st->captures);
+    json_array_clear(st->expiries);
     st->intent_index.n = st->refund_index.n = 0;
     memset(st->counters, 0, sizeof(st->counters));
     st->max_charges_in_flight = st->charges_in_flight;

@@ -44,7 +44,12 @@ struct psp_store {
     json_t *deleted;           /* pi id -> record of a deleted intent: a list cursor
                                   naming it still has its place */
     struct list_index intent_index, refund_index;
-    int64_t refund_settle_ms; /* > 0: pending refunds settle this long after */
+    int64_t refund_settle_ms;        /* > 0: pending refunds settle this long after */
+    int64_t authorization_expiry_ms; /* requires_capture is canceled this long
+                                        after its authorization */
+    json_t *authorized; /* pi id -> its record in intents, while requires_capture */
+    json_t *captures;   /* array of executed captures */
+    json_t *expiries;   /* array of authorizations the provider canceled */
     psp_store_observer_fn observer;
     void *observer_ctx;
     psp_store_event_fn event_observer;
@@ -117,5 +122,27 @@ json_t *pst_cancel_record(const struct psp_cancel_request *req);
 json_t *pst_refund_record(const struct psp_refund_request *req);
 json_t *pst_body_record(json_t *body);
 json_t *pst_id_and_body_record(const char *id, json_t *body);
+
+/* ---- manual capture (psp_capture.c) ---- */
+
+/* Caller holds the lock. A requires_capture intent whose authorization is
+ * older than the expiry is canceled (cancellation_reason automatic) as of
+ * when it was due. */
+void pst_expire_if_due(psp_store_t *st, json_t *rec, int64_t now_ms);
+/* Caller holds the lock. Ms until rec's authorization expires (<= 0: due),
+ * or -1 when it is no requires_capture intent. */
+int64_t pst_expiry_left(psp_store_t *st, json_t *rec, int64_t now_ms);
+/* Caller holds the lock. Marks rec (an intent just made or settled
+ * requires_capture at at_ms) authorized: expiry counts from at_ms. */
+void pst_authorize(psp_store_t *st, json_t *rec, int64_t at_ms);
+/* Caller holds the lock. Gives back a reserved key a refused execute
+ * reserved (NULL: none). */
+void pst_release_reserved_key(psp_store_t *st, const char *key);
+/* Sets the intent's amount_capturable and amount_received for its status
+ * now (requires_capture: all capturable; succeeded: all received) and, when
+ * row is not NULL, its charge row's kind and, for an authorization, its
+ * amounts. A capture sets what it captured itself. */
+void pst_money_fields(json_t *pi, json_t *row);
+json_t *pst_capture_record(const struct psp_capture_request *req);
 
 #endif
