@@ -156,6 +156,8 @@ int psp_store_capture_execute(psp_store_t *st, const struct psp_capture_request 
  * the provider, cancellation_reason automatic: seen by the next read or
  * write of it, or by psp_store_settle_due. Default 7 days. */
 #define PSP_AUTHORIZATION_EXPIRY_MS 604800000LL
+/* At most a year: longer than any card network holds an authorization. */
+#define PSP_AUTHORIZATION_EXPIRY_MAX_MS 31536000000LL
 void psp_store_set_authorization_expiry(psp_store_t *st, int64_t expiry_ms);
 
 /* Gives the key back without executing (a fault before executing). */
