@@ -71,7 +71,7 @@ static const char *member_str(json_t *record, const char *name)
     return json_string_value(json_object_get(record, name));
 }
 
-/* ---- the pst_journal's records, replayed ---- */
+/* ---- the journal's records, replayed ---- */
 
 static void charge_from_record(json_t *r, struct psp_charge_request *req)
 {

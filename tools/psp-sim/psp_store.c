@@ -109,7 +109,7 @@ void psp_store_set_journal(psp_store_t *st, psp_store_journal_fn fn, void *ctx)
 }
 
 /* Caller holds the lock, so records come in the order of the changes.
- * Hands record (taken; NULL when it could not be made) to the pst_journal as
+ * Hands record (taken; NULL when it could not be made) to the journal as
  * operation op at now_ms. Callers test st->journal first, so that nothing
  * is built without one. */
 void pst_journal(psp_store_t *st, const char *op, int64_t now_ms, json_t *record)
@@ -245,7 +245,7 @@ static int customer_id_valid(const char *s)
     return 1;
 }
 
-/* value cut at 64 bytes and reduced to pst_printable ASCII, "..." after it
+/* value cut at 64 bytes and reduced to printable ASCII, "..." after it
  * when cut: it comes from the client and goes into JSON. */
 void pst_printable(const char *value, char out[72])
 {
