@@ -219,6 +219,55 @@ START_TEST(books_survive_sigkill)
 }
 END_TEST
 
+/* Manual capture's books: an authorization captured in part, one still
+ * authorized and one voided, each with its rows, survive a SIGKILL; the
+ * capture's key replays, the authorization left can still be captured, the
+ * captured one cannot be captured again. */
+START_TEST(manual_capture_survives_sigkill)
+{
+    const char *form = "amount=1000&currency=eur&payment_method=pm_card_visa"
+                       "&confirm=true&capture_method=manual";
+    char path[3][160], part[32] = "amount_to_capture=600";
+    struct http_answer auth[3], cap, held, voided;
+
+    start("86400000");
+    for (int i = 0; i < 3; i++) {
+        char key[16];
+        snprintf(key, sizeof(key), "auth-%d", i);
+        auth[i] = post("/v1/payment_intents", key, form);
+        ck_assert_int_eq(auth[i].status, 200);
+        snprintf(path[i], sizeof(path[i]), "/v1/payment_intents/%s/%s",
+                 intent_id(&auth[i]), i == 2 ? "cancel" : "capture");
+    }
+    cap = post(path[0], "cap-0", part);
+    voided = post(path[2], "void-2", "");
+    ck_assert_int_eq(cap.status, 200);
+    ck_assert_int_eq(voided.status, 200);
+    json_t *before = books();
+
+    kill_and_restart("86400000");
+    json_t *after = books();
+    ck_assert_msg(json_equal(before, after), "ledger before: %s\nafter: %s",
+                  json_dumps(before, JSON_COMPACT), json_dumps(after, JSON_COMPACT));
+    struct http_answer replay = post(path[0], "cap-0", part);
+    ck_assert(replay.replayed);
+    ck_assert_str_eq(replay.body, cap.body);
+    struct http_answer twice = post(path[0], "cap-0b", "");
+    ck_assert_int_eq(twice.status, 400);
+    held = post(path[1], "cap-1", "");
+    ck_assert_int_eq(held.status, 200);
+    ck_assert_int_eq(json_integer_value(json_object_get(held.json, "amount_received")),
+                     1000);
+
+    struct http_answer *all[] = {&auth[0], &auth[1], &auth[2], &cap, &voided,
+                                 &replay,  &twice,   &held,    NULL};
+    for (int i = 0; all[i]; i++)
+        answer_free(all[i]);
+    json_decref(before);
+    json_decref(after);
+}
+END_TEST
+
 /* Retention 3 s: killed at once, started again 1.5 s after the key's first
  * use. The key must be forgotten 3 s after that use, not 3 s after the
  * restart. */
@@ -542,6 +591,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, books_survive_sigkill);
+    tcase_add_test(tc, manual_capture_survives_sigkill);
     tcase_add_test(tc, retention_counts_from_the_first_use_across_a_restart);
     tcase_add_test(tc, torn_last_line_is_dropped_and_appends_go_on);
     tcase_add_test(tc, bad_line_before_the_last_refuses_to_start);

@@ -24,6 +24,7 @@ struct psp_charge_request {
     const char *currency;
     const char *payment_method;
     const char *confirm;
+    const char *capture_method;      /* NULL or automatic; manual: authorize */
     const char *payment_attempt_id;  /* metadata[payment_attempt_id] */
     const char *order_id;            /* metadata[order_id] */
     const char *customer;            /* NULL, or must look like cus_<alnum> */
@@ -57,18 +58,19 @@ void psp_store_set_search_lag(psp_store_t *st, int64_t search_lag_ms);
 void psp_store_set_processing_settle(psp_store_t *st, int64_t settle_ms);
 
 /* Called each time an intent enters a status: when it is created (succeeded,
- * processing or requires_payment_method), when it settles and when it is
- * canceled. `intent` is the intent as retrieve answers it, borrowed; at_ms
- * is when the change happened. It runs under the store's lock, so calls for
- * one intent come in the order of its changes: serialise the intent, do not
- * keep it, do not block, do not call back into the store. NULL: nobody is
- * told. */
+ * processing, requires_capture or requires_payment_method), when it settles,
+ * when it is captured and when it is canceled (by a client, or by its
+ * authorization's expiry). `intent` is the intent as retrieve answers it, borrowed;
+ * at_ms is when the change happened. It runs under the store's lock, so calls for one
+ * intent come in the order of its changes: serialise the intent, do not keep it, do not
+ * block, do not call back into the store. NULL: nobody is told. */
 typedef void (*psp_store_observer_fn)(void *ctx, json_t *intent, int64_t at_ms);
 void psp_store_set_observer(psp_store_t *st, psp_store_observer_fn fn, void *ctx);
 
 /* Settles every processing intent whose --processing-settle-ms has passed
- * (as reading it would, as of when it was due), so that its change is
- * observed without anyone reading it. Returns the ms until the next one is
+ * and expires every authorization whose expiry has passed (as reading it
+ * would, as of when it was due), so that its change is observed without
+ * anyone reading it. Returns the ms until the next one is
  * due, or -1 when none is waiting. */
 int64_t psp_store_settle_due(psp_store_t *st, int64_t now_ms);
 
@@ -116,6 +118,47 @@ enum psp_begin psp_store_cancel_begin(psp_store_t *st,
  * is booked. */
 int psp_store_cancel_execute(psp_store_t *st, const struct psp_cancel_request *req,
                              int64_t now_ms, struct psp_answer *ans);
+
+/* A parsed POST /v1/payment_intents/<id>/capture. Strings are owned by the
+ * caller. */
+struct psp_capture_request {
+    const char *idempotency_key;   /* NULL: not idempotent */
+    const char *payment_intent_id; /* from the URL */
+    const char *amount_to_capture; /* NULL: all of amount_capturable */
+    const char *unknown_parameter; /* the first other form name: refused */
+    const char *body;              /* the raw form body: fingerprinted */
+};
+
+/* As psp_store_cancel_begin, for a capture (its key belongs to this
+ * intent's capture). Refused, and not stored under the key: an unknown
+ * parameter or an amount_to_capture that is no positive integer (400), an
+ * unknown intent (404 resource_missing), an intent that is not
+ * requires_capture (captured, canceled, expired, never authorized): 400
+ * payment_intent_unexpected_state, an amount_to_capture beyond
+ * amount_capturable: 400 amount_too_large; both with the intent in
+ * error.payment_intent. On PSP_BEGIN_EXECUTE end with
+ * psp_store_capture_execute() or psp_store_release(). */
+enum psp_begin psp_store_capture_begin(psp_store_t *st,
+                                       const struct psp_capture_request *req,
+                                       int64_t now_ms, struct psp_answer *ans);
+
+/* Executes the capture: the intent becomes succeeded with amount_received
+ * the amount captured and amount_capturable 0 (the rest is released); its
+ * charge row's outcome becomes succeeded with that amount; the capture is
+ * booked in the ledger's captures and its answer (200, the intent) stored
+ * under the key. Returns 1; 0 when it is no longer allowed (the intent was
+ * canceled or expired while the capture waited): *ans is the refusal, the
+ * key given back, nothing booked. */
+int psp_store_capture_execute(psp_store_t *st, const struct psp_capture_request *req,
+                              int64_t now_ms, struct psp_answer *ans);
+
+/* An authorization (requires_capture) older than expiry_ms is canceled by
+ * the provider, cancellation_reason automatic: seen by the next read or
+ * write of it, or by psp_store_settle_due. Default 7 days. */
+#define PSP_AUTHORIZATION_EXPIRY_MS 604800000LL
+/* At most a year: longer than any card network holds an authorization. */
+#define PSP_AUTHORIZATION_EXPIRY_MAX_MS 31536000000LL
+void psp_store_set_authorization_expiry(psp_store_t *st, int64_t expiry_ms);
 
 /* Gives the key back without executing (a fault before executing). */
 void psp_store_release(psp_store_t *st, const char *idempotency_key);
@@ -300,6 +343,11 @@ enum psp_counter {
     PSP_C_REFUNDS_PENDING,
     PSP_C_REFUNDS_FAILED,
     PSP_C_REFUNDS_SETTLED, /* pending or succeeded refunds moved since */
+    /* Appended: the state file keeps counters by number. */
+    PSP_C_REQUIRES_CAPTURE,       /* charges by outcome: authorized, not yet captured */
+    PSP_C_CAPTURES,               /* captures executed */
+    PSP_C_VOIDS,                  /* cancels executed of a requires_capture intent */
+    PSP_C_AUTHORIZATIONS_EXPIRED, /* authorizations the provider canceled */
     PSP_C__COUNT
 };
 void psp_store_count(psp_store_t *st, enum psp_counter c);
@@ -326,7 +374,18 @@ void psp_store_charge_ended(psp_store_t *st);
  * changes outcome); succeeded, declined, canceled and processing count each
  * charge once, by that outcome. Each executed cancel has a row of its own
  * in cancels; requests, replayed, in_use_409, idempotency_error and
- * invalid_request count cancels too, executed only charges. */
+ * invalid_request count cancels too, executed only charges.
+ *
+ * Manual capture (docs/provider.md, "Manual capture"): every charge row has
+ * kind, "charge" (capture_method automatic) or "authorization" (manual);
+ * an authorization's row has amount_authorized, amount_capturable and
+ * amount_received, and its outcome is requires_capture until it is
+ * captured (then succeeded, amount the amount captured: where money moved)
+ * or canceled (a void or its expiry). Every cancel row has kind ("cancel",
+ * or "void" of a requires_capture intent) and payment_attempt_id; a void's
+ * has amount_released. "captures" has a row per executed capture (kind
+ * capture), "expiries" one per authorization the provider canceled (kind
+ * expiry). requires_capture counts charges by outcome as the others do. */
 json_t *psp_store_ledger_json(psp_store_t *st, int64_t now_ms);
 
 /* Forgets keys, intents, ledger and counters (the most charges in flight at

@@ -51,6 +51,8 @@ static const struct {
     {"processing", "payment_intent.processing"},
     {"requires_payment_method", "payment_intent.payment_failed"},
     {"canceled", "payment_intent.canceled"},
+    /* An authorization (manual capture): its amount_capturable is new. */
+    {"requires_capture", "payment_intent.amount_capturable_updated"},
 };
 
 struct psp_webhooks {

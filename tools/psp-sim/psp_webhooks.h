@@ -55,7 +55,8 @@ void psp_webhooks_free(psp_webhooks_t *w);
 
 /* Event types and the intent status each stands for:
  * payment_intent.succeeded / succeeded, .processing / processing,
- * .payment_failed / requires_payment_method, .canceled / canceled.
+ * .payment_failed / requires_payment_method, .canceled / canceled,
+ * .amount_capturable_updated / requires_capture (an authorization).
  * NULL when there is none. */
 const char *psp_webhooks_type_for_status(const char *status);
 const char *psp_webhooks_status_for_type(const char *type);
