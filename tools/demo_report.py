@@ -48,7 +48,8 @@ def dlq_count():
 
 def order_service_report(orders_db, deadline):
     """The example order service's side: its orders, the result events it
-    applied (once each), and its paid marks next to charged's statuses."""
+    took (once each), and its paid marks, set by charged's api answers,
+    next to charged's statuses."""
     attempts = [r[0] for r in psql("SELECT payment_attempt_id FROM order_attempts", orders_db)]
     if not attempts:
         say("order service", "no orders placed")
@@ -61,6 +62,13 @@ def order_service_report(orders_db, deadline):
             print("demo: the order service did not receive every event", file=sys.stderr)
             break
         time.sleep(0.5)
+    # Each event only asks; charged's answer pays: wait for the answers.
+    while int(psql("SELECT (SELECT count(*) FROM order_attempts WHERE confirm_due) + "
+                   "(SELECT count(*) FROM order_refunds WHERE confirm_due)", orders_db)[0][0]):
+        if time.monotonic() > deadline:
+            print("demo: the order service did not hear back from the api", file=sys.stderr)
+            break
+        time.sleep(0.5)
     charged = dict(psql("SELECT status, count(*) FROM payment_attempts WHERE id IN ('%s') "
                         "GROUP BY 1" % ids))
     got = psql("SELECT count(*), count(DISTINCT event_id) FROM processed_events WHERE "
@@ -70,7 +78,7 @@ def order_service_report(orders_db, deadline):
     say("order service", "%s orders, %s paid (charged: %s); %s result events applied, "
           "each once (%s distinct)" % (paid[1], paid[0], ", ".join(
               "%s %s" % kv for kv in sorted(charged.items())), got[0], got[1]))
-    refunds = psql("SELECT coalesce(last_event_type, 'not answered'), count(*) FROM "
+    refunds = psql("SELECT coalesce(confirmed_status, 'not answered'), count(*) FROM "
                    "order_refunds GROUP BY 1 ORDER BY 2 DESC", orders_db)
     say("order service refunds", "%s; %s refunded in its books" % (
         ", ".join("%s %s" % tuple(kv) for kv in refunds) or "none", paid[2]))

@@ -63,6 +63,7 @@ CREATE TABLE IF NOT EXISTS order_attempts (
     confirmed_status text,               -- what GET /v1/payment-attempts/<id> said
     confirmed_at    timestamptz,
     applied_status  text,                -- the settled status whose effect is applied
+    succeeded_once  boolean NOT NULL DEFAULT false,  -- charged said SUCCEEDED at some time
     answer_updated_at timestamptz,       -- the newest answer's updated_at: an older one is stale
     next_poll_at    timestamptz,         -- when the confirmer asks again
     poll_every_ms   int NOT NULL DEFAULT 500,
@@ -100,11 +101,13 @@ CREATE TABLE IF NOT EXISTS outbox (
     sent_at     timestamptz
 );
 CREATE INDEX IF NOT EXISTS outbox_unsent ON outbox (id) WHERE sent_at IS NULL;
--- The inbox: every result event taken, once per row it names. Not once
--- per event_id alone: ids are on the topic for anyone to copy, and a copy
--- naming another row, read first, would silence the real event.
+-- The inbox: every result event taken, once per row it names (its kind
+-- and id). Not once per event_id alone: ids are on the topic for anyone to
+-- copy, and a copy naming another row (or a refund whose id is an
+-- attempt's), read first, would silence the real event.
 CREATE TABLE IF NOT EXISTS processed_events (
     event_id           uuid NOT NULL,
+    subject_kind       text NOT NULL,   -- charge or refund: which of our tables it names
     subject_id         uuid NOT NULL,   -- the refund_id, else the payment_attempt_id
     type               text NOT NULL,
     payment_attempt_id uuid NOT NULL,
@@ -114,7 +117,7 @@ CREATE TABLE IF NOT EXISTS processed_events (
     kafka_partition    int NOT NULL,
     kafka_offset       bigint NOT NULL,
     processed_at       timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (event_id, subject_id)
+    PRIMARY KEY (event_id, subject_kind, subject_id)
 );
 -- A message on the results topic that is not a result event it can read:
 -- kept, in the transaction that moves its position past it, for a person.
@@ -132,6 +135,7 @@ CREATE TABLE IF NOT EXISTS inbox_rejects (
 CREATE TABLE IF NOT EXISTS order_alarms (
     alarm_id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     kind               text NOT NULL,     -- paid_twice, payment_reversed, refund_reversed,
+                                          -- refund_not_made, charge_rejected,
                                           -- answer_mismatch, effect_refused
     order_id           uuid NOT NULL REFERENCES orders,
     payment_attempt_id uuid NOT NULL,
@@ -479,11 +483,14 @@ def apply_batch(conn, messages):
                             "payload_head) VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
                             (m.topic(), m.partition(), m.offset(), head))
                 continue
-            cur.execute("INSERT INTO processed_events (event_id, subject_id, type, "
-                        "payment_attempt_id, order_id, refund_id, topic, kafka_partition, "
-                        "kafka_offset) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
-                        "ON CONFLICT (event_id, subject_id) DO NOTHING RETURNING event_id",
-                        (ev["event_id"], ev.get("refund_id") or ev["payment_attempt_id"],
+            refund = ev["type"] in REFUND_TYPES
+            cur.execute("INSERT INTO processed_events (event_id, subject_kind, subject_id, "
+                        "type, payment_attempt_id, order_id, refund_id, topic, kafka_partition, "
+                        "kafka_offset) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+                        "ON CONFLICT (event_id, subject_kind, subject_id) DO NOTHING "
+                        "RETURNING event_id",
+                        (ev["event_id"], "refund" if refund else "charge",
+                         ev["refund_id"] if refund else ev["payment_attempt_id"],
                          ev["type"], ev["payment_attempt_id"], ev["order_id"],
                          ev.get("refund_id"), m.topic(), m.partition(), m.offset()))
             if cur.fetchone() is None:
@@ -733,17 +740,19 @@ def attempt_succeeded(cur, attempt, order_id):
         add_refund(cur, order_id, attempt, *refund)
 
 
-def attempt_failed(cur, attempt, order_id, attempt_no):
+def attempt_failed(cur, attempt, order_id, attempt_no, succeeded_once):
     """FAILED is the provider's word, through charged, that no money moved.
     The attempt that paid the order FAILED after all (a person's review
-    reversed it): the order is unpaid, for a person. Otherwise the order's
-    latest attempt FAILED: a new one (new id and key, another card), once."""
+    reversed it): the order is unpaid, for a person. An attempt that was
+    SUCCEEDED at any time is a person's matter however often it turns
+    FAILED: never tried again. Otherwise the order's latest attempt FAILED
+    (a decline): a new one (new id and key, another card), once."""
     cur.execute("UPDATE orders SET paid = false, paid_attempt_id = NULL "
                 "WHERE order_id = %s AND paid_attempt_id = %s RETURNING 1", (order_id, attempt))
     if cur.fetchone():
         raise_alarm(cur, "payment_reversed", order_id, attempt)
         return
-    if attempt_no >= MAX_ATTEMPTS:
+    if succeeded_once or attempt_no >= MAX_ATTEMPTS:
         return
     cur.execute("SELECT o.amount, o.currency FROM orders o WHERE o.order_id = %s AND "
                 "NOT o.paid AND NOT EXISTS (SELECT 1 FROM order_attempts a WHERE "
@@ -769,10 +778,11 @@ def confirm_attempt(cur, attempt, wakes, answer):
     due until the answer is settled and no event asked again meanwhile
     (wakes)."""
     cur.execute("SELECT a.order_id, a.attempt_no, a.applied_status, a.poll_every_ms, o.amount, "
-                "o.currency, coalesce(%s::timestamptz < a.answer_updated_at, false) "
-                "FROM order_attempts a JOIN orders o USING (order_id) "
+                "o.currency, coalesce(%s::timestamptz < a.answer_updated_at, false), "
+                "a.succeeded_once FROM order_attempts a JOIN orders o USING (order_id) "
                 "WHERE a.payment_attempt_id = %s FOR UPDATE OF a", (answer_time(answer), attempt))
-    order_id, attempt_no, applied, every, amount, currency, stale = cur.fetchone()
+    (order_id, attempt_no, applied, every, amount, currency, stale,
+     succeeded_once) = cur.fetchone()
     if stale:
         answer = None
     status = answer and answer.get("status")
@@ -785,20 +795,26 @@ def confirm_attempt(cur, attempt, wakes, answer):
     elif status in TERMINAL and status != applied:
         if status == "SUCCEEDED":
             attempt_succeeded(cur, attempt, order_id)
+            succeeded_once = True
         elif status == "FAILED":
-            attempt_failed(cur, attempt, order_id, attempt_no)
+            attempt_failed(cur, attempt, order_id, attempt_no, succeeded_once)
+        elif status == "REJECTED":
+            # charged refused the command (docs/states.md): nothing was
+            # charged, and nothing will be; the order waits for a person.
+            raise_alarm(cur, "charge_rejected", order_id, attempt,
+                        detail=str(answer.get("reason"))[:200])
         applied_now = status
     else:
         applied_now = applied
     settled = wrong or status in TERMINAL
     cur.execute("UPDATE order_attempts SET confirmed_status = coalesce(%s, confirmed_status), "
-                "confirmed_at = now(), applied_status = %s, "
+                "confirmed_at = now(), applied_status = %s, succeeded_once = %s, "
                 "answer_updated_at = greatest(answer_updated_at, %s::timestamptz), "
                 "confirm_due = confirm_due AND NOT (%s AND wakes = %s), "
                 "next_poll_at = now() + make_interval(secs => %s), poll_every_ms = least(%s, %s) "
                 "WHERE payment_attempt_id = %s",
-                (status, applied_now, answer_time(answer), bool(settled), wakes, every / 1000.0,
-                 every * 2, POLL_MAX_MS, attempt))
+                (status, applied_now, succeeded_once, answer_time(answer), bool(settled), wakes,
+                 every / 1000.0, every * 2, POLL_MAX_MS, attempt))
     return status
 
 
@@ -1022,15 +1038,16 @@ def resend():
 
 def report():
     """What the service knows, from its own tables: orders paid, attempts
-    and refunds by the last event about them ("sent", "requested" while
-    none), rows still waiting on charged's answer."""
+    and refunds by charged's last answer about them ("unconfirmed" while
+    none), rows an event asked about that wait on charged's answer."""
     with psycopg.connect(env("ORDERS_DATABASE_URL"), connect_timeout=10) as conn:
         orders, paid, refunded = conn.execute(
             "SELECT count(*), count(*) FILTER (WHERE paid), coalesce(sum(refunded_amount), 0) "
             "FROM orders").fetchone()
-        attempts = dict(conn.execute("SELECT coalesce(last_event_type, 'sent'), count(*) "
-                                     "FROM order_attempts GROUP BY 1").fetchall())
-        refunds = dict(conn.execute("SELECT coalesce(last_event_type, 'requested'), count(*) "
+        # By charged's answers, never by the events (anyone can write those).
+        attempts = dict(conn.execute("SELECT coalesce(confirmed_status, 'unconfirmed'), "
+                                     "count(*) FROM order_attempts GROUP BY 1").fetchall())
+        refunds = dict(conn.execute("SELECT coalesce(confirmed_status, 'unconfirmed'), count(*) "
                                     "FROM order_refunds GROUP BY 1").fetchall())
         unsent = conn.execute("SELECT count(*) FROM outbox WHERE sent_at IS NULL").fetchone()[0]
         asking = conn.execute("SELECT (SELECT count(*) FROM order_attempts WHERE confirm_due) + "

@@ -26,6 +26,8 @@ hands over; charged's api is a table of answers, as the confirmer reads it).
 - One event asking again while the confirmer's question is on its way
   keeps the row due (its answer may predate what the event reports); an
   answer older than one applied (charged's updated_at) is stale.
+- An attempt SUCCEEDED once is never tried again, however often it turns
+  FAILED; a REJECTED one raises charge_rejected once.
 - A refund charged says FAILED before it was counted raises
   refund_not_made once; one whose events never come is asked about once
   its command is POLL_AFTER_S old.
@@ -370,6 +372,26 @@ def scenario(conn):
     confirm()
     check_eq(q("SELECT counted FROM order_refunds WHERE refund_id = %s", r3), [(True,)],
              "a refund without events, counted once its command was a minute old")
+
+    # 12. An attempt SUCCEEDED once is never tried again, however often it
+    #     turns FAILED (adversary 41d: FAILED, REQUIRES_REVIEW, FAILED again
+    #     once the order was unpaid). A REJECTED attempt (charged refused
+    #     its command) raises charge_rejected.
+    svc.place_orders(2)
+    (o6, a6), (o7, a7) = q("SELECT o.order_id, a.payment_attempt_id FROM orders o JOIN "
+                           "order_attempts a USING (order_id) ORDER BY o.seq DESC LIMIT 2")
+    for status in ("SUCCEEDED", "FAILED", "REQUIRES_REVIEW", "FAILED"):
+        charged.attempt(q, a6, status)
+        feed.send(event("charge." + status.lower(), a6, o6))
+        confirm()
+    check_eq((attempts_of(o6), (o6, a6) in paid(), alarms(a6)), (1, False, ["payment_reversed"]),
+             "o6 after SUCCEEDED, FAILED, review, FAILED")
+    charged.attempt(q, a7, "REJECTED", reason="order_has_live_attempt")
+    feed.send(event("charge.rejected", a7, o7))
+    confirm()
+    feed.send(event("charge.rejected", a7, o7))
+    confirm()
+    check_eq((attempts_of(o7), alarms(a7)), (1, ["charge_rejected"]), "o7 after REJECTED")
 
 
 if __name__ == "__main__":
