@@ -54,3 +54,15 @@ def wait_paid_as_charged(s, orders_db, seconds=60):
             return at_psp, paid
         time.sleep(0.5)
     return paid_vs_psp(s, orders_db)
+
+
+def drop_database(psycopg, base_url, name):
+    """Drops a test's own database: our role's sessions on it ended first
+    (a thread's connection left open), then DROP DATABASE, which ends the
+    autovacuum workers there itself (WITH (FORCE) would also try to end
+    other roles' sessions, and is refused for them)."""
+    with psycopg.connect(base_url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+                      "datname = %s AND usename = current_user AND pid <> pg_backend_pid()",
+                      (name,))
+        admin.execute('DROP DATABASE IF EXISTS "%s"' % name)

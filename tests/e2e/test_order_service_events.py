@@ -54,6 +54,7 @@ except ImportError:
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(SOURCE, "examples", "order_service"))
 import order_service as svc  # noqa: E402
+import order_service_e2e as oe  # noqa: E402
 
 FAILURES = []
 
@@ -147,8 +148,7 @@ def main():
             conn.execute(svc.SCHEMA)
             scenario(conn)
     finally:
-        with psycopg.connect(base, autocommit=True) as admin:
-            admin.execute('DROP DATABASE IF EXISTS "%s" WITH (FORCE)' % name)
+        oe.drop_database(psycopg, base, name)
     if FAILURES:
         print("%d failed" % len(FAILURES), file=sys.stderr)
         return 1
