@@ -56,17 +56,8 @@ except ImportError:
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(SOURCE, "examples", "order_service"))
 import order_service as svc  # noqa: E402
-import order_service_e2e as oe  # noqa: E402
-from test_order_service_events import Charged, Feed, confirmer, event  # noqa: E402
-
-FAILURES = []
-
-
-def check_eq(got, want, what):
-    if got != want:
-        FAILURES.append("%s: got %r, want %r" % (what, got, want))
-        print("FAIL", FAILURES[-1], file=sys.stderr)
-
+from test_order_service_events import (Charged, Feed, confirmer, event, check_eq,  # noqa: E402
+                                        run_on_fresh_database)
 
 def stolen(real):
     """The forger's copy: the real event's id, another attempt (and refund)."""
@@ -79,23 +70,7 @@ def stolen(real):
 
 
 def main():
-    base = os.environ["CHARGED_TEST_DATABASE_URL"]
-    name = "adv41c_stolen_%d" % os.getpid()
-    with psycopg.connect(base, autocommit=True) as admin:
-        admin.execute('CREATE DATABASE "%s"' % name)
-    url = base.rsplit("/", 1)[0] + "/" + name
-    os.environ["ORDERS_DATABASE_URL"] = url
-    try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(svc.SCHEMA)
-            scenario(conn)
-    finally:
-        oe.drop_database(psycopg, base, name)
-    if FAILURES:
-        print("%d failed" % len(FAILURES), file=sys.stderr)
-        return 1
-    print("adv41c stolen event ids: all held")
-    return 0
+    return run_on_fresh_database(scenario, "adv41c_stolen", "adv41c stolen event ids: all held")
 
 
 def scenario(conn):

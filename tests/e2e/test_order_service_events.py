@@ -139,9 +139,12 @@ def confirmer(charged):
     return c
 
 
-def main():
+def run_on_fresh_database(scenario, prefix, done):
+    """scenario(conn) on a database of its own with the service's tables
+    (ORDERS_DATABASE_URL names it), dropped after; 1 when a check_eq failed.
+    The order service's inbox and confirmer tests share it."""
     base = os.environ["CHARGED_TEST_DATABASE_URL"]
-    name = "order_events_%d" % os.getpid()
+    name = "%s_%d" % (prefix, os.getpid())
     with psycopg.connect(base, autocommit=True) as admin:
         admin.execute('CREATE DATABASE "%s"' % name)
     url = base.rsplit("/", 1)[0] + "/" + name
@@ -155,8 +158,12 @@ def main():
     if FAILURES:
         print("%d failed" % len(FAILURES), file=sys.stderr)
         return 1
-    print("order service events: all held")
+    print(done)
     return 0
+
+
+def main():
+    return run_on_fresh_database(scenario, "order_events", "order service events: all held")
 
 
 def scenario(conn):
