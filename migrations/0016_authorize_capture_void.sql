@@ -7,11 +7,13 @@
 -- capture and a void are steps with the charge's discipline (their own id,
 -- stable key, lease, UNKNOWN, reconciler), each in a table of its own. The
 -- authorization is held by at most one step at a time (held_by, taken in
--- the statement that claims the step, only from AUTHORIZED and unheld):
--- of a capture and a void racing, or two captures, one wins before either
--- calls the provider; the loser is REJECTED with its reason. A step that
--- FAILS gives the hold back (a later capture or void may try); one that
--- succeeds moves the authorization on, and it is never held again.
+-- the statement that claims the step, only from AUTHORIZED and unheld, and
+-- never passed from one step to another): of a capture and a void racing,
+-- or two captures, one wins before either calls the provider; the loser is
+-- REJECTED with its reason. A step that FAILS gives the hold back (a later
+-- capture or void may try); one that succeeds does so only once the
+-- authorization has moved on to what it did (captured that amount, or
+-- VOIDED), and of a capture and a void at most one ever succeeds.
 
 ALTER TABLE payment_attempts
     ADD COLUMN capture_method text NOT NULL DEFAULT 'automatic'
@@ -23,11 +25,20 @@ ALTER TABLE payment_attempts
     ADD COLUMN held_by_id uuid,
     ADD CONSTRAINT payment_attempts_hold_named
         CHECK ((held_by IS NULL) = (held_by_id IS NULL)),
+    -- Taken only from AUTHORIZED (payment_attempts_hold), kept while the
+    -- step's outcome is in doubt (REQUIRES_REVIEW, UNKNOWN), so that no other
+    -- step can claim the authorization meanwhile. (ORs, not IN: the status
+    -- CHECK is the one = ANY list of the table, test_schema_migrate's.)
     ADD CONSTRAINT payment_attempts_hold_of_authorization
-        CHECK (held_by IS NULL OR (capture_method = 'manual' AND status = 'AUTHORIZED')),
+        CHECK (held_by IS NULL OR (capture_method = 'manual' AND
+                                   (status = 'AUTHORIZED' OR status = 'REQUIRES_REVIEW'
+                                    OR status = 'UNKNOWN'))),
     ADD CONSTRAINT payment_attempts_captured_within_authorized
         CHECK (captured_amount IS NULL OR
                (capture_method = 'manual' AND captured_amount <= amount)),
+    -- Money captured is not released: no void after a capture.
+    ADD CONSTRAINT payment_attempts_captured_never_voided
+        CHECK (status <> 'VOIDED' OR captured_amount IS NULL),
     ADD CONSTRAINT payment_attempts_manual_states
         CHECK (status NOT IN ('AUTHORIZED', 'VOIDED') OR capture_method = 'manual'),
     ADD CONSTRAINT payment_attempts_authorized_named
@@ -167,13 +178,33 @@ CREATE INDEX void_transitions_void ON void_transitions (void_id, id);
 -- A step's calls are its authorization's calls too (one history).
 ALTER TABLE provider_calls ADD COLUMN capture_id uuid, ADD COLUMN void_id uuid;
 
--- The hold, in one place for every writer: a step that holds enters
--- PROCESSING only while its authorization names it (taken by the claim's
--- own statement), and one that FAILS or is REJECTED gives it back. A step
--- that succeeded stays so (the provider's later word against it is a
--- review), and its authorization is never held again.
+-- The hold, in one place for every writer, whatever a statement of ours
+-- does. A step is recorded PENDING (or REJECTED at once) and unheld: the
+-- hold and the states after it (PROCESSING, UNKNOWN, SUCCEEDED) come only
+-- through the claim's UPDATE, where this trigger sees them. A step names
+-- its authorization for good. It holds only while its authorization names
+-- it, and a capture holds only for an amount within the authorization's.
+-- One that FAILS or is REJECTED gives the hold back. One that succeeds does
+-- so only while its authorization is what it did: a capture's SUCCEEDED
+-- with the same captured_amount, a void's VOIDED; and never beside a
+-- SUCCEEDED step of the other kind. A step that succeeded stays SUCCEEDED
+-- whatever the provider says of it later: the authorization goes to
+-- review, the step does not move.
 CREATE FUNCTION authorization_steps_hold() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    att payment_attempts%ROWTYPE;
 BEGIN
+    IF TG_OP = 'INSERT' THEN
+        IF NEW.status NOT IN ('PENDING', 'REJECTED') OR NEW.holds THEN
+            RAISE EXCEPTION '% % recorded % (holds %): only PENDING or REJECTED, unheld',
+                TG_ARGV[0], NEW.id, NEW.status, NEW.holds USING ERRCODE = 'check_violation';
+        END IF;
+        RETURN NEW;
+    END IF;
+    IF NEW.payment_attempt_id <> OLD.payment_attempt_id THEN
+        RAISE EXCEPTION '% % names authorization % for good', TG_ARGV[0], OLD.id,
+            OLD.payment_attempt_id USING ERRCODE = 'check_violation';
+    END IF;
     IF OLD.status = 'SUCCEEDED' AND NEW.status <> 'SUCCEEDED' THEN
         RAISE EXCEPTION '% % is SUCCEEDED and stays so', TG_ARGV[0], OLD.id
             USING ERRCODE = 'check_violation';
@@ -185,39 +216,88 @@ BEGIN
         RAISE EXCEPTION '% % holds an authorization that does not name it',
             TG_ARGV[0], NEW.id USING ERRCODE = 'check_violation';
     END IF;
+    IF TG_ARGV[0] = 'capture' THEN
+        -- Nested: NEW.amount is a capture's column only.
+        IF NEW.holds AND NEW.amount IS NOT NULL
+           AND (NOT OLD.holds OR NEW.amount IS DISTINCT FROM OLD.amount)
+           AND NEW.amount > (SELECT amount FROM payment_attempts
+                              WHERE id = NEW.payment_attempt_id) THEN
+            RAISE EXCEPTION 'capture % of % is more than its authorization',
+                NEW.id, NEW.amount USING ERRCODE = 'check_violation';
+        END IF;
+    END IF;
     IF NEW.status IN ('FAILED', 'REJECTED') AND OLD.holds THEN
         UPDATE payment_attempts SET held_by = NULL, held_by_id = NULL
          WHERE id = NEW.payment_attempt_id AND held_by_id = NEW.id;
         NEW.holds := false;
     ELSIF NEW.status = 'SUCCEEDED' AND OLD.status <> 'SUCCEEDED' THEN
-        -- The step moved its authorization on in this transaction (to
-        -- SUCCEEDED with captured_amount, or VOIDED): the hold is spent.
-        IF EXISTS (SELECT 1 FROM payment_attempts
-                    WHERE id = NEW.payment_attempt_id AND status = 'AUTHORIZED') THEN
-            RAISE EXCEPTION '% % succeeded with its authorization still AUTHORIZED',
-                TG_ARGV[0], NEW.id USING ERRCODE = 'check_violation';
+        -- Locked until we commit: the authorization stays what the step
+        -- found it, and of a capture and a void succeeding at once the
+        -- second waits and then sees the first.
+        SELECT * INTO att FROM payment_attempts WHERE id = NEW.payment_attempt_id FOR SHARE;
+        IF TG_ARGV[0] = 'capture' THEN
+            IF att.status IS DISTINCT FROM 'SUCCEEDED'
+               OR att.captured_amount IS DISTINCT FROM NEW.captured_amount THEN
+                RAISE EXCEPTION 'capture % SUCCEEDED (%) while its authorization is % (captured %)',
+                    NEW.id, NEW.captured_amount, att.status, att.captured_amount
+                    USING ERRCODE = 'check_violation';
+            END IF;
+            IF EXISTS (SELECT 1 FROM void_attempts
+                        WHERE payment_attempt_id = NEW.payment_attempt_id
+                          AND status = 'SUCCEEDED') THEN
+                RAISE EXCEPTION 'capture % SUCCEEDED after a void of its authorization succeeded',
+                    NEW.id USING ERRCODE = 'check_violation';
+            END IF;
+        ELSE
+            IF att.status IS DISTINCT FROM 'VOIDED' THEN
+                RAISE EXCEPTION 'void % SUCCEEDED while its authorization is %',
+                    NEW.id, att.status USING ERRCODE = 'check_violation';
+            END IF;
+            IF EXISTS (SELECT 1 FROM capture_attempts
+                        WHERE payment_attempt_id = NEW.payment_attempt_id
+                          AND status = 'SUCCEEDED') THEN
+                RAISE EXCEPTION 'void % SUCCEEDED after a capture of its authorization succeeded',
+                    NEW.id USING ERRCODE = 'check_violation';
+            END IF;
         END IF;
     END IF;
     RETURN NEW;
 END $$;
-CREATE TRIGGER capture_attempts_hold BEFORE UPDATE OF status, holds ON capture_attempts
+CREATE TRIGGER capture_attempts_hold BEFORE INSERT OR UPDATE ON capture_attempts
     FOR EACH ROW EXECUTE FUNCTION authorization_steps_hold('capture');
-CREATE TRIGGER void_attempts_hold BEFORE UPDATE OF status, holds ON void_attempts
+CREATE TRIGGER void_attempts_hold BEFORE INSERT OR UPDATE ON void_attempts
     FOR EACH ROW EXECUTE FUNCTION authorization_steps_hold('void');
 
--- An authorization leaving AUTHORIZED (captured, voided, expired) is held
--- by nobody any more.
-CREATE FUNCTION payment_attempts_hold_spent() RETURNS trigger LANGUAGE plpgsql AS $$
+-- The authorization's side of the hold: taken (NULL to a step) only from
+-- AUTHORIZED, given back (a step to NULL), never passed from one step to
+-- another. It is spent when the authorization is settled (SUCCEEDED,
+-- VOIDED, FAILED); through REQUIRES_REVIEW or UNKNOWN the step that holds it
+-- keeps it, its outcome being in doubt.
+CREATE FUNCTION payment_attempts_hold() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF OLD.status = 'AUTHORIZED' AND NEW.status <> 'AUTHORIZED' THEN
+    IF OLD.held_by_id IS NULL AND NEW.held_by_id IS NOT NULL THEN
+        IF OLD.status <> 'AUTHORIZED' OR NEW.status <> 'AUTHORIZED' THEN
+            RAISE EXCEPTION 'attempt % is %: a hold is taken only from AUTHORIZED',
+                OLD.id, OLD.status USING ERRCODE = 'check_violation';
+        END IF;
+    ELSIF OLD.held_by_id IS NOT NULL AND NEW.held_by_id IS NOT NULL
+          AND (NEW.held_by_id <> OLD.held_by_id OR NEW.held_by IS DISTINCT FROM OLD.held_by) THEN
+        RAISE EXCEPTION 'attempt % is held by % %, not passed to % %', OLD.id,
+            OLD.held_by, OLD.held_by_id, NEW.held_by, NEW.held_by_id
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF NEW.status IS DISTINCT FROM OLD.status
+       AND NEW.status IN ('SUCCEEDED', 'VOIDED', 'FAILED') THEN
         NEW.held_by := NULL;
         NEW.held_by_id := NULL;
     END IF;
     RETURN NEW;
 END $$;
-CREATE TRIGGER payment_attempts_hold_spent BEFORE UPDATE OF status ON payment_attempts
-    FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status)
-    EXECUTE FUNCTION payment_attempts_hold_spent();
+CREATE TRIGGER payment_attempts_hold BEFORE UPDATE ON payment_attempts
+    FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status
+                       OR OLD.held_by IS DISTINCT FROM NEW.held_by
+                       OR OLD.held_by_id IS DISTINCT FROM NEW.held_by_id)
+    EXECUTE FUNCTION payment_attempts_hold();
 
 -- One namespace of keys: captures and voids take theirs too.
 ALTER TABLE idempotency_keys DROP CONSTRAINT idempotency_keys_kind_check;

@@ -6,11 +6,19 @@ will write them, and each rule broken on purpose.
 - Only a manual attempt is AUTHORIZED or VOIDED; AUTHORIZED names its
   intent; an AUTHORIZED attempt is its order's live one.
 - The hold: of a capture and a void claiming one authorization, one wins
-  (the claim's UPDATE ... WHERE held_by IS NULL); a step cannot hold an
-  authorization that does not name it, nor call (PROCESSING) without it.
-- A step that FAILS gives the hold back; one that succeeds has moved its
-  authorization on first, and stays SUCCEEDED; at most one capture and one
-  void succeed per authorization.
+  (the claim's UPDATE ... WHERE held_by IS NULL), in sequence and in a real
+  race of two connections (the second blocks on the row, then finds the
+  hold taken); a step cannot hold an authorization that does not name it,
+  nor call (PROCESSING) without it; a hold is taken only from AUTHORIZED,
+  never passed from one step to another, kept through REQUIRES_REVIEW and
+  UNKNOWN, spent at SUCCEEDED, VOIDED, FAILED; a step is recorded PENDING
+  or REJECTED and unheld, and names its authorization for good; a capture
+  holds only for an amount within the authorization's.
+- A step that FAILS gives the hold back; a capture succeeds only while its
+  authorization is SUCCEEDED with the same captured_amount, a void only
+  while it is VOIDED; a captured authorization is never VOIDED; a capture
+  and a void never both succeed; a SUCCEEDED step stays so; at most one
+  capture and one void succeed per authorization.
 - captured <= authorized; SUCCEEDED of a manual attempt names what it
   captured; refunds are bound by what was captured (nothing before).
 - One namespace of keys: a capture cannot take a charge's key.
@@ -20,6 +28,8 @@ runs itself again with that one."""
 import os
 import subprocess
 import sys
+import threading
+import time
 import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -95,7 +105,185 @@ def claim(conn, table, kind, a, s):
         return True
 
 
-def scenario(conn):
+CLAIM_HOLD = ("UPDATE payment_attempts SET held_by = %s, held_by_id = %s "
+              "WHERE id = %s AND status = 'AUTHORIZED' AND held_by IS NULL RETURNING 1")
+
+
+def claim_refused(conn, what, table, kind, a, s):
+    """The claim's transaction must fail with an integrity error."""
+    try:
+        claim(conn, table, kind, a, s)
+    except psycopg.errors.IntegrityError:
+        return
+    FAILURES.append("not refused: %s" % what)
+    print("FAIL not refused:", what, file=sys.stderr)
+
+
+def held(conn, table, kind, amount=1000, **cols):
+    """A fresh authorization, and a step of it that won the claim."""
+    a, _ = attempt(conn, amount=amount)
+    s = step(conn, table, a, **cols)
+    check_eq(claim(conn, table, kind, a, s), True, "a %s claiming a fresh authorization" % kind)
+    return a, s
+
+
+def steps_succeed(conn):
+    """Rule 1: a step succeeds only on what its authorization became."""
+    q = lambda sql, *a: conn.execute(sql, a).fetchall()  # noqa: E731
+    a, v = held(conn, "void_attempts", "void")
+    conn.execute("UPDATE payment_attempts SET status = 'SUCCEEDED', captured_amount = 1000 "
+                 "WHERE id = %s", (a,))
+    refused(conn, "a void SUCCEEDED while its authorization is captured",
+            "UPDATE void_attempts SET status = 'SUCCEEDED' WHERE id = %s", v)
+    refused(conn, "a captured authorization VOIDED",
+            "UPDATE payment_attempts SET status = 'VOIDED' WHERE id = %s", a)
+
+    a, c = held(conn, "capture_attempts", "capture")
+    conn.execute("UPDATE payment_attempts SET status = 'VOIDED' WHERE id = %s", (a,))
+    refused(conn, "a capture SUCCEEDED while its authorization is VOIDED",
+            "UPDATE capture_attempts SET status = 'SUCCEEDED', captured_amount = 1000 "
+            "WHERE id = %s", c)
+
+    a, c = held(conn, "capture_attempts", "capture")
+    conn.execute("UPDATE payment_attempts SET status = 'SUCCEEDED', captured_amount = 700 "
+                 "WHERE id = %s", (a,))
+    refused(conn, "a capture SUCCEEDED with another amount than its authorization's",
+            "UPDATE capture_attempts SET status = 'SUCCEEDED', captured_amount = 600 "
+            "WHERE id = %s", c)
+    conn.execute("UPDATE capture_attempts SET status = 'SUCCEEDED', captured_amount = 700 "
+                 "WHERE id = %s", (c,))
+    check_eq(q("SELECT status FROM capture_attempts WHERE id = %s", c), [("SUCCEEDED",)],
+             "a capture SUCCEEDED with its authorization's amount")
+
+    # Both steps hold (the capture's hold given back by hand, the void's
+    # taken): the capture succeeds, then the authorization is VOIDED with
+    # its captured_amount cleared; the void must still not succeed.
+    a, c = held(conn, "capture_attempts", "capture")
+    conn.execute("UPDATE payment_attempts SET held_by = NULL, held_by_id = NULL WHERE id = %s",
+                 (a,))
+    v = step(conn, "void_attempts", a)
+    check_eq(claim(conn, "void_attempts", "void", a, v), True, "a void after a hold given back")
+    with conn.transaction():
+        conn.execute("UPDATE payment_attempts SET status = 'SUCCEEDED', captured_amount = 1000 "
+                     "WHERE id = %s", (a,))
+        conn.execute("UPDATE capture_attempts SET status = 'SUCCEEDED', captured_amount = 1000 "
+                     "WHERE id = %s", (c,))
+    conn.execute("UPDATE payment_attempts SET status = 'VOIDED', captured_amount = NULL "
+                 "WHERE id = %s", (a,))
+    refused(conn, "a void SUCCEEDED beside a SUCCEEDED capture",
+            "UPDATE void_attempts SET status = 'SUCCEEDED' WHERE id = %s", v)
+
+
+def hold_rules(conn):
+    """Rules 2 and 3: the hold is the database's, not a convention."""
+    q = lambda sql, *a: conn.execute(sql, a).fetchall()  # noqa: E731
+    # (a) never passed from one step to another.
+    a, c = held(conn, "capture_attempts", "capture")
+    v = step(conn, "void_attempts", a)
+    refused(conn, "a hold passed from a capture to a void",
+            "UPDATE payment_attempts SET held_by = 'void', held_by_id = %s WHERE id = %s", v, a)
+    c2 = step(conn, "capture_attempts", a)
+    refused(conn, "a hold passed from one capture to another",
+            "UPDATE payment_attempts SET held_by_id = %s WHERE id = %s", c2, a)
+
+    # (b) recorded PENDING or REJECTED, unheld: nothing bypasses the claim.
+    for status in ("PROCESSING", "UNKNOWN", "SUCCEEDED"):
+        refused(conn, "a capture recorded %s, holding" % status,
+                "INSERT INTO capture_attempts (id, payment_attempt_id, idempotency_key, "
+                "request_fingerprint, status, holds, captured_amount) VALUES "
+                "(gen_random_uuid(), %s, gen_random_uuid()::text, 'fp', %s, true, 1)",
+                a, status)
+    refused(conn, "a void recorded PENDING, holding",
+            "INSERT INTO void_attempts (id, payment_attempt_id, idempotency_key, "
+            "request_fingerprint, status, holds, void_reason) VALUES "
+            "(gen_random_uuid(), %s, gen_random_uuid()::text, 'fp', 'PENDING', true, "
+            "'abandoned')", a)
+
+    # (c) a step names its authorization for good.
+    b, _ = attempt(conn)
+    refused(conn, "a holding capture moved to another authorization",
+            "UPDATE capture_attempts SET payment_attempt_id = %s WHERE id = %s", b, c)
+
+    # (d) kept while the outcome is in doubt, spent when settled; taken only
+    # from AUTHORIZED.
+    conn.execute("UPDATE payment_attempts SET status = 'REQUIRES_REVIEW' WHERE id = %s", (a,))
+    conn.execute("UPDATE payment_attempts SET status = 'UNKNOWN' WHERE id = %s", (a,))
+    check_eq(q("SELECT held_by, held_by_id FROM payment_attempts WHERE id = %s", a),
+             [("capture", uuid.UUID(c))], "the hold through REQUIRES_REVIEW and UNKNOWN")
+    check_eq(claim(conn, "void_attempts", "void", a, v), False, "a void while the hold is kept")
+    conn.execute("UPDATE payment_attempts SET status = 'FAILED' WHERE id = %s", (a,))
+    check_eq(q("SELECT held_by FROM payment_attempts WHERE id = %s", a), [(None,)],
+             "the hold once the authorization FAILED")
+    conn.execute("UPDATE payment_attempts SET status = 'REQUIRES_REVIEW' WHERE id = %s", (b,))
+    cb = step(conn, "capture_attempts", b)
+    refused(conn, "a hold taken from REQUIRES_REVIEW",
+            "UPDATE payment_attempts SET held_by = 'capture', held_by_id = %s WHERE id = %s",
+            cb, b)
+
+    # 3: a capture holds only for an amount within the authorization's.
+    d, _ = attempt(conn)
+    cd = step(conn, "capture_attempts", d, amount=1001)
+    claim_refused(conn, "a capture of 1001 claiming an authorization of 1000",
+                  "capture_attempts", "capture", d, cd)
+    check_eq(q("SELECT held_by FROM payment_attempts WHERE id = %s", d), [(None,)],
+             "the authorization after a capture over it was refused")
+    d, cd = held(conn, "capture_attempts", "capture")
+    refused(conn, "a holding capture raised over its authorization",
+            "UPDATE capture_attempts SET amount = 1001 WHERE id = %s", cd)
+
+
+def race(conn, url):
+    """Two connections claim one authorization at once: B's claim blocks on
+    the row A's claim updated; A commits; B finds the hold taken and
+    REJECTS its step."""
+    q = lambda sql, *a: conn.execute(sql, a).fetchall()  # noqa: E731
+    a, _ = attempt(conn)
+    c = step(conn, "capture_attempts", a)
+    v = step(conn, "void_attempts", a)
+    with psycopg.connect(url, autocommit=True) as ca, \
+            psycopg.connect(url, autocommit=True) as cb:
+        ca.execute("BEGIN")
+        cb.execute("BEGIN")
+        won_a = ca.execute(CLAIM_HOLD, ("capture", c, a)).fetchone() is not None
+        ca.execute("UPDATE capture_attempts SET status = 'PROCESSING', holds = true "
+                   "WHERE id = %s", (c,))
+        result = {}
+
+        def claim_b():
+            try:
+                won = cb.execute(CLAIM_HOLD, ("void", v, a)).fetchone() is not None
+                if won:
+                    cb.execute("UPDATE void_attempts SET status = 'PROCESSING', holds = true "
+                               "WHERE id = %s", (v,))
+                else:
+                    cb.execute("UPDATE void_attempts SET status = 'REJECTED', reason = 'held' "
+                               "WHERE id = %s", (v,))
+                cb.execute("COMMIT")
+                result["won"] = won
+            except Exception as e:  # reported below, not lost in the thread
+                result["error"] = repr(e)
+
+        t = threading.Thread(target=claim_b)
+        t.start()
+        # B must be waiting on A's row lock before A commits (a deadline,
+        # not a sleep: the wait is proven by pg_blocking_pids).
+        deadline, blocked = time.monotonic() + 10, False
+        while not blocked and time.monotonic() < deadline and t.is_alive():
+            blocked = q("SELECT %s = ANY (pg_blocking_pids(%s))", ca.info.backend_pid,
+                        cb.info.backend_pid)[0][0]
+        check_eq(blocked, True, "B's claim waiting on A's")
+        ca.execute("COMMIT")
+        t.join(10)
+        check_eq(t.is_alive(), False, "B's claim done once A committed")
+    check_eq((won_a, result.get("won"), result.get("error")), (True, False, None),
+             "two claims at once: A won, B found the hold taken")
+    check_eq(q("SELECT held_by, held_by_id FROM payment_attempts WHERE id = %s", a),
+             [("capture", uuid.UUID(c))], "the hold after the race")
+    check_eq(q("SELECT status, holds FROM void_attempts WHERE id = %s", v),
+             [("REJECTED", False)], "the void that lost the race")
+
+
+def scenario(conn, url):
     q = lambda sql, *a: conn.execute(sql, a).fetchall()  # noqa: E731
 
     # The attempt's own states.
@@ -183,6 +371,10 @@ def scenario(conn):
             "request_fingerprint, status) VALUES (gen_random_uuid(), %s, %s, 'fp', 'PENDING')",
             b, "k-" + b)
 
+    steps_succeed(conn)
+    hold_rules(conn)
+    race(conn, url)
+
 
 def main():
     base = os.environ["CHARGED_TEST_DATABASE_URL"]
@@ -198,7 +390,7 @@ def main():
             print("chargectl migrate: %s" % p.stderr.decode()[-800:], file=sys.stderr)
             return 1
         with psycopg.connect(url, autocommit=True) as conn:
-            scenario(conn)
+            scenario(conn, url)
     finally:
         with psycopg.connect(base, autocommit=True) as admin:
             admin.execute('DROP DATABASE IF EXISTS "%s"' % name)
