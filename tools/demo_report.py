@@ -66,7 +66,8 @@ def order_service_report(orders_db, deadline):
     while int(psql("SELECT (SELECT count(*) FROM order_attempts WHERE confirm_due) + "
                    "(SELECT count(*) FROM order_refunds WHERE confirm_due)", orders_db)[0][0]):
         if time.monotonic() > deadline:
-            print("demo: the order service did not hear back from the api", file=sys.stderr)
+            print("demo: the order service is still asking charged about some rows (not "
+                  "settled there yet)", file=sys.stderr)
             break
         time.sleep(0.5)
     charged = dict(psql("SELECT status, count(*) FROM payment_attempts WHERE id IN ('%s') "

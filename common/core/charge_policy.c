@@ -35,7 +35,13 @@ static const struct {
     [PROVIDER_INVALID] = {NEVER, ATTEMPT_STATUS_FAILED, 0, "invalid_request"},
     /* Look-ups only; a charge never answers it. Unknown, for the reconciler. */
     [PROVIDER_NOT_FOUND] = {NEVER, ATTEMPT_STATUS_UNKNOWN, 1, "outcome_unknown"},
+    /* A hold where a charge was asked: the money is neither taken nor
+     * refused. A human decides. */
+    [PROVIDER_AUTHORIZED] = {NEVER, ATTEMPT_STATUS_REQUIRES_REVIEW, 0,
+                             "requires_review"},
 };
+_Static_assert(sizeof(rows) / sizeof(rows[0]) == PROVIDER_OUTCOME__COUNT,
+               "a row for every outcome");
 
 long long charge_policy_key_margin_ms(long long key_retention_ms,
                                       long long provider_timeout_ms)

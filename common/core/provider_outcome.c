@@ -13,9 +13,12 @@ _Static_assert(sizeof(((struct provider_result *)0)->provider_payment_id) ==
                "one size for provider ids");
 
 static const char *outcome_names[] = {
-    "succeeded", "processing",      "declined", "not_executed",
-    "unknown",   "requires_review", "invalid",  "not_found",
+    "succeeded",       "processing", "declined",  "not_executed", "unknown",
+    "requires_review", "invalid",    "not_found", "authorized",
 };
+_Static_assert(sizeof(outcome_names) / sizeof(outcome_names[0]) ==
+                   PROVIDER_OUTCOME__COUNT,
+               "a name for every outcome");
 
 const char *provider_outcome_name(enum provider_outcome o)
 {

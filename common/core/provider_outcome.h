@@ -24,6 +24,9 @@ enum provider_outcome {
                                  cannot place */
     PROVIDER_INVALID,         /* a refused request (400): not executed, final */
     PROVIDER_NOT_FOUND,       /* look-ups only: no such payment intent */
+    PROVIDER_AUTHORIZED,      /* a manual-capture payment holds the money:
+                                 amount_capturable set, nothing captured yet */
+    PROVIDER_OUTCOME__COUNT
 };
 
 /* "succeeded", "processing", ... for logs and the provider_calls table. */
@@ -44,6 +47,16 @@ struct provider_result {
     int matches;                /* look-ups: how many intents were found */
     char provider_payment_id[PROVIDER_ID_MAX];
     char intent_status[32];
+    /* Manual capture, of the intent the answer describes (intent_status
+     * set): "automatic" or "manual" ("" when the intent did not say); what
+     * it still holds for a capture and what was captured (-1 when the
+     * intent did not say; 0 in an answer about no intent); why it was
+     * canceled ("" when it was not: "automatic" is the provider's own
+     * expiry of an authorization). */
+    char capture_method[16];
+    long long amount_capturable;
+    long long amount_received;
+    char cancellation_reason[32];
     char code[64];
     char decline_code[64];
     char param[64];  /* error.param: the request parameter the provider faults */
@@ -82,6 +95,11 @@ struct provider_listed {
     char order_id[64];
     char refund_id[64];                   /* refunds: metadata[refund_id] */
     char payment_intent[PROVIDER_ID_MAX]; /* refunds: the intent refunded */
+    /* intents: as struct provider_result's (-1, "" when absent) */
+    char capture_method[16];
+    long long amount_capturable;
+    long long amount_received;
+    char cancellation_reason[32];
 };
 
 #define PROVIDER_PAGE_MAX 100

@@ -111,11 +111,14 @@ const char *reconcile_policy_rule_name(enum reconcile_rule rule)
     return (unsigned)rule < RECONCILE_RULE__COUNT ? rules[rule].name : NULL;
 }
 
-/* An answer that describes an intent (found, or our charge's). */
+/* An answer that describes an intent (found, or our charge's). An
+ * authorized one is an intent in a status a charge never leaves it in: as
+ * any other such status, for a person. */
 static int is_intent(enum provider_outcome o)
 {
     return o == PROVIDER_SUCCEEDED || o == PROVIDER_DECLINED ||
-           o == PROVIDER_PROCESSING || o == PROVIDER_REQUIRES_REVIEW;
+           o == PROVIDER_PROCESSING || o == PROVIDER_REQUIRES_REVIEW ||
+           o == PROVIDER_AUTHORIZED;
 }
 
 static const char *object_of(const struct reconcile_attempt *a)

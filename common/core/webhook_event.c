@@ -177,10 +177,12 @@ void webhook_event_decide(const struct webhook_event *ev,
 static void decide(const struct webhook_event *ev, const struct webhook_attempt *a,
                    struct webhook_decision *d)
 {
-    CHARGED_ASSERT((unsigned)ev->evidence <= WEBHOOK_EVIDENCE_REFUND);
-    /* A refund's event is about a refund, not the attempt. */
+    CHARGED_ASSERT((unsigned)ev->evidence < WEBHOOK_EVIDENCE__COUNT);
+    /* A refund's event is about a refund, not the attempt; a hold is no
+     * charge's evidence. */
     if (ev->evidence == WEBHOOK_EVIDENCE_NONE ||
-        ev->evidence == WEBHOOK_EVIDENCE_REFUND) {
+        ev->evidence == WEBHOOK_EVIDENCE_REFUND ||
+        ev->evidence == WEBHOOK_EVIDENCE_AUTHORIZED) {
         set(d, WEBHOOK_IGNORE, a->status, "event type not acted on");
         return;
     }
@@ -192,6 +194,8 @@ static void decide(const struct webhook_event *ev, const struct webhook_attempt 
     switch (ev->evidence) {
     case WEBHOOK_EVIDENCE_NONE:
     case WEBHOOK_EVIDENCE_REFUND:
+    case WEBHOOK_EVIDENCE_AUTHORIZED:
+    case WEBHOOK_EVIDENCE__COUNT:
         break;
     case WEBHOOK_EVIDENCE_SUCCEEDED:
         decide_success(ev, a, d);

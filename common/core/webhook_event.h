@@ -35,7 +35,11 @@ enum webhook_evidence {
     WEBHOOK_EVIDENCE_SUCCEEDED,  /* a charge succeeded */
     WEBHOOK_EVIDENCE_FAILED,     /* a charge failed or was canceled */
     WEBHOOK_EVIDENCE_PROCESSING, /* a charge is processing */
-    WEBHOOK_EVIDENCE_REFUND      /* about refunds: see refunds[] */
+    WEBHOOK_EVIDENCE_REFUND,     /* about refunds: see refunds[] */
+    WEBHOOK_EVIDENCE_AUTHORIZED, /* a manual-capture payment holds the money
+                                    (amount_capturable): no charge's evidence,
+                                    an authorization's */
+    WEBHOOK_EVIDENCE__COUNT
 };
 
 /* A refund the provider's event describes (a refund object, or one of the
@@ -69,7 +73,17 @@ struct webhook_event {
     char attempt_id[37];             /* our payment attempt id, from the charge's
                                         metadata; "" when absent or not a uuid */
     char decline_code[128];          /* the charge's last decline, when failed */
-    size_t nrefunds;                 /* WEBHOOK_EVIDENCE_REFUND: the refunds named */
+    /* Manual capture, as the intent says: "automatic" or "manual" (""
+     * when it does not); what it holds and what was captured (-1 when
+     * absent); why it was canceled ("" when not: "automatic" is the
+     * provider's expiry of an authorization; a void's reason otherwise).
+     * A canceled authorization is FAILED evidence for a charge, as every
+     * canceled intent; these say it was a hold released. */
+    char capture_method[16];
+    long long amount_capturable;
+    long long amount_received;
+    char cancellation_reason[32];
+    size_t nrefunds; /* WEBHOOK_EVIDENCE_REFUND: the refunds named */
     struct webhook_refund refunds[WEBHOOK_REFUNDS_MAX];
 };
 

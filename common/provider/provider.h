@@ -62,9 +62,10 @@ struct provider_backend {
                                     void *opaque, struct charged_error *err);
     enum charged_rc (*start_refund)(void *impl, const struct provider_refund *r,
                                     void *opaque, struct charged_error *err);
-    enum charged_rc (*start_post)(void *impl, const char *path, const char *form_body,
-                                  const char *idempotency_key, void *opaque,
-                                  struct charged_error *err);
+    enum charged_rc (*start_capture)(void *impl, const struct provider_capture *c,
+                                     void *opaque, struct charged_error *err);
+    enum charged_rc (*start_void)(void *impl, const struct provider_void *v,
+                                  void *opaque, struct charged_error *err);
     enum charged_rc (*start_probe)(void *impl, void *opaque, struct charged_error *err);
 
     /* The asynchronous transfers' loop. */

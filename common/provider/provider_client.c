@@ -139,14 +139,22 @@ enum charged_rc provider_client_start_charge(provider_client_t *pc,
     return pc->be->start_charge(pc->impl, ch, opaque, err);
 }
 
-enum charged_rc provider_client_start_post(provider_client_t *pc, const char *path,
-                                           const char *form_body,
-                                           const char *idempotency_key, void *opaque,
+enum charged_rc provider_client_start_capture(provider_client_t *pc,
+                                              const struct provider_capture *c,
+                                              void *opaque, struct charged_error *err)
+{
+    CHARGED_ASSERT(pc != NULL && c != NULL);
+    CHARGED_ASSERT(err != NULL);
+    return pc->be->start_capture(pc->impl, c, opaque, err);
+}
+
+enum charged_rc provider_client_start_void(provider_client_t *pc,
+                                           const struct provider_void *v, void *opaque,
                                            struct charged_error *err)
 {
-    CHARGED_ASSERT(pc != NULL);
+    CHARGED_ASSERT(pc != NULL && v != NULL);
     CHARGED_ASSERT(err != NULL);
-    return pc->be->start_post(pc->impl, path, form_body, idempotency_key, opaque, err);
+    return pc->be->start_void(pc->impl, v, opaque, err);
 }
 
 enum charged_rc provider_client_start_refund(provider_client_t *pc,

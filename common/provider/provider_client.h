@@ -1,8 +1,9 @@
 /* provider_client: the payment provider's API, as every caller uses it:
- * charges (payments), refunds, other posts, and look-ups. A face over the
- * provider seam (provider.h): each call goes to the backend the client was
- * opened with (provider_client_new: the default, "stripe"; the paths,
- * headers and shapes below are that backend's, in common/provider/stripe/).
+ * charges (payments), authorizations, captures, voids, refunds and
+ * look-ups. A face over the provider seam (provider.h): each call goes to
+ * the backend the client was opened with (provider_client_new: the
+ * default, "stripe"; the paths, headers and shapes below are that
+ * backend's, in common/provider/stripe/).
  *
  * Every answer is classified into what the caller must do next, per the
  * contract's table. Whether a request reached the wire is observed, not
@@ -23,6 +24,13 @@
 #include "charged_error.h"
 #include "provider_outcome.h"
 
+/* When a payment's money is taken: at once (a charge), or held by an
+ * authorization until a capture takes it or a void releases it. */
+enum provider_capture_method {
+    PROVIDER_CAPTURE_AUTOMATIC = 0, /* the default: a charge */
+    PROVIDER_CAPTURE_MANUAL         /* an authorization */
+};
+
 struct provider_charge {
     const char *idempotency_key;
     long long amount;     /* minor units */
@@ -31,6 +39,7 @@ struct provider_charge {
     const char *customer_id; /* sent as `customer`; NULL or "" for none */
     const char *payment_attempt_id;
     const char *order_id;
+    enum provider_capture_method capture_method; /* 0: automatic */
 };
 
 typedef struct provider_client provider_client_t;
@@ -51,7 +60,12 @@ void provider_client_free(provider_client_t *pc);
  * charged_rc. They return nothing else. */
 void provider_client_charge(provider_client_t *pc, const struct provider_charge *ch,
                             struct provider_result *res);
-/* One payment by the provider's id. */
+/* One payment by the provider's id. Look-ups classify an intent by its
+ * own status: succeeded SUCCEEDED, processing PROCESSING,
+ * requires_payment_method or canceled DECLINED, requires_capture of a
+ * manual-capture intent AUTHORIZED, any other REQUIRES_REVIEW; and carry
+ * its capture_method, amount_capturable, amount_received and
+ * cancellation_reason: the evidence a capture or void is settled on. */
 void provider_client_retrieve(provider_client_t *pc, const char *payment_intent_id,
                               struct provider_result *res);
 /* The provider's search for the payments whose metadata names the
@@ -87,15 +101,25 @@ enum provider_lookup {
     PROVIDER_LOOKUP_LIST
 };
 
+/* Which POST an answer answers, when it is not a charge's or a refund's. */
+enum provider_operation {
+    PROVIDER_OPERATION_NONE = 0,
+    PROVIDER_OPERATION_CAPTURE, /* provider_client_start_capture */
+    PROVIDER_OPERATION_VOID,    /* provider_client_start_void */
+};
+
 struct provider_call {
     int lookup; /* a GET: classify as a look-up of `kind` */
     enum provider_lookup kind;
-    int operation;    /* a start_post: classify as an operation's answer */
+    enum provider_operation operation; /* a capture's or a void's answer */
     int refund;       /* about a refund: classify as a refund's answer */
-    long long amount; /* a charge's or refund's: checked in the answer */
+    int manual;       /* a charge with capture_method manual: an authorization */
+    long long amount; /* a charge's, refund's or capture's (<= 0: all): checked
+                         in the answer */
     char currency[8];
-    char attempt_id[40]; /* a charge's, or the one a list page is searched for
-                            (a refund's: its refund_id) */
+    char attempt_id[40]; /* a charge's, a capture's, or the one a list page is
+                            searched for (a refund's: its refund_id) */
+    char payment_intent[PROVIDER_ID_MAX]; /* a capture's or void's intent */
 };
 
 /* The answer to `call` as a result: its HTTP status, the backend's
@@ -118,34 +142,71 @@ void provider_client_parse_page(enum provider_list_of what, int http_status,
 /* Asynchronous charges. start() copies what it needs from ch; `opaque` comes
  * back with the result. CHARGED_OK, or with err and nothing started:
  * CHARGED_BAD_ITEM when the request cannot be sent (no usable idempotency
- * key, path or id: sending it again fails again), CHARGED_RETRY when memory
- * ran out or the transfer cannot start. A charge is a POST as start_post
- * sends one, classified as a charge. */
+ * key or id: sending it again fails again), CHARGED_RETRY when memory ran
+ * out or the transfer cannot start.
+ *
+ * A charge with capture_method manual is an authorization: the answer
+ * that the payment holds the money (Stripe's requires_capture) is
+ * AUTHORIZED, with amount_capturable; one that says the money was taken
+ * (succeeded), or an intent of the other capture method, is
+ * REQUIRES_REVIEW. For an automatic charge a hold is REQUIRES_REVIEW, as
+ * every status a charge should not end in. Either way the intent must be
+ * the one asked for (amount, currency, attempt), else REQUIRES_REVIEW. */
 enum charged_rc provider_client_start_charge(provider_client_t *pc,
                                              const struct provider_charge *ch,
                                              void *opaque, struct charged_error *err);
-/* Asynchronous POST of any other operation with a stable idempotency key
- * (e.g. a cancel: the backend's path of a payment's cancel, form_body
- * "cancellation_reason=abandoned"), done through perform/next_done like a
- * charge: the same headers, timeouts, wire rule (nothing sent:
- * NOT_EXECUTED; sent, no answer: UNKNOWN) and redaction. path is appended
- * to the base url as given: '/' then printable ASCII, ids escaped by the
- * caller. form_body is sent as given, already form-encoded (NULL or "":
- * an empty body). Copies all three. The answer is classified as a
- * charge's (a refused request, one refused in the object's state included:
- * INVALID; the key reused for another request: REQUIRES_REVIEW; 409, 429,
- * 401, 403: NOT_EXECUTED; 5xx: UNKNOWN), except that a 2xx object with a
- * usable id is SUCCEEDED whatever its own status (provider_payment_id its
- * id, intent_status its status: "canceled" for a cancel; no intent check,
- * no codes), and a 404 saying the object is missing is INVALID (another
- * 404 stays NOT_EXECUTED). A 4xx that carries the object fills
- * provider_payment_id and intent_status from it. CHARGED_OK, or
- * CHARGED_BAD_ITEM / CHARGED_RETRY with err as start_charge's (an unusable
- * path or key, out of memory): nothing started. */
-enum charged_rc provider_client_start_post(provider_client_t *pc, const char *path,
-                                           const char *form_body,
-                                           const char *idempotency_key, void *opaque,
+
+/* The capture of an authorized payment: all of what it holds (amount <= 0)
+ * or part, once; the rest is released. The provider's capture takes no
+ * metadata here (psp-sim refuses any parameter but the amount), so the
+ * attempt is not sent: it is checked in the answer (the intent's
+ * metadata names it, else REQUIRES_REVIEW). */
+struct provider_capture {
+    const char *idempotency_key;
+    const char *payment_intent;     /* the authorization's provider id */
+    long long amount;               /* minor units; <= 0: all that is capturable */
+    const char *payment_attempt_id; /* the authorization's attempt */
+};
+
+/* The void of an authorized (or otherwise uncaptured) payment. */
+struct provider_void {
+    const char *idempotency_key;
+    const char *payment_intent; /* the authorization's provider id */
+    const char *reason;         /* requested_by_customer|duplicate|fraudulent|abandoned;
+                                   NULL or "": none sent */
+};
+
+/* Asynchronous capture and void, through perform/next_done like a charge:
+ * the same headers, timeouts, wire rule (nothing sent: NOT_EXECUTED; sent,
+ * no answer: UNKNOWN) and redaction. Copy what they need. CHARGED_OK, or
+ * CHARGED_BAD_ITEM / CHARGED_RETRY with err as start_charge's (no usable
+ * key or intent id, out of memory): nothing started.
+ *
+ * Their answers fill the result from the intent (provider_payment_id,
+ * intent_status, amount, currency, capture_method, amount_capturable,
+ * amount_received, cancellation_reason):
+ *   capture: the intent succeeded: SUCCEEDED, amount_received what was
+ *     captured; processing: PROCESSING; another intent, another attempt's,
+ *     another amount captured than asked, or any other status:
+ *     REQUIRES_REVIEW;
+ *   void: the intent canceled: SUCCEEDED, cancellation_reason set; another
+ *     intent or any other status: REQUIRES_REVIEW;
+ *   both: refused in the intent's state (Stripe's 400
+ *     payment_intent_unexpected_state: captured already, voided, expired)
+ *     or beyond what it holds (amount_too_large): INVALID, code the
+ *     provider's, and intent_status and cancellation_reason from the
+ *     intent the refusal carries (canceled with "automatic": the
+ *     authorization expired); no such intent (404 resource_missing):
+ *     INVALID; other answers as a charge's (the key reused for another
+ *     request: REQUIRES_REVIEW; 409, 429, 401, 403, another 404:
+ *     NOT_EXECUTED; 5xx: UNKNOWN). */
+enum charged_rc provider_client_start_capture(provider_client_t *pc,
+                                              const struct provider_capture *c,
+                                              void *opaque, struct charged_error *err);
+enum charged_rc provider_client_start_void(provider_client_t *pc,
+                                           const struct provider_void *v, void *opaque,
                                            struct charged_error *err);
+
 /* A refund of part or all of one succeeded charge. */
 struct provider_refund {
     const char *idempotency_key;
@@ -168,8 +229,8 @@ struct provider_refund {
  * is missing is INVALID on the POST (no such payment), NOT_FOUND on a
  * retrieve. */
 
-/* An asynchronous refund through perform/next_done like a charge: a POST
- * as start_post sends one (headers, key, wire rule, redaction), naming the
+/* An asynchronous refund through perform/next_done like a charge (headers,
+ * key, wire rule, redaction), naming the
  * payment, amount, reason, and refund_id and payment_attempt_id in its
  * metadata. A 2xx refund whose amount or refund_id is not the one asked
  * for is REQUIRES_REVIEW. Copies what it needs. CHARGED_OK, or
@@ -222,7 +283,7 @@ void provider_client_perform(provider_client_t *pc, int timeout_ms);
 /* Takes one finished transfer: returns 1 and fills *res / *opaque, or 0. */
 int provider_client_next_done(provider_client_t *pc, struct provider_result *res,
                               void **opaque);
-/* Transfers (charges, posts, probes) started and not yet taken by
+/* Transfers (charges, captures, voids, refunds, probes) started and not yet taken by
  * next_done. */
 size_t provider_client_in_flight(const provider_client_t *pc);
 /* Abandons every unfinished asynchronous transfer (shutdown). */

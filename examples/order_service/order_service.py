@@ -743,14 +743,23 @@ def attempt_succeeded(cur, attempt, order_id):
 def attempt_failed(cur, attempt, order_id, attempt_no, succeeded_once):
     """FAILED is the provider's word, through charged, that no money moved.
     The attempt that paid the order FAILED after all (a person's review
-    reversed it): the order is unpaid, for a person. An attempt that was
-    SUCCEEDED at any time is a person's matter however often it turns
-    FAILED: never tried again. Otherwise the order's latest attempt FAILED
-    (a decline): a new one (new id and key, another card), once."""
+    reversed it): the order is paid by another attempt of it charged says
+    SUCCEEDED (one that raised paid_twice), else unpaid; for a person
+    either way. An attempt this service saw SUCCEEDED at any time is a
+    person's matter however often it turns FAILED: never tried again.
+    Otherwise the order's latest attempt FAILED (a decline): a new one (new
+    id and key, another card), once."""
     cur.execute("UPDATE orders SET paid = false, paid_attempt_id = NULL "
                 "WHERE order_id = %s AND paid_attempt_id = %s RETURNING 1", (order_id, attempt))
     if cur.fetchone():
         raise_alarm(cur, "payment_reversed", order_id, attempt)
+        cur.execute("UPDATE orders SET paid = true, paid_attempt_id = (SELECT "
+                    "payment_attempt_id FROM order_attempts WHERE order_id = %s AND "
+                    "applied_status = 'SUCCEEDED' AND payment_attempt_id <> %s "
+                    "ORDER BY attempt_no LIMIT 1) WHERE order_id = %s AND EXISTS (SELECT 1 "
+                    "FROM order_attempts WHERE order_id = %s AND applied_status = 'SUCCEEDED' "
+                    "AND payment_attempt_id <> %s)",
+                    (order_id, attempt, order_id, order_id, attempt))
         return
     if succeeded_once or attempt_no >= MAX_ATTEMPTS:
         return
@@ -938,6 +947,8 @@ class Confirmer(threading.Thread):
             "DISTINCT FROM 'MISMATCH' AND o.sent_at < now() - make_interval(secs => %s))) "
             "ORDER BY a.next_poll_at NULLS FIRST LIMIT 50", FINAL + (POLL_AFTER_S,)).fetchall()
         for attempt, wakes in attempts:
+            if self.stop.is_set():
+                return 0  # what is left is asked by whoever runs next
             self.confirm(conn, confirm_attempt, "/v1/payment-attempts/%s", attempt, wakes)
         refunds = conn.execute(
             "SELECT r.refund_id, r.wakes FROM order_refunds r "
@@ -947,6 +958,8 @@ class Confirmer(threading.Thread):
             "o.sent_at < now() - make_interval(secs => %s))) "
             "ORDER BY r.next_poll_at NULLS FIRST LIMIT 50", FINAL + (POLL_AFTER_S,)).fetchall()
         for refund, wakes in refunds:
+            if self.stop.is_set():
+                return 0
             self.confirm(conn, confirm_refund, "/v1/refunds/%s", refund, wakes)
         return len(attempts) + len(refunds)
 
@@ -992,10 +1005,31 @@ class Confirmer(threading.Thread):
 
 # ---- the service ----
 
+def check_schema():
+    """Exits 2, saying why, when the database was made by an older version
+    of this example: its tables have no migrations, and a column missing
+    would fail every batch for ever."""
+    want = {("processed_events", "subject_kind"), ("order_attempts", "succeeded_once"),
+            ("order_attempts", "answer_updated_at"), ("order_refunds", "counted")}
+    try:
+        with psycopg.connect(env("ORDERS_DATABASE_URL"), connect_timeout=10) as conn:
+            have = set(conn.execute(
+                "SELECT table_name, column_name FROM information_schema.columns WHERE "
+                "table_schema = current_schema()").fetchall())
+    except psycopg.Error:
+        return  # the database is away: the loops wait it out
+    if not want <= have:
+        print("order_service run: the database's tables are not this version's (missing %s): "
+              "run `init` on a new database" % ", ".join(
+                  "%s.%s" % c for c in sorted(want - have)), file=sys.stderr)
+        sys.exit(2)
+
+
 def run():
     """Publisher, confirmer and inbox until SIGTERM or SIGINT: then the
     inbox finishes its batch, the publisher its send, and it exits 0."""
     api = ChargedApi(env("CHARGED_API_URL"))  # exits 2 before anything starts
+    check_schema()
     stop = threading.Event()
 
     def on_signal(signum, frame):

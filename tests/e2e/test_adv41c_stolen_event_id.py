@@ -32,7 +32,8 @@ charged's api a table, as test_order_service_events.py):
    longer due); a person resolves it SUCCEEDED and charged publishes
    charge.succeeded; a forged copy of its event_id (another attempt) is read
    first. After the confirmer's rounds the order must be paid.
-On the current code neither is, and neither row is ever asked again.
+Before acc8c1b neither was, and neither row was ever asked again (the
+dedupe was on event_id alone; it is now per row named).
 
 Runs with deploy/.tools' python (psycopg)."""
 import json

@@ -97,7 +97,12 @@ def scenario(new):
             return all(st.get(r) == "SUCCEEDED" for r, in ours)
         e2e.wait_until("the service's refunds sent and SUCCEEDED at charged", refunds_paid,
                        e2e.scaled(90), 0.3)
-        time.sleep(2)  # second attempts after declines: sent and charged too
+        e2e.wait_until("every attempt of the service settled and confirmed (second attempts "
+                       "after declines too)", lambda: q(
+                           "SELECT count(*) FROM order_attempts WHERE coalesce(confirmed_status, "
+                           "'') NOT IN ('SUCCEEDED', 'FAILED', 'REJECTED')") == [["0"]] and q(
+                           "SELECT count(*) FROM outbox WHERE sent_at IS NULL") == [["0"]],
+                       e2e.scaled(90), 0.3)
         p.send_signal(15)
         check_eq(p.wait(timeout=60), 0, "the order service's exit status on SIGTERM")
         p = None
@@ -139,7 +144,10 @@ def scenario(new):
                 "SELECT kafka_partition, next_offset FROM consumer_positions"))
             return all(pos.get(k, 0) >= v for k, v in end.items())
         e2e.wait_until("the service read every result message", caught_up, e2e.scaled(120), 0.5)
-        time.sleep(e2e.scaled(10))  # the confirmer's questions and answers
+        # What the inbox made due (in the batch's own transaction) answered.
+        e2e.wait_until("the confirmer's questions answered", lambda: q(
+            "SELECT (SELECT count(*) FROM order_attempts WHERE confirm_due) + (SELECT count(*) "
+            "FROM order_refunds WHERE confirm_due)") == [["0"]], e2e.scaled(60), 0.3)
 
         charged_st = dict((r["id"], r["status"]) for r in s.refunds())
         counted = dict(q("SELECT refund_id, counted FROM order_refunds"))

@@ -30,7 +30,7 @@ test_order_service_events.py), with both events of each reversal copied:
 1. o1 paid by a1 (charged SUCCEEDED, applied). Charged reverses it:
    charge.requires_review, then a person's charge.failed. Each read after a
    refund-typed copy of its id. charged says FAILED: o1 must be unpaid and
-   payment_reversed raised. On the current code o1 stays paid (an order
+   payment_reversed raised. Before ba8e20e o1 stayed paid (an order
    paid without money), no alarm, a1 never asked again, even with its
    command hours old.
 2. o2's a1 declined (FAILED applied, a second attempt a2 made), a2

@@ -21,7 +21,7 @@ the copies are on another partition. The junk is what anyone may write; it
 ends in inbox_rejects.
 
 Must hold: an order whose only attempt charged says FAILED is not paid,
-and payment_reversed is raised for it. On the current code it stays paid
+and payment_reversed is raised for it. Before ba8e20e it stayed paid
 (an order paid without money), no alarm, and the attempt is never asked
 about again."""
 import json
@@ -146,7 +146,10 @@ def scenario(new):
                 "SELECT kafka_partition, next_offset FROM consumer_positions"))
             return all(pos.get(k, 0) >= v for k, v in end.items())
         e2e.wait_until("the service read every result message", caught_up, e2e.scaled(120), 0.5)
-        time.sleep(e2e.scaled(10))  # the confirmer's questions and answers
+        # What the inbox made due (in the batch's own transaction) answered.
+        e2e.wait_until("the confirmer's questions answered", lambda: q(
+            "SELECT (SELECT count(*) FROM order_attempts WHERE confirm_due) + (SELECT count(*) "
+            "FROM order_refunds WHERE confirm_due)") == [["0"]], e2e.scaled(60), 0.3)
 
         check_eq(charged_status(target), "FAILED", "charged's status of the target, at the end")
         e2e.log("the service: order %s; attempt %s; alarms %s" % (

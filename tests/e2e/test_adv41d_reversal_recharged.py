@@ -22,7 +22,7 @@ unpays it and raises payment_reversed, and makes no attempt. Then the
 provider's payment_intent.succeeded for the same intent (REQUIRES_REVIEW)
 and the person's resolve --failed again. Must hold: still no second
 attempt for that order, and psp-sim's ledger holds no charge of it but the
-first. On the current code a second attempt is made and psp-sim charges
+first. Before ba8e20e a second attempt was made and psp-sim charged
 it: the customer is charged for an order a person had reversed."""
 import json
 import os

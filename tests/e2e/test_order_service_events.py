@@ -28,6 +28,8 @@ hands over; charged's api is a table of answers, as the confirmer reads it).
   answer older than one applied (charged's updated_at) is stale.
 - An attempt SUCCEEDED once is never tried again, however often it turns
   FAILED; a REJECTED one raises charge_rejected once.
+- paid_twice, then the paying attempt reversed: the other attempt pays.
+- run refuses (exit 2) tables of an older version of the example.
 - A refund charged says FAILED before it was counted raises
   refund_not_made once; one whose events never come is asked about once
   its command is POLL_AFTER_S old.
@@ -36,6 +38,7 @@ Runs with deploy/.tools' python (psycopg); started by another python it
 runs itself again with that one."""
 import json
 import os
+import subprocess
 import sys
 import uuid
 
@@ -222,12 +225,17 @@ def scenario(conn):
     # 4. A second attempt of o1 that charged too: paid_twice, o1 still a1's.
     with conn.transaction(), conn.cursor() as cur:
         amount, currency = q("SELECT amount, currency FROM orders WHERE order_id = %s", o1)[0]
-        a1b = svc.add_attempt(cur, o1, 2, amount, currency, "pm_card_visa")
+        a1b = uuid.UUID(svc.add_attempt(cur, o1, 2, amount, currency, "pm_card_visa"))
     charged.attempt(q, a1b, "SUCCEEDED")
     feed.send(event("charge.succeeded", a1b, o1))
     confirm()
     check_eq(paid(), [(o1, a1)], "o1's paying attempt after a second success")
     check_eq(alarms(a1b), ["paid_twice"], "alarms of the second attempt")
+    # A person gives the second charge back (FAILED): o1 stays a1's.
+    charged.attempt(q, a1b, "FAILED")
+    feed.send(event("charge.failed", a1b, o1))
+    confirm()
+    check_eq((paid(), attempts_of(o1)), ([(o1, a1)], 2), "o1 after its second charge FAILED")
 
     # 5. a1 reversed (FAILED by a person's review): o1 unpaid, an alarm, no
     #    third attempt. Reversed again (SUCCEEDED): o1 paid again, and no
@@ -392,6 +400,32 @@ def scenario(conn):
     feed.send(event("charge.rejected", a7, o7))
     confirm()
     check_eq((attempts_of(o7), alarms(a7)), (1, ["charge_rejected"]), "o7 after REJECTED")
+
+    # 13. paid_twice, then the attempt that paid is reversed: the order is
+    #     paid by the other attempt charged says SUCCEEDED, not left unpaid.
+    svc.place_orders(1)
+    (o8, a8), = q("SELECT o.order_id, a.payment_attempt_id FROM orders o JOIN order_attempts "
+                  "a USING (order_id) ORDER BY o.seq DESC LIMIT 1")
+    with conn.transaction(), conn.cursor() as cur:
+        amount, currency = q("SELECT amount, currency FROM orders WHERE order_id = %s", o8)[0]
+        a8b = uuid.UUID(svc.add_attempt(cur, o8, 2, amount, currency, "pm_card_visa"))
+    for a, status in ((a8, "SUCCEEDED"), (a8b, "SUCCEEDED"), (a8, "FAILED")):
+        charged.attempt(q, a, status)
+        feed.send(event("charge." + status.lower(), a, o8))
+        confirm()
+    check_eq(((o8, a8b) in paid(), alarms(a8b), alarms(a8)),
+             (True, ["paid_twice"], ["payment_reversed"]),
+             "o8 after its payer was reversed, its second attempt SUCCEEDED")
+
+    # 14. run refuses a database made by an older version (no migrations):
+    #     exit 2, naming what is missing, instead of failing every batch.
+    conn.execute("ALTER TABLE processed_events DROP COLUMN subject_kind")
+    r = subprocess.run([sys.executable, os.path.join(SOURCE, "examples", "order_service",
+                                                      "order_service.py"), "run"],
+                       env=dict(os.environ, CHARGED_API_URL="http://127.0.0.1:9"),
+                       capture_output=True, timeout=60)
+    check_eq((r.returncode, b"processed_events.subject_kind" in r.stderr), (2, True),
+             "run on an older version's tables (%s)" % r.stderr[-200:])
 
 
 if __name__ == "__main__":

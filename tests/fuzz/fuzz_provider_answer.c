@@ -8,8 +8,10 @@
  * keeps (what is stored and logged) is terminated valid UTF-8 without
  * control characters; a kept id is one we can look up again; a 5xx is never
  * final and a 409 or 429 never executed for a POST; only a 2xx succeeds a
- * POST; NOT_FOUND only answers a look-up; a list page is printable ASCII,
- * and empty unless it was read whole. */
+ * POST; NOT_FOUND only answers a look-up; AUTHORIZED only an authorization
+ * (a manual charge) or a look-up; a capture or void succeeds only on the
+ * intent asked for, a partial capture only for what it asked; a list page
+ * is printable ASCII, and empty unless it was read whole. */
 #include "fuzz_check.h"
 #include "provider_client.h"
 #include "utf8_text.h"
@@ -47,11 +49,20 @@ static void fuzz_classify(int which, int http, const char *replayed, const char 
     struct provider_call call = {.amount = 1999};
     snprintf(call.currency, sizeof(call.currency), "eur");
     snprintf(call.attempt_id, sizeof(call.attempt_id), ATTEMPT);
+    snprintf(call.payment_intent, sizeof(call.payment_intent), "pi_1");
     switch (which) {
     case 0: /* a charge */
         break;
-    case 1: /* an operation (a cancel) */
-        call.operation = 1;
+    case 1: /* a void */
+        call.operation = PROVIDER_OPERATION_VOID;
+        break;
+    case 11: /* a capture of part */
+    case 13: /* a capture of all */
+        call.operation = PROVIDER_OPERATION_CAPTURE;
+        call.amount = which == 11 ? 600 : 0;
+        break;
+    case 12: /* an authorization */
+        call.manual = 1;
         break;
     case 2: /* a refund */
         call.refund = 1;
@@ -67,7 +78,8 @@ static void fuzz_classify(int which, int http, const char *replayed, const char 
     memset(&res, 0, sizeof(res));
     provider_client_classify(&call, http, replayed, body, len, &res);
 
-    FUZZ_CHECK(res.outcome >= PROVIDER_SUCCEEDED && res.outcome <= PROVIDER_NOT_FOUND);
+    FUZZ_CHECK(res.outcome >= PROVIDER_SUCCEEDED &&
+               res.outcome < PROVIDER_OUTCOME__COUNT);
     FUZZ_CHECK(provider_outcome_name(res.outcome)[0]);
     FUZZ_CHECK(res.http_status == http);
     FUZZ_CHECK(res.replayed == (replayed && !strcasecmp(replayed, "true")));
@@ -80,6 +92,20 @@ static void fuzz_classify(int which, int http, const char *replayed, const char 
     CHECK_TEXT(res.intent_attempt_id);
     CHECK_TEXT(res.provider_payment_id);
     CHECK_TEXT(res.list_last_id);
+    CHECK_TEXT(res.capture_method);
+    CHECK_TEXT(res.cancellation_reason);
+    FUZZ_CHECK(res.amount_capturable >= -1 && res.amount_received >= -1);
+    if (res.outcome == PROVIDER_AUTHORIZED)
+        FUZZ_CHECK((call.lookup || call.manual) && res.provider_payment_id[0]);
+    if (call.operation != PROVIDER_OPERATION_NONE &&
+        res.outcome == PROVIDER_SUCCEEDED) {
+        FUZZ_CHECK(!strcmp(res.provider_payment_id, "pi_1"));
+        FUZZ_CHECK(call.operation == PROVIDER_OPERATION_CAPTURE
+                       ? !strcmp(res.intent_status, "succeeded")
+                       : !strcmp(res.intent_status, "canceled"));
+        FUZZ_CHECK(!call.amount || res.amount_received == -1 ||
+                   res.amount_received == call.amount);
+    }
     check_id(res.list_last_id);
     check_id(res.provider_payment_id);
     if (!call.lookup) {
@@ -105,7 +131,8 @@ static void fuzz_page(int which, int http, const char *body, size_t len)
     struct provider_result res;
     enum provider_list_of what = which ? PROVIDER_LIST_REFUNDS : PROVIDER_LIST_INTENTS;
     provider_client_parse_page(what, http, body, len, &page, &res);
-    FUZZ_CHECK(res.outcome >= PROVIDER_SUCCEEDED && res.outcome <= PROVIDER_NOT_FOUND);
+    FUZZ_CHECK(res.outcome >= PROVIDER_SUCCEEDED &&
+               res.outcome < PROVIDER_OUTCOME__COUNT);
     CHECK_TEXT(res.error);
     FUZZ_CHECK(page.n <= PROVIDER_PAGE_MAX);
     if (res.outcome != PROVIDER_SUCCEEDED) {
@@ -124,6 +151,9 @@ static void fuzz_page(int which, int http, const char *body, size_t len)
         CHECK_ASCII(o->order_id);
         CHECK_ASCII(o->refund_id);
         CHECK_ASCII(o->payment_intent);
+        CHECK_ASCII(o->capture_method);
+        CHECK_ASCII(o->cancellation_reason);
+        FUZZ_CHECK(o->amount_capturable >= -1 && o->amount_received >= -1);
     }
 }
 
@@ -131,7 +161,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 3)
         return 0;
-    int which = data[0] % 11;
+    /* 0..8 and 11..13 a call's answer, 9 and 10 a list page. */
+    int which = data[0] % 14;
     /* Mostly the statuses that mean something; the high bit any other. */
     int http = data[1] & 0x80 ? ((data[1] & 0x7f) << 8 | data[2]) % 600
                               : statuses[data[1] % 16];
@@ -141,10 +172,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const uint8_t *replayed_at = fuzz_next_line(&data, &size, &replayed_len);
     char *replayed = replayed_len ? fuzz_strndup(replayed_at, replayed_len) : NULL;
     char *body = size ? fuzz_memdup(data, size) : NULL;
-    if (which < 9)
-        fuzz_classify(which, http, replayed, body, size);
-    else
+    if (which == 9 || which == 10)
         fuzz_page(which - 9, http, body, size);
+    else
+        fuzz_classify(which, http, replayed, body, size);
     free(replayed);
     free(body);
     return 0;

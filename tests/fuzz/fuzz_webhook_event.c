@@ -4,8 +4,9 @@
  * Properties: a parsed event's text fields are terminated valid UTF-8 of
  * their buffers, its attempt and refund ids empty or canonical UUIDs, its
  * currencies empty or three upper-case letters; a success names amount and
- * currency; the normalized copy is ASCII JSON without card numbers; a refusal says why;
- * every decision is a known action with a reason, and moves only to a status. */
+ * currency, a hold (amount_capturable_updated) what it holds; the normalized copy is
+ * ASCII JSON without card numbers; a refusal says why; every decision is a known action
+ * with a reason, and moves only to a status. */
 #include <jansson.h>
 
 #include "card_data.h"
@@ -96,8 +97,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     CHECK_TEXT(ev.decline_code);
     check_currency(ev.currency);
     check_uuid_or_empty(ev.attempt_id);
+    CHECK_TEXT(ev.capture_method);
+    CHECK_TEXT(ev.cancellation_reason);
+    FUZZ_CHECK(ev.amount_capturable >= -1 && ev.amount_received >= -1);
+    FUZZ_CHECK((unsigned)ev.evidence < WEBHOOK_EVIDENCE__COUNT);
     if (ev.evidence == WEBHOOK_EVIDENCE_SUCCEEDED)
         FUZZ_CHECK(ev.amount >= 0 && ev.currency[0]);
+    /* A hold names what it holds, in the status that holds it. */
+    if (ev.evidence == WEBHOOK_EVIDENCE_AUTHORIZED)
+        FUZZ_CHECK(ev.amount >= 0 && ev.currency[0] && ev.amount_capturable >= 0 &&
+                   !strcmp(ev.intent_status, "requires_capture"));
     FUZZ_CHECK(ev.nrefunds <= WEBHOOK_REFUNDS_MAX);
     for (size_t i = 0; i < ev.nrefunds; i++) {
         const struct webhook_refund *r = &ev.refunds[i];

@@ -64,7 +64,8 @@ def commands():
 
 def event(kind, amount=1999, currency="eur", attempt=ATTEMPT, **extra):
     status = {"succeeded": "succeeded", "payment_failed": "requires_payment_method",
-              "processing": "processing", "canceled": "canceled"}[kind]
+              "processing": "processing", "canceled": "canceled",
+              "amount_capturable_updated": "requires_capture"}[kind]
     pi = {"id": "pi_3MtwBwLkdIwHu7ix28a3tqPa", "object": "payment_intent",
           "status": status, "amount": amount, "currency": currency,
           "metadata": {"payment_attempt_id": attempt, "order_id": ORDER}}
@@ -102,6 +103,14 @@ def events():
     yield dumps(event("succeeded", amount="5"))
     yield dumps(event("payment_failed", attempt="not-a-uuid"))
     yield dumps(dict(event("succeeded"), type="payment_intent.processing"))
+    hold = {"capture_method": "manual", "amount_capturable": 1999, "amount_received": 0}
+    held = event("amount_capturable_updated")
+    held["data"]["object"].update(hold)
+    yield dumps(held)
+    lapsed = event("canceled")
+    lapsed["data"]["object"].update(hold, amount_capturable=0,
+                                    cancellation_reason="automatic")
+    yield dumps(lapsed)
     yield dumps(refund_event("refund.created", refund_obj("pending")))
     yield dumps(refund_event("refund.updated", refund_obj("succeeded")))
     yield dumps(refund_event("refund.failed", dict(refund_obj("failed"),
@@ -128,8 +137,9 @@ def err(etype, code=None, message="", **extra):
     return {"error": e}
 
 
-# The call byte of fuzz_provider_answer.c: 0 charge, 1 operation, 2 refund,
-# 3..8 retrieve/search/list of intents then refunds, 9/10 a list page.
+# The call byte of fuzz_provider_answer.c: 0 charge, 1 void, 2 refund,
+# 3..8 retrieve/search/list of intents then refunds, 9/10 a list page,
+# 11 capture of 600, 12 authorization (manual charge), 13 capture of all.
 # The status byte indexes its table: 0 200, 2 400, 3 402, 4 404, 5 409,
 # 6 429, 7 500, 11 403.
 def answer(call, status_index, body, replayed=b""):
@@ -154,6 +164,18 @@ def answers():
     yield answer(0, 7, b"<html>bad gateway</html>")
     yield answer(1, 0, dumps(intent("canceled")))
     yield answer(1, 4, dumps(err("invalid_request_error", "resource_missing", "No such payment_intent: 'pi_1'")))
+    manual = dict(intent("requires_capture"), id="pi_1", capture_method="manual",
+                  amount_capturable=1999, amount_received=0)
+    yield answer(12, 0, dumps(manual))
+    yield answer(0, 0, dumps(manual))
+    yield answer(11, 0, dumps(dict(manual, status="succeeded", amount_capturable=0,
+                                   amount_received=600)))
+    yield answer(13, 2, dumps(err("invalid_request_error", "payment_intent_unexpected_state",
+                                  payment_intent=dict(manual, status="canceled",
+                                                      amount_capturable=0,
+                                                      cancellation_reason="automatic"))))
+    yield answer(11, 2, dumps(err("invalid_request_error", "amount_too_large",
+                                  param="amount_to_capture", payment_intent=manual)))
     yield answer(2, 0, dumps(refund_obj()))
     yield answer(2, 0, dumps(dict(refund_obj("failed"), failure_reason="lost_or_stolen_card")))
     yield answer(3, 0, dumps(intent()))

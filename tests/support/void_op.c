@@ -389,14 +389,12 @@ static enum charged_rc void_start_call(void *op, provider_client_t *pc,
                                        void *tag, struct charged_error *err)
 {
     const struct void_params *vp = params;
-    char path[160];
     (void)op;
     (void)command;
-    snprintf(path, sizeof(path), "/v1/payment_intents/%s/cancel",
-             vp->payment_intent_id);
-    return provider_client_start_post(pc, path,
-                                      "cancellation_reason=requested_by_customer",
-                                      vp->idempotency_key, tag, err);
+    const struct provider_void v = {.idempotency_key = vp->idempotency_key,
+                                    .payment_intent = vp->payment_intent_id,
+                                    .reason = "requested_by_customer"};
+    return provider_client_start_void(pc, &v, tag, err);
 }
 
 static const char *void_event_type(int kind, enum attempt_status status)

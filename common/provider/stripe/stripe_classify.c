@@ -113,8 +113,17 @@ static void take_codes(json_t *err, struct provider_result *res)
         stripe_copy_str(res->decline_code, sizeof(res->decline_code), decline);
 }
 
+/* An amount the intent may carry: -1 when it does not (or not as one). */
+static long long amount_at(json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    return json_is_integer(v) && json_integer_value(v) >= 0 ? json_integer_value(v)
+                                                            : -1;
+}
+
 /* Fills result fields from a provider object (a PaymentIntent's, where it
- * has them): its id, status, amount, currency and attempt. */
+ * has them): its id, status, amount, currency, attempt, and manual
+ * capture's fields. */
 static void take_object(json_t *pi, struct provider_result *res)
 {
     const char *id = json_string_value(json_object_get(pi, "id"));
@@ -131,6 +140,12 @@ static void take_object(json_t *pi, struct provider_result *res)
     stripe_copy_str(res->intent_attempt_id, sizeof(res->intent_attempt_id),
                     json_string_value(json_object_get(json_object_get(pi, "metadata"),
                                                       "payment_attempt_id")));
+    stripe_copy_str(res->capture_method, sizeof(res->capture_method),
+                    json_string_value(json_object_get(pi, "capture_method")));
+    stripe_copy_str(res->cancellation_reason, sizeof(res->cancellation_reason),
+                    json_string_value(json_object_get(pi, "cancellation_reason")));
+    res->amount_capturable = amount_at(pi, "amount_capturable");
+    res->amount_received = amount_at(pi, "amount_received");
 }
 
 /* Fills result fields from a PaymentIntent object, its last error's codes
@@ -143,8 +158,9 @@ static void take_intent(json_t *pi, struct provider_result *res)
         take_codes(lpe, res);
 }
 
-/* An intent's own status, as an outcome. */
-static enum provider_outcome intent_outcome(const char *status)
+/* An intent's own status, as an outcome; `manual`: a manual-capture
+ * intent, whose hold is an authorization. */
+static enum provider_outcome intent_outcome(const char *status, int manual)
 {
     CHARGED_ASSERT(status != NULL);
     if (!strcmp(status, "succeeded"))
@@ -153,12 +169,51 @@ static enum provider_outcome intent_outcome(const char *status)
         return PROVIDER_PROCESSING;
     if (!strcmp(status, "requires_payment_method") || !strcmp(status, "canceled"))
         return PROVIDER_DECLINED;
-    /* requires_action, requires_confirmation...: off-session charges should
-     * not end here; a human decides. */
+    if (manual && !strcmp(status, "requires_capture"))
+        return PROVIDER_AUTHORIZED;
+    /* requires_action, requires_confirmation, a hold on an automatic
+     * intent...: off-session charges should not end here; a human decides. */
     return PROVIDER_REQUIRES_REVIEW;
 }
 
-static void classify_charge(int http, json_t *doc, struct provider_result *res)
+/* Is the intent of manual capture, as it says itself? */
+static int intent_manual(json_t *pi)
+{
+    const char *how = json_string_value(json_object_get(pi, "capture_method"));
+    return how && !strcmp(how, "manual");
+}
+
+/* A charge's 2xx intent, as an outcome. An authorization (manual) must be
+ * held: money taken where a hold was asked, or an intent of the other
+ * capture method, is for a person. */
+static enum provider_outcome charge_outcome(const char *st, int manual, json_t *doc,
+                                            struct provider_result *res)
+{
+    CHARGED_ASSERT(st != NULL && res != NULL);
+    enum provider_outcome o = intent_outcome(st, manual);
+    const char *how = json_string_value(json_object_get(doc, "capture_method"));
+    if (manual && how && strcmp(how, "manual") != 0) {
+        snprintf(res->error, sizeof(res->error),
+                 "intent of another capture method, where a hold was asked");
+        return PROVIDER_REQUIRES_REVIEW;
+    }
+    if (manual && o == PROVIDER_SUCCEEDED) {
+        snprintf(res->error, sizeof(res->error),
+                 "intent succeeded, where a hold was asked");
+        return PROVIDER_REQUIRES_REVIEW;
+    }
+    if (o == PROVIDER_DECLINED)
+        stripe_copy_str(res->error, sizeof(res->error), "intent not paid");
+    else if (o == PROVIDER_REQUIRES_REVIEW)
+        /* The status as take_intent kept it: the provider's own text may
+         * hold control bytes or be cut mid-character here. */
+        snprintf(res->error, sizeof(res->error), "intent status '%s'",
+                 res->intent_status);
+    return o;
+}
+
+static void classify_charge(int http, json_t *doc, int manual,
+                            struct provider_result *res)
 {
     json_t *err = json_object_get(doc, "error");
     const char *type = json_string_value(json_object_get(err, "type"));
@@ -179,14 +234,7 @@ static void classify_charge(int http, json_t *doc, struct provider_result *res)
             return;
         }
         take_intent(doc, res);
-        res->outcome = intent_outcome(st);
-        if (res->outcome == PROVIDER_DECLINED)
-            stripe_copy_str(res->error, sizeof(res->error), "intent not paid");
-        else if (res->outcome == PROVIDER_REQUIRES_REVIEW)
-            /* The status as take_intent kept it: the provider's own text may
-             * hold control bytes or be cut mid-character here. */
-            snprintf(res->error, sizeof(res->error), "intent status '%s'",
-                     res->intent_status);
+        res->outcome = charge_outcome(st, manual, doc, res);
         return;
     }
     if (err) {
@@ -253,29 +301,15 @@ static void classify_charge(int http, json_t *doc, struct provider_result *res)
     }
 }
 
-/* An operation's answer (start_post): as a charge's, but a 2xx object with
- * a usable id is the operation done, whatever status the object has now (a
- * cancel's intent is canceled), and a 404 resource_missing is the
- * provider's word that the object is not there: final, as a 400. The
- * object a 4xx carries (Stripe's error.payment_intent) is taken too: it
- * says what state refused the operation. */
+/* A refused POST other than a charge's (a refund's, a capture's, a
+ * void's): as a charge's, but a 404 resource_missing is the provider's word
+ * that the object is not there: final, as a 400. The object a 4xx carries
+ * (Stripe's error.payment_intent) is taken too: it says what state refused
+ * the operation (a captured, voided or expired authorization). */
 static void classify_operation(int http, json_t *doc, struct provider_result *res)
 {
+    CHARGED_ASSERT(http < 200 || http >= 300);
     json_t *err = json_object_get(doc, "error");
-
-    if (http >= 200 && http < 300) {
-        if (!json_is_object(doc) ||
-            !provider_outcome_id_ok(json_string_value(json_object_get(doc, "id")))) {
-            /* It may have executed, but we could never say on what. */
-            res->outcome = PROVIDER_UNKNOWN;
-            stripe_copy_str(res->error, sizeof(res->error),
-                            "2xx answer without a usable object id");
-            return;
-        }
-        take_object(doc, res);
-        res->outcome = PROVIDER_SUCCEEDED;
-        return;
-    }
     const char *code = json_string_value(json_object_get(err, "code"));
     if (http == 404 && code && !strcmp(code, "resource_missing")) {
         take_codes(err, res);
@@ -286,10 +320,69 @@ static void classify_operation(int http, json_t *doc, struct provider_result *re
         res->outcome = PROVIDER_INVALID;
         return;
     }
-    classify_charge(http, doc, res);
+    classify_charge(http, doc, 0, res);
     json_t *pi = json_object_get(err, "payment_intent");
     if (http >= 400 && http < 500 && json_is_object(pi))
         take_object(pi, res);
+}
+
+/* Why a capture's or void's 2xx intent is not the one asked for, or NULL:
+ * another intent, another attempt's, or (a capture) another amount
+ * captured than asked. */
+static const char *action_mismatch(const struct provider_call *call,
+                                   const struct provider_result *res)
+{
+    CHARGED_ASSERT(call->operation != PROVIDER_OPERATION_NONE);
+    if (strcmp(res->provider_payment_id, call->payment_intent) != 0)
+        return "answer describes another intent";
+    if (call->attempt_id[0] && res->intent_attempt_id[0] &&
+        strcasecmp(res->intent_attempt_id, call->attempt_id) != 0)
+        return "intent belongs to another payment attempt";
+    /* Captured: what it received is what was taken (processing: nothing yet). */
+    if (call->operation == PROVIDER_OPERATION_CAPTURE && call->amount > 0 &&
+        !strcmp(res->intent_status, "succeeded") && res->amount_received >= 0 &&
+        res->amount_received != call->amount)
+        return "intent captured another amount than asked";
+    return NULL;
+}
+
+/* A capture's or void's answer: a 2xx intent in the status the action
+ * leaves it in (captured: succeeded; voided: canceled) is the action done;
+ * anything else in a 2xx is for a person; a refusal is an operation's. */
+static void classify_intent_action(const struct provider_call *call, int http,
+                                   json_t *doc, struct provider_result *res)
+{
+    CHARGED_ASSERT(call->operation == PROVIDER_OPERATION_CAPTURE ||
+                   call->operation == PROVIDER_OPERATION_VOID);
+    int capture = call->operation == PROVIDER_OPERATION_CAPTURE;
+    if (http < 200 || http >= 300) {
+        classify_operation(http, doc, res);
+        return;
+    }
+    const char *st = json_string_value(json_object_get(doc, "status"));
+    if (!json_is_object(doc) || !st ||
+        !provider_outcome_id_ok(json_string_value(json_object_get(doc, "id")))) {
+        /* It may have executed, but we could never say on what. */
+        res->outcome = PROVIDER_UNKNOWN;
+        stripe_copy_str(res->error, sizeof(res->error),
+                        "2xx answer without a usable intent");
+        return;
+    }
+    take_object(doc, res);
+    const char *why = action_mismatch(call, res);
+    if (why) {
+        res->outcome = PROVIDER_REQUIRES_REVIEW;
+        stripe_copy_str(res->error, sizeof(res->error), why);
+    } else if (!strcmp(st, capture ? "succeeded" : "canceled")) {
+        res->outcome = PROVIDER_SUCCEEDED;
+    } else if (capture && !strcmp(st, "processing")) {
+        res->outcome = PROVIDER_PROCESSING;
+    } else {
+        res->outcome = PROVIDER_REQUIRES_REVIEW;
+        snprintf(res->error, sizeof(res->error), "intent status '%s' after a %s",
+                 res->intent_status, capture ? "capture" : "void");
+    }
+    CHARGED_ASSERT(res->outcome != PROVIDER_SUCCEEDED || res->provider_payment_id[0]);
 }
 
 /* Fills result fields from a Refund object: its id, status, amount,
@@ -426,7 +519,8 @@ static void check_intent_matches(const struct provider_call *call, json_t *doc,
                                  struct provider_result *res)
 {
     CHARGED_ASSERT(!call->lookup && !call->refund && !call->operation);
-    if (res->outcome != PROVIDER_SUCCEEDED && res->outcome != PROVIDER_PROCESSING)
+    if (res->outcome != PROVIDER_SUCCEEDED && res->outcome != PROVIDER_PROCESSING &&
+        res->outcome != PROVIDER_AUTHORIZED)
         return;
     json_t *amount = json_object_get(doc, "amount");
     const char *currency = json_string_value(json_object_get(doc, "currency"));
@@ -464,7 +558,7 @@ static void take_best(json_t *data, const char *attempt_id, struct provider_resu
             continue;
         res->matches++;
         const char *st = json_string_value(json_object_get(pi, "status"));
-        enum provider_outcome o = intent_outcome(st ? st : "");
+        enum provider_outcome o = intent_outcome(st ? st : "", intent_manual(pi));
         int rank = o == PROVIDER_SUCCEEDED    ? 0
                    : o == PROVIDER_PROCESSING ? 1
                    : o == PROVIDER_DECLINED   ? 3
@@ -480,7 +574,7 @@ static void take_best(json_t *data, const char *attempt_id, struct provider_resu
         return;
     }
     take_intent(best, res);
-    res->outcome = intent_outcome(res->intent_status);
+    res->outcome = intent_outcome(res->intent_status, intent_manual(best));
     CHARGED_ASSERT(res->matches > 0 && res->outcome != PROVIDER_NOT_FOUND);
 }
 
@@ -567,7 +661,7 @@ static void classify_lookup(int http, json_t *doc, enum provider_lookup kind,
     if (kind == PROVIDER_LOOKUP_RETRIEVE) {
         res->matches = 1;
         take_intent(doc, res);
-        res->outcome = intent_outcome(res->intent_status);
+        res->outcome = intent_outcome(res->intent_status, intent_manual(doc));
         return;
     }
     json_t *data = json_object_get(doc, "data");
@@ -601,17 +695,18 @@ void stripe_classify(const struct provider_call *call, int http_status,
                         res);
     else if (call->refund)
         classify_refund(call, http_status, doc, res);
-    else if (call->operation)
-        classify_operation(http_status, doc, res);
+    else if (call->operation != PROVIDER_OPERATION_NONE)
+        classify_intent_action(call, http_status, doc, res);
     else {
-        classify_charge(http_status, doc, res);
+        classify_charge(http_status, doc, call->manual, res);
         check_intent_matches(call, doc, res);
     }
     json_decref(doc);
-    CHARGED_ASSERT((unsigned)res->outcome <= PROVIDER_NOT_FOUND);
-    /* An answer to what we sent never says "not found", and a success we
-     * may book always names the provider's object. */
+    CHARGED_ASSERT((unsigned)res->outcome < PROVIDER_OUTCOME__COUNT);
+    /* An answer to what we sent never says "not found", and a success or a
+     * hold we may book always names the provider's object. */
     CHARGED_ASSERT(call->lookup || (res->outcome != PROVIDER_NOT_FOUND &&
-                                    (res->outcome != PROVIDER_SUCCEEDED ||
+                                    ((res->outcome != PROVIDER_SUCCEEDED &&
+                                      res->outcome != PROVIDER_AUTHORIZED) ||
                                      res->provider_payment_id[0])));
 }

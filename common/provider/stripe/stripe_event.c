@@ -41,6 +41,8 @@ static enum webhook_evidence evidence_of(const char *type)
         return WEBHOOK_EVIDENCE_FAILED;
     if (!strcmp(type, "payment_intent.processing"))
         return WEBHOOK_EVIDENCE_PROCESSING;
+    if (!strcmp(type, "payment_intent.amount_capturable_updated"))
+        return WEBHOOK_EVIDENCE_AUTHORIZED;
     if (!strcmp(type, "refund.created") || !strcmp(type, "refund.updated") ||
         !strcmp(type, "refund.failed") || !strcmp(type, "charge.refunded"))
         return WEBHOOK_EVIDENCE_REFUND;
@@ -59,8 +61,11 @@ static int status_agrees(enum webhook_evidence e, const char *status)
                !strcmp(status, "canceled");
     case WEBHOOK_EVIDENCE_PROCESSING:
         return !strcmp(status, "processing");
+    case WEBHOOK_EVIDENCE_AUTHORIZED:
+        return !strcmp(status, "requires_capture");
     case WEBHOOK_EVIDENCE_NONE:
     case WEBHOOK_EVIDENCE_REFUND:
+    case WEBHOOK_EVIDENCE__COUNT:
         break;
     }
     return 1;
@@ -423,6 +428,43 @@ static enum charged_rc parse_envelope(json_t *root, struct webhook_event *ev,
     return CHARGED_OK;
 }
 
+/* Manual capture's fields of the intent into *ev, each checked, never cut:
+ * a malformed one refuses the event. A hold must say what it holds. */
+static enum charged_rc parse_capture(json_t *obj, struct webhook_event *ev,
+                                     struct charged_error *err)
+{
+    static const char *const texts[] = {"capture_method", "cancellation_reason"};
+    char *text_to[] = {ev->capture_method, ev->cancellation_reason};
+    size_t text_size[] = {sizeof(ev->capture_method), sizeof(ev->cancellation_reason)};
+    static const char *const amounts[] = {"amount_capturable", "amount_received"};
+    long long *amount_to[] = {&ev->amount_capturable, &ev->amount_received};
+
+    for (size_t i = 0; i < 2; i++) {
+        json_t *v = json_object_get(obj, texts[i]);
+        const char *s = json_string_value(v);
+        if (v && !json_is_null(v) && (!s || !plain_token(s, text_size[i]))) {
+            charged_error_set(err, "payment_intent %s malformed", texts[i]);
+            return CHARGED_BAD_ITEM;
+        }
+        snprintf(text_to[i], text_size[i], "%s", s ? s : "");
+    }
+    for (size_t i = 0; i < 2; i++) {
+        json_t *v = json_object_get(obj, amounts[i]);
+        if (v && (!json_is_integer(v) || json_integer_value(v) < 0)) {
+            charged_error_set(err, "payment_intent %s is not a whole number >= 0",
+                              amounts[i]);
+            return CHARGED_BAD_ITEM;
+        }
+        *amount_to[i] = v ? (long long)json_integer_value(v) : -1;
+    }
+    if (ev->evidence == WEBHOOK_EVIDENCE_AUTHORIZED && ev->amount_capturable < 0) {
+        charged_error_set(err, "payment_intent amount_capturable missing");
+        return CHARGED_BAD_ITEM;
+    }
+    CHARGED_ASSERT(ev->amount_capturable >= -1 && ev->amount_received >= -1);
+    return CHARGED_OK;
+}
+
 /* data.object of a payment_intent.* event: the intent, whose status must
  * say what the event's type says. CHARGED_OK, or CHARGED_BAD_ITEM with err. */
 static enum charged_rc parse_intent(json_t *obj, struct webhook_event *ev,
@@ -433,7 +475,8 @@ static enum charged_rc parse_intent(json_t *obj, struct webhook_event *ev,
 
     CHARGED_ASSERT(ev->evidence == WEBHOOK_EVIDENCE_SUCCEEDED ||
                    ev->evidence == WEBHOOK_EVIDENCE_FAILED ||
-                   ev->evidence == WEBHOOK_EVIDENCE_PROCESSING);
+                   ev->evidence == WEBHOOK_EVIDENCE_PROCESSING ||
+                   ev->evidence == WEBHOOK_EVIDENCE_AUTHORIZED);
     if ((s = str_at(obj, "object")) && strcmp(s, "payment_intent") != 0) {
         charged_error_set(err, "event data.object is not a payment_intent");
         return CHARGED_BAD_ITEM;
@@ -463,7 +506,8 @@ static enum charged_rc parse_intent(json_t *obj, struct webhook_event *ev,
         charged_error_set(err, "payment_intent currency malformed");
         return CHARGED_BAD_ITEM;
     }
-    if (ev->evidence == WEBHOOK_EVIDENCE_SUCCEEDED &&
+    if ((ev->evidence == WEBHOOK_EVIDENCE_SUCCEEDED ||
+         ev->evidence == WEBHOOK_EVIDENCE_AUTHORIZED) &&
         (ev->amount < 0 || !ev->currency[0])) {
         charged_error_set(err, "payment_intent amount or currency missing");
         return CHARGED_BAD_ITEM;
@@ -472,7 +516,7 @@ static enum charged_rc parse_intent(json_t *obj, struct webhook_event *ev,
     v = json_object_get(obj, "last_payment_error");
     if ((s = str_at(v, "decline_code")) || (s = str_at(v, "code")))
         card_data_copy_masked(ev->decline_code, sizeof(ev->decline_code), s);
-    return CHARGED_OK;
+    return parse_capture(obj, ev, err);
 }
 
 enum charged_rc stripe_webhook_parse(const char *body, size_t len,
@@ -488,6 +532,8 @@ enum charged_rc stripe_webhook_parse(const char *body, size_t len,
     CHARGED_ASSERT(err != NULL);
     memset(ev, 0, sizeof(*ev));
     ev->amount = -1;
+    ev->amount_capturable = -1;
+    ev->amount_received = -1;
     if (normalized)
         *normalized = NULL;
     /* jansson refuses invalid UTF-8 and \u0000, which the database would

@@ -31,9 +31,10 @@ enum charged_rc stripe_start_charge(void *impl, const struct provider_charge *ch
                                     void *opaque, struct charged_error *err);
 enum charged_rc stripe_start_refund(void *impl, const struct provider_refund *r,
                                     void *opaque, struct charged_error *err);
-enum charged_rc stripe_start_post(void *impl, const char *path, const char *form_body,
-                                  const char *idempotency_key, void *opaque,
-                                  struct charged_error *err);
+enum charged_rc stripe_start_capture(void *impl, const struct provider_capture *c,
+                                     void *opaque, struct charged_error *err);
+enum charged_rc stripe_start_void(void *impl, const struct provider_void *v,
+                                  void *opaque, struct charged_error *err);
 enum charged_rc stripe_start_probe(void *impl, void *opaque, struct charged_error *err);
 void stripe_retrieve(void *impl, const char *payment_intent_id,
                      struct provider_result *res);

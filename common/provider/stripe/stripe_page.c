@@ -32,6 +32,14 @@ static const char *str_field(json_t *o, const char *key)
     return v ? v : "";
 }
 
+/* An intent's amount, -1 when it does not carry one (as a result's). */
+static long long listed_amount(json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    return json_is_integer(v) && json_integer_value(v) >= 0 ? json_integer_value(v)
+                                                            : -1;
+}
+
 /* One listed object into *obj; -1 when it is not an object of `what` with
  * an id. */
 int stripe_read_listed(json_t *o, enum provider_list_of what,
@@ -59,6 +67,12 @@ int stripe_read_listed(json_t *o, enum provider_list_of what,
     json_t *pi = json_object_get(o, "payment_intent");
     copy_ascii_id(obj->payment_intent, sizeof(obj->payment_intent),
                   json_is_object(pi) ? str_field(pi, "id") : json_string_value(pi));
+    copy_ascii(obj->capture_method, sizeof(obj->capture_method),
+               str_field(o, "capture_method"));
+    copy_ascii(obj->cancellation_reason, sizeof(obj->cancellation_reason),
+               str_field(o, "cancellation_reason"));
+    obj->amount_capturable = listed_amount(o, "amount_capturable");
+    obj->amount_received = listed_amount(o, "amount_received");
     CHARGED_ASSERT(obj->id[0]); /* a listed object is always named */
     return 0;
 }

@@ -1,6 +1,9 @@
 /* stripe_requests: what each of the backend's calls sends, as Stripe's API
  * takes it:
- *   charge, probe      POST /v1/payment_intents (confirmed, off session)
+ *   charge, probe      POST /v1/payment_intents (confirmed, off session;
+ *                      an authorization with capture_method=manual)
+ *   capture            POST /v1/payment_intents/<id>/capture
+ *   void               POST /v1/payment_intents/<id>/cancel
  *   refund             POST /v1/refunds
  *   retrieve           GET  /v1/payment_intents/<id>
  *   search             GET  /v1/payment_intents/search?query=metadata[...]
@@ -28,8 +31,10 @@ static struct stripe_xfer *charge_xfer(struct stripe_client *pc,
     char amount[32], currency[8], *body = NULL;
     size_t len = 0;
     struct stripe_xfer *x = NULL;
+    int manual = ch->capture_method == PROVIDER_CAPTURE_MANUAL;
 
     CHARGED_ASSERT(pc != NULL && ch != NULL);
+    CHARGED_ASSERT(ch->capture_method == PROVIDER_CAPTURE_AUTOMATIC || manual);
     CHARGED_ASSERT(err != NULL && why != NULL);
     *why = CHARGED_BAD_ITEM;
     if (!ch->idempotency_key || !*ch->idempotency_key ||
@@ -57,7 +62,8 @@ static struct stripe_xfer *charge_xfer(struct stripe_client *pc,
          stripe_form_add(&body, &len, "customer", ch->customer_id)) ||
         stripe_form_add(&body, &len, "metadata[payment_attempt_id]",
                         ch->payment_attempt_id) ||
-        stripe_form_add(&body, &len, "metadata[order_id]", ch->order_id))
+        stripe_form_add(&body, &len, "metadata[order_id]", ch->order_id) ||
+        (manual && stripe_form_add(&body, &len, "capture_method", "manual")))
         goto oom;
     x = stripe_post_xfer(pc, "/v1/payment_intents", body, ch->idempotency_key,
                          with_share, err);
@@ -65,6 +71,7 @@ static struct stripe_xfer *charge_xfer(struct stripe_client *pc,
     if (!x)
         goto out;
     x->call.amount = ch->amount;
+    x->call.manual = manual;
     snprintf(x->call.currency, sizeof(x->call.currency), "%s", currency);
     snprintf(x->call.attempt_id, sizeof(x->call.attempt_id), "%s",
              ch->payment_attempt_id ? ch->payment_attempt_id : "");
@@ -91,7 +98,7 @@ void stripe_charge(void *impl, const struct provider_charge *ch,
     }
     stripe_finish(x, curl_easy_perform(x->easy), res);
     stripe_xfer_free(x);
-    CHARGED_ASSERT((unsigned)res->outcome <= PROVIDER_NOT_FOUND);
+    CHARGED_ASSERT((unsigned)res->outcome < PROVIDER_OUTCOME__COUNT);
 }
 
 static void retrieve_url(struct stripe_client *pc, const char *payment_intent_id,
@@ -196,51 +203,120 @@ static int usable_path(const char *path)
     return 1;
 }
 
-/* start_post's work, handing the transfer back (NULL with err and *why, as
- * charge_xfer's) so that a caller can say how its answer is classified
- * before it starts. */
+/* A POST of body (taken: freed here or owned by the transfer) to path
+ * under the caller's idempotency key, handing the transfer back (NULL with
+ * err and *why, as charge_xfer's) so that the caller can say how its
+ * answer is classified before it starts. */
 static struct stripe_xfer *operation_xfer(struct stripe_client *pc, const char *path,
-                                          const char *form_body,
-                                          const char *idempotency_key,
+                                          char *body, const char *idempotency_key,
                                           enum charged_rc *why,
                                           struct charged_error *err)
 {
     CHARGED_ASSERT(pc != NULL && err != NULL && why != NULL);
+    CHARGED_ASSERT(usable_path(path));
     *why = CHARGED_BAD_ITEM;
-    if (!usable_path(path)) {
-        charged_error_set(err, "post to an unusable path");
-        return NULL;
-    }
     if (!idempotency_key || !*idempotency_key || strpbrk(idempotency_key, "\r\n")) {
         charged_error_set(err, "post without a usable idempotency key");
+        free(body);
         return NULL;
     }
     *why = CHARGED_RETRY;
     /* Always a body, if empty: that makes it a POST. */
-    char *body = strdup(form_body ? form_body : "");
-    if (!body) {
+    if (!body && !(body = strdup(""))) {
         charged_error_set(err, "provider client: out of memory");
         return NULL;
     }
     /* The multi handle keeps its own connection cache, as for charges. */
     struct stripe_xfer *x = stripe_post_xfer(pc, path, body, idempotency_key, 0, err);
-    if (x)
-        x->call.operation = 1;
-    CHARGED_ASSERT(!x || (x->body && x->call.operation)); /* a POST, classified so */
+    CHARGED_ASSERT(!x || x->body); /* a POST */
     return x;
 }
 
-enum charged_rc stripe_start_post(void *impl, const char *path, const char *form_body,
-                                  const char *idempotency_key, void *opaque,
-                                  struct charged_error *err)
+/* The path of one of an intent's actions ("capture", "cancel"), or -1 with
+ * err when the id is not one we can send. */
+static int intent_action_path(const char *payment_intent, const char *action,
+                              char *path, size_t size, struct charged_error *err)
+{
+    CHARGED_ASSERT(action != NULL && path != NULL && size > 0);
+    /* Letters, digits and '_': nothing to escape. */
+    if (!provider_outcome_id_ok(payment_intent)) {
+        charged_error_set(err, "%s without a usable payment intent", action);
+        return -1;
+    }
+    int n = snprintf(path, size, "/v1/payment_intents/%s/%s", payment_intent, action);
+    CHARGED_ASSERT(n > 0 && (size_t)n < size); /* the id is shorter than its max */
+    return 0;
+}
+
+/* Starts x, the POST of an action on `payment_intent`, classified as `op`. */
+static enum charged_rc start_intent_action(struct stripe_client *pc,
+                                           struct stripe_xfer *x,
+                                           enum provider_operation op,
+                                           const char *payment_intent, void *opaque,
+                                           struct charged_error *err)
+{
+    CHARGED_ASSERT(x != NULL && op != PROVIDER_OPERATION_NONE);
+    x->call.operation = op;
+    snprintf(x->call.payment_intent, sizeof(x->call.payment_intent), "%s",
+             payment_intent);
+    return stripe_start_async(pc, x, opaque, err);
+}
+
+enum charged_rc stripe_start_capture(void *impl, const struct provider_capture *c,
+                                     void *opaque, struct charged_error *err)
 {
     struct stripe_client *pc = impl;
+    char path[PROVIDER_ID_MAX + 40], amount[32], *body = NULL;
+    size_t len = 0;
     enum charged_rc why;
+
+    CHARGED_ASSERT(pc != NULL && c != NULL);
+    if (intent_action_path(c->payment_intent, "capture", path, sizeof(path), err))
+        return CHARGED_BAD_ITEM;
+    if (c->payment_attempt_id && strlen(c->payment_attempt_id) >=
+                                     sizeof(((struct provider_call *)0)->attempt_id)) {
+        charged_error_set(err, "capture with an unusable payment attempt id");
+        return CHARGED_BAD_ITEM;
+    }
+    /* Nothing named: all that is capturable, as the provider takes it. */
+    snprintf(amount, sizeof(amount), "%lld", c->amount);
+    if (c->amount > 0 && stripe_form_add(&body, &len, "amount_to_capture", amount)) {
+        charged_error_set(err, "provider client: out of memory");
+        return CHARGED_RETRY;
+    }
     struct stripe_xfer *x =
-        operation_xfer(pc, path, form_body, idempotency_key, &why, err);
+        operation_xfer(pc, path, body, c->idempotency_key, &why, err);
     if (!x)
         return why;
-    return stripe_start_async(pc, x, opaque, err);
+    x->call.amount = c->amount > 0 ? c->amount : 0;
+    snprintf(x->call.attempt_id, sizeof(x->call.attempt_id), "%s",
+             c->payment_attempt_id ? c->payment_attempt_id : "");
+    return start_intent_action(pc, x, PROVIDER_OPERATION_CAPTURE, c->payment_intent,
+                               opaque, err);
+}
+
+enum charged_rc stripe_start_void(void *impl, const struct provider_void *v,
+                                  void *opaque, struct charged_error *err)
+{
+    struct stripe_client *pc = impl;
+    char path[PROVIDER_ID_MAX + 40], *body = NULL;
+    size_t len = 0;
+    enum charged_rc why;
+
+    CHARGED_ASSERT(pc != NULL && v != NULL);
+    if (intent_action_path(v->payment_intent, "cancel", path, sizeof(path), err))
+        return CHARGED_BAD_ITEM;
+    if (v->reason && *v->reason &&
+        stripe_form_add(&body, &len, "cancellation_reason", v->reason)) {
+        charged_error_set(err, "provider client: out of memory");
+        return CHARGED_RETRY;
+    }
+    struct stripe_xfer *x =
+        operation_xfer(pc, path, body, v->idempotency_key, &why, err);
+    if (!x)
+        return why;
+    return start_intent_action(pc, x, PROVIDER_OPERATION_VOID, v->payment_intent,
+                               opaque, err);
 }
 
 enum charged_rc stripe_start_refund(void *impl, const struct provider_refund *r,
@@ -270,6 +346,7 @@ enum charged_rc stripe_start_refund(void *impl, const struct provider_refund *r,
     }
     struct stripe_xfer *x =
         operation_xfer(pc, "/v1/refunds", body, r->idempotency_key, &rc, err);
+    body = NULL; /* owned by x, or freed */
     if (!x)
         goto out;
     x->call.refund = 1;
@@ -356,7 +433,8 @@ const struct provider_backend provider_stripe = {
     .charge = stripe_charge,
     .start_charge = stripe_start_charge,
     .start_refund = stripe_start_refund,
-    .start_post = stripe_start_post,
+    .start_capture = stripe_start_capture,
+    .start_void = stripe_start_void,
     .start_probe = stripe_start_probe,
     .perform = stripe_perform,
     .next_done = stripe_next_done,

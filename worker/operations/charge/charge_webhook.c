@@ -147,7 +147,10 @@ static enum charged_rc lock_and_decide(store_conn_t *db, const struct webhook_ev
                              ev->attempt_id[0] ? SQL_LOCK_BY_ID : SQL_LOCK_BY_INTENT, 3,
                              lock, &r, err)) != CHARGED_OK)
         return webhook_apply_later_failed(x);
-    if (ev->evidence == WEBHOOK_EVIDENCE_NONE) {
+    /* A hold is an authorization's evidence, not a charge's: as today's
+     * events of other types. */
+    if (ev->evidence == WEBHOOK_EVIDENCE_NONE ||
+        ev->evidence == WEBHOOK_EVIDENCE_AUTHORIZED) {
         out->outcome = "ignored";
         out->reason = "event type not acted on";
     } else if (PQntuples(r) == 1) {
