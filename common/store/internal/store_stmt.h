@@ -13,7 +13,9 @@
 #include "db.h"
 #include "store_conn.h"
 
-#define STMT_PARAMS_MAX 22
+/* The most a statement takes: a settlement of an attempt (attempt_store.c),
+ * 23. */
+#define STMT_PARAMS_MAX 24
 
 /* The parameters of one statement, $1 first, in the order they are added:
  * texts the caller keeps alive, and numbers and arrays (a batch's column

@@ -74,6 +74,8 @@ struct attempt_params {
     char currency[4];
     char payment_method[1024];
     char customer_id[1024]; /* "" when none */
+    int manual;             /* capture_method manual: an authorization, sent as one by
+                               every role that sends under the key */
 };
 
 struct attempt_record_item {
