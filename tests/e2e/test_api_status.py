@@ -3,7 +3,9 @@ GET /v1/payment-attempts/<id> and GET /v1/orders/<order_id>/payment-attempts
 answer every state with the contract's fields and what the database holds,
 400 for a malformed id, 404 for an unknown one, 405 for another method,
 and never a payment method, metadata or secret; refunded_amount is the
-charge's; GET /v1/refunds/<id> answers a refund's status likewise."""
+charge's; an authorization's capture_method is "manual" and its
+captured_amount what its capture took (a charge's "automatic", null);
+GET /v1/refunds/<id> answers a refund's status likewise."""
 
 import json
 import uuid
@@ -13,26 +15,34 @@ import charged_e2e as e2e
 from charged_e2e import check, check_eq
 
 FIELDS = {"payment_attempt_id", "order_id", "status", "amount", "currency",
-          "provider_payment_id", "reason", "updated_at", "refunded_amount"}
+          "provider_payment_id", "reason", "updated_at", "refunded_amount", "capture_method",
+          "captured_amount"}
 REFUND_FIELDS = {"refund_id", "payment_attempt_id", "order_id", "status", "amount", "currency",
                  "refund_reason", "reason", "provider_refund_id", "updated_at"}
 STATES = ["PENDING", "PROCESSING", "UNKNOWN", "SUCCEEDED", "FAILED", "REJECTED",
-          "REQUIRES_REVIEW"]
+          "REQUIRES_REVIEW", "AUTHORIZED", "VOIDED", "CAPTURED"]
+# An authorization's states (capture_method manual); CAPTURED is one SUCCEEDED by its capture.
+MANUAL = {"AUTHORIZED": None, "VOIDED": None, "CAPTURED": 60}
 
 
 def expect_attempt(s, doc, a):
     check_eq(set(doc), FIELDS, "fields of attempt %s" % a["id"])
     row = s.query("SELECT status, amount, currency, coalesce(provider_payment_id, '<null>'), "
                   "coalesce(reason, '<null>'), to_char(updated_at AT TIME ZONE 'UTC', "
-                  "'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), refunded_amount FROM payment_attempts "
+                  "'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), refunded_amount, capture_method, "
+                  "coalesce(captured_amount::text, '<null>') FROM payment_attempts "
                   "WHERE id = '%s'" % a["id"])[0]
     got = [doc["status"], str(doc["amount"]), doc["currency"],
            doc["provider_payment_id"] if doc["provider_payment_id"] is not None else "<null>",
            doc["reason"] if doc["reason"] is not None else "<null>", doc["updated_at"],
-           str(doc["refunded_amount"])]
+           str(doc["refunded_amount"]), doc["capture_method"],
+           str(doc["captured_amount"]) if doc["captured_amount"] is not None else "<null>"]
     check_eq(got, row, "attempt %s (%s) as answered vs the database" % (a["id"], a["status"]))
     check_eq((doc["payment_attempt_id"], doc["order_id"]), (a["id"], a["order_id"]), "ids")
     check(isinstance(doc["amount"], int), "amount is a JSON integer")
+    check_eq((doc["capture_method"], doc["captured_amount"]),
+             ("manual", MANUAL[a["status"]]) if a["status"] in MANUAL else ("automatic", None),
+             "capture_method and captured_amount of a %s attempt" % a["status"])
 
 
 def scenario(make):
@@ -41,7 +51,18 @@ def scenario(make):
     attempts = {}
     for st in STATES:
         reason = None if st in ("PENDING", "PROCESSING", "SUCCEEDED") else "%s: why \u00e9\u20ac" % st.lower()
-        ppid = "pi_status_%s" % st.lower() if st in ("UNKNOWN", "FAILED", "REQUIRES_REVIEW") else None
+        ppid = "pi_status_%s" % st.lower() if st in ("UNKNOWN", "FAILED", "REQUIRES_REVIEW",
+                                                     "AUTHORIZED", "VOIDED", "CAPTURED") else None
+        if st in MANUAL:
+            a = api.insert_attempt(s, "AUTHORIZED", amount=100 + len(attempts), ppid=ppid,
+                                   manual=True)
+            if st != "AUTHORIZED":
+                s.psql(s.db, "UPDATE payment_attempts SET status = '%s', captured_amount = %s "
+                       "WHERE id = '%s'" % ("VOIDED" if st == "VOIDED" else "SUCCEEDED",
+                                            MANUAL[st] or "NULL", a["id"]))
+                a["status"] = st
+            attempts[st] = a
+            continue
         attempts[st] = api.insert_attempt(s, st, amount=100 + len(attempts), ppid=ppid, reason=reason)
     for st, a in attempts.items():
         code, doc = api.get(port, "/v1/payment-attempts/%s" % a["id"])

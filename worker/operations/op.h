@@ -239,6 +239,21 @@ struct op_webhook {
                              struct charged_error *err);
 };
 
+/* ---- the api's status query (worker/roles/api.c) ---- */
+
+/* GET <path><id> answers one record of the operation (a refund's, a
+ * capture's): the api routes a path to the first operation whose path
+ * begins it, checks that the id is a uuid and reads the row through
+ * webhook_store_one (webhook_store.h). */
+struct op_status {
+    const char *path;                 /* "/v1/refunds/" */
+    const char *id_name;              /* "refund_id": the log's field */
+    const char *not_uuid, *not_found; /* the 400's and the 404's words */
+    const char *help;                 /* `charged api --help`'s line */
+    const char *sql;                  /* the row of $1::uuid, parameterized */
+    webhook_store_object_fn object;   /* that row as the api's object */
+};
+
 /* ---- the operation ---- */
 
 struct payment_op {
@@ -254,6 +269,9 @@ struct payment_op {
     /* The api's provider events about its records. NULL: no event is its;
      * one that no operation takes is recorded, unmatched. */
     const struct op_webhook *webhook;
+    /* The api's status query of its records. NULL: the api answers none
+     * (a charge's attempts are the api's own routes). */
+    const struct op_status *status;
 };
 
 /* The table, in the order the roles walk it (the first is the worker's

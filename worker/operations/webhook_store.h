@@ -35,6 +35,7 @@
 #include <stddef.h>
 
 #include <jansson.h>
+#include <libpq-fe.h>
 
 #include "store.h"
 #include "webhook_event.h"
@@ -83,13 +84,20 @@ enum charged_rc webhook_store_apply(webhook_store_t *st, const char *provider,
  * canonical lower-case uuids (the caller checks). */
 enum charged_rc webhook_store_attempt(webhook_store_t *st, const char *attempt_id,
                                       json_t **out, struct charged_error *err);
-/* One refund: {"refund_id", "payment_attempt_id", "order_id", "status",
- * "amount", "currency", "refund_reason" (as requested), "reason" (why, when
- * not SUCCEEDED), "provider_refund_id", "updated_at"}. As _attempt. */
-enum charged_rc webhook_store_refund(webhook_store_t *st, const char *refund_id,
-                                     json_t **out, struct charged_error *err);
 enum charged_rc webhook_store_order(webhook_store_t *st, const char *order_id,
                                     json_t **out, struct charged_error *err);
+
+/* A row of an operation's status query as the api's object: a new
+ * reference, NULL when memory ran out. */
+typedef json_t *(*webhook_store_object_fn)(const PGresult *row);
+/* One record of an operation (op.h, struct op_status): the one row sql
+ * reads for id ($1), made an object by `object`. As _attempt. */
+enum charged_rc webhook_store_one(webhook_store_t *st, const char *sql, const char *id,
+                                  webhook_store_object_fn object, json_t **out,
+                                  struct charged_error *err);
+/* A text column of a row as a JSON string, or null when it is NULL (a new
+ * reference), for an operation's object. */
+json_t *webhook_store_text_or_null(const PGresult *r, int col);
 
 /* Is the database reachable? CHARGED_OK, or CHARGED_RETRY and err. */
 enum charged_rc webhook_store_ping(webhook_store_t *st, struct charged_error *err);
