@@ -1436,9 +1436,11 @@ def resend():
 
 
 def report():
-    """What the service knows, from its own tables: orders paid, attempts
-    and refunds by charged's last answer about them ("unconfirmed" while
-    none), rows an event asked about that wait on charged's answer."""
+    """What the service knows, from its own tables: orders paid, attempts,
+    refunds, captures and voids by charged's last answer about them
+    ("unconfirmed" while none), rows an event asked about that wait on
+    charged's answer, and the totals of the orders that ship later
+    (hold_totals())."""
     with psycopg.connect(env("ORDERS_DATABASE_URL"), connect_timeout=10) as conn:
         orders, paid, refunded = conn.execute(
             "SELECT count(*), count(*) FILTER (WHERE paid), coalesce(sum(refunded_amount), 0) "
