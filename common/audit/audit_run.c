@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "charged_assert.h"
 #include "clock.h"
 #include "log.h"
 #include "metrics.h"
@@ -171,6 +172,8 @@ static enum charged_rc record_steps(struct audit_ctx *c,
 {
     struct audit_result res[AUDIT_STEP__COUNT];
     const struct audit_step_facts *sf = &row->steps;
+    /* The store filled the steps of every row it returned. */
+    CHARGED_ASSERT(sf->status != NULL && sf->attempt_status != NULL);
     int ours = *row->step_attempt != '\0';
     *waits = audit_policy_steps(sf, res);
     for (int r = 0; r < AUDIT_STEP__COUNT; r++) {

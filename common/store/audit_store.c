@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "charged_assert.h"
 #include "store_conn.h"
 #include "store_stmt.h"
 
@@ -389,6 +390,7 @@ static enum charged_rc step_facts(audit_store_t *st,
     PGresult *r = NULL;
     enum charged_rc rc;
     size_t manual = 0;
+    CHARGED_ASSERT(items != NULL && rows != NULL && n > 0);
     for (size_t i = 0; i < n; i++) {
         const struct provider_listed *it = &items[i];
         struct audit_intent_row *o = &rows[i];
