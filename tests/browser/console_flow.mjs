@@ -5,7 +5,8 @@
 // replayed, an attempt's timeline. A screenshot of each page goes to
 // CONSOLE_FLOW's "shots" folder. Run by tests/e2e/test_console_browser.py,
 // which sets the scene and checks the database afterwards; CONSOLE_FLOW is
-// {base, token, review: {attempt, intent, order, money}, hostile, replay, shots}.
+// {base, token, review: {attempt, intent, order, money}, hostile, replay, shots,
+// steps: {attempt, capture, void, captured, void_reason}}.
 // Prints one JSON line of what it saw; exits 1 on the first failed check.
 import { chromium } from "playwright-core";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -138,6 +139,25 @@ try {
   await timeline.locator("li[data-kind='provider call']").first().waitFor(WAIT);
   saw.timeline_kinds = await timeline.locator("li").evaluateAll((ls) => ls.map((l) => l.dataset.kind));
   await shot(page, "attempt");
+
+  // ---- an authorization's captures and voids, beside its own moves ----
+  if (cfg.steps) {
+    await page.goto(cfg.base + "/console/#/attempt/" + encodeURIComponent(cfg.steps.attempt));
+    const steps = page.locator("[data-testid=steps]");
+    await steps.waitFor(WAIT);
+    await steps.locator(`[data-testid="step-${cfg.steps.capture}"]`, { hasText: "SUCCEEDED" }).waitFor(WAIT);
+    await steps.locator(`[data-testid="step-${cfg.steps.capture}"]`, { hasText: cfg.steps.captured }).waitFor(WAIT);
+    await steps.locator(`[data-testid="step-${cfg.steps.void}"]`, { hasText: "REJECTED" }).waitFor(WAIT);
+    await steps.locator(`[data-testid="step-${cfg.steps.void}"]`, { hasText: cfg.steps.void_reason }).waitFor(WAIT);
+    await page.locator("[data-testid=attempt-summary]", { hasText: cfg.steps.captured }).waitFor(WAIT);
+    const tl = page.locator("[data-testid=timeline]");
+    await tl.locator("li[data-kind=capture]", { hasText: "PROCESSING → SUCCEEDED" }).waitFor(WAIT);
+    await tl.locator("li[data-kind=void]", { hasText: "new → REJECTED" }).waitFor(WAIT);
+    saw.step_timeline = await tl.locator("li").evaluateAll((ls) =>
+      ls.filter((l) => l.dataset.kind === "transition" || l.dataset.kind === "capture" || l.dataset.kind === "void")
+        .map((l) => l.dataset.kind + ":" + l.querySelector("div + div").lastChild.textContent.split(": ").pop()));
+    await shot(page, "attempt-steps");
+  }
 
   // ---- sign out ----
   await page.click("#who button");

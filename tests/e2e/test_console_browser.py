@@ -25,6 +25,7 @@ import charged_console as con
 import charged_e2e as e2e
 from charged_e2e import check, check_eq
 from test_chargectl_resolve import into_review, status
+import test_auditor_steps as auth_steps
 
 BROWSER_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "browser")
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
@@ -49,6 +50,15 @@ def scenario(new):
     letters = e2e.wait_until("both letters listed", lambda: (
         lambda ls: ls if len(ls) == 2 else None)(con.letter_positions(op)), 30)
     by_reason = {r: p for p, r in letters}
+    # An authorization captured in part, and the void that lost the hold to
+    # the capture (issue 37): the timeline shows both steps.
+    auth = auth_steps.authorize(s, 1000)
+    s.psql(s.db, "BEGIN;%s%sCOMMIT;" % (
+        auth_steps.attempt_moved(auth, "PENDING", "PROCESSING"),
+        auth_steps.attempt_moved(auth, "PROCESSING", "AUTHORIZED")))
+    loser = auth_steps.reject_void(s, auth, "authorization_held")
+    capture = auth_steps.plant_capture(s, auth, 600)
+    auth_steps.capture_at_psp(s, auth, 600)
     shots = os.path.join(s.dir, "screenshots")
     os.makedirs(shots, exist_ok=True)
     flow = {"base": "http://127.0.0.1:%d" % port, "token": secret,
@@ -59,6 +69,8 @@ def scenario(new):
                                                 review["currency"])},
             "hostile": by_reason["schema_violation"], "replay": by_reason["database_refused"],
             "card": con.CARD,
+            "steps": {"attempt": auth["attempt"], "capture": capture, "void": loser,
+                      "captured": "6.00 EUR", "void_reason": "authorization_held"},
             "commands_topic": s.topics["commands"], "shots": shots}
     env = dict(os.environ, CONSOLE_FLOW=json.dumps(flow), CHROMIUM=CHROMIUM,
                CONSOLE_FLOW_TIMEOUT_MS=str(int(e2e.scaled(30) * 1000)))
@@ -68,7 +80,13 @@ def scenario(new):
     check(p.returncode == 0, "the browser's walk failed: %s" % p.stderr.decode()[-3000:])
     saw = json.loads(p.stdout.decode().strip().splitlines()[-1])
     check_eq(saw["pages"], ["login", "overview", "review", "dead-letter", "replay-preview",
-                            "replay-sent", "attempt"], "pages the browser saw")
+                            "replay-sent", "attempt", "attempt-steps"], "pages the browser saw")
+    check_eq(saw["step_timeline"], ["transition:PENDING → PROCESSING",
+                                    "transition:PROCESSING → AUTHORIZED", "void:new → REJECTED",
+                                    "capture:new → PENDING", "capture:PENDING → PROCESSING",
+                                    "transition:AUTHORIZED → SUCCEEDED",
+                                    "capture:PROCESSING → SUCCEEDED"],
+             "the authorization's timeline in the browser, in time order")
     for page in saw["pages"]:
         check(os.path.getsize(os.path.join(shots, page + ".png")) > 10000,
               "the screenshot of %s is empty" % page)

@@ -415,6 +415,7 @@ function timeline(out, h) {
       el("dt", {}, "idempotency key"), el("dd", { class: "mono" }, a.idempotency_key),
       el("dt", {}, "provider intent"), el("dd", { class: "mono" }, a.provider_payment_id || "-"),
       el("dt", {}, "refunded"), el("dd", {}, money(a.refunded_amount || 0, a.currency)),
+      a.capture_method === "manual" ? [el("dt", {}, "captured"), el("dd", {}, a.captured_amount === null ? "-" : money(a.captured_amount, a.currency))] : null,
       el("dt", {}, "reason"), el("dd", {}, a.reason || "-"),
       el("dt", {}, "created"), el("dd", {}, a.created_at))));
   const items = [];
@@ -430,7 +431,15 @@ function timeline(out, h) {
     items.push({ at: e.created_at, kind: "result event", title: e.event_type, text: e.published_at ? "published " + e.published_at : "not published yet", detail: e.payload });
   for (const r of h.refunds || [])
     items.push({ at: r.updated_at, kind: "refund", title: r.status + " " + money(r.amount, r.currency), text: [r.refund_id, r.refund_reason, r.reason].filter(Boolean).join(" · ") });
-  items.sort((x, y) => (x.at || "").localeCompare(y.at || ""));
+  const steps = stepsOf(h, a);
+  for (const st of steps)
+    for (const t of st.transitions || [])
+      items.push({ at: t.at, kind: st.kind, title: st.id.slice(0, 8) + ": " + (t.old_status || "new") + " → " + t.new_status,
+        text: [t.cause, t.actor ? "by " + t.actor : "", t.reason || ""].filter(Boolean).join(" · "), detail: t.evidence });
+  // In time order; within one instant the attempt's move first (a step
+  // succeeds only once its authorization moved), as chargectl shows it.
+  const rank = { transition: 0 };
+  items.sort((x, y) => (x.at || "").localeCompare(y.at || "") || (rank[x.kind] ?? 1) - (rank[y.kind] ?? 1));
   const list = el("ol", { class: "timeline", "data-testid": "timeline" });
   for (const i of items)
     list.appendChild(el("li", { "data-kind": i.kind },
@@ -438,7 +447,26 @@ function timeline(out, h) {
       el("div", {}, el("span", { class: "kind" }, i.kind), i.title),
       i.text ? el("div", { class: "muted" }, i.text) : null,
       i.detail && Object.keys(i.detail).length ? el("details", {}, el("summary", {}, "evidence"), el("pre", {}, pretty(i.detail))) : null));
+  if (steps.length)
+    out.appendChild(el("div", { class: "card", "data-testid": "steps" }, el("h2", {}, "Captures and voids"),
+      table(["Step", "Id", "Status", "Amount", "Captured", "Reason", "Updated"], steps.map((st) => ({
+        testid: "step-" + st.id,
+        cells: [st.kind, el("span", { class: "mono" }, st.id), pill(st.status), st.amount, st.captured, st.reason || "-", when(st.updated_at)],
+      })))));
   out.appendChild(el("div", { class: "card" }, el("h2", {}, "Timeline"), list));
+}
+
+// An authorization's captures and voids, oldest first: each with its id,
+// status, what it asked, what it took, why, and its transitions.
+function stepsOf(h, a) {
+  const asMoney = (v) => (v === null || v === undefined ? "-" : money(v, a.currency));
+  const caps = (h.captures || []).map((c) => ({ kind: "capture", id: c.capture_id, status: c.status,
+    amount: c.amount === null ? "all" : asMoney(c.amount), captured: asMoney(c.captured_amount),
+    reason: c.reason, updated_at: c.updated_at, created_at: c.created_at, transitions: c.transitions }));
+  const voids = (h.voids || []).map((v) => ({ kind: "void", id: v.void_id, status: v.status,
+    amount: "-", captured: "-", reason: [v.void_reason, v.reason].filter(Boolean).join(" · "), updated_at: v.updated_at,
+    created_at: v.created_at, transitions: v.transitions }));
+  return caps.concat(voids).sort((x, y) => (x.created_at || "").localeCompare(y.created_at || ""));
 }
 
 // ---- start ----
