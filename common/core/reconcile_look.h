@@ -19,10 +19,13 @@
 #include "provider_outcome.h"
 #include "reconcile_policy.h"
 
-/* What a look is at: a payment attempt's charge, or a refund. */
+/* What a look is at: a payment attempt's charge, a refund, or a payment
+ * attempt's authorization (its order of evidence is the charge's, its
+ * meanings the hold's: reconcile_attempt.manual). */
 enum reconcile_kind {
     RECONCILE_KIND_CHARGE = 0,
     RECONCILE_KIND_REFUND,
+    RECONCILE_KIND_AUTHORIZATION, /* a payment attempt's authorization (manual) */
     RECONCILE_KIND__COUNT
 };
 

@@ -13,7 +13,7 @@ tables:
 - lost: psp-sim authorizes and drops the answer (drop_after, the worker
   asking no more): UNKNOWN, authorization.unknown, never FAILED, while
   psp-sim holds the money; the reconciler's look then settles it on the
-  provider's evidence, never FAILED, with authorization.* events only;
+  provider's evidence, AUTHORIZED, with authorization.* events only;
 - live: a second authorization of an order whose money is held is
   REJECTED before any call (authorization.rejected); a charge.requested
   under the authorization's attempt and key is a dead letter
@@ -142,12 +142,12 @@ def lost(new):
     check_eq(len(rows), 1, "psp-sim executed it once")
     check_eq(rows[0].get("kind"), "authorization", "and holds the money")
 
-    # The reconciler's look (the charge's, today) settles it on the
-    # provider's evidence: never FAILED while the money is held, and what
-    # it publishes is the authorization's.
+    # The reconciler's look (the authorization's own) settles it on the
+    # provider's evidence: AUTHORIZED while the money is held, and what it
+    # publishes is the authorization's (test_authorize_evidence: the rest).
     s.start_reconciler()
     e2e.wait_until("the look settled it", lambda: attempt(s, u)["status"] != "UNKNOWN", 60)
-    check(attempt(s, u)["status"] != "FAILED", "held money is never FAILED")
+    check_eq(attempt(s, u)["status"], "AUTHORIZED", "held money is AUTHORIZED")
     check(all(e.startswith("authorization.") for e in events(s, u)),
           "an authorization's events only: %s" % events(s, u))
     check_eq(len(provider_rows(s, u)), 1, "still one intent")

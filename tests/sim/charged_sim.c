@@ -757,13 +757,18 @@ static void rebalance(struct world *w)
 static const long long schedule_ms[] = {1000, 5000, 15000, 30000};
 #define NSCHEDULE ((int)(sizeof(schedule_ms) / sizeof(schedule_ms[0])))
 
+/* The simulation has no authorizations: the default of
+ * RECONCILER_AUTHORIZATION_EXPIRY_MS, never used. */
+#define CHARGED_SIM_AUTHORIZATION_EXPIRY_MS 604800000LL
+
 /* The limits the look decides on; the broken key margin: the policy's
  * margin is the timeout plus a tenth of the retention (at most 60 s), and a
  * timeout of minus that tenth makes it 0. */
 static struct reconcile_limits rec_limits(const struct world *w)
 {
     struct reconcile_limits lim = {w->set.key_retention_ms, w->set.provider_timeout_ms,
-                                   w->set.search_lag_ms, w->set.max_age_ms};
+                                   w->set.search_lag_ms, w->set.max_age_ms,
+                                   CHARGED_SIM_AUTHORIZATION_EXPIRY_MS};
     if (w->breaks & SIM_BREAK_KEY_MARGIN) {
         int64_t tenth = w->set.key_retention_ms / 10;
         lim.provider_timeout_ms = -(tenth < 60000 ? tenth : 60000);

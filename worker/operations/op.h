@@ -107,10 +107,11 @@ struct op_reconcile {
     } metrics;
     size_t due_size; /* bytes of one claimed row */
 
-    /* The store of database_url for actor; does not connect. NULL and err
-     * when it cannot be built. */
+    /* The store of database_url for actor, claiming what the look's
+     * limits make due; does not connect. NULL and err when it cannot be
+     * built. */
     void *(*store_new)(const char *database_url, const char *actor,
-                       struct charged_error *err);
+                       const struct reconcile_limits *lim, struct charged_error *err);
     void (*store_free)(void *store);
     /* Up to max rows due for a look into the array due (max * due_size
      * bytes), each claimed under a lease of lease_ms; *n of them. */
@@ -155,11 +156,28 @@ struct op_reconcile {
  * OP_RECONCILE_STORE(prefix) lists them in its struct op_reconcile. */
 #define OP_RECONCILE_STORE_HOOKS(prefix, store, row, call, call_id)                    \
     static void *prefix##_look_store_new(const char *url, const char *actor,           \
+                                         const struct reconcile_limits *lim,           \
                                          struct charged_error *err)                    \
     {                                                                                  \
-        CHARGED_ASSERT(url &&actor);                                                   \
+        CHARGED_ASSERT(url &&actor &&lim);                                             \
         return store##_new(url, actor, err);                                           \
     }                                                                                  \
+    OP_RECONCILE_STORE_USE(prefix, store, row, call, call_id)
+
+/* The same, for a store made by open(url, actor, lim, err): one that
+ * claims a part of its records (attempt_store_new_of: a capture method's). */
+#define OP_RECONCILE_STORE_HOOKS_OPENED(prefix, open, store, row, call, call_id)       \
+    static void *prefix##_look_store_new(const char *url, const char *actor,           \
+                                         const struct reconcile_limits *lim,           \
+                                         struct charged_error *err)                    \
+    {                                                                                  \
+        CHARGED_ASSERT(url &&actor &&lim);                                             \
+        return open(url, actor, lim, err);                                             \
+    }                                                                                  \
+    OP_RECONCILE_STORE_USE(prefix, store, row, call, call_id)
+
+/* The hooks but store_new (OP_RECONCILE_STORE_HOOKS'). */
+#define OP_RECONCILE_STORE_USE(prefix, store, row, call, call_id)                      \
     static void prefix##_look_store_free(void *st)                                     \
     {                                                                                  \
         store##_free(st);                                                              \

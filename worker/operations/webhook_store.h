@@ -7,10 +7,12 @@
  * that a concurrent or later delivery of the same event waits for, then
  * conflicts with, this one and changes nothing; then the first operation
  * of the table that takes the event applies it (op.h's struct op_webhook:
- * charge/charge_webhook.c, refund/refund_webhook.c). For a charge the
- * attempt is locked
+ * charge/charge_webhook.c, refund/refund_webhook.c,
+ * authorize/authorize_webhook.c). For a charge (an authorization alike,
+ * attempt_webhook.h) the attempt is locked
  * (FOR NO KEY UPDATE: a worker's provider-call rows for it are not held up),
- * the decision of webhook_event_decide() is taken on what is locked, and
+ * the decision of webhook_event_decide() (an authorization's:
+ * webhook_event_decide_authorization()) is taken on what is locked, and
  * the status change, its transition, its ledger row and its result event
  * are written before the commit. Nothing in the transaction waits on the
  * network but the database itself.

@@ -8,10 +8,14 @@
  * (requires_capture) makes the attempt AUTHORIZED, the order's live
  * attempt; nothing is booked, as no money moved (a capture books it). A
  * decline is FAILED, a lost answer UNKNOWN (never FAILED), as a charge's.
- * Each outcome is published as authorization.*. */
+ * Each outcome is published as authorization.*. Its look
+ * (authorize_look.c) settles an UNKNOWN one on its own intent, and the
+ * provider's expiry of a hold (VOIDED expired); its webhooks
+ * (authorize_webhook.c) the hold, a failure and the expiry. */
 #include "op.h"
 
 #include "attempt_store.h"
+#include "authorize.h"
 #include "charge_command.h"
 #include "charged_assert.h"
 #include "op_shared.h"
@@ -69,8 +73,8 @@ const struct payment_op authorize_payment_op = {
     .name = "authorize",
     .command_type = "authorization.requested",
     .engine = &authorize_op,
-    /* Its attempts are payment_attempts: the charge's look and webhooks
-     * see them today (issue 37: a look and webhooks of its own to come). */
-    .reconcile = NULL,
-    .webhook = NULL,
+    /* Its attempts are payment_attempts of capture_method manual: the
+     * charge's look and webhooks leave them to these. */
+    .reconcile = &authorize_reconcile,
+    .webhook = &authorize_webhook,
 };

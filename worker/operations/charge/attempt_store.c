@@ -15,6 +15,11 @@
 struct attempt_store {
     store_conn_t *db;
     char *actor;
+    /* The reconciler's look of one operation (attempt_store_new_of): the
+     * capture method it claims (NULL: any), and the age of a lapsed hold
+     * (<= 0: none claimed). */
+    const char *capture_method;
+    long long lapse_ms;
 };
 
 /* Rows are skipped when locked, but an insert's unique index (and a
@@ -26,6 +31,23 @@ struct attempt_store {
 
 /* attempt_store_new, _free and _ping. */
 STMT_STORE_SESSION(attempt_store, ATTEMPT_LOCK_TIMEOUT)
+
+attempt_store_t *attempt_store_new_of(const char *database_url, const char *actor,
+                                      const char *capture_method, long long lapse_ms,
+                                      struct charged_error *err)
+{
+    /* One of the column's two values, as the CHECK has them; only an
+     * authorization is held, so only its look claims lapsed holds. */
+    CHARGED_ASSERT(capture_method && (!strcmp(capture_method, "automatic") ||
+                                      !strcmp(capture_method, "manual")));
+    CHARGED_ASSERT(lapse_ms <= 0 || !strcmp(capture_method, "manual"));
+    attempt_store_t *st = attempt_store_new(database_url, actor, err);
+    if (st) {
+        st->capture_method = capture_method;
+        st->lapse_ms = lapse_ms;
+    }
+    return st;
+}
 
 /* ---- one statement: its parameters, then its rows ---- */
 
@@ -634,15 +656,23 @@ enum charged_rc attempt_store_persist(attempt_store_t *st,
 /* ---- reconciliation ---- */
 
 /* clang-format off */
+/* $5: the capture method claimed (NULL: any); $6: the age of a lapsed hold
+ * (NULL: none), an AUTHORIZED attempt first sent longer ago, unleased (or
+ * its lease expired). */
 static const char *SQL_CLAIM_DUE =
     "WITH c AS ("
     "  SELECT p.id FROM payment_attempts p"
     "  WHERE (p.next_check_at IS NULL OR p.next_check_at <= now())"
+    "    AND ($5::text IS NULL OR p.capture_method = $5::text)"
     "    AND ((p.status IN (" ATTEMPT_SQL(UNKNOWN) ", " ATTEMPT_SQL(PROCESSING) ")"
     "          AND p.lease_owner IS NULL)"
     "      OR (p.status = " ATTEMPT_SQL(UNKNOWN) " AND p.lease_expires_at < now())"
     "      OR (p.status = " ATTEMPT_SQL(PROCESSING) " AND p.lease_expires_at <"
-    "          now() - make_interval(secs => $4::double precision / 1000)))"
+    "          now() - make_interval(secs => $4::double precision / 1000))"
+    "      OR ($6::bigint IS NOT NULL AND p.status = " ATTEMPT_SQL(AUTHORIZED)
+    "          AND (p.lease_owner IS NULL OR p.lease_expires_at < now())"
+    "          AND coalesce(p.first_sent_at, p.created_at) <"
+    "              now() - make_interval(secs => $6::double precision / 1000)))"
     "  ORDER BY p.next_check_at NULLS FIRST, p.id LIMIT $3::int"
     "  FOR NO KEY UPDATE OF p SKIP LOCKED)"
     "UPDATE payment_attempts p SET lease_owner = $1,"
@@ -742,6 +772,8 @@ enum charged_rc attempt_store_claim_due(attempt_store_t *st, struct attempt_due 
     stmt_int(&s, lease_ms);
     stmt_int(&s, (long long)max);
     stmt_int(&s, stale_ms);
+    stmt_text(&s, st->capture_method);
+    stmt_int_or_null(&s, st->lapse_ms > 0 ? st->lapse_ms : -1);
     if ((rc = stmt_run(st->db, &s, SQL_CLAIM_DUE, &r, err)) == CHARGED_OK)
         for (int i = 0; i < PQntuples(r) && *n < max; i++)
             read_due(r, i, &out[(*n)++]);
@@ -786,7 +818,8 @@ static enum charged_rc settle_one(attempt_store_t *st, struct attempt_settlement
     stmt_text(&s, it->cause ? it->cause : "reconciler");
     add_calls(&s, stmt_arrays(&s, 9), it->calls, it->ncalls);
     /* An authorization's own outcomes are authorization.*. */
-    stmt_text(&s, attempt_status_authorization_event_type(it->status));
+    stmt_text(&s, it->event_type ? it->event_type
+                                 : attempt_status_authorization_event_type(it->status));
     if ((rc = stmt_run(st->db, &s, SQL_SETTLE, &r, err)) == CHARGED_OK) {
         it->settled = stmt_col_int(r, 0, 0) == 1;
         it->busy = stmt_col_true(r, 0, 1);
