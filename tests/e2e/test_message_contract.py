@@ -149,7 +149,8 @@ def doc_samples():
     refs = re.findall(r"\$ref: '?\./([\w.-]+\.json)", api)
     check(set(refs) == {"charge-command.schema.json", "result-event.schema.json",
                         "dead-letter-headers.schema.json", "refund-command.schema.json",
-                        "refund-result-event.schema.json"},
+                        "refund-result-event.schema.json", "capture-command.schema.json",
+                        "capture-result-event.schema.json"},
           "asyncapi.yaml refers to %s" % sorted(set(refs)))
     e2e.log("doc samples: %d command(s), %d event(s) valid; asyncapi refs %s"
             % (len(commands) + len(refunds), len(events), sorted(set(refs))))
