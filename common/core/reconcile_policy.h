@@ -134,6 +134,9 @@ struct reconcile_decision {
     char reason[512];           /* SETTLE: valid UTF-8; "" for none */
     /* SETTLE: the intent booked; "" for none */
     char provider_payment_id[PROVIDER_ID_MAX];
+    /* SETTLE: the money the provider's object shows moved, when the
+     * record keeps it (a capture's amount_received); 0: none. */
+    long long amount;
     char note[512]; /* SETTLE: what the look saw beside what
                        settled it (foreign objects naming the
                        attempt), for its evidence and log; "" */

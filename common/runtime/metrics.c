@@ -183,6 +183,29 @@ static const struct metric_family families[METRIC__COUNT] = {
                               "Provider objects the auditor cannot judge yet (their "
                               "attempt or the object itself is unsettled).",
                               {NULL}},
+    [METRIC_CAPTURES] = {"charged_captures_processed_total",
+                         METRIC_COUNTER,
+                         "Capture attempts whose outcome this worker persisted (or "
+                         "rejected before any provider call), by that status.",
+                         {"status"}},
+    [METRIC_RECONCILER_CAPTURE_BACKLOG] = {"charged_reconciler_backlog_captures",
+                                           METRIC_GAUGE,
+                                           "Capture attempts in a status the "
+                                           "reconciler settles, counted in the "
+                                           "database.",
+                                           {"status"}},
+    [METRIC_RECONCILER_CAPTURE_OLDEST] =
+        {"charged_reconciler_oldest_capture_age_seconds",
+         METRIC_GAUGE,
+         "Age since it was recorded of the oldest capture attempt in a "
+         "status the reconciler settles; 0 when none.",
+         {"status"}},
+    [METRIC_RECONCILER_CAPTURE_SETTLEMENTS] =
+        {"charged_reconciler_capture_settlements_total",
+         METRIC_COUNTER,
+         "Capture attempts this reconciler moved to a new status, "
+         "by that status.",
+         {"status"}},
 };
 
 struct series {

@@ -54,12 +54,16 @@ EVENT = jsc.load("result-event.schema.json")
 DLQ_HEADERS = jsc.load("dead-letter-headers.schema.json")
 REFUND_COMMAND = jsc.load("refund-command.schema.json")
 REFUND_EVENT = jsc.load("refund-result-event.schema.json")
+CAPTURE_COMMAND = jsc.load("capture-command.schema.json")
+CAPTURE_EVENT = jsc.load("capture-result-event.schema.json")
 
 
 def event_schema(ev):
     """The schema of a value on the results topic, by the prefix of its type
     (the one thing a consumer branches on first)."""
     t = ev.get("type") if isinstance(ev, dict) else None
+    if isinstance(t, str) and t.startswith("capture."):
+        return CAPTURE_EVENT
     return REFUND_EVENT if isinstance(t, str) and t.startswith("refund.") else EVENT
 
 
@@ -106,7 +110,8 @@ def self_test():
         except jsc.SchemaError:
             n += 1
     # The schemas use nothing else: each validates something without SchemaError.
-    for schema in (COMMAND, EVENT, DLQ_HEADERS, REFUND_COMMAND, REFUND_EVENT):
+    for schema in (COMMAND, EVENT, DLQ_HEADERS, REFUND_COMMAND, REFUND_EVENT,
+                   CAPTURE_COMMAND, CAPTURE_EVENT):
         jsc.errors(schema, {})
     e2e.log("validator self-test: %d cases" % n)
 
@@ -129,6 +134,8 @@ def doc_samples():
         check_eq(jsc.errors(COMMAND, c), [], "schema errors of the sample command")
     for c in refunds:
         check_eq(jsc.errors(REFUND_COMMAND, c), [], "schema errors of the sample refund command")
+    for c in (b for b in blocks if b.get("type") == "capture.requested"):
+        check_eq(jsc.errors(CAPTURE_COMMAND, c), [], "schema errors of the sample capture command")
     for ev in events:
         check_eq(jsc.errors(event_schema(ev), ev), [], "schema errors of the sample event %s"
                  % ev.get("type"))
@@ -142,7 +149,8 @@ def doc_samples():
     refs = re.findall(r"\$ref: '?\./([\w.-]+\.json)", api)
     check(set(refs) == {"charge-command.schema.json", "result-event.schema.json",
                         "dead-letter-headers.schema.json", "refund-command.schema.json",
-                        "refund-result-event.schema.json"},
+                        "refund-result-event.schema.json", "capture-command.schema.json",
+                        "capture-result-event.schema.json"},
           "asyncapi.yaml refers to %s" % sorted(set(refs)))
     e2e.log("doc samples: %d command(s), %d event(s) valid; asyncapi refs %s"
             % (len(commands) + len(refunds), len(events), sorted(set(refs))))

@@ -81,7 +81,11 @@ struct op_settlement {
     int64_t lease_epoch;
     enum attempt_status expected, status;
     const char *reason, *object_id, *evidence_json; /* may be NULL */
-    long long next_check_ms;                        /* < 0: none */
+    /* The money the decision says moved (reconcile_decision's amount: a
+     * capture's captured amount), 0 none: the settlement writes it with
+     * the status, so it is carried, not re-read. */
+    long long amount;
+    long long next_check_ms; /* < 0: none */
     const struct op_call_row *rows;
     size_t nrows;      /* at most OP_LOOK_ROWS_MAX */
     int settled, busy; /* out */
