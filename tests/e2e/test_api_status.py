@@ -5,7 +5,9 @@ answer every state with the contract's fields and what the database holds,
 and never a payment method, metadata or secret; refunded_amount is the
 charge's; an authorization's capture_method is "manual" and its
 captured_amount what its capture took (a charge's "automatic", null);
-GET /v1/refunds/<id> answers a refund's status likewise."""
+GET /v1/refunds/<id> answers a refund's status likewise, and
+GET /v1/captures/<id> a capture's (an operation's status query, found in
+the table of operations)."""
 
 import json
 import uuid
@@ -17,6 +19,8 @@ from charged_e2e import check, check_eq
 FIELDS = {"payment_attempt_id", "order_id", "status", "amount", "currency",
           "provider_payment_id", "reason", "updated_at", "refunded_amount", "capture_method",
           "captured_amount"}
+CAPTURE_FIELDS = {"capture_id", "payment_attempt_id", "order_id", "status", "amount",
+                  "captured_amount", "currency", "reason", "provider_payment_id", "updated_at"}
 REFUND_FIELDS = {"refund_id", "payment_attempt_id", "order_id", "status", "amount", "currency",
                  "refund_reason", "reason", "provider_refund_id", "updated_at"}
 STATES = ["PENDING", "PROCESSING", "UNKNOWN", "SUCCEEDED", "FAILED", "REJECTED",
@@ -112,6 +116,38 @@ def scenario(make):
     check_eq(api.get(port, "/v1/refunds/not-a-uuid")[0], 400, "malformed refund id")
     check_eq(api.request(port, "POST", "/v1/refunds/%s" % done["id"], b"{}")[0], 405,
              "POST to a refund")
+
+    # Captures: one that took 60 of its authorization, one refused.
+    held = api.insert_attempt(s, "AUTHORIZED", amount=100, ppid="pi_status_held", manual=True)
+    took, refused = str(uuid.uuid4()), str(uuid.uuid4())
+    s.psql(s.db, "INSERT INTO capture_attempts (id, payment_attempt_id, order_id, idempotency_key,"
+           " request_fingerprint, amount, currency, status, reason, payment_intent) VALUES "
+           "('%s', '%s', '%s', 'capture:%s', 'fp', 60, 'EUR', 'PENDING', NULL, 'pi_status_held'),"
+           "('%s', '%s', '%s', 'capture:%s', 'fp', NULL, 'EUR', 'REJECTED', "
+           "'authorization_held: another step holds it', NULL)"
+           % (took, held["id"], held["order_id"], took, refused, held["id"], held["order_id"],
+              refused))
+    for sql in ("UPDATE payment_attempts SET held_by = 'capture', held_by_id = '%s' WHERE id = '%s'"
+                % (took, held["id"]),
+                "UPDATE capture_attempts SET holds, status = true, 'PROCESSING' WHERE id = '%s'"
+                % took,
+                "UPDATE payment_attempts SET status = 'SUCCEEDED', captured_amount = 60 "
+                "WHERE id = '%s'" % held["id"],
+                "UPDATE capture_attempts SET status = 'SUCCEEDED', captured_amount = 60 "
+                "WHERE id = '%s'" % took):
+        s.psql(s.db, sql.replace("SET holds, status = true, 'PROCESSING'",
+                                 "SET holds = true, status = 'PROCESSING'"))
+    for cid, want in ((took, ("SUCCEEDED", 60, 60, None, "pi_status_held")),
+                      (refused, ("REJECTED", None, None,
+                                 "authorization_held: another step holds it", None))):
+        code, doc = api.get(port, "/v1/captures/%s" % cid.upper())
+        check_eq((code, set(doc)), (200, CAPTURE_FIELDS), "a capture's fields")
+        check_eq((doc["capture_id"], doc["payment_attempt_id"], doc["order_id"], doc["currency"]),
+                 (cid, held["id"], held["order_id"], "EUR"), "ids of a capture")
+        check_eq((doc["status"], doc["amount"], doc["captured_amount"], doc["reason"],
+                  doc["provider_payment_id"]), want, "a capture as answered")
+    check_eq(api.get(port, "/v1/captures/%s" % uuid.uuid4())[0], 404, "unknown capture")
+    check_eq(api.get(port, "/v1/captures/not-a-uuid")[0], 400, "malformed capture id")
 
     # Nothing else leaks: no payment method, metadata, key or secret.
     s.psql(s.db, "UPDATE payment_attempts SET payment_method = 'pm_secret_card_4242', "

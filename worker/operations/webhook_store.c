@@ -235,6 +235,14 @@ json_t *webhook_store_text_or_null(const PGresult *r, int col)
     return PQgetisnull(r, 0, col) ? json_null() : json_string(PQgetvalue(r, 0, col));
 }
 
+json_t *webhook_store_integer_or_null(const PGresult *r, int col)
+{
+    CHARGED_ASSERT(r && col >= 0);
+    return PQgetisnull(r, 0, col)
+               ? json_null()
+               : json_integer(strtoll(PQgetvalue(r, 0, col), NULL, 10));
+}
+
 /* Reads the rows of one id; a broken connection is replaced and the query
  * asked once more, as a webhook's transaction is. */
 static enum charged_rc view(webhook_store_t *st, const char *sql, const char *id,

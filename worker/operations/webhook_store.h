@@ -100,6 +100,8 @@ enum charged_rc webhook_store_one(webhook_store_t *st, const char *sql, const ch
 /* A text column of a row as a JSON string, or null when it is NULL (a new
  * reference), for an operation's object. */
 json_t *webhook_store_text_or_null(const PGresult *r, int col);
+/* An integer column likewise: a JSON integer, or null. */
+json_t *webhook_store_integer_or_null(const PGresult *r, int col);
 
 /* Is the database reachable? CHARGED_OK, or CHARGED_RETRY and err. */
 enum charged_rc webhook_store_ping(webhook_store_t *st, struct charged_error *err);
