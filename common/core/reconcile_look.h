@@ -31,8 +31,21 @@ enum reconcile_kind {
  * with no id recorded, the call again, the search, the list. */
 #define RECONCILE_LOOK_MAX_CALLS 3
 
+/* An order of evidence: the decision from the evidence so far (as
+ * reconcile_policy_decide), and the name of each call it asks for (NULL:
+ * never asked). The charge's and the refund's are reconcile_policy's (the
+ * kinds above); an operation with evidence of its own (a void) brings its
+ * own, from its folder, through reconcile_look_begin_order. */
+struct reconcile_order {
+    void (*decide)(const struct reconcile_limits *lim,
+                   const struct reconcile_attempt *a,
+                   const struct reconcile_evidence *e, struct reconcile_decision *out);
+    const char *operation[RECONCILE_LIST + 1];
+};
+
 struct reconcile_look {
-    enum reconcile_kind kind;
+    enum reconcile_kind kind; /* RECONCILE_KIND__COUNT: an operation's own order */
+    const struct reconcile_order *order;
     struct reconcile_limits lim;
     struct reconcile_attempt a; /* its strings are the caller's, kept while
                                    the look lasts */
@@ -62,6 +75,12 @@ struct reconcile_step {
 void reconcile_look_begin(struct reconcile_look *l, enum reconcile_kind kind,
                           const struct reconcile_limits *lim,
                           const struct reconcile_attempt *a, long long claimed_at);
+/* The same for an order of evidence of the caller's (it outlives the look). */
+void reconcile_look_begin_order(struct reconcile_look *l,
+                                const struct reconcile_order *order,
+                                const struct reconcile_limits *lim,
+                                const struct reconcile_attempt *a,
+                                long long claimed_at);
 
 /* The look's next step at now (the caller's monotonic clock, not before
  * claimed_at): the key ages while the look goes on, and each decision, a

@@ -183,6 +183,23 @@ static const struct metric_family families[METRIC__COUNT] = {
                               "Provider objects the auditor cannot judge yet (their "
                               "attempt or the object itself is unsettled).",
                               {NULL}},
+    [METRIC_RECONCILER_VOID_BACKLOG] = {"charged_reconciler_backlog_voids",
+                                        METRIC_GAUGE,
+                                        "Void attempts in a status the reconciler "
+                                        "settles, counted in the database.",
+                                        {"status"}},
+    [METRIC_RECONCILER_VOID_OLDEST] = {"charged_reconciler_oldest_void_age_seconds",
+                                       METRIC_GAUGE,
+                                       "Age since it was recorded of the oldest void "
+                                       "attempt in a status the reconciler settles; 0 "
+                                       "when none.",
+                                       {"status"}},
+    [METRIC_RECONCILER_VOID_SETTLEMENTS] =
+        {"charged_reconciler_void_settlements_total",
+         METRIC_COUNTER,
+         "Void attempts this reconciler moved to a new "
+         "status, by that status.",
+         {"status"}},
 };
 
 struct series {
