@@ -15,6 +15,14 @@ kind void, charges[]) as much as from our tables:
   drop_after, is sent again by the HTTP client itself on its pooled
   connection, under the same key: psp-sim's replay answers the worker, and
   the void is SUCCEEDED at once, one void at psp-sim: checked too.)
+- past_window: two voids left UNKNOWN, looked at past their keys'
+  retention (the reconciler may no longer send under them): the intent by
+  our recorded id decides. One whose cancel never executed (error_before:
+  a 5xx before executing) finds its intent requires_capture: FAILED
+  never_executed, the hold given back, nothing sent again, and a new void
+  of that authorization then succeeds; one whose cancel executed
+  (stall_after) finds it canceled: SUCCEEDED, the attempt VOIDED; psp-sim
+  shows one void each, and none for the first until the new void;
 - after_capture: (a) the attempt already SUCCEEDED with a captured amount
   (planted: the capture operation is another folder's): the void REJECTED
   void_after_capture, no cancel at psp-sim; (b) psp-sim captured behind our
@@ -148,6 +156,14 @@ def voided(new):
     e2e.wait_until("the redelivery consumed", lambda: s.lag()["lag"] == 0, 60)
     check_eq(len(cancels(s, a)), 1, "still one cancel at psp-sim")
     check_eq(void_events(s, v), ["void.succeeded"], "no second event")
+    # Another void of the released authorization: refused before any call.
+    again = new_void(a)
+    produce(s, [again])
+    e2e.wait_until("the second void settled", lambda: settled(s, again), 60)
+    check_eq(void(s, again)["status"], "REJECTED", "a void of a voided authorization")
+    check(void(s, again)["reason"].startswith("authorization_voided"),
+          "its reason: %r" % void(s, again)["reason"])
+    check_eq(len(cancels(s, a)), 1, "still one cancel at psp-sim")
 
 
 def lost(new):
@@ -186,6 +202,49 @@ def lost(new):
     check_eq(attempt(s, a)["status"], "VOIDED", "the authorization released")
     check_eq(len(cancels(s, a)), 1, "exactly one void at psp-sim")
     check_eq(void_events(s, v), ["void.succeeded", "void.unknown"], "its events")
+
+
+def past_window(new):
+    s = new("void_past_window", partitions=1, worker_env={
+        "WORKER_UNKNOWN_RETRIES": "0", "PROVIDER_TIMEOUT_MS": "2000",
+        "RECONCILER_FIRST_LOOK_MS": "500"})
+    s.start_worker()
+    a, b = authorized(s, 700), authorized(s, 800)
+    va, vb = new_void(a), new_void(b)
+    s.psp_put("/faults", {"rules": [
+        {"kind": "error_before", "key": va["idempotency_key"], "probability": 1},
+        {"kind": "stall_after", "key": vb["idempotency_key"], "probability": 1}]})
+    produce(s, [va, vb])
+    e2e.wait_until("both in doubt", lambda: settled(s, va) and settled(s, vb), 60)
+    s.psp_put("/faults", {}, method="DELETE")
+    check_eq((void(s, va)["status"], void(s, vb)["status"]), ("UNKNOWN", "UNKNOWN"),
+             "both answers lost, never FAILED")
+    check_eq((len(cancels(s, a)), len(cancels(s, b))), (0, 1), "what psp-sim executed")
+    retention = 3000
+    e2e.wait_until("the keys' retention to pass", lambda: float(s.query(
+        "SELECT min(extract(epoch FROM now() - first_sent_at) * 1000) FROM void_attempts")
+        [0][0]) >= retention + 300, 30, 0.1)
+    s.start_reconciler(WORKER_KEY_RETENTION_MS=retention, PROVIDER_TIMEOUT_MS=2000,
+                       RECONCILER_POLL_MS=200)
+    e2e.wait_until("both looked at", lambda: void(s, va)["status"] != "UNKNOWN"
+                   and void(s, vb)["status"] != "UNKNOWN", 60)
+    got = void(s, va)
+    check_eq((got["status"], got["holds"]), ("FAILED", "f"), "never executed, hold back")
+    check(got["reason"].startswith("never_executed"), "its reason: %r" % got["reason"])
+    check_eq((attempt(s, a)["status"], attempt(s, a)["held_by"]), ("AUTHORIZED", ""),
+             "the authorization free again")
+    check_eq(s.query("SELECT operation, count(*) FROM provider_calls WHERE void_id = '%s'"
+                     " GROUP BY operation ORDER BY 1" % va["void_id"]),
+             [["retrieve", "1"], ["void", "1"]], "looked up, never sent again")
+    check_eq((void(s, vb)["status"], attempt(s, b)["status"]), ("SUCCEEDED", "VOIDED"),
+             "executed: settled on our recorded intent")
+    check_eq((len(cancels(s, a)), len(cancels(s, b))), (0, 1), "one void at psp-sim")
+    vc = new_void(a)
+    produce(s, [vc])
+    e2e.wait_until("the new void settled", lambda: settled(s, vc), 60)
+    check_eq((void(s, vc)["status"], attempt(s, a)["status"]), ("SUCCEEDED", "VOIDED"),
+             "a new void of the freed authorization")
+    check_eq(len(cancels(s, a)), 1, "one void at psp-sim")
 
 
 def after_capture(new):
@@ -265,5 +324,5 @@ def bad_input(new):
 
 
 if __name__ == "__main__":
-    raise SystemExit(e2e.main(e2e.run_scenarios([voided, lost, after_capture, charge,
-                                                  bad_input])))
+    raise SystemExit(e2e.main(e2e.run_scenarios([voided, lost, past_window, after_capture,
+                                                  charge, bad_input])))
