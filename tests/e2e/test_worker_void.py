@@ -15,6 +15,10 @@ kind void, charges[]) as much as from our tables:
   drop_after, is sent again by the HTTP client itself on its pooled
   connection, under the same key: psp-sim's replay answers the worker, and
   the void is SUCCEEDED at once, one void at psp-sim: checked too.)
+- race: two voids of one authorization at once (two void_ids, two keys):
+  exactly one wins the hold and cancels; the other is REJECTED
+  (authorization_held, or authorization_voided once the first is done)
+  before any call; psp-sim shows one void;
 - past_window: two voids left UNKNOWN, looked at past their keys'
   retention (the reconciler may no longer send under them): the intent by
   our recorded id decides. One whose cancel never executed (error_before:
@@ -204,6 +208,23 @@ def lost(new):
     check_eq(void_events(s, v), ["void.succeeded", "void.unknown"], "its events")
 
 
+def race(new):
+    s = new("void_race", partitions=1)
+    s.start_worker()
+    for amount in (610, 620, 630):
+        a = authorized(s, amount)
+        vs = [new_void(a), new_void(a, reason="duplicate")]
+        produce(s, vs)
+        e2e.wait_until("both settled", lambda: all(settled(s, v) for v in vs), 60)
+        got = sorted((void(s, v)["status"], void(s, v)["reason"].split(":")[0]) for v in vs)
+        check(got[0][0] == "REJECTED" and got[1] == ("SUCCEEDED", ""),
+              "one winner, one refused: %s" % got)
+        check(got[0][1] in ("authorization_held", "authorization_voided"),
+              "the loser's reason: %s" % got)
+        check_eq(attempt(s, a)["status"], "VOIDED", "the authorization released once")
+        check_eq(len(cancels(s, a)), 1, "one void at psp-sim")
+
+
 def past_window(new):
     s = new("void_past_window", partitions=1, worker_env={
         "WORKER_UNKNOWN_RETRIES": "0", "PROVIDER_TIMEOUT_MS": "2000",
@@ -324,5 +345,5 @@ def bad_input(new):
 
 
 if __name__ == "__main__":
-    raise SystemExit(e2e.main(e2e.run_scenarios([voided, lost, past_window, after_capture,
+    raise SystemExit(e2e.main(e2e.run_scenarios([voided, race, lost, past_window, after_capture,
                                                   charge, bad_input])))
