@@ -183,6 +183,11 @@ static const char *SQL_CLAIM =
     " attempt ' || p.id || ' is VOIDED'"
     "      WHEN p.held_by IS NOT NULL THEN 'authorization_held: payment attempt ' ||"
     "        p.id || ' is held by ' || p.held_by || ' ' || p.held_by_id"
+    /* Seen AUTHORIZED and unheld, yet h did not take it: a step claimed at
+     * the same time took it first (h waited for its commit and re-read the
+     * row; this statement's snapshot is older). */
+    "      WHEN p.status = " ATTEMPT_SQL(AUTHORIZED) " THEN 'authorization_held: payment"
+    " attempt ' || p.id || ' was taken by a step claimed at the same time'"
     "      ELSE 'not_authorized: payment attempt ' || p.id || ' is ' || p.status END"
     "      AS rejected,"
     "    p.provider_payment_id, p.order_id"
