@@ -200,6 +200,11 @@ static const struct metric_family families[METRIC__COUNT] = {
          "Void attempts this reconciler moved to a new "
          "status, by that status.",
          {"status"}},
+    [METRIC_VOIDS] = {"charged_voids_processed_total",
+                      METRIC_COUNTER,
+                      "Void attempts whose outcome this worker persisted (or rejected "
+                      "before any provider call), by that status.",
+                      {"status"}},
 };
 
 struct series {

@@ -128,7 +128,7 @@ def charge_row(s, auth):
 
 def voided(new):
     s = new("void_voided", partitions=1)
-    s.start_worker()
+    w = s.start_worker()
     a = authorized(s, 2500)
     v = new_void(a, reason="abandoned")
     produce(s, [v, v])
@@ -155,6 +155,9 @@ def voided(new):
         check(k in payload, "the event carries %s: %s" % (k, payload))
     check("reason" not in payload, "a success has no reason: %s" % payload)
     check_eq(s.query("SELECT count(*) FROM ledger_entries"), [["0"]], "nothing booked")
+    m = s.admin_metrics(w)
+    check_eq(m.get('charged_voids_processed_total{status="SUCCEEDED"}'), 1.0,
+             "the worker counts the void as a void")
     # Delivered again once settled: the same void, nothing sent.
     produce(s, [v])
     e2e.wait_until("the redelivery consumed", lambda: s.lag()["lag"] == 0, 60)

@@ -7,6 +7,7 @@
 #include "card_data.h"
 #include "charged_assert.h"
 #include "config.h"
+#include "metrics.h"
 #include "op_shared.h"
 #include "payment_answer.h"
 #include "void.h"
@@ -186,6 +187,13 @@ static const char *void_id_field(int kind)
     return "void_id";
 }
 
+/* Voids are counted apart from payment attempts. */
+static unsigned void_outcomes_metric(int kind)
+{
+    (void)kind;
+    return METRIC_VOIDS;
+}
+
 const struct engine_op void_engine_op = {
     .name = "void",
     OP_PAYMENT_TOPICS,
@@ -200,4 +208,5 @@ const struct engine_op void_engine_op = {
     .decide = payment_answer_decide,
     .outcome = void_outcome,
     .id_field = void_id_field,
+    .outcomes_metric = void_outcomes_metric,
 };
