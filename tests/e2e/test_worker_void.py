@@ -36,9 +36,11 @@ kind void, charges[]) as much as from our tables:
   not_authorized, no cancel at psp-sim;
 - bad_input: a void with an unknown reason is a dead letter
   (schema_violation); a void reusing an authorization's key is one too
-  (idempotency_key_conflict); neither reaches psp-sim."""
+  (idempotency_key_conflict); neither reaches psp-sim; the sample void of
+  docs/messages.md is valid by docs/schemas/void-command.schema.json."""
 import json
 import os
+import re
 import sys
 import uuid
 
@@ -329,6 +331,13 @@ def charge(new):
 
 
 def bad_input(new):
+    docs = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs")
+    with open(os.path.join(docs, "messages.md"), encoding="utf-8") as f:
+        blocks = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", f.read(), re.S)]
+    samples = [b for b in blocks if b.get("type") == "void.requested"]
+    check(samples, "messages.md has a sample void")
+    for b in samples:
+        check_eq(jsc.errors(COMMAND, b), [], "schema errors of the sample void")
     s = new("void_bad_input", partitions=1)
     s.start_worker()
     a = authorized(s, 500)
