@@ -29,18 +29,19 @@ static void held_authorization(const char *intent, char attempt[37], char vid[37
     test_env_uuid(vid);
     test_env_uuid(order);
     const char *a[] = {attempt, order, intent};
-    test_env_sql(
-        admin,
-        "INSERT INTO payment_attempts (id, order_id, idempotency_key,"
-        " request_fingerprint, amount, currency, payment_method, status,"
-        " provider_payment_id, capture_method) VALUES ($1::uuid, $2::uuid, 'k-' || $1::text, 'fp',"
-        " 1500, 'EUR', 'pm_card_visa', 'AUTHORIZED', $3, 'manual')",
-        3, a);
+    test_env_sql(admin,
+                 "INSERT INTO payment_attempts (id, order_id, idempotency_key,"
+                 " request_fingerprint, amount, currency, payment_method, status,"
+                 " provider_payment_id, capture_method) VALUES ($1::uuid, $2::uuid, "
+                 "'k-' || $1::text, 'fp',"
+                 " 1500, 'EUR', 'pm_card_visa', 'AUTHORIZED', $3, 'manual')",
+                 3, a);
     const char *v[] = {vid, attempt, intent};
     test_env_sql(admin,
                  "INSERT INTO void_attempts (id, payment_attempt_id, idempotency_key,"
                  " request_fingerprint, void_reason, status, payment_intent)"
-                 " VALUES ($1::uuid, $2::uuid, 'v-' || $1::text, 'fp', 'duplicate', 'PENDING', $3)",
+                 " VALUES ($1::uuid, $2::uuid, 'v-' || $1::text, 'fp', 'duplicate', "
+                 "'PENDING', $3)",
                  3, v);
     test_env_sql(
         admin,
