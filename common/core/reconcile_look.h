@@ -79,7 +79,6 @@ struct reconcile_step {
 void reconcile_look_begin(struct reconcile_look *l, enum reconcile_kind kind,
                           const struct reconcile_limits *lim,
                           const struct reconcile_attempt *a, long long claimed_at);
-
 /* Starts a look as reconcile_look_begin, in an operation's own order of
  * evidence (kept, not copied: a static table of the operation's). */
 void reconcile_look_begin_order(struct reconcile_look *l,

@@ -9,6 +9,7 @@
     X(refund_payment_op)                                                               \
     X(authorize_payment_op)                                                            \
     X(capture_payment_op)                                                              \
+    X(void_payment_op)                                                                 \
     /* (the end of the table: a new operation is one more line above) */
 
 #define DECLARE(op) extern const struct payment_op op;
