@@ -6,8 +6,8 @@ and never a payment method, metadata or secret; refunded_amount is the
 charge's; an authorization's capture_method is "manual" and its
 captured_amount what its capture took (a charge's "automatic", null);
 GET /v1/refunds/<id> answers a refund's status likewise, and
-GET /v1/captures/<id> a capture's (an operation's status query, found in
-the table of operations)."""
+GET /v1/captures/<id> a capture's and GET /v1/voids/<id> a void's (an
+operation's status query, found in the table of operations)."""
 
 import json
 import uuid
@@ -21,6 +21,8 @@ FIELDS = {"payment_attempt_id", "order_id", "status", "amount", "currency",
           "captured_amount"}
 CAPTURE_FIELDS = {"capture_id", "payment_attempt_id", "order_id", "status", "amount",
                   "captured_amount", "currency", "reason", "provider_payment_id", "updated_at"}
+VOID_FIELDS = {"void_id", "payment_attempt_id", "order_id", "status", "void_reason",
+               "released_amount", "reason", "provider_payment_id", "updated_at"}
 REFUND_FIELDS = {"refund_id", "payment_attempt_id", "order_id", "status", "amount", "currency",
                  "refund_reason", "reason", "provider_refund_id", "updated_at"}
 STATES = ["PENDING", "PROCESSING", "UNKNOWN", "SUCCEEDED", "FAILED", "REJECTED",
@@ -148,6 +150,35 @@ def scenario(make):
                   doc["provider_payment_id"]), want, "a capture as answered")
     check_eq(api.get(port, "/v1/captures/%s" % uuid.uuid4())[0], 404, "unknown capture")
     check_eq(api.get(port, "/v1/captures/not-a-uuid")[0], 400, "malformed capture id")
+
+    # Voids: one that released its authorization, one refused.
+    gone = api.insert_attempt(s, "AUTHORIZED", amount=90, ppid="pi_status_gone", manual=True)
+    freed, late = str(uuid.uuid4()), str(uuid.uuid4())
+    s.psql(s.db, "INSERT INTO void_attempts (id, payment_attempt_id, order_id, idempotency_key,"
+           " request_fingerprint, void_reason, status, reason, payment_intent) VALUES "
+           "('%s', '%s', '%s', 'void:%s', 'fp', 'abandoned', 'PENDING', NULL, 'pi_status_gone'),"
+           "('%s', '%s', '%s', 'void:%s', 'fp', 'duplicate', 'REJECTED', "
+           "'authorization_held: another step holds it', NULL)"
+           % (freed, gone["id"], gone["order_id"], freed, late, gone["id"], gone["order_id"], late))
+    for sql in ("UPDATE payment_attempts SET held_by = 'void', held_by_id = '%s' WHERE id = '%s'"
+                % (freed, gone["id"]),
+                "UPDATE void_attempts SET holds = true, status = 'PROCESSING' WHERE id = '%s'"
+                % freed,
+                "UPDATE payment_attempts SET status = 'VOIDED' WHERE id = '%s'" % gone["id"],
+                "UPDATE void_attempts SET status = 'SUCCEEDED', released_amount = 90 "
+                "WHERE id = '%s'" % freed):
+        s.psql(s.db, sql)
+    for vid, want in ((freed, ("SUCCEEDED", "abandoned", 90, None, "pi_status_gone")),
+                      (late, ("REJECTED", "duplicate", None,
+                              "authorization_held: another step holds it", None))):
+        code, doc = api.get(port, "/v1/voids/%s" % vid.upper())
+        check_eq((code, set(doc)), (200, VOID_FIELDS), "a void's fields")
+        check_eq((doc["void_id"], doc["payment_attempt_id"], doc["order_id"]),
+                 (vid, gone["id"], gone["order_id"]), "ids of a void")
+        check_eq((doc["status"], doc["void_reason"], doc["released_amount"], doc["reason"],
+                  doc["provider_payment_id"]), want, "a void as answered")
+    check_eq(api.get(port, "/v1/voids/%s" % uuid.uuid4())[0], 404, "unknown void")
+    check_eq(api.get(port, "/v1/voids/not-a-uuid")[0], 400, "malformed void id")
 
     # Nothing else leaks: no payment method, metadata, key or secret.
     s.psql(s.db, "UPDATE payment_attempts SET payment_method = 'pm_secret_card_4242', "
