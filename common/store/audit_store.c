@@ -120,7 +120,7 @@ static const char *SQL_COPY_INTENTS =
     "  cancellation_reason = EXCLUDED.cancellation_reason, seen_at = now()";
 
 /* What an intent of the copy took: an authorization's capture, else its
- * amount (0016). */
+ * amount (0019). */
 #define TAKEN(t) \
     "(CASE WHEN " t ".capture_method = 'manual' THEN coalesce(" t ".amount_received, 0)" \
     " ELSE " t ".amount END)"

@@ -4,7 +4,7 @@ docs/auditor.md "An authorization and its steps"), against real PostgreSQL
 and psp-sim, judged from psp-sim's own books.
 
 Our side is planted in the database as the operations write it (migration
-0016's rules: the hold, the step, the attempt, the ledger row), and psp-sim
+0016-0018's rules: the hold, the step, the attempt, the ledger row), and psp-sim
 is driven over its API as an operation would drive it: an intent with
 capture_method=manual under the attempt's key, POST .../capture,
 POST .../cancel, and PUT /authorization-expiry on its admin port.
@@ -113,7 +113,7 @@ def attempt_moved(auth, old, new, reason=None):
 
 
 def claim_sql(table, kind, auth, step, extra_cols, extra_vals):
-    """A step recorded PENDING, and its claim of the hold (migration 0016)."""
+    """A step recorded PENDING, and its claim of the hold (migrations 0016-0018)."""
     return ("INSERT INTO %s (id, payment_attempt_id, order_id, idempotency_key,"
             " request_fingerprint, status%s) VALUES ('%s', '%s', '%s', '%s-%s', 'fp',"
             " 'PENDING'%s);"

@@ -3,7 +3,7 @@
 authorization's steps (issue 37): each capture and void with its id,
 status, amount and captured_amount, reason, and their transitions in one
 time order with the attempt's own. The rows are planted as the capture and
-void operations write them (migration 0016), on an authorization psp-sim
+void operations write them (migrations 0016-0018), on an authorization psp-sim
 holds. The JSON is additive: every member show had before is still there,
 the attempt's own transitions still its own."""
 import json

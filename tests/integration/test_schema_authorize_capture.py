@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Migration 0016's rules, asked of the database itself (issue 37): a fresh
+"""Migrations 0016-0018's rules (the authorize, capture and void folders' own), asked of the database itself (issue 37): a fresh
 database migrated by chargectl, rows written by hand the way the stores
 will write them, and each rule broken on purpose.
 

@@ -1,5 +1,5 @@
 /* void_store: the void attempts in PostgreSQL (void_attempts of migration
- * 0016), for the worker, the reconciler and (its statements) the webhook.
+ * 0018, this folder's migrations/), for the worker, the reconciler and (its statements) the webhook.
  *
  * A void is leased, fenced and settled like a refund (refund_store.h says
  * how; the same rules hold: a batch per round trip, every statement safe to
@@ -12,7 +12,7 @@
  * void.rejected event. A void's end moves its authorization in the same
  * transaction (void_store_move_sql): SUCCEEDED makes the attempt VOIDED
  * (reason the void's), FAILED void_after_capture makes it REQUIRES_REVIEW
- * (money moved that no capture of ours recorded); the 0016 triggers give
+ * (money moved that no capture of ours recorded); the hold's triggers (0016) give
  * the hold back on FAILED and refuse a SUCCEEDED void of an attempt that is
  * not VOIDED. No ledger row: a void moves no money. */
 #ifndef CHARGED_VOID_STORE_H
