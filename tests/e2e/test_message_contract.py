@@ -4,13 +4,18 @@ does.
 
 1. The small validator (json_schema_check.py) rejects what it should: a
    self-test, keyword by keyword.
-2. The samples of docs/messages.md validate; asyncapi.yaml names the three
-   topics and only schema files that exist.
+2. The samples of docs/messages.md, one at least of each kind of command
+   (charge, authorization, capture, void, refund) and of event (charge.*,
+   authorization.*, capture.*, void.*, refund.*), validate against the
+   schema of their type; asyncapi.yaml names the three topics, only schema
+   files that exist, and each kind as a message of its own in its channel's
+   oneOf, the channel's description naming it.
 3. A corpus of commands, one or more bad ones per rule of
    charge_command_parse (common/core/charge_command.c) that the schema can
    express, goes through a real worker: every command the schema refuses
    ends as a schema_violation dead letter naming the same field, every one
-   it accepts is recorded. Rules the schema cannot express are left out of
+   it accepts is recorded (an authorization.requested among them: the same
+   schema, the same rules). Rules the schema cannot express are left out of
    the bad corpus: the Kafka key (key_mismatch), the raw-byte checks
    (empty_value, oversized, card_data_refused, invalid_utf8), JSON syntax
    and duplicate fields (malformed_json), and this deployment's limits
@@ -56,15 +61,21 @@ REFUND_COMMAND = jsc.load("refund-command.schema.json")
 REFUND_EVENT = jsc.load("refund-result-event.schema.json")
 CAPTURE_COMMAND = jsc.load("capture-command.schema.json")
 CAPTURE_EVENT = jsc.load("capture-result-event.schema.json")
+VOID_COMMAND = jsc.load("void-command.schema.json")
+VOID_EVENT = jsc.load("void-result-event.schema.json")
+# A value on the results topic: its schema by the prefix of its type (the
+# one thing a consumer branches on first); charge.* and authorization.*
+# share result-event.schema.json.
+EVENT_SCHEMAS = {"refund.": REFUND_EVENT, "capture.": CAPTURE_EVENT, "void.": VOID_EVENT,
+                 "authorization.": EVENT, "charge.": EVENT}
 
 
 def event_schema(ev):
-    """The schema of a value on the results topic, by the prefix of its type
-    (the one thing a consumer branches on first)."""
+    """The schema of a value on the results topic, by the prefix of its type;
+    result-event.schema.json (which refuses it) for a type of no known kind."""
     t = ev.get("type") if isinstance(ev, dict) else None
-    if isinstance(t, str) and t.startswith("capture."):
-        return CAPTURE_EVENT
-    return REFUND_EVENT if isinstance(t, str) and t.startswith("refund.") else EVENT
+    prefix = t.split(".")[0] + "." if isinstance(t, str) else None
+    return EVENT_SCHEMAS.get(prefix, EVENT)
 
 
 # ---- 1. the validator itself ----
@@ -111,7 +122,7 @@ def self_test():
             n += 1
     # The schemas use nothing else: each validates something without SchemaError.
     for schema in (COMMAND, EVENT, DLQ_HEADERS, REFUND_COMMAND, REFUND_EVENT,
-                   CAPTURE_COMMAND, CAPTURE_EVENT):
+                   CAPTURE_COMMAND, CAPTURE_EVENT, VOID_COMMAND, VOID_EVENT):
         jsc.errors(schema, {})
     e2e.log("validator self-test: %d cases" % n)
 
@@ -122,20 +133,18 @@ def doc_samples():
     with open(os.path.join(DOCS, "messages.md"), encoding="utf-8") as f:
         text = f.read()
     blocks = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", text, re.S)]
-    commands = [b for b in blocks if b.get("type") == "charge.requested"]
-    refunds = [b for b in blocks if b.get("type") == "refund.requested"]
+    command_schemas = {"charge.requested": COMMAND, "authorization.requested": COMMAND,
+                       "capture.requested": CAPTURE_COMMAND, "void.requested": VOID_COMMAND,
+                       "refund.requested": REFUND_COMMAND}
+    commands = [b for b in blocks if b.get("type") in command_schemas]
     events = [b for b in blocks if "event_id" in b]
-    refund_events = [ev for ev in events if event_schema(ev) is REFUND_EVENT]
-    check(commands and refunds and events and refund_events and len(refund_events) < len(events),
-          "messages.md: want a sample of each command and of each kind of event, found "
-          "%d charge, %d refund command(s), %d charge and %d refund event(s)"
-          % (len(commands), len(refunds), len(events) - len(refund_events), len(refund_events)))
+    kinds = sorted(set(c["type"] for c in commands) |
+                   set(ev["type"].split(".")[0] + ".*" for ev in events))
+    check_eq(kinds, sorted(list(command_schemas) + [p + "*" for p in EVENT_SCHEMAS]),
+             "messages.md: the kinds of command and of event with a sample")
     for c in commands:
-        check_eq(jsc.errors(COMMAND, c), [], "schema errors of the sample command")
-    for c in refunds:
-        check_eq(jsc.errors(REFUND_COMMAND, c), [], "schema errors of the sample refund command")
-    for c in (b for b in blocks if b.get("type") == "capture.requested"):
-        check_eq(jsc.errors(CAPTURE_COMMAND, c), [], "schema errors of the sample capture command")
+        check_eq(jsc.errors(command_schemas[c["type"]], c), [], "schema errors of the sample %s"
+                 % c["type"])
     for ev in events:
         check_eq(jsc.errors(event_schema(ev), ev), [], "schema errors of the sample event %s"
                  % ev.get("type"))
@@ -150,10 +159,26 @@ def doc_samples():
     check(set(refs) == {"charge-command.schema.json", "result-event.schema.json",
                         "dead-letter-headers.schema.json", "refund-command.schema.json",
                         "refund-result-event.schema.json", "capture-command.schema.json",
-                        "capture-result-event.schema.json"},
+                        "capture-result-event.schema.json", "void-command.schema.json",
+                        "void-result-event.schema.json"},
           "asyncapi.yaml refers to %s" % sorted(set(refs)))
+    # Each kind a message of its own, in its channel's oneOf.
+    for channel, kind, word in (("commands", "Command", "%s.requested"),
+                                ("results", "Result", "%s.*")):
+        body = re.search(r"^  payments\.charge\.%s:\n(.*?)^  \S" % channel, api, re.M | re.S)
+        check(body, "asyncapi.yaml: no channel payments.charge.%s" % channel)
+        for n in ("Charge", "Authorization", "Capture", "Void", "Refund"):
+            check(re.search(r"^    %s%s:$" % (n, kind), api, re.M),
+                  "asyncapi.yaml: no message %s%s" % (n, kind))
+            # Commands are published and consumed (two oneOf), results consumed.
+            check_eq(body.group(1).count("$ref: '#/components/messages/%s%s'" % (n, kind)),
+                     2 if kind == "Command" else 1,
+                     "asyncapi.yaml: %s%s in payments.charge.%s's oneOf" % (n, kind, channel))
+            check(word % n.lower() in " ".join(body.group(1).split()),
+                  "asyncapi.yaml: payments.charge.%s's description does not name %s"
+                  % (channel, word % n.lower()))
     e2e.log("doc samples: %d command(s), %d event(s) valid; asyncapi refs %s"
-            % (len(commands) + len(refunds), len(events), sorted(set(refs))))
+            % (len(commands), len(events), sorted(set(refs))))
 
 
 # ---- 3. the command corpus ----
@@ -185,6 +210,9 @@ def good_corpus():
     goods = [base(), base(upper=True)]
     goods.append(with_(customer_id="cus_123", metadata={"cart": "c-881"}))
     goods.append(with_(customer_id=None, metadata=None))
+    # An authorization is a charge command's fields under another type: the
+    # same schema, recorded alike (AUTHORIZED rather than charged).
+    goods.append(with_(type="authorization.requested"))
     goods.append(with_(metadata={}))
     goods.append(with_(extra_field={"nested": [1, 2, None]}, note="senders may add fields"))
     goods.append(with_(amount=1))
@@ -221,6 +249,7 @@ def bad_corpus():
         ("type missing", with_(type=DROP), "'type'"),
         ("type other", with_(type="charge.refunded"), "'type'"),
         ("type not a string", with_(type=1), "'type'"),
+        ("type of an event", with_(type="authorization.succeeded"), "'type'"),
         ("version missing", with_(version=DROP), "'version'"),
         ("version 2", with_(version=2), "'version'"),
         ("version string", with_(version="1"), "'version'"),
