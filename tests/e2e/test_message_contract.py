@@ -53,9 +53,10 @@ does.
    ones recorded, whatever the database then decides: REJECTED
    attempt_unknown, already_captured, capture_after_void,
    void_after_capture, authorization_voided), and a few gaps the worker
-   alone refuses. Every authorization.*, capture.* and void.* event the
-   relay publishes (succeeded, failed, rejected with and without the
-   authorization's order) validates against its schema."""
+   alone refuses; last, an authorization the provider's expiry cancels
+   (authorization.failed, reason expired). Every authorization.*, capture.*
+   and void.* event the relay publishes (succeeded, failed, rejected with
+   and without the authorization's order) validates against its schema."""
 import json
 import os
 import random
@@ -944,6 +945,25 @@ def steps_first(s):
     return captured, voided, [(take, "SUCCEEDED"), (release, "SUCCEEDED")]
 
 
+def steps_expiry(s):
+    """An authorization the provider's expiry cancels: the reconciler's look
+    makes it VOIDED expired, published as authorization.failed (expired).
+    The last of the scenario: every other hold at psp-sim is spent by then."""
+    c = e2e.new_command(amount=900)
+    c["type"] = "authorization.requested"
+    s.produce_raw([{"key": c["payment_attempt_id"], "value": json.dumps(c)}])
+
+    def status():
+        return s.query("SELECT status, coalesce(reason, '') FROM payment_attempts WHERE id = '%s'"
+                       % c["payment_attempt_id"])
+    e2e.wait_until("the last authorization held", lambda: status() == [["AUTHORIZED", ""]], 60)
+    s.psp_put("/authorization-expiry", {"authorization_expiry_ms": 200})
+    s.start_reconciler(RECONCILER_AUTHORIZATION_EXPIRY_MS="1000", RECONCILER_POLL_MS="100")
+    e2e.wait_until("the expired authorization VOIDED", lambda: status() == [["VOIDED", "expired"]],
+                   60)
+    return c
+
+
 def steps_scenario(new):
     s = new("contract_steps", partitions=3)
     s.start_worker()
@@ -997,10 +1017,15 @@ def steps_scenario(new):
                     if c["type"] == kind + ".requested")
         check_eq(got, want, "%s attempts recorded (exactly the good commands) and what the "
                  "database decided" % kind)
+    expired = steps_expiry(s)
     n, kinds = check_published(s, ("authorization.", "capture.", "void."), (
         "authorization.succeeded", "authorization.failed", "authorization.rejected",
         "capture.succeeded", "capture.rejected", "capture.rejected (no order)",
         "void.succeeded", "void.rejected", "void.rejected (no order)"))
+    check_eq([json.loads(r[0]).get("reason") for r in s.query(
+        "SELECT payload FROM outbox WHERE payment_attempt_id = '%s' AND event_type ="
+        " 'authorization.failed'" % expired["payment_attempt_id"])], ["expired"],
+        "the expiry's one event: authorization.failed, reason expired")
     e2e.log("steps: %d good captures and voids recorded, %d bad refused by schema and worker, "
             "%d gaps refused by the worker only; %d events valid: %s"
             % (len(goods), len(bads), len(gaps), n, kinds))
