@@ -13,7 +13,10 @@
  * every step the invariants are checked (those the step could break,
  * counted from the provider's ledger); a violation prints the seed, the
  * step, the rule and the last steps, and exits 1. The same seed and steps
- * give the same final hash. */
+ * give the same final hash. Authorizations, captures and voids (issue 37)
+ * go through the same stages, with the capture's and the void's own looks
+ * (capture_look.c, void_command.c) and the hold of migration 0016 in the
+ * store's model. */
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -22,6 +25,7 @@
 #include <time.h>
 
 #include "attempt_status.h"
+#include "capture.h"
 #include "charge_policy.h"
 #include "engine_core.h"
 #include "job.h"
@@ -33,6 +37,7 @@
 #include "sim_rng.h"
 #include "sim_store.h"
 #include "sim_world.h"
+#include "void_command.h"
 #include "webhook_event.h"
 
 #define NPARTS           4
@@ -53,6 +58,7 @@ enum act {
     A_GEN_SAMEKEY,
     A_GEN_BAD,
     A_GEN_REFUND,
+    A_GEN_STEP,
     A_FETCH,
     A_START,
     A_DEAD_LETTER,
@@ -74,18 +80,31 @@ enum act {
     A__COUNT
 };
 static const char *const act_names[A__COUNT] = {
-    "idle",           "gen charge",
-    "gen redelivery", "gen second attempt",
-    "gen same key",   "gen bad",
-    "gen refund",     "fetch",
-    "start",          "dead letter",
-    "record",         "claim",
-    "call",           "key window closed",
-    "answer",         "persist",
-    "renew",          "commit",
-    "crash",          "rebalance",
-    "clock jump",     "rec claim",
-    "rec call",       "rec settle",
+    "idle",
+    "gen charge",
+    "gen redelivery",
+    "gen second attempt",
+    "gen same key",
+    "gen bad",
+    "gen refund",
+    "gen capture/void",
+    "fetch",
+    "start",
+    "dead letter",
+    "record",
+    "claim",
+    "call",
+    "key window closed",
+    "answer",
+    "persist",
+    "renew",
+    "commit",
+    "crash",
+    "rebalance",
+    "clock jump",
+    "rec claim",
+    "rec call",
+    "rec settle",
     "webhook",
 };
 
@@ -99,7 +118,22 @@ struct trace_entry {
 
 /* ---- the world ---- */
 
-enum msg_kind { MSG_CHARGE, MSG_REFUND, MSG_BAD };
+/* An authorization is a charge with capture_method manual; a capture or
+ * a void names it (charge). */
+enum msg_kind { MSG_CHARGE, MSG_REFUND, MSG_BAD, MSG_AUTHORIZE, MSG_CAPTURE, MSG_VOID };
+
+static int is_attempt(int kind)
+{
+    return kind == MSG_CHARGE || kind == MSG_AUTHORIZE;
+}
+
+/* A capture's or a void's step kind (sim_world.h), else 0. */
+static int step_kind(int kind)
+{
+    return kind == MSG_CAPTURE ? SIM_STEP_CAPTURE
+           : kind == MSG_VOID  ? SIM_STEP_VOID
+                               : 0;
+}
 
 struct msg {
     enum msg_kind kind;
@@ -136,6 +170,9 @@ struct worker {
 
 struct look {
     int active, refund, id;
+    int step;        /* a capture's or void's look: its SIM_STEP_*; 0 none */
+    int manual;      /* an authorization's look */
+    long long asked; /* a capture's amount (0: all) */
     int64_t epoch, claimed_at, busy_until;
     enum attempt_status status;
     int intent, prefund;
@@ -166,7 +203,7 @@ struct world {
     struct partition parts[NPARTS];
     struct worker workers[NWORKERS];
     struct reconciler recs[NRECONCILERS];
-    int next_attempt, next_order, next_refund;
+    int next_attempt, next_order, next_refund, next_step;
     unsigned char *seen_events;
     size_t nseen;
     struct trace_entry trace[TRACE_N];
@@ -175,6 +212,9 @@ struct world {
     /* How often the paths that matter ran (printed per seed). */
     uint64_t jumps, crashes, rebalances, key_closed, fenced, takeovers, rec_settled,
         rec_charges, rec_never_executed, webhook_applied, lost, foreign;
+    /* Authorizations and their steps (issue 37). */
+    uint64_t authorized, captured, voided, step_rejected, hold_lost, step_unknown,
+        captured_refunds;
 };
 
 static void note(struct world *w, int actor, enum act act, long long a, long long b)
@@ -237,11 +277,41 @@ static void on_refund_status(void *ctx, int refund)
     struct sim_refund_row *r = sim_store_refund(w->store, refund);
     if (!r || r->status != ATTEMPT_STATUS_SUCCEEDED)
         return;
+    struct sim_attempt *c = sim_store_attempt(w->store, r->charge);
+    w->captured_refunds += c && c->manual;
     if ((size_t)refund >= w->prov->nrefund_executed ||
         !w->prov->refund_executed[refund])
         sim_violate(&w->viol, "succeeded-without-money",
                     "refund r%d is SUCCEEDED but the provider never executed it",
                     refund);
+}
+
+/* A capture or void charged's books call SUCCEEDED was executed by the
+ * provider under its own key; the counts of the run. */
+static void on_step_status(void *ctx, int step)
+{
+    struct world *w = ctx;
+    struct sim_refund_row *r = sim_store_step(w->store, step);
+    if (r->status == ATTEMPT_STATUS_REJECTED) {
+        w->step_rejected++;
+        w->hold_lost += !strcmp(r->reason, "authorization_held") ||
+                        !strcmp(r->reason, "capture_after_void") ||
+                        !strcmp(r->reason, "void_after_capture");
+    }
+    w->step_unknown += r->status == ATTEMPT_STATUS_UNKNOWN;
+    if (r->status != ATTEMPT_STATUS_SUCCEEDED)
+        return;
+    int capture = r->kind == SIM_STEP_CAPTURE;
+    w->captured += capture;
+    w->voided += !capture;
+    const struct sim_intent *in =
+        r->intent >= 0 && (size_t)r->intent < w->prov->nintents
+            ? &w->prov->intents[r->intent]
+            : NULL;
+    if (!in || (capture ? in->capture_key : in->void_key) != r->key)
+        sim_violate(&w->viol, "succeeded-without-money",
+                    "%s s%d is SUCCEEDED but the provider never executed it",
+                    capture ? "capture" : "void", step);
 }
 
 static void on_charge(void *ctx, int attempt)
@@ -251,6 +321,9 @@ static void on_charge(void *ctx, int attempt)
 
 static void on_status(void *ctx, int attempt)
 {
+    struct world *w = ctx;
+    struct sim_attempt *a = sim_store_attempt(w->store, attempt);
+    w->authorized += a->status == ATTEMPT_STATUS_AUTHORIZED;
     check_failed_charge(ctx, attempt);
     check_succeeded_money(ctx, attempt);
 }
@@ -264,15 +337,18 @@ static int msg_durable(struct world *w, const struct msg *m)
     enum attempt_status s;
     int owner;
     int64_t next_check;
-    if (m->kind == MSG_CHARGE) {
+    if (is_attempt(m->kind)) {
         struct sim_attempt *a = sim_store_attempt(w->store, m->id);
         if (!a)
             return 0;
-        if (a->key != m->key || a->order != m->order || a->amount != m->amount)
+        if (a->key != m->key || a->order != m->order || a->amount != m->amount ||
+            a->manual != (m->kind == MSG_AUTHORIZE))
             return m->dead_lettered;
         s = a->status, owner = a->lease_owner, next_check = a->next_check_at;
     } else {
-        struct sim_refund_row *r = sim_store_refund(w->store, m->id);
+        struct sim_refund_row *r = m->kind == MSG_REFUND
+                                       ? sim_store_refund(w->store, m->id)
+                                       : sim_store_step(w->store, m->id);
         if (!r)
             return 0;
         s = r->status, owner = r->lease_owner, next_check = r->next_check_at;
@@ -290,7 +366,7 @@ static void append(struct world *w, struct msg m)
     w->msgs = grow(w->msgs, &w->capmsgs, w->nmsgs + 1, sizeof(*w->msgs));
     int idx = (int)w->nmsgs++;
     w->msgs[idx] = m;
-    int attempt = m.kind == MSG_REFUND ? m.charge : m.id;
+    int attempt = is_attempt(m.kind) || m.kind == MSG_BAD ? m.id : m.charge;
     struct partition *p = &w->parts[(unsigned)attempt % NPARTS];
     p->msgs = grow(p->msgs, &p->cap, p->n + 1, sizeof(int));
     p->msgs[p->n++] = idx;
@@ -308,6 +384,62 @@ static const struct msg *recent(struct world *w, enum msg_kind kind)
     return NULL;
 }
 
+/* Refunds of a charge: in full, in part, and past the charge (alone, or
+ * two that together pass it); of an authorization (a third of them): its
+ * whole amount, past a capture of part, or a part. */
+static void gen_refund(struct world *w)
+{
+    const struct msg *found = NULL;
+    struct msg old;
+    int of_hold = sim_rng_below(&w->rng, 3) == 0;
+    if (!(found = recent(w, of_hold ? MSG_AUTHORIZE : MSG_CHARGE)))
+        return;
+    old = *found; /* append() may move w->msgs */
+    unsigned how = (unsigned)sim_rng_below(&w->rng, 4);
+    long long amt = how == 0 ? old.amount
+                    : how == 1
+                        ? 1 + (long long)sim_rng_below(&w->rng, (uint64_t)old.amount)
+                    : how == 2 ? old.amount * 6 / 10
+                               : old.amount + 1;
+    int copies = how == 2 ? 2 : 1;
+    for (int c = 0; c < copies; c++) {
+        int id = w->next_refund++;
+        append(w, (struct msg){MSG_REFUND, id, old.order, id, old.id, amt, 0});
+        note(w, -1, A_GEN_REFUND, id, old.id);
+    }
+}
+
+/* The order service's steps on an authorization: captures of all or part
+ * (and past it), two captures, a void, and a void racing a capture. */
+static void gen_step(struct world *w)
+{
+    const struct msg *found = recent(w, MSG_AUTHORIZE);
+    if (!found)
+        return;
+    struct msg old = *found;
+    unsigned how = (unsigned)sim_rng_below(&w->rng, 10);
+    long long part = 1 + (long long)sim_rng_below(&w->rng, (uint64_t)old.amount);
+    /* 0-3 all, 4-5 part, 6 past the authorization, 7 all then part, 8 a
+     * void, 9 a capture of all and a void at once. */
+    long long amounts[2] = {how == 4 || how == 5 ? part
+                            : how == 6           ? old.amount + 1
+                                                 : 0,
+                            part};
+    int kinds[2] = {how == 8 ? MSG_VOID : MSG_CAPTURE,
+                    how == 9 ? MSG_VOID : MSG_CAPTURE};
+    int n = how >= 7 ? 2 : 1;
+    if (how == 9 && sim_rng_below(&w->rng, 2)) {
+        kinds[0] = MSG_VOID, kinds[1] = MSG_CAPTURE; /* either may come first */
+        amounts[1] = amounts[0];
+    }
+    for (int k = 0; k < n; k++) {
+        int id = w->next_step++;
+        long long amt = kinds[k] == MSG_VOID ? 0 : amounts[k];
+        append(w, (struct msg){kinds[k], id, old.order, id, old.id, amt, 0});
+        note(w, -1, A_GEN_STEP, id, old.id * 10 + kinds[k]);
+    }
+}
+
 static void generate(struct world *w)
 {
     unsigned r = (unsigned)sim_rng_below(&w->rng, 100);
@@ -315,9 +447,11 @@ static void generate(struct world *w)
     struct msg old_copy, *old = &old_copy; /* append() may move w->msgs */
     long long amount = 100 + (long long)sim_rng_below(&w->rng, 9900);
     if (r < 55) {
+        /* One in five is an authorization: a charge, capture_method manual. */
         int id = w->next_attempt++;
-        append(w, (struct msg){MSG_CHARGE, id, w->next_order++, id, -1, amount, 0});
-        note(w, -1, A_GEN_CHARGE, id, 0);
+        enum msg_kind kind = r < 44 ? MSG_CHARGE : MSG_AUTHORIZE;
+        append(w, (struct msg){kind, id, w->next_order++, id, -1, amount, 0});
+        note(w, -1, A_GEN_CHARGE, id, kind);
     } else if (r < 70) {
         if (w->nmsgs == 0)
             return;
@@ -344,24 +478,10 @@ static void generate(struct world *w)
     } else if (r < 80) {
         append(w, (struct msg){MSG_BAD, -1, -1, -1, w->next_attempt, 0, 0});
         note(w, -1, A_GEN_BAD, 0, 0);
+    } else if (r < 92) {
+        gen_refund(w);
     } else {
-        if (!(found = recent(w, MSG_CHARGE)))
-            return;
-        old_copy = *found;
-        /* Refunds: in full, in part, and past the charge (alone, or two
-         * that together pass it). */
-        unsigned how = (unsigned)sim_rng_below(&w->rng, 4);
-        long long amt =
-            how == 0   ? old->amount
-            : how == 1 ? 1 + (long long)sim_rng_below(&w->rng, (uint64_t)old->amount)
-            : how == 2 ? old->amount * 6 / 10
-                       : old->amount + 1;
-        int copies = how == 2 ? 2 : 1;
-        for (int c = 0; c < copies; c++) {
-            int id = w->next_refund++;
-            append(w, (struct msg){MSG_REFUND, id, old->order, id, old->id, amt, 0});
-            note(w, -1, A_GEN_REFUND, id, old->id);
-        }
+        gen_step(w);
     }
 }
 
@@ -421,7 +541,11 @@ static int start_one(struct world *w, struct worker *wk)
         j->dl_reason = DEAD_LETTER_SCHEMA_VIOLATION;
     } else {
         snprintf(sj(j)->name, sizeof(sj(j)->name), "%c%d",
-                 m->kind == MSG_CHARGE ? 'a' : 'r', m->id);
+                 is_attempt(m->kind)      ? 'a'
+                 : m->kind == MSG_REFUND  ? 'r'
+                 : m->kind == MSG_CAPTURE ? 'c'
+                                          : 'v',
+                 m->id);
         j->have_cmd = 1;
         j->id = sj(j)->name;
     }
@@ -463,10 +587,13 @@ static int record(struct world *w, struct worker *wk)
     const struct msg *m = job_msg(w, j);
     int64_t epoch = 0;
     enum sim_record rc =
-        m->kind == MSG_CHARGE
-            ? sim_store_record(w->store, m->id, m->order, m->key, m->amount, wk->id,
-                               w->set.lease_ms, &epoch)
-            : sim_store_refund_record(w->store, m->id, m->charge, m->key, m->amount);
+        is_attempt(m->kind) ? sim_store_record(w->store, m->id, m->order, m->key,
+                                               m->amount, m->kind == MSG_AUTHORIZE,
+                                               wk->id, w->set.lease_ms, &epoch)
+        : m->kind == MSG_REFUND
+            ? sim_store_refund_record(w->store, m->id, m->charge, m->key, m->amount)
+            : sim_store_step_record(w->store, m->id, step_kind(m->kind), m->charge,
+                                    m->key, m->amount);
     note(w, wk->id, A_RECORD, m->id, rc);
     engine_core_recorded(wk->jobs, j, results[rc], epoch, w->now);
     return 1;
@@ -490,11 +617,13 @@ static int claim(struct world *w, struct worker *wk)
         return 1; /* done (detached), or another job of ours holds its record */
     int64_t epoch = 0, key_age = 0;
     enum sim_claim rc =
-        j->kind == MSG_CHARGE
-            ? sim_store_claim(w->store, sj(j)->target, wk->id, w->set.lease_ms, &epoch,
-                              &key_age)
-            : sim_store_refund_claim(w->store, sj(j)->target, wk->id, w->set.lease_ms,
-                                     &epoch, &key_age, &sj(j)->intent);
+        is_attempt(j->kind) ? sim_store_claim(w->store, sj(j)->target, wk->id,
+                                              w->set.lease_ms, &epoch, &key_age)
+        : j->kind == MSG_REFUND
+            ? sim_store_refund_claim(w->store, sj(j)->target, wk->id, w->set.lease_ms,
+                                     &epoch, &key_age, &sj(j)->intent)
+            : sim_store_step_claim(w->store, sj(j)->target, wk->id, w->set.lease_ms,
+                                   &epoch, &key_age, &sj(j)->intent);
     note(w, wk->id, A_CLAIM, sj(j)->target, rc);
     w->takeovers += rc == SIM_CLAIMED && epoch > 1;
     engine_core_claim_answered(&w->core, wk->jobs, j, results[rc], epoch, key_age, 0,
@@ -504,10 +633,12 @@ static int claim(struct world *w, struct worker *wk)
 
 static void job_release(struct world *w, struct worker *wk, struct job *j)
 {
-    if (j->kind == MSG_CHARGE)
+    if (is_attempt(j->kind))
         sim_store_release(w->store, sj(j)->target, wk->id, j->lease_epoch, 0);
-    else
+    else if (j->kind == MSG_REFUND)
         sim_store_refund_release(w->store, sj(j)->target, wk->id, j->lease_epoch, 0);
+    else
+        sim_store_step_release(w->store, sj(j)->target, wk->id, j->lease_epoch, 0);
 }
 
 /* The provider's model: the claimed record's parameters, never the
@@ -516,10 +647,16 @@ static void send_call(struct world *w, struct job *j)
 {
     const struct msg *m = job_msg(w, j);
     int lost = 0;
-    if (j->kind == MSG_CHARGE) {
+    if (is_attempt(j->kind)) {
         struct sim_attempt *a = sim_store_attempt(w->store, m->id);
+        sj(j)->answer = sim_provider_charge(w->prov, a->key, a->id, a->order, a->amount,
+                                            a->manual, &lost);
+    } else if (j->kind == MSG_CAPTURE || j->kind == MSG_VOID) {
+        struct sim_refund_row *r = sim_store_step(w->store, m->id);
         sj(j)->answer =
-            sim_provider_charge(w->prov, a->key, a->id, a->order, a->amount, &lost);
+            j->kind == MSG_CAPTURE
+                ? sim_provider_capture(w->prov, r->key, sj(j)->intent, r->amount, &lost)
+                : sim_provider_cancel(w->prov, r->key, sj(j)->intent, &lost);
     } else {
         struct sim_refund_row *r = sim_store_refund(w->store, m->id);
         sj(j)->answer = sim_provider_refund(w->prov, r->key, sj(j)->intent, r->id,
@@ -603,11 +740,17 @@ static int persist(struct world *w, struct worker *wk)
                                 &provider_id));
     int obj = provider_id[0] ? id_of(provider_id) : SIM_NULL;
     int ok =
-        j->kind == MSG_CHARGE
+        is_attempt(j->kind)
             ? sim_store_persist(w->store, sj(j)->target, wk->id, j->lease_epoch,
                                 d->status, obj, d->next_check_ms)
-            : sim_store_refund_persist(w->store, sj(j)->target, wk->id, j->lease_epoch,
-                                       d->status, obj, d->next_check_ms);
+        : j->kind == MSG_REFUND
+            ? sim_store_refund_persist(w->store, sj(j)->target, wk->id, j->lease_epoch,
+                                       d->status, obj, d->next_check_ms)
+            /* capture_store_persist books what the answer says it received */
+            : sim_store_step_persist(
+                  w->store, sj(j)->target, wk->id, j->lease_epoch, d->status,
+                  j->kind == MSG_CAPTURE ? j->res.amount_received : 0,
+                  d->next_check_ms);
     note(w, wk->id, A_PERSIST, sj(j)->target, ok ? (long long)d->status : -1);
     int first_busy;
     if (engine_core_persisted(&w->core, wk->jobs, j, j->lease_epoch, ok, 0, &first_busy,
@@ -627,11 +770,14 @@ static int renew(struct world *w, struct worker *wk)
     for (size_t s = 0; s < sizeof(leased) / sizeof(leased[0]); s++)
         for (struct job *j = job_list_first(wk->jobs, leased[s]), *next; j; j = next) {
             next = job_next_in_state(j);
-            int ours = j->kind == MSG_CHARGE
+            int ours = is_attempt(j->kind)
                            ? sim_store_renew(w->store, sj(j)->target, wk->id,
                                              j->lease_epoch, w->set.lease_ms)
-                           : sim_store_refund_renew(w->store, sj(j)->target, wk->id,
-                                                    j->lease_epoch, w->set.lease_ms);
+                       : j->kind == MSG_REFUND
+                           ? sim_store_refund_renew(w->store, sj(j)->target, wk->id,
+                                                    j->lease_epoch, w->set.lease_ms)
+                           : sim_store_step_renew(w->store, sj(j)->target, wk->id,
+                                                  j->lease_epoch, w->set.lease_ms);
             if (!ours)
                 engine_core_lease_lost(&w->core, wk->jobs, j, w->now);
         }
@@ -757,8 +903,9 @@ static void rebalance(struct world *w)
 static const long long schedule_ms[] = {1000, 5000, 15000, 30000};
 #define NSCHEDULE ((int)(sizeof(schedule_ms) / sizeof(schedule_ms[0])))
 
-/* The simulation has no authorizations: the default of
- * RECONCILER_AUTHORIZATION_EXPIRY_MS, never used. */
+/* The model's provider never expires an authorization (no automatic
+ * cancel): the default of RECONCILER_AUTHORIZATION_EXPIRY_MS, and
+ * AUTHORIZED attempts are not on the reconciler's queue. */
 #define CHARGED_SIM_AUTHORIZATION_EXPIRY_MS 604800000LL
 
 /* The limits the look decides on; the broken key margin: the policy's
@@ -776,8 +923,15 @@ static struct reconcile_limits rec_limits(const struct world *w)
     return lim;
 }
 
+/* capture_reconcile.c's order of evidence (a static table there): the
+ * capture's own decision, capture_look_decide. */
+static const struct reconcile_order sim_capture_order = {
+    .decide = capture_look_decide,
+    .operation = {[RECONCILE_RETRIEVE] = "retrieve", [RECONCILE_CHARGE] = "capture"},
+};
+
 /* The claimed record as reconcile_look reads it (reconciler_look.c's
- * charge_begin and refund_begin). */
+ * charge_begin and refund_begin, and the steps' own). */
 static void rec_begin(struct world *w, struct look *l)
 {
     const struct reconcile_limits lim = rec_limits(w);
@@ -789,12 +943,26 @@ static void rec_begin(struct world *w, struct look *l)
         .first_sent_ms = l->first_sent_ms,
         .age_ms = l->age_ms,
     };
+    if (l->step) {
+        /* capture_reconcile.c's capture_begin, void_reconcile.c's. */
+        snprintf(l->name, sizeof(l->name), "s%d", l->id);
+        if (l->intent != SIM_NULL)
+            snprintf(l->object, sizeof(l->object), "pi_%d", l->intent);
+        ra.amount = l->asked;
+        ra.first_sent_ms = -1;
+        reconcile_look_begin_order(&l->core,
+                                   l->step == SIM_STEP_CAPTURE ? &sim_capture_order
+                                                               : &void_look_order,
+                                   &lim, &ra, l->claimed_at);
+        return;
+    }
     if (!l->refund) {
         sim_attempt_name(l->id, l->name, sizeof(l->name));
         if (l->intent != SIM_NULL)
             snprintf(l->object, sizeof(l->object), "pi_%d", l->intent);
         ra.amount = sim_store_attempt(w->store, l->id)->amount;
         ra.currency = "EUR";
+        ra.manual = l->manual;
     } else {
         snprintf(l->name, sizeof(l->name), "r%d", l->id);
         if (l->prefund != SIM_NULL)
@@ -806,7 +974,9 @@ static void rec_begin(struct world *w, struct look *l)
         ra.object = "refund";
     }
     reconcile_look_begin(&l->core,
-                         l->refund ? RECONCILE_KIND_REFUND : RECONCILE_KIND_CHARGE,
+                         l->refund   ? RECONCILE_KIND_REFUND
+                         : l->manual ? RECONCILE_KIND_AUTHORIZATION
+                                     : RECONCILE_KIND_CHARGE,
                          &lim, &ra, l->claimed_at);
 }
 
@@ -816,11 +986,16 @@ static void rec_claim(struct world *w, struct reconciler *r)
     int64_t epoch;
     int id = sim_store_claim_due(w->store, r->id, 2 * w->set.lease_ms, w->set.stale_ms,
                                  &epoch);
-    int refund = 0;
+    int refund = 0, step = 0;
     if (id < 0) {
         id = sim_store_refund_claim_due(w->store, r->id, 2 * w->set.lease_ms,
                                         w->set.stale_ms, &epoch);
         refund = 1;
+    }
+    if (id < 0) {
+        id = sim_store_step_claim_due(w->store, r->id, 2 * w->set.lease_ms,
+                                      w->set.stale_ms, &epoch);
+        refund = 0, step = 1;
     }
     if (id < 0) {
         r->next_poll = w->now + 500;
@@ -832,10 +1007,19 @@ static void rec_claim(struct world *w, struct reconciler *r)
     l->id = id;
     l->epoch = epoch;
     l->claimed_at = r->renewed_at = w->now;
-    if (!refund) {
+    if (step) {
+        struct sim_refund_row *f = sim_store_step(w->store, id);
+        l->step = f->kind;
+        l->status = f->status;
+        l->intent = f->intent;
+        l->asked = f->amount;
+        l->key_age_ms = f->first_sent_at == SIM_NULL ? -1 : w->now - f->first_sent_at;
+        l->age_ms = w->now - f->created_at;
+    } else if (!refund) {
         struct sim_attempt *a = sim_store_attempt(w->store, id);
         l->status = a->status;
         l->intent = a->intent;
+        l->manual = a->manual;
         l->key_age_ms = a->first_sent_at == SIM_NULL ? -1 : w->now - a->first_sent_at;
         l->first_sent_ms = a->first_sent_at == SIM_NULL ? -1 : a->first_sent_at;
         l->age_ms = w->now - a->created_at;
@@ -851,7 +1035,7 @@ static void rec_claim(struct world *w, struct reconciler *r)
     if (w->breaks & SIM_BREAK_KEY_WINDOW)
         l->key_age_ms = -1; /* the broken look: every key counts as new */
     rec_begin(w, l);
-    note(w, r->id, A_REC_CLAIM, id, refund);
+    note(w, r->id, A_REC_CLAIM, id, refund + 2 * l->step);
 }
 
 static void rec_settle(struct world *w, struct reconciler *r,
@@ -860,17 +1044,21 @@ static void rec_settle(struct world *w, struct reconciler *r,
     struct look *l = &r->l;
     int checks;
     int obj = dec->provider_payment_id[0] ? id_of(dec->provider_payment_id) : SIM_NULL;
-    if (!l->refund)
+    if (l->step)
+        checks = sim_store_step(w->store, l->id)->reconcile_checks;
+    else if (!l->refund)
         checks = sim_store_attempt(w->store, l->id)->reconcile_checks;
     else
         checks = sim_store_refund(w->store, l->id)->reconcile_checks;
     int stays = dec->status == l->status;
     int64_t next = reconcile_look_next_check_ms(l->status, dec->status, schedule_ms,
                                                 NSCHEDULE, checks);
-    int ok = l->refund ? sim_store_refund_settle(w->store, l->id, l->status, r->id,
-                                                 l->epoch, dec->status, obj, next)
-                       : sim_store_settle(w->store, l->id, l->status, r->id, l->epoch,
-                                          dec->status, obj, next);
+    int ok = l->step     ? sim_store_step_settle(w->store, l->id, l->status, r->id,
+                                                 l->epoch, dec->status, dec->amount, next)
+             : l->refund ? sim_store_refund_settle(w->store, l->id, l->status, r->id,
+                                                   l->epoch, dec->status, obj, next)
+                         : sim_store_settle(w->store, l->id, l->status, r->id, l->epoch,
+                                            dec->status, obj, next);
     note(w, r->id, A_REC_SETTLE, l->id, ok ? (long long)dec->status : -1);
     w->rec_settled += ok && !stays;
     w->rec_never_executed += ok && dec->rule == RECONCILE_NEVER_EXECUTED;
@@ -901,8 +1089,8 @@ static int rec_call(struct world *w, struct look *l, const struct reconcile_step
         *st->answer = sim_provider_search(w->prov, l->id);
         break;
     case RECONCILE_CHARGE:
-        *st->answer =
-            sim_provider_charge(w->prov, a->key, a->id, a->order, a->amount, &lost);
+        *st->answer = sim_provider_charge(w->prov, a->key, a->id, a->order, a->amount,
+                                          a->manual, &lost);
         w->charges_sent++;
         w->rec_charges++;
         break;
@@ -943,6 +1131,26 @@ static int rec_call_refund(struct world *w, struct look *l,
     return lost;
 }
 
+/* A capture's or void's call, as capture_reconcile.c's and
+ * void_reconcile.c's: the step again under its key, or the intent by our
+ * recorded id. */
+static int rec_call_step(struct world *w, struct look *l,
+                         const struct reconcile_step *st)
+{
+    struct sim_refund_row *f = sim_store_step(w->store, l->id);
+    int lost = 0;
+    if (st->next == RECONCILE_CHARGE) {
+        *st->answer =
+            l->step == SIM_STEP_CAPTURE
+                ? sim_provider_capture(w->prov, f->key, l->intent, f->amount, &lost)
+                : sim_provider_cancel(w->prov, f->key, l->intent, &lost);
+        w->charges_sent++;
+    } else {
+        *st->answer = sim_provider_retrieve(w->prov, l->intent);
+    }
+    return lost;
+}
+
 static void rec_step(struct world *w, struct reconciler *r)
 {
     struct look *l = &r->l;
@@ -962,7 +1170,9 @@ static void rec_step(struct world *w, struct reconciler *r)
         rec_settle(w, r, &st.dec);
         return;
     }
-    int lost = l->refund ? rec_call_refund(w, l, &st) : rec_call(w, l, &st);
+    int lost = l->step     ? rec_call_step(w, l, &st)
+               : l->refund ? rec_call_refund(w, l, &st)
+                           : rec_call(w, l, &st);
     l->busy_until =
         w->now + (lost ? w->set.provider_timeout_ms : 5 + st.answer->latency_ms);
     note(w, r->id, A_REC_CALL, l->id, (l->refund ? 100 : 0) + st.next);
@@ -1031,9 +1241,17 @@ static void webhook_step(struct world *w)
         note(w, -1, A_WEBHOOK, h.event_id, -1); /* unmatched: kept for review */
         return;
     }
-    ev.evidence = h.evidence == SIM_EV_SUCCEEDED ? WEBHOOK_EVIDENCE_SUCCEEDED
-                  : h.evidence == SIM_EV_FAILED  ? WEBHOOK_EVIDENCE_FAILED
-                                                 : WEBHOOK_EVIDENCE_PROCESSING;
+    ev.evidence = h.evidence == SIM_EV_SUCCEEDED    ? WEBHOOK_EVIDENCE_SUCCEEDED
+                  : h.evidence == SIM_EV_FAILED     ? WEBHOOK_EVIDENCE_FAILED
+                  : h.evidence == SIM_EV_AUTHORIZED ? WEBHOOK_EVIDENCE_AUTHORIZED
+                                                    : WEBHOOK_EVIDENCE_PROCESSING;
+    /* An authorization's events (amount_capturable_updated, payment_failed)
+     * carry the intent's manual-capture fields. */
+    snprintf(ev.capture_method, sizeof(ev.capture_method), "%s",
+             in->manual ? "manual" : "automatic");
+    ev.amount_capturable = h.evidence == SIM_EV_AUTHORIZED ? in->amount : 0;
+    ev.amount_received = -1;
+    ev.cancellation_reason[0] = '\0';
     ev.created = h.created / 1000;
     snprintf(ev.intent_id, sizeof(ev.intent_id), "pi_%d", h.intent);
     ev.amount = in->amount;
@@ -1053,7 +1271,11 @@ static void webhook_step(struct world *w)
                                 0,
     };
     struct webhook_decision d;
-    webhook_event_decide(&ev, &wa, &d);
+    /* The api's routing: a manual intent's events are the authorization's. */
+    if (in->manual)
+        webhook_event_decide_authorization(&ev, &wa, &d);
+    else
+        webhook_event_decide(&ev, &wa, &d);
     int ok = 0;
     if (d.action == WEBHOOK_APPLY || d.action == WEBHOOK_REVIEW)
         ok = sim_store_webhook_settle(w->store, a->id, d.status,
@@ -1109,6 +1331,30 @@ static void foreign_webhook(struct world *w)
                     ev.intent_id);
 }
 
+/* ---- the operations' decide (engine_op.decide) ----
+ *
+ * The void's is payment_answer_decide itself. The authorization's and the
+ * capture's are static in authorize.c and capture_op.c, files with the
+ * database's and Kafka's I/O that the simulation cannot link: their one
+ * rule over payment_answer_decide is modelled here (authorization:
+ * AUTHORIZED is its success, SUCCEEDED is for a person; capture: an
+ * AUTHORIZED answer is for a person). */
+static struct answer_decision sim_decide(int kind, const struct engine_policy *p,
+                                         enum provider_outcome outcome, int tries,
+                                         int key_window_open, unsigned jitter)
+{
+    if ((kind == MSG_AUTHORIZE && outcome == PROVIDER_SUCCEEDED) ||
+        (kind == MSG_CAPTURE && outcome == PROVIDER_AUTHORIZED))
+        outcome = PROVIDER_REQUIRES_REVIEW;
+    struct answer_decision d =
+        payment_answer_decide(kind, p, outcome, tries, key_window_open, jitter);
+    if (kind == MSG_AUTHORIZE && outcome == PROVIDER_AUTHORIZED)
+        d = (struct answer_decision){.next = ANSWER_NEXT_SETTLE,
+                                     .status = ATTEMPT_STATUS_AUTHORIZED,
+                                     .next_check_ms = -1};
+    return d;
+}
+
 /* ---- the scheduler ---- */
 
 static void world_init(struct world *w, uint64_t seed, unsigned breaks, int trace_all)
@@ -1140,7 +1386,7 @@ static void world_init(struct world *w, uint64_t seed, unsigned breaks, int trac
         .key_retention_ms = w->set.key_retention_ms,
         .key_margin_ms = charge_policy_key_margin_ms(w->set.key_retention_ms,
                                                      w->set.provider_timeout_ms),
-        .decide = payment_answer_decide,
+        .decide = sim_decide,
     };
     /* The worker's key-window rules dropped, through the core's limits. */
     if (breaks & SIM_BREAK_KEY_WINDOW)
@@ -1153,6 +1399,7 @@ static void world_init(struct world *w, uint64_t seed, unsigned breaks, int trac
         exit(2);
     w->store->on_status = on_status;
     w->store->on_refund_status = on_refund_status;
+    w->store->on_step_status = on_step_status;
     w->store->ctx = w;
     w->prov->on_charge = on_charge;
     w->prov->ctx = w;
@@ -1280,6 +1527,14 @@ static const struct {
      "the reconciler's list is never asked: not found is never executed"},
     {"ownership", SIM_BREAK_OWNERSHIP,
      "a webhook's intent naming an attempt is taken as the attempt's own"},
+    {"capture-hold", SIM_BREAK_CAPTURE_HOLD,
+     "a capture takes an authorization captured or held by another capture"},
+    {"void-hold", SIM_BREAK_VOID_HOLD,
+     "a capture takes an authorization voided or held by a void"},
+    {"capture-amount", SIM_BREAK_CAPTURE_AMOUNT,
+     "a capture of more than the authorization is claimed and sent"},
+    {"refund-captured", SIM_BREAK_REFUND_CAPTURED,
+     "an authorization's refunds are bound by its amount, not its capture"},
 };
 #define NBREAKS ((int)(sizeof(break_rules) / sizeof(break_rules[0])))
 
@@ -1384,6 +1639,8 @@ int main(int argc, char **argv)
                "in_use %llu rec_settled %llu rec_charges %llu never_executed %llu "
                "webhooks %llu "
                "applied %llu foreign %llu jumps %llu crashes %llu rebalances %llu "
+               "authorized %llu captured %llu voided %llu step_rejected %llu "
+               "hold_lost %llu step_unknown %llu captured_refunds %llu "
                "charged %lld "
                "refunded %lld hash %016llx\n",
                (unsigned long long)s, (unsigned long long)steps, w.next_attempt,
@@ -1395,7 +1652,11 @@ int main(int argc, char **argv)
                (unsigned long long)w.rec_never_executed, (unsigned long long)w.webhooks,
                (unsigned long long)w.webhook_applied, (unsigned long long)w.foreign,
                (unsigned long long)w.jumps, (unsigned long long)w.crashes,
-               (unsigned long long)w.rebalances, w.prov->charged_total,
+               (unsigned long long)w.rebalances, (unsigned long long)w.authorized,
+               (unsigned long long)w.captured, (unsigned long long)w.voided,
+               (unsigned long long)w.step_rejected, (unsigned long long)w.hold_lost,
+               (unsigned long long)w.step_unknown,
+               (unsigned long long)w.captured_refunds, w.prov->charged_total,
                w.prov->refunded_total, (unsigned long long)world_hash(&w));
         world_release(&w);
     }
