@@ -7,6 +7,20 @@
 #include "charge_policy.h"
 #include "charged_assert.h"
 
+/* Pure, so it lives with the look (the simulation links this file). */
+const char *capture_refusal_code(const struct provider_result *res)
+{
+    CHARGED_ASSERT(res);
+    if (!strcmp(res->intent_status, "canceled"))
+        return !res->cancellation_reason[0] ||
+                       !strcmp(res->cancellation_reason, "automatic")
+                   ? "authorization_expired"
+                   : "voided";
+    if (!strcmp(res->intent_status, "succeeded"))
+        return "already_captured";
+    return "invalid_request";
+}
+
 /* The look's end: status (the capture's own: look again), reason. */
 static void end(struct reconcile_decision *out, enum reconcile_rule rule,
                 enum attempt_status status, const char *reason)

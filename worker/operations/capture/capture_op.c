@@ -32,19 +32,6 @@ struct provider_capture capture_op_request(const struct capture_params *p)
     };
 }
 
-const char *capture_refusal_code(const struct provider_result *res)
-{
-    CHARGED_ASSERT(res);
-    if (!strcmp(res->intent_status, "canceled"))
-        return !res->cancellation_reason[0] ||
-                       !strcmp(res->cancellation_reason, "automatic")
-                   ? "authorization_expired"
-                   : "voided";
-    if (!strcmp(res->intent_status, "succeeded"))
-        return "already_captured";
-    return "invalid_request";
-}
-
 static void *capture_open(config_t *cfg, const char *actor, struct charged_error *err)
 {
     struct capture_state *c = calloc(1, sizeof(*c));

@@ -21,7 +21,7 @@ struct provider_capture capture_op_request(const struct capture_params *p);
  * canceled by the provider's own expiry (cancellation_reason "automatic",
  * or none said) is "authorization_expired", canceled otherwise "voided",
  * captured already "already_captured"; anything else "invalid_request".
- * Pure. */
+ * Pure (capture_look.c: the simulation links it with the look). */
 const char *capture_refusal_code(const struct provider_result *res);
 
 #endif
