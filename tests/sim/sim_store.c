@@ -566,7 +566,7 @@ int sim_store_refund_settle(struct sim_store *st, int id, enum attempt_status ex
     return 1;
 }
 
-/* ---- captures and voids: migration 0016's hold ---- */
+/* ---- captures and voids: migrations 0016-0018's hold ---- */
 
 /* The hold given back (a step that failed, or was refused). */
 static void hold_give_back(struct sim_attempt *a, const struct sim_refund_row *r)
