@@ -26,9 +26,14 @@ PostgreSQL and psp-sim, judged from psp-sim's ledger (`captures[]`,
   `amount_over_authorized`, no capture at psp-sim, the authorization free;
 - foreign_webhook: while our capture is UNKNOWN (its call never executed),
   another client's manual intent naming our attempt in its metadata is
-  captured: its payment_intent.succeeded settles nothing of ours (the
-  capture stays UNKNOWN, nothing booked); the reconciler then captures
-  ours once under its key."""
+  captured, and another's automatic charge naming it succeeds: their
+  payment_intent.succeeded settle nothing of ours (the capture stays
+  UNKNOWN, nothing booked); the reconciler then captures ours once under
+  its key.
+
+After each race, the loser's kind asked again once the winner settled is
+refused by the settled state: a void after the capture `void_after_capture`,
+a capture after the void `capture_after_void`; psp-sim unchanged."""
 import json
 import os
 import sys
@@ -158,6 +163,15 @@ def race(s, first, second, code, partitions=(None, None)):
     return wait_step(s, first)
 
 
+def again(s, auth, cmd, code, want):
+    """cmd, once the race's winner settled: REJECTED code, psp-sim's
+    (captures, voids) of the intent still want."""
+    produce(s, [cmd])
+    got = wait_step(s, cmd)
+    check_eq((got["status"], got["code"]), ("REJECTED", code), "asked again once settled")
+    check_eq(tuple(len(x) for x in at_psp(s, auth)), want, "psp-sim unchanged")
+
+
 def capture_first(new):
     s = new("cvrace_capture_first", partitions=1)
     s.start_worker()
@@ -177,6 +191,7 @@ def capture_first(new):
                  "one event each")
         check_eq(s.query("SELECT count(*) FROM provider_calls WHERE void_id = '%s'"
                          % v["void_id"]), [["0"]], "the void never called")
+        again(s, a, new_void(a), "void_after_capture", (1, 0))
 
 
 def void_first(new):
@@ -199,6 +214,7 @@ def void_first(new):
                  "one event each")
         check_eq(s.query("SELECT count(*) FROM provider_calls WHERE capture_id = '%s'"
                          % c["capture_id"]), [["0"]], "the capture never called")
+        again(s, a, new_capture(a), "capture_after_void", (0, 1))
 
 
 def actors(s, cmd):
@@ -340,12 +356,15 @@ def foreign_webhook(new):
     check_eq((st, doc.get("status")), (200, "requires_capture"), "the foreign hold")
     st, cap = other.post(s, "/v1/payment_intents/%s/capture" % doc["id"], {})
     check_eq((st, cap.get("status")), (200, "succeeded"), "the foreign capture")
-    e2e.wait_until("its payment_intent.succeeded delivered", lambda: s.query(
+    # And an automatic charge of its own naming our attempt too.
+    other.charge_naming(s, a, "pm_card_visa")
+    e2e.wait_until("both payment_intent.succeeded delivered", lambda: s.query(
         "SELECT count(*) FROM processed_webhook_events WHERE event_type ="
-        " 'payment_intent.succeeded'") == [["1"]] and s.psp_get("/webhooks")["pending"] == 0,
+        " 'payment_intent.succeeded'") == [["2"]] and s.psp_get("/webhooks")["pending"] == 0,
         30)
-    check(s.query("SELECT outcome FROM processed_webhook_events WHERE event_type ="
-                  " 'payment_intent.succeeded'")[0][0] != "applied", "not applied")
+    check_eq(s.query("SELECT count(*) FROM processed_webhook_events WHERE event_type ="
+                     " 'payment_intent.succeeded' AND outcome = 'applied'"), [["0"]],
+             "neither applied")
     got = step(s, c)
     check_eq((got["status"], got["holds"]), ("UNKNOWN", "t"), "our capture still in doubt")
     check_eq((attempt(s, a)["status"], attempt(s, a)["captured"]), ("AUTHORIZED", "0"),

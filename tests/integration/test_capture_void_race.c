@@ -5,7 +5,9 @@
  * the other is REJECTED before any call with the code docs/messages.md
  * gives it (a capture that loses to a void `capture_after_void`, a void
  * that loses to a capture `authorization_held`), its event published, and
- * it never holds. */
+ * it never holds. The same with two captures and a void from three
+ * sessions: still one holder, and a capture that loses to a capture is
+ * `authorization_held`. */
 #include <check.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -179,6 +181,62 @@ START_TEST(a_capture_and_a_void_at_once_one_holds)
 }
 END_TEST
 
+/* The code a loser's claim gives, by who holds: a capture that loses to a
+ * void is capture_after_void, to a capture authorization_held; a void is
+ * authorization_held whoever holds. */
+static const char *losing_code(const struct side *lost, const struct side *won)
+{
+    return lost->cs && won->vs ? "capture_after_void" : "authorization_held";
+}
+
+START_TEST(two_captures_and_a_void_at_once_one_holds)
+{
+    struct side sides[3] = {{.cs = capture_store_new(url, "w1", &e0)},
+                            {.cs = capture_store_new(url, "w2", &e0)},
+                            {.vs = void_store_new(url, "w3", &e0)}};
+    for (int round = 0; round < 100; round++) {
+        pthread_barrier_t go;
+        pthread_t t[3];
+        char a[37];
+        authorization(a);
+        record_capture(sides[0].cs, a, sides[0].id);
+        record_capture(sides[1].cs, a, sides[1].id);
+        record_void(sides[2].vs, a, sides[2].id);
+        pthread_barrier_init(&go, NULL, 3);
+        for (int i = 0; i < 3; i++) {
+            sides[i].go = &go;
+            pthread_create(&t[i], NULL, claim_side, &sides[(i + round) % 3]);
+        }
+        for (int i = 0; i < 3; i++)
+            pthread_join(t[i], NULL);
+        pthread_barrier_destroy(&go);
+        const struct side *won = NULL;
+        int held = 0;
+        for (int i = 0; i < 3; i++)
+            if (sides[i].it.result == ENGINE_CLAIMED) {
+                held++;
+                won = &sides[i];
+            }
+        ck_assert_msg(held == 1, "round %d: %d steps hold one authorization", round,
+                      held);
+        for (int i = 0; i < 3; i++) {
+            if (&sides[i] == won)
+                continue;
+            const char *code = losing_code(&sides[i], won);
+            ck_assert_int_eq(sides[i].it.result, ENGINE_SETTLED);
+            ck_assert_msg(!strncmp(sides[i].it.rejected, code, strlen(code)),
+                          "round %d: %s", round, sides[i].it.rejected);
+        }
+        ck_assert_str_eq(
+            value("SELECT held_by_id FROM payment_attempts WHERE id = '%s'", a),
+            won->id);
+    }
+    for (int i = 0; i < 2; i++)
+        capture_store_free(sides[i].cs);
+    void_store_free(sides[2].vs);
+}
+END_TEST
+
 static void setup(void)
 {
     test_env_migrated_database(url, sizeof(url));
@@ -197,6 +255,7 @@ int main(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 180);
     tcase_add_test(tc, a_capture_and_a_void_at_once_one_holds);
+    tcase_add_test(tc, two_captures_and_a_void_at_once_one_holds);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }
