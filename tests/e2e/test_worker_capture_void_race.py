@@ -24,6 +24,11 @@ PostgreSQL and psp-sim, judged from psp-sim's ledger (`captures[]`,
   authorization AUTHORIZED, psp-sim still shows no capture, the money held;
 - over_authorized: a capture of more than the authorization: REJECTED
   `amount_over_authorized`, no capture at psp-sim, the authorization free;
+- captured_elsewhere: our intent captured by another client of the
+  account, then our capture: refused by psp-sim; the capture
+  REQUIRES_REVIEW keeping the hold (money moved that no capture of ours
+  took), as the reconciler decides on that answer, never FAILED with the
+  hold given back; a void then REJECTED, no cancel at psp-sim;
 - foreign_webhook: while our capture is UNKNOWN (its call never executed),
   another client's manual intent naming our attempt in its metadata is
   captured, and another's automatic charge naming it succeeds: their
@@ -333,6 +338,44 @@ def over_authorized(new):
     check_eq([r["amount"] for r in at_psp(s, a)[0]], [1500], "psp-sim's one capture")
 
 
+def captured_elsewhere(new):
+    """Our intent captured behind our back (another client of the account),
+    then our capture: psp-sim refuses it (the intent is succeeded; our own
+    call would have been replayed under its key). Money moved that no
+    capture of ours took: the capture REQUIRES_REVIEW, keeping the hold, as
+    the reconciler's look decides on the same answer; never FAILED with
+    the hold given back and the authorization left AUTHORIZED and free, as
+    if nothing had moved (a capture.failed the order service would read as
+    "not charged"). A void of it is then refused before any call."""
+    s = new("cvrace_captured_elsewhere", partitions=1)
+    s.start_worker()
+    a = authorized(s, 2700)
+    ppid = attempt(s, a)["ppid"]
+    st, doc = other.post(s, "/v1/payment_intents/%s/capture" % ppid, {})
+    check_eq((st, doc.get("status")), (200, "succeeded"), "captured behind our back")
+    c = new_capture(a)
+    produce(s, [c])
+    got = wait_step(s, c)
+    check_eq((got["status"], got["code"], got["holds"]), ("REQUIRES_REVIEW", "requires_review",
+                                                         "t"), "a person looks, the hold kept")
+    check(s.query("SELECT reason FROM capture_attempts WHERE id = '%s'" % c["capture_id"])
+          [0][0].startswith("requires_review: captured, not under this key: "),
+          "the reconciler's reason for the same answer")
+    caps = at_psp(s, a)[0]
+    check_eq([r.get("idempotency_key") == c["idempotency_key"] for r in caps], [False],
+             "psp-sim's one capture is the other's")
+    got = attempt(s, a)
+    check_eq((got["status"], got["held_by_id"]), ("AUTHORIZED", c["capture_id"]),
+             "held by the capture under review")
+    check_eq(events(s, c), ["capture.requires_review"], "the capture's one event")
+    check_eq(booked(s, a), [], "nothing booked as ours")
+    v = new_void(a)
+    produce(s, [v])
+    got = wait_step(s, v)
+    check_eq((got["status"], got["code"]), ("REJECTED", "authorization_held"), "a void of it")
+    check_eq(at_psp(s, a)[1], [], "psp-sim released nothing")
+
+
 def foreign_webhook(new):
     port = e2e.free_port()
     s = new("cvrace_foreign_wh", partitions=1, psp_args=api.psp_webhook_args(port),
@@ -385,4 +428,4 @@ def foreign_webhook(new):
 if __name__ == "__main__":
     raise SystemExit(e2e.main(e2e.run_scenarios(
         [capture_first, void_first, two_workers, capture_unknown, authorization_unknown, over_authorized,
-         foreign_webhook])))
+         captured_elsewhere, foreign_webhook])))
