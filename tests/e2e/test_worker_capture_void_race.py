@@ -4,9 +4,10 @@ around an authorization's hold, through the worker against real Kafka,
 PostgreSQL and psp-sim, judged from psp-sim's ledger (`captures[]`,
 `cancels[]` of kind void, `charges[]`) and our tables.
 
-- capture_first: the capture's call held in flight at psp-sim (its latency)
-  while the void is claimed: the void is REJECTED `authorization_held`
-  while the capture is still PROCESSING (the two met), before any call;
+- capture_first: the capture's call held in flight at psp-sim (its latency,
+  one call: the worker's provider timeout outlasts it) while the void is
+  claimed: the void is REJECTED `authorization_held` before any call, and
+  by the database's clock during the capture's call (the two met);
   psp-sim shows one capture and no void; the capture SUCCEEDED, the
   attempt SUCCEEDED with captured_amount, one event each;
 - void_first: the reverse: the void's call in flight, the capture REJECTED
@@ -55,6 +56,8 @@ LOST = {"WORKER_UNKNOWN_RETRIES": "0", "PROVIDER_TIMEOUT_MS": "2000",
 # How long psp-sim holds each call in the race: far longer than the other
 # step's way from the topic to its REJECTED, which the test checks.
 HOLD_MS = 4000
+# The worker waits out the held call (one call, not a timeout and a resend).
+RACE = {"PROVIDER_TIMEOUT_MS": "8000", "WORKER_UNKNOWN_RETRIES": "0"}
 
 
 def produce(s, cmds, partition=None):
@@ -151,21 +154,36 @@ def held_in_flight(s, first):
                    and step(s, first)["holds"] == "t", 30, 0.05)
 
 
+def ids(cmd):
+    """(transitions table, id column, id) of a capture or a void."""
+    if "capture_id" in cmd:
+        return "capture_transitions", "capture_id", cmd["capture_id"]
+    return "void_transitions", "void_id", cmd["void_id"]
+
+
 def race(s, first, second, code, partitions=(None, None)):
     """first's call held in flight while second is claimed: second REJECTED
-    with code while first is still PROCESSING; returns first's row.
+    with code during first's one call (by the database's clock: its
+    refusal between the call's start and end); returns first's row.
     partitions: where each is produced (two workers: one each)."""
     s.psp_put("/faults", {"latency_ms": HOLD_MS, "rules": []})
     produce(s, [first], partitions[0])
     held_in_flight(s, first)
     produce(s, [second], partitions[1])
     lost = wait_step(s, second)
-    check_eq(step(s, first)["status"], "PROCESSING",
-             "the two met: the first still in flight when the second was refused")
     check_eq((lost["status"], lost["code"], lost["holds"]), ("REJECTED", code, "f"),
              "the second refused before any call")
     s.psp_put("/faults", {}, method="DELETE")
-    return wait_step(s, first)
+    won = wait_step(s, first)
+    table, col, sid = ids(second)
+    _, fcol, fid = ids(first)
+    calls = s.query("SELECT operation, (SELECT created_at FROM %s WHERE %s = '%s' AND"
+                    " new_status = 'REJECTED') BETWEEN started_at AND started_at +"
+                    " latency_ms * interval '1 ms' FROM provider_calls WHERE %s = '%s'"
+                    % (table, col, sid, fcol, fid))
+    check_eq(calls, [["capture" if fcol == "capture_id" else "void", "t"]],
+             "the two met: one call of the first, the second refused during it")
+    return won
 
 
 def again(s, auth, cmd, code, want):
@@ -178,7 +196,7 @@ def again(s, auth, cmd, code, want):
 
 
 def capture_first(new):
-    s = new("cvrace_capture_first", partitions=1)
+    s = new("cvrace_capture_first", partitions=1, worker_env=RACE)
     s.start_worker()
     for amount in (1100,):
         a = authorized(s, amount)
@@ -200,7 +218,7 @@ def capture_first(new):
 
 
 def void_first(new):
-    s = new("cvrace_void_first", partitions=1)
+    s = new("cvrace_void_first", partitions=1, worker_env=RACE)
     s.start_worker()
     for amount in (1300,):
         a = authorized(s, amount)
@@ -233,7 +251,7 @@ def actors(s, cmd):
 def two_workers(new):
     """The capture on one partition, the void on the other: two worker
     processes claim them, each order once."""
-    s = new("cvrace_two_workers", partitions=2)
+    s = new("cvrace_two_workers", partitions=2, worker_env=RACE)
     names = [s.start_worker(), s.start_worker()]
     s.wait_group_settled(names)
     ids = set(s.worker_ids[n] for n in names)
