@@ -453,7 +453,12 @@ enum charged_rc capture_store_book(store_conn_t *db, const char *actor,
 /* A SUCCEEDED outcome whose authorization was not booked as this capture
  * (capture_store_book, just before, in the same transaction) goes to
  * review: the provider took money the database cannot say is this
- * capture's. The event follows the status written. */
+ * capture's. So does a refusal because the intent is captured already
+ * (`taken`): our own call would have been replayed under its key, so
+ * money moved that no capture of ours took; the capture keeps the hold
+ * (no void may release it, no other capture take it) and a person looks,
+ * as the reconciler's look decides on the same answer (capture_look.c).
+ * The event follows the status written. */
 static const char *SQL_PERSIST =
     "WITH v AS ("
     "  SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[],"
@@ -463,16 +468,20 @@ static const char *SQL_PERSIST =
     SQL_LEASES_UNLOCKED("capture_attempts") ","
     " s AS (SELECT v.*, p.amount AS authorized,"
     "    CASE WHEN p.status = " ATTEMPT_SQL(SUCCEEDED) " AND p.captured_amount ="
-    "      (v.evidence->>'amount_received')::bigint THEN p.captured_amount END AS got"
+    "      (v.evidence->>'amount_received')::bigint THEN p.captured_amount END AS got,"
+    "    v.status = " ATTEMPT_SQL(FAILED) " AND v.reason LIKE 'already\\_captured:%'"
+    "      AS taken"
     "  FROM lk AS v JOIN capture_attempts c ON c.id = v.id"
     "  LEFT JOIN payment_attempts p ON p.id = c.payment_attempt_id),"
     " u AS ("
     "  UPDATE capture_attempts c SET"
-    "    status = CASE WHEN s.status = " ATTEMPT_SQL(SUCCEEDED) " AND s.got IS NULL"
-    "      THEN " ATTEMPT_SQL(REQUIRES_REVIEW) " ELSE s.status END,"
+    "    status = CASE WHEN (s.status = " ATTEMPT_SQL(SUCCEEDED) " AND s.got IS NULL)"
+    "      OR s.taken THEN " ATTEMPT_SQL(REQUIRES_REVIEW) " ELSE s.status END,"
     "    reason = CASE WHEN s.status = " ATTEMPT_SQL(SUCCEEDED) " AND s.got IS NULL"
     "      THEN 'requires_review: captured at the provider; the authorization could"
-    " not be booked as this capture''s' ELSE s.reason END,"
+    " not be booked as this capture''s'"
+    "      WHEN s.taken THEN 'requires_review: captured, not under this key' ||"
+    "        substr(s.reason, length('already_captured') + 1) ELSE s.reason END,"
     "    captured_amount = CASE WHEN s.status = " ATTEMPT_SQL(SUCCEEDED) " THEN s.got END,"
     "    lease_owner = NULL, lease_expires_at = NULL,"
     "    attempt_count = c.attempt_count + s.calls, last_error = s.last_error,"
