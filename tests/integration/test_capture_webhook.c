@@ -196,6 +196,39 @@ START_TEST(a_delivery_that_waited_on_the_lock_sees_the_capture_settled)
 }
 END_TEST
 
+/* The worker books the authorization as its capture's (capture_store_book:
+ * the capture locked, then the authorization) while a delivery holds the
+ * authorization's lock and would book it too: the delivery must neither
+ * wait for the capture (the worker waits for it: a deadlock) nor call it
+ * "review" (a page for a capture that is fine). It is not stored, so the
+ * provider delivers it again, and then it applies. */
+START_TEST(a_delivery_meeting_the_capture_locked_comes_again)
+{
+    held_in_doubt();
+    test_env_sql(admin, "BEGIN", 0, NULL);
+    test_env_sql(admin,
+                 "SELECT 1 FROM capture_attempts WHERE id = '" CAPTURE "'"
+                 " FOR NO KEY UPDATE",
+                 0, NULL);
+    struct webhook_event ev = succeeded("evt_6", "pi_cap1");
+    struct charged_error err = {0};
+    struct webhook_store_result out;
+    memset(&out, 0, sizeof(out));
+    store_conn_t *db = store_conn_new(url, "5s", &err);
+    ck_assert_ptr_nonnull(db);
+    ck_assert_int_eq(store_conn_open(db, NULL, &err), CHARGED_OK);
+    ck_assert_int_eq(store_conn_exec(db, "BEGIN", 0, NULL, NULL, &err), CHARGED_OK);
+    enum charged_rc rc = capture_webhook.apply(db, &ev, &out, &err);
+    ck_assert_msg(rc != CHARGED_OK, "applied as %s (%s) beside the worker",
+                  out.outcome ? out.outcome : "-", out.reason ? out.reason : "-");
+    ck_assert_int_eq(store_conn_exec(db, "ROLLBACK", 0, NULL, NULL, &err), CHARGED_OK);
+    store_conn_free(db);
+    test_env_sql(admin, "ROLLBACK", 0, NULL);
+    out = apply(&ev);
+    ck_assert_str_eq(out.outcome, "applied");
+}
+END_TEST
+
 START_TEST(a_foreign_intent_settles_nothing)
 {
     held_in_doubt();
@@ -221,6 +254,7 @@ int main(void)
     tcase_add_test(tc, our_intents_success_settles_the_capture_once);
     tcase_add_test(tc, a_foreign_intent_settles_nothing);
     tcase_add_test(tc, a_delivery_that_waited_on_the_lock_sees_the_capture_settled);
+    tcase_add_test(tc, a_delivery_meeting_the_capture_locked_comes_again);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }

@@ -33,13 +33,18 @@ static const char *SQL_LOCK =
     " FOR NO KEY UPDATE OF p";
 
 /* The capture that holds the locked authorization $1 (or captured it), in
- * a statement of its own: seen as whoever held the lock left it. */
+ * a statement of its own: seen as whoever held the lock left it. Locked
+ * too, without waiting: a worker booking it locks the capture before the
+ * authorization, so waiting here for it would be a deadlock; locked is
+ * being settled, and the event is delivered again (lock_not_available:
+ * not stored, 503). */
 static const char *SQL_HOLDER =
     "SELECT c.id, c.status FROM payment_attempts p JOIN capture_attempts c"
     "  ON c.payment_attempt_id = p.id AND c.holds"
     "  AND (p.held_by_id = c.id OR c.status = " ATTEMPT_SQL(SUCCEEDED) ")"
     " WHERE p.id = $1::uuid"
-    " ORDER BY c.status = " ATTEMPT_SQL(SUCCEEDED) " DESC, c.id LIMIT 1";
+    " ORDER BY c.status = " ATTEMPT_SQL(SUCCEEDED) " DESC, c.id LIMIT 1"
+    " FOR NO KEY UPDATE OF c NOWAIT";
 
 /* The capture's success, after its authorization was booked: its lease is
  * ended and its epoch bumped, so that a worker or reconciler whose call is
