@@ -82,6 +82,9 @@ psql -X -q "$DATABASE_URL" -c 'DROP DATABASE IF EXISTS orders' -c 'CREATE DATABA
 CHARGED_API_URL="http://$API_ADDR" "$py" "$orders" run 2>"$run/order-service.log" &
 pids+=($!)
 "$py" "$orders" place-orders --count 100 >"$run/order-service-orders.log" 2>&1
+# And as a shop that ships later: 30 orders authorized now, shipped (some
+# with an item missing) and canceled by the report once they are held.
+"$py" "$orders" place-orders --count 30 --authorize >>"$run/order-service-orders.log" 2>&1
 
 # The report, one aligned line each: the burst, the refunds, the order
 # service, what the provider's webhooks did, the status query a client that
@@ -91,5 +94,5 @@ pids+=($!)
 # audit finding fails the demo.
 python3 tools/demo_report.py --commands "$n" --authorizations "$holds" --psp-admin http://127.0.0.1:12112 \
   --chargectl build/worker/chargectl/chargectl --state "$run" --orders-db "$ORDERS_DATABASE_URL" \
-  --api "$API_ADDR" --demo-start "$demo_start"
+  --api "$API_ADDR" --demo-start "$demo_start" --orders-service "$py $orders"
 echo "demo: logs in $run; the stack stays up (deploy/stack.sh down stops it)"

@@ -5,7 +5,10 @@ what was captured). Its report puts the provider's totals (psp-sim's
 ledger) beside charged's (its tables): authorized, captured, released,
 voided, refunded; and counts what must never happen, from the provider's
 books: two captures of one authorization, a capture over the hold, a
-capture of a voided one, a refund past the capture. Standard library."""
+capture of a voided one, a refund past the capture. The example order
+service is that shop too (order_service_holds): it ships and cancels the
+orders it authorized, and its report's totals stand beside the provider's
+and charged's. Standard library."""
 import json
 import os
 import subprocess
@@ -207,3 +210,65 @@ def authorize_burst(a, rnd, deadline):
             p[0], p[1], c[0], c[1], "" if p == c else "  <- differ"))
     say("never", ", ".join("%s %d" % kv for kv in never.items()))
     return bad + sum(never.values())
+
+
+def order_service_holds(a, deadline):
+    """The example order service as the same shop: its orders placed with
+    --authorize (demo.sh) are shipped (a third with an item missing) and
+    canceled here, through its own commands; then its report's totals
+    beside the provider's and charged's for its attempts. The number of
+    totals that differ."""
+    def svc(*args):
+        return subprocess.run(a.orders_service.split() + list(args), check=True,
+                              capture_output=True).stdout.decode()
+
+    def held():
+        """Orders that asked for an authorization, those authorized, and
+        their attempts still open: charged not settled, or the service
+        without charged's word."""
+        return [int(x) for x in psql(
+            "SELECT count(DISTINCT o.order_id), count(DISTINCT o.order_id) FILTER (WHERE "
+            "o.authorized_attempt_id IS NOT NULL), count(*) FILTER (WHERE a.applied_status IS "
+            "NULL OR a.confirm_due) FROM orders o JOIN order_attempts a USING (order_id) WHERE "
+            "o.capture_method = 'manual'", a.orders_db)[0]]
+    while held()[2] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    total, authorized, _ = held()
+    if not total:
+        return 0
+    # Three in five shipped, one canceled, one left held (its expiry is days away).
+    svc("ship", "--count", str(authorized * 3 // 5), "--missing-item-ratio", "0.33")
+    svc("cancel", "--count", str(authorized // 5))
+    open_sql = ("SELECT (SELECT count(*) FROM order_captures WHERE confirmed_status IS NULL OR "
+                "confirm_due) + (SELECT count(*) FROM order_voids WHERE confirmed_status IS NULL "
+                "OR confirm_due) + (SELECT count(*) FROM order_refunds WHERE confirmed_status IS "
+                "NULL OR confirm_due) + (SELECT count(*) FROM outbox WHERE sent_at IS NULL)")
+    while int(psql(open_sql, a.orders_db)[0][0]):
+        if time.monotonic() > deadline:
+            print("demo: the order service's captures and voids not settled", file=sys.stderr)
+            return 1
+        time.sleep(0.5)
+    attempts = [r[0] for r in psql("SELECT a.payment_attempt_id FROM order_attempts a JOIN "
+                                   "orders o USING (order_id) WHERE o.capture_method = 'manual'",
+                                   a.orders_db)]
+    # Its refunds of captured orders: settled at charged too.
+    wait_settled("refund_attempts", [r[0] for r in psql(
+        "SELECT refund_id FROM order_refunds r JOIN orders o USING (order_id) WHERE "
+        "o.capture_method = 'manual'", a.orders_db)], deadline, "the order service's refunds")
+    provider, charged, never = totals(a.psp_admin, attempts)
+    ours = json.loads(svc("report"))["authorizations"]
+    steps = psql("SELECT count(*) FILTER (WHERE o.fulfilment = 'shipped'), count(*) FILTER "
+                 "(WHERE c.amount < o.amount), count(*) FILTER (WHERE o.fulfilment = 'canceled')"
+                 " FROM orders o LEFT JOIN order_captures c USING (order_id) WHERE "
+                 "o.authorized_attempt_id IS NOT NULL", a.orders_db)[0]
+    lines = ("authorized", "captured", "released", "voided", "refunded")
+    differ = [l for l in lines if not ours[l] == provider[l][1] == charged[l][1]]
+    say("order service holds", "%d orders, %d authorized, %s shipped (%s in part), %s "
+        "canceled" % (total, authorized, steps[0], steps[1], steps[2]))
+    say("order service totals", ", ".join("%s %d" % (l, ours[l]) for l in lines) + (
+        "; the provider's and charged's the same" if not differ else ""))
+    for l in differ:
+        say("order service differs", "%s: order service %d, provider %d, charged %d" % (
+            l, ours[l], provider[l][1], charged[l][1]))
+    say("order service never", ", ".join("%s %d" % kv for kv in never.items()))
+    return len(differ) + sum(never.values())

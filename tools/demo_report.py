@@ -7,8 +7,9 @@ charged, double charges, refunds by status, what the provider refunded
 (no refund key executed twice, no charge refunded past its amount), dead
 letters and the elapsed time; then a shop that ships later
 (demo_authorize.py): authorizations, captures, voids and refunds of
-captured money, the provider's totals beside charged's. Python standard
-library, psql and kcat."""
+captured money, the provider's totals beside charged's, and the order
+service's (--orders-service: it ships and cancels what it authorized).
+Python standard library, psql and kcat."""
 import argparse
 import json
 import os
@@ -233,6 +234,9 @@ def main():
     ap.add_argument("--state", required=True)
     ap.add_argument("--orders-db", help="the example order service's database")
     ap.add_argument("--api", help="the api's address, for a status query")
+    ap.add_argument("--orders-service",
+                    help="the order service's command (python and script): it ships and "
+                    "cancels its authorized orders")
     ap.add_argument("--authorizations", type=int, default=200,
                     help="authorizations of the shop that ships later (0: none)")
     ap.add_argument("--demo-start", type=int, default=int(time.time()),
@@ -391,6 +395,8 @@ def main():
     bad_refunds = refund_report(psp_ledger, rids, ledger)
     bad_holds = (demo_authorize.authorize_burst(a, rnd, time.monotonic() + 600)
                  if a.authorizations > 0 else 0)
+    if a.orders_db and a.orders_service:
+        bad_holds += demo_authorize.order_service_holds(a, time.monotonic() + 300)
     if a.orders_db:
         order_service_report(a.orders_db, deadline)
     say("elapsed", "%.1f s for %d messages, %.1f s until nothing was unknown" %

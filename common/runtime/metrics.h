@@ -61,7 +61,7 @@ enum metric_key {
                                           {status} */
     METRIC_RECONCILER_CAPTURE_SETTLEMENTS, /* charged_reconciler_capture_settlements_total
                                               {status} */
-    METRIC_RECONCILER_VOID_BACKLOG,       /* charged_reconciler_backlog_voids{status} */
+    METRIC_RECONCILER_VOID_BACKLOG, /* charged_reconciler_backlog_voids{status} */
     METRIC_RECONCILER_VOID_OLDEST, /* charged_reconciler_oldest_void_age_seconds{status}
                                     */
     METRIC_RECONCILER_VOID_SETTLEMENTS, /* charged_reconciler_void_settlements_total

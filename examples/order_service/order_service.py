@@ -1470,19 +1470,26 @@ def hold_totals(conn):
     """The orders that ship later, in minor units, as charged's answers
     made them: authorized (charged said AUTHORIZED), captured (our captures
     it said SUCCEEDED, what they took), released (what those captures left
-    of their authorizations, plus what our voids released), voided (what
-    our voids released), refunded (refunds counted of those orders)."""
-    authorized, captured, left, voided, refunded = conn.execute(
+    of their authorizations, plus what was voided), voided (what our voids
+    released, plus the whole of each authorization charged said VOIDED
+    without a void of ours counted: a hold that lapsed at the provider, or
+    one another's void released), refunded (refunds counted of those
+    orders). The provider's books count a lapsed hold as released too."""
+    authorized, captured, left, voided, lapsed, refunded = conn.execute(
         "SELECT coalesce(sum(o.amount) FILTER (WHERE o.authorized_attempt_id IS NOT NULL), 0), "
         "coalesce(sum(c.captured_amount) FILTER (WHERE c.counted), 0), "
         "coalesce(sum(o.amount - c.captured_amount) FILTER (WHERE c.counted), 0), "
         "coalesce(sum(v.released_amount) FILTER (WHERE v.counted), 0), "
+        "coalesce(sum(o.amount) FILTER (WHERE a.applied_status = 'VOIDED' AND "
+        "v.counted IS NOT TRUE), 0), "
         "coalesce(sum(o.refunded_amount), 0) FROM orders o "
-        "LEFT JOIN order_captures c USING (order_id) LEFT JOIN order_voids v USING (order_id) "
+        "LEFT JOIN order_attempts a ON a.payment_attempt_id = o.authorized_attempt_id "
+        "LEFT JOIN order_captures c ON c.order_id = o.order_id "
+        "LEFT JOIN order_voids v ON v.order_id = o.order_id "
         "WHERE o.capture_method = 'manual'").fetchone()
+    voided = int(voided) + int(lapsed)
     return {"authorized": int(authorized), "captured": int(captured),
-            "released": int(left) + int(voided), "voided": int(voided),
-            "refunded": int(refunded)}
+            "released": int(left) + voided, "voided": voided, "refunded": int(refunded)}
 
 
 def main():

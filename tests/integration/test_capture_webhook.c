@@ -6,8 +6,10 @@
  * the capture SUCCEEDED with one capture.succeeded), once: the event again
  * is a no-op; an intent we did not record settles nothing. */
 #include <check.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "capture.h"
 #include "db.h"
@@ -83,22 +85,48 @@ static struct webhook_event succeeded(const char *event_id, const char *intent)
     return ev;
 }
 
-/* capture_webhook.apply in a transaction of its own, committed when OK. */
-static struct webhook_store_result apply(const struct webhook_event *ev)
+/* capture_webhook.apply in a transaction of its own, left open: the caller
+ * commits it (finish). */
+static store_conn_t *apply_open(const struct webhook_event *ev,
+                                struct webhook_store_result *out)
 {
     struct charged_error err = {0};
-    struct webhook_store_result out;
-    memset(&out, 0, sizeof(out));
+    memset(out, 0, sizeof(*out));
     store_conn_t *db = store_conn_new(url, "5s", &err);
     ck_assert_msg(db != NULL, "%s", err.message);
     ck_assert_int_eq(store_conn_open(db, NULL, &err), CHARGED_OK);
     ck_assert_int_eq(store_conn_exec(db, "BEGIN", 0, NULL, NULL, &err), CHARGED_OK);
     ck_assert(capture_webhook.takes(ev));
-    enum charged_rc rc = capture_webhook.apply(db, ev, &out, &err);
+    enum charged_rc rc = capture_webhook.apply(db, ev, out, &err);
     ck_assert_msg(rc == CHARGED_OK, "apply: %s", err.message);
+    return db;
+}
+
+static void finish(store_conn_t *db)
+{
+    struct charged_error err = {0};
     ck_assert_int_eq(store_conn_exec(db, "COMMIT", 0, NULL, NULL, &err), CHARGED_OK);
     store_conn_free(db);
+}
+
+/* capture_webhook.apply in a transaction of its own, committed when OK. */
+static struct webhook_store_result apply(const struct webhook_event *ev)
+{
+    struct webhook_store_result out;
+    finish(apply_open(ev, &out));
     return out;
+}
+
+struct racer {
+    struct webhook_event ev;
+    struct webhook_store_result out;
+};
+
+static void *apply_thread(void *arg)
+{
+    struct racer *r = arg;
+    r->out = apply(&r->ev);
+    return NULL;
 }
 
 START_TEST(our_intents_success_settles_the_capture_once)
@@ -132,6 +160,75 @@ START_TEST(our_intents_success_settles_the_capture_once)
 }
 END_TEST
 
+/* Two deliveries at once (the worker's settlement races one the same way:
+ * it changes the authorization and the capture in one transaction): the
+ * second waits on the authorization's lock while the first settles, and
+ * then must see the capture as the first committed it, SUCCEEDED, not as
+ * its snapshot had it before the wait (UNKNOWN, and the hold already
+ * released): ignored, never "review" (a false page for a person). */
+START_TEST(a_delivery_that_waited_on_the_lock_sees_the_capture_settled)
+{
+    held_in_doubt();
+    struct webhook_event first = succeeded("evt_4", "pi_cap1");
+    struct webhook_store_result out;
+    store_conn_t *db = apply_open(&first, &out);
+    ck_assert_str_eq(out.outcome, "applied");
+    struct racer r = {.ev = succeeded("evt_5", "pi_cap1")};
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, apply_thread, &r), 0);
+    /* Until the second waits on the lock the first holds. */
+    for (int i = 0;
+         i < 500 &&
+         strcmp(value("SELECT count(*) FROM pg_stat_activity WHERE"
+                      " wait_event_type = 'Lock' AND datname = current_database()"),
+                "1") != 0;
+         i++)
+        usleep(10000);
+    ck_assert_str_eq(
+        value("SELECT count(*) FROM pg_stat_activity WHERE"
+              " wait_event_type = 'Lock' AND datname = current_database()"),
+        "1");
+    finish(db);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    ck_assert_str_eq(r.out.outcome, "ignored");
+    ck_assert_str_eq(value("SELECT count(*) FROM ledger_entries"), "1");
+    ck_assert_str_eq(value("SELECT count(*) FROM capture_transitions"), "1");
+}
+END_TEST
+
+/* The worker books the authorization as its capture's (capture_store_book:
+ * the capture locked, then the authorization) while a delivery holds the
+ * authorization's lock and would book it too: the delivery must neither
+ * wait for the capture (the worker waits for it: a deadlock) nor call it
+ * "review" (a page for a capture that is fine). It is not stored, so the
+ * provider delivers it again, and then it applies. */
+START_TEST(a_delivery_meeting_the_capture_locked_comes_again)
+{
+    held_in_doubt();
+    test_env_sql(admin, "BEGIN", 0, NULL);
+    test_env_sql(admin,
+                 "SELECT 1 FROM capture_attempts WHERE id = '" CAPTURE "'"
+                 " FOR NO KEY UPDATE",
+                 0, NULL);
+    struct webhook_event ev = succeeded("evt_6", "pi_cap1");
+    struct charged_error err = {0};
+    struct webhook_store_result out;
+    memset(&out, 0, sizeof(out));
+    store_conn_t *db = store_conn_new(url, "5s", &err);
+    ck_assert_ptr_nonnull(db);
+    ck_assert_int_eq(store_conn_open(db, NULL, &err), CHARGED_OK);
+    ck_assert_int_eq(store_conn_exec(db, "BEGIN", 0, NULL, NULL, &err), CHARGED_OK);
+    enum charged_rc rc = capture_webhook.apply(db, &ev, &out, &err);
+    ck_assert_msg(rc == CHARGED_WAIT, "rc %d: %s (%s) beside the worker", (int)rc,
+                  out.outcome ? out.outcome : "-", out.reason ? out.reason : "-");
+    ck_assert_int_eq(store_conn_exec(db, "ROLLBACK", 0, NULL, NULL, &err), CHARGED_OK);
+    store_conn_free(db);
+    test_env_sql(admin, "ROLLBACK", 0, NULL);
+    out = apply(&ev);
+    ck_assert_str_eq(out.outcome, "applied");
+}
+END_TEST
+
 START_TEST(a_foreign_intent_settles_nothing)
 {
     held_in_doubt();
@@ -156,6 +253,8 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, our_intents_success_settles_the_capture_once);
     tcase_add_test(tc, a_foreign_intent_settles_nothing);
+    tcase_add_test(tc, a_delivery_that_waited_on_the_lock_sees_the_capture_settled);
+    tcase_add_test(tc, a_delivery_meeting_the_capture_locked_comes_again);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }

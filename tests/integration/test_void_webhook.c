@@ -148,6 +148,37 @@ START_TEST(a_foreign_intent_settles_nothing)
 }
 END_TEST
 
+/* The worker moves the authorization for its void (void_store_move_sql:
+ * the void locked, then the authorization) while a delivery holds the
+ * authorization's lock: the delivery must not wait for the void (the
+ * worker waits for it: a deadlock), but answer lock_not_available at once
+ * (CHARGED_WAIT: not stored, delivered again); then it applies. */
+START_TEST(a_delivery_meeting_the_void_locked_comes_again)
+{
+    char attempt[37], vid[37];
+    held_authorization("pi_ours4", attempt, vid);
+    const char *v[] = {vid};
+    test_env_sql(admin, "BEGIN", 0, NULL);
+    test_env_sql(admin, "SELECT 1 FROM void_attempts WHERE id = $1 FOR NO KEY UPDATE",
+                 1, v);
+    struct webhook_event ev = canceled("pi_ours4", attempt);
+    struct charged_error err = {0};
+    struct webhook_store_result out;
+    memset(&out, 0, sizeof(out));
+    store_conn_t *db = store_conn_new(url, "5s", &err);
+    ck_assert_ptr_nonnull(db);
+    ck_assert_int_eq(store_conn_open(db, NULL, &err), CHARGED_OK);
+    ck_assert_int_eq(store_conn_exec(db, "BEGIN", 0, NULL, NULL, &err), CHARGED_OK);
+    enum charged_rc rc = void_webhook.apply(db, &ev, &out, &err);
+    ck_assert_msg(rc == CHARGED_WAIT, "rc %d (%s), outcome %s", (int)rc, err.message,
+                  out.outcome ? out.outcome : "-");
+    ck_assert_int_eq(store_conn_exec(db, "ROLLBACK", 0, NULL, NULL, &err), CHARGED_OK);
+    store_conn_free(db);
+    test_env_sql(admin, "ROLLBACK", 0, NULL);
+    ck_assert_str_eq(apply(&ev), "applied");
+}
+END_TEST
+
 START_TEST(it_takes_a_manual_intents_cancel_but_its_expiry)
 {
     struct webhook_event ev = canceled("pi_x", "");
@@ -182,6 +213,7 @@ int main(void)
     tcase_add_test(tc, our_intent_canceled_settles_the_void_once);
     tcase_add_test(tc, a_foreign_intent_settles_nothing);
     tcase_add_test(tc, it_takes_a_manual_intents_cancel_but_its_expiry);
+    tcase_add_test(tc, a_delivery_meeting_the_void_locked_comes_again);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }

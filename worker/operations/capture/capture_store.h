@@ -1,6 +1,6 @@
 /* capture_store: the worker's, reconciler's and api's captures in
- * PostgreSQL (migration 0017 (migrations/ of this folder): capture_attempts, capture_transitions, and
- * the triggers that make the hold a rule).
+ * PostgreSQL (migration 0017 (migrations/ of this folder): capture_attempts,
+ * capture_transitions, and the triggers that make the hold a rule).
  *
  * A capture is leased, fenced and settled as a refund is (refund_store.h:
  * a batch per round trip, every statement atomic and safe to repeat, rows

@@ -21,16 +21,30 @@
 #include "webhook_apply.h"
 
 /* clang-format off */
-/* The authorization of our recorded intent $1 and the capture that holds
- * it (or captured it), locked until the commit. */
+/* The authorization of our recorded intent $1, locked until the commit.
+ * Alone: a row joined to it here would be read as of before a wait for
+ * the lock (READ COMMITTED re-reads only the locked row), so a capture
+ * a worker or another delivery settled meanwhile would look unsettled
+ * and its hold released under it. */
 static const char *SQL_LOCK =
-    "SELECT p.id, coalesce(p.order_id::text, ''), c.id, c.status"
-    " FROM payment_attempts p LEFT JOIN capture_attempts c"
+    "SELECT p.id, coalesce(p.order_id::text, '')"
+    " FROM payment_attempts p"
+    " WHERE p.provider_payment_id = $1 AND p.capture_method = 'manual'"
+    " FOR NO KEY UPDATE OF p";
+
+/* The capture that holds the locked authorization $1 (or captured it), in
+ * a statement of its own: seen as whoever held the lock left it. Locked
+ * too, without waiting: a worker booking it locks the capture before the
+ * authorization, so waiting here for it would be a deadlock; locked is
+ * being settled, and the event is delivered again (lock_not_available:
+ * not stored, 503). */
+static const char *SQL_HOLDER =
+    "SELECT c.id, c.status FROM payment_attempts p JOIN capture_attempts c"
     "  ON c.payment_attempt_id = p.id AND c.holds"
     "  AND (p.held_by_id = c.id OR c.status = " ATTEMPT_SQL(SUCCEEDED) ")"
-    " WHERE p.provider_payment_id = $1 AND p.capture_method = 'manual'"
+    " WHERE p.id = $1::uuid"
     " ORDER BY c.status = " ATTEMPT_SQL(SUCCEEDED) " DESC, c.id LIMIT 1"
-    " FOR NO KEY UPDATE OF p";
+    " FOR NO KEY UPDATE OF c NOWAIT";
 
 /* The capture's success, after its authorization was booked: its lease is
  * ended and its epoch bumped, so that a worker or reconciler whose call is
@@ -143,8 +157,16 @@ static enum charged_rc capture_apply(store_conn_t *db, const struct webhook_even
     }
     snprintf(out->attempt_id, sizeof(out->attempt_id), "%s", PQgetvalue(r, 0, 0));
     snprintf(out->order_id, sizeof(out->order_id), "%s", PQgetvalue(r, 0, 1));
-    snprintf(capture_id, sizeof(capture_id), "%s", PQgetvalue(r, 0, 2));
-    snprintf(status, sizeof(status), "%s", PQgetvalue(r, 0, 3));
+    PQclear(r);
+    r = NULL;
+    const char *a[1] = {out->attempt_id};
+    if ((rc = store_conn_exec(db, SQL_HOLDER, 1, a, &r, err)) != CHARGED_OK)
+        return webhook_apply_later_failed(rc);
+    capture_id[0] = status[0] = '\0';
+    if (PQntuples(r) == 1) {
+        snprintf(capture_id, sizeof(capture_id), "%s", PQgetvalue(r, 0, 0));
+        snprintf(status, sizeof(status), "%s", PQgetvalue(r, 0, 1));
+    }
     PQclear(r);
     snprintf(out->old_status, sizeof(out->old_status), "%s", status);
     snprintf(out->new_status, sizeof(out->new_status), "%s", status);

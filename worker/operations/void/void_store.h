@@ -1,5 +1,6 @@
 /* void_store: the void attempts in PostgreSQL (void_attempts of migration
- * 0018, this folder's migrations/), for the worker, the reconciler and (its statements) the webhook.
+ * 0018, this folder's migrations/), for the worker, the reconciler and (its statements)
+ * the webhook.
  *
  * A void is leased, fenced and settled like a refund (refund_store.h says
  * how; the same rules hold: a batch per round trip, every statement safe to

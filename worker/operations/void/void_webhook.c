@@ -24,16 +24,25 @@
 #include "webhook_apply.h"
 
 /* clang-format off */
-/* The authorization whose recorded intent is $1, and the void holding it,
- * locked until the commit. */
+/* The authorization whose recorded intent is $1, locked until the commit.
+ * Alone: a row joined to it would be read as of before a wait for the
+ * lock (READ COMMITTED re-reads only the locked row). */
 static const char *SQL_LOCK =
-    "SELECT p.id, coalesce(p.order_id::text, ''), p.status, coalesce(w.id::text, ''),"
-    "  coalesce(w.status, '')"
+    "SELECT p.id, coalesce(p.order_id::text, ''), p.status"
     " FROM payment_attempts p"
-    " LEFT JOIN void_attempts w ON w.id = p.held_by_id AND p.held_by = 'void'"
-    "   AND w.payment_intent = p.provider_payment_id"
     " WHERE p.provider_payment_id = $1 AND p.capture_method = 'manual'"
     " FOR NO KEY UPDATE OF p";
+
+/* The void holding the locked authorization $1, read after the lock and
+ * locked without waiting: the worker moving it locks the void before the
+ * authorization (void_store_move_sql), so waiting here would be a
+ * deadlock; locked is being settled, and the event is delivered again
+ * (lock_not_available: CHARGED_WAIT, not stored). */
+static const char *SQL_HOLDER =
+    "SELECT w.id, w.status FROM payment_attempts p"
+    " JOIN void_attempts w ON w.id = p.held_by_id AND p.held_by = 'void'"
+    "   AND w.payment_intent = p.provider_payment_id"
+    " WHERE p.id = $1::uuid FOR NO KEY UPDATE OF w NOWAIT";
 
 /* Does an attempt of ours exist that the event's metadata names? */
 static const char *SQL_NAMED =
@@ -150,8 +159,16 @@ static enum charged_rc void_apply(store_conn_t *db, const struct webhook_event *
     snprintf(out->order_id, sizeof(out->order_id), "%s", PQgetvalue(r, 0, 1));
     snprintf(out->old_status, sizeof(out->old_status), "%s", PQgetvalue(r, 0, 2));
     snprintf(out->new_status, sizeof(out->new_status), "%s", PQgetvalue(r, 0, 2));
-    snprintf(void_id, sizeof(void_id), "%s", PQgetvalue(r, 0, 3));
-    snprintf(from, sizeof(from), "%s", PQgetvalue(r, 0, 4));
+    PQclear(r);
+    r = NULL;
+    const char *a[1] = {out->attempt_id};
+    if ((rc = store_conn_exec(db, SQL_HOLDER, 1, a, &r, err)) != CHARGED_OK)
+        return webhook_apply_later_failed(rc);
+    void_id[0] = from[0] = '\0';
+    if (PQntuples(r) == 1) {
+        snprintf(void_id, sizeof(void_id), "%s", PQgetvalue(r, 0, 0));
+        snprintf(from, sizeof(from), "%s", PQgetvalue(r, 0, 1));
+    }
     PQclear(r);
     out->outcome = "ignored";
     out->reason = void_id[0] ? "the void holding the authorization is settled already"
