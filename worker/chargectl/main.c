@@ -18,6 +18,8 @@ static const struct ctl_command ctl_commands[] = {
     {"attempt", ctl_attempt,
      "show an attempt's history, list attempts, resolve reviews"},
     {"refund", ctl_refund, "show a refund's history, list refunds, resolve reviews"},
+    {"capture", ctl_capture, "list captures, resolve their reviews"},
+    {"void", ctl_void, "list voids, resolve their reviews"},
     {"audit", ctl_audit, "the auditor's verdicts and findings; audit a window now"},
     {"console", ctl_console, "the operator console's access tokens"},
 };

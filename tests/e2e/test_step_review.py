@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+"""The review queue resolves captures and voids (issue 37): `chargectl
+capture resolve` and `chargectl void resolve` on steps left in
+REQUIRES_REVIEW, against real PostgreSQL and psp-sim, judged from psp-sim's
+own books (its /ledger) beside ours.
+
+Our side is planted as the operations write it (test_auditor_steps: an
+authorization held at psp-sim, our step holding it, REQUIRES_REVIEW);
+psp-sim is driven directly over HTTP (capture, cancel) as the money's
+truth. Each refusal is checked to write nothing, each resolution to move
+the step and its authorization in one transaction with the events, the
+ledger row of a capture, the hold given back or spent, the actor.
+
+- capture: SUCCEEDED refused while psp-sim holds the money uncaptured;
+  FAILED refused once psp-sim captured it; SUCCEEDED then books it (the
+  authorization SUCCEEDED, captured_amount, the ledger's charge row,
+  capture.succeeded); a second resolution is refused (not in review);
+  a leased capture is refused; an unknown id is refused.
+- capture_failed: FAILED while psp-sim still holds it: the capture FAILED,
+  capture.failed, the authorization AUTHORIZED again with no hold, nothing
+  booked, nothing captured at psp-sim.
+- void: SUCCEEDED refused while psp-sim holds it; canceled at psp-sim,
+  FAILED refused; SUCCEEDED then: the authorization VOIDED, the void
+  SUCCEEDED with the amount released, void.succeeded, no ledger row.
+- void_failed: FAILED while held: the hold given back, void.failed.
+- void_after_capture: captured at psp-sim behind our back: SUCCEEDED
+  refused; FAILED moves the void FAILED void_after_capture and its
+  authorization to REQUIRES_REVIEW (authorization.requires_review).
+
+Scenarios can be run alone: test_step_review.py capture"""
+import json
+import os
+import sys
+import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import charged_e2e as e2e  # noqa: E402
+from charged_e2e import check, check_eq  # noqa: E402
+import test_auditor_steps as steps  # noqa: E402
+
+ACTOR = "olga"
+
+
+def resolve(s, kind, step, status, reason="looked at the dashboard", *extra):
+    """chargectl <kind> resolve: (exit status, stdout, stderr)."""
+    p = s.run([e2e.CHARGECTL, kind, "resolve", step, "--status", status, "--reason", reason,
+               "--actor", ACTOR, "--json"] + list(extra), check=False)
+    return p.returncode, p.stdout.decode(), p.stderr.decode()
+
+
+def refused(s, kind, step, status, want, *extra):
+    rc, out, err = resolve(s, kind, step, status, "looked", *extra)
+    check_eq(rc, 1, "%s resolve %s refused: %s%s" % (kind, status, out, err))
+    check(want in err, "the refusal says %r: %s" % (want, err))
+    return err
+
+
+def row(s, sql):
+    rows = s.query(sql)
+    check_eq(len(rows), 1, "one row of %s" % sql)
+    return tuple(rows[0])
+
+
+def attempt(s, auth):
+    return row(s, "SELECT status, coalesce(held_by, ''), coalesce(held_by_id::text, ''),"
+               " coalesce(captured_amount::text, ''), coalesce(reason, '')"
+               " FROM payment_attempts WHERE id = '%s'" % auth["attempt"])
+
+
+def step_row(s, kind, step):
+    extra = "captured_amount" if kind == "capture" else "released_amount"
+    return row(s, "SELECT status, holds, coalesce(%s::text, ''), coalesce(reason, '')"
+               " FROM %s_attempts WHERE id = '%s'" % (extra, kind, step))
+
+
+def events(s, kind, step):
+    rows = s.query("SELECT event_type, payload FROM outbox WHERE payload->>'%s_id' = '%s'"
+                   " ORDER BY created_at" % (kind, step))
+    return [(r[0], json.loads(r[1])) for r in rows]
+
+
+def operator_transitions(s, kind, step):
+    return s.query("SELECT old_status, new_status, actor, evidence->>'provider',"
+                   " evidence->'lookup'->>'intent_status' FROM %s_transitions"
+                   " WHERE %s_id = '%s' AND cause = 'operator'" % (kind, kind, step))
+
+
+def ledger_rows(s, auth):
+    return s.query("SELECT kind, amount, provider_payment_id FROM ledger_entries"
+                   " WHERE payment_attempt_id = '%s'" % auth["attempt"])
+
+
+def psp_moves(s, auth, what):
+    """psp-sim's executed captures or cancels of the authorization's intent."""
+    return [c for c in s.psp_get("/ledger").get(what, [])
+            if c.get("payment_intent_id") == auth["pi"]]
+
+
+def nothing_written(s, kind, step, auth, before):
+    check_eq((step_row(s, kind, step), attempt(s, auth), operator_transitions(s, kind, step)),
+             before, "a refusal writes nothing")
+
+
+def capture(new):
+    s = new("step_review_capture", partitions=1)
+    auth = steps.authorize(s, 1000)
+    c = steps.plant_capture(s, auth, 600, status="REQUIRES_REVIEW")
+    before = (step_row(s, "capture", c), attempt(s, auth), [])
+    check_eq(before[1][:3], ("AUTHORIZED", "capture", c), "the capture holds its authorization")
+
+    refused(s, "capture", c, "SUCCEEDED", "requires_capture, not captured")
+    nothing_written(s, "capture", c, auth, before)
+    check_eq(psp_moves(s, auth, "captures"), [], "nothing captured at psp-sim")
+
+    steps.capture_at_psp(s, auth, 600)
+    refused(s, "capture", c, "FAILED", "money was captured")
+    nothing_written(s, "capture", c, auth, before)
+
+    # Leased by a process that may be calling now: run again later.
+    s.psql(s.db, "UPDATE capture_attempts SET lease_owner = 'w-x', lease_expires_at ="
+           " now() + interval '1 hour' WHERE id = '%s'" % c)
+    refused(s, "capture", c, "SUCCEEDED", "is leased")
+    s.psql(s.db, "UPDATE capture_attempts SET lease_owner = NULL, lease_expires_at = NULL"
+           " WHERE id = '%s'" % c)
+
+    rc, out, err = resolve(s, "capture", c.upper(), "SUCCEEDED", "captured per psp-sim")
+    check_eq(rc, 0, "capture resolve SUCCEEDED: %s" % err)
+    doc = json.loads(out)
+    check_eq((doc["status"], doc["actor"], doc["evidence"]["provider"],
+              doc["evidence"]["lookup"]["amount_received"]),
+             ("SUCCEEDED", ACTOR, "agrees", 600), "what resolve says")
+    check_eq(step_row(s, "capture", c), ("SUCCEEDED", "t", "600", ""), "the capture")
+    check_eq(attempt(s, auth), ("SUCCEEDED", "", "", "600", ""), "the authorization")
+    check_eq(ledger_rows(s, auth), [["charge", "600", auth["pi"]]], "one ledger row")
+    check_eq(operator_transitions(s, "capture", c),
+             [["REQUIRES_REVIEW", "SUCCEEDED", ACTOR, "agrees", "succeeded"]],
+             "the capture's transition, with the actor and the evidence")
+    check_eq(s.query("SELECT old_status, new_status, actor FROM attempt_transitions"
+                     " WHERE payment_attempt_id = '%s' AND cause = 'operator'" % auth["attempt"]),
+             [["AUTHORIZED", "SUCCEEDED", ACTOR]], "the authorization's transition")
+    evs = events(s, "capture", c)
+    check_eq([(t, p["amount"], p["provider_payment_id"]) for t, p in evs],
+             [("capture.succeeded", 600, auth["pi"])], "capture.succeeded")
+    got = psp_moves(s, auth, "captures")
+    check_eq(len(got), 1, "psp-sim captured once: %s" % got)
+
+    refused(s, "capture", c, "SUCCEEDED", "not REQUIRES_REVIEW")
+    refused(s, "capture", str(uuid.uuid4()), "FAILED", "no capture")
+    check_eq(ledger_rows(s, auth), [["charge", "600", auth["pi"]]], "still one ledger row")
+
+
+def capture_failed(new):
+    s = new("step_review_capture_failed", partitions=1)
+    auth = steps.authorize(s, 1000)
+    c = steps.plant_capture(s, auth, None, status="REQUIRES_REVIEW")
+    rc, out, err = resolve(s, "capture", c, "FAILED", "never captured, psp-sim holds it")
+    check_eq(rc, 0, "capture resolve FAILED: %s" % err)
+    check_eq(step_row(s, "capture", c),
+             ("FAILED", "f", "", "never captured, psp-sim holds it"), "the capture")
+    check_eq(attempt(s, auth), ("AUTHORIZED", "", "", "", ""), "the hold given back")
+    check_eq([t for t, _ in events(s, "capture", c)], ["capture.failed"], "capture.failed")
+    check_eq(ledger_rows(s, auth), [], "nothing booked")
+    check_eq(psp_moves(s, auth, "captures"), [], "nothing captured at psp-sim")
+    check_eq(operator_transitions(s, "capture", c),
+             [["REQUIRES_REVIEW", "FAILED", ACTOR, "agrees", "requires_capture"]],
+             "the capture's transition")
+
+
+def void(new):
+    s = new("step_review_void", partitions=1)
+    auth = steps.authorize(s, 1000)
+    v = steps.plant_void(s, auth, status="REQUIRES_REVIEW")
+    before = (step_row(s, "void", v), attempt(s, auth), [])
+    check_eq(before[1][:3], ("AUTHORIZED", "void", v), "the void holds its authorization")
+    refused(s, "void", v, "SUCCEEDED", "requires_capture")
+    nothing_written(s, "void", v, auth, before)
+
+    steps.cancel_at_psp(s, auth, "requested_by_customer")
+    refused(s, "void", v, "FAILED", "released by a request")
+    nothing_written(s, "void", v, auth, before)
+
+    rc, out, err = resolve(s, "void", v, "SUCCEEDED", "canceled per psp-sim")
+    check_eq(rc, 0, "void resolve SUCCEEDED: %s" % err)
+    check_eq(step_row(s, "void", v), ("SUCCEEDED", "t", "1000", ""), "the void")
+    check_eq(attempt(s, auth)[:3], ("VOIDED", "", ""), "the authorization VOIDED")
+    evs = events(s, "void", v)
+    check_eq([(t, p["amount"]) for t, p in evs], [("void.succeeded", 1000)], "void.succeeded")
+    check_eq(ledger_rows(s, auth), [], "a void books nothing")
+    check_eq(len(psp_moves(s, auth, "cancels")), 1, "psp-sim canceled once")
+    check_eq(operator_transitions(s, "void", v),
+             [["REQUIRES_REVIEW", "SUCCEEDED", ACTOR, "agrees", "canceled"]],
+             "the void's transition")
+    check_eq(s.query("SELECT old_status, new_status, actor FROM attempt_transitions"
+                     " WHERE payment_attempt_id = '%s' AND cause = 'operator'" % auth["attempt"]),
+             [["AUTHORIZED", "VOIDED", ACTOR]], "the authorization's transition")
+
+
+def void_failed(new):
+    s = new("step_review_void_failed", partitions=1)
+    auth = steps.authorize(s, 1000)
+    v = steps.plant_void(s, auth, status="REQUIRES_REVIEW")
+    rc, _, err = resolve(s, "void", v, "FAILED", "still held at psp-sim")
+    check_eq(rc, 0, "void resolve FAILED: %s" % err)
+    check_eq(step_row(s, "void", v), ("FAILED", "f", "", "still held at psp-sim"), "the void")
+    check_eq(attempt(s, auth), ("AUTHORIZED", "", "", "", ""), "the hold given back")
+    check_eq([t for t, _ in events(s, "void", v)], ["void.failed"], "void.failed")
+    check_eq(psp_moves(s, auth, "cancels"), [], "nothing canceled at psp-sim")
+
+
+def void_after_capture(new):
+    s = new("step_review_void_after_capture", partitions=1)
+    auth = steps.authorize(s, 1000)
+    v = steps.plant_void(s, auth, status="REQUIRES_REVIEW")
+    steps.capture_at_psp(s, auth)
+    refused(s, "void", v, "SUCCEEDED", "succeeded")
+    rc, _, err = resolve(s, "void", v, "FAILED", "captured behind our back")
+    check_eq(rc, 0, "void resolve FAILED: %s" % err)
+    check_eq(step_row(s, "void", v),
+             ("FAILED", "f", "", "void_after_capture: captured behind our back"), "the void")
+    check_eq(attempt(s, auth),
+             ("REQUIRES_REVIEW", "", "", "", "void_after_capture: captured behind our back"),
+             "the authorization goes to review")
+    check_eq([t for t, _ in events(s, "void", v)], ["void.failed"], "void.failed")
+    check_eq(s.query("SELECT event_type FROM outbox WHERE payment_attempt_id = '%s'"
+                     " AND event_type LIKE 'authorization.%%'" % auth["attempt"]),
+             [["authorization.requires_review"]], "authorization.requires_review")
+    check_eq(len(psp_moves(s, auth, "captures")), 1, "psp-sim captured it")
+
+
+SCENARIOS = {"capture": capture, "capture_failed": capture_failed, "void": void,
+             "void_failed": void_failed, "void_after_capture": void_after_capture}
+
+if __name__ == "__main__":
+    names = sys.argv[1:] or list(SCENARIOS)
+
+    def run_all(new):
+        for n in names:
+            SCENARIOS[n](new)
+    raise SystemExit(e2e.main(run_all))
