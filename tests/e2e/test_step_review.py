@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The review queue resolves captures and voids (issue 37): `chargectl
-capture resolve` and `chargectl void resolve` on steps left in
+"""The review queue resolves captures, voids and authorizations (issue 37):
+`chargectl capture|void|authorization resolve` on what was left in
 REQUIRES_REVIEW, against real PostgreSQL and psp-sim, judged from psp-sim's
 own books (its /ledger) beside ours.
 
@@ -25,7 +25,15 @@ ledger row of a capture, the hold given back or spent, the actor.
 - void_failed: FAILED while held: the hold given back, void.failed.
 - void_after_capture: captured at psp-sim behind our back: SUCCEEDED
   refused; FAILED moves the void FAILED void_after_capture and its
-  authorization to REQUIRES_REVIEW (authorization.requires_review).
+  authorization to REQUIRES_REVIEW (authorization.requires_review); the
+  authorization's own review then books what psp-sim captured.
+- authorization_captured: an authorization in review that psp-sim
+  captured (700 of 1000) by no capture of ours: AUTHORIZED and FAILED
+  refused, the charge's review refuses it; SUCCEEDED books 700.
+- authorization_held: still held at psp-sim: SUCCEEDED and VOIDED refused;
+  AUTHORIZED holds it again (authorization.succeeded); a charge is no
+  authorization.
+- authorization_voided: canceled at psp-sim: VOIDED (authorization.failed).
 
 Scenarios can be run alone: test_step_review.py capture"""
 import json
@@ -226,9 +234,94 @@ def void_after_capture(new):
              [["authorization.requires_review"]], "authorization.requires_review")
     check_eq(len(psp_moves(s, auth, "captures")), 1, "psp-sim captured it")
 
+    # The authorization's own review then books what psp-sim captured.
+    refused(s, "authorization", auth["attempt"], "VOIDED", "not VOIDED")
+    rc, _, err = resolve(s, "authorization", auth["attempt"], "SUCCEEDED", "captured at psp")
+    check_eq(rc, 0, "authorization resolve SUCCEEDED: %s" % err)
+    check_eq(attempt(s, auth), ("SUCCEEDED", "", "", "1000", ""), "the authorization booked")
+    check_eq(ledger_rows(s, auth), [["charge", "1000", auth["pi"]]], "its ledger row")
+
+
+def in_review(s, auth, why="requires_review: captured: by no capture of ours"):
+    """The authorization moved to review, as the look or a webhook moves it."""
+    s.psql(s.db, "BEGIN;UPDATE payment_attempts SET status = 'REQUIRES_REVIEW', reason = '%s'"
+           " WHERE id = '%s';%sCOMMIT;"
+           % (why, auth["attempt"], steps.attempt_moved(auth, "AUTHORIZED", "REQUIRES_REVIEW", why)))
+
+
+def auth_events(s, auth):
+    return [r[0] for r in s.query("SELECT event_type FROM outbox WHERE payment_attempt_id ="
+                                  " '%s' ORDER BY created_at" % auth["attempt"])]
+
+
+def authorization_captured(new):
+    s = new("step_review_authorization_captured", partitions=1)
+    auth = steps.authorize(s, 1000)
+    in_review(s, auth)
+    steps.capture_at_psp(s, auth, 700)
+    before = attempt(s, auth)
+    refused(s, "authorization", auth["attempt"], "AUTHORIZED", "not AUTHORIZED")
+    refused(s, "authorization", auth["attempt"], "FAILED", "not FAILED")
+    check_eq(attempt(s, auth), before, "a refusal writes nothing")
+    # The charge's review leaves an authorization alone.
+    p = s.run([e2e.CHARGECTL, "attempt", "resolve", auth["attempt"], "--failed", "--reason",
+               "x", "--actor", ACTOR], check=False)
+    check_eq(p.returncode, 1, "attempt resolve of an authorization")
+    check("chargectl authorization resolve" in p.stderr.decode(), p.stderr.decode())
+    rc, out, err = resolve(s, "authorization", auth["attempt"], "SUCCEEDED", "captured 7.00")
+    check_eq(rc, 0, "authorization resolve SUCCEEDED: %s" % err)
+    check_eq(json.loads(out)["evidence"]["lookup"]["amount_received"], 700, "the evidence")
+    check_eq(attempt(s, auth), ("SUCCEEDED", "", "", "700", ""), "captured 700 of 1000")
+    check_eq(ledger_rows(s, auth), [["charge", "700", auth["pi"]]], "booked what was taken")
+    check_eq(auth_events(s, auth), [], "no capture of ours: no event")
+    check_eq(s.query("SELECT old_status, new_status, actor, reason FROM attempt_transitions"
+                     " WHERE payment_attempt_id = '%s' AND cause = 'operator'" % auth["attempt"]),
+             [["REQUIRES_REVIEW", "SUCCEEDED", ACTOR, "captured 7.00"]], "the transition")
+    check_eq([c.get("amount") for c in psp_moves(s, auth, "captures")], [700],
+             "psp-sim captured 700 once")
+
+
+def authorization_held(new):
+    s = new("step_review_authorization_held", partitions=1)
+    auth = steps.authorize(s, 1000)
+    in_review(s, auth)
+    refused(s, "authorization", auth["attempt"], "SUCCEEDED", "requires_capture")
+    refused(s, "authorization", auth["attempt"], "VOIDED", "not VOIDED")
+    rc, _, err = resolve(s, "authorization", auth["attempt"], "AUTHORIZED", "still held")
+    check_eq(rc, 0, "authorization resolve AUTHORIZED: %s" % err)
+    check_eq(attempt(s, auth), ("AUTHORIZED", "", "", "", ""), "held again")
+    check_eq(auth_events(s, auth), ["authorization.succeeded"], "authorization.succeeded")
+    check_eq(ledger_rows(s, auth), [], "nothing booked")
+    check_eq((psp_moves(s, auth, "captures"), psp_moves(s, auth, "cancels")), ([], []),
+             "psp-sim did nothing")
+    refused(s, "authorization", auth["attempt"], "VOIDED", "not REQUIRES_REVIEW")
+    # A charge is not an authorization.
+    plain = str(uuid.uuid4())
+    s.psql(s.db, "INSERT INTO payment_attempts (id, order_id, idempotency_key,"
+           " request_fingerprint, amount, currency, payment_method, status) VALUES"
+           " ('%s', '%s', 'k-%s', 'fp', 100, 'EUR', 'pm_card_visa', 'REQUIRES_REVIEW')"
+           % (plain, uuid.uuid4(), plain))
+    refused(s, "authorization", plain, "FAILED", "no authorization")
+
+
+def authorization_voided(new):
+    s = new("step_review_authorization_voided", partitions=1)
+    auth = steps.authorize(s, 1000)
+    in_review(s, auth, "requires_review: canceled: by no void of ours")
+    steps.cancel_at_psp(s, auth, "abandoned")
+    refused(s, "authorization", auth["attempt"], "AUTHORIZED", "canceled")
+    rc, _, err = resolve(s, "authorization", auth["attempt"], "VOIDED", "canceled at psp")
+    check_eq(rc, 0, "authorization resolve VOIDED: %s" % err)
+    check_eq(attempt(s, auth), ("VOIDED", "", "", "", "voided"), "released")
+    check_eq(auth_events(s, auth), ["authorization.failed"], "authorization.failed")
+    check_eq(ledger_rows(s, auth), [], "nothing booked")
+
 
 SCENARIOS = {"capture": capture, "capture_failed": capture_failed, "void": void,
-             "void_failed": void_failed, "void_after_capture": void_after_capture}
+             "void_failed": void_failed, "void_after_capture": void_after_capture,
+             "authorization_captured": authorization_captured,
+             "authorization_held": authorization_held,
+             "authorization_voided": authorization_voided}
 
 if __name__ == "__main__":
     names = sys.argv[1:] or list(SCENARIOS)

@@ -1,11 +1,12 @@
-/* Unit tests of the capture's and the void's review judges: what the
- * provider's intent (retrieved by the id charged recorded) must show before
- * an operator's decision on a step in review is written, without a socket
- * or a database. */
+/* Unit tests of the capture's, the void's and the authorization's review
+ * judges: what the provider's intent (retrieved by the id charged recorded)
+ * must show before an operator's decision on one in review is written,
+ * without a socket or a database. */
 #include <check.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "authorization_review.h"
 #include "capture_review.h"
 #include "test_env.h"
 #include "void_review.h"
@@ -99,6 +100,37 @@ START_TEST(a_void_failed_while_held_expired_or_captured)
 }
 END_TEST
 
+static const char *au(struct provider_result r, enum attempt_status d, char *says)
+{
+    says[0] = '\0';
+    return authorization_review_judge(&r, d, &row_all, says, 512);
+}
+
+START_TEST(an_authorization_settles_as_its_intent_shows)
+{
+    char says[512];
+    ck_assert_str_eq(au(intent("succeeded", 700, ""), ATTEMPT_STATUS_SUCCEEDED, says),
+                     "agrees");
+    ck_assert_str_eq(au(intent("succeeded", 1200, ""), ATTEMPT_STATUS_SUCCEEDED, says),
+                     "contradicts");
+    ck_assert_str_eq(
+        au(intent("requires_capture", 0, ""), ATTEMPT_STATUS_AUTHORIZED, says),
+        "agrees");
+    ck_assert_str_eq(au(intent("succeeded", 700, ""), ATTEMPT_STATUS_AUTHORIZED, says),
+                     "contradicts");
+    ck_assert_msg(strstr(says, "not AUTHORIZED"), "%s", says);
+    ck_assert_str_eq(
+        au(intent("canceled", 0, "automatic"), ATTEMPT_STATUS_VOIDED, says), "agrees");
+    ck_assert_str_eq(au(intent("requires_capture", 0, ""), ATTEMPT_STATUS_VOIDED, says),
+                     "contradicts");
+    ck_assert_str_eq(
+        au(intent("requires_payment_method", 0, ""), ATTEMPT_STATUS_FAILED, says),
+        "agrees");
+    ck_assert_str_eq(au(intent("requires_capture", 0, ""), ATTEMPT_STATUS_FAILED, says),
+                     "contradicts");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("step_review_judge");
@@ -107,6 +139,7 @@ int main(void)
     tcase_add_test(tc, a_capture_failed_only_while_nothing_was_received);
     tcase_add_test(tc, a_void_succeeded_only_when_a_request_released_it);
     tcase_add_test(tc, a_void_failed_while_held_expired_or_captured);
+    tcase_add_test(tc, an_authorization_settles_as_its_intent_shows);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }

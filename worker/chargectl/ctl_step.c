@@ -11,6 +11,7 @@
 #include <jansson.h>
 
 #include "attempt_status.h"
+#include "authorization_review.h"
 #include "capture_review.h"
 #include "charged_assert.h"
 #include "chargectl.h"
@@ -34,6 +35,15 @@
     " LEFT JOIN payment_attempts p ON p.id = s.payment_attempt_id" \
     " WHERE ($1::text IS NULL OR s.status = $1)" \
     " ORDER BY s.updated_at DESC, s.id LIMIT $2::int) r"
+/* An authorization is listed as the attempt it is, with the step that
+ * holds it. */
+static const char SQL_AUTHORIZATION_LIST[] =
+    "SELECT coalesce(json_agg(r), '[]')::text FROM (SELECT s.id AS payment_attempt_id,"
+    " s.status, s.amount, s.currency, s.captured_amount,"
+    " s.held_by || ' ' || s.held_by_id AS held_by, s.reason,"
+    " " TS("s.updated_at") " AS updated_at FROM payment_attempts s"
+    " WHERE s.capture_method = 'manual' AND ($1::text IS NULL OR s.status = $1)"
+    " ORDER BY s.updated_at DESC, s.id LIMIT $2::int) r";
 /* clang-format on */
 
 struct step_cli_kind {
@@ -51,6 +61,8 @@ static const struct step_cli_kind step_kinds[] = {
     {"void", "void_id",
      SQL_STEP_LIST("void_attempts", "void_id", "coalesce(s.released_amount, p.amount)"),
      &void_review_kind},
+    {"authorization", "payment_attempt_id", SQL_AUTHORIZATION_LIST,
+     &authorization_review_kind},
 };
 
 struct step_cli {
@@ -60,20 +72,23 @@ struct step_cli {
     int as_json, force;
 };
 
-static void usage(FILE *out, const char *cmd)
+static void usage(FILE *out, const struct step_cli_kind *k)
 {
+    char names[80];
+    step_review_decisions(k->review, names, sizeof(names));
     fprintf(out,
             "usage: chargectl %s list [--status S] [--limit N] [--json]\n"
-            "       chargectl %s resolve <%s_id> --status SUCCEEDED|FAILED --reason R\n"
+            "       chargectl %s resolve <%s> --status S --reason R\n"
             "           [--actor A] [--force] [--json]\n\n"
             "list: the %ss most recently updated first (--status REQUIRES_REVIEW:\n"
-            "the review queue), with their authorization's status.\n"
-            "resolve: a person's decision on a %s in REQUIRES_REVIEW. The provider is\n"
-            "asked first (PROVIDER_API_KEY) for the authorization's intent by the id\n"
-            "charged recorded; a decision it contradicts or does not answer is\n"
-            "refused (exit 1, nothing written) unless --force. --actor defaults to\n"
-            "the OS user. Exit 0 resolved, 1 refused or failed, 2 bad usage.\n",
-            cmd, cmd, cmd, cmd, cmd);
+            "the review queue).\n"
+            "resolve: a person's decision on one in REQUIRES_REVIEW: --status\n%s.\n"
+            "The provider is asked first (PROVIDER_API_KEY) for the authorization's\n"
+            "intent by the id charged recorded; a decision it contradicts or does not\n"
+            "answer is refused (exit 1, nothing written) unless --force. --actor\n"
+            "defaults to the OS user. Exit 0 resolved, 1 refused or failed, 2 bad\n"
+            "usage.\n",
+            k->cmd, k->cmd, k->id_key, k->cmd, names);
 }
 
 static int step_list(PGconn *conn, const struct step_cli *cli)
@@ -187,7 +202,7 @@ static int take_option(int c, const char *arg, struct step_cli *cli)
         cli->force = 1;
         return -1;
     default:
-        usage(stdout, cli->k->cmd);
+        usage(stdout, cli->k);
         return CTL_OK;
     }
 }
@@ -230,10 +245,11 @@ static int check_args(struct step_cli *cli, int nargs, char **args)
     if (nargs < 1)
         return ctl_say(CTL_USAGE, cli->k->cmd, "resolve", "missing %s", cli->k->id_key);
     cli->id = args[0];
-    if (!cli->status ||
-        (strcmp(cli->status, "SUCCEEDED") && strcmp(cli->status, "FAILED")))
-        return ctl_say(CTL_USAGE, cli->k->cmd, "resolve",
-                       "--status SUCCEEDED or --status FAILED is required");
+    int st = cli->status ? attempt_status_parse(cli->status) : -1;
+    char names[80];
+    if (st < 0 || !(cli->k->review->decisions & (1u << st)))
+        return ctl_say(CTL_USAGE, cli->k->cmd, "resolve", "--status %s is required",
+                       step_review_decisions(cli->k->review, names, sizeof(names)));
     if (!cli->reason)
         return ctl_say(CTL_USAGE, cli->k->cmd, "resolve", "--reason is required");
     if (!cli->actor && !(cli->actor = ctl_os_user()))
@@ -250,7 +266,7 @@ static int step_run(int argc, char **argv, const struct step_cli_kind *k)
     if (argc < 2)
         return ctl_say(CTL_USAGE, k->cmd, NULL, "missing subcommand (list, resolve)");
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        usage(stdout, k->cmd);
+        usage(stdout, k);
         return CTL_OK;
     }
     cli.sub = argv[1];
@@ -284,4 +300,9 @@ int ctl_capture(int argc, char **argv)
 int ctl_void(int argc, char **argv)
 {
     return step_run(argc, argv, &step_kinds[1]);
+}
+
+int ctl_authorization(int argc, char **argv)
+{
+    return step_run(argc, argv, &step_kinds[2]);
 }

@@ -17,6 +17,30 @@ int step_review_answered(const struct provider_result *r)
            r->intent_status[0] != '\0';
 }
 
+const char *step_review_decisions(const struct step_review_kind *k, char *buf,
+                                  size_t size)
+{
+    CHARGED_ASSERT(k && buf && size > 0);
+    size_t used = 0;
+    int n = 0;
+    buf[0] = '\0';
+    for (int st = 0; st < ATTEMPT_STATUS__COUNT; st++) {
+        if (!(k->decisions & (1u << st)))
+            continue;
+        int more = k->decisions >> (st + 1) != 0;
+        int w = snprintf(buf + used, size - used, "%s%s",
+                         n == 0 ? ""
+                         : more ? ", "
+                                : " or ",
+                         attempt_status_name((enum attempt_status)st));
+        if (w < 0 || (size_t)w >= size - used)
+            break;
+        used += (size_t)w;
+        n++;
+    }
+    return buf;
+}
+
 void step_review_result_clear(struct step_review_result *r)
 {
     if (!r)
@@ -41,10 +65,10 @@ static int check(const struct step_review_kind *k, const struct step_review_requ
     char why[300];
     struct attempt_review_request as = {
         .attempt_id = rq->id, .reason = rq->reason, .actor = rq->actor};
-    if (rq->decision != ATTEMPT_STATUS_SUCCEEDED &&
-        rq->decision != ATTEMPT_STATUS_FAILED)
-        return finish(out, STEP_REVIEW_ERROR,
-                      "decision must be SUCCEEDED or FAILED%s%s", NULL, NULL),
+    if ((unsigned)rq->decision >= ATTEMPT_STATUS__COUNT ||
+        !(k->decisions & (1u << rq->decision)))
+        return finish(out, STEP_REVIEW_ERROR, "decision must be %s%s",
+                      step_review_decisions(k, why, sizeof(why)), NULL),
                -1;
     if (!rq->reason)
         return finish(out, STEP_REVIEW_ERROR,

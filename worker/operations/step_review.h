@@ -48,7 +48,7 @@ enum step_review_outcome {
 
 struct step_review_request {
     const char *id;               /* the step's UUID, in either case */
-    enum attempt_status decision; /* SUCCEEDED or FAILED */
+    enum attempt_status decision; /* one of the kind's decisions */
     const char *reason;           /* required: why */
     const char *actor;            /* who decides */
     int force;                    /* resolve although the provider objects */
@@ -92,7 +92,8 @@ struct step_review_result {
  * decision takes when it showed nothing); *moved 1 when the step moved,
  * else why names what stood in the way. */
 struct step_review_kind {
-    const char *noun; /* "capture", "void" */
+    const char *noun;   /* "capture", "void", "authorization" */
+    unsigned decisions; /* the statuses it may be resolved to: bit 1u << status */
     const char *load_sql;
     const char *(*judge)(const struct provider_result *r, enum attempt_status decision,
                          const struct step_review_row *row, char *says, size_t size);
@@ -111,6 +112,10 @@ int step_review_resolve(const struct step_review_kind *k, const char *database_u
                         struct step_review_result *out);
 
 void step_review_result_clear(struct step_review_result *r);
+
+/* The kind's decisions, named: "SUCCEEDED or FAILED" (static or in buf). */
+const char *step_review_decisions(const struct step_review_kind *k, char *buf,
+                                  size_t size);
 
 /* Whether the answer r is one the provider gave about the intent (not a
  * refused, lost or not-found look-up). */

@@ -144,6 +144,7 @@ static enum charged_rc capture_review_write(store_conn_t *db,
 
 const struct step_review_kind capture_review_kind = {
     .noun = "capture",
+    .decisions = 1u << ATTEMPT_STATUS_SUCCEEDED | 1u << ATTEMPT_STATUS_FAILED,
     .load_sql = SQL_LOAD,
     .judge = capture_review_judge,
     .write = capture_review_write,

@@ -152,6 +152,7 @@ static enum charged_rc void_review_write(store_conn_t *db,
 
 const struct step_review_kind void_review_kind = {
     .noun = "void",
+    .decisions = 1u << ATTEMPT_STATUS_SUCCEEDED | 1u << ATTEMPT_STATUS_FAILED,
     .load_sql = SQL_LOAD,
     .judge = void_review_judge,
     .write = void_review_write,
