@@ -104,9 +104,17 @@ def psp_moves(s, auth, what):
             if c.get("payment_intent_id") == auth["pi"]]
 
 
+def operator_calls(s, auth, col="NULL"):
+    """The look-ups an operator's decisions wrote: (operation, step id, actor)."""
+    return s.query("SELECT operation, coalesce(%s::text, ''), actor, provider_payment_id"
+                   " FROM provider_calls WHERE payment_attempt_id = '%s' AND actor = '%s'"
+                   % (col, auth["attempt"], ACTOR))
+
+
 def nothing_written(s, kind, step, auth, before):
     check_eq((step_row(s, kind, step), attempt(s, auth), operator_transitions(s, kind, step)),
              before, "a refusal writes nothing")
+    check_eq(operator_calls(s, auth), [], "a refusal writes no call")
 
 
 def capture(new):
@@ -151,6 +159,8 @@ def capture(new):
              [("capture.succeeded", 600, auth["pi"])], "capture.succeeded")
     got = psp_moves(s, auth, "captures")
     check_eq(len(got), 1, "psp-sim captured once: %s" % got)
+    check_eq(operator_calls(s, auth, "capture_id"), [["retrieve", c, ACTOR, auth["pi"]]],
+             "the look-up written with the decision, as the capture's call")
 
     refused(s, "capture", c, "SUCCEEDED", "not REQUIRES_REVIEW")
     refused(s, "capture", str(uuid.uuid4()), "FAILED", "no capture")
@@ -274,6 +284,8 @@ def authorization_captured(new):
     check_eq(attempt(s, auth), ("SUCCEEDED", "", "", "700", ""), "captured 700 of 1000")
     check_eq(ledger_rows(s, auth), [["charge", "700", auth["pi"]]], "booked what was taken")
     check_eq(auth_events(s, auth), [], "no capture of ours: no event")
+    check_eq(operator_calls(s, auth), [["retrieve", "", ACTOR, auth["pi"]]],
+             "the look-up written with the decision")
     check_eq(s.query("SELECT old_status, new_status, actor, reason FROM attempt_transitions"
                      " WHERE payment_attempt_id = '%s' AND cause = 'operator'" % auth["attempt"]),
              [["REQUIRES_REVIEW", "SUCCEEDED", ACTOR, "captured 7.00"]], "the transition")

@@ -6,6 +6,7 @@
 
 #include "attempt_review.h"
 #include "charged_assert.h"
+#include "clock.h"
 #include "command_fields.h"
 #include "store_stmt.h"
 
@@ -114,8 +115,9 @@ static int load(const struct step_review_kind *k, store_conn_t *db, const char *
 static const char *ask(const struct step_review_kind *k, provider_client_t *pc,
                        const struct step_review_request *rq,
                        const struct step_review_row *row, struct provider_result *res,
-                       char *says, size_t size)
+                       int64_t *started_ms, char *says, size_t size)
 {
+    *started_ms = 0;
     memset(res, 0, sizeof(*res));
     res->amount_received = res->amount_capturable = -1;
     if (!row->payment_intent[0]) {
@@ -123,6 +125,7 @@ static const char *ask(const struct step_review_kind *k, provider_client_t *pc,
                  row->id);
         return "no_answer";
     }
+    *started_ms = clock_wall_ms();
     provider_client_retrieve(pc, row->payment_intent, res);
     if (!step_review_answered(res)) {
         snprintf(says, size, "the provider did not answer the look-up of %s: %s",
@@ -152,19 +155,30 @@ static json_t *evidence_of(const struct step_review_request *rq,
                      "lookup", look);
 }
 
-/* The decision's transaction: CHARGED_OK with *moved, or the failure. */
+static void call_at(const void *items, size_t i, struct stmt_call *c)
+{
+    *c = ((const struct stmt_call *)items)[i];
+}
+
+/* The decision's transaction, with the look-up made at started_ms (0:
+ * none): CHARGED_OK with *moved, or the failure. */
 static enum charged_rc write_tx(const struct step_review_kind *k, store_conn_t *db,
                                 const struct step_review_request *rq,
                                 const struct step_review_row *row,
-                                const struct provider_result *res, const char *evidence,
-                                int *moved, char *why, size_t why_size,
-                                struct charged_error *err)
+                                const struct provider_result *res, int64_t started_ms,
+                                const char *evidence, int *moved, char *why,
+                                size_t why_size, struct charged_error *err)
 {
     struct charged_error ignore = {0};
     enum charged_rc rc = store_conn_exec(db, "BEGIN", 0, NULL, NULL, err);
     if (rc != CHARGED_OK)
         return rc;
     rc = store_conn_exec(db, "SET LOCAL lock_timeout = '2s'", 0, NULL, NULL, err);
+    if (rc == CHARGED_OK && started_ms > 0) {
+        const struct stmt_call call = {row->id, "retrieve", started_ms, res, 0};
+        rc = stmt_log_calls(db, rq->actor, k->log_calls_sql, &call, 1, call_at,
+                            "retrieve", err);
+    }
     if (rc == CHARGED_OK)
         rc = k->write(db, rq, row, res, evidence, moved, why, why_size, err);
     if (rc == CHARGED_OK && *moved)
@@ -177,7 +191,7 @@ static enum charged_rc write_tx(const struct step_review_kind *k, store_conn_t *
 static void decide(const struct step_review_kind *k, store_conn_t *db,
                    const struct step_review_request *rq,
                    const struct step_review_row *row, const struct provider_result *res,
-                   struct step_review_result *out)
+                   int64_t started_ms, struct step_review_result *out)
 {
     struct charged_error err = {0};
     char why[300] = "";
@@ -190,7 +204,7 @@ static void decide(const struct step_review_kind *k, store_conn_t *db,
         return;
     }
     enum charged_rc rc =
-        write_tx(k, db, rq, row, res, text, &moved, why, sizeof(why), &err);
+        write_tx(k, db, rq, row, res, started_ms, text, &moved, why, sizeof(why), &err);
     free(text);
     if (rc == CHARGED_WAIT)
         finish(
@@ -251,6 +265,7 @@ int step_review_resolve(const struct step_review_kind *k, const char *database_u
     struct charged_error err = {0};
     struct step_review_row row;
     struct provider_result res;
+    int64_t started_ms = 0;
     char id[37] = "";
     memset(out, 0, sizeof(*out));
     if (check(k, rq, out) != 0)
@@ -264,8 +279,8 @@ int step_review_resolve(const struct step_review_kind *k, const char *database_u
     }
     if (reviewable(k, db, id, &row, out) != 0)
         goto out;
-    out->verdict =
-        ask(k, pc, rq, &row, &res, out->provider_says, sizeof(out->provider_says));
+    out->verdict = ask(k, pc, rq, &row, &res, &started_ms, out->provider_says,
+                       sizeof(out->provider_says));
     if (strcmp(out->verdict, "agrees") != 0) {
         if (!rq->force) {
             finish(out, STEP_REVIEW_REFUSED,
@@ -281,7 +296,7 @@ int step_review_resolve(const struct step_review_kind *k, const char *database_u
                rq->actor, NULL);
         goto out;
     }
-    decide(k, db, rq, &row, &res, out);
+    decide(k, db, rq, &row, &res, started_ms, out);
 out:
     store_conn_free(db);
     return 0;

@@ -12,9 +12,10 @@
  * cancellation_reason. A decision the evidence contradicts, or that the
  * provider did not answer, is refused and nothing is written, unless
  * forced; the evidence then says so. A resolution is one transaction on
- * the step's locked row (2 s lock_timeout): the step, its authorization
- * (moved or given back its hold, through the kind's shared writers), the
- * transitions with cause operator and the actor, the result events. */
+ * the step's locked row (2 s lock_timeout): the look-up as a provider
+ * call of the step, the step, its authorization (moved or given back its
+ * hold, through the kind's shared writers), the transitions with cause
+ * operator and the actor, the result events. */
 #ifndef CHARGED_STEP_REVIEW_H
 #define CHARGED_STEP_REVIEW_H
 
@@ -95,6 +96,10 @@ struct step_review_kind {
     const char *noun;   /* "capture", "void", "authorization" */
     unsigned decisions; /* the statuses it may be resolved to: bit 1u << status */
     const char *load_sql;
+    /* stmt_log_calls' statement writing a look-up as a call of the step
+     * (SQL_STEP_LOG_CALLS, attempt_store_log_calls_sql): with the
+     * decision, in its transaction; a refusal writes nothing. */
+    const char *log_calls_sql;
     const char *(*judge)(const struct provider_result *r, enum attempt_status decision,
                          const struct step_review_row *row, char *says, size_t size);
     enum charged_rc (*write)(store_conn_t *db, const struct step_review_request *rq,

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "attempt_sql.h"
+#include "attempt_store.h"
 #include "charged_assert.h"
 #include "store_stmt.h"
 
@@ -150,6 +151,7 @@ const struct step_review_kind authorization_review_kind = {
     .decisions = 1u << ATTEMPT_STATUS_SUCCEEDED | 1u << ATTEMPT_STATUS_AUTHORIZED |
                  1u << ATTEMPT_STATUS_VOIDED | 1u << ATTEMPT_STATUS_FAILED,
     .load_sql = SQL_LOAD,
+    .log_calls_sql = attempt_store_log_calls_sql,
     .judge = authorization_review_judge,
     .write = authorization_review_write,
 };

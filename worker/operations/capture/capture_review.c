@@ -6,6 +6,7 @@
 #include "capture_sql.h"
 #include "capture_store.h"
 #include "charged_assert.h"
+#include "step_sql.h"
 #include "store_stmt.h"
 
 /* clang-format off */
@@ -54,6 +55,8 @@ static const char *SQL_MOVE =
     "  coalesce(p.captured_amount::text, 'nothing'), c.status, c.holds"
     " FROM capture_attempts c LEFT JOIN payment_attempts p ON p.id = c.payment_attempt_id"
     " WHERE c.id = $1::uuid";
+/* A look-up, written as a call of the capture (step_sql.h). */
+static const char SQL_LOG_CALLS[] = SQL_STEP_LOG_CALLS("capture_attempts", "capture_id");
 /* clang-format on */
 
 const char *capture_review_judge(const struct provider_result *r,
@@ -146,6 +149,7 @@ const struct step_review_kind capture_review_kind = {
     .noun = "capture",
     .decisions = 1u << ATTEMPT_STATUS_SUCCEEDED | 1u << ATTEMPT_STATUS_FAILED,
     .load_sql = SQL_LOAD,
+    .log_calls_sql = SQL_LOG_CALLS,
     .judge = capture_review_judge,
     .write = capture_review_write,
 };

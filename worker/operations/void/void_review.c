@@ -5,6 +5,7 @@
 
 #include "attempt_sql.h"
 #include "charged_assert.h"
+#include "step_sql.h"
 #include "store_stmt.h"
 #include "void_store.h"
 
@@ -52,6 +53,8 @@ static const char *SQL_MOVE =
     "SELECT (SELECT count(*) FROM u), coalesce(p.status, 'unknown'), w.status, w.holds"
     " FROM void_attempts w LEFT JOIN payment_attempts p ON p.id = w.payment_attempt_id"
     " WHERE w.id = $1::uuid";
+/* A look-up, written as a call of the void (step_sql.h). */
+static const char SQL_LOG_CALLS[] = SQL_STEP_LOG_CALLS("void_attempts", "void_id");
 /* clang-format on */
 
 const char *void_review_judge(const struct provider_result *r,
@@ -154,6 +157,7 @@ const struct step_review_kind void_review_kind = {
     .noun = "void",
     .decisions = 1u << ATTEMPT_STATUS_SUCCEEDED | 1u << ATTEMPT_STATUS_FAILED,
     .load_sql = SQL_LOAD,
+    .log_calls_sql = SQL_LOG_CALLS,
     .judge = void_review_judge,
     .write = void_review_write,
 };
