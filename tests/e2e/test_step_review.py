@@ -16,9 +16,14 @@ ledger row of a capture, the hold given back or spent, the actor.
   authorization SUCCEEDED, captured_amount, the ledger's charge row,
   capture.succeeded); a second resolution is refused (not in review);
   a leased capture is refused; an unknown id is refused.
-- capture_failed: FAILED while psp-sim still holds it: the capture FAILED,
+- capture_failed: FAILED while psp-sim still holds it (two operators at
+  once: one is written, the other refused): the capture FAILED,
   capture.failed, the authorization AUTHORIZED again with no hold, nothing
   booked, nothing captured at psp-sim.
+- capture_of_a_reviewed_authorization: psp-sim captured for our capture
+  while its authorization went to review: the capture's SUCCEEDED is
+  refused until the authorization's review books it; then it resolves,
+  booked once.
 - void: SUCCEEDED refused while psp-sim holds it; canceled at psp-sim,
   FAILED refused; SUCCEEDED then: the authorization VOIDED, the void
   SUCCEEDED with the amount released, void.succeeded, no ledger row.
@@ -36,6 +41,7 @@ ledger row of a capture, the hold given back or spent, the actor.
 - authorization_voided: canceled at psp-sim: VOIDED (authorization.failed).
 
 Scenarios can be run alone: test_step_review.py capture"""
+import concurrent.futures
 import json
 import os
 import sys
@@ -171,8 +177,11 @@ def capture_failed(new):
     s = new("step_review_capture_failed", partitions=1)
     auth = steps.authorize(s, 1000)
     c = steps.plant_capture(s, auth, None, status="REQUIRES_REVIEW")
-    rc, out, err = resolve(s, "capture", c, "FAILED", "never captured, psp-sim holds it")
-    check_eq(rc, 0, "capture resolve FAILED: %s" % err)
+    # Two operators at once: one decision is written, the other refused.
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(lambda _: resolve(s, "capture", c, "FAILED",
+                                               "never captured, psp-sim holds it"), range(2)))
+    check_eq(sorted(r[0] for r in runs), [0, 1], "two resolutions at once: %s" % runs)
     check_eq(step_row(s, "capture", c),
              ("FAILED", "f", "", "never captured, psp-sim holds it"), "the capture")
     check_eq(attempt(s, auth), ("AUTHORIZED", "", "", "", ""), "the hold given back")
@@ -182,6 +191,29 @@ def capture_failed(new):
     check_eq(operator_transitions(s, "capture", c),
              [["REQUIRES_REVIEW", "FAILED", ACTOR, "agrees", "requires_capture"]],
              "the capture's transition")
+
+
+def capture_of_a_reviewed_authorization(new):
+    """psp-sim captured for our capture while its authorization went to
+    review: the capture cannot be booked until the authorization's own
+    review books what was taken; then it resolves, booked once."""
+    s = new("step_review_capture_reviewed_authorization", partitions=1)
+    auth = steps.authorize(s, 1000)
+    c = steps.plant_capture(s, auth, 600, status="REQUIRES_REVIEW")
+    in_review(s, auth)
+    check_eq(attempt(s, auth)[:3], ("REQUIRES_REVIEW", "capture", c), "held through review")
+    steps.capture_at_psp(s, auth, 600)
+    refused(s, "capture", c, "SUCCEEDED", "its authorization REQUIRES_REVIEW")
+    check_eq(ledger_rows(s, auth), [], "nothing booked by the refusal")
+    rc, _, err = resolve(s, "authorization", auth["attempt"], "SUCCEEDED", "captured 6.00")
+    check_eq(rc, 0, "authorization resolve SUCCEEDED: %s" % err)
+    rc, _, err = resolve(s, "capture", c, "SUCCEEDED", "the capture that took it")
+    check_eq(rc, 0, "capture resolve SUCCEEDED: %s" % err)
+    check_eq(step_row(s, "capture", c), ("SUCCEEDED", "t", "600", ""), "the capture")
+    check_eq(attempt(s, auth), ("SUCCEEDED", "", "", "600", ""), "the authorization")
+    check_eq(ledger_rows(s, auth), [["charge", "600", auth["pi"]]], "booked once")
+    check_eq([t for t, _ in events(s, "capture", c)], ["capture.succeeded"], "its event")
+    check_eq(len(psp_moves(s, auth, "captures")), 1, "psp-sim captured once")
 
 
 def void(new):
@@ -329,7 +361,9 @@ def authorization_voided(new):
     check_eq(ledger_rows(s, auth), [], "nothing booked")
 
 
-SCENARIOS = {"capture": capture, "capture_failed": capture_failed, "void": void,
+SCENARIOS = {"capture": capture, "capture_failed": capture_failed,
+             "capture_of_a_reviewed_authorization": capture_of_a_reviewed_authorization,
+             "void": void,
              "void_failed": void_failed, "void_after_capture": void_after_capture,
              "authorization_captured": authorization_captured,
              "authorization_held": authorization_held,
