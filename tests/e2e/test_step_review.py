@@ -27,7 +27,8 @@ ledger row of a capture, the hold given back or spent, the actor.
 - void: SUCCEEDED refused while psp-sim holds it; canceled at psp-sim,
   FAILED refused; SUCCEEDED then: the authorization VOIDED, the void
   SUCCEEDED with the amount released, void.succeeded, no ledger row.
-- void_failed: FAILED while held: the hold given back, void.failed.
+- void_failed: refused while a call under its key may still execute;
+  then FAILED while held: the hold given back, void.failed.
 - void_after_capture: captured at psp-sim behind our back: SUCCEEDED
   refused; FAILED moves the void FAILED void_after_capture and its
   authorization to REQUIRES_REVIEW (authorization.requires_review); the
@@ -249,6 +250,15 @@ def void_failed(new):
     s = new("step_review_void_failed", partitions=1)
     auth = steps.authorize(s, 1000)
     v = steps.plant_void(s, auth, status="REQUIRES_REVIEW")
+    # Its cancel sent a minute ago, answer lost: the provider may still
+    # execute it (WORKER_KEY_RETENTION_MS, 24 h here), so nobody decides yet.
+    s.psql(s.db, "INSERT INTO provider_calls (payment_attempt_id, void_id, operation,"
+           " started_at, latency_ms, outcome, actor) VALUES ('%s', '%s', 'void',"
+           " now() - interval '1 minute', 2000, 'unknown', 'w-test')" % (auth["attempt"], v))
+    refused(s, "void", v, "FAILED", "may still execute it")
+    check_eq(operator_calls(s, auth), [], "nothing written")
+    s.psql(s.db, "UPDATE provider_calls SET started_at = now() - interval '2 days',"
+           " recorded_at = now() - interval '2 days' WHERE void_id = '%s'" % v)
     rc, _, err = resolve(s, "void", v, "FAILED", "still held at psp-sim")
     check_eq(rc, 0, "void resolve FAILED: %s" % err)
     check_eq(step_row(s, "void", v), ("FAILED", "f", "", "still held at psp-sim"), "the void")

@@ -158,6 +158,7 @@ static int step_resolve(const config_t *cfg, const struct step_cli *cli)
         .reason = cli->reason,
         .actor = cli->actor,
         .force = cli->force,
+        .key_kept_ms = config_int(cfg, CONFIG_WORKER_KEY_RETENTION_MS),
     };
     struct step_review_result res;
     step_review_resolve(cli->k->review, config_str(cfg, CONFIG_DATABASE_URL), pc, &rq,

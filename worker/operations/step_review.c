@@ -103,6 +103,7 @@ static int load(const struct step_review_kind *k, store_conn_t *db, const char *
             row->authorized = stmt_col_int(r, 0, 6);
             row->holds = stmt_col_true(r, 0, 7);
             row->leased = stmt_col_true(r, 0, 8);
+            row->key_age_ms = PQgetisnull(r, 0, 9) ? -1 : stmt_col_int(r, 0, 9);
         }
     }
     PQclear(r);
@@ -148,11 +149,12 @@ static json_t *evidence_of(const struct step_review_request *rq,
         res->amount, "amount_received", res->amount_received, "amount_capturable",
         res->amount_capturable, "cancellation_reason",
         res->cancellation_reason[0] ? res->cancellation_reason : NULL);
-    return json_pack("{s:s, s:s, s:s*, s:b, s:s, s:o*}", "decision",
-                     attempt_status_name(rq->decision), "provider", out->verdict,
-                     "provider_says", out->provider_says[0] ? out->provider_says : NULL,
-                     "forced", out->forced, "authorization_status", row->attempt_status,
-                     "lookup", look);
+    return json_pack(
+        "{s:s, s:s, s:s*, s:b, s:s, s:o*, s:o*}", "decision",
+        attempt_status_name(rq->decision), "provider", out->verdict, "provider_says",
+        out->provider_says[0] ? out->provider_says : NULL, "forced", out->forced,
+        "authorization_status", row->attempt_status, "key_age_ms",
+        row->key_age_ms >= 0 ? json_integer(row->key_age_ms) : NULL, "lookup", look);
 }
 
 static void call_at(const void *items, size_t i, struct stmt_call *c)
@@ -279,6 +281,24 @@ int step_review_resolve(const struct step_review_kind *k, const char *database_u
     }
     if (reviewable(k, db, id, &row, out) != 0)
         goto out;
+    /* A call the provider holds under the key may still execute: the
+     * reconciler settles such a step on evidence; a person waits. */
+    if (row.key_age_ms >= 0 && row.key_age_ms < rq->key_kept_ms) {
+        out->verdict = "may_execute";
+        snprintf(out->provider_says, sizeof(out->provider_says),
+                 "a call under %s %s's key is %lld ms old, younger than "
+                 "WORKER_KEY_RETENTION_MS (%lld ms): the provider may still execute it",
+                 k->noun, id, row.key_age_ms, rq->key_kept_ms);
+        if (!rq->force) {
+            finish(out, STEP_REVIEW_REFUSED,
+                   "refused: %s; nothing written (force "
+                   "overrides)%s",
+                   out->provider_says, NULL);
+            goto out;
+        }
+        out->forced = 1;
+        out->provider_says[0] = '\0'; /* the evidence's key_age_ms says it */
+    }
     out->verdict = ask(k, pc, rq, &row, &res, &started_ms, out->provider_says,
                        sizeof(out->provider_says));
     if (strcmp(out->verdict, "agrees") != 0) {

@@ -30,6 +30,21 @@
 
 #define STEP_REVIEW_MAX_REASON 1000
 
+/* The load's last column: ms since the database recorded the newest call
+ * under the key of the row whose id is `id` in provider_calls' column
+ * `col` (the step's own calls: not the look-ups), NULL when none. For an
+ * authorization (col payment_attempt_id) its own calls, not its steps'. */
+/* clang-format off */
+#define SQL_STEP_KEY_AGE(col, id) \
+    "(SELECT (extract(epoch FROM now() - max(coalesce(k.recorded_at, k.started_at)))" \
+    "   * 1000)::bigint FROM provider_calls k WHERE k." col " = " id \
+    "   AND k.operation NOT IN ('retrieve', 'search', 'list')" \
+    "   AND k.capture_id IS NOT DISTINCT FROM CASE WHEN '" col "' = 'capture_id'" \
+    "     THEN k.capture_id END" \
+    "   AND k.void_id IS NOT DISTINCT FROM CASE WHEN '" col "' = 'void_id'" \
+    "     THEN k.void_id END)"
+/* clang-format on */
+
 enum step_review_outcome {
     STEP_REVIEW_RESOLVED = 0,
     STEP_REVIEW_NOT_FOUND,     /* no such step */
@@ -53,6 +68,10 @@ struct step_review_request {
     const char *reason;           /* required: why */
     const char *actor;            /* who decides */
     int force;                    /* resolve although the provider objects */
+    /* How long after the last call under a key the provider may still
+     * execute it (WORKER_KEY_RETENTION_MS): no decision before, unless
+     * forced, as a refund's review. 0: no wait. */
+    long long key_kept_ms;
     /* Asked after the provider answered, right before the decision is
      * written: whether the actor may still decide (a console session not
      * revoked meanwhile). NULL: yes. */
@@ -71,6 +90,7 @@ struct step_review_row {
     long long authorized; /* the authorization's amount */
     int holds;            /* the step holds its authorization */
     int leased;           /* a live lease: someone may be calling now */
+    long long key_age_ms; /* since its newest call under its key; -1 none */
 };
 
 struct step_review_result {

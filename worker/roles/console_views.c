@@ -796,6 +796,7 @@ unsigned console_views_step_resolve(console_views_t *v, const struct console_who
         .reason = in->reason,
         .actor = who->name,
         .force = in->force,
+        .key_kept_ms = config_int(v->cfg, CONFIG_WORKER_KEY_RETENTION_MS),
         .still_allowed = still_operator,
         .ctx = &signed_in,
     };

@@ -6,6 +6,7 @@
 #include "attempt_sql.h"
 #include "attempt_store.h"
 #include "charged_assert.h"
+#include "step_review.h"
 #include "store_stmt.h"
 
 /* clang-format off */
@@ -14,7 +15,8 @@
 static const char SQL_LOAD[] =
     "SELECT a.id, a.id, a.status, a.status, coalesce(a.provider_payment_id, ''), 0,"
     "  a.amount, a.held_by IS NOT NULL,"
-    "  (a.lease_owner IS NOT NULL AND a.lease_expires_at > now())"
+    "  (a.lease_owner IS NOT NULL AND a.lease_expires_at > now()),"
+    "  " SQL_STEP_KEY_AGE("payment_attempt_id", "a.id")
     " FROM payment_attempts a WHERE a.id = $1::uuid AND a.capture_method = 'manual'";
 
 /* The move from review, its transition, its event, and a capture's ledger

@@ -16,7 +16,8 @@ static const char SQL_LOAD[] =
     "SELECT c.id, c.payment_attempt_id, c.status, coalesce(p.status, ''),"
     "  coalesce(p.provider_payment_id, c.payment_intent, ''), coalesce(c.amount, 0),"
     "  coalesce(p.amount, 0), c.holds,"
-    "  (c.lease_owner IS NOT NULL AND c.lease_expires_at > now())"
+    "  (c.lease_owner IS NOT NULL AND c.lease_expires_at > now()),"
+    "  " SQL_STEP_KEY_AGE("capture_id", "c.id")
     " FROM capture_attempts c LEFT JOIN payment_attempts p ON p.id = c.payment_attempt_id"
     " WHERE c.id = $1::uuid";
 

@@ -16,7 +16,8 @@ static const char SQL_LOAD[] =
     "SELECT w.id, w.payment_attempt_id, w.status, coalesce(p.status, ''),"
     "  coalesce(p.provider_payment_id, w.payment_intent, ''), 0,"
     "  coalesce(p.amount, 0), w.holds,"
-    "  (w.lease_owner IS NOT NULL AND w.lease_expires_at > now())"
+    "  (w.lease_owner IS NOT NULL AND w.lease_expires_at > now()),"
+    "  " SQL_STEP_KEY_AGE("void_id", "w.id")
     " FROM void_attempts w LEFT JOIN payment_attempts p ON p.id = w.payment_attempt_id"
     " WHERE w.id = $1::uuid";
 
