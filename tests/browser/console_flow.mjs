@@ -41,13 +41,13 @@ try {
   const problems = [];
   page.on("pageerror", (e) => problems.push("page error: " + e.message));
   // A 401 is the page asking whether it is signed in, or a refused token;
-  // one 422 is the provider's objection to the review's first, unforced
-  // decision: expected. Anything else the browser calls an error is a
-  // problem.
+  // two 422s are the provider's objections to the review's and the void's
+  // first decisions: expected. Anything else the browser calls an error is
+  // a problem.
   let objections = 0;
   page.on("console", (m) => {
     if (m.type() !== "error" || /status of 401/.test(m.text())) return;
-    if (/status of 422/.test(m.text()) && objections++ === 0) return;
+    if (/status of 422/.test(m.text()) && objections++ < 2) return;
     problems.push("console: " + m.text());
   });
   page.on("dialog", (d) => { problems.push("a dialog opened: " + d.message()); d.dismiss(); });
@@ -88,6 +88,18 @@ try {
   await page.click("[data-testid=force-submit]");
   await page.locator("[data-testid=resolve-result]", { hasText: "Resolved SUCCEEDED over the provider's objection" }).waitFor(WAIT);
   await shot(page, "review");
+
+  // ---- a void in review (issue 37): the provider asked first ----
+  await page.locator(`[data-testid="step-${cfg.step_review.void}"]`).click(WAIT);
+  await page.selectOption("#step-decision", "succeeded");
+  await page.fill("#step-reason", "released per the dashboard");
+  await page.click("[data-testid=step-submit]");
+  await page.locator("[data-testid=step-result]", { hasText: "requires_capture" }).waitFor(WAIT);
+  await page.selectOption("#step-decision", "failed");
+  await page.fill("#step-reason", "still held at the provider");
+  await page.click("[data-testid=step-submit]");
+  await page.locator("[data-testid=step-result]", { hasText: "Resolved FAILED; the provider agrees" }).waitFor(WAIT);
+  await shot(page, "step-review");
 
   // ---- a hostile dead letter, whole ----
   await page.click("nav a[data-page=letters]");

@@ -538,7 +538,7 @@ enum charged_rc attempt_store_claim(attempt_store_t *st,
  * written only when no row of the same call (attempt, start, outcome,
  * status, latency, error) is there. One statement, one snapshot: two equal
  * rows of one batch (lost answers of one call) are both written. */
-static const char *SQL_LOG_CALLS =
+const char attempt_store_log_calls_sql[] =
     "INSERT INTO provider_calls (payment_attempt_id, operation, started_at, latency_ms,"
     "  outcome, http_status, replayed, provider_payment_id, error, actor)"
     " SELECT id, op, to_timestamp(started_ms / 1000.0), latency, outcome,"
@@ -594,7 +594,7 @@ enum charged_rc attempt_store_log_calls(attempt_store_t *st,
     int again = stmt_arrays(&s, 1);
     for (size_t i = 0; i < n; i++)
         stmt_add(&s, again, calls[i].written_maybe ? "t" : "f");
-    rc = stmt_run(st->db, &s, SQL_LOG_CALLS, NULL, err);
+    rc = stmt_run(st->db, &s, attempt_store_log_calls_sql, NULL, err);
     stmt_release(&s);
     return rc;
 }

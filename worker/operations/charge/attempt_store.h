@@ -258,4 +258,10 @@ enum charged_rc attempt_store_release(attempt_store_t *st,
                                       const int64_t *epochs, size_t n,
                                       struct charged_error *err);
 
+/* The statement the attempts' calls are written with (stmt_log_calls'
+ * shape: nine arrays $1..$9, the actor $10, $11 whether an earlier write
+ * may have committed), for a writer of its own session: an authorization's
+ * review writes its look-up with its decision. */
+extern const char attempt_store_log_calls_sql[];
+
 #endif
