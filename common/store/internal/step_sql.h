@@ -36,6 +36,29 @@
     "  AND c.http_status IS NOT DISTINCT FROM nullif(v.http, 0)" \
     "  AND c.error IS NOT DISTINCT FROM nullif(v.err, '')))")
 
+/* The reconciler's claim of a step's records due for a look ($1 actor,
+ * $2 lease ms, $3 batch, $4 stale ms): UNKNOWN or PROCESSING unleased, an
+ * UNKNOWN lease expired, a PROCESSING one stale; leased, fenced (epoch),
+ * due at once. Returns id, lease_epoch, status, then the caller's columns
+ * of `p` (the step's row). */
+#define SQL_STEP_CLAIM_DUE(table) \
+    "WITH c AS (" \
+    "  SELECT p.id FROM " table " p" \
+    "  WHERE (p.next_check_at IS NULL OR p.next_check_at <= now())" \
+    "    AND ((p.status IN (" ATTEMPT_SQL(UNKNOWN) ", " ATTEMPT_SQL(PROCESSING) ")" \
+    "          AND p.lease_owner IS NULL)" \
+    "      OR (p.status = " ATTEMPT_SQL(UNKNOWN) " AND p.lease_expires_at < now())" \
+    "      OR (p.status = " ATTEMPT_SQL(PROCESSING) " AND p.lease_expires_at <" \
+    "          now() - make_interval(secs => $4::double precision / 1000)))" \
+    "  ORDER BY p.next_check_at NULLS FIRST, p.id LIMIT $3::int" \
+    "  FOR NO KEY UPDATE OF p SKIP LOCKED)" \
+    "UPDATE " table " p SET lease_owner = $1," \
+    "  lease_expires_at = now() + make_interval(secs => $2::double precision / 1000)," \
+    "  lease_epoch = p.lease_epoch + 1," \
+    "  next_check_at = coalesce(p.next_check_at, now())" \
+    " FROM c WHERE p.id = c.id" \
+    " RETURNING p.id, p.lease_epoch, p.status, "
+
 /* clang-format on */
 
 #endif

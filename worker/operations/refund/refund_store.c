@@ -485,22 +485,8 @@ enum charged_rc refund_store_hand_back(refund_store_t *st,
 
 /* clang-format off */
 static const char *SQL_CLAIM_DUE =
-    "WITH c AS ("
-    "  SELECT p.id FROM refund_attempts p"
-    "  WHERE (p.next_check_at IS NULL OR p.next_check_at <= now())"
-    "    AND ((p.status IN (" ATTEMPT_SQL(UNKNOWN) ", " ATTEMPT_SQL(PROCESSING) ")"
-    "          AND p.lease_owner IS NULL)"
-    "      OR (p.status = " ATTEMPT_SQL(UNKNOWN) " AND p.lease_expires_at < now())"
-    "      OR (p.status = " ATTEMPT_SQL(PROCESSING) " AND p.lease_expires_at <"
-    "          now() - make_interval(secs => $4::double precision / 1000)))"
-    "  ORDER BY p.next_check_at NULLS FIRST, p.id LIMIT $3::int"
-    "  FOR NO KEY UPDATE OF p SKIP LOCKED)"
-    "UPDATE refund_attempts p SET lease_owner = $1,"
-    "  lease_expires_at = now() + make_interval(secs => $2::double precision / 1000),"
-    "  lease_epoch = p.lease_epoch + 1,"
-    "  next_check_at = coalesce(p.next_check_at, now())"
-    " FROM c WHERE p.id = c.id"
-    " RETURNING p.id, p.lease_epoch, p.status, coalesce(p.provider_refund_id, ''),"
+    SQL_STEP_CLAIM_DUE("refund_attempts")
+    "coalesce(p.provider_refund_id, ''),"
     "  coalesce((extract(epoch FROM now() - p.first_sent_at) * 1000)::bigint, -1),"
     "  (extract(epoch FROM now() - p.created_at) * 1000)::bigint, p.reconcile_checks,"
     "  p.idempotency_key, coalesce(p.payment_intent, ''), p.payment_attempt_id,"

@@ -8,6 +8,7 @@
 #include "attempt_status.h"
 #include "charged_assert.h"
 #include "lease_sql.h"
+#include "step_sql.h"
 #include "op_shared.h"
 #include "store_stmt.h"
 #include "void_command.h"
@@ -577,27 +578,12 @@ enum charged_rc void_store_hand_back(void_store_t *st, const char *const *ids,
 
 /* clang-format off */
 static const char *SQL_CLAIM_DUE =
-    "WITH c AS ("
-    "  SELECT w.id FROM void_attempts w"
-    "  WHERE (w.next_check_at IS NULL OR w.next_check_at <= now())"
-    "    AND ((w.status IN (" ATTEMPT_SQL(UNKNOWN) ", " ATTEMPT_SQL(PROCESSING) ")"
-    "          AND w.lease_owner IS NULL)"
-    "      OR (w.status = " ATTEMPT_SQL(UNKNOWN) " AND w.lease_expires_at < now())"
-    "      OR (w.status = " ATTEMPT_SQL(PROCESSING) " AND w.lease_expires_at <"
-    "          now() - make_interval(secs => $4::double precision / 1000)))"
-    "  ORDER BY w.next_check_at NULLS FIRST, w.id LIMIT $3::int"
-    "  FOR NO KEY UPDATE OF w SKIP LOCKED)"
-    "UPDATE void_attempts w SET lease_owner = $1,"
-    "  lease_expires_at = now() + make_interval(secs => $2::double precision / 1000),"
-    "  lease_epoch = w.lease_epoch + 1,"
-    "  next_check_at = coalesce(w.next_check_at, now())"
-    " FROM c WHERE w.id = c.id"
-    " RETURNING w.id, w.lease_epoch, w.status,"
-    "  coalesce((extract(epoch FROM now() - w.first_sent_at) * 1000)::bigint, -1),"
-    "  (extract(epoch FROM now() - w.created_at) * 1000)::bigint, w.reconcile_checks,"
-    "  w.idempotency_key, coalesce(w.payment_intent, ''), w.payment_attempt_id,"
-    "  w.void_reason,"
-    "  coalesce((SELECT amount FROM payment_attempts a WHERE a.id = w.payment_attempt_id),"
+    SQL_STEP_CLAIM_DUE("void_attempts")
+    "  coalesce((extract(epoch FROM now() - p.first_sent_at) * 1000)::bigint, -1),"
+    "  (extract(epoch FROM now() - p.created_at) * 1000)::bigint, p.reconcile_checks,"
+    "  p.idempotency_key, coalesce(p.payment_intent, ''), p.payment_attempt_id,"
+    "  p.void_reason,"
+    "  coalesce((SELECT amount FROM payment_attempts a WHERE a.id = p.payment_attempt_id),"
     "    0)";
 
 /* The look's settlement: the void's change with its transition, event and
