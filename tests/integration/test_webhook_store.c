@@ -473,7 +473,7 @@ static enum charged_rc refund_view(webhook_store_t *st, const char *id, json_t *
         if (!strcmp(payment_op_of(k)->name, "refund"))
             v = payment_op_of(k)->status;
     ck_assert_ptr_nonnull(v);
-    return webhook_store_one(st, v->sql, id, v->object, doc, err);
+    return webhook_store_one(st, v->sql, id, v->fields, v->nfields, doc, err);
 }
 
 START_TEST(refund_events_move_a_refund_once)

@@ -273,7 +273,9 @@ struct op_status {
     const char *not_uuid, *not_found; /* the 400's and the 404's words */
     const char *help;                 /* `charged api --help`'s line */
     const char *sql;                  /* the row of $1::uuid, parameterized */
-    webhook_store_object_fn object;   /* that row as the api's object */
+    /* That row as the api's object: column i is member fields[i]. */
+    const struct webhook_store_field *fields;
+    size_t nfields;
 };
 
 /* ---- the operation ---- */

@@ -229,18 +229,26 @@ static json_t *view_row(PGresult *r, int row)
     return o;
 }
 
-json_t *webhook_store_text_or_null(const PGresult *r, int col)
+/* Row 0 of r as the object fields name (a new reference), or NULL when
+ * memory ran out. */
+static json_t *fields_object(const PGresult *r,
+                             const struct webhook_store_field *fields, size_t nfields)
 {
-    CHARGED_ASSERT(r && col >= 0);
-    return PQgetisnull(r, 0, col) ? json_null() : json_string(PQgetvalue(r, 0, col));
-}
-
-json_t *webhook_store_integer_or_null(const PGresult *r, int col)
-{
-    CHARGED_ASSERT(r && col >= 0);
-    return PQgetisnull(r, 0, col)
-               ? json_null()
-               : json_integer(strtoll(PQgetvalue(r, 0, col), NULL, 10));
+    CHARGED_ASSERT(r && fields && (size_t)PQnfields(r) >= nfields);
+    json_t *o = json_object();
+    for (size_t i = 0; o && i < nfields; i++) {
+        const int col = (int)i;
+        json_t *v = PQgetisnull(r, 0, col) ? json_null()
+                    : fields[i].kind == WEBHOOK_FIELD_INTEGER
+                        ? json_integer(strtoll(PQgetvalue(r, 0, col), NULL, 10))
+                        : json_string(PQgetvalue(r, 0, col));
+        /* json_object_set_new steals v's reference, also when it fails. */
+        if (!v || json_object_set_new(o, fields[i].name, v) != 0) {
+            json_decref(o);
+            o = NULL;
+        }
+    }
+    return o;
 }
 
 /* Reads the rows of one id; a broken connection is replaced and the query
@@ -278,14 +286,15 @@ enum charged_rc webhook_store_attempt(webhook_store_t *st, const char *attempt_i
 }
 
 enum charged_rc webhook_store_one(webhook_store_t *st, const char *sql, const char *id,
-                                  webhook_store_object_fn object, json_t **out,
+                                  const struct webhook_store_field *fields,
+                                  size_t nfields, json_t **out,
                                   struct charged_error *err)
 {
-    CHARGED_ASSERT(sql && object && out);
+    CHARGED_ASSERT(sql && fields && nfields > 0 && out);
     PGresult *r = NULL;
     enum charged_rc rc = view(st, sql, id, &r, err);
     *out = NULL;
-    if (rc == CHARGED_OK && !(*out = object(r))) {
+    if (rc == CHARGED_OK && !(*out = fields_object(r, fields, nfields))) {
         charged_error_set(err, "out of memory");
         rc = CHARGED_RETRY;
     }

@@ -89,19 +89,23 @@ enum charged_rc webhook_store_attempt(webhook_store_t *st, const char *attempt_i
 enum charged_rc webhook_store_order(webhook_store_t *st, const char *order_id,
                                     json_t **out, struct charged_error *err);
 
-/* A row of an operation's status query as the api's object: a new
- * reference, NULL when memory ran out. */
-typedef json_t *(*webhook_store_object_fn)(const PGresult *row);
-/* One record of an operation (op.h, struct op_status): the one row sql
- * reads for id ($1), made an object by `object`. As _attempt. */
+/* A column of an operation's status query (op.h, struct op_status) as a
+ * member of the api's object: its name and what its text becomes. A
+ * column's NULL is JSON null whatever its kind. */
+enum webhook_store_field_kind {
+    WEBHOOK_FIELD_TEXT = 0, /* a JSON string */
+    WEBHOOK_FIELD_INTEGER   /* a JSON integer (minor units, counts) */
+};
+struct webhook_store_field {
+    const char *name;
+    enum webhook_store_field_kind kind;
+};
+/* One record of an operation: the one row sql reads for id ($1), its
+ * column i the object's member fields[i]. As _attempt. */
 enum charged_rc webhook_store_one(webhook_store_t *st, const char *sql, const char *id,
-                                  webhook_store_object_fn object, json_t **out,
+                                  const struct webhook_store_field *fields,
+                                  size_t nfields, json_t **out,
                                   struct charged_error *err);
-/* A text column of a row as a JSON string, or null when it is NULL (a new
- * reference), for an operation's object. */
-json_t *webhook_store_text_or_null(const PGresult *r, int col);
-/* An integer column likewise: a JSON integer, or null. */
-json_t *webhook_store_integer_or_null(const PGresult *r, int col);
 
 /* Is the database reachable? CHARGED_OK, or CHARGED_RETRY and err. */
 enum charged_rc webhook_store_ping(webhook_store_t *st, struct charged_error *err);

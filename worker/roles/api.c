@@ -157,7 +157,8 @@ static enum MHD_Result serve_status(struct api *a, struct MHD_Connection *c,
     if (uuid_from(raw_id, id_len, id) != 0)
         return reply_error(c, MHD_HTTP_BAD_REQUEST, v->not_uuid);
     webhook_store_t *st = http_lender_take(a->lender);
-    rc = v->op ? webhook_store_one(st, v->op->sql, id, v->op->object, &doc, &err)
+    rc = v->op ? webhook_store_one(st, v->op->sql, id, v->op->fields, v->op->nfields,
+                                   &doc, &err)
                : v->read(st, id, &doc, &err);
     http_lender_give(a->lender, st);
     if (rc != CHARGED_OK && rc != CHARGED_NOT_FOUND) {

@@ -1,7 +1,6 @@
 /* The void in every role (op.h, void.h): its line of the table. */
 #include "void.h"
 
-#include "charged_assert.h"
 #include "void_command.h"
 
 _Static_assert(sizeof(struct void_command) <= PAYMENT_OP_COMMAND_MAX,
@@ -9,29 +8,17 @@ _Static_assert(sizeof(struct void_command) <= PAYMENT_OP_COMMAND_MAX,
 _Static_assert(sizeof(struct void_params) <= PAYMENT_OP_PARAMS_MAX,
                "a void's params fit the worker's params buffer");
 
-/* The row of void_status's sql as the api's void object: {"void_id",
- * "payment_attempt_id", "order_id", "status", "void_reason" (as asked),
- * "released_amount" (null until SUCCEEDED), "reason" (why, when not
- * SUCCEEDED), "provider_payment_id" (the authorization's intent),
- * "updated_at"}. */
-static json_t *void_object(const PGresult *r)
-{
-    CHARGED_ASSERT(r && PQntuples(r) == 1);
-    json_t *o = json_object();
-    if (!o)
-        return NULL;
-    /* json_object_set_new steals each value's reference. */
-    json_object_set_new(o, "void_id", json_string(PQgetvalue(r, 0, 0)));
-    json_object_set_new(o, "payment_attempt_id", json_string(PQgetvalue(r, 0, 1)));
-    json_object_set_new(o, "order_id", webhook_store_text_or_null(r, 2));
-    json_object_set_new(o, "status", json_string(PQgetvalue(r, 0, 3)));
-    json_object_set_new(o, "void_reason", json_string(PQgetvalue(r, 0, 4)));
-    json_object_set_new(o, "released_amount", webhook_store_integer_or_null(r, 5));
-    json_object_set_new(o, "reason", webhook_store_text_or_null(r, 6));
-    json_object_set_new(o, "provider_payment_id", webhook_store_text_or_null(r, 7));
-    json_object_set_new(o, "updated_at", json_string(PQgetvalue(r, 0, 8)));
-    return o;
-}
+/* The api's void object, one member per column of void_status's query:
+ * void_reason as asked, released_amount (null until SUCCEEDED), reason
+ * (why, when not SUCCEEDED), provider_payment_id (the authorization's
+ * intent). */
+static const struct webhook_store_field void_status_fields[] = {
+    {"void_id", WEBHOOK_FIELD_TEXT},     {"payment_attempt_id", WEBHOOK_FIELD_TEXT},
+    {"order_id", WEBHOOK_FIELD_TEXT},    {"status", WEBHOOK_FIELD_TEXT},
+    {"void_reason", WEBHOOK_FIELD_TEXT}, {"released_amount", WEBHOOK_FIELD_INTEGER},
+    {"reason", WEBHOOK_FIELD_TEXT},      {"provider_payment_id", WEBHOOK_FIELD_TEXT},
+    {"updated_at", WEBHOOK_FIELD_TEXT},
+};
 
 static const struct op_status void_status = {
     .path = "/v1/voids/",
@@ -44,7 +31,8 @@ static const struct op_status void_status = {
         "  reason, payment_intent,"
         "  to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
         " FROM void_attempts WHERE id = $1::uuid",
-    .object = void_object,
+    .fields = void_status_fields,
+    .nfields = sizeof(void_status_fields) / sizeof(void_status_fields[0]),
 };
 
 const struct payment_op void_payment_op = {
