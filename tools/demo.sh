@@ -9,13 +9,15 @@
 # outcomes on the provider's evidence), refunds some of the charges (in
 # full, in part, twice, past their charge, of declined ones), and reports
 # what the provider actually charged and refunded; then the auditor proves
-# from psp-sim's own books that nothing was charged twice.
+# from psp-sim's own books that nothing was charged twice. A shop that ships
+# later authorizes, captures (some in part) and voids (DEMO_AUTHORIZATIONS).
 #
-#   DEMO_COMMANDS=1000 tools/demo.sh
+#   DEMO_COMMANDS=1000 DEMO_AUTHORIZATIONS=200 tools/demo.sh
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 n=${DEMO_COMMANDS:-1000}
+holds=${DEMO_AUTHORIZATIONS:-200}
 
 deploy/install-deps.sh
 cmake -S . -B build -DCHARGED_FAILPOINTS=OFF >/dev/null
@@ -80,6 +82,9 @@ psql -X -q "$DATABASE_URL" -c 'DROP DATABASE IF EXISTS orders' -c 'CREATE DATABA
 CHARGED_API_URL="http://$API_ADDR" "$py" "$orders" run 2>"$run/order-service.log" &
 pids+=($!)
 "$py" "$orders" place-orders --count 100 >"$run/order-service-orders.log" 2>&1
+# And as a shop that ships later: 30 orders authorized now, shipped (some
+# with an item missing) and canceled by the report once they are held.
+"$py" "$orders" place-orders --count 30 --authorize >>"$run/order-service-orders.log" 2>&1
 
 # The report, one aligned line each: the burst, the refunds, the order
 # service, what the provider's webhooks did, the status query a client that
@@ -87,7 +92,7 @@ pids+=($!)
 # every intent and refund psp-sim made since the demo began against the
 # ledger (docs/auditor.md). A double charge, a refund past its charge or an
 # audit finding fails the demo.
-python3 tools/demo_report.py --commands "$n" --psp-admin http://127.0.0.1:12112 \
+python3 tools/demo_report.py --commands "$n" --authorizations "$holds" --psp-admin http://127.0.0.1:12112 \
   --chargectl build/worker/chargectl/chargectl --state "$run" --orders-db "$ORDERS_DATABASE_URL" \
-  --api "$API_ADDR" --demo-start "$demo_start"
+  --api "$API_ADDR" --demo-start "$demo_start" --orders-service "$py $orders"
 echo "demo: logs in $run; the stack stays up (deploy/stack.sh down stops it)"

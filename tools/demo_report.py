@@ -5,7 +5,11 @@ some of them (in full, in part, some twice, some past their charge, some of
 declined charges), and reports attempts by status, what the provider
 charged, double charges, refunds by status, what the provider refunded
 (no refund key executed twice, no charge refunded past its amount), dead
-letters and the elapsed time. Python standard library, psql and kcat."""
+letters and the elapsed time; then a shop that ships later
+(demo_authorize.py): authorizations, captures, voids and refunds of
+captured money, the provider's totals beside charged's, and the order
+service's (--orders-service: it ships and cancels what it authorized).
+Python standard library, psql and kcat."""
 import argparse
 import json
 import os
@@ -20,20 +24,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "order_service"))
 from refund_policy import REFUND_EVERY  # noqa: E402
 
-
-# The report's labels end at one column, whatever they say.
-LABEL_WIDTH = 23
-
-
-def say(label, text):
-    """One line of the report: its label, then the text, aligned."""
-    print("%-*s%s" % (LABEL_WIDTH, label + ":", text))
-
-
-def psql(sql, url=None):
-    out = subprocess.run(["psql", "-X", "-q", "-tA", url or os.environ["DATABASE_URL"], "-c",
-                          sql], check=True, capture_output=True).stdout.decode()
-    return [l.split("|") for l in out.strip().splitlines() if l]
+import demo_authorize  # noqa: E402
+from demo_common import psql, say  # noqa: E402,F401 (say: the test aligns its lines)
 
 
 def dlq_count():
@@ -242,6 +234,11 @@ def main():
     ap.add_argument("--state", required=True)
     ap.add_argument("--orders-db", help="the example order service's database")
     ap.add_argument("--api", help="the api's address, for a status query")
+    ap.add_argument("--orders-service",
+                    help="the order service's command (python and script): it ships and "
+                    "cancels its authorized orders")
+    ap.add_argument("--authorizations", type=int, default=200,
+                    help="authorizations of the shop that ships later (0: none)")
     ap.add_argument("--demo-start", type=int, default=int(time.time()),
                     help="unix time the demo began: webhooks and the audit since then")
     a = ap.parse_args()
@@ -396,6 +393,10 @@ def main():
     say("dead letters", "%d (%s)" % (sum(reasons.values()),
                                               ", ".join("%s %d" % kv for kv in sorted(reasons.items()))))
     bad_refunds = refund_report(psp_ledger, rids, ledger)
+    bad_holds = (demo_authorize.authorize_burst(a, rnd, time.monotonic() + 600)
+                 if a.authorizations > 0 else 0)
+    if a.orders_db and a.orders_service:
+        bad_holds += demo_authorize.order_service_holds(a, time.monotonic() + 300)
     if a.orders_db:
         order_service_report(a.orders_db, deadline)
     say("elapsed", "%.1f s for %d messages, %.1f s until nothing was unknown" %
@@ -404,7 +405,7 @@ def main():
     if a.api:
         status_query(a.api)
     bad_audit = audit_report(a)
-    return 0 if double == 0 and bad_refunds == 0 and bad_audit == 0 else 1
+    return 0 if double == 0 and bad_refunds == 0 and bad_holds == 0 and bad_audit == 0 else 1
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "charged_assert.h"
 #include "clock.h"
 #include "log.h"
 #include "metrics.h"
@@ -55,7 +56,9 @@ static enum charged_rc record(struct audit_ctx *c, struct audit_finding *f,
     if (!fresh)
         return CHARGED_OK;
     c->out->fresh[f->kind]++;
-    log_write(f->kind == AUDIT_CHARGED_TWICE || f->kind == AUDIT_CHARGED_UNBOOKED
+    log_write(f->kind == AUDIT_CHARGED_TWICE || f->kind == AUDIT_CHARGED_UNBOOKED ||
+                      f->kind == AUDIT_CAPTURE_UNBOOKED ||
+                      f->kind == AUDIT_CAPTURED_OVER_AUTHORIZED
                   ? LOG_ERROR
                   : LOG_WARN,
               "audit finding", "kind", audit_kind_name(f->kind), "object", f->object_id,
@@ -160,6 +163,47 @@ out:
     return rc;
 }
 
+/* The findings of an authorization's steps (audit_policy_steps): recorded
+ * as every finding is, naming the attempt that recorded the intent. 1 in
+ * *waits when one of them cannot be judged yet. */
+static enum charged_rc record_steps(struct audit_ctx *c,
+                                    const struct provider_listed *it,
+                                    const struct audit_intent_row *row, int *waits)
+{
+    struct audit_result res[AUDIT_STEP__COUNT];
+    const struct audit_step_facts *sf = &row->steps;
+    /* The store filled the steps of every row it returned. */
+    CHARGED_ASSERT(sf->status != NULL && sf->attempt_status != NULL);
+    int ours = *row->step_attempt != '\0';
+    *waits = audit_policy_steps(sf, res);
+    for (int r = 0; r < AUDIT_STEP__COUNT; r++) {
+        if (res[r].outcome != AUDIT_FINDING)
+            continue;
+        /* Ours: what our books hold against the provider's amount. */
+        long long books =
+            !ours                     ? -1
+            : r == AUDIT_STEP_CAPTURE ? sf->attempt_captured
+            : r == AUDIT_STEP_OVER_AUTHORIZED
+                ? (sf->capture_asked >= 0 ? sf->capture_asked : sf->attempt_amount)
+                : -1;
+        int money = r == AUDIT_STEP_CAPTURE || r == AUDIT_STEP_OVER_AUTHORIZED;
+        struct audit_finding f = {
+            .kind = res[r].kind,
+            .object_id = it->id,
+            .payment_attempt_id = ours ? row->step_attempt : it->payment_attempt_id,
+            .order_id = ours ? row->step_order : it->order_id,
+            .provider_amount = money ? sf->amount_received : it->amount,
+            .provider_currency = it->currency,
+            .ledger_amount = books,
+            .ledger_currency = books >= 0 ? row->step_currency : "",
+            .detail = res[r].detail,
+        };
+        if (record(c, &f, it->created) != CHARGED_OK)
+            return CHARGED_RETRY;
+    }
+    return CHARGED_OK;
+}
+
 static enum charged_rc judge_intents(struct audit_ctx *c,
                                      const struct provider_listed *items, size_t n)
 {
@@ -179,11 +223,18 @@ static enum charged_rc judge_intents(struct audit_ctx *c,
         const struct provider_listed *it = &items[i];
         const struct audit_intent_row *row = &rows[i];
         struct audit_result res = audit_policy_intent(&row->facts);
-        if (res.outcome == AUDIT_PENDING) {
+        int steps_wait = 0;
+        /* Judged every time the intent is seen: an authorization changes
+         * after its window (captured, voided, lapsed). */
+        if (record_steps(c, it, row, &steps_wait) != CHARGED_OK)
+            goto out;
+        if (res.outcome == AUDIT_PENDING || steps_wait) {
             j.wait[j.nwait++] = it->id;
-            continue;
+            if (res.outcome == AUDIT_PENDING)
+                continue;
+        } else {
+            j.done[j.ndone++] = it->id;
         }
-        j.done[j.ndone++] = it->id;
         if (res.outcome == AUDIT_FINDING &&
             record_intent(c, it, row, &res) != CHARGED_OK)
             goto out;
@@ -343,9 +394,13 @@ static enum charged_rc judge_ledger_facts(struct audit_ctx *c,
                                           const struct provider_listed *obj)
 {
     struct charged_error err;
+    /* An authorization's money is what its capture took. */
+    int manual = found && !strcmp(obj->capture_method, "manual");
     struct audit_ledger_facts facts = {
         .provider_status = found ? obj->status : NULL,
-        .provider_amount = found ? obj->amount : 0,
+        .provider_amount = manual  ? obj->amount_received
+                           : found ? obj->amount
+                                   : 0,
         .provider_currency = found ? obj->currency : "",
         .amount = l->amount,
         .currency = l->currency,
@@ -368,7 +423,7 @@ static enum charged_rc judge_ledger_facts(struct audit_ctx *c,
         .payment_attempt_id = l->payment_attempt_id,
         .order_id = l->order_id,
         .refund_id = l->refund_id,
-        .provider_amount = found ? obj->amount : -1,
+        .provider_amount = found ? facts.provider_amount : -1,
         .provider_currency = found ? obj->currency : "",
         .ledger_amount = l->amount,
         .ledger_currency = l->currency,

@@ -12,6 +12,8 @@
 #define F  (1u << ATTEMPT_STATUS_FAILED)
 #define RJ (1u << ATTEMPT_STATUS_REJECTED)
 #define RV (1u << ATTEMPT_STATUS_REQUIRES_REVIEW)
+#define AU (1u << ATTEMPT_STATUS_AUTHORIZED)
+#define V  (1u << ATTEMPT_STATUS_VOIDED)
 
 static const struct {
     const char *name;
@@ -19,24 +21,35 @@ static const struct {
     unsigned next;                 /* statuses it may move to */
     const char *event_type;        /* published on entering it */
     const char *refund_event_type; /* a refund's, on entering it */
+    const char *auth_event_type;   /* an authorization's own, on entering it */
 } statuses[ATTEMPT_STATUS__COUNT] = {
     /* PENDING -> REJECTED: a refund's claim refuses a refund whose charge is
      * not refundable (a charge is refused at its record instead). */
-    [ATTEMPT_STATUS_PENDING] = {ATTEMPT_S_PENDING, 1, PR | RJ, NULL, NULL},
+    [ATTEMPT_STATUS_PENDING] = {ATTEMPT_S_PENDING, 1, PR | RJ, NULL, NULL, NULL},
     /* PROCESSING -> PROCESSING: a takeover, or the provider said processing. */
-    [ATTEMPT_STATUS_PROCESSING] = {ATTEMPT_S_PROCESSING, 1, PR | U | S | F | RV, NULL,
-                                   NULL},
-    [ATTEMPT_STATUS_UNKNOWN] = {ATTEMPT_S_UNKNOWN, 1, PR | S | F | RV, "charge.unknown",
-                                "refund.unknown"},
+    [ATTEMPT_STATUS_PROCESSING] = {ATTEMPT_S_PROCESSING, 1, PR | U | S | F | RV | AU,
+                                   NULL, NULL, NULL},
+    [ATTEMPT_STATUS_UNKNOWN] = {ATTEMPT_S_UNKNOWN, 1, PR | S | F | RV | AU,
+                                "charge.unknown", "refund.unknown",
+                                "authorization.unknown"},
+    /* An authorization's SUCCEEDED is its capture's: capture.succeeded. */
     [ATTEMPT_STATUS_SUCCEEDED] = {ATTEMPT_S_SUCCEEDED, 1, RV, "charge.succeeded",
-                                  "refund.succeeded"},
+                                  "refund.succeeded", NULL},
     [ATTEMPT_STATUS_FAILED] = {ATTEMPT_S_FAILED, 0, RV, "charge.failed",
-                               "refund.failed"},
+                               "refund.failed", "authorization.failed"},
     [ATTEMPT_STATUS_REJECTED] = {ATTEMPT_S_REJECTED, 0, 0, "charge.rejected",
-                                 "refund.rejected"},
-    [ATTEMPT_STATUS_REQUIRES_REVIEW] = {ATTEMPT_S_REQUIRES_REVIEW, 1, S | F,
+                                 "refund.rejected", "authorization.rejected"},
+    [ATTEMPT_STATUS_REQUIRES_REVIEW] = {ATTEMPT_S_REQUIRES_REVIEW, 1, S | F | AU | V,
                                         "charge.requires_review",
-                                        "refund.requires_review"},
+                                        "refund.requires_review",
+                                        "authorization.requires_review"},
+    /* Money held is the order's: live, as SUCCEEDED is. One capture takes it
+     * (SUCCEEDED), or a void or its expiry releases it (VOIDED). */
+    [ATTEMPT_STATUS_AUTHORIZED] = {ATTEMPT_S_AUTHORIZED, 1, S | V | RV, NULL, NULL,
+                                   "authorization.succeeded"},
+    /* Released: the order may be paid by another attempt. Its event is the
+     * void's (void.succeeded), not the authorization's. */
+    [ATTEMPT_STATUS_VOIDED] = {ATTEMPT_S_VOIDED, 0, RV, NULL, NULL, NULL},
 };
 
 /* PROCESSING: recorded and claimed by one statement. */
@@ -57,6 +70,11 @@ const char *attempt_status_refund_event_type(enum attempt_status s)
     return (unsigned)s < ATTEMPT_STATUS__COUNT ? statuses[s].refund_event_type : NULL;
 }
 
+const char *attempt_status_authorization_event_type(enum attempt_status s)
+{
+    return (unsigned)s < ATTEMPT_STATUS__COUNT ? statuses[s].auth_event_type : NULL;
+}
+
 int attempt_status_parse(const char *s)
 {
     for (int i = 0; s && i < ATTEMPT_STATUS__COUNT; i++)
@@ -73,7 +91,8 @@ int attempt_status_is_live(enum attempt_status s)
 int attempt_status_is_settled(enum attempt_status s)
 {
     return s == ATTEMPT_STATUS_SUCCEEDED || s == ATTEMPT_STATUS_FAILED ||
-           s == ATTEMPT_STATUS_REJECTED || s == ATTEMPT_STATUS_REQUIRES_REVIEW;
+           s == ATTEMPT_STATUS_REJECTED || s == ATTEMPT_STATUS_REQUIRES_REVIEW ||
+           s == ATTEMPT_STATUS_AUTHORIZED || s == ATTEMPT_STATUS_VOIDED;
 }
 
 static char live_array[128];

@@ -18,6 +18,11 @@ enum attempt_status {
     ATTEMPT_STATUS_FAILED,          /* refused, or certainly never happened */
     ATTEMPT_STATUS_REJECTED,        /* refused before any provider call */
     ATTEMPT_STATUS_REQUIRES_REVIEW, /* a human decides */
+    ATTEMPT_STATUS_AUTHORIZED,      /* an authorization (capture_method manual):
+                                       the provider holds the money until one
+                                       capture takes it or a void releases it */
+    ATTEMPT_STATUS_VOIDED,          /* an authorization released: by a void, or
+                                       by its expiry at the provider */
     ATTEMPT_STATUS__COUNT
 };
 
@@ -29,6 +34,8 @@ enum attempt_status {
 #define ATTEMPT_S_FAILED          "FAILED"
 #define ATTEMPT_S_REJECTED        "REJECTED"
 #define ATTEMPT_S_REQUIRES_REVIEW "REQUIRES_REVIEW"
+#define ATTEMPT_S_AUTHORIZED      "AUTHORIZED"
+#define ATTEMPT_S_VOIDED          "VOIDED"
 #define ATTEMPT_SQL(name)         "'" ATTEMPT_S_##name "'"
 
 /* The result event an attempt entering s publishes ("charge.succeeded",
@@ -38,6 +45,14 @@ const char *attempt_status_event_type(enum attempt_status s);
 /* The same for a refund attempt, which has the same states:
  * "refund.succeeded", ... "refund.requires_review", or NULL. */
 const char *attempt_status_refund_event_type(enum attempt_status s);
+/* The event an authorization (an attempt with capture_method manual)
+ * entering s publishes of its own outcome: AUTHORIZED
+ * "authorization.succeeded", and "authorization.failed", ".unknown",
+ * ".rejected", ".requires_review"; NULL for the rest: SUCCEEDED and VOIDED
+ * are a capture's and a void's doing, published by their steps. (A charge
+ * never enters AUTHORIZED or VOIDED: attempt_status_event_type is NULL
+ * there.) */
+const char *attempt_status_authorization_event_type(enum attempt_status s);
 
 /* "PENDING", ...; NULL for a value out of range. */
 const char *attempt_status_name(enum attempt_status s);
@@ -45,9 +60,12 @@ const char *attempt_status_name(enum attempt_status s);
 int attempt_status_parse(const char *s);
 
 /* Live: the order may not get another attempt while one is in this state
- * (PENDING, PROCESSING, UNKNOWN, SUCCEEDED, REQUIRES_REVIEW). */
+ * (PENDING, PROCESSING, UNKNOWN, SUCCEEDED, REQUIRES_REVIEW, AUTHORIZED: money
+ * held is the order's as much as money taken). */
 int attempt_status_is_live(enum attempt_status s);
-/* Final for automation: only the provider's evidence or a human moves it. */
+/* Final for automation: no call is sent for it again; only the provider's
+ * evidence, a human or (AUTHORIZED) one capture or void step moves it.
+ * SUCCEEDED, FAILED, REJECTED, REQUIRES_REVIEW, AUTHORIZED, VOIDED. */
 int attempt_status_is_settled(enum attempt_status s);
 
 /* The live set as a PostgreSQL text array literal, for `status = ANY($n)`. */
@@ -58,7 +76,10 @@ const char *attempt_status_live_array(void);
  * claimed at once) or REJECTED; only PROCESSING
  * calls the provider; SUCCEEDED and FAILED change only to REQUIRES_REVIEW
  * (contradicting evidence); REQUIRES_REVIEW is settled by a human;
- * REJECTED never changes. */
+ * REJECTED never changes. An authorization enters AUTHORIZED as a charge
+ * enters SUCCEEDED (from PROCESSING, UNKNOWN or REQUIRES_REVIEW), and
+ * leaves it for SUCCEEDED (a capture), VOIDED (a void, an expiry) or
+ * REQUIRES_REVIEW; VOIDED, like FAILED, only for REQUIRES_REVIEW. */
 int attempt_status_transition_allowed(int from, enum attempt_status to);
 
 #endif

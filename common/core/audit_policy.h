@@ -24,6 +24,11 @@ enum audit_kind {
     AUDIT_REFUNDED_OVER_CHARGE,
     AUDIT_BOOKED_FOREIGN, /* booked for an attempt or refund it is not (ownership) */
     AUDIT_FOREIGN_INTENT, /* names an attempt of ours whose intent it is not */
+    /* An authorization's steps (issue 37): audit_policy_steps. */
+    AUDIT_CAPTURED_OVER_AUTHORIZED,       /* received more than held or asked */
+    AUDIT_CAPTURE_UNBOOKED,               /* captured; our books show no such capture */
+    AUDIT_VOID_UNBOOKED,                  /* released by a cancel; we are not VOIDED */
+    AUDIT_AUTHORIZATION_EXPIRED_UNVOIDED, /* the hold lapsed on the customer's card */
     AUDIT_KIND__COUNT
 };
 
@@ -81,6 +86,45 @@ struct audit_intent_facts {
     /* Booked: an unbooked succeeded intent in the copy names only its order
      * (made before this charge, or before its attempt, and judged then). */
     int order_only_twin;
+    /* An authorization (capture_method manual): its money is what the
+     * provider received at the capture (amount_received), not its amount
+     * (what it held), for a booking's comparisons. */
+    int manual;
+    long long amount_received; /* -1: not said */
+    /* Manual, and recorded by an attempt of ours: its money, unbooked, is
+     * judged by audit_policy_steps (capture_unbooked), not here. */
+    int steps_ours;
+};
+
+/* An intent and the steps of the attempt that recorded it as its own (the
+ * id charged kept from its own call's answer, or its key's replay): what
+ * audit_policy_steps judges. Strings are never NULL ("" when absent). */
+struct audit_step_facts {
+    int manual;                      /* the provider's capture_method is manual */
+    const char *status;              /* the intent's */
+    long long amount;                /* what the intent held (authorized) */
+    long long amount_received;       /* what its capture took; -1: not said */
+    const char *cancellation_reason; /* the provider's; "automatic": it expired */
+    /* The attempt that recorded this intent: "" status when none. */
+    const char *attempt_status;
+    long long attempt_amount;   /* what we authorized */
+    long long attempt_captured; /* captured_amount; -1: none */
+    long long capture_booked;   /* a SUCCEEDED capture's captured_amount; -1: none */
+    long long capture_asked;    /* the most a capture of ours sent asked; -1: none */
+    int capture_unsettled;      /* a capture of it PENDING, PROCESSING or UNKNOWN */
+    int void_unsettled;         /* a void of it, the same */
+    /* Not recorded by any attempt, but its metadata names one of ours that
+     * recorded none yet and is unsettled: it may still become ours. */
+    int named_unsettled;
+};
+
+/* The rules of audit_policy_steps, one result each, in this order. */
+enum audit_step_rule {
+    AUDIT_STEP_OVER_AUTHORIZED = 0,
+    AUDIT_STEP_CAPTURE,
+    AUDIT_STEP_VOID,
+    AUDIT_STEP_EXPIRED,
+    AUDIT_STEP__COUNT
 };
 
 /* One listed refund and what charged has of it. */
@@ -111,6 +155,12 @@ struct audit_ledger_facts {
 };
 
 struct audit_result audit_policy_intent(const struct audit_intent_facts *f);
+
+/* An authorization's findings: out[rule] for each rule of audit_step_rule
+ * (matched when it does not apply). Not manual, or not ours: all matched.
+ * Returns 1 when any is pending (the intent is looked at again). */
+int audit_policy_steps(const struct audit_step_facts *f,
+                       struct audit_result out[AUDIT_STEP__COUNT]);
 struct audit_result audit_policy_refund(const struct audit_refund_facts *f);
 
 /* The order-only intent of a booked one's facts (order_only_twin), judged

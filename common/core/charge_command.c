@@ -49,13 +49,15 @@ static int currency_allowed(const char *cur, const char *list)
 static int fingerprint(struct charge_command *c)
 {
     char amount[32];
-    const char *fields[] = {c->payment_attempt_id, c->order_id,       amount,
-                            c->currency,           c->payment_method, c->customer_id};
+    const char *fields[] = {c->payment_attempt_id, c->order_id,    amount,  c->currency,
+                            c->payment_method,     c->customer_id, "manual"};
     /* Only a valid command is fingerprinted: what it charges is positive. */
     CHARGED_ASSERT(c->amount >= 1);
     snprintf(amount, sizeof(amount), "%lld", c->amount);
-    return command_fields_fingerprint(fields, sizeof(fields) / sizeof(fields[0]),
-                                      c->fingerprint);
+    /* A charge's six fields, as stored before authorizations existed; an
+     * authorization's a seventh. */
+    size_t n = sizeof(fields) / sizeof(fields[0]) - (c->manual ? 0 : 1);
+    return command_fields_fingerprint(fields, n, c->fingerprint);
 }
 
 /* The currency: an active ISO 4217 code in upper case. CHARGED_OK, or
@@ -76,10 +78,11 @@ static enum charged_rc currency_read(json_t *doc, char cur[4],
 
 /* The contract's members, in the order their faults are said. CHARGED_OK, or
  * CHARGED_BAD_ITEM. */
-static enum charged_rc fields_read(json_t *doc, struct charge_command *out,
+static enum charged_rc fields_read(json_t *doc, const char *type,
+                                   struct charge_command *out,
                                    struct charged_error *err)
 {
-    if (command_fields_header(doc, "charge.requested", err) ||
+    if (command_fields_header(doc, type, err) ||
         command_fields_uuids(doc, "payment_attempt_id", out->payment_attempt_id,
                              "order_id", out->order_id, err) ||
         command_fields_idempotency_key(doc, out->idempotency_key, err) ||
@@ -119,16 +122,27 @@ enum dead_letter_reason charge_command_parse(const void *key, size_t key_len,
                                              struct charge_command *out,
                                              struct charged_error *err)
 {
+    return charge_command_parse_as("charge.requested", 0, key, key_len, value,
+                                   value_len, limits, out, err);
+}
+
+enum dead_letter_reason
+charge_command_parse_as(const char *type, int manual, const void *key, size_t key_len,
+                        const void *value, size_t value_len,
+                        const struct charge_command_limits *limits,
+                        struct charge_command *out, struct charged_error *err)
+{
     enum dead_letter_reason r;
     json_t *doc = NULL;
 
-    CHARGED_ASSERT(limits && out && err);
+    CHARGED_ASSERT(type && limits && out && err);
     memset(out, 0, sizeof(*out));
+    out->manual = manual != 0;
     if ((r = command_fields_open(key, key_len, value, value_len, limits->max_bytes,
                                  &doc, err)) != DEAD_LETTER_NONE)
         return r;
     r = DEAD_LETTER_SCHEMA_VIOLATION;
-    if (fields_read(doc, out, err))
+    if (fields_read(doc, type, out, err))
         goto out;
     if ((r = command_fields_key_is(key, key_len, out->payment_attempt_id, err)) !=
         DEAD_LETTER_NONE)

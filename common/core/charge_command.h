@@ -26,6 +26,8 @@ struct charge_command {
     char customer_id[CHARGE_COMMAND_TEXT_SIZE]; /* "" when absent */
     char *metadata_json;  /* the metadata object as JSON, "{}" when absent */
     char fingerprint[65]; /* SHA-256 hex of the charged parameters */
+    int manual; /* an authorization (capture_method manual): the money is held,
+                   not taken; part of the fingerprint */
 };
 
 /* Limits a deployment sets on top of the contract's rules. */
@@ -42,6 +44,16 @@ enum dead_letter_reason charge_command_parse(const void *key, size_t key_len,
                                              const struct charge_command_limits *limits,
                                              struct charge_command *out,
                                              struct charged_error *err);
+
+/* The same for a command of a charge's fields under another type: an
+ * authorization.requested (manual 1: out->manual set, and its fingerprint
+ * tells it from a charge of the same parameters, so that one attempt is
+ * never both). charge_command_parse is this with "charge.requested", 0. */
+enum dead_letter_reason
+charge_command_parse_as(const char *type, int manual, const void *key, size_t key_len,
+                        const void *value, size_t value_len,
+                        const struct charge_command_limits *limits,
+                        struct charge_command *out, struct charged_error *err);
 
 void charge_command_release(struct charge_command *cmd);
 

@@ -87,7 +87,7 @@ static int asset_name_ok(const char *s)
 int console_input_route_writes(enum console_route r)
 {
     return r == CONSOLE_R_LOGIN || r == CONSOLE_R_LOGOUT || r == CONSOLE_R_RESOLVE ||
-           r == CONSOLE_R_REPLAY;
+           r == CONSOLE_R_REPLAY || r == CONSOLE_R_STEP_RESOLVE;
 }
 
 static enum console_route found(struct console_route_match *m, enum console_route r)
@@ -98,10 +98,30 @@ static enum console_route found(struct console_route_match *m, enum console_rout
     return r;
 }
 
+/* "<kind>/<uuid>/resolve", after API "steps/": a step's review. */
+static enum console_route step_route(const char *rest, struct console_route_match *m)
+{
+    static const char *const kinds[] = {"capture", "void", "authorization"};
+    static const char resolve[] = "/resolve";
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+        size_t kn = strlen(kinds[i]), n = strlen(rest);
+        if (strncmp(rest, kinds[i], kn) != 0 || rest[kn] != '/')
+            continue;
+        const char *id = rest + kn + 1;
+        size_t idn = n - kn - 1, rn = sizeof(resolve) - 1;
+        if (idn <= rn || strcmp(id + idn - rn, resolve) != 0 ||
+            lower_uuid(id, idn - rn, m->id) != 0)
+            return CONSOLE_R_NONE;
+        snprintf(m->kind, sizeof(m->kind), "%s", kinds[i]);
+        return found(m, CONSOLE_R_STEP_RESOLVE);
+    }
+    return CONSOLE_R_NONE;
+}
+
 enum console_route console_input_route(const char *path, struct console_route_match *m)
 {
     static const char attempts[] = API "attempts/", letters[] = API "dead-letters/",
-                      resolve[] = "/resolve";
+                      resolve[] = "/resolve", steps[] = API "steps/";
     CHARGED_ASSERT(m);
     memset(m, 0, sizeof(*m));
     m->route = CONSOLE_R_NONE;
@@ -123,6 +143,8 @@ enum console_route console_input_route(const char *path, struct console_route_ma
             return CONSOLE_R_NONE;
         return found(m, writes ? CONSOLE_R_RESOLVE : CONSOLE_R_ATTEMPT);
     }
+    if (!strncmp(path, steps, sizeof(steps) - 1))
+        return step_route(path + sizeof(steps) - 1, m);
     if (!strncmp(path, letters, sizeof(letters) - 1)) {
         const char *pos = path + sizeof(letters) - 1;
         int32_t p;
@@ -245,6 +267,65 @@ out:
     return rc;
 }
 
+/* "force" and "confirm": force needs confirm to repeat id (the `noun` the
+ * path names). 0, or -1 refused. */
+static int forced(json_t *doc, const char *id, const char *noun, int *force,
+                  char *confirm, size_t confirm_size, struct charged_error *err)
+{
+    if ((*force = member_bool(doc, "force", 0)) < 0)
+        return refuse(err, "\"force\" must be true or false"), -1;
+    int got = member_string(doc, "confirm", confirm, confirm_size);
+    if (got < 0)
+        return refuse(err, "\"confirm\" must be the %s", noun), -1;
+    if (*force && (got != 1 || !id || strcasecmp(confirm, id)))
+        return refuse(err,
+                      "\"force\" resolves over the provider's objection: "
+                      "confirm it by giving the %s as \"confirm\"",
+                      noun),
+               -1;
+    return 0;
+}
+
+enum charged_rc console_input_step_resolve(const char *body, size_t len, const char *id,
+                                           struct console_step_resolve_input *out,
+                                           struct charged_error *err)
+{
+    static const char *const known[] = {"decision", "reason", "force", "confirm", NULL};
+    static const char *const decisions[] = {"succeeded", "failed", "authorized",
+                                            "voided", NULL};
+    enum charged_rc rc = CHARGED_BAD_ITEM;
+    CHARGED_ASSERT(out);
+    memset(out, 0, sizeof(*out));
+    json_t *doc = object_body(body, len, err);
+    if (!doc || only_known(doc, known, err) != CHARGED_OK)
+        goto out;
+    int d = member_string(doc, "decision", out->decision, sizeof(out->decision)) == 1
+                ? 0
+                : -1;
+    while (d >= 0 && decisions[d] && strcmp(decisions[d], out->decision) != 0)
+        d++;
+    if (d < 0 || !decisions[d]) {
+        refuse(err, "\"decision\" must be \"succeeded\", \"failed\", "
+                    "\"authorized\" or \"voided\"");
+        goto out;
+    }
+    for (char *p = out->decision; *p; p++)
+        *p = (char)toupper((unsigned char)*p);
+    int got = member_string(doc, "reason", out->reason, sizeof(out->reason));
+    if (got != 1 || !utf8_text_line(out->reason, CONSOLE_MAX_REASON)) {
+        refuse(err, "\"reason\" is required: 1..%d bytes of UTF-8 on one line",
+               CONSOLE_MAX_REASON);
+        goto out;
+    }
+    if (forced(doc, id, "id", &out->force, out->confirm, sizeof(out->confirm), err) !=
+        0)
+        goto out;
+    rc = CHARGED_OK;
+out:
+    json_decref(doc);
+    return rc;
+}
+
 enum charged_rc console_input_resolve(const char *body, size_t len,
                                       const char *attempt_id,
                                       struct console_resolve_input *out,
@@ -295,21 +376,9 @@ enum charged_rc console_input_resolve(const char *body, size_t len,
                     "money moved");
         goto out;
     }
-    if ((out->force = member_bool(doc, "force", 0)) < 0) {
-        refuse(err, "\"force\" must be true or false");
+    if (forced(doc, attempt_id, "attempt id", &out->force, out->confirm,
+               sizeof(out->confirm), err) != 0)
         goto out;
-    }
-    got = member_string(doc, "confirm", out->confirm, sizeof(out->confirm));
-    if (got < 0) {
-        refuse(err, "\"confirm\" must be the attempt id");
-        goto out;
-    }
-    if (out->force &&
-        (got != 1 || !attempt_id || strcasecmp(out->confirm, attempt_id))) {
-        refuse(err, "\"force\" resolves over the provider's objection: "
-                    "confirm it by giving the attempt id as \"confirm\"");
-        goto out;
-    }
     rc = CHARGED_OK;
 out:
     json_decref(doc);

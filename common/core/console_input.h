@@ -39,12 +39,15 @@ enum console_route {
     CONSOLE_R_LETTER,   /* GET: one letter (id: PARTITION:OFFSET) */
     CONSOLE_R_REPLAY,   /* POST: replay letters, or preview it */
     CONSOLE_R_ACTIONS,  /* GET: the action log */
+    CONSOLE_R_STEP_RESOLVE, /* POST: settle a capture's, a void's or an
+                               authorization's review (kind, id: its UUID) */
 };
 
 struct console_route_match {
     enum console_route route;
     const char *method; /* the one method it takes: "GET" or "POST" */
     char id[64];        /* asset name, attempt UUID (lower case), position */
+    char kind[16];      /* STEP_RESOLVE: "capture", "void", "authorization" */
 };
 
 /* Matches a path (without its query string). Returns the route, with *m
@@ -74,6 +77,21 @@ enum charged_rc console_input_resolve(const char *body, size_t len,
                                       const char *attempt_id,
                                       struct console_resolve_input *out,
                                       struct charged_error *err);
+
+/* A capture's, a void's or an authorization's decision: {"decision":
+ * "succeeded"|"failed"|"authorized"|"voided", "reason": "..." (required),
+ * "force": bool, "confirm": "<id>"}; force needs confirm to repeat the id
+ * the path names. Which decisions a kind takes is its review's to say. */
+struct console_step_resolve_input {
+    char decision[16]; /* the status named, upper case: "SUCCEEDED", ... */
+    char reason[CONSOLE_MAX_REASON + 1];
+    int force;
+    char confirm[64];
+};
+
+enum charged_rc console_input_step_resolve(const char *body, size_t len, const char *id,
+                                           struct console_step_resolve_input *out,
+                                           struct charged_error *err);
 
 struct console_replay_input {
     int dry_run;

@@ -5,23 +5,23 @@
 
 #include "charged_assert.h"
 
-typedef void (*decide_fn)(const struct reconcile_limits *lim,
-                          const struct reconcile_attempt *a,
-                          const struct reconcile_evidence *e,
-                          struct reconcile_decision *out);
-
 /* What differs between the kinds of look: the order of evidence, and the
  * name of each call it asks for (NULL: never asked of that kind). */
-static const struct {
-    decide_fn decide;
-    const char *operation[RECONCILE_LIST + 1];
-} kinds[] = {
+static const struct reconcile_order kinds[] = {
     [RECONCILE_KIND_CHARGE] = {reconcile_policy_decide,
                                {[RECONCILE_RETRIEVE] = "retrieve",
                                 [RECONCILE_SEARCH] = "search",
                                 [RECONCILE_SEARCH_OTHERS] = "search",
                                 [RECONCILE_CHARGE] = "charge",
                                 [RECONCILE_LIST] = "list"}},
+    /* The charge's calls: the create again under its key is a "charge"
+     * call of the attempt, as the worker's. */
+    [RECONCILE_KIND_AUTHORIZATION] = {reconcile_policy_decide,
+                                      {[RECONCILE_RETRIEVE] = "retrieve",
+                                       [RECONCILE_SEARCH] = "search",
+                                       [RECONCILE_SEARCH_OTHERS] = "search",
+                                       [RECONCILE_CHARGE] = "charge",
+                                       [RECONCILE_LIST] = "list"}},
     /* No search of refunds exists. */
     [RECONCILE_KIND_REFUND] = {reconcile_policy_decide_refund,
                                {[RECONCILE_RETRIEVE] = "retrieve_refund",
@@ -39,8 +39,21 @@ void reconcile_look_begin(struct reconcile_look *l, enum reconcile_kind kind,
     CHARGED_ASSERT((unsigned)kind < RECONCILE_KIND__COUNT);
     /* A refund is looked at on its charge's intent, a charge on its own. */
     CHARGED_ASSERT((kind == RECONCILE_KIND_REFUND) == (a->object != NULL));
-    memset(l, 0, sizeof(*l));
+    /* An authorization is looked at as one, and only it. */
+    CHARGED_ASSERT((kind == RECONCILE_KIND_AUTHORIZATION) == (a->manual != 0));
+    reconcile_look_begin_order(l, &kinds[kind], lim, a, claimed_at);
     l->kind = kind;
+}
+
+void reconcile_look_begin_order(struct reconcile_look *l,
+                                const struct reconcile_order *order,
+                                const struct reconcile_limits *lim,
+                                const struct reconcile_attempt *a, long long claimed_at)
+{
+    CHARGED_ASSERT(l && order && order->decide && lim && a && a->id);
+    memset(l, 0, sizeof(*l));
+    l->kind = RECONCILE_KIND__COUNT;
+    l->order = order;
     l->lim = *lim;
     l->a = *a;
     l->claimed_at = claimed_at;
@@ -71,16 +84,16 @@ void reconcile_look_step(struct reconcile_look *l, long long now,
                          struct reconcile_step *out)
 {
     CHARGED_ASSERT(l && out);
-    CHARGED_ASSERT((unsigned)l->kind < RECONCILE_KIND__COUNT);
+    CHARGED_ASSERT(l->order && l->order->decide);
     CHARGED_ASSERT(now >= l->claimed_at); /* a monotonic clock */
     memset(out, 0, offsetof(struct reconcile_step, dec));
     l->e.lookup_after_ms = now - l->claimed_at;
-    kinds[l->kind].decide(&l->lim, &l->a, &l->e, &out->dec);
+    l->order->decide(&l->lim, &l->a, &l->e, &out->dec);
     out->next = out->dec.next;
     if (out->next == RECONCILE_SETTLE)
         return;
     CHARGED_ASSERT((unsigned)out->next <= RECONCILE_LIST);
-    out->operation = kinds[l->kind].operation[out->next];
+    out->operation = l->order->operation[out->next];
     if (!out->operation) {
         /* A call the kind has not (never asked): the look ends, the record
          * as it was. */

@@ -19,11 +19,27 @@
 #include "provider_outcome.h"
 #include "reconcile_policy.h"
 
-/* What a look is at: a payment attempt's charge, or a refund. */
+/* What a look is at: a payment attempt's charge, a refund, or a payment
+ * attempt's authorization (its order of evidence is the charge's, its
+ * meanings the hold's: reconcile_attempt.manual); another operation brings
+ * its own order of evidence (reconcile_look_begin_order). */
 enum reconcile_kind {
     RECONCILE_KIND_CHARGE = 0,
     RECONCILE_KIND_REFUND,
-    RECONCILE_KIND__COUNT
+    RECONCILE_KIND_AUTHORIZATION, /* a payment attempt's authorization (manual) */
+    RECONCILE_KIND__COUNT         /* a look begun with an operation's own order */
+};
+
+/* An order of evidence: its decision (reconcile_policy_decide's shape),
+ * and the name of each call it asks for (NULL: never asked; a look that
+ * asks for it ends, the record as it was). */
+typedef void (*reconcile_decide_fn)(const struct reconcile_limits *lim,
+                                    const struct reconcile_attempt *a,
+                                    const struct reconcile_evidence *e,
+                                    struct reconcile_decision *out);
+struct reconcile_order {
+    reconcile_decide_fn decide;
+    const char *operation[RECONCILE_LIST + 1];
 };
 
 /* Calls one look makes at most: a look-up, then perhaps the call again
@@ -33,6 +49,7 @@ enum reconcile_kind {
 
 struct reconcile_look {
     enum reconcile_kind kind;
+    const struct reconcile_order *order; /* the kind's, or the operation's */
     struct reconcile_limits lim;
     struct reconcile_attempt a; /* its strings are the caller's, kept while
                                    the look lasts */
@@ -62,6 +79,13 @@ struct reconcile_step {
 void reconcile_look_begin(struct reconcile_look *l, enum reconcile_kind kind,
                           const struct reconcile_limits *lim,
                           const struct reconcile_attempt *a, long long claimed_at);
+/* Starts a look as reconcile_look_begin, in an operation's own order of
+ * evidence (kept, not copied: a static table of the operation's). */
+void reconcile_look_begin_order(struct reconcile_look *l,
+                                const struct reconcile_order *order,
+                                const struct reconcile_limits *lim,
+                                const struct reconcile_attempt *a,
+                                long long claimed_at);
 
 /* The look's next step at now (the caller's monotonic clock, not before
  * claimed_at): the key ages while the look goes on, and each decision, a

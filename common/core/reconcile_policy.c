@@ -102,6 +102,22 @@ static const struct {
      * before executing. Either way: look again. */
     [RECONCILE_CHARGE_NOT_EXECUTED] = {"charge_not_executed", KEEPS, 0, BOOKS_NONE,
                                        "sent again, not executed: "},
+    /* An authorization's own intent. Held: the authorization's success. */
+    [RECONCILE_FOUND_AUTHORIZED] = {"found_authorized", SETS, ATTEMPT_STATUS_AUTHORIZED,
+                                    BOOKS_INTENT, NULL},
+    /* Money taken where it was to be held (captured behind our back): no
+     * capture of ours took it, so a person decides, never SUCCEEDED. */
+    [RECONCILE_FOUND_CAPTURED] = {"found_captured", SETS,
+                                  ATTEMPT_STATUS_REQUIRES_REVIEW, BOOKS_INTENT,
+                                  "requires_review: captured: "},
+    /* Canceled before the hold was ever recorded: no money is held, as
+     * after a decline. VOIDED is for a hold recorded AUTHORIZED. */
+    [RECONCILE_FOUND_CANCELED] = {"found_canceled", SETS, ATTEMPT_STATUS_FAILED,
+                                  BOOKS_INTENT, "canceled: "},
+    /* The provider's expiry of a hold recorded AUTHORIZED: released. */
+    [RECONCILE_FOUND_EXPIRED] = {"found_expired", SETS, ATTEMPT_STATUS_VOIDED,
+                                 BOOKS_NONE, "expired"},
+    [RECONCILE_HOLD_STANDS] = {"hold_stands", KEEPS, 0, BOOKS_NONE, "not expired: "},
 };
 _Static_assert(sizeof(rules) / sizeof(rules[0]) == RECONCILE_RULE__COUNT,
                "one row per rule");
@@ -160,6 +176,53 @@ static int intent_is_ours(const struct reconcile_attempt *a,
     return 0;
 }
 
+/* What an authorization's own intent says (ours: from_intent proved it).
+ * Held is AUTHORIZED; taken (succeeded) is for a person; canceled before
+ * the hold was recorded is FAILED; declined and processing as a charge's.
+ * Of an AUTHORIZED attempt (the look for the provider's expiry) only the
+ * provider's own cancel (cancellation_reason automatic) settles: VOIDED
+ * expired; anything else leaves the hold as it is, to its steps (a
+ * capture's or void's look) and the auditor. */
+static enum reconcile_rule from_authorization(const struct reconcile_attempt *a,
+                                              const struct provider_result *res,
+                                              char *detail, size_t size)
+{
+    CHARGED_ASSERT(a && a->manual && res && detail && size > 0);
+    int canceled = !strcmp(res->intent_status, "canceled");
+    if (a->status == ATTEMPT_STATUS_AUTHORIZED) {
+        if (canceled && !strcmp(res->cancellation_reason, "automatic")) {
+            detail[0] = '\0';
+            return RECONCILE_FOUND_EXPIRED;
+        }
+        snprintf(detail, size, "intent status '%s'%s%s", res->intent_status,
+                 res->cancellation_reason[0] ? ", cancellation_reason " : "",
+                 res->cancellation_reason);
+        return RECONCILE_HOLD_STANDS;
+    }
+    if (res->outcome == PROVIDER_AUTHORIZED)
+        return RECONCILE_FOUND_AUTHORIZED;
+    if (!strcmp(res->intent_status, "succeeded")) {
+        snprintf(detail, size, "intent succeeded where a hold was asked");
+        return RECONCILE_FOUND_CAPTURED;
+    }
+    if (canceled) {
+        snprintf(detail, size, "%s",
+                 res->cancellation_reason[0] ? res->cancellation_reason : "canceled");
+        return RECONCILE_FOUND_CANCELED;
+    }
+    switch (res->outcome) {
+    case PROVIDER_DECLINED:
+        snprintf(detail, size, "%s%s%s", res->code[0] ? res->code : "declined",
+                 res->decline_code[0] ? ": " : "", res->decline_code);
+        return RECONCILE_FOUND_DECLINED;
+    case PROVIDER_PROCESSING:
+        return RECONCILE_FOUND_PROCESSING;
+    default:
+        snprintf(detail, size, "intent status '%s'", res->intent_status);
+        return RECONCILE_FOUND_OTHER_STATUS;
+    }
+}
+
 /* What a found intent says; own_answer: it answered our charge under our
  * key. Only one proven ours (ownership.h) settles the attempt. */
 static enum reconcile_rule from_intent(const struct reconcile_attempt *a,
@@ -188,6 +251,8 @@ static enum reconcile_rule from_intent(const struct reconcile_attempt *a,
     }
     if (!intent_is_ours(a, res, own_answer, detail, size))
         return RECONCILE_FOUND_NOT_OURS;
+    if (a->manual)
+        return from_authorization(a, res, detail, size);
     switch (res->outcome) {
     case PROVIDER_SUCCEEDED:
         return RECONCILE_FOUND_SUCCEEDED;
@@ -356,9 +421,12 @@ classify(const struct reconcile_limits *lim, const struct reconcile_attempt *a,
          const struct provider_result **intent, char *detail, size_t size)
 {
     CHARGED_ASSERT(lim && a && e && a->id);
-    /* Only an unsettled attempt is looked at (reconcile_attempt). */
+    /* Only an unsettled attempt is looked at (reconcile_attempt), or a
+     * hold for its expiry, by its recorded id. */
     CHARGED_ASSERT(a->status == ATTEMPT_STATUS_UNKNOWN ||
-                   a->status == ATTEMPT_STATUS_PROCESSING);
+                   a->status == ATTEMPT_STATUS_PROCESSING ||
+                   (a->manual && a->status == ATTEMPT_STATUS_AUTHORIZED &&
+                    a->provider_payment_id && a->provider_payment_id[0]));
     long long age = key_age(a, e);
 
     *next = RECONCILE_SETTLE;
@@ -406,7 +474,9 @@ static void finish(const struct reconcile_limits *lim,
     if (rules[rule].books == BOOKS_INTENT && intent)
         snprintf(out->provider_payment_id, sizeof(out->provider_payment_id), "%s",
                  intent->provider_payment_id);
-    if (out->status == a->status && a->age_ms > lim->max_age_ms) {
+    /* A hold is looked at for its expiry however old: it is settled. */
+    if (out->status == a->status && a->status != ATTEMPT_STATUS_AUTHORIZED &&
+        a->age_ms > lim->max_age_ms) {
         /* Settles nothing, and has been looked at long enough. */
         snprintf(detail, detail_size, "still unsettled after %lld ms; last: %s",
                  a->age_ms, out->reason);

@@ -38,6 +38,9 @@ struct reconcile_limits {
     long long provider_timeout_ms; /* PROVIDER_TIMEOUT_MS */
     long long search_lag_ms;       /* RECONCILER_SEARCH_LAG_MS */
     long long max_age_ms;          /* RECONCILER_MAX_AGE_MS */
+    /* RECONCILER_AUTHORIZATION_EXPIRY_MS: a hold this old is looked at for
+     * the provider's expiry (the claim's, not the policy's). */
+    long long authorization_expiry_ms;
 };
 
 /* The attempt as claimed; times on the database's clock at the claim. */
@@ -54,6 +57,11 @@ struct reconcile_attempt {
      * are listed, and the noun of the provider's object in reasons. */
     const char *payment_intent;
     const char *object; /* NULL: "intent" */
+    /* An authorization (capture_method manual): its intent holds the
+     * money (requires_capture) where a charge's takes it. Looked at
+     * UNKNOWN or PROCESSING as a charge is, and AUTHORIZED (its id
+     * recorded) for the provider's expiry of the hold. */
+    int manual;
 };
 
 /* What the provider answered so far in this look; NULL: not asked (yet).
@@ -109,6 +117,13 @@ enum reconcile_rule {
                                                never ours without proof */
     RECONCILE_CHARGE_NOT_EXECUTED,          /* our call again was not executed
                                                (409: our first still runs; 429) */
+    /* An authorization's own intent (a->manual): */
+    RECONCILE_FOUND_AUTHORIZED, /* holds the money (requires_capture) */
+    RECONCILE_FOUND_CAPTURED,   /* succeeded: taken where a hold was asked */
+    RECONCILE_FOUND_CANCELED,   /* canceled before we knew of the hold */
+    RECONCILE_FOUND_EXPIRED,    /* an AUTHORIZED one canceled by the provider
+                                   on its own (cancellation_reason automatic) */
+    RECONCILE_HOLD_STANDS,      /* an AUTHORIZED one not expired: look later */
     RECONCILE_RULE__COUNT
 };
 
@@ -119,6 +134,9 @@ struct reconcile_decision {
     char reason[512];           /* SETTLE: valid UTF-8; "" for none */
     /* SETTLE: the intent booked; "" for none */
     char provider_payment_id[PROVIDER_ID_MAX];
+    /* SETTLE: the money the provider's object shows moved, when the
+     * record keeps it (a capture's amount_received); 0: none. */
+    long long amount;
     char note[512]; /* SETTLE: what the look saw beside what
                        settled it (foreign objects naming the
                        attempt), for its evidence and log; "" */

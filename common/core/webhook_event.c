@@ -152,15 +152,12 @@ static void decide_success(const struct webhook_event *ev,
 static void decide(const struct webhook_event *ev, const struct webhook_attempt *a,
                    struct webhook_decision *d);
 
-void webhook_event_decide(const struct webhook_event *ev,
-                          const struct webhook_attempt *a, struct webhook_decision *d)
+/* A FAILED attempt may have been followed by another attempt of its
+ * order: it cannot become live (REQUIRES_REVIEW) again beside it. The
+ * evidence is kept for a person instead, loudly, never lost. */
+static void keep_order_live_once(const struct webhook_attempt *a,
+                                 struct webhook_decision *d)
 {
-    CHARGED_ASSERT(ev != NULL && a != NULL && d != NULL);
-    CHARGED_ASSERT((unsigned)a->status < ATTEMPT_STATUS__COUNT);
-    decide(ev, a, d);
-    /* A FAILED attempt may have been followed by another attempt of its
-     * order: it cannot become live (REQUIRES_REVIEW) again beside it. The
-     * evidence is kept for a person instead, loudly, never lost. */
     if ((d->action == WEBHOOK_APPLY || d->action == WEBHOOK_REVIEW) &&
         attempt_status_is_live(d->status) && !attempt_status_is_live(a->status) &&
         a->order_has_other_live) {
@@ -172,6 +169,106 @@ void webhook_event_decide(const struct webhook_event *ev,
     CHARGED_ASSERT((d->action == WEBHOOK_APPLY || d->action == WEBHOOK_REVIEW) ==
                    (d->status != a->status));
     CHARGED_ASSERT(!d->check_now || a->status == ATTEMPT_STATUS_UNKNOWN);
+}
+
+void webhook_event_decide(const struct webhook_event *ev,
+                          const struct webhook_attempt *a, struct webhook_decision *d)
+{
+    CHARGED_ASSERT(ev != NULL && a != NULL && d != NULL);
+    CHARGED_ASSERT((unsigned)a->status < ATTEMPT_STATUS__COUNT);
+    decide(ev, a, d);
+    keep_order_live_once(a, d);
+}
+
+int webhook_event_is_expiry(const struct webhook_event *ev)
+{
+    CHARGED_ASSERT(ev != NULL);
+    return ev->evidence == WEBHOOK_EVIDENCE_FAILED &&
+           !strcmp(ev->intent_status, "canceled") &&
+           !strcmp(ev->cancellation_reason, "automatic");
+}
+
+/* Our own intent holds the money. */
+static void decide_hold(const struct webhook_attempt *a, struct webhook_decision *d)
+{
+    switch (a->status) {
+    case ATTEMPT_STATUS_PROCESSING:
+    case ATTEMPT_STATUS_UNKNOWN:
+        set(d, WEBHOOK_APPLY, ATTEMPT_STATUS_AUTHORIZED,
+            "the provider holds the money");
+        return;
+    case ATTEMPT_STATUS_AUTHORIZED:
+        set(d, WEBHOOK_IGNORE, a->status, "already authorized");
+        return;
+    case ATTEMPT_STATUS_FAILED:
+        set(d, WEBHOOK_REVIEW, ATTEMPT_STATUS_REQUIRES_REVIEW,
+            "the provider reported a hold for a failed attempt");
+        return;
+    case ATTEMPT_STATUS_REJECTED:
+        set(d, WEBHOOK_FLAG, a->status,
+            "the provider reported a hold for a rejected attempt");
+        return;
+    case ATTEMPT_STATUS_PENDING:
+        set(d, WEBHOOK_IGNORE, a->status, "not sent yet; the call will see it");
+        return;
+    default: /* captured, voided, under review: older news */
+        set(d, WEBHOOK_IGNORE, a->status, "older than the current state");
+        return;
+    }
+}
+
+/* Our own intent was canceled by the provider on its own: its expiry. */
+static void decide_expiry(const struct webhook_attempt *a, struct webhook_decision *d)
+{
+    switch (a->status) {
+    case ATTEMPT_STATUS_AUTHORIZED:
+        set(d, WEBHOOK_APPLY, ATTEMPT_STATUS_VOIDED,
+            "the provider canceled the hold on its own: expired");
+        return;
+    case ATTEMPT_STATUS_PROCESSING:
+    case ATTEMPT_STATUS_UNKNOWN:
+        set(d, WEBHOOK_APPLY, ATTEMPT_STATUS_FAILED,
+            "the provider canceled the authorization before its hold was recorded");
+        return;
+    case ATTEMPT_STATUS_SUCCEEDED:
+        set(d, WEBHOOK_REVIEW, ATTEMPT_STATUS_REQUIRES_REVIEW,
+            "the provider reported the expiry of a captured authorization");
+        return;
+    case ATTEMPT_STATUS_VOIDED:
+        set(d, WEBHOOK_IGNORE, a->status, "already voided");
+        return;
+    default:
+        set(d, WEBHOOK_IGNORE, a->status, "nothing to change");
+        return;
+    }
+}
+
+void webhook_event_decide_authorization(const struct webhook_event *ev,
+                                        const struct webhook_attempt *a,
+                                        struct webhook_decision *d)
+{
+    CHARGED_ASSERT(ev != NULL && a != NULL && d != NULL);
+    CHARGED_ASSERT((unsigned)a->status < ATTEMPT_STATUS__COUNT);
+    int expiry = webhook_event_is_expiry(ev);
+    if (ev->evidence != WEBHOOK_EVIDENCE_AUTHORIZED && !expiry) {
+        webhook_event_decide(ev, a, d); /* a failure: as a charge's */
+        return;
+    }
+    enum ownership_verdict v = intent_owner(ev, a);
+    if (v != OWNERSHIP_OURS) {
+        set(d, WEBHOOK_IGNORE, a->status,
+            v == OWNERSHIP_FOREIGN ? "about another's intent"
+                                   : "about an intent that only names the attempt");
+        d->check_now = a->status == ATTEMPT_STATUS_UNKNOWN;
+    } else if (other_charge(ev, a)) {
+        set(d, WEBHOOK_FLAG, a->status,
+            "the provider reported a hold of another amount or currency");
+    } else if (expiry) {
+        decide_expiry(a, d);
+    } else {
+        decide_hold(a, d);
+    }
+    keep_order_live_once(a, d);
 }
 
 static void decide(const struct webhook_event *ev, const struct webhook_attempt *a,

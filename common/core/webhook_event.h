@@ -132,6 +132,29 @@ struct webhook_decision {
 void webhook_event_decide(const struct webhook_event *ev,
                           const struct webhook_attempt *a, struct webhook_decision *d);
 
+/* Is ev the provider's own cancel of an authorization (its expiry:
+ * canceled, cancellation_reason "automatic")? */
+int webhook_event_is_expiry(const struct webhook_event *ev);
+
+/* What an authorization's event does to its attempt (capture_method
+ * manual). Only its own intent (ownership.h, as above) moves it; one not
+ * proven ours is recorded and ignored, an UNKNOWN attempt made due for the
+ * reconciler at once (its create again under its own key is the proof).
+ * Ours:
+ *   - the hold (WEBHOOK_EVIDENCE_AUTHORIZED) settles PROCESSING or UNKNOWN
+ *     as AUTHORIZED; for a FAILED attempt it is a contradiction (REVIEW);
+ *     for any other state, older news (ignored);
+ *   - the expiry (webhook_event_is_expiry) makes AUTHORIZED VOIDED, and
+ *     PROCESSING or UNKNOWN (the hold never recorded) FAILED; of a
+ *     SUCCEEDED (captured) attempt it is a contradiction (REVIEW);
+ *   - a failure (payment_failed) is decided as a charge's
+ *     (webhook_event_decide).
+ * A hold or expiry of another amount or currency is flagged, never
+ * applied. */
+void webhook_event_decide_authorization(const struct webhook_event *ev,
+                                        const struct webhook_attempt *a,
+                                        struct webhook_decision *d);
+
 /* "applied", "review", "ignored", "flagged", "unproven": the outcome recorded for the
  * event and counted in metrics. */
 const char *webhook_action_name(enum webhook_action a);

@@ -183,6 +183,51 @@ static const struct metric_family families[METRIC__COUNT] = {
                               "Provider objects the auditor cannot judge yet (their "
                               "attempt or the object itself is unsettled).",
                               {NULL}},
+    [METRIC_CAPTURES] = {"charged_captures_processed_total",
+                         METRIC_COUNTER,
+                         "Capture attempts whose outcome this worker persisted (or "
+                         "rejected before any provider call), by that status.",
+                         {"status"}},
+    [METRIC_RECONCILER_CAPTURE_BACKLOG] = {"charged_reconciler_backlog_captures",
+                                           METRIC_GAUGE,
+                                           "Capture attempts in a status the "
+                                           "reconciler settles, counted in the "
+                                           "database.",
+                                           {"status"}},
+    [METRIC_RECONCILER_CAPTURE_OLDEST] =
+        {"charged_reconciler_oldest_capture_age_seconds",
+         METRIC_GAUGE,
+         "Age since it was recorded of the oldest capture attempt in a "
+         "status the reconciler settles; 0 when none.",
+         {"status"}},
+    [METRIC_RECONCILER_CAPTURE_SETTLEMENTS] =
+        {"charged_reconciler_capture_settlements_total",
+         METRIC_COUNTER,
+         "Capture attempts this reconciler moved to a new status, "
+         "by that status.",
+         {"status"}},
+    [METRIC_RECONCILER_VOID_BACKLOG] = {"charged_reconciler_backlog_voids",
+                                        METRIC_GAUGE,
+                                        "Void attempts in a status the reconciler "
+                                        "settles, counted in the database.",
+                                        {"status"}},
+    [METRIC_RECONCILER_VOID_OLDEST] = {"charged_reconciler_oldest_void_age_seconds",
+                                       METRIC_GAUGE,
+                                       "Age since it was recorded of the oldest void "
+                                       "attempt in a status the reconciler settles; 0 "
+                                       "when none.",
+                                       {"status"}},
+    [METRIC_RECONCILER_VOID_SETTLEMENTS] =
+        {"charged_reconciler_void_settlements_total",
+         METRIC_COUNTER,
+         "Void attempts this reconciler moved to a new "
+         "status, by that status.",
+         {"status"}},
+    [METRIC_VOIDS] = {"charged_voids_processed_total",
+                      METRIC_COUNTER,
+                      "Void attempts whose outcome this worker persisted (or rejected "
+                      "before any provider call), by that status.",
+                      {"status"}},
 };
 
 struct series {

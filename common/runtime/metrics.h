@@ -55,6 +55,18 @@ enum metric_key {
     METRIC_AUDIT_WINDOWS,                 /* charged_audit_windows_total */
     METRIC_AUDIT_WATERMARK_AGE,           /* charged_audit_watermark_age_seconds */
     METRIC_AUDIT_PENDING,                 /* charged_audit_pending_objects */
+    METRIC_CAPTURES,                      /* charged_captures_processed_total{status} */
+    METRIC_RECONCILER_CAPTURE_BACKLOG, /* charged_reconciler_backlog_captures{status} */
+    METRIC_RECONCILER_CAPTURE_OLDEST,  /* charged_reconciler_oldest_capture_age_seconds
+                                          {status} */
+    METRIC_RECONCILER_CAPTURE_SETTLEMENTS, /* charged_reconciler_capture_settlements_total
+                                              {status} */
+    METRIC_RECONCILER_VOID_BACKLOG, /* charged_reconciler_backlog_voids{status} */
+    METRIC_RECONCILER_VOID_OLDEST, /* charged_reconciler_oldest_void_age_seconds{status}
+                                    */
+    METRIC_RECONCILER_VOID_SETTLEMENTS, /* charged_reconciler_void_settlements_total
+                                           {status} */
+    METRIC_VOIDS,                       /* charged_voids_processed_total{status} */
     METRIC__COUNT
 };
 

@@ -21,6 +21,7 @@ static const char *SQL_ATTEMPT =
     "SELECT row_to_json(a)::text FROM (SELECT id AS payment_attempt_id, order_id,"
     " idempotency_key, status, reason, amount, currency, payment_method, customer_id,"
     " provider_payment_id, refunded_amount, refund_reserved,"
+    " capture_method, captured_amount, held_by, held_by_id,"
     " (SELECT count(*) FROM provider_calls c WHERE c.payment_attempt_id = p.id)"
     "   AS provider_calls,"
     " last_error, lease_owner, " TS("lease_expires_at") " AS lease_expires_at,"
@@ -37,7 +38,7 @@ static const char *SQL_TRANSITIONS =
 static const char *SQL_CALLS =
     "SELECT coalesce(json_agg(c ORDER BY c.id), '[]')::text FROM (SELECT id,"
     " " TS("started_at") " AS started_at, operation, outcome, http_status, replayed,"
-    " latency_ms, provider_payment_id, error, actor FROM provider_calls"
+    " latency_ms, provider_payment_id, error, actor, capture_id, void_id FROM provider_calls"
     " WHERE payment_attempt_id = $1::uuid) c";
 
 static const char *SQL_LEDGER =
@@ -57,6 +58,48 @@ static const char *SQL_REFUNDS =
     " id AS refund_id, status, amount, currency, refund_reason, reason,"
     " provider_refund_id, " TS("updated_at") " AS updated_at, created_at AS c"
     " FROM refund_attempts WHERE payment_attempt_id = $1::uuid) r";
+
+/* A step's transitions, oldest first (x: the step's row). */
+#define STEP_TRANSITIONS(table, col)                                                    \
+    " (SELECT coalesce(json_agg(t ORDER BY t.id), '[]') FROM (SELECT id,"             \
+    " " TS("created_at") " AS at, old_status, new_status, cause, actor, reason,"       \
+    " evidence FROM " table " WHERE " col " = x.id) t) AS transitions"
+
+/* An authorization's captures and voids, oldest first, each with its
+ * transitions. */
+static const char *SQL_CAPTURES =
+    "SELECT coalesce(json_agg(k ORDER BY k.c, k.capture_id), '[]')::text FROM (SELECT"
+    " x.id AS capture_id, x.status, x.amount, x.captured_amount, x.currency, x.reason,"
+    " x.idempotency_key, x.payment_intent, x.holds, " TS("x.created_at") " AS created_at,"
+    " " TS("x.updated_at") " AS updated_at, x.created_at AS c,"
+    STEP_TRANSITIONS("capture_transitions", "capture_id")
+    " FROM capture_attempts x WHERE x.payment_attempt_id = $1::uuid) k";
+
+static const char *SQL_VOIDS =
+    "SELECT coalesce(json_agg(v ORDER BY v.c, v.void_id), '[]')::text FROM (SELECT"
+    " x.id AS void_id, x.status, x.void_reason, x.released_amount, x.reason,"
+    " x.idempotency_key, x.payment_intent, x.holds, " TS("x.created_at") " AS created_at,"
+    " " TS("x.updated_at") " AS updated_at, x.created_at AS c,"
+    STEP_TRANSITIONS("void_transitions", "void_id")
+    " FROM void_attempts x WHERE x.payment_attempt_id = $1::uuid) v";
+
+/* The attempt's transitions and its steps', in time order (the attempt's
+ * first within one instant: a step's move follows the claim it made). */
+#define TIMELINE_PART(step, id, table, join)                                            \
+    " SELECT " step " AS step, " id " AS step_id, t.id, " TS("t.created_at") " AS at,"   \
+    " t.old_status, t.new_status, t.cause, t.actor, t.reason, t.evidence,"             \
+    " t.created_at AS c FROM " table " t " join
+static const char *SQL_TIMELINE =
+    "SELECT coalesce(json_agg(e ORDER BY e.c, e.step = 'attempt' DESC, e.id), '[]')::text"
+    " FROM (" TIMELINE_PART("'attempt'", "t.payment_attempt_id", "attempt_transitions",
+                            "WHERE t.payment_attempt_id = $1::uuid")
+    " UNION ALL" TIMELINE_PART("'capture'", "t.capture_id", "capture_transitions",
+                               "JOIN capture_attempts x ON x.id = t.capture_id"
+                               " WHERE x.payment_attempt_id = $1::uuid")
+    " UNION ALL" TIMELINE_PART("'void'", "t.void_id", "void_transitions",
+                               "JOIN void_attempts x ON x.id = t.void_id"
+                               " WHERE x.payment_attempt_id = $1::uuid")
+    ") e";
 
 /* A row of a list, for list and find alike: up to the WHERE. */
 #define SQL_ROWS                                                                       \
@@ -100,9 +143,14 @@ enum charged_rc attempt_history_read(PGconn *conn, const char *attempt_id, json_
     const struct {
         const char *key, *sql, *strip;
     } parts[] = {
-        {"transitions", SQL_TRANSITIONS, NULL}, {"provider_calls", SQL_CALLS, NULL},
-        {"ledger_entries", SQL_LEDGER, NULL},   {"result_events", SQL_EVENTS, "c"},
+        {"transitions", SQL_TRANSITIONS, NULL},
+        {"provider_calls", SQL_CALLS, NULL},
+        {"ledger_entries", SQL_LEDGER, NULL},
+        {"result_events", SQL_EVENTS, "c"},
         {"refunds", SQL_REFUNDS, "c"},
+        {"captures", SQL_CAPTURES, "c"},
+        {"voids", SQL_VOIDS, "c"},
+        {"timeline", SQL_TIMELINE, "c"},
     };
     const char *p[1] = {attempt_id};
     json_t *story = NULL, *v = NULL;

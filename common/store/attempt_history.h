@@ -17,7 +17,11 @@
 
 /* The attempt (its row, with provider_calls counted) and every part of its
  * story: {"attempt", "transitions", "provider_calls", "ledger_entries",
- * "result_events", "refunds"}, each list oldest first, all read in one
+ * "result_events", "refunds", "captures", "voids", "timeline"}: an
+ * authorization's captures and voids each with its own transitions, and
+ * the timeline the attempt's transitions and its steps' in time order
+ * (each with "step": attempt, capture or void, and "step_id"); each list
+ * oldest first, all read in one
  * snapshot (a transaction of its own unless conn is inside one already).
  * CHARGED_NOT_FOUND also for an id that is not a UUID. */
 enum charged_rc attempt_history_read(PGconn *conn, const char *attempt_id, json_t **out,

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "charged_assert.h"
 #include "store_conn.h"
 #include "store_stmt.h"
 
@@ -103,14 +104,53 @@ static const char *SQL_NEXT =
  * that names one object twice must not fail the statement. */
 static const char *SQL_COPY_INTENTS =
     "INSERT INTO audit_intents AS t (id, status, amount, currency, created,"
-    "  payment_attempt_id, order_id)"
+    "  payment_attempt_id, order_id, capture_method, amount_capturable, amount_received,"
+    "  cancellation_reason)"
     " SELECT DISTINCT ON (id) * FROM unnest($1::text[], $2::text[], $3::bigint[],"
-    "   $4::text[], $5::bigint[], $6::text[], $7::text[])"
-    "   AS p(id, status, amount, currency, created, attempt, ord)"
+    "   $4::text[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::bigint[],"
+    "   $10::bigint[], $11::text[])"
+    "   AS p(id, status, amount, currency, created, attempt, ord, how, capturable,"
+    "        received, cancel)"
     " ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, amount = EXCLUDED.amount,"
     "  currency = EXCLUDED.currency, created = EXCLUDED.created,"
     "  payment_attempt_id = EXCLUDED.payment_attempt_id, order_id = EXCLUDED.order_id,"
-    "  seen_at = now()";
+    "  capture_method = EXCLUDED.capture_method,"
+    "  amount_capturable = EXCLUDED.amount_capturable,"
+    "  amount_received = EXCLUDED.amount_received,"
+    "  cancellation_reason = EXCLUDED.cancellation_reason, seen_at = now()";
+
+/* What an intent of the copy took: an authorization's capture, else its
+ * amount (0019). */
+#define TAKEN(t) \
+    "(CASE WHEN " t ".capture_method = 'manual' THEN coalesce(" t ".amount_received, 0)" \
+    " ELSE " t ".amount END)"
+
+/* For each authorization of a page, its steps: the attempt that recorded
+ * the intent as its own (payment_attempts_provider_payment_id), its
+ * SUCCEEDED capture's amount, the most a capture of it that reached the
+ * provider asked (NULL: all of the attempt's), whether a capture or a void
+ * of it is unsettled; and, recorded by none, whether the attempt its
+ * metadata names is unsettled with no intent recorded yet. Each look-up is
+ * an index probe (capture_attempts_attempt, void_attempts_attempt). */
+static const char *SQL_STEP_FACTS =
+    "SELECT p.i, coalesce(r.id::text, ''), coalesce(r.status, ''), coalesce(r.amount, 0),"
+    "  coalesce(r.captured_amount, -1), coalesce(r.order_id::text, ''),"
+    "  coalesce(r.currency, ''),"
+    "  coalesce((SELECT c.captured_amount FROM capture_attempts c"
+    "    WHERE c.payment_attempt_id = r.id AND c.status = 'SUCCEEDED' LIMIT 1), -1),"
+    "  coalesce((SELECT max(coalesce(c.amount, r.amount)) FROM capture_attempts c"
+    "    WHERE c.payment_attempt_id = r.id AND c.status NOT IN ('PENDING', 'REJECTED')), -1),"
+    "  EXISTS (SELECT 1 FROM capture_attempts c WHERE c.payment_attempt_id = r.id"
+    "    AND c.status IN ('PENDING', 'PROCESSING', 'UNKNOWN')),"
+    "  EXISTS (SELECT 1 FROM void_attempts v WHERE v.payment_attempt_id = r.id"
+    "    AND v.status IN ('PENDING', 'PROCESSING', 'UNKNOWN')),"
+    "  r.id IS NULL AND a.id IS NOT NULL AND a.provider_payment_id IS NULL"
+    "    AND a.status IN ('PENDING', 'PROCESSING', 'UNKNOWN')"
+    " FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS p(id, attempt, i)"
+    " LEFT JOIN LATERAL (SELECT x.* FROM payment_attempts x WHERE x.provider_payment_id = p.id"
+    "   ORDER BY x.created_at, x.id LIMIT 1) r ON true"
+    " LEFT JOIN payment_attempts a ON a.id = " AS_UUID("p.attempt")
+    " ORDER BY p.i";
 
 /* For each intent: the charge booked on it; the attempt its metadata
  * names, and that attempt's booked charge; another SUCCEEDED attempt of
@@ -201,7 +241,7 @@ static const char *SQL_REFUND_FACTS =
     "  coalesce(rm.status, ''), coalesce(rm.id::text, ''),"
     "  (SELECT coalesce(sum(x.amount), 0) FROM audit_refunds x"
     "    WHERE x.payment_intent = m.payment_intent AND x.status = 'succeeded'),"
-    "  coalesce(lc.amount, mi.amount, -1),"
+    "  coalesce(lc.amount, " TAKEN("mi") ", -1),"
     "  coalesce(lc.payment_attempt_id::text, ''), coalesce(lc.order_id::text, ''),"
     "  coalesce(r.payment_intent, ''),"
     "  r.id IS NOT NULL AND m.refund_id IS NOT NULL"
@@ -242,7 +282,8 @@ static const char *SQL_LEDGER_UNMATCHED =
     " WHERE l.created_at >= to_timestamp($1::bigint) AND l.created_at < to_timestamp($2::bigint)"
     "   AND l.id > $3::bigint"
     "   AND (CASE l.kind WHEN 'charge'"
-    "        THEN m.status = 'succeeded' AND m.amount = l.amount AND upper(m.currency) = l.currency"
+    "        THEN m.status = 'succeeded' AND " TAKEN("m") " = l.amount"
+    "          AND upper(m.currency) = l.currency"
     "        ELSE mr.status = 'succeeded' AND mr.amount = l.amount AND upper(mr.currency) = l.currency"
     "        END) IS NOT TRUE"
     " ORDER BY l.id LIMIT $4::int";
@@ -323,6 +364,83 @@ static const char *or_null(int present, const char *s)
     return present ? s : NULL;
 }
 
+/* A number of the provider's, SQL NULL when it did not say (< 0). */
+static void add_int_or_null(struct stmt *s, int param, long long v)
+{
+    if (v < 0)
+        stmt_add(s, param, NULL);
+    else
+        stmt_add_int(s, param, v);
+}
+
+static int is_manual(const struct provider_listed *it)
+{
+    return !strcmp(it->capture_method, "manual");
+}
+
+/* rows[i].steps for items[i], and what the money rules take of them
+ * (audit_intent_facts' manual, amount_received, steps_ours). One statement
+ * for a page that holds an authorization, none otherwise. */
+static enum charged_rc step_facts(audit_store_t *st,
+                                  const struct provider_listed *items, size_t n,
+                                  struct audit_intent_row *rows,
+                                  struct charged_error *err)
+{
+    struct stmt q = {0};
+    PGresult *r = NULL;
+    enum charged_rc rc;
+    size_t manual = 0;
+    CHARGED_ASSERT(items != NULL && rows != NULL && n > 0);
+    for (size_t i = 0; i < n; i++) {
+        const struct provider_listed *it = &items[i];
+        struct audit_intent_row *o = &rows[i];
+        o->steps = (struct audit_step_facts){
+            .manual = is_manual(it),
+            .status = it->status,
+            .amount = it->amount,
+            .amount_received = it->amount_received,
+            .cancellation_reason = it->cancellation_reason,
+            .attempt_status = o->step_status,
+            .attempt_captured = -1,
+            .capture_booked = -1,
+            .capture_asked = -1,
+        };
+        o->facts.manual = o->steps.manual;
+        o->facts.amount_received = it->amount_received;
+        manual += (size_t)o->steps.manual;
+    }
+    if (manual == 0)
+        return CHARGED_OK;
+    int a = stmt_arrays(&q, 2);
+    for (size_t i = 0; i < n; i++) {
+        stmt_add(&q, a, items[i].id);
+        stmt_add(&q, a + 1,
+                 or_null(items[i].has_attempt_metadata, items[i].payment_attempt_id));
+    }
+    if ((rc = run(st, &q, SQL_STEP_FACTS, &r, err)) != CHARGED_OK)
+        return rc;
+    for (int row = 0; row < PQntuples(r); row++) {
+        long long i = stmt_col_int(r, row, 0) - 1;
+        if (i < 0 || (size_t)i >= n || !rows[i].steps.manual)
+            continue;
+        struct audit_intent_row *o = &rows[i];
+        stmt_col_copy(r, row, 1, o->step_attempt, sizeof(o->step_attempt));
+        stmt_col_copy(r, row, 2, o->step_status, sizeof(o->step_status));
+        stmt_col_copy(r, row, 5, o->step_order, sizeof(o->step_order));
+        stmt_col_copy(r, row, 6, o->step_currency, sizeof(o->step_currency));
+        o->steps.attempt_amount = stmt_col_int(r, row, 3);
+        o->steps.attempt_captured = stmt_col_int(r, row, 4);
+        o->steps.capture_booked = stmt_col_int(r, row, 7);
+        o->steps.capture_asked = stmt_col_int(r, row, 8);
+        o->steps.capture_unsettled = stmt_col_true(r, row, 9);
+        o->steps.void_unsettled = stmt_col_true(r, row, 10);
+        o->steps.named_unsettled = stmt_col_true(r, row, 11);
+        o->facts.steps_ours = *o->step_status != '\0';
+    }
+    PQclear(r);
+    return CHARGED_OK;
+}
+
 enum charged_rc audit_store_intents(audit_store_t *st,
                                     const struct provider_listed *items, size_t n,
                                     struct audit_intent_row *rows,
@@ -333,7 +451,7 @@ enum charged_rc audit_store_intents(audit_store_t *st,
     enum charged_rc rc;
     if (n == 0)
         return CHARGED_OK;
-    int a = stmt_arrays(&c, 7), ids = stmt_arrays(&q, 1);
+    int a = stmt_arrays(&c, 11), ids = stmt_arrays(&q, 1);
     for (size_t i = 0; i < n; i++) {
         const struct provider_listed *it = &items[i];
         stmt_add(&c, a, it->id);
@@ -343,6 +461,11 @@ enum charged_rc audit_store_intents(audit_store_t *st,
         stmt_add_int(&c, a + 4, it->created);
         stmt_add(&c, a + 5, or_null(it->has_attempt_metadata, it->payment_attempt_id));
         stmt_add(&c, a + 6, or_null(*it->order_id != '\0', it->order_id));
+        stmt_add(&c, a + 7, or_null(*it->capture_method != '\0', it->capture_method));
+        add_int_or_null(&c, a + 8, it->amount_capturable);
+        add_int_or_null(&c, a + 9, it->amount_received);
+        stmt_add(&c, a + 10,
+                 or_null(*it->cancellation_reason != '\0', it->cancellation_reason));
         stmt_add(&q, ids, it->id);
     }
     if ((rc = run(st, &c, SQL_COPY_INTENTS, NULL, err)) != CHARGED_OK) {
@@ -399,7 +522,7 @@ enum charged_rc audit_store_intents(audit_store_t *st,
             charged_error_set(err, "audit: no facts for intent %zu of the page", i);
             return CHARGED_RETRY;
         }
-    return CHARGED_OK;
+    return step_facts(st, items, n, rows, err);
 }
 
 enum charged_rc audit_store_order_strays(audit_store_t *st, const char *order,

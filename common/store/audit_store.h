@@ -58,6 +58,13 @@ struct audit_intent_row {
                               order, or the earlier twin */
     char recorded[PROVIDER_ID_MAX]; /* the named attempt's own intent, as recorded */
     char booked_order[40];          /* the ledger row's order */
+    /* An authorization's steps (audit_policy_steps): the attempt that
+     * recorded the intent, its order and currency. */
+    struct audit_step_facts steps; /* points into this row and the listed item */
+    char step_attempt[40];
+    char step_status[24];
+    char step_order[40];
+    char step_currency[8];
 };
 
 /* Copies the page into audit_intents (the provider's word, refreshed) and

@@ -6,6 +6,9 @@ broker or the database blinks.
 
     order_service.py init                      # create its tables
     order_service.py place-orders --count 10   # orders + attempts + commands, one transaction
+    order_service.py place-orders --authorize  # orders that ship later: authorized now
+    order_service.py ship --count 5 [--missing-item-ratio 0.2]  # capture authorized orders
+    order_service.py cancel --count 2          # void authorized orders not shipped
     order_service.py run                       # the service: publisher, inbox, confirmer
     order_service.py resend                    # mark every command unsent (sent again, same bytes)
     order_service.py report                    # orders, payments and refunds, as JSON
@@ -45,7 +48,19 @@ CREATE TABLE IF NOT EXISTS orders (
     paid            boolean NOT NULL DEFAULT false,  -- charged's api said SUCCEEDED
     paid_attempt_id uuid,                -- the attempt it said it of
     refunded_amount bigint NOT NULL DEFAULT 0,  -- the sum of its refunds counted
-    created_at      timestamptz NOT NULL DEFAULT now()
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    -- A shop that ships later (place-orders --authorize): 'manual', its
+    -- attempts authorize; the capture at shipment pays it, a void cancels it.
+    capture_method  text NOT NULL DEFAULT 'automatic'
+                    CHECK (capture_method IN ('automatic', 'manual')),
+    authorized_attempt_id uuid,          -- the attempt charged's api said AUTHORIZED
+    -- Shipped (a capture) or canceled (a void), decided once, never both:
+    -- order_captures and order_voids each point at this column's value.
+    fulfilment      text CHECK (fulfilment IN ('shipped', 'canceled')),
+    paid_amount     bigint,              -- what its capture took (NULL: a charge's amount)
+    CHECK (fulfilment IS NULL OR (capture_method = 'manual' AND authorized_attempt_id IS NOT NULL)),
+    CHECK (paid_amount IS NULL OR (paid_amount BETWEEN 1 AND amount AND capture_method = 'manual')),
+    UNIQUE (order_id, fulfilment)
 );
 -- One row per payment attempt, its id and key fixed before anything is
 -- sent. A second try after a decline is a new row: new id, new key.
@@ -89,11 +104,56 @@ CREATE TABLE IF NOT EXISTS order_refunds (
     next_poll_at       timestamptz,
     poll_every_ms      int NOT NULL DEFAULT 500
 );
+-- One capture per shipped order and one void per canceled order, each
+-- decided once (order_id UNIQUE), id and key fixed in the transaction that
+-- ships or cancels the order, with its command. The foreign key on
+-- (order_id, fulfilment) makes "shipped or canceled, never both" the
+-- database's: a capture exists only for an order marked shipped, a void
+-- only for one marked canceled, and the mark cannot change under either.
+-- The columns after them are as order_refunds' (charged's answer about it).
+CREATE TABLE IF NOT EXISTS order_captures (
+    capture_id         uuid PRIMARY KEY,
+    order_id           uuid NOT NULL UNIQUE,
+    fulfilment         text NOT NULL DEFAULT 'shipped' CHECK (fulfilment = 'shipped'),
+    payment_attempt_id uuid NOT NULL REFERENCES order_attempts,  -- the authorization
+    idempotency_key    text NOT NULL UNIQUE,
+    amount             bigint NOT NULL CHECK (amount > 0),  -- asked: less when an item is missing
+    captured_amount    bigint CHECK (captured_amount BETWEEN 1 AND amount),  -- charged's answer
+    last_event_type    text,
+    counted            boolean NOT NULL DEFAULT false,  -- the order paid with it
+    confirm_due        boolean NOT NULL DEFAULT false,
+    wakes              bigint NOT NULL DEFAULT 0,
+    confirmed_status   text,            -- what GET /v1/captures/<id> said
+    confirmed_at       timestamptz,
+    answer_updated_at  timestamptz,
+    next_poll_at       timestamptz,
+    poll_every_ms      int NOT NULL DEFAULT 500,
+    FOREIGN KEY (order_id, fulfilment) REFERENCES orders (order_id, fulfilment)
+);
+CREATE TABLE IF NOT EXISTS order_voids (
+    void_id            uuid PRIMARY KEY,
+    order_id           uuid NOT NULL UNIQUE,
+    fulfilment         text NOT NULL DEFAULT 'canceled' CHECK (fulfilment = 'canceled'),
+    payment_attempt_id uuid NOT NULL REFERENCES order_attempts,
+    idempotency_key    text NOT NULL UNIQUE,
+    reason             text NOT NULL,   -- requested_by_customer
+    released_amount    bigint CHECK (released_amount > 0),  -- charged's answer, once SUCCEEDED
+    last_event_type    text,
+    counted            boolean NOT NULL DEFAULT false,  -- charged said SUCCEEDED: released
+    confirm_due        boolean NOT NULL DEFAULT false,
+    wakes              bigint NOT NULL DEFAULT 0,
+    confirmed_status   text,            -- what GET /v1/voids/<id> said
+    confirmed_at       timestamptz,
+    answer_updated_at  timestamptz,
+    next_poll_at       timestamptz,
+    poll_every_ms      int NOT NULL DEFAULT 500,
+    FOREIGN KEY (order_id, fulfilment) REFERENCES orders (order_id, fulfilment)
+);
 -- The transactional outbox: every command, byte for byte, written in the
 -- transaction that decided it; sent_at set once the broker acknowledged it.
 CREATE TABLE IF NOT EXISTS outbox (
     id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    command_id  uuid NOT NULL UNIQUE,    -- payment_attempt_id or refund_id
+    command_id  uuid NOT NULL UNIQUE,    -- payment_attempt_id, refund_id, capture_id or void_id
     topic       text NOT NULL,
     message_key text NOT NULL,
     payload     text NOT NULL,
@@ -107,8 +167,10 @@ CREATE INDEX IF NOT EXISTS outbox_unsent ON outbox (id) WHERE sent_at IS NULL;
 -- attempt's), read first, would silence the real event.
 CREATE TABLE IF NOT EXISTS processed_events (
     event_id           uuid NOT NULL,
-    subject_kind       text NOT NULL,   -- charge or refund: which of our tables it names
-    subject_id         uuid NOT NULL,   -- the refund_id, else the payment_attempt_id
+    subject_kind       text NOT NULL,   -- charge (charge.* and authorization.*: an
+                                        -- attempt), refund, capture or void
+    subject_id         uuid NOT NULL,   -- the refund_id, capture_id, void_id, else the
+                                        -- payment_attempt_id
     type               text NOT NULL,
     payment_attempt_id uuid NOT NULL,
     order_id           uuid,            -- as the event says (a refund's may have none)
@@ -136,10 +198,16 @@ CREATE TABLE IF NOT EXISTS order_alarms (
     alarm_id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     kind               text NOT NULL,     -- paid_twice, payment_reversed, refund_reversed,
                                           -- refund_not_made, charge_rejected,
-                                          -- answer_mismatch, effect_refused
+                                          -- answer_mismatch, effect_refused,
+                                          -- authorization_expired, authorization_voided,
+                                          -- authorized_twice, captured_not_shipped,
+                                          -- capture_rejected, capture_failed,
+                                          -- void_rejected, void_failed
     order_id           uuid NOT NULL REFERENCES orders,
     payment_attempt_id uuid NOT NULL,
     refund_id          uuid,              -- a refund's alarm
+    capture_id         uuid,              -- a capture's
+    void_id            uuid,              -- a void's
     detail             text,
     raised_at          timestamptz NOT NULL DEFAULT now()
 );
@@ -157,8 +225,18 @@ CHARGE_TYPES = {"charge.succeeded", "charge.failed", "charge.unknown", "charge.r
                 "charge.requires_review"}
 REFUND_TYPES = {"refund.succeeded", "refund.failed", "refund.unknown", "refund.rejected",
                 "refund.requires_review"}
-TERMINAL = {"SUCCEEDED", "FAILED", "REJECTED", "REQUIRES_REVIEW"}  # an event's question answered
-FINAL = ("SUCCEEDED", "FAILED", "REJECTED")  # asked no more until an event asks (a review may move)
+# authorization.*, capture.* and void.* events (issue 37), by their kind's
+# prefix: each only asks about our attempt, capture or void, whatever
+# state it names, so a state added later is still a reason to ask.
+STEP_FAMILIES = {"authorization": "charge", "capture": "capture", "void": "void"}
+# An event's question answered: the row is no longer due. AUTHORIZED holds
+# the money until our capture or void; VOIDED released it.
+TERMINAL = {"SUCCEEDED", "FAILED", "REJECTED", "REQUIRES_REVIEW", "AUTHORIZED", "VOIDED"}
+# Asked no more until an event asks (a review may move). An AUTHORIZED
+# attempt is asked on its own interval: an expiry whose event is lost is seen.
+FINAL = ("SUCCEEDED", "FAILED", "REJECTED")
+ATTEMPT_FINAL = FINAL + ("VOIDED",)
+VOID_REASON = "requested_by_customer"
 MAX_ATTEMPTS = 2  # a declined order is tried once more, with another card
 SECOND_CARD = "pm_card_visa"
 OUTBOX_CHANNEL = "order_outbox"  # NOTIFY on commit: the publisher wakes at once
@@ -167,6 +245,11 @@ POLL_AFTER_S = 30  # a command without any outcome this long: ask charged's api
 POLL_MAX_MS = 30000  # the confirmer's longest interval between two questions
 BATCH = 200
 STOP_GRACE_S = 20  # after SIGTERM: what has not finished by then is left, safe to repeat
+
+# Each step's table and id column: what an event of its kind marks due.
+STEP_TABLES = {"refund": ("order_refunds", "refund_id"),
+               "capture": ("order_captures", "capture_id"),
+               "void": ("order_voids", "void_id")}
 
 log = logging.getLogger("order_service")
 
@@ -273,16 +356,18 @@ def outbox_add(cur, command_id, key, command):
     cur.execute("SELECT pg_notify(%s, '')", (OUTBOX_CHANNEL,))
 
 
-def add_attempt(cur, order_id, attempt_no, amount, currency, payment_method):
-    """A payment attempt with its own id and key, and its charge command,
-    in the caller's transaction: written before anything is sent."""
+def add_attempt(cur, order_id, attempt_no, amount, currency, payment_method, manual=False):
+    """A payment attempt with its own id and key, and its charge command
+    (an authorization's, with the same fields, for an order that ships
+    later), in the caller's transaction: written before anything is sent."""
     attempt = str(uuid.uuid4())
     key = "order-svc:" + attempt
     cur.execute("INSERT INTO order_attempts (payment_attempt_id, order_id, attempt_no, "
                 "idempotency_key, payment_method) VALUES (%s, %s, %s, %s, %s)",
                 (attempt, order_id, attempt_no, key, payment_method))
     outbox_add(cur, attempt, attempt, {
-        "type": "charge.requested", "version": 1, "payment_attempt_id": attempt,
+        "type": "authorization.requested" if manual else "charge.requested", "version": 1,
+        "payment_attempt_id": attempt,
         "order_id": str(order_id), "idempotency_key": key, "amount": amount,
         "currency": currency, "payment_method": payment_method})
     return attempt
@@ -302,17 +387,97 @@ def add_refund(cur, order_id, attempt, amount, reason):
         "reason": reason})
 
 
-def place_orders(count, currency="EUR"):
-    """Orders, their first attempts and charge commands: one transaction."""
+def place_orders(count, currency="EUR", authorize=False):
+    """Orders, their first attempts and charge commands: one transaction.
+    authorize: a shop that ships later; its orders are authorized now,
+    captured by ship() and voided by cancel()."""
     methods = ["pm_card_visa"] * 8 + ["pm_card_chargeDeclined"]
     with psycopg.connect(env("ORDERS_DATABASE_URL"), connect_timeout=10) as conn:
         with conn.transaction(), conn.cursor() as cur:
             for _ in range(count):
                 order, amount = str(uuid.uuid4()), random.randint(100, 100000)
-                cur.execute("INSERT INTO orders (order_id, amount, currency) VALUES (%s, %s, %s)",
-                            (order, amount, currency))
-                add_attempt(cur, order, 1, amount, currency, random.choice(methods))
-    say(logging.INFO, "orders placed", count=count)
+                cur.execute("INSERT INTO orders (order_id, amount, currency, capture_method) "
+                            "VALUES (%s, %s, %s, %s)",
+                            (order, amount, currency, "manual" if authorize else "automatic"))
+                add_attempt(cur, order, 1, amount, currency, random.choice(methods), authorize)
+    say(logging.INFO, "orders placed", count=count, authorize=authorize)
+
+
+def add_capture(cur, order_id, attempt, amount):
+    """A capture of the order's authorization with its own id and key, and
+    its command, keyed by the attempt (after the authorization, in its
+    partition), in the caller's transaction."""
+    capture = str(uuid.uuid4())
+    key = "order-svc-capture:" + capture
+    cur.execute("INSERT INTO order_captures (capture_id, order_id, payment_attempt_id, "
+                "idempotency_key, amount) VALUES (%s, %s, %s, %s, %s)",
+                (capture, order_id, attempt, key, amount))
+    outbox_add(cur, capture, str(attempt), {
+        "type": "capture.requested", "version": 1, "capture_id": capture,
+        "payment_attempt_id": str(attempt), "idempotency_key": key, "amount": amount})
+    return capture
+
+
+def add_void(cur, order_id, attempt, reason=VOID_REASON):
+    """A void of the order's authorization, as add_capture()."""
+    void = str(uuid.uuid4())
+    key = "order-svc-void:" + void
+    cur.execute("INSERT INTO order_voids (void_id, order_id, payment_attempt_id, "
+                "idempotency_key, reason) VALUES (%s, %s, %s, %s, %s)",
+                (void, order_id, attempt, key, reason))
+    outbox_add(cur, void, str(attempt), {
+        "type": "void.requested", "version": 1, "void_id": void,
+        "payment_attempt_id": str(attempt), "idempotency_key": key, "reason": reason})
+    return void
+
+
+def capture_amount(amount, missing_ratio, rnd):
+    """What shipping takes of an authorized amount: all of it, or, for a
+    share missing_ratio of the orders, less (an item is missing)."""
+    if amount < 2 or rnd.random() >= missing_ratio:
+        return amount
+    return amount - rnd.randint(1, amount // 2)
+
+
+def fulfil(how, count, missing_ratio=0.0, rnd=random):
+    """Ships (a capture) or cancels (a void) up to count authorized orders
+    neither shipped nor canceled, oldest first: each decided once, in one
+    transaction that marks the order and writes its step and command. The
+    mark is taken only while unset (and the database refuses a step whose
+    order is not marked for it), so an order is shipped or canceled, never
+    both, and sends one command. Returns the orders decided."""
+    done = []
+    with psycopg.connect(env("ORDERS_DATABASE_URL"), connect_timeout=10) as conn:
+        for _ in range(count):
+            with conn.transaction(), conn.cursor() as cur:
+                cur.execute("SELECT o.order_id, o.amount, o.authorized_attempt_id FROM orders o "
+                            "JOIN order_attempts a ON a.payment_attempt_id = "
+                            "o.authorized_attempt_id WHERE o.fulfilment IS NULL AND "
+                            "a.applied_status = 'AUTHORIZED' ORDER BY o.seq LIMIT 1 "
+                            "FOR UPDATE OF o SKIP LOCKED")
+                row = cur.fetchone()
+                if row is None:
+                    break
+                order, amount, attempt = row
+                cur.execute("UPDATE orders SET fulfilment = %s WHERE order_id = %s AND "
+                            "fulfilment IS NULL RETURNING 1", (how, order))
+                if cur.fetchone() is None:
+                    continue  # decided meanwhile
+                if how == "shipped":
+                    add_capture(cur, order, attempt, capture_amount(amount, missing_ratio, rnd))
+                else:
+                    add_void(cur, order, attempt)
+                done.append(order)
+    say(logging.INFO, "orders " + how, count=len(done))
+    return done
+
+
+def ship(count, missing_ratio=0.0, rnd=random):
+    return fulfil("shipped", count, missing_ratio, rnd)
+
+
+def cancel(count):
+    return fulfil("canceled", count)
 
 
 class Publisher(threading.Thread):
@@ -413,6 +578,17 @@ def parse_event(payload):
         return None
 
 
+def event_kind(etype):
+    """Which of our rows an event's type names: charge (an attempt: charge.*
+    and authorization.*), refund, capture or void; None: not a result event."""
+    if etype in CHARGE_TYPES:
+        return "charge"
+    if etype in REFUND_TYPES:
+        return "refund"
+    family, dot, state = etype.partition(".")
+    return STEP_FAMILIES.get(family) if dot and state else None
+
+
 def read_event(payload):
     try:
         ev = json.loads(payload)
@@ -421,9 +597,10 @@ def read_event(payload):
     if not isinstance(ev, dict) or not isinstance(ev.get("type"), str):
         return None
     ids, optional = ["event_id", "payment_attempt_id"], ["order_id"]
-    if ev["type"] in REFUND_TYPES:
-        ids.append("refund_id")  # order_id may be absent: a refund never recorded
-    elif ev["type"] in CHARGE_TYPES:
+    kind = event_kind(ev["type"])
+    if kind in ("refund", "capture", "void"):
+        ids.append(kind + "_id")  # order_id may be absent: a step never recorded
+    elif kind == "charge":
         ids, optional = ids + optional, []
     else:
         return None
@@ -444,17 +621,20 @@ def note_event(cur, ev):
     event names are no secret (each attempt's id is its command's key on
     the commands topic), so what pays an order, makes a new attempt or
     counts a refund is charged's own answer (Confirmer), never an event.
-    True when the event is about one of our rows."""
-    if ev["type"] in CHARGE_TYPES:
+    True when the event is about one of our rows (a refund, capture or void
+    by its id *and* the attempt it names)."""
+    kind = event_kind(ev["type"])
+    if kind == "charge":
         cur.execute("UPDATE order_attempts SET last_event_type = %s, last_event_id = %s, "
                     "confirm_due = true, wakes = wakes + 1, next_poll_at = now(), "
                     "poll_every_ms = 500 WHERE payment_attempt_id = %s RETURNING order_id",
                     (ev["type"], ev["event_id"], ev["payment_attempt_id"]))
     else:
-        cur.execute("UPDATE order_refunds SET last_event_type = %s, confirm_due = true, "
+        table, key = STEP_TABLES[kind]
+        cur.execute("UPDATE " + table + " SET last_event_type = %s, confirm_due = true, "
                     "wakes = wakes + 1, next_poll_at = now(), poll_every_ms = 500 "
-                    "WHERE refund_id = %s AND payment_attempt_id = %s RETURNING order_id",
-                    (ev["type"], ev["refund_id"], ev["payment_attempt_id"]))
+                    "WHERE " + key + " = %s AND payment_attempt_id = %s RETURNING order_id",
+                    (ev["type"], ev[key], ev["payment_attempt_id"]))
     row = cur.fetchone()
     if row is None:
         return False  # not one of ours (the results topic is shared)
@@ -483,16 +663,17 @@ def apply_batch(conn, messages):
                             "payload_head) VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
                             (m.topic(), m.partition(), m.offset(), head))
                 continue
-            refund = ev["type"] in REFUND_TYPES
+            kind = event_kind(ev["type"])
             cur.execute("INSERT INTO processed_events (event_id, subject_kind, subject_id, "
                         "type, payment_attempt_id, order_id, refund_id, topic, kafka_partition, "
                         "kafka_offset) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
                         "ON CONFLICT (event_id, subject_kind, subject_id) DO NOTHING "
                         "RETURNING event_id",
-                        (ev["event_id"], "refund" if refund else "charge",
-                         ev["refund_id"] if refund else ev["payment_attempt_id"],
+                        (ev["event_id"], kind,
+                         ev["payment_attempt_id"] if kind == "charge" else ev[kind + "_id"],
                          ev["type"], ev["payment_attempt_id"], ev["order_id"],
-                         ev.get("refund_id"), m.topic(), m.partition(), m.offset()))
+                         ev["refund_id"] if kind == "refund" else None, m.topic(),
+                         m.partition(), m.offset()))
             if cur.fetchone() is None:
                 continue  # applied before: at-least-once delivery's duplicate
             ours = note_event(cur, ev) or ours
@@ -702,11 +883,14 @@ def reject_message(conn, m, why):
 
 # ---- charged's word: what pays an order, makes a new attempt, counts a refund ----
 
-def raise_alarm(cur, kind, order_id, attempt, refund=None, detail=None):
+def raise_alarm(cur, kind, order_id, attempt, refund=None, detail=None, capture=None,
+                void=None):
     cur.execute("INSERT INTO order_alarms (kind, order_id, payment_attempt_id, refund_id, "
-                "detail) VALUES (%s, %s, %s, %s, %s)", (kind, order_id, attempt, refund, detail))
+                "capture_id, void_id, detail) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                (kind, order_id, attempt, refund, capture, void, detail))
     say(logging.ERROR, "order needs a person", kind=kind, order_id=str(order_id),
-        payment_attempt_id=str(attempt), refund_id=refund and str(refund), detail=detail)
+        payment_attempt_id=str(attempt), refund_id=refund and str(refund),
+        capture_id=capture and str(capture), void_id=void and str(void), detail=detail)
 
 
 def mismatch(answer, want):
@@ -719,14 +903,35 @@ def mismatch(answer, want):
     return None
 
 
-def attempt_succeeded(cur, attempt, order_id):
-    """Pays the order: the first SUCCEEDED attempt of it. One of a second
-    attempt that charged too (the first was FAILED, then a person's review
-    found it charged) raises paid_twice: refund one. The refund is decided
-    once per order: a payment reversed and restored by charged's reviews
-    pays the order again, never refunds it again."""
-    cur.execute("UPDATE orders SET paid = true, paid_attempt_id = %s "
-                "WHERE order_id = %s AND NOT paid RETURNING seq, amount", (attempt, order_id))
+def out_of_bound(answer, field, bound, required):
+    """field, when charged's answer gives it (or must: required) as anything
+    but a whole amount 1..bound: what was taken or released is never more
+    than our own row holds."""
+    v = answer.get(field)
+    if v is None and not required:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= bound:
+        return field
+    return None
+
+
+def reason_code(answer):
+    """The code of charged's reason ("authorization_expired", "expired",
+    "void_after_capture"), without the words after a colon."""
+    return str(answer.get("reason") or "").split(":", 1)[0].strip()
+
+
+def attempt_succeeded(cur, attempt, order_id, captured=None):
+    """Pays the order: the first SUCCEEDED attempt of it (or, for an order
+    that ships later, its capture: captured, what it took, is paid_amount).
+    One of a second attempt that charged too (the first was FAILED, then a
+    person's review found it charged) raises paid_twice: refund one. The
+    refund is decided once per order, of what was paid (a capture's amount
+    bounds it): a payment reversed and restored by charged's reviews pays
+    the order again, never refunds it again."""
+    cur.execute("UPDATE orders SET paid = true, paid_attempt_id = %s, paid_amount = %s "
+                "WHERE order_id = %s AND NOT paid RETURNING seq, coalesce(paid_amount, amount)",
+                (attempt, captured, order_id))
     paid = cur.fetchone()
     if paid is None:
         cur.execute("SELECT 1 FROM orders WHERE order_id = %s AND paid_attempt_id <> %s",
@@ -749,7 +954,7 @@ def attempt_failed(cur, attempt, order_id, attempt_no, succeeded_once):
     person's matter however often it turns FAILED: never tried again.
     Otherwise the order's latest attempt FAILED (a decline): a new one (new
     id and key, another card), once."""
-    cur.execute("UPDATE orders SET paid = false, paid_attempt_id = NULL "
+    cur.execute("UPDATE orders SET paid = false, paid_attempt_id = NULL, paid_amount = NULL "
                 "WHERE order_id = %s AND paid_attempt_id = %s RETURNING 1", (order_id, attempt))
     if cur.fetchone():
         raise_alarm(cur, "payment_reversed", order_id, attempt)
@@ -763,13 +968,61 @@ def attempt_failed(cur, attempt, order_id, attempt_no, succeeded_once):
         return
     if succeeded_once or attempt_no >= MAX_ATTEMPTS:
         return
-    cur.execute("SELECT o.amount, o.currency FROM orders o WHERE o.order_id = %s AND "
-                "NOT o.paid AND NOT EXISTS (SELECT 1 FROM order_attempts a WHERE "
-                "a.order_id = o.order_id AND a.attempt_no > %s) FOR UPDATE",
+    cur.execute("SELECT o.amount, o.currency, o.capture_method FROM orders o WHERE "
+                "o.order_id = %s AND NOT o.paid AND NOT EXISTS (SELECT 1 FROM order_attempts a "
+                "WHERE a.order_id = o.order_id AND a.attempt_no > %s) FOR UPDATE",
                 (order_id, attempt_no))
     order = cur.fetchone()
     if order:
-        add_attempt(cur, order_id, attempt_no + 1, order[0], order[1], SECOND_CARD)
+        add_attempt(cur, order_id, attempt_no + 1, order[0], order[1], SECOND_CARD,
+                    order[2] == "manual")
+
+
+def attempt_authorized(cur, attempt, order_id):
+    """charged holds the order's money for a capture (ship) or a void
+    (cancel): the order is authorized by this attempt, once. Another
+    attempt of it AUTHORIZED too is a second hold on the customer's card:
+    authorized_twice, for a person."""
+    cur.execute("UPDATE orders SET authorized_attempt_id = %s WHERE order_id = %s AND "
+                "authorized_attempt_id IS NULL RETURNING 1", (attempt, order_id))
+    if cur.fetchone() is None:
+        cur.execute("SELECT 1 FROM orders WHERE order_id = %s AND authorized_attempt_id <> %s",
+                    (order_id, attempt))
+        if cur.fetchone():
+            raise_alarm(cur, "authorized_twice", order_id, attempt)
+
+
+def attempt_captured(cur, attempt, order_id, answer):
+    """An authorization captured (the attempt SUCCEEDED). What pays the
+    order is our capture's answer (confirm_capture()); once it has, this
+    pays it again only when a reversal unpaid it meanwhile (never a second
+    refund: order_refunds holds the first). Captured with no capture of
+    ours counted and the order not shipped: attempt_settled_alone()."""
+    cur.execute("SELECT captured_amount FROM order_captures WHERE order_id = %s AND "
+                "payment_attempt_id = %s AND counted", (order_id, attempt))
+    ours = cur.fetchone()
+    if ours:
+        attempt_succeeded(cur, attempt, order_id, ours[0])
+    else:
+        attempt_settled_alone(cur, attempt, order_id, "SUCCEEDED", answer)
+
+
+def attempt_settled_alone(cur, attempt, order_id, status, answer):
+    """An authorization captured (SUCCEEDED) or released (VOIDED) while the
+    order is neither shipped nor canceled: not by a step of ours. Captured
+    is money taken for goods not shipped (captured_not_shipped; our capture
+    pays the order, never the attempt's answer); released by the provider
+    on its own is an authorization the shop let lapse
+    (authorization_expired), by anyone else authorization_voided."""
+    cur.execute("SELECT fulfilment FROM orders WHERE order_id = %s", (order_id,))
+    fulfilment = cur.fetchone()[0]
+    if status == "SUCCEEDED" and fulfilment != "shipped":
+        raise_alarm(cur, "captured_not_shipped", order_id, attempt,
+                    detail=str(answer.get("captured_amount"))[:40])
+    elif status == "VOIDED" and fulfilment is None:
+        raise_alarm(cur, "authorization_expired" if reason_code(answer) == "expired"
+                    else "authorization_voided", order_id, attempt,
+                    detail=str(answer.get("reason"))[:200])
 
 
 def answer_time(answer):
@@ -781,30 +1034,47 @@ def answer_time(answer):
 def confirm_attempt(cur, attempt, wakes, answer):
     """Applies what charged's api answered about our attempt (None: it has
     no record yet), in the caller's transaction. Each settled status is
-    applied once: SUCCEEDED pays, FAILED unpays or tries again; the others
-    change no order. An answer older (charged's updated_at) than one
-    applied already is stale: another instance asked later. The row stays
-    due until the answer is settled and no event asked again meanwhile
-    (wakes)."""
+    applied once: SUCCEEDED pays (a charge: an authorization is paid by our
+    capture's answer), AUTHORIZED marks the order authorized, FAILED
+    unpays or tries again, an authorization captured or VOIDED not by our
+    step is told; the others change no order. The answer must be about
+    our row (order, amount, currency, capture_method, a captured amount
+    within ours), or nothing moves (answer_mismatch). An answer older
+    (charged's updated_at) than one applied already is stale: another
+    instance asked later. The row stays due until the answer is settled
+    and no event asked again meanwhile (wakes)."""
     cur.execute("SELECT a.order_id, a.attempt_no, a.applied_status, a.poll_every_ms, o.amount, "
                 "o.currency, coalesce(%s::timestamptz < a.answer_updated_at, false), "
-                "a.succeeded_once FROM order_attempts a JOIN orders o USING (order_id) "
-                "WHERE a.payment_attempt_id = %s FOR UPDATE OF a", (answer_time(answer), attempt))
+                "a.succeeded_once, o.capture_method FROM order_attempts a JOIN orders o "
+                "USING (order_id) WHERE a.payment_attempt_id = %s FOR UPDATE OF a",
+                (answer_time(answer), attempt))
     (order_id, attempt_no, applied, every, amount, currency, stale,
-     succeeded_once) = cur.fetchone()
+     succeeded_once, method) = cur.fetchone()
     if stale:
         answer = None
     status = answer and answer.get("status")
-    wrong = answer and mismatch(answer, {"payment_attempt_id": attempt, "order_id": order_id,
-                                         "amount": amount, "currency": currency})
+    # An answer without capture_method is an older charged's: a charge.
+    wrong = answer and (mismatch(dict(answer, capture_method=answer.get("capture_method")
+                                      or "automatic"),
+                                 {"payment_attempt_id": attempt, "order_id": order_id,
+                                  "amount": amount, "currency": currency,
+                                  "capture_method": method})
+                        or out_of_bound(answer, "captured_amount", amount, False))
     if wrong:
         if applied != "MISMATCH":
             raise_alarm(cur, "answer_mismatch", order_id, attempt, detail=wrong)
         status, applied_now = None, "MISMATCH"
     elif status in TERMINAL and status != applied:
-        if status == "SUCCEEDED":
+        if status == "SUCCEEDED" and method == "manual":
+            attempt_captured(cur, attempt, order_id, answer)
+            succeeded_once = True
+        elif status == "SUCCEEDED":
             attempt_succeeded(cur, attempt, order_id)
             succeeded_once = True
+        elif status == "AUTHORIZED":
+            attempt_authorized(cur, attempt, order_id)
+        elif status == "VOIDED":
+            attempt_settled_alone(cur, attempt, order_id, status, answer)
         elif status == "FAILED":
             attempt_failed(cur, attempt, order_id, attempt_no, succeeded_once)
         elif status == "REJECTED":
@@ -858,16 +1128,99 @@ def confirm_refund(cur, refund, wakes, answer):
         counted = False
     elif status in ("FAILED", "REJECTED") and before != status:
         raise_alarm(cur, "refund_not_made", order_id, attempt, refund, status)
+    return record_answer(cur, "refund", refund, status, counted, answer, wakes, every)
+
+
+def record_answer(cur, kind, row_id, status, counted, answer, wakes, every):
+    """Stores charged's answer about our refund, capture or void, applied:
+    the row stays due until the answer is settled and no event asked again
+    meanwhile (wakes), and is asked next on its doubling interval."""
+    table, key = STEP_TABLES[kind]
     settled = status in TERMINAL or status == "MISMATCH"
-    cur.execute("UPDATE order_refunds SET confirmed_status = coalesce(%s, confirmed_status), "
+    cur.execute("UPDATE " + table + " SET confirmed_status = coalesce(%s, confirmed_status), "
                 "confirmed_at = now(), counted = %s, "
                 "answer_updated_at = greatest(answer_updated_at, %s::timestamptz), "
                 "confirm_due = confirm_due AND NOT (%s AND wakes = %s), "
                 "next_poll_at = now() + make_interval(secs => %s), poll_every_ms = least(%s, %s) "
-                "WHERE refund_id = %s",
+                "WHERE " + key + " = %s RETURNING payment_attempt_id",
                 (status, counted, answer_time(answer), settled, wakes, every / 1000.0,
-                 every * 2, POLL_MAX_MS, refund))
+                 every * 2, POLL_MAX_MS, row_id))
+    if settled and kind != "refund":
+        # A capture or void settled moves its authorization too: asked next.
+        cur.execute("UPDATE order_attempts SET next_poll_at = now() WHERE "
+                    "payment_attempt_id = %s", cur.fetchone())
     return status
+
+
+def confirm_capture(cur, capture, wakes, answer):
+    """Applies charged's answer about our capture, as confirm_refund: its
+    capture_id, attempt, order, asked amount and currency must be our row's
+    and what it took within what we asked, or nothing moves
+    (answer_mismatch). SUCCEEDED pays the order once with what it took
+    (paid_amount; the rest of the authorization is released) and decides
+    its refund, bound by that. FAILED authorization_expired: the shop let
+    the hold lapse (authorization_expired), the order is not paid; other
+    FAILED capture_failed, REJECTED capture_rejected, each with charged's
+    reason, once."""
+    cur.execute("SELECT c.order_id, c.payment_attempt_id, c.amount, c.counted, c.poll_every_ms, "
+                "c.confirmed_status, coalesce(%s::timestamptz < c.answer_updated_at, false), "
+                "o.currency FROM order_captures c JOIN orders o USING (order_id) "
+                "WHERE c.capture_id = %s FOR UPDATE OF c", (answer_time(answer), capture))
+    order_id, attempt, amount, counted, every, before, stale, currency = cur.fetchone()
+    if stale:
+        answer = None
+    status = answer and answer.get("status")
+    wrong = answer and (mismatch(answer, {"capture_id": capture, "payment_attempt_id": attempt,
+                                          "order_id": order_id, "amount": amount,
+                                          "currency": currency})
+                        or out_of_bound(answer, "captured_amount", amount, status == "SUCCEEDED"))
+    if wrong:
+        if before != "MISMATCH":
+            raise_alarm(cur, "answer_mismatch", order_id, attempt, detail=wrong, capture=capture)
+        status = "MISMATCH"
+    elif status == "SUCCEEDED" and not counted:
+        cur.execute("UPDATE order_captures SET captured_amount = %s WHERE capture_id = %s",
+                    (answer["captured_amount"], capture))
+        attempt_succeeded(cur, attempt, order_id, answer["captured_amount"])
+        counted = True
+    elif status in ("FAILED", "REJECTED") and before != status:
+        expired = status == "FAILED" and reason_code(answer) == "authorization_expired"
+        raise_alarm(cur, "authorization_expired" if expired else
+                    "capture_" + status.lower(), order_id, attempt,
+                    detail=str(answer.get("reason"))[:200], capture=capture)
+    return record_answer(cur, "capture", capture, status, counted, answer, wakes, every)
+
+
+def confirm_void(cur, void, wakes, answer):
+    """Applies charged's answer about our void, as confirm_capture: its
+    void_id, attempt, order and reason must be our row's and what it
+    released within the order's amount. SUCCEEDED: the order is canceled
+    and its authorization released (released_amount, the order's amount
+    when charged does not say), nothing paid. FAILED void_failed, REJECTED
+    (void_after_capture: someone captured it first) void_rejected, once."""
+    cur.execute("SELECT v.order_id, v.payment_attempt_id, v.reason, v.counted, v.poll_every_ms, "
+                "v.confirmed_status, coalesce(%s::timestamptz < v.answer_updated_at, false), "
+                "o.amount FROM order_voids v JOIN orders o USING (order_id) "
+                "WHERE v.void_id = %s FOR UPDATE OF v", (answer_time(answer), void))
+    order_id, attempt, reason, counted, every, before, stale, amount = cur.fetchone()
+    if stale:
+        answer = None
+    status = answer and answer.get("status")
+    wrong = answer and (mismatch(answer, {"void_id": void, "payment_attempt_id": attempt,
+                                          "order_id": order_id, "void_reason": reason})
+                        or out_of_bound(answer, "released_amount", amount, False))
+    if wrong:
+        if before != "MISMATCH":
+            raise_alarm(cur, "answer_mismatch", order_id, attempt, detail=wrong, void=void)
+        status = "MISMATCH"
+    elif status == "SUCCEEDED" and not counted:
+        cur.execute("UPDATE order_voids SET released_amount = %s WHERE void_id = %s",
+                    (answer.get("released_amount") or amount, void))
+        counted = True
+    elif status in ("FAILED", "REJECTED") and before != status:
+        raise_alarm(cur, "void_" + status.lower(), order_id, attempt,
+                    detail=str(answer.get("reason"))[:200], void=void)
+    return record_answer(cur, "void", void, status, counted, answer, wakes, every)
 
 
 class ChargedApi:
@@ -943,25 +1296,33 @@ class Confirmer(threading.Thread):
             "SELECT a.payment_attempt_id, a.wakes FROM order_attempts a "
             "JOIN outbox o ON o.command_id = a.payment_attempt_id "
             "WHERE coalesce(a.next_poll_at, '-infinity') <= now() AND (a.confirm_due OR "
-            "(coalesce(a.confirmed_status, '') NOT IN (%s, %s, %s) AND a.applied_status IS "
+            "(coalesce(a.confirmed_status, '') <> ALL(%s) AND a.applied_status IS "
             "DISTINCT FROM 'MISMATCH' AND o.sent_at < now() - make_interval(secs => %s))) "
-            "ORDER BY a.next_poll_at NULLS FIRST LIMIT 50", FINAL + (POLL_AFTER_S,)).fetchall()
+            "ORDER BY a.next_poll_at NULLS FIRST LIMIT 50",
+            (list(ATTEMPT_FINAL), POLL_AFTER_S)).fetchall()
         for attempt, wakes in attempts:
             if self.stop.is_set():
                 return 0  # what is left is asked by whoever runs next
             self.confirm(conn, confirm_attempt, "/v1/payment-attempts/%s", attempt, wakes)
-        refunds = conn.execute(
-            "SELECT r.refund_id, r.wakes FROM order_refunds r "
-            "JOIN outbox o ON o.command_id = r.refund_id "
-            "WHERE coalesce(r.next_poll_at, '-infinity') <= now() AND (r.confirm_due OR "
-            "(coalesce(r.confirmed_status, '') NOT IN (%s, %s, %s, 'MISMATCH') AND "
-            "o.sent_at < now() - make_interval(secs => %s))) "
-            "ORDER BY r.next_poll_at NULLS FIRST LIMIT 50", FINAL + (POLL_AFTER_S,)).fetchall()
-        for refund, wakes in refunds:
-            if self.stop.is_set():
-                return 0
-            self.confirm(conn, confirm_refund, "/v1/refunds/%s", refund, wakes)
-        return len(attempts) + len(refunds)
+        n = len(attempts)
+        for kind, apply, path in (("refund", confirm_refund, "/v1/refunds/%s"),
+                                  ("capture", confirm_capture, "/v1/captures/%s"),
+                                  ("void", confirm_void, "/v1/voids/%s")):
+            table, key = STEP_TABLES[kind]
+            rows = conn.execute(
+                "SELECT r." + key + ", r.wakes FROM " + table + " r "
+                "JOIN outbox o ON o.command_id = r." + key + " "
+                "WHERE coalesce(r.next_poll_at, '-infinity') <= now() AND (r.confirm_due OR "
+                "(coalesce(r.confirmed_status, '') <> ALL(%s) AND "
+                "o.sent_at < now() - make_interval(secs => %s))) "
+                "ORDER BY r.next_poll_at NULLS FIRST LIMIT 50",
+                (list(FINAL + ("MISMATCH",)), POLL_AFTER_S)).fetchall()
+            for row_id, wakes in rows:
+                if self.stop.is_set():
+                    return 0
+                self.confirm(conn, apply, path, row_id, wakes)
+            n += len(rows)
+        return n
 
     def confirm(self, conn, apply, path, row_id, wakes):
         try:
@@ -982,25 +1343,27 @@ class Confirmer(threading.Thread):
         if status:
             say(logging.DEBUG, "charged says", id=str(row_id), status=status)
 
-    # An effect refused: the row is asked again later, on its own interval.
-    LATER = {
-        "order_attempts": "UPDATE order_attempts SET next_poll_at = now() + make_interval("
-        "secs => poll_every_ms / 1000.0), poll_every_ms = least(poll_every_ms * 2, %s) "
-        "WHERE payment_attempt_id = %s RETURNING order_id, payment_attempt_id, NULL::uuid",
-        "order_refunds": "UPDATE order_refunds SET next_poll_at = now() + make_interval("
-        "secs => poll_every_ms / 1000.0), poll_every_ms = least(poll_every_ms * 2, %s) "
-        "WHERE refund_id = %s RETURNING order_id, payment_attempt_id, refund_id",
-    }
+    # Which row a question's path is about: its kind (None: an attempt).
+    KINDS = {"/v1/payment-attempts/": None, "/v1/refunds/": "refund",
+             "/v1/captures/": "capture", "/v1/voids/": "void"}
 
     def refused(self, conn, row_id, path, why):
-        table = "order_attempts" if path.startswith("/v1/payment-attempts/") else "order_refunds"
+        """An effect refused: the row is asked again later, on its own
+        interval, and effect_refused is raised once for it."""
+        kind = self.KINDS[path.split("%s")[0]]
+        table, key = STEP_TABLES.get(kind, ("order_attempts", "payment_attempt_id"))
         with conn.transaction(), conn.cursor() as cur:
-            cur.execute(self.LATER[table], (POLL_MAX_MS, row_id))
-            order_id, attempt, refund = cur.fetchone()
+            cur.execute("UPDATE " + table + " SET next_poll_at = now() + make_interval("
+                        "secs => poll_every_ms / 1000.0), poll_every_ms = least(poll_every_ms "
+                        "* 2, %s) WHERE " + key + " = %s RETURNING order_id, payment_attempt_id",
+                        (POLL_MAX_MS, row_id))
+            order_id, attempt = cur.fetchone()
             cur.execute("SELECT 1 FROM order_alarms WHERE kind = 'effect_refused' AND "
-                        "coalesce(refund_id, payment_attempt_id) = %s", (row_id,))
+                        "coalesce(refund_id, capture_id, void_id, payment_attempt_id) = %s",
+                        (row_id,))
             if cur.fetchone() is None:
-                raise_alarm(cur, "effect_refused", order_id, attempt, refund, why[:300])
+                ids = {kind: row_id} if kind else {}
+                raise_alarm(cur, "effect_refused", order_id, attempt, detail=why[:300], **ids)
 
 
 # ---- the service ----
@@ -1010,7 +1373,9 @@ def check_schema():
     of this example: its tables have no migrations, and a column missing
     would fail every batch for ever."""
     want = {("processed_events", "subject_kind"), ("order_attempts", "succeeded_once"),
-            ("order_attempts", "answer_updated_at"), ("order_refunds", "counted")}
+            ("order_attempts", "answer_updated_at"), ("order_refunds", "counted"),
+            ("orders", "fulfilment"), ("orders", "paid_amount"), ("order_captures", "counted"),
+            ("order_voids", "counted"), ("order_alarms", "capture_id")}
     try:
         with psycopg.connect(env("ORDERS_DATABASE_URL"), connect_timeout=10) as conn:
             have = set(conn.execute(
@@ -1071,9 +1436,11 @@ def resend():
 
 
 def report():
-    """What the service knows, from its own tables: orders paid, attempts
-    and refunds by charged's last answer about them ("unconfirmed" while
-    none), rows an event asked about that wait on charged's answer."""
+    """What the service knows, from its own tables: orders paid, attempts,
+    refunds, captures and voids by charged's last answer about them
+    ("unconfirmed" while none), rows an event asked about that wait on
+    charged's answer, and the totals of the orders that ship later
+    (hold_totals())."""
     with psycopg.connect(env("ORDERS_DATABASE_URL"), connect_timeout=10) as conn:
         orders, paid, refunded = conn.execute(
             "SELECT count(*), count(*) FILTER (WHERE paid), coalesce(sum(refunded_amount), 0) "
@@ -1083,12 +1450,46 @@ def report():
                                      "count(*) FROM order_attempts GROUP BY 1").fetchall())
         refunds = dict(conn.execute("SELECT coalesce(confirmed_status, 'unconfirmed'), count(*) "
                                     "FROM order_refunds GROUP BY 1").fetchall())
+        captures = dict(conn.execute("SELECT coalesce(confirmed_status, 'unconfirmed'), "
+                                     "count(*) FROM order_captures GROUP BY 1").fetchall())
+        voids = dict(conn.execute("SELECT coalesce(confirmed_status, 'unconfirmed'), count(*) "
+                                  "FROM order_voids GROUP BY 1").fetchall())
         unsent = conn.execute("SELECT count(*) FROM outbox WHERE sent_at IS NULL").fetchone()[0]
         asking = conn.execute("SELECT (SELECT count(*) FROM order_attempts WHERE confirm_due) + "
-                              "(SELECT count(*) FROM order_refunds WHERE confirm_due)").fetchone()[0]
+                              "(SELECT count(*) FROM order_refunds WHERE confirm_due) + "
+                              "(SELECT count(*) FROM order_captures WHERE confirm_due) + "
+                              "(SELECT count(*) FROM order_voids WHERE confirm_due)").fetchone()[0]
+        holds = hold_totals(conn)
     return {"orders": orders, "paid": paid, "attempts": attempts, "refunds": refunds,
             "refunded_amount": int(refunded), "commands_unsent": unsent,
-            "asking_charged": asking}
+            "asking_charged": asking, "captures": captures, "voids": voids,
+            "authorizations": holds}
+
+
+def hold_totals(conn):
+    """The orders that ship later, in minor units, as charged's answers
+    made them: authorized (charged said AUTHORIZED), captured (our captures
+    it said SUCCEEDED, what they took), released (what those captures left
+    of their authorizations, plus what was voided), voided (what our voids
+    released, plus the whole of each authorization charged said VOIDED
+    without a void of ours counted: a hold that lapsed at the provider, or
+    one another's void released), refunded (refunds counted of those
+    orders). The provider's books count a lapsed hold as released too."""
+    authorized, captured, left, voided, lapsed, refunded = conn.execute(
+        "SELECT coalesce(sum(o.amount) FILTER (WHERE o.authorized_attempt_id IS NOT NULL), 0), "
+        "coalesce(sum(c.captured_amount) FILTER (WHERE c.counted), 0), "
+        "coalesce(sum(o.amount - c.captured_amount) FILTER (WHERE c.counted), 0), "
+        "coalesce(sum(v.released_amount) FILTER (WHERE v.counted), 0), "
+        "coalesce(sum(o.amount) FILTER (WHERE a.applied_status = 'VOIDED' AND "
+        "v.counted IS NOT TRUE), 0), "
+        "coalesce(sum(o.refunded_amount), 0) FROM orders o "
+        "LEFT JOIN order_attempts a ON a.payment_attempt_id = o.authorized_attempt_id "
+        "LEFT JOIN order_captures c ON c.order_id = o.order_id "
+        "LEFT JOIN order_voids v ON v.order_id = o.order_id "
+        "WHERE o.capture_method = 'manual'").fetchone()
+    voided = int(voided) + int(lapsed)
+    return {"authorized": int(authorized), "captured": int(captured),
+            "released": int(left) + voided, "voided": voided, "refunded": int(refunded)}
 
 
 def main():
@@ -1100,6 +1501,14 @@ def main():
     sub.add_parser("init")
     po = sub.add_parser("place-orders")
     po.add_argument("--count", type=int, default=10)
+    po.add_argument("--authorize", action="store_true",
+                    help="a shop that ships later: authorization.requested, captured by ship")
+    sh = sub.add_parser("ship")
+    sh.add_argument("--count", type=int, default=10)
+    sh.add_argument("--missing-item-ratio", type=float, default=0.0,
+                    help="the share of shipments that capture less (an item is missing)")
+    ca = sub.add_parser("cancel")
+    ca.add_argument("--count", type=int, default=10)
     sub.add_parser("run")
     sub.add_parser("resend")
     sub.add_parser("report")
@@ -1109,7 +1518,11 @@ def main():
             with psycopg.connect(env("ORDERS_DATABASE_URL"), connect_timeout=10) as conn:
                 conn.execute(SCHEMA)
         elif a.cmd == "place-orders":
-            place_orders(a.count)
+            place_orders(a.count, authorize=a.authorize)
+        elif a.cmd == "ship":
+            ship(a.count, a.missing_item_ratio)
+        elif a.cmd == "cancel":
+            cancel(a.count)
         elif a.cmd == "resend":
             resend()
         elif a.cmd == "report":

@@ -5,7 +5,8 @@
 // replayed, an attempt's timeline. A screenshot of each page goes to
 // CONSOLE_FLOW's "shots" folder. Run by tests/e2e/test_console_browser.py,
 // which sets the scene and checks the database afterwards; CONSOLE_FLOW is
-// {base, token, review: {attempt, intent, order, money}, hostile, replay, shots}.
+// {base, token, review: {attempt, intent, order, money}, hostile, replay, shots,
+// steps: {attempt, capture, void, captured, void_reason}}.
 // Prints one JSON line of what it saw; exits 1 on the first failed check.
 import { chromium } from "playwright-core";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -40,13 +41,13 @@ try {
   const problems = [];
   page.on("pageerror", (e) => problems.push("page error: " + e.message));
   // A 401 is the page asking whether it is signed in, or a refused token;
-  // one 422 is the provider's objection to the review's first, unforced
-  // decision: expected. Anything else the browser calls an error is a
-  // problem.
+  // two 422s are the provider's objections to the review's and the void's
+  // first decisions: expected. Anything else the browser calls an error is
+  // a problem.
   let objections = 0;
   page.on("console", (m) => {
     if (m.type() !== "error" || /status of 401/.test(m.text())) return;
-    if (/status of 422/.test(m.text()) && objections++ === 0) return;
+    if (/status of 422/.test(m.text()) && objections++ < 2) return;
     problems.push("console: " + m.text());
   });
   page.on("dialog", (d) => { problems.push("a dialog opened: " + d.message()); d.dismiss(); });
@@ -87,6 +88,18 @@ try {
   await page.click("[data-testid=force-submit]");
   await page.locator("[data-testid=resolve-result]", { hasText: "Resolved SUCCEEDED over the provider's objection" }).waitFor(WAIT);
   await shot(page, "review");
+
+  // ---- a void in review (issue 37): the provider asked first ----
+  await page.locator(`[data-testid="step-${cfg.step_review.void}"]`).click(WAIT);
+  await page.selectOption("#step-decision", "succeeded");
+  await page.fill("#step-reason", "released per the dashboard");
+  await page.click("[data-testid=step-submit]");
+  await page.locator("[data-testid=step-result]", { hasText: "requires_capture" }).waitFor(WAIT);
+  await page.selectOption("#step-decision", "failed");
+  await page.fill("#step-reason", "still held at the provider");
+  await page.click("[data-testid=step-submit]");
+  await page.locator("[data-testid=step-result]", { hasText: "Resolved FAILED; the provider agrees" }).waitFor(WAIT);
+  await shot(page, "step-review");
 
   // ---- a hostile dead letter, whole ----
   await page.click("nav a[data-page=letters]");
@@ -138,6 +151,25 @@ try {
   await timeline.locator("li[data-kind='provider call']").first().waitFor(WAIT);
   saw.timeline_kinds = await timeline.locator("li").evaluateAll((ls) => ls.map((l) => l.dataset.kind));
   await shot(page, "attempt");
+
+  // ---- an authorization's captures and voids, beside its own moves ----
+  if (cfg.steps) {
+    await page.goto(cfg.base + "/console/#/attempt/" + encodeURIComponent(cfg.steps.attempt));
+    const steps = page.locator("[data-testid=steps]");
+    await steps.waitFor(WAIT);
+    await steps.locator(`[data-testid="step-${cfg.steps.capture}"]`, { hasText: "SUCCEEDED" }).waitFor(WAIT);
+    await steps.locator(`[data-testid="step-${cfg.steps.capture}"]`, { hasText: cfg.steps.captured }).waitFor(WAIT);
+    await steps.locator(`[data-testid="step-${cfg.steps.void}"]`, { hasText: "REJECTED" }).waitFor(WAIT);
+    await steps.locator(`[data-testid="step-${cfg.steps.void}"]`, { hasText: cfg.steps.void_reason }).waitFor(WAIT);
+    await page.locator("[data-testid=attempt-summary]", { hasText: cfg.steps.captured }).waitFor(WAIT);
+    const tl = page.locator("[data-testid=timeline]");
+    await tl.locator("li[data-kind=capture]", { hasText: "PROCESSING → SUCCEEDED" }).waitFor(WAIT);
+    await tl.locator("li[data-kind=void]", { hasText: "new → REJECTED" }).waitFor(WAIT);
+    saw.step_timeline = await tl.locator("li").evaluateAll((ls) =>
+      ls.filter((l) => l.dataset.kind === "transition" || l.dataset.kind === "capture" || l.dataset.kind === "void")
+        .map((l) => l.dataset.kind + ":" + l.querySelector("div + div").lastChild.textContent.split(": ").pop()));
+    await shot(page, "attempt-steps");
+  }
 
   // ---- sign out ----
   await page.click("#who button");

@@ -135,9 +135,10 @@ def event(kind, attempt, intent=None, created=None, event_id=None, amount=None,
 
 
 def insert_attempt(s, status, amount=1999, currency="EUR", ppid=None, reason=None,
-                   order_id=None, lease_owner=None):
+                   order_id=None, lease_owner=None, manual=False):
     """An attempt in the given status, written straight into the scenario's
-    database (the states the worker would reach, without driving it there)."""
+    database (the states the worker would reach, without driving it there);
+    manual: an authorization's (capture_method manual)."""
     a = {"id": str(uuid.uuid4()), "order_id": order_id or str(uuid.uuid4()),
          "amount": amount, "currency": currency, "status": status, "ppid": ppid,
          "reason": reason}
@@ -149,10 +150,12 @@ def insert_attempt(s, status, amount=1999, currency="EUR", ppid=None, reason=Non
         return "NULL" if v is None else "'%s'" % str(v).replace("'", "''")
     s.psql(s.db, "INSERT INTO payment_attempts (id, order_id, idempotency_key, "
            "request_fingerprint, amount, currency, payment_method, status, reason, "
-           "provider_payment_id, lease_owner, lease_expires_at, first_sent_at) VALUES "
-           "('%s', '%s', 'key-%s', 'fp', %d, '%s', 'pm_card_visa', '%s', %s, %s, %s, %s)"
+           "provider_payment_id, lease_owner, lease_expires_at, first_sent_at, capture_method) "
+           "VALUES ('%s', '%s', 'key-%s', 'fp', %d, '%s', 'pm_card_visa', '%s', %s, %s, %s, %s, "
+           "'%s')"
            % (a["id"], a["order_id"], a["id"], amount, currency, status, lit(reason),
-              lit(a["ppid"]), lease, "NULL" if status in ("PENDING", "REJECTED") else "now()"))
+              lit(a["ppid"]), lease, "NULL" if status in ("PENDING", "REJECTED") else "now()",
+              "manual" if manual else "automatic"))
     return a
 
 

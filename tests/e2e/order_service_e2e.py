@@ -7,10 +7,11 @@ import charged_api
 import charged_e2e as e2e
 
 
-def service_env(s, orders_db, **more):
+def service_env(s, orders_db, api_port=None, **more):
     """The order service's environment for scenario s, with charged's api
-    started for it (what pays an order is the api's answer)."""
-    _, port = charged_api.start_api(s)
+    started for it (what pays an order is the api's answer), on api_port
+    when given (the port psp-sim sends its webhooks to)."""
+    _, port = charged_api.start_api(s, port=api_port)
     env = {"ORDERS_DATABASE_URL": orders_db, "ORDERS_GROUP_ID": "orders-" + s.tag,
            "ORDERS_SESSION_TIMEOUT_MS": "6000", "CHARGED_API_URL": "http://127.0.0.1:%d" % port}
     env.update(more)

@@ -3,7 +3,11 @@ GET /v1/payment-attempts/<id> and GET /v1/orders/<order_id>/payment-attempts
 answer every state with the contract's fields and what the database holds,
 400 for a malformed id, 404 for an unknown one, 405 for another method,
 and never a payment method, metadata or secret; refunded_amount is the
-charge's; GET /v1/refunds/<id> answers a refund's status likewise."""
+charge's; an authorization's capture_method is "manual" and its
+captured_amount what its capture took (a charge's "automatic", null);
+GET /v1/refunds/<id> answers a refund's status likewise, and
+GET /v1/captures/<id> a capture's and GET /v1/voids/<id> a void's (an
+operation's status query, found in the table of operations)."""
 
 import json
 import uuid
@@ -13,26 +17,38 @@ import charged_e2e as e2e
 from charged_e2e import check, check_eq
 
 FIELDS = {"payment_attempt_id", "order_id", "status", "amount", "currency",
-          "provider_payment_id", "reason", "updated_at", "refunded_amount"}
+          "provider_payment_id", "reason", "updated_at", "refunded_amount", "capture_method",
+          "captured_amount"}
+CAPTURE_FIELDS = {"capture_id", "payment_attempt_id", "order_id", "status", "amount",
+                  "captured_amount", "currency", "reason", "provider_payment_id", "updated_at"}
+VOID_FIELDS = {"void_id", "payment_attempt_id", "order_id", "status", "void_reason",
+               "released_amount", "reason", "provider_payment_id", "updated_at"}
 REFUND_FIELDS = {"refund_id", "payment_attempt_id", "order_id", "status", "amount", "currency",
                  "refund_reason", "reason", "provider_refund_id", "updated_at"}
 STATES = ["PENDING", "PROCESSING", "UNKNOWN", "SUCCEEDED", "FAILED", "REJECTED",
-          "REQUIRES_REVIEW"]
+          "REQUIRES_REVIEW", "AUTHORIZED", "VOIDED", "CAPTURED"]
+# An authorization's states (capture_method manual); CAPTURED is one SUCCEEDED by its capture.
+MANUAL = {"AUTHORIZED": None, "VOIDED": None, "CAPTURED": 60}
 
 
 def expect_attempt(s, doc, a):
     check_eq(set(doc), FIELDS, "fields of attempt %s" % a["id"])
     row = s.query("SELECT status, amount, currency, coalesce(provider_payment_id, '<null>'), "
                   "coalesce(reason, '<null>'), to_char(updated_at AT TIME ZONE 'UTC', "
-                  "'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), refunded_amount FROM payment_attempts "
+                  "'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), refunded_amount, capture_method, "
+                  "coalesce(captured_amount::text, '<null>') FROM payment_attempts "
                   "WHERE id = '%s'" % a["id"])[0]
     got = [doc["status"], str(doc["amount"]), doc["currency"],
            doc["provider_payment_id"] if doc["provider_payment_id"] is not None else "<null>",
            doc["reason"] if doc["reason"] is not None else "<null>", doc["updated_at"],
-           str(doc["refunded_amount"])]
+           str(doc["refunded_amount"]), doc["capture_method"],
+           str(doc["captured_amount"]) if doc["captured_amount"] is not None else "<null>"]
     check_eq(got, row, "attempt %s (%s) as answered vs the database" % (a["id"], a["status"]))
     check_eq((doc["payment_attempt_id"], doc["order_id"]), (a["id"], a["order_id"]), "ids")
     check(isinstance(doc["amount"], int), "amount is a JSON integer")
+    check_eq((doc["capture_method"], doc["captured_amount"]),
+             ("manual", MANUAL[a["status"]]) if a["status"] in MANUAL else ("automatic", None),
+             "capture_method and captured_amount of a %s attempt" % a["status"])
 
 
 def scenario(make):
@@ -41,7 +57,18 @@ def scenario(make):
     attempts = {}
     for st in STATES:
         reason = None if st in ("PENDING", "PROCESSING", "SUCCEEDED") else "%s: why \u00e9\u20ac" % st.lower()
-        ppid = "pi_status_%s" % st.lower() if st in ("UNKNOWN", "FAILED", "REQUIRES_REVIEW") else None
+        ppid = "pi_status_%s" % st.lower() if st in ("UNKNOWN", "FAILED", "REQUIRES_REVIEW",
+                                                     "AUTHORIZED", "VOIDED", "CAPTURED") else None
+        if st in MANUAL:
+            a = api.insert_attempt(s, "AUTHORIZED", amount=100 + len(attempts), ppid=ppid,
+                                   manual=True)
+            if st != "AUTHORIZED":
+                s.psql(s.db, "UPDATE payment_attempts SET status = '%s', captured_amount = %s "
+                       "WHERE id = '%s'" % ("VOIDED" if st == "VOIDED" else "SUCCEEDED",
+                                            MANUAL[st] or "NULL", a["id"]))
+                a["status"] = st
+            attempts[st] = a
+            continue
         attempts[st] = api.insert_attempt(s, st, amount=100 + len(attempts), ppid=ppid, reason=reason)
     for st, a in attempts.items():
         code, doc = api.get(port, "/v1/payment-attempts/%s" % a["id"])
@@ -91,6 +118,67 @@ def scenario(make):
     check_eq(api.get(port, "/v1/refunds/not-a-uuid")[0], 400, "malformed refund id")
     check_eq(api.request(port, "POST", "/v1/refunds/%s" % done["id"], b"{}")[0], 405,
              "POST to a refund")
+
+    # Captures: one that took 60 of its authorization, one refused.
+    held = api.insert_attempt(s, "AUTHORIZED", amount=100, ppid="pi_status_held", manual=True)
+    took, refused = str(uuid.uuid4()), str(uuid.uuid4())
+    s.psql(s.db, "INSERT INTO capture_attempts (id, payment_attempt_id, order_id, idempotency_key,"
+           " request_fingerprint, amount, currency, status, reason, payment_intent) VALUES "
+           "('%s', '%s', '%s', 'capture:%s', 'fp', 60, 'EUR', 'PENDING', NULL, 'pi_status_held'),"
+           "('%s', '%s', '%s', 'capture:%s', 'fp', NULL, 'EUR', 'REJECTED', "
+           "'authorization_held: another step holds it', NULL)"
+           % (took, held["id"], held["order_id"], took, refused, held["id"], held["order_id"],
+              refused))
+    for sql in ("UPDATE payment_attempts SET held_by = 'capture', held_by_id = '%s' WHERE id = '%s'"
+                % (took, held["id"]),
+                "UPDATE capture_attempts SET holds, status = true, 'PROCESSING' WHERE id = '%s'"
+                % took,
+                "UPDATE payment_attempts SET status = 'SUCCEEDED', captured_amount = 60 "
+                "WHERE id = '%s'" % held["id"],
+                "UPDATE capture_attempts SET status = 'SUCCEEDED', captured_amount = 60 "
+                "WHERE id = '%s'" % took):
+        s.psql(s.db, sql.replace("SET holds, status = true, 'PROCESSING'",
+                                 "SET holds = true, status = 'PROCESSING'"))
+    for cid, want in ((took, ("SUCCEEDED", 60, 60, None, "pi_status_held")),
+                      (refused, ("REJECTED", None, None,
+                                 "authorization_held: another step holds it", None))):
+        code, doc = api.get(port, "/v1/captures/%s" % cid.upper())
+        check_eq((code, set(doc)), (200, CAPTURE_FIELDS), "a capture's fields")
+        check_eq((doc["capture_id"], doc["payment_attempt_id"], doc["order_id"], doc["currency"]),
+                 (cid, held["id"], held["order_id"], "EUR"), "ids of a capture")
+        check_eq((doc["status"], doc["amount"], doc["captured_amount"], doc["reason"],
+                  doc["provider_payment_id"]), want, "a capture as answered")
+    check_eq(api.get(port, "/v1/captures/%s" % uuid.uuid4())[0], 404, "unknown capture")
+    check_eq(api.get(port, "/v1/captures/not-a-uuid")[0], 400, "malformed capture id")
+
+    # Voids: one that released its authorization, one refused.
+    gone = api.insert_attempt(s, "AUTHORIZED", amount=90, ppid="pi_status_gone", manual=True)
+    freed, late = str(uuid.uuid4()), str(uuid.uuid4())
+    s.psql(s.db, "INSERT INTO void_attempts (id, payment_attempt_id, order_id, idempotency_key,"
+           " request_fingerprint, void_reason, status, reason, payment_intent) VALUES "
+           "('%s', '%s', '%s', 'void:%s', 'fp', 'abandoned', 'PENDING', NULL, 'pi_status_gone'),"
+           "('%s', '%s', '%s', 'void:%s', 'fp', 'duplicate', 'REJECTED', "
+           "'authorization_held: another step holds it', NULL)"
+           % (freed, gone["id"], gone["order_id"], freed, late, gone["id"], gone["order_id"], late))
+    for sql in ("UPDATE payment_attempts SET held_by = 'void', held_by_id = '%s' WHERE id = '%s'"
+                % (freed, gone["id"]),
+                "UPDATE void_attempts SET holds = true, status = 'PROCESSING' WHERE id = '%s'"
+                % freed,
+                "UPDATE payment_attempts SET status = 'VOIDED' WHERE id = '%s'" % gone["id"],
+                "UPDATE void_attempts SET status = 'SUCCEEDED', released_amount = 90 "
+                "WHERE id = '%s'" % freed):
+        s.psql(s.db, sql)
+    for vid, want in ((freed, ("SUCCEEDED", "abandoned", 90, None, "pi_status_gone")),
+                      (late, ("REJECTED", "duplicate", None,
+                              "authorization_held: another step holds it", None))):
+        code, doc = api.get(port, "/v1/voids/%s" % vid.upper())
+        check_eq((code, set(doc)), (200, VOID_FIELDS), "a void's fields")
+        check_eq((doc["void_id"], doc["payment_attempt_id"], doc["order_id"]),
+                 (vid, gone["id"], gone["order_id"]), "ids of a void")
+        check_eq((doc["status"], doc["void_reason"], doc["released_amount"], doc["reason"],
+                  doc["provider_payment_id"]), want, "a void as answered")
+    check_eq(api.get(port, "/v1/voids/%s" % uuid.uuid4())[0], 404, "unknown void")
+    check_eq(api.get(port, "/v1/voids/not-a-uuid")[0], 400, "malformed void id")
 
     # Nothing else leaks: no payment method, metadata, key or secret.
     s.psql(s.db, "UPDATE payment_attempts SET payment_method = 'pm_secret_card_4242', "

@@ -4,7 +4,8 @@ fault kind, at least 20 SIGKILLs. The run must pass its own verdict, and
 the run's evidence must show that what the verdict judged did happen: the
 kills (every role among them), the broker kill, PostgreSQL's immediate
 stop, the backends terminated, every psp-sim fault kind fired, webhooks
-duplicated and reordered, every kind of command and every dead-letter
+duplicated and reordered, every kind of command (authorizations,
+captures and voids among them) and every dead-letter
 reason in the workload, and the other client's objects naming ours:
 declined and succeeded charges, refunds on our charges' intents and on
 its own, failed ones among them, some aimed at attempts in flight or with
@@ -27,7 +28,8 @@ ROLES = ("worker", "reconciler", "relay", "api", "auditor", "order_service")
 PSP_FAULTS = ("error_before", "error_after", "drop_after", "stall_after", "rate_limit")
 KINDS = ("charge", "duplicate", "same_key_resend", "conflict", "second_attempt", "poison",
          "refund_partial", "refund_full", "refund_over", "refund_duplicate", "conflict_refund",
-         "refund_not_refundable")
+         "refund_not_refundable", "authorization", "capture_full", "capture_partial",
+         "capture_in_flight", "capture_racing_void", "void", "void_racing_capture")
 REASONS = ("malformed_json", "schema_violation", "key_mismatch", "card_data_refused",
            "invalid_utf8", "empty_value", "oversized", "amount_over_limit",
            "currency_not_allowed", "idempotency_key_conflict")
@@ -37,8 +39,10 @@ def scenario(new):
     e2e.stack_check()
     run_dir = tempfile.mkdtemp(prefix="chaos-short-", dir=os.path.join(e2e.BUILD))
     t0 = time.monotonic()
+    # Authorizations, captures and voids mixed in at the runner's default share.
     p = subprocess.run([sys.executable, CHAOS, "--seed", "1", "--count", "1500",
-                        "--keep", run_dir], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                        "--keep", run_dir],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        timeout=e2e.scaled(900))
     out = p.stdout.decode()
     with open(os.path.join(run_dir, "chaos.out"), "w") as f:

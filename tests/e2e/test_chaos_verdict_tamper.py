@@ -178,7 +178,8 @@ def tamper(chaos, v, run_dir, s):
     s.psql(s.db, "BEGIN; DELETE FROM refund_transitions WHERE refund_id = '%s'; "
            "DELETE FROM outbox WHERE refund_id = '%s'; DELETE FROM refund_attempts "
            "WHERE id = '%s'; COMMIT" % (gone, gone, gone))
-    bad = expect(run_dir, bad, ["commands lost (no attempt or refund recorded)"], gone)
+    bad = expect(run_dir, bad,
+                 ["commands lost (no attempt, refund, capture or void recorded)"], gone)
 
     # 3. A dead letter deleted from its topic (Kafka's DeleteRecords: the
     #    first letter of a partition, by moving its log start past it).

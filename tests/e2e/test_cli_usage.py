@@ -227,7 +227,8 @@ def chargectl_numbers_and_ids():
 
 AUDIT_KINDS = ("charged_twice", "charged_unbooked", "booked_not_charged", "amount_mismatch",
                "currency_mismatch", "unknown_intent", "refund_unbooked", "refunded_over_charge",
-               "booked_foreign", "foreign_intent")
+               "booked_foreign", "foreign_intent", "captured_over_authorized",
+               "capture_unbooked", "void_unbooked", "authorization_expired_unvoided")
 
 
 def chargectl_audit_arguments():

@@ -33,7 +33,7 @@ ENDPOINTS = [("GET", "session"), ("GET", "overview"), ("GET", "reviews"),
              ("GET", "attempts/" + str(uuid.uuid4())), ("GET", "dead-letters"),
              ("GET", "dead-letters/0:0"), ("GET", "actions"),
              ("POST", "attempts/%s/resolve" % uuid.uuid4()), ("POST", "dead-letters/replay"),
-             ("POST", "logout")]
+             ("POST", "steps/void/%s/resolve" % uuid.uuid4()), ("POST", "logout")]
 
 
 def operator_transitions(s, attempt_id):
@@ -65,6 +65,9 @@ def viewer_reads_only(s, port, review):
     st, doc = v.post("attempts/%s/resolve" % review["payment_attempt_id"],
                      {"decision": "failed", "reason": "viewer tries"})
     check_eq(st, 403, "a viewer's resolve")
+    st, _ = v.post("steps/capture/%s/resolve" % uuid.uuid4(),
+                   {"decision": "failed", "reason": "viewer tries"})
+    check_eq(st, 403, "a viewer's resolve of a capture")
     st, _ = v.post("dead-letters/replay", {"positions": ["0:0"], "dry_run": False})
     check_eq(st, 403, "a viewer's replay")
     check_eq(operator_transitions(s, review["payment_attempt_id"]), [],

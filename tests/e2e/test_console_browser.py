@@ -25,6 +25,7 @@ import charged_console as con
 import charged_e2e as e2e
 from charged_e2e import check, check_eq
 from test_chargectl_resolve import into_review, status
+import test_auditor_steps as auth_steps
 
 BROWSER_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "browser")
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
@@ -49,6 +50,19 @@ def scenario(new):
     letters = e2e.wait_until("both letters listed", lambda: (
         lambda ls: ls if len(ls) == 2 else None)(con.letter_positions(op)), 30)
     by_reason = {r: p for p, r in letters}
+    # An authorization captured in part, and the void that lost the hold to
+    # the capture (issue 37): the timeline shows both steps.
+    auth = auth_steps.authorize(s, 1000)
+    s.psql(s.db, "BEGIN;%s%sCOMMIT;" % (
+        auth_steps.attempt_moved(auth, "PENDING", "PROCESSING"),
+        auth_steps.attempt_moved(auth, "PROCESSING", "AUTHORIZED")))
+    loser = auth_steps.reject_void(s, auth, "authorization_held")
+    capture = auth_steps.plant_capture(s, auth, 600)
+    auth_steps.capture_at_psp(s, auth, 600)
+    # A void in review on an authorization psp-sim still holds: the queue
+    # shows its kind, the browser's SUCCEEDED is refused, FAILED resolves.
+    held = auth_steps.authorize(s, 800)
+    void_in_review = auth_steps.plant_void(s, held, status="REQUIRES_REVIEW")
     shots = os.path.join(s.dir, "screenshots")
     os.makedirs(shots, exist_ok=True)
     flow = {"base": "http://127.0.0.1:%d" % port, "token": secret,
@@ -59,6 +73,9 @@ def scenario(new):
                                                 review["currency"])},
             "hostile": by_reason["schema_violation"], "replay": by_reason["database_refused"],
             "card": con.CARD,
+            "steps": {"attempt": auth["attempt"], "capture": capture, "void": loser,
+                      "captured": "6.00 EUR", "void_reason": "authorization_held"},
+            "step_review": {"void": void_in_review},
             "commands_topic": s.topics["commands"], "shots": shots}
     env = dict(os.environ, CONSOLE_FLOW=json.dumps(flow), CHROMIUM=CHROMIUM,
                CONSOLE_FLOW_TIMEOUT_MS=str(int(e2e.scaled(30) * 1000)))
@@ -67,8 +84,15 @@ def scenario(new):
     e2e.log("browser:", p.stdout.decode().strip(), p.stderr.decode().strip()[-3000:])
     check(p.returncode == 0, "the browser's walk failed: %s" % p.stderr.decode()[-3000:])
     saw = json.loads(p.stdout.decode().strip().splitlines()[-1])
-    check_eq(saw["pages"], ["login", "overview", "review", "dead-letter", "replay-preview",
-                            "replay-sent", "attempt"], "pages the browser saw")
+    check_eq(saw["pages"], ["login", "overview", "review", "step-review", "dead-letter",
+                            "replay-preview",
+                            "replay-sent", "attempt", "attempt-steps"], "pages the browser saw")
+    check_eq(saw["step_timeline"], ["transition:PENDING → PROCESSING",
+                                    "transition:PROCESSING → AUTHORIZED", "void:new → REJECTED",
+                                    "capture:new → PENDING", "capture:PENDING → PROCESSING",
+                                    "transition:AUTHORIZED → SUCCEEDED",
+                                    "capture:PROCESSING → SUCCEEDED"],
+             "the authorization's timeline in the browser, in time order")
     for page in saw["pages"]:
         check(os.path.getsize(os.path.join(shots, page + ".png")) > 10000,
               "the screenshot of %s is empty" % page)
@@ -78,6 +102,19 @@ def scenario(new):
     check_eq(s.query("SELECT actor, reason FROM attempt_transitions WHERE payment_attempt_id"
                      " = '%s' AND cause = 'operator'" % review["payment_attempt_id"]),
              [["olivia", "confirmed with the provider"]], "the operator's transition")
+    check_eq(s.query("SELECT w.status, w.reason, p.status, p.held_by IS NULL FROM void_attempts w"
+                     " JOIN payment_attempts p ON p.id = w.payment_attempt_id WHERE w.id = '%s'"
+                     % void_in_review),
+             [["FAILED", "still held at the provider", "AUTHORIZED", "t"]],
+             "the void resolved in the browser, the hold given back")
+    check_eq(s.query("SELECT actor, new_status FROM void_transitions WHERE void_id = '%s'"
+                     " AND cause = 'operator'" % void_in_review), [["olivia", "FAILED"]],
+             "the void's operator transition")
+    check_eq([c for c in s.psp_get("/ledger").get("cancels", [])
+              if c.get("payment_intent_id") == held["pi"]], [], "psp-sim canceled nothing")
+    check(("olivia", "resolve", "refused") in [tuple(r) for r in s.query(
+        "SELECT actor, action, outcome FROM console_actions WHERE target = '%s'"
+        % void_in_review)], "the refused SUCCEEDED is in console_actions")
     e2e.wait_until("the replayed command charged", lambda: status(s, replay_cmd) == "SUCCEEDED", 60)
     charges = [c for c in s.ledger() if c.get("idempotency_key") == replay_cmd["idempotency_key"]]
     check_eq(len(charges), 1, "psp-sim charges of the replayed command")

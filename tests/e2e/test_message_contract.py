@@ -4,13 +4,18 @@ does.
 
 1. The small validator (json_schema_check.py) rejects what it should: a
    self-test, keyword by keyword.
-2. The samples of docs/messages.md validate; asyncapi.yaml names the three
-   topics and only schema files that exist.
+2. The samples of docs/messages.md, one at least of each kind of command
+   (charge, authorization, capture, void, refund) and of event (charge.*,
+   authorization.*, capture.*, void.*, refund.*), validate against the
+   schema of their type; asyncapi.yaml names the three topics, only schema
+   files that exist, and each kind as a message of its own in its channel's
+   oneOf, the channel's description naming it.
 3. A corpus of commands, one or more bad ones per rule of
    charge_command_parse (common/core/charge_command.c) that the schema can
    express, goes through a real worker: every command the schema refuses
    ends as a schema_violation dead letter naming the same field, every one
-   it accepts is recorded. Rules the schema cannot express are left out of
+   it accepts is recorded (an authorization.requested among them: the same
+   schema, the same rules). Rules the schema cannot express are left out of
    the bad corpus: the Kafka key (key_mismatch), the raw-byte checks
    (empty_value, oversized, card_data_refused, invalid_utf8), JSON syntax
    and duplicate fields (malformed_json), and this deployment's limits
@@ -35,7 +40,23 @@ does.
    database decides at claim time: such refunds are recorded and REJECTED
    with an event. Every refund.* event the relay publishes (succeeded,
    failed, rejected with and without the charge's order) validates against
-   refund-result-event.schema.json."""
+   refund-result-event.schema.json.
+6. Authorizations, captures and voids, on one worker and a relay: an
+   authorization.requested is a charge command's fields under another type
+   (charge-command.schema.json says both); a few authorizations held,
+   declined and refused (order_has_live_attempt), one captured and one
+   voided; then a corpus of capture.requested and void.requested commands,
+   good ones and one or more bad ones per rule of capture_command_parse
+   and void_command_parse that capture-command.schema.json and
+   void-command.schema.json express, as in 3 (the bad ones refused by the
+   schema and dead-lettered schema_violation naming the field, the good
+   ones recorded, whatever the database then decides: REJECTED
+   attempt_unknown, already_captured, capture_after_void,
+   void_after_capture, authorization_voided), and a few gaps the worker
+   alone refuses; last, an authorization the provider's expiry cancels
+   (authorization.failed, reason expired). Every authorization.*, capture.*
+   and void.* event the relay publishes (succeeded, failed, rejected with
+   and without the authorization's order) validates against its schema."""
 import json
 import os
 import random
@@ -54,13 +75,23 @@ EVENT = jsc.load("result-event.schema.json")
 DLQ_HEADERS = jsc.load("dead-letter-headers.schema.json")
 REFUND_COMMAND = jsc.load("refund-command.schema.json")
 REFUND_EVENT = jsc.load("refund-result-event.schema.json")
+CAPTURE_COMMAND = jsc.load("capture-command.schema.json")
+CAPTURE_EVENT = jsc.load("capture-result-event.schema.json")
+VOID_COMMAND = jsc.load("void-command.schema.json")
+VOID_EVENT = jsc.load("void-result-event.schema.json")
+# A value on the results topic: its schema by the prefix of its type (the
+# one thing a consumer branches on first); charge.* and authorization.*
+# share result-event.schema.json.
+EVENT_SCHEMAS = {"refund.": REFUND_EVENT, "capture.": CAPTURE_EVENT, "void.": VOID_EVENT,
+                 "authorization.": EVENT, "charge.": EVENT}
 
 
 def event_schema(ev):
-    """The schema of a value on the results topic, by the prefix of its type
-    (the one thing a consumer branches on first)."""
+    """The schema of a value on the results topic, by the prefix of its type;
+    result-event.schema.json (which refuses it) for a type of no known kind."""
     t = ev.get("type") if isinstance(ev, dict) else None
-    return REFUND_EVENT if isinstance(t, str) and t.startswith("refund.") else EVENT
+    prefix = t.split(".")[0] + "." if isinstance(t, str) else None
+    return EVENT_SCHEMAS.get(prefix, EVENT)
 
 
 # ---- 1. the validator itself ----
@@ -106,7 +137,8 @@ def self_test():
         except jsc.SchemaError:
             n += 1
     # The schemas use nothing else: each validates something without SchemaError.
-    for schema in (COMMAND, EVENT, DLQ_HEADERS, REFUND_COMMAND, REFUND_EVENT):
+    for schema in (COMMAND, EVENT, DLQ_HEADERS, REFUND_COMMAND, REFUND_EVENT,
+                   CAPTURE_COMMAND, CAPTURE_EVENT, VOID_COMMAND, VOID_EVENT):
         jsc.errors(schema, {})
     e2e.log("validator self-test: %d cases" % n)
 
@@ -117,18 +149,18 @@ def doc_samples():
     with open(os.path.join(DOCS, "messages.md"), encoding="utf-8") as f:
         text = f.read()
     blocks = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", text, re.S)]
-    commands = [b for b in blocks if b.get("type") == "charge.requested"]
-    refunds = [b for b in blocks if b.get("type") == "refund.requested"]
+    command_schemas = {"charge.requested": COMMAND, "authorization.requested": COMMAND,
+                       "capture.requested": CAPTURE_COMMAND, "void.requested": VOID_COMMAND,
+                       "refund.requested": REFUND_COMMAND}
+    commands = [b for b in blocks if b.get("type") in command_schemas]
     events = [b for b in blocks if "event_id" in b]
-    refund_events = [ev for ev in events if event_schema(ev) is REFUND_EVENT]
-    check(commands and refunds and events and refund_events and len(refund_events) < len(events),
-          "messages.md: want a sample of each command and of each kind of event, found "
-          "%d charge, %d refund command(s), %d charge and %d refund event(s)"
-          % (len(commands), len(refunds), len(events) - len(refund_events), len(refund_events)))
+    kinds = sorted(set(c["type"] for c in commands) |
+                   set(ev["type"].split(".")[0] + ".*" for ev in events))
+    check_eq(kinds, sorted(list(command_schemas) + [p + "*" for p in EVENT_SCHEMAS]),
+             "messages.md: the kinds of command and of event with a sample")
     for c in commands:
-        check_eq(jsc.errors(COMMAND, c), [], "schema errors of the sample command")
-    for c in refunds:
-        check_eq(jsc.errors(REFUND_COMMAND, c), [], "schema errors of the sample refund command")
+        check_eq(jsc.errors(command_schemas[c["type"]], c), [], "schema errors of the sample %s"
+                 % c["type"])
     for ev in events:
         check_eq(jsc.errors(event_schema(ev), ev), [], "schema errors of the sample event %s"
                  % ev.get("type"))
@@ -142,10 +174,27 @@ def doc_samples():
     refs = re.findall(r"\$ref: '?\./([\w.-]+\.json)", api)
     check(set(refs) == {"charge-command.schema.json", "result-event.schema.json",
                         "dead-letter-headers.schema.json", "refund-command.schema.json",
-                        "refund-result-event.schema.json"},
+                        "refund-result-event.schema.json", "capture-command.schema.json",
+                        "capture-result-event.schema.json", "void-command.schema.json",
+                        "void-result-event.schema.json"},
           "asyncapi.yaml refers to %s" % sorted(set(refs)))
+    # Each kind a message of its own, in its channel's oneOf.
+    for channel, kind, word in (("commands", "Command", "%s.requested"),
+                                ("results", "Result", "%s.*")):
+        body = re.search(r"^  payments\.charge\.%s:\n(.*?)^  \S" % channel, api, re.M | re.S)
+        check(body, "asyncapi.yaml: no channel payments.charge.%s" % channel)
+        for n in ("Charge", "Authorization", "Capture", "Void", "Refund"):
+            check(re.search(r"^    %s%s:$" % (n, kind), api, re.M),
+                  "asyncapi.yaml: no message %s%s" % (n, kind))
+            # Commands are published and consumed (two oneOf), results consumed.
+            check_eq(body.group(1).count("$ref: '#/components/messages/%s%s'" % (n, kind)),
+                     2 if kind == "Command" else 1,
+                     "asyncapi.yaml: %s%s in payments.charge.%s's oneOf" % (n, kind, channel))
+            check(word % n.lower() in " ".join(body.group(1).split()),
+                  "asyncapi.yaml: payments.charge.%s's description does not name %s"
+                  % (channel, word % n.lower()))
     e2e.log("doc samples: %d command(s), %d event(s) valid; asyncapi refs %s"
-            % (len(commands) + len(refunds), len(events), sorted(set(refs))))
+            % (len(commands), len(events), sorted(set(refs))))
 
 
 # ---- 3. the command corpus ----
@@ -177,6 +226,9 @@ def good_corpus():
     goods = [base(), base(upper=True)]
     goods.append(with_(customer_id="cus_123", metadata={"cart": "c-881"}))
     goods.append(with_(customer_id=None, metadata=None))
+    # An authorization is a charge command's fields under another type: the
+    # same schema, recorded alike (AUTHORIZED rather than charged).
+    goods.append(with_(type="authorization.requested"))
     goods.append(with_(metadata={}))
     goods.append(with_(extra_field={"nested": [1, 2, None]}, note="senders may add fields"))
     goods.append(with_(amount=1))
@@ -213,6 +265,7 @@ def bad_corpus():
         ("type missing", with_(type=DROP), "'type'"),
         ("type other", with_(type="charge.refunded"), "'type'"),
         ("type not a string", with_(type=1), "'type'"),
+        ("type of an event", with_(type="authorization.succeeded"), "'type'"),
         ("version missing", with_(version=DROP), "'version'"),
         ("version 2", with_(version=2), "'version'"),
         ("version string", with_(version="1"), "'version'"),
@@ -486,6 +539,70 @@ def relay_scenario(new):
             "valid: %s" % (len(msgs), len(seen), types, len(letters), reasons))
 
 
+def case_letters(s):
+    """The dead letters so far, one per dlq.id: its headers."""
+    out = {}
+    for d in s.dead_letters():
+        h = dict((x[0], x[1]) for x in d["headers"])
+        out.setdefault(h["dlq.id"], h)
+    return out
+
+
+def check_case_letters(s, expect, what):
+    """Every record that carries a contract-case header and is in expect
+    (name -> (dlq.reason, what dlq.error names or None)) is exactly one dead
+    letter of that reason, valid dlq.* headers; no other case is one."""
+    by_case = {}
+    for h in case_letters(s).values():
+        case = h.get("contract-case", "(none)")
+        check(case not in by_case, "two dead letters for %r" % case)
+        by_case[case] = h
+        check_eq(jsc.errors(DLQ_HEADERS, dlq_headers(h)), [], "dlq.* headers of %r" % case)
+    check_eq(sorted(set(by_case) - set(expect)), [], "dead letters of %s meant to be accepted"
+             % what)
+    for name, (reason, field) in expect.items():
+        h = by_case.get(name)
+        check(h is not None, "no dead letter for %r" % name)
+        check_eq(h["dlq.reason"], reason, "dlq.reason of %r (dlq.error %r)" % (name, h["dlq.error"]))
+        if field:
+            check(field in h["dlq.error"], "dlq.error of %r does not name %s: %r"
+                  % (name, field, h["dlq.error"]))
+
+
+def check_published(s, prefixes, want_kinds):
+    """A relay publishes the outbox; every value on the results topic is
+    valid by the schema of its type, keyed and headed as the contract says;
+    those of the kinds `prefixes` are exactly the outbox's, and cover
+    want_kinds (a type, " (no order)" when the event has none). Returns the
+    number of those events and their kinds."""
+    relay = s.start_relay(RELAY_POLL_MS=100)
+    try:
+        e2e.wait_until("every outbox row published", lambda: s.query(
+            "SELECT count(*) FROM outbox WHERE published_at IS NULL") == [["0"]], 60)
+    finally:
+        s.stop_relay(relay)
+    outbox = set(r[0] for r in s.query("SELECT event_id, event_type FROM outbox")
+                 if r[1].startswith(prefixes))
+    seen, kinds = set(), {}
+    for m in (json.loads(l) for l in s.tool("dump", s.topics["results"]).splitlines() if l.strip()):
+        ev = json.loads(m["value"])
+        where = "results %s:%s" % (m["partition"], m["offset"])
+        errs = jsc.errors(event_schema(ev), ev)
+        check(not errs, lambda: "%s: %s breaks its event schema: %s" % (where, m["value"], errs))
+        check_eq(m["key"], ev["payment_attempt_id"], "%s: key" % where)
+        check_eq(dict((h[0], h[1]) for h in m["headers"]).get("event_id"), ev["event_id"],
+                 "%s: header event_id" % where)
+        if ev["type"].startswith(prefixes):
+            seen.add(ev["event_id"])
+            kind = ev["type"] + ("" if "order_id" in ev else " (no order)")
+            kinds[kind] = kinds.get(kind, 0) + 1
+    check_eq(seen, outbox, "%s event_ids on the topic against the outbox" % "|".join(prefixes))
+    for kind in want_kinds:
+        check(kinds.get(kind), "no %s event on the topic: the check covered less than it "
+              "claims (%s)" % (kind, kinds))
+    return len(seen), kinds
+
+
 # ---- 5. refunds ----
 
 def refund_of(attempt_id, amount=10, upper=False, **kw):
@@ -649,32 +766,14 @@ def refund_scenario(new):
         add(name, a, value, "idempotency_key_conflict", None)
     s.produce_raw(records)
 
-    def letters():
-        out = {}
-        for d in s.dead_letters():
-            h = dict((x[0], x[1]) for x in d["headers"])
-            out.setdefault(h["dlq.id"], h)
-        return out
     e2e.wait_until("every refund command recorded or dead-lettered", lambda:
-                   int(s.query("SELECT count(*) FROM refund_attempts")[0][0]) + len(letters())
+                   int(s.query("SELECT count(*) FROM refund_attempts")[0][0]) +
+                   len(case_letters(s))
                    >= len(goods) + len(expect), 120)
     s.wait_refunds_settled(len(goods), 60)
     e2e.wait_until("every command consumed", lambda: s.lag()["lag"] == 0, 60)
 
-    by_case = {}
-    for h in letters().values():
-        case = h.get("contract-case", "(none)")
-        check(case not in by_case, "two dead letters for %r" % case)
-        by_case[case] = h
-        check_eq(jsc.errors(DLQ_HEADERS, dlq_headers(h)), [], "dlq.* headers of %r" % case)
-    check_eq(sorted(set(by_case) - set(expect)), [], "dead letters of refunds meant to be accepted")
-    for name, (reason, field) in expect.items():
-        h = by_case.get(name)
-        check(h is not None, "no dead letter for %r" % name)
-        check_eq(h["dlq.reason"], reason, "dlq.reason of %r (dlq.error %r)" % (name, h["dlq.error"]))
-        if field:
-            check(field in h["dlq.error"], "dlq.error of %r does not name %s: %r"
-                  % (name, field, h["dlq.error"]))
+    check_case_letters(s, expect, "refunds")
     recorded = dict((r[0], r[1:]) for r in s.query(
         "SELECT id, status, amount, coalesce(reason, '') FROM refund_attempts"))
     check_eq(sorted(recorded), sorted(c["refund_id"].lower() for c in goods),
@@ -686,34 +785,250 @@ def refund_scenario(new):
              "what the database refused at claim time")
     s.check_refund_invariants()
 
-    relay = s.start_relay(RELAY_POLL_MS=100)
-    try:
-        e2e.wait_until("every outbox row published", lambda: s.query(
-            "SELECT count(*) FROM outbox WHERE published_at IS NULL") == [["0"]], 60)
-    finally:
-        s.stop_relay(relay)
-    outbox = set(r[0] for r in s.query("SELECT event_id FROM outbox WHERE refund_id IS NOT NULL"))
-    seen, kinds = set(), {}
-    for m in (json.loads(l) for l in s.tool("dump", s.topics["results"]).splitlines() if l.strip()):
-        ev = json.loads(m["value"])
-        where = "results %s:%s" % (m["partition"], m["offset"])
-        errs = jsc.errors(event_schema(ev), ev)
-        check(not errs, lambda: "%s: %s breaks its event schema: %s" % (where, m["value"], errs))
-        check_eq(m["key"], ev["payment_attempt_id"], "%s: key" % where)
-        check_eq(dict((h[0], h[1]) for h in m["headers"]).get("event_id"), ev["event_id"],
-                 "%s: header event_id" % where)
-        if event_schema(ev) is REFUND_EVENT:
-            seen.add(ev["event_id"])
-            kind = ev["type"] + ("" if "order_id" in ev else " (no order)")
-            kinds[kind] = kinds.get(kind, 0) + 1
-    check_eq(seen, outbox, "refund event_ids on the topic against the outbox")
-    for kind in ("refund.succeeded", "refund.failed", "refund.rejected",
-                 "refund.rejected (no order)"):
-        check(kinds.get(kind), "no %s event on the topic: the check covered less than it "
-              "claims (%s)" % (kind, kinds))
+    n, kinds = check_published(s, ("refund.",), (
+        "refund.succeeded", "refund.failed", "refund.rejected", "refund.rejected (no order)"))
     e2e.log("refunds: %d good recorded, %d bad refused by schema and worker, %d gaps and %d "
             "conflicts refused by the worker only; %d refund events valid: %s"
-            % (len(goods), len(bads), len(gaps), len(conflicts), len(seen), kinds))
+            % (len(goods), len(bads), len(gaps), len(conflicts), n, kinds))
+
+
+
+# ---- 6. authorizations, captures and voids ----
+
+def step_of(kind, attempt_id, upper=False, **kw):
+    """A capture.requested or void.requested (kind "capture" or "void") of
+    the authorization `attempt_id`; kw as with_()."""
+    i = str(uuid.uuid4())
+    c = {"type": kind + ".requested", "version": 1, kind + "_id": i.upper() if upper else i,
+         "payment_attempt_id": attempt_id.upper() if upper else attempt_id,
+         "idempotency_key": kind + ":" + i}
+    if kind == "void":
+        c["reason"] = "requested_by_customer"
+    for k, v in kw.items():
+        if v is DROP:
+            del c[k]
+        else:
+            c[k] = v
+    return c
+
+
+def step_good_corpus(kind, captured, voided):
+    """(command, the reason code the database gives it): valid for the
+    schema, so recorded; of authorizations never recorded (attempt_unknown)
+    but for the last two, of the authorization captured and the one voided."""
+    def u(**kw):
+        return step_of(kind, str(uuid.uuid4()), **kw)
+    wide = {"\u00e9" * 40: "\u20ac" * 500}
+    goods = [u(), u(upper=True), u(metadata=None), u(metadata={}), u(metadata=wide),
+             u(metadata=dict(("k%02d" % i + "m" * 37, "v" * 500) for i in range(20))),
+             u(note="senders may add fields", extra={"nested": [1, None]}),
+             # One key namespace across operations: each kind its own keys.
+             u(idempotency_key="Ab9._:-" + kind[0] * 121), u(idempotency_key=kind[0].upper())]
+    if kind == "capture":
+        goods += [u(amount=1), u(amount=2500), u(amount=100000000000)]  # u(): all
+        tail = [("already_captured", captured), ("capture_after_void", voided)]
+    else:
+        goods += [u(reason=r) for r in ("duplicate", "fraudulent", "abandoned")]
+        tail = [("void_after_capture", captured), ("authorization_voided", voided)]
+    return ([(c, "attempt_unknown") for c in goods] +
+            [(step_of(kind, a["payment_attempt_id"], amount=1)
+              if kind == "capture" else step_of(kind, a["payment_attempt_id"]), code)
+             for code, a in tail])
+
+
+def step_bad_corpus(kind):
+    """(name, JSON text, what dlq.error must name): each breaks exactly one
+    rule of capture_command_parse or void_command_parse that its schema
+    expresses. Each names an authorization never recorded, so that, were it
+    accepted, it would be recorded (REJECTED attempt_unknown)."""
+    def b(**kw):
+        return step_of(kind, str(uuid.uuid4()), **kw)
+    i = kind + "_id"
+    rules = [
+        ("type with a capital", b(type=kind + ".Requested"), "'type'"),
+        ("type of an event", b(type=kind + ".succeeded"), "'type'"),
+        ("version missing", b(version=DROP), "'version'"),
+        ("version 2", b(version=2), "'version'"),
+        ("version string", b(version="1"), "'version'"),
+        ("id missing", b(**{i: DROP}), "'%s'" % i),
+        ("id null", b(**{i: None}), "'%s'" % i),
+        ("id not hex", b(**{i: "zzzzzzzz-zzzz-zzzz-zzzz-zzzzzzzzzzzz"}), "'%s'" % i),
+        ("id without hyphens", b(**{i: uuid.uuid4().hex}), "'%s'" % i),
+        ("id number", b(**{i: 7}), "'%s'" % i),
+        ("attempt id missing", b(payment_attempt_id=DROP), "'payment_attempt_id'"),
+        ("attempt id not a uuid", b(payment_attempt_id="auth-17"), "'payment_attempt_id'"),
+        ("attempt id number", b(payment_attempt_id=17), "'payment_attempt_id'"),
+        ("key missing", b(idempotency_key=DROP), "'idempotency_key'"),
+        ("key empty", b(idempotency_key=""), "'idempotency_key'"),
+        ("key 129", b(idempotency_key="k" * 129), "'idempotency_key'"),
+        ("key space", b(idempotency_key="step 1"), "'idempotency_key'"),
+        ("key non-ascii", b(idempotency_key="step-\u00e9"), "'idempotency_key'"),
+        ("metadata array", b(metadata=[]), "'metadata'"),
+        ("metadata 21 pairs", b(metadata=dict(("k%d" % n, "v") for n in range(21))),
+         "'metadata'"),
+        ("metadata number value", b(metadata={"n": 1}), "'metadata'"),
+        ("metadata empty key", b(metadata={"": "v"}), "'metadata'"),
+        ("metadata key 41 chars", b(metadata={"\u00e9" * 41: "v"}), "'metadata'"),
+        ("metadata value 501 chars", b(metadata={"k": "\u20ac" * 501}), "'metadata'"),
+    ]
+    if kind == "capture":
+        rules += [
+            ("amount string", b(amount="10"), "'amount'"),
+            ("amount null", b(amount=None), "'amount'"),  # not absent: refused
+            ("amount fraction", b(amount=10.5), "'amount'"),
+            ("amount 0", b(amount=0), "'amount'"),
+            ("amount negative", b(amount=-5), "'amount'"),
+            ("amount over 1e11", b(amount=100000000001), "'amount'"),
+        ]
+    else:
+        rules += [
+            ("reason missing", b(reason=DROP), "'reason'"),
+            ("reason null", b(reason=None), "'reason'"),
+            ("reason other", b(reason="because"), "'reason'"),
+            ("reason capitalised", b(reason="Duplicate"), "'reason'"),
+            ("reason number", b(reason=1), "'reason'"),
+        ]
+    return [("%s: %s" % (kind, name), json.dumps(v, ensure_ascii=False), want)
+            for name, v, want in rules]
+
+
+def step_gap_corpus(kind):
+    """(name, JSON text, dlq.reason, field): the schema accepts these, the
+    worker refuses them, as the schemas' descriptions say."""
+    c = step_of(kind, str(uuid.uuid4()), amount=10) if kind == "capture" else \
+        step_of(kind, str(uuid.uuid4()))
+    text = json.dumps(c)
+    gaps = [("version 1.0", text.replace('"version": 1,', '"version": 1.0,'),
+             "schema_violation", "'version'"),
+            ("a field twice", text[:-1] + ', "idempotency_key": "%s"}' % c["idempotency_key"],
+             "malformed_json", None),
+            ("card digits in metadata",
+             json.dumps(dict(c, metadata={"note": "4242424242424242"})),
+             "card_data_refused", None)]
+    if kind == "capture":
+        gaps.append(("amount 10.0", text.replace('"amount": 10', '"amount": 10.0'),
+                     "schema_violation", "'amount'"))
+    return [("%s: %s" % (kind, n), v, r, f) for n, v, r, f in gaps]
+
+
+def step_table(s, kind):
+    return dict((r[0], r[1:]) for r in s.query(
+        "SELECT id, status, coalesce(reason, '') FROM %s_attempts" % kind))
+
+
+def steps_first(s):
+    """Authorizations held, declined and refused; one captured and one
+    voided: the authorization.*, capture.* and void.* events of each kind,
+    and the two authorizations the corpus's last goods name."""
+    def auth(**kw):
+        c = e2e.new_command(**kw)
+        c["type"] = "authorization.requested"
+        return c
+    captured, voided = auth(amount=2000), auth(amount=1500)
+    declined = auth(amount=700, payment_method="pm_card_chargeDeclined")
+    s.produce_raw([{"key": c["payment_attempt_id"], "value": json.dumps(c)}
+                   for c in (captured, voided, declined)])
+    s.wait_settled(3, 60)
+    again = auth(order_id=captured["order_id"])  # REJECTED order_has_live_attempt
+    take, release = step_of("capture", captured["payment_attempt_id"], amount=1200), \
+        step_of("void", voided["payment_attempt_id"])
+    s.produce_raw([{"key": c["payment_attempt_id"], "value": json.dumps(c)}
+                   for c in (again, take, release)])
+    e2e.wait_until("the capture and the void settled", lambda: (
+        step_table(s, "capture").get(take["capture_id"], [""])[0],
+        step_table(s, "void").get(release["void_id"], [""])[0]) == ("SUCCEEDED", "SUCCEEDED"),
+        60)
+    s.wait_settled(4, 60)
+    got = dict((r[0], r[1]) for r in s.query("SELECT id, status FROM payment_attempts"))
+    check_eq([got.get(c["payment_attempt_id"]) for c in (captured, voided, declined, again)],
+             ["SUCCEEDED", "VOIDED", "FAILED", "REJECTED"], "the authorizations")
+    return captured, voided, [(take, "SUCCEEDED"), (release, "SUCCEEDED")]
+
+
+def steps_expiry(s):
+    """An authorization the provider's expiry cancels: the reconciler's look
+    makes it VOIDED expired, published as authorization.failed (expired).
+    The last of the scenario: every other hold at psp-sim is spent by then."""
+    c = e2e.new_command(amount=900)
+    c["type"] = "authorization.requested"
+    s.produce_raw([{"key": c["payment_attempt_id"], "value": json.dumps(c)}])
+
+    def status():
+        return s.query("SELECT status, coalesce(reason, '') FROM payment_attempts WHERE id = '%s'"
+                       % c["payment_attempt_id"])
+    e2e.wait_until("the last authorization held", lambda: status() == [["AUTHORIZED", ""]], 60)
+    s.psp_put("/authorization-expiry", {"authorization_expiry_ms": 200})
+    s.start_reconciler(RECONCILER_AUTHORIZATION_EXPIRY_MS="1000", RECONCILER_POLL_MS="100")
+    e2e.wait_until("the expired authorization VOIDED", lambda: status() == [["VOIDED", "expired"]],
+                   60)
+    return c
+
+
+def steps_scenario(new):
+    s = new("contract_steps", partitions=3)
+    s.start_worker()
+    captured, voided, first = steps_first(s)
+    goods = step_good_corpus("capture", captured, voided) + \
+        step_good_corpus("void", captured, voided)
+    bads = step_bad_corpus("capture") + step_bad_corpus("void")
+    gaps = step_gap_corpus("capture") + step_gap_corpus("void")
+    schemas = {"capture": CAPTURE_COMMAND, "void": VOID_COMMAND}
+    for c, _ in goods:
+        check_eq(jsc.errors(schemas[c["type"].split(".")[0]], c), [], "schema errors of good %s"
+                 % json.dumps(c)[:200])
+    for name, value, _ in bads:
+        check(jsc.errors(schemas[name.split(":")[0]], json.loads(value)),
+              "the schema accepts the bad command %r: %s" % (name, value[:200]))
+    for name, value, _, _ in gaps:
+        check_eq(jsc.errors(schemas[name.split(":")[0]], json.loads(value)), [],
+                 "schema errors of %r (a documented gap: the schema accepts it)" % name)
+
+    records, expect = [], {}
+
+    def add(name, key, value, reason=None, field=None):
+        records.append({"key": key, "value": value, "headers": [["contract-case", name]]})
+        if reason:
+            expect[name] = (reason, field)
+    for n, (c, _) in enumerate(goods):
+        add("good %d" % n, c["payment_attempt_id"], json.dumps(c, ensure_ascii=False))
+    for name, value, want in bads:
+        add(name, key_of(value), value, "schema_violation", want)
+    for name, value, reason, field in gaps:
+        add(name, key_of(value), value, reason, field)
+    random.shuffle(records)
+    s.produce_raw(records)
+
+    def unsettled():
+        return int(s.query("SELECT (SELECT count(*) FROM capture_attempts WHERE status IN"
+                           " ('PENDING', 'PROCESSING')) + (SELECT count(*) FROM void_attempts"
+                           " WHERE status IN ('PENDING', 'PROCESSING'))")[0][0])
+    e2e.wait_until("every step recorded and settled, or dead-lettered", lambda:
+                   len(step_table(s, "capture")) + len(step_table(s, "void")) +
+                   len(case_letters(s)) >= len(goods) + len(first) + len(expect) and
+                   unsettled() == 0, 90)
+    e2e.wait_until("every command consumed", lambda: s.lag()["lag"] == 0, 60)
+
+    check_case_letters(s, expect, "captures and voids")
+    for kind in ("capture", "void"):
+        got = dict((i, (r[0], r[1].split(":")[0])) for i, r in step_table(s, kind).items())
+        want = dict((c[kind + "_id"].lower(), ("REJECTED", code)) for c, code in goods
+                    if c["type"] == kind + ".requested")
+        want.update((c[kind + "_id"], (status, "")) for c, status in first
+                    if c["type"] == kind + ".requested")
+        check_eq(got, want, "%s attempts recorded (exactly the good commands) and what the "
+                 "database decided" % kind)
+    expired = steps_expiry(s)
+    n, kinds = check_published(s, ("authorization.", "capture.", "void."), (
+        "authorization.succeeded", "authorization.failed", "authorization.rejected",
+        "capture.succeeded", "capture.rejected", "capture.rejected (no order)",
+        "void.succeeded", "void.rejected", "void.rejected (no order)"))
+    check_eq([json.loads(r[0]).get("reason") for r in s.query(
+        "SELECT payload FROM outbox WHERE payment_attempt_id = '%s' AND event_type ="
+        " 'authorization.failed'" % expired["payment_attempt_id"])], ["expired"],
+        "the expiry's one event: authorization.failed, reason expired")
+    e2e.log("steps: %d good captures and voids recorded, %d bad refused by schema and worker, "
+            "%d gaps refused by the worker only; %d events valid: %s"
+            % (len(goods), len(bads), len(gaps), n, kinds))
 
 
 def scenario(new):
@@ -722,6 +1037,7 @@ def scenario(new):
     corpus_scenario(new)
     relay_scenario(new)
     refund_scenario(new)
+    steps_scenario(new)
 
 
 if __name__ == "__main__":

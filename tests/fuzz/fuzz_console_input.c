@@ -49,13 +49,14 @@ static void route(const char *path)
 {
     struct console_route_match m;
     enum console_route r = console_input_route(path, &m);
-    FUZZ_CHECK(r == m.route && r >= CONSOLE_R_NONE && r <= CONSOLE_R_ACTIONS);
+    FUZZ_CHECK(r == m.route && r >= CONSOLE_R_NONE && r <= CONSOLE_R_STEP_RESOLVE);
     if (r == CONSOLE_R_NONE)
         return;
     FUZZ_CHECK(memchr(m.id, '\0', sizeof(m.id)));
     FUZZ_CHECK(!strcmp(m.method, console_input_route_writes(r) ? "POST" : "GET"));
-    if (r == CONSOLE_R_ATTEMPT || r == CONSOLE_R_RESOLVE)
+    if (r == CONSOLE_R_ATTEMPT || r == CONSOLE_R_RESOLVE || r == CONSOLE_R_STEP_RESOLVE)
         check_lower_uuid(m.id);
+    FUZZ_CHECK((r == CONSOLE_R_STEP_RESOLVE) == (m.kind[0] != '\0'));
     if (r == CONSOLE_R_LETTER) {
         int32_t p;
         int64_t o;
@@ -85,6 +86,22 @@ static void resolve(const char *attempt, const uint8_t *body, size_t n)
         FUZZ_CHECK(isalnum((unsigned char)*p) || *p == '_');
     if (in.force)
         FUZZ_CHECK(!strcasecmp(in.confirm, attempt));
+}
+
+/* A step's decision, from the same body as an attempt's. */
+static void step_resolve(const char *id, const uint8_t *body, size_t n)
+{
+    struct console_step_resolve_input in;
+    struct charged_error why = {0};
+    if (console_input_step_resolve((const char *)body, n, id, &in, &why) != 0) {
+        FUZZ_CHECK(why.message[0]);
+        return;
+    }
+    FUZZ_CHECK(in.reason[0] && utf8_text_valid(in.reason, strlen(in.reason)));
+    FUZZ_CHECK(!strcmp(in.decision, "SUCCEEDED") || !strcmp(in.decision, "FAILED") ||
+               !strcmp(in.decision, "AUTHORIZED") || !strcmp(in.decision, "VOIDED"));
+    if (in.force)
+        FUZZ_CHECK(!strcasecmp(in.confirm, id));
 }
 
 static void replay(const uint8_t *body, size_t n)
@@ -151,6 +168,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         break;
     case 2:
         resolve(arg, data, size);
+        step_resolve(arg, data, size);
         break;
     case 3:
         replay(data, size);

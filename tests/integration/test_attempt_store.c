@@ -397,9 +397,18 @@ END_TEST
 
 /* Puts an attempt where the worker leaves an unknown outcome: UNKNOWN, no
  * lease, its next look due now. */
+static struct charge_command unknown_attempt_of(attempt_store_t *st, int manual);
+
 static struct charge_command unknown_attempt(attempt_store_t *st)
 {
+    return unknown_attempt_of(st, 0);
+}
+
+/* An UNKNOWN attempt: a charge's, or (manual) an authorization's. */
+static struct charge_command unknown_attempt_of(attempt_store_t *st, int manual)
+{
     struct charge_command a = cmd(NULL, 1000);
+    a.manual = manual;
     struct attempt_record_item it[1];
     struct charge_command *one[] = {&a};
     record(st, one, 1, it);
@@ -409,7 +418,8 @@ static struct charge_command unknown_attempt(attempt_store_t *st)
                                 .lease_epoch = ci.lease_epoch,
                                 .status = "UNKNOWN",
                                 .reason = "outcome_unknown: timeout",
-                                .event_type = "charge.unknown",
+                                .event_type =
+                                    manual ? "authorization.unknown" : "charge.unknown",
                                 .calls = 1,
                                 .next_check_ms = 0};
     ck_assert_int_eq(attempt_store_persist(st, &o, 1, &err), 0);
@@ -679,6 +689,94 @@ START_TEST(a_row_held_by_another_session_is_busy_and_holds_nothing_else)
 }
 END_TEST
 
+/* Issue 37: each look claims its own operation's attempts. The charge's
+ * (capture method automatic) never claims an authorization, whose intent
+ * holds the money where a charge's takes it; the authorization's claims
+ * its UNKNOWN ones, and the holds older than its lapse for the provider's
+ * expiry, which settle VOIDED with the event they are given. */
+START_TEST(each_look_claims_its_own_capture_method)
+{
+    attempt_store_t *w = store("w1");
+    attempt_store_t *charges = attempt_store_new_of(url, "rc", "automatic", -1, &err);
+    attempt_store_t *auths = attempt_store_new_of(url, "ra", "manual", 600000, &err);
+    ck_assert(charges && auths);
+    struct charge_command c = unknown_attempt_of(w, 0), h = unknown_attempt_of(w, 1);
+    struct attempt_due due[4];
+    size_t n = 0;
+    ck_assert_int_eq(attempt_store_claim_due(charges, due, 4, &n, 60000, 300000, &err),
+                     0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_str_eq(due[0].id, c.payment_attempt_id);
+    ck_assert(!due[0].params.manual);
+    ck_assert_int_eq(attempt_store_claim_due(auths, due, 4, &n, 60000, 300000, &err),
+                     0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_str_eq(due[0].id, h.payment_attempt_id);
+    ck_assert(due[0].params.manual);
+
+    /* Held: AUTHORIZED, its intent recorded, authorization.succeeded. */
+    struct attempt_settlement held = {.attempt_id = h.payment_attempt_id,
+                                      .lease_epoch = due[0].lease_epoch,
+                                      .expected = ATTEMPT_STATUS_UNKNOWN,
+                                      .status = ATTEMPT_STATUS_AUTHORIZED,
+                                      .cause = "reconciler",
+                                      .provider_payment_id = "pi_held",
+                                      .next_check_ms = -1};
+    ck_assert_msg(attempt_store_settle(auths, &held, 1, &err) == 0, "%s", err.message);
+    ck_assert(held.settled);
+    /* A hold younger than the lapse (10 minutes) is nobody's to look at. */
+    ck_assert_int_eq(attempt_store_claim_due(auths, due, 4, &n, 60000, 300000, &err),
+                     0);
+    ck_assert_uint_eq(n, 0);
+    char q[768];
+    snprintf(q, sizeof(q),
+             "UPDATE payment_attempts SET first_sent_at = now() - interval '11 minutes'"
+             " WHERE id = '%s'",
+             h.payment_attempt_id);
+    sql(q);
+    ck_assert_int_eq(attempt_store_claim_due(charges, due, 4, &n, 60000, 300000, &err),
+                     0);
+    ck_assert_uint_eq(n, 0);
+    ck_assert_int_eq(attempt_store_claim_due(auths, due, 4, &n, 60000, 300000, &err),
+                     0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_int_eq(due[0].status, ATTEMPT_STATUS_AUTHORIZED);
+    ck_assert_str_eq(due[0].provider_payment_id, "pi_held");
+
+    /* Expired at the provider: VOIDED, published as the event given. */
+    struct attempt_settlement gone = {.attempt_id = h.payment_attempt_id,
+                                      .lease_epoch = due[0].lease_epoch,
+                                      .expected = ATTEMPT_STATUS_AUTHORIZED,
+                                      .status = ATTEMPT_STATUS_VOIDED,
+                                      .cause = "reconciler",
+                                      .reason = "expired",
+                                      .next_check_ms = -1,
+                                      .event_type = "authorization.failed"};
+    ck_assert_msg(attempt_store_settle(auths, &gone, 1, &err) == 0, "%s", err.message);
+    ck_assert(gone.settled);
+    snprintf(
+        q, sizeof(q),
+        "SELECT status || ' ' || reason || ' ' || (lease_owner IS NULL) || ' ' ||"
+        " (SELECT string_agg(event_type || ':' || coalesce(payload->>'reason', '-'),"
+        "  ',' ORDER BY created_at, event_type) FROM outbox o"
+        "  WHERE o.payment_attempt_id = p.id)"
+        " || ' ' || (SELECT count(*) FROM ledger_entries l"
+        "  WHERE l.payment_attempt_id = p.id)"
+        " FROM payment_attempts p WHERE id = '%s'",
+        h.payment_attempt_id);
+    ck_assert_str_eq(value(q),
+                     "VOIDED expired true authorization.unknown:outcome_unknown:"
+                     " timeout,authorization.succeeded:-,authorization.failed:"
+                     "expired 0");
+    ck_assert_int_eq(attempt_store_claim_due(auths, due, 4, &n, 60000, 300000, &err),
+                     0);
+    ck_assert_uint_eq(n, 0);
+    attempt_store_free(w);
+    attempt_store_free(charges);
+    attempt_store_free(auths);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("attempt_store");
@@ -696,6 +794,7 @@ int main(void)
     tcase_add_test(tc, operator_settles_review_without_a_lease);
     tcase_add_test(tc, a_row_held_by_another_session_is_busy_and_holds_nothing_else);
     tcase_add_test(tc, a_call_written_again_after_a_failure_is_one_row);
+    tcase_add_test(tc, each_look_claims_its_own_capture_method);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }

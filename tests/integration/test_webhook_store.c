@@ -20,6 +20,7 @@
 
 #include "attempt_store.h"
 #include "db.h"
+#include "op.h"
 #include "test_env.h"
 #include "webhook_store.h"
 
@@ -462,6 +463,19 @@ static const char *apply_refund(webhook_store_t *st, struct webhook_event *ev)
     return res.outcome;
 }
 
+/* A refund's status query as the api reads it: the refund operation's
+ * own (op.h, struct op_status). */
+static enum charged_rc refund_view(webhook_store_t *st, const char *id, json_t **doc,
+                                   struct charged_error *err)
+{
+    const struct op_status *v = NULL;
+    for (size_t k = 0; k < payment_operations_count && !v; k++)
+        if (!strcmp(payment_op_of(k)->name, "refund"))
+            v = payment_op_of(k)->status;
+    ck_assert_ptr_nonnull(v);
+    return webhook_store_one(st, v->sql, id, v->fields, v->nfields, doc, err);
+}
+
 START_TEST(refund_events_move_a_refund_once)
 {
     char id[37];
@@ -531,7 +545,7 @@ START_TEST(refund_events_move_a_refund_once)
     ck_assert_str_eq(value(q), "refund failed: lost_or_stolen_card");
 
     json_t *doc = NULL;
-    ck_assert_int_eq(webhook_store_refund(st, r1, &doc, &err), CHARGED_OK);
+    ck_assert_int_eq(refund_view(st, r1, &doc, &err), CHARGED_OK);
     ck_assert_str_eq(json_string_value(json_object_get(doc, "status")), "SUCCEEDED");
     ck_assert_str_eq(json_string_value(json_object_get(doc, "provider_refund_id")),
                      "re_1");
@@ -545,7 +559,7 @@ START_TEST(refund_events_move_a_refund_once)
     ck_assert_int_eq(json_integer_value(json_object_get(doc, "refunded_amount")), 300);
     json_decref(doc);
     ck_assert_int_eq(
-        webhook_store_refund(st, "00000000-0000-4000-8000-999999999999", &doc, &err),
+        refund_view(st, "00000000-0000-4000-8000-999999999999", &doc, &err),
         CHARGED_NOT_FOUND);
     ck_assert_ptr_null(doc);
     webhook_store_free(st);

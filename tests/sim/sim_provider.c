@@ -70,6 +70,7 @@ void sim_provider_free(struct sim_provider *p)
     free(p->refunds);
     free(p->keys);
     free(p->rkeys);
+    free(p->skeys);
     free(p->first_of_attempt);
     free(p->charges_by_key);
     free(p->charges_by_order);
@@ -84,10 +85,15 @@ void sim_attempt_name(int attempt, char *buf, size_t size)
     snprintf(buf, size, "a%d", attempt);
 }
 
-static struct sim_pkey *key_of(struct sim_provider *p, int key, int refund)
+/* kind: enum sim_step_kind's, and -1 a charge's key. */
+static struct sim_pkey *key_of(struct sim_provider *p, int key, int kind)
 {
-    struct sim_pkey **arr = refund ? &p->rkeys : &p->keys;
-    size_t *n = refund ? &p->nrkeys : &p->nkeys;
+    struct sim_pkey **arr = kind < 0                  ? &p->keys
+                            : kind == SIM_STEP_REFUND ? &p->rkeys
+                                                      : &p->skeys;
+    size_t *n = kind < 0                  ? &p->nkeys
+                : kind == SIM_STEP_REFUND ? &p->nrkeys
+                                          : &p->nskeys;
     size_t old = *n;
     *arr = reach(*arr, n, (size_t)key, sizeof(struct sim_pkey), 0);
     for (size_t i = old; i < *n; i++)
@@ -121,7 +127,7 @@ static void book_charge(struct sim_provider *p, int i)
     p->charges_by_order =
         reach(p->charges_by_order, &no, (size_t)in->order, sizeof(int), 0);
     p->norders = no;
-    p->charged_total += in->amount;
+    p->charged_total += in->manual ? in->captured : in->amount;
     if (++p->charges_by_key[in->key] > 1)
         sim_violate(p->viol, "one-charge-per-key", "key %d charged %d times", in->key,
                     p->charges_by_key[in->key]);
@@ -157,11 +163,31 @@ static void fill_intent(const struct sim_provider *p, int i, struct provider_res
     sim_attempt_name(in->attempt, r->intent_attempt_id, sizeof(r->intent_attempt_id));
     snprintf(r->provider_payment_id, sizeof(r->provider_payment_id), "pi_%d", i);
     r->matches = 1;
+    snprintf(r->capture_method, sizeof(r->capture_method), "%s",
+             in->manual ? "manual" : "automatic");
+    r->amount_capturable = 0;
+    r->amount_received = in->state == SIM_INTENT_SUCCEEDED
+                             ? (in->manual ? in->captured : in->amount)
+                             : 0;
+    r->cancellation_reason[0] = '\0';
     switch (in->state) {
     case SIM_INTENT_SUCCEEDED:
         r->outcome = PROVIDER_SUCCEEDED;
         r->http_status = 200;
         snprintf(r->intent_status, sizeof(r->intent_status), "succeeded");
+        break;
+    case SIM_INTENT_REQUIRES_CAPTURE:
+        r->outcome = PROVIDER_AUTHORIZED;
+        r->http_status = 200;
+        r->amount_capturable = in->amount;
+        snprintf(r->intent_status, sizeof(r->intent_status), "requires_capture");
+        break;
+    case SIM_INTENT_CANCELED:
+        r->outcome = PROVIDER_DECLINED;
+        r->http_status = 200;
+        snprintf(r->intent_status, sizeof(r->intent_status), "canceled");
+        snprintf(r->cancellation_reason, sizeof(r->cancellation_reason),
+                 "requested_by_customer");
         break;
     case SIM_INTENT_PROCESSING:
         r->outcome = PROVIDER_PROCESSING;
@@ -191,15 +217,14 @@ static void failed(struct provider_result *r, enum provider_outcome o, int http,
  * executes a POST when it is sent, but a real one may reach the provider
  * as late as its caller's timeout: it must be safe that late too. */
 static void check_retention(struct sim_provider *p, struct sim_pkey *k, int key,
-                            int refund)
+                            const char *what)
 {
     int64_t latest = p->now + p->set->provider_timeout_ms;
     if (k->first_post >= 0 && latest >= k->first_post + p->set->key_retention_ms)
         sim_violate(p->viol, "key-after-retention",
                     "POST under %s key %d %lld ms after its first (arriving up to "
                     "%lld ms later), past the retention of %lld ms",
-                    refund ? "refund" : "charge", key,
-                    (long long)(p->now - k->first_post),
+                    what, key, (long long)(p->now - k->first_post),
                     (long long)p->set->provider_timeout_ms,
                     (long long)p->set->key_retention_ms);
     if (k->first_post < 0)
@@ -233,25 +258,36 @@ static int in_use(struct sim_provider *p, struct sim_pkey *k, struct provider_re
     return 1;
 }
 
-struct provider_result sim_provider_charge(struct sim_provider *p, int key, int attempt,
-                                           int order, long long amount, int *lost)
+/* What every POST meets before it executes: the key's retention, a
+ * request under it still executing (409), 429, a 5xx. 1: answered so. */
+static int post_front(struct sim_provider *p, struct sim_pkey *k, int key,
+                      const char *what, struct provider_result *r, int *lost)
 {
-    struct provider_result r = {0};
-    struct sim_pkey *k = key_of(p, key, 0);
     *lost = 0;
-    check_retention(p, k, key, 0);
-    if (in_use(p, k, &r))
-        return r;
+    check_retention(p, k, key, what);
+    if (in_use(p, k, r))
+        return 1;
     if (sim_rng_chance(p->rng, P_TOO_MANY)) {
-        failed(&r, PROVIDER_NOT_EXECUTED, 429, "rate_limit");
-        r.latency_ms = 5;
-        return r;
+        failed(r, PROVIDER_NOT_EXECUTED, 429, "rate_limit");
+        r->latency_ms = 5;
+        return 1;
     }
     if (sim_rng_chance(p->rng, P_ERROR_BEFORE)) {
-        failed(&r, PROVIDER_UNKNOWN, 500, "api_error before executing");
-        r.latency_ms = 50;
-        return r;
+        failed(r, PROVIDER_UNKNOWN, 500, "api_error before executing");
+        r->latency_ms = 50;
+        return 1;
     }
+    return 0;
+}
+
+struct provider_result sim_provider_charge(struct sim_provider *p, int key, int attempt,
+                                           int order, long long amount, int manual,
+                                           int *lost)
+{
+    struct provider_result r = {0};
+    struct sim_pkey *k = key_of(p, key, -1);
+    if (post_front(p, k, key, "charge", &r, lost))
+        return r;
     if (k->stored && p->now < k->stored_at + p->set->key_retention_ms) {
         /* Replayed: the first execution's answer, whatever the intent did since. */
         fill_intent(p, k->object, &r);
@@ -270,6 +306,8 @@ struct provider_result sim_provider_charge(struct sim_provider *p, int key, int 
     in->order = order;
     in->amount = amount;
     in->created = p->now;
+    in->manual = manual;
+    in->capture_key = in->void_key = -1;
     in->visible_at = p->now + (int64_t)sim_rng_below(
                                   p->rng, (uint64_t)p->set->provider_search_lag_ms + 1);
     /* Stripe promises no bound on the lag of a look-up by metadata: only
@@ -285,6 +323,10 @@ struct provider_result sim_provider_charge(struct sim_provider *p, int key, int 
     if (sim_rng_chance(p->rng, P_DECLINE)) {
         in->state = SIM_INTENT_FAILED;
         webhook(p, i, SIM_EV_FAILED);
+    } else if (manual) {
+        /* Held, not taken: the money moves at the capture. */
+        in->state = SIM_INTENT_REQUIRES_CAPTURE;
+        webhook(p, i, SIM_EV_AUTHORIZED);
     } else if (sim_rng_chance(p->rng, P_PROCESSING)) {
         in->state = SIM_INTENT_PROCESSING;
         in->final_success = !sim_rng_chance(p->rng, 200);
@@ -305,6 +347,114 @@ struct provider_result sim_provider_charge(struct sim_provider *p, int key, int 
     k->object = i;
     k->outcome = r.outcome;
     transport_after(p, k, &r, lost);
+    return r;
+}
+
+/* A step's request under its key replayed: the first execution's
+ * outcome, the intent as it is now. 1 when replayed. */
+static int step_replay(struct sim_provider *p, struct sim_pkey *k,
+                       struct provider_result *r, int *lost)
+{
+    if (!k->stored || p->now >= k->stored_at + p->set->key_retention_ms)
+        return 0;
+    fill_intent(p, k->object, r);
+    r->outcome = (enum provider_outcome)k->outcome;
+    r->replayed = 1;
+    r->sent = 1;
+    transport_after(p, k, r, lost);
+    return 1;
+}
+
+/* psp-sim's 400 payment_intent_unexpected_state: nothing executed; the
+ * answer describes the intent as it is (capture_refusal_code and
+ * void_refusal_code read its status). */
+static void unexpected_state(struct sim_provider *p, int i, struct provider_result *r)
+{
+    fill_intent(p, i, r);
+    r->outcome = PROVIDER_INVALID;
+    r->http_status = 400;
+    r->sent = 1;
+    r->latency_ms = 5;
+    snprintf(r->code, sizeof(r->code), "payment_intent_unexpected_state");
+    snprintf(r->error, sizeof(r->error), "the intent is %s", r->intent_status);
+}
+
+/* An executed step: its answer stored under the key. */
+static void step_executed(struct sim_provider *p, struct sim_pkey *k, int i,
+                          struct provider_result *r, int *lost)
+{
+    fill_intent(p, i, r);
+    r->outcome = PROVIDER_SUCCEEDED;
+    r->sent = 1;
+    k->stored = 1;
+    k->stored_at = p->now;
+    k->object = i;
+    k->outcome = PROVIDER_SUCCEEDED;
+    transport_after(p, k, r, lost);
+}
+
+struct provider_result sim_provider_capture(struct sim_provider *p, int key, int intent,
+                                            long long amount, int *lost)
+{
+    struct provider_result r = {0};
+    struct sim_pkey *k = key_of(p, key, SIM_STEP_CAPTURE);
+    if (post_front(p, k, key, "capture", &r, lost) || step_replay(p, k, &r, lost))
+        return r;
+    if (intent < 0 || (size_t)intent >= p->nintents || !p->intents[intent].manual) {
+        failed(&r, PROVIDER_INVALID, 400, "not a manual intent");
+        return r;
+    }
+    struct sim_intent *in = &p->intents[intent];
+    /* What psp-sim refuses (400), charged must never have asked: its hold
+     * lets one step at a time at an authorization, and only from
+     * AUTHORIZED. */
+    if (in->state == SIM_INTENT_SUCCEEDED)
+        sim_violate(p->viol, "one-capture-per-authorization",
+                    "capture key %d asks intent pi_%d, captured already (%lld) under "
+                    "capture key %d",
+                    key, intent, in->captured, in->capture_key);
+    else if (in->state == SIM_INTENT_CANCELED)
+        sim_violate(p->viol, "capture-after-void",
+                    "capture key %d asks intent pi_%d, canceled by void key %d", key,
+                    intent, in->void_key);
+    else if (in->state == SIM_INTENT_REQUIRES_CAPTURE && amount > in->amount)
+        sim_violate(p->viol, "captured-within-authorized",
+                    "capture key %d asks %lld of intent pi_%d, which holds %lld", key,
+                    amount, intent, in->amount);
+    if (in->state != SIM_INTENT_REQUIRES_CAPTURE || amount > in->amount) {
+        unexpected_state(p, intent, &r);
+        return r;
+    }
+    in->state = SIM_INTENT_SUCCEEDED;
+    in->captured = amount > 0 ? amount : in->amount;
+    in->capture_key = key;
+    p->captures++;
+    p->captured_total += in->captured;
+    book_charge(p, intent);
+    step_executed(p, k, intent, &r, lost);
+    return r;
+}
+
+struct provider_result sim_provider_cancel(struct sim_provider *p, int key, int intent,
+                                           int *lost)
+{
+    struct provider_result r = {0};
+    struct sim_pkey *k = key_of(p, key, SIM_STEP_VOID);
+    if (post_front(p, k, key, "void", &r, lost) || step_replay(p, k, &r, lost))
+        return r;
+    if (intent < 0 || (size_t)intent >= p->nintents ||
+        p->intents[intent].state != SIM_INTENT_REQUIRES_CAPTURE) {
+        if (intent >= 0 && (size_t)intent < p->nintents)
+            unexpected_state(p, intent, &r);
+        else
+            failed(&r, PROVIDER_INVALID, 400, "no such intent");
+        return r;
+    }
+    struct sim_intent *in = &p->intents[intent];
+    in->state = SIM_INTENT_CANCELED;
+    in->void_key = key;
+    p->voids++;
+    step_executed(p, k, intent, &r, lost);
     return r;
 }
 
@@ -388,21 +538,9 @@ struct provider_result sim_provider_refund(struct sim_provider *p, int key, int 
                                            int refund, long long amount, int *lost)
 {
     struct provider_result r = {0};
-    struct sim_pkey *k = key_of(p, key, 1);
-    *lost = 0;
-    check_retention(p, k, key, 1);
-    if (in_use(p, k, &r))
+    struct sim_pkey *k = key_of(p, key, SIM_STEP_REFUND);
+    if (post_front(p, k, key, "refund", &r, lost))
         return r;
-    if (sim_rng_chance(p->rng, P_TOO_MANY)) {
-        failed(&r, PROVIDER_NOT_EXECUTED, 429, "rate_limit");
-        r.latency_ms = 5;
-        return r;
-    }
-    if (sim_rng_chance(p->rng, P_ERROR_BEFORE)) {
-        failed(&r, PROVIDER_UNKNOWN, 500, "api_error before executing");
-        r.latency_ms = 50;
-        return r;
-    }
     if (k->stored && p->now < k->stored_at + p->set->key_retention_ms) {
         fill_refund(p, k->object, &r);
         r.replayed = 1;
@@ -417,6 +555,16 @@ struct provider_result sim_provider_refund(struct sim_provider *p, int key, int 
         return r;
     }
     struct sim_intent *in = &p->intents[intent];
+    if (in->manual && in->refunded + amount > in->captured) {
+        /* An authorization's money is what its capture took (0016's
+         * CHECK): charged's reservation keeps refunds within it. */
+        sim_violate(p->viol, "refund-within-captured",
+                    "refund %d of %lld asked on intent pi_%d that captured %lld of "
+                    "%lld held, %lld already refunded",
+                    refund, amount, intent, in->captured, in->amount, in->refunded);
+        failed(&r, PROVIDER_INVALID, 400, "amount exceeds the capture");
+        return r;
+    }
     if (in->refunded + amount > in->amount) {
         /* The provider refuses it, but charged should never have asked:
          * its reservation keeps every refund sent within the charge. */
@@ -502,6 +650,8 @@ uint64_t sim_provider_hash(const struct sim_provider *p, uint64_t h)
     h = sim_hash_mix(h, p->nrefunds);
     h = sim_hash_mix(h, (uint64_t)p->charged_total);
     h = sim_hash_mix(h, (uint64_t)p->refunded_total);
+    h = sim_hash_mix(h, (uint64_t)p->captured_total);
+    h = sim_hash_mix(h, p->captures << 20 ^ p->voids);
     for (size_t i = 0; i < p->nintents; i++)
         h = sim_hash_mix(h, (uint64_t)p->intents[i].state * 31 +
                                 (uint64_t)p->intents[i].key);

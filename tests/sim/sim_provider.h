@@ -19,7 +19,9 @@
 enum sim_intent_state {
     SIM_INTENT_PROCESSING,
     SIM_INTENT_SUCCEEDED,
-    SIM_INTENT_FAILED
+    SIM_INTENT_FAILED,
+    SIM_INTENT_REQUIRES_CAPTURE, /* a manual intent holds the money */
+    SIM_INTENT_CANCELED          /* a manual intent released by our cancel */
 };
 
 struct sim_intent {
@@ -31,6 +33,10 @@ struct sim_intent {
     int64_t settle_at;           /* PROCESSING: when it ends */
     long long refunded;          /* executed refunds */
     int next_of_attempt;         /* the attempt's next intent, or -1 */
+    int manual;                  /* capture_method manual: an authorization */
+    long long captured;          /* manual: amount_received (the ledger's) */
+    int capture_key, void_key;   /* manual: the step keys that captured or
+                                    canceled it; -1 none */
 };
 
 struct sim_prefund {
@@ -52,7 +58,14 @@ struct sim_pkey {
 
 /* SIM_EV_REFUND: a refund succeeded (refund.updated); intent is then the
  * provider's refund. */
-enum sim_evidence { SIM_EV_SUCCEEDED, SIM_EV_FAILED, SIM_EV_PROCESSING, SIM_EV_REFUND };
+/* SIM_EV_AUTHORIZED: payment_intent.amount_capturable_updated (a hold). */
+enum sim_evidence {
+    SIM_EV_SUCCEEDED,
+    SIM_EV_FAILED,
+    SIM_EV_PROCESSING,
+    SIM_EV_REFUND,
+    SIM_EV_AUTHORIZED
+};
 
 struct sim_webhook {
     int event_id, intent;
@@ -72,6 +85,8 @@ struct sim_provider {
     size_t nrefunds, caprefunds;
     struct sim_pkey *keys, *rkeys; /* charge keys, refund keys, by id */
     size_t nkeys, nrkeys;
+    struct sim_pkey *skeys; /* capture and void keys, by id */
+    size_t nskeys;
     int *first_of_attempt; /* by attempt id: its first intent, or -1 */
     size_t nattempts;
 
@@ -83,8 +98,10 @@ struct sim_provider {
     int *charges_by_order; /* by order */
     size_t norders;
     long long charged_total, refunded_total;
-    uint64_t in_use; /* 409s answered */
-    int *processing; /* intents still processing */
+    long long captured_total; /* of it, what captures took */
+    uint64_t captures, voids; /* executed */
+    uint64_t in_use;          /* 409s answered */
+    int *processing;          /* intents still processing */
     size_t nprocessing, capprocessing;
 
     struct sim_webhook *hooks;
@@ -107,7 +124,19 @@ void sim_provider_tick(struct sim_provider *p);
  * *lost: it never arrives, the caller times out. A second request while
  * the first under the key executes is answered 409 (not executed). */
 struct provider_result sim_provider_charge(struct sim_provider *p, int key, int attempt,
-                                           int order, long long amount, int *lost);
+                                           int order, long long amount, int manual,
+                                           int *lost);
+/* POST /v1/payment_intents/<intent>/capture (amount 0: all it holds) and
+ * .../cancel under a step's key, psp-sim's manual capture: one capture per
+ * intent, amount_to_capture <= amount_capturable, a cancel of a
+ * requires_capture intent only; otherwise 400
+ * payment_intent_unexpected_state, which charged must never have asked
+ * for: the invariants one-capture-per-authorization, capture-after-void
+ * and captured-within-authorized fire at such a request. */
+struct provider_result sim_provider_capture(struct sim_provider *p, int key, int intent,
+                                            long long amount, int *lost);
+struct provider_result sim_provider_cancel(struct sim_provider *p, int key, int intent,
+                                           int *lost);
 /* GET by id; search by metadata[payment_attempt_id]; the list of the
  * attempt's intents created in [gte, lt) unix seconds (consistent). */
 struct provider_result sim_provider_retrieve(struct sim_provider *p, int intent);

@@ -59,6 +59,8 @@ void sim_store_free(struct sim_store *st)
     free(st->rkey_owner);
     free(st->due);
     free(st->rdue);
+    free(st->s);
+    free(st->sdue);
     free(st);
 }
 
@@ -70,6 +72,11 @@ struct sim_attempt *sim_store_attempt(struct sim_store *st, int id)
 struct sim_refund_row *sim_store_refund(struct sim_store *st, int id)
 {
     return id >= 0 && (size_t)id < st->nr && st->r[id].recorded ? &st->r[id] : NULL;
+}
+
+struct sim_refund_row *sim_store_step(struct sim_store *st, int id)
+{
+    return id >= 0 && (size_t)id < st->ns && st->s[id].recorded ? &st->s[id] : NULL;
 }
 
 static int fenced(const struct sim_store *st, int row_owner, int64_t row_epoch,
@@ -117,12 +124,13 @@ static int set_status(struct sim_store *st, struct sim_attempt *a,
 }
 
 enum sim_record sim_store_record(struct sim_store *st, int id, int order, int key,
-                                 long long amount, int owner, int64_t lease_ms,
-                                 int64_t *epoch)
+                                 long long amount, int manual, int owner,
+                                 int64_t lease_ms, int64_t *epoch)
 {
     struct sim_attempt *a = sim_store_attempt(st, id);
     if (a)
-        return a->key == key && a->order == order && a->amount == amount
+        return a->key == key && a->order == order && a->amount == amount &&
+                       a->manual == manual
                    ? SIM_RECORDED
                    : SIM_RECORD_CONFLICT;
     st->key_owner = reach(st->key_owner, &st->nkeys, (size_t)key, sizeof(int), 0xff);
@@ -135,6 +143,7 @@ enum sim_record sim_store_record(struct sim_store *st, int id, int order, int ke
     a->order = order;
     a->key = key;
     a->amount = amount;
+    a->manual = manual;
     a->lease_owner = SIM_NO_OWNER;
     a->lease_expires = a->first_sent_at = a->next_check_at = SIM_NULL;
     a->intent = SIM_NULL;
@@ -395,7 +404,13 @@ enum sim_claim sim_store_refund_claim(struct sim_store *st, int id, int owner,
         if (c && (c->status == ATTEMPT_STATUS_PENDING ||
                   c->status == ATTEMPT_STATUS_PROCESSING))
             return SIM_BUSY; /* behind its charge: waits for it to settle */
-        int within = c && c->refund_reserved + r->amount <= c->amount;
+        /* 0016's CHECK: an authorization's refunds are bound by what its
+         * capture took (nothing before it), a charge's by its amount. */
+        long long bound = c && c->manual && !(st->breaks & SIM_BREAK_REFUND_CAPTURED)
+                              ? c->captured_amount
+                          : c ? c->amount
+                              : 0;
+        int within = c && c->refund_reserved + r->amount <= bound;
         if (st->breaks & SIM_BREAK_REFUND_RESERVATION)
             within = c != NULL; /* the broken claim: no reservation at all */
         r->lease_epoch++;
@@ -463,20 +478,18 @@ int sim_store_refund_webhook_settle(struct sim_store *st, int id,
     return 1;
 }
 
-int sim_store_refund_renew(struct sim_store *st, int id, int owner, int64_t epoch,
-                           int64_t lease_ms)
+static int row_renew(struct sim_store *st, struct sim_refund_row *r, int owner,
+                     int64_t epoch, int64_t lease_ms)
 {
-    struct sim_refund_row *r = sim_store_refund(st, id);
     if (!r || r->lease_owner != owner || r->lease_epoch != epoch)
         return 0;
     r->lease_expires = st->now + lease_ms;
     return 1;
 }
 
-void sim_store_refund_release(struct sim_store *st, int id, int owner, int64_t epoch,
-                              int hand_back)
+static void row_release(struct sim_store *st, struct sim_refund_row *r, int owner,
+                        int64_t epoch, int hand_back)
 {
-    struct sim_refund_row *r = sim_store_refund(st, id);
     if (!r || r->lease_owner != owner || r->lease_epoch != epoch)
         return;
     if (hand_back) {
@@ -487,15 +500,17 @@ void sim_store_refund_release(struct sim_store *st, int id, int owner, int64_t e
     }
 }
 
-int sim_store_refund_claim_due(struct sim_store *st, int owner, int64_t lease_ms,
-                               int64_t stale_ms, int64_t *epoch)
+/* SQL_CLAIM_DUE over one table of rows and its queue. */
+static int row_claim_due(struct sim_store *st, struct sim_refund_row *rows, int *due,
+                         size_t *ndue, int owner, int64_t lease_ms, int64_t stale_ms,
+                         int64_t *epoch)
 {
-    for (size_t k = 0; k < st->nrdue;) {
-        struct sim_refund_row *r = &st->r[st->rdue[k]];
+    for (size_t k = 0; k < *ndue;) {
+        struct sim_refund_row *r = &rows[due[k]];
         if (r->status != ATTEMPT_STATUS_UNKNOWN &&
             r->status != ATTEMPT_STATUS_PROCESSING) {
             r->in_due = 0;
-            st->rdue[k] = st->rdue[--st->nrdue];
+            due[k] = due[--*ndue];
             continue;
         }
         k++;
@@ -511,6 +526,25 @@ int sim_store_refund_claim_due(struct sim_store *st, int owner, int64_t lease_ms
         return r->id;
     }
     return -1;
+}
+
+int sim_store_refund_renew(struct sim_store *st, int id, int owner, int64_t epoch,
+                           int64_t lease_ms)
+{
+    return row_renew(st, sim_store_refund(st, id), owner, epoch, lease_ms);
+}
+
+void sim_store_refund_release(struct sim_store *st, int id, int owner, int64_t epoch,
+                              int hand_back)
+{
+    row_release(st, sim_store_refund(st, id), owner, epoch, hand_back);
+}
+
+int sim_store_refund_claim_due(struct sim_store *st, int owner, int64_t lease_ms,
+                               int64_t stale_ms, int64_t *epoch)
+{
+    return row_claim_due(st, st->r, st->rdue, &st->nrdue, owner, lease_ms, stale_ms,
+                         epoch);
 }
 
 int sim_store_refund_settle(struct sim_store *st, int id, enum attempt_status expected,
@@ -532,6 +566,236 @@ int sim_store_refund_settle(struct sim_store *st, int id, enum attempt_status ex
     return 1;
 }
 
+/* ---- captures and voids: migrations 0016-0018's hold ---- */
+
+/* The hold given back (a step that failed, or was refused). */
+static void hold_give_back(struct sim_attempt *a, const struct sim_refund_row *r)
+{
+    if (a && a->held_kind == r->kind && a->held_id == r->id)
+        a->held_kind = a->held_id = 0;
+}
+
+/* A step's success moves its authorization (the trigger
+ * authorization_steps_hold and capture_store's SQL_BOOK): only while the
+ * step holds it; a capture makes it SUCCEEDED with what it took (once:
+ * capture_attempts_one_per_authorization), a void VOIDED. -1: refused. */
+static int step_success(struct sim_store *st, struct sim_refund_row *r,
+                        struct sim_attempt *a)
+{
+    unsigned broken = st->breaks & (SIM_BREAK_CAPTURE_HOLD | SIM_BREAK_VOID_HOLD);
+    if (!a || (!broken && (a->held_kind != r->kind || a->held_id != r->id)))
+        return -1;
+    if (r->kind == SIM_STEP_VOID) {
+        if (a->status == ATTEMPT_STATUS_VOIDED)
+            return 0;
+        if (set_status(st, a, ATTEMPT_STATUS_VOIDED) != 0)
+            return -1;
+    } else {
+        if (r->captured < 1 || r->captured > a->amount ||
+            (a->captures_succeeded > 0 && !(st->breaks & SIM_BREAK_CAPTURE_HOLD)))
+            return -1;
+        a->captured_amount = r->captured;
+        a->captures_succeeded++;
+        if (a->status != ATTEMPT_STATUS_SUCCEEDED &&
+            set_status(st, a, ATTEMPT_STATUS_SUCCEEDED) != 0)
+            return -1;
+    }
+    hold_give_back(a, r);
+    return 0;
+}
+
+/* A capture's or void's status change: the transition table, the
+ * trigger's hold and money. -1: the statement fails. */
+static int step_set_status(struct sim_store *st, struct sim_refund_row *r,
+                           enum attempt_status to)
+{
+    enum attempt_status from = r->status;
+    if (r->recorded && from != to && !attempt_status_transition_allowed((int)from, to))
+        sim_violate(st->viol, "status-transition", "%s s%d moved %s -> %s",
+                    r->kind == SIM_STEP_CAPTURE ? "capture" : "void", r->id,
+                    attempt_status_name(from), attempt_status_name(to));
+    if (r->recorded && from == ATTEMPT_STATUS_SUCCEEDED && to != from)
+        return -1; /* SUCCEEDED stays so */
+    struct sim_attempt *a = sim_store_attempt(st, r->charge);
+    if (to == ATTEMPT_STATUS_SUCCEEDED && from != to) {
+        if (step_success(st, r, a) != 0)
+            return -1;
+    } else if (to == ATTEMPT_STATUS_FAILED || to == ATTEMPT_STATUS_REJECTED) {
+        hold_give_back(a, r);
+    }
+    r->status = to;
+    st->writes++;
+    if (st->on_step_status && r->recorded)
+        st->on_step_status(st->ctx, r->id);
+    if ((to == ATTEMPT_STATUS_UNKNOWN || to == ATTEMPT_STATUS_PROCESSING) &&
+        !r->in_due) {
+        r->in_due = 1;
+        push(&st->sdue, &st->nsdue, &st->capsdue, r->id);
+    }
+    return 0;
+}
+
+enum sim_record sim_store_step_record(struct sim_store *st, int id, int kind,
+                                      int attempt, int key, long long amount)
+{
+    struct sim_refund_row *r = sim_store_step(st, id);
+    if (r)
+        return r->key == key && r->charge == attempt && r->amount == amount &&
+                       r->kind == kind
+                   ? SIM_RECORDED
+                   : SIM_RECORD_CONFLICT;
+    st->s = reach(st->s, &st->ns, (size_t)id, sizeof(*st->s), 0);
+    r = &st->s[id];
+    memset(r, 0, sizeof(*r));
+    r->kind = kind;
+    r->id = id;
+    r->charge = attempt;
+    r->key = key;
+    r->amount = amount;
+    r->status = ATTEMPT_STATUS_PENDING;
+    r->lease_owner = SIM_NO_OWNER;
+    r->lease_expires = r->first_sent_at = r->next_check_at = SIM_NULL;
+    r->intent = r->prefund = SIM_NULL;
+    r->created_at = st->now;
+    r->recorded = 1;
+    return SIM_RECORDED;
+}
+
+/* The claim's verdict on a PENDING step (capture_store's and void_store's
+ * SQL_CLAIM): NULL it takes the hold, "" it waits (its authorization's
+ * first answer is not in yet), else the reason it is REJECTED. The
+ * --break rules drop one check each, for captures. */
+static const char *step_refusal(const struct sim_store *st,
+                                const struct sim_refund_row *r,
+                                const struct sim_attempt *a)
+{
+    int capture = r->kind == SIM_STEP_CAPTURE;
+    int once = !capture || !(st->breaks & SIM_BREAK_CAPTURE_HOLD);
+    int voids = !capture || !(st->breaks & SIM_BREAK_VOID_HOLD);
+    if (!a)
+        return "attempt_unknown";
+    if (!a->manual)
+        return "not_authorized";
+    if (a->status == ATTEMPT_STATUS_SUCCEEDED && once)
+        return capture ? "already_captured" : "void_after_capture";
+    if (a->status == ATTEMPT_STATUS_VOIDED && voids)
+        return capture ? "capture_after_void" : "authorization_voided";
+    if (a->held_kind == SIM_STEP_VOID && voids)
+        return capture ? "capture_after_void" : "authorization_held";
+    if (a->held_kind == SIM_STEP_CAPTURE && once)
+        return "authorization_held";
+    if ((a->status == ATTEMPT_STATUS_PENDING ||
+         a->status == ATTEMPT_STATUS_PROCESSING) &&
+        st->now - r->created_at < 300000) /* CAPTURE_ORDER_WINDOW, VOID_ORDER_WINDOW */
+        return "";
+    if (a->status != ATTEMPT_STATUS_AUTHORIZED &&
+        !(a->status == ATTEMPT_STATUS_SUCCEEDED && !once) &&
+        !(a->status == ATTEMPT_STATUS_VOIDED && !voids))
+        return "not_authorized";
+    if (capture && r->amount > a->amount && !(st->breaks & SIM_BREAK_CAPTURE_AMOUNT))
+        return "amount_over_authorized";
+    return NULL;
+}
+
+enum sim_claim sim_store_step_claim(struct sim_store *st, int id, int owner,
+                                    int64_t lease_ms, int64_t *epoch,
+                                    int64_t *key_age_ms, int *intent)
+{
+    struct sim_refund_row *r = sim_store_step(st, id);
+    if (!r)
+        return SIM_BUSY;
+    int takeover = r->status == ATTEMPT_STATUS_PROCESSING &&
+                   r->next_check_at == SIM_NULL && r->lease_owner != SIM_NO_OWNER &&
+                   r->lease_expires < st->now;
+    if (r->status == ATTEMPT_STATUS_PENDING) {
+        struct sim_attempt *a = sim_store_attempt(st, r->charge);
+        const char *why = step_refusal(st, r, a);
+        if (why && !why[0])
+            return SIM_BUSY;
+        r->lease_epoch++;
+        if (why) {
+            r->reason = why;
+            step_set_status(st, r, ATTEMPT_STATUS_REJECTED);
+            return SIM_SETTLED;
+        }
+        a->held_kind = r->kind; /* the hold, in the claim's statement */
+        a->held_id = r->id;
+        r->intent = a->intent;
+        step_set_status(st, r, ATTEMPT_STATUS_PROCESSING);
+    } else if (takeover) {
+        r->lease_epoch++;
+    } else {
+        int leased = r->lease_owner != SIM_NO_OWNER;
+        return r->status != ATTEMPT_STATUS_PROCESSING || !leased ? SIM_SETTLED
+                                                                 : SIM_BUSY;
+    }
+    r->lease_owner = owner;
+    r->lease_expires = st->now + lease_ms;
+    if (r->first_sent_at == SIM_NULL)
+        r->first_sent_at = st->now;
+    *epoch = r->lease_epoch;
+    *key_age_ms = st->now - r->first_sent_at;
+    *intent = r->intent;
+    return SIM_CLAIMED;
+}
+
+/* A fenced write of a step's outcome: the worker's persist (expected
+ * PROCESSING) or the reconciler's settle. */
+static int step_write(struct sim_store *st, struct sim_refund_row *r,
+                      enum attempt_status expected, int owner, int64_t epoch,
+                      enum attempt_status to, long long captured, int64_t next_check_ms)
+{
+    if (!r ||
+        !fenced(st, r->lease_owner, r->lease_epoch, r->status, owner, epoch, expected))
+        return 0;
+    if (captured > 0 && r->status != ATTEMPT_STATUS_SUCCEEDED)
+        r->captured = captured;
+    if (step_set_status(st, r, to) != 0)
+        return 0;
+    r->lease_owner = SIM_NO_OWNER;
+    r->lease_expires = SIM_NULL;
+    r->next_check_at = next_check_ms < 0 ? SIM_NULL : st->now + next_check_ms;
+    return 1;
+}
+
+int sim_store_step_persist(struct sim_store *st, int id, int owner, int64_t epoch,
+                           enum attempt_status to, long long captured,
+                           int64_t next_check_ms)
+{
+    return step_write(st, sim_store_step(st, id), ATTEMPT_STATUS_PROCESSING, owner,
+                      epoch, to, captured, next_check_ms);
+}
+
+int sim_store_step_settle(struct sim_store *st, int id, enum attempt_status expected,
+                          int owner, int64_t epoch, enum attempt_status to,
+                          long long captured, int64_t next_check_ms)
+{
+    struct sim_refund_row *r = sim_store_step(st, id);
+    int ok = step_write(st, r, expected, owner, epoch, to, captured, next_check_ms);
+    if (ok)
+        r->reconcile_checks++;
+    return ok;
+}
+
+int sim_store_step_renew(struct sim_store *st, int id, int owner, int64_t epoch,
+                         int64_t lease_ms)
+{
+    return row_renew(st, sim_store_step(st, id), owner, epoch, lease_ms);
+}
+
+void sim_store_step_release(struct sim_store *st, int id, int owner, int64_t epoch,
+                            int hand_back)
+{
+    row_release(st, sim_store_step(st, id), owner, epoch, hand_back);
+}
+
+int sim_store_step_claim_due(struct sim_store *st, int owner, int64_t lease_ms,
+                             int64_t stale_ms, int64_t *epoch)
+{
+    return row_claim_due(st, st->s, st->sdue, &st->nsdue, owner, lease_ms, stale_ms,
+                         epoch);
+}
+
 uint64_t sim_store_hash(const struct sim_store *st, uint64_t h)
 {
     h = sim_hash_mix(h, st->writes);
@@ -544,5 +808,10 @@ uint64_t sim_store_hash(const struct sim_store *st, uint64_t h)
         if (st->r[i].recorded)
             h = sim_hash_mix(h, (uint64_t)st->r[i].status << 40 ^
                                     (uint64_t)st->r[i].lease_epoch);
+    for (size_t i = 0; i < st->ns; i++)
+        if (st->s[i].recorded)
+            h = sim_hash_mix(h, (uint64_t)st->s[i].status << 40 ^
+                                    (uint64_t)st->s[i].lease_epoch << 8 ^
+                                    (uint64_t)st->s[i].captured);
     return h;
 }

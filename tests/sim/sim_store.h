@@ -1,5 +1,6 @@
 /* sim_store: a model of charged's PostgreSQL store, written from
- * migrations/0001, 0002, 0006 and the statements of common/store
+ * migrations/0001, 0002, 0006, 0016 and the statements of common/store
+ * and of the capture's and void's stores
  * (attempt_store.c's SQL_RECORD, SQL_CLAIM, SQL_PERSIST, SQL_CLAIM_DUE,
  * SQL_SETTLE; lease_sql.h's renew and release; webhook_store.c's settle;
  * refund_store.c's claim with its reservation, and the trigger
@@ -31,10 +32,20 @@ struct sim_attempt {
     long long refund_reserved, refunded_amount;
     int reconcile_checks;
     int in_due; /* on the reconciler's queue (UNKNOWN, PROCESSING) */
+    /* Migration 0016: an authorization (capture_method manual), what its
+     * capture took (0: NULL), and the step holding it (held_by: a
+     * SIM_STEP_CAPTURE or SIM_STEP_VOID, 0 none; held_by_id). */
+    int manual;
+    long long captured_amount;
+    int held_kind, held_id;
+    int captures_succeeded; /* capture_attempts_one_per_authorization */
 };
 
+/* A refund's row, or a capture's or void's (kind): each names a payment
+ * attempt (charge) and has the charge's discipline of its own. */
 struct sim_refund_row {
     int recorded;
+    int kind; /* enum sim_step_kind */
     int id, charge, key;
     long long amount;
     enum attempt_status status;
@@ -46,6 +57,8 @@ struct sim_refund_row {
     int prefund; /* provider_refund_id; SIM_NULL */
     int reconcile_checks;
     int in_due;
+    long long captured; /* a capture's captured_amount (0: NULL) */
+    const char *reason; /* a REJECTED step's reason code (static) */
 };
 
 struct sim_store {
@@ -62,13 +75,16 @@ struct sim_store {
     size_t nr;
     int *rkey_owner; /* by refund key */
     size_t nrkeys;
-    int *due, *rdue; /* the reconciler's queues (ids; lazily pruned) */
-    size_t ndue, capdue, nrdue, caprdue;
+    struct sim_refund_row *s; /* captures and voids, by step id */
+    size_t ns;
+    int *due, *rdue, *sdue; /* the reconciler's queues (ids; lazily pruned) */
+    size_t ndue, capdue, nrdue, caprdue, nsdue, capsdue;
     uint64_t writes; /* status changes, for the hash */
     /* Called on every status change of an attempt, and of a refund (the
      * checker's hooks). */
     void (*on_status)(void *ctx, int attempt);
     void (*on_refund_status)(void *ctx, int refund);
+    void (*on_step_status)(void *ctx, int step);
     void *ctx;
 };
 
@@ -78,6 +94,7 @@ void sim_store_free(struct sim_store *st);
 /* The attempt's row, or NULL when not recorded. */
 struct sim_attempt *sim_store_attempt(struct sim_store *st, int id);
 struct sim_refund_row *sim_store_refund(struct sim_store *st, int id);
+struct sim_refund_row *sim_store_step(struct sim_store *st, int id);
 
 enum sim_record {
     SIM_RECORDED_CLAIMED, /* new, PROCESSING under our lease (epoch in *epoch) */
@@ -88,8 +105,8 @@ enum sim_record {
 
 /* SQL_RECORD (with a lease) and SQL_INSERT_REJECTED. */
 enum sim_record sim_store_record(struct sim_store *st, int id, int order, int key,
-                                 long long amount, int owner, int64_t lease_ms,
-                                 int64_t *epoch);
+                                 long long amount, int manual, int owner,
+                                 int64_t lease_ms, int64_t *epoch);
 
 enum sim_claim { SIM_CLAIMED, SIM_SETTLED, SIM_BUSY };
 /* SQL_CLAIM: *epoch and *key_age_ms when claimed. */
@@ -140,6 +157,32 @@ int sim_store_refund_claim_due(struct sim_store *st, int owner, int64_t lease_ms
 int sim_store_refund_settle(struct sim_store *st, int id, enum attempt_status expected,
                             int owner, int64_t epoch, enum attempt_status to,
                             int prefund, int64_t next_check_ms);
+
+/* Captures and voids (capture_store.c's and void_store.c's statements over
+ * 0016's rules): record PENDING; the claim takes the authorization's hold
+ * (only from AUTHORIZED and unheld; the loser REJECTED with its reason
+ * code; a step behind its authorization's first answer waits); a success
+ * only while it holds the authorization, and with the authorization moved
+ * (a capture's SUCCEEDED with captured_amount, a void's VOIDED); a failure
+ * or rejection gives the hold back; UNKNOWN and REQUIRES_REVIEW keep it.
+ * Persist and settle take the captured amount (0: none). */
+enum sim_record sim_store_step_record(struct sim_store *st, int id, int kind,
+                                      int attempt, int key, long long amount);
+enum sim_claim sim_store_step_claim(struct sim_store *st, int id, int owner,
+                                    int64_t lease_ms, int64_t *epoch,
+                                    int64_t *key_age_ms, int *intent);
+int sim_store_step_persist(struct sim_store *st, int id, int owner, int64_t epoch,
+                           enum attempt_status to, long long captured,
+                           int64_t next_check_ms);
+int sim_store_step_renew(struct sim_store *st, int id, int owner, int64_t epoch,
+                         int64_t lease_ms);
+void sim_store_step_release(struct sim_store *st, int id, int owner, int64_t epoch,
+                            int hand_back);
+int sim_store_step_claim_due(struct sim_store *st, int owner, int64_t lease_ms,
+                             int64_t stale_ms, int64_t *epoch);
+int sim_store_step_settle(struct sim_store *st, int id, enum attempt_status expected,
+                          int owner, int64_t epoch, enum attempt_status to,
+                          long long captured, int64_t next_check_ms);
 
 uint64_t sim_store_hash(const struct sim_store *st, uint64_t h);
 

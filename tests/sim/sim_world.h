@@ -19,7 +19,16 @@ enum sim_break {
     SIM_BREAK_KEY_MARGIN = 1 << 5,           /* the key window with no margin */
     SIM_BREAK_LIST_SKIPPED = 1 << 6,         /* never_executed without the list */
     SIM_BREAK_OWNERSHIP = 1 << 7,            /* metadata naming an attempt is proof */
+    /* Migration 0016's hold, each rule of it apart (the capture's claim): */
+    SIM_BREAK_CAPTURE_HOLD = 1 << 8,     /* a capture holds a captured or held one */
+    SIM_BREAK_VOID_HOLD = 1 << 9,        /* a capture holds a voided or void-held one */
+    SIM_BREAK_CAPTURE_AMOUNT = 1 << 10,  /* a capture past the authorization is sent */
+    SIM_BREAK_REFUND_CAPTURED = 1 << 11, /* refunds bound by the authorized amount */
 };
+
+/* A step of an authorization's, and a refund: the rows that name an
+ * attempt (sim_store's step table holds captures and voids). */
+enum sim_step_kind { SIM_STEP_REFUND = 0, SIM_STEP_CAPTURE, SIM_STEP_VOID };
 
 /* The first invariant a run broke: its rule and one line of why. */
 struct sim_violation {

@@ -3,7 +3,9 @@
 
 short   1,000,000 steps over each of three seeds: no invariant broken, and
         the faults it is there for (lost answers, takeovers, clock jumps,
-        crashes, rebalances, the reconciler's settlements) did happen.
+        crashes, rebalances, the reconciler's settlements) did happen, and
+        the authorizations' steps (captures, voids, a hold lost to a racer,
+        a step in doubt, refunds of a capture).
 rules   each --break RULE is caught, by the invariant that rule keeps, within
         1,000,000 steps (RULE_BOUNDS: more for a few), for every seed of a fixed list; the exit is 1 and
         the report names the rule. The same seeds without --break break none.
@@ -33,6 +35,16 @@ RULES = {
     # An intent another client made, its metadata naming a live attempt
     # (issue 34): only the attempt's own intent may move it.
     "ownership": "settled-by-foreign",
+    # Migration 0016's rules of an authorization (issue 37), one each,
+    # caught from the provider's ledger: a capture that takes a captured
+    # (or capture-held) authorization asks for a second capture; one that
+    # takes a voided (or void-held) one captures after a void; one past the
+    # authorization's amount captures more than it holds; refunds bound by
+    # the authorized amount refund more than the capture took.
+    "capture-hold": "one-capture-per-authorization",
+    "void-hold": "capture-after-void",
+    "capture-amount": "captured-within-authorized",
+    "refund-captured": "refund-within-captured",
 }
 
 # Rules whose break needs rarer luck. key-margin: a key first sent a
@@ -74,7 +86,11 @@ def short(sim):
     for l in lines:
         for what in ("lost", "takeovers", "key_closed", "rec_settled",
                      "rec_charges", "never_executed", "applied", "foreign", "jumps",
-                     "crashes", "rebalances"):
+                     "crashes", "rebalances",
+                     # issue 37: holds, captures, voids, the hold lost by a
+                     # racer, a step in doubt, refunds of a capture
+                     "authorized", "captured", "voided", "hold_lost",
+                     "step_unknown", "captured_refunds"):
             if int(l[what]) == 0:
                 fail(f"seed {l['seed']}: no {what} in {BOUND} steps: the run "
                      f"did not exercise what it is for")

@@ -5,7 +5,10 @@
  *       one record per line: {"key": str|null, "key_hex": str,
  *       "value": str|null, "value_hex": str, "headers": [[name, value], ...]}
  *       (a header value may be {"hex": str} for arbitrary bytes)
- *       (the _hex forms carry arbitrary bytes, such as invalid UTF-8)
+ *       (the _hex forms carry arbitrary bytes, such as invalid UTF-8);
+ *       "partition": n sends it to partition n whatever its key (a record
+ *       the producer of a fleet would route elsewhere, or two records of one
+ *       key handled by two workers at once)
  *   kafka_test_tool lag GROUP TOPIC
  *       {"partitions":[{"partition":p,"committed":c,"end":e}],"lag":n}
  *   kafka_test_tool dump TOPIC
@@ -124,10 +127,14 @@ static int produce(const char *topic)
                                     json_string_value(json_array_get(pair, 1)), -1);
             }
         }
+        json_t *part = json_object_get(rec, "partition");
+        int32_t partition = json_is_integer(part) ? (int32_t)json_integer_value(part)
+                                                  : RD_KAFKA_PARTITION_UA;
         rd_kafka_resp_err_t e;
         do {
             e = rd_kafka_producev(
-                rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(knull ? NULL : k, klen),
+                rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_PARTITION(partition),
+                RD_KAFKA_V_KEY(knull ? NULL : k, klen),
                 RD_KAFKA_V_VALUE(vnull ? NULL : v, vlen), RD_KAFKA_V_HEADERS(h),
                 RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
             if (e == RD_KAFKA_RESP_ERR__QUEUE_FULL)

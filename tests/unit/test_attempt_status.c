@@ -19,10 +19,17 @@ END_TEST
 
 START_TEST(live_set)
 {
-    ck_assert_str_eq(attempt_status_live_array(),
-                     "{PENDING,PROCESSING,UNKNOWN,SUCCEEDED,REQUIRES_REVIEW}");
+    ck_assert_str_eq(
+        attempt_status_live_array(),
+        "{PENDING,PROCESSING,UNKNOWN,SUCCEEDED,REQUIRES_REVIEW,AUTHORIZED}");
     ck_assert(!attempt_status_is_live(ATTEMPT_STATUS_FAILED));
     ck_assert(!attempt_status_is_live(ATTEMPT_STATUS_REJECTED));
+    /* Money held is the order's; money released is not. */
+    ck_assert(attempt_status_is_live(ATTEMPT_STATUS_AUTHORIZED));
+    ck_assert(!attempt_status_is_live(ATTEMPT_STATUS_VOIDED));
+    /* Neither is sent again by the worker. */
+    ck_assert(attempt_status_is_settled(ATTEMPT_STATUS_AUTHORIZED));
+    ck_assert(attempt_status_is_settled(ATTEMPT_STATUS_VOIDED));
 }
 END_TEST
 
@@ -51,15 +58,58 @@ START_TEST(transitions)
         ck_assert(!attempt_status_transition_allowed(ATTEMPT_STATUS_REJECTED, to));
         ck_assert_int_eq(
             attempt_status_transition_allowed(ATTEMPT_STATUS_REQUIRES_REVIEW, to),
-            to == ATTEMPT_STATUS_SUCCEEDED || to == ATTEMPT_STATUS_FAILED);
+            to == ATTEMPT_STATUS_SUCCEEDED || to == ATTEMPT_STATUS_FAILED ||
+                to == ATTEMPT_STATUS_AUTHORIZED || to == ATTEMPT_STATUS_VOIDED);
+        /* An authorization is captured, voided or reviewed; a void is final
+         * but for contradicting evidence. */
+        ck_assert_int_eq(
+            attempt_status_transition_allowed(ATTEMPT_STATUS_AUTHORIZED, to),
+            to == ATTEMPT_STATUS_SUCCEEDED || to == ATTEMPT_STATUS_VOIDED ||
+                to == ATTEMPT_STATUS_REQUIRES_REVIEW);
+        ck_assert_int_eq(attempt_status_transition_allowed(ATTEMPT_STATUS_VOIDED, to),
+                         to == ATTEMPT_STATUS_REQUIRES_REVIEW);
     }
+    /* The worker settles an authorization from PROCESSING, the reconciler
+     * from UNKNOWN; a new attempt is never AUTHORIZED at once. */
+    ck_assert(attempt_status_transition_allowed(ATTEMPT_STATUS_PROCESSING,
+                                                ATTEMPT_STATUS_AUTHORIZED));
+    ck_assert(attempt_status_transition_allowed(ATTEMPT_STATUS_UNKNOWN,
+                                                ATTEMPT_STATUS_AUTHORIZED));
+    ck_assert(!attempt_status_transition_allowed(-1, ATTEMPT_STATUS_AUTHORIZED));
     /* An unknown outcome is settled by evidence, never left for FAILED by
      * default: UNKNOWN may become FAILED only on the provider's word. */
     ck_assert(attempt_status_transition_allowed(ATTEMPT_STATUS_UNKNOWN,
                                                 ATTEMPT_STATUS_SUCCEEDED));
     ck_assert(!attempt_status_transition_allowed(ATTEMPT_STATUS_UNKNOWN,
                                                  ATTEMPT_STATUS_PENDING));
-    ck_assert(!attempt_status_transition_allowed(7, ATTEMPT_STATUS_PENDING));
+    ck_assert(!attempt_status_transition_allowed(ATTEMPT_STATUS__COUNT,
+                                                 ATTEMPT_STATUS_PENDING));
+}
+END_TEST
+
+/* An authorization publishes its own outcomes as authorization.*; what a
+ * capture or a void does to it is their steps' to publish. */
+START_TEST(authorization_events)
+{
+    ck_assert_str_eq(attempt_status_authorization_event_type(ATTEMPT_STATUS_AUTHORIZED),
+                     "authorization.succeeded");
+    ck_assert_str_eq(attempt_status_authorization_event_type(ATTEMPT_STATUS_FAILED),
+                     "authorization.failed");
+    ck_assert_str_eq(attempt_status_authorization_event_type(ATTEMPT_STATUS_UNKNOWN),
+                     "authorization.unknown");
+    ck_assert_str_eq(attempt_status_authorization_event_type(ATTEMPT_STATUS_REJECTED),
+                     "authorization.rejected");
+    ck_assert_str_eq(
+        attempt_status_authorization_event_type(ATTEMPT_STATUS_REQUIRES_REVIEW),
+        "authorization.requires_review");
+    ck_assert_ptr_null(
+        attempt_status_authorization_event_type(ATTEMPT_STATUS_SUCCEEDED));
+    ck_assert_ptr_null(attempt_status_authorization_event_type(ATTEMPT_STATUS_VOIDED));
+    ck_assert_ptr_null(
+        attempt_status_authorization_event_type(ATTEMPT_STATUS_PROCESSING));
+    /* A charge never enters the authorization's states. */
+    ck_assert_ptr_null(attempt_status_event_type(ATTEMPT_STATUS_AUTHORIZED));
+    ck_assert_ptr_null(attempt_status_event_type(ATTEMPT_STATUS_VOIDED));
 }
 END_TEST
 
@@ -70,6 +120,7 @@ int main(void)
     tcase_add_test(tc, names_round_trip);
     tcase_add_test(tc, live_set);
     tcase_add_test(tc, transitions);
+    tcase_add_test(tc, authorization_events);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }

@@ -280,6 +280,42 @@ START_TEST(fingerprint_follows_what_is_charged)
 }
 END_TEST
 
+/* An authorization.requested is a charge's fields under its own type:
+ * parsed by the same rules, marked manual, and fingerprinted apart from a
+ * charge of the same parameters (one attempt is never both); each parser
+ * refuses the other's type. A charge's fingerprint is what it was before
+ * authorizations existed. */
+START_TEST(authorization_is_a_charge_held)
+{
+    struct charge_command a, c;
+    char *charge = command(NULL, NULL),
+         *auth = command("type", "\"authorization.requested\"");
+    ck_assert_int_eq(charge_command_parse_as("authorization.requested", 1, ATTEMPT,
+                                             strlen(ATTEMPT), auth, strlen(auth),
+                                             &limits, &a, &err),
+                     DEAD_LETTER_NONE);
+    ck_assert_int_eq(a.manual, 1);
+    ck_assert_int_eq(a.amount, 1999);
+    ck_assert_int_eq(parse_with(ATTEMPT, charge, &limits, &c), DEAD_LETTER_NONE);
+    ck_assert_int_eq(c.manual, 0);
+    ck_assert_str_ne(a.fingerprint, c.fingerprint);
+    /* SHA-256 of the six length-prefixed fields, as stored since 0001. */
+    ck_assert_str_eq(
+        c.fingerprint,
+        "310783469464b391180bde2b205b086bda3e86e1be8fddd560e768fc62166b0a");
+    charge_command_release(&a);
+    charge_command_release(&c);
+    ck_assert_int_eq(parse_with(ATTEMPT, auth, &limits, &c),
+                     DEAD_LETTER_SCHEMA_VIOLATION);
+    ck_assert_int_eq(charge_command_parse_as("authorization.requested", 1, ATTEMPT,
+                                             strlen(ATTEMPT), charge, strlen(charge),
+                                             &limits, &a, &err),
+                     DEAD_LETTER_SCHEMA_VIOLATION);
+    free(charge);
+    free(auth);
+}
+END_TEST
+
 /* Fields are length-prefixed: a separator inside a value cannot make two
  * different commands share a fingerprint. */
 START_TEST(fingerprint_is_unambiguous)
@@ -319,6 +355,7 @@ int main(void)
     tcase_add_test(tc, deployment_limits);
     tcase_add_test(tc, fingerprint_follows_what_is_charged);
     tcase_add_test(tc, fingerprint_is_unambiguous);
+    tcase_add_test(tc, authorization_is_a_charge_held);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }

@@ -29,6 +29,11 @@ START_TEST(the_request_is_the_stored_attempts)
      * stale between the claim and the call. */
     ck_assert_ptr_eq(ch.idempotency_key, p.idempotency_key);
     ck_assert_ptr_eq(ch.payment_method, p.payment_method);
+    ck_assert_int_eq(ch.capture_method, PROVIDER_CAPTURE_AUTOMATIC);
+    /* An authorization's stored attempt is sent as one, by every role. */
+    p.manual = 1;
+    ch = charge_op_request(&p, attempt);
+    ck_assert_int_eq(ch.capture_method, PROVIDER_CAPTURE_MANUAL);
 }
 END_TEST
 

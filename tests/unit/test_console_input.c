@@ -33,6 +33,45 @@ START_TEST(routes_name_their_ids)
     ck_assert_str_eq(m.id, "2:41");
     ck_assert_int_eq(console_input_route("/console/api/dead-letters/replay", &m),
                      CONSOLE_R_REPLAY);
+    ck_assert_int_eq(
+        console_input_route(
+            "/console/api/steps/void/5D1C2C1E-1A9B-4B1E-8E55-000000000001/resolve", &m),
+        CONSOLE_R_STEP_RESOLVE);
+    ck_assert_str_eq(m.id, ATTEMPT);
+    ck_assert_str_eq(m.kind, "void");
+    ck_assert_str_eq(m.method, "POST");
+    ck_assert_int_eq(
+        console_input_route("/console/api/steps/authorization/" ATTEMPT "/resolve", &m),
+        CONSOLE_R_STEP_RESOLVE);
+    ck_assert_str_eq(m.kind, "authorization");
+}
+END_TEST
+
+START_TEST(a_step_s_decision_needs_a_reason_and_a_confirmed_force)
+{
+    struct console_step_resolve_input in;
+    struct charged_error why;
+#define STEP(body) console_input_step_resolve(body, strlen(body), ATTEMPT, &in, &why)
+    ck_assert_int_eq(STEP("{\"decision\": \"voided\", \"reason\": \"canceled\"}"),
+                     CHARGED_OK);
+    ck_assert_str_eq(in.decision, "VOIDED");
+    ck_assert_int_eq(STEP("{\"decision\": \"failed\"}"), CHARGED_BAD_ITEM);
+    ck_assert_msg(strstr(why.message, "reason"), "%s", why.message);
+    ck_assert_int_eq(STEP("{\"decision\": \"REFUNDED\", \"reason\": \"x\"}"),
+                     CHARGED_BAD_ITEM);
+    ck_assert_int_eq(
+        STEP("{\"decision\": \"failed\", \"reason\": \"x\", \"force\": true}"),
+        CHARGED_BAD_ITEM);
+    ck_assert_msg(strstr(why.message, "confirm"), "%s", why.message);
+    ck_assert_int_eq(
+        STEP("{\"decision\": \"failed\", \"reason\": \"x\", \"force\": true,"
+             " \"confirm\": \"" ATTEMPT "\"}"),
+        CHARGED_OK);
+    ck_assert_int_eq(in.force, 1);
+    ck_assert_int_eq(
+        STEP("{\"decision\": \"failed\", \"reason\": \"x\", \"intent\": 1}"),
+        CHARGED_BAD_ITEM);
+#undef STEP
 }
 END_TEST
 
@@ -48,6 +87,10 @@ static const char *const no_route[] = {
     "/console/api/unknown",
     "/consolex",
     "/console/api/dead-letters/2147483648:0",
+    "/console/api/steps/refund/" ATTEMPT "/resolve",
+    "/console/api/steps/void/" ATTEMPT,
+    "/console/api/steps/void/not-a-uuid/resolve",
+    "/console/api/steps/voids/" ATTEMPT "/resolve",
 };
 
 START_TEST(malformed_paths_have_no_route)
@@ -200,6 +243,7 @@ int main(void)
                         sizeof(no_route) / sizeof(no_route[0]));
     tcase_add_test(tc, a_decision_says_what_it_needs);
     tcase_add_test(tc, force_needs_the_attempt_id_confirmed);
+    tcase_add_test(tc, a_step_s_decision_needs_a_reason_and_a_confirmed_force);
     tcase_add_test(tc, reasons_are_one_line_of_utf8);
     tcase_add_test(tc, a_replay_lists_distinct_positions_and_says_whether_it_sends);
     tcase_add_test(tc, the_cookie_is_found_among_others);

@@ -75,6 +75,14 @@ START_TEST(every_family_has_help_and_type_and_no_series_until_changed)
         "charged_audit_windows_total",
         "charged_audit_watermark_age_seconds",
         "charged_audit_pending_objects",
+        "charged_captures_processed_total",
+        "charged_reconciler_backlog_captures",
+        "charged_reconciler_oldest_capture_age_seconds",
+        "charged_reconciler_capture_settlements_total",
+        "charged_reconciler_backlog_voids",
+        "charged_reconciler_oldest_void_age_seconds",
+        "charged_reconciler_void_settlements_total",
+        "charged_voids_processed_total",
     };
     metrics_reset();
     ck_assert_uint_eq(sizeof(names) / sizeof(names[0]), METRIC__COUNT);

@@ -33,6 +33,7 @@ struct answer {
     long long amount;
     const char *currency, *attempt_id, *ppid, *intent_status;
     const char *code, *decline_code, *param, *error;
+    const char *cancellation_reason;
 };
 
 /* An intent found (or our charge's), with the attempt's amount, currency and
@@ -367,6 +368,7 @@ static void fill(struct provider_result *res, const struct answer *a)
     COPY(decline_code, a->decline_code);
     COPY(param, a->param);
     COPY(error, a->error);
+    COPY(cancellation_reason, a->cancellation_reason);
 #undef COPY
 }
 
@@ -824,6 +826,164 @@ START_TEST(a_look_decides_on_the_key_age_now)
 }
 END_TEST
 
+/* One look at an authorization (reconcile_attempt.manual) to its end: each
+ * call answered by the next of answers (NULL: the look must settle first).
+ * The decision, and the calls made, space-separated, into calls. */
+static struct reconcile_decision
+look_at_authorization(const struct reconcile_attempt *a,
+                      const struct answer *const *answers, char *calls, size_t size)
+{
+    struct reconcile_look l;
+    struct reconcile_step st;
+    reconcile_look_begin(&l, RECONCILE_KIND_AUTHORIZATION, &lim, a, 0);
+    calls[0] = '\0';
+    for (int i = 0;; i++) {
+        reconcile_look_step(&l, i, &st);
+        if (st.next == RECONCILE_SETTLE)
+            return st.dec;
+        ck_assert_ptr_nonnull(answers[i]);
+        snprintf(calls + strlen(calls), size - strlen(calls), "%s%s", i ? " " : "",
+                 st.operation);
+        fill(st.answer, answers[i]);
+    }
+}
+
+#define HELD  A(INTENT(PROVIDER_AUTHORIZED, "requires_capture", "pi_h"), OURS, ONE)
+#define TAKEN A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_h"), OURS, ONE)
+#define EXPIRED                                                                        \
+    A(INTENT(PROVIDER_DECLINED, "canceled", "pi_h"), OURS, ONE,                        \
+      .cancellation_reason = "automatic")
+
+/* Issue 37: an authorization's own intent settles it as a hold, never as
+ * money taken. Held (requires_capture) is AUTHORIZED, by the create again
+ * under its own key or its recorded id; taken where a hold was asked is for
+ * a person; canceled before the hold was recorded FAILED (no money held);
+ * a foreign intent naming it is never ours. An AUTHORIZED one is looked at
+ * for the provider's expiry only: canceled automatic is VOIDED expired,
+ * anything else leaves the hold as it is, however old. */
+START_TEST(an_authorization_settles_as_a_hold)
+{
+    struct reconcile_attempt a = {.id = ATT,
+                                  .status = ATTEMPT_STATUS_UNKNOWN,
+                                  .provider_payment_id = "",
+                                  .amount = 1000,
+                                  .currency = "usd",
+                                  .key_age_ms = 1000,
+                                  .first_sent_ms = 1764590000000LL,
+                                  .age_ms = 2000,
+                                  .manual = 1};
+    char calls[128];
+    struct reconcile_decision d;
+
+    d = look_at_authorization(&a, (const struct answer *const[]){HELD, NULL}, calls,
+                              sizeof(calls));
+    ck_assert_str_eq(calls, "charge");
+    ck_assert_int_eq(d.rule, RECONCILE_FOUND_AUTHORIZED);
+    ck_assert_int_eq(d.status, ATTEMPT_STATUS_AUTHORIZED);
+    ck_assert_str_eq(d.provider_payment_id, "pi_h");
+    ck_assert_str_eq(d.reason, "");
+
+    a.provider_payment_id = "pi_h";
+    d = look_at_authorization(&a, (const struct answer *const[]){HELD, NULL}, calls,
+                              sizeof(calls));
+    ck_assert_str_eq(calls, "retrieve"); /* no search for others: not a success */
+    ck_assert_int_eq(d.status, ATTEMPT_STATUS_AUTHORIZED);
+
+    d = look_at_authorization(&a, (const struct answer *const[]){TAKEN, NULL}, calls,
+                              sizeof(calls));
+    ck_assert_int_eq(d.rule, RECONCILE_FOUND_CAPTURED);
+    ck_assert_int_eq(d.status, ATTEMPT_STATUS_REQUIRES_REVIEW);
+    ck_assert_str_eq(
+        d.reason, "requires_review: captured: intent succeeded where a hold was asked");
+
+    d = look_at_authorization(&a, (const struct answer *const[]){EXPIRED, NULL}, calls,
+                              sizeof(calls));
+    ck_assert_int_eq(d.rule, RECONCILE_FOUND_CANCELED);
+    ck_assert_int_eq(d.status, ATTEMPT_STATUS_FAILED);
+    ck_assert_str_eq(d.reason, "canceled: automatic");
+
+    d = look_at_authorization(
+        &a,
+        (const struct answer *const[]){
+            A(INTENT(PROVIDER_DECLINED, "requires_payment_method", "pi_h"), OURS, ONE,
+              .code = "card_declined"),
+            NULL},
+        calls, sizeof(calls));
+    ck_assert_int_eq(d.rule, RECONCILE_FOUND_DECLINED);
+    ck_assert_str_eq(d.reason, "declined: card_declined");
+
+    /* Past the key's window, found only by what names it: never ours. */
+    a.provider_payment_id = "";
+    a.key_age_ms = WINDOW;
+    d = look_at_authorization(&a, (const struct answer *const[]){HELD, NULL}, calls,
+                              sizeof(calls));
+    ck_assert_str_eq(calls, "search");
+    ck_assert_int_eq(d.rule, RECONCILE_FOUND_UNPROVEN);
+    ck_assert_int_eq(d.status, ATTEMPT_STATUS_REQUIRES_REVIEW);
+    ck_assert_str_eq(d.provider_payment_id, "");
+
+    /* The hold, for its expiry: however old, only the provider's own
+     * cancel settles it. */
+    a.status = ATTEMPT_STATUS_AUTHORIZED;
+    a.provider_payment_id = "pi_h";
+    a.age_ms = MAX_AGE * 2;
+    d = look_at_authorization(&a, (const struct answer *const[]){EXPIRED, NULL}, calls,
+                              sizeof(calls));
+    ck_assert_str_eq(calls, "retrieve");
+    ck_assert_int_eq(d.rule, RECONCILE_FOUND_EXPIRED);
+    ck_assert_int_eq(d.status, ATTEMPT_STATUS_VOIDED);
+    ck_assert_str_eq(d.reason, "expired");
+    d = look_at_authorization(&a, (const struct answer *const[]){HELD, NULL}, calls,
+                              sizeof(calls));
+    ck_assert_int_eq(d.rule, RECONCILE_HOLD_STANDS);
+    ck_assert_int_eq(d.status, ATTEMPT_STATUS_AUTHORIZED);
+    d = look_at_authorization(
+        &a,
+        (const struct answer *const[]){
+            A(INTENT(PROVIDER_DECLINED, "canceled", "pi_h"), OURS, ONE,
+              .cancellation_reason = "requested_by_customer"),
+            NULL},
+        calls, sizeof(calls));
+    ck_assert_int_eq(d.rule,
+                     RECONCILE_HOLD_STANDS); /* a void's: its step's to settle */
+    d = look_at_authorization(&a, (const struct answer *const[]){TAKEN, NULL}, calls,
+                              sizeof(calls));
+    ck_assert_int_eq(d.rule, RECONCILE_HOLD_STANDS); /* a capture's */
+    d = look_at_authorization(&a, (const struct answer *const[]){NO_ANSWER, NULL},
+                              calls, sizeof(calls));
+    ck_assert_int_eq(d.rule, RECONCILE_LOOKUP_FAILED);
+    ck_assert_int_eq(d.status, ATTEMPT_STATUS_AUTHORIZED);
+    ck_assert_int_eq(reconcile_look_next_check_ms(ATTEMPT_STATUS_AUTHORIZED,
+                                                  ATTEMPT_STATUS_VOIDED,
+                                                  (const long long[]){5}, 1, 0),
+                     -1);
+}
+END_TEST
+
+/* A charge's look never calls a hold a success: an authorized intent is a
+ * status a charge never ends in. */
+START_TEST(a_charge_never_settles_on_a_hold)
+{
+    const struct reconcile_attempt a = {.id = ATT,
+                                        .status = ATTEMPT_STATUS_UNKNOWN,
+                                        .provider_payment_id = "pi_h",
+                                        .amount = 1000,
+                                        .currency = "usd",
+                                        .key_age_ms = 1000,
+                                        .first_sent_ms = 1764590000000LL,
+                                        .age_ms = 2000};
+    struct reconcile_look l;
+    struct reconcile_step st;
+    reconcile_look_begin(&l, RECONCILE_KIND_CHARGE, &lim, &a, 0);
+    reconcile_look_step(&l, 0, &st);
+    fill(st.answer, HELD);
+    reconcile_look_step(&l, 1, &st);
+    ck_assert_int_eq(st.next, RECONCILE_SETTLE);
+    ck_assert_int_eq(st.dec.rule, RECONCILE_FOUND_OTHER_STATUS);
+    ck_assert_int_eq(st.dec.status, ATTEMPT_STATUS_REQUIRES_REVIEW);
+}
+END_TEST
+
 /* The next look: a record that kept its status, or is left PROCESSING or
  * UNKNOWN, on the schedule (its last entry past its end); a settled one
  * never. */
@@ -875,6 +1035,8 @@ int main(void)
     tcase_add_test(tc, a_look_names_each_call_then_decides);
     tcase_add_test(tc, a_look_decides_on_the_key_age_now);
     tcase_add_test(tc, next_look_on_the_schedule_only_when_unsettled);
+    tcase_add_test(tc, an_authorization_settles_as_a_hold);
+    tcase_add_test(tc, a_charge_never_settles_on_a_hold);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }

@@ -36,6 +36,11 @@ int ctl_attempt(int argc, char **argv);
 int ctl_attempt_resolve(int argc, char **argv);
 /* chargectl refund show|list|resolve. */
 int ctl_refund(int argc, char **argv);
+/* chargectl capture|void list|resolve: an authorization's steps;
+ * chargectl authorization list|resolve: the authorizations themselves. */
+int ctl_capture(int argc, char **argv);
+int ctl_void(int argc, char **argv);
+int ctl_authorization(int argc, char **argv);
 /* chargectl audit list|show|run. */
 int ctl_audit(int argc, char **argv);
 /* chargectl console token add|list|revoke. */

@@ -7,6 +7,7 @@
 #include <jansson.h>
 
 #include "attempt_history.h"
+#include "charged_assert.h"
 #include "attempt_status.h"
 #include "charge_command.h"
 #include "chargectl.h"
@@ -32,7 +33,9 @@ static void usage(FILE *out)
         "  show           the attempt, every status transition with its cause and\n"
         "                 evidence, every provider call with its outcome, its ledger\n"
         "                 entries, its result events, its refunds (and\n"
-        "                 refunded_amount, refund_reserved)\n"
+        "                 refunded_amount, refund_reserved); an authorization's\n"
+        "                 captures and voids, and their transitions in one time\n"
+        "                 order with the attempt's\n"
         "  list           attempts, most recently updated first; --status\n"
         "                 REQUIRES_REVIEW is the review queue\n"
         "  resolve        settle an attempt in review, after asking the provider\n"
@@ -49,6 +52,75 @@ static void usage(FILE *out)
             "  --help         this text\n\n"
             "Exit status: 0 done, 1 database unreachable or no such attempt (resolve:\n"
             "also refused), 2 bad usage.\n");
+}
+
+/* "capture <id>", "void <id>" or "attempt": which step a row is. */
+static void label(json_t *row, const char *step, const char *id)
+{
+    char buf[96];
+    if (!strcmp(step, "attempt"))
+        snprintf(buf, sizeof(buf), "attempt");
+    else
+        snprintf(buf, sizeof(buf), "%s %s", step, id ? id : "?");
+    json_object_set_new(row, "step_label", json_string(buf));
+}
+
+/* An authorization's captures and voids as one table's rows, each
+ * labelled, in the currency of the attempt (a void has none of its own). */
+static json_t *step_rows(json_t *story, const char *currency)
+{
+    json_t *rows = json_array(), *c;
+    size_t i;
+    const char *kinds[] = {"captures", "voids"}, *ids[] = {"capture_id", "void_id"};
+    CHARGED_ASSERT(story != NULL);
+    for (size_t k = 0; rows && k < 2; k++)
+        json_array_foreach(json_object_get(story, kinds[k]), i, c)
+        {
+            json_t *r = json_deep_copy(c);
+            if (!r)
+                continue;
+            json_object_del(r, "transitions");
+            label(r, k ? "void" : "capture",
+                  json_string_value(json_object_get(c, ids[k])));
+            if (!json_object_get(r, "currency") ||
+                json_is_null(json_object_get(r, "currency")))
+                json_object_set_new(r, "currency",
+                                    json_string(currency ? currency : ""));
+            json_array_append_new(rows, r);
+        }
+    return rows;
+}
+
+/* The text form of show's steps: the attempt's and its steps' transitions
+ * in one time order, then the steps themselves. */
+static void print_steps(json_t *story, json_t *a)
+{
+    json_t *timeline = json_object_get(story, "timeline"), *e;
+    size_t i;
+    json_array_foreach(timeline, i, e)
+        label(e, json_string_value(json_object_get(e, "step")),
+              json_string_value(json_object_get(e, "step_id")));
+    printf("\ntransitions (the attempt's and its captures' and voids'):\n");
+    const char *th[] = {"AT",    "STEP",   "FROM",     "TO", "CAUSE",
+                        "ACTOR", "REASON", "EVIDENCE", NULL};
+    const char *tk[] = {"at",    "step_label", "old_status", "new_status", "cause",
+                        "actor", "reason",     "evidence",   NULL};
+    ctl_print_rows(timeline, th, tk);
+    json_t *rows = step_rows(story, json_string_value(json_object_get(a, "currency")));
+    printf("\ncaptures and voids:\n");
+    const char *sh[] = {"STEP",        "STATUS", "AMOUNT",     "CAPTURED", "RELEASED",
+                        "VOID_REASON", "REASON", "UPDATED_AT", NULL};
+    const char *sk[] = {"step_label",
+                        "status",
+                        "amount@currency",
+                        "captured_amount@currency",
+                        "released_amount@currency",
+                        "void_reason",
+                        "reason",
+                        "updated_at",
+                        NULL};
+    ctl_print_rows(rows, sh, sk);
+    json_decref(rows);
 }
 
 static int attempt_show(PGconn *conn, const char *id, int as_json)
@@ -77,17 +149,27 @@ static int attempt_show(PGconn *conn, const char *id, int as_json)
         json_object_set(a, "ledger_entries", ledger);
         json_object_set(a, "result_events", events);
         json_object_set(a, "refunds", refunds);
+        /* An authorization's steps (issue 37): added, nothing above moved. */
+        json_object_set(a, "captures", json_object_get(story, "captures"));
+        json_object_set(a, "voids", json_object_get(story, "voids"));
+        json_object_set(a, "timeline", json_object_get(story, "timeline"));
         ctl_print_json(stdout, json_incref(a));
         json_decref(story);
         return CTL_OK;
     }
     ctl_print_object(a);
-    printf("\ntransitions:\n");
-    const char *th[] = {"AT",    "FROM",   "TO",       "CAUSE",
-                        "ACTOR", "REASON", "EVIDENCE", NULL};
-    const char *tk[] = {"at",    "old_status", "new_status", "cause",
-                        "actor", "reason",     "evidence",   NULL};
-    ctl_print_rows(tr, th, tk);
+    if (json_array_size(json_object_get(story, "captures")) +
+            json_array_size(json_object_get(story, "voids")) >
+        0) {
+        print_steps(story, a);
+    } else {
+        printf("\ntransitions:\n");
+        const char *th[] = {"AT",    "FROM",   "TO",       "CAUSE",
+                            "ACTOR", "REASON", "EVIDENCE", NULL};
+        const char *tk[] = {"at",    "old_status", "new_status", "cause",
+                            "actor", "reason",     "evidence",   NULL};
+        ctl_print_rows(tr, th, tk);
+    }
     printf("\nprovider calls:\n");
     const char *ch[] = {"STARTED_AT", "OPERATION",  "OUTCOME", "HTTP", "REPLAYED",
                         "LATENCY_MS", "PAYMENT_ID", "ERROR",   NULL};

@@ -84,8 +84,10 @@ static void usage(FILE *out)
         "  --help         this text\n\n"
         "Finding kinds: charged_twice, charged_unbooked, booked_not_charged,\n"
         "amount_mismatch, currency_mismatch, unknown_intent, refund_unbooked,\n"
-        "refunded_over_charge, booked_foreign, foreign_intent (docs/auditor.md\n"
-        "says what to do with each).\n\n"
+        "refunded_over_charge, booked_foreign, foreign_intent; of authorizations:\n"
+        "captured_over_authorized, capture_unbooked, void_unbooked,\n"
+        "authorization_expired_unvoided (docs/auditor.md says what to do with "
+        "each).\n\n"
         "Exit status: 0 done (run: no finding); 1 database or provider\n"
         "unreachable, no such window, or (run) a finding; 2 bad usage.\n");
 }

@@ -1,5 +1,7 @@
-/* chargectl publish: validate charge and refund commands and publish
- * them, keyed by payment_attempt_id, to the commands topic. */
+/* chargectl publish: validate commands (a charge's, and with --file a
+ * refund's, an authorization's, a capture's or a void's: every type the
+ * worker takes) by the worker's own parsers and publish them, keyed by
+ * payment_attempt_id, to the commands topic. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,10 +11,13 @@
 #include <librdkafka/rdkafka.h>
 #include <uuid/uuid.h>
 
+#include "capture_command.h"
 #include "charge_command.h"
 #include "command_fields.h"
 #include "refund_command.h"
+#include "void_command.h"
 #include "chargectl.h"
+#include "charged_assert.h"
 #include "config.h"
 #include "kafka_setup.h"
 #include "log.h"
@@ -25,9 +30,10 @@ static void usage(FILE *out)
         "       chargectl publish --file FILE [--json]\n\n"
         "Validates charge commands against the contract and publishes them to\n"
         "CHARGE_COMMANDS_TOPIC keyed by payment_attempt_id. Nothing is sent when\n"
-        "any command is invalid. With --file, a line may also be a refund command\n"
-        "(\"type\": \"refund.requested\"), keyed by the payment_attempt_id it "
-        "refunds.\n\n"
+        "any command is invalid. With --file, a line may also be a refund,\n"
+        "authorization, capture or void command (\"type\": \"refund.requested\",\n"
+        "\"authorization.requested\", \"capture.requested\", \"void.requested\"),\n"
+        "keyed by the payment_attempt_id it names.\n\n"
         "  --attempt-id UUID        payment_attempt_id [a new UUID]\n"
         "  --order-id UUID          order_id [a new UUID]\n"
         "  --idempotency-key KEY    [attempt:<attempt-id>]\n"
@@ -257,29 +263,51 @@ static int read_commands(struct publish_args *a, struct batch *b)
     return CTL_OK;
 }
 
-/* Checks one command against the contract (a refund's or a charge's) and,
- * when valid, keys it: DEAD_LETTER_NONE, or why not and err. */
-static enum dead_letter_reason validate_one(struct pending *m,
-                                            struct charged_error *err)
+/* Parses one command by the parser of its type, as the worker does (a
+ * charge's unless it names another type the worker takes): DEAD_LETTER_NONE,
+ * or why not and err. id (NULL: none) is the key it would be sent with. */
+static enum dead_letter_reason parse_any(const char *id, const char *v,
+                                         struct charged_error *err)
 {
     const struct charge_command_limits limits = {.max_bytes = 1024 * 1024,
                                                  .max_amount = 100000000000LL,
                                                  .allowed_currencies = NULL};
-    struct charge_command cmd;
+    size_t idlen = id ? strlen(id) : 0, len = v ? strlen(v) : 0;
+    enum dead_letter_reason r;
+    if (v && command_fields_type_is(v, len, REFUND_COMMAND_TYPE)) {
+        struct refund_command refund;
+        r = refund_command_parse(id, idlen, v, len, limits.max_bytes, &refund, err);
+        refund_command_release(&refund);
+    } else if (v && command_fields_type_is(v, len, CAPTURE_COMMAND_TYPE)) {
+        struct capture_command capture;
+        r = capture_command_parse(id, idlen, v, len, limits.max_bytes, &capture, err);
+        capture_command_release(&capture);
+    } else if (v && command_fields_type_is(v, len, VOID_COMMAND_TYPE)) {
+        struct void_command voided;
+        r = void_command_parse(id, idlen, v, len, limits.max_bytes, &voided, err);
+        void_command_release(&voided);
+    } else {
+        /* A charge, or an authorization: a charge's fields, held. */
+        int hold = v && command_fields_type_is(v, len, "authorization.requested");
+        struct charge_command cmd;
+        r = charge_command_parse_as(hold ? "authorization.requested"
+                                         : "charge.requested",
+                                    hold, id, idlen, v, len, &limits, &cmd, err);
+        charge_command_release(&cmd);
+    }
+    return r;
+}
+
+/* Checks one command against the contract and, when valid, keys it:
+ * DEAD_LETTER_NONE, or why not and err. */
+static enum dead_letter_reason validate_one(struct pending *m,
+                                            struct charged_error *err)
+{
     const char *v = m->value;
     json_t *doc = v ? json_loads(v, 0, NULL) : NULL;
     const char *id = json_string_value(json_object_get(doc, "payment_attempt_id"));
-    size_t idlen = id ? strlen(id) : 0;
-    enum dead_letter_reason r;
-    if (v && command_fields_type_is(v, strlen(v), REFUND_COMMAND_TYPE)) {
-        struct refund_command refund;
-        r = refund_command_parse(id, idlen, v, strlen(v), limits.max_bytes, &refund,
-                                 err);
-        refund_command_release(&refund);
-    } else {
-        r = charge_command_parse(id, idlen, v, v ? strlen(v) : 0, &limits, &cmd, err);
-        charge_command_release(&cmd);
-    }
+    enum dead_letter_reason r = parse_any(id, v, err);
+    CHARGED_ASSERT(r != DEAD_LETTER_NONE || id != NULL);
     /* The key is the id exactly as the command writes it: the worker
      * compares them byte for byte (cmd's copy is lower-cased). */
     if (r == DEAD_LETTER_NONE)

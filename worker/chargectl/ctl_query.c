@@ -83,7 +83,7 @@ void ctl_print_rows(json_t *rows, const char *const *headers, const char *const 
 void ctl_print_object(json_t *o)
 {
     static const char *const money[] = {"amount", "refunded_amount", "refund_reserved",
-                                        NULL};
+                                        "captured_amount", NULL};
     const char *k;
     json_t *v;
     json_object_foreach(o, k, v)

@@ -18,6 +18,9 @@ static const struct ctl_command ctl_commands[] = {
     {"attempt", ctl_attempt,
      "show an attempt's history, list attempts, resolve reviews"},
     {"refund", ctl_refund, "show a refund's history, list refunds, resolve reviews"},
+    {"capture", ctl_capture, "list captures, resolve their reviews"},
+    {"void", ctl_void, "list voids, resolve their reviews"},
+    {"authorization", ctl_authorization, "list authorizations, resolve their reviews"},
     {"audit", ctl_audit, "the auditor's verdicts and findings; audit a window now"},
     {"console", ctl_console, "the operator console's access tokens"},
 };
@@ -28,7 +31,7 @@ static void usage(FILE *out)
             "usage: chargectl <command> [options]   (chargectl <command> --help)\n\n"
             "Commands:\n");
     for (size_t i = 0; i < sizeof(ctl_commands) / sizeof(ctl_commands[0]); i++)
-        fprintf(out, "  %-10s %s\n", ctl_commands[i].name, ctl_commands[i].summary);
+        fprintf(out, "  %-14s %s\n", ctl_commands[i].name, ctl_commands[i].summary);
     fputc('\n', out);
     config_print_help(out, CONFIG_ROLE_CTL);
 }

@@ -81,7 +81,11 @@ struct op_settlement {
     int64_t lease_epoch;
     enum attempt_status expected, status;
     const char *reason, *object_id, *evidence_json; /* may be NULL */
-    long long next_check_ms;                        /* < 0: none */
+    /* The money the decision says moved (reconcile_decision's amount: a
+     * capture's captured amount), 0 none: the settlement writes it with
+     * the status, so it is carried, not re-read. */
+    long long amount;
+    long long next_check_ms; /* < 0: none */
     const struct op_call_row *rows;
     size_t nrows;      /* at most OP_LOOK_ROWS_MAX */
     int settled, busy; /* out */
@@ -107,10 +111,11 @@ struct op_reconcile {
     } metrics;
     size_t due_size; /* bytes of one claimed row */
 
-    /* The store of database_url for actor; does not connect. NULL and err
-     * when it cannot be built. */
+    /* The store of database_url for actor, claiming what the look's
+     * limits make due; does not connect. NULL and err when it cannot be
+     * built. */
     void *(*store_new)(const char *database_url, const char *actor,
-                       struct charged_error *err);
+                       const struct reconcile_limits *lim, struct charged_error *err);
     void (*store_free)(void *store);
     /* Up to max rows due for a look into the array due (max * due_size
      * bytes), each claimed under a lease of lease_ms; *n of them. */
@@ -155,11 +160,28 @@ struct op_reconcile {
  * OP_RECONCILE_STORE(prefix) lists them in its struct op_reconcile. */
 #define OP_RECONCILE_STORE_HOOKS(prefix, store, row, call, call_id)                    \
     static void *prefix##_look_store_new(const char *url, const char *actor,           \
+                                         const struct reconcile_limits *lim,           \
                                          struct charged_error *err)                    \
     {                                                                                  \
-        CHARGED_ASSERT(url &&actor);                                                   \
+        CHARGED_ASSERT(url &&actor &&lim);                                             \
         return store##_new(url, actor, err);                                           \
     }                                                                                  \
+    OP_RECONCILE_STORE_USE(prefix, store, row, call, call_id)
+
+/* The same, for a store made by open(url, actor, lim, err): one that
+ * claims a part of its records (attempt_store_new_of: a capture method's). */
+#define OP_RECONCILE_STORE_HOOKS_OPENED(prefix, open, store, row, call, call_id)       \
+    static void *prefix##_look_store_new(const char *url, const char *actor,           \
+                                         const struct reconcile_limits *lim,           \
+                                         struct charged_error *err)                    \
+    {                                                                                  \
+        CHARGED_ASSERT(url &&actor &&lim);                                             \
+        return open(url, actor, lim, err);                                             \
+    }                                                                                  \
+    OP_RECONCILE_STORE_USE(prefix, store, row, call, call_id)
+
+/* The hooks but store_new (OP_RECONCILE_STORE_HOOKS'). */
+#define OP_RECONCILE_STORE_USE(prefix, store, row, call, call_id)                      \
     static void prefix##_look_store_free(void *st)                                     \
     {                                                                                  \
         store##_free(st);                                                              \
@@ -239,6 +261,23 @@ struct op_webhook {
                              struct charged_error *err);
 };
 
+/* ---- the api's status query (worker/roles/api.c) ---- */
+
+/* GET <path><id> answers one record of the operation (a refund's, a
+ * capture's): the api routes a path to the first operation whose path
+ * begins it, checks that the id is a uuid and reads the row through
+ * webhook_store_one (webhook_store.h). */
+struct op_status {
+    const char *path;                 /* "/v1/refunds/" */
+    const char *id_name;              /* "refund_id": the log's field */
+    const char *not_uuid, *not_found; /* the 400's and the 404's words */
+    const char *help;                 /* `charged api --help`'s line */
+    const char *sql;                  /* the row of $1::uuid, parameterized */
+    /* That row as the api's object: column i is member fields[i]. */
+    const struct webhook_store_field *fields;
+    size_t nfields;
+};
+
 /* ---- the operation ---- */
 
 struct payment_op {
@@ -254,6 +293,9 @@ struct payment_op {
     /* The api's provider events about its records. NULL: no event is its;
      * one that no operation takes is recorded, unmatched. */
     const struct op_webhook *webhook;
+    /* The api's status query of its records. NULL: the api answers none
+     * (a charge's attempts are the api's own routes). */
+    const struct op_status *status;
 };
 
 /* The table, in the order the roles walk it (the first is the worker's

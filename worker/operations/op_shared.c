@@ -213,3 +213,156 @@ void op_batch_claimed(struct engine_claim *it, enum engine_claim_result result,
     CHARGED_ASSERT(lease_epoch > 0 && it->params);
     memcpy(it->params, params, params_size);
 }
+
+/* ---- operations over payment attempts ---- */
+
+struct provider_charge op_attempts_request(const struct attempt_params *p,
+                                           const char *attempt_id)
+{
+    /* A stored attempt: its key and amount were checked when recorded. */
+    CHARGED_ASSERT(p && attempt_id && attempt_id[0]);
+    CHARGED_ASSERT(p->idempotency_key[0] && p->amount > 0);
+    return (struct provider_charge){
+        .idempotency_key = p->idempotency_key,
+        .amount = p->amount,
+        .currency = p->currency,
+        .payment_method = p->payment_method,
+        .customer_id = p->customer_id,
+        .payment_attempt_id = attempt_id,
+        .order_id = p->order_id,
+        .capture_method =
+            p->manual ? PROVIDER_CAPTURE_MANUAL : PROVIDER_CAPTURE_AUTOMATIC,
+    };
+}
+
+void *op_attempts_open(config_t *cfg, const char *actor, const char *command_type,
+                       int manual, struct charged_error *err)
+{
+    CHARGED_ASSERT(cfg && actor && command_type);
+    struct op_attempts *a = calloc(1, sizeof(*a));
+    if (!a) {
+        charged_error_set(err, "out of memory");
+        return NULL;
+    }
+    a->limits.max_bytes = (size_t)config_int(cfg, CONFIG_WORKER_MAX_COMMAND_BYTES);
+    a->limits.max_amount = config_int(cfg, CONFIG_WORKER_MAX_AMOUNT);
+    a->limits.allowed_currencies = config_str(cfg, CONFIG_WORKER_ALLOWED_CURRENCIES);
+    a->command_type = command_type;
+    a->manual = manual != 0;
+    if (op_store_open(&a->store, 0, cfg, actor, err) != 0) {
+        free(a);
+        return NULL;
+    }
+    return a;
+}
+
+void op_attempts_close(void *op)
+{
+    struct op_attempts *a = op;
+    if (!a)
+        return;
+    op_store_close(&a->store);
+    free(a);
+}
+
+/* The attempts' store of the state. */
+static attempt_store_t *attempts_of(void *op)
+{
+    CHARGED_ASSERT(op);
+    attempt_store_t *st = ((struct op_attempts *)op)->store.attempts;
+    CHARGED_ASSERT(st); /* op_attempts_open made it */
+    return st;
+}
+
+enum dead_letter_reason op_attempts_parse(void *op, const void *key, size_t key_len,
+                                          const void *value, size_t value_len,
+                                          void *command, struct charged_error *err)
+{
+    const struct op_attempts *a = op;
+    CHARGED_ASSERT(a && command);
+    return charge_command_parse_as(a->command_type, a->manual, key, key_len, value,
+                                   value_len, &a->limits, command, err);
+}
+
+void op_attempts_release(void *command)
+{
+    charge_command_release(command);
+}
+
+const char *op_attempts_id_of(const void *command)
+{
+    return ((const struct charge_command *)command)->payment_attempt_id;
+}
+
+const char *op_attempts_order_of(const void *command)
+{
+    return ((const struct charge_command *)command)->order_id;
+}
+
+enum charged_rc op_attempts_record(void *op, struct engine_record *items, size_t n,
+                                   long long lease_ms, struct charged_error *err)
+{
+    static const enum engine_record_result results[] = {
+        [ATTEMPT_RECORDED] = ENGINE_RECORDED,
+        [ATTEMPT_CONFLICT] = ENGINE_CONFLICT,
+        [ATTEMPT_REJECTED] = ENGINE_REJECTED,
+        [ATTEMPT_RETRY] = ENGINE_RECORD_AGAIN,
+        [ATTEMPT_RECORDED_CLAIMED] = ENGINE_RECORDED_CLAIMED,
+    };
+    struct attempt_record_item *a = op_batch_new(n, sizeof(*a), err);
+    if (!a)
+        return CHARGED_RETRY;
+    for (size_t i = 0; i < n; i++)
+        a[i].cmd = items[i].command;
+    enum charged_rc rc = attempt_store_record(attempts_of(op), a, n, lease_ms, err);
+    for (size_t i = 0; rc == CHARGED_OK && i < n; i++) {
+        CHARGED_ASSERT((unsigned)a[i].result < sizeof(results) / sizeof(results[0]));
+        items[i].result = results[a[i].result];
+        snprintf(items[i].reason, sizeof(items[i].reason), "%s", a[i].reason);
+        if (items[i].result == ENGINE_RECORDED_CLAIMED) {
+            CHARGED_ASSERT(a[i].lease_epoch > 0); /* claimed by the record */
+            items[i].lease_epoch = a[i].lease_epoch;
+            memcpy(items[i].params, &a[i].params, sizeof(a[i].params));
+        }
+    }
+    free(a);
+    return rc;
+}
+
+enum charged_rc op_attempts_claim(void *op, struct engine_claim *items, size_t n,
+                                  long long lease_ms, struct charged_error *err)
+{
+    static const enum engine_claim_result results[] = {
+        [ATTEMPT_CLAIMED] = ENGINE_CLAIMED,
+        [ATTEMPT_SETTLED] = ENGINE_SETTLED,
+        [ATTEMPT_BUSY] = ENGINE_BUSY,
+    };
+    struct attempt_claim_item *a = op_batch_new(n, sizeof(*a), err);
+    if (!a)
+        return CHARGED_RETRY;
+    for (size_t i = 0; i < n; i++)
+        a[i].attempt_id = items[i].id;
+    enum charged_rc rc = attempt_store_claim(attempts_of(op), a, n, lease_ms, err);
+    for (size_t i = 0; rc == CHARGED_OK && i < n; i++) {
+        CHARGED_ASSERT((unsigned)a[i].result < sizeof(results) / sizeof(results[0]));
+        op_batch_claimed(&items[i], results[a[i].result], a[i].lease_epoch,
+                         a[i].key_age_ms, a[i].status, &a[i].params,
+                         sizeof(a[i].params));
+    }
+    free(a);
+    return rc;
+}
+
+enum charged_rc op_attempts_start_call(void *op, provider_client_t *pc,
+                                       const void *params, const void *command,
+                                       void *tag, struct charged_error *err)
+{
+    const struct op_attempts *a = op;
+    const struct attempt_params *p = params;
+    /* The stored attempt is what this operation records: a charge is never
+     * sent as an authorization, nor the other way round. */
+    CHARGED_ASSERT(a && p && p->manual == a->manual);
+    const struct provider_charge ch =
+        op_attempts_request(p, op_attempts_id_of(command));
+    return provider_client_start_charge(pc, &ch, tag, err);
+}

@@ -19,16 +19,23 @@
 #include <stdint.h>
 
 #include "attempt_store.h"
+#include "charge_command.h"
 #include "config.h"
 #include "engine.h"
+#include "provider_client.h"
 #include "refund_store.h"
 
 /* The callbacks of an operation whose functions are prefix_open, ... */
-#define OP_CALLBACKS(prefix)                                                           \
-    .open = prefix##_open, .close = prefix##_close, .parse = prefix##_parse,           \
-    .release = prefix##_release, .id_of = prefix##_id_of,                              \
-    .order_of = prefix##_order_of, .record = prefix##_record, .claim = prefix##_claim, \
-    .start_call = prefix##_start_call, .event_type = prefix##_event_type
+#define OP_CALLBACKS(prefix) OP_CALLBACKS_SHARING(prefix, prefix)
+
+/* The same for an operation whose own are only own_open and
+ * own_event_type (what it is: its type, its events), the rest shared's
+ * (op_attempts: a charge's and an authorization's, below). */
+#define OP_CALLBACKS_SHARING(own, shared)                                              \
+    .open = own##_open, .close = shared##_close, .parse = shared##_parse,              \
+    .release = shared##_release, .id_of = shared##_id_of,                              \
+    .order_of = shared##_order_of, .record = shared##_record, .claim = shared##_claim, \
+    .start_call = shared##_start_call, .event_type = own##_event_type
 
 /* Its store's callbacks: prefix_ping, prefix_log_calls, ... */
 #define OP_STORE_CALLBACKS(prefix)                                                     \
@@ -69,6 +76,51 @@ enum charged_rc op_store_renew(void *op, const char *const *ids, const int *kind
 enum charged_rc op_store_release_leases(void *op, const char *const *ids,
                                         const int *kinds, const int64_t *epochs,
                                         size_t n, struct charged_error *err);
+
+/* ---- operations over payment attempts: a charge, an authorization ----
+ *
+ * Both record a command of a charge's fields (charge_command.h) as a
+ * payment attempt, claim it, and send it as a payment under its key; they
+ * differ in their command's type, in whether the money is taken or held
+ * (the attempt's capture_method), and in the events they publish and the
+ * answers they settle on. One set of stages, so that neither copies the
+ * other's: OP_CALLBACKS_SHARING(own, op_attempts). */
+
+/* Its state: the store first (op_store's stages take the state). */
+struct op_attempts {
+    struct op_store store;
+    struct charge_command_limits limits;
+    const char *command_type; /* "charge.requested", "authorization.requested" */
+    int manual;               /* its attempts are authorizations */
+};
+
+/* The state of the role's configuration for commands of command_type (a
+ * string literal); NULL and err when it cannot be built. */
+void *op_attempts_open(config_t *cfg, const char *actor, const char *command_type,
+                       int manual, struct charged_error *err);
+void op_attempts_close(void *op);
+enum dead_letter_reason op_attempts_parse(void *op, const void *key, size_t key_len,
+                                          const void *value, size_t value_len,
+                                          void *command, struct charged_error *err);
+void op_attempts_release(void *command);
+const char *op_attempts_id_of(const void *command);
+const char *op_attempts_order_of(const void *command);
+enum charged_rc op_attempts_record(void *op, struct engine_record *items, size_t n,
+                                   long long lease_ms, struct charged_error *err);
+enum charged_rc op_attempts_claim(void *op, struct engine_claim *items, size_t n,
+                                  long long lease_ms, struct charged_error *err);
+enum charged_rc op_attempts_start_call(void *op, provider_client_t *pc,
+                                       const void *params, const void *command,
+                                       void *tag, struct charged_error *err);
+
+/* What a payment sends under an attempt's key for every role that sends
+ * one (the worker's call and its retries, the reconciler's call again):
+ * the stored attempt p (never the message's copy), an authorization as
+ * one. The strings point into p and attempt_id, which must outlive the
+ * call. One place, so that two roles can never send different parameters
+ * under one key. */
+struct provider_charge op_attempts_request(const struct attempt_params *p,
+                                           const char *attempt_id);
 
 /* A store's items for a batch of n of the engine's: n (at least one) of
  * size bytes, zeroed, freed with free(); NULL with err set when memory ran

@@ -7,6 +7,9 @@
 #define PAYMENT_OPERATIONS(X)                                                          \
     X(charge_payment_op)                                                               \
     X(refund_payment_op)                                                               \
+    X(authorize_payment_op)                                                            \
+    X(capture_payment_op)                                                              \
+    X(void_payment_op)                                                                 \
     /* (the end of the table: a new operation is one more line above) */
 
 #define DECLARE(op) extern const struct payment_op op;

@@ -39,16 +39,10 @@ static const char *SQL_EVENT_OUTCOME =
 #define SQL_VIEW \
     "SELECT id, order_id, status, amount, currency, provider_payment_id, reason," \
     "  to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')," \
-    "  refunded_amount" \
+    "  refunded_amount, capture_method, captured_amount" \
     " FROM payment_attempts "
 
 static const char *SQL_VIEW_ATTEMPT = SQL_VIEW "WHERE id = $1::uuid";
-static const char *SQL_VIEW_REFUND =
-    "SELECT id, payment_attempt_id, order_id, status, amount, currency, refund_reason,"
-    "  reason, provider_refund_id,"
-    "  to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
-    " FROM refund_attempts WHERE id = $1::uuid";
-
 static const char *SQL_VIEW_ORDER =
     SQL_VIEW "WHERE order_id = $1::uuid ORDER BY created_at, id LIMIT " ORDER_ATTEMPTS_MAX;
 /* clang-format on */
@@ -225,32 +219,35 @@ static json_t *view_row(PGresult *r, int row)
     json_object_set_new(o, "updated_at", json_string(PQgetvalue(r, row, 7)));
     json_object_set_new(o, "refunded_amount",
                         json_integer(strtoll(PQgetvalue(r, row, 8), NULL, 10)));
+    /* An authorization's (issue 37): "manual", and what its capture took
+     * (null until then); a charge's is "automatic", null. */
+    json_object_set_new(o, "capture_method", json_string(PQgetvalue(r, row, 9)));
+    json_object_set_new(o, "captured_amount",
+                        PQgetisnull(r, row, 10)
+                            ? json_null()
+                            : json_integer(strtoll(PQgetvalue(r, row, 10), NULL, 10)));
     return o;
 }
 
-static json_t *text_or_null(PGresult *r, int col)
+/* Row 0 of r as the object fields name (a new reference), or NULL when
+ * memory ran out. */
+static json_t *fields_object(const PGresult *r,
+                             const struct webhook_store_field *fields, size_t nfields)
 {
-    return PQgetisnull(r, 0, col) ? json_null() : json_string(PQgetvalue(r, 0, col));
-}
-
-/* The one row of SQL_VIEW_REFUND as the api's refund object. */
-static json_t *refund_row(PGresult *r)
-{
+    CHARGED_ASSERT(r && fields && (size_t)PQnfields(r) >= nfields);
     json_t *o = json_object();
-    if (!o)
-        return NULL;
-    /* json_object_set_new steals each value's reference. */
-    json_object_set_new(o, "refund_id", json_string(PQgetvalue(r, 0, 0)));
-    json_object_set_new(o, "payment_attempt_id", json_string(PQgetvalue(r, 0, 1)));
-    json_object_set_new(o, "order_id", text_or_null(r, 2));
-    json_object_set_new(o, "status", json_string(PQgetvalue(r, 0, 3)));
-    json_object_set_new(o, "amount",
-                        json_integer(strtoll(PQgetvalue(r, 0, 4), NULL, 10)));
-    json_object_set_new(o, "currency", text_or_null(r, 5));
-    json_object_set_new(o, "refund_reason", json_string(PQgetvalue(r, 0, 6)));
-    json_object_set_new(o, "reason", text_or_null(r, 7));
-    json_object_set_new(o, "provider_refund_id", text_or_null(r, 8));
-    json_object_set_new(o, "updated_at", json_string(PQgetvalue(r, 0, 9)));
+    for (size_t i = 0; o && i < nfields; i++) {
+        const int col = (int)i;
+        json_t *v = PQgetisnull(r, 0, col) ? json_null()
+                    : fields[i].kind == WEBHOOK_FIELD_INTEGER
+                        ? json_integer(strtoll(PQgetvalue(r, 0, col), NULL, 10))
+                        : json_string(PQgetvalue(r, 0, col));
+        /* json_object_set_new steals v's reference, also when it fails. */
+        if (!v || json_object_set_new(o, fields[i].name, v) != 0) {
+            json_decref(o);
+            o = NULL;
+        }
+    }
     return o;
 }
 
@@ -288,13 +285,16 @@ enum charged_rc webhook_store_attempt(webhook_store_t *st, const char *attempt_i
     return rc;
 }
 
-enum charged_rc webhook_store_refund(webhook_store_t *st, const char *refund_id,
-                                     json_t **out, struct charged_error *err)
+enum charged_rc webhook_store_one(webhook_store_t *st, const char *sql, const char *id,
+                                  const struct webhook_store_field *fields,
+                                  size_t nfields, json_t **out,
+                                  struct charged_error *err)
 {
+    CHARGED_ASSERT(sql && fields && nfields > 0 && out);
     PGresult *r = NULL;
-    enum charged_rc rc = view(st, SQL_VIEW_REFUND, refund_id, &r, err);
+    enum charged_rc rc = view(st, sql, id, &r, err);
     *out = NULL;
-    if (rc == CHARGED_OK && !(*out = refund_row(r))) {
+    if (rc == CHARGED_OK && !(*out = fields_object(r, fields, nfields))) {
         charged_error_set(err, "out of memory");
         rc = CHARGED_RETRY;
     }

@@ -7,10 +7,12 @@
  * that a concurrent or later delivery of the same event waits for, then
  * conflicts with, this one and changes nothing; then the first operation
  * of the table that takes the event applies it (op.h's struct op_webhook:
- * charge/charge_webhook.c, refund/refund_webhook.c). For a charge the
- * attempt is locked
+ * charge/charge_webhook.c, refund/refund_webhook.c,
+ * authorize/authorize_webhook.c). For a charge (an authorization alike,
+ * attempt_webhook.h) the attempt is locked
  * (FOR NO KEY UPDATE: a worker's provider-call rows for it are not held up),
- * the decision of webhook_event_decide() is taken on what is locked, and
+ * the decision of webhook_event_decide() (an authorization's:
+ * webhook_event_decide_authorization()) is taken on what is locked, and
  * the status change, its transition, its ledger row and its result event
  * are written before the commit. Nothing in the transaction waits on the
  * network but the database itself.
@@ -35,6 +37,7 @@
 #include <stddef.h>
 
 #include <jansson.h>
+#include <libpq-fe.h>
 
 #include "store.h"
 #include "webhook_event.h"
@@ -83,13 +86,26 @@ enum charged_rc webhook_store_apply(webhook_store_t *st, const char *provider,
  * canonical lower-case uuids (the caller checks). */
 enum charged_rc webhook_store_attempt(webhook_store_t *st, const char *attempt_id,
                                       json_t **out, struct charged_error *err);
-/* One refund: {"refund_id", "payment_attempt_id", "order_id", "status",
- * "amount", "currency", "refund_reason" (as requested), "reason" (why, when
- * not SUCCEEDED), "provider_refund_id", "updated_at"}. As _attempt. */
-enum charged_rc webhook_store_refund(webhook_store_t *st, const char *refund_id,
-                                     json_t **out, struct charged_error *err);
 enum charged_rc webhook_store_order(webhook_store_t *st, const char *order_id,
                                     json_t **out, struct charged_error *err);
+
+/* A column of an operation's status query (op.h, struct op_status) as a
+ * member of the api's object: its name and what its text becomes. A
+ * column's NULL is JSON null whatever its kind. */
+enum webhook_store_field_kind {
+    WEBHOOK_FIELD_TEXT = 0, /* a JSON string */
+    WEBHOOK_FIELD_INTEGER   /* a JSON integer (minor units, counts) */
+};
+struct webhook_store_field {
+    const char *name;
+    enum webhook_store_field_kind kind;
+};
+/* One record of an operation: the one row sql reads for id ($1), its
+ * column i the object's member fields[i]. As _attempt. */
+enum charged_rc webhook_store_one(webhook_store_t *st, const char *sql, const char *id,
+                                  const struct webhook_store_field *fields,
+                                  size_t nfields, json_t **out,
+                                  struct charged_error *err);
 
 /* Is the database reachable? CHARGED_OK, or CHARGED_RETRY and err. */
 enum charged_rc webhook_store_ping(webhook_store_t *st, struct charged_error *err);

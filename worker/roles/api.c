@@ -18,13 +18,13 @@
 #include "daemon.h"
 #include "log.h"
 #include "metrics.h"
+#include "op.h"
 #include "provider.h"
 #include "webhook_event.h"
 
 #define WEBHOOK_PATH   "/v1/webhooks/provider"
 #define ATTEMPT_PREFIX "/v1/payment-attempts/"
 #define ORDER_PREFIX   "/v1/orders/"
-#define REFUND_PREFIX  "/v1/refunds/"
 #define ORDER_SUFFIX   "/payment-attempts"
 /* The provider in the deduplication key of processed_webhook_events. */
 #define WEBHOOK_PROVIDER  "stripe"
@@ -92,60 +92,74 @@ static int uuid_from(const char *s, size_t len, char out[37])
     return 0;
 }
 
-/* The status endpoint a path names: 1 an attempt, 2 an order's list, 3 a
- * refund (the id's bytes in *id, *id_len), 0 none. */
-static int status_route(const char *url, const char **id, size_t *id_len)
-{
-    size_t n = strlen(url), ap = strlen(ATTEMPT_PREFIX), op = strlen(ORDER_PREFIX),
-           os = strlen(ORDER_SUFFIX), rp = strlen(REFUND_PREFIX);
-    if (!strncmp(url, REFUND_PREFIX, rp)) {
-        *id = url + rp;
-        *id_len = n - rp;
-        return 3;
-    }
-    if (!strncmp(url, ATTEMPT_PREFIX, ap)) {
-        *id = url + ap;
-        *id_len = n - ap;
-        return 1;
-    }
-    if (!strncmp(url, ORDER_PREFIX, op) && n > op + os &&
-        !strcmp(url + n - os, ORDER_SUFFIX)) {
-        *id = url + op;
-        *id_len = n - op - os;
-        return 2;
-    }
-    return 0;
-}
-
-/* What each status route reads and says. */
-static const struct status_view {
+/* What a status route reads and says: the api's own (an attempt, an
+ * order's list) or an operation's (op.h, struct op_status). */
+struct status_view {
     const char *id_name;   /* in logs */
     const char *not_uuid;  /* 400 */
     const char *not_found; /* 404 */
     enum charged_rc (*read)(webhook_store_t *, const char *, json_t **,
                             struct charged_error *);
-} status_views[] = {
-    [1] = {"payment_attempt_id", "payment attempt id is not a uuid",
-           "no such payment attempt", webhook_store_attempt},
-    [2] = {"order_id", "order id is not a uuid", "no payment attempts for this order",
-           webhook_store_order},
-    [3] = {"refund_id", "refund id is not a uuid", "no such refund",
-           webhook_store_refund},
+    const struct op_status *op; /* read through webhook_store_one instead */
 };
 
-static enum MHD_Result serve_status(struct api *a, struct MHD_Connection *c, int route,
-                                    const char *raw_id, size_t id_len)
+static const struct status_view attempt_view = {
+    "payment_attempt_id", "payment attempt id is not a uuid", "no such payment attempt",
+    webhook_store_attempt, NULL};
+static const struct status_view order_view = {"order_id", "order id is not a uuid",
+                                              "no payment attempts for this order",
+                                              webhook_store_order, NULL};
+
+/* The status view a path names (the id's bytes in *id, *id_len, and an
+ * operation's into *op_view), or NULL. An operation's path is tried
+ * before the api's own, in the table's order. */
+static const struct status_view *status_route(const char *url, const char **id,
+                                              size_t *id_len,
+                                              struct status_view *op_view)
+{
+    size_t n = strlen(url), ap = strlen(ATTEMPT_PREFIX), op = strlen(ORDER_PREFIX),
+           os = strlen(ORDER_SUFFIX);
+    for (size_t k = 0; k < payment_operations_count; k++) {
+        const struct op_status *st = payment_op_of(k)->status;
+        size_t sp = st ? strlen(st->path) : 0;
+        if (st && !strncmp(url, st->path, sp)) {
+            *id = url + sp;
+            *id_len = n - sp;
+            *op_view = (struct status_view){st->id_name, st->not_uuid, st->not_found,
+                                            NULL, st};
+            return op_view;
+        }
+    }
+    if (!strncmp(url, ATTEMPT_PREFIX, ap)) {
+        *id = url + ap;
+        *id_len = n - ap;
+        return &attempt_view;
+    }
+    if (!strncmp(url, ORDER_PREFIX, op) && n > op + os &&
+        !strcmp(url + n - os, ORDER_SUFFIX)) {
+        *id = url + op;
+        *id_len = n - op - os;
+        return &order_view;
+    }
+    return NULL;
+}
+
+static enum MHD_Result serve_status(struct api *a, struct MHD_Connection *c,
+                                    const struct status_view *v, const char *raw_id,
+                                    size_t id_len)
 {
     char id[37];
     struct charged_error err;
     json_t *doc = NULL;
-    const struct status_view *v = &status_views[route];
-    int rc;
+    enum charged_rc rc;
 
+    CHARGED_ASSERT(v && (v->read || v->op));
     if (uuid_from(raw_id, id_len, id) != 0)
         return reply_error(c, MHD_HTTP_BAD_REQUEST, v->not_uuid);
     webhook_store_t *st = http_lender_take(a->lender);
-    rc = v->read(st, id, &doc, &err);
+    rc = v->op ? webhook_store_one(st, v->op->sql, id, v->op->fields, v->op->nfields,
+                                   &doc, &err)
+               : v->read(st, id, &doc, &err);
     http_lender_give(a->lender, st);
     if (rc != CHARGED_OK && rc != CHARGED_NOT_FOUND) {
         log_warn("status query failed", v->id_name, id, "error", err.message, NULL);
@@ -288,7 +302,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         const char *id = NULL;
         size_t id_len = 0;
         int webhook = !strcmp(url, WEBHOOK_PATH);
-        int route = webhook ? 0 : status_route(url, &id, &id_len);
+        struct status_view op_view;
+        const struct status_view *route =
+            webhook ? NULL : status_route(url, &id, &id_len, &op_view);
         if (!webhook && !route)
             return reply_error(c, MHD_HTTP_NOT_FOUND, "no such endpoint");
         const char *allowed = webhook ? MHD_HTTP_METHOD_POST : MHD_HTTP_METHOD_GET;
@@ -514,9 +530,13 @@ static void usage(FILE *out)
             "      (Stripe-Signature, 300 s tolerance), deduplicated on the event id,\n"
             "      applied in one transaction; 200 only after the commit\n"
             "  GET  " ATTEMPT_PREFIX "<id>             one attempt's status\n"
-            "  GET  " ORDER_PREFIX "<order_id>" ORDER_SUFFIX "  an order's attempts\n"
-            "  GET  " REFUND_PREFIX "<refund_id>               one refund's status\n"
-            "SIGTERM: stop accepting, finish the requests in hand, exit 0.\n\n");
+            "  GET  " ORDER_PREFIX "<order_id>" ORDER_SUFFIX "  an order's attempts\n");
+    for (size_t k = 0; k < payment_operations_count; k++) {
+        const struct op_status *st = payment_op_of(k)->status;
+        if (st)
+            fprintf(out, "  GET  %s<%s>  %s\n", st->path, st->id_name, st->help);
+    }
+    fprintf(out, "SIGTERM: stop accepting, finish the requests in hand, exit 0.\n\n");
     config_print_help(out, CONFIG_ROLE_API);
 }
 

@@ -280,6 +280,15 @@ static enum MHD_Result serve_signed_in(struct console *cs, console_views_t *v,
         status = console_views_resolve(v, who, sid, rq->m.id, &in, &body);
         break;
     }
+    case CONSOLE_R_STEP_RESOLVE: {
+        struct console_step_resolve_input in;
+        if (console_input_step_resolve(rq->body, rq->len, rq->m.id, &in, &err) !=
+            CHARGED_OK)
+            return send_error(c, MHD_HTTP_BAD_REQUEST, err.message);
+        status =
+            console_views_step_resolve(v, who, sid, rq->m.kind, rq->m.id, &in, &body);
+        break;
+    }
     case CONSOLE_R_LETTERS: {
         struct letter_args a;
         memset(&a, 0, sizeof(a));
@@ -318,6 +327,7 @@ static const char *action_name(enum console_route r)
 {
     switch (r) {
     case CONSOLE_R_RESOLVE:
+    case CONSOLE_R_STEP_RESOLVE:
         return "resolve";
     case CONSOLE_R_REPLAY:
         return "replay";

@@ -10,9 +10,12 @@
 #include "attempt_history.h"
 #include "attempt_review.h"
 #include "attempt_store.h"
+#include "authorization_review.h"
+#include "capture_review.h"
 #include "audit_policy.h"
 #include "audit_store.h"
 #include "card_data.h"
+#include "charged_assert.h"
 #include "clock.h"
 #include "db.h"
 #include "dead_letter_reason.h"
@@ -20,6 +23,7 @@
 #include "fleet_status.h"
 #include "log.h"
 #include "provider_client.h"
+#include "void_review.h"
 
 /* What an overview waits for one worker's metrics or Kafka's answer: a
  * worker that does not answer is shown as such, not waited for. */
@@ -305,18 +309,72 @@ static void add_review_evidence(PGconn *conn, json_t *row)
     json_decref(doc);
 }
 
+/* clang-format off */
+#define TS(col) \
+    "to_char(" col " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
+/* The queue's other kinds (issue 37): captures, voids and authorizations
+ * in review, newest first, each with its kind and its authorization's
+ * status. */
+static const char *SQL_STEPS_IN_REVIEW =
+    "SELECT coalesce(json_agg(r), '[]')::text FROM (SELECT * FROM ("
+    " SELECT 'capture' AS kind, c.id, c.payment_attempt_id, c.status,"
+    "  coalesce(c.captured_amount, c.amount, p.amount) AS amount, p.currency,"
+    "  p.status AS authorization_status, p.provider_payment_id, c.reason,"
+    "  " TS("c.updated_at") " AS updated_at"
+    " FROM capture_attempts c LEFT JOIN payment_attempts p ON p.id = c.payment_attempt_id"
+    " WHERE c.status = 'REQUIRES_REVIEW'"
+    " UNION ALL SELECT 'void', w.id, w.payment_attempt_id, w.status, p.amount,"
+    "  p.currency, p.status, p.provider_payment_id, w.reason, " TS("w.updated_at")
+    " FROM void_attempts w LEFT JOIN payment_attempts p ON p.id = w.payment_attempt_id"
+    " WHERE w.status = 'REQUIRES_REVIEW'"
+    " UNION ALL SELECT 'authorization', a.id, a.id, a.status, a.amount, a.currency,"
+    "  a.status, a.provider_payment_id, a.reason, " TS("a.updated_at")
+    " FROM payment_attempts a"
+    " WHERE a.status = 'REQUIRES_REVIEW' AND a.capture_method = 'manual') s"
+    " ORDER BY updated_at DESC, id LIMIT " REVIEW_LIMIT ") r";
+/* clang-format on */
+
+/* The attempts of rows that are not authorizations (those are steps'),
+ * each with its kind, "charge". */
+static json_t *charges_only(json_t *rows, json_t *steps)
+{
+    json_t *out = json_array();
+    for (size_t i = 0; out && i < json_array_size(rows); i++) {
+        json_t *a = json_array_get(rows, i);
+        const char *id = json_string_value(json_object_get(a, "payment_attempt_id"));
+        int authorization = 0;
+        for (size_t j = 0; id && j < json_array_size(steps); j++) {
+            json_t *st = json_array_get(steps, j);
+            authorization |= !strcmp(json_string_value(json_object_get(st, "kind")),
+                                     "authorization") &&
+                             !strcmp(json_string_value(json_object_get(st, "id")), id);
+        }
+        if (!authorization) {
+            json_object_set_new(a, "kind", json_string("charge"));
+            json_array_append(out, a);
+        }
+    }
+    json_decref(rows);
+    return out;
+}
+
 unsigned console_views_reviews(console_views_t *v, json_t **body)
 {
     struct charged_error err;
-    json_t *rows = NULL;
+    json_t *rows = NULL, *steps = NULL;
     PGconn *conn = conn_get(v, &err);
     struct attempt_history_filter f = {.status = "REQUIRES_REVIEW",
                                        .limit = REVIEW_LIMIT};
     if (!conn || attempt_history_list(conn, &f, &rows, &err) != CHARGED_OK)
         return unavailable(body, "the review queue", err.message);
+    if (db_query_json(conn, SQL_STEPS_IN_REVIEW, 0, NULL, &steps, &err) != CHARGED_OK) {
+        json_decref(rows);
+        return unavailable(body, "the review queue", err.message);
+    }
+    rows = charges_only(rows, steps);
     for (size_t i = 0; i < json_array_size(rows) && i < REVIEW_EVIDENCE_MAX; i++)
         add_review_evidence(conn, json_array_get(rows, i));
-    *body = json_pack("{s:o}", "reviews", rows);
+    *body = json_pack("{s:o, s:o}", "reviews", rows, "steps", steps);
     return 200;
 }
 
@@ -665,4 +723,103 @@ unsigned console_views_actions(console_views_t *v, json_t **body)
         return unavailable(body, "the action log", err.message);
     *body = json_pack("{s:o}", "actions", rows);
     return 200;
+}
+
+/* ---- a capture's, a void's or an authorization's review (issue 37) ---- */
+
+static const char *step_outcome_names[] = {
+    [STEP_REVIEW_RESOLVED] = "resolved",
+    [STEP_REVIEW_NOT_FOUND] = "not_found",
+    [STEP_REVIEW_NOT_IN_REVIEW] = "not_in_review",
+    [STEP_REVIEW_REFUSED] = "refused",
+    [STEP_REVIEW_BUSY] = "busy",
+    [STEP_REVIEW_CHANGED] = "changed",
+    [STEP_REVIEW_ERROR] = "error",
+    [STEP_REVIEW_WITHDRAWN] = "withdrawn",
+};
+
+/* As an attempt's: a conflict 409, the provider's objection 422. */
+static const unsigned step_outcome_status[] = {
+    [STEP_REVIEW_RESOLVED] = 200,      [STEP_REVIEW_NOT_FOUND] = 404,
+    [STEP_REVIEW_NOT_IN_REVIEW] = 409, [STEP_REVIEW_REFUSED] = 422,
+    [STEP_REVIEW_BUSY] = 409,          [STEP_REVIEW_CHANGED] = 409,
+    [STEP_REVIEW_ERROR] = 503,         [STEP_REVIEW_WITHDRAWN] = 401,
+};
+
+static const struct step_review_kind *step_kind(const char *kind)
+{
+    if (!strcmp(kind, "capture"))
+        return &capture_review_kind;
+    if (!strcmp(kind, "void"))
+        return &void_review_kind;
+    CHARGED_ASSERT(!strcmp(kind, "authorization"));
+    return &authorization_review_kind;
+}
+
+/* The answer to a step's resolution, and the action log's detail. */
+static json_t *step_answer(const char *kind, const char *id,
+                           const struct console_step_resolve_input *in,
+                           const struct step_review_result *res)
+{
+    json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s?, s:b, s:s?, s:s?, s:s}", "kind",
+                          kind, "id", id, "outcome", step_outcome_names[res->outcome],
+                          "decision", in->decision, "verdict", res->verdict, "forced",
+                          res->forced, "provider_says",
+                          res->provider_says[0] ? res->provider_says : NULL, "status",
+                          res->status[0] ? res->status : NULL, "message", res->message);
+    if (o && res->evidence)
+        json_object_set(o, "evidence", res->evidence);
+    if (o && res->outcome != STEP_REVIEW_RESOLVED)
+        json_object_set_new(o, "error", json_string(res->message));
+    if (o && res->outcome == STEP_REVIEW_REFUSED)
+        json_object_set_new(o, "can_force", json_true());
+    return o;
+}
+
+unsigned console_views_step_resolve(console_views_t *v, const struct console_who *who,
+                                    const char *session, const char *kind,
+                                    const char *id,
+                                    const struct console_step_resolve_input *in,
+                                    json_t **body)
+{
+    CHARGED_ASSERT(v && who && kind && id && in && body);
+    const struct step_review_kind *k = step_kind(kind);
+    struct still_signed_in signed_in = {v, session, who};
+    int decision = attempt_status_parse(in->decision);
+    char names[80];
+    if (decision < 0 || !(k->decisions & (1u << decision)))
+        return answer(body, 400, "a %s's decision is %s", kind,
+                      step_review_decisions(k, names, sizeof(names)));
+    struct step_review_request rq = {
+        .id = id,
+        .decision = (enum attempt_status)decision,
+        .reason = in->reason,
+        .actor = who->name,
+        .force = in->force,
+        .key_kept_ms = config_int(v->cfg, CONFIG_WORKER_KEY_RETENTION_MS),
+        .still_allowed = still_operator,
+        .ctx = &signed_in,
+    };
+    /* Recorded before the provider is asked: no decision without its record. */
+    json_t *asked = json_pack("{s:s, s:s, s:b}", "kind", kind, "decision", in->decision,
+                              "force", in->force);
+    int unrecorded = record(v, who->name, "resolve", id, "requested", asked);
+    json_decref(asked);
+    if (unrecorded)
+        return answer(body, 503, "the action could not be recorded; nothing decided");
+    struct step_review_result res;
+    step_review_resolve(k, v->url, v->pc, &rq, &res);
+    const char *outcome = step_outcome_names[res.outcome];
+    json_t *detail =
+        json_pack("{s:s, s:s, s:s, s:b, s:s?, s:s}", "kind", kind, "decision",
+                  in->decision, "reason", in->reason, "force", in->force, "verdict",
+                  res.verdict, "message", res.message);
+    record(v, who->name, "resolve", id, outcome, detail);
+    json_decref(detail);
+    log_info("console: review resolve", "actor", who->name, "kind", kind, "id", id,
+             "outcome", outcome, "forced", res.forced ? "true" : "false", NULL);
+    *body = step_answer(kind, id, in, &res);
+    unsigned status = step_outcome_status[res.outcome];
+    step_review_result_clear(&res);
+    return status;
 }

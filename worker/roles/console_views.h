@@ -34,13 +34,20 @@ unsigned console_views_letters(console_views_t *v, const struct console_letter_q
 unsigned console_views_letter(console_views_t *v, const char *position, json_t **body);
 unsigned console_views_actions(console_views_t *v, json_t **body);
 
-/* The two that change something, recorded with who->name as the actor. */
+/* The three that change something, recorded with who->name as the actor. */
 /* session: the request's, looked up again once the provider has answered
  * and before the decision is written (a token revoked meanwhile writes
  * nothing). */
 unsigned console_views_resolve(console_views_t *v, const struct console_who *who,
                                const char *session, const char *attempt_id,
                                const struct console_resolve_input *in, json_t **body);
+/* A capture's, a void's or an authorization's review (kind), as
+ * console_views_resolve an attempt's (step_review.h). */
+unsigned console_views_step_resolve(console_views_t *v, const struct console_who *who,
+                                    const char *session, const char *kind,
+                                    const char *id,
+                                    const struct console_step_resolve_input *in,
+                                    json_t **body);
 unsigned console_views_replay(console_views_t *v, const struct console_who *who,
                               const struct console_replay_input *in, json_t **body);
 

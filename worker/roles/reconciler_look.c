@@ -39,6 +39,7 @@ struct look {
     enum attempt_status status;  /* == from: look again later */
     char reason[512];
     char ppid[PROVIDER_ID_MAX];
+    long long amount; /* the money the decision says moved; 0 none */
     json_t *evidence; /* what the provider said; owned */
 };
 
@@ -55,6 +56,7 @@ static struct op_look_env env_of(const struct reconciler *r)
                 .provider_timeout_ms = r->provider_timeout_ms,
                 .search_lag_ms = r->search_lag_ms,
                 .max_age_ms = r->max_age_ms,
+                .authorization_expiry_ms = r->authorization_expiry_ms,
             },
     };
 }
@@ -172,6 +174,7 @@ static void look(struct reconciler *r, struct look *l)
     l->status = st.dec.status;
     snprintf(l->reason, sizeof(l->reason), "%s", st.dec.reason);
     snprintf(l->ppid, sizeof(l->ppid), "%s", st.dec.provider_payment_id);
+    l->amount = st.dec.amount;
     note_foreign(l, &st.dec);
 }
 
@@ -297,6 +300,7 @@ static int settle(struct reconciler *r, struct look *l)
         .reason = l->reason[0] ? l->reason : NULL,
         .object_id = l->ppid,
         .evidence_json = evidence,
+        .amount = l->amount,
         .next_check_ms = reconcile_look_next_check_ms(l->from, l->status, r->schedule,
                                                       r->nschedule, l->checks),
         .rows = rows,

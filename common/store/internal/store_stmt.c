@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "charged_assert.h"
+
 /* Reserves the next parameter: its index, or -1 when there is no room. */
 static int stmt_next(struct stmt *s)
 {
@@ -271,4 +273,92 @@ enum charged_rc stmt_ping(store_conn_t *db, struct charged_error *err)
         store_conn_exec(db, "SELECT 1", 0, NULL, NULL, err) != CHARGED_OK)
         return CHARGED_RETRY;
     return CHARGED_OK;
+}
+
+void stmt_add_calls(struct stmt *s, int first, const void *items, size_t n,
+                    stmt_call_fn get, const char *own_op)
+{
+    CHARGED_ASSERT(s && get && own_op && (items || n == 0));
+    for (size_t i = 0; i < n; i++) {
+        struct stmt_call c;
+        get(items, i, &c);
+        const struct provider_result *r = c.res;
+        /* A call is written only with its step's id and its answer. */
+        CHARGED_ASSERT(r && c.id);
+        stmt_add(s, first, c.id);
+        stmt_add(s, first + 1, c.operation ? c.operation : own_op);
+        stmt_add_int(s, first + 2, c.started_ms);
+        stmt_add_int(s, first + 3, r->latency_ms);
+        stmt_add(s, first + 4, provider_outcome_name(r->outcome));
+        stmt_add_int(s, first + 5, r->http_status);
+        stmt_add(s, first + 6, r->replayed ? "t" : "f");
+        stmt_add(s, first + 7, r->provider_payment_id);
+        stmt_add(s, first + 8, r->outcome == PROVIDER_SUCCEEDED ? "" : r->error);
+    }
+}
+
+/* The one call of a batch at `index` (get's items offset). */
+struct one_call {
+    const void *items;
+    size_t index;
+    stmt_call_fn get;
+};
+
+static void one_call(const void *items, size_t i, struct stmt_call *c)
+{
+    const struct one_call *o = items;
+    CHARGED_ASSERT(o && i == 0);
+    o->get(o->items, o->index, c);
+}
+
+enum charged_rc stmt_log_calls(store_conn_t *db, const char *actor, const char *sql,
+                               const void *items, size_t n, stmt_call_fn get,
+                               const char *own_op, struct charged_error *err)
+{
+    CHARGED_ASSERT(db && actor && sql && get);
+    CHARGED_ASSERT(items || n == 0);
+    enum charged_rc rc = CHARGED_OK;
+    charged_error_clear(err);
+    if (n == 0)
+        return CHARGED_OK;
+    if (store_conn_open(db, NULL, err) != CHARGED_OK)
+        return CHARGED_RETRY;
+    for (int maybe = 0; maybe < 2 && rc == CHARGED_OK; maybe++) {
+        struct stmt s = {0};
+        size_t k = 0;
+        int a = stmt_arrays(&s, 9);
+        for (size_t i = 0; i < n; i++) {
+            struct stmt_call c;
+            get(items, i, &c);
+            if (!!c.written_maybe != maybe)
+                continue;
+            const struct one_call o = {items, i, get};
+            stmt_add_calls(&s, a, &o, 1, one_call, own_op);
+            k++;
+        }
+        stmt_text(&s, actor);
+        stmt_text(&s, maybe ? "{t}" : "{f}");
+        if (k > 0)
+            rc = stmt_run(db, &s, sql, NULL, err);
+        stmt_release(&s);
+    }
+    return rc;
+}
+
+enum charged_rc stmt_claim_due(store_conn_t *db, const char *actor, const char *sql,
+                               size_t max, long long lease_ms, long long stale_ms,
+                               PGresult **res, struct charged_error *err)
+{
+    CHARGED_ASSERT(db && actor && sql && res && max > 0);
+    struct stmt s = {0};
+    *res = NULL;
+    if (store_conn_open(db, NULL, err) != CHARGED_OK)
+        return CHARGED_RETRY;
+    stmt_text(&s, actor);
+    stmt_int(&s, lease_ms);
+    stmt_int(&s, (long long)max);
+    stmt_int(&s, stale_ms);
+    enum charged_rc rc = stmt_run(db, &s, sql, res, err);
+    stmt_release(&s);
+    return rc;
 }

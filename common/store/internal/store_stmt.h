@@ -10,10 +10,13 @@
 #include <libpq-fe.h>
 
 #include "attempt_status.h"
+#include "provider_outcome.h"
 #include "db.h"
 #include "store_conn.h"
 
-#define STMT_PARAMS_MAX 22
+/* The most a statement takes: a settlement of an attempt (attempt_store.c),
+ * 23. */
+#define STMT_PARAMS_MAX 24
 
 /* The parameters of one statement, $1 first, in the order they are added:
  * texts the caller keeps alive, and numbers and arrays (a batch's column
@@ -142,6 +145,36 @@ enum charged_rc stmt_persist(store_conn_t *db, const char *actor, const char *sq
                              void *items, size_t n, stmt_outcome_fn get,
                              struct charged_error *err);
 
+/* One provider call of a step (a refund's, a capture's), as its store's
+ * call statements take it: nine arrays (the step's id, operation,
+ * started_ms, latency, outcome, http status, replayed, provider id,
+ * error). */
+struct stmt_call {
+    const char *id;
+    const char *operation; /* NULL: the step's own call */
+    int64_t started_ms;
+    const struct provider_result *res;
+    int written_maybe; /* an earlier write may have committed */
+};
+/* Item i of the caller's batch of calls, as a call. */
+typedef void (*stmt_call_fn)(const void *items, size_t i, struct stmt_call *c);
+/* Adds the n calls `get` gives of items to the nine arrays from `first`;
+ * own_op names a call whose operation is NULL. */
+void stmt_add_calls(struct stmt *s, int first, const void *items, size_t n,
+                    stmt_call_fn get, const char *own_op);
+/* Writes the calls by sql ($1..$9 the arrays, $10 the actor, $11 {t} for
+ * the calls written maybe, which sql writes only when absent): one
+ * statement for each kind. Connects first if needed. */
+enum charged_rc stmt_log_calls(store_conn_t *db, const char *actor, const char *sql,
+                               const void *items, size_t n, stmt_call_fn get,
+                               const char *own_op, struct charged_error *err);
+
+/* The common part of a reconciler's claim of due rows by sql ($1 the
+ * actor, $2 lease_ms, $3 max, $4 stale_ms): the rows in *res (the caller
+ * PQclear()s them). Connects first if needed. */
+enum charged_rc stmt_claim_due(store_conn_t *db, const char *actor, const char *sql,
+                               size_t max, long long lease_ms, long long stale_ms,
+                               PGresult **res, struct charged_error *err);
 /* Counts the rows in each of the statuses and the age in ms of each one's
  * oldest, by sql ($1 the statuses' names; rows of status, count, age), 0
  * for none. Connects first if needed. */

@@ -29,7 +29,8 @@ static const char *SQL_READ =
     "    max(coalesce(c.recorded_at, c.started_at)) FROM provider_calls c"
     "    WHERE c.payment_attempt_id = a.id), a.first_sent_at), a.created_at))"
     "    * 1000)::bigint), a.order_id::text,"
-    "  (extract(epoch FROM coalesce(a.first_sent_at, a.created_at)) * 1000)::bigint"
+    "  (extract(epoch FROM coalesce(a.first_sent_at, a.created_at)) * 1000)::bigint,"
+    "  a.capture_method"
     " FROM payment_attempts a WHERE a.id = $1::uuid";
 
 /* An intent is booked for one attempt at most. */
@@ -55,6 +56,7 @@ struct review_attempt {
     long long last_call_age_ms;                /* since its last provider call */
     char order_id[40];
     long long first_sent_ms; /* since the epoch (its creation if never sent) */
+    int authorization;       /* capture_method manual: not this review's */
 };
 
 /* Whose intent it is (common/core/ownership), as the evidence shows it. */
@@ -152,6 +154,7 @@ static int read_attempt(PGconn *conn, const char *id, struct review_attempt *a,
     a->last_call_age_ms = strtoll(PQgetvalue(r, 0, 4), NULL, 10);
     snprintf(a->order_id, sizeof(a->order_id), "%s", PQgetvalue(r, 0, 5));
     a->first_sent_ms = strtoll(PQgetvalue(r, 0, 6), NULL, 10);
+    a->authorization = !strcmp(PQgetvalue(r, 0, 7), "manual");
     PQclear(r);
     return 0;
 }
@@ -632,6 +635,15 @@ static int load(PGconn *conn, struct review *rv, struct attempt_review_result *o
     snprintf(out->status, sizeof(out->status), "%s", rv->a.status);
     snprintf(out->provider_payment_id, sizeof(out->provider_payment_id), "%s",
              rv->a.provider_payment_id);
+    /* An authorization settles into other states, on other evidence, and
+     * books what was captured: authorization_review's. */
+    if (rv->a.authorization) {
+        say(out, ATTEMPT_REVIEW_NOT_IN_REVIEW,
+            "attempt %s is an authorization (capture_method manual): resolve it with "
+            "chargectl authorization resolve",
+            rv->id);
+        return -1;
+    }
     if (strcmp(rv->a.status, ATTEMPT_S_REQUIRES_REVIEW) != 0) {
         say(out, ATTEMPT_REVIEW_NOT_IN_REVIEW,
             "attempt %s is %s, not REQUIRES_REVIEW: only attempts in review are "

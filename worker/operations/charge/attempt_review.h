@@ -13,7 +13,9 @@
  * taken in either case and used in lower case, as charged writes it into
  * the provider's metadata. `chargectl attempt resolve` and the console
  * both decide through here, so that a review settles the same way wherever
- * an operator sits.
+ * an operator sits. An authorization (capture_method manual) is refused
+ * (NOT_IN_REVIEW, its message naming its own review,
+ * authorize/authorization_review.h).
  *
  *   struct attempt_review_request rq = {.attempt_id = id, .intent_id = pi,
  *                                       .reason = why, .actor = who};

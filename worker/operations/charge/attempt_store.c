@@ -15,6 +15,11 @@
 struct attempt_store {
     store_conn_t *db;
     char *actor;
+    /* The reconciler's look of one operation (attempt_store_new_of): the
+     * capture method it claims (NULL: any), and the age of a lapsed hold
+     * (<= 0: none claimed). */
+    const char *capture_method;
+    long long lapse_ms;
 };
 
 /* Rows are skipped when locked, but an insert's unique index (and a
@@ -27,10 +32,28 @@ struct attempt_store {
 /* attempt_store_new, _free and _ping. */
 STMT_STORE_SESSION(attempt_store, ATTEMPT_LOCK_TIMEOUT)
 
+attempt_store_t *attempt_store_new_of(const char *database_url, const char *actor,
+                                      const char *capture_method, long long lapse_ms,
+                                      struct charged_error *err)
+{
+    /* One of the column's two values, as the CHECK has them; only an
+     * authorization is held, so only its look claims lapsed holds. */
+    CHARGED_ASSERT(capture_method && (!strcmp(capture_method, "automatic") ||
+                                      !strcmp(capture_method, "manual")));
+    CHARGED_ASSERT(lapse_ms <= 0 || !strcmp(capture_method, "manual"));
+    attempt_store_t *st = attempt_store_new(database_url, actor, err);
+    if (st) {
+        st->capture_method = capture_method;
+        st->lapse_ms = lapse_ms;
+    }
+    return st;
+}
+
 /* ---- one statement: its parameters, then its rows ---- */
 
-/* What the provider is called with, from six columns starting at `first`:
- * idempotency_key, order_id, amount, currency, payment_method, customer_id. */
+/* What the provider is called with, from seven columns starting at `first`:
+ * idempotency_key, order_id, amount, currency, payment_method, customer_id,
+ * capture_method. */
 static void col_params(const PGresult *r, int row, int first, struct attempt_params *pa)
 {
     CHARGED_ASSERT(r && pa && row >= 0 && first >= 0);
@@ -40,6 +63,7 @@ static void col_params(const PGresult *r, int row, int first, struct attempt_par
     stmt_col_copy(r, row, first + 3, pa->currency, sizeof(pa->currency));
     stmt_col_copy(r, row, first + 4, pa->payment_method, sizeof(pa->payment_method));
     stmt_col_copy(r, row, first + 5, pa->customer_id, sizeof(pa->customer_id));
+    pa->manual = !strcmp(PQgetvalue(r, row, first + 6), "manual");
 }
 
 /* A provider's id as a parameter: "" is none. */
@@ -63,15 +87,15 @@ static const char *or_null(const char *s)
 static const char *SQL_RECORD =
     "WITH v AS ("
     "  SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[],"
-    "    $5::bigint[], $6::text[], $7::text[], $8::text[], $9::jsonb[])"
+    "    $5::bigint[], $6::text[], $7::text[], $8::text[], $9::jsonb[], $12::text[])"
     "  WITH ORDINALITY AS v(id, order_id, idempotency_key, fp, amount, currency,"
-    "       payment_method, customer_id, metadata, n)),"
+    "       payment_method, customer_id, metadata, capture_method, n)),"
     " ins AS ("
     "  INSERT INTO payment_attempts (id, order_id, idempotency_key, request_fingerprint,"
-    "    amount, currency, payment_method, customer_id, metadata, status,"
+    "    amount, currency, payment_method, customer_id, metadata, capture_method, status,"
     "    lease_owner, lease_expires_at, lease_epoch, first_sent_at)"
     "  SELECT id, order_id, idempotency_key, fp, amount, currency, payment_method,"
-    "    nullif(customer_id, ''), metadata,"
+    "    nullif(customer_id, ''), metadata, capture_method,"
     "    CASE WHEN " RECORD_CLAIMS " THEN " ATTEMPT_SQL(PROCESSING)
     "         ELSE " ATTEMPT_SQL(PENDING) " END,"
     "    CASE WHEN " RECORD_CLAIMS " THEN $10 END,"
@@ -85,7 +109,8 @@ static const char *SQL_RECORD =
     "    WHERE r.idempotency_key = v.idempotency_key)"
     "  ORDER BY n ON CONFLICT DO NOTHING"
     "  RETURNING id, idempotency_key, request_fingerprint, status, lease_epoch, order_id,"
-    "    amount, currency, payment_method, coalesce(customer_id, '') AS customer_id),"
+    "    amount, currency, payment_method, coalesce(customer_id, '') AS customer_id,"
+    "    capture_method),"
     " tr AS ("
     "  INSERT INTO attempt_transitions (payment_attempt_id, old_status, new_status,"
     "    cause, actor, reason)"
@@ -99,9 +124,9 @@ static const char *SQL_RECORD =
     "  WHERE idempotency_key = ANY($3::text[]))"
     "SELECT id, idempotency_key, request_fingerprint, 'attempt',"
     "  status = " ATTEMPT_SQL(PROCESSING) ", lease_epoch, idempotency_key, order_id, amount,"
-    "  currency, payment_method, customer_id FROM ins"
+    "  currency, payment_method, customer_id, capture_method FROM ins"
     " UNION ALL SELECT id, idempotency_key, request_fingerprint, kind, false, NULL, NULL,"
-    "  NULL, NULL, NULL, NULL, NULL FROM old";
+    "  NULL, NULL, NULL, NULL, NULL, NULL FROM old";
 #undef RECORD_CLAIMS
 
 static const char *SQL_FIND_LIVE =
@@ -111,19 +136,23 @@ static const char *SQL_FIND_LIVE =
 static const char *SQL_INSERT_REJECTED =
     "WITH v AS ("
     "  SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[],"
-    "    $5::bigint[], $6::text[], $7::text[], $8::text[], $9::jsonb[], $10::text[])"
+    "    $5::bigint[], $6::text[], $7::text[], $8::text[], $9::jsonb[], $10::text[],"
+    "    $13::text[])"
     "  WITH ORDINALITY AS v(id, order_id, idempotency_key, fp, amount, currency,"
-    "       payment_method, customer_id, metadata, reason, n)),"
+    "       payment_method, customer_id, metadata, reason, capture_method, n)),"
     " ins AS ("
     "  INSERT INTO payment_attempts (id, order_id, idempotency_key, request_fingerprint,"
-    "    amount, currency, payment_method, customer_id, metadata, status, reason)"
+    "    amount, currency, payment_method, customer_id, metadata, capture_method,"
+    "    status, reason)"
     "  SELECT id, order_id, idempotency_key, fp, amount, currency, payment_method,"
-    "    nullif(customer_id, ''), metadata, " ATTEMPT_SQL(REJECTED) ", reason FROM v"
+    "    nullif(customer_id, ''), metadata, capture_method, " ATTEMPT_SQL(REJECTED) ","
+    "    reason FROM v"
     "  WHERE NOT EXISTS (SELECT 1 FROM refund_attempts r"
     "    WHERE r.idempotency_key = v.idempotency_key)"
     "  ORDER BY n ON CONFLICT DO NOTHING"
     "  RETURNING id, order_id, amount, currency, provider_payment_id, status, reason,"
-    "    updated_at, $12::text AS event_type),"
+    "    updated_at, CASE capture_method WHEN 'manual' THEN $14::text ELSE $12::text END"
+    "    AS event_type),"
     " tr AS ("
     "  INSERT INTO attempt_transitions (payment_attempt_id, old_status, new_status,"
     "    cause, actor, reason)"
@@ -131,6 +160,13 @@ static const char *SQL_INSERT_REJECTED =
     SQL_OUTBOX_EVENTS("ins")
     "SELECT id FROM ins";
 /* clang-format on */
+
+/* The capture_method column of a command's attempt. */
+static const char *capture_method_of(const struct charge_command *c)
+{
+    CHARGED_ASSERT(c);
+    return c->manual ? "manual" : "automatic";
+}
 
 /* Appends one command to the nine array parameters from `first`, in the
  * column order of SQL_INSERT_PENDING and SQL_INSERT_REJECTED. */
@@ -270,6 +306,11 @@ static enum charged_rc record_rejected(attempt_store_t *st,
         goto out;
     stmt_text(&rej, st->actor);
     stmt_text(&rej, attempt_status_event_type(ATTEMPT_STATUS_REJECTED));
+    int methods = stmt_arrays(&rej, 1);
+    for (size_t i = 0; i < n; i++)
+        if (items[i].result == ATTEMPT_REJECTED)
+            stmt_add(&rej, methods, capture_method_of(items[i].cmd));
+    stmt_text(&rej, attempt_status_authorization_event_type(ATTEMPT_STATUS_REJECTED));
     if ((rc = stmt_run_keyed(st->db, &rej, SQL_INSERT_REJECTED, &ins, err)) !=
         CHARGED_OK)
         goto out;
@@ -347,6 +388,9 @@ enum charged_rc attempt_store_record(attempt_store_t *st,
         add_command(&ins, cmds, sorted[i]->cmd);
     stmt_text(&ins, st->actor);
     stmt_int(&ins, lease_ms > 0 ? lease_ms : 0);
+    int methods = stmt_arrays(&ins, 1);
+    for (size_t i = 0; i < n; i++)
+        stmt_add(&ins, methods, capture_method_of(sorted[i]->cmd));
     if ((rc = stmt_run_keyed(st->db, &ins, SQL_RECORD, &found, err)) != CHARGED_OK)
         goto out;
     /* Every message is compared with the stored attempt, whatever batch
@@ -395,7 +439,7 @@ static const char *SQL_CLAIM =
     "    p.attempt_count, p.updated_at,"
     "    (extract(epoch FROM now() - p.first_sent_at) * 1000)::bigint AS key_age_ms,"
     "    p.idempotency_key, p.order_id, p.amount, p.currency, p.payment_method,"
-    "    coalesce(p.customer_id, '') AS customer_id),"
+    "    coalesce(p.customer_id, '') AS customer_id, p.capture_method),"
     " t AS ("
     "  INSERT INTO attempt_transitions (payment_attempt_id, old_status, new_status,"
     "    cause, actor, reason, created_at)"
@@ -406,9 +450,10 @@ static const char *SQL_CLAIM =
     /* Those claimed, then the others as the statement found them: no join
      * of u with q (see SQL_LEASES_UNLOCKED on such joins). */
     "SELECT id, old_status, true, lease_epoch, attempt_count, key_age_ms,"
-    "  idempotency_key, order_id, amount, currency, payment_method, customer_id FROM u"
+    "  idempotency_key, order_id, amount, currency, payment_method, customer_id,"
+    "  capture_method FROM u"
     " UNION ALL SELECT a.id, a.status, a.lease_owner IS NOT NULL, NULL, NULL, NULL, NULL,"
-    "  NULL, NULL, NULL, NULL, NULL"
+    "  NULL, NULL, NULL, NULL, NULL, NULL"
     " FROM payment_attempts a JOIN q ON a.id = q.id WHERE a.id NOT IN (SELECT id FROM u)";
 /* clang-format on */
 
@@ -493,7 +538,7 @@ enum charged_rc attempt_store_claim(attempt_store_t *st,
  * written only when no row of the same call (attempt, start, outcome,
  * status, latency, error) is there. One statement, one snapshot: two equal
  * rows of one batch (lost answers of one call) are both written. */
-static const char *SQL_LOG_CALLS =
+const char attempt_store_log_calls_sql[] =
     "INSERT INTO provider_calls (payment_attempt_id, operation, started_at, latency_ms,"
     "  outcome, http_status, replayed, provider_payment_id, error, actor)"
     " SELECT id, op, to_timestamp(started_ms / 1000.0), latency, outcome,"
@@ -549,7 +594,7 @@ enum charged_rc attempt_store_log_calls(attempt_store_t *st,
     int again = stmt_arrays(&s, 1);
     for (size_t i = 0; i < n; i++)
         stmt_add(&s, again, calls[i].written_maybe ? "t" : "f");
-    rc = stmt_run(st->db, &s, SQL_LOG_CALLS, NULL, err);
+    rc = stmt_run(st->db, &s, attempt_store_log_calls_sql, NULL, err);
     stmt_release(&s);
     return rc;
 }
@@ -611,15 +656,23 @@ enum charged_rc attempt_store_persist(attempt_store_t *st,
 /* ---- reconciliation ---- */
 
 /* clang-format off */
+/* $5: the capture method claimed (NULL: any); $6: the age of a lapsed hold
+ * (NULL: none), an AUTHORIZED attempt first sent longer ago, unleased (or
+ * its lease expired). */
 static const char *SQL_CLAIM_DUE =
     "WITH c AS ("
     "  SELECT p.id FROM payment_attempts p"
     "  WHERE (p.next_check_at IS NULL OR p.next_check_at <= now())"
+    "    AND ($5::text IS NULL OR p.capture_method = $5::text)"
     "    AND ((p.status IN (" ATTEMPT_SQL(UNKNOWN) ", " ATTEMPT_SQL(PROCESSING) ")"
     "          AND p.lease_owner IS NULL)"
     "      OR (p.status = " ATTEMPT_SQL(UNKNOWN) " AND p.lease_expires_at < now())"
     "      OR (p.status = " ATTEMPT_SQL(PROCESSING) " AND p.lease_expires_at <"
-    "          now() - make_interval(secs => $4::double precision / 1000)))"
+    "          now() - make_interval(secs => $4::double precision / 1000))"
+    "      OR ($6::bigint IS NOT NULL AND p.status = " ATTEMPT_SQL(AUTHORIZED)
+    "          AND (p.lease_owner IS NULL OR p.lease_expires_at < now())"
+    "          AND coalesce(p.first_sent_at, p.created_at) <"
+    "              now() - make_interval(secs => $6::double precision / 1000)))"
     "  ORDER BY p.next_check_at NULLS FIRST, p.id LIMIT $3::int"
     "  FOR NO KEY UPDATE OF p SKIP LOCKED)"
     "UPDATE payment_attempts p SET lease_owner = $1,"
@@ -632,7 +685,7 @@ static const char *SQL_CLAIM_DUE =
     "  coalesce((extract(epoch FROM now() - p.first_sent_at) * 1000)::bigint, -1),"
     "  (extract(epoch FROM now() - p.created_at) * 1000)::bigint, p.reconcile_checks,"
     "  p.idempotency_key, p.order_id, p.amount, p.currency, p.payment_method,"
-    "  coalesce(p.customer_id, ''),"
+    "  coalesce(p.customer_id, ''), p.capture_method,"
     "  coalesce((extract(epoch FROM p.first_sent_at) * 1000)::bigint, -1)";
 
 /* One settlement: fenced on the claim (or, without a lease, on no lease at
@@ -659,7 +712,9 @@ static const char *SQL_SETTLE =
     "  FROM lk WHERE p.id = lk.id"
     "  RETURNING p.id, p.order_id, p.amount, p.currency, p.provider_payment_id,"
     "    p.status, p.reason, p.updated_at, lk.old_status, $8::jsonb AS evidence,"
-    "    CASE WHEN p.status <> lk.old_status THEN $12::text END AS event_type),"
+    "    CASE WHEN p.status = lk.old_status THEN NULL"
+    "         WHEN p.capture_method = 'manual' THEN $23::text ELSE $12::text END"
+    "    AS event_type),"
     " t AS ("
     "  INSERT INTO attempt_transitions (payment_attempt_id, old_status, new_status,"
     "    cause, actor, reason, evidence, created_at)"
@@ -692,7 +747,7 @@ static void read_due(const PGresult *r, int row, struct attempt_due *d)
     d->age_ms = stmt_col_int(r, row, 5);
     d->checks = (int)stmt_col_int(r, row, 6);
     col_params(r, row, 7, &d->params);
-    d->first_sent_ms = stmt_col_int(r, row, 13);
+    d->first_sent_ms = stmt_col_int(r, row, 14);
     /* Claimed by SQL_CLAIM_DUE: under a lease, in a status a look settles. */
     CHARGED_ASSERT(d->lease_epoch > 0);
 }
@@ -717,6 +772,8 @@ enum charged_rc attempt_store_claim_due(attempt_store_t *st, struct attempt_due 
     stmt_int(&s, lease_ms);
     stmt_int(&s, (long long)max);
     stmt_int(&s, stale_ms);
+    stmt_text(&s, st->capture_method);
+    stmt_int_or_null(&s, st->lapse_ms > 0 ? st->lapse_ms : -1);
     if ((rc = stmt_run(st->db, &s, SQL_CLAIM_DUE, &r, err)) == CHARGED_OK)
         for (int i = 0; i < PQntuples(r) && *n < max; i++)
             read_due(r, i, &out[(*n)++]);
@@ -760,6 +817,9 @@ static enum charged_rc settle_one(attempt_store_t *st, struct attempt_settlement
     stmt_text(&s, attempt_status_event_type(it->status));
     stmt_text(&s, it->cause ? it->cause : "reconciler");
     add_calls(&s, stmt_arrays(&s, 9), it->calls, it->ncalls);
+    /* An authorization's own outcomes are authorization.*. */
+    stmt_text(&s, it->event_type ? it->event_type
+                                 : attempt_status_authorization_event_type(it->status));
     if ((rc = stmt_run(st->db, &s, SQL_SETTLE, &r, err)) == CHARGED_OK) {
         it->settled = stmt_col_int(r, 0, 0) == 1;
         it->busy = stmt_col_true(r, 0, 1);

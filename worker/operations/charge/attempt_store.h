@@ -47,6 +47,14 @@ typedef struct attempt_store attempt_store_t;
  * cannot be parsed (or out of memory). */
 attempt_store_t *attempt_store_new(const char *database_url, const char *actor,
                                    struct charged_error *err);
+/* The same, for the reconciler's look of one operation over attempts: its
+ * claim_due claims only attempts of capture_method ("automatic": a
+ * charge's, "manual": an authorization's), and, with lapse_ms > 0, also
+ * the AUTHORIZED ones first sent more than lapse_ms ago (the provider's
+ * expiry of a hold whose webhook never came), once per look's schedule. */
+attempt_store_t *attempt_store_new_of(const char *database_url, const char *actor,
+                                      const char *capture_method, long long lapse_ms,
+                                      struct charged_error *err);
 void attempt_store_free(attempt_store_t *st);
 
 /* Connects if needed and runs an empty statement: whether the database
@@ -74,6 +82,8 @@ struct attempt_params {
     char currency[4];
     char payment_method[1024];
     char customer_id[1024]; /* "" when none */
+    int manual;             /* capture_method manual: an authorization, sent as one by
+                               every role that sends under the key */
 };
 
 struct attempt_record_item {
@@ -168,7 +178,8 @@ enum charged_rc attempt_store_persist(attempt_store_t *st,
 struct attempt_due {
     char id[37];
     int64_t lease_epoch;
-    enum attempt_status status; /* UNKNOWN or PROCESSING */
+    enum attempt_status status; /* UNKNOWN or PROCESSING; AUTHORIZED: a hold
+                                   looked at for its expiry (lapse_ms) */
     /* "" when none is known */
     char provider_payment_id[PROVIDER_ID_MAX];
     int64_t key_age_ms;    /* now - first_sent_at, database clock; -1:
@@ -183,7 +194,8 @@ struct attempt_due {
 /* Claims up to `max` attempts whose next look is due (next_check_at passed):
  * UNKNOWN ones, PROCESSING ones the provider said were processing (no
  * lease), and PROCESSING ones whose worker's lease expired more than
- * stale_ms ago (no worker came back). FOR UPDATE SKIP LOCKED and a fenced
+ * stale_ms ago (no worker came back); of the store's capture method only,
+ * and its lapsed holds (attempt_store_new_of). FOR UPDATE SKIP LOCKED and a fenced
  * lease, as the worker's claim, so reconcilers and workers run side by
  * side. The status is not changed. *n says how many were claimed. */
 enum charged_rc attempt_store_claim_due(attempt_store_t *st, struct attempt_due *out,
@@ -205,15 +217,18 @@ enum charged_rc attempt_store_backlog(attempt_store_t *st,
  * and the provider calls made for it. */
 struct attempt_settlement {
     const char *attempt_id;
-    int64_t lease_epoch;              /* the claim's; < 0: no lease (an operator) */
-    enum attempt_status expected;     /* the status it must still have */
-    enum attempt_status status;       /* the new one; == expected: look later */
-    const char *cause;                /* "reconciler", "operator", "webhook" */
-    const char *actor;                /* NULL: the store's actor */
-    const char *reason;               /* may be NULL */
-    const char *provider_payment_id;  /* may be NULL */
-    const char *evidence_json;        /* what the provider said; NULL: {} */
-    long long next_check_ms;          /* next look; < 0: none */
+    int64_t lease_epoch;             /* the claim's; < 0: no lease (an operator) */
+    enum attempt_status expected;    /* the status it must still have */
+    enum attempt_status status;      /* the new one; == expected: look later */
+    const char *cause;               /* "reconciler", "operator", "webhook" */
+    const char *actor;               /* NULL: the store's actor */
+    const char *reason;              /* may be NULL */
+    const char *provider_payment_id; /* may be NULL */
+    const char *evidence_json;       /* what the provider said; NULL: {} */
+    long long next_check_ms;         /* next look; < 0: none */
+    /* The result event of an authorization's move, when not its status's
+     * own (attempt_status_authorization_event_type): NULL for that. */
+    const char *event_type;
     const struct attempt_call *calls; /* provider calls made for it */
     size_t ncalls;
     int settled; /* out: 0 when fenced out, moved on or busy */
@@ -242,5 +257,11 @@ enum charged_rc attempt_store_release(attempt_store_t *st,
                                       const char *const *attempt_ids,
                                       const int64_t *epochs, size_t n,
                                       struct charged_error *err);
+
+/* The statement the attempts' calls are written with (stmt_log_calls'
+ * shape: nine arrays $1..$9, the actor $10, $11 whether an earlier write
+ * may have committed), for a writer of its own session: an authorization's
+ * review writes its look-up with its decision. */
+extern const char attempt_store_log_calls_sql[];
 
 #endif

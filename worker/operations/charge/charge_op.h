@@ -13,8 +13,10 @@
  * claimed and settled as payment attempts (attempt_store.h). */
 extern const struct engine_op charge_op;
 
-/* The request for the stored attempt p (never the message's copy). The
- * strings point into p and attempt_id, which must outlive the call. */
+/* The request for the stored attempt p (never the message's copy):
+ * op_attempts_request (op_shared.h), which an authorization's attempt
+ * sends as one. The strings point into p and attempt_id, which must
+ * outlive the call. */
 struct provider_charge charge_op_request(const struct attempt_params *p,
                                          const char *attempt_id);
 

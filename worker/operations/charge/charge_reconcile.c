@@ -1,8 +1,10 @@
 /* The charge's face for the reconciler (op.h's struct op_reconcile): the
- * look at an attempt left in doubt, and its store's hooks. */
+ * look at an attempt left in doubt, and its store's hooks; and the look at
+ * a payment attempt that an authorization's face shares (attempt_look.h). */
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "attempt_look.h"
 #include "attempt_store.h"
 #include "charge_op.h"
 #include "charged_assert.h"
@@ -14,17 +16,29 @@
 
 /* ---- the store ---- */
 
-OP_RECONCILE_STORE_HOOKS(charge, attempt_store, struct attempt_due, struct attempt_call,
-                         attempt_id)
+/* The charge's attempts only: an authorization's are its own look's (a hold
+ * is not money taken). */
+static void *charge_store_open(const char *url, const char *actor,
+                               const struct reconcile_limits *lim,
+                               struct charged_error *err)
+{
+    (void)lim;
+    return attempt_store_new_of(url, actor, "automatic", -1, err);
+}
 
-/* ---- the look ---- */
+OP_RECONCILE_STORE_HOOKS_OPENED(charge, charge_store_open, attempt_store,
+                                struct attempt_due, struct attempt_call, attempt_id)
 
-static void charge_begin(const struct op_look_env *env, const void *row,
-                         struct op_look_start *start, struct reconcile_look *core,
-                         int64_t claimed_at)
+/* ---- the look at an attempt ---- */
+
+void attempt_look_begin(enum reconcile_kind kind, const struct op_look_env *env,
+                        const void *row, struct op_look_start *start,
+                        struct reconcile_look *core, int64_t claimed_at)
 {
     const struct attempt_due *d = row;
     CHARGED_ASSERT(env && d && start && core);
+    /* Each look claims its own capture method's attempts. */
+    CHARGED_ASSERT((kind == RECONCILE_KIND_AUTHORIZATION) == (d->params.manual != 0));
     const struct reconcile_attempt a = {
         .id = d->id,
         .status = d->status,
@@ -34,6 +48,7 @@ static void charge_begin(const struct op_look_env *env, const void *row,
         .key_age_ms = d->key_age_ms,
         .first_sent_ms = d->first_sent_ms,
         .age_ms = d->age_ms,
+        .manual = d->params.manual,
     };
     *start = (struct op_look_start){
         .id = d->id,
@@ -43,11 +58,11 @@ static void charge_begin(const struct op_look_env *env, const void *row,
         .order_id = d->params.order_id,
         .about = d->params.order_id,
     };
-    reconcile_look_begin(core, RECONCILE_KIND_CHARGE, &env->lim, &a, claimed_at);
+    reconcile_look_begin(core, kind, &env->lim, &a, claimed_at);
 }
 
-static void charge_call(const struct op_look_env *env, const void *row,
-                        enum reconcile_next next, struct provider_result *res)
+void attempt_look_call(const struct op_look_env *env, const void *row,
+                       enum reconcile_next next, struct provider_result *res)
 {
     const struct attempt_due *d = row;
     CHARGED_ASSERT(env && d && res);
@@ -64,8 +79,8 @@ static void charge_call(const struct op_look_env *env, const void *row,
 
 /* The intents created while a call under the attempt's key could have
  * been (reconcile_policy says which window). */
-static void charge_page(const struct op_look_env *env, const void *row,
-                        const char *after, struct provider_result *page)
+void attempt_look_page(const struct op_look_env *env, const void *row,
+                       const char *after, struct provider_result *page)
 {
     const struct attempt_due *d = row;
     long long gte, lt;
@@ -75,8 +90,8 @@ static void charge_page(const struct op_look_env *env, const void *row,
     provider_client_list(env->provider, d->id, gte, lt, after, page);
 }
 
-static enum charged_rc charge_settle(void *store, struct op_settlement *s,
-                                     struct charged_error *err)
+enum charged_rc attempt_look_settle(void *store, struct op_settlement *s,
+                                    const char *event_type, struct charged_error *err)
 {
     struct attempt_call calls[OP_LOOK_ROWS_MAX];
     CHARGED_ASSERT(store && s && s->nrows <= OP_LOOK_ROWS_MAX);
@@ -95,6 +110,7 @@ static enum charged_rc charge_settle(void *store, struct op_settlement *s,
         .provider_payment_id = s->object_id,
         .evidence_json = s->evidence_json,
         .next_check_ms = s->next_check_ms,
+        .event_type = event_type,
         .calls = calls,
         .ncalls = s->nrows,
     };
@@ -104,20 +120,24 @@ static enum charged_rc charge_settle(void *store, struct op_settlement *s,
     return rc;
 }
 
+/* ---- the charge's ---- */
+
+static void charge_begin(const struct op_look_env *env, const void *row,
+                         struct op_look_start *start, struct reconcile_look *core,
+                         int64_t claimed_at)
+{
+    attempt_look_begin(RECONCILE_KIND_CHARGE, env, row, start, core, claimed_at);
+}
+
+static enum charged_rc charge_settle(void *store, struct op_settlement *s,
+                                     struct charged_error *err)
+{
+    return attempt_look_settle(store, s, NULL, err);
+}
+
 const struct op_reconcile charge_reconcile = {
-    .words = {.noun = "attempt",
-              .id_key = "payment_attempt_id",
-              .about_key = "order_id",
-              .object_key = "provider_payment_id",
-              .refused = "a settlement"},
-    .stages = {.claim = "claim", .settle = "settle", .backlog = "count backlog"},
-    .metrics = {.settlements = METRIC_RECONCILER_SETTLEMENTS,
-                .backlog = METRIC_RECONCILER_BACKLOG,
-                .oldest = METRIC_RECONCILER_OLDEST},
-    .due_size = sizeof(struct attempt_due),
+    ATTEMPT_LOOK_FACE,
     OP_RECONCILE_STORE(charge),
     .begin = charge_begin,
-    .call = charge_call,
-    .page = charge_page,
     .settle = charge_settle,
 };

@@ -2,13 +2,15 @@
  * op_webhook, for webhook_store): an event about a charge locks the
  * attempt it names (by its metadata's id, else by its intent), decides
  * (webhook_event_decide) and, when the decision moves it, moves it with
- * its transition, ledger entry and event, inside the store's transaction. */
+ * its transition, ledger entry and event, inside the store's transaction.
+ * The lock and the move are an authorization's too (attempt_webhook.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "attempt_sql.h"
 #include "attempt_status.h"
+#include "attempt_webhook.h"
 #include "charge.h"
 #include "charged_assert.h"
 #include "db.h"
@@ -83,6 +85,13 @@ static char *evidence_json(const struct webhook_event *ev)
         json_object_set_new(e, "currency", json_string(ev->currency));
     if (ev->decline_code[0])
         json_object_set_new(e, "decline_code", json_string(ev->decline_code));
+    /* An authorization's: what it holds, why it was canceled. */
+    if (ev->amount_capturable >= 0)
+        json_object_set_new(e, "amount_capturable",
+                            json_integer(ev->amount_capturable));
+    if (ev->cancellation_reason[0])
+        json_object_set_new(e, "cancellation_reason",
+                            json_string(ev->cancellation_reason));
     char *s = json_dumps(e, JSON_COMPACT);
     json_decref(e);
     return s;
@@ -130,64 +139,58 @@ static void read_attempt_row(PGresult *r, struct webhook_store_result *out,
     a->intent_recorded = PQgetvalue(r, 0, 9)[0] == 't';
 }
 
-/* Locks the attempt the event is about (by its metadata's id, else by its
- * intent) and decides what the event does to it, into *d and out. */
-static enum charged_rc lock_and_decide(store_conn_t *db, const struct webhook_event *ev,
-                                       struct webhook_store_result *out,
-                                       struct webhook_decision *d,
-                                       struct charged_error *err)
+enum charged_rc attempt_webhook_lock(store_conn_t *db, const struct webhook_event *ev,
+                                     struct webhook_store_result *out,
+                                     struct webhook_attempt *a, int *found,
+                                     struct charged_error *err)
 {
-    CHARGED_ASSERT(db && ev && out && d);
+    CHARGED_ASSERT(db && ev && out && a && found);
     PGresult *r = NULL;
     enum charged_rc x;
-    struct webhook_attempt a;
     const char *lock[3] = {ev->attempt_id[0] ? ev->attempt_id : NULL, ev->intent_id,
                            attempt_status_live_array()};
+    *found = 0;
     if ((x = store_conn_exec(db,
                              ev->attempt_id[0] ? SQL_LOCK_BY_ID : SQL_LOCK_BY_INTENT, 3,
                              lock, &r, err)) != CHARGED_OK)
         return webhook_apply_later_failed(x);
-    /* A hold is an authorization's evidence, not a charge's: as today's
-     * events of other types. */
-    if (ev->evidence == WEBHOOK_EVIDENCE_NONE ||
-        ev->evidence == WEBHOOK_EVIDENCE_AUTHORIZED) {
-        out->outcome = "ignored";
-        out->reason = "event type not acted on";
-    } else if (PQntuples(r) == 1) {
-        read_attempt_row(r, out, &a);
-        webhook_event_decide(ev, &a, d);
-        out->outcome = webhook_action_name(d->action);
-        out->reason = d->reason;
+    if (PQntuples(r) == 1) {
+        read_attempt_row(r, out, a);
+        *found = 1;
     }
     PQclear(r);
     return CHARGED_OK;
 }
 
-/* Moves the locked attempt as decided, with its transition, ledger entry
- * and event. */
-static enum charged_rc settle_attempt(store_conn_t *db, const struct webhook_event *ev,
-                                      const struct webhook_decision *d,
-                                      struct webhook_store_result *out,
-                                      struct charged_error *err)
+enum charged_rc attempt_webhook_check_now(store_conn_t *db, const char *attempt_id,
+                                          struct charged_error *err)
+{
+    return webhook_apply_check_now(db, SQL_CHECK_NOW, attempt_id, err);
+}
+
+enum charged_rc attempt_webhook_move(store_conn_t *db, const struct webhook_event *ev,
+                                     const struct webhook_decision *d,
+                                     const char *reason, const char *event_type,
+                                     struct webhook_store_result *out,
+                                     struct charged_error *err)
 {
     CHARGED_ASSERT(db && ev && d && out);
     /* Only a decision that moves the attempt is written. */
     CHARGED_ASSERT(d->action == WEBHOOK_APPLY || d->action == WEBHOOK_REVIEW);
     PGresult *r = NULL;
-    char reason[256], actor[300];
+    char actor[300];
     enum charged_rc rc = CHARGED_RETRY, x;
     char *evidence = evidence_json(ev);
     if (!evidence) {
         charged_error_set(err, "out of memory");
         return CHARGED_RETRY;
     }
-    reason_for(ev, d, reason, sizeof(reason));
     snprintf(actor, sizeof(actor), "webhook %s", ev->id);
     const char *p[8] = {out->attempt_id,
                         attempt_status_name(d->status),
-                        reason[0] ? reason : NULL,
+                        reason && reason[0] ? reason : NULL,
                         d->action == WEBHOOK_APPLY ? ev->intent_id : NULL,
-                        attempt_status_event_type(d->status),
+                        event_type,
                         evidence,
                         out->old_status,
                         actor};
@@ -207,26 +210,49 @@ static enum charged_rc settle_attempt(store_conn_t *db, const struct webhook_eve
 }
 
 /* An event about a charge: the attempt locked, decided and, when the
- * decision moves it, moved. */
+ * decision moves it, moved. A hold is an authorization's evidence, not a
+ * charge's: as today's events of other types, not acted on. */
 static enum charged_rc apply_attempt(store_conn_t *db, const struct webhook_event *ev,
                                      struct webhook_store_result *out,
                                      struct charged_error *err)
 {
     CHARGED_ASSERT(db && ev && out);
     struct webhook_decision d = {WEBHOOK_IGNORE, ATTEMPT_STATUS_PENDING, "", 0};
-    enum charged_rc rc = lock_and_decide(db, ev, out, &d, err);
-    if (rc == CHARGED_OK && d.check_now)
-        rc = webhook_apply_check_now(db, SQL_CHECK_NOW, out->attempt_id, err);
-    if (rc == CHARGED_OK && (d.action == WEBHOOK_APPLY || d.action == WEBHOOK_REVIEW))
-        rc = settle_attempt(db, ev, &d, out, err);
+    struct webhook_attempt a;
+    char reason[256];
+    int found = 0;
+    if (ev->evidence == WEBHOOK_EVIDENCE_NONE ||
+        ev->evidence == WEBHOOK_EVIDENCE_AUTHORIZED) {
+        out->outcome = "ignored";
+        out->reason = "event type not acted on";
+        return CHARGED_OK;
+    }
+    enum charged_rc rc = attempt_webhook_lock(db, ev, out, &a, &found, err);
+    if (rc != CHARGED_OK || !found)
+        return rc;
+    webhook_event_decide(ev, &a, &d);
+    out->outcome = webhook_action_name(d.action);
+    out->reason = d.reason;
+    if (d.check_now)
+        rc = attempt_webhook_check_now(db, out->attempt_id, err);
+    if (rc == CHARGED_OK && (d.action == WEBHOOK_APPLY || d.action == WEBHOOK_REVIEW)) {
+        reason_for(ev, &d, reason, sizeof(reason));
+        rc = attempt_webhook_move(db, ev, &d, reason,
+                                  attempt_status_event_type(d.status), out, err);
+    }
     return rc;
 }
 
-/* An event about a charge: every event but a refund's. */
+/* An event about a charge: every event but a refund's and an
+ * authorization's (a manual intent's, or its hold): a hold is not money
+ * taken, and those events are the authorize, capture and void
+ * operations' (op.h's table). */
 static int charge_takes(const struct webhook_event *ev)
 {
     CHARGED_ASSERT(ev);
-    return ev->evidence != WEBHOOK_EVIDENCE_REFUND;
+    return ev->evidence != WEBHOOK_EVIDENCE_REFUND &&
+           ev->evidence != WEBHOOK_EVIDENCE_AUTHORIZED &&
+           strcmp(ev->capture_method, "manual") != 0;
 }
 
 const struct op_webhook charge_webhook = {

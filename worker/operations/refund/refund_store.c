@@ -9,6 +9,7 @@
 #include "lease_sql.h"
 #include "refund_sql.h"
 #include "store_conn.h"
+#include "step_sql.h"
 #include "store_stmt.h"
 
 struct refund_store {
@@ -181,6 +182,12 @@ out:
 /* ---- claim ---- */
 
 /* clang-format off */
+/* What a charge's refunds are bound by: its amount, or what the capture
+ * took of an authorization (migration 0016's refunds_within_charge). */
+#define SQL_REFUNDABLE(p) \
+    "CASE " p ".capture_method WHEN 'manual' THEN coalesce(" p ".captured_amount, 0)" \
+    " ELSE " p ".amount END"
+
 /* A PENDING refund is leased only together with its reservation: the
  * charge's row is updated only while it is SUCCEEDED and the reservation
  * stays within its amount, re-read after any concurrent reservation
@@ -223,7 +230,7 @@ static const char *SQL_CLAIM =
     "  UPDATE payment_attempts p SET refund_reserved = p.refund_reserved + c.amount"
     "  FROM c WHERE c.status = " ATTEMPT_SQL(PENDING) " AND p.id = c.payment_attempt_id"
     "    AND p.status = " ATTEMPT_SQL(SUCCEEDED)
-    "    AND p.refund_reserved + c.amount <= p.amount"
+    "    AND p.refund_reserved + c.amount <= " SQL_REFUNDABLE("p")
     "  RETURNING c.id AS refund_id, p.provider_payment_id),"
     " d AS ("
     "  SELECT c.id, c.status AS old_status,"
@@ -234,7 +241,8 @@ static const char *SQL_CLAIM =
     "      WHEN p.status <> " ATTEMPT_SQL(SUCCEEDED) " THEN 'not_refundable: payment"
     " attempt ' || p.id || ' is ' || p.status"
     "      ELSE 'exceeds_charge: ' || c.amount || ' more would pass the charge of ' ||"
-    "        p.amount || ' (' || p.refund_reserved || ' refunded or in flight)' END"
+    "        " SQL_REFUNDABLE("p") " || ' (' || p.refund_reserved ||"
+    "        ' refunded or in flight)' END"
     "      AS rejected,"
     "    res.provider_payment_id, p.order_id, p.currency"
     "  FROM c LEFT JOIN res ON res.refund_id = c.id"
@@ -344,82 +352,25 @@ enum charged_rc refund_store_claim(refund_store_t *st, struct refund_claim_item 
 /* ---- provider calls ---- */
 
 /* clang-format off */
-/* The calls, from nine arrays at $a.., with the actor at `actor`: written
- * under the charge's attempt and marked with the refund. `where` limits
- * them. */
-#define SQL_REFUND_CALLS(a0, a1, a2, a3, a4, a5, a6, a7, a8, actor, where) \
-    "INSERT INTO provider_calls (payment_attempt_id, refund_id, operation, started_at," \
-    "  latency_ms, outcome, http_status, replayed, provider_payment_id, error, actor)" \
-    " SELECT r.payment_attempt_id, v.id, v.op, to_timestamp(v.started_ms / 1000.0)," \
-    "  v.latency, v.outcome, nullif(v.http, 0), v.replayed, nullif(v.ppid, '')," \
-    "  nullif(v.err, ''), " actor \
-    " FROM unnest(" a0 "::uuid[], " a1 "::text[], " a2 "::bigint[], " a3 "::int[]," \
-    "  " a4 "::text[], " a5 "::int[], " a6 "::bool[], " a7 "::text[], " a8 "::text[])" \
-    " AS v(id, op, started_ms, latency, outcome, http, replayed, ppid, err)" \
-    " JOIN refund_attempts r ON r.id = v.id" \
-    " JOIN payment_attempts p ON p.id = r.payment_attempt_id " where
-
-/* A call whose earlier write may have committed ($11 of its row) is
- * written only when no row of the same call is there. */
-static const char *SQL_LOG_CALLS =
-    SQL_REFUND_CALLS("$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8", "$9", "$10",
-    "WHERE NOT ((($11::bool[])[1]) AND EXISTS (SELECT 1 FROM provider_calls c"
-    "  WHERE c.refund_id = v.id AND c.operation = v.op"
-    "  AND c.started_at = to_timestamp(v.started_ms / 1000.0)"
-    "  AND c.outcome = v.outcome AND c.latency_ms = v.latency"
-    "  AND c.http_status IS NOT DISTINCT FROM nullif(v.http, 0)"
-    "  AND c.error IS NOT DISTINCT FROM nullif(v.err, '')))");
+static const char *SQL_LOG_CALLS = SQL_STEP_LOG_CALLS("refund_attempts", "refund_id");
 /* clang-format on */
 
-static void add_calls(struct stmt *s, int first, const struct refund_call *calls,
-                      size_t n)
+/* Call i of a batch of struct refund_call, for stmt_add_calls. */
+static void call_of(const void *items, size_t i, struct stmt_call *c)
 {
-    CHARGED_ASSERT(s && (calls || n == 0));
-    for (size_t i = 0; i < n; i++) {
-        const struct provider_result *r = calls[i].res;
-        stmt_add(s, first, calls[i].refund_id);
-        CHARGED_ASSERT(r && calls[i].refund_id);
-        stmt_add(s, first + 1, calls[i].operation ? calls[i].operation : "refund");
-        stmt_add_int(s, first + 2, calls[i].started_ms);
-        stmt_add_int(s, first + 3, r->latency_ms);
-        stmt_add(s, first + 4, provider_outcome_name(r->outcome));
-        stmt_add_int(s, first + 5, r->http_status);
-        stmt_add(s, first + 6, r->replayed ? "t" : "f");
-        stmt_add(s, first + 7, r->provider_payment_id);
-        stmt_add(s, first + 8, r->outcome == PROVIDER_SUCCEEDED ? "" : r->error);
-    }
+    const struct refund_call *r = &((const struct refund_call *)items)[i];
+    *c = (struct stmt_call){r->refund_id, r->operation, r->started_ms, r->res,
+                            r->written_maybe};
 }
 
-/* One statement per kind of write: the calls written maybe (written only
- * if absent) and the others. */
 enum charged_rc refund_store_log_calls(refund_store_t *st,
                                        const struct refund_call *calls, size_t n,
                                        struct charged_error *err)
 {
     CHARGED_ASSERT(st);
     CHARGED_ASSERT(calls || n == 0);
-    enum charged_rc rc = CHARGED_OK;
-    charged_error_clear(err);
-    if (n == 0)
-        return CHARGED_OK;
-    if (store_conn_open(st->db, NULL, err) != CHARGED_OK)
-        return CHARGED_RETRY;
-    for (int maybe = 0; maybe < 2 && rc == CHARGED_OK; maybe++) {
-        struct stmt s = {0};
-        size_t k = 0;
-        int a = stmt_arrays(&s, 9);
-        for (size_t i = 0; i < n; i++)
-            if (!!calls[i].written_maybe == maybe) {
-                add_calls(&s, a, &calls[i], 1);
-                k++;
-            }
-        stmt_text(&s, st->actor);
-        stmt_text(&s, maybe ? "{t}" : "{f}");
-        if (k > 0)
-            rc = stmt_run(st->db, &s, SQL_LOG_CALLS, NULL, err);
-        stmt_release(&s);
-    }
-    return rc;
+    return stmt_log_calls(st->db, st->actor, SQL_LOG_CALLS, calls, n, call_of, "refund",
+                          err);
 }
 
 /* ---- persist ---- */
@@ -534,22 +485,8 @@ enum charged_rc refund_store_hand_back(refund_store_t *st,
 
 /* clang-format off */
 static const char *SQL_CLAIM_DUE =
-    "WITH c AS ("
-    "  SELECT p.id FROM refund_attempts p"
-    "  WHERE (p.next_check_at IS NULL OR p.next_check_at <= now())"
-    "    AND ((p.status IN (" ATTEMPT_SQL(UNKNOWN) ", " ATTEMPT_SQL(PROCESSING) ")"
-    "          AND p.lease_owner IS NULL)"
-    "      OR (p.status = " ATTEMPT_SQL(UNKNOWN) " AND p.lease_expires_at < now())"
-    "      OR (p.status = " ATTEMPT_SQL(PROCESSING) " AND p.lease_expires_at <"
-    "          now() - make_interval(secs => $4::double precision / 1000)))"
-    "  ORDER BY p.next_check_at NULLS FIRST, p.id LIMIT $3::int"
-    "  FOR NO KEY UPDATE OF p SKIP LOCKED)"
-    "UPDATE refund_attempts p SET lease_owner = $1,"
-    "  lease_expires_at = now() + make_interval(secs => $2::double precision / 1000),"
-    "  lease_epoch = p.lease_epoch + 1,"
-    "  next_check_at = coalesce(p.next_check_at, now())"
-    " FROM c WHERE p.id = c.id"
-    " RETURNING p.id, p.lease_epoch, p.status, coalesce(p.provider_refund_id, ''),"
+    SQL_STEP_CLAIM_DUE("refund_attempts")
+    "coalesce(p.provider_refund_id, ''),"
     "  coalesce((extract(epoch FROM now() - p.first_sent_at) * 1000)::bigint, -1),"
     "  (extract(epoch FROM now() - p.created_at) * 1000)::bigint, p.reconcile_checks,"
     "  p.idempotency_key, coalesce(p.payment_intent, ''), p.payment_attempt_id,"
@@ -585,8 +522,9 @@ static const char *SQL_SETTLE =
     "  FROM u WHERE status <> old_status),"
     SQL_REFUND_OUTBOX_EVENTS("u") ","
     " pc AS ("
-    SQL_REFUND_CALLS("$12", "$13", "$14", "$15", "$16", "$17", "$18", "$19", "$20",
-                     "$4", "") ")"
+    SQL_STEP_CALLS("refund_attempts", "refund_id",
+                   "$12", "$13", "$14", "$15", "$16", "$17", "$18", "$19", "$20",
+                   "$4", "") ")"
     /* Settled, or busy: the row is what the settlement expects, but another
      * session holds it locked (nothing was written; nothing waited). */
     "SELECT (SELECT count(*) FROM u),"
@@ -673,7 +611,7 @@ enum charged_rc refund_store_settle(refund_store_t *st, struct refund_settlement
     stmt_int(&s, nrefunds);
     stmt_int_or_null(&s, it->next_check_ms);
     stmt_text(&s, attempt_status_refund_event_type(it->status));
-    add_calls(&s, stmt_arrays(&s, 9), it->calls, it->ncalls);
+    stmt_add_calls(&s, stmt_arrays(&s, 9), it->calls, it->ncalls, call_of, "refund");
     if ((rc = stmt_run(st->db, &s, SQL_SETTLE, &r, err)) == CHARGED_OK) {
         it->settled = stmt_col_int(r, 0, 0) == 1;
         it->busy = stmt_col_true(r, 0, 1);

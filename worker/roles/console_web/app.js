@@ -180,9 +180,12 @@ async function showReviews(page) {
   page.appendChild(el("h1", {}, "Review queue"));
   const r = await call("GET", "reviews");
   if (r.status !== 200) return page.appendChild(notice("error", r.data.error));
-  const rows = r.data.reviews;
-  if (!rows.length) return page.appendChild(el("div", { class: "card" }, el("p", { class: "muted", "data-testid": "reviews-empty" }, "Nothing waits for review.")));
+  const rows = r.data.reviews, steps = r.data.steps || [];
+  if (!rows.length && !steps.length) return page.appendChild(el("div", { class: "card" }, el("p", { class: "muted", "data-testid": "reviews-empty" }, "Nothing waits for review.")));
   const detail = el("div", { class: "card", "data-testid": "review-detail" }, el("p", { class: "muted" }, "Pick an attempt to see its evidence."));
+  if (steps.length) showSteps(page, steps);
+  if (!rows.length) return;
+  if (steps.length) page.appendChild(el("h2", {}, "Charges"));
   const list = table(["Attempt", "Amount", "Updated", "Why in review"],
     rows.map((a) => ({ a, testid: "review-" + a.payment_attempt_id,
       cells: [el("span", { class: "mono" }, a.payment_attempt_id), money(a.amount, a.currency), when(a.updated_at), a.reason || "-"] })),
@@ -247,12 +250,77 @@ function reviewDetail(box, a) {
   box.appendChild(out);
 }
 
-function forceBox(out, a, send) {
+// Captures, voids and authorizations in review (issue 37): each resolved by
+// its kind's decisions, the provider asked first, as an attempt's.
+const STEP_DECISIONS = {
+  capture: [["succeeded", "SUCCEEDED: the provider captured it"], ["failed", "FAILED: nothing was captured"]],
+  void: [["succeeded", "SUCCEEDED: the provider released it"], ["failed", "FAILED: it was not released"]],
+  authorization: [["succeeded", "SUCCEEDED: the provider captured it"], ["authorized", "AUTHORIZED: still held"],
+    ["voided", "VOIDED: released"], ["failed", "FAILED: never held"]],
+};
+
+function showSteps(page, steps) {
+  const detail = el("div", { class: "card", "data-testid": "step-detail" }, el("p", { class: "muted" }, "Pick one to resolve it."));
+  const list = table(["Kind", "Id", "Authorization", "Amount", "Updated", "Why in review"],
+    steps.map((st) => ({ st, testid: "step-" + st.id,
+      cells: [st.kind, el("span", { class: "mono" }, st.id), st.authorization_status || "-", money(st.amount, st.currency), when(st.updated_at), st.reason || "-"] })),
+    (row, tr) => {
+      for (const t of list.querySelectorAll("tr.selected")) t.classList.remove("selected");
+      tr.classList.add("selected");
+      stepDetail(clear(detail), row.st);
+    });
+  page.appendChild(el("h2", {}, "Captures, voids and authorizations"));
+  page.appendChild(el("div", { class: "split" }, el("div", { class: "card" }, list), detail));
+}
+
+function stepDetail(box, st) {
+  box.appendChild(el("h2", {}, st.kind + " " + st.id));
+  box.appendChild(el("dl", { class: "kv" },
+    el("dt", {}, "authorization"), el("dd", { class: "mono" }, st.payment_attempt_id),
+    el("dt", {}, "its status"), el("dd", {}, st.authorization_status || "-"),
+    el("dt", {}, "intent recorded"), el("dd", { class: "mono" }, st.provider_payment_id || "none"),
+    el("dt", {}, "amount"), el("dd", {}, money(st.amount, st.currency)),
+    el("dt", {}, "reason"), el("dd", {}, st.reason || "-")));
+  box.appendChild(el("p", {}, el("a", { href: "#/attempt/" + st.payment_attempt_id }, "Open the authorization's timeline")));
+  if (!isOperator()) {
+    box.appendChild(el("p", { class: "muted" }, "A viewer cannot resolve reviews."));
+    return;
+  }
+  const decision = el("select", { id: "step-decision" }, ...STEP_DECISIONS[st.kind].map(([v, t]) => el("option", { value: v }, t)));
+  const reason = el("input", { type: "text", id: "step-reason", placeholder: "how you know (required)" });
+  const out = el("div", { "data-testid": "step-result" });
+  const submit = el("button", { type: "button", "data-testid": "step-submit" }, "Ask the provider and resolve");
+  const send = async (force, confirm) => {
+    submit.disabled = true;
+    const body = { decision: decision.value, reason: reason.value.trim() };
+    if (force) { body.force = true; body.confirm = confirm; }
+    const r = await call("POST", "steps/" + st.kind + "/" + st.id + "/resolve", body);
+    submit.disabled = false;
+    clear(out);
+    if (r.status === 200) {
+      out.appendChild(notice("okay", "Resolved " + r.data.status + (r.data.forced ? " over the provider's objection" : "; the provider agrees") + "."));
+      submit.disabled = true;
+      return;
+    }
+    out.appendChild(notice("error", (r.status === 409 ? "Conflict: " : "") + (r.data.error || r.data.message || "refused")));
+    if (r.status === 422 && r.data.can_force) forceBox(out, { payment_attempt_id: st.id }, send, st.kind + " id");
+  };
+  submit.addEventListener("click", () => send(false));
+  box.appendChild(el("h2", {}, "Resolve"));
+  box.appendChild(el("label", { for: "step-decision" }, "Decision"));
+  box.appendChild(decision);
+  box.appendChild(el("label", { for: "step-reason" }, "Reason"));
+  box.appendChild(reason);
+  box.appendChild(el("div", { class: "row" }, submit));
+  box.appendChild(out);
+}
+
+function forceBox(out, a, send, noun = "attempt id") {
   const confirm = el("input", { type: "text", id: "force-confirm", placeholder: a.payment_attempt_id });
   const go = el("button", { type: "button", class: "danger", "data-testid": "force-submit" }, "Resolve anyway");
   go.addEventListener("click", () => send(true, confirm.value.trim()));
-  out.appendChild(el("p", {}, "The provider's evidence does not support this decision. To override it, type the attempt id and resolve anyway; the evidence records that you did."));
-  out.appendChild(el("label", { for: "force-confirm" }, "Attempt id"));
+  out.appendChild(el("p", {}, "The provider's evidence does not support this decision. To override it, type the " + noun + " and resolve anyway; the evidence records that you did."));
+  out.appendChild(el("label", { for: "force-confirm" }, noun[0].toUpperCase() + noun.slice(1)));
   out.appendChild(confirm);
   out.appendChild(el("div", { class: "row" }, go));
 }
@@ -415,6 +483,7 @@ function timeline(out, h) {
       el("dt", {}, "idempotency key"), el("dd", { class: "mono" }, a.idempotency_key),
       el("dt", {}, "provider intent"), el("dd", { class: "mono" }, a.provider_payment_id || "-"),
       el("dt", {}, "refunded"), el("dd", {}, money(a.refunded_amount || 0, a.currency)),
+      a.capture_method === "manual" ? [el("dt", {}, "captured"), el("dd", {}, a.captured_amount === null ? "-" : money(a.captured_amount, a.currency))] : null,
       el("dt", {}, "reason"), el("dd", {}, a.reason || "-"),
       el("dt", {}, "created"), el("dd", {}, a.created_at))));
   const items = [];
@@ -430,7 +499,15 @@ function timeline(out, h) {
     items.push({ at: e.created_at, kind: "result event", title: e.event_type, text: e.published_at ? "published " + e.published_at : "not published yet", detail: e.payload });
   for (const r of h.refunds || [])
     items.push({ at: r.updated_at, kind: "refund", title: r.status + " " + money(r.amount, r.currency), text: [r.refund_id, r.refund_reason, r.reason].filter(Boolean).join(" · ") });
-  items.sort((x, y) => (x.at || "").localeCompare(y.at || ""));
+  const steps = stepsOf(h, a);
+  for (const st of steps)
+    for (const t of st.transitions || [])
+      items.push({ at: t.at, kind: st.kind, title: st.id.slice(0, 8) + ": " + (t.old_status || "new") + " → " + t.new_status,
+        text: [t.cause, t.actor ? "by " + t.actor : "", t.reason || ""].filter(Boolean).join(" · "), detail: t.evidence });
+  // In time order; within one instant the attempt's move first (a step
+  // succeeds only once its authorization moved), as chargectl shows it.
+  const rank = { transition: 0 };
+  items.sort((x, y) => (x.at || "").localeCompare(y.at || "") || (rank[x.kind] ?? 1) - (rank[y.kind] ?? 1));
   const list = el("ol", { class: "timeline", "data-testid": "timeline" });
   for (const i of items)
     list.appendChild(el("li", { "data-kind": i.kind },
@@ -438,7 +515,26 @@ function timeline(out, h) {
       el("div", {}, el("span", { class: "kind" }, i.kind), i.title),
       i.text ? el("div", { class: "muted" }, i.text) : null,
       i.detail && Object.keys(i.detail).length ? el("details", {}, el("summary", {}, "evidence"), el("pre", {}, pretty(i.detail))) : null));
+  if (steps.length)
+    out.appendChild(el("div", { class: "card", "data-testid": "steps" }, el("h2", {}, "Captures and voids"),
+      table(["Step", "Id", "Status", "Amount", "Captured", "Reason", "Updated"], steps.map((st) => ({
+        testid: "step-" + st.id,
+        cells: [st.kind, el("span", { class: "mono" }, st.id), pill(st.status), st.amount, st.captured, st.reason || "-", when(st.updated_at)],
+      })))));
   out.appendChild(el("div", { class: "card" }, el("h2", {}, "Timeline"), list));
+}
+
+// An authorization's captures and voids, oldest first: each with its id,
+// status, what it asked, what it took, why, and its transitions.
+function stepsOf(h, a) {
+  const asMoney = (v) => (v === null || v === undefined ? "-" : money(v, a.currency));
+  const caps = (h.captures || []).map((c) => ({ kind: "capture", id: c.capture_id, status: c.status,
+    amount: c.amount === null ? "all" : asMoney(c.amount), captured: asMoney(c.captured_amount),
+    reason: c.reason, updated_at: c.updated_at, created_at: c.created_at, transitions: c.transitions }));
+  const voids = (h.voids || []).map((v) => ({ kind: "void", id: v.void_id, status: v.status,
+    amount: "-", captured: "-", reason: [v.void_reason, v.reason].filter(Boolean).join(" · "), updated_at: v.updated_at,
+    created_at: v.created_at, transitions: v.transitions }));
+  return caps.concat(voids).sort((x, y) => (x.created_at || "").localeCompare(y.created_at || ""));
 }
 
 // ---- start ----

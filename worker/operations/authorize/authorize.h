@@ -1,0 +1,20 @@
+/* authorize: the authorization's parts, for its line of the table
+ * (authorize.c). */
+#ifndef CHARGED_AUTHORIZE_H
+#define CHARGED_AUTHORIZE_H
+
+#include "op.h"
+
+/* The result event of an authorization the provider canceled on its own
+ * (its expiry): VOIDED `expired`, published as the authorization's
+ * failure (docs/messages.md: the money is no longer held for the order).
+ * A void's VOIDED is the void's own event (void.succeeded). */
+#define AUTHORIZE_EXPIRED_EVENT  "authorization.failed"
+#define AUTHORIZE_EXPIRED_REASON "expired"
+
+/* The reconciler's look at an authorization (authorize_look.c). */
+extern const struct op_reconcile authorize_reconcile;
+/* The api's webhook events about an authorization (authorize_webhook.c). */
+extern const struct op_webhook authorize_webhook;
+
+#endif

@@ -1,0 +1,55 @@
+/* The authorization's face for the reconciler (op.h's struct
+ * op_reconcile): the charge's look at a payment attempt (attempt_look.h),
+ * of the attempts with capture_method manual only, with the hold's
+ * meanings (reconcile_look's RECONCILE_KIND_AUTHORIZATION): an intent in
+ * requires_capture is AUTHORIZED, never SUCCEEDED. It also looks at the
+ * holds older than RECONCILER_AUTHORIZATION_EXPIRY_MS, by their recorded
+ * intent, for the provider's expiry whose webhook never came. */
+#include "attempt_look.h"
+#include "attempt_store.h"
+#include "authorize.h"
+#include "charged_assert.h"
+#include "metrics.h"
+#include "op.h"
+#include "op_shared.h"
+
+static void *authorize_store_open(const char *url, const char *actor,
+                                  const struct reconcile_limits *lim,
+                                  struct charged_error *err)
+{
+    CHARGED_ASSERT(lim && lim->authorization_expiry_ms > 0);
+    return attempt_store_new_of(url, actor, "manual", lim->authorization_expiry_ms,
+                                err);
+}
+
+OP_RECONCILE_STORE_HOOKS_OPENED(authorize, authorize_store_open, attempt_store,
+                                struct attempt_due, struct attempt_call, attempt_id)
+
+static void authorize_begin(const struct op_look_env *env, const void *row,
+                            struct op_look_start *start, struct reconcile_look *core,
+                            int64_t claimed_at)
+{
+    attempt_look_begin(RECONCILE_KIND_AUTHORIZATION, env, row, start, core, claimed_at);
+}
+
+/* A hold the provider canceled on its own is published as the
+ * authorization's (AUTHORIZE_EXPIRED_EVENT); every other move as its
+ * status's. */
+static enum charged_rc authorize_settle(void *store, struct op_settlement *s,
+                                        struct charged_error *err)
+{
+    CHARGED_ASSERT(s);
+    /* Only the provider's expiry voids a hold here (a void is its step's). */
+    CHARGED_ASSERT(s->status != ATTEMPT_STATUS_VOIDED ||
+                   s->expected == ATTEMPT_STATUS_AUTHORIZED);
+    return attempt_look_settle(
+        store, s, s->status == ATTEMPT_STATUS_VOIDED ? AUTHORIZE_EXPIRED_EVENT : NULL,
+        err);
+}
+
+const struct op_reconcile authorize_reconcile = {
+    ATTEMPT_LOOK_FACE,
+    OP_RECONCILE_STORE(authorize),
+    .begin = authorize_begin,
+    .settle = authorize_settle,
+};
