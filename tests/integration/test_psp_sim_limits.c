@@ -29,23 +29,11 @@ static struct psp_sim_process sim;
 struct reply {
     long status;
     long retry_after; /* -1: no Retry-After */
+    FILE *body;       /* curl writes the body here, into text */
     char *text;
     size_t n;
     json_t *json;
 };
-
-static size_t take_body(char *p, size_t size, size_t nmemb, void *u)
-{
-    struct reply *r = u;
-    size_t add = size * nmemb;
-    char *t = realloc(r->text, r->n + add + 1);
-    ck_assert_ptr_nonnull(t);
-    memcpy(t + r->n, p, add);
-    r->text = t;
-    r->n += add;
-    r->text[r->n] = '\0';
-    return add;
-}
 
 static size_t take_header(char *line, size_t size, size_t n, void *u)
 {
@@ -65,6 +53,8 @@ static CURL *prepare(struct reply *r, struct curl_slist **hdrs, const char *meth
     CURL *c = curl_easy_init();
 
     *r = (struct reply){.retry_after = -1};
+    r->body = open_memstream(&r->text, &r->n);
+    ck_assert_ptr_nonnull(r->body);
     *hdrs = NULL;
     if (key)
         snprintf(url, sizeof(url), "%s%s", sim.base_url, path);
@@ -85,8 +75,7 @@ static CURL *prepare(struct reply *r, struct curl_slist **hdrs, const char *meth
         curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 5000L);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, take_body);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, r->body);
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, take_header);
     curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
     return c;
@@ -97,7 +86,9 @@ static void finish(struct reply *r, CURL *c, struct curl_slist *hdrs)
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
     curl_easy_cleanup(c);
     curl_slist_free_all(hdrs);
-    r->json = r->text ? json_loads(r->text, 0, NULL) : NULL;
+    fclose(r->body);
+    r->body = NULL;
+    r->json = json_loads(r->text, 0, NULL);
 }
 
 static struct reply request(const char *method, const char *path, const char *key,

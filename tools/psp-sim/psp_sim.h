@@ -1,8 +1,8 @@
 /* psp_sim: what psp-sim's HTTP layer shares between its files:
  * psp_sim_main.c (start-up, the timer that resumes suspended connections,
  * the requests' life), psp_api.c (the provider API), psp_admin.c (the admin
- * API) and psp_usage.c (--help). One process: the store, the faults and
- * the webhooks are its globals, set once at start. */
+ * API) and psp_usage.c (--help). One process: the store, the faults, the
+ * rate limits and the webhooks are its globals, set once at start. */
 #ifndef PSP_SIM_H
 #define PSP_SIM_H
 

@@ -1,6 +1,7 @@
 /* psp-sim: a payment provider speaking the subset of Stripe's PaymentIntents
  * API that charged uses, with Stripe's idempotency semantics, injectable
- * faults and a ledger of what it actually charged.
+ * faults, Stripe-like rate limits (off by default) and a ledger of what it
+ * actually charged.
  *
  * Two listeners: the provider API (/v1/...) and an admin API (ledger, reset,
  * psp_sim_faults, psp_sim_webhooks) on its own port. Delays and stalls suspend the
