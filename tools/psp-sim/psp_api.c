@@ -515,8 +515,8 @@ static int endpoint_class(int refunds, const char *rest, const char *method)
                                       : -1;
 }
 
-/* The key's rate limits, before anything else is looked at: 1 with *rc
- * the 429 when over them, else 0. */
+/* The key (401 without an accepted one), then its rate limits, before
+ * anything else is looked at: 1 with *rc the refusal, else 0. */
 static int over_limit(struct req *r, int refunds, const char *rest, const char *method,
                       enum MHD_Result *rc)
 {
