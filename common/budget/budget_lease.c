@@ -40,7 +40,8 @@ struct budget_lease {
     ".capture_rps, 'refund', " b ".refund_rps, 'retrieve', " b ".retrieve_rps,"        \
     " 'search', " b ".search_rps, 'list', " b ".list_rps),"                            \
     " 'audit_floor_rps', " b ".audit_floor_rps, 'version', " b ".version,"             \
-    " 'updated_by', " b ".updated_by, 'updated_at', " b ".updated_at)"
+    " 'updated_by', " b ".updated_by, 'updated_at', to_char(" b                        \
+    ".updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'))"
 
 static int name_ok(const char *s)
 {
