@@ -77,8 +77,8 @@ int budget_demand_check(const struct budget_demand *d, const char **why)
 
 /* One allocation in progress: the room each limit has left (meaningful
  * where it is limited), what the floor gave each member's audit per class
- * (n x BUDGET_CLASS_COUNT), one class's split in progress (got, n), and
- * the targets being filled. */
+ * (n x BUDGET_CLASS_COUNT), one class's split in progress (got, n, and
+ * its fractions, n more), and the targets being filled. */
 struct alloc_work {
     const struct budget_demand *d;
     size_t n;
@@ -94,27 +94,52 @@ static long long demand_left(const struct alloc_work *w, size_t m, int p, int c)
     long long v = w->d[m].mrps[p][c];
     if (p == BUDGET_PRIO_AUDIT)
         v -= w->floor_c[m * BUDGET_CLASS_COUNT + c];
-    CHARGED_ASSERT(v >= 0);
-    return v;
+    return v > 0 ? v : 0; /* the floor may have given a whole request for less */
 }
 
-/* Gives `give` of class c to the members' demand of priority p, max-min
- * fair (water-filling: each gets min(its demand, a level), the level such
- * that all of give is given; a member asking less than an even share gets
- * all it asks), the rounding's last thousandths one each to those still
- * short. */
-static void split_class(struct alloc_work *w, int p, int c, long long want,
-                        long long give, int floor)
+/* The split in got[] (mrps) as whole requests/s: each member its floor,
+ * then the `units` left one each to the largest fractions. Returns what
+ * was given (mrps). Whole shares are what keep every second within the
+ * limit: a gate sends at most its whole rate in any second (budget_gate.h),
+ * where a fractional one could send one more. */
+static long long quantize(struct alloc_work *w, long long units)
 {
-    long long left = give;
+    long long *frac = w->got + w->n, used = 0;
+    for (size_t m = 0; m < w->n; m++) {
+        frac[m] = w->got[m] % BUDGET_UNIT;
+        w->got[m] -= frac[m];
+        used += w->got[m] / BUDGET_UNIT;
+    }
+    while (used < units) {
+        size_t best = w->n;
+        for (size_t m = 0; m < w->n; m++)
+            if (frac[m] > 0 && (best == w->n || frac[m] > frac[best]))
+                best = m;
+        if (best == w->n)
+            break;
+        w->got[best] += BUDGET_UNIT;
+        frac[best] = 0;
+        used++;
+    }
+    CHARGED_ASSERT(used <= units);
+    return used * BUDGET_UNIT;
+}
+
+/* Gives `give` (whole requests/s) of class c to the members' demand of
+ * priority p, max-min fair (water-filling: each gets min(its demand, a
+ * level), the level such that all of give is given; a member asking less
+ * than an even share gets all it asks), then in whole requests. Returns
+ * what was given. */
+static long long split_class(struct alloc_work *w, int p, int c, long long want,
+                             long long give, int floor)
+{
+    long long left = give < want ? give : 0;
     size_t k = 0;
     for (size_t m = 0; m < w->n; m++) {
         long long dm = demand_left(w, m, p, c);
-        w->got[m] = give == want ? dm : 0;
+        w->got[m] = give >= want ? dm : 0;
         k += dm > 0;
     }
-    if (give == want)
-        left = 0;
     while (k > 0 && left >= (long long)k) {
         long long level = left / (long long)k;
         for (size_t m = 0; m < w->n; m++) {
@@ -127,23 +152,46 @@ static void split_class(struct alloc_work *w, int p, int c, long long want,
             k -= g == short_by;
         }
     }
-    for (size_t m = 0; left > 0 && m < w->n; m++) {
-        if (w->got[m] < demand_left(w, m, p, c)) {
-            w->got[m]++;
-            left--;
-        }
-    }
-    CHARGED_ASSERT(left == 0);
+    long long given = quantize(w, give / BUDGET_UNIT);
     for (size_t m = 0; m < w->n; m++) {
         w->t[m].class_mrps[c] += w->got[m];
         if (floor)
             w->floor_c[m * BUDGET_CLASS_COUNT + c] += w->got[m];
     }
+    CHARGED_ASSERT(given <= give);
+    return given;
+}
+
+/* v rounded up to whole requests/s. */
+static long long ceil_unit(long long v)
+{
+    return (v + BUDGET_UNIT - 1) / BUDGET_UNIT * BUDGET_UNIT;
+}
+
+/* Each class's give scaled down together to budget, in whole requests/s,
+ * the units the rounding left one each to classes still short. */
+static void scale_to(long long give[BUDGET_CLASS_COUNT], long long sum,
+                     long long budget)
+{
+    long long full[BUDGET_CLASS_COUNT], scaled = 0;
+    for (int c = 0; c < BUDGET_CLASS_COUNT; c++) {
+        full[c] = give[c];
+        give[c] = give[c] * budget / sum / BUDGET_UNIT * BUDGET_UNIT;
+        scaled += give[c];
+    }
+    for (int c = 0; c < BUDGET_CLASS_COUNT && scaled < budget; c++) {
+        if (give[c] < full[c]) {
+            give[c] += BUDGET_UNIT;
+            scaled += BUDGET_UNIT;
+        }
+    }
+    CHARGED_ASSERT(scaled <= budget);
 }
 
 /* Serves priority p within `budget` of the global room (-1: the whole
  * room): each class's demand up to its class room, scaled down together
- * when their sum passes the budget. floor: the audit floor's pass. */
+ * when their sum passes the budget, in whole requests/s (rounded up while
+ * the room allows: the rooms are whole). floor: the audit floor's pass. */
 static void grant_priority(struct alloc_work *w, int p, long long budget, int floor)
 {
     long long want[BUDGET_CLASS_COUNT], give[BUDGET_CLASS_COUNT], sum = 0;
@@ -154,26 +202,23 @@ static void grant_priority(struct alloc_work *w, int p, long long budget, int fl
         want[c] = 0;
         for (size_t m = 0; m < w->n; m++)
             want[c] += demand_left(w, m, p, c);
-        give[c] = want[c];
+        give[c] = ceil_unit(want[c]);
         if (w->c_lim[c] && give[c] > w->room_c[c])
             give[c] = w->room_c[c];
         if (limited && give[c] > budget)
             give[c] = budget;
         sum += give[c];
     }
-    if (limited && sum > budget) {
-        long long scaled = 0;
-        for (int c = 0; c < BUDGET_CLASS_COUNT; c++)
-            scaled += give[c] = give[c] * budget / sum;
-        CHARGED_ASSERT(scaled <= budget);
-        sum = scaled;
-    }
+    if (limited && sum > budget)
+        scale_to(give, sum, budget);
+    sum = 0;
     for (int c = 0; c < BUDGET_CLASS_COUNT; c++) {
         if (give[c] == 0)
             continue;
-        split_class(w, p, c, want[c], give[c], floor);
+        long long given = split_class(w, p, c, want[c], give[c], floor);
         if (w->c_lim[c])
-            w->room_c[c] -= give[c];
+            w->room_c[c] -= given;
+        sum += given;
     }
     if (limited)
         w->room_g -= sum;
@@ -202,11 +247,12 @@ static void split_leftover(struct alloc_work *w, int cls, long long room)
         k = w->n;
     if (k == 0 || room <= 0)
         return;
-    long long each = room / (long long)k, rest = room % (long long)k;
+    long long units = room / BUDGET_UNIT; /* whole requests/s, as every share */
+    long long each = units / (long long)k * BUDGET_UNIT, rest = units % (long long)k;
     for (size_t m = 0; m < w->n; m++) {
         if (!any && !has_demand(&w->d[m], cls))
             continue;
-        long long add = each + (rest > 0 ? 1 : 0);
+        long long add = each + (rest > 0 ? BUDGET_UNIT : 0);
         rest -= rest > 0;
         if (cls < 0)
             w->t[m].global_mrps += add;
@@ -270,7 +316,7 @@ int budget_alloc_targets(const struct budget_settings *s,
     if (n == 0)
         return 0;
     w.floor_c = calloc(n * BUDGET_CLASS_COUNT, sizeof(*w.floor_c));
-    w.got = calloc(n, sizeof(*w.got));
+    w.got = calloc(2 * n, sizeof(*w.got)); /* and the fractions */
     if (!w.floor_c || !w.got) {
         free(w.floor_c);
         free(w.got);

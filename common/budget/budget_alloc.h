@@ -6,9 +6,12 @@
  * budget", says why the fleet's sum never passes the limit.
  *
  * Units: the settings are whole requests per second, as people set them;
- * demands and shares are milli-requests per second (mrps), so that a
- * limit splits among members to a thousandth of a request. A limit of 0
- * is no limit; a share of BUDGET_UNLIMITED is no limit either. */
+ * demands and shares are milli-requests per second (mrps). A demand may be
+ * a fraction of a request/s; every target (and so every share held) is a
+ * whole number of requests/s (BUDGET_UNIT): a gate spending a whole rate
+ * sends no more than that rate in any second, so whole shares that sum
+ * within a limit keep every second within it. A limit of 0 is no limit; a
+ * share of BUDGET_UNLIMITED is no limit either. */
 #ifndef CHARGED_BUDGET_ALLOC_H
 #define CHARGED_BUDGET_ALLOC_H
 
@@ -37,6 +40,8 @@ enum budget_priority {
 };
 
 #define BUDGET_UNLIMITED (-1LL)
+/* One request/s in mrps: every target is a whole number of them. */
+#define BUDGET_UNIT 1000LL
 /* The largest limit one may set (requests/s), and so the largest demand
  * of one (priority, class) a member may report (mrps). */
 #define BUDGET_RPS_MAX         1000000LL
@@ -82,10 +87,12 @@ int budget_demand_check(const struct budget_demand *d, const char **why);
  * that order: the audit floor first (to members with audit demand), then
  * each priority in order, each class within its class limit and all within
  * the global one (a priority's grant split among its members max-min fair:
- * one asking less than an even share gets all it asks), then what is left split evenly
- * among the members with demand (any member when none has): room to grow. The targets'
- * sum stays within each limit. 0, or -1 and why when an input is refused (a bad setting
- * or demand, n above BUDGET_MEMBERS_MAX); targets is then zeroed. n may be 0. */
+ * one asking less than an even share gets all it asks; then rounded to
+ * whole requests/s, the units left to the largest fractions), then what is left split
+ * evenly among the members with demand (any member when none has): room to grow. The
+ * targets' sum stays within each limit. 0, or -1 and why when an input is refused (a
+ * bad setting or demand, n above BUDGET_MEMBERS_MAX); targets is then zeroed. n may be
+ * 0. */
 int budget_alloc_targets(const struct budget_settings *s,
                          const struct budget_demand *demands, size_t n,
                          struct budget_share *targets, const char **why);

@@ -4,8 +4,8 @@
  *
  * A token bucket per endpoint class and one for the global share, each
  * filled at its share's rate and holding at most BUDGET_GATE_BURST_MS of
- * it (at least one request); buckets start empty, and a share lowered caps
- * the tokens at once. A caller asks "may I send a request of this class,
+ * it (at least one request: with 0, one); buckets start empty, and a share
+ * lowered caps the tokens at once. A caller asks "may I send a request of this class,
  * for this priority, now?" and gets 0 (yes: the tokens are taken) or how
  * long to wait before asking again. Waiters are served by priority: a
  * refused caller is counted as waiting (its ticket) until it is let
@@ -23,9 +23,13 @@
 
 #include "budget_alloc.h"
 
-/* A bucket holds this much of its share's rate (and at least one
- * request). */
-#define BUDGET_GATE_BURST_MS 100
+/* A bucket holds this much of its share's rate, and at least one
+ * request. 0, no burst: a gate of a whole rate R then sends at most R in
+ * any second (its one token at the second's start, and R - 1 more filled
+ * before its end), which a burst would pass. The cost: a caller that asks
+ * late loses the time it was late (the engine parks a job for exactly the
+ * wait it was given). */
+#define BUDGET_GATE_BURST_MS 0
 /* The longest wait the gate answers: with no share (0, or past the lease)
  * the caller asks again after it, when a refresh may have given one. */
 #define BUDGET_GATE_WAIT_MAX_MS 250

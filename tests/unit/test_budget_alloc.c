@@ -103,8 +103,8 @@ START_TEST(a_class_limit_binds_its_class_and_splits_fairly)
      * bounded by the global share (its demand plus room to grow). */
     ck_assert_int_eq(t[1].class_mrps[BUDGET_CLASS_SEARCH], BUDGET_UNLIMITED);
     /* 100 - 25 - 20 = 55 left, split between the two with demand. */
-    ck_assert_int_eq(t[0].global_mrps, R(15) + 27500);
-    ck_assert_int_eq(t[1].global_mrps, R(10) + R(20) + 27500);
+    ck_assert_int_eq(t[0].global_mrps, R(15) + R(28));
+    ck_assert_int_eq(t[1].global_mrps, R(10) + R(20) + R(27));
     assert_within(&s, t, 2);
 }
 END_TEST
@@ -157,12 +157,12 @@ START_TEST(what_is_left_is_split_among_members_with_demand)
     ck_assert_int_eq(t[1].global_mrps, R(20) + R(35));
     ck_assert_int_eq(t[2].global_mrps, 0);
 
-    /* An idle fleet: evenly among all, the remainder a thousandth each. */
+    /* An idle fleet: evenly among all, in whole requests/s. */
     memset(d, 0, sizeof(d));
     alloc(&s, d, 3, t);
-    ck_assert_int_eq(t[0].global_mrps, 33334);
-    ck_assert_int_eq(t[1].global_mrps, 33333);
-    ck_assert_int_eq(t[2].global_mrps, 33333);
+    ck_assert_int_eq(t[0].global_mrps, R(34));
+    ck_assert_int_eq(t[1].global_mrps, R(33));
+    ck_assert_int_eq(t[2].global_mrps, R(33));
     assert_within(&s, t, 3);
 
     /* A class's leftover goes to the members with demand on it. */
@@ -171,6 +171,33 @@ START_TEST(what_is_left_is_split_among_members_with_demand)
     alloc(&s, d, 3, t);
     ck_assert_int_eq(t[2].class_mrps[BUDGET_CLASS_REFUND], R(9));
     ck_assert_int_eq(t[0].class_mrps[BUDGET_CLASS_REFUND], 0);
+    assert_within(&s, t, 3);
+}
+END_TEST
+
+START_TEST(every_share_is_whole_requests_per_second)
+{
+    struct budget_settings s = limits(25, 1);
+    struct budget_demand d[3] = {0};
+    struct budget_share t[3];
+    /* 25 split three ways, and fractional demands: whole shares, the
+     * units the rounding leaves to the largest fractions. */
+    for (int m = 0; m < 3; m++)
+        want(&d[m], BUDGET_PRIO_CHARGE, BUDGET_CLASS_CREATE, 100);
+    alloc(&s, d, 3, t);
+    ck_assert_int_eq(t[0].global_mrps + t[1].global_mrps + t[2].global_mrps, R(25));
+    for (int m = 0; m < 3; m++)
+        ck_assert_int_eq(t[m].global_mrps % BUDGET_UNIT, 0);
+    memset(d, 0, sizeof(d));
+    d[0].mrps[BUDGET_PRIO_LOOKUP][BUDGET_CLASS_RETRIEVE] = 300;
+    d[1].mrps[BUDGET_PRIO_AUDIT][BUDGET_CLASS_LIST] = 200; /* below the floor */
+    d[2].mrps[BUDGET_PRIO_CHARGE][BUDGET_CLASS_CREATE] = 20500;
+    alloc(&s, d, 3, t);
+    ck_assert_int_eq(t[1].floor_mrps, R(1));  /* a whole request for 0.2 */
+    ck_assert_int_ge(t[0].global_mrps, R(1)); /* 0.3 of a look-up: a whole one */
+    ck_assert_int_le(t[2].global_mrps, R(23));
+    for (int m = 0; m < 3; m++)
+        ck_assert_int_eq(t[m].global_mrps % BUDGET_UNIT, 0);
     assert_within(&s, t, 3);
 }
 END_TEST
@@ -359,6 +386,7 @@ int main(void)
     tcase_add_test(tc, a_class_limit_binds_its_class_and_splits_fairly);
     tcase_add_test(tc, the_audit_floor_is_served_before_every_priority);
     tcase_add_test(tc, what_is_left_is_split_among_members_with_demand);
+    tcase_add_test(tc, every_share_is_whole_requests_per_second);
     tcase_add_test(tc, no_limit_is_unlimited_shares);
     tcase_add_test(tc, bad_input_is_refused);
     tcase_add_test(tc, the_take_lowers_at_once_and_raises_only_into_room);

@@ -72,31 +72,26 @@ END_TEST
 START_TEST(a_lowered_share_caps_the_tokens_at_once)
 {
     struct budget_gate g;
-    struct budget_share big = share_of(100, 0), small = share_of(10, 0);
+    struct budget_share big = share_of(100, 0), none = share_of(0, 0);
+    struct budget_share small = share_of(10, 0);
     int sent = 0;
     budget_gate_init(&g, 0);
     budget_gate_set_share(&g, &big, FOREVER, 0);
-    /* A full bucket: 100 ms of 100/s, 10 requests. */
+    /* No burst: a full bucket is one request, whatever the idle time. */
     for (int i = 0; i < 20; i++) {
         struct budget_ticket t = ticket(BUDGET_CLASS_CREATE, BUDGET_PRIO_CHARGE);
         sent += budget_gate_ask(&g, &t, 5000) == 0;
         budget_gate_forget(&g, &t);
     }
-    ck_assert_int_eq(sent, 10);
-    budget_gate_set_share(&g, &big, FOREVER, 6000);
-    budget_gate_set_share(&g, &small, FOREVER, 6000); /* lowered: one left */
-    sent = 0;
-    for (int i = 0; i < 20; i++) {
-        struct budget_ticket t = ticket(BUDGET_CLASS_CREATE, BUDGET_PRIO_CHARGE);
-        sent += budget_gate_ask(&g, &t, 6000) == 0;
-        budget_gate_forget(&g, &t);
-    }
     ck_assert_int_eq(sent, 1);
-    /* A share of 0 sends nothing, and says to ask again later. */
-    struct budget_share none = share_of(0, 0);
+    /* Lowered to nothing, its token is gone at once; raised again, the
+     * bucket fills from then at the new rate. */
     struct budget_ticket t = ticket(BUDGET_CLASS_CREATE, BUDGET_PRIO_CAPTURE);
-    budget_gate_set_share(&g, &none, FOREVER, 7000);
-    ck_assert_int_eq(budget_gate_ask(&g, &t, 9000), BUDGET_GATE_WAIT_MAX_MS);
+    budget_gate_set_share(&g, &none, FOREVER, 6000);
+    ck_assert_int_eq(budget_gate_ask(&g, &t, 6000), BUDGET_GATE_WAIT_MAX_MS);
+    budget_gate_set_share(&g, &small, FOREVER, 7000);
+    ck_assert_int_eq(budget_gate_ask(&g, &t, 7000), 100);
+    ck_assert_int_eq(budget_gate_ask(&g, &t, 7100), 0);
 }
 END_TEST
 
