@@ -45,5 +45,7 @@ int ctl_authorization(int argc, char **argv);
 int ctl_audit(int argc, char **argv);
 /* chargectl console token add|list|revoke. */
 int ctl_console(int argc, char **argv);
+/* chargectl provider limits show|set: the fleet's provider budget. */
+int ctl_provider(int argc, char **argv);
 
 #endif

@@ -23,6 +23,7 @@ static const struct ctl_command ctl_commands[] = {
     {"authorization", ctl_authorization, "list authorizations, resolve their reviews"},
     {"audit", ctl_audit, "the auditor's verdicts and findings; audit a window now"},
     {"console", ctl_console, "the operator console's access tokens"},
+    {"provider", ctl_provider, "the provider's rate budget: show and set its limits"},
 };
 
 static void usage(FILE *out)

@@ -1,0 +1,120 @@
+/* budget_alloc: the fleet's provider budget divided among its members, pure
+ * (no clock, no I/O): the settings and every live member's demand give
+ * every member's target share (budget_alloc_targets), and the two-phase
+ * rule gives what a member may hold of its target while the others still
+ * hold theirs (budget_alloc_take). docs/architecture.md, "The provider
+ * budget", says why the fleet's sum never passes the limit.
+ *
+ * Units: the settings are whole requests per second, as people set them;
+ * demands and shares are milli-requests per second (mrps). A demand may be
+ * a fraction of a request/s; every target (and so every share held) is a
+ * whole number of requests/s (BUDGET_UNIT): a gate spending a whole rate
+ * sends no more than that rate in any second, so whole shares that sum
+ * within a limit keep every second within it. A limit of 0 is no limit; a
+ * share of BUDGET_UNLIMITED is no limit either. */
+#ifndef CHARGED_BUDGET_ALLOC_H
+#define CHARGED_BUDGET_ALLOC_H
+
+#include <stddef.h>
+
+/* The provider's endpoint classes (the names of the settings, of psp-sim's
+ * limiter and of the metrics). */
+enum budget_class {
+    BUDGET_CLASS_CREATE,   /* POST /v1/payment_intents */
+    BUDGET_CLASS_CAPTURE,  /* POST .../capture and .../cancel */
+    BUDGET_CLASS_REFUND,   /* POST /v1/refunds */
+    BUDGET_CLASS_RETRIEVE, /* GET one intent or refund */
+    BUDGET_CLASS_SEARCH,   /* GET /v1/payment_intents/search */
+    BUDGET_CLASS_LIST,     /* GET /v1/payment_intents, /v1/refunds */
+    BUDGET_CLASS_COUNT
+};
+
+/* What a request is for, first served first. */
+enum budget_priority {
+    BUDGET_PRIO_CAPTURE, /* captures and voids */
+    BUDGET_PRIO_REFUND,
+    BUDGET_PRIO_CHARGE, /* charges and authorizations */
+    BUDGET_PRIO_LOOKUP, /* look-ups that settle UNKNOWN */
+    BUDGET_PRIO_AUDIT,  /* the auditor's walks: a floor keeps them alive */
+    BUDGET_PRIO_COUNT
+};
+
+#define BUDGET_UNLIMITED (-1LL)
+/* One request/s in mrps: every target is a whole number of them. */
+#define BUDGET_UNIT 1000LL
+/* The largest limit one may set (requests/s), and so the largest demand
+ * of one (priority, class) a member may report (mrps). */
+#define BUDGET_RPS_MAX         1000000LL
+#define BUDGET_DEMAND_MAX_MRPS (BUDGET_RPS_MAX * 1000LL)
+/* The most members one allocation divides among. */
+#define BUDGET_MEMBERS_MAX 4096
+
+/* One account's settings (table provider_budget). */
+struct budget_settings {
+    long long global_rps;                    /* 0: no limit */
+    long long class_rps[BUDGET_CLASS_COUNT]; /* 0: no limit for the class */
+    long long audit_floor_rps; /* what the audit priority gets first when it
+                                  has demand and a global limit is set */
+};
+
+/* What a member would send, by what for and where (mrps, >= 0). */
+struct budget_demand {
+    long long mrps[BUDGET_PRIO_COUNT][BUDGET_CLASS_COUNT];
+};
+
+/* A member's share (mrps, or BUDGET_UNLIMITED): of the global limit and of
+ * each class's. floor_mrps is the part of global_mrps its audit requests
+ * may take ahead of every other priority (<= global_mrps). */
+struct budget_share {
+    long long global_mrps;
+    long long class_mrps[BUDGET_CLASS_COUNT];
+    long long floor_mrps;
+};
+
+/* "create", ...; NULL out of range. parse: the value, or -1. */
+const char *budget_class_name(enum budget_class c);
+int budget_class_parse(const char *name);
+const char *budget_priority_name(enum budget_priority p);
+int budget_priority_parse(const char *name);
+
+/* 0 when the settings may be set, else -1 and why (a static string): a
+ * value outside 0..BUDGET_RPS_MAX, or a floor above a set global limit. */
+int budget_settings_check(const struct budget_settings *s, const char **why);
+/* 0 when each demand is in 0..BUDGET_DEMAND_MAX_MRPS, else -1 and why. */
+int budget_demand_check(const struct budget_demand *d, const char **why);
+
+/* Every member's target from the settings and the n members' demands, in
+ * that order: the audit floor first (to members with audit demand), then
+ * each priority in order, each class within its class limit and all within
+ * the global one (a priority's grant split among its members max-min fair:
+ * one asking less than an even share gets all it asks; then rounded to
+ * whole requests/s, the units left to the largest fractions), then what is left split
+ * evenly among the members with demand (any member when none has): room to grow. The
+ * targets' sum stays within each limit. 0, or -1 and why when an input is refused (a
+ * bad setting or demand, n above BUDGET_MEMBERS_MAX); targets is then zeroed. n may be
+ * 0. */
+int budget_alloc_targets(const struct budget_settings *s,
+                         const struct budget_demand *demands, size_t n,
+                         struct budget_share *targets, const char **why);
+
+/* others = others + one, a limit at a time (BUDGET_UNLIMITED absorbs). */
+void budget_share_add(struct budget_share *others, const struct budget_share *one);
+/* The zero share (others of an empty fleet, a member without a lease). */
+void budget_share_zero(struct budget_share *s);
+
+/* The two-phase rule: what a member holds from now, given its target and
+ * the sum of what the other live members hold: for each limit,
+ * min(target, limit - others), never below 0 (a member lowers to its
+ * target at once and takes more only from room already given back); no
+ * limit: its target. So the holders' sum stays within each limit whenever
+ * every member's hold is taken this way, one at a time. */
+void budget_alloc_take(const struct budget_settings *s,
+                       const struct budget_share *target,
+                       const struct budget_share *others, struct budget_share *held);
+
+/* Whether the held shares' sum is within every limit (for tests and the
+ * simulation): 1 or 0. */
+int budget_alloc_within(const struct budget_settings *s,
+                        const struct budget_share *sum);
+
+#endif

@@ -1,0 +1,101 @@
+/* budget_lease: a process's lease of its share of the fleet's provider
+ * budget, in PostgreSQL (tables of migrations/0020_provider_budget.sql),
+ * and the budget's settings as chargectl reads and sets them.
+ *
+ * A refresh is one short transaction, never across a provider call: it
+ * locks the account's settings row (FOR UPDATE; a session lock_timeout of
+ * BUDGET_LOCK_TIMEOUT: the only waiter is another member's refresh), reads
+ * the live members, runs budget_alloc_targets over their demands and this
+ * member's new one, takes what budget_alloc_take allows (the two-phase
+ * rule: lower at once, raise only into room the others gave back), writes
+ * this member's demand, share and lease (expires_at = now() + lease_ms)
+ * and deletes the members whose lease ended. Refreshes are serialized by
+ * the lock, so the live members' shares never sum above a limit.
+ *
+ * Every call answers in the one error contract (charged_error.h), its
+ * code the SQLSTATE: CHARGED_WAIT when another refresh held the lock past
+ * BUDGET_LOCK_TIMEOUT (keep the share held until its lease ends, try at
+ * the next tick), CHARGED_BAD_ITEM for a value refused, CHARGED_RETRY for
+ * an outage. A call that fails wrote nothing. One thread uses a lease. */
+#ifndef CHARGED_BUDGET_LEASE_H
+#define CHARGED_BUDGET_LEASE_H
+
+#include <jansson.h>
+
+#include "budget_alloc.h"
+#include "charged_error.h"
+
+#define BUDGET_ACCOUNT_DEFAULT "default"
+/* A member's lease, and how often it is meant to be refreshed. */
+#define BUDGET_LEASE_MS     1000
+#define BUDGET_REFRESH_MS   250
+#define BUDGET_LOCK_TIMEOUT "200ms"
+/* The longest account, role or actor name. */
+#define BUDGET_NAME_MAX 64
+
+typedef struct budget_lease budget_lease_t;
+
+/* A member of account's budget for role (e.g. "worker"), known by a new
+ * random member id, with its pid and host; lease_ms > 0 (BUDGET_LEASE_MS).
+ * Does not connect. NULL and err on a bad URL, a name out of
+ * 1..BUDGET_NAME_MAX bytes, or out of memory. chargectl opens one too, to
+ * read and set the settings; it never refreshes. */
+budget_lease_t *budget_lease_new(const char *database_url, const char *account,
+                                 const char *role, long long lease_ms,
+                                 struct charged_error *err);
+void budget_lease_free(budget_lease_t *l);
+/* The member id (a UUID's text). */
+const char *budget_lease_member(const budget_lease_t *l);
+
+/* What a refresh decided. */
+struct budget_refresh {
+    struct budget_settings settings;
+    long long version;          /* the settings' version */
+    struct budget_share target; /* this member's target */
+    struct budget_share held;   /* what it holds now (<= target) */
+    long long lease_ms;         /* held until the caller's clock read just
+                                   before the call, plus this */
+    int members;                /* live members, this one included */
+};
+
+/* One refresh with this member's demand (checked: a bad one is
+ * CHARGED_BAD_ITEM). On CHARGED_OK *out says what it holds; the caller
+ * hands it to its gate (budget_gate_set_share) with the lease counted from
+ * its clock read before the call. An account without a settings row gets
+ * the default one (no limit). */
+enum charged_rc budget_lease_refresh(budget_lease_t *l,
+                                     const struct budget_demand *demand,
+                                     struct budget_refresh *out,
+                                     struct charged_error *err);
+
+/* A clean exit: this member's row is deleted, its share free for the next
+ * refresh of another. */
+enum charged_rc budget_lease_leave(budget_lease_t *l, struct charged_error *err);
+
+/* The settings row as JSON ({"account", "global_rps", "classes":
+ * {"create": N, ...}, "audit_floor_rps", "version", "updated_by",
+ * "updated_at"}) and the live members ({"member_id", "role", "pid",
+ * "host", "held_mrps": [8], "demand_mrps": [30], "expires_in_ms"}), in
+ * *settings and *members (the caller owns both). CHARGED_NOT_FOUND when
+ * the account has no settings row. */
+enum charged_rc budget_lease_show(budget_lease_t *l, json_t **settings,
+                                  json_t **members, struct charged_error *err);
+
+/* A change of the settings: each field set in `given` (1) takes its value,
+ * the rest keep theirs. */
+struct budget_change {
+    struct budget_settings to;
+    int global, cls[BUDGET_CLASS_COUNT], audit_floor;
+};
+
+/* Applies the change in one transaction (the row locked, version + 1,
+ * updated_by = actor; a row of provider_budget_changes with actor, before
+ * and after) and returns the new row as *after (as budget_lease_show's).
+ * CHARGED_BAD_ITEM with why when the result is refused
+ * (budget_settings_check) or the actor is not 1..BUDGET_NAME_MAX bytes;
+ * CHARGED_NOT_FOUND when the account has no row (nothing written). */
+enum charged_rc budget_lease_set(budget_lease_t *l, const struct budget_change *change,
+                                 const char *actor, json_t **after,
+                                 struct charged_error *err);
+
+#endif

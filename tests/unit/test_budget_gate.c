@@ -1,0 +1,206 @@
+/* Unit tests of common/budget/budget_gate: one process spending its share,
+ * on a clock of the test's own. It paces at its share (no second holds
+ * more), its waits are exact, a lowered share caps the tokens at once,
+ * waiters are served by priority (a waiter whose class has no token does
+ * not hold up the others), the audit floor keeps audit alive under a
+ * saturating higher priority, and nothing goes past the lease. */
+#include <check.h>
+#include <string.h>
+
+#include "budget_gate.h"
+#include "test_env.h"
+
+#define R(x)    ((x)*1000LL)
+#define FOREVER (1LL << 40)
+
+/* A share of global_rps with every class unlimited, floor floor_rps. */
+static struct budget_share share_of(long long global_rps, long long floor_rps)
+{
+    struct budget_share s = {.global_mrps = R(global_rps), .floor_mrps = R(floor_rps)};
+    for (int c = 0; c < BUDGET_CLASS_COUNT; c++)
+        s.class_mrps[c] = BUDGET_UNLIMITED;
+    return s;
+}
+
+static struct budget_ticket ticket(enum budget_class c, enum budget_priority p)
+{
+    struct budget_ticket t = {.cls = c, .prio = p, .waiting = 0};
+    return t;
+}
+
+START_TEST(it_paces_at_its_share_and_no_second_holds_more)
+{
+    struct budget_gate g;
+    struct budget_share s = share_of(10, 0);
+    int per_second[10] = {0}, total = 0;
+    s.class_mrps[BUDGET_CLASS_CREATE] = R(10);
+    budget_gate_init(&g, 0);
+    budget_gate_set_share(&g, &s, FOREVER, 0);
+    for (long long now = 0; now < 10000; now++) {
+        struct budget_ticket t = ticket(BUDGET_CLASS_CREATE, BUDGET_PRIO_CHARGE);
+        if (budget_gate_ask(&g, &t, now) == 0) {
+            per_second[now / 1000]++;
+            total++;
+        } else {
+            budget_gate_forget(&g, &t);
+        }
+    }
+    for (int i = 0; i < 10; i++)
+        ck_assert_int_le(per_second[i], 10);
+    ck_assert_int_eq(total, 99); /* at 100, 200, ... 9900 ms */
+}
+END_TEST
+
+START_TEST(its_wait_is_exact)
+{
+    struct budget_gate g;
+    struct budget_share s = share_of(4, 0); /* one every 250 ms */
+    struct budget_ticket t = ticket(BUDGET_CLASS_RETRIEVE, BUDGET_PRIO_LOOKUP);
+    budget_gate_init(&g, 1000);
+    budget_gate_set_share(&g, &s, FOREVER, 1000);
+    ck_assert_int_eq(budget_gate_ask(&g, &t, 1000), 250);
+    ck_assert_int_eq(t.waiting, 1);
+    ck_assert_int_eq(budget_gate_ask(&g, &t, 1249), 1);
+    ck_assert_int_eq(budget_gate_ask(&g, &t, 1250), 0);
+    ck_assert_int_eq(t.waiting, 0);
+    ck_assert_int_eq(budget_gate_ask(&g, &t, 1251), 249);
+    budget_gate_forget(&g, &t);
+    ck_assert_int_eq(g.waiting[BUDGET_PRIO_LOOKUP][BUDGET_CLASS_RETRIEVE], 0);
+}
+END_TEST
+
+START_TEST(a_lowered_share_caps_the_tokens_at_once)
+{
+    struct budget_gate g;
+    struct budget_share big = share_of(100, 0), none = share_of(0, 0);
+    struct budget_share small = share_of(10, 0);
+    int sent = 0;
+    budget_gate_init(&g, 0);
+    budget_gate_set_share(&g, &big, FOREVER, 0);
+    /* No burst: a full bucket is one request, whatever the idle time. */
+    for (int i = 0; i < 20; i++) {
+        struct budget_ticket t = ticket(BUDGET_CLASS_CREATE, BUDGET_PRIO_CHARGE);
+        sent += budget_gate_ask(&g, &t, 5000) == 0;
+        budget_gate_forget(&g, &t);
+    }
+    ck_assert_int_eq(sent, 1);
+    /* Lowered to nothing, its token is gone at once; raised again, the
+     * bucket fills from then at the new rate. */
+    struct budget_ticket t = ticket(BUDGET_CLASS_CREATE, BUDGET_PRIO_CAPTURE);
+    budget_gate_set_share(&g, &none, FOREVER, 6000);
+    ck_assert_int_eq(budget_gate_ask(&g, &t, 6000), BUDGET_GATE_WAIT_MAX_MS);
+    budget_gate_set_share(&g, &small, FOREVER, 7000);
+    ck_assert_int_eq(budget_gate_ask(&g, &t, 7000), 100);
+    ck_assert_int_eq(budget_gate_ask(&g, &t, 7100), 0);
+}
+END_TEST
+
+START_TEST(waiters_are_served_by_priority)
+{
+    struct budget_gate g;
+    struct budget_share s = share_of(10, 0);
+    struct budget_ticket charge = ticket(BUDGET_CLASS_CREATE, BUDGET_PRIO_CHARGE);
+    struct budget_ticket look = ticket(BUDGET_CLASS_RETRIEVE, BUDGET_PRIO_LOOKUP);
+    struct budget_ticket cap = ticket(BUDGET_CLASS_CAPTURE, BUDGET_PRIO_CAPTURE);
+    budget_gate_init(&g, 0);
+    budget_gate_set_share(&g, &s, FOREVER, 0);
+    ck_assert_int_eq(budget_gate_ask(&g, &charge, 0), 100); /* waits */
+    /* The token comes at 100: the charge waiting above it takes it first. */
+    ck_assert_int_gt(budget_gate_ask(&g, &look, 100), 0);
+    ck_assert_int_eq(budget_gate_ask(&g, &charge, 100), 0);
+    ck_assert_int_eq(budget_gate_ask(&g, &look, 200), 0);
+
+    /* A capture waiting on a class with no share holds up no one. */
+    s.class_mrps[BUDGET_CLASS_CAPTURE] = 0;
+    budget_gate_set_share(&g, &s, FOREVER, 200);
+    ck_assert_int_eq(budget_gate_ask(&g, &cap, 300), BUDGET_GATE_WAIT_MAX_MS);
+    ck_assert_int_eq(budget_gate_ask(&g, &charge, 300), 0);
+    /* A lower priority waits for a waiter above it only while that one
+     * waits: once forgotten, it goes. */
+    struct budget_ticket charge2 = ticket(BUDGET_CLASS_CREATE, BUDGET_PRIO_CHARGE);
+    ck_assert_int_gt(budget_gate_ask(&g, &charge2, 350), 0);
+    ck_assert_int_gt(budget_gate_ask(&g, &look, 400), 0);
+    budget_gate_forget(&g, &charge2);
+    ck_assert_int_eq(budget_gate_ask(&g, &look, 400), 0);
+    budget_gate_forget(&g, &cap);
+}
+END_TEST
+
+/* A charge always waiting and an audit asking every ms, 10 s: the floor
+ * gives the audit its rate; without it the audit starves. */
+static int audit_sent(long long floor_rps)
+{
+    struct budget_gate g;
+    struct budget_share s = share_of(10, floor_rps);
+    struct budget_ticket charge = ticket(BUDGET_CLASS_CREATE, BUDGET_PRIO_CHARGE);
+    int audits = 0, charges = 0;
+    budget_gate_init(&g, 0);
+    budget_gate_set_share(&g, &s, FOREVER, 0);
+    for (long long now = 0; now < 10000; now++) {
+        struct budget_ticket audit = ticket(BUDGET_CLASS_LIST, BUDGET_PRIO_AUDIT);
+        charges += budget_gate_ask(&g, &charge, now) == 0;
+        audits += budget_gate_ask(&g, &audit, now) == 0;
+        budget_gate_forget(&g, &audit);
+    }
+    ck_assert_int_le(audits + charges, 100);
+    return audits;
+}
+
+START_TEST(the_floor_keeps_the_audit_alive)
+{
+    ck_assert_int_eq(audit_sent(0), 0);
+    int with = audit_sent(2);
+    ck_assert_int_ge(with, 19);
+    ck_assert_int_le(with, 21);
+}
+END_TEST
+
+START_TEST(nothing_goes_past_the_lease)
+{
+    struct budget_gate g;
+    struct budget_share s = share_of(1000, 0);
+    struct budget_ticket t = ticket(BUDGET_CLASS_CREATE, BUDGET_PRIO_CAPTURE);
+    budget_gate_init(&g, 0);
+    ck_assert_int_eq(budget_gate_ask(&g, &t, 0),
+                     BUDGET_GATE_WAIT_MAX_MS); /* no share */
+    budget_gate_set_share(&g, &s, 1000, 0);
+    ck_assert_int_eq(budget_gate_ask(&g, &t, 500), 0);
+    ck_assert_int_eq(budget_gate_ask(&g, &t, 1000), BUDGET_GATE_WAIT_MAX_MS);
+    budget_gate_set_share(&g, &s, 2250, 1250); /* renewed */
+    ck_assert_int_eq(budget_gate_ask(&g, &t, 1300), 0);
+    budget_gate_forget(&g, &t);
+}
+END_TEST
+
+START_TEST(unlimited_always_goes)
+{
+    struct budget_gate g;
+    struct budget_share s;
+    s.global_mrps = BUDGET_UNLIMITED;
+    s.floor_mrps = 0;
+    for (int c = 0; c < BUDGET_CLASS_COUNT; c++)
+        s.class_mrps[c] = BUDGET_UNLIMITED;
+    budget_gate_init(&g, 0);
+    budget_gate_set_share(&g, &s, FOREVER, 0);
+    for (int i = 0; i < 100000; i++) {
+        struct budget_ticket t = ticket((enum budget_class)(i % BUDGET_CLASS_COUNT),
+                                        (enum budget_priority)(i % BUDGET_PRIO_COUNT));
+        ck_assert_int_eq(budget_gate_ask(&g, &t, 5), 0);
+    }
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("budget_gate");
+    TCase *tc = tcase_create("budget_gate");
+    tcase_add_test(tc, it_paces_at_its_share_and_no_second_holds_more);
+    tcase_add_test(tc, its_wait_is_exact);
+    tcase_add_test(tc, a_lowered_share_caps_the_tokens_at_once);
+    tcase_add_test(tc, waiters_are_served_by_priority);
+    tcase_add_test(tc, the_floor_keeps_the_audit_alive);
+    tcase_add_test(tc, nothing_goes_past_the_lease);
+    tcase_add_test(tc, unlimited_always_goes);
+    suite_add_tcase(s, tc);
+    return test_env_run_suite(s);
+}
