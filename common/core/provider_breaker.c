@@ -6,7 +6,8 @@
 
 struct bucket {
     int64_t start; /* of its slice of time; a bucket older than the window is empty */
-    int calls, failures;
+    int calls, failures; /* answers other than 429, and failures among them */
+    int throttled;       /* 429s */
 };
 
 struct provider_breaker {
@@ -22,6 +23,9 @@ struct provider_breaker {
     int probe_out;                         /* HALF_OPEN: the probe is in flight */
     int probation; /* CLOSED by a probe: the first calls decide */
     int probation_out, probation_done, probation_failures;
+    /* CLOSED: the first 429 since the last other answer (INT64_MIN: the
+     * last answer was not a 429): nothing but 429s since then. */
+    int64_t throttled_since;
     size_t in_flight;
     uint64_t opens;
 };
@@ -29,7 +33,8 @@ struct provider_breaker {
 static void clear_window(provider_breaker_t *b)
 {
     for (int i = 0; i < BREAKER_BUCKETS; i++)
-        b->window[i] = (struct bucket){INT64_MIN, 0, 0};
+        b->window[i] = (struct bucket){INT64_MIN, 0, 0, 0};
+    b->throttled_since = INT64_MIN;
 }
 
 provider_breaker_t *provider_breaker_new(const struct provider_breaker_config *cfg)
@@ -89,7 +94,7 @@ static struct bucket *bucket_at(provider_breaker_t *b, int64_t now)
                                   BREAKER_BUCKETS];
     int64_t start = slice * b->bucket_ms;
     if (k->start != start)
-        *k = (struct bucket){start, 0, 0};
+        *k = (struct bucket){start, 0, 0, 0};
     return k;
 }
 
@@ -187,17 +192,54 @@ static int end_ticket(provider_breaker_t *b, const struct provider_breaker_ticke
     return 1;
 }
 
+/* 429s in the window as of now_ms. */
+static int window_throttled(const provider_breaker_t *b, int64_t now_ms)
+{
+    int n = 0;
+    for (int i = 0; i < BREAKER_BUCKETS; i++) {
+        const struct bucket *k = &b->window[i];
+        if (k->start != INT64_MIN && k->start > now_ms - b->cfg.window_ms &&
+            k->start <= now_ms)
+            n += k->throttled;
+    }
+    CHARGED_ASSERT(n >= 0);
+    return n;
+}
+
+/* A 429 while closed: counted apart; it opens the breaker only when
+ * nothing but 429s came back for a whole window. */
+static void record_throttled(provider_breaker_t *b, int64_t now_ms)
+{
+    CHARGED_ASSERT(b->state == PROVIDER_BREAKER_CLOSED);
+    bucket_at(b, now_ms)->throttled++;
+    if (b->throttled_since == INT64_MIN)
+        b->throttled_since = now_ms;
+    if (b->cfg.failure_rate > 0 && now_ms - b->throttled_since >= b->cfg.window_ms &&
+        window_throttled(b, now_ms) >= b->cfg.min_calls)
+        move_to(b, PROVIDER_BREAKER_OPEN, now_ms);
+}
+
 void provider_breaker_record(provider_breaker_t *b,
                              const struct provider_breaker_ticket *t,
                              enum provider_breaker_answer a, int64_t now_ms)
 {
     int calls, failures;
     CHARGED_ASSERT(t &&
-                   (a == PROVIDER_BREAKER_SUCCESS || a == PROVIDER_BREAKER_FAILURE));
+                   (a == PROVIDER_BREAKER_SUCCESS || a == PROVIDER_BREAKER_FAILURE ||
+                    a == PROVIDER_BREAKER_THROTTLED));
     if (!end_ticket(b, t))
         return;
+    if (a == PROVIDER_BREAKER_THROTTLED && b->state == PROVIDER_BREAKER_CLOSED) {
+        /* On probation too: a 429 says nothing of whether charges work;
+         * its place in the probation is free again (end_ticket). */
+        record_throttled(b, now_ms);
+        return;
+    }
+    if (a == PROVIDER_BREAKER_THROTTLED)
+        a = PROVIDER_BREAKER_FAILURE; /* half-open: still nothing but 429s */
     switch (b->state) {
     case PROVIDER_BREAKER_CLOSED: {
+        b->throttled_since = INT64_MIN;
         struct bucket *k = bucket_at(b, now_ms);
         k->calls++;
         k->failures += a == PROVIDER_BREAKER_FAILURE;
@@ -272,7 +314,9 @@ uint64_t provider_breaker_opens(const provider_breaker_t *b)
 
 enum provider_breaker_answer provider_breaker_classify(int http_status)
 {
-    if (http_status == 0 || http_status == 429 || http_status >= 500)
+    if (http_status == 429)
+        return PROVIDER_BREAKER_THROTTLED;
+    if (http_status == 0 || http_status >= 500)
         return PROVIDER_BREAKER_FAILURE;
     return PROVIDER_BREAKER_SUCCESS;
 }

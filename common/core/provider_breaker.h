@@ -26,9 +26,16 @@
  * time-based window); `min_calls` keeps a handful of calls from deciding.
  *
  * What counts as a failure: an answer that says the provider, not the
- * request, is in trouble: 429, 5xx, or no answer at all (connection refused
- * or lost, a timeout). Every other answer, a decline, a 400 or a 409
- * included, shows a provider that works. Each call takes a ticket when it
+ * request, is in trouble: 5xx, or no answer at all (connection refused or
+ * lost, a timeout). Every other answer, a decline, a 400 or a 409 included,
+ * shows a provider that works. A 429 is neither: it says we are over our
+ * rate budget (the sender slows down, provider_pace.h), not that the
+ * provider is down, so it is left out of the rate (calls and failures
+ * alike). Only when nothing but 429s came back for a whole `window_ms`
+ * (at least `min_calls` of them, no other answer since the first) does it
+ * open, as an outage would; a probe answered 429 while half-open is still
+ * nothing but 429s, and opens it again; on probation a 429 decides
+ * nothing. Each call takes a ticket when it
  * is allowed and hands it back with its answer (or unused); a call that was
  * allowed before the breaker last changed state still ends and is counted
  * in flight, but its answer changes nothing: it tells of the provider as it
@@ -48,7 +55,8 @@ enum provider_breaker_state {
 
 enum provider_breaker_answer {
     PROVIDER_BREAKER_SUCCESS = 0, /* the provider answered */
-    PROVIDER_BREAKER_FAILURE,     /* 429, 5xx, or no answer */
+    PROVIDER_BREAKER_FAILURE,     /* 5xx, or no answer */
+    PROVIDER_BREAKER_THROTTLED,   /* 429: over our budget, not a failure */
 };
 
 /* Buckets of the sliding window. */
@@ -116,7 +124,7 @@ int64_t provider_breaker_next_allow_ms(provider_breaker_t *b, int64_t now_ms);
 size_t provider_breaker_in_flight(const provider_breaker_t *b);
 
 /* The window while closed, as of now_ms: calls ended and failures among
- * them. */
+ * them (429s are neither). */
 void provider_breaker_window(provider_breaker_t *b, int64_t now_ms, int *calls,
                              int *failures);
 

@@ -56,3 +56,33 @@ int provider_outcome_id_ok(const char *id)
             return 0;
     return 1;
 }
+
+long long provider_outcome_retry_after_ms(const char *header)
+{
+    long long s = 0;
+    const char *p = header;
+    if (!p)
+        return 0;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (*p < '0' || *p > '9')
+        return 0;
+    for (; *p >= '0' && *p <= '9'; p++)
+        if (s <= PROVIDER_RETRY_AFTER_MAX_MS / 1000)
+            s = s * 10 + (*p - '0');
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (*p)
+        return 0; /* not delta-seconds: an HTTP-date, or junk */
+    long long ms =
+        s * 1000 > PROVIDER_RETRY_AFTER_MAX_MS ? PROVIDER_RETRY_AFTER_MAX_MS : s * 1000;
+    CHARGED_ASSERT(ms >= 0 && ms <= PROVIDER_RETRY_AFTER_MAX_MS);
+    return ms;
+}
+
+int provider_outcome_parks(const struct provider_result *res)
+{
+    CHARGED_ASSERT(res != NULL);
+    return res->outcome == PROVIDER_NOT_EXECUTED &&
+           (res->throttled || res->http_status == 409);
+}

@@ -18,7 +18,8 @@ enum provider_outcome {
     PROVIDER_SUCCEEDED = 0,   /* charge confirmed; provider_payment_id set */
     PROVIDER_PROCESSING,      /* accepted, settles later (webhook, lookup) */
     PROVIDER_DECLINED,        /* the card was declined: code, decline_code set */
-    PROVIDER_NOT_EXECUTED,    /* 409, 429, refused before sending: retry same key */
+    PROVIDER_NOT_EXECUTED,    /* 409, 429, refused before sending: retry same key
+                                 (a 429 says `throttled`) */
     PROVIDER_UNKNOWN,         /* 5xx, timeout, lost after sending: reconcile */
     PROVIDER_REQUIRES_REVIEW, /* the key reused for another request, or an answer we
                                  cannot place */
@@ -34,12 +35,17 @@ const char *provider_outcome_name(enum provider_outcome o);
 
 struct provider_result {
     enum provider_outcome outcome;
-    int http_status; /* 0: no answer */
-    int replayed;    /* the provider answered from its idempotency store */
-    int sent;        /* request bytes reached the wire */
-    int resent;      /* times curl itself sent it again with the same key: a
-                        pooled connection closed without an answer (the
-                        first try may have executed) */
+    int http_status;          /* 0: no answer */
+    int replayed;             /* the provider answered from its idempotency store */
+    int throttled;            /* a 429: over the provider's rate limit, nothing executed
+                                 (NOT_EXECUTED; a look-up's stays UNKNOWN, no evidence);
+                                 it slows the sender, it is no outage */
+    long long retry_after_ms; /* throttled: the provider's Retry-After, bounded
+                                 (PROVIDER_RETRY_AFTER_MAX_MS); 0: none given */
+    int sent;                 /* request bytes reached the wire */
+    int resent;               /* times curl itself sent it again with the same key: a
+                                 pooled connection closed without an answer (the
+                                 first try may have executed) */
     long latency_ms;
     long long amount;           /* of the intent, when the answer carried one */
     char currency[8];           /* of the intent, lower case as sent; "" when absent */
@@ -75,6 +81,22 @@ void provider_outcome_detail(const struct provider_result *res, char *buf, size_
  * request again itself, with the same key: the first try may have
  * executed, so it is recorded as a call of its own, outcome unknown. */
 struct provider_result provider_outcome_lost_answer(void);
+
+/* The longest Retry-After honoured: a minute. The provider's word is a
+ * hint, not a lease on our slot: a job parked longer than that holds its
+ * lease and its partition's commits for nothing (it is asked again then,
+ * and parks again if still throttled). */
+#define PROVIDER_RETRY_AFTER_MAX_MS 60000LL
+
+/* A Retry-After header's value as milliseconds: delta-seconds (digits
+ * only, RFC 9110), bounded to PROVIDER_RETRY_AFTER_MAX_MS; 0 when absent,
+ * empty, an HTTP-date or anything else (the sender's own back-off then). */
+long long provider_outcome_retry_after_ms(const char *header);
+
+/* Does this answer park its job (its slot freed, sent again later with the
+ * same key): a 429 (throttled) or a 409 (the key in use by a request still
+ * running upstream)? Neither executed; neither says the provider is down. */
+int provider_outcome_parks(const struct provider_result *res);
 
 /* A provider id we can store and look up again: letters, digits and '_',
  * and shorter than PROVIDER_ID_MAX. */

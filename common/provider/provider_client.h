@@ -9,7 +9,10 @@
  * contract's table. Whether a request reached the wire is observed, not
  * guessed: a failed transfer that sent no request byte is NOT_EXECUTED
  * (retry with the same key); one that did is UNKNOWN (reconcile, never
- * FAILED). The API key is sent as a bearer token and never logged, stored in
+ * FAILED). A 429 is over the provider's rate limit: NOT_EXECUTED (a
+ * look-up's UNKNOWN) with `throttled` set and `retry_after_ms` from its
+ * Retry-After header (provider_outcome.h); no other answer is throttled.
+ * The API key is sent as a bearer token and never logged, stored in
  * a result or written to an error line.
  *
  * Blocking calls (charge, retrieve, search, list) are safe from several threads;

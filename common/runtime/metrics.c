@@ -228,6 +228,11 @@ static const struct metric_family families[METRIC__COUNT] = {
                       "Void attempts whose outcome this worker persisted (or rejected "
                       "before any provider call), by that status.",
                       {"status"}},
+    [METRIC_PROVIDER_THROTTLED] = {"charged_provider_throttled_total",
+                                   METRIC_COUNTER,
+                                   "Provider requests answered 429 (over the rate "
+                                   "limit, not executed), by endpoint class.",
+                                   {"class"}},
 };
 
 struct series {

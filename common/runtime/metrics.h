@@ -67,6 +67,7 @@ enum metric_key {
     METRIC_RECONCILER_VOID_SETTLEMENTS, /* charged_reconciler_void_settlements_total
                                            {status} */
     METRIC_VOIDS,                       /* charged_voids_processed_total{status} */
+    METRIC_PROVIDER_THROTTLED,          /* charged_provider_throttled_total{class} */
     METRIC__COUNT
 };
 

@@ -154,6 +154,10 @@ START_TEST(rate_limit_429_is_not_executed)
     struct provider_result r = run("pc-429", 100, "pm_card_visa");
     ck_assert_int_eq(r.outcome, PROVIDER_NOT_EXECUTED);
     ck_assert_int_eq(r.http_status, 429);
+    /* Issue 38: said so, for the caller to slow down; no Retry-After from
+     * this fault, so none. */
+    ck_assert_int_eq(r.throttled, 1);
+    ck_assert_int_eq(r.retry_after_ms, 0);
     ck_assert_uint_eq(psp_sim_charges(&sim), 0);
 }
 END_TEST

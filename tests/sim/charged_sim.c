@@ -346,7 +346,7 @@ static void world_init(struct world *w, uint64_t seed, unsigned breaks, int trac
                    .retry_base_ms = 200,
                    .retry_max_ms = 5000,
                    .first_look_ms = 2000},
-        .max_in_flight = MAX_JOBS,
+        .max_in_flight = MAX_IN_FLIGHT,
         .recheck_ms = w->set.recheck_ms,
         .key_retention_ms = w->set.key_retention_ms,
         .key_margin_ms = charge_policy_key_margin_ms(w->set.key_retention_ms,
@@ -498,6 +498,8 @@ static const struct {
      "a capture takes an authorization voided or held by a void"},
     {"capture-amount", SIM_BREAK_CAPTURE_AMOUNT,
      "a capture of more than the authorization is claimed and sent"},
+    {"park", SIM_BREAK_PARK, "a throttled or key-in-use job retries in its slot"},
+    {"unpark", SIM_BREAK_UNPARK, "a parked job never comes back to its call"},
     {"refund-captured", SIM_BREAK_REFUND_CAPTURED,
      "an authorization's refunds are bound by its amount, not its capture"},
 };
@@ -606,7 +608,7 @@ int main(int argc, char **argv)
                "applied %llu foreign %llu jumps %llu crashes %llu rebalances %llu "
                "authorized %llu captured %llu voided %llu step_rejected %llu "
                "hold_lost %llu step_unknown %llu captured_refunds %llu "
-               "charged %lld "
+               "throttled %llu parked %llu charged %lld "
                "refunded %lld hash %016llx\n",
                (unsigned long long)s, (unsigned long long)steps, w.next_attempt,
                w.next_refund, (unsigned long long)w.charges_sent,
@@ -621,8 +623,10 @@ int main(int argc, char **argv)
                (unsigned long long)w.captured, (unsigned long long)w.voided,
                (unsigned long long)w.step_rejected, (unsigned long long)w.hold_lost,
                (unsigned long long)w.step_unknown,
-               (unsigned long long)w.captured_refunds, w.prov->charged_total,
-               w.prov->refunded_total, (unsigned long long)world_hash(&w));
+               (unsigned long long)w.captured_refunds,
+               (unsigned long long)w.prov->throttled, (unsigned long long)w.parked,
+               w.prov->charged_total, w.prov->refunded_total,
+               (unsigned long long)world_hash(&w));
         world_release(&w);
     }
     fflush(stdout);

@@ -20,10 +20,13 @@
 #include "sim_store.h"
 #include "sim_world.h"
 
-#define NPARTS           4
-#define NWORKERS         3
-#define NRECONCILERS     2
-#define MAX_JOBS         64 /* a worker's backlog cap (WORKER_MAX_IN_FLIGHT-ish) */
+#define NPARTS       4
+#define NWORKERS     3
+#define NRECONCILERS 2
+#define MAX_JOBS     64 /* a worker's backlog cap (WORKER_MAX_IN_FLIGHT-ish) */
+/* Slots: fewer than MAX_JOBS, so that a backlog waits for them (issue 38:
+ * throttled jobs must not hold them all). */
+#define MAX_IN_FLIGHT    8
 #define TRACE_N          32
 #define RECONCILER_ID(i) (100 + (i))
 #define START_MS         1700000000000LL
@@ -108,6 +111,8 @@ struct sim_job {
     int intent;    /* refunds: the charge's intent, from the claim */
     int64_t answer_at;
     struct provider_result answer; /* CALLING: what will arrive */
+    uint64_t due_step;             /* PARKED: the step it was first seen due with a slot
+                                      free (0: not so) */
 };
 
 struct worker {
@@ -166,6 +171,7 @@ struct world {
     /* Authorizations and their steps (issue 37). */
     uint64_t authorized, captured, voided, step_rejected, hold_lost, step_unknown,
         captured_refunds;
+    uint64_t parked; /* jobs throttled or their key in use, parked (issue 38) */
 };
 
 /* "pi_12" -> 12; "" -> SIM_NULL. */

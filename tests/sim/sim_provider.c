@@ -6,6 +6,7 @@
 
 /* Faults, per mille of calls (psp-sim's demo mix, roughly). */
 #define P_TOO_MANY     30 /* 429 before executing */
+#define P_STORM        1  /* a POST starts a storm of 429s (per mille) */
 #define P_ERROR_BEFORE 40 /* 5xx before executing: nothing stored */
 #define P_DECLINE      80
 #define P_PROCESSING   50 /* accepted, settles later */
@@ -267,9 +268,16 @@ static int post_front(struct sim_provider *p, struct sim_pkey *k, int key,
     check_retention(p, k, key, what);
     if (in_use(p, k, r))
         return 1;
-    if (sim_rng_chance(p->rng, P_TOO_MANY)) {
+    if (p->now >= p->storm_until && sim_rng_chance(p->rng, P_STORM))
+        p->storm_until = p->now + 1000 + (int64_t)sim_rng_below(p->rng, 5000);
+    if (p->now < p->storm_until || sim_rng_chance(p->rng, P_TOO_MANY)) {
         failed(r, PROVIDER_NOT_EXECUTED, 429, "rate_limit");
+        r->throttled = 1;
+        /* Retry-After (whole seconds) half the time. */
+        if (sim_rng_chance(p->rng, 500))
+            r->retry_after_ms = 1000 * (1 + (long long)sim_rng_below(p->rng, 3));
         r->latency_ms = 5;
+        p->throttled++;
         return 1;
     }
     if (sim_rng_chance(p->rng, P_ERROR_BEFORE)) {

@@ -101,6 +101,9 @@ struct sim_provider {
     long long captured_total; /* of it, what captures took */
     uint64_t captures, voids; /* executed */
     uint64_t in_use;          /* 409s answered */
+    uint64_t throttled;       /* 429s answered */
+    int64_t storm_until;      /* every POST is throttled until then (a
+                                 fleet over the account's rate limit) */
     int *processing;          /* intents still processing */
     size_t nprocessing, capprocessing;
 
@@ -119,6 +122,10 @@ void sim_provider_free(struct sim_provider *p);
 
 /* Intents that settle now, and their webhooks. */
 void sim_provider_tick(struct sim_provider *p);
+
+/* Every POST first meets the rate limit: a random 429 now and then, and
+ * storms (a few seconds in which every POST is answered 429, with a
+ * Retry-After or without): not executed, throttled. */
 
 /* POST /v1/payment_intents under `key`. The answer takes latency_ms;
  * *lost: it never arrives, the caller times out. A second request while

@@ -266,10 +266,71 @@ static int collect(struct world *w, struct worker *wk)
     j->res = sj(j)->answer;
     sim_note(w, wk->id, A_ANSWER, sj(j)->target, j->res.outcome);
     /* No breaker in the model: no answer is a failure that opened it. */
-    if (engine_core_answered(&w->core, wk->jobs, j, 0, 0, NULL, w->now) ==
-        ENGINE_NEXT_RELEASE)
+    enum engine_next next =
+        engine_core_answered(&w->core, wk->jobs, j, 0, 0, NULL, w->now);
+    if (next == ENGINE_NEXT_RELEASE)
         job_release(w, wk, j);
+    if (next == ENGINE_NEXT_PARKED)
+        w->parked++;
+    /* The broken worker: a throttled job waits out its back-off in its
+     * slot, as every worker did before issue 38. */
+    if (next == ENGINE_NEXT_PARKED && (w->breaks & SIM_BREAK_PARK))
+        job_set(wk->jobs, j, JOB_CALL);
     return 1;
+}
+
+/* A parked job due goes back to its call when a slot is free. */
+static int unpark(struct world *w, struct worker *wk)
+{
+    if (w->breaks & SIM_BREAK_UNPARK)
+        return 0;
+    for (struct job *j = job_list_first(wk->jobs, JOB_PARKED); j;
+         j = job_next_in_state(j))
+        if (engine_core_park_gate(&w->core, wk->jobs, j, w->now) == ENGINE_NEXT_SEND)
+            return 1;
+    return 0;
+}
+
+/* A parked job still settles: once due with a slot free, it is back to
+ * its call within PARKED_STEPS steps (the unpark stage's turn comes long
+ * before; clock jumps and busy slots do not count against it). */
+#define PARKED_STEPS 3000
+static void check_parked(struct world *w, struct worker *wk)
+{
+    int free_slot = (long long)engine_core_started(wk->jobs) < w->core.max_in_flight;
+    for (struct job *j = job_list_first(wk->jobs, JOB_PARKED); j;
+         j = job_next_in_state(j)) {
+        if (!free_slot || j->next_at > w->now) {
+            sj(j)->due_step = 0;
+        } else if (!sj(j)->due_step) {
+            sj(j)->due_step = w->step + 1;
+        } else if (w->step + 1 - sj(j)->due_step > PARKED_STEPS) {
+            sim_violate(&w->viol, "parked-comes-back",
+                        "worker %d: %s parked, due with a slot free for %d steps",
+                        wk->id, j->id, PARKED_STEPS);
+            return;
+        }
+    }
+}
+
+/* Issue 38 (adversary 36): a job the provider throttled, or whose key was
+ * in use, waits out of the in-flight slots: such jobs never hold every
+ * slot while another command waits in the backlog. */
+static void check_slots(struct world *w, struct worker *wk)
+{
+    check_parked(w, wk);
+    if (!job_list_count(wk->jobs, JOB_BACKLOG) ||
+        (long long)engine_core_started(wk->jobs) < w->core.max_in_flight)
+        return;
+    long long held = 0;
+    for (struct job *j = job_list_first(wk->jobs, JOB_CALL); j;
+         j = job_next_in_state(j))
+        held += j->next_at > w->now && provider_outcome_parks(&j->res);
+    if (held >= w->core.max_in_flight)
+        sim_violate(&w->viol, "throttled-holds-slots",
+                    "worker %d: all %lld in-flight slots held by throttled or "
+                    "key-in-use jobs waiting to retry, %zu commands waiting",
+                    wk->id, held, job_list_count(wk->jobs, JOB_BACKLOG));
 }
 
 static int persist(struct world *w, struct worker *wk)
@@ -311,7 +372,8 @@ static int persist(struct world *w, struct worker *wk)
 
 static int renew(struct world *w, struct worker *wk)
 {
-    static const enum job_state leased[] = {JOB_CALL, JOB_CALLING, JOB_PERSIST};
+    static const enum job_state leased[] = {JOB_CALL, JOB_CALLING, JOB_PERSIST,
+                                            JOB_PARKED};
     if (w->now - wk->last_renew < w->set.lease_ms / 3)
         return 0;
     wk->last_renew = w->now;
@@ -385,13 +447,14 @@ void sim_worker_step(struct world *w, struct worker *wk)
     /* One stage, at random: the stages of a turn interleave with the other
      * actors at the finest grain the engine's own order allows. */
     int (*const stages[])(struct world *, struct worker *) = {
-        fetch, start_one, dead_letter, record, claim,
-        call,  collect,   persist,     renew,  reap_commit};
+        fetch,   start_one, dead_letter, record, claim,      call,
+        collect, unpark,    persist,     renew,  reap_commit};
     int n = (int)(sizeof(stages) / sizeof(stages[0]));
     int s = (int)sim_rng_below(&w->rng, (uint64_t)n);
     for (int k = 0; k < n; k++)
         if (stages[(s + k) % n](w, wk))
-            return;
+            break;
+    check_slots(w, wk);
 }
 
 void sim_worker_reset(struct world *w, struct worker *wk)

@@ -24,6 +24,8 @@ enum sim_break {
     SIM_BREAK_VOID_HOLD = 1 << 9,        /* a capture holds a voided or void-held one */
     SIM_BREAK_CAPTURE_AMOUNT = 1 << 10,  /* a capture past the authorization is sent */
     SIM_BREAK_REFUND_CAPTURED = 1 << 11, /* refunds bound by the authorized amount */
+    SIM_BREAK_PARK = 1 << 12, /* a throttled (or key-in-use) job retries in its slot */
+    SIM_BREAK_UNPARK = 1 << 13, /* a parked job never comes back */
 };
 
 /* A step of an authorization's, and a refund: the rows that name an

@@ -45,6 +45,12 @@ RULES = {
     "void-hold": "capture-after-void",
     "capture-amount": "captured-within-authorized",
     "refund-captured": "refund-within-captured",
+    # Issue 38 (adversary 36): throttled (429) or key-in-use (409) jobs park
+    # out of the in-flight slots; retried in their slots, they hold them all
+    # while commands wait in the backlog (a storm of 429s does it). And a
+    # parked job still settles: one that never comes back is caught.
+    "park": "throttled-holds-slots",
+    "unpark": "parked-comes-back",
 }
 
 # Rules whose break needs rarer luck. key-margin: a key first sent a
@@ -90,7 +96,9 @@ def short(sim):
                      # issue 37: holds, captures, voids, the hold lost by a
                      # racer, a step in doubt, refunds of a capture
                      "authorized", "captured", "voided", "hold_lost",
-                     "step_unknown", "captured_refunds"):
+                     "step_unknown", "captured_refunds",
+                     # issue 38: 429s (storms of them) parked their jobs
+                     "throttled", "parked"):
             if int(l[what]) == 0:
                 fail(f"seed {l['seed']}: no {what} in {BOUND} steps: the run "
                      f"did not exercise what it is for")

@@ -268,6 +268,92 @@ START_TEST(the_loop_sleeps_until_something_is_due)
 }
 END_TEST
 
+/* Issue 38 (adversary 36): a throttled answer, or a 409 key in use, parks
+ * its job: its slot is free for others, it keeps its lease and its offset
+ * (nothing is committed past it), and it comes back when due (Retry-After,
+ * never less; else the back-off) and a slot is free, before the backlog. */
+START_TEST(a_throttled_job_parks_and_frees_its_slot)
+{
+    next_decided = ANSWER_NEXT_RETRY;
+    claim(&jobs[0], 1, 0, 0);
+    claim(&jobs[1], 1, 0, 0);
+    ck_assert_int_eq((long long)engine_core_started(list), core.max_in_flight);
+    engine_core_call_started(list, &jobs[0]);
+    engine_core_call_started(list, &jobs[1]);
+    jobs[0].res = (struct provider_result){.outcome = PROVIDER_NOT_EXECUTED,
+                                           .http_status = 429,
+                                           .throttled = 1,
+                                           .retry_after_ms = 1500};
+    ck_assert_int_eq(engine_core_answered(&core, list, &jobs[0], 0, 0, NULL, 100),
+                     ENGINE_NEXT_PARKED);
+    ck_assert_int_eq(jobs[0].state, JOB_PARKED);
+    ck_assert(jobs[0].next_at >= 1600 && jobs[0].next_at <= 1750);
+    ck_assert_int_eq(jobs[0].throttles, 1);
+    jobs[1].res =
+        (struct provider_result){.outcome = PROVIDER_NOT_EXECUTED, .http_status = 409};
+    ck_assert_int_eq(engine_core_answered(&core, list, &jobs[1], 0, 0, NULL, 100),
+                     ENGINE_NEXT_PARKED);
+    ck_assert(jobs[1].next_at >= 200 && jobs[1].next_at <= 300); /* back-off, try 1 */
+    /* Both slots free; both offsets still held. */
+    ck_assert_int_eq(engine_core_started(list), 0);
+    ck_assert_int_eq(engine_core_commit_ok(list, 0, 11), 0);
+    ck_assert_int_eq(engine_core_only_calls_left(list), 1);
+    /* Not due: it stays; the loop wakes when it is. */
+    ck_assert_int_eq(engine_core_park_gate(&core, list, &jobs[1], 150),
+                     ENGINE_NEXT_SKIP);
+    struct engine_core_wake w = {.cap = 1000, .take_new = 0};
+    ck_assert_int_eq(engine_core_idle_ms(&core, list, &w, 150),
+                     (int)(jobs[1].next_at - 150));
+    /* Due: back to CALL, sent with the same claim (its epoch, its key). */
+    ck_assert_int_eq(engine_core_park_gate(&core, list, &jobs[1], 300),
+                     ENGINE_NEXT_SEND);
+    ck_assert_int_eq(jobs[1].state, JOB_CALL);
+    ck_assert_int_eq(jobs[1].lease_epoch, 1);
+    ck_assert_int_eq(engine_core_call_gate(&core, list, &jobs[1], 300),
+                     ENGINE_NEXT_SEND);
+    /* A slot taken by another job: a due parked job waits for one. */
+    engine_core_parsed(list, &jobs[2], 1);
+    ck_assert_int_eq((long long)engine_core_started(list), core.max_in_flight);
+    ck_assert_int_eq(engine_core_park_gate(&core, list, &jobs[0], 2000),
+                     ENGINE_NEXT_SKIP);
+    ck_assert_int_eq(jobs[0].state, JOB_PARKED);
+    /* A parked job's lease lost: it looks again; given up: released. */
+    engine_core_lease_lost(&core, list, &jobs[0], 2000);
+    ck_assert_int_eq(jobs[0].state, JOB_WAIT);
+}
+END_TEST
+
+START_TEST(a_parked_job_given_up_lets_its_lease_go)
+{
+    next_decided = ANSWER_NEXT_RETRY;
+    claim(&jobs[0], 1, 0, 0);
+    engine_core_call_started(list, &jobs[0]);
+    jobs[0].res = (struct provider_result){
+        .outcome = PROVIDER_NOT_EXECUTED, .http_status = 429, .throttled = 1};
+    ck_assert_int_eq(engine_core_answered(&core, list, &jobs[0], 0, 0, NULL, 0),
+                     ENGINE_NEXT_PARKED);
+    ck_assert_int_eq(engine_core_detach(list, &jobs[0]), ENGINE_NEXT_RELEASE);
+    ck_assert_int_eq(jobs[0].state, JOB_DONE);
+    /* Other not-executed answers (nothing sent, 401...) retry in their slot. */
+    claim(&jobs[1], 1, 0, 0);
+    engine_core_call_started(list, &jobs[1]);
+    jobs[1].res = (struct provider_result){.outcome = PROVIDER_NOT_EXECUTED};
+    ck_assert_int_eq(engine_core_answered(&core, list, &jobs[1], 0, 0, NULL, 0),
+                     ENGINE_NEXT_RETRY);
+    ck_assert_int_eq(jobs[1].state, JOB_CALL);
+    /* The park time: Retry-After, never less, spread by up to a tenth;
+     * else the policy's back-off. */
+    struct provider_result r = {.retry_after_ms = 2000};
+    for (unsigned j = 0; j < 50; j++) {
+        long long ms = engine_core_park_ms(&core.policy, &r, 3, j * 7919u);
+        ck_assert(ms >= 2000 && ms <= 2200);
+    }
+    r.retry_after_ms = 0;
+    ck_assert(engine_core_park_ms(&core.policy, &r, 3, 7) >= 400 &&
+              engine_core_park_ms(&core.policy, &r, 3, 7) <= 800);
+}
+END_TEST
+
 /* A claim whose epoch is not above the job's last one would let an older
  * claim's outcome through the fence: the process stops. */
 START_TEST(an_epoch_that_goes_back_aborts)
@@ -293,6 +379,8 @@ int main(void)
     tcase_add_test(tc, a_commit_never_passes_a_held_job);
     tcase_add_test(tc, a_given_up_call_keeps_its_lease_only_while_it_is_out);
     tcase_add_test(tc, the_loop_sleeps_until_something_is_due);
+    tcase_add_test(tc, a_throttled_job_parks_and_frees_its_slot);
+    tcase_add_test(tc, a_parked_job_given_up_lets_its_lease_go);
     /* The abort ends the process it runs in: only where each test has a
      * process of its own (not the valgrind run's CK_FORK=no). */
     const char *fork_mode = getenv("CK_FORK");

@@ -43,11 +43,15 @@ static const struct {
     {JOB_CALLING, JOB_CALL},
     {JOB_CALLING, JOB_PERSIST},
     {JOB_CALLING, JOB_CALLING_FENCED},
+    {JOB_CALLING, JOB_PARKED}, /* throttled, or its key in use: slot freed */
     {JOB_CALLING, JOB_DONE},
     {JOB_CALLING_FENCED, JOB_WAIT},
     {JOB_CALLING_FENCED, JOB_DONE},
     {JOB_PERSIST, JOB_DONE},
     {JOB_PERSIST, JOB_WAIT},
+    {JOB_PARKED, JOB_CALL}, /* due, and a slot is free */
+    {JOB_PARKED, JOB_WAIT}, /* its lease lost */
+    {JOB_PARKED, JOB_DONE}, /* detached */
 };
 
 static int is_allowed(enum job_state from, enum job_state to)

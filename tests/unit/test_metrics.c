@@ -83,6 +83,7 @@ START_TEST(every_family_has_help_and_type_and_no_series_until_changed)
         "charged_reconciler_oldest_void_age_seconds",
         "charged_reconciler_void_settlements_total",
         "charged_voids_processed_total",
+        "charged_provider_throttled_total",
     };
     metrics_reset();
     ck_assert_uint_eq(sizeof(names) / sizeof(names[0]), METRIC__COUNT);

@@ -8,6 +8,7 @@
 
 #define S PROVIDER_BREAKER_SUCCESS
 #define F PROVIDER_BREAKER_FAILURE
+#define T PROVIDER_BREAKER_THROTTLED
 
 /* Half the calls of the last second, once four calls are in it. */
 static const struct provider_breaker_config cfg = {.failure_rate = 50,
@@ -358,11 +359,63 @@ START_TEST(after_a_close_the_first_calls_alone_decide)
 }
 END_TEST
 
+START_TEST(throttling_is_no_failure_while_other_answers_come_back)
+{
+    provider_breaker_t *b = provider_breaker_new(&cfg);
+    /* 429s by the hundred for three windows, one success a window: the
+     * provider answers; 429s count neither as calls nor as failures. */
+    for (int64_t t = 0; t < 3000; t += 10) {
+        call(b, t, T);
+        if (t % 900 == 0)
+            call(b, t, S);
+        ck_assert_int_eq(provider_breaker_state(b, t), PROVIDER_BREAKER_CLOSED);
+    }
+    window_is(b, 2990, 1, 0);
+    /* A failure rate is still judged on the other answers alone: the 429s
+     * around them do not dilute it (3 of 4 with a 429 every 10 ms). */
+    for (int i = 0; i < 2; i++)
+        call(b, 3000, F);
+    ck_assert_int_eq(provider_breaker_state(b, 3000), PROVIDER_BREAKER_CLOSED);
+    call(b, 3000, F);
+    ck_assert_int_eq(provider_breaker_state(b, 3000), PROVIDER_BREAKER_OPEN);
+    provider_breaker_free(b);
+}
+END_TEST
+
+START_TEST(nothing_but_429s_for_a_whole_window_opens_it)
+{
+    provider_breaker_t *b = provider_breaker_new(&cfg);
+    call(b, 0, S);
+    /* From 100 on, only 429s: not yet a whole window at 1099. */
+    for (int64_t t = 100; t < 1100; t += 50)
+        call(b, t, T);
+    ck_assert_int_eq(provider_breaker_state(b, 1099), PROVIDER_BREAKER_CLOSED);
+    window_is(b, 1099, 0, 0);
+    call(b, 1100, T);
+    ck_assert_int_eq(provider_breaker_state(b, 1100), PROVIDER_BREAKER_OPEN);
+    /* Half-open, a probe answered 429 is still nothing but 429s. */
+    struct provider_breaker_ticket p;
+    ck_assert_int_eq(provider_breaker_allow_probe(b, 2100, &p), 1);
+    provider_breaker_record(b, &p, T, 2100);
+    ck_assert_int_eq(provider_breaker_state(b, 2100), PROVIDER_BREAKER_OPEN);
+    provider_breaker_free(b);
+
+    /* A whole window, but fewer than min_calls 429s: not judged. */
+    b = provider_breaker_new(&cfg);
+    call(b, 0, T);
+    call(b, 600, T);
+    call(b, 1200, T);
+    ck_assert_int_eq(provider_breaker_state(b, 1200), PROVIDER_BREAKER_CLOSED);
+    provider_breaker_free(b);
+}
+END_TEST
+
 START_TEST(what_counts_as_a_failure)
 {
     /* No answer (refused, lost, timed out), refusals and 5xx. */
     ck_assert_int_eq(provider_breaker_classify(0), F);
-    ck_assert_int_eq(provider_breaker_classify(429), F);
+    /* A 429 is over our budget, not a provider in trouble. */
+    ck_assert_int_eq(provider_breaker_classify(429), T);
     ck_assert_int_eq(provider_breaker_classify(500), F);
     ck_assert_int_eq(provider_breaker_classify(503), F);
     /* Anything else is a provider that works, declines and 409 included. */
@@ -392,6 +445,8 @@ int main(void)
     tcase_add_test(tc, calls_in_flight_when_it_opens_still_end_and_change_nothing);
     tcase_add_test(tc, a_cancelled_probe_frees_its_place_and_counts_neither_way);
     tcase_add_test(tc, after_a_close_the_first_calls_alone_decide);
+    tcase_add_test(tc, throttling_is_no_failure_while_other_answers_come_back);
+    tcase_add_test(tc, nothing_but_429s_for_a_whole_window_opens_it);
     tcase_add_test(tc, what_counts_as_a_failure);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);

@@ -112,6 +112,59 @@ START_TEST(the_table_without_a_socket)
 }
 END_TEST
 
+/* Issue 38: a 429 is not executed and says it was throttled; a look-up's
+ * stays no evidence (UNKNOWN). Nothing else is throttled, and a 409 parks
+ * its job without being throttled. */
+START_TEST(a_429_says_throttled_and_nothing_else_does)
+{
+    const char *rate = "{\"error\":{\"type\":\"invalid_request_error\","
+                       "\"code\":\"rate_limit\",\"message\":\"Too many requests\"}}";
+    struct provider_result r = classify_charge(429, NULL, rate);
+    ck_assert_int_eq(r.outcome, PROVIDER_NOT_EXECUTED);
+    ck_assert_int_eq(r.throttled, 1);
+    ck_assert_int_eq(r.retry_after_ms, 0); /* the header is the wire's */
+    ck_assert(provider_outcome_parks(&r));
+    static const int others[] = {200, 400, 401, 402, 403, 404, 409, 500, 503};
+    for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++)
+        ck_assert_int_eq(classify_charge(others[i], NULL, rate).throttled, 0);
+    r = classify_charge(409, NULL, NULL);
+    ck_assert_int_eq(r.outcome, PROVIDER_NOT_EXECUTED);
+    ck_assert(provider_outcome_parks(&r));
+    ck_assert(!provider_outcome_parks(&(struct provider_result){
+        .outcome = PROVIDER_NOT_EXECUTED, .http_status = 401}));
+    for (int k = PROVIDER_LOOKUP_RETRIEVE; k <= PROVIDER_LOOKUP_LIST; k++) {
+        struct provider_call call = {.lookup = 1, .kind = (enum provider_lookup)k};
+        struct provider_result l;
+        memset(&l, 0, sizeof(l));
+        provider_client_classify(&call, 429, NULL, rate, strlen(rate), &l);
+        ck_assert_int_eq(l.outcome, PROVIDER_UNKNOWN);
+        ck_assert_int_eq(l.throttled, 1);
+        ck_assert(!provider_outcome_parks(&l));
+    }
+}
+END_TEST
+
+START_TEST(retry_after_is_seconds_bounded)
+{
+    ck_assert_int_eq(provider_outcome_retry_after_ms(NULL), 0);
+    ck_assert_int_eq(provider_outcome_retry_after_ms(""), 0);
+    ck_assert_int_eq(provider_outcome_retry_after_ms("0"), 0);
+    ck_assert_int_eq(provider_outcome_retry_after_ms("2"), 2000);
+    ck_assert_int_eq(provider_outcome_retry_after_ms(" 7 "), 7000);
+    ck_assert_int_eq(provider_outcome_retry_after_ms("60"),
+                     PROVIDER_RETRY_AFTER_MAX_MS);
+    ck_assert_int_eq(provider_outcome_retry_after_ms("3600"),
+                     PROVIDER_RETRY_AFTER_MAX_MS);
+    ck_assert_int_eq(provider_outcome_retry_after_ms("99999999999999999999999"),
+                     PROVIDER_RETRY_AFTER_MAX_MS);
+    /* An HTTP-date, a fraction, a sign: not delta-seconds. */
+    ck_assert_int_eq(provider_outcome_retry_after_ms("Wed, 21 Oct 2015 07:28:00 GMT"),
+                     0);
+    ck_assert_int_eq(provider_outcome_retry_after_ms("1.5"), 0);
+    ck_assert_int_eq(provider_outcome_retry_after_ms("-1"), 0);
+}
+END_TEST
+
 static struct provider_result classify_lookup(enum provider_lookup kind, int refund,
                                               const char *attempt, int http,
                                               const char *body)
@@ -213,6 +266,8 @@ int main(void)
     tcase_add_test(tc, a_long_intent_status_is_cut_whole);
     tcase_add_test(tc, card_numbers_in_an_answer_are_masked);
     tcase_add_test(tc, the_table_without_a_socket);
+    tcase_add_test(tc, a_429_says_throttled_and_nothing_else_does);
+    tcase_add_test(tc, retry_after_is_seconds_bounded);
     tcase_add_test(tc, a_list_or_search_answered_404_is_no_evidence);
     tcase_add_test(tc, a_list_matches_metadata_ids_in_either_case);
     suite_add_tcase(s, tc);

@@ -47,6 +47,15 @@ void engine_reap(engine_t *eng)
     CHARGED_ASSERT(job_list_count(eng->jobs, JOB_DONE) == 0);
 }
 
+/* When a call may start: the breaker allows it and the pace has room. */
+static int64_t calls_at(engine_t *eng, int64_t now)
+{
+    int64_t breaker = provider_breaker_next_allow_ms(eng->breaker, now);
+    int64_t pace = provider_pace_next_ms(&eng->pace, now);
+    CHARGED_ASSERT(pace >= now);
+    return breaker > pace ? breaker : pace;
+}
+
 /* Milliseconds until something is due, capped. */
 static int idle_ms(engine_t *eng, int cap, int take_new)
 {
@@ -55,7 +64,7 @@ static int idle_ms(engine_t *eng, int cap, int take_new)
         .cap = cap,
         .take_new = take_new,
         .revoking = eng->revocations != NULL,
-        .calls_at = provider_breaker_next_allow_ms(eng->breaker, now),
+        .calls_at = calls_at(eng, now),
         .db_at = eng->db.retry_at,
     };
     int ms = engine_core_idle_ms(&eng->core, eng->jobs, &w, now);
@@ -77,6 +86,7 @@ static void turn(engine_t *eng, int take_new)
     /* What we hold stays bounded, however long the jobs are stuck. */
     CHARGED_ASSERT((long long)job_list_holding(eng->jobs) <=
                    HELD_FACTOR * eng->core.max_in_flight);
+    engine_unpark_jobs(eng);
     engine_start_jobs(eng, take_new);
     engine_send_dead_letters(eng);
     rd_kafka_poll(eng->producer, 0);
@@ -291,6 +301,7 @@ static enum charged_rc setup(engine_t *eng, struct charged_error *err)
         .probes = (int)config_int(eng->cfg, CONFIG_PROVIDER_BREAKER_PROBES),
     };
     eng->breaker = provider_breaker_new(&bc);
+    provider_pace_init(&eng->pace, clock_now_ms());
     if (!eng->breaker) {
         charged_error_set(err, "out of memory");
         return CHARGED_RETRY;

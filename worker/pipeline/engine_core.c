@@ -10,7 +10,7 @@
 static int leased(enum job_state s)
 {
     return s == JOB_CALL || s == JOB_CALLING || s == JOB_CALLING_FENCED ||
-           s == JOB_PERSIST;
+           s == JOB_PERSIST || s == JOB_PARKED;
 }
 
 /* ---- tries and back-off ---- */
@@ -27,10 +27,11 @@ size_t engine_core_started(const job_list_t *jobs)
 {
     size_t n = 0;
     for (int s = 0; s < JOB__COUNT; s++)
-        if (s != JOB_BACKLOG)
+        if (s != JOB_BACKLOG && s != JOB_PARKED)
             n += job_list_count(jobs, (enum job_state)s);
-    /* Every started job that holds an offset is counted. */
-    CHARGED_ASSERT(n >= job_list_started(jobs));
+    /* Every started job that holds an offset is counted, but the parked:
+     * they wait for the provider's budget, not for a slot. */
+    CHARGED_ASSERT(n + job_list_count(jobs, JOB_PARKED) >= job_list_started(jobs));
     return n;
 }
 
@@ -173,7 +174,7 @@ static int held_by_another_job(job_list_t *jobs, const struct job *j)
     CHARGED_ASSERT(j->id != NULL);
 
     static const enum job_state holding[] = {JOB_CALL, JOB_CALLING, JOB_CALLING_FENCED,
-                                             JOB_PERSIST};
+                                             JOB_PERSIST, JOB_PARKED};
     for (size_t s = 0; s < sizeof(holding) / sizeof(holding[0]); s++)
         for (struct job *o = job_list_first(jobs, holding[s]); o;
              o = job_next_in_state(o))
@@ -361,6 +362,7 @@ enum engine_next engine_core_answered(const struct engine_core *c, job_list_t *j
     /* The try this answer counts (the one that opened the breaker counts
      * none): retry_tries_count says why. */
     int tries = retry_tries_count(&j->tries, j->res.outcome, failure, opened, outage);
+    j->throttles += j->res.throttled;
     if (j->state == JOB_CALLING_FENCED) {
         job_set(jobs, j, j->detached ? JOB_DONE : JOB_WAIT);
         j->next_at = now + c->recheck_ms;
@@ -378,9 +380,47 @@ enum engine_next engine_core_answered(const struct engine_core *c, job_list_t *j
         job_set(jobs, j, JOB_DONE);
         return ENGINE_NEXT_RELEASE;
     }
+    if (provider_outcome_parks(&j->res)) {
+        /* Throttled, or the key in use upstream: nothing executed and the
+         * provider is not down. Waiting in its slot held every slot once
+         * enough such answers came (adversary 36): it parks instead. */
+        job_set(jobs, j, JOB_PARKED);
+        j->next_at =
+            now + engine_core_park_ms(&c->policy, &j->res, tries, job_jitter(j));
+        return ENGINE_NEXT_PARKED;
+    }
     job_set(jobs, j, JOB_CALL);
     j->next_at = now + j->decision.retry_in_ms;
     return ENGINE_NEXT_RETRY;
+}
+
+long long engine_core_park_ms(const struct engine_policy *p,
+                              const struct provider_result *res, int tries,
+                              unsigned jitter)
+{
+    CHARGED_ASSERT(res->retry_after_ms >= 0 &&
+                   res->retry_after_ms <= PROVIDER_RETRY_AFTER_MAX_MS);
+    if (res->retry_after_ms <= 0)
+        return backoff_ms(p, tries, jitter);
+    /* The provider's word, never less; spread by up to a tenth so that
+     * the jobs it answered together do not all come back at once. */
+    long long ms =
+        res->retry_after_ms + res->retry_after_ms / 10 * (jitter % 1000) / 1000;
+    CHARGED_ASSERT(ms >= res->retry_after_ms);
+    return ms;
+}
+
+enum engine_next engine_core_park_gate(const struct engine_core *c, job_list_t *jobs,
+                                       struct job *j, int64_t now)
+{
+    /* A parked job holds its lease and its offset (engine_core_detach
+     * ends it when it would not). */
+    CHARGED_ASSERT(j->state == JOB_PARKED && !j->detached && j->lease_epoch > 0);
+    if (j->next_at > now || (long long)engine_core_started(jobs) >= c->max_in_flight)
+        return ENGINE_NEXT_SKIP;
+    job_set(jobs, j, JOB_CALL);
+    j->next_at = now;
+    return ENGINE_NEXT_SEND;
 }
 
 /* ---- offsets and the loop ---- */
@@ -402,6 +442,7 @@ enum engine_next engine_core_detach(job_list_t *jobs, struct job *j)
          * persisted under that lease. */
         return ENGINE_NEXT_SKIP;
     case JOB_CALL:
+    case JOB_PARKED:
         job_set(jobs, j, JOB_DONE);
         return ENGINE_NEXT_RELEASE;
     default:
@@ -447,6 +488,13 @@ int engine_core_idle_ms(const struct engine_core *c, const job_list_t *jobs,
         return 0;
     if (job_list_count(jobs, JOB_DEAD_LETTER_SENT) && now + 5 < next)
         next = now + 5;
+    /* A parked job comes back when due, if a slot is free (a slot freed
+     * wakes the loop itself: its job is DONE). */
+    if ((long long)engine_core_started(jobs) < c->max_in_flight &&
+        job_list_next_at(jobs, JOB_PARKED) < next)
+        next = job_list_next_at(jobs, JOB_PARKED) > now
+                   ? job_list_next_at(jobs, JOB_PARKED)
+                   : now;
     /* A call waits for the breaker too; INT64_MAX (a probe is out) wakes
      * nothing: the probe's answer does. */
     int64_t at = job_list_next_at(jobs, JOB_CALL);
@@ -473,8 +521,9 @@ int engine_core_only_calls_left(const job_list_t *jobs)
 {
     /* Messages in the backlog are not started while draining: they wait
      * like the calls do. */
-    size_t waiting =
-        job_list_holding_in(jobs, JOB_CALL) + job_list_holding_in(jobs, JOB_BACKLOG);
+    size_t waiting = job_list_holding_in(jobs, JOB_CALL) +
+                     job_list_holding_in(jobs, JOB_PARKED) +
+                     job_list_holding_in(jobs, JOB_BACKLOG);
     CHARGED_ASSERT(waiting <= job_list_holding(jobs));
     return job_list_holding(jobs) == waiting;
 }

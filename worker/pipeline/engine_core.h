@@ -96,12 +96,14 @@ enum engine_next {
     ENGINE_NEXT_DONE,        /* durable: reap it */
     ENGINE_NEXT_CUT,         /* a dead letter too large: again at once, cut */
     ENGINE_NEXT_SENT,        /* a dead letter queued: its acknowledgement next */
+    ENGINE_NEXT_PARKED,      /* throttled or key in use: parked, its slot freed */
 };
 
 /* ---- starting ---- */
 
 /* Jobs started and not reaped, detached ones included: a call a job of a
- * revoked partition still has out takes its slot until it ends. */
+ * revoked partition still has out takes its slot until it ends. Parked
+ * jobs take none. */
 size_t engine_core_started(const job_list_t *jobs);
 /* A backlog job's command parsed (ok) or not: RECORD, or DEAD_LETTER. */
 void engine_core_parsed(job_list_t *jobs, struct job *j, int ok);
@@ -182,10 +184,24 @@ void engine_core_call_not_started(const struct engine_core *c, struct job *j,
 /* j->res is the provider's answer. failure: the breaker took it as a
  * failure; opened: recording it opened the breaker; *outage: it was spared
  * as the outage's. FENCED (the lease was lost meanwhile), SETTLE
- * (PERSIST), RELEASE (detached, not ours to retry: done) or RETRY. */
+ * (PERSIST), RELEASE (detached, not ours to retry: done), PARKED (a retry
+ * of a throttled answer or a key in use, provider_outcome_parks: its slot
+ * freed until engine_core_park_ms has passed) or RETRY (in its slot). */
 enum engine_next engine_core_answered(const struct engine_core *c, job_list_t *jobs,
                                       struct job *j, int failure, int opened,
                                       int *outage, int64_t now);
+
+/* How long a job parks: the provider's Retry-After (never less, spread by
+ * up to a tenth by jitter), else the policy's back-off for `tries`
+ * (capped exponential, jittered). */
+long long engine_core_park_ms(const struct engine_policy *p,
+                              const struct provider_result *res, int tries,
+                              unsigned jitter);
+/* Whether a PARKED job goes back to CALL now: SEND (due and a slot free:
+ * it is CALL, due now) or SKIP. Parked jobs come back before backlog jobs
+ * start: they are older. */
+enum engine_next engine_core_park_gate(const struct engine_core *c, job_list_t *jobs,
+                                       struct job *j, int64_t now);
 
 /* ---- offsets and the loop ---- */
 

@@ -28,6 +28,7 @@
 #include "offset_tracker.h"
 #include "provider_breaker.h"
 #include "provider_client.h"
+#include "provider_pace.h"
 #include "traceparent.h"
 
 /* Messages held at most, as a multiple of WORKER_MAX_IN_FLIGHT: past it a
@@ -97,6 +98,8 @@ struct engine {
     char breaker_error[256]; /* the failure that last opened it, for its log line */
     int breaker_opened_calls, breaker_opened_failures; /* the window that opened it */
     int paused; /* the assigned partitions are paused (breaker) */
+    /* Calls started per second, lowered by 429s (provider_pace.h). */
+    struct provider_pace pace;
     /* The half-open breaker's probe: a refused charge request, so
      * that no attempt (a poisoned one least of all) decides for the others
      * whether the provider is back. */
@@ -195,6 +198,9 @@ void engine_log_call(engine_t *eng, struct job *j, const struct provider_result 
 /* ---- engine_provider.c ---- */
 
 void engine_start_calls(engine_t *eng);
+/* Parked jobs due, back to CALL while slots are free: before the backlog
+ * starts (they are older). */
+void engine_unpark_jobs(engine_t *eng);
 /* Serves curl for up to wait_ms and acts on every answer that came. */
 void engine_collect_calls(engine_t *eng, int wait_ms);
 /* Acts on the breaker: logs, probes, pauses. */

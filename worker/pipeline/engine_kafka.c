@@ -482,15 +482,16 @@ out:
 /* ---- rebalances ---- */
 
 /* Started jobs of `parts` (all when NULL) that still hold an offset: what a
- * drain waits for (it starts nothing from the backlog). */
+ * drain waits for (it starts nothing from the backlog, and waits for no
+ * parked job: throttled, it is left to the next owner at once). */
 size_t engine_jobs_of(engine_t *eng, const rd_kafka_topic_partition_list_t *parts)
 {
     CHARGED_ASSERT(eng->jobs != NULL);
     size_t n = 0;
     if (!parts)
-        return job_list_started(eng->jobs);
+        return job_list_started(eng->jobs) - job_list_holding_in(eng->jobs, JOB_PARKED);
     for (struct job *j = job_list_oldest(eng->jobs); j; j = job_younger(j))
-        if (!j->detached && j->state != JOB_BACKLOG &&
+        if (!j->detached && j->state != JOB_BACKLOG && j->state != JOB_PARKED &&
             in_parts(eng, parts, j->partition))
             n++;
     return n;

@@ -12,6 +12,31 @@
 
 /* ---- calls ---- */
 
+void engine_unpark_jobs(engine_t *eng)
+{
+    int64_t now = clock_now_ms();
+    for (struct job *j = job_list_first(eng->jobs, JOB_PARKED), *next; j; j = next) {
+        next = job_next_in_state(j);
+        /* Oldest parked first; the first refused for want of a slot ends
+         * the round (one refused for not being due does not). */
+        if (engine_core_park_gate(&eng->core, eng->jobs, j, now) == ENGINE_NEXT_SKIP &&
+            (long long)engine_core_started(eng->jobs) >= eng->core.max_in_flight)
+            break;
+    }
+}
+
+/* The provider's endpoint class of an operation's POST (docs/provider.md):
+ * what its throttling is counted under. */
+static const char *endpoint_class(const char *op)
+{
+    CHARGED_ASSERT(op != NULL);
+    if (!strcmp(op, "capture") || !strcmp(op, "void"))
+        return "capture";
+    if (!strcmp(op, "refund"))
+        return "refund";
+    return "create"; /* charges and authorizations */
+}
+
 void engine_start_calls(engine_t *eng)
 {
     struct charged_error err;
@@ -26,10 +51,16 @@ void engine_start_calls(engine_t *eng)
                      JOB_FIELDS(j), NULL);
         if (gate != ENGINE_NEXT_SEND)
             continue;
+        /* Over this process's pace (429s lowered it): every call waits,
+         * in its slot, no try counted; the loop wakes when there is room. */
+        if (provider_pace_next_ms(&eng->pace, now) > now)
+            break;
         /* Not closed: the job waits as it is, its lease renewed, no try
          * counted, until the breaker's own probes close it. */
         if (!provider_breaker_allow(eng->breaker, now, &j->ticket))
             continue;
+        int paced = provider_pace_take(&eng->pace, now);
+        CHARGED_ASSERT(paced); /* there was room a moment ago, at the same now */
         /* The claimed record's parameters, never the message's. */
         j->call_started_ms = clock_wall_ms();
         if (eng->op->start_call(eng->op_state, eng->provider, j->params, j->command, j,
@@ -67,6 +98,8 @@ static void on_call_done(engine_t *eng, struct job *j)
         j->calls++;
     }
     engine_log_call(eng, j, &j->res);
+    if (j->res.throttled)
+        metrics_add(METRIC_PROVIDER_THROTTLED, 1, endpoint_class(op));
     enum provider_breaker_answer answer = provider_breaker_classify(j->res.http_status);
     uint64_t opens = provider_breaker_opens(eng->breaker);
     int calls = 0, failures = 0;
@@ -75,15 +108,19 @@ static void on_call_done(engine_t *eng, struct job *j)
     if (provider_breaker_opens(eng->breaker) != opens) {
         /* The window that opened it, this call included, for its log line. */
         eng->breaker_opened_calls = calls + 1;
-        eng->breaker_opened_failures = failures + (answer == PROVIDER_BREAKER_FAILURE);
+        eng->breaker_opened_failures = failures + (answer != PROVIDER_BREAKER_SUCCESS);
     }
-    if (answer == PROVIDER_BREAKER_FAILURE)
+    if (answer != PROVIDER_BREAKER_SUCCESS)
         snprintf(eng->breaker_error, sizeof(eng->breaker_error), "%s",
                  j->res.error[0] ? j->res.error : status);
     int outage = 0;
     enum engine_next next = engine_core_answered(
         &eng->core, eng->jobs, j, answer == PROVIDER_BREAKER_FAILURE,
         provider_breaker_opens(eng->breaker) != opens, &outage, now);
+    /* An answer paces: a message's first 429 lowers the rate, any answer
+     * but a 429 raises it. */
+    if (j->res.http_status != 0 && (!j->res.throttled || j->throttles == 1))
+        provider_pace_answer(&eng->pace, j->res.throttled, now);
     log_info("provider answered", JOB_FIELDS(j), "outcome",
              provider_outcome_name(j->res.outcome), "http_status", status, "replayed",
              j->res.replayed ? "true" : "false", "error",
@@ -102,6 +139,15 @@ static void on_call_done(engine_t *eng, struct job *j)
         log_warn("lease lost during the call; result left to the new owner",
                  JOB_FIELDS(j), NULL);
         return;
+    }
+    if (next == ENGINE_NEXT_PARKED) {
+        char ms[32], pace[32];
+        snprintf(ms, sizeof(ms), "%lld", (long long)(j->next_at - now));
+        snprintf(pace, sizeof(pace), "%.1f", provider_pace_limit(&eng->pace));
+        log_info(j->res.throttled
+                     ? "throttled by the provider; parked, slot freed"
+                     : "idempotency key in use upstream; parked, slot freed",
+                 JOB_FIELDS(j), "retry_in_ms", ms, "pace_per_s", pace, NULL);
     }
     if (j->res.outcome == PROVIDER_NOT_EXECUTED &&
         (j->res.http_status == 401 || j->res.http_status == 403 ||
@@ -122,19 +168,23 @@ static void probe_done(engine_t *eng, const struct provider_result *res)
     char status[16];
     int64_t now = clock_now_ms();
     enum provider_breaker_answer a = provider_breaker_classify(res->http_status);
+    /* Half-open, a 429 is still nothing but 429s: the breaker counts it as
+     * a failure (provider_breaker.h). */
+    if (a == PROVIDER_BREAKER_THROTTLED)
+        metrics_add(METRIC_PROVIDER_THROTTLED, 1, "create");
     snprintf(status, sizeof(status), "%d", res->http_status);
     eng->probe_out = 0;
     provider_breaker_record(eng->breaker, &eng->probe_ticket, a, now);
-    if (a == PROVIDER_BREAKER_FAILURE)
+    if (a != PROVIDER_BREAKER_SUCCESS)
         snprintf(eng->breaker_error, sizeof(eng->breaker_error), "%s",
                  res->error[0] ? res->error : status);
     metrics_observe(METRIC_PROVIDER_DURATION, (double)res->latency_ms / 1000.0,
                     "probe");
-    metrics_add(METRIC_PROVIDER_RESPONSES, 1, "probe",
-                a == PROVIDER_BREAKER_FAILURE ? "failure" : "answered");
-    log_info("provider breaker probe answered", "http_status", status, "answer",
-             a == PROVIDER_BREAKER_FAILURE ? "failure" : "answered", "error",
-             a == PROVIDER_BREAKER_FAILURE && res->error[0] ? res->error : NULL, NULL);
+    const char *what = a == PROVIDER_BREAKER_SUCCESS ? "answered" : "failure";
+    metrics_add(METRIC_PROVIDER_RESPONSES, 1, "probe", what);
+    log_info("provider breaker probe answered", "http_status", status, "answer", what,
+             "error",
+             a != PROVIDER_BREAKER_SUCCESS && res->error[0] ? res->error : NULL, NULL);
 }
 
 void engine_collect_calls(engine_t *eng, int wait_ms)

@@ -710,7 +710,8 @@ void engine_renew_leases(engine_t *eng)
     if (now - eng->last_renew_ms < eng->lease_ms / 3 || !engine_db_ready(eng))
         return;
     eng->last_renew_ms = now;
-    static const enum job_state leased[] = {JOB_CALL, JOB_CALLING, JOB_PERSIST};
+    static const enum job_state leased[] = {JOB_CALL, JOB_CALLING, JOB_PERSIST,
+                                            JOB_PARKED};
     for (size_t i = 0; i < sizeof(leased) / sizeof(leased[0]); i++)
         n += job_list_count(eng->jobs, leased[i]);
     if (n == 0)

@@ -21,8 +21,8 @@ struct job_list {
 };
 
 static const char *const job_state_names[JOB__COUNT] = {
-    "backlog", "dead_letter", "dead_letter_sent", "record",  "claim", "wait",
-    "call",    "calling",     "calling_fenced",   "persist", "done"};
+    "backlog", "dead_letter", "dead_letter_sent", "record",  "claim",  "wait",
+    "call",    "calling",     "calling_fenced",   "persist", "parked", "done"};
 
 #define M(s) (1u << (s))
 /* Where each state may go next. */
@@ -34,9 +34,11 @@ static const unsigned job_moves[JOB__COUNT] = {
     [JOB_CLAIM] = M(JOB_CALL) | M(JOB_WAIT) | M(JOB_DONE) | M(JOB_DEAD_LETTER),
     [JOB_WAIT] = M(JOB_CALL) | M(JOB_WAIT) | M(JOB_DONE) | M(JOB_DEAD_LETTER),
     [JOB_CALL] = M(JOB_CALLING) | M(JOB_PERSIST) | M(JOB_WAIT) | M(JOB_DONE),
-    [JOB_CALLING] = M(JOB_CALL) | M(JOB_PERSIST) | M(JOB_CALLING_FENCED) | M(JOB_DONE),
+    [JOB_CALLING] = M(JOB_CALL) | M(JOB_PERSIST) | M(JOB_CALLING_FENCED) |
+                    M(JOB_PARKED) | M(JOB_DONE),
     [JOB_CALLING_FENCED] = M(JOB_WAIT) | M(JOB_DONE),
     [JOB_PERSIST] = M(JOB_DONE) | M(JOB_WAIT),
+    [JOB_PARKED] = M(JOB_CALL) | M(JOB_WAIT) | M(JOB_DONE),
     [JOB_DONE] = 0,
 };
 #undef M

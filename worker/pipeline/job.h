@@ -38,6 +38,10 @@ enum job_state {
     JOB_CALLING_FENCED,   /* call in flight, but our lease was lost meanwhile:
                              its answer is logged, never persisted */
     JOB_PERSIST,          /* outcome known: persist it */
+    JOB_PARKED,           /* throttled (429) or its key in use (409): not
+                             executed; holds its lease and its offset but no
+                             in-flight slot; back to CALL at next_at when a
+                             slot is free */
     JOB_DONE,             /* effects durable (or given up): reap it */
     JOB__COUNT
 };
@@ -54,7 +58,7 @@ struct job {
     rd_kafka_message_t *msg;
     int32_t partition;
     int64_t offset;
-    int64_t next_at; /* WAIT, CALL, DEAD_LETTER, PERSIST: not before */
+    int64_t next_at; /* WAIT, CALL, PARKED, DEAD_LETTER, PERSIST: not before */
     /* The operation's parsed command and what its claim says to send: its
      * engine_op's command_size and params_size bytes, owned with the job. */
     void *command, *params;
@@ -77,6 +81,9 @@ struct job {
     struct answer_decision decision;       /* PERSIST: what to write (the
                                               operation's decide) */
     int busy_persists; /* PERSIST: tries that found the row held by a peer */
+    int throttles;     /* 429s this message got (any claim): only its first
+                          slows the process's pace; its retries' are the same
+                          overrun, already answered */
     int lock_waits;    /* RECORD, CLAIM: statements another session's lock held */
     /* What became of the message, for charged_messages_total once the job
      * is reaped: a string literal; NULL when it was given up (detached). */

@@ -702,6 +702,13 @@ void stripe_classify(const struct provider_call *call, int http_status,
         check_intent_matches(call, doc, res);
     }
     json_decref(doc);
+    /* Over the rate limit: nothing executed (a POST's NOT_EXECUTED, a
+     * look-up's UNKNOWN, as before), and said so, so that callers slow
+     * down instead of counting it as an outage. Retry-After is the wire's
+     * (stripe_finish). */
+    res->throttled = http_status == 429;
+    CHARGED_ASSERT(!res->throttled || res->outcome == PROVIDER_NOT_EXECUTED ||
+                   res->outcome == PROVIDER_UNKNOWN);
     CHARGED_ASSERT((unsigned)res->outcome < PROVIDER_OUTCOME__COUNT);
     /* An answer to what we sent never says "not found", and a success or a
      * hold we may book always names the provider's object. */

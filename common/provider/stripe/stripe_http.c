@@ -278,6 +278,19 @@ out:
     return x;
 }
 
+/* A throttled answer's Retry-After (seconds), as the result's bounded
+ * milliseconds; nothing for any other answer. */
+void stripe_retry_after(struct stripe_xfer *x, struct provider_result *res)
+{
+    CHARGED_ASSERT(x != NULL && res != NULL);
+    struct curl_header *h = NULL;
+    if (!res->throttled ||
+        curl_easy_header(x->easy, "Retry-After", 0, CURLH_HEADER, -1, &h) != CURLHE_OK)
+        return;
+    res->retry_after_ms = provider_outcome_retry_after_ms(h->value);
+    CHARGED_ASSERT(res->retry_after_ms <= PROVIDER_RETRY_AFTER_MAX_MS);
+}
+
 /* Turns a finished transfer into a result. */
 void stripe_finish(struct stripe_xfer *x, CURLcode cc, struct provider_result *res)
 {
@@ -307,6 +320,7 @@ void stripe_finish(struct stripe_xfer *x, CURLcode cc, struct provider_result *r
     }
     stripe_classify(&x->call, (int)http, replayed ? replayed->value : NULL, x->answer,
                     x->answer_len, res);
+    stripe_retry_after(x, res);
 }
 
 void stripe_lookup(struct stripe_client *pc, const char *url, enum provider_lookup kind,
@@ -438,6 +452,7 @@ json_t *stripe_get_json(struct stripe_client *pc, const char *url,
         goto out;
     }
     doc = stripe_answer_json((int)http, x->answer, x->answer_len, res);
+    stripe_retry_after(x, res);
     CHARGED_ASSERT(!doc || res->outcome == PROVIDER_SUCCEEDED);
 out:
     stripe_xfer_free(x);

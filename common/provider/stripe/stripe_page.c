@@ -86,6 +86,7 @@ json_t *stripe_answer_json(int http, const char *body, size_t body_len,
     json_error_t jerr;
     json_t *doc = body ? json_loadb(body, body_len, 0, &jerr) : NULL;
     res->http_status = http;
+    res->throttled = http == 429; /* UNKNOWN below: no evidence, retried later */
     if (http == 404) {
         const char *code =
             json_string_value(json_object_get(json_object_get(doc, "error"), "code"));

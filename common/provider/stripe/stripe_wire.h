@@ -58,6 +58,8 @@ struct stripe_xfer *stripe_post_xfer(struct stripe_client *pc, const char *path,
                                      int with_share, struct charged_error *err);
 /* Turns a finished transfer into a result. */
 void stripe_finish(struct stripe_xfer *x, CURLcode cc, struct provider_result *res);
+/* A throttled answer's Retry-After into res->retry_after_ms (bounded). */
+void stripe_retry_after(struct stripe_xfer *x, struct provider_result *res);
 /* A blocking GET of url classified as a look-up of `kind`: *res says. */
 void stripe_lookup(struct stripe_client *pc, const char *url, enum provider_lookup kind,
                    int refund, const char *attempt_id, struct provider_result *res);

@@ -1,0 +1,105 @@
+#include "provider_pace.h"
+
+#include <stddef.h>
+
+#include "charged_assert.h"
+
+void provider_pace_init(struct provider_pace *p, int64_t now_ms)
+{
+    CHARGED_ASSERT(p != NULL);
+    *p = (struct provider_pace){
+        .refilled = now_ms, .cut_at = INT64_MIN, .second = now_ms};
+}
+
+/* The counted second moves on: the one just ended becomes the last. */
+static void count_second(struct provider_pace *p, int64_t now_ms)
+{
+    if (now_ms - p->second < 1000)
+        return;
+    p->last_second = now_ms - p->second < 2000 ? p->started : 0;
+    p->started = 0;
+    p->second = now_ms;
+}
+
+/* The bucket holds a tenth of a second's calls, at least one. */
+static double burst(const struct provider_pace *p)
+{
+    double b = p->limit / 10.0;
+    return b < 1.0 ? 1.0 : b;
+}
+
+static void refill(struct provider_pace *p, int64_t now_ms)
+{
+    if (now_ms > p->refilled) {
+        p->tokens += (double)(now_ms - p->refilled) * p->limit / 1000.0;
+        if (p->tokens > burst(p))
+            p->tokens = burst(p);
+    }
+    if (now_ms > p->refilled)
+        p->refilled = now_ms;
+    CHARGED_ASSERT(p->tokens >= 0.0 && p->tokens <= burst(p));
+}
+
+int provider_pace_take(struct provider_pace *p, int64_t now_ms)
+{
+    CHARGED_ASSERT(p != NULL && p->limit >= 0.0);
+    count_second(p, now_ms);
+    if (p->limit > 0.0) {
+        refill(p, now_ms);
+        if (p->tokens < 1.0)
+            return 0;
+        p->tokens -= 1.0;
+    }
+    p->started++;
+    return 1;
+}
+
+int64_t provider_pace_next_ms(const struct provider_pace *p, int64_t now_ms)
+{
+    CHARGED_ASSERT(p != NULL);
+    if (p->limit <= 0.0)
+        return now_ms;
+    double tokens = p->tokens;
+    if (now_ms > p->refilled)
+        tokens += (double)(now_ms - p->refilled) * p->limit / 1000.0;
+    if (tokens >= 1.0)
+        return now_ms;
+    int64_t wait = (int64_t)((1.0 - tokens) * 1000.0 / p->limit) + 1;
+    CHARGED_ASSERT(wait > 0);
+    return now_ms + wait;
+}
+
+void provider_pace_answer(struct provider_pace *p, int throttled, int64_t now_ms)
+{
+    CHARGED_ASSERT(p != NULL && p->limit >= 0.0);
+    count_second(p, now_ms);
+    if (!throttled) {
+        if (p->limit > 0.0 && p->limit < PACE_MAX_PER_S)
+            p->limit +=
+                1.0 / p->limit > PACE_STEP_SHARE ? 1.0 / p->limit : PACE_STEP_SHARE;
+        return;
+    }
+    if (p->cut_at != INT64_MIN && now_ms - p->cut_at < PACE_CUT_MS)
+        return; /* the same overrun */
+    refill(p, now_ms);
+    if (p->limit <= 0.0) {
+        /* Unpaced until now: half of what was started in the last second. */
+        int seen = p->started > p->last_second ? p->started : p->last_second;
+        p->limit = seen / 2.0;
+        p->tokens = 0.0;
+    } else {
+        p->limit /= 2.0;
+    }
+    if (p->limit < PACE_MIN_PER_S)
+        p->limit = PACE_MIN_PER_S;
+    if (p->tokens > burst(p))
+        p->tokens = burst(p);
+    p->cut_at = now_ms;
+    CHARGED_ASSERT(p->limit >= PACE_MIN_PER_S);
+}
+
+double provider_pace_limit(const struct provider_pace *p)
+{
+    CHARGED_ASSERT(p != NULL);
+    return p->limit;
+}

@@ -1,0 +1,49 @@
+/* provider_pace: how fast one process starts provider calls, lowered by
+ * the provider's 429s and raised again by its other answers (AIMD, as
+ * TCP's congestion window).
+ *
+ * Pure: no clock, no I/O; the caller passes the time (monotonic ms). It
+ * starts unpaced (limit 0: calls start as fast as they come). The first
+ * 429 sets the limit to half the calls started in the last second (at
+ * least PACE_MIN_PER_S); each later 429 halves it, at most once a second
+ * (a burst of 429s answers one overrun); every other answer adds 1/limit
+ * or PACE_STEP_SHARE of a call/s, the larger: at a steady rate the limit
+ * climbs by about one call/s every second at low rates (the classic
+ * additive step, one per round) and by 5% a second at high ones, until a
+ * 429 says it is too high. Calls are let through a token bucket of a
+ * tenth of a second's calls (at least one).
+ *
+ * It paces this process alone; the fleet-wide budget (issue 38) sits on
+ * top of it. */
+#ifndef CHARGED_PROVIDER_PACE_H
+#define CHARGED_PROVIDER_PACE_H
+
+#include <stdint.h>
+
+#define PACE_MIN_PER_S  1.0  /* the floor: a throttled sender still sends */
+#define PACE_STEP_SHARE 0.05 /* least added per answer that was not a 429 */
+#define PACE_CUT_MS     1000 /* one halving per this long */
+#define PACE_MAX_PER_S  1e6  /* beyond: as good as unpaced */
+
+struct provider_pace {
+    double limit;             /* calls/s; 0: unpaced */
+    double tokens;            /* calls that may start now */
+    int64_t refilled;         /* tokens as of */
+    int64_t cut_at;           /* the last halving (INT64_MIN: none) */
+    int64_t second;           /* start of the current second of counted starts */
+    int started, last_second; /* starts in it, and in the one before */
+};
+
+void provider_pace_init(struct provider_pace *p, int64_t now_ms);
+/* May a call start now? 1 (and it is counted), or 0: wait until
+ * provider_pace_next_ms. */
+int provider_pace_take(struct provider_pace *p, int64_t now_ms);
+/* When a call may next start (now_ms when one may now). */
+int64_t provider_pace_next_ms(const struct provider_pace *p, int64_t now_ms);
+/* An answer came back: throttled (a 429) lowers the limit, any other
+ * raises it. */
+void provider_pace_answer(struct provider_pace *p, int throttled, int64_t now_ms);
+/* The limit in calls/s (0: unpaced), for the metric and the log. */
+double provider_pace_limit(const struct provider_pace *p);
+
+#endif

@@ -1,0 +1,90 @@
+/* Unit tests of common/core/provider_pace: AIMD on calls started per
+ * second, driven with a clock of our own. */
+#include <check.h>
+#include <stdint.h>
+
+#include "provider_pace.h"
+#include "test_env.h"
+
+/* Calls started from t to t + ms, one tried every ms. */
+static int started(struct provider_pace *p, int64_t t, int ms)
+{
+    int n = 0;
+    for (int64_t i = t; i < t + ms; i++)
+        n += provider_pace_take(p, i);
+    return n;
+}
+
+START_TEST(unpaced_until_a_429)
+{
+    struct provider_pace p;
+    provider_pace_init(&p, 0);
+    ck_assert(provider_pace_limit(&p) == 0.0);
+    ck_assert_int_eq(started(&p, 0, 1000), 1000);
+    ck_assert_int_eq(provider_pace_next_ms(&p, 1000), 1000);
+    /* A success changes nothing while unpaced. */
+    provider_pace_answer(&p, 0, 1000);
+    ck_assert(provider_pace_limit(&p) == 0.0);
+}
+END_TEST
+
+START_TEST(a_429_halves_what_was_sent_and_the_rate_holds)
+{
+    struct provider_pace p;
+    provider_pace_init(&p, 0);
+    ck_assert_int_eq(started(&p, 0, 1000), 1000);
+    provider_pace_answer(&p, 1, 1000);
+    ck_assert(provider_pace_limit(&p) == 500.0);
+    /* A burst of 429s from the same overrun cuts once. */
+    provider_pace_answer(&p, 1, 1500);
+    ck_assert(provider_pace_limit(&p) == 500.0);
+    /* The next second lets about 500 through, trying every ms. */
+    int n = started(&p, 1000, 1000);
+    ck_assert_int_ge(n, 490);
+    ck_assert_int_le(n, 551); /* the rate, and one bucket (a tenth of a second) */
+    ck_assert_int_gt(provider_pace_next_ms(&p, 2000) + 0, 1999);
+    /* Later 429s halve it, a second apart, down to the floor. */
+    for (int64_t t = 2000; t < 40000; t += 1000)
+        provider_pace_answer(&p, 1, t);
+    ck_assert(provider_pace_limit(&p) == PACE_MIN_PER_S);
+    ck_assert_int_eq(started(&p, 40000, 1000), 1);
+    ck_assert_int_eq(provider_pace_take(&p, 41000), 1);
+    ck_assert_int_eq(provider_pace_take(&p, 41000), 0);
+    ck_assert_int_eq(provider_pace_next_ms(&p, 41000), 42001);
+}
+END_TEST
+
+START_TEST(other_answers_raise_it_again)
+{
+    struct provider_pace p;
+    provider_pace_init(&p, 0);
+    ck_assert_int_eq(started(&p, 0, 100), 100);
+    provider_pace_answer(&p, 1, 1000); /* the last second's 100: 50/s */
+    ck_assert(provider_pace_limit(&p) == 50.0);
+    /* A second's answers at 50/s: 5% more. */
+    for (int i = 0; i < 50; i++)
+        provider_pace_answer(&p, 0, 1000 + i);
+    ck_assert(provider_pace_limit(&p) > 52.4 && provider_pace_limit(&p) < 52.6);
+    /* Never down to 0 from a sender that sent nothing: the floor; from
+     * there about one call/s more per second. */
+    provider_pace_init(&p, 0);
+    provider_pace_answer(&p, 1, 10);
+    ck_assert(provider_pace_limit(&p) == PACE_MIN_PER_S);
+    provider_pace_answer(&p, 0, 20);
+    ck_assert(provider_pace_limit(&p) == 2.0);
+    provider_pace_answer(&p, 0, 30);
+    provider_pace_answer(&p, 0, 40);
+    ck_assert(provider_pace_limit(&p) > 2.89 && provider_pace_limit(&p) < 2.91);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("provider_pace");
+    TCase *tc = tcase_create("provider_pace");
+    tcase_add_test(tc, unpaced_until_a_429);
+    tcase_add_test(tc, a_429_halves_what_was_sent_and_the_rate_holds);
+    tcase_add_test(tc, other_answers_raise_it_again);
+    suite_add_tcase(s, tc);
+    return test_env_run_suite(s);
+}
