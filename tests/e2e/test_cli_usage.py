@@ -75,7 +75,8 @@ def scenario(_new):
                  "--threads", "--max-connections", "--seed", "--latency-ms",
                  "--latency-jitter-ms", "--stall-ms", "--fault", "error_before", "rate_limit",
                  "error_after", "stall_after", "drop_after", "/health", "/ledger", "/reset",
-                 "/faults", "/retention"])
+                 "/faults", "/retention", "--rate-limit", "--rate-limit-class",
+                 "--rate-limit-retry-after", "/rate-limits", "throttled"])
 
     expect_usage_error([e2e.CHARGED], mention="missing role")
     expect_usage_error([e2e.CHARGECTL, "dlq"], mention="missing subcommand")
@@ -85,6 +86,8 @@ def scenario(_new):
     expect_usage_error([e2e.CHARGECTL, "migrate", "--bogus"])
     expect_usage_error([e2e.PSP_SIM, "--port", "70000"], mention="--port")
     expect_usage_error([e2e.PSP_SIM, "--fault", "explode=1"], mention="--fault")
+    expect_usage_error([e2e.PSP_SIM, "--rate-limit-class", "charge=5"],
+                       mention="--rate-limit-class")
     expect_usage_error([e2e.CHARGED, "worker"], mention="PROVIDER_API_KEY")
     expect_usage_error([e2e.CHARGED, "api"], mention="WEBHOOK_SIGNING_SECRET")
     expect_usage_error([e2e.CHARGED, "auditor"], mention="PROVIDER_API_KEY")

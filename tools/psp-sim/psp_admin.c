@@ -333,17 +333,52 @@ static enum MHD_Result list_events(struct req *r)
         r->conn, 200, psp_webhooks_events_json(psp_sim_webhooks, (size_t)limit));
 }
 
+/* GET /rate-limits, and PUT /rate-limits with the whole configuration
+ * (psp_limits_config_from_json): all of it at once, or nothing. */
+static enum MHD_Result rate_limits(struct req *r, int put)
+{
+    char err[256];
+    json_error_t jerr;
+    struct psp_limits_config cfg;
+
+    if (put && r->too_large)
+        return psp_sim_respond_error(r->conn, 413, "invalid_request_error",
+                                     "Request too large.");
+    if (put) {
+        json_t *body = json_loadb(r->body ? r->body : "", r->len, 0, &jerr);
+        int rc = body ? psp_limits_config_from_json(body, &cfg, err, sizeof(err)) : -1;
+        if (!body)
+            snprintf(err, sizeof(err), "body is not JSON");
+        json_decref(body);
+        if (rc != 0)
+            return psp_sim_respond_error(r->conn, 400, "invalid_request_error", err);
+        psp_limits_set(psp_sim_limits, &cfg, psp_sim_mono_ms());
+    }
+    return psp_sim_respond_json(
+        r->conn, 200,
+        psp_limits_json(psp_sim_limits, psp_sim_mono_ms(), psp_sim_now_ms()));
+}
+
+/* The store's ledger, its counters with what the limiter throttled. */
+static json_t *ledger(void)
+{
+    json_t *l = psp_store_ledger_json(psp_sim_store, psp_sim_now_ms());
+    json_object_set_new(json_object_get(l, "counters"), "throttled",
+                        psp_limits_throttled_json(psp_sim_limits));
+    return l;
+}
+
 enum MHD_Result psp_sim_admin_api(struct req *r, const char *url, const char *method)
 {
     char err[256], *target;
     if (!strcmp(url, "/health"))
         return psp_sim_respond_json(r->conn, 200, json_pack("{s:b}", "ok", 1));
     if (!strcmp(url, "/ledger") && !strcmp(method, "GET"))
-        return psp_sim_respond_json(
-            r->conn, 200, psp_store_ledger_json(psp_sim_store, psp_sim_now_ms()));
+        return psp_sim_respond_json(r->conn, 200, ledger());
     if (!strcmp(url, "/reset") && !strcmp(method, "POST")) {
         psp_store_reset(psp_sim_store);
         psp_webhooks_reset(psp_sim_webhooks);
+        psp_limits_reset(psp_sim_limits, psp_sim_mono_ms());
         return psp_sim_respond_json(r->conn, 200, json_pack("{s:b}", "reset", 1));
     }
     if (!strcmp(url, "/faults") && !strcmp(method, "GET"))
@@ -363,6 +398,9 @@ enum MHD_Result psp_sim_admin_api(struct req *r, const char *url, const char *me
             return psp_sim_respond_error(r->conn, 400, "invalid_request_error", err);
         return psp_sim_respond_json(r->conn, 200, psp_faults_json(psp_sim_faults));
     }
+    if (!strcmp(url, "/rate-limits") &&
+        (!strcmp(method, "GET") || !strcmp(method, "PUT")))
+        return rate_limits(r, !strcmp(method, "PUT"));
     if (!strcmp(url, "/retention") && !strcmp(method, "PUT")) {
         json_error_t jerr;
         json_t *cfg = json_loadb(r->body ? r->body : "", r->len, 0, &jerr);

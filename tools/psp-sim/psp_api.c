@@ -66,19 +66,38 @@ static const char *form_get(const struct req *r, const char *k)
     return NULL;
 }
 
+/* Which accepted key the request bears (its account), or -1. */
 static int authorized(struct MHD_Connection *conn)
 {
     const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                    MHD_HTTP_HEADER_AUTHORIZATION);
     unsigned char want[SHA256_DIGEST_LENGTH], got[SHA256_DIGEST_LENGTH];
+    int which = -1;
     if (!auth || strncmp(auth, "Bearer ", 7) != 0)
-        return 0;
+        return -1;
     auth += 7;
-    /* Digests of equal length, compared in constant time: neither the
-     * key's bytes nor its length leak through timing. */
-    SHA256((const unsigned char *)psp_sim_api_key, strlen(psp_sim_api_key), want);
+    /* Digests of equal length, compared in constant time, every key
+     * compared: neither a key's bytes nor its length leak through timing. */
     SHA256((const unsigned char *)auth, strlen(auth), got);
-    return CRYPTO_memcmp(want, got, sizeof(want)) == 0;
+    for (size_t i = 0; i < psp_sim_napi_keys; i++) {
+        const char *k = psp_sim_api_keys[i];
+        SHA256((const unsigned char *)k, strlen(k), want);
+        if (CRYPTO_memcmp(want, got, sizeof(want)) == 0)
+            which = (int)i;
+    }
+    return which;
+}
+
+/* Stripe's 429 for a rate limit; Retry-After when retry_after_s > 0. */
+static enum MHD_Result rate_limited(struct MHD_Connection *conn, long retry_after_s)
+{
+    char secs[24];
+    json_t *j = psp_limits_error_json();
+    char *body = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(j);
+    snprintf(secs, sizeof(secs), "%ld", retry_after_s);
+    return psp_sim_respond_with(conn, 429, body,
+                                retry_after_s > 0 ? "Retry-After" : NULL, secs);
 }
 
 /* ---- the provider API ---- */
@@ -188,8 +207,7 @@ static enum MHD_Result begin_and_execute(struct req *r)
 
     r->seq = psp_faults_next_seq(psp_sim_faults, r->idem_key);
     if (psp_faults_hit(psp_sim_faults, PSP_FAULT_RATE_LIMIT, r->idem_key, pm, r->seq))
-        return psp_sim_respond_error(r->conn, 429, "rate_limit_error",
-                                     "Too many requests (injected).");
+        return rate_limited(r->conn, 0);
     if (psp_faults_hit(psp_sim_faults, PSP_FAULT_ERROR_BEFORE, r->idem_key, pm, r->seq))
         return psp_sim_respond_error(
             r->conn, 500, "api_error",
@@ -465,24 +483,75 @@ static enum MHD_Result refunds_api(struct req *r, const char *rest, const char *
                                  "Method not allowed.");
 }
 
+/* "/<id>" (one segment, not empty), "/<id>/<op>" with op given. */
+static int one_id(const char *rest, const char *op)
+{
+    const char *slash = rest[0] == '/' && rest[1] ? strchr(rest + 1, '/') : NULL;
+    if (rest[0] != '/' || !rest[1] || rest[1] == '/')
+        return 0;
+    return op ? slash && !strcmp(slash + 1, op) : !slash;
+}
+
+/* The endpoint class of a request (rest: after /v1/payment_intents or
+ * /v1/refunds), or -1 when it names no endpoint (answered 404 or 405,
+ * unlimited). */
+static int endpoint_class(int refunds, const char *rest, const char *method)
+{
+    int get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    if (refunds)
+        return post && !*rest              ? PSP_LC_REFUND
+               : get && !*rest             ? PSP_LC_LIST
+               : get && one_id(rest, NULL) ? PSP_LC_RETRIEVE
+                                           : -1;
+    if (post)
+        return !*rest                                              ? PSP_LC_CREATE
+               : one_id(rest, "capture") || one_id(rest, "cancel") ? PSP_LC_CAPTURE
+                                                                   : -1;
+    if (!get)
+        return -1;
+    return !*rest                     ? PSP_LC_LIST
+           : !strcmp(rest, "/search") ? PSP_LC_SEARCH
+           : one_id(rest, NULL)       ? PSP_LC_RETRIEVE
+                                      : -1;
+}
+
+/* The key (401 without an accepted one), then its rate limits, before
+ * anything else is looked at: 1 with *rc the refusal, else 0. */
+static int over_limit(struct req *r, int refunds, const char *rest, const char *method,
+                      enum MHD_Result *rc)
+{
+    int key = authorized(r->conn), c = endpoint_class(refunds, rest, method);
+    long retry_after_s = 0;
+
+    if (key < 0) {
+        *rc = psp_sim_respond_error(r->conn, 401, "invalid_request_error",
+                                    "Invalid API Key provided.");
+        return 1;
+    }
+    if (c < 0 || psp_limits_take(psp_sim_limits, (size_t)key, (enum psp_limit_class)c,
+                                 psp_sim_mono_ms(), &retry_after_s))
+        return 0;
+    *rc = rate_limited(r->conn, retry_after_s);
+    return 1;
+}
+
 enum MHD_Result psp_sim_provider_api(struct req *r, const char *url, const char *method)
 {
     struct psp_answer ans = {0};
     const char *base = "/v1/payment_intents", *refunds = "/v1/refunds";
     size_t bl = strlen(base), rl = strlen(refunds);
+    enum MHD_Result rc;
 
     if (!strncmp(url, refunds, rl) && (url[rl] == '\0' || url[rl] == '/')) {
-        if (!authorized(r->conn))
-            return psp_sim_respond_error(r->conn, 401, "invalid_request_error",
-                                         "Invalid API Key provided.");
+        if (over_limit(r, 1, url + rl, method, &rc))
+            return rc;
         return refunds_api(r, url + rl, method);
     }
     if (strncmp(url, base, bl) != 0 || (url[bl] != '\0' && url[bl] != '/'))
         return psp_sim_respond_error(r->conn, 404, "invalid_request_error",
                                      "Unrecognized request URL.");
-    if (!authorized(r->conn))
-        return psp_sim_respond_error(r->conn, 401, "invalid_request_error",
-                                     "Invalid API Key provided.");
+    if (over_limit(r, 0, url + bl, method, &rc))
+        return rc;
     if (!strcmp(method, "POST") && url[bl] == '\0')
         return create_intent(r);
     if (!strcmp(method, "POST") &&

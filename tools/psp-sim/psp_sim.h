@@ -1,8 +1,8 @@
 /* psp_sim: what psp-sim's HTTP layer shares between its files:
  * psp_sim_main.c (start-up, the timer that resumes suspended connections,
  * the requests' life), psp_api.c (the provider API), psp_admin.c (the admin
- * API) and psp_usage.c (--help). One process: the store, the faults and
- * the webhooks are its globals, set once at start. */
+ * API) and psp_usage.c (--help). One process: the store, the faults, the
+ * rate limits and the webhooks are its globals, set once at start. */
 #ifndef PSP_SIM_H
 #define PSP_SIM_H
 
@@ -13,6 +13,7 @@
 #include <microhttpd.h>
 
 #include "psp_faults.h"
+#include "psp_limits.h"
 #include "psp_store.h"
 #include "psp_webhooks.h"
 
@@ -47,15 +48,25 @@ struct req {
 extern psp_store_t *psp_sim_store;
 extern psp_faults_t *psp_sim_faults;
 extern psp_webhooks_t *psp_sim_webhooks;
-extern char *psp_sim_api_key; /* the accepted secret */
+extern psp_limits_t *psp_sim_limits;
+/* The accepted secrets (--api-key, repeatable): each one an account with
+ * its own rate-limit buckets, all sharing one set of books. */
+#define PSP_SIM_MAX_KEYS 8
+extern char *psp_sim_api_keys[PSP_SIM_MAX_KEYS];
+extern size_t psp_sim_napi_keys;
 
 int64_t psp_sim_now_ms(void);
+/* The monotonic clock (the rate limiter's), in ms. */
+int64_t psp_sim_mono_ms(void);
 /* Suspends conn and has the timer resume it after delay_ms. */
 void psp_sim_suspend_for(struct MHD_Connection *conn, int64_t delay_ms);
 
 /* Answers (body taken; NULL: "{}") once what it tells of is on disk. */
 enum MHD_Result psp_sim_respond(struct MHD_Connection *conn, int status, char *body,
                                 int replayed);
+/* As psp_sim_respond, with one more header (name NULL: none). */
+enum MHD_Result psp_sim_respond_with(struct MHD_Connection *conn, int status,
+                                     char *body, const char *name, const char *value);
 enum MHD_Result psp_sim_respond_json(struct MHD_Connection *conn, int status,
                                      json_t *j);
 enum MHD_Result psp_sim_respond_error(struct MHD_Connection *conn, int status,

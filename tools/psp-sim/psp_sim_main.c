@@ -1,6 +1,7 @@
 /* psp-sim: a payment provider speaking the subset of Stripe's PaymentIntents
  * API that charged uses, with Stripe's idempotency semantics, injectable
- * faults and a ledger of what it actually charged.
+ * faults, Stripe-like rate limits (off by default) and a ledger of what it
+ * actually charged.
  *
  * Two listeners: the provider API (/v1/...) and an admin API (ledger, reset,
  * psp_sim_faults, psp_sim_webhooks) on its own port. Delays and stalls suspend the
@@ -38,8 +39,10 @@ static volatile sig_atomic_t stop_requested;
 psp_store_t *psp_sim_store;
 psp_faults_t *psp_sim_faults;
 psp_webhooks_t *psp_sim_webhooks;
+psp_limits_t *psp_sim_limits;
 static psp_journal_t *journal; /* --state-file; NULL: in memory only */
-char *psp_sim_api_key;
+char *psp_sim_api_keys[PSP_SIM_MAX_KEYS];
+size_t psp_sim_napi_keys;
 
 /* ---- timer: resumes suspended connections when they are due ---- */
 
@@ -59,6 +62,13 @@ int64_t psp_sim_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t psp_sim_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
@@ -224,6 +234,13 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 enum MHD_Result psp_sim_respond(struct MHD_Connection *conn, int status, char *body,
                                 int replayed)
 {
+    return psp_sim_respond_with(conn, status, body,
+                                replayed ? "Idempotent-Replayed" : NULL, "true");
+}
+
+enum MHD_Result psp_sim_respond_with(struct MHD_Connection *conn, int status,
+                                     char *body, const char *name, const char *value)
+{
     struct MHD_Response *resp;
     enum MHD_Result rc;
 
@@ -237,8 +254,8 @@ enum MHD_Result psp_sim_respond(struct MHD_Connection *conn, int status, char *b
         return MHD_NO;
     }
     MHD_add_response_header(resp, "Content-Type", "application/json");
-    if (replayed)
-        MHD_add_response_header(resp, "Idempotent-Replayed", "true");
+    if (name)
+        MHD_add_response_header(resp, name, value);
     rc = MHD_queue_response(conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
     return rc;
@@ -411,6 +428,7 @@ struct flags {
     int secret_from_flag, key_from_flag;
     const char *fault_specs[64];
     int nfaults;
+    struct psp_limits_config limits; /* --rate-limit... */
 };
 
 static const struct option opts[] = {
@@ -439,6 +457,9 @@ static const struct option opts[] = {
     {"webhook-timeout-ms", required_argument, NULL, 'T'},
     {"webhook-queue-max", required_argument, NULL, 'Q'},
     {"state-file", required_argument, NULL, 'J'},
+    {"rate-limit", required_argument, NULL, 'G'},
+    {"rate-limit-class", required_argument, NULL, 'C'},
+    {"rate-limit-retry-after", no_argument, NULL, 'A'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -490,6 +511,59 @@ static int take_number(int c, struct flags *f, const char *arg, const char *give
     return -1;
 }
 
+/* --rate-limit N[:BURST], --rate-limit-class CLASS=N[:BURST]: -1 when
+ * taken, else 2 (said on stderr). */
+static int take_limit(int c, struct flags *f, const char *arg)
+{
+    char err[200], name[32];
+    const char *eq = strchr(arg, '=');
+    struct psp_limit *target = &f->limits.global;
+    int cls;
+
+    if (c == 'C') {
+        snprintf(name, sizeof(name), "%.*s", eq ? (int)(eq - arg) : 0, arg);
+        if (!eq || (cls = psp_limits_class_parse(name)) < 0) {
+            fprintf(stderr,
+                    "psp-sim: --rate-limit-class: '%s' is not CLASS=N[:BURST] with "
+                    "CLASS one of create, capture, refund, retrieve, search, list\n",
+                    arg);
+            return 2;
+        }
+        target = &f->limits.classes[cls];
+        arg = eq + 1;
+    }
+    if (psp_limits_parse_spec(arg, target, err, sizeof(err)) != 0) {
+        fprintf(stderr, "psp-sim: --%s: %s (requests/s, 0..%ld)\n", flag_name(opts, c),
+                err, PSP_LIMITS_RATE_MAX);
+        return 2;
+    }
+    return -1;
+}
+
+/* --api-key: the first replaces the default, more add accounts. -1 when
+ * taken, else 2 (said on stderr, never the key). */
+static int take_key(struct flags *f, const char *arg)
+{
+    if (!f->key_from_flag) {
+        free(psp_sim_api_keys[0]);
+        psp_sim_api_keys[0] = NULL;
+        psp_sim_napi_keys = 0;
+        f->key_from_flag = 1;
+    }
+    for (size_t i = 0; i < psp_sim_napi_keys; i++) {
+        if (!strcmp(psp_sim_api_keys[i], arg)) {
+            fprintf(stderr, "psp-sim: --api-key: the same key given twice\n");
+            return 2;
+        }
+    }
+    if (psp_sim_napi_keys == PSP_SIM_MAX_KEYS) {
+        fprintf(stderr, "psp-sim: --api-key: at most %d of them\n", PSP_SIM_MAX_KEYS);
+        return 2;
+    }
+    psp_sim_api_keys[psp_sim_napi_keys++] = strdup(arg);
+    return -1;
+}
+
 /* One flag c: -1 when taken, else the exit status (0 after --help, 2 for
  * bad usage, said on stderr). */
 static int take_flag(int c, struct flags *f, const char *given)
@@ -499,9 +573,12 @@ static int take_flag(int c, struct flags *f, const char *given)
         f->host = optarg;
         return -1;
     case 'k':
-        free(psp_sim_api_key);
-        psp_sim_api_key = strdup(optarg);
-        f->key_from_flag = 1;
+        return take_key(f, optarg);
+    case 'G':
+    case 'C':
+        return take_limit(c, f, optarg);
+    case 'A':
+        f->limits.retry_after = 1;
         return -1;
     case 'U':
         f->wh_url = optarg;
@@ -549,7 +626,10 @@ static int parse_flags(int argc, char **argv, struct flags *f)
     while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1)
         if ((rc = take_flag(c, f, argv[optind - 1])) >= 0)
             return rc;
-    if (optind != argc || !*psp_sim_api_key) {
+    int empty_key = 0;
+    for (size_t i = 0; i < psp_sim_napi_keys; i++)
+        empty_key |= !psp_sim_api_keys[i] || !*psp_sim_api_keys[i];
+    if (optind != argc || empty_key) {
         if (optind != argc)
             fprintf(stderr, "psp-sim: unexpected argument '%s'\n", argv[optind]);
         else
@@ -606,6 +686,8 @@ static int open_books(const struct flags *f)
             return 2;
         }
     }
+    psp_sim_limits = psp_limits_new(psp_sim_napi_keys);
+    psp_limits_set(psp_sim_limits, &f->limits, psp_sim_mono_ms());
     return -1;
 }
 
@@ -709,6 +791,13 @@ static int serve(const struct flags *f, const struct psp_webhooks_config *whc,
     return rc;
 }
 
+static void free_keys(void)
+{
+    for (size_t i = 0; i < psp_sim_napi_keys; i++)
+        free(psp_sim_api_keys[i]);
+    psp_sim_napi_keys = 0;
+}
+
 int main(int argc, char **argv)
 {
     struct flags f = {
@@ -731,10 +820,11 @@ int main(int argc, char **argv)
     char err[256];
     int rc;
 
-    psp_sim_api_key = getenv("PSP_SIM_API_KEY") ? strdup(getenv("PSP_SIM_API_KEY"))
-                                                : strdup("sk_test_charged");
+    psp_sim_api_keys[0] = getenv("PSP_SIM_API_KEY") ? strdup(getenv("PSP_SIM_API_KEY"))
+                                                    : strdup("sk_test_charged");
+    psp_sim_napi_keys = 1;
     if ((rc = parse_flags(argc, argv, &f)) >= 0) {
-        free(psp_sim_api_key);
+        free_keys();
         return rc;
     }
     struct psp_webhooks_config whc = {
@@ -750,7 +840,7 @@ int main(int argc, char **argv)
     };
     if (psp_webhooks_check_config(&whc, err, sizeof(err)) != 0) {
         fprintf(stderr, "psp-sim: --webhook-url: %s\n", err);
-        free(psp_sim_api_key);
+        free_keys();
         return 2;
     }
     /* Before any thread: curl's global set-up is not thread-safe. */
@@ -768,9 +858,10 @@ int main(int argc, char **argv)
         rc = serve(&f, &whc, &sa, &asa);
     }
     psp_faults_free(psp_sim_faults);
+    psp_limits_free(psp_sim_limits);
     psp_store_free(psp_sim_store);
     psp_journal_free(journal);
-    free(psp_sim_api_key);
+    free_keys();
     curl_global_cleanup();
     return rc;
 }

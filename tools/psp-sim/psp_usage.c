@@ -18,7 +18,9 @@ static void usage_options(FILE *out)
         "[12111]\n"
         "  --admin-port N           admin API port; 0: one the kernel picks [12112]\n"
         "  --api-key KEY            accepted secret (Authorization: Bearer KEY);\n"
-        "                           default: $PSP_SIM_API_KEY, else sk_test_charged\n"
+        "                           default: $PSP_SIM_API_KEY, else sk_test_charged.\n"
+        "                           Repeatable (8 at most): each key an account with\n"
+        "                           rate limits of its own, one set of books for all\n"
         "  --key-retention-ms N     idempotency keys are forgotten after N ms "
         "[86400000]\n"
         "  --threads N              HTTP threads, 1..1024 [2]\n"
@@ -88,6 +90,44 @@ static void usage_options(FILE *out)
         "                           settings replayed (PUT /retention...). Default:\n"
         "                           none, all in memory\n"
         "  --help                   this text\n"
+        "\n",
+        out);
+}
+
+static void usage_limits(FILE *out)
+{
+    fputs(
+        "Rate limits (none by default: nothing is throttled):\n"
+        "  --rate-limit N[:BURST]   requests/s of each API key, every endpoint\n"
+        "                           together (the global bucket); BURST: the\n"
+        "                           bucket's size [N, one second's worth]; 0:\n"
+        "                           unlimited [0]; 0..1000000\n"
+        "  --rate-limit-class CLASS=N[:BURST]\n"
+        "                           requests/s of each key in one endpoint class,\n"
+        "                           repeatable. CLASS: create (POST\n"
+        "                           /v1/payment_intents), capture (POST .../capture\n"
+        "                           and .../cancel), refund (POST /v1/refunds),\n"
+        "                           retrieve (GET one intent or refund), search,\n"
+        "                           list (GET /v1/payment_intents, /v1/refunds)\n"
+        "  --rate-limit-retry-after send Retry-After: <seconds> with a throttled\n"
+        "                           429 (Stripe does not promise one) [off]\n"
+        "  A request takes a token from its key's global bucket and its class's,\n"
+        "  or from neither: then, before anything else is looked at (no\n"
+        "  idempotency key reserved, nothing executed or counted as a request),\n"
+        "  429 {\"error\":{\"type\":\"invalid_request_error\",\"code\":\n"
+        "  \"rate_limit\",\"message\":...,\"doc_url\":...}}, Stripe's body (the\n"
+        "  rate_limit fault sends it too). Admin API:\n"
+        "  GET    /rate-limits  {\"global\":{\"rate\":N,\"burst\":B},\"classes\":\n"
+        "                       {\"create\":{...},...},\"retry_after\":false,\n"
+        "                       \"throttled\":{\"create\":n,...},\"per_second\":\n"
+        "                       [{\"at\":<unix>,\"served\":n,\"throttled\":n}]}\n"
+        "                       (per_second: the last 600 s that had requests)\n"
+        "  PUT    /rate-limits  {\"global\":N or {\"rate\":N,\"burst\":B},\n"
+        "                       \"classes\":{\"create\":N,...},\"retry_after\":true}\n"
+        "                       replaces the whole configuration at once (absent:\n"
+        "                       unlimited, off); 400 and nothing changed when any\n"
+        "                       of it is bad. Answers as GET.\n"
+        "  GET /ledger's counters.throttled: what was throttled, by class.\n"
         "\n",
         out);
 }
@@ -258,7 +298,9 @@ static void usage_admin_api(FILE *out)
         "                     requires_capture, captures, voids,\n"
         "                     authorizations_expired\n"
         "  POST   /reset      forget keys, intents (injected, amended and deleted\n"
-        "                     ones too), refunds, ledger and counters\n"
+        "                     ones too), refunds, ledger and counters (throttled\n"
+        "                     counts and series too; rate limits stay, buckets\n"
+        "                     full)\n"
         "  GET    /faults     fault configuration, how often each rule fired, and\n"
         "                     every fault injected (kind, key, seq)\n"
         "  PUT    /faults     replace it: {\"seed\":1,\"latency_ms\":5,\n"
@@ -406,6 +448,7 @@ static void usage_webhooks(FILE *out)
 void psp_sim_usage(FILE *out)
 {
     usage_options(out);
+    usage_limits(out);
     usage_output(out);
     usage_provider_api(out);
     usage_refunds_api(out);
