@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "charged_assert.h"
+#include "store_stmt.h"
 
 enum charged_rc op_store_open(struct op_store *s, int refunds, config_t *cfg,
                               const char *actor, struct charged_error *err)
@@ -194,6 +195,53 @@ void *op_batch_new(size_t n, size_t size, struct charged_error *err)
     if (!items)
         charged_error_set(err, "out of memory");
     return items;
+}
+
+enum charged_rc op_outcomes_lock(store_conn_t *db, const char *lock_sql,
+                                 struct engine_outcome *items, size_t n,
+                                 struct engine_outcome **ours, size_t *nours,
+                                 struct charged_error *err)
+{
+    CHARGED_ASSERT(db && lock_sql && ours && nours);
+    CHARGED_ASSERT(items || n == 0);
+    const char **ids = op_batch_new(n, sizeof(*ids), err);
+    int *locked = op_batch_new(n, sizeof(*locked), err);
+    enum charged_rc rc = CHARGED_RETRY;
+    *nours = 0;
+    if (!(*ours = op_batch_new(n, sizeof(**ours), err)) || !ids || !locked)
+        goto out;
+    for (size_t i = 0; i < n; i++)
+        ids[i] = items[i].id;
+    if ((rc = stmt_lock_ids(db, lock_sql, ids, n, locked, err)) != CHARGED_OK)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        items[i].persisted = 0;
+        items[i].busy = !locked[i];
+        if (locked[i])
+            (*ours)[(*nours)++] = items[i];
+    }
+out:
+    CHARGED_ASSERT(*nours <= n);
+    free(ids);
+    free(locked);
+    return rc;
+}
+
+void op_outcomes_unpack(struct engine_outcome *items, size_t n,
+                        const struct engine_outcome *ours, size_t nours)
+{
+    CHARGED_ASSERT(items || n == 0);
+    CHARGED_ASSERT(ours || nours == 0);
+    size_t k = 0;
+    for (size_t i = 0; i < n && k < nours; i++)
+        if (!items[i].busy) {
+            /* In items' order: the copy of this very outcome. */
+            CHARGED_ASSERT(ours[k].id == items[i].id);
+            items[i].persisted = ours[k].persisted;
+            items[i].busy = ours[k].busy;
+            k++;
+        }
+    CHARGED_ASSERT(k == nours);
 }
 
 void op_batch_claimed(struct engine_claim *it, enum engine_claim_result result,

@@ -24,6 +24,7 @@
 #include "engine.h"
 #include "provider_client.h"
 #include "refund_store.h"
+#include "store_conn.h"
 
 /* The callbacks of an operation whose functions are prefix_open, ... */
 #define OP_CALLBACKS(prefix) OP_CALLBACKS_SHARING(prefix, prefix)
@@ -126,6 +127,23 @@ struct provider_charge op_attempts_request(const struct attempt_params *p,
  * size bytes, zeroed, freed with free(); NULL with err set when memory ran
  * out (the stage is tried again: return CHARGED_RETRY). */
 void *op_batch_new(size_t n, size_t size, struct charged_error *err);
+
+/* A step's persist is two statements in one transaction (the
+ * authorization's side, then the step's row), each locking the step's row
+ * SKIP LOCKED: a peer letting go of the row between them would have the
+ * first skip it and the second write it, each deciding on half the
+ * truth. So the transaction locks the rows first (lock_sql, stmt_lock_ids).
+ * An outcome whose row another session holds is marked busy (nothing is
+ * written; the engine persists it again shortly); *ours gets copies of the
+ * others, in items' order (*nours of them; free() it whatever the answer),
+ * and
+ * op_outcomes_unpack gives their answers back to items. */
+enum charged_rc op_outcomes_lock(store_conn_t *db, const char *lock_sql,
+                                 struct engine_outcome *items, size_t n,
+                                 struct engine_outcome **ours, size_t *nours,
+                                 struct charged_error *err);
+void op_outcomes_unpack(struct engine_outcome *items, size_t n,
+                        const struct engine_outcome *ours, size_t nours);
 
 /* A store's claim answered `result` for it: its lease (claimed: its
  * epoch, at least 1), the key's age, the status before the claim, and,

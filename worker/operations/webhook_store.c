@@ -132,6 +132,10 @@ static enum charged_rc apply_to_operation(webhook_store_t *st,
         if (w && w->takes(ev))
             return w->apply(st->db, ev, out, err);
     }
+    /* Not looked up at all (apply_once's "no such attempt" would say we
+     * had): an event of a manual intent that no step applies, say. */
+    out->reason =
+        "no operation applies this event type to this intent's capture method";
     return CHARGED_OK;
 }
 

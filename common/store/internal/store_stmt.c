@@ -143,6 +143,24 @@ enum charged_rc stmt_lease(store_conn_t *db, const char *actor, const char *sql,
     return rc;
 }
 
+enum charged_rc stmt_lock_ids(store_conn_t *db, const char *sql, const char *const *ids,
+                              size_t n, int *locked, struct charged_error *err)
+{
+    CHARGED_ASSERT(db && sql);
+    CHARGED_ASSERT(n == 0 || (ids && locked));
+    struct stmt s = {0};
+    PGresult *r = NULL;
+    int a = stmt_arrays(&s, 1);
+    for (size_t i = 0; i < n; i++)
+        stmt_add(&s, a, ids[i]);
+    enum charged_rc rc = stmt_run(db, &s, sql, &r, err);
+    for (size_t i = 0; i < n; i++)
+        locked[i] = rc == CHARGED_OK && stmt_row_of(r, 0, ids[i]) >= 0;
+    PQclear(r);
+    stmt_release(&s);
+    return rc;
+}
+
 int stmt_row_of(const PGresult *r, int c, const char *value)
 {
     for (int row = PQntuples(r) - 1; row >= 0; row--)

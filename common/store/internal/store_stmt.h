@@ -64,6 +64,14 @@ int stmt_col_true(const PGresult *r, int row, int c);
 /* The last row whose column c is value, or -1. */
 int stmt_row_of(const PGresult *r, int c, const char *value);
 
+/* In the caller's transaction: locks the rows sql names ($1 the ids, a
+ * uuid[]; it answers the ids it locked, FOR NO KEY UPDATE SKIP LOCKED).
+ * locked[i] says whether ids[i]'s row is ours until the transaction ends:
+ * the statements after it in the transaction find it locked by us, never
+ * skipped, and a row another session holds stays out of all of them. */
+enum charged_rc stmt_lock_ids(store_conn_t *db, const char *sql, const char *const *ids,
+                              size_t n, int *locked, struct charged_error *err);
+
 /* Runs a lease statement (lease_sql.h) of ours on ids[i] at epochs[i]: its
  * parameters are the ids, the epochs, *lease_ms (when not NULL) and the
  * actor. Connects first if needed. */

@@ -503,6 +503,12 @@ static const char *SQL_PERSIST =
     SQL_PERSIST_RESULT("capture_attempts");
 /* clang-format on */
 
+/* The persist's first statement: the captures' rows no other session
+ * holds, ours until the transaction ends. */
+static const char *SQL_LOCK =
+    "SELECT id FROM capture_attempts WHERE id = ANY($1::uuid[])"
+    " ORDER BY id FOR NO KEY UPDATE SKIP LOCKED";
+
 /* Item i of a batch of struct engine_outcome, for stmt_persist. */
 static void outcome_of(void *items, size_t i, struct stmt_outcome *o)
 {
@@ -531,30 +537,35 @@ enum charged_rc capture_store_persist(capture_store_t *st, struct engine_outcome
     CHARGED_ASSERT(st);
     CHARGED_ASSERT(items || n == 0);
     struct capture_booking *b = NULL;
-    size_t nb = 0, booked;
+    struct engine_outcome *ours = NULL;
+    size_t nb = 0, nours = 0, booked;
     enum charged_rc rc;
 
     charged_error_clear(err);
     if (n == 0)
         return CHARGED_OK;
-    if (!(b = op_batch_new(n, sizeof(*b), err)))
-        return CHARGED_RETRY;
-    for (size_t i = 0; i < n; i++) {
-        long long got = received_of(items[i].evidence_json);
-        if (!strcmp(items[i].status, ATTEMPT_S_SUCCEEDED) && got > 0)
-            b[nb++] = (struct capture_booking){items[i].id, items[i].lease_epoch, got,
+    if ((rc = store_conn_open(st->db, NULL, err)) != CHARGED_OK ||
+        (rc = store_conn_exec(st->db, "BEGIN", 0, NULL, NULL, err)) != CHARGED_OK)
+        return rc == CHARGED_OK ? CHARGED_RETRY : rc;
+    /* The rows first, for the transaction: the booking and the capture's
+     * own row decide on one view of who holds them. */
+    rc = op_outcomes_lock(st->db, SQL_LOCK, items, n, &ours, &nours, err);
+    if (rc == CHARGED_OK && !(b = op_batch_new(n, sizeof(*b), err)))
+        rc = CHARGED_RETRY;
+    for (size_t i = 0; rc == CHARGED_OK && i < nours; i++) {
+        long long got = received_of(ours[i].evidence_json);
+        if (!strcmp(ours[i].status, ATTEMPT_S_SUCCEEDED) && got > 0)
+            b[nb++] = (struct capture_booking){ours[i].id, ours[i].lease_epoch, got,
                                                ATTEMPT_S_PROCESSING};
     }
-    if ((rc = store_conn_open(st->db, NULL, err)) != CHARGED_OK ||
-        (rc = store_conn_exec(st->db, "BEGIN", 0, NULL, NULL, err)) != CHARGED_OK) {
-        free(b);
-        return rc == CHARGED_OK ? CHARGED_RETRY : rc;
-    }
-    rc = capture_store_book(st->db, st->actor, "worker", b, nb, &booked, err);
     if (rc == CHARGED_OK)
-        rc = stmt_persist(st->db, st->actor, SQL_PERSIST, items, n, outcome_of, err);
-    rc = tx_end(st->db, rc, err);
+        rc = capture_store_book(st->db, st->actor, "worker", b, nb, &booked, err);
+    if (rc == CHARGED_OK && nours > 0)
+        rc = stmt_persist(st->db, st->actor, SQL_PERSIST, ours, nours, outcome_of, err);
+    if ((rc = tx_end(st->db, rc, err)) == CHARGED_OK)
+        op_outcomes_unpack(items, n, ours, nours);
     free(b);
+    free(ours);
     return rc;
 }
 
@@ -783,7 +794,17 @@ enum charged_rc capture_store_settle(capture_store_t *st, struct op_settlement *
         return CHARGED_RETRY;
     if ((rc = store_conn_exec(st->db, "BEGIN", 0, NULL, NULL, err)) != CHARGED_OK)
         return rc;
-    if (it->status == ATTEMPT_STATUS_SUCCEEDED) {
+    /* As the persist's: the row first, or busy (another session holds it;
+     * the look is settled again later), never the booking skipping it and
+     * the settlement not. */
+    int locked = 0;
+    const char *id = it->id;
+    rc = stmt_lock_ids(st->db, SQL_LOCK, &id, 1, &locked, err);
+    if (rc == CHARGED_OK && !locked) {
+        it->busy = 1;
+        return tx_end(st->db, rc, err);
+    }
+    if (rc == CHARGED_OK && it->status == ATTEMPT_STATUS_SUCCEEDED) {
         const struct capture_booking b = {it->id, it->lease_epoch, it->amount,
                                           attempt_status_name(it->expected)};
         rc = capture_store_book(st->db, st->actor, "reconciler", &b, 1, &booked, err);

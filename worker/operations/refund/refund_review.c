@@ -32,10 +32,14 @@ static const char *SQL_LOCK =
     "    AND c.operation = 'refund' AND c.provider_payment_id = $2)"
     " FROM refund_attempts r WHERE id = $1::uuid FOR NO KEY UPDATE";
 
-/* The reservation a SUCCEEDED decision needs, within the charge. */
+/* The reservation a SUCCEEDED decision needs, within what the charge took
+ * (an authorization: its capture; refused here, plainly, before 0016's
+ * refunds_within_charge would refuse it as a check violation). */
 static const char *SQL_RESERVE =
     "UPDATE payment_attempts SET refund_reserved = refund_reserved + $2::bigint"
-    " WHERE id = $1::uuid AND refund_reserved + $2::bigint <= amount RETURNING id";
+    " WHERE id = $1::uuid AND refund_reserved + $2::bigint <="
+    "   CASE capture_method WHEN 'manual' THEN coalesce(captured_amount, 0)"
+    "   ELSE amount END RETURNING id";
 
 static const char *SQL_SETTLE =
     "WITH u AS ("

@@ -200,7 +200,11 @@ out:
  * for a later claim. A refund already reserved (a lease that expired) is
  * taken over without reserving again. A refund of a charge still PENDING or
  * PROCESSING waits for it (as long as REFUND_ORDER_WINDOW); one of a charge
- * UNKNOWN is not_refundable. A refund recorded before its charge
+ * UNKNOWN is not_refundable. A refund of an authorization waits the same
+ * while a capture is to take it (recorded, in flight or UNKNOWN); one that
+ * no capture holds, or that a void holds, is not_refundable at once: no
+ * capture before it can take money (a capture behind a void is refused).
+ * A refund recorded before its charge
  * takes the charge's order and currency here: its ledger row needs them. */
 static const char *SQL_CLAIM =
     "WITH q AS (SELECT DISTINCT id FROM unnest($1::uuid[]) AS q(id)),"
@@ -220,10 +224,17 @@ static const char *SQL_CLAIM =
     "    AND e.id NOT IN (SELECT id FROM lk))"
     /* Behind its charge in the partition, a refund may reach the claim
      * while the charge's call is still in flight: it waits for the charge
-     * to settle rather than be rejected for it. */
+     * to settle rather than be rejected for it. Behind its capture, the
+     * same: while a capture holds the authorization (its call in flight,
+     * or UNKNOWN), or one is recorded and not yet claimed (the claims of a
+     * batch run refunds first), the refund waits for what it will take. */
     "  AND (lk.status <> " ATTEMPT_SQL(PENDING) " OR NOT EXISTS ("
     "    SELECT 1 FROM payment_attempts w WHERE w.id = lk.payment_attempt_id"
-    "    AND w.status IN (" ATTEMPT_SQL(PENDING) ", " ATTEMPT_SQL(PROCESSING) ")"
+    "    AND (w.status IN (" ATTEMPT_SQL(PENDING) ", " ATTEMPT_SQL(PROCESSING) ")"
+    "      OR (w.status = " ATTEMPT_SQL(AUTHORIZED) " AND (w.held_by = 'capture'"
+    "        OR (w.held_by IS NULL AND EXISTS (SELECT 1 FROM capture_attempts k"
+    "          WHERE k.payment_attempt_id = w.id"
+    "          AND k.status = " ATTEMPT_SQL(PENDING) ")))))"
     "    AND lk.created_at > now() - interval '" REFUND_ORDER_WINDOW "'))"
     "  ORDER BY payment_attempt_id, recorded_seq),"
     " res AS ("
@@ -239,7 +250,12 @@ static const char *SQL_CLAIM =
     "      WHEN p.id IS NULL THEN 'not_refundable: payment attempt ' ||"
     "        c.payment_attempt_id || ' is not recorded'"
     "      WHEN p.status <> " ATTEMPT_SQL(SUCCEEDED) " THEN 'not_refundable: payment"
-    " attempt ' || p.id || ' is ' || p.status"
+    " attempt ' || p.id || ' is ' || p.status ||"
+    "        CASE WHEN p.status <> " ATTEMPT_SQL(AUTHORIZED) " THEN ''"
+    "          WHEN p.held_by = 'void' THEN ' (void ' || p.held_by_id || ' releases it)'"
+    "          WHEN p.held_by = 'capture' THEN ' (capture ' || p.held_by_id ||"
+    "            ' not settled)'"
+    "          ELSE ' (nothing captured)' END"
     "      ELSE 'exceeds_charge: ' || c.amount || ' more would pass the charge of ' ||"
     "        " SQL_REFUNDABLE("p") " || ' (' || p.refund_reserved ||"
     "        ' refunded or in flight)' END"

@@ -399,23 +399,20 @@ const char *const void_store_move_sql =
     "SELECT count(*) FROM pa";
 /* clang-format on */
 
-/* Runs void_store_move_sql for n voids; then `then` (the voids' own
- * statement) runs in the same transaction. */
+/* Runs void_store_move_sql for n voids, in the transaction move_begin
+ * began, before the voids' own statement. */
 struct void_end {
     const char *id;
     int64_t epoch; /* < 0: no lease fence */
     const char *expected, *status, *reason;
 };
 
-static enum charged_rc move_begin(void_store_t *st, const struct void_end *ends,
-                                  size_t n, const char *cause,
-                                  struct charged_error *err)
+static enum charged_rc move_run(void_store_t *st, const struct void_end *ends, size_t n,
+                                const char *cause, struct charged_error *err)
 {
     struct stmt s = {0};
     CHARGED_ASSERT(st && ends && cause);
-    enum charged_rc rc = store_conn_exec(st->db, "BEGIN", 0, NULL, NULL, err);
-    if (rc != CHARGED_OK)
-        return rc;
+    enum charged_rc rc;
     int a = stmt_arrays(&s, 5);
     for (size_t i = 0; i < n; i++) {
         CHARGED_ASSERT(ends[i].id && ends[i].expected && ends[i].status);
@@ -433,6 +430,20 @@ static enum charged_rc move_begin(void_store_t *st, const struct void_end *ends,
     rc = stmt_run(st->db, &s, void_store_move_sql, NULL, err);
     stmt_release(&s);
     return rc;
+}
+
+/* The persist's and the settlement's first statement: the voids' rows no
+ * other session holds, ours until the transaction ends. */
+static const char *SQL_LOCK = "SELECT id FROM void_attempts WHERE id = ANY($1::uuid[])"
+                              " ORDER BY id FOR NO KEY UPDATE SKIP LOCKED";
+
+/* Begins a void's transaction: the move and the void's own statement
+ * decide on one view of who holds its row (locked first, as the
+ * capture's persist does: op_outcomes_lock). */
+static enum charged_rc move_begin(void_store_t *st, struct charged_error *err)
+{
+    CHARGED_ASSERT(st);
+    return store_conn_exec(st->db, "BEGIN", 0, NULL, NULL, err);
 }
 
 /* Ends the transaction move_begin began: COMMIT when rc is CHARGED_OK,
@@ -504,23 +515,33 @@ enum charged_rc void_store_persist(void_store_t *st, struct engine_outcome *item
                                    size_t n, struct charged_error *err)
 {
     CHARGED_ASSERT(st && (items || n == 0));
-    struct void_end *ends;
+    struct void_end *ends = NULL;
+    struct engine_outcome *ours = NULL;
+    size_t nours = 0;
     charged_error_clear(err);
     if (n == 0)
         return CHARGED_OK;
     if (store_conn_open(st->db, NULL, err) != CHARGED_OK)
         return CHARGED_RETRY;
-    if (!(ends = op_batch_new(n, sizeof(*ends), err)))
-        return CHARGED_RETRY;
-    for (size_t i = 0; i < n; i++)
+    enum charged_rc rc = move_begin(st, err);
+    if (rc != CHARGED_OK)
+        return rc;
+    rc = op_outcomes_lock(st->db, SQL_LOCK, items, n, &ours, &nours, err);
+    if (rc == CHARGED_OK && !(ends = op_batch_new(n, sizeof(*ends), err)))
+        rc = CHARGED_RETRY;
+    for (size_t i = 0; rc == CHARGED_OK && i < nours; i++)
         ends[i] =
-            (struct void_end){items[i].id, items[i].lease_epoch, ATTEMPT_S_PROCESSING,
-                              items[i].status, items[i].reason};
-    enum charged_rc rc = move_begin(st, ends, n, "worker", err);
-    if (rc == CHARGED_OK)
-        rc = stmt_persist(st->db, st->actor, SQL_PERSIST, items, n, outcome_of, err);
+            (struct void_end){ours[i].id, ours[i].lease_epoch, ATTEMPT_S_PROCESSING,
+                              ours[i].status, ours[i].reason};
+    if (rc == CHARGED_OK && nours > 0)
+        rc = move_run(st, ends, nours, "worker", err);
+    if (rc == CHARGED_OK && nours > 0)
+        rc = stmt_persist(st->db, st->actor, SQL_PERSIST, ours, nours, outcome_of, err);
+    if ((rc = move_end(st, rc, err)) == CHARGED_OK)
+        op_outcomes_unpack(items, n, ours, nours);
     free(ends);
-    return move_end(st, rc, err);
+    free(ours);
+    return rc;
 }
 
 /* ---- leases ---- */
@@ -741,8 +762,15 @@ enum charged_rc void_store_settle(void_store_t *st, struct op_settlement *it,
     const struct void_end end = {it->id, it->lease_epoch,
                                  attempt_status_name(it->expected),
                                  attempt_status_name(it->status), it->reason};
-    enum charged_rc rc = move_begin(st, &end, 1, "reconciler", err);
-    if (rc == CHARGED_OK)
+    int locked = 0;
+    enum charged_rc rc = move_begin(st, err);
+    if (rc != CHARGED_OK)
+        return rc;
+    rc = stmt_lock_ids(st->db, SQL_LOCK, &it->id, 1, &locked, err);
+    if (rc == CHARGED_OK && !locked)
+        it->busy = 1; /* another session holds it: settled again later */
+    else if (rc == CHARGED_OK &&
+             (rc = move_run(st, &end, 1, "reconciler", err)) == CHARGED_OK)
         rc = settle_void(st, it, err);
     return move_end(st, rc, err);
 }
