@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "attempt_status.h"
+#include "audit_policy.h"
 #include "charged_assert.h"
 #include "charged_error.h"
 #include "engine.h"
@@ -296,6 +297,9 @@ struct payment_op {
     /* The api's status query of its records. NULL: the api answers none
      * (a charge's attempts are the api's own routes). */
     const struct op_status *status;
+    /* The auditor's rules about the provider's manual intents its steps
+     * act on (audit_policy.h; chargectl audit run's too). NULL: none. */
+    const struct audit_steps *audit;
 };
 
 /* The table, in the order the roles walk it (the first is the worker's
@@ -305,5 +309,8 @@ extern const size_t payment_operations_count;
 
 /* The operation of kind k (an index in the table). */
 const struct payment_op *payment_op_of(size_t kind);
+
+/* The audit rules of the table's operations, in its order, into *t. */
+void payment_ops_audit_steps(struct audit_step_table *t);
 
 #endif

@@ -31,3 +31,13 @@ const struct payment_op *payment_op_of(size_t kind)
     CHARGED_ASSERT(op && op->name && op->command_type);
     return op;
 }
+
+void payment_ops_audit_steps(struct audit_step_table *t)
+{
+    CHARGED_ASSERT(t);
+    _Static_assert(PAYMENT_OPS_MAX <= AUDIT_STEP_SETS_MAX, "a set for every operation");
+    t->n = 0;
+    for (size_t k = 0; k < payment_operations_count; k++)
+        if (payment_operations[k]->audit)
+            t->sets[t->n++] = payment_operations[k]->audit;
+}

@@ -49,4 +49,5 @@ const struct payment_op capture_payment_op = {
     .reconcile = &capture_reconcile,
     .webhook = &capture_webhook,
     .status = &capture_status,
+    .audit = &capture_audit,
 };

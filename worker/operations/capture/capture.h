@@ -17,6 +17,9 @@
 extern const struct op_reconcile capture_reconcile;
 /* The api's webhook events about captures (capture_webhook.c). */
 extern const struct op_webhook capture_webhook;
+/* The auditor's rules about what its authorization's capture took
+ * (capture_audit.c). */
+extern const struct audit_steps capture_audit;
 
 /* A capture's order of evidence (reconcile_look's shape; pure). a's
  * provider_payment_id is the authorization's intent as we recorded it, its

@@ -42,4 +42,5 @@ const struct payment_op void_payment_op = {
     .reconcile = &void_reconcile,
     .webhook = &void_webhook,
     .status = &void_status,
+    .audit = &void_audit,
 };
