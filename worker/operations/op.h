@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "attempt_history.h"
 #include "attempt_status.h"
 #include "audit_policy.h"
 #include "charged_assert.h"
@@ -25,6 +26,7 @@
 #include "engine.h"
 #include "provider_client.h"
 #include "reconcile_look.h"
+#include "step_review.h"
 #include "store_conn.h"
 #include "webhook_event.h"
 #include "webhook_store.h"
@@ -300,6 +302,14 @@ struct payment_op {
     /* The auditor's rules about the provider's manual intents its steps
      * act on (audit_policy.h; chargectl audit run's too). NULL: none. */
     const struct audit_steps *audit;
+    /* A person's decision on its records in REQUIRES_REVIEW
+     * (step_review.h): `chargectl <noun> list|resolve` and the console's
+     * queue. NULL: none of these (a charge's and a refund's reviews are
+     * chargectl's and the console's own). */
+    const struct step_review_kind *review;
+    /* Its records of an attempt in the attempt's story (attempt_history.h:
+     * `chargectl attempt show`, the console's timeline). NULL: none. */
+    const struct attempt_history_steps *history;
 };
 
 /* The table, in the order the roles walk it (the first is the worker's
@@ -312,5 +322,15 @@ const struct payment_op *payment_op_of(size_t kind);
 
 /* The audit rules of the table's operations, in its order, into *t. */
 void payment_ops_audit_steps(struct audit_step_table *t);
+
+/* The history steps of the table's operations, in its order, into *t. */
+void payment_ops_history(struct attempt_history_table *t);
+
+/* The reviews of the table's operations into out (PAYMENT_OPS_MAX), in
+ * its order: how many. */
+size_t payment_ops_reviews(const struct step_review_kind **out);
+
+/* The review whose noun is noun; NULL when none. */
+const struct step_review_kind *payment_ops_review(const char *noun);
 
 #endif

@@ -22,6 +22,7 @@
 #include "dlq_reader.h"
 #include "fleet_status.h"
 #include "log.h"
+#include "op.h"
 #include "provider_client.h"
 #include "void_review.h"
 
@@ -300,7 +301,9 @@ static void add_review_evidence(PGconn *conn, json_t *row)
     struct charged_error err;
     json_t *doc = NULL;
     const char *id = json_string_value(json_object_get(row, "payment_attempt_id"));
-    if (!id || attempt_history_read(conn, id, &doc, &err) != CHARGED_OK)
+    struct attempt_history_table t;
+    payment_ops_history(&t);
+    if (!id || attempt_history_read(conn, id, &t, &doc, &err) != CHARGED_OK)
         return;
     json_t *tr = json_object_get(doc, "transitions");
     json_t *last = json_array_get(tr, json_array_size(tr) - 1);
@@ -396,7 +399,9 @@ unsigned console_views_attempt(console_views_t *v, const char *id, json_t **body
     PGconn *conn = conn_get(v, &err);
     if (!conn)
         return unavailable(body, "the attempt", err.message);
-    enum charged_rc rc = attempt_history_read(conn, id, &doc, &err);
+    struct attempt_history_table t;
+    payment_ops_history(&t);
+    enum charged_rc rc = attempt_history_read(conn, id, &t, &doc, &err);
     if (rc == CHARGED_NOT_FOUND)
         return answer(body, 404, "no payment attempt %s", id);
     if (rc != CHARGED_OK)

@@ -15,6 +15,7 @@
 #include "op.h"
 
 #include "attempt_store.h"
+#include "authorization_review.h"
 #include "authorize.h"
 #include "charge_command.h"
 #include "charged_assert.h"
@@ -77,4 +78,5 @@ const struct payment_op authorize_payment_op = {
      * charge's look and webhooks leave them to these. */
     .reconcile = &authorize_reconcile,
     .webhook = &authorize_webhook,
+    .review = &authorization_review_kind,
 };

@@ -3,6 +3,7 @@
 
 #include "capture_command.h"
 #include "capture_op.h"
+#include "capture_review.h"
 #include "capture_store.h"
 
 _Static_assert(sizeof(struct capture_command) <= PAYMENT_OP_COMMAND_MAX,
@@ -50,4 +51,6 @@ const struct payment_op capture_payment_op = {
     .webhook = &capture_webhook,
     .status = &capture_status,
     .audit = &capture_audit,
+    .review = &capture_review_kind,
+    .history = &capture_history,
 };

@@ -2,6 +2,7 @@
 #include "void.h"
 
 #include "void_command.h"
+#include "void_review.h"
 
 _Static_assert(sizeof(struct void_command) <= PAYMENT_OP_COMMAND_MAX,
                "a void command fits the worker's command buffer");
@@ -43,4 +44,6 @@ const struct payment_op void_payment_op = {
     .webhook = &void_webhook,
     .status = &void_status,
     .audit = &void_audit,
+    .review = &void_review_kind,
+    .history = &void_history,
 };
