@@ -142,6 +142,15 @@ struct step_review_kind {
     const char *list_sql;
     const char *const *heads;
     const char *const *members;
+
+    /* The console's review queue (worker/roles/console_views.c): its part,
+     * a SELECT of its records in REQUIRES_REVIEW as (kind, id,
+     * payment_attempt_id, status, amount, currency, authorization_status,
+     * provider_payment_id, reason, updated_at), joined to the others' by
+     * UNION ALL; and whether its records are payment attempts (the
+     * attempts' queue leaves those to it). */
+    const char *queue_sql;
+    int attempts;
 };
 
 /* --help's words on the look-up of an authorization's step. */

@@ -179,4 +179,14 @@ const struct step_review_kind authorization_review_kind = {
     .list_sql = SQL_AUTHORIZATION_LIST,
     .heads = authorization_review_heads,
     .members = authorization_review_members,
+    .queue_sql =
+        " SELECT 'authorization' AS kind, a.id, a.id AS payment_attempt_id, a.status,"
+        "  a.amount, a.currency, a.status AS authorization_status, "
+        "a.provider_payment_id,"
+        "  a.reason, " STEP_REVIEW_TS(
+            "a.updated_at") " AS updated_at"
+                            " FROM payment_attempts a"
+                            " WHERE a.status = 'REQUIRES_REVIEW' AND a.capture_method "
+                            "= 'manual'",
+    .attempts = 1,
 };

@@ -165,4 +165,13 @@ const struct step_review_kind capture_review_kind = {
                                      "coalesce(s.captured_amount, s.amount, p.amount)"),
     .heads = capture_review_heads,
     .members = capture_review_members,
+    .queue_sql =
+        " SELECT 'capture' AS kind, c.id, c.payment_attempt_id, c.status,"
+        "  coalesce(c.captured_amount, c.amount, p.amount) AS amount, p.currency,"
+        "  p.status AS authorization_status, p.provider_payment_id, c.reason,"
+        "  " STEP_REVIEW_TS(
+            "c.updated_at") " AS updated_at"
+                            " FROM capture_attempts c LEFT JOIN payment_attempts p ON "
+                            "p.id = c.payment_attempt_id"
+                            " WHERE c.status = 'REQUIRES_REVIEW'",
 };

@@ -172,4 +172,13 @@ const struct step_review_kind void_review_kind = {
                                      "coalesce(s.released_amount, p.amount)"),
     .heads = void_review_heads,
     .members = void_review_members,
+    .queue_sql = " SELECT 'void' AS kind, w.id, w.payment_attempt_id, w.status, "
+                 "p.amount AS amount,"
+                 "  p.currency, p.status AS authorization_status, "
+                 "p.provider_payment_id, w.reason,"
+                 "  " STEP_REVIEW_TS(
+                     "w.updated_at") " AS updated_at"
+                                     " FROM void_attempts w LEFT JOIN payment_attempts "
+                                     "p ON p.id = w.payment_attempt_id"
+                                     " WHERE w.status = 'REQUIRES_REVIEW'",
 };
