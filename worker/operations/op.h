@@ -115,10 +115,11 @@ struct op_reconcile {
     size_t due_size; /* bytes of one claimed row */
 
     /* The store of database_url for actor, claiming what the look's
-     * limits make due; does not connect. NULL and err when it cannot be
-     * built. */
+     * limits and the operation's own settings in cfg make due; does not
+     * connect. NULL and err when it cannot be built. */
     void *(*store_new)(const char *database_url, const char *actor,
-                       const struct reconcile_limits *lim, struct charged_error *err);
+                       const struct reconcile_limits *lim, const config_t *cfg,
+                       struct charged_error *err);
     void (*store_free)(void *store);
     /* Up to max rows due for a look into the array due (max * due_size
      * bytes), each claimed under a lease of lease_ms; *n of them. */
@@ -162,24 +163,24 @@ struct op_reconcile {
  * wrappers, written once (in a file that includes op_shared.h).
  * OP_RECONCILE_STORE(prefix) lists them in its struct op_reconcile. */
 #define OP_RECONCILE_STORE_HOOKS(prefix, store, row, call, call_id)                    \
-    static void *prefix##_look_store_new(const char *url, const char *actor,           \
-                                         const struct reconcile_limits *lim,           \
-                                         struct charged_error *err)                    \
+    static void *prefix##_look_store_new(                                              \
+        const char *url, const char *actor, const struct reconcile_limits *lim,        \
+        const config_t *cfg, struct charged_error *err)                                \
     {                                                                                  \
-        CHARGED_ASSERT(url &&actor &&lim);                                             \
+        CHARGED_ASSERT(url &&actor &&lim &&cfg);                                       \
         return store##_new(url, actor, err);                                           \
     }                                                                                  \
     OP_RECONCILE_STORE_USE(prefix, store, row, call, call_id)
 
-/* The same, for a store made by open(url, actor, lim, err): one that
+/* The same, for a store made by open(url, actor, lim, cfg, err): one that
  * claims a part of its records (attempt_store_new_of: a capture method's). */
 #define OP_RECONCILE_STORE_HOOKS_OPENED(prefix, open, store, row, call, call_id)       \
-    static void *prefix##_look_store_new(const char *url, const char *actor,           \
-                                         const struct reconcile_limits *lim,           \
-                                         struct charged_error *err)                    \
+    static void *prefix##_look_store_new(                                              \
+        const char *url, const char *actor, const struct reconcile_limits *lim,        \
+        const config_t *cfg, struct charged_error *err)                                \
     {                                                                                  \
-        CHARGED_ASSERT(url &&actor &&lim);                                             \
-        return open(url, actor, lim, err);                                             \
+        CHARGED_ASSERT(url &&actor &&lim &&cfg);                                       \
+        return open(url, actor, lim, cfg, err);                                        \
     }                                                                                  \
     OP_RECONCILE_STORE_USE(prefix, store, row, call, call_id)
 
@@ -310,6 +311,10 @@ struct payment_op {
     /* Its records of an attempt in the attempt's story (attempt_history.h:
      * `chargectl attempt show`, the console's timeline). NULL: none. */
     const struct attempt_history_steps *history;
+    /* Its own settings (config.h's struct config_setting; NULL-ended),
+     * added after the table's rows by payment_ops_add_settings. NULL:
+     * none. */
+    const struct config_setting *const *settings;
 };
 
 /* The table, in the order the roles walk it (the first is the worker's
@@ -322,6 +327,11 @@ const struct payment_op *payment_op_of(size_t kind);
 
 /* The audit rules of the table's operations, in its order, into *t. */
 void payment_ops_audit_steps(struct audit_step_table *t);
+
+/* Adds the table's operations' settings to the configuration
+ * (config_add_settings): once, before any is read. 0, or -1 when too
+ * many. */
+int payment_ops_add_settings(void);
 
 /* The history steps of the table's operations, in its order, into *t. */
 void payment_ops_history(struct attempt_history_table *t);

@@ -75,3 +75,16 @@ const struct step_review_kind *payment_ops_review(const char *noun)
     }
     return NULL;
 }
+
+int payment_ops_add_settings(void)
+{
+    for (size_t k = 0; k < payment_operations_count; k++) {
+        const struct config_setting *const *s = payment_operations[k]->settings;
+        size_t n = 0;
+        while (s && s[n])
+            n++;
+        if (n && config_add_settings(s, n) != 0)
+            return -1;
+    }
+    return 0;
+}

@@ -70,6 +70,9 @@ static const struct engine_op authorize_op = {
     .outcome = payment_answer_outcome,
 };
 
+static const struct config_setting *const authorize_settings[] = {
+    &authorize_expiry_setting, NULL};
+
 const struct payment_op authorize_payment_op = {
     .name = "authorize",
     .command_type = "authorization.requested",
@@ -79,4 +82,5 @@ const struct payment_op authorize_payment_op = {
     .reconcile = &authorize_reconcile,
     .webhook = &authorize_webhook,
     .review = &authorization_review_kind,
+    .settings = authorize_settings,
 };
