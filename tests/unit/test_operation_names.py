@@ -69,8 +69,7 @@ SHARED_FILES = {
 DEBTS = {
     "worker/roles/console_web/app.js": (17, "the page names each review's "
                                         "decisions and draws captures and voids"),
-    "worker/chargectl/ctl_publish.c": (14, "publish validates a capture's and a "
-                                       "void's command by type"),
+    "worker/chargectl/ctl_publish.c": (2, "publish's --help names the types"),
     "worker/chargectl/ctl_audit.c": (3, "audit's --help lists the finding kinds"),
     "worker/chargectl/ctl_attempt.c": (2, "attempt show's --help names the steps"),
     "worker/operations/step_review.h": (8, "the review of an authorization's "

@@ -21,8 +21,10 @@
 #include "attempt_history.h"
 #include "attempt_status.h"
 #include "audit_policy.h"
+#include "charge_command.h"
 #include "charged_assert.h"
 #include "charged_error.h"
+#include "dead_letter_reason.h"
 #include "engine.h"
 #include "provider_client.h"
 #include "reconcile_look.h"
@@ -315,6 +317,14 @@ struct payment_op {
      * added after the table's rows by payment_ops_add_settings. NULL:
      * none. */
     const struct config_setting *const *settings;
+    /* chargectl publish's check of one command of its type, by its own
+     * parser with chargectl's limits: DEAD_LETTER_NONE, or why and err.
+     * NULL: none (a command of its type is judged as the table's first
+     * operation's: chargectl publish's first guess, as the worker's). */
+    enum dead_letter_reason (*check)(const char *id, size_t id_len, const char *value,
+                                     size_t len,
+                                     const struct charge_command_limits *lim,
+                                     struct charged_error *err);
 };
 
 /* The table, in the order the roles walk it (the first is the worker's

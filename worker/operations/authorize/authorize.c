@@ -70,6 +70,19 @@ static const struct engine_op authorize_op = {
     .outcome = payment_answer_outcome,
 };
 
+/* A charge's fields, held. */
+static enum dead_letter_reason authorize_check(const char *id, size_t id_len,
+                                               const char *value, size_t len,
+                                               const struct charge_command_limits *lim,
+                                               struct charged_error *err)
+{
+    struct charge_command cmd;
+    enum dead_letter_reason r = charge_command_parse_as(
+        "authorization.requested", 1, id, id_len, value, len, lim, &cmd, err);
+    charge_command_release(&cmd);
+    return r;
+}
+
 static const struct config_setting *const authorize_settings[] = {
     &authorize_expiry_setting, NULL};
 
@@ -83,4 +96,5 @@ const struct payment_op authorize_payment_op = {
     .webhook = &authorize_webhook,
     .review = &authorization_review_kind,
     .settings = authorize_settings,
+    .check = authorize_check,
 };
