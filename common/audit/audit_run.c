@@ -22,6 +22,7 @@ struct audit_ctx {
     audit_store_t *st;
     long long start, end; /* the window findings are recorded under */
     struct audit_run_result *out;
+    const struct audit_step_table *steps; /* the operations' rules */
     struct charged_error *err;
 };
 
@@ -38,12 +39,12 @@ static long long or_none(int known, long long v)
 }
 
 /* Records f, the object of second `at`, counts it as observed and, when
- * new, as fresh (logged: a person acts on each). It is recorded under
- * that second, not under this audit's window: the first audit to find it
- * may be an on-demand one over a day, and the scheduled window that holds
- * the object must still show it. */
-static enum charged_rc record(struct audit_ctx *c, struct audit_finding *f,
-                              long long at)
+ * new, as fresh (logged, as an error when money is wrong: a person acts
+ * on each). It is recorded under that second, not under this audit's
+ * window: the first audit to find it may be an on-demand one over a day,
+ * and the scheduled window that holds the object must still show it. */
+static enum charged_rc record_logged(struct audit_ctx *c, struct audit_finding *f,
+                                     long long at, int error)
 {
     struct charged_error err;
     int fresh = 0;
@@ -56,16 +57,20 @@ static enum charged_rc record(struct audit_ctx *c, struct audit_finding *f,
     if (!fresh)
         return CHARGED_OK;
     c->out->fresh[f->kind]++;
-    log_write(f->kind == AUDIT_CHARGED_TWICE || f->kind == AUDIT_CHARGED_UNBOOKED ||
-                      f->kind == AUDIT_CAPTURE_UNBOOKED ||
-                      f->kind == AUDIT_CAPTURED_OVER_AUTHORIZED
-                  ? LOG_ERROR
-                  : LOG_WARN,
-              "audit finding", "kind", audit_kind_name(f->kind), "object", f->object_id,
-              "payment_attempt_id", f->payment_attempt_id ? f->payment_attempt_id : "",
-              "order_id", f->order_id ? f->order_id : "", "other_object",
+    log_write(error ? LOG_ERROR : LOG_WARN, "audit finding", "kind",
+              audit_kind_name(f->kind), "object", f->object_id, "payment_attempt_id",
+              f->payment_attempt_id ? f->payment_attempt_id : "", "order_id",
+              f->order_id ? f->order_id : "", "other_object",
               f->other_object_id ? f->other_object_id : "", "detail", f->detail, NULL);
     return CHARGED_OK;
+}
+
+/* A finding of the money rules (the operations' say their own level). */
+static enum charged_rc record(struct audit_ctx *c, struct audit_finding *f,
+                              long long at)
+{
+    return record_logged(
+        c, f, at, f->kind == AUDIT_CHARGED_TWICE || f->kind == AUDIT_CHARGED_UNBOOKED);
 }
 
 /* Whether an object is settled for the audit's sake, by id, in the lists
@@ -163,42 +168,48 @@ out:
     return rc;
 }
 
-/* The findings of an authorization's steps (audit_policy_steps): recorded
- * as every finding is, naming the attempt that recorded the intent. 1 in
- * *waits when one of them cannot be judged yet. */
+/* The findings of the operations' rules about a manual intent
+ * (audit_policy_steps): recorded as every finding is, naming the attempt
+ * that recorded the intent. 1 in *waits when one of them cannot be judged
+ * yet. */
 static enum charged_rc record_steps(struct audit_ctx *c,
                                     const struct provider_listed *it,
                                     const struct audit_intent_row *row, int *waits)
 {
-    struct audit_result res[AUDIT_STEP__COUNT];
+    struct audit_result res[AUDIT_STEP_RULES_MAX];
+    const struct audit_step_rule *rules[AUDIT_STEP_RULES_MAX];
+    const long long *cols[AUDIT_STEP_RULES_MAX];
     const struct audit_step_facts *sf = &row->steps;
+    size_t n = 0, k = 0, col = 0;
     /* The store filled the steps of every row it returned. */
     CHARGED_ASSERT(sf->status != NULL && sf->attempt_status != NULL);
     int ours = *row->step_attempt != '\0';
-    *waits = audit_policy_steps(sf, res);
-    for (int r = 0; r < AUDIT_STEP__COUNT; r++) {
+    *waits = audit_policy_steps(sf, c->steps, res, &n);
+    for (size_t s = 0; s < c->steps->n; s++) {
+        for (size_t r = 0; r < c->steps->sets[s]->nrules; r++, k++) {
+            rules[k] = &c->steps->sets[s]->rules[r];
+            cols[k] = sf->columns + col;
+        }
+        col += c->steps->sets[s]->ncolumns;
+    }
+    CHARGED_ASSERT(k == n);
+    for (size_t r = 0; r < n; r++) {
         if (res[r].outcome != AUDIT_FINDING)
             continue;
         /* Ours: what our books hold against the provider's amount. */
-        long long books =
-            !ours                     ? -1
-            : r == AUDIT_STEP_CAPTURE ? sf->attempt_captured
-            : r == AUDIT_STEP_OVER_AUTHORIZED
-                ? (sf->capture_asked >= 0 ? sf->capture_asked : sf->attempt_amount)
-                : -1;
-        int money = r == AUDIT_STEP_CAPTURE || r == AUDIT_STEP_OVER_AUTHORIZED;
+        long long books = ours && rules[r]->books ? rules[r]->books(sf, cols[r]) : -1;
         struct audit_finding f = {
             .kind = res[r].kind,
             .object_id = it->id,
             .payment_attempt_id = ours ? row->step_attempt : it->payment_attempt_id,
             .order_id = ours ? row->step_order : it->order_id,
-            .provider_amount = money ? sf->amount_received : it->amount,
+            .provider_amount = rules[r]->money ? sf->amount_received : it->amount,
             .provider_currency = it->currency,
             .ledger_amount = books,
             .ledger_currency = books >= 0 ? row->step_currency : "",
             .detail = res[r].detail,
         };
-        if (record(c, &f, it->created) != CHARGED_OK)
+        if (record_logged(c, &f, it->created, rules[r]->error) != CHARGED_OK)
             return CHARGED_RETRY;
     }
     return CHARGED_OK;
@@ -215,7 +226,7 @@ static enum charged_rc judge_intents(struct audit_ctx *c,
         charged_error_set(c->err, "out of memory");
         return CHARGED_RETRY;
     }
-    if (audit_store_intents(c->st, items, n, rows, &err) != CHARGED_OK) {
+    if (audit_store_intents(c->st, items, n, c->steps, rows, &err) != CHARGED_OK) {
         store_failed(c, "match intents", &err);
         goto out;
     }
@@ -224,8 +235,8 @@ static enum charged_rc judge_intents(struct audit_ctx *c,
         const struct audit_intent_row *row = &rows[i];
         struct audit_result res = audit_policy_intent(&row->facts);
         int steps_wait = 0;
-        /* Judged every time the intent is seen: an authorization changes
-         * after its window (captured, voided, lapsed). */
+        /* Judged every time the intent is seen: a manual intent changes
+         * after its window (its steps: taken, released, lapsed). */
         if (record_steps(c, it, row, &steps_wait) != CHARGED_OK)
             goto out;
         if (res.outcome == AUDIT_PENDING || steps_wait) {
@@ -394,7 +405,7 @@ static enum charged_rc judge_ledger_facts(struct audit_ctx *c,
                                           const struct provider_listed *obj)
 {
     struct charged_error err;
-    /* An authorization's money is what its capture took. */
+    /* A manual intent's money is what the provider took of it. */
     int manual = found && !strcmp(obj->capture_method, "manual");
     struct audit_ledger_facts facts = {
         .provider_status = found ? obj->status : NULL,
@@ -454,7 +465,7 @@ static enum charged_rc judge_ledger_row(struct audit_ctx *c,
                 return store_failed(c, "copy refund", &err);
         } else {
             struct audit_intent_row row;
-            if (audit_store_intents(c->st, &obj, 1, &row, &err) != CHARGED_OK)
+            if (audit_store_intents(c->st, &obj, 1, c->steps, &row, &err) != CHARGED_OK)
                 return store_failed(c, "copy intent", &err);
         }
     }
@@ -510,11 +521,13 @@ out:
 enum charged_rc audit_run_window(provider_client_t *pc, audit_store_t *st,
                                  long long start, long long end, int scheduled,
                                  const char *auditor,
+                                 const struct audit_step_table *steps,
                                  const struct audit_run_hooks *hooks,
                                  struct audit_run_result *out, int *recorded,
                                  struct charged_error *err)
 {
-    struct audit_ctx c = {pc, st, start, end, out, err};
+    struct audit_ctx c = {pc, st, start, end, out, steps, err};
+    CHARGED_ASSERT(steps != NULL);
     struct charged_error serr;
     long long id = 0, pending = 0;
     memset(out, 0, sizeof(*out));
@@ -538,13 +551,15 @@ enum charged_rc audit_run_window(provider_client_t *pc, audit_store_t *st,
 }
 
 enum charged_rc audit_run_pending(provider_client_t *pc, audit_store_t *st, size_t max,
+                                  const struct audit_step_table *steps,
                                   const struct audit_run_hooks *hooks,
                                   struct audit_run_result *out,
                                   struct charged_error *err)
 {
     char(*ids)[PROVIDER_ID_MAX] = calloc(max ? max : 1, sizeof(*ids));
     int *is_refund = calloc(max ? max : 1, sizeof(*is_refund));
-    struct audit_ctx c = {pc, st, 0, 0, out, err};
+    struct audit_ctx c = {pc, st, 0, 0, out, steps, err};
+    CHARGED_ASSERT(steps != NULL);
     struct charged_error serr;
     size_t n = 0;
     enum charged_rc rc = CHARGED_RETRY;

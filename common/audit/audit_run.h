@@ -32,6 +32,10 @@ struct audit_run_result {
     long long verdict_id;               /* the verdict's row; 0 when not recorded */
 };
 
+/* Each takes the rules of the operations whose steps act on the provider's
+ * manual intents (struct audit_step_table: the operations table's,
+ * payment_ops_audit_steps). */
+
 /* Audits [start, end) (unix s) and, when it completed, records its verdict
  * (scheduled: as the watermark's next window; *recorded 0 when another
  * auditor recorded it first). CHARGED_OK, or CHARGED_RETRY with err (the
@@ -41,6 +45,7 @@ struct audit_run_result {
 enum charged_rc audit_run_window(provider_client_t *pc, audit_store_t *st,
                                  long long start, long long end, int scheduled,
                                  const char *auditor,
+                                 const struct audit_step_table *steps,
                                  const struct audit_run_hooks *hooks,
                                  struct audit_run_result *out, int *recorded,
                                  struct charged_error *err);
@@ -50,6 +55,7 @@ enum charged_rc audit_run_window(provider_client_t *pc, audit_store_t *st,
  * findings. CHARGED_OK, or CHARGED_RETRY with err: the rest is looked at
  * next time. */
 enum charged_rc audit_run_pending(provider_client_t *pc, audit_store_t *st, size_t max,
+                                  const struct audit_step_table *steps,
                                   const struct audit_run_hooks *hooks,
                                   struct audit_run_result *out,
                                   struct charged_error *err);

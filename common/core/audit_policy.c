@@ -101,7 +101,7 @@ static struct audit_result booked_intent(const struct audit_intent_facts *f)
         return finding(AUDIT_BOOKED_NOT_CHARGED,
                        "booked intent is not succeeded at the provider");
     }
-    /* An authorization's money is what its capture took, not what it held. */
+    /* A manual intent's money is what the provider took, not what it held. */
     long long taken =
         f->manual && f->amount_received >= 0 ? f->amount_received : f->amount;
     if (taken != f->booked_amount)
@@ -147,9 +147,9 @@ static struct audit_result unbooked_money(const struct audit_intent_facts *f,
     if (f->earlier_twin)
         return finding(AUDIT_CHARGED_TWICE,
                        "second succeeded intent for one attempt or order");
-    /* A capture of an authorization of ours: its steps are the books to
-     * compare with (capture_unbooked, audit_policy_steps), with their own
-     * grace while a capture is in flight. */
+    /* A manual intent of ours: the operations' rules about its steps are
+     * the books to compare with (audit_policy_steps), with their own grace
+     * while a step is in flight. */
     if (!is_foreign && f->steps_ours)
         return matched();
     /* A foreign intent never settles the attempt: waiting changes nothing.
@@ -200,111 +200,62 @@ struct audit_result audit_policy_intent(const struct audit_intent_facts *f)
     return r;
 }
 
-/* The attempt, or a step of it, may still settle on the provider's
- * evidence: the reconciler or a webhook will. One in review waits for a
- * person, and is not waited for (as unbooked_money's rule). */
-static int step_grace(const char *attempt_status, int step_unsettled)
+int audit_policy_step_grace(const char *attempt_status, int step_unsettled)
 {
+    CHARGED_ASSERT(attempt_status);
     return step_unsettled || (attempt_unsettled(attempt_status) &&
                               strcmp(attempt_status, "REQUIRES_REVIEW") != 0);
 }
 
-/* The provider took more than the intent held, than we authorized, or
- * than a capture of ours asked: final once captured (whoever's). */
-static struct audit_result over_authorized(const struct audit_step_facts *f, int ours)
+struct audit_result audit_result_matched(void)
 {
-    if (f->amount_received <= 0)
-        return matched();
-    if (f->amount_received > f->amount)
-        return finding(AUDIT_CAPTURED_OVER_AUTHORIZED,
-                       "captured more than the intent held");
-    if (ours && f->amount_received > f->attempt_amount)
-        return finding(AUDIT_CAPTURED_OVER_AUTHORIZED,
-                       "captured more than we authorized");
-    if (ours && f->capture_asked >= 0 && f->amount_received > f->capture_asked)
-        return finding(AUDIT_CAPTURED_OVER_AUTHORIZED,
-                       "captured more than our capture asked");
     return matched();
 }
 
-/* Captured at the provider: booked when the attempt is SUCCEEDED with what
- * was received and a capture of ours SUCCEEDED with it too. */
-static struct audit_result capture_booked(const struct audit_step_facts *f)
+struct audit_result audit_result_pending(const char *why)
 {
-    if (f->amount_received <= 0)
-        return matched();
-    if (!strcmp(f->attempt_status, "SUCCEEDED") &&
-        f->attempt_captured == f->amount_received &&
-        f->capture_booked == f->amount_received)
-        return matched();
-    if (step_grace(f->attempt_status, f->capture_unsettled))
-        return pending("capture not settled yet");
-    return finding(
-        AUDIT_CAPTURE_UNBOOKED,
-        !strcmp(f->attempt_status, "REQUIRES_REVIEW")
-            ? "captured at the provider, unbooked while its attempt waits in "
-              "review"
-        : f->capture_booked < 0
-            ? "captured at the provider; no capture of ours succeeded"
-            : "captured at the provider for another amount than our books");
+    return pending(why);
 }
 
-/* Canceled at the provider: by its expiry (a finding whatever our books
- * say: the hold stayed on the card until it lapsed), or by a cancel our
- * books must show as VOIDED. */
-static struct audit_result canceled(const struct audit_step_facts *f, int expiry)
+struct audit_result audit_result_finding(enum audit_kind k, const char *why)
 {
-    if (strcmp(f->status, "canceled") != 0)
-        return matched();
-    int lapsed = !strcmp(f->cancellation_reason, "automatic");
-    if (expiry)
-        return !lapsed ? matched()
-               : !strcmp(f->attempt_status, "VOIDED")
-                   ? finding(AUDIT_AUTHORIZATION_EXPIRED_UNVOIDED,
-                             "authorization lapsed at the provider, never captured "
-                             "nor voided (VOIDED on its expiry)")
-                   : finding(AUDIT_AUTHORIZATION_EXPIRED_UNVOIDED,
-                             "authorization lapsed at the provider, never captured "
-                             "nor voided");
-    if (lapsed || !strcmp(f->attempt_status, "VOIDED"))
-        return matched();
-    if (step_grace(f->attempt_status, f->void_unsettled))
-        return pending("void not settled yet");
-    return finding(AUDIT_VOID_UNBOOKED, "canceled at the provider; the attempt is not "
-                                        "VOIDED");
+    return finding(k, why);
 }
 
 int audit_policy_steps(const struct audit_step_facts *f,
-                       struct audit_result out[AUDIT_STEP__COUNT])
+                       const struct audit_step_table *t,
+                       struct audit_result out[AUDIT_STEP_RULES_MAX], size_t *n)
 {
-    CHARGED_ASSERT(f && out);
+    CHARGED_ASSERT(f && t && out && n);
+    CHARGED_ASSERT(t->n <= AUDIT_STEP_SETS_MAX);
     int ours = *f->attempt_status != '\0', waits = 0;
-    for (int r = 0; r < AUDIT_STEP__COUNT; r++)
-        out[r] = matched();
+    /* Held, or on its way to be: it may yet be taken, released or expire.
+     * Nothing of it but what is final whoever's (any_owner) is judged
+     * until then. */
+    int held =
+        !strcmp(f->status, "requires_capture") || !strcmp(f->status, "processing");
+    size_t col = 0;
+    *n = 0;
+    for (size_t s = 0; s < t->n; s++) {
+        const struct audit_steps *set = t->sets[s];
+        CHARGED_ASSERT(col + set->ncolumns <= AUDIT_STEP_COLUMNS_MAX);
+        for (size_t r = 0; r < set->nrules; r++) {
+            const struct audit_step_rule *rule = &set->rules[r];
+            CHARGED_ASSERT(*n < AUDIT_STEP_RULES_MAX);
+            out[*n] = matched();
+            if (f->manual && (rule->any_owner || (ours && !held)))
+                out[*n] = rule->judge(f, f->columns + col, ours);
+            waits |= out[*n].outcome == AUDIT_PENDING;
+            (*n)++;
+        }
+        col += set->ncolumns;
+    }
     if (!f->manual)
         return 0;
-    out[AUDIT_STEP_OVER_AUTHORIZED] = over_authorized(f, ours);
-    if (!ours) {
-        /* Not ours yet: the attempt its metadata names may still record it. */
-        if (f->named_unsettled)
-            out[AUDIT_STEP_CAPTURE] = pending("attempt not settled yet");
-        return f->named_unsettled;
-    }
-    /* Held, or on its way to be: it may yet be captured, voided or expire.
-     * Nothing of it is final until then. */
-    if (!strcmp(f->status, "requires_capture") || !strcmp(f->status, "processing")) {
-        out[AUDIT_STEP_CAPTURE] = pending("authorization still held");
-        return 1;
-    }
-    out[AUDIT_STEP_CAPTURE] = capture_booked(f);
-    out[AUDIT_STEP_VOID] = canceled(f, 0);
-    out[AUDIT_STEP_EXPIRED] = canceled(f, 1);
-    for (int r = 0; r < AUDIT_STEP__COUNT; r++)
-        waits |= out[r].outcome == AUDIT_PENDING;
-    /* Each rule names its own kind (audit_run records out[r].kind). */
-    CHARGED_ASSERT(out[AUDIT_STEP_CAPTURE].outcome != AUDIT_FINDING ||
-                   out[AUDIT_STEP_CAPTURE].kind == AUDIT_CAPTURE_UNBOOKED);
-    return waits;
+    /* Not ours yet: the attempt its metadata names may still record it. */
+    if (!ours)
+        return f->named_unsettled || waits;
+    return held || waits;
 }
 
 /* A booked refund is the booking's refund only on the booking's charge's

@@ -12,6 +12,12 @@
 
 #include <stddef.h>
 
+/* Of the operations' rules (struct audit_steps), at most: columns of
+ * the step statement, rules, and operations with rules. */
+#define AUDIT_STEP_COLUMNS_MAX 8
+#define AUDIT_STEP_RULES_MAX   8
+#define AUDIT_STEP_SETS_MAX    8
+
 /* Finding kinds, as stored and in metrics; new ones are added last. */
 enum audit_kind {
     AUDIT_CHARGED_TWICE = 0,
@@ -24,7 +30,8 @@ enum audit_kind {
     AUDIT_REFUNDED_OVER_CHARGE,
     AUDIT_BOOKED_FOREIGN, /* booked for an attempt or refund it is not (ownership) */
     AUDIT_FOREIGN_INTENT, /* names an attempt of ours whose intent it is not */
-    /* An authorization's steps (issue 37): audit_policy_steps. */
+    /* Of the operations' rules about a manual intent's steps
+     * (audit_policy_steps: the capture's and the void's, issue 37). */
     AUDIT_CAPTURED_OVER_AUTHORIZED,       /* received more than held or asked */
     AUDIT_CAPTURE_UNBOOKED,               /* captured; our books show no such capture */
     AUDIT_VOID_UNBOOKED,                  /* released by a cancel; we are not VOIDED */
@@ -92,39 +99,65 @@ struct audit_intent_facts {
     int manual;
     long long amount_received; /* -1: not said */
     /* Manual, and recorded by an attempt of ours: its money, unbooked, is
-     * judged by audit_policy_steps (capture_unbooked), not here. */
+     * judged by the operations' rules (audit_policy_steps), not here. */
     int steps_ours;
 };
 
-/* An intent and the steps of the attempt that recorded it as its own (the
- * id charged kept from its own call's answer, or its key's replay): what
- * audit_policy_steps judges. Strings are never NULL ("" when absent). */
+/* An intent and the attempt that recorded it as its own (the id charged
+ * kept from its own call's answer, or its key's replay): what
+ * audit_policy_steps judges with the rules of the operations whose steps
+ * act on it (struct audit_steps). Strings are never NULL ("" when absent). */
 struct audit_step_facts {
     int manual;                      /* the provider's capture_method is manual */
     const char *status;              /* the intent's */
-    long long amount;                /* what the intent held (authorized) */
-    long long amount_received;       /* what its capture took; -1: not said */
+    long long amount;                /* what the intent held */
+    long long amount_received;       /* what the provider took of it; -1: not said */
     const char *cancellation_reason; /* the provider's; "automatic": it expired */
     /* The attempt that recorded this intent: "" status when none. */
     const char *attempt_status;
-    long long attempt_amount;   /* what we authorized */
-    long long attempt_captured; /* captured_amount; -1: none */
-    long long capture_booked;   /* a SUCCEEDED capture's captured_amount; -1: none */
-    long long capture_asked;    /* the most a capture of ours sent asked; -1: none */
-    int capture_unsettled;      /* a capture of it PENDING, PROCESSING or UNKNOWN */
-    int void_unsettled;         /* a void of it, the same */
+    long long attempt_amount; /* what we asked to hold */
     /* Not recorded by any attempt, but its metadata names one of ours that
      * recorded none yet and is unsettled: it may still become ours. */
     int named_unsettled;
+    /* The operations' own facts of the attempt: their columns of the step
+     * statement (audit_steps.columns), in the table's order. */
+    long long columns[AUDIT_STEP_COLUMNS_MAX];
 };
 
-/* The rules of audit_policy_steps, one result each, in this order. */
-enum audit_step_rule {
-    AUDIT_STEP_OVER_AUTHORIZED = 0,
-    AUDIT_STEP_CAPTURE,
-    AUDIT_STEP_VOID,
-    AUDIT_STEP_EXPIRED,
-    AUDIT_STEP__COUNT
+/* ---- an operation's rules about the intents its steps act on ---- */
+
+/* One rule: a finding kind it may record, judged on the facts. */
+struct audit_step_rule {
+    /* Judged whoever recorded the intent, and while the provider still
+     * holds it (1); else only once it is ours and no longer held. */
+    int any_owner;
+    /* The result; cols: its operation's columns; ours: an attempt of
+     * ours recorded the intent. */
+    struct audit_result (*judge)(const struct audit_step_facts *f,
+                                 const long long *cols, int ours);
+    /* A finding's ledger amount: what our books hold against the
+     * provider's (-1: none). NULL: none. */
+    long long (*books)(const struct audit_step_facts *f, const long long *cols);
+    int money; /* a finding's provider amount is what the provider took */
+    int error; /* a fresh finding is logged as an error (money), else a warning */
+};
+
+/* An operation's rules (struct payment_op's audit): the columns its facts
+ * need, each an SQL expression of the step statement over `r`, the
+ * attempt that recorded the intent (all NULL when none), answering a
+ * bigint (a flag as 0 or 1); and its rules, judged in order. */
+struct audit_steps {
+    const char *help; /* its part of `charged auditor --help`'s list of kinds */
+    const char *const *columns;
+    size_t ncolumns;
+    const struct audit_step_rule *rules;
+    size_t nrules;
+};
+
+/* The rules of every operation of the table that has some, in its order. */
+struct audit_step_table {
+    const struct audit_steps *sets[AUDIT_STEP_SETS_MAX];
+    size_t n;
 };
 
 /* One listed refund and what charged has of it. */
@@ -156,11 +189,22 @@ struct audit_ledger_facts {
 
 struct audit_result audit_policy_intent(const struct audit_intent_facts *f);
 
-/* An authorization's findings: out[rule] for each rule of audit_step_rule
- * (matched when it does not apply). Not manual, or not ours: all matched.
- * Returns 1 when any is pending (the intent is looked at again). */
+/* The findings of the table's rules about a manual intent: out[i] for
+ * its i-th rule, counting the sets in order (matched when it does not
+ * apply); *n of them. Not manual: all matched. Returns 1 when any is
+ * pending (the intent is looked at again). */
 int audit_policy_steps(const struct audit_step_facts *f,
-                       struct audit_result out[AUDIT_STEP__COUNT]);
+                       const struct audit_step_table *t,
+                       struct audit_result out[AUDIT_STEP_RULES_MAX], size_t *n);
+
+/* A rule's results (struct audit_step_rule's judge). */
+struct audit_result audit_result_matched(void);
+struct audit_result audit_result_pending(const char *why);
+struct audit_result audit_result_finding(enum audit_kind k, const char *why);
+/* A step of the attempt, or the attempt, may still settle on the
+ * provider's evidence (the reconciler or a webhook will): 1. One in
+ * review waits for a person, and is not waited for. */
+int audit_policy_step_grace(const char *attempt_status, int step_unsettled);
 struct audit_result audit_policy_refund(const struct audit_refund_facts *f);
 
 /* The order-only intent of a booked one's facts (order_only_twin), judged

@@ -99,11 +99,13 @@ static enum console_route found(struct console_route_match *m, enum console_rout
 }
 
 /* "<kind>/<uuid>/resolve", after API "steps/": a step's review. */
-static enum console_route step_route(const char *rest, struct console_route_match *m)
+static enum console_route step_route(const char *rest, const char *const *kinds,
+                                     struct console_route_match *m)
 {
-    static const char *const kinds[] = {"capture", "void", "authorization"};
     static const char resolve[] = "/resolve";
-    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+    CHARGED_ASSERT(kinds);
+    for (size_t i = 0; kinds[i]; i++) {
+        CHARGED_ASSERT(strlen(kinds[i]) < sizeof(m->kind));
         size_t kn = strlen(kinds[i]), n = strlen(rest);
         if (strncmp(rest, kinds[i], kn) != 0 || rest[kn] != '/')
             continue;
@@ -118,7 +120,8 @@ static enum console_route step_route(const char *rest, struct console_route_matc
     return CONSOLE_R_NONE;
 }
 
-enum console_route console_input_route(const char *path, struct console_route_match *m)
+enum console_route console_input_route(const char *path, const char *const *kinds,
+                                       struct console_route_match *m)
 {
     static const char attempts[] = API "attempts/", letters[] = API "dead-letters/",
                       resolve[] = "/resolve", steps[] = API "steps/";
@@ -144,7 +147,7 @@ enum console_route console_input_route(const char *path, struct console_route_ma
         return found(m, writes ? CONSOLE_R_RESOLVE : CONSOLE_R_ATTEMPT);
     }
     if (!strncmp(path, steps, sizeof(steps) - 1))
-        return step_route(path + sizeof(steps) - 1, m);
+        return step_route(path + sizeof(steps) - 1, kinds, m);
     if (!strncmp(path, letters, sizeof(letters) - 1)) {
         const char *pos = path + sizeof(letters) - 1;
         int32_t p;

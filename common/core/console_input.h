@@ -39,20 +39,23 @@ enum console_route {
     CONSOLE_R_LETTER,   /* GET: one letter (id: PARTITION:OFFSET) */
     CONSOLE_R_REPLAY,   /* POST: replay letters, or preview it */
     CONSOLE_R_ACTIONS,  /* GET: the action log */
-    CONSOLE_R_STEP_RESOLVE, /* POST: settle a capture's, a void's or an
-                               authorization's review (kind, id: its UUID) */
+    CONSOLE_R_STEP_RESOLVE, /* POST: settle the review of an operation's
+                               record (kind: its noun, id: its UUID) */
 };
 
 struct console_route_match {
     enum console_route route;
     const char *method; /* the one method it takes: "GET" or "POST" */
     char id[64];        /* asset name, attempt UUID (lower case), position */
-    char kind[16];      /* STEP_RESOLVE: "capture", "void", "authorization" */
+    char kind[16];      /* STEP_RESOLVE: one of the route's kinds */
 };
 
 /* Matches a path (without its query string). Returns the route, with *m
- * filled; CONSOLE_R_NONE for a path of no route or with a malformed id. */
-enum console_route console_input_route(const char *path, struct console_route_match *m);
+ * filled; CONSOLE_R_NONE for a path of no route or with a malformed id.
+ * kinds: the kinds a step's review may name (NULL-ended: the operations'
+ * reviews' nouns). */
+enum console_route console_input_route(const char *path, const char *const *kinds,
+                                       struct console_route_match *m);
 
 /* 1 when a route changes something (POST): it needs an operator... */
 int console_input_route_writes(enum console_route r);

@@ -38,9 +38,7 @@ struct reconcile_limits {
     long long provider_timeout_ms; /* PROVIDER_TIMEOUT_MS */
     long long search_lag_ms;       /* RECONCILER_SEARCH_LAG_MS */
     long long max_age_ms;          /* RECONCILER_MAX_AGE_MS */
-    /* RECONCILER_AUTHORIZATION_EXPIRY_MS: a hold this old is looked at for
-     * the provider's expiry (the claim's, not the policy's). */
-    long long authorization_expiry_ms;
+    /* An operation's own settings are its store's (op.h's settings). */
 };
 
 /* The attempt as claimed; times on the database's clock at the claim. */

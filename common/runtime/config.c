@@ -9,6 +9,7 @@
 #include <libpq-fe.h>
 #include <librdkafka/rdkafka.h>
 
+#include "charged_assert.h"
 #include "log.h"
 
 extern char **environ;
@@ -171,9 +172,8 @@ static const struct config_row config_table[CONFIG__COUNT] = {
     {CONFIG_RECONCILER_STALE_LEASE_MS, "RECONCILER_STALE_LEASE_MS", CONFIG_T_INT,
      "300000", 0, 86400000, R_R, 0,
      "a worker's expired lease this old means no worker came back: look"},
-    {CONFIG_RECONCILER_AUTHORIZATION_EXPIRY_MS, "RECONCILER_AUTHORIZATION_EXPIRY_MS",
-     CONFIG_T_INT, "604800000", 1000, 31536000000LL, R_R, 0,
-     "an authorization held this long is looked at for the provider's expiry"},
+    /* The operations' own settings come after the table's rows
+     * (config_add_settings). */
     {CONFIG_RELAY_BATCH, "RELAY_BATCH", CONFIG_T_INT, "500", 1, 100000,
      CONFIG_ROLE_RELAY, 0, "result events published at once"},
     {CONFIG_RELAY_POLL_MS, "RELAY_POLL_MS", CONFIG_T_INT, "200", 10, 600000,
@@ -236,9 +236,15 @@ struct config_kafka_prop {
     char *value;
 };
 
+/* The settings the operations added (config_add_settings), after the
+ * table's rows: set once, before any config is read. */
+static const struct config_setting *added[CONFIG_SETTINGS_MAX];
+static size_t nadded;
+
 struct config {
     char *values[CONFIG__COUNT]; /* as given, or the default */
     long long ints[CONFIG__COUNT];
+    long long added_ints[CONFIG_SETTINGS_MAX]; /* added[i]'s */
     struct config_kafka_prop *kafka;
     size_t kafka_count;
 };
@@ -402,6 +408,55 @@ static int is_table_name(const char *name)
     for (size_t i = 0; i < CONFIG__COUNT; i++)
         if (!strcmp(config_table[i].name, name))
             return 1;
+    for (size_t i = 0; i < nadded; i++)
+        if (!strcmp(added[i]->name, name))
+            return 1;
+    return 0;
+}
+
+/* An added setting as a row of the table, for validate and --help. */
+static struct config_row added_row(const struct config_setting *s)
+{
+    CHARGED_ASSERT(s && s->name && s->def && s->help && s->min <= s->max);
+    return (struct config_row){CONFIG__COUNT, s->name, CONFIG_T_INT,
+                               s->def,        s->min,  s->max,
+                               s->roles,      0,       s->help};
+}
+
+/* The added settings' values into cfg. */
+static enum charged_rc load_added(config_t *cfg, struct charged_error *err)
+{
+    for (size_t i = 0; i < nadded; i++) {
+        const struct config_row row = added_row(added[i]);
+        char *v = NULL;
+        if (lookup(row.name, &v, err) != 0)
+            return CHARGED_GIVE_UP;
+        int bad = validate(&row, v ? v : row.def, &cfg->added_ints[i], err) != 0;
+        free(v);
+        if (bad)
+            return CHARGED_GIVE_UP;
+    }
+    return CHARGED_OK;
+}
+
+int config_add_settings(const struct config_setting *const *s, size_t n)
+{
+    CHARGED_ASSERT(s || n == 0);
+    if (n > CONFIG_SETTINGS_MAX - nadded)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        added[nadded++] = s[i];
+    return 0;
+}
+
+long long config_setting_int(const config_t *cfg, const struct config_setting *s)
+{
+    CHARGED_ASSERT(cfg && s);
+    for (size_t i = 0; i < nadded; i++)
+        if (added[i] == s)
+            return cfg->added_ints[i];
+    /* Read only once added: the program added its operations' settings. */
+    CHARGED_ASSERT(!"a setting that was not added");
     return 0;
 }
 
@@ -563,7 +618,7 @@ config_t *config_new(unsigned roles, const char *role_name, struct charged_error
         if (validate(row, v, &cfg->ints[i], err) != 0)
             goto fail;
     }
-    if (load_kafka_props(cfg, err) != 0)
+    if (load_added(cfg, err) != CHARGED_OK || load_kafka_props(cfg, err) != 0)
         goto fail;
     return cfg;
 fail:
@@ -612,6 +667,14 @@ void config_kafka_get(const config_t *cfg, size_t i, const char **prop,
     *value = cfg->kafka[i].value;
 }
 
+static void print_row(FILE *out, const struct config_row *row)
+{
+    fprintf(out, "  %-28s %s", row->name, row->help);
+    if (row->def && row->def[0])
+        fprintf(out, " [default: %s]", row->def);
+    fputc('\n', out);
+}
+
 void config_print_help(FILE *out, unsigned roles)
 {
     fprintf(out, "Environment (NAME_FILE reads NAME from a file; any other "
@@ -620,10 +683,12 @@ void config_print_help(FILE *out, unsigned roles)
         const struct config_row *row = &config_table[i];
         if (!(row->roles & roles))
             continue;
-        fprintf(out, "  %-28s %s", row->name, row->help);
-        if (row->def && row->def[0])
-            fprintf(out, " [default: %s]", row->def);
-        fputc('\n', out);
+        print_row(out, row);
+    }
+    for (size_t i = 0; i < nadded; i++) {
+        const struct config_row row = added_row(added[i]);
+        if (row.roles & roles)
+            print_row(out, &row);
     }
 }
 

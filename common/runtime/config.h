@@ -1,7 +1,8 @@
 /* config: every setting of every charged program, read from the environment.
  *
  * One table (config.c) holds name, type, default, bounds, roles and help of
- * each setting; loading, validation and --help all come from it. A setting
+ * each setting, and the operations add their own after it
+ * (config_add_settings); loading, validation and --help all come from it. A setting
  * NAME may instead be given as NAME_FILE, the path of a file holding the
  * value (for secrets); setting both is an error. Any other KAFKA_<PROP>
  * variable is passed through to librdkafka as <prop> ('_' becomes '.'). */
@@ -70,7 +71,6 @@ enum config_key {
     CONFIG_RECONCILER_MAX_AGE_MS,
     CONFIG_RECONCILER_SEARCH_LAG_MS,
     CONFIG_RECONCILER_STALE_LEASE_MS,
-    CONFIG_RECONCILER_AUTHORIZATION_EXPIRY_MS,
     CONFIG_RELAY_BATCH,
     CONFIG_RELAY_POLL_MS,
     CONFIG_RELAY_RETENTION_MS,
@@ -118,8 +118,31 @@ size_t config_kafka_count(const config_t *cfg);
 void config_kafka_get(const config_t *cfg, size_t i, const char **prop,
                       const char **value);
 
-/* Prints the settings of `roles` as a table for --help. */
+/* Prints the settings of `roles` as a table for --help: the table's rows,
+ * then the added settings. */
 void config_print_help(FILE *out, unsigned roles);
+
+/* ---- settings an operation adds (worker/operations/op.h's settings) ---- */
+
+/* An integer setting of its own, read and printed as the table's rows. */
+struct config_setting {
+    const char *name; /* environment variable */
+    const char *def;  /* its default */
+    long long min, max;
+    unsigned roles; /* which programs read it (enum config_role) */
+    const char *help;
+};
+
+#define CONFIG_SETTINGS_MAX 16
+
+/* Adds settings after the table's rows, for every config_new and
+ * config_print_help after: called once, before either, by the program
+ * (charged's main, from the operations table). 0, or -1 when more than
+ * CONFIG_SETTINGS_MAX would be added. */
+int config_add_settings(const struct config_setting *const *s, size_t n);
+
+/* The value of an added setting. */
+long long config_setting_int(const config_t *cfg, const struct config_setting *s);
 
 /* 1 and err, naming the version, when the librdkafka loaded at run time
  * (not the one built against: LD_LIBRARY_PATH comes first) is older than

@@ -2,14 +2,16 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "charge_command.h"
+#include "charged_assert.h"
 #include "db.h"
 #include "provider_outcome.h"
 #include "store_conn.h"
 
-#define TS(col)                                                                        \
-    "to_char(" col " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
+#define TS(col) ATTEMPT_HISTORY_TS(col)
 
 /* How many attempts one id may name: an order's few, an intent's one. */
 #define FIND_MAX "100"
@@ -35,11 +37,13 @@ static const char *SQL_TRANSITIONS =
     " " TS("created_at") " AS at, old_status, new_status, cause, actor, reason,"
     " evidence FROM attempt_transitions WHERE payment_attempt_id = $1::uuid) t";
 
-static const char *SQL_CALLS =
+/* The call log: SQL_CALLS_HEAD, each step's call column, SQL_CALLS_TAIL. */
+static const char *SQL_CALLS_HEAD =
     "SELECT coalesce(json_agg(c ORDER BY c.id), '[]')::text FROM (SELECT id,"
     " " TS("started_at") " AS started_at, operation, outcome, http_status, replayed,"
-    " latency_ms, provider_payment_id, error, actor, capture_id, void_id FROM provider_calls"
-    " WHERE payment_attempt_id = $1::uuid) c";
+    " latency_ms, provider_payment_id, error, actor";
+static const char *SQL_CALLS_TAIL =
+    " FROM provider_calls WHERE payment_attempt_id = $1::uuid) c";
 
 static const char *SQL_LEDGER =
     "SELECT coalesce(json_agg(l ORDER BY l.id), '[]')::text FROM (SELECT id, kind,"
@@ -59,47 +63,14 @@ static const char *SQL_REFUNDS =
     " provider_refund_id, " TS("updated_at") " AS updated_at, created_at AS c"
     " FROM refund_attempts WHERE payment_attempt_id = $1::uuid) r";
 
-/* A step's transitions, oldest first (x: the step's row). */
-#define STEP_TRANSITIONS(table, col)                                                    \
-    " (SELECT coalesce(json_agg(t ORDER BY t.id), '[]') FROM (SELECT id,"             \
-    " " TS("created_at") " AS at, old_status, new_status, cause, actor, reason,"       \
-    " evidence FROM " table " WHERE " col " = x.id) t) AS transitions"
-
-/* An authorization's captures and voids, oldest first, each with its
- * transitions. */
-static const char *SQL_CAPTURES =
-    "SELECT coalesce(json_agg(k ORDER BY k.c, k.capture_id), '[]')::text FROM (SELECT"
-    " x.id AS capture_id, x.status, x.amount, x.captured_amount, x.currency, x.reason,"
-    " x.idempotency_key, x.payment_intent, x.holds, " TS("x.created_at") " AS created_at,"
-    " " TS("x.updated_at") " AS updated_at, x.created_at AS c,"
-    STEP_TRANSITIONS("capture_transitions", "capture_id")
-    " FROM capture_attempts x WHERE x.payment_attempt_id = $1::uuid) k";
-
-static const char *SQL_VOIDS =
-    "SELECT coalesce(json_agg(v ORDER BY v.c, v.void_id), '[]')::text FROM (SELECT"
-    " x.id AS void_id, x.status, x.void_reason, x.released_amount, x.reason,"
-    " x.idempotency_key, x.payment_intent, x.holds, " TS("x.created_at") " AS created_at,"
-    " " TS("x.updated_at") " AS updated_at, x.created_at AS c,"
-    STEP_TRANSITIONS("void_transitions", "void_id")
-    " FROM void_attempts x WHERE x.payment_attempt_id = $1::uuid) v";
-
 /* The attempt's transitions and its steps', in time order (the attempt's
- * first within one instant: a step's move follows the claim it made). */
-#define TIMELINE_PART(step, id, table, join)                                            \
-    " SELECT " step " AS step, " id " AS step_id, t.id, " TS("t.created_at") " AS at,"   \
-    " t.old_status, t.new_status, t.cause, t.actor, t.reason, t.evidence,"             \
-    " t.created_at AS c FROM " table " t " join
-static const char *SQL_TIMELINE =
+ * first within one instant: a step's move follows the claim it made):
+ * SQL_TIMELINE_HEAD, " UNION ALL" and each step's part, ") e". */
+static const char *SQL_TIMELINE_HEAD =
     "SELECT coalesce(json_agg(e ORDER BY e.c, e.step = 'attempt' DESC, e.id), '[]')::text"
-    " FROM (" TIMELINE_PART("'attempt'", "t.payment_attempt_id", "attempt_transitions",
-                            "WHERE t.payment_attempt_id = $1::uuid")
-    " UNION ALL" TIMELINE_PART("'capture'", "t.capture_id", "capture_transitions",
-                               "JOIN capture_attempts x ON x.id = t.capture_id"
-                               " WHERE x.payment_attempt_id = $1::uuid")
-    " UNION ALL" TIMELINE_PART("'void'", "t.void_id", "void_transitions",
-                               "JOIN void_attempts x ON x.id = t.void_id"
-                               " WHERE x.payment_attempt_id = $1::uuid")
-    ") e";
+    " FROM (" ATTEMPT_HISTORY_TIMELINE_PART("'attempt'", "t.payment_attempt_id",
+                                            "attempt_transitions",
+                                            "WHERE t.payment_attempt_id = $1::uuid");
 
 /* A row of a list, for list and find alike: up to the WHERE. */
 #define SQL_ROWS                                                                       \
@@ -135,23 +106,75 @@ static enum charged_rc query(PGconn *conn, const char *sql, int n, const char *c
     return rc == CHARGED_RETRY ? store_conn_failed(err) : rc;
 }
 
-enum charged_rc attempt_history_read(PGconn *conn, const char *attempt_id, json_t **out,
-                                     struct charged_error *err)
+/* The statements of the story's parts that the steps add to: the call
+ * log's and the timeline's (one allocation each, freed by the caller). */
+struct composed {
+    char *calls, *timeline;
+};
+
+/* s and more, s reallocated (freed when that fails: NULL); *len its length. */
+static char *concat(char *s, size_t *len, const char *more)
 {
-    /* Each a list that always has its row ("[]" when empty); strip: a
-     * member the SQL orders by and the answer does without. */
-    const struct {
-        const char *key, *sql, *strip;
-    } parts[] = {
-        {"transitions", SQL_TRANSITIONS, NULL},
-        {"provider_calls", SQL_CALLS, NULL},
-        {"ledger_entries", SQL_LEDGER, NULL},
-        {"result_events", SQL_EVENTS, "c"},
+    size_t n = strlen(more);
+    char *t = s ? realloc(s, *len + n + 1) : NULL;
+    if (!t) {
+        free(s);
+        return NULL;
+    }
+    memcpy(t + *len, more, n + 1);
+    *len += n;
+    return t;
+}
+
+/* Both statements of steps into c: 0 out of memory. */
+static int compose(const struct attempt_history_table *steps, struct composed *c)
+{
+    size_t nc = 0, nt = 0;
+    CHARGED_ASSERT(steps && steps->n <= ATTEMPT_HISTORY_STEPS_MAX);
+    c->calls = concat(calloc(1, 1), &nc, SQL_CALLS_HEAD);
+    c->timeline = concat(calloc(1, 1), &nt, SQL_TIMELINE_HEAD);
+    for (size_t i = 0; i < steps->n; i++) {
+        const struct attempt_history_steps *st = steps->steps[i];
+        CHARGED_ASSERT(st->key && st->sql && st->timeline && st->call_column);
+        c->calls = concat(concat(c->calls, &nc, ", "), &nc, st->call_column);
+        c->timeline = concat(concat(c->timeline, &nt, " UNION ALL"), &nt, st->timeline);
+    }
+    c->calls = concat(c->calls, &nc, SQL_CALLS_TAIL);
+    c->timeline = concat(c->timeline, &nt, ") e");
+    return c->calls && c->timeline;
+}
+
+/* Each a list that always has its row ("[]" when empty); strip: a member
+ * the SQL orders by and the answer does without. */
+struct part {
+    const char *key, *sql, *strip;
+};
+
+/* The story's parts in its order: the attempt's own, its steps', the
+ * timeline. parts holds 6 + ATTEMPT_HISTORY_STEPS_MAX + 1. */
+static size_t story_parts(const struct attempt_history_table *steps,
+                          const struct composed *c, struct part *parts)
+{
+    const struct part own[] = {
+        {"transitions", SQL_TRANSITIONS, NULL}, {"provider_calls", c->calls, NULL},
+        {"ledger_entries", SQL_LEDGER, NULL},   {"result_events", SQL_EVENTS, "c"},
         {"refunds", SQL_REFUNDS, "c"},
-        {"captures", SQL_CAPTURES, "c"},
-        {"voids", SQL_VOIDS, "c"},
-        {"timeline", SQL_TIMELINE, "c"},
     };
+    size_t n = 0;
+    for (; n < sizeof(own) / sizeof(own[0]); n++)
+        parts[n] = own[n];
+    for (size_t i = 0; i < steps->n; i++)
+        parts[n++] = (struct part){steps->steps[i]->key, steps->steps[i]->sql, "c"};
+    parts[n++] = (struct part){"timeline", c->timeline, "c"};
+    return n;
+}
+
+enum charged_rc attempt_history_read(PGconn *conn, const char *attempt_id,
+                                     const struct attempt_history_table *steps,
+                                     json_t **out, struct charged_error *err)
+{
+    struct part parts[6 + ATTEMPT_HISTORY_STEPS_MAX + 1];
+    struct composed c = {0};
     const char *p[1] = {attempt_id};
     json_t *story = NULL, *v = NULL;
     enum charged_rc rc;
@@ -161,13 +184,22 @@ enum charged_rc attempt_history_read(PGconn *conn, const char *attempt_id, json_
     charged_error_clear(err);
     if (!charge_command_is_uuid(attempt_id))
         return CHARGED_NOT_FOUND; /* names no attempt: nothing to ask */
+    if (!compose(steps, &c)) {
+        free(c.calls);
+        free(c.timeline);
+        charged_error_set(err, "out of memory");
+        return CHARGED_RETRY;
+    }
+    size_t nparts = story_parts(steps, &c, parts);
     /* One snapshot, so that the parts agree: a settlement committed
      * between two reads would show a SUCCEEDED attempt without its ledger
      * row. Inside the caller's transaction, that one's. */
     if (PQtransactionStatus(conn) == PQTRANS_IDLE) {
         if (db_run(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", 0, NULL,
-                   err) != 0)
-            return store_conn_failed(err);
+                   err) != 0) {
+            rc = store_conn_failed(err);
+            goto out;
+        }
         in_tx = 1;
     }
     if ((rc = query(conn, SQL_ATTEMPT, 1, p, &v, err)) != CHARGED_OK)
@@ -179,7 +211,7 @@ enum charged_rc attempt_history_read(PGconn *conn, const char *attempt_id, json_
         charged_error_set(err, "out of memory");
         goto out;
     }
-    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
+    for (size_t i = 0; i < nparts; i++) {
         if ((rc = query(conn, parts[i].sql, 1, p, &v, err)) != CHARGED_OK) {
             if (rc == CHARGED_NOT_FOUND) {
                 rc = CHARGED_RETRY;
@@ -215,6 +247,8 @@ out:
         *out = story;
     else
         json_decref(story);
+    free(c.calls);
+    free(c.timeline);
     return rc;
 }
 

@@ -15,17 +15,66 @@
 
 #include "store.h"
 
+/* An RFC 3339 UTC time of a column, as every part says it. */
+#define ATTEMPT_HISTORY_TS(col)                                                        \
+    "to_char(" col " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
+
+/* A step's transitions, oldest first (x: the step's row; table: its
+ * transitions, col: their step's id): a member "transitions" of its row. */
+#define ATTEMPT_HISTORY_STEP_TRANSITIONS(table, col)                                   \
+    " (SELECT coalesce(json_agg(t ORDER BY t.id), '[]') FROM (SELECT id,"              \
+    " " ATTEMPT_HISTORY_TS("created_at") " AS at, old_status, new_status, cause,"      \
+                                         " actor, reason, evidence FROM " table        \
+                                         " WHERE " col " = x.id) t) AS transitions"
+
+/* A part of the timeline: the transitions t of table (its step's
+ * literal, its id's column), joined to what names the attempt $1. */
+#define ATTEMPT_HISTORY_TIMELINE_PART(step, id, table, join)                           \
+    " SELECT " step " AS step, " id " AS step_id, t.id,"                               \
+    " " ATTEMPT_HISTORY_TS("t.created_at") " AS at,"                                   \
+                                           " t.old_status, t.new_status, t.cause, "    \
+                                           "t.actor, t.reason, t.evidence,"            \
+                                           " t.created_at AS c FROM " table " t " join
+
+/* An operation's steps of an attempt in its story (struct payment_op's
+ * history: worker/operations/op.h), each a record of its own that names
+ * the attempt. */
+struct attempt_history_steps {
+    const char *key;         /* the story's member: its steps */
+    const char *noun;        /* the timeline's "step" of one */
+    const char *id_key;      /* its rows' id member */
+    const char *call_column; /* provider_calls' column naming one (the call log) */
+    /* Its rows, oldest first, each with its transitions
+     * (ATTEMPT_HISTORY_STEP_TRANSITIONS): $1 the attempt; one row of a
+     * JSON array whose members carry "c", the order, taken out after. */
+    const char *sql;
+    /* Its part of the timeline (ATTEMPT_HISTORY_TIMELINE_PART). */
+    const char *timeline;
+    /* `chargectl attempt show`'s table of steps: its own columns'
+     * headings and members, between AMOUNT and REASON (NULL-ended). */
+    const char *const *heads;
+    const char *const *members;
+};
+
+/* The steps of every operation of the table that has some, in its order. */
+#define ATTEMPT_HISTORY_STEPS_MAX 8
+struct attempt_history_table {
+    const struct attempt_history_steps *steps[ATTEMPT_HISTORY_STEPS_MAX];
+    size_t n;
+};
+
 /* The attempt (its row, with provider_calls counted) and every part of its
  * story: {"attempt", "transitions", "provider_calls", "ledger_entries",
- * "result_events", "refunds", "captures", "voids", "timeline"}: an
- * authorization's captures and voids each with its own transitions, and
- * the timeline the attempt's transitions and its steps' in time order
- * (each with "step": attempt, capture or void, and "step_id"); each list
- * oldest first, all read in one
+ * "result_events", "refunds", then each of steps' key, then "timeline"}:
+ * an operation's steps of it each with its own transitions, and the
+ * timeline the attempt's transitions and its steps' in time order (each
+ * with "step": "attempt" or the step's noun, and "step_id"); the call log
+ * with each step's call_column; each list oldest first, all read in one
  * snapshot (a transaction of its own unless conn is inside one already).
  * CHARGED_NOT_FOUND also for an id that is not a UUID. */
-enum charged_rc attempt_history_read(PGconn *conn, const char *attempt_id, json_t **out,
-                                     struct charged_error *err);
+enum charged_rc attempt_history_read(PGconn *conn, const char *attempt_id,
+                                     const struct attempt_history_table *steps,
+                                     json_t **out, struct charged_error *err);
 
 struct attempt_history_filter {
     const char *order_id;      /* NULL: any */

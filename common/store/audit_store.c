@@ -119,33 +119,25 @@ static const char *SQL_COPY_INTENTS =
     "  amount_received = EXCLUDED.amount_received,"
     "  cancellation_reason = EXCLUDED.cancellation_reason, seen_at = now()";
 
-/* What an intent of the copy took: an authorization's capture, else its
+/* What an intent of the copy took: a manual one's amount_received, else its
  * amount (0019). */
 #define TAKEN(t) \
     "(CASE WHEN " t ".capture_method = 'manual' THEN coalesce(" t ".amount_received, 0)" \
     " ELSE " t ".amount END)"
 
-/* For each authorization of a page, its steps: the attempt that recorded
- * the intent as its own (payment_attempts_provider_payment_id), its
- * SUCCEEDED capture's amount, the most a capture of it that reached the
- * provider asked (NULL: all of the attempt's), whether a capture or a void
- * of it is unsettled; and, recorded by none, whether the attempt its
- * metadata names is unsettled with no intent recorded yet. Each look-up is
- * an index probe (capture_attempts_attempt, void_attempts_attempt). */
-static const char *SQL_STEP_FACTS =
+/* For each manual intent of a page, its steps: the attempt that recorded
+ * the intent as its own (payment_attempts_provider_payment_id) as `r`;
+ * recorded by none, whether the attempt its metadata names is unsettled
+ * with no intent recorded yet; then the columns of the operations' rules
+ * (struct audit_steps), each over r (SQL_STEP_FACTS_HEAD, the columns,
+ * SQL_STEP_FACTS_TAIL). */
+#define SQL_STEP_FACTS_BASE 7 /* columns before the operations' */
+static const char *SQL_STEP_FACTS_HEAD =
     "SELECT p.i, coalesce(r.id::text, ''), coalesce(r.status, ''), coalesce(r.amount, 0),"
-    "  coalesce(r.captured_amount, -1), coalesce(r.order_id::text, ''),"
-    "  coalesce(r.currency, ''),"
-    "  coalesce((SELECT c.captured_amount FROM capture_attempts c"
-    "    WHERE c.payment_attempt_id = r.id AND c.status = 'SUCCEEDED' LIMIT 1), -1),"
-    "  coalesce((SELECT max(coalesce(c.amount, r.amount)) FROM capture_attempts c"
-    "    WHERE c.payment_attempt_id = r.id AND c.status NOT IN ('PENDING', 'REJECTED')), -1),"
-    "  EXISTS (SELECT 1 FROM capture_attempts c WHERE c.payment_attempt_id = r.id"
-    "    AND c.status IN ('PENDING', 'PROCESSING', 'UNKNOWN')),"
-    "  EXISTS (SELECT 1 FROM void_attempts v WHERE v.payment_attempt_id = r.id"
-    "    AND v.status IN ('PENDING', 'PROCESSING', 'UNKNOWN')),"
+    "  coalesce(r.order_id::text, ''), coalesce(r.currency, ''),"
     "  r.id IS NULL AND a.id IS NOT NULL AND a.provider_payment_id IS NULL"
-    "    AND a.status IN ('PENDING', 'PROCESSING', 'UNKNOWN')"
+    "    AND a.status IN ('PENDING', 'PROCESSING', 'UNKNOWN')";
+static const char *SQL_STEP_FACTS_TAIL =
     " FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS p(id, attempt, i)"
     " LEFT JOIN LATERAL (SELECT x.* FROM payment_attempts x WHERE x.provider_payment_id = p.id"
     "   ORDER BY x.created_at, x.id LIMIT 1) r ON true"
@@ -378,18 +370,35 @@ static int is_manual(const struct provider_listed *it)
     return !strcmp(it->capture_method, "manual");
 }
 
+/* The step statement of the operations' rules into buf: its head, their
+ * columns in the table's order, its tail. 0 when it does not fit. */
+static int step_sql(const struct audit_step_table *t, char *buf, size_t size)
+{
+    size_t used = (size_t)snprintf(buf, size, "%s", SQL_STEP_FACTS_HEAD);
+    CHARGED_ASSERT(t && t->n <= AUDIT_STEP_SETS_MAX);
+    for (size_t s = 0; s < t->n && used < size; s++)
+        for (size_t c = 0; c < t->sets[s]->ncolumns && used < size; c++)
+            used += (size_t)snprintf(buf + used, size - used, ",  %s",
+                                     t->sets[s]->columns[c]);
+    if (used < size)
+        used += (size_t)snprintf(buf + used, size - used, "%s", SQL_STEP_FACTS_TAIL);
+    return used < size;
+}
+
 /* rows[i].steps for items[i], and what the money rules take of them
  * (audit_intent_facts' manual, amount_received, steps_ours). One statement
- * for a page that holds an authorization, none otherwise. */
+ * for a page that holds a manual intent, none otherwise. */
 static enum charged_rc step_facts(audit_store_t *st,
                                   const struct provider_listed *items, size_t n,
+                                  const struct audit_step_table *t,
                                   struct audit_intent_row *rows,
                                   struct charged_error *err)
 {
     struct stmt q = {0};
     PGresult *r = NULL;
     enum charged_rc rc;
-    size_t manual = 0;
+    size_t manual = 0, ncols = 0;
+    char sql[8192];
     CHARGED_ASSERT(items != NULL && rows != NULL && n > 0);
     for (size_t i = 0; i < n; i++) {
         const struct provider_listed *it = &items[i];
@@ -401,9 +410,6 @@ static enum charged_rc step_facts(audit_store_t *st,
             .amount_received = it->amount_received,
             .cancellation_reason = it->cancellation_reason,
             .attempt_status = o->step_status,
-            .attempt_captured = -1,
-            .capture_booked = -1,
-            .capture_asked = -1,
         };
         o->facts.manual = o->steps.manual;
         o->facts.amount_received = it->amount_received;
@@ -411,13 +417,17 @@ static enum charged_rc step_facts(audit_store_t *st,
     }
     if (manual == 0)
         return CHARGED_OK;
+    for (size_t s = 0; s < t->n; s++)
+        ncols += t->sets[s]->ncolumns;
+    /* The rules' columns are ours, and fit (audit_policy.h's maxima). */
+    CHARGED_ASSERT(ncols <= AUDIT_STEP_COLUMNS_MAX && step_sql(t, sql, sizeof(sql)));
     int a = stmt_arrays(&q, 2);
     for (size_t i = 0; i < n; i++) {
         stmt_add(&q, a, items[i].id);
         stmt_add(&q, a + 1,
                  or_null(items[i].has_attempt_metadata, items[i].payment_attempt_id));
     }
-    if ((rc = run(st, &q, SQL_STEP_FACTS, &r, err)) != CHARGED_OK)
+    if ((rc = run(st, &q, sql, &r, err)) != CHARGED_OK)
         return rc;
     for (int row = 0; row < PQntuples(r); row++) {
         long long i = stmt_col_int(r, row, 0) - 1;
@@ -426,15 +436,12 @@ static enum charged_rc step_facts(audit_store_t *st,
         struct audit_intent_row *o = &rows[i];
         stmt_col_copy(r, row, 1, o->step_attempt, sizeof(o->step_attempt));
         stmt_col_copy(r, row, 2, o->step_status, sizeof(o->step_status));
-        stmt_col_copy(r, row, 5, o->step_order, sizeof(o->step_order));
-        stmt_col_copy(r, row, 6, o->step_currency, sizeof(o->step_currency));
+        stmt_col_copy(r, row, 4, o->step_order, sizeof(o->step_order));
+        stmt_col_copy(r, row, 5, o->step_currency, sizeof(o->step_currency));
         o->steps.attempt_amount = stmt_col_int(r, row, 3);
-        o->steps.attempt_captured = stmt_col_int(r, row, 4);
-        o->steps.capture_booked = stmt_col_int(r, row, 7);
-        o->steps.capture_asked = stmt_col_int(r, row, 8);
-        o->steps.capture_unsettled = stmt_col_true(r, row, 9);
-        o->steps.void_unsettled = stmt_col_true(r, row, 10);
-        o->steps.named_unsettled = stmt_col_true(r, row, 11);
+        o->steps.named_unsettled = stmt_col_true(r, row, 6);
+        for (size_t c = 0; c < ncols; c++)
+            o->steps.columns[c] = stmt_col_int(r, row, SQL_STEP_FACTS_BASE + (int)c);
         o->facts.steps_ours = *o->step_status != '\0';
     }
     PQclear(r);
@@ -443,6 +450,7 @@ static enum charged_rc step_facts(audit_store_t *st,
 
 enum charged_rc audit_store_intents(audit_store_t *st,
                                     const struct provider_listed *items, size_t n,
+                                    const struct audit_step_table *steps,
                                     struct audit_intent_row *rows,
                                     struct charged_error *err)
 {
@@ -522,7 +530,7 @@ enum charged_rc audit_store_intents(audit_store_t *st,
             charged_error_set(err, "audit: no facts for intent %zu of the page", i);
             return CHARGED_RETRY;
         }
-    return step_facts(st, items, n, rows, err);
+    return step_facts(st, items, n, steps, rows, err);
 }
 
 enum charged_rc audit_store_order_strays(audit_store_t *st, const char *order,

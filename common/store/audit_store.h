@@ -58,7 +58,7 @@ struct audit_intent_row {
                               order, or the earlier twin */
     char recorded[PROVIDER_ID_MAX]; /* the named attempt's own intent, as recorded */
     char booked_order[40];          /* the ledger row's order */
-    /* An authorization's steps (audit_policy_steps): the attempt that
+    /* A manual intent's steps (audit_policy_steps): the attempt that
      * recorded the intent, its order and currency. */
     struct audit_step_facts steps; /* points into this row and the listed item */
     char step_attempt[40];
@@ -68,9 +68,11 @@ struct audit_intent_row {
 };
 
 /* Copies the page into audit_intents (the provider's word, refreshed) and
- * fills rows[i] for items[i]. */
+ * fills rows[i] for items[i]: its steps' facts with the columns of the
+ * operations' rules, steps. */
 enum charged_rc audit_store_intents(audit_store_t *st,
                                     const struct provider_listed *items, size_t n,
+                                    const struct audit_step_table *steps,
                                     struct audit_intent_row *rows,
                                     struct charged_error *err);
 

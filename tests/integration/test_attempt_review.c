@@ -22,6 +22,7 @@
 #include "attempt_review.h"
 #include "attempt_store.h"
 #include "db.h"
+#include "op.h"
 #include "provider_client.h"
 #include "psp_sim_process.h"
 #include "test_env.h"
@@ -262,8 +263,10 @@ START_TEST(succeeded_when_the_provider_agrees_and_the_history_tells_it)
 
     /* The history of what it wrote, all in one object. */
     struct charged_error err;
+    struct attempt_history_table history;
     json_t *h;
-    ck_assert_int_eq(attempt_history_read(o.conn, id, &h, &err), CHARGED_OK);
+    payment_ops_history(&history);
+    ck_assert_int_eq(attempt_history_read(o.conn, id, &history, &h, &err), CHARGED_OK);
     json_t *a = json_object_get(h, "attempt");
     ck_assert_str_eq(json_string_value(json_object_get(a, "payment_attempt_id")), id);
     ck_assert_str_eq(json_string_value(json_object_get(a, "status")), "SUCCEEDED");
@@ -324,11 +327,12 @@ START_TEST(succeeded_when_the_provider_agrees_and_the_history_tells_it)
                       nothing[i]);
         json_decref(h);
     }
-    ck_assert_int_eq(attempt_history_read(o.conn, "not-a-uuid", &h, &err),
+    ck_assert_int_eq(attempt_history_read(o.conn, "not-a-uuid", &history, &h, &err),
                      CHARGED_NOT_FOUND);
-    ck_assert_int_eq(
-        attempt_history_read(o.conn, "00000000-0000-4000-8000-0000000000ff", &h, &err),
-        CHARGED_NOT_FOUND);
+    ck_assert_int_eq(attempt_history_read(o.conn,
+                                          "00000000-0000-4000-8000-0000000000ff",
+                                          &history, &h, &err),
+                     CHARGED_NOT_FOUND);
     struct attempt_history_filter f = {
         .order_id = order, .status = "FAILED", .limit = "10"};
     ck_assert_int_eq(attempt_history_list(o.conn, &f, &h, &err), CHARGED_OK);

@@ -19,9 +19,9 @@ static const long long schedule_ms[] = {1000, 5000, 15000, 30000};
 #define NSCHEDULE ((int)(sizeof(schedule_ms) / sizeof(schedule_ms[0])))
 
 /* The model's provider never expires an authorization (no automatic
- * cancel): the default of RECONCILER_AUTHORIZATION_EXPIRY_MS, and
- * AUTHORIZED attempts are not on the reconciler's queue. */
-#define CHARGED_SIM_AUTHORIZATION_EXPIRY_MS 604800000LL
+ * cancel): AUTHORIZED attempts are not on the reconciler's queue, and the
+ * look's limits do not say when a hold lapses (that is the authorization's
+ * own setting, its store's). */
 
 /* The limits the look decides on; the broken key margin: the policy's
  * margin is the timeout plus a tenth of the retention (at most 60 s), and a
@@ -29,8 +29,7 @@ static const long long schedule_ms[] = {1000, 5000, 15000, 30000};
 static struct reconcile_limits rec_limits(const struct world *w)
 {
     struct reconcile_limits lim = {w->set.key_retention_ms, w->set.provider_timeout_ms,
-                                   w->set.search_lag_ms, w->set.max_age_ms,
-                                   CHARGED_SIM_AUTHORIZATION_EXPIRY_MS};
+                                   w->set.search_lag_ms, w->set.max_age_ms};
     if (w->breaks & SIM_BREAK_KEY_MARGIN) {
         int64_t tenth = w->set.key_retention_ms / 10;
         lim.provider_timeout_ms = -(tenth < 60000 ? tenth : 60000);

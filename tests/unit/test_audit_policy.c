@@ -329,129 +329,6 @@ START_TEST(refunds_past_the_charge)
 }
 END_TEST
 
-/* An authorization's steps (docs/auditor.md, "An authorization and its
- * steps"): each rule's expectations, written out from the table. An
- * authorization of 1000 at the provider; att: the status of the attempt
- * that recorded it ("" none), amt what it authorized, capd its
- * captured_amount, booked a SUCCEEDED capture's, asked what a capture of
- * ours sent asked (-1: none). */
-#define AUTH(st, recv, reason, att, amt, capd, booked, asked)                          \
-    .manual = 1, .status = st, .amount = 1000, .amount_received = recv,                \
-    .cancellation_reason = reason, .attempt_status = att, .attempt_amount = amt,       \
-    .attempt_captured = capd, .capture_booked = booked, .capture_asked = asked
-#define HELD(st, recv, reason, att) AUTH(st, recv, reason, att, 1000, -1, -1, -1)
-
-struct step_row {
-    const char *name;
-    struct audit_step_facts f;
-    int pending;                              /* audit_policy_steps' answer */
-    enum audit_kind kinds[AUDIT_STEP__COUNT]; /* the findings, 0-terminated */
-};
-
-static const struct step_row steps[] = {
-    {"automatic: none of these rules",
-     {.manual = 0,
-      .status = "succeeded",
-      .amount = 1000,
-      .amount_received = 1000,
-      .cancellation_reason = "",
-      .attempt_status = "SUCCEEDED"},
-     0,
-     {0}},
-    {"held, ours: looked at again until it settles",
-     {HELD("requires_capture", 0, "", "AUTHORIZED")},
-     1,
-     {0}},
-    {"captured as booked",
-     {AUTH("succeeded", 600, "", "SUCCEEDED", 1000, 600, 600, 600)},
-     0,
-     {0}},
-    {"captured, our capture in flight: grace",
-     {AUTH("succeeded", 600, "", "AUTHORIZED", 1000, -1, -1, 600),
-      .capture_unsettled = 1},
-     1,
-     {0}},
-    {"captured, no capture of ours",
-     {HELD("succeeded", 600, "", "AUTHORIZED")},
-     0,
-     {AUDIT_CAPTURE_UNBOOKED, 0}},
-    {"captured, attempt in review: not waited for",
-     {HELD("succeeded", 600, "", "REQUIRES_REVIEW")},
-     0,
-     {AUDIT_CAPTURE_UNBOOKED, 0}},
-    {"captured, our books another amount",
-     {AUTH("succeeded", 600, "", "SUCCEEDED", 1000, 500, 500, 500)},
-     0,
-     {AUDIT_CAPTURED_OVER_AUTHORIZED, AUDIT_CAPTURE_UNBOOKED, 0}},
-    {"captured more than our capture asked, in flight",
-     {AUTH("succeeded", 800, "", "AUTHORIZED", 1000, -1, -1, 500),
-      .capture_unsettled = 1},
-     1,
-     {AUDIT_CAPTURED_OVER_AUTHORIZED, 0}},
-    {"captured more than the intent held",
-     {AUTH("succeeded", 1200, "", "SUCCEEDED", 1200, 1200, 1200, -1)},
-     0,
-     {AUDIT_CAPTURED_OVER_AUTHORIZED, 0}},
-    {"captured more than we authorized",
-     {AUTH("succeeded", 900, "", "SUCCEEDED", 800, 900, 900, -1)},
-     0,
-     {AUDIT_CAPTURED_OVER_AUTHORIZED, 0}},
-    {"voided as booked", {HELD("canceled", 0, "abandoned", "VOIDED")}, 0, {0}},
-    {"canceled, no reason given, not VOIDED",
-     {HELD("canceled", 0, "", "AUTHORIZED")},
-     0,
-     {AUDIT_VOID_UNBOOKED, 0}},
-    {"canceled, our void in flight: grace",
-     {HELD("canceled", 0, "requested_by_customer", "AUTHORIZED"), .void_unsettled = 1},
-     1,
-     {0}},
-    {"canceled, attempt UNKNOWN: grace",
-     {HELD("canceled", 0, "duplicate", "UNKNOWN")},
-     1,
-     {0}},
-    {"lapsed, VOIDED (expired): still a finding",
-     {HELD("canceled", 0, "automatic", "VOIDED")},
-     0,
-     {AUDIT_AUTHORIZATION_EXPIRED_UNVOIDED, 0}},
-    {"lapsed, not VOIDED: the expiry finding, not a void's",
-     {HELD("canceled", 0, "automatic", "AUTHORIZED")},
-     0,
-     {AUDIT_AUTHORIZATION_EXPIRED_UNVOIDED, 0}},
-    {"not ours: none (the money rules judge it)",
-     {HELD("canceled", 0, "automatic", "")},
-     0,
-     {0}},
-    {"not recorded yet, its named attempt unsettled: grace",
-     {HELD("canceled", 0, "automatic", ""), .named_unsettled = 1},
-     1,
-     {0}},
-    {"not ours, captured more than it held: whoever's",
-     {HELD("succeeded", 1001, "", "")},
-     0,
-     {AUDIT_CAPTURED_OVER_AUTHORIZED, 0}},
-};
-
-START_TEST(each_step_rule)
-{
-    const struct step_row *row = &steps[_i];
-    struct audit_result out[AUDIT_STEP__COUNT];
-    size_t want = 0, got = 0;
-    ck_assert_msg(audit_policy_steps(&row->f, out) == row->pending, "%s: pending",
-                  row->name);
-    while (want < AUDIT_STEP__COUNT && row->kinds[want])
-        want++;
-    for (int r = 0; r < AUDIT_STEP__COUNT; r++) {
-        if (out[r].outcome != AUDIT_FINDING)
-            continue;
-        ck_assert_msg(got < want && out[r].kind == row->kinds[got], "%s: finding %s",
-                      row->name, audit_kind_name(out[r].kind));
-        ck_assert_msg(out[r].detail && *out[r].detail, "%s: a detail", row->name);
-        got++;
-    }
-    ck_assert_msg(got == want, "%s: %zu findings, want %zu", row->name, got, want);
-}
-END_TEST
-
 /* A booked authorization is compared by what its capture took; and an
  * unbooked capture of ours is the steps' finding, not charged_unbooked. */
 START_TEST(authorization_money)
@@ -516,7 +393,6 @@ int main(void)
     TCase *tc = tcase_create("audit_policy");
     tcase_add_loop_test(tc, each_intent_rule, 0, sizeof(intents) / sizeof(intents[0]));
     tcase_add_loop_test(tc, each_refund_rule, 0, sizeof(refunds) / sizeof(refunds[0]));
-    tcase_add_loop_test(tc, each_step_rule, 0, sizeof(steps) / sizeof(steps[0]));
     tcase_add_test(tc, authorization_money);
     tcase_add_test(tc, foreign_money);
     tcase_add_test(tc, order_twin_from_the_paid_side);

@@ -36,11 +36,10 @@ int ctl_attempt(int argc, char **argv);
 int ctl_attempt_resolve(int argc, char **argv);
 /* chargectl refund show|list|resolve. */
 int ctl_refund(int argc, char **argv);
-/* chargectl capture|void list|resolve: an authorization's steps;
- * chargectl authorization list|resolve: the authorizations themselves. */
-int ctl_capture(int argc, char **argv);
-int ctl_void(int argc, char **argv);
-int ctl_authorization(int argc, char **argv);
+/* chargectl <noun> list|resolve: the records of an operation with a
+ * review (op.h's review; argv[0] is its noun). */
+struct step_review_kind;
+int ctl_step(const struct step_review_kind *k, int argc, char **argv);
 /* chargectl audit list|show|run. */
 int ctl_audit(int argc, char **argv);
 /* chargectl console token add|list|revoke. */

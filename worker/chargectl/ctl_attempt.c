@@ -18,6 +18,7 @@
 #include "ctl_query.h"
 #include "db.h"
 #include "log.h"
+#include "op.h"
 
 static void usage(FILE *out)
 {
@@ -54,7 +55,7 @@ static void usage(FILE *out)
             "also refused), 2 bad usage.\n");
 }
 
-/* "capture <id>", "void <id>" or "attempt": which step a row is. */
+/* "<noun> <id>" or "attempt": which step a row is. */
 static void label(json_t *row, const char *step, const char *id)
 {
     char buf[96];
@@ -65,23 +66,24 @@ static void label(json_t *row, const char *step, const char *id)
     json_object_set_new(row, "step_label", json_string(buf));
 }
 
-/* An authorization's captures and voids as one table's rows, each
- * labelled, in the currency of the attempt (a void has none of its own). */
-static json_t *step_rows(json_t *story, const char *currency)
+/* The operations' steps of the attempt as one table's rows, each
+ * labelled, in the currency of the attempt (a step may have none of its
+ * own). */
+static json_t *step_rows(json_t *story, const struct attempt_history_table *t,
+                         const char *currency)
 {
     json_t *rows = json_array(), *c;
     size_t i;
-    const char *kinds[] = {"captures", "voids"}, *ids[] = {"capture_id", "void_id"};
-    CHARGED_ASSERT(story != NULL);
-    for (size_t k = 0; rows && k < 2; k++)
-        json_array_foreach(json_object_get(story, kinds[k]), i, c)
+    CHARGED_ASSERT(story != NULL && t != NULL);
+    for (size_t k = 0; rows && k < t->n; k++)
+        json_array_foreach(json_object_get(story, t->steps[k]->key), i, c)
         {
             json_t *r = json_deep_copy(c);
             if (!r)
                 continue;
             json_object_del(r, "transitions");
-            label(r, k ? "void" : "capture",
-                  json_string_value(json_object_get(c, ids[k])));
+            label(r, t->steps[k]->noun,
+                  json_string_value(json_object_get(c, t->steps[k]->id_key)));
             if (!json_object_get(r, "currency") ||
                 json_is_null(json_object_get(r, "currency")))
                 json_object_set_new(r, "currency",
@@ -91,34 +93,66 @@ static json_t *step_rows(json_t *story, const char *currency)
     return rows;
 }
 
+/* The steps' keys as words: "a", "a and b", "a, b and c", each followed
+ * by suffix. */
+static void print_keys(const struct attempt_history_table *t, const char *suffix)
+{
+    for (size_t k = 0; k < t->n; k++)
+        printf("%s%s%s",
+               k == 0         ? ""
+               : k + 1 < t->n ? ", "
+                              : " and ",
+               t->steps[k]->key, suffix);
+}
+
+/* The columns of the steps' table: STEP, STATUS, AMOUNT, each operation's
+ * own, REASON, UPDATED_AT (heads and members, NULL-ended, in h and m). */
+#define STEP_COLUMNS_MAX 32
+static void step_columns(const struct attempt_history_table *t, const char **h,
+                         const char **m)
+{
+    static const char *const first_h[] = {"STEP", "STATUS", "AMOUNT"},
+                             *first_m[] = {"step_label", "status", "amount@currency"};
+    size_t n = 0;
+    for (; n < 3; n++) {
+        h[n] = first_h[n];
+        m[n] = first_m[n];
+    }
+    for (size_t k = 0; k < t->n; k++)
+        for (size_t c = 0; t->steps[k]->heads[c]; c++, n++) {
+            CHARGED_ASSERT(n + 3 < STEP_COLUMNS_MAX && t->steps[k]->members[c]);
+            h[n] = t->steps[k]->heads[c];
+            m[n] = t->steps[k]->members[c];
+        }
+    h[n] = "REASON", m[n++] = "reason";
+    h[n] = "UPDATED_AT", m[n++] = "updated_at";
+    h[n] = m[n] = NULL;
+}
+
 /* The text form of show's steps: the attempt's and its steps' transitions
  * in one time order, then the steps themselves. */
-static void print_steps(json_t *story, json_t *a)
+static void print_steps(json_t *story, json_t *a, const struct attempt_history_table *t)
 {
     json_t *timeline = json_object_get(story, "timeline"), *e;
+    const char *sh[STEP_COLUMNS_MAX], *sk[STEP_COLUMNS_MAX];
     size_t i;
     json_array_foreach(timeline, i, e)
         label(e, json_string_value(json_object_get(e, "step")),
               json_string_value(json_object_get(e, "step_id")));
-    printf("\ntransitions (the attempt's and its captures' and voids'):\n");
+    printf("\ntransitions (the attempt's and its ");
+    print_keys(t, "'");
+    printf("):\n");
     const char *th[] = {"AT",    "STEP",   "FROM",     "TO", "CAUSE",
                         "ACTOR", "REASON", "EVIDENCE", NULL};
     const char *tk[] = {"at",    "step_label", "old_status", "new_status", "cause",
                         "actor", "reason",     "evidence",   NULL};
     ctl_print_rows(timeline, th, tk);
-    json_t *rows = step_rows(story, json_string_value(json_object_get(a, "currency")));
-    printf("\ncaptures and voids:\n");
-    const char *sh[] = {"STEP",        "STATUS", "AMOUNT",     "CAPTURED", "RELEASED",
-                        "VOID_REASON", "REASON", "UPDATED_AT", NULL};
-    const char *sk[] = {"step_label",
-                        "status",
-                        "amount@currency",
-                        "captured_amount@currency",
-                        "released_amount@currency",
-                        "void_reason",
-                        "reason",
-                        "updated_at",
-                        NULL};
+    json_t *rows =
+        step_rows(story, t, json_string_value(json_object_get(a, "currency")));
+    printf("\n");
+    print_keys(t, "");
+    printf(":\n");
+    step_columns(t, sh, sk);
     ctl_print_rows(rows, sh, sk);
     json_decref(rows);
 }
@@ -127,7 +161,10 @@ static int attempt_show(PGconn *conn, const char *id, int as_json)
 {
     struct charged_error err;
     json_t *story;
-    enum charged_rc rc = attempt_history_read(conn, id, &story, &err);
+    struct attempt_history_table t;
+    size_t steps = 0;
+    payment_ops_history(&t);
+    enum charged_rc rc = attempt_history_read(conn, id, &t, &story, &err);
     if (rc != CHARGED_OK) {
         if (rc == CHARGED_NOT_FOUND)
             fprintf(stderr, "chargectl attempt show: no attempt %s\n", id);
@@ -149,19 +186,20 @@ static int attempt_show(PGconn *conn, const char *id, int as_json)
         json_object_set(a, "ledger_entries", ledger);
         json_object_set(a, "result_events", events);
         json_object_set(a, "refunds", refunds);
-        /* An authorization's steps (issue 37): added, nothing above moved. */
-        json_object_set(a, "captures", json_object_get(story, "captures"));
-        json_object_set(a, "voids", json_object_get(story, "voids"));
+        /* The operations' steps (issue 37): added, nothing above moved. */
+        for (size_t k = 0; k < t.n; k++)
+            json_object_set(a, t.steps[k]->key,
+                            json_object_get(story, t.steps[k]->key));
         json_object_set(a, "timeline", json_object_get(story, "timeline"));
         ctl_print_json(stdout, json_incref(a));
         json_decref(story);
         return CTL_OK;
     }
     ctl_print_object(a);
-    if (json_array_size(json_object_get(story, "captures")) +
-            json_array_size(json_object_get(story, "voids")) >
-        0) {
-        print_steps(story, a);
+    for (size_t k = 0; k < t.n; k++)
+        steps += json_array_size(json_object_get(story, t.steps[k]->key));
+    if (steps > 0) {
+        print_steps(story, a, &t);
     } else {
         printf("\ntransitions:\n");
         const char *th[] = {"AT",    "FROM",   "TO",       "CAUSE",

@@ -18,6 +18,7 @@
 #include "ctl_output.h"
 #include "ctl_query.h"
 #include "db.h"
+#include "op.h"
 #include "provider_client.h"
 
 #define TS(col) "to_char(" col " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"
@@ -253,8 +254,10 @@ static int audit_run(PGconn *conn, const config_t *cfg, long long since,
     long long now_s = (now_ms + 999) / 1000;
     long long end = now_s - until, start = now_s - since;
     snprintf(actor, sizeof(actor), "chargectl:%s", os_user());
-    if (audit_run_window(pc, st, start, end, 0, actor, NULL, &res, &recorded, &why) !=
-        CHARGED_OK) {
+    struct audit_step_table steps;
+    payment_ops_audit_steps(&steps);
+    if (audit_run_window(pc, st, start, end, 0, actor, &steps, NULL, &res, &recorded,
+                         &why) != CHARGED_OK) {
         say(CTL_FAILED, "run", "window not audited: %s", why.message);
         goto out;
     }

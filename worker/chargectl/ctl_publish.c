@@ -1,6 +1,6 @@
-/* chargectl publish: validate commands (a charge's, and with --file a
- * refund's, an authorization's, a capture's or a void's: every type the
- * worker takes) by the worker's own parsers and publish them, keyed by
+/* chargectl publish: validate commands (a charge's, and with --file one of
+ * any type the worker takes: each operation's of the table, op.h's check)
+ * by the worker's own parsers and publish them, keyed by
  * payment_attempt_id, to the commands topic. */
 #include <getopt.h>
 #include <stdio.h>
@@ -11,16 +11,14 @@
 #include <librdkafka/rdkafka.h>
 #include <uuid/uuid.h>
 
-#include "capture_command.h"
 #include "charge_command.h"
 #include "command_fields.h"
-#include "refund_command.h"
-#include "void_command.h"
 #include "chargectl.h"
 #include "charged_assert.h"
 #include "config.h"
 #include "kafka_setup.h"
 #include "log.h"
+#include "op.h"
 
 static void usage(FILE *out)
 {
@@ -263,9 +261,10 @@ static int read_commands(struct publish_args *a, struct batch *b)
     return CTL_OK;
 }
 
-/* Parses one command by the parser of its type, as the worker does (a
- * charge's unless it names another type the worker takes): DEAD_LETTER_NONE,
- * or why not and err. id (NULL: none) is the key it would be sent with. */
+/* Parses one command by the check of the operation of its type, as the
+ * worker does (the table's first operation's, a charge's, unless it names
+ * another type the worker takes): DEAD_LETTER_NONE, or why not and err.
+ * id (NULL: none) is the key it would be sent with. */
 static enum dead_letter_reason parse_any(const char *id, const char *v,
                                          struct charged_error *err)
 {
@@ -273,29 +272,15 @@ static enum dead_letter_reason parse_any(const char *id, const char *v,
                                                  .max_amount = 100000000000LL,
                                                  .allowed_currencies = NULL};
     size_t idlen = id ? strlen(id) : 0, len = v ? strlen(v) : 0;
-    enum dead_letter_reason r;
-    if (v && command_fields_type_is(v, len, REFUND_COMMAND_TYPE)) {
-        struct refund_command refund;
-        r = refund_command_parse(id, idlen, v, len, limits.max_bytes, &refund, err);
-        refund_command_release(&refund);
-    } else if (v && command_fields_type_is(v, len, CAPTURE_COMMAND_TYPE)) {
-        struct capture_command capture;
-        r = capture_command_parse(id, idlen, v, len, limits.max_bytes, &capture, err);
-        capture_command_release(&capture);
-    } else if (v && command_fields_type_is(v, len, VOID_COMMAND_TYPE)) {
-        struct void_command voided;
-        r = void_command_parse(id, idlen, v, len, limits.max_bytes, &voided, err);
-        void_command_release(&voided);
-    } else {
-        /* A charge, or an authorization: a charge's fields, held. */
-        int hold = v && command_fields_type_is(v, len, "authorization.requested");
-        struct charge_command cmd;
-        r = charge_command_parse_as(hold ? "authorization.requested"
-                                         : "charge.requested",
-                                    hold, id, idlen, v, len, &limits, &cmd, err);
-        charge_command_release(&cmd);
+    const struct payment_op *first = payment_op_of(0);
+    for (size_t k = 1; v && k < payment_operations_count; k++) {
+        const struct payment_op *op = payment_op_of(k);
+        if (op->check && command_fields_type_is(v, len, op->command_type))
+            return op->check(id, idlen, v, len, &limits, err);
     }
-    return r;
+    /* The first guess checks every command (its own type's or none). */
+    CHARGED_ASSERT(first->check != NULL);
+    return first->check(id, idlen, v, len, &limits, err);
 }
 
 /* Checks one command against the contract and, when valid, keys it:

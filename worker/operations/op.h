@@ -18,12 +18,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "attempt_history.h"
 #include "attempt_status.h"
+#include "audit_policy.h"
+#include "charge_command.h"
 #include "charged_assert.h"
 #include "charged_error.h"
+#include "dead_letter_reason.h"
 #include "engine.h"
 #include "provider_client.h"
 #include "reconcile_look.h"
+#include "step_review.h"
 #include "store_conn.h"
 #include "webhook_event.h"
 #include "webhook_store.h"
@@ -112,10 +117,11 @@ struct op_reconcile {
     size_t due_size; /* bytes of one claimed row */
 
     /* The store of database_url for actor, claiming what the look's
-     * limits make due; does not connect. NULL and err when it cannot be
-     * built. */
+     * limits and the operation's own settings in cfg make due; does not
+     * connect. NULL and err when it cannot be built. */
     void *(*store_new)(const char *database_url, const char *actor,
-                       const struct reconcile_limits *lim, struct charged_error *err);
+                       const struct reconcile_limits *lim, const config_t *cfg,
+                       struct charged_error *err);
     void (*store_free)(void *store);
     /* Up to max rows due for a look into the array due (max * due_size
      * bytes), each claimed under a lease of lease_ms; *n of them. */
@@ -159,24 +165,24 @@ struct op_reconcile {
  * wrappers, written once (in a file that includes op_shared.h).
  * OP_RECONCILE_STORE(prefix) lists them in its struct op_reconcile. */
 #define OP_RECONCILE_STORE_HOOKS(prefix, store, row, call, call_id)                    \
-    static void *prefix##_look_store_new(const char *url, const char *actor,           \
-                                         const struct reconcile_limits *lim,           \
-                                         struct charged_error *err)                    \
+    static void *prefix##_look_store_new(                                              \
+        const char *url, const char *actor, const struct reconcile_limits *lim,        \
+        const config_t *cfg, struct charged_error *err)                                \
     {                                                                                  \
-        CHARGED_ASSERT(url &&actor &&lim);                                             \
+        CHARGED_ASSERT(url &&actor &&lim &&cfg);                                       \
         return store##_new(url, actor, err);                                           \
     }                                                                                  \
     OP_RECONCILE_STORE_USE(prefix, store, row, call, call_id)
 
-/* The same, for a store made by open(url, actor, lim, err): one that
+/* The same, for a store made by open(url, actor, lim, cfg, err): one that
  * claims a part of its records (attempt_store_new_of: a capture method's). */
 #define OP_RECONCILE_STORE_HOOKS_OPENED(prefix, open, store, row, call, call_id)       \
-    static void *prefix##_look_store_new(const char *url, const char *actor,           \
-                                         const struct reconcile_limits *lim,           \
-                                         struct charged_error *err)                    \
+    static void *prefix##_look_store_new(                                              \
+        const char *url, const char *actor, const struct reconcile_limits *lim,        \
+        const config_t *cfg, struct charged_error *err)                                \
     {                                                                                  \
-        CHARGED_ASSERT(url &&actor &&lim);                                             \
-        return open(url, actor, lim, err);                                             \
+        CHARGED_ASSERT(url &&actor &&lim &&cfg);                                       \
+        return open(url, actor, lim, cfg, err);                                        \
     }                                                                                  \
     OP_RECONCILE_STORE_USE(prefix, store, row, call, call_id)
 
@@ -296,6 +302,29 @@ struct payment_op {
     /* The api's status query of its records. NULL: the api answers none
      * (a charge's attempts are the api's own routes). */
     const struct op_status *status;
+    /* The auditor's rules about the provider's manual intents its steps
+     * act on (audit_policy.h; chargectl audit run's too). NULL: none. */
+    const struct audit_steps *audit;
+    /* A person's decision on its records in REQUIRES_REVIEW
+     * (step_review.h): `chargectl <noun> list|resolve` and the console's
+     * queue. NULL: none of these (a charge's and a refund's reviews are
+     * chargectl's and the console's own). */
+    const struct step_review_kind *review;
+    /* Its records of an attempt in the attempt's story (attempt_history.h:
+     * `chargectl attempt show`, the console's timeline). NULL: none. */
+    const struct attempt_history_steps *history;
+    /* Its own settings (config.h's struct config_setting; NULL-ended),
+     * added after the table's rows by payment_ops_add_settings. NULL:
+     * none. */
+    const struct config_setting *const *settings;
+    /* chargectl publish's check of one command of its type, by its own
+     * parser with chargectl's limits: DEAD_LETTER_NONE, or why and err.
+     * NULL: none (a command of its type is judged as the table's first
+     * operation's: chargectl publish's first guess, as the worker's). */
+    enum dead_letter_reason (*check)(const char *id, size_t id_len, const char *value,
+                                     size_t len,
+                                     const struct charge_command_limits *lim,
+                                     struct charged_error *err);
 };
 
 /* The table, in the order the roles walk it (the first is the worker's
@@ -305,5 +334,23 @@ extern const size_t payment_operations_count;
 
 /* The operation of kind k (an index in the table). */
 const struct payment_op *payment_op_of(size_t kind);
+
+/* The audit rules of the table's operations, in its order, into *t. */
+void payment_ops_audit_steps(struct audit_step_table *t);
+
+/* Adds the table's operations' settings to the configuration
+ * (config_add_settings): once, before any is read. 0, or -1 when too
+ * many. */
+int payment_ops_add_settings(void);
+
+/* The history steps of the table's operations, in its order, into *t. */
+void payment_ops_history(struct attempt_history_table *t);
+
+/* The reviews of the table's operations into out (PAYMENT_OPS_MAX), in
+ * its order: how many. */
+size_t payment_ops_reviews(const struct step_review_kind **out);
+
+/* The review whose noun is noun; NULL when none. */
+const struct step_review_kind *payment_ops_review(const char *noun);
 
 #endif

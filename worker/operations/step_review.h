@@ -113,7 +113,7 @@ struct step_review_result {
  * decision takes when it showed nothing); *moved 1 when the step moved,
  * else why names what stood in the way. */
 struct step_review_kind {
-    const char *noun;   /* "capture", "void", "authorization" */
+    const char *noun;   /* "capture", "void", "authorization": chargectl's command */
     unsigned decisions; /* the statuses it may be resolved to: bit 1u << status */
     const char *load_sql;
     /* stmt_log_calls' statement writing a look-up as a call of the step
@@ -127,7 +127,69 @@ struct step_review_kind {
                              const struct provider_result *r, const char *evidence,
                              int *moved, char *why, size_t why_size,
                              struct charged_error *err);
+
+    /* `chargectl <noun> list|resolve` (worker/chargectl/ctl_step.c). */
+    const char *id_key;  /* its id's name: "capture_id" */
+    const char *summary; /* its line of `chargectl --help` */
+    /* Its place among the reviews' lines of `chargectl --help` (the order
+     * they were added in, not the table's). */
+    int cli_rank;
+    /* What --help says of the provider's look-up, after the decisions. */
+    const char *cli_asks;
+    /* list: $1 a status (NULL: any), $2 the limit; one row, a JSON array
+     * of rows most recently updated first, shown as the columns heads and
+     * members (NULL-ended; STEP_REVIEW_LIST_HEADS). */
+    const char *list_sql;
+    const char *const *heads;
+    const char *const *members;
+
+    /* The console's review queue (worker/roles/console_views.c): its part,
+     * a SELECT of its records in REQUIRES_REVIEW as (kind, id,
+     * payment_attempt_id, status, amount, currency, authorization_status,
+     * provider_payment_id, reason, updated_at), joined to the others' by
+     * UNION ALL; and whether its records are payment attempts (the
+     * attempts' queue leaves those to it). */
+    const char *queue_sql;
+    int attempts;
 };
+
+/* --help's words on the look-up of an authorization's step. */
+#define STEP_REVIEW_CLI_ASKS                                                           \
+    "The provider is asked first (PROVIDER_API_KEY) for the authorization's\n"         \
+    "intent by the id charged recorded; a decision it contradicts or does not\n"       \
+    "answer is refused (exit 1, nothing written) unless --force. --actor\n"            \
+    "defaults to the OS user. Exit 0 resolved, 1 refused or failed, 2 bad\n"           \
+    "usage.\n"
+
+/* The columns of a list of an authorization's steps or of authorizations
+ * (id: its id's member). */
+#define STEP_REVIEW_LIST_HEADS                                                         \
+    {                                                                                  \
+        "ID", "ATTEMPT", "STATUS", "AMOUNT", "AUTHORIZATION", "REASON", "UPDATED_AT",  \
+            NULL                                                                       \
+    }
+#define STEP_REVIEW_LIST_MEMBERS(id)                                                   \
+    {                                                                                  \
+        id, "payment_attempt_id", "status", "amount@currency", "authorization_status", \
+            "reason", "updated_at", NULL                                               \
+    }
+
+/* An RFC 3339 UTC time of a column. */
+#define STEP_REVIEW_TS(col)                                                            \
+    "to_char(" col " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
+
+/* A list of an authorization's steps of table, each with its
+ * authorization's status (amount: the step's amount). */
+/* clang-format off */
+#define STEP_REVIEW_LIST_SQL(table, id_key, amount) \
+    "SELECT coalesce(json_agg(r), '[]')::text FROM (SELECT s.id AS " id_key "," \
+    " s.payment_attempt_id, s.status, " amount " AS amount, p.currency," \
+    " p.status AS authorization_status, s.reason," \
+    " " STEP_REVIEW_TS("s.updated_at") " AS updated_at FROM " table " s" \
+    " LEFT JOIN payment_attempts p ON p.id = s.payment_attempt_id" \
+    " WHERE ($1::text IS NULL OR s.status = $1)" \
+    " ORDER BY s.updated_at DESC, s.id LIMIT $2::int) r"
+/* clang-format on */
 
 /* Resolves rq on database_url (a session of its own, closed after) through
  * pc. Returns 0 with *out filled (every outcome has a message), -1 only

@@ -11,6 +11,7 @@
 #include "daemon.h"
 #include "log.h"
 #include "metrics.h"
+#include "op.h"
 #include "provider_client.h"
 
 struct auditor {
@@ -18,6 +19,7 @@ struct auditor {
     char id[160];
     provider_client_t *provider;
     audit_store_t *store;
+    struct audit_step_table steps; /* the operations' rules */
     long long window_s, lag_ms, poll_ms, from_unix, pending_batch;
     int64_t next_poll;
     struct daemon_db db;
@@ -36,14 +38,19 @@ static void usage(FILE *out)
         "ago, and matches every object against the ledger, and every ledger row of\n"
         "the window against the provider: charged_twice, charged_unbooked,\n"
         "booked_not_charged, amount_mismatch, currency_mismatch, unknown_intent,\n"
-        "refund_unbooked, refunded_over_charge, booked_foreign, foreign_intent and,\n"
-        "of authorizations, captured_over_authorized, capture_unbooked,\n"
-        "void_unbooked and authorization_expired_unvoided are recorded once each,\n"
-        "with a verdict per window\n"
-        "(chargectl audit list). What depends on an unsettled attempt is judged\n"
-        "again once it settles. Restarts resume at the\n"
-        "watermark; one auditor leads (a PostgreSQL advisory lock), others stand\n"
-        "by. SIGTERM: the window in hand is given up and audited again later.\n\n");
+        "refund_unbooked, refunded_over_charge, booked_foreign, foreign_intent and,\n");
+    /* The kinds of the operations' rules, each its own words. */
+    struct audit_step_table steps;
+    payment_ops_audit_steps(&steps);
+    for (size_t s = 0; s < steps.n; s++)
+        fputs(steps.sets[s]->help, out);
+    fprintf(out,
+            " are recorded once each,\n"
+            "with a verdict per window\n"
+            "(chargectl audit list). What depends on an unsettled attempt is judged\n"
+            "again once it settles. Restarts resume at the\n"
+            "watermark; one auditor leads (a PostgreSQL advisory lock), others stand\n"
+            "by. SIGTERM: the window in hand is given up and audited again later.\n\n");
     config_print_help(out, CONFIG_ROLE_AUDITOR);
 }
 
@@ -138,8 +145,8 @@ static int64_t auditor_step(void *state, int64_t now)
         return store_failed(a, "next window", err.message);
     metrics_set(METRIC_AUDIT_WATERMARK_AGE, w.watermark_age_ms / 1000.0);
     if (w.due) {
-        if (audit_run_window(a->provider, a->store, w.start, w.end, 1, a->id, &hooks,
-                             &res, &recorded, &why) != CHARGED_OK) {
+        if (audit_run_window(a->provider, a->store, w.start, w.end, 1, a->id, &a->steps,
+                             &hooks, &res, &recorded, &why) != CHARGED_OK) {
             /* Done again whole: what was recorded stays recorded once. */
             if (!stopping())
                 log_warn("window not audited; auditing it again", "error", why.message,
@@ -156,8 +163,8 @@ static int64_t auditor_step(void *state, int64_t now)
         return DAEMON_NOW;
     }
     long long pending = 0;
-    if (audit_run_pending(a->provider, a->store, (size_t)a->pending_batch, &hooks, &res,
-                          &why) != CHARGED_OK)
+    if (audit_run_pending(a->provider, a->store, (size_t)a->pending_batch, &a->steps,
+                          &hooks, &res, &why) != CHARGED_OK)
         log_warn("pending objects not looked at", "error", why.message, NULL);
     if (audit_store_pending_count(a->store, &pending, &err) != CHARGED_OK)
         return store_failed(a, "pending count", err.message);
@@ -221,6 +228,7 @@ static enum charged_rc setup(void *state, config_t *cfg, const char *id,
     a->poll_ms = config_int(a->cfg, CONFIG_AUDITOR_POLL_MS);
     a->from_unix = config_int(a->cfg, CONFIG_AUDITOR_FROM);
     a->pending_batch = config_int(a->cfg, CONFIG_AUDITOR_PENDING_BATCH);
+    payment_ops_audit_steps(&a->steps);
     a->provider =
         provider_client_new(config_str(a->cfg, CONFIG_PROVIDER_BASE_URL),
                             config_str(a->cfg, CONFIG_PROVIDER_API_KEY),

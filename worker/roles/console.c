@@ -22,6 +22,7 @@
 #include "http_reply.h"
 #include "listen_socket.h"
 #include "log.h"
+#include "op.h"
 
 #define PROBE_INTERVAL_MS 2000
 /* A slow client holds a connection for at most IDLE_TIMEOUT_S between
@@ -55,6 +56,8 @@ struct console {
     int db_ok;
     long long ttl_s;
     int cookie_secure;
+    /* The kinds a step's review may name: the table's reviews' nouns. */
+    const char *review_kinds[PAYMENT_OPS_MAX + 1];
 };
 
 /* One request's state across libmicrohttpd's calls. */
@@ -501,7 +504,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                    MHD_RESPMEM_PERSISTENT, "text/plain; charset=utf-8",
                                    headers);
         }
-        if (console_input_route(url, &m) == CONSOLE_R_NONE)
+        if (console_input_route(url, cs->review_kinds, &m) == CONSOLE_R_NONE)
             return send_error(c, MHD_HTTP_NOT_FOUND, "no such endpoint");
         if (strcmp(method, m.method) != 0)
             return send_bytes(c, MHD_HTTP_METHOD_NOT_ALLOWED, (char *)not_allowed,
@@ -634,6 +637,11 @@ static void console_finish(void *state, int flush_ms)
 static enum charged_rc setup(struct console *cs, struct charged_error *err)
 {
     cs->ttl_s = config_int(cs->cfg, CONFIG_CONSOLE_SESSION_TTL_S);
+    const struct step_review_kind *r[PAYMENT_OPS_MAX];
+    size_t nr = payment_ops_reviews(r);
+    for (size_t i = 0; i < nr; i++)
+        cs->review_kinds[i] = r[i]->noun;
+    cs->review_kinds[nr] = NULL;
     cs->cookie_secure = (int)config_int(cs->cfg, CONFIG_CONSOLE_COOKIE_SECURE);
     cs->nviews = (size_t)config_int(cs->cfg, CONFIG_CONSOLE_THREADS);
     cs->kafka_max = cs->nviews > 1 ? (int)cs->nviews / 2 : 1;

@@ -10,8 +10,6 @@
 #include "attempt_history.h"
 #include "attempt_review.h"
 #include "attempt_store.h"
-#include "authorization_review.h"
-#include "capture_review.h"
 #include "audit_policy.h"
 #include "audit_store.h"
 #include "card_data.h"
@@ -22,8 +20,8 @@
 #include "dlq_reader.h"
 #include "fleet_status.h"
 #include "log.h"
+#include "op.h"
 #include "provider_client.h"
-#include "void_review.h"
 
 /* What an overview waits for one worker's metrics or Kafka's answer: a
  * worker that does not answer is shown as such, not waited for. */
@@ -300,7 +298,9 @@ static void add_review_evidence(PGconn *conn, json_t *row)
     struct charged_error err;
     json_t *doc = NULL;
     const char *id = json_string_value(json_object_get(row, "payment_attempt_id"));
-    if (!id || attempt_history_read(conn, id, &doc, &err) != CHARGED_OK)
+    struct attempt_history_table t;
+    payment_ops_history(&t);
+    if (!id || attempt_history_read(conn, id, &t, &doc, &err) != CHARGED_OK)
         return;
     json_t *tr = json_object_get(doc, "transitions");
     json_t *last = json_array_get(tr, json_array_size(tr) - 1);
@@ -309,47 +309,52 @@ static void add_review_evidence(PGconn *conn, json_t *row)
     json_decref(doc);
 }
 
-/* clang-format off */
-#define TS(col) \
-    "to_char(" col " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
-/* The queue's other kinds (issue 37): captures, voids and authorizations
- * in review, newest first, each with its kind and its authorization's
- * status. */
-static const char *SQL_STEPS_IN_REVIEW =
-    "SELECT coalesce(json_agg(r), '[]')::text FROM (SELECT * FROM ("
-    " SELECT 'capture' AS kind, c.id, c.payment_attempt_id, c.status,"
-    "  coalesce(c.captured_amount, c.amount, p.amount) AS amount, p.currency,"
-    "  p.status AS authorization_status, p.provider_payment_id, c.reason,"
-    "  " TS("c.updated_at") " AS updated_at"
-    " FROM capture_attempts c LEFT JOIN payment_attempts p ON p.id = c.payment_attempt_id"
-    " WHERE c.status = 'REQUIRES_REVIEW'"
-    " UNION ALL SELECT 'void', w.id, w.payment_attempt_id, w.status, p.amount,"
-    "  p.currency, p.status, p.provider_payment_id, w.reason, " TS("w.updated_at")
-    " FROM void_attempts w LEFT JOIN payment_attempts p ON p.id = w.payment_attempt_id"
-    " WHERE w.status = 'REQUIRES_REVIEW'"
-    " UNION ALL SELECT 'authorization', a.id, a.id, a.status, a.amount, a.currency,"
-    "  a.status, a.provider_payment_id, a.reason, " TS("a.updated_at")
-    " FROM payment_attempts a"
-    " WHERE a.status = 'REQUIRES_REVIEW' AND a.capture_method = 'manual') s"
-    " ORDER BY updated_at DESC, id LIMIT " REVIEW_LIMIT ") r";
-/* clang-format on */
+/* The queue's other kinds (issue 37): the records in review of each
+ * operation of the table with a review (its queue_sql), newest first,
+ * each with its kind and its authorization's status. */
+static const char *SQL_STEPS_HEAD =
+    "SELECT coalesce(json_agg(r), '[]')::text FROM (SELECT * FROM (";
+static const char *SQL_STEPS_TAIL =
+    ") s ORDER BY updated_at DESC, id LIMIT " REVIEW_LIMIT ") r";
 
-/* The attempts of rows that are not authorizations (those are steps'),
- * each with its kind, "charge". */
+/* The statement of the table's reviews' parts into buf: 0 when it does
+ * not fit. */
+static int steps_sql(const struct step_review_kind *const *r, size_t n, char *buf,
+                     size_t size)
+{
+    size_t used = (size_t)snprintf(buf, size, "%s", SQL_STEPS_HEAD);
+    CHARGED_ASSERT(n > 0);
+    for (size_t i = 0; i < n && used < size; i++)
+        used += (size_t)snprintf(buf + used, size - used, "%s%s", i ? " UNION ALL" : "",
+                                 r[i]->queue_sql);
+    if (used < size)
+        used += (size_t)snprintf(buf + used, size - used, "%s", SQL_STEPS_TAIL);
+    return used < size;
+}
+
+/* Whether a queue's row is an operation's whose records are attempts. */
+static int of_attempts(json_t *st)
+{
+    const struct step_review_kind *k =
+        payment_ops_review(json_string_value(json_object_get(st, "kind")));
+    return k && k->attempts;
+}
+
+/* The attempts of rows that are not another operation's (those are its
+ * review's), each with its kind, "charge". */
 static json_t *charges_only(json_t *rows, json_t *steps)
 {
     json_t *out = json_array();
     for (size_t i = 0; out && i < json_array_size(rows); i++) {
         json_t *a = json_array_get(rows, i);
         const char *id = json_string_value(json_object_get(a, "payment_attempt_id"));
-        int authorization = 0;
+        int theirs = 0;
         for (size_t j = 0; id && j < json_array_size(steps); j++) {
             json_t *st = json_array_get(steps, j);
-            authorization |= !strcmp(json_string_value(json_object_get(st, "kind")),
-                                     "authorization") &&
-                             !strcmp(json_string_value(json_object_get(st, "id")), id);
+            theirs |= of_attempts(st) &&
+                      !strcmp(json_string_value(json_object_get(st, "id")), id);
         }
-        if (!authorization) {
+        if (!theirs) {
             json_object_set_new(a, "kind", json_string("charge"));
             json_array_append(out, a);
         }
@@ -367,7 +372,12 @@ unsigned console_views_reviews(console_views_t *v, json_t **body)
                                        .limit = REVIEW_LIMIT};
     if (!conn || attempt_history_list(conn, &f, &rows, &err) != CHARGED_OK)
         return unavailable(body, "the review queue", err.message);
-    if (db_query_json(conn, SQL_STEPS_IN_REVIEW, 0, NULL, &steps, &err) != CHARGED_OK) {
+    const struct step_review_kind *r[PAYMENT_OPS_MAX];
+    char sql[8192];
+    size_t nr = payment_ops_reviews(r);
+    /* The parts are the table's, and fit. */
+    CHARGED_ASSERT(steps_sql(r, nr, sql, sizeof(sql)));
+    if (db_query_json(conn, sql, 0, NULL, &steps, &err) != CHARGED_OK) {
         json_decref(rows);
         return unavailable(body, "the review queue", err.message);
     }
@@ -396,7 +406,9 @@ unsigned console_views_attempt(console_views_t *v, const char *id, json_t **body
     PGconn *conn = conn_get(v, &err);
     if (!conn)
         return unavailable(body, "the attempt", err.message);
-    enum charged_rc rc = attempt_history_read(conn, id, &doc, &err);
+    struct attempt_history_table t;
+    payment_ops_history(&t);
+    enum charged_rc rc = attempt_history_read(conn, id, &t, &doc, &err);
     if (rc == CHARGED_NOT_FOUND)
         return answer(body, 404, "no payment attempt %s", id);
     if (rc != CHARGED_OK)
@@ -725,7 +737,7 @@ unsigned console_views_actions(console_views_t *v, json_t **body)
     return 200;
 }
 
-/* ---- a capture's, a void's or an authorization's review (issue 37) ---- */
+/* ---- an operation's review (op.h's review, step_review.h; issue 37) ---- */
 
 static const char *step_outcome_names[] = {
     [STEP_REVIEW_RESOLVED] = "resolved",
@@ -746,14 +758,12 @@ static const unsigned step_outcome_status[] = {
     [STEP_REVIEW_ERROR] = 503,         [STEP_REVIEW_WITHDRAWN] = 401,
 };
 
+/* The review of a kind the route took (console.c: one of the table's). */
 static const struct step_review_kind *step_kind(const char *kind)
 {
-    if (!strcmp(kind, "capture"))
-        return &capture_review_kind;
-    if (!strcmp(kind, "void"))
-        return &void_review_kind;
-    CHARGED_ASSERT(!strcmp(kind, "authorization"));
-    return &authorization_review_kind;
+    const struct step_review_kind *k = payment_ops_review(kind);
+    CHARGED_ASSERT(k != NULL);
+    return k;
 }
 
 /* The answer to a step's resolution, and the action log's detail. */

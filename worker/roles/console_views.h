@@ -41,8 +41,9 @@ unsigned console_views_actions(console_views_t *v, json_t **body);
 unsigned console_views_resolve(console_views_t *v, const struct console_who *who,
                                const char *session, const char *attempt_id,
                                const struct console_resolve_input *in, json_t **body);
-/* A capture's, a void's or an authorization's review (kind), as
- * console_views_resolve an attempt's (step_review.h). */
+/* The review of an operation's record (kind: the noun of one of the
+ * table's reviews, op.h), as console_views_resolve an attempt's
+ * (step_review.h). */
 unsigned console_views_step_resolve(console_views_t *v, const struct console_who *who,
                                     const char *session, const char *kind,
                                     const char *id,

@@ -6,6 +6,7 @@
 #include "auditor.h"
 #include "console.h"
 #include "daemon.h"
+#include "op.h"
 #include "reconciler.h"
 #include "relay.h"
 #include "worker.h"
@@ -42,6 +43,11 @@ static void usage(FILE *out)
 
 int main(int argc, char **argv)
 {
+    /* The operations' own settings, before any is read or printed. */
+    if (payment_ops_add_settings() != 0) {
+        fprintf(stderr, "charged: too many settings of the operations\n");
+        return 2;
+    }
     if (argc < 2) {
         fprintf(stderr, "charged: missing role (see charged --help)\n");
         return 2;

@@ -398,8 +398,6 @@ static enum charged_rc setup(void *state, config_t *cfg, const char *id,
     r->stale_ms = config_int(r->cfg, CONFIG_RECONCILER_STALE_LEASE_MS);
     r->key_retention_ms = config_int(r->cfg, CONFIG_WORKER_KEY_RETENTION_MS);
     r->provider_timeout_ms = config_int(r->cfg, CONFIG_PROVIDER_TIMEOUT_MS);
-    r->authorization_expiry_ms =
-        config_int(r->cfg, CONFIG_RECONCILER_AUTHORIZATION_EXPIRY_MS);
     /* A provider call is the longest a step waits between heartbeats. */
     long long stall_ms = config_int(r->cfg, CONFIG_HEALTH_STALL_MS);
     if (stall_ms <= r->provider_timeout_ms) {
@@ -445,18 +443,18 @@ static enum charged_rc setup(void *state, config_t *cfg, const char *id,
     if (!r->provider)
         return CHARGED_GIVE_UP;
     /* Does not connect: started while the database is down, it waits. The
-     * look's limits say what a store claims (a hold's age for its expiry). */
+     * look's limits and an operation's own settings say what its store
+     * claims. */
     const struct reconcile_limits lim = {
         .key_retention_ms = r->key_retention_ms,
         .provider_timeout_ms = r->provider_timeout_ms,
         .search_lag_ms = r->search_lag_ms,
         .max_age_ms = r->max_age_ms,
-        .authorization_expiry_ms = r->authorization_expiry_ms,
     };
     for (size_t k = 0; k < payment_operations_count; k++)
         if (payment_op_of(k)->reconcile &&
             !(r->stores[k] = reconciler_face(k)->store_new(
-                  config_str(r->cfg, CONFIG_DATABASE_URL), r->id, &lim, err)))
+                  config_str(r->cfg, CONFIG_DATABASE_URL), r->id, &lim, r->cfg, err)))
             return CHARGED_GIVE_UP;
     return CHARGED_OK;
 }

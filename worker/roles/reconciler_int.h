@@ -32,7 +32,6 @@ struct reconciler {
     provider_client_t *provider;
     long long batch, lease_ms, poll_ms, max_age_ms, search_lag_ms, stale_ms;
     long long key_retention_ms, provider_timeout_ms;
-    long long authorization_expiry_ms; /* a hold this old is looked at */
     long long schedule[MAX_SCHEDULE];
     int nschedule;
     int64_t next_poll, next_backlog;

@@ -56,7 +56,6 @@ static struct op_look_env env_of(const struct reconciler *r)
                 .provider_timeout_ms = r->provider_timeout_ms,
                 .search_lag_ms = r->search_lag_ms,
                 .max_age_ms = r->max_age_ms,
-                .authorization_expiry_ms = r->authorization_expiry_ms,
             },
     };
 }

@@ -148,6 +148,22 @@ static enum charged_rc authorization_review_write(store_conn_t *db,
     return rc;
 }
 
+/* An authorization is listed as the attempt it is, with the step that
+ * holds it. */
+/* clang-format off */
+static const char SQL_AUTHORIZATION_LIST[] =
+    "SELECT coalesce(json_agg(r), '[]')::text FROM (SELECT s.id AS payment_attempt_id,"
+    " s.status, s.amount, s.currency, s.captured_amount,"
+    " s.held_by || ' ' || s.held_by_id AS held_by, s.reason,"
+    " " STEP_REVIEW_TS("s.updated_at") " AS updated_at FROM payment_attempts s"
+    " WHERE s.capture_method = 'manual' AND ($1::text IS NULL OR s.status = $1)"
+    " ORDER BY s.updated_at DESC, s.id LIMIT $2::int) r";
+/* clang-format on */
+
+static const char *const authorization_review_heads[] = STEP_REVIEW_LIST_HEADS;
+static const char *const authorization_review_members[] =
+    STEP_REVIEW_LIST_MEMBERS("payment_attempt_id");
+
 const struct step_review_kind authorization_review_kind = {
     .noun = "authorization",
     .decisions = 1u << ATTEMPT_STATUS_SUCCEEDED | 1u << ATTEMPT_STATUS_AUTHORIZED |
@@ -156,4 +172,21 @@ const struct step_review_kind authorization_review_kind = {
     .log_calls_sql = attempt_store_log_calls_sql,
     .judge = authorization_review_judge,
     .write = authorization_review_write,
+    .id_key = "payment_attempt_id",
+    .summary = "list authorizations, resolve their reviews",
+    .cli_rank = 2,
+    .cli_asks = STEP_REVIEW_CLI_ASKS,
+    .list_sql = SQL_AUTHORIZATION_LIST,
+    .heads = authorization_review_heads,
+    .members = authorization_review_members,
+    .queue_sql =
+        " SELECT 'authorization' AS kind, a.id, a.id AS payment_attempt_id, a.status,"
+        "  a.amount, a.currency, a.status AS authorization_status, "
+        "a.provider_payment_id,"
+        "  a.reason, " STEP_REVIEW_TS(
+            "a.updated_at") " AS updated_at"
+                            " FROM payment_attempts a"
+                            " WHERE a.status = 'REQUIRES_REVIEW' AND a.capture_method "
+                            "= 'manual'",
+    .attempts = 1,
 };

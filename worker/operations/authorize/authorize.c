@@ -15,6 +15,7 @@
 #include "op.h"
 
 #include "attempt_store.h"
+#include "authorization_review.h"
 #include "authorize.h"
 #include "charge_command.h"
 #include "charged_assert.h"
@@ -69,6 +70,22 @@ static const struct engine_op authorize_op = {
     .outcome = payment_answer_outcome,
 };
 
+/* A charge's fields, held. */
+static enum dead_letter_reason authorize_check(const char *id, size_t id_len,
+                                               const char *value, size_t len,
+                                               const struct charge_command_limits *lim,
+                                               struct charged_error *err)
+{
+    struct charge_command cmd;
+    enum dead_letter_reason r = charge_command_parse_as(
+        "authorization.requested", 1, id, id_len, value, len, lim, &cmd, err);
+    charge_command_release(&cmd);
+    return r;
+}
+
+static const struct config_setting *const authorize_settings[] = {
+    &authorize_expiry_setting, NULL};
+
 const struct payment_op authorize_payment_op = {
     .name = "authorize",
     .command_type = "authorization.requested",
@@ -77,4 +94,7 @@ const struct payment_op authorize_payment_op = {
      * charge's look and webhooks leave them to these. */
     .reconcile = &authorize_reconcile,
     .webhook = &authorize_webhook,
+    .review = &authorization_review_kind,
+    .settings = authorize_settings,
+    .check = authorize_check,
 };

@@ -16,5 +16,8 @@
 extern const struct op_reconcile authorize_reconcile;
 /* The api's webhook events about an authorization (authorize_webhook.c). */
 extern const struct op_webhook authorize_webhook;
+/* RECONCILER_AUTHORIZATION_EXPIRY_MS: a hold this old is looked at for the
+ * provider's expiry (authorize_look.c: its store claims it). */
+extern const struct config_setting authorize_expiry_setting;
 
 #endif

@@ -13,13 +13,24 @@
 #include "op.h"
 #include "op_shared.h"
 
+/* The authorization's own setting: the reconciler reads it (op.h's
+ * settings, config_add_settings). */
+const struct config_setting authorize_expiry_setting = {
+    .name = "RECONCILER_AUTHORIZATION_EXPIRY_MS",
+    .def = "604800000",
+    .min = 1000,
+    .max = 31536000000LL,
+    .roles = CONFIG_ROLE_RECONCILER,
+    .help = "an authorization held this long is looked at for the provider's expiry",
+};
+
 static void *authorize_store_open(const char *url, const char *actor,
                                   const struct reconcile_limits *lim,
-                                  struct charged_error *err)
+                                  const config_t *cfg, struct charged_error *err)
 {
-    CHARGED_ASSERT(lim && lim->authorization_expiry_ms > 0);
-    return attempt_store_new_of(url, actor, "manual", lim->authorization_expiry_ms,
-                                err);
+    long long expiry_ms = config_setting_int(cfg, &authorize_expiry_setting);
+    CHARGED_ASSERT(lim && expiry_ms > 0);
+    return attempt_store_new_of(url, actor, "manual", expiry_ms, err);
 }
 
 OP_RECONCILE_STORE_HOOKS_OPENED(authorize, authorize_store_open, attempt_store,

@@ -3,6 +3,7 @@
 
 #include "capture_command.h"
 #include "capture_op.h"
+#include "capture_review.h"
 #include "capture_store.h"
 
 _Static_assert(sizeof(struct capture_command) <= PAYMENT_OP_COMMAND_MAX,
@@ -42,6 +43,18 @@ static const struct op_status capture_status = {
     .nfields = sizeof(capture_status_fields) / sizeof(capture_status_fields[0]),
 };
 
+static enum dead_letter_reason capture_check(const char *id, size_t id_len,
+                                             const char *value, size_t len,
+                                             const struct charge_command_limits *lim,
+                                             struct charged_error *err)
+{
+    struct capture_command capture;
+    enum dead_letter_reason r =
+        capture_command_parse(id, id_len, value, len, lim->max_bytes, &capture, err);
+    capture_command_release(&capture);
+    return r;
+}
+
 const struct payment_op capture_payment_op = {
     .name = "capture",
     .command_type = CAPTURE_COMMAND_TYPE,
@@ -49,4 +62,8 @@ const struct payment_op capture_payment_op = {
     .reconcile = &capture_reconcile,
     .webhook = &capture_webhook,
     .status = &capture_status,
+    .audit = &capture_audit,
+    .review = &capture_review_kind,
+    .history = &capture_history,
+    .check = capture_check,
 };

@@ -17,6 +17,11 @@
 extern const struct op_reconcile capture_reconcile;
 /* The api's webhook events about captures (capture_webhook.c). */
 extern const struct op_webhook capture_webhook;
+/* The auditor's rules about what its authorization's capture took
+ * (capture_audit.c). */
+extern const struct audit_steps capture_audit;
+/* Its captures in an attempt's story (capture_history.c). */
+extern const struct attempt_history_steps capture_history;
 
 /* A capture's order of evidence (reconcile_look's shape; pure). a's
  * provider_payment_id is the authorization's intent as we recorded it, its

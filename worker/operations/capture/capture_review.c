@@ -146,6 +146,10 @@ static enum charged_rc capture_review_write(store_conn_t *db,
     return rc;
 }
 
+static const char *const capture_review_heads[] = STEP_REVIEW_LIST_HEADS;
+static const char *const capture_review_members[] =
+    STEP_REVIEW_LIST_MEMBERS("capture_id");
+
 const struct step_review_kind capture_review_kind = {
     .noun = "capture",
     .decisions = 1u << ATTEMPT_STATUS_SUCCEEDED | 1u << ATTEMPT_STATUS_FAILED,
@@ -153,4 +157,21 @@ const struct step_review_kind capture_review_kind = {
     .log_calls_sql = SQL_LOG_CALLS,
     .judge = capture_review_judge,
     .write = capture_review_write,
+    .id_key = "capture_id",
+    .summary = "list captures, resolve their reviews",
+    .cli_rank = 0,
+    .cli_asks = STEP_REVIEW_CLI_ASKS,
+    .list_sql = STEP_REVIEW_LIST_SQL("capture_attempts", "capture_id",
+                                     "coalesce(s.captured_amount, s.amount, p.amount)"),
+    .heads = capture_review_heads,
+    .members = capture_review_members,
+    .queue_sql =
+        " SELECT 'capture' AS kind, c.id, c.payment_attempt_id, c.status,"
+        "  coalesce(c.captured_amount, c.amount, p.amount) AS amount, p.currency,"
+        "  p.status AS authorization_status, p.provider_payment_id, c.reason,"
+        "  " STEP_REVIEW_TS(
+            "c.updated_at") " AS updated_at"
+                            " FROM capture_attempts c LEFT JOIN payment_attempts p ON "
+                            "p.id = c.payment_attempt_id"
+                            " WHERE c.status = 'REQUIRES_REVIEW'",
 };

@@ -10,10 +10,23 @@ _Static_assert(sizeof(struct charge_command) <= PAYMENT_OP_COMMAND_MAX,
 _Static_assert(sizeof(struct attempt_params) <= PAYMENT_OP_PARAMS_MAX,
                "an attempt's params fit the worker's params buffer");
 
+static enum dead_letter_reason charge_check(const char *id, size_t id_len,
+                                            const char *value, size_t len,
+                                            const struct charge_command_limits *lim,
+                                            struct charged_error *err)
+{
+    struct charge_command cmd;
+    enum dead_letter_reason r = charge_command_parse_as(
+        "charge.requested", 0, id, id_len, value, len, lim, &cmd, err);
+    charge_command_release(&cmd);
+    return r;
+}
+
 const struct payment_op charge_payment_op = {
     .name = "charge",
     .command_type = "charge.requested",
     .engine = &charge_op,
     .reconcile = &charge_reconcile,
     .webhook = &charge_webhook,
+    .check = charge_check,
 };

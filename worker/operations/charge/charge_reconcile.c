@@ -19,10 +19,11 @@
 /* The charge's attempts only: an authorization's are its own look's (a hold
  * is not money taken). */
 static void *charge_store_open(const char *url, const char *actor,
-                               const struct reconcile_limits *lim,
+                               const struct reconcile_limits *lim, const config_t *cfg,
                                struct charged_error *err)
 {
     (void)lim;
+    (void)cfg;
     return attempt_store_new_of(url, actor, "automatic", -1, err);
 }
 

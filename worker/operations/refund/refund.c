@@ -41,6 +41,18 @@ static const struct op_status refund_status = {
     .nfields = sizeof(refund_status_fields) / sizeof(refund_status_fields[0]),
 };
 
+static enum dead_letter_reason refund_check(const char *id, size_t id_len,
+                                            const char *value, size_t len,
+                                            const struct charge_command_limits *lim,
+                                            struct charged_error *err)
+{
+    struct refund_command refund;
+    enum dead_letter_reason r =
+        refund_command_parse(id, id_len, value, len, lim->max_bytes, &refund, err);
+    refund_command_release(&refund);
+    return r;
+}
+
 const struct payment_op refund_payment_op = {
     .name = "refund",
     .command_type = REFUND_COMMAND_TYPE,
@@ -48,4 +60,5 @@ const struct payment_op refund_payment_op = {
     .reconcile = &refund_reconcile,
     .webhook = &refund_webhook,
     .status = &refund_status,
+    .check = refund_check,
 };

@@ -2,6 +2,7 @@
 #include "void.h"
 
 #include "void_command.h"
+#include "void_review.h"
 
 _Static_assert(sizeof(struct void_command) <= PAYMENT_OP_COMMAND_MAX,
                "a void command fits the worker's command buffer");
@@ -35,6 +36,18 @@ static const struct op_status void_status = {
     .nfields = sizeof(void_status_fields) / sizeof(void_status_fields[0]),
 };
 
+static enum dead_letter_reason void_check(const char *id, size_t id_len,
+                                          const char *value, size_t len,
+                                          const struct charge_command_limits *lim,
+                                          struct charged_error *err)
+{
+    struct void_command voided;
+    enum dead_letter_reason r =
+        void_command_parse(id, id_len, value, len, lim->max_bytes, &voided, err);
+    void_command_release(&voided);
+    return r;
+}
+
 const struct payment_op void_payment_op = {
     .name = "void",
     .command_type = VOID_COMMAND_TYPE,
@@ -42,4 +55,8 @@ const struct payment_op void_payment_op = {
     .reconcile = &void_reconcile,
     .webhook = &void_webhook,
     .status = &void_status,
+    .audit = &void_audit,
+    .review = &void_review_kind,
+    .history = &void_history,
+    .check = void_check,
 };

@@ -26,6 +26,10 @@ extern const struct engine_op void_engine_op;
 extern const struct op_reconcile void_reconcile;
 /* The api's webhook events about voids (void_webhook.c). */
 extern const struct op_webhook void_webhook;
+/* The auditor's rules about its authorization's cancel (void_audit.c). */
+extern const struct audit_steps void_audit;
+/* Its voids in an attempt's story (void_history.c). */
+extern const struct attempt_history_steps void_history;
 
 /* What a void sends under its key for every role that sends one (the
  * worker's call and its retries, the reconciler's cancel again): the

@@ -154,6 +154,9 @@ static enum charged_rc void_review_write(store_conn_t *db,
     return rc;
 }
 
+static const char *const void_review_heads[] = STEP_REVIEW_LIST_HEADS;
+static const char *const void_review_members[] = STEP_REVIEW_LIST_MEMBERS("void_id");
+
 const struct step_review_kind void_review_kind = {
     .noun = "void",
     .decisions = 1u << ATTEMPT_STATUS_SUCCEEDED | 1u << ATTEMPT_STATUS_FAILED,
@@ -161,4 +164,21 @@ const struct step_review_kind void_review_kind = {
     .log_calls_sql = SQL_LOG_CALLS,
     .judge = void_review_judge,
     .write = void_review_write,
+    .id_key = "void_id",
+    .summary = "list voids, resolve their reviews",
+    .cli_rank = 1,
+    .cli_asks = STEP_REVIEW_CLI_ASKS,
+    .list_sql = STEP_REVIEW_LIST_SQL("void_attempts", "void_id",
+                                     "coalesce(s.released_amount, p.amount)"),
+    .heads = void_review_heads,
+    .members = void_review_members,
+    .queue_sql = " SELECT 'void' AS kind, w.id, w.payment_attempt_id, w.status, "
+                 "p.amount AS amount,"
+                 "  p.currency, p.status AS authorization_status, "
+                 "p.provider_payment_id, w.reason,"
+                 "  " STEP_REVIEW_TS(
+                     "w.updated_at") " AS updated_at"
+                                     " FROM void_attempts w LEFT JOIN payment_attempts "
+                                     "p ON p.id = w.payment_attempt_id"
+                                     " WHERE w.status = 'REQUIRES_REVIEW'",
 };

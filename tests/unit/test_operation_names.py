@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""No code outside an operation's folder names an operation (issue 37).
+
+An operation is a folder under worker/operations/ and one line of the
+table (worker/operations/operations.c); the roles, chargectl and the
+shared code reach it through the face (op.h), never by name
+(docs/architecture.md, "Adding an operation"). This test reads the code
+charged is built from (common/ and worker/, C, headers, the console's
+page and the build files), outside worker/operations/<kind>/, without
+its comments (a comment may say "a capture's" as an example; it does
+not depend on one), and fails on a line that names an operation of the
+table, unless:
+
+- the name is a shared one: the provider's words and the contract's
+  fields and statuses (SHARED_WORDS: capture_method, AUTHORIZED, ...);
+- the file is one of the shared names' (SHARED_FILES: the operations
+  table itself, the attempt statuses, the metric names, the finding
+  kinds, the provider client);
+- or the file is a debt still to pay (DEBTS: a per-kind piece not moved
+  behind the face yet), with at most as many such lines as it has now.
+
+The operations checked are those of the table, by their names' stems
+(authorize: "authoriz", capture: "captur", void: "void", not the C
+keyword), but the charge and the refund, which the roles named before
+the face existed and still do (OLD_KINDS).
+
+Usage: test_operation_names.py [SOURCE_DIR]  (default $CHARGED_SOURCE_DIR,
+else the repository this file is in). Exit 0 clean, 1 a name found.
+"""
+import os
+import re
+import subprocess
+import sys
+
+# The roles' names of these are older than the face, and still to move.
+OLD_KINDS = {"charge", "refund"}
+
+# Words that name what the provider or the contract calls it, not an
+# operation of ours (compared whole, case-insensitive).
+SHARED_WORDS = {
+    # The provider's (Stripe's) manual capture: the intent's fields and
+    # statuses, and the provider client's names for them.
+    "capture_method", "requires_capture", "amount_capturable", "capturable",
+    "amount_to_capture", "provider_capture_manual", "provider_capture_automatic",
+    "provider_authorized",
+    # The contract's fields and an attempt's statuses (attempt_status.h).
+    "captured_amount", "authorized", "voided", "attempt_status_authorized",
+    "attempt_status_voided",
+}
+# HTTP's header, not an operation.
+HEADER = re.compile(r"\bAuthorization: Bearer")
+
+# Files that hold shared names, whole.
+SHARED_FILES = {
+    "worker/operations/operations.c": "the operations table",
+    "common/core/attempt_status.c": "attempt statuses",
+    "common/core/attempt_status.h": "attempt statuses",
+    "common/runtime/metrics.c": "metric names",
+    "common/runtime/metrics.h": "metric names",
+    "common/core/audit_policy.c": "finding kinds (stored, metric labels)",
+    "common/core/audit_policy.h": "finding kinds (stored, metric labels)",
+    "common/provider/": "the provider's API: its capture and cancel calls",
+    "common/core/provider_outcome.c": "the provider's answers (requires_capture)",
+    "common/core/provider_outcome.h": "the provider's answers (requires_capture)",
+}
+
+# Per-kind pieces not moved behind the face yet: file -> (the lines that
+# name a kind now, at most; why). Lower a number when a piece moves.
+DEBTS = {
+    "worker/roles/console_web/app.js": (17, "the page names each review's "
+                                        "decisions and draws captures and voids"),
+    "worker/chargectl/ctl_publish.c": (2, "publish's --help names the types"),
+    "worker/chargectl/ctl_audit.c": (3, "audit's --help lists the finding kinds"),
+    "worker/chargectl/ctl_attempt.c": (2, "attempt show's --help names the steps"),
+    "worker/operations/step_review.h": (8, "the review of an authorization's "
+                                        "steps, shared by three operations"),
+    "worker/operations/step_review.c": (2, "the review of an authorization's "
+                                        "steps, shared by three operations"),
+    "common/core/webhook_event.c": (3, "the provider events' per-kind "
+                                    "decisions (webhook_event_decide_*)"),
+    "common/core/webhook_event.h": (1, "the provider events' per-kind decisions"),
+    "common/core/reconcile_policy.c": (5, "the reconciler's per-kind "
+                                       "orders of evidence"),
+    "common/core/reconcile_policy.h": (1, "the reconciler's per-kind orders"),
+    "common/core/reconcile_look.c": (2, "RECONCILE_KIND_AUTHORIZATION"),
+    "common/core/reconcile_look.h": (1, "RECONCILE_KIND_AUTHORIZATION"),
+}
+
+WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+QUOTED_VOID = re.compile(r"""['"]void\b""")
+CODE = re.compile(r"\.(c|h|js|html|css|txt)$|(^|/)CMakeLists\.txt$")
+
+
+def stems(source):
+    """The stems of the table's operations but OLD_KINDS, from its lines."""
+    table = open(os.path.join(source, "worker/operations/operations.c")).read()
+    names = re.findall(r"^\s*X\((\w+)_payment_op\)", table, re.M)
+    if not names:
+        sys.exit("test_operation_names: no operations in the table")
+    # authorize -> authoriz (authorization), capture -> captur (captured).
+    return [n[:-1] if n.endswith("e") else n for n in names if n not in OLD_KINDS]
+
+
+def without_comments(text, path):
+    """The text with /* */ and // comments blanked, lines kept."""
+    if not path.endswith((".c", ".h", ".js")):
+        return re.sub(r"#.*", "", text)
+    out, i, n = [], 0, len(text)
+    quote = None
+    while i < n:
+        c = text[i]
+        if quote:
+            out.append(c)
+            if c == "\\" and i + 1 < n:
+                out.append(text[i + 1])
+                i += 2
+                continue
+            if c == quote:
+                quote = None
+        elif c in "\"'`":
+            quote = c
+            out.append(c)
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            end = n if end < 0 else end + 2
+            out.append(re.sub(r"[^\n]", " ", text[i:end]))
+            i = end
+            continue
+        elif text.startswith("//", i) and not (path.endswith(".js") and text[i - 1:i] == ":"):
+            end = text.find("\n", i)
+            end = n if end < 0 else end
+            i = end
+            continue
+        else:
+            out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def names_a_kind(line, kinds):
+    """The words of line that name one of kinds (stems)."""
+    found = []
+    line = HEADER.sub("", line)
+    for m in WORD.finditer(line):
+        word = m.group(0)
+        if word.lower() in SHARED_WORDS:
+            continue
+        for part in word.lower().split("_"):
+            if part in SHARED_WORDS:
+                continue
+            if any(part.startswith(k) if k != "void" else
+                   part in ("void", "voids") and word != "void" for k in kinds):
+                found.append(word)
+                break
+    if "void" in kinds and QUOTED_VOID.search(line):
+        found.append('"void"')
+    return found
+
+
+def shared(path):
+    return any(path == f or (f.endswith("/") and path.startswith(f)) for f in SHARED_FILES)
+
+
+def files(source):
+    try:
+        out = subprocess.run(["git", "-C", source, "ls-files", "common", "worker"],
+                             capture_output=True, text=True, check=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        out = [os.path.relpath(os.path.join(d, f), source)
+               for top in ("common", "worker")
+               for d, _, fs in os.walk(os.path.join(source, top)) for f in fs]
+    return sorted(p for p in out if CODE.search(p)
+                  and not re.match(r"worker/operations/[^/]+/", p) and not shared(p))
+
+
+def main():
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    source = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("CHARGED_SOURCE_DIR", here)
+    kinds = stems(source)
+    bad = []
+    for path in files(source):
+        try:
+            text = open(os.path.join(source, path), encoding="utf-8").read()
+        except (OSError, UnicodeDecodeError):
+            continue
+        lines = [(i, names_a_kind(l, kinds))
+                 for i, l in enumerate(without_comments(text, path).splitlines(), 1)]
+        lines = [(i, w) for i, w in lines if w]
+        most = DEBTS.get(path, (0, ""))[0]
+        if len(lines) > most:
+            bad.append((path, most, lines))
+        elif len(lines) < most:
+            print("note: %s names a kind on %d lines, DEBTS says %d: lower it"
+                  % (path, len(lines), most))
+    for path, most, lines in bad:
+        print("%s names an operation on %d lines (allowed %d): it should reach the "
+              "operation through the face (op.h)" % (path, len(lines), most))
+        for i, words in lines:
+            print("  %s:%d: %s" % (path, i, ", ".join(sorted(set(words)))))
+    if bad:
+        print("%d files outside worker/operations/<kind>/ name an operation (%s)"
+              % (len(bad), ", ".join(kinds)))
+        return 1
+    print("no file outside worker/operations/<kind>/ names %s" % ", ".join(kinds))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
