@@ -62,6 +62,9 @@ SHARED_FILES = {
     "common/provider/": "the provider's API: its capture and cancel calls",
     "common/core/provider_outcome.c": "the provider's answers (requires_capture)",
     "common/core/provider_outcome.h": "the provider's answers (requires_capture)",
+    "common/budget/": "the provider's endpoint classes and the budget's "
+                      "priorities (contract, \"Provider budget\")",
+    "worker/chargectl/ctl_provider.c": "the budget's endpoint classes",
 }
 
 # Per-kind pieces not moved behind the face yet: file -> (the lines that
@@ -84,6 +87,12 @@ DEBTS = {
     "common/core/reconcile_policy.h": (1, "the reconciler's per-kind orders"),
     "common/core/reconcile_look.c": (2, "RECONCILE_KIND_AUTHORIZATION"),
     "common/core/reconcile_look.h": (1, "RECONCILE_KIND_AUTHORIZATION"),
+    "worker/pipeline/engine_provider.c": (2, "an operation's endpoint class "
+                                          "(throttling's label): the face's"),
+    "worker/chargectl/ctl_refund.c": (1, "a refusal names what an "
+                                      "authorization's capture took"),
+    "worker/operations/webhook_store.c": (1, "the unmatched reason names the "
+                                          "intent's capture method"),
 }
 
 WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
