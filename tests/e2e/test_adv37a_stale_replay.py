@@ -23,6 +23,12 @@ evidence") says what the intent itself says wins:
   FAILED (`canceled: automatic`), never AUTHORIZED with an
   `authorization.succeeded` for a hold that no longer exists.
 
+- worker_retry_behind_replay: the same stale replay in the worker's own
+  path, no crash, no reconciler: the create's answer lost once, the worker
+  sends it again under its key after its back-off (WORKER_UNKNOWN_RETRIES);
+  another client captured our intent meanwhile; the worker's replay says
+  requires_capture and the attempt is AUTHORIZED.
+
 test_authorize_evidence.captured covers the captured case only after
 writing the intent id into the attempt by hand ("as a look-up would"); no
 look-up does, so the path the look really takes is this one.
@@ -143,6 +149,31 @@ def expired_behind_replay(new):
              "its events")
 
 
+def worker_retry_behind_replay(new):
+    s = new("adv37a_worker_retry", partitions=1, worker_env={
+        "WORKER_UNKNOWN_RETRIES": "1", "WORKER_RETRY_BASE_MS": "4000",
+        "WORKER_RETRY_MAX_MS": "4000", "PROVIDER_TIMEOUT_MS": "2000",
+        "RECONCILER_FIRST_LOOK_MS": "600000"})
+    s.start_worker()
+    a = new_authorization(amount=2300)
+    s.psp_put("/faults", {"rules": [{"kind": "drop_after", "key": a["idempotency_key"],
+                                     "probability": 1, "times": 1}]})
+    publish(s, a)
+    e2e.wait_until("the create executed at psp-sim", lambda: own_rows(s, a), 30, 0.05)
+    pi = own_rows(s, a)[0]["payment_intent_id"]
+    st, doc = other.post(s, "/v1/payment_intents/%s/capture" % pi, {})
+    check_eq((st, doc.get("status")), (200, "succeeded"), "the capture behind our back")
+    check_eq(attempt(s, a)["status"], "PROCESSING", "captured while our worker backs off")
+    got = wait_attempt(s, a, "settled by the worker", lambda g: g["status"] not in (
+        "PENDING", "PROCESSING"), 30)
+    check_eq(len([c for c in s.psp_get("/ledger").get("captures", [])
+                  if c["payment_intent_id"] == pi]), 1, "psp-sim captured our intent")
+    check(got["status"] != "AUTHORIZED",
+          "a captured intent settled as a hold on the worker's stale replay: %s (events %s)"
+          % (got, events(s, a)))
+    check_eq(got["status"], "REQUIRES_REVIEW", "money taken where it was held: a person")
+
+
 if __name__ == "__main__":
     raise SystemExit(e2e.main(e2e.run_scenarios(
-        [captured_behind_replay, expired_behind_replay])))
+        [captured_behind_replay, expired_behind_replay, worker_retry_behind_replay])))
