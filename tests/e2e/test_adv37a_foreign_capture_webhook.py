@@ -25,6 +25,13 @@ this key"): the webhook settles it otherwise.
   600 under its own key: settled SUCCEEDED as ours, though psp-sim's one
   capture is under the other's key and ours never executed.
 
+- look_one_cent: no webhook; the same 1-cent capture behind our back, and
+  the reconciler's capture again under our key answered 500 (error_before,
+  nothing executed): the look falls back to retrieving the intent
+  (capture_look.c from_lookup -> from_intent), whose check "another amount
+  than asked" is skipped for a capture of all (a->amount 0), and books 1
+  cent as our capture's SUCCEEDED.
+
 Judged from psp-sim's ledger (captures[]: the one capture, its key) and our
 tables."""
 import json
@@ -177,5 +184,31 @@ def same_amount(new):
     foreign_capture_of_ours(new, "adv37a_same_amount", 600, 600)
 
 
+def look_one_cent(new):
+    s = new("adv37a_look_one_cent", partitions=1, worker_env=dict(
+        ENV, RECONCILER_FIRST_LOOK_MS="300", RECONCILER_POLL_MS="100",
+        RECONCILER_SCHEDULE_MS="300"))
+    s.start_worker()
+    a = authorized(s, 2500)
+    ppid = attempt(s, a)["ppid"]
+    c = new_capture(a)
+    # Every call under our capture's key: a 500 before psp-sim runs it.
+    s.psp_put("/faults", {"rules": [{"kind": "error_before", "key": c["idempotency_key"],
+                                     "probability": 1}]})
+    produce(s, [c])
+    check_eq(wait_step(s, c)["status"], "UNKNOWN", "our capture in doubt")
+    st, doc = other.post(s, "/v1/payment_intents/%s/capture" % ppid, {"amount_to_capture": 1})
+    check_eq((st, doc.get("status")), (200, "succeeded"), "the capture behind our back")
+    s.start_reconciler()
+    got = wait_step(s, c, "SUCCEEDED", "FAILED", "REQUIRES_REVIEW")
+    caps = at_psp(s, a)[0]
+    check_eq([(r.get("idempotency_key") == c["idempotency_key"], r["amount"]) for r in caps],
+             [(False, 1)], "psp-sim's one capture: the other client's 1 cent")
+    check(got["status"] != "SUCCEEDED",
+          "our capture of all (never executed) settled SUCCEEDED by the look on another"
+          " client's 1-cent capture: %s; booked %s" % (got, booked(s, a)))
+    check_eq(booked(s, a), [], "nothing booked as ours")
+
+
 if __name__ == "__main__":
-    raise SystemExit(e2e.main(e2e.run_scenarios([one_cent, same_amount])))
+    raise SystemExit(e2e.main(e2e.run_scenarios([one_cent, same_amount, look_one_cent])))
