@@ -24,10 +24,12 @@ evidence") says what the intent itself says wins:
   `authorization.succeeded` for a hold that no longer exists.
 
 - worker_retry_behind_replay: the same stale replay in the worker's own
-  path, no crash, no reconciler: the create's answer lost once, the worker
-  sends it again under its key after its back-off (WORKER_UNKNOWN_RETRIES);
-  another client captured our intent meanwhile; the worker's replay says
-  requires_capture and the attempt is AUTHORIZED.
+  path, no crash: the create's answer lost once, the worker sends it again
+  under its key after its back-off (WORKER_UNKNOWN_RETRIES); another client
+  captured our intent meanwhile; the worker's replay says requires_capture.
+  The worker must not settle AUTHORIZED on it: the replay proves the intent
+  ours (its id recorded), not held now, so the attempt is UNKNOWN for the
+  reconciler, whose look retrieves the intent by that id: REQUIRES_REVIEW.
 
 test_authorize_evidence.captured covers the captured case only after
 writing the intent id into the attempt by hand ("as a look-up would"); no
@@ -153,7 +155,7 @@ def worker_retry_behind_replay(new):
     s = new("adv37a_worker_retry", partitions=1, worker_env={
         "WORKER_UNKNOWN_RETRIES": "1", "WORKER_RETRY_BASE_MS": "4000",
         "WORKER_RETRY_MAX_MS": "4000", "PROVIDER_TIMEOUT_MS": "2000",
-        "RECONCILER_FIRST_LOOK_MS": "600000"})
+        "RECONCILER_FIRST_LOOK_MS": "300", "RECONCILER_POLL_MS": "100"})
     s.start_worker()
     a = new_authorization(amount=2300)
     s.psp_put("/faults", {"rules": [{"kind": "drop_after", "key": a["idempotency_key"],
@@ -171,7 +173,14 @@ def worker_retry_behind_replay(new):
     check(got["status"] != "AUTHORIZED",
           "a captured intent settled as a hold on the worker's stale replay: %s (events %s)"
           % (got, events(s, a)))
+    check_eq((got["status"], got["ppid"]), ("UNKNOWN", pi),
+             "the replay proves the intent ours, not its state now")
+    s.start_reconciler()
+    got = settled(s, a)
     check_eq(got["status"], "REQUIRES_REVIEW", "money taken where it was held: a person")
+    check(got["reason"].startswith("requires_review: captured"), "its reason: %r" % got["reason"])
+    check_eq([t for t, _ in events(s, a)],
+             ["authorization.unknown", "authorization.requires_review"], "its events")
 
 
 if __name__ == "__main__":

@@ -67,7 +67,10 @@ void attempt_look_call(const struct op_look_env *env, const void *row,
     const struct attempt_due *d = row;
     CHARGED_ASSERT(env && d && res);
     if (next == RECONCILE_RETRIEVE) {
-        provider_client_retrieve(env->provider, d->provider_payment_id, res);
+        /* The recorded intent, or the one a replayed hold proved ours. */
+        provider_client_retrieve(
+            env->provider, env->object_id ? env->object_id : d->provider_payment_id,
+            res);
     } else if (next == RECONCILE_SEARCH || next == RECONCILE_SEARCH_OTHERS) {
         provider_client_search(env->provider, d->id, res);
     } else {
