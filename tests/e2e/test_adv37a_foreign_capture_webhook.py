@@ -22,8 +22,10 @@ this key"): the webhook settles it otherwise.
   amount than asked, settled as ours; the order service is told its
   shipment's capture succeeded while 99.96% of the hold was released;
 - same_amount: our capture asks for 600 of 2500; the other client captures
-  600 under its own key: settled SUCCEEDED as ours, though psp-sim's one
-  capture is under the other's key and ours never executed.
+  600 under its own key. ACCEPTED as our capture (the fix's decision,
+  docs/messages.md): the intent is ours by its recorded id, and money moved
+  once, for what we asked: SUCCEEDED, booked once, psp-sim's one capture
+  (the other's key), and our capture never sent again.
 
 - look_one_cent: no webhook; the same 1-cent capture behind our back, and
   the reconciler's capture again under our key answered 500 (error_before,
@@ -137,7 +139,7 @@ def booked(s, auth):
                    % auth["payment_attempt_id"])
 
 
-def foreign_capture_of_ours(new, name, asked, taken):
+def foreign_capture_of_ours(new, name, asked, taken, accepted=False):
     port = e2e.free_port()
     s = new(name, partitions=1, psp_args=api.psp_webhook_args(port), worker_env=ENV)
     api.start_api(s, port=port)
@@ -164,7 +166,14 @@ def foreign_capture_of_ours(new, name, asked, taken):
     caps = at_psp(s, a)[0]
     check_eq([(r.get("idempotency_key") == c["idempotency_key"], r["amount"]) for r in caps],
              [(False, taken)], "psp-sim's one capture: the other client's, not under our key")
-    got = step(s, c)
+    if accepted:
+        got = wait_step(s, c, "SUCCEEDED")
+        check_eq(booked(s, a), [["charge", str(taken)]], "booked once, what we asked")
+        check_eq(events(s, c), ["capture.succeeded", "capture.unknown"], "its events")
+        check_eq(attempt(s, a)["captured"], str(taken), "the authorization captured it")
+        check_eq(len(at_psp(s, a)[0]), 1, "psp-sim still one capture")
+        return
+    got = wait_step(s, c, "REQUIRES_REVIEW", "SUCCEEDED")
     check(got["status"] != "SUCCEEDED",
           "our capture (never executed, asked %s) settled SUCCEEDED by another client's"
           " capture of %d: %s; booked %s; events %s; webhook %s"
@@ -181,7 +190,7 @@ def one_cent(new):
 
 
 def same_amount(new):
-    foreign_capture_of_ours(new, "adv37a_same_amount", 600, 600)
+    foreign_capture_of_ours(new, "adv37a_same_amount", 600, 600, accepted=True)
 
 
 def look_one_cent(new):
@@ -208,6 +217,13 @@ def look_one_cent(new):
           "our capture of all (never executed) settled SUCCEEDED by the look on another"
           " client's 1-cent capture: %s; booked %s" % (got, booked(s, a)))
     check_eq(booked(s, a), [], "nothing booked as ours")
+    check_eq((got["status"], got["holds"]), ("REQUIRES_REVIEW", "t"), "a person, the hold kept")
+    # The auditor pages on it: money captured at the provider that no
+    # capture of ours booked.
+    rc, out, err = s.audit("run", "--since", "600s", "--json")
+    check(rc != 0, "the audit finds it: rc %d %s" % (rc, err[-300:]))
+    check_eq(s.query("SELECT DISTINCT kind FROM audit_findings WHERE object_id = '%s'" % ppid),
+             [["capture_unbooked"]], "capture_unbooked of our intent")
 
 
 if __name__ == "__main__":
