@@ -118,6 +118,12 @@ static const struct {
     [RECONCILE_FOUND_EXPIRED] = {"found_expired", SETS, ATTEMPT_STATUS_VOIDED,
                                  BOOKS_NONE, "expired"},
     [RECONCILE_HOLD_STANDS] = {"hold_stands", KEEPS, 0, BOOKS_NONE, "not expired: "},
+    /* A hold canceled by another client of the account (no void of ours
+     * holds it): no step of ours will settle it; the money is no longer
+     * held for the order. */
+    [RECONCILE_FOUND_CANCELED_ELSEWHERE] = {"found_canceled_elsewhere", SETS,
+                                            ATTEMPT_STATUS_VOIDED, BOOKS_NONE,
+                                            "canceled_elsewhere: "},
     /* A replayed hold proved the intent ours; its retrieve failed: the id
      * is kept (the next look goes by it), the state is looked at again. */
     [RECONCILE_HELD_LOOKUP_FAILED] = {"held_lookup_failed", KEEPS, 0, BOOKS_INTENT,
@@ -183,10 +189,11 @@ static int intent_is_ours(const struct reconcile_attempt *a,
 /* What an authorization's own intent says (ours: from_intent proved it).
  * Held is AUTHORIZED; taken (succeeded) is for a person; canceled before
  * the hold was recorded is FAILED; declined and processing as a charge's.
- * Of an AUTHORIZED attempt (the look for the provider's expiry) only the
- * provider's own cancel (cancellation_reason automatic) settles: VOIDED
- * expired; anything else leaves the hold as it is, to its steps (a
- * capture's or void's look) and the auditor. */
+ * Of an AUTHORIZED attempt (the look for the provider's expiry) only a
+ * cancel settles: the provider's own (cancellation_reason automatic),
+ * VOIDED expired; another's, with no void of ours holding it, VOIDED
+ * canceled_elsewhere; anything else leaves the hold as it is, to its steps
+ * (a capture's or void's look) and the auditor. */
 static enum reconcile_rule from_authorization(const struct reconcile_attempt *a,
                                               const struct provider_result *res,
                                               char *detail, size_t size)
@@ -197,6 +204,12 @@ static enum reconcile_rule from_authorization(const struct reconcile_attempt *a,
         if (canceled && !strcmp(res->cancellation_reason, "automatic")) {
             detail[0] = '\0';
             return RECONCILE_FOUND_EXPIRED;
+        }
+        if (canceled && !a->void_holds) {
+            snprintf(detail, size, "%s",
+                     res->cancellation_reason[0] ? res->cancellation_reason
+                                                 : "no reason");
+            return RECONCILE_FOUND_CANCELED_ELSEWHERE;
         }
         snprintf(detail, size, "intent status '%s'%s%s", res->intent_status,
                  res->cancellation_reason[0] ? ", cancellation_reason " : "",

@@ -66,6 +66,9 @@ struct reconcile_attempt {
      * UNKNOWN or PROCESSING as a charge is, and AUTHORIZED (its id
      * recorded) for the provider's expiry of the hold. */
     int manual;
+    /* AUTHORIZED: a void of ours holds it (its cancel is the void's to
+     * settle); 0: none, so a cancel of the intent is another's. */
+    int void_holds;
 };
 
 /* What the provider answered so far in this look; NULL: not asked (yet).
@@ -122,15 +125,18 @@ enum reconcile_rule {
     RECONCILE_CHARGE_NOT_EXECUTED,          /* our call again was not executed
                                                (409: our first still runs; 429) */
     /* An authorization's own intent (a->manual): */
-    RECONCILE_FOUND_AUTHORIZED,   /* holds the money (requires_capture) */
-    RECONCILE_FOUND_CAPTURED,     /* succeeded: taken where a hold was asked */
-    RECONCILE_FOUND_CANCELED,     /* canceled before we knew of the hold */
-    RECONCILE_FOUND_EXPIRED,      /* an AUTHORIZED one canceled by the provider
-                                     on its own (cancellation_reason automatic) */
-    RECONCILE_HOLD_STANDS,        /* an AUTHORIZED one not expired: look later */
-    RECONCILE_HELD_LOOKUP_FAILED, /* requires_capture again under the key (a
-                                     replay proves the intent ours, not its
-                                     state); its retrieve failed: id kept */
+    RECONCILE_FOUND_AUTHORIZED,         /* holds the money (requires_capture) */
+    RECONCILE_FOUND_CAPTURED,           /* succeeded: taken where a hold was asked */
+    RECONCILE_FOUND_CANCELED,           /* canceled before we knew of the hold */
+    RECONCILE_FOUND_EXPIRED,            /* an AUTHORIZED one canceled by the provider
+                                           on its own (cancellation_reason automatic) */
+    RECONCILE_HOLD_STANDS,              /* an AUTHORIZED one not expired: look later */
+    RECONCILE_FOUND_CANCELED_ELSEWHERE, /* an AUTHORIZED one canceled, not
+                                           automatic, no void of ours
+                                           holding it: another's cancel */
+    RECONCILE_HELD_LOOKUP_FAILED,       /* requires_capture again under the key (a
+                                           replay proves the intent ours, not its
+                                           state); its retrieve failed: id kept */
     RECONCILE_RULE__COUNT
 };
 

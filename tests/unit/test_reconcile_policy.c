@@ -1000,6 +1000,10 @@ START_TEST(an_authorization_settles_as_a_hold)
                               sizeof(calls));
     ck_assert_int_eq(d.rule, RECONCILE_HOLD_STANDS);
     ck_assert_int_eq(d.status, ATTEMPT_STATUS_AUTHORIZED);
+    /* Canceled, not by the provider: a void of ours holding it settles its
+     * own cancel; with none, another client canceled it (finding 4 of
+     * adversary 37a): VOIDED, the money no longer held for the order. */
+    a.void_holds = 1;
     d = look_at_authorization(
         &a,
         (const struct answer *const[]){
@@ -1009,6 +1013,17 @@ START_TEST(an_authorization_settles_as_a_hold)
         calls, sizeof(calls));
     ck_assert_int_eq(d.rule,
                      RECONCILE_HOLD_STANDS); /* a void's: its step's to settle */
+    a.void_holds = 0;
+    d = look_at_authorization(
+        &a,
+        (const struct answer *const[]){
+            A(INTENT(PROVIDER_DECLINED, "canceled", "pi_h"), OURS, ONE,
+              .cancellation_reason = "requested_by_customer"),
+            NULL},
+        calls, sizeof(calls));
+    ck_assert_int_eq(d.rule, RECONCILE_FOUND_CANCELED_ELSEWHERE);
+    ck_assert_int_eq(d.status, ATTEMPT_STATUS_VOIDED);
+    ck_assert_str_eq(d.reason, "canceled_elsewhere: requested_by_customer");
     d = look_at_authorization(&a, (const struct answer *const[]){TAKEN, NULL}, calls,
                               sizeof(calls));
     ck_assert_int_eq(d.rule, RECONCILE_HOLD_STANDS); /* a capture's */

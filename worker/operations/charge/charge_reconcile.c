@@ -49,6 +49,7 @@ void attempt_look_begin(enum reconcile_kind kind, const struct op_look_env *env,
         .first_sent_ms = d->first_sent_ms,
         .age_ms = d->age_ms,
         .manual = d->params.manual,
+        .void_holds = d->void_holds,
     };
     *start = (struct op_look_start){
         .id = d->id,
