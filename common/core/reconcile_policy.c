@@ -118,6 +118,16 @@ static const struct {
     [RECONCILE_FOUND_EXPIRED] = {"found_expired", SETS, ATTEMPT_STATUS_VOIDED,
                                  BOOKS_NONE, "expired"},
     [RECONCILE_HOLD_STANDS] = {"hold_stands", KEEPS, 0, BOOKS_NONE, "not expired: "},
+    /* A hold canceled by another client of the account (no void of ours
+     * holds it): no step of ours will settle it; the money is no longer
+     * held for the order. */
+    [RECONCILE_FOUND_CANCELED_ELSEWHERE] = {"found_canceled_elsewhere", SETS,
+                                            ATTEMPT_STATUS_VOIDED, BOOKS_NONE,
+                                            "canceled_elsewhere: "},
+    /* A replayed hold proved the intent ours; its retrieve failed: the id
+     * is kept (the next look goes by it), the state is looked at again. */
+    [RECONCILE_HELD_LOOKUP_FAILED] = {"held_lookup_failed", KEEPS, 0, BOOKS_INTENT,
+                                      "held when first answered; look-up failed: "},
 };
 _Static_assert(sizeof(rules) / sizeof(rules[0]) == RECONCILE_RULE__COUNT,
                "one row per rule");
@@ -179,10 +189,11 @@ static int intent_is_ours(const struct reconcile_attempt *a,
 /* What an authorization's own intent says (ours: from_intent proved it).
  * Held is AUTHORIZED; taken (succeeded) is for a person; canceled before
  * the hold was recorded is FAILED; declined and processing as a charge's.
- * Of an AUTHORIZED attempt (the look for the provider's expiry) only the
- * provider's own cancel (cancellation_reason automatic) settles: VOIDED
- * expired; anything else leaves the hold as it is, to its steps (a
- * capture's or void's look) and the auditor. */
+ * Of an AUTHORIZED attempt (the look for the provider's expiry) only a
+ * cancel settles: the provider's own (cancellation_reason automatic),
+ * VOIDED expired; another's, with no void of ours holding it, VOIDED
+ * canceled_elsewhere; anything else leaves the hold as it is, to its steps
+ * (a capture's or void's look) and the auditor. */
 static enum reconcile_rule from_authorization(const struct reconcile_attempt *a,
                                               const struct provider_result *res,
                                               char *detail, size_t size)
@@ -193,6 +204,12 @@ static enum reconcile_rule from_authorization(const struct reconcile_attempt *a,
         if (canceled && !strcmp(res->cancellation_reason, "automatic")) {
             detail[0] = '\0';
             return RECONCILE_FOUND_EXPIRED;
+        }
+        if (canceled && !a->void_holds) {
+            snprintf(detail, size, "%s",
+                     res->cancellation_reason[0] ? res->cancellation_reason
+                                                 : "no reason");
+            return RECONCILE_FOUND_CANCELED_ELSEWHERE;
         }
         snprintf(detail, size, "intent status '%s'%s%s", res->intent_status,
                  res->cancellation_reason[0] ? ", cancellation_reason " : "",
@@ -269,6 +286,41 @@ static enum reconcile_rule from_intent(const struct reconcile_attempt *a,
     }
 }
 
+static enum reconcile_rule by_id(const struct reconcile_attempt *a,
+                                 const struct reconcile_evidence *e,
+                                 enum reconcile_next *next,
+                                 const struct provider_result **intent, char *detail,
+                                 size_t size);
+
+/* An authorization's create answered requires_capture under its own key.
+ * The answer may be the provider's replay, as old as the first execution:
+ * it proves the intent ours, not its state now (captured or canceled
+ * since by anyone). So the intent is retrieved by the id the answer
+ * proved ours and settled on what it says now (the look asks for that id:
+ * reconcile_decision.object_id). */
+static enum reconcile_rule held_now(const struct reconcile_attempt *a,
+                                    const struct reconcile_evidence *e,
+                                    enum reconcile_next *next,
+                                    const struct provider_result **intent, char *detail,
+                                    size_t size)
+{
+    const struct provider_result *c = e->charge;
+    CHARGED_ASSERT(a->manual && c && c->outcome == PROVIDER_AUTHORIZED);
+    CHARGED_ASSERT(!a->provider_payment_id || !a->provider_payment_id[0]);
+    if (!c->provider_payment_id[0]) {
+        snprintf(detail, size, "requires_capture without an intent id");
+        return RECONCILE_FOUND_OTHER_STATUS;
+    }
+    struct reconcile_attempt proven = *a;
+    proven.provider_payment_id = c->provider_payment_id;
+    enum reconcile_rule rule = by_id(&proven, e, next, intent, detail, size);
+    if (rule == RECONCILE_LOOKUP_FAILED) {
+        *intent = c; /* ours by the replay: its id is recorded */
+        return RECONCILE_HELD_LOOKUP_FAILED;
+    }
+    return rule;
+}
+
 /* The answer to our call again under the attempt's own key (a charge, or
  * a refund): the first execution or its replay, ours either way.
  * `unanswered`: the row when no answer came. */
@@ -286,7 +338,10 @@ replay(const struct reconcile_attempt *a, const struct reconcile_evidence *e,
     }
     if (is_intent(c->outcome)) {
         *intent = c;
-        return from_intent(a, c, 1, detail, size);
+        enum reconcile_rule rule = from_intent(a, c, 1, detail, size);
+        return rule == RECONCILE_FOUND_AUTHORIZED
+                   ? held_now(a, e, next, intent, detail, size)
+                   : rule;
     }
     if (c->outcome == PROVIDER_INVALID) {
         provider_outcome_detail(c, detail, size);
@@ -506,6 +561,14 @@ void reconcile_policy_decide(const struct reconcile_limits *lim,
     CHARGED_ASSERT((out->next == RECONCILE_SETTLE) == (rule != RECONCILE_RULE_NONE));
     if (out->next == RECONCILE_SETTLE)
         finish(lim, a, rule, intent, detail, sizeof(detail), out);
+    else if (out->next == RECONCILE_RETRIEVE &&
+             (!a->provider_payment_id || !a->provider_payment_id[0])) {
+        /* Only a replayed hold (held_now) retrieves beyond a recorded id:
+         * by the id its answer proved ours. */
+        CHARGED_ASSERT(a->manual && e->charge && e->charge->provider_payment_id[0]);
+        snprintf(out->object_id, sizeof(out->object_id), "%s",
+                 e->charge->provider_payment_id);
+    }
 }
 
 /* A refund's order of evidence (reconcile_policy_decide_refund says it). */

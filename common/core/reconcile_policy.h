@@ -14,7 +14,11 @@
  * intent by its recorded id, or the answer to the charge again under the
  * attempt's own key. A search or a list only finds objects that name the
  * attempt in their metadata, which anyone may write: they never settle
- * it (past the key's window, a person decides).
+ * it (past the key's window, a person decides). An authorization's
+ * create again answering requires_capture may be the provider's replay,
+ * as old as the first execution: it proves the intent ours, not held now,
+ * so the intent is retrieved by that id (decision.object_id) and settled
+ * on its state now.
  *
  * A refund has its own order of evidence (reconcile_policy_decide_refund)
  * on the same table: the key's window, the rows that settle on what the
@@ -60,6 +64,9 @@ struct reconcile_attempt {
      * UNKNOWN or PROCESSING as a charge is, and AUTHORIZED (its id
      * recorded) for the provider's expiry of the hold. */
     int manual;
+    /* AUTHORIZED: a void of ours holds it (its cancel is the void's to
+     * settle); 0: none, so a cancel of the intent is another's. */
+    int void_holds;
 };
 
 /* What the provider answered so far in this look; NULL: not asked (yet).
@@ -116,12 +123,18 @@ enum reconcile_rule {
     RECONCILE_CHARGE_NOT_EXECUTED,          /* our call again was not executed
                                                (409: our first still runs; 429) */
     /* An authorization's own intent (a->manual): */
-    RECONCILE_FOUND_AUTHORIZED, /* holds the money (requires_capture) */
-    RECONCILE_FOUND_CAPTURED,   /* succeeded: taken where a hold was asked */
-    RECONCILE_FOUND_CANCELED,   /* canceled before we knew of the hold */
-    RECONCILE_FOUND_EXPIRED,    /* an AUTHORIZED one canceled by the provider
-                                   on its own (cancellation_reason automatic) */
-    RECONCILE_HOLD_STANDS,      /* an AUTHORIZED one not expired: look later */
+    RECONCILE_FOUND_AUTHORIZED,         /* holds the money (requires_capture) */
+    RECONCILE_FOUND_CAPTURED,           /* succeeded: taken where a hold was asked */
+    RECONCILE_FOUND_CANCELED,           /* canceled before we knew of the hold */
+    RECONCILE_FOUND_EXPIRED,            /* an AUTHORIZED one canceled by the provider
+                                           on its own (cancellation_reason automatic) */
+    RECONCILE_HOLD_STANDS,              /* an AUTHORIZED one not expired: look later */
+    RECONCILE_FOUND_CANCELED_ELSEWHERE, /* an AUTHORIZED one canceled, not
+                                           automatic, no void of ours
+                                           holding it: another's cancel */
+    RECONCILE_HELD_LOOKUP_FAILED,       /* requires_capture again under the key (a
+                                           replay proves the intent ours, not its
+                                           state); its retrieve failed: id kept */
     RECONCILE_RULE__COUNT
 };
 
@@ -135,6 +148,11 @@ struct reconcile_decision {
     /* SETTLE: the money the provider's object shows moved, when the
      * record keeps it (a capture's amount_received); 0: none. */
     long long amount;
+    /* RECONCILE_RETRIEVE: the object to retrieve when it is not the
+     * record's recorded one (an authorization's create answered
+     * requires_capture under its key: the intent that answer proved
+     * ours); "": the record's own. */
+    char object_id[PROVIDER_ID_MAX];
     char note[512]; /* SETTLE: what the look saw beside what
                        settled it (foreign objects naming the
                        attempt), for its evidence and log; "" */

@@ -133,7 +133,9 @@ def lost(new):
              "the authorization's events")
     calls = s.query("SELECT operation FROM provider_calls WHERE payment_attempt_id = '%s'"
                     " AND actor LIKE 'r%%' ORDER BY id" % a["payment_attempt_id"])
-    check_eq(calls, [["charge"]], "the look's call: the create again under our key")
+    check_eq(calls, [["charge"], ["retrieve"]],
+             "the look's calls: the create again under our key (its answer, perhaps a"
+             " replay, proves the intent ours), then the intent by that id (its state now)")
     check_eq(s.query("SELECT count(*) FROM ledger_entries"), [["0"]], "nothing booked")
 
 

@@ -25,6 +25,7 @@
 #include <time.h>
 
 #include "attempt_status.h"
+#include "authorize.h"
 #include "charge_policy.h"
 #include "payment_answer.h"
 #include "sim_actors.h"
@@ -305,18 +306,21 @@ static void generate(struct world *w)
  * AUTHORIZED is its success, SUCCEEDED is for a person; capture: an
  * AUTHORIZED answer is for a person). */
 static struct answer_decision sim_decide(int kind, const struct engine_policy *p,
-                                         enum provider_outcome outcome, int tries,
-                                         int key_window_open, unsigned jitter)
+                                         enum provider_outcome outcome, int may_replay,
+                                         int tries, int key_window_open,
+                                         unsigned jitter)
 {
     if ((kind == MSG_AUTHORIZE && outcome == PROVIDER_SUCCEEDED) ||
         (kind == MSG_CAPTURE && outcome == PROVIDER_AUTHORIZED))
         outcome = PROVIDER_REQUIRES_REVIEW;
-    struct answer_decision d =
-        payment_answer_decide(kind, p, outcome, tries, key_window_open, jitter);
+    struct answer_decision d = payment_answer_decide(kind, p, outcome, may_replay,
+                                                     tries, key_window_open, jitter);
     if (kind == MSG_AUTHORIZE && outcome == PROVIDER_AUTHORIZED)
-        d = (struct answer_decision){.next = ANSWER_NEXT_SETTLE,
-                                     .status = ATTEMPT_STATUS_AUTHORIZED,
-                                     .next_check_ms = -1};
+        d = (struct answer_decision){
+            .next = ANSWER_NEXT_SETTLE,
+            .status = may_replay ? ATTEMPT_STATUS_UNKNOWN : ATTEMPT_STATUS_AUTHORIZED,
+            .next_check_ms = may_replay ? p->first_look_ms : -1,
+            .reason_code = may_replay ? AUTHORIZE_REPLAYED_HOLD : NULL};
     return d;
 }
 

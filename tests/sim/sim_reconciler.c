@@ -196,7 +196,9 @@ static int rec_call(struct world *w, struct look *l, const struct reconcile_step
     int lost = 0;
     switch (st->next) {
     case RECONCILE_RETRIEVE:
-        *st->answer = sim_provider_retrieve(w->prov, l->intent);
+        /* The recorded intent, or the one a replayed hold proved ours. */
+        *st->answer = sim_provider_retrieve(
+            w->prov, st->dec.object_id[0] ? id_of(st->dec.object_id) : l->intent);
         break;
     case RECONCILE_SEARCH:
     case RECONCILE_SEARCH_OTHERS:

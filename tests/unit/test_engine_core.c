@@ -23,10 +23,11 @@ static enum answer_next next_decided;
 /* An operation's decide of the test's own: settles UNKNOWN or retries in
  * 250 ms, as next_decided says, and remembers the kind it was asked for. */
 static struct answer_decision test_decide(int kind, const struct engine_policy *p,
-                                          enum provider_outcome outcome, int tries,
-                                          int key_window_open, unsigned jitter)
+                                          enum provider_outcome outcome, int may_replay,
+                                          int tries, int key_window_open,
+                                          unsigned jitter)
 {
-    (void)p, (void)outcome, (void)tries, (void)jitter;
+    (void)p, (void)outcome, (void)may_replay, (void)tries, (void)jitter;
     decided_kind = kind;
     if (next_decided == ANSWER_NEXT_RETRY && key_window_open)
         return (struct answer_decision){.next = ANSWER_NEXT_RETRY, .retry_in_ms = 250};

@@ -842,8 +842,9 @@ look_at_authorization(const struct reconcile_attempt *a,
         if (st.next == RECONCILE_SETTLE)
             return st.dec;
         ck_assert_ptr_nonnull(answers[i]);
-        snprintf(calls + strlen(calls), size - strlen(calls), "%s%s", i ? " " : "",
-                 st.operation);
+        snprintf(calls + strlen(calls), size - strlen(calls), "%s%s%s%s%s",
+                 i ? " " : "", st.operation, st.dec.object_id[0] ? "(" : "",
+                 st.dec.object_id, st.dec.object_id[0] ? ")" : "");
         fill(st.answer, answers[i]);
     }
 }
@@ -853,6 +854,65 @@ look_at_authorization(const struct reconcile_attempt *a,
 #define EXPIRED                                                                        \
     A(INTENT(PROVIDER_DECLINED, "canceled", "pi_h"), OURS, ONE,                        \
       .cancellation_reason = "automatic")
+
+/* Adversary 37a, finding 1: the create again under the key answers
+ * requires_capture from the provider's idempotency store, whatever the
+ * intent did since. Captured by another client since: for a person;
+ * expired since: FAILED canceled; the retrieve failing: still UNKNOWN, the
+ * intent's id (proven ours by the replay) recorded. A replayed decline
+ * settles as before, with no retrieve. */
+START_TEST(a_replayed_hold_settles_on_the_intent_now)
+{
+    const struct reconcile_attempt a = {.id = ATT,
+                                        .status = ATTEMPT_STATUS_UNKNOWN,
+                                        .provider_payment_id = "",
+                                        .amount = 1000,
+                                        .currency = "usd",
+                                        .key_age_ms = 1000,
+                                        .first_sent_ms = 1764590000000LL,
+                                        .age_ms = 2000,
+                                        .manual = 1};
+    char calls[128];
+    struct reconcile_decision d;
+
+    d = look_at_authorization(&a, (const struct answer *const[]){HELD, TAKEN, NULL},
+                              calls, sizeof(calls));
+    ck_assert_str_eq(calls, "charge retrieve(pi_h)");
+    ck_assert_int_eq(d.rule, RECONCILE_FOUND_CAPTURED);
+    ck_assert_int_eq(d.status, ATTEMPT_STATUS_REQUIRES_REVIEW);
+    ck_assert_str_eq(d.provider_payment_id, "pi_h");
+
+    d = look_at_authorization(&a, (const struct answer *const[]){HELD, EXPIRED, NULL},
+                              calls, sizeof(calls));
+    ck_assert_int_eq(d.rule, RECONCILE_FOUND_CANCELED);
+    ck_assert_int_eq(d.status, ATTEMPT_STATUS_FAILED);
+    ck_assert_str_eq(d.reason, "canceled: automatic");
+
+    d = look_at_authorization(&a, (const struct answer *const[]){HELD, NO_ANSWER, NULL},
+                              calls, sizeof(calls));
+    ck_assert_int_eq(d.rule, RECONCILE_HELD_LOOKUP_FAILED);
+    ck_assert_int_eq(d.status, ATTEMPT_STATUS_UNKNOWN);
+    ck_assert_str_eq(d.provider_payment_id, "pi_h");
+
+    /* Another intent behind the id: not ours, never settled on. */
+    d = look_at_authorization(
+        &a,
+        (const struct answer *const[]){
+            HELD, A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_x"), OURS, ONE), NULL},
+        calls, sizeof(calls));
+    ck_assert_int_eq(d.rule, RECONCILE_FOUND_NOT_OURS);
+
+    d = look_at_authorization(
+        &a,
+        (const struct answer *const[]){
+            A(INTENT(PROVIDER_DECLINED, "requires_payment_method", "pi_h"), OURS, ONE,
+              .code = "card_declined"),
+            NULL},
+        calls, sizeof(calls));
+    ck_assert_str_eq(calls, "charge");
+    ck_assert_int_eq(d.rule, RECONCILE_FOUND_DECLINED);
+}
+END_TEST
 
 /* Issue 37: an authorization's own intent settles it as a hold, never as
  * money taken. Held (requires_capture) is AUTHORIZED, by the create again
@@ -875,9 +935,12 @@ START_TEST(an_authorization_settles_as_a_hold)
     char calls[128];
     struct reconcile_decision d;
 
-    d = look_at_authorization(&a, (const struct answer *const[]){HELD, NULL}, calls,
-                              sizeof(calls));
-    ck_assert_str_eq(calls, "charge");
+    /* The create again answers held: ours, but perhaps a replay as old as
+     * the first execution; the intent it names is retrieved for its state
+     * now. */
+    d = look_at_authorization(&a, (const struct answer *const[]){HELD, HELD, NULL},
+                              calls, sizeof(calls));
+    ck_assert_str_eq(calls, "charge retrieve(pi_h)");
     ck_assert_int_eq(d.rule, RECONCILE_FOUND_AUTHORIZED);
     ck_assert_int_eq(d.status, ATTEMPT_STATUS_AUTHORIZED);
     ck_assert_str_eq(d.provider_payment_id, "pi_h");
@@ -937,6 +1000,10 @@ START_TEST(an_authorization_settles_as_a_hold)
                               sizeof(calls));
     ck_assert_int_eq(d.rule, RECONCILE_HOLD_STANDS);
     ck_assert_int_eq(d.status, ATTEMPT_STATUS_AUTHORIZED);
+    /* Canceled, not by the provider: a void of ours holding it settles its
+     * own cancel; with none, another client canceled it (finding 4 of
+     * adversary 37a): VOIDED, the money no longer held for the order. */
+    a.void_holds = 1;
     d = look_at_authorization(
         &a,
         (const struct answer *const[]){
@@ -946,6 +1013,17 @@ START_TEST(an_authorization_settles_as_a_hold)
         calls, sizeof(calls));
     ck_assert_int_eq(d.rule,
                      RECONCILE_HOLD_STANDS); /* a void's: its step's to settle */
+    a.void_holds = 0;
+    d = look_at_authorization(
+        &a,
+        (const struct answer *const[]){
+            A(INTENT(PROVIDER_DECLINED, "canceled", "pi_h"), OURS, ONE,
+              .cancellation_reason = "requested_by_customer"),
+            NULL},
+        calls, sizeof(calls));
+    ck_assert_int_eq(d.rule, RECONCILE_FOUND_CANCELED_ELSEWHERE);
+    ck_assert_int_eq(d.status, ATTEMPT_STATUS_VOIDED);
+    ck_assert_str_eq(d.reason, "canceled_elsewhere: requested_by_customer");
     d = look_at_authorization(&a, (const struct answer *const[]){TAKEN, NULL}, calls,
                               sizeof(calls));
     ck_assert_int_eq(d.rule, RECONCILE_HOLD_STANDS); /* a capture's */
@@ -1036,6 +1114,7 @@ int main(void)
     tcase_add_test(tc, a_look_decides_on_the_key_age_now);
     tcase_add_test(tc, next_look_on_the_schedule_only_when_unsettled);
     tcase_add_test(tc, an_authorization_settles_as_a_hold);
+    tcase_add_test(tc, a_replayed_hold_settles_on_the_intent_now);
     tcase_add_test(tc, a_charge_never_settles_on_a_hold);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);

@@ -51,6 +51,10 @@ _Static_assert(OP_LOOK_ROWS_MAX >= RECONCILE_LOOK_MAX_CALLS, "a row for every an
 struct op_look_env {
     provider_client_t *provider;
     struct reconcile_limits lim;
+    /* A retrieve's object when not the row's recorded one
+     * (reconcile_decision.object_id: an authorization's replayed hold);
+     * NULL: the row's. */
+    const char *object_id;
 };
 
 /* Where a look at a claimed record starts (begin fills it). */

@@ -10,10 +10,14 @@
 #include "charged_assert.h"
 
 struct answer_decision payment_answer_decide(int kind, const struct engine_policy *p,
-                                             enum provider_outcome outcome, int tries,
+                                             enum provider_outcome outcome,
+                                             int may_replay, int tries,
                                              int key_window_open, unsigned jitter)
 {
     CHARGED_ASSERT(kind >= 0 && tries >= 0);
+    /* A charge's, refund's or void's replayed answer is as final as the
+     * first: succeeded stays succeeded. */
+    (void)may_replay;
     const struct charge_policy cp = {
         .unknown_retries = p->unknown_retries,
         .retry_base_ms = p->retry_base_ms,

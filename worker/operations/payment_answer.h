@@ -19,7 +19,8 @@
 
 /* engine_decide_fn: charge_policy's table. */
 struct answer_decision payment_answer_decide(int kind, const struct engine_policy *p,
-                                             enum provider_outcome outcome, int tries,
+                                             enum provider_outcome outcome,
+                                             int may_replay, int tries,
                                              int key_window_open, unsigned jitter);
 
 /* The outcome of a settled answer: its reason into reason ("" for none:

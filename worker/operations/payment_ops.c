@@ -370,10 +370,12 @@ static const char *routed_event_type(int kind, enum attempt_status status)
 
 /* Each kind is decided, and its outcome told, by its own operation. */
 static struct answer_decision routed_decide(int kind, const struct engine_policy *p,
-                                            enum provider_outcome outcome, int tries,
+                                            enum provider_outcome outcome,
+                                            int may_replay, int tries,
                                             int key_window_open, unsigned jitter)
 {
-    return op_of(kind)->decide(0, p, outcome, tries, key_window_open, jitter);
+    return op_of(kind)->decide(0, p, outcome, may_replay, tries, key_window_open,
+                               jitter);
 }
 
 static char *routed_outcome(int kind, const struct provider_result *res,

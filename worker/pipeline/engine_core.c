@@ -294,8 +294,10 @@ static void decide(const struct engine_core *c, struct job *j, int tries,
                    int key_window_open, unsigned jitter)
 {
     CHARGED_ASSERT(tries >= 0 && c->decide != NULL);
-    j->decision =
-        c->decide(j->kind, &c->policy, j->res.outcome, tries, key_window_open, jitter);
+    /* A claim's key is 0 ms old when this claim first sent it. */
+    int may_replay = j->res.replayed || j->calls > 1 || j->key_age_ms > 0;
+    j->decision = c->decide(j->kind, &c->policy, j->res.outcome, may_replay, tries,
+                            key_window_open, jitter);
     if (c->event_type)
         j->decision.event_type = c->event_type(j->kind, j->decision.status);
     /* A retry waits, only while the key is kept; a settlement names a status

@@ -53,15 +53,17 @@ struct engine_policy {
 };
 
 /* An operation's decision on a provider's answer to a record of `kind`
- * (engine_op's decide): settle, with what, or send again. tries: sends so
- * far that got this kind of answer under the claim (retry_tries_count),
- * this one included; key_window_open: another send would still reach the
- * provider while it keeps the key; jitter spreads retries apart. */
-typedef struct answer_decision (*engine_decide_fn)(int kind,
-                                                   const struct engine_policy *p,
-                                                   enum provider_outcome outcome,
-                                                   int tries, int key_window_open,
-                                                   unsigned jitter);
+ * (engine_op's decide): settle, with what, or send again. may_replay: the
+ * answer may be the provider's stored answer of an earlier execution under
+ * the key, as old as it (the provider said so, Idempotent-Replayed; or an
+ * earlier call under the key may have executed: a retry under this claim,
+ * or a claim of a record sent before); tries: sends so far that got this
+ * kind of answer under the claim (retry_tries_count), this one included;
+ * key_window_open: another send would still reach the provider while it
+ * keeps the key; jitter spreads retries apart. */
+typedef struct answer_decision (*engine_decide_fn)(
+    int kind, const struct engine_policy *p, enum provider_outcome outcome,
+    int may_replay, int tries, int key_window_open, unsigned jitter);
 
 /* The engine's limits, from the role's configuration (or the simulation's
  * settings). */

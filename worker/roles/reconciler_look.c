@@ -137,7 +137,9 @@ static void make_call(struct reconciler *r, struct look *l,
         struct walk_page w = {.r = r, .l = l, .op = st->operation};
         pages = reconcile_policy_list_walk(walk_page, &w, st->answer);
     } else {
-        const struct op_look_env env = env_of(r);
+        struct op_look_env env = env_of(r);
+        if (st->next == RECONCILE_RETRIEVE && st->dec.object_id[0])
+            env.object_id = st->dec.object_id;
         l->k->call(&env, l->due, st->next, st->answer);
         call_end(st->operation, st->answer);
     }

@@ -36,16 +36,28 @@ static const char *authorize_event_type(int kind, enum attempt_status status)
 /* A charge's table (payment_answer_decide), but for the hold: AUTHORIZED
  * is the authorization's success. Money taken where it was to be held is
  * no outcome an authorization may settle on by itself (the database
- * refuses SUCCEEDED without a capture): a person looks. */
+ * refuses SUCCEEDED without a capture): a person looks. A hold answered
+ * when the answer may be a replay (a retry, a record sent before this
+ * claim, or the provider's Idempotent-Replayed) proves the intent ours,
+ * not held now: UNKNOWN with its id recorded, and the reconciler's look
+ * retrieves it at once (first look). Not retrieved here: the engine makes
+ * one call per answer, and the look already settles on the intent by its
+ * id (captured since: REQUIRES_REVIEW; canceled: FAILED). */
 static struct answer_decision authorize_decide(int kind, const struct engine_policy *p,
-                                               enum provider_outcome outcome, int tries,
+                                               enum provider_outcome outcome,
+                                               int may_replay, int tries,
                                                int key_window_open, unsigned jitter)
 {
     if (outcome == PROVIDER_SUCCEEDED)
         outcome = PROVIDER_REQUIRES_REVIEW;
-    struct answer_decision d =
-        payment_answer_decide(kind, p, outcome, tries, key_window_open, jitter);
-    if (outcome == PROVIDER_AUTHORIZED)
+    struct answer_decision d = payment_answer_decide(kind, p, outcome, may_replay,
+                                                     tries, key_window_open, jitter);
+    if (outcome == PROVIDER_AUTHORIZED && may_replay)
+        d = (struct answer_decision){.next = ANSWER_NEXT_SETTLE,
+                                     .status = ATTEMPT_STATUS_UNKNOWN,
+                                     .next_check_ms = p->first_look_ms,
+                                     .reason_code = AUTHORIZE_REPLAYED_HOLD};
+    else if (outcome == PROVIDER_AUTHORIZED)
         d = (struct answer_decision){.next = ANSWER_NEXT_SETTLE,
                                      .status = ATTEMPT_STATUS_AUTHORIZED,
                                      .next_check_ms = -1};

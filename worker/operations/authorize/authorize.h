@@ -12,6 +12,15 @@
 #define AUTHORIZE_EXPIRED_EVENT  "authorization.failed"
 #define AUTHORIZE_EXPIRED_REASON "expired"
 
+/* The reason code of a hold answered when the answer may be a replay
+ * (engine_decide_fn's may_replay): the provider's stored answer is as old
+ * as the first execution, so it proves the intent ours (its id is
+ * recorded), not that it is held now (captured or canceled since by
+ * anyone): UNKNOWN, for the look to retrieve the intent by that id. */
+#define AUTHORIZE_REPLAYED_HOLD                                                        \
+    "outcome_unknown: requires_capture answered again under the key (a replay: the "   \
+    "intent is ours, its state now for the reconciler to retrieve)"
+
 /* The reconciler's look at an authorization (authorize_look.c). */
 extern const struct op_reconcile authorize_reconcile;
 /* The api's webhook events about an authorization (authorize_webhook.c). */

@@ -173,13 +173,14 @@ static const char *capture_event_type(int kind, enum attempt_status status)
  * FAILED (the hold given back by the database). A capture's answer that
  * the money is only held is no success: a person looks. */
 static struct answer_decision capture_decide(int kind, const struct engine_policy *p,
-                                             enum provider_outcome outcome, int tries,
+                                             enum provider_outcome outcome,
+                                             int may_replay, int tries,
                                              int key_window_open, unsigned jitter)
 {
     if (outcome == PROVIDER_AUTHORIZED)
         outcome = PROVIDER_REQUIRES_REVIEW;
-    struct answer_decision d =
-        payment_answer_decide(kind, p, outcome, tries, key_window_open, jitter);
+    struct answer_decision d = payment_answer_decide(kind, p, outcome, may_replay,
+                                                     tries, key_window_open, jitter);
     /* Only the provider's refusal fails a capture: a call that may have
      * executed never does. */
     CHARGED_ASSERT(d.next != ANSWER_NEXT_SETTLE || d.status != ATTEMPT_STATUS_FAILED ||

@@ -35,7 +35,9 @@ static void capture_begin(const struct op_look_env *env, const void *row,
         .id = d->id,
         .status = d->status,
         .provider_payment_id = d->params.payment_intent,
-        .amount = d->params.amount,
+        /* What it asked: all is the authorization's amount (resolved at
+         * its claim; a capture claimed before that was so has 0 here). */
+        .amount = d->params.amount > 0 ? d->params.amount : d->authorized,
         .key_age_ms = d->key_age_ms,
         .first_sent_ms = -1,
         .age_ms = d->age_ms,

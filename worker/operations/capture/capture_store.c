@@ -206,8 +206,13 @@ static const char *SQL_HOLD =
     "   AND p.held_by IS NULL AND p.capture_method = 'manual'"
     "   AND coalesce(c.amount, p.amount) <= p.amount";
 
-/* A PENDING capture that holds its authorization is leased (PROCESSING);
- * one that cannot hold it is REJECTED with its reason code and event; one
+/* A PENDING capture that holds its authorization is leased (PROCESSING),
+ * and a capture of "all" (amount NULL) becomes a definite amount there,
+ * the authorization's, before any call: every writer then books it only
+ * for that amount (capture_store_book), and the request names it
+ * (amount_to_capture). A takeover keeps the amount as it is, so that a
+ * capture claimed without one is still sent as it first was under its key.
+ * One that cannot hold it is REJECTED with its reason code and event; one
  * whose authorization is still to be decided (its call in flight, or free
  * but taken by another capture of this batch) waits (busy). A PROCESSING
  * one whose lease expired before any look is taken over. */
@@ -254,6 +259,8 @@ static const char *SQL_CLAIM =
     "      ELSE " ATTEMPT_SQL(REJECTED) " END,"
     "    reason = d.rejected,"
     "    holds = r.holds OR d.rejected IS NULL,"
+    "    amount = CASE WHEN d.rejected IS NULL AND d.old_status = " ATTEMPT_SQL(PENDING)
+    "      THEN coalesce(r.amount, d.authorized) ELSE r.amount END,"
     "    payment_intent = coalesce(r.payment_intent, d.provider_payment_id),"
     "    order_id = coalesce(r.order_id, d.order_id),"
     "    currency = coalesce(r.currency, d.currency),"
@@ -379,7 +386,10 @@ enum charged_rc capture_store_log_calls(capture_store_t *st,
 
 /* clang-format off */
 /* The captures still holding their authorization as the caller expects
- * (locked; one another session holds is skipped, and so not booked), and
+ * (locked; one another session holds is skipped, and so not booked), for
+ * exactly the amount each asked (a capture of "all" asked the
+ * authorization's amount: resolved at its claim, or here for one claimed
+ * before that was so; another amount taken is never booked as it), and
  * their authorizations moved to SUCCEEDED with what was captured, a
  * transition and the ledger's charge row (the amount captured). The
  * capture's own row is the caller's next statement: the
@@ -392,7 +402,8 @@ static const char *SQL_BOOK =
     "  WHERE c.holds AND (c.status = v.expected OR (v.expected IS NULL AND c.status IN ("
     "    " ATTEMPT_SQL(UNKNOWN) ", " ATTEMPT_SQL(PROCESSING) ")))"
     "    AND (v.epoch IS NULL OR (c.lease_owner = $5 AND c.lease_epoch = v.epoch))"
-    "    AND (c.amount IS NULL OR c.amount = v.amount)"
+    "    AND coalesce(c.amount, (SELECT a.amount FROM payment_attempts a"
+    "      WHERE a.id = c.payment_attempt_id)) = v.amount"
     "  ORDER BY c.id FOR NO KEY UPDATE OF c SKIP LOCKED),"
     " u AS ("
     "  UPDATE payment_attempts p SET status = " ATTEMPT_SQL(SUCCEEDED) ","

@@ -6,8 +6,13 @@
  * never settles anything, whatever its metadata names. An UNKNOWN or
  * PROCESSING capture is booked and moved to SUCCEEDED as the worker's
  * answer would (capture_store_book, then the capture with its transition
- * and event), inside the store's transaction; one already SUCCEEDED is a
- * duplicate, changed by nothing. */
+ * and event), inside the store's transaction, only when the intent received
+ * exactly what the capture asked (all is the authorization's amount,
+ * resolved at the capture's claim): money moved once, for what we asked,
+ * on our own intent, so it is our capture's even if another key took it.
+ * Another amount is no capture of ours: the capture goes to
+ * REQUIRES_REVIEW, keeping the hold, nothing booked. One already
+ * SUCCEEDED is a duplicate, changed by nothing. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +70,28 @@ static const char *SQL_SETTLE =
     "  SELECT id, $3, status, 'webhook', $4, 'captured', $5::jsonb, updated_at FROM u),"
     SQL_CAPTURE_OUTBOX_EVENTS("u")
     "SELECT id FROM u";
+
+/* The capture's review: the intent received another amount than it asked.
+ * The hold stays (no void may release it, no other capture take it), its
+ * lease ended and epoch bumped as SQL_SETTLE's. */
+static const char *SQL_REVIEW =
+    "WITH u AS ("
+    "  UPDATE capture_attempts c SET status = " ATTEMPT_SQL(REQUIRES_REVIEW) ","
+    "    reason = $2, lease_owner = NULL, lease_expires_at = NULL,"
+    "    lease_epoch = c.lease_epoch + 1, next_check_at = NULL,"
+    "    updated_at = " SQL_CHANGED_AT("c")
+    "  WHERE c.id = $1::uuid AND c.status = $3"
+    "  RETURNING c.id, c.payment_attempt_id, c.order_id,"
+    "    " SQL_CAPTURE_AMOUNT("c", "(SELECT a.amount FROM payment_attempts a"
+    "      WHERE a.id = c.payment_attempt_id)") " AS amount,"
+    "    c.currency, c.payment_intent, c.status, c.reason, c.updated_at,"
+    "    'capture.requires_review'::text AS event_type),"
+    " t AS ("
+    "  INSERT INTO capture_transitions (capture_id, old_status, new_status, cause, actor,"
+    "    reason, evidence, created_at)"
+    "  SELECT id, $3, status, 'webhook', $4, reason, $5::jsonb, updated_at FROM u),"
+    SQL_CAPTURE_OUTBOX_EVENTS("u")
+    "SELECT id FROM u";
 /* clang-format on */
 
 static int capture_takes(const struct webhook_event *ev)
@@ -94,14 +121,29 @@ static void said(struct webhook_store_result *out, const char *outcome,
     out->reason = reason;
 }
 
+/* Runs SQL_SETTLE or SQL_REVIEW (p: capture_id, amount or reason,
+ * old_status, actor, evidence), which must change the capture. */
+static enum charged_rc settle_as(store_conn_t *db, const char *sql, const char *p[5],
+                                 struct charged_error *err)
+{
+    PGresult *r = NULL;
+    enum charged_rc rc = store_conn_exec(db, sql, 5, p, &r, err);
+    if (rc == CHARGED_OK && PQntuples(r) != 1) {
+        /* Impossible under the lock; never commit half a decision. */
+        charged_error_set(err, "capture %s changed under its lock", p[0]);
+        rc = CHARGED_RETRY;
+    }
+    PQclear(r);
+    return rc;
+}
+
 /* The capture c of our intent, UNKNOWN or PROCESSING: booked and settled. */
 static enum charged_rc settle(store_conn_t *db, const struct webhook_event *ev,
                               const char *capture_id, const char *old_status,
                               struct webhook_store_result *out,
                               struct charged_error *err)
 {
-    char actor[300], amount[24];
-    PGresult *r = NULL;
+    char actor[300], amount[24], why[400];
     size_t booked = 0;
     enum charged_rc rc;
     char *evidence = evidence_json(ev);
@@ -115,24 +157,26 @@ static enum charged_rc settle(store_conn_t *db, const struct webhook_event *ev,
     }
     rc = capture_store_book(db, actor, "webhook", &b, 1, &booked, err);
     if (rc == CHARGED_OK && booked == 0) {
-        /* Another amount than asked, or past the authorization: a person. */
-        said(out, "review", "captured, but not as this capture asked");
-        goto out;
-    }
-    const char *p[5] = {capture_id, amount, old_status, actor, evidence};
-    if (rc == CHARGED_OK &&
-        (rc = store_conn_exec(db, SQL_SETTLE, 5, p, &r, err)) == CHARGED_OK) {
-        if (PQntuples(r) != 1) {
-            /* Impossible under the lock; never commit half a decision. */
-            charged_error_set(err, "capture %s changed under its lock", capture_id);
-            rc = CHARGED_RETRY;
-            goto out;
+        /* Another amount than asked (another client's capture of our
+         * intent), or past the authorization: never ours, a person. */
+        snprintf(why, sizeof(why),
+                 "requires_review: intent %s captured %lld, not what this capture "
+                 "asked; not booked",
+                 ev->intent_id, ev->amount_received);
+        const char *p[5] = {capture_id, why, old_status, actor, evidence};
+        if ((rc = settle_as(db, SQL_REVIEW, p, err)) == CHARGED_OK) {
+            said(out, "review", "captured, but not as this capture asked");
+            snprintf(out->new_status, sizeof(out->new_status), "%s",
+                     ATTEMPT_S_REQUIRES_REVIEW);
         }
-        said(out, "applied", "captured");
-        snprintf(out->new_status, sizeof(out->new_status), "%s", ATTEMPT_S_SUCCEEDED);
+    } else if (rc == CHARGED_OK) {
+        const char *p[5] = {capture_id, amount, old_status, actor, evidence};
+        if ((rc = settle_as(db, SQL_SETTLE, p, err)) == CHARGED_OK) {
+            said(out, "applied", "captured");
+            snprintf(out->new_status, sizeof(out->new_status), "%s",
+                     ATTEMPT_S_SUCCEEDED);
+        }
     }
-out:
-    PQclear(r);
     free(evidence);
     return rc == CHARGED_OK ? rc : webhook_apply_later_failed(rc);
 }

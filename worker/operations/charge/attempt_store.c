@@ -686,7 +686,8 @@ static const char *SQL_CLAIM_DUE =
     "  (extract(epoch FROM now() - p.created_at) * 1000)::bigint, p.reconcile_checks,"
     "  p.idempotency_key, p.order_id, p.amount, p.currency, p.payment_method,"
     "  coalesce(p.customer_id, ''), p.capture_method,"
-    "  coalesce((extract(epoch FROM p.first_sent_at) * 1000)::bigint, -1)";
+    "  coalesce((extract(epoch FROM p.first_sent_at) * 1000)::bigint, -1),"
+    "  coalesce(p.held_by = 'void', false)";
 
 /* One settlement: fenced on the claim (or, without a lease, on no lease at
  * all), on the status it must still have. */
@@ -696,6 +697,10 @@ static const char *SQL_SETTLE =
     "  WHERE id = $1::uuid AND status = $2"
     "    AND CASE WHEN $3::bigint IS NULL THEN lease_owner IS NULL"
     "             ELSE lease_owner = $4 AND lease_epoch = $3::bigint END"
+    /* A hold canceled elsewhere is VOIDED only while no void of ours holds
+     * it: one that took it since the claim settles its own cancel. */
+    "    AND ($5 <> " ATTEMPT_SQL(VOIDED) " OR held_by IS DISTINCT FROM 'void'"
+    "      OR $6::text NOT LIKE 'canceled\\_elsewhere:%')"
     "  FOR NO KEY UPDATE SKIP LOCKED),"
     " u AS ("
     "  UPDATE payment_attempts p SET status = $5,"
@@ -748,6 +753,7 @@ static void read_due(const PGresult *r, int row, struct attempt_due *d)
     d->checks = (int)stmt_col_int(r, row, 6);
     col_params(r, row, 7, &d->params);
     d->first_sent_ms = stmt_col_int(r, row, 14);
+    d->void_holds = stmt_col_true(r, row, 15);
     /* Claimed by SQL_CLAIM_DUE: under a lease, in a status a look settles. */
     CHARGED_ASSERT(d->lease_epoch > 0);
 }

@@ -188,6 +188,7 @@ struct attempt_due {
                               database clock; -1: never sent */
     int64_t age_ms;        /* now - created_at */
     int checks;            /* looks so far */
+    int void_holds;        /* a void of ours holds the authorization */
     struct attempt_params params;
 };
 

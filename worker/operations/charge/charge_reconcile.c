@@ -50,6 +50,7 @@ void attempt_look_begin(enum reconcile_kind kind, const struct op_look_env *env,
         .first_sent_ms = d->first_sent_ms,
         .age_ms = d->age_ms,
         .manual = d->params.manual,
+        .void_holds = d->void_holds,
     };
     *start = (struct op_look_start){
         .id = d->id,
@@ -68,7 +69,10 @@ void attempt_look_call(const struct op_look_env *env, const void *row,
     const struct attempt_due *d = row;
     CHARGED_ASSERT(env && d && res);
     if (next == RECONCILE_RETRIEVE) {
-        provider_client_retrieve(env->provider, d->provider_payment_id, res);
+        /* The recorded intent, or the one a replayed hold proved ours. */
+        provider_client_retrieve(
+            env->provider, env->object_id ? env->object_id : d->provider_payment_id,
+            res);
     } else if (next == RECONCILE_SEARCH || next == RECONCILE_SEARCH_OTHERS) {
         provider_client_search(env->provider, d->id, res);
     } else {

@@ -10,8 +10,13 @@
  * and the reconciler's settlement (void_store_move_sql). A duplicate, or
  * the event of a void settled already, is a no-op; an intent that merely
  * names one of our attempts in its metadata settles nothing (flagged,
- * foreign_intent, for the auditor); a cancel with no void of ours holding
- * the authorization is recorded, ignored (the auditor's void_unbooked). */
+ * foreign_intent, for the auditor). A cancel of our AUTHORIZED intent with
+ * no void of ours holding it (another client of the account canceled it)
+ * will be settled by no step of ours: the money is no longer held for the
+ * order, so the authorization is VOIDED `canceled_elsewhere: <reason>` and
+ * published authorization.failed, as the provider's expiry is (the
+ * payment attempt's move, attempt_webhook.h); the order may then
+ * authorize again. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +24,7 @@
 #include <jansson.h>
 
 #include "attempt_sql.h"
+#include "attempt_webhook.h"
 #include "charged_assert.h"
 #include "void.h"
 #include "webhook_apply.h"
@@ -140,6 +146,31 @@ static enum charged_rc settle(store_conn_t *db, const struct webhook_event *ev,
     return rc == CHARGED_OK ? CHARGED_OK : webhook_apply_later_failed(rc);
 }
 
+/* Our AUTHORIZED intent canceled with no void of ours holding it: VOIDED,
+ * its reason naming the cancellation, published as the authorization's
+ * failure (the money no longer held for the order). A capture holding it
+ * loses its hold, as on the expiry; its call then fails (voided). */
+static enum charged_rc canceled_elsewhere(store_conn_t *db,
+                                          const struct webhook_event *ev,
+                                          struct webhook_store_result *out,
+                                          struct charged_error *err)
+{
+    char reason[160];
+    const struct webhook_decision d = {WEBHOOK_APPLY, ATTEMPT_STATUS_VOIDED, "", 0};
+    CHARGED_ASSERT(!strcmp(out->old_status, ATTEMPT_S_AUTHORIZED));
+    snprintf(reason, sizeof(reason), "canceled_elsewhere: %s",
+             ev->cancellation_reason[0] ? ev->cancellation_reason : "no reason");
+    enum charged_rc rc = attempt_webhook_move(
+        db, ev, &d, reason,
+        attempt_status_authorization_event_type(ATTEMPT_STATUS_FAILED), out, err);
+    if (rc == CHARGED_OK) {
+        out->outcome = "applied";
+        out->reason = "our recorded intent canceled by no void of ours: the "
+                      "authorization VOIDED";
+    }
+    return rc;
+}
+
 static enum charged_rc void_apply(store_conn_t *db, const struct webhook_event *ev,
                                   struct webhook_store_result *out,
                                   struct charged_error *err)
@@ -170,6 +201,8 @@ static enum charged_rc void_apply(store_conn_t *db, const struct webhook_event *
         snprintf(from, sizeof(from), "%s", PQgetvalue(r, 0, 1));
     }
     PQclear(r);
+    if (!void_id[0] && !strcmp(out->old_status, ATTEMPT_S_AUTHORIZED))
+        return canceled_elsewhere(db, ev, out, err);
     out->outcome = "ignored";
     out->reason = void_id[0] ? "the void holding the authorization is settled already"
                              : "no void of ours holds the authorization";
