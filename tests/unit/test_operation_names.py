@@ -82,9 +82,9 @@ DEBTS = {
     "common/core/webhook_event.c": (3, "the provider events' per-kind "
                                     "decisions (webhook_event_decide_*)"),
     "common/core/webhook_event.h": (1, "the provider events' per-kind decisions"),
-    "common/core/reconcile_policy.c": (5, "the reconciler's per-kind "
+    "common/core/reconcile_policy.c": (6, "the reconciler's per-kind "
                                        "orders of evidence"),
-    "common/core/reconcile_policy.h": (1, "the reconciler's per-kind orders"),
+    "common/core/reconcile_policy.h": (2, "the reconciler's per-kind orders"),
     "common/core/reconcile_look.c": (2, "RECONCILE_KIND_AUTHORIZATION"),
     "common/core/reconcile_look.h": (1, "RECONCILE_KIND_AUTHORIZATION"),
     "worker/pipeline/engine_provider.c": (2, "an operation's endpoint class "
