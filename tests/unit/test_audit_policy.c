@@ -34,6 +34,12 @@ static const struct intent_row intents[] = {
      F,
      AUDIT_CURRENCY_MISMATCH},
     {"booked, still processing", {"processing", 1000, "usd", BOOKED}, P, 0},
+    /* The provider's list is read before our books: a hold listed, then
+     * captured and booked before the books were read (chaos seed 1). */
+    {"booked, a manual intent still held when listed",
+     {"requires_capture", 1000, "usd", BOOKED, .manual = 1},
+     P,
+     0},
     {"booked, canceled at the provider",
      {"canceled", 1000, "usd", BOOKED},
      F,
