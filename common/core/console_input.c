@@ -69,6 +69,8 @@ static const struct {
     {API "dead-letters", CONSOLE_R_LETTERS},
     {API "dead-letters/replay", CONSOLE_R_REPLAY},
     {API "actions", CONSOLE_R_ACTIONS},
+    {API "provider-limits", CONSOLE_R_LIMITS},
+    {API "provider-limits/set", CONSOLE_R_LIMITS_SET},
 };
 
 /* The page's files: a name of letters, digits, '-', '.', not starting with
@@ -87,7 +89,8 @@ static int asset_name_ok(const char *s)
 int console_input_route_writes(enum console_route r)
 {
     return r == CONSOLE_R_LOGIN || r == CONSOLE_R_LOGOUT || r == CONSOLE_R_RESOLVE ||
-           r == CONSOLE_R_REPLAY || r == CONSOLE_R_STEP_RESOLVE;
+           r == CONSOLE_R_REPLAY || r == CONSOLE_R_STEP_RESOLVE ||
+           r == CONSOLE_R_LIMITS_SET;
 }
 
 static enum console_route found(struct console_route_match *m, enum console_route r)

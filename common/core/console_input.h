@@ -41,6 +41,8 @@ enum console_route {
     CONSOLE_R_ACTIONS,  /* GET: the action log */
     CONSOLE_R_STEP_RESOLVE, /* POST: settle the review of an operation's
                                record (kind: its noun, id: its UUID) */
+    CONSOLE_R_LIMITS,       /* GET: the provider budget, its members' shares */
+    CONSOLE_R_LIMITS_SET,   /* POST: change the provider budget */
 };
 
 struct console_route_match {

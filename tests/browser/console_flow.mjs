@@ -2,11 +2,11 @@
 // playwright-core: sign in, the overview, a review resolved (the provider
 // holds the intent succeeded, but it only names the attempt: refused, then
 // forced on the operator's word), a hostile dead letter read, a dead letter previewed and
-// replayed, an attempt's timeline. A screenshot of each page goes to
+// replayed, an attempt's timeline, the provider's limits set. A screenshot of each page goes to
 // CONSOLE_FLOW's "shots" folder. Run by tests/e2e/test_console_browser.py,
 // which sets the scene and checks the database afterwards; CONSOLE_FLOW is
 // {base, token, review: {attempt, intent, order, money}, hostile, replay, shots,
-// steps: {attempt, capture, void, captured, void_reason}}.
+// steps: {attempt, capture, void, captured, void_reason}, limits: {global, actor}}.
 // Prints one JSON line of what it saw; exits 1 on the first failed check.
 import { chromium } from "playwright-core";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -171,7 +171,17 @@ try {
     await shot(page, "attempt-steps");
   }
 
-  // ---- sign out ----
+  // ---- the provider budget: the global limit set to 100 (issue 38) ----
+  if (cfg.limits) {
+    await page.goto(cfg.base + "/console/#/limits");
+    await page.locator("[data-testid=limit-global]", { hasText: "no limit" }).waitFor(WAIT);
+    await page.fill("#limit-input-global", String(cfg.limits.global));
+    await page.click("[data-testid=limits-submit]");
+    await page.locator("[data-testid=limits-set]", { hasText: "Set by " + cfg.limits.actor }).waitFor(WAIT);
+    await page.locator("[data-testid=limit-global]", { hasText: cfg.limits.global + "/s" }).waitFor(WAIT);
+    await shot(page, "limits");
+  }
+
   await page.click("#who button");
   await page.locator("#login-error", { hasText: "Signed out." }).waitFor(WAIT);
   check(problems.length === 0, "the page reported problems: " + problems.join("; "));

@@ -11,7 +11,8 @@ value and headers, written as nothing of charged would write it), and a
 dead letter of a valid command. The browser signs in, sees the overview,
 resolves the review, reads the hostile letter (it must render as text,
 number masked, nothing run), previews and replays the other letter and
-opens the attempt's timeline by order and by intent id. Then the database
+opens the attempt's timeline by order and by intent id, and sets the
+provider's global limit (issue 38). Then the database
 and psp-sim's ledger say whether it happened: the review resolved once by
 the token's name, the replayed command charged once, each action in
 console_actions. Screenshots: e2e-logs/<scenario>/screenshots/."""
@@ -76,6 +77,7 @@ def scenario(new):
             "steps": {"attempt": auth["attempt"], "capture": capture, "void": loser,
                       "captured": "6.00 EUR", "void_reason": "authorization_held"},
             "step_review": {"void": void_in_review},
+            "limits": {"global": 100, "actor": "olivia"},
             "commands_topic": s.topics["commands"], "shots": shots}
     env = dict(os.environ, CONSOLE_FLOW=json.dumps(flow), CHROMIUM=CHROMIUM,
                CONSOLE_FLOW_TIMEOUT_MS=str(int(e2e.scaled(30) * 1000)))
@@ -86,7 +88,8 @@ def scenario(new):
     saw = json.loads(p.stdout.decode().strip().splitlines()[-1])
     check_eq(saw["pages"], ["login", "overview", "review", "step-review", "dead-letter",
                             "replay-preview",
-                            "replay-sent", "attempt", "attempt-steps"], "pages the browser saw")
+                            "replay-sent", "attempt", "attempt-steps", "limits"],
+             "pages the browser saw")
     check_eq(saw["step_timeline"], ["transition:PENDING → PROCESSING",
                                     "transition:PROCESSING → AUTHORIZED", "void:new → REJECTED",
                                     "capture:new → PENDING", "capture:PENDING → PROCESSING",
@@ -115,6 +118,8 @@ def scenario(new):
     check(("olivia", "resolve", "refused") in [tuple(r) for r in s.query(
         "SELECT actor, action, outcome FROM console_actions WHERE target = '%s'"
         % void_in_review)], "the refused SUCCEEDED is in console_actions")
+    check_eq(s.query("SELECT actor, after->>'global_rps' FROM provider_budget_changes"),
+             [["olivia", "100"]], "the limit the browser set, with its actor")
     e2e.wait_until("the replayed command charged", lambda: status(s, replay_cmd) == "SUCCEEDED", 60)
     charges = [c for c in s.ledger() if c.get("idempotency_key") == replay_cmd["idempotency_key"]]
     check_eq(len(charges), 1, "psp-sim charges of the replayed command")
@@ -126,7 +131,8 @@ def scenario(new):
     actions = [tuple(r) for r in s.query("SELECT actor, action, outcome FROM console_actions"
                                          " ORDER BY id")]
     for want in [("olivia", "login", "ok"), ("olivia", "resolve", "resolved"),
-                 ("olivia", "replay", "ok"), ("olivia", "logout", "ok")]:
+                 ("olivia", "replay", "ok"), ("olivia", "provider_limits", "ok"),
+                 ("olivia", "logout", "ok")]:
         check(want in actions, "%s is not in console_actions: %s" % (want, actions))
     # The current screenshots, for docs/console.md (tools/console-screenshots.sh).
     keep = os.environ.get("CHARGED_CONSOLE_SHOTS")

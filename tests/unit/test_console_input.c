@@ -50,6 +50,12 @@ START_TEST(routes_name_their_ids)
                                          kinds, &m),
                      CONSOLE_R_STEP_RESOLVE);
     ck_assert_str_eq(m.kind, "authorization");
+    ck_assert_int_eq(console_input_route("/console/api/provider-limits", &m),
+                     CONSOLE_R_LIMITS);
+    ck_assert_str_eq(m.method, "GET");
+    ck_assert_int_eq(console_input_route("/console/api/provider-limits/set", &m),
+                     CONSOLE_R_LIMITS_SET);
+    ck_assert_str_eq(m.method, "POST");
 }
 END_TEST
 

@@ -15,6 +15,7 @@
 #include "config.h"
 #include "console_assets.h"
 #include "console_input.h"
+#include "console_limits.h"
 #include "console_store.h"
 #include "console_views.h"
 #include "daemon.h"
@@ -319,6 +320,14 @@ static enum MHD_Result serve_signed_in(struct console *cs, console_views_t *v,
     case CONSOLE_R_ACTIONS:
         status = console_views_actions(v, &body);
         break;
+    case CONSOLE_R_LIMITS:
+        status = console_limits_show(config_str(cs->cfg, CONFIG_DATABASE_URL), &body);
+        break;
+    case CONSOLE_R_LIMITS_SET:
+        status = console_limits_set(config_str(cs->cfg, CONFIG_DATABASE_URL),
+                                    console_views_store(v), who->name, rq->body,
+                                    rq->len, &body);
+        break;
     default:
         return send_error(c, MHD_HTTP_NOT_FOUND, "no such endpoint");
     }
@@ -336,6 +345,8 @@ static const char *action_name(enum console_route r)
         return "replay";
     case CONSOLE_R_LOGOUT:
         return "logout";
+    case CONSOLE_R_LIMITS_SET:
+        return "provider_limits";
     default:
         return "request";
     }

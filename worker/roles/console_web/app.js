@@ -98,7 +98,8 @@ async function signIn(ev) {
 
 // ---- pages ----
 
-const pages = { overview: showOverview, reviews: showReviews, letters: showLetters, attempt: showAttempt };
+const pages = { overview: showOverview, reviews: showReviews, letters: showLetters, attempt: showAttempt,
+  limits: showLimits };
 
 // "#/attempt/<id>" -> ["attempt", "<id>"]; a link that does not decode, or
 // names no page of ours (say "__proto__"), shows the overview and says so.
@@ -535,6 +536,71 @@ function stepsOf(h, a) {
     amount: "-", captured: "-", reason: [v.void_reason, v.reason].filter(Boolean).join(" · "), updated_at: v.updated_at,
     created_at: v.created_at, transitions: v.transitions }));
   return caps.concat(voids).sort((x, y) => (x.created_at || "").localeCompare(y.created_at || ""));
+}
+
+// ---- the provider budget (issue 38) ----
+
+const LIMIT_CLASSES = ["create", "capture", "refund", "retrieve", "search", "list"];
+// requests/s as set: 0 is no limit.
+function rps(n) { return n ? n + "/s" : "no limit"; }
+// A share in milli-requests/s: -1 is no limit.
+function share(m) { return m === null || m === undefined || m < 0 ? "-" : (m / 1000).toFixed(3); }
+
+async function showLimits(page) {
+  page.appendChild(el("h1", {}, "Provider limits"));
+  const r = await call("GET", "provider-limits");
+  if (r.status !== 200) return page.appendChild(notice("error", r.data.error));
+  const b = r.data;
+  page.appendChild(el("div", { class: "card", "data-testid": "limits" }, el("h2", {}, "Settings (account " + b.account + ")"),
+    table(["Limit", "Requests/s"], [{ cells: ["global", rps(b.global_rps)], testid: "limit-global" }]
+      .concat(LIMIT_CLASSES.map((c) => ({ cells: [c, rps(b.classes[c])], testid: "limit-" + c })))
+      .concat([{ cells: ["audit floor", b.audit_floor_rps + "/s"], testid: "limit-audit-floor" }])),
+    el("p", { class: "muted", "data-testid": "limits-version" }, "version " + b.version + ", set by " + b.updated_by + " at " + when(b.updated_at))));
+  const members = b.members || [];
+  page.appendChild(el("div", { class: "card", "data-testid": "members" }, el("h2", {}, "Members and their shares (requests/s; - is no limit)"),
+    members.length ? table(["Role", "Pid", "Host", "Global"].concat(LIMIT_CLASSES, ["Floor", "Lease left"]),
+      members.map((m) => ({ testid: "member-" + m.member_id,
+        cells: [m.role, m.pid, m.host].concat((m.held_mrps || []).map(share), [m.expires_in_ms + " ms"]) })))
+      : el("p", { class: "muted" }, "No live member: no process of the fleet draws on the budget now.")));
+  if (!isOperator()) return page.appendChild(el("p", { class: "muted" }, "A viewer cannot change the limits."));
+  limitsForm(page, b);
+}
+
+function limitsForm(page, b) {
+  const fields = [["global", b.global_rps]].concat(LIMIT_CLASSES.map((c) => [c, b.classes[c]]), [["audit_floor", b.audit_floor_rps]]);
+  const inputs = {};
+  const form = el("div", { class: "card" }, el("h2", {}, "Set the limits"),
+    el("p", { class: "muted" }, "Whole requests/s, 0 for no limit. Recorded with you as the actor; the fleet follows within about a second."));
+  for (const [name, value] of fields) {
+    inputs[name] = el("input", { type: "number", min: 0, step: 1, id: "limit-input-" + name, value });
+    form.appendChild(el("label", { for: "limit-input-" + name }, name.replace("_", " ")));
+    form.appendChild(inputs[name]);
+  }
+  const out = el("div", { "data-testid": "limits-result" });
+  const submit = el("button", { type: "button", "data-testid": "limits-submit" }, "Set");
+  submit.addEventListener("click", async () => {
+    const body = { classes: {} };
+    for (const [name, value] of fields) {
+      const v = Number(inputs[name].value);
+      if (v === value) continue;
+      if (LIMIT_CLASSES.includes(name)) body.classes[name] = v;
+      else body[name] = v;
+    }
+    if (!Object.keys(body.classes).length) delete body.classes;
+    clear(out);
+    if (!Object.keys(body).length) return out.appendChild(notice("error", "Nothing changed."));
+    submit.disabled = true;
+    const r = await call("POST", "provider-limits/set", body);
+    submit.disabled = false;
+    if (r.status !== 200) return out.appendChild(notice("error", r.data.error || "refused"));
+    // The page again, with what is now in force, and what was done on top.
+    await showLimits(clear(page));
+    page.insertBefore(el("div", { "data-testid": "limits-set" }, notice("okay", "Set by " + r.data.updated_by +
+      ": version " + r.data.version + ". The fleet follows within about a second.")), page.children[1] || null);
+  });
+  form.appendChild(el("div", { class: "row" }, submit));
+  form.appendChild(out);
+  page.appendChild(form);
 }
 
 // ---- start ----
