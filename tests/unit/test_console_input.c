@@ -50,10 +50,10 @@ START_TEST(routes_name_their_ids)
                                          kinds, &m),
                      CONSOLE_R_STEP_RESOLVE);
     ck_assert_str_eq(m.kind, "authorization");
-    ck_assert_int_eq(console_input_route("/console/api/provider-limits", &m),
+    ck_assert_int_eq(console_input_route("/console/api/provider-limits", kinds, &m),
                      CONSOLE_R_LIMITS);
     ck_assert_str_eq(m.method, "GET");
-    ck_assert_int_eq(console_input_route("/console/api/provider-limits/set", &m),
+    ck_assert_int_eq(console_input_route("/console/api/provider-limits/set", kinds, &m),
                      CONSOLE_R_LIMITS_SET);
     ck_assert_str_eq(m.method, "POST");
 }
