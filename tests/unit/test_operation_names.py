@@ -65,13 +65,15 @@ SHARED_FILES = {
     "common/budget/": "the provider's endpoint classes and the budget's "
                       "priorities (contract, \"Provider budget\")",
     "worker/chargectl/ctl_provider.c": "the budget's endpoint classes",
+    "worker/roles/console_limits.c": "the budget's endpoint classes",
 }
 
 # Per-kind pieces not moved behind the face yet: file -> (the lines that
 # name a kind now, at most; why). Lower a number when a piece moves.
 DEBTS = {
-    "worker/roles/console_web/app.js": (17, "the page names each review's "
-                                        "decisions and draws captures and voids"),
+    "worker/roles/console_web/app.js": (18, "the page names each review's "
+                                        "decisions and draws captures and voids; "
+                                        "the limits page the budget's classes"),
     "worker/chargectl/ctl_publish.c": (2, "publish's --help names the types"),
     "worker/chargectl/ctl_audit.c": (3, "audit's --help lists the finding kinds"),
     "worker/chargectl/ctl_attempt.c": (2, "attempt show's --help names the steps"),
