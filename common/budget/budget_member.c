@@ -307,6 +307,25 @@ int budget_member_wait(budget_member_t *m, enum budget_class c, enum budget_prio
     return -1;
 }
 
+enum charged_rc budget_member_join(const config_t *cfg, const char *role, int thread,
+                                   budget_member_t **out, struct charged_error *err)
+{
+    CHARGED_ASSERT(cfg != NULL && role != NULL && out != NULL && err != NULL);
+    *out = budget_member_new(config_str(cfg, CONFIG_DATABASE_URL),
+                             config_str(cfg, CONFIG_PROVIDER_BUDGET_ACCOUNT), role,
+                             config_int(cfg, CONFIG_PROVIDER_BUDGET) != 0, err);
+    if (!*out)
+        return CHARGED_GIVE_UP;
+    if (!thread || !(*out)->lease)
+        return CHARGED_OK;
+    struct charged_error first;
+    if (budget_member_refresh(*out, &first) == CHARGED_OK)
+        log_info("provider budget joined", "member", budget_lease_member((*out)->lease),
+                 "role", role, "account",
+                 config_str(cfg, CONFIG_PROVIDER_BUDGET_ACCOUNT), NULL);
+    return budget_member_start(*out, err);
+}
+
 int budget_member_gate(void *caller, enum budget_class cls, char *why, size_t why_size)
 {
     const struct budget_caller *c = caller;

@@ -24,19 +24,14 @@
 #ifndef CHARGED_BUDGET_MEMBER_H
 #define CHARGED_BUDGET_MEMBER_H
 
+#include "budget_ask.h"
 #include "budget_gate.h"
 #include "budget_lease.h"
+#include "config.h"
 
 typedef struct budget_member budget_member_t;
 
-/* One caller's request as it waits for the gate: set cls and prio with
- * budget_member_ask_init, keep it across the asks of one request. */
-struct budget_ask {
-    struct budget_ticket t;
-    long long first_ms; /* its first ask (for the demand and the wait) */
-    int asked;          /* counted in the demand already */
-};
-
+/* An ask of class c for priority p, not asked yet. */
 void budget_member_ask_init(struct budget_ask *a, enum budget_class c,
                             enum budget_priority p);
 
@@ -46,6 +41,15 @@ void budget_member_ask_init(struct budget_ask *a, enum budget_class c,
 budget_member_t *budget_member_new(const char *database_url, const char *account,
                                    const char *role, int enabled,
                                    struct charged_error *err);
+/* A member from a process's settings (PROVIDER_BUDGET,
+ * PROVIDER_BUDGET_ACCOUNT, DATABASE_URL) for role. A role that runs
+ * (thread 1) refreshes once now, so that its first request finds a share
+ * (a failure is logged: its thread tries again), then every
+ * BUDGET_REFRESH_MS on its thread; a one-shot caller (thread 0) refreshes
+ * while it waits (budget_member_wait). CHARGED_OK and *out, or
+ * CHARGED_GIVE_UP (a bad setting) or CHARGED_RETRY and err. */
+enum charged_rc budget_member_join(const config_t *cfg, const char *role, int thread,
+                                   budget_member_t **out, struct charged_error *err);
 /* Stops the thread if one runs and frees; leaves nothing in the database
  * (budget_member_leave does). NULL is a no-op. */
 void budget_member_free(budget_member_t *m);
