@@ -25,7 +25,8 @@ struct budget_member {
     long long slot_of[SLOTS]; /* which period each slot counts */
     int waiters[BUDGET_PRIO_COUNT][BUDGET_CLASS_COUNT];
     long long next_refresh_ms;
-    int failing; /* the last refresh failed (logged once) */
+    int failing;   /* the last refresh failed (logged once) */
+    int refreshed; /* a refresh was tried: there may be a row to delete */
     int stop;
     int thread_on;
     pthread_t thread;
@@ -161,6 +162,7 @@ static enum charged_rc refresh(budget_member_t *m, struct charged_error *err)
     pthread_mutex_lock(&m->mu);
     measure(m, before, &d);
     m->next_refresh_ms = before + BUDGET_REFRESH_MS;
+    m->refreshed = 1;
     pthread_mutex_unlock(&m->mu);
 
     enum charged_rc rc = budget_lease_refresh(m->lease, &d, &r, err);
@@ -219,13 +221,16 @@ enum charged_rc budget_member_start(budget_member_t *m, struct charged_error *er
     CHARGED_ASSERT(m != NULL && err != NULL);
     if (!m->lease)
         return CHARGED_OK;
+    pthread_mutex_lock(&m->mu);
     CHARGED_ASSERT(!m->thread_on); /* one thread */
     m->stop = 0;
-    if (pthread_create(&m->thread, NULL, refresher, m) != 0) {
+    int rc = pthread_create(&m->thread, NULL, refresher, m);
+    m->thread_on = rc == 0;
+    pthread_mutex_unlock(&m->mu);
+    if (rc != 0) {
         charged_error_set(err, "budget: cannot start the refreshing thread");
         return CHARGED_RETRY;
     }
-    m->thread_on = 1;
     return CHARGED_OK;
 }
 
@@ -349,6 +354,8 @@ void budget_member_leave(budget_member_t *m)
     if (!m || !m->lease)
         return;
     stop_thread(m);
+    if (!m->refreshed)
+        return; /* never a member: no row */
     if (budget_lease_leave(m->lease, &err) != CHARGED_OK)
         log_warn("provider budget: could not leave; the share ends with its lease",
                  "member", budget_lease_member(m->lease), "error", err.message, NULL);

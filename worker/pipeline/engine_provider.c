@@ -48,7 +48,7 @@ static const char *endpoint_class(const char *op)
 static void engine_budget_waited_long(engine_t *eng, struct job *j)
 {
     (void)eng;
-    log_info("waiting for the provider budget; queued, not failed", JOB_FIELDS(j),
+    log_debug("waiting for the provider budget; queued, not failed", JOB_FIELDS(j),
              "class", budget_class_name(j->budget.t.cls), "priority",
              budget_priority_name(j->budget.t.prio), NULL);
 }
