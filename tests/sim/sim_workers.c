@@ -226,13 +226,20 @@ static void send_call(struct world *w, struct job *j)
 
 /* ---- the provider budget (--budget): each worker holds a share ---- */
 
-static const char *kind_name(int kind)
+/* A call's endpoint class and priority, as engine_provider.c's budget_of
+ * gives them for the operation's name. */
+static void budget_of(int kind, enum budget_class *cls, enum budget_priority *prio)
 {
-    static const char *const names[] = {
-        [MSG_CHARGE] = "charge",       [MSG_REFUND] = "refund",   [MSG_BAD] = "charge",
-        [MSG_AUTHORIZE] = "authorize", [MSG_CAPTURE] = "capture", [MSG_VOID] = "void"};
     CHARGED_ASSERT(kind >= 0 && kind <= MSG_VOID);
-    return names[kind];
+    *cls = BUDGET_CLASS_CREATE;
+    *prio = BUDGET_PRIO_CHARGE;
+    if (kind == MSG_CAPTURE || kind == MSG_VOID) {
+        *cls = BUDGET_CLASS_CAPTURE;
+        *prio = BUDGET_PRIO_CAPTURE;
+    } else if (kind == MSG_REFUND) {
+        *cls = BUDGET_CLASS_REFUND;
+        *prio = BUDGET_PRIO_REFUND;
+    }
 }
 
 static void gate_on(struct world *w, struct worker *wk)
@@ -284,7 +291,7 @@ static int budget_waits(struct world *w, struct worker *wk, struct job *j)
     if (!j->budget.asked) {
         enum budget_class cls;
         enum budget_priority prio;
-        engine_core_budget_of(kind_name(j->kind), &cls, &prio);
+        budget_of(j->kind, &cls, &prio);
         j->budget = (struct budget_ask){{cls, prio, 0}, w->now, 1};
     }
     long long wait = (w->breaks & SIM_BREAK_BUDGET)

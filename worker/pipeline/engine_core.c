@@ -425,22 +425,6 @@ enum engine_next engine_core_park_gate(const struct engine_core *c, job_list_t *
 
 /* ---- the provider budget ---- */
 
-void engine_core_budget_of(const char *op, enum budget_class *cls,
-                           enum budget_priority *prio)
-{
-    CHARGED_ASSERT(op != NULL && cls != NULL && prio != NULL);
-    if (!strcmp(op, "capture") || !strcmp(op, "void")) {
-        *cls = BUDGET_CLASS_CAPTURE;
-        *prio = BUDGET_PRIO_CAPTURE;
-    } else if (!strcmp(op, "refund")) {
-        *cls = BUDGET_CLASS_REFUND;
-        *prio = BUDGET_PRIO_REFUND;
-    } else {
-        *cls = BUDGET_CLASS_CREATE; /* charges and authorizations */
-        *prio = BUDGET_PRIO_CHARGE;
-    }
-}
-
 enum engine_next engine_core_budget(job_list_t *jobs, struct job *j, long long wait_ms,
                                     int64_t now)
 {

@@ -209,12 +209,6 @@ enum engine_next engine_core_park_gate(const struct engine_core *c, job_list_t *
  * engine_budget_waited_long): the attempt is queued, not failed. */
 #define ENGINE_BUDGET_LONG_MS 1000
 
-/* The budget's endpoint class and priority of an operation's call (its
- * kind's name: "charge", "authorize", "capture", "void", "refund"):
- * capture and void: capture, capture; refund: refund, refund; charge and
- * authorize: create, charge. */
-void engine_core_budget_of(const char *op, enum budget_class *cls,
-                           enum budget_priority *prio);
 /* The gate's answer for a CALL job the engine was about to send: wait_ms
  * 0 sends it (NONE: nothing moves); else it parks (PARKED), out of its
  * slot, for exactly wait_ms (the gate has no burst: a late ask loses

@@ -31,13 +31,27 @@ static const char *op_name(const engine_t *eng, const struct job *j)
     return eng->op->kind_name ? eng->op->kind_name(j->kind) : eng->op->name;
 }
 
-/* The provider's endpoint class of an operation's POST (docs/provider.md):
- * what its throttling is counted under. */
+/* The provider's endpoint class of an operation's POST (docs/provider.md),
+ * what its throttling is counted under and its budget asked for, and the
+ * budget's priority of it: captures and voids first, then refunds, then
+ * charges and authorizations (create). */
+static void budget_of(const char *op, enum budget_class *cls,
+                      enum budget_priority *prio)
+{
+    CHARGED_ASSERT(op != NULL && cls != NULL && prio != NULL);
+    *cls = BUDGET_CLASS_CREATE;
+    *prio = BUDGET_PRIO_CHARGE;
+    if (!strcmp(op, "capture") || !strcmp(op, "void"))
+        *cls = BUDGET_CLASS_CAPTURE, *prio = BUDGET_PRIO_CAPTURE;
+    else if (!strcmp(op, "refund"))
+        *cls = BUDGET_CLASS_REFUND, *prio = BUDGET_PRIO_REFUND;
+}
+
 static const char *endpoint_class(const char *op)
 {
     enum budget_class cls;
     enum budget_priority prio;
-    engine_core_budget_of(op, &cls, &prio);
+    budget_of(op, &cls, &prio);
     return budget_class_name(cls);
 }
 
@@ -49,8 +63,8 @@ static void engine_budget_waited_long(engine_t *eng, struct job *j)
 {
     (void)eng;
     log_debug("waiting for the provider budget; queued, not failed", JOB_FIELDS(j),
-             "class", budget_class_name(j->budget.t.cls), "priority",
-             budget_priority_name(j->budget.t.prio), NULL);
+              "class", budget_class_name(j->budget.t.cls), "priority",
+              budget_priority_name(j->budget.t.prio), NULL);
 }
 
 /* Asks the budget's gate for j's call: 0, send; 1, it waits (parked for
@@ -60,7 +74,7 @@ static int budget_waits(engine_t *eng, struct job *j, int64_t now)
     if (!j->budget.asked) {
         enum budget_class cls;
         enum budget_priority prio;
-        engine_core_budget_of(op_name(eng, j), &cls, &prio);
+        budget_of(op_name(eng, j), &cls, &prio);
         budget_member_ask_init(&j->budget, cls, prio);
     }
     long long wait = budget_member_ask(eng->budget, &j->budget, now);

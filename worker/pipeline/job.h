@@ -88,7 +88,7 @@ struct job {
                           overrun, already answered */
     int lock_waits;    /* RECORD, CLAIM: statements another session's lock held */
     struct budget_ask budget; /* CALL, PARKED: its call's place at the budget's
-                                 gate (engine_core_budget_of) */
+                                 gate (engine_provider.c's budget_of) */
     int budget_long;          /* its wait for the budget passed
                                  ENGINE_BUDGET_LONG_MS (said once) */
     /* What became of the message, for charged_messages_total once the job
