@@ -4,8 +4,9 @@
  * (no limit) an ask never waits; under a limit a member's thread of
  * refreshes keeps every second of its sends within it; a one-shot member
  * (no thread) refreshes while it waits and gets its share from a fleet
- * that held it all; a member that leaves deletes its row, and a bounded
- * wait for a share that never comes ends with why. */
+ * that held it all; a member that leaves deletes its row; a bounded wait
+ * for a share that never comes ends with why; a refresh that fails keeps
+ * the share until its lease ends, then nothing goes until one succeeds. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -201,6 +202,51 @@ START_TEST(test_bounded_wait_says_why)
 }
 END_TEST
 
+/* A refresh that fails (another session holds the settings row past the
+ * lock_timeout) keeps the share until the lease of the last good refresh
+ * ends, and then nothing goes until a refresh succeeds again. */
+START_TEST(test_failed_refresh_keeps_share_until_lease_ends)
+{
+    struct charged_error err;
+    struct budget_ask a;
+    set_limits(100, 0);
+    budget_member_t *m = member(1, "worker");
+    long long before = clock_now_ms();
+    ck_assert_int_eq(budget_member_refresh(m, &err), CHARGED_OK);
+    PGresult *r = PQexec(admin, "BEGIN");
+    PQclear(r);
+    r = PQexec(admin, "SELECT 1 FROM provider_budget FOR UPDATE");
+    ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
+    PQclear(r);
+    ck_assert_int_ne(budget_member_refresh(m, &err), CHARGED_OK);
+    budget_member_ask_init(&a, BUDGET_CLASS_CREATE, BUDGET_PRIO_CHARGE);
+    int sent = 0;
+    while (clock_now_ms() < before + BUDGET_LEASE_MS - 50) {
+        sent += budget_member_ask(m, &a, clock_now_ms()) == 0;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    ck_assert_msg(sent >= 50, "only %d sent within the lease", sent);
+    while (clock_now_ms() < before + BUDGET_LEASE_MS + 50) {
+        struct timespec ts = {0, 5000000};
+        nanosleep(&ts, NULL);
+    }
+    for (int i = 0; i < 20; i++) {
+        ck_assert_int_gt(budget_member_ask(m, &a, clock_now_ms()), 0);
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+    }
+    r = PQexec(admin, "ROLLBACK");
+    PQclear(r);
+    ck_assert_int_eq(budget_member_refresh(m, &err), CHARGED_OK);
+    long long t0 = clock_now_ms();
+    while (budget_member_ask(m, &a, clock_now_ms()) > 0)
+        ck_assert_int_lt(clock_now_ms() - t0, 200);
+    budget_member_leave(m);
+    budget_member_free(m);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("budget_member");
@@ -212,6 +258,7 @@ int main(void)
     tcase_add_test(tc, test_limit_holds_every_second);
     tcase_add_test(tc, test_one_shot_gets_its_share);
     tcase_add_test(tc, test_bounded_wait_says_why);
+    tcase_add_test(tc, test_failed_refresh_keeps_share_until_lease_ends);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
