@@ -15,7 +15,41 @@
 struct provider_client {
     const struct provider_backend *be;
     void *impl; /* the backend's own client, from be->open */
+    provider_gate_fn gate;
+    void *gate_ctx;
 };
+
+void provider_client_set_gate(provider_client_t *pc, provider_gate_fn gate, void *ctx)
+{
+    CHARGED_ASSERT(pc != NULL);
+    pc->gate = gate;
+    pc->gate_ctx = ctx;
+}
+
+/* 1 when the request may be sent; else res says it was not (NOT_EXECUTED:
+ * nothing reached the wire). */
+static int gate_open(provider_client_t *pc, enum budget_class cls,
+                     struct provider_result *res)
+{
+    char why[sizeof(res->error)];
+    if (!pc->gate || pc->gate(pc->gate_ctx, cls, why, sizeof(why)) == 0)
+        return 1;
+    memset(res, 0, sizeof(*res));
+    res->outcome = PROVIDER_NOT_EXECUTED;
+    snprintf(res->error, sizeof(res->error), "%s", why);
+    return 0;
+}
+
+/* The same for a start: CHARGED_OK, or CHARGED_RETRY and err. */
+static enum charged_rc gate_start(provider_client_t *pc, enum budget_class cls,
+                                  struct charged_error *err)
+{
+    char why[256];
+    if (!pc->gate || pc->gate(pc->gate_ctx, cls, why, sizeof(why)) == 0)
+        return CHARGED_OK;
+    charged_error_set(err, "%s", why);
+    return CHARGED_RETRY;
+}
 
 /* Every backend there is, by name. */
 static const struct provider_backend *const backends[] = {&provider_stripe};
@@ -77,21 +111,24 @@ void provider_client_charge(provider_client_t *pc, const struct provider_charge 
                             struct provider_result *res)
 {
     CHARGED_ASSERT(pc != NULL && ch != NULL && res != NULL);
-    pc->be->charge(pc->impl, ch, res);
+    if (gate_open(pc, BUDGET_CLASS_CREATE, res))
+        pc->be->charge(pc->impl, ch, res);
 }
 
 void provider_client_retrieve(provider_client_t *pc, const char *payment_intent_id,
                               struct provider_result *res)
 {
     CHARGED_ASSERT(pc != NULL && res != NULL);
-    pc->be->retrieve(pc->impl, payment_intent_id, res);
+    if (gate_open(pc, BUDGET_CLASS_RETRIEVE, res))
+        pc->be->retrieve(pc->impl, payment_intent_id, res);
 }
 
 void provider_client_search(provider_client_t *pc, const char *payment_attempt_id,
                             struct provider_result *res)
 {
     CHARGED_ASSERT(pc != NULL && res != NULL);
-    pc->be->search(pc->impl, payment_attempt_id, res);
+    if (gate_open(pc, BUDGET_CLASS_SEARCH, res))
+        pc->be->search(pc->impl, payment_attempt_id, res);
 }
 
 void provider_client_list(provider_client_t *pc, const char *payment_attempt_id,
@@ -99,8 +136,9 @@ void provider_client_list(provider_client_t *pc, const char *payment_attempt_id,
                           const char *starting_after, struct provider_result *res)
 {
     CHARGED_ASSERT(pc != NULL && res != NULL);
-    pc->be->list(pc->impl, payment_attempt_id, created_gte, created_lt, starting_after,
-                 res);
+    if (gate_open(pc, BUDGET_CLASS_LIST, res))
+        pc->be->list(pc->impl, payment_attempt_id, created_gte, created_lt,
+                     starting_after, res);
 }
 
 void provider_client_redact(char *dst, size_t size, const char *src)
@@ -136,7 +174,8 @@ enum charged_rc provider_client_start_charge(provider_client_t *pc,
 {
     CHARGED_ASSERT(pc != NULL && ch != NULL);
     CHARGED_ASSERT(err != NULL);
-    return pc->be->start_charge(pc->impl, ch, opaque, err);
+    enum charged_rc rc = gate_start(pc, BUDGET_CLASS_CREATE, err);
+    return rc != CHARGED_OK ? rc : pc->be->start_charge(pc->impl, ch, opaque, err);
 }
 
 enum charged_rc provider_client_start_capture(provider_client_t *pc,
@@ -145,7 +184,8 @@ enum charged_rc provider_client_start_capture(provider_client_t *pc,
 {
     CHARGED_ASSERT(pc != NULL && c != NULL);
     CHARGED_ASSERT(err != NULL);
-    return pc->be->start_capture(pc->impl, c, opaque, err);
+    enum charged_rc rc = gate_start(pc, BUDGET_CLASS_CAPTURE, err);
+    return rc != CHARGED_OK ? rc : pc->be->start_capture(pc->impl, c, opaque, err);
 }
 
 enum charged_rc provider_client_start_void(provider_client_t *pc,
@@ -154,7 +194,8 @@ enum charged_rc provider_client_start_void(provider_client_t *pc,
 {
     CHARGED_ASSERT(pc != NULL && v != NULL);
     CHARGED_ASSERT(err != NULL);
-    return pc->be->start_void(pc->impl, v, opaque, err);
+    enum charged_rc rc = gate_start(pc, BUDGET_CLASS_CAPTURE, err);
+    return rc != CHARGED_OK ? rc : pc->be->start_void(pc->impl, v, opaque, err);
 }
 
 enum charged_rc provider_client_start_refund(provider_client_t *pc,
@@ -163,14 +204,16 @@ enum charged_rc provider_client_start_refund(provider_client_t *pc,
 {
     CHARGED_ASSERT(pc != NULL && r != NULL);
     CHARGED_ASSERT(err != NULL);
-    return pc->be->start_refund(pc->impl, r, opaque, err);
+    enum charged_rc rc = gate_start(pc, BUDGET_CLASS_REFUND, err);
+    return rc != CHARGED_OK ? rc : pc->be->start_refund(pc->impl, r, opaque, err);
 }
 
 void provider_client_retrieve_refund(provider_client_t *pc, const char *refund_id,
                                      struct provider_result *res)
 {
     CHARGED_ASSERT(pc != NULL && res != NULL);
-    pc->be->retrieve_refund(pc->impl, refund_id, res);
+    if (gate_open(pc, BUDGET_CLASS_RETRIEVE, res))
+        pc->be->retrieve_refund(pc->impl, refund_id, res);
 }
 
 void provider_client_list_refunds(provider_client_t *pc, const char *payment_intent,
@@ -178,7 +221,8 @@ void provider_client_list_refunds(provider_client_t *pc, const char *payment_int
                                   struct provider_result *res)
 {
     CHARGED_ASSERT(pc != NULL && res != NULL);
-    pc->be->list_refunds(pc->impl, payment_intent, refund_id, starting_after, res);
+    if (gate_open(pc, BUDGET_CLASS_LIST, res))
+        pc->be->list_refunds(pc->impl, payment_intent, refund_id, starting_after, res);
 }
 
 void provider_client_list_page(provider_client_t *pc, enum provider_list_of what,
@@ -187,6 +231,11 @@ void provider_client_list_page(provider_client_t *pc, enum provider_list_of what
                                struct provider_result *res)
 {
     CHARGED_ASSERT(pc != NULL && page != NULL && res != NULL);
+    if (!gate_open(pc, BUDGET_CLASS_LIST, res)) {
+        page->n = 0; /* nothing listed, nothing more */
+        page->has_more = 0;
+        return;
+    }
     pc->be->list_page(pc->impl, what, created_gte, created_lt, starting_after, page,
                       res);
     CHARGED_ASSERT(page->n <= PROVIDER_PAGE_MAX);
@@ -197,6 +246,10 @@ void provider_client_fetch(provider_client_t *pc, enum provider_list_of what,
                            struct provider_result *res)
 {
     CHARGED_ASSERT(pc != NULL && obj != NULL && res != NULL);
+    if (!gate_open(pc, BUDGET_CLASS_RETRIEVE, res)) {
+        memset(obj, 0, sizeof(*obj));
+        return;
+    }
     pc->be->fetch(pc->impl, what, id, obj, res);
 }
 

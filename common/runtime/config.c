@@ -71,6 +71,15 @@ static const struct config_row config_table[CONFIG__COUNT] = {
     {CONFIG_PROVIDER_API_VERSION, "PROVIDER_API_VERSION", CONFIG_T_STR, "2024-06-20", 0,
      0, R_PROV | CONFIG_ROLE_CTL | R_A | R_C, 0,
      "provider API version pinned with the Stripe-Version header"},
+    /* The fleet's provider budget (docs/architecture.md, "The provider
+     * budget"): every process that calls the provider draws from it. */
+    {CONFIG_PROVIDER_BUDGET, "PROVIDER_BUDGET", CONFIG_T_INT, "1", 0, 1,
+     R_PROV | CONFIG_ROLE_CTL | R_A | R_C, 0,
+     "1: provider requests draw from the fleet's budget (chargectl provider limits); "
+     "0: this process ignores it (no lease, no wait)"},
+    {CONFIG_PROVIDER_BUDGET_ACCOUNT, "PROVIDER_BUDGET_ACCOUNT", CONFIG_T_STR, "default",
+     0, 0, R_PROV | CONFIG_ROLE_CTL | R_A | R_C, 0,
+     "the provider account whose budget this process draws from"},
     /* Several secrets, so that a rotation loses no delivery: the provider
      * signs with the new one while the old one is still accepted. */
     {CONFIG_WEBHOOK_SIGNING_SECRET, "WEBHOOK_SIGNING_SECRET", CONFIG_T_SECRET, NULL, 0,

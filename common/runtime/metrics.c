@@ -32,6 +32,11 @@ struct metric_family {
 static const double provider_buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                                           1,     2.5,  5,     10,   30,  60};
 
+/* Seconds a request waited for the provider budget: none (most, with no
+ * limit), a fraction of a refresh, a few leases. */
+static const double budget_wait_buckets[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                             0.25,  0.5,   1,    2.5,   5,    10};
+
 #define N(a) (sizeof(a) / sizeof((a)[0]))
 
 /* The one table. Base units, counters end in _total. */
@@ -233,6 +238,21 @@ static const struct metric_family families[METRIC__COUNT] = {
                                    "Provider requests answered 429 (over the rate "
                                    "limit, not executed), by endpoint class.",
                                    {"class"}},
+    [METRIC_PROVIDER_BUDGET] =
+        {"charged_provider_budget",
+         METRIC_GAUGE,
+         "The fleet's provider budget as this process last "
+         "refreshed it, in requests/s, by endpoint class (global: "
+         "the account's): its limit, and the share this process "
+         "holds; -1: no limit.",
+         {"class", "kind"}},
+    [METRIC_PROVIDER_BUDGET_WAIT] = {"charged_provider_budget_wait_seconds",
+                                     METRIC_HISTOGRAM,
+                                     "How long provider requests waited for the budget "
+                                     "before they were sent, by priority.",
+                                     {"priority"},
+                                     budget_wait_buckets,
+                                     N(budget_wait_buckets)},
 };
 
 struct series {

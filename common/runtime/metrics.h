@@ -68,6 +68,9 @@ enum metric_key {
                                            {status} */
     METRIC_VOIDS,                       /* charged_voids_processed_total{status} */
     METRIC_PROVIDER_THROTTLED,          /* charged_provider_throttled_total{class} */
+    METRIC_PROVIDER_BUDGET,             /* charged_provider_budget{class,kind} */
+    METRIC_PROVIDER_BUDGET_WAIT, /* charged_provider_budget_wait_seconds{priority},
+                                    histogram */
     METRIC__COUNT
 };
 

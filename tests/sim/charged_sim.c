@@ -504,6 +504,8 @@ static const struct {
      "a capture of more than the authorization is claimed and sent"},
     {"park", SIM_BREAK_PARK, "a throttled or key-in-use job retries in its slot"},
     {"unpark", SIM_BREAK_UNPARK, "a parked job never comes back to its call"},
+    {"budget", SIM_BREAK_BUDGET,
+     "calls sent without asking the budget (with --budget)"},
     {"refund-captured", SIM_BREAK_REFUND_CAPTURED,
      "an authorization's refunds are bound by its amount, not its capture"},
 };
@@ -511,19 +513,23 @@ static const struct {
 
 static void usage(FILE *out)
 {
-    fprintf(
-        out,
-        "usage: charged-sim --seed N --steps N [--seeds K] [--break RULE] [--trace]\n"
-        "\n"
-        "  option         meaning                                        default\n"
-        "  --seed N       the first seed (one seed names one run exactly) 1\n"
-        "  --steps N      steps per seed                                  1000000\n"
-        "  --seeds K      run K seeds: N, N+1, ... N+K-1                  1\n"
-        "  --break RULE   drop one of charged's rules (test-only models)  none\n"
-        "  --trace        print every step                                off\n"
-        "  --help         this table\n"
-        "\n"
-        "  rule (--break)         what is dropped\n");
+    fprintf(out,
+            "usage: charged-sim --seed N --steps N [--seeds K] [--budget R] [--break "
+            "RULE]\n"
+            "                   [--trace]\n"
+            "\n"
+            "  option         meaning                                        default\n"
+            "  --seed N       the first seed (one seed names one run exactly) 1\n"
+            "  --steps N      steps per seed                                  1000000\n"
+            "  --seeds K      run K seeds: N, N+1, ... N+K-1                  1\n"
+            "  --budget R     each worker's share of the provider budget, 1..64 "
+            "requests/s;\n"
+            "                 its calls ask the gate first                    none\n"
+            "  --break RULE   drop one of charged's rules (test-only models)  none\n"
+            "  --trace        print every step                                off\n"
+            "  --help         this table\n"
+            "\n"
+            "  rule (--break)         what is dropped\n");
     for (int i = 0; i < NBREAKS; i++)
         fprintf(out, "  %-22s %s\n", break_rules[i].name, break_rules[i].what);
     fprintf(out,
@@ -547,7 +553,7 @@ static int parse_u64(const char *s, uint64_t *out)
 
 int main(int argc, char **argv)
 {
-    uint64_t seed = 1, steps = 1000000, seeds = 1;
+    uint64_t seed = 1, steps = 1000000, seeds = 1, budget = 0;
     unsigned breaks = 0;
     const char *broken = NULL;
     int trace_all = 0;
@@ -563,6 +569,9 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--steps") && parse_u64(v, &steps) == 0) {
             i++;
         } else if (!strcmp(a, "--seeds") && parse_u64(v, &seeds) == 0 && seeds > 0) {
+            i++;
+        } else if (!strcmp(a, "--budget") && parse_u64(v, &budget) == 0 && budget > 0 &&
+                   budget <= SIM_BUDGET_MAX) {
             i++;
         } else if (!strcmp(a, "--break") && v) {
             int k;
@@ -588,6 +597,7 @@ int main(int argc, char **argv)
     signal(SIGABRT, on_abort);
     for (uint64_t s = seed; s < seed + seeds; s++) {
         world_init(&w, s, breaks, trace_all);
+        w.budget_rps = (long long)budget;
         for (w.step = 0; w.step < steps; w.step++) {
             sim_note(&w, -1, A_IDLE, 0, 0);
             step(&w);
@@ -612,7 +622,7 @@ int main(int argc, char **argv)
                "applied %llu foreign %llu jumps %llu crashes %llu rebalances %llu "
                "authorized %llu captured %llu voided %llu step_rejected %llu "
                "hold_lost %llu step_unknown %llu captured_refunds %llu "
-               "throttled %llu parked %llu charged %lld "
+               "throttled %llu parked %llu budget_parked %llu charged %lld "
                "refunded %lld hash %016llx\n",
                (unsigned long long)s, (unsigned long long)steps, w.next_attempt,
                w.next_refund, (unsigned long long)w.charges_sent,
@@ -629,8 +639,8 @@ int main(int argc, char **argv)
                (unsigned long long)w.step_unknown,
                (unsigned long long)w.captured_refunds,
                (unsigned long long)w.prov->throttled, (unsigned long long)w.parked,
-               w.prov->charged_total, w.prov->refunded_total,
-               (unsigned long long)world_hash(&w));
+               (unsigned long long)w.budget_parked, w.prov->charged_total,
+               w.prov->refunded_total, (unsigned long long)world_hash(&w));
         world_release(&w);
     }
     fflush(stdout);

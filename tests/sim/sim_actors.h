@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "budget_gate.h"
 #include "engine_core.h"
 #include "job.h"
 #include "offset_tracker.h"
@@ -115,8 +116,18 @@ struct sim_job {
                                       free (0: not so) */
 };
 
+/* The most requests/s a worker's share of the budget may be (--budget):
+ * the sends of its last second are kept to check it. */
+#define SIM_BUDGET_MAX 64
+
 struct worker {
     int id, alive;
+    /* Its share of the provider budget (--budget): the real gate, and its
+     * last sends; the gate is new after a crash (a new process). */
+    int gate_on;
+    struct budget_gate gate;
+    int64_t sent_ms[SIM_BUDGET_MAX];
+    uint64_t nsent;
     job_list_t *jobs;
     offset_tracker_t *offsets;
     unsigned parts; /* assigned partitions, a bit each */
@@ -171,7 +182,9 @@ struct world {
     /* Authorizations and their steps (issue 37). */
     uint64_t authorized, captured, voided, step_rejected, hold_lost, step_unknown,
         captured_refunds;
-    uint64_t parked; /* jobs throttled or their key in use, parked (issue 38) */
+    uint64_t parked;        /* jobs throttled or their key in use, parked (issue 38) */
+    long long budget_rps;   /* each worker's share of the provider budget; 0: none */
+    uint64_t budget_parked; /* calls parked for the budget */
 };
 
 /* "pi_12" -> 12; "" -> SIM_NULL. */

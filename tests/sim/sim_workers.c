@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "attempt_status.h"
+#include "charged_assert.h"
 #include "payment_answer.h"
 #include "sim_actors.h"
 
@@ -223,6 +224,89 @@ static void send_call(struct world *w, struct job *j)
         w->now + (lost ? w->set.provider_timeout_ms : sj(j)->answer.latency_ms);
 }
 
+/* ---- the provider budget (--budget): each worker holds a share ---- */
+
+/* A call's endpoint class and priority, as engine_provider.c's budget_of
+ * gives them for the operation's name. */
+static void budget_of(int kind, enum budget_class *cls, enum budget_priority *prio)
+{
+    CHARGED_ASSERT(kind >= 0 && kind <= MSG_VOID);
+    *cls = BUDGET_CLASS_CREATE;
+    *prio = BUDGET_PRIO_CHARGE;
+    if (kind == MSG_CAPTURE || kind == MSG_VOID) {
+        *cls = BUDGET_CLASS_CAPTURE;
+        *prio = BUDGET_PRIO_CAPTURE;
+    } else if (kind == MSG_REFUND) {
+        *cls = BUDGET_CLASS_REFUND;
+        *prio = BUDGET_PRIO_REFUND;
+    }
+}
+
+static void gate_on(struct world *w, struct worker *wk)
+{
+    struct budget_share share;
+    if (wk->gate_on)
+        return;
+    budget_share_zero(&share);
+    share.global_mrps = w->budget_rps * BUDGET_UNIT;
+    for (int c = 0; c < BUDGET_CLASS_COUNT; c++)
+        share.class_mrps[c] = BUDGET_UNLIMITED;
+    budget_gate_init(&wk->gate, w->now);
+    budget_gate_set_share(&wk->gate, &share, INT64_MAX / 4, w->now);
+    wk->gate_on = 1;
+    wk->nsent = 0;
+}
+
+/* A job no longer asks (given up, settled, freed): not a waiter. */
+static void budget_forget(struct worker *wk, struct job *j)
+{
+    if (wk->gate_on)
+        budget_gate_forget(&wk->gate, &j->budget.t);
+    j->budget.asked = 0;
+}
+
+/* The invariant: never more calls started in a second than the share. */
+static void budget_sent(struct world *w, struct worker *wk)
+{
+    CHARGED_ASSERT(w->budget_rps > 0 && w->budget_rps <= SIM_BUDGET_MAX);
+    if (wk->nsent >= (uint64_t)w->budget_rps) {
+        int64_t first =
+            wk->sent_ms[(wk->nsent - (uint64_t)w->budget_rps) % SIM_BUDGET_MAX];
+        if (w->now - first < 1000)
+            sim_violate(&w->viol, "budget-per-second",
+                        "worker %d: %lld calls started within %lld ms, share %lld/s",
+                        wk->id, w->budget_rps + 1, (long long)(w->now - first),
+                        w->budget_rps);
+    }
+    wk->sent_ms[wk->nsent++ % SIM_BUDGET_MAX] = w->now;
+}
+
+/* Asks the worker's gate for j's call, as engine_provider.c does: 0, send;
+ * 1, parked for the gate's wait (engine_core_budget). */
+static int budget_waits(struct world *w, struct worker *wk, struct job *j)
+{
+    if (w->budget_rps <= 0)
+        return 0;
+    gate_on(w, wk);
+    if (!j->budget.asked) {
+        enum budget_class cls;
+        enum budget_priority prio;
+        budget_of(j->kind, &cls, &prio);
+        j->budget = (struct budget_ask){{cls, prio, 0}, w->now, 1};
+    }
+    long long wait = (w->breaks & SIM_BREAK_BUDGET)
+                         ? 0
+                         : budget_gate_ask(&wk->gate, &j->budget.t, w->now);
+    if (engine_core_budget(wk->jobs, j, wait, w->now) == ENGINE_NEXT_NONE) {
+        j->budget.asked = 0;
+        budget_sent(w, wk);
+        return 0;
+    }
+    engine_core_budget_waited_long(j, w->now);
+    w->budget_parked++;
+    return 1;
+}
+
 static int call(struct world *w, struct worker *wk)
 {
     struct job *j;
@@ -233,13 +317,17 @@ static int call(struct world *w, struct worker *wk)
         return 0;
     switch (engine_core_call_gate(&w->core, wk->jobs, j, w->now)) {
     case ENGINE_NEXT_RELEASE:
+        budget_forget(wk, j);
         job_release(w, wk, j);
         break;
     case ENGINE_NEXT_KEY_CLOSED:
+        budget_forget(wk, j);
         sim_note(w, wk->id, A_KEY_CLOSED, sj(j)->target, j->kind);
         w->key_closed++;
         break;
     default:
+        if (budget_waits(w, wk, j))
+            break;
         send_call(w, j);
         engine_core_call_started(wk->jobs, j);
         sim_note(w, wk->id, A_CALL, job_msg(w, j)->id, j->kind);
@@ -431,6 +519,7 @@ static int reap_commit(struct world *w, struct worker *wk)
     for (struct job *j = job_list_first(wk->jobs, JOB_DONE), *next; j; j = next) {
         next = job_next_in_state(j);
         engine_core_reap(wk->jobs, wk->offsets, j);
+        budget_forget(wk, j);
         free(sj(j));
         n++;
     }
@@ -466,6 +555,7 @@ void sim_worker_reset(struct world *w, struct worker *wk)
     }
     offset_tracker_free(wk->offsets);
     wk->offsets = offset_tracker_new();
+    wk->gate_on = 0; /* a new process: a new gate */
     for (int p = 0; p < NPARTS; p++)
         wk->pos[p] = w->parts[p].committed;
     wk->last_renew = wk->last_commit = w->now;
@@ -497,9 +587,11 @@ void sim_rebalance(struct world *w)
     reap_commit(w, from);
     commit(w, from, p);
     for (struct job *j = job_list_oldest(from->jobs); j; j = job_younger(j))
-        if (!j->detached && j->partition == p &&
-            engine_core_detach(from->jobs, j) == ENGINE_NEXT_RELEASE)
-            job_release(w, from, j);
+        if (!j->detached && j->partition == p) {
+            if (engine_core_detach(from->jobs, j) == ENGINE_NEXT_RELEASE)
+                job_release(w, from, j);
+            budget_forget(from, j); /* revoked while it waited for the budget */
+        }
     offset_tracker_forget(from->offsets, p);
     from->parts &= ~(1u << p);
     to->parts |= 1u << p;

@@ -26,6 +26,7 @@ enum sim_break {
     SIM_BREAK_REFUND_CAPTURED = 1 << 11, /* refunds bound by the authorized amount */
     SIM_BREAK_PARK = 1 << 12, /* a throttled (or key-in-use) job retries in its slot */
     SIM_BREAK_UNPARK = 1 << 13, /* a parked job never comes back */
+    SIM_BREAK_BUDGET = 1 << 14, /* calls sent without asking the budget's gate */
 };
 
 /* A step of an authorization's, and a refund: the rows that name an

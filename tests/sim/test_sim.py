@@ -9,6 +9,11 @@ short   1,000,000 steps over each of three seeds: no invariant broken, and
 rules   each --break RULE is caught, by the invariant that rule keeps, within
         1,000,000 steps (RULE_BOUNDS: more for a few), for every seed of a fixed list; the exit is 1 and
         the report names the rule. The same seeds without --break break none.
+budget  --budget 4 (each worker's share of the provider budget, requests/s):
+        over three seeds no invariant broken and calls parked for the budget;
+        with --break budget (calls sent without asking the gate) the
+        invariant budget-per-second (never more calls started in a second
+        than the share) is caught.
 replay  the same seed and steps print the same final hash (a violation too:
         the same step), alone or after another seed in one process; another
         seed prints another.
@@ -138,6 +143,26 @@ def rules(sim):
     print("rules: without --break no violation")
 
 
+def budget(sim):
+    rc, out, err = run(sim, "--seed", 1, "--steps", 300_000, "--seeds", len(SEEDS),
+                       "--budget", 4)
+    if rc != 0:
+        fail(f"--budget 4: exit {rc}:\n{err}")
+    for l in seed_lines(out):
+        for what in ("budget_parked", "persisted", "parked"):
+            if int(l[what]) == 0:
+                fail(f"--budget 4 seed {l['seed']}: no {what}")
+    for seed in SEEDS:
+        rc, out, err = run(sim, "--seed", seed, "--steps", 300_000, "--budget", 4,
+                           "--break", "budget")
+        m = re.search(r"VIOLATION rule=(\S+)", err)
+        if rc != 1 or not m or m.group(1) != "budget-per-second":
+            fail(f"--budget 4 --break budget seed {seed}: exit {rc}, "
+                 f"not caught as budget-per-second:\n{err[-2000:]}")
+    print("budget: no violation with a share of 4/s; without the gate "
+          "budget-per-second is caught")
+
+
 def replay(sim):
     a = run(sim, "--seed", 5, "--steps", 300_000)
     b = run(sim, "--seed", 5, "--steps", 300_000)
@@ -160,10 +185,11 @@ def replay(sim):
 
 
 def main():
-    if len(sys.argv) != 3 or sys.argv[1] not in ("short", "rules", "replay"):
+    modes = {"short": short, "rules": rules, "replay": replay, "budget": budget}
+    if len(sys.argv) != 3 or sys.argv[1] not in modes:
         print(__doc__)
         return 2
-    {"short": short, "rules": rules, "replay": replay}[sys.argv[1]](sys.argv[2])
+    modes[sys.argv[1]](sys.argv[2])
     print("1 passed, 0 failed")
     return 0
 

@@ -324,6 +324,38 @@ START_TEST(a_throttled_job_parks_and_frees_its_slot)
 }
 END_TEST
 
+/* Issue 38's fleet budget: a call the gate makes wait parks for exactly
+ * the gate's wait, out of its slot, its offset held; back, it is sent with
+ * the same claim; a wait past ENGINE_BUDGET_LONG_MS is said once. */
+START_TEST(a_call_over_the_budget_parks_for_the_gates_wait)
+{
+    enum budget_class c = BUDGET_CLASS_CREATE;
+    enum budget_priority p = BUDGET_PRIO_CHARGE;
+    claim(&jobs[0], 1, 0, 0);
+    ck_assert_int_eq(engine_core_call_gate(&core, list, &jobs[0], 10),
+                     ENGINE_NEXT_SEND);
+    ck_assert_int_eq(engine_core_budget(list, &jobs[0], 0, 10), ENGINE_NEXT_NONE);
+    ck_assert_int_eq(jobs[0].state, JOB_CALL);
+    jobs[0].budget = (struct budget_ask){{c, p, 1}, 10, 1};
+    ck_assert_int_eq(engine_core_budget(list, &jobs[0], 37, 10), ENGINE_NEXT_PARKED);
+    ck_assert_int_eq(jobs[0].state, JOB_PARKED);
+    ck_assert_int_eq(jobs[0].next_at, 47); /* exactly the gate's wait */
+    ck_assert_int_eq(engine_core_started(list), 0);
+    ck_assert_int_eq(engine_core_commit_ok(list, 0, 11), 0);
+    ck_assert_int_eq(engine_core_park_gate(&core, list, &jobs[0], 46),
+                     ENGINE_NEXT_SKIP);
+    ck_assert_int_eq(engine_core_park_gate(&core, list, &jobs[0], 47),
+                     ENGINE_NEXT_SEND);
+    ck_assert_int_eq(jobs[0].lease_epoch, 1);
+    ck_assert_int_eq(engine_core_budget_waited_long(&jobs[0], 900), 0);
+    ck_assert_int_eq(engine_core_budget_waited_long(&jobs[0], 1010), 1);
+    ck_assert_int_eq(engine_core_budget_waited_long(&jobs[0], 2000), 0); /* once */
+    /* Given up while it waits: released, as a throttled one. */
+    ck_assert_int_eq(engine_core_budget(list, &jobs[0], 250, 47), ENGINE_NEXT_PARKED);
+    ck_assert_int_eq(engine_core_detach(list, &jobs[0]), ENGINE_NEXT_RELEASE);
+}
+END_TEST
+
 START_TEST(a_parked_job_given_up_lets_its_lease_go)
 {
     next_decided = ANSWER_NEXT_RETRY;
@@ -382,6 +414,7 @@ int main(void)
     tcase_add_test(tc, the_loop_sleeps_until_something_is_due);
     tcase_add_test(tc, a_throttled_job_parks_and_frees_its_slot);
     tcase_add_test(tc, a_parked_job_given_up_lets_its_lease_go);
+    tcase_add_test(tc, a_call_over_the_budget_parks_for_the_gates_wait);
     /* The abort ends the process it runs in: only where each test has a
      * process of its own (not the valgrind run's CK_FORK=no). */
     const char *fork_mode = getenv("CK_FORK");

@@ -40,6 +40,7 @@ static const struct {
     {JOB_CALL, JOB_PERSIST}, /* not sent: the key may be forgotten */
     {JOB_CALL, JOB_WAIT},
     {JOB_CALL, JOB_DONE},
+    {JOB_CALL, JOB_PARKED}, /* waiting for the provider budget: slot freed */
     {JOB_CALLING, JOB_CALL},
     {JOB_CALLING, JOB_PERSIST},
     {JOB_CALLING, JOB_CALLING_FENCED},

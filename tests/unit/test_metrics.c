@@ -84,6 +84,8 @@ START_TEST(every_family_has_help_and_type_and_no_series_until_changed)
         "charged_reconciler_void_settlements_total",
         "charged_voids_processed_total",
         "charged_provider_throttled_total",
+        "charged_provider_budget",
+        "charged_provider_budget_wait_seconds",
     };
     metrics_reset();
     ck_assert_uint_eq(sizeof(names) / sizeof(names[0]), METRIC__COUNT);
@@ -94,9 +96,10 @@ START_TEST(every_family_has_help_and_type_and_no_series_until_changed)
         snprintf(line, sizeof(line), "# HELP %s ", names[k]);
         ck_assert_msg(strstr(text, line), "no HELP for %s", names[k]);
         snprintf(line, sizeof(line), "# TYPE %s %s", names[k],
-                 k == METRIC_PROVIDER_DURATION ? "histogram"
-                 : strstr(names[k], "_total")  ? "counter"
-                                               : "gauge");
+                 k == METRIC_PROVIDER_DURATION || k == METRIC_PROVIDER_BUDGET_WAIT
+                     ? "histogram"
+                 : strstr(names[k], "_total") ? "counter"
+                                              : "gauge");
         ck_assert_msg(has_line(text, line), "want '%s' in:\n%s", line, text);
     }
     /* Nothing but comment lines. */

@@ -6,7 +6,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "budget_alloc.h"
 #include "config.h"
+#include "provider_client.h"
 
 enum ctl_exit { CTL_OK = 0, CTL_FAILED = 1, CTL_USAGE = 2 };
 
@@ -27,6 +29,19 @@ ctl_say(int rc, const char *cmd, const char *sub, const char *fmt, ...);
 /* Who runs chargectl, for --actor's default: the effective user's name,
  * else $USER; NULL when neither is known. */
 const char *ctl_os_user(void);
+
+/* The longest a chargectl request waits for its share of the fleet's
+ * provider budget before it is not sent (a resolve must not hang). */
+#define CTL_BUDGET_WAIT_MS 5000
+
+/* A provider client of chargectl's settings whose every request draws from
+ * the fleet's provider budget for prio (PROVIDER_BUDGET; a one-shot member:
+ * it refreshes while it waits, at most CTL_BUDGET_WAIT_MS a request, and
+ * the request answers why it was not sent). NULL and err on a bad setting.
+ * One at a time; ctl_provider_close leaves the budget and frees it. */
+provider_client_t *ctl_provider_open(const config_t *cfg, enum budget_priority prio,
+                                     struct charged_error *err);
+void ctl_provider_close(provider_client_t *pc);
 
 int ctl_migrate(int argc, char **argv);
 int ctl_publish(int argc, char **argv);

@@ -231,11 +231,7 @@ static int audit_run(PGconn *conn, const config_t *cfg, long long since,
     struct audit_run_result res;
     long long now_ms = 0;
     int recorded = 0, rc = CTL_FAILED;
-    const char *key = config_str(cfg, CONFIG_PROVIDER_API_KEY);
-    provider_client_t *pc =
-        provider_client_new(config_str(cfg, CONFIG_PROVIDER_BASE_URL), key,
-                            config_str(cfg, CONFIG_PROVIDER_API_VERSION),
-                            (long)config_int(cfg, CONFIG_PROVIDER_TIMEOUT_MS), &perr);
+    provider_client_t *pc = ctl_provider_open(cfg, BUDGET_PRIO_AUDIT, &perr);
     if (!pc)
         return say(CTL_USAGE, "run", "%s", perr.message);
     audit_store_t *st = audit_store_new(config_str(cfg, CONFIG_DATABASE_URL), &serr);
@@ -296,7 +292,7 @@ out:
     json_decref(w);
     json_decref(rows);
     audit_store_free(st);
-    provider_client_free(pc);
+    ctl_provider_close(pc);
     return rc;
 }
 

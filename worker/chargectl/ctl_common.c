@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "budget_member.h"
+#include "charged_assert.h"
 #include "chargectl.h"
 #include "log.h"
 
@@ -52,4 +54,47 @@ const char *ctl_os_user(void)
         return pw->pw_name;
     const char *u = getenv("USER");
     return u && *u ? u : NULL;
+}
+
+/* The one provider client of a chargectl command and its budget. */
+static struct {
+    budget_member_t *member;
+    struct budget_caller caller;
+} provider_budget;
+
+provider_client_t *ctl_provider_open(const config_t *cfg, enum budget_priority prio,
+                                     struct charged_error *err)
+{
+    CHARGED_ASSERT(cfg != NULL && err != NULL);
+    CHARGED_ASSERT(provider_budget.member == NULL); /* one at a time */
+    provider_client_t *pc =
+        provider_client_new(config_str(cfg, CONFIG_PROVIDER_BASE_URL),
+                            config_str(cfg, CONFIG_PROVIDER_API_KEY),
+                            config_str(cfg, CONFIG_PROVIDER_API_VERSION),
+                            (long)config_int(cfg, CONFIG_PROVIDER_TIMEOUT_MS), err);
+    if (!pc)
+        return NULL;
+    if (budget_member_join(cfg, "chargectl", 0, &provider_budget.member, err) !=
+        CHARGED_OK) {
+        provider_client_free(pc);
+        return NULL;
+    }
+    provider_budget.caller = (struct budget_caller){
+        .member = provider_budget.member,
+        .prio = prio,
+        .max_wait_ms = CTL_BUDGET_WAIT_MS,
+        .stop = NULL,
+    };
+    provider_client_set_gate(pc, budget_member_gate, &provider_budget.caller);
+    return pc;
+}
+
+void ctl_provider_close(provider_client_t *pc)
+{
+    if (!pc)
+        return;
+    budget_member_leave(provider_budget.member);
+    budget_member_free(provider_budget.member);
+    provider_budget.member = NULL;
+    provider_client_free(pc);
 }

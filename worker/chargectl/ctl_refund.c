@@ -640,10 +640,7 @@ static int open_provider(const config_t *cfg, struct refund_cli *cli)
     if (!key || !*key)
         return say(CTL_USAGE, cli->sub,
                    "PROVIDER_API_KEY is not set: resolve asks the provider first");
-    cli->ra.pc =
-        provider_client_new(config_str(cfg, CONFIG_PROVIDER_BASE_URL), key,
-                            config_str(cfg, CONFIG_PROVIDER_API_VERSION),
-                            (long)config_int(cfg, CONFIG_PROVIDER_TIMEOUT_MS), &perr);
+    cli->ra.pc = ctl_provider_open(cfg, BUDGET_PRIO_LOOKUP, &perr);
     if (!cli->ra.pc)
         return say(CTL_USAGE, cli->sub, "%s", perr.message);
     return -1;
@@ -701,7 +698,7 @@ int ctl_refund(int argc, char **argv)
         return CTL_USAGE;
     if (!cli.resolve || (rc = open_provider(cfg, &cli)) < 0)
         rc = refund_run(cfg, &cli);
-    provider_client_free(cli.ra.pc);
+    ctl_provider_close(cli.ra.pc);
     config_free(cfg);
     return rc;
 }

@@ -264,9 +264,7 @@ int ctl_attempt_resolve(int argc, char **argv)
                            "before it writes anything");
     }
     /* Settings first: a bad one is bad usage, whatever the database says. */
-    pc = provider_client_new(config_str(cfg, CONFIG_PROVIDER_BASE_URL), key,
-                             config_str(cfg, CONFIG_PROVIDER_API_VERSION),
-                             (long)config_int(cfg, CONFIG_PROVIDER_TIMEOUT_MS), &err);
+    pc = ctl_provider_open(cfg, BUDGET_PRIO_LOOKUP, &err);
     if (!pc) {
         rc = usage_error("%s", err.message);
         goto out;
@@ -301,7 +299,7 @@ int ctl_attempt_resolve(int argc, char **argv)
 out:
     attempt_review_result_clear(&res);
     attempt_store_free(st);
-    provider_client_free(pc);
+    ctl_provider_close(pc);
     if (conn)
         PQfinish(conn);
     config_free(cfg);

@@ -88,10 +88,7 @@ static int step_resolve(const config_t *cfg, const struct step_cli *cli)
     if (!key || !*key)
         return ctl_say(CTL_USAGE, cli->k->noun, "resolve",
                        "PROVIDER_API_KEY is not set: resolve asks the provider first");
-    provider_client_t *pc =
-        provider_client_new(config_str(cfg, CONFIG_PROVIDER_BASE_URL), key,
-                            config_str(cfg, CONFIG_PROVIDER_API_VERSION),
-                            (long)config_int(cfg, CONFIG_PROVIDER_TIMEOUT_MS), &perr);
+    provider_client_t *pc = ctl_provider_open(cfg, BUDGET_PRIO_LOOKUP, &perr);
     if (!pc)
         return ctl_say(CTL_USAGE, cli->k->noun, "resolve", "%s", perr.message);
     struct step_review_request rq = {
@@ -110,7 +107,7 @@ static int step_resolve(const config_t *cfg, const struct step_cli *cli)
     else
         rc = ctl_say(CTL_FAILED, cli->k->noun, "resolve", "%s", res.message);
     step_review_result_clear(&res);
-    provider_client_free(pc);
+    ctl_provider_close(pc);
     return rc;
 }
 

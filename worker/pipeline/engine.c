@@ -30,6 +30,8 @@ void engine_job_free(engine_t *eng, struct job *j)
 {
     /* Freed only once out of every list. */
     CHARGED_ASSERT(!j->prev && !j->next && !j->state_prev && !j->state_next);
+    if (eng->budget)
+        budget_member_forget(eng->budget, &j->budget);
     if (j->have_cmd)
         eng->op->release(j->command);
     if (j->msg)
@@ -316,6 +318,9 @@ static enum charged_rc setup(engine_t *eng, struct charged_error *err)
     eng->op_state = eng->op->open(eng->cfg, eng->id, err);
     if (!eng->op_state)
         return CHARGED_GIVE_UP;
+    if ((rc = budget_member_join(eng->cfg, "worker", 1, &eng->budget, err)) !=
+        CHARGED_OK)
+        return rc;
     eng->offsets = offset_tracker_new();
     eng->jobs = job_list_new();
     if (!eng->offsets || !eng->jobs) {
@@ -342,6 +347,7 @@ static void teardown(engine_t *eng, int flush_ms)
     eng->jobs = NULL;
     engine_kafka_teardown(eng);
     provider_client_free(eng->provider);
+    budget_member_free(eng->budget);
     provider_breaker_free(eng->breaker);
     if (eng->op_state)
         eng->op->close(eng->op_state);
@@ -356,6 +362,7 @@ void engine_finish(engine_t *eng, int flush_ms)
 {
     CHARGED_ASSERT(!eng->closing); /* finished once */
     engine_commit_offsets(eng, 1, NULL);
+    budget_member_leave(eng->budget); /* its share free at once */
     eng->closing = 1;
     rd_kafka_consumer_close(eng->consumer);
     teardown(eng, flush_ms);

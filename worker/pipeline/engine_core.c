@@ -425,6 +425,32 @@ enum engine_next engine_core_park_gate(const struct engine_core *c, job_list_t *
     return ENGINE_NEXT_SEND;
 }
 
+/* ---- the provider budget ---- */
+
+enum engine_next engine_core_budget(job_list_t *jobs, struct job *j, long long wait_ms,
+                                    int64_t now)
+{
+    /* Asked only for a call about to be sent under a lease of ours. */
+    CHARGED_ASSERT(j->state == JOB_CALL && !j->detached && j->lease_epoch > 0);
+    CHARGED_ASSERT(wait_ms >= 0 && wait_ms <= BUDGET_GATE_WAIT_MAX_MS);
+    if (wait_ms == 0)
+        return ENGINE_NEXT_NONE;
+    /* Its slot is freed as a throttled job's is: the budget, not a slot,
+     * is what it waits for. */
+    job_set(jobs, j, JOB_PARKED);
+    j->next_at = now + wait_ms;
+    return ENGINE_NEXT_PARKED;
+}
+
+int engine_core_budget_waited_long(struct job *j, int64_t now)
+{
+    CHARGED_ASSERT(j->budget.asked && now >= j->budget.first_ms);
+    if (j->budget_long || now - j->budget.first_ms < ENGINE_BUDGET_LONG_MS)
+        return 0;
+    j->budget_long = 1;
+    return 1;
+}
+
 /* ---- offsets and the loop ---- */
 
 enum engine_next engine_core_detach(job_list_t *jobs, struct job *j)

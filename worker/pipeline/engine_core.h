@@ -205,6 +205,22 @@ long long engine_core_park_ms(const struct engine_policy *p,
 enum engine_next engine_core_park_gate(const struct engine_core *c, job_list_t *jobs,
                                        struct job *j, int64_t now);
 
+/* ---- the provider budget ---- */
+
+/* A wait for the budget this long is said (engine_provider.c's
+ * engine_budget_waited_long): the attempt is queued, not failed. */
+#define ENGINE_BUDGET_LONG_MS 1000
+
+/* The gate's answer for a CALL job the engine was about to send: wait_ms
+ * 0 sends it (NONE: nothing moves); else it parks (PARKED), out of its
+ * slot, for exactly wait_ms (the gate has no burst: a late ask loses
+ * time), its lease and offset kept, and asks again with the same ticket
+ * when it is back. */
+enum engine_next engine_core_budget(job_list_t *jobs, struct job *j, long long wait_ms,
+                                    int64_t now);
+/* 1 once, when j has waited for the budget ENGINE_BUDGET_LONG_MS or more. */
+int engine_core_budget_waited_long(struct job *j, int64_t now);
+
 /* ---- offsets and the loop ---- */
 
 /* A job given up (its partition revoked, or the worker stopping): it no

@@ -21,6 +21,7 @@
 
 #include <librdkafka/rdkafka.h>
 
+#include "budget_member.h"
 #include "daemon.h"
 #include "engine.h"
 #include "engine_core.h"
@@ -100,6 +101,9 @@ struct engine {
     int paused; /* the assigned partitions are paused (breaker) */
     /* Calls started per second, lowered by 429s (provider_pace.h). */
     struct provider_pace pace;
+    /* This process's share of the fleet's provider budget: every call asks
+     * its gate first (budget_member.h). */
+    budget_member_t *budget;
     /* The half-open breaker's probe: a refused charge request, so
      * that no attempt (a poisoned one least of all) decides for the others
      * whether the provider is back. */

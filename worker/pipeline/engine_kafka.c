@@ -517,6 +517,9 @@ size_t engine_detach(engine_t *eng, const rd_kafka_topic_partition_list_t *parts
         }
         enum engine_next next = engine_core_detach(eng->jobs, j);
         CHARGED_ASSERT(j->detached && j->msg == NULL);
+        /* Revoked or stopping while it waited for the budget: no longer a
+         * waiter. */
+        budget_member_forget(eng->budget, &j->budget);
         left += next != ENGINE_NEXT_NONE;
         if (next == ENGINE_NEXT_RELEASE)
             engine_release_lease(eng, j);

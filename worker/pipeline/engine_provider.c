@@ -25,16 +25,64 @@ void engine_unpark_jobs(engine_t *eng)
     }
 }
 
-/* The provider's endpoint class of an operation's POST (docs/provider.md):
- * what its throttling is counted under. */
+/* The operation's name of a job's call ("charge", "refund", ...). */
+static const char *op_name(const engine_t *eng, const struct job *j)
+{
+    return eng->op->kind_name ? eng->op->kind_name(j->kind) : eng->op->name;
+}
+
+/* The provider's endpoint class of an operation's POST (docs/provider.md),
+ * what its throttling is counted under and its budget asked for, and the
+ * budget's priority of it: captures and voids first, then refunds, then
+ * charges and authorizations (create). */
+static void budget_of(const char *op, enum budget_class *cls,
+                      enum budget_priority *prio)
+{
+    CHARGED_ASSERT(op != NULL && cls != NULL && prio != NULL);
+    *cls = BUDGET_CLASS_CREATE;
+    *prio = BUDGET_PRIO_CHARGE;
+    if (!strcmp(op, "capture") || !strcmp(op, "void"))
+        *cls = BUDGET_CLASS_CAPTURE, *prio = BUDGET_PRIO_CAPTURE;
+    else if (!strcmp(op, "refund"))
+        *cls = BUDGET_CLASS_REFUND, *prio = BUDGET_PRIO_REFUND;
+}
+
 static const char *endpoint_class(const char *op)
 {
-    CHARGED_ASSERT(op != NULL);
-    if (!strcmp(op, "capture") || !strcmp(op, "void"))
-        return "capture";
-    if (!strcmp(op, "refund"))
-        return "refund";
-    return "create"; /* charges and authorizations */
+    enum budget_class cls;
+    enum budget_priority prio;
+    budget_of(op, &cls, &prio);
+    return budget_class_name(cls);
+}
+
+/* TODO(issue 38, the attempt's "waiting for budget" status): a job has
+ * waited for the provider budget ENGINE_BUDGET_LONG_MS; its attempt should
+ * show it (PENDING, reason "waiting for budget", in `chargectl attempt
+ * show` and the status API). Today it is only said in the log. */
+static void engine_budget_waited_long(engine_t *eng, struct job *j)
+{
+    (void)eng;
+    log_debug("waiting for the provider budget; queued, not failed", JOB_FIELDS(j),
+              "class", budget_class_name(j->budget.t.cls), "priority",
+              budget_priority_name(j->budget.t.prio), NULL);
+}
+
+/* Asks the budget's gate for j's call: 0, send; 1, it waits (parked for
+ * the gate's wait, out of its slot). */
+static int budget_waits(engine_t *eng, struct job *j, int64_t now)
+{
+    if (!j->budget.asked) {
+        enum budget_class cls;
+        enum budget_priority prio;
+        budget_of(op_name(eng, j), &cls, &prio);
+        budget_member_ask_init(&j->budget, cls, prio);
+    }
+    long long wait = budget_member_ask(eng->budget, &j->budget, now);
+    if (engine_core_budget(eng->jobs, j, wait, now) != ENGINE_NEXT_PARKED)
+        return 0;
+    if (engine_core_budget_waited_long(j, now))
+        engine_budget_waited_long(eng, j);
+    return 1;
 }
 
 void engine_start_calls(engine_t *eng)
@@ -44,6 +92,8 @@ void engine_start_calls(engine_t *eng)
     for (struct job *j = job_list_first(eng->jobs, JOB_CALL), *next; j; j = next) {
         next = job_next_in_state(j);
         enum engine_next gate = engine_core_call_gate(&eng->core, eng->jobs, j, now);
+        if (gate == ENGINE_NEXT_RELEASE || gate == ENGINE_NEXT_KEY_CLOSED)
+            budget_member_forget(eng->budget, &j->budget);
         if (gate == ENGINE_NEXT_RELEASE)
             engine_release_lease(eng, j);
         if (gate == ENGINE_NEXT_KEY_CLOSED)
@@ -59,6 +109,12 @@ void engine_start_calls(engine_t *eng)
          * counted, until the breaker's own probes close it. */
         if (!provider_breaker_allow(eng->breaker, now, &j->ticket))
             continue;
+        /* The fleet's budget: over this process's share the job parks for
+         * the gate's wait, its slot freed, as a throttled one does. */
+        if (budget_waits(eng, j, now)) {
+            provider_breaker_cancel(eng->breaker, &j->ticket);
+            continue;
+        }
         int paced = provider_pace_take(&eng->pace, now);
         CHARGED_ASSERT(paced); /* there was room a moment ago, at the same now */
         /* The claimed record's parameters, never the message's. */
@@ -86,7 +142,7 @@ static void on_call_done(engine_t *eng, struct job *j)
     int64_t now = clock_now_ms();
 
     snprintf(status, sizeof(status), "%d", j->res.http_status);
-    const char *op = eng->op->kind_name ? eng->op->kind_name(j->kind) : eng->op->name;
+    const char *op = op_name(eng, j);
     metrics_observe(METRIC_PROVIDER_DURATION, j->res.latency_ms / 1000.0, op);
     metrics_add(METRIC_PROVIDER_RESPONSES, 1, op,
                 provider_outcome_name(j->res.outcome));

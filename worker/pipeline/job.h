@@ -18,6 +18,7 @@
 
 #include "answer_decision.h"
 #include "attempt_status.h"
+#include "budget_ask.h"
 #include "dead_letter.h"
 #include "provider_breaker.h"
 #include "provider_client.h"
@@ -38,10 +39,11 @@ enum job_state {
     JOB_CALLING_FENCED,   /* call in flight, but our lease was lost meanwhile:
                              its answer is logged, never persisted */
     JOB_PERSIST,          /* outcome known: persist it */
-    JOB_PARKED,           /* throttled (429) or its key in use (409): not
-                             executed; holds its lease and its offset but no
-                             in-flight slot; back to CALL at next_at when a
-                             slot is free */
+    JOB_PARKED,           /* throttled (429), its key in use (409), or
+                             waiting for the provider budget: not executed;
+                             holds its lease and its offset but no in-flight
+                             slot; back to CALL at next_at when a slot is
+                             free */
     JOB_DONE,             /* effects durable (or given up): reap it */
     JOB__COUNT
 };
@@ -85,6 +87,10 @@ struct job {
                           slows the process's pace; its retries' are the same
                           overrun, already answered */
     int lock_waits;    /* RECORD, CLAIM: statements another session's lock held */
+    struct budget_ask budget; /* CALL, PARKED: its call's place at the budget's
+                                 gate (engine_provider.c's budget_of) */
+    int budget_long;          /* its wait for the budget passed
+                                 ENGINE_BUDGET_LONG_MS (said once) */
     /* What became of the message, for charged_messages_total once the job
      * is reaped: a string literal; NULL when it was given up (detached). */
     const char *outcome;

@@ -18,6 +18,7 @@ struct auditor {
     config_t *cfg;
     char id[160];
     provider_client_t *provider;
+    struct daemon_budget budget; /* its walks draw from the fleet's, last */
     audit_store_t *store;
     struct audit_step_table steps; /* the operations' rules */
     long long window_s, lag_ms, poll_ms, from_unix, pending_batch;
@@ -197,6 +198,7 @@ static size_t auditor_drain(void *state, int64_t deadline)
 static void teardown(struct auditor *a)
 {
     audit_store_free(a->store);
+    daemon_budget_leave(&a->budget);
     provider_client_free(a->provider);
     config_free(a->cfg);
     free(a);
@@ -236,6 +238,14 @@ static enum charged_rc setup(void *state, config_t *cfg, const char *id,
                             config_int(a->cfg, CONFIG_PROVIDER_TIMEOUT_MS), err);
     if (!a->provider)
         return CHARGED_GIVE_UP;
+    /* Its walks come last of every priority (with the budget's audit
+     * floor); a page waits at most one provider timeout, then is not
+     * audited this time. */
+    enum charged_rc rc = daemon_budget_join(
+        &a->budget, a->cfg, "auditor", BUDGET_PRIO_AUDIT,
+        config_int(a->cfg, CONFIG_PROVIDER_TIMEOUT_MS), a->provider, err);
+    if (rc != CHARGED_OK)
+        return rc;
     a->store = audit_store_new(config_str(a->cfg, CONFIG_DATABASE_URL), err);
     if (!a->store)
         return CHARGED_GIVE_UP;

@@ -26,6 +26,9 @@
 #include "op.h"
 
 #define PROBE_INTERVAL_MS 2000
+/* The longest a resolve's request waits for its share of the provider
+ * budget before it is not sent (an operator waits for the page). */
+#define CONSOLE_BUDGET_WAIT_MS 5000
 /* A slow client holds a connection for at most IDLE_TIMEOUT_S between
  * bytes, and one address holds at most MAX_CONNECTIONS_PER_IP: a few
  * hosts cannot lock the operators out. */
@@ -53,6 +56,8 @@ struct console {
     atomic_int kafka_requests; /* answering from Kafka now (reads_kafka) */
     int kafka_max;
     attempt_store_t *probe; /* the loop's own, for readiness */
+    /* One member of the provider budget for every view's resolves. */
+    struct daemon_budget budget;
     int64_t next_probe;
     int db_ok;
     long long ttl_s;
@@ -632,6 +637,8 @@ static void teardown(struct console *cs)
     for (size_t i = 0; cs->views && i < cs->nviews; i++)
         console_views_free(cs->views[i]);
     free(cs->views);
+    if (cs->budget.member)
+        daemon_budget_leave(&cs->budget);
     http_lender_free(cs->lender);
     attempt_store_free(cs->probe);
     config_free(cs->cfg);
@@ -667,6 +674,17 @@ static enum charged_rc setup(struct console *cs, struct charged_error *err)
     for (size_t i = 0; i < cs->nviews; i++) {
         if (!(cs->views[i] = console_views_new(cs->cfg, err)))
             return CHARGED_GIVE_UP;
+        /* A resolve's look-ups draw from the fleet's budget; one waits at
+         * most CONSOLE_BUDGET_WAIT_MS, then says why it was not sent. */
+        enum charged_rc rc =
+            i == 0 ? daemon_budget_join(&cs->budget, cs->cfg, "console",
+                                        BUDGET_PRIO_LOOKUP, CONSOLE_BUDGET_WAIT_MS,
+                                        console_views_provider(cs->views[0]), err)
+                   : CHARGED_OK;
+        if (rc != CHARGED_OK)
+            return rc;
+        provider_client_set_gate(console_views_provider(cs->views[i]),
+                                 budget_member_gate, &cs->budget.caller);
     }
     if (!(cs->lender = http_lender_new((void *const *)cs->views, cs->nviews))) {
         charged_error_set(err, "out of memory");

@@ -93,6 +93,11 @@ fail:
     return NULL;
 }
 
+provider_client_t *console_views_provider(console_views_t *v)
+{
+    return v->pc;
+}
+
 void console_views_free(console_views_t *v)
 {
     if (!v)

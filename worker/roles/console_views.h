@@ -15,12 +15,15 @@
 #include "config.h"
 #include "console_input.h"
 #include "console_store.h"
+#include "provider_client.h"
 
 typedef struct console_views console_views_t;
 
 /* Connects nothing yet; NULL with err on a bad setting. cfg outlives it. */
 console_views_t *console_views_new(const config_t *cfg, struct charged_error *err);
 void console_views_free(console_views_t *v);
+/* Its provider client (the console gates it on the fleet's budget). */
+provider_client_t *console_views_provider(console_views_t *v);
 
 /* The console store, for sign-in and sessions. */
 console_store_t *console_views_store(console_views_t *v);

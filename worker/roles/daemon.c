@@ -92,6 +92,40 @@ void daemon_heartbeat(void)
     atomic_store(&last_turn_ms, clock_now_ms());
 }
 
+/* A wait for the budget: alive as it goes, ended by a stop signal. */
+static int budget_stop(void)
+{
+    daemon_heartbeat();
+    return daemon_stopping() > 0;
+}
+
+enum charged_rc daemon_budget_join(struct daemon_budget *b, const config_t *cfg,
+                                   const char *role, enum budget_priority prio,
+                                   long long max_wait_ms, provider_client_t *pc,
+                                   struct charged_error *err)
+{
+    CHARGED_ASSERT(b != NULL && cfg != NULL && pc != NULL && max_wait_ms > 0);
+    enum charged_rc rc = budget_member_join(cfg, role, 1, &b->member, err);
+    if (rc != CHARGED_OK)
+        return rc;
+    b->caller = (struct budget_caller){
+        .member = b->member,
+        .prio = prio,
+        .max_wait_ms = max_wait_ms,
+        .stop = budget_stop,
+    };
+    provider_client_set_gate(pc, budget_member_gate, &b->caller);
+    return CHARGED_OK;
+}
+
+void daemon_budget_leave(struct daemon_budget *b)
+{
+    CHARGED_ASSERT(b != NULL);
+    budget_member_leave(b->member);
+    budget_member_free(b->member);
+    b->member = NULL;
+}
+
 static void set_ready(int ready, const char *why_not)
 {
     char why[sizeof(ready_why)];

@@ -30,7 +30,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "budget_member.h"
 #include "config.h"
+#include "provider_client.h"
 
 /* A step's answer when it has more to do at once: any time not after now
  * means due now. */
@@ -117,6 +119,25 @@ const char *daemon_db_not_ready(const struct daemon_db *db);
  * acknowledgements), so that /healthz measures a stuck loop, not a slow
  * answer. Safe from any thread. */
 void daemon_heartbeat(void);
+
+/* A role's member of the fleet's provider budget, its provider client's
+ * gate (docs/architecture.md, "The provider budget"). */
+struct daemon_budget {
+    budget_member_t *member;
+    struct budget_caller caller;
+};
+/* Joins the budget for role (budget_member_join: a first refresh now, then
+ * a thread) and gates every request of pc on it for prio: each waits at
+ * most max_wait_ms for its share (then answers NOT_EXECUTED, nothing
+ * sent), keeping the loop alive (daemon_heartbeat) while it waits, and
+ * not at all once a stop signal came. CHARGED_OK, or as
+ * budget_member_join. */
+enum charged_rc daemon_budget_join(struct daemon_budget *b, const config_t *cfg,
+                                   const char *role, enum budget_priority prio,
+                                   long long max_wait_ms, provider_client_t *pc,
+                                   struct charged_error *err);
+/* A clean exit: leaves the budget (its share free at once) and frees. */
+void daemon_budget_leave(struct daemon_budget *b);
 
 /* Installs the handlers (SIGTERM, SIGINT counted and waking the loop;
  * SIGPIPE ignored). Returns CHARGED_OK, or CHARGED_RETRY with err when the

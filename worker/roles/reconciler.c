@@ -368,6 +368,7 @@ static size_t reconciler_drain(void *state, int64_t deadline)
 
 static void teardown(struct reconciler *r)
 {
+    daemon_budget_leave(&r->budget);
     provider_client_free(r->provider);
     for (size_t k = 0; k < payment_operations_count; k++) {
         if (r->stores[k])
@@ -442,6 +443,14 @@ static enum charged_rc setup(void *state, config_t *cfg, const char *id,
                                       r->provider_timeout_ms, err);
     if (!r->provider)
         return CHARGED_GIVE_UP;
+    /* Its calls settle UNKNOWN: look-ups, after every money-moving write.
+     * A call waits for its share at most one provider timeout: a call and
+     * its wait fit the lease's two timeouts a call (above). */
+    enum charged_rc rc =
+        daemon_budget_join(&r->budget, r->cfg, "reconciler", BUDGET_PRIO_LOOKUP,
+                           r->provider_timeout_ms, r->provider, err);
+    if (rc != CHARGED_OK)
+        return rc;
     /* Does not connect: started while the database is down, it waits. The
      * look's limits and an operation's own settings say what its store
      * claims. */

@@ -30,6 +30,7 @@ struct reconciler {
     void *stores[PAYMENT_OPS_MAX];
     void *due[PAYMENT_OPS_MAX];
     provider_client_t *provider;
+    struct daemon_budget budget; /* its look-ups draw from the fleet's */
     long long batch, lease_ms, poll_ms, max_age_ms, search_lag_ms, stale_ms;
     long long key_retention_ms, provider_timeout_ms;
     long long schedule[MAX_SCHEDULE];

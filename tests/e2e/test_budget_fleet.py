@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""The fleet's provider budget on the real stack (issue 38): psp-sim limits
+the account (global 40/s, create 30/s), `chargectl provider limits set`
+gives the fleet the same limits, two workers and a reconciler draw from
+them, and N charges flow.
+
+Asserted: every charge executed once (psp-sim's ledger against the
+attempts); psp-sim's served requests never above the limit in force in any
+second of its series; its 429s at most 0.1% of what it served; and when
+`chargectl provider limits set` lowers the create limit at run time, psp-sim's
+series is under the new limit from 2 s after the change on (the members
+follow at their next refresh, ~250 ms, and the lease bounds one that does
+not)."""
+import time
+
+import charged_e2e as e2e
+from charged_e2e import check, check_eq
+
+N = 220
+GLOBAL, CREATE = 40, 30
+LOWER = 15  # create, at run time
+FOLLOW_S = 2
+
+
+def limits(s, *args):
+    p = s.run([e2e.CHARGECTL, "provider", "limits", "set", "--actor", "e2e"] + list(args))
+    check_eq(p.returncode, 0, "chargectl provider limits set %s" % " ".join(args))
+
+
+def settled(s):
+    return int(s.query("SELECT count(*) FROM payment_attempts WHERE status NOT IN "
+                       "('PENDING', 'PROCESSING')")[0][0])
+
+
+def scenario(new):
+    s = new("budget_fleet", partitions=4,
+            psp_args=["--rate-limit", str(GLOBAL), "--rate-limit-class",
+                      "create=%d" % CREATE])
+    limits(s, "--global", str(GLOBAL), "--class", "create=%d" % CREATE)
+    workers = [s.start_worker(), s.start_worker()]
+    s.start_reconciler()
+    s.wait_group_settled(workers)
+    s.publish([e2e.new_command(amount=100 + i) for i in range(N)])
+    e2e.wait_until("a third of the charges settled", lambda: settled(s) >= N // 3,
+                   e2e.scaled(30), 0.1)
+    changed_at = time.time()
+    limits(s, "--class", "create=%d" % LOWER)
+    s.wait_settled(N, e2e.scaled(60))
+    s.check_invariants()
+    check_eq(len([c for c in s.ledger() if not c.get("injected")]), N,
+             "charges psp-sim executed")
+
+    rl = s.psp_get("/rate-limits")
+    series = rl["per_second"]
+    served = sum(p["served"] for p in series)
+    throttled = sum(p["throttled"] for p in series)
+    e2e.log("psp-sim per second (at, served, throttled):",
+            [(p["at"] - series[0]["at"], p["served"], p["throttled"]) for p in series],
+            "limit lowered at +%.1f s" % (changed_at - series[0]["at"]))
+    check(served >= N, "psp-sim served %d requests, fewer than the %d charges"
+          % (served, N))
+    check(throttled * 1000 <= served,
+          "%d of %d requests throttled: more than 0.1%%" % (throttled, served))
+    for p in series:
+        limit = CREATE if p["at"] < changed_at + FOLLOW_S else LOWER
+        check(p["served"] <= limit,
+              "second %d: %d requests served, over the limit in force %d (lowered to "
+              "%d at %.1f)" % (p["at"], p["served"], limit, LOWER, changed_at))
+    after = [p for p in series if p["at"] >= changed_at + FOLLOW_S]
+    check(after, "no second of the series after the change: the run ended too soon")
+    check_eq(s.exited_workers(), [], "workers that exited")
+    shares = s.query("SELECT role, count(*) FROM provider_budget_members GROUP BY 1 "
+                     "ORDER BY 1")
+    e2e.log("budget members at the end:", shares)
+    check_eq(sorted(r[0] for r in shares), ["reconciler", "worker"],
+             "roles holding a share")
+
+
+if __name__ == "__main__":
+    raise SystemExit(e2e.main(scenario))
