@@ -226,12 +226,14 @@ static const char *SQL_CLAIM =
      * while the charge's call is still in flight: it waits for the charge
      * to settle rather than be rejected for it. Behind its capture, the
      * same: while a capture holds the authorization (its call in flight,
-     * or UNKNOWN), or one is recorded and not yet claimed (the claims of a
+     * or UNKNOWN: not one a person must review), or one is recorded and not yet claimed (the claims of a
      * batch run refunds first), the refund waits for what it will take. */
     "  AND (lk.status <> " ATTEMPT_SQL(PENDING) " OR NOT EXISTS ("
     "    SELECT 1 FROM payment_attempts w WHERE w.id = lk.payment_attempt_id"
     "    AND (w.status IN (" ATTEMPT_SQL(PENDING) ", " ATTEMPT_SQL(PROCESSING) ")"
-    "      OR (w.status = " ATTEMPT_SQL(AUTHORIZED) " AND (w.held_by = 'capture'"
+    "      OR (w.status = " ATTEMPT_SQL(AUTHORIZED) " AND ((w.held_by = 'capture'"
+    "        AND EXISTS (SELECT 1 FROM capture_attempts h WHERE h.id = w.held_by_id"
+    "          AND h.status IN (" ATTEMPT_SQL(PROCESSING) ", " ATTEMPT_SQL(UNKNOWN) ")))"
     "        OR (w.held_by IS NULL AND EXISTS (SELECT 1 FROM capture_attempts k"
     "          WHERE k.payment_attempt_id = w.id"
     "          AND k.status = " ATTEMPT_SQL(PENDING) ")))))"
