@@ -242,6 +242,9 @@ START_TEST(voids_run_through_the_engine_at_most_once)
     setenv_or_fail("WORKER_RETRY_BASE_MS", "100");
     setenv_or_fail("WORKER_RETRY_MAX_MS", "1000");
     setenv_or_fail("WORKER_COMMIT_INTERVAL_MS", "100");
+    /* Its database holds the void's table alone, not charged's schema:
+     * no provider_budget to lease a share from. */
+    setenv_or_fail("PROVIDER_BUDGET", "0");
     config_t *cfg = config_new(CONFIG_ROLE_WORKER, "worker", &cerr);
     ck_assert_msg(cfg != NULL, "%s", cerr.message);
     engine_t *eng = NULL;
