@@ -5,12 +5,19 @@ gives the fleet the same limits, two workers and a reconciler draw from
 them, and N charges flow.
 
 Asserted: every charge executed once (psp-sim's ledger against the
-attempts); psp-sim's served requests never above the limit in force in any
-second of its series; its 429s at most 0.1% of what it served; and when
-`chargectl provider limits set` lowers the create limit at run time, psp-sim's
-series is under the new limit from 2 s after the change on (the members
-follow at their next refresh, ~250 ms, and the lease bounds one that does
-not)."""
+attempts); psp-sim's 429s at most 0.1% of what it served (its limiter is
+Stripe's kind, a bucket of the limit's size); psp-sim's served requests in
+any second of its series above the limit in force by at most one request per
+member of the budget; and when `chargectl provider limits set` lowers the
+create limit at run time, the same holds for the new limit from 2 s after
+the change on (the members follow at their next refresh, ~250 ms, and the
+lease bounds one that does not).
+
+Why one per member: a gate sends at most its share in any second of its
+own clock; psp-sim counts a request in the second it arrives. A request the
+scheduler or the wire held back lands in the next second beside that
+second's own (seen under ASan with the other sets running: 16 in a second
+at a limit of 15, none throttled)."""
 import time
 
 import charged_e2e as e2e
@@ -61,13 +68,21 @@ def scenario(new):
           % (served, N))
     check(throttled * 1000 <= served,
           "%d of %d requests throttled: more than 0.1%%" % (throttled, served))
+    members = len(s.query("SELECT 1 FROM provider_budget_members"))
     for p in series:
         limit = CREATE if p["at"] < changed_at + FOLLOW_S else LOWER
-        check(p["served"] <= limit,
-              "second %d: %d requests served, over the limit in force %d (lowered to "
-              "%d at %.1f)" % (p["at"], p["served"], limit, LOWER, changed_at))
+        check(p["served"] <= limit + members,
+              "second %d: %d requests served, over the limit in force %d and one per "
+              "member (%d) (lowered to %d at %.1f)"
+              % (p["at"], p["served"], limit, members, LOWER, changed_at))
     after = [p for p in series if p["at"] >= changed_at + FOLLOW_S]
     check(after, "no second of the series after the change: the run ended too soon")
+    # The wire moves a request, it does not add one: over the seconds after
+    # the change together, the one-per-member slack is not multiplied.
+    span = after[-1]["at"] - after[0]["at"] + 1
+    check(sum(p["served"] for p in after) <= LOWER * span + members,
+          "%d requests served in the %d s after the change: over %d/s and one per member"
+          % (sum(p["served"] for p in after), span, LOWER))
     check_eq(s.exited_workers(), [], "workers that exited")
     shares = s.query("SELECT role, count(*) FROM provider_budget_members GROUP BY 1 "
                      "ORDER BY 1")
