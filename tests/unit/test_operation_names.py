@@ -84,11 +84,6 @@ DEBTS = {
     "common/core/webhook_event.c": (3, "the provider events' per-kind "
                                     "decisions (webhook_event_decide_*)"),
     "common/core/webhook_event.h": (1, "the provider events' per-kind decisions"),
-    "common/core/reconcile_policy.c": (6, "the reconciler's per-kind "
-                                       "orders of evidence"),
-    "common/core/reconcile_policy.h": (2, "the reconciler's per-kind orders"),
-    "common/core/reconcile_look.c": (2, "RECONCILE_KIND_AUTHORIZATION"),
-    "common/core/reconcile_look.h": (1, "RECONCILE_KIND_AUTHORIZATION"),
     "worker/pipeline/engine_provider.c": (2, "an operation's endpoint class "
                                           "(throttling's label): the face's"),
     "worker/chargectl/ctl_refund.c": (1, "a refusal names what an "
