@@ -391,7 +391,7 @@ void sim_webhook_step(struct world *w)
     struct webhook_decision d;
     /* The api's routing: a manual intent's events are the authorization's. */
     if (in->manual)
-        webhook_event_decide_authorization(&ev, &wa, &d);
+        authorize_event_decide(&ev, &wa, &d);
     else
         webhook_event_decide(&ev, &wa, &d);
     int ok = 0;

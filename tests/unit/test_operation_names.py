@@ -81,9 +81,6 @@ DEBTS = {
                                         "steps, shared by three operations"),
     "worker/operations/step_review.c": (2, "the review of an authorization's "
                                         "steps, shared by three operations"),
-    "common/core/webhook_event.c": (3, "the provider events' per-kind "
-                                    "decisions (webhook_event_decide_*)"),
-    "common/core/webhook_event.h": (1, "the provider events' per-kind decisions"),
     "worker/pipeline/engine_provider.c": (2, "an operation's endpoint class "
                                           "(throttling's label): the face's"),
     "worker/chargectl/ctl_refund.c": (1, "a refusal names what an "

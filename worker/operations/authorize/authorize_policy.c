@@ -1,10 +1,13 @@
-/* The authorization's pure decisions (authorize_policy.h). */
+/* The authorization's pure decisions (authorize_policy.h): its order of
+ * evidence, and what the provider's events about its intent do. */
 #include "authorize_policy.h"
 
 #include <stdio.h>
 #include <string.h>
 
 #include "charged_assert.h"
+
+/* ---- its order of evidence ---- */
 
 /* The authorization's own rows, as docs/reconciler.md's "Authorizations"
  * tells them (reconcile_policy.h's struct reconcile_row). */
@@ -144,3 +147,99 @@ const struct reconcile_order authorize_look_order = {
                   [RECONCILE_CHARGE] = "charge",
                   [RECONCILE_LIST] = "list"},
 };
+
+/* ---- the provider's events about its intent ---- */
+
+/* Our own intent holds the money. */
+static void decide_hold(const struct webhook_attempt *a, struct webhook_decision *d)
+{
+    CHARGED_ASSERT(a && d);
+    switch (a->status) {
+    case ATTEMPT_STATUS_PROCESSING:
+    case ATTEMPT_STATUS_UNKNOWN:
+        webhook_decision_set(d, WEBHOOK_APPLY, ATTEMPT_STATUS_AUTHORIZED,
+                             "the provider holds the money");
+        return;
+    case ATTEMPT_STATUS_AUTHORIZED:
+        webhook_decision_set(d, WEBHOOK_IGNORE, a->status, "already authorized");
+        return;
+    case ATTEMPT_STATUS_FAILED:
+        webhook_decision_set(d, WEBHOOK_REVIEW, ATTEMPT_STATUS_REQUIRES_REVIEW,
+                             "the provider reported a hold for a failed attempt");
+        return;
+    case ATTEMPT_STATUS_REJECTED:
+        webhook_decision_set(d, WEBHOOK_FLAG, a->status,
+                             "the provider reported a hold for a rejected attempt");
+        return;
+    case ATTEMPT_STATUS_PENDING:
+        webhook_decision_set(d, WEBHOOK_IGNORE, a->status,
+                             "not sent yet; the call will see it");
+        return;
+    default: /* captured, voided, under review: older news */
+        webhook_decision_set(d, WEBHOOK_IGNORE, a->status,
+                             "older than the current state");
+        return;
+    }
+}
+
+/* Our own intent was canceled by the provider on its own: its expiry. */
+static void decide_expiry(const struct webhook_attempt *a, struct webhook_decision *d)
+{
+    CHARGED_ASSERT(a && d);
+    switch (a->status) {
+    case ATTEMPT_STATUS_AUTHORIZED:
+        webhook_decision_set(d, WEBHOOK_APPLY, ATTEMPT_STATUS_VOIDED,
+                             "the provider canceled the hold on its own: expired");
+        return;
+    case ATTEMPT_STATUS_PROCESSING:
+    case ATTEMPT_STATUS_UNKNOWN:
+        webhook_decision_set(
+            d, WEBHOOK_APPLY, ATTEMPT_STATUS_FAILED,
+            "the provider canceled the authorization before its hold was recorded");
+        return;
+    case ATTEMPT_STATUS_SUCCEEDED:
+        webhook_decision_set(
+            d, WEBHOOK_REVIEW, ATTEMPT_STATUS_REQUIRES_REVIEW,
+            "the provider reported the expiry of a captured authorization");
+        return;
+    case ATTEMPT_STATUS_VOIDED:
+        webhook_decision_set(d, WEBHOOK_IGNORE, a->status, "already voided");
+        return;
+    default:
+        webhook_decision_set(d, WEBHOOK_IGNORE, a->status, "nothing to change");
+        return;
+    }
+}
+
+/* The hold, and the provider's own cancel of one (its expiry); a failure
+ * of its intent is decided as a charge's. */
+static int authorize_event_takes(const struct webhook_event *ev)
+{
+    CHARGED_ASSERT(ev);
+    return ev->evidence == WEBHOOK_EVIDENCE_AUTHORIZED || webhook_event_is_expiry(ev);
+}
+
+static void authorize_event_of_ours(const struct webhook_event *ev,
+                                    const struct webhook_attempt *a,
+                                    struct webhook_decision *d)
+{
+    CHARGED_ASSERT(ev && a && d);
+    if (webhook_event_is_expiry(ev))
+        decide_expiry(a, d);
+    else
+        decide_hold(a, d);
+}
+
+static const struct webhook_meaning authorize_event_meaning = {
+    .takes = authorize_event_takes,
+    .of_ours = authorize_event_of_ours,
+    .other_charge = "the provider reported a hold of another amount or currency",
+};
+
+void authorize_event_decide(const struct webhook_event *ev,
+                            const struct webhook_attempt *a, struct webhook_decision *d)
+{
+    CHARGED_ASSERT(ev != NULL && a != NULL && d != NULL);
+    CHARGED_ASSERT((unsigned)a->status < ATTEMPT_STATUS__COUNT);
+    webhook_event_decide_as(&authorize_event_meaning, ev, a, d);
+}

@@ -3,6 +3,7 @@
  * hold's meanings: an intent in requires_capture holds the money where a
  * charge's takes it, so it is AUTHORIZED, never SUCCEEDED; and a hold
  * recorded AUTHORIZED is looked at, by its id, for the provider's expiry.
+ * And what the provider's events about its intent do to its attempt.
  *
  * Pure: no database, no network, no clock. The reconciler
  * (authorize_look.c) and the simulation (tests/sim) run it alike. */
@@ -11,6 +12,7 @@
 
 #include "reconcile_look.h"
 #include "reconcile_policy.h"
+#include "webhook_event.h"
 
 /* The authorization's own rows of its order of evidence
  * (reconcile_meaning.rows), as decision.rule carries them. */
@@ -53,5 +55,24 @@ extern const struct reconcile_order authorize_look_order;
 /* "found_authorized", ...: the name of one of its own rows; NULL for
  * another. */
 const char *authorize_rule_name(enum reconcile_rule rule);
+
+/* What an authorization's event does to its attempt (capture_method
+ * manual), on webhook_event_decide_as's shared rules (only its own intent
+ * moves it; one not proven ours is recorded and ignored, an UNKNOWN
+ * attempt made due for the reconciler at once: its create again under its
+ * own key is the proof). Ours:
+ *   - the hold (WEBHOOK_EVIDENCE_AUTHORIZED) settles PROCESSING or UNKNOWN
+ *     as AUTHORIZED; for a FAILED attempt it is a contradiction (REVIEW);
+ *     for any other state, older news (ignored);
+ *   - the expiry (webhook_event_is_expiry) makes AUTHORIZED VOIDED, and
+ *     PROCESSING or UNKNOWN (the hold never recorded) FAILED; of a
+ *     SUCCEEDED (captured) attempt it is a contradiction (REVIEW);
+ *   - a failure (payment_failed) is decided as a charge's
+ *     (webhook_event_decide).
+ * A hold or expiry of another amount or currency is flagged, never
+ * applied. */
+void authorize_event_decide(const struct webhook_event *ev,
+                            const struct webhook_attempt *a,
+                            struct webhook_decision *d);
 
 #endif
