@@ -81,8 +81,6 @@ DEBTS = {
                                         "steps, shared by three operations"),
     "worker/operations/step_review.c": (2, "the review of an authorization's "
                                         "steps, shared by three operations"),
-    "worker/pipeline/engine_provider.c": (2, "an operation's endpoint class "
-                                          "(throttling's label): the face's"),
     "worker/chargectl/ctl_refund.c": (1, "a refusal names what an "
                                       "authorization's capture took"),
     "worker/operations/webhook_store.c": (1, "the unmatched reason names the "
