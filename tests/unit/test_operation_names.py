@@ -74,7 +74,6 @@ DEBTS = {
     "worker/roles/console_web/app.js": (18, "the page names each review's "
                                         "decisions and draws captures and voids; "
                                         "the limits page the budget's classes"),
-    "worker/chargectl/ctl_publish.c": (2, "publish's --help names the types"),
     "worker/chargectl/ctl_audit.c": (3, "audit's --help lists the finding kinds"),
     "worker/chargectl/ctl_attempt.c": (2, "attempt show's --help names the steps"),
     "worker/operations/step_review.h": (8, "the review of an authorization's "
