@@ -75,7 +75,6 @@ DEBTS = {
                                         "decisions and draws captures and voids; "
                                         "the limits page the budget's classes"),
     "worker/chargectl/ctl_audit.c": (3, "audit's --help lists the finding kinds"),
-    "worker/chargectl/ctl_attempt.c": (2, "attempt show's --help names the steps"),
     "worker/operations/step_review.h": (8, "the review of an authorization's "
                                         "steps, shared by three operations"),
     "worker/operations/step_review.c": (2, "the review of an authorization's "

@@ -28,8 +28,9 @@ __attribute__((format(printf, 4, 5))) int
 ctl_say(int rc, const char *cmd, const char *sub, const char *fmt, ...);
 
 /* Prints text, words separated by single spaces, as lines of at most
- * width characters (a longer word stands alone), each ended by "\n". */
-void ctl_wrap(FILE *out, const char *text, size_t width);
+ * width characters (a longer word stands alone), each ended by "\n", the
+ * lines after the first begun by indent (not counted in width). */
+void ctl_wrap(FILE *out, const char *indent, const char *text, size_t width);
 
 /* Who runs chargectl, for --actor's default: the effective user's name,
  * else $USER; NULL when neither is known. */

@@ -48,14 +48,14 @@ int ctl_say(int rc, const char *cmd, const char *sub, const char *fmt, ...)
     return rc;
 }
 
-void ctl_wrap(FILE *out, const char *text, size_t width)
+void ctl_wrap(FILE *out, const char *indent, const char *text, size_t width)
 {
     size_t col = 0;
-    CHARGED_ASSERT(out && text && width > 0);
+    CHARGED_ASSERT(out && indent && text && width > 0);
     for (const char *w = text; *w;) {
         size_t len = strcspn(w, " ");
         if (col > 0 && col + 1 + len > width) {
-            fputc('\n', out);
+            fprintf(out, "\n%s", indent);
             col = 0;
         } else if (col > 0) {
             fputc(' ', out);

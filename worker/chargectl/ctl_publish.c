@@ -46,7 +46,7 @@ static void usage_commands(FILE *out)
                        (int)strcspn(payment_op_of(0)->command_type, "."),
                        payment_op_of(0)->command_type, nouns, types);
     CHARGED_ASSERT(len > 0 && (size_t)len < sizeof(text));
-    ctl_wrap(out, text, 71);
+    ctl_wrap(out, "", text, 71);
 }
 
 static void usage(FILE *out)
