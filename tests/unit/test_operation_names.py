@@ -74,7 +74,6 @@ DEBTS = {
     "worker/roles/console_web/app.js": (18, "the page names each review's "
                                         "decisions and draws captures and voids; "
                                         "the limits page the budget's classes"),
-    "worker/chargectl/ctl_audit.c": (3, "audit's --help lists the finding kinds"),
     "worker/operations/step_review.h": (8, "the review of an authorization's "
                                         "steps, shared by three operations"),
     "worker/operations/step_review.c": (2, "the review of an authorization's "
