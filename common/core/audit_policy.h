@@ -148,6 +148,12 @@ struct audit_step_rule {
  * bigint (a flag as 0 or 1); and its rules, judged in order. */
 struct audit_steps {
     const char *help; /* its part of `charged auditor --help`'s list of kinds */
+    /* Its findings' kinds, and whose intents its rules judge
+     * ("authorizations", the same for every operation's): `chargectl
+     * audit --help`'s list. */
+    const enum audit_kind *kinds;
+    size_t nkinds;
+    const char *of;
     const char *const *columns;
     size_t ncolumns;
     const struct audit_step_rule *rules;

@@ -14,14 +14,6 @@ static const struct reconcile_order kinds[] = {
                                 [RECONCILE_SEARCH_OTHERS] = "search",
                                 [RECONCILE_CHARGE] = "charge",
                                 [RECONCILE_LIST] = "list"}},
-    /* The charge's calls: the create again under its key is a "charge"
-     * call of the attempt, as the worker's. */
-    [RECONCILE_KIND_AUTHORIZATION] = {reconcile_policy_decide,
-                                      {[RECONCILE_RETRIEVE] = "retrieve",
-                                       [RECONCILE_SEARCH] = "search",
-                                       [RECONCILE_SEARCH_OTHERS] = "search",
-                                       [RECONCILE_CHARGE] = "charge",
-                                       [RECONCILE_LIST] = "list"}},
     /* No search of refunds exists. */
     [RECONCILE_KIND_REFUND] = {reconcile_policy_decide_refund,
                                {[RECONCILE_RETRIEVE] = "retrieve_refund",
@@ -39,8 +31,6 @@ void reconcile_look_begin(struct reconcile_look *l, enum reconcile_kind kind,
     CHARGED_ASSERT((unsigned)kind < RECONCILE_KIND__COUNT);
     /* A refund is looked at on its charge's intent, a charge on its own. */
     CHARGED_ASSERT((kind == RECONCILE_KIND_REFUND) == (a->object != NULL));
-    /* An authorization is looked at as one, and only it. */
-    CHARGED_ASSERT((kind == RECONCILE_KIND_AUTHORIZATION) == (a->manual != 0));
     reconcile_look_begin_order(l, &kinds[kind], lim, a, claimed_at);
     l->kind = kind;
 }

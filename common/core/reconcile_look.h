@@ -19,15 +19,14 @@
 #include "provider_outcome.h"
 #include "reconcile_policy.h"
 
-/* What a look is at: a payment attempt's charge, a refund, or a payment
- * attempt's authorization (its order of evidence is the charge's, its
- * meanings the hold's: reconcile_attempt.manual); another operation brings
- * its own order of evidence (reconcile_look_begin_order). */
+/* What a look is at: a payment attempt's charge, or a refund; another
+ * operation brings its own order of evidence (reconcile_look_begin_order:
+ * an authorization's is the charge's with its own meanings,
+ * reconcile_policy_decide_as). */
 enum reconcile_kind {
     RECONCILE_KIND_CHARGE = 0,
     RECONCILE_KIND_REFUND,
-    RECONCILE_KIND_AUTHORIZATION, /* a payment attempt's authorization (manual) */
-    RECONCILE_KIND__COUNT         /* a look begun with an operation's own order */
+    RECONCILE_KIND__COUNT /* a look begun with an operation's own order */
 };
 
 /* An order of evidence: its decision (reconcile_policy_decide's shape),

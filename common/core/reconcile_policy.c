@@ -10,124 +10,92 @@
 #include "charged_assert.h"
 #include "ownership.h"
 
-/* How a row sets the status. */
-enum rule_status {
-    KEEPS, /* the attempt's own: look again later */
-    SETS,  /* the row's status */
-};
-
-/* Whether the decision books the intent it settled on. */
-enum rule_books {
-    BOOKS_NONE,
-    BOOKS_INTENT,    /* the intent's id, when the answer carried one */
-    BOOKS_AS_BEFORE, /* whatever the look's own row booked */
-};
-
 /* The table: one row per situation of evidence, as docs/reconciler.md tells
  * them. The reason is the row's prefix, then the evidence's detail. */
-static const struct {
-    const char *name;
-    enum rule_status how;
-    enum attempt_status status; /* SETS */
-    enum rule_books books;
-    const char *reason; /* NULL: none */
-} rules[] = {
-    [RECONCILE_RULE_NONE] = {"none", KEEPS, 0, BOOKS_NONE, NULL},
+static const struct reconcile_row rules[] = {
+    [RECONCILE_RULE_NONE] = {"none", RECONCILE_KEEPS, 0, RECONCILE_BOOKS_NONE, NULL},
     /* 1. Found: settle on the intent's own status. */
-    [RECONCILE_FOUND_SUCCEEDED] = {"found_succeeded", SETS, ATTEMPT_STATUS_SUCCEEDED,
-                                   BOOKS_INTENT, NULL},
-    [RECONCILE_FOUND_DECLINED] = {"found_declined", SETS, ATTEMPT_STATUS_FAILED,
-                                  BOOKS_INTENT, "declined: "},
-    [RECONCILE_FOUND_PROCESSING] = {"found_processing", SETS, ATTEMPT_STATUS_PROCESSING,
-                                    BOOKS_INTENT, "provider_processing"},
-    [RECONCILE_FOUND_OTHER_STATUS] = {"found_other_status", SETS,
-                                      ATTEMPT_STATUS_REQUIRES_REVIEW, BOOKS_INTENT,
-                                      "requires_review: "},
+    [RECONCILE_FOUND_SUCCEEDED] = {"found_succeeded", RECONCILE_SETS,
+                                   ATTEMPT_STATUS_SUCCEEDED, RECONCILE_BOOKS_INTENT,
+                                   NULL},
+    [RECONCILE_FOUND_DECLINED] = {"found_declined", RECONCILE_SETS,
+                                  ATTEMPT_STATUS_FAILED, RECONCILE_BOOKS_INTENT,
+                                  "declined: "},
+    [RECONCILE_FOUND_PROCESSING] = {"found_processing", RECONCILE_SETS,
+                                    ATTEMPT_STATUS_PROCESSING, RECONCILE_BOOKS_INTENT,
+                                    "provider_processing"},
+    [RECONCILE_FOUND_OTHER_STATUS] = {"found_other_status", RECONCILE_SETS,
+                                      ATTEMPT_STATUS_REQUIRES_REVIEW,
+                                      RECONCILE_BOOKS_INTENT, "requires_review: "},
     /* Contradictory evidence. Only a search or a list finds several, and
      * neither proves one ours: none is booked. */
-    [RECONCILE_FOUND_SEVERAL] = {"found_several", SETS, ATTEMPT_STATUS_REQUIRES_REVIEW,
-                                 BOOKS_NONE, "requires_review: contradictory: "},
+    [RECONCILE_FOUND_SEVERAL] = {"found_several", RECONCILE_SETS,
+                                 ATTEMPT_STATUS_REQUIRES_REVIEW, RECONCILE_BOOKS_NONE,
+                                 "requires_review: contradictory: "},
     /* Not the attempt's: never booked on it. */
-    [RECONCILE_FOUND_NOT_OURS] = {"found_not_ours", SETS,
-                                  ATTEMPT_STATUS_REQUIRES_REVIEW, BOOKS_NONE,
+    [RECONCILE_FOUND_NOT_OURS] = {"found_not_ours", RECONCILE_SETS,
+                                  ATTEMPT_STATUS_REQUIRES_REVIEW, RECONCILE_BOOKS_NONE,
                                   "requires_review: contradictory: "},
     /* Ours succeeded; others naming the attempt are foreign (anyone may
      * write metadata): ours settles, the others go to the look's note. */
-    [RECONCILE_SEARCH_FOUND_OTHERS] = {"search_found_others", SETS,
-                                       ATTEMPT_STATUS_SUCCEEDED, BOOKS_INTENT, NULL},
+    [RECONCILE_SEARCH_FOUND_OTHERS] = {"search_found_others", RECONCILE_SETS,
+                                       ATTEMPT_STATUS_SUCCEEDED, RECONCILE_BOOKS_INTENT,
+                                       NULL},
     /* No answer, 5xx, 429, a 404 that is not the provider's: no evidence. */
-    [RECONCILE_LOOKUP_FAILED] = {"lookup_failed", KEEPS, 0, BOOKS_NONE,
-                                 "look-up failed: "},
-    [RECONCILE_ID_UNKNOWN] = {"id_unknown", SETS, ATTEMPT_STATUS_REQUIRES_REVIEW,
-                              BOOKS_NONE, "requires_review: contradictory: "},
+    [RECONCILE_LOOKUP_FAILED] = {"lookup_failed", RECONCILE_KEEPS, 0,
+                                 RECONCILE_BOOKS_NONE, "look-up failed: "},
+    [RECONCILE_ID_UNKNOWN] = {"id_unknown", RECONCILE_SETS,
+                              ATTEMPT_STATUS_REQUIRES_REVIEW, RECONCILE_BOOKS_NONE,
+                              "requires_review: contradictory: "},
     /* 2. Not found inside the key's window: charged again. */
-    [RECONCILE_CHARGE_REFUSED] = {"charge_refused", SETS, ATTEMPT_STATUS_FAILED,
-                                  BOOKS_NONE, "invalid_request: "},
-    [RECONCILE_CHARGE_UNANSWERED] = {"charge_unanswered", KEEPS, 0, BOOKS_NONE,
-                                     "charged again, unknown: "},
+    [RECONCILE_CHARGE_REFUSED] = {"charge_refused", RECONCILE_SETS,
+                                  ATTEMPT_STATUS_FAILED, RECONCILE_BOOKS_NONE,
+                                  "invalid_request: "},
+    [RECONCILE_CHARGE_UNANSWERED] = {"charge_unanswered", RECONCILE_KEEPS, 0,
+                                     RECONCILE_BOOKS_NONE, "charged again, unknown: "},
     /* It was charged: no longer a call in flight, an unknown outcome. */
-    [RECONCILE_CHARGE_UNANSWERED_PROCESSING] = {"charge_unanswered_processing", SETS,
-                                                ATTEMPT_STATUS_UNKNOWN, BOOKS_NONE,
+    [RECONCILE_CHARGE_UNANSWERED_PROCESSING] = {"charge_unanswered_processing",
+                                                RECONCILE_SETS, ATTEMPT_STATUS_UNKNOWN,
+                                                RECONCILE_BOOKS_NONE,
                                                 "outcome_unknown: "},
     /* 3. Past the window: the search's "none" is no evidence on its own. */
-    [RECONCILE_SEARCH_MAY_LAG] = {"search_may_lag", KEEPS, 0, BOOKS_NONE,
+    [RECONCILE_SEARCH_MAY_LAG] = {"search_may_lag", RECONCILE_KEEPS, 0,
+                                  RECONCILE_BOOKS_NONE,
                                   "not found; the search may still lag: looking "
                                   "again"},
-    [RECONCILE_NEVER_EXECUTED] = {"never_executed", SETS, ATTEMPT_STATUS_FAILED,
-                                  BOOKS_NONE, "never_executed: "},
-    [RECONCILE_LIST_FAILED] = {"list_failed", KEEPS, 0, BOOKS_NONE,
+    [RECONCILE_NEVER_EXECUTED] = {"never_executed", RECONCILE_SETS,
+                                  ATTEMPT_STATUS_FAILED, RECONCILE_BOOKS_NONE,
+                                  "never_executed: "},
+    [RECONCILE_LIST_FAILED] = {"list_failed", RECONCILE_KEEPS, 0, RECONCILE_BOOKS_NONE,
                                "not found by search; the list failed: "},
     /* Looked at long enough: a human decides. Applies over any row that
      * leaves the attempt's status as it was. */
-    [RECONCILE_TOO_OLD] = {"too_old", SETS, ATTEMPT_STATUS_REQUIRES_REVIEW,
-                           BOOKS_AS_BEFORE, "requires_review: "},
+    [RECONCILE_TOO_OLD] = {"too_old", RECONCILE_SETS, ATTEMPT_STATUS_REQUIRES_REVIEW,
+                           RECONCILE_BOOKS_AS_BEFORE, "requires_review: "},
     /* A refund's rows where a charge's words would not fit it. */
-    [RECONCILE_FOUND_REFUND_FAILED] = {"found_refund_failed", SETS,
-                                       ATTEMPT_STATUS_FAILED, BOOKS_INTENT,
+    [RECONCILE_FOUND_REFUND_FAILED] = {"found_refund_failed", RECONCILE_SETS,
+                                       ATTEMPT_STATUS_FAILED, RECONCILE_BOOKS_INTENT,
                                        "refund failed: "},
-    [RECONCILE_REFUND_UNANSWERED] = {"refund_unanswered", KEEPS, 0, BOOKS_NONE,
-                                     "refunded again, unknown: "},
-    [RECONCILE_REFUND_LIST_FAILED] = {"refund_list_failed", KEEPS, 0, BOOKS_NONE,
+    [RECONCILE_REFUND_UNANSWERED] = {"refund_unanswered", RECONCILE_KEEPS, 0,
+                                     RECONCILE_BOOKS_NONE, "refunded again, unknown: "},
+    [RECONCILE_REFUND_LIST_FAILED] = {"refund_list_failed", RECONCILE_KEEPS, 0,
+                                      RECONCILE_BOOKS_NONE,
                                       "the list of the intent's refunds failed: "},
-    [RECONCILE_REFUND_NO_INTENT] = {"refund_no_intent", SETS,
-                                    ATTEMPT_STATUS_REQUIRES_REVIEW, BOOKS_NONE,
+    [RECONCILE_REFUND_NO_INTENT] = {"refund_no_intent", RECONCILE_SETS,
+                                    ATTEMPT_STATUS_REQUIRES_REVIEW,
+                                    RECONCILE_BOOKS_NONE,
                                     "requires_review: no charge intent to look the "
                                     "refund up on"},
     /* Found only by what names it, past the key's window: never ours
      * without proof, so a person decides on the evidence. */
-    [RECONCILE_FOUND_UNPROVEN] = {"found_unproven", SETS,
-                                  ATTEMPT_STATUS_REQUIRES_REVIEW, BOOKS_NONE,
+    [RECONCILE_FOUND_UNPROVEN] = {"found_unproven", RECONCILE_SETS,
+                                  ATTEMPT_STATUS_REQUIRES_REVIEW, RECONCILE_BOOKS_NONE,
                                   "requires_review: unproven: "},
     /* 409: our first call under the key still executes; 429: refused
      * before executing. Either way: look again. */
-    [RECONCILE_CHARGE_NOT_EXECUTED] = {"charge_not_executed", KEEPS, 0, BOOKS_NONE,
+    [RECONCILE_CHARGE_NOT_EXECUTED] = {"charge_not_executed", RECONCILE_KEEPS, 0,
+                                       RECONCILE_BOOKS_NONE,
                                        "sent again, not executed: "},
-    /* An authorization's own intent. Held: the authorization's success. */
-    [RECONCILE_FOUND_AUTHORIZED] = {"found_authorized", SETS, ATTEMPT_STATUS_AUTHORIZED,
-                                    BOOKS_INTENT, NULL},
-    /* Money taken where it was to be held (captured behind our back): no
-     * capture of ours took it, so a person decides, never SUCCEEDED. */
-    [RECONCILE_FOUND_CAPTURED] = {"found_captured", SETS,
-                                  ATTEMPT_STATUS_REQUIRES_REVIEW, BOOKS_INTENT,
-                                  "requires_review: captured: "},
-    /* Canceled before the hold was ever recorded: no money is held, as
-     * after a decline. VOIDED is for a hold recorded AUTHORIZED. */
-    [RECONCILE_FOUND_CANCELED] = {"found_canceled", SETS, ATTEMPT_STATUS_FAILED,
-                                  BOOKS_INTENT, "canceled: "},
-    /* The provider's expiry of a hold recorded AUTHORIZED: released. */
-    [RECONCILE_FOUND_EXPIRED] = {"found_expired", SETS, ATTEMPT_STATUS_VOIDED,
-                                 BOOKS_NONE, "expired"},
-    [RECONCILE_HOLD_STANDS] = {"hold_stands", KEEPS, 0, BOOKS_NONE, "not expired: "},
-    /* A hold canceled by another client of the account (no void of ours
-     * holds it): no step of ours will settle it; the money is no longer
-     * held for the order. */
-    [RECONCILE_FOUND_CANCELED_ELSEWHERE] = {"found_canceled_elsewhere", SETS,
-                                            ATTEMPT_STATUS_VOIDED, BOOKS_NONE,
-                                            "canceled_elsewhere: "},
-    /* A replayed hold proved the intent ours; its retrieve failed: the id
-     * is kept (the next look goes by it), the state is looked at again. */
-    [RECONCILE_HELD_LOOKUP_FAILED] = {"held_lookup_failed", KEEPS, 0, BOOKS_INTENT,
-                                      "held when first answered; look-up failed: "},
 };
 _Static_assert(sizeof(rules) / sizeof(rules[0]) == RECONCILE_RULE__COUNT,
                "one row per rule");
@@ -186,63 +154,11 @@ static int intent_is_ours(const struct reconcile_attempt *a,
     return 0;
 }
 
-/* What an authorization's own intent says (ours: from_intent proved it).
- * Held is AUTHORIZED; taken (succeeded) is for a person; canceled before
- * the hold was recorded is FAILED; declined and processing as a charge's.
- * Of an AUTHORIZED attempt (the look for the provider's expiry) only a
- * cancel settles: the provider's own (cancellation_reason automatic),
- * VOIDED expired; another's, with no void of ours holding it, VOIDED
- * canceled_elsewhere; anything else leaves the hold as it is, to its steps
- * (a capture's or void's look) and the auditor. */
-static enum reconcile_rule from_authorization(const struct reconcile_attempt *a,
-                                              const struct provider_result *res,
-                                              char *detail, size_t size)
-{
-    CHARGED_ASSERT(a && a->manual && res && detail && size > 0);
-    int canceled = !strcmp(res->intent_status, "canceled");
-    if (a->status == ATTEMPT_STATUS_AUTHORIZED) {
-        if (canceled && !strcmp(res->cancellation_reason, "automatic")) {
-            detail[0] = '\0';
-            return RECONCILE_FOUND_EXPIRED;
-        }
-        if (canceled && !a->void_holds) {
-            snprintf(detail, size, "%s",
-                     res->cancellation_reason[0] ? res->cancellation_reason
-                                                 : "no reason");
-            return RECONCILE_FOUND_CANCELED_ELSEWHERE;
-        }
-        snprintf(detail, size, "intent status '%s'%s%s", res->intent_status,
-                 res->cancellation_reason[0] ? ", cancellation_reason " : "",
-                 res->cancellation_reason);
-        return RECONCILE_HOLD_STANDS;
-    }
-    if (res->outcome == PROVIDER_AUTHORIZED)
-        return RECONCILE_FOUND_AUTHORIZED;
-    if (!strcmp(res->intent_status, "succeeded")) {
-        snprintf(detail, size, "intent succeeded where a hold was asked");
-        return RECONCILE_FOUND_CAPTURED;
-    }
-    if (canceled) {
-        snprintf(detail, size, "%s",
-                 res->cancellation_reason[0] ? res->cancellation_reason : "canceled");
-        return RECONCILE_FOUND_CANCELED;
-    }
-    switch (res->outcome) {
-    case PROVIDER_DECLINED:
-        snprintf(detail, size, "%s%s%s", res->code[0] ? res->code : "declined",
-                 res->decline_code[0] ? ": " : "", res->decline_code);
-        return RECONCILE_FOUND_DECLINED;
-    case PROVIDER_PROCESSING:
-        return RECONCILE_FOUND_PROCESSING;
-    default:
-        snprintf(detail, size, "intent status '%s'", res->intent_status);
-        return RECONCILE_FOUND_OTHER_STATUS;
-    }
-}
-
 /* What a found intent says; own_answer: it answered our charge under our
- * key. Only one proven ours (ownership.h) settles the attempt. */
-static enum reconcile_rule from_intent(const struct reconcile_attempt *a,
+ * key. Only one proven ours (ownership.h) settles the attempt, on m's
+ * meanings when an operation brings its own. */
+static enum reconcile_rule from_intent(const struct reconcile_meaning *m,
+                                       const struct reconcile_attempt *a,
                                        const struct provider_result *res,
                                        int own_answer, char *detail, size_t size)
 {
@@ -268,8 +184,8 @@ static enum reconcile_rule from_intent(const struct reconcile_attempt *a,
     }
     if (!intent_is_ours(a, res, own_answer, detail, size))
         return RECONCILE_FOUND_NOT_OURS;
-    if (a->manual)
-        return from_authorization(a, res, detail, size);
+    if (m)
+        return m->of_intent(a, res, detail, size);
     switch (res->outcome) {
     case PROVIDER_SUCCEEDED:
         return RECONCILE_FOUND_SUCCEEDED;
@@ -286,37 +202,35 @@ static enum reconcile_rule from_intent(const struct reconcile_attempt *a,
     }
 }
 
-static enum reconcile_rule by_id(const struct reconcile_attempt *a,
-                                 const struct reconcile_evidence *e,
-                                 enum reconcile_next *next,
-                                 const struct provider_result **intent, char *detail,
-                                 size_t size);
+static enum reconcile_rule
+by_id(const struct reconcile_meaning *m, const struct reconcile_attempt *a,
+      const struct reconcile_evidence *e, enum reconcile_next *next,
+      const struct provider_result **intent, char *detail, size_t size);
 
-/* An authorization's create answered requires_capture under its own key.
- * The answer may be the provider's replay, as old as the first execution:
- * it proves the intent ours, not its state now (captured or canceled
- * since by anyone). So the intent is retrieved by the id the answer
- * proved ours and settled on what it says now (the look asks for that id:
- * reconcile_decision.object_id). */
-static enum reconcile_rule held_now(const struct reconcile_attempt *a,
-                                    const struct reconcile_evidence *e,
-                                    enum reconcile_next *next,
-                                    const struct provider_result **intent, char *detail,
-                                    size_t size)
+/* The call again under the key answered what m says it proves only ours
+ * (m->replay_proves_ours_only: an authorization's hold). The answer may be
+ * the provider's replay, as old as the first execution: it proves the
+ * intent ours, not its state now (moved since by anyone). So the intent is
+ * retrieved by the id the answer proved ours and settled on what it says
+ * now (the look asks for that id: reconcile_decision.object_id). */
+static enum reconcile_rule
+state_now(const struct reconcile_meaning *m, const struct reconcile_attempt *a,
+          const struct reconcile_evidence *e, enum reconcile_next *next,
+          const struct provider_result **intent, char *detail, size_t size)
 {
     const struct provider_result *c = e->charge;
-    CHARGED_ASSERT(a->manual && c && c->outcome == PROVIDER_AUTHORIZED);
+    CHARGED_ASSERT(m && m->replay_proves_ours_only != RECONCILE_RULE_NONE && c);
     CHARGED_ASSERT(!a->provider_payment_id || !a->provider_payment_id[0]);
     if (!c->provider_payment_id[0]) {
-        snprintf(detail, size, "requires_capture without an intent id");
+        snprintf(detail, size, "%s", m->replay_without_id);
         return RECONCILE_FOUND_OTHER_STATUS;
     }
     struct reconcile_attempt proven = *a;
     proven.provider_payment_id = c->provider_payment_id;
-    enum reconcile_rule rule = by_id(&proven, e, next, intent, detail, size);
+    enum reconcile_rule rule = by_id(m, &proven, e, next, intent, detail, size);
     if (rule == RECONCILE_LOOKUP_FAILED) {
         *intent = c; /* ours by the replay: its id is recorded */
-        return RECONCILE_HELD_LOOKUP_FAILED;
+        return m->replay_lookup_failed;
     }
     return rule;
 }
@@ -325,9 +239,10 @@ static enum reconcile_rule held_now(const struct reconcile_attempt *a,
  * a refund): the first execution or its replay, ours either way.
  * `unanswered`: the row when no answer came. */
 static enum reconcile_rule
-replay(const struct reconcile_attempt *a, const struct reconcile_evidence *e,
-       enum reconcile_rule unanswered, enum reconcile_next *next,
-       const struct provider_result **intent, char *detail, size_t size)
+replay(const struct reconcile_meaning *m, const struct reconcile_attempt *a,
+       const struct reconcile_evidence *e, enum reconcile_rule unanswered,
+       enum reconcile_next *next, const struct provider_result **intent, char *detail,
+       size_t size)
 {
     CHARGED_ASSERT(unanswered == RECONCILE_CHARGE_UNANSWERED ||
                    unanswered == RECONCILE_REFUND_UNANSWERED);
@@ -338,9 +253,10 @@ replay(const struct reconcile_attempt *a, const struct reconcile_evidence *e,
     }
     if (is_intent(c->outcome)) {
         *intent = c;
-        enum reconcile_rule rule = from_intent(a, c, 1, detail, size);
-        return rule == RECONCILE_FOUND_AUTHORIZED
-                   ? held_now(a, e, next, intent, detail, size)
+        enum reconcile_rule rule = from_intent(m, a, c, 1, detail, size);
+        return m && m->replay_proves_ours_only != RECONCILE_RULE_NONE &&
+                       rule == m->replay_proves_ours_only
+                   ? state_now(m, a, e, next, intent, detail, size)
                    : rule;
     }
     if (c->outcome == PROVIDER_INVALID) {
@@ -358,11 +274,10 @@ replay(const struct reconcile_attempt *a, const struct reconcile_evidence *e,
 /* The attempt's recorded intent, retrieved by its id: ours. Succeeded, the
  * search tells whether others name the attempt: they are foreign (noted,
  * never settled on), ours settles. */
-static enum reconcile_rule by_id(const struct reconcile_attempt *a,
-                                 const struct reconcile_evidence *e,
-                                 enum reconcile_next *next,
-                                 const struct provider_result **intent, char *detail,
-                                 size_t size)
+static enum reconcile_rule
+by_id(const struct reconcile_meaning *m, const struct reconcile_attempt *a,
+      const struct reconcile_evidence *e, enum reconcile_next *next,
+      const struct provider_result **intent, char *detail, size_t size)
 {
     CHARGED_ASSERT(a->provider_payment_id && a->provider_payment_id[0]);
     const struct provider_result *res = e->lookup;
@@ -371,7 +286,7 @@ static enum reconcile_rule by_id(const struct reconcile_attempt *a,
         return RECONCILE_RULE_NONE;
     }
     if (is_intent(res->outcome)) {
-        enum reconcile_rule rule = from_intent(a, res, 0, detail, size);
+        enum reconcile_rule rule = from_intent(m, a, res, 0, detail, size);
         *intent = res;
         if (rule != RECONCILE_FOUND_SUCCEEDED)
             return rule;
@@ -407,12 +322,11 @@ static enum reconcile_rule by_id(const struct reconcile_attempt *a,
  * proves nothing more. The search (which lags) and then the consistent
  * list say whether any intent names the attempt: none at all is
  * never_executed; one is unproven, for a person. */
-static enum reconcile_rule past_window(const struct reconcile_limits *lim,
-                                       const struct reconcile_attempt *a,
-                                       const struct reconcile_evidence *e,
-                                       long long age, enum reconcile_next *next,
-                                       const struct provider_result **intent,
-                                       char *detail, size_t size)
+static enum reconcile_rule
+past_window(const struct reconcile_meaning *m, const struct reconcile_limits *lim,
+            const struct reconcile_attempt *a, const struct reconcile_evidence *e,
+            long long age, enum reconcile_next *next,
+            const struct provider_result **intent, char *detail, size_t size)
 {
     CHARGED_ASSERT(age >= 0);
     const struct provider_result *res = e->lookup, *li = e->list;
@@ -422,7 +336,7 @@ static enum reconcile_rule past_window(const struct reconcile_limits *lim,
     }
     if (is_intent(res->outcome)) {
         *intent = res;
-        return from_intent(a, res, 0, detail, size);
+        return from_intent(m, a, res, 0, detail, size);
     }
     if (res->outcome != PROVIDER_NOT_FOUND) {
         snprintf(detail, size, "%s", res->error);
@@ -448,7 +362,7 @@ static enum reconcile_rule past_window(const struct reconcile_limits *lim,
     }
     if (is_intent(li->outcome)) {
         *intent = li;
-        return from_intent(a, li, 0, detail, size);
+        return from_intent(m, a, li, 0, detail, size);
     }
     snprintf(detail, size, "%s", li->error);
     return RECONCILE_LIST_FAILED;
@@ -471,27 +385,28 @@ static long long key_age(const struct reconcile_attempt *a,
  * still to make, or fills detail and *intent (the answer settled on) and
  * returns the row. */
 static enum reconcile_rule
-classify(const struct reconcile_limits *lim, const struct reconcile_attempt *a,
-         const struct reconcile_evidence *e, enum reconcile_next *next,
-         const struct provider_result **intent, char *detail, size_t size)
+classify(const struct reconcile_meaning *m, const struct reconcile_limits *lim,
+         const struct reconcile_attempt *a, const struct reconcile_evidence *e,
+         enum reconcile_next *next, const struct provider_result **intent, char *detail,
+         size_t size)
 {
     CHARGED_ASSERT(lim && a && e && a->id);
     /* Only an unsettled attempt is looked at (reconcile_attempt), or a
-     * hold for its expiry, by its recorded id. */
+     * settled one its operation looks at, by its recorded id. */
     CHARGED_ASSERT(a->status == ATTEMPT_STATUS_UNKNOWN ||
                    a->status == ATTEMPT_STATUS_PROCESSING ||
-                   (a->manual && a->status == ATTEMPT_STATUS_AUTHORIZED &&
-                    a->provider_payment_id && a->provider_payment_id[0]));
+                   (m && a->status == m->looks_at_settled && a->provider_payment_id &&
+                    a->provider_payment_id[0]));
     long long age = key_age(a, e);
 
     *next = RECONCILE_SETTLE;
     *intent = NULL;
     if (a->provider_payment_id && a->provider_payment_id[0])
-        return by_id(a, e, next, intent, detail, size);
+        return by_id(m, a, e, next, intent, detail, size);
     if (charge_policy_key_window_open(age, lim->key_retention_ms,
                                       lim->provider_timeout_ms))
-        return replay(a, e, RECONCILE_CHARGE_UNANSWERED, next, intent, detail, size);
-    return past_window(lim, a, e, age, next, intent, detail, size);
+        return replay(m, a, e, RECONCILE_CHARGE_UNANSWERED, next, intent, detail, size);
+    return past_window(m, lim, a, e, age, next, intent, detail, size);
 }
 
 /* Reasons quote the provider: cut on a character boundary, never inside,
@@ -511,26 +426,43 @@ static void set_reason(struct reconcile_decision *d, const char *prefix,
     card_data_copy_masked(d->reason, sizeof(d->reason), tmp);
 }
 
+/* The row of rule: the table's, or m's own past it. */
+static const struct reconcile_row *row_of(const struct reconcile_meaning *m,
+                                          enum reconcile_rule rule)
+{
+    /* A row ended the look: never "none", always one of a table's. */
+    CHARGED_ASSERT(rule > RECONCILE_RULE_NONE);
+    if (rule < RECONCILE_RULE__COUNT)
+        return &rules[rule];
+    CHARGED_ASSERT(m && m->rows && (size_t)(rule - RECONCILE_RULE__COUNT) < m->nrows);
+    return &m->rows[rule - RECONCILE_RULE__COUNT];
+}
+
 /* The decision from the row that ended the look, for a charge and a refund
- * alike: its status, reason and booking, and the give-up past max_age_ms. */
-static void finish(const struct reconcile_limits *lim,
+ * alike (m: an operation's meanings, NULL none): its status, reason and
+ * booking, and the give-up past max_age_ms. */
+static void finish(const struct reconcile_meaning *m,
+                   const struct reconcile_limits *lim,
                    const struct reconcile_attempt *a, enum reconcile_rule rule,
                    const struct provider_result *intent, char *detail,
                    size_t detail_size, struct reconcile_decision *out)
 {
-    /* A row ended the look: never "none", always one of the table's. */
-    CHARGED_ASSERT(lim && rule > RECONCILE_RULE_NONE && rule < RECONCILE_RULE__COUNT);
+    const struct reconcile_row *row = row_of(m, rule);
+    CHARGED_ASSERT(lim && row->name);
     out->rule = rule;
-    out->status = rules[rule].how == KEEPS ? a->status : rules[rule].status;
-    set_reason(out, rules[rule].reason, detail);
-    if (!rules[rule].reason)
+    out->status = row->how == RECONCILE_KEEPS ? a->status : row->status;
+    set_reason(out, row->reason, detail);
+    if (!row->reason)
         /* A row with no reason (a success) keeps what else it saw. */
         card_data_copy_masked(out->note, sizeof(out->note), detail);
-    if (rules[rule].books == BOOKS_INTENT && intent)
+    if (row->books == RECONCILE_BOOKS_INTENT && intent)
         snprintf(out->provider_payment_id, sizeof(out->provider_payment_id), "%s",
                  intent->provider_payment_id);
-    /* A hold is looked at for its expiry however old: it is settled. */
-    if (out->status == a->status && a->status != ATTEMPT_STATUS_AUTHORIZED &&
+    /* Only an unsettled record gives up: a settled one its operation looks
+     * at (a hold, for its expiry) is settled however old. */
+    if (out->status == a->status &&
+        (a->status == ATTEMPT_STATUS_UNKNOWN ||
+         a->status == ATTEMPT_STATUS_PROCESSING) &&
         a->age_ms > lim->max_age_ms) {
         /* Settles nothing, and has been looked at long enough. */
         snprintf(detail, detail_size, "still unsettled after %lld ms; last: %s",
@@ -550,22 +482,32 @@ void reconcile_policy_decide(const struct reconcile_limits *lim,
                              const struct reconcile_evidence *e,
                              struct reconcile_decision *out)
 {
+    reconcile_policy_decide_as(NULL, lim, a, e, out);
+}
+
+void reconcile_policy_decide_as(const struct reconcile_meaning *m,
+                                const struct reconcile_limits *lim,
+                                const struct reconcile_attempt *a,
+                                const struct reconcile_evidence *e,
+                                struct reconcile_decision *out)
+{
     char detail[768] = "";
     const struct provider_result *intent;
 
     CHARGED_ASSERT(lim && a && e && out);
+    CHARGED_ASSERT(!m || m->of_intent);
     memset(out, 0, sizeof(*out));
     enum reconcile_rule rule =
-        classify(lim, a, e, &out->next, &intent, detail, sizeof(detail));
+        classify(m, lim, a, e, &out->next, &intent, detail, sizeof(detail));
     /* Either a call is next, or a row decided: never both, never neither. */
     CHARGED_ASSERT((out->next == RECONCILE_SETTLE) == (rule != RECONCILE_RULE_NONE));
     if (out->next == RECONCILE_SETTLE)
-        finish(lim, a, rule, intent, detail, sizeof(detail), out);
+        finish(m, lim, a, rule, intent, detail, sizeof(detail), out);
     else if (out->next == RECONCILE_RETRIEVE &&
              (!a->provider_payment_id || !a->provider_payment_id[0])) {
-        /* Only a replayed hold (held_now) retrieves beyond a recorded id:
-         * by the id its answer proved ours. */
-        CHARGED_ASSERT(a->manual && e->charge && e->charge->provider_payment_id[0]);
+        /* Only an answer that proves the intent ours, not its state
+         * (state_now), retrieves beyond a recorded id: by that id. */
+        CHARGED_ASSERT(m && e->charge && e->charge->provider_payment_id[0]);
         snprintf(out->object_id, sizeof(out->object_id), "%s",
                  e->charge->provider_payment_id);
     }
@@ -592,7 +534,7 @@ classify_refund(const struct reconcile_limits *lim, const struct reconcile_attem
         }
         if (is_intent(res->outcome)) {
             *found = res;
-            return from_intent(a, res, 0, detail, size);
+            return from_intent(NULL, a, res, 0, detail, size);
         }
         if (res->outcome == PROVIDER_NOT_FOUND) {
             snprintf(detail, size, "the provider does not know refund %s",
@@ -606,7 +548,8 @@ classify_refund(const struct reconcile_limits *lim, const struct reconcile_attem
         return RECONCILE_REFUND_NO_INTENT;
     if (charge_policy_key_window_open(age, lim->key_retention_ms,
                                       lim->provider_timeout_ms))
-        return replay(a, e, RECONCILE_REFUND_UNANSWERED, next, found, detail, size);
+        return replay(NULL, a, e, RECONCILE_REFUND_UNANSWERED, next, found, detail,
+                      size);
     /* Past the window: the list is consistent, so none naming the refund
      * means none executed; one naming it is unproven. */
     if (!(res = e->list)) {
@@ -615,7 +558,7 @@ classify_refund(const struct reconcile_limits *lim, const struct reconcile_attem
     }
     if (is_intent(res->outcome)) {
         *found = res;
-        return from_intent(a, res, 0, detail, size);
+        return from_intent(NULL, a, res, 0, detail, size);
     }
     if (res->outcome != PROVIDER_NOT_FOUND) {
         snprintf(detail, size, "%s", res->error);
@@ -645,7 +588,7 @@ void reconcile_policy_decide_refund(const struct reconcile_limits *lim,
     CHARGED_ASSERT(out->next != RECONCILE_SEARCH &&
                    out->next != RECONCILE_SEARCH_OTHERS);
     if (out->next == RECONCILE_SETTLE)
-        finish(lim, a, rule, found, detail, sizeof(detail), out);
+        finish(NULL, lim, a, rule, found, detail, sizeof(detail), out);
 }
 
 void reconcile_policy_list_window(long long first_sent_ms, long long key_retention_ms,

@@ -14,11 +14,13 @@
  * intent by its recorded id, or the answer to the charge again under the
  * attempt's own key. A search or a list only finds objects that name the
  * attempt in their metadata, which anyone may write: they never settle
- * it (past the key's window, a person decides). An authorization's
- * create again answering requires_capture may be the provider's replay,
- * as old as the first execution: it proves the intent ours, not held now,
- * so the intent is retrieved by that id (decision.object_id) and settled
- * on its state now.
+ * it (past the key's window, a person decides).
+ *
+ * An operation whose order of evidence is the charge's but whose intent
+ * means something else (an authorization's holds the money) brings its
+ * meanings and its own rows (struct reconcile_meaning,
+ * reconcile_policy_decide_as); the order, the ownership and the give-up
+ * stay here, one code for all.
  *
  * A refund has its own order of evidence (reconcile_policy_decide_refund)
  * on the same table: the key's window, the rows that settle on what the
@@ -26,6 +28,8 @@
  * for both. */
 #ifndef CHARGED_RECONCILE_POLICY_H
 #define CHARGED_RECONCILE_POLICY_H
+
+#include <stddef.h>
 
 #include "attempt_status.h"
 #include "provider_outcome.h"
@@ -59,14 +63,11 @@ struct reconcile_attempt {
      * are listed, and the noun of the provider's object in reasons. */
     const char *payment_intent;
     const char *object; /* NULL: "intent" */
-    /* An authorization (capture_method manual): its intent holds the
-     * money (requires_capture) where a charge's takes it. Looked at
-     * UNKNOWN or PROCESSING as a charge is, and AUTHORIZED (its id
-     * recorded) for the provider's expiry of the hold. */
-    int manual;
-    /* AUTHORIZED: a void of ours holds it (its cancel is the void's to
-     * settle); 0: none, so a cancel of the intent is another's. */
-    int void_holds;
+    /* A settled record looked at (reconcile_meaning.looks_at_settled): a
+     * step of another operation of ours holds it, and its own look
+     * settles what the provider did for it (an authorization's void, its
+     * cancel); 0: none. Read by the operation's meanings only. */
+    int step_holds;
 };
 
 /* What the provider answered so far in this look; NULL: not asked (yet).
@@ -122,19 +123,8 @@ enum reconcile_rule {
                                                never ours without proof */
     RECONCILE_CHARGE_NOT_EXECUTED,          /* our call again was not executed
                                                (409: our first still runs; 429) */
-    /* An authorization's own intent (a->manual): */
-    RECONCILE_FOUND_AUTHORIZED,         /* holds the money (requires_capture) */
-    RECONCILE_FOUND_CAPTURED,           /* succeeded: taken where a hold was asked */
-    RECONCILE_FOUND_CANCELED,           /* canceled before we knew of the hold */
-    RECONCILE_FOUND_EXPIRED,            /* an AUTHORIZED one canceled by the provider
-                                           on its own (cancellation_reason automatic) */
-    RECONCILE_HOLD_STANDS,              /* an AUTHORIZED one not expired: look later */
-    RECONCILE_FOUND_CANCELED_ELSEWHERE, /* an AUTHORIZED one canceled, not
-                                           automatic, no void of ours
-                                           holding it: another's cancel */
-    RECONCILE_HELD_LOOKUP_FAILED,       /* requires_capture again under the key (a
-                                           replay proves the intent ours, not its
-                                           state); its retrieve failed: id kept */
+    /* An operation's own rows are numbered from here on
+     * (reconcile_meaning.rows). */
     RECONCILE_RULE__COUNT
 };
 
@@ -165,6 +155,58 @@ void reconcile_policy_decide(const struct reconcile_limits *lim,
                              const struct reconcile_evidence *e,
                              struct reconcile_decision *out);
 
+/* A row of an order of evidence: how the look it ends settles. */
+struct reconcile_row {
+    const char *name; /* "found_succeeded": for tests and docs */
+    enum reconcile_row_status {
+        RECONCILE_KEEPS, /* the attempt's own: look again later */
+        RECONCILE_SETS,  /* the row's status */
+    } how;
+    enum attempt_status status; /* RECONCILE_SETS */
+    /* Whether the decision books the intent it settled on. */
+    enum reconcile_row_books {
+        RECONCILE_BOOKS_NONE,
+        RECONCILE_BOOKS_INTENT,    /* the intent's id, when the answer carried one */
+        RECONCILE_BOOKS_AS_BEFORE, /* whatever the look's own row booked */
+    } books;
+    const char *reason; /* the reason's prefix, then the detail; NULL: none */
+};
+
+/* What an intent proven the attempt's own means to an operation whose
+ * order of evidence is the charge's but whose intent means something else
+ * (an authorization's: worker/operations/authorize/). Pure, as the rest. */
+struct reconcile_meaning {
+    /* The row that res, the attempt's own intent, ends the look on, and
+     * the detail of its reason. */
+    enum reconcile_rule (*of_intent)(const struct reconcile_attempt *a,
+                                     const struct provider_result *res, char *detail,
+                                     size_t size);
+    /* Its own rows, numbered from RECONCILE_RULE__COUNT. */
+    const struct reconcile_row *rows;
+    size_t nrows;
+    /* A settled status the operation still looks at, by the recorded id
+     * and however old (its meanings say what the provider's own move of
+     * it settles to); ATTEMPT_STATUS_UNKNOWN: none. */
+    enum attempt_status looks_at_settled;
+    /* The row of_intent ends on that the answer to the call again under
+     * the key proves only ours, not the intent's state now (the
+     * provider's replay is as old as the first execution): the intent is
+     * retrieved by the id the answer names (decision.object_id) and
+     * settled on what it says now; RECONCILE_RULE_NONE: none. Then the
+     * row when that retrieve fails (the id kept, looked at again), and
+     * the detail when that answer names no intent. */
+    enum reconcile_rule replay_proves_ours_only, replay_lookup_failed;
+    const char *replay_without_id;
+};
+
+/* reconcile_policy_decide, with an operation's meanings of the intent
+ * (m; NULL: a charge's). */
+void reconcile_policy_decide_as(const struct reconcile_meaning *m,
+                                const struct reconcile_limits *lim,
+                                const struct reconcile_attempt *a,
+                                const struct reconcile_evidence *e,
+                                struct reconcile_decision *out);
+
 /* The next step of a look at a refund (a->payment_intent the charge's
  * intent, currency NULL). Only a refund proven ours settles it
  * (ownership.h): by its recorded id (RETRIEVE); else, while the provider
@@ -182,7 +224,7 @@ void reconcile_policy_decide_refund(const struct reconcile_limits *lim,
                                     struct reconcile_decision *out);
 
 /* "found_succeeded", ...: the rule's name, for tests and logs; NULL out of
- * range. */
+ * range (an operation's own rows are named by its meanings). */
 const char *reconcile_policy_rule_name(enum reconcile_rule rule);
 
 /* The list's window, unix seconds [*gte, *lt): every call the key could

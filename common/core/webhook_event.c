@@ -24,9 +24,10 @@ const char *webhook_action_name(enum webhook_action a)
     return "ignored";
 }
 
-static void set(struct webhook_decision *d, enum webhook_action action,
-                enum attempt_status status, const char *reason)
+void webhook_decision_set(struct webhook_decision *d, enum webhook_action action,
+                          enum attempt_status status, const char *reason)
 {
+    CHARGED_ASSERT(d != NULL);
     CHARGED_ASSERT((unsigned)action <= WEBHOOK_UNPROVEN);
     CHARGED_ASSERT((unsigned)status < ATTEMPT_STATUS__COUNT && reason != NULL);
     d->check_now = 0;
@@ -81,18 +82,20 @@ static void decide_not_ours(const struct webhook_event *ev,
     int in_flight =
         a->status == ATTEMPT_STATUS_PROCESSING || a->status == ATTEMPT_STATUS_UNKNOWN;
     if (ev->evidence == WEBHOOK_EVIDENCE_SUCCEEDED && !foreign && in_flight)
-        set(d, WEBHOOK_UNPROVEN, a->status,
+        webhook_decision_set(
+            d, WEBHOOK_UNPROVEN, a->status,
             "the provider reported success of an intent that only names the attempt; "
             "its own call settles it");
     else if (ev->evidence == WEBHOOK_EVIDENCE_SUCCEEDED)
-        set(d, WEBHOOK_FLAG, a->status,
+        webhook_decision_set(
+            d, WEBHOOK_FLAG, a->status,
             foreign ? "the provider reported success of another's intent"
                     : "the provider reported success of an intent that only names "
                       "the attempt");
     else
-        set(d, WEBHOOK_IGNORE, a->status,
-            foreign ? "about another's intent"
-                    : "about an intent that only names the attempt");
+        webhook_decision_set(d, WEBHOOK_IGNORE, a->status,
+                             foreign ? "about another's intent"
+                                     : "about an intent that only names the attempt");
     d->check_now = a->status == ATTEMPT_STATUS_UNKNOWN;
     /* Not proven ours: the attempt stays as it is, whatever the event. */
     CHARGED_ASSERT(d->status == a->status);
@@ -109,42 +112,43 @@ static void decide_success(const struct webhook_event *ev,
         case ATTEMPT_STATUS_UNKNOWN:
         case ATTEMPT_STATUS_SUCCEEDED:
         case ATTEMPT_STATUS_FAILED:
-            set(d, WEBHOOK_REVIEW, RV,
-                "the provider reported success for another charge");
+            webhook_decision_set(d, WEBHOOK_REVIEW, RV,
+                                 "the provider reported success for another charge");
             return;
         case ATTEMPT_STATUS_REQUIRES_REVIEW:
-            set(d, WEBHOOK_IGNORE, a->status, "already under review");
+            webhook_decision_set(d, WEBHOOK_IGNORE, a->status, "already under review");
             return;
         default:
-            set(d, WEBHOOK_FLAG, a->status,
-                "the provider reported success for another charge");
+            webhook_decision_set(d, WEBHOOK_FLAG, a->status,
+                                 "the provider reported success for another charge");
             return;
         }
     }
     switch (a->status) {
     case ATTEMPT_STATUS_PROCESSING:
     case ATTEMPT_STATUS_UNKNOWN:
-        set(d, WEBHOOK_APPLY, ATTEMPT_STATUS_SUCCEEDED,
-            "the provider reported success");
+        webhook_decision_set(d, WEBHOOK_APPLY, ATTEMPT_STATUS_SUCCEEDED,
+                             "the provider reported success");
         return;
     case ATTEMPT_STATUS_SUCCEEDED:
-        set(d, WEBHOOK_IGNORE, a->status, "already succeeded");
+        webhook_decision_set(d, WEBHOOK_IGNORE, a->status, "already succeeded");
         return;
     case ATTEMPT_STATUS_FAILED:
-        set(d, WEBHOOK_REVIEW, RV,
-            "the provider reported success for a failed attempt");
+        webhook_decision_set(d, WEBHOOK_REVIEW, RV,
+                             "the provider reported success for a failed attempt");
         return;
     case ATTEMPT_STATUS_REQUIRES_REVIEW:
-        set(d, WEBHOOK_IGNORE, a->status, "already under review");
+        webhook_decision_set(d, WEBHOOK_IGNORE, a->status, "already under review");
         return;
     case ATTEMPT_STATUS_PENDING:
         /* Not sent by us yet: our own call, with the same key, will be
          * answered with this success. */
-        set(d, WEBHOOK_IGNORE, a->status, "not sent yet; the call will see it");
+        webhook_decision_set(d, WEBHOOK_IGNORE, a->status,
+                             "not sent yet; the call will see it");
         return;
     default:
-        set(d, WEBHOOK_FLAG, a->status,
-            "the provider reported success for a rejected attempt");
+        webhook_decision_set(d, WEBHOOK_FLAG, a->status,
+                             "the provider reported success for a rejected attempt");
         return;
     }
 }
@@ -188,86 +192,25 @@ int webhook_event_is_expiry(const struct webhook_event *ev)
            !strcmp(ev->cancellation_reason, "automatic");
 }
 
-/* Our own intent holds the money. */
-static void decide_hold(const struct webhook_attempt *a, struct webhook_decision *d)
+void webhook_event_decide_as(const struct webhook_meaning *m,
+                             const struct webhook_event *ev,
+                             const struct webhook_attempt *a,
+                             struct webhook_decision *d)
 {
-    switch (a->status) {
-    case ATTEMPT_STATUS_PROCESSING:
-    case ATTEMPT_STATUS_UNKNOWN:
-        set(d, WEBHOOK_APPLY, ATTEMPT_STATUS_AUTHORIZED,
-            "the provider holds the money");
-        return;
-    case ATTEMPT_STATUS_AUTHORIZED:
-        set(d, WEBHOOK_IGNORE, a->status, "already authorized");
-        return;
-    case ATTEMPT_STATUS_FAILED:
-        set(d, WEBHOOK_REVIEW, ATTEMPT_STATUS_REQUIRES_REVIEW,
-            "the provider reported a hold for a failed attempt");
-        return;
-    case ATTEMPT_STATUS_REJECTED:
-        set(d, WEBHOOK_FLAG, a->status,
-            "the provider reported a hold for a rejected attempt");
-        return;
-    case ATTEMPT_STATUS_PENDING:
-        set(d, WEBHOOK_IGNORE, a->status, "not sent yet; the call will see it");
-        return;
-    default: /* captured, voided, under review: older news */
-        set(d, WEBHOOK_IGNORE, a->status, "older than the current state");
-        return;
-    }
-}
-
-/* Our own intent was canceled by the provider on its own: its expiry. */
-static void decide_expiry(const struct webhook_attempt *a, struct webhook_decision *d)
-{
-    switch (a->status) {
-    case ATTEMPT_STATUS_AUTHORIZED:
-        set(d, WEBHOOK_APPLY, ATTEMPT_STATUS_VOIDED,
-            "the provider canceled the hold on its own: expired");
-        return;
-    case ATTEMPT_STATUS_PROCESSING:
-    case ATTEMPT_STATUS_UNKNOWN:
-        set(d, WEBHOOK_APPLY, ATTEMPT_STATUS_FAILED,
-            "the provider canceled the authorization before its hold was recorded");
-        return;
-    case ATTEMPT_STATUS_SUCCEEDED:
-        set(d, WEBHOOK_REVIEW, ATTEMPT_STATUS_REQUIRES_REVIEW,
-            "the provider reported the expiry of a captured authorization");
-        return;
-    case ATTEMPT_STATUS_VOIDED:
-        set(d, WEBHOOK_IGNORE, a->status, "already voided");
-        return;
-    default:
-        set(d, WEBHOOK_IGNORE, a->status, "nothing to change");
-        return;
-    }
-}
-
-void webhook_event_decide_authorization(const struct webhook_event *ev,
-                                        const struct webhook_attempt *a,
-                                        struct webhook_decision *d)
-{
+    CHARGED_ASSERT(m && m->takes && m->of_ours && m->other_charge);
     CHARGED_ASSERT(ev != NULL && a != NULL && d != NULL);
     CHARGED_ASSERT((unsigned)a->status < ATTEMPT_STATUS__COUNT);
-    int expiry = webhook_event_is_expiry(ev);
-    if (ev->evidence != WEBHOOK_EVIDENCE_AUTHORIZED && !expiry) {
-        webhook_event_decide(ev, a, d); /* a failure: as a charge's */
+    if (!m->takes(ev)) {
+        webhook_event_decide(ev, a, d); /* not its own evidence: as a charge's */
         return;
     }
     enum ownership_verdict v = intent_owner(ev, a);
-    if (v != OWNERSHIP_OURS) {
-        set(d, WEBHOOK_IGNORE, a->status,
-            v == OWNERSHIP_FOREIGN ? "about another's intent"
-                                   : "about an intent that only names the attempt");
-        d->check_now = a->status == ATTEMPT_STATUS_UNKNOWN;
-    } else if (other_charge(ev, a)) {
-        set(d, WEBHOOK_FLAG, a->status,
-            "the provider reported a hold of another amount or currency");
-    } else if (expiry) {
-        decide_expiry(a, d);
-    } else {
-        decide_hold(a, d);
-    }
+    if (v != OWNERSHIP_OURS)
+        decide_not_ours(ev, a, v, d);
+    else if (other_charge(ev, a))
+        webhook_decision_set(d, WEBHOOK_FLAG, a->status, m->other_charge);
+    else
+        m->of_ours(ev, a, d);
     keep_order_live_once(a, d);
 }
 
@@ -280,7 +223,7 @@ static void decide(const struct webhook_event *ev, const struct webhook_attempt 
     if (ev->evidence == WEBHOOK_EVIDENCE_NONE ||
         ev->evidence == WEBHOOK_EVIDENCE_REFUND ||
         ev->evidence == WEBHOOK_EVIDENCE_AUTHORIZED) {
-        set(d, WEBHOOK_IGNORE, a->status, "event type not acted on");
+        webhook_decision_set(d, WEBHOOK_IGNORE, a->status, "event type not acted on");
         return;
     }
     enum ownership_verdict v = intent_owner(ev, a);
@@ -300,32 +243,35 @@ static void decide(const struct webhook_event *ev, const struct webhook_attempt 
     case WEBHOOK_EVIDENCE_FAILED:
         if (other_charge(ev, a)) {
             /* No money moved on a failure: nothing to review. */
-            set(d, WEBHOOK_IGNORE, a->status, "failure of another charge");
+            webhook_decision_set(d, WEBHOOK_IGNORE, a->status,
+                                 "failure of another charge");
         } else if (a->status == ATTEMPT_STATUS_PROCESSING ||
                    a->status == ATTEMPT_STATUS_UNKNOWN) {
-            set(d, WEBHOOK_APPLY, ATTEMPT_STATUS_FAILED,
-                "the provider reported failure");
+            webhook_decision_set(d, WEBHOOK_APPLY, ATTEMPT_STATUS_FAILED,
+                                 "the provider reported failure");
         } else if (a->status == ATTEMPT_STATUS_SUCCEEDED &&
                    ev->created > a->updated_at) {
-            set(d, WEBHOOK_REVIEW, ATTEMPT_STATUS_REQUIRES_REVIEW,
-                "the provider reported failure after success");
+            webhook_decision_set(d, WEBHOOK_REVIEW, ATTEMPT_STATUS_REQUIRES_REVIEW,
+                                 "the provider reported failure after success");
         } else if (a->status == ATTEMPT_STATUS_SUCCEEDED) {
-            set(d, WEBHOOK_IGNORE, a->status, "older than the success it would undo");
+            webhook_decision_set(d, WEBHOOK_IGNORE, a->status,
+                                 "older than the success it would undo");
         } else {
-            set(d, WEBHOOK_IGNORE, a->status, "nothing to change");
+            webhook_decision_set(d, WEBHOOK_IGNORE, a->status, "nothing to change");
         }
         return;
     case WEBHOOK_EVIDENCE_PROCESSING:
         if (!other_charge(ev, a) && a->status == ATTEMPT_STATUS_UNKNOWN)
-            set(d, WEBHOOK_APPLY, ATTEMPT_STATUS_PROCESSING,
-                "the provider is processing it");
+            webhook_decision_set(d, WEBHOOK_APPLY, ATTEMPT_STATUS_PROCESSING,
+                                 "the provider is processing it");
         else if (attempt_status_is_settled(a->status))
-            set(d, WEBHOOK_IGNORE, a->status, "older than the current state");
+            webhook_decision_set(d, WEBHOOK_IGNORE, a->status,
+                                 "older than the current state");
         else
-            set(d, WEBHOOK_IGNORE, a->status, "nothing to change");
+            webhook_decision_set(d, WEBHOOK_IGNORE, a->status, "nothing to change");
         return;
     }
-    set(d, WEBHOOK_IGNORE, a->status, "event type not acted on");
+    webhook_decision_set(d, WEBHOOK_IGNORE, a->status, "event type not acted on");
 }
 
 int webhook_refund_status(const char *provider_status)

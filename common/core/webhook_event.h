@@ -136,24 +136,36 @@ void webhook_event_decide(const struct webhook_event *ev,
  * canceled, cancellation_reason "automatic")? */
 int webhook_event_is_expiry(const struct webhook_event *ev);
 
-/* What an authorization's event does to its attempt (capture_method
- * manual). Only its own intent (ownership.h, as above) moves it; one not
- * proven ours is recorded and ignored, an UNKNOWN attempt made due for the
- * reconciler at once (its create again under its own key is the proof).
- * Ours:
- *   - the hold (WEBHOOK_EVIDENCE_AUTHORIZED) settles PROCESSING or UNKNOWN
- *     as AUTHORIZED; for a FAILED attempt it is a contradiction (REVIEW);
- *     for any other state, older news (ignored);
- *   - the expiry (webhook_event_is_expiry) makes AUTHORIZED VOIDED, and
- *     PROCESSING or UNKNOWN (the hold never recorded) FAILED; of a
- *     SUCCEEDED (captured) attempt it is a contradiction (REVIEW);
- *   - a failure (payment_failed) is decided as a charge's
- *     (webhook_event_decide).
- * A hold or expiry of another amount or currency is flagged, never
- * applied. */
-void webhook_event_decide_authorization(const struct webhook_event *ev,
-                                        const struct webhook_attempt *a,
-                                        struct webhook_decision *d);
+/* An operation's meanings of the events about its attempts' intents (an
+ * authorization's: worker/operations/authorize/), decided by
+ * webhook_event_decide_as on the rules every decision shares: only the
+ * attempt's own intent (ownership.h, as above) moves it; one not proven
+ * ours is recorded and ignored (a success flagged), an UNKNOWN attempt
+ * made due for the reconciler at once; its own intent of another amount
+ * or currency is flagged, never applied; a failed attempt whose order has
+ * another live one never becomes live again. */
+struct webhook_meaning {
+    /* Whether ev is the operation's own evidence; any other event is
+     * decided as a charge's (webhook_event_decide). */
+    int (*takes)(const struct webhook_event *ev);
+    /* What ev, about the attempt's own intent of its amount and currency,
+     * does to it: d set (webhook_decision_set). */
+    void (*of_ours)(const struct webhook_event *ev, const struct webhook_attempt *a,
+                    struct webhook_decision *d);
+    /* The flag's reason of its own intent of another amount or currency. */
+    const char *other_charge;
+};
+
+/* What ev does to the attempt a, on m's meanings. */
+void webhook_event_decide_as(const struct webhook_meaning *m,
+                             const struct webhook_event *ev,
+                             const struct webhook_attempt *a,
+                             struct webhook_decision *d);
+
+/* Sets d: action, the status it leaves (the new one for APPLY and
+ * REVIEW), reason (static text); check_now cleared. */
+void webhook_decision_set(struct webhook_decision *d, enum webhook_action action,
+                          enum attempt_status status, const char *reason);
 
 /* "applied", "review", "ignored", "flagged", "unproven": the outcome recorded for the
  * event and counted in metrics. */

@@ -40,8 +40,11 @@
  * history: worker/operations/op.h), each a record of its own that names
  * the attempt. */
 struct attempt_history_steps {
-    const char *key;         /* the story's member: its steps */
-    const char *noun;        /* the timeline's "step" of one */
+    const char *key;  /* the story's member: its steps */
+    const char *noun; /* the timeline's "step" of one */
+    /* Whose steps they are, for `chargectl attempt --help` ("an
+     * authorization's"): the same for every operation's. */
+    const char *whose;
     const char *id_key;      /* its rows' id member */
     const char *call_column; /* provider_calls' column naming one (the call log) */
     /* Its rows, oldest first, each with its transitions

@@ -14,9 +14,9 @@
  * counted from the provider's ledger); a violation prints the seed, the
  * step, the rule and the last steps, and exits 1. The same seed and steps
  * give the same final hash. Authorizations, captures and voids (issue 37)
- * go through the same stages, with the capture's and the void's own looks
- * (capture_look.c, void_command.c) and the hold of migrations 0016-0018 in the
- * store's model. */
+ * go through the same stages, with the authorization's, the capture's and
+ * the void's own looks (authorize_policy.c, capture_look.c, void_command.c)
+ * and the hold of migrations 0016-0018 in the store's model. */
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>

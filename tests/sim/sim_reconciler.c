@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "attempt_status.h"
+#include "authorize_policy.h"
 #include "capture.h"
 #include "reconcile_policy.h"
 #include "sim_actors.h"
@@ -76,7 +77,6 @@ static void rec_begin(struct world *w, struct look *l)
             snprintf(l->object, sizeof(l->object), "pi_%d", l->intent);
         ra.amount = sim_store_attempt(w->store, l->id)->amount;
         ra.currency = "EUR";
-        ra.manual = l->manual;
     } else {
         snprintf(l->name, sizeof(l->name), "r%d", l->id);
         if (l->prefund != SIM_NULL)
@@ -87,11 +87,13 @@ static void rec_begin(struct world *w, struct look *l)
         ra.payment_intent = l->intent_name;
         ra.object = "refund";
     }
-    reconcile_look_begin(&l->core,
-                         l->refund   ? RECONCILE_KIND_REFUND
-                         : l->manual ? RECONCILE_KIND_AUTHORIZATION
-                                     : RECONCILE_KIND_CHARGE,
-                         &lim, &ra, l->claimed_at);
+    if (l->manual && !l->refund)
+        reconcile_look_begin_order(&l->core, &authorize_look_order, &lim, &ra,
+                                   l->claimed_at);
+    else
+        reconcile_look_begin(&l->core,
+                             l->refund ? RECONCILE_KIND_REFUND : RECONCILE_KIND_CHARGE,
+                             &lim, &ra, l->claimed_at);
 }
 
 static void rec_claim(struct world *w, struct reconciler *r)
@@ -389,7 +391,7 @@ void sim_webhook_step(struct world *w)
     struct webhook_decision d;
     /* The api's routing: a manual intent's events are the authorization's. */
     if (in->manual)
-        webhook_event_decide_authorization(&ev, &wa, &d);
+        authorize_event_decide(&ev, &wa, &d);
     else
         webhook_event_decide(&ev, &wa, &d);
     int ok = 0;

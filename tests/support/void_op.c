@@ -414,6 +414,14 @@ static const char *void_event_type(int kind, enum attempt_status status)
     }
 }
 
+/* The intent's cancel: the provider's capture class, first served. */
+static void void_budget_of(int kind, enum budget_class *cls, enum budget_priority *prio)
+{
+    (void)kind;
+    *cls = BUDGET_CLASS_CAPTURE;
+    *prio = BUDGET_PRIO_CAPTURE;
+}
+
 const struct engine_op void_op = {
     .name = "void",
     OP_PAYMENT_TOPICS,
@@ -424,4 +432,5 @@ const struct engine_op void_op = {
     /* Decided by the charge's table, as a void's answer means the same. */
     .decide = payment_answer_decide,
     .outcome = payment_answer_outcome,
+    .budget_of = void_budget_of,
 };

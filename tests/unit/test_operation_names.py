@@ -74,23 +74,10 @@ DEBTS = {
     "worker/roles/console_web/app.js": (18, "the page names each review's "
                                         "decisions and draws captures and voids; "
                                         "the limits page the budget's classes"),
-    "worker/chargectl/ctl_publish.c": (2, "publish's --help names the types"),
-    "worker/chargectl/ctl_audit.c": (3, "audit's --help lists the finding kinds"),
-    "worker/chargectl/ctl_attempt.c": (2, "attempt show's --help names the steps"),
     "worker/operations/step_review.h": (8, "the review of an authorization's "
                                         "steps, shared by three operations"),
     "worker/operations/step_review.c": (2, "the review of an authorization's "
                                         "steps, shared by three operations"),
-    "common/core/webhook_event.c": (3, "the provider events' per-kind "
-                                    "decisions (webhook_event_decide_*)"),
-    "common/core/webhook_event.h": (1, "the provider events' per-kind decisions"),
-    "common/core/reconcile_policy.c": (6, "the reconciler's per-kind "
-                                       "orders of evidence"),
-    "common/core/reconcile_policy.h": (2, "the reconciler's per-kind orders"),
-    "common/core/reconcile_look.c": (2, "RECONCILE_KIND_AUTHORIZATION"),
-    "common/core/reconcile_look.h": (1, "RECONCILE_KIND_AUTHORIZATION"),
-    "worker/pipeline/engine_provider.c": (2, "an operation's endpoint class "
-                                          "(throttling's label): the face's"),
     "worker/chargectl/ctl_refund.c": (1, "a refusal names what an "
                                       "authorization's capture took"),
     "worker/operations/webhook_store.c": (1, "the unmatched reason names the "

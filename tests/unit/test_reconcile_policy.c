@@ -9,45 +9,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "reconcile_answers.h"
 #include "reconcile_look.h"
 #include "reconcile_policy.h"
 #include "test_env.h"
-
-#define ATT      "00000000-0000-4000-8000-000000000001"
-#define RET_MS   86400000LL /* WORKER_KEY_RETENTION_MS: a day */
-#define LAG_MS   3600000LL  /* RECONCILER_SEARCH_LAG_MS */
-#define MAX_AGE  604800000LL
-#define MARGIN   70000LL /* the worker's margin: the timeout + a tenth, at most 60 s */
-#define WINDOW   (RET_MS - MARGIN) /* the key's age from which nothing is sent */
-#define PAST_LAG (RET_MS + LAG_MS) /* the key's age from which the list is asked */
-
-static const struct reconcile_limits lim = {.key_retention_ms = RET_MS,
-                                            .provider_timeout_ms = 10000,
-                                            .search_lag_ms = LAG_MS,
-                                            .max_age_ms = MAX_AGE};
-
-/* What the provider answered, as provider_client classifies it. */
-struct answer {
-    enum provider_outcome outcome;
-    int http_status, matches;
-    long long amount;
-    const char *currency, *attempt_id, *ppid, *intent_status;
-    const char *code, *decline_code, *param, *error;
-    const char *cancellation_reason;
-};
-
-/* An intent found (or our charge's), with the attempt's amount, currency and
- * id unless a row says otherwise. */
-#define INTENT_HTTP(o, st, pi, http)                                                   \
-    .outcome = o, .http_status = http, .intent_status = st, .ppid = pi
-#define INTENT(o, st, pi) INTENT_HTTP(o, st, pi, 200)
-#define OURS              .amount = 1000, .currency = "usd", .attempt_id = ATT
-#define ONE               .matches = 1
-#define A(...)            (&(const struct answer){__VA_ARGS__})
-
-#define PAID      A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_1"), OURS, ONE)
-#define NOT_FOUND A(.outcome = PROVIDER_NOT_FOUND, .http_status = 200)
-#define NO_ANSWER A(.outcome = PROVIDER_UNKNOWN, .error = "timeout after 10000 ms")
 
 static const struct {
     const char *doc; /* the rule, as docs/reconciler.md has it */
@@ -350,27 +315,6 @@ static const struct {
      NULL, NULL, NULL, "retrieve", RECONCILE_LOOKUP_FAILED, ATTEMPT_STATUS_UNKNOWN,
      "look-up failed: bad ?end", ""},
 };
-
-static void fill(struct provider_result *res, const struct answer *a)
-{
-    memset(res, 0, sizeof(*res));
-    res->outcome = a->outcome;
-    res->http_status = a->http_status;
-    res->matches = a->matches;
-    res->amount = a->amount;
-#define COPY(field, value)                                                             \
-    snprintf(res->field, sizeof(res->field), "%s", value ? value : "")
-    COPY(currency, a->currency);
-    COPY(intent_attempt_id, a->attempt_id);
-    COPY(provider_payment_id, a->ppid);
-    COPY(intent_status, a->intent_status);
-    COPY(code, a->code);
-    COPY(decline_code, a->decline_code);
-    COPY(param, a->param);
-    COPY(error, a->error);
-    COPY(cancellation_reason, a->cancellation_reason);
-#undef COPY
-}
 
 static const char *call_name(enum reconcile_next n)
 {
@@ -826,218 +770,6 @@ START_TEST(a_look_decides_on_the_key_age_now)
 }
 END_TEST
 
-/* One look at an authorization (reconcile_attempt.manual) to its end: each
- * call answered by the next of answers (NULL: the look must settle first).
- * The decision, and the calls made, space-separated, into calls. */
-static struct reconcile_decision
-look_at_authorization(const struct reconcile_attempt *a,
-                      const struct answer *const *answers, char *calls, size_t size)
-{
-    struct reconcile_look l;
-    struct reconcile_step st;
-    reconcile_look_begin(&l, RECONCILE_KIND_AUTHORIZATION, &lim, a, 0);
-    calls[0] = '\0';
-    for (int i = 0;; i++) {
-        reconcile_look_step(&l, i, &st);
-        if (st.next == RECONCILE_SETTLE)
-            return st.dec;
-        ck_assert_ptr_nonnull(answers[i]);
-        snprintf(calls + strlen(calls), size - strlen(calls), "%s%s%s%s%s",
-                 i ? " " : "", st.operation, st.dec.object_id[0] ? "(" : "",
-                 st.dec.object_id, st.dec.object_id[0] ? ")" : "");
-        fill(st.answer, answers[i]);
-    }
-}
-
-#define HELD  A(INTENT(PROVIDER_AUTHORIZED, "requires_capture", "pi_h"), OURS, ONE)
-#define TAKEN A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_h"), OURS, ONE)
-#define EXPIRED                                                                        \
-    A(INTENT(PROVIDER_DECLINED, "canceled", "pi_h"), OURS, ONE,                        \
-      .cancellation_reason = "automatic")
-
-/* Adversary 37a, finding 1: the create again under the key answers
- * requires_capture from the provider's idempotency store, whatever the
- * intent did since. Captured by another client since: for a person;
- * expired since: FAILED canceled; the retrieve failing: still UNKNOWN, the
- * intent's id (proven ours by the replay) recorded. A replayed decline
- * settles as before, with no retrieve. */
-START_TEST(a_replayed_hold_settles_on_the_intent_now)
-{
-    const struct reconcile_attempt a = {.id = ATT,
-                                        .status = ATTEMPT_STATUS_UNKNOWN,
-                                        .provider_payment_id = "",
-                                        .amount = 1000,
-                                        .currency = "usd",
-                                        .key_age_ms = 1000,
-                                        .first_sent_ms = 1764590000000LL,
-                                        .age_ms = 2000,
-                                        .manual = 1};
-    char calls[128];
-    struct reconcile_decision d;
-
-    d = look_at_authorization(&a, (const struct answer *const[]){HELD, TAKEN, NULL},
-                              calls, sizeof(calls));
-    ck_assert_str_eq(calls, "charge retrieve(pi_h)");
-    ck_assert_int_eq(d.rule, RECONCILE_FOUND_CAPTURED);
-    ck_assert_int_eq(d.status, ATTEMPT_STATUS_REQUIRES_REVIEW);
-    ck_assert_str_eq(d.provider_payment_id, "pi_h");
-
-    d = look_at_authorization(&a, (const struct answer *const[]){HELD, EXPIRED, NULL},
-                              calls, sizeof(calls));
-    ck_assert_int_eq(d.rule, RECONCILE_FOUND_CANCELED);
-    ck_assert_int_eq(d.status, ATTEMPT_STATUS_FAILED);
-    ck_assert_str_eq(d.reason, "canceled: automatic");
-
-    d = look_at_authorization(&a, (const struct answer *const[]){HELD, NO_ANSWER, NULL},
-                              calls, sizeof(calls));
-    ck_assert_int_eq(d.rule, RECONCILE_HELD_LOOKUP_FAILED);
-    ck_assert_int_eq(d.status, ATTEMPT_STATUS_UNKNOWN);
-    ck_assert_str_eq(d.provider_payment_id, "pi_h");
-
-    /* Another intent behind the id: not ours, never settled on. */
-    d = look_at_authorization(
-        &a,
-        (const struct answer *const[]){
-            HELD, A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_x"), OURS, ONE), NULL},
-        calls, sizeof(calls));
-    ck_assert_int_eq(d.rule, RECONCILE_FOUND_NOT_OURS);
-
-    d = look_at_authorization(
-        &a,
-        (const struct answer *const[]){
-            A(INTENT(PROVIDER_DECLINED, "requires_payment_method", "pi_h"), OURS, ONE,
-              .code = "card_declined"),
-            NULL},
-        calls, sizeof(calls));
-    ck_assert_str_eq(calls, "charge");
-    ck_assert_int_eq(d.rule, RECONCILE_FOUND_DECLINED);
-}
-END_TEST
-
-/* Issue 37: an authorization's own intent settles it as a hold, never as
- * money taken. Held (requires_capture) is AUTHORIZED, by the create again
- * under its own key or its recorded id; taken where a hold was asked is for
- * a person; canceled before the hold was recorded FAILED (no money held);
- * a foreign intent naming it is never ours. An AUTHORIZED one is looked at
- * for the provider's expiry only: canceled automatic is VOIDED expired,
- * anything else leaves the hold as it is, however old. */
-START_TEST(an_authorization_settles_as_a_hold)
-{
-    struct reconcile_attempt a = {.id = ATT,
-                                  .status = ATTEMPT_STATUS_UNKNOWN,
-                                  .provider_payment_id = "",
-                                  .amount = 1000,
-                                  .currency = "usd",
-                                  .key_age_ms = 1000,
-                                  .first_sent_ms = 1764590000000LL,
-                                  .age_ms = 2000,
-                                  .manual = 1};
-    char calls[128];
-    struct reconcile_decision d;
-
-    /* The create again answers held: ours, but perhaps a replay as old as
-     * the first execution; the intent it names is retrieved for its state
-     * now. */
-    d = look_at_authorization(&a, (const struct answer *const[]){HELD, HELD, NULL},
-                              calls, sizeof(calls));
-    ck_assert_str_eq(calls, "charge retrieve(pi_h)");
-    ck_assert_int_eq(d.rule, RECONCILE_FOUND_AUTHORIZED);
-    ck_assert_int_eq(d.status, ATTEMPT_STATUS_AUTHORIZED);
-    ck_assert_str_eq(d.provider_payment_id, "pi_h");
-    ck_assert_str_eq(d.reason, "");
-
-    a.provider_payment_id = "pi_h";
-    d = look_at_authorization(&a, (const struct answer *const[]){HELD, NULL}, calls,
-                              sizeof(calls));
-    ck_assert_str_eq(calls, "retrieve"); /* no search for others: not a success */
-    ck_assert_int_eq(d.status, ATTEMPT_STATUS_AUTHORIZED);
-
-    d = look_at_authorization(&a, (const struct answer *const[]){TAKEN, NULL}, calls,
-                              sizeof(calls));
-    ck_assert_int_eq(d.rule, RECONCILE_FOUND_CAPTURED);
-    ck_assert_int_eq(d.status, ATTEMPT_STATUS_REQUIRES_REVIEW);
-    ck_assert_str_eq(
-        d.reason, "requires_review: captured: intent succeeded where a hold was asked");
-
-    d = look_at_authorization(&a, (const struct answer *const[]){EXPIRED, NULL}, calls,
-                              sizeof(calls));
-    ck_assert_int_eq(d.rule, RECONCILE_FOUND_CANCELED);
-    ck_assert_int_eq(d.status, ATTEMPT_STATUS_FAILED);
-    ck_assert_str_eq(d.reason, "canceled: automatic");
-
-    d = look_at_authorization(
-        &a,
-        (const struct answer *const[]){
-            A(INTENT(PROVIDER_DECLINED, "requires_payment_method", "pi_h"), OURS, ONE,
-              .code = "card_declined"),
-            NULL},
-        calls, sizeof(calls));
-    ck_assert_int_eq(d.rule, RECONCILE_FOUND_DECLINED);
-    ck_assert_str_eq(d.reason, "declined: card_declined");
-
-    /* Past the key's window, found only by what names it: never ours. */
-    a.provider_payment_id = "";
-    a.key_age_ms = WINDOW;
-    d = look_at_authorization(&a, (const struct answer *const[]){HELD, NULL}, calls,
-                              sizeof(calls));
-    ck_assert_str_eq(calls, "search");
-    ck_assert_int_eq(d.rule, RECONCILE_FOUND_UNPROVEN);
-    ck_assert_int_eq(d.status, ATTEMPT_STATUS_REQUIRES_REVIEW);
-    ck_assert_str_eq(d.provider_payment_id, "");
-
-    /* The hold, for its expiry: however old, only the provider's own
-     * cancel settles it. */
-    a.status = ATTEMPT_STATUS_AUTHORIZED;
-    a.provider_payment_id = "pi_h";
-    a.age_ms = MAX_AGE * 2;
-    d = look_at_authorization(&a, (const struct answer *const[]){EXPIRED, NULL}, calls,
-                              sizeof(calls));
-    ck_assert_str_eq(calls, "retrieve");
-    ck_assert_int_eq(d.rule, RECONCILE_FOUND_EXPIRED);
-    ck_assert_int_eq(d.status, ATTEMPT_STATUS_VOIDED);
-    ck_assert_str_eq(d.reason, "expired");
-    d = look_at_authorization(&a, (const struct answer *const[]){HELD, NULL}, calls,
-                              sizeof(calls));
-    ck_assert_int_eq(d.rule, RECONCILE_HOLD_STANDS);
-    ck_assert_int_eq(d.status, ATTEMPT_STATUS_AUTHORIZED);
-    /* Canceled, not by the provider: a void of ours holding it settles its
-     * own cancel; with none, another client canceled it (finding 4 of
-     * adversary 37a): VOIDED, the money no longer held for the order. */
-    a.void_holds = 1;
-    d = look_at_authorization(
-        &a,
-        (const struct answer *const[]){
-            A(INTENT(PROVIDER_DECLINED, "canceled", "pi_h"), OURS, ONE,
-              .cancellation_reason = "requested_by_customer"),
-            NULL},
-        calls, sizeof(calls));
-    ck_assert_int_eq(d.rule,
-                     RECONCILE_HOLD_STANDS); /* a void's: its step's to settle */
-    a.void_holds = 0;
-    d = look_at_authorization(
-        &a,
-        (const struct answer *const[]){
-            A(INTENT(PROVIDER_DECLINED, "canceled", "pi_h"), OURS, ONE,
-              .cancellation_reason = "requested_by_customer"),
-            NULL},
-        calls, sizeof(calls));
-    ck_assert_int_eq(d.rule, RECONCILE_FOUND_CANCELED_ELSEWHERE);
-    ck_assert_int_eq(d.status, ATTEMPT_STATUS_VOIDED);
-    ck_assert_str_eq(d.reason, "canceled_elsewhere: requested_by_customer");
-    d = look_at_authorization(&a, (const struct answer *const[]){TAKEN, NULL}, calls,
-                              sizeof(calls));
-    ck_assert_int_eq(d.rule, RECONCILE_HOLD_STANDS); /* a capture's */
-    d = look_at_authorization(&a, (const struct answer *const[]){NO_ANSWER, NULL},
-                              calls, sizeof(calls));
-    ck_assert_int_eq(d.rule, RECONCILE_LOOKUP_FAILED);
-    ck_assert_int_eq(d.status, ATTEMPT_STATUS_AUTHORIZED);
-    ck_assert_int_eq(reconcile_look_next_check_ms(ATTEMPT_STATUS_AUTHORIZED,
-                                                  ATTEMPT_STATUS_VOIDED,
-                                                  (const long long[]){5}, 1, 0),
-                     -1);
-}
-END_TEST
-
 /* A charge's look never calls a hold a success: an authorized intent is a
  * status a charge never ends in. */
 START_TEST(a_charge_never_settles_on_a_hold)
@@ -1113,8 +845,6 @@ int main(void)
     tcase_add_test(tc, a_look_names_each_call_then_decides);
     tcase_add_test(tc, a_look_decides_on_the_key_age_now);
     tcase_add_test(tc, next_look_on_the_schedule_only_when_unsettled);
-    tcase_add_test(tc, an_authorization_settles_as_a_hold);
-    tcase_add_test(tc, a_replayed_hold_settles_on_the_intent_now);
     tcase_add_test(tc, a_charge_never_settles_on_a_hold);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);

@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "budget_alloc.h"
 #include "config.h"
@@ -25,6 +26,11 @@ int ctl_unexpected_argument(const char *cmd, const char *arg);
  * none); returns rc, so that a refusal is one statement. */
 __attribute__((format(printf, 4, 5))) int
 ctl_say(int rc, const char *cmd, const char *sub, const char *fmt, ...);
+
+/* Prints text, words separated by single spaces, as lines of at most
+ * width characters (a longer word stands alone), each ended by "\n", the
+ * lines after the first begun by indent (not counted in width). */
+void ctl_wrap(FILE *out, const char *indent, const char *text, size_t width);
 
 /* Who runs chargectl, for --actor's default: the effective user's name,
  * else $USER; NULL when neither is known. */

@@ -20,6 +20,39 @@
 #include "log.h"
 #include "op.h"
 
+/* What `show` prints, its steps those of the table's operations. */
+static void usage_show(FILE *out)
+{
+    struct attempt_history_table t;
+    char steps[512] = "", text[1024];
+    size_t n = 0;
+    payment_ops_history(&t);
+    for (size_t i = 0; i < t.n; i++) {
+        /* One story: every operation's steps are of one kind of attempt. */
+        CHARGED_ASSERT(t.steps[i]->whose &&
+                       !strcmp(t.steps[i]->whose, t.steps[0]->whose));
+        n += (size_t)snprintf(steps + n, sizeof(steps) - n, "%s%s",
+                              i == 0         ? ""
+                              : i + 1 == t.n ? " and "
+                                             : ", ",
+                              t.steps[i]->key);
+        CHARGED_ASSERT(n < sizeof(steps));
+    }
+    int len =
+        snprintf(text, sizeof(text),
+                 "the attempt, every status transition with its cause and "
+                 "evidence, every provider call with its outcome, its ledger "
+                 "entries, its result events, its refunds (and refunded_amount, "
+                 "refund_reserved)%s%s%s%s",
+                 t.n ? "; " : "", t.n ? t.steps[0]->whose : "", t.n ? " " : "", steps);
+    CHARGED_ASSERT(len > 0 && (size_t)len < sizeof(text));
+    if (t.n)
+        snprintf(text + len, sizeof(text) - (size_t)len,
+                 ", and their transitions in one time order with the attempt's");
+    fputs("  show           ", out);
+    ctl_wrap(out, "                 ", text, 58);
+}
+
 static void usage(FILE *out)
 {
     fprintf(
@@ -30,19 +63,15 @@ static void usage(FILE *out)
         "       chargectl attempt resolve PAYMENT_ATTEMPT_ID (--succeeded PI | "
         "--failed)\n"
         "                              [--reason TEXT] [--actor NAME] [--force] "
-        "[--json]\n\n"
-        "  show           the attempt, every status transition with its cause and\n"
-        "                 evidence, every provider call with its outcome, its ledger\n"
-        "                 entries, its result events, its refunds (and\n"
-        "                 refunded_amount, refund_reserved); an authorization's\n"
-        "                 captures and voids, and their transitions in one time\n"
-        "                 order with the attempt's\n"
-        "  list           attempts, most recently updated first; --status\n"
-        "                 REQUIRES_REVIEW is the review queue\n"
-        "  resolve        settle an attempt in review, after asking the provider\n"
-        "                 (see chargectl attempt resolve --help)\n"
-        "  --order UUID   only this order's attempts\n"
-        "  --status S     one of:");
+        "[--json]\n\n");
+    usage_show(out);
+    fprintf(out,
+            "  list           attempts, most recently updated first; --status\n"
+            "                 REQUIRES_REVIEW is the review queue\n"
+            "  resolve        settle an attempt in review, after asking the provider\n"
+            "                 (see chargectl attempt resolve --help)\n"
+            "  --order UUID   only this order's attempts\n"
+            "  --status S     one of:");
     for (int i = 0; i < ATTEMPT_STATUS__COUNT; i++)
         fprintf(out, " %s", attempt_status_name(i));
     fprintf(out,

@@ -12,6 +12,7 @@
 
 #include "audit_run.h"
 #include "audit_store.h"
+#include "charged_assert.h"
 #include "chargectl.h"
 #include "decimal.h"
 #include "config.h"
@@ -57,6 +58,34 @@ static const char *SQL_FINDINGS =
     " ORDER BY id LIMIT $3::int) f";
 /* clang-format on */
 
+/* The finding kinds: the auditor's own, then the table's operations'
+ * (their audit rules' kinds). */
+static void usage_kinds(FILE *out)
+{
+    struct audit_step_table t;
+    char text[2048];
+    size_t n = (size_t)snprintf(
+        text, sizeof(text),
+        "Finding kinds: charged_twice, charged_unbooked, booked_not_charged, "
+        "amount_mismatch, currency_mismatch, unknown_intent, refund_unbooked, "
+        "refunded_over_charge, booked_foreign, foreign_intent");
+    payment_ops_audit_steps(&t);
+    for (size_t s = 0; s < t.n; s++) {
+        /* One list: every operation's rules judge one kind of intent. */
+        CHARGED_ASSERT(t.sets[s]->of && !strcmp(t.sets[s]->of, t.sets[0]->of));
+        for (size_t k = 0; k < t.sets[s]->nkinds; k++)
+            n += (size_t)snprintf(text + n, sizeof(text) - n, "%s%s%s%s",
+                                  s == 0 && k == 0 ? "; of " : ", ",
+                                  s == 0 && k == 0 ? t.sets[0]->of : "",
+                                  s == 0 && k == 0 ? ": " : "",
+                                  audit_kind_name(t.sets[s]->kinds[k]));
+        CHARGED_ASSERT(n < sizeof(text));
+    }
+    snprintf(text + n, sizeof(text) - n,
+             " (docs/auditor.md says what to do with each).");
+    ctl_wrap(out, "", text, 75);
+}
+
 static void usage(FILE *out)
 {
     fprintf(
@@ -82,15 +111,11 @@ static void usage(FILE *out)
         "  --findings     only verdicts with findings\n"
         "  --limit N      at most N rows [50]\n"
         "  --json         JSON instead of tables\n"
-        "  --help         this text\n\n"
-        "Finding kinds: charged_twice, charged_unbooked, booked_not_charged,\n"
-        "amount_mismatch, currency_mismatch, unknown_intent, refund_unbooked,\n"
-        "refunded_over_charge, booked_foreign, foreign_intent; of authorizations:\n"
-        "captured_over_authorized, capture_unbooked, void_unbooked,\n"
-        "authorization_expired_unvoided (docs/auditor.md says what to do with "
-        "each).\n\n"
-        "Exit status: 0 done (run: no finding); 1 database or provider\n"
-        "unreachable, no such window, or (run) a finding; 2 bad usage.\n");
+        "  --help         this text\n\n");
+    usage_kinds(out);
+    fprintf(out, "\n"
+                 "Exit status: 0 done (run: no finding); 1 database or provider\n"
+                 "unreachable, no such window, or (run) a finding; 2 bad usage.\n");
 }
 
 /* Says "chargectl audit [sub]: ..." in one line; returns rc. */

@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "budget_member.h"
@@ -45,6 +46,27 @@ int ctl_say(int rc, const char *cmd, const char *sub, const char *fmt, ...)
     va_end(ap);
     fputc('\n', stderr);
     return rc;
+}
+
+void ctl_wrap(FILE *out, const char *indent, const char *text, size_t width)
+{
+    size_t col = 0;
+    CHARGED_ASSERT(out && indent && text && width > 0);
+    for (const char *w = text; *w;) {
+        size_t len = strcspn(w, " ");
+        if (col > 0 && col + 1 + len > width) {
+            fprintf(out, "\n%s", indent);
+            col = 0;
+        } else if (col > 0) {
+            fputc(' ', out);
+            col++;
+        }
+        fwrite(w, 1, len, out);
+        col += len;
+        w += len;
+        w += strspn(w, " ");
+    }
+    fputc('\n', out);
 }
 
 const char *ctl_os_user(void)

@@ -20,18 +20,43 @@
 #include "log.h"
 #include "op.h"
 
+/* What --help says of the commands: the flags build the table's first
+ * operation's (a charge), --file takes every operation's, named by its
+ * type ("refund.requested": a refund command). */
+static void usage_commands(FILE *out)
+{
+    char text[2048], nouns[512] = "", types[1024] = "";
+    size_t nn = 0, nt = 0, n = payment_operations_count;
+    CHARGED_ASSERT(n >= 2);
+    for (size_t k = 1; k < n; k++) {
+        const char *type = payment_op_of(k)->command_type;
+        const char *sep = k == 1 ? "" : k + 1 == n ? " or " : ", ";
+        nn += (size_t)snprintf(nouns + nn, sizeof(nouns) - nn, "%s%.*s", sep,
+                               (int)strcspn(type, "."), type);
+        nt += (size_t)snprintf(types + nt, sizeof(types) - nt, "%s\"%s\"",
+                               k == 1 ? "" : ", ", type);
+        CHARGED_ASSERT(nn < sizeof(nouns) && nt < sizeof(types));
+    }
+    int len = snprintf(text, sizeof(text),
+                       "Validates %.*s commands against the contract and publishes "
+                       "them to CHARGE_COMMANDS_TOPIC keyed by payment_attempt_id. "
+                       "Nothing is sent when any command is invalid. With --file, a "
+                       "line may also be a %s command (\"type\": %s), keyed by the "
+                       "payment_attempt_id it names.",
+                       (int)strcspn(payment_op_of(0)->command_type, "."),
+                       payment_op_of(0)->command_type, nouns, types);
+    CHARGED_ASSERT(len > 0 && (size_t)len < sizeof(text));
+    ctl_wrap(out, "", text, 71);
+}
+
 static void usage(FILE *out)
 {
+    fprintf(out, "usage: chargectl publish [flags]\n"
+                 "       chargectl publish --file FILE [--json]\n\n");
+    usage_commands(out);
     fprintf(
         out,
-        "usage: chargectl publish [flags]\n"
-        "       chargectl publish --file FILE [--json]\n\n"
-        "Validates charge commands against the contract and publishes them to\n"
-        "CHARGE_COMMANDS_TOPIC keyed by payment_attempt_id. Nothing is sent when\n"
-        "any command is invalid. With --file, a line may also be a refund,\n"
-        "authorization, capture or void command (\"type\": \"refund.requested\",\n"
-        "\"authorization.requested\", \"capture.requested\", \"void.requested\"),\n"
-        "keyed by the payment_attempt_id it names.\n\n"
+        "\n"
         "  --attempt-id UUID        payment_attempt_id [a new UUID]\n"
         "  --order-id UUID          order_id [a new UUID]\n"
         "  --idempotency-key KEY    [attempt:<attempt-id>]\n"

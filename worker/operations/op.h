@@ -297,6 +297,12 @@ struct payment_op {
      * commands topic to them). NULL: the worker routes none of its
      * commands; a message of its type is refused as of no known type. */
     const struct engine_op *engine;
+    /* Its stages' provider call: the endpoint class (docs/provider.md,
+     * budget_alloc.h: what its throttling is counted under and its budget
+     * asked for) and the budget's priority of it. Every operation with
+     * stages sets both (0 is a class and a priority too). */
+    enum budget_class endpoint_class;
+    enum budget_priority budget_priority;
     /* The reconciler's look. NULL: the reconciler claims none of its
      * records (none is left in doubt by a call). */
     const struct op_reconcile *reconcile;

@@ -402,6 +402,18 @@ static unsigned routed_outcomes_metric(int kind)
     return o->outcomes_metric ? o->outcomes_metric(0) : METRIC_ATTEMPTS;
 }
 
+/* The kind's line of the table says it (op.h). */
+static void routed_budget_of(int kind, enum budget_class *cls,
+                             enum budget_priority *prio)
+{
+    CHARGED_ASSERT(op_of(kind) && cls && prio); /* a kind with stages */
+    const struct payment_op *p = payment_op_of((size_t)kind);
+    *cls = p->endpoint_class;
+    *prio = p->budget_priority;
+    CHARGED_ASSERT((unsigned)*cls < BUDGET_CLASS_COUNT &&
+                   (unsigned)*prio < BUDGET_PRIO_COUNT);
+}
+
 const struct engine_op payment_ops = {
     .name = "charge",
     OP_PAYMENT_TOPICS,
@@ -415,4 +427,5 @@ const struct engine_op payment_ops = {
     .kind_name = routed_kind_name,
     .id_field = routed_id_field,
     .outcomes_metric = routed_outcomes_metric,
+    .budget_of = routed_budget_of,
 };

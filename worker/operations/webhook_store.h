@@ -12,7 +12,7 @@
  * attempt_webhook.h) the attempt is locked
  * (FOR NO KEY UPDATE: a worker's provider-call rows for it are not held up),
  * the decision of webhook_event_decide() (an authorization's:
- * webhook_event_decide_authorization()) is taken on what is locked, and
+ * authorize_event_decide()) is taken on what is locked, and
  * the status change, its transition, its ledger row and its result event
  * are written before the commit. Nothing in the transaction waits on the
  * network but the database itself.

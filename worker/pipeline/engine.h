@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "attempt_status.h"
+#include "budget_alloc.h"
 #include "config.h"
 #include "daemon.h"
 #include "dead_letter_reason.h"
@@ -164,6 +165,11 @@ struct engine_op {
     /* The counter of a kind's settled records, by status (enum
      * metric_id; NULL: charged_attempts_processed_total). */
     unsigned (*outcomes_metric)(int kind);
+    /* A kind's provider call: its endpoint class (docs/provider.md: what
+     * its throttling is counted under and its budget asked for) and the
+     * budget's priority of it, into *cls and *prio (NULL: a create, at a
+     * charge's priority). */
+    void (*budget_of)(int kind, enum budget_class *cls, enum budget_priority *prio);
 };
 
 typedef struct engine engine_t;

@@ -1,7 +1,6 @@
 #include "engine_int.h"
 
 #include <stdio.h>
-#include <string.h>
 
 #include "attempt_status.h"
 #include "charged_assert.h"
@@ -31,27 +30,26 @@ static const char *op_name(const engine_t *eng, const struct job *j)
     return eng->op->kind_name ? eng->op->kind_name(j->kind) : eng->op->name;
 }
 
-/* The provider's endpoint class of an operation's POST (docs/provider.md),
- * what its throttling is counted under and its budget asked for, and the
- * budget's priority of it: captures and voids first, then refunds, then
- * charges and authorizations (create). */
-static void budget_of(const char *op, enum budget_class *cls,
+/* The provider's endpoint class of a job's call (docs/provider.md), what
+ * its throttling is counted under and its budget asked for, and the
+ * budget's priority of it: the operation's (engine_op.budget_of). */
+static void budget_of(const engine_t *eng, const struct job *j, enum budget_class *cls,
                       enum budget_priority *prio)
 {
-    CHARGED_ASSERT(op != NULL && cls != NULL && prio != NULL);
+    CHARGED_ASSERT(eng != NULL && j != NULL && cls != NULL && prio != NULL);
     *cls = BUDGET_CLASS_CREATE;
     *prio = BUDGET_PRIO_CHARGE;
-    if (!strcmp(op, "capture") || !strcmp(op, "void"))
-        *cls = BUDGET_CLASS_CAPTURE, *prio = BUDGET_PRIO_CAPTURE;
-    else if (!strcmp(op, "refund"))
-        *cls = BUDGET_CLASS_REFUND, *prio = BUDGET_PRIO_REFUND;
+    if (eng->op->budget_of)
+        eng->op->budget_of(j->kind, cls, prio);
+    CHARGED_ASSERT((unsigned)*cls < BUDGET_CLASS_COUNT &&
+                   (unsigned)*prio < BUDGET_PRIO_COUNT);
 }
 
-static const char *endpoint_class(const char *op)
+static const char *endpoint_class(const engine_t *eng, const struct job *j)
 {
     enum budget_class cls;
     enum budget_priority prio;
-    budget_of(op, &cls, &prio);
+    budget_of(eng, j, &cls, &prio);
     return budget_class_name(cls);
 }
 
@@ -74,7 +72,7 @@ static int budget_waits(engine_t *eng, struct job *j, int64_t now)
     if (!j->budget.asked) {
         enum budget_class cls;
         enum budget_priority prio;
-        budget_of(op_name(eng, j), &cls, &prio);
+        budget_of(eng, j, &cls, &prio);
         budget_member_ask_init(&j->budget, cls, prio);
     }
     long long wait = budget_member_ask(eng->budget, &j->budget, now);
@@ -155,7 +153,7 @@ static void on_call_done(engine_t *eng, struct job *j)
     }
     engine_log_call(eng, j, &j->res);
     if (j->res.throttled)
-        metrics_add(METRIC_PROVIDER_THROTTLED, 1, endpoint_class(op));
+        metrics_add(METRIC_PROVIDER_THROTTLED, 1, endpoint_class(eng, j));
     enum provider_breaker_answer answer = provider_breaker_classify(j->res.http_status);
     uint64_t opens = provider_breaker_opens(eng->breaker);
     int calls = 0, failures = 0;

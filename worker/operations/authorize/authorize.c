@@ -102,6 +102,9 @@ const struct payment_op authorize_payment_op = {
     .name = "authorize",
     .command_type = "authorization.requested",
     .engine = &authorize_op,
+    /* A create, as a charge's, at a charge's priority. */
+    .endpoint_class = BUDGET_CLASS_CREATE,
+    .budget_priority = BUDGET_PRIO_CHARGE,
     /* Its attempts are payment_attempts of capture_method manual: the
      * charge's look and webhooks leave them to these. */
     .reconcile = &authorize_reconcile,

@@ -1,13 +1,14 @@
 /* The authorization's face for the reconciler (op.h's struct
  * op_reconcile): the charge's look at a payment attempt (attempt_look.h),
- * of the attempts with capture_method manual only, with the hold's
- * meanings (reconcile_look's RECONCILE_KIND_AUTHORIZATION): an intent in
- * requires_capture is AUTHORIZED, never SUCCEEDED. It also looks at the
- * holds older than RECONCILER_AUTHORIZATION_EXPIRY_MS, by their recorded
- * intent, for the provider's expiry whose webhook never came. */
+ * of the attempts with capture_method manual only, in its own order of
+ * evidence (authorize_policy.h: the charge's with the hold's meanings): an
+ * intent in requires_capture is AUTHORIZED, never SUCCEEDED. It also looks
+ * at the holds older than RECONCILER_AUTHORIZATION_EXPIRY_MS, by their
+ * recorded intent, for the provider's expiry whose webhook never came. */
 #include "attempt_look.h"
 #include "attempt_store.h"
 #include "authorize.h"
+#include "authorize_policy.h"
 #include "charged_assert.h"
 #include "metrics.h"
 #include "op.h"
@@ -40,7 +41,7 @@ static void authorize_begin(const struct op_look_env *env, const void *row,
                             struct op_look_start *start, struct reconcile_look *core,
                             int64_t claimed_at)
 {
-    attempt_look_begin(RECONCILE_KIND_AUTHORIZATION, env, row, start, core, claimed_at);
+    attempt_look_begin(&authorize_look_order, env, row, start, core, claimed_at);
 }
 
 /* A hold the provider canceled on its own is published as the

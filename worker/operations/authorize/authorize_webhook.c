@@ -3,7 +3,7 @@
  * manual intent's failure, and the provider's own cancel of a hold (its
  * expiry, cancellation_reason automatic). The attempt is locked and moved
  * as the charge's is (attempt_webhook.h), on the decision for an
- * authorization (webhook_event_decide_authorization): only our recorded
+ * authorization (authorize_policy.h's authorize_event_decide): only our recorded
  * intent moves it; one that merely names it in its metadata makes an
  * UNKNOWN attempt due for the reconciler, whose create again under our own
  * key is the proof. A captured intent's events are the capture's, a
@@ -14,6 +14,7 @@
 #include "attempt_status.h"
 #include "attempt_webhook.h"
 #include "authorize.h"
+#include "authorize_policy.h"
 #include "charged_assert.h"
 #include "op.h"
 
@@ -48,7 +49,7 @@ static enum charged_rc authorize_apply(store_conn_t *db, const struct webhook_ev
     enum charged_rc rc = attempt_webhook_lock(db, ev, out, &a, &found, err);
     if (rc != CHARGED_OK || !found)
         return rc; /* unmatched: recorded for a person */
-    webhook_event_decide_authorization(ev, &a, &d);
+    authorize_event_decide(ev, &a, &d);
     out->outcome = webhook_action_name(d.action);
     out->reason = d.reason;
     if (d.check_now)

@@ -59,6 +59,9 @@ const struct payment_op capture_payment_op = {
     .name = "capture",
     .command_type = CAPTURE_COMMAND_TYPE,
     .engine = &capture_op,
+    /* A hold's money moved, first of all the provider's calls. */
+    .endpoint_class = BUDGET_CLASS_CAPTURE,
+    .budget_priority = BUDGET_PRIO_CAPTURE,
     .reconcile = &capture_reconcile,
     .webhook = &capture_webhook,
     .status = &capture_status,

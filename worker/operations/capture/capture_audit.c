@@ -99,8 +99,14 @@ static const struct audit_step_rule capture_audit_rules[] = {
     {.judge = capture_booked, .books = capture_booked_books, .money = 1, .error = 1},
 };
 
+static const enum audit_kind capture_audit_kinds[] = {AUDIT_CAPTURED_OVER_AUTHORIZED,
+                                                      AUDIT_CAPTURE_UNBOOKED};
+
 const struct audit_steps capture_audit = {
     .help = "of authorizations, captured_over_authorized, capture_unbooked,\n",
+    .kinds = capture_audit_kinds,
+    .nkinds = sizeof(capture_audit_kinds) / sizeof(capture_audit_kinds[0]),
+    .of = "authorizations",
     .columns = capture_audit_columns,
     .ncolumns = CAPTURE_AUDIT_COLUMNS,
     .rules = capture_audit_rules,

@@ -28,6 +28,7 @@ static const char *const capture_history_members[] = {"captured_amount@currency"
 const struct attempt_history_steps capture_history = {
     .key = "captures",
     .noun = "capture",
+    .whose = "an authorization's",
     .id_key = "capture_id",
     .call_column = "capture_id",
     .sql = SQL_CAPTURES,

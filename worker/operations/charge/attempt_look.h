@@ -1,19 +1,21 @@
 /* attempt_look: the reconciler's look at a payment attempt (op.h's struct
  * op_reconcile), for each operation over attempts: a charge's
  * (charge_reconcile.c) and an authorization's (authorize/). One order of
- * evidence and one store; what differs is the kind of look (what the
- * intent's status means: reconcile_look.h) and the attempts each claims
- * (attempt_store_new_of: its capture method). */
+ * evidence and one store; what differs is what the intent's status means
+ * (the operation's own order: reconcile_policy_decide_as) and the attempts
+ * each claims (attempt_store_new_of: its capture method). */
 #ifndef CHARGED_ATTEMPT_LOOK_H
 #define CHARGED_ATTEMPT_LOOK_H
 
 #include "op.h"
 
-/* The claimed row (struct attempt_due) into *start, and a look of kind
- * (RECONCILE_KIND_CHARGE or _AUTHORIZATION) begun on it. */
-void attempt_look_begin(enum reconcile_kind kind, const struct op_look_env *env,
-                        const void *row, struct op_look_start *start,
-                        struct reconcile_look *core, int64_t claimed_at);
+/* The claimed row (struct attempt_due) into *start, and a look begun on
+ * it in order (an operation's own, on attempts of capture_method manual;
+ * NULL: the charge's, RECONCILE_KIND_CHARGE). */
+void attempt_look_begin(const struct reconcile_order *order,
+                        const struct op_look_env *env, const void *row,
+                        struct op_look_start *start, struct reconcile_look *core,
+                        int64_t claimed_at);
 /* A call of the look other than the list: the retrieve, the search, or
  * the attempt's own request again under its key (op_attempts_request: an
  * authorization's as one). */

@@ -32,14 +32,16 @@ OP_RECONCILE_STORE_HOOKS_OPENED(charge, charge_store_open, attempt_store,
 
 /* ---- the look at an attempt ---- */
 
-void attempt_look_begin(enum reconcile_kind kind, const struct op_look_env *env,
-                        const void *row, struct op_look_start *start,
-                        struct reconcile_look *core, int64_t claimed_at)
+void attempt_look_begin(const struct reconcile_order *order,
+                        const struct op_look_env *env, const void *row,
+                        struct op_look_start *start, struct reconcile_look *core,
+                        int64_t claimed_at)
 {
     const struct attempt_due *d = row;
     CHARGED_ASSERT(env && d && start && core);
-    /* Each look claims its own capture method's attempts. */
-    CHARGED_ASSERT((kind == RECONCILE_KIND_AUTHORIZATION) == (d->params.manual != 0));
+    /* Each look claims its own capture method's attempts: the charge's
+     * automatic, an operation's of its own order manual. */
+    CHARGED_ASSERT((order != NULL) == (d->params.manual != 0));
     const struct reconcile_attempt a = {
         .id = d->id,
         .status = d->status,
@@ -49,8 +51,7 @@ void attempt_look_begin(enum reconcile_kind kind, const struct op_look_env *env,
         .key_age_ms = d->key_age_ms,
         .first_sent_ms = d->first_sent_ms,
         .age_ms = d->age_ms,
-        .manual = d->params.manual,
-        .void_holds = d->void_holds,
+        .step_holds = d->void_holds,
     };
     *start = (struct op_look_start){
         .id = d->id,
@@ -60,7 +61,10 @@ void attempt_look_begin(enum reconcile_kind kind, const struct op_look_env *env,
         .order_id = d->params.order_id,
         .about = d->params.order_id,
     };
-    reconcile_look_begin(core, kind, &env->lim, &a, claimed_at);
+    if (order)
+        reconcile_look_begin_order(core, order, &env->lim, &a, claimed_at);
+    else
+        reconcile_look_begin(core, RECONCILE_KIND_CHARGE, &env->lim, &a, claimed_at);
 }
 
 void attempt_look_call(const struct op_look_env *env, const void *row,
@@ -131,7 +135,7 @@ static void charge_begin(const struct op_look_env *env, const void *row,
                          struct op_look_start *start, struct reconcile_look *core,
                          int64_t claimed_at)
 {
-    attempt_look_begin(RECONCILE_KIND_CHARGE, env, row, start, core, claimed_at);
+    attempt_look_begin(NULL, env, row, start, core, claimed_at);
 }
 
 static enum charged_rc charge_settle(void *store, struct op_settlement *s,

@@ -52,6 +52,9 @@ const struct payment_op void_payment_op = {
     .name = "void",
     .command_type = VOID_COMMAND_TYPE,
     .engine = &void_engine_op,
+    /* The intent's cancel: the capture's class and priority. */
+    .endpoint_class = BUDGET_CLASS_CAPTURE,
+    .budget_priority = BUDGET_PRIO_CAPTURE,
     .reconcile = &void_reconcile,
     .webhook = &void_webhook,
     .status = &void_status,

@@ -57,8 +57,14 @@ static const struct audit_step_rule void_audit_rules[] = {
     {.judge = lapsed},
 };
 
+static const enum audit_kind void_audit_kinds[] = {
+    AUDIT_VOID_UNBOOKED, AUDIT_AUTHORIZATION_EXPIRED_UNVOIDED};
+
 const struct audit_steps void_audit = {
     .help = "void_unbooked and authorization_expired_unvoided",
+    .kinds = void_audit_kinds,
+    .nkinds = sizeof(void_audit_kinds) / sizeof(void_audit_kinds[0]),
+    .of = "authorizations",
     .columns = void_audit_columns,
     .ncolumns = VOID_AUDIT_COLUMNS,
     .rules = void_audit_rules,

@@ -29,6 +29,7 @@ static const char *const void_history_members[] = {"released_amount@currency",
 const struct attempt_history_steps void_history = {
     .key = "voids",
     .noun = "void",
+    .whose = "an authorization's",
     .id_key = "void_id",
     .call_column = "void_id",
     .sql = SQL_VOIDS,
