@@ -12,7 +12,8 @@ member of the budget; and when `chargectl provider limits set` lowers the
 create limit at run time, the same holds for the new limit from 2 s after
 the change on (the members follow at their next refresh, ~250 ms, and the
 lease bounds one that does not), and none over the seconds after the change
-taken together.
+taken together. Meanwhile a charge the budget holds back reads so:
+`chargectl attempt show` prints its waiting_reason `provider_budget`.
 
 Why one per member: a gate sends at most its share in any second of its
 own clock; psp-sim counts a request in the second it arrives. A request the
@@ -28,6 +29,7 @@ second after that serves near the whole limit again, well above the
 survivor's half. (The dead worker's commands come back to the survivor at
 the rebalance; its claims' leases are 3 s here so that they wait no
 longer.)"""
+import re
 import time
 
 import charged_e2e as e2e
@@ -59,6 +61,18 @@ def settled(s):
                        "('PENDING', 'PROCESSING')")[0][0])
 
 
+def budget_queued(s):
+    """A charge the budget holds back a second or more reads so in chargectl
+    attempt show (docs/states.md, "Waiting"), while it waits."""
+    for (attempt_id,) in s.query(
+            "SELECT id FROM payment_attempts WHERE waiting_reason = 'provider_budget'"
+            " AND lease_expires_at > now() LIMIT 3"):
+        text = s.run([e2e.CHARGECTL, "attempt", "show", attempt_id]).stdout.decode()
+        if re.search(r"^waiting_reason +provider_budget$", text, re.M):
+            return attempt_id
+    return None
+
+
 def scenario(new):
     s = new("budget_fleet", partitions=4,
             psp_args=["--rate-limit", str(GLOBAL), "--rate-limit-class",
@@ -72,7 +86,10 @@ def scenario(new):
                    e2e.scaled(30), 0.1)
     changed_at = time.time()
     limits(s, "--class", "create=%d" % LOWER)
-    time.sleep(STEADY_S)
+    steady = time.time() + STEADY_S
+    e2e.wait_until("a charge shown waiting for the budget", lambda: budget_queued(s),
+                   STEADY_S, 0.1)
+    time.sleep(max(0.0, steady - time.time()))
     check(settled(s) < N * 2 // 3, "the survivor would have too little work left")
     killed_at = time.time()
     s.kill_worker(workers[0])
