@@ -12,6 +12,7 @@
 #include "store_conn.h"
 
 #define TS(col) ATTEMPT_HISTORY_TS(col)
+#define WAITING ATTEMPT_HISTORY_WAITING
 
 /* How many attempts one id may name: an order's few, an intent's one. */
 #define FIND_MAX "100"
@@ -27,7 +28,7 @@ static const char *SQL_ATTEMPT =
     " (SELECT count(*) FROM provider_calls c WHERE c.payment_attempt_id = p.id)"
     "   AS provider_calls,"
     " last_error, lease_owner, " TS("lease_expires_at") " AS lease_expires_at,"
-    " lease_epoch, " TS("first_sent_at") " AS first_sent_at,"
+    " lease_epoch, " WAITING " " TS("first_sent_at") " AS first_sent_at,"
     " " TS("next_check_at") " AS next_check_at,"
     " " TS("created_at") " AS created_at, " TS("updated_at") " AS updated_at"
     " FROM payment_attempts p WHERE id = $1::uuid) a";
@@ -60,8 +61,8 @@ static const char *SQL_EVENTS =
 static const char *SQL_REFUNDS =
     "SELECT coalesce(json_agg(r ORDER BY r.c, r.refund_id), '[]')::text FROM (SELECT"
     " id AS refund_id, status, amount, currency, refund_reason, reason,"
-    " provider_refund_id, " TS("updated_at") " AS updated_at, created_at AS c"
-    " FROM refund_attempts WHERE payment_attempt_id = $1::uuid) r";
+    " provider_refund_id, " TS("updated_at") " AS updated_at, " WAITING
+    " created_at AS c FROM refund_attempts WHERE payment_attempt_id = $1::uuid) r";
 
 /* The attempt's transitions and its steps', in time order (the attempt's
  * first within one instant: a step's move follows the claim it made):

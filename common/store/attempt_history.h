@@ -19,6 +19,17 @@
 #define ATTEMPT_HISTORY_TS(col)                                                        \
     "to_char(" col " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
 
+/* A record's wait before its call (migration 0021; docs/states.md,
+ * "Waiting"), as waiting_reason and waiting_since, read while the claim
+ * that said it holds its lease (a worker killed while it waited says
+ * nothing more). Ends with a comma. */
+/* clang-format off */
+#define ATTEMPT_HISTORY_WAITING \
+    "CASE WHEN lease_expires_at > now() THEN waiting_reason END AS waiting_reason," \
+    " CASE WHEN lease_expires_at > now() THEN " ATTEMPT_HISTORY_TS("waiting_since") \
+    " END AS waiting_since,"
+/* clang-format on */
+
 /* A step's transitions, oldest first (x: the step's row; table: its
  * transitions, col: their step's id): a member "transitions" of its row. */
 #define ATTEMPT_HISTORY_STEP_TRANSITIONS(table, col)                                   \

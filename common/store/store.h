@@ -9,6 +9,8 @@
 #ifndef CHARGED_STORE_H
 #define CHARGED_STORE_H
 
+#include <stdint.h>
+
 #include "charged_error.h"
 
 /* How long one statement of a store may take. The server ends a statement
@@ -29,5 +31,20 @@
 #define STORE_DEADLINE_GRACE_MS  1000
 void store_set_timeout_ms(long long ms);
 long long store_timeout_ms(void);
+
+/* A record claimed by a worker (its id and the epoch of the claim) that
+ * waits before its provider call, and why ("provider_budget",
+ * "provider_throttled": the record's waiting_reason, migration 0021) since
+ * when (epoch ms); reason NULL: the wait ended (its call starts). kind is
+ * the engine's (which operation's record), for the router alone. A
+ * store's <x>_store_wait writes a batch of them in one UPDATE, fenced on
+ * each claim (lease_sql.h's SQL_LEASE_WAITING). */
+struct store_wait {
+    const char *id;
+    int kind;
+    int64_t lease_epoch;
+    const char *reason;
+    int64_t since_ms;
+};
 
 #endif

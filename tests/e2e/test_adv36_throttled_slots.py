@@ -18,9 +18,16 @@ psp-sim gives the answer on demand: a rate_limit rule for one payment method
 with probability 1 and no budget. The test: WORKER_MAX_IN_FLIGHT=4, four
 commands with that payment method, then eight ordinary commands (other
 payment method, any partition). The ordinary ones should be charged within a
-minute; none is even recorded."""
+minute; none is even recorded.
+
+While they wait, latency is honest (issue 38): a throttled command is
+queued, not failed: `chargectl attempt show` prints its waiting_reason
+`provider_throttled` and the status API its `"queued"`, the status the
+claim's PROCESSING (docs/states.md, "Waiting")."""
+import re
 import time
 
+import charged_api
 import charged_e2e as e2e
 from charged_e2e import check, check_eq
 
@@ -41,6 +48,7 @@ def scenario(new):
         "SELECT count(*) FROM payment_attempts WHERE payment_method = '%s'" % THROTTLED
     )[0][0]) == SLOTS, 60)
     time.sleep(3)
+    queued_while_throttled(s, throttled[0]["payment_attempt_id"])
     good = [e2e.new_command(amount=700) for _ in range(8)]
     s.publish(good)
     ids = ",".join("'%s'" % g["payment_attempt_id"] for g in good)
@@ -59,6 +67,29 @@ def scenario(new):
     check_eq(s.exited_workers(), [], "workers that exited")
     check(charged(), "ordinary commands behind %d throttled ones never charged: %s"
           % (SLOTS, got))
+
+
+def queued_while_throttled(s, attempt_id):
+    """The attempt, throttled for 3 s by now, reads queued with its reason
+    in chargectl and in the status API (each read between its 429s: a call
+    out clears it until its answer parks it again)."""
+    _, port = charged_api.start_api(s)
+
+    def shown():
+        text = s.run([e2e.CHARGECTL, "attempt", "show", attempt_id]).stdout.decode()
+        st, doc = charged_api.get(port, "/v1/payment-attempts/%s" % attempt_id)
+        q = doc.get("queued") if st == 200 else None
+        if not (re.search(r"^waiting_reason +provider_throttled$", text, re.M) and q
+                and q.get("reason") == "provider_throttled"):
+            return None
+        return text, doc
+    text, doc = e2e.wait_until("a throttled attempt shown queued", shown, 10)
+    e2e.log("queued:", doc["queued"])
+    check_eq(doc["status"], "PROCESSING", "a queued attempt's status")
+    check(re.search(r"^waiting_since +\d{4}-\d\d-\d\dT", text, re.M),
+          "attempt show prints since when it waits: %s" % text)
+    check(doc["queued"]["since"] <= time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + "Z",
+          "queued since %s, not in the future" % doc["queued"]["since"])
 
 
 if __name__ == "__main__":

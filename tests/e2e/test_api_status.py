@@ -18,7 +18,7 @@ from charged_e2e import check, check_eq
 
 FIELDS = {"payment_attempt_id", "order_id", "status", "amount", "currency",
           "provider_payment_id", "reason", "updated_at", "refunded_amount", "capture_method",
-          "captured_amount"}
+          "captured_amount", "queued"}
 CAPTURE_FIELDS = {"capture_id", "payment_attempt_id", "order_id", "status", "amount",
                   "captured_amount", "currency", "reason", "provider_payment_id", "updated_at"}
 VOID_FIELDS = {"void_id", "payment_attempt_id", "order_id", "status", "void_reason",
@@ -49,6 +49,8 @@ def expect_attempt(s, doc, a):
     check_eq((doc["capture_method"], doc["captured_amount"]),
              ("manual", MANUAL[a["status"]]) if a["status"] in MANUAL else ("automatic", None),
              "capture_method and captured_amount of a %s attempt" % a["status"])
+    # Issue 38: none of these waits before a call of a worker's.
+    check_eq(doc["queued"], None, "queued of a %s attempt no worker holds" % a["status"])
 
 
 def scenario(make):

@@ -356,6 +356,61 @@ START_TEST(takeover_fences_the_old_owner)
 }
 END_TEST
 
+/* Issue 38: a claim's wait said on its record (one statement, fenced on
+ * the lease: another's claim is left as it is), ended by the worker, and
+ * ended by the trigger with the claim whoever ends it (a takeover, a
+ * settlement). */
+START_TEST(a_wait_is_said_by_its_claim_and_ends_with_it)
+{
+    attempt_store_t *w1 = store("w1"), *w2 = store("w2");
+    struct charge_command a = cmd(NULL, 1000);
+    struct attempt_record_item it[1];
+    struct charge_command *one[] = {&a};
+    record(w1, one, 1, it);
+    struct attempt_claim_item c1 = {.attempt_id = a.payment_attempt_id},
+                              c2 = {.attempt_id = a.payment_attempt_id};
+    ck_assert_int_eq(attempt_store_claim(w1, &c1, 1, 60000, &err), 0);
+    const char *id = a.payment_attempt_id;
+    char q[320];
+    snprintf(q, sizeof(q),
+             "SELECT coalesce(waiting_reason, '-') || ' ' ||"
+             " coalesce((extract(epoch FROM waiting_since) * 1000)::bigint::text, '-')"
+             " FROM payment_attempts WHERE id = '%s'",
+             id);
+    struct store_wait w = {id, 0, c1.lease_epoch, "provider_budget", 1700000000123};
+    ck_assert_int_eq(attempt_store_wait(w2, &w, 1, &err), 0); /* not w2's claim */
+    ck_assert_str_eq(value(q), "- -");
+    ck_assert_int_eq(attempt_store_wait(w1, &w, 1, &err), 0);
+    ck_assert_str_eq(value(q), "provider_budget 1700000000123");
+    w.reason = NULL; /* its call starts */
+    ck_assert_int_eq(attempt_store_wait(w1, &w, 1, &err), 0);
+    ck_assert_str_eq(value(q), "- -");
+    w.reason = "provider_throttled";
+    ck_assert_int_eq(attempt_store_wait(w1, &w, 1, &err), 0);
+    ck_assert_str_eq(value(q), "provider_throttled 1700000000123");
+    /* Taken over (a new epoch): the old claim's wait is gone. */
+    ck_assert_int_eq(attempt_store_release(w1, &id, &c1.lease_epoch, 1, &err), 0);
+    ck_assert_int_eq(attempt_store_claim(w2, &c2, 1, 60000, &err), 0);
+    ck_assert_int_eq(c2.result, ATTEMPT_CLAIMED);
+    ck_assert_str_eq(value(q), "- -");
+    /* Said again under it, then settled: gone with the claim. */
+    w.lease_epoch = c2.lease_epoch;
+    ck_assert_int_eq(attempt_store_wait(w2, &w, 1, &err), 0);
+    ck_assert_str_eq(value(q), "provider_throttled 1700000000123");
+    struct attempt_outcome o = {.attempt_id = id,
+                                .lease_epoch = c2.lease_epoch,
+                                .status = "FAILED",
+                                .reason = "declined",
+                                .event_type = "charge.failed",
+                                .next_check_ms = -1};
+    ck_assert_int_eq(attempt_store_persist(w2, &o, 1, &err), 0);
+    ck_assert(o.persisted);
+    ck_assert_str_eq(value(q), "- -");
+    attempt_store_free(w1);
+    attempt_store_free(w2);
+}
+END_TEST
+
 /* A value the database refuses is DATA (isolate it), an unreachable
  * database is RETRY, and neither crashes nor blocks for long. */
 START_TEST(failures_are_classified)
@@ -789,6 +844,7 @@ int main(void)
     tcase_add_test(tc, record_with_a_lease_claims_what_it_creates_once);
     tcase_add_test(tc, claim_returns_the_stored_parameters_and_the_key_age);
     tcase_add_test(tc, takeover_fences_the_old_owner);
+    tcase_add_test(tc, a_wait_is_said_by_its_claim_and_ends_with_it);
     tcase_add_test(tc, failures_are_classified);
     tcase_add_test(tc, reconciler_claims_due_attempts_and_settles_them_fenced);
     tcase_add_test(tc, operator_settles_review_without_a_lease);

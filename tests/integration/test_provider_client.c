@@ -1,7 +1,8 @@
 /* The provider client against a real psp-sim: each row of the contract's
  * table maps to its outcome, lost answers are UNKNOWN (never declined), a
- * refused connection is NOT_EXECUTED, and retrying a dropped charge with the
- * same key yields the original charge. */
+ * refused connection is NOT_EXECUTED, retrying a dropped charge with the
+ * same key yields the original charge, and a 429's Retry-After parks the
+ * job that long (issue 38). */
 #include <check.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -9,6 +10,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
+#include "engine_core.h"
+#include "job.h"
 #include "provider_client.h"
 #include "psp_sim_process.h"
 #include "test_env.h"
@@ -159,6 +163,70 @@ START_TEST(rate_limit_429_is_not_executed)
     ck_assert_int_eq(r.throttled, 1);
     ck_assert_int_eq(r.retry_after_ms, 0);
     ck_assert_uint_eq(psp_sim_charges(&sim), 0);
+}
+END_TEST
+
+/* The worker's operation, for the core: a not-executed answer is sent
+ * again (the charge's table retries it while the key is kept). */
+static struct answer_decision send_again(int kind, const struct engine_policy *p,
+                                         enum provider_outcome outcome, int may_replay,
+                                         int tries, int key_window_open,
+                                         unsigned jitter)
+{
+    (void)kind, (void)p, (void)may_replay, (void)tries, (void)jitter;
+    ck_assert_int_eq(outcome, PROVIDER_NOT_EXECUTED);
+    ck_assert(key_window_open);
+    return (struct answer_decision){.next = ANSWER_NEXT_RETRY, .retry_in_ms = 50};
+}
+
+/* Issue 38, Retry-After on the wire: psp-sim's limiter (create 1/s, its
+ * Retry-After on) answers the charge over it 429 with `Retry-After: 1`;
+ * the client reads 1000 ms; the worker's core, given that very answer,
+ * parks the job until no sooner than that (its slot freed), and the charge
+ * sent again under its key once the time has passed is served, once. */
+START_TEST(retry_after_from_the_limiter_parks_the_job_that_long)
+{
+    json_decref(psp_sim_admin(&sim, "PUT", "/rate-limits",
+                              "{\"classes\": {\"create\": 1}, \"retry_after\": true}"));
+    ck_assert_int_eq(run("pc-ra-first", 100, "pm_card_visa").outcome,
+                     PROVIDER_SUCCEEDED);
+    struct job j = {.partition = 0, .offset = 1, .kind = 0, .have_cmd = 1, .id = "ra"};
+    job_list_t *jobs = job_list_new();
+    const struct engine_core core = {
+        .policy = {.retry_base_ms = 50, .retry_max_ms = 200, .first_look_ms = 1000},
+        .max_in_flight = 1,
+        .recheck_ms = 100,
+        .key_retention_ms = 60000,
+        .key_margin_ms = 1000,
+        .decide = send_again,
+    };
+    job_list_add(jobs, &j);
+    engine_core_parsed(jobs, &j, 1);
+    engine_core_claimed(jobs, &j, 1, 0, clock_now_ms());
+    engine_core_call_started(jobs, &j);
+    j.res = run("pc-ra", 100, "pm_card_visa");
+    int64_t answered = clock_now_ms();
+    ck_assert_int_eq(j.res.outcome, PROVIDER_NOT_EXECUTED);
+    ck_assert_int_eq(j.res.http_status, 429);
+    ck_assert_int_eq(j.res.throttled, 1);
+    ck_assert_int_eq(j.res.retry_after_ms, 1000);
+    ck_assert_int_eq(engine_core_answered(&core, jobs, &j, 0, 0, NULL, answered),
+                     ENGINE_NEXT_PARKED);
+    /* Never sooner than the provider said, spread by at most a tenth (not
+     * the policy's 50 ms back-off). */
+    ck_assert_int_ge(j.next_at - answered, 1000);
+    ck_assert_int_le(j.next_at - answered, 1100);
+    ck_assert_int_eq(engine_core_park_gate(&core, jobs, &j, j.next_at - 1),
+                     ENGINE_NEXT_SKIP);
+    while (clock_now_ms() < j.next_at)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    ck_assert_int_eq(engine_core_park_gate(&core, jobs, &j, clock_now_ms()),
+                     ENGINE_NEXT_SEND);
+    struct provider_result again = run("pc-ra", 100, "pm_card_visa");
+    ck_assert_int_eq(again.outcome, PROVIDER_SUCCEEDED);
+    ck_assert_uint_eq(psp_sim_charges_for_key(&sim, "pc-ra"), 1);
+    job_list_remove(jobs, &j);
+    job_list_free(jobs);
 }
 END_TEST
 
@@ -589,6 +657,7 @@ static Suite *suite(void)
     tcase_add_test(tc, idempotency_error_requires_review);
     tcase_add_test(tc, key_in_use_409_is_not_executed);
     tcase_add_test(tc, rate_limit_429_is_not_executed);
+    tcase_add_test(tc, retry_after_from_the_limiter_parks_the_job_that_long);
     tcase_add_test(tc, refused_connection_is_not_executed);
     tcase_add_test(tc, server_error_before_executing_is_unknown);
     tcase_add_test(tc, server_error_after_executing_is_unknown);

@@ -356,6 +356,71 @@ START_TEST(a_call_over_the_budget_parks_for_the_gates_wait)
 }
 END_TEST
 
+/* Latency is honest (issue 38): a job held back before its call for
+ * ENGINE_BUDGET_LONG_MS says why on its record, since when it waits, until
+ * its call starts; a wait shorter than that says nothing; a record is
+ * written only when what it should say changes. */
+START_TEST(a_long_wait_is_said_on_the_record_until_the_call_starts)
+{
+    struct job j = {0};
+    j.lease_epoch = 1;
+    ck_assert_str_eq(engine_core_waiting_name(JOB_WAITING_BUDGET), "provider_budget");
+    ck_assert_str_eq(engine_core_waiting_name(JOB_WAITING_THROTTLED),
+                     "provider_throttled");
+    ck_assert_ptr_null(engine_core_waiting_name(JOB_WAITING_NONE));
+    /* The budget: said once it waited a second, since its first ask. */
+    j.budget =
+        (struct budget_ask){{BUDGET_CLASS_CREATE, BUDGET_PRIO_CHARGE, 1}, 100, 1};
+    ck_assert_int_eq(engine_core_budget_waited_long(&j, 1099), 0);
+    ck_assert_int_eq(engine_core_wait_due(&j), 0);
+    ck_assert_int_eq(engine_core_budget_waited_long(&j, 1100), 1);
+    engine_core_wait_budget(&j, 1100, 50000);
+    ck_assert_int_eq(j.wait_want, JOB_WAITING_BUDGET);
+    ck_assert_int_eq(j.wait_since_ms, 49000);
+    ck_assert_int_eq(engine_core_wait_due(&j), 1);
+    j.wait_shown = j.wait_want, j.wait_shown_since_ms = j.wait_since_ms; /* written */
+    j.wait_shown_epoch = 1;
+    ck_assert_int_eq(engine_core_wait_due(&j), 0);
+    /* Its call starts: the record no longer waits. */
+    engine_core_wait_ends(&j);
+    ck_assert_int_eq(j.wait_want, JOB_WAITING_NONE);
+    ck_assert_int_eq(engine_core_wait_due(&j), 1);
+    j.wait_shown = JOB_WAITING_NONE;
+    ck_assert_int_eq(engine_core_wait_due(&j), 0);
+    /* 429s: a short park says nothing; the run of them counts from the
+     * first, and one that will have lasted a second is said at once. */
+    engine_core_wait_answered(&j, 1, 300, 2000, 60000);
+    ck_assert_int_eq(j.throttled_since, 2000);
+    ck_assert_int_eq(engine_core_wait_due(&j), 0);
+    engine_core_wait_ends(&j); /* sent again */
+    engine_core_wait_answered(&j, 1, 700, 2400, 60400);
+    ck_assert_int_eq(j.wait_want, JOB_WAITING_THROTTLED);
+    ck_assert_int_eq(j.wait_since_ms, 60000);
+    ck_assert_int_eq(engine_core_wait_due(&j), 1);
+    j.wait_shown = j.wait_want, j.wait_shown_since_ms = j.wait_since_ms;
+    /* A new claim (its lease lost and taken again) cleared the record: the
+     * same wait is said again under it. */
+    j.lease_epoch = 2;
+    ck_assert_int_eq(engine_core_wait_due(&j), 1);
+    j.wait_shown_epoch = 2;
+    ck_assert_int_eq(engine_core_wait_due(&j), 0);
+    /* Sent again and throttled again before the record was written: the
+     * same wait, nothing to write. */
+    engine_core_wait_ends(&j);
+    engine_core_wait_answered(&j, 1, 1000, 3200, 61200);
+    ck_assert_int_eq(engine_core_wait_due(&j), 0);
+    /* Any other answer ends the run: the next 429 starts a new one. */
+    engine_core_wait_ends(&j);
+    engine_core_wait_answered(&j, 0, 0, 4300, 62300);
+    ck_assert_int_eq(j.throttled_since, 0);
+    ck_assert_int_eq(engine_core_wait_due(&j), 1); /* the end is written */
+    /* A Retry-After of a second or more is said at its first 429. */
+    engine_core_wait_answered(&j, 1, 1000, 5000, 63000);
+    ck_assert_int_eq(j.wait_want, JOB_WAITING_THROTTLED);
+    ck_assert_int_eq(j.wait_since_ms, 63000);
+}
+END_TEST
+
 START_TEST(a_parked_job_given_up_lets_its_lease_go)
 {
     next_decided = ANSWER_NEXT_RETRY;
@@ -415,6 +480,7 @@ int main(void)
     tcase_add_test(tc, a_throttled_job_parks_and_frees_its_slot);
     tcase_add_test(tc, a_parked_job_given_up_lets_its_lease_go);
     tcase_add_test(tc, a_call_over_the_budget_parks_for_the_gates_wait);
+    tcase_add_test(tc, a_long_wait_is_said_on_the_record_until_the_call_starts);
     /* The abort ends the process it runs in: only where each test has a
      * process of its own (not the valgrind run's CK_FORK=no). */
     const char *fork_mode = getenv("CK_FORK");

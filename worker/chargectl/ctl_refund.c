@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 
+#include "attempt_history.h"
 #include "attempt_status.h"
 #include "charge_command.h"
 #include "chargectl.h"
@@ -33,6 +34,7 @@ static const char *SQL_REFUND =
     " order_id, idempotency_key, status, reason, amount, currency, refund_reason,"
     " payment_intent, provider_refund_id, reserved, attempt_count, last_error,"
     " lease_owner, " TS("lease_expires_at") " AS lease_expires_at, lease_epoch,"
+    " " ATTEMPT_HISTORY_WAITING
     " " TS("first_sent_at") " AS first_sent_at, " TS("next_check_at") " AS next_check_at,"
     " reconcile_checks, " TS("created_at") " AS created_at,"
     " " TS("updated_at") " AS updated_at"

@@ -188,6 +188,15 @@ enum charged_rc op_store_release_leases(void *op, const char *const *ids,
                        : refund_store_release(s->refunds, ids, epochs, n, err);
 }
 
+enum charged_rc op_store_wait(void *op, const struct store_wait *items, size_t n,
+                              struct charged_error *err)
+{
+    const struct op_store *s = store_of(op);
+    CHARGED_ASSERT(items || n == 0);
+    return s->attempts ? attempt_store_wait(s->attempts, items, n, err)
+                       : refund_store_wait(s->refunds, items, n, err);
+}
+
 void *op_batch_new(size_t n, size_t size, struct charged_error *err)
 {
     CHARGED_ASSERT(size > 0 && err);

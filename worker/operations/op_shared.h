@@ -42,7 +42,7 @@
 #define OP_STORE_CALLBACKS(prefix)                                                     \
     .ping = prefix##_ping, .log_calls = prefix##_log_calls,                            \
     .persist = prefix##_persist, .renew = prefix##_renew,                              \
-    .release_leases = prefix##_release_leases
+    .release_leases = prefix##_release_leases, .wait = prefix##_wait
 
 /* The payment commands' topics: a charge and its refunds share one, keyed
  * by the payment attempt, so that a refund follows its charge in one
@@ -77,6 +77,8 @@ enum charged_rc op_store_renew(void *op, const char *const *ids, const int *kind
 enum charged_rc op_store_release_leases(void *op, const char *const *ids,
                                         const int *kinds, const int64_t *epochs,
                                         size_t n, struct charged_error *err);
+enum charged_rc op_store_wait(void *op, const struct store_wait *items, size_t n,
+                              struct charged_error *err);
 
 /* ---- operations over payment attempts: a charge, an authorization ----
  *

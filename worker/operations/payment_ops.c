@@ -353,6 +353,32 @@ static enum charged_rc routed_release_leases(void *op, const char *const *ids,
     return routed_leases(op, ids, kinds, epochs, n, 0, NULL, err);
 }
 
+/* The waits of each kind to its operation's store, one UPDATE per kind. */
+static enum charged_rc routed_wait(void *op, const struct store_wait *items, size_t n,
+                                   struct charged_error *err)
+{
+    CHARGED_ASSERT(items || n == 0);
+    enum charged_rc rc = CHARGED_OK;
+    struct store_wait *sub = calloc(n ? n : 1, sizeof(*sub));
+    if (!sub) {
+        charged_error_set(err, "out of memory");
+        return CHARGED_RETRY;
+    }
+    size_t routed = 0;
+    for (size_t k = 0; k < NOPS && rc == CHARGED_OK; k++) {
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++)
+            if (items[i].kind == (int)k)
+                sub[m++] = items[i];
+        if (m)
+            rc = engine_of(k)->wait(state_of(op, (int)k), sub, m, err);
+        routed += m;
+    }
+    CHARGED_ASSERT(rc != CHARGED_OK || routed == n); /* each wait once */
+    free(sub);
+    return rc;
+}
+
 static enum charged_rc routed_start_call(void *op, provider_client_t *pc,
                                          const void *params, const void *command,
                                          void *tag, struct charged_error *err)

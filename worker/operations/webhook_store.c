@@ -36,10 +36,14 @@ static const char *SQL_EVENT_OUTCOME =
     "  payment_attempt_id = coalesce(nullif($4, '')::uuid, payment_attempt_id)"
     " WHERE provider = $1 AND event_id = $2";
 
+/* An attempt's wait (migration 0021) is read only while the claim that
+ * said it holds: a worker that died waiting said nothing more. */
 #define SQL_VIEW \
     "SELECT id, order_id, status, amount, currency, provider_payment_id, reason," \
     "  to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')," \
-    "  refunded_amount, capture_method, captured_amount" \
+    "  refunded_amount, capture_method, captured_amount," \
+    "  CASE WHEN lease_expires_at > now() THEN waiting_reason END," \
+    "  to_char(waiting_since AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')" \
     " FROM payment_attempts "
 
 static const char *SQL_VIEW_ATTEMPT = SQL_VIEW "WHERE id = $1::uuid";
@@ -230,6 +234,13 @@ static json_t *view_row(PGresult *r, int row)
                         PQgetisnull(r, row, 10)
                             ? json_null()
                             : json_integer(strtoll(PQgetvalue(r, row, 10), NULL, 10)));
+    /* Held back before its call (the provider's budget, or 429s): queued,
+     * not failed; null otherwise (docs/api.md). */
+    json_object_set_new(o, "queued",
+                        PQgetisnull(r, row, 11)
+                            ? json_null()
+                            : json_pack("{s:s, s:s}", "reason", PQgetvalue(r, row, 11),
+                                        "since", PQgetvalue(r, row, 12)));
     return o;
 }
 

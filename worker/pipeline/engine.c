@@ -32,6 +32,11 @@ void engine_job_free(engine_t *eng, struct job *j)
     CHARGED_ASSERT(!j->prev && !j->next && !j->state_prev && !j->state_next);
     if (eng->budget)
         budget_member_forget(eng->budget, &j->budget);
+    /* Its record's wait ends with its claim (migration 0021's trigger). */
+    if (j->wait_shown != JOB_WAITING_NONE) {
+        CHARGED_ASSERT(eng->waits_shown > 0);
+        eng->waits_shown--;
+    }
     if (j->have_cmd)
         eng->op->release(j->command);
     if (j->msg)
@@ -97,6 +102,7 @@ static void turn(engine_t *eng, int take_new)
     engine_claim_attempts(eng);
     engine_start_calls(eng);
     engine_collect_calls(eng, 0);
+    engine_write_waits(eng);
     engine_persist_outcomes(eng);
     engine_flush_call_log(eng);
     engine_renew_leases(eng);

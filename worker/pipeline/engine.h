@@ -128,6 +128,12 @@ struct engine_op {
     enum charged_rc (*release_leases)(void *op, const char *const *ids,
                                       const int *kinds, const int64_t *epochs, size_t n,
                                       struct charged_error *err);
+    /* Says on the records of claims of ours that they wait before their
+     * call, or that the wait ended (store.h's struct store_wait; its kind
+     * is the item's): one UPDATE per batch, fenced on each claim. A hint:
+     * whatever ends the claim ends it too (migration 0021). */
+    enum charged_rc (*wait)(void *op, const struct store_wait *items, size_t n,
+                            struct charged_error *err);
 
     /* Starts the provider call for the claimed params (never the message's
      * copy) under their idempotency key; `tag` comes back with its answer

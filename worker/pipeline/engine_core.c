@@ -451,6 +451,65 @@ int engine_core_budget_waited_long(struct job *j, int64_t now)
     return 1;
 }
 
+/* ---- the wait a record shows ---- */
+
+const char *engine_core_waiting_name(enum job_waiting w)
+{
+    switch (w) {
+    case JOB_WAITING_BUDGET:
+        return "provider_budget";
+    case JOB_WAITING_THROTTLED:
+        return "provider_throttled";
+    case JOB_WAITING_NONE:
+        break;
+    }
+    return NULL;
+}
+
+void engine_core_wait_budget(struct job *j, int64_t now, int64_t wall)
+{
+    CHARGED_ASSERT(j->budget_long && now - j->budget.first_ms >= ENGINE_BUDGET_LONG_MS);
+    j->wait_want = JOB_WAITING_BUDGET;
+    j->wait_since_ms = wall - (now - j->budget.first_ms);
+}
+
+void engine_core_wait_answered(struct job *j, int throttled, long long park_ms,
+                               int64_t now, int64_t wall)
+{
+    CHARGED_ASSERT(park_ms >= 0);
+    if (!throttled) {
+        j->throttled_since = 0;
+        return;
+    }
+    if (j->throttled_since == 0)
+        j->throttled_since = now;
+    CHARGED_ASSERT(now >= j->throttled_since);
+    if (now - j->throttled_since + park_ms < ENGINE_BUDGET_LONG_MS)
+        return;
+    j->wait_want = JOB_WAITING_THROTTLED;
+    j->wait_since_ms = wall - (now - j->throttled_since);
+}
+
+void engine_core_wait_ends(struct job *j)
+{
+    j->wait_want = JOB_WAITING_NONE;
+    j->wait_since_ms = 0;
+    j->budget_long = 0;
+}
+
+int engine_core_wait_due(const struct job *j)
+{
+    /* Only a claim of ours writes its record; a wait said has a start. */
+    CHARGED_ASSERT(j->wait_want == JOB_WAITING_NONE || j->wait_since_ms > 0);
+    if (j->wait_want != j->wait_shown)
+        return 1;
+    /* The same wait, begun anew, or said again under a new claim (which
+     * cleared it). */
+    return j->wait_want != JOB_WAITING_NONE &&
+           (j->wait_since_ms != j->wait_shown_since_ms ||
+            j->wait_shown_epoch != j->lease_epoch);
+}
+
 /* ---- offsets and the loop ---- */
 
 enum engine_next engine_core_detach(job_list_t *jobs, struct job *j)

@@ -218,8 +218,36 @@ enum engine_next engine_core_park_gate(const struct engine_core *c, job_list_t *
  * when it is back. */
 enum engine_next engine_core_budget(job_list_t *jobs, struct job *j, long long wait_ms,
                                     int64_t now);
-/* 1 once, when j has waited for the budget ENGINE_BUDGET_LONG_MS or more. */
+/* 1 once a wait, when j has waited for the budget ENGINE_BUDGET_LONG_MS or
+ * more. */
 int engine_core_budget_waited_long(struct job *j, int64_t now);
+
+/* ---- the wait a record shows (docs/states.md, "Waiting") ----
+ *
+ * A claimed job that waits before its call for ENGINE_BUDGET_LONG_MS or
+ * more says so on its record, so that its status reads queued, not failed:
+ * engine_store.c writes what these decide, one UPDATE per batch, outside
+ * any transaction and never across a provider call. now is clock_now_ms,
+ * wall clock_wall_ms at the same instant (the record's since is wall). */
+
+/* The record's name of a wait ("provider_budget", "provider_throttled"),
+ * NULL for none. */
+const char *engine_core_waiting_name(enum job_waiting w);
+/* j's budget wait passed ENGINE_BUDGET_LONG_MS (engine_core_budget_waited_long
+ * said 1): its record says provider_budget since its first ask. */
+void engine_core_wait_budget(struct job *j, int64_t now, int64_t wall);
+/* j was answered: a 429 parks it for park_ms (its run of 429s begins at
+ * the first), any other answer ends the run. A run that, with this park,
+ * lasts ENGINE_BUDGET_LONG_MS or more is said at once, since its first 429:
+ * the job will have waited that long before it may call again. */
+void engine_core_wait_answered(struct job *j, int throttled, long long park_ms,
+                               int64_t now, int64_t wall);
+/* j's call starts: its record no longer waits (the run of 429s goes on
+ * until an answer that is no 429). */
+void engine_core_wait_ends(struct job *j);
+/* 1 when j's record must be written for its wait to be true: what it
+ * should show differs from what this worker last wrote under this claim. */
+int engine_core_wait_due(const struct job *j);
 
 /* ---- offsets and the loop ---- */
 

@@ -104,6 +104,7 @@ struct engine {
     /* This process's share of the fleet's provider budget: every call asks
      * its gate first (budget_member.h). */
     budget_member_t *budget;
+    size_t waits_shown; /* jobs whose record shows a wait (engine_write_waits) */
     /* The half-open breaker's probe: a refused charge request, so
      * that no attempt (a poisoned one least of all) decides for the others
      * whether the provider is back. */
@@ -194,6 +195,9 @@ void engine_persist_outcomes(engine_t *eng);
  * database could not take them now. */
 enum charged_rc engine_flush_call_log(engine_t *eng);
 void engine_renew_leases(engine_t *eng);
+/* Writes the waits the core decided for the claimed jobs (one statement
+ * for the turn's, engine_core_wait_due). */
+void engine_write_waits(engine_t *eng);
 /* Lets go of the lease of a job we will not finish. */
 void engine_release_lease(engine_t *eng, struct job *j);
 /* Remembers a provider call for the provider_calls table. */

@@ -53,13 +53,14 @@ static const char *endpoint_class(const engine_t *eng, const struct job *j)
     return budget_class_name(cls);
 }
 
-/* TODO(issue 38, the attempt's "waiting for budget" status): a job has
- * waited for the provider budget ENGINE_BUDGET_LONG_MS; its attempt should
- * show it (PENDING, reason "waiting for budget", in `chargectl attempt
- * show` and the status API). Today it is only said in the log. */
-static void engine_budget_waited_long(engine_t *eng, struct job *j)
+/* A job has waited for the provider budget ENGINE_BUDGET_LONG_MS: its
+ * record says so (waiting_reason provider_budget, written with the turn's
+ * other waits by engine_write_waits), so that `chargectl attempt show` and
+ * the status API read it as queued, not failed, until its call starts. */
+static void engine_budget_waited_long(engine_t *eng, struct job *j, int64_t now)
 {
     (void)eng;
+    engine_core_wait_budget(j, now, clock_wall_ms());
     log_debug("waiting for the provider budget; queued, not failed", JOB_FIELDS(j),
               "class", budget_class_name(j->budget.t.cls), "priority",
               budget_priority_name(j->budget.t.prio), NULL);
@@ -79,7 +80,7 @@ static int budget_waits(engine_t *eng, struct job *j, int64_t now)
     if (engine_core_budget(eng->jobs, j, wait, now) != ENGINE_NEXT_PARKED)
         return 0;
     if (engine_core_budget_waited_long(j, now))
-        engine_budget_waited_long(eng, j);
+        engine_budget_waited_long(eng, j, now);
     return 1;
 }
 
@@ -126,6 +127,7 @@ void engine_start_calls(engine_t *eng)
             continue;
         }
         engine_core_call_started(eng->jobs, j);
+        engine_core_wait_ends(j); /* written by engine_write_waits */
         /* The call is out: its answer comes back through the client. */
         CHARGED_ASSERT(provider_client_in_flight(eng->provider) > 0);
     }
@@ -175,6 +177,12 @@ static void on_call_done(engine_t *eng, struct job *j)
      * but a 429 raises it. */
     if (j->res.http_status != 0 && (!j->res.throttled || j->throttles == 1))
         provider_pace_answer(&eng->pace, j->res.throttled, now);
+    /* A run of 429s that keeps it ENGINE_BUDGET_LONG_MS is said on its
+     * record (engine_write_waits); any other answer ends the run. */
+    if (next != ENGINE_NEXT_FENCED)
+        engine_core_wait_answered(j, next == ENGINE_NEXT_PARKED && j->res.throttled,
+                                  next == ENGINE_NEXT_PARKED ? j->next_at - now : 0,
+                                  now, clock_wall_ms());
     log_info("provider answered", JOB_FIELDS(j), "outcome",
              provider_outcome_name(j->res.outcome), "http_status", status, "replayed",
              j->res.replayed ? "true" : "false", "error",

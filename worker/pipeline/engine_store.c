@@ -751,3 +751,58 @@ out:
     free(kinds);
     free(js);
 }
+
+/* ---- waits ---- */
+
+static const enum job_state claimed_states[] = {JOB_CALL, JOB_CALLING, JOB_PERSIST,
+                                                JOB_PARKED};
+#define NCLAIMED (sizeof(claimed_states) / sizeof(claimed_states[0]))
+
+void engine_write_waits(engine_t *eng)
+{
+    struct charged_error err;
+    size_t n = 0, k = 0;
+    /* Nothing waits and no record says so: the common case costs nothing. */
+    if (!eng->op->wait ||
+        (job_list_count(eng->jobs, JOB_PARKED) == 0 && eng->waits_shown == 0) ||
+        !engine_db_ready(eng))
+        return;
+    for (size_t s = 0; s < NCLAIMED; s++)
+        for (struct job *j = job_list_first(eng->jobs, claimed_states[s]); j;
+             j = job_next_in_state(j))
+            n += (size_t)engine_core_wait_due(j);
+    if (n == 0)
+        return;
+    struct store_wait *w = calloc(n, sizeof(*w));
+    struct job **js = calloc(n, sizeof(*js));
+    if (!w || !js)
+        goto out;
+    for (size_t s = 0; s < NCLAIMED; s++)
+        for (struct job *j = job_list_first(eng->jobs, claimed_states[s]); j && k < n;
+             j = job_next_in_state(j)) {
+            if (!engine_core_wait_due(j))
+                continue;
+            CHARGED_ASSERT(j->lease_epoch > 0); /* a claim of ours */
+            js[k] = j;
+            w[k++] = (struct store_wait){j->id, j->kind, j->lease_epoch,
+                                         engine_core_waiting_name(j->wait_want),
+                                         j->wait_since_ms};
+        }
+    CHARGED_ASSERT(k == n);
+    /* One statement, no transaction: nothing is held across a call. */
+    if (eng->op->wait(eng->op_state, w, k, &err) != CHARGED_OK) {
+        engine_db_failed(eng, "write waits", err.message);
+        goto out;
+    }
+    for (size_t i = 0; i < k; i++) {
+        struct job *j = js[i];
+        eng->waits_shown += j->wait_want != JOB_WAITING_NONE;
+        eng->waits_shown -= j->wait_shown != JOB_WAITING_NONE;
+        j->wait_shown = j->wait_want;
+        j->wait_shown_since_ms = j->wait_since_ms;
+        j->wait_shown_epoch = j->lease_epoch;
+    }
+out:
+    free(w);
+    free(js);
+}

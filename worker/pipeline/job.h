@@ -48,6 +48,14 @@ enum job_state {
     JOB__COUNT
 };
 
+/* What a job's record says of its wait before the call (migration 0021's
+ * waiting_reason; engine_core.h's "the wait a record shows"). */
+enum job_waiting {
+    JOB_WAITING_NONE,      /* not waiting, or not long enough to say */
+    JOB_WAITING_BUDGET,    /* "provider_budget": the fleet's budget */
+    JOB_WAITING_THROTTLED, /* "provider_throttled": parked after 429s */
+};
+
 struct job {
     /* The list's own: read them through the functions below, never write. */
     struct job *prev, *next;             /* every job, oldest first */
@@ -90,7 +98,14 @@ struct job {
     struct budget_ask budget; /* CALL, PARKED: its call's place at the budget's
                                  gate (engine_provider.c's budget_of) */
     int budget_long;          /* its wait for the budget passed
-                                 ENGINE_BUDGET_LONG_MS (said once) */
+                                 ENGINE_BUDGET_LONG_MS (said once a wait) */
+    int64_t throttled_since;  /* clock_now_ms of the first 429 of the answers
+                                 it got since one that was not (0: none) */
+    /* The wait its record should show (want, since when: wall ms), and
+     * what it shows as far as this worker wrote (shown, under the claim of
+     * shown_epoch: a new claim's record shows none). */
+    enum job_waiting wait_want, wait_shown;
+    int64_t wait_since_ms, wait_shown_since_ms, wait_shown_epoch;
     /* What became of the message, for charged_messages_total once the job
      * is reaped: a string literal; NULL when it was given up (detached). */
     const char *outcome;

@@ -58,6 +58,22 @@
     " WHERE p.id = v.id AND p.lease_epoch = v.epoch AND p.lease_owner = $3" \
     " RETURNING p.id"
 
+/* Says that our claims wait before their call ($1 ids, $2 epochs, $3
+ * reasons, $4 since in epoch ms, $5 the actor), or, a reason NULL, that the
+ * wait ended. A row another session holds is left as it is: what it shows
+ * is a hint, and whatever ends the claim clears it (migration 0021's
+ * trigger). */
+#define SQL_LEASE_WAITING(table) \
+    "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[]," \
+    "  $4::bigint[]) AS v(id, epoch, reason, since_ms))," \
+    SQL_LEASES_UNLOCKED(table) \
+    "UPDATE " table " p SET waiting_reason = v.reason," \
+    "  waiting_since = CASE WHEN v.reason IS NOT NULL" \
+    "    THEN to_timestamp(v.since_ms / 1000.0) END" \
+    " FROM lk AS v" \
+    " WHERE p.id = v.id AND p.lease_epoch = v.epoch AND p.lease_owner = $5" \
+    " RETURNING p.id"
+
 /* clang-format on */
 
 #endif

@@ -143,6 +143,33 @@ enum charged_rc stmt_lease(store_conn_t *db, const char *actor, const char *sql,
     return rc;
 }
 
+enum charged_rc stmt_waiting(store_conn_t *db, const char *actor, const char *sql,
+                             const struct store_wait *w, size_t n,
+                             struct charged_error *err)
+{
+    CHARGED_ASSERT(db && actor && sql);
+    CHARGED_ASSERT(w || n == 0);
+    struct stmt s = {0};
+    charged_error_clear(err);
+    if (n == 0)
+        return CHARGED_OK;
+    if (store_conn_open(db, NULL, err) != CHARGED_OK)
+        return CHARGED_RETRY;
+    int a = stmt_arrays(&s, 4);
+    for (size_t i = 0; i < n; i++) {
+        /* A wait said has its start; an ended one none. */
+        CHARGED_ASSERT(!w[i].reason || w[i].since_ms > 0);
+        stmt_add(&s, a, w[i].id);
+        stmt_add_int(&s, a + 1, w[i].lease_epoch);
+        stmt_add(&s, a + 2, w[i].reason);
+        stmt_add_int(&s, a + 3, w[i].since_ms);
+    }
+    stmt_text(&s, actor);
+    enum charged_rc rc = stmt_run(db, &s, sql, NULL, err);
+    stmt_release(&s);
+    return rc;
+}
+
 enum charged_rc stmt_lock_ids(store_conn_t *db, const char *sql, const char *const *ids,
                               size_t n, int *locked, struct charged_error *err)
 {

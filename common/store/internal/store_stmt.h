@@ -12,6 +12,7 @@
 #include "attempt_status.h"
 #include "provider_outcome.h"
 #include "db.h"
+#include "store.h"
 #include "store_conn.h"
 
 /* The most a statement takes: a settlement of an attempt (attempt_store.c),
@@ -79,6 +80,23 @@ enum charged_rc stmt_lease(store_conn_t *db, const char *actor, const char *sql,
                            const char *const *ids, const int64_t *epochs, size_t n,
                            const long long *lease_ms, PGresult **res,
                            struct charged_error *err);
+
+/* Runs SQL_LEASE_WAITING(table) of ours on the n waits (store.h). Connects
+ * first if needed. */
+enum charged_rc stmt_waiting(store_conn_t *db, const char *actor, const char *sql,
+                             const struct store_wait *w, size_t n,
+                             struct charged_error *err);
+
+/* A leased store's <prefix>_wait (a struct <prefix> of `store_conn_t *db;
+ * char *actor;`, typedef'd <prefix>_t): stmt_waiting on table, written
+ * once for every such store. Its file includes lease_sql.h. */
+#define STMT_STORE_WAIT(prefix, table)                                                 \
+    enum charged_rc prefix##_wait(prefix##_t *st, const struct store_wait *w,          \
+                                  size_t n, struct charged_error *err)                 \
+    {                                                                                  \
+        CHARGED_ASSERT(st);                                                            \
+        return stmt_waiting(st->db, st->actor, SQL_LEASE_WAITING(table), w, n, err);   \
+    }
 
 /* The session and the actor a leased store (attempt_store, refund_store)
  * holds: *db made with lock_timeout (only the URL's syntax is checked now;

@@ -152,6 +152,12 @@ static enum charged_rc capture_release_leases(void *op, const char *const *ids,
     return capture_store_release(store_of(op), ids, epochs, n, err);
 }
 
+static enum charged_rc capture_wait(void *op, const struct store_wait *items, size_t n,
+                                    struct charged_error *err)
+{
+    return capture_store_wait(store_of(op), items, n, err);
+}
+
 static enum charged_rc capture_start_call(void *op, provider_client_t *pc,
                                           const void *params, const void *command,
                                           void *tag, struct charged_error *err)
@@ -246,6 +252,7 @@ const struct engine_op capture_op = {
     .persist = capture_persist,
     .renew = capture_renew,
     .release_leases = capture_release_leases,
+    .wait = capture_wait,
     .decide = capture_decide,
     .outcome = capture_outcome,
     .id_field = capture_id_field,

@@ -31,6 +31,7 @@ struct capture_store {
 
 /* capture_store_new, _free and _ping. */
 STMT_STORE_SESSION(capture_store, CAPTURE_LOCK_TIMEOUT)
+STMT_STORE_WAIT(capture_store, "capture_attempts")
 
 const char *capture_status_event_type(enum attempt_status status)
 {

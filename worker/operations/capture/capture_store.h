@@ -86,6 +86,11 @@ enum charged_rc capture_store_renew(capture_store_t *st, const char *const *ids,
 enum charged_rc capture_store_release(capture_store_t *st, const char *const *ids,
                                       const int64_t *epochs, size_t n,
                                       struct charged_error *err);
+/* Says that claims of ours wait before their call, or that the wait
+ * ended (store.h's struct store_wait): one UPDATE, fenced on each claim;
+ * a row another session holds is left as it is. */
+enum charged_rc capture_store_wait(capture_store_t *st, const struct store_wait *w,
+                                   size_t n, struct charged_error *err);
 enum charged_rc capture_store_hand_back(capture_store_t *st, const char *const *ids,
                                         const int64_t *epochs, size_t n,
                                         struct charged_error *err);

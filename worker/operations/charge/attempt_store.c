@@ -31,6 +31,7 @@ struct attempt_store {
 
 /* attempt_store_new, _free and _ping. */
 STMT_STORE_SESSION(attempt_store, ATTEMPT_LOCK_TIMEOUT)
+STMT_STORE_WAIT(attempt_store, "payment_attempts")
 
 attempt_store_t *attempt_store_new_of(const char *database_url, const char *actor,
                                       const char *capture_method, long long lapse_ms,

@@ -258,6 +258,11 @@ enum charged_rc attempt_store_release(attempt_store_t *st,
                                       const char *const *attempt_ids,
                                       const int64_t *epochs, size_t n,
                                       struct charged_error *err);
+/* Says that claims of ours wait before their call, or that the wait
+ * ended (store.h's struct store_wait): one UPDATE, fenced on each claim;
+ * a row another session holds is left as it is. */
+enum charged_rc attempt_store_wait(attempt_store_t *st, const struct store_wait *w,
+                                   size_t n, struct charged_error *err);
 
 /* The statement the attempts' calls are written with (stmt_log_calls'
  * shape: nine arrays $1..$9, the actor $10, $11 whether an earlier write

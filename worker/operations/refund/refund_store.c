@@ -29,6 +29,7 @@ struct refund_store {
 
 /* refund_store_new, _free and _ping. */
 STMT_STORE_SESSION(refund_store, REFUND_LOCK_TIMEOUT)
+STMT_STORE_WAIT(refund_store, "refund_attempts")
 
 static const char *or_null(const char *s)
 {

@@ -129,6 +129,11 @@ enum charged_rc refund_store_renew(refund_store_t *st, const char *const *refund
 enum charged_rc refund_store_release(refund_store_t *st, const char *const *refund_ids,
                                      const int64_t *epochs, size_t n,
                                      struct charged_error *err);
+/* Says that claims of ours wait before their call, or that the wait
+ * ended (store.h's struct store_wait): one UPDATE, fenced on each claim;
+ * a row another session holds is left as it is. */
+enum charged_rc refund_store_wait(refund_store_t *st, const struct store_wait *w,
+                                  size_t n, struct charged_error *err);
 
 /* Ends our leases at once (the reconciler's batch cut short): the refunds
  * are due to any reconciler again, PROCESSING ones too. */

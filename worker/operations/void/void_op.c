@@ -144,6 +144,12 @@ static enum charged_rc void_release_leases(void *op, const char *const *ids,
     return void_store_release(store_of(op), ids, epochs, n, err);
 }
 
+static enum charged_rc void_wait(void *op, const struct store_wait *items, size_t n,
+                                 struct charged_error *err)
+{
+    return void_store_wait(store_of(op), items, n, err);
+}
+
 static enum charged_rc void_start_call(void *op, provider_client_t *pc,
                                        const void *params, const void *command,
                                        void *tag, struct charged_error *err)
@@ -205,6 +211,7 @@ const struct engine_op void_engine_op = {
     .persist = void_persist,
     .renew = void_renew,
     .release_leases = void_release_leases,
+    .wait = void_wait,
     .decide = payment_answer_decide,
     .outcome = void_outcome,
     .id_field = void_id_field,

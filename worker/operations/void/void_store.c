@@ -28,6 +28,7 @@ struct void_store {
 
 /* void_store_new, _free and _ping. */
 STMT_STORE_SESSION(void_store, VOID_LOCK_TIMEOUT)
+STMT_STORE_WAIT(void_store, "void_attempts")
 
 const char *void_store_event_type(enum attempt_status s)
 {

@@ -80,6 +80,11 @@ enum charged_rc void_store_renew(void_store_t *st, const char *const *ids,
 enum charged_rc void_store_release(void_store_t *st, const char *const *ids,
                                    const int64_t *epochs, size_t n,
                                    struct charged_error *err);
+/* Says that claims of ours wait before their call, or that the wait
+ * ended (store.h's struct store_wait): one UPDATE, fenced on each claim;
+ * a row another session holds is left as it is. */
+enum charged_rc void_store_wait(void_store_t *st, const struct store_wait *w, size_t n,
+                                struct charged_error *err);
 enum charged_rc void_store_hand_back(void_store_t *st, const char *const *ids,
                                      const int64_t *epochs, size_t n,
                                      struct charged_error *err);

@@ -486,6 +486,8 @@ function timeline(out, h) {
       el("dt", {}, "refunded"), el("dd", {}, money(a.refunded_amount || 0, a.currency)),
       a.capture_method === "manual" ? [el("dt", {}, "captured"), el("dd", {}, a.captured_amount === null ? "-" : money(a.captured_amount, a.currency))] : null,
       el("dt", {}, "reason"), el("dd", {}, a.reason || "-"),
+      // Held back before its call: queued, not failed (docs/states.md).
+      a.waiting_reason ? [el("dt", {}, "queued"), el("dd", { "data-testid": "attempt-queued" }, a.waiting_reason + " since " + a.waiting_since)] : null,
       el("dt", {}, "created"), el("dd", {}, a.created_at))));
   const items = [];
   for (const t of h.transitions || [])
