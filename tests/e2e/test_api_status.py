@@ -7,7 +7,9 @@ charge's; an authorization's capture_method is "manual" and its
 captured_amount what its capture took (a charge's "automatic", null);
 GET /v1/refunds/<id> answers a refund's status likewise, and
 GET /v1/captures/<id> a capture's and GET /v1/voids/<id> a void's (an
-operation's status query, found in the table of operations)."""
+operation's status query, found in the table of operations). Each of the
+three says "queued" (issue 38): null, or while the claim that said so
+holds, why and since when its call waits."""
 
 import json
 import uuid
@@ -20,11 +22,12 @@ FIELDS = {"payment_attempt_id", "order_id", "status", "amount", "currency",
           "provider_payment_id", "reason", "updated_at", "refunded_amount", "capture_method",
           "captured_amount", "queued"}
 CAPTURE_FIELDS = {"capture_id", "payment_attempt_id", "order_id", "status", "amount",
-                  "captured_amount", "currency", "reason", "provider_payment_id", "updated_at"}
+                  "captured_amount", "currency", "reason", "provider_payment_id", "updated_at",
+                  "queued"}
 VOID_FIELDS = {"void_id", "payment_attempt_id", "order_id", "status", "void_reason",
-               "released_amount", "reason", "provider_payment_id", "updated_at"}
+               "released_amount", "reason", "provider_payment_id", "updated_at", "queued"}
 REFUND_FIELDS = {"refund_id", "payment_attempt_id", "order_id", "status", "amount", "currency",
-                 "refund_reason", "reason", "provider_refund_id", "updated_at"}
+                 "refund_reason", "reason", "provider_refund_id", "updated_at", "queued"}
 STATES = ["PENDING", "PROCESSING", "UNKNOWN", "SUCCEEDED", "FAILED", "REJECTED",
           "REQUIRES_REVIEW", "AUTHORIZED", "VOIDED", "CAPTURED"]
 # An authorization's states (capture_method manual); CAPTURED is one SUCCEEDED by its capture.
@@ -51,6 +54,26 @@ def expect_attempt(s, doc, a):
              "capture_method and captured_amount of a %s attempt" % a["status"])
     # Issue 38: none of these waits before a call of a worker's.
     check_eq(doc["queued"], None, "queued of a %s attempt no worker holds" % a["status"])
+
+
+def refund_queued(s, port, paid):
+    """A claimed refund whose worker said it waits for the budget answers
+    queued with that reason and since; once the claim's lease has lapsed (a
+    worker that died waiting) it answers null again."""
+    r = api.insert_refund(s, paid, "PROCESSING", 5)
+    s.psql(s.db, "UPDATE refund_attempts SET lease_owner = 'w-queued', "
+           "lease_expires_at = now() + interval '1 hour' WHERE id = '%s'" % r["id"])
+    s.psql(s.db, "UPDATE refund_attempts SET waiting_reason = 'provider_budget', "
+           "waiting_since = '2026-01-02T03:04:05.678Z' WHERE id = '%s'" % r["id"])
+    code, doc = api.get(port, "/v1/refunds/%s" % r["id"])
+    check_eq((code, doc["status"], doc["queued"]),
+             (200, "PROCESSING", {"reason": "provider_budget",
+                                  "since": "2026-01-02T03:04:05.678Z"}),
+             "a refund its worker holds back for the budget")
+    s.psql(s.db, "UPDATE refund_attempts SET lease_expires_at = now() - interval '1 second' "
+           "WHERE id = '%s'" % r["id"])
+    code, doc = api.get(port, "/v1/refunds/%s" % r["id"])
+    check_eq((code, doc["queued"]), (200, None), "a refund whose waiting claim lapsed")
 
 
 def scenario(make):
@@ -116,6 +139,8 @@ def scenario(make):
         row = s.query("SELECT to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:"
                       "SS.MS\"Z\"') FROM refund_attempts WHERE id = '%s'" % r["id"])[0][0]
         check_eq(doc["updated_at"], row, "a refund's updated_at")
+        check_eq(doc["queued"], None, "queued of a %s refund" % r["status"])
+    refund_queued(s, port, paid)
     check_eq(api.get(port, "/v1/refunds/%s" % uuid.uuid4())[0], 404, "unknown refund")
     check_eq(api.get(port, "/v1/refunds/not-a-uuid")[0], 400, "malformed refund id")
     check_eq(api.request(port, "POST", "/v1/refunds/%s" % done["id"], b"{}")[0], 405,
@@ -150,6 +175,7 @@ def scenario(make):
                  (cid, held["id"], held["order_id"], "EUR"), "ids of a capture")
         check_eq((doc["status"], doc["amount"], doc["captured_amount"], doc["reason"],
                   doc["provider_payment_id"]), want, "a capture as answered")
+        check_eq(doc["queued"], None, "queued of a %s capture" % doc["status"])
     check_eq(api.get(port, "/v1/captures/%s" % uuid.uuid4())[0], 404, "unknown capture")
     check_eq(api.get(port, "/v1/captures/not-a-uuid")[0], 400, "malformed capture id")
 
@@ -179,6 +205,7 @@ def scenario(make):
                  (vid, gone["id"], gone["order_id"]), "ids of a void")
         check_eq((doc["status"], doc["void_reason"], doc["released_amount"], doc["reason"],
                   doc["provider_payment_id"]), want, "a void as answered")
+        check_eq(doc["queued"], None, "queued of a %s void" % doc["status"])
     check_eq(api.get(port, "/v1/voids/%s" % uuid.uuid4())[0], 404, "unknown void")
     check_eq(api.get(port, "/v1/voids/not-a-uuid")[0], 400, "malformed void id")
 

@@ -244,6 +244,25 @@ static json_t *view_row(PGresult *r, int row)
     return o;
 }
 
+/* Row 0's column col as kind says (a new reference), or NULL when memory
+ * ran out or the query's own JSON did not parse. */
+static json_t *field_value(const PGresult *r, int col,
+                           enum webhook_store_field_kind kind)
+{
+    if (PQgetisnull(r, 0, col))
+        return json_null();
+    const char *text = PQgetvalue(r, 0, col);
+    switch (kind) {
+    case WEBHOOK_FIELD_INTEGER:
+        return json_integer(strtoll(text, NULL, 10));
+    case WEBHOOK_FIELD_JSON:
+        return json_loads(text, 0, NULL);
+    case WEBHOOK_FIELD_TEXT:
+        break;
+    }
+    return json_string(text);
+}
+
 /* Row 0 of r as the object fields name (a new reference), or NULL when
  * memory ran out. */
 static json_t *fields_object(const PGresult *r,
@@ -253,10 +272,7 @@ static json_t *fields_object(const PGresult *r,
     json_t *o = json_object();
     for (size_t i = 0; o && i < nfields; i++) {
         const int col = (int)i;
-        json_t *v = PQgetisnull(r, 0, col) ? json_null()
-                    : fields[i].kind == WEBHOOK_FIELD_INTEGER
-                        ? json_integer(strtoll(PQgetvalue(r, 0, col), NULL, 10))
-                        : json_string(PQgetvalue(r, 0, col));
+        json_t *v = field_value(r, col, fields[i].kind);
         /* json_object_set_new steals v's reference, also when it fails. */
         if (!v || json_object_set_new(o, fields[i].name, v) != 0) {
             json_decref(o);

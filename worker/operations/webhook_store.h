@@ -94,8 +94,17 @@ enum charged_rc webhook_store_order(webhook_store_t *st, const char *order_id,
  * column's NULL is JSON null whatever its kind. */
 enum webhook_store_field_kind {
     WEBHOOK_FIELD_TEXT = 0, /* a JSON string */
-    WEBHOOK_FIELD_INTEGER   /* a JSON integer (minor units, counts) */
+    WEBHOOK_FIELD_INTEGER,  /* a JSON integer (minor units, counts) */
+    WEBHOOK_FIELD_JSON      /* JSON text the query built (WEBHOOK_STORE_QUEUED) */
 };
+/* A column for a step's "queued" member (docs/api.md): its wait before the
+ * call, {"reason", "since"}, read only while the claim that said it holds
+ * (a worker that died waiting says nothing more); NULL otherwise. */
+#define WEBHOOK_STORE_QUEUED                                                           \
+    "CASE WHEN lease_expires_at > now() AND waiting_reason IS NOT NULL"                \
+    " THEN json_build_object('reason', waiting_reason, 'since',"                       \
+    "  to_char(waiting_since AT TIME ZONE 'UTC',"                                      \
+    "          'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'))::text END"
 struct webhook_store_field {
     const char *name;
     enum webhook_store_field_kind kind;

@@ -26,6 +26,7 @@ static const struct webhook_store_field capture_status_fields[] = {
     {"reason", WEBHOOK_FIELD_TEXT},
     {"provider_payment_id", WEBHOOK_FIELD_TEXT},
     {"updated_at", WEBHOOK_FIELD_TEXT},
+    {"queued", WEBHOOK_FIELD_JSON},
 };
 
 static const struct op_status capture_status = {
@@ -37,8 +38,8 @@ static const struct op_status capture_status = {
     .sql =
         "SELECT id, payment_attempt_id, order_id, status, amount, captured_amount,"
         "  currency, reason, payment_intent,"
-        "  to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
-        " FROM capture_attempts WHERE id = $1::uuid",
+        "  to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'),"
+        "  " WEBHOOK_STORE_QUEUED " FROM capture_attempts WHERE id = $1::uuid",
     .fields = capture_status_fields,
     .nfields = sizeof(capture_status_fields) / sizeof(capture_status_fields[0]),
 };

@@ -24,6 +24,7 @@ static const struct webhook_store_field refund_status_fields[] = {
     {"reason", WEBHOOK_FIELD_TEXT},
     {"provider_refund_id", WEBHOOK_FIELD_TEXT},
     {"updated_at", WEBHOOK_FIELD_TEXT},
+    {"queued", WEBHOOK_FIELD_JSON},
 };
 
 static const struct op_status refund_status = {
@@ -35,8 +36,8 @@ static const struct op_status refund_status = {
     .sql =
         "SELECT id, payment_attempt_id, order_id, status, amount, currency,"
         "  refund_reason, reason, provider_refund_id,"
-        "  to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
-        " FROM refund_attempts WHERE id = $1::uuid",
+        "  to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'),"
+        "  " WEBHOOK_STORE_QUEUED " FROM refund_attempts WHERE id = $1::uuid",
     .fields = refund_status_fields,
     .nfields = sizeof(refund_status_fields) / sizeof(refund_status_fields[0]),
 };

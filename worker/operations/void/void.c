@@ -18,7 +18,7 @@ static const struct webhook_store_field void_status_fields[] = {
     {"order_id", WEBHOOK_FIELD_TEXT},    {"status", WEBHOOK_FIELD_TEXT},
     {"void_reason", WEBHOOK_FIELD_TEXT}, {"released_amount", WEBHOOK_FIELD_INTEGER},
     {"reason", WEBHOOK_FIELD_TEXT},      {"provider_payment_id", WEBHOOK_FIELD_TEXT},
-    {"updated_at", WEBHOOK_FIELD_TEXT},
+    {"updated_at", WEBHOOK_FIELD_TEXT},  {"queued", WEBHOOK_FIELD_JSON},
 };
 
 static const struct op_status void_status = {
@@ -30,8 +30,8 @@ static const struct op_status void_status = {
     .sql =
         "SELECT id, payment_attempt_id, order_id, status, void_reason, released_amount,"
         "  reason, payment_intent,"
-        "  to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
-        " FROM void_attempts WHERE id = $1::uuid",
+        "  to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'),"
+        "  " WEBHOOK_STORE_QUEUED " FROM void_attempts WHERE id = $1::uuid",
     .fields = void_status_fields,
     .nfields = sizeof(void_status_fields) / sizeof(void_status_fields[0]),
 };
