@@ -5,6 +5,7 @@
 
 #include "attempt_sql.h"
 #include "attempt_store.h"
+#include "authorization_steps.h"
 #include "charged_assert.h"
 #include "step_review.h"
 #include "store_stmt.h"
@@ -166,6 +167,8 @@ static const char *const authorization_review_members[] =
 
 const struct step_review_kind authorization_review_kind = {
     .noun = "authorization",
+    .holder = "authorization",
+    .holder_status_key = "authorization_status",
     .decisions = 1u << ATTEMPT_STATUS_SUCCEEDED | 1u << ATTEMPT_STATUS_AUTHORIZED |
                  1u << ATTEMPT_STATUS_VOIDED | 1u << ATTEMPT_STATUS_FAILED,
     .load_sql = SQL_LOAD,

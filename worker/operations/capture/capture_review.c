@@ -5,6 +5,7 @@
 
 #include "capture_sql.h"
 #include "capture_store.h"
+#include "authorization_steps.h"
 #include "charged_assert.h"
 #include "step_sql.h"
 #include "store_stmt.h"
@@ -152,6 +153,8 @@ static const char *const capture_review_members[] =
 
 const struct step_review_kind capture_review_kind = {
     .noun = "capture",
+    .holder = "authorization",
+    .holder_status_key = "authorization_status",
     .decisions = 1u << ATTEMPT_STATUS_SUCCEEDED | 1u << ATTEMPT_STATUS_FAILED,
     .load_sql = SQL_LOAD,
     .log_calls_sql = SQL_LOG_CALLS,

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "attempt_sql.h"
+#include "authorization_steps.h"
 #include "charged_assert.h"
 #include "step_sql.h"
 #include "store_stmt.h"
@@ -159,6 +160,8 @@ static const char *const void_review_members[] = STEP_REVIEW_LIST_MEMBERS("void_
 
 const struct step_review_kind void_review_kind = {
     .noun = "void",
+    .holder = "authorization",
+    .holder_status_key = "authorization_status",
     .decisions = 1u << ATTEMPT_STATUS_SUCCEEDED | 1u << ATTEMPT_STATUS_FAILED,
     .load_sql = SQL_LOAD,
     .log_calls_sql = SQL_LOG_CALLS,
