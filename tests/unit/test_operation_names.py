@@ -74,8 +74,6 @@ DEBTS = {
     "worker/roles/console_web/app.js": (18, "the page names each review's "
                                         "decisions and draws captures and voids; "
                                         "the limits page the budget's classes"),
-    "worker/chargectl/ctl_refund.c": (1, "a refusal names what an "
-                                      "authorization's capture took"),
     "worker/operations/webhook_store.c": (1, "the unmatched reason names the "
                                           "intent's capture method"),
 }
