@@ -92,6 +92,13 @@ struct step_review_result {
     char message[1024];
 };
 
+/* One of a kind's decisions as the console offers it: "SUCCEEDED: the
+ * provider captured it". */
+struct step_review_choice {
+    enum attempt_status decision;
+    const char *says; /* after the status's name */
+};
+
 /* What one kind does. load_sql: $1 the id; one row of id,
  * payment_attempt_id, status, the authorization's status, payment_intent,
  * asked, authorized, holds, leased. judge: pure, the verdict on the
@@ -145,6 +152,9 @@ struct step_review_kind {
      * attempts' queue leaves those to it). */
     const char *queue_sql;
     int attempts;
+    /* The console's choices of a decision, in the order it offers them
+     * (each one of decisions), ended by one whose says is NULL. */
+    const struct step_review_choice *choices;
 };
 
 /* An RFC 3339 UTC time of a column. */

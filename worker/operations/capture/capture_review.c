@@ -151,6 +151,12 @@ static const char *const capture_review_heads[] = STEP_REVIEW_LIST_HEADS;
 static const char *const capture_review_members[] =
     STEP_REVIEW_LIST_MEMBERS("capture_id");
 
+static const struct step_review_choice capture_choices[] = {
+    {ATTEMPT_STATUS_SUCCEEDED, "the provider captured it"},
+    {ATTEMPT_STATUS_FAILED, "nothing was captured"},
+    {0, NULL},
+};
+
 const struct step_review_kind capture_review_kind = {
     .noun = "capture",
     .holder = "authorization",
@@ -177,4 +183,5 @@ const struct step_review_kind capture_review_kind = {
                             " FROM capture_attempts c LEFT JOIN payment_attempts p ON "
                             "p.id = c.payment_attempt_id"
                             " WHERE c.status = 'REQUIRES_REVIEW'",
+    .choices = capture_choices,
 };
