@@ -68,6 +68,17 @@ struct attempt_history_steps {
      * headings and members, between AMOUNT and REASON (NULL-ended). */
     const char *const *heads;
     const char *const *members;
+    /* The console's table of an authorization's steps
+     * (worker/roles/console_kinds.c): the member of a row shown as what it
+     * asked (NULL: none, "-"), and the word for a null one (the whole);
+     * the member shown as what it took (NULL: none, "-") and the
+     * table's heading of that column (the first operation's with one);
+     * the members of its reason, joined with " · " (NULL-ended). */
+    const char *asked_member;
+    const char *asked_whole;
+    const char *taken_member;
+    const char *taken_head;
+    const char *const *reason_members;
 };
 
 /* The steps of every operation of the table that has some, in its order. */

@@ -346,9 +346,8 @@ static int say_outcome(enum refund_review_outcome o, const struct resolve_args *
                    ra->id);
     case REFUND_REVIEW_EXCEEDS:
         return say(CTL_FAILED, "resolve",
-                   "refused: refund %s would take the charge's refunds past its "
-                   "amount (an authorization's: what its capture took); nothing "
-                   "written",
+                   "refused: refund %s would take the charge's refunds past "
+                   "its " REFUND_REVIEW_EXCEEDS_BOUND "; nothing written",
                    ra->id);
     case REFUND_REVIEW_LEASED:
         return say(CTL_FAILED, "resolve",

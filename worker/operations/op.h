@@ -345,6 +345,10 @@ extern const size_t payment_operations_count;
 /* The operation of kind k (an index in the table). */
 const struct payment_op *payment_op_of(size_t kind);
 
+/* The reason an event of the provider's no operation of the table takes
+ * is recorded with (webhook_store's unmatched), in the table's words. */
+extern const char payment_ops_unmatched_reason[];
+
 /* The audit rules of the table's operations, in its order, into *t. */
 void payment_ops_audit_steps(struct audit_step_table *t);
 

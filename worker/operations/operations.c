@@ -25,6 +25,11 @@ _Static_assert(sizeof(payment_operations) / sizeof(payment_operations[0]) <=
                    PAYMENT_OPS_MAX,
                "PAYMENT_OPS_MAX holds the table");
 
+/* The manual intents' steps apply some events, the charge others: one no
+ * line takes is of a type none applies to an intent of its capture method. */
+const char payment_ops_unmatched_reason[] =
+    "no operation applies this event type to this intent's capture method";
+
 const struct payment_op *payment_op_of(size_t kind)
 {
     CHARGED_ASSERT(kind < payment_operations_count);

@@ -122,8 +122,8 @@ static const char *ask(const struct step_review_kind *k, provider_client_t *pc,
     memset(res, 0, sizeof(*res));
     res->amount_received = res->amount_capturable = -1;
     if (!row->payment_intent[0]) {
-        snprintf(says, size, "no intent is recorded for %s %s's authorization", k->noun,
-                 row->id);
+        snprintf(says, size, "no intent is recorded for %s %s's %s", k->noun, row->id,
+                 k->holder);
         return "no_answer";
     }
     *started_ms = clock_wall_ms();
@@ -137,7 +137,8 @@ static const char *ask(const struct step_review_kind *k, provider_client_t *pc,
     return k->judge(res, rq->decision, row, says, size);
 }
 
-static json_t *evidence_of(const struct step_review_request *rq,
+static json_t *evidence_of(const struct step_review_kind *k,
+                           const struct step_review_request *rq,
                            const struct step_review_row *row,
                            const struct step_review_result *out,
                            const struct provider_result *res)
@@ -153,7 +154,7 @@ static json_t *evidence_of(const struct step_review_request *rq,
         "{s:s, s:s, s:s*, s:b, s:s, s:o*, s:o*}", "decision",
         attempt_status_name(rq->decision), "provider", out->verdict, "provider_says",
         out->provider_says[0] ? out->provider_says : NULL, "forced", out->forced,
-        "authorization_status", row->attempt_status, "key_age_ms",
+        k->holder_status_key, row->attempt_status, "key_age_ms",
         row->key_age_ms >= 0 ? json_integer(row->key_age_ms) : NULL, "lookup", look);
 }
 
@@ -199,7 +200,7 @@ static void decide(const struct step_review_kind *k, store_conn_t *db,
     char why[300] = "";
     int moved = 0;
     char *text;
-    out->evidence = evidence_of(rq, row, out, res);
+    out->evidence = evidence_of(k, rq, row, out, res);
     text = out->evidence ? json_dumps(out->evidence, JSON_COMPACT) : NULL;
     if (!text) {
         finish(out, STEP_REVIEW_ERROR, "out of memory%s%s", NULL, NULL);
@@ -264,6 +265,7 @@ int step_review_resolve(const struct step_review_kind *k, const char *database_u
     if (!out)
         return -1;
     CHARGED_ASSERT(k && database_url && pc && rq);
+    CHARGED_ASSERT(k->holder && k->holder_status_key);
     struct charged_error err = {0};
     struct step_review_row row;
     struct provider_result res;

@@ -3,7 +3,10 @@
  * it did what it was asked (SUCCEEDED) or it did not (FAILED). Written once
  * for both kinds; each kind says how to read its row, what the provider's
  * evidence must show for each decision and how a decision is written
- * (capture/capture_review.h, void/void_review.h).
+ * (capture/capture_review.h, void/void_review.h), and what holds the
+ * intent; what the kinds write alike (the load's key age, the lists,
+ * --help's words) is the authorization's (authorize/authorization_steps.h):
+ * this file names no operation (issue 37).
  *
  * As an attempt's and a refund's review: the request is checked as
  * attempt_review_check does; the provider is asked first, outside any
@@ -29,21 +32,6 @@
 #include "store_conn.h"
 
 #define STEP_REVIEW_MAX_REASON 1000
-
-/* The load's last column: ms since the database recorded the newest call
- * under the key of the row whose id is `id` in provider_calls' column
- * `col` (the step's own calls: not the look-ups), NULL when none. For an
- * authorization (col payment_attempt_id) its own calls, not its steps'. */
-/* clang-format off */
-#define SQL_STEP_KEY_AGE(col, id) \
-    "(SELECT (extract(epoch FROM now() - max(coalesce(k.recorded_at, k.started_at)))" \
-    "   * 1000)::bigint FROM provider_calls k WHERE k." col " = " id \
-    "   AND k.operation NOT IN ('retrieve', 'search', 'list')" \
-    "   AND k.capture_id IS NOT DISTINCT FROM CASE WHEN '" col "' = 'capture_id'" \
-    "     THEN k.capture_id END" \
-    "   AND k.void_id IS NOT DISTINCT FROM CASE WHEN '" col "' = 'void_id'" \
-    "     THEN k.void_id END)"
-/* clang-format on */
 
 enum step_review_outcome {
     STEP_REVIEW_RESOLVED = 0,
@@ -104,6 +92,13 @@ struct step_review_result {
     char message[1024];
 };
 
+/* One of a kind's decisions as the console offers it: "SUCCEEDED: the
+ * provider captured it". */
+struct step_review_choice {
+    enum attempt_status decision;
+    const char *says; /* after the status's name */
+};
+
 /* What one kind does. load_sql: $1 the id; one row of id,
  * payment_attempt_id, status, the authorization's status, payment_intent,
  * asked, authorized, holds, leased. judge: pure, the verdict on the
@@ -113,7 +108,13 @@ struct step_review_result {
  * decision takes when it showed nothing); *moved 1 when the step moved,
  * else why names what stood in the way. */
 struct step_review_kind {
-    const char *noun;   /* "capture", "void", "authorization": chargectl's command */
+    const char *noun; /* "capture", "void", "authorization": chargectl's command */
+    /* What holds the intent the provider is asked about ("authorization":
+     * a step's, or the authorization's own), in the message when none is
+     * recorded; and the evidence's member of its status at the decision
+     * ("authorization_status"). */
+    const char *holder;
+    const char *holder_status_key;
     unsigned decisions; /* the statuses it may be resolved to: bit 1u << status */
     const char *load_sql;
     /* stmt_log_calls' statement writing a look-up as a call of the step
@@ -151,45 +152,14 @@ struct step_review_kind {
      * attempts' queue leaves those to it). */
     const char *queue_sql;
     int attempts;
+    /* The console's choices of a decision, in the order it offers them
+     * (each one of decisions), ended by one whose says is NULL. */
+    const struct step_review_choice *choices;
 };
-
-/* --help's words on the look-up of an authorization's step. */
-#define STEP_REVIEW_CLI_ASKS                                                           \
-    "The provider is asked first (PROVIDER_API_KEY) for the authorization's\n"         \
-    "intent by the id charged recorded; a decision it contradicts or does not\n"       \
-    "answer is refused (exit 1, nothing written) unless --force. --actor\n"            \
-    "defaults to the OS user. Exit 0 resolved, 1 refused or failed, 2 bad\n"           \
-    "usage.\n"
-
-/* The columns of a list of an authorization's steps or of authorizations
- * (id: its id's member). */
-#define STEP_REVIEW_LIST_HEADS                                                         \
-    {                                                                                  \
-        "ID", "ATTEMPT", "STATUS", "AMOUNT", "AUTHORIZATION", "REASON", "UPDATED_AT",  \
-            NULL                                                                       \
-    }
-#define STEP_REVIEW_LIST_MEMBERS(id)                                                   \
-    {                                                                                  \
-        id, "payment_attempt_id", "status", "amount@currency", "authorization_status", \
-            "reason", "updated_at", NULL                                               \
-    }
 
 /* An RFC 3339 UTC time of a column. */
 #define STEP_REVIEW_TS(col)                                                            \
     "to_char(" col " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
-
-/* A list of an authorization's steps of table, each with its
- * authorization's status (amount: the step's amount). */
-/* clang-format off */
-#define STEP_REVIEW_LIST_SQL(table, id_key, amount) \
-    "SELECT coalesce(json_agg(r), '[]')::text FROM (SELECT s.id AS " id_key "," \
-    " s.payment_attempt_id, s.status, " amount " AS amount, p.currency," \
-    " p.status AS authorization_status, s.reason," \
-    " " STEP_REVIEW_TS("s.updated_at") " AS updated_at FROM " table " s" \
-    " LEFT JOIN payment_attempts p ON p.id = s.payment_attempt_id" \
-    " WHERE ($1::text IS NULL OR s.status = $1)" \
-    " ORDER BY s.updated_at DESC, s.id LIMIT $2::int) r"
-/* clang-format on */
 
 /* Resolves rq on database_url (a session of its own, closed after) through
  * pc. Returns 0 with *out filled (every outcome has a message), -1 only

@@ -138,8 +138,7 @@ static enum charged_rc apply_to_operation(webhook_store_t *st,
     }
     /* Not looked up at all (apply_once's "no such attempt" would say we
      * had): an event of a manual intent that no step applies, say. */
-    out->reason =
-        "no operation applies this event type to this intent's capture method";
+    out->reason = payment_ops_unmatched_reason;
     return CHARGED_OK;
 }
 

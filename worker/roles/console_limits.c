@@ -134,6 +134,12 @@ unsigned console_limits_show(const char *database_url, json_t **body)
         return answer(body, 500, "%s", err.message);
     enum charged_rc rc = budget_lease_show(l, &settings, &members, &err);
     if (rc == CHARGED_OK) {
+        /* The classes in the order of a member's shares (the page draws
+         * them as the budget names them). */
+        json_t *names = json_array();
+        for (int c = 0; c < BUDGET_CLASS_COUNT; c++)
+            json_array_append_new(names, json_string(budget_class_name(c)));
+        json_object_set_new(settings, "class_names", names);
         json_object_set_new(settings, "members", members);
         *body = settings;
         status = 200;

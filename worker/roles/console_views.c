@@ -15,6 +15,7 @@
 #include "card_data.h"
 #include "charged_assert.h"
 #include "clock.h"
+#include "console_kinds.h"
 #include "db.h"
 #include "dead_letter_reason.h"
 #include "dlq_reader.h"
@@ -389,7 +390,8 @@ unsigned console_views_reviews(console_views_t *v, json_t **body)
     rows = charges_only(rows, steps);
     for (size_t i = 0; i < json_array_size(rows) && i < REVIEW_EVIDENCE_MAX; i++)
         add_review_evidence(conn, json_array_get(rows, i));
-    *body = json_pack("{s:o, s:o}", "reviews", rows, "steps", steps);
+    *body = json_pack("{s:o, s:o, s:o*}", "reviews", rows, "steps", steps, "step_view",
+                      console_kinds_reviews());
     return 200;
 }
 
@@ -418,6 +420,7 @@ unsigned console_views_attempt(console_views_t *v, const char *id, json_t **body
         return answer(body, 404, "no payment attempt %s", id);
     if (rc != CHARGED_OK)
         return unavailable(body, "the attempt", err.message);
+    console_kinds_steps(doc, &t);
     *body = doc;
     return 200;
 }

@@ -5,6 +5,7 @@
 
 #include "attempt_sql.h"
 #include "attempt_store.h"
+#include "authorization_steps.h"
 #include "charged_assert.h"
 #include "step_review.h"
 #include "store_stmt.h"
@@ -164,8 +165,18 @@ static const char *const authorization_review_heads[] = STEP_REVIEW_LIST_HEADS;
 static const char *const authorization_review_members[] =
     STEP_REVIEW_LIST_MEMBERS("payment_attempt_id");
 
+static const struct step_review_choice authorization_choices[] = {
+    {ATTEMPT_STATUS_SUCCEEDED, "the provider captured it"},
+    {ATTEMPT_STATUS_AUTHORIZED, "still held"},
+    {ATTEMPT_STATUS_VOIDED, "released"},
+    {ATTEMPT_STATUS_FAILED, "never held"},
+    {0, NULL},
+};
+
 const struct step_review_kind authorization_review_kind = {
     .noun = "authorization",
+    .holder = "authorization",
+    .holder_status_key = "authorization_status",
     .decisions = 1u << ATTEMPT_STATUS_SUCCEEDED | 1u << ATTEMPT_STATUS_AUTHORIZED |
                  1u << ATTEMPT_STATUS_VOIDED | 1u << ATTEMPT_STATUS_FAILED,
     .load_sql = SQL_LOAD,
@@ -189,4 +200,5 @@ const struct step_review_kind authorization_review_kind = {
                             " WHERE a.status = 'REQUIRES_REVIEW' AND a.capture_method "
                             "= 'manual'",
     .attempts = 1,
+    .choices = authorization_choices,
 };

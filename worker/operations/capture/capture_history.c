@@ -25,6 +25,8 @@ static const char SQL_TIMELINE[] =
 static const char *const capture_history_heads[] = {"CAPTURED", NULL};
 static const char *const capture_history_members[] = {"captured_amount@currency", NULL};
 
+static const char *const capture_history_reasons[] = {"reason", NULL};
+
 const struct attempt_history_steps capture_history = {
     .key = "captures",
     .noun = "capture",
@@ -35,4 +37,9 @@ const struct attempt_history_steps capture_history = {
     .timeline = SQL_TIMELINE,
     .heads = capture_history_heads,
     .members = capture_history_members,
+    .asked_member = "amount",
+    .asked_whole = "all",
+    .taken_member = "captured_amount",
+    .taken_head = "Captured",
+    .reason_members = capture_history_reasons,
 };

@@ -5,6 +5,7 @@
 
 #include "capture_sql.h"
 #include "capture_store.h"
+#include "authorization_steps.h"
 #include "charged_assert.h"
 #include "step_sql.h"
 #include "store_stmt.h"
@@ -150,8 +151,16 @@ static const char *const capture_review_heads[] = STEP_REVIEW_LIST_HEADS;
 static const char *const capture_review_members[] =
     STEP_REVIEW_LIST_MEMBERS("capture_id");
 
+static const struct step_review_choice capture_choices[] = {
+    {ATTEMPT_STATUS_SUCCEEDED, "the provider captured it"},
+    {ATTEMPT_STATUS_FAILED, "nothing was captured"},
+    {0, NULL},
+};
+
 const struct step_review_kind capture_review_kind = {
     .noun = "capture",
+    .holder = "authorization",
+    .holder_status_key = "authorization_status",
     .decisions = 1u << ATTEMPT_STATUS_SUCCEEDED | 1u << ATTEMPT_STATUS_FAILED,
     .load_sql = SQL_LOAD,
     .log_calls_sql = SQL_LOG_CALLS,
@@ -174,4 +183,5 @@ const struct step_review_kind capture_review_kind = {
                             " FROM capture_attempts c LEFT JOIN payment_attempts p ON "
                             "p.id = c.payment_attempt_id"
                             " WHERE c.status = 'REQUIRES_REVIEW'",
+    .choices = capture_choices,
 };

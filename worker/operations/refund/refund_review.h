@@ -56,6 +56,11 @@ struct refund_review_decision {
     int force;
 };
 
+/* What REFUND_REVIEW_EXCEEDS says a refund's bound is, in an operator's
+ * words: a charge's amount, an authorization's captured amount (issue 37;
+ * here, so that chargectl names no operation). */
+#define REFUND_REVIEW_EXCEEDS_BOUND "amount (an authorization's: what its capture took)"
+
 enum refund_review_outcome {
     REFUND_REVIEW_RESOLVED = 0,
     REFUND_REVIEW_NOT_FOUND,     /* no such refund */

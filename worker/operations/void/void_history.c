@@ -26,6 +26,8 @@ static const char *const void_history_heads[] = {"RELEASED", "VOID_REASON", NULL
 static const char *const void_history_members[] = {"released_amount@currency",
                                                    "void_reason", NULL};
 
+static const char *const void_history_reasons[] = {"void_reason", "reason", NULL};
+
 const struct attempt_history_steps void_history = {
     .key = "voids",
     .noun = "void",
@@ -36,4 +38,5 @@ const struct attempt_history_steps void_history = {
     .timeline = SQL_TIMELINE,
     .heads = void_history_heads,
     .members = void_history_members,
+    .reason_members = void_history_reasons,
 };

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "attempt_sql.h"
+#include "authorization_steps.h"
 #include "charged_assert.h"
 #include "step_sql.h"
 #include "store_stmt.h"
@@ -157,8 +158,16 @@ static enum charged_rc void_review_write(store_conn_t *db,
 static const char *const void_review_heads[] = STEP_REVIEW_LIST_HEADS;
 static const char *const void_review_members[] = STEP_REVIEW_LIST_MEMBERS("void_id");
 
+static const struct step_review_choice void_choices[] = {
+    {ATTEMPT_STATUS_SUCCEEDED, "the provider released it"},
+    {ATTEMPT_STATUS_FAILED, "it was not released"},
+    {0, NULL},
+};
+
 const struct step_review_kind void_review_kind = {
     .noun = "void",
+    .holder = "authorization",
+    .holder_status_key = "authorization_status",
     .decisions = 1u << ATTEMPT_STATUS_SUCCEEDED | 1u << ATTEMPT_STATUS_FAILED,
     .load_sql = SQL_LOAD,
     .log_calls_sql = SQL_LOG_CALLS,
@@ -181,4 +190,5 @@ const struct step_review_kind void_review_kind = {
                                      " FROM void_attempts w LEFT JOIN payment_attempts "
                                      "p ON p.id = w.payment_attempt_id"
                                      " WHERE w.status = 'REQUIRES_REVIEW'",
+    .choices = void_choices,
 };

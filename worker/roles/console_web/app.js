@@ -181,10 +181,10 @@ async function showReviews(page) {
   page.appendChild(el("h1", {}, "Review queue"));
   const r = await call("GET", "reviews");
   if (r.status !== 200) return page.appendChild(notice("error", r.data.error));
-  const rows = r.data.reviews, steps = r.data.steps || [];
+  const rows = r.data.reviews, steps = r.data.steps || [], view = r.data.step_view;
   if (!rows.length && !steps.length) return page.appendChild(el("div", { class: "card" }, el("p", { class: "muted", "data-testid": "reviews-empty" }, "Nothing waits for review.")));
   const detail = el("div", { class: "card", "data-testid": "review-detail" }, el("p", { class: "muted" }, "Pick an attempt to see its evidence."));
-  if (steps.length) showSteps(page, steps);
+  if (steps.length) showSteps(page, steps, view);
   if (!rows.length) return;
   if (steps.length) page.appendChild(el("h2", {}, "Charges"));
   const list = table(["Attempt", "Amount", "Updated", "Why in review"],
@@ -251,43 +251,38 @@ function reviewDetail(box, a) {
   box.appendChild(out);
 }
 
-// Captures, voids and authorizations in review (issue 37): each resolved by
-// its kind's decisions, the provider asked first, as an attempt's.
-const STEP_DECISIONS = {
-  capture: [["succeeded", "SUCCEEDED: the provider captured it"], ["failed", "FAILED: nothing was captured"]],
-  void: [["succeeded", "SUCCEEDED: the provider released it"], ["failed", "FAILED: it was not released"]],
-  authorization: [["succeeded", "SUCCEEDED: the provider captured it"], ["authorized", "AUTHORIZED: still held"],
-    ["voided", "VOIDED: released"], ["failed", "FAILED: never held"]],
-};
-
-function showSteps(page, steps) {
+// The operations' records in review (issue 37): each resolved by its kind's
+// decisions, the provider asked first, as an attempt's. The kinds, their
+// decisions and words are the server's (view: the operations table's).
+function showSteps(page, steps, view) {
   const detail = el("div", { class: "card", "data-testid": "step-detail" }, el("p", { class: "muted" }, "Pick one to resolve it."));
-  const list = table(["Kind", "Id", "Authorization", "Amount", "Updated", "Why in review"],
+  const holder = view.holder[0].toUpperCase() + view.holder.slice(1);
+  const list = table(["Kind", "Id", holder, "Amount", "Updated", "Why in review"],
     steps.map((st) => ({ st, testid: "step-" + st.id,
-      cells: [st.kind, el("span", { class: "mono" }, st.id), st.authorization_status || "-", money(st.amount, st.currency), when(st.updated_at), st.reason || "-"] })),
+      cells: [st.kind, el("span", { class: "mono" }, st.id), st[view.kinds[st.kind].holder_status] || "-", money(st.amount, st.currency), when(st.updated_at), st.reason || "-"] })),
     (row, tr) => {
       for (const t of list.querySelectorAll("tr.selected")) t.classList.remove("selected");
       tr.classList.add("selected");
-      stepDetail(clear(detail), row.st);
+      stepDetail(clear(detail), row.st, view.kinds[row.st.kind]);
     });
-  page.appendChild(el("h2", {}, "Captures, voids and authorizations"));
+  page.appendChild(el("h2", {}, view.heading));
   page.appendChild(el("div", { class: "split" }, el("div", { class: "card" }, list), detail));
 }
 
-function stepDetail(box, st) {
+function stepDetail(box, st, kind) {
   box.appendChild(el("h2", {}, st.kind + " " + st.id));
   box.appendChild(el("dl", { class: "kv" },
-    el("dt", {}, "authorization"), el("dd", { class: "mono" }, st.payment_attempt_id),
-    el("dt", {}, "its status"), el("dd", {}, st.authorization_status || "-"),
+    el("dt", {}, kind.holder), el("dd", { class: "mono" }, st.payment_attempt_id),
+    el("dt", {}, "its status"), el("dd", {}, st[kind.holder_status] || "-"),
     el("dt", {}, "intent recorded"), el("dd", { class: "mono" }, st.provider_payment_id || "none"),
     el("dt", {}, "amount"), el("dd", {}, money(st.amount, st.currency)),
     el("dt", {}, "reason"), el("dd", {}, st.reason || "-")));
-  box.appendChild(el("p", {}, el("a", { href: "#/attempt/" + st.payment_attempt_id }, "Open the authorization's timeline")));
+  box.appendChild(el("p", {}, el("a", { href: "#/attempt/" + st.payment_attempt_id }, "Open the " + kind.holder + "'s timeline")));
   if (!isOperator()) {
     box.appendChild(el("p", { class: "muted" }, "A viewer cannot resolve reviews."));
     return;
   }
-  const decision = el("select", { id: "step-decision" }, ...STEP_DECISIONS[st.kind].map(([v, t]) => el("option", { value: v }, t)));
+  const decision = el("select", { id: "step-decision" }, ...kind.decisions.map(([v, t]) => el("option", { value: v }, t)));
   const reason = el("input", { type: "text", id: "step-reason", placeholder: "how you know (required)" });
   const out = el("div", { "data-testid": "step-result" });
   const submit = el("button", { type: "button", "data-testid": "step-submit" }, "Ask the provider and resolve");
@@ -484,7 +479,7 @@ function timeline(out, h) {
       el("dt", {}, "idempotency key"), el("dd", { class: "mono" }, a.idempotency_key),
       el("dt", {}, "provider intent"), el("dd", { class: "mono" }, a.provider_payment_id || "-"),
       el("dt", {}, "refunded"), el("dd", {}, money(a.refunded_amount || 0, a.currency)),
-      a.capture_method === "manual" ? [el("dt", {}, "captured"), el("dd", {}, a.captured_amount === null ? "-" : money(a.captured_amount, a.currency))] : null,
+      a.capture_method === "manual" ? [el("dt", {}, h.steps_view.taken.toLowerCase()), el("dd", {}, a.captured_amount === null ? "-" : money(a.captured_amount, a.currency))] : null,
       el("dt", {}, "reason"), el("dd", {}, a.reason || "-"),
       // Held back before its call: queued, not failed (docs/states.md).
       a.waiting_reason ? [el("dt", {}, "queued"), el("dd", { "data-testid": "attempt-queued" }, a.waiting_reason + " since " + a.waiting_since)] : null,
@@ -519,30 +514,25 @@ function timeline(out, h) {
       i.text ? el("div", { class: "muted" }, i.text) : null,
       i.detail && Object.keys(i.detail).length ? el("details", {}, el("summary", {}, "evidence"), el("pre", {}, pretty(i.detail))) : null));
   if (steps.length)
-    out.appendChild(el("div", { class: "card", "data-testid": "steps" }, el("h2", {}, "Captures and voids"),
-      table(["Step", "Id", "Status", "Amount", "Captured", "Reason", "Updated"], steps.map((st) => ({
+    out.appendChild(el("div", { class: "card", "data-testid": "steps" }, el("h2", {}, h.steps_view.heading),
+      table(["Step", "Id", "Status", "Amount", h.steps_view.taken, "Reason", "Updated"], steps.map((st) => ({
         testid: "step-" + st.id,
-        cells: [st.kind, el("span", { class: "mono" }, st.id), pill(st.status), st.amount, st.captured, st.reason || "-", when(st.updated_at)],
+        cells: [st.kind, el("span", { class: "mono" }, st.id), pill(st.status), st.amount, st.taken, st.reason || "-", when(st.updated_at)],
       })))));
   out.appendChild(el("div", { class: "card" }, el("h2", {}, "Timeline"), list));
 }
 
-// An authorization's captures and voids, oldest first: each with its id,
-// status, what it asked, what it took, why, and its transitions.
+// An attempt's steps of every operation (the server's one list), oldest
+// first: each with its id, status, what it asked, what it took (an amount,
+// or the server's word for none), why, and its transitions.
 function stepsOf(h, a) {
-  const asMoney = (v) => (v === null || v === undefined ? "-" : money(v, a.currency));
-  const caps = (h.captures || []).map((c) => ({ kind: "capture", id: c.capture_id, status: c.status,
-    amount: c.amount === null ? "all" : asMoney(c.amount), captured: asMoney(c.captured_amount),
-    reason: c.reason, updated_at: c.updated_at, created_at: c.created_at, transitions: c.transitions }));
-  const voids = (h.voids || []).map((v) => ({ kind: "void", id: v.void_id, status: v.status,
-    amount: "-", captured: "-", reason: [v.void_reason, v.reason].filter(Boolean).join(" · "), updated_at: v.updated_at,
-    created_at: v.created_at, transitions: v.transitions }));
-  return caps.concat(voids).sort((x, y) => (x.created_at || "").localeCompare(y.created_at || ""));
+  const shown = (v) => (typeof v === "number" ? money(v, a.currency) : v);
+  return (h.steps || []).map((st) => ({ ...st, amount: shown(st.amount), taken: shown(st.taken) }))
+    .sort((x, y) => (x.created_at || "").localeCompare(y.created_at || ""));
 }
 
 // ---- the provider budget (issue 38) ----
 
-const LIMIT_CLASSES = ["create", "capture", "refund", "retrieve", "search", "list"];
 // requests/s as set: 0 is no limit.
 function rps(n) { return n ? n + "/s" : "no limit"; }
 // A share in milli-requests/s: -1 is no limit.
@@ -552,15 +542,15 @@ async function showLimits(page) {
   page.appendChild(el("h1", {}, "Provider limits"));
   const r = await call("GET", "provider-limits");
   if (r.status !== 200) return page.appendChild(notice("error", r.data.error));
-  const b = r.data;
+  const b = r.data, classes = b.class_names;
   page.appendChild(el("div", { class: "card", "data-testid": "limits" }, el("h2", {}, "Settings (account " + b.account + ")"),
     table(["Limit", "Requests/s"], [{ cells: ["global", rps(b.global_rps)], testid: "limit-global" }]
-      .concat(LIMIT_CLASSES.map((c) => ({ cells: [c, rps(b.classes[c])], testid: "limit-" + c })))
+      .concat(classes.map((c) => ({ cells: [c, rps(b.classes[c])], testid: "limit-" + c })))
       .concat([{ cells: ["audit floor", b.audit_floor_rps + "/s"], testid: "limit-audit-floor" }])),
     el("p", { class: "muted", "data-testid": "limits-version" }, "version " + b.version + ", set by " + b.updated_by + " at " + when(b.updated_at))));
   const members = b.members || [];
   page.appendChild(el("div", { class: "card", "data-testid": "members" }, el("h2", {}, "Members and their shares (requests/s; - is no limit)"),
-    members.length ? table(["Role", "Pid", "Host", "Global"].concat(LIMIT_CLASSES, ["Floor", "Lease left"]),
+    members.length ? table(["Role", "Pid", "Host", "Global"].concat(classes, ["Floor", "Lease left"]),
       members.map((m) => ({ testid: "member-" + m.member_id,
         cells: [m.role, m.pid, m.host].concat((m.held_mrps || []).map(share), [m.expires_in_ms + " ms"]) })))
       : el("p", { class: "muted" }, "No live member: no process of the fleet draws on the budget now.")));
@@ -569,7 +559,8 @@ async function showLimits(page) {
 }
 
 function limitsForm(page, b) {
-  const fields = [["global", b.global_rps]].concat(LIMIT_CLASSES.map((c) => [c, b.classes[c]]), [["audit_floor", b.audit_floor_rps]]);
+  const classes = b.class_names;
+  const fields = [["global", b.global_rps]].concat(classes.map((c) => [c, b.classes[c]]), [["audit_floor", b.audit_floor_rps]]);
   const inputs = {};
   const form = el("div", { class: "card" }, el("h2", {}, "Set the limits"),
     el("p", { class: "muted" }, "Whole requests/s, 0 for no limit. Recorded with you as the actor; the fleet follows within about a second."));
@@ -585,7 +576,7 @@ function limitsForm(page, b) {
     for (const [name, value] of fields) {
       const v = Number(inputs[name].value);
       if (v === value) continue;
-      if (LIMIT_CLASSES.includes(name)) body.classes[name] = v;
+      if (classes.includes(name)) body.classes[name] = v;
       else body[name] = v;
     }
     if (!Object.keys(body.classes).length) delete body.classes;
