@@ -191,11 +191,14 @@ static void scale_to(long long give[BUDGET_CLASS_COUNT], long long sum,
 /* Serves priority p within `budget` of the global room (-1: the whole
  * room): each class's demand up to its class room, scaled down together
  * when their sum passes the budget, in whole requests/s (rounded up while
- * the room allows: the rooms are whole). floor: the audit floor's pass. */
+ * the room allows: the rooms are whole). floor: the audit floor's pass;
+ * without a global limit the floor is `budget` on each limited class (a
+ * class without a limit needs none). */
 static void grant_priority(struct alloc_work *w, int p, long long budget, int floor)
 {
     long long want[BUDGET_CLASS_COUNT], give[BUDGET_CLASS_COUNT], sum = 0;
     int limited = w->g_lim;
+    CHARGED_ASSERT(!floor || budget >= 0);
     if (limited && (budget < 0 || budget > w->room_g))
         budget = w->room_g;
     for (int c = 0; c < BUDGET_CLASS_COUNT; c++) {
@@ -205,8 +208,10 @@ static void grant_priority(struct alloc_work *w, int p, long long budget, int fl
         give[c] = ceil_unit(want[c]);
         if (w->c_lim[c] && give[c] > w->room_c[c])
             give[c] = w->room_c[c];
-        if (limited && give[c] > budget)
+        if ((limited || (floor && w->c_lim[c])) && give[c] > budget)
             give[c] = budget;
+        if (floor && !limited && !w->c_lim[c])
+            give[c] = 0;
         sum += give[c];
     }
     if (limited && sum > budget)
@@ -324,7 +329,9 @@ int budget_alloc_targets(const struct budget_settings *s,
         goto refused;
     }
     work_begin(&w, s);
-    if (w.g_lim && s->audit_floor_rps > 0)
+    /* The floor: of the global limit when one is set, else of each class
+     * limit (the lowest priority never starves on a limited class). */
+    if (s->audit_floor_rps > 0)
         grant_priority(&w, BUDGET_PRIO_AUDIT, s->audit_floor_rps * 1000, 1);
     for (int p = 0; p < BUDGET_PRIO_COUNT; p++)
         grant_priority(&w, p, -1, 0);

@@ -54,7 +54,8 @@ struct budget_settings {
     long long global_rps;                    /* 0: no limit */
     long long class_rps[BUDGET_CLASS_COUNT]; /* 0: no limit for the class */
     long long audit_floor_rps; /* what the audit priority gets first when it
-                                  has demand and a global limit is set */
+                                  has demand: of the global limit when one
+                                  is set, else of each class limit */
 };
 
 /* What a member would send, by what for and where (mrps, >= 0). */
@@ -84,7 +85,8 @@ int budget_settings_check(const struct budget_settings *s, const char **why);
 int budget_demand_check(const struct budget_demand *d, const char **why);
 
 /* Every member's target from the settings and the n members' demands, in
- * that order: the audit floor first (to members with audit demand), then
+ * that order: the audit floor first (to members with audit demand; of the
+ * global limit, or without one of each class limit), then
  * each priority in order, each class within its class limit and all within
  * the global one (a priority's grant split among its members max-min fair:
  * one asking less than an even share gets all it asks; then rounded to
