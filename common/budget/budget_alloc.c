@@ -345,6 +345,44 @@ refused:
     return -1;
 }
 
+/* One held value bounded to what a member under limit_rps can hold. */
+static long long bound_one(long long limit_rps, long long v)
+{
+    long long max = limit_rps * BUDGET_UNIT;
+    if (limit_rps == 0)
+        return BUDGET_UNLIMITED; /* no limit: a hold bounds nothing */
+    if (v == BUDGET_UNLIMITED || v > max)
+        return max;
+    return v < 0 ? 0 : v;
+}
+
+void budget_share_bound(const struct budget_settings *s, struct budget_share *held)
+{
+    CHARGED_ASSERT(s != NULL && held != NULL);
+    held->global_mrps = bound_one(s->global_rps, held->global_mrps);
+    for (int c = 0; c < BUDGET_CLASS_COUNT; c++)
+        held->class_mrps[c] = bound_one(s->class_rps[c], held->class_mrps[c]);
+    long long floor_max =
+        s->global_rps ? s->global_rps * BUDGET_UNIT : BUDGET_DEMAND_MAX_MRPS;
+    if (held->floor_mrps < 0)
+        held->floor_mrps = 0;
+    else if (held->floor_mrps > floor_max)
+        held->floor_mrps = floor_max;
+    CHARGED_ASSERT(held->floor_mrps >= 0 && held->global_mrps >= BUDGET_UNLIMITED);
+}
+
+void budget_demand_bound(struct budget_demand *d)
+{
+    CHARGED_ASSERT(d != NULL);
+    for (int p = 0; p < BUDGET_PRIO_COUNT; p++)
+        for (int c = 0; c < BUDGET_CLASS_COUNT; c++) {
+            long long *v = &d->mrps[p][c];
+            *v = *v < 0 ? 0 : *v > BUDGET_DEMAND_MAX_MRPS ? BUDGET_DEMAND_MAX_MRPS : *v;
+        }
+    const char *why;
+    CHARGED_ASSERT(budget_demand_check(d, &why) == 0);
+}
+
 void budget_share_zero(struct budget_share *s)
 {
     CHARGED_ASSERT(s != NULL);

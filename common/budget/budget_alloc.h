@@ -99,6 +99,18 @@ int budget_alloc_targets(const struct budget_settings *s,
                          const struct budget_demand *demands, size_t n,
                          struct budget_share *targets, const char **why);
 
+/* What a refresh trusts of another member's row (its share and demand as
+ * read from the table, where anyone with write access could have put
+ * anything): a held value under a limit counts as 0..the limit (-1, "no
+ * limit" held from before the limit was set, and anything above it as the
+ * whole limit, other negatives as 0); under no limit as BUDGET_UNLIMITED
+ * (it bounds nothing); the floor as 0..the global limit. A demand counts as
+ * 0..BUDGET_DEMAND_MAX_MRPS. So a forged row can take at most the whole
+ * limit, as a real member's stale "no limit" does, and cannot refuse the
+ * allocation. */
+void budget_share_bound(const struct budget_settings *s, struct budget_share *held);
+void budget_demand_bound(struct budget_demand *d);
+
 /* others = others + one, a limit at a time (BUDGET_UNLIMITED absorbs). */
 void budget_share_add(struct budget_share *others, const struct budget_share *one);
 /* The zero share (others of an empty fleet, a member without a lease). */

@@ -3,7 +3,7 @@
 stopped pod, a VM pause, a partition that keeps the TCP connection) holds
 the provider_budget row lock that every refresh of the fleet needs, until
 the server ends its session (idle_in_transaction_session_timeout, 5 s).
-Every other member's refresh times out on the lock (200 ms), each keeps its
+Every other member's refresh times out on the lock (then 200 ms), each keeps its
 share until its lease ends (1 s), then sends nothing: the whole fleet stops,
 though docs/architecture.md says a member cut off ("a partition, a pause")
 costs only its own share for one lease plus one refresh period.
@@ -63,9 +63,15 @@ def freeze_in_refresh(s, pid):
             e2e.freeze(pid)
         holder.run("COMMIT")
         if queued:
-            time.sleep(0.3)
-            held = watch.run("SELECT count(*) FROM pg_stat_activity WHERE client_port IN (%s)"
-                             " AND state = 'idle in transaction'" % ports)[0][0]
+            # A's backend takes the lock and goes idle in the transaction;
+            # seen at once (polled, not after a fixed sleep: a fixed budget
+            # may end that transaction within a few hundred ms).
+            held = "0"
+            deadline = time.time() + 0.3
+            while held == "0" and time.time() < deadline:
+                held = watch.run("SELECT count(*) FROM pg_stat_activity WHERE client_port"
+                                 " IN (%s) AND state = 'idle in transaction'" % ports)[0][0]
+                time.sleep(0.005)
             if held != "0":
                 e2e.log("worker frozen holding the settings row lock (try %d)" % attempt)
                 holder.close()
