@@ -42,9 +42,9 @@
  * BUDGET_STATEMENT_TIMEOUT; a waiter's lock_timeout outlasts the first, so
  * the others' refreshes wait the stall out and succeed, well inside their
  * lease (docs/architecture.md, "What a dead member costs"). */
-#define BUDGET_IDLE_IN_TX        "150ms"
+#define BUDGET_IDLE_IN_TX        "300ms"
 #define BUDGET_STATEMENT_TIMEOUT "750ms"
-#define BUDGET_LOCK_TIMEOUT      "500ms"
+#define BUDGET_LOCK_TIMEOUT      "600ms"
 /* The longest account, role or actor name. */
 #define BUDGET_NAME_MAX 64
 
