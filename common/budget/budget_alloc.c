@@ -191,11 +191,14 @@ static void scale_to(long long give[BUDGET_CLASS_COUNT], long long sum,
 /* Serves priority p within `budget` of the global room (-1: the whole
  * room): each class's demand up to its class room, scaled down together
  * when their sum passes the budget, in whole requests/s (rounded up while
- * the room allows: the rooms are whole). floor: the audit floor's pass. */
+ * the room allows: the rooms are whole). floor: the audit floor's pass;
+ * without a global limit the floor is `budget` on each limited class (a
+ * class without a limit needs none). */
 static void grant_priority(struct alloc_work *w, int p, long long budget, int floor)
 {
     long long want[BUDGET_CLASS_COUNT], give[BUDGET_CLASS_COUNT], sum = 0;
     int limited = w->g_lim;
+    CHARGED_ASSERT(!floor || budget >= 0);
     if (limited && (budget < 0 || budget > w->room_g))
         budget = w->room_g;
     for (int c = 0; c < BUDGET_CLASS_COUNT; c++) {
@@ -205,8 +208,10 @@ static void grant_priority(struct alloc_work *w, int p, long long budget, int fl
         give[c] = ceil_unit(want[c]);
         if (w->c_lim[c] && give[c] > w->room_c[c])
             give[c] = w->room_c[c];
-        if (limited && give[c] > budget)
+        if ((limited || (floor && w->c_lim[c])) && give[c] > budget)
             give[c] = budget;
+        if (floor && !limited && !w->c_lim[c])
+            give[c] = 0;
         sum += give[c];
     }
     if (limited && sum > budget)
@@ -324,7 +329,9 @@ int budget_alloc_targets(const struct budget_settings *s,
         goto refused;
     }
     work_begin(&w, s);
-    if (w.g_lim && s->audit_floor_rps > 0)
+    /* The floor: of the global limit when one is set, else of each class
+     * limit (the lowest priority never starves on a limited class). */
+    if (s->audit_floor_rps > 0)
         grant_priority(&w, BUDGET_PRIO_AUDIT, s->audit_floor_rps * 1000, 1);
     for (int p = 0; p < BUDGET_PRIO_COUNT; p++)
         grant_priority(&w, p, -1, 0);
@@ -336,6 +343,44 @@ refused:
     if (n > 0 && targets)
         memset(targets, 0, n * sizeof(*targets));
     return -1;
+}
+
+/* One held value bounded to what a member under limit_rps can hold. */
+static long long bound_one(long long limit_rps, long long v)
+{
+    long long max = limit_rps * BUDGET_UNIT;
+    if (limit_rps == 0)
+        return BUDGET_UNLIMITED; /* no limit: a hold bounds nothing */
+    if (v == BUDGET_UNLIMITED || v > max)
+        return max;
+    return v < 0 ? 0 : v;
+}
+
+void budget_share_bound(const struct budget_settings *s, struct budget_share *held)
+{
+    CHARGED_ASSERT(s != NULL && held != NULL);
+    held->global_mrps = bound_one(s->global_rps, held->global_mrps);
+    for (int c = 0; c < BUDGET_CLASS_COUNT; c++)
+        held->class_mrps[c] = bound_one(s->class_rps[c], held->class_mrps[c]);
+    long long floor_max =
+        s->global_rps ? s->global_rps * BUDGET_UNIT : BUDGET_DEMAND_MAX_MRPS;
+    if (held->floor_mrps < 0)
+        held->floor_mrps = 0;
+    else if (held->floor_mrps > floor_max)
+        held->floor_mrps = floor_max;
+    CHARGED_ASSERT(held->floor_mrps >= 0 && held->global_mrps >= BUDGET_UNLIMITED);
+}
+
+void budget_demand_bound(struct budget_demand *d)
+{
+    CHARGED_ASSERT(d != NULL);
+    for (int p = 0; p < BUDGET_PRIO_COUNT; p++)
+        for (int c = 0; c < BUDGET_CLASS_COUNT; c++) {
+            long long *v = &d->mrps[p][c];
+            *v = *v < 0 ? 0 : *v > BUDGET_DEMAND_MAX_MRPS ? BUDGET_DEMAND_MAX_MRPS : *v;
+        }
+    const char *why;
+    CHARGED_ASSERT(budget_demand_check(d, &why) == 0);
 }
 
 void budget_share_zero(struct budget_share *s)

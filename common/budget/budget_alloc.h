@@ -54,7 +54,8 @@ struct budget_settings {
     long long global_rps;                    /* 0: no limit */
     long long class_rps[BUDGET_CLASS_COUNT]; /* 0: no limit for the class */
     long long audit_floor_rps; /* what the audit priority gets first when it
-                                  has demand and a global limit is set */
+                                  has demand: of the global limit when one
+                                  is set, else of each class limit */
 };
 
 /* What a member would send, by what for and where (mrps, >= 0). */
@@ -84,7 +85,8 @@ int budget_settings_check(const struct budget_settings *s, const char **why);
 int budget_demand_check(const struct budget_demand *d, const char **why);
 
 /* Every member's target from the settings and the n members' demands, in
- * that order: the audit floor first (to members with audit demand), then
+ * that order: the audit floor first (to members with audit demand; of the
+ * global limit, or without one of each class limit), then
  * each priority in order, each class within its class limit and all within
  * the global one (a priority's grant split among its members max-min fair:
  * one asking less than an even share gets all it asks; then rounded to
@@ -96,6 +98,18 @@ int budget_demand_check(const struct budget_demand *d, const char **why);
 int budget_alloc_targets(const struct budget_settings *s,
                          const struct budget_demand *demands, size_t n,
                          struct budget_share *targets, const char **why);
+
+/* What a refresh trusts of another member's row (its share and demand as
+ * read from the table, where anyone with write access could have put
+ * anything): a held value under a limit counts as 0..the limit (-1, "no
+ * limit" held from before the limit was set, and anything above it as the
+ * whole limit, other negatives as 0); under no limit as BUDGET_UNLIMITED
+ * (it bounds nothing); the floor as 0..the global limit. A demand counts as
+ * 0..BUDGET_DEMAND_MAX_MRPS. So a forged row can take at most the whole
+ * limit, as a real member's stale "no limit" does, and cannot refuse the
+ * allocation. */
+void budget_share_bound(const struct budget_settings *s, struct budget_share *held);
+void budget_demand_bound(struct budget_demand *d);
 
 /* others = others + one, a limit at a time (BUDGET_UNLIMITED absorbs). */
 void budget_share_add(struct budget_share *others, const struct budget_share *one);

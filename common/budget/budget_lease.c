@@ -62,11 +62,12 @@ budget_lease_t *budget_lease_new(const char *database_url, const char *account,
     budget_lease_t *l;
     charged_error_clear(err);
     CHARGED_ASSERT(database_url != NULL);
-    if (!name_ok(account) || !name_ok(role) || lease_ms <= 0) {
+    if (!name_ok(account) || !name_ok(role) || lease_ms <= 0 ||
+        lease_ms > BUDGET_LEASE_MAX_MS) {
         charged_error_set(err,
                           "budget: the account and role must be 1..%d bytes of text, "
-                          "the lease > 0 ms",
-                          BUDGET_NAME_MAX);
+                          "the lease 1..%d ms",
+                          BUDGET_NAME_MAX, BUDGET_LEASE_MAX_MS);
         return NULL;
     }
     if (!(l = calloc(1, sizeof(*l)))) {
@@ -118,6 +119,29 @@ static enum charged_rc run(budget_lease_t *l, const char *sql, int n,
     if (rc != CHARGED_OK && store_conn_broken(l->db) &&
         store_conn_open(l->db, NULL, err) == CHARGED_OK)
         rc = store_conn_exec(l->db, sql, n, p, res, err);
+    return rc;
+}
+
+/* BEGIN of a transaction that will lock the settings row, bounded so that
+ * a stall of this process cannot hold the lock hostage: the server ends the
+ * transaction (and the session) once it sits idle in it for
+ * BUDGET_IDLE_IN_TX, and a statement of it after BUDGET_STATEMENT_TIMEOUT
+ * (both local to the transaction). */
+static enum charged_rc begin_bounded(budget_lease_t *l, struct charged_error *err)
+{
+    const char *p[2] = {BUDGET_IDLE_IN_TX, BUDGET_STATEMENT_TIMEOUT};
+    CHARGED_ASSERT(l != NULL && err != NULL);
+    enum charged_rc rc = run(l, "BEGIN", 0, NULL, NULL, err);
+    if (rc != CHARGED_OK)
+        return rc;
+    rc = store_conn_exec(l->db,
+                         "SELECT set_config('idle_in_transaction_session_timeout', $1,"
+                         " true), set_config('statement_timeout', $2, true)",
+                         2, p, NULL, err);
+    if (rc != CHARGED_OK) {
+        struct charged_error ignore;
+        store_conn_exec(l->db, "ROLLBACK", 0, NULL, NULL, &ignore);
+    }
     return rc;
 }
 
@@ -202,9 +226,12 @@ out:
 }
 
 /* The other live members' demands (into demands[0..*n)) and the sum of
- * their shares. demands has room for the rows plus this member's. */
-static enum charged_rc read_others(budget_lease_t *l, struct budget_demand **demands,
-                                   size_t *n, struct budget_share *others,
+ * their shares, each bounded to what a member can hold under s (a row is
+ * not trusted: budget_share_bound). demands has room for the rows plus
+ * this member's. */
+static enum charged_rc read_others(budget_lease_t *l, const struct budget_settings *s,
+                                   struct budget_demand **demands, size_t *n,
+                                   struct budget_share *others,
                                    struct charged_error *err)
 {
     const char *p[2] = {l->account, l->member};
@@ -233,7 +260,9 @@ static enum charged_rc read_others(budget_lease_t *l, struct budget_demand **dem
             rc = CHARGED_RETRY;
             goto out;
         }
+        budget_demand_bound(&(*demands)[i]);
         held_from_array(held, &one);
+        budget_share_bound(s, &one);
         budget_share_add(others, &one);
     }
 out:
@@ -241,27 +270,36 @@ out:
     return rc;
 }
 
-/* Writes this member's demand, share and lease, and deletes the members
- * whose lease ended (one statement). */
+/* Writes this member's demand, share and lease, bounds every other lease
+ * to BUDGET_LEASE_MAX_MS from now (no member writes a longer one: a row
+ * that says so was not written by one; statement_timestamp(), not now():
+ * a member that committed while this transaction waited for the lock wrote
+ * its now() + lease, later than this one's now() + lease) and deletes the
+ * members whose lease ended (one statement). */
 static enum charged_rc write_member(budget_lease_t *l,
                                     const struct budget_demand *demand,
                                     const struct budget_share *held, long long version,
                                     struct charged_error *err)
 {
-    char pid[16], dem[ARRAY_TEXT], hel[ARRAY_TEXT], ver[24], lease[24];
+    char pid[16], dem[ARRAY_TEXT], hel[ARRAY_TEXT], ver[24], lease[24], max[24];
     long long h[HELD_N];
-    const char *p[9] = {l->account, l->member, l->role, pid,  l->host,
-                        dem,        hel,       ver,     lease};
+    const char *p[10] = {l->account, l->member, l->role, pid,   l->host,
+                         dem,        hel,       ver,     lease, max};
     snprintf(pid, sizeof(pid), "%d", l->pid);
     format_array(&demand->mrps[0][0], DEMAND_N, dem, sizeof(dem));
     held_to_array(held, h);
     format_array(h, HELD_N, hel, sizeof(hel));
     snprintf(ver, sizeof(ver), "%lld", version);
     snprintf(lease, sizeof(lease), "%lld", l->lease_ms);
+    snprintf(max, sizeof(max), "%d", BUDGET_LEASE_MAX_MS);
     return store_conn_exec(
         l->db,
         "WITH gone AS (DELETE FROM provider_budget_members WHERE account = $1"
-        " AND expires_at <= now() AND member_id <> $2::uuid)"
+        " AND expires_at <= now() AND member_id <> $2::uuid),"
+        " bounded AS (UPDATE provider_budget_members SET"
+        " expires_at = statement_timestamp() + $10::bigint * interval '1 millisecond'"
+        " WHERE account = $1 AND member_id <> $2::uuid AND expires_at >"
+        " statement_timestamp() + $10::bigint * interval '1 millisecond')"
         " INSERT INTO provider_budget_members (account, member_id, role, pid, host,"
         " demand_mrps, held_mrps, settings_version, expires_at)"
         " VALUES ($1, $2::uuid, $3, $4::int, $5, $6::bigint[], $7::bigint[], "
@@ -271,7 +309,7 @@ static enum charged_rc write_member(budget_lease_t *l,
         " demand_mrps = EXCLUDED.demand_mrps, held_mrps = EXCLUDED.held_mrps,"
         " settings_version = EXCLUDED.settings_version, refreshed_at = now(),"
         " expires_at = EXCLUDED.expires_at",
-        9, p, NULL, err);
+        10, p, NULL, err);
 }
 
 /* One refresh's transaction; *missing (nothing written) when the account
@@ -287,13 +325,13 @@ static enum charged_rc refresh_once(budget_lease_t *l,
     const char *why;
     enum charged_rc rc;
 
-    if ((rc = run(l, "BEGIN", 0, NULL, NULL, err)) != CHARGED_OK)
+    if ((rc = begin_bounded(l, err)) != CHARGED_OK)
         return rc;
     if ((rc = lock_settings(l, &out->settings, &out->version, missing, err)) !=
             CHARGED_OK ||
         *missing)
         goto out;
-    if ((rc = read_others(l, &demands, &n, &others, err)) != CHARGED_OK)
+    if ((rc = read_others(l, &out->settings, &demands, &n, &others, err)) != CHARGED_OK)
         goto out;
     demands[n] = *demand; /* this member last */
     if (!(targets = calloc(n + 1, sizeof(*targets)))) {
@@ -472,7 +510,7 @@ static enum charged_rc set_once(budget_lease_t *l, const struct budget_change *c
     PGresult *r = NULL;
     enum charged_rc rc;
 
-    if ((rc = run(l, "BEGIN", 0, NULL, NULL, err)) != CHARGED_OK)
+    if ((rc = begin_bounded(l, err)) != CHARGED_OK)
         return rc;
     rc = store_conn_exec(
         l->db,

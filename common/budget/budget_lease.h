@@ -4,13 +4,16 @@
  *
  * A refresh is one short transaction, never across a provider call: it
  * locks the account's settings row (FOR UPDATE; a session lock_timeout of
- * BUDGET_LOCK_TIMEOUT: the only waiter is another member's refresh), reads
- * the live members, runs budget_alloc_targets over their demands and this
- * member's new one, takes what budget_alloc_take allows (the two-phase
- * rule: lower at once, raise only into room the others gave back), writes
- * this member's demand, share and lease (expires_at = now() + lease_ms)
- * and deletes the members whose lease ended. Refreshes are serialized by
- * the lock, so the live members' shares never sum above a limit.
+ * BUDGET_LOCK_TIMEOUT: the only waiter is another member's refresh; the
+ * transaction itself ended by the server after BUDGET_IDLE_IN_TX idle),
+ * reads the live members (each one's share bounded to what a member can
+ * hold: budget_share_bound), runs budget_alloc_targets over their demands
+ * and this member's new one, takes what budget_alloc_take allows (the
+ * two-phase rule: lower at once, raise only into room the others gave
+ * back), writes this member's demand, share and lease (expires_at = now() +
+ * lease_ms), bounds every other lease to BUDGET_LEASE_MAX_MS from now and
+ * deletes the members whose lease ended. Refreshes are serialized by the
+ * lock, so the live members' shares never sum above a limit.
  *
  * Every call answers in the one error contract (charged_error.h), its
  * code the SQLSTATE: CHARGED_WAIT when another refresh held the lock past
@@ -27,16 +30,29 @@
 
 #define BUDGET_ACCOUNT_DEFAULT "default"
 /* A member's lease, and how often it is meant to be refreshed. */
-#define BUDGET_LEASE_MS     1000
-#define BUDGET_REFRESH_MS   250
-#define BUDGET_LOCK_TIMEOUT "200ms"
+#define BUDGET_LEASE_MS   1000
+#define BUDGET_REFRESH_MS 250
+/* The longest lease a member may take: a member's row whose expires_at is
+ * further than this from now is bounded to it by the next refresh. */
+#define BUDGET_LEASE_MAX_MS 2000
+/* No member's stall may hold the settings row lock hostage: every
+ * transaction that locks it (a refresh, a change) is ended by the server
+ * once its session sits idle in it for BUDGET_IDLE_IN_TX (a member paused
+ * or cut off mid-refresh), and a statement of it after
+ * BUDGET_STATEMENT_TIMEOUT; a waiter's lock_timeout outlasts the first, so
+ * the others' refreshes wait the stall out and succeed, well inside their
+ * lease (docs/architecture.md, "What a dead member costs"). */
+#define BUDGET_IDLE_IN_TX        "300ms"
+#define BUDGET_STATEMENT_TIMEOUT "750ms"
+#define BUDGET_LOCK_TIMEOUT      "600ms"
 /* The longest account, role or actor name. */
 #define BUDGET_NAME_MAX 64
 
 typedef struct budget_lease budget_lease_t;
 
 /* A member of account's budget for role (e.g. "worker"), known by a new
- * random member id, with its pid and host; lease_ms > 0 (BUDGET_LEASE_MS).
+ * random member id, with its pid and host; lease_ms in
+ * 1..BUDGET_LEASE_MAX_MS (BUDGET_LEASE_MS).
  * Does not connect. NULL and err on a bad URL, a name out of
  * 1..BUDGET_NAME_MAX bytes, or out of memory. chargectl opens one too, to
  * read and set the settings; it never refreshes. */

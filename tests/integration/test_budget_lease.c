@@ -6,7 +6,9 @@
  * leaves at once; a change of the settings is followed on the next
  * refresh, and recorded with its actor; a refresh waits no longer than
  * its lock_timeout behind a held lock; refreshes from several threads
- * colliding at a barrier never pass the limit; the default is no limit. */
+ * colliding at a barrier never pass the limit; the default is no limit;
+ * a row no member writes (a lease of an hour, holds and demands out of
+ * range) is bounded, not trusted. */
 #include <check.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -316,6 +318,85 @@ START_TEST(a_refresh_waits_no_longer_than_its_lock_timeout)
 }
 END_TEST
 
+/* Adversary 38, finding 6: rows no member writes (a hand-written or
+ * forged row of provider_budget_members). */
+
+/* Inserts a member row of role 'forged' with every held value `held`,
+ * every demand `demand`, expiring `expires_ms` from now; the statement's
+ * status. */
+static ExecStatusType forge(const char *held, const char *demand,
+                            const char *expires_ms)
+{
+    const char *p[3] = {held, demand, expires_ms};
+    PGresult *r = PQexecParams(
+        admin,
+        "INSERT INTO provider_budget_members (account, member_id, role, pid, host,"
+        " demand_mrps, held_mrps, settings_version, expires_at)"
+        " VALUES ('default', gen_random_uuid(), 'forged', 1, 'h',"
+        " array_fill($2::bigint, ARRAY[30]), array_fill($1::bigint, ARRAY[8]), 1,"
+        " now() + $3::bigint * interval '1 millisecond')",
+        3, NULL, p, NULL, NULL, 0);
+    ExecStatusType st = PQresultStatus(r);
+    PQclear(r);
+    return st;
+}
+
+/* A "no limit" row that says it lives an hour holds the fleet at 0 for at
+ * most the longest lease a member may take (the refresh bounds its
+ * expires_at), not for the hour. */
+START_TEST(a_forged_lease_counts_no_longer_than_the_longest_lease)
+{
+    budget_lease_t *l = member(BUDGET_LEASE_MS);
+    set_limits(100, 0, 0);
+    ck_assert_int_eq(forge("-1", "0", "3600000"), PGRES_COMMAND_OK);
+    long long t0 = test_env_now_ms();
+    ck_assert_int_eq(refresh(l, demand(100, 0)).held.global_mrps, 0);
+    ck_assert_str_eq(test_env_value(admin,
+                                    "SELECT expires_at <= clock_timestamp() +"
+                                    " interval '2 seconds' FROM"
+                                    " provider_budget_members WHERE role = 'forged'"),
+                     "t");
+    long long deadline = test_env_deadline(6000), took = -1;
+    while (took < 0 && test_env_now_ms() < deadline) {
+        if (refresh(l, demand(100, 0)).held.global_mrps == R(100))
+            took = test_env_now_ms() - t0;
+        nanosleep(&(struct timespec){0, 50 * 1000000L}, NULL);
+    }
+    long long slack = test_env_deadline(1000) - test_env_now_ms();
+    ck_assert_msg(took >= 0 && took < BUDGET_LEASE_MAX_MS + slack, "took %lld ms",
+                  took);
+    /* Migration 0022 refuses held values and demands out of range. */
+    ck_assert_int_eq(forge("-5", "0", "0"), PGRES_FATAL_ERROR);
+    ck_assert_int_eq(forge("0", "-5", "0"), PGRES_FATAL_ERROR);
+    budget_lease_free(l);
+}
+END_TEST
+
+/* Held values and demands out of range (a row written past 0022's checks)
+ * neither refuse the allocation nor skew it: a negative hold counts as 0, a
+ * negative demand as 0, a hold above the limit as the whole limit. */
+START_TEST(absurd_held_values_and_demands_are_bounded)
+{
+    budget_lease_t *l = member(BUDGET_LEASE_MS);
+    set_limits(100, 0, 0);
+    test_env_sql(admin,
+                 "ALTER TABLE provider_budget_members DROP CONSTRAINT"
+                 " provider_budget_members_held, DROP CONSTRAINT"
+                 " provider_budget_members_demand",
+                 0, NULL);
+    ck_assert_int_eq(forge("-100000", "-5", "2000"), PGRES_COMMAND_OK);
+    struct budget_refresh r = refresh(l, demand(100, 0));
+    ck_assert_int_eq(r.held.global_mrps, R(100)); /* not 200: -100 is 0 */
+    ck_assert_int_eq(r.members, 2);
+    test_env_sql(admin, "DELETE FROM provider_budget_members WHERE role = 'forged'", 0,
+                 NULL);
+    ck_assert_int_eq(forge("1000000000000", "0", "1000"), PGRES_COMMAND_OK);
+    r = refresh(l, demand(100, 0));
+    ck_assert_int_eq(r.held.global_mrps, 0); /* the whole limit is taken */
+    budget_lease_free(l);
+}
+END_TEST
+
 #define THREADS 4
 #define ROUNDS  25
 
@@ -397,6 +478,8 @@ int main(void)
     tcase_add_test(tc, the_default_is_no_limit);
     tcase_add_test(tc, a_refresh_waits_no_longer_than_its_lock_timeout);
     tcase_add_test(tc, concurrent_refreshes_never_pass_the_limit);
+    tcase_add_test(tc, a_forged_lease_counts_no_longer_than_the_longest_lease);
+    tcase_add_test(tc, absurd_held_values_and_demands_are_bounded);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }

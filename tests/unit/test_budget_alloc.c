@@ -145,6 +145,49 @@ START_TEST(the_audit_floor_is_served_before_every_priority)
 }
 END_TEST
 
+/* Adversary 38, finding 9: with no global limit and a class limit only,
+ * the floor holds on the limited class: the audit gets it ahead of the
+ * look-ups that would take the whole class; a class without a limit needs
+ * no floor. */
+START_TEST(the_audit_floor_holds_per_class_without_a_global_limit)
+{
+    struct budget_settings s = limits(0, 1);
+    struct budget_demand d[2] = {0};
+    struct budget_share t[2];
+    s.class_rps[BUDGET_CLASS_LIST] = 5;
+    want(&d[0], BUDGET_PRIO_LOOKUP, BUDGET_CLASS_LIST, 50); /* the reconciler */
+    want(&d[0], BUDGET_PRIO_LOOKUP, BUDGET_CLASS_CREATE, 50);
+    want(&d[1], BUDGET_PRIO_AUDIT, BUDGET_CLASS_LIST, 10); /* the auditor */
+    want(&d[1], BUDGET_PRIO_AUDIT, BUDGET_CLASS_RETRIEVE, 10);
+    alloc(&s, d, 2, t);
+    ck_assert_int_eq(t[1].class_mrps[BUDGET_CLASS_LIST], R(1));
+    ck_assert_int_eq(t[0].class_mrps[BUDGET_CLASS_LIST], R(4));
+    ck_assert_int_eq(t[1].floor_mrps, R(1)); /* the limited class only */
+    ck_assert_int_eq(t[0].floor_mrps, 0);
+    ck_assert_int_eq(t[1].global_mrps, BUDGET_UNLIMITED);
+    ck_assert_int_eq(t[1].class_mrps[BUDGET_CLASS_RETRIEVE], BUDGET_UNLIMITED);
+    assert_within(&s, t, 2);
+
+    /* A floor above the class limit gives the whole class, no more; one
+     * per limited class, each within its own limit. */
+    s.audit_floor_rps = 7;
+    s.class_rps[BUDGET_CLASS_RETRIEVE] = 3;
+    want(&d[0], BUDGET_PRIO_LOOKUP, BUDGET_CLASS_RETRIEVE, 50);
+    alloc(&s, d, 2, t);
+    ck_assert_int_eq(t[1].class_mrps[BUDGET_CLASS_LIST], R(5));
+    ck_assert_int_eq(t[1].class_mrps[BUDGET_CLASS_RETRIEVE], R(3));
+    ck_assert_int_eq(t[0].class_mrps[BUDGET_CLASS_LIST], 0);
+    ck_assert_int_eq(t[1].floor_mrps, R(8));
+    assert_within(&s, t, 2);
+
+    /* Without audit demand the floor is not taken. */
+    memset(&d[1], 0, sizeof(d[1]));
+    alloc(&s, d, 2, t);
+    ck_assert_int_eq(t[0].class_mrps[BUDGET_CLASS_LIST], R(5));
+    ck_assert_int_eq(t[1].floor_mrps, 0);
+}
+END_TEST
+
 START_TEST(what_is_left_is_split_among_members_with_demand)
 {
     struct budget_settings s = limits(100, 0);
@@ -253,7 +296,7 @@ START_TEST(bad_input_is_refused)
     }
     s.class_rps[BUDGET_CLASS_LIST] = -5;
     ck_assert_int_eq(budget_settings_check(&s, &why), -1);
-    /* A floor with no global limit is allowed (it applies once one is). */
+    /* A floor with no global limit is allowed (it applies per limited class). */
     struct budget_settings ok = limits(0, 50);
     ck_assert_int_eq(budget_settings_check(&ok, &why), 0);
     struct budget_demand *many = calloc(BUDGET_MEMBERS_MAX + 1, sizeof(*many));
@@ -385,6 +428,7 @@ int main(void)
     tcase_add_test(tc, higher_priorities_are_served_first);
     tcase_add_test(tc, a_class_limit_binds_its_class_and_splits_fairly);
     tcase_add_test(tc, the_audit_floor_is_served_before_every_priority);
+    tcase_add_test(tc, the_audit_floor_holds_per_class_without_a_global_limit);
     tcase_add_test(tc, what_is_left_is_split_among_members_with_demand);
     tcase_add_test(tc, every_share_is_whole_requests_per_second);
     tcase_add_test(tc, no_limit_is_unlimited_shares);
