@@ -225,13 +225,14 @@ out:
     return rc;
 }
 
-/* The other live members' demands (into demands[0..*n)) and the sum of
+/* The other live members' demands (into demands[0..*n)), the sum of
  * their shares, each bounded to what a member can hold under s (a row is
- * not trusted: budget_share_bound). demands has room for the rows plus
- * this member's. */
+ * not trusted: budget_share_bound), and the earliest of their lease ends
+ * (ms from now(), the transaction's start; -1 none). demands has room for
+ * the rows plus this member's. */
 static enum charged_rc read_others(budget_lease_t *l, const struct budget_settings *s,
                                    struct budget_demand **demands, size_t *n,
-                                   struct budget_share *others,
+                                   struct budget_share *others, long long *end_in_ms,
                                    struct charged_error *err)
 {
     const char *p[2] = {l->account, l->member};
@@ -239,12 +240,15 @@ static enum charged_rc read_others(budget_lease_t *l, const struct budget_settin
     long long held[HELD_N];
     enum charged_rc rc = store_conn_exec(
         l->db,
-        "SELECT demand_mrps, held_mrps FROM provider_budget_members"
+        "SELECT demand_mrps, held_mrps,"
+        " ceil(extract(epoch FROM expires_at - now()) * 1000)::bigint"
+        " FROM provider_budget_members"
         " WHERE account = $1 AND member_id <> $2::uuid AND expires_at > now()",
         2, p, &r, err);
     if (rc != CHARGED_OK)
         goto out;
     *n = (size_t)PQntuples(r);
+    *end_in_ms = -1;
     budget_share_zero(others);
     if (!(*demands = calloc(*n + 1, sizeof(**demands)))) {
         charged_error_set(err, "out of memory");
@@ -261,6 +265,11 @@ static enum charged_rc read_others(budget_lease_t *l, const struct budget_settin
             goto out;
         }
         budget_demand_bound(&(*demands)[i]);
+        long long end = strtoll(PQgetvalue(r, (int)i, 2), NULL, 10);
+        if (end > BUDGET_LEASE_MAX_MS) /* a row no member wrote: bounded */
+            end = BUDGET_LEASE_MAX_MS;
+        if (*end_in_ms < 0 || end < *end_in_ms)
+            *end_in_ms = end;
         held_from_array(held, &one);
         budget_share_bound(s, &one);
         budget_share_add(others, &one);
@@ -331,7 +340,8 @@ static enum charged_rc refresh_once(budget_lease_t *l,
             CHARGED_OK ||
         *missing)
         goto out;
-    if ((rc = read_others(l, &out->settings, &demands, &n, &others, err)) != CHARGED_OK)
+    if ((rc = read_others(l, &out->settings, &demands, &n, &others,
+                          &out->others_end_in_ms, err)) != CHARGED_OK)
         goto out;
     demands[n] = *demand; /* this member last */
     if (!(targets = calloc(n + 1, sizeof(*targets)))) {

@@ -72,6 +72,12 @@ struct budget_refresh {
     long long lease_ms;         /* held until the caller's clock read just
                                    before the call, plus this */
     int members;                /* live members, this one included */
+    long long others_end_in_ms; /* the earliest other live member's lease
+                                   end, ms after the refresh's start; -1:
+                                   none. A member that died holds its share
+                                   until then: refreshing just after it
+                                   takes the share a lease after the death,
+                                   not a refresh later. */
 };
 
 /* One refresh with this member's demand (checked: a bad one is

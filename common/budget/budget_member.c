@@ -15,6 +15,9 @@
  * SLOTS of them make the second it reports. */
 #define SLOTS   4
 #define SLOT_MS (1000 / SLOTS)
+/* A refresh meant for another member's lease end comes this long after
+ * it, so that the end has passed on the database's clock too. */
+#define BUDGET_END_SLACK_MS 5
 
 struct budget_member {
     budget_lease_t *lease; /* NULL: off */
@@ -53,7 +56,13 @@ budget_member_t *budget_member_new(const char *database_url, const char *account
         return NULL;
     }
     pthread_mutex_init(&m->mu, NULL);
-    pthread_cond_init(&m->cv, NULL);
+    /* The refresher's waits are on the monotonic clock: a step of the
+     * wall clock neither stalls nor hurries a refresh. */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&m->cv, &ca);
+    pthread_condattr_destroy(&ca);
     budget_gate_init(&m->gate, clock_now_ms());
     if (enabled) {
         m->lease = budget_lease_new(database_url, account, role, BUDGET_LEASE_MS, err);
@@ -169,7 +178,14 @@ static enum charged_rc refresh(budget_member_t *m, struct charged_error *err)
     pthread_mutex_lock(&m->mu);
     if (rc == CHARGED_OK) {
         CHARGED_ASSERT(r.lease_ms > 0);
-        budget_gate_set_share(&m->gate, &r.held, before + r.lease_ms, clock_now_ms());
+        long long after = clock_now_ms();
+        budget_gate_set_share(&m->gate, &r.held, before + r.lease_ms, after);
+        /* Another member's lease ends before the next refresh (it died or
+         * stalls): refresh just after, when its share is free. Counted
+         * from after the call, which is later than the database's now(). */
+        long long at = after + r.others_end_in_ms + BUDGET_END_SLACK_MS;
+        if (r.others_end_in_ms >= 0 && at < m->next_refresh_ms)
+            m->next_refresh_ms = at;
     }
     int was_failing = m->failing;
     m->failing = rc != CHARGED_OK;
@@ -203,7 +219,7 @@ static void *refresher(void *arg)
     while (!m->stop) {
         long long now = clock_now_ms();
         if (now < m->next_refresh_ms) {
-            long long at = clock_wall_ms() + (m->next_refresh_ms - now);
+            long long at = m->next_refresh_ms; /* clock_now_ms: CLOCK_MONOTONIC */
             struct timespec ts = {.tv_sec = at / 1000, .tv_nsec = at % 1000 * 1000000};
             pthread_cond_timedwait(&m->cv, &m->mu, &ts);
             continue;

@@ -175,7 +175,11 @@ START_TEST(a_member_that_stops_refreshing_is_dropped_after_its_lease)
     /* Read before its refresh: its lease ends at least 400 ms after this. */
     long long died = test_env_now_ms();
     ck_assert_int_eq(refresh(dead, demand(100, 0)).held.global_mrps, R(100));
-    ck_assert_int_eq(refresh(live, demand(100, 0)).held.global_mrps, 0);
+    struct budget_refresh first = refresh(live, demand(100, 0));
+    ck_assert_int_eq(first.held.global_mrps, 0);
+    /* It is told when the other's lease ends, to refresh just after. */
+    ck_assert_msg(first.others_end_in_ms > 0 && first.others_end_in_ms <= 400,
+                  "others_end_in_ms %lld", first.others_end_in_ms);
     /* The dead one never refreshes again: the live one takes its share
      * once the lease has ended, and not before. */
     long long deadline = test_env_deadline(5000), took = -1;
@@ -194,6 +198,7 @@ START_TEST(a_member_that_stops_refreshing_is_dropped_after_its_lease)
     ck_assert_int_eq(atoi(test_env_value(admin, "SELECT count(*) FROM"
                                                 " provider_budget_members")),
                      1); /* the dead one's row was deleted */
+    ck_assert_int_eq(refresh(live, demand(100, 0)).others_end_in_ms, -1); /* alone */
     /* A member that leaves frees its share at once. */
     budget_lease_t *next = member(400);
     ck_assert_int_eq(refresh(next, demand(100, 0)).held.global_mrps, 0);
