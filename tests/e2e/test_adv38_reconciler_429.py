@@ -4,20 +4,20 @@ look that found nothing: the attempt goes back on RECONCILER_SCHEDULE_MS
 (60 s, then 5 min, 15 min, 1 h, ...), Retry-After ignored. Issue 38: "A 429
 is not an outage ... it honours Retry-After when given, or backs off".
 
-Ten charges are left UNKNOWN (psp-sim executes them and answers 500:
+Six charges are left UNKNOWN (psp-sim executes them and answers 500:
 error_after; WORKER_UNKNOWN_RETRIES=0). psp-sim throttles the classes the
 reconciler's looks use (its charge sent again with the attempt's key:
 create; retrieve, search, list) at 2/s each (burst 1) and sends Retry-After (1 s); nothing else
-competes for them. Honouring Retry-After, the reconciler settles the ten in
+competes for them. Honouring Retry-After, the reconciler settles the six in
 a few seconds; it settles the one or two its first looks got through for,
 and the rest wait a minute (and the next 429, five more)."""
 import charged_e2e as e2e
 from charged_e2e import check
 
-N = 10
+N = 6
 ENV = {"WORKER_UNKNOWN_RETRIES": "0", "RECONCILER_FIRST_LOOK_MS": "0",
        "RECONCILER_POLL_MS": "200"}
-SETTLE_S = 20
+SETTLE_S = 12
 
 
 def unknown(s):
