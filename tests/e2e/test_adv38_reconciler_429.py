@@ -51,6 +51,11 @@ def scenario(new):
           "with psp-sim throttling look-ups at 2/s and sending Retry-After: a 429'd look "
           "waits out RECONCILER_SCHEDULE_MS (60 s first), not Retry-After"
           % (left, N, SETTLE_S))
+    # A throttled look is no look: only the look that settled each is counted.
+    counted = int(s.query("SELECT coalesce(max(reconcile_checks), 0) FROM payment_attempts")[0][0])
+    check(counted <= 1,
+          "an attempt's reconcile_checks reached %d: throttled looks were counted "
+          "(they must not advance RECONCILER_SCHEDULE_MS)" % counted)
     s.check_invariants()
 
 
