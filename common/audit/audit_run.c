@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "charged_assert.h"
 #include "clock.h"
@@ -24,6 +25,7 @@ struct audit_ctx {
     struct audit_run_result *out;
     const struct audit_step_table *steps; /* the operations' rules */
     struct charged_error *err;
+    const struct audit_run_hooks *hooks; /* NULL: none */
 };
 
 static enum charged_rc store_failed(struct audit_ctx *c, const char *what,
@@ -338,8 +340,61 @@ out:
 static enum charged_rc provider_failed(struct audit_ctx *c, const char *what,
                                        const struct provider_result *res)
 {
-    charged_error_set(c->err, "%s: no evidence (%s)", what, res->error);
+    if (res->throttled)
+        charged_error_set(c->err,
+                          "%s: no evidence (%s; throttled past the %lld ms a request "
+                          "waits for the provider's Retry-After or back-off)",
+                          what, res->error, c->hooks ? c->hooks->throttled_wait_ms : 0);
+    else
+        charged_error_set(c->err, "%s: no evidence (%s)", what, res->error);
     return CHARGED_RETRY;
+}
+
+/* Sleeps ms, alive (a heartbeat every 100 ms at most), until done or the
+ * hooks say stop: 1 when slept through. */
+static int wait_alive(const struct audit_run_hooks *hooks, long long ms)
+{
+    CHARGED_ASSERT(hooks && ms >= 0);
+    const int64_t until = clock_now_ms() + ms;
+    for (int64_t now = clock_now_ms(); now < until; now = clock_now_ms()) {
+        if (hooks->stopping && hooks->stopping())
+            return 0;
+        long long slice = until - now < 100 ? until - now : 100;
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = slice * 1000000L};
+        nanosleep(&ts, NULL);
+        if (hooks->heartbeat)
+            hooks->heartbeat();
+    }
+    return !(hooks->stopping && hooks->stopping());
+}
+
+/* One request's 429s so far: how many, and how long they were waited for. */
+struct throttle {
+    int answers;
+    long long waited_ms;
+};
+
+/* Issue 38: a throttled answer (429) is no evidence, but the request is
+ * safe to ask again: waits the provider's Retry-After (or the back-off)
+ * while this request's waits stay within the hooks' bound. 1: ask again;
+ * 0: not throttled, past the bound, or stopping (the answer stands). */
+static int throttled_again(struct audit_ctx *c, const char *what,
+                           const struct provider_result *res, struct throttle *t)
+{
+    CHARGED_ASSERT(c && res && t && t->answers >= 0);
+    if (!res->throttled || !c->hooks)
+        return 0;
+    long long ms = provider_outcome_throttled_wait_ms(res->retry_after_ms, t->answers);
+    if (t->waited_ms + ms > c->hooks->throttled_wait_ms)
+        return 0;
+    char wait[32];
+    snprintf(wait, sizeof(wait), "%lld", ms);
+    log_info("the provider throttled the audit; asking again after its wait", "request",
+             what, "wait_ms", wait, NULL);
+    t->answers++;
+    t->waited_ms += ms;
+    CHARGED_ASSERT(t->waited_ms <= c->hooks->throttled_wait_ms);
+    return wait_alive(c->hooks, ms);
 }
 
 /* Every object of one kind created in the window, page by page. */
@@ -361,10 +416,14 @@ static enum charged_rc walk(struct audit_ctx *c, enum provider_list_of what,
             charged_error_set(c->err, "stopping");
             goto out;
         }
-        provider_client_list_page(c->pc, what, c->start, c->end, after, page, &res);
+        const char *list =
+            what == PROVIDER_LIST_REFUNDS ? "refund list" : "intent list";
+        struct throttle t = {0};
+        do
+            provider_client_list_page(c->pc, what, c->start, c->end, after, page, &res);
+        while (throttled_again(c, list, &res, &t));
         if (res.outcome != PROVIDER_SUCCEEDED) {
-            provider_failed(
-                c, what == PROVIDER_LIST_REFUNDS ? "refund list" : "intent list", &res);
+            provider_failed(c, list, &res);
             goto out;
         }
         /* A page after the cursor that holds the cursor's own object did
@@ -452,7 +511,10 @@ static enum charged_rc judge_ledger_row(struct audit_ctx *c,
     struct charged_error err;
     enum provider_list_of what =
         l->refund ? PROVIDER_LIST_REFUNDS : PROVIDER_LIST_INTENTS;
-    provider_client_fetch(c->pc, what, l->object_id, &obj, &res);
+    struct throttle t = {0};
+    do
+        provider_client_fetch(c->pc, what, l->object_id, &obj, &res);
+    while (throttled_again(c, "ledger object look-up", &res, &t));
     if (res.outcome != PROVIDER_SUCCEEDED && res.outcome != PROVIDER_NOT_FOUND)
         return provider_failed(c, "ledger object look-up", &res);
     int found = res.outcome == PROVIDER_SUCCEEDED;
@@ -526,7 +588,7 @@ enum charged_rc audit_run_window(provider_client_t *pc, audit_store_t *st,
                                  struct audit_run_result *out, int *recorded,
                                  struct charged_error *err)
 {
-    struct audit_ctx c = {pc, st, start, end, out, steps, err};
+    struct audit_ctx c = {pc, st, start, end, out, steps, err, hooks};
     CHARGED_ASSERT(steps != NULL);
     struct charged_error serr;
     long long id = 0, pending = 0;
@@ -558,7 +620,7 @@ enum charged_rc audit_run_pending(provider_client_t *pc, audit_store_t *st, size
 {
     char(*ids)[PROVIDER_ID_MAX] = calloc(max ? max : 1, sizeof(*ids));
     int *is_refund = calloc(max ? max : 1, sizeof(*is_refund));
-    struct audit_ctx c = {pc, st, 0, 0, out, steps, err};
+    struct audit_ctx c = {pc, st, 0, 0, out, steps, err, hooks};
     CHARGED_ASSERT(steps != NULL);
     struct charged_error serr;
     size_t n = 0;
@@ -580,7 +642,10 @@ enum charged_rc audit_run_pending(provider_client_t *pc, audit_store_t *st, size
             hooks->heartbeat();
         enum provider_list_of what =
             is_refund[i] ? PROVIDER_LIST_REFUNDS : PROVIDER_LIST_INTENTS;
-        provider_client_fetch(pc, what, ids[i], &obj, &res);
+        struct throttle t = {0};
+        do
+            provider_client_fetch(pc, what, ids[i], &obj, &res);
+        while (throttled_again(&c, "pending object look-up", &res, &t));
         if (res.outcome == PROVIDER_NOT_FOUND) {
             /* Gone from the provider: nothing of it is left to judge but
              * the ledger row booked on it, if any. The ledger side may have

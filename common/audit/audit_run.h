@@ -11,7 +11,9 @@
  * one on the provider (a ledger row whose intent was created in another
  * window is confirmed that way, not called missing). Nothing is concluded
  * from a failed call: the audit stops and is done again whole, which
- * records nothing twice. */
+ * records nothing twice. A throttled call (429) is no failure: it is asked
+ * again after the provider's Retry-After or a back-off, within the hooks'
+ * bound (issue 38: a 429 slows the auditor, never stops it). */
 #ifndef CHARGED_AUDIT_RUN_H
 #define CHARGED_AUDIT_RUN_H
 
@@ -23,6 +25,12 @@
 struct audit_run_hooks {
     void (*heartbeat)(void); /* after each page: the loop is alive; NULL: none */
     int (*stopping)(void);   /* non-zero: give up the audit now; NULL: never */
+    /* A request the provider throttled (429) is asked again after its
+     * Retry-After, or the back-off when it gave none
+     * (provider_outcome_throttled_wait_ms), while the waits for that one
+     * request add up to at most this; past it, the audit fails as for a
+     * request with no answer. 0 (or no hooks): never asked again. */
+    long long throttled_wait_ms;
 };
 
 /* What one audit observed and recorded. */

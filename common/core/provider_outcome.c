@@ -80,6 +80,21 @@ long long provider_outcome_retry_after_ms(const char *header)
     return ms;
 }
 
+long long provider_outcome_throttled_wait_ms(long long retry_after_ms, int in_a_row)
+{
+    CHARGED_ASSERT(retry_after_ms >= 0 &&
+                   retry_after_ms <= PROVIDER_RETRY_AFTER_MAX_MS);
+    CHARGED_ASSERT(in_a_row >= 0);
+    if (retry_after_ms > 0)
+        return retry_after_ms;
+    long long ms = PROVIDER_THROTTLED_BACKOFF_MS;
+    for (int i = 0; i < in_a_row && ms < PROVIDER_RETRY_AFTER_MAX_MS; i++)
+        ms *= 2;
+    ms = ms < PROVIDER_RETRY_AFTER_MAX_MS ? ms : PROVIDER_RETRY_AFTER_MAX_MS;
+    CHARGED_ASSERT(ms >= PROVIDER_THROTTLED_BACKOFF_MS);
+    return ms;
+}
+
 int provider_outcome_parks(const struct provider_result *res)
 {
     CHARGED_ASSERT(res != NULL);

@@ -93,6 +93,18 @@ struct provider_result provider_outcome_lost_answer(void);
  * empty, an HTTP-date or anything else (the sender's own back-off then). */
 long long provider_outcome_retry_after_ms(const char *header);
 
+/* The back-off after a 429 that gave no Retry-After: a second, doubled for
+ * each throttled answer in a row before it, at most
+ * PROVIDER_RETRY_AFTER_MAX_MS. */
+#define PROVIDER_THROTTLED_BACKOFF_MS 1000LL
+
+/* How long a caller that asks again after a 429 waits first (the
+ * reconciler's look, the auditor's page): the provider's Retry-After
+ * (retry_after_ms, already bounded) when it gave one, else the back-off;
+ * in_a_row: the throttled answers in a row before this one. Never 0: a 429
+ * always slows its sender. */
+long long provider_outcome_throttled_wait_ms(long long retry_after_ms, int in_a_row);
+
 /* Does this answer park its job (its slot freed, sent again later with the
  * same key): a 429 (throttled) or a 409 (the key in use by a request still
  * running upstream)? Neither executed; neither says the provider is down. */

@@ -80,8 +80,11 @@ void reconcile_look_step(struct reconcile_look *l, long long now,
     l->e.lookup_after_ms = now - l->claimed_at;
     l->order->decide(&l->lim, &l->a, &l->e, &out->dec);
     out->next = out->dec.next;
-    if (out->next == RECONCILE_SETTLE)
+    if (out->next == RECONCILE_SETTLE) {
+        /* Whichever order decided: a look a 429 left as it was is none. */
+        reconcile_policy_mark_throttled(&l->a, &l->e, &out->dec);
         return;
+    }
     CHARGED_ASSERT((unsigned)out->next <= RECONCILE_LIST);
     out->operation = l->order->operation[out->next];
     if (!out->operation) {
@@ -111,5 +114,15 @@ long long reconcile_look_next_check_ms(enum attempt_status from, enum attempt_st
         return -1;
     long long ms = schedule[checks < nschedule ? checks : nschedule - 1];
     CHARGED_ASSERT(ms >= 0);
+    return ms;
+}
+
+long long reconcile_look_throttled_ms(const struct reconcile_decision *dec,
+                                      int in_a_row)
+{
+    CHARGED_ASSERT(dec && dec->throttled);
+    CHARGED_ASSERT(in_a_row >= 0);
+    long long ms = provider_outcome_throttled_wait_ms(dec->retry_after_ms, in_a_row);
+    CHARGED_ASSERT(ms > 0 && ms <= PROVIDER_RETRY_AFTER_MAX_MS);
     return ms;
 }

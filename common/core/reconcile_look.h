@@ -8,7 +8,8 @@
  * "look again later", the reason, the provider's object booked). The
  * caller makes the call and writes the answer where the step says, then
  * steps again. reconcile_look_next_check_ms says when a record is looked
- * at next after its settlement.
+ * at next after its settlement, reconcile_look_throttled_ms when after a
+ * look the provider throttled.
  *
  * Pure: no database, no network, no clock (the caller passes its
  * monotonic now). */
@@ -100,5 +101,13 @@ void reconcile_look_step(struct reconcile_look *l, long long now,
 long long reconcile_look_next_check_ms(enum attempt_status from, enum attempt_status to,
                                        const long long *schedule, int nschedule,
                                        int checks);
+
+/* The wait before the record of a look a 429 ended (dec->throttled) is
+ * looked at again: the provider's Retry-After, or the back-off
+ * (provider_outcome_throttled_wait_ms; in_a_row: the caller's throttled
+ * looks in a row before this one). Such a look was no look: it is not
+ * counted among the record's checks, and its schedule does not advance. */
+long long reconcile_look_throttled_ms(const struct reconcile_decision *dec,
+                                      int in_a_row);
 
 #endif

@@ -41,7 +41,8 @@ static const struct reconcile_row rules[] = {
     [RECONCILE_SEARCH_FOUND_OTHERS] = {"search_found_others", RECONCILE_SETS,
                                        ATTEMPT_STATUS_SUCCEEDED, RECONCILE_BOOKS_INTENT,
                                        NULL},
-    /* No answer, 5xx, 429, a 404 that is not the provider's: no evidence. */
+    /* No answer, 5xx, a 404 that is not the provider's: no evidence (a 429
+     * is RECONCILE_THROTTLED). */
     [RECONCILE_LOOKUP_FAILED] = {"lookup_failed", RECONCILE_KEEPS, 0,
                                  RECONCILE_BOOKS_NONE, "look-up failed: "},
     [RECONCILE_ID_UNKNOWN] = {"id_unknown", RECONCILE_SETS,
@@ -91,11 +92,16 @@ static const struct reconcile_row rules[] = {
     [RECONCILE_FOUND_UNPROVEN] = {"found_unproven", RECONCILE_SETS,
                                   ATTEMPT_STATUS_REQUIRES_REVIEW, RECONCILE_BOOKS_NONE,
                                   "requires_review: unproven: "},
-    /* 409: our first call under the key still executes; 429: refused
-     * before executing. Either way: look again. */
+    /* 409: our first call under the key still executes: look again (a 429,
+     * refused before executing, is RECONCILE_THROTTLED). */
     [RECONCILE_CHARGE_NOT_EXECUTED] = {"charge_not_executed", RECONCILE_KEEPS, 0,
                                        RECONCILE_BOOKS_NONE,
                                        "sent again, not executed: "},
+    /* Issue 38: a 429 is not an outage, nor a look: whatever row would
+     * have kept the status for want of evidence, the look was throttled
+     * (reconcile_decision.throttled). */
+    [RECONCILE_THROTTLED] = {"throttled", RECONCILE_KEEPS, 0, RECONCILE_BOOKS_NONE,
+                             "throttled, looking again: "},
 };
 _Static_assert(sizeof(rules) / sizeof(rules[0]) == RECONCILE_RULE__COUNT,
                "one row per rule");
@@ -438,15 +444,51 @@ static const struct reconcile_row *row_of(const struct reconcile_meaning *m,
     return &m->rows[rule - RECONCILE_RULE__COUNT];
 }
 
+/* The throttled answer (a 429) among the look's, the one with the longest
+ * Retry-After; NULL: none. */
+static const struct provider_result *
+throttled_answer(const struct reconcile_evidence *e)
+{
+    const struct provider_result *all[] = {e->lookup, e->search, e->charge, e->list};
+    const struct provider_result *t = NULL;
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        if (all[i] && all[i]->throttled &&
+            (!t || all[i]->retry_after_ms > t->retry_after_ms))
+            t = all[i];
+    return t;
+}
+
+void reconcile_policy_mark_throttled(const struct reconcile_attempt *a,
+                                     const struct reconcile_evidence *e,
+                                     struct reconcile_decision *dec)
+{
+    CHARGED_ASSERT(a && e && dec && dec->next == RECONCILE_SETTLE);
+    const struct provider_result *t = throttled_answer(e);
+    if (!t || dec->status != a->status)
+        return;
+    dec->throttled = 1;
+    dec->retry_after_ms = t->retry_after_ms;
+    CHARGED_ASSERT(dec->retry_after_ms >= 0);
+}
+
 /* The decision from the row that ended the look, for a charge and a refund
  * alike (m: an operation's meanings, NULL none): its status, reason and
- * booking, and the give-up past max_age_ms. */
+ * booking, a throttled look's wait, and the give-up past max_age_ms. */
 static void finish(const struct reconcile_meaning *m,
                    const struct reconcile_limits *lim,
-                   const struct reconcile_attempt *a, enum reconcile_rule rule,
+                   const struct reconcile_attempt *a,
+                   const struct reconcile_evidence *e, enum reconcile_rule rule,
                    const struct provider_result *intent, char *detail,
                    size_t detail_size, struct reconcile_decision *out)
 {
+    const struct provider_result *t = throttled_answer(e);
+    if (t && row_of(m, rule)->how == RECONCILE_KEEPS) {
+        /* No evidence because the provider said "slower": not a look. */
+        snprintf(detail, detail_size, "%s", t->error);
+        rule = RECONCILE_THROTTLED;
+        out->throttled = 1;
+        out->retry_after_ms = t->retry_after_ms;
+    }
     const struct reconcile_row *row = row_of(m, rule);
     CHARGED_ASSERT(lim && row->name);
     out->rule = rule;
@@ -468,6 +510,8 @@ static void finish(const struct reconcile_meaning *m,
         snprintf(detail, detail_size, "still unsettled after %lld ms; last: %s",
                  a->age_ms, out->reason);
         out->rule = RECONCILE_TOO_OLD;
+        out->throttled = 0; /* settled: no look follows */
+        out->retry_after_ms = 0;
         out->status = rules[RECONCILE_TOO_OLD].status;
         set_reason(out, rules[RECONCILE_TOO_OLD].reason, detail);
     }
@@ -475,6 +519,8 @@ static void finish(const struct reconcile_meaning *m,
     CHARGED_ASSERT((unsigned)out->status < ATTEMPT_STATUS__COUNT);
     CHARGED_ASSERT(out->status == a->status ||
                    attempt_status_transition_allowed((int)a->status, out->status));
+    /* Only a look that kept the status waits out a throttle. */
+    CHARGED_ASSERT(!out->throttled || out->status == a->status);
 }
 
 void reconcile_policy_decide(const struct reconcile_limits *lim,
@@ -502,7 +548,7 @@ void reconcile_policy_decide_as(const struct reconcile_meaning *m,
     /* Either a call is next, or a row decided: never both, never neither. */
     CHARGED_ASSERT((out->next == RECONCILE_SETTLE) == (rule != RECONCILE_RULE_NONE));
     if (out->next == RECONCILE_SETTLE)
-        finish(m, lim, a, rule, intent, detail, sizeof(detail), out);
+        finish(m, lim, a, e, rule, intent, detail, sizeof(detail), out);
     else if (out->next == RECONCILE_RETRIEVE &&
              (!a->provider_payment_id || !a->provider_payment_id[0])) {
         /* Only an answer that proves the intent ours, not its state
@@ -588,7 +634,7 @@ void reconcile_policy_decide_refund(const struct reconcile_limits *lim,
     CHARGED_ASSERT(out->next != RECONCILE_SEARCH &&
                    out->next != RECONCILE_SEARCH_OTHERS);
     if (out->next == RECONCILE_SETTLE)
-        finish(NULL, lim, a, rule, found, detail, sizeof(detail), out);
+        finish(NULL, lim, a, e, rule, found, detail, sizeof(detail), out);
 }
 
 void reconcile_policy_list_window(long long first_sent_ms, long long key_retention_ms,

@@ -105,7 +105,7 @@ enum reconcile_rule {
     RECONCILE_FOUND_SEVERAL,                /* more than one intent for the attempt */
     RECONCILE_FOUND_NOT_OURS,               /* another amount, currency or attempt */
     RECONCILE_SEARCH_FOUND_OTHERS,          /* found by id; the search knows more */
-    RECONCILE_LOOKUP_FAILED,                /* no answer, 5xx, 429, a bare 404 */
+    RECONCILE_LOOKUP_FAILED,                /* no answer, 5xx, a bare 404 */
     RECONCILE_ID_UNKNOWN,                   /* the provider forgot an id it gave */
     RECONCILE_CHARGE_REFUSED,               /* our charge: 400 invalid request */
     RECONCILE_CHARGE_UNANSWERED,            /* our charge: no answer (UNKNOWN) */
@@ -122,7 +122,9 @@ enum reconcile_rule {
     RECONCILE_FOUND_UNPROVEN,               /* only a search or a list names it:
                                                never ours without proof */
     RECONCILE_CHARGE_NOT_EXECUTED,          /* our call again was not executed
-                                               (409: our first still runs; 429) */
+                                               (409: our first still runs) */
+    RECONCILE_THROTTLED,                    /* a 429 left the look without
+                                               evidence: not a look (throttled) */
     /* An operation's own rows are numbered from here on
      * (reconcile_meaning.rows). */
     RECONCILE_RULE__COUNT
@@ -146,6 +148,13 @@ struct reconcile_decision {
     char note[512]; /* SETTLE: what the look saw beside what
                        settled it (foreign objects naming the
                        attempt), for its evidence and log; "" */
+    /* SETTLE, RECONCILE_THROTTLED: the provider throttled a call (429)
+     * and the look ended on no evidence. It was no look: the record is
+     * looked at again after retry_after_ms (the longest Retry-After of
+     * its answers; 0: none given, the sender backs off), its checks not
+     * counted, its schedule not advanced (reconcile_look_throttled_ms). */
+    int throttled;
+    long long retry_after_ms;
 };
 
 /* The next step of a look, from the evidence so far. Call it again with
@@ -222,6 +231,17 @@ void reconcile_policy_decide_refund(const struct reconcile_limits *lim,
                                     const struct reconcile_attempt *a,
                                     const struct reconcile_evidence *e,
                                     struct reconcile_decision *out);
+
+/* Issue 38: a decision that keeps the record's status (a->status: looked
+ * at, to look again) on a look the provider throttled (a 429 among e's
+ * answers) is throttled: dec->throttled and dec->retry_after_ms (the
+ * longest Retry-After) set, its rule and reason as they are. The charge's,
+ * the refund's and an authorization's orders end such a look on
+ * RECONCILE_THROTTLED themselves; reconcile_look_step marks an
+ * operation's own order's decision so. */
+void reconcile_policy_mark_throttled(const struct reconcile_attempt *a,
+                                     const struct reconcile_evidence *e,
+                                     struct reconcile_decision *dec);
 
 /* "found_succeeded", ...: the rule's name, for tests and logs; NULL out of
  * range (an operation's own rows are named by its meanings). */

@@ -167,14 +167,26 @@ static void rec_settle(struct world *w, struct reconciler *r,
     else
         checks = sim_store_refund(w->store, l->id)->reconcile_checks;
     int stays = dec->status == l->status;
-    int64_t next = reconcile_look_next_check_ms(l->status, dec->status, schedule_ms,
-                                                NSCHEDULE, checks);
+    /* A look a 429 ended is no look (reconciler_look.c): after its wait,
+     * not the schedule's, and not counted (restored below). */
+    int64_t next = dec->throttled
+                       ? reconcile_look_throttled_ms(dec, 0)
+                       : reconcile_look_next_check_ms(l->status, dec->status,
+                                                      schedule_ms, NSCHEDULE, checks);
     int ok = l->step     ? sim_store_step_settle(w->store, l->id, l->status, r->id,
                                                  l->epoch, dec->status, dec->amount, next)
              : l->refund ? sim_store_refund_settle(w->store, l->id, l->status, r->id,
                                                    l->epoch, dec->status, obj, next)
                          : sim_store_settle(w->store, l->id, l->status, r->id, l->epoch,
                                             dec->status, obj, next);
+    if (ok && dec->throttled) {
+        if (l->step)
+            sim_store_step(w->store, l->id)->reconcile_checks = checks;
+        else if (!l->refund)
+            sim_store_attempt(w->store, l->id)->reconcile_checks = checks;
+        else
+            sim_store_refund(w->store, l->id)->reconcile_checks = checks;
+    }
     sim_note(w, r->id, A_REC_SETTLE, l->id, ok ? (long long)dec->status : -1);
     w->rec_settled += ok && !stays;
     w->rec_never_executed += ok && dec->rule == RECONCILE_NEVER_EXECUTED;

@@ -31,6 +31,8 @@ struct answer {
     const char *currency, *attempt_id, *ppid, *intent_status;
     const char *code, *decline_code, *param, *error;
     const char *cancellation_reason;
+    int throttled; /* a 429 */
+    long long retry_after_ms;
 };
 
 /* An intent found (or our charge's), with the attempt's amount, currency and
@@ -45,6 +47,13 @@ struct answer {
 #define PAID      A(INTENT(PROVIDER_SUCCEEDED, "succeeded", "pi_1"), OURS, ONE)
 #define NOT_FOUND A(.outcome = PROVIDER_NOT_FOUND, .http_status = 200)
 #define NO_ANSWER A(.outcome = PROVIDER_UNKNOWN, .error = "timeout after 10000 ms")
+/* A 429 (issue 38): a look-up's (UNKNOWN) and a call's again under the key
+ * (NOT_EXECUTED), with the provider's Retry-After (0: none given). */
+#define THROTTLED_AS(o, ra)                                                            \
+    A(.outcome = o, .http_status = 429, .throttled = 1, .retry_after_ms = ra,          \
+      .error = "answered 429")
+#define THROTTLED(ra)      THROTTLED_AS(PROVIDER_UNKNOWN, ra)
+#define THROTTLED_CALL(ra) THROTTLED_AS(PROVIDER_NOT_EXECUTED, ra)
 /* A hold: the intent of an authorization, requires_capture. */
 #define HELD A(INTENT(PROVIDER_AUTHORIZED, "requires_capture", "pi_h"), OURS, ONE)
 
@@ -56,6 +65,8 @@ static inline void fill(struct provider_result *res, const struct answer *a)
     res->http_status = a->http_status;
     res->matches = a->matches;
     res->amount = a->amount;
+    res->throttled = a->throttled;
+    res->retry_after_ms = a->retry_after_ms;
 #define COPY(field, value)                                                             \
     snprintf(res->field, sizeof(res->field), "%s", value ? value : "")
     COPY(currency, a->currency);

@@ -165,6 +165,25 @@ START_TEST(retry_after_is_seconds_bounded)
 }
 END_TEST
 
+/* Issue 38: a 429 slows its sender: the provider's Retry-After when it gave
+ * one, else a back-off from a second, doubled per 429 in a row, at most a
+ * minute; never nothing. */
+START_TEST(throttled_waits_retry_after_or_backs_off)
+{
+    ck_assert_int_eq(provider_outcome_throttled_wait_ms(1000, 0), 1000);
+    ck_assert_int_eq(provider_outcome_throttled_wait_ms(7000, 5), 7000);
+    ck_assert_int_eq(provider_outcome_throttled_wait_ms(PROVIDER_RETRY_AFTER_MAX_MS, 0),
+                     PROVIDER_RETRY_AFTER_MAX_MS);
+    ck_assert_int_eq(provider_outcome_throttled_wait_ms(0, 0), 1000);
+    ck_assert_int_eq(provider_outcome_throttled_wait_ms(0, 1), 2000);
+    ck_assert_int_eq(provider_outcome_throttled_wait_ms(0, 3), 8000);
+    ck_assert_int_eq(provider_outcome_throttled_wait_ms(0, 6),
+                     PROVIDER_RETRY_AFTER_MAX_MS);
+    ck_assert_int_eq(provider_outcome_throttled_wait_ms(0, 1000000),
+                     PROVIDER_RETRY_AFTER_MAX_MS);
+}
+END_TEST
+
 static struct provider_result classify_lookup(enum provider_lookup kind, int refund,
                                               const char *attempt, int http,
                                               const char *body)
@@ -268,6 +287,7 @@ int main(void)
     tcase_add_test(tc, the_table_without_a_socket);
     tcase_add_test(tc, a_429_says_throttled_and_nothing_else_does);
     tcase_add_test(tc, retry_after_is_seconds_bounded);
+    tcase_add_test(tc, throttled_waits_retry_after_or_backs_off);
     tcase_add_test(tc, a_list_or_search_answered_404_is_no_evidence);
     tcase_add_test(tc, a_list_matches_metadata_ids_in_either_case);
     suite_add_tcase(s, tc);

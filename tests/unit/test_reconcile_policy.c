@@ -106,11 +106,28 @@ static const struct {
      A(.outcome = PROVIDER_UNKNOWN, .http_status = 503, .error = "http 503"), NULL,
      NULL, NULL, "retrieve", RECONCILE_LOOKUP_FAILED, ATTEMPT_STATUS_PROCESSING,
      "look-up failed: http 503", ""},
-    {"look-up: 429: no evidence, look again", ATTEMPT_STATUS_UNKNOWN, "pi_1", 1000, 5,
-     1, 2000,
-     A(.outcome = PROVIDER_NOT_EXECUTED, .http_status = 429, .error = "rate limited"),
-     NULL, NULL, NULL, "retrieve", RECONCILE_LOOKUP_FAILED, ATTEMPT_STATUS_UNKNOWN,
-     "look-up failed: rate limited", ""},
+    /* Issue 38: a 429 is no evidence, and no look either (the record is
+     * looked at again after Retry-After, its checks not counted:
+     * a_throttled_look_is_no_look). */
+    {"look-up: 429: throttled, look again", ATTEMPT_STATUS_UNKNOWN, "pi_1", 1000, 5, 1,
+     2000, THROTTLED(1000), NULL, NULL, NULL, "retrieve", RECONCILE_THROTTLED,
+     ATTEMPT_STATUS_UNKNOWN, "throttled, looking again: answered 429", ""},
+    {"our charge again answered 429: throttled, a PROCESSING attempt stays",
+     ATTEMPT_STATUS_PROCESSING, "", 1000, 5, 1, 2000, NULL, NULL, THROTTLED_CALL(0),
+     NULL, "charge", RECONCILE_THROTTLED, ATTEMPT_STATUS_PROCESSING,
+     "throttled, looking again: answered 429", ""},
+    {"the search past the window answered 429: throttled", ATTEMPT_STATUS_UNKNOWN, "",
+     PAST_LAG, 0, 1, 2000, THROTTLED(2000), NULL, NULL, NULL, "search",
+     RECONCILE_THROTTLED, ATTEMPT_STATUS_UNKNOWN,
+     "throttled, looking again: answered 429", ""},
+    {"a page of the list answered 429: throttled, never FAILED", ATTEMPT_STATUS_UNKNOWN,
+     "", PAST_LAG, 0, 1, 2000, NOT_FOUND, NULL, NULL, THROTTLED(1000), "search list",
+     RECONCILE_THROTTLED, ATTEMPT_STATUS_UNKNOWN,
+     "throttled, looking again: answered 429", ""},
+    {"found by id PAID, the search for others throttled: SUCCEEDED all the same",
+     ATTEMPT_STATUS_UNKNOWN, "pi_1", 1000, 5, 1, 2000, PAID, THROTTLED(1000), NULL,
+     NULL, "retrieve search", RECONCILE_FOUND_SUCCEEDED, ATTEMPT_STATUS_SUCCEEDED, "",
+     "pi_1"},
     {"a 404 that is not resource_missing is no evidence: never charged again on it",
      ATTEMPT_STATUS_UNKNOWN, "", WINDOW, 5, 1, 2000,
      A(.outcome = PROVIDER_UNKNOWN, .http_status = 404, .error = "http 404"), NULL,
@@ -298,6 +315,12 @@ static const struct {
      "retrieve", RECONCILE_TOO_OLD, ATTEMPT_STATUS_REQUIRES_REVIEW,
      "requires_review: still unsettled after 604800001 ms; last: provider_processing",
      "pi_1"},
+    {"throttled past the maximum age: review all the same", ATTEMPT_STATUS_UNKNOWN,
+     "pi_1", 1000, 5, 1, MAX_AGE + 1, THROTTLED(1000), NULL, NULL, NULL, "retrieve",
+     RECONCILE_TOO_OLD, ATTEMPT_STATUS_REQUIRES_REVIEW,
+     "requires_review: still unsettled after 604800001 ms; last: throttled, looking "
+     "again: answered 429",
+     ""},
     {"at exactly the maximum age: not yet", ATTEMPT_STATUS_UNKNOWN, "pi_1", 1000, 5, 1,
      MAX_AGE, NO_ANSWER, NULL, NULL, NULL, "retrieve", RECONCILE_LOOKUP_FAILED,
      ATTEMPT_STATUS_UNKNOWN, "look-up failed: timeout after 10000 ms", ""},
@@ -816,6 +839,121 @@ START_TEST(next_look_on_the_schedule_only_when_unsettled)
 }
 END_TEST
 
+/* Issue 38: a look a 429 ended is no look. It keeps the record's status,
+ * says so (throttled, the Retry-After), and is looked at again after the
+ * Retry-After or the back-off, never on the schedule; a look that settled
+ * despite a 429, or gave up past the maximum age, is not throttled. */
+START_TEST(a_throttled_look_is_no_look)
+{
+    const struct reconcile_attempt a = {.id = ATT,
+                                        .status = ATTEMPT_STATUS_UNKNOWN,
+                                        .provider_payment_id = "pi_1",
+                                        .amount = 1000,
+                                        .currency = "usd",
+                                        .key_age_ms = 1000,
+                                        .first_sent_ms = 1764590000000LL,
+                                        .age_ms = 2000};
+    struct reconcile_look l;
+    struct reconcile_step st;
+    char calls[64];
+    reconcile_look_begin(&l, RECONCILE_KIND_CHARGE, &lim, &a, 0);
+    reconcile_look_step(&l, 0, &st);
+    fill(st.answer, THROTTLED(3000));
+    reconcile_look_step(&l, 1, &st);
+    ck_assert_int_eq(st.next, RECONCILE_SETTLE);
+    ck_assert_int_eq(st.dec.rule, RECONCILE_THROTTLED);
+    ck_assert_int_eq(st.dec.status, ATTEMPT_STATUS_UNKNOWN);
+    ck_assert_int_eq(st.dec.throttled, 1);
+    ck_assert_int_eq(st.dec.retry_after_ms, 3000);
+    ck_assert_int_eq(reconcile_look_throttled_ms(&st.dec, 0), 3000);
+    ck_assert_int_eq(reconcile_look_throttled_ms(&st.dec, 4), 3000);
+    /* No Retry-After: the back-off, longer for each throttled look in a
+     * row. */
+    reconcile_look_begin(&l, RECONCILE_KIND_CHARGE, &lim, &a, 0);
+    reconcile_look_step(&l, 0, &st);
+    fill(st.answer, THROTTLED(0));
+    reconcile_look_step(&l, 1, &st);
+    ck_assert_int_eq(st.dec.throttled, 1);
+    ck_assert_int_eq(reconcile_look_throttled_ms(&st.dec, 0), 1000);
+    ck_assert_int_eq(reconcile_look_throttled_ms(&st.dec, 2), 4000);
+    /* Other answers without evidence are looks, on the schedule. */
+    reconcile_look_begin(&l, RECONCILE_KIND_CHARGE, &lim, &a, 0);
+    reconcile_look_step(&l, 0, &st);
+    fill(st.answer, NO_ANSWER);
+    reconcile_look_step(&l, 1, &st);
+    ck_assert_int_eq(st.dec.rule, RECONCILE_LOOKUP_FAILED);
+    ck_assert_int_eq(st.dec.throttled, 0);
+    /* Settled despite a throttled search: no wait. */
+    reconcile_look_begin(&l, RECONCILE_KIND_CHARGE, &lim, &a, 0);
+    reconcile_look_step(&l, 0, &st);
+    fill(st.answer, PAID);
+    reconcile_look_step(&l, 1, &st);
+    fill(st.answer, THROTTLED(5000));
+    reconcile_look_step(&l, 2, &st);
+    ck_assert_int_eq(st.dec.status, ATTEMPT_STATUS_SUCCEEDED);
+    ck_assert_int_eq(st.dec.throttled, 0);
+    /* A refund's look, by id and by the refund again, alike. */
+    struct reconcile_decision d;
+    refund_look("re_r", 1000, THROTTLED(2000), NULL, NULL, &d, calls, sizeof(calls));
+    ck_assert_int_eq(d.rule, RECONCILE_THROTTLED);
+    ck_assert_int_eq(d.throttled, 1);
+    ck_assert_int_eq(d.retry_after_ms, 2000);
+    refund_look("", 1000, NULL, THROTTLED_CALL(0), NULL, &d, calls, sizeof(calls));
+    ck_assert_str_eq(calls, "charge");
+    ck_assert_int_eq(d.rule, RECONCILE_THROTTLED);
+    ck_assert_int_eq(d.status, ATTEMPT_STATUS_UNKNOWN);
+    /* Past the maximum age it gives up, throttled or not. */
+    struct reconcile_attempt old = a;
+    old.age_ms = MAX_AGE + 1;
+    reconcile_look_begin(&l, RECONCILE_KIND_CHARGE, &lim, &old, 0);
+    reconcile_look_step(&l, 0, &st);
+    fill(st.answer, THROTTLED(1000));
+    reconcile_look_step(&l, 1, &st);
+    ck_assert_int_eq(st.dec.rule, RECONCILE_TOO_OLD);
+    ck_assert_int_eq(st.dec.throttled, 0);
+}
+END_TEST
+
+/* An operation's own order of evidence (a capture's, a void's): asks for
+ * the intent, then keeps the status whatever it says. */
+static void keeps_after_retrieve(const struct reconcile_limits *l,
+                                 const struct reconcile_attempt *a,
+                                 const struct reconcile_evidence *e,
+                                 struct reconcile_decision *out)
+{
+    (void)l;
+    memset(out, 0, sizeof(*out));
+    out->next = e->lookup ? RECONCILE_SETTLE : RECONCILE_RETRIEVE;
+    out->rule = e->lookup ? RECONCILE_LOOKUP_FAILED : RECONCILE_RULE_NONE;
+    out->status = a->status;
+}
+
+/* Whichever order decided, a look a 429 left as it was is no look. */
+START_TEST(an_operations_own_look_throttled_is_no_look)
+{
+    static const struct reconcile_order order = {
+        .decide = keeps_after_retrieve,
+        .operation = {[RECONCILE_RETRIEVE] = "retrieve"}};
+    const struct reconcile_attempt a = {
+        .id = ATT, .status = ATTEMPT_STATUS_UNKNOWN, .provider_payment_id = "pi_1"};
+    struct reconcile_look l;
+    struct reconcile_step st;
+    reconcile_look_begin_order(&l, &order, &lim, &a, 0);
+    reconcile_look_step(&l, 0, &st);
+    fill(st.answer, THROTTLED(4000));
+    reconcile_look_step(&l, 1, &st);
+    ck_assert_int_eq(st.next, RECONCILE_SETTLE);
+    ck_assert_int_eq(st.dec.rule, RECONCILE_LOOKUP_FAILED); /* the order's own */
+    ck_assert_int_eq(st.dec.throttled, 1);
+    ck_assert_int_eq(reconcile_look_throttled_ms(&st.dec, 0), 4000);
+    reconcile_look_begin_order(&l, &order, &lim, &a, 0);
+    reconcile_look_step(&l, 0, &st);
+    fill(st.answer, NO_ANSWER);
+    reconcile_look_step(&l, 1, &st);
+    ck_assert_int_eq(st.dec.throttled, 0);
+}
+END_TEST
+
 START_TEST(every_rule_has_a_name)
 {
     for (int r = 0; r < RECONCILE_RULE__COUNT; r++)
@@ -846,6 +984,8 @@ int main(void)
     tcase_add_test(tc, a_look_decides_on_the_key_age_now);
     tcase_add_test(tc, next_look_on_the_schedule_only_when_unsettled);
     tcase_add_test(tc, a_charge_never_settles_on_a_hold);
+    tcase_add_test(tc, a_throttled_look_is_no_look);
+    tcase_add_test(tc, an_operations_own_look_throttled_is_no_look);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }

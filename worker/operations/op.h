@@ -95,6 +95,9 @@ struct op_settlement {
      * the status, so it is carried, not re-read. */
     long long amount;
     long long next_check_ms; /* < 0: none */
+    /* A look a 429 ended (reconcile_decision.throttled): no look, so not
+     * counted among the record's checks (reconcile_checks). */
+    int throttled;
     const struct op_call_row *rows;
     size_t nrows;      /* at most OP_LOOK_ROWS_MAX */
     int settled, busy; /* out */

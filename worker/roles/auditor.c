@@ -21,7 +21,7 @@ struct auditor {
     struct daemon_budget budget; /* its walks draw from the fleet's, last */
     audit_store_t *store;
     struct audit_step_table steps; /* the operations' rules */
-    long long window_s, lag_ms, poll_ms, from_unix, pending_batch;
+    long long window_s, lag_ms, poll_ms, from_unix, pending_batch, provider_timeout_ms;
     int64_t next_poll;
     struct daemon_db db;
     int leading;
@@ -119,7 +119,10 @@ static int64_t auditor_step(void *state, int64_t now)
     struct charged_error err;
     struct audit_window w;
     struct audit_run_result res;
-    const struct audit_run_hooks hooks = {daemon_heartbeat, stopping};
+    /* A throttled request is asked again within one provider timeout, the
+     * longest a request may wait (its budget share too). */
+    const struct audit_run_hooks hooks = {daemon_heartbeat, stopping,
+                                          a->provider_timeout_ms};
     struct charged_error why;
     int recorded = 0;
 
@@ -230,20 +233,20 @@ static enum charged_rc setup(void *state, config_t *cfg, const char *id,
     a->poll_ms = config_int(a->cfg, CONFIG_AUDITOR_POLL_MS);
     a->from_unix = config_int(a->cfg, CONFIG_AUDITOR_FROM);
     a->pending_batch = config_int(a->cfg, CONFIG_AUDITOR_PENDING_BATCH);
+    a->provider_timeout_ms = config_int(a->cfg, CONFIG_PROVIDER_TIMEOUT_MS);
     payment_ops_audit_steps(&a->steps);
-    a->provider =
-        provider_client_new(config_str(a->cfg, CONFIG_PROVIDER_BASE_URL),
-                            config_str(a->cfg, CONFIG_PROVIDER_API_KEY),
-                            config_str(a->cfg, CONFIG_PROVIDER_API_VERSION),
-                            config_int(a->cfg, CONFIG_PROVIDER_TIMEOUT_MS), err);
+    a->provider = provider_client_new(config_str(a->cfg, CONFIG_PROVIDER_BASE_URL),
+                                      config_str(a->cfg, CONFIG_PROVIDER_API_KEY),
+                                      config_str(a->cfg, CONFIG_PROVIDER_API_VERSION),
+                                      a->provider_timeout_ms, err);
     if (!a->provider)
         return CHARGED_GIVE_UP;
     /* Its walks come last of every priority (with the budget's audit
      * floor); a page waits at most one provider timeout, then is not
      * audited this time. */
-    enum charged_rc rc = daemon_budget_join(
-        &a->budget, a->cfg, "auditor", BUDGET_PRIO_AUDIT,
-        config_int(a->cfg, CONFIG_PROVIDER_TIMEOUT_MS), a->provider, err);
+    enum charged_rc rc =
+        daemon_budget_join(&a->budget, a->cfg, "auditor", BUDGET_PRIO_AUDIT,
+                           a->provider_timeout_ms, a->provider, err);
     if (rc != CHARGED_OK)
         return rc;
     a->store = audit_store_new(config_str(a->cfg, CONFIG_DATABASE_URL), err);

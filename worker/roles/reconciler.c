@@ -253,7 +253,9 @@ static void release_rest(struct reconciler *r, size_t from, size_t n)
 
 /* Claims a batch of the records of kind k due for a look and settles
  * each. *n: how many were claimed. -1 when the round stops here (the
- * database failed, or stopping). */
+ * database failed, or stopping); 1 when a 429 ended a look (issue 38: the
+ * provider said slower, so the rest is handed back, for after
+ * r->throttled_ms). */
 static int look_at_batch(struct reconciler *r, size_t k, size_t *n)
 {
     struct charged_error err;
@@ -284,6 +286,10 @@ static int look_at_batch(struct reconciler *r, size_t k, size_t *n)
             release_rest(r, i + 1, *n);
             return -1;
         }
+        if (r->throttled_ms > 0) {
+            release_rest(r, i + 1, *n);
+            return 1;
+        }
     }
     return 0;
 }
@@ -301,8 +307,14 @@ static void look_at_due(struct reconciler *r, int64_t now)
         size_t n = 0;
         if (!payment_op_of(k)->reconcile)
             continue;
-        if (look_at_batch(r, k, &n) != 0)
+        int rc = look_at_batch(r, k, &n);
+        if (rc < 0)
             return;
+        if (rc > 0) {
+            /* Throttled: every kind waits, its calls as the look's. */
+            r->next_poll = clock_now_ms() + r->throttled_ms;
+            return;
+        }
         full |= (long long)n >= r->batch;
     }
     /* A full batch: more may be due at once. */

@@ -40,6 +40,12 @@ struct reconciler {
     size_t on;            /* the kind of the batch claimed */
     size_t ndue, looking; /* the batch claimed, and the one looked at */
     int64_t renewed_at;   /* when the batch's leases were last extended */
+    /* Issue 38: a 429 slows the reconciler. The last look's wait when a
+     * 429 ended it (0: none): the record and the rest of the batch wait
+     * it out; and how many looks in a row a 429 ended (the back-off when
+     * the provider gives no Retry-After). */
+    long long throttled_ms;
+    int throttled_in_a_row;
     struct pending_call {
         char attempt_id[37]; /* or the refund's id */
         size_t kind;
@@ -73,8 +79,8 @@ const void *reconciler_row(const struct reconciler *r, size_t i);
 /* ---- reconciler_look.c ---- */
 
 /* Looks at the i-th record of the batch (of kind r->on),
- * claimed at claimed_at (clock_now_ms), and settles it. -1 when the round
- * stops here (the database failed). */
+ * claimed at claimed_at (clock_now_ms), and settles it; sets
+ * r->throttled_ms. -1 when the round stops here (the database failed). */
 int reconciler_look_at(struct reconciler *r, size_t i, int64_t claimed_at);
 
 #endif

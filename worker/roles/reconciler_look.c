@@ -37,6 +37,10 @@ struct look {
     int64_t started[RECONCILE_LOOK_MAX_CALLS];
     struct provider_result lost; /* what a re-sent call's first try left */
     enum attempt_status status;  /* == from: look again later */
+    /* A 429 ended it: no look, not counted; looked at again after wait_ms
+     * (reconcile_look_throttled_ms). */
+    int throttled;
+    long long wait_ms;
     char reason[512];
     char ppid[PROVIDER_ID_MAX];
     long long amount; /* the money the decision says moved; 0 none */
@@ -176,6 +180,9 @@ static void look(struct reconciler *r, struct look *l)
     snprintf(l->reason, sizeof(l->reason), "%s", st.dec.reason);
     snprintf(l->ppid, sizeof(l->ppid), "%s", st.dec.provider_payment_id);
     l->amount = st.dec.amount;
+    l->throttled = st.dec.throttled;
+    if (l->throttled)
+        l->wait_ms = reconcile_look_throttled_ms(&st.dec, r->throttled_in_a_row);
     note_foreign(l, &st.dec);
 }
 
@@ -268,6 +275,12 @@ static void log_settlement(const struct look *l, const struct op_settlement *s,
     } else if (!s->settled) {
         log_warn("lease lost before settling; result dropped", k->words.id_key, l->id,
                  "order_id", l->order_id, NULL);
+    } else if (stays && l->throttled) {
+        char wait[32];
+        snprintf(wait, sizeof(wait), "%lld", l->wait_ms);
+        log_info("the provider throttled the look; looking again after its wait",
+                 k->words.id_key, l->id, "order_id", l->order_id, "status", from,
+                 "wait_ms", wait, "reason", l->reason, NULL);
     } else if (stays) {
         log_debug("looked; looking again later", k->words.id_key, l->id, "order_id",
                   l->order_id, "status", from, "reason", l->reason, NULL);
@@ -302,8 +315,12 @@ static int settle(struct reconciler *r, struct look *l)
         .object_id = l->ppid,
         .evidence_json = evidence,
         .amount = l->amount,
-        .next_check_ms = reconcile_look_next_check_ms(l->from, l->status, r->schedule,
-                                                      r->nschedule, l->checks),
+        /* A throttled look was none: its wait, not the schedule's next. */
+        .next_check_ms =
+            l->throttled ? l->wait_ms
+                         : reconcile_look_next_check_ms(l->from, l->status, r->schedule,
+                                                        r->nschedule, l->checks),
+        .throttled = l->throttled,
         .rows = rows,
         .nrows = n,
     };
@@ -338,5 +355,13 @@ int reconciler_look_at(struct reconciler *r, size_t i, int64_t claimed_at)
     look(r, &l);
     int failed = settle(r, &l);
     json_decref(l.evidence);
+    /* Throttled looks in a row lengthen the back-off; any other resets it
+     * (bounded: the back-off stops growing long before). */
+    r->throttled_ms = l.throttled ? l.wait_ms : 0;
+    r->throttled_in_a_row =
+        l.throttled ? (r->throttled_in_a_row < 64 ? r->throttled_in_a_row + 1
+                                                  : r->throttled_in_a_row)
+                    : 0;
+    CHARGED_ASSERT(!l.throttled || r->throttled_ms > 0);
     return failed;
 }

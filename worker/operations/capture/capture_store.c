@@ -676,7 +676,7 @@ static const char *SQL_SETTLE =
     "    captured_amount = coalesce(s.got, c.captured_amount),"
     "    lease_owner = NULL, lease_expires_at = NULL,"
     "    attempt_count = c.attempt_count + $8::int,"
-    "    reconcile_checks = c.reconcile_checks + 1,"
+    "    reconcile_checks = c.reconcile_checks + $20::int,"
     "    next_check_at = CASE WHEN $9::bigint IS NULL THEN NULL"
     "      ELSE now() + make_interval(secs => $9::bigint / 1000.0) END,"
     "    updated_at = " SQL_CHANGED_AT("c")
@@ -773,6 +773,7 @@ static enum charged_rc settle_row(capture_store_t *st, struct op_settlement *it,
     stmt_int_or_null(&s, it->next_check_ms);
     stmt_int(&s, it->amount);
     stmt_add_calls(&s, stmt_arrays(&s, 9), calls, it->nrows, call_of, "capture");
+    stmt_int(&s, it->throttled ? 0 : 1); /* a throttled look is no look */
     enum charged_rc rc = stmt_run(st->db, &s, SQL_SETTLE, &r, err);
     if (rc == CHARGED_OK) {
         it->settled = stmt_col_int(r, 0, 0) == 1;

@@ -819,7 +819,10 @@ static enum charged_rc settle_one(attempt_store_t *st, struct attempt_settlement
     stmt_text(&s, or_null(it->provider_payment_id));
     stmt_text(&s, it->evidence_json ? it->evidence_json : "{}");
     stmt_int(&s, ncharges);
-    stmt_text(&s, it->cause && !strcmp(it->cause, "reconciler") ? "1" : "0");
+    /* A reconciler's look counts, but one the provider throttled: no look. */
+    stmt_text(&s, it->cause && !strcmp(it->cause, "reconciler") && !it->throttled
+                      ? "1"
+                      : "0");
     stmt_int_or_null(&s, it->next_check_ms);
     stmt_text(&s, attempt_status_event_type(it->status));
     stmt_text(&s, it->cause ? it->cause : "reconciler");

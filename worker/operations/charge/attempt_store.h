@@ -227,6 +227,7 @@ struct attempt_settlement {
     const char *provider_payment_id; /* may be NULL */
     const char *evidence_json;       /* what the provider said; NULL: {} */
     long long next_check_ms;         /* next look; < 0: none */
+    int throttled; /* the reconciler's look a 429 ended: not counted as one */
     /* The result event of an authorization's move, when not its status's
      * own (attempt_status_authorization_event_type): NULL for that. */
     const char *event_type;

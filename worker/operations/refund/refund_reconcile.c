@@ -110,6 +110,7 @@ static enum charged_rc refund_settle(void *store, struct op_settlement *s,
                                   .provider_refund_id = s->object_id,
                                   .evidence_json = s->evidence_json,
                                   .next_check_ms = s->next_check_ms,
+                                  .throttled = s->throttled,
                                   .calls = calls,
                                   .ncalls = s->nrows};
     enum charged_rc rc = refund_store_settle(store, &f, err);

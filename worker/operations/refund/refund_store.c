@@ -525,7 +525,7 @@ static const char *SQL_SETTLE =
     "    provider_refund_id = coalesce($7::text, p.provider_refund_id),"
     "    lease_owner = NULL, lease_expires_at = NULL,"
     "    attempt_count = p.attempt_count + $9::int,"
-    "    reconcile_checks = p.reconcile_checks + 1,"
+    "    reconcile_checks = p.reconcile_checks + $21::int,"
     "    next_check_at = CASE WHEN $10::bigint IS NULL THEN NULL"
     "      ELSE now() + make_interval(secs => $10::bigint / 1000.0) END,"
     "    updated_at = " SQL_CHANGED_AT("p")
@@ -631,6 +631,7 @@ enum charged_rc refund_store_settle(refund_store_t *st, struct refund_settlement
     stmt_int_or_null(&s, it->next_check_ms);
     stmt_text(&s, attempt_status_refund_event_type(it->status));
     stmt_add_calls(&s, stmt_arrays(&s, 9), it->calls, it->ncalls, call_of, "refund");
+    stmt_int(&s, it->throttled ? 0 : 1); /* a throttled look is no look */
     if ((rc = stmt_run(st->db, &s, SQL_SETTLE, &r, err)) == CHARGED_OK) {
         it->settled = stmt_col_int(r, 0, 0) == 1;
         it->busy = stmt_col_true(r, 0, 1);

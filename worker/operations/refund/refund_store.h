@@ -175,6 +175,7 @@ struct refund_settlement {
     const char *provider_refund_id; /* may be NULL */
     const char *evidence_json;      /* NULL: {} */
     long long next_check_ms;        /* < 0: none */
+    int throttled; /* a look a 429 ended: not counted among the checks */
     const struct refund_call *calls;
     size_t ncalls;
     int settled; /* out */

@@ -610,7 +610,7 @@ static const char *SQL_CLAIM_DUE =
 
 /* The look's settlement: the void's change with its transition, event and
  * calls ($11..$19), fenced on the lease; or (the same status) the next
- * look. */
+ * look. $20: 1 when the look counts among the checks (0: throttled). */
 static const char *SQL_SETTLE =
     "WITH lk AS ("
     "  SELECT id, status AS old_status FROM void_attempts"
@@ -626,7 +626,7 @@ static const char *SQL_SETTLE =
     "      (SELECT amount FROM payment_attempts a WHERE a.id = w.payment_attempt_id) END,"
     "    lease_owner = NULL, lease_expires_at = NULL,"
     "    attempt_count = w.attempt_count + $8::int,"
-    "    reconcile_checks = w.reconcile_checks + 1,"
+    "    reconcile_checks = w.reconcile_checks + $20::int,"
     "    next_check_at = CASE WHEN $9::bigint IS NULL THEN NULL"
     "      ELSE now() + make_interval(secs => $9::bigint / 1000.0) END,"
     "    updated_at = " SQL_CHANGED_AT("w")
@@ -735,6 +735,7 @@ static enum charged_rc settle_void(void_store_t *st, struct op_settlement *it,
         stmt_add(&s, a + 7, res->provider_payment_id);
         stmt_add(&s, a + 8, res->outcome == PROVIDER_SUCCEEDED ? "" : res->error);
     }
+    stmt_int(&s, it->throttled ? 0 : 1); /* a throttled look is no look */
     enum charged_rc rc = stmt_run(st->db, &s, SQL_SETTLE, &r, err);
     if (rc == CHARGED_OK) {
         it->settled = stmt_col_int(r, 0, 0) == 1;
