@@ -176,6 +176,27 @@ refused:
     return wait;
 }
 
+/* Takes n requests whatever the bucket holds (a debt the fill pays back
+ * before the next token). */
+static void bucket_charge(struct budget_bucket *b, int n)
+{
+    if (b->rate_mrps == BUDGET_UNLIMITED)
+        return;
+    long long before = b->tokens;
+    b->tokens -= (long long)n * ONE;
+    CHARGED_ASSERT(b->tokens <= before);
+}
+
+void budget_gate_charge(struct budget_gate *g, enum budget_class cls, int n,
+                        long long now_ms)
+{
+    CHARGED_ASSERT(g != NULL && (unsigned)cls < BUDGET_CLASS_COUNT);
+    CHARGED_ASSERT(n >= 0 && n <= BUDGET_GATE_CHARGE_MAX);
+    gate_fill(g, now_ms); /* what the rates earned until the arrival */
+    bucket_charge(&g->cls[cls], n);
+    bucket_charge(&g->global, n);
+}
+
 void budget_gate_forget(struct budget_gate *g, struct budget_ticket *t)
 {
     CHARGED_ASSERT(g != NULL && t != NULL);

@@ -15,7 +15,10 @@
  * filled at the floor's rate while the global bucket fills at the rest:
  * with a floor token an audit request goes ahead of every waiter, and an
  * audit request without one competes in the global bucket as the lowest
- * priority. Past the
+ * priority. A request that arrived twice (re-sent by the HTTP client) is
+ * charged its extra tokens after the fact (budget_gate_charge): a bucket
+ * may then hold less than nothing, and the next asks wait until it has
+ * filled back. Past the
  * lease (valid_until_ms) nothing goes: a process that stopped renewing its
  * share stops spending it before the fleet gives it to another. */
 #ifndef CHARGED_BUDGET_GATE_H
@@ -33,6 +36,9 @@
 /* The longest wait the gate answers: with no share (0, or past the lease)
  * the caller asks again after it, when a refresh may have given one. */
 #define BUDGET_GATE_WAIT_MAX_MS 250
+/* The most requests one budget_gate_charge takes (it bounds the debt's
+ * arithmetic; a caller counting more charges in steps). */
+#define BUDGET_GATE_CHARGE_MAX 1000
 
 /* Rates in mrps (BUDGET_UNLIMITED: always a token); tokens in millionths
  * of a request, so that 1 mrps fills 1 per ms. */
@@ -71,6 +77,14 @@ void budget_gate_set_share(struct budget_gate *g, const struct budget_share *sha
  * BUDGET_GATE_WAIT_MAX_MS) before asking again with the same ticket. */
 long long budget_gate_ask(struct budget_gate *g, struct budget_ticket *t,
                           long long now_ms);
+
+/* n more requests of class cls reached the provider without an ask (the
+ * HTTP client re-sent one after a pooled connection closed unanswered):
+ * their tokens are taken after the fact from the class's and the global
+ * bucket, below zero if need be, so that the next asks wait them out.
+ * Every arrival is paid for; an unlimited bucket takes nothing. */
+void budget_gate_charge(struct budget_gate *g, enum budget_class cls, int n,
+                        long long now_ms);
 
 /* The caller gives up the request (a job cancelled): its ticket stops
  * counting as a waiter. */

@@ -278,6 +278,23 @@ long long budget_member_ask(budget_member_t *m, struct budget_ask *a, long long 
     return wait;
 }
 
+void budget_member_charge(budget_member_t *m, enum budget_class c,
+                          enum budget_priority p, int n)
+{
+    CHARGED_ASSERT(m != NULL && n >= 0);
+    CHARGED_ASSERT((unsigned)c < BUDGET_CLASS_COUNT && (unsigned)p < BUDGET_PRIO_COUNT);
+    if (!m->lease || n == 0)
+        return;
+    long long now = clock_now_ms();
+    pthread_mutex_lock(&m->mu);
+    m->asks[slot_now(m, now)][p][c] += n; /* the demand is what arrives */
+    for (int left = n; left > 0; left -= BUDGET_GATE_CHARGE_MAX)
+        budget_gate_charge(
+            &m->gate, c, left < BUDGET_GATE_CHARGE_MAX ? left : BUDGET_GATE_CHARGE_MAX,
+            now);
+    pthread_mutex_unlock(&m->mu);
+}
+
 void budget_member_forget(budget_member_t *m, struct budget_ask *a)
 {
     CHARGED_ASSERT(m != NULL && a != NULL);
@@ -362,6 +379,13 @@ int budget_member_gate(void *caller, enum budget_class cls, char *why, size_t wh
                  "provider limits show)",
                  budget_priority_name(c->prio), budget_class_name(cls), c->max_wait_ms);
     return -1;
+}
+
+void budget_member_gate_charge(void *caller, enum budget_class cls, int n)
+{
+    const struct budget_caller *c = caller;
+    CHARGED_ASSERT(c != NULL && c->member != NULL);
+    budget_member_charge(c->member, cls, c->prio, n);
 }
 
 void budget_member_leave(budget_member_t *m)

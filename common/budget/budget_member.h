@@ -69,6 +69,13 @@ enum charged_rc budget_member_start(budget_member_t *m, struct charged_error *er
  * charged_provider_budget_wait_seconds); else how long to wait, in ms,
  * before asking again with the same ask. */
 long long budget_member_ask(budget_member_t *m, struct budget_ask *a, long long now_ms);
+/* n more requests of class c for priority p reached the provider than were
+ * asked for (the HTTP client re-sent them, provider_result.resent): the
+ * gate takes their tokens after the fact (budget_gate_charge), so the next
+ * asks wait them out, and the demand counts them. A member that is off: a
+ * no-op. */
+void budget_member_charge(budget_member_t *m, enum budget_class c,
+                          enum budget_priority p, int n);
 /* The request is given up while it waits: it no longer counts as a
  * waiter. No-op for an ask that does not wait. */
 void budget_member_forget(budget_member_t *m, struct budget_ask *a);
@@ -90,6 +97,9 @@ struct budget_caller {
 /* A provider_gate_fn over a struct budget_caller: budget_member_wait, and
  * why a request was not sent when it did not get its share in time. */
 int budget_member_gate(void *caller, enum budget_class cls, char *why, size_t why_size);
+/* A provider_charge_fn over a struct budget_caller: budget_member_charge
+ * at the caller's priority. */
+void budget_member_gate_charge(void *caller, enum budget_class cls, int n);
 
 /* A clean exit: stops the thread, deletes this member's row (its share
  * free for the others' next refresh). Failures are logged, not returned:

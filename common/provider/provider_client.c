@@ -12,17 +12,31 @@
 #include "provider.h"
 #include "stripe.h"
 
+/* A gated client's asynchronous request, the backend's opaque for it
+ * until its answer: the class its re-sends are charged to. */
+struct gated {
+    struct gated *prev, *next;
+    void *opaque; /* the caller's */
+    enum budget_class cls;
+};
+
 struct provider_client {
     const struct provider_backend *be;
     void *impl; /* the backend's own client, from be->open */
     provider_gate_fn gate;
+    provider_charge_fn charge;
     void *gate_ctx;
+    struct gated *gated; /* a gated client's requests in flight */
 };
 
-void provider_client_set_gate(provider_client_t *pc, provider_gate_fn gate, void *ctx)
+void provider_client_set_gate(provider_client_t *pc, provider_gate_fn gate,
+                              provider_charge_fn charge, void *ctx)
 {
-    CHARGED_ASSERT(pc != NULL);
+    CHARGED_ASSERT(pc != NULL && (gate != NULL || charge == NULL));
+    /* Set before any request: an answer must find what it was started with. */
+    CHARGED_ASSERT(pc->be->in_flight(pc->impl) == 0 && pc->gated == NULL);
     pc->gate = gate;
+    pc->charge = charge;
     pc->gate_ctx = ctx;
 }
 
@@ -40,15 +54,63 @@ static int gate_open(provider_client_t *pc, enum budget_class cls,
     return 0;
 }
 
-/* The same for a start: CHARGED_OK, or CHARGED_RETRY and err. */
+/* Every arrival is paid for: the requests the backend re-sent by itself
+ * (a pooled connection closed unanswered) are charged to the gate after
+ * the fact. */
+static void gate_paid(provider_client_t *pc, enum budget_class cls,
+                      const struct provider_result *res)
+{
+    CHARGED_ASSERT(res->resent >= 0);
+    if (pc->charge && res->resent > 0)
+        pc->charge(pc->gate_ctx, cls, res->resent);
+}
+
+static void gated_free(provider_client_t *pc, struct gated *g)
+{
+    if (g->prev)
+        g->prev->next = g->next;
+    else
+        pc->gated = g->next;
+    if (g->next)
+        g->next->prev = g->prev;
+    free(g);
+}
+
+/* The same for a start: CHARGED_OK with *opaque the one to hand the
+ * backend (a gated client's wraps the caller's with the class), or
+ * CHARGED_RETRY and err. */
 static enum charged_rc gate_start(provider_client_t *pc, enum budget_class cls,
-                                  struct charged_error *err)
+                                  void **opaque, struct charged_error *err)
 {
     char why[256];
-    if (!pc->gate || pc->gate(pc->gate_ctx, cls, why, sizeof(why)) == 0)
+    struct gated *g = NULL;
+    if (pc->charge) {
+        if (!(g = calloc(1, sizeof(*g)))) {
+            charged_error_set(err, "provider client: out of memory");
+            return CHARGED_RETRY;
+        }
+        *g = (struct gated){.next = pc->gated, .opaque = *opaque, .cls = cls};
+        if (pc->gated)
+            pc->gated->prev = g;
+        pc->gated = g;
+    }
+    if (!pc->gate || pc->gate(pc->gate_ctx, cls, why, sizeof(why)) == 0) {
+        *opaque = g ? (void *)g : *opaque;
         return CHARGED_OK;
+    }
+    if (g)
+        gated_free(pc, g);
     charged_error_set(err, "%s", why);
     return CHARGED_RETRY;
+}
+
+/* After the backend's start: a request that did not start forgets its
+ * wrapper. */
+static enum charged_rc started(provider_client_t *pc, enum charged_rc rc, void *opaque)
+{
+    if (rc != CHARGED_OK && pc->charge)
+        gated_free(pc, opaque);
+    return rc;
 }
 
 /* Every backend there is, by name. */
@@ -104,6 +166,8 @@ void provider_client_free(provider_client_t *pc)
         return;
     CHARGED_ASSERT(pc->be != NULL && pc->impl != NULL);
     pc->be->close(pc->impl);
+    while (pc->gated)
+        gated_free(pc, pc->gated);
     free(pc);
 }
 
@@ -111,24 +175,30 @@ void provider_client_charge(provider_client_t *pc, const struct provider_charge 
                             struct provider_result *res)
 {
     CHARGED_ASSERT(pc != NULL && ch != NULL && res != NULL);
-    if (gate_open(pc, BUDGET_CLASS_CREATE, res))
-        pc->be->charge(pc->impl, ch, res);
+    if (!gate_open(pc, BUDGET_CLASS_CREATE, res))
+        return;
+    pc->be->charge(pc->impl, ch, res);
+    gate_paid(pc, BUDGET_CLASS_CREATE, res);
 }
 
 void provider_client_retrieve(provider_client_t *pc, const char *payment_intent_id,
                               struct provider_result *res)
 {
     CHARGED_ASSERT(pc != NULL && res != NULL);
-    if (gate_open(pc, BUDGET_CLASS_RETRIEVE, res))
-        pc->be->retrieve(pc->impl, payment_intent_id, res);
+    if (!gate_open(pc, BUDGET_CLASS_RETRIEVE, res))
+        return;
+    pc->be->retrieve(pc->impl, payment_intent_id, res);
+    gate_paid(pc, BUDGET_CLASS_RETRIEVE, res);
 }
 
 void provider_client_search(provider_client_t *pc, const char *payment_attempt_id,
                             struct provider_result *res)
 {
     CHARGED_ASSERT(pc != NULL && res != NULL);
-    if (gate_open(pc, BUDGET_CLASS_SEARCH, res))
-        pc->be->search(pc->impl, payment_attempt_id, res);
+    if (!gate_open(pc, BUDGET_CLASS_SEARCH, res))
+        return;
+    pc->be->search(pc->impl, payment_attempt_id, res);
+    gate_paid(pc, BUDGET_CLASS_SEARCH, res);
 }
 
 void provider_client_list(provider_client_t *pc, const char *payment_attempt_id,
@@ -136,9 +206,11 @@ void provider_client_list(provider_client_t *pc, const char *payment_attempt_id,
                           const char *starting_after, struct provider_result *res)
 {
     CHARGED_ASSERT(pc != NULL && res != NULL);
-    if (gate_open(pc, BUDGET_CLASS_LIST, res))
-        pc->be->list(pc->impl, payment_attempt_id, created_gte, created_lt,
-                     starting_after, res);
+    if (!gate_open(pc, BUDGET_CLASS_LIST, res))
+        return;
+    pc->be->list(pc->impl, payment_attempt_id, created_gte, created_lt, starting_after,
+                 res);
+    gate_paid(pc, BUDGET_CLASS_LIST, res);
 }
 
 void provider_client_redact(char *dst, size_t size, const char *src)
@@ -174,8 +246,10 @@ enum charged_rc provider_client_start_charge(provider_client_t *pc,
 {
     CHARGED_ASSERT(pc != NULL && ch != NULL);
     CHARGED_ASSERT(err != NULL);
-    enum charged_rc rc = gate_start(pc, BUDGET_CLASS_CREATE, err);
-    return rc != CHARGED_OK ? rc : pc->be->start_charge(pc->impl, ch, opaque, err);
+    enum charged_rc rc = gate_start(pc, BUDGET_CLASS_CREATE, &opaque, err);
+    if (rc != CHARGED_OK)
+        return rc;
+    return started(pc, pc->be->start_charge(pc->impl, ch, opaque, err), opaque);
 }
 
 enum charged_rc provider_client_start_capture(provider_client_t *pc,
@@ -184,8 +258,10 @@ enum charged_rc provider_client_start_capture(provider_client_t *pc,
 {
     CHARGED_ASSERT(pc != NULL && c != NULL);
     CHARGED_ASSERT(err != NULL);
-    enum charged_rc rc = gate_start(pc, BUDGET_CLASS_CAPTURE, err);
-    return rc != CHARGED_OK ? rc : pc->be->start_capture(pc->impl, c, opaque, err);
+    enum charged_rc rc = gate_start(pc, BUDGET_CLASS_CAPTURE, &opaque, err);
+    if (rc != CHARGED_OK)
+        return rc;
+    return started(pc, pc->be->start_capture(pc->impl, c, opaque, err), opaque);
 }
 
 enum charged_rc provider_client_start_void(provider_client_t *pc,
@@ -194,8 +270,10 @@ enum charged_rc provider_client_start_void(provider_client_t *pc,
 {
     CHARGED_ASSERT(pc != NULL && v != NULL);
     CHARGED_ASSERT(err != NULL);
-    enum charged_rc rc = gate_start(pc, BUDGET_CLASS_CAPTURE, err);
-    return rc != CHARGED_OK ? rc : pc->be->start_void(pc->impl, v, opaque, err);
+    enum charged_rc rc = gate_start(pc, BUDGET_CLASS_CAPTURE, &opaque, err);
+    if (rc != CHARGED_OK)
+        return rc;
+    return started(pc, pc->be->start_void(pc->impl, v, opaque, err), opaque);
 }
 
 enum charged_rc provider_client_start_refund(provider_client_t *pc,
@@ -204,16 +282,20 @@ enum charged_rc provider_client_start_refund(provider_client_t *pc,
 {
     CHARGED_ASSERT(pc != NULL && r != NULL);
     CHARGED_ASSERT(err != NULL);
-    enum charged_rc rc = gate_start(pc, BUDGET_CLASS_REFUND, err);
-    return rc != CHARGED_OK ? rc : pc->be->start_refund(pc->impl, r, opaque, err);
+    enum charged_rc rc = gate_start(pc, BUDGET_CLASS_REFUND, &opaque, err);
+    if (rc != CHARGED_OK)
+        return rc;
+    return started(pc, pc->be->start_refund(pc->impl, r, opaque, err), opaque);
 }
 
 void provider_client_retrieve_refund(provider_client_t *pc, const char *refund_id,
                                      struct provider_result *res)
 {
     CHARGED_ASSERT(pc != NULL && res != NULL);
-    if (gate_open(pc, BUDGET_CLASS_RETRIEVE, res))
-        pc->be->retrieve_refund(pc->impl, refund_id, res);
+    if (!gate_open(pc, BUDGET_CLASS_RETRIEVE, res))
+        return;
+    pc->be->retrieve_refund(pc->impl, refund_id, res);
+    gate_paid(pc, BUDGET_CLASS_RETRIEVE, res);
 }
 
 void provider_client_list_refunds(provider_client_t *pc, const char *payment_intent,
@@ -221,8 +303,10 @@ void provider_client_list_refunds(provider_client_t *pc, const char *payment_int
                                   struct provider_result *res)
 {
     CHARGED_ASSERT(pc != NULL && res != NULL);
-    if (gate_open(pc, BUDGET_CLASS_LIST, res))
-        pc->be->list_refunds(pc->impl, payment_intent, refund_id, starting_after, res);
+    if (!gate_open(pc, BUDGET_CLASS_LIST, res))
+        return;
+    pc->be->list_refunds(pc->impl, payment_intent, refund_id, starting_after, res);
+    gate_paid(pc, BUDGET_CLASS_LIST, res);
 }
 
 void provider_client_list_page(provider_client_t *pc, enum provider_list_of what,
@@ -238,6 +322,7 @@ void provider_client_list_page(provider_client_t *pc, enum provider_list_of what
     }
     pc->be->list_page(pc->impl, what, created_gte, created_lt, starting_after, page,
                       res);
+    gate_paid(pc, BUDGET_CLASS_LIST, res);
     CHARGED_ASSERT(page->n <= PROVIDER_PAGE_MAX);
 }
 
@@ -251,6 +336,7 @@ void provider_client_fetch(provider_client_t *pc, enum provider_list_of what,
         return;
     }
     pc->be->fetch(pc->impl, what, id, obj, res);
+    gate_paid(pc, BUDGET_CLASS_RETRIEVE, res);
 }
 
 enum charged_rc provider_client_start_probe(provider_client_t *pc, void *opaque,
@@ -258,7 +344,10 @@ enum charged_rc provider_client_start_probe(provider_client_t *pc, void *opaque,
 {
     CHARGED_ASSERT(pc != NULL);
     CHARGED_ASSERT(err != NULL);
-    return pc->be->start_probe(pc->impl, opaque, err);
+    enum charged_rc rc = gate_start(pc, BUDGET_CLASS_CREATE, &opaque, err);
+    if (rc != CHARGED_OK)
+        return rc;
+    return started(pc, pc->be->start_probe(pc->impl, opaque, err), opaque);
 }
 
 void provider_client_perform(provider_client_t *pc, int timeout_ms)
@@ -271,7 +360,16 @@ int provider_client_next_done(provider_client_t *pc, struct provider_result *res
                               void **opaque)
 {
     CHARGED_ASSERT(pc != NULL && res != NULL && opaque != NULL);
-    return pc->be->next_done(pc->impl, res, opaque);
+    if (!pc->be->next_done(pc->impl, res, opaque))
+        return 0;
+    if (pc->charge) {
+        struct gated *g = *opaque;
+        CHARGED_ASSERT(g != NULL); /* every start of a gated client wraps */
+        *opaque = g->opaque;
+        gate_paid(pc, g->cls, res);
+        gated_free(pc, g);
+    }
+    return 1;
 }
 
 size_t provider_client_in_flight(const provider_client_t *pc)
@@ -284,5 +382,7 @@ void provider_client_abandon_all(provider_client_t *pc)
 {
     CHARGED_ASSERT(pc != NULL);
     pc->be->abandon_all(pc->impl);
+    while (pc->gated)
+        gated_free(pc, pc->gated);
     CHARGED_ASSERT(pc->be->in_flight(pc->impl) == 0);
 }

@@ -61,16 +61,23 @@ void provider_client_free(provider_client_t *pc);
 
 /* A gate every request of this client waits on before it is sent: the
  * fleet's provider budget (budget_member_gate). Called with the request's
- * endpoint class (a charge: create; a capture or void: capture; a refund:
- * refund; one intent or refund fetched: retrieve; a search: search; a list
- * page: list; the breaker's probe is never gated); 0: send. Else nothing is
- * sent: a blocking call answers NOT_EXECUTED with http_status 0 and the
- * gate's `why` as its error (a list page empty), a start answers
- * CHARGED_RETRY with it. NULL (the default): no gate. The worker sets
- * none: its engine asks the budget itself and parks a job that must wait. */
+ * endpoint class (a charge and the breaker's probe: create; a capture or
+ * void: capture; a refund: refund; one intent or refund fetched: retrieve;
+ * a search: search; a list page: list); 0: send. Else nothing is sent: a
+ * blocking call answers NOT_EXECUTED with http_status 0 and the gate's
+ * `why` as its error (a list page empty), a start answers CHARGED_RETRY
+ * with it. NULL (the default): no gate. The worker sets none: its engine
+ * asks the budget itself and parks a job that must wait. */
 typedef int (*provider_gate_fn)(void *ctx, enum budget_class cls, char *why,
                                 size_t why_size);
-void provider_client_set_gate(provider_client_t *pc, provider_gate_fn gate, void *ctx);
+/* Every arrival is paid for: when the backend sent a request n more times
+ * than the gate let it (it re-sent it after a pooled connection closed
+ * unanswered: provider_result.resent), charge is called with its class
+ * and n once its answer is in (budget_member_gate_charge). NULL: none. */
+typedef void (*provider_charge_fn)(void *ctx, enum budget_class cls, int n);
+/* Set both before the client's first request; ctx is handed to both. */
+void provider_client_set_gate(provider_client_t *pc, provider_gate_fn gate,
+                              provider_charge_fn charge, void *ctx);
 
 /* Blocking. Each of the look-ups below and the charge fills *res, whose
  * outcome is the answer: a verdict on the call (provider_outcome.h), not a

@@ -644,6 +644,78 @@ START_TEST(refund_refusals_and_faults_are_classified_as_a_charges)
 }
 END_TEST
 
+/* A gated client's requests, as its gate and its charges saw them. */
+static int gate_asks[BUDGET_CLASS_COUNT], gate_charged[BUDGET_CLASS_COUNT];
+
+static int count_gate(void *ctx, enum budget_class cls, char *why, size_t why_size)
+{
+    (void)ctx;
+    (void)why;
+    (void)why_size;
+    gate_asks[cls]++;
+    return 0;
+}
+
+static void count_charge(void *ctx, enum budget_class cls, int n)
+{
+    ck_assert_ptr_eq(ctx, gate_asks);
+    gate_charged[cls] += n;
+}
+
+/* The answer of the one asynchronous charge in flight, and its opaque. */
+static struct provider_result finish_async(void **op)
+{
+    struct provider_result r;
+    long long deadline = test_env_now_ms() + 10000;
+    while (!provider_client_next_done(pc, &r, op)) {
+        ck_assert_msg(test_env_now_ms() < deadline, "the charge never finished");
+        provider_client_perform(pc, 100);
+    }
+    return r;
+}
+
+/* Every arrival is paid for: a request curl sent again by itself on a
+ * fresh connection (a pooled one closed unanswered: resent) is charged to
+ * the gate with its class, a blocking one at once, an asynchronous one at
+ * next_done, which hands back the caller's own opaque. */
+START_TEST(a_gated_clients_resent_request_is_charged)
+{
+    memset(gate_asks, 0, sizeof(gate_asks));
+    memset(gate_charged, 0, sizeof(gate_charged));
+    provider_client_set_gate(pc, count_gate, count_charge, gate_asks);
+    /* A first charge leaves its connection in the pool. */
+    ck_assert_int_eq(run("pc-gate-warm", 100, "pm_card_visa").outcome,
+                     PROVIDER_SUCCEEDED);
+    set_faults("{\"rules\":[{\"kind\":\"drop_after\",\"key\":\"pc-gate-drop\","
+               "\"times\":1}]}");
+    struct provider_result r = run("pc-gate-drop", 100, "pm_card_visa");
+    ck_assert_int_eq(r.resent, 1);
+    ck_assert_int_eq(r.outcome, PROVIDER_SUCCEEDED);
+    ck_assert_int_eq(r.replayed, 1);
+    ck_assert_int_eq(gate_asks[BUDGET_CLASS_CREATE], 2);
+    ck_assert_int_eq(gate_charged[BUDGET_CLASS_CREATE], 1);
+
+    /* Asynchronous: the same, once the multi handle pools a connection. */
+    int warm = 0, drop = 0;
+    void *op = NULL;
+    struct provider_charge c = ch("pc-gate-awarm", 100, "pm_card_visa");
+    ck_assert_int_eq(provider_client_start_charge(pc, &c, &warm, &err), CHARGED_OK);
+    r = finish_async(&op);
+    ck_assert_ptr_eq(op, &warm);
+    ck_assert_int_eq(r.resent, 0);
+    set_faults("{\"rules\":[{\"kind\":\"drop_after\",\"key\":\"pc-gate-adrop\","
+               "\"times\":1}]}");
+    c = ch("pc-gate-adrop", 100, "pm_card_visa");
+    ck_assert_int_eq(provider_client_start_charge(pc, &c, &drop, &err), CHARGED_OK);
+    r = finish_async(&op);
+    ck_assert_ptr_eq(op, &drop);
+    ck_assert_int_eq(r.resent, 1);
+    ck_assert_int_eq(gate_asks[BUDGET_CLASS_CREATE], 4);
+    ck_assert_int_eq(gate_charged[BUDGET_CLASS_CREATE], 2);
+    ck_assert_uint_eq(provider_client_in_flight(pc), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("provider_client");
@@ -651,6 +723,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, succeeded_keeps_the_payment_id_and_replays);
+    tcase_add_test(tc, a_gated_clients_resent_request_is_charged);
     tcase_add_test(tc, processing_is_processing);
     tcase_add_test(tc, card_error_is_declined_with_codes);
     tcase_add_test(tc, invalid_request_is_invalid);

@@ -3,7 +3,8 @@
  * more), its waits are exact, a lowered share caps the tokens at once,
  * waiters are served by priority (a waiter whose class has no token does
  * not hold up the others), the audit floor keeps audit alive under a
- * saturating higher priority, and nothing goes past the lease. */
+ * saturating higher priority, nothing goes past the lease, and a request
+ * the HTTP client re-sent is paid for after the fact. */
 #include <check.h>
 #include <string.h>
 
@@ -190,6 +191,76 @@ START_TEST(unlimited_always_goes)
 }
 END_TEST
 
+/* A request the HTTP client sent twice is paid for after the fact: the
+ * buckets hold less than nothing, and the next ask waits the debt out. */
+START_TEST(a_charged_arrival_is_waited_out)
+{
+    struct budget_gate g;
+    struct budget_share s = share_of(10, 0); /* one every 100 ms */
+    struct budget_ticket t = ticket(BUDGET_CLASS_CREATE, BUDGET_PRIO_CHARGE);
+    s.class_mrps[BUDGET_CLASS_CREATE] = R(10);
+    budget_gate_init(&g, 0);
+    budget_gate_set_share(&g, &s, FOREVER, 0);
+    ck_assert_int_eq(budget_gate_ask(&g, &t, 100), 0);
+    budget_gate_charge(&g, BUDGET_CLASS_CREATE, 2, 150);
+    ck_assert_int_lt(g.global.tokens, 0);
+    ck_assert_int_lt(g.cls[BUDGET_CLASS_CREATE].tokens, 0);
+    /* Two requests owed and one to take: 300 ms from the ask's token. */
+    ck_assert_int_eq(budget_gate_ask(&g, &t, 150), 250);
+    ck_assert_int_eq(budget_gate_ask(&g, &t, 399), 1);
+    ck_assert_int_eq(budget_gate_ask(&g, &t, 400), 0);
+    /* n = 0 changes nothing. */
+    budget_gate_charge(&g, BUDGET_CLASS_CREATE, 0, 400);
+    ck_assert_int_eq(budget_gate_ask(&g, &t, 500), 0);
+}
+END_TEST
+
+/* Every request arriving twice: the arrivals, not the asks, stay within
+ * the share in every second. */
+START_TEST(every_arrival_is_paid_for)
+{
+    struct budget_gate g;
+    struct budget_share s = share_of(10, 0);
+    int per_second[10] = {0}, total = 0;
+    budget_gate_init(&g, 0);
+    budget_gate_set_share(&g, &s, FOREVER, 0);
+    for (long long now = 0; now < 10000; now++) {
+        struct budget_ticket t = ticket(BUDGET_CLASS_CREATE, BUDGET_PRIO_CHARGE);
+        if (budget_gate_ask(&g, &t, now) != 0) {
+            budget_gate_forget(&g, &t);
+            continue;
+        }
+        per_second[now / 1000] += 2; /* sent, and re-sent by the client */
+        total += 2;
+        budget_gate_charge(&g, BUDGET_CLASS_CREATE, 1, now);
+    }
+    for (int i = 0; i < 10; i++)
+        ck_assert_int_le(per_second[i], 10);
+    ck_assert_int_eq(total, 100); /* at 100, 300, ... 9900 ms, two each */
+}
+END_TEST
+
+/* An unlimited bucket takes nothing; a class's debt is its own and the
+ * global bucket's, never another class's. */
+START_TEST(a_charge_takes_only_what_is_limited)
+{
+    struct budget_gate g;
+    struct budget_share s = share_of(0, 0);
+    struct budget_ticket t = ticket(BUDGET_CLASS_RETRIEVE, BUDGET_PRIO_LOOKUP);
+    s.global_mrps = BUDGET_UNLIMITED;
+    s.class_mrps[BUDGET_CLASS_CREATE] = R(10);
+    s.class_mrps[BUDGET_CLASS_RETRIEVE] = R(10);
+    budget_gate_init(&g, 0);
+    budget_gate_set_share(&g, &s, FOREVER, 0);
+    budget_gate_charge(&g, BUDGET_CLASS_CREATE, 3, 100);
+    ck_assert_int_eq(budget_gate_ask(&g, &t, 100), 0);
+    t = ticket(BUDGET_CLASS_CREATE, BUDGET_PRIO_CHARGE);
+    ck_assert_int_eq(budget_gate_ask(&g, &t, 100), 250); /* 3 owed, 1 to take */
+    budget_gate_forget(&g, &t);
+    ck_assert_int_eq(g.global.tokens, 0); /* unlimited: nothing owed */
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("budget_gate");
@@ -201,6 +272,9 @@ int main(void)
     tcase_add_test(tc, the_floor_keeps_the_audit_alive);
     tcase_add_test(tc, nothing_goes_past_the_lease);
     tcase_add_test(tc, unlimited_always_goes);
+    tcase_add_test(tc, a_charged_arrival_is_waited_out);
+    tcase_add_test(tc, every_arrival_is_paid_for);
+    tcase_add_test(tc, a_charge_takes_only_what_is_limited);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }

@@ -107,7 +107,8 @@ provider_client_t *ctl_provider_open(const config_t *cfg, enum budget_priority p
         .max_wait_ms = CTL_BUDGET_WAIT_MS,
         .stop = NULL,
     };
-    provider_client_set_gate(pc, budget_member_gate, &provider_budget.caller);
+    provider_client_set_gate(pc, budget_member_gate, budget_member_gate_charge,
+                             &provider_budget.caller);
     return pc;
 }
 

@@ -54,10 +54,15 @@ void engine_reap(engine_t *eng)
     CHARGED_ASSERT(job_list_count(eng->jobs, JOB_DONE) == 0);
 }
 
-/* When a call may start: the breaker allows it and the pace has room. */
+/* When a call may start: the breaker allows it and the pace has room. A
+ * half-open breaker allows only its probe, which the budget may hold back
+ * until probe_at: the loop need not turn before. */
 static int64_t calls_at(engine_t *eng, int64_t now)
 {
     int64_t breaker = provider_breaker_next_allow_ms(eng->breaker, now);
+    if (eng->probe_at > breaker &&
+        provider_breaker_state(eng->breaker, now) == PROVIDER_BREAKER_HALF_OPEN)
+        breaker = eng->probe_at;
     int64_t pace = provider_pace_next_ms(&eng->pace, now);
     CHARGED_ASSERT(pace >= now);
     return breaker > pace ? breaker : pace;

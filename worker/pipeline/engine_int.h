@@ -35,6 +35,12 @@
 /* Messages held at most, as a multiple of WORKER_MAX_IN_FLIGHT: past it a
  * message polled only to stay in the group is handed back (seek). */
 #define HELD_FACTOR 2
+/* The breaker's probe is a request to the charge endpoint (class create)
+ * at a charge's priority: no higher, or a flapping breaker takes the
+ * captures' and refunds' budget across the fleet; no lower, or the
+ * reconciler's look-ups keep a whole worker paused. */
+#define ENGINE_PROBE_CLASS    BUDGET_CLASS_CREATE
+#define ENGINE_PROBE_PRIORITY BUDGET_PRIO_CHARGE
 /* Provider calls waiting to be written to provider_calls, at most. */
 #define CALL_LOG_MAX 4096
 /* Items another session's lock held, tried again alone each turn at most:
@@ -110,7 +116,11 @@ struct engine {
      * whether the provider is back. */
     struct provider_breaker_ticket probe_ticket;
     int probe_out;
-    char probe_tag;          /* its address marks the probe's answer */
+    char probe_tag; /* its address marks the probe's answer */
+    /* The probe asks the fleet's budget as a call does (ENGINE_PROBE_*);
+     * told to wait, it is not sent before probe_at. */
+    struct budget_ask probe_ask;
+    int64_t probe_at;
     int64_t next_paused_lag; /* engine_paused_lag() */
     offset_tracker_t *offsets;
     job_list_t *jobs;

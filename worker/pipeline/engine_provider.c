@@ -153,6 +153,11 @@ static void on_call_done(engine_t *eng, struct job *j)
         engine_log_call(eng, j, &lost);
         j->calls++;
     }
+    /* ... and pay for every arrival: the gate let one request through. */
+    enum budget_class cls;
+    enum budget_priority prio;
+    budget_of(eng, j, &cls, &prio);
+    budget_member_charge(eng->budget, cls, prio, j->res.resent);
     engine_log_call(eng, j, &j->res);
     if (j->res.throttled)
         metrics_add(METRIC_PROVIDER_THROTTLED, 1, endpoint_class(eng, j));
@@ -236,6 +241,8 @@ static void probe_done(engine_t *eng, const struct provider_result *res)
         metrics_add(METRIC_PROVIDER_THROTTLED, 1, "create");
     snprintf(status, sizeof(status), "%d", res->http_status);
     eng->probe_out = 0;
+    budget_member_charge(eng->budget, ENGINE_PROBE_CLASS, ENGINE_PROBE_PRIORITY,
+                         res->resent);
     provider_breaker_record(eng->breaker, &eng->probe_ticket, a, now);
     if (a != PROVIDER_BREAKER_SUCCESS)
         snprintf(eng->breaker_error, sizeof(eng->breaker_error), "%s",
@@ -268,16 +275,34 @@ void engine_collect_calls(engine_t *eng, int wait_ms)
 
 /* ---- the breaker ---- */
 
+/* Asks the budget's gate for the probe: 0, send; 1, it waits (not sent
+ * before probe_at). The breaker stays half-open until a probe answers. */
+static int probe_waits(engine_t *eng, int64_t now)
+{
+    if (!eng->probe_ask.asked)
+        budget_member_ask_init(&eng->probe_ask, ENGINE_PROBE_CLASS,
+                               ENGINE_PROBE_PRIORITY);
+    long long wait = budget_member_ask(eng->budget, &eng->probe_ask, now);
+    CHARGED_ASSERT(wait >= 0);
+    eng->probe_at = now + wait;
+    return wait > 0;
+}
+
 /* Half-open and no probe out: asks the charge endpoint, with a request the
  * provider refuses before executing it, one probe at a time. It must test
  * what the worker needs: a probe that looked an intent up kept the breaker
- * open while charges worked and look-ups failed. */
+ * open while charges worked and look-ups failed. A probe is a request like
+ * any other: it waits for the fleet's budget. */
 static void start_probe(engine_t *eng, int64_t now)
 {
     struct charged_error err;
-    if (eng->probe_out ||
+    if (eng->probe_out || now < eng->probe_at ||
         !provider_breaker_allow_probe(eng->breaker, now, &eng->probe_ticket))
         return;
+    if (probe_waits(eng, now)) {
+        provider_breaker_cancel(eng->breaker, &eng->probe_ticket);
+        return;
+    }
     if (provider_client_start_probe(eng->provider, &eng->probe_tag, &err) !=
         CHARGED_OK) {
         provider_breaker_cancel(eng->breaker, &eng->probe_ticket);

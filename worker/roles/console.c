@@ -684,7 +684,8 @@ static enum charged_rc setup(struct console *cs, struct charged_error *err)
         if (rc != CHARGED_OK)
             return rc;
         provider_client_set_gate(console_views_provider(cs->views[i]),
-                                 budget_member_gate, &cs->budget.caller);
+                                 budget_member_gate, budget_member_gate_charge,
+                                 &cs->budget.caller);
     }
     if (!(cs->lender = http_lender_new((void *const *)cs->views, cs->nviews))) {
         charged_error_set(err, "out of memory");

@@ -114,7 +114,8 @@ enum charged_rc daemon_budget_join(struct daemon_budget *b, const config_t *cfg,
         .max_wait_ms = max_wait_ms,
         .stop = budget_stop,
     };
-    provider_client_set_gate(pc, budget_member_gate, &b->caller);
+    provider_client_set_gate(pc, budget_member_gate, budget_member_gate_charge,
+                             &b->caller);
     return CHARGED_OK;
 }
 
