@@ -28,7 +28,9 @@ def scenario(new):
                                            "retrieve": {"rate": 2, "burst": 1}},
                                "retry_after": True})
     s.start_auditor(AUDITOR_FROM=t0, **AUDITOR)
-    time.sleep(RUN_S)
+    deadline = time.monotonic() + RUN_S
+    while time.monotonic() < deadline and s.audit_totals()["windows"] == 0:
+        time.sleep(0.2)
     tot = s.audit_totals()
     throttled = s.psp_get("/rate-limits")["throttled"]
     e2e.log("audit totals", tot, "psp-sim throttled", throttled)
