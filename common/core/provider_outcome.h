@@ -39,7 +39,8 @@ struct provider_result {
     int replayed;             /* the provider answered from its idempotency store */
     int throttled;            /* a 429: over the provider's rate limit, nothing executed
                                  (NOT_EXECUTED; a look-up's stays UNKNOWN, no evidence);
-                                 it slows the sender, it is no outage */
+                                 it slows the sender, it is no outage. Also a request
+                                 the client's gate gave no share in time (not sent) */
     long long retry_after_ms; /* throttled: the provider's Retry-After, bounded
                                  (PROVIDER_RETRY_AFTER_MAX_MS); 0: none given */
     int sent;                 /* request bytes reached the wire */

@@ -50,6 +50,10 @@ static int gate_open(provider_client_t *pc, enum budget_class cls,
         return 1;
     memset(res, 0, sizeof(*res));
     res->outcome = PROVIDER_NOT_EXECUTED;
+    /* Over the fleet's limit as a 429 says over the provider's: a caller
+     * backs off and asks again (a look not counted, a page asked again),
+     * with no Retry-After. */
+    res->throttled = 1;
     snprintf(res->error, sizeof(res->error), "%s", why);
     return 0;
 }

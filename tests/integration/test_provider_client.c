@@ -662,6 +662,41 @@ static void count_charge(void *ctx, enum budget_class cls, int n)
     gate_charged[cls] += n;
 }
 
+/* The charges psp-sim's ledger holds. */
+static long long psp_charges(void)
+{
+    json_t *l = psp_sim_admin(&sim, "GET", "/ledger", NULL);
+    long long n = (long long)json_array_size(json_object_get(l, "charges"));
+    json_decref(l);
+    return n;
+}
+
+static int refuse_gate(void *ctx, enum budget_class cls, char *why, size_t why_size)
+{
+    (void)ctx;
+    gate_asks[cls]++;
+    snprintf(why, why_size, "no share of the provider budget in time");
+    return -1;
+}
+
+/* A blocking request the gate refuses is not sent, and reads as a throttled
+ * one (not executed, throttled, no Retry-After): its caller backs off as
+ * for a 429, a reconciler's look is no look. */
+START_TEST(a_request_the_gate_refuses_reads_throttled)
+{
+    memset(gate_asks, 0, sizeof(gate_asks));
+    provider_client_set_gate(pc, refuse_gate, NULL, NULL);
+    long long before = psp_charges();
+    struct provider_result r = run("pc-gate-refused", 100, "pm_card_visa");
+    ck_assert_int_eq(r.outcome, PROVIDER_NOT_EXECUTED);
+    ck_assert_int_eq(r.throttled, 1);
+    ck_assert_int_eq(r.retry_after_ms, 0);
+    ck_assert_str_eq(r.error, "no share of the provider budget in time");
+    ck_assert_int_eq(gate_asks[BUDGET_CLASS_CREATE], 1);
+    ck_assert_int_eq(psp_charges(), before);
+}
+END_TEST
+
 /* The answer of the one asynchronous charge in flight, and its opaque. */
 static struct provider_result finish_async(void **op)
 {
@@ -724,6 +759,7 @@ static Suite *suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, succeeded_keeps_the_payment_id_and_replays);
     tcase_add_test(tc, a_gated_clients_resent_request_is_charged);
+    tcase_add_test(tc, a_request_the_gate_refuses_reads_throttled);
     tcase_add_test(tc, processing_is_processing);
     tcase_add_test(tc, card_error_is_declined_with_codes);
     tcase_add_test(tc, invalid_request_is_invalid);
