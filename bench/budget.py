@@ -379,17 +379,27 @@ def kill(b):
     per = creates_per_second(creates(s, t0), t_kill - p, t_end)
     sec = per_second(s, t_kill - p, t_end)
     before = [binding - per[t] for t in per if t < int(t_kill)]
-    after = [binding - per[t] for t in per if int(t_kill) <= t < int(t_end)]
-    lost = sum(after) - len(after) * (sum(before) / max(1, len(before)))
+    mean_short = sum(before) / max(1, len(before))
+    seconds = sorted(t for t in per if int(t_kill) <= t < int(t_end))
+    # The kill's own loss: from its second until the fleet is back, two
+    # seconds in a row at its rate before; the seconds after are the
+    # fleet's ordinary ripple (+-1 a second), which a longer sum adds up.
+    back = next((i for i in range(len(seconds) - 1)
+                 if all(binding - per[seconds[j]] <= mean_short for j in (i, i + 1))),
+                len(seconds))
+    lost = sum(binding - per[t] for t in seconds[:back]) - back * mean_short
+    lost_all = sum(binding - per[t] for t in seconds) - len(seconds) * mean_short
     worth = share * LEASE_S
-    b.numbers["kill"] = {"share_rps": share, "lost": lost, "lease_worth": worth,
+    b.numbers["kill"] = {"share_rps": share, "lost": lost, "lost_whole_phase": lost_all,
+                         "recovered_after_s": back, "lease_worth": worth,
                          "per_second": per, "t_kill": t_kill}
-    print("kill: worker %s (share %.2f/s) SIGKILLed; creates lost in %d s after, beyond the "
-          "shortfall before: %.1f (one lease's worth: %.1f)" % (workers[0], share, len(after),
-                                                              lost, worth))
+    print("kill: worker %s (share %.2f/s) SIGKILLed; back at the rate before after %d s; "
+          "creates lost until then, beyond the shortfall before: %.1f (over the whole %d s "
+          "after: %.1f; one lease's worth: %.1f)"
+          % (workers[0], share, back, lost, len(seconds), lost_all, worth))
     b.goal("creates lost / one lease's worth", lost / worth, lost <= worth,
-           "(25 - creates/s) summed over the seconds after the kill, less the mean shortfall "
-           "before, / (its share x lease 1 s); goal <= 1")
+           "(25 - creates/s) summed from the kill until two seconds in a row at the rate "
+           "before, less the mean shortfall before, / (its share x lease 1 s); goal <= 1")
     sec = {t: (per[t], sec[t][1]) for t in per}
     b.series.append(("KILL: CREATES/S (429S: EVERY CLASS), A WORKER SIGKILLED AT T+0",
                      series_rows(sec, int(t_kill), lambda t: binding)))
