@@ -1,13 +1,20 @@
 /* Adversary 38b: the fleet's allocation as the members really compute it.
- * Every member's refresh (budget_lease.c refresh_once) runs
- * budget_alloc_targets over the other members' demands with its own LAST,
- * and keeps only its own row of the answer. The rounding to whole
- * requests/s gives the odd units to the first members (quantize: ties to
- * the lowest index; split_leftover: the remainder to the first): in each
- * member's view the odd units are another's, so nobody holds them. With the
- * same demands seen by all, the members' own targets must add up to the
- * limit when their demand passes it; they add up to limit - (odd units). */
+ * Every member's refresh (budget_lease.c refresh_once) gathers the other
+ * live members as the database returns them and itself LAST, and keeps
+ * only its own target. The rounding to whole requests/s gives the odd units
+ * to the first members (quantize: ties to the lowest index; split_leftover:
+ * the remainder to the first): when each member computed the allocation in
+ * that order of its own, in each member's view the odd units were another's,
+ * so nobody held them (a limit of 2 with three members idled). With the same
+ * demands seen by all, the members' own targets must add up to the limit
+ * when their demand passes it, whatever order each one gathered them in.
+ *
+ * (Fix38d: own_targets first ran budget_alloc_targets over the view and
+ * took its last row, a copy of refresh_once's arrangement; it now calls
+ * budget_alloc_member_target, the arrangement refresh_once runs, with the
+ * same view. On main's arrangement every case below fails.) */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,23 +25,33 @@
 #define MAXN 8
 
 /* Each of the n members' own targets, computed as its refresh does: the
- * others in their order, itself last. */
+ * others in the order the database gives them (one order for the even
+ * members, its reverse for the odd), itself last; each member known by a
+ * random-looking id whose order is not the index's. */
 static void own_targets(const struct budget_settings *s, const struct budget_demand *d,
                         size_t n, struct budget_share *own)
 {
-    struct budget_demand view[MAXN];
-    struct budget_share t[MAXN];
+    static const char *const ids[MAXN] = {
+        "c3a1e6f0-0000-4000-8000-000000000001", "0b7d2e91-0000-4000-8000-000000000002",
+        "f04c9a33-0000-4000-8000-000000000003", "7e55b1c2-0000-4000-8000-000000000004",
+        "2a9f0d47-0000-4000-8000-000000000005", "d81c6e05-0000-4000-8000-000000000006",
+        "5b3e7a98-0000-4000-8000-000000000007", "9c0f4b6d-0000-4000-8000-000000000008"};
+    struct budget_member_view view[MAXN];
     const char *why = NULL;
     ck_assert(n <= MAXN);
     for (size_t i = 0; i < n; i++) {
         size_t k = 0;
-        for (size_t m = 0; m < n; m++)
-            if (m != i)
-                view[k++] = d[m];
-        view[k] = d[i]; /* this member last */
-        if (budget_alloc_targets(s, view, n, t, &why) != 0)
+        for (size_t j = 0; j < n; j++) {
+            size_t m = i % 2 ? n - 1 - j : j;
+            if (m == i)
+                continue;
+            snprintf(view[k].id, sizeof(view[k].id), "%s", ids[m]);
+            view[k++].demand = d[m];
+        }
+        snprintf(view[k].id, sizeof(view[k].id), "%s", ids[i]);
+        view[k].demand = d[i]; /* this member last */
+        if (budget_alloc_member_target(s, view, n, n - 1, &own[i], &why) != 0)
             ck_abort_msg("refused: %s", why);
-        own[i] = t[n - 1];
     }
 }
 
