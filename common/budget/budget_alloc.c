@@ -345,6 +345,56 @@ refused:
     return -1;
 }
 
+static int view_by_id(const void *a, const void *b)
+{
+    const struct budget_member_view *x = *(const struct budget_member_view *const *)a;
+    const struct budget_member_view *y = *(const struct budget_member_view *const *)b;
+    return strcmp(x->id, y->id);
+}
+
+int budget_alloc_member_target(const struct budget_settings *s,
+                               const struct budget_member_view *members, size_t n,
+                               size_t own, struct budget_share *target,
+                               const char **why)
+{
+    const struct budget_member_view **by_id = NULL;
+    struct budget_demand *d = NULL;
+    struct budget_share *t = NULL;
+    size_t me = n;
+    int rc = -1;
+    CHARGED_ASSERT(s != NULL && members != NULL && target != NULL && why != NULL);
+    CHARGED_ASSERT(own < n);
+    budget_share_zero(target);
+    if (n > BUDGET_MEMBERS_MAX) {
+        *why = "too many members";
+        return -1;
+    }
+    by_id = malloc(n * sizeof(*by_id));
+    d = malloc(n * sizeof(*d));
+    t = malloc(n * sizeof(*t));
+    if (!by_id || !d || !t) {
+        *why = "out of memory";
+        goto out;
+    }
+    for (size_t m = 0; m < n; m++)
+        by_id[m] = &members[m];
+    qsort(by_id, n, sizeof(*by_id), view_by_id);
+    for (size_t m = 0; m < n; m++) {
+        CHARGED_ASSERT(m == 0 || strcmp(by_id[m - 1]->id, by_id[m]->id) < 0);
+        d[m] = by_id[m]->demand;
+        if (by_id[m] == &members[own])
+            me = m;
+    }
+    CHARGED_ASSERT(me < n);
+    if ((rc = budget_alloc_targets(s, d, n, t, why)) == 0)
+        *target = t[me];
+out:
+    free(by_id);
+    free(d);
+    free(t);
+    return rc;
+}
+
 /* One held value bounded to what a member under limit_rps can hold. */
 static long long bound_one(long long limit_rps, long long v)
 {

@@ -99,6 +99,28 @@ int budget_alloc_targets(const struct budget_settings *s,
                          const struct budget_demand *demands, size_t n,
                          struct budget_share *targets, const char **why);
 
+/* One live member as a refresh sees it: its id (the member_id of
+ * provider_budget_members, a UUID's text; every member reads the same) and
+ * its demand. */
+#define BUDGET_MEMBER_ID_SIZE 48
+struct budget_member_view {
+    char id[BUDGET_MEMBER_ID_SIZE];
+    struct budget_demand demand;
+};
+
+/* The target of members[own] among the fleet's n live members (ids
+ * distinct), in any order: budget_alloc_targets over the members ordered by
+ * id (strcmp), the order every member sees alike. The rounding gives its odd
+ * units to the first members of the order; a member that put itself in a
+ * place of its own (e.g. last) would compute that they are another's, as
+ * every other member would: nobody would take them. With one order every
+ * member computes the same allocation and takes its own row of it. 0, or
+ * -1 and why (as budget_alloc_targets; *target then zeroed). */
+int budget_alloc_member_target(const struct budget_settings *s,
+                               const struct budget_member_view *members, size_t n,
+                               size_t own, struct budget_share *target,
+                               const char **why);
+
 /* What a refresh trusts of another member's row (its share and demand as
  * read from the table, where anyone with write access could have put
  * anything): a held value under a limit counts as 0..the limit (-1, "no

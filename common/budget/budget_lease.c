@@ -225,13 +225,13 @@ out:
     return rc;
 }
 
-/* The other live members' demands (into demands[0..*n)), the sum of
- * their shares, each bounded to what a member can hold under s (a row is
+/* The other live members' ids and demands (into members[0..*n)), the sum
+ * of their shares, each bounded to what a member can hold under s (a row is
  * not trusted: budget_share_bound), and the earliest of their lease ends
- * (ms from now(), the transaction's start; -1 none). demands has room for
+ * (ms from now(), the transaction's start; -1 none). members has room for
  * the rows plus this member's. */
 static enum charged_rc read_others(budget_lease_t *l, const struct budget_settings *s,
-                                   struct budget_demand **demands, size_t *n,
+                                   struct budget_member_view **members, size_t *n,
                                    struct budget_share *others, long long *end_in_ms,
                                    struct charged_error *err)
 {
@@ -241,7 +241,7 @@ static enum charged_rc read_others(budget_lease_t *l, const struct budget_settin
     enum charged_rc rc = store_conn_exec(
         l->db,
         "SELECT demand_mrps, held_mrps,"
-        " ceil(extract(epoch FROM expires_at - now()) * 1000)::bigint"
+        " ceil(extract(epoch FROM expires_at - now()) * 1000)::bigint, member_id::text"
         " FROM provider_budget_members"
         " WHERE account = $1 AND member_id <> $2::uuid AND expires_at > now()",
         2, p, &r, err);
@@ -250,21 +250,22 @@ static enum charged_rc read_others(budget_lease_t *l, const struct budget_settin
     *n = (size_t)PQntuples(r);
     *end_in_ms = -1;
     budget_share_zero(others);
-    if (!(*demands = calloc(*n + 1, sizeof(**demands)))) {
+    if (!(*members = calloc(*n + 1, sizeof(**members)))) {
         charged_error_set(err, "out of memory");
         rc = CHARGED_RETRY;
         goto out;
     }
     for (size_t i = 0; i < *n; i++) {
         struct budget_share one;
-        if (parse_array(PQgetvalue(r, (int)i, 0), &(*demands)[i].mrps[0][0],
-                        DEMAND_N) ||
+        struct budget_member_view *v = &(*members)[i];
+        snprintf(v->id, sizeof(v->id), "%s", PQgetvalue(r, (int)i, 3));
+        if (parse_array(PQgetvalue(r, (int)i, 0), &v->demand.mrps[0][0], DEMAND_N) ||
             parse_array(PQgetvalue(r, (int)i, 1), held, HELD_N)) {
             charged_error_set(err, "budget: a member's row is not as 0020 made it");
             rc = CHARGED_RETRY;
             goto out;
         }
-        budget_demand_bound(&(*demands)[i]);
+        budget_demand_bound(&v->demand);
         long long end = strtoll(PQgetvalue(r, (int)i, 2), NULL, 10);
         if (end > BUDGET_LEASE_MAX_MS) /* a row no member wrote: bounded */
             end = BUDGET_LEASE_MAX_MS;
@@ -328,8 +329,8 @@ static enum charged_rc refresh_once(budget_lease_t *l,
                                     struct budget_refresh *out, int *missing,
                                     struct charged_error *err)
 {
-    struct budget_demand *demands = NULL;
-    struct budget_share *targets = NULL, others;
+    struct budget_member_view *members = NULL;
+    struct budget_share others;
     size_t n = 0;
     const char *why;
     enum charged_rc rc;
@@ -340,21 +341,20 @@ static enum charged_rc refresh_once(budget_lease_t *l,
             CHARGED_OK ||
         *missing)
         goto out;
-    if ((rc = read_others(l, &out->settings, &demands, &n, &others,
+    if ((rc = read_others(l, &out->settings, &members, &n, &others,
                           &out->others_end_in_ms, err)) != CHARGED_OK)
         goto out;
-    demands[n] = *demand; /* this member last */
-    if (!(targets = calloc(n + 1, sizeof(*targets)))) {
-        charged_error_set(err, "out of memory");
-        rc = CHARGED_RETRY;
-        goto out;
-    }
-    if (budget_alloc_targets(&out->settings, demands, n + 1, targets, &why) != 0) {
+    snprintf(members[n].id, sizeof(members[n].id), "%s", l->member);
+    members[n].demand = *demand;
+    /* The fleet's allocation in the members' id order, as every member
+     * computes it, and this member's row of it: with a place of its own
+     * (last) each member would leave the rounding's odd units to another. */
+    if (budget_alloc_member_target(&out->settings, members, n + 1, n, &out->target,
+                                   &why) != 0) {
         charged_error_set(err, "budget: allocation refused: %s", why);
         rc = CHARGED_RETRY; /* our rows or our bug: not the caller's item */
         goto out;
     }
-    out->target = targets[n];
     budget_alloc_take(&out->settings, &out->target, &others, &out->held);
     /* The two-phase rule's promise: others within the limits stay so with
      * what this member takes. */
@@ -366,8 +366,7 @@ static enum charged_rc refresh_once(budget_lease_t *l,
     out->lease_ms = l->lease_ms;
     rc = write_member(l, demand, &out->held, out->version, err);
 out:
-    free(demands);
-    free(targets);
+    free(members);
     rc = tx_end(l, *missing && rc == CHARGED_OK ? CHARGED_NOT_FOUND : rc, err);
     return rc == CHARGED_NOT_FOUND ? CHARGED_OK : rc;
 }

@@ -7,8 +7,9 @@
  * BUDGET_LOCK_TIMEOUT: the only waiter is another member's refresh; the
  * transaction itself ended by the server after BUDGET_IDLE_IN_TX idle),
  * reads the live members (each one's share bounded to what a member can
- * hold: budget_share_bound), runs budget_alloc_targets over their demands
- * and this member's new one, takes what budget_alloc_take allows (the
+ * hold: budget_share_bound), runs the allocation over their demands and
+ * this member's new one in the members' id order, as every member does
+ * (budget_alloc_member_target), takes what budget_alloc_take allows (the
  * two-phase rule: lower at once, raise only into room the others gave
  * back), writes this member's demand, share and lease (expires_at = now() +
  * lease_ms), bounds every other lease to BUDGET_LEASE_MAX_MS from now and

@@ -77,19 +77,21 @@ static void violation(struct world *w, const char *what, long long got, long lon
                 limit);
 }
 
-/* The two-phase refresh of member i, as budget_lease_refresh does it. */
+/* The two-phase refresh of member i, as budget_lease_refresh does it: the
+ * live members (their ids: "m<slot>") and itself, the allocation in id order
+ * (budget_alloc_member_target, as every member computes it). */
 static void refresh(struct world *w, int i)
 {
-    struct budget_demand d[MEMBERS];
-    struct budget_share t[MEMBERS], others;
+    struct budget_member_view v[MEMBERS];
+    struct budget_share target, others;
     int n = 0, me = -1;
     const char *why;
     budget_share_zero(&others);
     for (int k = 0; k < MEMBERS; k++) {
         struct member *o = &w->m[k];
-        if (!o->row)
+        if (k != i && !o->row)
             continue;
-        if (o->expires_at <= w->now) {
+        if (k != i && o->expires_at <= w->now) {
             o->row = 0; /* deleted by this refresh */
             continue;
         }
@@ -97,18 +99,16 @@ static void refresh(struct world *w, int i)
             me = n;
         else
             budget_share_add(&others, &o->held);
-        d[n++] = o->demand;
+        snprintf(v[n].id, sizeof(v[n].id), "m%d", k);
+        v[n++].demand = o->demand;
     }
-    if (me < 0) {
-        me = n;
-        d[n++] = w->m[i].demand;
-    }
-    if (budget_alloc_targets(&w->s, d, (size_t)n, t, &why) != 0) {
+    if (budget_alloc_member_target(&w->s, v, (size_t)n, (size_t)me, &target, &why) !=
+        0) {
         fprintf(stderr, "budget-sim: allocation refused: %s\n", why);
         exit(2);
     }
     struct member *m = &w->m[i];
-    budget_alloc_take(&w->s, &t[me], &others, &m->held);
+    budget_alloc_take(&w->s, &target, &others, &m->held);
     m->row = 1;
     m->expires_at = w->now + LEASE_MS;
     budget_gate_set_share(&m->gate, &m->held, w->now + LEASE_MS, w->now);

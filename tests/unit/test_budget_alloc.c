@@ -2,9 +2,12 @@
  * among its members (pure). The targets' sum never passes the global limit
  * nor a class's; priorities in order, a priority waiting only for those
  * above it; the audit floor; the leftover split; no limit; bad input
- * refused; and the two-phase take, whose holders' sum stays within the
- * limits whatever order the members take in (random fleets). */
+ * refused; the two-phase take, whose holders' sum stays within the
+ * limits whatever order the members take in (random fleets); and each
+ * member's own target, the same allocation whatever order it gathers the
+ * fleet in. */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -405,6 +408,89 @@ START_TEST(random_fleets_never_pass_a_limit)
 }
 END_TEST
 
+/* Each member's own target in the view its refresh gathers (the others in
+ * the order given by perm, itself last); ids "m<index>" (index order). */
+static void own_view(const struct budget_settings *s, const struct budget_demand *d,
+                     size_t n, size_t me, const size_t *perm, struct budget_share *own)
+{
+    struct budget_member_view v[8];
+    const char *why = NULL;
+    size_t k = 0;
+    ck_assert(n <= 8);
+    for (size_t j = 0; j < n; j++) {
+        if (perm[j] == me)
+            continue;
+        snprintf(v[k].id, sizeof(v[k].id), "m%zu", perm[j]);
+        v[k++].demand = d[perm[j]];
+    }
+    snprintf(v[k].id, sizeof(v[k].id), "m%zu", me);
+    v[k].demand = d[me];
+    if (budget_alloc_member_target(s, v, n, n - 1, own, &why) != 0)
+        ck_abort_msg("refused: %s", why);
+}
+
+static void shuffle(size_t *perm, size_t n)
+{
+    for (size_t j = 0; j < n; j++)
+        perm[j] = j;
+    for (size_t j = n; j > 1; j--) {
+        size_t r = (size_t)rnd((long long)j), x = perm[j - 1];
+        perm[j - 1] = perm[r];
+        perm[r] = x;
+    }
+}
+
+/* Whatever order a member gathers the fleet in, its target is its row of
+ * the one allocation in id order: the members' own targets are that
+ * allocation, so the rounding's odd units are held (a limit of 2 among
+ * three saturated members: 1, 1, 0 in id order, not 0, 0, 0). */
+START_TEST(every_member_computes_the_same_allocation)
+{
+    struct budget_settings s = limits(2, 0);
+    struct budget_demand d[8] = {0};
+    struct budget_share t[8], own;
+    size_t perm[8];
+    for (int m = 0; m < 3; m++)
+        want(&d[m], BUDGET_PRIO_CHARGE, BUDGET_CLASS_CREATE, 10);
+    for (size_t m = 0; m < 3; m++) {
+        size_t order[3] = {2, 1, 0};
+        own_view(&s, d, 3, m, order, &own);
+        ck_assert_int_eq(own.global_mrps, m < 2 ? R(1) : 0);
+        ck_assert_int_eq(own.class_mrps[BUDGET_CLASS_CREATE], BUDGET_UNLIMITED);
+    }
+    srandom(3838);
+    for (int round = 0; round < 300; round++) {
+        size_t n = 1 + (size_t)rnd(8);
+        random_settings(&s);
+        for (size_t m = 0; m < n; m++)
+            random_demand(&d[m]);
+        alloc(&s, d, n, t); /* ids "m0".."m7": id order is index order */
+        for (size_t m = 0; m < n; m++) {
+            shuffle(perm, n);
+            own_view(&s, d, n, m, perm, &own);
+            if (memcmp(&own, &t[m], sizeof(own)) != 0)
+                ck_abort_msg("round %d: member %zu's own target is not its row", round,
+                             m);
+        }
+    }
+}
+END_TEST
+
+START_TEST(a_member_target_refused_is_zero)
+{
+    struct budget_settings bad = limits(-1, 0);
+    struct budget_member_view v[1] = {{.id = "m0"}};
+    struct budget_share own;
+    const char *why = NULL;
+    want(&v[0].demand, BUDGET_PRIO_CHARGE, BUDGET_CLASS_CREATE, 5);
+    memset(&own, 0x7f, sizeof(own));
+    ck_assert_int_eq(budget_alloc_member_target(&bad, v, 1, 0, &own, &why), -1);
+    ck_assert_ptr_nonnull(why);
+    ck_assert_int_eq(own.global_mrps, 0);
+    ck_assert_int_eq(own.floor_mrps, 0);
+}
+END_TEST
+
 START_TEST(names_round_trip)
 {
     for (int c = 0; c < BUDGET_CLASS_COUNT; c++)
@@ -435,6 +521,8 @@ int main(void)
     tcase_add_test(tc, bad_input_is_refused);
     tcase_add_test(tc, the_take_lowers_at_once_and_raises_only_into_room);
     tcase_add_test(tc, random_fleets_never_pass_a_limit);
+    tcase_add_test(tc, every_member_computes_the_same_allocation);
+    tcase_add_test(tc, a_member_target_refused_is_zero);
     tcase_add_test(tc, names_round_trip);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
