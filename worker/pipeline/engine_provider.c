@@ -84,6 +84,24 @@ static int budget_waits(engine_t *eng, struct job *j, int64_t now)
     return 1;
 }
 
+/* The breaker is not closed: no job asks the budget until it is (a call
+ * asks only once the breaker allowed it), so no job keeps its place among
+ * the gate's waiters, parked ones included (a parked job may not even come
+ * back to ask while the calls the breaker holds take every slot). Kept,
+ * those places count above the breaker's probe (priority charge, below a
+ * refund's or a capture's): it then needs 1 + their tokens of a bucket
+ * that holds one, is never sent, and the breaker never closes (adversary
+ * 38b). A job asks again, from a new ticket, once the breaker lets it. */
+static void forget_held(engine_t *eng)
+{
+    static const enum job_state held[] = {JOB_CALL, JOB_PARKED};
+    for (size_t i = 0; i < sizeof(held) / sizeof(held[0]); i++)
+        for (struct job *j = job_list_first(eng->jobs, held[i]); j;
+             j = job_next_in_state(j))
+            budget_member_forget(eng->budget, &j->budget);
+    CHARGED_ASSERT(!eng->probe_out || !eng->probe_ask.t.waiting);
+}
+
 void engine_start_calls(engine_t *eng)
 {
     struct charged_error err;
@@ -105,9 +123,12 @@ void engine_start_calls(engine_t *eng)
         if (provider_pace_next_ms(&eng->pace, now) > now)
             break;
         /* Not closed: the job waits as it is, its lease renewed, no try
-         * counted, until the breaker's own probes close it. */
-        if (!provider_breaker_allow(eng->breaker, now, &j->ticket))
+         * counted, until the breaker's own probes close it. It stops
+         * asking the budget meanwhile, so its ticket goes (forget_held). */
+        if (!provider_breaker_allow(eng->breaker, now, &j->ticket)) {
+            budget_member_forget(eng->budget, &j->budget);
             continue;
+        }
         /* The fleet's budget: over this process's share the job parks for
          * the gate's wait, its slot freed, as a throttled one does. */
         if (budget_waits(eng, j, now)) {
@@ -357,6 +378,10 @@ void engine_breaker_sync(engine_t *eng)
     }
     /* The gauge is the state as of this turn. */
     metrics_set(METRIC_BREAKER_STATE, (double)st);
+    if (st != PROVIDER_BREAKER_CLOSED)
+        forget_held(eng);
+    else /* no probe asks while closed: its ticket, if any, is stale */
+        budget_member_forget(eng->budget, &eng->probe_ask);
     if (st == PROVIDER_BREAKER_HALF_OPEN)
         start_probe(eng, now);
     engine_paused_lag(eng, now);
