@@ -6,7 +6,7 @@ The provider lowers its limit first (psp-sim 20 -> 2 req/s: 429s), the
 operator follows with the budget (2), then both are raised to 100. The
 budget's shares follow in a refresh; the worker does not: each 429 halved
 its own pace (provider_pace, AIMD, floor 1/s), which then grows by about
-1 req/s per second below 20 and 5% a second above. With 250 charges queued
+1 req/s per second below 20 and 5% a second above. With hundreds of charges queued
 and 100 req/s allowed, the worker sends ~5/s for seconds after the raise.
 
 One worker (one member: no rounding of shares), Retry-After off."""
@@ -15,7 +15,7 @@ import time
 import charged_e2e as e2e
 from charged_e2e import check
 
-N = 300
+N = 900  # demand past +5 s at 100 req/s once the raise is followed
 
 
 def limits(s, rps):

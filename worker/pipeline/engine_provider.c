@@ -102,10 +102,31 @@ static void forget_held(engine_t *eng)
     CHARGED_ASSERT(!eng->probe_out || !eng->probe_ask.t.waiting);
 }
 
+/* The budget's settings changed (an operator raised or lowered the
+ * limits): the pace starts afresh, so that the fleet follows the new
+ * limits within a refresh (issue 38: within 2 s each way). A pace cut by
+ * 429s under the old limits (to 1/s at worst, then about +1/s a second)
+ * kept a worker at 5-7 req/s for seconds after the budget and the
+ * provider went from 2 to 100 (adversary 38b). A 429 under the new
+ * limits cuts it again, as the first did. */
+static void engine_follow_budget(engine_t *eng, int64_t now)
+{
+    long long v = budget_member_settings_version(eng->budget);
+    if (v == eng->budget_version)
+        return;
+    char was[32];
+    snprintf(was, sizeof(was), "%.1f", provider_pace_limit(&eng->pace));
+    eng->budget_version = v;
+    provider_pace_restart(&eng->pace, now);
+    log_info("provider budget settings changed; the pace starts afresh",
+             "pace_per_s_was", was, NULL);
+}
+
 void engine_start_calls(engine_t *eng)
 {
     struct charged_error err;
     int64_t now = clock_now_ms();
+    engine_follow_budget(eng, now);
     for (struct job *j = job_list_first(eng->jobs, JOB_CALL), *next; j; j = next) {
         next = job_next_in_state(j);
         enum engine_next gate = engine_core_call_gate(&eng->core, eng->jobs, j, now);
