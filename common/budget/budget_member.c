@@ -28,8 +28,9 @@ struct budget_member {
     long long slot_of[SLOTS]; /* which period each slot counts */
     int waiters[BUDGET_PRIO_COUNT][BUDGET_CLASS_COUNT];
     long long next_refresh_ms;
-    int failing;   /* the last refresh failed (logged once) */
-    int refreshed; /* a refresh was tried: there may be a row to delete */
+    long long version; /* the settings' version the last refresh read (0: none) */
+    int failing;       /* the last refresh failed (logged once) */
+    int refreshed;     /* a refresh was tried: there may be a row to delete */
     int stop;
     int thread_on;
     pthread_t thread;
@@ -101,6 +102,18 @@ void budget_member_free(budget_member_t *m)
 int budget_member_enabled(const budget_member_t *m)
 {
     return m && m->lease;
+}
+
+long long budget_member_settings_version(budget_member_t *m)
+{
+    CHARGED_ASSERT(m != NULL);
+    if (!m->lease)
+        return 0;
+    pthread_mutex_lock(&m->mu);
+    long long v = m->version;
+    pthread_mutex_unlock(&m->mu);
+    CHARGED_ASSERT(v >= 0);
+    return v;
 }
 
 /* ---- the demand ---- */
@@ -180,6 +193,7 @@ static enum charged_rc refresh(budget_member_t *m, struct charged_error *err)
         CHARGED_ASSERT(r.lease_ms > 0);
         long long after = clock_now_ms();
         budget_gate_set_share(&m->gate, &r.held, before + r.lease_ms, after);
+        m->version = r.version;
         /* Another member's lease ends before the next refresh (it died or
          * stalls): refresh just after, when its share is free. Counted
          * from after the call, which is later than the database's now(). */

@@ -98,6 +98,17 @@ void provider_pace_answer(struct provider_pace *p, int throttled, int64_t now_ms
     CHARGED_ASSERT(p->limit >= PACE_MIN_PER_S);
 }
 
+void provider_pace_restart(struct provider_pace *p, int64_t now_ms)
+{
+    CHARGED_ASSERT(p != NULL);
+    count_second(p, now_ms);
+    p->limit = 0.0;
+    p->tokens = 0.0;
+    p->refilled = now_ms;
+    p->cut_at = INT64_MIN;
+    CHARGED_ASSERT(provider_pace_next_ms(p, now_ms) == now_ms);
+}
+
 double provider_pace_limit(const struct provider_pace *p)
 {
     CHARGED_ASSERT(p != NULL);

@@ -14,7 +14,8 @@
  * tenth of a second's calls (at least one).
  *
  * It paces this process alone; the fleet-wide budget (issue 38) sits on
- * top of it. */
+ * top of it, and a change of the budget's settings starts it afresh
+ * (provider_pace_restart). */
 #ifndef CHARGED_PROVIDER_PACE_H
 #define CHARGED_PROVIDER_PACE_H
 
@@ -43,6 +44,13 @@ int64_t provider_pace_next_ms(const struct provider_pace *p, int64_t now_ms);
 /* An answer came back: throttled (a 429) lowers the limit, any other
  * raises it. */
 void provider_pace_answer(struct provider_pace *p, int throttled, int64_t now_ms);
+/* Starts afresh (unpaced, as at init; the starts counted are kept, so
+ * that the next 429 halves what was sent since): the limits the pace
+ * answered to were changed (issue 38: the fleet's budget settings), and
+ * a pace cut under the old ones would bind for seconds under the new
+ * (from 1/s, about +1/s a second). A 429 under the new limits cuts it
+ * again as the first did. */
+void provider_pace_restart(struct provider_pace *p, int64_t now_ms);
 /* The limit in calls/s (0: unpaced), for the metric and the log. */
 double provider_pace_limit(const struct provider_pace *p);
 

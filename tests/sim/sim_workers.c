@@ -476,8 +476,10 @@ static int renew(struct world *w, struct worker *wk)
                                                     j->lease_epoch, w->set.lease_ms)
                            : sim_store_step_renew(w->store, sj(j)->target, wk->id,
                                                   j->lease_epoch, w->set.lease_ms);
-            if (!ours)
+            if (!ours) {
                 engine_core_lease_lost(&w->core, wk->jobs, j, w->now);
+                budget_forget(wk, j); /* as engine_store.c: it stops asking */
+            }
         }
     sim_note(w, wk->id, A_RENEW, 0, 0);
     return 1;

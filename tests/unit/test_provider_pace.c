@@ -78,6 +78,45 @@ START_TEST(other_answers_raise_it_again)
 }
 END_TEST
 
+/* A change of the limits (the budget's settings) starts the pace afresh:
+ * unpaced at once, however low 429s had cut it, and a 429 under the new
+ * limits cuts it again from what was sent since, even within a second of
+ * the last cut (adversary 38b: a pace at the floor kept a worker at 5-7
+ * req/s for seconds after the limits went from 2 to 100). */
+START_TEST(a_restart_follows_new_limits_and_a_429_still_cuts)
+{
+    struct provider_pace p;
+    provider_pace_init(&p, 0);
+    ck_assert_int_eq(started(&p, 0, 1000), 1000);
+    for (int64_t t = 1000; t < 40000; t += 1000)
+        provider_pace_answer(&p, 1, t);
+    ck_assert(provider_pace_limit(&p) == PACE_MIN_PER_S);
+    ck_assert_int_eq(provider_pace_take(&p, 39500), 1);
+    ck_assert_int_gt(provider_pace_next_ms(&p, 39500), 39500);
+    provider_pace_restart(&p, 39500);
+    ck_assert(provider_pace_limit(&p) == 0.0);
+    ck_assert_int_eq(provider_pace_next_ms(&p, 39500), 39500);
+    /* Unpaced: every call goes, and other answers change nothing. */
+    ck_assert_int_eq(started(&p, 39500, 100), 100);
+    provider_pace_answer(&p, 0, 39600);
+    ck_assert(provider_pace_limit(&p) == 0.0);
+    /* A 429 100 ms after the restart, 600 ms after the last cut: a new
+     * overrun, cut to half of what was sent since the second began (the
+     * 101 since 39000). */
+    provider_pace_answer(&p, 1, 39600);
+    ck_assert(provider_pace_limit(&p) == 50.5);
+    /* The same overrun's other 429s do not cut again. */
+    provider_pace_answer(&p, 1, 39700);
+    ck_assert(provider_pace_limit(&p) == 50.5);
+    /* A restart a second later, a second's worth of sends, then a 429:
+     * half of that second. */
+    provider_pace_restart(&p, 41000);
+    ck_assert_int_eq(started(&p, 41000, 1000), 1000);
+    provider_pace_answer(&p, 1, 42000);
+    ck_assert(provider_pace_limit(&p) == 500.0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("provider_pace");
@@ -85,6 +124,7 @@ int main(void)
     tcase_add_test(tc, unpaced_until_a_429);
     tcase_add_test(tc, a_429_halves_what_was_sent_and_the_rate_holds);
     tcase_add_test(tc, other_answers_raise_it_again);
+    tcase_add_test(tc, a_restart_follows_new_limits_and_a_429_still_cuts);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }

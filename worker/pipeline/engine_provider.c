@@ -84,10 +84,49 @@ static int budget_waits(engine_t *eng, struct job *j, int64_t now)
     return 1;
 }
 
+/* The breaker is not closed: no job asks the budget until it is (a call
+ * asks only once the breaker allowed it), so no job keeps its place among
+ * the gate's waiters, parked ones included (a parked job may not even come
+ * back to ask while the calls the breaker holds take every slot). Kept,
+ * those places count above the breaker's probe (priority charge, below a
+ * refund's or a capture's): it then needs 1 + their tokens of a bucket
+ * that holds one, is never sent, and the breaker never closes (adversary
+ * 38b). A job asks again, from a new ticket, once the breaker lets it. */
+static void forget_held(engine_t *eng)
+{
+    static const enum job_state held[] = {JOB_CALL, JOB_PARKED};
+    for (size_t i = 0; i < sizeof(held) / sizeof(held[0]); i++)
+        for (struct job *j = job_list_first(eng->jobs, held[i]); j;
+             j = job_next_in_state(j))
+            budget_member_forget(eng->budget, &j->budget);
+    CHARGED_ASSERT(!eng->probe_out || !eng->probe_ask.t.waiting);
+}
+
+/* The budget's settings changed (an operator raised or lowered the
+ * limits): the pace starts afresh, so that the fleet follows the new
+ * limits within a refresh (issue 38: within 2 s each way). A pace cut by
+ * 429s under the old limits (to 1/s at worst, then about +1/s a second)
+ * kept a worker at 5-7 req/s for seconds after the budget and the
+ * provider went from 2 to 100 (adversary 38b). A 429 under the new
+ * limits cuts it again, as the first did. */
+static void engine_follow_budget(engine_t *eng, int64_t now)
+{
+    long long v = budget_member_settings_version(eng->budget);
+    if (v == eng->budget_version)
+        return;
+    char was[32];
+    snprintf(was, sizeof(was), "%.1f", provider_pace_limit(&eng->pace));
+    eng->budget_version = v;
+    provider_pace_restart(&eng->pace, now);
+    log_info("provider budget settings changed; the pace starts afresh",
+             "pace_per_s_was", was, NULL);
+}
+
 void engine_start_calls(engine_t *eng)
 {
     struct charged_error err;
     int64_t now = clock_now_ms();
+    engine_follow_budget(eng, now);
     for (struct job *j = job_list_first(eng->jobs, JOB_CALL), *next; j; j = next) {
         next = job_next_in_state(j);
         enum engine_next gate = engine_core_call_gate(&eng->core, eng->jobs, j, now);
@@ -105,9 +144,12 @@ void engine_start_calls(engine_t *eng)
         if (provider_pace_next_ms(&eng->pace, now) > now)
             break;
         /* Not closed: the job waits as it is, its lease renewed, no try
-         * counted, until the breaker's own probes close it. */
-        if (!provider_breaker_allow(eng->breaker, now, &j->ticket))
+         * counted, until the breaker's own probes close it. It stops
+         * asking the budget meanwhile, so its ticket goes (forget_held). */
+        if (!provider_breaker_allow(eng->breaker, now, &j->ticket)) {
+            budget_member_forget(eng->budget, &j->budget);
             continue;
+        }
         /* The fleet's budget: over this process's share the job parks for
          * the gate's wait, its slot freed, as a throttled one does. */
         if (budget_waits(eng, j, now)) {
@@ -357,6 +399,10 @@ void engine_breaker_sync(engine_t *eng)
     }
     /* The gauge is the state as of this turn. */
     metrics_set(METRIC_BREAKER_STATE, (double)st);
+    if (st != PROVIDER_BREAKER_CLOSED)
+        forget_held(eng);
+    else /* no probe asks while closed: its ticket, if any, is stale */
+        budget_member_forget(eng->budget, &eng->probe_ask);
     if (st == PROVIDER_BREAKER_HALF_OPEN)
         start_probe(eng, now);
     engine_paused_lag(eng, now);

@@ -743,6 +743,10 @@ void engine_renew_leases(engine_t *eng)
             continue;
         log_warn("lease lost", JOB_FIELDS(j), NULL);
         engine_core_lease_lost(&eng->core, eng->jobs, j, now);
+        /* Not sent: it looks again (WAIT) or ends; either way it stops
+         * asking the budget, and a ticket kept would hold back every lower
+         * priority for as long (a new claim asks from a new one). */
+        budget_member_forget(eng->budget, &j->budget);
     }
 out:
     free(ids);
