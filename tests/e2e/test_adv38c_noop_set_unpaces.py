@@ -7,8 +7,8 @@ The fix of adversary 38b's raise (provider_pace_restart on a change of the
 budget's settings version) restarts the pace on ANY version change, and the
 version is bumped by every `limits set`, even one writing the same numbers
 (an operator's script re-applying its config, the console's form saved as
-is). The provider's real limit (psp-sim 5 req/s, 100 ms latency) is under the budget (100): the pace is what keeps the
-worker near it. Repeating the same set every 0.5 s, the worker goes back
+is). The provider's real limit (psp-sim 5 req/s, 100 ms latency) is
+under the budget (100): the pace is what keeps the worker near it. Repeating the same set every 0.5 s, the worker goes back
 to the budget's rate until the next 429s cut it: psp-sim's 429s multiply.
 Counted from psp-sim's per-second series."""
 import os
