@@ -41,6 +41,22 @@ static int rps_ok(long long v)
     return v >= 0 && v <= BUDGET_RPS_MAX;
 }
 
+/* One limit raised: 0 is no limit, the largest of all. */
+static int limit_raised(long long before, long long after)
+{
+    return before != 0 && (after == 0 || after > before);
+}
+
+int budget_settings_raised(const struct budget_settings *before,
+                           const struct budget_settings *after)
+{
+    CHARGED_ASSERT(before != NULL && after != NULL);
+    int raised = limit_raised(before->global_rps, after->global_rps);
+    for (int c = 0; c < BUDGET_CLASS_COUNT; c++)
+        raised |= limit_raised(before->class_rps[c], after->class_rps[c]);
+    return raised;
+}
+
 int budget_settings_check(const struct budget_settings *s, const char **why)
 {
     CHARGED_ASSERT(s != NULL && why != NULL);

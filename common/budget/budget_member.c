@@ -28,9 +28,12 @@ struct budget_member {
     long long slot_of[SLOTS]; /* which period each slot counts */
     int waiters[BUDGET_PRIO_COUNT][BUDGET_CLASS_COUNT];
     long long next_refresh_ms;
-    long long version; /* the settings' version the last refresh read (0: none) */
-    int failing;       /* the last refresh failed (logged once) */
-    int refreshed;     /* a refresh was tried: there may be a row to delete */
+    struct budget_settings settings; /* as the last refresh read them */
+    long long
+        raises; /* refreshes whose settings raised a limit (the first one's none) */
+    int have_settings;
+    int failing;   /* the last refresh failed (logged once) */
+    int refreshed; /* a refresh was tried: there may be a row to delete */
     int stop;
     int thread_on;
     pthread_t thread;
@@ -104,13 +107,13 @@ int budget_member_enabled(const budget_member_t *m)
     return m && m->lease;
 }
 
-long long budget_member_settings_version(budget_member_t *m)
+long long budget_member_settings_raises(budget_member_t *m)
 {
     CHARGED_ASSERT(m != NULL);
     if (!m->lease)
         return 0;
     pthread_mutex_lock(&m->mu);
-    long long v = m->version;
+    long long v = m->raises;
     pthread_mutex_unlock(&m->mu);
     CHARGED_ASSERT(v >= 0);
     return v;
@@ -212,7 +215,10 @@ static enum charged_rc refresh(budget_member_t *m, struct charged_error *err)
         struct budget_share spend = r.held;
         spare_one_token(&r.settings, &spend);
         budget_gate_set_share(&m->gate, &spend, before + r.lease_ms, after);
-        m->version = r.version;
+        if (m->have_settings && budget_settings_raised(&m->settings, &r.settings))
+            m->raises++;
+        m->settings = r.settings;
+        m->have_settings = 1;
         /* Another member's lease ends before the next refresh (it died or
          * stalls): refresh just after, when its share is free. Counted
          * from after the call, which is later than the database's now(). */

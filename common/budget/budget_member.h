@@ -54,10 +54,11 @@ enum charged_rc budget_member_join(const config_t *cfg, const char *role, int th
  * (budget_member_leave does). NULL is a no-op. */
 void budget_member_free(budget_member_t *m);
 int budget_member_enabled(const budget_member_t *m);
-/* The version of the budget's settings (provider_budget.version) the last
- * successful refresh read: it changes when an operator changes the limits
- * (`chargectl provider limits set`). 0 before any refresh, or off. */
-long long budget_member_settings_version(budget_member_t *m);
+/* How many refreshes read settings that raised a limit over the settings
+ * the refresh before read (budget_settings_raised): it grows when an
+ * operator raises the limits (`chargectl provider limits set`), not when a
+ * set changes nothing or lowers them. 0 before any refresh, or off. */
+long long budget_member_settings_raises(budget_member_t *m);
 
 /* One refresh now, with the demand as measured (a role's first, before
  * its first ask): CHARGED_OK, or the lease's error (the share kept until

@@ -7,8 +7,10 @@
 void provider_pace_init(struct provider_pace *p, int64_t now_ms)
 {
     CHARGED_ASSERT(p != NULL);
-    *p = (struct provider_pace){
-        .refilled = now_ms, .cut_at = INT64_MIN, .second = now_ms};
+    *p = (struct provider_pace){.refilled = now_ms,
+                                .cut_at = INT64_MIN,
+                                .grace_until = INT64_MIN,
+                                .second = now_ms};
 }
 
 /* The counted second moves on: the one just ended becomes the last. */
@@ -81,6 +83,8 @@ void provider_pace_answer(struct provider_pace *p, int throttled, int64_t now_ms
     }
     if (p->cut_at != INT64_MIN && now_ms - p->cut_at < PACE_CUT_MS)
         return; /* the same overrun */
+    if (now_ms < p->grace_until)
+        return; /* a restart's grace: the old limits' answer */
     refill(p, now_ms);
     if (p->limit <= 0.0) {
         /* Unpaced until now: half of what was started in the last second. */
@@ -106,6 +110,7 @@ void provider_pace_restart(struct provider_pace *p, int64_t now_ms)
     p->tokens = 0.0;
     p->refilled = now_ms;
     p->cut_at = INT64_MIN;
+    p->grace_until = now_ms + PACE_RESTART_GRACE_MS;
     CHARGED_ASSERT(provider_pace_next_ms(p, now_ms) == now_ms);
 }
 

@@ -25,12 +25,17 @@
 #define PACE_STEP_SHARE 0.05 /* least added per answer that was not a 429 */
 #define PACE_CUT_MS     1000 /* one halving per this long */
 #define PACE_MAX_PER_S  1e6  /* beyond: as good as unpaced */
+/* After a restart, 429s cut nothing for this long: they answer calls sent
+ * under the old limits, or a provider that changes its limit a moment
+ * after the budget did; the fleet's budget still bounds the sending. */
+#define PACE_RESTART_GRACE_MS 2000
 
 struct provider_pace {
     double limit;             /* calls/s; 0: unpaced */
     double tokens;            /* calls that may start now */
     int64_t refilled;         /* tokens as of */
     int64_t cut_at;           /* the last halving (INT64_MIN: none) */
+    int64_t grace_until;      /* a restart's grace: no cut before (INT64_MIN: none) */
     int64_t second;           /* start of the current second of counted starts */
     int started, last_second; /* starts in it, and in the one before */
 };
@@ -44,12 +49,12 @@ int64_t provider_pace_next_ms(const struct provider_pace *p, int64_t now_ms);
 /* An answer came back: throttled (a 429) lowers the limit, any other
  * raises it. */
 void provider_pace_answer(struct provider_pace *p, int throttled, int64_t now_ms);
-/* Starts afresh (unpaced, as at init; the starts counted are kept, so
- * that the next 429 halves what was sent since): the limits the pace
- * answered to were changed (issue 38: the fleet's budget settings), and
- * a pace cut under the old ones would bind for seconds under the new
- * (from 1/s, about +1/s a second). A 429 under the new limits cuts it
- * again as the first did. */
+/* Starts afresh (unpaced, as at init): the limits the pace answered to
+ * were raised (issue 38: the fleet's budget settings), and a pace cut
+ * under the old ones would bind for seconds under the new (from 1/s,
+ * about +1/s a second). For PACE_RESTART_GRACE_MS a 429 cuts nothing (it
+ * answers the old limits, or a provider raising its own a moment later);
+ * after it a 429 cuts as the first did, from the starts counted then. */
 void provider_pace_restart(struct provider_pace *p, int64_t now_ms);
 /* The limit in calls/s (0: unpaced), for the metric and the log. */
 double provider_pace_limit(const struct provider_pace *p);

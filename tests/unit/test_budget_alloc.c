@@ -491,6 +491,34 @@ START_TEST(a_member_target_refused_is_zero)
 }
 END_TEST
 
+/* A raise is a larger limit or none where there was one; a set that
+ * changed nothing, or lowered, raised none (the worker's pace restarts
+ * only on a raise). */
+START_TEST(a_raise_is_told_from_a_lowering_and_a_no_op)
+{
+    struct budget_settings a = {.global_rps = 40,
+                                .class_rps = {[BUDGET_CLASS_CREATE] = 25}};
+    struct budget_settings b = a;
+    ck_assert_int_eq(budget_settings_raised(&a, &b), 0); /* the same */
+    b.global_rps = 30;
+    ck_assert_int_eq(budget_settings_raised(&a, &b), 0); /* lowered */
+    b.global_rps = 41;
+    ck_assert_int_eq(budget_settings_raised(&a, &b), 1);
+    b = a;
+    b.global_rps = 0; /* no limit any more */
+    ck_assert_int_eq(budget_settings_raised(&a, &b), 1);
+    ck_assert_int_eq(budget_settings_raised(&b, &a), 0); /* a limit set */
+    b = a;
+    b.class_rps[BUDGET_CLASS_LIST] = 5; /* a class limited */
+    ck_assert_int_eq(budget_settings_raised(&a, &b), 0);
+    b.class_rps[BUDGET_CLASS_CREATE] = 26;
+    ck_assert_int_eq(budget_settings_raised(&a, &b), 1);
+    b.audit_floor_rps = 3; /* the floor is a part of a limit, not one */
+    b.class_rps[BUDGET_CLASS_CREATE] = 25;
+    ck_assert_int_eq(budget_settings_raised(&a, &b), 0);
+}
+END_TEST
+
 START_TEST(names_round_trip)
 {
     for (int c = 0; c < BUDGET_CLASS_COUNT; c++)
@@ -523,6 +551,7 @@ int main(void)
     tcase_add_test(tc, random_fleets_never_pass_a_limit);
     tcase_add_test(tc, every_member_computes_the_same_allocation);
     tcase_add_test(tc, a_member_target_refused_is_zero);
+    tcase_add_test(tc, a_raise_is_told_from_a_lowering_and_a_no_op);
     tcase_add_test(tc, names_round_trip);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);

@@ -332,7 +332,7 @@ static enum charged_rc setup(engine_t *eng, struct charged_error *err)
     if ((rc = budget_member_join(eng->cfg, "worker", 1, &eng->budget, err)) !=
         CHARGED_OK)
         return rc;
-    eng->budget_version = budget_member_settings_version(eng->budget);
+    eng->budget_raises = budget_member_settings_raises(eng->budget);
     eng->offsets = offset_tracker_new();
     eng->jobs = job_list_new();
     if (!eng->offsets || !eng->jobs) {

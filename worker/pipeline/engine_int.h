@@ -110,9 +110,9 @@ struct engine {
     /* This process's share of the fleet's provider budget: every call asks
      * its gate first (budget_member.h). */
     budget_member_t *budget;
-    /* The budget's settings version the pace last started under
-     * (engine_follow_budget). */
-    long long budget_version;
+    /* The budget's raises of its limits the pace last started under
+     * (engine_follow_budget, budget_member_settings_raises). */
+    long long budget_raises;
     size_t waits_shown; /* jobs whose record shows a wait (engine_write_waits) */
     /* The half-open breaker's probe: a refused charge request, so
      * that no attempt (a poisoned one least of all) decides for the others

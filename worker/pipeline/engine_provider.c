@@ -111,12 +111,12 @@ static void forget_held(engine_t *eng)
  * limits cuts it again, as the first did. */
 static void engine_follow_budget(engine_t *eng, int64_t now)
 {
-    long long v = budget_member_settings_version(eng->budget);
-    if (v == eng->budget_version)
+    long long v = budget_member_settings_raises(eng->budget);
+    if (v == eng->budget_raises)
         return;
     char was[32];
     snprintf(was, sizeof(was), "%.1f", provider_pace_limit(&eng->pace));
-    eng->budget_version = v;
+    eng->budget_raises = v;
     provider_pace_restart(&eng->pace, now);
     log_info("provider budget settings changed; the pace starts afresh",
              "pace_per_s_was", was, NULL);
