@@ -48,12 +48,13 @@ static int limit_raised(long long before, long long after)
 }
 
 int budget_settings_raised(const struct budget_settings *before,
-                           const struct budget_settings *after)
+                           const struct budget_settings *after, unsigned classes)
 {
     CHARGED_ASSERT(before != NULL && after != NULL);
     int raised = limit_raised(before->global_rps, after->global_rps);
     for (int c = 0; c < BUDGET_CLASS_COUNT; c++)
-        raised |= limit_raised(before->class_rps[c], after->class_rps[c]);
+        if (classes & (1u << c))
+            raised |= limit_raised(before->class_rps[c], after->class_rps[c]);
     return raised;
 }
 

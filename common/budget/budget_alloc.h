@@ -81,11 +81,12 @@ int budget_priority_parse(const char *name);
 /* 0 when the settings may be set, else -1 and why (a static string): a
  * value outside 0..BUDGET_RPS_MAX, or a floor above a set global limit. */
 int budget_settings_check(const struct budget_settings *s, const char **why);
-/* 1 when after raises a limit of before (the global's or a class's: a
- * larger number, or none where there was one), else 0: a set that changed
- * nothing, or only lowered, raises none. */
+/* 1 when after raises a limit of before that binds the classes in the
+ * mask (bit 1 << class): the global's, or one of those classes' (a larger
+ * number, or none where there was one); else 0: a set that changed
+ * nothing, only lowered, or raised only other classes. */
 int budget_settings_raised(const struct budget_settings *before,
-                           const struct budget_settings *after);
+                           const struct budget_settings *after, unsigned classes);
 /* 0 when each demand is in 0..BUDGET_DEMAND_MAX_MRPS, else -1 and why. */
 int budget_demand_check(const struct budget_demand *d, const char **why);
 

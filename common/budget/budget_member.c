@@ -32,8 +32,9 @@ struct budget_member {
     long long
         raises; /* refreshes whose settings raised a limit (the first one's none) */
     int have_settings;
-    int failing;   /* the last refresh failed (logged once) */
-    int refreshed; /* a refresh was tried: there may be a row to delete */
+    unsigned asked; /* the classes this member ever asked for (1 << class) */
+    int failing;    /* the last refresh failed (logged once) */
+    int refreshed;  /* a refresh was tried: there may be a row to delete */
     int stop;
     int thread_on;
     pthread_t thread;
@@ -215,7 +216,8 @@ static enum charged_rc refresh(budget_member_t *m, struct charged_error *err)
         struct budget_share spend = r.held;
         spare_one_token(&r.settings, &spend);
         budget_gate_set_share(&m->gate, &spend, before + r.lease_ms, after);
-        if (m->have_settings && budget_settings_raised(&m->settings, &r.settings))
+        if (m->have_settings &&
+            budget_settings_raised(&m->settings, &r.settings, m->asked))
             m->raises++;
         m->settings = r.settings;
         m->have_settings = 1;
@@ -301,6 +303,7 @@ long long budget_member_ask(budget_member_t *m, struct budget_ask *a, long long 
     pthread_mutex_lock(&m->mu);
     if (!a->asked) {
         m->asks[slot_now(m, now_ms)][p][c]++;
+        m->asked |= 1u << c;
         a->asked = 1;
         a->first_ms = now_ms;
     }

@@ -55,9 +55,10 @@ enum charged_rc budget_member_join(const config_t *cfg, const char *role, int th
 void budget_member_free(budget_member_t *m);
 int budget_member_enabled(const budget_member_t *m);
 /* How many refreshes read settings that raised a limit over the settings
- * the refresh before read (budget_settings_raised): it grows when an
- * operator raises the limits (`chargectl provider limits set`), not when a
- * set changes nothing or lowers them. 0 before any refresh, or off. */
+ * the refresh before read (budget_settings_raised): the global's, or that
+ * of a class this member has asked for. It grows when an operator raises
+ * such a limit (`chargectl provider limits set`), not when a set changes
+ * nothing, lowers, or raises another class. 0 before any refresh, or off. */
 long long budget_member_settings_raises(budget_member_t *m);
 
 /* One refresh now, with the demand as measured (a role's first, before

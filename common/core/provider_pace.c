@@ -10,6 +10,7 @@ void provider_pace_init(struct provider_pace *p, int64_t now_ms)
     *p = (struct provider_pace){.refilled = now_ms,
                                 .cut_at = INT64_MIN,
                                 .grace_until = INT64_MIN,
+                                .before_restart = -1.0,
                                 .second = now_ms};
 }
 
@@ -71,20 +72,46 @@ int64_t provider_pace_next_ms(const struct provider_pace *p, int64_t now_ms)
     return now_ms + wait;
 }
 
-void provider_pace_answer(struct provider_pace *p, int throttled, int64_t now_ms)
+/* The first 429 past a restart's grace: the limit from before it, if it
+ * had one (1); else (unpaced before) the first cut decides (0). */
+static int refuted(struct provider_pace *p, int64_t now_ms)
+{
+    double back = p->before_restart;
+    p->before_restart = -1.0;
+    if (back <= 0.0)
+        return 0;
+    refill(p, now_ms);
+    p->limit = back;
+    if (p->tokens > burst(p))
+        p->tokens = burst(p);
+    p->cut_at = now_ms;
+    return 1;
+}
+
+void provider_pace_answer(struct provider_pace *p, int throttled, int first,
+                          int64_t now_ms)
 {
     CHARGED_ASSERT(p != NULL && p->limit >= 0.0);
     count_second(p, now_ms);
+    if (p->before_restart >= 0.0 && p->grace_until != INT64_MIN &&
+        now_ms - p->grace_until >= PACE_RESTART_CONFIRM_MS)
+        p->before_restart = -1.0; /* the raise was the provider's too */
     if (!throttled) {
         if (p->limit > 0.0 && p->limit < PACE_MAX_PER_S)
             p->limit +=
                 1.0 / p->limit > PACE_STEP_SHARE ? 1.0 / p->limit : PACE_STEP_SHARE;
         return;
     }
-    if (p->cut_at != INT64_MIN && now_ms - p->cut_at < PACE_CUT_MS)
-        return; /* the same overrun */
     if (now_ms < p->grace_until)
         return; /* a restart's grace: the old limits' answer */
+    if (p->before_restart >= 0.0) {
+        if (refuted(p, now_ms))
+            return;
+    } else if (!first) {
+        return; /* a repeat of one message's overrun */
+    }
+    if (p->cut_at != INT64_MIN && now_ms - p->cut_at < PACE_CUT_MS)
+        return; /* the same overrun */
     refill(p, now_ms);
     if (p->limit <= 0.0) {
         /* Unpaced until now: half of what was started in the last second. */
@@ -106,6 +133,8 @@ void provider_pace_restart(struct provider_pace *p, int64_t now_ms)
 {
     CHARGED_ASSERT(p != NULL);
     count_second(p, now_ms);
+    if (p->before_restart < 0.0) /* an unrefuted restart keeps the older limit */
+        p->before_restart = p->limit;
     p->limit = 0.0;
     p->tokens = 0.0;
     p->refilled = now_ms;

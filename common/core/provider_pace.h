@@ -29,6 +29,9 @@
  * under the old limits, or a provider that changes its limit a moment
  * after the budget did; the fleet's budget still bounds the sending. */
 #define PACE_RESTART_GRACE_MS 2000
+/* A restart no 429 refuted for this long past its grace was the
+ * provider's too: the pace before it is forgotten. */
+#define PACE_RESTART_CONFIRM_MS 10000
 
 struct provider_pace {
     double limit;             /* calls/s; 0: unpaced */
@@ -36,6 +39,8 @@ struct provider_pace {
     int64_t refilled;         /* tokens as of */
     int64_t cut_at;           /* the last halving (INT64_MIN: none) */
     int64_t grace_until;      /* a restart's grace: no cut before (INT64_MIN: none) */
+    double before_restart;    /* the limit before a restart no 429 has refuted yet
+                                 (-1: none) */
     int64_t second;           /* start of the current second of counted starts */
     int started, last_second; /* starts in it, and in the one before */
 };
@@ -47,14 +52,19 @@ int provider_pace_take(struct provider_pace *p, int64_t now_ms);
 /* When a call may next start (now_ms when one may now). */
 int64_t provider_pace_next_ms(const struct provider_pace *p, int64_t now_ms);
 /* An answer came back: throttled (a 429) lowers the limit, any other
- * raises it. */
-void provider_pace_answer(struct provider_pace *p, int throttled, int64_t now_ms);
+ * raises it. first: the message's first 429 (a repeat of one message's
+ * overrun cuts nothing), but that the first 429 past a restart's grace,
+ * any message's, refutes the restart: the limit goes back to what it was
+ * before it (the provider did not raise with the budget). */
+void provider_pace_answer(struct provider_pace *p, int throttled, int first,
+                          int64_t now_ms);
 /* Starts afresh (unpaced, as at init): the limits the pace answered to
  * were raised (issue 38: the fleet's budget settings), and a pace cut
  * under the old ones would bind for seconds under the new (from 1/s,
  * about +1/s a second). For PACE_RESTART_GRACE_MS a 429 cuts nothing (it
  * answers the old limits, or a provider raising its own a moment later);
- * after it a 429 cuts as the first did, from the starts counted then. */
+ * the first 429 after it puts back the limit from before the restart, and
+ * AIMD goes on from there. */
 void provider_pace_restart(struct provider_pace *p, int64_t now_ms);
 /* The limit in calls/s (0: unpaced), for the metric and the log. */
 double provider_pace_limit(const struct provider_pace *p);

@@ -491,6 +491,8 @@ START_TEST(a_member_target_refused_is_zero)
 }
 END_TEST
 
+#define ALL_CLASSES ((1u << BUDGET_CLASS_COUNT) - 1)
+
 /* A raise is a larger limit or none where there was one; a set that
  * changed nothing, or lowered, raised none (the worker's pace restarts
  * only on a raise). */
@@ -499,23 +501,34 @@ START_TEST(a_raise_is_told_from_a_lowering_and_a_no_op)
     struct budget_settings a = {.global_rps = 40,
                                 .class_rps = {[BUDGET_CLASS_CREATE] = 25}};
     struct budget_settings b = a;
-    ck_assert_int_eq(budget_settings_raised(&a, &b), 0); /* the same */
+    ck_assert_int_eq(budget_settings_raised(&a, &b, ALL_CLASSES), 0); /* the same */
     b.global_rps = 30;
-    ck_assert_int_eq(budget_settings_raised(&a, &b), 0); /* lowered */
+    ck_assert_int_eq(budget_settings_raised(&a, &b, ALL_CLASSES), 0); /* lowered */
     b.global_rps = 41;
-    ck_assert_int_eq(budget_settings_raised(&a, &b), 1);
+    ck_assert_int_eq(budget_settings_raised(&a, &b, ALL_CLASSES), 1);
     b = a;
     b.global_rps = 0; /* no limit any more */
-    ck_assert_int_eq(budget_settings_raised(&a, &b), 1);
-    ck_assert_int_eq(budget_settings_raised(&b, &a), 0); /* a limit set */
+    ck_assert_int_eq(budget_settings_raised(&a, &b, ALL_CLASSES), 1);
+    ck_assert_int_eq(budget_settings_raised(&b, &a, ALL_CLASSES), 0); /* a limit set */
     b = a;
     b.class_rps[BUDGET_CLASS_LIST] = 5; /* a class limited */
-    ck_assert_int_eq(budget_settings_raised(&a, &b), 0);
+    ck_assert_int_eq(budget_settings_raised(&a, &b, ALL_CLASSES), 0);
     b.class_rps[BUDGET_CLASS_CREATE] = 26;
-    ck_assert_int_eq(budget_settings_raised(&a, &b), 1);
+    ck_assert_int_eq(budget_settings_raised(&a, &b, ALL_CLASSES), 1);
     b.audit_floor_rps = 3; /* the floor is a part of a limit, not one */
     b.class_rps[BUDGET_CLASS_CREATE] = 25;
-    ck_assert_int_eq(budget_settings_raised(&a, &b), 0);
+    ck_assert_int_eq(budget_settings_raised(&a, &b, ALL_CLASSES), 0);
+    /* A raise of a class the member never asks (list, the auditor's) is
+     * none of a worker's (adversary 38d); the global's always is. */
+    b = a;
+    b.class_rps[BUDGET_CLASS_LIST] = 5;
+    struct budget_settings c = b;
+    c.class_rps[BUDGET_CLASS_LIST] = 10;
+    ck_assert_int_eq(budget_settings_raised(&b, &c, 1u << BUDGET_CLASS_CREATE), 0);
+    ck_assert_int_eq(budget_settings_raised(&b, &c, 1u << BUDGET_CLASS_LIST), 1);
+    c = b;
+    c.global_rps = 50;
+    ck_assert_int_eq(budget_settings_raised(&b, &c, 1u << BUDGET_CLASS_CREATE), 1);
 }
 END_TEST
 

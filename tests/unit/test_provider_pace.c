@@ -23,7 +23,7 @@ START_TEST(unpaced_until_a_429)
     ck_assert_int_eq(started(&p, 0, 1000), 1000);
     ck_assert_int_eq(provider_pace_next_ms(&p, 1000), 1000);
     /* A success changes nothing while unpaced. */
-    provider_pace_answer(&p, 0, 1000);
+    provider_pace_answer(&p, 0, 1, 1000);
     ck_assert(provider_pace_limit(&p) == 0.0);
 }
 END_TEST
@@ -33,10 +33,10 @@ START_TEST(a_429_halves_what_was_sent_and_the_rate_holds)
     struct provider_pace p;
     provider_pace_init(&p, 0);
     ck_assert_int_eq(started(&p, 0, 1000), 1000);
-    provider_pace_answer(&p, 1, 1000);
+    provider_pace_answer(&p, 1, 1, 1000);
     ck_assert(provider_pace_limit(&p) == 500.0);
     /* A burst of 429s from the same overrun cuts once. */
-    provider_pace_answer(&p, 1, 1500);
+    provider_pace_answer(&p, 1, 1, 1500);
     ck_assert(provider_pace_limit(&p) == 500.0);
     /* The next second lets about 500 through, trying every ms. */
     int n = started(&p, 1000, 1000);
@@ -45,7 +45,7 @@ START_TEST(a_429_halves_what_was_sent_and_the_rate_holds)
     ck_assert_int_gt(provider_pace_next_ms(&p, 2000) + 0, 1999);
     /* Later 429s halve it, a second apart, down to the floor. */
     for (int64_t t = 2000; t < 40000; t += 1000)
-        provider_pace_answer(&p, 1, t);
+        provider_pace_answer(&p, 1, 1, t);
     ck_assert(provider_pace_limit(&p) == PACE_MIN_PER_S);
     ck_assert_int_eq(started(&p, 40000, 1000), 1);
     ck_assert_int_eq(provider_pace_take(&p, 41000), 1);
@@ -59,21 +59,21 @@ START_TEST(other_answers_raise_it_again)
     struct provider_pace p;
     provider_pace_init(&p, 0);
     ck_assert_int_eq(started(&p, 0, 100), 100);
-    provider_pace_answer(&p, 1, 1000); /* the last second's 100: 50/s */
+    provider_pace_answer(&p, 1, 1, 1000); /* the last second's 100: 50/s */
     ck_assert(provider_pace_limit(&p) == 50.0);
     /* A second's answers at 50/s: 5% more. */
     for (int i = 0; i < 50; i++)
-        provider_pace_answer(&p, 0, 1000 + i);
+        provider_pace_answer(&p, 0, 1, 1000 + i);
     ck_assert(provider_pace_limit(&p) > 52.4 && provider_pace_limit(&p) < 52.6);
     /* Never down to 0 from a sender that sent nothing: the floor; from
      * there about one call/s more per second. */
     provider_pace_init(&p, 0);
-    provider_pace_answer(&p, 1, 10);
+    provider_pace_answer(&p, 1, 1, 10);
     ck_assert(provider_pace_limit(&p) == PACE_MIN_PER_S);
-    provider_pace_answer(&p, 0, 20);
+    provider_pace_answer(&p, 0, 1, 20);
     ck_assert(provider_pace_limit(&p) == 2.0);
-    provider_pace_answer(&p, 0, 30);
-    provider_pace_answer(&p, 0, 40);
+    provider_pace_answer(&p, 0, 1, 30);
+    provider_pace_answer(&p, 0, 1, 40);
     ck_assert(provider_pace_limit(&p) > 2.89 && provider_pace_limit(&p) < 2.91);
 }
 END_TEST
@@ -89,7 +89,7 @@ START_TEST(a_restart_follows_new_limits_and_a_429_after_its_grace_cuts)
     provider_pace_init(&p, 0);
     ck_assert_int_eq(started(&p, 0, 1000), 1000);
     for (int64_t t = 1000; t < 40000; t += 1000)
-        provider_pace_answer(&p, 1, t);
+        provider_pace_answer(&p, 1, 1, t);
     ck_assert(provider_pace_limit(&p) == PACE_MIN_PER_S);
     ck_assert_int_eq(provider_pace_take(&p, 39500), 1);
     ck_assert_int_gt(provider_pace_next_ms(&p, 39500), 39500);
@@ -98,18 +98,34 @@ START_TEST(a_restart_follows_new_limits_and_a_429_after_its_grace_cuts)
     ck_assert_int_eq(provider_pace_next_ms(&p, 39500), 39500);
     /* Unpaced: every call goes, and other answers change nothing. */
     ck_assert_int_eq(started(&p, 39500, 100), 100);
-    provider_pace_answer(&p, 0, 39600);
+    provider_pace_answer(&p, 0, 1, 39600);
     ck_assert(provider_pace_limit(&p) == 0.0);
     /* A 429 in the restart's grace cuts nothing: it answers the old
      * limits, or a provider that raised its own a moment after the
      * budget did (adversary 38c: a cut then held the worker at 1-6/s). */
-    provider_pace_answer(&p, 1, 39600);
+    provider_pace_answer(&p, 1, 1, 39600);
     ck_assert(provider_pace_limit(&p) == 0.0);
-    provider_pace_answer(&p, 1, 39500 + PACE_RESTART_GRACE_MS - 1);
+    provider_pace_answer(&p, 1, 1, 39500 + PACE_RESTART_GRACE_MS - 1);
     ck_assert(provider_pace_limit(&p) == 0.0);
-    /* After it a 429 cuts as the first did: half of a second's sends. */
+    /* The first 429 after it, any message's (a repeat too: a backlog's
+     * 429s past the grace are all repeats, adversary 38d), refutes the
+     * raise: the pace from before the restart comes back at once. */
     ck_assert_int_eq(started(&p, 39500 + PACE_RESTART_GRACE_MS - 1, 1000), 1000);
-    provider_pace_answer(&p, 1, 42500);
+    provider_pace_answer(&p, 1, 0, 42500);
+    ck_assert(provider_pace_limit(&p) == PACE_MIN_PER_S);
+    /* Then AIMD as ever: a repeat cuts nothing, a first one halves, at
+     * most once a second. */
+    provider_pace_answer(&p, 1, 0, 44000);
+    ck_assert(provider_pace_limit(&p) == PACE_MIN_PER_S);
+
+    /* A restart no 429 refutes within PACE_RESTART_CONFIRM_MS past its
+     * grace was the provider's raise too: a later 429 cuts from what is
+     * sent then, not back to the old pace. */
+    provider_pace_restart(&p, 50000);
+    int64_t later = 50000 + PACE_RESTART_GRACE_MS + PACE_RESTART_CONFIRM_MS;
+    provider_pace_answer(&p, 0, 0, later);
+    ck_assert_int_eq(started(&p, later, 1000), 1000);
+    provider_pace_answer(&p, 1, 1, later + 1001);
     ck_assert(provider_pace_limit(&p) == 500.0);
 }
 END_TEST

@@ -220,10 +220,11 @@ static void on_call_done(engine_t *eng, struct job *j)
     enum engine_next next = engine_core_answered(
         &eng->core, eng->jobs, j, answer == PROVIDER_BREAKER_FAILURE,
         provider_breaker_opens(eng->breaker) != opens, &outage, now);
-    /* An answer paces: a message's first 429 lowers the rate, any answer
-     * but a 429 raises it. */
-    if (j->res.http_status != 0 && (!j->res.throttled || j->throttles == 1))
-        provider_pace_answer(&eng->pace, j->res.throttled, now);
+    /* An answer paces: a message's first 429 lowers the rate (and any
+     * message's, past a restart's grace, puts back the pace from before
+     * it), any answer but a 429 raises it. */
+    if (j->res.http_status != 0)
+        provider_pace_answer(&eng->pace, j->res.throttled, j->throttles == 1, now);
     /* A run of 429s that keeps it ENGINE_BUDGET_LONG_MS is said on its
      * record (engine_write_waits); any other answer ends the run. */
     if (next != ENGINE_NEXT_FENCED)
