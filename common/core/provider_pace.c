@@ -72,8 +72,22 @@ int64_t provider_pace_next_ms(const struct provider_pace *p, int64_t now_ms)
     return now_ms + wait;
 }
 
-/* The first 429 past a restart's grace: the limit from before it, if it
- * had one (1); else (unpaced before) the first cut decides (0). */
+/* Past a restart's grace, this answer counted in its second: do the
+ * second's 429s refute the restart? */
+static int refutes(struct provider_pace *p, int throttled, int64_t now_ms)
+{
+    if (now_ms - p->judged_second >= 1000) {
+        p->judged_second = now_ms;
+        p->judged = p->judged_429 = 0;
+    }
+    p->judged++;
+    p->judged_429 += throttled != 0;
+    return throttled && p->judged_429 >= PACE_REFUTE_429S &&
+           p->judged_429 * PACE_REFUTE_SHARE >= p->judged;
+}
+
+/* 429s refuted the restart: the limit from before it, if it had one (1);
+ * else (unpaced before) the first cut decides (0). */
 static int refuted(struct provider_pace *p, int64_t now_ms)
 {
     double back = p->before_restart;
@@ -96,6 +110,8 @@ void provider_pace_answer(struct provider_pace *p, int throttled, int first,
     if (p->before_restart >= 0.0 && p->grace_until != INT64_MIN &&
         now_ms - p->grace_until >= PACE_RESTART_CONFIRM_MS)
         p->before_restart = -1.0; /* the raise was the provider's too */
+    int refute = p->before_restart >= 0.0 && now_ms >= p->grace_until &&
+                 refutes(p, throttled, now_ms);
     if (!throttled) {
         if (p->limit > 0.0 && p->limit < PACE_MAX_PER_S)
             p->limit +=
@@ -104,12 +120,10 @@ void provider_pace_answer(struct provider_pace *p, int throttled, int first,
     }
     if (now_ms < p->grace_until)
         return; /* a restart's grace: the old limits' answer */
-    if (p->before_restart >= 0.0) {
-        if (refuted(p, now_ms))
-            return;
-    } else if (!first) {
+    if (refute && refuted(p, now_ms))
+        return;
+    if (!first)
         return; /* a repeat of one message's overrun */
-    }
     if (p->cut_at != INT64_MIN && now_ms - p->cut_at < PACE_CUT_MS)
         return; /* the same overrun */
     refill(p, now_ms);
@@ -140,6 +154,8 @@ void provider_pace_restart(struct provider_pace *p, int64_t now_ms)
     p->refilled = now_ms;
     p->cut_at = INT64_MIN;
     p->grace_until = now_ms + PACE_RESTART_GRACE_MS;
+    p->judged_second = p->grace_until;
+    p->judged = p->judged_429 = 0;
     CHARGED_ASSERT(provider_pace_next_ms(p, now_ms) == now_ms);
 }
 

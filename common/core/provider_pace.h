@@ -32,6 +32,12 @@
 /* A restart no 429 refuted for this long past its grace was the
  * provider's too: the pace before it is forgotten. */
 #define PACE_RESTART_CONFIRM_MS 10000
+/* 429s refute a restart when, in one second past its grace, at least
+ * this many came back and they were at least 1/PACE_REFUTE_SHARE of the
+ * answers: one stray 429 (another client's, a fault) among many answers
+ * does not put back the old pace, it cuts as any first 429 does. */
+#define PACE_REFUTE_429S  2
+#define PACE_REFUTE_SHARE 5
 
 struct provider_pace {
     double limit;             /* calls/s; 0: unpaced */
@@ -41,6 +47,8 @@ struct provider_pace {
     int64_t grace_until;      /* a restart's grace: no cut before (INT64_MIN: none) */
     double before_restart;    /* the limit before a restart no 429 has refuted yet
                                  (-1: none) */
+    int64_t judged_second;    /* past a restart's grace: the second counted below */
+    int judged, judged_429;   /* answers in it, and 429s of them */
     int64_t second;           /* start of the current second of counted starts */
     int started, last_second; /* starts in it, and in the one before */
 };
@@ -53,9 +61,10 @@ int provider_pace_take(struct provider_pace *p, int64_t now_ms);
 int64_t provider_pace_next_ms(const struct provider_pace *p, int64_t now_ms);
 /* An answer came back: throttled (a 429) lowers the limit, any other
  * raises it. first: the message's first 429 (a repeat of one message's
- * overrun cuts nothing), but that the first 429 past a restart's grace,
- * any message's, refutes the restart: the limit goes back to what it was
- * before it (the provider did not raise with the budget). */
+ * overrun cuts nothing), but that 429s past a restart's grace, any
+ * message's, refute the restart once they are PACE_REFUTE_429S in a second
+ * and a PACE_REFUTE_SHARE-th of its answers: the limit goes back to what
+ * it was before it (the provider did not raise with the budget). */
 void provider_pace_answer(struct provider_pace *p, int throttled, int first,
                           int64_t now_ms);
 /* Starts afresh (unpaced, as at init): the limits the pace answered to
@@ -63,8 +72,8 @@ void provider_pace_answer(struct provider_pace *p, int throttled, int first,
  * under the old ones would bind for seconds under the new (from 1/s,
  * about +1/s a second). For PACE_RESTART_GRACE_MS a 429 cuts nothing (it
  * answers the old limits, or a provider raising its own a moment later);
- * the first 429 after it puts back the limit from before the restart, and
- * AIMD goes on from there. */
+ * 429s after it (PACE_REFUTE_*) put back the limit from before the
+ * restart, and AIMD goes on from there. */
 void provider_pace_restart(struct provider_pace *p, int64_t now_ms);
 /* The limit in calls/s (0: unpaced), for the metric and the log. */
 double provider_pace_limit(const struct provider_pace *p);

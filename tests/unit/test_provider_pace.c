@@ -112,11 +112,25 @@ START_TEST(a_restart_follows_new_limits_and_a_429_after_its_grace_cuts)
      * raise: the pace from before the restart comes back at once. */
     ck_assert_int_eq(started(&p, 39500 + PACE_RESTART_GRACE_MS - 1, 1000), 1000);
     provider_pace_answer(&p, 1, 0, 42500);
+    ck_assert(provider_pace_limit(&p) == 0.0); /* one: maybe a stray */
+    provider_pace_answer(&p, 1, 0, 42501);
     ck_assert(provider_pace_limit(&p) == PACE_MIN_PER_S);
     /* Then AIMD as ever: a repeat cuts nothing, a first one halves, at
      * most once a second. */
     provider_pace_answer(&p, 1, 0, 44000);
     ck_assert(provider_pace_limit(&p) == PACE_MIN_PER_S);
+
+    /* A stray 429 past the grace among many answers (another client's, a
+     * fault) refutes nothing: it cuts as any first 429, to half of what
+     * was sent, not back to the old pace. */
+    provider_pace_restart(&p, 46000);
+    int64_t past = 46000 + PACE_RESTART_GRACE_MS;
+    ck_assert_int_eq(started(&p, past, 1000), 1000);
+    for (int i = 0; i < 20; i++)
+        provider_pace_answer(&p, 0, 0, past + 1000 + i);
+    provider_pace_answer(&p, 1, 1, past + 1020);
+    provider_pace_answer(&p, 1, 0, past + 1021); /* 2 of 22: under a fifth */
+    ck_assert(provider_pace_limit(&p) == 500.0);
 
     /* A restart no 429 refutes within PACE_RESTART_CONFIRM_MS past its
      * grace was the provider's raise too: a later 429 cuts from what is
