@@ -72,18 +72,23 @@ int64_t provider_pace_next_ms(const struct provider_pace *p, int64_t now_ms)
     return now_ms + wait;
 }
 
-/* Past a restart's grace, this answer counted in its second: do the
- * second's 429s refute the restart? */
+/* Past a restart's grace, this answer counted in its window: does the
+ * window, full now, refute the restart? A window PACE_JUDGE_MS old and
+ * not full is dropped unjudged: too few answers to tell. */
 static int refutes(struct provider_pace *p, int throttled, int64_t now_ms)
 {
-    if (now_ms - p->judged_second >= 1000) {
-        p->judged_second = now_ms;
+    if (p->judged > 0 && now_ms - p->judged_since >= PACE_JUDGE_MS)
         p->judged = p->judged_429 = 0;
-    }
+    if (p->judged == 0)
+        p->judged_since = now_ms;
     p->judged++;
     p->judged_429 += throttled != 0;
-    return throttled && p->judged_429 >= PACE_REFUTE_429S &&
-           p->judged_429 * PACE_REFUTE_SHARE >= p->judged;
+    if (p->judged < PACE_JUDGE_ANSWERS)
+        return 0;
+    int refute = p->judged_429 >= PACE_REFUTE_429S &&
+                 p->judged_429 * PACE_REFUTE_SHARE > p->judged;
+    p->judged = p->judged_429 = 0;
+    return refute;
 }
 
 /* 429s refuted the restart: the limit from before it, if it had one (1);
@@ -110,8 +115,9 @@ void provider_pace_answer(struct provider_pace *p, int throttled, int first,
     if (p->before_restart >= 0.0 && p->grace_until != INT64_MIN &&
         now_ms - p->grace_until >= PACE_RESTART_CONFIRM_MS)
         p->before_restart = -1.0; /* the raise was the provider's too */
-    int refute = p->before_restart >= 0.0 && now_ms >= p->grace_until &&
-                 refutes(p, throttled, now_ms);
+    if (p->before_restart >= 0.0 && now_ms >= p->grace_until &&
+        refutes(p, throttled, now_ms) && refuted(p, now_ms))
+        return;
     if (!throttled) {
         if (p->limit > 0.0 && p->limit < PACE_MAX_PER_S)
             p->limit +=
@@ -120,8 +126,6 @@ void provider_pace_answer(struct provider_pace *p, int throttled, int first,
     }
     if (now_ms < p->grace_until)
         return; /* a restart's grace: the old limits' answer */
-    if (refute && refuted(p, now_ms))
-        return;
     if (!first)
         return; /* a repeat of one message's overrun */
     if (p->cut_at != INT64_MIN && now_ms - p->cut_at < PACE_CUT_MS)
@@ -130,6 +134,8 @@ void provider_pace_answer(struct provider_pace *p, int throttled, int first,
     if (p->limit <= 0.0) {
         /* Unpaced until now: half of what was started in the last second. */
         int seen = p->started > p->last_second ? p->started : p->last_second;
+        if (seen < PACE_MIN_SAMPLE)
+            return; /* no rate to halve: a stray's, or too few to matter */
         p->limit = seen / 2.0;
         p->tokens = 0.0;
     } else {
@@ -154,7 +160,6 @@ void provider_pace_restart(struct provider_pace *p, int64_t now_ms)
     p->refilled = now_ms;
     p->cut_at = INT64_MIN;
     p->grace_until = now_ms + PACE_RESTART_GRACE_MS;
-    p->judged_second = p->grace_until;
     p->judged = p->judged_429 = 0;
     CHARGED_ASSERT(provider_pace_next_ms(p, now_ms) == now_ms);
 }

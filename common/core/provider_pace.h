@@ -5,7 +5,7 @@
  * Pure: no clock, no I/O; the caller passes the time (monotonic ms). It
  * starts unpaced (limit 0: calls start as fast as they come). The first
  * 429 sets the limit to half the calls started in the last second (at
- * least PACE_MIN_PER_S); each later 429 halves it, at most once a second
+ * least PACE_MIN_PER_S; none when they were fewer than PACE_MIN_SAMPLE); each later 429 halves it, at most once a second
  * (a burst of 429s answers one overrun); every other answer adds 1/limit
  * or PACE_STEP_SHARE of a call/s, the larger: at a steady rate the limit
  * climbs by about one call/s every second at low rates (the classic
@@ -32,12 +32,23 @@
 /* A restart no 429 refuted for this long past its grace was the
  * provider's too: the pace before it is forgotten. */
 #define PACE_RESTART_CONFIRM_MS 10000
-/* 429s refute a restart when, in one second past its grace, at least
- * this many came back and they were at least 1/PACE_REFUTE_SHARE of the
- * answers: one stray 429 (another client's, a fault) among many answers
- * does not put back the old pace, it cuts as any first 429 does. */
-#define PACE_REFUTE_429S  2
-#define PACE_REFUTE_SHARE 5
+/* 429s refute a restart when a window of PACE_JUDGE_ANSWERS answers past
+ * its grace holds at least PACE_REFUTE_429S of them and more than
+ * 1/PACE_REFUTE_SHARE of the window: the provider did not raise. One or
+ * two stray 429s (another client's, a fault) do not; they cut as any
+ * first 429 does. A window is judged whole, never at its first 429s
+ * (adversary 38e: two 429s first in a second, 2 of 2, refuted a raise the
+ * provider had made too); one that has not filled PACE_JUDGE_MS after its
+ * first answer is dropped unjudged: so few answers are no flood to stop. */
+#define PACE_REFUTE_429S   2
+#define PACE_REFUTE_SHARE  5
+#define PACE_JUDGE_ANSWERS 10
+#define PACE_JUDGE_MS      1000
+/* An unpaced sender's first 429 cuts only when it started this many calls
+ * or more in the last second: fewer say nothing of a rate to halve, and
+ * the pace they would set (1-2/s, at a burst's start) climbs back about
+ * +1/s a second (adversary 38e: one stray 429 as a backlog began). */
+#define PACE_MIN_SAMPLE 5
 
 struct provider_pace {
     double limit;             /* calls/s; 0: unpaced */
@@ -47,8 +58,8 @@ struct provider_pace {
     int64_t grace_until;      /* a restart's grace: no cut before (INT64_MIN: none) */
     double before_restart;    /* the limit before a restart no 429 has refuted yet
                                  (-1: none) */
-    int64_t judged_second;    /* past a restart's grace: the second counted below */
-    int judged, judged_429;   /* answers in it, and 429s of them */
+    int64_t judged_since;     /* past a restart's grace: the window's first answer */
+    int judged, judged_429;   /* answers in it (0: none open), and 429s of them */
     int64_t second;           /* start of the current second of counted starts */
     int started, last_second; /* starts in it, and in the one before */
 };
@@ -62,9 +73,10 @@ int64_t provider_pace_next_ms(const struct provider_pace *p, int64_t now_ms);
 /* An answer came back: throttled (a 429) lowers the limit, any other
  * raises it. first: the message's first 429 (a repeat of one message's
  * overrun cuts nothing), but that 429s past a restart's grace, any
- * message's, refute the restart once they are PACE_REFUTE_429S in a second
- * and a PACE_REFUTE_SHARE-th of its answers: the limit goes back to what
- * it was before it (the provider did not raise with the budget). */
+ * message's, refute the restart once a window of answers fills with
+ * PACE_REFUTE_429S of them, over a PACE_REFUTE_SHARE-th of its answers: the
+ * limit goes back to what it was before it (the provider did not raise
+ * with the budget). */
 void provider_pace_answer(struct provider_pace *p, int throttled, int first,
                           int64_t now_ms);
 /* Starts afresh (unpaced, as at init): the limits the pace answered to

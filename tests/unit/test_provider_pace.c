@@ -65,16 +65,35 @@ START_TEST(other_answers_raise_it_again)
     for (int i = 0; i < 50; i++)
         provider_pace_answer(&p, 0, 1, 1000 + i);
     ck_assert(provider_pace_limit(&p) > 52.4 && provider_pace_limit(&p) < 52.6);
-    /* Never down to 0 from a sender that sent nothing: the floor; from
-     * there about one call/s more per second. */
+    /* Never below the floor; from there about one call/s more per
+     * second. */
     provider_pace_init(&p, 0);
-    provider_pace_answer(&p, 1, 1, 10);
+    ck_assert_int_eq(started(&p, 0, PACE_MIN_SAMPLE), PACE_MIN_SAMPLE);
+    for (int64_t t = 10; t < 5000; t += 1000)
+        provider_pace_answer(&p, 1, 1, t);
     ck_assert(provider_pace_limit(&p) == PACE_MIN_PER_S);
-    provider_pace_answer(&p, 0, 1, 20);
+    provider_pace_answer(&p, 0, 1, 5020);
     ck_assert(provider_pace_limit(&p) == 2.0);
-    provider_pace_answer(&p, 0, 1, 30);
-    provider_pace_answer(&p, 0, 1, 40);
+    provider_pace_answer(&p, 0, 1, 5030);
+    provider_pace_answer(&p, 0, 1, 5040);
     ck_assert(provider_pace_limit(&p) > 2.89 && provider_pace_limit(&p) < 2.91);
+}
+END_TEST
+
+/* Adversary 38e: one stray 429 (another client's, a fault) as a backlog
+ * begins, two calls out: half of them set the pace to 1/s, which climbs
+ * back about +1/s a second. Fewer than PACE_MIN_SAMPLE calls in the last
+ * second are no rate to halve; as many are. */
+START_TEST(a_429_with_too_few_calls_sent_cuts_nothing)
+{
+    struct provider_pace p;
+    provider_pace_init(&p, 0);
+    ck_assert_int_eq(started(&p, 0, PACE_MIN_SAMPLE - 1), PACE_MIN_SAMPLE - 1);
+    provider_pace_answer(&p, 1, 1, 150);
+    ck_assert(provider_pace_limit(&p) == 0.0);
+    ck_assert_int_eq(provider_pace_take(&p, 151), 1);
+    provider_pace_answer(&p, 1, 1, 152);
+    ck_assert(provider_pace_limit(&p) == PACE_MIN_SAMPLE / 2.0);
 }
 END_TEST
 
@@ -107,13 +126,14 @@ START_TEST(a_restart_follows_new_limits_and_a_429_after_its_grace_cuts)
     ck_assert(provider_pace_limit(&p) == 0.0);
     provider_pace_answer(&p, 1, 1, 39500 + PACE_RESTART_GRACE_MS - 1);
     ck_assert(provider_pace_limit(&p) == 0.0);
-    /* The first 429 after it, any message's (a repeat too: a backlog's
-     * 429s past the grace are all repeats, adversary 38d), refutes the
-     * raise: the pace from before the restart comes back at once. */
+    /* 429s after it, any message's (repeats too: a backlog's 429s past
+     * the grace are all repeats, adversary 38d), refute the raise when
+     * their window fills: the pace from before the restart comes back. */
     ck_assert_int_eq(started(&p, 39500 + PACE_RESTART_GRACE_MS - 1, 1000), 1000);
-    provider_pace_answer(&p, 1, 0, 42500);
-    ck_assert(provider_pace_limit(&p) == 0.0); /* one: maybe a stray */
-    provider_pace_answer(&p, 1, 0, 42501);
+    for (int i = 0; i < PACE_JUDGE_ANSWERS - 1; i++)
+        provider_pace_answer(&p, 1, 0, 42500 + i);
+    ck_assert(provider_pace_limit(&p) == 0.0); /* the window is not full */
+    provider_pace_answer(&p, 1, 0, 42500 + PACE_JUDGE_ANSWERS);
     ck_assert(provider_pace_limit(&p) == PACE_MIN_PER_S);
     /* Then AIMD as ever: a repeat cuts nothing, a first one halves, at
      * most once a second. */
@@ -129,8 +149,11 @@ START_TEST(a_restart_follows_new_limits_and_a_429_after_its_grace_cuts)
     for (int i = 0; i < 20; i++)
         provider_pace_answer(&p, 0, 0, past + 1000 + i);
     provider_pace_answer(&p, 1, 1, past + 1020);
-    provider_pace_answer(&p, 1, 0, past + 1021); /* 2 of 22: under a fifth */
     ck_assert(provider_pace_limit(&p) == 500.0);
+    provider_pace_answer(&p, 1, 0, past + 1021);
+    for (int i = 0; i < PACE_JUDGE_ANSWERS - 2; i++) /* 2 of 10: not over a fifth */
+        provider_pace_answer(&p, 0, 0, past + 1022 + i);
+    ck_assert(provider_pace_limit(&p) > 500.0);
 
     /* A restart no 429 refutes within PACE_RESTART_CONFIRM_MS past its
      * grace was the provider's raise too: a later 429 cuts from what is
@@ -144,6 +167,64 @@ START_TEST(a_restart_follows_new_limits_and_a_429_after_its_grace_cuts)
 }
 END_TEST
 
+/* Adversary 38e: the budget and the provider raised together; past the
+ * grace two 429s (another client's, a fault) come back first in a second
+ * and the rest of it succeeds. Judged at their second 429 (2 of 2) they
+ * put back the pace from before the raise (1/s against a provider that
+ * now takes 100); judged on their window, 2 of 10 refute nothing. */
+START_TEST(two_429s_first_in_a_window_refute_nothing)
+{
+    struct provider_pace p;
+    provider_pace_init(&p, 0);
+    ck_assert_int_eq(started(&p, 0, 1000), 1000);
+    for (int64_t t = 1000; t < 12000; t += 1000)
+        provider_pace_answer(&p, 1, 1, t);
+    ck_assert(provider_pace_limit(&p) == PACE_MIN_PER_S);
+    provider_pace_restart(&p, 12000);
+    int64_t past = 12000 + PACE_RESTART_GRACE_MS;
+    ck_assert_int_eq(started(&p, past, 1000), 1000);
+    /* Repeats, so that no first-429 cut hides what the window decides. */
+    provider_pace_answer(&p, 1, 0, past + 1000);
+    provider_pace_answer(&p, 1, 0, past + 1001);
+    ck_assert(provider_pace_limit(&p) == 0.0);
+    for (int i = 0; i < PACE_JUDGE_ANSWERS - 2; i++)
+        provider_pace_answer(&p, 0, 0, past + 1002 + i);
+    ck_assert(provider_pace_limit(&p) == 0.0);
+    /* The same two alone, and nothing for a second (an idle worker): the
+     * window is dropped unjudged, and the answers after it open their own. */
+    provider_pace_answer(&p, 1, 0, past + 3000);
+    provider_pace_answer(&p, 1, 0, past + 3001);
+    for (int i = 0; i < PACE_JUDGE_ANSWERS - 1; i++)
+        provider_pace_answer(&p, 0, 0, past + 3000 + PACE_JUDGE_MS + i);
+    ck_assert(provider_pace_limit(&p) == 0.0);
+    /* Three of ten are over a fifth: the provider did not raise. */
+    for (int i = 0; i < 3; i++)
+        provider_pace_answer(&p, 1, 0, past + 5000 + i);
+    for (int i = 0; i < PACE_JUDGE_ANSWERS - 3; i++)
+        provider_pace_answer(&p, 0, 0, past + 5003 + i);
+    ck_assert(provider_pace_limit(&p) == PACE_MIN_PER_S);
+}
+END_TEST
+
+/* A flood of throttled repeats (adversary 38d's backlog) is judged at the
+ * window's PACE_JUDGE_ANSWERS-th answer, not a second later. */
+START_TEST(a_flood_of_429s_refutes_at_once)
+{
+    struct provider_pace p;
+    provider_pace_init(&p, 0);
+    ck_assert_int_eq(started(&p, 0, 1000), 1000);
+    for (int64_t t = 1000; t < 12000; t += 1000)
+        provider_pace_answer(&p, 1, 1, t);
+    provider_pace_restart(&p, 12000);
+    int64_t past = 12000 + PACE_RESTART_GRACE_MS;
+    for (int i = 0; i < PACE_JUDGE_ANSWERS - 1; i++)
+        provider_pace_answer(&p, 1, 0, past + i);
+    ck_assert(provider_pace_limit(&p) == 0.0);
+    provider_pace_answer(&p, 1, 0, past + PACE_JUDGE_ANSWERS);
+    ck_assert(provider_pace_limit(&p) == PACE_MIN_PER_S);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("provider_pace");
@@ -152,6 +233,9 @@ int main(void)
     tcase_add_test(tc, a_429_halves_what_was_sent_and_the_rate_holds);
     tcase_add_test(tc, other_answers_raise_it_again);
     tcase_add_test(tc, a_restart_follows_new_limits_and_a_429_after_its_grace_cuts);
+    tcase_add_test(tc, a_429_with_too_few_calls_sent_cuts_nothing);
+    tcase_add_test(tc, two_429s_first_in_a_window_refute_nothing);
+    tcase_add_test(tc, a_flood_of_429s_refutes_at_once);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }
