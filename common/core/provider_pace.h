@@ -5,8 +5,9 @@
  * Pure: no clock, no I/O; the caller passes the time (monotonic ms). It
  * starts unpaced (limit 0: calls start as fast as they come). The first
  * 429 sets the limit to half the calls started in the last second (at
- * least PACE_MIN_PER_S; none when they were fewer than PACE_MIN_SAMPLE); each later 429 halves it, at most once a second
- * (a burst of 429s answers one overrun); every other answer adds 1/limit
+ * least PACE_MIN_PER_S; none when they were fewer than PACE_MIN_SAMPLE);
+ * each later 429 halves it, at most once a second (a burst of 429s
+ * answers one overrun); every other answer adds 1/limit
  * or PACE_STEP_SHARE of a call/s, the larger: at a steady rate the limit
  * climbs by about one call/s every second at low rates (the classic
  * additive step, one per round) and by 5% a second at high ones, until a
