@@ -338,6 +338,19 @@ class Scenario:
             raise Failure("%s exited %d: %s" % (argv[:3], p.returncode, p.stderr.decode()[-2000:]))
         return p
 
+    def set_limits(self, *args, actor="e2e"):
+        """The fleet's provider budget, set at run time as an operator does:
+        `chargectl provider limits set --actor ACTOR ARGS` (say "--global",
+        "100", "--class", "list=10"); fails the scenario if it is refused."""
+        self.run([CHARGECTL, "provider", "limits", "set", "--actor", actor] + list(args))
+
+    def psp_window(self, t0, t1):
+        """(served, throttled): psp-sim's requests in the seconds t0 <= at < t1
+        (epoch seconds), from its limiter's per-second series."""
+        series = self.psp_get("/rate-limits")["per_second"]
+        return (sum(q["served"] for q in series if t0 <= q["at"] < t1),
+                sum(q["throttled"] for q in series if t0 <= q["at"] < t1))
+
     def tool(self, *args, stdin=None, extra_env=None):
         return self.run([KAFKA_TOOL] + list(args), stdin=stdin,
                         extra_env=extra_env).stdout.decode()

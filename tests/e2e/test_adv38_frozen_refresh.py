@@ -85,9 +85,7 @@ def freeze_in_refresh(s, pid):
 def scenario(new):
     s = new("adv38_frozen", partitions=4,
             psp_args=["--rate-limit", str(LIMIT)])
-    p = s.run([e2e.CHARGECTL, "provider", "limits", "set", "--actor", "adv38",
-               "--global", str(LIMIT)])
-    check(p.returncode == 0, "chargectl provider limits set")
+    s.set_limits("--global", str(LIMIT), actor="adv38")
     a, b = s.start_worker(), s.start_worker()
     s.wait_group_settled([a, b])
     s.publish([e2e.new_command(amount=100 + i) for i in range(400)])

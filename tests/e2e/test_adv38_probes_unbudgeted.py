@@ -29,9 +29,7 @@ ENV = {
 def scenario(new):
     s = new("adv38_probes", partitions=4, worker_env=ENV,
             psp_args=["--rate-limit", str(LIMIT), "--fault", "error_before=1"])
-    p = s.run([e2e.CHARGECTL, "provider", "limits", "set", "--actor", "adv38",
-               "--global", str(LIMIT)])
-    check(p.returncode == 0, "chargectl provider limits set")
+    s.set_limits("--global", str(LIMIT), actor="adv38")
     w = s.start_worker()
     s.wait_group_settled([w])
     s.publish([e2e.new_command(amount=100 + i) for i in range(200)])

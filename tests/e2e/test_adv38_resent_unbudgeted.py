@@ -26,9 +26,7 @@ RUN_S = 8
 def scenario(new):
     s = new("adv38_resent", partitions=4,
             psp_args=["--fault", "drop_after=0.5"])
-    p = s.run([e2e.CHARGECTL, "provider", "limits", "set", "--actor", "adv38",
-               "--global", str(LIMIT)])
-    check(p.returncode == 0, "chargectl provider limits set")
+    s.set_limits("--global", str(LIMIT), actor="adv38")
     w = s.start_worker()
     s.wait_group_settled([w])
     s.publish([e2e.new_command(amount=100 + i) for i in range(300)])

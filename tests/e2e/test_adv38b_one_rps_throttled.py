@@ -19,9 +19,7 @@ RUN_S = 11
 
 def scenario(new):
     s = new("adv38b_one_rps", partitions=4, psp_args=["--rate-limit", "1"])
-    p = s.run([e2e.CHARGECTL, "provider", "limits", "set", "--actor", "adv38b",
-               "--global", "1"])
-    check(p.returncode == 0, "chargectl provider limits set")
+    s.set_limits("--global", "1", actor="adv38b")
     w = s.start_worker()
     s.wait_group_settled([w])
     s.publish([e2e.new_command(amount=100 + i) for i in range(40)])

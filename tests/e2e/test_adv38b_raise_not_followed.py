@@ -18,25 +18,19 @@ from charged_e2e import check
 N = 900  # demand past +5 s at 100 req/s once the raise is followed
 
 
-def limits(s, rps):
-    p = s.run([e2e.CHARGECTL, "provider", "limits", "set", "--actor", "adv38b",
-               "--global", str(rps)])
-    check(p.returncode == 0, "chargectl provider limits set --global %d" % rps)
-
-
 def scenario(new):
     s = new("adv38b_raise", partitions=4, psp_args=["--rate-limit", "20"])
-    limits(s, 20)
+    s.set_limits("--global", "20", actor="adv38b")
     w = s.start_worker()
     s.wait_group_settled([w])
     s.publish([e2e.new_command(amount=100 + i) for i in range(N)])
     e2e.wait_until("charges flowing", lambda: len(s.ledger()) >= 20, e2e.scaled(30), 0.1)
     s.psp_put("/rate-limits", {"global": 2})  # the provider lowers its limit
     time.sleep(2)
-    limits(s, 2)  # the operator follows
+    s.set_limits("--global", "2", actor="adv38b")  # the operator follows
     time.sleep(2)
     s.psp_put("/rate-limits", {"global": 100})
-    limits(s, 100)
+    s.set_limits("--global", "100", actor="adv38b")
     raised = time.time()
     time.sleep(6)
     series = s.psp_get("/rate-limits")["per_second"]

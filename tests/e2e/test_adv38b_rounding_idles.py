@@ -25,9 +25,7 @@ WATCH_S = 8
 
 def scenario(new):
     s = new("adv38b_rounding", partitions=6, psp_args=["--rate-limit", str(LIMIT)])
-    p = s.run([e2e.CHARGECTL, "provider", "limits", "set", "--actor", "adv38b",
-               "--global", str(LIMIT)])
-    check(p.returncode == 0, "chargectl provider limits set")
+    s.set_limits("--global", str(LIMIT), actor="adv38b")
     ws = [s.start_worker() for _ in range(3)]
     s.wait_group_settled(ws)
     s.publish([e2e.new_command(amount=100 + i) for i in range(30)])

@@ -21,12 +21,6 @@ WINDOW_S = int(os.environ.get("ADV_WINDOW_S", "6"))
 LAT = os.environ.get("ADV_LAT", "100")
 
 
-def limits(s, rps):
-    p = s.run([e2e.CHARGECTL, "provider", "limits", "set", "--actor", "adv38c",
-               "--global", str(rps)])
-    check(p.returncode == 0, "chargectl provider limits set --global %d" % rps)
-
-
 def throttled_in(series, t0, t1):
     return sum(q["throttled"] for q in series if t0 <= q["at"] < t1), \
         sum(q["served"] for q in series if t0 <= q["at"] < t1)
@@ -35,7 +29,7 @@ def throttled_in(series, t0, t1):
 def scenario(new):
     s = new("adv38c_noop", partitions=4,
             psp_args=["--rate-limit", "5", "--latency-ms", LAT])
-    limits(s, 100)
+    s.set_limits("--global", "100", actor="adv38c")
     w = s.start_worker()
     s.wait_group_settled([w])
     s.publish([e2e.new_command(amount=100 + i) for i in range(400)])
@@ -46,7 +40,7 @@ def scenario(new):
     b0 = int(time.time()) + 1
     time.sleep(b0 - time.time())
     while time.time() < b0 + WINDOW_S:
-        limits(s, 100)  # the same numbers: nothing changes
+        s.set_limits("--global", "100", actor="adv38c")  # the same numbers: nothing changes
         time.sleep(0.5)
     time.sleep(1.2)
     series = s.psp_get("/rate-limits")["per_second"]

@@ -24,24 +24,18 @@ N = 900
 SKEW_S = 0.6
 
 
-def limits(s, rps):
-    p = s.run([e2e.CHARGECTL, "provider", "limits", "set", "--actor", "adv38c",
-               "--global", str(rps)])
-    check(p.returncode == 0, "chargectl provider limits set --global %d" % rps)
-
-
 def scenario(new):
     s = new("adv38c_raise_skew", partitions=4, psp_args=["--rate-limit", "20"])
-    limits(s, 20)
+    s.set_limits("--global", "20", actor="adv38c")
     w = s.start_worker()
     s.wait_group_settled([w])
     s.publish([e2e.new_command(amount=100 + i) for i in range(N)])
     e2e.wait_until("charges flowing", lambda: len(s.ledger()) >= 20, e2e.scaled(30), 0.1)
     s.psp_put("/rate-limits", {"global": 2})  # the provider lowers its limit
     time.sleep(2)
-    limits(s, 2)  # the operator follows
+    s.set_limits("--global", "2", actor="adv38c")  # the operator follows
     time.sleep(2)
-    limits(s, 100)  # the operator raises the budget ...
+    s.set_limits("--global", "100", actor="adv38c")  # the operator raises the budget ...
     raised = time.time()
     time.sleep(SKEW_S)
     s.psp_put("/rate-limits", {"global": 100})  # ... and the provider's raise lands

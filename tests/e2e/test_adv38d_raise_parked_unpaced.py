@@ -21,20 +21,10 @@ N = int(os.environ.get("ADV_N", "120"))
 RAISE = os.environ.get("ADV_RAISE", "--class list=20").split()
 
 
-def limits(s, *args):
-    p = s.run([e2e.CHARGECTL, "provider", "limits", "set", "--actor", "adv38d"] + list(args))
-    check(p.returncode == 0, "chargectl provider limits set %s" % " ".join(args))
-
-
-def in_window(series, t0, t1):
-    return sum(q["throttled"] for q in series if t0 <= q["at"] < t1), \
-        sum(q["served"] for q in series if t0 <= q["at"] < t1)
-
-
 def scenario(new):
     s = new("adv38d_parked", partitions=4,
             psp_args=["--rate-limit", "5", "--latency-ms", "100", "--rate-limit-retry-after"])
-    limits(s, "--global", "100", "--class", "list=10")
+    s.set_limits("--global", "100", "--class", "list=10", actor="adv38d")
     w = s.start_worker()
     s.wait_group_settled([w])
     s.publish([e2e.new_command(amount=100 + i) for i in range(N)])
@@ -42,15 +32,15 @@ def scenario(new):
     time.sleep(2)  # every job throttled once or more; the pace near 5 req/s
     a0 = int(time.time()) + 1
     time.sleep(a0 + 4 - time.time())
-    limits(s, *RAISE)
+    s.set_limits(*RAISE, actor="adv38d")
     raised = time.time()
     b0 = int(raised) + 3  # past the 2 s grace
     time.sleep(b0 + 4 + 1.2 - time.time())
     series = s.psp_get("/rate-limits")["per_second"]
     left = int(s.query("SELECT count(*) FROM payment_attempts WHERE status IN "
                        "('PENDING', 'PROCESSING')")[0][0]) + N - len(s.attempts())
-    ta, sa = in_window(series, a0, a0 + 4)
-    tb, sb = in_window(series, b0, b0 + 4)
+    sa, ta = s.psp_window(a0, a0 + 4)
+    sb, tb = s.psp_window(b0, b0 + 4)
     e2e.log("psp-sim per second (at, served, throttled):",
             [(q["at"] - a0, q["served"], q["throttled"]) for q in series if q["at"] >= a0],
             "raised at", round(raised - a0, 2), "charges left:", left)

@@ -23,20 +23,10 @@ LAT = os.environ.get("ADV_LAT", "100")
 STEP_S = float(os.environ.get("ADV_STEP_S", "0.5"))
 
 
-def limits(s, *args):
-    p = s.run([e2e.CHARGECTL, "provider", "limits", "set", "--actor", "adv38d"] + list(args))
-    check(p.returncode == 0, "chargectl provider limits set %s" % " ".join(args))
-
-
-def in_window(series, t0, t1):
-    return sum(q["throttled"] for q in series if t0 <= q["at"] < t1), \
-        sum(q["served"] for q in series if t0 <= q["at"] < t1)
-
-
 def scenario(new):
     s = new("adv38d_unrel", partitions=4,
             psp_args=["--rate-limit", "5", "--latency-ms", LAT])
-    limits(s, "--global", "100", "--class", "list=10")
+    s.set_limits("--global", "100", "--class", "list=10", actor="adv38d")
     w = s.start_worker()
     s.wait_group_settled([w])
     s.publish([e2e.new_command(amount=100 + i) for i in range(600)])
@@ -50,12 +40,12 @@ def scenario(new):
     while time.time() < b0 + WINDOW_S:
         n += 1
         # the auditor's class, never a create: lowered, raised, lowered, ...
-        limits(s, "--class", "list=%d" % (20 if n % 2 else 10))
+        s.set_limits("--class", "list=%d" % (20 if n % 2 else 10), actor="adv38d")
         time.sleep(STEP_S)
     time.sleep(1.2)
     series = s.psp_get("/rate-limits")["per_second"]
-    ta, sa = in_window(series, a0, a0 + WINDOW_S)
-    tb, sb = in_window(series, b0, b0 + WINDOW_S)
+    sa, ta = s.psp_window(a0, a0 + WINDOW_S)
+    sb, tb = s.psp_window(b0, b0 + WINDOW_S)
     e2e.log("psp-sim per second (at, served, throttled):",
             [(q["at"] - a0, q["served"], q["throttled"]) for q in series if q["at"] >= a0])
     e2e.log("quiet window: %d served %d throttled; list toggled: %d served %d throttled"

@@ -25,12 +25,6 @@ N_AFTER = 1000
 LATENCY_MS = 150
 
 
-def limits(s, rps):
-    p = s.run([e2e.CHARGECTL, "provider", "limits", "set", "--actor", "adv38e",
-               "--global", str(rps)])
-    check(p.returncode == 0, "chargectl provider limits set --global %d" % rps)
-
-
 def paces(s, w):
     return [float(line["pace_per_s"]) for line in
             s.worker_log(w, "throttled by the provider") if "pace_per_s" in line]
@@ -39,7 +33,7 @@ def paces(s, w):
 def scenario(new):
     s = new("adv38e_stray", partitions=4,
             psp_args=["--rate-limit", "4", "--latency-ms", str(LATENCY_MS)])
-    limits(s, 100)
+    s.set_limits("--global", "100", actor="adv38e")
     w = s.start_worker()
     s.wait_group_settled([w])
     s.publish([e2e.new_command(amount=100 + i) for i in range(N_BEFORE)])
@@ -49,7 +43,7 @@ def scenario(new):
           "psp-sim at 4/s did not pace the worker (paces logged: %s)" % before)
 
     s.psp_put("/rate-limits", {"global": 200})  # the provider raises ...
-    limits(s, 300)  # ... and the operator follows
+    s.set_limits("--global", "300", actor="adv38e")  # ... and the operator follows
     e2e.wait_until("the pace restarted",
                    lambda: s.worker_log(w, "provider budget settings changed"),
                    e2e.scaled(10), 0.1)

@@ -51,11 +51,6 @@ SHORT_LEASES = {"WORKER_LEASE_MS": 3000, "PROVIDER_TIMEOUT_MS": 1000,
                 "WORKER_UNKNOWN_RETRIES": 1}
 
 
-def limits(s, *args):
-    p = s.run([e2e.CHARGECTL, "provider", "limits", "set", "--actor", "e2e"] + list(args))
-    check_eq(p.returncode, 0, "chargectl provider limits set %s" % " ".join(args))
-
-
 def settled(s):
     return int(s.query("SELECT count(*) FROM payment_attempts WHERE status NOT IN "
                        "('PENDING', 'PROCESSING')")[0][0])
@@ -77,7 +72,7 @@ def scenario(new):
     s = new("budget_fleet", partitions=4,
             psp_args=["--rate-limit", str(GLOBAL), "--rate-limit-class",
                       "create=%d" % CREATE])
-    limits(s, "--global", str(GLOBAL), "--class", "create=%d" % CREATE)
+    s.set_limits("--global", str(GLOBAL), "--class", "create=%d" % CREATE)
     workers = [s.start_worker(**SHORT_LEASES), s.start_worker(**SHORT_LEASES)]
     s.start_reconciler()
     s.wait_group_settled(workers)
@@ -85,7 +80,7 @@ def scenario(new):
     e2e.wait_until("a third of the charges settled", lambda: settled(s) >= N // 3,
                    e2e.scaled(30), 0.1)
     changed_at = time.time()
-    limits(s, "--class", "create=%d" % LOWER)
+    s.set_limits("--class", "create=%d" % LOWER)
     steady = time.time() + STEADY_S
     e2e.wait_until("a charge shown waiting for the budget", lambda: budget_queued(s),
                    STEADY_S, 0.1)
