@@ -423,6 +423,18 @@ static long long bound_one(long long limit_rps, long long v)
     return v < 0 ? 0 : v;
 }
 
+void budget_share_spendable(const struct budget_settings *s, struct budget_share *held)
+{
+    CHARGED_ASSERT(s != NULL && held != NULL);
+    if (s->global_rps == 1 && held->global_mrps > BUDGET_ONE_RPS_MRPS)
+        held->global_mrps = BUDGET_ONE_RPS_MRPS;
+    if (held->floor_mrps > held->global_mrps && held->global_mrps != BUDGET_UNLIMITED)
+        held->floor_mrps = held->global_mrps;
+    for (int c = 0; c < BUDGET_CLASS_COUNT; c++)
+        if (s->class_rps[c] == 1 && held->class_mrps[c] > BUDGET_ONE_RPS_MRPS)
+            held->class_mrps[c] = BUDGET_ONE_RPS_MRPS;
+}
+
 void budget_share_bound(const struct budget_settings *s, struct budget_share *held)
 {
     CHARGED_ASSERT(s != NULL && held != NULL);

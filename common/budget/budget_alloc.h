@@ -154,6 +154,15 @@ void budget_alloc_take(const struct budget_settings *s,
                        const struct budget_share *target,
                        const struct budget_share *others, struct budget_share *held);
 
+/* What a holder may spend of its share, in place: all of it, but under a
+ * limit of exactly 1 req/s at most BUDGET_ONE_RPS_MRPS. The provider's
+ * bucket holds as many tokens as its rate: at 2 and more the second token
+ * takes a request the wire brought a few ms early, at 1 none can, and one
+ * request in five came back 429. 1.25 s apart leaves 250 ms for the wire.
+ * The floor never exceeds what may be spent. */
+#define BUDGET_ONE_RPS_MRPS 800LL
+void budget_share_spendable(const struct budget_settings *s, struct budget_share *held);
+
 /* Whether the held shares' sum is within every limit (for tests and the
  * simulation): 1 or 0. */
 int budget_alloc_within(const struct budget_settings *s,

@@ -177,23 +177,6 @@ static void publish(const struct budget_refresh *r)
     }
 }
 
-/* A limit of 1 req/s is spent at 0.8/s. The provider's bucket holds as
- * many tokens as its rate: at 2 and more the second token takes a request
- * the wire brought a few ms early, at 1 none can, and one request in five
- * came back 429. 1.25 s apart leaves 250 ms for the wire. */
-#define BUDGET_ONE_RPS_MRPS 800LL
-
-static void spare_one_token(const struct budget_settings *s, struct budget_share *held)
-{
-    if (s->global_rps == 1 && held->global_mrps > BUDGET_ONE_RPS_MRPS)
-        held->global_mrps = BUDGET_ONE_RPS_MRPS;
-    if (held->floor_mrps > held->global_mrps && held->global_mrps != BUDGET_UNLIMITED)
-        held->floor_mrps = held->global_mrps;
-    for (int c = 0; c < BUDGET_CLASS_COUNT; c++)
-        if (s->class_rps[c] == 1 && held->class_mrps[c] > BUDGET_ONE_RPS_MRPS)
-            held->class_mrps[c] = BUDGET_ONE_RPS_MRPS;
-}
-
 /* One refresh: the demand read under mu, the lease refreshed without it
  * (a PostgreSQL transaction), its share handed to the gate under it,
  * valid from the clock read before the refresh. */
@@ -214,7 +197,7 @@ static enum charged_rc refresh(budget_member_t *m, struct charged_error *err)
         CHARGED_ASSERT(r.lease_ms > 0);
         long long after = clock_now_ms();
         struct budget_share spend = r.held;
-        spare_one_token(&r.settings, &spend);
+        budget_share_spendable(&r.settings, &spend);
         budget_gate_set_share(&m->gate, &spend, before + r.lease_ms, after);
         if (m->have_settings &&
             budget_settings_raised(&m->settings, &r.settings, m->asked))

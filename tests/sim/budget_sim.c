@@ -111,7 +111,9 @@ static void refresh(struct world *w, int i)
     budget_alloc_take(&w->s, &target, &others, &m->held);
     m->row = 1;
     m->expires_at = w->now + LEASE_MS;
-    budget_gate_set_share(&m->gate, &m->held, w->now + LEASE_MS, w->now);
+    struct budget_share spend = m->held;
+    budget_share_spendable(&w->s, &spend);
+    budget_gate_set_share(&m->gate, &spend, w->now + LEASE_MS, w->now);
     m->next_refresh = w->now + REFRESH_MS - 50 + rnd(w, 101);
 }
 

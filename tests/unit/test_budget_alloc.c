@@ -532,6 +532,31 @@ START_TEST(a_raise_is_told_from_a_lowering_and_a_no_op)
 }
 END_TEST
 
+/* A limit of exactly 1 req/s is spent at 0.8/s (the provider's bucket of
+ * one token takes no early request: one in five came back 429, adversary
+ * 38b); 2 and more, and no limit, are spent whole; the floor follows. */
+START_TEST(a_limit_of_one_is_spent_at_four_fifths)
+{
+    struct budget_settings s = limits(1, 1);
+    s.class_rps[BUDGET_CLASS_REFUND] = 1;
+    s.class_rps[BUDGET_CLASS_CREATE] = 2;
+    struct budget_share h = {.global_mrps = R(1), .floor_mrps = R(1)};
+    h.class_mrps[BUDGET_CLASS_REFUND] = R(1);
+    h.class_mrps[BUDGET_CLASS_CREATE] = R(2);
+    h.class_mrps[BUDGET_CLASS_LIST] = BUDGET_UNLIMITED;
+    budget_share_spendable(&s, &h);
+    ck_assert_int_eq(h.global_mrps, BUDGET_ONE_RPS_MRPS);
+    ck_assert_int_eq(h.floor_mrps, BUDGET_ONE_RPS_MRPS);
+    ck_assert_int_eq(h.class_mrps[BUDGET_CLASS_REFUND], BUDGET_ONE_RPS_MRPS);
+    ck_assert_int_eq(h.class_mrps[BUDGET_CLASS_CREATE], R(2));
+    ck_assert_int_eq(h.class_mrps[BUDGET_CLASS_LIST], BUDGET_UNLIMITED);
+    /* A share under 0.8 of a limit of 1 stays as it is. */
+    struct budget_share low = {.global_mrps = 500};
+    budget_share_spendable(&s, &low);
+    ck_assert_int_eq(low.global_mrps, 500);
+}
+END_TEST
+
 START_TEST(names_round_trip)
 {
     for (int c = 0; c < BUDGET_CLASS_COUNT; c++)
@@ -565,6 +590,7 @@ int main(void)
     tcase_add_test(tc, every_member_computes_the_same_allocation);
     tcase_add_test(tc, a_member_target_refused_is_zero);
     tcase_add_test(tc, a_raise_is_told_from_a_lowering_and_a_no_op);
+    tcase_add_test(tc, a_limit_of_one_is_spent_at_four_fifths);
     tcase_add_test(tc, names_round_trip);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
