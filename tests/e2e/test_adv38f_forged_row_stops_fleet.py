@@ -6,14 +6,17 @@ than a lease or refuse the allocation" (migration 0022 and
 budget_share_bound / budget_demand_bound were the fix of adversary 38's
 finding 6).
 
-Two rows pass 0022's checks and still fail every member's refresh:
+Rows that pass 0022's checks and still fail every member's refresh:
 
 - expires_at 'infinity': read_others computes
   ceil(extract(epoch FROM expires_at - now()) * 1000)::bigint, and
   PostgreSQL refuses it ("cannot subtract infinite timestamps");
 - held_mrps with a lower bound other than 1 ('[0:7]={0,...}'): cardinality 8,
   no NULL, every value in range, but its text starts with '[', and
-  parse_array refuses the row ("a member's row is not as 0020 made it").
+  parse_array refuses the row ("a member's row is not as 0020 made it");
+- 4,097 rows each as a member writes it, but for a lease of an hour:
+  budget_alloc_member_target refuses more than BUDGET_MEMBERS_MAX (4,096)
+  members ("allocation refused: too many members").
 
 The refresh fails before write_member, so the statement that bounds every
 other lease to 2 s from now and deletes the ended ones never runs: the row
@@ -32,16 +35,21 @@ from charged_e2e import check
 LIMIT = 50
 AFTER_S = 15
 
+# (held_mrps, expires_at, how many rows)
 ROWS = {
     "expires_at infinity":
-        ("array_fill(0::bigint, ARRAY[8])", "'infinity'::timestamptz"),
+        ("array_fill(0::bigint, ARRAY[8])", "'infinity'::timestamptz", 1),
     "held_mrps with lower bound 0":
-        ("'[0:7]={0,0,0,0,0,0,0,0}'::bigint[]", "now() + interval '1 hour'"),
+        ("'[0:7]={0,0,0,0,0,0,0,0}'::bigint[]", "now() + interval '1 hour'", 1),
+    # Each row as a member writes it but for its hour-long lease (which a
+    # refresh would bound to 2 s), one more than BUDGET_MEMBERS_MAX (4096).
+    "4097 well-formed rows":
+        ("array_fill(0::bigint, ARRAY[8])", "now() + interval '1 hour'", 4097),
 }
 
 
 def one(new, what):
-    held, expires = ROWS[what]
+    held, expires, rows = ROWS[what]
     s = new("adv38f_forged", partitions=4)
     p = s.run([e2e.CHARGECTL, "provider", "limits", "set", "--actor", "adv38f",
                "--global", str(LIMIT)])
@@ -52,9 +60,9 @@ def one(new, what):
     s.wait_settled(20, e2e.scaled(30))
     # Accepted by every CHECK of 0020 and 0022.
     s.query("INSERT INTO provider_budget_members (account, member_id, role, pid, host,"
-            " demand_mrps, held_mrps, settings_version, expires_at) VALUES ('default',"
+            " demand_mrps, held_mrps, settings_version, expires_at) SELECT 'default',"
             " gen_random_uuid(), 'forged', 1, 'nowhere', array_fill(0::bigint, ARRAY[30]),"
-            " %s, 1, %s)" % (held, expires))
+            " %s, 1, %s FROM generate_series(1, %d)" % (held, expires, rows))
     # The worker's own lease ends (its refreshes fail from the row on, and
     # its last good one is at most BUDGET_LEASE_MS old): a condition, not a
     # sleep. Only then the new charges: none can ride on the old share.
@@ -87,7 +95,7 @@ def scenario(new):
                           % (what, done - 20, AFTER_S, at5 == done,
                              fails[0].get("error") if fails else "-"))
     check(not broken,
-          "one forged row of provider_budget_members (which 0022 accepts) stops the "
+          "forged rows of provider_budget_members (which 0022 accepts) stop the "
           "fleet for good, not for at most a lease: " + "; ".join(broken))
 
 
