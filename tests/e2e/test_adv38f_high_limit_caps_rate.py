@@ -20,9 +20,7 @@ One worker, psp-sim with no limiter. 8,000 charges with the default
 settings (no limit), then 8,000 more with `limits set --global 2000`
 (a raised account's limit, about half of what the worker just did).
 Counted from psp-sim's per-second series (inner seconds): with the limit
-the worker must send at least 0.8x min(2000, its unlimited rate); a
-machine where it does less than 1,250/s unbudgeted fails as inconclusive
-(never passes vacuously: 0.8x of it would be under the 1,000/s bound)."""
+the worker must send at least 0.7x min(2000, its unlimited rate)."""
 import time
 
 import charged_e2e as e2e
@@ -76,16 +74,12 @@ def scenario(new):
     e2e.log("served per second, global %d:" % LIMIT, limited_series)
     e2e.log("inner seconds' mean: no limit %.0f/s, global %d %.0f/s" % (free, LIMIT, limited))
     s.check_invariants()
-    # One request per ms is the most a one-token bucket can let through
-    # (it fills by whole ms): below 1,250/s unbudgeted, 0.8x of it is under
-    # that bound and the test could not tell.
-    check(free >= 1250,
-          "inconclusive: the worker did only %.0f req/s with no limit (needs 1,250)" % free)
-    check(limited >= 0.8 * min(LIMIT, free),
+    # 0.7, not 1.0: the two batches run a few seconds apart on a machine
+    # other tests share; the break held the worker to 0.03-0.3 of it.
+    check(limited >= 0.7 * min(LIMIT, free),
           "a global limit of %d req/s held the worker at %.0f req/s, against %.0f with "
-          "no limit: the gate's one-token bucket lets one request through per engine "
-          "turn, every other call parked for 1 ms" % (LIMIT, limited, free))
-
+          "no limit: the gate's bucket lets a turn of the engine send only what it "
+          "holds, every other call parked" % (LIMIT, limited, free))
 
 if __name__ == "__main__":
     raise SystemExit(e2e.main(scenario))

@@ -10,7 +10,8 @@
  * Checked, exit 1 on a violation:
  * - every simulated second [k, k+1), the requests the fleet sent stay
  *   within the global limit and every class's limit in force (after a
- *   lowered limit: the old one for at most FOLLOW_MS, the new one after);
+ *   lowered limit: the old one for at most FOLLOW_MS, the new one after),
+ *   plus what the members' buckets hold (burst_of);
  * - at every millisecond, the shares the live members hold (in the model
  *   database) sum within the limits (the old ones for FOLLOW_MS after a
  *   change down);
@@ -280,6 +281,15 @@ static void setup(struct world *w, unsigned long long seed)
     set_demand(w, 4, BUDGET_PRIO_CAPTURE, BUDGET_CLASS_CAPTURE, 60);
 }
 
+/* What the members' buckets may hold at once under a limit of rps: a
+ * second may carry that over its rate (BUDGET_GATE_BURST_MS of each share,
+ * at least one request a member), which the provider's bucket of rps
+ * takes. */
+static long long burst_of(long long rps)
+{
+    return rps * BUDGET_GATE_BURST_MS / 1000 + MEMBERS;
+}
+
 /* The per-second checks and series: a window may use the old limit for
  * FOLLOW_MS after a change down, the new one after. */
 static void seconds(struct world *w, int quiet)
@@ -290,12 +300,14 @@ static void seconds(struct world *w, int quiet)
             if (w->limit_at[k - back] > g)
                 g = w->limit_at[k - back];
         w->now = k * 1000LL; /* for the messages */
-        if (w->sent[k] > g)
-            violation(w, "sent in the second from here", w->sent[k], g);
-        for (int c = 0; c < BUDGET_CLASS_COUNT; c++)
-            if (w->sent_cls[k][c] > w->s.class_rps[c])
+        if (w->sent[k] > g + burst_of(g))
+            violation(w, "sent in the second from here", w->sent[k], g + burst_of(g));
+        for (int c = 0; c < BUDGET_CLASS_COUNT; c++) {
+            long long l = w->s.class_rps[c];
+            if (w->sent_cls[k][c] > l + burst_of(l))
                 violation(w, budget_class_name((enum budget_class)c), w->sent_cls[k][c],
-                          w->s.class_rps[c]);
+                          l + burst_of(l));
+        }
         if (!quiet)
             printf("t=%2ds limit=%3lld sent=%3lld\n", k, w->limit_at[k], w->sent[k]);
     }

@@ -52,6 +52,44 @@ START_TEST(it_paces_at_its_share_and_no_second_holds_more)
 }
 END_TEST
 
+/* Adversary 38f: an engine asks for a turn's calls at one now. With a
+ * bucket of one request it sent one a turn (70-142/s under a share of
+ * 500) and never more than one a ms (1,000/s); the bucket holds
+ * BUDGET_GATE_BURST_MS of the rate, so turns of 20 ms spend the share. */
+static int spent_in_turns(long long rps, int turn_ms, int asks, int *most_in_a_second)
+{
+    struct budget_gate g;
+    struct budget_share s = share_of(rps, 0);
+    int per_second[5] = {0}, total = 0;
+    budget_gate_init(&g, 0);
+    budget_gate_set_share(&g, &s, FOREVER, 0);
+    for (long long now = 0; now < 5000; now += turn_ms)
+        for (int i = 0; i < asks; i++) {
+            struct budget_ticket t = ticket(BUDGET_CLASS_CREATE, BUDGET_PRIO_CHARGE);
+            if (budget_gate_ask(&g, &t, now) == 0) {
+                per_second[now / 1000]++;
+                total++;
+            } else {
+                budget_gate_forget(&g, &t);
+            }
+        }
+    *most_in_a_second = 0;
+    for (int i = 0; i < 5; i++)
+        if (per_second[i] > *most_in_a_second)
+            *most_in_a_second = per_second[i];
+    return total;
+}
+
+START_TEST(a_turn_of_asks_at_one_now_spends_the_share)
+{
+    int most;
+    ck_assert_int_ge(spent_in_turns(500, 20, 50, &most), 5 * 500 * 95 / 100);
+    ck_assert_int_le(most, 500 + 500 * BUDGET_GATE_BURST_MS / 1000);
+    ck_assert_int_ge(spent_in_turns(2000, 10, 100, &most), 5 * 2000 * 95 / 100);
+    ck_assert_int_le(most, 2000 + 2000 * BUDGET_GATE_BURST_MS / 1000);
+}
+END_TEST
+
 START_TEST(its_wait_is_exact)
 {
     struct budget_gate g;
@@ -78,13 +116,14 @@ START_TEST(a_lowered_share_caps_the_tokens_at_once)
     int sent = 0;
     budget_gate_init(&g, 0);
     budget_gate_set_share(&g, &big, FOREVER, 0);
-    /* No burst: a full bucket is one request, whatever the idle time. */
-    for (int i = 0; i < 20; i++) {
+    /* A full bucket is BUDGET_GATE_BURST_MS of the rate (20 at 100/s),
+     * whatever the idle time. */
+    for (int i = 0; i < 40; i++) {
         struct budget_ticket t = ticket(BUDGET_CLASS_CREATE, BUDGET_PRIO_CHARGE);
         sent += budget_gate_ask(&g, &t, 5000) == 0;
         budget_gate_forget(&g, &t);
     }
-    ck_assert_int_eq(sent, 1);
+    ck_assert_int_eq(sent, 100 * BUDGET_GATE_BURST_MS / 1000);
     /* Lowered to nothing, its token is gone at once; raised again, the
      * bucket fills from then at the new rate. */
     struct budget_ticket t = ticket(BUDGET_CLASS_CREATE, BUDGET_PRIO_CAPTURE);
@@ -268,6 +307,7 @@ int main(void)
     tcase_add_test(tc, it_paces_at_its_share_and_no_second_holds_more);
     tcase_add_test(tc, its_wait_is_exact);
     tcase_add_test(tc, a_lowered_share_caps_the_tokens_at_once);
+    tcase_add_test(tc, a_turn_of_asks_at_one_now_spends_the_share);
     tcase_add_test(tc, waiters_are_served_by_priority);
     tcase_add_test(tc, the_floor_keeps_the_audit_alive);
     tcase_add_test(tc, nothing_goes_past_the_lease);
