@@ -11,6 +11,7 @@ void provider_pace_init(struct provider_pace *p, int64_t now_ms)
                                 .cut_at = INT64_MIN,
                                 .grace_until = INT64_MIN,
                                 .before_restart = -1.0,
+                                .refuted_at = INT64_MIN,
                                 .second = now_ms};
 }
 
@@ -97,6 +98,7 @@ static int refuted(struct provider_pace *p, int64_t now_ms)
 {
     double back = p->before_restart;
     p->before_restart = -1.0;
+    p->refuted_at = now_ms;
     if (back <= 0.0)
         return 0;
     refill(p, now_ms);
@@ -149,19 +151,28 @@ void provider_pace_answer(struct provider_pace *p, int throttled, int first,
     CHARGED_ASSERT(p->limit >= PACE_MIN_PER_S);
 }
 
-void provider_pace_restart(struct provider_pace *p, int64_t now_ms)
+int provider_pace_restart(struct provider_pace *p, int64_t now_ms)
 {
     CHARGED_ASSERT(p != NULL);
     count_second(p, now_ms);
-    if (p->before_restart < 0.0) /* an unrefuted restart keeps the older limit */
+    if (p->refuted_at != INT64_MIN && now_ms - p->refuted_at < PACE_RESTART_CONFIRM_MS)
+        return 0; /* the provider did not follow the last raise */
+    /* A restart not yet refuted nor confirmed: this one keeps its older
+     * limit, its grace and its window, or raises in a row would hold off
+     * every judgement. */
+    int chained = p->before_restart >= 0.0;
+    if (!chained)
         p->before_restart = p->limit;
     p->limit = 0.0;
     p->tokens = 0.0;
     p->refilled = now_ms;
     p->cut_at = INT64_MIN;
-    p->grace_until = now_ms + PACE_RESTART_GRACE_MS;
-    p->judged = p->judged_429 = 0;
+    if (!chained) {
+        p->grace_until = now_ms + PACE_RESTART_GRACE_MS;
+        p->judged = p->judged_429 = 0;
+    }
     CHARGED_ASSERT(provider_pace_next_ms(p, now_ms) == now_ms);
+    return 1;
 }
 
 double provider_pace_limit(const struct provider_pace *p)

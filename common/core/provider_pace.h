@@ -31,7 +31,10 @@
  * after the budget did; the fleet's budget still bounds the sending. */
 #define PACE_RESTART_GRACE_MS 2000
 /* A restart no 429 refuted for this long past its grace was the
- * provider's too: the pace before it is forgotten. */
+ * provider's too: the pace before it is forgotten. And for this long
+ * after a refutation a raise restarts nothing: the provider did not follow
+ * the last one (adversary 38f: a raise every second, each restart a grace
+ * of its own, kept the worker unpaced while the steps went on). */
 #define PACE_RESTART_CONFIRM_MS 10000
 /* 429s refute a restart when a window of PACE_JUDGE_ANSWERS answers past
  * its grace holds at least PACE_REFUTE_429S of them and more than
@@ -59,6 +62,7 @@ struct provider_pace {
     int64_t grace_until;      /* a restart's grace: no cut before (INT64_MIN: none) */
     double before_restart;    /* the limit before a restart no 429 has refuted yet
                                  (-1: none) */
+    int64_t refuted_at;       /* the last refutation (INT64_MIN: none) */
     int64_t judged_since;     /* past a restart's grace: the window's first answer */
     int judged, judged_429;   /* answers in it (0: none open), and 429s of them */
     int64_t second;           /* start of the current second of counted starts */
@@ -86,8 +90,11 @@ void provider_pace_answer(struct provider_pace *p, int throttled, int first,
  * about +1/s a second). For PACE_RESTART_GRACE_MS a 429 cuts nothing (it
  * answers the old limits, or a provider raising its own a moment later);
  * 429s after it (PACE_REFUTE_*) put back the limit from before the
- * restart, and AIMD goes on from there. */
-void provider_pace_restart(struct provider_pace *p, int64_t now_ms);
+ * restart, and AIMD goes on from there. A restart while another is not
+ * yet refuted or confirmed keeps that one's grace and window; within
+ * PACE_RESTART_CONFIRM_MS of a refutation it does nothing. 1: restarted,
+ * 0: not (the pace stays). */
+int provider_pace_restart(struct provider_pace *p, int64_t now_ms);
 /* The limit in calls/s (0: unpaced), for the metric and the log. */
 double provider_pace_limit(const struct provider_pace *p);
 

@@ -140,11 +140,16 @@ START_TEST(a_restart_follows_new_limits_and_a_429_after_its_grace_cuts)
     provider_pace_answer(&p, 1, 0, 44000);
     ck_assert(provider_pace_limit(&p) == PACE_MIN_PER_S);
 
+    /* Within PACE_RESTART_CONFIRM_MS of a refutation a raise restarts
+     * nothing: the provider did not follow the last one. */
+    ck_assert_int_eq(provider_pace_restart(&p, 46000), 0);
+    ck_assert(provider_pace_limit(&p) == PACE_MIN_PER_S);
+
     /* A stray 429 past the grace among many answers (another client's, a
      * fault) refutes nothing: it cuts as any first 429, to half of what
      * was sent, not back to the old pace. */
-    provider_pace_restart(&p, 46000);
-    int64_t past = 46000 + PACE_RESTART_GRACE_MS;
+    ck_assert_int_eq(provider_pace_restart(&p, 53000), 1);
+    int64_t past = 53000 + PACE_RESTART_GRACE_MS;
     ck_assert_int_eq(started(&p, past, 1000), 1000);
     for (int i = 0; i < 20; i++)
         provider_pace_answer(&p, 0, 0, past + 1000 + i);
@@ -158,8 +163,8 @@ START_TEST(a_restart_follows_new_limits_and_a_429_after_its_grace_cuts)
     /* A restart no 429 refutes within PACE_RESTART_CONFIRM_MS past its
      * grace was the provider's raise too: a later 429 cuts from what is
      * sent then, not back to the old pace. */
-    provider_pace_restart(&p, 50000);
-    int64_t later = 50000 + PACE_RESTART_GRACE_MS + PACE_RESTART_CONFIRM_MS;
+    ck_assert_int_eq(provider_pace_restart(&p, 58000), 1);
+    int64_t later = 58000 + PACE_RESTART_GRACE_MS + PACE_RESTART_CONFIRM_MS;
     provider_pace_answer(&p, 0, 0, later);
     ck_assert_int_eq(started(&p, later, 1000), 1000);
     provider_pace_answer(&p, 1, 1, later + 1001);
@@ -206,6 +211,34 @@ START_TEST(two_429s_first_in_a_window_refute_nothing)
 }
 END_TEST
 
+/* Adversary 38f: raises a second apart (a script stepping the limit)
+ * each restarted the pace with a grace of its own: no 429 ever cut it and
+ * no window judged it while the steps went on. A restart in a restart's
+ * grace keeps that grace; once refuted, raises restart nothing for
+ * PACE_RESTART_CONFIRM_MS. */
+START_TEST(raises_in_a_row_keep_the_first_grace)
+{
+    struct provider_pace p;
+    provider_pace_init(&p, 0);
+    ck_assert_int_eq(started(&p, 0, 1000), 1000);
+    for (int64_t t = 1000; t < 12000; t += 1000)
+        provider_pace_answer(&p, 1, 1, t);
+    ck_assert(provider_pace_limit(&p) == PACE_MIN_PER_S);
+    ck_assert_int_eq(provider_pace_restart(&p, 12000), 1);
+    ck_assert_int_eq(provider_pace_restart(&p, 13000), 1);
+    ck_assert(provider_pace_limit(&p) == 0.0);
+    /* The first restart's grace ends at 14000, not the second's at 15000. */
+    for (int i = 0; i < PACE_JUDGE_ANSWERS; i++)
+        provider_pace_answer(&p, 1, 0, 14000 + i);
+    ck_assert(provider_pace_limit(&p) == PACE_MIN_PER_S);
+    ck_assert_int_eq(provider_pace_restart(&p, 15000), 0); /* refuted at 14009 */
+    ck_assert_int_eq(provider_pace_restart(&p, 14009 + PACE_RESTART_CONFIRM_MS - 1), 0);
+    ck_assert(provider_pace_limit(&p) == PACE_MIN_PER_S);
+    ck_assert_int_eq(provider_pace_restart(&p, 14009 + PACE_RESTART_CONFIRM_MS), 1);
+    ck_assert(provider_pace_limit(&p) == 0.0);
+}
+END_TEST
+
 /* A flood of throttled repeats (adversary 38d's backlog) is judged at the
  * window's PACE_JUDGE_ANSWERS-th answer, not a second later. */
 START_TEST(a_flood_of_429s_refutes_at_once)
@@ -236,6 +269,7 @@ int main(void)
     tcase_add_test(tc, a_429_with_too_few_calls_sent_cuts_nothing);
     tcase_add_test(tc, two_429s_first_in_a_window_refute_nothing);
     tcase_add_test(tc, a_flood_of_429s_refutes_at_once);
+    tcase_add_test(tc, raises_in_a_row_keep_the_first_grace);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }

@@ -117,9 +117,13 @@ static void engine_follow_budget(engine_t *eng, int64_t now)
     char was[32];
     snprintf(was, sizeof(was), "%.1f", provider_pace_limit(&eng->pace));
     eng->budget_raises = v;
-    provider_pace_restart(&eng->pace, now);
-    log_info("provider budget settings changed; the pace starts afresh",
-             "pace_per_s_was", was, NULL);
+    if (provider_pace_restart(&eng->pace, now))
+        log_info("provider budget settings changed; the pace starts afresh",
+                 "pace_per_s_was", was, NULL);
+    else
+        log_info("provider budget settings raised; the pace stays: the provider did not "
+                 "follow the last raise",
+                 "pace_per_s", was, NULL);
 }
 
 void engine_start_calls(engine_t *eng)
