@@ -121,9 +121,10 @@ static void engine_follow_budget(engine_t *eng, int64_t now)
         log_info("provider budget settings changed; the pace starts afresh",
                  "pace_per_s_was", was, NULL);
     else
-        log_info("provider budget settings raised; the pace stays: the provider did not "
-                 "follow the last raise",
-                 "pace_per_s", was, NULL);
+        log_info(
+            "provider budget settings raised; the pace stays: the provider did not "
+            "follow the last raise",
+            "pace_per_s", was, NULL);
 }
 
 void engine_start_calls(engine_t *eng)
