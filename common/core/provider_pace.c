@@ -20,8 +20,11 @@ static void count_second(struct provider_pace *p, int64_t now_ms)
 {
     if (now_ms - p->second < 1000)
         return;
-    p->last_second = now_ms - p->second < 2000 ? p->started : 0;
-    p->started = 0;
+    int next = now_ms - p->second < 2000;
+    p->last_second = next ? p->started : 0;
+    p->answered[1] = next ? p->answered[0] : 0;
+    p->throttled[1] = next ? p->throttled[0] : 0;
+    p->started = p->answered[0] = p->throttled[0] = 0;
     p->second = now_ms;
 }
 
@@ -114,6 +117,10 @@ void provider_pace_answer(struct provider_pace *p, int throttled, int first,
 {
     CHARGED_ASSERT(p != NULL && p->limit >= 0.0);
     count_second(p, now_ms);
+    /* Only first 429s: a throttled object's retries answer 429 again and
+     * again, and would make its share anything. */
+    p->answered[0]++;
+    p->throttled[0] += throttled && first;
     if (p->before_restart >= 0.0 && p->grace_until != INT64_MIN &&
         now_ms - p->grace_until >= PACE_RESTART_CONFIRM_MS)
         p->before_restart = -1.0; /* the raise was the provider's too */
@@ -132,6 +139,11 @@ void provider_pace_answer(struct provider_pace *p, int throttled, int first,
         return; /* a repeat of one message's overrun */
     if (p->cut_at != INT64_MIN && now_ms - p->cut_at < PACE_CUT_MS)
         return; /* the same overrun */
+    int answers = p->answered[0] + p->answered[1];
+    if (answers < PACE_JUDGE_ANSWERS)
+        return; /* too few answers to tell an overrun from a stray */
+    if ((p->throttled[0] + p->throttled[1]) * PACE_CUT_SHARE < answers)
+        return; /* a 429 among many answers: about one object, not our rate */
     refill(p, now_ms);
     if (p->limit <= 0.0) {
         /* Unpaced until now: half of what was started in the last second. */

@@ -53,6 +53,16 @@
  * the pace they would set (1-2/s, at a burst's start) climbs back about
  * +1/s a second (adversary 38e: one stray 429 as a backlog began). */
 #define PACE_MIN_SAMPLE 5
+/* A first 429 cuts only when this second and the last brought
+ * PACE_JUDGE_ANSWERS answers or more (fewer tell nothing: at a backlog's
+ * start the first two answers were two strays) and first 429s are at
+ * least 1/PACE_CUT_SHARE of them: a 429 about one object (Stripe's
+ * 1,000 updates per PaymentIntent an hour; another request holding it)
+ * is no overrun of the account's rate. One command in 51 for a throttled
+ * card halved the pace every second, from ~3,000 req/s to 42-56
+ * (adversary 38f). A real overrun answers 429 to the share it overruns
+ * by, and its retries raise that share until it cuts. */
+#define PACE_CUT_SHARE 20
 
 struct provider_pace {
     double limit;             /* calls/s; 0: unpaced */
@@ -67,6 +77,8 @@ struct provider_pace {
     int judged, judged_429;   /* answers in it (0: none open), and 429s of them */
     int64_t second;           /* start of the current second of counted starts */
     int started, last_second; /* starts in it, and in the one before */
+    int answered[2], throttled[2]; /* answers and first 429s in it [0] and
+                                      the one before [1] */
 };
 
 void provider_pace_init(struct provider_pace *p, int64_t now_ms);
