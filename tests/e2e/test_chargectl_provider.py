@@ -28,14 +28,17 @@ def psql(url, sql):
     return p.stdout.decode().strip()
 
 
-def ctl(db, *args):
+def ctl(db, *args, account=None):
     env = dict(os.environ, DATABASE_URL=db)
+    env.pop("PROVIDER_BUDGET_ACCOUNT", None)
+    if account:
+        env["PROVIDER_BUDGET_ACCOUNT"] = account
     return subprocess.run([CTL, "provider", "limits"] + list(args), capture_output=True,
                           env=env, timeout=e2e.scaled(30))
 
 
-def ok(db, *args):
-    p = ctl(db, *args)
+def ok(db, *args, account=None):
+    p = ctl(db, *args, account=account)
     check(p.returncode == 0, "limits %s: exit %d, want 0; stderr %r" % (
         " ".join(args), p.returncode, p.stderr.decode()))
     return p.stdout.decode()
@@ -55,6 +58,7 @@ def scenario(db):
     me = pwd.getpwuid(os.geteuid()).pw_name
     helped = ok(db, "--help")
     for word in ("show", "set", "--global", "--class CLASS=N", "--audit-floor", "--actor",
+                 "PROVIDER_BUDGET_ACCOUNT",
                  "create, capture, refund, retrieve, search, list", "Exit status"):
         check(word in helped, "the help does not mention %r" % word)
     shown = json.loads(ok(db, "show", "--json"))
@@ -105,6 +109,21 @@ def scenario(db):
     check_eq(psql(db, "SELECT version FROM provider_budget"), version,
              "the version after refusals")
     refused(db, 1, "show", "--account", "nope", mention=("nope",))
+
+    # The fleet's account (PROVIDER_BUDGET_ACCOUNT) unless --account: the
+    # default "default" set a budget nobody followed on a fleet configured
+    # otherwise (adversary 38f).
+    psql(db, "INSERT INTO provider_budget (account, updated_by) VALUES ('live', 'test')")
+    after = json.loads(ok(db, "set", "--global", "7", "--json", account="live"))
+    check_eq((after["account"], after["global_rps"]), ("live", 7),
+             "set with PROVIDER_BUDGET_ACCOUNT=live")
+    check_eq(json.loads(ok(db, "show", "--json", account="live"))["account"], "live",
+             "show with PROVIDER_BUDGET_ACCOUNT=live")
+    check_eq(json.loads(ok(db, "show", "--json", "--account", "default",
+                           account="live"))["global_rps"], 40, "--account over it")
+    check_eq(psql(db, "SELECT string_agg(account || '=' || global_rps, ',' ORDER BY"
+                      " account) FROM provider_budget"), "default=40,live=7",
+             "the accounts' limits")
 
 
 def main():

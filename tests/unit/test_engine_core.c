@@ -421,6 +421,51 @@ START_TEST(a_long_wait_is_said_on_the_record_until_the_call_starts)
 }
 END_TEST
 
+/* Adversary 38f: a job held back by the process's 429 pace never asks the
+ * budget nor gets a 429 of its own, yet it waits for the provider's word:
+ * held a second, its record says provider_throttled, since it was first
+ * held (or since its own run of 429s, when earlier), until its call. */
+START_TEST(a_job_held_at_the_pace_says_so)
+{
+    struct job j = {0};
+    j.lease_epoch = 1;
+    ck_assert_int_eq(engine_core_wait_paced(&j, 500, 40000), 0);
+    ck_assert_int_eq(j.paced_since, 500);
+    ck_assert_int_eq(engine_core_wait_paced(&j, 1499, 40999), 0);
+    ck_assert_int_eq(engine_core_wait_due(&j), 0);
+    ck_assert_int_eq(engine_core_wait_paced(&j, 1500, 41000), 1);
+    ck_assert_int_eq(j.wait_want, JOB_WAITING_THROTTLED);
+    ck_assert_int_eq(j.wait_since_ms, 40000);
+    ck_assert_int_eq(engine_core_wait_due(&j), 1);
+    j.wait_shown = j.wait_want, j.wait_shown_since_ms = j.wait_since_ms; /* written */
+    j.wait_shown_epoch = 1;
+    /* Held on: the same wait, nothing to write. */
+    ck_assert_int_eq(engine_core_wait_paced(&j, 2500, 42000), 1);
+    ck_assert_int_eq(engine_core_wait_due(&j), 0);
+    /* Its call starts: neither the wait nor the hold goes on. */
+    engine_core_wait_ends(&j);
+    ck_assert_int_eq(j.paced_since, 0);
+    ck_assert_int_eq(engine_core_wait_due(&j), 1);
+    j.wait_shown = JOB_WAITING_NONE;
+    /* A 429 parked it briefly (not said), then the pace held it: one wait,
+     * since that 429. */
+    engine_core_wait_answered(&j, 1, 200, 3000, 50000);
+    ck_assert_int_eq(j.wait_want, JOB_WAITING_NONE);
+    ck_assert_int_eq(engine_core_wait_paced(&j, 3600, 50600), 0);
+    ck_assert_int_eq(engine_core_wait_paced(&j, 4000, 51000), 1);
+    ck_assert_int_eq(j.wait_since_ms, 50000);
+    /* A wait already said keeps its reason and its since. */
+    engine_core_wait_ends(&j);
+    j.budget =
+        (struct budget_ask){{BUDGET_CLASS_CREATE, BUDGET_PRIO_CHARGE, 1}, 5000, 1};
+    ck_assert_int_eq(engine_core_budget_waited_long(&j, 6000), 1);
+    engine_core_wait_budget(&j, 6000, 60000);
+    ck_assert_int_eq(engine_core_wait_paced(&j, 6100, 60100), 1);
+    ck_assert_int_eq(j.wait_want, JOB_WAITING_BUDGET);
+    ck_assert_int_eq(j.wait_since_ms, 59000);
+}
+END_TEST
+
 START_TEST(a_parked_job_given_up_lets_its_lease_go)
 {
     next_decided = ANSWER_NEXT_RETRY;
@@ -481,6 +526,7 @@ int main(void)
     tcase_add_test(tc, a_parked_job_given_up_lets_its_lease_go);
     tcase_add_test(tc, a_call_over_the_budget_parks_for_the_gates_wait);
     tcase_add_test(tc, a_long_wait_is_said_on_the_record_until_the_call_starts);
+    tcase_add_test(tc, a_job_held_at_the_pace_says_so);
     /* The abort ends the process it runs in: only where each test has a
      * process of its own (not the valgrind run's CK_FORK=no). */
     const char *fork_mode = getenv("CK_FORK");

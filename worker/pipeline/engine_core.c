@@ -490,8 +490,28 @@ void engine_core_wait_answered(struct job *j, int throttled, long long park_ms,
     j->wait_since_ms = wall - (now - j->throttled_since);
 }
 
+int engine_core_wait_paced(struct job *j, int64_t now, int64_t wall)
+{
+    if (j->paced_since == 0)
+        j->paced_since = now;
+    CHARGED_ASSERT(now >= j->paced_since);
+    if (j->wait_want != JOB_WAITING_NONE)
+        return 1;
+    /* Its own 429s, parked too briefly to be said, and the pace since are
+     * one wait for the provider's word. */
+    int64_t since = j->paced_since;
+    if (j->throttled_since != 0 && j->throttled_since < since)
+        since = j->throttled_since;
+    if (now - since < ENGINE_BUDGET_LONG_MS)
+        return 0;
+    j->wait_want = JOB_WAITING_THROTTLED;
+    j->wait_since_ms = wall - (now - since);
+    return 1;
+}
+
 void engine_core_wait_ends(struct job *j)
 {
+    j->paced_since = 0;
     j->wait_want = JOB_WAITING_NONE;
     j->wait_since_ms = 0;
     j->budget_long = 0;

@@ -242,8 +242,14 @@ void engine_core_wait_budget(struct job *j, int64_t now, int64_t wall);
  * the job will have waited that long before it may call again. */
 void engine_core_wait_answered(struct job *j, int throttled, long long park_ms,
                                int64_t now, int64_t wall);
-/* j's call starts: its record no longer waits (the run of 429s goes on
- * until an answer that is no 429). */
+/* j was due to be sent but the process's pace (provider_pace.h, cut only
+ * by the provider's 429s) held it back: once held ENGINE_BUDGET_LONG_MS, its
+ * record says provider_throttled since it was first held, or since its own
+ * run of 429s began when that was earlier. A wait already said is kept:
+ * the record says why it has waited since. Returns 1 when it says a wait. */
+int engine_core_wait_paced(struct job *j, int64_t now, int64_t wall);
+/* j's call starts: its record no longer waits, nor is it held at the pace
+ * (the run of 429s goes on until an answer that is no 429). */
 void engine_core_wait_ends(struct job *j);
 /* 1 when j's record must be written for its wait to be true: what it
  * should show differs from what this worker last wrote under this claim. */

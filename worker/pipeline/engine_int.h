@@ -114,6 +114,8 @@ struct engine {
      * (engine_follow_budget, budget_member_settings_raises). */
     long long budget_raises;
     size_t waits_shown; /* jobs whose record shows a wait (engine_write_waits) */
+    size_t waits_paced; /* jobs the pace held this turn whose record should say
+                           so (engine_start_calls, engine_write_waits) */
     /* The half-open breaker's probe: a refused charge request, so
      * that no attempt (a poisoned one least of all) decides for the others
      * whether the provider is back. */

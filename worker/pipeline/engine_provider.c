@@ -130,8 +130,9 @@ static void engine_follow_budget(engine_t *eng, int64_t now)
 void engine_start_calls(engine_t *eng)
 {
     struct charged_error err;
-    int64_t now = clock_now_ms();
+    int64_t now = clock_now_ms(), wall = clock_wall_ms();
     engine_follow_budget(eng, now);
+    eng->waits_paced = 0;
     for (struct job *j = job_list_first(eng->jobs, JOB_CALL), *next; j; j = next) {
         next = job_next_in_state(j);
         enum engine_next gate = engine_core_call_gate(&eng->core, eng->jobs, j, now);
@@ -145,9 +146,14 @@ void engine_start_calls(engine_t *eng)
         if (gate != ENGINE_NEXT_SEND)
             continue;
         /* Over this process's pace (429s lowered it): every call waits,
-         * in its slot, no try counted; the loop wakes when there is room. */
-        if (provider_pace_next_ms(&eng->pace, now) > now)
-            break;
+         * in its slot, no try counted; the loop wakes when there is room.
+         * Each due one is still walked, so that one held a second says
+         * why on its record (docs/states.md, "Waiting"): it never asks the
+         * budget nor gets a 429 of its own that would say it. */
+        if (provider_pace_next_ms(&eng->pace, now) > now) {
+            eng->waits_paced += (size_t)engine_core_wait_paced(j, now, wall);
+            continue;
+        }
         /* Not closed: the job waits as it is, its lease renewed, no try
          * counted, until the breaker's own probes close it. It stops
          * asking the budget meanwhile, so its ticket goes (forget_held). */

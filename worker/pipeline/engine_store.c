@@ -768,7 +768,8 @@ void engine_write_waits(engine_t *eng)
     size_t n = 0, k = 0;
     /* Nothing waits and no record says so: the common case costs nothing. */
     if (!eng->op->wait ||
-        (job_list_count(eng->jobs, JOB_PARKED) == 0 && eng->waits_shown == 0) ||
+        (job_list_count(eng->jobs, JOB_PARKED) == 0 && eng->waits_shown == 0 &&
+         eng->waits_paced == 0) ||
         !engine_db_ready(eng))
         return;
     for (size_t s = 0; s < NCLAIMED; s++)

@@ -53,7 +53,8 @@ enum job_state {
 enum job_waiting {
     JOB_WAITING_NONE,      /* not waiting, or not long enough to say */
     JOB_WAITING_BUDGET,    /* "provider_budget": the fleet's budget */
-    JOB_WAITING_THROTTLED, /* "provider_throttled": parked after 429s */
+    JOB_WAITING_THROTTLED, /* "provider_throttled": parked after 429s, or held
+                              by the pace the provider's 429s cut */
 };
 
 struct job {
@@ -101,6 +102,8 @@ struct job {
                                  ENGINE_BUDGET_LONG_MS (said once a wait) */
     int64_t throttled_since;  /* clock_now_ms of the first 429 of the answers
                                  it got since one that was not (0: none) */
+    int64_t paced_since;      /* CALL: clock_now_ms it was first held back by
+                                 the process's 429 pace (0: not held) */
     /* The wait its record should show (want, since when: wall ms), and
      * what it shows as far as this worker wrote (shown, under the claim of
      * shown_epoch: a new claim's record shows none). */

@@ -326,10 +326,13 @@ static enum MHD_Result serve_signed_in(struct console *cs, console_views_t *v,
         status = console_views_actions(v, &body);
         break;
     case CONSOLE_R_LIMITS:
-        status = console_limits_show(config_str(cs->cfg, CONFIG_DATABASE_URL), &body);
+        status = console_limits_show(
+            config_str(cs->cfg, CONFIG_DATABASE_URL),
+            config_str(cs->cfg, CONFIG_PROVIDER_BUDGET_ACCOUNT), &body);
         break;
     case CONSOLE_R_LIMITS_SET:
         status = console_limits_set(config_str(cs->cfg, CONFIG_DATABASE_URL),
+                                    config_str(cs->cfg, CONFIG_PROVIDER_BUDGET_ACCOUNT),
                                     console_views_store(v), who->name, rq->body,
                                     rq->len, &body);
         break;

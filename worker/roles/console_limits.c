@@ -117,19 +117,23 @@ out:
     return rc;
 }
 
-static budget_lease_t *open_budget(const char *database_url, struct charged_error *err)
+/* The account the fleet draws from (PROVIDER_BUDGET_ACCOUNT, as every
+ * role's member joins): "default" here showed and set a budget nobody
+ * followed on a fleet configured otherwise (adversary 38f). */
+static budget_lease_t *open_budget(const char *database_url, const char *account,
+                                   struct charged_error *err)
 {
-    return budget_lease_new(database_url, BUDGET_ACCOUNT_DEFAULT, "console",
-                            BUDGET_LEASE_MS, err);
+    return budget_lease_new(database_url, account, "console", BUDGET_LEASE_MS, err);
 }
 
-unsigned console_limits_show(const char *database_url, json_t **body)
+unsigned console_limits_show(const char *database_url, const char *account,
+                             json_t **body)
 {
     struct charged_error err;
     json_t *settings = NULL, *members = NULL;
     unsigned status;
-    CHARGED_ASSERT(database_url && body);
-    budget_lease_t *l = open_budget(database_url, &err);
+    CHARGED_ASSERT(database_url && account && body);
+    budget_lease_t *l = open_budget(database_url, account, &err);
     if (!l)
         return answer(body, 500, "%s", err.message);
     enum charged_rc rc = budget_lease_show(l, &settings, &members, &err);
@@ -155,27 +159,27 @@ unsigned console_limits_show(const char *database_url, json_t **body)
 
 /* One row of the console's action log; a failure to write it is logged
  * (the change itself is in provider_budget_changes with its actor). */
-static void record(console_store_t *cs, const char *actor, const char *outcome,
-                   json_t *detail)
+static void record(console_store_t *cs, const char *actor, const char *account,
+                   const char *outcome, json_t *detail)
 {
     struct charged_error err;
     char *text = detail ? json_dumps(detail, JSON_COMPACT) : NULL;
-    if (console_store_record(cs, actor, ACTION, BUDGET_ACCOUNT_DEFAULT, outcome, text,
-                             &err) != CHARGED_OK)
+    if (console_store_record(cs, actor, ACTION, account, outcome, text, &err) !=
+        CHARGED_OK)
         log_error("console: an action was not recorded", "actor", actor, "action",
                   ACTION, "error", err.message, NULL);
     free(text);
 }
 
-unsigned console_limits_set(const char *database_url, console_store_t *cs,
-                            const char *actor, const char *request, size_t len,
-                            json_t **body)
+unsigned console_limits_set(const char *database_url, const char *account,
+                            console_store_t *cs, const char *actor, const char *request,
+                            size_t len, json_t **body)
 {
     struct budget_change change;
     struct charged_error err;
     json_t *after = NULL;
     unsigned status;
-    CHARGED_ASSERT(database_url && cs && actor && body);
+    CHARGED_ASSERT(database_url && account && cs && actor && body);
     if (console_limits_parse(request, len, &change, &err) != CHARGED_OK)
         return answer(body, 400, "%s", err.message);
     /* A token's name may be longer than the budget's record of its actor
@@ -185,17 +189,17 @@ unsigned console_limits_set(const char *database_url, console_store_t *cs,
                         "a token name over %d bytes cannot be recorded as the actor of "
                         "a limit change: sign in with a shorter one",
                         BUDGET_NAME_MAX);
-        record(cs, actor, "refused", *body);
+        record(cs, actor, account, "refused", *body);
         return status;
     }
-    budget_lease_t *l = open_budget(database_url, &err);
+    budget_lease_t *l = open_budget(database_url, account, &err);
     if (!l)
         return answer(body, 500, "%s", err.message);
     enum charged_rc rc = budget_lease_set(l, &change, actor, &after, &err);
     budget_lease_free(l);
     if (rc == CHARGED_OK) {
         json_t *detail = json_pack("{s:O}", "after", after);
-        record(cs, actor, "ok", detail);
+        record(cs, actor, account, "ok", detail);
         json_decref(detail);
         log_info("console: provider limits set", "actor", actor, NULL);
         *body = after;
@@ -204,7 +208,7 @@ unsigned console_limits_set(const char *database_url, console_store_t *cs,
     status = rc == CHARGED_BAD_ITEM ? 422 : rc == CHARGED_NOT_FOUND ? 404 : 503;
     status = answer(body, status, "%s", err.message);
     json_t *why = json_pack("{s:O}", "error", json_object_get(*body, "error"));
-    record(cs, actor, status == 503 ? "failed" : "refused", why);
+    record(cs, actor, account, status == 503 ? "failed" : "refused", why);
     json_decref(why);
     return status;
 }

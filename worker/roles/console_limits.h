@@ -22,10 +22,12 @@
 #include "charged_error.h"
 #include "console_store.h"
 
-/* {"global_rps", "classes": {"create": N, ...}, "audit_floor_rps",
+/* The budget of account (the fleet's PROVIDER_BUDGET_ACCOUNT): {"account",
+ * "global_rps", "classes": {"create": N, ...}, "audit_floor_rps",
  * "version", "updated_by", "updated_at", "members": [{"member_id", "role",
  * "pid", "host", "held_mrps", "demand_mrps", "expires_in_ms"}]}. */
-unsigned console_limits_show(const char *database_url, json_t **body);
+unsigned console_limits_show(const char *database_url, const char *account,
+                             json_t **body);
 
 /* A change: {"global": N, "classes": {"create": N, ...}, "audit_floor": N},
  * each member optional but one at least, each N a whole number of
@@ -35,9 +37,9 @@ unsigned console_limits_show(const char *database_url, json_t **body);
  * BUDGET_NAME_MAX bytes: a token's name may be longer); 503 when the
  * database is unreachable. Recorded as action "provider_limits" with
  * actor. */
-unsigned console_limits_set(const char *database_url, console_store_t *cs,
-                            const char *actor, const char *request, size_t len,
-                            json_t **body);
+unsigned console_limits_set(const char *database_url, const char *account,
+                            console_store_t *cs, const char *actor, const char *request,
+                            size_t len, json_t **body);
 
 /* The request body of console_limits_set as a change (pure). */
 enum charged_rc console_limits_parse(const char *request, size_t len,
