@@ -45,7 +45,8 @@ extern char **environ;
  * environment carries the workers' group and session settings too. */
 static void security_props(rd_kafka_conf_t *c)
 {
-    static const char *const prefixes[] = {"KAFKA_SECURITY_", "KAFKA_SASL_", "KAFKA_SSL_"};
+    static const char *const prefixes[] = {"KAFKA_SECURITY_", "KAFKA_SASL_",
+                                           "KAFKA_SSL_"};
     for (char **e = environ; *e; e++) {
         const char *eq = strchr(*e, '=');
         int ours = 0;
