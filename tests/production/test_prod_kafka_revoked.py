@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""A revoked ACL on the production profile's Kafka: the worker's principal
+loses Read on its consumer group while it runs (an operator's mistake, a
+rotated policy: what shows up at 3 a.m.).
+
+The worker must then fail readiness (/readyz 503) naming the permission it
+lacks, say so in one log line (not one per poll), and keep running: no
+exit, so no crash loop of restarts that would not bring the permission
+back. Once the ACL is granted again it is ready again and charges what was
+published meanwhile, each once (psp-sim's ledger, check_invariants).
+
+Skips (77) unless CHARGED_PROD_STACK_DIR names a running production stack."""
+import time
+
+import prod_kafka
+from prod_kafka import e2e
+from charged_e2e import check, check_eq
+
+
+def ready(s, name):
+    return s.admin_get(name, "/readyz")
+
+
+def scenario(new):
+    s = new("prod_revoked")
+    w = s.start_worker()
+    first = [e2e.new_command() for _ in range(20)]
+    s.publish(first)
+    s.wait_settled(len(first), timeout=120)
+    e2e.wait_until("the worker ready", lambda: ready(s, w)[0] == 200, 60)
+
+    s.revoke("worker", "group", s.group, "Read")
+    want = "Read on group %s" % s.group
+
+    def denied():
+        status, body = ready(s, w)
+        return body if status == 503 and want in body else None
+    body = e2e.wait_until("/readyz 503 naming the missing permission", denied, 90)
+    e2e.log("readyz:", body.strip())
+    # Published while denied: nothing may be lost or charged twice.
+    second = [e2e.new_command() for _ in range(20)]
+    s.publish(second)
+
+    # Still denied a while later: the worker runs on, says it once.
+    t_end = time.monotonic() + e2e.scaled(15)
+    while time.monotonic() < t_end:
+        check(s.process(w).poll() is None, "the worker exited (%s) on a revoked ACL: "
+              "a crash loop under a supervisor" % s.process(w).returncode)
+        check(denied() is not None, "/readyz stopped naming the missing permission")
+        time.sleep(0.5)
+    lines = s.worker_log(w, "kafka denies a permission")
+    e2e.log("log lines naming it:", len(lines), lines[:2])
+    check_eq([l.get("permission") for l in lines], ["Read on group %s" % s.group],
+             "the denial's log lines (one, naming the permission)")
+    check(not s.worker_log(w, "consumer error"), "consumer errors logged beside it")
+
+    s.provision()  # grants it again
+    e2e.wait_until("the worker ready again", lambda: ready(s, w)[0] == 200, 120)
+    s.wait_settled(len(first) + len(second), timeout=180)
+    s.check_invariants()
+    check_eq(s.process(w).poll(), None, "the worker's exit status (still running)")
+
+
+if __name__ == "__main__":
+    prod_kafka.stack_dir_or_skip()
+    e2e.Scenario = prod_kafka.ProdScenario  # main()'s factory makes (and closes) these
+    raise SystemExit(e2e.main(scenario))
