@@ -782,6 +782,12 @@ enum charged_rc engine_kafka_setup(engine_t *eng, struct charged_error *err)
     rd_kafka_conf_t *cc = NULL, *pc = NULL;
     char rderr[sizeof(err->message)];
 
+    /* TLS material that does not verify would otherwise be retried, and
+     * logged, for ever: said once, exit 2. */
+    if (kafka_setup_check_security(eng->cfg, KAFKA_SECURITY_CHECK_MS, err) !=
+        CHARGED_OK)
+        return CHARGED_GIVE_UP;
+
     cc = kafka_setup_conf(eng->cfg, eng->id, err);
     if (!cc)
         goto usage;

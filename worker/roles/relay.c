@@ -410,6 +410,8 @@ static enum charged_rc setup(void *state, config_t *cfg, const char *id,
      * order: a retry never duplicates or reorders within a partition. */
     const struct kafka_setup_producer preset = {.message_timeout_ms =
                                                     r->ack_timeout_ms};
+    if (kafka_setup_check_security(r->cfg, KAFKA_SECURITY_CHECK_MS, err) != CHARGED_OK)
+        return CHARGED_GIVE_UP;
     rd_kafka_conf_t *pc = kafka_setup_producer_conf(r->cfg, r->id, &preset, err);
     if (!pc)
         return CHARGED_GIVE_UP;
