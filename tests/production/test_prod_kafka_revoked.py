@@ -4,9 +4,10 @@
 
 - group_read: its principal loses Read on its consumer group;
 - dlq_write: it loses Write on the dead-letter topic, and a malformed
-  command arrives.
+  command arrives;
+- relay_write: the relay's principal loses Write on the results topic.
 
-The worker must then fail readiness (/readyz 503) naming the permission it
+The role must then fail readiness (/readyz 503) naming the permission it
 lacks, say so in one log line (not one per retry), and keep running: no
 exit, so no crash loop of restarts that would not bring the permission
 back. Once the ACL is granted again it is ready again and charges what was
@@ -113,7 +114,47 @@ def dlq_write(new):
     s.check_invariants()
 
 
+def relay_write(new):
+    s = new("prod_revoked_relay")
+    s.start_worker()
+    rl = s.start_relay(RELAY_POLL_MS="100")
+    first = [e2e.new_command() for _ in range(5)]
+    s.publish(first)
+    s.wait_settled(len(first), timeout=120)
+    e2e.wait_until("the relay ready", lambda: ready(s, rl)[0] == 200, 60)
+
+    s.revoke("relay", "topic", s.topics["results"], "Write")
+    want = "Write on topic %s" % s.topics["results"]
+    second = [e2e.new_command() for _ in range(5)]
+    s.publish(second)
+
+    def denied():
+        status, body = ready(s, rl)
+        return body if status == 503 and want in body else None
+    body = e2e.wait_until("/readyz 503 naming the missing permission", denied, 90)
+    e2e.log("readyz:", body.strip())
+    t_end = time.monotonic() + e2e.scaled(10)
+    while time.monotonic() < t_end:
+        check(s.process(rl).poll() is None, "the relay exited (%s) on a revoked ACL"
+              % s.process(rl).returncode)
+        check(denied() is not None, "/readyz stopped naming the missing permission")
+        time.sleep(0.5)
+    lines = s.worker_log(rl, "kafka denies a permission")
+    check_eq([l.get("permission") for l in lines], [want],
+             "the denial's log lines (one, naming the permission)")
+    check(not s.worker_log(rl, "result events not acknowledged"),
+          "a line per refused batch beside it")
+
+    s.provision()  # grants it again
+    e2e.wait_until("the relay ready again", lambda: ready(s, rl)[0] == 200, 120)
+    s.wait_settled(len(first) + len(second), timeout=120)
+    s.check_invariants()
+    ids = {c["payment_attempt_id"] for c in first + second}
+    e2e.wait_until("every attempt's result on the topic", lambda: ids <= {
+        m["key"] for m in s.results()}, 60)
+
+
 if __name__ == "__main__":
     prod_kafka.stack_dir_or_skip()
     e2e.Scenario = prod_kafka.ProdScenario  # main()'s factory makes (and closes) these
-    raise SystemExit(e2e.main(e2e.run_scenarios([group_read, dlq_write])))
+    raise SystemExit(e2e.main(e2e.run_scenarios([group_read, dlq_write, relay_write])))
