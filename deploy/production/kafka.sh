@@ -22,6 +22,10 @@
 #                                         remove one ACL (tests: a revoked
 #                                         permission), e.g. worker group
 #                                         charged-worker Read
+#   deploy/production/kafka.sh leader TOPIC PARTITION
+#                                         the node that leads that partition
+#   deploy/production/kafka.sh coordinator GROUP
+#                                         the node that coordinates that group
 #   deploy/production/kafka.sh kill N     SIGKILL node N (1..3)
 #   deploy/production/kafka.sh start      start the nodes that are down
 #
@@ -422,6 +426,25 @@ revoke() {
   echo "kafka-prod: revoked $4 on $2 $3 from $(principal "$1")"
 }
 
+leader() {
+  [ $# -eq 2 ] || die "usage: $0 leader TOPIC PARTITION"
+  kafka_jars
+  "${java_tool[@]}" org.apache.kafka.tools.TopicCommand --bootstrap-server "$(bootstrap)" \
+    --command-config "$dir/clients/admin.properties" --describe --topic "$1" 2>/dev/null |
+    awk -v p="$2" '$3 == "Partition:" && $4 == p { for (i = 5; i < NF; i++) if ($i == "Leader:") print $(i + 1) }' |
+    grep -E '^[0-9]+$' || die "no leader found for $1 partition $2"
+}
+
+coordinator() {
+  [ $# -eq 1 ] || die "usage: $0 coordinator GROUP"
+  kafka_jars
+  "${java_tool[@]}" org.apache.kafka.tools.consumer.group.ConsumerGroupCommand \
+    --bootstrap-server "$(bootstrap)" --command-config "$dir/clients/admin.properties" \
+    --describe --state --group "$1" 2>/dev/null |
+    sed -n 's/.*127\.0\.0\.1:[0-9]* *(\([0-9]*\)).*/\1/p' | head -n 1 | grep -E '^[0-9]+$' ||
+    die "no coordinator found for group $1"
+}
+
 kill_node() {
   local pid
   [[ "${1:-}" =~ ^[123]$ ]] || die "usage: $0 kill 1|2|3"
@@ -444,7 +467,9 @@ case "${1:-}" in
   env) print_env "${2:-}" ;;
   provision) provision ;;
   revoke) shift; revoke "$@" ;;
+  leader) shift; leader "$@" ;;
+  coordinator) shift; coordinator "$@" ;;
   kill) kill_node "${2:-}" ;;
   start) start; echo "kafka-prod: up on $(bootstrap)" ;;
-  *) echo "usage: $0 up|down|status|env ROLE|provision|revoke ROLE TYPE NAME OP|kill N|start" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|env ROLE|provision|revoke ROLE TYPE NAME OP|leader TOPIC P|coordinator GROUP|kill N|start" >&2; exit 2 ;;
 esac
