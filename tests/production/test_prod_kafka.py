@@ -10,7 +10,10 @@ them at LOG_LEVEL debug with librdkafka's security and conf debug on)
 charge them; a relay (charged-relay) publishes the result events. Judged
 from psp-sim's ledger (check_invariants), the results topic read back as
 the order service (every attempt's event, the type its status calls for),
-the DLQ, and the logs: no process ever wrote a role's password.
+the DLQ, and the logs: no process ever wrote a role's password. Then
+writes the ACL table does not grant (the worker or the relay to the
+commands topic, the order service to the results or dead-letter topic...)
+are refused.
 
 Skips (77) unless CHARGED_PROD_STACK_DIR names a running production stack."""
 import json
@@ -84,6 +87,25 @@ def scenario(new):
             check(p not in text, "a role's password is in %s" % name)
     e2e.log("%d attempts settled, %d results, 1 dead letter; no password in %d logs"
             % (N, len(want), len(os.listdir(s.dir))))
+
+    # Each principal has only its own ACLs: writes the ACL table does not
+    # grant are refused (chargectl publish as that principal, to that topic).
+    for role, topic in (("worker", "commands"), ("relay", "commands"), ("orders", "results"),
+                        ("orders", "dlq"), ("ctl", "results"), ("console", "commands")):
+        env = prod_kafka.role_env(role)
+        env["CHARGE_COMMANDS_TOPIC"] = s.topics[topic]
+        cmd = e2e.new_command()
+        p = s.run([e2e.CHARGECTL, "publish", "--file", "-"], check=False, extra_env=env,
+                  stdin=(json.dumps(cmd) + "\n").encode())
+        # Refused ("Topic authorization failed"; a principal allowed to
+        # Describe the topic sees its produce request fail and purged).
+        check(p.returncode != 0 and b"not published" in p.stderr,
+              "charged-%s wrote to the %s topic (exit %d: %s)"
+              % (role, topic, p.returncode, p.stderr.decode()[-300:]))
+        keys = {json.loads(l)["key"] for l in s.tool("dump", s.topics[topic]).splitlines()
+                if l.strip()}
+        check(cmd["payment_attempt_id"] not in keys,
+              "charged-%s's refused command is on the %s topic" % (role, topic))
 
 
 if __name__ == "__main__":
