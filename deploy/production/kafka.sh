@@ -22,6 +22,8 @@
 #                                         remove one ACL (tests: a revoked
 #                                         permission), e.g. worker group
 #                                         charged-worker Read
+#   deploy/production/kafka.sh grant ROLE RESOURCE-TYPE NAME OPERATION
+#                                         add one ACL (the same, back)
 #   deploy/production/kafka.sh leader TOPIC PARTITION
 #                                         the node that leads that partition
 #   deploy/production/kafka.sh coordinator GROUP
@@ -418,12 +420,17 @@ EOF
   [ "$role" != worker ] || echo "export KAFKA_GROUP_ID='$worker_group'"
 }
 
-revoke() {
-  [ $# -eq 4 ] || die "usage: $0 revoke ROLE topic|group NAME OPERATION"
+# one_acl add|remove ROLE topic|group NAME OPERATION
+one_acl() {
+  local action=$1; shift
+  [ $# -eq 4 ] || die "usage: $0 revoke|grant ROLE topic|group NAME OPERATION"
   valid_role "$1"
+  case $2 in topic | group) ;; *) die "resource type '$2': topic or group" ;; esac
   kafka_jars
-  acl remove "$1" "--$2" "$3" -- "$4"
-  echo "kafka-prod: revoked $4 on $2 $3 from $(principal "$1")"
+  acl "$action" "$1" "--$2" "$3" -- "$4"
+  local did=granted
+  [ "$action" = add ] || did=revoked
+  echo "kafka-prod: $did $4 on $2 $3 for $(principal "$1")"
 }
 
 leader() {
@@ -466,10 +473,11 @@ case "${1:-}" in
   status) status ;;
   env) print_env "${2:-}" ;;
   provision) provision ;;
-  revoke) shift; revoke "$@" ;;
+  revoke) shift; one_acl remove "$@" ;;
+  grant) shift; one_acl add "$@" ;;
   leader) shift; leader "$@" ;;
   coordinator) shift; coordinator "$@" ;;
   kill) kill_node "${2:-}" ;;
   start) start; echo "kafka-prod: up on $(bootstrap)" ;;
-  *) echo "usage: $0 up|down|status|env ROLE|provision|revoke ROLE TYPE NAME OP|leader TOPIC P|coordinator GROUP|kill N|start" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|env ROLE|provision|revoke|grant ROLE TYPE NAME OP|leader TOPIC P|coordinator GROUP|kill N|start" >&2; exit 2 ;;
 esac

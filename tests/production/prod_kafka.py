@@ -105,6 +105,9 @@ class ProdScenario(e2e.Scenario):
     def revoke(self, role, kind, name, operation):
         kafka_sh("revoke", role, kind, name, operation)
 
+    def grant(self, role, kind, name, operation):
+        kafka_sh("grant", role, kind, name, operation)
+
     def tool(self, *args, stdin=None, extra_env=None, role="admin"):
         if args and args[0] == "create-topic":
             return ""  # provision() makes them, at replication factor 3

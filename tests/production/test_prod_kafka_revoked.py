@@ -60,7 +60,7 @@ def group_read(new):
              "the denial's log lines (one, naming the permission)")
     check(not s.worker_log(w, "consumer error"), "consumer errors logged beside it")
 
-    s.provision()  # grants it again
+    s.grant("worker", "group", s.group, "Read")
     e2e.wait_until("the worker ready again", lambda: ready(s, w)[0] == 200, 120)
     s.wait_settled(len(first) + len(second), timeout=180)
     s.check_invariants()
@@ -106,7 +106,7 @@ def dlq_write(new):
     check(not s.worker_log(w, "dead letter not acknowledged"),
           "a retry line per dead-letter attempt beside it")
 
-    s.provision()  # grants it again
+    s.grant("worker", "topic", s.topics["dlq"], "Write")
     e2e.wait_until("the worker ready again", lambda: ready(s, w)[0] == 200, 120)
     letters = e2e.wait_until("the dead letter", lambda: s.dead_letters() or None, 60)
     check_eq([l["key"] for l in letters], [bad["payment_attempt_id"]], "dead letters' keys")
@@ -145,7 +145,7 @@ def relay_write(new):
     check(not s.worker_log(rl, "result events not acknowledged"),
           "a line per refused batch beside it")
 
-    s.provision()  # grants it again
+    s.grant("relay", "topic", s.topics["results"], "Write")
     e2e.wait_until("the relay ready again", lambda: ready(s, rl)[0] == 200, 120)
     s.wait_settled(len(first) + len(second), timeout=120)
     s.check_invariants()
