@@ -304,7 +304,8 @@ create_topic() {
     { tail "$dir/topics.log" >&2; die "creating topic $topic failed"; }
 }
 
-# acl ROLE RESOURCE-OPTIONS... -- OPERATIONS...: one AclCommand run.
+# acl add|remove ROLE RESOURCE-OPTIONS... -- OPERATIONS...: one AclCommand
+# run (one JVM, a few seconds: the slow part of `up` and `provision`).
 acl() {
   local action=$1 role=$2; shift 2
   local args=() ops=()
@@ -312,7 +313,7 @@ acl() {
   shift
   for op in "$@"; do ops+=(--operation "$op"); done
   "${java_tool[@]}" org.apache.kafka.tools.AclCommand --bootstrap-server "$(bootstrap)" \
-    --command-config "$dir/clients/admin.properties" "--$action" ${action:+--force} \
+    --command-config "$dir/clients/admin.properties" "--$action" --force \
     --allow-principal "User:$(principal "$role")" --allow-host '*' \
     "${args[@]}" "${ops[@]}" >>"$dir/acls.log" 2>&1 ||
     { tail "$dir/acls.log" >&2; die "$action ACL for $role failed"; }
