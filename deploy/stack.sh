@@ -8,6 +8,12 @@
 #   deploy/stack.sh status   say what runs
 #   deploy/stack.sh env      print the environment that reaches the stack
 #
+# The production profile (issue 39), `--profile production` after up, down,
+# status or env: deploy/production/kafka.sh's three SASL_SSL brokers with
+# per-role ACLs, and deploy/production/postgres.sh's PostgreSQL when that
+# script exists. `env --profile production [ROLE]` prints ROLE's environment
+# (worker by default; deploy/production/kafka.sh names the roles).
+#
 # Faults, for tests that take a part of the stack away and bring it back:
 #
 #   deploy/stack.sh kafka-kill         SIGKILL the broker's JVM; return once it is gone
@@ -358,6 +364,39 @@ pg_thaw() {
   kill -CONT "$pid"
   echo "stack: postgresql thawed"
 }
+
+# --profile NAME may come anywhere after the command.
+profile=default
+args=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --profile) [ $# -ge 2 ] || die "--profile needs a name (default, production)"; profile=$2; shift 2 ;;
+    --profile=*) profile=${1#--profile=}; shift ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+set -- "${args[@]}"
+
+production() {
+  local cmd=${1:-} pg=$here/production/postgres.sh
+  case $cmd in
+    up | down | status)
+      local rc=0
+      if [ -x "$pg" ]; then "$pg" "$cmd" || rc=$?; fi
+      "$here/production/kafka.sh" "$cmd" || rc=$?
+      return $rc ;;
+    env)
+      if [ -x "$pg" ]; then "$pg" env "${2:-worker}"; fi
+      "$here/production/kafka.sh" env "${2:-worker}" ;;
+    *) echo "usage: $0 up|down|status|env [ROLE] --profile production" >&2; exit 2 ;;
+  esac
+}
+
+case $profile in
+  default) ;;
+  production) production "$@"; exit $? ;;
+  *) die "unknown profile '$profile' (default, production)" ;;
+esac
 
 case "${1:-}" in
   up) up ;;

@@ -137,6 +137,99 @@ rd_kafka_t *kafka_setup_tool_producer(const config_t *cfg, const char *client_id
     return rk;
 }
 
+/* What the security check saw: the first error no retry mends, and whether
+ * every broker is down (then there is nothing more to learn). */
+struct security_check {
+    rd_kafka_resp_err_t err;
+    char reason[400];
+    int all_down;
+};
+
+static void check_on_error(rd_kafka_t *rk, int code, const char *reason, void *opaque)
+{
+    struct security_check *c = opaque;
+    (void)rk;
+    if (code == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) {
+        c->all_down = 1;
+        return;
+    }
+    /* librdkafka reports a failed verification as a transport error too,
+     * before it names the handshake. */
+    if (c->err == RD_KAFKA_RESP_ERR_NO_ERROR &&
+        (code == RD_KAFKA_RESP_ERR__SSL || code == RD_KAFKA_RESP_ERR__AUTHENTICATION ||
+         strstr(reason, "certificate verify failed"))) {
+        c->err = code == RD_KAFKA_RESP_ERR__AUTHENTICATION
+                     ? RD_KAFKA_RESP_ERR__AUTHENTICATION
+                     : RD_KAFKA_RESP_ERR__SSL;
+        snprintf(c->reason, sizeof(c->reason), "%s", reason);
+    }
+}
+
+/* The attempt's own failures are err's to say, once. */
+static void check_on_log(const rd_kafka_t *rk, int level, const char *fac,
+                         const char *buf)
+{
+    (void)rk;
+    (void)level;
+    (void)fac;
+    (void)buf;
+}
+
+enum charged_rc kafka_setup_check_security(const config_t *cfg, int timeout_ms,
+                                           struct charged_error *err)
+{
+    const char *protocol = kafka_setup_pass_through(cfg, "security.protocol");
+    struct security_check c = {0};
+    char rderr[sizeof(err->message)];
+    enum charged_rc rc = CHARGED_OK;
+
+    if (!protocol || !strcasecmp(protocol, "plaintext"))
+        return CHARGED_OK;
+    rd_kafka_conf_t *conf = kafka_setup_conf(cfg, "charged-security-check", err);
+    if (!conf)
+        return CHARGED_GIVE_UP;
+    kafka_setup_apply_env(conf, cfg);
+    rd_kafka_conf_set_opaque(conf, &c);
+    rd_kafka_conf_set_error_cb(conf, check_on_error);
+    rd_kafka_conf_set_log_cb(conf, check_on_log);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, rderr, sizeof(rderr));
+    if (!rk) {
+        /* A CA file that holds no certificate, a key that does not load. */
+        charged_error_set(err, "Kafka TLS settings refused: %s", rderr);
+        rd_kafka_conf_destroy(conf);
+        return CHARGED_GIVE_UP;
+    }
+    for (int waited = 0; waited < timeout_ms; waited += 200) {
+        const struct rd_kafka_metadata *md = NULL;
+        /* No topic: the brokers only, which any principal may ask for. */
+        rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 0, NULL, &md, 200);
+        if (md)
+            rd_kafka_metadata_destroy(md);
+        rd_kafka_poll(rk, 0);
+        if (e == RD_KAFKA_RESP_ERR_NO_ERROR || c.err || c.all_down)
+            break;
+    }
+    if (c.err == RD_KAFKA_RESP_ERR__AUTHENTICATION) {
+        charged_error_set(err,
+                          "Kafka refused the SASL credentials of KAFKA_SASL_USERNAME "
+                          "'%s': %s",
+                          kafka_setup_pass_through(cfg, "sasl.username")
+                              ? kafka_setup_pass_through(cfg, "sasl.username")
+                              : "",
+                          c.reason);
+        rc = CHARGED_GIVE_UP;
+    } else if (c.err) {
+        const char *ca = kafka_setup_pass_through(cfg, "ssl.ca.location");
+        charged_error_set(err,
+                          "Kafka's TLS certificate does not verify against "
+                          "KAFKA_SSL_CA_LOCATION (%s): %s",
+                          ca ? ca : "not set: the system's CAs", c.reason);
+        rc = CHARGED_GIVE_UP;
+    }
+    rd_kafka_destroy(rk);
+    return rc;
+}
+
 void kafka_setup_apply_env(rd_kafka_conf_t *conf, const config_t *cfg)
 {
     char err[256];

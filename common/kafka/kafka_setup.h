@@ -62,6 +62,21 @@ struct kafka_setup_delivery {
 rd_kafka_t *kafka_setup_tool_producer(const config_t *cfg, const char *client_id,
                                       struct charged_error *err);
 
+/* With KAFKA_SECURITY_PROTOCOL SSL or SASL_*: connects to the brokers once,
+ * before the role starts, and gives up (CHARGED_GIVE_UP, err one line) on
+ * what no retry mends: TLS material that does not verify (a CA that did not
+ * sign the brokers, an expired one, a file that is no CA) or credentials
+ * the brokers refuse. Unreachable brokers are not its business: CHARGED_OK
+ * once they are all down or timeout_ms passed, and the role waits for them
+ * as ever. A no-op (CHARGED_OK) for PLAINTEXT. librdkafka's own logs of
+ * the attempt are not written: err says it once. The daemons give it
+ * KAFKA_SECURITY_CHECK_MS: three TLS handshakes and a SCRAM exchange take
+ * well under a second; a start waits that long only for brokers that
+ * neither answer nor refuse. */
+#define KAFKA_SECURITY_CHECK_MS 10000
+enum charged_rc kafka_setup_check_security(const config_t *cfg, int timeout_ms,
+                                           struct charged_error *err);
+
 /* Applies the KAFKA_* pass-through properties (validated by config_new). */
 void kafka_setup_apply_env(rd_kafka_conf_t *conf, const config_t *cfg);
 

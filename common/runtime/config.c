@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <libpq-fe.h>
 #include <librdkafka/rdkafka.h>
@@ -523,6 +524,17 @@ static enum charged_rc load_kafka_props(config_t *cfg, struct charged_error *err
         }
         if (!value)
             continue;
+        /* A TLS file that cannot be read: librdkafka would say only
+         * "ssl.ca.location failed: ... system lib". ("probe": the system's.) */
+        size_t plen = strlen(prop);
+        if (plen > 9 && !strcmp(prop + plen - 9, ".location") &&
+            !is_secret_prop(prop) && strcmp(value, "probe") != 0 &&
+            access(value, R_OK) != 0) {
+            charged_error_set(err, "%s: cannot read '%s': %s", name, value,
+                              strerror(errno));
+            free(value);
+            goto out;
+        }
         if (!probe && !(probe = rd_kafka_conf_new())) {
             free(value);
             charged_error_set(err, "%s: out of memory", name);

@@ -18,10 +18,12 @@
  *   kafka_test_tool create-topic TOPIC PARTITIONS
  *       creates a topic (a test's own), succeeding if it exists
  *
- * Brokers come from KAFKA_BOOTSTRAP_SERVERS. KAFKA_TOOL_COMPRESSION (gzip,
+ * Brokers come from KAFKA_BOOTSTRAP_SERVERS, SASL and TLS from KAFKA_SASL_*,
+ * KAFKA_SSL_* and KAFKA_SECURITY_PROTOCOL. KAFKA_TOOL_COMPRESSION (gzip,
  * snappy, lz4, zstd) compresses what `produce` sends; values may then be
  * larger than the 4 MiB a topic accepts, since the broker limits the
  * compressed batch only (up to 64 MiB uncompressed). */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,11 +37,43 @@ static const char *brokers(void)
     return b ? b : "127.0.0.1:9092";
 }
 
+extern char **environ;
+
+/* KAFKA_SECURITY_*, KAFKA_SASL_* and KAFKA_SSL_* go to librdkafka as charged
+ * passes them (KAFKA_SASL_USERNAME -> sasl.username): the production
+ * profile's brokers take SASL_SSL only. No other KAFKA_*: the scenarios'
+ * environment carries the workers' group and session settings too. */
+static void security_props(rd_kafka_conf_t *c)
+{
+    static const char *const prefixes[] = {"KAFKA_SECURITY_", "KAFKA_SASL_",
+                                           "KAFKA_SSL_"};
+    for (char **e = environ; *e; e++) {
+        const char *eq = strchr(*e, '=');
+        int ours = 0;
+        for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
+            ours |= !strncmp(*e, prefixes[i], strlen(prefixes[i]));
+        if (!ours || !eq || (size_t)(eq - *e) - 6 >= 128)
+            continue;
+        char prop[128], err[512];
+        size_t n = (size_t)(eq - *e) - 6;
+        for (size_t i = 0; i < n; i++) {
+            char ch = (*e)[6 + i];
+            prop[i] = ch == '_' ? '.' : (char)tolower((unsigned char)ch);
+        }
+        prop[n] = '\0';
+        if (rd_kafka_conf_set(c, prop, eq + 1, err, sizeof(err)) != RD_KAFKA_CONF_OK) {
+            fprintf(stderr, "kafka_test_tool: %s: %s\n", prop, err);
+            exit(2);
+        }
+    }
+}
+
 static rd_kafka_t *make(rd_kafka_type_t type, const char *group)
 {
     char err[512];
     rd_kafka_conf_t *c = rd_kafka_conf_new();
     rd_kafka_conf_set(c, "bootstrap.servers", brokers(), err, sizeof(err));
+    security_props(c);
     rd_kafka_conf_set(c, "message.max.bytes", "4194304", err, sizeof(err));
     const char *codec = getenv("KAFKA_TOOL_COMPRESSION");
     if (type == RD_KAFKA_PRODUCER && codec && *codec) {

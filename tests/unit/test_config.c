@@ -254,6 +254,23 @@ START_TEST(unknown_kafka_property_is_refused)
 }
 END_TEST
 
+/* librdkafka would say only "ssl.ca.location failed: ... system lib". */
+START_TEST(unreadable_tls_file_is_named)
+{
+    setenv("KAFKA_SSL_CA_LOCATION", "/nonexistent/charged-ca.crt", 1);
+    ck_assert_ptr_null(config_new(CONFIG_ROLE_WORKER, "worker", &err));
+    ck_assert_str_eq(
+        err.message,
+        "KAFKA_SSL_CA_LOCATION: cannot read '/nonexistent/charged-ca.crt': "
+        "No such file or directory");
+    /* "probe": the system's CAs, not a file. */
+    setenv("KAFKA_SSL_CA_LOCATION", "probe", 1);
+    config_t *cfg = config_new(CONFIG_ROLE_WORKER, "worker", &err);
+    ck_assert_msg(cfg != NULL, "%s", err.message);
+    config_free(cfg);
+}
+END_TEST
+
 /* Each kind of bad value exits with one line naming the variable and why. */
 static const struct {
     const char *var, *value, *expect;
@@ -345,6 +362,7 @@ static Suite *config_suite(void)
     tcase_add_test(tc, kafka_properties_pass_through);
     tcase_add_test(tc, kafka_property_from_file);
     tcase_add_test(tc, unknown_kafka_property_is_refused);
+    tcase_add_test(tc, unreadable_tls_file_is_named);
     tcase_add_loop_test(tc, bad_value_names_variable_and_reason, 0,
                         sizeof(bad_values) / sizeof(bad_values[0]));
     tcase_add_test(tc, api_requires_a_signing_secret);

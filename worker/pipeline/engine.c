@@ -129,6 +129,8 @@ static void warn_if_unassigned(engine_t *eng)
         eng->unassigned_warned = 0;
         return;
     }
+    if (eng->denied[0])
+        return; /* said already, and its hint would mislead */
     if (!eng->unassigned_since_ms)
         eng->unassigned_since_ms = now;
     if (eng->unassigned_warned || now - eng->unassigned_since_ms < UNASSIGNED_WARN_MS)
@@ -172,6 +174,8 @@ const char *engine_not_ready(engine_t *eng)
     const char *why = daemon_db_not_ready(&eng->db);
     if (why)
         return why;
+    if (eng->denied[0])
+        return eng->denied;
     if (eng->assigned == 0)
         return "no partitions assigned";
     if (eng->paused)

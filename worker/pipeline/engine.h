@@ -190,8 +190,8 @@ enum charged_rc engine_start(config_t *cfg, const char *id, const struct engine_
 /* One turn of the pipeline; DAEMON_NOW (it waits inside, in the polls
  * that its events wake). */
 int64_t engine_step(engine_t *eng, int64_t now);
-/* "database unreachable", "no partitions assigned", "provider breaker
- * open", or NULL when ready. */
+/* "database unreachable", "kafka denies <operation> on <resource>", "no
+ * partitions assigned", "provider breaker open", or NULL when ready. */
 const char *engine_not_ready(engine_t *eng);
 /* Takes nothing new and finishes what it holds until `deadline`; gives up
  * the rest (uncommitted). Returns how many messages were left. */

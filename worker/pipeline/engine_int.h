@@ -149,6 +149,10 @@ struct engine {
     struct revocation *revocations; /* recorded by on_rebalance, oldest first */
     int closing;                    /* consumer_close runs: give up at once */
     int fatal;                      /* the consumer failed for good */
+    /* A permission Kafka denies us ("kafka denies Read on group G"), ""
+     * while none is; denied_kind says what proves it back (engine_kafka.c). */
+    char denied[160];
+    int denied_kind;
 };
 
 /* Test builds only (CHARGED_FAILPOINTS): dies on the spot at a named point

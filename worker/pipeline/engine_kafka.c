@@ -170,6 +170,71 @@ static int revoking(const struct engine *eng, int32_t partition)
     return 0;
 }
 
+/* ---- permissions Kafka denies ---- */
+
+/* What proves a denied permission back: the group's, an assignment (a
+ * fetched message proves nothing: fetching needs no group); the commands
+ * topic's, an assignment or a fetched message; the DLQ's, a dead letter
+ * acknowledged. */
+enum denied_kind { DENIED_GROUP = 1, DENIED_TOPIC = 2, DENIED_DLQ = 4 };
+
+/* The kind of permission an authorization error says this worker lacks,
+ * written as an ACL's terms ("Read on group G"), or 0 for any other
+ * error. The consumer's topic is the commands topic, the producer's the
+ * DLQ. */
+static int denied_permission(const engine_t *eng, rd_kafka_resp_err_t err,
+                             int producing, char *out, size_t size)
+{
+    switch (err) {
+    case RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED:
+        snprintf(out, size, "Read on group %s", eng->group);
+        return DENIED_GROUP;
+    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+        snprintf(out, size, "%s on topic %s", producing ? "Write" : "Read",
+                 producing ? eng->dlq_topic : eng->commands_topic);
+        return producing ? DENIED_DLQ : DENIED_TOPIC;
+    case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
+        /* The idempotent producer's, which Write on a topic implies. */
+        snprintf(out, size, "IdempotentWrite on the cluster (or Write on topic %s)",
+                 eng->dlq_topic);
+        return DENIED_DLQ;
+    default:
+        return 0;
+    }
+}
+
+/* 1 when err is an authorization error: then readiness names the missing
+ * permission until it is back, and it is logged once, not at every retry
+ * (librdkafka retries a denied JoinGroup every few seconds, for ever). */
+static int note_denied(engine_t *eng, rd_kafka_resp_err_t err, int producing,
+                       const char *error)
+{
+    char what[128], why[sizeof(eng->denied)];
+    int kind = denied_permission(eng, err, producing, what, sizeof(what));
+    if (!kind)
+        return 0;
+    snprintf(why, sizeof(why), "kafka denies %s", what);
+    if (strcmp(why, eng->denied) != 0) {
+        log_error("kafka denies a permission the worker needs", "permission", what,
+                  "error", error, "hint",
+                  "grant it to this worker's principal (docs/operations.md, "
+                  "Production settings); the worker waits for it",
+                  NULL);
+        memcpy(eng->denied, why, sizeof(why));
+        eng->denied_kind = kind;
+    }
+    return 1;
+}
+
+/* kinds: the denied_kinds that what just happened proves back. */
+static void note_permitted(engine_t *eng, int kinds)
+{
+    if (eng->denied[0] && (eng->denied_kind & kinds)) {
+        log_info("kafka permission granted again", "was", eng->denied, NULL);
+        eng->denied[0] = '\0';
+    }
+}
+
 /* Polls the consumer, which also serves rebalances and commit results.
  * Takes messages while the backlog has room. With a full backlog it polls
  * once a second only, so that the group never waits on us; a message such a
@@ -210,11 +275,13 @@ void engine_fetch(engine_t *eng, int wait_ms, int allow_new)
             break;
         }
         if (m->err) {
-            if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+            if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF &&
+                !note_denied(eng, m->err, 0, rd_kafka_message_errstr(m)))
                 log_warn("consumer error", "error", rd_kafka_message_errstr(m), NULL);
             rd_kafka_message_destroy(m);
             continue;
         }
+        note_permitted(eng, DENIED_TOPIC);
         if (!allow_new || revoking(eng, m->partition)) {
             /* Not ours to start (stopping, or its partition is going): it
              * comes back to whoever consumes the partition next. */
@@ -290,9 +357,10 @@ void engine_apply_deliveries(engine_t *eng)
     for (size_t i = 0; i < eng->ndeliveries; i++) {
         struct job *j = eng->deliveries[i].job;
         rd_kafka_resp_err_t err = eng->deliveries[i].err;
-        if (!err)
+        if (!err) {
             metrics_add(METRIC_DEAD_LETTERS, 1, dead_letter_reason_name(j->dl_reason));
-        else
+            note_permitted(eng, DENIED_DLQ);
+        } else if (!note_denied(eng, err, 1, rd_kafka_err2str(err)))
             log_warn("dead letter not acknowledged; retrying", "error",
                      rd_kafka_err2str(err), JOB_FIELDS(j), NULL);
         engine_core_dead_letter_acked(eng->jobs, j, err != RD_KAFKA_RESP_ERR_NO_ERROR,
@@ -382,8 +450,9 @@ void engine_commit_offsets(engine_t *eng, int sync,
     if (list->cnt > 0) {
         rd_kafka_resp_err_t err = rd_kafka_commit(eng->consumer, list, !sync);
         if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET) {
-            log_warn("offset commit failed; will retry", "error", rd_kafka_err2str(err),
-                     NULL);
+            if (!note_denied(eng, err, 0, rd_kafka_err2str(err)))
+                log_warn("offset commit failed; will retry", "error",
+                         rd_kafka_err2str(err), NULL);
         } else {
             for (int i = 0; i < list->cnt; i++)
                 offset_tracker_mark_committed(eng->offsets, list->elems[i].partition,
@@ -401,8 +470,9 @@ static void on_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     (void)rk;
     if (!err || err == RD_KAFKA_RESP_ERR__NO_OFFSET)
         return;
-    log_warn("asynchronous offset commit failed; will commit again", "error",
-             rd_kafka_err2str(err), NULL);
+    if (!note_denied(eng, err, 0, rd_kafka_err2str(err)))
+        log_warn("asynchronous offset commit failed; will commit again", "error",
+                 rd_kafka_err2str(err), NULL);
     for (int i = 0; offsets && i < offsets->cnt; i++)
         offset_tracker_mark_committed(eng->offsets, offsets->elems[i].partition, -1);
 }
@@ -641,6 +711,7 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     metrics_forget(METRIC_CONSUMER_LAG);
     parts_str(parts, list, sizeof(list));
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        note_permitted(eng, DENIED_GROUP | DENIED_TOPIC);
         engine_finish_revocations(eng, 1);
         log_info("partitions assigned", "count", count, "partitions", list, "paused",
                  eng->paused ? "true" : NULL, NULL);
@@ -710,6 +781,12 @@ enum charged_rc engine_kafka_setup(engine_t *eng, struct charged_error *err)
     CHARGED_ASSERT(eng->consumer == NULL && eng->producer == NULL);
     rd_kafka_conf_t *cc = NULL, *pc = NULL;
     char rderr[sizeof(err->message)];
+
+    /* TLS material that does not verify would otherwise be retried, and
+     * logged, for ever: said once, exit 2. */
+    if (kafka_setup_check_security(eng->cfg, KAFKA_SECURITY_CHECK_MS, err) !=
+        CHARGED_OK)
+        return CHARGED_GIVE_UP;
 
     cc = kafka_setup_conf(eng->cfg, eng->id, err);
     if (!cc)

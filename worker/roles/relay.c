@@ -26,6 +26,10 @@ struct relay {
     struct daemon_db db;
     int leading;
     int broker_refusing; /* the last batch was not all acknowledged */
+    /* "kafka denies Write on topic T" while the broker refuses every event
+     * for want of a permission (a revoked ACL), "" otherwise: readiness
+     * names it, and it is logged once, not at every batch. */
+    char denied[160];
     /* Delivery reports of the batch in hand, by index: recorded by the
      * callback, read by the loop. */
     rd_kafka_resp_err_t *acks;
@@ -152,6 +156,7 @@ struct verdicts {
     enum verdict *v;
     const char **ids, **failed, **why;
     size_t ok, nfailed, nown, nbehind;
+    size_t ndenied; /* failed for want of a permission */
 };
 
 /* Produces the first event of each attempt in the batch; the others wait
@@ -212,6 +217,8 @@ static void judge_acks(const struct relay *r, const outbox_batch_t *b, size_t n,
         }
         vs->v[i] = FAILED;
         vs->nown += own_error(r->acks[i]);
+        vs->ndenied += r->acks[i] == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED ||
+                       r->acks[i] == RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED;
         vs->failed[vs->nfailed] = event_id;
         vs->why[vs->nfailed++] = r->produced[i] && !r->acked[i]
                                      ? "no acknowledgement in time"
@@ -219,12 +226,37 @@ static void judge_acks(const struct relay *r, const outbox_batch_t *b, size_t n,
     }
 }
 
+/* Every event refused for want of a permission: said once, named by
+ * readiness until an event is acknowledged again. 1 while denied. */
+static int note_denied(struct relay *r, const struct verdicts *vs)
+{
+    if (vs->ok == 0 && vs->nfailed > 0 && vs->ndenied == vs->nfailed) {
+        if (!r->denied[0]) {
+            char what[sizeof(r->denied) - 16]; /* "kafka denies " + what */
+            snprintf(what, sizeof(what), "Write on topic %s", r->topic);
+            log_error("kafka denies a permission the relay needs", "permission", what,
+                      "error", vs->why[0], "hint",
+                      "grant it to this relay's principal (docs/operations.md, "
+                      "Production settings); the relay waits for it",
+                      NULL);
+            snprintf(r->denied, sizeof(r->denied), "kafka denies %s", what);
+        }
+        return 1;
+    }
+    if (r->denied[0] && vs->ok > 0) {
+        log_info("kafka permission granted again", "was", r->denied, NULL);
+        r->denied[0] = '\0';
+    }
+    return 0;
+}
+
 /* Marks the batch's events published or failed: 0, or -1 when the
  * database failed (said). */
 static int record_verdicts(struct relay *r, const struct verdicts *vs)
 {
     struct charged_error err;
-    if (vs->nfailed > 0)
+    int denied = note_denied(r, vs);
+    if (vs->nfailed > 0 && !denied)
         log_warn("result events not acknowledged; publishing them again", "event_id",
                  vs->failed[0], "error", vs->why[0], "topic", r->topic, NULL);
     /* Nothing acknowledged at all, for no fault of the events: the broker
@@ -348,6 +380,8 @@ static const char *relay_not_ready(void *state)
         return why;
     if (rd_kafka_fatal_error(r->producer, fatal, sizeof(fatal)))
         return "producer failed";
+    if (r->broker_refusing && r->denied[0])
+        return r->denied;
     if (r->broker_refusing)
         return "broker not acknowledging result events";
     return NULL;
@@ -410,6 +444,8 @@ static enum charged_rc setup(void *state, config_t *cfg, const char *id,
      * order: a retry never duplicates or reorders within a partition. */
     const struct kafka_setup_producer preset = {.message_timeout_ms =
                                                     r->ack_timeout_ms};
+    if (kafka_setup_check_security(r->cfg, KAFKA_SECURITY_CHECK_MS, err) != CHARGED_OK)
+        return CHARGED_GIVE_UP;
     rd_kafka_conf_t *pc = kafka_setup_producer_conf(r->cfg, r->id, &preset, err);
     if (!pc)
         return CHARGED_GIVE_UP;
