@@ -48,6 +48,10 @@ SHARED_WORDS = {
     # The contract's fields and an attempt's statuses (attempt_status.h).
     "captured_amount", "authorized", "voided", "attempt_status_authorized",
     "attempt_status_voided",
+    # Kafka's ACL denials (librdkafka's error codes), not an operation.
+    "rd_kafka_resp_err_group_authorization_failed",
+    "rd_kafka_resp_err_topic_authorization_failed",
+    "rd_kafka_resp_err_cluster_authorization_failed",
 }
 # HTTP's header, not an operation.
 HEADER = re.compile(r"\bAuthorization: Bearer")
