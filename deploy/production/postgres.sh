@@ -18,6 +18,11 @@
 #                                  point PgBouncer at it (a reload)
 #   postgres.sh pgbouncer-restart  stop PgBouncer (SIGINT: at once, as a crash
 #                                  of the pooler looks to clients) and start it
+#   postgres.sh standby-stop       stop the standby (immediate: a crash)
+#   postgres.sh standby-start      start it again
+#   postgres.sh standby-async      make the standby asynchronous (the primary
+#                                  waits for it no more): what the scenario
+#                                  that shows the cost of it needs
 #
 # Ports: CHARGED_PROD_PG_PORT (55621) is node a's, the first primary; node
 # b, the first standby, is +1; PgBouncer +2. State, logs, the CA and the
@@ -179,7 +184,9 @@ start_node() {
 # pg_basebackup over TLS, streaming from a's slot as application_name b.
 create() {
   local sql
-  as_pg "$pgbin/initdb" -D "$dir/a" -U postgres --auth-local=peer \
+  # --no-sync, -N: a loopback stack is disposable; an OS crash in its first
+  # seconds costs an `up` from scratch, not data anyone needs.
+  as_pg "$pgbin/initdb" --no-sync -D "$dir/a" -U postgres --auth-local=peer \
     --auth-host=scram-sha-256 -E UTF8 --locale=C >"$dir/initdb.log" 2>&1 ||
     { tail "$dir/initdb.log" >&2; die "initdb failed"; }
   write_hba a
@@ -197,7 +204,7 @@ CREATE DATABASE charged OWNER charged;
 SELECT pg_create_physical_replication_slot('b');"
   psql_node a -v rpw="$(cat "$dir/secrets/replicator")" -v cpw="$(cat "$dir/secrets/charged")" \
     >/dev/null <<<"$sql"
-  as_pg env PGPASSFILE="$dir/replicator.pgpass" "$pgbin/pg_basebackup" -D "$dir/b" -X stream -c fast \
+  as_pg env PGPASSFILE="$dir/replicator.pgpass" "$pgbin/pg_basebackup" -N -D "$dir/b" -X stream -c fast \
     -S b -d "host=127.0.0.1 port=$(node_port a) user=replicator sslmode=verify-full sslrootcert=$tls/ca.crt" \
     >"$dir/basebackup.log" 2>&1 || { tail "$dir/basebackup.log" >&2; die "pg_basebackup failed"; }
   follow b a
@@ -272,6 +279,11 @@ write_bouncer_users() {
 }
 
 bouncer_answers() {
+  # PgBouncer stays up on its Unix socket when the TCP port is taken.
+  if grep -q "cannot listen on 127.0.0.1:$bouncer_port" "$dir/pgbouncer.log" 2>/dev/null; then
+    stop_bouncer TERM
+    die "PgBouncer cannot listen on 127.0.0.1:$bouncer_port: the port is taken"
+  fi
   PGPASSFILE=$dir/secrets/pgpass "$pgbin/psql" -X -q -tA \
     "host=127.0.0.1 port=$bouncer_port user=charged dbname=charged sslmode=verify-full sslrootcert=$tls/ca.crt connect_timeout=2" \
     -c "SELECT 1" >/dev/null 2>&1
@@ -282,6 +294,7 @@ start_bouncer() {
   [ -x "$pgbouncer" ] || die "pgbouncer not found; run deploy/install-deps.sh"
   write_bouncer_users
   write_bouncer_conf
+  [ -f "$dir/pgbouncer.log" ] && mv "$dir/pgbouncer.log" "$dir/pgbouncer.log.old"
   as_pg "$pgbouncer" -d -q "$dir/pgbouncer.ini" >>"$dir/pgbouncer.out" 2>&1 ||
     { tail "$dir/pgbouncer.out" "$dir/pgbouncer.log" >&2 || true; die "pgbouncer did not start"; }
   wait_for PgBouncer "$dir/pgbouncer.log" bouncer_answers
@@ -411,6 +424,20 @@ promote() {
   echo "production-pg: node $new promoted; PgBouncer points at 127.0.0.1:$(node_port "$new")"
 }
 
+standby_stop() {
+  local node
+  node=$(other "$(primary)")
+  node_running "$node" || die "node $node (the standby) is not running"
+  as_pg "$pgbin/pg_ctl" -D "$dir/$node" -m immediate -w stop >/dev/null
+  echo "production-pg: node $node (standby) stopped"
+}
+
+standby_async() {
+  psql_node "$(primary)" -c "ALTER SYSTEM SET synchronous_standby_names = ''" \
+    -c "SELECT pg_reload_conf()" >/dev/null
+  echo "production-pg: node $(other "$(primary)") is an asynchronous standby now"
+}
+
 case "${1:-}" in
   up) up ;;
   down) down ;;
@@ -419,5 +446,8 @@ case "${1:-}" in
   kill-primary) kill_primary ;;
   promote) promote ;;
   pgbouncer-restart) stop_bouncer INT; start_bouncer; echo "production-pg: PgBouncer restarted" ;;
-  *) echo "usage: $0 up|down|status|env|kill-primary|promote|pgbouncer-restart" >&2; exit 2 ;;
+  standby-stop) standby_stop ;;
+  standby-start) start_node "$(other "$(primary)")"; echo "production-pg: node $(other "$(primary)") (standby) started" ;;
+  standby-async) standby_async ;;
+  *) echo "usage: $0 up|down|status|env|kill-primary|promote|pgbouncer-restart|standby-stop|standby-start|standby-async" >&2; exit 2 ;;
 esac

@@ -21,10 +21,11 @@ attempts. Then:
 - a relay whose DATABASE_URL goes through the pooler never leads and says
   why (its leadership is a session advisory lock, which a transaction pool
   would hand to other clients); a relay connected direct leads and
-  publishes every outbox row. Before, the pooled relay led.
+  publishes every outbox row. Before, the pooled relay led. An auditor
+  through the pooler refuses the lead the same way.
 
-The relay is the one role that cannot share a pooled session (the auditor,
-not run here, is the same); docs/operations.md, "Production settings"."""
+The relay and the auditor are the roles that cannot share a pooled
+session; docs/operations.md, "Production settings"."""
 import os
 import signal
 import subprocess
@@ -92,6 +93,10 @@ def run(new, bouncer):
     pgbouncer_e2e.wait_log(os.path.join(s.dir, pooled_relay + ".log"),
                            "needs a session of its own", 30)
     direct_relay = s.start_relay(RELAY_POLL_MS="100", DATABASE_URL=s.db)
+    # The auditor leads the same way, and refuses the same way.
+    pooled_auditor = s.start_auditor(AUDITOR_POLL_MS="200")
+    pgbouncer_e2e.wait_log(os.path.join(s.dir, pooled_auditor + ".log"),
+                           "needs a session of its own", 30)
 
     cmds = [e2e.new_command(amount=1000 + i) for i in range(N)]
     s.publish(cmds[:N // 2])
@@ -128,6 +133,9 @@ def run(new, bouncer):
           "server session other clients share")
     with open(os.path.join(s.dir, direct_relay + ".log"), errors="replace") as f:
         check('"msg":"leading' in f.read(), "the relay connected direct never led")
+    with open(os.path.join(s.dir, pooled_auditor + ".log"), errors="replace") as f:
+        check('"msg":"leading' not in f.read(),
+              "the auditor behind the transaction pool took the lead")
 
     # No setting of ours left on any server session of the pool.
     defaults = dict(zip(SETTINGS, s.psql(s.db, "SELECT " + ", ".join(
