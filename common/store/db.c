@@ -273,6 +273,10 @@ PGresult *db_exec_within(PGconn *conn, long long timeout_ms, const char *sql,
     if (stmt_q >= 0)
         PQexitPipelineMode(conn);
     PQsetnonblocking(conn, 0);
+    /* A BEGIN whose settings failed opened a transaction the caller does
+     * not know of: ended here, so that its next call starts clean. */
+    if (stmt_q == 0 && !succeeded(res) && PQtransactionStatus(conn) != PQTRANS_IDLE)
+        PQclear(PQexec(conn, "ROLLBACK"));
     return checked(conn, res, err);
 abandon:
     if (ready < 0)

@@ -123,6 +123,23 @@ START_TEST(failed_statement_reports_its_own_error)
 }
 END_TEST
 
+/* A setting the server refuses fails the statement it came with, and
+ * leaves no transaction open behind a BEGIN. */
+START_TEST(refused_setting_fails_the_statement_and_leaves_no_transaction)
+{
+    PGconn *c = test_env_connect(test_env_database_url());
+    db_set_timeouts(c, "soon", NULL);
+    ck_assert_int_eq(db_run(c, "BEGIN", 0, NULL, &err), CHARGED_RETRY);
+    ck_assert_str_eq(err.code, "22023"); /* invalid_parameter_value */
+    ck_assert_int_eq(PQtransactionStatus(c), PQTRANS_IDLE);
+    ck_assert_ptr_null(db_exec(c, "SELECT 1", 0, NULL, &err));
+    ck_assert_int_eq(PQtransactionStatus(c), PQTRANS_IDLE);
+    db_set_timeouts(c, "1s", NULL);
+    ck_value(c, "SELECT 'ok'", "ok");
+    PQfinish(c);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("db_settings");
@@ -133,6 +150,7 @@ int main(void)
     tcase_add_test(tc, unset_timeouts_keep_the_server_s);
     tcase_add_test(tc, statement_timeout_ends_an_autocommit_statement);
     tcase_add_test(tc, failed_statement_reports_its_own_error);
+    tcase_add_test(tc, refused_setting_fails_the_statement_and_leaves_no_transaction);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }
