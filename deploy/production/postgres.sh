@@ -11,7 +11,9 @@
 #                                  the roles
 #   postgres.sh down               stop all three; nothing of them is left
 #   postgres.sh status             say what runs, and which node is primary
-#   postgres.sh env                print DATABASE_URL per role (below)
+#   postgres.sh env [ROLE]         print DATABASE_URL (ROLE's: relay, auditor,
+#                                  migrate, admin direct; the others through
+#                                  PgBouncer) and CHARGED_DATABASE_URL_DIRECT
 #   postgres.sh kill-primary       SIGKILL the primary's postmaster and every
 #                                  process it started (a host that died)
 #   postgres.sh promote            promote the standby (`pg_ctl promote`) and
@@ -371,12 +373,20 @@ status() {
 # and the auditor (each leads by a session advisory lock, which needs a
 # session of its own: they refuse to lead through a pooler).
 print_env() {
-  local tlsq="sslmode=verify-full&sslrootcert=$tls/ca.crt&passfile=$dir/secrets/pgpass"
+  local role=${1:-} tlsq="sslmode=verify-full&sslrootcert=$tls/ca.crt&passfile=$dir/secrets/pgpass"
+  local pooled="postgresql://charged@127.0.0.1:$bouncer_port/charged?$tlsq"
+  local direct="postgresql://charged@127.0.0.1:$base_port,127.0.0.1:$((base_port + 1))/charged?target_session_attrs=read-write&$tlsq"
+  [ -s "$dir/secrets/pgpass" ] || die "no credentials in $dir: run '$0 up' first"
+  case $role in
+    "" | worker | reconciler | api | console | ctl | orders) ;;
+    relay | auditor | migrate | admin) pooled=$direct ;;
+    *) die "env: unknown role '$role' (worker reconciler api console ctl orders: through PgBouncer; relay auditor migrate admin: direct)" ;;
+  esac
   cat <<EOF
-export DATABASE_URL='postgresql://charged@127.0.0.1:$bouncer_port/charged?$tlsq'
-export CHARGED_DATABASE_URL_DIRECT='postgresql://charged@127.0.0.1:$base_port,127.0.0.1:$((base_port + 1))/charged?target_session_attrs=read-write&$tlsq'
-# relay, auditor, chargectl migrate: DATABASE_URL="\$CHARGED_DATABASE_URL_DIRECT"
+export DATABASE_URL='$pooled'
+export CHARGED_DATABASE_URL_DIRECT='$direct'
 EOF
+  [ -n "$role" ] || echo '# relay, auditor, chargectl migrate: DATABASE_URL="$CHARGED_DATABASE_URL_DIRECT" (or env ROLE)'
 }
 
 kill_primary() {
@@ -442,7 +452,7 @@ case "${1:-}" in
   up) up ;;
   down) down ;;
   status) status ;;
-  env) print_env ;;
+  env) print_env "${2:-}" ;;
   kill-primary) kill_primary ;;
   promote) promote ;;
   pgbouncer-restart) stop_bouncer INT; start_bouncer; echo "production-pg: PgBouncer restarted" ;;
