@@ -76,8 +76,10 @@ def migrate_through(s, bouncer):
 
 
 def run(new, bouncer):
+    # Calls of 100-150 ms: every worker holds claimed attempts for a while,
+    # whatever the machine's speed, so the SIGKILL lands on one.
     s = new("pgbouncer_pool", partitions=6, psp_args=[
-        "--seed", "39", "--latency-ms", "5", "--latency-jitter-ms", "20",
+        "--seed", "39", "--latency-ms", "100", "--latency-jitter-ms", "50",
         "--fault", "drop_after=0.04", "--fault", "error_before=0.03"],
         worker_env={"WORKER_MAX_IN_FLIGHT": "8"})
     migrate_through(s, bouncer)
