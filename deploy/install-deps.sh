@@ -30,6 +30,11 @@ packages=(
   python3-yaml prometheus
   dpkg-dev libzstd-dev liblz4-dev libsasl2-dev
   podman debootstrap
+  # PgBouncer (Debian's, 1.18): tests/e2e/test_pgbouncer_transaction_pool.py
+  # starts its own in transaction pooling on a loopback port, and the
+  # production profile's PostgreSQL (deploy/production/postgres.sh) puts
+  # one in front of its primary (the package's own service is not used).
+  pgbouncer
   # clang and its sanitizer runtimes build the libFuzzer targets (tools/fuzz.sh).
   clang-14 libclang-rt-14-dev
   # The console's browser tests (tests/browser) drive Debian's chromium with

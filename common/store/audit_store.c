@@ -73,9 +73,15 @@ enum charged_rc audit_store_lead(audit_store_t *st, struct charged_error *err)
         return rc;
     if (st->leading)
         return CHARGED_OK;
-    if ((rc = run(st, &s, "SELECT pg_try_advisory_lock(" AUDIT_LOCK_KEY ")", &r,
-                  err)) != CHARGED_OK)
+    /* The lead is a session lock: only where the session is ours alone. */
+    stmt_int(&s, store_conn_pid(st->db));
+    if ((rc = run(st, &s, SQL_LEAD(AUDIT_LOCK_KEY), &r, err)) != CHARGED_OK)
         return rc;
+    if (PQgetisnull(r, 0, 0)) {
+        PQclear(r);
+        charged_error_set(err, LEAD_POOLED("auditor"));
+        return CHARGED_RETRY;
+    }
     st->leading = stmt_col_true(r, 0, 0);
     PQclear(r);
     return st->leading ? CHARGED_OK : CHARGED_NOT_LEADER;

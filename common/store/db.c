@@ -7,6 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+
+#include <libpq-events.h>
 
 #include "clock.h"
 #include "log.h"
@@ -35,6 +38,35 @@ static void notice_to_log(void *arg, const char *message)
     log_debug("database notice", "notice", line, NULL);
 }
 
+/* The settings every transaction of a session runs with (db_set_timeouts),
+ * kept with the PGconn as libpq instance data, freed with it. */
+struct db_settings {
+    char statement_timeout[32]; /* "" : the server's own */
+    char lock_timeout[32];
+};
+
+static int db_event(PGEventId id, void *info, void *pass)
+{
+    (void)pass;
+    if (id == PGEVT_CONNDESTROY) {
+        PGconn *conn = ((PGEventConnDestroy *)info)->conn;
+        free(PQinstanceData(conn, db_event));
+    }
+    return 1;
+}
+
+/* Sent before the first statement of each transaction, in the same round
+ * trip and the same transaction (db.h): set_config(..., true) lasts until
+ * that transaction ends, so nothing is left on the server session when a
+ * pooler hands it to another client. A setting we do not own keeps the
+ * server's value (the role's, the database's), set to itself. */
+static const char *const SQL_SETTINGS =
+    "SELECT set_config('TimeZone', 'UTC', true),"
+    " set_config('idle_in_transaction_session_timeout', $1, true),"
+    " set_config('statement_timeout',"
+    "            coalesce($2, current_setting('statement_timeout')), true),"
+    " set_config('lock_timeout', coalesce($3, current_setting('lock_timeout')), true)";
+
 PGconn *db_connect(const char *url, struct charged_error *err)
 {
     /* Defaults come before dbname, so that a value in the URL overrides them.
@@ -50,6 +82,7 @@ PGconn *db_connect(const char *url, struct charged_error *err)
                                        NULL};
     const char *values[] = {"3", "10", "3", "3", "10000", url, NULL};
     PGconn *conn = PQconnectdbParams(keys, values, 1);
+    struct db_settings *s;
     char line[512];
 
     if (!conn) {
@@ -63,28 +96,62 @@ PGconn *db_connect(const char *url, struct charged_error *err)
         return NULL;
     }
     PQsetNoticeProcessor(conn, notice_to_log, NULL);
-    /* Timestamps in UTC so that what we print and compare is unambiguous.
-     * No session of ours sits idle inside a transaction for long: a process
-     * frozen there (a stopped pod, a partition, with TCP keepalives of two
-     * hours on the server's side) would hold its row locks with it, and the
-     * server now ends such a session, and its locks, after DB_IDLE_IN_TX.
-     * A server that accepted the connection and then froze costs one
-     * deadline here too. */
-    int abandoned;
-    PGresult *r = db_exec_within(
-        conn, store_timeout_ms() + STORE_DEADLINE_GRACE_MS,
-        "SELECT set_config('TimeZone', 'UTC', false),"
-        " set_config('idle_in_transaction_session_timeout', '" DB_IDLE_IN_TX
-        "', false)",
-        0, NULL, &abandoned, err);
-    if (!r) {
-        snprintf(line, sizeof(line), "%s", err->message);
-        charged_error_set(err, "database unreachable: %s", line);
+    /* No setting is made on the session itself: behind a pooler in
+     * transaction mode (PgBouncer) the server session is another client's
+     * after each transaction, and what we set there would apply to its
+     * statements, while ours would run on sessions without it. Each of
+     * our transactions carries its own (SQL_SETTINGS). */
+    if (!(s = calloc(1, sizeof(*s))) ||
+        !PQregisterEventProc(conn, db_event, "charged", NULL) ||
+        !PQsetInstanceData(conn, db_event, s)) {
+        free(s);
+        charged_error_set(err, "database: out of memory");
         PQfinish(conn);
         return NULL;
     }
-    PQclear(r);
     return conn;
+}
+
+void db_set_timeouts(PGconn *conn, const char *statement_timeout,
+                     const char *lock_timeout)
+{
+    struct db_settings *s = PQinstanceData(conn, db_event);
+    if (!s)
+        return;
+    snprintf(s->statement_timeout, sizeof(s->statement_timeout), "%s",
+             statement_timeout ? statement_timeout : "");
+    snprintf(s->lock_timeout, sizeof(s->lock_timeout), "%s",
+             lock_timeout ? lock_timeout : "");
+}
+
+/* Sends sql, preceded (or, for a BEGIN, followed) by SQL_SETTINGS when it
+ * starts a transaction, in one pipeline closed by a Sync: the settings and
+ * the statement are one transaction (the extended protocol's implicit one
+ * until the Sync, or the one BEGIN opens) and one round trip. *stmt_q: the
+ * statement's place in the pipeline (0 or 1); -1 when it went alone. 1 on
+ * success, 0 when libpq refused to send (the session is unusable then). */
+static int send_statement(PGconn *conn, const char *sql, int nparams,
+                          const char *const *params, int *stmt_q)
+{
+    struct db_settings *s = PQinstanceData(conn, db_event);
+    *stmt_q = -1;
+    if (!s || PQtransactionStatus(conn) != PQTRANS_IDLE)
+        return PQsendQueryParams(conn, sql, nparams, NULL, params, NULL, NULL, 0);
+    const char *v[3] = {DB_IDLE_IN_TX,
+                        s->statement_timeout[0] ? s->statement_timeout : NULL,
+                        s->lock_timeout[0] ? s->lock_timeout : NULL};
+    /* Settings made before a BEGIN would be another transaction's. */
+    int begins = !strncasecmp(sql, "BEGIN", 5) || !strncasecmp(sql, "START", 5);
+    *stmt_q = begins ? 0 : 1;
+    if (!PQenterPipelineMode(conn))
+        return 0;
+    if (begins && !PQsendQueryParams(conn, sql, nparams, NULL, params, NULL, NULL, 0))
+        return 0;
+    if (!PQsendQueryParams(conn, SQL_SETTINGS, 3, NULL, v, NULL, NULL, 0))
+        return 0;
+    if (!begins && !PQsendQueryParams(conn, sql, nparams, NULL, params, NULL, NULL, 0))
+        return 0;
+    return PQpipelineSync(conn);
 }
 
 static int succeeded(const PGresult *res)
@@ -115,8 +182,10 @@ static PGresult *checked(PGconn *conn, PGresult *res, struct charged_error *err)
 PGresult *db_exec(PGconn *conn, const char *sql, int nparams, const char *const *params,
                   struct charged_error *err)
 {
-    return checked(conn, PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0),
-                   err);
+    int abandoned;
+    /* No deadline of its own (a day): a caller of db_exec waits as
+     * PQexecParams would, and gets the same transaction settings. */
+    return db_exec_within(conn, 86400000LL, sql, nparams, params, &abandoned, err);
 }
 
 /* Until conn's socket can be read (or, `writing`, written as well) or
@@ -144,14 +213,18 @@ PGresult *db_exec_within(PGconn *conn, long long timeout_ms, const char *sql,
 {
     int64_t deadline = clock_now_ms() + timeout_ms;
     PGresult *res = NULL, *next;
-    int ready = 1, flushed;
+    int ready = 1, flushed, stmt_q = -1, q = 0;
 
     *abandoned = 0;
     /* Non-blocking from the first byte: a server that stopped reading lets
      * the socket's buffer fill, and a blocking send would wait on it. */
-    if (PQsocket(conn) < 0 || PQsetnonblocking(conn, 1) != 0 ||
-        !PQsendQueryParams(conn, sql, nparams, NULL, params, NULL, NULL, 0))
+    if (PQsocket(conn) < 0 || PQsetnonblocking(conn, 1) != 0)
         return checked(conn, NULL, err);
+    if (!send_statement(conn, sql, nparams, params, &stmt_q)) {
+        /* A pipeline half sent cannot be taken back: the session goes. */
+        *abandoned = PQpipelineStatus(conn) != PQ_PIPELINE_OFF;
+        return checked(conn, NULL, err);
+    }
     while ((flushed = PQflush(conn)) == 1) {
         /* libpq's rule: read what the server sends while waiting to write. */
         if ((ready = wait_socket(conn, 1, deadline)) <= 0)
@@ -170,18 +243,40 @@ PGresult *db_exec_within(PGconn *conn, long long timeout_ms, const char *sql,
                 return checked(conn, NULL, err);
             }
         }
-        if (!(next = PQgetResult(conn)))
+        next = PQgetResult(conn);
+        if (stmt_q >= 0) {
+            /* A pipeline: NULL ends one query's results, the Sync's ends
+             * them all. */
+            if (!next) {
+                q++;
+                continue;
+            }
+            if (PQresultStatus(next) == PGRES_PIPELINE_SYNC) {
+                PQclear(next);
+                break;
+            }
+        } else if (!next) {
             break;
+        }
         /* One statement has one result; were there more, the first that
-         * failed is kept, as PQexecParams keeps it. */
-        if (!res || succeeded(res)) {
+         * failed is kept, as PQexecParams keeps it. Of a pipeline, the
+         * statement's, unless the settings before it failed. */
+        if (res && !succeeded(res)) {
+            PQclear(next);
+        } else if (!succeeded(next) || stmt_q < 0 || q == stmt_q) {
             PQclear(res);
             res = next;
         } else {
             PQclear(next);
         }
     }
+    if (stmt_q >= 0)
+        PQexitPipelineMode(conn);
     PQsetnonblocking(conn, 0);
+    /* A BEGIN whose settings failed opened a transaction the caller does
+     * not know of: ended here, so that its next call starts clean. */
+    if (stmt_q == 0 && !succeeded(res) && PQtransactionStatus(conn) != PQTRANS_IDLE)
+        PQclear(PQexec(conn, "ROLLBACK"));
     return checked(conn, res, err);
 abandon:
     if (ready < 0)

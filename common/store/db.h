@@ -19,11 +19,26 @@
  * two statements of a transaction. */
 #define DB_IDLE_IN_TX "5s"
 
-/* Opens a connection (idle_in_transaction_session_timeout DB_IDLE_IN_TX),
- * its session settings under the store's deadline (store.h). Returns NULL
- * and one line (without the password) in err on failure. Close with
- * PQfinish. */
+/* Opens a connection. Returns NULL and one line (without the password) in
+ * err on failure. Close with PQfinish.
+ *
+ * Nothing is set on the session: charged works behind a pooler in
+ * transaction mode (PgBouncer), where a server session serves another
+ * client after each transaction. Instead every statement that starts a
+ * transaction (a BEGIN, or a statement in autocommit) goes in one pipeline
+ * with set_config(..., true) of TimeZone UTC, an
+ * idle_in_transaction_session_timeout of DB_IDLE_IN_TX and the timeouts of
+ * db_set_timeouts: the same round trip, the same transaction, and gone
+ * when it ends. A statement inside a transaction is sent alone. So a
+ * statement that may not run inside a transaction block (CREATE DATABASE,
+ * VACUUM) is not for db_exec: charged runs none. */
 PGconn *db_connect(const char *url, struct charged_error *err);
+
+/* The statement_timeout and lock_timeout (PostgreSQL durations: "100ms")
+ * of every later transaction of conn; NULL leaves the server's value (the
+ * role's or the database's default). */
+void db_set_timeouts(PGconn *conn, const char *statement_timeout,
+                     const char *lock_timeout);
 
 /* Runs a parameterized statement (text parameters). Returns the result when
  * its status is COMMAND_OK or TUPLES_OK; otherwise clears it, writes one line

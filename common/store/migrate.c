@@ -10,7 +10,7 @@
 
 #include "db.h"
 
-/* pg_advisory_lock key: any constant shared by every charged build. */
+/* pg_advisory_xact_lock key: any constant shared by every charged build. */
 #define MIGRATE_LOCK_KEY "7239117461206135100"
 
 struct migrate_entry {
@@ -184,20 +184,52 @@ void migrate_set_free(migrate_set_t *set)
     free(set);
 }
 
-/* Applies one file and records it, in one transaction. CHARGED_GIVE_UP
- * when the database refuses the file (repeating cannot help), else as
- * db_run. */
-static enum charged_rc apply_one(PGconn *conn, const struct migrate_entry *e,
-                                 struct charged_error *err)
+/* One file, in one transaction that holds the migrations' lock
+ * (pg_advisory_xact_lock: it ends with the transaction, so the run is safe
+ * through a pooler in transaction mode, where a session lock would stay on
+ * a server session other clients then use): the file is applied and
+ * recorded unless it was already, by us or by a run beside ours.
+ * *applied is set when it was applied now. CHARGED_GIVE_UP when the
+ * database refuses the file or it changed since it was applied (repeating
+ * cannot help), else as db_run. */
+static enum charged_rc migrate_one(PGconn *conn, const struct migrate_entry *e,
+                                   int *applied, struct charged_error *err)
 {
     char version[16], line[512];
     const char *params[3] = {version, e->name, e->sha256};
-    PGresult *res;
+    const char *lock[1] = {MIGRATE_LOCK_KEY};
+    PGresult *res = NULL;
     enum charged_rc rc;
 
+    *applied = 0;
     snprintf(version, sizeof(version), "%d", e->version);
     if ((rc = db_run(conn, "BEGIN", 0, NULL, err)) != CHARGED_OK)
         return rc;
+    if ((rc = db_run(conn, "SELECT pg_advisory_xact_lock($1::bigint)", 1, lock, err)) !=
+        CHARGED_OK)
+        goto rollback;
+    if (!(res = db_exec(conn,
+                        "SELECT name, checksum FROM schema_migrations"
+                        " WHERE version = $1::int",
+                        1, params, err))) {
+        rc = CHARGED_RETRY;
+        goto rollback;
+    }
+    if (PQntuples(res) > 0) {
+        if (strcmp(PQgetvalue(res, 0, 1), e->sha256) != 0) {
+            charged_error_set(
+                err,
+                "migration '%s' was changed after it was applied as '%s' "
+                "(checksum %.12s, applied %.12s); add a new migration instead",
+                e->name, PQgetvalue(res, 0, 0), e->sha256, PQgetvalue(res, 0, 1));
+            rc = CHARGED_GIVE_UP;
+            goto rollback;
+        }
+        PQclear(res);
+        return db_run(conn, "COMMIT", 0, NULL, err);
+    }
+    PQclear(res);
+    res = NULL;
     /* A migration file is trusted, static DDL: it is the one text we run
      * unparameterized, and it may hold several statements. */
     res = PQexec(conn, e->sql);
@@ -205,18 +237,21 @@ static enum charged_rc apply_one(PGconn *conn, const struct migrate_entry *e,
         db_error_line(res ? PQresultErrorMessage(res) : PQerrorMessage(conn), line,
                       sizeof(line));
         charged_error_set(err, "migration '%s' failed: %s", e->name, line);
-        PQclear(res);
         rc = CHARGED_GIVE_UP;
         goto rollback;
     }
     PQclear(res);
+    res = NULL;
     if ((rc = db_run(conn,
                      "INSERT INTO schema_migrations (version, name, checksum) "
                      "VALUES ($1::int, $2, $3)",
                      3, params, err)) != CHARGED_OK)
         goto rollback;
-    return db_run(conn, "COMMIT", 0, NULL, err);
+    if ((rc = db_run(conn, "COMMIT", 0, NULL, err)) == CHARGED_OK)
+        *applied = 1;
+    return rc;
 rollback:
+    PQclear(res);
     PQclear(PQexec(conn, "ROLLBACK"));
     return rc;
 }
@@ -225,61 +260,37 @@ enum charged_rc migrate_run(PGconn *conn, const migrate_set_t *set, FILE *report
                             int *applied, struct charged_error *err)
 {
     const char *lock[1] = {MIGRATE_LOCK_KEY};
-    PGresult *res = NULL;
-    enum charged_rc rc;
-    int locked = 0;
+    enum charged_rc rc = CHARGED_OK;
+    int now;
 
     *applied = 0;
-    /* Session lock: held across the per-file transactions below. */
-    if ((rc = db_run(conn, "SELECT pg_advisory_lock($1::bigint)", 1, lock, err)) !=
-        CHARGED_OK)
-        goto out;
-    locked = 1;
-    if ((rc = db_run(conn,
+    /* The table first, in a transaction of its own under the lock: a first
+     * file that fails leaves it, empty, as before. */
+    if ((rc = db_run(conn, "BEGIN", 0, NULL, err)) != CHARGED_OK)
+        return rc;
+    if ((rc = db_run(conn, "SELECT pg_advisory_xact_lock($1::bigint)", 1, lock, err)) !=
+            CHARGED_OK ||
+        (rc = db_run(conn,
                      "CREATE TABLE IF NOT EXISTS schema_migrations ("
                      " version int PRIMARY KEY,"
                      " name text NOT NULL,"
                      " checksum text NOT NULL,"
                      " applied_at timestamptz NOT NULL DEFAULT now())",
-                     0, NULL, err)) != CHARGED_OK)
-        goto out;
-    res = db_exec(conn, "SELECT version, name, checksum FROM schema_migrations", 0,
-                  NULL, err);
-    if (!res) {
-        rc = CHARGED_RETRY;
-        goto out;
+                     0, NULL, err)) != CHARGED_OK ||
+        (rc = db_run(conn, "COMMIT", 0, NULL, err)) != CHARGED_OK) {
+        PQclear(PQexec(conn, "ROLLBACK"));
+        return rc;
     }
+    /* A transaction per file, as before the lock moved into them: a file
+     * that fails leaves the ones before it applied. */
     for (size_t i = 0; i < set->n; i++) {
-        const struct migrate_entry *e = &set->v[i];
-        int found = 0;
-        for (int r = 0; r < PQntuples(res); r++) {
-            if (atoi(PQgetvalue(res, r, 0)) != e->version)
-                continue;
-            found = 1;
-            if (strcmp(PQgetvalue(res, r, 2), e->sha256) != 0) {
-                charged_error_set(
-                    err,
-                    "migration '%s' was changed after it was applied as '%s' "
-                    "(checksum %.12s, applied %.12s); add a new migration instead",
-                    e->name, PQgetvalue(res, r, 1), e->sha256, PQgetvalue(res, r, 2));
-                rc = CHARGED_GIVE_UP;
-                goto out;
-            }
-        }
-        if (found)
+        if ((rc = migrate_one(conn, &set->v[i], &now, err)) != CHARGED_OK)
+            break;
+        if (!now)
             continue;
-        if ((rc = apply_one(conn, e, err)) != CHARGED_OK)
-            goto out;
         (*applied)++;
         if (report)
-            fprintf(report, "applied %s\n", e->name);
-    }
-    rc = CHARGED_OK;
-out:
-    PQclear(res);
-    if (locked) {
-        struct charged_error ignore;
-        db_run(conn, "SELECT pg_advisory_unlock($1::bigint)", 1, lock, &ignore);
+            fprintf(report, "applied %s\n", set->v[i].name);
     }
     return rc;
 }

@@ -2,8 +2,12 @@
  *
  * Files are named NNNN_what.sql and applied in version order, each in its
  * own transaction together with its row in schema_migrations (version, name,
- * SHA-256). A session advisory lock serialises concurrent runs, so many pods
- * may migrate at start-up: the first applies, the rest find nothing to do.
+ * SHA-256). Each of those transactions takes a transaction advisory lock
+ * (pg_advisory_xact_lock) before it looks whether its file was applied,
+ * which serialises concurrent runs, so many pods may migrate at start-up:
+ * the first applies, the rest find nothing to do. Nothing outlives a
+ * transaction, so a run is safe through PgBouncer in transaction mode too
+ * (docs/operations.md, "Production settings").
  * A file whose checksum differs from the applied one is refused. */
 #ifndef CHARGED_MIGRATE_H
 #define CHARGED_MIGRATE_H

@@ -69,10 +69,18 @@ enum charged_rc outbox_store_lead(outbox_store_t *st, struct charged_error *err)
         return rc;
     if (st->leading)
         return CHARGED_OK;
-    rc = store_conn_exec(st->db, "SELECT pg_try_advisory_lock(" RELAY_LOCK_KEY ")", 0,
-                         NULL, &r, err);
+    /* The lead is a session lock: only where the session is ours alone. */
+    char pid[16];
+    const char *p[1] = {pid};
+    snprintf(pid, sizeof(pid), "%d", store_conn_pid(st->db));
+    rc = store_conn_exec(st->db, SQL_LEAD(RELAY_LOCK_KEY), 1, p, &r, err);
     if (rc != CHARGED_OK)
         return rc;
+    if (PQgetisnull(r, 0, 0)) {
+        PQclear(r);
+        charged_error_set(err, LEAD_POOLED("relay"));
+        return CHARGED_RETRY;
+    }
     st->leading = PQgetvalue(r, 0, 0)[0] == 't';
     PQclear(r);
     return st->leading ? CHARGED_OK : CHARGED_NOT_LEADER;

@@ -57,18 +57,12 @@ enum charged_rc store_conn_open(store_conn_t *c, int *fresh, struct charged_erro
         return CHARGED_RETRY;
     /* No statement of a daemon waits long: the server ends one after
      * store_timeout_ms(), and the few that may wait for a lock at all give
-     * up after the store's lock_timeout. */
+     * up after the store's lock_timeout. Per transaction (db.h), never on
+     * the session: behind a transaction pooler a session setting would
+     * leak to other clients and miss our next statement. */
     snprintf(statement_timeout, sizeof(statement_timeout), "%lldms",
              store_timeout_ms());
-    const char *p[2] = {statement_timeout, c->lock_timeout};
-    if (store_conn_exec(c,
-                        "SELECT set_config('statement_timeout', $1, false),"
-                        " set_config('lock_timeout', $2, false)",
-                        2, p, NULL, err) != CHARGED_OK) {
-        PQfinish(c->conn);
-        c->conn = NULL;
-        return CHARGED_RETRY;
-    }
+    db_set_timeouts(c->conn, statement_timeout, c->lock_timeout);
     if (fresh)
         *fresh = 1;
     return CHARGED_OK;
@@ -106,6 +100,11 @@ enum charged_rc store_conn_exec(store_conn_t *c, const char *sql, int nparams,
     else
         PQclear(r);
     return CHARGED_OK;
+}
+
+int store_conn_pid(const store_conn_t *c)
+{
+    return c->conn ? PQbackendPID(c->conn) : 0;
 }
 
 int store_conn_broken(const store_conn_t *c)

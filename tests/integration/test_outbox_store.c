@@ -271,9 +271,11 @@ START_TEST(a_row_held_by_another_session_is_locked)
         0, NULL);
     PGconn *peer = test_env_connect(url);
     /* Held for longer than our sessions may idle in a transaction. */
-    ck_assert_int_eq(
-        db_run(peer, "SET idle_in_transaction_session_timeout = 0", 0, NULL, &err), 0);
     ck_assert_int_eq(db_run(peer, "BEGIN", 0, NULL, &err), 0);
+    /* In the transaction: db_run's BEGIN carries our DB_IDLE_IN_TX (db.h). */
+    ck_assert_int_eq(db_run(peer, "SET LOCAL idle_in_transaction_session_timeout = 0",
+                            0, NULL, &err),
+                     0);
     ck_assert_msg(
         db_run(peer, "SELECT event_id FROM outbox FOR UPDATE", 0, NULL, &err) == 0,
         "%s", err.message);

@@ -319,9 +319,11 @@ START_TEST(an_attempt_held_by_another_session_is_locked)
     PGconn *peer = test_env_connect(url);
     const char *held[1] = {id};
     /* Held for longer than our sessions may idle in a transaction. */
-    ck_assert_int_eq(
-        db_run(peer, "SET idle_in_transaction_session_timeout = 0", 0, NULL, &err), 0);
     ck_assert_int_eq(db_run(peer, "BEGIN", 0, NULL, &err), 0);
+    /* In the transaction: db_run's BEGIN carries our DB_IDLE_IN_TX (db.h). */
+    ck_assert_int_eq(db_run(peer, "SET LOCAL idle_in_transaction_session_timeout = 0",
+                            0, NULL, &err),
+                     0);
     ck_assert_msg(db_run(peer,
                          "SELECT id FROM payment_attempts WHERE id = $1::uuid"
                          " FOR NO KEY UPDATE",
