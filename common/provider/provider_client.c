@@ -9,15 +9,18 @@
 #include <string.h>
 
 #include "charged_assert.h"
+#include "metrics.h"
 #include "provider.h"
 #include "stripe.h"
 
 /* A gated client's asynchronous request, the backend's opaque for it
- * until its answer: the class its re-sends are charged to. */
+ * until its answer: the class its re-sends are charged to and its answer
+ * counted under, and its operation's name. */
 struct gated {
     struct gated *prev, *next;
     void *opaque; /* the caller's */
     enum budget_class cls;
+    const char *op; /* a string literal */
 };
 
 struct provider_client {
@@ -58,13 +61,25 @@ static int gate_open(provider_client_t *pc, enum budget_class cls,
     return 0;
 }
 
-/* Every arrival is paid for: the requests the backend re-sent by itself
- * (a pooled connection closed unanswered) are charged to the gate after
- * the fact. */
-static void gate_paid(provider_client_t *pc, enum budget_class cls,
-                      const struct provider_result *res)
+/* A gated client's request was sent and its answer is in (blocking or
+ * started). Every role but the worker gates its client (reconciler,
+ * auditor, console, chargectl), so its answers are counted here, once, in
+ * the series the worker's engine adds to for its own ungated client: the
+ * responses by operation and outcome, and a 429 by endpoint class, over
+ * which ChargedProviderThrottled fires per role. A request the gate
+ * refused reached no provider and is not counted. Every arrival is paid
+ * for: the requests the backend re-sent by itself (a pooled connection
+ * closed unanswered) are charged to the gate after the fact. */
+static void answered(provider_client_t *pc, enum budget_class cls, const char *op,
+                     const struct provider_result *res)
 {
-    CHARGED_ASSERT(res->resent >= 0);
+    CHARGED_ASSERT(res->resent >= 0 && op != NULL);
+    if (!pc->gate)
+        return;
+    metrics_observe(METRIC_PROVIDER_DURATION, (double)res->latency_ms / 1000.0, op);
+    metrics_add(METRIC_PROVIDER_RESPONSES, 1, op, provider_outcome_name(res->outcome));
+    if (res->throttled)
+        metrics_add(METRIC_PROVIDER_THROTTLED, 1, budget_class_name(cls));
     if (pc->charge && res->resent > 0)
         pc->charge(pc->gate_ctx, cls, res->resent);
 }
@@ -84,16 +99,17 @@ static void gated_free(provider_client_t *pc, struct gated *g)
  * backend (a gated client's wraps the caller's with the class), or
  * CHARGED_RETRY and err. */
 static enum charged_rc gate_start(provider_client_t *pc, enum budget_class cls,
-                                  void **opaque, struct charged_error *err)
+                                  const char *op, void **opaque,
+                                  struct charged_error *err)
 {
     char why[256];
     struct gated *g = NULL;
-    if (pc->charge) {
+    if (pc->gate) {
         if (!(g = calloc(1, sizeof(*g)))) {
             charged_error_set(err, "provider client: out of memory");
             return CHARGED_RETRY;
         }
-        *g = (struct gated){.next = pc->gated, .opaque = *opaque, .cls = cls};
+        *g = (struct gated){.next = pc->gated, .opaque = *opaque, .cls = cls, .op = op};
         if (pc->gated)
             pc->gated->prev = g;
         pc->gated = g;
@@ -112,9 +128,16 @@ static enum charged_rc gate_start(provider_client_t *pc, enum budget_class cls,
  * wrapper. */
 static enum charged_rc started(provider_client_t *pc, enum charged_rc rc, void *opaque)
 {
-    if (rc != CHARGED_OK && pc->charge)
+    if (rc != CHARGED_OK && pc->gate)
         gated_free(pc, opaque);
     return rc;
+}
+
+/* A charge's operation, as the worker's engine names it: an authorization
+ * holds the money, a charge takes it. */
+static const char *charge_op(const struct provider_charge *ch)
+{
+    return ch->capture_method == PROVIDER_CAPTURE_MANUAL ? "authorize" : "charge";
 }
 
 /* Every backend there is, by name. */
@@ -182,7 +205,7 @@ void provider_client_charge(provider_client_t *pc, const struct provider_charge 
     if (!gate_open(pc, BUDGET_CLASS_CREATE, res))
         return;
     pc->be->charge(pc->impl, ch, res);
-    gate_paid(pc, BUDGET_CLASS_CREATE, res);
+    answered(pc, BUDGET_CLASS_CREATE, charge_op(ch), res);
 }
 
 void provider_client_retrieve(provider_client_t *pc, const char *payment_intent_id,
@@ -192,7 +215,7 @@ void provider_client_retrieve(provider_client_t *pc, const char *payment_intent_
     if (!gate_open(pc, BUDGET_CLASS_RETRIEVE, res))
         return;
     pc->be->retrieve(pc->impl, payment_intent_id, res);
-    gate_paid(pc, BUDGET_CLASS_RETRIEVE, res);
+    answered(pc, BUDGET_CLASS_RETRIEVE, "retrieve", res);
 }
 
 void provider_client_search(provider_client_t *pc, const char *payment_attempt_id,
@@ -202,7 +225,7 @@ void provider_client_search(provider_client_t *pc, const char *payment_attempt_i
     if (!gate_open(pc, BUDGET_CLASS_SEARCH, res))
         return;
     pc->be->search(pc->impl, payment_attempt_id, res);
-    gate_paid(pc, BUDGET_CLASS_SEARCH, res);
+    answered(pc, BUDGET_CLASS_SEARCH, "search", res);
 }
 
 void provider_client_list(provider_client_t *pc, const char *payment_attempt_id,
@@ -214,7 +237,7 @@ void provider_client_list(provider_client_t *pc, const char *payment_attempt_id,
         return;
     pc->be->list(pc->impl, payment_attempt_id, created_gte, created_lt, starting_after,
                  res);
-    gate_paid(pc, BUDGET_CLASS_LIST, res);
+    answered(pc, BUDGET_CLASS_LIST, "list", res);
 }
 
 void provider_client_redact(char *dst, size_t size, const char *src)
@@ -250,7 +273,8 @@ enum charged_rc provider_client_start_charge(provider_client_t *pc,
 {
     CHARGED_ASSERT(pc != NULL && ch != NULL);
     CHARGED_ASSERT(err != NULL);
-    enum charged_rc rc = gate_start(pc, BUDGET_CLASS_CREATE, &opaque, err);
+    enum charged_rc rc =
+        gate_start(pc, BUDGET_CLASS_CREATE, charge_op(ch), &opaque, err);
     if (rc != CHARGED_OK)
         return rc;
     return started(pc, pc->be->start_charge(pc->impl, ch, opaque, err), opaque);
@@ -262,7 +286,7 @@ enum charged_rc provider_client_start_capture(provider_client_t *pc,
 {
     CHARGED_ASSERT(pc != NULL && c != NULL);
     CHARGED_ASSERT(err != NULL);
-    enum charged_rc rc = gate_start(pc, BUDGET_CLASS_CAPTURE, &opaque, err);
+    enum charged_rc rc = gate_start(pc, BUDGET_CLASS_CAPTURE, "capture", &opaque, err);
     if (rc != CHARGED_OK)
         return rc;
     return started(pc, pc->be->start_capture(pc->impl, c, opaque, err), opaque);
@@ -274,7 +298,7 @@ enum charged_rc provider_client_start_void(provider_client_t *pc,
 {
     CHARGED_ASSERT(pc != NULL && v != NULL);
     CHARGED_ASSERT(err != NULL);
-    enum charged_rc rc = gate_start(pc, BUDGET_CLASS_CAPTURE, &opaque, err);
+    enum charged_rc rc = gate_start(pc, BUDGET_CLASS_CAPTURE, "void", &opaque, err);
     if (rc != CHARGED_OK)
         return rc;
     return started(pc, pc->be->start_void(pc->impl, v, opaque, err), opaque);
@@ -286,7 +310,7 @@ enum charged_rc provider_client_start_refund(provider_client_t *pc,
 {
     CHARGED_ASSERT(pc != NULL && r != NULL);
     CHARGED_ASSERT(err != NULL);
-    enum charged_rc rc = gate_start(pc, BUDGET_CLASS_REFUND, &opaque, err);
+    enum charged_rc rc = gate_start(pc, BUDGET_CLASS_REFUND, "refund", &opaque, err);
     if (rc != CHARGED_OK)
         return rc;
     return started(pc, pc->be->start_refund(pc->impl, r, opaque, err), opaque);
@@ -299,7 +323,7 @@ void provider_client_retrieve_refund(provider_client_t *pc, const char *refund_i
     if (!gate_open(pc, BUDGET_CLASS_RETRIEVE, res))
         return;
     pc->be->retrieve_refund(pc->impl, refund_id, res);
-    gate_paid(pc, BUDGET_CLASS_RETRIEVE, res);
+    answered(pc, BUDGET_CLASS_RETRIEVE, "retrieve_refund", res);
 }
 
 void provider_client_list_refunds(provider_client_t *pc, const char *payment_intent,
@@ -310,7 +334,7 @@ void provider_client_list_refunds(provider_client_t *pc, const char *payment_int
     if (!gate_open(pc, BUDGET_CLASS_LIST, res))
         return;
     pc->be->list_refunds(pc->impl, payment_intent, refund_id, starting_after, res);
-    gate_paid(pc, BUDGET_CLASS_LIST, res);
+    answered(pc, BUDGET_CLASS_LIST, "list_refunds", res);
 }
 
 void provider_client_list_page(provider_client_t *pc, enum provider_list_of what,
@@ -326,7 +350,8 @@ void provider_client_list_page(provider_client_t *pc, enum provider_list_of what
     }
     pc->be->list_page(pc->impl, what, created_gte, created_lt, starting_after, page,
                       res);
-    gate_paid(pc, BUDGET_CLASS_LIST, res);
+    answered(pc, BUDGET_CLASS_LIST,
+             what == PROVIDER_LIST_REFUNDS ? "list_refunds" : "list", res);
     CHARGED_ASSERT(page->n <= PROVIDER_PAGE_MAX);
 }
 
@@ -340,7 +365,8 @@ void provider_client_fetch(provider_client_t *pc, enum provider_list_of what,
         return;
     }
     pc->be->fetch(pc->impl, what, id, obj, res);
-    gate_paid(pc, BUDGET_CLASS_RETRIEVE, res);
+    answered(pc, BUDGET_CLASS_RETRIEVE,
+             what == PROVIDER_LIST_REFUNDS ? "retrieve_refund" : "retrieve", res);
 }
 
 enum charged_rc provider_client_start_probe(provider_client_t *pc, void *opaque,
@@ -348,7 +374,7 @@ enum charged_rc provider_client_start_probe(provider_client_t *pc, void *opaque,
 {
     CHARGED_ASSERT(pc != NULL);
     CHARGED_ASSERT(err != NULL);
-    enum charged_rc rc = gate_start(pc, BUDGET_CLASS_CREATE, &opaque, err);
+    enum charged_rc rc = gate_start(pc, BUDGET_CLASS_CREATE, "probe", &opaque, err);
     if (rc != CHARGED_OK)
         return rc;
     return started(pc, pc->be->start_probe(pc->impl, opaque, err), opaque);
@@ -366,11 +392,11 @@ int provider_client_next_done(provider_client_t *pc, struct provider_result *res
     CHARGED_ASSERT(pc != NULL && res != NULL && opaque != NULL);
     if (!pc->be->next_done(pc->impl, res, opaque))
         return 0;
-    if (pc->charge) {
+    if (pc->gate) {
         struct gated *g = *opaque;
         CHARGED_ASSERT(g != NULL); /* every start of a gated client wraps */
         *opaque = g->opaque;
-        gate_paid(pc, g->cls, res);
+        answered(pc, g->cls, g->op, res);
         gated_free(pc, g);
     }
     return 1;

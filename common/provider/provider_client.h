@@ -67,7 +67,16 @@ void provider_client_free(provider_client_t *pc);
  * blocking call answers NOT_EXECUTED with http_status 0 and the gate's
  * `why` as its error (a list page empty), a start answers CHARGED_RETRY
  * with it. NULL (the default): no gate. The worker sets none: its engine
- * asks the budget itself and parks a job that must wait. */
+ * asks the budget itself and parks a job that must wait.
+ *
+ * A gated client (every role's but the worker's) counts each request it
+ * sent once its answer is in, blocking or started, in the process's
+ * metrics: charged_provider_responses_total{operation,class} (the
+ * operation: charge or authorize, capture, void, refund, probe, retrieve,
+ * search, list, retrieve_refund, list_refunds), its duration, and a 429 in
+ * charged_provider_throttled_total{class} by endpoint class: the series
+ * the worker's engine counts its own answers in, for
+ * ChargedProviderThrottled. A request the gate refused is not counted. */
 typedef int (*provider_gate_fn)(void *ctx, enum budget_class cls, char *why,
                                 size_t why_size);
 /* Every arrival is paid for: when the backend sent a request n more times

@@ -13,6 +13,7 @@
 #include "clock.h"
 #include "engine_core.h"
 #include "job.h"
+#include "metrics.h"
 #include "provider_client.h"
 #include "psp_sim_process.h"
 #include "test_env.h"
@@ -751,6 +752,71 @@ START_TEST(a_gated_clients_resent_request_is_charged)
 }
 END_TEST
 
+/* The value of one series in the process's /metrics text (0: absent). */
+static double metric_value(const char *series)
+{
+    char *text = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(metrics_render(&text, &len), 0);
+    double v = 0;
+    size_t n = strlen(series);
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (!strncmp(p, series, n) && p[n] == ' ')
+            v = strtod(p + n + 1, NULL);
+    free(text);
+    return v;
+}
+
+/* Every role but the worker gates its client, and the client counts a
+ * gated request's answer (blocking or started) where the worker's engine
+ * counts its own: charged_provider_responses_total by operation and
+ * outcome, a 429 in charged_provider_throttled_total by endpoint class, so
+ * that ChargedProviderThrottled fires for every role. A request the gate
+ * refused reached nothing and counts nowhere; an ungated client (the
+ * worker's) counts nothing here. */
+START_TEST(a_gated_clients_answers_and_429s_are_counted)
+{
+    const char *charge_ok =
+        "charged_provider_responses_total{operation=\"charge\",class=\"succeeded\"}";
+    const char *charge_429 =
+        "charged_provider_responses_total{operation=\"charge\",class=\"not_executed\"}";
+    const char *create_429 = "charged_provider_throttled_total{class=\"create\"}";
+    metrics_reset();
+    /* Ungated: the worker's engine counts, not the client. */
+    ck_assert_int_eq(run("pc-count-ungated", 100, "pm_card_visa").outcome,
+                     PROVIDER_SUCCEEDED);
+    ck_assert(metric_value(charge_ok) == 0);
+
+    memset(gate_asks, 0, sizeof(gate_asks));
+    provider_client_set_gate(pc, count_gate, count_charge, gate_asks);
+    ck_assert_int_eq(run("pc-count-ok", 100, "pm_card_visa").outcome,
+                     PROVIDER_SUCCEEDED);
+    ck_assert(metric_value(charge_ok) == 1);
+    set_faults("{\"rules\":[{\"kind\":\"rate_limit\",\"times\":2}]}");
+    struct provider_result r = run("pc-count-429", 100, "pm_card_visa");
+    ck_assert_int_eq(r.http_status, 429);
+    ck_assert(metric_value(charge_429) == 1);
+    ck_assert(metric_value(create_429) == 1);
+    /* Started: counted at next_done, under the class it was started with. */
+    int tag = 0;
+    void *op = NULL;
+    struct provider_charge c = ch("pc-count-a429", 100, "pm_card_visa");
+    ck_assert_int_eq(provider_client_start_charge(pc, &c, &tag, &err), CHARGED_OK);
+    r = finish_async(&op);
+    ck_assert_ptr_eq(op, &tag);
+    ck_assert_int_eq(r.http_status, 429);
+    ck_assert(metric_value(charge_429) == 2);
+    ck_assert(metric_value(create_429) == 2);
+    /* Refused by the gate: not sent, not an answer, not a 429. */
+    provider_client_set_gate(pc, refuse_gate, NULL, NULL);
+    r = run("pc-count-refused", 100, "pm_card_visa");
+    ck_assert_int_eq(r.throttled, 1);
+    ck_assert(metric_value(charge_429) == 2);
+    ck_assert(metric_value(create_429) == 2);
+    metrics_reset();
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("provider_client");
@@ -760,6 +826,7 @@ static Suite *suite(void)
     tcase_add_test(tc, succeeded_keeps_the_payment_id_and_replays);
     tcase_add_test(tc, a_gated_clients_resent_request_is_charged);
     tcase_add_test(tc, a_request_the_gate_refuses_reads_throttled);
+    tcase_add_test(tc, a_gated_clients_answers_and_429s_are_counted);
     tcase_add_test(tc, processing_is_processing);
     tcase_add_test(tc, card_error_is_declined_with_codes);
     tcase_add_test(tc, invalid_request_is_invalid);

@@ -73,11 +73,11 @@ static void call_begin(struct reconciler *r)
     metrics_set(METRIC_PROVIDER_IN_FLIGHT, 1);
 }
 
-static void call_end(const char *op, const struct provider_result *res)
+/* Its answer, its duration and a 429 are counted by the gated client
+ * (provider_client.c), as every gated role's are. */
+static void call_end(void)
 {
     metrics_set(METRIC_PROVIDER_IN_FLIGHT, 0);
-    metrics_observe(METRIC_PROVIDER_DURATION, res->latency_ms / 1000.0, op);
-    metrics_add(METRIC_PROVIDER_RESPONSES, 1, op, provider_outcome_name(res->outcome));
 }
 
 /* What the provider answered, into the look's evidence; pages: of a list. */
@@ -109,7 +109,6 @@ static void note(struct look *l, const char *op, const struct provider_result *r
 struct walk_page {
     struct reconciler *r;
     const struct look *l;
-    const char *op;
 };
 
 static void walk_page(void *ctx, const char *after, struct provider_result *page)
@@ -118,7 +117,7 @@ static void walk_page(void *ctx, const char *after, struct provider_result *page
     const struct op_look_env env = env_of(w->r);
     call_begin(w->r);
     w->l->k->page(&env, w->l->due, after, page);
-    call_end(w->op, page);
+    call_end();
 }
 
 /* Makes the call a step names. A list is asked of the consistent source
@@ -138,14 +137,14 @@ static void make_call(struct reconciler *r, struct look *l,
     l->ops[i] = st->operation;
     l->started[i] = clock_wall_ms();
     if (st->next == RECONCILE_LIST) {
-        struct walk_page w = {.r = r, .l = l, .op = st->operation};
+        struct walk_page w = {.r = r, .l = l};
         pages = reconcile_policy_list_walk(walk_page, &w, st->answer);
     } else {
         struct op_look_env env = env_of(r);
         if (st->next == RECONCILE_RETRIEVE && st->dec.object_id[0])
             env.object_id = st->dec.object_id;
         l->k->call(&env, l->due, st->next, st->answer);
-        call_end(st->operation, st->answer);
+        call_end();
     }
     note(l, st->operation, st->answer, pages);
 }
