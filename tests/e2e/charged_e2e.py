@@ -280,6 +280,7 @@ class Scenario:
         self.admin_ports = {}  # name -> port of its admin listener (admin_port)
         self.worker_ids = {}  # name -> WORKER_ID (lease_owner, actor in the tables)
         self.worker_seq = 0
+        self.published_keys = set()  # idempotency keys of the commands published
         self.worker_env = dict(worker_env or {})
         self.psp = None
         self.psp_args = list(psp_args)
@@ -747,6 +748,8 @@ class Scenario:
         """Publishes valid commands through chargectl publish --file -."""
         data = "".join(json.dumps(c) + "\n" for c in commands).encode()
         self.run([CHARGECTL, "publish", "--file", "-"], stdin=data)
+        self.published_keys.update(c["idempotency_key"] for c in commands
+                                   if isinstance(c, dict) and "idempotency_key" in c)
 
     def produce_raw(self, records, compression=None):
         """Records as kafka_test_tool produce takes them, in one producer (so
@@ -822,6 +825,15 @@ class Scenario:
         succeeded_charges = {c["payment_attempt_id"]: c for c in ledger
                              if c["outcome"] == "succeeded" and
                              own_key.get(c["idempotency_key"]) == c["payment_attempt_id"]}
+        # A command of ours charged under its key has an attempt: the worker
+        # records and claims before it calls. A charge with none is money
+        # taken and lost to the books (a failover that lost the commit).
+        lost = [c for c in ledger if c["outcome"] == "succeeded" and
+                c["idempotency_key"] in self.published_keys and
+                c["idempotency_key"] not in own_key]
+        if lost:
+            raise Failure("%d charges at the provider under our commands' keys have no "
+                          "attempt: %s" % (len(lost), [c["idempotency_key"] for c in lost[:5]]))
         orders = {}
         for a in attempts:
             if a["status"] == "SUCCEEDED":
