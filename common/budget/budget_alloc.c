@@ -369,10 +369,15 @@ static int view_by_id(const void *a, const void *b)
     return strcmp(x->id, y->id);
 }
 
+unsigned long long budget_alloc_rotation(long long db_ms)
+{
+    return db_ms > 0 ? (unsigned long long)(db_ms / BUDGET_ROTATE_MS) : 0;
+}
+
 int budget_alloc_member_target(const struct budget_settings *s,
                                const struct budget_member_view *members, size_t n,
-                               size_t own, struct budget_share *target,
-                               const char **why)
+                               size_t own, unsigned long long rotation,
+                               struct budget_share *target, const char **why)
 {
     const struct budget_member_view **by_id = NULL;
     struct budget_demand *d = NULL;
@@ -396,11 +401,13 @@ int budget_alloc_member_target(const struct budget_settings *s,
     for (size_t m = 0; m < n; m++)
         by_id[m] = &members[m];
     qsort(by_id, n, sizeof(*by_id), view_by_id);
+    size_t first = (size_t)(rotation % n);
     for (size_t m = 0; m < n; m++) {
         CHARGED_ASSERT(m == 0 || strcmp(by_id[m - 1]->id, by_id[m]->id) < 0);
-        d[m] = by_id[m]->demand;
+        size_t at = (m + n - first) % n; /* by_id[first] goes first */
+        d[at] = by_id[m]->demand;
         if (by_id[m] == &members[own])
-            me = m;
+            me = at;
     }
     CHARGED_ASSERT(me < n);
     if ((rc = budget_alloc_targets(s, d, n, t, why)) == 0)

@@ -116,16 +116,37 @@ struct budget_member_view {
 
 /* The target of members[own] among the fleet's n live members (ids
  * distinct), in any order: budget_alloc_targets over the members ordered by
- * id (strcmp), the order every member sees alike. The rounding gives its odd
- * units to the first members of the order; a member that put itself in a
- * place of its own (e.g. last) would compute that they are another's, as
- * every other member would: nobody would take them. With one order every
- * member computes the same allocation and takes its own row of it. 0, or
- * -1 and why (as budget_alloc_targets; *target then zeroed). */
+ * id (strcmp), the order every member sees alike, rotated: the member at
+ * place rotation % n of that order first. The rounding gives its odd units
+ * to the first members of the order; without the rotation, with more members
+ * asking than the limit has whole requests/s, the same ids would get them at
+ * every refresh and the last ones nothing for as long as the first have a
+ * backlog. A member that put itself in a place of its own (e.g. last) would
+ * compute that they are another's, as every other member would: nobody would
+ * take them. With one order and one rotation (budget_alloc_rotation of the
+ * database's clock) every member computes the same allocation and takes its
+ * own row of it; members that disagree for a refresh (one read the clock
+ * just before a rotation, another just after) stay within the limits by the
+ * two-phase take. 0, or -1 and why (as budget_alloc_targets; *target then
+ * zeroed). */
 int budget_alloc_member_target(const struct budget_settings *s,
                                const struct budget_member_view *members, size_t n,
-                               size_t own, struct budget_share *target,
-                               const char **why);
+                               size_t own, unsigned long long rotation,
+                               struct budget_share *target, const char **why);
+
+/* How long one rotation of the order lasts (ms of the database's clock):
+ * whole leases (budget_lease.h's BUDGET_LEASE_MS, 1 s), five of them. A
+ * unit that changes hands is idle until its old holder's next refresh
+ * gives it back, and its new holder's gate starts empty: about a request
+ * lost per handover: at a limit of 2 among three members with backlogs,
+ * 18 requests of 30 in 15 s with a rotation every lease, 28 every five
+ * (test_adv38f_odd_unit_starves); and five seconds is still short against a
+ * backlog's wait (a member holds 0 for at most n - units rotations). */
+#define BUDGET_ROTATE_MS 5000LL
+/* The rotation at db_ms (ms since the epoch on the database's clock, as
+ * every member reads it in its refresh): whole periods of BUDGET_ROTATE_MS;
+ * 0 for a clock before the epoch. */
+unsigned long long budget_alloc_rotation(long long db_ms);
 
 /* What a refresh trusts of another member's row (its share and demand as
  * read from the table, where anyone with write access could have put

@@ -18,6 +18,9 @@
 /* A change asked while refreshes hold the lock: tried this often. */
 #define SET_TRIES 5
 
+/* A rotation lasts whole leases: see BUDGET_ROTATE_MS. */
+_Static_assert(BUDGET_ROTATE_MS % BUDGET_LEASE_MS == 0, "a rotation is whole leases");
+
 struct budget_lease {
     store_conn_t *db;
     char account[BUDGET_NAME_MAX + 1], role[BUDGET_NAME_MAX + 1];
@@ -157,19 +160,19 @@ static enum charged_rc tx_end(budget_lease_t *l, enum charged_rc rc,
     return rc;
 }
 
-/* Parses a bigint array's text ("{1,2,-1}") of exactly n elements. */
-static int parse_array(const char *s, long long *out, int n)
+/* Parses a bigint array's elements as array_to_string(a, ',') gives them
+ * ("1,2,-1": whatever the array's bounds or dimensions, which a row no
+ * member wrote may have made other than 0020's) into exactly n values. */
+static int parse_list(const char *s, long long *out, int n)
 {
     char *end;
-    if (*s++ != '{')
-        return -1;
     for (int i = 0; i < n; i++) {
         out[i] = strtoll(s, &end, 10);
-        if (end == s || *end != (i + 1 < n ? ',' : '}'))
+        if (end == s || *end != (i + 1 < n ? ',' : '\0'))
             return -1;
         s = end + 1;
     }
-    return *s == '\0' ? 0 : -1;
+    return 0;
 }
 
 static void format_array(const long long *v, int n, char *out, size_t size)
@@ -200,16 +203,17 @@ static void held_from_array(const long long v[HELD_N], struct budget_share *s)
 
 /* Locks the settings row and reads it; *missing when there is none. */
 static enum charged_rc lock_settings(budget_lease_t *l, struct budget_settings *s,
-                                     long long *version, int *missing,
+                                     long long *version, long long *db_ms, int *missing,
                                      struct charged_error *err)
 {
     const char *p[1] = {l->account};
     PGresult *r = NULL;
-    enum charged_rc rc =
-        store_conn_exec(l->db,
-                        "SELECT " SETTINGS_COLUMNS ", version FROM provider_budget"
-                        " WHERE account = $1 FOR UPDATE",
-                        1, p, &r, err);
+    enum charged_rc rc = store_conn_exec(
+        l->db,
+        "SELECT " SETTINGS_COLUMNS ", version,"
+        " floor(extract(epoch FROM now()) * 1000)::bigint FROM provider_budget"
+        " WHERE account = $1 FOR UPDATE",
+        1, p, &r, err);
     if (rc != CHARGED_OK)
         goto out;
     *missing = PQntuples(r) == 0;
@@ -220,31 +224,61 @@ static enum charged_rc lock_settings(budget_lease_t *l, struct budget_settings *
         s->class_rps[c] = atoll(PQgetvalue(r, 0, 1 + c));
     s->audit_floor_rps = atoll(PQgetvalue(r, 0, SETTINGS_NCOLS - 1));
     *version = atoll(PQgetvalue(r, 0, SETTINGS_NCOLS));
+    *db_ms = atoll(PQgetvalue(r, 0, SETTINGS_NCOLS + 1));
 out:
     PQclear(r);
     return rc;
+}
+
+/* A share that holds each whole limit (after budget_share_bound). */
+static void share_whole(const struct budget_settings *s, struct budget_share *one)
+{
+    one->global_mrps = one->floor_mrps = BUDGET_UNLIMITED;
+    for (int c = 0; c < BUDGET_CLASS_COUNT; c++)
+        one->class_mrps[c] = BUDGET_UNLIMITED;
+    budget_share_bound(s, one);
 }
 
 /* The other live members' ids and demands (into members[0..*n)), the sum
  * of their shares, each bounded to what a member can hold under s (a row is
  * not trusted: budget_share_bound), and the earliest of their lease ends
  * (ms from now(), the transaction's start; -1 none). members has room for
- * the rows plus this member's. */
+ * the rows plus this member's.
+ *
+ * No row's content can fail the refresh (which would leave the rows that
+ * made it unbounded, and the fleet stopped for good): times are read
+ * bounded to BUDGET_LEASE_MAX_MS (an 'infinity' cannot be subtracted),
+ * arrays by their elements whatever their bounds; a row still unreadable
+ * counts as holding each whole limit and asking nothing. At most
+ * BUDGET_MEMBERS_MAX - 1 rows are read, the most recently written first:
+ * xmin is the writing transaction's, which no row's writer chooses, and a
+ * live member rewrites its row every refresh, so rows written once and
+ * left cannot push the members out of the allocation (member_id breaks
+ * ties, as every member sees them alike). Rows beyond those count as
+ * holding each whole limit: this member takes nothing more until they end
+ * (write_member bounds their lease), never more than the limits allow. */
 static enum charged_rc read_others(budget_lease_t *l, const struct budget_settings *s,
                                    struct budget_member_view **members, size_t *n,
                                    struct budget_share *others, long long *end_in_ms,
+                                   struct budget_refresh *out,
                                    struct charged_error *err)
 {
-    const char *p[2] = {l->account, l->member};
+    char max[24], most[24];
+    const char *p[4] = {l->account, l->member, max, most};
     PGresult *r = NULL;
-    long long held[HELD_N];
+    long long held[HELD_N], total;
+    snprintf(max, sizeof(max), "%d", BUDGET_LEASE_MAX_MS);
+    snprintf(most, sizeof(most), "%d", BUDGET_MEMBERS_MAX - 1);
     enum charged_rc rc = store_conn_exec(
         l->db,
-        "SELECT demand_mrps, held_mrps,"
-        " ceil(extract(epoch FROM expires_at - now()) * 1000)::bigint, member_id::text"
+        "SELECT array_to_string(demand_mrps, ','), array_to_string(held_mrps, ','),"
+        " ceil(extract(epoch FROM least(expires_at, statement_timestamp()"
+        " + $3::bigint * interval '1 millisecond') - now()) * 1000)::bigint,"
+        " member_id::text, count(*) OVER ()"
         " FROM provider_budget_members"
-        " WHERE account = $1 AND member_id <> $2::uuid AND expires_at > now()",
-        2, p, &r, err);
+        " WHERE account = $1 AND member_id <> $2::uuid AND expires_at > now()"
+        " ORDER BY age(xmin), member_id LIMIT $4::int",
+        4, p, &r, err);
     if (rc != CHARGED_OK)
         goto out;
     *n = (size_t)PQntuples(r);
@@ -255,15 +289,19 @@ static enum charged_rc read_others(budget_lease_t *l, const struct budget_settin
         rc = CHARGED_RETRY;
         goto out;
     }
+    total = *n ? atoll(PQgetvalue(r, 0, 4)) : 0;
     for (size_t i = 0; i < *n; i++) {
         struct budget_share one;
         struct budget_member_view *v = &(*members)[i];
         snprintf(v->id, sizeof(v->id), "%s", PQgetvalue(r, (int)i, 3));
-        if (parse_array(PQgetvalue(r, (int)i, 0), &v->demand.mrps[0][0], DEMAND_N) ||
-            parse_array(PQgetvalue(r, (int)i, 1), held, HELD_N)) {
-            charged_error_set(err, "budget: a member's row is not as 0020 made it");
-            rc = CHARGED_RETRY;
-            goto out;
+        if (parse_list(PQgetvalue(r, (int)i, 0), &v->demand.mrps[0][0], DEMAND_N) ||
+            parse_list(PQgetvalue(r, (int)i, 1), held, HELD_N)) {
+            memset(&v->demand, 0, sizeof(v->demand));
+            share_whole(s, &one);
+            out->rows_unreadable++;
+        } else {
+            held_from_array(held, &one);
+            budget_share_bound(s, &one);
         }
         budget_demand_bound(&v->demand);
         long long end = strtoll(PQgetvalue(r, (int)i, 2), NULL, 10);
@@ -271,9 +309,13 @@ static enum charged_rc read_others(budget_lease_t *l, const struct budget_settin
             end = BUDGET_LEASE_MAX_MS;
         if (*end_in_ms < 0 || end < *end_in_ms)
             *end_in_ms = end;
-        held_from_array(held, &one);
-        budget_share_bound(s, &one);
         budget_share_add(others, &one);
+    }
+    if (total > (long long)*n) {
+        struct budget_share rest;
+        share_whole(s, &rest);
+        budget_share_add(others, &rest);
+        out->rows_unread = (int)(total - (long long)*n);
     }
 out:
     PQclear(r);
@@ -289,8 +331,9 @@ out:
 static enum charged_rc write_member(budget_lease_t *l,
                                     const struct budget_demand *demand,
                                     const struct budget_share *held, long long version,
-                                    struct charged_error *err)
+                                    int *bounded, struct charged_error *err)
 {
+    PGresult *r = NULL;
     char pid[16], dem[ARRAY_TEXT], hel[ARRAY_TEXT], ver[24], lease[24], max[24];
     long long h[HELD_N];
     const char *p[10] = {l->account, l->member, l->role, pid,   l->host,
@@ -302,14 +345,15 @@ static enum charged_rc write_member(budget_lease_t *l,
     snprintf(ver, sizeof(ver), "%lld", version);
     snprintf(lease, sizeof(lease), "%lld", l->lease_ms);
     snprintf(max, sizeof(max), "%d", BUDGET_LEASE_MAX_MS);
-    return store_conn_exec(
+    enum charged_rc rc = store_conn_exec(
         l->db,
         "WITH gone AS (DELETE FROM provider_budget_members WHERE account = $1"
         " AND expires_at <= now() AND member_id <> $2::uuid),"
         " bounded AS (UPDATE provider_budget_members SET"
         " expires_at = statement_timestamp() + $10::bigint * interval '1 millisecond'"
         " WHERE account = $1 AND member_id <> $2::uuid AND expires_at >"
-        " statement_timestamp() + $10::bigint * interval '1 millisecond')"
+        " statement_timestamp() + $10::bigint * interval '1 millisecond'"
+        " RETURNING 1)"
         " INSERT INTO provider_budget_members (account, member_id, role, pid, host,"
         " demand_mrps, held_mrps, settings_version, expires_at)"
         " VALUES ($1, $2::uuid, $3, $4::int, $5, $6::bigint[], $7::bigint[], "
@@ -318,8 +362,12 @@ static enum charged_rc write_member(budget_lease_t *l,
         " ON CONFLICT (account, member_id) DO UPDATE SET"
         " demand_mrps = EXCLUDED.demand_mrps, held_mrps = EXCLUDED.held_mrps,"
         " settings_version = EXCLUDED.settings_version, refreshed_at = now(),"
-        " expires_at = EXCLUDED.expires_at",
-        10, p, NULL, err);
+        " expires_at = EXCLUDED.expires_at RETURNING (SELECT count(*) FROM bounded)",
+        10, p, &r, err);
+    if (rc == CHARGED_OK)
+        *bounded = PQntuples(r) ? atoi(PQgetvalue(r, 0, 0)) : 0;
+    PQclear(r);
+    return rc;
 }
 
 /* One refresh's transaction; *missing (nothing written) when the account
@@ -332,24 +380,28 @@ static enum charged_rc refresh_once(budget_lease_t *l,
     struct budget_member_view *members = NULL;
     struct budget_share others;
     size_t n = 0;
+    long long db_ms = 0;
     const char *why;
     enum charged_rc rc;
 
     if ((rc = begin_bounded(l, err)) != CHARGED_OK)
         return rc;
-    if ((rc = lock_settings(l, &out->settings, &out->version, missing, err)) !=
+    if ((rc = lock_settings(l, &out->settings, &out->version, &db_ms, missing, err)) !=
             CHARGED_OK ||
         *missing)
         goto out;
     if ((rc = read_others(l, &out->settings, &members, &n, &others,
-                          &out->others_end_in_ms, err)) != CHARGED_OK)
+                          &out->others_end_in_ms, out, err)) != CHARGED_OK)
         goto out;
     snprintf(members[n].id, sizeof(members[n].id), "%s", l->member);
     members[n].demand = *demand;
-    /* The fleet's allocation in the members' id order, as every member
-     * computes it, and this member's row of it: with a place of its own
-     * (last) each member would leave the rounding's odd units to another. */
-    if (budget_alloc_member_target(&out->settings, members, n + 1, n, &out->target,
+    /* The fleet's allocation in the members' id order, rotated by the
+     * database's clock, as every member computes it, and this member's row
+     * of it: with a place of its own (last) each member would leave the
+     * rounding's odd units to another; without the rotation the same ids
+     * would get them at every refresh. */
+    if (budget_alloc_member_target(&out->settings, members, n + 1, n,
+                                   budget_alloc_rotation(db_ms), &out->target,
                                    &why) != 0) {
         charged_error_set(err, "budget: allocation refused: %s", why);
         rc = CHARGED_RETRY; /* our rows or our bug: not the caller's item */
@@ -364,7 +416,7 @@ static enum charged_rc refresh_once(budget_lease_t *l,
                    budget_alloc_within(&out->settings, &sum));
     out->members = (int)n + 1;
     out->lease_ms = l->lease_ms;
-    rc = write_member(l, demand, &out->held, out->version, err);
+    rc = write_member(l, demand, &out->held, out->version, &out->leases_bounded, err);
 out:
     free(members);
     rc = tx_end(l, *missing && rc == CHARGED_OK ? CHARGED_NOT_FOUND : rc, err);
@@ -431,20 +483,22 @@ enum charged_rc budget_lease_show(budget_lease_t *l, json_t **settings,
     CHARGED_ASSERT(l != NULL && settings != NULL && members != NULL);
     charged_error_clear(err);
     *settings = *members = NULL;
-    rc = run(l,
-             "SELECT " SETTINGS_JSON(
-                 "b") "::text,"
-                      " (SELECT coalesce(json_agg(json_build_object('member_id', "
-                      "m.member_id,"
-                      " 'role', m.role, 'pid', m.pid, 'host', m.host, 'held_mrps', "
-                      "m.held_mrps,"
-                      " 'demand_mrps', m.demand_mrps, 'expires_in_ms',"
-                      " (extract(epoch FROM m.expires_at - now()) * 1000)::bigint)"
-                      " ORDER BY m.joined_at, m.member_id), '[]'::json)"
-                      " FROM provider_budget_members m"
-                      " WHERE m.account = b.account AND m.expires_at > now())::text"
-                      " FROM provider_budget b WHERE b.account = $1",
-             1, p, &r, err);
+    rc = run(
+        l,
+        "SELECT " SETTINGS_JSON(
+            "b") "::text,"
+                 " (SELECT coalesce(json_agg(json_build_object('member_id', "
+                 "m.member_id,"
+                 " 'role', m.role, 'pid', m.pid, 'host', m.host, 'held_mrps', "
+                 "m.held_mrps,"
+                 " 'demand_mrps', m.demand_mrps, 'expires_in_ms',"
+                 " (extract(epoch FROM least(m.expires_at, now() + interval '1 day')"
+                 " - now()) * 1000)::bigint)"
+                 " ORDER BY m.joined_at, m.member_id), '[]'::json)"
+                 " FROM provider_budget_members m"
+                 " WHERE m.account = b.account AND m.expires_at > now())::text"
+                 " FROM provider_budget b WHERE b.account = $1",
+        1, p, &r, err);
     if (rc != CHARGED_OK)
         goto out;
     if (PQntuples(r) == 0) {

@@ -6,10 +6,13 @@
  * locks the account's settings row (FOR UPDATE; a session lock_timeout of
  * BUDGET_LOCK_TIMEOUT: the only waiter is another member's refresh; the
  * transaction itself ended by the server after BUDGET_IDLE_IN_TX idle),
- * reads the live members (each one's share bounded to what a member can
- * hold: budget_share_bound), runs the allocation over their demands and
- * this member's new one in the members' id order, as every member does
- * (budget_alloc_member_target), takes what budget_alloc_take allows (the
+ * reads the live members (at most BUDGET_MEMBERS_MAX - 1 others, the most
+ * recently written first; each one's share bounded to what a member can
+ * hold: budget_share_bound; a row it cannot read, or one beyond those,
+ * counted as holding the whole limit), runs the allocation over their
+ * demands and this member's new one in the members' id order rotated by
+ * the database's clock, as every member does (budget_alloc_member_target,
+ * budget_alloc_rotation), takes what budget_alloc_take allows (the
  * two-phase rule: lower at once, raise only into room the others gave
  * back), writes this member's demand, share and lease (expires_at = now() +
  * lease_ms), bounds every other lease to BUDGET_LEASE_MAX_MS from now and
@@ -72,7 +75,16 @@ struct budget_refresh {
     struct budget_share held;   /* what it holds now (<= target) */
     long long lease_ms;         /* held until the caller's clock read just
                                    before the call, plus this */
-    int members;                /* live members, this one included */
+    int members;                /* live members read, this one included */
+    /* Rows no member wrote, as this refresh found and tolerated them (0 in
+     * a fleet of members only): other members' rows it could not read (a
+     * held or demand array that is not 8 or 30 numbers: counted as holding
+     * each whole limit and asking nothing), live rows beyond the
+     * BUDGET_MEMBERS_MAX - 1 it reads (the rest counted as holding each
+     * whole limit: this member takes nothing until they end), and leases
+     * it bounded to BUDGET_LEASE_MAX_MS from now. Each ends within
+     * BUDGET_LEASE_MAX_MS, as the bounded lease of its row does. */
+    int rows_unreadable, rows_unread, leases_bounded;
     long long others_end_in_ms; /* the earliest other live member's lease
                                    end, ms after the refresh's start; -1:
                                    none. A member that died holds its share

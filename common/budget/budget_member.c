@@ -32,9 +32,12 @@ struct budget_member {
     long long
         raises; /* refreshes whose settings raised a limit (the first one's none) */
     int have_settings;
-    unsigned asked; /* the classes this member ever asked for (1 << class) */
-    int failing;    /* the last refresh failed (logged once) */
-    int refreshed;  /* a refresh was tried: there may be a row to delete */
+    unsigned asked;   /* the classes this member ever asked for (1 << class) */
+    int failing;      /* the last refresh failed (logged once) */
+    int tolerated[3]; /* the last refresh met rows no member wrote, by kind
+                         (budget_refresh's rows_unreadable, rows_unread,
+                         leases_bounded): logged once per run of them */
+    int refreshed;    /* a refresh was tried: there may be a row to delete */
     int stop;
     int thread_on;
     pthread_t thread;
@@ -177,6 +180,31 @@ static void publish(const struct budget_refresh *r)
     }
 }
 
+/* Rows no member wrote, as a refresh tolerated them: one line per kind when
+ * it appears (not per refresh: they may last a lease, or come back while
+ * someone keeps writing them). Called under mu; logging is thread-safe. */
+static void tell_tolerated(budget_member_t *m, const struct budget_refresh *r)
+{
+    static const char *const what[3] = {
+        "provider budget: rows of provider_budget_members no member wrote could not "
+        "be read; each counts as holding the whole limit until its lease (bounded "
+        "to 2 s) ends",
+        "provider budget: more rows of provider_budget_members than an allocation "
+        "divides among; those not read count as holding the whole limit (this "
+        "member takes nothing more) until their leases (bounded to 2 s) end",
+        "provider budget: leases of provider_budget_members longer than a member "
+        "writes were bounded to 2 s from now"};
+    int count[3] = {r->rows_unreadable, r->rows_unread, r->leases_bounded};
+    for (int k = 0; k < 3; k++) {
+        if (count[k] > 0 && !m->tolerated[k]) {
+            char n[16];
+            snprintf(n, sizeof(n), "%d", count[k]);
+            log_warn(what[k], "member", budget_lease_member(m->lease), "rows", n, NULL);
+        }
+        m->tolerated[k] = count[k] > 0;
+    }
+}
+
 /* One refresh: the demand read under mu, the lease refreshed without it
  * (a PostgreSQL transaction), its share handed to the gate under it,
  * valid from the clock read before the refresh. */
@@ -204,6 +232,7 @@ static enum charged_rc refresh(budget_member_t *m, struct charged_error *err)
             m->raises++;
         m->settings = r.settings;
         m->have_settings = 1;
+        tell_tolerated(m, &r);
         /* Another member's lease ends before the next refresh (it died or
          * stalls): refresh just after, when its share is free. Counted
          * from after the call, which is later than the database's now(). */

@@ -63,12 +63,19 @@ def one(new, what):
             " demand_mrps, held_mrps, settings_version, expires_at) SELECT 'default',"
             " gen_random_uuid(), 'forged', 1, 'nowhere', array_fill(0::bigint, ARRAY[30]),"
             " %s, 1, %s FROM generate_series(1, %d)" % (held, expires, rows))
+    written = s.query("SELECT clock_timestamp()")[0][0]  # after the rows' commit
     # The worker's own lease ends (its refreshes fail from the row on, and
-    # its last good one is at most BUDGET_LEASE_MS old): a condition, not a
-    # sleep. Only then the new charges: none can ride on the old share.
-    e2e.wait_until("the worker's lease ended", lambda: s.query(
-        "SELECT count(*) FROM provider_budget_members WHERE role = 'worker'"
-        " AND expires_at > now()")[0][0] == "0", e2e.scaled(10), 0.05)
+    # its last good one is at most BUDGET_LEASE_MS old), or it refreshed
+    # with the rows in sight (a refresh whose transaction began after they
+    # were committed: its share is one granted with them there): a
+    # condition, not a sleep. Only then the new charges: none can ride on a
+    # share from before the rows. (The wait was for the lease's end alone,
+    # which a refresh that tolerates the rows never gives.)
+    e2e.wait_until("the worker's lease ended or it refreshed past the rows",
+                   lambda: s.query(
+        "SELECT count(*) = 0 OR bool_or(refreshed_at > %s::timestamptz)"
+        " FROM provider_budget_members WHERE role = 'worker'"
+        " AND expires_at > now()" % ("'%s'" % written))[0][0] == "t", e2e.scaled(10), 0.05)
     s.publish([e2e.new_command(amount=200 + i) for i in range(20)])
     t0 = time.time()
     done, at5 = 0, None

@@ -402,6 +402,84 @@ START_TEST(absurd_held_values_and_demands_are_bounded)
 }
 END_TEST
 
+/* Rows no member wrote whose content used to fail every refresh (adversary
+ * 38f), so that the statement bounding their leases never ran and the
+ * fleet stopped for good: each is tolerated, reported, and bounded. */
+START_TEST(rows_that_cannot_fail_a_refresh)
+{
+    budget_lease_t *l = member(BUDGET_LEASE_MS);
+    set_limits(100, 0, 0);
+    /* An 'infinity' lease and held values with a lower bound of 0, all 0:
+     * read as 8 numbers, holding nothing; the lease bounded to 2 s. */
+    test_env_sql(admin,
+                 "INSERT INTO provider_budget_members (account, member_id, role, pid,"
+                 " host, demand_mrps, held_mrps, settings_version, expires_at)"
+                 " VALUES ('default', gen_random_uuid(), 'forged', 1, 'h',"
+                 " array_fill(0::bigint, ARRAY[30]), '[0:7]={0,0,0,0,0,0,0,0}',"
+                 " 1, 'infinity')",
+                 0, NULL);
+    struct budget_refresh r = refresh(l, demand(100, 0));
+    ck_assert_int_eq(r.held.global_mrps, R(100));
+    ck_assert_int_eq(r.members, 2);
+    ck_assert_int_eq(r.rows_unreadable, 0);
+    ck_assert_int_eq(r.leases_bounded, 1);
+    ck_assert(r.others_end_in_ms <= BUDGET_LEASE_MAX_MS);
+    ck_assert_str_eq(test_env_value(admin,
+                                    "SELECT expires_at <= clock_timestamp() +"
+                                    " interval '2 seconds' FROM"
+                                    " provider_budget_members WHERE role = 'forged'"),
+                     "t");
+    test_env_sql(admin, "DELETE FROM provider_budget_members WHERE role = 'forged'", 0,
+                 NULL);
+    /* One more row than an allocation divides among, each with an hour's
+     * lease: the refresh reads BUDGET_MEMBERS_MAX - 1, counts the rest as
+     * the whole limit (takes nothing), bounds every lease. */
+    char rows[16];
+    const char *p[1] = {rows};
+    snprintf(rows, sizeof(rows), "%d", BUDGET_MEMBERS_MAX);
+    test_env_sql(admin,
+                 "INSERT INTO provider_budget_members (account, member_id, role, pid,"
+                 " host, demand_mrps, held_mrps, settings_version, expires_at)"
+                 " SELECT 'default', gen_random_uuid(), 'forged', 1, 'h',"
+                 " array_fill(0::bigint, ARRAY[30]), array_fill(0::bigint, ARRAY[8]),"
+                 " 1, now() + interval '1 hour' FROM generate_series(1, $1::int)",
+                 1, p);
+    long long t0 = test_env_now_ms();
+    r = refresh(l, demand(100, 0));
+    ck_assert_int_eq(r.held.global_mrps, 0);
+    ck_assert_int_eq(r.members, BUDGET_MEMBERS_MAX);
+    ck_assert_int_eq(r.rows_unread, 1);
+    ck_assert_int_eq(r.leases_bounded, BUDGET_MEMBERS_MAX);
+    /* They end with their bounded leases: the whole limit again then. */
+    long long deadline = test_env_deadline(6000), took = -1;
+    while (took < 0 && test_env_now_ms() < deadline) {
+        if (refresh(l, demand(100, 0)).held.global_mrps == R(100))
+            took = test_env_now_ms() - t0;
+        nanosleep(&(struct timespec){0, 50 * 1000000L}, NULL);
+    }
+    long long slack = test_env_deadline(1000) - test_env_now_ms();
+    ck_assert_msg(took >= 0 && took < BUDGET_LEASE_MAX_MS + slack, "took %lld ms",
+                  took);
+    /* An array that is not 8 numbers (past 0020's checks): counted as the
+     * whole limit, asking nothing, not a failed refresh. */
+    test_env_sql(admin,
+                 "ALTER TABLE provider_budget_members DROP CONSTRAINT"
+                 " provider_budget_members_held_mrps_check",
+                 0, NULL);
+    test_env_sql(admin,
+                 "INSERT INTO provider_budget_members (account, member_id, role, pid,"
+                 " host, demand_mrps, held_mrps, settings_version, expires_at)"
+                 " VALUES ('default', gen_random_uuid(), 'forged', 1, 'h',"
+                 " array_fill(0::bigint, ARRAY[30]), '{0,0}', 1,"
+                 " now() + interval '1 second')",
+                 0, NULL);
+    r = refresh(l, demand(100, 0));
+    ck_assert_int_eq(r.rows_unreadable, 1);
+    ck_assert_int_eq(r.held.global_mrps, 0);
+    budget_lease_free(l);
+}
+END_TEST
+
 #define THREADS 4
 #define ROUNDS  25
 
@@ -485,6 +563,7 @@ int main(void)
     tcase_add_test(tc, concurrent_refreshes_never_pass_the_limit);
     tcase_add_test(tc, a_forged_lease_counts_no_longer_than_the_longest_lease);
     tcase_add_test(tc, absurd_held_values_and_demands_are_bounded);
+    tcase_add_test(tc, rows_that_cannot_fail_a_refresh);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }

@@ -80,7 +80,8 @@ static void violation(struct world *w, const char *what, long long got, long lon
 
 /* The two-phase refresh of member i, as budget_lease_refresh does it: the
  * live members (their ids: "m<slot>") and itself, the allocation in id order
- * (budget_alloc_member_target, as every member computes it). */
+ * rotated by the clock (budget_alloc_member_target, as every member computes
+ * it). */
 static void refresh(struct world *w, int i)
 {
     struct budget_member_view v[MEMBERS];
@@ -103,8 +104,11 @@ static void refresh(struct world *w, int i)
         snprintf(v[n].id, sizeof(v[n].id), "m%d", k);
         v[n++].demand = o->demand;
     }
-    if (budget_alloc_member_target(&w->s, v, (size_t)n, (size_t)me, &target, &why) !=
-        0) {
+    /* The rotation from the world's clock, read once per refresh as a
+     * member reads the database's: members that refresh either side of a
+     * rotation disagree for a refresh, and the take keeps them within. */
+    if (budget_alloc_member_target(&w->s, v, (size_t)n, (size_t)me,
+                                   budget_alloc_rotation(w->now), &target, &why) != 0) {
         fprintf(stderr, "budget-sim: allocation refused: %s\n", why);
         exit(2);
     }

@@ -50,7 +50,7 @@ static void own_targets(const struct budget_settings *s, const struct budget_dem
         }
         snprintf(view[k].id, sizeof(view[k].id), "%s", ids[i]);
         view[k].demand = d[i]; /* this member last */
-        if (budget_alloc_member_target(s, view, n, n - 1, &own[i], &why) != 0)
+        if (budget_alloc_member_target(s, view, n, n - 1, 0, &own[i], &why) != 0)
             ck_abort_msg("refused: %s", why);
     }
 }

@@ -425,7 +425,7 @@ static void own_view(const struct budget_settings *s, const struct budget_demand
     }
     snprintf(v[k].id, sizeof(v[k].id), "m%zu", me);
     v[k].demand = d[me];
-    if (budget_alloc_member_target(s, v, n, n - 1, own, &why) != 0)
+    if (budget_alloc_member_target(s, v, n, n - 1, 0, own, &why) != 0)
         ck_abort_msg("refused: %s", why);
 }
 
@@ -476,6 +476,110 @@ START_TEST(every_member_computes_the_same_allocation)
 }
 END_TEST
 
+/* The target of member me among three ids "m0".."m2" (its view: the others
+ * in index order, itself last) at a rotation. */
+static void own_at(const struct budget_settings *s, const struct budget_demand *d,
+                   size_t me, unsigned long long rotation, struct budget_share *own)
+{
+    struct budget_member_view v[3];
+    const char *why = NULL;
+    size_t k = 0;
+    for (size_t j = 0; j < 3; j++)
+        if (j != me) {
+            snprintf(v[k].id, sizeof(v[k].id), "m%zu", j);
+            v[k++].demand = d[j];
+        }
+    snprintf(v[k].id, sizeof(v[k].id), "m%zu", me);
+    v[k].demand = d[me];
+    if (budget_alloc_member_target(s, v, 3, 2, rotation, own, &why) != 0)
+        ck_abort_msg("refused: %s", why);
+}
+
+/* More members asking than the limit has whole requests/s: the odd units
+ * go to the first members of the order, and the rotation moves the first
+ * place along the ids, so that over n rotations each member gets its even
+ * part (a limit of 2 among three saturated members: 2 of every 3
+ * rotations each), not 1, 1, 0 for ever. The rotation comes from the
+ * database's clock in whole BUDGET_ROTATE_MS. */
+START_TEST(the_odd_units_rotate_over_the_members)
+{
+    struct budget_settings s = limits(2, 0);
+    struct budget_demand d[3] = {0};
+    struct budget_share own;
+    long long got[3] = {0};
+    for (int m = 0; m < 3; m++)
+        want(&d[m], BUDGET_PRIO_CHARGE, BUDGET_CLASS_CREATE, 10);
+    for (unsigned long long r = 0; r < 6; r++) {
+        long long sum = 0;
+        for (size_t m = 0; m < 3; m++) {
+            own_at(&s, d, m, r, &own);
+            sum += own.global_mrps;
+            got[m] += own.global_mrps;
+            /* rotation r puts m<r % 3> first: it and the next get a unit */
+            ck_assert_int_eq(own.global_mrps, (m + 3 - r % 3) % 3 < 2 ? R(1) : 0);
+        }
+        ck_assert_int_eq(sum, R(2)); /* each rotation: the whole limit, within it */
+    }
+    for (size_t m = 0; m < 3; m++)
+        ck_assert_int_eq(got[m], R(4)); /* 2 of every 3 rotations, each */
+    /* Rotation 0 is the id order unrotated. */
+    own_at(&s, d, 0, 0, &own);
+    ck_assert_int_eq(own.global_mrps, R(1));
+    own_at(&s, d, 2, 0, &own);
+    ck_assert_int_eq(own.global_mrps, 0);
+    /* Whole periods of the database's clock; none before the epoch. */
+    ck_assert_uint_eq(budget_alloc_rotation(0), 0);
+    ck_assert_uint_eq(budget_alloc_rotation(BUDGET_ROTATE_MS - 1), 0);
+    ck_assert_uint_eq(budget_alloc_rotation(BUDGET_ROTATE_MS), 1);
+    ck_assert_uint_eq(budget_alloc_rotation(7 * BUDGET_ROTATE_MS + 5), 7);
+    ck_assert_uint_eq(budget_alloc_rotation(-5), 0);
+}
+END_TEST
+
+/* Members that read the clock either side of a rotation disagree on who
+ * holds the odd units for a refresh: the two-phase take keeps the holders'
+ * sum within the limit at every step, whichever rotation each one used,
+ * and once all have taken at the same rotation they hold the whole of it. */
+START_TEST(members_that_disagree_on_the_rotation_stay_within)
+{
+    struct budget_settings s = limits(2, 0);
+    struct budget_demand d[3] = {0};
+    struct budget_share held[3], t;
+    for (int m = 0; m < 3; m++)
+        want(&d[m], BUDGET_PRIO_CHARGE, BUDGET_CLASS_CREATE, 10);
+    for (int m = 0; m < 3; m++)
+        budget_share_zero(&held[m]);
+    srandom(3839);
+    unsigned long long r = 0;
+    for (int step = 0; step < 3000; step++) {
+        size_t m = (size_t)rnd(3);
+        if (rnd(4) == 0)
+            r++; /* the clock passed a rotation between two refreshes */
+        unsigned long long seen = r - (r > 0 && rnd(2) == 0); /* or just before */
+        struct budget_share others;
+        budget_share_zero(&others);
+        for (size_t k = 0; k < 3; k++)
+            if (k != m)
+                budget_share_add(&others, &held[k]);
+        own_at(&s, d, m, seen, &t);
+        budget_alloc_take(&s, &t, &others, &held[m]);
+        assert_within(&s, held, 3);
+    }
+    for (int round = 0; round < 2; round++) /* lower first, then raise */
+        for (size_t m = 0; m < 3; m++) {
+            struct budget_share others;
+            budget_share_zero(&others);
+            for (size_t k = 0; k < 3; k++)
+                if (k != m)
+                    budget_share_add(&others, &held[k]);
+            own_at(&s, d, m, r, &t);
+            budget_alloc_take(&s, &t, &others, &held[m]);
+        }
+    ck_assert_int_eq(held[0].global_mrps + held[1].global_mrps + held[2].global_mrps,
+                     R(2));
+}
+END_TEST
+
 START_TEST(a_member_target_refused_is_zero)
 {
     struct budget_settings bad = limits(-1, 0);
@@ -484,7 +588,7 @@ START_TEST(a_member_target_refused_is_zero)
     const char *why = NULL;
     want(&v[0].demand, BUDGET_PRIO_CHARGE, BUDGET_CLASS_CREATE, 5);
     memset(&own, 0x7f, sizeof(own));
-    ck_assert_int_eq(budget_alloc_member_target(&bad, v, 1, 0, &own, &why), -1);
+    ck_assert_int_eq(budget_alloc_member_target(&bad, v, 1, 0, 0, &own, &why), -1);
     ck_assert_ptr_nonnull(why);
     ck_assert_int_eq(own.global_mrps, 0);
     ck_assert_int_eq(own.floor_mrps, 0);
@@ -588,6 +692,8 @@ int main(void)
     tcase_add_test(tc, the_take_lowers_at_once_and_raises_only_into_room);
     tcase_add_test(tc, random_fleets_never_pass_a_limit);
     tcase_add_test(tc, every_member_computes_the_same_allocation);
+    tcase_add_test(tc, the_odd_units_rotate_over_the_members);
+    tcase_add_test(tc, members_that_disagree_on_the_rotation_stay_within);
     tcase_add_test(tc, a_member_target_refused_is_zero);
     tcase_add_test(tc, a_raise_is_told_from_a_lowering_and_a_no_op);
     tcase_add_test(tc, a_limit_of_one_is_spent_at_four_fifths);
