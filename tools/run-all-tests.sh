@@ -136,7 +136,7 @@ asan_env() {
 plain_set() {
   stack_env "${plain_stack[@]}"
   plain_env
-  cd build && ctest --timeout 900 -j"$plain_jobs" -LE 'exclusive|quiet'
+  cd build && ctest --timeout 900 -j"$plain_jobs" -LE 'exclusive|quiet|production'
 }
 exclusive_set() {
   local rc=0
@@ -148,7 +148,7 @@ exclusive_set() {
 asan_set() {
   stack_env "${asan_stack[@]}"
   asan_env
-  cd build-asan && ctest --timeout 1800 -j"$asan_jobs" -LE 'exclusive|quiet'
+  cd build-asan && ctest --timeout 1800 -j"$asan_jobs" -LE 'exclusive|quiet|production'
 }
 # Then, alone on an idle machine, the tests that bound a wait by the clock
 # (label `quiet`): the load of the others would decide them otherwise.
