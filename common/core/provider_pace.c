@@ -140,7 +140,7 @@ void provider_pace_answer(struct provider_pace *p, int throttled, int first,
     if (p->cut_at != INT64_MIN && now_ms - p->cut_at < PACE_CUT_MS)
         return; /* the same overrun */
     int answers = p->answered[0] + p->answered[1];
-    if (answers < PACE_JUDGE_ANSWERS)
+    if (answers < PACE_CUT_ANSWERS)
         return; /* too few answers to tell an overrun from a stray */
     if ((p->throttled[0] + p->throttled[1]) * PACE_CUT_SHARE < answers)
         return; /* a 429 among many answers: about one object, not our rate */

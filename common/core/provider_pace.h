@@ -54,15 +54,17 @@
  * +1/s a second (adversary 38e: one stray 429 as a backlog began). */
 #define PACE_MIN_SAMPLE 5
 /* A first 429 cuts only when this second and the last brought
- * PACE_JUDGE_ANSWERS answers or more (fewer tell nothing: at a backlog's
- * start the first two answers were two strays) and first 429s are at
+ * PACE_CUT_ANSWERS answers or more (fewer tell nothing: at a backlog's
+ * start the first two answers were two strays, and one 429 of a
+ * throttled card among the first 20 is a twentieth) and first 429s are at
  * least 1/PACE_CUT_SHARE of them: a 429 about one object (Stripe's
  * 1,000 updates per PaymentIntent an hour; another request holding it)
  * is no overrun of the account's rate. One command in 51 for a throttled
  * card halved the pace every second, from ~3,000 req/s to 42-56
  * (adversary 38f). A real overrun answers 429 to the share it overruns
  * by, and its retries raise that share until it cuts. */
-#define PACE_CUT_SHARE 20
+#define PACE_CUT_SHARE   20
+#define PACE_CUT_ANSWERS (2 * PACE_CUT_SHARE)
 
 struct provider_pace {
     double limit;             /* calls/s; 0: unpaced */

@@ -18,29 +18,39 @@ CARD = "4242424242424242"
 
 def start_console(s, **extra_env):
     """`charged console` for scenario s on a free loopback port; returns
-    (name, port) once it answers. Kept among s.apis, so s.close() stops it."""
-    s.worker_seq += 1
-    name = "console%d" % s.worker_seq
-    port = e2e.free_port()
-    env = s.env({"CONSOLE_ADDR": "127.0.0.1:%d" % port,
-                 "CONSOLE_THREADS": "4",
-                 "WORKER_ID": "%s-%s" % (name, uuid.uuid4().hex[:6]),
-                 "CONSOLE_WORKER_GROUP": s.group})
-    env.update({k: str(v) for k, v in extra_env.items()})
-    out = open(os.path.join(s.dir, name + ".log"), "ab")
-    p = subprocess.Popen([e2e.CHARGED, "console"], stdout=out, stderr=out, env=env)
-    s.apis[name] = p
+    (name, port) once it answers. Kept among s.apis, so s.close() stops it.
+    A port another process took between free_port() and the console's
+    bind (tests run side by side) is tried again with another, twice."""
+    for attempt in range(3):
+        s.worker_seq += 1
+        name = "console%d" % s.worker_seq
+        port = e2e.free_port()
+        env = s.env({"CONSOLE_ADDR": "127.0.0.1:%d" % port,
+                     "CONSOLE_THREADS": "4",
+                     "WORKER_ID": "%s-%s" % (name, uuid.uuid4().hex[:6]),
+                     "CONSOLE_WORKER_GROUP": s.group})
+        env.update({k: str(v) for k, v in extra_env.items()})
+        out = open(os.path.join(s.dir, name + ".log"), "ab")
+        p = subprocess.Popen([e2e.CHARGED, "console"], stdout=out, stderr=out, env=env)
+        s.apis[name] = p
 
-    def up():
-        if p.poll() is not None:
-            raise e2e.Failure("charged console exited %d at start; see %s" % (p.returncode, out.name))
-        try:
-            return request(port, "GET", "/console/api/session")[0] == 401
-        except OSError:
-            return False
-    e2e.wait_until("charged console listening", up, 20)
-    e2e.log("started console", name, "pid", p.pid, "port", port)
-    return name, port
+        def up():
+            if p.poll() is not None:
+                return "exited"
+            try:
+                return request(port, "GET", "/console/api/session")[0] == 401
+            except OSError:
+                return False
+        state = e2e.wait_until("charged console listening", up, 20)
+        if state is True:
+            e2e.log("started console", name, "pid", p.pid, "port", port)
+            return name, port
+        with open(out.name, "rb") as f:
+            taken = b"Address already in use" in f.read()
+        if not taken or attempt == 2:
+            raise e2e.Failure("charged console exited %d at start; see %s"
+                              % (p.returncode, out.name))
+        e2e.log("console port %d taken before its bind; another" % port)
 
 
 def token(s, name, role, actor="e2e-admin"):

@@ -66,7 +66,9 @@ def scenario(new):
     e2e.log("psp-sim per second, good charges alone:", alone, "mean %.0f/s" % base)
     e2e.log("psp-sim per second, one in %d for a throttled card:" % (BAD_EVERY + 1), series)
     e2e.log("the worker's pace at each 429 (every 10th):", paces[::10])
-    check(rate >= base / 3,
+    # A third of the rate alone, or 250/s on a machine too loaded to say:
+    # the break held it at 42-56.
+    check(rate >= min(base / 3, 250),
           "one command in %d for a throttled card held the worker at %.0f req/s in "
           "seconds +%d..+%d (%s) against %.0f/s without them: each message's first 429 "
           "halves the whole worker's pace, though psp-sim has no limit"

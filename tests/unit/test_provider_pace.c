@@ -15,11 +15,11 @@ static int started(struct provider_pace *p, int64_t t, int ms)
     return n;
 }
 
-/* An overrun's answers from t: PACE_JUDGE_ANSWERS first 429s, a ms
- * apart (a 429 cuts only once that many answers tell it from a stray). */
+/* An overrun's answers from t: PACE_CUT_ANSWERS first 429s, a ms apart
+ * (a 429 cuts only once that many answers tell it from a stray). */
 static void overrun(struct provider_pace *p, int64_t t)
 {
-    for (int i = 0; i < PACE_JUDGE_ANSWERS; i++)
+    for (int i = 0; i < PACE_CUT_ANSWERS; i++)
         provider_pace_answer(p, 1, 1, t + i);
 }
 
@@ -57,9 +57,10 @@ START_TEST(a_429_halves_what_was_sent_and_the_rate_holds)
     /* A burst of 429s from the same overrun cuts once. */
     provider_pace_answer(&p, 1, 1, 1500);
     ck_assert(provider_pace_limit(&p) == 500.0);
-    /* The next second lets about 500 through, trying every ms. */
+    /* The next second lets about 500 through, trying every ms (from the
+     * cut, at the overrun's PACE_CUT_ANSWERS-th answer). */
     int n = started(&p, 1000, 1000);
-    ck_assert_int_ge(n, 490);
+    ck_assert_int_ge(n, 490 - PACE_CUT_ANSWERS / 2);
     ck_assert_int_le(n, 551); /* the rate, and one bucket (a tenth of a second) */
     ck_assert_int_gt(provider_pace_next_ms(&p, 2000) + 0, 1999);
     /* Later 429s halve it, a second apart, down to the floor. */
@@ -111,9 +112,9 @@ START_TEST(a_429_with_too_few_calls_sent_cuts_nothing)
     provider_pace_answer(&p, 1, 1, 150);
     ck_assert(provider_pace_limit(&p) == 0.0);
     ck_assert_int_eq(provider_pace_take(&p, 151), 1);
-    for (int i = 0; i < PACE_JUDGE_ANSWERS - 2; i++)
+    for (int i = 0; i < PACE_CUT_ANSWERS - 2; i++)
         provider_pace_answer(&p, 0, 0, 151);
-    provider_pace_answer(&p, 1, 1, 152);
+    provider_pace_answer(&p, 1, 1, 152); /* 2 of 40: a twentieth */
     ck_assert(provider_pace_limit(&p) == PACE_MIN_SAMPLE / 2.0);
 }
 END_TEST
@@ -166,19 +167,25 @@ START_TEST(a_restart_follows_new_limits_and_a_429_after_its_grace_cuts)
     ck_assert_int_eq(provider_pace_restart(&p, 46000), 0);
     ck_assert(provider_pace_limit(&p) == PACE_MIN_PER_S);
 
-    /* A stray 429 past the grace among other answers (another client's, a
-     * fault; a twentieth of them or more) refutes nothing: it cuts as any
-     * first 429, to half of what was sent, not back to the old pace. */
+    /* Stray 429s past the grace among other answers (another client's, a
+     * fault; a twentieth of them or more, no window over a fifth) refute
+     * nothing: they cut as any first 429, to half of what was sent, not
+     * back to the old pace. */
     ck_assert_int_eq(provider_pace_restart(&p, 53000), 1);
     int64_t past = 53000 + PACE_RESTART_GRACE_MS;
     ck_assert_int_eq(started(&p, past, 1000), 1000);
-    for (int i = 0; i < PACE_JUDGE_ANSWERS; i++)
-        provider_pace_answer(&p, 0, 0, past + 1000 + i);
-    provider_pace_answer(&p, 1, 1, past + 1020); /* 1 of 11 answers */
+    int64_t t = past + 1000;
+    for (int i = 0; i < 35; i++) /* windows of 10: three, and 5 of a fourth */
+        provider_pace_answer(&p, 0, 0, t++);
+    provider_pace_answer(&p, 1, 1, t++); /* the fourth: 1 of 10 */
+    for (int i = 0; i < 4; i++)
+        provider_pace_answer(&p, 0, 0, t++);
+    provider_pace_answer(&p, 1, 1, t++);       /* the fifth: 2 of 10, at most */
+    ck_assert(provider_pace_limit(&p) == 0.0); /* 2 of 41: under a twentieth */
+    provider_pace_answer(&p, 1, 1, t++);       /* 3 of 42 */
     ck_assert(provider_pace_limit(&p) == 500.0);
-    provider_pace_answer(&p, 1, 0, past + 1021);
-    for (int i = 0; i < PACE_JUDGE_ANSWERS - 2; i++) /* 2 of 10: not over a fifth */
-        provider_pace_answer(&p, 0, 0, past + 1022 + i);
+    for (int i = 0; i < 20; i++)
+        provider_pace_answer(&p, 0, 0, t++);
     ck_assert(provider_pace_limit(&p) > 500.0);
 
     /* A restart no 429 refutes within PACE_RESTART_CONFIRM_MS past its
@@ -188,9 +195,10 @@ START_TEST(a_restart_follows_new_limits_and_a_429_after_its_grace_cuts)
     int64_t later = 58000 + PACE_RESTART_GRACE_MS + PACE_RESTART_CONFIRM_MS;
     provider_pace_answer(&p, 0, 0, later);
     ck_assert_int_eq(started(&p, later, 1000), 1000);
-    for (int i = 0; i < PACE_JUDGE_ANSWERS - 1; i++)
+    for (int i = 0; i < PACE_CUT_ANSWERS - 3; i++)
         provider_pace_answer(&p, 0, 0, later + 1000);
     provider_pace_answer(&p, 1, 1, later + 1001);
+    provider_pace_answer(&p, 1, 1, later + 1001); /* 2 of 40 */
     ck_assert(provider_pace_limit(&p) == 500.0);
 }
 END_TEST
