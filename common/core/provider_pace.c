@@ -1,6 +1,7 @@
 #include "provider_pace.h"
 
 #include <stddef.h>
+#include <string.h>
 
 #include "charged_assert.h"
 
@@ -8,24 +9,10 @@ void provider_pace_init(struct provider_pace *p, int64_t now_ms)
 {
     CHARGED_ASSERT(p != NULL);
     *p = (struct provider_pace){.refilled = now_ms,
-                                .cut_at = INT64_MIN,
+                                .since = now_ms,
                                 .grace_until = INT64_MIN,
-                                .before_restart = -1.0,
-                                .refuted_at = INT64_MIN,
-                                .second = now_ms};
-}
-
-/* The counted second moves on: the one just ended becomes the last. */
-static void count_second(struct provider_pace *p, int64_t now_ms)
-{
-    if (now_ms - p->second < 1000)
-        return;
-    int next = now_ms - p->second < 2000;
-    p->last_second = next ? p->started : 0;
-    p->answered[1] = next ? p->answered[0] : 0;
-    p->throttled[1] = next ? p->throttled[0] : 0;
-    p->started = p->answered[0] = p->throttled[0] = 0;
-    p->second = now_ms;
+                                .quiet_ms = PACE_QUIET_MS,
+                                .quiet_until = INT64_MIN};
 }
 
 /* The bucket holds a tenth of a second's calls, at least one. */
@@ -41,23 +28,20 @@ static void refill(struct provider_pace *p, int64_t now_ms)
         p->tokens += (double)(now_ms - p->refilled) * p->limit / 1000.0;
         if (p->tokens > burst(p))
             p->tokens = burst(p);
-    }
-    if (now_ms > p->refilled)
         p->refilled = now_ms;
+    }
     CHARGED_ASSERT(p->tokens >= 0.0 && p->tokens <= burst(p));
 }
 
 int provider_pace_take(struct provider_pace *p, int64_t now_ms)
 {
     CHARGED_ASSERT(p != NULL && p->limit >= 0.0);
-    count_second(p, now_ms);
     if (p->limit > 0.0) {
         refill(p, now_ms);
         if (p->tokens < 1.0)
             return 0;
         p->tokens -= 1.0;
     }
-    p->started++;
     return 1;
 }
 
@@ -76,112 +60,138 @@ int64_t provider_pace_next_ms(const struct provider_pace *p, int64_t now_ms)
     return now_ms + wait;
 }
 
-/* Past a restart's grace, this answer counted in its window: does the
- * window, full now, refute the restart? A window PACE_JUDGE_MS old and
- * not full is dropped unjudged: too few answers to tell. */
-static int refutes(struct provider_pace *p, int throttled, int64_t now_ms)
+/* The object's slot in the window: its own, a free one, or one that holds
+ * only served answers (lost: it said nothing of 429s); NULL when every
+ * probe holds 429s of other objects. */
+static struct pace_object *slot_of(struct provider_pace *p, uint64_t object)
 {
-    if (p->judged > 0 && now_ms - p->judged_since >= PACE_JUDGE_MS)
-        p->judged = p->judged_429 = 0;
-    if (p->judged == 0)
-        p->judged_since = now_ms;
-    p->judged++;
-    p->judged_429 += throttled != 0;
-    if (p->judged < PACE_JUDGE_ANSWERS)
-        return 0;
-    int refute = p->judged_429 >= PACE_REFUTE_429S &&
-                 p->judged_429 * PACE_REFUTE_SHARE > p->judged;
-    p->judged = p->judged_429 = 0;
-    return refute;
+    struct pace_object *spare = NULL;
+    for (int i = 0; i < PACE_OBJECT_PROBES; i++) {
+        struct pace_object *o = &p->objects[(object + (uint64_t)i) % PACE_OBJECTS];
+        if (o->id == object)
+            return o;
+        if (!spare && (o->id == 0 || o->throttled == 0))
+            spare = o;
+    }
+    if (spare)
+        *spare = (struct pace_object){.id = object};
+    return spare;
 }
 
-/* 429s refuted the restart: the limit from before it, if it had one (1);
- * else (unpaced before) the first cut decides (0). */
-static int refuted(struct provider_pace *p, int64_t now_ms)
+static void window_reset(struct provider_pace *p, int64_t now_ms)
 {
-    double back = p->before_restart;
-    p->before_restart = -1.0;
-    p->refuted_at = now_ms;
-    if (back <= 0.0)
-        return 0;
+    p->since = now_ms;
+    p->answers = p->throttled = 0;
+    memset(p->objects, 0, sizeof(p->objects));
+}
+
+/* A restart's window was judged: an overrun refutes it (no restart for
+ * the quiet time, doubled for the next), PACE_CONFIRM_WINDOWS clean ones
+ * confirm it (the quiet back to its least). */
+static void restart_judged(struct provider_pace *p, int overrun, int64_t now_ms)
+{
+    if (p->judging == 0)
+        return;
+    if (overrun) {
+        p->judging = 0;
+        p->quiet_until = now_ms + p->quiet_ms;
+        p->quiet_ms =
+            p->quiet_ms * 2 > PACE_QUIET_MAX_MS ? PACE_QUIET_MAX_MS : p->quiet_ms * 2;
+    } else if (--p->judging == 0) {
+        p->quiet_ms = PACE_QUIET_MS;
+    }
+}
+
+/* The window is judged: 429s about objects that got nothing else while
+ * others were served are set aside; an overrun of the rest cuts the limit
+ * to the rate the provider served. */
+static void judge(struct provider_pace *p, int64_t now_ms)
+{
+    int answers = p->answers, throttled = p->throttled;
+    int served = p->answers - p->throttled;
+    /* The PACE_OBJECTS_APART objects with most 429s among those that got
+     * nothing else: a few objects throttled by themselves. Many such are
+     * the account's overrun (a backlog's retries, each about its own
+     * payment method). */
+    char apart[PACE_OBJECTS] = {0};
+    for (int k = 0; served > 0 && k < PACE_OBJECTS_APART; k++) {
+        int best = -1;
+        for (int i = 0; i < PACE_OBJECTS; i++) {
+            const struct pace_object *o = &p->objects[i];
+            if (!apart[i] && o->id != 0 && o->served == 0 && o->throttled >= 2 &&
+                (best < 0 || o->throttled > p->objects[best].throttled))
+                best = i;
+        }
+        if (best < 0)
+            break;
+        apart[best] = 1;
+        answers -= p->objects[best].throttled;
+        throttled -= p->objects[best].throttled;
+    }
+    CHARGED_ASSERT(throttled >= 0 && answers >= throttled);
+    int overrun =
+        throttled >= PACE_CUT_429S && (int64_t)throttled * PACE_CUT_SHARE >= answers;
+    restart_judged(p, overrun, now_ms);
+    if (!overrun)
+        return;
+    int64_t span = now_ms - p->since;
+    if (span < PACE_WINDOW_MS)
+        span = PACE_WINDOW_MS;
+    double rate = (double)served * 1000.0 / (double)span;
+    if (p->limit > 0.0 && rate > p->limit)
+        rate = p->limit;
+    if (rate < PACE_MIN_PER_S)
+        rate = PACE_MIN_PER_S;
     refill(p, now_ms);
-    p->limit = back;
+    if (p->limit <= 0.0)
+        p->tokens = 0.0; /* unpaced until now: the overrun spent them */
+    p->limit = rate;
     if (p->tokens > burst(p))
         p->tokens = burst(p);
-    p->cut_at = now_ms;
-    return 1;
+    CHARGED_ASSERT(p->limit >= PACE_MIN_PER_S);
 }
 
-void provider_pace_answer(struct provider_pace *p, int throttled, int first,
+void provider_pace_answer(struct provider_pace *p, int throttled, uint64_t object,
                           int64_t now_ms)
 {
     CHARGED_ASSERT(p != NULL && p->limit >= 0.0);
-    count_second(p, now_ms);
-    /* Only first 429s: a throttled object's retries answer 429 again and
-     * again, and would make its share anything. */
-    p->answered[0]++;
-    p->throttled[0] += throttled && first;
-    if (p->before_restart >= 0.0 && p->grace_until != INT64_MIN &&
-        now_ms - p->grace_until >= PACE_RESTART_CONFIRM_MS)
-        p->before_restart = -1.0; /* the raise was the provider's too */
-    if (p->before_restart >= 0.0 && now_ms >= p->grace_until &&
-        refutes(p, throttled, now_ms) && refuted(p, now_ms))
-        return;
-    if (!throttled) {
-        if (p->limit > 0.0 && p->limit < PACE_MAX_PER_S)
-            p->limit +=
-                1.0 / p->limit > PACE_STEP_SHARE ? 1.0 / p->limit : PACE_STEP_SHARE;
-        return;
+    int64_t age = now_ms - p->since;
+    /* A window opened in a restart's grace answers the old limits. */
+    if (p->answers > 0 && p->since < p->grace_until && now_ms >= p->grace_until)
+        window_reset(p, now_ms);
+    if (p->answers > 0 &&
+        (age >= PACE_WINDOW_MAX_MS ||
+         (age >= PACE_WINDOW_MS && p->answers >= PACE_WINDOW_ANSWERS))) {
+        if (now_ms >= p->grace_until)
+            judge(p, now_ms);
+        window_reset(p, now_ms);
     }
-    if (now_ms < p->grace_until)
-        return; /* a restart's grace: the old limits' answer */
-    if (!first)
-        return; /* a repeat of one message's overrun */
-    if (p->cut_at != INT64_MIN && now_ms - p->cut_at < PACE_CUT_MS)
-        return; /* the same overrun */
-    int answers = p->answered[0] + p->answered[1];
-    if (answers < PACE_CUT_ANSWERS)
-        return; /* too few answers to tell an overrun from a stray */
-    if ((p->throttled[0] + p->throttled[1]) * PACE_CUT_SHARE < answers)
-        return; /* a 429 among many answers: about one object, not our rate */
-    refill(p, now_ms);
-    if (p->limit <= 0.0) {
-        /* Unpaced until now: half of what was started in the last second. */
-        int seen = p->started > p->last_second ? p->started : p->last_second;
-        if (seen < PACE_MIN_SAMPLE)
-            return; /* no rate to halve: a stray's, or too few to matter */
-        p->limit = seen / 2.0;
-        p->tokens = 0.0;
-    } else {
-        p->limit /= 2.0;
+    if (p->answers == 0)
+        window_reset(p, now_ms);
+    p->answers++;
+    p->throttled += throttled != 0;
+    struct pace_object *o = object ? slot_of(p, object) : NULL;
+    if (o) { /* none: a 429 no slot holds counts as the account's */
+        o->served += !throttled;
+        o->throttled += throttled != 0;
     }
-    if (p->limit < PACE_MIN_PER_S)
-        p->limit = PACE_MIN_PER_S;
-    if (p->tokens > burst(p))
-        p->tokens = burst(p);
-    p->cut_at = now_ms;
-    CHARGED_ASSERT(p->limit >= PACE_MIN_PER_S);
+    if (!throttled && p->limit > 0.0 && p->limit < PACE_MAX_PER_S)
+        p->limit += 1.0 / p->limit > PACE_STEP_SHARE ? 1.0 / p->limit : PACE_STEP_SHARE;
 }
 
 int provider_pace_restart(struct provider_pace *p, int64_t now_ms)
 {
     CHARGED_ASSERT(p != NULL);
-    count_second(p, now_ms);
-    if (p->refuted_at != INT64_MIN && now_ms - p->refuted_at < PACE_RESTART_CONFIRM_MS)
+    if (p->quiet_until != INT64_MIN && now_ms < p->quiet_until)
         return 0; /* the provider did not follow the last raise */
-    /* A restart not yet refuted nor confirmed: this one keeps its older
-     * limit, its grace and its window, or raises in a row would hold off
-     * every judgement. */
-    int chained = p->before_restart >= 0.0;
-    if (!chained)
-        p->before_restart = p->limit;
     p->limit = 0.0;
     p->tokens = 0.0;
     p->refilled = now_ms;
-    p->cut_at = INT64_MIN;
-    if (!chained) {
+    /* One being judged or in its grace keeps both: raises in a row would
+     * hold off every judgement. */
+    if (p->judging == 0) {
         p->grace_until = now_ms + PACE_RESTART_GRACE_MS;
-        p->judged = p->judged_429 = 0;
+        p->judging = PACE_CONFIRM_WINDOWS;
     }
     CHARGED_ASSERT(provider_pace_next_ms(p, now_ms) == now_ms);
     return 1;
@@ -191,4 +201,14 @@ double provider_pace_limit(const struct provider_pace *p)
 {
     CHARGED_ASSERT(p != NULL);
     return p->limit;
+}
+
+uint64_t provider_pace_object(const char *name)
+{
+    if (!name || !*name)
+        return 0;
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (const unsigned char *c = (const unsigned char *)name; *c; c++)
+        h = (h ^ *c) * 1099511628211ULL;
+    return h ? h : 1;
 }

@@ -395,6 +395,12 @@ static enum charged_rc void_release_leases(void *op, const char *const *ids,
     return rc;
 }
 
+static const char *void_object_of(int kind, const void *params)
+{
+    (void)kind;
+    return ((const struct void_params *)params)->payment_intent_id;
+}
+
 static enum charged_rc void_start_call(void *op, provider_client_t *pc,
                                        const void *params, const void *command,
                                        void *tag, struct charged_error *err)

@@ -289,7 +289,6 @@ START_TEST(a_throttled_job_parks_and_frees_its_slot)
                      ENGINE_NEXT_PARKED);
     ck_assert_int_eq(jobs[0].state, JOB_PARKED);
     ck_assert(jobs[0].next_at >= 1600 && jobs[0].next_at <= 1750);
-    ck_assert_int_eq(jobs[0].throttles, 1);
     jobs[1].res =
         (struct provider_result){.outcome = PROVIDER_NOT_EXECUTED, .http_status = 409};
     ck_assert_int_eq(engine_core_answered(&core, list, &jobs[1], 0, 0, NULL, 100),

@@ -410,6 +410,12 @@ enum charged_rc op_attempts_claim(void *op, struct engine_claim *items, size_t n
     return rc;
 }
 
+const char *op_attempts_object_of(int kind, const void *params)
+{
+    (void)kind;
+    return ((const struct attempt_params *)params)->payment_method;
+}
+
 enum charged_rc op_attempts_start_call(void *op, provider_client_t *pc,
                                        const void *params, const void *command,
                                        void *tag, struct charged_error *err)

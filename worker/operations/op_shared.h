@@ -36,7 +36,8 @@
     .open = own##_open, .close = shared##_close, .parse = shared##_parse,              \
     .release = shared##_release, .id_of = shared##_id_of,                              \
     .order_of = shared##_order_of, .record = shared##_record, .claim = shared##_claim, \
-    .start_call = shared##_start_call, .event_type = own##_event_type
+    .start_call = shared##_start_call, .object_of = shared##_object_of,                \
+    .event_type = own##_event_type
 
 /* Its store's callbacks: prefix_ping, prefix_log_calls, ... */
 #define OP_STORE_CALLBACKS(prefix)                                                     \
@@ -112,6 +113,8 @@ enum charged_rc op_attempts_record(void *op, struct engine_record *items, size_t
                                    long long lease_ms, struct charged_error *err);
 enum charged_rc op_attempts_claim(void *op, struct engine_claim *items, size_t n,
                                   long long lease_ms, struct charged_error *err);
+/* An attempt's provider object: its payment method. */
+const char *op_attempts_object_of(int kind, const void *params);
 enum charged_rc op_attempts_start_call(void *op, provider_client_t *pc,
                                        const void *params, const void *command,
                                        void *tag, struct charged_error *err);

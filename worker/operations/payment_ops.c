@@ -379,6 +379,12 @@ static enum charged_rc routed_wait(void *op, const struct store_wait *items, siz
     return rc;
 }
 
+static const char *routed_object_of(int kind, const void *params)
+{
+    const struct engine_op *o = op_of(kind);
+    return o->object_of ? o->object_of(0, params) : NULL;
+}
+
 static enum charged_rc routed_start_call(void *op, provider_client_t *pc,
                                          const void *params, const void *command,
                                          void *tag, struct charged_error *err)

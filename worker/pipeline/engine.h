@@ -143,6 +143,11 @@ struct engine_op {
     enum charged_rc (*start_call)(void *op, provider_client_t *pc, const void *params,
                                   const void *command, void *tag,
                                   struct charged_error *err);
+    /* The provider's object a record of `kind` calls about (its payment
+     * method, its payment intent), from the claimed params; "" or NULL:
+     * none. A 429 about one object is told from the account's rate by it
+     * (provider_pace.h). */
+    const char *(*object_of)(int kind, const void *params);
     /* The event a record of `kind` entering `status` publishes, or NULL
      * for none. */
     const char *(*event_type)(int kind, enum attempt_status status);

@@ -364,7 +364,6 @@ enum engine_next engine_core_answered(const struct engine_core *c, job_list_t *j
     /* The try this answer counts (the one that opened the breaker counts
      * none): retry_tries_count says why. */
     int tries = retry_tries_count(&j->tries, j->res.outcome, failure, opened, outage);
-    j->throttles += j->res.throttled;
     if (j->state == JOB_CALLING_FENCED) {
         job_set(jobs, j, j->detached ? JOB_DONE : JOB_WAIT);
         j->next_at = now + c->recheck_ms;

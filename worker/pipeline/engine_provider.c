@@ -231,11 +231,14 @@ static void on_call_done(engine_t *eng, struct job *j)
     enum engine_next next = engine_core_answered(
         &eng->core, eng->jobs, j, answer == PROVIDER_BREAKER_FAILURE,
         provider_breaker_opens(eng->breaker) != opens, &outage, now);
-    /* An answer paces: a message's first 429 lowers the rate (and any
-     * message's, past a restart's grace, puts back the pace from before
-     * it), any answer but a 429 raises it. */
+    /* An answer paces (provider_pace.h): 429s that overrun the account's
+     * rate cut it, about the object they name or not; others raise it. */
     if (j->res.http_status != 0)
-        provider_pace_answer(&eng->pace, j->res.throttled, j->throttles == 1, now);
+        provider_pace_answer(
+            &eng->pace, j->res.throttled,
+            provider_pace_object(
+                eng->op->object_of ? eng->op->object_of(j->kind, j->params) : NULL),
+            now);
     /* A run of 429s that keeps it ENGINE_BUDGET_LONG_MS is said on its
      * record (engine_write_waits); any other answer ends the run. */
     if (next != ENGINE_NEXT_FENCED)

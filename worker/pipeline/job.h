@@ -92,9 +92,6 @@ struct job {
     struct answer_decision decision;       /* PERSIST: what to write (the
                                               operation's decide) */
     int busy_persists; /* PERSIST: tries that found the row held by a peer */
-    int throttles;     /* 429s this message got (any claim): only its first
-                          slows the process's pace; its retries' are the same
-                          overrun, already answered */
     int lock_waits;    /* RECORD, CLAIM: statements another session's lock held */
     struct budget_ask budget; /* CALL, PARKED: its call's place at the budget's
                                  gate (engine_provider.c's budget_of) */

@@ -158,6 +158,13 @@ static enum charged_rc capture_wait(void *op, const struct store_wait *items, si
     return capture_store_wait(store_of(op), items, n, err);
 }
 
+/* Its provider object: the payment intent it acts on. */
+static const char *capture_object_of(int kind, const void *params)
+{
+    (void)kind;
+    return ((const struct capture_params *)params)->payment_intent;
+}
+
 static enum charged_rc capture_start_call(void *op, provider_client_t *pc,
                                           const void *params, const void *command,
                                           void *tag, struct charged_error *err)

@@ -140,6 +140,13 @@ static enum charged_rc refund_claim(void *op, struct engine_claim *items, size_t
     return rc;
 }
 
+/* Its provider object: the payment intent it acts on. */
+static const char *refund_object_of(int kind, const void *params)
+{
+    (void)kind;
+    return ((const struct refund_params *)params)->payment_intent;
+}
+
 static enum charged_rc refund_start_call(void *op, provider_client_t *pc,
                                          const void *params, const void *command,
                                          void *tag, struct charged_error *err)

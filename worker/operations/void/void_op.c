@@ -150,6 +150,13 @@ static enum charged_rc void_wait(void *op, const struct store_wait *items, size_
     return void_store_wait(store_of(op), items, n, err);
 }
 
+/* Its provider object: the payment intent it acts on. */
+static const char *void_object_of(int kind, const void *params)
+{
+    (void)kind;
+    return ((const struct void_params *)params)->payment_intent;
+}
+
 static enum charged_rc void_start_call(void *op, provider_client_t *pc,
                                        const void *params, const void *command,
                                        void *tag, struct charged_error *err)
