@@ -1,6 +1,5 @@
 #include "provider_pace.h"
 
-#include <stddef.h>
 #include <string.h>
 
 #include "charged_assert.h"
@@ -10,6 +9,7 @@ void provider_pace_init(struct provider_pace *p, int64_t now_ms)
     CHARGED_ASSERT(p != NULL);
     *p = (struct provider_pace){.refilled = now_ms,
                                 .since = now_ms,
+                                .changed_at = INT64_MIN,
                                 .grace_until = INT64_MIN,
                                 .quiet_ms = PACE_QUIET_MS,
                                 .quiet_until = INT64_MIN};
@@ -33,16 +33,36 @@ static void refill(struct provider_pace *p, int64_t now_ms)
     CHARGED_ASSERT(p->tokens >= 0.0 && p->tokens <= burst(p));
 }
 
+/* A new limit (0: unpaced), its bucket no fuller than it holds. */
+static void set_limit(struct provider_pace *p, double limit, int64_t now_ms)
+{
+    refill(p, now_ms);
+    if (p->limit <= 0.0 && limit > 0.0)
+        p->tokens = 0.0; /* unpaced until now: whatever went, went */
+    p->limit = limit;
+    if (p->tokens > burst(p))
+        p->tokens = burst(p);
+    CHARGED_ASSERT(p->limit == 0.0 || p->limit >= PACE_MIN_PER_S);
+}
+
 int provider_pace_take(struct provider_pace *p, int64_t now_ms)
 {
     CHARGED_ASSERT(p != NULL && p->limit >= 0.0);
     if (p->limit > 0.0) {
         refill(p, now_ms);
-        if (p->tokens < 1.0)
+        if (p->tokens < 1.0) {
+            p->held = 1;
             return 0;
+        }
         p->tokens -= 1.0;
     }
     return 1;
+}
+
+void provider_pace_held(struct provider_pace *p)
+{
+    CHARGED_ASSERT(p != NULL);
+    p->held = 1;
 }
 
 int64_t provider_pace_next_ms(const struct provider_pace *p, int64_t now_ms)
@@ -78,15 +98,15 @@ static struct pace_object *slot_of(struct provider_pace *p, uint64_t object)
     return spare;
 }
 
-static void window_reset(struct provider_pace *p, int64_t now_ms)
+static void window_clear(struct provider_pace *p)
 {
-    p->since = now_ms;
-    p->answers = p->throttled = 0;
+    p->answers = p->throttled = p->held = 0;
+    p->waiting = 0;
     memset(p->objects, 0, sizeof(p->objects));
 }
 
 /* A restart's window was judged: an overrun refutes it (no restart for
- * the quiet time, doubled for the next), PACE_CONFIRM_WINDOWS clean ones
+ * the quiet time, doubled for the next), PACE_CONFIRM_WINDOWS others
  * confirm it (the quiet back to its least). */
 static void restart_judged(struct provider_pace *p, int overrun, int64_t now_ms)
 {
@@ -102,81 +122,100 @@ static void restart_judged(struct provider_pace *p, int overrun, int64_t now_ms)
     }
 }
 
-/* The window is judged: 429s about objects that got nothing else while
- * others were served are set aside; an overrun of the rest cuts the limit
- * to the rate the provider served. */
-static void judge(struct provider_pace *p, int64_t now_ms)
+/* What a window counts: its answers and 429s but those about objects the
+ * provider throttles by themselves: each with PACE_CUT_429S 429s or more,
+ * at least half of its answers, while the answers about every other object
+ * were served, under a PACE_CUT_SHARE-th of them 429s. An account's
+ * overrun answers 429 whatever the object, so the others show it. */
+struct counted {
+    int answers, throttled;
+};
+
+static int self_throttled(const struct pace_object *o)
 {
-    int answers = p->answers, throttled = p->throttled;
-    int served = p->answers - p->throttled;
-    /* The PACE_OBJECTS_APART objects with most 429s among those that got
-     * nothing else: a few objects throttled by themselves. Many such are
-     * the account's overrun (a backlog's retries, each about its own
-     * payment method). */
-    char apart[PACE_OBJECTS] = {0};
-    for (int k = 0; served > 0 && k < PACE_OBJECTS_APART; k++) {
-        int best = -1;
-        for (int i = 0; i < PACE_OBJECTS; i++) {
-            const struct pace_object *o = &p->objects[i];
-            if (!apart[i] && o->id != 0 && o->served == 0 && o->throttled >= 2 &&
-                (best < 0 || o->throttled > p->objects[best].throttled))
-                best = i;
-        }
-        if (best < 0)
-            break;
-        apart[best] = 1;
-        answers -= p->objects[best].throttled;
-        throttled -= p->objects[best].throttled;
-    }
-    CHARGED_ASSERT(throttled >= 0 && answers >= throttled);
-    int overrun =
-        throttled >= PACE_CUT_429S && (int64_t)throttled * PACE_CUT_SHARE >= answers;
-    restart_judged(p, overrun, now_ms);
-    if (!overrun)
-        return;
-    int64_t span = now_ms - p->since;
-    if (span < PACE_WINDOW_MS)
-        span = PACE_WINDOW_MS;
-    double rate = (double)served * 1000.0 / (double)span;
-    if (p->limit > 0.0 && rate > p->limit)
-        rate = p->limit;
-    if (rate < PACE_MIN_PER_S)
-        rate = PACE_MIN_PER_S;
-    refill(p, now_ms);
-    if (p->limit <= 0.0)
-        p->tokens = 0.0; /* unpaced until now: the overrun spent them */
-    p->limit = rate;
-    if (p->tokens > burst(p))
-        p->tokens = burst(p);
-    CHARGED_ASSERT(p->limit >= PACE_MIN_PER_S);
+    return o->id != 0 && o->throttled >= PACE_CUT_429S && o->throttled >= o->served;
 }
 
-void provider_pace_answer(struct provider_pace *p, int throttled, uint64_t object,
-                          int64_t now_ms)
+static struct counted count_window(const struct provider_pace *p)
 {
-    CHARGED_ASSERT(p != NULL && p->limit >= 0.0);
-    int64_t age = now_ms - p->since;
-    /* A window opened in a restart's grace answers the old limits. */
-    if (p->answers > 0 && p->since < p->grace_until && now_ms >= p->grace_until)
-        window_reset(p, now_ms);
-    if (p->answers > 0 &&
-        (age >= PACE_WINDOW_MAX_MS ||
-         (age >= PACE_WINDOW_MS && p->answers >= PACE_WINDOW_ANSWERS))) {
-        if (now_ms >= p->grace_until)
-            judge(p, now_ms);
-        window_reset(p, now_ms);
+    struct counted c = {p->answers, p->throttled}, hot = {0, 0};
+    for (int i = 0; i < PACE_OBJECTS; i++)
+        if (self_throttled(&p->objects[i])) {
+            hot.answers += p->objects[i].served + p->objects[i].throttled;
+            hot.throttled += p->objects[i].throttled;
+        }
+    int rest = c.answers - hot.answers, rest_429 = c.throttled - hot.throttled;
+    /* And they are the lesser part: a backlog's retries, each about its own
+     * card, are most of an account's overrun. */
+    if (hot.answers > 0 && hot.answers <= rest && rest > rest_429 &&
+        rest_429 * PACE_CUT_SHARE < rest) {
+        c.answers = rest;
+        c.throttled = rest_429;
+    }
+    CHARGED_ASSERT(c.throttled >= 0 && c.answers >= c.throttled);
+    return c;
+}
+
+static void judge(struct provider_pace *p, int64_t now_ms)
+{
+    struct counted c = count_window(p);
+    int served = p->answers - p->throttled;
+    double share = c.answers > 0 ? (double)c.throttled / c.answers : 0.0;
+    int pushing = p->waiting > (size_t)served;
+    int64_t span = p->last_at - p->since;
+    if (span < PACE_WINDOW_MS)
+        span = PACE_WINDOW_MS;
+
+    int overrun =
+        pushing && c.throttled >= PACE_CUT_429S && share * PACE_CUT_SHARE >= 1.0;
+    restart_judged(p, overrun, now_ms);
+    if (overrun) {
+        double rate = (double)served * 1000.0 / (double)span;
+        if (p->limit > 0.0 && rate > p->limit)
+            rate = p->limit;
+        if (rate < PACE_MIN_PER_S)
+            rate = PACE_MIN_PER_S;
+        set_limit(p, rate, now_ms);
+        p->steps = 0;
+        p->changed_at = now_ms;
+    } else if (p->held && p->limit > 0.0) {
+        double step = PACE_STEP_PER_S * (double)(1L << p->steps);
+        if (p->steps < PACE_STEP_DOUBLINGS)
+            p->steps++;
+        set_limit(p, p->limit + step > PACE_MAX_PER_S ? 0.0 : p->limit + step, now_ms);
+    }
+}
+
+void provider_pace_answer(struct provider_pace *p, const struct pace_answer *a,
+                          size_t waiting, int64_t now_ms)
+{
+    CHARGED_ASSERT(p != NULL && a != NULL && p->limit >= 0.0);
+    if (p->changed_at != INT64_MIN && a->sent_ms < p->changed_at)
+        return; /* sent before the last cut or restart: the old rate's */
+    if (p->answers > 0) {
+        int64_t age = now_ms - p->since;
+        if (p->since < p->grace_until && now_ms >= p->grace_until) {
+            window_clear(p); /* opened in a restart's grace: the old limits' */
+        } else if (age >= PACE_WINDOW_MAX_MS ||
+                   (age >= PACE_WINDOW_MS &&
+                    (p->answers >= PACE_WINDOW_ANSWERS || p->held))) {
+            if (now_ms >= p->grace_until)
+                judge(p, now_ms);
+            window_clear(p);
+        }
     }
     if (p->answers == 0)
-        window_reset(p, now_ms);
+        p->since = now_ms;
+    p->last_at = now_ms;
     p->answers++;
-    p->throttled += throttled != 0;
-    struct pace_object *o = object ? slot_of(p, object) : NULL;
+    p->throttled += a->throttled != 0;
+    if (waiting > p->waiting)
+        p->waiting = waiting;
+    struct pace_object *o = a->object ? slot_of(p, a->object) : NULL;
     if (o) { /* none: a 429 no slot holds counts as the account's */
-        o->served += !throttled;
-        o->throttled += throttled != 0;
+        o->served += !a->throttled;
+        o->throttled += a->throttled != 0;
     }
-    if (!throttled && p->limit > 0.0 && p->limit < PACE_MAX_PER_S)
-        p->limit += 1.0 / p->limit > PACE_STEP_SHARE ? 1.0 / p->limit : PACE_STEP_SHARE;
 }
 
 int provider_pace_restart(struct provider_pace *p, int64_t now_ms)
@@ -184,15 +223,17 @@ int provider_pace_restart(struct provider_pace *p, int64_t now_ms)
     CHARGED_ASSERT(p != NULL);
     if (p->quiet_until != INT64_MIN && now_ms < p->quiet_until)
         return 0; /* the provider did not follow the last raise */
-    p->limit = 0.0;
+    if (p->judging > 0)
+        return 0; /* one is being judged, unpaced: raises in a row would
+                     hold off every judgement */
+    set_limit(p, 0.0, now_ms);
     p->tokens = 0.0;
     p->refilled = now_ms;
-    /* One being judged or in its grace keeps both: raises in a row would
-     * hold off every judgement. */
-    if (p->judging == 0) {
-        p->grace_until = now_ms + PACE_RESTART_GRACE_MS;
-        p->judging = PACE_CONFIRM_WINDOWS;
-    }
+    p->changed_at = now_ms;
+    p->steps = 0;
+    window_clear(p);
+    p->grace_until = now_ms + PACE_RESTART_GRACE_MS;
+    p->judging = PACE_CONFIRM_WINDOWS;
     CHARGED_ASSERT(provider_pace_next_ms(p, now_ms) == now_ms);
     return 1;
 }

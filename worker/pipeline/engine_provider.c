@@ -123,7 +123,7 @@ static void engine_follow_budget(engine_t *eng, int64_t now)
     else
         log_info(
             "provider budget settings raised; the pace stays: the provider did not "
-            "follow the last raise",
+            "follow the last raise, or the one before is being judged",
             "pace_per_s", was, NULL);
 }
 
@@ -151,6 +151,7 @@ void engine_start_calls(engine_t *eng)
          * why on its record (docs/states.md, "Waiting"): it never asks the
          * budget nor gets a 429 of its own that would say it. */
         if (provider_pace_next_ms(&eng->pace, now) > now) {
+            provider_pace_held(&eng->pace);
             eng->waits_paced += (size_t)engine_core_wait_paced(j, now, wall);
             continue;
         }
@@ -171,6 +172,7 @@ void engine_start_calls(engine_t *eng)
         CHARGED_ASSERT(paced); /* there was room a moment ago, at the same now */
         /* The claimed record's parameters, never the message's. */
         j->call_started_ms = clock_wall_ms();
+        j->call_sent_ms = now;
         if (eng->op->start_call(eng->op_state, eng->provider, j->params, j->command, j,
                                 &err) != CHARGED_OK) {
             provider_breaker_cancel(eng->breaker, &j->ticket);
@@ -232,13 +234,20 @@ static void on_call_done(engine_t *eng, struct job *j)
         &eng->core, eng->jobs, j, answer == PROVIDER_BREAKER_FAILURE,
         provider_breaker_opens(eng->breaker) != opens, &outage, now);
     /* An answer paces (provider_pace.h): 429s that overrun the account's
-     * rate cut it, about the object they name or not; others raise it. */
-    if (j->res.http_status != 0)
-        provider_pace_answer(
-            &eng->pace, j->res.throttled,
-            provider_pace_object(
+     * rate while calls wait cut it, unless they are about objects that got
+     * nothing else. Waiting: held back, parked, over capacity. */
+    if (j->res.http_status != 0) {
+        const struct pace_answer a = {
+            .throttled = j->res.throttled,
+            .object = provider_pace_object(
                 eng->op->object_of ? eng->op->object_of(j->kind, j->params) : NULL),
-            now);
+            .sent_ms = j->call_sent_ms};
+        provider_pace_answer(&eng->pace, &a,
+                             job_list_count(eng->jobs, JOB_BACKLOG) +
+                                 job_list_count(eng->jobs, JOB_CALL) +
+                                 job_list_count(eng->jobs, JOB_PARKED),
+                             now);
+    }
     /* A run of 429s that keeps it ENGINE_BUDGET_LONG_MS is said on its
      * record (engine_write_waits); any other answer ends the run. */
     if (next != ENGINE_NEXT_FENCED)

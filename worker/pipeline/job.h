@@ -88,6 +88,7 @@ struct job {
     struct provider_breaker_ticket ticket; /* CALLING: what the breaker allowed */
     struct retry_tries tries;              /* answers counted under this claim */
     int64_t call_started_ms;               /* wall clock, for provider_calls */
+    int64_t call_sent_ms;                  /* clock_now_ms of the same: the pace's */
     struct provider_result res;            /* the last answer */
     struct answer_decision decision;       /* PERSIST: what to write (the
                                               operation's decide) */
