@@ -55,16 +55,10 @@ commands_topic=${CHARGE_COMMANDS_TOPIC:-payments.charge.commands}
 results_topic=${CHARGE_RESULTS_TOPIC:-payments.charge.results}
 dlq_topic=${CHARGE_DLQ_TOPIC:-payments.charge.commands.dlq}
 
-die() { echo "stack: $*" >&2; exit 1; }
-
-# PostgreSQL refuses to run as root: run its commands as an unprivileged user.
-as_pg() {
-  if [ "$(id -u)" -eq 0 ]; then
-    runuser -u "$pg_os_user" -- "$@"
-  else
-    "$@"
-  fi
-}
+stack_name=stack
+# die, as_pg, wait_for
+# shellcheck source=deploy/lib/stack_common.sh
+. "$here/lib/stack_common.sh"
 
 pg_running() {
   [ -f "$dir/pg/postmaster.pid" ] && as_pg "$pgbin/pg_ctl" -D "$dir/pg" status >/dev/null 2>&1
@@ -112,21 +106,6 @@ EOF
 
 kafka_answers() {
   kcat -L -b "$bootstrap" -m 5 >/dev/null 2>&1
-}
-
-# wait_for NAME LOG COMMAND...: retries COMMAND until it succeeds or the
-# deadline passes, then fails pointing at LOG.
-wait_for() {
-  local name=$1 log=$2; shift 2
-  local deadline=$((SECONDS + timeout))
-  until "$@"; do
-    if [ $SECONDS -ge $deadline ]; then
-      echo "stack: $name did not answer within ${timeout}s; last lines of $log:" >&2
-      tail -n 20 "$log" >&2 || true
-      exit 1
-    fi
-    sleep 0.5
-  done
 }
 
 pg_up() {

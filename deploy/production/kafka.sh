@@ -65,7 +65,10 @@ orders_group=${CHARGED_PROD_ORDERS_GROUP:-order-service}
 roles=(admin worker relay ctl console orders)
 nodes=(1 2 3)
 
-die() { echo "kafka-prod: $*" >&2; exit 1; }
+stack_name=kafka-prod
+# die, wait_for, tls_ca, tls_cert
+# shellcheck source=deploy/lib/stack_common.sh
+. "$repo/deploy/lib/stack_common.sh"
 
 client_port() { echo $((base_port + $1 - 1)); }
 controller_port() { echo $((base_port + $1 + 2)); }
@@ -86,20 +89,6 @@ node_pid() {
   pid=$(cat "$f")
   kill -0 "$pid" 2>/dev/null && grep -q kafka.Kafka "/proc/$pid/cmdline" 2>/dev/null || return 1
   echo "$pid"
-}
-
-# wait_for NAME LOG COMMAND...: as deploy/stack.sh's.
-wait_for() {
-  local name=$1 log=$2; shift 2
-  local deadline=$((SECONDS + timeout))
-  until "$@"; do
-    if [ $SECONDS -ge $deadline ]; then
-      echo "kafka-prod: $name did not answer within ${timeout}s; last lines of $log:" >&2
-      tail -n 20 "$log" >&2 || true
-      exit 1
-    fi
-    sleep 0.5
-  done
 }
 
 kafka_jars() {
@@ -135,26 +124,14 @@ secrets() {
 # in a PKCS12 keystore; clients trust ca.crt (PEM).
 tls() {
   local t=$dir/tls n
-  mkdir -p "$t"
-  if [ ! -s "$t/ca.crt" ]; then
-    (umask 077 && openssl genrsa -out "$t/ca.key" 2048 2>/dev/null)
-    openssl req -x509 -new -key "$t/ca.key" -sha256 -days 825 \
-      -subj "/CN=charged production-profile CA" -out "$t/ca.crt" 2>/dev/null
-  fi
+  tls_ca "$t" "charged production-profile CA"
   for n in "${nodes[@]}"; do
     [ -s "$t/node$n.p12" ] && continue
-    (umask 077 && openssl genrsa -out "$t/node$n.key" 2048 2>/dev/null)
-    openssl req -new -key "$t/node$n.key" -subj "/CN=kafka-node$n" -out "$t/node$n.csr" 2>/dev/null
-    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n' \
-      >"$t/node$n.ext"
-    openssl x509 -req -in "$t/node$n.csr" -CA "$t/ca.crt" -CAkey "$t/ca.key" -CAcreateserial \
-      -days 825 -sha256 -extfile "$t/node$n.ext" -out "$t/node$n.crt" 2>/dev/null
+    tls_cert "$t" "node$n" "kafka-node$n" serverAuth,clientAuth
     (umask 077 && openssl pkcs12 -export -in "$t/node$n.crt" -inkey "$t/node$n.key" \
       -certfile "$t/ca.crt" -name "node$n" -passout "file:$dir/secrets/keystore.password" \
       -out "$t/node$n.p12")
-    rm -f "$t/node$n.csr" "$t/node$n.ext"
   done
-  chmod 644 "$t/ca.crt"
 }
 
 # client_files: per role, a Java client properties file and a kcat/librdkafka

@@ -45,19 +45,13 @@ pgbouncer=${CHARGED_PGBOUNCER:-$(command -v pgbouncer || echo /usr/sbin/pgbounce
 bouncer_port=$((base_port + 2))
 tls=$dir/tls
 
-die() { echo "production-pg: $*" >&2; exit 1; }
+stack_name=production-pg
+# die, as_pg, wait_for, tls_ca, tls_cert
+# shellcheck source=deploy/lib/stack_common.sh
+. "$repo/deploy/lib/stack_common.sh"
 
 node_port() { if [ "$1" = a ]; then echo "$base_port"; else echo $((base_port + 1)); fi; }
 other() { if [ "$1" = a ]; then echo b; else echo a; fi; }
-
-# PostgreSQL and PgBouncer refuse to run as root: as deploy/stack.sh's as_pg.
-as_pg() {
-  if [ "$(id -u)" -eq 0 ]; then
-    runuser -u "$pg_os_user" -- "$@"
-  else
-    "$@"
-  fi
-}
 
 # The superuser's psql on a node, over its Unix socket (peer authentication).
 psql_node() {
@@ -83,33 +77,12 @@ bouncer_pid() {
   echo "$pid"
 }
 
-wait_for() {
-  local name=$1 log=$2; shift 2
-  local deadline=$((SECONDS + timeout))
-  until "$@"; do
-    if [ $SECONDS -ge $deadline ]; then
-      echo "production-pg: $name did not answer within ${timeout}s; last lines of $log:" >&2
-      tail -n 20 "$log" >&2 || true
-      exit 1
-    fi
-    sleep 0.3
-  done
-}
-
 # The CA and one server certificate for 127.0.0.1 and localhost, which both
 # nodes and PgBouncer present. Clients verify it (sslmode=verify-full).
 make_tls() {
   [ -f "$tls/server.crt" ] && return 0
-  mkdir -p "$tls"
-  openssl req -x509 -newkey rsa:2048 -nodes -days 825 -subj "/CN=charged production-pg CA" \
-    -keyout "$tls/ca.key" -out "$tls/ca.crt" >/dev/null 2>&1
-  openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" \
-    -keyout "$tls/server.key" -out "$tls/server.csr" >/dev/null 2>&1
-  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' \
-    >"$tls/server.ext"
-  openssl x509 -req -in "$tls/server.csr" -CA "$tls/ca.crt" -CAkey "$tls/ca.key" \
-    -CAcreateserial -days 825 -extfile "$tls/server.ext" -out "$tls/server.crt" >/dev/null 2>&1
-  chmod 600 "$tls/ca.key" "$tls/server.key"
+  tls_ca "$tls" "charged production-pg CA"
+  tls_cert "$tls" server 127.0.0.1 serverAuth
   [ "$(id -u)" -eq 0 ] && chown "$pg_os_user" "$tls/server.key" "$tls/server.crt"
   chmod 644 "$tls/ca.crt" "$tls/server.crt"
 }
