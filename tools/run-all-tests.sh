@@ -2,7 +2,8 @@
 # Runs every test of charged on this machine, from nothing: installs what is
 # missing, builds twice (plain, and ASan+UBSan; warnings are errors), starts
 # three private test stacks (PostgreSQL + Kafka on their own ports), runs
-# every test of both builds, and stops the stacks whatever happened. Exits
+# every test of both builds, and the production profile's Kafka scenarios on
+# three SASL_SSL brokers of their own, and stops the stacks whatever happened. Exits
 # non-zero when any test fails. docs/testing.md says what runs beside what
 # and why that is safe, with the stage times on this 2-core machine.
 #
@@ -71,11 +72,19 @@ excl_stack=(build/test-stack-exclusive "${CHARGED_TEST_EXCL_PG_PORT:-55435}"
   "${CHARGED_TEST_EXCL_KAFKA_PORT:-19102}" "${CHARGED_TEST_EXCL_KAFKA_CONTROLLER_PORT:-19103}")
 stacks=(plain_stack)
 [ -n "$changed_ref" ] || stacks+=(asan_stack excl_stack)
+# The production profile's Kafka (issue 39: three SASL_SSL brokers, per-role
+# ACLs), for the scenarios labelled `production`; started by their set.
+prod_kafka=(build/test-stack-production "${CHARGED_TEST_PROD_KAFKA_PORT:-19611}")
+prod_kafka_sh() { # command...
+  CHARGED_STACK_DIR=$repo/${prod_kafka[0]} CHARGED_PROD_KAFKA_PORT=${prod_kafka[1]} \
+    deploy/production/kafka.sh "$@"
+}
 stacks_down() {
   local s
   for s in "${stacks[@]}"; do
     eval "(stack_env \"\${${s}[@]}\" && deploy/stack.sh down) || true"
   done
+  [ -n "$changed_ref" ] || prod_kafka_sh down >/dev/null 2>&1 || true
 }
 trap stacks_down EXIT
 t=$SECONDS
@@ -113,14 +122,17 @@ if [ -n "$changed_ref" ]; then
   exit $?
 fi
 
-# Three sets at once, each on its stack, each with its own log (printed whole
+# Four sets at once, each on its stack, each with its own log (printed whole
 # at the end, so that they do not interleave line by line):
 #  - plain: every test of build/ but the exclusive and quiet ones,
 #    $plain_jobs at a time;
 #  - exclusive: the exclusive tests of build/, then those of build-asan/,
 #    one at a time, on the third stack;
 #  - asan: every test of build-asan/ but the exclusive and quiet ones,
-#    $asan_jobs at a time.
+#    $asan_jobs at a time;
+#  - production: the production profile's Kafka started, its scenarios
+#    (label `production`, plain build) one at a time, with the plain
+#    stack's PostgreSQL; then the brokers stopped.
 # Several scenarios at once stretch every deadline they wait on (a deadline
 # bounds a wait, it never decides what passes): CHARGED_TEST_TIMEOUT_SCALE
 # for the harness (tests/e2e/charged_e2e.py), CK_TIMEOUT_MULTIPLIER for Check.
@@ -150,6 +162,17 @@ asan_set() {
   asan_env
   cd build-asan && ctest --timeout 1800 -j"$asan_jobs" -LE 'exclusive|quiet|production'
 }
+production_set() {
+  local rc=0
+  stack_env "${plain_stack[@]}"
+  plain_env
+  prod_kafka_sh up || return 1
+  export CHARGED_PROD_STACK_DIR=$repo/${prod_kafka[0]}
+  export CHARGED_PROD_KAFKA_PORT=${prod_kafka[1]}
+  (cd build && ctest --timeout 900 -L production) || rc=1
+  prod_kafka_sh down || rc=1
+  return $rc
+}
 # Then, alone on an idle machine, the tests that bound a wait by the clock
 # (label `quiet`): the load of the others would decide them otherwise.
 quiet_set() {
@@ -164,22 +187,22 @@ quiet_set() {
 
 logs=$(mktemp -d)
 status=0
-echo "== tests: plain build ($plain_jobs at a time), its exclusive tests, and the" \
-  "sanitizer build ($asan_jobs at a time), side by side"
+echo "== tests: plain build ($plain_jobs at a time), its exclusive tests, the" \
+  "sanitizer build ($asan_jobs at a time) and the production profile's, side by side"
 t=$SECONDS
-for set in plain exclusive asan; do
+for set in plain exclusive asan production; do
   ( t0=$SECONDS; rc=0; "${set}_set" || rc=$?; echo "$set: $((SECONDS - t0))s" >"$logs/$set.time"
     exit $rc ) >"$logs/$set.log" 2>&1 &
   eval "${set}_pid=$!"
 done
 # shellcheck disable=SC2154
-for set in plain exclusive asan; do
+for set in plain exclusive asan production; do
   eval "wait \$${set}_pid" || status=1
   echo "== $set"
   cat "$logs/$set.log"
   stage_times+=("$(printf '%-44s %5ss' "  $set set" "$(cut -d' ' -f2 "$logs/$set.time" | tr -d s)")")
 done
-stage_done "the three sets side by side" "$t"
+stage_done "the four sets side by side" "$t"
 t=$SECONDS
 echo "== tests that bound a wait by the clock, alone"
 quiet_set || status=1
