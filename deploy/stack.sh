@@ -365,8 +365,13 @@ production() {
       "$here/production/kafka.sh" "$cmd" || rc=$?
       return $rc ;;
     env)
-      if [ -x "$pg" ]; then "$pg" env "${2:-worker}"; fi
-      "$here/production/kafka.sh" env "${2:-worker}" ;;
+      local role=${2:-worker}
+      if [ -x "$pg" ]; then "$pg" env "$role"; fi
+      case $role in
+        # PostgreSQL (and the provider) only: no Kafka principal.
+        reconciler | api | auditor | migrate) ;;
+        *) "$here/production/kafka.sh" env "$role" ;;
+      esac ;;
     *) echo "usage: $0 up|down|status|env [ROLE] --profile production" >&2; exit 2 ;;
   esac
 }
