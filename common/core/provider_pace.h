@@ -29,9 +29,10 @@
  * Raises: each judged window in which the pace held a call back and that
  * was no overrun raises the limit by PACE_STEP_PER_S, doubled for each
  * such window in a row since the last cut (1, 2, 4 ... calls/s): from a
- * few calls a second to hundreds in seconds, and every process of a fleet
- * by the same amounts, so that their shares of one account even out (cut
- * each to what it was served, raised alike).
+ * few calls a second to hundreds in seconds. It keeps a fleet that
+ * overruns one account at the account's rate, with few 429s; it does not
+ * share the account evenly among the fleet (the first to ask after each
+ * token gets it): that is the fleet budget's work (budget_alloc.h).
  *
  * A raise of the fleet's budget (issue 38) restarts it: unpaced, so that
  * a pace cut under the old limits does not bind under the new ones. For
