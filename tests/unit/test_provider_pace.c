@@ -487,6 +487,27 @@ START_TEST(a_fleet_overrunning_one_account_keeps_its_rate)
 }
 END_TEST
 
+/* Adversary 38i, break: one object throttled by itself whose answers
+ * (its retries) outnumber the rest's counts as the account's, though every
+ * other answer was served: a window of 100 served about CARD and 150 429s
+ * about THROTTLED alone cuts the worker to 100/s. The next windows, the
+ * pace's calls shared the same way among the throttled object's retries
+ * and the rest, cut it again to what the rest was served, down to the
+ * floor (test_adv38i_hot_card_majority: psp-sim at 1-2 req/s for the rest
+ * of the run). An account's overrun answers 429 whatever the object. */
+START_TEST(one_object_throttled_by_itself_cuts_nothing_however_often_retried)
+{
+    struct provider_pace p;
+    provider_pace_init(&p, 0);
+    second(&p, 1000, 100, CARD, 150, THROTTLED);
+    judged_at(&p, 2000);
+    ck_assert_msg(provider_pace_limit(&p) == 0.0,
+                  "100 answers served about other objects, 150 429s about one object "
+                  "alone: the pace was cut to %.1f/s",
+                  provider_pace_limit(&p));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("provider_pace");
@@ -504,6 +525,8 @@ int main(void)
     tcase_add_test(tc, strays_after_a_shared_raise_refute_nothing);
     tcase_add_test(tc, object_names);
     tcase_add_test(tc, a_fleet_overrunning_one_account_keeps_its_rate);
+    tcase_add_test(tc,
+                   one_object_throttled_by_itself_cuts_nothing_however_often_retried);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }
