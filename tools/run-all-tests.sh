@@ -132,7 +132,9 @@ fi
 #    $asan_jobs at a time;
 #  - production: the production profile's Kafka started, its scenarios
 #    (label `production`, plain build) one at a time, with the plain
-#    stack's PostgreSQL; then the brokers stopped.
+#    stack's PostgreSQL; then the brokers stopped; then the scenarios that
+#    judge rates over seconds (label `alone`), one at a time on the plain
+#    stack.
 # Several scenarios at once stretch every deadline they wait on (a deadline
 # bounds a wait, it never decides what passes): CHARGED_TEST_TIMEOUT_SCALE
 # for the harness (tests/e2e/charged_e2e.py), CK_TIMEOUT_MULTIPLIER for Check.
@@ -148,7 +150,7 @@ asan_env() {
 plain_set() {
   stack_env "${plain_stack[@]}"
   plain_env
-  cd build && ctest --timeout 900 -j"$plain_jobs" -LE 'exclusive|quiet|production'
+  cd build && ctest --timeout 900 -j"$plain_jobs" -LE 'exclusive|quiet|production|alone'
 }
 exclusive_set() {
   local rc=0
@@ -160,17 +162,21 @@ exclusive_set() {
 asan_set() {
   stack_env "${asan_stack[@]}"
   asan_env
-  cd build-asan && ctest --timeout 1800 -j"$asan_jobs" -LE 'exclusive|quiet|production'
+  cd build-asan && ctest --timeout 1800 -j"$asan_jobs" -LE 'exclusive|quiet|production|alone'
 }
 production_set() {
   local rc=0
   stack_env "${plain_stack[@]}"
   plain_env
-  prod_kafka_sh up || return 1
-  export CHARGED_PROD_STACK_DIR=$repo/${prod_kafka[0]}
-  export CHARGED_PROD_KAFKA_PORT=${prod_kafka[1]}
-  (cd build && ctest --timeout 900 -L production) || rc=1
+  if prod_kafka_sh up; then
+    export CHARGED_PROD_STACK_DIR=$repo/${prod_kafka[0]}
+    export CHARGED_PROD_KAFKA_PORT=${prod_kafka[1]}
+    (cd build && ctest --timeout 900 -L production) || rc=1
+  else
+    rc=1
+  fi
   prod_kafka_sh down || rc=1
+  (cd build && ctest --timeout 900 -L alone) || rc=1
   return $rc
 }
 # Then, alone on an idle machine, the tests that bound a wait by the clock

@@ -136,21 +136,62 @@ static int self_throttled(const struct pace_object *o)
     return o->id != 0 && o->throttled >= PACE_CUT_429S && o->throttled >= o->served;
 }
 
-static struct counted count_window(const struct provider_pace *p)
+/* Is `id` among the objects known to be throttled by themselves? */
+static struct pace_known *known_of(struct provider_pace *p, uint64_t id, int64_t now_ms)
 {
-    struct counted c = {p->answers, p->throttled}, hot = {0, 0};
-    for (int i = 0; i < PACE_OBJECTS; i++)
-        if (self_throttled(&p->objects[i])) {
-            hot.answers += p->objects[i].served + p->objects[i].throttled;
-            hot.throttled += p->objects[i].throttled;
+    for (int i = 0; i < PACE_KNOWN; i++)
+        if (p->known[i].id == id && now_ms < p->known[i].until)
+            return &p->known[i];
+    return NULL;
+}
+
+/* Remembers `id` as throttled by itself until PACE_KNOWN_MS from now (in
+ * the slot of the one that ends first). */
+static void know(struct provider_pace *p, uint64_t id, int64_t now_ms)
+{
+    struct pace_known *k = known_of(p, id, now_ms);
+    if (!k) {
+        k = &p->known[0];
+        for (int i = 1; i < PACE_KNOWN; i++)
+            if (p->known[i].until < k->until)
+                k = &p->known[i];
+    }
+    k->id = id;
+    k->until = now_ms + PACE_KNOWN_MS;
+}
+
+static struct counted count_window(struct provider_pace *p, int64_t now_ms)
+{
+    struct counted c = {p->answers, p->throttled}, hot = {0, 0}, known = {0, 0};
+    int objects = 0;
+    for (int i = 0; i < PACE_OBJECTS; i++) {
+        const struct pace_object *o = &p->objects[i];
+        if (!self_throttled(o))
+            continue;
+        hot.answers += o->served + o->throttled;
+        hot.throttled += o->throttled;
+        objects++;
+        if (known_of(p, o->id, now_ms)) {
+            known.answers += o->served + o->throttled;
+            known.throttled += o->throttled;
         }
+    }
     int rest = c.answers - hot.answers, rest_429 = c.throttled - hot.throttled;
-    /* And they are the lesser part: a backlog's retries, each about its own
-     * card, are most of an account's overrun. */
-    if (hot.answers > 0 && hot.answers <= rest && rest > rest_429 &&
-        rest_429 * PACE_CUT_SHARE < rest) {
+    /* And they are few, or the lesser part of the window: a backlog's
+     * retries after an account's overrun, each about its own card, are
+     * many objects and most of the answers. */
+    if (hot.answers > 0 && (objects <= PACE_OBJECTS_FEW || hot.answers <= rest) &&
+        rest > rest_429 && rest_429 * PACE_CUT_SHARE < rest) {
+        for (int i = 0; i < PACE_OBJECTS; i++)
+            if (self_throttled(&p->objects[i]))
+                know(p, p->objects[i].id, now_ms);
         c.answers = rest;
         c.throttled = rest_429;
+    } else if (known.answers > 0) {
+        /* Objects known from recent windows stay apart, even in one whose
+         * answers are nearly all theirs (their retries come back first). */
+        c.answers -= known.answers;
+        c.throttled -= known.throttled;
     }
     CHARGED_ASSERT(c.throttled >= 0 && c.answers >= c.throttled);
     return c;
@@ -158,7 +199,7 @@ static struct counted count_window(const struct provider_pace *p)
 
 static void judge(struct provider_pace *p, int64_t now_ms)
 {
-    struct counted c = count_window(p);
+    struct counted c = count_window(p, now_ms);
     int served = p->answers - p->throttled;
     double share = c.answers > 0 ? (double)c.throttled / c.answers : 0.0;
     int pushing = p->waiting > (size_t)served;

@@ -19,7 +19,8 @@
  * retry's too, except those about objects (the payment method, the
  * payment intent) the provider throttles by themselves: each with half of
  * its answers 429s or more while every other object's were served with
- * under a tenth, and they the lesser part of the window (Stripe's 1,000
+ * under a tenth, and they few (PACE_OBJECTS_FEW) or the lesser part of the
+ * window, or known so from the last PACE_KNOWN_MS (Stripe's 1,000
  * updates per PaymentIntent an hour, a lock; psp-sim's rule for a payment
  * method): an account's overrun answers 429 whatever the object. An
  * overrun cuts the limit to the rate the provider served in it (from its
@@ -62,8 +63,14 @@
 #define PACE_CUT_SHARE 10
 /* Objects a window tells apart (by hash); a 429 about one it cannot hold
  * counts as the account's. */
-#define PACE_OBJECTS          64
-#define PACE_OBJECT_PROBES    8
+#define PACE_OBJECTS       64
+#define PACE_OBJECT_PROBES 8
+#define PACE_OBJECTS_FEW   8
+/* Objects found throttled by themselves are remembered this long (and at
+ * most PACE_KNOWN of them): their retries come back before new calls, so a
+ * window may hold little else, and nothing else served. */
+#define PACE_KNOWN            32
+#define PACE_KNOWN_MS         10000
 #define PACE_RESTART_GRACE_MS 2000
 #define PACE_CONFIRM_WINDOWS  3
 #define PACE_QUIET_MS         30000
@@ -72,6 +79,11 @@
 struct pace_object {
     uint64_t id; /* 0: a free slot */
     int served, throttled;
+};
+
+struct pace_known {
+    uint64_t id;
+    int64_t until;
 };
 
 /* One answer of the provider. */
@@ -92,9 +104,10 @@ struct provider_pace {
     int held;               /* the pace held a call back in it */
     size_t waiting;         /* the most calls waiting to start in it */
     struct pace_object objects[PACE_OBJECTS];
-    int64_t changed_at;  /* the last cut or restart (INT64_MIN: none) */
-    int steps;           /* raises in a row since */
-    int64_t grace_until; /* a restart's grace: nothing judged before */
+    struct pace_known known[PACE_KNOWN]; /* objects throttled by themselves */
+    int64_t changed_at;                  /* the last cut or restart (INT64_MIN: none) */
+    int steps;                           /* raises in a row since */
+    int64_t grace_until;                 /* a restart's grace: nothing judged before */
     int judging;         /* a restart's windows still to judge (0: none) */
     int64_t quiet_ms;    /* the quiet the next refutation imposes */
     int64_t quiet_until; /* no restart before (INT64_MIN: none) */

@@ -255,6 +255,28 @@ START_TEST(a_fault_under_a_tenth_cuts_nothing)
 }
 END_TEST
 
+/* Adversary 38i: a throttled card's parked retries come back before new
+ * calls, so once the pace is low a window may hold nothing but them, and
+ * nothing else served to set them apart by: the card, found throttled by
+ * itself in the windows before, stays apart for PACE_KNOWN_MS (it had cut
+ * the worker to the floor, where its retries took every call). */
+START_TEST(a_known_throttled_object_stays_apart)
+{
+    struct provider_pace p;
+    provider_pace_init(&p, 0);
+    second(&p, 0, 500, CARD, 500, THROTTLED);
+    answer(&p, 1, THROTTLED, BACKLOG, 1000);
+    ck_assert(provider_pace_limit(&p) == 0.0);
+    second(&p, 1000, 0, 0, 50, THROTTLED); /* its retries alone */
+    answer(&p, 1, THROTTLED, BACKLOG, 2000);
+    ck_assert(provider_pace_limit(&p) == 0.0);
+    /* Forgotten after PACE_KNOWN_MS: 429s about it alone are the account's. */
+    second(&p, 2000 + PACE_KNOWN_MS, 0, 0, 50, THROTTLED);
+    answer(&p, 1, THROTTLED, BACKLOG, 3000 + PACE_KNOWN_MS);
+    ck_assert(provider_pace_limit(&p) == PACE_MIN_PER_S);
+}
+END_TEST
+
 /* A pace cut to the floor at 1000. */
 static void at_the_floor(struct provider_pace *p)
 {
@@ -520,6 +542,7 @@ int main(void)
     tcase_add_test(tc, a_binding_pace_climbs_fast);
     tcase_add_test(tc, a_429_about_objects_throttled_by_themselves_cuts_nothing);
     tcase_add_test(tc, a_fault_under_a_tenth_cuts_nothing);
+    tcase_add_test(tc, a_known_throttled_object_stays_apart);
     tcase_add_test(tc, a_raise_restarts_and_clean_windows_confirm_it);
     tcase_add_test(tc, refuted_raises_restart_less_and_less);
     tcase_add_test(tc, strays_after_a_shared_raise_refute_nothing);
