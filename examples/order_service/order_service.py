@@ -17,8 +17,10 @@ Environment: ORDERS_DATABASE_URL (its own database), KAFKA_BOOTSTRAP_SERVERS,
 CHARGE_COMMANDS_TOPIC, CHARGE_RESULTS_TOPIC (charged's defaults), ORDERS_GROUP_ID (its consumer
 group, default order-service), ORDERS_INSTANCE_ID (static group membership,
 unique per instance, e.g. the pod's name; none by default), CHARGED_API_URL (charged's api:
-what it says pays an order, never an event alone; required by `run`). README.md beside this file
-maps each guarantee to the code.
+what it says pays an order, never an event alone; required by `run`); against brokers that
+take TLS and SASL only, KAFKA_SECURITY_PROTOCOL, KAFKA_SASL_MECHANISMS, KAFKA_SASL_USERNAME,
+KAFKA_SASL_PASSWORD_FILE (or KAFKA_SASL_PASSWORD) and KAFKA_SSL_CA_LOCATION, as charged's roles
+take them. README.md beside this file maps each guarantee to the code.
 """
 import argparse
 import json
@@ -262,6 +264,37 @@ def env(name, default=None):
     return v
 
 
+# charged's names for Kafka's security settings (deploy/stack.sh env
+# --profile production orders prints them), as librdkafka's properties.
+KAFKA_SECURITY = (("KAFKA_SECURITY_PROTOCOL", "security.protocol"),
+                  ("KAFKA_SASL_MECHANISMS", "sasl.mechanisms"),
+                  ("KAFKA_SASL_USERNAME", "sasl.username"),
+                  ("KAFKA_SASL_PASSWORD", "sasl.password"),
+                  ("KAFKA_SSL_CA_LOCATION", "ssl.ca.location"))
+
+
+def kafka_security():
+    """TLS and SASL for the producer and the consumer, from the names
+    charged's roles take: brokers that take SASL_SSL only (the production
+    profile) need them. KAFKA_SASL_PASSWORD_FILE keeps the password in its
+    file, out of the environment and `ps`. None set: plaintext."""
+    conf = {prop: os.environ[name] for name, prop in KAFKA_SECURITY if os.environ.get(name)}
+    path = os.environ.get("KAFKA_SASL_PASSWORD_FILE")
+    if path:
+        if "sasl.password" in conf:
+            print("order_service: set KAFKA_SASL_PASSWORD or KAFKA_SASL_PASSWORD_FILE, "
+                  "not both", file=sys.stderr)
+            sys.exit(2)
+        try:
+            with open(path) as f:
+                conf["sasl.password"] = f.read().rstrip("\r\n")
+        except OSError as e:
+            print("order_service: KAFKA_SASL_PASSWORD_FILE: cannot read '%s': %s"
+                  % (path, e.strerror), file=sys.stderr)
+            sys.exit(2)
+    return conf
+
+
 class JsonLines(logging.Formatter):
     def format(self, record):
         doc = {"ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.created)),
@@ -501,6 +534,7 @@ class Publisher(threading.Thread):
             "message.timeout.ms": 30000,    # a send fails within 30 s; the row stays unsent
             "linger.ms": 5,
             "logger": kafka_logger("producer"),
+            **kafka_security(),
         })
 
     def run(self):
@@ -713,6 +747,7 @@ class Inbox:
             "enable.auto.commit": True,
             "enable.auto.offset.store": False,
             "logger": kafka_logger("consumer"),
+            **kafka_security(),
         }
         # Static membership: a restarted instance takes its partitions back
         # at once, without a rebalance. Only with an id unique to the
