@@ -352,6 +352,15 @@ class Backoff:
         self.n = 0
 
 
+def connect(url=None, **kw):
+    """A connection to our database (ORDERS_DATABASE_URL unless url).
+    prepare_threshold=None: psycopg prepares a statement run five times on a
+    connection under a name, which a transaction pooler in front of the
+    database (PgBouncer before 1.21, the production profile's) binds later
+    on another server session: "prepared statement "_pg3_0" does not exist"."""
+    return psycopg.connect(url or env("ORDERS_DATABASE_URL"), prepare_threshold=None, **kw)
+
+
 class Database:
     """One connection, opened again after any failure. Callers run each
     transaction whole or retry it whole (psycopg rolls back on an error
@@ -363,7 +372,7 @@ class Database:
     def connect(self):
         if self.conn is None or self.conn.closed or self.conn.broken:
             self.close()
-            self.conn = psycopg.connect(self.url, connect_timeout=5, autocommit=self.autocommit,
+            self.conn = connect(self.url, connect_timeout=5, autocommit=self.autocommit,
                                         application_name="order-service-" + self.role)
         return self.conn
 
@@ -425,7 +434,7 @@ def place_orders(count, currency="EUR", authorize=False):
     authorize: a shop that ships later; its orders are authorized now,
     captured by ship() and voided by cancel()."""
     methods = ["pm_card_visa"] * 8 + ["pm_card_chargeDeclined"]
-    with psycopg.connect(env("ORDERS_DATABASE_URL"), connect_timeout=10) as conn:
+    with connect(connect_timeout=10) as conn:
         with conn.transaction(), conn.cursor() as cur:
             for _ in range(count):
                 order, amount = str(uuid.uuid4()), random.randint(100, 100000)
@@ -480,7 +489,7 @@ def fulfil(how, count, missing_ratio=0.0, rnd=random):
     order is not marked for it), so an order is shipped or canceled, never
     both, and sends one command. Returns the orders decided."""
     done = []
-    with psycopg.connect(env("ORDERS_DATABASE_URL"), connect_timeout=10) as conn:
+    with connect(connect_timeout=10) as conn:
         for _ in range(count):
             with conn.transaction(), conn.cursor() as cur:
                 cur.execute("SELECT o.order_id, o.amount, o.authorized_attempt_id FROM orders o "
@@ -1412,7 +1421,7 @@ def check_schema():
             ("orders", "fulfilment"), ("orders", "paid_amount"), ("order_captures", "counted"),
             ("order_voids", "counted"), ("order_alarms", "capture_id")}
     try:
-        with psycopg.connect(env("ORDERS_DATABASE_URL"), connect_timeout=10) as conn:
+        with connect(connect_timeout=10) as conn:
             have = set(conn.execute(
                 "SELECT table_name, column_name FROM information_schema.columns WHERE "
                 "table_schema = current_schema()").fetchall())
@@ -1464,7 +1473,7 @@ def run():
 def resend():
     """Marks every command unsent: what a crash between send and mark leaves
     behind, for all of them. The running publisher sends them again."""
-    with psycopg.connect(env("ORDERS_DATABASE_URL"), connect_timeout=10) as conn:
+    with connect(connect_timeout=10) as conn:
         n = conn.execute("UPDATE outbox SET sent_at = NULL WHERE sent_at IS NOT NULL").rowcount
         conn.execute("SELECT pg_notify(%s, '')", (OUTBOX_CHANNEL,))
     say(logging.INFO, "commands marked unsent", count=n)
@@ -1476,7 +1485,7 @@ def report():
     ("unconfirmed" while none), rows an event asked about that wait on
     charged's answer, and the totals of the orders that ship later
     (hold_totals())."""
-    with psycopg.connect(env("ORDERS_DATABASE_URL"), connect_timeout=10) as conn:
+    with connect(connect_timeout=10) as conn:
         orders, paid, refunded = conn.execute(
             "SELECT count(*), count(*) FILTER (WHERE paid), coalesce(sum(refunded_amount), 0) "
             "FROM orders").fetchone()
@@ -1550,7 +1559,7 @@ def main():
     a = ap.parse_args()
     try:
         if a.cmd == "init":
-            with psycopg.connect(env("ORDERS_DATABASE_URL"), connect_timeout=10) as conn:
+            with connect(connect_timeout=10) as conn:
                 conn.execute(SCHEMA)
         elif a.cmd == "place-orders":
             place_orders(a.count, authorize=a.authorize)
