@@ -25,6 +25,9 @@
 #   postgres.sh standby-async      make the standby asynchronous (the primary
 #                                  waits for it no more): what the scenario
 #                                  that shows the cost of it needs
+#   postgres.sh rejoin             after a promotion, make the old primary
+#                                  the new one's synchronous standby (its
+#                                  data replaced by a base backup)
 #
 # Ports: CHARGED_PROD_PG_PORT (55621) is node a's, the first primary; node
 # b, the first standby, is +1; PgBouncer +2. State, logs, the CA and the
@@ -302,7 +305,15 @@ up() {
     create
   fi
   start_node "$(primary)"
-  [ -f "$dir/$(other "$(primary)")/PG_VERSION" ] && start_node "$(other "$(primary)")"
+  # Only a standby: after a promotion the old primary's directory is a
+  # primary of its own, and started it would take writes beside the new
+  # one (the direct URL reaches it when listed first). `rejoin` makes it a
+  # standby.
+  if [ -f "$dir/$(other "$(primary)")/standby.signal" ]; then
+    start_node "$(other "$(primary)")"
+  elif [ -f "$dir/$(other "$(primary)")/PG_VERSION" ]; then
+    echo "production-pg: node $(other "$(primary)") is the old primary, left stopped: '$0 rejoin' makes it a standby"
+  fi
   start_bouncer
   echo "production-pg: up (state, logs, CA and passwords in $dir)"
   echo "  primary node $(primary) on 127.0.0.1:$(node_port "$(primary)"), PgBouncer on 127.0.0.1:$bouncer_port"
@@ -415,6 +426,32 @@ standby_stop() {
   echo "production-pg: node $node (standby) stopped"
 }
 
+# After a promotion: the old primary, stopped, becomes the new primary's
+# synchronous standby. What it committed that the new primary lacks (only
+# what an asynchronous standby missed) is discarded with its data.
+rejoin() {
+  local new old
+  new=$(primary)
+  old=$(other "$new")
+  node_running "$new" || die "node $new (the primary) is not running"
+  if [ -f "$dir/$old/standby.signal" ]; then
+    start_node "$old"
+    echo "production-pg: node $old is a standby already"
+    return 0
+  fi
+  node_running "$old" && die "node $old runs as a primary beside node $new: stop it first"
+  as_pg rm -rf "$dir/$old"
+  psql_node "$new" -c "SELECT pg_create_physical_replication_slot('$old') WHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = '$old')" >/dev/null
+  as_pg env PGPASSFILE="$dir/replicator.pgpass" "$pgbin/pg_basebackup" -N -D "$dir/$old" -X stream -c fast \
+    -S "$old" -d "host=127.0.0.1 port=$(node_port "$new") user=replicator sslmode=verify-full sslrootcert=$tls/ca.crt" \
+    >"$dir/basebackup.log" 2>&1 || { tail "$dir/basebackup.log" >&2; die "pg_basebackup failed"; }
+  follow "$old" "$new"
+  start_node "$old"
+  psql_node "$new" -c "ALTER SYSTEM SET synchronous_standby_names = 'FIRST 1 ($old)'" \
+    -c "SELECT pg_reload_conf()" >/dev/null
+  echo "production-pg: node $old is node $new's synchronous standby"
+}
+
 standby_async() {
   psql_node "$(primary)" -c "ALTER SYSTEM SET synchronous_standby_names = ''" \
     -c "SELECT pg_reload_conf()" >/dev/null
@@ -432,5 +469,6 @@ case "${1:-}" in
   standby-stop) standby_stop ;;
   standby-start) start_node "$(other "$(primary)")"; echo "production-pg: node $(other "$(primary)") (standby) started" ;;
   standby-async) standby_async ;;
-  *) echo "usage: $0 up|down|status|env|kill-primary|promote|pgbouncer-restart|standby-stop|standby-start|standby-async" >&2; exit 2 ;;
+  rejoin) rejoin ;;
+  *) echo "usage: $0 up|down|status|env|kill-primary|promote|pgbouncer-restart|standby-stop|standby-start|standby-async|rejoin" >&2; exit 2 ;;
 esac

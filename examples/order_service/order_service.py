@@ -17,8 +17,10 @@ Environment: ORDERS_DATABASE_URL (its own database), KAFKA_BOOTSTRAP_SERVERS,
 CHARGE_COMMANDS_TOPIC, CHARGE_RESULTS_TOPIC (charged's defaults), ORDERS_GROUP_ID (its consumer
 group, default order-service), ORDERS_INSTANCE_ID (static group membership,
 unique per instance, e.g. the pod's name; none by default), CHARGED_API_URL (charged's api:
-what it says pays an order, never an event alone; required by `run`). README.md beside this file
-maps each guarantee to the code.
+what it says pays an order, never an event alone; required by `run`); against brokers that
+take TLS and SASL only, KAFKA_SECURITY_PROTOCOL, KAFKA_SASL_MECHANISMS, KAFKA_SASL_USERNAME,
+KAFKA_SASL_PASSWORD_FILE (or KAFKA_SASL_PASSWORD) and KAFKA_SSL_CA_LOCATION, as charged's roles
+take them. README.md beside this file maps each guarantee to the code.
 """
 import argparse
 import json
@@ -262,6 +264,37 @@ def env(name, default=None):
     return v
 
 
+# charged's names for Kafka's security settings (deploy/stack.sh env
+# --profile production orders prints them), as librdkafka's properties.
+KAFKA_SECURITY = (("KAFKA_SECURITY_PROTOCOL", "security.protocol"),
+                  ("KAFKA_SASL_MECHANISMS", "sasl.mechanisms"),
+                  ("KAFKA_SASL_USERNAME", "sasl.username"),
+                  ("KAFKA_SASL_PASSWORD", "sasl.password"),
+                  ("KAFKA_SSL_CA_LOCATION", "ssl.ca.location"))
+
+
+def kafka_security():
+    """TLS and SASL for the producer and the consumer, from the names
+    charged's roles take: brokers that take SASL_SSL only (the production
+    profile) need them. KAFKA_SASL_PASSWORD_FILE keeps the password in its
+    file, out of the environment and `ps`. None set: plaintext."""
+    conf = {prop: os.environ[name] for name, prop in KAFKA_SECURITY if os.environ.get(name)}
+    path = os.environ.get("KAFKA_SASL_PASSWORD_FILE")
+    if path:
+        if "sasl.password" in conf:
+            print("order_service: set KAFKA_SASL_PASSWORD or KAFKA_SASL_PASSWORD_FILE, "
+                  "not both", file=sys.stderr)
+            sys.exit(2)
+        try:
+            with open(path) as f:
+                conf["sasl.password"] = f.read().rstrip("\r\n")
+        except OSError as e:
+            print("order_service: KAFKA_SASL_PASSWORD_FILE: cannot read '%s': %s"
+                  % (path, e.strerror), file=sys.stderr)
+            sys.exit(2)
+    return conf
+
+
 class JsonLines(logging.Formatter):
     def format(self, record):
         doc = {"ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.created)),
@@ -319,6 +352,15 @@ class Backoff:
         self.n = 0
 
 
+def connect(url=None, **kw):
+    """A connection to our database (ORDERS_DATABASE_URL unless url).
+    prepare_threshold=None: psycopg prepares a statement run five times on a
+    connection under a name, which a transaction pooler in front of the
+    database (PgBouncer before 1.21, the production profile's) binds later
+    on another server session: "prepared statement "_pg3_0" does not exist"."""
+    return psycopg.connect(url or env("ORDERS_DATABASE_URL"), prepare_threshold=None, **kw)
+
+
 class Database:
     """One connection, opened again after any failure. Callers run each
     transaction whole or retry it whole (psycopg rolls back on an error
@@ -330,7 +372,7 @@ class Database:
     def connect(self):
         if self.conn is None or self.conn.closed or self.conn.broken:
             self.close()
-            self.conn = psycopg.connect(self.url, connect_timeout=5, autocommit=self.autocommit,
+            self.conn = connect(self.url, connect_timeout=5, autocommit=self.autocommit,
                                         application_name="order-service-" + self.role)
         return self.conn
 
@@ -392,7 +434,7 @@ def place_orders(count, currency="EUR", authorize=False):
     authorize: a shop that ships later; its orders are authorized now,
     captured by ship() and voided by cancel()."""
     methods = ["pm_card_visa"] * 8 + ["pm_card_chargeDeclined"]
-    with psycopg.connect(env("ORDERS_DATABASE_URL"), connect_timeout=10) as conn:
+    with connect(connect_timeout=10) as conn:
         with conn.transaction(), conn.cursor() as cur:
             for _ in range(count):
                 order, amount = str(uuid.uuid4()), random.randint(100, 100000)
@@ -447,7 +489,7 @@ def fulfil(how, count, missing_ratio=0.0, rnd=random):
     order is not marked for it), so an order is shipped or canceled, never
     both, and sends one command. Returns the orders decided."""
     done = []
-    with psycopg.connect(env("ORDERS_DATABASE_URL"), connect_timeout=10) as conn:
+    with connect(connect_timeout=10) as conn:
         for _ in range(count):
             with conn.transaction(), conn.cursor() as cur:
                 cur.execute("SELECT o.order_id, o.amount, o.authorized_attempt_id FROM orders o "
@@ -501,6 +543,7 @@ class Publisher(threading.Thread):
             "message.timeout.ms": 30000,    # a send fails within 30 s; the row stays unsent
             "linger.ms": 5,
             "logger": kafka_logger("producer"),
+            **kafka_security(),
         })
 
     def run(self):
@@ -713,6 +756,7 @@ class Inbox:
             "enable.auto.commit": True,
             "enable.auto.offset.store": False,
             "logger": kafka_logger("consumer"),
+            **kafka_security(),
         }
         # Static membership: a restarted instance takes its partitions back
         # at once, without a rebalance. Only with an id unique to the
@@ -1377,7 +1421,7 @@ def check_schema():
             ("orders", "fulfilment"), ("orders", "paid_amount"), ("order_captures", "counted"),
             ("order_voids", "counted"), ("order_alarms", "capture_id")}
     try:
-        with psycopg.connect(env("ORDERS_DATABASE_URL"), connect_timeout=10) as conn:
+        with connect(connect_timeout=10) as conn:
             have = set(conn.execute(
                 "SELECT table_name, column_name FROM information_schema.columns WHERE "
                 "table_schema = current_schema()").fetchall())
@@ -1429,7 +1473,7 @@ def run():
 def resend():
     """Marks every command unsent: what a crash between send and mark leaves
     behind, for all of them. The running publisher sends them again."""
-    with psycopg.connect(env("ORDERS_DATABASE_URL"), connect_timeout=10) as conn:
+    with connect(connect_timeout=10) as conn:
         n = conn.execute("UPDATE outbox SET sent_at = NULL WHERE sent_at IS NOT NULL").rowcount
         conn.execute("SELECT pg_notify(%s, '')", (OUTBOX_CHANNEL,))
     say(logging.INFO, "commands marked unsent", count=n)
@@ -1441,7 +1485,7 @@ def report():
     ("unconfirmed" while none), rows an event asked about that wait on
     charged's answer, and the totals of the orders that ship later
     (hold_totals())."""
-    with psycopg.connect(env("ORDERS_DATABASE_URL"), connect_timeout=10) as conn:
+    with connect(connect_timeout=10) as conn:
         orders, paid, refunded = conn.execute(
             "SELECT count(*), count(*) FILTER (WHERE paid), coalesce(sum(refunded_amount), 0) "
             "FROM orders").fetchone()
@@ -1515,7 +1559,7 @@ def main():
     a = ap.parse_args()
     try:
         if a.cmd == "init":
-            with psycopg.connect(env("ORDERS_DATABASE_URL"), connect_timeout=10) as conn:
+            with connect(connect_timeout=10) as conn:
                 conn.execute(SCHEMA)
         elif a.cmd == "place-orders":
             place_orders(a.count, authorize=a.authorize)

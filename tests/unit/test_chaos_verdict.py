@@ -349,6 +349,22 @@ def main():
     kinds = {m["kind"] for _, m in w.wave(200, {}, False, auth)}
     result({"capture_full", "capture_partial", "void"} <= kinds,
            "steps of authorized ones: kinds %s" % sorted(kinds))
+    # --profile production: the stack's own faults instead of the single
+    # broker's kill and PostgreSQL's stop, the rest (the roles' SIGKILLs
+    # too) as on the default stack.
+    import random
+    base = chaos.schedule(random.Random(9), 100.0, 25, True)
+    prod = chaos.schedule(random.Random(9), 100.0, 25, True, production=True)
+    stack = lambda ev: sorted(e[1] for e in ev if e[1] != "kill")
+    result(stack(base) == ["broker", "pg_terminate", "pg_terminate", "postgres", "psp"],
+           "default schedule's stack faults: %s" % stack(base))
+    result(stack(prod) == ["kafka_coordinator", "kafka_leader", "kafka_leader", "pg_failover",
+                           "pg_terminate", "pg_terminate", "pgbouncer", "psp"],
+           "production schedule's stack faults: %s" % stack(prod))
+    result(sorted(e[2][0] for e in prod if e[1] == "kafka_leader") == ["commands", "results"],
+           "production schedule's leaders: %s" % [e[2] for e in prod if e[1] == "kafka_leader"])
+    result([e for e in base if e[1] == "kill"] == [e for e in prod if e[1] == "kill"],
+           "the profile changed the SIGKILLs of the roles")
     print("%d passed, %d failed" % (passed, failed))
     return 1 if failed else 0
 
