@@ -2,8 +2,7 @@
 # Runs every test of charged on this machine, from nothing: installs what is
 # missing, builds twice (plain, and ASan+UBSan; warnings are errors), starts
 # three private test stacks (PostgreSQL + Kafka on their own ports), runs
-# every test of both builds, and the production profile's Kafka scenarios on
-# three SASL_SSL brokers of their own, and stops the stacks whatever happened. Exits
+# every test of both builds, and stops the stacks whatever happened. Exits
 # non-zero when any test fails. docs/testing.md says what runs beside what
 # and why that is safe, with the stage times on this 2-core machine.
 #
@@ -72,19 +71,11 @@ excl_stack=(build/test-stack-exclusive "${CHARGED_TEST_EXCL_PG_PORT:-55435}"
   "${CHARGED_TEST_EXCL_KAFKA_PORT:-19102}" "${CHARGED_TEST_EXCL_KAFKA_CONTROLLER_PORT:-19103}")
 stacks=(plain_stack)
 [ -n "$changed_ref" ] || stacks+=(asan_stack excl_stack)
-# The production profile's Kafka (issue 39: three SASL_SSL brokers, per-role
-# ACLs), for the scenarios labelled `production`; started by their set.
-prod_kafka=(build/test-stack-production "${CHARGED_TEST_PROD_KAFKA_PORT:-19611}")
-prod_kafka_sh() { # command...
-  CHARGED_STACK_DIR=$repo/${prod_kafka[0]} CHARGED_PROD_KAFKA_PORT=${prod_kafka[1]} \
-    deploy/production/kafka.sh "$@"
-}
 stacks_down() {
   local s
   for s in "${stacks[@]}"; do
     eval "(stack_env \"\${${s}[@]}\" && deploy/stack.sh down) || true"
   done
-  [ -n "$changed_ref" ] || prod_kafka_sh down >/dev/null 2>&1 || true
 }
 trap stacks_down EXIT
 t=$SECONDS
@@ -130,11 +121,8 @@ fi
 #    one at a time, on the third stack;
 #  - asan: every test of build-asan/ but the exclusive and quiet ones,
 #    $asan_jobs at a time;
-#  - production: the production profile's Kafka started, its scenarios
-#    (label `production`, plain build) one at a time, with the plain
-#    stack's PostgreSQL; then the brokers stopped; then the scenarios that
-#    judge rates over seconds (label `alone`), one at a time on the plain
-#    stack.
+#  - alone: the scenarios that judge rates over seconds (label `alone`),
+#    one at a time on the plain stack.
 # Several scenarios at once stretch every deadline they wait on (a deadline
 # bounds a wait, it never decides what passes): CHARGED_TEST_TIMEOUT_SCALE
 # for the harness (tests/e2e/charged_e2e.py), CK_TIMEOUT_MULTIPLIER for Check.
@@ -164,20 +152,10 @@ asan_set() {
   asan_env
   cd build-asan && ctest --timeout 1800 -j"$asan_jobs" -LE 'exclusive|quiet|production|alone'
 }
-production_set() {
-  local rc=0
+alone_set() {
   stack_env "${plain_stack[@]}"
   plain_env
-  if prod_kafka_sh up; then
-    export CHARGED_PROD_STACK_DIR=$repo/${prod_kafka[0]}
-    export CHARGED_PROD_KAFKA_PORT=${prod_kafka[1]}
-    (cd build && ctest --timeout 900 -L production) || rc=1
-  else
-    rc=1
-  fi
-  prod_kafka_sh down || rc=1
-  (cd build && ctest --timeout 900 -L alone) || rc=1
-  return $rc
+  cd build && ctest --timeout 900 -L alone
 }
 # Then, alone on an idle machine, the tests that bound a wait by the clock
 # (label `quiet`): the load of the others would decide them otherwise.
@@ -194,15 +172,15 @@ quiet_set() {
 logs=$(mktemp -d)
 status=0
 echo "== tests: plain build ($plain_jobs at a time), its exclusive tests, the" \
-  "sanitizer build ($asan_jobs at a time) and the production profile's, side by side"
+  "sanitizer build ($asan_jobs at a time) and the rate-judging ones (1 at a time), side by side"
 t=$SECONDS
-for set in plain exclusive asan production; do
+for set in plain exclusive asan alone; do
   ( t0=$SECONDS; rc=0; "${set}_set" || rc=$?; echo "$set: $((SECONDS - t0))s" >"$logs/$set.time"
     exit $rc ) >"$logs/$set.log" 2>&1 &
   eval "${set}_pid=$!"
 done
 # shellcheck disable=SC2154
-for set in plain exclusive asan production; do
+for set in plain exclusive asan alone; do
   eval "wait \$${set}_pid" || status=1
   echo "== $set"
   cat "$logs/$set.log"
