@@ -324,6 +324,14 @@ static struct answer_decision sim_decide(int kind, const struct engine_policy *p
     return d;
 }
 
+/* engine_op.sets_aside as the operations set it (op_sets_aside): a
+ * charge's, a refund's and an authorization's records may be set aside
+ * for the reconciler; a capture's and a void's stay parked. */
+static int sim_sets_aside(int kind)
+{
+    return kind == MSG_CHARGE || kind == MSG_REFUND || kind == MSG_AUTHORIZE;
+}
+
 /* ---- the scheduler ---- */
 
 static void world_init(struct world *w, uint64_t seed, unsigned breaks, int trace_all)
@@ -356,6 +364,7 @@ static void world_init(struct world *w, uint64_t seed, unsigned breaks, int trac
         .key_margin_ms = charge_policy_key_margin_ms(w->set.key_retention_ms,
                                                      w->set.provider_timeout_ms),
         .decide = sim_decide,
+        .sets_aside = sim_sets_aside,
     };
     /* The worker's key-window rules dropped, through the core's limits. */
     if (breaks & SIM_BREAK_KEY_WINDOW)
@@ -615,32 +624,33 @@ int main(int argc, char **argv)
             }
         }
         total += steps;
-        printf("seed %llu steps %llu attempts %d refunds %d calls %llu lost %llu "
-               "persisted %llu fenced %llu takeovers %llu key_closed %llu "
-               "in_use %llu rec_settled %llu rec_charges %llu never_executed %llu "
-               "webhooks %llu "
-               "applied %llu foreign %llu jumps %llu crashes %llu rebalances %llu "
-               "authorized %llu captured %llu voided %llu step_rejected %llu "
-               "hold_lost %llu step_unknown %llu captured_refunds %llu "
-               "throttled %llu parked %llu budget_parked %llu charged %lld "
-               "refunded %lld hash %016llx\n",
-               (unsigned long long)s, (unsigned long long)steps, w.next_attempt,
-               w.next_refund, (unsigned long long)w.charges_sent,
-               (unsigned long long)w.lost, (unsigned long long)w.settled,
-               (unsigned long long)w.fenced, (unsigned long long)w.takeovers,
-               (unsigned long long)w.key_closed, (unsigned long long)w.prov->in_use,
-               (unsigned long long)w.rec_settled, (unsigned long long)w.rec_charges,
-               (unsigned long long)w.rec_never_executed, (unsigned long long)w.webhooks,
-               (unsigned long long)w.webhook_applied, (unsigned long long)w.foreign,
-               (unsigned long long)w.jumps, (unsigned long long)w.crashes,
-               (unsigned long long)w.rebalances, (unsigned long long)w.authorized,
-               (unsigned long long)w.captured, (unsigned long long)w.voided,
-               (unsigned long long)w.step_rejected, (unsigned long long)w.hold_lost,
-               (unsigned long long)w.step_unknown,
-               (unsigned long long)w.captured_refunds,
-               (unsigned long long)w.prov->throttled, (unsigned long long)w.parked,
-               (unsigned long long)w.budget_parked, w.prov->charged_total,
-               w.prov->refunded_total, (unsigned long long)world_hash(&w));
+        printf(
+            "seed %llu steps %llu attempts %d refunds %d calls %llu lost %llu "
+            "persisted %llu fenced %llu takeovers %llu key_closed %llu "
+            "in_use %llu rec_settled %llu rec_charges %llu never_executed %llu "
+            "webhooks %llu "
+            "applied %llu foreign %llu jumps %llu crashes %llu rebalances %llu "
+            "authorized %llu captured %llu voided %llu step_rejected %llu "
+            "hold_lost %llu step_unknown %llu captured_refunds %llu "
+            "throttled %llu parked %llu set_aside %llu budget_parked %llu charged %lld "
+            "refunded %lld hash %016llx\n",
+            (unsigned long long)s, (unsigned long long)steps, w.next_attempt,
+            w.next_refund, (unsigned long long)w.charges_sent,
+            (unsigned long long)w.lost, (unsigned long long)w.settled,
+            (unsigned long long)w.fenced, (unsigned long long)w.takeovers,
+            (unsigned long long)w.key_closed, (unsigned long long)w.prov->in_use,
+            (unsigned long long)w.rec_settled, (unsigned long long)w.rec_charges,
+            (unsigned long long)w.rec_never_executed, (unsigned long long)w.webhooks,
+            (unsigned long long)w.webhook_applied, (unsigned long long)w.foreign,
+            (unsigned long long)w.jumps, (unsigned long long)w.crashes,
+            (unsigned long long)w.rebalances, (unsigned long long)w.authorized,
+            (unsigned long long)w.captured, (unsigned long long)w.voided,
+            (unsigned long long)w.step_rejected, (unsigned long long)w.hold_lost,
+            (unsigned long long)w.step_unknown, (unsigned long long)w.captured_refunds,
+            (unsigned long long)w.prov->throttled, (unsigned long long)w.parked,
+            (unsigned long long)w.set_aside, (unsigned long long)w.budget_parked,
+            w.prov->charged_total, w.prov->refunded_total,
+            (unsigned long long)world_hash(&w));
         world_release(&w);
     }
     fflush(stdout);

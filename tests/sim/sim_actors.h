@@ -183,6 +183,7 @@ struct world {
     uint64_t authorized, captured, voided, step_rejected, hold_lost, step_unknown,
         captured_refunds;
     uint64_t parked;        /* jobs throttled or their key in use, parked (issue 38) */
+    uint64_t set_aside;     /* throttled jobs set aside for the reconciler */
     long long budget_rps;   /* each worker's share of the provider budget; 0: none */
     uint64_t budget_parked; /* calls parked for the budget */
 };

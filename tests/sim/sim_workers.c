@@ -360,6 +360,8 @@ static int collect(struct world *w, struct worker *wk)
         job_release(w, wk, j);
     if (next == ENGINE_NEXT_PARKED)
         w->parked++;
+    if (next == ENGINE_NEXT_SET_ASIDE)
+        w->set_aside++;
     /* The broken worker: a throttled job waits out its back-off in its
      * slot, as every worker did before issue 38. */
     if (next == ENGINE_NEXT_PARKED && (w->breaks & SIM_BREAK_PARK))

@@ -465,6 +465,98 @@ START_TEST(a_job_held_at_the_pace_says_so)
 }
 END_TEST
 
+static int kind_one_sets_aside(int kind)
+{
+    return kind == 1;
+}
+
+/* j, parked, sent again at `now` and answered `res` then. */
+static enum engine_next again(const struct engine_core *c, struct job *j,
+                              const struct provider_result *res, int64_t now)
+{
+    ck_assert_int_eq(engine_core_park_gate(c, list, j, now), ENGINE_NEXT_SEND);
+    ck_assert_int_eq(engine_core_call_gate(c, list, j, now), ENGINE_NEXT_SEND);
+    engine_core_call_started(list, j);
+    j->res = *res;
+    return engine_core_answered(c, list, j, 0, 0, NULL, now);
+}
+
+static const struct provider_result throttled_1s = {.outcome = PROVIDER_NOT_EXECUTED,
+                                                    .http_status = 429,
+                                                    .throttled = 1,
+                                                    .retry_after_ms = 1000};
+
+/* Adversary 38i: parked jobs hold their messages; with as many parked as
+ * may be started, the next throttled one of a kind that may be set aside
+ * settles PROCESSING for the reconciler's look when its park would end
+ * (no event, reason provider_throttled) and lets its message go. A key in
+ * use (409) still parks. */
+START_TEST(a_throttled_job_is_set_aside_once_parked_jobs_fill_the_slots)
+{
+    struct engine_core c = core;
+    c.sets_aside = kind_one_sets_aside;
+    next_decided = ANSWER_NEXT_RETRY;
+    jobs[2].id = "a2";
+    for (int i = 0; i < 2; i++) {
+        claim(&jobs[i], 1, 0, 0);
+        engine_core_call_started(list, &jobs[i]);
+        jobs[i].res = throttled_1s;
+        ck_assert_int_eq(engine_core_answered(&c, list, &jobs[i], 0, 0, NULL, 100),
+                         ENGINE_NEXT_PARKED);
+    }
+    ck_assert_int_eq((long long)job_list_count(list, JOB_PARKED), c.max_in_flight);
+    claim(&jobs[2], 1, 0, 100);
+    engine_core_call_started(list, &jobs[2]);
+    jobs[2].res =
+        (struct provider_result){.outcome = PROVIDER_NOT_EXECUTED, .http_status = 409};
+    ck_assert_int_eq(engine_core_answered(&c, list, &jobs[2], 0, 0, NULL, 100),
+                     ENGINE_NEXT_PARKED);
+    ck_assert_int_eq(again(&c, &jobs[2], &throttled_1s, jobs[2].next_at),
+                     ENGINE_NEXT_SET_ASIDE);
+    const struct answer_decision *d = &jobs[2].decision;
+    ck_assert_int_eq(jobs[2].state, JOB_PERSIST);
+    ck_assert_int_eq(d->next, ANSWER_NEXT_SETTLE);
+    ck_assert_int_eq(d->status, ATTEMPT_STATUS_PROCESSING);
+    ck_assert_str_eq(d->reason_code, "provider_throttled");
+    ck_assert_ptr_null(d->event_type);
+    ck_assert(d->next_check_ms >= 1000 && d->next_check_ms <= 1100);
+    /* The parked ones still are. */
+    ck_assert_int_eq(jobs[0].state, JOB_PARKED);
+    ck_assert_int_eq(jobs[1].state, JOB_PARKED);
+}
+END_TEST
+
+/* A job the provider has throttled for ENGINE_SET_ASIDE_AFTER_MS is set
+ * aside however few are parked: its offset no longer holds its partition's
+ * commits. A kind that may not be set aside stays parked. */
+START_TEST(a_job_throttled_a_minute_is_set_aside)
+{
+    struct engine_core c = core;
+    c.sets_aside = kind_one_sets_aside;
+    c.key_retention_ms = 24 * 3600 * 1000LL;
+    next_decided = ANSWER_NEXT_RETRY;
+    jobs[1].kind = 2;
+    for (int i = 0; i < 2; i++) {
+        struct job *j = &jobs[i];
+        int64_t t = 1000;
+        claim(j, 1, 0, t);
+        engine_core_call_started(list, j);
+        j->res = throttled_1s;
+        ck_assert_int_eq(engine_core_answered(&c, list, j, 0, 0, NULL, t),
+                         ENGINE_NEXT_PARKED);
+        engine_core_wait_answered(j, 1, j->next_at - t, t, t);
+        t += ENGINE_SET_ASIDE_AFTER_MS - 1;
+        ck_assert_int_eq(again(&c, j, &throttled_1s, t), ENGINE_NEXT_PARKED);
+        engine_core_wait_answered(j, 1, j->next_at - t, t, t);
+        t = j->next_at;
+        ck_assert_int_eq(again(&c, j, &throttled_1s, t),
+                         i == 0 ? ENGINE_NEXT_SET_ASIDE : ENGINE_NEXT_PARKED);
+    }
+    ck_assert_int_eq(jobs[0].state, JOB_PERSIST);
+    ck_assert_int_eq(jobs[1].state, JOB_PARKED);
+}
+END_TEST
+
 START_TEST(a_parked_job_given_up_lets_its_lease_go)
 {
     next_decided = ANSWER_NEXT_RETRY;
@@ -523,6 +615,8 @@ int main(void)
     tcase_add_test(tc, the_loop_sleeps_until_something_is_due);
     tcase_add_test(tc, a_throttled_job_parks_and_frees_its_slot);
     tcase_add_test(tc, a_parked_job_given_up_lets_its_lease_go);
+    tcase_add_test(tc, a_throttled_job_is_set_aside_once_parked_jobs_fill_the_slots);
+    tcase_add_test(tc, a_job_throttled_a_minute_is_set_aside);
     tcase_add_test(tc, a_call_over_the_budget_parks_for_the_gates_wait);
     tcase_add_test(tc, a_long_wait_is_said_on_the_record_until_the_call_starts);
     tcase_add_test(tc, a_job_held_at_the_pace_says_so);

@@ -410,6 +410,12 @@ enum charged_rc op_attempts_claim(void *op, struct engine_claim *items, size_t n
     return rc;
 }
 
+int op_sets_aside(int kind)
+{
+    (void)kind;
+    return 1;
+}
+
 const char *op_attempts_object_of(int kind, const void *params)
 {
     (void)kind;

@@ -113,6 +113,11 @@ enum charged_rc op_attempts_record(void *op, struct engine_record *items, size_t
                                    long long lease_ms, struct charged_error *err);
 enum charged_rc op_attempts_claim(void *op, struct engine_claim *items, size_t n,
                                   long long lease_ms, struct charged_error *err);
+/* engine_op.sets_aside of a charge, an authorization and a refund: every
+ * record may be set aside, since their looks send a PROCESSING record
+ * with no provider object again under its key (reconcile_policy's replay;
+ * an authorization's retrieves the hold the replay names). */
+int op_sets_aside(int kind);
 /* An attempt's provider object: its payment method. */
 const char *op_attempts_object_of(int kind, const void *params);
 enum charged_rc op_attempts_start_call(void *op, provider_client_t *pc,

@@ -385,6 +385,12 @@ static const char *routed_object_of(int kind, const void *params)
     return o->object_of ? o->object_of(0, params) : NULL;
 }
 
+static int routed_sets_aside(int kind)
+{
+    const struct engine_op *o = op_of(kind);
+    return o->sets_aside && o->sets_aside(0);
+}
+
 static enum charged_rc routed_start_call(void *op, provider_client_t *pc,
                                          const void *params, const void *command,
                                          void *tag, struct charged_error *err)
@@ -455,6 +461,7 @@ const struct engine_op payment_ops = {
     OP_STORE_CALLBACKS(routed),
     .decide = routed_decide,
     .outcome = routed_outcome,
+    .sets_aside = routed_sets_aside,
     .kind_of = kind_of,
     .kind_name = routed_kind_name,
     .id_field = routed_id_field,

@@ -254,6 +254,7 @@ static enum charged_rc setup_limits(engine_t *eng, struct charged_error *err)
     eng->provider_timeout_ms = config_int(eng->cfg, CONFIG_PROVIDER_TIMEOUT_MS);
     c->event_type = eng->op->event_type;
     c->decide = eng->op->decide;
+    c->sets_aside = eng->op->sets_aside;
 
     /* The lease must outlast one claim's worth of calls and back-offs, or a
      * peer could take over an attempt whose call is still in flight. */

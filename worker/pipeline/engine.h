@@ -151,6 +151,12 @@ struct engine_op {
     /* The event a record of `kind` entering `status` publishes, or NULL
      * for none. */
     const char *(*event_type)(int kind, enum attempt_status status);
+    /* Whether a record of `kind` the provider keeps throttling may be set
+     * aside: persisted PROCESSING, unleased, for the reconciler, which
+     * claims it when its next look is due and sends it again under its
+     * key (engine_core.h, ENGINE_SET_ASIDE_AFTER_MS). Only for an
+     * operation whose look does so. NULL: none may; it stays parked. */
+    int (*sets_aside)(int kind);
     /* What follows a provider's answer to a record of `kind`: settle it
      * (status, first look, reason code) or send again
      * (engine_decide_fn). The engine counts the tries, keeps the key

@@ -354,6 +354,37 @@ void engine_core_call_not_started(const struct engine_core *c, struct job *j,
     j->next_at = now + backoff_ms(&c->policy, tries, job_jitter(j));
 }
 
+/* ENGINE_SET_ASIDE_AFTER_MS's rule for a throttled answer to j. */
+static int sets_aside(const struct engine_core *c, const job_list_t *jobs,
+                      const struct job *j, int64_t now)
+{
+    if (!j->res.throttled || !c->sets_aside || !c->sets_aside(j->kind))
+        return 0;
+    return (long long)job_list_count(jobs, JOB_PARKED) >= c->max_in_flight ||
+           (j->throttled_since != 0 &&
+            now - j->throttled_since >= ENGINE_SET_ASIDE_AFTER_MS);
+}
+
+/* j settles PROCESSING for the reconciler's look after park_ms: the
+ * status it already has, so no event, and its reason says why. */
+static void set_aside(const struct engine_core *c, job_list_t *jobs, struct job *j,
+                      long long park_ms)
+{
+    CHARGED_ASSERT(j->res.outcome == PROVIDER_NOT_EXECUTED && park_ms >= 0);
+    j->decision = (struct answer_decision){
+        .next = ANSWER_NEXT_SETTLE,
+        .status = ATTEMPT_STATUS_PROCESSING,
+        .next_check_ms = park_ms,
+        .reason_code = "provider_throttled",
+    };
+    if (c->event_type)
+        j->decision.event_type = c->event_type(j->kind, ATTEMPT_STATUS_PROCESSING);
+    /* Nothing is told before the reconciler settles it. */
+    CHARGED_ASSERT(j->decision.event_type == NULL);
+    job_set(jobs, j, JOB_PERSIST);
+    j->next_at = 0;
+}
+
 enum engine_next engine_core_answered(const struct engine_core *c, job_list_t *jobs,
                                       struct job *j, int failure, int opened,
                                       int *outage, int64_t now)
@@ -385,9 +416,13 @@ enum engine_next engine_core_answered(const struct engine_core *c, job_list_t *j
         /* Throttled, or the key in use upstream: nothing executed and the
          * provider is not down. Waiting in its slot held every slot once
          * enough such answers came (adversary 36): it parks instead. */
+        long long park = engine_core_park_ms(&c->policy, &j->res, tries, job_jitter(j));
+        if (sets_aside(c, jobs, j, now)) {
+            set_aside(c, jobs, j, park);
+            return ENGINE_NEXT_SET_ASIDE;
+        }
         job_set(jobs, j, JOB_PARKED);
-        j->next_at =
-            now + engine_core_park_ms(&c->policy, &j->res, tries, job_jitter(j));
+        j->next_at = now + park;
         return ENGINE_NEXT_PARKED;
     }
     job_set(jobs, j, JOB_CALL);

@@ -79,6 +79,9 @@ struct engine_core {
     /* The event a record of `kind` entering `status` publishes (NULL: the
      * decision's own). */
     const char *(*event_type)(int kind, enum attempt_status status);
+    /* Whether a record of `kind` the provider keeps throttling may be set
+     * aside (engine_core_answered; NULL: none may). */
+    int (*sets_aside)(int kind);
 };
 
 /* What the I/O side does after a move: log it, count it, let a lease go. */
@@ -99,6 +102,7 @@ enum engine_next {
     ENGINE_NEXT_CUT,         /* a dead letter too large: again at once, cut */
     ENGINE_NEXT_SENT,        /* a dead letter queued: its acknowledgement next */
     ENGINE_NEXT_PARKED,      /* throttled or key in use: parked, its slot freed */
+    ENGINE_NEXT_SET_ASIDE,   /* throttled: PROCESSING, for the reconciler */
 };
 
 /* ---- starting ---- */
@@ -183,12 +187,25 @@ void engine_core_call_started(job_list_t *jobs, struct job *j);
 /* The call could not be started: a try, and a back-off. */
 void engine_core_call_not_started(const struct engine_core *c, struct job *j,
                                   int64_t now);
+/* A throttled job of a kind that may be set aside (engine_core.sets_aside)
+ * is, instead of parked, when parked jobs already fill max_in_flight or its
+ * run of 429s has lasted this long: persisted PROCESSING, its lease let go,
+ * its next look due when its park would have ended. The reconciler claims
+ * it then and sends it again under its key (reconcile_policy's replay).
+ * A parked job holds its message and offset: what the provider throttles
+ * by itself (one card, adversary 38i) would otherwise fill the messages
+ * the worker may hold (HELD_FACTOR x max_in_flight) and stop it fetching
+ * anything else, and hold its partition's commits back for as long. */
+#define ENGINE_SET_ASIDE_AFTER_MS 60000
+
 /* j->res is the provider's answer. failure: the breaker took it as a
  * failure; opened: recording it opened the breaker; *outage: it was spared
  * as the outage's. FENCED (the lease was lost meanwhile), SETTLE
  * (PERSIST), RELEASE (detached, not ours to retry: done), PARKED (a retry
  * of a throttled answer or a key in use, provider_outcome_parks: its slot
- * freed until engine_core_park_ms has passed) or RETRY (in its slot). */
+ * freed until engine_core_park_ms has passed), SET_ASIDE (throttled, and
+ * ENGINE_SET_ASIDE_AFTER_MS's rule: PERSIST, PROCESSING, reason
+ * provider_throttled, next look after the park) or RETRY (in its slot). */
 enum engine_next engine_core_answered(const struct engine_core *c, job_list_t *jobs,
                                       struct job *j, int failure, int opened,
                                       int *outage, int64_t now);

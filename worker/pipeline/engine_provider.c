@@ -273,6 +273,12 @@ static void on_call_done(engine_t *eng, struct job *j)
                  JOB_FIELDS(j), NULL);
         return;
     }
+    if (next == ENGINE_NEXT_SET_ASIDE) {
+        char ms[32];
+        snprintf(ms, sizeof(ms), "%lld", j->decision.next_check_ms);
+        log_info("throttled by the provider; set aside for the reconciler",
+                 JOB_FIELDS(j), "look_in_ms", ms, NULL);
+    }
     if (next == ENGINE_NEXT_PARKED) {
         char ms[32], pace[32];
         snprintf(ms, sizeof(ms), "%lld", (long long)(j->next_at - now));

@@ -80,6 +80,7 @@ static const struct engine_op authorize_op = {
     OP_STORE_CALLBACKS(op_store),
     .decide = authorize_decide,
     .outcome = payment_answer_outcome,
+    .sets_aside = op_sets_aside,
 };
 
 /* A charge's fields, held. */

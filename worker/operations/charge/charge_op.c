@@ -33,4 +33,5 @@ const struct engine_op charge_op = {
     OP_STORE_CALLBACKS(op_store),
     .decide = payment_answer_decide,
     .outcome = payment_answer_outcome,
+    .sets_aside = op_sets_aside,
 };

@@ -185,4 +185,5 @@ const struct engine_op refund_op = {
     .outcome = payment_answer_outcome,
     .id_field = refund_id_field,
     .outcomes_metric = refund_outcomes_metric,
+    .sets_aside = op_sets_aside,
 };
