@@ -71,11 +71,19 @@ excl_stack=(build/test-stack-exclusive "${CHARGED_TEST_EXCL_PG_PORT:-55435}"
   "${CHARGED_TEST_EXCL_KAFKA_PORT:-19102}" "${CHARGED_TEST_EXCL_KAFKA_CONTROLLER_PORT:-19103}")
 stacks=(plain_stack)
 [ -n "$changed_ref" ] || stacks+=(asan_stack excl_stack)
+# The production profile's Kafka (issue 39: three SASL_SSL nodes, per-role
+# ACLs), started by the fourth set for the short form of its scenarios.
+prod_kafka=(build/test-stack-production "${CHARGED_TEST_PROD_KAFKA_PORT:-19611}")
+prod_kafka_sh() { # command...
+  CHARGED_STACK_DIR=$repo/${prod_kafka[0]} CHARGED_PROD_KAFKA_PORT=${prod_kafka[1]} \
+    deploy/production/kafka.sh "$@"
+}
 stacks_down() {
   local s
   for s in "${stacks[@]}"; do
     eval "(stack_env \"\${${s}[@]}\" && deploy/stack.sh down) || true"
   done
+  [ -n "$changed_ref" ] || prod_kafka_sh down >/dev/null 2>&1 || true
 }
 trap stacks_down EXIT
 t=$SECONDS
@@ -122,7 +130,10 @@ fi
 #  - asan: every test of build-asan/ but the exclusive and quiet ones,
 #    $asan_jobs at a time;
 #  - alone: the scenarios that judge rates over seconds (label `alone`),
-#    one at a time on the plain stack.
+#    one at a time on the plain stack; then the production profile's
+#    Kafka started and the short form of its scenarios (label
+#    `production_short`; the long ones, `production`, are docs/testing.md's
+#    long suite).
 # Several scenarios at once stretch every deadline they wait on (a deadline
 # bounds a wait, it never decides what passes): CHARGED_TEST_TIMEOUT_SCALE
 # for the harness (tests/e2e/charged_e2e.py), CK_TIMEOUT_MULTIPLIER for Check.
@@ -153,9 +164,19 @@ asan_set() {
   cd build-asan && ctest --timeout 1800 -j"$asan_jobs" -LE 'exclusive|quiet|production|alone'
 }
 alone_set() {
+  local rc=0
   stack_env "${plain_stack[@]}"
   plain_env
-  cd build && ctest --timeout 900 -L alone
+  (cd build && ctest --timeout 900 -L alone) || rc=1
+  if prod_kafka_sh up; then
+    export CHARGED_PROD_STACK_DIR=$repo/${prod_kafka[0]}
+    export CHARGED_PROD_KAFKA_PORT=${prod_kafka[1]}
+    (cd build && ctest --timeout 900 -L '^production_short$') || rc=1
+  else
+    rc=1
+  fi
+  prod_kafka_sh down || rc=1
+  return $rc
 }
 # Then, alone on an idle machine, the tests that bound a wait by the clock
 # (label `quiet`): the load of the others would decide them otherwise.
@@ -172,7 +193,8 @@ quiet_set() {
 logs=$(mktemp -d)
 status=0
 echo "== tests: plain build ($plain_jobs at a time), its exclusive tests, the" \
-  "sanitizer build ($asan_jobs at a time) and the rate-judging ones (1 at a time), side by side"
+  "sanitizer build ($asan_jobs at a time) and the rate-judging ones (1 at a time) then the" \
+  "production profile's short scenario, side by side"
 t=$SECONDS
 for set in plain exclusive asan alone; do
   ( t0=$SECONDS; rc=0; "${set}_set" || rc=$?; echo "$set: $((SECONDS - t0))s" >"$logs/$set.time"

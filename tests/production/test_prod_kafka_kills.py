@@ -23,16 +23,12 @@ N = 300
 EVENT_OF = {"SUCCEEDED": "charge.succeeded", "FAILED": "charge.failed"}
 
 
-def scenario(new):
-    s = new("prod_kills")
-    s.start_worker()
-    s.start_worker()
-    s.start_relay(RELAY_POLL_MS="100")
-    cmds = [e2e.new_command(payment_method="pm_card_chargeDeclined" if i % 10 == 0
-                            else "pm_card_visa") for i in range(N)]
-    chunks = [cmds[i:i + N // 6] for i in range(0, N, N // 6)]
-    s.publish(chunks[0])
-
+def kill_each(s, while_down):
+    """SIGKILL the node that leads partition 0 of s's commands topic, then
+    the one that leads partition 0 of its results topic, then its workers'
+    group coordinator, each started again (kafka.sh start returns once the
+    three nodes answer) before the next; while_down(i) runs while the i-th
+    is down. The nodes killed, in order."""
     victims = [
         ("leader of %s partition 0" % s.topics["commands"],
          lambda: kafka_sh("leader", s.topics["commands"], "0")),
@@ -47,17 +43,17 @@ def scenario(new):
             e2e.log("SIGKILL node %s, the %s" % (node, what))
             kafka_sh("kill", node)
             killed.append(node)
-            s.publish(chunks[1 + i])  # while it is down
-            kafka_sh("start")  # returns once the three nodes answer
+            while_down(i)
+            kafka_sh("start")
     finally:
         kafka_sh("start")
-    s.publish(chunks[4] + chunks[5])
+    check(len(killed) == 3, "nodes killed: %s" % killed)
+    return killed
 
-    s.wait_settled(N, timeout=300)
-    s.check_invariants()
-    attempts = s.attempts()
-    check_eq(len(attempts), N, "attempts recorded")
-    check_eq(sum(a["status"] == "FAILED" for a in attempts), N // 10, "declined attempts")
+
+def check_results(s, attempts):
+    """Every attempt's result event, of the type its status calls for, on
+    the results topic (read as the order service)."""
     want = {a["id"]: EVENT_OF[a["status"]] for a in attempts}
 
     def all_results():
@@ -67,7 +63,26 @@ def scenario(new):
         missing = [aid for aid, t in want.items() if t not in got.get(aid, ())]
         return got if not missing else None
     e2e.wait_until("every attempt's result event on the results topic", all_results, 120)
-    check(len(killed) == 3, "nodes killed: %s" % killed)
+
+
+def scenario(new):
+    s = new("prod_kills")
+    s.start_worker()
+    s.start_worker()
+    s.start_relay(RELAY_POLL_MS="100")
+    cmds = [e2e.new_command(payment_method="pm_card_chargeDeclined" if i % 10 == 0
+                            else "pm_card_visa") for i in range(N)]
+    chunks = [cmds[i:i + N // 6] for i in range(0, N, N // 6)]
+    s.publish(chunks[0])
+    killed = kill_each(s, lambda i: s.publish(chunks[1 + i]))  # while it is down
+    s.publish(chunks[4] + chunks[5])
+
+    s.wait_settled(N, timeout=300)
+    s.check_invariants()
+    attempts = s.attempts()
+    check_eq(len(attempts), N, "attempts recorded")
+    check_eq(sum(a["status"] == "FAILED" for a in attempts), N // 10, "declined attempts")
+    check_results(s, attempts)
     e2e.log("%d attempts settled once, every result published; nodes killed: %s"
             % (N, killed))
 

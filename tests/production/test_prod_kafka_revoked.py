@@ -27,14 +27,11 @@ def ready(s, name):
     return s.admin_get(name, "/readyz")
 
 
-def group_read(new):
-    s = new("prod_revoked")
-    w = s.start_worker()
-    first = [e2e.new_command() for _ in range(20)]
-    s.publish(first)
-    s.wait_settled(len(first), timeout=120)
-    e2e.wait_until("the worker ready", lambda: ready(s, w)[0] == 200, 60)
-
+def revoke_group_read(s, w, hold_s, while_denied):
+    """Revokes Read on s's group from the worker's principal while worker
+    w runs: /readyz 503 naming the permission, one log line, no exit for
+    hold_s (while_denied() runs first); then grants it again and waits for
+    w to be ready."""
     s.revoke("worker", "group", s.group, "Read")
     want = "Read on group %s" % s.group
 
@@ -43,12 +40,10 @@ def group_read(new):
         return body if status == 503 and want in body else None
     body = e2e.wait_until("/readyz 503 naming the missing permission", denied, 90)
     e2e.log("readyz:", body.strip())
-    # Published while denied: nothing may be lost or charged twice.
-    second = [e2e.new_command() for _ in range(20)]
-    s.publish(second)
+    while_denied()
 
     # Still denied a while later: the worker runs on, says it once.
-    t_end = time.monotonic() + e2e.scaled(15)
+    t_end = time.monotonic() + e2e.scaled(hold_s)
     while time.monotonic() < t_end:
         check(s.process(w).poll() is None, "the worker exited (%s) on a revoked ACL: "
               "a crash loop under a supervisor" % s.process(w).returncode)
@@ -56,12 +51,25 @@ def group_read(new):
         time.sleep(0.5)
     lines = s.worker_log(w, "kafka denies a permission")
     e2e.log("log lines naming it:", len(lines), lines[:2])
-    check_eq([l.get("permission") for l in lines], ["Read on group %s" % s.group],
+    check_eq([l.get("permission") for l in lines], [want],
              "the denial's log lines (one, naming the permission)")
     check(not s.worker_log(w, "consumer error"), "consumer errors logged beside it")
 
     s.grant("worker", "group", s.group, "Read")
     e2e.wait_until("the worker ready again", lambda: ready(s, w)[0] == 200, 120)
+
+
+def group_read(new):
+    s = new("prod_revoked")
+    w = s.start_worker()
+    first = [e2e.new_command() for _ in range(20)]
+    s.publish(first)
+    s.wait_settled(len(first), timeout=120)
+    e2e.wait_until("the worker ready", lambda: ready(s, w)[0] == 200, 60)
+
+    # Published while denied: nothing may be lost or charged twice.
+    second = [e2e.new_command() for _ in range(20)]
+    revoke_group_read(s, w, 15, lambda: s.publish(second))
     s.wait_settled(len(first) + len(second), timeout=180)
     s.check_invariants()
     check_eq(s.process(w).poll(), None, "the worker's exit status (still running)")
