@@ -30,7 +30,11 @@ without a bound.
 5. reconciler calls kept: the reconciler re-sends a charge while a session
    holds the row FOR UPDATE; its provider calls cannot be written then, and
    are written once the lock goes. (They were dropped: the charge that took
-   the money was missing from provider_calls.)
+   the money was missing from provider_calls.) Its settlement found the row
+   busy and kept its lease: the reconciler takes its own lease again at its
+   next claim, so the attempt settles within seconds, not after the lease
+   (RECONCILER_LEASE_MS, 120 s here as by default; 300 s more for a
+   PROCESSING one; chaos seed 5's 85 s stall).
 6. many held: twenty orders' paid attempts are being changed in one open
    transaction while a second attempt of each arrives: the loop is not
    held up a lock wait per held item, and ten unrelated commands are
@@ -241,7 +245,7 @@ def reconciler_calls_kept(new):
     # The re-sent charge takes 4 s: the test locks the row meanwhile.
     s.psp_put("/faults", {"latency_ms": 4000})
     r = s.start_reconciler(RECONCILER_SCHEDULE_MS="200", RECONCILER_POLL_MS="100",
-                           PROVIDER_TIMEOUT_MS="6000", RECONCILER_LEASE_MS="40000",
+                           PROVIDER_TIMEOUT_MS="6000", RECONCILER_LEASE_MS="120000",
                            RECONCILER_SEARCH_LAG_MS="0")
     e2e.wait_until("the reconciler's claim", lambda: s.query(
         "SELECT 1 FROM payment_attempts WHERE id = '%s' AND lease_owner = '%s'"
@@ -257,8 +261,8 @@ def reconciler_calls_kept(new):
     finally:
         hold.run("ROLLBACK")
         hold.close()
-    e2e.wait_until("the attempt settled", lambda: status_of(s, aid) not in (
-        "UNKNOWN", "PROCESSING"), 60)
+    e2e.wait_until("the attempt settled, well before the reconciler's lease ran out",
+                   lambda: status_of(s, aid) not in ("UNKNOWN", "PROCESSING"), 20)
     charges = [c for c in s.ledger() if c["idempotency_key"] == key]
     recorded = int(s.query("SELECT count(*) FROM provider_calls WHERE payment_attempt_id = '%s'"
                            " AND operation = 'charge' AND actor = '%s'"

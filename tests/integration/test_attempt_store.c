@@ -744,6 +744,61 @@ START_TEST(a_row_held_by_another_session_is_busy_and_holds_nothing_else)
 }
 END_TEST
 
+/* A look's settlement busy (another session held the row: an api applying
+ * a webhook) writes nothing and keeps the reconciler's lease; the next
+ * claim of that reconciler takes the row again at once, under a new epoch
+ * that fences the old one. Before, it waited out its lease (120 s, and
+ * 300 s more for a PROCESSING one: chaos seed 5's 85 s stall); others
+ * still wait for it. */
+START_TEST(a_look_left_busy_is_claimed_again_by_its_reconciler)
+{
+    attempt_store_t *w = store("w1"), *r1 = store("r1"), *r2 = store("r2");
+    struct charge_command a = unknown_attempt(w);
+    struct attempt_due due[4];
+    size_t n = 0;
+    ck_assert_int_eq(attempt_store_claim_due(r1, due, 4, &n, 120000, 300000, &err), 0);
+    ck_assert_uint_eq(n, 1);
+    int64_t first = due[0].lease_epoch;
+
+    PGconn *peer = test_env_connect(url);
+    const char *held[1] = {a.payment_attempt_id};
+    ck_assert_int_eq(db_run(peer, "BEGIN", 0, NULL, &err), 0);
+    ck_assert_int_eq(db_run(peer,
+                            "SELECT id FROM payment_attempts WHERE id = $1::uuid FOR "
+                            "NO KEY UPDATE",
+                            1, held, &err),
+                     0);
+    struct attempt_settlement s = {.attempt_id = a.payment_attempt_id,
+                                   .lease_epoch = first,
+                                   .expected = ATTEMPT_STATUS_UNKNOWN,
+                                   .status = ATTEMPT_STATUS_FAILED,
+                                   .cause = "reconciler",
+                                   .reason = "declined: test",
+                                   .next_check_ms = -1};
+    ck_assert_int_eq(attempt_store_settle(r1, &s, 1, &err), 0);
+    ck_assert(!s.settled && s.busy);
+    ck_assert_int_eq(db_run(peer, "ROLLBACK", 0, NULL, &err), 0);
+    PQfinish(peer);
+
+    /* Another reconciler waits for the lease; its own takes it again. */
+    ck_assert_int_eq(attempt_store_claim_due(r2, due, 4, &n, 120000, 300000, &err), 0);
+    ck_assert_uint_eq(n, 0);
+    ck_assert_int_eq(attempt_store_claim_due(r1, due, 4, &n, 120000, 300000, &err), 0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_str_eq(due[0].id, a.payment_attempt_id);
+    ck_assert_int_eq(due[0].lease_epoch, first + 1);
+    /* The busy look's epoch is fenced; the new one settles. */
+    ck_assert_int_eq(attempt_store_settle(r1, &s, 1, &err), 0);
+    ck_assert(!s.settled && !s.busy);
+    s.lease_epoch = due[0].lease_epoch;
+    ck_assert_int_eq(attempt_store_settle(r1, &s, 1, &err), 0);
+    ck_assert(s.settled);
+    attempt_store_free(w);
+    attempt_store_free(r1);
+    attempt_store_free(r2);
+}
+END_TEST
+
 /* Issue 37: each look claims its own operation's attempts. The charge's
  * (capture method automatic) never claims an authorization, whose intent
  * holds the money where a charge's takes it; the authorization's claims
@@ -789,9 +844,11 @@ START_TEST(each_look_claims_its_own_capture_method)
              " WHERE id = '%s'",
              h.payment_attempt_id);
     sql(q);
+    /* The charge's look takes its own unsettled claim again, never the hold. */
     ck_assert_int_eq(attempt_store_claim_due(charges, due, 4, &n, 60000, 300000, &err),
                      0);
-    ck_assert_uint_eq(n, 0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_str_eq(due[0].id, c.payment_attempt_id);
     ck_assert_int_eq(attempt_store_claim_due(auths, due, 4, &n, 60000, 300000, &err),
                      0);
     ck_assert_uint_eq(n, 1);
@@ -849,6 +906,7 @@ int main(void)
     tcase_add_test(tc, reconciler_claims_due_attempts_and_settles_them_fenced);
     tcase_add_test(tc, operator_settles_review_without_a_lease);
     tcase_add_test(tc, a_row_held_by_another_session_is_busy_and_holds_nothing_else);
+    tcase_add_test(tc, a_look_left_busy_is_claimed_again_by_its_reconciler);
     tcase_add_test(tc, a_call_written_again_after_a_failure_is_one_row);
     tcase_add_test(tc, each_look_claims_its_own_capture_method);
     suite_add_tcase(s, tc);

@@ -37,16 +37,17 @@
     "  AND c.error IS NOT DISTINCT FROM nullif(v.err, '')))")
 
 /* The reconciler's claim of a step's records due for a look ($1 actor,
- * $2 lease ms, $3 batch, $4 stale ms): UNKNOWN or PROCESSING unleased, an
- * UNKNOWN lease expired, a PROCESSING one stale; leased, fenced (epoch),
- * due at once. Returns id, lease_epoch, status, then the caller's columns
+ * $2 lease ms, $3 batch, $4 stale ms): UNKNOWN or PROCESSING unleased or
+ * leased to $1 (a look of ours whose settlement found the row busy; a
+ * reconciler ends a batch before it claims the next), an UNKNOWN lease
+ * expired, a PROCESSING one stale; leased, fenced (epoch), due at once. Returns id, lease_epoch, status, then the caller's columns
  * of `p` (the step's row). */
 #define SQL_STEP_CLAIM_DUE(table) \
     "WITH c AS (" \
     "  SELECT p.id FROM " table " p" \
     "  WHERE (p.next_check_at IS NULL OR p.next_check_at <= now())" \
     "    AND ((p.status IN (" ATTEMPT_SQL(UNKNOWN) ", " ATTEMPT_SQL(PROCESSING) ")" \
-    "          AND p.lease_owner IS NULL)" \
+    "          AND (p.lease_owner IS NULL OR p.lease_owner = $1))" \
     "      OR (p.status = " ATTEMPT_SQL(UNKNOWN) " AND p.lease_expires_at < now())" \
     "      OR (p.status = " ATTEMPT_SQL(PROCESSING) " AND p.lease_expires_at <" \
     "          now() - make_interval(secs => $4::double precision / 1000)))" \

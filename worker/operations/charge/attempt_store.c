@@ -665,13 +665,17 @@ static const char *SQL_CLAIM_DUE =
     "  SELECT p.id FROM payment_attempts p"
     "  WHERE (p.next_check_at IS NULL OR p.next_check_at <= now())"
     "    AND ($5::text IS NULL OR p.capture_method = $5::text)"
+    /* Our own lease too: a look of ours whose settlement found the row
+     * busy kept it (a reconciler settles or hands back a batch before it
+     * claims the next, so a lease of ours is never a look in progress). */
     "    AND ((p.status IN (" ATTEMPT_SQL(UNKNOWN) ", " ATTEMPT_SQL(PROCESSING) ")"
-    "          AND p.lease_owner IS NULL)"
+    "          AND (p.lease_owner IS NULL OR p.lease_owner = $1))"
     "      OR (p.status = " ATTEMPT_SQL(UNKNOWN) " AND p.lease_expires_at < now())"
     "      OR (p.status = " ATTEMPT_SQL(PROCESSING) " AND p.lease_expires_at <"
     "          now() - make_interval(secs => $4::double precision / 1000))"
     "      OR ($6::bigint IS NOT NULL AND p.status = " ATTEMPT_SQL(AUTHORIZED)
-    "          AND (p.lease_owner IS NULL OR p.lease_expires_at < now())"
+    "          AND (p.lease_owner IS NULL OR p.lease_owner = $1"
+    "               OR p.lease_expires_at < now())"
     "          AND coalesce(p.first_sent_at, p.created_at) <"
     "              now() - make_interval(secs => $6::double precision / 1000)))"
     "  ORDER BY p.next_check_at NULLS FIRST, p.id LIMIT $3::int"
