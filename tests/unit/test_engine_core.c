@@ -18,6 +18,7 @@
 static struct job jobs[NJOBS];
 static job_list_t *list;
 static int decided_kind;
+static int decided_may_replay;
 static enum answer_next next_decided;
 
 /* An operation's decide of the test's own: settles UNKNOWN or retries in
@@ -27,8 +28,9 @@ static struct answer_decision test_decide(int kind, const struct engine_policy *
                                           int tries, int key_window_open,
                                           unsigned jitter)
 {
-    (void)p, (void)outcome, (void)may_replay, (void)tries, (void)jitter;
+    (void)p, (void)outcome, (void)tries, (void)jitter;
     decided_kind = kind;
+    decided_may_replay = may_replay;
     if (next_decided == ANSWER_NEXT_RETRY && key_window_open)
         return (struct answer_decision){.next = ANSWER_NEXT_RETRY, .retry_in_ms = 250};
     return (struct answer_decision){.next = ANSWER_NEXT_SETTLE,
@@ -557,6 +559,46 @@ START_TEST(a_job_throttled_a_minute_is_set_aside)
 }
 END_TEST
 
+/* An answer may be a replay of an earlier call of the claim only if that
+ * call may have executed: after a 429 (answered before anything executes)
+ * the next answer is the first execution's (chaos seed 5: an
+ * authorization's hold after a 429 was taken for a replay, UNKNOWN, and
+ * its capture refused meanwhile); after an unknown outcome it may not be. */
+START_TEST(only_a_call_that_may_have_executed_makes_a_replay)
+{
+    next_decided = ANSWER_NEXT_RETRY;
+    claim(&jobs[0], 1, 0, 0);
+    engine_core_call_started(list, &jobs[0]);
+    jobs[0].res = throttled_1s;
+    ck_assert_int_eq(engine_core_answered(&core, list, &jobs[0], 0, 0, NULL, 0),
+                     ENGINE_NEXT_PARKED);
+    ck_assert_int_eq(decided_may_replay, 0);
+    next_decided = ANSWER_NEXT_SETTLE;
+    const struct provider_result held = {.outcome = PROVIDER_AUTHORIZED,
+                                         .http_status = 200};
+    ck_assert_int_eq(again(&core, &jobs[0], &held, jobs[0].next_at),
+                     ENGINE_NEXT_SETTLE);
+    ck_assert_int_eq(decided_may_replay, 0);
+
+    /* An unknown outcome first: the next answer may be its replay. */
+    next_decided = ANSWER_NEXT_RETRY;
+    claim(&jobs[1], 1, 0, 0);
+    engine_core_call_started(list, &jobs[1]);
+    jobs[1].res =
+        (struct provider_result){.outcome = PROVIDER_UNKNOWN, .http_status = 503};
+    ck_assert_int_eq(engine_core_answered(&core, list, &jobs[1], 0, 0, NULL, 0),
+                     ENGINE_NEXT_RETRY);
+    next_decided = ANSWER_NEXT_SETTLE;
+    ck_assert_int_eq(engine_core_call_gate(&core, list, &jobs[1], jobs[1].next_at),
+                     ENGINE_NEXT_SEND);
+    engine_core_call_started(list, &jobs[1]);
+    jobs[1].res = held;
+    ck_assert_int_eq(engine_core_answered(&core, list, &jobs[1], 0, 0, NULL, 300),
+                     ENGINE_NEXT_SETTLE);
+    ck_assert_int_eq(decided_may_replay, 1);
+}
+END_TEST
+
 START_TEST(a_parked_job_given_up_lets_its_lease_go)
 {
     next_decided = ANSWER_NEXT_RETRY;
@@ -617,6 +659,7 @@ int main(void)
     tcase_add_test(tc, a_parked_job_given_up_lets_its_lease_go);
     tcase_add_test(tc, a_throttled_job_is_set_aside_once_parked_jobs_fill_the_slots);
     tcase_add_test(tc, a_job_throttled_a_minute_is_set_aside);
+    tcase_add_test(tc, only_a_call_that_may_have_executed_makes_a_replay);
     tcase_add_test(tc, a_call_over_the_budget_parks_for_the_gates_wait);
     tcase_add_test(tc, a_long_wait_is_said_on_the_record_until_the_call_starts);
     tcase_add_test(tc, a_job_held_at_the_pace_says_so);

@@ -122,6 +122,7 @@ void engine_core_claimed(job_list_t *jobs, struct job *j, int64_t lease_epoch,
     j->key_age_ms = key_age_ms;
     j->claimed_at = now;
     j->calls = 0;
+    j->calls_throttled = 0;
     j->busy_persists = 0;
     /* Tries count per claim; the outage's spared failure, per message. */
     j->tries.not_executed = j->tries.unknown = 0;
@@ -294,8 +295,11 @@ static void decide(const struct engine_core *c, struct job *j, int tries,
                    int key_window_open, unsigned jitter)
 {
     CHARGED_ASSERT(tries >= 0 && c->decide != NULL);
-    /* A claim's key is 0 ms old when this claim first sent it. */
-    int may_replay = j->res.replayed || j->calls > 1 || j->key_age_ms > 0;
+    /* A claim's key is 0 ms old when this claim first sent it. Only a
+     * call of this claim that may have executed can be replayed: a 429 is
+     * answered before anything executes. */
+    int may_replay = j->res.replayed || j->calls - j->calls_throttled > 1 ||
+                     j->key_age_ms > 0;
     j->decision = c->decide(j->kind, &c->policy, j->res.outcome, may_replay, tries,
                             key_window_open, jitter);
     if (c->event_type)
@@ -395,6 +399,9 @@ enum engine_next engine_core_answered(const struct engine_core *c, job_list_t *j
     /* The try this answer counts (the one that opened the breaker counts
      * none): retry_tries_count says why. */
     int tries = retry_tries_count(&j->tries, j->res.outcome, failure, opened, outage);
+    if (j->res.throttled)
+        j->calls_throttled++;
+    CHARGED_ASSERT(j->calls_throttled <= j->calls);
     if (j->state == JOB_CALLING_FENCED) {
         job_set(jobs, j, j->detached ? JOB_DONE : JOB_WAIT);
         j->next_at = now + c->recheck_ms;

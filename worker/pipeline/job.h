@@ -85,6 +85,7 @@ struct job {
     int64_t claimed_at;  /* clock_now_ms of our claim */
     int64_t key_age_ms;  /* the key's age at claimed_at (database clock) */
     int calls;           /* provider calls under this claim */
+    int calls_throttled; /* of them, answered 429: proven not executed */
     struct provider_breaker_ticket ticket; /* CALLING: what the breaker allowed */
     struct retry_tries tries;              /* answers counted under this claim */
     int64_t call_started_ms;               /* wall clock, for provider_calls */
