@@ -23,6 +23,12 @@ N = 300
 EVENT_OF = {"SUCCEEDED": "charge.succeeded", "FAILED": "charge.failed"}
 
 
+def commands(n):
+    """n charge commands, every tenth for a card the provider declines."""
+    return [e2e.new_command(payment_method="pm_card_chargeDeclined" if i % 10 == 0
+                            else "pm_card_visa") for i in range(n)]
+
+
 def kill_each(s, while_down):
     """SIGKILL the node that leads partition 0 of s's commands topic, then
     the one that leads partition 0 of its results topic, then its workers'
@@ -70,8 +76,7 @@ def scenario(new):
     s.start_worker()
     s.start_worker()
     s.start_relay(RELAY_POLL_MS="100")
-    cmds = [e2e.new_command(payment_method="pm_card_chargeDeclined" if i % 10 == 0
-                            else "pm_card_visa") for i in range(N)]
+    cmds = commands(N)
     chunks = [cmds[i:i + N // 6] for i in range(0, N, N // 6)]
     s.publish(chunks[0])
     killed = kill_each(s, lambda i: s.publish(chunks[1 + i]))  # while it is down

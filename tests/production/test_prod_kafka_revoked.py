@@ -27,6 +27,17 @@ def ready(s, name):
     return s.admin_get(name, "/readyz")
 
 
+def worker_charging(s, n):
+    """A worker started, n commands charged by it, and it ready: its name
+    and the commands."""
+    w = s.start_worker()
+    first = [e2e.new_command() for _ in range(n)]
+    s.publish(first)
+    s.wait_settled(len(first), timeout=120)
+    e2e.wait_until("the worker ready", lambda: ready(s, w)[0] == 200, 60)
+    return w, first
+
+
 def revoke_group_read(s, w, hold_s, while_denied):
     """Revokes Read on s's group from the worker's principal while worker
     w runs: /readyz 503 naming the permission, one log line, no exit for
@@ -61,11 +72,7 @@ def revoke_group_read(s, w, hold_s, while_denied):
 
 def group_read(new):
     s = new("prod_revoked")
-    w = s.start_worker()
-    first = [e2e.new_command() for _ in range(20)]
-    s.publish(first)
-    s.wait_settled(len(first), timeout=120)
-    e2e.wait_until("the worker ready", lambda: ready(s, w)[0] == 200, 60)
+    w, first = worker_charging(s, 20)
 
     # Published while denied: nothing may be lost or charged twice.
     second = [e2e.new_command() for _ in range(20)]
@@ -77,11 +84,7 @@ def group_read(new):
 
 def dlq_write(new):
     s = new("prod_revoked_dlq")
-    w = s.start_worker()
-    first = [e2e.new_command() for _ in range(5)]
-    s.publish(first)
-    s.wait_settled(len(first), timeout=120)
-    e2e.wait_until("the worker ready", lambda: ready(s, w)[0] == 200, 60)
+    w, first = worker_charging(s, 5)
 
     s.revoke("worker", "topic", s.topics["dlq"], "Write")
     want = "Write on topic %s" % s.topics["dlq"]

@@ -47,8 +47,7 @@ def scenario(new):
     w = s.start_worker()
     s.start_worker()
     s.start_relay(RELAY_POLL_MS="100")
-    cmds = [e2e.new_command(payment_method="pm_card_chargeDeclined" if i % 10 == 0
-                            else "pm_card_visa") for i in range(N)]
+    cmds = kills.commands(N)
     chunks = [cmds[i:i + N // 5] for i in range(0, N, N // 5)]
     s.publish(chunks[0])
     killed = kills.kill_each(s, lambda i: s.publish(chunks[1 + i]))
