@@ -599,6 +599,41 @@ START_TEST(only_a_call_that_may_have_executed_makes_a_replay)
 }
 END_TEST
 
+/* Adversary 38j: the set-aside rule counts parked jobs to tell that the
+ * card's throttled ones fill the slots, but a call waiting for the fleet
+ * budget is parked too (engine_core_budget). Under a budget that binds,
+ * jobs waiting for it (up to BUDGET_GATE_WAIT_MAX_MS each time) fill
+ * max_in_flight all the time, so a charge the provider throttled once is
+ * set aside and sent again by the reconciler, whose calls wait below every
+ * charge's (test_adv38j_aside_behind_budget:
+ * 12-17 s behind 334-427 later charges, against 0.6-2.4 s parked). A wait
+ * for the budget is no throttle: with only such waits parked, a throttled
+ * job parks. */
+START_TEST(jobs_waiting_for_the_budget_do_not_set_a_throttled_one_aside)
+{
+    struct engine_core c = core;
+    c.sets_aside = kind_one_sets_aside;
+    next_decided = ANSWER_NEXT_RETRY;
+    jobs[2].id = "a2";
+    for (int i = 0; i < 2; i++) {
+        claim(&jobs[i], 1, 0, 0);
+        ck_assert_int_eq(engine_core_call_gate(&c, list, &jobs[i], 10),
+                         ENGINE_NEXT_SEND);
+        jobs[i].budget =
+            (struct budget_ask){{BUDGET_CLASS_CREATE, BUDGET_PRIO_CHARGE, 1}, 10, 1};
+        ck_assert_int_eq(engine_core_budget(list, &jobs[i], 250, 10),
+                         ENGINE_NEXT_PARKED);
+    }
+    ck_assert_int_eq((long long)job_list_count(list, JOB_PARKED), c.max_in_flight);
+    claim(&jobs[2], 1, 0, 20);
+    ck_assert_int_eq(engine_core_call_gate(&c, list, &jobs[2], 20), ENGINE_NEXT_SEND);
+    engine_core_call_started(list, &jobs[2]);
+    jobs[2].res = throttled_1s;
+    ck_assert_int_eq(engine_core_answered(&c, list, &jobs[2], 0, 0, NULL, 30),
+                     ENGINE_NEXT_PARKED);
+}
+END_TEST
+
 START_TEST(a_parked_job_given_up_lets_its_lease_go)
 {
     next_decided = ANSWER_NEXT_RETRY;
@@ -660,6 +695,7 @@ int main(void)
     tcase_add_test(tc, a_throttled_job_is_set_aside_once_parked_jobs_fill_the_slots);
     tcase_add_test(tc, a_job_throttled_a_minute_is_set_aside);
     tcase_add_test(tc, only_a_call_that_may_have_executed_makes_a_replay);
+    tcase_add_test(tc, jobs_waiting_for_the_budget_do_not_set_a_throttled_one_aside);
     tcase_add_test(tc, a_call_over_the_budget_parks_for_the_gates_wait);
     tcase_add_test(tc, a_long_wait_is_said_on_the_record_until_the_call_starts);
     tcase_add_test(tc, a_job_held_at_the_pace_says_so);
