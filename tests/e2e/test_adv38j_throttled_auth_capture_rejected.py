@@ -15,7 +15,7 @@ finds the hold AUTHORIZED, and nothing ever captures it: the money held,
 the order unpaid, the capture command lost.
 
 The break (branch adv38j, 3 runs of 3; the same on the parent of the
-set-aside commit, so since throttled calls park): one worker, psp-sim
+set-aside commit: not the set-aside's doing): one worker, psp-sim
 answering each of 3 authorizations' first call 429 and serving everything
 after; each authorization followed by its capture on one partition. In
 under 2 s: 3 of 3 authorizations UNKNOWN ("outcome_unknown: requires_capture
