@@ -298,8 +298,8 @@ static void decide(const struct engine_core *c, struct job *j, int tries,
     /* A claim's key is 0 ms old when this claim first sent it. Only a
      * call of this claim that may have executed can be replayed: a 429 is
      * answered before anything executes. */
-    int may_replay = j->res.replayed || j->calls - j->calls_throttled > 1 ||
-                     j->key_age_ms > 0;
+    int may_replay =
+        j->res.replayed || j->calls - j->calls_throttled > 1 || j->key_age_ms > 0;
     j->decision = c->decide(j->kind, &c->policy, j->res.outcome, may_replay, tries,
                             key_window_open, jitter);
     if (c->event_type)
@@ -358,13 +358,25 @@ void engine_core_call_not_started(const struct engine_core *c, struct job *j,
     j->next_at = now + backoff_ms(&c->policy, tries, job_jitter(j));
 }
 
+/* Parked jobs the provider throttled (their last answer a 429): not those
+ * that only wait for the fleet's budget, which parks them too and, while
+ * it binds, fills max_in_flight all the time (adversary 38j). */
+static long long parked_throttled(const job_list_t *jobs)
+{
+    long long n = 0;
+    for (const struct job *p = job_list_first(jobs, JOB_PARKED); p;
+         p = job_next_in_state(p))
+        n += p->res.throttled != 0;
+    return n;
+}
+
 /* ENGINE_SET_ASIDE_AFTER_MS's rule for a throttled answer to j. */
 static int sets_aside(const struct engine_core *c, const job_list_t *jobs,
                       const struct job *j, int64_t now)
 {
     if (!j->res.throttled || !c->sets_aside || !c->sets_aside(j->kind))
         return 0;
-    return (long long)job_list_count(jobs, JOB_PARKED) >= c->max_in_flight ||
+    return parked_throttled(jobs) >= c->max_in_flight ||
            (j->throttled_since != 0 &&
             now - j->throttled_since >= ENGINE_SET_ASIDE_AFTER_MS);
 }

@@ -188,7 +188,8 @@ void engine_core_call_started(job_list_t *jobs, struct job *j);
 void engine_core_call_not_started(const struct engine_core *c, struct job *j,
                                   int64_t now);
 /* A throttled job of a kind that may be set aside (engine_core.sets_aside)
- * is, instead of parked, when parked jobs already fill max_in_flight or its
+ * is, instead of parked, when parked jobs the provider throttled (not those
+ * waiting for the fleet's budget) already fill max_in_flight or its
  * run of 429s has lasted this long: persisted PROCESSING, its lease let go,
  * its next look due when its park would have ended. The reconciler claims
  * it then and sends it again under its key (reconcile_policy's replay).
