@@ -66,6 +66,11 @@ struct op_look_start {
     /* Log fields: the charge's order (NULL: left out), and the value of
      * the operation's about_key. */
     const char *order_id, *about;
+    /* The provider's object its calls are about (a charge's or an
+     * authorization's payment method, a step's payment intent): 429s
+     * about it alone are its own, not the account's (reconciler.c). NULL:
+     * none. */
+    const char *object;
 };
 
 /* One call as provider_calls records it. */

@@ -251,15 +251,33 @@ static void release_rest(struct reconciler *r, size_t from, size_t n)
     }
 }
 
+/* Whether a 429 ended the look about `object` for the account's rate, or
+ * for one object the provider throttles by itself (adversary 38j: one
+ * card, its charges set aside by the workers, first in the queue, stopped
+ * every other look for 60 s at a time): the first object a 429 of a batch
+ * was about is taken for itself, and its looks go on waiting each their
+ * own wait; a 429 about any other object of the batch is the account's.
+ * The fleet's budget bounds the calls either way. */
+static int throttled_alone(const char **hot, const char *object)
+{
+    if (!object || !object[0])
+        return 0;
+    if (!*hot)
+        *hot = object;
+    return strcmp(*hot, object) == 0;
+}
+
 /* Claims a batch of the records of kind k due for a look and settles
  * each. *n: how many were claimed. -1 when the round stops here (the
  * database failed, or stopping); 1 when a 429 ended a look (issue 38: the
  * provider said slower, so the rest is handed back, for after
- * r->throttled_ms). */
+ * r->throttled_ms), unless it was about one object alone
+ * (throttled_alone). */
 static int look_at_batch(struct reconciler *r, size_t k, size_t *n)
 {
     struct charged_error err;
     const struct op_reconcile *f = reconciler_face(k);
+    const char *hot = NULL;
 
     *n = 0;
     int rc = f->claim_due(r->stores[k], r->due[k], (size_t)r->batch, n, r->lease_ms,
@@ -286,10 +304,11 @@ static int look_at_batch(struct reconciler *r, size_t k, size_t *n)
             release_rest(r, i + 1, *n);
             return -1;
         }
-        if (r->throttled_ms > 0) {
+        if (r->throttled_ms > 0 && !throttled_alone(&hot, r->look_object)) {
             release_rest(r, i + 1, *n);
             return 1;
         }
+        r->throttled_ms = 0;
     }
     return 0;
 }

@@ -46,6 +46,10 @@ struct reconciler {
      * the provider gives no Retry-After). */
     long long throttled_ms;
     int throttled_in_a_row;
+    /* The provider's object of the last look (op_look_start.object, into
+     * the batch's row; NULL: none): look_at_batch tells a 429 about one
+     * object from the account's by it. */
+    const char *look_object;
     struct pending_call {
         char attempt_id[37]; /* or the refund's id */
         size_t kind;

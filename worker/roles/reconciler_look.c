@@ -349,6 +349,7 @@ int reconciler_look_at(struct reconciler *r, size_t i, int64_t claimed_at)
     l.checks = start.checks;
     l.order_id = start.order_id;
     l.about = start.about;
+    r->look_object = start.object;
     l.lost = provider_outcome_lost_answer();
     l.evidence = json_pack("{s:[]}", "calls");
     look(r, &l);

@@ -49,6 +49,7 @@ static void capture_begin(const struct op_look_env *env, const void *row,
         .checks = d->checks,
         .order_id = NULL,
         .about = d->params.payment_attempt_id,
+        .object = d->params.payment_intent,
     };
     reconcile_look_begin_order(core, &capture_order, &env->lim, &a, claimed_at);
 }

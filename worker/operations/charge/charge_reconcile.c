@@ -60,6 +60,7 @@ void attempt_look_begin(const struct reconcile_order *order,
         .checks = d->checks,
         .order_id = d->params.order_id,
         .about = d->params.order_id,
+        .object = d->params.payment_method,
     };
     if (order)
         reconcile_look_begin_order(core, order, &env->lim, &a, claimed_at);

@@ -44,6 +44,7 @@ static void refund_begin(const struct op_look_env *env, const void *row,
         .checks = d->checks,
         .order_id = NULL,
         .about = d->params.payment_attempt_id,
+        .object = d->params.payment_intent,
     };
     reconcile_look_begin(core, RECONCILE_KIND_REFUND, &env->lim, &a, claimed_at);
 }

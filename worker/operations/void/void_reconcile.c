@@ -38,7 +38,8 @@ static void void_begin(const struct op_look_env *env, const void *row,
                                     .from = d->status,
                                     .checks = d->checks,
                                     .order_id = NULL,
-                                    .about = d->params.payment_attempt_id};
+                                    .about = d->params.payment_attempt_id,
+                                    .object = d->params.payment_intent};
     reconcile_look_begin_order(core, &void_look_order, &env->lim, &a, claimed_at);
 }
 
