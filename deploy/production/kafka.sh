@@ -258,9 +258,19 @@ api_versions() {
     2>/dev/null | grep -E '^127\.0\.0\.1:[0-9]+ \(id: [0-9]+ ' || true
 }
 
+# Each node's client port takes a connection: checked first, without a JVM
+# (api_versions starts one a try, seconds of CPU, three times a second while
+# a node starts: on a loaded machine that slowed everything beside it).
+ports_listen() {
+  local n
+  for n in "${nodes[@]}"; do
+    (exec 3<>"/dev/tcp/127.0.0.1/$(client_port "$n")") 2>/dev/null || return 1
+  done
+}
+
 # All three registered: metadata from one lists three brokers.
 cluster_answers() {
-  [ "$(api_versions | grep -c ' -> (')" -eq 3 ]
+  ports_listen && [ "$(api_versions | grep -c ' -> (')" -eq 3 ]
 }
 
 start() {
