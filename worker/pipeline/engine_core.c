@@ -27,11 +27,14 @@ size_t engine_core_started(const job_list_t *jobs)
 {
     size_t n = 0;
     for (int s = 0; s < JOB__COUNT; s++)
-        if (s != JOB_BACKLOG && s != JOB_PARKED)
+        if (s != JOB_BACKLOG && s != JOB_PARKED && s != JOB_WAIT)
             n += job_list_count(jobs, (enum job_state)s);
-    /* Every started job that holds an offset is counted, but the parked:
-     * they wait for the provider's budget, not for a slot. */
-    CHARGED_ASSERT(n + job_list_count(jobs, JOB_PARKED) >= job_list_started(jobs));
+    /* Every started job that holds an offset is counted, but the parked
+     * (they wait for the provider or its budget) and the waiting (for
+     * another session's lock or lease, or another record: a capture for
+     * its authorization; adversary 38j): neither holds a slot. */
+    CHARGED_ASSERT(n + job_list_count(jobs, JOB_PARKED) + job_list_count(jobs, JOB_WAIT) >=
+                   job_list_started(jobs));
     return n;
 }
 
@@ -189,6 +192,9 @@ enum engine_next engine_core_claim_gate(const struct engine_core *c, job_list_t 
 {
     CHARGED_ASSERT(j->state == JOB_CLAIM || j->state == JOB_WAIT);
     if (j->next_at > now && j->state == JOB_WAIT)
+        return ENGINE_NEXT_SKIP;
+    /* A waiting job holds no slot: it claims again when one is free. */
+    if (j->state == JOB_WAIT && (long long)engine_core_started(jobs) >= c->max_in_flight)
         return ENGINE_NEXT_SKIP;
     if (j->detached) {
         job_set(jobs, j, JOB_DONE);
@@ -377,6 +383,7 @@ static int sets_aside(const struct engine_core *c, const job_list_t *jobs,
     if (!j->res.throttled || !c->sets_aside || !c->sets_aside(j->kind))
         return 0;
     return parked_throttled(jobs) >= c->max_in_flight ||
+           (c->held_max > 0 && (long long)job_list_holding(jobs) >= c->held_max) ||
            (j->throttled_since != 0 &&
             now - j->throttled_since >= ENGINE_SET_ASIDE_AFTER_MS);
 }
@@ -664,7 +671,12 @@ int engine_core_idle_ms(const struct engine_core *c, const job_list_t *jobs,
      * one would otherwise spin the loop. */
     static const enum job_state timed[] = {JOB_RECORD, JOB_WAIT, JOB_DEAD_LETTER,
                                            JOB_PERSIST};
+    int slot_free = (long long)engine_core_started(jobs) < c->max_in_flight;
     for (size_t i = 0; i < sizeof(timed) / sizeof(timed[0]); i++) {
+        /* A waiting job claims again only with a slot free (as a parked
+         * one calls). */
+        if (timed[i] == JOB_WAIT && !slot_free)
+            continue;
         at = job_list_next_at(jobs, timed[i]);
         if (timed[i] != JOB_DEAD_LETTER && at < db_at)
             at = db_at;
