@@ -33,7 +33,8 @@ size_t engine_core_started(const job_list_t *jobs)
      * (they wait for the provider or its budget) and the waiting (for
      * another session's lock or lease, or another record: a capture for
      * its authorization; adversary 38j): neither holds a slot. */
-    CHARGED_ASSERT(n + job_list_count(jobs, JOB_PARKED) + job_list_count(jobs, JOB_WAIT) >=
+    CHARGED_ASSERT(n + job_list_count(jobs, JOB_PARKED) +
+                       job_list_count(jobs, JOB_WAIT) >=
                    job_list_started(jobs));
     return n;
 }
@@ -194,7 +195,8 @@ enum engine_next engine_core_claim_gate(const struct engine_core *c, job_list_t 
     if (j->next_at > now && j->state == JOB_WAIT)
         return ENGINE_NEXT_SKIP;
     /* A waiting job holds no slot: it claims again when one is free. */
-    if (j->state == JOB_WAIT && (long long)engine_core_started(jobs) >= c->max_in_flight)
+    if (j->state == JOB_WAIT &&
+        (long long)engine_core_started(jobs) >= c->max_in_flight)
         return ENGINE_NEXT_SKIP;
     if (j->detached) {
         job_set(jobs, j, JOB_DONE);

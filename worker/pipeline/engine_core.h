@@ -70,8 +70,8 @@ typedef struct answer_decision (*engine_decide_fn)(
 struct engine_core {
     struct engine_policy policy; /* tries and back-off */
     long long max_in_flight;     /* jobs started at once */
-    long long held_max; /* messages held at most (the fetch's bound); 0: none */
-    long long recheck_ms;        /* a record leased by someone else: look again */
+    long long held_max;   /* messages held at most (the fetch's bound); 0: none */
+    long long recheck_ms; /* a record leased by someone else: look again */
     /* No call is sent once the key's age plus the margin reaches the
      * provider's retention (the margin: one call's time on the wire and
      * clock differences, charge_policy_key_margin_ms). */
