@@ -634,6 +634,35 @@ START_TEST(jobs_waiting_for_the_budget_do_not_set_a_throttled_one_aside)
 }
 END_TEST
 
+/* Adversary 38k: waiting jobs hold no slot, but one that passes the claim
+ * gate takes one at once: with one slot free, the first of two due
+ * waiting jobs is claimed, the second waits for another slot. */
+START_TEST(waiting_jobs_due_together_take_only_the_free_slots)
+{
+    jobs[2].id = "a2";
+    claim(&jobs[0], 1, 0, 0);
+    for (int i = 1; i < 3; i++) {
+        engine_core_parsed(list, &jobs[i], 1);
+        ck_assert_int_eq(engine_core_recorded(list, &jobs[i], ENGINE_RECORDED, 0, 0),
+                         ENGINE_NEXT_NONE);
+        ck_assert_int_eq(
+            engine_core_claim_answered(&core, list, &jobs[i], ENGINE_BUSY, 0, 0, 0, 0),
+            ENGINE_NEXT_NONE);
+        ck_assert_int_eq(jobs[i].state, JOB_WAIT);
+    }
+    /* Waiting, they hold none of the two slots. */
+    ck_assert_int_eq(engine_core_started(list), 1);
+    int64_t due = jobs[2].next_at > jobs[1].next_at ? jobs[2].next_at : jobs[1].next_at;
+    ck_assert_int_eq(engine_core_claim_gate(&core, list, &jobs[1], due),
+                     ENGINE_NEXT_SEND);
+    ck_assert_int_eq(jobs[1].state, JOB_CLAIM);
+    ck_assert_int_eq((long long)engine_core_started(list), core.max_in_flight);
+    ck_assert_int_eq(engine_core_claim_gate(&core, list, &jobs[2], due),
+                     ENGINE_NEXT_SKIP);
+    ck_assert_int_eq(jobs[2].state, JOB_WAIT);
+}
+END_TEST
+
 START_TEST(a_parked_job_given_up_lets_its_lease_go)
 {
     next_decided = ANSWER_NEXT_RETRY;
@@ -695,6 +724,7 @@ int main(void)
     tcase_add_test(tc, a_throttled_job_is_set_aside_once_parked_jobs_fill_the_slots);
     tcase_add_test(tc, a_job_throttled_a_minute_is_set_aside);
     tcase_add_test(tc, only_a_call_that_may_have_executed_makes_a_replay);
+    tcase_add_test(tc, waiting_jobs_due_together_take_only_the_free_slots);
     tcase_add_test(tc, jobs_waiting_for_the_budget_do_not_set_a_throttled_one_aside);
     tcase_add_test(tc, a_call_over_the_budget_parks_for_the_gates_wait);
     tcase_add_test(tc, a_long_wait_is_said_on_the_record_until_the_call_starts);

@@ -32,6 +32,7 @@ static const struct {
     {JOB_CLAIM, JOB_WAIT},
     {JOB_CLAIM, JOB_DONE},
     {JOB_CLAIM, JOB_DEAD_LETTER},
+    {JOB_WAIT, JOB_CLAIM}, /* due, a slot free: it takes the slot (engine_core) */
     {JOB_WAIT, JOB_CALL},
     {JOB_WAIT, JOB_WAIT},
     {JOB_WAIT, JOB_DONE},

@@ -255,7 +255,6 @@ static enum charged_rc setup_limits(engine_t *eng, struct charged_error *err)
     c->event_type = eng->op->event_type;
     c->decide = eng->op->decide;
     c->sets_aside = eng->op->sets_aside;
-    c->held_max = HELD_FACTOR * c->max_in_flight;
 
     /* The lease must outlast one claim's worth of calls and back-offs, or a
      * peer could take over an attempt whose call is still in flight. */

@@ -207,6 +207,10 @@ enum engine_next engine_core_claim_gate(const struct engine_core *c, job_list_t 
         j->next_at = now + c->recheck_ms;
         return ENGINE_NEXT_SKIP;
     }
+    /* It takes its slot now, so that the next of a batch sees it taken
+     * (adversary 38k: four due at once, one slot free, took seven of four). */
+    if (j->state == JOB_WAIT)
+        job_set(jobs, j, JOB_CLAIM);
     return ENGINE_NEXT_SEND;
 }
 
@@ -366,12 +370,14 @@ void engine_core_call_not_started(const struct engine_core *c, struct job *j,
     j->next_at = now + backoff_ms(&c->policy, tries, job_jitter(j));
 }
 
-/* Parked jobs the provider throttled (their last answer a 429): not those
- * that only wait for the fleet's budget, which parks them too and, while
- * it binds, fills max_in_flight all the time (adversary 38j). */
-static long long parked_throttled(const job_list_t *jobs)
+/* Jobs held for what neither a slot nor the budget moves: parked after
+ * the provider's 429s (their last answer one), and waiting for another
+ * session or record (a capture for its throttled authorization,
+ * adversary 38j). Not the budget's waiters: they park too, and while it
+ * binds they fill max_in_flight all the time (adversary 38j, 38k). */
+static long long held_stuck(const job_list_t *jobs)
 {
-    long long n = 0;
+    long long n = (long long)job_list_count(jobs, JOB_WAIT);
     for (const struct job *p = job_list_first(jobs, JOB_PARKED); p;
          p = job_next_in_state(p))
         n += p->res.throttled != 0;
@@ -384,8 +390,7 @@ static int sets_aside(const struct engine_core *c, const job_list_t *jobs,
 {
     if (!j->res.throttled || !c->sets_aside || !c->sets_aside(j->kind))
         return 0;
-    return parked_throttled(jobs) >= c->max_in_flight ||
-           (c->held_max > 0 && (long long)job_list_holding(jobs) >= c->held_max) ||
+    return held_stuck(jobs) >= c->max_in_flight ||
            (j->throttled_since != 0 &&
             now - j->throttled_since >= ENGINE_SET_ASIDE_AFTER_MS);
 }

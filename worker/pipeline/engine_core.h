@@ -70,8 +70,7 @@ typedef struct answer_decision (*engine_decide_fn)(
 struct engine_core {
     struct engine_policy policy; /* tries and back-off */
     long long max_in_flight;     /* jobs started at once */
-    long long held_max;   /* messages held at most (the fetch's bound); 0: none */
-    long long recheck_ms; /* a record leased by someone else: look again */
+    long long recheck_ms;        /* a record leased by someone else: look again */
     /* No call is sent once the key's age plus the margin reaches the
      * provider's retention (the margin: one call's time on the wire and
      * clock differences, charge_policy_key_margin_ms). */
@@ -189,10 +188,10 @@ void engine_core_call_started(job_list_t *jobs, struct job *j);
 void engine_core_call_not_started(const struct engine_core *c, struct job *j,
                                   int64_t now);
 /* A throttled job of a kind that may be set aside (engine_core.sets_aside)
- * is, instead of parked, when parked jobs the provider throttled (not those
- * waiting for the fleet's budget) already fill max_in_flight, the messages
- * held fill held_max (the worker fetches no more: captures waiting for
- * their throttled authorizations with them, adversary 38j), or its
+ * is, instead of parked, when the jobs held for what neither a slot nor
+ * the budget moves (parked after 429s, and waiting for another session or
+ * record: captures for their throttled authorizations, adversary 38j; not
+ * the budget's waiters) already fill max_in_flight, or its
  * run of 429s has lasted this long: persisted PROCESSING, its lease let go,
  * its next look due when its park would have ended. The reconciler claims
  * it then and sends it again under its key (reconcile_policy's replay).
