@@ -251,35 +251,30 @@ static void release_rest(struct reconciler *r, size_t from, size_t n)
     }
 }
 
-/* Whether a 429 ended the look about `object` for the account's rate, or
- * for one object the provider throttles by itself (adversary 38j: one
- * card, its charges set aside by the workers, first in the queue, stopped
- * every other look for 60 s at a time): the first object a 429 of a batch
- * was about is taken for itself, and its looks go on waiting each their
- * own wait; a 429 about any other object of the batch is the account's.
- * The fleet's budget bounds the calls either way. */
-static int throttled_alone(const char **hot, const char *object)
-{
-    if (!object || !object[0])
-        return 0;
-    if (!*hot)
-        *hot = object;
-    return strcmp(*hot, object) == 0;
-}
-
 /* Claims a batch of the records of kind k due for a look and settles
  * each. *n: how many were claimed. -1 when the round stops here (the
  * database failed, or stopping); 1 when a 429 ended a look (issue 38: the
  * provider said slower, so the rest is handed back, for after
- * r->throttled_ms), unless it was about one object alone
- * (throttled_alone). */
+ * r->throttled_ms).
+ *
+ * Unless the 429 may be one object's alone (adversary 38j: one card the
+ * provider throttles by itself, its charges set aside by the workers and
+ * first in the queue, stopped every other look for up to a minute at a
+ * time): the first 429 of a batch about an object (op_look_start.object)
+ * stops only that object's looks, handed back unlooked; the round goes on
+ * with the others. A 429 about another object is the account's, and so is
+ * the first when no other object's look followed it (adversary 38k: one
+ * card on every record hammered the account's limit, 30 requests/s at
+ * 1/s). */
 static int look_at_batch(struct reconciler *r, size_t k, size_t *n)
 {
     struct charged_error err;
     const struct op_reconcile *f = reconciler_face(k);
-    const char *hot = NULL;
+    long long hot_wait = 0;
+    int other_looked = 0;
 
     *n = 0;
+    r->skip_object = NULL;
     int rc = f->claim_due(r->stores[k], r->due[k], (size_t)r->batch, n, r->lease_ms,
                           r->stale_ms, &err);
     if (rc != CHARGED_OK) {
@@ -304,11 +299,24 @@ static int look_at_batch(struct reconciler *r, size_t k, size_t *n)
             release_rest(r, i + 1, *n);
             return -1;
         }
-        if (r->throttled_ms > 0 && !throttled_alone(&hot, r->look_object)) {
+        if (r->look_skipped)
+            continue;
+        if (r->throttled_ms > 0 && !r->skip_object && r->look_object &&
+            r->look_object[0]) {
+            r->skip_object = r->look_object; /* into the batch's row */
+            hot_wait = r->throttled_ms;
+            r->throttled_ms = 0;
+            continue;
+        }
+        if (r->throttled_ms > 0) {
             release_rest(r, i + 1, *n);
             return 1;
         }
-        r->throttled_ms = 0;
+        other_looked |= r->skip_object != NULL;
+    }
+    if (r->skip_object && !other_looked) {
+        r->throttled_ms = hot_wait;
+        return 1;
     }
     return 0;
 }

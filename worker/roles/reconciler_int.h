@@ -50,6 +50,10 @@ struct reconciler {
      * the batch's row; NULL: none): look_at_batch tells a 429 about one
      * object from the account's by it. */
     const char *look_object;
+    /* The object a 429 of this batch was about first (into its row; NULL:
+     * none): its other records are handed back unlooked (look_skipped). */
+    const char *skip_object;
+    int look_skipped;
     struct pending_call {
         char attempt_id[37]; /* or the refund's id */
         size_t kind;

@@ -350,6 +350,21 @@ int reconciler_look_at(struct reconciler *r, size_t i, int64_t claimed_at)
     l.order_id = start.order_id;
     l.about = start.about;
     r->look_object = start.object;
+    r->look_skipped = 0;
+    if (r->skip_object && start.object && !strcmp(r->skip_object, start.object)) {
+        /* Its object was throttled in this round: back unlooked, due as
+         * it was (reconciler.c's look_at_batch). */
+        const char *id;
+        const int64_t *epoch;
+        struct charged_error err;
+        l.k->due_lease(l.due, &id, &epoch);
+        if (l.k->hand_back(r->stores[r->on], &id, epoch, 1, &err))
+            log_warn("could not release lease; it will expire", l.k->words.id_key, id,
+                     "error", err.message, NULL);
+        r->look_skipped = 1;
+        r->throttled_ms = 0;
+        return 0;
+    }
     l.lost = provider_outcome_lost_answer();
     l.evidence = json_pack("{s:[]}", "calls");
     look(r, &l);
