@@ -131,8 +131,10 @@ fi
 #    $asan_jobs at a time;
 #  - alone: the scenarios that judge rates over seconds (label `alone`),
 #    one at a time on the plain stack; the fuzz targets' short pass
-#    (label `fuzz`: its own build and libFuzzer, a core for ~3 minutes,
-#    kept off the plain set's queue); then the production profile's
+#    (label `fuzz`: its own build and libFuzzer, a core for ~3 minutes)
+#    and the Kafka 3.9 scenarios on a broker of their own (label
+#    `compat`, ~3 minutes), both kept off the plain set's queue, the
+#    command's critical path; then the production profile's
 #    Kafka started and the short form of its scenarios (label
 #    `production_short`; the long ones, `production`, are docs/testing.md's
 #    long suite).
@@ -151,7 +153,7 @@ asan_env() {
 plain_set() {
   stack_env "${plain_stack[@]}"
   plain_env
-  cd build && ctest --timeout 900 -j"$plain_jobs" -LE 'exclusive|quiet|production|alone|fuzz'
+  cd build && ctest --timeout 900 -j"$plain_jobs" -LE 'exclusive|quiet|production|alone|fuzz|compat'
 }
 exclusive_set() {
   local rc=0
@@ -171,6 +173,7 @@ alone_set() {
   plain_env
   (cd build && ctest --timeout 900 -L alone) || rc=1
   (cd build && ctest --timeout 900 -L '^fuzz$') || rc=1
+  (cd build && ctest --timeout 900 -L '^compat$') || rc=1
   if prod_kafka_sh up; then
     export CHARGED_PROD_STACK_DIR=$repo/${prod_kafka[0]}
     export CHARGED_PROD_KAFKA_PORT=${prod_kafka[1]}
