@@ -11,7 +11,8 @@
  * POST; NOT_FOUND only answers a look-up; AUTHORIZED only an authorization
  * (a manual charge) or a look-up; a capture or void succeeds only on the
  * intent asked for, a partial capture only for what it asked; a list page
- * is printable ASCII, and empty unless it was read whole. */
+ * is printable ASCII, and empty unless it was read whole; a look-up's
+ * evidence names its object by an id we can use. */
 #include "fuzz_check.h"
 #include "provider_client.h"
 #include "utf8_text.h"
@@ -116,9 +117,14 @@ static void fuzz_classify(int which, int http, const char *replayed, const char 
         if (res.outcome == PROVIDER_SUCCEEDED)
             FUZZ_CHECK(http >= 200 && http < 300 && res.provider_payment_id[0]);
         FUZZ_CHECK(res.outcome != PROVIDER_NOT_FOUND);
-    } else if (res.outcome == PROVIDER_SUCCEEDED || res.outcome == PROVIDER_NOT_FOUND) {
-        /* Evidence either way comes only from the provider's own answer. */
-        FUZZ_CHECK(http == 200 || http == 404);
+    } else {
+        /* Evidence either way comes only from the provider's own answer,
+         * and names the object it is about. */
+        if (res.outcome == PROVIDER_SUCCEEDED || res.outcome == PROVIDER_NOT_FOUND)
+            FUZZ_CHECK(http == 200 || http == 404);
+        if (res.outcome != PROVIDER_NOT_FOUND && res.outcome != PROVIDER_UNKNOWN &&
+            res.outcome != PROVIDER_INVALID)
+            FUZZ_CHECK(res.provider_payment_id[0]);
     }
     char detail[512];
     provider_outcome_detail(&res, detail, sizeof(detail));

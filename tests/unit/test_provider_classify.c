@@ -277,6 +277,56 @@ START_TEST(a_list_matches_metadata_ids_in_either_case)
 }
 END_TEST
 
+/* A fuzzed answer: a look-up answered a hold (or a charge, a refund) whose
+ * id is not one we could use again. Settling on it would book an
+ * authorization that no capture can name: no evidence, as a garbled
+ * answer. */
+START_TEST(a_looked_up_object_without_a_usable_id_is_no_evidence)
+{
+    const char *ids[] = {"\"x y\"", "\"\"", "7", "null"};
+    for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
+        char body[1024];
+        snprintf(body, sizeof(body),
+                 "{\"object\":\"payment_intent\",\"id\":%s,\"status\":"
+                 "\"requires_capture\",\"capture_method\":\"manual\"}",
+                 ids[i]);
+        struct provider_result r =
+            classify_lookup(PROVIDER_LOOKUP_RETRIEVE, 0, NULL, 200, body);
+        ck_assert_msg(r.outcome == PROVIDER_UNKNOWN, "%s: %s", ids[i],
+                      provider_outcome_name(r.outcome));
+        ck_assert_msg(strstr(r.error, "usable id"), "%s", r.error);
+        snprintf(body, sizeof(body),
+                 "{\"object\":\"search_result\",\"data\":[{\"object\":"
+                 "\"payment_intent\",\"id\":%s,\"status\":\"succeeded\"}]}",
+                 ids[i]);
+        ck_assert_int_eq(
+            classify_lookup(PROVIDER_LOOKUP_SEARCH, 0, NULL, 200, body).outcome,
+            PROVIDER_UNKNOWN);
+        snprintf(body, sizeof(body),
+                 "{\"object\":\"list\",\"has_more\":false,\"data\":[{\"object\":"
+                 "\"refund\",\"id\":%s,\"status\":\"succeeded\",\"metadata\":"
+                 "{\"refund_id\":\"%s\"}}]}",
+                 ids[i], ATTEMPT);
+        ck_assert_int_eq(
+            classify_lookup(PROVIDER_LOOKUP_LIST, 1, ATTEMPT, 200, body).outcome,
+            PROVIDER_UNKNOWN);
+    }
+    /* The same answers naming their objects are evidence. */
+    ck_assert_int_eq(classify_lookup(PROVIDER_LOOKUP_RETRIEVE, 0, NULL, 200,
+                                     "{\"object\":\"payment_intent\",\"id\":"
+                                     "\"pi_1\",\"status\":\"requires_capture\","
+                                     "\"capture_method\":\"manual\"}")
+                         .outcome,
+                     PROVIDER_AUTHORIZED);
+    ck_assert_int_eq(classify_lookup(PROVIDER_LOOKUP_SEARCH, 0, NULL, 200,
+                                     "{\"object\":\"search_result\",\"data\":[{"
+                                     "\"object\":\"payment_intent\",\"id\":"
+                                     "\"pi_1\",\"status\":\"succeeded\"}]}")
+                         .outcome,
+                     PROVIDER_SUCCEEDED);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("provider_classify");
@@ -290,6 +340,7 @@ int main(void)
     tcase_add_test(tc, throttled_waits_retry_after_or_backs_off);
     tcase_add_test(tc, a_list_or_search_answered_404_is_no_evidence);
     tcase_add_test(tc, a_list_matches_metadata_ids_in_either_case);
+    tcase_add_test(tc, a_looked_up_object_without_a_usable_id_is_no_evidence);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }

@@ -658,27 +658,33 @@ static void classify_lookup(int http, json_t *doc, enum provider_lookup kind,
         refund_outcome(doc, res);
         return;
     }
+    json_t *data = json_object_get(doc, "data");
     if (kind == PROVIDER_LOOKUP_RETRIEVE) {
         res->matches = 1;
         take_intent(doc, res);
         res->outcome = intent_outcome(res->intent_status, intent_manual(doc));
-        return;
-    }
-    json_t *data = json_object_get(doc, "data");
-    if (!json_is_array(data) ||
-        (kind == PROVIDER_LOOKUP_LIST && take_cursor(doc, data, res))) {
+    } else if (!json_is_array(data) ||
+               (kind == PROVIDER_LOOKUP_LIST && take_cursor(doc, data, res))) {
         res->outcome = PROVIDER_UNKNOWN;
         snprintf(res->error, sizeof(res->error), "%s answered without %s",
                  objects[kind],
                  json_is_array(data) ? "a usable has_more and cursor" : "a data list");
         return;
-    }
-    /* A search is asked for the attempt; a list holds everyone's intents
-     * (a refunds' list, the intent's refunds of every refund attempt). */
-    if (refund)
+    } else if (refund) {
+        /* A search is asked for the attempt; a list holds everyone's
+         * intents (a refunds' list, the intent's refunds of every refund
+         * attempt). */
         take_best_refund(data, attempt_id, res);
-    else
+    } else {
         take_best(data, kind == PROVIDER_LOOKUP_LIST ? attempt_id : NULL, res);
+    }
+    /* Evidence names its object: a hold or a charge whose id we could not
+     * use again (to capture it, to look it up) settles nothing. */
+    if (res->outcome != PROVIDER_NOT_FOUND && !res->provider_payment_id[0]) {
+        res->outcome = PROVIDER_UNKNOWN;
+        snprintf(res->error, sizeof(res->error),
+                 "look-up answered an object without a usable id");
+    }
 }
 
 void stripe_classify(const struct provider_call *call, int http_status,
