@@ -68,8 +68,10 @@ struct provider_backend {
                                   void *opaque, struct charged_error *err);
     enum charged_rc (*start_probe)(void *impl, void *opaque, struct charged_error *err);
 
-    /* The asynchronous transfers' loop. */
-    void (*perform)(void *impl, int timeout_ms);
+    /* The asynchronous transfers' loop: moves them forward, waiting at
+     * most timeout_ms for one of them, or for one of the n_wake fds to be
+     * readable (with wake fds, it waits with nothing in flight too). */
+    void (*perform)(void *impl, int timeout_ms, const int *wake_fds, size_t n_wake);
     int (*next_done)(void *impl, struct provider_result *res, void **opaque);
     size_t (*in_flight)(const void *impl);
     void (*abandon_all)(void *impl);

@@ -383,7 +383,15 @@ enum charged_rc provider_client_start_probe(provider_client_t *pc, void *opaque,
 void provider_client_perform(provider_client_t *pc, int timeout_ms)
 {
     CHARGED_ASSERT(pc != NULL);
-    pc->be->perform(pc->impl, timeout_ms);
+    pc->be->perform(pc->impl, timeout_ms, NULL, 0);
+}
+
+void provider_client_wait(provider_client_t *pc, int timeout_ms, const int *wake_fds,
+                          size_t n_wake)
+{
+    CHARGED_ASSERT(pc != NULL && timeout_ms >= 0);
+    CHARGED_ASSERT(n_wake <= PROVIDER_WAKE_FDS_MAX && (wake_fds || !n_wake));
+    pc->be->perform(pc->impl, timeout_ms, wake_fds, n_wake);
 }
 
 int provider_client_next_done(provider_client_t *pc, struct provider_result *res,

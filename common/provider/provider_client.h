@@ -313,6 +313,12 @@ enum charged_rc provider_client_start_probe(provider_client_t *pc, void *opaque,
                                             struct charged_error *err);
 /* Moves transfers forward, waiting at most timeout_ms for activity. */
 void provider_client_perform(provider_client_t *pc, int timeout_ms);
+/* The same, in one wait with other sources: it also ends when one of the
+ * n_wake fds (at most PROVIDER_WAKE_FDS_MAX) can be read, and waits its
+ * timeout with nothing in flight. A loop's only wait (the worker's). */
+#define PROVIDER_WAKE_FDS_MAX 4
+void provider_client_wait(provider_client_t *pc, int timeout_ms, const int *wake_fds,
+                          size_t n_wake);
 /* Takes one finished transfer: returns 1 and fills *res / *opaque, or 0. */
 int provider_client_next_done(provider_client_t *pc, struct provider_result *res,
                               void **opaque);

@@ -143,6 +143,12 @@ def scenario(new):
     traffic.start()
     try:
         scenario_with_traffic(s, traffic.partition_of, first, second)
+    except e2e.Failure:
+        # Nothing settles once publishing failed: say why, not only what
+        # timed out.
+        if traffic.error:
+            raise e2e.Failure("publishing the commands failed: %s" % traffic.error)
+        raise
     finally:
         traffic.stop.set()
     traffic.finish()

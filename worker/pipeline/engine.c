@@ -89,12 +89,11 @@ static int idle_ms(engine_t *eng, int cap, int take_new)
 static void turn(engine_t *eng, int take_new)
 {
     engine_breaker_sync(eng);
-    int wait = idle_ms(eng, 100, take_new);
-    if (provider_client_in_flight(eng->provider) > 0) {
-        engine_collect_calls(eng, wait < 10 ? wait : 10);
-        wait = 0;
-    }
-    engine_fetch(eng, wait, take_new);
+    /* One wait over the provider's sockets and the Kafka clients' queues:
+     * an answer is read as soon as it comes, and so is a message. */
+    engine_wait(eng, idle_ms(eng, 100, take_new));
+    engine_collect_calls(eng, 0);
+    engine_fetch(eng, take_new);
     /* What we hold stays bounded, however long the jobs are stuck. */
     CHARGED_ASSERT((long long)job_list_holding(eng->jobs) <=
                    HELD_FACTOR * eng->core.max_in_flight);
@@ -183,9 +182,9 @@ const char *engine_not_ready(engine_t *eng)
     return NULL;
 }
 
-/* A turn waits in the consumer's poll and curl's until something is due
- * (idle_ms): those are what wake it when a message, a rebalance, a commit
- * result or a provider answer comes, so the step is due again at once. */
+/* A turn waits in one poll until something is due (idle_ms): a message, a
+ * rebalance, a commit result or a provider answer wakes it (engine_wait),
+ * so the step is due again at once. */
 int64_t engine_step(engine_t *eng, int64_t now)
 {
     CHARGED_ASSERT(eng->jobs != NULL && !eng->closing);

@@ -96,6 +96,11 @@ struct engine {
     long long lease_ms;
     long long commit_interval_ms, shutdown_ms, drain_ms, provider_timeout_ms;
     rd_kafka_t *consumer, *producer;
+    /* The loop's one wait wakes when either client's queue gets an event:
+     * librdkafka writes to wake[1] (rd_kafka_queue_io_event_enable), the
+     * wait reads wake[0] beside the provider's sockets. */
+    rd_kafka_queue_t *consumer_queue, *producer_queue;
+    int wake[2], wake_open;
     const struct engine_op *op;
     void *op_state; /* op->open's */
     provider_client_t *provider;
@@ -175,7 +180,12 @@ void engine_job_free(engine_t *eng, struct job *j);
 
 /* Polls the consumer (which also serves rebalances and commit results) and
  * takes messages while the backlog has room. */
-void engine_fetch(engine_t *eng, int wait_ms, int allow_new);
+void engine_fetch(engine_t *eng, int allow_new);
+/* The loop's only wait: at most wait_ms, until a provider answer, a Kafka
+ * event (a message, a rebalance, a commit's or a delivery's result) or
+ * curl's own timer; the Kafka clients' queues are then served without
+ * waiting. */
+void engine_wait(engine_t *eng, int wait_ms);
 /* Starts backlog jobs while fewer than max_in_flight run. */
 void engine_start_jobs(engine_t *eng, int take_new);
 void engine_send_dead_letters(engine_t *eng);

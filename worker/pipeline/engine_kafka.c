@@ -1,9 +1,12 @@
 #include "engine_int.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -241,24 +244,20 @@ static void note_permitted(engine_t *eng, int kinds)
  * poll returns is taken only while fewer than HELD_FACTOR x max_in_flight
  * are held, and handed back otherwise, so memory stays bounded however long
  * the jobs are stuck (partitions are never paused: see docs/worker.md). */
-void engine_fetch(engine_t *eng, int wait_ms, int allow_new)
+void engine_fetch(engine_t *eng, int allow_new)
 {
-    CHARGED_ASSERT(eng->core.max_in_flight > 0 && wait_ms >= 0);
+    CHARGED_ASSERT(eng->core.max_in_flight > 0);
     int64_t now = clock_now_ms();
     if ((long long)job_list_holding_in(eng->jobs, JOB_BACKLOG) >=
             eng->core.max_in_flight &&
         allow_new) {
-        if (now - eng->last_full_poll_ms < 1000) {
-            struct timespec ts = {0, (long)(wait_ms < 10 ? wait_ms : 10) * 1000000L};
-            nanosleep(&ts, NULL);
+        if (now - eng->last_full_poll_ms < 1000)
             return;
-        }
         eng->last_full_poll_ms = now;
-        wait_ms = 0;
     }
-    for (int first = 1;; first = 0) {
-        rd_kafka_message_t *m =
-            rd_kafka_consumer_poll(eng->consumer, first ? wait_ms : 0);
+    for (;;) {
+        /* Never waits: the loop's wait (engine_wait) woke for it. */
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(eng->consumer, 0);
         if (!m)
             break;
         if (m->err == RD_KAFKA_RESP_ERR__FATAL) {
@@ -776,6 +775,47 @@ static enum charged_rc consumer_settings(engine_t *eng, rd_kafka_conf_t *cc,
     return CHARGED_OK;
 }
 
+/* librdkafka writes a byte to the pipe when a queue gets an event after
+ * it was served: the loop's wait (engine_wait) sees it with the provider's
+ * sockets. Non-blocking both ways: a full pipe already wakes the loop,
+ * and librdkafka must never block writing to it. */
+static enum charged_rc wake_on_events(engine_t *eng, struct charged_error *err)
+{
+    CHARGED_ASSERT(!eng->wake_open);
+    if (pipe(eng->wake) != 0) {
+        charged_error_set(err, "cannot make the loop's wake pipe: %s", strerror(errno));
+        return CHARGED_RETRY;
+    }
+    eng->wake_open = 1;
+    for (int i = 0; i < 2; i++)
+        if (fcntl(eng->wake[i], F_SETFL, O_NONBLOCK) != 0 ||
+            fcntl(eng->wake[i], F_SETFD, FD_CLOEXEC) != 0) {
+            charged_error_set(err, "cannot set up the loop's wake pipe: %s",
+                              strerror(errno));
+            return CHARGED_RETRY;
+        }
+    eng->consumer_queue = rd_kafka_queue_get_consumer(eng->consumer);
+    eng->producer_queue = rd_kafka_queue_get_main(eng->producer);
+    if (!eng->consumer_queue || !eng->producer_queue) {
+        charged_error_set(err, "kafka: no queue to wait on");
+        return CHARGED_RETRY;
+    }
+    rd_kafka_queue_io_event_enable(eng->consumer_queue, eng->wake[1], "1", 1);
+    rd_kafka_queue_io_event_enable(eng->producer_queue, eng->wake[1], "1", 1);
+    return CHARGED_OK;
+}
+
+void engine_wait(engine_t *eng, int wait_ms)
+{
+    CHARGED_ASSERT(wait_ms >= 0 && eng->wake_open);
+    char drain[64];
+    provider_client_wait(eng->provider, wait_ms, &eng->wake[0], 1);
+    /* Emptied before the queues are served: an event after this wakes the
+     * next wait. */
+    while (read(eng->wake[0], drain, sizeof(drain)) > 0)
+        ;
+}
+
 enum charged_rc engine_kafka_setup(engine_t *eng, struct charged_error *err)
 {
     CHARGED_ASSERT(eng->consumer == NULL && eng->producer == NULL);
@@ -812,7 +852,7 @@ enum charged_rc engine_kafka_setup(engine_t *eng, struct charged_error *err)
         goto refused;
     pc = NULL;
     rd_kafka_poll_set_consumer(eng->consumer);
-    return CHARGED_OK;
+    return wake_on_events(eng, err);
 refused:
     charged_error_set(err, "%s", rderr);
 usage:
@@ -854,6 +894,20 @@ void engine_kafka_flush(engine_t *eng, int flush_ms)
  * still holds. */
 void engine_kafka_teardown(engine_t *eng)
 {
+    /* The queues' handles go before their clients, which wait for them. */
+    rd_kafka_queue_t *queues[] = {eng->consumer_queue, eng->producer_queue};
+    for (size_t i = 0; i < 2; i++) {
+        if (!queues[i])
+            continue;
+        rd_kafka_queue_io_event_enable(queues[i], -1, NULL, 0);
+        rd_kafka_queue_destroy(queues[i]);
+    }
+    eng->consumer_queue = eng->producer_queue = NULL;
+    if (eng->wake_open) {
+        close(eng->wake[0]);
+        close(eng->wake[1]);
+        eng->wake_open = 0;
+    }
     if (eng->producer)
         rd_kafka_destroy(eng->producer);
     if (eng->consumer)

@@ -365,16 +365,25 @@ enum charged_rc stripe_start_async(struct stripe_client *pc, struct stripe_xfer 
     return CHARGED_OK;
 }
 
-void stripe_perform(void *impl, int timeout_ms)
+void stripe_perform(void *impl, int timeout_ms, const int *wake_fds, size_t n_wake)
 {
     struct stripe_client *pc = impl;
+    struct curl_waitfd wake[PROVIDER_WAKE_FDS_MAX];
     int running = 0;
-    if (pc->in_flight == 0)
+    CHARGED_ASSERT(n_wake <= PROVIDER_WAKE_FDS_MAX);
+    if (pc->in_flight == 0 && n_wake == 0)
         return;
-    curl_multi_perform(pc->multi, &running);
-    if (timeout_ms > 0 && running > 0) {
-        curl_multi_poll(pc->multi, NULL, 0, timeout_ms, NULL);
+    if (pc->in_flight > 0)
         curl_multi_perform(pc->multi, &running);
+    /* One poll over the transfers' sockets and the caller's fds: curl's own
+     * timers shorten it, so nothing of curl's waits for the timeout. */
+    for (size_t i = 0; i < n_wake; i++)
+        wake[i] = (struct curl_waitfd){.fd = wake_fds[i], .events = CURL_WAIT_POLLIN};
+    if (timeout_ms > 0 && (running > 0 || n_wake > 0)) {
+        curl_multi_poll(pc->multi, n_wake ? wake : NULL, (unsigned)n_wake, timeout_ms,
+                        NULL);
+        if (pc->in_flight > 0)
+            curl_multi_perform(pc->multi, &running);
     }
 }
 

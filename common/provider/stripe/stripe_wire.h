@@ -70,7 +70,7 @@ json_t *stripe_get_json(struct stripe_client *pc, const char *url,
  * freed). */
 enum charged_rc stripe_start_async(struct stripe_client *pc, struct stripe_xfer *x,
                                    void *opaque, struct charged_error *err);
-void stripe_perform(void *impl, int timeout_ms);
+void stripe_perform(void *impl, int timeout_ms, const int *wake_fds, size_t n_wake);
 int stripe_next_done(void *impl, struct provider_result *res, void **opaque);
 size_t stripe_in_flight(const void *impl);
 void stripe_abandon_all(void *impl);
