@@ -126,6 +126,8 @@ static const struct config_row config_table[CONFIG__COUNT] = {
      "1000", 10, 60000, R_W, 0, "how often finished offsets are committed"},
     {CONFIG_WORKER_RECHECK_MS, "WORKER_RECHECK_MS", CONFIG_T_INT, "500", 10, 60000, R_W,
      0, "how often attempts leased by a peer are looked at again"},
+    {CONFIG_WORKER_BATCH_HOLD_MS, "WORKER_BATCH_HOLD_MS", CONFIG_T_INT, "10", 0, 100,
+     R_W, 0, "the longest a ready item waits to share a statement; 0: none waits"},
     {CONFIG_WORKER_MAX_COMMAND_BYTES, "WORKER_MAX_COMMAND_BYTES", CONFIG_T_INT, "65536",
      256, 16777216, R_W, 0, "larger command values are dead letters"},
     {CONFIG_WORKER_MAX_AMOUNT, "WORKER_MAX_AMOUNT", CONFIG_T_INT, "100000000000", 1,

@@ -352,6 +352,7 @@ static void world_init(struct world *w, uint64_t seed, unsigned breaks, int trac
         .stale_ms = 5000,
         .max_age_ms = 600000,
         .commit_interval_ms = 200,
+        .batch_hold_ms = 10,
     };
     w->core = (struct engine_core){
         .policy = {.unknown_retries = 2,
@@ -388,6 +389,8 @@ static void world_init(struct world *w, uint64_t seed, unsigned breaks, int trac
         wk->jobs = job_list_new();
         wk->offsets = offset_tracker_new();
         wk->last_renew = wk->last_commit = w->now;
+        batch_gate_init(&wk->record_gate, w->set.batch_hold_ms, SIM_BATCH_FULL);
+        batch_gate_init(&wk->persist_gate, w->set.batch_hold_ms, SIM_BATCH_FULL);
     }
     for (int p = 0; p < NPARTS; p++)
         w->workers[p % NWORKERS].parts |= 1u << p;

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "batch_gate.h"
 #include "budget_gate.h"
 #include "engine_core.h"
 #include "job.h"
@@ -133,7 +134,14 @@ struct worker {
     unsigned parts; /* assigned partitions, a bit each */
     int64_t pos[NPARTS];
     int64_t last_renew, last_commit;
+    /* Record and persist run as batches, when their gates allow (the
+     * engine's batch_gate; new after a crash). */
+    struct batch_gate record_gate, persist_gate;
 };
+
+/* A batch this large goes at once, whatever the hold: small, so that the
+ * simulation takes that path too. */
+#define SIM_BATCH_FULL 4
 
 struct look {
     int active, refund, id;

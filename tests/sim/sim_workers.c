@@ -129,7 +129,7 @@ static int dead_letter(struct world *w, struct worker *wk)
     return 1;
 }
 
-static int record(struct world *w, struct worker *wk)
+static int record_one(struct world *w, struct worker *wk)
 {
     static const enum engine_record_result results[] = {
         [SIM_RECORDED_CLAIMED] = ENGINE_RECORDED_CLAIMED,
@@ -152,6 +152,19 @@ static int record(struct world *w, struct worker *wk)
                                     m->key, m->amount);
     sim_note(w, wk->id, A_RECORD, m->id, rc);
     engine_core_recorded(wk->jobs, j, results[rc], epoch, w->now);
+    return 1;
+}
+
+/* The records ready, as one batch when the gate allows (engine_store.c's
+ * engine_record_attempts): each in turn, as the statement's rows. */
+static int record(struct world *w, struct worker *wk)
+{
+    size_t n = job_list_count(wk->jobs, JOB_RECORD);
+    if (n == 0 || batch_gate_due_at(&wk->record_gate, n, w->now) > w->now)
+        return 0;
+    batch_gate_ran(&wk->record_gate, w->now);
+    for (size_t i = 0; i < n && record_one(w, wk); i++)
+        ;
     return 1;
 }
 
@@ -423,7 +436,7 @@ static void check_slots(struct world *w, struct worker *wk)
                     wk->id, held, job_list_count(wk->jobs, JOB_BACKLOG));
 }
 
-static int persist(struct world *w, struct worker *wk)
+static int persist_one(struct world *w, struct worker *wk)
 {
     struct job *j;
     char reason[512];
@@ -457,6 +470,19 @@ static int persist(struct world *w, struct worker *wk)
         w->fenced++;
     else
         w->settled++;
+    return 1;
+}
+
+/* The outcomes due, as one batch when the gate allows
+ * (engine_persist_outcomes). */
+static int persist(struct world *w, struct worker *wk)
+{
+    size_t n = job_list_due(wk->jobs, JOB_PERSIST, w->now);
+    if (n == 0 || batch_gate_due_at(&wk->persist_gate, n, w->now) > w->now)
+        return 0;
+    batch_gate_ran(&wk->persist_gate, w->now);
+    for (size_t i = 0; i < n && persist_one(w, wk); i++)
+        ;
     return 1;
 }
 
@@ -563,6 +589,8 @@ void sim_worker_reset(struct world *w, struct worker *wk)
     for (int p = 0; p < NPARTS; p++)
         wk->pos[p] = w->parts[p].committed;
     wk->last_renew = wk->last_commit = w->now;
+    batch_gate_init(&wk->record_gate, w->set.batch_hold_ms, SIM_BATCH_FULL);
+    batch_gate_init(&wk->persist_gate, w->set.batch_hold_ms, SIM_BATCH_FULL);
 }
 
 /* The worker dies: its jobs and answers in flight are gone (the provider

@@ -53,6 +53,7 @@ struct sim_settings {
     int64_t stale_ms;               /* RECONCILER_STALE_MS */
     int64_t max_age_ms;             /* RECONCILER_MAX_AGE_MS */
     int64_t commit_interval_ms;
+    int64_t batch_hold_ms; /* WORKER_BATCH_HOLD_MS: record and persist gather */
 };
 
 #endif

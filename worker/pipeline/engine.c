@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "charge_policy.h"
 #include "charged_assert.h"
@@ -78,10 +79,30 @@ static int idle_ms(engine_t *eng, int cap, int take_new)
         .revoking = eng->revocations != NULL,
         .calls_at = calls_at(eng, now),
         .db_at = eng->db.retry_at,
+        .record_at = batch_gate_due_at(&eng->record_gate,
+                                       job_list_count(eng->jobs, JOB_RECORD), now),
+        .persist_at = batch_gate_due_at(&eng->persist_gate,
+                                        job_list_count(eng->jobs, JOB_PERSIST), now),
     };
     int ms = engine_core_idle_ms(&eng->core, eng->jobs, &w, now);
     CHARGED_ASSERT(ms >= 0 && ms <= cap);
     return ms;
+}
+
+/* While both batch gates hold, nothing read now could be written before
+ * the first opens: the loop reads it then (at most a hold later), and under
+ * load wakes once a hold instead of once an answer (each wake polls every
+ * socket of the calls in flight). The milliseconds to sleep, at most
+ * wait; 0 when a gate is open. */
+static int quiet_ms(engine_t *eng, int wait)
+{
+    int64_t now = clock_now_ms();
+    int64_t record = batch_gate_holds_until(&eng->record_gate, now);
+    int64_t persist = batch_gate_holds_until(&eng->persist_gate, now);
+    int64_t until = record < persist ? record : persist;
+    if (until <= now)
+        return 0;
+    return until - now < wait ? (int)(until - now) : wait;
 }
 
 /* One turn of the loop. take_new: start new messages (not while draining
@@ -90,8 +111,15 @@ static void turn(engine_t *eng, int take_new)
 {
     engine_breaker_sync(eng);
     /* One wait over the provider's sockets and the Kafka clients' queues:
-     * an answer is read as soon as it comes, and so is a message. */
-    engine_wait(eng, idle_ms(eng, 100, take_new));
+     * an answer is read as soon as it comes, and so is a message, unless
+     * both batch gates hold what would come of it. */
+    int wait = idle_ms(eng, 100, take_new), quiet = quiet_ms(eng, wait);
+    if (quiet > 0) {
+        struct timespec ts = {quiet / 1000, (long)(quiet % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        wait = 0;
+    }
+    engine_wait(eng, wait);
     engine_collect_calls(eng, 0);
     engine_fetch(eng, take_new);
     /* What we hold stays bounded, however long the jobs are stuck. */
@@ -108,7 +136,7 @@ static void turn(engine_t *eng, int take_new)
     engine_collect_calls(eng, 0);
     engine_write_waits(eng);
     engine_persist_outcomes(eng);
-    engine_flush_call_log(eng);
+    engine_flush_calls_due(eng);
     engine_renew_leases(eng);
     engine_reap(eng);
     engine_finish_revocations(eng, 0);
@@ -248,6 +276,9 @@ static enum charged_rc setup_limits(engine_t *eng, struct charged_error *err)
     c->key_retention_ms = config_int(eng->cfg, CONFIG_WORKER_KEY_RETENTION_MS);
     eng->commit_interval_ms = config_int(eng->cfg, CONFIG_WORKER_COMMIT_INTERVAL_MS);
     c->recheck_ms = config_int(eng->cfg, CONFIG_WORKER_RECHECK_MS);
+    long long hold_ms = config_int(eng->cfg, CONFIG_WORKER_BATCH_HOLD_MS);
+    batch_gate_init(&eng->record_gate, hold_ms, BATCH_FULL);
+    batch_gate_init(&eng->persist_gate, hold_ms, BATCH_FULL);
     eng->shutdown_ms = config_int(eng->cfg, CONFIG_SHUTDOWN_TIMEOUT_MS);
     eng->drain_ms = config_int(eng->cfg, CONFIG_REBALANCE_DRAIN_MS);
     eng->provider_timeout_ms = config_int(eng->cfg, CONFIG_PROVIDER_TIMEOUT_MS);

@@ -687,6 +687,10 @@ int engine_core_idle_ms(const struct engine_core *c, const job_list_t *jobs,
         at = job_list_next_at(jobs, timed[i]);
         if (timed[i] != JOB_DEAD_LETTER && at < db_at)
             at = db_at;
+        if (timed[i] == JOB_RECORD && at < w->record_at)
+            at = w->record_at;
+        if (timed[i] == JOB_PERSIST && at < w->persist_at)
+            at = w->persist_at;
         if (at < next)
             next = at;
     }

@@ -298,6 +298,9 @@ struct engine_core_wake {
     int revoking;     /* a revocation drains */
     int64_t calls_at; /* the breaker allows a call (INT64_MAX: a probe's answer) */
     int64_t db_at;    /* the database's back-off ends */
+    /* The record and the persist stages' batch gates allow a statement
+     * (batch_gate.h): their jobs wait for it too. */
+    int64_t record_at, persist_at;
 };
 /* Milliseconds until something is due, capped. */
 int engine_core_idle_ms(const struct engine_core *c, const job_list_t *jobs,

@@ -21,6 +21,7 @@
 
 #include <librdkafka/rdkafka.h>
 
+#include "batch_gate.h"
 #include "budget_member.h"
 #include "daemon.h"
 #include "engine.h"
@@ -46,6 +47,9 @@
 /* Items another session's lock held, tried again alone each turn at most:
  * each may wait a lock_timeout (100 ms), and the loop must go on. */
 #define HELD_PER_TURN 4
+/* Items ready for one statement that run it at once, whatever the gate's
+ * hold (batch_gate.h). */
+#define BATCH_FULL 128
 /* Readiness must not rest on a database step long past: after this long
  * without one, a ping asks whether the database still answers. */
 #define DB_PING_MS 5000
@@ -112,6 +116,10 @@ struct engine {
     int paused; /* the assigned partitions are paused (breaker) */
     /* Calls started per second, lowered by 429s (provider_pace.h). */
     struct provider_pace pace;
+    /* When the record and the persist stages (and the calls' log, with
+     * the persist) may run a statement: at once at low load, gathered
+     * for at most WORKER_BATCH_HOLD_MS under load. */
+    struct batch_gate record_gate, persist_gate;
     /* This process's share of the fleet's provider budget: every call asks
      * its gate first (budget_member.h). */
     budget_member_t *budget;
@@ -223,6 +231,9 @@ void engine_persist_outcomes(engine_t *eng);
 /* Writes the waiting provider calls: CHARGED_OK, or CHARGED_RETRY when the
  * database could not take them now. */
 enum charged_rc engine_flush_call_log(engine_t *eng);
+/* The same, when the persist stage's gate allows a statement: the calls
+ * of jobs that do not persist yet (retries, parked) share one. */
+void engine_flush_calls_due(engine_t *eng);
 void engine_renew_leases(engine_t *eng);
 /* Writes the waits the core decided for the claimed jobs (one statement
  * for the turn's, engine_core_wait_due). */

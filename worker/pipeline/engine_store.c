@@ -246,8 +246,10 @@ void engine_record_attempts(engine_t *eng)
     struct charged_error err;
     int64_t now = clock_now_ms();
     size_t n = job_list_due(eng->jobs, JOB_RECORD, now), k = 0;
-    if (n == 0 || !engine_db_ready(eng))
+    if (n == 0 || !engine_db_ready(eng) ||
+        batch_gate_due_at(&eng->record_gate, n, now) > now)
         return;
+    batch_gate_ran(&eng->record_gate, now);
     struct engine_record *items = calloc(n, sizeof(*items));
     struct job **js = calloc(n, sizeof(*js));
     if (!items || !js)
@@ -527,6 +529,16 @@ out:
     return rc;
 }
 
+void engine_flush_calls_due(engine_t *eng)
+{
+    int64_t now = clock_now_ms();
+    if (eng->call_log_len == 0 ||
+        batch_gate_due_at(&eng->persist_gate, eng->call_log_len, now) > now)
+        return;
+    batch_gate_ran(&eng->persist_gate, now);
+    engine_flush_call_log(eng);
+}
+
 /* ---- persist ---- */
 
 static void apply_persist(engine_t *eng, struct job *j, const void *item)
@@ -650,8 +662,10 @@ void engine_persist_outcomes(engine_t *eng)
     struct charged_error err;
     int64_t now = clock_now_ms();
     size_t n = job_list_due(eng->jobs, JOB_PERSIST, now), k = 0;
-    if (n == 0 || !engine_db_ready(eng))
+    if (n == 0 || !engine_db_ready(eng) ||
+        batch_gate_due_at(&eng->persist_gate, n, now) > now)
         return;
+    batch_gate_ran(&eng->persist_gate, now);
     /* The calls first: support must see every call of a settled attempt,
      * and if the database cannot take them it cannot take outcomes now. */
     if (engine_flush_call_log(eng) != CHARGED_OK)
