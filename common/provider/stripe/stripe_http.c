@@ -360,6 +360,9 @@ enum charged_rc stripe_start_async(struct stripe_client *pc, struct stripe_xfer 
         return CHARGED_RETRY;
     }
     x->next = pc->async;
+    x->prev = NULL;
+    if (pc->async)
+        pc->async->prev = x;
     pc->async = x;
     pc->in_flight++;
     return CHARGED_OK;
@@ -393,22 +396,23 @@ int stripe_next_done(void *impl, struct provider_result *res, void **opaque)
     int left;
     CURLMsg *m;
     while ((m = curl_multi_info_read(pc->multi, &left))) {
-        struct stripe_xfer *x = NULL, **pp;
+        struct stripe_xfer *x = NULL;
         if (m->msg != CURLMSG_DONE)
             continue;
         CURLcode cc = m->data.result;
         curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&x);
         CHARGED_ASSERT(x != NULL && pc->in_flight > 0);
         curl_multi_remove_handle(pc->multi, x->easy);
-        int found = 0;
-        for (pp = &pc->async; *pp; pp = &(*pp)->next) {
-            if (*pp == x) {
-                *pp = x->next;
-                found = 1;
-                break;
-            }
-        }
-        CHARGED_ASSERT(found); /* every transfer the multi handle has is listed */
+        /* Every transfer the multi handle has is listed. */
+        CHARGED_ASSERT(x->prev ? x->prev->next == x : pc->async == x);
+        CHARGED_ASSERT(!x->next || x->next->prev == x);
+        if (x->prev)
+            x->prev->next = x->next;
+        else
+            pc->async = x->next;
+        if (x->next)
+            x->next->prev = x->prev;
+        x->next = x->prev = NULL;
         stripe_finish(x, cc, res);
         if (x->call.lookup && res->http_status == 0)
             res->outcome = PROVIDER_UNKNOWN;
@@ -432,6 +436,8 @@ void stripe_abandon_all(void *impl)
     while (pc->async) {
         struct stripe_xfer *x = pc->async;
         pc->async = x->next;
+        if (pc->async)
+            pc->async->prev = NULL;
         curl_multi_remove_handle(pc->multi, x->easy);
         stripe_xfer_free(x);
     }

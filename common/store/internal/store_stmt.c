@@ -181,8 +181,10 @@ enum charged_rc stmt_lock_ids(store_conn_t *db, const char *sql, const char *con
     for (size_t i = 0; i < n; i++)
         stmt_add(&s, a, ids[i]);
     enum charged_rc rc = stmt_run(db, &s, sql, &r, err);
+    str_index_t *rows = rc == CHARGED_OK ? stmt_index_rows(r, 0) : NULL;
     for (size_t i = 0; i < n; i++)
-        locked[i] = rc == CHARGED_OK && stmt_row_of(r, 0, ids[i]) >= 0;
+        locked[i] = rc == CHARGED_OK && stmt_row_in(rows, r, 0, ids[i]) >= 0;
+    str_index_free(rows);
     PQclear(r);
     stmt_release(&s);
     return rc;
@@ -194,6 +196,26 @@ int stmt_row_of(const PGresult *r, int c, const char *value)
         if (!strcmp(PQgetvalue(r, row, c), value))
             return row;
     return -1;
+}
+
+str_index_t *stmt_index_rows(const PGresult *r, int c)
+{
+    int n = r ? PQntuples(r) : 0;
+    str_index_t *ix = str_index_new((size_t)n);
+    /* In row order: the last row of a value is found first. */
+    for (int row = 0; ix && row < n; row++) {
+        int full = str_index_add(ix, PQgetvalue(r, row, c), row);
+        CHARGED_ASSERT(!full); /* sized to its rows */
+    }
+    return ix;
+}
+
+int stmt_row_in(const str_index_t *ix, const PGresult *r, int c, const char *value)
+{
+    if (!ix)
+        return stmt_row_of(r, c, value);
+    int e = str_index_find(ix, value);
+    return e < 0 ? -1 : str_index_value(ix, e);
 }
 
 /* Appends one outcome to the ten arrays from `first`, in the column order
@@ -247,12 +269,14 @@ enum charged_rc stmt_persist(store_conn_t *db, const char *actor, const char *sq
     stmt_text(&s, actor);
     if ((rc = stmt_run(db, &s, sql, &r, err)) != CHARGED_OK)
         goto out;
+    str_index_t *rows = stmt_index_rows(r, 0);
     for (size_t i = 0; i < n; i++) {
         get(items, i, &o);
-        int row = stmt_row_of(r, 0, o.id);
+        int row = stmt_row_in(rows, r, 0, o.id);
         *o.persisted = row >= 0 && stmt_col_true(r, row, 1);
         *o.busy = row >= 0 && stmt_col_true(r, row, 2);
     }
+    str_index_free(rows);
 out:
     PQclear(r);
     stmt_release(&s);

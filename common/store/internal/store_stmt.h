@@ -14,6 +14,7 @@
 #include "db.h"
 #include "store.h"
 #include "store_conn.h"
+#include "str_index.h"
 
 /* The most a statement takes: a settlement of an attempt (attempt_store.c),
  * 23. */
@@ -64,6 +65,13 @@ int stmt_col_true(const PGresult *r, int row, int c);
 
 /* The last row whose column c is value, or -1. */
 int stmt_row_of(const PGresult *r, int c, const char *value);
+/* The rows of r by column c's value, built once for looking up a batch's
+ * items one by one (a scan per item is quadratic in the batch); NULL when
+ * out of memory, and stmt_row_in scans then. Free with str_index_free,
+ * before r is cleared. */
+str_index_t *stmt_index_rows(const PGresult *r, int c);
+/* stmt_row_of through ix (stmt_index_rows(r, c)), or by a scan without. */
+int stmt_row_in(const str_index_t *ix, const PGresult *r, int c, const char *value);
 
 /* In the caller's transaction: locks the rows sql names ($1 the ids, a
  * uuid[]; it answers the ids it locked, FOR NO KEY UPDATE SKIP LOCKED).

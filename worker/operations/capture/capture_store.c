@@ -294,12 +294,13 @@ static const char *SQL_CLAIM =
     " FROM capture_attempts a JOIN q ON a.id = q.id LEFT JOIN u ON u.id = a.id";
 /* clang-format on */
 
-static void read_claim(struct engine_claim *items, size_t i, const PGresult *r)
+static void read_claim(struct engine_claim *items, size_t i, const PGresult *r,
+                       const str_index_t *rows)
 {
     CHARGED_ASSERT(items && r);
     struct engine_claim *it = &items[i];
     struct capture_params pa;
-    int row = stmt_row_of(r, 0, it->id);
+    int row = stmt_row_in(rows, r, 0, it->id);
     it->result = ENGINE_BUSY;
     it->status[0] = it->rejected[0] = '\0';
     if (row < 0)
@@ -350,9 +351,12 @@ enum charged_rc capture_store_claim(capture_store_t *st, struct engine_claim *it
     stmt_text(&s, st->actor);
     stmt_int(&s, lease_ms);
     if ((rc = stmt_run(st->db, &h, SQL_HOLD, NULL, err)) == CHARGED_OK &&
-        (rc = stmt_run(st->db, &s, SQL_CLAIM, &r, err)) == CHARGED_OK)
+        (rc = stmt_run(st->db, &s, SQL_CLAIM, &r, err)) == CHARGED_OK) {
+        str_index_t *rows = stmt_index_rows(r, 0);
         for (size_t i = 0; i < n; i++)
-            read_claim(items, i, r);
+            read_claim(items, i, r, rows);
+        str_index_free(rows);
+    }
     PQclear(r);
     stmt_release(&h);
     stmt_release(&s);
@@ -603,8 +607,10 @@ enum charged_rc capture_store_renew(capture_store_t *st, const char *const *ids,
     if ((rc = stmt_lease(st->db, st->actor, SQL_RENEW, ids, epochs, n, &lease_ms, &r,
                          err)) != CHARGED_OK)
         return rc;
+    str_index_t *rows = stmt_index_rows(r, 0);
     for (size_t i = 0; i < n; i++)
-        still_ours[i] = stmt_row_of(r, 0, ids[i]) >= 0;
+        still_ours[i] = stmt_row_in(rows, r, 0, ids[i]) >= 0;
+    str_index_free(rows);
     PQclear(r);
     return CHARGED_OK;
 }

@@ -194,54 +194,102 @@ static int by_attempt_id(const void *a, const void *b)
     return c ? c : (x < y ? -1 : x > y);
 }
 
+/* One stored row r of `found` against item's message: by its attempt id
+ * (the stored attempt: a conflict if its key or parameters differ) or by
+ * its idempotency key (another object's: a conflict). */
+static void compare_row(struct attempt_record_item *item, const PGresult *found, int r,
+                        int *by_id, int *by_key)
+{
+    const struct charge_command *c = item->cmd;
+    const char *id = PQgetvalue(found, r, 0), *key = PQgetvalue(found, r, 1),
+               *fp = PQgetvalue(found, r, 2);
+    if (!strcmp(id, c->payment_attempt_id) &&
+        !strcmp(PQgetvalue(found, r, 3), "attempt")) {
+        *by_id = 1;
+        if (strcmp(key, c->idempotency_key) != 0) {
+            item->result = ATTEMPT_CONFLICT;
+            snprintf(item->reason, sizeof(item->reason),
+                     "attempt %s is already recorded under another idempotency key",
+                     id);
+        } else if (strcmp(fp, c->fingerprint) != 0) {
+            item->result = ATTEMPT_CONFLICT;
+            snprintf(item->reason, sizeof(item->reason),
+                     "idempotency key reused with other parameters than attempt %s",
+                     id);
+        }
+    } else if (!strcmp(key, c->idempotency_key)) {
+        *by_key = 1;
+        item->result = ATTEMPT_CONFLICT;
+        snprintf(item->reason, sizeof(item->reason),
+                 "idempotency key already belongs to %s %s", PQgetvalue(found, r, 3),
+                 id);
+    }
+}
+
+static int by_row(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* The rows of `found` whose id is the message's attempt id or whose key is
+ * its key, in row order and each once (the rows compare_row may match):
+ * how many, or -1 when more than max (the caller scans every row then). */
+static int candidate_rows(const str_index_t *ids, const str_index_t *keys,
+                          const struct charge_command *c, int *rows, int max)
+{
+    int n = 0;
+    for (int e = str_index_find(ids, c->payment_attempt_id); e >= 0;
+         e = str_index_next(ids, e))
+        if (n < max)
+            rows[n++] = str_index_value(ids, e);
+        else
+            return -1;
+    for (int e = str_index_find(keys, c->idempotency_key); e >= 0;
+         e = str_index_next(keys, e))
+        if (n < max)
+            rows[n++] = str_index_value(keys, e);
+        else
+            return -1;
+    qsort(rows, (size_t)n, sizeof(*rows), by_row);
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (k == 0 || rows[k - 1] != rows[i])
+            rows[k++] = rows[i];
+    return k;
+}
+
 /* Compares each message with the stored rows `found` (SQL_RECORD):
  * recorded, a conflict, or, matching no row at all, ATTEMPT_REJECTED for
- * now: only the one-live-attempt-per-order index refused it. Returns how
- * many are. */
+ * now: only the one-live-attempt-per-order index refused it. The rows
+ * each message may match are found by id and key (an index of each);
+ * without memory for them, by a scan of all. Returns how many are. */
 static size_t compare_with_stored(struct attempt_record_item *items, size_t n,
                                   const PGresult *found)
 {
     CHARGED_ASSERT(items || n == 0);
     CHARGED_ASSERT(found);
     size_t nblocked = 0;
+    str_index_t *ids = stmt_index_rows(found, 0), *keys = stmt_index_rows(found, 1);
     for (size_t i = 0; i < n; i++) {
-        const struct charge_command *c = items[i].cmd;
+        int rows[16], nrows = -1, by_id = 0, by_key = 0;
         items[i].result = ATTEMPT_RECORDED;
         items[i].reason[0] = '\0';
-        int by_id = 0, by_key = 0;
-        for (int r = 0; r < PQntuples(found); r++) {
-            const char *id = PQgetvalue(found, r, 0), *key = PQgetvalue(found, r, 1),
-                       *fp = PQgetvalue(found, r, 2);
-            if (!strcmp(id, c->payment_attempt_id) &&
-                !strcmp(PQgetvalue(found, r, 3), "attempt")) {
-                by_id = 1;
-                if (strcmp(key, c->idempotency_key) != 0) {
-                    items[i].result = ATTEMPT_CONFLICT;
-                    snprintf(items[i].reason, sizeof(items[i].reason),
-                             "attempt %s is already recorded under another idempotency "
-                             "key",
-                             id);
-                } else if (strcmp(fp, c->fingerprint) != 0) {
-                    items[i].result = ATTEMPT_CONFLICT;
-                    snprintf(
-                        items[i].reason, sizeof(items[i].reason),
-                        "idempotency key reused with other parameters than attempt "
-                        "%s",
-                        id);
-                }
-            } else if (!strcmp(key, c->idempotency_key)) {
-                by_key = 1;
-                items[i].result = ATTEMPT_CONFLICT;
-                snprintf(items[i].reason, sizeof(items[i].reason),
-                         "idempotency key already belongs to %s %s",
-                         PQgetvalue(found, r, 3), id);
-            }
-        }
+        if (ids && keys)
+            nrows = candidate_rows(ids, keys, items[i].cmd, rows, 16);
+        if (nrows >= 0)
+            for (int k = 0; k < nrows; k++)
+                compare_row(&items[i], found, rows[k], &by_id, &by_key);
+        else
+            for (int r = 0; r < PQntuples(found); r++)
+                compare_row(&items[i], found, r, &by_id, &by_key);
         if (!by_id && !by_key) {
             items[i].result = ATTEMPT_REJECTED;
             nblocked++;
         }
     }
+    str_index_free(ids);
+    str_index_free(keys);
     CHARGED_ASSERT(nblocked <= n);
     return nblocked;
 }
@@ -339,26 +387,50 @@ out:
     return rc;
 }
 
+/* The first message (batch order) of attempt `id` still RECORDED, or -1:
+ * by the index of the batch's attempt ids, or a scan without one. */
+static int first_recorded(const struct attempt_record_item *items, size_t n,
+                          const str_index_t *by_id, const char *id)
+{
+    int first = -1;
+    if (!by_id) {
+        for (size_t i = 0; first < 0 && i < n; i++)
+            if (items[i].result == ATTEMPT_RECORDED &&
+                !strcmp(items[i].cmd->payment_attempt_id, id))
+                first = (int)i;
+        return first;
+    }
+    for (int e = str_index_find(by_id, id); e >= 0; e = str_index_next(by_id, e)) {
+        int i = str_index_value(by_id, e);
+        if (items[i].result == ATTEMPT_RECORDED && (first < 0 || i < first))
+            first = i;
+    }
+    return first;
+}
+
 /* The first message of each attempt this statement claimed (rows of
  * SQL_RECORD): ATTEMPT_RECORDED_CLAIMED, with the claim. */
 static void take_claims(struct attempt_record_item *items, size_t n, const PGresult *r)
 {
     CHARGED_ASSERT(items && r);
+    str_index_t *by_id = str_index_new(n);
+    for (size_t i = 0; by_id && i < n; i++) {
+        int full = str_index_add(by_id, items[i].cmd->payment_attempt_id, (int)i);
+        CHARGED_ASSERT(!full); /* sized to the batch */
+    }
     for (int row = 0; row < PQntuples(r); row++) {
         if (!stmt_col_true(r, row, 4))
             continue;
-        for (size_t i = 0; i < n; i++) {
-            if (items[i].result != ATTEMPT_RECORDED ||
-                strcmp(items[i].cmd->payment_attempt_id, PQgetvalue(r, row, 0)) != 0)
-                continue;
-            items[i].result = ATTEMPT_RECORDED_CLAIMED;
-            items[i].lease_epoch = stmt_col_int(r, row, 5);
-            /* Claimed by this statement: a lease's first epoch is 1. */
-            CHARGED_ASSERT(items[i].lease_epoch > 0);
-            col_params(r, row, 6, &items[i].params);
-            break;
-        }
+        int i = first_recorded(items, n, by_id, PQgetvalue(r, row, 0));
+        if (i < 0)
+            continue;
+        items[i].result = ATTEMPT_RECORDED_CLAIMED;
+        items[i].lease_epoch = stmt_col_int(r, row, 5);
+        /* Claimed by this statement: a lease's first epoch is 1. */
+        CHARGED_ASSERT(items[i].lease_epoch > 0);
+        col_params(r, row, 6, &items[i].params);
     }
+    str_index_free(by_id);
 }
 
 enum charged_rc attempt_store_record(attempt_store_t *st,
@@ -458,12 +530,14 @@ static const char *SQL_CLAIM =
     " FROM payment_attempts a JOIN q ON a.id = q.id WHERE a.id NOT IN (SELECT id FROM u)";
 /* clang-format on */
 
-/* Item i's result, from the rows of SQL_CLAIM. */
-static void read_claim(struct attempt_claim_item *items, size_t i, const PGresult *r)
+/* Item i's result, from the rows of SQL_CLAIM (rows: by attempt id);
+ * claimed: the items claimed so far, by attempt id (NULL: scanned). */
+static void read_claim(struct attempt_claim_item *items, size_t i, const PGresult *r,
+                       const str_index_t *rows, str_index_t *claimed)
 {
     CHARGED_ASSERT(items && r);
     struct attempt_claim_item *it = &items[i];
-    int row = stmt_row_of(r, 0, it->attempt_id);
+    int row = stmt_row_in(rows, r, 0, it->attempt_id);
     it->result = ATTEMPT_BUSY;
     it->status[0] = '\0';
     if (row < 0)
@@ -473,10 +547,16 @@ static void read_claim(struct attempt_claim_item *items, size_t i, const PGresul
     if (!PQgetisnull(r, row, 3)) {
         /* Claimed by this statement. Two items of one attempt in a batch:
          * only the first takes it; the other waits like any peer. */
-        for (size_t j = 0; j < i; j++)
+        if (claimed && str_index_find(claimed, it->attempt_id) >= 0)
+            return;
+        for (size_t j = 0; !claimed && j < i; j++)
             if (items[j].result == ATTEMPT_CLAIMED &&
                 !strcmp(items[j].attempt_id, it->attempt_id))
                 return;
+        if (claimed) {
+            int full = str_index_add(claimed, it->attempt_id, (int)i);
+            CHARGED_ASSERT(!full); /* one entry an item at most */
+        }
         it->result = ATTEMPT_CLAIMED;
         it->lease_epoch = stmt_col_int(r, row, 3);
         CHARGED_ASSERT(it->lease_epoch > 0);
@@ -509,9 +589,13 @@ enum charged_rc attempt_store_claim(attempt_store_t *st,
         stmt_add(&s, ids, items[i].attempt_id);
     stmt_text(&s, st->actor);
     stmt_int(&s, lease_ms);
-    if ((rc = stmt_run(st->db, &s, SQL_CLAIM, &r, err)) == CHARGED_OK)
+    if ((rc = stmt_run(st->db, &s, SQL_CLAIM, &r, err)) == CHARGED_OK) {
+        str_index_t *rows = stmt_index_rows(r, 0), *claimed = str_index_new(n);
         for (size_t i = 0; i < n; i++)
-            read_claim(items, i, r);
+            read_claim(items, i, r, rows, claimed);
+        str_index_free(rows);
+        str_index_free(claimed);
+    }
     /* Claimed, the params to send are the stored attempt's. */
     for (size_t i = 0; rc == CHARGED_OK && i < n; i++)
         CHARGED_ASSERT(items[i].result != ATTEMPT_CLAIMED ||
@@ -902,8 +986,10 @@ enum charged_rc attempt_store_renew(attempt_store_t *st, const char *const *atte
     if ((rc = stmt_lease(st->db, st->actor, SQL_RENEW, attempt_ids, epochs, n,
                          &lease_ms, &r, err)) != CHARGED_OK)
         return rc;
+    str_index_t *rows = stmt_index_rows(r, 0);
     for (size_t i = 0; i < n; i++)
-        still_ours[i] = stmt_row_of(r, 0, attempt_ids[i]) >= 0;
+        still_ours[i] = stmt_row_in(rows, r, 0, attempt_ids[i]) >= 0;
+    str_index_free(rows);
     PQclear(r);
     return CHARGED_OK;
 }

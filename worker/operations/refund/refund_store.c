@@ -303,11 +303,12 @@ static const char *SQL_CLAIM =
     " FROM refund_attempts a JOIN q ON a.id = q.id LEFT JOIN u ON u.id = a.id";
 /* clang-format on */
 
-static void read_claim(struct refund_claim_item *items, size_t i, const PGresult *r)
+static void read_claim(struct refund_claim_item *items, size_t i, const PGresult *r,
+                       const str_index_t *rows)
 {
     CHARGED_ASSERT(items && r);
     struct refund_claim_item *it = &items[i];
-    int row = stmt_row_of(r, 0, it->refund_id);
+    int row = stmt_row_in(rows, r, 0, it->refund_id);
     it->result = REFUND_BUSY;
     it->status[0] = it->rejected[0] = '\0';
     if (row < 0)
@@ -357,9 +358,12 @@ enum charged_rc refund_store_claim(refund_store_t *st, struct refund_claim_item 
     stmt_text(&s, st->actor);
     stmt_int(&s, lease_ms);
     stmt_text(&s, attempt_status_refund_event_type(ATTEMPT_STATUS_REJECTED));
-    if ((rc = stmt_run(st->db, &s, SQL_CLAIM, &r, err)) == CHARGED_OK)
+    if ((rc = stmt_run(st->db, &s, SQL_CLAIM, &r, err)) == CHARGED_OK) {
+        str_index_t *rows = stmt_index_rows(r, 0);
         for (size_t i = 0; i < n; i++)
-            read_claim(items, i, r);
+            read_claim(items, i, r, rows);
+        str_index_free(rows);
+    }
     /* Claimed, the params to send are the stored refund's, reserved. */
     for (size_t i = 0; rc == CHARGED_OK && i < n; i++)
         CHARGED_ASSERT(items[i].result != REFUND_CLAIMED || items[i].params.amount > 0);
@@ -467,8 +471,10 @@ enum charged_rc refund_store_renew(refund_store_t *st, const char *const *refund
     if ((rc = stmt_lease(st->db, st->actor, SQL_RENEW, refund_ids, epochs, n, &lease_ms,
                          &r, err)) != CHARGED_OK)
         return rc;
+    str_index_t *rows = stmt_index_rows(r, 0);
     for (size_t i = 0; i < n; i++)
-        still_ours[i] = stmt_row_of(r, 0, refund_ids[i]) >= 0;
+        still_ours[i] = stmt_row_in(rows, r, 0, refund_ids[i]) >= 0;
+    str_index_free(rows);
     PQclear(r);
     return CHARGED_OK;
 }

@@ -233,10 +233,11 @@ static const char *SQL_CLAIM =
 
 /* Item i from the claim's rows (a duplicate id in the batch is claimed once:
  * the first; the rest are busy). */
-static void claim_verdict(struct engine_claim *items, size_t i, const PGresult *r)
+static void claim_verdict(struct engine_claim *items, size_t i, const PGresult *r,
+                          const str_index_t *rows)
 {
     struct engine_claim *it = &items[i];
-    int row = stmt_row_of(r, 0, it->id);
+    int row = stmt_row_in(rows, r, 0, it->id);
     it->result = ENGINE_BUSY;
     it->status[0] = it->rejected[0] = '\0';
     if (row < 0)
@@ -285,8 +286,10 @@ enum charged_rc void_store_claim(void_store_t *st, struct engine_claim *items, s
     stmt_text(&s, st->actor);
     stmt_int(&s, lease_ms);
     enum charged_rc rc = stmt_run(st->db, &s, SQL_CLAIM, &r, err);
+    str_index_t *rows = rc == CHARGED_OK ? stmt_index_rows(r, 0) : NULL;
     for (size_t i = 0; rc == CHARGED_OK && i < n; i++)
-        claim_verdict(items, i, r);
+        claim_verdict(items, i, r, rows);
+    str_index_free(rows);
     PQclear(r);
     stmt_release(&s);
     return rc;
@@ -564,8 +567,10 @@ enum charged_rc void_store_renew(void_store_t *st, const char *const *ids,
         return CHARGED_OK;
     enum charged_rc rc =
         stmt_lease(st->db, st->actor, SQL_RENEW, ids, epochs, n, &lease_ms, &r, err);
+    str_index_t *rows = rc == CHARGED_OK ? stmt_index_rows(r, 0) : NULL;
     for (size_t i = 0; rc == CHARGED_OK && i < n; i++)
-        still_ours[i] = stmt_row_of(r, 0, ids[i]) >= 0;
+        still_ours[i] = stmt_row_in(rows, r, 0, ids[i]) >= 0;
+    str_index_free(rows);
     PQclear(r);
     return rc;
 }
