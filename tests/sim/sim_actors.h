@@ -127,7 +127,7 @@ struct worker {
      * last sends; the gate is new after a crash (a new process). */
     int gate_on;
     struct budget_gate gate;
-    int64_t sent_ms[SIM_BUDGET_MAX];
+    int64_t sent_ms[2 * SIM_BUDGET_MAX]; /* the last calls' starts, a ring */
     uint64_t nsent;
     job_list_t *jobs;
     offset_tracker_t *offsets;

@@ -278,20 +278,28 @@ static void budget_forget(struct worker *wk, struct job *j)
     j->budget.asked = 0;
 }
 
-/* The invariant: never more calls started in a second than the share. */
+/* The invariant: never more calls started in any second than the gate's
+ * bound, its share plus its burst (budget_gate.h: BUDGET_GATE_BURST_MS of
+ * the rate, at least one request), which the provider's own bucket of the
+ * share's size takes. Judged against the share alone, 9 calls in 996 ms
+ * under a share of 8 read as a break though the gate works as designed. */
 static void budget_sent(struct world *w, struct worker *wk)
 {
     CHARGED_ASSERT(w->budget_rps > 0 && w->budget_rps <= SIM_BUDGET_MAX);
-    if (wk->nsent >= (uint64_t)w->budget_rps) {
-        int64_t first =
-            wk->sent_ms[(wk->nsent - (uint64_t)w->budget_rps) % SIM_BUDGET_MAX];
+    const uint64_t ring = 2 * SIM_BUDGET_MAX;
+    long long burst = w->budget_rps * BUDGET_GATE_BURST_MS / 1000;
+    uint64_t bound = (uint64_t)(w->budget_rps + (burst > 1 ? burst : 1));
+    CHARGED_ASSERT(bound < ring);
+    if (wk->nsent >= bound) {
+        int64_t first = wk->sent_ms[(wk->nsent - bound) % ring];
         if (w->now - first < 1000)
             sim_violate(&w->viol, "budget-per-second",
-                        "worker %d: %lld calls started within %lld ms, share %lld/s",
-                        wk->id, w->budget_rps + 1, (long long)(w->now - first),
-                        w->budget_rps);
+                        "worker %d: %llu calls started within %lld ms, share %lld/s "
+                        "and its burst",
+                        wk->id, (unsigned long long)bound + 1,
+                        (long long)(w->now - first), w->budget_rps);
     }
-    wk->sent_ms[wk->nsent++ % SIM_BUDGET_MAX] = w->now;
+    wk->sent_ms[wk->nsent++ % ring] = w->now;
 }
 
 /* Asks the worker's gate for j's call, as engine_provider.c does: 0, send;
