@@ -69,6 +69,18 @@ static int64_t calls_at(engine_t *eng, int64_t now)
     return breaker > pace ? breaker : pace;
 }
 
+/* When a gated stage's jobs may run, asked as the stage asks: with the jobs
+ * due now (a full batch of them goes at once), or as one when none is due
+ * yet (their own times wait then). Counting the jobs not due would see a
+ * full batch the stage never runs: 128 outcomes held by another session's
+ * locks spun the loop. */
+static int64_t gate_at(const struct batch_gate *g, const job_list_t *jobs,
+                       enum job_state state, int64_t now)
+{
+    size_t due = job_list_due(jobs, state, now);
+    return batch_gate_due_at(g, due ? due : job_list_count(jobs, state) ? 1 : 0, now);
+}
+
 /* Milliseconds until something is due, capped. */
 static int idle_ms(engine_t *eng, int cap, int take_new)
 {
@@ -79,10 +91,8 @@ static int idle_ms(engine_t *eng, int cap, int take_new)
         .revoking = eng->revocations != NULL,
         .calls_at = calls_at(eng, now),
         .db_at = eng->db.retry_at,
-        .record_at = batch_gate_due_at(&eng->record_gate,
-                                       job_list_count(eng->jobs, JOB_RECORD), now),
-        .persist_at = batch_gate_due_at(&eng->persist_gate,
-                                        job_list_count(eng->jobs, JOB_PERSIST), now),
+        .record_at = gate_at(&eng->record_gate, eng->jobs, JOB_RECORD, now),
+        .persist_at = gate_at(&eng->persist_gate, eng->jobs, JOB_PERSIST, now),
     };
     int ms = engine_core_idle_ms(&eng->core, eng->jobs, &w, now);
     CHARGED_ASSERT(ms >= 0 && ms <= cap);
@@ -408,6 +418,10 @@ static void teardown(engine_t *eng, int flush_ms)
 void engine_finish(engine_t *eng, int flush_ms)
 {
     CHARGED_ASSERT(!eng->closing); /* finished once */
+    /* The calls not written yet (the persist gate held them, or the drain
+     * ended early), whatever the gate: a call that took money is never
+     * left out of provider_calls by a clean stop. */
+    engine_flush_call_log(eng);
     engine_commit_offsets(eng, 1, NULL);
     budget_member_leave(eng->budget); /* its share free at once */
     eng->closing = 1;

@@ -378,6 +378,12 @@ void stripe_perform(void *impl, int timeout_ms, const int *wake_fds, size_t n_wa
         return;
     if (pc->in_flight > 0)
         curl_multi_perform(pc->multi, &running);
+    /* A transfer that ended in that perform (an answer that came while the
+     * caller was busy) is the caller's at once: no wait, which nothing of
+     * its socket would end. */
+    CHARGED_ASSERT(running >= 0 && (size_t)running <= pc->in_flight);
+    if ((size_t)running < pc->in_flight)
+        return;
     /* One poll over the transfers' sockets and the caller's fds: curl's own
      * timers shorten it, so nothing of curl's waits for the timeout. */
     for (size_t i = 0; i < n_wake; i++)
