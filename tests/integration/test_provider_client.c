@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "engine_core.h"
@@ -476,6 +477,44 @@ START_TEST(async_charges_complete_with_their_opaque)
 }
 END_TEST
 
+/* Adversary 40.1: an answer that curl's perform finished at the start of
+ * the loop's one wait (it came while the loop was busy) was collected only
+ * when something else ended the wait: up to the whole wait later. The wait
+ * must return at once with a finished transfer not yet taken. The answer
+ * comes 300 ms after the request; the wait asked for after it came is 3 s,
+ * with a wake fd nothing writes: it took the 3 s before the mend. */
+START_TEST(an_answer_finished_at_the_wait_ends_it)
+{
+    int wake[2];
+    int tag = 0;
+    ck_assert_int_eq(pipe(wake), 0);
+    set_faults("{\"latency_ms\": 300}");
+    struct provider_charge c = ch("pc-wait-ends", 100, "pm_card_visa");
+    ck_assert_int_eq(provider_client_start_charge(pc, &c, &tag, &err), 0);
+    /* The request goes out (the connect and the send are the first
+     * perform's, on loopback); the answer is not back before 300 ms. */
+    for (int i = 0; i < 3; i++)
+        provider_client_wait(pc, 20, wake, 1);
+    struct timespec pause = {0, 700 * 1000000L};
+    nanosleep(&pause, NULL); /* the answer is in the socket now */
+    long long t0 = test_env_now_ms();
+    provider_client_wait(pc, 3000, wake, 1);
+    long long took = test_env_now_ms() - t0;
+    struct provider_result r;
+    void *op = NULL;
+    int taken = provider_client_next_done(pc, &r, &op);
+    for (long long deadline = t0 + 10000; !taken && test_env_now_ms() < deadline;) {
+        provider_client_wait(pc, 100, wake, 1);
+        taken = provider_client_next_done(pc, &r, &op);
+    }
+    ck_assert_msg(taken && op == &tag, "the charge's answer was never taken");
+    ck_assert_int_eq(r.outcome, PROVIDER_SUCCEEDED);
+    ck_assert_msg(took < 1500, "the wait took %lld ms with an answer in hand", took);
+    close(wake[0]);
+    close(wake[1]);
+}
+END_TEST
+
 static void *hammer(void *arg)
 {
     int t = (int)(long)arg;
@@ -844,6 +883,7 @@ static Suite *suite(void)
     tcase_add_test(tc, invalid_request_keeps_the_code_not_the_customer);
     tcase_add_test(tc, list_pages_match_the_attempt);
     tcase_add_test(tc, async_charges_complete_with_their_opaque);
+    tcase_add_test(tc, an_answer_finished_at_the_wait_ends_it);
     tcase_add_test(tc, blocking_calls_are_thread_safe);
     tcase_add_test(tc, refund_succeeds_replays_and_is_found_again);
     tcase_add_test(tc, refund_pending_is_processing_and_failed_is_declined);
