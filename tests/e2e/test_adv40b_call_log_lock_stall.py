@@ -9,7 +9,8 @@ statement ends on the worker's lock_timeout (100 ms) and every entry of the
 batch is then written alone, in the same turn, each new entry without the
 HELD_PER_TURN bound that the function's comment promises (only entries
 with lock_waits > 0 are bounded): N held rows block the loop N x 100 ms in
-one turn. Nothing else runs meanwhile: no message is fetched or claimed,
+one turn, where docs/worker.md says "however many rows are held the loop
+loses at most a few hundred milliseconds a turn". Nothing else runs meanwhile: no message is fetched or claimed,
 no answer read, no lease renewed, on any partition.
 
 The break: 150 charges are claimed and their calls are out (psp-sim
