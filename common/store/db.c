@@ -124,6 +124,13 @@ void db_set_timeouts(PGconn *conn, const char *statement_timeout,
              lock_timeout ? lock_timeout : "");
 }
 
+static _Thread_local const char *lock_timeout_override;
+
+void db_lock_timeout_override(const char *lock_timeout)
+{
+    lock_timeout_override = lock_timeout;
+}
+
 /* Sends sql, preceded (or, for a BEGIN, followed) by SQL_SETTINGS when it
  * starts a transaction, in one pipeline closed by a Sync: the settings and
  * the statement are one transaction (the extended protocol's implicit one
@@ -139,7 +146,9 @@ static int send_statement(PGconn *conn, const char *sql, int nparams,
         return PQsendQueryParams(conn, sql, nparams, NULL, params, NULL, NULL, 0);
     const char *v[3] = {DB_IDLE_IN_TX,
                         s->statement_timeout[0] ? s->statement_timeout : NULL,
-                        s->lock_timeout[0] ? s->lock_timeout : NULL};
+                        lock_timeout_override ? lock_timeout_override
+                        : s->lock_timeout[0]  ? s->lock_timeout
+                                              : NULL};
     /* Settings made before a BEGIN would be another transaction's. */
     int begins = !strncasecmp(sql, "BEGIN", 5) || !strncasecmp(sql, "START", 5);
     *stmt_q = begins ? 0 : 1;

@@ -39,6 +39,12 @@ PGconn *db_connect(const char *url, struct charged_error *err);
  * role's or the database's default). */
 void db_set_timeouts(PGconn *conn, const char *statement_timeout,
                      const char *lock_timeout);
+/* Until cleared (NULL), the transactions this thread starts, on any
+ * connection, wait for a row lock at most lock_timeout instead of their
+ * session's: the worker's tries of one item alone after its batch met a
+ * held row (its holder has held it a whole lock_timeout already, so each
+ * item alone would otherwise cost another, and the loop waits for them). */
+void db_lock_timeout_override(const char *lock_timeout);
 
 /* Runs a parameterized statement (text parameters). Returns the result when
  * its status is COMMAND_OK or TUPLES_OK; otherwise clears it, writes one line

@@ -140,6 +140,24 @@ START_TEST(refused_setting_fails_the_statement_and_leaves_no_transaction)
 }
 END_TEST
 
+/* db_lock_timeout_override: the transactions started while it is set
+ * carry its lock_timeout whatever the session's, and the session's again
+ * once it is cleared; nothing is left on the session. */
+START_TEST(a_lock_timeout_override_lasts_until_cleared)
+{
+    PGconn *c = test_env_connect(test_env_database_url());
+    db_set_timeouts(c, "1500ms", "150ms");
+    db_lock_timeout_override("5ms");
+    ck_value(c, SETTINGS, "1500ms 5ms 5s UTC");
+    db_lock_timeout_override(NULL);
+    ck_value(c, SETTINGS, "1500ms 150ms 5s UTC");
+    char *lock = shown(c, "lock_timeout");
+    ck_assert_str_ne(lock, "5ms");
+    free(lock);
+    PQfinish(c);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("db_settings");
@@ -151,6 +169,7 @@ int main(void)
     tcase_add_test(tc, statement_timeout_ends_an_autocommit_statement);
     tcase_add_test(tc, failed_statement_reports_its_own_error);
     tcase_add_test(tc, refused_setting_fails_the_statement_and_leaves_no_transaction);
+    tcase_add_test(tc, a_lock_timeout_override_lasts_until_cleared);
     suite_add_tcase(s, tc);
     return test_env_run_suite(s);
 }

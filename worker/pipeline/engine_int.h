@@ -47,6 +47,11 @@
 /* Items another session's lock held, tried again alone each turn at most:
  * each may wait a lock_timeout (100 ms), and the loop must go on. */
 #define HELD_PER_TURN 4
+/* The lock_timeout of a try of one item alone after its batch met a row
+ * another session holds (db_lock_timeout_override): that holder held it a
+ * whole lock_timeout already, and the loop waits for every such try, so a
+ * batch of 150 held rows cost 15 s of the loop at the session's 100 ms. */
+#define ALONE_LOCK_TIMEOUT "5ms"
 /* Items ready for one statement that run it at once, whatever the gate's
  * hold (batch_gate.h). */
 #define BATCH_FULL 128

@@ -7,6 +7,7 @@
 #include "attempt_status.h"
 #include "charged_assert.h"
 #include "clock.h"
+#include "db.h"
 #include "log.h"
 #include "metrics.h"
 
@@ -74,7 +75,9 @@ static enum charged_rc stage_alone(engine_t *eng, const struct stage *st,
                                    struct charged_error *err)
 {
     CHARGED_ASSERT(st->item_size > 0 && *j != NULL);
+    db_lock_timeout_override(ALONE_LOCK_TIMEOUT);
     enum charged_rc rc = stage_batch(eng, st, j, item, 1, err);
+    db_lock_timeout_override(NULL);
     if (rc == CHARGED_BAD_ITEM)
         rc = st->refused(eng, st, *j, item, err);
     if (rc == CHARGED_WAIT)
@@ -434,7 +437,9 @@ static enum charged_rc log_calls_batch(engine_t *eng, struct call_entry *const *
 static enum charged_rc log_call_alone(engine_t *eng, struct call_entry *e,
                                       struct charged_error *err)
 {
+    db_lock_timeout_override(ALONE_LOCK_TIMEOUT);
     enum charged_rc rc = log_calls_batch(eng, &e, 1, err);
+    db_lock_timeout_override(NULL);
     if (rc == CHARGED_RETRY)
         return CHARGED_RETRY;
     if (rc == CHARGED_WAIT) {
