@@ -50,7 +50,7 @@ END_TEST
  * of another batch. */
 START_TEST(a_batch_of_ids_each_found_once)
 {
-    enum { N = 20000 };
+    enum { N = 4000 };
     static char keys[N][40], other[40];
     str_index_t *ix = str_index_new(N);
     for (int i = 0; i < N; i++) {
