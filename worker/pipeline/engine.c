@@ -91,8 +91,15 @@ static int idle_ms(engine_t *eng, int cap, int take_new)
         .revoking = eng->revocations != NULL,
         .calls_at = calls_at(eng, now),
         .db_at = eng->db.retry_at,
-        .record_at = gate_at(&eng->record_gate, eng->jobs, JOB_RECORD, now),
-        .persist_at = gate_at(&eng->persist_gate, eng->jobs, JOB_PERSIST, now),
+        /* A stage whose lane is busy runs when it ends: its end wakes the
+         * wait. */
+        .record_at = engine_lane_idle(eng, ENGINE_LANE_RECORD)
+                         ? gate_at(&eng->record_gate, eng->jobs, JOB_RECORD, now)
+                         : INT64_MAX,
+        .claim_at = engine_lane_idle(eng, ENGINE_LANE_CLAIM) ? 0 : INT64_MAX,
+        .persist_at = engine_lane_idle(eng, ENGINE_LANE_PERSIST)
+                          ? gate_at(&eng->persist_gate, eng->jobs, JOB_PERSIST, now)
+                          : INT64_MAX,
     };
     int ms = engine_core_idle_ms(&eng->core, eng->jobs, &w, now);
     CHARGED_ASSERT(ms >= 0 && ms <= cap);
@@ -130,6 +137,7 @@ static void turn(engine_t *eng, int take_new)
         wait = 0;
     }
     engine_wait(eng, wait);
+    engine_lanes_collect(eng, 0);
     engine_collect_calls(eng, 0);
     engine_fetch(eng, take_new);
     /* What we hold stays bounded, however long the jobs are stuck. */
@@ -374,6 +382,8 @@ static enum charged_rc setup(engine_t *eng, struct charged_error *err)
     eng->op_state = eng->op->open(eng->cfg, eng->id, err);
     if (!eng->op_state)
         return CHARGED_GIVE_UP;
+    if ((rc = engine_lanes_open(eng, err)) != CHARGED_OK)
+        return rc;
     if ((rc = budget_member_join(eng->cfg, "worker", 1, &eng->budget, err)) !=
         CHARGED_OK)
         return rc;
@@ -391,6 +401,7 @@ static enum charged_rc setup(engine_t *eng, struct charged_error *err)
  * the rest does not wait on anything the jobs hold. */
 static void teardown(engine_t *eng, int flush_ms)
 {
+    engine_lanes_close(eng);
     if (eng->provider)
         provider_client_abandon_all(eng->provider);
     engine_kafka_flush(eng, flush_ms);
@@ -418,6 +429,7 @@ static void teardown(engine_t *eng, int flush_ms)
 void engine_finish(engine_t *eng, int flush_ms)
 {
     CHARGED_ASSERT(!eng->closing); /* finished once */
+    engine_lanes_collect(eng, 1);
     /* The calls not written yet (the persist gate held them, or the drain
      * ended early), whatever the gate: a call that took money is never
      * left out of provider_calls by a clean stop. */

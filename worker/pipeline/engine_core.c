@@ -653,8 +653,11 @@ int engine_core_idle_ms(const struct engine_core *c, const job_list_t *jobs,
     int64_t next = now + cap, db_at = w->db_at;
     if (job_list_count(jobs, JOB_DONE))
         return 0;
-    if (job_list_count(jobs, JOB_CLAIM) && db_at < next)
-        next = db_at;
+    if (job_list_count(jobs, JOB_CLAIM)) {
+        int64_t claim_at = db_at > w->claim_at ? db_at : w->claim_at;
+        if (claim_at < next)
+            next = claim_at;
+    }
     /* While a revocation drains, the cap looks often enough: the backlog of
      * its partitions does not start. */
     if (w->take_new && !w->revoking && job_list_count(jobs, JOB_BACKLOG) &&
@@ -687,6 +690,8 @@ int engine_core_idle_ms(const struct engine_core *c, const job_list_t *jobs,
         at = job_list_next_at(jobs, timed[i]);
         if (timed[i] != JOB_DEAD_LETTER && at < db_at)
             at = db_at;
+        if (timed[i] == JOB_WAIT && at < w->claim_at)
+            at = w->claim_at;
         if (timed[i] == JOB_RECORD && at < w->record_at)
             at = w->record_at;
         if (timed[i] == JOB_PERSIST && at < w->persist_at)

@@ -301,6 +301,9 @@ struct engine_core_wake {
     /* The record and the persist stages' batch gates allow a statement
      * (batch_gate.h): their jobs wait for it too. */
     int64_t record_at, persist_at;
+    /* The claim stage may run (its lane is free): JOB_CLAIM and JOB_WAIT
+     * wait for it. */
+    int64_t claim_at;
 };
 /* Milliseconds until something is due, capped. */
 int engine_core_idle_ms(const struct engine_core *c, const job_list_t *jobs,

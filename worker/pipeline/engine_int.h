@@ -31,6 +31,7 @@
 #include "provider_breaker.h"
 #include "provider_client.h"
 #include "provider_pace.h"
+#include "stage_lane.h"
 #include "traceparent.h"
 
 /* Messages held at most, as a multiple of WORKER_MAX_IN_FLIGHT: past it a
@@ -65,6 +66,23 @@
  * the loop spends on it each time. */
 #define PAUSED_LAG_MS        5000
 #define PAUSED_LAG_BUDGET_MS 1000
+
+/* The database stages that run on lanes of their own (stage_lane.h): a
+ * statement of one waiting for a lock holds none of the others, nor the
+ * loop. The calls' log goes with the persist, as it must come before it;
+ * renewals and waits share one, each a statement now and then. */
+enum engine_lane_id {
+    ENGINE_LANE_RECORD,
+    ENGINE_LANE_CLAIM,
+    ENGINE_LANE_PERSIST,
+    ENGINE_LANE_UPKEEP, /* leases' renewals and the records' waits */
+    ENGINE_LANES
+};
+
+struct engine_lane {
+    stage_lane_t *lane;
+    void *op_state; /* op->open's, the lane's own session */
+};
 
 /* A delivery report of a dead letter, recorded by the callback and applied
  * by the loop. */
@@ -111,7 +129,8 @@ struct engine {
     rd_kafka_queue_t *consumer_queue, *producer_queue;
     int wake[2], wake_open;
     const struct engine_op *op;
-    void *op_state; /* op->open's */
+    void *op_state; /* op->open's: the loop's own session */
+    struct engine_lane lanes[ENGINE_LANES];
     provider_client_t *provider;
     provider_breaker_t *breaker;
     enum provider_breaker_state breaker_seen; /* as last acted upon */
@@ -228,6 +247,14 @@ void engine_kafka_teardown(engine_t *eng);
 /* ---- engine_store.c ---- */
 
 int engine_db_ready(engine_t *eng);
+/* The lanes, each with its session, once the wake pipe is open; closed
+ * (a task in hand dropped: its jobs are freed after) by engine_lanes_close. */
+enum charged_rc engine_lanes_open(engine_t *eng, struct charged_error *err);
+void engine_lanes_close(engine_t *eng);
+/* Applies what the lanes finished (all: waits for each to end). */
+void engine_lanes_collect(engine_t *eng, int all);
+/* A lane is free for its stage's next statement. */
+int engine_lane_idle(const engine_t *eng, enum engine_lane_id lane);
 void engine_db_ok(engine_t *eng);
 void engine_db_failed(engine_t *eng, const char *stage, const char *err);
 void engine_record_attempts(engine_t *eng);

@@ -575,6 +575,9 @@ size_t engine_jobs_of(engine_t *eng, const rd_kafka_topic_partition_list_t *part
 size_t engine_detach(engine_t *eng, const rd_kafka_topic_partition_list_t *parts)
 {
     size_t left = 0;
+    /* The lanes' statements end first (each within its timeouts): a job a
+     * lane holds is given up only once its result is applied. */
+    engine_lanes_collect(eng, 1);
     for (struct job *j = job_list_oldest(eng->jobs); j; j = job_younger(j)) {
         if (j->detached || !in_parts(eng, parts, j->partition))
             continue;

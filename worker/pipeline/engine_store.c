@@ -10,6 +10,7 @@
 #include "db.h"
 #include "log.h"
 #include "metrics.h"
+#include "str_index.h"
 
 static enum metric_key outcomes_metric(const engine_t *eng, const struct job *j)
 {
@@ -36,149 +37,243 @@ void engine_db_failed(engine_t *eng, const char *stage, const char *err)
 
 /* ---- a stage: a batch, and each item alone when one holds the rest ---- */
 
-/* A database stage over a batch of jobs: its statement over the batch,
- * apply, which applies one item's result to its job, and what becomes of
- * an item alone that the database refuses (CHARGED_BAD_ITEM) or another
- * session's lock holds (CHARGED_WAIT). Each returns the charged_rc the
- * stage goes on with. The record and the claim share their refused
- * (stage_dead_letter) and locked (stage_lock_wait), told apart by name and
- * refused_what. */
+/* What became of one item of a stage's task (on its lane). */
+enum item_verdict {
+    ITEM_NOT_RUN,   /* its statement did not run: it stays as it was */
+    ITEM_DONE,      /* ran: apply its result */
+    ITEM_REFUSED,   /* the database refused it alone: sqlstate */
+    ITEM_LOCKED,    /* another session's lock held it alone */
+    ITEM_ABANDONED, /* refused even as the stage's fallback (review) */
+};
+
+struct stage;
+
+/* A stage's batch on its way through a lane. The lane reads eng's limits
+ * (op, lease_ms, the retry policy) and writes only the task; the jobs it
+ * names are held (in_lane) until the loop takes the task back
+ * (stage_finish). */
+struct stage_task {
+    engine_t *eng;
+    const struct stage *st;
+    void *op_state; /* the lane's session (the loop's when run in place) */
+    struct job **js;
+    char *items;
+    size_t n;     /* items */
+    size_t batch; /* items [0, batch) go in one statement; the rest alone */
+    unsigned char *verdict;
+    char (*sqlstate)[16];
+    enum charged_rc rc;
+    struct charged_error err;
+    /* The persist's: its outcomes' texts, and the calls written before
+     * them (taken from eng->call_log; those not written go back). */
+    char (*reasons)[512];
+    char **evidence;
+    struct call_entry *calls;
+    size_t ncalls;
+    enum charged_rc calls_rc;
+    struct charged_error calls_err;
+};
+
+/* A database stage over a batch of jobs: its statement over the batch (on
+ * the lane, with the task's session), apply, which applies one item's
+ * result to its job (on the loop), and what becomes of an item alone that
+ * the database refuses or another session's lock holds (on the loop). The
+ * record and the claim share their refused (stage_dead_letter) and locked
+ * (stage_lock_wait), told apart by name and refused_what; the persist
+ * turns a refused item into another statement on the lane (review). */
 struct stage {
     const char *name;         /* log lines ("stage"), engine_db_failed */
     const char *refused_what; /* stage_dead_letter's "the database refused the %s" */
     size_t item_size;
-    enum charged_rc (*statement)(engine_t *eng, void *items, size_t n,
+    enum engine_lane_id lane;
+    enum charged_rc (*statement)(struct stage_task *t, void *items, size_t n,
                                  struct charged_error *err);
     void (*apply)(engine_t *eng, struct job *j, const void *item);
-    enum charged_rc (*refused)(engine_t *eng, const struct stage *st, struct job *j,
-                               void *item, struct charged_error *err);
-    enum charged_rc (*locked)(engine_t *eng, const struct stage *st, struct job *j,
-                              void *item);
+    void (*refused)(engine_t *eng, const struct stage *st, struct job *j, void *item,
+                    const char *sqlstate);
+    void (*locked)(engine_t *eng, const struct stage *st, struct job *j, void *item);
+    /* On the lane: item i, refused alone, becomes what review makes of it
+     * (ITEM_DONE, ITEM_LOCKED, ITEM_ABANDONED); CHARGED_RETRY when the
+     * database failed. NULL: ITEM_REFUSED. */
+    enum charged_rc (*review)(struct stage_task *t, size_t i);
 };
 
-/* The statement over the batch, then, when it succeeded, each item's
- * result on its job. */
-static enum charged_rc stage_batch(engine_t *eng, const struct stage *st,
-                                   struct job **js, void *items, size_t n,
-                                   struct charged_error *err)
+static void *task_item(const struct stage_task *t, size_t i)
 {
-    CHARGED_ASSERT(n > 0 && st->item_size > 0);
-    CHARGED_ASSERT(st->statement != NULL && st->apply != NULL);
-    enum charged_rc rc = st->statement(eng, items, n, err);
-    for (size_t i = 0; rc == CHARGED_OK && i < n; i++)
-        st->apply(eng, js[i], (const char *)items + i * st->item_size);
-    return rc;
+    return t->items + i * t->st->item_size;
 }
 
-static enum charged_rc stage_alone(engine_t *eng, const struct stage *st,
-                                   struct job **j, void *item,
-                                   struct charged_error *err)
+static void task_free(struct stage_task *t)
 {
-    CHARGED_ASSERT(st->item_size > 0 && *j != NULL);
+    if (!t)
+        return;
+    for (size_t i = 0; t->evidence && i < t->n; i++)
+        free(t->evidence[i]);
+    free(t->evidence);
+    free(t->reasons);
+    free(t->calls);
+    free(t->sqlstate);
+    free(t->verdict);
+    free(t->items);
+    free(t->js);
+    free(t);
+}
+
+/* A task for up to n items of st; NULL when memory ran out. */
+static struct stage_task *task_new(engine_t *eng, const struct stage *st, size_t n)
+{
+    struct stage_task *t = calloc(1, sizeof(*t));
+    size_t m = n ? n : 1;
+    if (!t)
+        return NULL;
+    t->eng = eng;
+    t->st = st;
+    t->op_state = eng->op_state;
+    t->js = calloc(m, sizeof(*t->js));
+    t->items = calloc(m, st->item_size);
+    t->verdict = calloc(m, 1);
+    t->sqlstate = calloc(m, sizeof(*t->sqlstate));
+    if (!t->js || !t->items || !t->verdict || !t->sqlstate) {
+        task_free(t);
+        return NULL;
+    }
+    return t;
+}
+
+/* On the lane: item i alone, waiting ALONE_LOCK_TIMEOUT at most for a
+ * lock (whoever holds it held the batch a whole lock_timeout already). */
+static enum charged_rc stage_alone(struct stage_task *t, size_t i)
+{
+    const struct stage *st = t->st;
     db_lock_timeout_override(ALONE_LOCK_TIMEOUT);
-    enum charged_rc rc = stage_batch(eng, st, j, item, 1, err);
+    enum charged_rc rc = st->statement(t, task_item(t, i), 1, &t->err);
     db_lock_timeout_override(NULL);
-    if (rc == CHARGED_BAD_ITEM)
-        rc = st->refused(eng, st, *j, item, err);
-    if (rc == CHARGED_WAIT)
-        rc = st->locked(eng, st, *j, item);
-    return rc;
+    switch (rc) {
+    case CHARGED_OK:
+        t->verdict[i] = ITEM_DONE;
+        return CHARGED_OK;
+    case CHARGED_BAD_ITEM:
+        snprintf(t->sqlstate[i], sizeof(t->sqlstate[i]), "%s", t->err.code);
+        if (st->review)
+            return st->review(t, i);
+        t->verdict[i] = ITEM_REFUSED;
+        return CHARGED_OK;
+    case CHARGED_WAIT:
+        t->verdict[i] = ITEM_LOCKED;
+        return CHARGED_OK;
+    default:
+        return rc;
+    }
 }
 
-/* The batch in one statement; when the database refuses one of its values
- * or another session's lock holds one of its rows, each item alone, so that
- * one bad or held item never holds the others. */
-static enum charged_rc stage_run_kind(engine_t *eng, const struct stage *st,
-                                      struct job **js, void *items, size_t n,
-                                      struct charged_error *err)
+/* On the lane: the m items of one kind (their indexes in idx, copied to
+ * scratch) in one statement; when the database refuses one of its values
+ * or another session's lock holds one of its rows, each item alone, so
+ * that one bad or held item never holds the others. */
+static enum charged_rc stage_kind(struct stage_task *t, const size_t *idx,
+                                  char *scratch, size_t m)
 {
-    enum charged_rc rc = n ? stage_batch(eng, st, js, items, n, err) : CHARGED_OK;
-    CHARGED_ASSERT(st->item_size > 0);
+    size_t sz = t->st->item_size;
+    enum charged_rc rc = t->st->statement(t, scratch, m, &t->err);
+    if (rc == CHARGED_OK) {
+        for (size_t i = 0; i < m; i++) {
+            memcpy(task_item(t, idx[i]), scratch + i * sz, sz);
+            t->verdict[idx[i]] = ITEM_DONE;
+        }
+        return CHARGED_OK;
+    }
     if (rc != CHARGED_BAD_ITEM && rc != CHARGED_WAIT)
         return rc;
-    for (size_t i = 0; i < n; i++) {
-        rc = stage_alone(eng, st, &js[i], (char *)items + i * st->item_size, err);
-        if (rc != CHARGED_OK)
-            break;
-    }
-    return rc;
+    for (size_t i = 0; i < m; i++)
+        if ((rc = stage_alone(t, idx[i])) != CHARGED_OK)
+            return rc;
+    return CHARGED_OK;
 }
 
-/* The largest kind among n jobs (0 for an operation of one kind). */
-static int max_kind(struct job *const *js, size_t n)
+/* On the lane: the m items of idx, each kind in its own statement, in
+ * order: each kind writes its own tables in its own statements, so a
+ * failure of one kind's statement after another kind's committed would
+ * have the committed ones run again alone (a claim just taken then reads
+ * as someone's lease). */
+static enum charged_rc stage_run(struct stage_task *t, const size_t *idx, size_t m)
 {
-    int k = 0;
-    for (size_t i = 0; i < n; i++) {
-        CHARGED_ASSERT(js[i]->kind >= 0); /* a kind is an index of the op's table */
-        if (js[i]->kind > k)
-            k = js[i]->kind;
-    }
-    return k;
-}
-
-/* stage_run_kind over each kind's items apart, in batch order: each kind
- * writes its own tables in its own statements, so a failure of one kind's
- * statement after another kind's committed would have the committed ones
- * run again alone (a claim just taken then reads as someone's lease). */
-static enum charged_rc stage_run(engine_t *eng, const struct stage *st, struct job **js,
-                                 void *items, size_t n, struct charged_error *err)
-{
-    int kinds = max_kind(js, n) + 1;
+    size_t sz = t->st->item_size, ran = 0;
+    int kinds = 1;
     enum charged_rc rc = CHARGED_OK;
-    if (kinds == 1)
-        return stage_run_kind(eng, st, js, items, n, err);
-    struct job **sjs = calloc(n, sizeof(*sjs));
-    char *sitems = calloc(n, st->item_size);
-    if (!sjs || !sitems) {
-        charged_error_set(err, "out of memory");
+    if (m == 0)
+        return CHARGED_OK;
+    for (size_t i = 0; i < m; i++) {
+        CHARGED_ASSERT(t->js[idx[i]]->kind >= 0); /* an index of the op's table */
+        if (t->js[idx[i]]->kind >= kinds)
+            kinds = t->js[idx[i]]->kind + 1;
+    }
+    size_t *sub = calloc(m, sizeof(*sub));
+    char *scratch = calloc(m, sz);
+    if (!sub || !scratch) {
+        charged_error_set(&t->err, "out of memory");
         rc = CHARGED_RETRY;
     }
-    size_t ran = 0;
     for (int k = 0; k < kinds && rc == CHARGED_OK; k++) {
-        size_t m = 0;
-        for (size_t i = 0; i < n; i++)
-            if (js[i]->kind == k) {
-                sjs[m] = js[i];
-                memcpy(sitems + m++ * st->item_size, (char *)items + i * st->item_size,
-                       st->item_size);
+        size_t mm = 0;
+        for (size_t i = 0; i < m; i++)
+            if (t->js[idx[i]]->kind == k) {
+                sub[mm] = idx[i];
+                memcpy(scratch + mm++ * sz, task_item(t, idx[i]), sz);
             }
-        rc = stage_run_kind(eng, st, sjs, sitems, m, err);
-        ran += m;
+        if (mm)
+            rc = stage_kind(t, sub, scratch, mm);
+        ran += mm;
     }
     /* Each item ran in its kind's statement, once. */
-    CHARGED_ASSERT(rc != CHARGED_OK || ran == n);
-    free(sjs);
-    free(sitems);
+    CHARGED_ASSERT(rc != CHARGED_OK || ran == m);
+    free(sub);
+    free(scratch);
     return rc;
+}
+
+/* On the lane: the batch, then the items tried alone (those another
+ * session's lock held before: each may wait a lock_timeout). */
+static void stage_exec(void *arg)
+{
+    struct stage_task *t = arg;
+    size_t *idx = calloc(t->batch ? t->batch : 1, sizeof(*idx));
+    if (!idx) {
+        charged_error_set(&t->err, "out of memory");
+        t->rc = CHARGED_RETRY;
+        return;
+    }
+    for (size_t i = 0; i < t->batch; i++)
+        idx[i] = i;
+    t->rc = stage_run(t, idx, t->batch);
+    free(idx);
+    for (size_t h = t->batch; t->rc == CHARGED_OK && h < t->n; h++)
+        t->rc = stage_alone(t, h);
 }
 
 /* A stage's locked: the job's item met another session's uncommitted
  * change (its statement hit lock_timeout): it alone waits, with a back-off,
  * and tries again. */
-static enum charged_rc stage_lock_wait(engine_t *eng, const struct stage *st,
-                                       struct job *j, void *item)
+static void stage_lock_wait(engine_t *eng, const struct stage *st, struct job *j,
+                            void *item)
 {
     (void)item;
     CHARGED_ASSERT(st->name != NULL);
     if (engine_core_lock_wait(&eng->core, eng->jobs, j, clock_now_ms()))
         log_warn("attempt held by another session's transaction; trying again shortly",
                  JOB_FIELDS(j), "stage", st->name, NULL);
-    return CHARGED_OK;
 }
 
 /* A stage's refused: a message the database refuses even on its own is a
  * dead letter, so that its partition moves on. The line names the
  * SQLSTATE, never a value. */
-static enum charged_rc stage_dead_letter(engine_t *eng, const struct stage *st,
-                                         struct job *j, void *item,
-                                         struct charged_error *err)
+static void stage_dead_letter(engine_t *eng, const struct stage *st, struct job *j,
+                              void *item, const char *sqlstate)
 {
     (void)item;
     CHARGED_ASSERT(st->refused_what != NULL);
     job_set_error(j, "the database refused the %s (sqlstate %s)", st->refused_what,
-                  err->code);
+                  sqlstate);
     engine_core_dead_letter(eng->jobs, j, DEAD_LETTER_DATABASE_REFUSED);
-    return CHARGED_OK;
 }
 
 /* The database's state after a stage's turn: a failure that may pass
@@ -191,6 +286,54 @@ static void stage_reported(engine_t *eng, const struct stage *st, enum charged_r
         engine_db_failed(eng, st->name, err->message);
     else
         engine_db_ok(eng);
+}
+
+/* On the loop: each item's result on its job, in batch order. */
+static void stage_finish(engine_t *eng, struct stage_task *t)
+{
+    const struct stage *st = t->st;
+    for (size_t i = 0; i < t->n; i++) {
+        CHARGED_ASSERT(t->js[i]->in_lane);
+        t->js[i]->in_lane = 0;
+    }
+    for (size_t i = 0; i < t->n; i++) {
+        struct job *j = t->js[i];
+        switch ((enum item_verdict)t->verdict[i]) {
+        case ITEM_DONE:
+            st->apply(eng, j, task_item(t, i));
+            break;
+        case ITEM_REFUSED:
+            st->refused(eng, st, j, task_item(t, i), t->sqlstate[i]);
+            break;
+        case ITEM_LOCKED:
+            st->locked(eng, st, j, task_item(t, i));
+            break;
+        case ITEM_ABANDONED:
+            engine_core_abandoned(eng->jobs, j);
+            break;
+        case ITEM_NOT_RUN:
+            break;
+        }
+    }
+    stage_reported(eng, st, t->rc, &t->err);
+}
+
+/* Hands t to its stage's lane: its jobs are the lane's until it ends. */
+static void stage_dispatch(engine_t *eng, struct stage_task *t, stage_lane_fn exec)
+{
+    struct engine_lane *l = &eng->lanes[t->st->lane];
+    CHARGED_ASSERT(stage_lane_idle(l->lane));
+    for (size_t i = 0; i < t->n; i++) {
+        CHARGED_ASSERT(!t->js[i]->in_lane); /* one lane's at a time */
+        t->js[i]->in_lane = 1;
+    }
+    t->op_state = l->op_state;
+    stage_lane_run(l->lane, exec, t);
+}
+
+int engine_lane_idle(const engine_t *eng, enum engine_lane_id lane)
+{
+    return !eng->lanes[lane].lane || stage_lane_idle(eng->lanes[lane].lane);
 }
 
 /* ---- record ---- */
@@ -228,61 +371,64 @@ static void apply_record(engine_t *eng, struct job *j, const void *item)
 
 /* The operation's record: each command's record created or read back (a
  * new one claimed with it, under lease_ms). */
-static enum charged_rc record_statement(engine_t *eng, void *items, size_t n,
+static enum charged_rc record_statement(struct stage_task *t, void *items, size_t n,
                                         struct charged_error *err)
 {
-    return eng->op->record(eng->op_state, items, n, eng->lease_ms, err);
+    return t->eng->op->record(t->op_state, items, n, t->eng->lease_ms, err);
 }
 
 static const struct stage record_stage = {
     .name = "record",
     .refused_what = "command",
     .item_size = sizeof(struct engine_record),
+    .lane = ENGINE_LANE_RECORD,
     .statement = record_statement,
     .apply = apply_record,
     .refused = stage_dead_letter,
     .locked = stage_lock_wait,
 };
 
+static void record_item(struct stage_task *t, size_t i, struct job *j)
+{
+    struct engine_record *it = task_item(t, i);
+    t->js[i] = j;
+    it->params = j->params;
+    it->command = j->command;
+}
+
 void engine_record_attempts(engine_t *eng)
 {
-    struct charged_error err;
     int64_t now = clock_now_ms();
-    size_t n = job_list_due(eng->jobs, JOB_RECORD, now), k = 0;
-    if (n == 0 || !engine_db_ready(eng) ||
+    size_t n = job_list_due(eng->jobs, JOB_RECORD, now), k = 0, held = 0;
+    if (n == 0 || !engine_db_ready(eng) || !engine_lane_idle(eng, ENGINE_LANE_RECORD) ||
         batch_gate_due_at(&eng->record_gate, n, now) > now)
         return;
     batch_gate_ran(&eng->record_gate, now);
-    struct engine_record *items = calloc(n, sizeof(*items));
-    struct job **js = calloc(n, sizeof(*js));
-    if (!items || !js)
-        goto out;
+    struct stage_task *t = task_new(eng, &record_stage, n);
+    if (!t)
+        return;
     /* Jobs another session's lock held before are tried alone, after the
      * batch and a few a turn: each may wait a lock_timeout. */
-    size_t held = 0;
-    for (struct job *j = job_list_first(eng->jobs, JOB_RECORD); j && k + held < n;
-         j = job_next_in_state(j)) {
-        if (j->next_at > now)
-            continue;
-        if (j->lock_waits == 0) {
-            js[k] = j;
-            items[k].params = j->params;
-            items[k++].command = j->command;
-        } else if (held < HELD_PER_TURN) {
-            js[n - 1 - held] = j;
-            items[n - 1 - held].params = j->params;
-            items[n - 1 - held].command = j->command;
-            held++;
+    for (int pass = 0; pass < 2; pass++)
+        for (struct job *j = job_list_first(eng->jobs, JOB_RECORD); j && k < n;
+             j = job_next_in_state(j)) {
+            if (j->next_at > now || (j->lock_waits == 0) != (pass == 0))
+                continue;
+            if (pass == 1) {
+                if (held == HELD_PER_TURN)
+                    break;
+                held++;
+            }
+            record_item(t, k++, j);
         }
+    t->n = k;
+    t->batch = k - held;
+    CHARGED_ASSERT(t->batch <= t->n && t->n <= n);
+    if (t->n == 0) {
+        task_free(t);
+        return;
     }
-    CHARGED_ASSERT(k + held <= n && held <= HELD_PER_TURN);
-    enum charged_rc rc = stage_run(eng, &record_stage, js, items, k, &err);
-    for (size_t h = 0; rc == CHARGED_OK && h < held; h++)
-        rc = stage_alone(eng, &record_stage, &js[n - 1 - h], &items[n - 1 - h], &err);
-    stage_reported(eng, &record_stage, rc, &err);
-out:
-    free(items);
-    free(js);
+    stage_dispatch(eng, t, stage_exec);
 }
 
 /* ---- claim ---- */
@@ -308,16 +454,17 @@ static void apply_claim(engine_t *eng, struct job *j, const void *item)
 
 /* The operation's claim: each record's lease taken for lease_ms, or what
  * holds it. */
-static enum charged_rc claim_statement(engine_t *eng, void *items, size_t n,
+static enum charged_rc claim_statement(struct stage_task *t, void *items, size_t n,
                                        struct charged_error *err)
 {
-    return eng->op->claim(eng->op_state, items, n, eng->lease_ms, err);
+    return t->eng->op->claim(t->op_state, items, n, t->eng->lease_ms, err);
 }
 
 static const struct stage claim_stage = {
     .name = "claim",
     .refused_what = "claim",
     .item_size = sizeof(struct engine_claim),
+    .lane = ENGINE_LANE_CLAIM,
     .statement = claim_statement,
     .apply = apply_claim,
     .refused = stage_dead_letter,
@@ -326,18 +473,16 @@ static const struct stage claim_stage = {
 
 void engine_claim_attempts(engine_t *eng)
 {
-    struct charged_error err;
     int64_t now = clock_now_ms();
     size_t n = 0, k = 0;
-    if (!engine_db_ready(eng))
+    if (!engine_db_ready(eng) || !engine_lane_idle(eng, ENGINE_LANE_CLAIM))
         return;
     n = job_list_count(eng->jobs, JOB_CLAIM) + job_list_due(eng->jobs, JOB_WAIT, now);
     if (n == 0)
         return;
-    struct engine_claim *items = calloc(n, sizeof(*items));
-    struct job **js = calloc(n, sizeof(*js));
-    if (!items || !js)
-        goto out;
+    struct stage_task *t = task_new(eng, &claim_stage, n);
+    if (!t)
+        return;
     /* Those to claim now, then those whose wait is over. */
     for (int pass = 0; pass < 2; pass++) {
         enum job_state state = pass == 0 ? JOB_CLAIM : JOB_WAIT;
@@ -347,18 +492,20 @@ void engine_claim_attempts(engine_t *eng)
             if (engine_core_claim_gate(&eng->core, eng->jobs, j, now) !=
                 ENGINE_NEXT_SEND)
                 continue;
-            js[k] = j;
-            items[k].id = j->id;
-            items[k].kind = j->kind;
-            items[k++].params = j->params;
+            struct engine_claim *it = task_item(t, k);
+            t->js[k++] = j;
+            it->id = j->id;
+            it->kind = j->kind;
+            it->params = j->params;
         }
     }
     CHARGED_ASSERT(k <= n); /* the batch never outgrows what was counted */
-    enum charged_rc rc = stage_run(eng, &claim_stage, js, items, k, &err);
-    stage_reported(eng, &claim_stage, rc, &err);
-out:
-    free(items);
-    free(js);
+    t->n = t->batch = k;
+    if (k == 0) {
+        task_free(t);
+        return;
+    }
+    stage_dispatch(eng, t, stage_exec);
 }
 
 void engine_release_lease(engine_t *eng, struct job *j)
@@ -408,8 +555,9 @@ void engine_log_call(engine_t *eng, struct job *j, const struct provider_result 
     CHARGED_ASSERT(eng->call_log_len <= eng->call_log_cap);
 }
 
-static enum charged_rc log_calls_batch(engine_t *eng, struct call_entry *const *e,
-                                       size_t n, struct charged_error *err)
+static enum charged_rc log_calls_batch(struct stage_task *t,
+                                       struct call_entry *const *e, size_t n,
+                                       struct charged_error *err)
 {
     CHARGED_ASSERT(n > 0);
     struct engine_call *calls = calloc(n, sizeof(*calls));
@@ -424,7 +572,7 @@ static enum charged_rc log_calls_batch(engine_t *eng, struct call_entry *const *
         calls[i].res = &e[i]->res;
         calls[i].written_maybe = e[i]->written_maybe;
     }
-    enum charged_rc rc = eng->op->log_calls(eng->op_state, calls, n, err);
+    enum charged_rc rc = t->eng->op->log_calls(t->op_state, calls, n, err);
     for (size_t i = 0; rc == CHARGED_RETRY && i < n; i++)
         e[i]->written_maybe = 1;
     free(calls);
@@ -434,18 +582,19 @@ static enum charged_rc log_calls_batch(engine_t *eng, struct call_entry *const *
 /* One call entry alone: written (or refused, and dropped with a log line:
  * CHARGED_OK), held by another session's lock (kept, with a back-off:
  * CHARGED_WAIT), or the database failed (CHARGED_RETRY). */
-static enum charged_rc log_call_alone(engine_t *eng, struct call_entry *e,
+static enum charged_rc log_call_alone(struct stage_task *t, struct call_entry *e,
                                       struct charged_error *err)
 {
+    const struct engine_core *core = &t->eng->core;
     db_lock_timeout_override(ALONE_LOCK_TIMEOUT);
-    enum charged_rc rc = log_calls_batch(eng, &e, 1, err);
+    enum charged_rc rc = log_calls_batch(t, &e, 1, err);
     db_lock_timeout_override(NULL);
     if (rc == CHARGED_RETRY)
         return CHARGED_RETRY;
     if (rc == CHARGED_WAIT) {
         e->lock_waits++;
-        e->next_at = clock_now_ms() + retry_backoff_ms(eng->core.policy.retry_base_ms,
-                                                       eng->core.policy.retry_max_ms,
+        e->next_at = clock_now_ms() + retry_backoff_ms(core->policy.retry_base_ms,
+                                                       core->policy.retry_max_ms,
                                                        e->lock_waits, 0);
         return CHARGED_WAIT;
     }
@@ -457,28 +606,29 @@ static enum charged_rc log_call_alone(engine_t *eng, struct call_entry *e,
     return CHARGED_OK;
 }
 
-/* Writes the waiting provider calls. CHARGED_OK when nothing is left waiting but
- * calls another session's lock holds (a foreign-key check waits on a row
- * locked FOR UPDATE): those are tried again alone, HELD_PER_TURN at most a
- * turn, after a back-off, and hold nothing else up (their attempts' own
- * outcomes wait on the same lock). CHARGED_RETRY when the database could not take them
- * now (then nothing else is written either: the outage is the same). A row
- * the database refuses on its own is dropped with a log line. */
-enum charged_rc engine_flush_call_log(engine_t *eng)
+/* On the lane (or the loop, at the end): writes the task's provider calls,
+ * keeping in t->calls those not written. CHARGED_OK when nothing is left
+ * but calls another session's lock holds (a foreign-key check waits on a
+ * row locked FOR UPDATE): those are tried again alone, HELD_PER_TURN at
+ * most a turn, after a back-off, and hold nothing else up (their attempts'
+ * own outcomes wait on the same lock). CHARGED_RETRY when the database
+ * could not take them now (then nothing else is written either: the outage
+ * is the same). A row the database refuses on its own is dropped with a
+ * log line. */
+static enum charged_rc calls_write(struct stage_task *t)
 {
-    struct charged_error err;
-    size_t n = eng->call_log_len, nfresh = 0, held_tries = 0, kept = 0;
+    struct charged_error *err = &t->calls_err;
+    size_t n = t->ncalls, nfresh = 0, held_tries = 0, kept = 0;
     int64_t now = clock_now_ms();
     enum charged_rc rc = CHARGED_OK;
     if (n == 0)
         return CHARGED_OK;
-    if (!engine_db_ready(eng))
-        return CHARGED_RETRY;
     struct call_entry **fresh = calloc(n, sizeof(*fresh));
     char *done = calloc(n, 1);
     if (!fresh || !done) {
         free(fresh);
         free(done);
+        charged_error_set(err, "out of memory");
         return CHARGED_RETRY;
     }
     /* One batch per kind: a kind's statement that fails after another
@@ -487,11 +637,11 @@ enum charged_rc engine_flush_call_log(engine_t *eng)
     int kinds = 1;
     enum charged_rc brc[8];
     for (size_t i = 0; i < n; i++)
-        if (eng->call_log[i].kind >= kinds)
-            kinds = eng->call_log[i].kind + 1;
+        if (t->calls[i].kind >= kinds)
+            kinds = t->calls[i].kind + 1;
     if (kinds > (int)(sizeof(brc) / sizeof(brc[0]))) {
         rc = CHARGED_RETRY;
-        charged_error_set(&err, "provider calls of %d kinds", kinds);
+        charged_error_set(err, "provider calls of %d kinds", kinds);
         goto out;
     }
     for (int k = 0; k < kinds; k++)
@@ -499,23 +649,22 @@ enum charged_rc engine_flush_call_log(engine_t *eng)
     for (int k = 0; k < kinds && rc == CHARGED_OK; k++) {
         nfresh = 0;
         for (size_t i = 0; i < n; i++)
-            if (eng->call_log[i].lock_waits == 0 && eng->call_log[i].kind == k)
-                fresh[nfresh++] = &eng->call_log[i];
-        brc[k] = nfresh ? log_calls_batch(eng, fresh, nfresh, &err) : CHARGED_OK;
+            if (t->calls[i].lock_waits == 0 && t->calls[i].kind == k)
+                fresh[nfresh++] = &t->calls[i];
+        brc[k] = nfresh ? log_calls_batch(t, fresh, nfresh, err) : CHARGED_OK;
         if (brc[k] == CHARGED_RETRY)
             rc = CHARGED_RETRY;
     }
     for (size_t i = 0; i < n; i++)
-        done[i] = eng->call_log[i].lock_waits == 0 &&
-                  brc[eng->call_log[i].kind] == CHARGED_OK;
+        done[i] = t->calls[i].lock_waits == 0 && brc[t->calls[i].kind] == CHARGED_OK;
     for (size_t i = 0; i < n && rc == CHARGED_OK; i++) {
-        struct call_entry *e = &eng->call_log[i];
+        struct call_entry *e = &t->calls[i];
         enum charged_rc alone;
         if (done[i])
             continue;
         if (e->lock_waits > 0 && (e->next_at > now || held_tries++ >= HELD_PER_TURN))
             continue;
-        if ((alone = log_call_alone(eng, e, &err)) == CHARGED_RETRY) {
+        if ((alone = log_call_alone(t, e, err)) == CHARGED_RETRY) {
             rc = CHARGED_RETRY;
             break;
         }
@@ -524,24 +673,43 @@ enum charged_rc engine_flush_call_log(engine_t *eng)
 out:
     for (size_t i = 0; i < n; i++)
         if (!done[i])
-            eng->call_log[kept++] = eng->call_log[i];
-    eng->call_log_len = kept;
+            t->calls[kept++] = t->calls[i];
+    t->ncalls = kept;
     CHARGED_ASSERT(kept <= n);
     free(fresh);
     free(done);
-    if (rc != CHARGED_OK)
-        engine_db_failed(eng, "log provider calls", err.message);
     return rc;
 }
 
-void engine_flush_calls_due(engine_t *eng)
+/* Moves the waiting calls into t (the loop's log is empty after). */
+static void calls_take(engine_t *eng, struct stage_task *t)
 {
-    int64_t now = clock_now_ms();
-    if (eng->call_log_len == 0 ||
-        batch_gate_due_at(&eng->persist_gate, eng->call_log_len, now) > now)
+    CHARGED_ASSERT(t->calls == NULL);
+    t->calls = eng->call_log;
+    t->ncalls = eng->call_log_len;
+    eng->call_log = NULL;
+    eng->call_log_len = eng->call_log_cap = 0;
+}
+
+/* The calls t did not write go back to the loop's log, before those logged
+ * since: nothing is lost, and CALL_LOG_MAX only bounds new ones. */
+static void calls_give_back(engine_t *eng, struct stage_task *t)
+{
+    if (t->ncalls == 0)
         return;
-    batch_gate_ran(&eng->persist_gate, now);
-    engine_flush_call_log(eng);
+    size_t n = t->ncalls + eng->call_log_len;
+    struct call_entry *c = realloc(t->calls, n * sizeof(*c));
+    if (!c) {
+        log_error("out of memory: provider calls kept in log lines only", NULL);
+        return;
+    }
+    if (eng->call_log_len)
+        memcpy(c + t->ncalls, eng->call_log, eng->call_log_len * sizeof(*c));
+    free(eng->call_log);
+    eng->call_log = c;
+    eng->call_log_len = eng->call_log_cap = n;
+    t->calls = NULL;
+    t->ncalls = 0;
 }
 
 /* ---- persist ---- */
@@ -576,68 +744,75 @@ static void apply_persist(engine_t *eng, struct job *j, const void *item)
 }
 
 /* The operation's persist: each outcome written under its claim's epoch. */
-static enum charged_rc persist_statement(engine_t *eng, void *items, size_t n,
+static enum charged_rc persist_statement(struct stage_task *t, void *items, size_t n,
                                          struct charged_error *err)
 {
-    return eng->op->persist(eng->op_state, items, n, err);
+    return t->eng->op->persist(t->op_state, items, n, err);
 }
 
-/* The database refused this outcome even alone (a value from the provider
- * it cannot store). The attempt may have been charged, so it is never
- * FAILED: REQUIRES_REVIEW, with nothing from outside but the outcome's name.
- * If even that is refused, the job ends and the lease is left to expire; a
- * later owner or the reconciler takes the attempt from there. */
-static enum charged_rc persist_for_review(engine_t *eng, const struct stage *st,
-                                          struct job *j, struct charged_error *err)
+/* On the lane: the database refused this outcome even alone (a value from
+ * the provider it cannot store). The attempt may have been charged, so it
+ * is never FAILED: REQUIRES_REVIEW, with nothing from outside but the
+ * outcome's name. If even that is refused, the job ends and the lease is
+ * left to expire; a later owner or the reconciler takes the attempt from
+ * there. */
+static enum charged_rc persist_review(struct stage_task *t, size_t i)
 {
+    struct job *j = t->js[i];
+    const char *sqlstate = t->sqlstate[i];
     CHARGED_ASSERT(j->state == JOB_PERSIST && j->lease_epoch > 0);
-    char reason[256], evidence[160];
-    snprintf(reason, sizeof(reason),
+    char evidence[160];
+    snprintf(t->reasons[i], sizeof(t->reasons[i]),
              "requires_review: the database refused the outcome '%s' (sqlstate %s)",
-             provider_outcome_name(j->res.outcome), err->code);
+             provider_outcome_name(j->res.outcome), sqlstate);
     snprintf(evidence, sizeof(evidence), "{\"outcome\":\"%s\",\"http_status\":%d}",
              provider_outcome_name(j->res.outcome), j->res.http_status);
-    struct engine_outcome o = {
+    free(t->evidence[i]);
+    if (!(t->evidence[i] = strdup(evidence))) {
+        charged_error_set(&t->err, "out of memory");
+        return CHARGED_RETRY;
+    }
+    struct engine_outcome *o = task_item(t, i);
+    *o = (struct engine_outcome){
         .id = j->id,
         .lease_epoch = j->lease_epoch,
         .status = "REQUIRES_REVIEW",
-        .reason = reason,
+        .reason = t->reasons[i],
         .kind = j->kind,
-        .event_type = eng->op->event_type(j->kind, ATTEMPT_STATUS_REQUIRES_REVIEW),
-        .evidence_json = evidence,
+        .event_type = t->eng->op->event_type(j->kind, ATTEMPT_STATUS_REQUIRES_REVIEW),
+        .evidence_json = t->evidence[i],
         .calls = j->calls,
         .next_check_ms = -1,
     };
     log_error("the database refused an outcome; settling it for review", JOB_FIELDS(j),
-              "outcome", provider_outcome_name(j->res.outcome), "sqlstate", err->code,
+              "outcome", provider_outcome_name(j->res.outcome), "sqlstate", sqlstate,
               NULL);
-    enum charged_rc rc = stage_batch(eng, st, &j, &o, 1, err);
-    if (rc == CHARGED_BAD_ITEM) {
-        log_error("the database refused the review outcome too; lease left to expire",
-                  JOB_FIELDS(j), "sqlstate", err->code, NULL);
-        engine_core_abandoned(eng->jobs, j);
+    enum charged_rc rc = persist_statement(t, o, 1, &t->err);
+    switch (rc) {
+    case CHARGED_OK:
+        t->verdict[i] = ITEM_DONE;
         return CHARGED_OK;
+    case CHARGED_BAD_ITEM:
+        log_error("the database refused the review outcome too; lease left to expire",
+                  JOB_FIELDS(j), "sqlstate", t->err.code, NULL);
+        t->verdict[i] = ITEM_ABANDONED;
+        return CHARGED_OK;
+    case CHARGED_WAIT:
+        t->verdict[i] = ITEM_LOCKED;
+        return CHARGED_OK;
+    default:
+        return rc;
     }
-    return rc;
-}
-
-static enum charged_rc persist_refused(engine_t *eng, const struct stage *st,
-                                       struct job *j, void *item,
-                                       struct charged_error *err)
-{
-    (void)item;
-    return persist_for_review(eng, st, j, err);
 }
 
 /* Held, as a locked row is: it waits, the rest goes on. */
-static enum charged_rc persist_locked(engine_t *eng, const struct stage *st,
-                                      struct job *j, void *item)
+static void persist_locked(engine_t *eng, const struct stage *st, struct job *j,
+                           void *item)
 {
     (void)st;
     struct engine_outcome *o = item;
     o->busy = 1;
     apply_persist(eng, j, o);
-    return CHARGED_OK;
 }
 
 /* A refused outcome is settled for review, never dead-lettered: the
@@ -645,121 +820,257 @@ static enum charged_rc persist_locked(engine_t *eng, const struct stage *st,
 static const struct stage persist_stage = {
     .name = "persist",
     .item_size = sizeof(struct engine_outcome),
+    .lane = ENGINE_LANE_PERSIST,
     .statement = persist_statement,
     .apply = apply_persist,
-    .refused = persist_refused,
     .locked = persist_locked,
+    .review = persist_review,
 };
 
-/* True while a provider call of j waits to be written (another session's
- * lock holds its row): its outcome waits with it, so that no attempt is
- * seen settled without its calls. */
-static int calls_pending(const engine_t *eng, const struct job *j)
+/* On the lane: the calls first (support must see every call of a settled
+ * attempt, and if the database cannot take them it cannot take outcomes
+ * now), then the outcomes whose calls are all written. */
+static void persist_exec(void *arg)
 {
-    for (size_t i = 0; i < eng->call_log_len; i++)
-        if (eng->call_log[i].kind == j->kind && strcmp(eng->call_log[i].id, j->id) == 0)
-            return 1;
-    return 0;
+    struct stage_task *t = arg;
+    t->calls_rc = calls_write(t);
+    if (t->calls_rc != CHARGED_OK || t->n == 0)
+        return;
+    size_t *idx = calloc(t->n, sizeof(*idx)), m = 0;
+    if (!idx) {
+        charged_error_set(&t->err, "out of memory");
+        t->rc = CHARGED_RETRY;
+        return;
+    }
+    /* An outcome whose call waits to be written (another session's lock
+     * holds its row) waits with it: no attempt is seen settled without its
+     * calls. */
+    for (size_t i = 0; i < t->n; i++) {
+        const struct engine_outcome *o = task_item(t, i);
+        int pending = 0;
+        for (size_t c = 0; c < t->ncalls && !pending; c++)
+            pending = t->calls[c].kind == o->kind && !strcmp(t->calls[c].id, o->id);
+        if (!pending)
+            idx[m++] = i;
+    }
+    t->rc = stage_run(t, idx, m);
+    free(idx);
+}
+
+static void persist_finish(engine_t *eng, struct stage_task *t)
+{
+    calls_give_back(eng, t);
+    if (t->calls_rc != CHARGED_OK) {
+        for (size_t i = 0; i < t->n; i++)
+            t->js[i]->in_lane = 0;
+        engine_db_failed(eng, "log provider calls", t->calls_err.message);
+        return;
+    }
+    size_t ran = 0;
+    for (size_t i = 0; i < t->n; i++)
+        ran += t->verdict[i] != ITEM_NOT_RUN;
+    stage_finish(eng, t);
+    if (t->rc != CHARGED_RETRY && ran > 0)
+        FAILPOINT("after_persist");
+}
+
+/* A persist task of the waiting calls alone. */
+static struct stage_task *calls_task(engine_t *eng)
+{
+    struct stage_task *t = task_new(eng, &persist_stage, 0);
+    if (t)
+        calls_take(eng, t);
+    return t;
+}
+
+enum charged_rc engine_flush_call_log(engine_t *eng)
+{
+    if (eng->call_log_len == 0)
+        return CHARGED_OK;
+    if (!engine_db_ready(eng))
+        return CHARGED_RETRY;
+    /* In place, on the loop's own session: the lanes have ended (the
+     * stop), and a call that took money must not wait for the next turn. */
+    CHARGED_ASSERT(engine_lane_idle(eng, ENGINE_LANE_PERSIST));
+    struct stage_task *t = calls_task(eng);
+    if (!t)
+        return CHARGED_RETRY;
+    persist_exec(t);
+    enum charged_rc rc = t->calls_rc;
+    persist_finish(eng, t);
+    task_free(t);
+    return rc;
+}
+
+void engine_flush_calls_due(engine_t *eng)
+{
+    int64_t now = clock_now_ms();
+    if (eng->call_log_len == 0 || !engine_db_ready(eng) ||
+        !engine_lane_idle(eng, ENGINE_LANE_PERSIST) ||
+        batch_gate_due_at(&eng->persist_gate, eng->call_log_len, now) > now)
+        return;
+    batch_gate_ran(&eng->persist_gate, now);
+    struct stage_task *t = calls_task(eng);
+    if (t)
+        stage_dispatch(eng, t, persist_exec);
 }
 
 void engine_persist_outcomes(engine_t *eng)
 {
-    struct charged_error err;
     int64_t now = clock_now_ms();
     size_t n = job_list_due(eng->jobs, JOB_PERSIST, now), k = 0;
     if (n == 0 || !engine_db_ready(eng) ||
+        !engine_lane_idle(eng, ENGINE_LANE_PERSIST) ||
         batch_gate_due_at(&eng->persist_gate, n, now) > now)
         return;
     batch_gate_ran(&eng->persist_gate, now);
-    /* The calls first: support must see every call of a settled attempt,
-     * and if the database cannot take them it cannot take outcomes now. */
-    if (engine_flush_call_log(eng) != CHARGED_OK)
+    struct stage_task *t = task_new(eng, &persist_stage, n);
+    if (!t || !(t->reasons = calloc(n, sizeof(*t->reasons))) ||
+        !(t->evidence = calloc(n, sizeof(*t->evidence)))) {
+        task_free(t);
         return;
-    struct engine_outcome *items = calloc(n, sizeof(*items));
-    struct job **js = calloc(n, sizeof(*js));
-    char(*reasons)[512] = calloc(n, sizeof(*reasons));
-    char **evidence = calloc(n, sizeof(*evidence));
-    if (!items || !js || !reasons || !evidence)
-        goto out;
+    }
     for (struct job *j = job_list_first(eng->jobs, JOB_PERSIST); j && k < n;
          j = job_next_in_state(j)) {
-        if (j->next_at > now || calls_pending(eng, j))
+        if (j->next_at > now)
             continue;
         CHARGED_ASSERT(j->lease_epoch > 0); /* an outcome only under our claim */
-        struct engine_outcome *o = &items[k];
+        struct engine_outcome *o = task_item(t, k);
         const struct answer_decision *d = &j->decision;
-        js[k] = j;
+        t->js[k] = j;
         /* The operation's decision, and what it says of the answer. */
-        evidence[k] = eng->op->outcome(j->kind, &j->res, d, j->calls, reasons[k],
-                                       sizeof(reasons[k]), &o->provider_id);
+        t->evidence[k] = eng->op->outcome(j->kind, &j->res, d, j->calls, t->reasons[k],
+                                          sizeof(t->reasons[k]), &o->provider_id);
         o->status = attempt_status_name(d->status);
         o->event_type = d->event_type;
         o->next_check_ms = d->next_check_ms;
         o->id = j->id;
         o->kind = j->kind;
         o->lease_epoch = j->lease_epoch;
-        o->reason = reasons[k][0] ? reasons[k] : NULL;
-        o->evidence_json = evidence[k];
+        o->reason = t->reasons[k][0] ? t->reasons[k] : NULL;
+        o->evidence_json = t->evidence[k];
         o->calls = j->calls;
         o->last_error = j->res.error[0] ? j->res.error : NULL;
         k++;
     }
     CHARGED_ASSERT(k <= n); /* the batch never outgrows what was counted */
-    enum charged_rc rc = stage_run(eng, &persist_stage, js, items, k, &err);
-    stage_reported(eng, &persist_stage, rc, &err);
-    if (rc != CHARGED_RETRY && k > 0)
-        FAILPOINT("after_persist");
-out:
-    for (size_t i = 0; evidence && i < n; i++)
-        free(evidence[i]);
-    free(evidence);
-    free(reasons);
-    free(items);
-    free(js);
+    t->n = t->batch = k;
+    calls_take(eng, t);
+    stage_dispatch(eng, t, persist_exec);
 }
 
-/* ---- leases ---- */
+/* ---- upkeep: leases and waits, on a lane of their own ---- */
 
-/* Extends the leases of claims we still work on. */
-void engine_renew_leases(engine_t *eng)
-{
+/* A renewal or a write of waits on the upkeep lane. It names its jobs by
+ * copies of their ids and claims' epochs, never by pointer: the jobs go on
+ * meanwhile (an answer, a persist) and may end before it does; the loop
+ * finds those still there when it takes the task back. */
+struct upkeep_task {
+    engine_t *eng;
+    void *op_state; /* the lane's */
+    int renew;      /* else the waits */
+    size_t n;
+    char **ids;
+    int *kinds;
+    int64_t *epochs;
+    int *ours;               /* renew: still ours */
+    struct store_wait *w;    /* waits: what is written */
+    enum job_waiting *wants; /* waits: the same, as the job says it */
+    enum charged_rc rc;
     struct charged_error err;
-    int64_t now = clock_now_ms();
-    size_t n = 0, k = 0;
-    if (now - eng->last_renew_ms < eng->lease_ms / 3 || !engine_db_ready(eng))
+};
+
+static void upkeep_free(struct upkeep_task *t)
+{
+    if (!t)
         return;
-    eng->last_renew_ms = now;
-    static const enum job_state leased[] = {JOB_CALL, JOB_CALLING, JOB_PERSIST,
-                                            JOB_PARKED};
-    for (size_t i = 0; i < sizeof(leased) / sizeof(leased[0]); i++)
-        n += job_list_count(eng->jobs, leased[i]);
-    if (n == 0)
-        return;
-    const char **ids = calloc(n, sizeof(*ids));
-    int64_t *epochs = calloc(n, sizeof(*epochs));
-    int *ours = calloc(n, sizeof(*ours)), *kinds = calloc(n, sizeof(*kinds));
-    struct job **js = calloc(n, sizeof(*js));
-    if (!ids || !epochs || !ours || !kinds || !js)
-        goto out;
-    for (size_t i = 0; i < sizeof(leased) / sizeof(leased[0]); i++)
-        for (struct job *j = job_list_first(eng->jobs, leased[i]); j && k < n;
-             j = job_next_in_state(j)) {
-            CHARGED_ASSERT(j->lease_epoch > 0);
-            js[k] = j;
-            ids[k] = j->id;
-            kinds[k] = j->kind;
-            epochs[k++] = j->lease_epoch;
-        }
-    CHARGED_ASSERT(k == n); /* every leased job renews: none is left to expire */
-    if (eng->op->renew(eng->op_state, ids, kinds, epochs, k, eng->lease_ms, ours,
-                       &err) != CHARGED_OK) {
-        engine_db_failed(eng, "renew leases", err.message);
-        goto out;
+    for (size_t i = 0; t->ids && i < t->n; i++)
+        free(t->ids[i]);
+    free(t->ids);
+    free(t->kinds);
+    free(t->epochs);
+    free(t->ours);
+    free(t->w);
+    free(t->wants);
+    free(t);
+}
+
+static struct upkeep_task *upkeep_new(engine_t *eng, int renew, size_t n)
+{
+    struct upkeep_task *t = calloc(1, sizeof(*t));
+    if (!t)
+        return NULL;
+    t->eng = eng;
+    t->renew = renew;
+    t->ids = calloc(n, sizeof(*t->ids));
+    t->kinds = calloc(n, sizeof(*t->kinds));
+    t->epochs = calloc(n, sizeof(*t->epochs));
+    t->ours = calloc(n, sizeof(*t->ours));
+    if (!renew) {
+        t->w = calloc(n, sizeof(*t->w));
+        t->wants = calloc(n, sizeof(*t->wants));
     }
-    for (size_t i = 0; i < k; i++) {
-        struct job *j = js[i];
-        if (ours[i])
-            continue;
+    if (!t->ids || !t->kinds || !t->epochs || !t->ours ||
+        (!renew && (!t->w || !t->wants))) {
+        upkeep_free(t);
+        return NULL;
+    }
+    return t;
+}
+
+/* Adds j to t (0), or -1 when memory ran out. */
+static int upkeep_add(struct upkeep_task *t, const struct job *j)
+{
+    CHARGED_ASSERT(j->lease_epoch > 0); /* a claim of ours */
+    size_t k = t->n;
+    if (!(t->ids[k] = strdup(j->id)))
+        return -1;
+    t->kinds[k] = j->kind;
+    t->epochs[k] = j->lease_epoch;
+    t->n++;
+    return 0;
+}
+
+/* On the lane. One statement each, no transaction: nothing is held across
+ * a call. */
+static void upkeep_exec(void *arg)
+{
+    struct upkeep_task *t = arg;
+    const struct engine_op *op = t->eng->op;
+    if (t->renew)
+        t->rc = op->renew(t->op_state, (const char *const *)t->ids, t->kinds, t->epochs,
+                          t->n, t->eng->lease_ms, t->ours, &t->err);
+    else
+        t->rc = op->wait(t->op_state, t->w, t->n, &t->err);
+}
+
+static const enum job_state claimed_states[] = {JOB_CALL, JOB_CALLING, JOB_PERSIST,
+                                                JOB_PARKED};
+#define NCLAIMED (sizeof(claimed_states) / sizeof(claimed_states[0]))
+
+/* The job of entry i, if it still holds that claim and no lane holds it. */
+static struct job *upkeep_job(engine_t *eng, const struct upkeep_task *t, size_t i)
+{
+    for (size_t s = 0; s < NCLAIMED; s++)
+        for (struct job *j = job_list_first(eng->jobs, claimed_states[s]); j;
+             j = job_next_in_state(j))
+            if (!j->in_lane && j->kind == t->kinds[i] &&
+                j->lease_epoch == t->epochs[i] && !strcmp(j->id, t->ids[i]))
+                return j;
+    return NULL;
+}
+
+static void renew_finish(engine_t *eng, struct upkeep_task *t)
+{
+    int64_t now = clock_now_ms();
+    if (t->rc != CHARGED_OK) {
+        engine_db_failed(eng, "renew leases", t->err.message);
+        return;
+    }
+    for (size_t i = 0; i < t->n; i++) {
+        struct job *j;
+        if (t->ours[i] || !(j = upkeep_job(eng, t, i)))
+            continue; /* renewed, or the claim ended meanwhile */
         log_warn("lease lost", JOB_FIELDS(j), NULL);
         engine_core_lease_lost(&eng->core, eng->jobs, j, now);
         /* Not sent: it looks again (WAIT) or ends; either way it stops
@@ -767,66 +1078,183 @@ void engine_renew_leases(engine_t *eng)
          * priority for as long (a new claim asks from a new one). */
         budget_member_forget(eng->budget, &j->budget);
     }
-out:
-    free(ids);
-    free(epochs);
-    free(ours);
-    free(kinds);
-    free(js);
+}
+
+static void waits_finish(engine_t *eng, struct upkeep_task *t)
+{
+    if (t->rc != CHARGED_OK) {
+        engine_db_failed(eng, "write waits", t->err.message);
+        return;
+    }
+    str_index_t *by_id = str_index_new(t->n);
+    if (!by_id)
+        return; /* written; the jobs write it again, as still due */
+    for (size_t i = 0; i < t->n; i++) {
+        int full = str_index_add(by_id, t->ids[i], (int)i);
+        CHARGED_ASSERT(!full); /* one entry an item */
+    }
+    /* What each record shows now, for the jobs that still hold the claim
+     * it was written under. */
+    for (size_t s = 0; s < NCLAIMED; s++)
+        for (struct job *j = job_list_first(eng->jobs, claimed_states[s]); j;
+             j = job_next_in_state(j))
+            for (int e = str_index_find(by_id, j->id); e >= 0;
+                 e = str_index_next(by_id, e)) {
+                size_t i = (size_t)str_index_value(by_id, e);
+                if (t->kinds[i] != j->kind || t->epochs[i] != j->lease_epoch)
+                    continue;
+                eng->waits_shown += t->wants[i] != JOB_WAITING_NONE;
+                eng->waits_shown -= j->wait_shown != JOB_WAITING_NONE;
+                j->wait_shown = t->wants[i];
+                j->wait_shown_since_ms = t->w[i].since_ms;
+                j->wait_shown_epoch = t->epochs[i];
+            }
+    str_index_free(by_id);
+}
+
+static void upkeep_dispatch(engine_t *eng, struct upkeep_task *t)
+{
+    struct engine_lane *l = &eng->lanes[ENGINE_LANE_UPKEEP];
+    t->op_state = l->op_state;
+    stage_lane_run(l->lane, upkeep_exec, t);
+}
+
+/* Extends the leases of claims we still work on. */
+void engine_renew_leases(engine_t *eng)
+{
+    int64_t now = clock_now_ms();
+    size_t n = 0;
+    if (now - eng->last_renew_ms < eng->lease_ms / 3 || !engine_db_ready(eng) ||
+        !engine_lane_idle(eng, ENGINE_LANE_UPKEEP))
+        return;
+    eng->last_renew_ms = now;
+    for (size_t s = 0; s < NCLAIMED; s++)
+        n += job_list_count(eng->jobs, claimed_states[s]);
+    if (n == 0)
+        return;
+    struct upkeep_task *t = upkeep_new(eng, 1, n);
+    if (!t)
+        return;
+    /* An outcome a lane writes now is not renewed: if it settled, nothing
+     * is left to renew; if not, the next renewal has it. */
+    for (size_t s = 0; s < NCLAIMED; s++)
+        for (struct job *j = job_list_first(eng->jobs, claimed_states[s]); j;
+             j = job_next_in_state(j))
+            if (!j->in_lane && upkeep_add(t, j) != 0) {
+                upkeep_free(t);
+                return;
+            }
+    CHARGED_ASSERT(t->n <= n);
+    if (t->n == 0) {
+        upkeep_free(t);
+        return;
+    }
+    upkeep_dispatch(eng, t);
 }
 
 /* ---- waits ---- */
 
-static const enum job_state claimed_states[] = {JOB_CALL, JOB_CALLING, JOB_PERSIST,
-                                                JOB_PARKED};
-#define NCLAIMED (sizeof(claimed_states) / sizeof(claimed_states[0]))
-
 void engine_write_waits(engine_t *eng)
 {
-    struct charged_error err;
-    size_t n = 0, k = 0;
+    size_t n = 0;
     /* Nothing waits and no record says so: the common case costs nothing. */
     if (!eng->op->wait ||
         (job_list_count(eng->jobs, JOB_PARKED) == 0 && eng->waits_shown == 0 &&
          eng->waits_paced == 0) ||
-        !engine_db_ready(eng))
+        !engine_db_ready(eng) || !engine_lane_idle(eng, ENGINE_LANE_UPKEEP))
         return;
     for (size_t s = 0; s < NCLAIMED; s++)
         for (struct job *j = job_list_first(eng->jobs, claimed_states[s]); j;
              j = job_next_in_state(j))
-            n += (size_t)engine_core_wait_due(j);
+            n += !j->in_lane && engine_core_wait_due(j);
     if (n == 0)
         return;
-    struct store_wait *w = calloc(n, sizeof(*w));
-    struct job **js = calloc(n, sizeof(*js));
-    if (!w || !js)
-        goto out;
+    struct upkeep_task *t = upkeep_new(eng, 0, n);
+    if (!t)
+        return;
     for (size_t s = 0; s < NCLAIMED; s++)
-        for (struct job *j = job_list_first(eng->jobs, claimed_states[s]); j && k < n;
-             j = job_next_in_state(j)) {
-            if (!engine_core_wait_due(j))
+        for (struct job *j = job_list_first(eng->jobs, claimed_states[s]);
+             j && t->n < n; j = job_next_in_state(j)) {
+            if (j->in_lane || !engine_core_wait_due(j))
                 continue;
-            CHARGED_ASSERT(j->lease_epoch > 0); /* a claim of ours */
-            js[k] = j;
-            w[k++] = (struct store_wait){j->id, j->kind, j->lease_epoch,
-                                         engine_core_waiting_name(j->wait_want),
-                                         j->wait_since_ms};
+            size_t k = t->n;
+            if (upkeep_add(t, j) != 0) {
+                upkeep_free(t);
+                return;
+            }
+            t->wants[k] = j->wait_want;
+            t->w[k] = (struct store_wait){t->ids[k], j->kind, j->lease_epoch,
+                                          engine_core_waiting_name(j->wait_want),
+                                          j->wait_since_ms};
         }
-    CHARGED_ASSERT(k == n);
-    /* One statement, no transaction: nothing is held across a call. */
-    if (eng->op->wait(eng->op_state, w, k, &err) != CHARGED_OK) {
-        engine_db_failed(eng, "write waits", err.message);
-        goto out;
+    CHARGED_ASSERT(t->n == n);
+    upkeep_dispatch(eng, t);
+}
+
+/* ---- the lanes ---- */
+
+/* Applies a lane's ended task on the loop, and frees it. */
+static void task_finish(engine_t *eng, enum engine_lane_id lane, void *task)
+{
+    if (lane == ENGINE_LANE_UPKEEP) {
+        struct upkeep_task *u = task;
+        if (u->renew)
+            renew_finish(eng, u);
+        else
+            waits_finish(eng, u);
+        upkeep_free(u);
+        return;
     }
-    for (size_t i = 0; i < k; i++) {
-        struct job *j = js[i];
-        eng->waits_shown += j->wait_want != JOB_WAITING_NONE;
-        eng->waits_shown -= j->wait_shown != JOB_WAITING_NONE;
-        j->wait_shown = j->wait_want;
-        j->wait_shown_since_ms = j->wait_since_ms;
-        j->wait_shown_epoch = j->lease_epoch;
+    struct stage_task *t = task;
+    if (lane == ENGINE_LANE_PERSIST)
+        persist_finish(eng, t);
+    else
+        stage_finish(eng, t);
+    task_free(t);
+}
+
+void engine_lanes_collect(engine_t *eng, int all)
+{
+    for (int i = 0; i < ENGINE_LANES; i++) {
+        stage_lane_t *l = eng->lanes[i].lane;
+        void *t = !l ? NULL : all ? stage_lane_wait(l) : stage_lane_take(l);
+        if (t)
+            task_finish(eng, (enum engine_lane_id)i, t);
     }
-out:
-    free(w);
-    free(js);
+}
+
+enum charged_rc engine_lanes_open(engine_t *eng, struct charged_error *err)
+{
+    CHARGED_ASSERT(eng->wake_open);
+    for (int i = 0; i < ENGINE_LANES; i++) {
+        struct engine_lane *l = &eng->lanes[i];
+        if (!(l->op_state = eng->op->open(eng->cfg, eng->id, err)) ||
+            !(l->lane = stage_lane_new(eng->wake[1], err)))
+            return CHARGED_RETRY;
+    }
+    return CHARGED_OK;
+}
+
+void engine_lanes_close(engine_t *eng)
+{
+    for (int i = 0; i < ENGINE_LANES; i++) {
+        struct engine_lane *l = &eng->lanes[i];
+        if (l->lane) {
+            /* A task still in hand (a failed start, a teardown): its jobs
+             * are freed next, unapplied; their messages are not committed. */
+            void *t = stage_lane_wait(l->lane);
+            if (i == ENGINE_LANE_UPKEEP) {
+                upkeep_free(t);
+            } else {
+                if (t && i == ENGINE_LANE_PERSIST)
+                    calls_give_back(eng, t);
+                task_free(t);
+            }
+            stage_lane_free(l->lane);
+        }
+        if (l->op_state)
+            eng->op->close(l->op_state);
+        l->lane = NULL;
+        l->op_state = NULL;
+    }
 }

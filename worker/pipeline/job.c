@@ -140,6 +140,8 @@ void job_set(job_list_t *list, struct job *j, enum job_state to)
                   job_state_name(j->state), "to", job_state_name(to), JOB_FIELDS(j),
                   NULL);
     CHARGED_ASSERT(job_may_move(j->state, to));
+    /* A lane's statement holds it: its result decides where it goes. */
+    CHARGED_ASSERT(!j->in_lane);
     if (to == j->state)
         return;
     state_unlink(list, j);

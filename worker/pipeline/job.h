@@ -95,6 +95,8 @@ struct job {
                                               operation's decide) */
     int busy_persists; /* PERSIST: tries that found the row held by a peer */
     int lock_waits;    /* RECORD, CLAIM: statements another session's lock held */
+    int in_lane; /* RECORD, CLAIM, WAIT, PERSIST: a database lane's statement holds
+                    it (engine_store.c); the loop leaves it alone until it ends */
     struct budget_ask budget; /* CALL, PARKED: its call's place at the budget's
                                  gate (engine_provider.c's budget_of) */
     int budget_long;          /* its wait for the budget passed
