@@ -132,8 +132,8 @@ static void turn(engine_t *eng, int take_new)
      * both batch gates hold what would come of it. */
     int wait = idle_ms(eng, 100, take_new), quiet = quiet_ms(eng, wait);
     if (quiet > 0) {
-        struct timespec ts = {quiet / 1000, (long)(quiet % 1000) * 1000000L};
-        nanosleep(&ts, NULL);
+        /* A lane's end is not held back: its results may start calls. */
+        engine_lanes_sleep(eng, quiet);
         wait = 0;
     }
     engine_wait(eng, wait);

@@ -128,6 +128,10 @@ struct engine {
      * wait reads wake[0] beside the provider's sockets. */
     rd_kafka_queue_t *consumer_queue, *producer_queue;
     int wake[2], wake_open;
+    /* The lanes write to their own pipe when a statement ends: the wait
+     * sees it beside wake[0], and so does the quiet sleep, which does not
+     * wake for answers or messages. */
+    int lane_wake[2], lane_wake_open;
     const struct engine_op *op;
     void *op_state; /* op->open's: the loop's own session */
     struct engine_lane lanes[ENGINE_LANES];
@@ -251,6 +255,8 @@ int engine_db_ready(engine_t *eng);
  * (a task in hand dropped: its jobs are freed after) by engine_lanes_close. */
 enum charged_rc engine_lanes_open(engine_t *eng, struct charged_error *err);
 void engine_lanes_close(engine_t *eng);
+/* Until a lane's statement ends, at most ms (the quiet sleep). */
+void engine_lanes_sleep(engine_t *eng, int ms);
 /* Applies what the lanes finished (all: waits for each to end). */
 void engine_lanes_collect(engine_t *eng, int all);
 /* A lane is free for its stage's next statement. */

@@ -812,11 +812,13 @@ void engine_wait(engine_t *eng, int wait_ms)
 {
     CHARGED_ASSERT(wait_ms >= 0 && eng->wake_open);
     char drain[64];
-    provider_client_wait(eng->provider, wait_ms, &eng->wake[0], 1);
-    /* Emptied before the queues are served: an event after this wakes the
-     * next wait. */
-    while (read(eng->wake[0], drain, sizeof(drain)) > 0)
-        ;
+    int fds[2] = {eng->wake[0], eng->lane_wake_open ? eng->lane_wake[0] : -1};
+    provider_client_wait(eng->provider, wait_ms, fds, eng->lane_wake_open ? 2 : 1);
+    /* Emptied before the queues and the lanes are served: an event after
+     * this wakes the next wait. */
+    for (int i = 0; i < (eng->lane_wake_open ? 2 : 1); i++)
+        while (read(fds[i], drain, sizeof(drain)) > 0)
+            ;
 }
 
 enum charged_rc engine_kafka_setup(engine_t *eng, struct charged_error *err)

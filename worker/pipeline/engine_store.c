@@ -1,8 +1,12 @@
 #include "engine_int.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "attempt_status.h"
 #include "charged_assert.h"
@@ -1223,13 +1227,41 @@ void engine_lanes_collect(engine_t *eng, int all)
     }
 }
 
+void engine_lanes_sleep(engine_t *eng, int ms)
+{
+    struct pollfd p = {.fd = eng->lane_wake[0], .events = POLLIN};
+    CHARGED_ASSERT(eng->lane_wake_open && ms >= 0);
+    if (poll(&p, 1, ms) < 0 && errno != EINTR)
+        log_warn("poll of the lanes' pipe failed", "error", strerror(errno), NULL);
+}
+
+/* Non-blocking both ways: a full pipe already wakes the loop, and a lane
+ * must never block writing to it. */
+static enum charged_rc lanes_pipe(engine_t *eng, struct charged_error *err)
+{
+    if (pipe(eng->lane_wake) != 0) {
+        charged_error_set(err, "cannot make the lanes' pipe: %s", strerror(errno));
+        return CHARGED_RETRY;
+    }
+    eng->lane_wake_open = 1;
+    for (int i = 0; i < 2; i++)
+        if (fcntl(eng->lane_wake[i], F_SETFL, O_NONBLOCK) != 0 ||
+            fcntl(eng->lane_wake[i], F_SETFD, FD_CLOEXEC) != 0) {
+            charged_error_set(err, "cannot set up the lanes' pipe: %s",
+                              strerror(errno));
+            return CHARGED_RETRY;
+        }
+    return CHARGED_OK;
+}
+
 enum charged_rc engine_lanes_open(engine_t *eng, struct charged_error *err)
 {
-    CHARGED_ASSERT(eng->wake_open);
+    if (lanes_pipe(eng, err) != CHARGED_OK)
+        return CHARGED_RETRY;
     for (int i = 0; i < ENGINE_LANES; i++) {
         struct engine_lane *l = &eng->lanes[i];
         if (!(l->op_state = eng->op->open(eng->cfg, eng->id, err)) ||
-            !(l->lane = stage_lane_new(eng->wake[1], err)))
+            !(l->lane = stage_lane_new(eng->lane_wake[1], err)))
             return CHARGED_RETRY;
     }
     return CHARGED_OK;
@@ -1256,5 +1288,10 @@ void engine_lanes_close(engine_t *eng)
             eng->op->close(l->op_state);
         l->lane = NULL;
         l->op_state = NULL;
+    }
+    if (eng->lane_wake_open) {
+        close(eng->lane_wake[0]);
+        close(eng->lane_wake[1]);
+        eng->lane_wake_open = 0;
     }
 }
