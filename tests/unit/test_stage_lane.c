@@ -73,7 +73,7 @@ START_TEST(a_task_runs_while_the_caller_goes_on)
     struct charged_error err;
     make_pipe(fds);
     gated_init(&g);
-    stage_lane_t *l = stage_lane_new(fds[1], &err);
+    stage_lane_t *l = stage_lane_new("lane-test", fds[1], &err);
     ck_assert_ptr_nonnull(l);
     ck_assert(stage_lane_idle(l));
     ck_assert_ptr_null(stage_lane_take(l)); /* none given */
@@ -106,7 +106,7 @@ START_TEST(a_lane_runs_one_task_after_another)
     gated_init(&a);
     gated_init(&b);
     a.open = b.open = 1;
-    stage_lane_t *l = stage_lane_new(fds[1], &err);
+    stage_lane_t *l = stage_lane_new("lane-test", fds[1], &err);
     ck_assert_ptr_nonnull(l);
     stage_lane_run(l, gated_run, &a);
     ck_assert_ptr_eq(stage_lane_wait(l), &a);
@@ -137,7 +137,7 @@ START_TEST(freeing_a_lane_waits_for_its_task)
     pthread_t opener;
     make_pipe(fds);
     gated_init(&g);
-    stage_lane_t *l = stage_lane_new(fds[1], &err);
+    stage_lane_t *l = stage_lane_new("lane-test", fds[1], &err);
     ck_assert_ptr_nonnull(l);
     stage_lane_run(l, gated_run, &g);
     ck_assert_int_eq(pthread_create(&opener, NULL, open_later, &g), 0);
@@ -161,7 +161,7 @@ START_TEST(a_full_wake_pipe_does_not_hold_the_lane)
         ; /* full: the caller has a wake pending already */
     gated_init(&g);
     g.open = 1;
-    stage_lane_t *l = stage_lane_new(fds[1], &err);
+    stage_lane_t *l = stage_lane_new("lane-test", fds[1], &err);
     ck_assert_ptr_nonnull(l);
     stage_lane_run(l, gated_run, &g);
     ck_assert_ptr_eq(stage_lane_wait(l), &g);

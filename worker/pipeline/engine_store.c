@@ -1258,10 +1258,12 @@ enum charged_rc engine_lanes_open(engine_t *eng, struct charged_error *err)
 {
     if (lanes_pipe(eng, err) != CHARGED_OK)
         return CHARGED_RETRY;
+    static const char *const names[ENGINE_LANES] = {"lane-record", "lane-claim",
+                                                    "lane-persist", "lane-upkeep"};
     for (int i = 0; i < ENGINE_LANES; i++) {
         struct engine_lane *l = &eng->lanes[i];
         if (!(l->op_state = eng->op->open(eng->cfg, eng->id, err)) ||
-            !(l->lane = stage_lane_new(eng->lane_wake[1], err)))
+            !(l->lane = stage_lane_new(names[i], eng->lane_wake[1], err)))
             return CHARGED_RETRY;
     }
     return CHARGED_OK;

@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -46,7 +47,7 @@ static void *lane_main(void *arg)
     return NULL;
 }
 
-stage_lane_t *stage_lane_new(int wake_fd, struct charged_error *err)
+stage_lane_t *stage_lane_new(const char *name, int wake_fd, struct charged_error *err)
 {
     stage_lane_t *l = calloc(1, sizeof(*l));
     int rc;
@@ -71,6 +72,9 @@ stage_lane_t *stage_lane_new(int wake_fd, struct charged_error *err)
         free(l);
         return NULL;
     }
+    char short_name[16];
+    snprintf(short_name, sizeof(short_name), "%s", name);
+    pthread_setname_np(l->thread, short_name); /* a name is a help, not a need */
     return l;
 }
 

@@ -25,8 +25,9 @@ typedef struct stage_lane stage_lane_t;
 typedef void (*stage_lane_fn)(void *task);
 
 /* A lane whose finished tasks write a byte to wake_fd (non-blocking; a full
- * pipe has woken the loop already). NULL and err when no thread starts. */
-stage_lane_t *stage_lane_new(int wake_fd, struct charged_error *err);
+ * pipe has woken the loop already); its thread is called name (at most 15
+ * bytes are kept: top -H, perf). NULL and err when no thread starts. */
+stage_lane_t *stage_lane_new(const char *name, int wake_fd, struct charged_error *err);
 /* Waits for a task in hand to end (its result is dropped: take it first),
  * then stops the thread. NULL: nothing. */
 void stage_lane_free(stage_lane_t *lane);
