@@ -27,7 +27,10 @@ waits for the renewal (5 s), applies its failure, and the final write is
 skipped. On main's HEAD (182ba31): no provider_calls row of B while
 psp-sim charged it (3 runs of 3), the renewal's failure logged just before
 the stop. The same stop without the trigger writes B's row (tried: a copy
-of this test without it passed)."""
+of this test without it passed). Not the lanes' doing: the build before
+them (0c9ff1d) loses B's row too (and A's: the renewal held the loop
+itself); the veto is engine_flush_call_log's engine_db_ready check, which
+any stage's failure just before the stop trips."""
 import signal
 
 import charged_e2e as e2e
