@@ -16,7 +16,7 @@ on one session, one after the other: never busy.
 Measured: 1,500 charges in bursts of 100 every 200 ms, psp-sim answering in
 0.5-2 s, WORKER_MAX_IN_FLIGHT=2000, WORKER_LEASE_MS=3000 (a renewal every
 second, of up to ~1,000 rows). No session but the worker's touches the
-attempts. On main's HEAD (182ba31): 15, 10, 7 and 12 persists busy (4 runs);
+attempts. On main's HEAD (182ba31): 15, 10, 7, 12 and 4 persists busy (5 runs);
 answer -> persisted p99 60-80 ms, the busy ones 42-86 ms (all: p50 10 ms).
 WORKER_LEASE_MS=120000 (no renewal in the run): none busy, p99 28 ms. The
 build before the lanes (0c9ff1d), this test as it is: none busy."""
