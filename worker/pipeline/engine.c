@@ -152,10 +152,12 @@ static void turn(engine_t *eng, int take_new)
     engine_claim_attempts(eng);
     engine_start_calls(eng);
     engine_collect_calls(eng, 0);
+    /* The renewals first: they share the persist's lane, and under load
+     * the persist would otherwise take it every turn. */
+    engine_renew_leases(eng);
     engine_write_waits(eng);
     engine_persist_outcomes(eng);
     engine_flush_calls_due(eng);
-    engine_renew_leases(eng);
     engine_reap(eng);
     engine_finish_revocations(eng, 0);
     if (clock_now_ms() - eng->last_commit_ms >= eng->commit_interval_ms)

@@ -70,12 +70,12 @@
 /* The database stages that run on lanes of their own (stage_lane.h): a
  * statement of one waiting for a lock holds none of the others, nor the
  * loop. The calls' log goes with the persist, as it must come before it;
- * renewals and waits share one, each a statement now and then. */
+ * so do the renewals and the waits, which lock the rows of our claims that
+ * the persist writes: on one lane they never wait for each other. */
 enum engine_lane_id {
     ENGINE_LANE_RECORD,
     ENGINE_LANE_CLAIM,
-    ENGINE_LANE_PERSIST,
-    ENGINE_LANE_UPKEEP, /* leases' renewals and the records' waits */
+    ENGINE_LANE_PERSIST, /* also the renewals and the waits (engine_store.c) */
     ENGINE_LANES
 };
 
@@ -235,8 +235,10 @@ void engine_paused_lag(engine_t *eng, int64_t now);
 void engine_finish_revocations(engine_t *eng, int all);
 /* Started jobs of `parts` (all when NULL) that still hold an offset. */
 size_t engine_jobs_of(engine_t *eng, const rd_kafka_topic_partition_list_t *parts);
-/* Gives up the unfinished jobs of `parts` (all when NULL); how many. */
+/* Gives up the unfinished jobs of `parts` (all when NULL); how many. A job
+ * a lane holds is detached at once and moved once its result is applied: */
 size_t engine_detach(engine_t *eng, const rd_kafka_topic_partition_list_t *parts);
+void engine_detach_after_lane(engine_t *eng, struct job *j);
 /* The consumer and the dead-letter producer, configured (CHARGED_GIVE_UP
  * and err on a setting refused), and subscribed later (CHARGED_RETRY and
  * err when Kafka refuses). */

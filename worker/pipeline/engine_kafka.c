@@ -575,9 +575,6 @@ size_t engine_jobs_of(engine_t *eng, const rd_kafka_topic_partition_list_t *part
 size_t engine_detach(engine_t *eng, const rd_kafka_topic_partition_list_t *parts)
 {
     size_t left = 0;
-    /* The lanes' statements end first (each within its timeouts): a job a
-     * lane holds is given up only once its result is applied. */
-    engine_lanes_collect(eng, 1);
     for (struct job *j = job_list_oldest(eng->jobs); j; j = job_younger(j)) {
         if (j->detached || !in_parts(eng, parts, j->partition))
             continue;
@@ -586,6 +583,16 @@ size_t engine_detach(engine_t *eng, const rd_kafka_topic_partition_list_t *parts
         if (j->msg) {
             rd_kafka_message_destroy(j->msg);
             j->msg = NULL;
+        }
+        if (j->in_lane) {
+            /* A lane's statement holds it, and the loop does not wait for
+             * a statement (a lock may hold it for seconds): it holds no
+             * offset from now on, and goes where a given-up job goes once
+             * its result is applied (engine_detach_after_lane). */
+            job_detach(eng->jobs, j);
+            budget_member_forget(eng->budget, &j->budget);
+            left++;
+            continue;
         }
         enum engine_next next = engine_core_detach(eng->jobs, j);
         CHARGED_ASSERT(j->detached && j->msg == NULL);
@@ -606,6 +613,17 @@ size_t engine_detach(engine_t *eng, const rd_kafka_topic_partition_list_t *parts
     /* Given up for good (shutdown): not one job still holds an offset. */
     CHARGED_ASSERT(parts != NULL || job_list_holding(eng->jobs) == 0);
     return left;
+}
+
+void engine_detach_after_lane(engine_t *eng, struct job *j)
+{
+    CHARGED_ASSERT(!j->in_lane);
+    /* Settled, or an outcome still to persist under our lease (a call
+     * that was out): as engine_detach leaves them. */
+    if (!j->detached || j->state == JOB_DONE || j->state == JOB_PERSIST)
+        return;
+    if (engine_core_detach(eng->jobs, j) == ENGINE_NEXT_RELEASE)
+        engine_release_lease(eng, j);
 }
 
 /* Ends a revocation: what is unfinished is given up, what finished is

@@ -56,7 +56,11 @@ struct stage;
  * (op, lease_ms, the retry policy) and writes only the task; the jobs it
  * names are held (in_lane) until the loop takes the task back
  * (stage_finish). */
+/* What a lane's task is, its first member: the persist lane runs both. */
+enum task_kind { TASK_STAGE, TASK_UPKEEP };
+
 struct stage_task {
+    enum task_kind kind; /* TASK_STAGE */
     engine_t *eng;
     const struct stage *st;
     void *op_state; /* the lane's session (the loop's when run in place) */
@@ -130,6 +134,7 @@ static struct stage_task *task_new(engine_t *eng, const struct stage *st, size_t
     size_t m = n ? n : 1;
     if (!t)
         return NULL;
+    t->kind = TASK_STAGE;
     t->eng = eng;
     t->st = st;
     t->op_state = eng->op_state;
@@ -318,6 +323,7 @@ static void stage_finish(engine_t *eng, struct stage_task *t)
         case ITEM_NOT_RUN:
             break;
         }
+        engine_detach_after_lane(eng, j);
     }
     stage_reported(eng, st, t->rc, &t->err);
 }
@@ -865,8 +871,10 @@ static void persist_finish(engine_t *eng, struct stage_task *t)
 {
     calls_give_back(eng, t);
     if (t->calls_rc != CHARGED_OK) {
-        for (size_t i = 0; i < t->n; i++)
+        for (size_t i = 0; i < t->n; i++) {
             t->js[i]->in_lane = 0;
+            engine_detach_after_lane(eng, t->js[i]);
+        }
         engine_db_failed(eng, "log provider calls", t->calls_err.message);
         return;
     }
@@ -891,10 +899,11 @@ enum charged_rc engine_flush_call_log(engine_t *eng)
 {
     if (eng->call_log_len == 0)
         return CHARGED_OK;
-    if (!engine_db_ready(eng))
-        return CHARGED_RETRY;
     /* In place, on the loop's own session: the lanes have ended (the
-     * stop), and a call that took money must not wait for the next turn. */
+     * stop), and a call that took money must not wait for the next turn.
+     * Whatever the database's back-off: a lane's failure just applied
+     * (a renewal at its timeout) says nothing of this session, and this is
+     * the last try (an outside attack: the row of a charge missing). */
     CHARGED_ASSERT(engine_lane_idle(eng, ENGINE_LANE_PERSIST));
     struct stage_task *t = calls_task(eng);
     if (!t)
@@ -963,13 +972,18 @@ void engine_persist_outcomes(engine_t *eng)
     stage_dispatch(eng, t, persist_exec);
 }
 
-/* ---- upkeep: leases and waits, on a lane of their own ---- */
+/* ---- upkeep: leases and waits, on the persist lane ---- */
 
-/* A renewal or a write of waits on the upkeep lane. It names its jobs by
- * copies of their ids and claims' epochs, never by pointer: the jobs go on
- * meanwhile (an answer, a persist) and may end before it does; the loop
- * finds those still there when it takes the task back. */
+/* A renewal or a write of waits, on the persist lane: both lock rows of
+ * our claims (skipping those another session holds) for their statement,
+ * and an outcome written beside them on another session waited for those
+ * locks (an outside attack: 4-15 persists of 1,500 found "busy" by a
+ * renewal a second). One lane, one statement at a time: none waits. It names its jobs
+ * by copies of their ids and claims' epochs, never by pointer: the jobs go on meanwhile
+ * (an answer, a persist) and may end before it does; the loop finds those still there
+ * when it takes the task back. */
 struct upkeep_task {
+    enum task_kind kind; /* TASK_UPKEEP */
     engine_t *eng;
     void *op_state; /* the lane's */
     int renew;      /* else the waits */
@@ -1004,6 +1018,7 @@ static struct upkeep_task *upkeep_new(engine_t *eng, int renew, size_t n)
     struct upkeep_task *t = calloc(1, sizeof(*t));
     if (!t)
         return NULL;
+    t->kind = TASK_UPKEEP;
     t->eng = eng;
     t->renew = renew;
     t->ids = calloc(n, sizeof(*t->ids));
@@ -1118,7 +1133,7 @@ static void waits_finish(engine_t *eng, struct upkeep_task *t)
 
 static void upkeep_dispatch(engine_t *eng, struct upkeep_task *t)
 {
-    struct engine_lane *l = &eng->lanes[ENGINE_LANE_UPKEEP];
+    struct engine_lane *l = &eng->lanes[ENGINE_LANE_PERSIST];
     t->op_state = l->op_state;
     stage_lane_run(l->lane, upkeep_exec, t);
 }
@@ -1129,7 +1144,7 @@ void engine_renew_leases(engine_t *eng)
     int64_t now = clock_now_ms();
     size_t n = 0;
     if (now - eng->last_renew_ms < eng->lease_ms / 3 || !engine_db_ready(eng) ||
-        !engine_lane_idle(eng, ENGINE_LANE_UPKEEP))
+        !engine_lane_idle(eng, ENGINE_LANE_PERSIST))
         return;
     eng->last_renew_ms = now;
     for (size_t s = 0; s < NCLAIMED; s++)
@@ -1165,7 +1180,7 @@ void engine_write_waits(engine_t *eng)
     if (!eng->op->wait ||
         (job_list_count(eng->jobs, JOB_PARKED) == 0 && eng->waits_shown == 0 &&
          eng->waits_paced == 0) ||
-        !engine_db_ready(eng) || !engine_lane_idle(eng, ENGINE_LANE_UPKEEP))
+        !engine_db_ready(eng) || !engine_lane_idle(eng, ENGINE_LANE_PERSIST))
         return;
     for (size_t s = 0; s < NCLAIMED; s++)
         for (struct job *j = job_list_first(eng->jobs, claimed_states[s]); j;
@@ -1200,7 +1215,7 @@ void engine_write_waits(engine_t *eng)
 /* Applies a lane's ended task on the loop, and frees it. */
 static void task_finish(engine_t *eng, enum engine_lane_id lane, void *task)
 {
-    if (lane == ENGINE_LANE_UPKEEP) {
+    if (*(const enum task_kind *)task == TASK_UPKEEP) {
         struct upkeep_task *u = task;
         if (u->renew)
             renew_finish(eng, u);
@@ -1259,7 +1274,7 @@ enum charged_rc engine_lanes_open(engine_t *eng, struct charged_error *err)
     if (lanes_pipe(eng, err) != CHARGED_OK)
         return CHARGED_RETRY;
     static const char *const names[ENGINE_LANES] = {"lane-record", "lane-claim",
-                                                    "lane-persist", "lane-upkeep"};
+                                                    "lane-persist"};
     for (int i = 0; i < ENGINE_LANES; i++) {
         struct engine_lane *l = &eng->lanes[i];
         if (!(l->op_state = eng->op->open(eng->cfg, eng->id, err)) ||
@@ -1277,7 +1292,7 @@ void engine_lanes_close(engine_t *eng)
             /* A task still in hand (a failed start, a teardown): its jobs
              * are freed next, unapplied; their messages are not committed. */
             void *t = stage_lane_wait(l->lane);
-            if (i == ENGINE_LANE_UPKEEP) {
+            if (t && *(const enum task_kind *)t == TASK_UPKEEP) {
                 upkeep_free(t);
             } else {
                 if (t && i == ENGINE_LANE_PERSIST)
