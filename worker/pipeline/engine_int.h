@@ -53,6 +53,11 @@
  * whole lock_timeout already, and the loop waits for every such try, so a
  * batch of 150 held rows cost 15 s of the loop at the session's 100 ms. */
 #define ALONE_LOCK_TIMEOUT "5ms"
+/* A lane's task stops its tries of items alone after this long (the rest
+ * go in the next batch, without the held ones, which wait a back-off):
+ * renewals wait for the persist lane, and 900 calls newly held, 5 ms
+ * each, kept it 4.5 s and let leases of ours expire (an outside attack). */
+#define ALONE_BUDGET_MS 200
 /* Items ready for one statement that run it at once, whatever the gate's
  * hold (batch_gate.h). */
 #define BATCH_FULL 128
@@ -132,6 +137,7 @@ struct engine {
      * sees it beside wake[0], and so does the quiet sleep, which does not
      * wake for answers or messages. */
     int lane_wake[2], lane_wake_open;
+    int upkeep_out; /* the persist lane runs a renewal or the waits */
     const struct engine_op *op;
     void *op_state; /* op->open's: the loop's own session */
     struct engine_lane lanes[ENGINE_LANES];
@@ -259,6 +265,10 @@ enum charged_rc engine_lanes_open(engine_t *eng, struct charged_error *err);
 void engine_lanes_close(engine_t *eng);
 /* Until a lane's statement ends, at most ms (the quiet sleep). */
 void engine_lanes_sleep(engine_t *eng, int ms);
+/* Ends a renewal or a write of waits in flight (quick: they skip what
+ * another session holds), so that a lease released now is not one of the
+ * rows it locked (releases skip those). */
+void engine_lanes_upkeep_wait(engine_t *eng);
 /* Applies what the lanes finished (all: waits for each to end). */
 void engine_lanes_collect(engine_t *eng, int all);
 /* A lane is free for its stage's next statement. */

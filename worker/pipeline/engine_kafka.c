@@ -575,6 +575,9 @@ size_t engine_jobs_of(engine_t *eng, const rd_kafka_topic_partition_list_t *part
 size_t engine_detach(engine_t *eng, const rd_kafka_topic_partition_list_t *parts)
 {
     size_t left = 0;
+    /* A renewal of ours in flight would keep a lease we release below: it
+     * locks the rows it renews, and a release skips locked rows. */
+    engine_lanes_upkeep_wait(eng);
     for (struct job *j = job_list_oldest(eng->jobs); j; j = job_younger(j)) {
         if (j->detached || !in_parts(eng, parts, j->partition))
             continue;

@@ -66,8 +66,10 @@ struct stage_task {
     void *op_state; /* the lane's session (the loop's when run in place) */
     struct job **js;
     char *items;
-    size_t n;     /* items */
-    size_t batch; /* items [0, batch) go in one statement; the rest alone */
+    size_t n;            /* items */
+    size_t batch;        /* items [0, batch) go in one statement; the rest alone */
+    int64_t alone_until; /* tries alone stop then (ALONE_BUDGET_MS) */
+    int final;           /* the stop's last write: every call, at once */
     unsigned char *verdict;
     char (*sqlstate)[16];
     enum charged_rc rc;
@@ -154,6 +156,8 @@ static struct stage_task *task_new(engine_t *eng, const struct stage *st, size_t
 static enum charged_rc stage_alone(struct stage_task *t, size_t i)
 {
     const struct stage *st = t->st;
+    if (clock_now_ms() >= t->alone_until)
+        return CHARGED_OK; /* not run: the next batch has it */
     db_lock_timeout_override(ALONE_LOCK_TIMEOUT);
     enum charged_rc rc = st->statement(t, task_item(t, i), 1, &t->err);
     db_lock_timeout_override(NULL);
@@ -245,6 +249,7 @@ static enum charged_rc stage_run(struct stage_task *t, const size_t *idx, size_t
 static void stage_exec(void *arg)
 {
     struct stage_task *t = arg;
+    t->alone_until = clock_now_ms() + ALONE_BUDGET_MS;
     size_t *idx = calloc(t->batch ? t->batch : 1, sizeof(*idx));
     if (!idx) {
         charged_error_set(&t->err, "out of memory");
@@ -672,7 +677,12 @@ static enum charged_rc calls_write(struct stage_task *t)
         enum charged_rc alone;
         if (done[i])
             continue;
-        if (e->lock_waits > 0 && (e->next_at > now || held_tries++ >= HELD_PER_TURN))
+        /* At the stop every call is tried, whatever its back-off: there is
+         * no later turn (an outside attack: a call held a moment before
+         * was left out of provider_calls). */
+        if (!t->final && (clock_now_ms() >= t->alone_until ||
+                          (e->lock_waits > 0 &&
+                           (e->next_at > now || held_tries++ >= HELD_PER_TURN))))
             continue;
         if ((alone = log_call_alone(t, e, err)) == CHARGED_RETRY) {
             rc = CHARGED_RETRY;
@@ -843,6 +853,7 @@ static const struct stage persist_stage = {
 static void persist_exec(void *arg)
 {
     struct stage_task *t = arg;
+    t->alone_until = clock_now_ms() + ALONE_BUDGET_MS;
     t->calls_rc = calls_write(t);
     if (t->calls_rc != CHARGED_OK || t->n == 0)
         return;
@@ -908,8 +919,15 @@ enum charged_rc engine_flush_call_log(engine_t *eng)
     struct stage_task *t = calls_task(eng);
     if (!t)
         return CHARGED_RETRY;
+    t->final = 1;
     persist_exec(t);
     enum charged_rc rc = t->calls_rc;
+    for (size_t i = 0; i < t->ncalls; i++)
+        log_error("provider call not recorded at the stop: another session holds its "
+                  "row; this line is its record",
+                  t->calls[i].id_field, t->calls[i].id, "order_id",
+                  t->calls[i].order_id, "traceparent",
+                  t->calls[i].traceparent[0] ? t->calls[i].traceparent : NULL, NULL);
     persist_finish(eng, t);
     task_free(t);
     return rc;
@@ -1134,6 +1152,7 @@ static void waits_finish(engine_t *eng, struct upkeep_task *t)
 static void upkeep_dispatch(engine_t *eng, struct upkeep_task *t)
 {
     struct engine_lane *l = &eng->lanes[ENGINE_LANE_PERSIST];
+    eng->upkeep_out = 1;
     t->op_state = l->op_state;
     stage_lane_run(l->lane, upkeep_exec, t);
 }
@@ -1217,6 +1236,7 @@ static void task_finish(engine_t *eng, enum engine_lane_id lane, void *task)
 {
     if (*(const enum task_kind *)task == TASK_UPKEEP) {
         struct upkeep_task *u = task;
+        eng->upkeep_out = 0;
         if (u->renew)
             renew_finish(eng, u);
         else
@@ -1230,6 +1250,15 @@ static void task_finish(engine_t *eng, enum engine_lane_id lane, void *task)
     else
         stage_finish(eng, t);
     task_free(t);
+}
+
+void engine_lanes_upkeep_wait(engine_t *eng)
+{
+    stage_lane_t *l = eng->lanes[ENGINE_LANE_PERSIST].lane;
+    void *t;
+    if (eng->upkeep_out && l && (t = stage_lane_wait(l)))
+        task_finish(eng, ENGINE_LANE_PERSIST, t);
+    CHARGED_ASSERT(!eng->upkeep_out);
 }
 
 void engine_lanes_collect(engine_t *eng, int all)
