@@ -52,13 +52,13 @@ enum item_verdict {
 
 struct stage;
 
+/* What a lane's task is, its first member: the persist lane runs both. */
+enum task_kind { TASK_STAGE, TASK_UPKEEP };
+
 /* A stage's batch on its way through a lane. The lane reads eng's limits
  * (op, lease_ms, the retry policy) and writes only the task; the jobs it
  * names are held (in_lane) until the loop takes the task back
  * (stage_finish). */
-/* What a lane's task is, its first member: the persist lane runs both. */
-enum task_kind { TASK_STAGE, TASK_UPKEEP };
-
 struct stage_task {
     enum task_kind kind; /* TASK_STAGE */
     engine_t *eng;
