@@ -211,21 +211,33 @@ START_TEST(test_failed_refresh_keeps_share_until_lease_ends)
     struct budget_ask a;
     set_limits(100, 0);
     budget_member_t *m = member(1, "worker");
-    long long before = clock_now_ms();
-    ck_assert_int_eq(budget_member_refresh(m, &err), CHARGED_OK);
-    PGresult *r = PQexec(admin, "BEGIN");
-    PQclear(r);
-    r = PQexec(admin, "SELECT 1 FROM provider_budget FOR UPDATE");
-    ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
-    PQclear(r);
-    ck_assert_int_ne(budget_member_refresh(m, &err), CHARGED_OK);
-    budget_member_ask_init(&a, BUDGET_CLASS_CREATE, BUDGET_PRIO_CHARGE);
-    int sent = 0;
+    long long before, span;
+    PGresult *r;
     /* What is left of the lease after the refresh waited its lock_timeout
-     * out: at least half of its 100/s is sent in it. */
-    long long span = before + BUDGET_LEASE_MS - 50 - clock_now_ms();
+     * out is the window measured below. A machine loaded enough to stretch
+     * that wait past most of the lease leaves too short a window (183 ms
+     * once, in the test command beside three other sets): the setup, not
+     * the behaviour, is tried again then. */
+    for (int setups = 1;; setups++) {
+        before = clock_now_ms();
+        ck_assert_int_eq(budget_member_refresh(m, &err), CHARGED_OK);
+        r = PQexec(admin, "BEGIN");
+        PQclear(r);
+        r = PQexec(admin, "SELECT 1 FROM provider_budget FOR UPDATE");
+        ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
+        PQclear(r);
+        ck_assert_int_ne(budget_member_refresh(m, &err), CHARGED_OK);
+        span = before + BUDGET_LEASE_MS - 50 - clock_now_ms();
+        if (span >= 200 || setups == 5)
+            break;
+        r = PQexec(admin, "ROLLBACK");
+        PQclear(r);
+    }
     ck_assert_msg(span >= 200, "the failed refresh took the lease (%lld ms left)",
                   span);
+    budget_member_ask_init(&a, BUDGET_CLASS_CREATE, BUDGET_PRIO_CHARGE);
+    int sent = 0;
+    /* In what is left of the lease, at least half of its 100/s is sent. */
     while (clock_now_ms() < before + BUDGET_LEASE_MS - 50) {
         sent += budget_member_ask(m, &a, clock_now_ms()) == 0;
         struct timespec ts = {0, 1000000};
