@@ -965,6 +965,29 @@ class Scenario:
         return counts
 
 
+def hold_statements(s, key, event, when):
+    """Makes the statements of `event` ("INSERT", "UPDATE") on
+    payment_attempts whose rows match `when` (SQL over NEW and OLD) wait for
+    the advisory lock `key` for as long as someone holds it: each wait ends
+    at the session's lock_timeout and the trigger waits again, so the
+    statement never gives up. A lock forced, not hoped for."""
+    s.psql(s.db, """
+CREATE FUNCTION test_wait_for_hold() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  LOOP
+    BEGIN
+      PERFORM pg_advisory_xact_lock(%d);
+      RETURN NEW;
+    EXCEPTION WHEN lock_not_available THEN
+      NULL; -- the session's lock_timeout: wait again
+    END;
+  END LOOP;
+END $$;
+CREATE TRIGGER test_wait_for_hold BEFORE %s ON payment_attempts
+  FOR EACH ROW WHEN (%s) EXECUTE FUNCTION test_wait_for_hold();
+""" % (key, event, when))
+
+
 class Session:
     """One psql session kept open, so that a scenario can hold a transaction
     (and its locks) across its steps: a race is forced by holding a lock,

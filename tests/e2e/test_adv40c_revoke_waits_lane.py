@@ -40,21 +40,6 @@ ENV = {
     "DATABASE_TIMEOUT_MS": "30000",
 }
 
-TRIGGER = """
-CREATE FUNCTION test_wait_for_hold() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  LOOP
-    BEGIN
-      PERFORM pg_advisory_xact_lock(%d);
-      RETURN NEW;
-    EXCEPTION WHEN lock_not_available THEN
-      NULL; -- the worker's lock_timeout: wait again
-    END;
-  END LOOP;
-END $$;
-CREATE TRIGGER test_wait_for_hold BEFORE INSERT ON payment_attempts
-  FOR EACH ROW WHEN (NEW.amount = %d) EXECUTE FUNCTION test_wait_for_hold();
-""" % (HOLD_KEY, HELD_AMOUNT)
 
 
 def command_on(partition, **fields):
@@ -81,7 +66,7 @@ def in_flight(s, name):
 
 def scenario(new):
     s = new("adv40c_revoke_waits_lane", partitions=PARTITIONS, worker_env=ENV)
-    s.psql(s.db, TRIGGER)
+    e2e.hold_statements(s, HOLD_KEY, "INSERT", "NEW.amount = %d" % HELD_AMOUNT)
     w1 = s.start_worker()
     e2e.wait_until("w1 ready", lambda: s.admin_get(w1, "/readyz")[0] == 200, 60)
     a = [command_on(p) for p in range(PARTITIONS)]

@@ -39,23 +39,6 @@ from charged_e2e import check, check_eq
 HOLD_MS = 100
 HOLD_KEY = 4444
 
-TRIGGER = """
-CREATE FUNCTION test_renewal_waits() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  LOOP
-    BEGIN
-      PERFORM pg_advisory_xact_lock(%d);
-      RETURN NEW;
-    EXCEPTION WHEN lock_not_available THEN
-      NULL; -- the worker's lock_timeout: wait again
-    END;
-  END LOOP;
-END $$;
-CREATE TRIGGER test_renewal_waits BEFORE UPDATE ON payment_attempts
-  FOR EACH ROW WHEN (NEW.status = OLD.status
-                     AND NEW.lease_expires_at > OLD.lease_expires_at)
-  EXECUTE FUNCTION test_renewal_waits();
-""" % HOLD_KEY
 
 
 def scenario(new):
@@ -64,7 +47,8 @@ def scenario(new):
             psp_args=["--latency-ms", "3800", "--stall-ms", "50",
                       "--fault", "error_after=1@" + a["idempotency_key"],
                       "--fault", "stall_after=1@" + b["idempotency_key"]])
-    s.psql(s.db, TRIGGER)
+    e2e.hold_statements(s, HOLD_KEY, "UPDATE", "NEW.status = OLD.status"
+                        " AND NEW.lease_expires_at > OLD.lease_expires_at")
     # Renewals every 3.7 s (WORKER_LEASE_MS / 3): one starts, and waits,
     # before the answers (3.8 s); it fails at its statement_timeout (6 s)
     # after them. A's retry waits 2 s: the breaker is open by then.

@@ -25,21 +25,6 @@ HELD_AMOUNT = 4242  # the one command whose record waits
 LATENCY_MS = 1500  # the provider's: its answers come during the record's wait
 PERSISTED_WITHIN_S = 8.0
 
-TRIGGER = """
-CREATE FUNCTION test_wait_for_hold() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  LOOP
-    BEGIN
-      PERFORM pg_advisory_xact_lock(%d);
-      RETURN NEW;
-    EXCEPTION WHEN lock_not_available THEN
-      NULL; -- the worker's lock_timeout: wait again
-    END;
-  END LOOP;
-END $$;
-CREATE TRIGGER test_wait_for_hold BEFORE INSERT ON payment_attempts
-  FOR EACH ROW WHEN (NEW.amount = %d) EXECUTE FUNCTION test_wait_for_hold();
-""" % (HOLD_KEY, HELD_AMOUNT)
 
 
 def count(s, sql):
@@ -54,7 +39,7 @@ def record_waiting(s):
 
 def scenario(new):
     s = new("worker_answers_beside_lock", partitions=3, psp_args=["--latency-ms", str(LATENCY_MS)])
-    s.psql(s.db, TRIGGER)
+    e2e.hold_statements(s, HOLD_KEY, "INSERT", "NEW.amount = %d" % HELD_AMOUNT)
     w = s.start_worker(PROVIDER_TIMEOUT_MS=4000, WORKER_LEASE_MS=30000)
     e2e.wait_until("worker ready", lambda: s.admin_get(w, "/readyz")[0] == 200, 60)
     sent = [e2e.new_command(amount=1000) for _ in range(N)]
